@@ -1,0 +1,479 @@
+//! Indirection (thesis 4.3): tags, IBufs and the double ring.
+//!
+//! A [`Tag`] is a 16-byte rich pointer: absolute position and length of a region in a DBuf,
+//! the DBuf's id, and a class. Tags are valid in every process that can map the DBuf: they
+//! hold no addresses. An IBuf is a ring of tags ([`Layout::Tags`]).
+//!
+//! - Read-through: [`IbufReader`] resolves each tag through its [`BufTable`] and hands out
+//!   the bytes in the DBuf. DBufs it does not know yet are mapped on first use ("buffer
+//!   faults"), by the name the IBuf's writer recorded in the IBuf header.
+//! - Write-through: [`IbufWriter::write`] copies data into the writer's default DBuf and
+//!   stores a tag; the default DBuf never overwrites data that unread tags still point to.
+//! - Splicing: when the bytes passed to `write` already lie in a DBuf mapped in this
+//!   process (e.g. a slice returned by peek), only a tag is written (4.3.1).
+//!
+//! The double ring (dr-DBuf, 4.5.3) is exactly an IBuf whose tags point into its own default
+//! byte DBuf: record headers out of band, data contiguous, resynchronisation through the
+//! header ring after a loss.
+
+use crate::error::{Error, Result};
+use crate::layout::DATA_OFFSET;
+use crate::pos::{self, Epoch};
+use crate::ring::{Layout, Peeked, Reader, RingConfig, RingRef, Shared, Start, SyncMode, Writer};
+use crate::layout::BufNames;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A rich pointer into a DBuf (thesis Figure 4.2). 16 bytes, no addresses.
+#[repr(C, align(16))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Tag {
+    /// Absolute byte position of the region in its DBuf (monotonic, never wraps).
+    pub pos: u64,
+    /// Length of the region.
+    pub len: u32,
+    /// DBuf id (0 = no buffer: an empty or abandoned tag).
+    pub buf: u16,
+    /// Classifier (0 = drop; otherwise a group, session or verdict).
+    pub class: u16,
+}
+
+impl Tag {
+    pub const SIZE: usize = 16;
+
+    pub fn to_bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.pos.to_le_bytes());
+        b[8..12].copy_from_slice(&self.len.to_le_bytes());
+        b[12..14].copy_from_slice(&self.buf.to_le_bytes());
+        b[14..16].copy_from_slice(&self.class.to_le_bytes());
+        b
+    }
+
+    /// Parse a tag; `None` if `b` is shorter than 16 bytes.
+    pub fn from_bytes(b: &[u8]) -> Option<Tag> {
+        let b: &[u8; 16] = b.get(..16)?.try_into().ok()?;
+        Some(Tag {
+            pos: u64::from_le_bytes(b[..8].try_into().unwrap()),
+            len: u32::from_le_bytes(b[8..12].try_into().unwrap()),
+            buf: u16::from_le_bytes(b[12..14].try_into().unwrap()),
+            class: u16::from_le_bytes(b[14..16].try_into().unwrap()),
+        })
+    }
+}
+
+const NAMES_OFFSET: usize = 2048;
+const NAME_ENTRY: usize = 128;
+const MAX_NAMES: usize = (DATA_OFFSET - NAMES_OFFSET - 8) / NAME_ENTRY;
+
+fn record_name(ibuf: &Shared, id: u16, name: &str) -> Result<()> {
+    if !ibuf.data.writable() {
+        return Ok(());
+    }
+    let names = ibuf.data.get::<BufNames>(NAMES_OFFSET);
+    let n = names.count.load(Acquire) as usize;
+    for i in 0..n.min(MAX_NAMES) {
+        let e = ibuf.data.bytes(NAMES_OFFSET + 8 + i * NAME_ENTRY, 2);
+        if u16::from_le_bytes([e[0], e[1]]) == id {
+            return Ok(());
+        }
+    }
+    if n >= MAX_NAMES || name.len() > NAME_ENTRY - 3 {
+        return Err(Error::Unsupported { name: ibuf.name.clone(), what: "more DBuf names than the IBuf header holds" });
+    }
+    let mut e = vec![0u8; NAME_ENTRY];
+    e[..2].copy_from_slice(&id.to_le_bytes());
+    e[2] = name.len() as u8;
+    e[3..3 + name.len()].copy_from_slice(name.as_bytes());
+    ibuf.data.write_at(NAMES_OFFSET + 8 + n * NAME_ENTRY, &e);
+    // SYNC POINT: Release publishes the entry bytes to readers that load count with Acquire.
+    names.count.store(n as u32 + 1, Release);
+    Ok(())
+}
+
+fn lookup_name(ibuf: &Shared, id: u16) -> Option<String> {
+    let names = ibuf.data.get::<BufNames>(NAMES_OFFSET);
+    let n = (names.count.load(Acquire) as usize).min(MAX_NAMES);
+    (0..n).find_map(|i| {
+        let e = ibuf.data.bytes(NAMES_OFFSET + 8 + i * NAME_ENTRY, NAME_ENTRY);
+        if u16::from_le_bytes([e[0], e[1]]) != id {
+            return None;
+        }
+        let len = (e[2] as usize).min(NAME_ENTRY - 3);
+        String::from_utf8(e[3..3 + len].to_vec()).ok()
+    })
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u16,
+    sh: Arc<Shared>,
+    prev: Option<Epoch>,
+    cur: Epoch,
+    gen: u64,
+    addr: std::ops::Range<usize>,
+}
+
+impl Entry {
+    fn new(sh: Arc<Shared>) -> Entry {
+        let (prev, cur, gen) = sh.load_epochs();
+        let r = sh.data.addr_range();
+        Entry { id: sh.buf_id, addr: r.start + DATA_OFFSET..r.start + DATA_OFFSET + sh.max_cap as usize, sh, prev, cur, gen }
+    }
+    fn refresh(&mut self) {
+        let g = self.sh.hdr().p.0.epoch_gen.load(Acquire);
+        if g != self.gen {
+            let (prev, cur, gen) = self.sh.load_epochs();
+            self.prev = prev;
+            self.cur = cur;
+            self.gen = gen;
+        }
+    }
+}
+
+/// The DBufs this process has mapped, by id: resolves tags to bytes (read-through) and
+/// addresses to tags (splice detection).
+#[derive(Debug, Default)]
+pub struct BufTable {
+    entries: Vec<Entry>,
+}
+
+impl BufTable {
+    pub fn new() -> BufTable {
+        BufTable::default()
+    }
+
+    /// Make a DBuf resolvable. Two different DBufs with one id are an error.
+    pub fn register(&mut self, ring: &RingRef) -> Result<()> {
+        let sh = ring.0.clone();
+        if let Some(e) = self.entries.iter().find(|e| e.id == sh.buf_id) {
+            if Arc::ptr_eq(&e.sh, &sh) {
+                return Ok(());
+            }
+            return Err(Error::Config { name: sh.name.clone(), why: format!("buffer id {} is already used by ring '{}'", sh.buf_id, e.sh.name) });
+        }
+        self.entries.push(Entry::new(sh));
+        Ok(())
+    }
+
+    fn entry(&mut self, id: u16) -> Result<&mut Entry> {
+        self.entries.iter_mut().find(|e| e.id == id).ok_or(Error::UnknownBuffer { id })
+    }
+
+    /// Bytes a tag points to, if they are committed and not yet overwritten. On lossy DBufs,
+    /// call [`BufTable::check`] after using them.
+    pub fn resolve(&mut self, tag: &Tag) -> Result<&[u8]> {
+        let e = self.entry(tag.buf)?;
+        e.refresh();
+        let h = e.sh.hdr();
+        let wpos = h.p.0.write_pos.load(Acquire);
+        let tail = h.p.0.tail.load(Acquire);
+        let end = tag.pos.checked_add(tag.len as u64);
+        let name = &e.sh.name;
+        if tag.pos < tail {
+            return Err(Error::Overrun { name: name.clone(), from: tag.pos, to: tail });
+        }
+        let Some(end) = end.filter(|&end| end <= wpos) else {
+            return Err(Error::Corrupt { name: name.clone(), pos: tag.pos, why: format!("tag of {} bytes points past the write position {wpos}", tag.len) });
+        };
+        let Some(ep) = pos::epoch_for(e.prev, e.cur, tag.pos) else {
+            return Err(Error::Overrun { name: name.clone(), from: tag.pos, to: tail });
+        };
+        let off = ep.offset(tag.pos);
+        if off + (end - tag.pos) > ep.size {
+            return Err(Error::Corrupt { name: name.clone(), pos: tag.pos, why: "tag region wraps around the ring end".into() });
+        }
+        Ok(e.sh.data.bytes(DATA_OFFSET + off as usize, tag.len as usize))
+    }
+
+    /// Whether the region a tag points to is still intact (call after using resolved bytes).
+    pub fn check(&mut self, tag: &Tag) -> Result<()> {
+        let e = self.entry(tag.buf)?;
+        std::sync::atomic::fence(Acquire);
+        let tail = e.sh.hdr().p.0.tail.load(Relaxed);
+        if tag.pos < tail {
+            return Err(Error::Overrun { name: e.sh.name.clone(), from: tag.pos, to: tail });
+        }
+        Ok(())
+    }
+
+    /// If `data` lies inside a mapped DBuf's committed, valid contents, the tag for it.
+    pub fn splice_tag(&mut self, data: &[u8]) -> Option<Tag> {
+        let a = data.as_ptr() as usize;
+        let e = self.entries.iter_mut().find(|e| e.addr.contains(&a))?;
+        e.refresh();
+        let off = (a - e.addr.start) as u64;
+        let h = e.sh.hdr();
+        let wpos = h.p.0.write_pos.load(Acquire);
+        let tail = h.p.0.tail.load(Acquire);
+        // The newest position at this offset that is committed: try the current epoch, then
+        // the previous one.
+        for ep in [Some(e.cur), e.prev].into_iter().flatten() {
+            if off + data.len() as u64 > ep.size || wpos < ep.start {
+                continue;
+            }
+            let lap = (wpos - ep.start) / ep.size;
+            for l in [lap, lap.wrapping_sub(1)] {
+                let Some(p) = l.checked_mul(ep.size).map(|x| ep.start + x + off) else { continue };
+                if p >= ep.start && p >= tail && p + data.len() as u64 <= wpos {
+                    return Some(Tag { pos: p, len: data.len() as u32, buf: e.id, class: 1 });
+                }
+            }
+        }
+        None
+    }
+
+    /// Map, by name, DBufs named in an IBuf header that this table does not know yet.
+    fn fault_in(&mut self, ibuf: &Shared, id: u16) -> Result<()> {
+        let Some(name) = lookup_name(ibuf, id) else { return Err(Error::UnknownBuffer { id }) };
+        let ring = RingRef::open(&name)?;
+        if ring.0.buf_id != id {
+            return Err(Error::BadRing { name, why: format!("expected buffer id {id}, found {}", ring.0.buf_id) });
+        }
+        self.register(&ring)
+    }
+}
+
+/// Reads an IBuf: tags, or the data they point to (read-through).
+#[derive(Debug)]
+pub struct IbufReader {
+    tags: Reader,
+    table: BufTable,
+    held: Option<Tag>,
+}
+
+impl IbufReader {
+    pub fn new(tags: Reader, table: BufTable) -> Result<IbufReader> {
+        if tags.shared().layout() != Layout::Tags {
+            return Err(Error::Unsupported { name: tags.shared().name().to_string(), what: "IbufReader over a ring that does not hold tags" });
+        }
+        Ok(IbufReader { tags, table, held: None })
+    }
+    pub fn table(&mut self) -> &mut BufTable {
+        &mut self.table
+    }
+    pub fn tags(&self) -> &Reader {
+        &self.tags
+    }
+
+    /// Next tag, blocking; `None` at EOF. Skips empty/abandoned tags.
+    pub fn read_tag(&mut self) -> Result<Option<Tag>> {
+        let mut b = [0u8; 16];
+        loop {
+            let n = self.tags.read(&mut b)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let t = Tag::from_bytes(&b).expect("16 bytes");
+            if t.buf != 0 {
+                return Ok(Some(t));
+            }
+        }
+    }
+
+    /// Next tag with a timeout (for multiplexing); `Ok(None)` at EOF.
+    pub fn read_tag_timeout(&mut self, timeout: Duration) -> Result<Option<Tag>> {
+        let mut b = [0u8; 16];
+        loop {
+            let n = self.tags.read_timeout(&mut b, timeout)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let t = Tag::from_bytes(&b).expect("16 bytes");
+            if t.buf != 0 {
+                return Ok(Some(t));
+            }
+        }
+    }
+
+    fn resolve(&mut self, tag: &Tag) -> Result<&[u8]> {
+        if self.table.entries.iter().all(|e| e.id != tag.buf) {
+            let sh = self.tags.shared().clone();
+            self.table.fault_in(&sh, tag.buf)?;
+        }
+        self.table.resolve(tag)
+    }
+
+    /// Read-through: copy the next block into `buf`; 0 at EOF.
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let Some(tag) = self.read_tag()? else { return Ok(0) };
+        let name = self.tags.shared().name().to_string();
+        let data = self.resolve(&tag)?;
+        if data.len() > buf.len() {
+            return Err(Error::BufferTooSmall { name, need: data.len(), got: buf.len() });
+        }
+        let n = data.len();
+        buf[..n].copy_from_slice(data);
+        self.table.check(&tag)?;
+        Ok(n)
+    }
+
+    /// Read-through peek: the next block in place (the tag's DBuf), and its tag.
+    pub fn peek_acquire(&mut self) -> Result<Option<(Tag, Peeked<'_>)>> {
+        let Some(tag) = self.read_tag()? else { return Ok(None) };
+        self.held = Some(tag);
+        let data = self.resolve(&tag)?;
+        Ok(Some((tag, Peeked { pos: tag.pos, data })))
+    }
+
+    /// Validate the block from the last `peek_acquire` after use.
+    pub fn peek_complete(&mut self) -> Result<()> {
+        match self.held.take() {
+            Some(t) => self.table.check(&t),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Writes an IBuf: tags directly, spliced, or written through into a default DBuf.
+#[derive(Debug)]
+pub struct IbufWriter {
+    tags: Writer,
+    table: BufTable,
+    /// Write-through target and a private reader slot on it that tracks how far the IBuf's
+    /// readers have consumed the tags pointing into it.
+    default: Option<(Writer, Reader)>,
+    /// Write-through records not yet known to be released: (tag position, record end).
+    outstanding: VecDeque<(u64, u64)>,
+    /// Blocks spliced (tag only) vs. written through (copied), for statistics.
+    pub spliced: u64,
+    pub copied: u64,
+}
+
+impl IbufWriter {
+    /// An IBuf writer over a tag ring, without a default DBuf (tags and splices only).
+    pub fn new(tags: Writer) -> Result<IbufWriter> {
+        if tags.shared().layout() != Layout::Tags {
+            return Err(Error::Unsupported { name: tags.shared().name().to_string(), what: "IbufWriter over a ring that does not hold tags" });
+        }
+        Ok(IbufWriter { tags, table: BufTable::new(), default: None, outstanding: VecDeque::new(), spliced: 0, copied: 0 })
+    }
+
+    /// Give the IBuf a default DBuf for write-through. `data` must be a byte ring with
+    /// lossless sync; nobody else may attach lossless readers to it.
+    pub fn with_default(mut self, data: Writer) -> Result<IbufWriter> {
+        let sh = data.shared().clone();
+        if sh.layout() != Layout::Bytes || sh.sync() != SyncMode::Srp {
+            return Err(Error::Unsupported { name: sh.name.clone(), what: "a default DBuf that is not a lossless byte ring" });
+        }
+        let shadow = Reader::attach(sh.clone(), Start::Latest)?;
+        self.register(&data.ring())?;
+        self.default = Some((data, shadow));
+        Ok(self)
+    }
+
+    /// Make a DBuf's tags resolvable by readers (records its name in the IBuf header when
+    /// it is a named ring) and its contents spliceable.
+    pub fn register(&mut self, ring: &RingRef) -> Result<()> {
+        self.table.register(ring)?;
+        if let crate::shm::Backing::Path(_) = ring.0.data.backing() {
+            record_name(self.tags.shared(), ring.0.buf_id, &ring.0.name)?;
+        }
+        Ok(())
+    }
+
+    pub fn tags(&self) -> &Writer {
+        &self.tags
+    }
+    pub fn ring(&self) -> RingRef {
+        self.tags.ring()
+    }
+    /// The default DBuf (for readers of a double ring to register).
+    pub fn default_ring(&self) -> Option<RingRef> {
+        self.default.as_ref().map(|(w, _)| w.ring())
+    }
+
+    /// Store a tag.
+    pub fn write_tag(&mut self, tag: Tag) -> Result<u64> {
+        self.tags.append_record(&tag.to_bytes())
+    }
+
+    /// Write a block: splice when `data` already lies in a mapped DBuf, else write through.
+    pub fn write(&mut self, data: &[u8]) -> Result<usize> {
+        self.write_class(data, 1)
+    }
+
+    /// Like [`IbufWriter::write`], with a class for the tag.
+    pub fn write_class(&mut self, data: &[u8], class: u16) -> Result<usize> {
+        if let Some(mut t) = self.table.splice_tag(data) {
+            t.class = class;
+            self.write_tag(t)?;
+            self.spliced += 1;
+            return Ok(data.len());
+        }
+        let tag = self.write_through(data, class)?;
+        let at = self.write_tag(tag)?;
+        self.outstanding.push_back((at, tag.pos + tag.len as u64));
+        self.copied += 1;
+        Ok(data.len())
+    }
+
+    /// Copy into the default DBuf, first making sure no unread tag points at what the copy
+    /// overwrites.
+    fn write_through(&mut self, data: &[u8], class: u16) -> Result<Tag> {
+        let Some((dbuf, _)) = self.default.as_mut() else {
+            return Err(Error::Unsupported { name: self.tags.shared().name().to_string(), what: "write-through without a default DBuf" });
+        };
+        let need = dbuf.contiguous_need(data.len())?;
+        self.release_until(need)?;
+        let (dbuf, _) = self.default.as_mut().expect("checked");
+        let pos = dbuf.write_contiguous(data)?;
+        Ok(Tag { pos, len: data.len() as u32, buf: dbuf.shared().buf_id(), class })
+    }
+
+    /// Advance the shadow reader on the default DBuf up to `need`, waiting for the IBuf's
+    /// readers to consume the tags that point below it.
+    fn release_until(&mut self, need: u64) -> Result<()> {
+        let tags_sh = self.tags.shared().clone();
+        let (dbuf, shadow) = self.default.as_mut().expect("checked");
+        while shadow.position() < need {
+            match self.outstanding.front().copied() {
+                Some((tag_pos, rec_end)) => {
+                    let mut cache = crate::ring::ReleaseCache::default();
+                    tags_sh.wait_released(tag_pos + Tag::SIZE as u64, 0, &mut cache)?;
+                    self.outstanding.pop_front();
+                    shadow.release_to(rec_end);
+                }
+                None => {
+                    shadow.release_to(dbuf.position());
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self) {
+        self.tags.flush();
+    }
+    pub fn close(&mut self) {
+        self.tags.close();
+    }
+}
+
+/// A double ring (dr-DBuf): record headers (tags) in a small ring, data contiguous in a
+/// byte ring. Returns the writer; readers are [`DoubleRing::reader`]s.
+#[derive(Debug)]
+pub struct DoubleRing;
+
+impl DoubleRing {
+    /// Create an anonymous double ring with `headers` tag slots and `data` bytes.
+    pub fn create(name: &str, headers: usize, data: usize, sync: SyncMode) -> Result<IbufWriter> {
+        let tags = Writer::create(&format!("{name}.hdr"), RingConfig::bytes(headers * Tag::SIZE).layout(Layout::Tags).sync(sync))?;
+        let dcfg = RingConfig { buf_id: 2, ..RingConfig::bytes(data) };
+        let dbuf = Writer::create(&format!("{name}.data"), dcfg)?;
+        IbufWriter::new(tags)?.with_default(dbuf)
+    }
+
+    /// A reader of a double ring created in this process.
+    pub fn reader(w: &IbufWriter, start: Start) -> Result<IbufReader> {
+        let tags = w.ring().reader(start)?;
+        let mut table = BufTable::new();
+        if let Some(d) = w.default_ring() {
+            table.register(&d)?;
+        }
+        IbufReader::new(tags, table)
+    }
+}

@@ -1,0 +1,277 @@
+//! Multiple producers on one ring (thesis 4.5.4, "Multiproducer Synchronization"):
+//! producers acquire containers (slots) concurrently, fill them in parallel without any
+//! lock, and complete them in any order; readers see only whole records, in slot order.
+//!
+//! Shared state is an open/closed bitmap of [`MP_PAIRS`] bit pairs. Pair *i* describes the
+//! container *i* slots beyond the write pointer: the even bit says "opened", the odd bit
+//! "closed". Acquire sets the next even bit; complete sets its odd bit and, when that makes
+//! a run of closed pairs at the front, shifts them out and advances the write pointer by
+//! the run's length. Both steps take a short lock (the bitmap and the write pointer change
+//! together); the copying in between does not.
+//!
+//! A producer that dies between acquire and complete would block the ring forever: each
+//! open pair records its owner's pid, and a blocked producer that finds the front pair's
+//! owner dead closes that container as *abandoned* (readers skip it).
+
+use crate::error::{Error, Result};
+use crate::layout::{MultiProducer, MP_PAIRS, DATA_OFFSET};
+use crate::ring::{Layout, ReleaseCache, RingRef, Shared, SLOT_HDR};
+use crate::shm::WriteToken;
+use crate::sys::{self, Wake};
+use std::sync::atomic::{fence, Ordering::*};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Length word marking a slot whose producer died before completing it.
+pub const ABANDONED: u32 = u32::MAX;
+
+const EVEN: u64 = 0x5555_5555_5555_5555;
+
+/// One producer of a multi-producer ring. Create one per thread or process.
+#[derive(Debug)]
+pub struct MpWriter {
+    sh: Arc<Shared>,
+    token: WriteToken,
+    release: ReleaseCache,
+    me: u32,
+}
+
+/// A container acquired by [`MpWriter::acquire`]; fill it, then [`MpSlot::complete`].
+#[derive(Debug)]
+pub struct MpSlot<'a> {
+    w: &'a mut MpWriter,
+    index: u64,
+    len: usize,
+}
+
+struct MpLock<'a>(&'a MultiProducer);
+
+impl<'a> MpLock<'a> {
+    fn take(mp: &'a MultiProducer) -> MpLock<'a> {
+        let me = sys::getpid();
+        let mut spins = 0u32;
+        loop {
+            let cur = mp.lock.load(Relaxed);
+            // SYNC POINT: Acquire on taking the lock, Release on dropping it: the bitmap and
+            // the write pointer are read and changed together.
+            if cur == 0 && mp.lock.compare_exchange_weak(0, me, Acquire, Relaxed).is_ok() {
+                return MpLock(mp);
+            }
+            spins += 1;
+            if spins % 64 == 0 {
+                std::thread::yield_now();
+            }
+            if spins % 100_000 == 0 && cur != 0 && cur != me && std::fs::metadata(format!("/proc/{cur}")).is_err() {
+                let _ = mp.lock.compare_exchange(cur, 0, AcqRel, Relaxed);
+            }
+        }
+    }
+}
+impl Drop for MpLock<'_> {
+    fn drop(&mut self) {
+        self.0.lock.store(0, Release);
+    }
+}
+
+impl MpWriter {
+    /// A producer for a multi-producer ring mapped in this process.
+    pub fn new(ring: &RingRef) -> Result<MpWriter> {
+        let sh = ring.0.clone();
+        if !sh.multi_producer {
+            return Err(Error::Unsupported { name: sh.name.clone(), what: "MpWriter on a single-producer ring" });
+        }
+        if !sh.data.writable() || sh.ctl.is_none() {
+            return Err(Error::Permission { name: sh.name.clone(), what: "producers need write access to both segments".into() });
+        }
+        Ok(MpWriter { sh, token: WriteToken::default(), release: ReleaseCache::default(), me: sys::getpid() })
+    }
+
+    /// Open a named multi-producer ring as an additional producer.
+    pub fn open(name: &str) -> Result<MpWriter> {
+        Self::new(&RingRef(Shared::open_named(name, true)?))
+    }
+
+    fn mp(&self) -> &MultiProducer {
+        &self.sh.hdr().mp.0
+    }
+
+    /// Largest payload a slot holds.
+    pub fn max_record(&self) -> usize {
+        match self.sh.layout {
+            Layout::Slots => (self.sh.slot_size - SLOT_HDR) as usize,
+            _ => self.sh.slot_size as usize,
+        }
+    }
+
+    /// Acquire the next free container. Blocks while the ring is full (lossless rings) or
+    /// while all [`MP_PAIRS`] containers are open.
+    pub fn acquire(&mut self) -> Result<MpSlot<'_>> {
+        let sh = self.sh.clone();
+        let s = sh.slot_size;
+        let size = sh.max_cap;
+        loop {
+            let need;
+            {
+                let hdr = sh.hdr();
+                let mp = &hdr.mp.0;
+                let _l = MpLock::take(mp);
+                let bm = mp.bitmap.load(Relaxed);
+                let k = (bm & EVEN).count_ones() as u64;
+                if k as usize >= MP_PAIRS {
+                    drop(_l);
+                    self.wait_bitmap(bm)?;
+                    continue;
+                }
+                let head = sh.hdr().p.0.write_pos.load(Relaxed) / s;
+                let index = head + k;
+                let end = (index + 1) * s;
+                need = end.saturating_sub(size);
+                if need <= self.release.min && sh.ctl().unwrap().r.0.attached_ever.load(Relaxed) == self.release.gen
+                    || sh.sync == crate::SyncMode::Frp
+                {
+                    let p = &sh.hdr().p.0;
+                    if need > p.tail.load(Relaxed) {
+                        // SYNC POINT: tail before the data stores that overwrite (see Writer).
+                        p.tail.store(need, Relaxed);
+                    }
+                    mp.bitmap.store(bm | 1 << (2 * k), Relaxed);
+                    mp.owners[k as usize].store(self.me, Relaxed);
+                    fence(Release);
+                    let len = self.max_record();
+                    return Ok(MpSlot { w: self, index, len });
+                }
+            }
+            // Not enough released space: wait outside the bitmap lock.
+            sh.wait_released(need, 0, &mut self.release)?;
+        }
+    }
+
+    /// Sleep until the bitmap changes, recovering a dead producer's front container.
+    fn wait_bitmap(&self, seen: u64) -> Result<()> {
+        let mp = self.mp();
+        let seq = mp.seq.load(Acquire);
+        if mp.bitmap.load(Acquire) != seen {
+            return Ok(());
+        }
+        if sys::futex_wait(&mp.seq, seq, Some(Duration::from_millis(50))) == Wake::TimedOut {
+            self.recover_dead_front();
+        }
+        Ok(())
+    }
+
+    /// If the front container is open and its producer is dead, close it as abandoned.
+    fn recover_dead_front(&self) {
+        let mp = self.mp();
+        let bm = mp.bitmap.load(Acquire);
+        if bm & 0b11 != 0b01 {
+            return;
+        }
+        let owner = mp.owners[0].load(Relaxed);
+        if std::fs::metadata(format!("/proc/{owner}")).is_ok() {
+            return;
+        }
+        let head = self.sh.hdr().p.0.write_pos.load(Acquire) / self.sh.slot_size;
+        self.mark_abandoned(head);
+        self.close_pair(head);
+    }
+
+    fn mark_abandoned(&self, index: u64) {
+        let off = DATA_OFFSET + ((index * self.sh.slot_size) & (self.sh.max_cap - 1)) as usize;
+        match self.sh.layout {
+            Layout::Slots => self.sh.data.write_at(off, &ABANDONED.to_le_bytes()),
+            _ => self.sh.data.write_at(off, &[0u8; 16]),
+        }
+    }
+
+    /// Mark container `index` closed and advance the write pointer over closed pairs.
+    fn close_pair(&self, index: u64) {
+        let sh = &*self.sh;
+        let s = sh.slot_size;
+        let _l = MpLock::take(self.mp());
+        let mp = self.mp();
+        let p = &sh.hdr().p.0;
+        let head = p.write_pos.load(Relaxed) / s;
+        let k = index - head;
+        let mut bm = mp.bitmap.load(Relaxed) | 1 << (2 * k + 1);
+        let was_full = (bm & EVEN).count_ones() as usize >= MP_PAIRS;
+        let mut run = 0u64;
+        while run < MP_PAIRS as u64 && (bm >> (2 * run)) & 0b11 == 0b11 {
+            run += 1;
+        }
+        if run > 0 {
+            bm = if run as usize == MP_PAIRS { 0 } else { bm >> (2 * run) };
+            for i in 0..MP_PAIRS {
+                let next = if i + (run as usize) < MP_PAIRS { mp.owners[i + run as usize].load(Relaxed) } else { 0 };
+                mp.owners[i].store(next, Relaxed);
+            }
+        }
+        mp.bitmap.store(bm, Release);
+        if run > 0 {
+            // SYNC POINT: as in Writer::publish — publish the data, then look for sleepers.
+            p.write_pos.swap((head + run) * s, SeqCst);
+            let ctl = sh.ctl().expect("producers map ctl");
+            let pending = mp.pending.fetch_add(run as u32, Relaxed) + run as u32;
+            let light = ctl.r.0.sleepers.load(Relaxed);
+            let deep = ctl.r.0.deep_sleepers.load(Relaxed);
+            let threshold = sh.hdr().m.0.threshold.load(Relaxed);
+            if deep > 0 || (light > 0 && pending >= threshold) {
+                mp.pending.store(0, Relaxed);
+                p.data_seq.fetch_add(1, Release);
+                sys::futex_wake(&p.data_seq, i32::MAX);
+                sh.hdr().m.0.wakeups.fetch_add(1, Relaxed);
+            }
+        }
+        if was_full || run > 0 {
+            mp.seq.fetch_add(1, Release);
+            sys::futex_wake(&mp.seq, i32::MAX);
+        }
+    }
+
+    /// Wake readers for commits still below the batching threshold.
+    pub fn flush(&self) {
+        let p = &self.sh.hdr().p.0;
+        self.mp().pending.store(0, Relaxed);
+        p.data_seq.fetch_add(1, Release);
+        sys::futex_wake(&p.data_seq, i32::MAX);
+    }
+}
+
+impl MpSlot<'_> {
+    /// Absolute position of the container.
+    pub fn position(&self) -> u64 {
+        self.index * self.w.sh.slot_size
+    }
+    /// The writable payload area of the container.
+    pub fn buf(&mut self) -> &mut [u8] {
+        let sh = &self.w.sh;
+        let hdr = if sh.layout == Layout::Slots { SLOT_HDR } else { 0 };
+        let off = DATA_OFFSET + ((self.index * sh.slot_size) & (sh.max_cap - 1)) as usize + hdr as usize;
+        sh.data.reserved_mut(&mut self.w.token, off, self.len)
+    }
+    /// Publish the container holding `len` payload bytes. Returns the payload position.
+    pub fn complete(self, len: usize) -> Result<u64> {
+        let sh = self.w.sh.clone();
+        if len > self.len {
+            return Err(Error::TooLarge { name: sh.name.clone(), len, max: self.len });
+        }
+        let base = self.index * sh.slot_size;
+        if sh.layout == Layout::Slots {
+            let off = DATA_OFFSET + (base & (sh.max_cap - 1)) as usize;
+            sh.data.write_at(off, &(len as u32).to_le_bytes());
+        }
+        self.w.close_pair(self.index);
+        Ok(base + if sh.layout == Layout::Slots { SLOT_HDR } else { 0 })
+    }
+}
+
+impl MpWriter {
+    /// Convenience: acquire, copy `data`, complete.
+    pub fn write(&mut self, data: &[u8]) -> Result<u64> {
+        if data.len() > self.max_record() {
+            return Err(Error::TooLarge { name: self.sh.name.clone(), len: data.len(), max: self.max_record() });
+        }
+        let mut slot = self.acquire()?;
+        slot.buf()[..data.len()].copy_from_slice(data);
+        slot.complete(data.len())
+    }
+}

@@ -1,0 +1,355 @@
+//! Thin, checked wrappers over the Linux system calls beltway needs: memfd, named shared
+//! memory under /dev/shm, mmap, futex (wait, wake, waitv), process liveness, and fd passing
+//! over Unix sockets (SCM_RIGHTS).
+//!
+//! This module and [`crate::shm`] are the only places with `unsafe`; every block carries a
+//! `// SAFETY:` comment. Everything returns `io::Result` so callers can add ring context.
+
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Create an anonymous memory file (memfd) of `len` bytes.
+pub fn memfd_create(name: &str, len: u64) -> io::Result<OwnedFd> {
+    let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: cname is a valid NUL-terminated string that outlives the call.
+    let fd = cvt(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+    // SAFETY: memfd_create returned a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    ftruncate(&fd, len)?;
+    Ok(fd)
+}
+
+/// Set a file's length.
+pub fn ftruncate(fd: &OwnedFd, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: plain syscall on a descriptor we own.
+    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) })?;
+    Ok(())
+}
+
+/// Open (or create, with `create = Some(mode)`) a file under /dev/shm or any path.
+/// With `exclusive`, creation fails if the file exists.
+pub fn open_path(path: &str, write: bool, create: Option<u32>, exclusive: bool) -> io::Result<OwnedFd> {
+    let cpath = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut flags = libc::O_CLOEXEC | if write { libc::O_RDWR } else { libc::O_RDONLY };
+    let mut mode = 0;
+    if let Some(m) = create {
+        flags |= libc::O_CREAT;
+        mode = m;
+        if exclusive {
+            flags |= libc::O_EXCL;
+        }
+    }
+    // SAFETY: cpath is NUL-terminated and lives across the call; mode is passed as the
+    // variadic third argument open(2) expects when O_CREAT is set.
+    let fd = cvt(unsafe { libc::open(cpath.as_ptr(), flags, mode as libc::c_uint) })?;
+    // SAFETY: open returned a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if create.is_some() {
+        // The umask may have narrowed the requested mode; set it exactly.
+        // SAFETY: plain syscall on a descriptor we own.
+        cvt(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) })?;
+    }
+    Ok(fd)
+}
+
+/// Size of the file behind `fd`.
+pub fn fd_size(fd: &OwnedFd) -> io::Result<u64> {
+    // SAFETY: stat is plain data; fstat fills it completely on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid, writable stat buffer.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st.st_size as u64)
+}
+
+/// Whether the descriptor was opened for writing.
+pub fn fd_writable(fd: &OwnedFd) -> io::Result<bool> {
+    // SAFETY: F_GETFL takes no argument and only reads descriptor flags.
+    let fl = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    Ok(fl & libc::O_ACCMODE == libc::O_RDWR || fl & libc::O_ACCMODE == libc::O_WRONLY)
+}
+
+pub fn unlink(path: &str) -> io::Result<()> {
+    std::fs::remove_file(path)
+}
+
+/// An owned, shared memory mapping.
+#[derive(Debug)]
+pub struct Mmap {
+    ptr: *mut u8,
+    len: usize,
+    writable: bool,
+}
+
+// SAFETY: the mapping is plain shared memory; all concurrent access to it goes through
+// atomics or through the ring protocol, which is process-agnostic, so it is as safe to use
+// from several threads as from several processes.
+unsafe impl Send for Mmap {}
+// SAFETY: see Send; &Mmap only exposes raw pointers and the length.
+unsafe impl Sync for Mmap {}
+
+impl Mmap {
+    /// Map `len` bytes of `fd` from offset 0, shared, read-only or read-write.
+    pub fn map(fd: &OwnedFd, len: usize, writable: bool) -> io::Result<Mmap> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "zero-length mapping"));
+        }
+        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        // SAFETY: a fresh MAP_SHARED mapping at a kernel-chosen address cannot alias any Rust
+        // object; fd is a valid descriptor.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mmap { ptr: ptr.cast(), len, writable })
+    }
+
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly what mmap returned, and no borrow of the mapping can
+        // outlive the Mmap (every borrow is tied to a reference to it).
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long }
+}
+
+/// Outcome of a futex wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// Woken (or the word had already changed, or a signal interrupted us).
+    Woken,
+    TimedOut,
+}
+
+/// FUTEX_WAIT on a word that may live in shared memory (no FUTEX_PRIVATE_FLAG, so it works
+/// across processes). Returns when woken, when `*word != expected`, or on timeout.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> Wake {
+    let ts = timeout.map(timespec);
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: word points to a live, aligned u32; the kernel only reads it. tsp is null or
+    // points to a timespec that outlives the call.
+    let r = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, tsp, 0usize, 0u32) };
+    if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
+        Wake::TimedOut
+    } else {
+        Wake::Woken
+    }
+}
+
+/// FUTEX_WAKE up to `n` waiters on `word` (in any process).
+pub fn futex_wake(word: &AtomicU32, n: i32) {
+    // SAFETY: word points to a live, aligned u32; FUTEX_WAKE does not access it beyond
+    // computing its key, which works on read-only shared mappings too.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n, 0usize, 0usize, 0u32);
+    }
+}
+
+#[repr(C)]
+struct FutexWaitv {
+    val: u64,
+    uaddr: u64,
+    flags: u32,
+    reserved: u32,
+}
+
+const FUTEX2_SIZE_U32: u32 = 0x02;
+const SYS_FUTEX_WAITV: libc::c_long = 449;
+
+/// futex_waitv(2): block until any of the words changes from its expected value or is woken.
+/// Returns the index of the word that woke us, `None` on timeout.
+pub fn futex_waitv(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Option<usize>> {
+    if words.is_empty() || words.len() > 128 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "futex_waitv takes 1..=128 words"));
+    }
+    let v: Vec<FutexWaitv> = words
+        .iter()
+        .map(|(w, e)| FutexWaitv { val: *e as u64, uaddr: w.as_ptr() as u64, flags: FUTEX2_SIZE_U32, reserved: 0 })
+        .collect();
+    // futex_waitv takes an absolute CLOCK_MONOTONIC deadline.
+    let deadline = timeout.map(|d| {
+        let now = monotonic();
+        timespec(now + d)
+    });
+    let tsp = deadline.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: v is a valid array of futex_waitv structs whose uaddr fields point to live
+    // aligned u32 words; tsp is null or a valid timespec; both outlive the call.
+    let r = unsafe { libc::syscall(SYS_FUTEX_WAITV, v.as_ptr(), v.len() as u32, 0u32, tsp, libc::CLOCK_MONOTONIC) };
+    if r >= 0 {
+        return Ok(Some(r as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ETIMEDOUT) => Ok(None),
+        // A word already differed: the caller re-checks every stream.
+        Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(Some(0)),
+        _ => Err(e),
+    }
+}
+
+/// Time since an arbitrary fixed point (CLOCK_MONOTONIC).
+pub fn monotonic() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid, writable timespec.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Nanoseconds on CLOCK_MONOTONIC (vDSO, no system call).
+pub fn now_ns() -> u64 {
+    monotonic().as_nanos() as u64
+}
+
+pub fn getpid() -> u32 {
+    std::process::id()
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat), which
+/// together with the pid identifies a process even after its pid is reused.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: skip past the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // rest starts at field 3 (state); starttime is field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process identified by (pid, start time) is still alive. A zombie counts as dead.
+pub fn process_alive(pid: u32, start: u64) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some(close) = stat.rfind(')') else { return false };
+    let mut fields = stat[close + 1..].split_whitespace();
+    let state = fields.next().unwrap_or("X");
+    if state == "Z" || state == "X" {
+        return false;
+    }
+    match fields.nth(18).and_then(|s| s.parse::<u64>().ok()) {
+        Some(st) => st == start,
+        None => false,
+    }
+}
+
+/// Send file descriptors with a small payload over a Unix stream socket (SCM_RIGHTS).
+pub fn send_fds(sock: &UnixStream, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    if payload.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "SCM_RIGHTS needs a non-empty payload"));
+    }
+    let fd_bytes = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() };
+    // SAFETY: msghdr is plain data; every field we rely on is set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    // SAFETY: msg_control points to a buffer of CMSG_SPACE(fd_bytes) bytes, so the first
+    // header and its data (fd_bytes long) fit; the iovec points to payload, which outlives
+    // the sendmsg call.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as usize;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<RawFd>(), fds.len());
+        if libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Receive a payload and up to `max_fds` descriptors sent by [`send_fds`].
+pub fn recv_fds(sock: &UnixStream, payload: &mut [u8], max_fds: usize) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let fd_bytes = max_fds * std::mem::size_of::<RawFd>();
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() };
+    // SAFETY: msghdr is plain data; every field we rely on is set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    // SAFETY: msg points to valid buffers that outlive the call.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled msg_control with well-formed cmsg headers up to
+    // msg_controllen; CMSG_FIRSTHDR/NXTHDR walk within it and each SCM_RIGHTS payload holds
+    // (cmsg_len - CMSG_LEN(0)) / 4 descriptors that are now ours.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "control message truncated: too many descriptors"));
+    }
+    Ok((n as usize, fds))
+}
+
+/// Pin the calling thread to one CPU (used by benchmarks and worker spaces).
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it for cpu < CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        libc::CPU_SET(cpu, &mut set);
+        cvt(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set))?;
+    }
+    Ok(())
+}
