@@ -1236,6 +1236,14 @@ pub enum Ready {
     TimedOut,
 }
 
+/// One unit found by `next_unit`: bytes consumed, payload offset in the data area, length.
+#[derive(Debug, Clone, Copy)]
+struct Unit {
+    total: u64,
+    payload_off: u64,
+    len: u64,
+}
+
 /// A block returned by peek: its absolute position (for `check` and tags) and its bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct Peeked<'a> {
@@ -1275,9 +1283,9 @@ impl Reader {
             // Observer: private position, cannot hold back the writer.
             r.pos = match start {
                 Start::Latest => h.p.0.write_pos.load(Acquire),
-                Start::Oldest => h.p.0.tail.load(Acquire),
+                Start::Oldest if sh.layout == Layout::Records => h.p.0.write_pos.load(Acquire),
+                Start::Oldest => h.p.0.tail.load(Acquire).div_ceil(sh.slot_size.max(1)) * sh.slot_size.max(1),
             };
-            r.resync_records();
             return Ok(r);
         };
         let _g = sh.lock_ctl();
@@ -1306,8 +1314,12 @@ impl Reader {
             (Start::Oldest, SyncMode::Srp) => guard.max(tail),
             (Start::Oldest, _) => tail,
         };
-        r.pos = pos;
-        r.resync_records();
+        // A lossy ring's tail may lie inside a record: start at a boundary.
+        r.pos = match sh.layout {
+            Layout::Records if pos < w && sh.sync != SyncMode::Srp => w,
+            Layout::Slots | Layout::Tags => pos.div_ceil(sh.slot_size) * sh.slot_size,
+            _ => pos,
+        };
         let s = sh.slot(i).expect("ctl mapped");
         s.pid.store(sys::getpid(), Relaxed);
         s.start.store(sys::process_start_time(sys::getpid()).unwrap_or(0), Relaxed);
@@ -1351,22 +1363,25 @@ impl Reader {
         self.sh.hdr().p.0.state.load(Acquire) & STATE_WRITER_DIED != 0
     }
 
-    /// After a loss on a variable-record ring, record boundaries are unknown: skip to the
-    /// write position (always a boundary), as thesis 4.5.3 prescribes.
-    fn resync_records(&mut self) {
-        match self.sh.layout {
-            Layout::Records => {
-                let t = self.sh.hdr().p.0.tail.load(Acquire);
-                if self.pos < t || self.pos % 8 != 0 {
-                    self.pos = self.sh.hdr().p.0.write_pos.load(Acquire);
-                }
-            }
-            Layout::Slots | Layout::Tags => {
-                let s = self.sh.slot_size;
-                self.pos = self.pos.div_ceil(s) * s;
-            }
-            Layout::Bytes => {}
+    /// Resume after data below the tail was lost: at the tail for bytes, at the next slot
+    /// for slot layouts, and at the write position for variable records, whose boundaries
+    /// cannot be found inside lost data (thesis 4.5.3). Records the loss and returns the
+    /// overrun error to report.
+    fn skip_lost(&mut self, from: u64) -> Error {
+        let p = &self.sh.hdr().p.0;
+        let tail = p.tail.load(Acquire);
+        self.pos = match self.sh.layout {
+            Layout::Bytes => tail.max(self.pos),
+            Layout::Slots | Layout::Tags => tail.max(self.pos).div_ceil(self.sh.slot_size) * self.sh.slot_size,
+            Layout::Records => p.write_pos.load(Acquire).max(self.pos),
+        };
+        self.lost += self.pos - from;
+        self.held = None;
+        self.release_position();
+        if let Some(s) = self.slot.and_then(|i| self.sh.slot(i)) {
+            s.lost.store(self.lost, Relaxed);
         }
+        Error::Overrun { name: self.sh.name.clone(), from, to: self.pos }
     }
 
     /// Refresh the cached write position and epochs; returns bytes available.
@@ -1397,29 +1412,16 @@ impl Reader {
         }
     }
 
-    /// Lossy readers: if our position fell below the tail, skip to it and report the loss.
+    /// Lossy readers: if our position fell below the tail, skip and report the loss.
     fn check_lost(&mut self) -> Result<()> {
         if !self.lossy {
             return Ok(());
         }
         let tail = self.sh.hdr().p.0.tail.load(Acquire);
         if self.pos < tail {
-            let from = self.pos;
-            self.pos = tail;
-            self.resync_records();
-            self.note_loss(from);
-            return Err(Error::Overrun { name: self.sh.name.clone(), from, to: self.pos });
+            return Err(self.skip_lost(self.pos));
         }
         Ok(())
-    }
-
-    fn note_loss(&mut self, from: u64) {
-        self.lost += self.pos - from;
-        self.held = None;
-        self.release_position();
-        if let Some(s) = self.slot.and_then(|i| self.sh.slot(i)) {
-            s.lost.store(self.lost, Relaxed);
-        }
     }
 
     /// `check`: verify that data read at or after `pos` was not overwritten while in use.
@@ -1471,6 +1473,13 @@ impl Reader {
             }
             let res = if let Some(ctl) = sh.ctl() {
                 ctl.r.0.starved.store(1, Relaxed);
+                if sh.sync == SyncMode::Mrp && self.slot.is_some() {
+                    // MRP: R normally trails each reader by one read ("one chance" for the
+                    // others). A reader with nothing left to read releases everything, or a
+                    // writer waiting on R and readers waiting on the writer would deadlock.
+                    ctl.w.0.mrp_r.fetch_max(self.pos, SeqCst);
+                    self.wake_writer_if_due(ctl);
+                }
                 let counter = if deep { &ctl.r.0.deep_sleepers } else { &ctl.r.0.sleepers };
                 // SYNC POINT: SeqCst registration, then SeqCst re-check of write_pos, against
                 // the writer's SeqCst publish then sleeper load: no lost wake-up.
@@ -1512,10 +1521,16 @@ impl Reader {
         if sh.sync == SyncMode::Mrp {
             ctl.w.0.mrp_r.fetch_max(old, AcqRel);
         }
+        self.wake_writer_if_due(ctl);
+    }
+
+    /// Wake a writer waiting for space once our release reaches its target.
+    #[inline]
+    fn wake_writer_if_due(&self, ctl: &CtlHeader) {
         let w = &ctl.w.0;
         if w.waiting.load(Relaxed) != 0 {
             let target = w.target.load(Relaxed);
-            let mine = if sh.sync == SyncMode::Mrp { w.mrp_r.load(Relaxed) } else { self.pos };
+            let mine = if self.sh.sync == SyncMode::Mrp { w.mrp_r.load(Relaxed) } else { self.pos };
             if mine >= target {
                 w.space_seq.fetch_add(1, Release);
                 sys::futex_wake(&w.space_seq, 1);
@@ -1523,9 +1538,11 @@ impl Reader {
         }
     }
 
-    /// Locate the next unit at our position: (offset in data area, payload offset, payload
-    /// length, total bytes to consume). Skips padding. `None` at EOF (when `wait`).
-    fn next_unit(&mut self, max: usize, wait: Option<Option<Instant>>) -> Result<Option<(u64, u64)>> {
+    /// Locate the next unit (bytes chunk or record) at our position, parsing its header
+    /// exactly once. Skips padding and abandoned slots. `None` at EOF (or, without `wait`,
+    /// when nothing is available). On lossy rings a header that makes no sense is first
+    /// checked against the tail: overwritten data is an overrun, not corruption.
+    fn next_unit(&mut self, max: usize, wait: Option<Option<Instant>>) -> Result<Option<Unit>> {
         self.flush_deferred();
         loop {
             self.check_lost()?;
@@ -1540,87 +1557,59 @@ impl Reader {
                 }
             }
             let Some(e) = pos::epoch_for(self.prev, self.cur, self.pos) else {
-                let from = self.pos;
-                self.pos = self.sh.hdr().p.0.tail.load(Acquire).max(self.pos);
-                self.resync_records();
-                self.note_loss(from);
-                return Err(Error::Overrun { name: self.sh.name.clone(), from, to: self.pos });
+                return Err(self.skip_lost(self.pos));
             };
             let off = e.offset(self.pos);
             let room = e.room_to_lap_end(self.pos);
             let avail = self.available();
-            match self.sh.layout {
+            let word = |at: u64| u32::from_le_bytes(self.sh.data.bytes(DATA_OFFSET + at as usize, 4).try_into().unwrap());
+            let unit = match self.sh.layout {
                 Layout::Bytes => {
                     let n = (max as u64).min(avail).min(room);
-                    return Ok(Some((off, n)));
+                    Unit { total: n, payload_off: off, len: n }
                 }
+                Layout::Tags => Unit { total: self.sh.slot_size, payload_off: off, len: self.sh.slot_size },
                 Layout::Slots => {
-                    let len = self.sh.data.bytes(DATA_OFFSET + off as usize, 4);
-                    if u32::from_le_bytes(len.try_into().unwrap()) == crate::mp::ABANDONED {
+                    let len = word(off);
+                    if len == crate::mp::ABANDONED {
                         self.pos += self.sh.slot_size;
                         self.release_position();
                         continue;
                     }
-                    return Ok(Some((off, self.sh.slot_size)));
-                }
-                Layout::Tags => {
-                    return Ok(Some((off, self.sh.slot_size)));
+                    if len as u64 > self.sh.slot_size - SLOT_HDR {
+                        return Err(self.corrupt(format!("slot length {len} exceeds the slot size {}", self.sh.slot_size)));
+                    }
+                    Unit { total: self.sh.slot_size, payload_off: off + SLOT_HDR, len: len as u64 }
                 }
                 Layout::Records => {
-                    let hdr = self.sh.data.bytes(DATA_OFFSET + off as usize, 8);
-                    let len = u32::from_le_bytes(hdr[..4].try_into().unwrap()) as u64;
-                    let kind = u32::from_le_bytes(hdr[4..].try_into().unwrap());
+                    let len = word(off) as u64;
+                    let kind = word(off + 4);
                     let total = REC_HDR + align8(len);
-                    let valid = (kind == REC_DATA || kind == REC_PAD) && total <= room && total <= avail;
-                    if !valid {
-                        // Either overwritten under us (lossy) or corrupt.
-                        self.check_lost()?;
-                        if self.lossy {
-                            self.check(self.pos)?;
-                        }
-                        return Err(Error::Corrupt {
-                            name: self.sh.name.clone(),
-                            pos: self.pos,
-                            why: format!("record header (len {len}, kind {kind:#x}) does not fit the {room} bytes to the lap end"),
-                        });
+                    if !((kind == REC_DATA || kind == REC_PAD) && total <= room && total <= avail) {
+                        return Err(self.corrupt(format!("record header (len {len}, kind {kind:#x}) does not fit the {room} bytes to the lap end")));
                     }
                     if kind == REC_PAD {
-                        if self.lossy {
-                            self.check(self.pos)?;
+                        if self.lossy && self.check(self.pos).is_err() {
+                            return Err(self.skip_lost(self.pos));
                         }
                         self.pos += total;
                         self.release_position();
                         continue;
                     }
-                    return Ok(Some((off, total)));
+                    Unit { total, payload_off: off + REC_HDR, len }
                 }
-            }
+            };
+            return Ok(Some(unit));
         }
     }
 
-    /// Payload range of a unit at `off` with `total` bytes: (payload offset, payload length).
-    fn payload(&self, off: u64, total: u64) -> Result<(u64, u64)> {
-        match self.sh.layout {
-            Layout::Bytes => Ok((off, total)),
-            Layout::Tags => Ok((off, total)),
-            Layout::Records => {
-                let hdr = self.sh.data.bytes(DATA_OFFSET + off as usize, 4);
-                Ok((off + REC_HDR, u32::from_le_bytes(hdr.try_into().unwrap()) as u64))
-            }
-            Layout::Slots => {
-                let hdr = self.sh.data.bytes(DATA_OFFSET + off as usize, 4);
-                let len = u32::from_le_bytes(hdr.try_into().unwrap()) as u64;
-                if len > total - SLOT_HDR {
-                    self.check(self.pos)?;
-                    return Err(Error::Corrupt {
-                        name: self.sh.name.clone(),
-                        pos: self.pos,
-                        why: format!("slot length {len} exceeds the slot size {total}"),
-                    });
-                }
-                Ok((off + SLOT_HDR, len))
-            }
+    /// A header that makes no sense: an overrun if it was overwritten under a lossy
+    /// reader, otherwise corruption (a hostile or broken writer), reported with its position.
+    fn corrupt(&mut self, why: String) -> Error {
+        if self.lossy && self.check(self.pos).is_err() {
+            return self.skip_lost(self.pos);
         }
+        Error::Corrupt { name: self.sh.name.clone(), pos: self.pos, why }
     }
 
     /// Unix `read`: copy out up to `buf.len()` bytes (byte rings) or one record (record
@@ -1640,22 +1629,19 @@ impl Reader {
         if self.held.is_some() {
             return Err(Error::Unsupported { name: self.sh.name.clone(), what: "read while a peek_acquire is outstanding" });
         }
-        let Some((off, total)) = self.next_unit(buf.len(), Some(deadline))? else { return Ok(0) };
-        let (poff, plen) = self.payload(off, total)?;
-        if plen as usize > buf.len() {
-            return Err(Error::BufferTooSmall { name: self.sh.name.clone(), need: plen as usize, got: buf.len() });
-        }
-        let n = plen as usize;
-        buf[..n].copy_from_slice(self.sh.data.bytes(DATA_OFFSET + poff as usize, n));
-        if self.lossy {
-            if let Err(e) = self.check(self.pos) {
-                let from = self.pos;
-                self.pos = self.sh.hdr().p.0.tail.load(Acquire);
-                self.resync_records();
-                self.note_loss(from);
-                return Err(e);
+        let Some(u) = self.next_unit(buf.len(), Some(deadline))? else { return Ok(0) };
+        let n = u.len as usize;
+        if n > buf.len() {
+            if self.lossy && self.check(self.pos).is_err() {
+                return Err(self.skip_lost(self.pos));
             }
+            return Err(Error::BufferTooSmall { name: self.sh.name.clone(), need: n, got: buf.len() });
         }
+        buf[..n].copy_from_slice(self.sh.data.bytes(DATA_OFFSET + u.payload_off as usize, n));
+        if self.lossy && self.check(self.pos).is_err() {
+            return Err(self.skip_lost(self.pos));
+        }
+        let total = u.total;
         self.pos += total;
         self.release_position();
         Ok(n)
@@ -1672,23 +1658,28 @@ impl Reader {
         if self.held.is_some() {
             return Err(Error::Unsupported { name: self.sh.name.clone(), what: "two peek_acquire without peek_complete" });
         }
-        let Some((off, total)) = self.next_unit(max, None)? else { return Ok(None) };
-        self.finish_peek(off, total).map(Some)
+        let Some(u) = self.next_unit(max, None)? else { return Ok(None) };
+        Ok(Some(self.finish_peek(u)))
     }
 
     fn peek_until(&mut self, max: usize, deadline: Option<Instant>) -> Result<Option<Peeked<'_>>> {
         if self.held.is_some() {
             return Err(Error::Unsupported { name: self.sh.name.clone(), what: "two peek_acquire without peek_complete" });
         }
-        let Some((off, total)) = self.next_unit(max, Some(deadline))? else { return Ok(None) };
-        self.finish_peek(off, total).map(Some)
+        let Some(u) = self.next_unit(max, Some(deadline))? else { return Ok(None) };
+        Ok(Some(self.finish_peek(u)))
     }
 
-    fn finish_peek(&mut self, off: u64, total: u64) -> Result<Peeked<'_>> {
-        let (poff, plen) = self.payload(off, total)?;
-        let ppos = self.pos + (poff - off);
-        self.held = Some((self.pos, total));
-        Ok(Peeked { pos: ppos, data: self.sh.data.bytes(DATA_OFFSET + poff as usize, plen as usize) })
+    fn finish_peek(&mut self, u: Unit) -> Peeked<'_> {
+        let ppos = self.unit_pos(&u);
+        self.held = Some((self.pos, u.total));
+        Peeked { pos: ppos, data: self.sh.data.bytes(DATA_OFFSET + u.payload_off as usize, u.len as usize) }
+    }
+
+    /// Absolute position of a unit's payload (the unit starts at our position).
+    fn unit_pos(&self, u: &Unit) -> u64 {
+        let start_off = pos::epoch_for(self.prev, self.cur, self.pos).map_or(0, |e| e.offset(self.pos));
+        self.pos + (u.payload_off - start_off)
     }
 
     /// `peek_complete`: release the block returned by the last `peek_acquire`.
@@ -1710,10 +1701,10 @@ impl Reader {
         if self.held.is_some() {
             return Err(Error::Unsupported { name: self.sh.name.clone(), what: "peek while a peek_acquire is outstanding" });
         }
-        let Some((off, total)) = self.next_unit(max, Some(None))? else { return Ok(None) };
-        let (poff, plen) = self.payload(off, total)?;
-        let ppos = self.pos + (poff - off);
-        self.pos += total;
+        let Some(u) = self.next_unit(max, Some(None))? else { return Ok(None) };
+        let ppos = self.unit_pos(&u);
+        let (poff, plen) = (u.payload_off, u.len);
+        self.pos += u.total;
         // Lossless rings: do not release yet, the caller still looks at the data. The
         // release happens at the next call.
         if self.lossy {
