@@ -26,7 +26,6 @@ pub const EPOCHS: usize = 4;
 
 /// Ring state bits (`RingHeader::state`).
 pub const STATE_CLOSED: u32 = 1;
-pub const STATE_WRITER_DIED: u32 = 2;
 
 /// Reader slot states.
 pub const SLOT_FREE: u32 = 0;

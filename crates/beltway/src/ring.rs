@@ -1268,6 +1268,9 @@ pub struct Reader {
     /// `peek` advanced past a block the caller may still be looking at; its release to the
     /// writer happens at the next call (the borrow of the block ends before any call).
     deferred: bool,
+    /// The writer's process died without closing the stream (seen by this reader; readers
+    /// never write the data segment, which they may have mapped read-only).
+    writer_dead: bool,
     lost: u64,
 }
 
@@ -1278,12 +1281,17 @@ impl Reader {
         let h = sh.hdr();
         let latency = Duration::from_micros(h.m.0.latency_us.load(Relaxed).max(1) as u64);
         let lossy = sh.sync != SyncMode::Srp || sh.ctl.is_none();
-        let mut r = Reader { sh: sh.clone(), slot: None, pos: 0, wpos: 0, prev, cur, gen, lossy, latency, held: None, deferred: false, lost: 0 };
+        let mut r = Reader { sh: sh.clone(), slot: None, pos: 0, wpos: 0, prev, cur, gen, lossy, latency, held: None, deferred: false, writer_dead: false, lost: 0 };
         let Some(ctl) = sh.ctl() else {
             // Observer: private position, cannot hold back the writer.
             r.pos = match start {
                 Start::Latest => h.p.0.write_pos.load(Acquire),
-                Start::Oldest if sh.layout == Layout::Records => h.p.0.write_pos.load(Acquire),
+                // Lossy record rings: the tail may lie inside a record, so start at a known
+                // boundary (0 before the first overwrite, else the write position).
+                Start::Oldest if sh.layout == Layout::Records => match h.p.0.tail.load(Acquire) {
+                    0 => 0,
+                    _ => h.p.0.write_pos.load(Acquire),
+                },
                 Start::Oldest => h.p.0.tail.load(Acquire).div_ceil(sh.slot_size.max(1)) * sh.slot_size.max(1),
             };
             return Ok(r);
@@ -1316,7 +1324,7 @@ impl Reader {
         };
         // A lossy ring's tail may lie inside a record: start at a boundary.
         r.pos = match sh.layout {
-            Layout::Records if pos < w && sh.sync != SyncMode::Srp => w,
+            Layout::Records if pos < w && pos != 0 && sh.sync != SyncMode::Srp => w,
             Layout::Slots | Layout::Tags => pos.div_ceil(sh.slot_size) * sh.slot_size,
             _ => pos,
         };
@@ -1360,7 +1368,12 @@ impl Reader {
     }
     /// Whether the writer process died (rather than closing the stream).
     pub fn writer_died(&self) -> bool {
-        self.sh.hdr().p.0.state.load(Acquire) & STATE_WRITER_DIED != 0
+        self.writer_dead
+    }
+
+    /// End of stream: closed by the writer, or the writer died.
+    fn ended(&self) -> bool {
+        self.writer_dead || self.sh.hdr().p.0.state.load(Acquire) & STATE_CLOSED != 0
     }
 
     /// Resume after data below the tail was lost: at the tail for bytes, at the next slot
@@ -1459,7 +1472,7 @@ impl Reader {
             if self.available() > 0 {
                 return Ok(Ready::Data);
             }
-            if h.p.0.state.load(Acquire) & (STATE_CLOSED | STATE_WRITER_DIED) != 0 {
+            if self.ended() {
                 // The state bit is set after the final publish: re-check, then EOF.
                 return Ok(if self.refresh() > 0 { Ready::Data } else { Ready::Eof });
             }
@@ -1500,7 +1513,7 @@ impl Reader {
             };
             if res == Wake::TimedOut && self.refresh() == 0 {
                 if deep && !sh.writer_alive() {
-                    h.p.0.state.fetch_or(STATE_WRITER_DIED, SeqCst);
+                    self.writer_dead = true;
                 }
                 deep = true;
             }
@@ -1749,7 +1762,7 @@ pub fn select(readers: &mut [&mut Reader], timeout: Option<Duration>) -> Result<
     loop {
         for (i, r) in readers.iter_mut().enumerate() {
             r.flush_deferred();
-            if r.available() > 0 || r.sh.hdr().p.0.state.load(Acquire) & (STATE_CLOSED | STATE_WRITER_DIED) != 0 {
+            if r.available() > 0 || r.ended() {
                 return Ok(Some(i));
             }
         }
@@ -1785,9 +1798,9 @@ pub fn select(readers: &mut [&mut Reader], timeout: Option<Duration>) -> Result<
             Ok(Some(_)) => {}
             Ok(None) => {
                 if deep {
-                    for r in readers.iter() {
+                    for r in readers.iter_mut() {
                         if !r.sh.writer_alive() {
-                            r.sh.hdr().p.0.state.fetch_or(STATE_WRITER_DIED, SeqCst);
+                            r.writer_dead = true;
                         }
                     }
                 }

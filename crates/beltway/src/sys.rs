@@ -353,3 +353,20 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Drop to `uid` (and the same gid, no supplementary groups). Used to act as an
+/// unprivileged client in permission tests; needs root.
+pub fn set_uid(uid: u32) -> io::Result<()> {
+    // SAFETY: plain syscalls with no pointers (setgroups with size 0 reads nothing).
+    unsafe {
+        cvt(libc::setgroups(0, std::ptr::null()))?;
+        cvt(libc::setgid(uid))?;
+        cvt(libc::setuid(uid))?;
+    }
+    Ok(())
+}
+
+pub fn getuid() -> u32 {
+    // SAFETY: getuid cannot fail and takes no arguments.
+    unsafe { libc::getuid() }
+}
