@@ -453,10 +453,11 @@ impl Shared {
         if write && !data.writable() {
             return Err(Error::Permission { name: name.to_string(), what: "write access to the data segment".into() });
         }
+        // A client that cannot write the control segment (or finds none) is an observer.
         let ctl = match Segment::open_path(&format!("{path}.ctl"), true) {
             Ok(c) if c.writable() => Some(c),
             Ok(_) => None,
-            Err(e) if e.raw_os_error() == Some(libc::EACCES) => None,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::ENOENT)) => None,
             Err(e) => return Err(Error::os(name, "open control segment", e)),
         };
         Self::from_segments(name, data, ctl)
@@ -542,6 +543,25 @@ impl Shared {
             min = Some(min.map_or(p, |m: u64| m.min(p)));
         }
         min
+    }
+
+    /// How far every lossless reader has released, without waiting (re-scans under the
+    /// control lock when the cache may be stale). `u64::MAX` when nothing constrains.
+    pub(crate) fn released_now(&self, cache: &mut ReleaseCache) -> u64 {
+        if self.sync == SyncMode::Frp {
+            return u64::MAX;
+        }
+        let ctl = self.ctl().expect("producers map the control segment");
+        let _g = self.lock_ctl();
+        cache.gen = ctl.r.0.attached_ever.load(Relaxed);
+        let min = match self.sync {
+            SyncMode::Srp => self.scan_min(false),
+            _ if ctl.r.0.active.load(Acquire) == 0 => None,
+            _ => Some(ctl.w.0.mrp_r.load(Acquire)),
+        };
+        cache.min = min.unwrap_or(u64::MAX);
+        self.hdr().p.0.guard.store(cache.min, Relaxed);
+        cache.min
     }
 
     /// Block until every lossless reader (SRP) or the shared pointer R (MRP) has passed
@@ -869,6 +889,18 @@ impl Writer {
         let next = policy.next_size(self.cur.size, report, &mut self.calm);
         if next == self.cur.size {
             return;
+        }
+        // After the switch readers address only the current and the new epoch, so every
+        // position still owed to a reader must lie in the current one. A lossless reader
+        // still in an older epoch postpones the resize to a later lap; for lossy readers
+        // older data is declared lost.
+        if self.sh.released_now(&mut self.release) < self.cur.start {
+            return;
+        }
+        if self.tail < self.cur.start {
+            self.tail = self.cur.start;
+            self.sh.hdr().p.0.tail.store(self.tail, Relaxed);
+            fence(Release);
         }
         let e = Epoch { start: self.pos, size: next };
         let t = &self.sh.hdr().epochs.0;

@@ -1,1 +1,53 @@
-fn main(){}
+//! `streamline-bench`: side-by-side benchmarks of Streamline against its peers.
+//!
+//! Each subcommand is one module that owns its experiments and ends by printing one
+//! `SUMMARY <metric> <value>` line per headline figure (see [`util::Summary`]). Shared
+//! pieces: [`util`] (timing, tables, SUMMARY), [`proc`] (re-executing this binary as a
+//! child process), [`pattern`] (self-checking stream content), [`spsc`] (the thread ring
+//! used as an upper bound) and [`child`] (the hidden `__child` roles that run the far side
+//! of cross-process experiments).
+//!
+//! Adding a subcommand: a module with an `Args` (clap `Args`) and a
+//! `run(&Args, quick) -> Result<()>`, plus one variant in [`Command`].
+
+mod child;
+mod pattern;
+mod proc;
+mod rings;
+mod spsc;
+mod util;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "streamline-bench", about = "Side-by-side benchmarks of Streamline against its peers")]
+struct Cli {
+    /// Shrink data volumes and repetitions so a run takes seconds (a smoke test, not a
+    /// measurement).
+    #[arg(long, global = true)]
+    quick: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Ring experiments: copy throughput vs. Unix pipes and a thread ring (Fig 7.1),
+    /// splicing (Fig 4.4), event batching (Fig 5.2), deck-cut self-scaling (Fig 4.8).
+    Rings(rings::Args),
+    /// The far side of a cross-process experiment (started by the benchmark itself).
+    #[command(name = "__child", hide = true)]
+    Child(child::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let res = match &cli.command {
+        Command::Rings(a) => rings::run(a, cli.quick),
+        Command::Child(a) => child::run(a),
+    };
+    if let Err(e) = res {
+        eprintln!("streamline-bench: error: {e}");
+        std::process::exit(1);
+    }
+}

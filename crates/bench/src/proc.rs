@@ -1,0 +1,144 @@
+//! Child processes: re-executing this binary with the hidden `__child` subcommand, reading
+//! the one report line a child prints, and making sure no child outlives its experiment
+//! (killed on drop, and by the kernel if the parent dies).
+//!
+//! Protocol: a child prints `ready` once set up (optional), then exactly one line
+//! `done key=value ...` on success and exits 0; on failure it prints its error on stderr
+//! (inherited, so it shows up in the benchmark's output) and exits non-zero.
+
+use crate::util::{err, Result};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+
+/// A running child; killed and reaped when dropped before [`ChildProc::finish`].
+pub struct ChildProc {
+    child: Option<Child>,
+    stdout: BufReader<ChildStdout>,
+    what: String,
+}
+
+impl ChildProc {
+    /// Start `streamline-bench __child ARGS...`, with stdin a pipe when `stdin_pipe`.
+    pub fn spawn(args: &[String], stdin_pipe: bool) -> Result<ChildProc> {
+        let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
+        let what = format!("child `{}`", args.join(" "));
+        let mut child = Command::new(exe)
+            .arg("__child")
+            .arg("--parent")
+            .arg(std::process::id().to_string())
+            .args(args)
+            .stdin(if stdin_pipe { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| err(format!("starting {what}: {e}")))?;
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        Ok(ChildProc { child: Some(child), stdout, what })
+    }
+
+    /// The write end of the child's stdin (once).
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.child.as_mut().and_then(|c| c.stdin.take())
+    }
+
+    /// Fail if the child has already exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        let c = self.child.as_mut().expect("child present until finish");
+        match c.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(st)) => Err(err(format!("{} exited early ({st})", self.what))),
+            Err(e) => Err(err(format!("{}: {e}", self.what))),
+        }
+    }
+
+    /// Read lines until the `done` report, then reap the child; fails unless it exited 0.
+    pub fn finish(mut self) -> Result<Report> {
+        let report = self.read_report();
+        let mut child = self.child.take().expect("child present until finish");
+        let status = match &report {
+            // A child that reported success exits right away.
+            Ok(_) => child.wait(),
+            // Otherwise it may be stuck: make sure it goes.
+            Err(_) => child.kill().and_then(|_| child.wait()),
+        }
+        .map_err(|e| err(format!("waiting for {}: {e}", self.what)))?;
+        match report {
+            Ok(r) if status.success() => Ok(r),
+            Ok(_) => Err(err(format!("{} reported but then failed ({status})", self.what))),
+            Err(e) => Err(err(format!("{} failed ({}): {e}", self.what, describe(status)))),
+        }
+    }
+
+    fn read_report(&mut self) -> Result<Report> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.stdout.read_line(&mut line).map_err(|e| err(format!("reading from {}: {e}", self.what)))?;
+            if n == 0 {
+                return Err(err("no report (stdout closed)"));
+            }
+            if let Some(rest) = line.trim_end().strip_prefix("done") {
+                return Report::parse(rest);
+            }
+        }
+    }
+}
+
+fn describe(st: ExitStatus) -> String {
+    st.to_string()
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The `key=value` pairs of a child's `done` line.
+#[derive(Debug, Clone, Default)]
+pub struct Report(HashMap<String, String>);
+
+impl Report {
+    fn parse(s: &str) -> Result<Report> {
+        let mut m = HashMap::new();
+        for kv in s.split_whitespace() {
+            let (k, v) = kv.split_once('=').ok_or_else(|| err(format!("malformed report field `{kv}`")))?;
+            m.insert(k.to_string(), v.to_string());
+        }
+        Ok(Report(m))
+    }
+
+    pub fn u64(&self, key: &str) -> Result<u64> {
+        let v = self.0.get(key).ok_or_else(|| err(format!("report lacks `{key}`")))?;
+        v.parse().map_err(|_| err(format!("report field {key}={v} is not a number")))
+    }
+}
+
+/// Child side: die with the parent (SIGKILL on parent exit), and make sure the parent we
+/// were started by is still the one we have (it may have died before the request).
+pub fn die_with_parent(parent: u32) -> Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes integer arguments only and affects only the
+    // calling process.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+    if rc != 0 {
+        return Err(err(format!("prctl(PR_SET_PDEATHSIG): {}", std::io::Error::last_os_error())));
+    }
+    if std::os::unix::process::parent_id() != parent {
+        return Err(err("parent exited before the child started"));
+    }
+    Ok(())
+}
+
+/// Capacity of a pipe (F_GETPIPE_SZ).
+pub fn pipe_size(fd: &impl std::os::fd::AsRawFd) -> Result<usize> {
+    // SAFETY: F_GETPIPE_SZ takes no pointer argument; the descriptor is borrowed and open.
+    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    if n < 0 {
+        return Err(err(format!("fcntl(F_GETPIPE_SZ): {}", std::io::Error::last_os_error())));
+    }
+    Ok(n as usize)
+}

@@ -1,0 +1,178 @@
+//! Shared benchmark plumbing: the error type, repetition and timing policy ([`Plan`]),
+//! headline figures ([`Summary`]), number formatting, CPU pinning, and names for named
+//! rings (with removal of rings a crashed run left in /dev/shm).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Build an error from a message.
+pub fn err(msg: impl Into<String>) -> Error {
+    msg.into().into()
+}
+
+pub const KIB: usize = 1 << 10;
+pub const MIB: usize = 1 << 20;
+pub const GIB: usize = 1 << 30;
+
+/// How data is checked on the receiving side (see [`crate::pattern`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Verify {
+    /// Every byte of every block against the reference content.
+    Full,
+    /// Sequence stamps at both ends of every block (catches loss, duplication, reordering
+    /// and misalignment at O(1) cost per block).
+    Stamps,
+}
+
+/// Repetition policy. Quick mode: one fully verified run per configuration. Full mode: one
+/// fully verified run at reduced volume (correctness and warm-up, not counted), then `reps`
+/// timed runs with stamp verification, of which the fastest counts (interference from
+/// other load only ever slows a run down).
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub quick: bool,
+    pub reps: usize,
+}
+
+/// The outcome of one configuration: every timed run, in seconds.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    pub runs: Vec<f64>,
+}
+
+impl Timing {
+    pub fn best(&self) -> f64 {
+        self.runs.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+    pub fn median(&self) -> f64 {
+        let mut v = self.runs.clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    }
+    /// Throughput of the best run in MB/s (10^6 bytes per second).
+    pub fn mbps(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.best() / 1e6
+    }
+}
+
+impl Plan {
+    pub fn new(quick: bool, reps: usize) -> Plan {
+        Plan { quick, reps: if quick { 1 } else { reps.max(1) } }
+    }
+
+    /// Data volume for a pass: the full `base` for timed runs, a quarter for the (untimed)
+    /// verification pass of full mode; always a whole number of `block`s, at least one.
+    pub fn volume(&self, base: u64, block: usize, verify: Verify) -> u64 {
+        let v = if !self.quick && verify == Verify::Full { base / 4 } else { base };
+        (v / block as u64).max(1) * block as u64
+    }
+
+    /// Run `f` (which returns the seconds its timed region took) per the policy above.
+    pub fn measure(&self, mut f: impl FnMut(Verify) -> Result<f64>) -> Result<Timing> {
+        if self.quick {
+            return Ok(Timing { runs: vec![f(Verify::Full)?] });
+        }
+        f(Verify::Full)?;
+        let runs = (0..self.reps).map(|_| f(Verify::Stamps)).collect::<Result<Vec<_>>>()?;
+        Ok(Timing { runs })
+    }
+}
+
+/// A headline figure with its target, if the issue states one.
+#[derive(Debug, Clone)]
+struct Headline {
+    metric: String,
+    value: f64,
+    target: Option<Target>,
+    note: String,
+}
+
+/// What a headline figure should reach.
+#[derive(Debug, Clone, Copy)]
+pub enum Target {
+    AtLeast(f64),
+}
+
+/// Headline figures of a subcommand, printed at the end as a human-readable verdict table
+/// followed by the machine-readable `SUMMARY <metric> <value>` lines.
+#[derive(Debug, Default)]
+pub struct Summary {
+    lines: Vec<Headline>,
+}
+
+impl Summary {
+    pub fn add(&mut self, metric: &str, value: f64, target: Option<Target>, note: impl Into<String>) {
+        self.lines.push(Headline { metric: metric.to_string(), value, target, note: note.into() });
+    }
+
+    pub fn print(&self) {
+        println!("\n== Headline figures ==");
+        for h in &self.lines {
+            let verdict = match h.target {
+                Some(Target::AtLeast(t)) if h.value >= t => format!("target >= {t}: met"),
+                Some(Target::AtLeast(t)) => format!("target >= {t}: MISSED"),
+                None => "no target".to_string(),
+            };
+            println!("{:<36} {:>9.3}   {:<22} {}", h.metric, h.value, verdict, h.note);
+        }
+        println!();
+        for h in &self.lines {
+            println!("SUMMARY {} {}", h.metric, fmt_value(h.value));
+        }
+    }
+}
+
+/// A plain float for SUMMARY lines: no exponent, a sensible number of digits.
+fn fmt_value(v: f64) -> String {
+    if !v.is_finite() {
+        return "0".into();
+    }
+    let s = if v.abs() >= 100.0 { format!("{v:.1}") } else { format!("{v:.3}") };
+    s
+}
+
+/// `64B`, `1KiB`, `16MiB`.
+pub fn fmt_size(n: u64) -> String {
+    let mut s = String::new();
+    let _ = match n {
+        n if n >= GIB as u64 && n % GIB as u64 == 0 => write!(s, "{}GiB", n / GIB as u64),
+        n if n >= MIB as u64 && n % MIB as u64 == 0 => write!(s, "{}MiB", n / MIB as u64),
+        n if n >= KIB as u64 && n % KIB as u64 == 0 => write!(s, "{}KiB", n / KIB as u64),
+        n => write!(s, "{n}B"),
+    };
+    s
+}
+
+/// Pin the calling thread to `cpu`, folded onto the CPUs that exist. Returns the CPU used.
+pub fn pin(cpu: usize) -> Result<usize> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = cpu % n;
+    beltway::sys::pin_to_cpu(cpu).map_err(|e| err(format!("pinning to CPU {cpu}: {e}")))?;
+    Ok(cpu)
+}
+
+/// Prefix of every named ring this program creates: `slbench-<pid>-<n>`.
+const NAME_PREFIX: &str = "slbench-";
+
+/// A fresh ring name unique to this process.
+pub fn ring_name() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{NAME_PREFIX}{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Remove /dev/shm rings left by benchmark processes that no longer exist (a run killed by
+/// a signal cannot unlink its rings). Rings of live processes are left alone.
+pub fn remove_stale_rings() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(NAME_PREFIX) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
