@@ -24,7 +24,6 @@ use crate::layout::BufNames;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A rich pointer into a DBuf (thesis Figure 4.2). 16 bytes, no addresses.
 #[repr(C, align(16))]
@@ -258,33 +257,29 @@ impl IbufReader {
         &self.tags
     }
 
-    /// Next tag, blocking; `None` at EOF. Skips empty/abandoned tags.
+    /// Next tag, blocking; `None` at EOF. Skips empty/abandoned tags. The tag is consumed:
+    /// use [`IbufReader::read`] or `peek_acquire` to access its data safely, since a
+    /// consumed tag no longer keeps write-through data from being reused.
     pub fn read_tag(&mut self) -> Result<Option<Tag>> {
-        let mut b = [0u8; 16];
-        loop {
-            let n = self.tags.read(&mut b)?;
-            if n == 0 {
-                return Ok(None);
-            }
-            let t = Tag::from_bytes(&b).expect("16 bytes");
-            if t.buf != 0 {
-                return Ok(Some(t));
-            }
+        let t = self.hold_tag()?;
+        if t.is_some() {
+            self.tags.peek_complete()?;
         }
+        Ok(t)
     }
 
-    /// Next tag with a timeout (for multiplexing); `Ok(None)` at EOF.
-    pub fn read_tag_timeout(&mut self, timeout: Duration) -> Result<Option<Tag>> {
-        let mut b = [0u8; 16];
+    /// Acquire the next non-empty tag without releasing it (it keeps the data it points to
+    /// from being overwritten by write-through until released).
+    fn hold_tag(&mut self) -> Result<Option<Tag>> {
         loop {
-            let n = self.tags.read_timeout(&mut b, timeout)?;
-            if n == 0 {
-                return Ok(None);
-            }
-            let t = Tag::from_bytes(&b).expect("16 bytes");
+            let t = match self.tags.peek_acquire(Tag::SIZE)? {
+                None => return Ok(None),
+                Some(p) => Tag::from_bytes(p.data).expect("tag slots are 16 bytes"),
+            };
             if t.buf != 0 {
                 return Ok(Some(t));
             }
+            self.tags.peek_complete()?;
         }
     }
 
@@ -298,30 +293,47 @@ impl IbufReader {
 
     /// Read-through: copy the next block into `buf`; 0 at EOF.
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let Some(tag) = self.read_tag()? else { return Ok(0) };
+        let Some(tag) = self.hold_tag()? else { return Ok(0) };
         let name = self.tags.shared().name().to_string();
-        let data = self.resolve(&tag)?;
-        if data.len() > buf.len() {
-            return Err(Error::BufferTooSmall { name, need: data.len(), got: buf.len() });
+        let res = self.resolve(&tag).and_then(|data| {
+            if data.len() > buf.len() {
+                return Err(Error::BufferTooSmall { name, need: data.len(), got: buf.len() });
+            }
+            buf[..data.len()].copy_from_slice(data);
+            Ok(data.len())
+        });
+        let res = res.and_then(|n| self.table.check(&tag).map(|_| n));
+        match res {
+            // Too small a buffer consumes nothing, like a record ring's read.
+            Err(e @ Error::BufferTooSmall { .. }) => Err(e),
+            other => {
+                self.tags.peek_complete()?;
+                other
+            }
         }
-        let n = data.len();
-        buf[..n].copy_from_slice(data);
-        self.table.check(&tag)?;
-        Ok(n)
     }
 
-    /// Read-through peek: the next block in place (the tag's DBuf), and its tag.
+    /// Read-through peek: the next block in place (in the tag's DBuf), and its tag. The tag
+    /// stays held until [`IbufReader::peek_complete`].
     pub fn peek_acquire(&mut self) -> Result<Option<(Tag, Peeked<'_>)>> {
-        let Some(tag) = self.read_tag()? else { return Ok(None) };
+        let Some(tag) = self.hold_tag()? else { return Ok(None) };
+        if let Err(e) = self.resolve(&tag).map(|_| ()) {
+            self.tags.peek_complete()?;
+            return Err(e);
+        }
         self.held = Some(tag);
         let data = self.resolve(&tag)?;
         Ok(Some((tag, Peeked { pos: tag.pos, data })))
     }
 
-    /// Validate the block from the last `peek_acquire` after use.
+    /// Validate the block from the last `peek_acquire` after use, and release its tag.
     pub fn peek_complete(&mut self) -> Result<()> {
         match self.held.take() {
-            Some(t) => self.table.check(&t),
+            Some(t) => {
+                let r = self.table.check(&t);
+                self.tags.peek_complete()?;
+                r
+            }
             None => Ok(()),
         }
     }

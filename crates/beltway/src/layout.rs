@@ -71,10 +71,9 @@ pub struct ProducerLine {
     pub tail: AtomicU64,
     /// Number of epochs so far; readers reload the epoch table when it changes.
     pub epoch_gen: AtomicU64,
-    /// Futex word readers sleep on; bumped by the writer to wake them.
-    pub data_seq: AtomicU32,
     /// STATE_* bits.
     pub state: AtomicU32,
+    pub _pad: AtomicU32,
     /// Slowest-reader position the writer has promised not to overwrite without re-scanning
     /// (readers that attach late start at or after it).
     pub guard: AtomicU64,
@@ -166,6 +165,10 @@ pub struct WriterWait {
 #[repr(C)]
 #[derive(Debug)]
 pub struct ReaderWait {
+    /// Eventcount readers sleep on: bit 0 = "a reader is (about to be) asleep", set by
+    /// readers; the waking producer clears it and advances the count, so one sleep costs
+    /// at most one wake-up system call however many commits follow.
+    pub data_seq: AtomicU32,
     /// Readers sleeping with a latency-bound timeout (batched wake-ups).
     pub sleepers: AtomicU32,
     /// Readers sleeping without data for longer than the latency bound: wake on first commit.

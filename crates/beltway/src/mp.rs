@@ -211,14 +211,14 @@ impl MpWriter {
             p.write_pos.swap((head + run) * s, SeqCst);
             let ctl = sh.ctl().expect("producers map ctl");
             let pending = mp.pending.fetch_add(run as u32, Relaxed) + run as u32;
-            let light = ctl.r.0.sleepers.load(Relaxed);
-            let deep = ctl.r.0.deep_sleepers.load(Relaxed);
-            let threshold = sh.hdr().m.0.threshold.load(Relaxed);
-            if deep > 0 || (light > 0 && pending >= threshold) {
+            if ctl.r.0.data_seq.load(SeqCst) & 1 == 1 {
+                let threshold = sh.hdr().m.0.threshold.load(Relaxed);
+                if ctl.r.0.deep_sleepers.load(Relaxed) > 0 || pending >= threshold {
+                    mp.pending.store(0, Relaxed);
+                    crate::ring::wake_all(sh);
+                }
+            } else {
                 mp.pending.store(0, Relaxed);
-                p.data_seq.fetch_add(1, Release);
-                sys::futex_wake(&p.data_seq, i32::MAX);
-                sh.hdr().m.0.wakeups.fetch_add(1, Relaxed);
             }
         }
         if was_full || run > 0 {
@@ -229,10 +229,8 @@ impl MpWriter {
 
     /// Wake readers for commits still below the batching threshold.
     pub fn flush(&self) {
-        let p = &self.sh.hdr().p.0;
         self.mp().pending.store(0, Relaxed);
-        p.data_seq.fetch_add(1, Release);
-        sys::futex_wake(&p.data_seq, i32::MAX);
+        crate::ring::wake_all(&self.sh);
     }
 }
 

@@ -775,6 +775,17 @@ fn align8(n: u64) -> u64 {
     (n + 7) & !7
 }
 
+/// Clear the sleep bit, advance the eventcount and wake every reader sleeping on it.
+pub(crate) fn wake_all(sh: &Shared) {
+    let r = &sh.ctl().expect("producers map the control segment").r.0;
+    let s = r.data_seq.load(Relaxed);
+    // SYNC POINT: Release orders our earlier commits before the changed word a woken
+    // reader observes (it then re-reads write_pos with Acquire anyway).
+    r.data_seq.store((s | 1).wrapping_add(1), Release);
+    sys::futex_wake(&r.data_seq, i32::MAX);
+    sh.hdr().m.0.wakeups.fetch_add(1, Relaxed);
+}
+
 /// The single producer of a ring.
 #[derive(Debug)]
 pub struct Writer {
@@ -964,19 +975,18 @@ impl Writer {
     fn publish(&mut self, end: u64) {
         self.pos = end;
         let sh = &*self.sh;
-        let p = &sh.hdr().p.0;
         // SYNC POINT: SeqCst RMW publishes the data (it is a Release) and orders this store
-        // before the sleeper loads below, pairing with readers' SeqCst sleeper registration.
-        p.write_pos.swap(end, SeqCst);
+        // before the eventcount load below, pairing with the readers' SeqCst fetch_or of
+        // the sleep bit followed by their write_pos re-check: no lost wake-up.
+        sh.hdr().p.0.write_pos.swap(end, SeqCst);
         let r = &sh.ctl().expect("writer has ctl").r.0;
-        let light = r.sleepers.load(Relaxed);
-        let deep = r.deep_sleepers.load(Relaxed);
-        if light == 0 && deep == 0 {
+        if r.data_seq.load(SeqCst) & 1 == 0 {
+            // Nobody asleep (the common case at high rates): one load, no system call.
             self.pending = 0;
             return;
         }
         self.pending += 1;
-        let mut wake = deep != 0 || self.pending >= self.threshold;
+        let mut wake = self.pending >= self.threshold || r.deep_sleepers.load(Relaxed) != 0;
         if !wake {
             let now = sys::now_ns();
             if self.pending == 1 {
@@ -991,11 +1001,8 @@ impl Writer {
     }
 
     fn wake_readers(&mut self) {
-        let h = self.sh.hdr();
         self.pending = 0;
-        h.p.0.data_seq.fetch_add(1, Release);
-        sys::futex_wake(&h.p.0.data_seq, i32::MAX);
-        h.m.0.wakeups.fetch_add(1, Relaxed);
+        wake_all(&self.sh);
     }
 
     /// Wake sleeping readers now (flush a partial batch).
@@ -1529,18 +1536,21 @@ impl Reader {
                 // SYNC POINT: SeqCst registration, then SeqCst re-check of write_pos, against
                 // the writer's SeqCst publish then sleeper load: no lost wake-up.
                 counter.fetch_add(1, SeqCst);
-                let seq = h.p.0.data_seq.load(Acquire);
+                // SYNC POINT: set the sleep bit (SeqCst RMW), then re-check write_pos
+                // (SeqCst), against the writer's publish then eventcount load.
+                let seq = ctl.r.0.data_seq.fetch_or(1, SeqCst) | 1;
                 let ready = h.p.0.write_pos.load(SeqCst) > self.pos || h.p.0.state.load(SeqCst) != 0;
-                let res = if ready { Wake::Woken } else { sys::futex_wait(&h.p.0.data_seq, seq, Some(timeout)) };
+                let res = if ready { Wake::Woken } else { sys::futex_wait(&ctl.r.0.data_seq, seq, Some(timeout)) };
                 counter.fetch_sub(1, Relaxed);
                 res
             } else {
-                // Observers cannot register as sleepers: wait out the latency bound.
-                let seq = h.p.0.data_seq.load(Acquire);
+                // Observers may not write the control segment, so they cannot ask to be
+                // woken: they look again after the latency bound (or the liveness period).
                 if h.p.0.write_pos.load(SeqCst) > self.pos {
                     Wake::Woken
                 } else {
-                    sys::futex_wait(&h.p.0.data_seq, seq, Some(timeout))
+                    std::thread::sleep(timeout);
+                    Wake::TimedOut
                 }
             };
             if res == Wake::TimedOut && self.refresh() == 0 {
@@ -1576,7 +1586,8 @@ impl Reader {
         if w.waiting.load(Relaxed) != 0 {
             let target = w.target.load(Relaxed);
             let mine = if self.sh.sync == SyncMode::Mrp { w.mrp_r.load(Relaxed) } else { self.pos };
-            if mine >= target {
+            // Take the flag: one wake-up per writer sleep, not one per read until it runs.
+            if mine >= target && w.waiting.swap(0, AcqRel) != 0 {
                 w.space_seq.fetch_add(1, Release);
                 sys::futex_wake(&w.space_seq, 1);
             }
@@ -1805,20 +1816,28 @@ pub fn select(readers: &mut [&mut Reader], timeout: Option<Duration>) -> Result<
         let mut wait = Duration::MAX;
         let mut words = Vec::with_capacity(readers.len());
         for r in readers.iter() {
+            wait = wait.min(if deep { r.sh.liveness } else { r.latency });
             if let Some(ctl) = r.sh.ctl() {
                 let c = if deep { &ctl.r.0.deep_sleepers } else { &ctl.r.0.sleepers };
-                // SYNC POINT: as in Reader::wait: register, then re-check.
+                // SYNC POINT: as in Reader::wait: register, set the sleep bit, re-check.
                 c.fetch_add(1, SeqCst);
+                let seq = ctl.r.0.data_seq.fetch_or(1, SeqCst) | 1;
+                words.push((&ctl.r.0.data_seq, seq));
             }
-            wait = wait.min(if deep { r.sh.liveness } else { r.latency });
-            let p = &r.sh.hdr().p.0;
-            words.push((&p.data_seq, p.data_seq.load(Acquire)));
         }
         if let Some(d) = deadline {
             wait = wait.min(d - now);
         }
         let ready = readers.iter().any(|r| r.sh.hdr().p.0.write_pos.load(SeqCst) > r.pos);
-        let res = if ready { Ok(Some(0)) } else { sys::futex_waitv(&words, Some(wait)) };
+        let res = if ready {
+            Ok(Some(0))
+        } else if words.is_empty() {
+            // Only observers: they cannot be woken, look again after the bound.
+            std::thread::sleep(wait);
+            Ok(None)
+        } else {
+            sys::futex_waitv(&words, Some(wait))
+        };
         drop(words);
         for r in readers.iter() {
             if let Some(ctl) = r.sh.ctl() {

@@ -63,6 +63,7 @@ pub fn run(a: &Args) -> Result<()> {
         Role::RingRead { name, stream } => {
             pin(stream.cpu)?;
             let mut r = Reader::open(name, Start::Oldest)?;
+            ready();
             let records = r.shared().layout() != Layout::Bytes;
             receive(stream, |buf| {
                 let n = r.read(buf)?;
@@ -76,9 +77,15 @@ pub fn run(a: &Args) -> Result<()> {
             pin(stream.cpu)?;
             // An unbuffered handle on fd 0: one read(2) per call, like the ring reader.
             let mut stdin = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+            ready();
             receive(stream, |buf| Ok(stdin.read(buf)?))
         }
     }
+}
+
+/// Tell the parent we are set up (see [`crate::proc`]).
+fn ready() {
+    println!("ready");
 }
 
 /// Read and check `s.bytes` bytes of blocks with `read` (which returns 0 at end of stream),

@@ -2,14 +2,14 @@
 //! the one report line a child prints, and making sure no child outlives its experiment
 //! (killed on drop, and by the kernel if the parent dies).
 //!
-//! Protocol: a child prints `ready` once set up (optional), then exactly one line
+//! Protocol: a child prints `ready` once set up (attached, pinned), then exactly one line
 //! `done key=value ...` on success and exits 0; on failure it prints its error on stderr
 //! (inherited, so it shows up in the benchmark's output) and exits non-zero.
 
 use crate::util::{err, Result};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 /// A running child; killed and reaped when dropped before [`ChildProc::finish`].
 pub struct ChildProc {
@@ -52,6 +52,22 @@ impl ChildProc {
         }
     }
 
+    /// Wait for the child's `ready` line.
+    pub fn wait_ready(&mut self) -> Result<()> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.stdout.read_line(&mut line).map_err(|e| err(format!("reading from {}: {e}", self.what)))?;
+            if n == 0 {
+                self.check_alive()?;
+                return Err(err(format!("{} closed its output before it was ready", self.what)));
+            }
+            if line.trim_end() == "ready" {
+                return Ok(());
+            }
+        }
+    }
+
     /// Read lines until the `done` report, then reap the child; fails unless it exited 0.
     pub fn finish(mut self) -> Result<Report> {
         let report = self.read_report();
@@ -66,7 +82,7 @@ impl ChildProc {
         match report {
             Ok(r) if status.success() => Ok(r),
             Ok(_) => Err(err(format!("{} reported but then failed ({status})", self.what))),
-            Err(e) => Err(err(format!("{} failed ({}): {e}", self.what, describe(status)))),
+            Err(e) => Err(err(format!("{} failed ({}): {e}", self.what, status))),
         }
     }
 
@@ -83,10 +99,6 @@ impl ChildProc {
             }
         }
     }
-}
-
-fn describe(st: ExitStatus) -> String {
-    st.to_string()
 }
 
 impl Drop for ChildProc {

@@ -7,7 +7,8 @@
 //! of `tail`. Each side caches the other's counter and reloads it (Acquire) only when it
 //! seems to be out of room or data. Waiting spins briefly, then yields.
 //!
-//! This is the only module with `unsafe`: the shared buffer.
+//! Apart from two plain system calls in [`crate::proc`], this is the only `unsafe` code in
+//! the crate: the shared buffer.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicUsize, Ordering::*};

@@ -130,8 +130,11 @@ fn fmt_value(v: f64) -> String {
     if !v.is_finite() {
         return "0".into();
     }
-    let s = if v.abs() >= 100.0 { format!("{v:.1}") } else { format!("{v:.3}") };
-    s
+    if v.abs() >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
 }
 
 /// `64B`, `1KiB`, `16MiB`.

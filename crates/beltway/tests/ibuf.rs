@@ -1,0 +1,240 @@
+//! Indirection: tags, splicing, write-through, double rings, read-through across processes.
+
+mod common;
+
+use beltway::{select, BufTable, DoubleRing, IbufReader, IbufWriter, Layout, MpWriter, RingConfig, Start, SyncMode, Tag, Writer};
+use common::*;
+use std::time::Duration;
+
+fn tag_ring(name: &str, slots: usize) -> Writer {
+    Writer::create(name, RingConfig::bytes(slots * 16).layout(Layout::Tags)).unwrap()
+}
+
+#[test]
+fn tag_roundtrip_bytes() {
+    let t = Tag { pos: 0x0102_0304_0506_0708, len: 1514, buf: 7, class: 22 };
+    assert_eq!(Tag::from_bytes(&t.to_bytes()), Some(t));
+    assert_eq!(Tag::from_bytes(&[0u8; 15]), None);
+    assert_eq!(std::mem::size_of::<Tag>(), 16);
+}
+
+/// Forwarding a peeked block into an IBuf writes only a tag (splice); the reader of the
+/// IBuf reads through to the very bytes in the source DBuf.
+#[test]
+fn peek_then_write_splices() {
+    let _w = watchdog("peek_then_write_splices", 30);
+    let mut src = Writer::create("src", RingConfig { buf_id: 3, ..RingConfig::bytes(1 << 16).layout(Layout::Records) }).unwrap();
+    let mut src_r = src.ring().reader(Start::Oldest).unwrap();
+    let mut ib = IbufWriter::new(tag_ring("ib", 256)).unwrap();
+    ib.register(&src.ring()).unwrap();
+    let mut table = BufTable::new();
+    table.register(&src.ring()).unwrap();
+    let mut out = IbufReader::new(ib.ring().reader(Start::Oldest).unwrap(), table).unwrap();
+    for seq in 0..50 {
+        src.write(&make_record(seq, 300 + seq as usize)).unwrap();
+    }
+    for _ in 0..50 {
+        let p = src_r.peek_acquire(4096).unwrap().unwrap();
+        let (ppos, pdata) = (p.pos, p.data);
+        assert_eq!(ib.write(pdata).unwrap(), pdata.len());
+        let _ = ppos;
+        src_r.peek_complete().unwrap();
+    }
+    assert_eq!((ib.spliced, ib.copied), (50, 0), "every block should have been spliced");
+    for seq in 0..50 {
+        let (tag, p) = out.peek_acquire().unwrap().unwrap();
+        assert_eq!(tag.buf, 3);
+        assert_eq!(parse_record(p.data).unwrap(), seq);
+        out.peek_complete().unwrap();
+    }
+}
+
+/// Without a default DBuf, data that lies in no known DBuf cannot be written.
+#[test]
+fn write_without_default_dbuf_is_an_error() {
+    let mut ib = IbufWriter::new(tag_ring("ib2", 256)).unwrap();
+    let err = ib.write(b"not in any ring").unwrap_err();
+    assert!(err.to_string().contains("write-through without a default DBuf"), "{err}");
+}
+
+/// A double ring (headers out of band): records of any size arrive whole and in order, and
+/// write-through never overwrites data that an unread header still points to, even when
+/// the data ring is much smaller than what is in flight.
+#[test]
+fn double_ring_is_lossless_with_small_data_ring() {
+    let _w = watchdog("double_ring_is_lossless_with_small_data_ring", 60);
+    let mut w = DoubleRing::create("dr", 1024, 1 << 14, SyncMode::Srp).unwrap();
+    let mut r = DoubleRing::reader(&w, Start::Oldest).unwrap();
+    let t = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 4096];
+        let mut n_read = 0u64;
+        loop {
+            let n = r.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            assert_eq!(parse_record(&buf[..n]).unwrap(), n_read);
+            n_read += 1;
+            if n_read % 100 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        n_read
+    });
+    for seq in 0..20_000u64 {
+        w.write(&make_record(seq, record_len(seq, 3000))).unwrap();
+    }
+    w.close();
+    assert_eq!(t.join().unwrap(), 20_000);
+    assert!(w.copied == 20_000 && w.spliced == 0);
+}
+
+/// Lossy double ring: a reader that falls behind resynchronises through the header ring
+/// and still gets valid records (the advantage of headers out of band, thesis 4.5.3).
+#[test]
+fn lossy_double_ring_reader_gets_only_valid_records() {
+    let _w = watchdog("lossy_double_ring_reader_gets_only_valid_records", 60);
+    let mut w = DoubleRing::create("drl", 256, 1 << 14, SyncMode::Frp).unwrap();
+    let mut r = DoubleRing::reader(&w, Start::Oldest).unwrap();
+    for seq in 0..1000u64 {
+        w.write(&make_record(seq, 500)).unwrap();
+    }
+    w.close();
+    let (mut ok, mut overruns, mut last) = (0, 0, None);
+    let mut buf = vec![0u8; 4096];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let s = parse_record(&buf[..n]).unwrap();
+                assert!(last.is_none_or(|l| s > l));
+                last = Some(s);
+                ok += 1;
+            }
+            Err(e) => {
+                assert!(e.is_overrun(), "{e}");
+                overruns += 1;
+            }
+        }
+    }
+    assert!(overruns > 0 && ok > 0, "ok={ok} overruns={overruns}");
+    assert_eq!(last, Some(999), "the newest records survive in the header ring");
+}
+
+/// Several producer threads on one multi-producer ring: whole records, each producer's in
+/// order, none lost.
+#[test]
+fn multi_producer_threads() {
+    let _w = watchdog("multi_producer_threads", 60);
+    let cfg = RingConfig { multi_producer: true, ..RingConfig::bytes(1 << 15).slots(256) };
+    let w = Writer::create("mp", cfg).unwrap();
+    let mut r = w.ring().reader(Start::Oldest).unwrap();
+    let handles: Vec<_> = (0..4u64)
+        .map(|id| {
+            let mut p = MpWriter::new(&w.ring()).unwrap();
+            std::thread::spawn(move || {
+                for seq in 0..5000u64 {
+                    let mut rec = make_record(id << 32 | seq, 100 + (seq % 100) as usize);
+                    rec.truncate(rec.len());
+                    p.write(&rec).unwrap();
+                }
+                p.flush();
+            })
+        })
+        .collect();
+    let mut next = [0u64; 4];
+    let mut buf = vec![0u8; 512];
+    for _ in 0..20_000 {
+        let n = r.read(&mut buf).unwrap();
+        let s = parse_record(&buf[..n]).unwrap();
+        let (id, seq) = ((s >> 32) as usize, s & 0xffff_ffff);
+        assert_eq!(seq, next[id], "producer {id} out of order");
+        next[id] += 1;
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(next, [5000; 4]);
+    // A single-producer write on a multi-producer ring is refused.
+    let mut w = w;
+    assert!(w.write(b"x").is_err());
+}
+
+/// select: wakes on whichever ring gets data; times out when none does.
+#[test]
+fn select_over_several_rings() {
+    let _w = watchdog("select_over_several_rings", 30);
+    let mut a = Writer::create("a", RingConfig::bytes(4096)).unwrap();
+    let b = Writer::create("b", RingConfig::bytes(4096)).unwrap();
+    let mut ra = a.ring().reader(Start::Oldest).unwrap();
+    let mut rb = b.ring().reader(Start::Oldest).unwrap();
+    assert_eq!(select(&mut [&mut ra, &mut rb], Some(Duration::from_millis(20))).unwrap(), None);
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        let mut b = b;
+        b.write(b"hello").unwrap();
+        b
+    });
+    assert_eq!(select(&mut [&mut ra, &mut rb], Some(Duration::from_secs(10))).unwrap(), Some(1));
+    let _b = t.join().unwrap();
+    a.write(b"x").unwrap();
+    assert_eq!(select(&mut [&mut ra, &mut rb], None).unwrap(), Some(0));
+}
+
+/// Event moderation: with a threshold of 32, a single record still reaches a sleeping
+/// reader without further writes or a flush (the latency bound), and a burst produces far
+/// fewer wake-ups than records.
+#[test]
+fn moderation_batches_but_bounds_latency() {
+    let _w = watchdog("moderation_batches_but_bounds_latency", 30);
+    let mut w = Writer::create("mod", RingConfig::bytes(1 << 20).slots(64).threshold(32)).unwrap();
+    let mut r = w.ring().reader(Start::Oldest).unwrap();
+    let t = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        let mut n = 0;
+        while r.read(&mut buf).unwrap() > 0 {
+            n += 1;
+        }
+        n
+    });
+    std::thread::sleep(Duration::from_millis(50)); // the reader is asleep now
+    w.write(b"one").unwrap();
+    // Without the latency bound this record would wait for 31 more; the reader gets it
+    // and goes back to sleep.
+    std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..10_000 {
+        w.write(b"burst").unwrap();
+    }
+    let wakeups = w.stats().wakeups;
+    w.close();
+    assert_eq!(t.join().unwrap(), 10_001);
+    assert!(wakeups < 10_000 / 4, "{wakeups} wake-ups for 10001 records: batching did not happen");
+}
+
+/// Self-scaling: a calm ring shrinks to its minimum; data stays intact across resizes.
+#[test]
+fn deck_cut_shrinks_when_calm() {
+    let _w = watchdog("deck_cut_shrinks_when_calm", 30);
+    let mut cfg = RingConfig::bytes(1 << 20).self_scaling(1 << 12, 1 << 20);
+    cfg.calm_laps = 1;
+    let mut w = Writer::create("dc", cfg).unwrap();
+    let mut r = w.ring().reader(Start::Oldest).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut pos = 0u64;
+    for _ in 0..4000 {
+        let mut data = vec![0u8; 1000];
+        fill_stream(pos, &mut data);
+        w.write(&data).unwrap();
+        let n = r.read(&mut buf).unwrap();
+        assert!(check_stream(pos, &buf[..n]));
+        let mut got = n;
+        while got < 1000 {
+            let n = r.read(&mut buf).unwrap();
+            assert!(check_stream(pos + got as u64, &buf[..n]));
+            got += n;
+        }
+        pos += 1000;
+    }
+    assert_eq!(w.active_size(), 1 << 12, "a calm ring should have shrunk to its minimum");
+    assert!(w.stats().resizes >= 8);
+}
