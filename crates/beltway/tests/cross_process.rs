@@ -336,3 +336,41 @@ fn read_only_client_maps_read_only() {
     assert_eq!(first, "observe writer_open=denied lossless=false");
     let _ = o2.finish();
 }
+
+/// IBuf read-through across processes: the peer opens only the tag ring by name and maps
+/// the DBuf the tags point into on first use ("buffer fault"), by the name the writer
+/// recorded in the IBuf header.
+#[test]
+fn ibuf_read_through_faults_in_dbuf_by_name() {
+    let _w = watchdog("ibuf_read_through_faults_in_dbuf_by_name", 60);
+    let (dname, _c1) = ring_name("dbuf");
+    let (iname, _c2) = ring_name("ibuf");
+    let mut dbuf = beltway::Writer::create_named(&dname, beltway::RingConfig { buf_id: 5, ..beltway::RingConfig::bytes(4 << 20).layout(beltway::Layout::Records) }).unwrap();
+    let tags = beltway::Writer::create_named(&iname, beltway::RingConfig::bytes(1 << 16).layout(beltway::Layout::Tags)).unwrap();
+    let mut ib = beltway::IbufWriter::new(tags).unwrap();
+    ib.register(&dbuf.ring()).unwrap();
+    let mut r = Peer::spawn(&["ibuf-read", &iname]);
+    assert_eq!(r.line(), "attached");
+    for seq in 0..2000u64 {
+        let rec = peer_record(seq, 1000);
+        let pos = dbuf.append_record(&rec).unwrap();
+        ib.write_tag(beltway::Tag { pos, len: rec.len() as u32, buf: 5, class: 1 }).unwrap();
+    }
+    ib.close();
+    let (rc, out) = r.finish();
+    assert_eq!(rc, 0, "peer failed to read through");
+    assert_eq!(out["records"], "2000");
+}
+
+/// The peer's record format: producer (4) | seq (8) | len (4) | crc (4) | payload.
+fn peer_record(seq: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    for (i, b) in v[20..].iter_mut().enumerate() {
+        *b = (i as u64 ^ seq) as u8;
+    }
+    let crc = crc32fast::hash(&v[20..]);
+    v[4..12].copy_from_slice(&seq.to_le_bytes());
+    v[12..16].copy_from_slice(&(len as u32).to_le_bytes());
+    v[16..20].copy_from_slice(&crc.to_le_bytes());
+    v
+}

@@ -10,12 +10,13 @@
 //! beltway-peer mp-write NAME ID COUNT   write COUNT records as producer ID
 //! beltway-peer recv-read SOCKET         receive a ring over a Unix socket, read it all
 //! beltway-peer observe NAME --uid U     drop to uid U, open the ring, report access, read
+//! beltway-peer ibuf-read NAME           read an IBuf through, mapping its DBufs by name
 //! ```
 //!
 //! Byte streams are checked with a running CRC32 (order and loss both change it); records
 //! carry their own sequence number and checksum.
 
-use beltway::{Error, Layout, MpWriter, Reader, RingConfig, RingRef, Start, SyncMode, Writer};
+use beltway::{BufTable, Error, IbufReader, Layout, MpWriter, Reader, RingConfig, RingRef, Start, SyncMode, Writer};
 use std::os::unix::net::UnixStream;
 use std::process::exit;
 use std::time::{Duration, Instant};
@@ -269,6 +270,27 @@ fn cmd_observe(args: &[String]) {
     read_all(r, args);
 }
 
+fn cmd_ibuf_read(args: &[String]) {
+    let tags = Reader::open(&args[0], Start::Oldest).unwrap_or_else(|e| die(e));
+    let mut r = IbufReader::new(tags, BufTable::new()).unwrap_or_else(|e| die(e));
+    println!("attached");
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut recs, mut next) = (0u64, 0u64);
+    loop {
+        let n = r.read(&mut buf).unwrap_or_else(|e| die(e));
+        if n == 0 {
+            break;
+        }
+        let (_, seq) = check_record(&buf[..n]).unwrap_or_else(|e| die(e));
+        if seq != next {
+            die(format!("seq {seq}, expected {next}"));
+        }
+        next += 1;
+        recs += 1;
+    }
+    println!("ibuf_read records={recs}");
+}
+
 fn drop_privileges(uid: u32) {
     beltway::sys::set_uid(uid).unwrap_or_else(|e| die(format!("cannot drop privileges to uid {uid}: {e}")));
 }
@@ -302,6 +324,10 @@ fn main() {
         "recv-read" => {
             need(1);
             cmd_recv_read(rest)
+        }
+        "ibuf-read" => {
+            need(1);
+            cmd_ibuf_read(rest)
         }
         "observe" => {
             need(1);
