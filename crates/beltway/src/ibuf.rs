@@ -443,6 +443,7 @@ impl IbufWriter {
         while shadow.position() < need {
             match self.outstanding.front().copied() {
                 Some((tag_pos, rec_end)) => {
+                    self.tags.flush();
                     let mut cache = crate::ring::ReleaseCache::default();
                     tags_sh.wait_released(tag_pos + Tag::SIZE as u64, 0, &mut cache)?;
                     self.outstanding.pop_front();

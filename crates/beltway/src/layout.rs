@@ -173,8 +173,6 @@ pub struct ReaderWait {
     pub sleepers: AtomicU32,
     /// Readers sleeping without data for longer than the latency bound: wake on first commit.
     pub deep_sleepers: AtomicU32,
-    /// Set when a reader found the ring empty (deck-cut low watermark).
-    pub starved: AtomicU32,
     /// Readers that ever attached (for broken-pipe semantics).
     pub attached_ever: AtomicU32,
     /// Readers currently attached.

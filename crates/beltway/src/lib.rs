@@ -25,6 +25,8 @@
 
 pub mod api;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ibuf;
 pub mod layout;
 pub mod mp;

@@ -141,7 +141,11 @@ impl MpWriter {
                     return Ok(MpSlot { w: self, index, len });
                 }
             }
-            // Not enough released space: wait outside the bitmap lock.
+            // Not enough released space: wake readers sitting on a partial batch, then
+            // wait outside the bitmap lock.
+            if self.mp().pending.load(Relaxed) > 0 {
+                self.flush();
+            }
             sh.wait_released(need, 0, &mut self.release)?;
         }
     }
@@ -208,10 +212,10 @@ impl MpWriter {
         mp.bitmap.store(bm, Release);
         if run > 0 {
             // SYNC POINT: as in Writer::publish — publish the data, then look for sleepers.
-            p.write_pos.swap((head + run) * s, SeqCst);
+            crate::ring::publish_position(&p.write_pos, (head + run) * s);
             let ctl = sh.ctl().expect("producers map ctl");
             let pending = mp.pending.fetch_add(run as u32, Relaxed) + run as u32;
-            if ctl.r.0.data_seq.load(SeqCst) & 1 == 1 {
+            if ctl.r.0.data_seq.load(Relaxed) & 1 == 1 {
                 let threshold = sh.hdr().m.0.threshold.load(Relaxed);
                 if ctl.r.0.deep_sleepers.load(Relaxed) > 0 || pending >= threshold {
                     mp.pending.store(0, Relaxed);

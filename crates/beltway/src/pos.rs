@@ -73,50 +73,105 @@ pub fn epoch_for(prev: Option<Epoch>, cur: Epoch, pos: u64) -> Option<Epoch> {
     }
 }
 
-/// Deck-cut scaling policy (thesis 4.5.1): sizes are powers of two between `min` and `max`.
+/// Deck-cut scaling policy (thesis 4.5.1): sizes are powers of two between `min` and `max`,
+/// decided at lap boundaries.
 ///
-/// The thesis scales on "buffer pressure", the producer-consumer distance normalised to the
-/// ring size, against a high and a low watermark. With a blocking (lossless) ring and a
-/// writer faster than its reader, the distance sits at the high mark whatever the size, so
-/// growing on that signal alone would drive every such ring to its maximum and out of the
-/// cache. We therefore read the two watermarks as the two ways a ring can be wrong:
-/// the high mark is hit when the writer finds the ring full, the low mark when a reader finds
-/// it (nearly) empty and sleeps. Hitting *both* within one lap means the ring oscillates
-/// between full and empty, i.e. it is too small to absorb the rate variation: grow.
-/// Hitting at most one for `calm_laps` consecutive laps means one side is simply faster and
-/// a smaller ring costs nothing but saves cache: shrink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The thesis scales on "buffer pressure" (producer-consumer distance over ring size)
+/// against two watermarks. On a lossless ring that signal saturates: a writer faster than
+/// its reader keeps the ring full at every size, and a balanced pair swings between full and
+/// empty at every size, so it cannot tell a ring that is too big for the cache from one that
+/// is too small to absorb bursts. We keep the thesis' goal (the smallest ring that does not
+/// cost throughput, which is what keeps it in L2/L3) and measure it directly:
+///
+/// - a window in which the writer never waited for space means the reader keeps up: the ring
+///   is larger than needed, so after `calm_laps` such windows it halves;
+/// - in windows where the writer did wait (the pipeline is saturated), the writer measures
+///   throughput. After a halving, if throughput fell by more than `tolerance`, the previous
+///   size was better: go back and hold there for a while (longer after each failed probe),
+///   then probe again. If throughput holds, keep halving.
+///
+/// A window spans at least `window_bytes` (and one lap), so decisions on small rings are
+/// not made on microseconds of noise.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Scaling {
     pub min: u64,
     pub max: u64,
-    /// Consecutive calm laps before shrinking.
+    /// Consecutive unsaturated windows before shrinking.
     pub calm_laps: u32,
+    /// Minimum bytes per decision window.
+    pub window_bytes: u64,
+    /// Relative throughput loss that makes a probe fail (e.g. 0.05).
+    pub tolerance: f64,
 }
 
-/// What one lap looked like, as seen by the writer at its end.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What one window looked like, as seen by the writer at a lap boundary.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LapReport {
-    /// The writer had to wait for space (fill reached the high watermark).
+    /// Bytes written in the window.
+    pub bytes: u64,
+    /// Nanoseconds the window took.
+    pub nanos: u64,
+    /// The writer had to wait for space at least once (the pipeline was saturated).
     pub writer_blocked: bool,
-    /// A reader went to sleep on an empty ring (fill fell to the low watermark).
-    pub reader_starved: bool,
+}
+
+/// The policy's memory between windows.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ScaleState {
+    calm: u32,
+    /// (size, throughput) measured before the last halving, if that halving is on probation.
+    probe: Option<(u64, f64)>,
+    /// Windows to stay put after a failed probe, and how long the next hold will be.
+    hold: u32,
+    next_hold: u32,
+    /// Throughput at the current size (for probing the next halving).
+    rate: Option<f64>,
 }
 
 impl Scaling {
-    /// Decide the next size. `calm` counts consecutive calm laps and is updated in place.
-    pub fn next_size(&self, size: u64, lap: LapReport, calm: &mut u32) -> u64 {
-        if lap.writer_blocked && lap.reader_starved {
-            *calm = 0;
-            (size * 2).min(self.max)
-        } else {
-            *calm += 1;
-            if *calm >= self.calm_laps && size > self.min {
-                *calm = 0;
-                (size / 2).max(self.min)
-            } else {
-                size
+    pub fn new(min: u64, max: u64, calm_laps: u32) -> Scaling {
+        Scaling { min, max, calm_laps: calm_laps.max(1), window_bytes: 4 << 20, tolerance: 0.05 }
+    }
+
+    /// Decide the size for the next window.
+    pub fn next_size(&self, size: u64, w: LapReport, st: &mut ScaleState) -> u64 {
+        if !w.writer_blocked {
+            // Unsaturated: the reader keeps up; throughput says nothing about the ring.
+            st.probe = None;
+            st.rate = None;
+            st.calm += 1;
+            if st.calm >= self.calm_laps && size > self.min {
+                st.calm = 0;
+                return (size / 2).max(self.min);
             }
+            return size;
         }
+        st.calm = 0;
+        let rate = w.bytes as f64 / w.nanos.max(1) as f64;
+        if let Some((bigger, before)) = st.probe.take() {
+            if rate < before * (1.0 - self.tolerance) {
+                // The halving cost throughput: back to the bigger ring, and stay a while.
+                st.next_hold = (st.next_hold * 2).clamp(4, 256);
+                st.hold = st.next_hold;
+                st.rate = Some(before);
+                return bigger;
+            }
+            // Success: the smaller ring is as fast; future probes start from a short hold.
+            st.next_hold = 0;
+        }
+        if st.hold > 0 {
+            st.hold -= 1;
+            st.rate = Some(rate);
+            return size;
+        }
+        if size > self.min {
+            // Probe one step down, remembering what this size achieved.
+            let here = st.rate.map_or(rate, |r| r.max(rate));
+            st.probe = Some((size, here));
+            st.rate = None;
+            return (size / 2).max(self.min);
+        }
+        size
     }
 }
 
@@ -195,16 +250,52 @@ mod tests {
             }
         }
 
-        /// Scaling stays within bounds and powers of two.
+        /// Scaling stays within bounds and powers of two, whatever it observes.
         #[test]
-        fn scaling_bounds(reports in proptest::collection::vec((any::<bool>(), any::<bool>()), 0..200)) {
-            let s = Scaling { min: 4096, max: 1 << 20, calm_laps: 3 };
+        fn scaling_bounds(reports in proptest::collection::vec((any::<bool>(), 1u64..1_000_000), 0..300)) {
+            let s = Scaling::new(4096, 1 << 20, 3);
             let mut size = 1 << 16;
-            let mut calm = 0;
-            for (b, st) in reports {
-                size = s.next_size(size, LapReport { writer_blocked: b, reader_starved: st }, &mut calm);
+            let mut st = ScaleState::default();
+            for (blocked, nanos) in reports {
+                size = s.next_size(size, LapReport { bytes: 1 << 20, nanos, writer_blocked: blocked }, &mut st);
                 prop_assert!(size.is_power_of_two() && size >= s.min && size <= s.max);
             }
+        }
+
+        /// On a saturated pipeline whose throughput peaks at some size (a cache-like curve
+        /// with noise), the policy spends most windows within a factor of two of the peak.
+        #[test]
+        fn scaling_settles_near_best_size(peak_lg in 14u32..22, seed in any::<u64>()) {
+            let s = Scaling::new(1 << 12, 1 << 26, 4);
+            let mut st = ScaleState::default();
+            let mut size: u64 = 1 << 26;
+            let mut rng = seed | 1;
+            let mut near = 0;
+            for i in 0..2000 {
+                rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+                let noise = 1.0 + ((rng % 1000) as f64 / 1000.0 - 0.5) * 0.04;
+                let dist = (size.trailing_zeros() as f64 - peak_lg as f64).abs();
+                // Throughput falls 15% per doubling away from the peak.
+                let rate = 10.0 * 0.85f64.powf(dist) * noise;
+                let bytes = 4 << 20;
+                size = s.next_size(size, LapReport { bytes, nanos: (bytes as f64 / rate) as u64, writer_blocked: true }, &mut st);
+                if i >= 1000 && (size.trailing_zeros() as i64 - peak_lg as i64).abs() <= 1 {
+                    near += 1;
+                }
+            }
+            prop_assert!(near >= 900, "only {} of 1000 windows near the peak 2^{}", near, peak_lg);
+        }
+
+        /// An unsaturated ring (the reader keeps up) shrinks to its minimum.
+        #[test]
+        fn scaling_unsaturated_shrinks(start_lg in 12u32..26) {
+            let s = Scaling::new(1 << 12, 1 << 26, 2);
+            let mut st = ScaleState::default();
+            let mut size = 1u64 << start_lg;
+            for _ in 0..64 {
+                size = s.next_size(size, LapReport { bytes: 1 << 20, nanos: 1000, writer_blocked: false }, &mut st);
+            }
+            prop_assert_eq!(size, s.min);
         }
     }
 

@@ -15,7 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::layout::*;
-use crate::pos::{self, Epoch, LapReport, Scaling};
+use crate::pos::{self, Epoch, LapReport, ScaleState, Scaling};
 use crate::shm::{Backing, Segment, WriteToken};
 use crate::sys::{self, Wake};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -95,8 +95,10 @@ pub struct RingConfig {
     pub min_size: Option<usize>,
     /// Active size at creation for a self-scaling ring (default: `size`).
     pub initial_size: Option<usize>,
-    /// Laps without oscillation before a self-scaling ring halves.
+    /// Unsaturated windows (the writer never waited) before a self-scaling ring halves.
     pub calm_laps: u32,
+    /// Minimum bytes between two scaling decisions (at least one lap).
+    pub scaling_window: usize,
     pub layout: Layout,
     /// Slot size for [`Layout::Slots`] (power of two, >= 16).
     pub slot_size: u32,
@@ -128,6 +130,7 @@ impl Default for RingConfig {
             min_size: None,
             initial_size: None,
             calm_laps: 4,
+            scaling_window: 4 << 20,
             layout: Layout::Bytes,
             slot_size: 2048,
             sync: SyncMode::Srp,
@@ -283,6 +286,7 @@ impl Shared {
 
     fn create(name: &str, cfg: &RingConfig, named: bool) -> Result<Arc<Shared>> {
         cfg.validate(name)?;
+        fences::init();
         let data_len = DATA_OFFSET + cfg.size;
         let ctl_len = ctl_len(cfg.max_readers as usize);
         let os = |op: &'static str| move |e| Error::os(name, op, e);
@@ -380,6 +384,7 @@ impl Shared {
 
     /// Validate a mapped data segment (it may come from a hostile or corrupt peer).
     fn from_segments(name: &str, data: Segment, ctl: Option<Segment>) -> Result<Arc<Shared>> {
+        fences::init();
         let bad = |why: String| Err(Error::BadRing { name: name.to_string(), why });
         if data.len() < DATA_OFFSET + 4096 {
             return bad(format!("data segment of {} bytes is too small", data.len()));
@@ -483,7 +488,7 @@ impl Shared {
             fence(Acquire);
             if t.seq.load(Relaxed) == s1 {
                 // A corrupt table must not make us index outside the data area.
-                let sane = |e: &Epoch| e.size.is_power_of_two() && e.size <= self.max_cap && e.size >= 16;
+                let sane = |e: &Epoch| e.size.is_power_of_two() && e.size <= self.max_cap && e.size >= self.min_cap;
                 let cur = if sane(&cur) { cur } else { Epoch { start: cur.start, size: self.min_cap } };
                 let prev = prev.filter(sane);
                 return (prev, cur, count);
@@ -559,6 +564,12 @@ impl Shared {
             _ if ctl.r.0.active.load(Acquire) == 0 => None,
             _ => Some(ctl.w.0.mrp_r.load(Acquire)),
         };
+        if min.is_none() && self.sync == SyncMode::Srp && cache.gen > 0 {
+            // Every reader left: the next write reports the broken pipe; do not cache
+            // "unconstrained".
+            cache.gen = u32::MAX;
+            return 0;
+        }
         cache.min = min.unwrap_or(u64::MAX);
         self.hdr().p.0.guard.store(cache.min, Relaxed);
         cache.min
@@ -616,6 +627,18 @@ impl Shared {
                 return Ok(waited);
             }
             if !waited {
+                // Spin briefly before sleeping: a reader about to release saves us a sleep.
+                let spun = (0..SPIN_ROUNDS / 8).any(|_| {
+                    std::hint::spin_loop();
+                    let m = match self.sync {
+                        SyncMode::Srp => self.scan_min(false).unwrap_or(u64::MAX),
+                        _ => ctl.w.0.mrp_r.load(Acquire),
+                    };
+                    m >= need
+                });
+                if spun {
+                    continue;
+                }
                 self.hdr().m.0.writer_waits.fetch_add(1, Relaxed);
             }
             waited = true;
@@ -624,6 +647,7 @@ impl Shared {
             // SYNC POINT: SeqCst store of `waiting` then SeqCst re-scan, against the reader's
             // SeqCst position store then `waiting` load: one side always sees the other.
             ctl.w.0.waiting.store(1, SeqCst);
+            fences::heavy();
             let again = match self.sync {
                 SyncMode::Srp => self.scan_min(false).unwrap_or(u64::MAX),
                 _ => ctl.w.0.mrp_r.load(SeqCst),
@@ -763,6 +787,9 @@ impl RingRef {
     }
 }
 
+/// Spin iterations before a blocked party goes to sleep.
+const SPIN_ROUNDS: u32 = 256;
+
 /// Record header of the variable-record layout: `len` payload bytes follow (padded to 8).
 pub(crate) const REC_HDR: u64 = 8;
 pub(crate) const REC_DATA: u32 = 0x5245_4301; // "REC\x01"
@@ -773,6 +800,59 @@ pub(crate) const SLOT_HDR: u64 = 4;
 #[inline]
 fn align8(n: u64) -> u64 {
     (n + 7) & !7
+}
+
+/// Asymmetric fences for the sleep/wake handshakes (a Dekker pattern between a fast side
+/// that publishes a position and then loads a sleep flag, and a slow side that sets the flag
+/// and then loads the position). The fast side runs on every read and write; the slow side
+/// only when a party is about to sleep. With expedited global membarrier the fast side needs
+/// only a compiler fence and the slow side makes every CPU running a registered process
+/// execute a full barrier; without it both sides use SeqCst.
+mod fences {
+    use std::sync::atomic::{compiler_fence, fence, AtomicU64, Ordering::*};
+    use std::sync::OnceLock;
+
+    /// (kernel offers expedited global membarrier, this process is registered for it)
+    fn state() -> (bool, bool) {
+        static S: OnceLock<(bool, bool)> = OnceLock::new();
+        *S.get_or_init(|| {
+            let supported = std::env::var_os("BELTWAY_NO_MEMBARRIER").is_none() && crate::sys::membarrier_global_supported();
+            (supported, supported && crate::sys::membarrier_register_global().is_ok())
+        })
+    }
+
+    /// Make sure this process takes part in the handshakes (call before mapping a ring).
+    pub fn init() {
+        state();
+    }
+
+    /// Fast side: publish `v` into `word`, ordered before the caller's next load.
+    #[inline]
+    pub fn publish(word: &AtomicU64, v: u64) {
+        if state().1 {
+            // SYNC POINT: Release publishes the data below v; the compiler fence keeps the
+            // following flag load after this store in program order; the store-load order
+            // across CPUs is enforced by the slow side's membarrier.
+            word.store(v, Release);
+            compiler_fence(SeqCst);
+        } else {
+            // SYNC POINT: a SeqCst RMW is a full barrier on its own.
+            word.swap(v, SeqCst);
+        }
+    }
+
+    /// Slow side: after setting its flag, before loading the other side's position.
+    pub fn heavy() {
+        let (supported, _) = state();
+        if !(supported && crate::sys::membarrier_global().is_ok()) {
+            fence(SeqCst);
+        }
+    }
+}
+
+/// Publish a producer position (fast side of the sleep handshake); see [`fences`].
+pub(crate) fn publish_position(word: &std::sync::atomic::AtomicU64, v: u64) {
+    fences::publish(word, v);
 }
 
 /// Clear the sleep bit, advance the eventcount and wake every reader sleeping on it.
@@ -802,8 +882,11 @@ pub struct Writer {
     threshold: u32,
     latency_ns: u64,
     scaling: Option<Scaling>,
+    scale: ScaleState,
+    /// The writer waited for space during the current scaling window.
     lap_blocked: bool,
-    calm: u32,
+    /// Start of the current scaling window (position, time).
+    window: (u64, u64),
     /// Open poke reservation (start position, length).
     open: Option<(u64, u64)>,
     closed: bool,
@@ -826,7 +909,7 @@ impl Writer {
 
     fn with_shared(sh: Arc<Shared>, cfg: &RingConfig) -> Writer {
         let (prev, cur, _) = sh.load_epochs();
-        let scaling = cfg.min_size.map(|min| Scaling { min: min as u64, max: cfg.size as u64, calm_laps: cfg.calm_laps.max(1) });
+        let scaling = cfg.min_size.map(|min| Scaling { window_bytes: cfg.scaling_window as u64, ..Scaling::new(min as u64, cfg.size as u64, cfg.calm_laps) });
         Writer {
             sh,
             token: WriteToken::default(),
@@ -840,8 +923,9 @@ impl Writer {
             threshold: cfg.threshold,
             latency_ns: cfg.latency.as_nanos() as u64,
             scaling,
+            scale: ScaleState::default(),
             lap_blocked: false,
-            calm: 0,
+            window: (0, sys::now_ns()),
             open: None,
             closed: false,
         }
@@ -888,16 +972,16 @@ impl Writer {
         Ok(())
     }
 
-    /// Deck-cut: at a lap boundary, decide the next active size.
+    /// Deck-cut: at a lap boundary that closes a scaling window, decide the next size.
     fn maybe_resize(&mut self) {
         let Some(policy) = self.scaling else { return };
-        if !self.cur.at_lap_boundary(self.pos) {
+        if !self.cur.at_lap_boundary(self.pos) || self.pos - self.window.0 < policy.window_bytes.max(self.cur.size) {
             return;
         }
-        let ctl = self.sh.ctl().expect("writer has ctl");
-        let starved = ctl.r.0.starved.swap(0, Relaxed) != 0;
-        let report = LapReport { writer_blocked: std::mem::take(&mut self.lap_blocked), reader_starved: starved };
-        let next = policy.next_size(self.cur.size, report, &mut self.calm);
+        let now = sys::now_ns();
+        let report = LapReport { bytes: self.pos - self.window.0, nanos: now - self.window.1, writer_blocked: std::mem::take(&mut self.lap_blocked) };
+        self.window = (self.pos, now);
+        let next = policy.next_size(self.cur.size, report, &mut self.scale);
         if next == self.cur.size {
             return;
         }
@@ -963,6 +1047,11 @@ impl Writer {
 
     /// Wait until every lossless reader has released positions below `need`.
     fn ensure_released(&mut self, need: u64) -> Result<()> {
+        if need > self.release.min && self.pending > 0 {
+            // We may have to wait for readers: they must not sit on a partial batch
+            // meanwhile (the batch can never fill while we wait).
+            self.wake_readers();
+        }
         let slack = (self.cur.size / 4).min(self.pos.saturating_sub(need));
         let sh = self.sh.clone();
         if sh.wait_released(need, slack, &mut self.release)? {
@@ -975,12 +1064,11 @@ impl Writer {
     fn publish(&mut self, end: u64) {
         self.pos = end;
         let sh = &*self.sh;
-        // SYNC POINT: SeqCst RMW publishes the data (it is a Release) and orders this store
-        // before the eventcount load below, pairing with the readers' SeqCst fetch_or of
-        // the sleep bit followed by their write_pos re-check: no lost wake-up.
-        sh.hdr().p.0.write_pos.swap(end, SeqCst);
+        // SYNC POINT: publish (Release) then load the eventcount; pairs with the readers'
+        // fetch_or of the sleep bit, heavy fence, write_pos re-check: no lost wake-up.
+        fences::publish(&sh.hdr().p.0.write_pos, end);
         let r = &sh.ctl().expect("writer has ctl").r.0;
-        if r.data_seq.load(SeqCst) & 1 == 0 {
+        if r.data_seq.load(Relaxed) & 1 == 0 {
             // Nobody asleep (the common case at high rates): one load, no system call.
             self.pending = 0;
             return;
@@ -1519,12 +1607,16 @@ impl Reader {
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(Ready::TimedOut);
             }
+            // Spin briefly first: a writer that is about to publish saves us a sleep, a
+            // membarrier and a wake-up (the common case in a balanced pipeline).
+            if !deep && self.spin_for_data() {
+                continue;
+            }
             let mut timeout = if deep { sh.liveness } else { self.latency };
             if let Some(d) = deadline {
                 timeout = timeout.min(d - now);
             }
             let res = if let Some(ctl) = sh.ctl() {
-                ctl.r.0.starved.store(1, Relaxed);
                 if sh.sync == SyncMode::Mrp && self.slot.is_some() {
                     // MRP: R normally trails each reader by one read ("one chance" for the
                     // others). A reader with nothing left to read releases everything, or a
@@ -1539,6 +1631,7 @@ impl Reader {
                 // SYNC POINT: set the sleep bit (SeqCst RMW), then re-check write_pos
                 // (SeqCst), against the writer's publish then eventcount load.
                 let seq = ctl.r.0.data_seq.fetch_or(1, SeqCst) | 1;
+                fences::heavy();
                 let ready = h.p.0.write_pos.load(SeqCst) > self.pos || h.p.0.state.load(SeqCst) != 0;
                 let res = if ready { Wake::Woken } else { sys::futex_wait(&ctl.r.0.data_seq, seq, Some(timeout)) };
                 counter.fetch_sub(1, Relaxed);
@@ -1562,6 +1655,17 @@ impl Reader {
         }
     }
 
+    /// Poll write_pos for a short while (about a microsecond); true if data arrived.
+    fn spin_for_data(&mut self) -> bool {
+        for _ in 0..SPIN_ROUNDS {
+            std::hint::spin_loop();
+            if self.sh.hdr().p.0.write_pos.load(Relaxed) > self.pos {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Release everything below our position to the writer.
     #[inline]
     fn release_position(&mut self) {
@@ -1569,9 +1673,10 @@ impl Reader {
         let sh = &*self.sh;
         let s = sh.slot(i).expect("ctl mapped");
         let old = s.pos.load(Relaxed);
-        // SYNC POINT: SeqCst RMW releases our loads of the data below pos to the writer
-        // (Release) and orders the store before the `waiting` load (Dekker with the writer).
-        s.pos.swap(self.pos, SeqCst);
+        // SYNC POINT: releases our loads of the data below pos to the writer (Release) and
+        // orders the store before the `waiting` load (asymmetric Dekker with the writer's
+        // waiting store + heavy fence + re-scan).
+        fences::publish(&s.pos, self.pos);
         let ctl = sh.ctl().expect("ctl mapped");
         if sh.sync == SyncMode::Mrp {
             ctl.w.0.mrp_r.fetch_max(old, AcqRel);
@@ -1600,7 +1705,12 @@ impl Reader {
     /// checked against the tail: overwritten data is an overrun, not corruption.
     fn next_unit(&mut self, max: usize, wait: Option<Option<Instant>>) -> Result<Option<Unit>> {
         self.flush_deferred();
+        // A writer pads at most once per lap; a hostile one could chain padding forever.
+        let mut skipped = 0u64;
         loop {
+            if skipped > self.sh.max_cap {
+                return Err(self.corrupt("padding or abandoned slots run past a whole lap".into()));
+            }
             self.check_lost()?;
             if self.available() == 0 {
                 match wait {
@@ -1624,10 +1734,19 @@ impl Reader {
                     let n = (max as u64).min(avail).min(room);
                     Unit { total: n, payload_off: off, len: n }
                 }
-                Layout::Tags => Unit { total: self.sh.slot_size, payload_off: off, len: self.sh.slot_size },
+                Layout::Tags => {
+                    if off + self.sh.slot_size > e.size {
+                        return Err(self.corrupt(format!("tag slot at offset {off} crosses the ring end")));
+                    }
+                    Unit { total: self.sh.slot_size, payload_off: off, len: self.sh.slot_size }
+                }
                 Layout::Slots => {
                     let len = word(off);
+                    if off + self.sh.slot_size > e.size {
+                        return Err(self.corrupt(format!("slot at offset {off} crosses the ring end")));
+                    }
                     if len == crate::mp::ABANDONED {
+                        skipped += self.sh.slot_size;
                         self.pos += self.sh.slot_size;
                         self.release_position();
                         continue;
@@ -1648,6 +1767,7 @@ impl Reader {
                         if self.lossy && self.check(self.pos).is_err() {
                             return Err(self.skip_lost(self.pos));
                         }
+                        skipped += total;
                         self.pos += total;
                         self.release_position();
                         continue;
@@ -1828,6 +1948,7 @@ pub fn select(readers: &mut [&mut Reader], timeout: Option<Duration>) -> Result<
         if let Some(d) = deadline {
             wait = wait.min(d - now);
         }
+        fences::heavy();
         let ready = readers.iter().any(|r| r.sh.hdr().p.0.write_pos.load(SeqCst) > r.pos);
         let res = if ready {
             Ok(Some(0))

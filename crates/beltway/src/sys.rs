@@ -370,3 +370,35 @@ pub fn getuid() -> u32 {
     // SAFETY: getuid cannot fail and takes no arguments.
     unsafe { libc::getuid() }
 }
+
+const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
+
+fn membarrier(cmd: libc::c_long) -> io::Result<libc::c_long> {
+    // SAFETY: membarrier takes plain integers (cmd, flags = 0, cpu_id = 0).
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_long, 0 as libc::c_long) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Whether the kernel offers expedited global membarrier (Linux >= 4.16).
+pub fn membarrier_global_supported() -> bool {
+    membarrier(MEMBARRIER_CMD_QUERY).is_ok_and(|m| {
+        m & MEMBARRIER_CMD_GLOBAL_EXPEDITED != 0 && m & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED != 0
+    })
+}
+
+/// Register this process as a target of expedited global membarriers.
+pub fn membarrier_register_global() -> io::Result<()> {
+    membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED).map(|_| ())
+}
+
+/// Run a full memory barrier on every CPU currently running a thread of a registered
+/// process (the heavy half of an asymmetric fence).
+pub fn membarrier_global() -> io::Result<()> {
+    membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED).map(|_| ())
+}

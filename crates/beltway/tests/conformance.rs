@@ -17,13 +17,13 @@ fn specs() -> Vec<Spec> {
     let small = 1 << 14;
     vec![
         Spec { name: "bytes-srp", cfg: RingConfig::bytes(small) },
-        Spec { name: "bytes-srp-scaling", cfg: RingConfig::bytes(1 << 16).self_scaling(4096, 1 << 15) },
+        Spec { name: "bytes-srp-scaling", cfg: RingConfig { scaling_window: 0, calm_laps: 1, ..RingConfig::bytes(1 << 16).self_scaling(4096, 1 << 15) } },
         Spec { name: "bytes-frp", cfg: RingConfig::bytes(small).sync(SyncMode::Frp) },
         Spec { name: "bytes-mrp", cfg: RingConfig::bytes(small).sync(SyncMode::Mrp) },
         Spec { name: "slots-srp", cfg: RingConfig::bytes(small).slots(2048) },
         Spec { name: "slots-frp", cfg: RingConfig::bytes(small).slots(2048).sync(SyncMode::Frp) },
         Spec { name: "records-srp", cfg: RingConfig::bytes(small).layout(Layout::Records) },
-        Spec { name: "records-srp-scaling", cfg: RingConfig::bytes(1 << 16).layout(Layout::Records).self_scaling(8192, 1 << 14) },
+        Spec { name: "records-srp-scaling", cfg: RingConfig { scaling_window: 0, calm_laps: 1, ..RingConfig::bytes(1 << 16).layout(Layout::Records).self_scaling(8192, 1 << 14) } },
         Spec { name: "records-frp", cfg: RingConfig::bytes(small).layout(Layout::Records).sync(SyncMode::Frp) },
         Spec { name: "records-mrp", cfg: RingConfig::bytes(small).layout(Layout::Records).sync(SyncMode::Mrp) },
     ]

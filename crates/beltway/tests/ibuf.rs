@@ -217,6 +217,7 @@ fn deck_cut_shrinks_when_calm() {
     let _w = watchdog("deck_cut_shrinks_when_calm", 30);
     let mut cfg = RingConfig::bytes(1 << 20).self_scaling(1 << 12, 1 << 20);
     cfg.calm_laps = 1;
+    cfg.scaling_window = 0;
     let mut w = Writer::create("dc", cfg).unwrap();
     let mut r = w.ring().reader(Start::Oldest).unwrap();
     let mut buf = vec![0u8; 4096];

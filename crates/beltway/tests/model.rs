@@ -37,6 +37,7 @@ proptest! {
         if scaling {
             cfg = cfg.self_scaling(4096, 1 << 14);
             cfg.calm_laps = 1;
+            cfg.scaling_window = 0;
         }
         let min = if scaling { 4096 } else { 1 << 16 };
         let mut w = Writer::create("model", cfg).unwrap();
