@@ -54,7 +54,7 @@ pub fn run_hostile_ring(data: &[u8]) {
         match chunk[0] % 8 {
             0..=3 => evil.write_at(DATA_OFFSET + (off % size).min(size - 8), &val.to_le_bytes()),
             4 => h.p.0.write_pos.store(val % (4 * size as u64), Relaxed),
-            5 => h.p.0.tail.store(val % (4 * size as u64), Relaxed),
+            5 => h.t.0.tail.store(val % (4 * size as u64), Relaxed),
             6 => {
                 let e = &h.epochs.0.entries[off % crate::layout::EPOCHS];
                 e[off / 4 % 2].store(val, Relaxed);

@@ -168,7 +168,7 @@ impl BufTable {
         e.refresh();
         let h = e.sh.hdr();
         let wpos = h.p.0.write_pos.load(Acquire);
-        let tail = h.p.0.tail.load(Acquire);
+        let tail = h.t.0.tail.load(Acquire);
         let end = tag.pos.checked_add(tag.len as u64);
         let name = &e.sh.name;
         if tag.pos < tail {
@@ -191,7 +191,7 @@ impl BufTable {
     pub fn check(&mut self, tag: &Tag) -> Result<()> {
         let e = self.entry(tag.buf)?;
         std::sync::atomic::fence(Acquire);
-        let tail = e.sh.hdr().p.0.tail.load(Relaxed);
+        let tail = e.sh.hdr().t.0.tail.load(Relaxed);
         if tag.pos < tail {
             return Err(Error::Overrun { name: e.sh.name.clone(), from: tag.pos, to: tail });
         }
@@ -206,7 +206,7 @@ impl BufTable {
         let off = (a - e.addr.start) as u64;
         let h = e.sh.hdr();
         let wpos = h.p.0.write_pos.load(Acquire);
-        let tail = h.p.0.tail.load(Acquire);
+        let tail = h.t.0.tail.load(Acquire);
         // The newest position at this offset that is committed: try the current epoch, then
         // the previous one.
         for ep in [Some(e.cur), e.prev].into_iter().flatten() {

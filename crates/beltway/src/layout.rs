@@ -67,8 +67,6 @@ pub struct RingConst {
 pub struct ProducerLine {
     /// Everything below this position is committed and readable.
     pub write_pos: AtomicU64,
-    /// Everything below this position may have been overwritten.
-    pub tail: AtomicU64,
     /// Number of epochs so far; readers reload the epoch table when it changes.
     pub epoch_gen: AtomicU64,
     /// STATE_* bits.
@@ -122,12 +120,24 @@ pub struct MultiProducer {
 /// Concurrent open containers in a multi-producer ring (bit pairs in a u64).
 pub const MP_PAIRS: usize = 32;
 
+/// The overwrite horizon, on a line of its own: the writer stores it on every write that
+/// overwrites, and only lossy readers (checking their copies) and attaching readers load
+/// it, so on lossless rings it never bounces between cores — unlike `write_pos`, which
+/// readers poll.
+#[repr(C)]
+#[derive(Debug)]
+pub struct TailLine {
+    /// Everything below this position may have been overwritten.
+    pub tail: AtomicU64,
+}
+
 /// Page 0 of the data segment.
 #[repr(C)]
 #[derive(Debug)]
 pub struct RingHeader {
     pub c: CacheLine<RingConst>,
     pub p: CacheLine<ProducerLine>,
+    pub t: CacheLine<TailLine>,
     pub epochs: CacheLine<EpochTable>,
     pub m: CacheLine<Moderation>,
     pub mp: CacheLine<MultiProducer>,

@@ -129,10 +129,10 @@ impl MpWriter {
                 if need <= self.release.min && sh.ctl().unwrap().r.0.attached_ever.load(Relaxed) == self.release.gen
                     || sh.sync == crate::SyncMode::Frp
                 {
-                    let p = &sh.hdr().p.0;
-                    if need > p.tail.load(Relaxed) {
+                    let t = &sh.hdr().t.0;
+                    if need > t.tail.load(Relaxed) {
                         // SYNC POINT: tail before the data stores that overwrite (see Writer).
-                        p.tail.store(need, Relaxed);
+                        t.tail.store(need, Relaxed);
                     }
                     mp.bitmap.store(bm | 1 << (2 * k), Relaxed);
                     mp.owners[k as usize].store(self.me, Relaxed);

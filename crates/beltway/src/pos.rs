@@ -119,12 +119,14 @@ pub struct LapReport {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ScaleState {
     calm: u32,
-    /// (size, throughput) measured before the last halving, if that halving is on probation.
+    /// (size, throughput) before the last probe, while that probe is on trial.
     probe: Option<(u64, f64)>,
     /// Windows to stay put after a failed probe, and how long the next hold will be.
     hold: u32,
     next_hold: u32,
-    /// Throughput at the current size (for probing the next halving).
+    /// Probe upward next (after a downward probe failed), instead of downward.
+    up_next: bool,
+    /// Best throughput seen at the current size.
     rate: Option<f64>,
 }
 
@@ -148,30 +150,32 @@ impl Scaling {
         }
         st.calm = 0;
         let rate = w.bytes as f64 / w.nanos.max(1) as f64;
-        if let Some((bigger, before)) = st.probe.take() {
-            if rate < before * (1.0 - self.tolerance) {
-                // The halving cost throughput: back to the bigger ring, and stay a while.
+        if let Some((before_size, before)) = st.probe.take() {
+            // A smaller ring must hold throughput; a bigger one must clearly beat it (it
+            // costs cache and memory).
+            let ok = if size < before_size { rate >= before * (1.0 - self.tolerance) } else { rate > before * (1.0 + self.tolerance) };
+            if !ok {
                 st.next_hold = (st.next_hold * 2).clamp(4, 256);
                 st.hold = st.next_hold;
+                st.up_next = size < before_size;
                 st.rate = Some(before);
-                return bigger;
+                return before_size;
             }
-            // Success: the smaller ring is as fast; future probes start from a short hold.
             st.next_hold = 0;
+            st.up_next = size > before_size;
         }
+        st.rate = Some(st.rate.map_or(rate, |r| r.max(rate)));
         if st.hold > 0 {
             st.hold -= 1;
-            st.rate = Some(rate);
             return size;
         }
-        if size > self.min {
-            // Probe one step down, remembering what this size achieved.
-            let here = st.rate.map_or(rate, |r| r.max(rate));
-            st.probe = Some((size, here));
-            st.rate = None;
-            return (size / 2).max(self.min);
+        let next = if st.up_next { (size * 2).min(self.max) } else { (size / 2).max(self.min) };
+        if next == size {
+            st.up_next = !st.up_next;
+            return size;
         }
-        size
+        st.probe = Some((size, st.rate.take().unwrap_or(rate)));
+        next
     }
 }
 

@@ -129,7 +129,7 @@ impl Default for RingConfig {
             size: 1 << 20,
             min_size: None,
             initial_size: None,
-            calm_laps: 4,
+            calm_laps: 1,
             scaling_window: 4 << 20,
             layout: Layout::Bytes,
             slot_size: 2048,
@@ -676,7 +676,7 @@ impl Shared {
         let (_, cur, _) = self.load_epochs();
         RingStats {
             write_pos: h.p.0.write_pos.load(Relaxed),
-            tail: h.p.0.tail.load(Relaxed),
+            tail: h.t.0.tail.load(Relaxed),
             active_size: cur.size,
             wakeups: h.m.0.wakeups.load(Relaxed),
             writer_waits: h.m.0.writer_waits.load(Relaxed),
@@ -994,7 +994,7 @@ impl Writer {
         }
         if self.tail < self.cur.start {
             self.tail = self.cur.start;
-            self.sh.hdr().p.0.tail.store(self.tail, Relaxed);
+            self.sh.hdr().t.0.tail.store(self.tail, Relaxed);
             fence(Release);
         }
         let e = Epoch { start: self.pos, size: next };
@@ -1035,11 +1035,10 @@ impl Writer {
         if need > self.tail {
             self.ensure_released(need)?;
             self.tail = need;
-            let p = &self.sh.hdr().p.0;
             // SYNC POINT: the new tail is published before the data stores that overwrite
             // the old bytes (Release fence orders this store before later stores); lossy
             // readers load it after copying (Acquire fence) to detect overwrite.
-            p.tail.store(need, Relaxed);
+            self.sh.hdr().t.0.tail.store(need, Relaxed);
             fence(Release);
         }
         Ok(self.cur.offset(self.pos))
@@ -1053,8 +1052,9 @@ impl Writer {
             self.wake_readers();
         }
         let slack = (self.cur.size / 4).min(self.pos.saturating_sub(need));
-        let sh = self.sh.clone();
-        if sh.wait_released(need, slack, &mut self.release)? {
+        // Borrow the two fields separately: cloning the Arc here would put two locked
+        // read-modify-writes (store-buffer drains) on every write.
+        if self.sh.wait_released(need, slack, &mut self.release)? {
             self.lap_blocked = true;
         }
         Ok(())
@@ -1415,11 +1415,11 @@ impl Reader {
                 Start::Latest => h.p.0.write_pos.load(Acquire),
                 // Lossy record rings: the tail may lie inside a record, so start at a known
                 // boundary (0 before the first overwrite, else the write position).
-                Start::Oldest if sh.layout == Layout::Records => match h.p.0.tail.load(Acquire) {
+                Start::Oldest if sh.layout == Layout::Records => match h.t.0.tail.load(Acquire) {
                     0 => 0,
                     _ => h.p.0.write_pos.load(Acquire),
                 },
-                Start::Oldest => h.p.0.tail.load(Acquire).div_ceil(sh.slot_size.max(1)) * sh.slot_size.max(1),
+                Start::Oldest => h.t.0.tail.load(Acquire).div_ceil(sh.slot_size.max(1)) * sh.slot_size.max(1),
             };
             return Ok(r);
         };
@@ -1440,7 +1440,7 @@ impl Reader {
             return Err(Error::NoSlots { name: sh.name.clone(), max: sh.max_readers });
         };
         let w = h.p.0.write_pos.load(Acquire);
-        let tail = h.p.0.tail.load(Acquire);
+        let tail = h.t.0.tail.load(Acquire);
         // SRP: the writer promises not to overwrite positions >= guard until it re-scans
         // (under this lock), so start there at the earliest. No reader: start at the end.
         let guard = h.p.0.guard.load(Relaxed).min(w);
@@ -1508,8 +1508,9 @@ impl Reader {
     /// cannot be found inside lost data (thesis 4.5.3). Records the loss and returns the
     /// overrun error to report.
     fn skip_lost(&mut self, from: u64) -> Error {
-        let p = &self.sh.hdr().p.0;
-        let tail = p.tail.load(Acquire);
+        let h = self.sh.hdr();
+        let tail = h.t.0.tail.load(Acquire);
+        let p = &h.p.0;
         self.pos = match self.sh.layout {
             Layout::Bytes => tail.max(self.pos),
             Layout::Slots | Layout::Tags => tail.max(self.pos).div_ceil(self.sh.slot_size) * self.sh.slot_size,
@@ -1557,7 +1558,7 @@ impl Reader {
         if !self.lossy {
             return Ok(());
         }
-        let tail = self.sh.hdr().p.0.tail.load(Acquire);
+        let tail = self.sh.hdr().t.0.tail.load(Acquire);
         if self.pos < tail {
             return Err(self.skip_lost(self.pos));
         }
@@ -1569,7 +1570,7 @@ impl Reader {
         // SYNC POINT: Acquire fence orders the caller's data loads before the tail load
         // (seqlock read side, against the writer's tail store + Release fence).
         fence(Acquire);
-        let tail = self.sh.hdr().p.0.tail.load(Relaxed);
+        let tail = self.sh.hdr().t.0.tail.load(Relaxed);
         if pos < tail {
             return Err(Error::Overrun { name: self.sh.name.clone(), from: pos, to: tail });
         }

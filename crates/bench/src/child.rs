@@ -52,9 +52,6 @@ struct StreamArgs {
     /// CPU to pin to.
     #[arg(long)]
     cpu: usize,
-    /// Busy work per block, in nanoseconds (a consumer that does something with the data).
-    #[arg(long, default_value_t = 0)]
-    work_ns: u64,
 }
 
 pub fn run(a: &Args) -> Result<()> {
@@ -104,9 +101,6 @@ fn receive(s: &StreamArgs, mut read: impl FnMut(&mut [u8]) -> Result<usize>) -> 
             filled += n;
         }
         reference.check(&buf, seq, s.verify)?;
-        if s.work_ns > 0 {
-            busy(s.work_ns);
-        }
     }
     let end_ns = beltway::sys::now_ns();
     let extra = read(&mut buf)?;
@@ -115,12 +109,4 @@ fn receive(s: &StreamArgs, mut read: impl FnMut(&mut [u8]) -> Result<usize>) -> 
     }
     println!("done bytes={} blocks={blocks} end_ns={end_ns}", blocks * s.block as u64);
     Ok(())
-}
-
-/// Spin for `ns` nanoseconds.
-fn busy(ns: u64) {
-    let until = beltway::sys::now_ns() + ns;
-    while beltway::sys::now_ns() < until {
-        std::hint::spin_loop();
-    }
 }

@@ -47,11 +47,6 @@ impl Timing {
     pub fn best(&self) -> f64 {
         self.runs.iter().copied().fold(f64::INFINITY, f64::min)
     }
-    pub fn median(&self) -> f64 {
-        let mut v = self.runs.clone();
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
-    }
     /// Throughput of the best run in MB/s (10^6 bytes per second).
     pub fn mbps(&self, bytes: u64) -> f64 {
         bytes as f64 / self.best() / 1e6
@@ -72,12 +67,33 @@ impl Plan {
 
     /// Run `f` (which returns the seconds its timed region took) per the policy above.
     pub fn measure(&self, mut f: impl FnMut(Verify) -> Result<f64>) -> Result<Timing> {
-        if self.quick {
-            return Ok(Timing { runs: vec![f(Verify::Full)?] });
+        Ok(self.measure_with(|v| Ok((f(v)?, ())))?.0)
+    }
+
+    /// Like [`Plan::measure`] for runs that also return details; returns those of the
+    /// fastest timed run.
+    pub fn measure_with<T>(&self, mut f: impl FnMut(Verify) -> Result<(f64, T)>) -> Result<(Timing, T)> {
+        let timed = if self.quick {
+            Verify::Full
+        } else {
+            f(Verify::Full)?;
+            Verify::Stamps
+        };
+        let mut runs = Vec::new();
+        let mut best: Option<(f64, T)> = None;
+        for _ in 0..self.reps {
+            let (secs, details) = f(timed)?;
+            runs.push(secs);
+            let faster = match &best {
+                None => true,
+                Some((b, _)) => secs < *b,
+            };
+            if faster {
+                best = Some((secs, details));
+            }
         }
-        f(Verify::Full)?;
-        let runs = (0..self.reps).map(|_| f(Verify::Stamps)).collect::<Result<Vec<_>>>()?;
-        Ok(Timing { runs })
+        let (_, details) = best.expect("at least one run");
+        Ok((Timing { runs }, details))
     }
 }
 
@@ -157,6 +173,14 @@ pub fn pin(cpu: usize) -> Result<usize> {
     Ok(cpu)
 }
 
+/// Spin for `ns` nanoseconds (stand-in work of a producer or consumer).
+pub fn busy(ns: u64) {
+    let until = beltway::sys::now_ns() + ns;
+    while beltway::sys::now_ns() < until {
+        std::hint::spin_loop();
+    }
+}
+
 /// Prefix of every named ring this program creates: `slbench-<pid>-<n>`.
 const NAME_PREFIX: &str = "slbench-";
 
@@ -174,8 +198,16 @@ pub fn remove_stale_rings() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(rest) = name.strip_prefix(NAME_PREFIX) else { continue };
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if !process_running(pid) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
+}
+
+/// Whether `pid` names a process that has not exited (zombies have).
+fn process_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state follows the command name, which is in parentheses and may contain spaces.
+    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
+    !matches!(state, None | Some("Z") | Some("X"))
 }

@@ -7,8 +7,8 @@
 use crate::pattern::Blocks;
 use crate::proc::{pipe_size, ChildProc};
 use crate::spsc;
-use crate::util::{err, pin, ring_name, Result, Verify};
-use beltway::{RingConfig, RingStats, Writer};
+use crate::util::{busy, err, pin, ring_name, Result, Verify};
+use beltway::{Layout, RingConfig, RingStats, Writer};
 use std::io::Write;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -24,13 +24,15 @@ pub struct StreamSpec {
     /// Total bytes (a whole number of blocks).
     pub bytes: u64,
     pub verify: Verify,
-    /// Busy work the reader does per block.
-    pub reader_work_ns: u64,
+    /// Busy work the writer does before each block (a producer that makes the data).
+    pub writer_work_ns: u64,
+    /// CPU the reader process is pinned to (the writer is on [`WRITER_CPU`]).
+    pub reader_cpu: usize,
 }
 
 impl StreamSpec {
     pub fn new(block: usize, bytes: u64, verify: Verify) -> StreamSpec {
-        StreamSpec { block, bytes, verify, reader_work_ns: 0 }
+        StreamSpec { block, bytes, verify, writer_work_ns: 0, reader_cpu: READER_CPU }
     }
     fn blocks(&self) -> u64 {
         self.bytes / self.block as u64
@@ -40,7 +42,8 @@ impl StreamSpec {
 /// A change of a self-scaling ring's active size, seen by the writer.
 #[derive(Debug, Clone, Copy)]
 pub struct Resize {
-    /// Bytes written when the writer noticed the new size.
+    /// Stream position at which the new size took effect (the start of the block whose
+    /// write crossed the lap boundary).
     pub pos: u64,
     pub at_ns: u64,
     pub size: u64,
@@ -50,10 +53,12 @@ pub struct Resize {
 #[derive(Debug, Clone)]
 pub struct RingRun {
     pub secs: f64,
-    pub start_ns: u64,
+    /// When the reader had the last byte (CLOCK_MONOTONIC).
     pub end_ns: u64,
     pub stats: RingStats,
+    /// Active size at the first and after the last write (`Writer::active_size`).
     pub initial_size: u64,
+    pub final_size: u64,
     pub resizes: Vec<Resize>,
 }
 
@@ -73,19 +78,22 @@ pub fn via_ring(cfg: RingConfig, s: &StreamSpec) -> Result<RingRun> {
     let mut resizes = Vec::new();
     let start_ns = beltway::sys::now_ns();
     for seq in 0..s.blocks() {
+        if s.writer_work_ns > 0 {
+            busy(s.writer_work_ns);
+        }
         if let Err(e) = w.write(blocks.block(seq)) {
             w.close();
             return Err(with_child_error(format!("ring write of block {seq}: {e}"), child));
         }
         if w.active_size() != size {
             size = w.active_size();
-            resizes.push(Resize { pos: (seq + 1) * s.block as u64, at_ns: beltway::sys::now_ns(), size });
+            resizes.push(Resize { pos: seq * s.block as u64, at_ns: beltway::sys::now_ns(), size });
         }
     }
     w.close();
-    let stats = w.stats();
+    let (stats, final_size) = (w.stats(), w.active_size());
     let end_ns = finish(child, s)?;
-    Ok(RingRun { secs: secs(start_ns, end_ns), start_ns, end_ns, stats, initial_size, resizes })
+    Ok(RingRun { secs: secs(start_ns, end_ns), end_ns, stats, initial_size, final_size, resizes })
 }
 
 /// Stream `s` through a Unix pipe (the child's stdin, default size) to a reader process.
@@ -143,12 +151,23 @@ pub fn via_threads(size: usize, s: &StreamSpec) -> Result<f64> {
     Ok(secs(start_ns, end_ns))
 }
 
-/// Touch every page of the ring's active area without publishing anything, so that the
-/// first lap of a timed run does not pay page faults.
+/// Touch every page of the ring's active area before any reader attaches, so that the first
+/// lap of a timed run does not pay page faults. Byte rings: through a poke window that is
+/// never published. Record rings: one lap of empty records, which no reader will see (a
+/// reader attaching to a ring without readers starts at the write position).
 pub fn prefault(w: &mut Writer) -> Result<()> {
     let n = w.active_size() as usize;
-    w.poke_acquire(n)?.fill(0);
-    w.poke_complete(0)?;
+    if w.shared().layout() == Layout::Bytes {
+        w.poke_acquire(n)?.fill(0);
+        w.poke_complete(0)?;
+        return Ok(());
+    }
+    let max = w.max_record().min(n);
+    let before = w.position();
+    while w.position() - before < n as u64 {
+        w.poke_acquire(max)?.fill(0);
+        w.poke_complete(0)?;
+    }
     Ok(())
 }
 
@@ -166,8 +185,7 @@ fn child_args(role: &str, name: Option<&str>, s: &StreamSpec) -> Vec<String> {
             ("--block", s.block.to_string()),
             ("--bytes", s.bytes.to_string()),
             ("--verify", verify.to_string()),
-            ("--cpu", READER_CPU.to_string()),
-            ("--work-ns", s.reader_work_ns.to_string()),
+            ("--cpu", s.reader_cpu.to_string()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v]),
