@@ -1,0 +1,175 @@
+//! `streamline`: run, check and document extended pipelines.
+//!
+//! - `streamline run 'PIPELINE'` builds the graph in one space and runs it until the
+//!   sources end or Ctrl-C, then prints a per-filter table (blocks, bytes, drops, time) and
+//!   the filters' own summaries (e.g. `count`'s totals) on standard error; standard output
+//!   belongs to the pipeline's data.
+//! - `streamline check 'PIPELINE'` prints the parsed graph, or the diagnostic.
+//! - `streamline filters [NAME]` lists the native filters or prints one's documentation.
+
+use clap::{Parser, Subcommand};
+use dataplane::Space;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "streamline", version, about = "Extended Unix pipelines over shared-memory rings")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a pipeline until its sources end (or Ctrl-C).
+    Run {
+        pipeline: String,
+        /// Do not print the per-filter table.
+        #[arg(short, long)]
+        quiet: bool,
+        /// Size of the space's data ring (bytes).
+        #[arg(long, default_value_t = 64 << 20)]
+        ring: usize,
+    },
+    /// Parse a pipeline and print its graph (or the error).
+    Check { pipeline: String },
+    /// List native filters, or print one filter's documentation.
+    Filters { name: Option<String> },
+}
+
+/// Native filters from the library, Unix commands from PATH.
+struct Resolver;
+
+impl lang::Resolver for Resolver {
+    fn resolve(&self, name: &str) -> Option<lang::FilterKind> {
+        if filters::find(name).is_some() {
+            Some(lang::FilterKind::Native)
+        } else if on_path(name) {
+            Some(lang::FilterKind::Unix)
+        } else {
+            None
+        }
+    }
+    fn native_names(&self) -> Vec<String> {
+        filters::REGISTRY.iter().map(|s| s.name.to_string()).collect()
+    }
+}
+
+fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let exec = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if name.contains('/') {
+        return exec(std::path::Path::new(name));
+    }
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| exec(&d.join(name))))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Filters { name: None } => {
+            for s in filters::REGISTRY {
+                println!("{:<10} {}", s.name, s.synopsis);
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Filters { name: Some(n) } => match filters::find(&n) {
+            Some(s) => {
+                print!("{}", s.doc());
+                ExitCode::SUCCESS
+            }
+            None => {
+                eprintln!("streamline: no native filter named '{n}' (`streamline filters` lists them)");
+                ExitCode::from(2)
+            }
+        },
+        Cmd::Check { pipeline } => match lang::parse(&pipeline, &Resolver) {
+            Ok(g) => {
+                print!("{}", g.canonical());
+                ExitCode::SUCCESS
+            }
+            Err(d) => {
+                eprintln!("{d}");
+                ExitCode::from(2)
+            }
+        },
+        Cmd::Run { pipeline, quiet, ring } => run(&pipeline, quiet, ring),
+    }
+}
+
+fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
+    let g = match lang::parse(pipeline, &Resolver) {
+        Ok(g) => g,
+        Err(d) => {
+            eprintln!("{d}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut space = match Space::build(&g, &filters::Library, ring) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("streamline: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let interrupt = Arc::new(AtomicBool::new(false));
+    {
+        let i = interrupt.clone();
+        let _ = ctrlc::set_handler(move || {
+            if i.swap(true, Ordering::SeqCst) {
+                // Second Ctrl-C: give up at once.
+                std::process::exit(130);
+            }
+        });
+    }
+    let bar = if std::io::stderr().is_terminal() && !quiet {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}").unwrap());
+        Some(b)
+    } else {
+        None
+    };
+    let start = std::time::Instant::now();
+    space.run(&interrupt, |s| {
+        if let (Some(b), Some((done, total))) = (&bar, s.progress()) {
+            b.set_length(total);
+            b.set_position(done);
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let elapsed = start.elapsed();
+    let report = space.report();
+    if !quiet {
+        eprintln!("{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}", "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops", "time ms");
+        for r in &report {
+            let c = r.counters;
+            eprintln!(
+                "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10.1}",
+                r.label, c.blocks_in, c.bytes_in, c.blocks_out, c.bytes_out, c.drops, c.nanos as f64 / 1e6
+            );
+        }
+        eprintln!("({:.3} s)", elapsed.as_secs_f64());
+    }
+    for r in &report {
+        if let Some(s) = &r.summary {
+            eprintln!("{s}");
+        }
+    }
+    for w in space.warnings() {
+        eprintln!("warning: {w}");
+    }
+    let failed = space.failed();
+    if interrupt.load(Ordering::SeqCst) {
+        eprintln!("interrupted");
+        return ExitCode::from(130);
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,244 @@
+//! The `Filter` trait, the context a filter runs in, and filter metadata.
+//!
+//! Filters are small (Click style): parse parameters through [`Args`], implement
+//! [`Filter::process`] over a batch of tags, register with one [`FilterSpec`]. Most filters
+//! only read data and set each tag's class (0 = drop); nothing is copied. Editing filters
+//! ask [`Ctx::writable`], which copies only when someone else may still read the block.
+
+use crate::session::SessionTable;
+use crate::store::{ResolveError, Store};
+use beltway::Tag;
+use std::collections::BTreeMap;
+
+pub type Class = u16;
+
+/// A batch of blocks moving through the graph together (vector-style scheduling: each
+/// filter handles the whole batch, then the batch moves on, depth-first).
+#[derive(Debug, Default, Clone)]
+pub struct Batch {
+    pub tags: Vec<Tag>,
+    /// Per tag: another consumer may still read this block (write isolation).
+    pub shared: Vec<bool>,
+}
+
+impl Batch {
+    pub fn with_capacity(n: usize) -> Batch {
+        Batch { tags: Vec::with_capacity(n), shared: Vec::with_capacity(n) }
+    }
+    pub fn push(&mut self, t: Tag) {
+        self.tags.push(t);
+        self.shared.push(false);
+    }
+    pub fn clear(&mut self) {
+        self.tags.clear();
+        self.shared.clear();
+    }
+    pub fn len(&self) -> usize {
+        self.tags.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.tags.is_empty()
+    }
+    /// Keep only the tags `f` accepts (keeps `shared` in step).
+    pub fn retain(&mut self, mut f: impl FnMut(&Tag) -> bool) {
+        let mut j = 0;
+        for i in 0..self.tags.len() {
+            if f(&self.tags[i]) {
+                self.tags[j] = self.tags[i];
+                self.shared[j] = self.shared[i];
+                j += 1;
+            }
+        }
+        self.tags.truncate(j);
+        self.shared.truncate(j);
+    }
+}
+
+/// What a filter's `process` runs with: the space's data store, its own session state,
+/// and a place to report problems.
+pub struct Ctx<'a> {
+    pub store: &'a mut Store,
+    /// Name of the filter instance (for messages).
+    pub name: &'a str,
+    pub(crate) warnings: &'a mut Vec<String>,
+    pub(crate) stop: &'a mut bool,
+}
+
+impl Ctx<'_> {
+    /// The bytes of a block.
+    #[inline]
+    pub fn data(&self, t: &Tag) -> Result<&[u8], ResolveError> {
+        self.store.data(t)
+    }
+    /// A writable view of block `i` of `batch`, copying only if the block is shared or
+    /// lives in read-only memory (then the tag is redirected to the copy).
+    pub fn writable<'b>(&'b mut self, batch: &mut Batch, i: usize) -> Result<&'b mut [u8], ResolveError> {
+        let exclusive = !batch.shared[i];
+        let (s, copied) = self.store.writable(&mut batch.tags[i], exclusive)?;
+        if copied {
+            batch.shared[i] = false;
+        }
+        Ok(s)
+    }
+    /// A non-fatal problem worth telling the user (printed once per distinct message).
+    pub fn warn(&mut self, msg: impl Into<String>) {
+        let m = format!("{}: {}", self.name, msg.into());
+        if !self.warnings.contains(&m) {
+            self.warnings.push(m);
+        }
+    }
+    /// Ask the run to stop (e.g. a sink that cannot write).
+    pub fn stop(&mut self) {
+        *self.stop = true;
+    }
+}
+
+/// A native filter instance.
+pub trait Filter: Send {
+    /// Process a batch in place: set each tag's class (0 drops it on default arcs), crop
+    /// tags (edit pos/len), drop, reorder or append tags.
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch);
+
+    /// Sources: produce the next batch (up to `max` blocks). `false` when exhausted.
+    fn pull(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch, _max: usize) -> bool {
+        false
+    }
+
+    /// Called after each source batch has finished its walk through the whole graph
+    /// (depth-first: every copy of those blocks has been delivered by then).
+    fn epoch_end(&mut self) {}
+
+    /// End of stream: emit held blocks (reassembly, sampling windows), print totals.
+    fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {}
+
+    /// A line to print when the run ends (e.g. `count`'s totals), if any.
+    fn summary(&self) -> Option<String> {
+        None
+    }
+
+    /// Progress of a source as (done, total) bytes, for progress bars.
+    fn progress(&self) -> Option<(u64, u64)> {
+        None
+    }
+}
+
+/// Classifier filters: one pure decision per block (Click's `simple_action`).
+pub trait Classify: Send {
+    fn classify(&mut self, data: &[u8], tag: &Tag) -> Class;
+}
+
+/// Adapter: a [`Classify`] as a [`Filter`].
+pub struct Classifier<C>(pub C);
+
+impl<C: Classify> Filter for Classifier<C> {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for t in batch.tags.iter_mut() {
+            t.class = match cx.store.data(t) {
+                Ok(d) => self.0.classify(d, t),
+                Err(_) => 0,
+            };
+        }
+    }
+}
+
+/// Table 5.1 data-access classes (used by the optimizer later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Metadata,
+    Statistics,
+    Inspection,
+    Classification,
+    Reordering,
+    Editing,
+    Source,
+    Sink,
+}
+
+/// Documentation of one parameter.
+#[derive(Debug, Clone, Copy)]
+pub struct Param {
+    pub name: &'static str,
+    pub doc: &'static str,
+}
+
+/// Everything the registry knows about a filter, with fixed documentation sections.
+pub struct FilterSpec {
+    pub name: &'static str,
+    pub synopsis: &'static str,
+    pub description: &'static str,
+    pub params: &'static [Param],
+    pub classes: &'static str,
+    pub example: &'static str,
+    pub access: Access,
+    pub source: bool,
+    pub make: fn(&Args) -> Result<Box<dyn Filter>, String>,
+}
+
+impl FilterSpec {
+    /// The documentation as `streamline filters NAME` prints it.
+    pub fn doc(&self) -> String {
+        let mut s = format!("{}\n\nSYNOPSIS\n    {}\n\nDESCRIPTION\n", self.name, self.synopsis);
+        for l in self.description.lines() {
+            s += &format!("    {l}\n");
+        }
+        s += "\nPARAMETERS\n";
+        if self.params.is_empty() {
+            s += "    (none)\n";
+        }
+        for p in self.params {
+            s += &format!("    {:<12} {}\n", p.name, p.doc);
+        }
+        s += &format!("\nCLASSES\n    {}\n\nEXAMPLE\n    {}\n", self.classes, self.example);
+        s
+    }
+}
+
+/// Typed access to a filter's parameters: positional words and key=value options.
+#[derive(Debug, Clone, Default)]
+pub struct Args {
+    pub filter: String,
+    pub positional: Vec<String>,
+    pub options: BTreeMap<String, String>,
+}
+
+impl Args {
+    pub fn new(filter: &str, positional: Vec<String>, options: Vec<(String, String)>) -> Args {
+        Args { filter: filter.to_string(), positional, options: options.into_iter().collect() }
+    }
+    /// An option by key, or else the positional parameter at `pos`.
+    pub fn get(&self, key: &str, pos: Option<usize>) -> Option<&str> {
+        self.options.get(key).map(|s| s.as_str()).or_else(|| pos.and_then(|p| self.positional.get(p)).map(|s| s.as_str()))
+    }
+    pub fn require(&self, key: &str, pos: Option<usize>) -> Result<&str, String> {
+        self.get(key, pos).ok_or_else(|| format!("{}: missing parameter '{key}'", self.filter))
+    }
+    pub fn parse<T: std::str::FromStr>(&self, key: &str, pos: Option<usize>, default: T) -> Result<T, String> {
+        match self.get(key, pos) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|_| format!("{}: parameter {key}={v} is not valid", self.filter)),
+        }
+    }
+    /// Size with optional K/M/G suffix.
+    pub fn size(&self, key: &str, pos: Option<usize>, default: u64) -> Result<u64, String> {
+        match self.get(key, pos) {
+            None => Ok(default),
+            Some(v) => parse_size(v).ok_or_else(|| format!("{}: parameter {key}={v} is not a size (e.g. 64, 4K, 1M)", self.filter)),
+        }
+    }
+    pub fn flag(&self, key: &str) -> bool {
+        matches!(self.options.get(key).map(|s| s.as_str()), Some("yes" | "true" | "1" | "on"))
+    }
+}
+
+pub fn parse_size(v: &str) -> Option<u64> {
+    let (num, mul) = match v.chars().last()? {
+        'k' | 'K' => (&v[..v.len() - 1], 1u64 << 10),
+        'm' | 'M' => (&v[..v.len() - 1], 1 << 20),
+        'g' | 'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mul)
+}
+
+/// Session state helper re-exported for filters.
+pub type Sessions<T> = SessionTable<T>;

@@ -1,0 +1,336 @@
+//! One execution space: the request graph instantiated as filters and arcs, scheduled
+//! depth-first by plain function calls (thesis 5.2.1) over batches of tags.
+//!
+//! A source's batch enters its out-arcs; each arc forwards only the tags whose class its
+//! selector admits (a port multicasts to every arc: no copy, only tags); each filter handles
+//! the whole batch before it moves on. Sinks end the walk. Per filter the runtime counts
+//! blocks and bytes in and out, drops, and time spent.
+
+use crate::builtin::{JoinFilter, SplitFilter, UnixProc};
+use crate::filter::{Args, Batch, Ctx, Filter};
+use crate::store::Store;
+use lang::{Graph, NodeKind, Selector};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Blocks per batch pulled from a source.
+pub const BATCH: usize = 64;
+/// Arcs a block may traverse in one walk before the runtime calls it a runaway loop.
+const MAX_DEPTH: usize = 4096;
+
+/// Builds filter instances by name (implemented by the filter library).
+pub trait Factory {
+    fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, String>;
+    fn is_source(&self, name: &str) -> bool;
+}
+
+/// Per-filter counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub blocks_in: u64,
+    pub bytes_in: u64,
+    pub blocks_out: u64,
+    pub bytes_out: u64,
+    pub drops: u64,
+    pub nanos: u64,
+}
+
+struct Arc_ {
+    to: usize,
+    sel: Selector,
+}
+
+struct RtNode {
+    label: String,
+    filter: Box<dyn Filter>,
+    out: Vec<Arc_>,
+    source: bool,
+    /// Route by class to the k-th arc (split), instead of multicasting.
+    routes_by_class: bool,
+    done: bool,
+    c: Counters,
+}
+
+/// A run's outcome per filter.
+#[derive(Debug, Clone)]
+pub struct NodeReport {
+    pub label: String,
+    pub counters: Counters,
+    pub summary: Option<String>,
+}
+
+/// Error building a space from a graph.
+#[derive(Debug, thiserror::Error)]
+#[error("{label}: {why}")]
+pub struct BuildError {
+    pub label: String,
+    pub why: String,
+}
+
+/// A graph instantiated in one space.
+pub struct Space {
+    nodes: Vec<RtNode>,
+    store: Store,
+    warnings: Vec<String>,
+    stop: bool,
+    names: Vec<(String, u16)>,
+}
+
+impl Space {
+    /// Instantiate every node of `g`. `scratch` sizes the space's default data ring.
+    pub fn build(g: &Graph, factory: &dyn Factory, scratch: usize) -> Result<Space, BuildError> {
+        let mut nodes = Vec::with_capacity(g.nodes.len());
+        let mut seen = std::collections::HashMap::<String, usize>::new();
+        let in_degree = |id| g.edges.iter().filter(|e| e.to == id).count();
+        for n in &g.nodes {
+            let base = match &n.kind {
+                NodeKind::Filter { filter, .. } => filter.clone(),
+                NodeKind::Unix { argv } => argv.first().cloned().unwrap_or_default(),
+                NodeKind::Join { .. } => "join".into(),
+                NodeKind::Split { .. } => "split".into(),
+            };
+            let k = seen.entry(base.clone()).or_insert(0);
+            *k += 1;
+            let label = match &n.name {
+                Some(name) => format!("{base}:{name}"),
+                None if *k > 1 => format!("{base}#{k}"),
+                None => base.clone(),
+            };
+            let err = |why: String| BuildError { label: label.clone(), why };
+            let (filter, source, routes): (Box<dyn Filter>, bool, bool) = match &n.kind {
+                NodeKind::Filter { filter, params, options } => {
+                    let args = Args::new(filter, params.clone(), options.clone());
+                    (factory.make(filter, &args).map_err(err)?, factory.is_source(filter), false)
+                }
+                NodeKind::Unix { argv } => {
+                    let source = in_degree(n.id) == 0;
+                    let sink = !g.edges.iter().any(|e| e.from == n.id);
+                    (Box::new(UnixProc::spawn(argv, source, sink).map_err(|e| err(e.to_string()))?), source, false)
+                }
+                NodeKind::Join { mode } => (Box::new(JoinFilter::new(*mode, in_degree(n.id))), false, false),
+                NodeKind::Split { mode, ways } => (Box::new(SplitFilter::new(*mode, *ways)), false, true),
+            };
+            nodes.push(RtNode { label, filter, out: Vec::new(), source, routes_by_class: routes, done: false, c: Counters::default() });
+        }
+        for e in &g.edges {
+            nodes[e.from].out.push(Arc_ { to: e.to, sel: e.sel.clone() });
+        }
+        Ok(Space { nodes, store: Store::new(scratch), warnings: Vec::new(), stop: false, names: Vec::new() })
+    }
+
+    /// Named classes for `|name` selectors.
+    pub fn set_class_names(&mut self, names: Vec<(String, u16)>) {
+        self.names = names;
+    }
+
+    pub fn store(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// Run `f` with node `i`'s filter and a context (disjoint borrows).
+    fn with_filter<R>(&mut self, i: usize, f: impl FnOnce(&mut dyn Filter, &mut Ctx<'_>) -> R) -> R {
+        let Space { nodes, store, warnings, stop, .. } = self;
+        let node = &mut nodes[i];
+        let mut cx = Ctx { store, name: &node.label, warnings, stop };
+        f(node.filter.as_mut(), &mut cx)
+    }
+
+    /// Push a batch into node `i` (run its filter, then route).
+    fn push(&mut self, i: usize, mut batch: Batch, depth: usize) {
+        if depth > MAX_DEPTH {
+            let l = self.nodes[i].label.clone();
+            self.warnings.push(format!("{l}: blocks went round a loop more than {MAX_DEPTH} times; dropped (a loop without a bounding `for`?)"));
+            self.nodes[i].c.drops += batch.len() as u64;
+            return;
+        }
+        {
+            let c = &mut self.nodes[i].c;
+            c.blocks_in += batch.len() as u64;
+            c.bytes_in += batch.tags.iter().map(|t| t.len as u64).sum::<u64>();
+        }
+        let t0 = Instant::now();
+        self.with_filter(i, |f, cx| f.process(cx, &mut batch));
+        self.nodes[i].c.nanos += t0.elapsed().as_nanos() as u64;
+        self.route(i, batch, depth);
+    }
+
+    /// Forward a node's output batch along its arcs.
+    fn route(&mut self, i: usize, mut batch: Batch, depth: usize) {
+        let n_out = self.nodes[i].out.len();
+        let names = &self.names;
+        let lookup = |s: &str| names.iter().find(|(n, _)| n == s).map(|(_, c)| *c);
+        if self.nodes[i].routes_by_class {
+            // Split: class k goes to arc k-1 only.
+            let mut per: Vec<Batch> = (0..n_out).map(|_| Batch::default()).collect();
+            for (t, sh) in batch.tags.iter().zip(&batch.shared) {
+                if let Some(b) = (t.class as usize).checked_sub(1).and_then(|k| per.get_mut(k)) {
+                    b.tags.push(*t);
+                    b.shared.push(*sh);
+                }
+            }
+            let bytes = per.iter().flat_map(|b| b.tags.iter()).map(|t| t.len as u64).sum();
+            self.count_out(i, per.iter().map(|b| b.len()).sum(), bytes);
+            for (k, b) in per.into_iter().enumerate() {
+                if !b.is_empty() {
+                    let to = self.nodes[i].out[k].to;
+                    self.push(to, b, depth + 1);
+                }
+            }
+            return;
+        }
+        if n_out == 0 {
+            // A sink: everything ends here.
+            return;
+        }
+        if n_out == 1 {
+            // The common linear case: filter in place and move the batch, no allocation.
+            let before = batch.len();
+            let sel = &self.nodes[i].out[0].sel;
+            if !matches!(sel, Selector::All) {
+                batch.retain(|t| sel.admits(t.class, &lookup));
+            }
+            let kept = batch.len();
+            self.nodes[i].c.drops += (before - kept) as u64;
+            let bytes = batch.tags.iter().map(|t| t.len as u64).sum();
+            self.count_out(i, kept, bytes);
+            if kept > 0 {
+                let to = self.nodes[i].out[0].to;
+                self.push(to, batch, depth + 1);
+            }
+            return;
+        }
+        // Multicast: each arc gets the tags its selector admits. A block that goes down more
+        // than one arc is shared until its last arc (write isolation).
+        let admits: Vec<Vec<bool>> = self.nodes[i].out.iter().map(|a| batch.tags.iter().map(|t| a.sel.admits(t.class, &lookup)).collect()).collect();
+        let mut remaining: Vec<usize> = (0..batch.len()).map(|j| admits.iter().filter(|a| a[j]).count()).collect();
+        let dropped = remaining.iter().filter(|r| **r == 0).count();
+        self.nodes[i].c.drops += dropped as u64;
+        let total: usize = remaining.iter().sum();
+        let bytes = batch.tags.iter().zip(&remaining).map(|(t, r)| t.len as u64 * *r as u64).sum();
+        self.count_out(i, total, bytes);
+        for (k, adm) in admits.iter().enumerate() {
+            let mut sub = Batch::with_capacity(batch.len());
+            for j in 0..batch.len() {
+                if adm[j] {
+                    remaining[j] -= 1;
+                    sub.tags.push(batch.tags[j]);
+                    sub.shared.push(batch.shared[j] || remaining[j] > 0);
+                }
+            }
+            if !sub.is_empty() {
+                let to = self.nodes[i].out[k].to;
+                self.push(to, sub, depth + 1);
+            }
+        }
+    }
+
+    fn count_out(&mut self, i: usize, blocks: usize, bytes: u64) {
+        let c = &mut self.nodes[i].c;
+        c.blocks_out += blocks as u64;
+        c.bytes_out += bytes;
+    }
+
+    /// Run until every source is exhausted or `interrupt` is set. Calls `tick` now and then
+    /// (progress display).
+    pub fn run(&mut self, interrupt: &AtomicBool, mut tick: impl FnMut(&Space)) {
+        let sources: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].source).collect();
+        let mut last_tick = Instant::now();
+        let mut batch = Batch::with_capacity(BATCH);
+        loop {
+            let mut active = false;
+            for &s in &sources {
+                if self.nodes[s].done || self.stop || interrupt.load(Ordering::Relaxed) {
+                    continue;
+                }
+                batch.clear();
+                let t0 = Instant::now();
+                let more = self.with_filter(s, |f, cx| f.pull(cx, &mut batch, BATCH));
+                self.nodes[s].c.nanos += t0.elapsed().as_nanos() as u64;
+                if !batch.is_empty() {
+                    active = true;
+                    let b = std::mem::replace(&mut batch, Batch::with_capacity(BATCH));
+                    self.route(s, b, 0);
+                    self.epoch_end();
+                }
+                if !more {
+                    self.nodes[s].done = true;
+                } else {
+                    active = true;
+                }
+            }
+            // Unix processes in the middle of a pipeline produce output asynchronously.
+            self.poll_unix(false);
+            if last_tick.elapsed() > Duration::from_millis(100) {
+                tick(self);
+                last_tick = Instant::now();
+            }
+            if !active || self.stop || interrupt.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        self.finish_all();
+    }
+
+    /// Let every filter that holds blocks flush them (in graph order), then drain Unix
+    /// processes.
+    fn finish_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            let mut out = Batch::default();
+            self.with_filter(i, |f, cx| f.finish(cx, &mut out));
+            if !out.is_empty() {
+                self.route(i, out, 0);
+            }
+            self.poll_unix_node(i, true);
+        }
+    }
+
+    fn poll_unix(&mut self, wait: bool) {
+        for i in 0..self.nodes.len() {
+            self.poll_unix_node(i, wait);
+        }
+    }
+
+    fn poll_unix_node(&mut self, i: usize, wait: bool) {
+        let mut out = Batch::default();
+        // Sources handle their own output through pull; others (mid-pipeline Unix
+        // processes) are drained here.
+        if self.nodes[i].source {
+            return;
+        }
+        self.with_filter(i, |f, cx| f.pull(cx, &mut out, if wait { usize::MAX } else { BATCH * 16 }));
+        if !out.is_empty() {
+            self.route(i, out, 0);
+        }
+    }
+
+    /// A source batch has finished its whole walk through the graph.
+    fn epoch_end(&mut self) {
+        for n in &mut self.nodes {
+            n.filter.epoch_end();
+        }
+    }
+
+    /// Per-filter counters and summaries.
+    pub fn report(&self) -> Vec<NodeReport> {
+        self.nodes.iter().map(|n| NodeReport { label: n.label.clone(), counters: n.c, summary: n.filter.summary() }).collect()
+    }
+
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Whether a filter stopped the run because of an error (e.g. a sink could not write).
+    pub fn failed(&self) -> bool {
+        self.stop
+    }
+
+    /// Progress of file sources: (done, total) bytes summed.
+    pub fn progress(&self) -> Option<(u64, u64)> {
+        let v: Vec<_> = self.nodes.iter().filter(|n| n.source).filter_map(|n| n.filter.progress()).collect();
+        if v.is_empty() {
+            None
+        } else {
+            Some(v.iter().fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)))
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Where block data lives in one space: a table of DBufs indexed by the tag's buffer id.
+//!
+//! - [`LocalRing`]: a process-local data ring with absolute positions (the space's default
+//!   DBuf for sources that read bytes, and for copies made by write isolation).
+//! - file regions: a whole file mapped read-only (thesis 4.5.6, files as DBufs), so that
+//!   e.g. `pcapin` hands out tags straight into the capture file, copying nothing.
+//!
+//! Owns resolution (tag -> bytes), validity (a ring position below the overwrite horizon
+//! is gone) and allocation of new data. Does not own scheduling.
+
+use crate::mmap;
+use beltway::Tag;
+use std::path::Path;
+
+/// Buffer ids: 0 is "no buffer"; ids index [`Store::regions`] minus one.
+pub type BufId = u16;
+
+/// A process-local ring of bytes with absolute, monotonically growing positions.
+#[derive(Debug)]
+pub struct LocalRing {
+    data: Vec<u8>,
+    mask: u64,
+    write: u64,
+}
+
+impl LocalRing {
+    pub fn new(size: usize) -> LocalRing {
+        let size = size.next_power_of_two().max(4096);
+        LocalRing { data: vec![0; size], mask: size as u64 - 1, write: 0 }
+    }
+
+    /// Reserve `len` contiguous bytes (skipping to the next lap if they would wrap).
+    /// Returns the absolute position and the writable slice.
+    pub fn alloc(&mut self, len: usize) -> (u64, &mut [u8]) {
+        let size = self.mask + 1;
+        assert!(len as u64 <= size / 2, "block of {len} bytes does not fit a {size}-byte ring");
+        let off = self.write & self.mask;
+        if off + len as u64 > size {
+            self.write += size - off;
+        }
+        let pos = self.write;
+        self.write += len as u64;
+        let off = (pos & self.mask) as usize;
+        (pos, &mut self.data[off..off + len])
+    }
+
+    /// Bytes at `pos`, if still intact.
+    pub fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        if pos + len as u64 > self.write || self.write - pos > self.mask + 1 {
+            return None;
+        }
+        let off = (pos & self.mask) as usize;
+        self.data.get(off..off + len)
+    }
+
+    fn get_mut(&mut self, pos: u64, len: usize) -> Option<&mut [u8]> {
+        if pos + len as u64 > self.write || self.write - pos > self.mask + 1 {
+            return None;
+        }
+        let off = (pos & self.mask) as usize;
+        self.data.get_mut(off..off + len)
+    }
+}
+
+#[derive(Debug)]
+enum Region {
+    Ring(LocalRing),
+    File(mmap::FileMap),
+}
+
+/// Out-of-band metadata of one record in a DBuf (like a dr-DBuf's header ring): where it
+/// starts, when it was captured, its length on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordMeta {
+    pub pos: u64,
+    pub ts_ns: u64,
+    pub orig_len: u32,
+}
+
+/// Per-buffer annotations: link type of its frames (pcap LINKTYPE_*), record metadata.
+#[derive(Debug, Default)]
+struct Annotations {
+    link: Option<u32>,
+    records: Vec<RecordMeta>,
+}
+
+/// The DBufs of one space.
+#[derive(Debug, Default)]
+pub struct Store {
+    regions: Vec<Region>,
+    notes: Vec<Annotations>,
+    /// The space's default ring (allocations and copies), created on first use.
+    scratch: Option<BufId>,
+    scratch_size: usize,
+}
+
+/// Error resolving a tag.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error("tag refers to unknown buffer {0}")]
+    UnknownBuffer(BufId),
+    #[error("block at position {pos} of buffer {buf} was overwritten or lies outside it")]
+    Gone { buf: BufId, pos: u64 },
+}
+
+impl Store {
+    pub fn new(scratch_size: usize) -> Store {
+        Store { regions: Vec::new(), notes: Vec::new(), scratch: None, scratch_size }
+    }
+
+    fn note_mut(&mut self, id: BufId) -> &mut Annotations {
+        let i = id as usize - 1;
+        if self.notes.len() <= i {
+            self.notes.resize_with(i + 1, Annotations::default);
+        }
+        &mut self.notes[i]
+    }
+
+    /// Declare the link type (pcap LINKTYPE_*) of the frames in buffer `id`.
+    pub fn set_link(&mut self, id: BufId, link: u32) {
+        self.note_mut(id).link = Some(link);
+    }
+
+    /// Attach record metadata (sorted by position) to buffer `id`.
+    pub fn set_records(&mut self, id: BufId, records: Vec<RecordMeta>) {
+        self.note_mut(id).records = records;
+    }
+
+    /// Link type of the buffer a tag points into, if declared.
+    pub fn link(&self, t: &Tag) -> Option<u32> {
+        self.notes.get((t.buf as usize).checked_sub(1)?)?.link
+    }
+
+    /// Metadata of the record a tag points into; `whole` says whether the tag still covers
+    /// the record from its first byte (not cropped).
+    pub fn record(&self, t: &Tag) -> Option<(RecordMeta, bool)> {
+        let recs = &self.notes.get((t.buf as usize).checked_sub(1)?)?.records;
+        let i = match recs.binary_search_by_key(&t.pos, |r| r.pos) {
+            Ok(i) => i,
+            Err(0) => return None,
+            Err(i) => i - 1,
+        };
+        Some((recs[i], recs[i].pos == t.pos))
+    }
+
+    /// Add a local ring; returns its buffer id.
+    pub fn add_ring(&mut self, size: usize) -> BufId {
+        self.regions.push(Region::Ring(LocalRing::new(size)));
+        self.regions.len() as BufId
+    }
+
+    /// Map a file read-only as a DBuf; returns its id and length.
+    pub fn add_file(&mut self, path: &Path) -> std::io::Result<(BufId, u64)> {
+        let m = mmap::FileMap::open(path)?;
+        let len = m.len() as u64;
+        self.regions.push(Region::File(m));
+        Ok((self.regions.len() as BufId, len))
+    }
+
+    /// Whole contents of a file region (for sources that parse their file).
+    pub fn file(&self, id: BufId) -> Option<&[u8]> {
+        match self.regions.get((id as usize).checked_sub(1)?)? {
+            Region::File(m) => Some(m.bytes()),
+            Region::Ring(_) => None,
+        }
+    }
+
+    /// The bytes a tag points to.
+    #[inline]
+    pub fn data(&self, t: &Tag) -> Result<&[u8], ResolveError> {
+        let r = (t.buf as usize).checked_sub(1).and_then(|i| self.regions.get(i)).ok_or(ResolveError::UnknownBuffer(t.buf))?;
+        let got = match r {
+            Region::Ring(ring) => ring.get(t.pos, t.len as usize),
+            Region::File(m) => {
+                let s = usize::try_from(t.pos).ok();
+                s.and_then(|s| m.bytes().get(s..s.checked_add(t.len as usize)?))
+            }
+        };
+        got.ok_or(ResolveError::Gone { buf: t.buf, pos: t.pos })
+    }
+
+    fn scratch(&mut self) -> BufId {
+        match self.scratch {
+            Some(id) => id,
+            None => {
+                let id = self.add_ring(self.scratch_size);
+                self.scratch = Some(id);
+                id
+            }
+        }
+    }
+
+    /// Allocate `len` new bytes in the space's default ring: (tag without class, slice).
+    pub fn alloc(&mut self, len: usize) -> (Tag, &mut [u8]) {
+        let id = self.scratch();
+        let Region::Ring(ring) = &mut self.regions[id as usize - 1] else { unreachable!("scratch is a ring") };
+        let (pos, s) = ring.alloc(len);
+        (Tag { pos, len: len as u32, buf: id, class: 0 }, s)
+    }
+
+    /// Allocate `len` bytes in ring `id` (a ring added with [`Store::add_ring`]).
+    pub fn alloc_in(&mut self, id: BufId, len: usize) -> (Tag, &mut [u8]) {
+        let Some(Region::Ring(ring)) = self.regions.get_mut((id as usize).wrapping_sub(1)) else {
+            panic!("buffer {id} is not a ring of this store");
+        };
+        let (pos, s) = ring.alloc(len);
+        (Tag { pos, len: len as u32, buf: id, class: 0 }, s)
+    }
+
+    /// Store `data` as a new block.
+    pub fn push(&mut self, data: &[u8]) -> Tag {
+        let (t, s) = self.alloc(data.len());
+        s.copy_from_slice(data);
+        t
+    }
+
+    /// Write isolation (thesis 5.3): a writable view of the block `t` points to. In place
+    /// when `exclusive` (nobody else will read this block) and the block lives in a ring;
+    /// otherwise the block is first copied into the default ring and `t` is updated to the
+    /// copy. Returns whether a copy was made.
+    pub fn writable(&mut self, t: &mut Tag, exclusive: bool) -> Result<(&mut [u8], bool), ResolveError> {
+        let in_ring = matches!(self.regions.get((t.buf as usize).wrapping_sub(1)), Some(Region::Ring(_)));
+        if exclusive && in_ring {
+            let Region::Ring(ring) = &mut self.regions[t.buf as usize - 1] else { unreachable!() };
+            let s = ring.get_mut(t.pos, t.len as usize).ok_or(ResolveError::Gone { buf: t.buf, pos: t.pos })?;
+            // Reborrow through a raw split is not needed: return directly.
+            return Ok((s, false));
+        }
+        let data = self.data(t)?.to_vec();
+        let class = t.class;
+        let (nt, s) = self.alloc(data.len());
+        s.copy_from_slice(&data);
+        *t = Tag { class, ..nt };
+        let Region::Ring(ring) = &mut self.regions[t.buf as usize - 1] else { unreachable!() };
+        Ok((ring.get_mut(t.pos, t.len as usize).expect("just allocated"), true))
+    }
+
+    /// Produce a new block from an existing one without an intermediate copy of the input:
+    /// `f(input, output)` writes at most `max_out` bytes and returns how many. The output
+    /// goes to the default ring.
+    pub fn transform(&mut self, input: &Tag, max_out: usize, f: impl FnOnce(&[u8], &mut [u8]) -> usize) -> Result<Tag, ResolveError> {
+        let out_id = self.scratch();
+        let ii = (input.buf as usize).checked_sub(1).ok_or(ResolveError::UnknownBuffer(input.buf))?;
+        let oi = out_id as usize - 1;
+        if ii == oi {
+            // Same ring: the input must be copied out first (it could be overwritten by
+            // the allocation wrapping onto it).
+            let inp = self.data(input)?.to_vec();
+            let (mut t, out) = self.alloc(max_out);
+            let n = f(&inp, out);
+            t.len = n as u32;
+            return Ok(t);
+        }
+        let (a, b) = if ii < oi {
+            let (l, r) = self.regions.split_at_mut(oi);
+            (&l[ii], &mut r[0])
+        } else {
+            let (l, r) = self.regions.split_at_mut(ii);
+            (&r[0], &mut l[oi])
+        };
+        let inp = match a {
+            Region::Ring(ring) => ring.get(input.pos, input.len as usize),
+            Region::File(m) => usize::try_from(input.pos).ok().and_then(|s| m.bytes().get(s..s + input.len as usize)),
+        }
+        .ok_or(ResolveError::Gone { buf: input.buf, pos: input.pos })?;
+        let Region::Ring(ring) = b else { unreachable!("scratch is a ring") };
+        let (pos, out) = ring.alloc(max_out);
+        let n = f(inp, out);
+        Ok(Tag { pos, len: n as u32, buf: out_id, class: input.class })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_positions_and_overwrite() {
+        let mut r = LocalRing::new(4096);
+        let (p0, s) = r.alloc(1000);
+        s.fill(1);
+        assert_eq!(p0, 0);
+        let (p1, _) = r.alloc(1000);
+        assert_eq!(p1, 1000);
+        let (p2, _) = r.alloc(2000);
+        assert_eq!(p2, 2000);
+        assert!(r.get(p0, 1000).is_some(), "still intact: one lap not yet written");
+        let (p3, _) = r.alloc(2000); // does not fit before the lap end: skips to 4096
+        assert_eq!(p3, 4096);
+        assert!(r.get(p0, 1000).is_none(), "overwritten by the next lap");
+        assert!(r.get(p2, 2000).is_some());
+        assert!(r.get(p3, 2000).is_some());
+        assert!(r.get(p3, 2001).is_none(), "beyond what was written");
+    }
+
+    #[test]
+    fn writable_copies_only_when_shared() {
+        let mut st = Store::new(1 << 16);
+        let mut t = st.push(b"hello");
+        let before = t;
+        let (s, copied) = st.writable(&mut t, true).unwrap();
+        s[0] = b'j';
+        assert!(!copied);
+        assert_eq!(t, before);
+        let (s, copied) = st.writable(&mut t, false).unwrap();
+        s[0] = b'm';
+        assert!(copied);
+        assert_ne!(t.pos, before.pos);
+        assert_eq!(st.data(&before).unwrap(), b"jello");
+        assert_eq!(st.data(&t).unwrap(), b"mello");
+    }
+}

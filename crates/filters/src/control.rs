@@ -1,0 +1,98 @@
+//! Control filters: for (bounded loops), join, split, hash.
+
+use crate::packet::{flow_hash, parse_tag};
+use crate::proto::spec;
+use dataplane::builtin::{JoinFilter, SplitFilter};
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use std::collections::HashMap;
+
+/// Bounded loop (thesis 3.3.2): the first N times a block is seen it gets class 1 (the
+/// loop body runs), then class 0 (so `|!` leads out of the loop).
+pub struct For {
+    limit: u32,
+    left: HashMap<(u16, u64, u32), u32>,
+}
+impl Filter for For {
+    fn process(&mut self, _cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for t in batch.tags.iter_mut() {
+            let key = (t.buf, t.pos, t.len);
+            let left = self.left.entry(key).or_insert(self.limit);
+            if *left > 0 {
+                *left -= 1;
+                t.class = 1;
+            } else {
+                self.left.remove(&key);
+                t.class = 0;
+            }
+        }
+    }
+    fn epoch_end(&mut self) {
+        // Depth-first: a source batch has finished all its iterations.
+        self.left.clear();
+    }
+}
+
+/// Class = hash of the flow (packets) or of the contents, into N classes 1..=N.
+pub struct Hash {
+    ways: u16,
+    by_flow: bool,
+}
+impl Filter for Hash {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for t in batch.tags.iter_mut() {
+            let h: u64 = if self.by_flow {
+                parse_tag(cx, t).map_or(0, |p| flow_hash(&p) as u64)
+            } else {
+                cx.data(t).map_or(0, |d| d.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)))
+            };
+            t.class = (h % self.ways as u64) as u16 + 1;
+        }
+    }
+}
+
+fn make_for(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let limit: u32 = a.parse("count", Some(0), 1)?;
+    Ok(Box::new(For { limit, left: HashMap::new() }))
+}
+fn make_join(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let mode = match a.get("mode", Some(0)).unwrap_or("all") {
+        "all" => lang::JoinMode::All,
+        "first" | "or" => lang::JoinMode::First,
+        n => lang::JoinMode::Nth(n.parse().map_err(|_| format!("join: mode={n} (all, first, or the copy number N)"))?),
+    };
+    Ok(Box::new(JoinFilter::new(mode, 0)))
+}
+fn make_split(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let ways: usize = a.parse("ways", Some(0), 2)?;
+    let mode = match a.get("mode", None).unwrap_or("rr") {
+        "rr" | "roundrobin" => lang::SplitMode::RoundRobin,
+        "hash" => lang::SplitMode::Hash,
+        m => return Err(format!("split: mode={m} (rr or hash)")),
+    };
+    Ok(Box::new(SplitFilter::new(mode, ways)))
+}
+fn make_hash(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let ways: u16 = a.parse("ways", Some(0), 2)?;
+    if ways == 0 {
+        return Err("hash: ways must be at least 1".into());
+    }
+    let by_flow = match a.get("by", None).unwrap_or("flow") {
+        "flow" => true,
+        "data" | "content" => false,
+        b => return Err(format!("hash: by={b} (flow or data)")),
+    };
+    Ok(Box::new(Hash { ways, by_flow }))
+}
+
+spec!(FOR, "for", "for N name=X", "Bounds a loop: `pre | for name=L 10 | body | for name=L |! post` runs body ten\ntimes per block, then passes the block on to post.",
+      ["count": "iterations (also positional; default 1)"], "1 while iterations remain, then 0",
+      "streamline run 'gen count=5 | for name=L 3 | count | for name=L |! null'", Metadata, make_for);
+spec!(JOIN, "join", "join [mode=all|first|N]", "Joins parallel branches: all copies (default), the first copy of each block, or\nthe Nth. Templates insert it for `+`, `++` and `+*`.",
+      ["mode": "all, first, or N (also positional)"], "the class the copy arrived with",
+      "streamline run 'pcapin file=examples/sample.pcap | (tcp + udp) | join | count'", Metadata, make_join);
+spec!(SPLIT, "split", "split [ways=N] [mode=rr|hash]", "Sends each block down exactly one of its N outgoing arcs: round-robin, or by\nthe hash of its class (sessions stay together). Used for data parallelism.",
+      ["ways": "number of branches (also positional)", "mode": "rr (default) or hash"], "the branch number 1..=N",
+      "streamline run 'gen count=100 | split 2 | count + count'", Metadata, make_split);
+spec!(HASH, "hash", "hash [ways=N] [by=flow|data]", "Classifies blocks into N classes by flow (5-tuple) or by contents.",
+      ["ways": "number of classes (also positional)", "by": "flow (default) or data"], "1..=N",
+      "streamline run 'pcapin file=examples/sample.pcap | hash 4 | hist'", Classification, make_hash);

@@ -1,0 +1,197 @@
+//! Editing filters: strip (a metadata edit), deflate/inflate, encrypt/decrypt (AES-256-GCM).
+//! Filters that produce new data write it once into the space's data ring.
+
+use crate::packet::parse_tag;
+use crate::proto::spec;
+use aes_gcm::aead::{Aead, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce};
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
+
+/// Crops blocks: a number of bytes, or up to a protocol's payload. No copy.
+pub struct Strip {
+    bytes: u32,
+    to_payload: bool,
+}
+impl Filter for Strip {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for t in batch.tags.iter_mut() {
+            let skip = if self.to_payload {
+                match parse_tag(cx, t) {
+                    Some(p) => p.payload.0 as u32,
+                    None => 0,
+                }
+            } else {
+                self.bytes.min(t.len)
+            };
+            t.pos += skip as u64;
+            t.len -= skip;
+            t.class = t.class.max(1);
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Op {
+    Deflate,
+    Inflate,
+}
+
+/// Per-block raw deflate / inflate (each block compressed on its own).
+pub struct Flate {
+    op: Op,
+    level: u32,
+    max: usize,
+}
+impl Filter for Flate {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for i in 0..batch.len() {
+            let t = batch.tags[i];
+            let cap = match self.op {
+                Op::Deflate => t.len as usize + t.len as usize / 1000 + 64,
+                Op::Inflate => self.max,
+            };
+            let (op, level) = (self.op, self.level);
+            let mut failed = false;
+            let res = cx.store.transform(&t, cap, |inp, out| match op {
+                Op::Deflate => {
+                    let mut c = Compress::new(Compression::new(level), false);
+                    match c.compress(inp, out, FlushCompress::Finish) {
+                        Ok(flate2::Status::StreamEnd) => c.total_out() as usize,
+                        _ => {
+                            failed = true;
+                            0
+                        }
+                    }
+                }
+                Op::Inflate => {
+                    let mut d = Decompress::new(false);
+                    match d.decompress(inp, out, FlushDecompress::Finish) {
+                        Ok(flate2::Status::StreamEnd) => d.total_out() as usize,
+                        _ => {
+                            failed = true;
+                            0
+                        }
+                    }
+                }
+            });
+            match res {
+                Ok(nt) if !failed => {
+                    batch.tags[i] = nt;
+                    batch.tags[i].class = t.class.max(1);
+                    batch.shared[i] = false;
+                }
+                _ => {
+                    cx.warn(if self.op == Op::Inflate { "a block is not valid deflate data (or inflates beyond max=); dropped" } else { "a block could not be compressed; dropped" });
+                    batch.tags[i].class = 0;
+                }
+            }
+        }
+    }
+}
+
+/// AES-256-GCM per block: output = 12-byte nonce | ciphertext | 16-byte tag.
+pub struct Crypt {
+    enc: bool,
+    cipher: Aes256Gcm,
+    counter: u64,
+    salt: u32,
+}
+impl Filter for Crypt {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for i in 0..batch.len() {
+            let t = batch.tags[i];
+            let data = match cx.data(&t) {
+                Ok(d) => d,
+                Err(_) => {
+                    batch.tags[i].class = 0;
+                    continue;
+                }
+            };
+            let out = if self.enc {
+                // Unique nonces: a random per-run salt and a counter.
+                self.counter += 1;
+                let mut n = [0u8; 12];
+                n[..4].copy_from_slice(&self.salt.to_le_bytes());
+                n[4..].copy_from_slice(&self.counter.to_le_bytes());
+                self.cipher.encrypt(Nonce::from_slice(&n), data).ok().map(|c| [n.to_vec(), c].concat())
+            } else if data.len() >= 28 {
+                self.cipher.decrypt(Nonce::from_slice(&data[..12]), &data[12..]).ok()
+            } else {
+                None
+            };
+            match out {
+                Some(bytes) => {
+                    let nt = cx.store.push(&bytes);
+                    batch.tags[i] = nt;
+                    batch.tags[i].class = t.class.max(1);
+                    batch.shared[i] = false;
+                }
+                None => {
+                    cx.warn(if self.enc { "encryption failed" } else { "a block failed authentication (wrong key or corrupt); dropped" });
+                    batch.tags[i].class = 0;
+                }
+            }
+        }
+    }
+}
+
+fn key_from(a: &Args) -> Result<[u8; 32], String> {
+    let hex = match (a.get("key", None), a.get("keyfile", None)) {
+        (Some(k), _) => k.to_string(),
+        (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| format!("{}: cannot read keyfile {f}: {e}", a.filter))?.trim().to_string(),
+        (None, None) => return Err(format!("{}: needs key=HEX (64 hex digits) or keyfile=F", a.filter)),
+    };
+    if hex.len() != 64 {
+        return Err(format!("{}: the key must be 64 hex digits (256 bits), got {}", a.filter, hex.len()));
+    }
+    let mut k = [0u8; 32];
+    for i in 0..32 {
+        k[i] = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| format!("{}: the key is not hex", a.filter))?;
+    }
+    Ok(k)
+}
+
+fn make_strip(a: &Args) -> Result<Box<dyn Filter>, String> {
+    match a.get("bytes", Some(0)) {
+        Some("payload") => Ok(Box::new(Strip { bytes: 0, to_payload: true })),
+        Some(n) => Ok(Box::new(Strip { bytes: n.parse().map_err(|_| format!("strip: '{n}' is not a byte count or 'payload'"))?, to_payload: false })),
+        None => Ok(Box::new(Strip { bytes: 0, to_payload: true })),
+    }
+}
+fn make_deflate(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let level: u32 = a.parse("level", Some(0), 6)?;
+    if level > 9 {
+        return Err("deflate: level must be 0..9".into());
+    }
+    Ok(Box::new(Flate { op: Op::Deflate, level, max: 0 }))
+}
+fn make_inflate(a: &Args) -> Result<Box<dyn Filter>, String> {
+    Ok(Box::new(Flate { op: Op::Inflate, level: 0, max: a.size("max", None, 1 << 20)? as usize }))
+}
+fn make_crypt(a: &Args, enc: bool) -> Result<Box<dyn Filter>, String> {
+    let k = key_from(a)?;
+    Ok(Box::new(Crypt { enc, cipher: Aes256Gcm::new_from_slice(&k).map_err(|e| e.to_string())?, counter: 0, salt: rand::random() }))
+}
+fn make_encrypt(a: &Args) -> Result<Box<dyn Filter>, String> {
+    make_crypt(a, true)
+}
+fn make_decrypt(a: &Args) -> Result<Box<dyn Filter>, String> {
+    make_crypt(a, false)
+}
+
+spec!(STRIP, "strip", "strip [N|payload]", "Crops blocks by moving the tag's start: N bytes, or (default) up to the\ntransport payload of a whole frame. A metadata edit: no data is copied.",
+      ["bytes": "bytes to remove, or 'payload' (also positional)"], "the block's class (at least 1)",
+      "streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 strip | outfile http.raw'", Metadata, make_strip);
+spec!(DEFLATE, "deflate", "deflate [level=0-9]", "Compresses each block on its own (raw deflate); the result is a new block.",
+      ["level": "compression level, default 6 (also positional)"], "the block's class (at least 1); 0 if it failed",
+      "streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'", Editing, make_deflate);
+spec!(INFLATE, "inflate", "inflate [max=BYTES]", "Decompresses blocks made by deflate; blocks that are not valid deflate data\n(or would exceed max, default 1M) are dropped with a warning.",
+      ["max": "largest decompressed block"], "the block's class (at least 1); 0 for invalid input",
+      "streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'", Editing, make_inflate);
+spec!(ENCRYPT, "encrypt", "encrypt key=HEX | keyfile=F", "Encrypts each block with AES-256-GCM: a new block holding a 12-byte nonce,\nthe ciphertext and the 16-byte authentication tag.",
+      ["key": "256-bit key as 64 hex digits", "keyfile": "file holding the key"], "the block's class (at least 1)",
+      "streamline run 'file secret.txt | encrypt keyfile=k | outfile secret.enc'", Editing, make_encrypt);
+spec!(DECRYPT, "decrypt", "decrypt key=HEX | keyfile=F", "Decrypts blocks made by encrypt; blocks failing authentication are dropped\nwith a warning.",
+      ["key": "256-bit key as 64 hex digits", "keyfile": "file holding the key"], "the block's class (at least 1); 0 if authentication fails",
+      "streamline run 'file secret.txt | encrypt keyfile=k | decrypt keyfile=k | outfile copy.txt'", Editing, make_decrypt);

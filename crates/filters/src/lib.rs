@@ -1,0 +1,82 @@
+//! # filters: Streamline's native filter library
+//!
+//! Grouped by class: [`sources`] (pcapin, file, stdin, gen), [`proto`] (eth, ip, tcp, udp,
+//! icmp, dport, sport, proto, flow), [`app`] (tcpstream, http, dns), [`inspect`] (count,
+//! hist, inspect, grep, regex, match, dedup, sample), [`edit`] (strip, deflate, inflate,
+//! encrypt, decrypt), [`control`] (for, join, split, hash), [`sinks`] (outfile, stdout,
+//! pcapout, null). [`packet`] holds the zero-copy frame parsing they share.
+//!
+//! Every filter registers one [`FilterSpec`] in [`REGISTRY`]: its documentation in fixed
+//! sections and its constructor. Parsing (pcap, Ethernet/IP/TCP, regex, Aho-Corasick,
+//! deflate, AES-GCM) uses the crates the field uses; the filter logic is ours.
+
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod control;
+pub mod edit;
+pub mod inspect;
+pub mod packet;
+pub mod proto;
+pub mod sinks;
+pub mod sources;
+
+use dataplane::{Args, Factory, Filter, FilterSpec};
+
+/// Every native filter.
+pub static REGISTRY: &[&FilterSpec] = &[
+    &sources::PCAPIN,
+    &sources::FILE,
+    &sources::STDIN,
+    &sources::GEN,
+    &proto::ETH,
+    &proto::IP,
+    &proto::TCP,
+    &proto::UDP,
+    &proto::ICMP,
+    &proto::DPORT,
+    &proto::SPORT,
+    &proto::PROTO,
+    &proto::FLOW,
+    &app::TCPSTREAM,
+    &app::HTTP,
+    &app::DNS,
+    &inspect::GREP,
+    &inspect::REGEX,
+    &inspect::MATCH,
+    &inspect::COUNT,
+    &inspect::HIST,
+    &inspect::INSPECT,
+    &inspect::DEDUP,
+    &inspect::SAMPLE,
+    &edit::STRIP,
+    &edit::DEFLATE,
+    &edit::INFLATE,
+    &edit::ENCRYPT,
+    &edit::DECRYPT,
+    &control::FOR,
+    &control::JOIN,
+    &control::SPLIT,
+    &control::HASH,
+    &sinks::OUTFILE,
+    &sinks::STDOUT,
+    &sinks::PCAPOUT,
+    &sinks::NULL,
+];
+
+pub fn find(name: &str) -> Option<&'static FilterSpec> {
+    REGISTRY.iter().copied().find(|s| s.name == name)
+}
+
+/// The library as the runtime's factory.
+pub struct Library;
+
+impl Factory for Library {
+    fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, String> {
+        let spec = find(name).ok_or_else(|| format!("no native filter named '{name}'"))?;
+        (spec.make)(args)
+    }
+    fn is_source(&self, name: &str) -> bool {
+        find(name).is_some_and(|s| s.source)
+    }
+}

@@ -1,0 +1,152 @@
+//! Protocol and classification filters over whole frames: eth, ip, tcp, udp, icmp,
+//! dport, sport, proto, flow. Each parses the frame once (etherparse, zero-copy) and sets
+//! the block's class; nothing is copied.
+
+use crate::packet::{flow_hash, parse_tag, Pkt};
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+
+/// A filter that classifies each block from its parsed frame (None if not a whole,
+/// parseable frame).
+pub struct ByPacket<F>(pub F);
+
+impl<F: FnMut(Option<&Pkt>) -> u16 + Send> Filter for ByPacket<F> {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for t in batch.tags.iter_mut() {
+            let p = parse_tag(cx, t);
+            t.class = (self.0)(p.as_ref());
+        }
+    }
+}
+
+fn boxed<F: FnMut(Option<&Pkt>) -> u16 + Send + 'static>(f: F) -> Result<Box<dyn Filter>, String> {
+    Ok(Box::new(ByPacket(f)))
+}
+
+fn parse_u16_list(a: &Args, key: &str) -> Result<Vec<u16>, String> {
+    let mut v = Vec::new();
+    for (i, p) in a.positional.iter().enumerate() {
+        let _ = i;
+        for part in p.split(',') {
+            v.push(part.parse::<u16>().map_err(|_| format!("{}: '{part}' is not a number in 0..=65535", a.filter))?);
+        }
+    }
+    if let Some(o) = a.options.get(key) {
+        for part in o.split(',') {
+            v.push(part.parse::<u16>().map_err(|_| format!("{}: '{part}' is not a number in 0..=65535", a.filter))?);
+        }
+    }
+    Ok(v)
+}
+
+fn eth(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let want = match a.get("type", Some(0)) {
+        None => None,
+        Some(t) => Some(u16::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| format!("eth: type={t} is not a hex ethertype"))?),
+    };
+    boxed(move |p| match (p.and_then(|p| p.ether_type), want) {
+        (Some(e), Some(w)) => (e == w) as u16,
+        (Some(_), None) => 1,
+        _ => 0,
+    })
+}
+
+fn ip(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let version: u8 = a.parse("version", Some(0), 0)?;
+    if ![0, 4, 6].contains(&version) {
+        return Err(format!("ip: version={version} must be 4 or 6"));
+    }
+    boxed(move |p| match p.and_then(|p| p.ip) {
+        Some((v, ..)) if version == 0 || v == version => v as u16,
+        _ => 0,
+    })
+}
+
+// tcp, udp and icmp test the IP header's protocol field, as libpcap does: every fragment
+// of a TCP segment is "tcp", even those without a TCP header.
+fn tcp(_: &Args) -> Result<Box<dyn Filter>, String> {
+    boxed(|p| (p.and_then(|p| p.ip_proto_field) == Some(6)) as u16)
+}
+fn udp(_: &Args) -> Result<Box<dyn Filter>, String> {
+    boxed(|p| (p.and_then(|p| p.ip_proto_field) == Some(17)) as u16)
+}
+fn icmp(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let version: u8 = a.parse("version", Some(0), 0)?;
+    boxed(move |p| match p.and_then(|p| p.ip.map(|i| (i.0, p.ip_proto_field))) {
+        Some((4, Some(1))) if version != 6 => 1,
+        Some((6, Some(58))) if version != 4 => 2,
+        _ => 0,
+    })
+}
+fn port(a: &Args, dst: bool) -> Result<Box<dyn Filter>, String> {
+    let only = parse_u16_list(a, "port")?;
+    boxed(move |p| match p.and_then(|p| p.ports()) {
+        Some((s, d)) => {
+            let port = if dst { d } else { s };
+            if only.is_empty() || only.contains(&port) {
+                port
+            } else {
+                0
+            }
+        }
+        None => 0,
+    })
+}
+fn dport(a: &Args) -> Result<Box<dyn Filter>, String> {
+    port(a, true)
+}
+fn sport(a: &Args) -> Result<Box<dyn Filter>, String> {
+    port(a, false)
+}
+fn proto(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let only = parse_u16_list(a, "proto")?;
+    boxed(move |p| match p.and_then(|p| p.ip_proto_field) {
+        Some(n) if only.is_empty() || only.contains(&(n as u16)) => n as u16,
+        _ => 0,
+    })
+}
+fn flow(_: &Args) -> Result<Box<dyn Filter>, String> {
+    boxed(|p| p.map_or(0, flow_hash))
+}
+
+macro_rules! spec {
+    ($id:ident, $name:literal, $syn:literal, $desc:literal, [$($pn:literal : $pd:literal),*], $classes:literal, $ex:literal, $access:ident, $make:expr) => {
+        pub static $id: FilterSpec = FilterSpec {
+            name: $name,
+            synopsis: $syn,
+            description: $desc,
+            params: &[$(Param { name: $pn, doc: $pd }),*],
+            classes: $classes,
+            example: $ex,
+            access: Access::$access,
+            source: false,
+            make: $make,
+        };
+    };
+}
+pub(crate) use spec;
+
+spec!(ETH, "eth", "eth [type=HEX]", "Passes Ethernet frames (optionally only one ethertype, e.g. type=0800).",
+      ["type": "ethertype in hex (also positional)"], "1 for matching frames, 0 otherwise",
+      "streamline run 'pcapin file=examples/sample.pcap | eth 86dd | count'", Classification, eth);
+spec!(IP, "ip", "ip [version=4|6]", "Passes IP packets (IPv4 and IPv6, or one version).",
+      ["version": "4 or 6 (also positional)"], "4 for IPv4, 6 for IPv6, 0 for anything else",
+      "streamline run 'pcapin file=examples/sample.pcap | ip |6 count'", Classification, ip);
+spec!(TCP, "tcp", "tcp", "Passes TCP over IPv4 or IPv6: packets whose IP protocol field is 6, fragments\nincluded (libpcap's `tcp`).", [], "1 for TCP, 0 otherwise",
+      "streamline run 'pcapin file=examples/sample.pcap | tcp | count'", Classification, tcp);
+spec!(UDP, "udp", "udp", "Passes UDP over IPv4 or IPv6: IP protocol field 17, fragments included.", [], "1 for UDP, 0 otherwise",
+      "streamline run 'pcapin file=examples/sample.pcap | udp | count'", Classification, udp);
+spec!(ICMP, "icmp", "icmp [version=4|6]", "Passes ICMP (IPv4 protocol 1) and ICMPv6 (IPv6 next header 58) packets,\nfragments included, or one of the two.",
+      ["version": "4 or 6 (also positional)"], "1 for ICMPv4, 2 for ICMPv6, 0 otherwise",
+      "streamline run 'pcapin file=examples/sample.pcap | icmp |1 count'", Classification, icmp);
+spec!(DPORT, "dport", "dport [PORT[,PORT...]]", "Classifies TCP and UDP packets by destination port, so a selector picks a\nservice: `dport |22 ssh`, `dport |1:1023 count`. With ports given, passes only those.",
+      ["port": "ports to pass (also positional, comma-separated)"], "the destination port; 0 for non-TCP/UDP (and other ports, when given)",
+      "streamline run 'pcapin file=examples/sample.pcap | dport |80 count'", Classification, dport);
+spec!(SPORT, "sport", "sport [PORT[,PORT...]]", "Classifies TCP and UDP packets by source port (see dport).",
+      ["port": "ports to pass (also positional, comma-separated)"], "the source port; 0 for non-TCP/UDP",
+      "streamline run 'pcapin file=examples/sample.pcap | sport |53 count'", Classification, sport);
+spec!(PROTO, "proto", "proto [NUMBER[,NUMBER...]]", "Classifies IP packets by protocol number (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6).",
+      ["proto": "protocol numbers to pass (also positional)"], "the IP protocol number; 0 for non-IP",
+      "streamline run 'pcapin file=examples/sample.pcap | proto |17 count'", Classification, proto);
+spec!(FLOW, "flow", "flow", "Classifies packets by a stable hash of their 5-tuple, the same in both\ndirections, so per-class (session) state follows connections.",
+      [], "a non-zero 16-bit flow hash; 0 for non-IP",
+      "streamline run 'pcapin file=examples/sample.pcap | flow | hist'", Classification, flow);

@@ -1,0 +1,117 @@
+//! Sinks: outfile, stdout, pcapout, null.
+
+use crate::proto::spec;
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::DataLink;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::time::Duration;
+
+/// Writes block contents, back to back (optionally one per line).
+pub struct Out {
+    w: Box<dyn Write + Send>,
+    newline: bool,
+    what: String,
+}
+impl Filter for Out {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for t in &batch.tags {
+            let Ok(d) = cx.data(t) else { continue };
+            let ok = self.w.write_all(d).is_ok() && (!self.newline || self.w.write_all(b"\n").is_ok());
+            if !ok {
+                cx.warn(format!("cannot write to {}", self.what));
+                cx.stop();
+                return;
+            }
+        }
+    }
+    fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
+        if self.w.flush().is_err() {
+            cx.warn(format!("cannot write to {}", self.what));
+        }
+    }
+}
+
+/// Writes packets as a pcap file that tcpdump and Wireshark read.
+pub struct PcapOut {
+    w: Option<PcapWriter<BufWriter<File>>>,
+    path: String,
+    link: Option<u32>,
+}
+impl Filter for PcapOut {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for t in &batch.tags {
+            let Ok(d) = cx.data(t) else { continue };
+            if self.w.is_none() {
+                let link = cx.store.link(t).unwrap_or(1);
+                self.link = Some(link);
+                let header = PcapHeader { datalink: DataLink::from(link), ..Default::default() };
+                match File::create(&self.path).map_err(|e| e.to_string()).and_then(|f| PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| e.to_string())) {
+                    Ok(w) => self.w = Some(w),
+                    Err(e) => {
+                        cx.warn(format!("cannot create {}: {e}", self.path));
+                        cx.stop();
+                        return;
+                    }
+                }
+            }
+            let (ts, orig) = match cx.store.record(t) {
+                Some((m, true)) => (Duration::from_nanos(m.ts_ns), m.orig_len.max(d.len() as u32)),
+                _ => (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default(), d.len() as u32),
+            };
+            if cx.store.link(t).unwrap_or(1) != self.link.unwrap_or(1) {
+                cx.warn("packets of another link type than the first one were skipped");
+                continue;
+            }
+            let pkt = PcapPacket::new(ts, orig, d);
+            if let Err(e) = self.w.as_mut().expect("created above").write_packet(&pkt) {
+                cx.warn(format!("cannot write {}: {e}", self.path));
+                cx.stop();
+                return;
+            }
+        }
+    }
+    fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
+        if let Some(w) = self.w.take() {
+            if w.into_writer().flush().is_err() {
+                cx.warn(format!("cannot write {}", self.path));
+            }
+        }
+    }
+}
+
+pub struct Null;
+impl Filter for Null {
+    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+}
+
+fn make_outfile(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let path = a.require("file", Some(0))?;
+    let mode_append = a.flag("append");
+    let f = std::fs::OpenOptions::new().create(true).write(true).append(mode_append).truncate(!mode_append).open(path).map_err(|e| format!("outfile: cannot open {path}: {e}"))?;
+    Ok(Box::new(Out { w: Box::new(BufWriter::new(f)), newline: a.flag("lines"), what: path.to_string() }))
+}
+fn make_stdout(a: &Args) -> Result<Box<dyn Filter>, String> {
+    Ok(Box::new(Out { w: Box::new(BufWriter::new(std::io::stdout())), newline: a.flag("lines"), what: "standard output".into() }))
+}
+fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let path = a.require("file", Some(0))?.to_string();
+    // Fail early if the file cannot be created; the header is written on the first packet
+    // (its link type comes from the packets).
+    File::create(&path).map_err(|e| format!("pcapout: cannot create {path}: {e}"))?;
+    Ok(Box::new(PcapOut { w: None, path, link: None }))
+}
+fn make_null(_: &Args) -> Result<Box<dyn Filter>, String> {
+    Ok(Box::new(Null))
+}
+
+spec!(OUTFILE, "outfile", "outfile FILE [append=yes] [lines=yes]", "Writes block contents to a file, back to back (lines=yes adds a newline after\neach block).",
+      ["file": "the file (also positional)", "append": "yes to append instead of truncating", "lines": "yes for one block per line"],
+      "sink (no output)", "streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 strip | outfile http.raw'", Sink, make_outfile);
+spec!(STDOUT, "stdout", "stdout [lines=yes]", "Writes block contents to standard output.",
+      ["lines": "yes for one block per line"], "sink (no output)", "streamline run 'file a.txt split=lines | grep x | stdout'", Sink, make_stdout);
+spec!(PCAPOUT, "pcapout", "pcapout file=FILE", "Writes packets to a pcap file (readable by tcpdump and Wireshark), with the\noriginal timestamps and wire lengths when the packets came from a capture.",
+      ["file": "output file (also positional)"], "sink (no output)",
+      "streamline run 'pcapin file=examples/sample.pcap | udp | pcapout file=udp.pcap'", Sink, make_pcapout);
+spec!(NULL, "null", "null", "Discards everything.", [], "sink (no output)", "streamline run 'gen count=1M | null'", Sink, make_null);

@@ -1,0 +1,203 @@
+//! From the syntax tree to the Boolean-augmented [`Request`] graph: resolves every atom,
+//! merges named nodes into one vertex, and wires the arcs of pipes, parallels and
+//! negations.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::diag::{DiagKind, Diagnostic};
+use crate::graph::{Hint, NodeId, NodeKind, Selector};
+use crate::lexer::ParOp;
+use crate::parser::Expr;
+use crate::resolve::{resolve_atom, Resolver};
+use crate::span::Span;
+use crate::template::{ParKind, RKind, Request};
+
+/// Where a sub-expression is entered and left. Every expression has exactly one exit:
+/// an atom's node, a parallel's join, a negation's pseudo-vertex, a pipe's last stage.
+struct Frag {
+    entries: Vec<NodeId>,
+    exit: NodeId,
+}
+
+struct Builder<'a> {
+    r: Request,
+    names: HashMap<String, NodeId>,
+    /// Every vertex made or referenced so far, in order (group hints apply to a suffix).
+    touched: Vec<NodeId>,
+    resolver: &'a dyn Resolver,
+    input: &'a str,
+}
+
+pub(crate) fn build(e: &Expr, resolver: &dyn Resolver, input: &str) -> Result<Request, Diagnostic> {
+    let mut b = Builder {
+        r: Request::new(),
+        names: HashMap::new(),
+        touched: Vec::new(),
+        resolver,
+        input,
+    };
+    b.expr(e)?;
+    Ok(b.r)
+}
+
+impl Builder<'_> {
+    fn add_hints(&mut self, n: NodeId, hints: &[Hint]) {
+        let node = self.r.nodes[n].as_mut().unwrap();
+        for h in hints {
+            if !node.hints.contains(h) {
+                node.hints.push(*h);
+            }
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<Frag, Diagnostic> {
+        match e {
+            Expr::Atom { words, span, hints } => {
+                let n = self.atom(words, *span)?;
+                self.add_hints(n, hints);
+                self.touched.push(n);
+                Ok(Frag {
+                    entries: vec![n],
+                    exit: n,
+                })
+            }
+            Expr::Group { inner, hints, .. } => {
+                let mark = self.touched.len();
+                let f = self.expr(inner)?;
+                for i in mark..self.touched.len() {
+                    let n = self.touched[i];
+                    self.add_hints(n, hints);
+                }
+                Ok(f)
+            }
+            Expr::Pipe { stages, pipes } => {
+                let mut frags = Vec::with_capacity(stages.len());
+                for s in stages {
+                    frags.push(self.expr(s)?);
+                }
+                for (i, (sel, span)) in pipes.iter().enumerate() {
+                    let from = frags[i].exit;
+                    for &to in &frags[i + 1].entries {
+                        self.r.edge(from, to, sel.clone(), *span);
+                    }
+                }
+                let exit = frags[frags.len() - 1].exit;
+                Ok(Frag {
+                    entries: std::mem::take(&mut frags[0].entries),
+                    exit,
+                })
+            }
+            Expr::Par {
+                op,
+                branches,
+                ops,
+                span,
+            } => {
+                let mut frags = Vec::with_capacity(branches.len());
+                for b in branches {
+                    frags.push(self.expr(b)?);
+                }
+                let kind = match op {
+                    ParOp::Plus => ParKind::Plus,
+                    ParOp::Or => ParKind::Or,
+                    ParOp::And => ParKind::And,
+                };
+                let join = self.r.add(RKind::Par(kind), *span);
+                self.touched.push(join);
+                let mut entries = Vec::new();
+                let mut seen = HashSet::new();
+                for (i, f) in frags.into_iter().enumerate() {
+                    self.r
+                        .edge(f.exit, join, Selector::Default, ops[i.saturating_sub(1)]);
+                    entries.extend(f.entries.into_iter().filter(|e| seen.insert(*e)));
+                }
+                Ok(Frag {
+                    entries,
+                    exit: join,
+                })
+            }
+            Expr::Not { inner, bang, span } => {
+                let f = self.expr(inner)?;
+                let not = self.r.add(RKind::Not, *span);
+                self.touched.push(not);
+                self.r.edge(f.exit, not, Selector::Default, *bang);
+                Ok(Frag {
+                    entries: f.entries,
+                    exit: not,
+                })
+            }
+        }
+    }
+
+    fn atom(&mut self, words: &[crate::lexer::Word], span: Span) -> Result<NodeId, Diagnostic> {
+        let res = resolve_atom(words, self.resolver, self.input)?;
+        let Some(name) = res.name else {
+            return Ok(self.r.add(RKind::Base(res.kind), span));
+        };
+        let Some(&n) = self.names.get(&name) else {
+            let n = self.r.add(RKind::Base(res.kind), span);
+            self.r.nodes[n].as_mut().unwrap().name = Some(name.clone());
+            self.names.insert(name, n);
+            return Ok(n);
+        };
+        let at = self.line_col(self.r.nodes[n].as_ref().unwrap().span.start);
+        let first = self.r.nodes[n].as_mut().unwrap();
+        let (
+            RKind::Base(NodeKind::Filter {
+                filter: f0,
+                params: p0,
+                options: o0,
+            }),
+            NodeKind::Filter {
+                filter,
+                params,
+                options,
+            },
+        ) = (&mut first.kind, res.kind)
+        else {
+            unreachable!("named nodes are native filters")
+        };
+        if *f0 != filter {
+            return Err(Diagnostic::new(
+                DiagKind::NameConflict,
+                format!("'name={name}' names a '{f0}' filter, not '{filter}'"),
+                words[0].span,
+                self.input,
+            )
+            .help(format!(
+                "a name is one vertex: it was first given to '{f0}' at {at}; use another name for a second filter"
+            )));
+        }
+        if !params.is_empty() || !options.is_empty() {
+            if p0.is_empty() && o0.is_empty() {
+                *p0 = params;
+                *o0 = options;
+            } else if *p0 != params || *o0 != options {
+                return Err(Diagnostic::new(
+                    DiagKind::NameConflict,
+                    format!("conflicting parameters for 'name={name}'"),
+                    span,
+                    self.input,
+                )
+                .help(format!(
+                    "the first occurrence (at {at}) carries the parameters; repeat only '{filter} name={name}' here"
+                )));
+            }
+        }
+        Ok(n)
+    }
+
+    fn line_col(&self, pos: usize) -> String {
+        let before = &self.input[..pos];
+        let line = before.matches('\n').count() + 1;
+        let col = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+            .chars()
+            .count()
+            + 1;
+        if line == 1 {
+            format!("column {col}")
+        } else {
+            format!("line {line}, column {col}")
+        }
+    }
+}

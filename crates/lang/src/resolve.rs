@@ -1,0 +1,409 @@
+//! Names to filters: the [`Resolver`] the caller provides, ready-made resolvers, and the
+//! checks that turn an atom's words into a [`NodeKind`] (options of Table 3.2).
+
+use std::collections::BTreeMap;
+
+use crate::diag::{closest, did_you_mean, DiagKind, Diagnostic};
+use crate::graph::{quote, NodeKind};
+use crate::lexer::Word;
+use crate::span::Span;
+
+/// Whether a name is a native filter or a Unix command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterKind {
+    Native,
+    Unix,
+}
+
+/// Tells the parser what a filter name means. The CLI combines its filter registry with
+/// PATH (see [`WithPath`]); tests use a [`StaticResolver`].
+pub trait Resolver {
+    /// Some(kind) if `name` is a native filter or a Unix command; None if unknown.
+    fn resolve(&self, name: &str) -> Option<FilterKind>;
+
+    /// All native filter names (for "did you mean").
+    fn native_names(&self) -> Vec<String>;
+
+    /// The option keys a native filter accepts besides the control options, or None if
+    /// unknown (then any well-formed `key=value` is accepted). With Some, an unknown key
+    /// is a [`DiagKind::BadOption`] error.
+    fn params(&self, _native: &str) -> Option<Vec<String>> {
+        None
+    }
+
+    /// Whether a native filter bounds loops: every cycle must contain one. Default: the
+    /// filter named `for` (thesis 3.3.2, "Conditional Looping").
+    fn bounds_loops(&self, native: &str) -> bool {
+        native == "for"
+    }
+}
+
+impl<R: Resolver + ?Sized> Resolver for &R {
+    fn resolve(&self, name: &str) -> Option<FilterKind> {
+        (**self).resolve(name)
+    }
+    fn native_names(&self) -> Vec<String> {
+        (**self).native_names()
+    }
+    fn params(&self, native: &str) -> Option<Vec<String>> {
+        (**self).params(native)
+    }
+    fn bounds_loops(&self, native: &str) -> bool {
+        (**self).bounds_loops(native)
+    }
+}
+
+/// The control options of Table 3.2. Any native filter may take them (`name` becomes
+/// [`crate::Node::name`]; the others stay in the filter's options, values checked: export,
+/// exportdata, reuse yes|no; share yes|no|auto; size digits with an optional k/m/g;
+/// mode 1-4 octal digits); a Unix command may not. When a native filter declares an
+/// option key of its own with the same name (pcapin's `file`), the key is the filter's:
+/// its value is not checked, and even `name` then stays in the options.
+pub const CONTROL_OPTIONS: [&str; 10] = [
+    "name",
+    "export",
+    "exportdata",
+    "size",
+    "share",
+    "reuse",
+    "space",
+    "mode",
+    "file",
+    "binary",
+];
+
+/// A fixed table of native filters (with their option keys, or None for "any") and Unix
+/// commands. Native names win over Unix names.
+#[derive(Clone, Debug, Default)]
+pub struct StaticResolver {
+    natives: BTreeMap<String, Option<Vec<String>>>,
+    unix: Vec<String>,
+}
+
+impl StaticResolver {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a native filter that accepts exactly the option keys `params` (plus control
+    /// options).
+    pub fn native(mut self, name: &str, params: &[&str]) -> Self {
+        self.natives.insert(
+            name.to_string(),
+            Some(params.iter().map(|s| s.to_string()).collect()),
+        );
+        self
+    }
+
+    /// Adds a native filter that accepts any option key.
+    pub fn native_any(mut self, name: &str) -> Self {
+        self.natives.insert(name.to_string(), None);
+        self
+    }
+
+    pub fn unix(mut self, name: &str) -> Self {
+        self.unix.push(name.to_string());
+        self
+    }
+}
+
+impl Resolver for StaticResolver {
+    fn resolve(&self, name: &str) -> Option<FilterKind> {
+        if self.natives.contains_key(name) {
+            Some(FilterKind::Native)
+        } else if self.unix.iter().any(|u| u == name) {
+            Some(FilterKind::Unix)
+        } else {
+            None
+        }
+    }
+    fn native_names(&self) -> Vec<String> {
+        self.natives.keys().cloned().collect()
+    }
+    fn params(&self, native: &str) -> Option<Vec<String>> {
+        self.natives.get(native).cloned().flatten()
+    }
+}
+
+/// Resolves executables on `PATH` (or a name containing `/` that is an executable file)
+/// as Unix commands; knows no native filters.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PathResolver;
+
+impl PathResolver {
+    /// The executable `name` would run, if any.
+    pub fn find(name: &str) -> Option<std::path::PathBuf> {
+        if name.is_empty() {
+            return None;
+        }
+        if name.contains('/') {
+            let p = std::path::PathBuf::from(name);
+            return is_executable(&p).then_some(p);
+        }
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|p| is_executable(p))
+    }
+}
+
+fn is_executable(p: &std::path::Path) -> bool {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                m.permissions().mode() & 0o111 != 0
+            }
+            #[cfg(not(unix))]
+            {
+                true
+            }
+        }
+        _ => false,
+    }
+}
+
+impl Resolver for PathResolver {
+    fn resolve(&self, name: &str) -> Option<FilterKind> {
+        PathResolver::find(name).map(|_| FilterKind::Unix)
+    }
+    fn native_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// A resolver of native filters, falling back to PATH for Unix commands: the lookup order
+/// of thesis 3.3 ("it prefers native filters over Unix processes").
+#[derive(Clone, Debug, Default)]
+pub struct WithPath<R>(pub R);
+
+impl<R: Resolver> Resolver for WithPath<R> {
+    fn resolve(&self, name: &str) -> Option<FilterKind> {
+        self.0.resolve(name).or_else(|| PathResolver.resolve(name))
+    }
+    fn native_names(&self) -> Vec<String> {
+        self.0.native_names()
+    }
+    fn params(&self, native: &str) -> Option<Vec<String>> {
+        self.0.params(native)
+    }
+    fn bounds_loops(&self, native: &str) -> bool {
+        self.0.bounds_loops(native)
+    }
+}
+
+/// A resolved atom.
+pub(crate) struct Resolved {
+    pub kind: NodeKind,
+    pub name: Option<String>,
+}
+
+fn is_key(k: &str) -> bool {
+    k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// Turns an atom's words into a node kind, checking names and options.
+pub(crate) fn resolve_atom(
+    words: &[Word],
+    resolver: &dyn Resolver,
+    input: &str,
+) -> Result<Resolved, Diagnostic> {
+    let head = &words[0];
+    if head.eq.is_some() {
+        return Err(Diagnostic::new(
+            DiagKind::BadOption,
+            format!("expected a filter name, found option '{}'", head.text),
+            head.span,
+            input,
+        )
+        .help(format!(
+            "options follow the filter they configure: write 'FILTER {}'",
+            head.text
+        )));
+    }
+    let name = &head.text;
+    let kind = match resolver.resolve(name) {
+        Some(k) => k,
+        None => {
+            let natives = resolver.native_names();
+            let near = closest(name, natives.iter().map(String::as_str));
+            let shown = if name.is_empty() {
+                "''".to_string()
+            } else {
+                format!("'{}'", name)
+            };
+            return Err(Diagnostic::new(
+                DiagKind::UnknownFilter,
+                format!(
+                    "unknown filter {shown} (not a native filter, and not found on PATH either)"
+                ),
+                head.span,
+                input,
+            )
+            .maybe_help(did_you_mean(&near)));
+        }
+    };
+    match kind {
+        FilterKind::Unix => {
+            for w in &words[1..] {
+                if let Some(eq) = w.eq {
+                    let key = &w.text[..eq];
+                    if CONTROL_OPTIONS.contains(&key) {
+                        return Err(Diagnostic::new(
+                            DiagKind::OptionOnUnix,
+                            format!("control option '{key}' on Unix command '{name}'"),
+                            w.span,
+                            input,
+                        )
+                        .help(format!(
+                            "control options apply to native filters only; to pass the word to the command, quote it: {}",
+                            quote(&w.text)
+                        )));
+                    }
+                }
+            }
+            Ok(Resolved {
+                kind: NodeKind::Unix {
+                    argv: words.iter().map(|w| w.text.clone()).collect(),
+                },
+                name: None,
+            })
+        }
+        FilterKind::Native => {
+            let known = resolver.params(name);
+            let mut params = Vec::new();
+            let mut options: Vec<(String, String)> = Vec::new();
+            let mut node_name = None;
+            let mut seen: std::collections::HashSet<&str> = Default::default();
+            for w in &words[1..] {
+                let Some(eq) = w.eq else {
+                    params.push(w.text.clone());
+                    continue;
+                };
+                let (key, value) = (&w.text[..eq], &w.text[eq + 1..]);
+                let key_span = Span::new(w.span.start, w.span.start + eq);
+                if !is_key(key) {
+                    let msg = if key.is_empty() {
+                        format!("malformed option '{}': no key before '='", w.text)
+                    } else {
+                        format!("malformed option '{}': '{key}' is not a key", w.text)
+                    };
+                    return Err(Diagnostic::new(DiagKind::BadOption, msg, w.span, input).help(format!(
+                        "an option is key=value with a key of letters, digits, '_', '-', '.'; to pass the word as a parameter, quote it: {}",
+                        quote(&w.text)
+                    )));
+                }
+                let control = CONTROL_OPTIONS.contains(&key);
+                // `key=` with nothing after it; `key=""` is an explicit empty value.
+                let bare_empty = value.is_empty() && !w.quoted;
+                if bare_empty || (control && value.is_empty()) {
+                    return Err(Diagnostic::new(
+                        DiagKind::BadOption,
+                        format!("empty value for option '{key}'"),
+                        w.span,
+                        input,
+                    )
+                    .help(if control {
+                        format!("'{key}' takes {}", control_values(key))
+                    } else {
+                        format!("write {key}=VALUE, or {key}=\"\" for an empty value")
+                    }));
+                }
+                if !seen.insert(key) {
+                    return Err(Diagnostic::new(
+                        DiagKind::BadOption,
+                        format!("option '{key}' given twice"),
+                        key_span,
+                        input,
+                    ));
+                }
+                let own = known.as_ref().is_some_and(|k| k.iter().any(|p| p == key));
+                if !control && !own {
+                    if let Some(k) = &known {
+                        let mut cands: Vec<&str> = k.iter().map(String::as_str).collect();
+                        cands.extend(CONTROL_OPTIONS);
+                        let takes = if k.is_empty() {
+                            format!("'{name}' takes no options of its own")
+                        } else {
+                            format!("'{name}' takes {}", k.join(", "))
+                        };
+                        let help = match did_you_mean(&closest(key, cands)) {
+                            Some(d) => format!("{d} ({takes}, besides the control options)"),
+                            None => format!(
+                                "{takes}, besides the control options {}",
+                                CONTROL_OPTIONS.join(", ")
+                            ),
+                        };
+                        return Err(Diagnostic::new(
+                            DiagKind::BadOption,
+                            format!("unknown option '{key}' for filter '{name}'"),
+                            key_span,
+                            input,
+                        )
+                        .help(help));
+                    }
+                }
+                if control && !own {
+                    check_control(key, value).map_err(|m| {
+                        Diagnostic::new(
+                            DiagKind::BadOption,
+                            m,
+                            Span::new(key_span.end + 1, w.span.end),
+                            input,
+                        )
+                        .help(format!("'{key}' takes {}", control_values(key)))
+                    })?;
+                }
+                if key == "name" && !own {
+                    node_name = Some(value.to_string());
+                } else {
+                    options.push((key.to_string(), value.to_string()));
+                }
+            }
+            Ok(Resolved {
+                kind: NodeKind::Filter {
+                    filter: name.clone(),
+                    params,
+                    options,
+                },
+                name: node_name,
+            })
+        }
+    }
+}
+
+fn control_values(key: &str) -> &'static str {
+    match key {
+        "export" | "exportdata" | "reuse" => "yes or no",
+        "share" => "yes, no or auto",
+        "size" => "a length: digits with an optional k, m or g suffix",
+        "mode" => "octal permissions, e.g. 0644",
+        "space" => "a space id, 'local' or 'kernel'",
+        "name" => "a name",
+        "file" => "a file name",
+        _ => "a blob id",
+    }
+}
+
+fn check_control(key: &str, value: &str) -> Result<(), String> {
+    let ok = match key {
+        "export" | "exportdata" | "reuse" => matches!(value, "yes" | "no"),
+        "share" => matches!(value, "yes" | "no" | "auto"),
+        "size" => {
+            let digits = value.trim_end_matches(['k', 'K', 'm', 'M', 'g', 'G']);
+            !digits.is_empty()
+                && value.len() - digits.len() <= 1
+                && digits.chars().all(|c| c.is_ascii_digit())
+        }
+        "mode" => (1..=4).contains(&value.len()) && value.chars().all(|c| ('0'..='7').contains(&c)),
+        _ => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("bad value '{value}' for option '{key}'"))
+    }
+}

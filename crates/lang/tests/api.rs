@@ -1,0 +1,366 @@
+//! The public interface the dataplane and CLI rely on.
+
+use lang::fuzzing::test_resolver;
+use lang::template::{self, RKind};
+use lang::*;
+
+fn p(s: &str) -> Graph {
+    parse(s, &test_resolver()).unwrap_or_else(|d| panic!("{d}"))
+}
+
+fn err(s: &str) -> Diagnostic {
+    parse(s, &test_resolver()).unwrap_err()
+}
+
+fn edges(g: &Graph) -> Vec<(NodeId, NodeId, Selector)> {
+    let mut v: Vec<_> = g
+        .edges
+        .iter()
+        .map(|e| (e.from, e.to, e.sel.clone()))
+        .collect();
+    v.sort_by_key(|e| (e.0, e.1));
+    v
+}
+
+#[test]
+fn split_join_semantics() {
+    // a | b + c | d: a->b, a->c, b->join, c->join, join->d.
+    for (op, mode) in [
+        ("+", JoinMode::All),
+        ("++", JoinMode::First),
+        ("*", JoinMode::First),
+        ("+*", JoinMode::Nth(2)),
+        ("&", JoinMode::Nth(2)),
+    ] {
+        let g = p(&format!("gen | tcp {op} udp | count"));
+        assert_eq!(g.nodes.len(), 5);
+        assert_eq!(g.nodes[3].kind, NodeKind::Join { mode }, "{op}");
+        assert_eq!(
+            edges(&g),
+            vec![
+                (0, 1, Selector::Default),
+                (0, 2, Selector::Default),
+                (1, 3, Selector::Default),
+                (2, 3, Selector::Default),
+                (3, 4, Selector::Default)
+            ]
+        );
+        assert_eq!(g.sources(), vec![0]);
+        assert_eq!(g.sinks(), vec![4]);
+    }
+    assert_eq!(
+        p("ip | tcp +* udp +* icmp").nodes[4].kind,
+        NodeKind::Join {
+            mode: JoinMode::Nth(3)
+        }
+    );
+}
+
+#[test]
+fn selector_after_parallel_applies_to_join_arcs() {
+    let g = p("gen | tcp + udp |!7 count");
+    assert_eq!(
+        edges(&g)[4],
+        (3, 4, Selector::Not(Box::new(Selector::Class(7))))
+    );
+}
+
+#[test]
+fn node_fields() {
+    let g = p("gen 10 count=5 | for name=L 3 export=yes @busy | gzip -9 | for name=L |! stdout");
+    assert_eq!(
+        g.nodes[0].kind,
+        NodeKind::Filter {
+            filter: "gen".into(),
+            params: vec!["10".into()],
+            options: vec![("count".into(), "5".into())]
+        }
+    );
+    assert_eq!(g.nodes[1].name.as_deref(), Some("L"));
+    assert_eq!(g.nodes[1].hints, vec![Hint::Busy]);
+    assert_eq!(
+        g.nodes[1].kind,
+        NodeKind::Filter {
+            filter: "for".into(),
+            params: vec!["3".into()],
+            options: vec![("export".into(), "yes".into())]
+        }
+    );
+    assert_eq!(
+        g.nodes[2].kind,
+        NodeKind::Unix {
+            argv: vec!["gzip".into(), "-9".into()]
+        }
+    );
+    let src = "gen 10 count=5 | for name=L 3 export=yes @busy | gzip -9 | for name=L |! stdout";
+    assert_eq!(
+        &src[g.nodes[1].span.start..g.nodes[1].span.end],
+        "for name=L 3 export=yes"
+    );
+    let back = g.edges.iter().find(|e| e.from == 2 && e.to == 1).unwrap();
+    assert_eq!(&src[back.span.start..back.span.end], "|");
+    let out = g.edges.iter().find(|e| e.to == 3).unwrap();
+    assert_eq!(&src[out.span.start..out.span.end], "|!");
+    assert_eq!(g.sources(), vec![0]);
+}
+
+#[test]
+fn admits() {
+    let names = |n: &str| if n == "http" { Some(80) } else { None };
+    let cases: &[(Selector, &[u16], &[u16])] = &[
+        (Selector::Default, &[1, 65535], &[0]),
+        (Selector::All, &[0, 1, 65535], &[]),
+        (Selector::Class(22), &[22], &[0, 21, 23]),
+        (Selector::Range(22, 23), &[22, 23], &[21, 24]),
+        (Selector::Named("http".into()), &[80], &[0, 81]),
+        (Selector::Named("nope".into()), &[], &[0, 1, 80]),
+        (Selector::Not(Box::new(Selector::Default)), &[0], &[1, 2]),
+        (
+            Selector::Not(Box::new(Selector::Range(1, 1023))),
+            &[0, 1024],
+            &[1, 80, 1023],
+        ),
+        (
+            Selector::Not(Box::new(Selector::Named("nope".into()))),
+            &[0, 5],
+            &[],
+        ),
+    ];
+    for (sel, yes, no) in cases {
+        for &c in *yes {
+            assert!(sel.admits(c, &names), "{sel:?} should admit {c}");
+        }
+        for &c in *no {
+            assert!(!sel.admits(c, &names), "{sel:?} should not admit {c}");
+        }
+    }
+    assert_eq!(Selector::Class(3).negate().negate(), Selector::Class(3));
+}
+
+#[test]
+fn passes_one_by_one() {
+    let r = test_resolver();
+    let req = parse_request("rx ++ tx | !http | tcp + udp", &r).unwrap();
+    let kinds = |q: &template::Request| -> Vec<String> {
+        q.nodes
+            .iter()
+            .flatten()
+            .map(|n| match &n.kind {
+                RKind::Base(NodeKind::Filter { filter, .. }) => filter.clone(),
+                RKind::Base(k) => format!("{k:?}"),
+                k => format!("{k:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(
+        kinds(&req),
+        [
+            "rx",
+            "tx",
+            "Par(Or)",
+            "http",
+            "Not",
+            "tcp",
+            "udp",
+            "Par(Plus)"
+        ]
+    );
+    assert!(req.clone().into_graph().is_err(), "pseudo-vertices left");
+    let n = template::negation(req.clone());
+    assert_eq!(
+        kinds(&n),
+        ["rx", "tx", "Par(Or)", "http", "tcp", "udp", "Par(Plus)"]
+    );
+    let b = template::boolean(n.clone());
+    assert_eq!(
+        kinds(&b),
+        [
+            "rx",
+            "tx",
+            "Join { mode: First }",
+            "http",
+            "tcp",
+            "udp",
+            "Par(Plus)"
+        ]
+    );
+    let s = template::split_join(b);
+    assert_eq!(
+        kinds(&s),
+        ["rx", "tx", "Join { mode: First }", "http", "tcp", "udp"]
+    );
+    // Passes with nothing to do return the request unchanged.
+    assert_eq!(template::negation(n.clone()), n);
+    let g = s.into_graph().unwrap();
+    assert_eq!(g, p("rx ++ tx | !http | tcp + udp"));
+    assert_eq!(
+        edges(&g)[3..],
+        [
+            (3, 4, Selector::Not(Box::new(Selector::Default))),
+            (3, 5, Selector::Not(Box::new(Selector::Default)))
+        ]
+    );
+}
+
+#[test]
+fn parallelize_one_filter() {
+    let g = p("gen | deflate name=Z |3 count");
+    let q = parallelize(&g, 1, 3, SplitMode::Hash);
+    assert_eq!(
+        q.canonical(),
+        "n0 = gen\nn1 = deflate name=Z.0\nn2 = count\nn3 = split(hash, 3)\nn4 = deflate name=Z.1\nn5 = deflate name=Z.2\nn6 = join(all)\n\
+         n0 -> n3\nn1 -> n6 |all\nn3 -> n1\nn3 -> n4\nn3 -> n5\nn4 -> n6 |all\nn5 -> n6 |all\nn6 -> n2 |3\n"
+    );
+    // Not applicable: sources, joins, too few ways, no such node.
+    assert_eq!(parallelize(&g, 0, 3, SplitMode::RoundRobin), g);
+    assert_eq!(parallelize(&g, 1, 1, SplitMode::RoundRobin), g);
+    assert_eq!(parallelize(&g, 9, 3, SplitMode::RoundRobin), g);
+    let j = p("gen | tcp + udp | count");
+    assert_eq!(parallelize(&j, 3, 2, SplitMode::RoundRobin), j);
+}
+
+#[test]
+fn diagnostic_rendering() {
+    let d = err("tcp | ipp | count");
+    assert_eq!(d.kind, DiagKind::UnknownFilter);
+    assert_eq!(d.span, Span { start: 6, end: 9 });
+    assert_eq!(d.help.as_deref(), Some("did you mean 'ip'?"));
+    assert_eq!(
+        d.to_string(),
+        "error: unknown filter 'ipp' (not a native filter, and not found on PATH either)\n  tcp | ipp | count\n        ^^^\n  help: did you mean 'ip'?"
+    );
+    let e: Box<dyn std::error::Error> = Box::new(d);
+    assert!(e.to_string().starts_with("error: "));
+}
+
+#[test]
+fn error_kinds() {
+    let cases: &[(&str, DiagKind)] = &[
+        ("tcp | ipp", DiagKind::UnknownFilter),
+        ("count evry=1", DiagKind::BadOption),
+        ("count =1", DiagKind::BadOption),
+        ("count every=", DiagKind::BadOption),
+        ("(gen", DiagKind::UnbalancedParen),
+        ("gen)", DiagKind::UnbalancedParen),
+        ("gen |65536 count", DiagKind::SelectorOutOfRange),
+        ("gen |5:3 count", DiagKind::SelectorOutOfRange),
+        ("gen |5:x count", DiagKind::BadSelector),
+        ("gen |:3 count", DiagKind::BadSelector),
+        ("gen | gzip export=yes", DiagKind::OptionOnUnix),
+        ("gen | count name=A | count name=A", DiagKind::UnboundedLoop),
+        ("gen \"x", DiagKind::UnterminatedQuote),
+        ("", DiagKind::EmptyPipeline),
+        ("gen | | count", DiagKind::MissingOperand),
+        ("| gen", DiagKind::MissingOperand),
+        ("gen +", DiagKind::MissingOperand),
+        ("gen @nope", DiagKind::UnknownHint),
+        ("a + b ++ c", DiagKind::MixedOperators),
+        ("gen | for name=L | count name=L", DiagKind::NameConflict),
+        ("gen !x", DiagKind::UnexpectedToken),
+        (&"(".repeat(200), DiagKind::TooDeep),
+    ];
+    for (src, kind) in cases {
+        assert_eq!(
+            parse(src, &test_resolver()).unwrap_err().kind,
+            *kind,
+            "{src}"
+        );
+    }
+}
+
+#[test]
+fn loops_need_for() {
+    // A cycle through a for is fine, also when the for is not where the cycle was closed.
+    p("gen | for name=L 3 | count name=C | inflate | count name=C | for name=L |! stdout");
+    // A longer cycle without one is not.
+    let d = err("gen | count name=A | inflate | deflate | count name=A");
+    assert_eq!(d.kind, DiagKind::UnboundedLoop);
+    assert!(
+        d.message.contains("'count name=A', 'inflate', 'deflate'"),
+        "{}",
+        d.message
+    );
+    // A named node reached twice without a cycle is fine.
+    p("(gen | count name=C) + (stdin | count name=C)");
+}
+
+#[test]
+fn path_resolver() {
+    assert_eq!(PathResolver.resolve("sh"), Some(FilterKind::Unix));
+    assert_eq!(PathResolver.resolve("surely-no-such-command-here"), None);
+    assert!(PathResolver::find("/bin/sh").is_some());
+    let r = WithPath(StaticResolver::new().native("grep", &[]));
+    assert_eq!(
+        r.resolve("grep"),
+        Some(FilterKind::Native),
+        "native names win"
+    );
+    assert_eq!(r.resolve("sh"), Some(FilterKind::Unix));
+    let g = parse("grep x | sh -c 'cat'", &r).unwrap();
+    assert_eq!(
+        g.nodes[1].kind,
+        NodeKind::Unix {
+            argv: vec!["sh".into(), "-c".into(), "cat".into()]
+        }
+    );
+}
+
+#[test]
+fn resolver_without_params_accepts_any_option() {
+    let r = StaticResolver::new().native_any("f");
+    let g = parse("f anything=1 x", &r).unwrap();
+    assert_eq!(
+        g.nodes[0].kind,
+        NodeKind::Filter {
+            filter: "f".into(),
+            params: vec!["x".into()],
+            options: vec![("anything".into(), "1".into())]
+        }
+    );
+}
+
+#[test]
+fn large_inputs_stay_fast() {
+    // Linear-time passes: ~100k nodes of each shape parse in well under a few seconds.
+    let n = 20_000;
+    let shapes = [
+        vec!["gen"; n].join(" | "),
+        format!("gen | {} | count", vec!["tcp"; n].join(" + ")),
+        format!("gen | {}", vec!["tcp"; n].join(" +* ")),
+        vec!["!grep x"; n].join(" | "),
+        format!("gen | {}", vec!["(tcp | !udp)"; n].join(" + ")),
+        format!(
+            "gen {}",
+            (0..n)
+                .map(|i| format!("k{i}=v"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        format!(
+            "gen | {} | stdout",
+            (0..n)
+                .map(|i| format!("for name=L{} 2", i % 100))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ),
+    ];
+    let r = StaticResolver::new()
+        .native_any("gen")
+        .native_any("tcp")
+        .native_any("udp")
+        .native_any("grep")
+        .native_any("count")
+        .native_any("for")
+        .native_any("stdout");
+    for s in shapes {
+        let t = std::time::Instant::now();
+        let g = parse(&s, &r).unwrap_or_else(|d| panic!("{}", d.message));
+        let _ = g.canonical();
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{}...: {:?}",
+            &s[..40],
+            t.elapsed()
+        );
+    }
+}
