@@ -39,31 +39,9 @@ enum Cmd {
     Filters { name: Option<String> },
 }
 
-/// Native filters from the library, Unix commands from PATH.
-struct Resolver;
-
-impl lang::Resolver for Resolver {
-    fn resolve(&self, name: &str) -> Option<lang::FilterKind> {
-        if filters::find(name).is_some() {
-            Some(lang::FilterKind::Native)
-        } else if on_path(name) {
-            Some(lang::FilterKind::Unix)
-        } else {
-            None
-        }
-    }
-    fn native_names(&self) -> Vec<String> {
-        filters::REGISTRY.iter().map(|s| s.name.to_string()).collect()
-    }
-}
-
-fn on_path(name: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let exec = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-    if name.contains('/') {
-        return exec(std::path::Path::new(name));
-    }
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| exec(&d.join(name))))
+/// Native filters (with their parameter keys) from the library, Unix commands from PATH.
+fn resolver() -> lang::WithPath<filters::Natives> {
+    lang::WithPath(filters::Natives)
 }
 
 fn main() -> ExitCode {
@@ -85,7 +63,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Cmd::Check { pipeline } => match lang::parse(&pipeline, &Resolver) {
+        Cmd::Check { pipeline } => match lang::parse(&pipeline, &resolver()) {
             Ok(g) => {
                 print!("{}", g.canonical());
                 ExitCode::SUCCESS
@@ -100,7 +78,7 @@ fn main() -> ExitCode {
 }
 
 fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
-    let g = match lang::parse(pipeline, &Resolver) {
+    let g = match lang::parse(pipeline, &resolver()) {
         Ok(g) => g,
         Err(d) => {
             eprintln!("{d}");

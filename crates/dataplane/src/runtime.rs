@@ -319,6 +319,11 @@ impl Space {
         &self.warnings
     }
 
+    /// Blocks copied by write isolation so far.
+    pub fn copies(&self) -> u64 {
+        self.store.copies
+    }
+
     /// Whether a filter stopped the run because of an error (e.g. a sink could not write).
     pub fn failed(&self) -> bool {
         self.stop

@@ -92,6 +92,8 @@ pub struct Store {
     /// The space's default ring (allocations and copies), created on first use.
     scratch: Option<BufId>,
     scratch_size: usize,
+    /// Blocks copied by write isolation (statistics; in-place edits do not count).
+    pub copies: u64,
 }
 
 /// Error resolving a tag.
@@ -105,7 +107,7 @@ pub enum ResolveError {
 
 impl Store {
     pub fn new(scratch_size: usize) -> Store {
-        Store { regions: Vec::new(), notes: Vec::new(), scratch: None, scratch_size }
+        Store { regions: Vec::new(), notes: Vec::new(), scratch: None, scratch_size, copies: 0 }
     }
 
     fn note_mut(&mut self, id: BufId) -> &mut Annotations {
@@ -227,6 +229,7 @@ impl Store {
             return Ok((s, false));
         }
         let data = self.data(t)?.to_vec();
+        self.copies += 1;
         let class = t.class;
         let (nt, s) = self.alloc(data.len());
         s.copy_from_slice(&data);

@@ -152,6 +152,36 @@ fn key_from(a: &Args) -> Result<[u8; 32], String> {
     Ok(k)
 }
 
+/// Edits blocks in place: XOR with a repeating key. The one filter here that writes into
+/// existing blocks, through `Ctx::writable` (a private copy only when the block is shared).
+pub struct Xor {
+    key: Vec<u8>,
+}
+impl Filter for Xor {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for i in 0..batch.len() {
+            let class = batch.tags[i].class.max(1);
+            match cx.writable(batch, i) {
+                Ok(d) => {
+                    for (j, b) in d.iter_mut().enumerate() {
+                        *b ^= self.key[j % self.key.len()];
+                    }
+                    batch.tags[i].class = class;
+                }
+                Err(_) => batch.tags[i].class = 0,
+            }
+        }
+    }
+}
+fn make_xor(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let hex = a.require("key", Some(0))?;
+    if hex.is_empty() || hex.len() % 2 != 0 {
+        return Err(format!("xor: key={hex} must be an even number of hex digits"));
+    }
+    let key = (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)).collect::<Result<Vec<u8>, _>>().map_err(|_| format!("xor: key={hex} is not hex"))?;
+    Ok(Box::new(Xor { key }))
+}
+
 fn make_strip(a: &Args) -> Result<Box<dyn Filter>, String> {
     match a.get("bytes", Some(0)) {
         Some("payload") => Ok(Box::new(Strip { bytes: 0, to_payload: true })),
@@ -195,3 +225,6 @@ spec!(ENCRYPT, "encrypt", "encrypt key=HEX | keyfile=F", "Encrypts each block wi
 spec!(DECRYPT, "decrypt", "decrypt key=HEX | keyfile=F", "Decrypts blocks made by encrypt; blocks failing authentication are dropped\nwith a warning.",
       ["key": "256-bit key as 64 hex digits", "keyfile": "file holding the key"], "the block's class (at least 1); 0 if authentication fails",
       "streamline run 'file secret.txt | encrypt keyfile=k | decrypt keyfile=k | outfile copy.txt'", Editing, make_decrypt);
+spec!(XOR, "xor", "xor KEYHEX", "XORs each block in place with a repeating key. Edits through write isolation:\nthe block is copied first only if another branch still reads it or it lives in a\nread-only file.",
+      ["key": "key bytes in hex (also positional)"], "the block's class (at least 1)",
+      "streamline run 'gen count=10 | xor 5a | stdout'", Editing, make_xor);

@@ -3,7 +3,7 @@
 //! Grouped by class: [`sources`] (pcapin, file, stdin, gen), [`proto`] (eth, ip, tcp, udp,
 //! icmp, dport, sport, proto, flow), [`app`] (tcpstream, http, dns), [`inspect`] (count,
 //! hist, inspect, grep, regex, match, dedup, sample), [`edit`] (strip, deflate, inflate,
-//! encrypt, decrypt), [`control`] (for, join, split, hash), [`sinks`] (outfile, stdout,
+//! encrypt, decrypt, xor), [`control`] (for, join, split, hash), [`sinks`] (outfile, stdout,
 //! pcapout, null). [`packet`] holds the zero-copy frame parsing they share.
 //!
 //! Every filter registers one [`FilterSpec`] in [`REGISTRY`]: its documentation in fixed
@@ -54,6 +54,7 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &edit::INFLATE,
     &edit::ENCRYPT,
     &edit::DECRYPT,
+    &edit::XOR,
     &control::FOR,
     &control::JOIN,
     &control::SPLIT,
@@ -66,6 +67,23 @@ pub static REGISTRY: &[&FilterSpec] = &[
 
 pub fn find(name: &str) -> Option<&'static FilterSpec> {
     REGISTRY.iter().copied().find(|s| s.name == name)
+}
+
+/// The library as a name resolver for the language: native names and, per filter, the
+/// parameter keys it accepts (so `pcapin fil=x` is an error with a caret at parse time).
+/// Wrap it in `lang::WithPath` to also accept Unix commands on PATH.
+pub struct Natives;
+
+impl lang::Resolver for Natives {
+    fn resolve(&self, name: &str) -> Option<lang::FilterKind> {
+        find(name).map(|_| lang::FilterKind::Native)
+    }
+    fn native_names(&self) -> Vec<String> {
+        REGISTRY.iter().map(|s| s.name.to_string()).collect()
+    }
+    fn params(&self, name: &str) -> Option<Vec<String>> {
+        find(name).map(|s| s.params.iter().map(|p| p.name.to_string()).collect())
+    }
 }
 
 /// The library as the runtime's factory.
