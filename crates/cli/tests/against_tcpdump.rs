@@ -145,3 +145,45 @@ fn unix_commands_and_edits_round_trip() {
     assert_eq!(stdout.trim(), "5000");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn ctrl_c_stops_the_run_and_still_prints_totals() {
+    let mut child = Command::new(BIN)
+        .args(["run", "-q", "gen count=100G size=64 | count"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SIGINT, as Ctrl-C sends.
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let line = err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("no totals after Ctrl-C:\n{err}"));
+    let n: u64 = line["count: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+    assert!(n > 0, "{line}");
+    assert!(err.contains("interrupted"), "{err}");
+}
+
+#[test]
+fn filters_are_listed_and_documented() {
+    let (code, out, _) = streamline(&["filters"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().count() >= 30, "{out}");
+    let (code, out, _) = streamline(&["filters", "dport"]);
+    assert_eq!(code, 0);
+    for s in ["SYNOPSIS", "PARAMETERS", "CLASSES", "EXAMPLE", "destination port"] {
+        assert!(out.contains(s), "{out}");
+    }
+    let (code, _, err) = streamline(&["filters", "nosuch"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("nosuch"), "{err}");
+}
+
+#[test]
+fn check_prints_the_graph() {
+    let (code, out, err) = streamline(&["check", "pcapin file=x.pcap | tcp + udp | count"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("pcapin") && out.contains("join") && out.contains("count") && out.contains("->"), "{out}");
+}
