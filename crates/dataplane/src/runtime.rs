@@ -43,6 +43,8 @@ struct Arc_ {
 struct RtNode {
     label: String,
     filter: Box<dyn Filter>,
+    /// `export=yes`: the node's output also goes to a named IBuf other processes can read.
+    export: Option<beltway::IbufWriter>,
     out: Vec<Arc_>,
     source: bool,
     /// Route by class to the k-th arc (split), instead of multicasting.
@@ -65,6 +67,24 @@ pub struct NodeReport {
 pub struct BuildError {
     pub label: String,
     pub why: String,
+}
+
+/// Name under /dev/shm of a node's exported stream: `streamline.NAME` (tags, an IBuf) and
+/// `streamline.NAME.data` (the data its tags point to).
+pub fn export_name(node: &str) -> String {
+    format!("streamline.{node}")
+}
+
+/// Create the named IBuf (and its DBuf) for an exported stream. A space's own data lives
+/// in private memory, so exported blocks are written through into the shared DBuf once;
+/// readers in other processes map both by name (`beltway::IbufReader`). Lossless: a reader
+/// that stops reading holds the pipeline back, like a Unix pipe.
+fn export_stream(node: &str) -> beltway::Result<beltway::IbufWriter> {
+    use beltway::{Layout, RingConfig, Writer};
+    let name = export_name(node).replace(['/', ' '], "_");
+    let tags = Writer::create_named(&name, RingConfig { mode: 0o644, ..RingConfig::bytes(1 << 20).layout(Layout::Tags) })?;
+    let data = Writer::create_named(&format!("{name}.data"), RingConfig { mode: 0o644, buf_id: 1, ..RingConfig::bytes(16 << 20) })?;
+    beltway::IbufWriter::new(tags)?.with_default(data)
 }
 
 /// A graph instantiated in one space.
@@ -110,7 +130,13 @@ impl Space {
                 NodeKind::Join { mode } => (Box::new(JoinFilter::new(*mode, in_degree(n.id))), false, false),
                 NodeKind::Split { mode, ways } => (Box::new(SplitFilter::new(*mode, *ways)), false, true),
             };
-            nodes.push(RtNode { label, filter, out: Vec::new(), source, routes_by_class: routes, done: false, c: Counters::default() });
+            let export = match &n.kind {
+                NodeKind::Filter { options, .. } if options.iter().any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") => {
+                    Some(export_stream(n.name.as_deref().unwrap_or(&label)).map_err(|e| BuildError { label: label.clone(), why: format!("cannot export: {e}") })?)
+                }
+                _ => None,
+            };
+            nodes.push(RtNode { label, filter, export, out: Vec::new(), source, routes_by_class: routes, done: false, c: Counters::default() });
         }
         for e in &g.edges {
             nodes[e.from].out.push(Arc_ { to: e.to, sel: e.sel.clone() });
@@ -156,6 +182,18 @@ impl Space {
 
     /// Forward a node's output batch along its arcs.
     fn route(&mut self, i: usize, mut batch: Batch, depth: usize) {
+        if let Some(ex) = self.nodes[i].export.as_mut() {
+            for t in batch.tags.iter().filter(|t| t.class != 0) {
+                if let Ok(d) = self.store.data(t) {
+                    if let Err(e) = ex.write_class(d, t.class) {
+                        let l = self.nodes[i].label.clone();
+                        self.warnings.push(format!("{l}: export stopped: {e}"));
+                        self.nodes[i].export = None;
+                        break;
+                    }
+                }
+            }
+        }
         let n_out = self.nodes[i].out.len();
         let names = &self.names;
         let lookup = |s: &str| names.iter().find(|(n, _)| n == s).map(|(_, c)| *c);
@@ -272,8 +310,17 @@ impl Space {
     }
 
     /// Let every filter that holds blocks flush them (in graph order), then drain Unix
-    /// processes.
+    /// processes; exported streams end (their readers see end of stream).
     fn finish_all(&mut self) {
+        self.finish_filters();
+        for n in &mut self.nodes {
+            if let Some(ex) = n.export.as_mut() {
+                ex.close();
+            }
+        }
+    }
+
+    fn finish_filters(&mut self) {
         for i in 0..self.nodes.len() {
             let mut out = Batch::default();
             self.with_filter(i, |f, cx| f.finish(cx, &mut out));
@@ -317,6 +364,17 @@ impl Space {
 
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// Wait until every exported stream has `n` readers attached (a FIFO's open), so a
+    /// reader started before the run misses nothing.
+    pub fn wait_for_export_readers(&self, n: u32, timeout: Duration) -> Result<(), beltway::Error> {
+        for node in &self.nodes {
+            if let Some(ex) = &node.export {
+                ex.tags().wait_for_readers(n, timeout)?;
+            }
+        }
+        Ok(())
     }
 
     /// Blocks copied by write isolation so far.

@@ -142,3 +142,33 @@ fn build_errors_name_the_filter() {
     let msg = Space::build(&g, &filters::Library, 1 << 20).err().expect("must fail").to_string();
     assert!(msg.contains("64 hex digits"), "{msg}");
 }
+
+/// `export=yes` publishes a node's output as a named IBuf; a reader elsewhere (here a
+/// thread using only the ring names) reads every block through it.
+#[test]
+fn exported_stream_is_readable_by_name() {
+    let node = format!("exp{}", std::process::id());
+    let mut s = build(&format!("gen count=1000 size=32 | count export=yes name={node} | null"));
+    let name = dataplane::export_name(&node);
+    let reader = std::thread::spawn(move || {
+        let tags = beltway::Reader::open(&name, beltway::Start::Oldest).expect("open exported stream");
+        let mut r = beltway::IbufReader::new(tags, beltway::BufTable::new()).unwrap();
+        let mut buf = [0u8; 64];
+        let mut seqs = Vec::new();
+        loop {
+            let n = r.read(&mut buf).expect("read through");
+            if n == 0 {
+                break;
+            }
+            assert_eq!(n, 32);
+            seqs.push(u64::from_le_bytes(buf[..8].try_into().unwrap()));
+        }
+        seqs
+    });
+    s.wait_for_export_readers(1, std::time::Duration::from_secs(20)).expect("reader attaches");
+    s.run(&AtomicBool::new(false), |_| {});
+    let seqs = reader.join().unwrap();
+    assert_eq!(seqs, (0..1000).collect::<Vec<u64>>(), "every block, in order");
+    drop(s);
+    assert!(!std::path::Path::new(&format!("/dev/shm/{}", dataplane::export_name(&node))).exists(), "names not removed");
+}
