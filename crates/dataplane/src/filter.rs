@@ -60,6 +60,8 @@ pub struct Ctx<'a> {
     pub store: &'a mut Store,
     /// Name of the filter instance (for messages).
     pub name: &'a str,
+    /// The node's session state, owned by the runtime (see [`Ctx::sessions`]).
+    pub(crate) sessions: &'a mut Option<Box<dyn std::any::Any + Send>>,
     pub(crate) warnings: &'a mut Vec<String>,
     pub(crate) stop: &'a mut bool,
 }
@@ -80,6 +82,18 @@ impl Ctx<'_> {
         }
         Ok(s)
     }
+    /// Session state (thesis 3.3.2 `slsession_alloc`, 5.3.3): `n` slots of `T`, created on
+    /// first use and kept by the runtime with the filter's node; index the table by a
+    /// block's class to get that session's slot. Because the runtime owns the state and the
+    /// class selects it, a replica of the filter elsewhere can be handed the slots of the
+    /// classes routed to it.
+    pub fn sessions<T: Default + Clone + Send + 'static>(&mut self, n: usize) -> &mut SessionTable<T> {
+        if !self.sessions.as_ref().is_some_and(|b| b.is::<SessionTable<T>>()) {
+            *self.sessions = Some(Box::new(SessionTable::<T>::new(n)));
+        }
+        self.sessions.as_mut().and_then(|b| b.downcast_mut()).expect("just created")
+    }
+
     /// A non-fatal problem worth telling the user (printed once per distinct message).
     pub fn warn(&mut self, msg: impl Into<String>) {
         let m = format!("{}: {}", self.name, msg.into());

@@ -45,6 +45,8 @@ struct RtNode {
     filter: Box<dyn Filter>,
     /// `export=yes`: the node's output also goes to a named IBuf other processes can read.
     export: Option<beltway::IbufWriter>,
+    /// The filter's session state (runtime-owned, see `Ctx::sessions`).
+    sessions: Option<Box<dyn std::any::Any + Send>>,
     out: Vec<Arc_>,
     source: bool,
     /// Route by class to the k-th arc (split), instead of multicasting.
@@ -136,7 +138,7 @@ impl Space {
                 }
                 _ => None,
             };
-            nodes.push(RtNode { label, filter, export, out: Vec::new(), source, routes_by_class: routes, done: false, c: Counters::default() });
+            nodes.push(RtNode { label, filter, export, sessions: None, out: Vec::new(), source, routes_by_class: routes, done: false, c: Counters::default() });
         }
         for e in &g.edges {
             nodes[e.from].out.push(Arc_ { to: e.to, sel: e.sel.clone() });
@@ -157,7 +159,7 @@ impl Space {
     fn with_filter<R>(&mut self, i: usize, f: impl FnOnce(&mut dyn Filter, &mut Ctx<'_>) -> R) -> R {
         let Space { nodes, store, warnings, stop, .. } = self;
         let node = &mut nodes[i];
-        let mut cx = Ctx { store, name: &node.label, warnings, stop };
+        let mut cx = Ctx { store, name: &node.label, sessions: &mut node.sessions, warnings, stop };
         f(node.filter.as_mut(), &mut cx)
     }
 

@@ -25,6 +25,9 @@ impl<T> SessionTable<T> {
     pub fn iter(&self) -> impl Iterator<Item = (usize, &T)> {
         self.slots.iter().enumerate()
     }
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (usize, &mut T)> {
+        self.slots.iter_mut().enumerate()
+    }
     pub fn len(&self) -> usize {
         self.slots.len()
     }

@@ -7,18 +7,26 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Per-direction reassembly state: the next expected sequence number and the segments
 /// that arrived early (tags only: their data stays where it is).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Dir {
     next: Option<u32>,
     held: BTreeMap<u32, Tag>,
     held_bytes: usize,
 }
 
+/// One session (a flow class): its directions, by (source, port, destination, port), so
+/// that flows whose 16-bit classes collide still keep separate state.
+type FlowSession = HashMap<(std::net::IpAddr, u16, std::net::IpAddr, u16), Dir>;
+
+/// Session slots: classes map onto them modulo this many.
+const SESSIONS: usize = 4096;
+
 /// Zero-copy TCP reassembly (thesis 5.3.2): crops each segment's tag to its payload (a
 /// metadata edit) and reorders tags so every connection's bytes come out in sequence order.
-/// Retransmitted bytes are trimmed; early segments wait (as tags) for the gap to fill.
+/// Retransmitted bytes are trimmed; early segments wait (as tags) for the gap to fill. Its
+/// per-connection state is session state handed out by the runtime, selected by the flow
+/// class (thesis 5.3.3).
 pub struct TcpStream {
-    dirs: HashMap<(u16, std::net::IpAddr, u16, std::net::IpAddr, u16), Dir>,
     limit: usize,
 }
 
@@ -34,7 +42,9 @@ impl Filter for TcpStream {
             let Some(p) = parse_tag(cx, &t) else { continue };
             let (L4::Tcp { sport, dport, seq, syn, .. }, Some((_, src, dst, _))) = (p.l4, p.ip) else { continue };
             let class = flow_hash(&p);
-            let d = self.dirs.entry((class, src, sport, dst, dport)).or_default();
+            let limit = self.limit;
+            let session = cx.sessions::<FlowSession>(SESSIONS).get(class);
+            let d = session.entry((src, sport, dst, dport)).or_default();
             let mut seq = seq;
             if syn {
                 seq = seq.wrapping_add(1);
@@ -73,7 +83,7 @@ impl Filter for TcpStream {
                     }
                 }
                 d.next = Some(nx);
-            } else if d.held_bytes + seg.len as usize <= self.limit {
+            } else if d.held_bytes + seg.len as usize <= limit {
                 d.held_bytes += seg.len as usize;
                 d.held.insert(seq, seg);
             } else {
@@ -84,10 +94,12 @@ impl Filter for TcpStream {
     fn finish(&mut self, cx: &mut Ctx<'_>, out: &mut Batch) {
         // Gaps never filled: deliver what is held, in order, and say so.
         let mut gaps = 0;
-        for d in self.dirs.values_mut() {
-            for (_, t) in std::mem::take(&mut d.held) {
-                gaps += 1;
-                out.push(t);
+        for (_, session) in cx.sessions::<FlowSession>(SESSIONS).iter_mut() {
+            for d in session.values_mut() {
+                for (_, t) in std::mem::take(&mut d.held) {
+                    gaps += 1;
+                    out.push(t);
+                }
             }
         }
         if gaps > 0 {
@@ -168,7 +180,7 @@ pub fn dns_kind(d: &[u8]) -> u16 {
 }
 
 fn make_tcpstream(a: &Args) -> Result<Box<dyn Filter>, String> {
-    Ok(Box::new(TcpStream { dirs: HashMap::new(), limit: a.size("limit", None, 4 << 20)? as usize }))
+    Ok(Box::new(TcpStream { limit: a.size("limit", None, 4 << 20)? as usize }))
 }
 fn make_http(a: &Args) -> Result<Box<dyn Filter>, String> {
     let only = match a.get("method", Some(0)) {
