@@ -172,3 +172,74 @@ fn exported_stream_is_readable_by_name() {
     drop(s);
     assert!(!std::path::Path::new(&format!("/dev/shm/{}", dataplane::export_name(&node))).exists(), "names not removed");
 }
+
+fn sample() -> std::path::PathBuf {
+    std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"))
+}
+
+/// The same packets as pcapng give the same results as pcap.
+#[test]
+fn pcapng_reads_like_pcap() {
+    use pcap_file::pcap::PcapReader;
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+    use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+    use pcap_file::pcapng::PcapNgWriter;
+    let mut r = PcapReader::new(std::fs::File::open(sample()).unwrap()).unwrap();
+    let ng = tmp("sample.pcapng");
+    let mut w = PcapNgWriter::new(std::fs::File::create(&ng).unwrap()).unwrap();
+    let idb = InterfaceDescriptionBlock { linktype: pcap_file::DataLink::ETHERNET, snaplen: 0xffff, options: vec![] };
+    w.write_pcapng_block(idb).unwrap();
+    while let Some(p) = r.next_packet() {
+        let p = p.unwrap();
+        let epb = EnhancedPacketBlock { interface_id: 0, timestamp: p.timestamp, original_len: p.orig_len, data: p.data.clone(), options: vec![] };
+        w.write_pcapng_block(epb).unwrap();
+    }
+    drop(w);
+    for mid in ["", "tcp | dport |80 ", "udp | ", "icmp |2 "] {
+        let a = counts(&run(&format!("pcapin file={} | {mid}count", sample().display())));
+        let b = counts(&run(&format!("pcapin file={} | {mid}count", ng.display())));
+        assert_eq!(a, b, "'{mid}' differs between pcap and pcapng");
+        assert!(a[0] > 0);
+    }
+}
+
+/// Frames of random bytes, truncated frames and empty frames: every protocol filter
+/// classifies them (mostly as 0) without panicking, and the run completes.
+#[test]
+fn garbage_frames_are_classified_not_fatal() {
+    use pcap_file::pcap::{PcapPacket, PcapWriter};
+    let path = tmp("garbage.pcap");
+    let mut w = PcapWriter::new(std::fs::File::create(&path).unwrap()).unwrap();
+    let mut x = 0x1234_5678_9abc_def0u64;
+    let real = std::fs::read(sample()).unwrap();
+    for i in 0..3000usize {
+        let len = [0usize, 1, 13, 14, 20, 34, 54, 60, 200, 1514][i % 10];
+        let mut f: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        // Every third frame: a real header prefix with random bytes after it.
+        if i % 3 == 0 && len >= 34 {
+            f[..34].copy_from_slice(&real[40..74]);
+        }
+        w.write_packet(&PcapPacket::new(std::time::Duration::from_micros(i as u64), len as u32, &f)).unwrap();
+    }
+    drop(w);
+    let out = tmp("garbage.json");
+    let p = format!(
+        "pcapin file={} | count | (eth + ip + tcp + udp + icmp + dport + sport + proto + flow + http + dns + tcpstream + strip + hash 4 | null) + inspect format=json file={}",
+        path.display(),
+        out.display()
+    );
+    let s = run(&p);
+    assert_eq!(counts(&s), vec![3000]);
+    let json = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(json.lines().count(), 3000);
+    for l in json.lines() {
+        serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("inspect wrote invalid JSON {l}: {e}"));
+    }
+}
