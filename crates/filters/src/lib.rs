@@ -15,6 +15,8 @@
 pub mod app;
 pub mod control;
 pub mod edit;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod inspect;
 pub mod packet;
 pub mod proto;
