@@ -5,16 +5,18 @@
 //! pieces: [`util`] (timing, tables, SUMMARY), [`proc`] (re-executing this binary as a
 //! child process), [`pattern`] (self-checking stream content), [`spsc`] (the thread ring
 //! used as an upper bound) and [`child`] (the hidden `__child` roles that run the far side
-//! of cross-process experiments).
+//! of cross-process experiments; `__byte0` is the filter process of [`threading`]).
 //!
 //! Adding a subcommand: a module with an `Args` (clap `Args`) and a
 //! `run(&Args, quick) -> Result<()>`, plus one variant in [`Command`].
 
 mod child;
 mod pattern;
+mod pcap;
 mod proc;
 mod rings;
 mod spsc;
+mod threading;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -35,16 +37,27 @@ enum Command {
     /// Ring experiments: copy throughput vs. Unix pipes and a thread ring (Fig 7.1),
     /// splicing (Fig 4.4), event batching (Fig 5.2), deck-cut self-scaling (Fig 4.8).
     Rings(rings::Args),
+    /// A chain of N trivial filters in one space vs. N Unix processes joined by pipes vs.
+    /// a single loop (thesis 5.2.1, Fig 5.1).
+    Threading(threading::Args),
+    /// Reading a large capture with a port filter and counting, vs. tcpdump.
+    Pcap(pcap::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
+    /// One filter process of the threading benchmark's Unix pipeline.
+    #[command(name = "__byte0", hide = true)]
+    Byte0(threading::Byte0Args),
 }
 
 fn main() {
     let cli = Cli::parse();
     let res = match &cli.command {
         Command::Rings(a) => rings::run(a, cli.quick),
+        Command::Threading(a) => threading::run(a, cli.quick),
+        Command::Pcap(a) => pcap::run(a, cli.quick),
         Command::Child(a) => child::run(a),
+        Command::Byte0(a) => threading::byte0_main(a),
     };
     if let Err(e) = res {
         eprintln!("streamline-bench: error: {e}");

@@ -154,3 +154,19 @@ pub fn pipe_size(fd: &impl std::os::fd::AsRawFd) -> Result<usize> {
     }
     Ok(n as usize)
 }
+
+/// Make a child started from `cmd` (a program other than this one) get SIGKILL when the
+/// calling thread exits, so no child outlives a benchmark that fails or is killed.
+pub fn kill_with_us(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and calls only prctl, which
+    // is async-signal-safe, and reads errno; it touches no memory shared with the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}

@@ -173,6 +173,53 @@ pub fn pin(cpu: usize) -> Result<usize> {
     Ok(cpu)
 }
 
+/// Exit the process if the run takes longer than `limit` (a wedged experiment must fail
+/// the run, not hang CI; children die with us; see [`cleanup_on_abnormal_exit`]).
+pub fn watchdog(limit: std::time::Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!("streamline-bench: watchdog: run exceeded {limit:?}; aborting (deadlock?)");
+        abnormal_cleanup();
+        std::process::exit(3);
+    });
+}
+
+/// Paths to remove when the run ends abnormally, in order (files, then their directory).
+static ABNORMAL_CLEANUP: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
+
+/// Remove `paths` (files, then empty directories, in this order) if the run is ended by
+/// SIGINT, SIGTERM or SIGHUP, or by the [`watchdog`]: destructors do not run then, and
+/// scratch files can be large. Only the first call per process takes effect.
+pub fn cleanup_on_abnormal_exit(paths: &[&std::path::Path]) {
+    use std::os::unix::ffi::OsStrExt;
+    let v = paths.iter().filter_map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()).ok()).collect();
+    if ABNORMAL_CLEANUP.set(v).is_err() {
+        return;
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installs a handler that only calls async-signal-safe functions (unlink,
+        // rmdir, _exit) on data initialized before the handler was installed.
+        unsafe { libc::signal(sig, on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    }
+}
+
+extern "C" fn on_fatal_signal(sig: libc::c_int) {
+    abnormal_cleanup();
+    // SAFETY: _exit is async-signal-safe; children get SIGKILL via PR_SET_PDEATHSIG.
+    unsafe { libc::_exit(128 + sig) };
+}
+
+fn abnormal_cleanup() {
+    for p in ABNORMAL_CLEANUP.get().map_or(&[][..], |v| v.as_slice()) {
+        // SAFETY: `p` is a NUL-terminated path that lives as long as the program.
+        unsafe {
+            if libc::unlink(p.as_ptr()) != 0 {
+                libc::rmdir(p.as_ptr());
+            }
+        }
+    }
+}
+
 /// Spin for `ns` nanoseconds (stand-in work of a producer or consumer).
 pub fn busy(ns: u64) {
     let until = beltway::sys::now_ns() + ns;
@@ -210,4 +257,45 @@ fn process_running(pid: u32) -> bool {
     // The state follows the command name, which is in parentheses and may contain spaces.
     let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
     !matches!(state, None | Some("Z") | Some("X"))
+}
+
+/// A scratch directory `/tmp/slbench-<what>-<pid>` (or under another base), removed with
+/// its contents on drop. Creating one first removes such directories left by runs that no
+/// longer exist (a run killed by a signal cannot clean up).
+#[derive(Debug)]
+pub struct TempDir {
+    path: std::path::PathBuf,
+}
+
+impl TempDir {
+    pub fn new(what: &str) -> Result<TempDir> {
+        TempDir::new_in(&std::env::temp_dir(), what)
+    }
+
+    pub fn new_in(tmp: &std::path::Path, what: &str) -> Result<TempDir> {
+        let prefix = format!("{NAME_PREFIX}{what}-");
+        if let Ok(dir) = std::fs::read_dir(tmp) {
+            for entry in dir.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(pid) = name.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else { continue };
+                if !process_running(pid) {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        let path = tmp.join(format!("{prefix}{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir(&path).map_err(|e| err(format!("creating {}: {e}", path.display())))?;
+        Ok(TempDir { path })
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
 }

@@ -15,7 +15,7 @@ mod deckcut;
 mod forward;
 mod transfer;
 
-use crate::util::{remove_stale_rings, Plan, Result, Summary};
+use crate::util::{remove_stale_rings, watchdog, Plan, Result, Summary};
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -69,13 +69,4 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     }
     summary.print();
     Ok(())
-}
-
-/// Exit the process if the run takes longer than `limit`.
-fn watchdog(limit: Duration) {
-    std::thread::spawn(move || {
-        std::thread::sleep(limit);
-        eprintln!("streamline-bench: watchdog: run exceeded {limit:?}; aborting (deadlock?)");
-        std::process::exit(3);
-    });
 }

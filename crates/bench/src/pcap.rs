@@ -1,0 +1,264 @@
+//! The `pcap` subcommand: read a large capture, keep TCP packets to port 80, count them;
+//! the `streamline` command against `tcpdump`.
+//!
+//! - The capture: `examples/sample.pcap` (real traffic, Ethernet) repeated until about
+//!   500 MB (20 MB with --quick), packets and timestamps kept (each repetition shifted
+//!   past the previous one), written with `pcap-file` into a scratch directory that is
+//!   removed at the end.
+//! - Ours: `target/release/streamline run -q 'pcapin file=BIG | tcp | dport |80 count'`,
+//!   the real command next to this binary; its `count: N blocks` line must equal the number
+//!   of lines of `tcpdump -nn -r BIG 'tcp dst port 80'` (computed once).
+//! - Peer: `tcpdump -r BIG -w /dev/null 'tcp dst port 80'` (BPF filter, output discarded).
+//!
+//! Both are timed as whole commands (wall clock, start to exit), each run once first so the
+//! file is in the page cache for both; then alternately, best of `reps`.
+
+use crate::proc::kill_with_us;
+use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir, MIB};
+use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The BPF expression of the peer and the meaning of our pipeline.
+const FILTER: &str = "tcp dst port 80";
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Timed runs of each command (the fastest counts); ignored with --quick (1).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// The capture to repeat.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"))]
+    sample: PathBuf,
+    /// Size of the large capture in MB (10^6 bytes); default 500, with --quick 20.
+    #[arg(long)]
+    mb: Option<u64>,
+}
+
+/// The large capture as written.
+struct Big {
+    path: PathBuf,
+    bytes: u64,
+    packets: u64,
+    repeats: u64,
+}
+
+/// Write `sample` repeated until the file holds at least `target` bytes.
+fn build_capture(sample: &Path, path: &Path, target: u64) -> Result<Big> {
+    let f = std::fs::File::open(sample).map_err(|e| err(format!("opening {}: {e}", sample.display())))?;
+    let mut r = PcapReader::new(std::io::BufReader::new(f)).map_err(|e| err(format!("{}: {e}", sample.display())))?;
+    let header = r.header();
+    let mut pkts: Vec<PcapPacket<'static>> = Vec::new();
+    while let Some(p) = r.next_packet() {
+        pkts.push(p.map_err(|e| err(format!("{}: {e}", sample.display())))?.into_owned());
+    }
+    if pkts.is_empty() {
+        return Err(err(format!("{} holds no packets", sample.display())));
+    }
+    let first = pkts.iter().map(|p| p.timestamp).min().expect("non-empty");
+    let last = pkts.iter().map(|p| p.timestamp).max().expect("non-empty");
+    // Each repetition starts one second after the previous one ended.
+    let shift = last - first + Duration::from_secs(1);
+    let out = std::fs::File::create(path).map_err(|e| err(format!("creating {}: {e}", path.display())))?;
+    let mut w = PcapWriter::with_header(std::io::BufWriter::with_capacity(MIB, out), header)
+        .map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    let mut bytes = 24u64; // the file header
+    let (mut packets, mut repeats) = (0u64, 0u64);
+    while bytes < target {
+        for p in &pkts {
+            let q = PcapPacket::new(p.timestamp + shift * repeats as u32, p.orig_len, &p.data);
+            bytes += w.write_packet(&q).map_err(|e| err(format!("writing {}: {e}", path.display())))? as u64;
+            packets += 1;
+        }
+        repeats += 1;
+    }
+    use std::io::Write;
+    w.into_writer().flush().map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    let on_disk = std::fs::metadata(path)?.len();
+    if on_disk != bytes {
+        return Err(err(format!("{}: wrote {bytes} bytes but the file has {on_disk}", path.display())));
+    }
+    Ok(Big { path: path.to_path_buf(), bytes, packets, repeats })
+}
+
+/// An executable on PATH.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    lang::PathResolver::find(name)
+}
+
+/// Run `cmd` to completion (killed if we die), timed; fail unless it exits 0.
+fn timed(cmd: &mut Command, what: &str) -> Result<(f64, Output)> {
+    kill_with_us(cmd);
+    let t0 = Instant::now();
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| err(format!("starting {what}: {e}")))?;
+    let secs = t0.elapsed().as_secs_f64();
+    if !out.status.success() {
+        return Err(err(format!("{what} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    Ok((secs, out))
+}
+
+/// The tools and the file, with the commands built the same way every time.
+struct Setup<'a> {
+    streamline: PathBuf,
+    tcpdump: PathBuf,
+    big: &'a Big,
+    expected: u64,
+}
+
+impl Setup<'_> {
+    fn pipeline(&self) -> String {
+        format!("pcapin file={} | tcp | dport |80 count", self.big.path.display())
+    }
+
+    /// Ours: the whole `streamline run -q ...` command (without `-q` when `table`, to see
+    /// the per-filter table); checks the count it prints. Returns the time and its stderr.
+    fn ours(&self, table: bool) -> Result<(f64, String)> {
+        let text = self.pipeline();
+        let q = if table { "" } else { " -q" };
+        let what = format!("`streamline run{q} '{text}'`");
+        let mut cmd = Command::new(&self.streamline);
+        cmd.arg("run");
+        if !table {
+            cmd.arg("-q");
+        }
+        let (secs, out) = timed(cmd.arg(&text).stdout(Stdio::null()), &what)?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let count = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("count: ")?.split_once(" blocks")?.0.parse::<u64>().ok())
+            .ok_or_else(|| err(format!("{what} printed no `count: N blocks` line; its stderr:\n{stderr}")))?;
+        if count != self.expected {
+            return Err(err(format!(
+                "{what} counted {count} packets where `tcpdump -nn -r BIG '{FILTER}'` prints {} lines: the results differ",
+                self.expected
+            )));
+        }
+        if let Some(w) = stderr.lines().find(|l| l.starts_with("warning:")) {
+            return Err(err(format!("{what}: {w}")));
+        }
+        Ok((secs, stderr.into_owned()))
+    }
+
+    /// The peer: `tcpdump -r BIG -w /dev/null 'tcp dst port 80'`.
+    fn tcpdump(&self) -> Result<f64> {
+        let mut cmd = Command::new(&self.tcpdump);
+        cmd.arg("-r").arg(&self.big.path).args(["-w", "/dev/null", FILTER]).stdout(Stdio::null());
+        Ok(timed(&mut cmd, &format!("`tcpdump -r {} -w /dev/null '{FILTER}'`", self.big.path.display()))?.0)
+    }
+}
+
+/// Packets tcpdump's filter matches: lines of `tcpdump -nn -r BIG 'tcp dst port 80'`.
+fn tcpdump_count(tcpdump: &Path, big: &Path) -> Result<u64> {
+    let mut cmd = Command::new(tcpdump);
+    cmd.args(["-nn", "-r"]).arg(big).arg(FILTER).stderr(Stdio::piped()).stdout(Stdio::piped());
+    let (_, out) = timed(&mut cmd, "`tcpdump -nn -r BIG` (counting matches)")?;
+    Ok(out.stdout.iter().filter(|&&b| b == b'\n').count() as u64)
+}
+
+pub fn run(a: &Args, quick: bool) -> Result<()> {
+    watchdog(if quick { Duration::from_secs(120) } else { Duration::from_secs(15 * 60) });
+    let reps = if quick { 1 } else { a.reps.max(1) };
+    let tcpdump = find_on_path("tcpdump")
+        .ok_or_else(|| err("tcpdump is not installed (not found on PATH); install it, e.g. `apt-get install tcpdump`"))?;
+    let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
+    let streamline = exe.with_file_name("streamline");
+    if !streamline.is_file() {
+        return Err(err(format!(
+            "{} not found next to this benchmark; build it with `cargo build --release -p streamline`",
+            streamline.display()
+        )));
+    }
+    let sample = std::fs::canonicalize(&a.sample)
+        .map_err(|e| err(format!("sample capture {}: {e} (give one with --sample)", a.sample.display())))?;
+    let target = a.mb.unwrap_or(if quick { 20 } else { 500 }) * 1_000_000;
+    println!("streamline-bench pcap ({} mode)", if quick { "quick" } else { "full" });
+    println!("\n== Reading a large capture: `tcp dst port 80`, count (ours vs tcpdump) ==");
+    let dir = TempDir::new("pcap")?;
+    let big_path = dir.path().join("big.pcap");
+    cleanup_on_abnormal_exit(&[&big_path, dir.path()]);
+    let t0 = Instant::now();
+    let big = build_capture(&sample, &big_path, target)?;
+    println!(
+        "capture: {} = {} x {} ({} packets, {:.1} MB), written in {:.1} s",
+        big.path.display(),
+        big.repeats,
+        sample.display(),
+        big.packets,
+        big.bytes as f64 / 1e6,
+        t0.elapsed().as_secs_f64()
+    );
+    let expected = tcpdump_count(&tcpdump, &big.path)?;
+    if expected == 0 {
+        return Err(err(format!("tcpdump matches no packet of {} with '{FILTER}': nothing to compare", big.path.display())));
+    }
+    let s = Setup { streamline, tcpdump, big: &big, expected };
+    println!("ours: {} run -q '{}'", s.streamline.display(), s.pipeline());
+    println!("peer: {} -r BIG -w /dev/null '{FILTER}'", s.tcpdump.display());
+    println!("matching packets: {expected} (lines of `tcpdump -nn -r BIG '{FILTER}'`; ours checked against it every run)");
+    println!("wall clock of each whole command; one untimed run of each first (page cache warm for both), then best of {reps}, alternating");
+    // Warm-up: both commands read the whole file once. Ours without -q, for its table.
+    let (_, table) = s.ours(true)?;
+    s.tcpdump()?;
+    let (mut ours, mut peer) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        ours.push(s.ours(false)?.0);
+        peer.push(s.tcpdump()?);
+    }
+    let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (o, p) = (best(&ours), best(&peer));
+    let runs = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ");
+    println!("{:<10} {:>9} {:>12} {:>9}   runs (s)", "", "best s", "Mpackets/s", "MB/s");
+    for (name, t, v) in [("streamline", o, &ours), ("tcpdump", p, &peer)] {
+        println!("{name:<10} {t:>9.3} {:>12.3} {:>9.0}   {}", big.packets as f64 / t / 1e6, big.bytes as f64 / t / 1e6, runs(v));
+    }
+    println!("where our time goes: the per-filter table of the warm-up run (`streamline run` without -q):");
+    for l in table.lines().filter(|l| !l.starts_with("count:")) {
+        println!("  {l}");
+    }
+    let mut summary = Summary::default();
+    summary.add(
+        "pcap_count_vs_tcpdump",
+        p / o,
+        Some(Target::AtLeast(2.0)),
+        format!("tcpdump {p:.3} s / ours {o:.3} s, {:.0} MB", big.bytes as f64 / 1e6),
+    );
+    summary.print();
+    drop(dir);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_capture_repeats_the_sample_with_shifted_timestamps() {
+        let sample = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"));
+        let dir = TempDir::new("pcap-test").unwrap();
+        let size = std::fs::metadata(sample).unwrap().len();
+        let big = build_capture(sample, &dir.path().join("big.pcap"), size + 1).unwrap();
+        assert_eq!(big.repeats, 2);
+        let read = |p: &Path| {
+            let mut r = PcapReader::new(std::fs::File::open(p).unwrap()).unwrap();
+            let mut v = Vec::new();
+            while let Some(p) = r.next_packet() {
+                v.push(p.unwrap().into_owned());
+            }
+            (r.header(), v)
+        };
+        let (h0, orig) = read(sample);
+        let (h1, copy) = read(&big.path);
+        assert_eq!((h0.datalink, h0.snaplen, h0.ts_resolution), (h1.datalink, h1.snaplen, h1.ts_resolution));
+        assert_eq!(copy.len(), 2 * orig.len());
+        assert_eq!(big.packets, copy.len() as u64);
+        let (second, first) = (&copy[orig.len()..], &copy[..orig.len()]);
+        let latest = orig.iter().map(|p| p.timestamp).max().unwrap();
+        for ((a, b), o) in first.iter().zip(second).zip(&orig) {
+            assert_eq!((&a.data, a.orig_len, a.timestamp), (&o.data, o.orig_len, o.timestamp));
+            assert_eq!((&b.data, b.orig_len), (&o.data, o.orig_len));
+            assert!(b.timestamp > latest);
+        }
+    }
+}

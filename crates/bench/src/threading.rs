@@ -1,0 +1,576 @@
+//! The `threading` subcommand (thesis 5.2.1, Figure 5.1): a chain of N trivial filters
+//! ("match the first byte of 1 KiB blocks"), run three ways on the same blocks:
+//!
+//! - **ours**: one Streamline space, `gen count=K size=1024 | byte0 | ... | byte0 | null`,
+//!   built through `lang::parse` and `dataplane::Space::build` and scheduled depth-first by
+//!   function calls. `byte0` is a native filter of this crate ([`Byte0`]), added to the
+//!   library's filters by [`BenchFactory`] and [`BenchResolver`]. `Space::run` is timed;
+//!   the per-filter counters must show all K blocks at every filter and at the sink.
+//! - **Unix pipeline**: N processes connected by pipes, each this binary in the hidden
+//!   `__byte0` mode ([`byte0_main`]: read 1 KiB, check byte 0, write 1 KiB); the parent
+//!   feeds generated blocks into the first and drains (and checks) the last.
+//! - **single loop**: one hand-written loop over the K blocks in memory doing the N checks
+//!   per block: the upper bound, no framework at all.
+//!
+//! For context (no targets) two more: ours with a source that hands out blocks already
+//! made (`file` over the same K blocks in a memfd, mapped as a DBuf), and the single loop
+//! that also makes each block as `gen` does. They separate what the source costs from what
+//! the scheduling of the filters costs.
+//!
+//! Rates are blocks per second, so the Unix pipeline may move fewer blocks than the others.
+
+use crate::proc::die_with_parent;
+use crate::util::{err, watchdog, Plan, Result, Summary, Target};
+use dataplane::{Args as FilterArgs, Batch, Ctx, Factory, Filter, Space};
+use std::hint::black_box;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+/// Block size (bytes).
+const BLOCK: usize = 1024;
+/// Name of the trivial native filter in pipelines.
+const BYTE0: &str = "byte0";
+/// Blocks per write of the Unix pipeline's feeder (a source writes in bulk, like `gen`'s
+/// batches of 64).
+const FEED_BLOCKS: usize = 64;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Timed repetitions per configuration (the fastest counts); ignored with --quick.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Chain lengths to measure.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 4, 10])]
+    filters: Vec<usize>,
+    /// Run only these variants (e.g. to profile one); headline figures need all three.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Variant>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Variant {
+    /// Ours, with gen (headline) and with file (context).
+    Ours,
+    /// The Unix process pipeline.
+    Unix,
+    /// The single loop, over blocks in memory (headline) and generating them (context).
+    Loop,
+}
+
+/// The hidden `__byte0` mode: one filter of the Unix pipeline.
+#[derive(clap::Args, Debug)]
+pub struct Byte0Args {
+    /// Pid of the benchmark process that started us (we die with it).
+    #[arg(long)]
+    parent: Option<u32>,
+}
+
+/// Block volumes: ours and the loops move `blocks`, the Unix pipeline `unix_blocks` (it
+/// is 1-2 orders of magnitude slower).
+struct Volumes {
+    blocks: u64,
+    unix_blocks: u64,
+}
+
+impl Volumes {
+    fn new(quick: bool) -> Volumes {
+        if quick {
+            Volumes { blocks: 100_000, unix_blocks: 10_000 }
+        } else {
+            Volumes { blocks: 1_000_000, unix_blocks: 200_000 }
+        }
+    }
+}
+
+/// The trivial filter's decision: every block passes, with class 1 or 2 by the low bit of
+/// its first byte (so the check cannot be skipped, and nothing is dropped).
+#[inline(always)]
+fn classify(first: u8) -> u16 {
+    (first & 1) as u16 + 1
+}
+
+/// `byte0`: the trivial native filter. Reads byte 0 of each block, sets its class.
+struct Byte0;
+
+impl Filter for Byte0 {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for t in batch.tags.iter_mut() {
+            t.class = match cx.data(t) {
+                Ok(d) if !d.is_empty() => classify(d[0]),
+                _ => 0,
+            };
+        }
+    }
+}
+
+/// The filter library plus `byte0`.
+struct BenchFactory;
+
+impl Factory for BenchFactory {
+    fn make(&self, name: &str, args: &FilterArgs) -> std::result::Result<Box<dyn Filter>, String> {
+        if name == BYTE0 {
+            return Ok(Box::new(Byte0));
+        }
+        filters::Library.make(name, args)
+    }
+    fn is_source(&self, name: &str) -> bool {
+        name != BYTE0 && filters::Library.is_source(name)
+    }
+}
+
+/// The library's names (and parameter keys) plus `byte0` (which takes none).
+struct BenchResolver;
+
+impl lang::Resolver for BenchResolver {
+    fn resolve(&self, name: &str) -> Option<lang::FilterKind> {
+        if name == BYTE0 {
+            return Some(lang::FilterKind::Native);
+        }
+        filters::Natives.resolve(name)
+    }
+    fn native_names(&self) -> Vec<String> {
+        let mut v = filters::Natives.native_names();
+        v.push(BYTE0.to_string());
+        v
+    }
+    fn params(&self, name: &str) -> Option<Vec<String>> {
+        if name == BYTE0 {
+            return Some(Vec::new());
+        }
+        filters::Natives.params(name)
+    }
+}
+
+/// Block `seq` exactly as the `gen` filter makes it: the sequence number (little endian),
+/// then a pattern.
+fn gen_block(seq: u64, s: &mut [u8]) {
+    let sb = seq.to_le_bytes();
+    for (i, b) in s.iter_mut().enumerate() {
+        *b = if i < 8 { sb[i] } else { (i as u8).wrapping_mul(31) ^ sb[0] };
+    }
+}
+
+/// The pipeline text: `source`, a chain of `n` filters, a sink.
+fn pipeline(source: &str, n: usize) -> String {
+    format!("{source}{} | null", format!(" | {BYTE0}").repeat(n))
+}
+
+/// The headline source: `gen` makes the K blocks (into its ring in the space).
+fn gen_source(k: u64) -> String {
+    format!("gen count={k} size={BLOCK}")
+}
+
+/// The context source: the same K blocks already made, in a file the space maps as a
+/// DBuf (tags point into it; nothing is made or copied per block).
+fn file_source(path: &Path) -> String {
+    format!("file {} split=fixed size={BLOCK}", path.display())
+}
+
+/// Ours: build the space (not timed), time `Space::run`, check the counters.
+fn run_ours(source: &str, n: usize, k: u64) -> Result<f64> {
+    let text = pipeline(source, n);
+    let g = lang::parse(&text, &BenchResolver).map_err(|d| err(format!("parsing `{text}`:\n{d}")))?;
+    let mut space = Space::build(&g, &BenchFactory, 1 << 20).map_err(|e| err(format!("building `{text}`: {e}")))?;
+    let interrupt = AtomicBool::new(false);
+    let t0 = Instant::now();
+    space.run(&interrupt, |_| {});
+    let secs = t0.elapsed().as_secs_f64();
+    if space.failed() || !space.warnings().is_empty() {
+        return Err(err(format!("`{text}` failed: {}", space.warnings().join("; "))));
+    }
+    let report = space.report();
+    if report.len() != n + 2 {
+        return Err(err(format!("`{text}`: expected {} nodes, the space has {}", n + 2, report.len())));
+    }
+    // The source emitted K blocks; every filter and the sink received all K.
+    let src = &report[0];
+    if src.counters.blocks_out != k {
+        return Err(err(format!("`{text}`: {} emitted {} blocks, expected {k}", src.label, src.counters.blocks_out)));
+    }
+    for r in &report[1..] {
+        if r.counters.blocks_in != k {
+            return Err(err(format!("`{text}`: {} received {} of {k} blocks", r.label, r.counters.blocks_in)));
+        }
+    }
+    Ok(secs)
+}
+
+/// Children killed and reaped when dropped (on any failure path).
+struct Children(Vec<Child>);
+
+impl Children {
+    /// Reap every child; fail unless all exited 0.
+    fn wait_all(mut self) -> Result<()> {
+        let mut res = Ok(());
+        for (i, mut c) in std::mem::take(&mut self.0).into_iter().enumerate() {
+            match c.wait() {
+                Ok(st) if st.success() => {}
+                Ok(st) => res = res.and(Err(err(format!("filter process {} of the Unix pipeline failed ({st})", i + 1)))),
+                Err(e) => res = res.and(Err(err(format!("waiting for filter process {}: {e}", i + 1)))),
+            }
+        }
+        res
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+        }
+        for c in &mut self.0 {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The Unix pipeline: `n` processes of `streamline-bench __byte0` joined by pipes. Timed
+/// from the first block fed (all processes started) to end of stream at the parent.
+fn run_unix(n: usize, k: u64) -> Result<f64> {
+    let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
+    let mut kids = Children(Vec::new());
+    let mut prev_out = None;
+    let mut feed_in = None;
+    for i in 0..n {
+        let stdin = match prev_out.take() {
+            Some(out) => Stdio::from(out),
+            None => Stdio::piped(),
+        };
+        let mut c = Command::new(&exe)
+            .arg("__byte0")
+            .arg("--parent")
+            .arg(std::process::id().to_string())
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| err(format!("starting filter process {}: {e}", i + 1)))?;
+        if i == 0 {
+            feed_in = c.stdin.take();
+        }
+        prev_out = c.stdout.take();
+        kids.0.push(c);
+    }
+    let mut drain = prev_out.expect("n >= 1");
+    let mut feed = feed_in.expect("piped stdin of the first process");
+    let t0 = Instant::now();
+    let feeder = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut chunk = vec![0u8; FEED_BLOCKS * BLOCK];
+        let mut seq = 0;
+        while seq < k {
+            let m = (k - seq).min(FEED_BLOCKS as u64) as usize;
+            for b in 0..m {
+                gen_block(seq + b as u64, &mut chunk[b * BLOCK..(b + 1) * BLOCK]);
+            }
+            feed.write_all(&chunk[..m * BLOCK])?;
+            seq += m as u64;
+        }
+        Ok(()) // dropping `feed` is the end of stream
+    });
+    // Drain, checking each block's sequence number (its first 8 bytes).
+    let mut buf = vec![0u8; FEED_BLOCKS * BLOCK];
+    let mut fill = 0;
+    let mut seq = 0u64;
+    let mut total = 0u64;
+    let drained: Result<()> = (|| {
+        loop {
+            let r = drain.read(&mut buf[fill..])?;
+            if r == 0 {
+                return Ok(());
+            }
+            fill += r;
+            total += r as u64;
+            let whole = fill - fill % BLOCK;
+            for b in buf[..whole].chunks_exact(BLOCK) {
+                let got = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+                if got != seq {
+                    return Err(err(format!("Unix pipeline: block {seq} arrived as block {got}")));
+                }
+                seq += 1;
+            }
+            buf.copy_within(whole..fill, 0);
+            fill -= whole;
+        }
+    })();
+    let secs = t0.elapsed().as_secs_f64();
+    if drained.is_err() {
+        drop(drain); // the feeder may be blocked on a full pipe: let the processes go
+        drop(kids);
+    } else {
+        kids.wait_all()?;
+    }
+    let fed = feeder.join().map_err(|_| err("the feeder thread panicked"))?;
+    drained?;
+    fed.map_err(|e| err(format!("feeding the Unix pipeline: {e}")))?;
+    if total != k * BLOCK as u64 || fill != 0 {
+        return Err(err(format!("Unix pipeline delivered {total} bytes, expected {}", k * BLOCK as u64)));
+    }
+    Ok(secs)
+}
+
+/// The `n` checks of the chain on one block; returns the sum of the classes (every class
+/// is used, so no check can be optimized away; `black_box` makes each check load byte 0
+/// anew instead of reusing the first load).
+#[inline(always)]
+fn checks(n: usize, b: &[u8]) -> u64 {
+    let mut sum = 0;
+    for _ in 0..n {
+        sum += classify(black_box(b)[0]) as u64;
+    }
+    sum
+}
+
+/// The single loop: `n` checks per block over blocks already in memory.
+fn run_loop(n: usize, blocks: &[u8]) -> Result<f64> {
+    let k = (blocks.len() / BLOCK) as u64;
+    let t0 = Instant::now();
+    let mut classes = 0u64;
+    for b in blocks.chunks_exact(BLOCK) {
+        classes += checks(n, b);
+    }
+    let classes = black_box(classes);
+    let secs = t0.elapsed().as_secs_f64();
+    if classes < n as u64 * k {
+        return Err(err(format!("single loop: a block failed a check (class sum {classes})")));
+    }
+    Ok(secs)
+}
+
+/// For context only: a single loop that also makes each block as `gen` does (into a ring
+/// of 4096 blocks, as gen's), then does the `n` checks: the work of ours minus the
+/// framework.
+fn run_loop_gen(n: usize, k: u64) -> Result<f64> {
+    let ring_blocks = 4096;
+    let mut ring = vec![0u8; ring_blocks * BLOCK];
+    let t0 = Instant::now();
+    let mut classes = 0u64;
+    for seq in 0..k {
+        let at = (seq as usize % ring_blocks) * BLOCK;
+        let b = &mut ring[at..at + BLOCK];
+        gen_block(seq, b);
+        classes += checks(n, b);
+    }
+    let classes = black_box(classes);
+    let secs = t0.elapsed().as_secs_f64();
+    if classes < n as u64 * k {
+        return Err(err(format!("single loop (with generation): a block failed a check (class sum {classes})")));
+    }
+    Ok(secs)
+}
+
+/// One chain length's rates, in blocks per second (NaN: not measured, see --only).
+struct Row {
+    n: usize,
+    ours: f64,
+    ours_file: f64,
+    unix: f64,
+    single: f64,
+    single_gen: f64,
+}
+
+pub fn run(a: &Args, quick: bool) -> Result<()> {
+    watchdog(if quick { Duration::from_secs(120) } else { Duration::from_secs(15 * 60) });
+    if a.filters.is_empty() || a.filters.contains(&0) {
+        return Err(err("--filters: chain lengths must be at least 1"));
+    }
+    let selected = |x| a.only.is_empty() || a.only.contains(&x);
+    let plan = Plan::new(quick, a.reps);
+    let v = Volumes::new(quick);
+    let k = v.blocks;
+    println!(
+        "streamline-bench threading ({} mode): {} CPUs",
+        if quick { "quick" } else { "full" },
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!("\n== Threading: a chain of N trivial filters over 1 KiB blocks (thesis 5.2.1, Fig 5.1) ==");
+    println!("filter:    `{BYTE0}` reads byte 0 of each block, class = (byte & 1) + 1 (every block passes)");
+    println!("ours:      one space, `{}` (N = 2 shown); Space::run timed", pipeline(&gen_source(k), 2));
+    println!("unix:      N processes `streamline-bench __byte0` joined by pipes (read 1 KiB, check, write 1 KiB);");
+    println!("           the parent feeds {FEED_BLOCKS}-block writes and drains the last; {} blocks (fewer: it is slow)", v.unix_blocks);
+    println!("loop:      one loop over the {k} blocks already in memory, N checks per block (upper bound)");
+    println!("context, no targets:");
+    println!("ours/file: ours with the blocks already made: `file BLOCKS split=fixed size={BLOCK} | ...`, BLOCKS a memfd");
+    println!("loop+gen:  the single loop, also making each block as gen does");
+    if quick {
+        println!("quick mode: small volumes, one run each; numbers are not measurements");
+    } else {
+        println!("each configuration: one warm-up run (not counted), then the best of {} timed runs", plan.reps);
+    }
+    println!("blocks/s in millions (Mblk/s)");
+    println!(
+        "{:>3} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}",
+        "N", "ours", "unix pipe", "loop", "ours/file", "loop+gen", "vs unix", "vs loop"
+    );
+    let need_blocks = selected(Variant::Ours) || selected(Variant::Loop);
+    let mut blocks = vec![0u8; if need_blocks { k as usize * BLOCK } else { 0 }];
+    for (seq, b) in blocks.chunks_exact_mut(BLOCK).enumerate() {
+        gen_block(seq as u64, b);
+    }
+    // The blocks for `file`: a memfd (gone with this process however it ends), opened by
+    // the space through its /proc/self/fd path.
+    let memfd = beltway::sys::memfd_create("slbench-threading", 0).map_err(|e| err(format!("memfd_create: {e}")))?;
+    let file = std::path::PathBuf::from(format!("/proc/self/fd/{}", memfd.as_raw_fd()));
+    let mut memfile = std::fs::File::from(memfd);
+    if selected(Variant::Ours) {
+        memfile.write_all(&blocks).map_err(|e| err(format!("writing the blocks to a memfd: {e}")))?;
+    }
+    let mut rows = Vec::new();
+    for &n in &a.filters {
+        let mut row = Row { n, ours: f64::NAN, ours_file: f64::NAN, unix: f64::NAN, single: f64::NAN, single_gen: f64::NAN };
+        print!("{n:>3}");
+        flush();
+        if selected(Variant::Ours) {
+            row.ours = k as f64 / plan.measure(|_| run_ours(&gen_source(k), n, k))?.best();
+        }
+        print!(" {:>10}", cell(row.ours / 1e6, 3));
+        flush();
+        if selected(Variant::Unix) {
+            row.unix = v.unix_blocks as f64 / plan.measure(|_| run_unix(n, v.unix_blocks))?.best();
+        }
+        print!(" {:>10}", cell(row.unix / 1e6, 4));
+        flush();
+        if selected(Variant::Loop) {
+            row.single = k as f64 / plan.measure(|_| run_loop(n, &blocks))?.best();
+        }
+        print!(" {:>10}", cell(row.single / 1e6, 1));
+        flush();
+        if selected(Variant::Ours) {
+            row.ours_file = k as f64 / plan.measure(|_| run_ours(&file_source(&file), n, k))?.best();
+        }
+        print!(" {:>10}", cell(row.ours_file / 1e6, 3));
+        flush();
+        if selected(Variant::Loop) {
+            row.single_gen = k as f64 / plan.measure(|_| run_loop_gen(n, k))?.best();
+        }
+        println!(
+            " {:>10} {:>9} {:>9}",
+            cell(row.single_gen / 1e6, 3),
+            if (row.ours / row.unix).is_finite() { format!("{:.1}x", row.ours / row.unix) } else { "-".into() },
+            cell(row.ours / row.single, 3)
+        );
+        rows.push(row);
+    }
+    drop(blocks);
+    drop(memfile);
+    let mut summary = Summary::default();
+    for r in &rows {
+        let (t_unix, t_loop) = if r.n == 10 { (Some(Target::AtLeast(100.0)), Some(Target::AtLeast(0.5))) } else { (None, None) };
+        if r.ours.is_finite() && r.unix.is_finite() {
+            summary.add(
+                &format!("threading_{}_filters_vs_unix_pipeline", r.n),
+                r.ours / r.unix,
+                t_unix,
+                format!("ours {:.2} vs Unix {:.3} Mblk/s", r.ours / 1e6, r.unix / 1e6),
+            );
+        }
+        if r.ours.is_finite() && r.single.is_finite() {
+            summary.add(
+                &format!("threading_{}_filters_vs_single_loop", r.n),
+                r.ours / r.single,
+                t_loop,
+                format!(
+                    "loop {:.1} Mblk/s; context: ours/file vs loop {:.3}, ours vs loop+gen {:.2}",
+                    r.single / 1e6,
+                    r.ours_file / r.single,
+                    r.ours / r.single_gen
+                ),
+            );
+        }
+    }
+    summary.print();
+    Ok(())
+}
+
+/// The hidden `__byte0` mode: one filter process of the Unix pipeline. Reads 1 KiB blocks
+/// from stdin (read_exact semantics; a clean end of stream only at a block boundary),
+/// checks byte 0, writes the block to stdout. Unbuffered: one read and one write per block.
+pub fn byte0_main(a: &Byte0Args) -> Result<()> {
+    if let Some(p) = a.parent {
+        die_with_parent(p)?;
+    }
+    let mut input = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+    let mut output = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+    let mut buf = [0u8; BLOCK];
+    loop {
+        let mut filled = 0;
+        while filled < BLOCK {
+            match input.read(&mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(r) => filled += r,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(err(format!("__byte0: reading: {e}"))),
+            }
+        }
+        if filled == 0 {
+            return Ok(());
+        }
+        if filled < BLOCK {
+            return Err(err(format!("__byte0: stream ended {filled} bytes into a block")));
+        }
+        if classify(black_box(buf[0])) == 0 {
+            continue; // never: every block passes (kept so the check has an effect)
+        }
+        output.write_all(&buf).map_err(|e| err(format!("__byte0: writing: {e}")))?;
+    }
+}
+
+/// A table cell: the number with `prec` decimals, or `-` when not measured.
+fn cell(v: f64, prec: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.prec$}")
+    } else {
+        "-".into()
+    }
+}
+
+fn flush() {
+    let _ = std::io::stdout().flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ours_moves_every_block_through_the_chain() {
+        run_ours(&gen_source(1000), 3, 1000).unwrap();
+    }
+
+    #[test]
+    fn ours_fails_loudly_when_counts_differ() {
+        // `gen count=1000` but 999 expected: the counters disagree.
+        assert!(run_ours(&gen_source(1000), 1, 999).is_err());
+    }
+
+    #[test]
+    fn gen_block_is_what_the_gen_filter_makes() {
+        let dir = crate::util::TempDir::new("threading-test").unwrap();
+        let out = dir.path().join("gen.bin");
+        let text = format!("{} | outfile {}", gen_source(3), out.display());
+        let g = lang::parse(&text, &BenchResolver).unwrap();
+        let mut space = Space::build(&g, &BenchFactory, 1 << 20).unwrap();
+        space.run(&AtomicBool::new(false), |_| {});
+        drop(space); // flushes the file
+        let got = std::fs::read(&out).unwrap();
+        let mut want = vec![0u8; 3 * BLOCK];
+        for (seq, b) in want.chunks_exact_mut(BLOCK).enumerate() {
+            gen_block(seq as u64, b);
+        }
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn loops_do_every_check() {
+        let mut blocks = vec![0u8; 16 * BLOCK];
+        for (seq, b) in blocks.chunks_exact_mut(BLOCK).enumerate() {
+            gen_block(seq as u64, b);
+        }
+        run_loop(4, &blocks).unwrap();
+        run_loop_gen(4, 16).unwrap();
+        assert_eq!(checks(3, &blocks[BLOCK..2 * BLOCK]), 3 * 2); // byte 0 of block 1 is odd
+    }
+}
