@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Blocks per batch pulled from a source.
-pub const BATCH: usize = 64;
+pub const BATCH: usize = 256;
 /// Arcs a block may traverse in one walk before the runtime calls it a runaway loop.
 const MAX_DEPTH: usize = 4096;
 
@@ -226,8 +226,12 @@ impl Space {
             // The common linear case: filter in place and move the batch, no allocation.
             let before = batch.len();
             let sel = &self.nodes[i].out[0].sel;
-            if !matches!(sel, Selector::All) {
-                batch.retain(|t| sel.admits(t.class, &lookup));
+            match sel {
+                Selector::All => {}
+                // The plain `|`: a tight loop, no selector dispatch per tag.
+                Selector::Default if batch.tags.iter().all(|t| t.class != 0) => {}
+                Selector::Default => batch.retain(|t| t.class != 0),
+                _ => batch.retain(|t| sel.admits(t.class, &lookup)),
             }
             let kept = batch.len();
             self.nodes[i].c.drops += (before - kept) as u64;

@@ -82,6 +82,8 @@ pub struct RecordMeta {
 struct Annotations {
     link: Option<u32>,
     records: Vec<RecordMeta>,
+    /// Index of the last record found (lookups are mostly sequential).
+    hint: std::cell::Cell<usize>,
 }
 
 /// The DBufs of one space.
@@ -134,14 +136,26 @@ impl Store {
     }
 
     /// Metadata of the record a tag points into; `whole` says whether the tag still covers
-    /// the record from its first byte (not cropped).
+    /// the record from its first byte (not cropped). Blocks usually arrive in stream order,
+    /// so the last hit and its successor are tried before a binary search.
     pub fn record(&self, t: &Tag) -> Option<(RecordMeta, bool)> {
-        let recs = &self.notes.get((t.buf as usize).checked_sub(1)?)?.records;
+        let note = self.notes.get((t.buf as usize).checked_sub(1)?)?;
+        let recs = &note.records;
+        let h = note.hint.get();
+        for i in [h, h + 1] {
+            if let Some(r) = recs.get(i) {
+                if r.pos <= t.pos && recs.get(i + 1).is_none_or(|n| n.pos > t.pos) {
+                    note.hint.set(i);
+                    return Some((*r, r.pos == t.pos));
+                }
+            }
+        }
         let i = match recs.binary_search_by_key(&t.pos, |r| r.pos) {
             Ok(i) => i,
             Err(0) => return None,
             Err(i) => i - 1,
         };
+        note.hint.set(i);
         Some((recs[i], recs[i].pos == t.pos))
     }
 

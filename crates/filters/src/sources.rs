@@ -321,6 +321,7 @@ pub static STDIN: FilterSpec = FilterSpec {
 };
 
 pub struct Gen {
+    pattern: Vec<u8>,
     remaining: u64,
     size: usize,
     buf: BufId,
@@ -334,7 +335,7 @@ impl Gen {
         if size == 0 || size > 1 << 20 {
             return Err(format!("gen: size={size} must be 1..=1M"));
         }
-        Ok(Box::new(Gen { remaining: count, size, buf: 0, seq: 0 }))
+        Ok(Box::new(Gen { pattern: Vec::new(), remaining: count, size, buf: 0, seq: 0 }))
     }
 }
 
@@ -346,13 +347,18 @@ impl Filter for Gen {
             self.buf = cx.store.add_ring((self.size * 4096).next_power_of_two().max(1 << 20));
         }
         let n = (max as u64).min(self.remaining);
+        if self.pattern.len() != self.size * 256 {
+            // One block's pattern per value of the sequence number's low byte.
+            self.pattern = (0..256 * self.size).map(|k| ((k % self.size) as u8).wrapping_mul(31) ^ (k / self.size) as u8).collect();
+        }
         for _ in 0..n {
             let (t, s) = cx.store.alloc_in(self.buf, self.size);
-            // Deterministic content: the sequence number, then a pattern.
+            // Deterministic content: the sequence number, then a pattern (copied whole).
             let seq = self.seq.to_le_bytes();
-            for (i, b) in s.iter_mut().enumerate() {
-                *b = if i < 8 { seq[i] } else { (i as u8).wrapping_mul(31) ^ seq[0] };
-            }
+            let lo = seq[0] as usize * self.size;
+            s.copy_from_slice(&self.pattern[lo..lo + self.size]);
+            let k = s.len().min(8);
+            s[..k].copy_from_slice(&seq[..k]);
             out.push(Tag { class: 1, ..t });
             self.seq += 1;
         }

@@ -96,6 +96,7 @@ pub enum Selector {
 impl Selector {
     /// Does this arc forward a block of `class`? `Named` resolves through `names`; an
     /// unknown name admits nothing (so its negation admits everything).
+    #[inline]
     pub fn admits(&self, class: u16, names: &dyn Fn(&str) -> Option<u16>) -> bool {
         match self {
             Selector::Default => class != 0,
