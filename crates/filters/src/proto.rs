@@ -22,20 +22,14 @@ fn boxed<F: FnMut(Option<&Pkt>) -> u16 + Send + 'static>(f: F) -> Result<Box<dyn
     Ok(Box::new(ByPacket(f)))
 }
 
+/// Numbers given positionally and/or as `key=`, each possibly comma-separated.
 fn parse_u16_list(a: &Args, key: &str) -> Result<Vec<u16>, String> {
-    let mut v = Vec::new();
-    for (i, p) in a.positional.iter().enumerate() {
-        let _ = i;
-        for part in p.split(',') {
-            v.push(part.parse::<u16>().map_err(|_| format!("{}: '{part}' is not a number in 0..=65535", a.filter))?);
-        }
-    }
-    if let Some(o) = a.options.get(key) {
-        for part in o.split(',') {
-            v.push(part.parse::<u16>().map_err(|_| format!("{}: '{part}' is not a number in 0..=65535", a.filter))?);
-        }
-    }
-    Ok(v)
+    a.positional
+        .iter()
+        .chain(a.options.get(key))
+        .flat_map(|s| s.split(','))
+        .map(|part| part.parse::<u16>().map_err(|_| format!("{}: '{part}' is not a number in 0..=65535", a.filter)))
+        .collect()
 }
 
 fn eth(a: &Args) -> Result<Box<dyn Filter>, String> {
