@@ -96,7 +96,54 @@ pub struct Store {
     scratch_size: usize,
     /// Blocks copied by write isolation (statistics; in-place edits do not count).
     pub copies: u64,
+    /// Facts derived from blocks, cached for the filters downstream (see [`Store::memo`]).
+    memo: std::cell::RefCell<Option<Box<dyn MemoAny>>>,
 }
+
+/// Slots of the block memo (direct-mapped; a batch of 256 blocks fits with room to spare).
+const MEMO_SLOTS: usize = 1024;
+
+/// A direct-mapped cache of one derived value per block, keyed by where the block lies.
+/// Positions in a DBuf are absolute and never reused (rings never reduce them modulo the
+/// size, files do not change), so a key names one content for the life of the space;
+/// only an in-place edit changes a block's bytes under the same key, and
+/// [`Store::writable`] clears the memo when it hands out one.
+struct MemoTable<T> {
+    keys: Vec<MemoKey>,
+    vals: Vec<Option<T>>,
+}
+
+type MemoKey = (u64, u32, u32);
+
+fn memo_key(t: &Tag) -> (MemoKey, usize) {
+    let slot = (t.pos ^ (t.pos >> 10) ^ (t.buf as u64).wrapping_mul(0x9e37_79b9)) as usize & (MEMO_SLOTS - 1);
+    ((t.pos, t.len, u32::from(t.buf)), slot)
+}
+
+/// The memo table with its value type erased.
+trait MemoAny: Send {
+    fn clear(&mut self, key: MemoKey, slot: usize);
+    fn as_any(&mut self) -> &mut dyn std::any::Any;
+}
+
+impl<T: Send + 'static> MemoAny for MemoTable<T> {
+    fn clear(&mut self, key: MemoKey, slot: usize) {
+        if self.keys[slot] == key {
+            self.vals[slot] = None;
+        }
+    }
+    fn as_any(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+impl std::fmt::Debug for dyn MemoAny {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoTable")
+    }
+}
+
+
 
 /// Error resolving a tag.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -109,7 +156,7 @@ pub enum ResolveError {
 
 impl Store {
     pub fn new(scratch_size: usize) -> Store {
-        Store { regions: Vec::new(), notes: Vec::new(), scratch: None, scratch_size, copies: 0 }
+        Store { scratch_size, ..Store::default() }
     }
 
     fn note_mut(&mut self, id: BufId) -> &mut Annotations {
@@ -128,6 +175,49 @@ impl Store {
     /// Attach record metadata (sorted by position) to buffer `id`.
     pub fn set_records(&mut self, id: BufId, records: Vec<RecordMeta>) {
         self.note_mut(id).records = records;
+    }
+
+    /// Append record metadata to buffer `id` (sources that index their input as they go);
+    /// positions must continue in increasing order.
+    pub fn append_records(&mut self, id: BufId, records: &[RecordMeta]) {
+        let recs = &mut self.note_mut(id).records;
+        debug_assert!(records.windows(2).all(|w| w[0].pos < w[1].pos));
+        debug_assert!(recs.last().zip(records.first()).is_none_or(|(a, b)| a.pos < b.pos));
+        recs.extend_from_slice(records);
+    }
+
+    /// A value derived from block `t` (e.g. a parsed packet), computed by `f` at most once
+    /// while it stays cached, so a chain of filters that all need it derives it once.
+    /// One memo type per space is cached at a time (another type replaces it).
+    pub fn memo<T: Copy + Send + 'static>(&self, t: &Tag, f: impl FnOnce() -> T) -> T {
+        let (key, slot) = memo_key(t);
+        let mut cell = self.memo.borrow_mut();
+        if !cell.as_mut().is_some_and(|b| b.as_any().is::<MemoTable<T>>()) {
+            *cell = Some(Box::new(MemoTable::<T> { keys: vec![(u64::MAX, 0, 0); MEMO_SLOTS], vals: (0..MEMO_SLOTS).map(|_| None).collect() }));
+        }
+        let table = cell.as_mut().and_then(|b| b.as_any().downcast_mut::<MemoTable<T>>()).expect("just created");
+        if table.keys[slot] == key {
+            if let Some(v) = table.vals[slot] {
+                return v;
+            }
+        }
+        drop(cell);
+        let v = f();
+        let mut cell = self.memo.borrow_mut();
+        if let Some(table) = cell.as_mut().and_then(|b| b.as_any().downcast_mut::<MemoTable<T>>()) {
+            table.keys[slot] = key;
+            table.vals[slot] = Some(v);
+        }
+        v
+    }
+
+    /// Forget what was memoized about block `t` (it is about to change in place; being
+    /// exclusive, no other tag reads its bytes).
+    fn forget_memo(&mut self, t: &Tag) {
+        if let Some(m) = self.memo.get_mut().as_mut() {
+            let (key, slot) = memo_key(t);
+            m.clear(key, slot);
+        }
     }
 
     /// Link type of the buffer a tag points into, if declared.
@@ -178,6 +268,14 @@ impl Store {
         match self.regions.get((id as usize).checked_sub(1)?)? {
             Region::File(m) => Some(m.bytes()),
             Region::Ring(_) => None,
+        }
+    }
+
+    /// Hint that bytes `from..to` of file region `id` will be read soon (see
+    /// `FileMap::prefetch`); nothing for rings.
+    pub fn prefetch(&self, id: BufId, from: usize, to: usize) {
+        if let Some(Region::File(m)) = (id as usize).checked_sub(1).and_then(|i| self.regions.get(i)) {
+            m.prefetch(from, to);
         }
     }
 
@@ -237,6 +335,7 @@ impl Store {
     pub fn writable(&mut self, t: &mut Tag, exclusive: bool) -> Result<(&mut [u8], bool), ResolveError> {
         let in_ring = matches!(self.regions.get((t.buf as usize).wrapping_sub(1)), Some(Region::Ring(_)));
         if exclusive && in_ring {
+            self.forget_memo(t);
             let Region::Ring(ring) = &mut self.regions[t.buf as usize - 1] else { unreachable!() };
             let s = ring.get_mut(t.pos, t.len as usize).ok_or(ResolveError::Gone { buf: t.buf, pos: t.pos })?;
             // Reborrow through a raw split is not needed: return directly.
@@ -325,5 +424,25 @@ mod tests {
         assert_ne!(t.pos, before.pos);
         assert_eq!(st.data(&before).unwrap(), b"jello");
         assert_eq!(st.data(&t).unwrap(), b"mello");
+    }
+
+    #[test]
+    fn memo_derives_once_and_forgets_in_place_edits() {
+        let mut st = Store::new(1 << 16);
+        let mut t = st.push(b"abc");
+        let first = |st: &Store, t: &Tag| st.memo(t, || st.data(t).unwrap()[0]);
+        assert_eq!(first(&st, &t), b'a');
+        // Cached: the closure is not run again.
+        assert_eq!(st.memo(&t, || -> u8 { panic!("derived twice") }), b'a');
+        // A cropped tag is another block.
+        let cropped = Tag { pos: t.pos + 1, len: 2, ..t };
+        assert_eq!(first(&st, &cropped), b'b');
+        let (s, copied) = st.writable(&mut t, true).unwrap();
+        assert!(!copied);
+        s[0] = b'z';
+        assert_eq!(first(&st, &t), b'z', "an in-place edit must not leave a stale memo");
+        // Another value type replaces the table.
+        assert_eq!(st.memo(&t, || 7u32), 7);
+        assert_eq!(first(&st, &t), b'z');
     }
 }

@@ -100,13 +100,17 @@ pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
 
 /// Parse the block a tag points to, if it is a whole frame (not cropped by an earlier
 /// filter). Blocks without record metadata (gen, file) are parsed as Ethernet frames.
+/// The result is memoized with the block in the space's store, so a chain of protocol
+/// filters (`tcp | dport |80`) parses each frame once, while its bytes are still in cache.
 pub fn parse_tag(cx: &Ctx<'_>, t: &Tag) -> Option<Pkt> {
-    if let Some((_, whole)) = cx.store.record(t) {
-        if !whole {
-            return None;
+    cx.store.memo(t, || {
+        if let Some((_, whole)) = cx.store.record(t) {
+            if !whole {
+                return None;
+            }
         }
-    }
-    parse(cx.data(t).ok()?, cx.store.link(t))
+        parse(cx.data(t).ok()?, cx.store.link(t))
+    })
 }
 
 /// The application payload of a block: the transport payload of a whole frame, or the
@@ -115,7 +119,7 @@ pub fn app_payload<'a>(cx: &'a Ctx<'_>, t: &Tag) -> Option<&'a [u8]> {
     let data = cx.data(t).ok()?;
     match cx.store.record(t) {
         Some((_, false)) => Some(data),
-        _ => match parse(data, cx.store.link(t)) {
+        _ => match parse_tag(cx, t) {
             Some(p) => data.get(p.payload.0..p.payload.0 + p.payload.1),
             None => Some(data),
         },

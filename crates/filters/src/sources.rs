@@ -6,21 +6,31 @@ use pcap_file::pcapng::{Block, PcapNgParser};
 use std::io::Read;
 use std::path::PathBuf;
 
-/// One packet found in a capture file: where its bytes are, and its metadata.
-#[derive(Debug, Clone, Copy)]
-struct Rec {
-    pos: u64,
-    len: u32,
+/// The capture's format, with the parser state carried from batch to batch.
+enum Format {
+    Pcap(PcapParser),
+    /// pcapng, with the link types of the interfaces described so far.
+    PcapNg(PcapNgParser, Vec<u32>),
 }
 
 pub struct PcapIn {
     path: PathBuf,
     buf: BufId,
-    recs: Vec<Rec>,
-    next: usize,
+    /// Parser and where the next record starts; None before the first pull and after the end.
+    format: Option<Format>,
+    off: usize,
     size: u64,
     opened: bool,
+    link_set: bool,
+    /// This batch's records (reused).
+    metas: Vec<RecordMeta>,
+    packets: u64,
+    /// How far ahead of `off` the file has been prefetched.
+    ahead: usize,
 }
+
+/// Distance in bytes the reader prefetches ahead of the record it parses.
+const PREFETCH: usize = 16 << 10;
 
 fn check_capture_magic(path: &PathBuf) -> Result<(), String> {
     let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
@@ -36,78 +46,107 @@ impl PcapIn {
     fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
         let path = PathBuf::from(a.require("file", Some(0))?);
         check_capture_magic(&path)?;
-        Ok(Box::new(PcapIn { path, buf: 0, recs: Vec::new(), next: 0, size: 0, opened: false }))
+        Ok(Box::new(PcapIn { path, buf: 0, format: None, off: 0, size: 0, opened: false, link_set: false, metas: Vec::new(), packets: 0, ahead: 0 }))
     }
 
-    /// Map the file and index its packets (one pass, no copies).
+    /// Map the file and read its header. Packets are indexed batch by batch as they are
+    /// pulled, so each packet's header is read while its cache lines are about to be used.
     fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), String> {
         let (buf, size) = cx.store.add_file(&self.path).map_err(|e| format!("cannot map {}: {e}", self.path.display()))?;
         self.buf = buf;
         self.size = size;
         let file = cx.store.file(buf).unwrap_or(&[]);
+        let (rest, format) = if file.get(..4) == Some(&[0x0a, 0x0d, 0x0d, 0x0a]) {
+            let (rest, p) = PcapNgParser::new(file).map_err(|e| format!("{}: bad pcapng header: {e}", self.path.display()))?;
+            (rest, Format::PcapNg(p, Vec::new()))
+        } else {
+            let (rest, p) = PcapParser::new(file).map_err(|e| format!("{}: bad pcap header: {e}", self.path.display()))?;
+            (rest, Format::Pcap(p))
+        };
+        self.off = file.len() - rest.len();
+        if let Format::Pcap(p) = &format {
+            cx.store.set_link(buf, u32::from(p.header().datalink));
+            self.link_set = true;
+        }
+        self.format = Some(format);
+        Ok(())
+    }
+
+    /// Index up to `max` more packets, emitting a tag for each. Returns a problem that
+    /// ends the input (malformed record), if any.
+    fn index(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> Option<String> {
+        let file = cx.store.file(self.buf).unwrap_or(&[]);
         let base = file.as_ptr() as usize;
         let at = |s: &[u8]| (s.as_ptr() as usize - base) as u64;
-        let mut metas = Vec::new();
-        let mut link = None;
+        let mut rest = &file[self.off..];
+        self.metas.clear();
         let mut problem = None;
-        if file.get(..4) == Some(&[0x0a, 0x0d, 0x0d, 0x0a]) {
-            let (mut rest, mut p) = PcapNgParser::new(file).map_err(|e| format!("{}: bad pcapng header: {e}", self.path.display()))?;
-            let mut links: Vec<u32> = Vec::new();
-            while !rest.is_empty() {
-                match p.next_block(rest) {
-                    Ok((r, block)) => {
-                        match block {
-                            Block::InterfaceDescription(i) => links.push(u32::from(i.linktype)),
-                            Block::EnhancedPacket(e) => {
-                                let d: &[u8] = &e.data;
-                                let pos = at(d);
-                                link = link.or(links.get(e.interface_id as usize).copied());
-                                self.recs.push(Rec { pos, len: d.len() as u32 });
-                                metas.push(RecordMeta { pos, ts_ns: e.timestamp.as_nanos() as u64, orig_len: e.original_len });
-                            }
-                            Block::SimplePacket(sp) => {
-                                let d: &[u8] = &sp.data;
-                                let pos = at(d);
-                                self.recs.push(Rec { pos, len: d.len() as u32 });
-                                metas.push(RecordMeta { pos, ts_ns: 0, orig_len: sp.original_len });
-                            }
-                            _ => {}
-                        }
-                        rest = r;
+        let mut link = None;
+        match self.format.as_mut()? {
+            Format::Pcap(p) => {
+                while !rest.is_empty() && self.metas.len() < max {
+                    let here = file.len() - rest.len();
+                    if self.ahead < here + PREFETCH {
+                        self.ahead = self.ahead.max(here);
+                        cx.store.prefetch(self.buf, self.ahead, here + 2 * PREFETCH);
+                        self.ahead = here + 2 * PREFETCH;
                     }
-                    Err(e) => {
-                        problem = Some(format!("malformed pcapng block at byte {}: {e}; read {} packets before it", at(rest), self.recs.len()));
-                        break;
+                    match p.next_packet(rest) {
+                        Ok((r, pkt)) => {
+                            let d: &[u8] = &pkt.data;
+                            self.metas.push(RecordMeta { pos: at(d), ts_ns: pkt.timestamp.as_nanos() as u64, orig_len: pkt.orig_len });
+                            out.push(Tag { pos: at(d), len: d.len() as u32, buf: self.buf, class: 1 });
+                            rest = r;
+                        }
+                        Err(e) => {
+                            problem = Some(format!("malformed or truncated packet record at byte {}: {e}", at(rest)));
+                            break;
+                        }
                     }
                 }
             }
-        } else {
-            let (mut rest, p) = PcapParser::new(file).map_err(|e| format!("{}: bad pcap header: {e}", self.path.display()))?;
-            link = Some(u32::from(p.header().datalink));
-            while !rest.is_empty() {
-                match p.next_packet(rest) {
-                    Ok((r, pkt)) => {
-                        let d: &[u8] = &pkt.data;
-                        let pos = at(d);
-                        self.recs.push(Rec { pos, len: d.len() as u32 });
-                        metas.push(RecordMeta { pos, ts_ns: pkt.timestamp.as_nanos() as u64, orig_len: pkt.orig_len });
-                        rest = r;
-                    }
-                    Err(e) => {
-                        problem = Some(format!("malformed or truncated packet record at byte {}: {e}; read {} packets before it", at(rest), self.recs.len()));
-                        break;
+            Format::PcapNg(p, links) => {
+                while !rest.is_empty() && self.metas.len() < max {
+                    match p.next_block(rest) {
+                        Ok((r, block)) => {
+                            match block {
+                                Block::InterfaceDescription(i) => links.push(u32::from(i.linktype)),
+                                Block::EnhancedPacket(e) => {
+                                    let d: &[u8] = &e.data;
+                                    if !self.link_set {
+                                        link = link.or(links.get(e.interface_id as usize).copied());
+                                    }
+                                    self.metas.push(RecordMeta { pos: at(d), ts_ns: e.timestamp.as_nanos() as u64, orig_len: e.original_len });
+                                    out.push(Tag { pos: at(d), len: d.len() as u32, buf: self.buf, class: 1 });
+                                }
+                                Block::SimplePacket(sp) => {
+                                    let d: &[u8] = &sp.data;
+                                    self.metas.push(RecordMeta { pos: at(d), ts_ns: 0, orig_len: sp.original_len });
+                                    out.push(Tag { pos: at(d), len: d.len() as u32, buf: self.buf, class: 1 });
+                                }
+                                _ => {}
+                            }
+                            rest = r;
+                        }
+                        Err(e) => {
+                            problem = Some(format!("malformed pcapng block at byte {}: {e}", at(rest)));
+                            break;
+                        }
                     }
                 }
             }
         }
-        if let Some(p) = problem {
-            cx.warn(format!("{}: {p}", self.path.display()));
+        self.off = file.len() - rest.len();
+        if rest.is_empty() || problem.is_some() {
+            self.format = None;
         }
         if let Some(l) = link {
-            cx.store.set_link(buf, l);
+            cx.store.set_link(self.buf, l);
+            self.link_set = true;
         }
-        cx.store.set_records(buf, metas);
-        Ok(())
+        cx.store.append_records(self.buf, &self.metas);
+        self.packets += self.metas.len() as u64;
+        problem.map(|p| format!("{p}; read {} packets before it", self.packets))
     }
 }
 
@@ -122,16 +161,13 @@ impl Filter for PcapIn {
                 return false;
             }
         }
-        let end = (self.next + max).min(self.recs.len());
-        for r in &self.recs[self.next..end] {
-            out.push(Tag { pos: r.pos, len: r.len, buf: self.buf, class: 1 });
+        if let Some(p) = self.index(cx, out, max) {
+            cx.warn(format!("{}: {p}", self.path.display()));
         }
-        self.next = end;
-        self.next < self.recs.len()
+        self.format.is_some()
     }
     fn progress(&self) -> Option<(u64, u64)> {
-        let done = self.recs.get(self.next).map_or(self.size, |r| r.pos);
-        Some((if self.opened { done } else { 0 }, self.size.max(1)))
+        Some((self.off as u64, self.size.max(1)))
     }
 }
 
