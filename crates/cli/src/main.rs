@@ -102,7 +102,9 @@ fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
             }
         });
     }
-    let bar = if std::io::stderr().is_terminal() && !quiet {
+    // The bar goes to stderr when it is a terminal, unless stdout is the same terminal
+    // (sinks such as inspect write there; bar and lines would interleave), as curl does.
+    let bar = if std::io::stderr().is_terminal() && !std::io::stdout().is_terminal() && !quiet {
         let b = indicatif::ProgressBar::new(0);
         b.set_style(indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}").unwrap());
         Some(b)

@@ -148,7 +148,7 @@ fn unix_commands_and_edits_round_trip() {
 
 #[test]
 fn ctrl_c_stops_the_run_and_still_prints_totals() {
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["run", "-q", "gen count=100G size=64 | count"])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -186,4 +186,43 @@ fn check_prints_the_graph() {
     let (code, out, err) = streamline(&["check", "pcapin file=x.pcap | tcp + udp | count"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("pcapin") && out.contains("join") && out.contains("count") && out.contains("->"), "{out}");
+}
+
+/// The progress bar, seen on a real pseudo-terminal: `script` (util-linux) runs the command
+/// with stderr on a pty and stdout redirected to a file, and records what the terminal got.
+#[test]
+fn progress_bar_shows_on_a_terminal_and_not_in_pipes() {
+    let dir = std::env::temp_dir().join(format!("sl-bar-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A capture large enough that the run lasts several progress ticks (100 ms each):
+    // the shipped sample's packets repeated.
+    let sample = std::fs::read(sample()).unwrap();
+    let mut big = sample[..24].to_vec();
+    for _ in 0..4 {
+        big.extend_from_slice(&sample[24..]);
+    }
+    let cap = dir.join("big.pcap");
+    std::fs::write(&cap, &big).unwrap();
+    let pipeline = format!("pcapin file={} | deflate | inflate | count", cap.display());
+    let typescript = dir.join("typescript");
+    let cmd = format!("{BIN} run '{pipeline}' > {}", dir.join("stdout").display());
+    let st = Command::new("script")
+        .args(["-qec", &cmd])
+        .arg(&typescript)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("`script` (util-linux, package bsdutils) is required for this test: {e}"));
+    let term = String::from_utf8_lossy(&std::fs::read(&typescript).unwrap()).into_owned();
+    assert!(st.status.success(), "run under script failed:\n{term}");
+    // indicatif draws the total size and a bar of ░/█ characters, then clears it; the
+    // table and count line follow.
+    let total = format!("{:.2} MiB", big.len() as f64 / (1 << 20) as f64);
+    assert!(term.contains(&total), "no progress bar with total {total} on the terminal:\n{term}");
+    assert!(term.contains('░') || term.contains('█'), "no bar drawn:\n{term}");
+    assert!(term.contains("count: "), "{term}");
+    // Without a terminal (this test's own pipes) there is no bar.
+    let (code, _, err) = streamline(&["run", &pipeline]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains(&total) && !err.contains('░'), "a bar was drawn into a pipe:\n{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,23 +22,56 @@ pub struct Batch {
 }
 
 impl Batch {
+    #[inline]
     pub fn with_capacity(n: usize) -> Batch {
         Batch { tags: Vec::with_capacity(n), shared: Vec::with_capacity(n) }
     }
+    #[inline]
     pub fn push(&mut self, t: Tag) {
         self.tags.push(t);
         self.shared.push(false);
     }
+    #[inline]
     pub fn clear(&mut self) {
         self.tags.clear();
         self.shared.clear();
     }
+    #[inline]
     pub fn len(&self) -> usize {
         self.tags.len()
     }
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.tags.is_empty()
     }
+    /// Keep only the tags `f` accepts (keeps `shared` in step); returns the bytes kept.
+    /// One pass; nothing moves while every tag so far was kept.
+    #[inline]
+    pub fn retain_counting(&mut self, mut f: impl FnMut(&Tag) -> bool) -> u64 {
+        let n = self.tags.len();
+        let mut bytes = 0;
+        let mut i = 0;
+        while i < n && f(&self.tags[i]) {
+            bytes += self.tags[i].len as u64;
+            i += 1;
+        }
+        if i == n {
+            return bytes;
+        }
+        let mut j = i;
+        for i in i + 1..n {
+            if f(&self.tags[i]) {
+                bytes += self.tags[i].len as u64;
+                self.tags[j] = self.tags[i];
+                self.shared[j] = self.shared[i];
+                j += 1;
+            }
+        }
+        self.tags.truncate(j);
+        self.shared.truncate(j);
+        bytes
+    }
+
     /// Keep only the tags `f` accepts (keeps `shared` in step).
     pub fn retain(&mut self, mut f: impl FnMut(&Tag) -> bool) {
         let mut j = 0;

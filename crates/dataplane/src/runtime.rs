@@ -164,7 +164,8 @@ impl Space {
     }
 
     /// Push a batch into node `i` (run its filter, then route).
-    fn push(&mut self, i: usize, mut batch: Batch, depth: usize) {
+    /// `bytes` is the batch's byte count, known to the caller from its routing pass.
+    fn push(&mut self, i: usize, mut batch: Batch, depth: usize, bytes: u64) {
         if depth > MAX_DEPTH {
             let l = self.nodes[i].label.clone();
             self.warnings.push(format!("{l}: blocks went round a loop more than {MAX_DEPTH} times; dropped (a loop without a bounding `for`?)"));
@@ -174,7 +175,7 @@ impl Space {
         {
             let c = &mut self.nodes[i].c;
             c.blocks_in += batch.len() as u64;
-            c.bytes_in += batch.tags.iter().map(|t| t.len as u64).sum::<u64>();
+            c.bytes_in += bytes;
         }
         let t0 = Instant::now();
         self.with_filter(i, |f, cx| f.process(cx, &mut batch));
@@ -213,7 +214,8 @@ impl Space {
             for (k, b) in per.into_iter().enumerate() {
                 if !b.is_empty() {
                     let to = self.nodes[i].out[k].to;
-                    self.push(to, b, depth + 1);
+                    let bytes = b.tags.iter().map(|t| t.len as u64).sum();
+                    self.push(to, b, depth + 1, bytes);
                 }
             }
             return;
@@ -224,22 +226,21 @@ impl Space {
         }
         if n_out == 1 {
             // The common linear case: filter in place and move the batch, no allocation.
+            // One pass: drop what the arc does not admit, and count the bytes kept.
             let before = batch.len();
             let sel = &self.nodes[i].out[0].sel;
-            match sel {
-                Selector::All => {}
+            let bytes = match sel {
+                Selector::All => batch.tags.iter().map(|t| t.len as u64).sum(),
                 // The plain `|`: a tight loop, no selector dispatch per tag.
-                Selector::Default if batch.tags.iter().all(|t| t.class != 0) => {}
-                Selector::Default => batch.retain(|t| t.class != 0),
-                _ => batch.retain(|t| sel.admits(t.class, &lookup)),
-            }
+                Selector::Default => batch.retain_counting(|t| t.class != 0),
+                _ => batch.retain_counting(|t| sel.admits(t.class, &lookup)),
+            };
             let kept = batch.len();
             self.nodes[i].c.drops += (before - kept) as u64;
-            let bytes = batch.tags.iter().map(|t| t.len as u64).sum();
             self.count_out(i, kept, bytes);
             if kept > 0 {
                 let to = self.nodes[i].out[0].to;
-                self.push(to, batch, depth + 1);
+                self.push(to, batch, depth + 1, bytes);
             }
             return;
         }
@@ -254,16 +255,18 @@ impl Space {
         self.count_out(i, total, bytes);
         for (k, adm) in admits.iter().enumerate() {
             let mut sub = Batch::with_capacity(batch.len());
+            let mut sub_bytes = 0;
             for j in 0..batch.len() {
                 if adm[j] {
                     remaining[j] -= 1;
                     sub.tags.push(batch.tags[j]);
                     sub.shared.push(batch.shared[j] || remaining[j] > 0);
+                    sub_bytes += batch.tags[j].len as u64;
                 }
             }
             if !sub.is_empty() {
                 let to = self.nodes[i].out[k].to;
-                self.push(to, sub, depth + 1);
+                self.push(to, sub, depth + 1, sub_bytes);
             }
         }
     }

@@ -31,6 +31,7 @@ impl LocalRing {
 
     /// Reserve `len` contiguous bytes (skipping to the next lap if they would wrap).
     /// Returns the absolute position and the writable slice.
+    #[inline]
     pub fn alloc(&mut self, len: usize) -> (u64, &mut [u8]) {
         let size = self.mask + 1;
         assert!(len as u64 <= size / 2, "block of {len} bytes does not fit a {size}-byte ring");
@@ -45,6 +46,7 @@ impl LocalRing {
     }
 
     /// Bytes at `pos`, if still intact.
+    #[inline]
     pub fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
         if pos + len as u64 > self.write || self.write - pos > self.mask + 1 {
             return None;
@@ -189,6 +191,7 @@ impl Store {
     /// A value derived from block `t` (e.g. a parsed packet), computed by `f` at most once
     /// while it stays cached, so a chain of filters that all need it derives it once.
     /// One memo type per space is cached at a time (another type replaces it).
+    #[inline]
     pub fn memo<T: Copy + Send + 'static>(&self, t: &Tag, f: impl FnOnce() -> T) -> T {
         let (key, slot) = memo_key(t);
         let mut cell = self.memo.borrow_mut();
@@ -221,6 +224,7 @@ impl Store {
     }
 
     /// Link type of the buffer a tag points into, if declared.
+    #[inline]
     pub fn link(&self, t: &Tag) -> Option<u32> {
         self.notes.get((t.buf as usize).checked_sub(1)?)?.link
     }
@@ -228,6 +232,7 @@ impl Store {
     /// Metadata of the record a tag points into; `whole` says whether the tag still covers
     /// the record from its first byte (not cropped). Blocks usually arrive in stream order,
     /// so the last hit and its successor are tried before a binary search.
+    #[inline]
     pub fn record(&self, t: &Tag) -> Option<(RecordMeta, bool)> {
         let note = self.notes.get((t.buf as usize).checked_sub(1)?)?;
         let recs = &note.records;
@@ -313,6 +318,7 @@ impl Store {
     }
 
     /// Allocate `len` bytes in ring `id` (a ring added with [`Store::add_ring`]).
+    #[inline]
     pub fn alloc_in(&mut self, id: BufId, len: usize) -> (Tag, &mut [u8]) {
         let Some(Region::Ring(ring)) = self.regions.get_mut((id as usize).wrapping_sub(1)) else {
             panic!("buffer {id} is not a ring of this store");
