@@ -235,6 +235,55 @@ impl BufTable {
     }
 }
 
+/// A DBuf mapped for resolving tags through a shared reference: what a consumer's data
+/// store keeps for a DBuf another space writes (read-through without a `BufTable`).
+#[derive(Debug)]
+pub struct DbufView {
+    sh: Arc<Shared>,
+    epochs: std::cell::Cell<(Option<Epoch>, Epoch, u64)>,
+}
+
+impl DbufView {
+    pub fn new(ring: &RingRef) -> DbufView {
+        let sh = ring.0.clone();
+        let e = sh.load_epochs();
+        DbufView { sh, epochs: std::cell::Cell::new(e) }
+    }
+    /// The DBuf's id (what its tags carry).
+    pub fn id(&self) -> u16 {
+        self.sh.buf_id
+    }
+    pub fn name(&self) -> &str {
+        &self.sh.name
+    }
+    /// Bytes a tag points to, if committed and not yet overwritten.
+    pub fn resolve(&self, tag: &Tag) -> Result<&[u8]> {
+        let h = self.sh.hdr();
+        let (mut prev, mut cur, mut gen) = self.epochs.get();
+        if h.p.0.epoch_gen.load(Acquire) != gen {
+            (prev, cur, gen) = self.sh.load_epochs();
+            self.epochs.set((prev, cur, gen));
+        }
+        let wpos = h.p.0.write_pos.load(Acquire);
+        let tail = h.t.0.tail.load(Acquire);
+        let name = &self.sh.name;
+        if tag.pos < tail {
+            return Err(Error::Overrun { name: name.clone(), from: tag.pos, to: tail });
+        }
+        let Some(end) = tag.pos.checked_add(tag.len as u64).filter(|&end| end <= wpos) else {
+            return Err(Error::Corrupt { name: name.clone(), pos: tag.pos, why: format!("tag of {} bytes points past the write position {wpos}", tag.len) });
+        };
+        let Some(ep) = pos::epoch_for(prev, cur, tag.pos) else {
+            return Err(Error::Overrun { name: name.clone(), from: tag.pos, to: tail });
+        };
+        let off = ep.offset(tag.pos);
+        if off + (end - tag.pos) > ep.size {
+            return Err(Error::Corrupt { name: name.clone(), pos: tag.pos, why: "tag region wraps around the ring end".into() });
+        }
+        Ok(self.sh.data.bytes(DATA_OFFSET + off as usize, tag.len as usize))
+    }
+}
+
 /// Reads an IBuf: tags, or the data they point to (read-through).
 #[derive(Debug)]
 pub struct IbufReader {
@@ -255,6 +304,10 @@ impl IbufReader {
     }
     pub fn tags(&self) -> &Reader {
         &self.tags
+    }
+    /// The tag ring's reader (e.g. to switch it to manual release).
+    pub fn tags_mut(&mut self) -> &mut Reader {
+        &mut self.tags
     }
 
     /// Next tag, blocking; `None` at EOF. Skips empty/abandoned tags. The tag is consumed:

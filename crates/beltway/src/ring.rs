@@ -1399,16 +1399,37 @@ pub struct Reader {
     /// never write the data segment, which they may have mapped read-only).
     writer_dead: bool,
     lost: u64,
+    /// Manual release: reads advance the position privately; the writer sees it only at
+    /// [`Reader::release`] (a consumer that processes what it read in batches).
+    manual: bool,
 }
 
 impl Reader {
+    /// Switch manual release on or off. With it on, what this reader consumes stays
+    /// protected from the writer until [`Reader::release`] publishes the position: a
+    /// consumer reads a batch, works on it in place, then releases it at once. Release
+    /// before blocking for more, or a writer waiting for space and this reader wait forever.
+    pub fn set_manual_release(&mut self, on: bool) {
+        self.manual = on;
+        if !on {
+            self.release_position();
+        }
+    }
+
+    /// Publish the position reached (manual release).
+    pub fn release(&mut self) {
+        let m = std::mem::replace(&mut self.manual, false);
+        self.release_position();
+        self.manual = m;
+    }
+
     /// Attach a reader to a ring this process has mapped.
     pub fn attach(sh: Arc<Shared>, start: Start) -> Result<Reader> {
         let (prev, cur, gen) = sh.load_epochs();
         let h = sh.hdr();
         let latency = Duration::from_micros(h.m.0.latency_us.load(Relaxed).max(1) as u64);
         let lossy = sh.sync != SyncMode::Srp || sh.ctl.is_none();
-        let mut r = Reader { sh: sh.clone(), slot: None, pos: 0, wpos: 0, prev, cur, gen, lossy, latency, held: None, deferred: false, writer_dead: false, lost: 0 };
+        let mut r = Reader { sh: sh.clone(), slot: None, pos: 0, wpos: 0, prev, cur, gen, lossy, latency, held: None, deferred: false, writer_dead: false, lost: 0, manual: false };
         let Some(ctl) = sh.ctl() else {
             // Observer: private position, cannot hold back the writer.
             r.pos = match start {
@@ -1670,6 +1691,9 @@ impl Reader {
     /// Release everything below our position to the writer.
     #[inline]
     fn release_position(&mut self) {
+        if self.manual {
+            return;
+        }
         let Some(i) = self.slot else { return };
         let sh = &*self.sh;
         let s = sh.slot(i).expect("ctl mapped");

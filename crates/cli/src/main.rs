@@ -8,7 +8,8 @@
 //! - `streamline filters [NAME]` lists the native filters or prints one's documentation.
 
 use clap::{Parser, Subcommand};
-use dataplane::Space;
+use dataplane::channel::ChannelConfig;
+use dataplane::spaces::Spaces;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,7 +86,7 @@ fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut space = match Space::build(&g, &filters::Library, ring) {
+    let spaces = match Spaces::build(&g, &filters::Library, ring, ChannelConfig::default()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("streamline: {e}");
@@ -112,7 +113,7 @@ fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
         None
     };
     let start = std::time::Instant::now();
-    space.run(&interrupt, |s| {
+    let rep = spaces.run(&interrupt, |s| {
         if let (Some(b), Some((done, total))) = (&bar, s.progress()) {
             b.set_length(total);
             b.set_position(done);
@@ -122,10 +123,10 @@ fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
         b.finish_and_clear();
     }
     let elapsed = start.elapsed();
-    let report = space.report();
+    let report = &rep.nodes;
     if !quiet {
         eprintln!("{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}", "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops", "time ms");
-        for r in &report {
+        for r in report {
             let c = r.counters;
             eprintln!(
                 "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10.1}",
@@ -134,15 +135,19 @@ fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
         }
         eprintln!("({:.3} s)", elapsed.as_secs_f64());
     }
-    for r in &report {
+    for r in report {
         if let Some(s) = &r.summary {
             eprintln!("{s}");
         }
     }
-    for w in space.warnings() {
+    for w in &rep.warnings {
         eprintln!("warning: {w}");
     }
-    let failed = space.failed();
+    if let Some(d) = &rep.died {
+        eprintln!("streamline: {d}");
+        return ExitCode::from(1);
+    }
+    let failed = rep.failed;
     if interrupt.load(Ordering::SeqCst) {
         eprintln!("interrupted");
         return ExitCode::from(130);

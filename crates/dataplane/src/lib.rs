@@ -17,10 +17,12 @@
 #![deny(unsafe_code)]
 
 pub mod builtin;
+pub mod channel;
 pub mod filter;
 mod mmap;
 pub mod runtime;
 pub mod session;
+pub mod spaces;
 pub mod store;
 
 pub use beltway::Tag;

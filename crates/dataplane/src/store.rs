@@ -68,6 +68,8 @@ impl LocalRing {
 enum Region {
     Ring(LocalRing),
     File(mmap::FileMap),
+    /// A DBuf another space writes (a channel's data ring), read through.
+    Mapped(beltway::DbufView),
 }
 
 /// Out-of-band metadata of one record in a DBuf (like a dr-DBuf's header ring): where it
@@ -268,11 +270,18 @@ impl Store {
         Ok((self.regions.len() as BufId, len))
     }
 
+    /// Make a DBuf written by another space resolvable here; returns its local id (tags
+    /// arriving through a channel are renamed to it).
+    pub fn map_dbuf(&mut self, view: beltway::DbufView) -> BufId {
+        self.regions.push(Region::Mapped(view));
+        self.regions.len() as BufId
+    }
+
     /// Whole contents of a file region (for sources that parse their file).
     pub fn file(&self, id: BufId) -> Option<&[u8]> {
         match self.regions.get((id as usize).checked_sub(1)?)? {
             Region::File(m) => Some(m.bytes()),
-            Region::Ring(_) => None,
+            Region::Ring(_) | Region::Mapped(_) => None,
         }
     }
 
@@ -294,6 +303,7 @@ impl Store {
                 let s = usize::try_from(t.pos).ok();
                 s.and_then(|s| m.bytes().get(s..s.checked_add(t.len as usize)?))
             }
+            Region::Mapped(v) => v.resolve(t).ok(),
         };
         got.ok_or(ResolveError::Gone { buf: t.buf, pos: t.pos })
     }
@@ -383,6 +393,7 @@ impl Store {
         let inp = match a {
             Region::Ring(ring) => ring.get(input.pos, input.len as usize),
             Region::File(m) => usize::try_from(input.pos).ok().and_then(|s| m.bytes().get(s..s + input.len as usize)),
+            Region::Mapped(v) => v.resolve(input).ok(),
         }
         .ok_or(ResolveError::Gone { buf: input.buf, pos: input.pos })?;
         let Region::Ring(ring) = b else { unreachable!("scratch is a ring") };
