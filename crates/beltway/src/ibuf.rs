@@ -405,6 +405,8 @@ pub struct IbufWriter {
     /// Blocks spliced (tag only) vs. written through (copied), for statistics.
     pub spliced: u64,
     pub copied: u64,
+    /// How far the IBuf's readers had released tags when last looked at.
+    released: crate::ring::ReleaseCache,
 }
 
 impl IbufWriter {
@@ -413,7 +415,7 @@ impl IbufWriter {
         if tags.shared().layout() != Layout::Tags {
             return Err(Error::Unsupported { name: tags.shared().name().to_string(), what: "IbufWriter over a ring that does not hold tags" });
         }
-        Ok(IbufWriter { tags, table: BufTable::new(), default: None, outstanding: VecDeque::new(), spliced: 0, copied: 0 })
+        Ok(IbufWriter { tags, table: BufTable::new(), default: None, outstanding: VecDeque::new(), spliced: 0, copied: 0, released: Default::default() })
     }
 
     /// Give the IBuf a default DBuf for write-through. `data` must be a byte ring with
@@ -493,12 +495,30 @@ impl IbufWriter {
     fn release_until(&mut self, need: u64) -> Result<()> {
         let tags_sh = self.tags.shared().clone();
         let (dbuf, shadow) = self.default.as_mut().expect("checked");
+        if shadow.position() >= need {
+            return Ok(());
+        }
+        // One look at how far the readers got frees every record below it at once; wait
+        // (and wake the readers first) only when that is not enough.
+        let mut seen = tags_sh.released_now(&mut self.released);
+        // Everything the readers are done with goes back at once (not just what this write
+        // needs), so the next writes find room without looking again.
+        while let Some(&(tag_pos, rec_end)) = self.outstanding.front() {
+            if tag_pos + Tag::SIZE as u64 > seen {
+                break;
+            }
+            self.outstanding.pop_front();
+            shadow.release_to(rec_end);
+        }
         while shadow.position() < need {
             match self.outstanding.front().copied() {
                 Some((tag_pos, rec_end)) => {
-                    self.tags.flush();
-                    let mut cache = crate::ring::ReleaseCache::default();
-                    tags_sh.wait_released(tag_pos + Tag::SIZE as u64, 0, &mut cache)?;
+                    let target = tag_pos + Tag::SIZE as u64;
+                    if seen < target {
+                        self.tags.flush();
+                        tags_sh.wait_released(target, 0, &mut self.released)?;
+                        seen = tags_sh.released_now(&mut self.released);
+                    }
                     self.outstanding.pop_front();
                     shadow.release_to(rec_end);
                 }

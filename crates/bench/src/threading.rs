@@ -108,7 +108,7 @@ impl Filter for Byte0 {
 }
 
 /// The filter library plus `byte0`.
-struct BenchFactory;
+pub(crate) struct BenchFactory;
 
 impl Factory for BenchFactory {
     fn make(&self, name: &str, args: &FilterArgs) -> std::result::Result<Box<dyn Filter>, String> {
@@ -123,7 +123,7 @@ impl Factory for BenchFactory {
 }
 
 /// The library's names (and parameter keys) plus `byte0` (which takes none).
-struct BenchResolver;
+pub(crate) struct BenchResolver;
 
 impl lang::Resolver for BenchResolver {
     fn resolve(&self, name: &str) -> Option<lang::FilterKind> {

@@ -122,7 +122,9 @@ impl Space {
             let (filter, source, routes): (Box<dyn Filter>, bool, bool) = match &n.kind {
                 NodeKind::Filter { filter, params, options } => {
                     let args = Args::new(filter, params.clone(), options.clone());
-                    (factory.make(filter, &args).map_err(err)?, factory.is_source(filter), false)
+                    // The library's `split` is the template's split node written by hand:
+                    // it too sends each block down exactly one arc.
+                    (factory.make(filter, &args).map_err(err)?, factory.is_source(filter), filter == "split")
                 }
                 NodeKind::Unix { argv } => {
                     let source = in_degree(n.id) == 0;

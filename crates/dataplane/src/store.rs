@@ -45,6 +45,14 @@ impl LocalRing {
         (pos, &mut self.data[off..off + len])
     }
 
+    /// Give back the unused end of the last allocation (made at `pos` for `reserved`
+    /// bytes, of which `used` were written), so the ring laps no faster than data is made.
+    pub fn trim_last(&mut self, pos: u64, reserved: usize, used: usize) {
+        if self.write == pos + reserved as u64 && used <= reserved {
+            self.write = pos + used as u64;
+        }
+    }
+
     /// Bytes at `pos`, if still intact.
     #[inline]
     pub fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
@@ -381,6 +389,9 @@ impl Store {
             let (mut t, out) = self.alloc(max_out);
             let n = f(&inp, out);
             t.len = n as u32;
+            if let Some(Region::Ring(ring)) = self.regions.get_mut(oi) {
+                ring.trim_last(t.pos, max_out, n);
+            }
             return Ok(t);
         }
         let (a, b) = if ii < oi {
@@ -399,6 +410,7 @@ impl Store {
         let Region::Ring(ring) = b else { unreachable!("scratch is a ring") };
         let (pos, out) = ring.alloc(max_out);
         let n = f(inp, out);
+        ring.trim_last(pos, max_out, n);
         Ok(Tag { pos, len: n as u32, buf: out_id, class: input.class })
     }
 }

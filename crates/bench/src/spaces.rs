@@ -1,0 +1,101 @@
+//! The `spaces` subcommand (thesis 5.2.2, 5.4): what it costs to cross between spaces,
+//! what batching the wake-ups saves, and what data parallelism gains.
+//!
+//! - **Cross-space cost**: `gen count=K size=1K | byte0 | byte0 | null` with every stage in
+//!   one space, and with the second half on a worker thread (`byte0 space=1`); blocks/s.
+//! - **Event moderation across spaces**: the two-thread chain with the channel's wake-up
+//!   threshold at 1, 8, 32 and 256 blocks (latency bound 1 ms); blocks/s, and the ratio
+//!   at 32 over 1.
+//! - **Data parallelism**: a CPU-heavy stateless filter (`deflate`, level 6, on 64 KiB
+//!   blocks) on 1 worker thread, then replicated on R worker threads with
+//!   `split R | (deflate space=1 + ... + deflate space=R) | null`; the pipeline text is
+//!   generated for any R (`--replicas`), so a 16-core machine runs 16 unchanged.
+//!
+//! Every run is checked: every stage must see all K blocks. Process spaces do not exist
+//! yet, so the thread-vs-process figure is not measured.
+
+use crate::threading::{BenchFactory, BenchResolver};
+use crate::util::{err, watchdog, Plan, Result, Summary, Target};
+use dataplane::channel::ChannelConfig;
+use dataplane::spaces::Spaces;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Timed repetitions per configuration (the fastest counts); ignored with --quick.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Replica counts for the data-parallel experiment (1 is always measured).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![2])]
+    replicas: Vec<usize>,
+}
+
+/// Run `text` on its spaces; seconds, after checking that the sink got `k` blocks.
+fn run(text: &str, cfg: ChannelConfig, k: u64, sink: &str) -> Result<f64> {
+    let g = lang::parse(text, &BenchResolver).map_err(|d| err(format!("parsing `{text}`:\n{d}")))?;
+    let spaces = Spaces::build(&g, &BenchFactory, 64 << 20, cfg).map_err(|e| err(format!("building `{text}`: {e}")))?;
+    let interrupt = AtomicBool::new(false);
+    let t0 = Instant::now();
+    let rep = spaces.run(&interrupt, |_| {});
+    let secs = t0.elapsed().as_secs_f64();
+    if let Some(d) = rep.died {
+        return Err(err(format!("`{text}`: {d}")));
+    }
+    if rep.failed || !rep.warnings.is_empty() {
+        return Err(err(format!("`{text}` failed: {}", rep.warnings.join("; "))));
+    }
+    let got: u64 = rep.nodes.iter().filter(|n| n.label == sink || n.label.starts_with(&format!("{sink}@"))).map(|n| n.counters.blocks_in).sum();
+    if got != k {
+        return Err(err(format!("`{text}`: the sink received {got} of {k} blocks")));
+    }
+    Ok(secs)
+}
+
+pub fn run_main(a: &Args, quick: bool) -> Result<()> {
+    watchdog(if quick { Duration::from_secs(120) } else { Duration::from_secs(15 * 60) });
+    let plan = Plan::new(quick, a.reps);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("streamline-bench spaces ({} mode): {cpus} CPUs", if quick { "quick" } else { "full" });
+    let mut summary = Summary::default();
+
+    // Cross-space cost and event moderation.
+    let k: u64 = if quick { 50_000 } else { 2_000_000 };
+    println!("\n== Crossing spaces: `gen count={k} size=1K | byte0 | byte0 | null` ==");
+    let one = format!("gen count={k} size=1K | byte0 | byte0 | null");
+    let two = format!("gen count={k} size=1K | byte0 | byte0 space=1 | null");
+    let t_one = plan.measure(|_| run(&one, ChannelConfig::default(), k, "null"))?.best();
+    println!("{:<44} {:>10.2} Mblk/s", "one space", k as f64 / t_one / 1e6);
+    let mut at = Vec::new();
+    for th in [1u32, 8, 32, 256] {
+        let cfg = ChannelConfig { threshold: th, ..ChannelConfig::default() };
+        let t = plan.measure(|_| run(&two, cfg, k, "null"))?.best();
+        println!("{:<44} {:>10.2} Mblk/s", format!("two threads, wake-up threshold {th}"), k as f64 / t / 1e6);
+        at.push((th, t));
+    }
+    let t1 = at[0].1;
+    let t32 = at.iter().find(|x| x.0 == 32).expect("measured").1;
+    summary.add("cross_space_batching_32_vs_1", t1 / t32, Some(Target::AtLeast(2.5)), format!("threshold 32 {:.2} vs 1 {:.2} Mblk/s", k as f64 / t32 / 1e6, k as f64 / t1 / 1e6));
+    summary.add("cross_space_two_threads_vs_one_space", t_one / t32, None, "the same chain, second half on a worker thread (threshold 32)");
+
+    // Data parallelism.
+    let kb: u64 = if quick { 400 } else { 6000 };
+    println!("\n== Data parallelism: deflate on 64 KiB blocks, {kb} blocks ==");
+    let single = format!("gen count={kb} size=64K | deflate space=1 | null");
+    let t_single = plan.measure(|_| run(&single, ChannelConfig::default(), kb, "null"))?.best();
+    println!("{:<44} {:>10.1} MB/s", "1 replica", kb as f64 * 65536.0 / t_single / 1e6);
+    for &r in a.replicas.iter().filter(|&&r| r >= 2) {
+        let branches: Vec<String> = (1..=r).map(|i| format!("deflate space={i}")).collect();
+        let text = format!("gen count={kb} size=64K | split {r} | ({}) | null", branches.join(" + "));
+        let t = plan.measure(|_| run(&text, ChannelConfig::default(), kb, "null"))?.best();
+        println!("{:<44} {:>10.1} MB/s", format!("{r} replicas"), kb as f64 * 65536.0 / t / 1e6);
+        summary.add(
+            &format!("parallel_speedup_{r}_replicas"),
+            t_single / t,
+            if r == 2 { Some(Target::AtLeast(1.8)) } else { None },
+            format!("{cpus} CPUs; `{text}`"),
+        );
+    }
+    summary.print();
+    Ok(())
+}
