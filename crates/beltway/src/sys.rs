@@ -402,3 +402,37 @@ pub fn membarrier_register_global() -> io::Result<()> {
 pub fn membarrier_global() -> io::Result<()> {
     membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED).map(|_| ())
 }
+
+/// Let `fd` survive `exec` (clear FD_CLOEXEC), so a child process started with it as an
+/// argument can use it.
+pub fn inherit_across_exec(fd: &impl AsRawFd) -> io::Result<()> {
+    let raw = fd.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we own (borrowed for the call); F_GETFD/F_SETFD only
+    // read and write its descriptor flags.
+    unsafe {
+        let flags = cvt(libc::fcntl(raw, libc::F_GETFD))?;
+        cvt(libc::fcntl(raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
+    }
+    Ok(())
+}
+
+/// Take ownership of a Unix stream socket inherited from the parent as descriptor `fd`
+/// (checked to be an open socket), and mark it close-on-exec again.
+pub fn inherited_unix_stream(fd: RawFd) -> io::Result<UnixStream> {
+    // SAFETY: fstat writes into a zeroed stat buffer we own; it only inspects `fd`.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    cvt(unsafe { libc::fstat(fd, &mut st) })?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("descriptor {fd} is not a socket")));
+    }
+    // SAFETY: `fd` is open (fstat succeeded) and a socket; the parent handed it to this
+    // process for exactly this use, so nothing else here owns it.
+    let s = unsafe { UnixStream::from_raw_fd(fd) };
+    // SAFETY: fcntl on the descriptor now owned by `s`.
+    unsafe {
+        let flags = cvt(libc::fcntl(fd, libc::F_GETFD))?;
+        cvt(libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC))?;
+    }
+    Ok(s)
+}

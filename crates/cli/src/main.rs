@@ -1,7 +1,8 @@
 //! `streamline`: run, check and document extended pipelines.
 //!
-//! - `streamline run 'PIPELINE'` builds the graph in one space and runs it until the
-//!   sources end or Ctrl-C, then prints a per-filter table (blocks, bytes, drops, time) and
+//! - `streamline run 'PIPELINE'` places the graph's filters on spaces (the calling thread,
+//!   pinned worker threads `space=N`, processes `space=pN` or `@private`; see
+//!   `dataplane::spaces`) and runs it until the sources end or Ctrl-C, then prints a per-filter table (blocks, bytes, drops, time) and
 //!   the filters' own summaries (e.g. `count`'s totals) on standard error; standard output
 //!   belongs to the pipeline's data.
 //! - `streamline check 'PIPELINE'` prints the parsed graph, or the diagnostic.
@@ -9,7 +10,7 @@
 
 use clap::{Parser, Subcommand};
 use dataplane::channel::ChannelConfig;
-use dataplane::spaces::Spaces;
+use dataplane::spaces::{Launcher, Spaces};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,18 @@ enum Cmd {
     Check { pipeline: String },
     /// List native filters, or print one filter's documentation.
     Filters { name: Option<String> },
+    /// A process space of a run (started by `streamline run` itself).
+    #[command(name = "__space", hide = true)]
+    Space {
+        #[arg(long)]
+        pipeline: String,
+        #[arg(long)]
+        ring: usize,
+        #[arg(long)]
+        space: usize,
+        #[arg(long)]
+        fd: i32,
+    },
 }
 
 /// Native filters (with their parameter keys) from the library, Unix commands from PATH.
@@ -75,7 +88,30 @@ fn main() -> ExitCode {
             }
         },
         Cmd::Run { pipeline, quiet, ring } => run(&pipeline, quiet, ring),
+        Cmd::Space { pipeline, ring, space, fd } => process_space(&pipeline, ring, space, fd),
     }
+}
+
+/// A process space: the parent coordinates stopping, so Ctrl-C (sent to the whole process
+/// group) is left to it.
+fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32) -> ExitCode {
+    let _ = ctrlc::set_handler(|| {});
+    let sock = match beltway::sys::inherited_unix_stream(fd) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("streamline __space: descriptor {fd}: {e} (this command is started by `streamline run`)");
+            return ExitCode::from(2);
+        }
+    };
+    let g = match lang::parse(pipeline, &resolver()) {
+        Ok(g) => g,
+        Err(d) => {
+            eprintln!("{d}");
+            return ExitCode::from(2);
+        }
+    };
+    let code = dataplane::spaces::run_process_space(&g, &filters::Library, ring, ChannelConfig::default(), space, sock);
+    ExitCode::from(code as u8)
 }
 
 fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
@@ -86,7 +122,11 @@ fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let spaces = match Spaces::build(&g, &filters::Library, ring, ChannelConfig::default()) {
+    let launcher = std::env::current_exe().ok().map(|exe| Launcher {
+        exe,
+        args: vec!["__space".into(), "--pipeline".into(), pipeline.into(), "--ring".into(), ring.to_string()],
+    });
+    let spaces = match Spaces::build_with(&g, &filters::Library, ring, ChannelConfig::default(), launcher.as_ref()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("streamline: {e}");

@@ -18,7 +18,7 @@
 
 use crate::filter::{Batch, Ctx, Filter};
 use crate::store::BufId;
-use beltway::{DbufView, IbufWriter, Layout, Reader, RingConfig, Start, Tag, Writer};
+use beltway::{DbufView, IbufWriter, Layout, Reader, RingConfig, RingRef, Start, Tag, Writer};
 use std::time::Duration;
 
 /// How a channel batches its wake-ups and how much it buffers.
@@ -53,19 +53,29 @@ impl ChannelConfig {
 
 /// Create a channel; `name` labels its rings (memfd-backed, nothing in /dev/shm).
 pub fn channel(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, Ingress)> {
+    let (tx, tags, data) = egress(name, cfg)?;
+    Ok((tx, ingress(name, &tags, &data)?))
+}
+
+/// The producer's end of a new channel, and the two rings a consumer attaches to (in this
+/// process, or in another after [`RingRef::send`]).
+pub fn egress(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, RingRef, RingRef)> {
     let tags = Writer::create(
         &format!("{name}.tags"),
         RingConfig { latency: cfg.latency, ..RingConfig::bytes(cfg.slots * Tag::SIZE).layout(Layout::Tags).threshold(cfg.threshold) },
     )?;
     let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(cfg.data) })?;
-    let data_ref = data.ring();
-    let mut reader = tags.ring().reader(Start::Oldest)?;
-    reader.set_manual_release(true);
+    let (tags_ref, data_ref) = (tags.ring(), data.ring());
     let writer = IbufWriter::new(tags)?.with_default(data)?;
-    Ok((
-        Egress { w: writer, name: name.to_string(), failed: false },
-        Ingress { r: reader, data: Some(DbufView::new(&data_ref)), local: 0, name: name.to_string(), held: false, meta: None, link_set: false },
-    ))
+    Ok((Egress { w: writer, name: name.to_string(), failed: false }, tags_ref, data_ref))
+}
+
+/// The consumer's end of a channel, attached to its rings (attach every consumer before
+/// the producer starts, so nothing is written before a reader holds its place).
+pub fn ingress(name: &str, tags: &RingRef, data: &RingRef) -> beltway::Result<Ingress> {
+    let mut reader = tags.reader(Start::Oldest)?;
+    reader.set_manual_release(true);
+    Ok(Ingress { r: reader, data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, meta: None, link_set: false })
 }
 
 /// What travels with each block: its record metadata (capture time, wire length) and link

@@ -14,7 +14,12 @@
 //! turning a dead space into an error that names its filters. Does not own scheduling
 //! inside a space (runtime) or the channel protocol (channel).
 
-use crate::channel::{channel, ChannelConfig};
+use crate::channel::{egress, ingress, ChannelConfig};
+use beltway::RingRef;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
 use crate::filter::{Args, Filter};
 use crate::runtime::{BuildError, Factory, NodeReport, Space};
 use lang::{Edge, Graph, Hint, Node, NodeKind, Selector, Span};
@@ -25,10 +30,22 @@ use std::sync::Mutex;
 /// Space ids: 0 is the calling thread.
 pub type SpaceId = usize;
 
+/// What executes a space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpaceKind {
+    /// The calling thread (space 0).
+    Local,
+    /// A worker thread pinned to one CPU.
+    Thread,
+    /// A separate OS process mapping the same rings (isolates crashes).
+    Process,
+}
+
 /// Where each node of a graph runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     pub space: Vec<SpaceId>,
+    pub kinds: std::collections::BTreeMap<SpaceId, SpaceKind>,
 }
 
 impl Placement {
@@ -40,6 +57,9 @@ impl Placement {
     }
     pub fn is_single(&self) -> bool {
         self.space.iter().all(|&s| s == self.space.first().copied().unwrap_or(0))
+    }
+    pub fn kind(&self, s: SpaceId) -> SpaceKind {
+        self.kinds.get(&s).copied().unwrap_or(if s == 0 { SpaceKind::Local } else { SpaceKind::Thread })
     }
 }
 
@@ -63,24 +83,37 @@ fn space_option(n: &Node) -> Option<&str> {
 pub fn place(g: &Graph) -> Result<Placement, BuildError> {
     let n = g.nodes.len();
     let mut space: Vec<Option<SpaceId>> = vec![None; n];
-    let mut next_fresh = 1 + g
-        .nodes
-        .iter()
-        .filter_map(|n| space_option(n).and_then(|v| v.parse::<SpaceId>().ok()))
-        .max()
-        .unwrap_or(0);
+    let mut kinds = std::collections::BTreeMap::from([(0, SpaceKind::Local)]);
+    let parse_id = |v: &str| -> Option<(SpaceId, SpaceKind)> {
+        match v {
+            "local" | "0" => Some((0, SpaceKind::Local)),
+            _ => match v.strip_prefix('p') {
+                Some(n) => n.parse().ok().filter(|&n| n > 0).map(|n| (n, SpaceKind::Process)),
+                None => v.strip_prefix('t').unwrap_or(v).parse().ok().filter(|&n| n > 0).map(|n| (n, SpaceKind::Thread)),
+            },
+        }
+    };
+    let mut next_fresh = 1 + g.nodes.iter().filter_map(|n| space_option(n).and_then(parse_id)).map(|x| x.0).max().unwrap_or(0);
     for node in &g.nodes {
         let err = |why: String| BuildError { label: node_label(node), why };
-        if let Some(v) = space_option(node) {
-            space[node.id] = Some(match v {
-                "local" => 0,
-                "kernel" => return Err(err("space=kernel: this filter has no kernel implementation here".into())),
-                v => v.parse().map_err(|_| err(format!("space={v}: expected 'local' or a space number")))?,
-            });
-        } else if node.hints.iter().any(|h| matches!(h, Hint::Private | Hint::Background)) {
-            space[node.id] = Some(next_fresh);
+        let (id, kind) = if let Some(v) = space_option(node) {
+            if v == "kernel" {
+                return Err(err("space=kernel: this filter has no kernel implementation here".into()));
+            }
+            parse_id(v).ok_or_else(|| err(format!("space={v}: expected 'local', a thread space N or tN, or a process space pN (N >= 1)")))?
+        } else if node.hints.contains(&Hint::Private) {
             next_fresh += 1;
+            (next_fresh - 1, SpaceKind::Process)
+        } else if node.hints.contains(&Hint::Background) {
+            next_fresh += 1;
+            (next_fresh - 1, SpaceKind::Thread)
+        } else {
+            continue;
+        };
+        if let Some(k) = kinds.insert(id, kind).filter(|&k| k != kind) {
+            return Err(err(format!("space {id} is used both as a {k:?} space and as a {kind:?} space")));
         }
+        space[node.id] = Some(id);
     }
     // Everything else follows its first upstream node, in topological order (loops stay
     // in one space: a node reached only through a back edge keeps what it inherits first).
@@ -110,7 +143,7 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
             why: format!("space {} and space {} feed each other; a loop must stay within one space", space[e.from], space[e.to]),
         });
     }
-    Ok(Placement { space })
+    Ok(Placement { space, kinds })
 }
 
 fn reaches(cross: &[(SpaceId, SpaceId)], from: SpaceId, to: SpaceId) -> bool {
@@ -208,9 +241,47 @@ impl Factory for WithChannels<'_> {
     }
 }
 
+/// The channel configuration of arc `e`: set by the consuming node's hints.
+fn channel_config(g: &Graph, e: &Edge, default: ChannelConfig) -> ChannelConfig {
+    let to = &g.nodes[e.to];
+    if to.hints.contains(&Hint::Latency) {
+        ChannelConfig::latency()
+    } else if to.hints.contains(&Hint::Throughput) {
+        ChannelConfig::throughput()
+    } else {
+        default
+    }
+}
+
+/// How to start a process space: this program with arguments that make it call
+/// [`run_process_space`] on the same pipeline; `--space ID --fd FD` are appended.
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    pub exe: std::path::PathBuf,
+    pub args: Vec<String>,
+}
+
+/// A process space seen from the parent.
+struct ChildSpace {
+    id: SpaceId,
+    proc: std::process::Child,
+    sock: UnixStream,
+}
+
+impl Drop for ChildSpace {
+    fn drop(&mut self) {
+        // Whatever went wrong, no process space outlives the run.
+        if let Ok(None) = self.proc.try_wait() {
+            let _ = self.proc.kill();
+        }
+        let _ = self.proc.wait();
+    }
+}
+
 /// Spaces built from one graph, ready to run.
 pub struct Spaces {
     spaces: Vec<(SpaceId, Space)>,
+    children: Vec<ChildSpace>,
     pub placement: Placement,
     /// Channels created (cross-space arcs).
     pub channels: usize,
@@ -220,7 +291,8 @@ pub struct Spaces {
 
 /// The outcome of a multi-space run.
 pub struct SpacesReport {
-    /// Per node, labelled with its space (`tcp@1`) when the run had more than one.
+    /// Per node, labelled with its space (`tcp@1`, `deflate@p2`) when the run had more
+    /// than one.
     pub nodes: Vec<NodeReport>,
     pub warnings: Vec<String>,
     /// A space that died: which one, its filters, and why.
@@ -228,45 +300,214 @@ pub struct SpacesReport {
     pub failed: bool,
 }
 
+fn space_name(p: &Placement, id: SpaceId) -> String {
+    match p.kind(id) {
+        SpaceKind::Process => format!("p{id}"),
+        _ => id.to_string(),
+    }
+}
+
+// The parent <-> process-space protocol: length-prefixed text messages, and rings passed
+// with SCM_RIGHTS, each acknowledged before the next is sent (one message in flight).
+
+fn send_msg(sock: &UnixStream, m: &str) -> std::io::Result<()> {
+    let mut w = sock;
+    w.write_all(&(m.len() as u32).to_le_bytes())?;
+    w.write_all(m.as_bytes())
+}
+
+fn recv_msg(sock: &UnixStream) -> std::io::Result<String> {
+    let mut r = sock;
+    let mut n = [0u8; 4];
+    r.read_exact(&mut n)?;
+    let n = u32::from_le_bytes(n) as usize;
+    if n > 16 << 20 {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("message of {n} bytes")));
+    }
+    let mut b = vec![0u8; n];
+    r.read_exact(&mut b)?;
+    String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+fn send_ring(sock: &UnixStream, r: &RingRef) -> Result<(), String> {
+    r.send(sock).map_err(|e| e.to_string())?;
+    match recv_msg(sock) {
+        Ok(m) if m == "ack" => Ok(()),
+        Ok(m) => Err(format!("expected an acknowledgement, got '{m}'")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn recv_ring(sock: &UnixStream) -> Result<RingRef, String> {
+    let r = RingRef::recv(sock).map_err(|e| e.to_string())?;
+    send_msg(sock, "ack").map_err(|e| e.to_string())?;
+    Ok(r)
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\t', '\n', '\r'], " ")
+}
+
+/// A space's report as protocol text.
+fn report_text(space: &Space) -> String {
+    let mut t = String::new();
+    for n in space.report() {
+        let c = n.counters;
+        t += &format!(
+            "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            one_line(&n.label),
+            c.blocks_in,
+            c.bytes_in,
+            c.blocks_out,
+            c.bytes_out,
+            c.drops,
+            c.nanos,
+            n.summary.as_deref().map_or("-".to_string(), one_line)
+        );
+    }
+    for w in space.warnings() {
+        t += &format!("warn\t{}\n", one_line(w));
+    }
+    if space.failed() {
+        t += "failed\n";
+    }
+    t
+}
+
+fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
+    for l in text.lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        match f.as_slice() {
+            ["node", label, nums @ .., summary] if nums.len() == 6 => {
+                if label.starts_with(EGRESS) || label.starts_with(INGRESS) {
+                    continue;
+                }
+                let v: Vec<u64> = nums.iter().map(|x| x.parse().unwrap_or(0)).collect();
+                let counters = crate::runtime::Counters { blocks_in: v[0], bytes_in: v[1], blocks_out: v[2], bytes_out: v[3], drops: v[4], nanos: v[5] };
+                let summary = (*summary != "-").then(|| summary.to_string());
+                rep.nodes.push(NodeReport { label: format!("{label}{suffix}"), counters, summary });
+            }
+            ["warn", w] => rep.warnings.push(w.to_string()),
+            ["failed"] => rep.failed = true,
+            _ => rep.warnings.push(format!("unreadable report line from a process space: {l}")),
+        }
+    }
+}
+
 impl Spaces {
-    /// Place `g`, split it, create the channels and build every space (nothing runs yet;
-    /// a build error leaves nothing behind).
+    /// Place `g`, split it, create the channels, start the process spaces (if any, with
+    /// `launcher`) and build every space; nothing runs yet. A build error anywhere stops
+    /// and reaps the process spaces started so far, and names the filter.
     pub fn build(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: ChannelConfig) -> Result<Spaces, BuildError> {
+        Self::build_with(g, factory, scratch, cfg, None)
+    }
+
+    pub fn build_with(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: ChannelConfig, launcher: Option<&Launcher>) -> Result<Spaces, BuildError> {
         let placement = place(g)?;
         let (parts, cross) = split(g, &placement);
+        let here = |s: SpaceId| placement.kind(s) != SpaceKind::Process;
+        let chan_err = |e: &Edge, why: String| BuildError { label: node_label(&g.nodes[e.to]), why };
         let mut endpoints = HashMap::new();
+        let mut rings: HashMap<usize, (RingRef, RingRef)> = HashMap::new();
         for (k, e) in cross.iter().enumerate() {
-            let to = &g.nodes[e.to];
-            let c = if to.hints.contains(&Hint::Latency) {
-                ChannelConfig::latency()
-            } else if to.hints.contains(&Hint::Throughput) {
-                ChannelConfig::throughput()
+            if here(placement.space[e.from]) {
+                let (tx, t, d) = egress(&format!("sl-ch{k}"), channel_config(g, e, cfg)).map_err(|x| chan_err(e, format!("cannot create a channel into it: {x}")))?;
+                endpoints.insert((true, k), Box::new(tx) as Box<dyn Filter>);
+                rings.insert(k, (t, d));
+            }
+        }
+        // Start the process spaces; each first sends the rings of the channels it feeds.
+        let mut children = Vec::new();
+        for (&id, _) in placement.kinds.iter().filter(|(_, &k)| k == SpaceKind::Process) {
+            let label = labels_of(g, &placement, id);
+            let err = |why: String| BuildError { label: label.clone(), why };
+            let Some(l) = launcher else { return Err(err(format!("space p{id}: process spaces need a launcher (run through the streamline command)"))) };
+            let (mine, theirs) = UnixStream::pair().map_err(|e| err(format!("socketpair: {e}")))?;
+            beltway::sys::inherit_across_exec(&theirs).map_err(|e| err(format!("fcntl: {e}")))?;
+            let proc = std::process::Command::new(&l.exe)
+                .args(&l.args)
+                .arg("--space")
+                .arg(id.to_string())
+                .arg("--fd")
+                .arg(theirs.as_raw_fd().to_string())
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| err(format!("cannot start process space p{id} ({}): {e}", l.exe.display())))?;
+            drop(theirs);
+            let child = ChildSpace { id, proc, sock: mine };
+            let first = recv_msg(&child.sock).map_err(|e| err(format!("process space p{id} ended before it started: {e}")))?;
+            if let Some(why) = first.strip_prefix("error ") {
+                return Err(child_error(why, &label));
+            }
+            for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.from] == id) {
+                let t = recv_ring(&child.sock).map_err(|x| chan_err(e, format!("channel from process space p{id}: {x}")))?;
+                let d = recv_ring(&child.sock).map_err(|x| chan_err(e, format!("channel from process space p{id}: {x}")))?;
+                rings.insert(k, (t, d));
+            }
+            children.push(child);
+        }
+        // Consumers attach before anyone writes: here, or in the process spaces.
+        for (k, e) in cross.iter().enumerate() {
+            let b = placement.space[e.to];
+            let (t, d) = &rings[&k];
+            if here(b) {
+                let rx = ingress(&format!("sl-ch{k}"), t, d).map_err(|x| chan_err(e, format!("cannot attach to its channel: {x}")))?;
+                endpoints.insert((false, k), Box::new(rx) as Box<dyn Filter>);
             } else {
-                cfg
-            };
-            let (tx, rx) = channel(&format!("sl-ch{k}"), c).map_err(|e| BuildError { label: node_label(to), why: format!("cannot create a channel into it: {e}") })?;
-            endpoints.insert((true, k), Box::new(tx) as Box<dyn Filter>);
-            endpoints.insert((false, k), Box::new(rx) as Box<dyn Filter>);
+                let c = children.iter().find(|c| c.id == b).expect("process space started");
+                send_ring(&c.sock, t).and_then(|_| send_ring(&c.sock, d)).map_err(|x| chan_err(e, format!("cannot hand its channel to process space p{b}: {x}")))?;
+            }
         }
         let f = WithChannels { inner: factory, endpoints: Mutex::new(endpoints) };
-        let mut ids: Vec<SpaceId> = parts.keys().copied().collect();
+        let mut ids: Vec<SpaceId> = parts.keys().copied().filter(|&s| here(s)).collect();
         ids.sort_unstable();
         let mut spaces = Vec::new();
         for id in ids {
             spaces.push((id, Space::build(&parts[&id].graph, &f, scratch)?));
         }
+        for c in &children {
+            let label = labels_of(g, &placement, c.id);
+            match recv_msg(&c.sock) {
+                Ok(m) if m == "ready" => {}
+                Ok(m) => return Err(child_error(m.strip_prefix("error ").unwrap_or(&m), &label)),
+                Err(e) => return Err(BuildError { label, why: format!("process space p{} ended while building: {e}", c.id) }),
+            }
+        }
         let labels = g.nodes.iter().map(|n| (placement.space[n.id], node_label(n))).collect();
-        Ok(Spaces { spaces, placement, channels: cross.len(), labels })
+        Ok(Spaces { spaces, children, placement, channels: cross.len(), labels })
+    }
+
+    /// Process ids of the process spaces (for tests and monitoring).
+    pub fn process_ids(&self) -> Vec<(SpaceId, u32)> {
+        self.children.iter().map(|c| (c.id, c.proc.id())).collect()
     }
 
     /// Run every space to its end: space 0 on this thread (with `tick` for progress),
-    /// the others on pinned worker threads. `interrupt` stops them all; so does a space
-    /// that dies (a panicking filter), which the report then names.
+    /// thread spaces on pinned worker threads, process spaces in their processes.
+    /// `interrupt` stops them all; so does a space that dies (a panicking filter, a killed
+    /// process), which the report then names.
     pub fn run(self, interrupt: &AtomicBool, mut tick: impl FnMut(&Space)) -> SpacesReport {
-        let multi = self.spaces.len() > 1;
+        let multi = self.spaces.len() + self.children.len() > 1;
         let labels = self.labels;
+        let placement = self.placement;
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut rep = SpacesReport { nodes: vec![], warnings: vec![], died: None, failed: false };
+        let died = Mutex::new(Vec::<String>::new());
+        let who = |id: SpaceId| {
+            let filters: Vec<&str> = labels.iter().filter(|l| l.0 == id).map(|l| l.1.as_str()).collect();
+            format!("space {} ({})", space_name(&placement, id), filters.join(", "))
+        };
+        for c in &self.children {
+            if let Err(e) = send_msg(&c.sock, "go") {
+                died.lock().expect("not poisoned").push(format!("{} died before it started: {e}", who(c.id)));
+                interrupt.store(true, Ordering::Relaxed);
+            }
+        }
         let mut results: Vec<(SpaceId, Result<Space, String>)> = Vec::new();
+        let child_reports = Mutex::new(Vec::<(SpaceId, String)>::new());
+        let mut children = self.children;
+        let stop_socks = children_socks(&children);
+        let watching = std::sync::atomic::AtomicUsize::new(children.len());
         std::thread::scope(|scope| {
             let mut handles = Vec::new();
             let mut local = None;
@@ -293,6 +534,49 @@ impl Spaces {
                     .expect("spawn a space thread");
                 handles.push((id, h));
             }
+            // Tell the process spaces to stop when the run is cut short (otherwise they
+            // end by themselves when their inputs end).
+            let watching = &watching;
+            if !stop_socks.is_empty() {
+                let stop_socks = &stop_socks;
+                scope.spawn(move || {
+                    while watching.load(Ordering::Relaxed) > 0 {
+                        if interrupt.load(Ordering::Relaxed) {
+                            for c in stop_socks {
+                                let _ = send_msg(c, "stop");
+                            }
+                            return;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                });
+            }
+            // One watcher per process space: its report, or how it died.
+            for c in children.iter_mut() {
+                let (died, child_reports, who) = (&died, &child_reports, &who);
+                scope.spawn(move || {
+                    let _done = Decrement(watching);
+                    let msg = recv_msg(&c.sock);
+                    match msg {
+                        Ok(text) => {
+                            let _ = c.proc.wait();
+                            child_reports.lock().expect("not poisoned").push((c.id, text));
+                        }
+                        Err(_) => {
+                            let st = c.proc.wait();
+                            let why = match st {
+                                Ok(st) => match st.signal() {
+                                    Some(sig) => format!("killed by signal {sig}{}", if sig == 9 { " (SIGKILL)" } else { "" }),
+                                    None => format!("exited with {st} without a report"),
+                                },
+                                Err(e) => format!("lost: {e}"),
+                            };
+                            died.lock().expect("not poisoned").push(format!("{} died: {why}", who(c.id)));
+                            interrupt.store(true, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
             if let Some(mut space) = local {
                 space.run(interrupt, &mut tick);
                 results.push((0, Ok(space)));
@@ -306,31 +590,141 @@ impl Spaces {
             }
         });
         results.sort_by_key(|r| r.0);
-        let mut rep = SpacesReport { nodes: vec![], warnings: vec![], died: None, failed: false };
         for (id, r) in results {
             match r {
                 Ok(space) => {
-                    for mut n in space.report() {
-                        if n.label == EGRESS || n.label.starts_with(INGRESS) || n.label.starts_with(EGRESS) {
-                            continue;
-                        }
-                        if multi {
-                            n.label = format!("{}@{id}", n.label);
-                        }
-                        rep.nodes.push(n);
+                    let suffix = if multi { format!("@{id}") } else { String::new() };
+                    let mut part = SpacesReport { nodes: vec![], warnings: vec![], died: None, failed: false };
+                    parse_report(&report_text(&space), &mut part, &suffix);
+                    // Keep the summaries' exact text (parse_report flattens lines).
+                    let summaries: Vec<Option<String>> = space.report().into_iter().filter(|n| !n.label.starts_with(EGRESS) && !n.label.starts_with(INGRESS)).map(|n| n.summary).collect();
+                    for (n, s) in part.nodes.iter_mut().zip(summaries) {
+                        n.summary = s;
                     }
+                    rep.nodes.extend(part.nodes);
                     rep.warnings.extend(space.warnings().iter().cloned());
                     rep.failed |= space.failed();
                 }
-                Err(why) => {
-                    let filters: Vec<&str> = labels.iter().filter(|l| l.0 == id).map(|l| l.1.as_str()).collect();
-                    rep.died = Some(format!("space {id} ({}) died: {why}", filters.join(", ")));
-                    rep.failed = true;
-                }
+                Err(why) => died.lock().expect("not poisoned").push(format!("{} died: {why}", who(id))),
             }
+        }
+        let mut reports = child_reports.into_inner().expect("not poisoned");
+        reports.sort_by_key(|r| r.0);
+        for (id, text) in reports {
+            let mut part = SpacesReport { nodes: vec![], warnings: vec![], died: None, failed: false };
+            parse_report(&text, &mut part, &format!("@p{id}"));
+            rep.nodes.extend(part.nodes);
+            rep.warnings.extend(part.warnings);
+            rep.failed |= part.failed;
+        }
+        let died = died.into_inner().expect("not poisoned");
+        if !died.is_empty() {
+            rep.died = Some(died.join("; "));
+            rep.failed = true;
         }
         rep
     }
+}
+
+/// Counts a watcher out when it ends, however it ends.
+struct Decrement<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Decrement<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn children_socks(children: &[ChildSpace]) -> Vec<UnixStream> {
+    children.iter().filter_map(|c| c.sock.try_clone().ok()).collect()
+}
+
+/// A build error reported by a process space: `LABEL\tWHY`, or just a reason.
+fn child_error(text: &str, space_label: &str) -> BuildError {
+    match text.split_once('\t') {
+        Some((label, why)) => BuildError { label: label.to_string(), why: why.to_string() },
+        None => BuildError { label: space_label.to_string(), why: text.to_string() },
+    }
+}
+
+fn labels_of(g: &Graph, p: &Placement, id: SpaceId) -> String {
+    g.nodes.iter().filter(|n| p.space[n.id] == id).map(node_label).collect::<Vec<_>>().join(", ")
+}
+
+/// The process-space side (started by [`Launcher`]): build this space's share of `g`,
+/// exchange channel rings with the parent over `sock`, run when told, send the report.
+/// Returns the exit status.
+pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: ChannelConfig, id: SpaceId, sock: UnixStream) -> i32 {
+    let fail = |why: String| {
+        let _ = send_msg(&sock, &format!("error {why}"));
+        2
+    };
+    let fail_build = |e: BuildError| {
+        let _ = send_msg(&sock, &format!("error {}\t{}", e.label, e.why));
+        2
+    };
+    let placement = match place(g) {
+        Ok(p) => p,
+        Err(e) => return fail_build(e),
+    };
+    let (mut parts, cross) = split(g, &placement);
+    let Some(part) = parts.remove(&id) else { return fail(format!("no filter is placed in space p{id}")) };
+    let mut endpoints = HashMap::new();
+    let mut mine = Vec::new();
+    for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.from] == id) {
+        match egress(&format!("sl-ch{k}"), channel_config(g, e, cfg)) {
+            Ok((tx, t, d)) => {
+                endpoints.insert((true, k), Box::new(tx) as Box<dyn Filter>);
+                mine.push((t, d));
+            }
+            Err(x) => return fail(format!("{}: cannot create a channel: {x}", node_label(&g.nodes[e.from]))),
+        }
+    }
+    if send_msg(&sock, "rings").is_err() {
+        return 3;
+    }
+    for (t, d) in &mine {
+        if send_ring(&sock, t).and_then(|_| send_ring(&sock, d)).is_err() {
+            return 3;
+        }
+    }
+    for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.to] == id) {
+        let rings = recv_ring(&sock).and_then(|t| recv_ring(&sock).map(|d| (t, d)));
+        let rx = rings.and_then(|(t, d)| ingress(&format!("sl-ch{k}"), &t, &d).map_err(|x| x.to_string()));
+        match rx {
+            Ok(rx) => {
+                endpoints.insert((false, k), Box::new(rx) as Box<dyn Filter>);
+            }
+            Err(x) => return fail(format!("{}: channel: {x}", node_label(&g.nodes[e.to]))),
+        }
+    }
+    let f = WithChannels { inner: factory, endpoints: Mutex::new(endpoints) };
+    let mut space = match Space::build(&part.graph, &f, scratch) {
+        Ok(s) => s,
+        Err(e) => return fail_build(e),
+    };
+    if send_msg(&sock, "ready").is_err() {
+        return 3;
+    }
+    match recv_msg(&sock) {
+        Ok(m) if m == "go" => {}
+        _ => return 0, // the parent gave up (a build error elsewhere): nothing ran
+    }
+    // Stop when the parent says so or goes away.
+    let interrupt = std::sync::Arc::new(AtomicBool::new(false));
+    if let Ok(s) = sock.try_clone() {
+        let flag = interrupt.clone();
+        std::thread::spawn(move || {
+            let _ = recv_msg(&s);
+            flag.store(true, Ordering::Relaxed);
+        });
+    }
+    space.run(&interrupt, |_| {});
+    drop(f);
+    if send_msg(&sock, &report_text(&space)).is_err() {
+        return 3;
+    }
+    0
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
