@@ -1,0 +1,156 @@
+//! End-to-end: the same pipelines placed in one space, on worker threads and in process
+//! spaces give byte-identical results; a killed process space ends the run with an error
+//! naming its filters, in bounded time, leaving no process behind.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_streamline");
+
+fn sample() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"))
+}
+
+/// Run a pipeline; returns (exit code, stdout bytes, stderr).
+fn run(pipeline: &str) -> (i32, Vec<u8>, String) {
+    let out = Command::new(BIN).args(["run", "-q", pipeline]).output().expect("run streamline");
+    (out.status.code().unwrap_or(-1), out.stdout, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sl-spaces-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// `template` with `{A}`, `{B}` replaced by the placement options of one variant.
+fn variants(template: &str) -> Vec<(String, String)> {
+    [("one space", "", ""), ("threads", " space=1", " space=2"), ("processes", " space=p1", " space=p2"), ("thread and process", " space=1", " space=p2")]
+        .iter()
+        .map(|(name, a, b)| (name.to_string(), template.replace("{A}", a).replace("{B}", b)))
+        .collect()
+}
+
+#[test]
+fn placements_give_identical_results() {
+    let cap = sample();
+    let text = tmp("text.txt");
+    let lines: String = (0..20000).map(|i| format!("line {i} of the placement test\n")).collect();
+    std::fs::write(&text, &lines).unwrap();
+    let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let cases = [
+        // inspect's text (stdout) after protocol filters in other spaces
+        format!("pcapin file={} | ip | tcp{{A}} | http{{B}} | inspect", cap.display()),
+        // timestamps and wire lengths must survive the crossing: pcapout's file
+        format!("pcapin file={} | ip{{A}} | udp{{B}} | pcapout file=OUT", cap.display()),
+        // edits across spaces, back to the original bytes
+        format!("file {} split=fixed size=4K | deflate{{A}} | encrypt key={key} | decrypt key={key}{{B}} | inflate | outfile OUT", text.display()),
+    ];
+    for (ci, case) in cases.iter().enumerate() {
+        let mut first: Option<(String, Vec<u8>)> = None;
+        for (vi, (name, p)) in variants(case).into_iter().enumerate() {
+            let out = tmp(&format!("out-{ci}-{vi}"));
+            let p = p.replace("OUT", &out.display().to_string());
+            let (code, stdout, err) = run(&p);
+            assert_eq!(code, 0, "{name}: `{p}` failed:\n{err}");
+            let result = if p.contains("outfile") || p.contains("pcapout") { std::fs::read(&out).unwrap() } else { stdout };
+            assert!(!result.is_empty(), "{name}: `{p}` produced nothing");
+            match &first {
+                None => first = Some((p.clone(), result)),
+                Some((p0, r0)) => assert!(r0 == &result, "{name}: `{p}` differs from `{p0}` ({} vs {} bytes)", result.len(), r0.len()),
+            }
+        }
+        if ci == 2 {
+            assert_eq!(first.unwrap().1, lines.as_bytes(), "round trip restores the input");
+        }
+    }
+}
+
+#[test]
+fn counts_agree_across_spaces_and_data_parallel_replicas() {
+    let count = |p: &str| -> String {
+        let (code, _, err) = run(p);
+        assert_eq!(code, 0, "`{p}`:\n{err}");
+        err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("no count line for `{p}`:\n{err}")).to_string()
+    };
+    let cap = sample();
+    let one = count(&format!("pcapin file={} | tcp | dport |80 count", cap.display()));
+    assert_eq!(one, count(&format!("pcapin file={} | tcp space=p1 | dport |80 count space=2", cap.display())));
+    // Data parallelism: replicas on two spaces, every block once.
+    let par = count("gen count=3000 size=4K | split 2 | (deflate space=1 + deflate space=p2) | inflate | count");
+    assert!(par.starts_with("count: 3000 blocks, 12288000 bytes"), "{par}");
+    // Connection scaling: a hash split on the flow class keeps each flow on one replica.
+    let flows = count(&format!("pcapin file={} | tcp | flow | split 2 mode=hash | (tcpstream space=1 + tcpstream space=2) | count", cap.display()));
+    let single = count(&format!("pcapin file={} | tcp | flow | tcpstream | count", cap.display()));
+    assert_eq!(flows, single);
+}
+
+#[test]
+fn a_killed_process_space_ends_the_run_with_an_error_naming_it() {
+    let mut child = Command::new(BIN)
+        .args(["run", "-q", "gen count=100G size=1K | deflate space=p1 | count"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Find the process space: a child of the run whose command line is `__space`.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let space_pid = loop {
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id())).unwrap_or_default();
+        let found = kids.split_whitespace().find(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("__space")));
+        if let Some(p) = found {
+            break p.to_string();
+        }
+        assert!(Instant::now() < deadline, "no process space started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(Command::new("kill").args(["-KILL", &space_pid]).status().unwrap().success());
+    let t0 = Instant::now();
+    let out = loop {
+        if let Some(_st) = child.try_wait().unwrap() {
+            break child.wait_with_output().unwrap();
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the run did not end within 20 s of its process space being killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("space p1 (deflate, count) died: killed by signal 9"), "{err}");
+    assert!(!std::path::Path::new(&format!("/proc/{space_pid}")).exists(), "the killed space was not reaped");
+}
+
+#[test]
+fn ctrl_c_stops_process_spaces_and_prints_their_totals() {
+    let child = Command::new(BIN)
+        .args(["run", "-q", "gen count=100G size=1K space=p1 | count"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let line = err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("no totals from the process space:\n{err}"));
+    assert!(!line.starts_with("count: 0 "), "{line}");
+}
+
+#[test]
+fn bad_placements_are_errors_naming_the_filter() {
+    let (code, _, err) = run("gen count=10 | count space=x9");
+    assert_eq!(code, 2);
+    assert!(err.contains("count") && err.contains("space=x9"), "{err}");
+    let (code, _, err) = run("gen count=10 | count space=1 | null space=p1");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("space 1 is used both"), "{err}");
+    // Back to the first space: the two would wait on each other's full channels.
+    let (code, _, err) = run("gen count=10 | count space=1 | null space=local");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("feed each other"), "{err}");
+}
