@@ -1,8 +1,9 @@
 //! The `spaces` subcommand (thesis 5.2.2, 5.4): what it costs to cross between spaces,
 //! what batching the wake-ups saves, and what data parallelism gains.
 //!
-//! - **Cross-space cost**: `gen count=K size=1K | byte0 | byte0 | null` with every stage in
-//!   one space, and with the second half on a worker thread (`byte0 space=1`); blocks/s.
+//! - **Cross-space cost**: `gen count=K size=1K | count | count | null` with every stage in
+//!   one space, with the second half on a worker thread (`count space=1`), and in a
+//!   process space (`count space=p1`, the `streamline` binary next to this one); blocks/s.
 //! - **Event moderation across spaces**: the two-thread chain with the channel's wake-up
 //!   threshold at 1, 8, 32 and 256 blocks (latency bound 1 ms); blocks/s, and the ratio
 //!   at 32 over 1.
@@ -11,13 +12,12 @@
 //!   `split R | (deflate space=1 + ... + deflate space=R) | null`; the pipeline text is
 //!   generated for any R (`--replicas`), so a 16-core machine runs 16 unchanged.
 //!
-//! Every run is checked: every stage must see all K blocks. Process spaces do not exist
-//! yet, so the thread-vs-process figure is not measured.
+//! Every run is checked: the sink must see all K blocks.
 
 use crate::threading::{BenchFactory, BenchResolver};
 use crate::util::{err, watchdog, Plan, Result, Summary, Target};
 use dataplane::channel::ChannelConfig;
-use dataplane::spaces::Spaces;
+use dataplane::spaces::{Launcher, Spaces};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -31,10 +31,17 @@ pub struct Args {
     replicas: Vec<usize>,
 }
 
+const SCRATCH: usize = 64 << 20;
+
 /// Run `text` on its spaces; seconds, after checking that the sink got `k` blocks.
 fn run(text: &str, cfg: ChannelConfig, k: u64, sink: &str) -> Result<f64> {
     let g = lang::parse(text, &BenchResolver).map_err(|d| err(format!("parsing `{text}`:\n{d}")))?;
-    let spaces = Spaces::build(&g, &BenchFactory, 64 << 20, cfg).map_err(|e| err(format!("building `{text}`: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?.with_file_name("streamline");
+    if text.contains("space=p") && !exe.is_file() {
+        return Err(err(format!("{} not found next to this benchmark; build it with `cargo build --release -p streamline`", exe.display())));
+    }
+    let launcher = Launcher { exe, args: vec!["__space".into(), "--pipeline".into(), text.into(), "--ring".into(), SCRATCH.to_string()] };
+    let spaces = Spaces::build_with(&g, &BenchFactory, SCRATCH, cfg, Some(&launcher)).map_err(|e| err(format!("building `{text}`: {e}")))?;
     let interrupt = AtomicBool::new(false);
     let t0 = Instant::now();
     let rep = spaces.run(&interrupt, |_| {});
@@ -61,9 +68,10 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
 
     // Cross-space cost and event moderation.
     let k: u64 = if quick { 50_000 } else { 2_000_000 };
-    println!("\n== Crossing spaces: `gen count={k} size=1K | byte0 | byte0 | null` ==");
-    let one = format!("gen count={k} size=1K | byte0 | byte0 | null");
-    let two = format!("gen count={k} size=1K | byte0 | byte0 space=1 | null");
+    println!("\n== Crossing spaces: `gen count={k} size=1K | count | count | null` ==");
+    let one = format!("gen count={k} size=1K | count | count | null");
+    let two = format!("gen count={k} size=1K | count | count space=1 | null");
+    let proc = format!("gen count={k} size=1K | count | count space=p1 | null");
     let t_one = plan.measure(|_| run(&one, ChannelConfig::default(), k, "null"))?.best();
     println!("{:<44} {:>10.2} Mblk/s", "one space", k as f64 / t_one / 1e6);
     let mut at = Vec::new();
@@ -73,10 +81,13 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
         println!("{:<44} {:>10.2} Mblk/s", format!("two threads, wake-up threshold {th}"), k as f64 / t / 1e6);
         at.push((th, t));
     }
+    let t_proc = plan.measure(|_| run(&proc, ChannelConfig::default(), k, "null"))?.best();
+    println!("{:<44} {:>10.2} Mblk/s", "thread + process space, threshold 32", k as f64 / t_proc / 1e6);
     let t1 = at[0].1;
     let t32 = at.iter().find(|x| x.0 == 32).expect("measured").1;
     summary.add("cross_space_batching_32_vs_1", t1 / t32, Some(Target::AtLeast(2.5)), format!("threshold 32 {:.2} vs 1 {:.2} Mblk/s", k as f64 / t32 / 1e6, k as f64 / t1 / 1e6));
     summary.add("cross_space_two_threads_vs_one_space", t_one / t32, None, "the same chain, second half on a worker thread (threshold 32)");
+    summary.add("thread_vs_process_channel", t_proc / t32, None, format!("thread {:.2} vs process {:.2} Mblk/s (>1: the thread channel is faster)", k as f64 / t32 / 1e6, k as f64 / t_proc / 1e6));
 
     // Data parallelism.
     let kb: u64 = if quick { 400 } else { 6000 };
