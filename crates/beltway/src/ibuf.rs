@@ -470,24 +470,36 @@ impl IbufWriter {
             self.spliced += 1;
             return Ok(data.len());
         }
-        let tag = self.write_through(data, class)?;
+        let tag = self.write_through(&[data], class)?;
         let at = self.write_tag(tag)?;
         self.outstanding.push_back((at, tag.pos + tag.len as u64));
         self.copied += 1;
         Ok(data.len())
     }
 
+    /// Write a block made of `parts` through into the default DBuf (one contiguous region,
+    /// one tag covering all of it), never splicing: e.g. an out-of-band header followed by
+    /// the block's bytes, which the reader separates again.
+    pub fn write_through_parts(&mut self, parts: &[&[u8]], class: u16) -> Result<Tag> {
+        let tag = self.write_through(parts, class)?;
+        let at = self.write_tag(tag)?;
+        self.outstanding.push_back((at, tag.pos + tag.len as u64));
+        self.copied += 1;
+        Ok(tag)
+    }
+
     /// Copy into the default DBuf, first making sure no unread tag points at what the copy
     /// overwrites.
-    fn write_through(&mut self, data: &[u8], class: u16) -> Result<Tag> {
+    fn write_through(&mut self, parts: &[&[u8]], class: u16) -> Result<Tag> {
         let Some((dbuf, _)) = self.default.as_mut() else {
             return Err(Error::Unsupported { name: self.tags.shared().name().to_string(), what: "write-through without a default DBuf" });
         };
-        let need = dbuf.contiguous_need(data.len())?;
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let need = dbuf.contiguous_need(len)?;
         self.release_until(need)?;
         let (dbuf, _) = self.default.as_mut().expect("checked");
-        let pos = dbuf.write_contiguous(data)?;
-        Ok(Tag { pos, len: data.len() as u32, buf: dbuf.shared().buf_id(), class })
+        let pos = dbuf.write_contiguous_parts(parts)?;
+        Ok(Tag { pos, len: len as u32, buf: dbuf.shared().buf_id(), class })
     }
 
     /// Advance the shadow reader on the default DBuf up to `need`, waiting for the IBuf's

@@ -1277,12 +1277,18 @@ impl Writer {
     /// Byte rings: write `data` contiguously (skipping to the next lap if it would wrap) and
     /// return its absolute position. Used for double rings, where headers live elsewhere.
     pub fn write_contiguous(&mut self, data: &[u8]) -> Result<u64> {
+        self.write_contiguous_parts(&[data])
+    }
+
+    /// [`Writer::write_contiguous`] of the concatenation of `parts` (no intermediate copy).
+    pub fn write_contiguous_parts(&mut self, parts: &[&[u8]]) -> Result<u64> {
         if self.sh.layout != Layout::Bytes {
             return Err(Error::Unsupported { name: self.sh.name.clone(), what: "contiguous writes on a record ring" });
         }
-        let len = data.len() as u64;
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let len = total as u64;
         if len > self.sh.min_cap {
-            return Err(Error::TooLarge { name: self.sh.name.clone(), len: data.len(), max: self.sh.min_cap as usize });
+            return Err(Error::TooLarge { name: self.sh.name.clone(), len: total, max: self.sh.min_cap as usize });
         }
         let room = self.room();
         if room < len {
@@ -1292,7 +1298,11 @@ impl Writer {
         }
         let off = self.prepare(len)?;
         let at = self.pos;
-        self.sh.data.write_at(DATA_OFFSET + off as usize, data);
+        let mut o = DATA_OFFSET + off as usize;
+        for p in parts {
+            self.sh.data.write_at(o, p);
+            o += p.len();
+        }
         self.publish(at + len);
         Ok(at)
     }

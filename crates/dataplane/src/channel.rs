@@ -75,13 +75,13 @@ pub fn egress(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, RingRe
 pub fn ingress(name: &str, tags: &RingRef, data: &RingRef) -> beltway::Result<Ingress> {
     let mut reader = tags.reader(Start::Oldest)?;
     reader.set_manual_release(true);
-    Ok(Ingress { r: reader, data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, meta: None, link_set: false })
+    Ok(Ingress { r: reader, data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false })
 }
 
 /// What travels with each block: its record metadata (capture time, wire length) and link
 /// type when the block is a whole record, so filters and sinks in the consuming space
-/// (protocol parsers, pcapout) see it as the producer did. Sent as a 16-byte block ahead
-/// of the block itself: the channel's tags come in (meta, data) pairs.
+/// (protocol parsers, pcapout) see it as the producer did. Written as a 16-byte header
+/// just ahead of the block's bytes in the data ring; the consumer crops it off the tag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Meta {
     ts_ns: u64,
@@ -133,7 +133,7 @@ impl Filter for Egress {
             let res = match cx.store.data(t) {
                 Ok(d) => {
                     let meta = Meta::of(cx, t).to_bytes();
-                    self.w.write_class(&meta, 1).and_then(|_| self.w.write_class(d, t.class)).map(|_| ())
+                    self.w.write_through_parts(&[&meta, d], t.class).map(|_| ())
                 }
                 Err(e) => {
                     cx.warn(format!("{}: {e}", self.name));
@@ -172,8 +172,6 @@ pub struct Ingress {
     name: String,
     /// Tags of the last batch are read but not yet released.
     held: bool,
-    /// The meta block of the pair being read.
-    meta: Option<Meta>,
     link_set: bool,
 }
 
@@ -197,14 +195,14 @@ impl Ingress {
             let t = Tag::from_bytes(p.data);
             self.r.peek_complete()?;
             let Some(t) = t.filter(|t| t.buf != 0) else { continue };
-            let local = Tag { buf: self.local, ..t };
-            let Some(meta) = self.meta.take() else {
-                let m = cx.store.data(&local).ok().and_then(Meta::from_bytes);
-                self.meta = Some(m.ok_or_else(|| beltway::Error::Corrupt { name: self.name.clone(), pos: t.pos, why: "a block arrived without its meta block".into() })?);
-                continue;
+            let whole = Tag { buf: self.local, ..t };
+            let meta = cx.store.data(&whole).ok().and_then(|d| d.get(..16)).and_then(Meta::from_bytes);
+            let Some(meta) = meta else {
+                return Err(beltway::Error::Corrupt { name: self.name.clone(), pos: t.pos, why: "a block without its 16-byte header".into() });
             };
+            let local = Tag { pos: t.pos + 16, len: t.len - 16, ..whole };
             if meta.link != NO_RECORD {
-                cx.store.append_records(self.local, &[crate::store::RecordMeta { pos: t.pos, ts_ns: meta.ts_ns, orig_len: meta.orig_len }]);
+                cx.store.append_records(self.local, &[crate::store::RecordMeta { pos: local.pos, ts_ns: meta.ts_ns, orig_len: meta.orig_len }]);
                 if !self.link_set && meta.link != NO_LINK {
                     cx.store.set_link(self.local, meta.link);
                     self.link_set = true;
