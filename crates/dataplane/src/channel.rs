@@ -67,7 +67,7 @@ pub fn egress(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, RingRe
     let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(cfg.data) })?;
     let (tags_ref, data_ref) = (tags.ring(), data.ring());
     let writer = IbufWriter::new(tags)?.with_default(data)?;
-    Ok((Egress { w: writer, name: name.to_string(), failed: false }, tags_ref, data_ref))
+    Ok((Egress { w: writer, name: name.to_string(), failed: false, announced: Vec::new() }, tags_ref, data_ref))
 }
 
 /// The consumer's end of a channel, attached to its rings (attach every consumer before
@@ -75,44 +75,58 @@ pub fn egress(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, RingRe
 pub fn ingress(name: &str, tags: &RingRef, data: &RingRef) -> beltway::Result<Ingress> {
     let mut reader = tags.reader(Start::Oldest)?;
     reader.set_manual_release(true);
-    Ok(Ingress { r: reader, data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false })
+    Ok(Ingress { r: reader, data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None })
 }
 
 /// What travels with each block: its record metadata (capture time, wire length) and link
 /// type when the block is a whole record, so filters and sinks in the consuming space
-/// (protocol parsers, pcapout) see it as the producer did. Written as a 16-byte header
-/// just ahead of the block's bytes in the data ring; the consumer crops it off the tag.
+/// (protocol parsers, pcapout) see it as the producer did. A 16-byte header written
+/// through into the data ring: ahead of the block's bytes (the consumer crops it off the
+/// tag), or alone, followed by a tag into a file both spaces map (`FILE_REF`: only the
+/// tag crosses), or ahead of a file's path (`ANNOUNCE`, once per file and channel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Meta {
     ts_ns: u64,
     orig_len: u32,
-    /// Link type, or NO_RECORD when the block is not a whole record.
-    link: u32,
+    link: u16,
+    flags: u16,
 }
 
-const NO_RECORD: u32 = u32::MAX;
-const NO_LINK: u32 = u32::MAX - 1;
+const RECORD: u16 = 1;
+const LINK: u16 = 2;
+const FILE_REF: u16 = 4;
+const ANNOUNCE: u16 = 8;
+/// Tags that point into a producer's file carry its buffer id with this bit set.
+const FILE_BIT: u16 = 0x8000;
 
 impl Meta {
     fn of(cx: &Ctx<'_>, t: &Tag) -> Meta {
         match cx.store.record(t) {
-            Some((r, true)) => Meta { ts_ns: r.ts_ns, orig_len: r.orig_len, link: cx.store.link(t).unwrap_or(NO_LINK) },
-            _ => Meta { ts_ns: 0, orig_len: 0, link: NO_RECORD },
+            Some((r, true)) => {
+                let (link, lf) = match cx.store.link(t).and_then(|l| u16::try_from(l).ok()) {
+                    Some(l) => (l, LINK),
+                    None => (0, 0),
+                };
+                Meta { ts_ns: r.ts_ns, orig_len: r.orig_len, link, flags: RECORD | lf }
+            }
+            _ => Meta { ts_ns: 0, orig_len: 0, link: 0, flags: 0 },
         }
     }
     fn to_bytes(self) -> [u8; 16] {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&self.ts_ns.to_le_bytes());
         b[8..12].copy_from_slice(&self.orig_len.to_le_bytes());
-        b[12..].copy_from_slice(&self.link.to_le_bytes());
+        b[12..14].copy_from_slice(&self.link.to_le_bytes());
+        b[14..].copy_from_slice(&self.flags.to_le_bytes());
         b
     }
     fn from_bytes(b: &[u8]) -> Option<Meta> {
-        let b: &[u8; 16] = b.try_into().ok()?;
+        let b: &[u8; 16] = b.get(..16)?.try_into().ok()?;
         Some(Meta {
             ts_ns: u64::from_le_bytes(b[..8].try_into().ok()?),
             orig_len: u32::from_le_bytes(b[8..12].try_into().ok()?),
-            link: u32::from_le_bytes(b[12..].try_into().ok()?),
+            link: u16::from_le_bytes(b[12..14].try_into().ok()?),
+            flags: u16::from_le_bytes(b[14..].try_into().ok()?),
         })
     }
 }
@@ -122,6 +136,26 @@ pub struct Egress {
     w: IbufWriter,
     name: String,
     failed: bool,
+    /// Files of this space whose path the consumer has been told.
+    announced: Vec<BufId>,
+}
+
+impl Egress {
+    fn send(&mut self, cx: &Ctx<'_>, t: &Tag, d: &[u8]) -> beltway::Result<()> {
+        let meta = Meta::of(cx, t);
+        if let Some(path) = cx.store.file_path(t.buf).filter(|_| t.buf < FILE_BIT) {
+            // Both spaces can map this file: only the tag crosses.
+            if !self.announced.contains(&t.buf) {
+                let a = Meta { ts_ns: t.buf as u64, orig_len: 0, link: 0, flags: ANNOUNCE };
+                self.w.write_through_parts(&[&a.to_bytes(), path.as_os_str().as_encoded_bytes()], 1)?;
+                self.announced.push(t.buf);
+            }
+            self.w.write_through_parts(&[&Meta { flags: meta.flags | FILE_REF, ..meta }.to_bytes()], 1)?;
+            self.w.write_tag(Tag { buf: t.buf | FILE_BIT, ..*t })?;
+            return Ok(());
+        }
+        self.w.write_through_parts(&[&meta.to_bytes(), d], t.class).map(|_| ())
+    }
 }
 
 impl Filter for Egress {
@@ -131,10 +165,7 @@ impl Filter for Egress {
         }
         for t in &batch.tags {
             let res = match cx.store.data(t) {
-                Ok(d) => {
-                    let meta = Meta::of(cx, t).to_bytes();
-                    self.w.write_through_parts(&[&meta, d], t.class).map(|_| ())
-                }
+                Ok(d) => self.send(cx, t, d),
                 Err(e) => {
                     cx.warn(format!("{}: {e}", self.name));
                     continue;
@@ -173,6 +204,10 @@ pub struct Ingress {
     /// Tags of the last batch are read but not yet released.
     held: bool,
     link_set: bool,
+    /// Producer file id -> local file region, from ANNOUNCE headers.
+    files: Vec<(BufId, BufId)>,
+    /// The header of a FILE_REF pair, until its tag arrives.
+    file_ref: Option<Meta>,
 }
 
 /// How long a pull waits for the first tag before giving the space's loop a turn (so an
@@ -190,25 +225,49 @@ impl Ingress {
     /// Next block without blocking, renamed into the local store with its record
     /// metadata restored: `Ok(None)` when none is committed yet.
     fn next(&mut self, cx: &mut Ctx<'_>) -> beltway::Result<Option<Tag>> {
+        let corrupt = |pos: u64, why: String| beltway::Error::Corrupt { name: self.name.clone(), pos, why };
         loop {
             let Some(p) = self.r.try_peek_acquire(Tag::SIZE)? else { return Ok(None) };
             let t = Tag::from_bytes(p.data);
             self.r.peek_complete()?;
             let Some(t) = t.filter(|t| t.buf != 0) else { continue };
-            let whole = Tag { buf: self.local, ..t };
-            let meta = cx.store.data(&whole).ok().and_then(|d| d.get(..16)).and_then(Meta::from_bytes);
-            let Some(meta) = meta else {
-                return Err(beltway::Error::Corrupt { name: self.name.clone(), pos: t.pos, why: "a block without its 16-byte header".into() });
-            };
-            let local = Tag { pos: t.pos + 16, len: t.len - 16, ..whole };
-            if meta.link != NO_RECORD {
-                cx.store.append_records(self.local, &[crate::store::RecordMeta { pos: local.pos, ts_ns: meta.ts_ns, orig_len: meta.orig_len }]);
-                if !self.link_set && meta.link != NO_LINK {
-                    cx.store.set_link(self.local, meta.link);
-                    self.link_set = true;
-                }
+            if t.buf & FILE_BIT != 0 {
+                // A tag into a file this space maps too.
+                let Some(meta) = self.file_ref.take() else { return Err(corrupt(t.pos, "a file tag without its header".into())) };
+                let Some(&(_, local)) = self.files.iter().find(|f| f.0 == t.buf & !FILE_BIT) else {
+                    return Err(corrupt(t.pos, format!("a tag into file {} that was never announced", t.buf & !FILE_BIT)));
+                };
+                let tag = Tag { buf: local, ..t };
+                self.restore(cx, &tag, meta);
+                return Ok(Some(tag));
             }
+            let whole = Tag { buf: self.local, ..t };
+            let data = cx.store.data(&whole).map_err(|e| corrupt(t.pos, e.to_string()))?;
+            let Some(meta) = Meta::from_bytes(data) else { return Err(corrupt(t.pos, "a block without its 16-byte header".into())) };
+            if meta.flags & ANNOUNCE != 0 {
+                let path = std::path::PathBuf::from(String::from_utf8_lossy(&data[16..]).into_owned());
+                let (local, _) = cx.store.add_file(&path).map_err(|e| corrupt(t.pos, format!("cannot map {}: {e}", path.display())))?;
+                self.files.push((meta.ts_ns as BufId, local));
+                continue;
+            }
+            if meta.flags & FILE_REF != 0 {
+                self.file_ref = Some(meta);
+                continue;
+            }
+            let local = Tag { pos: t.pos + 16, len: t.len - 16, ..whole };
+            self.restore(cx, &local, meta);
             return Ok(Some(local));
+        }
+    }
+
+    /// Record metadata and link type of a block, as the producer had them.
+    fn restore(&mut self, cx: &mut Ctx<'_>, t: &Tag, meta: Meta) {
+        if meta.flags & RECORD != 0 {
+            cx.store.add_record(t.buf, crate::store::RecordMeta { pos: t.pos, ts_ns: meta.ts_ns, orig_len: meta.orig_len });
+            if meta.flags & LINK != 0 && (t.buf != self.local || !self.link_set) {
+                cx.store.set_link(t.buf, meta.link as u32);
+                self.link_set |= t.buf == self.local;
+            }
         }
     }
 }

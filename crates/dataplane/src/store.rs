@@ -75,7 +75,9 @@ impl LocalRing {
 #[derive(Debug)]
 enum Region {
     Ring(LocalRing),
-    File(mmap::FileMap),
+    /// A mapped file, with the path another process could map it by (None when it has
+    /// none, e.g. a memfd).
+    File(mmap::FileMap, Option<std::path::PathBuf>),
     /// A DBuf another space writes (a channel's data ring), read through.
     Mapped(beltway::DbufView),
 }
@@ -274,7 +276,8 @@ impl Store {
     pub fn add_file(&mut self, path: &Path) -> std::io::Result<(BufId, u64)> {
         let m = mmap::FileMap::open(path)?;
         let len = m.len() as u64;
-        self.regions.push(Region::File(m));
+        let shareable = std::fs::canonicalize(path).ok().filter(|p| p.is_absolute() && p.is_file() && !p.starts_with("/proc"));
+        self.regions.push(Region::File(m, shareable));
         Ok((self.regions.len() as BufId, len))
     }
 
@@ -285,10 +288,32 @@ impl Store {
         self.regions.len() as BufId
     }
 
+    /// The path another space can map file region `id` by (same contents), if any.
+    pub fn file_path(&self, id: BufId) -> Option<&Path> {
+        match self.regions.get((id as usize).checked_sub(1)?)? {
+            Region::File(_, p) => p.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Record metadata for one record of buffer `id`, kept sorted (records may arrive out
+    /// of order, e.g. after reordering filters in another space).
+    pub fn add_record(&mut self, id: BufId, r: RecordMeta) {
+        let recs = &mut self.note_mut(id).records;
+        match recs.last() {
+            Some(l) if l.pos >= r.pos => {
+                if let Err(i) = recs.binary_search_by_key(&r.pos, |x| x.pos) {
+                    recs.insert(i, r);
+                }
+            }
+            _ => recs.push(r),
+        }
+    }
+
     /// Whole contents of a file region (for sources that parse their file).
     pub fn file(&self, id: BufId) -> Option<&[u8]> {
         match self.regions.get((id as usize).checked_sub(1)?)? {
-            Region::File(m) => Some(m.bytes()),
+            Region::File(m, _) => Some(m.bytes()),
             Region::Ring(_) | Region::Mapped(_) => None,
         }
     }
@@ -296,7 +321,7 @@ impl Store {
     /// Hint that bytes `from..to` of file region `id` will be read soon (see
     /// `FileMap::prefetch`); nothing for rings.
     pub fn prefetch(&self, id: BufId, from: usize, to: usize) {
-        if let Some(Region::File(m)) = (id as usize).checked_sub(1).and_then(|i| self.regions.get(i)) {
+        if let Some(Region::File(m, _)) = (id as usize).checked_sub(1).and_then(|i| self.regions.get(i)) {
             m.prefetch(from, to);
         }
     }
@@ -307,7 +332,7 @@ impl Store {
         let r = (t.buf as usize).checked_sub(1).and_then(|i| self.regions.get(i)).ok_or(ResolveError::UnknownBuffer(t.buf))?;
         let got = match r {
             Region::Ring(ring) => ring.get(t.pos, t.len as usize),
-            Region::File(m) => {
+            Region::File(m, _) => {
                 let s = usize::try_from(t.pos).ok();
                 s.and_then(|s| m.bytes().get(s..s.checked_add(t.len as usize)?))
             }
@@ -403,7 +428,7 @@ impl Store {
         };
         let inp = match a {
             Region::Ring(ring) => ring.get(input.pos, input.len as usize),
-            Region::File(m) => usize::try_from(input.pos).ok().and_then(|s| m.bytes().get(s..s + input.len as usize)),
+            Region::File(m, _) => usize::try_from(input.pos).ok().and_then(|s| m.bytes().get(s..s + input.len as usize)),
             Region::Mapped(v) => v.resolve(input).ok(),
         }
         .ok_or(ResolveError::Gone { buf: input.buf, pos: input.pos })?;
