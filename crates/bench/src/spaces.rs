@@ -8,7 +8,7 @@
 //!   threshold at 1, 8, 32 and 256 blocks (latency bound 1 ms); blocks/s, and the ratio
 //!   at 32 over 1.
 //! - **Data parallelism**: a CPU-heavy stateless filter (`deflate`, level 6, on 64 KiB
-//!   blocks) on 1 worker thread, then replicated on R worker threads with
+//!   blocks) once, in the source's space, then replicated on R worker threads with
 //!   `split R | (deflate space=1 + ... + deflate space=R) | null`; the pipeline text is
 //!   generated for any R (`--replicas`), so a 16-core machine runs 16 unchanged.
 //!
@@ -92,7 +92,7 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
     // Data parallelism.
     let kb: u64 = if quick { 400 } else { 6000 };
     println!("\n== Data parallelism: deflate on 64 KiB blocks, {kb} blocks ==");
-    let single = format!("gen count={kb} size=64K | deflate space=1 | null");
+    let single = format!("gen count={kb} size=64K | deflate | null");
     let t_single = plan.measure(|_| run(&single, ChannelConfig::default(), kb, "null"))?.best();
     println!("{:<44} {:>10.1} MB/s", "1 replica", kb as f64 * 65536.0 / t_single / 1e6);
     for &r in a.replicas.iter().filter(|&&r| r >= 2) {

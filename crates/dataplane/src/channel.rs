@@ -75,7 +75,10 @@ pub fn egress(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, RingRe
 pub fn ingress(name: &str, tags: &RingRef, data: &RingRef) -> beltway::Result<Ingress> {
     let mut reader = tags.reader(Start::Oldest)?;
     reader.set_manual_release(true);
-    Ok(Ingress { r: reader, data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None })
+    // A batch holds at most a quarter of the data ring, so the producer keeps writing
+    // while the consumer works on it.
+    let max_bytes = (data.shared().max_size() / 4).max(1);
+    Ok(Ingress { max_bytes, r: reader, data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None })
 }
 
 /// What travels with each block: its record metadata (capture time, wire length) and link
@@ -179,7 +182,8 @@ impl Filter for Egress {
                 return;
             }
         }
-        self.w.flush();
+        // No flush here: the tag ring's moderation wakes a sleeping consumer after
+        // `threshold` tags or within the latency bound, whichever comes first.
     }
     fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
         self.w.close();
@@ -203,6 +207,8 @@ pub struct Ingress {
     name: String,
     /// Tags of the last batch are read but not yet released.
     held: bool,
+    /// Bytes of the data ring one batch may hold.
+    max_bytes: u64,
     link_set: bool,
     /// Producer file id -> local file region, from ANNOUNCE headers.
     files: Vec<(BufId, BufId)>,
@@ -286,10 +292,12 @@ impl Filter for Ingress {
             cx.warn(format!("channel {name}: {e}"));
             false
         };
-        while out.len() < max {
+        let mut bytes = 0u64;
+        while out.len() < max && bytes < self.max_bytes {
             match self.next(cx) {
                 Ok(Some(t)) => {
                     self.held = true;
+                    bytes += t.len as u64 + 16;
                     out.push(t);
                 }
                 Ok(None) if !out.is_empty() => break,

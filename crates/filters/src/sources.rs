@@ -378,9 +378,10 @@ impl Gen {
 impl Filter for Gen {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
-        // Blocks live in a dedicated ring large enough for many batches in flight.
+        // Blocks live in a dedicated ring of four batches (256 blocks each): a batch stays
+        // intact while it walks the space, and the ring stays small enough to stay warm.
         if self.buf == 0 {
-            self.buf = cx.store.add_ring((self.size * 4096).next_power_of_two().max(1 << 20));
+            self.buf = cx.store.add_ring((self.size * 1024).next_power_of_two().max(1 << 20));
         }
         let n = (max as u64).min(self.remaining);
         if self.pattern.len() != self.size * 256 {
