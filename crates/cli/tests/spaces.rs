@@ -87,6 +87,47 @@ fn counts_agree_across_spaces_and_data_parallel_replicas() {
 }
 
 #[test]
+fn replicas_restore_the_order_and_keep_sessions_together() {
+    // A file of distinct 4 KiB blocks: deflated by replicas on two threads, or on a thread
+    // and a process, the output is byte for byte what one deflate makes.
+    let input = tmp("par-in.bin");
+    let data: Vec<u8> = (0..3000u32).flat_map(|i| (0..4096u32).map(move |k| ((k * 7 + i * 13) % 251) as u8 ^ (i as u8))).collect();
+    std::fs::write(&input, &data).unwrap();
+    let mut outs = Vec::new();
+    for (k, placement) in ["", " space=1,2", " space=1,p2", " space=p1,p2,3"].iter().enumerate() {
+        let out = tmp(&format!("par-{k}.z"));
+        let p = format!("file {} split=fixed size=4K | deflate{placement} | outfile {}", input.display(), out.display());
+        let (code, _, err) = run(&p);
+        assert_eq!(code, 0, "`{p}`:\n{err}");
+        outs.push((p, std::fs::read(&out).unwrap()));
+    }
+    for (p, o) in &outs[1..] {
+        assert!(o == &outs[0].1, "`{p}` is not byte-identical to one deflate ({} vs {} bytes)", o.len(), outs[0].1.len());
+    }
+    // And back, inflated by replicas too.
+    let back = tmp("par-back.bin");
+    let p = format!("file {} split=fixed size=4K | deflate space=1,2 | inflate space=p3,4 | outfile {}", input.display(), back.display());
+    let (code, _, err) = run(&p);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::read(&back).unwrap() == data, "round trip through replicas");
+    // Connection scaling: tcpstream keeps sessions, so its replicas get a hash split on
+    // the flow class and reassemble exactly what one instance does.
+    let count = |p: &str| {
+        let (code, _, err) = run(p);
+        assert_eq!(code, 0, "`{p}`:\n{err}");
+        err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("{err}")).to_string()
+    };
+    let cap = sample();
+    assert_eq!(
+        count(&format!("pcapin file={} | tcp | flow | tcpstream space=1,2 | count", cap.display())),
+        count(&format!("pcapin file={} | tcp | flow | tcpstream | count", cap.display()))
+    );
+    let (code, _, err) = run("gen count=10 space=1,2 | null");
+    assert_eq!(code, 2);
+    assert!(err.contains("a source cannot be replicated"), "{err}");
+}
+
+#[test]
 fn a_killed_process_space_ends_the_run_with_an_error_naming_it() {
     let mut child = Command::new(BIN)
         .args(["run", "-q", "gen count=100G size=1K | deflate space=p1 | count"])

@@ -17,18 +17,50 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 pub struct JoinFilter {
     mode: JoinMode,
     seen: HashMap<(u16, u64), usize>,
+    /// Ordered mode: blocks waiting per in-arc, and the in-arc whose block is next.
+    queues: Vec<std::collections::VecDeque<(Tag, bool)>>,
+    next: usize,
 }
 
 impl JoinFilter {
-    pub fn new(mode: JoinMode, _branches: usize) -> JoinFilter {
-        JoinFilter { mode, seen: HashMap::new() }
+    pub fn new(mode: JoinMode, branches: usize) -> JoinFilter {
+        let queues = if mode == JoinMode::Ordered { (0..branches.max(1)).map(|_| Default::default()).collect() } else { Vec::new() };
+        JoinFilter { mode, seen: HashMap::new(), queues, next: 0 }
+    }
+
+    /// Ordered mode: queue the batch's blocks under their in-arc, then pass on blocks in
+    /// round-robin order of the in-arcs for as long as the next one has arrived. A block
+    /// kept past its batch is copied when it lies in another space's data (released at
+    /// the end of the batch); blocks in this space's own rings are kept in place.
+    fn ordered(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        let q = batch.from.min(self.queues.len() - 1);
+        for (t, sh) in batch.tags.iter().zip(&batch.shared) {
+            self.queues[q].push_back((*t, *sh));
+        }
+        batch.clear();
+        while let Some((t, sh)) = self.queues[self.next].pop_front() {
+            batch.tags.push(t);
+            batch.shared.push(sh);
+            self.next = (self.next + 1) % self.queues.len();
+        }
+        for q in &mut self.queues {
+            for (t, sh) in q.iter_mut() {
+                if cx.store.is_mapped(t.buf) {
+                    if let Ok(d) = cx.store.data(t).map(|d| d.to_vec()) {
+                        *t = Tag { class: t.class, ..cx.store.push(&d) };
+                        *sh = false;
+                    }
+                }
+            }
+        }
     }
 }
 
 impl Filter for JoinFilter {
-    fn process(&mut self, _cx: &mut Ctx<'_>, batch: &mut Batch) {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         let want = match self.mode {
             JoinMode::All => return,
+            JoinMode::Ordered => return self.ordered(cx, batch),
             JoinMode::First => 1,
             JoinMode::Nth(n) => n,
         };
@@ -41,6 +73,21 @@ impl Filter for JoinFilter {
     }
     fn epoch_end(&mut self) {
         self.seen.clear();
+    }
+    fn finish(&mut self, cx: &mut Ctx<'_>, out: &mut Batch) {
+        // Replicas that lost blocks leave others waiting: pass on what is left, in order
+        // as far as it goes, and say so.
+        let left: usize = self.queues.iter().map(|q| q.len()).sum();
+        if left > 0 {
+            cx.warn(format!("ordered join: {left} blocks were waiting for a replica that passed on fewer blocks than it got; passed on unordered"));
+            for i in 0..self.queues.len() {
+                let q = (self.next + i) % self.queues.len();
+                for (t, sh) in self.queues[q].drain(..) {
+                    out.tags.push(t);
+                    out.shared.push(sh);
+                }
+            }
+        }
     }
 }
 
@@ -63,8 +110,9 @@ impl Filter for SplitFilter {
         for t in batch.tags.iter_mut() {
             let k = match self.mode {
                 SplitMode::RoundRobin => {
+                    let k = self.next;
                     self.next = (self.next + 1) % self.ways;
-                    self.next
+                    k
                 }
                 SplitMode::Hash => (t.class as usize).wrapping_mul(0x9E37_79B9) % self.ways,
             };

@@ -19,12 +19,14 @@ pub struct Batch {
     pub tags: Vec<Tag>,
     /// Per tag: another consumer may still read this block (write isolation).
     pub shared: Vec<bool>,
+    /// Which of the receiving node's in-arcs the batch came by (0 for sources).
+    pub from: usize,
 }
 
 impl Batch {
     #[inline]
     pub fn with_capacity(n: usize) -> Batch {
-        Batch { tags: Vec::with_capacity(n), shared: Vec::with_capacity(n) }
+        Batch { tags: Vec::with_capacity(n), shared: Vec::with_capacity(n), from: 0 }
     }
     #[inline]
     pub fn push(&mut self, t: Tag) {

@@ -22,6 +22,11 @@ const MAX_DEPTH: usize = 4096;
 pub trait Factory {
     fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, String>;
     fn is_source(&self, name: &str) -> bool;
+    /// Whether the filter keeps per-session state (its replicas need a hash split on the
+    /// class, so each session stays on one replica).
+    fn keeps_sessions(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 /// Per-filter counters.
@@ -38,6 +43,8 @@ pub struct Counters {
 struct Arc_ {
     to: usize,
     sel: Selector,
+    /// This arc's index among the in-arcs of `to` (what `Batch::from` says).
+    in_index: usize,
 }
 
 struct RtNode {
@@ -142,8 +149,10 @@ impl Space {
             };
             nodes.push(RtNode { label, filter, export, sessions: None, out: Vec::new(), source, routes_by_class: routes, done: false, c: Counters::default() });
         }
+        let mut in_count = vec![0usize; nodes.len()];
         for e in &g.edges {
-            nodes[e.from].out.push(Arc_ { to: e.to, sel: e.sel.clone() });
+            nodes[e.from].out.push(Arc_ { to: e.to, sel: e.sel.clone(), in_index: in_count[e.to] });
+            in_count[e.to] += 1;
         }
         Ok(Space { nodes, store: Store::new(scratch), warnings: Vec::new(), stop: false, names: Vec::new() })
     }
@@ -167,7 +176,8 @@ impl Space {
 
     /// Push a batch into node `i` (run its filter, then route).
     /// `bytes` is the batch's byte count, known to the caller from its routing pass.
-    fn push(&mut self, i: usize, mut batch: Batch, depth: usize, bytes: u64) {
+    fn push(&mut self, i: usize, mut batch: Batch, depth: usize, bytes: u64, from: usize) {
+        batch.from = from;
         if depth > MAX_DEPTH {
             let l = self.nodes[i].label.clone();
             self.warnings.push(format!("{l}: blocks went round a loop more than {MAX_DEPTH} times; dropped (a loop without a bounding `for`?)"));
@@ -215,9 +225,9 @@ impl Space {
             self.count_out(i, per.iter().map(|b| b.len()).sum(), bytes);
             for (k, b) in per.into_iter().enumerate() {
                 if !b.is_empty() {
-                    let to = self.nodes[i].out[k].to;
+                    let (to, from) = (self.nodes[i].out[k].to, self.nodes[i].out[k].in_index);
                     let bytes = b.tags.iter().map(|t| t.len as u64).sum();
-                    self.push(to, b, depth + 1, bytes);
+                    self.push(to, b, depth + 1, bytes, from);
                 }
             }
             return;
@@ -241,8 +251,8 @@ impl Space {
             self.nodes[i].c.drops += (before - kept) as u64;
             self.count_out(i, kept, bytes);
             if kept > 0 {
-                let to = self.nodes[i].out[0].to;
-                self.push(to, batch, depth + 1, bytes);
+                let (to, from) = (self.nodes[i].out[0].to, self.nodes[i].out[0].in_index);
+                self.push(to, batch, depth + 1, bytes, from);
             }
             return;
         }
@@ -267,8 +277,8 @@ impl Space {
                 }
             }
             if !sub.is_empty() {
-                let to = self.nodes[i].out[k].to;
-                self.push(to, sub, depth + 1, sub_bytes);
+                let (to, from) = (self.nodes[i].out[k].to, self.nodes[i].out[k].in_index);
+                self.push(to, sub, depth + 1, sub_bytes, from);
             }
         }
     }

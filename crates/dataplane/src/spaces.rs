@@ -2,6 +2,9 @@
 //! the split of the graph into one sub-graph per space joined by channels, and the driver
 //! that runs each space on its own pinned worker thread.
 //!
+//! Replication first ([`replicate`]): `space=A,B,...` makes one copy of the filter per
+//! listed space (split, copies, join).
+//!
 //! Placement rule (until the optimizer decides): a node with `space=N` runs in space N
 //! (`local` or `0` is the calling thread; N >= 1 is worker thread N, pinned to CPU
 //! N mod the CPU count); `@private` or `@background` on a node without `space=` puts it
@@ -77,6 +80,42 @@ fn space_option(n: &Node) -> Option<&str> {
         NodeKind::Filter { options, .. } => options.iter().find(|(k, _)| k == "space").map(|(_, v)| v.as_str()),
         _ => None,
     }
+}
+
+/// Data parallelism (thesis 5.4): a filter with `space=A,B,...` is replicated, one copy per
+/// listed space, with the template `split | f + f + ... | join`. A filter that keeps
+/// sessions gets a hash split on the class (connection scaling: each session on one
+/// replica); any other a round-robin split and a join that restores the original order.
+pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> {
+    let mut g = g.clone();
+    let targets: Vec<usize> = g.nodes.iter().filter(|n| space_option(n).is_some_and(|v| v.contains(','))).map(|n| n.id).collect();
+    for id in targets {
+        let node = g.nodes[id].clone();
+        let list: Vec<String> = space_option(&node).unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect();
+        let err = |why: String| BuildError { label: node_label(&node), why };
+        if list.iter().any(|s| s.is_empty()) {
+            return Err(err(format!("space={}: an empty space in the list", list.join(","))));
+        }
+        let NodeKind::Filter { filter, .. } = &node.kind else { return Err(err("only native filters can be replicated".into())) };
+        if factory.is_source(filter) || !g.edges.iter().any(|e| e.to == id) {
+            return Err(err("a source cannot be replicated; replicate the filters after it".into()));
+        }
+        let mode = if factory.keeps_sessions(filter) { lang::SplitMode::Hash } else { lang::SplitMode::RoundRobin };
+        let before = g.nodes.len();
+        g = lang::parallelize(&g, id, list.len(), mode);
+        // Copy 0 keeps the id; the split, copies 1.. and the join were appended.
+        let copies = std::iter::once(id).chain(before + 1..before + list.len());
+        for (copy, space) in copies.zip(&list) {
+            if let NodeKind::Filter { options, .. } = &mut g.nodes[copy].kind {
+                for (k, v) in options.iter_mut() {
+                    if k == "space" {
+                        *v = space.clone();
+                    }
+                }
+            }
+        }
+    }
+    Ok(g)
 }
 
 /// Apply the placement rule to `g` (see the module documentation).
@@ -238,6 +277,9 @@ impl Factory for WithChannels<'_> {
     }
     fn is_source(&self, name: &str) -> bool {
         name == INGRESS || self.inner.is_source(name)
+    }
+    fn keeps_sessions(&self, name: &str) -> bool {
+        self.inner.keeps_sessions(name)
     }
 }
 
@@ -403,6 +445,7 @@ impl Spaces {
     }
 
     pub fn build_with(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: ChannelConfig, launcher: Option<&Launcher>) -> Result<Spaces, BuildError> {
+        let g = &replicate(g, factory)?;
         let placement = place(g)?;
         let (parts, cross) = split(g, &placement);
         let here = |s: SpaceId| placement.kind(s) != SpaceKind::Process;
@@ -662,6 +705,10 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
     let fail_build = |e: BuildError| {
         let _ = send_msg(&sock, &format!("error {}\t{}", e.label, e.why));
         2
+    };
+    let g = &match replicate(g, factory) {
+        Ok(g) => g,
+        Err(e) => return fail_build(e),
     };
     let placement = match place(g) {
         Ok(p) => p,

@@ -288,6 +288,11 @@ impl Store {
         self.regions.len() as BufId
     }
 
+    /// Whether buffer `id` is another space's data (released when its batch ends).
+    pub fn is_mapped(&self, id: BufId) -> bool {
+        matches!((id as usize).checked_sub(1).and_then(|i| self.regions.get(i)), Some(Region::Mapped(_)))
+    }
+
     /// The path another space can map file region `id` by (same contents), if any.
     pub fn file_path(&self, id: BufId) -> Option<&Path> {
         match self.regions.get((id as usize).checked_sub(1)?)? {

@@ -99,4 +99,8 @@ impl Factory for Library {
     fn is_source(&self, name: &str) -> bool {
         find(name).is_some_and(|s| s.source)
     }
+    fn keeps_sessions(&self, name: &str) -> bool {
+        // Per-connection state: replicas must each see whole sessions.
+        matches!(name, "tcpstream" | "dedup")
+    }
 }

@@ -57,6 +57,10 @@ pub enum JoinMode {
     First,
     /// And (`+*`, `&`): pass a block when its Nth copy arrives, N = number of in-arcs.
     Nth(usize),
+    /// The data-parallel template after a round-robin split: pass blocks in the order the
+    /// split sent them, taking one from each in-arc in turn (each replica must pass on
+    /// one block, of any class, for each block it gets).
+    Ordered,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -259,6 +263,7 @@ impl Graph {
                     JoinMode::All => out.push_str("join(all)"),
                     JoinMode::First => out.push_str("join(first)"),
                     JoinMode::Nth(k) => out.push_str(&format!("join(nth {k})")),
+                    JoinMode::Ordered => out.push_str("join(ordered)"),
                 },
                 NodeKind::Split { mode, ways } => {
                     let m = match mode {

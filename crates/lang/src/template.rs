@@ -289,13 +289,13 @@ pub fn parallelize(g: &Graph, node: NodeId, ways: usize, mode: SplitMode) -> Gra
     for i in 1..ways {
         copies.push(push(&mut out, f.kind.clone(), name(i)));
     }
-    let join = push(
-        &mut out,
-        NodeKind::Join {
-            mode: JoinMode::All,
-        },
-        None,
-    );
+    // Round-robin replicas of a stateless filter keep the stream's order; hashed replicas
+    // (sessions) need only keep each session's order, which they do by construction.
+    let join_mode = match mode {
+        SplitMode::RoundRobin => JoinMode::Ordered,
+        SplitMode::Hash => JoinMode::All,
+    };
+    let join = push(&mut out, NodeKind::Join { mode: join_mode }, None);
     out.nodes[node].name = name(0);
     let mut edges = Vec::new();
     for e in &g.edges {

@@ -211,6 +211,9 @@ fn parallelize_one_filter() {
         "n0 = gen\nn1 = deflate name=Z.0\nn2 = count\nn3 = split(hash, 3)\nn4 = deflate name=Z.1\nn5 = deflate name=Z.2\nn6 = join(all)\n\
          n0 -> n3\nn1 -> n6 |all\nn3 -> n1\nn3 -> n4\nn3 -> n5\nn4 -> n6 |all\nn5 -> n6 |all\nn6 -> n2 |3\n"
     );
+    // Round-robin replicas get the join that restores the order.
+    let r = parallelize(&g, 1, 2, SplitMode::RoundRobin);
+    assert!(r.canonical().contains("n5 = join(ordered)\n"), "{}", r.canonical());
     // Not applicable: sources, joins, too few ways, no such node.
     assert_eq!(parallelize(&g, 0, 3, SplitMode::RoundRobin), g);
     assert_eq!(parallelize(&g, 1, 1, SplitMode::RoundRobin), g);
