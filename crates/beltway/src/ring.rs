@@ -782,6 +782,18 @@ impl RingRef {
     pub fn recv(sock: &UnixStream) -> Result<RingRef> {
         Ok(RingRef(Shared::recv(sock)?))
     }
+    /// Producer side: wait until every lossless reader has released everything below
+    /// `pos` (e.g. the tags that point into data the producer is about to reuse).
+    pub fn wait_released(&self, pos: u64) -> Result<()> {
+        let mut cache = ReleaseCache::default();
+        self.0.wait_released(pos, 0, &mut cache).map(|_| ())
+    }
+    /// Producer side: how far every lossless reader has released now (`u64::MAX` when
+    /// nothing constrains).
+    pub fn released(&self) -> u64 {
+        let mut cache = ReleaseCache::default();
+        self.0.released_now(&mut cache)
+    }
     pub fn stats(&self) -> RingStats {
         self.0.stats()
     }
@@ -1264,7 +1276,7 @@ impl Writer {
 
     /// The tail a contiguous write of `len` bytes at the current position would need
     /// (including skipping to the next lap when it does not fit before the lap end).
-    pub(crate) fn contiguous_need(&mut self, len: usize) -> Result<u64> {
+    pub fn contiguous_need(&mut self, len: usize) -> Result<u64> {
         let len = len as u64;
         if len > self.sh.min_cap {
             return Err(Error::TooLarge { name: self.sh.name.clone(), len: len as usize, max: self.sh.min_cap as usize });
@@ -1278,6 +1290,42 @@ impl Writer {
     /// return its absolute position. Used for double rings, where headers live elsewhere.
     pub fn write_contiguous(&mut self, data: &[u8]) -> Result<u64> {
         self.write_contiguous_parts(&[data])
+    }
+
+    /// Byte rings: reserve `len` contiguous bytes (skipping to the next lap if they would
+    /// wrap), commit them at once, and return their position and a writable view. For a
+    /// ring whose readers learn where blocks are only from tags sent afterwards (a space's
+    /// data shared with other spaces through IBufs): fill the view, then send the tag.
+    /// Readers attached to the ring itself would see the bytes before they are written.
+    pub fn alloc_contiguous(&mut self, len: usize) -> Result<(u64, &mut [u8])> {
+        if self.sh.layout != Layout::Bytes {
+            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "contiguous writes on a record ring" });
+        }
+        let n = len as u64;
+        if n > self.sh.min_cap {
+            return Err(Error::TooLarge { name: self.sh.name.clone(), len, max: self.sh.min_cap as usize });
+        }
+        let room = self.room();
+        if room < n {
+            self.prepare(room)?;
+            self.publish(self.pos + room);
+            let _ = self.room();
+        }
+        let off = self.prepare(n)?;
+        let at = self.pos;
+        self.publish(at + n);
+        Ok((at, self.sh.data.reserved_mut(&mut self.token, DATA_OFFSET + off as usize, len)))
+    }
+
+    /// Return the unused end of the last [`Writer::alloc_contiguous`] (at `at`, of `len`
+    /// bytes, of which `used` were written): the write position moves back to `at + used`.
+    /// Only for rings without readers of their own (whose blocks are found through tags
+    /// sent later), and only before any tag for that allocation was sent.
+    pub fn give_back(&mut self, at: u64, len: usize, used: usize) {
+        if used < len && self.pos == at + len as u64 && self.open.is_none() {
+            self.pos = at + used as u64;
+            fences::publish(&self.sh.hdr().p.0.write_pos, self.pos);
+        }
     }
 
     /// [`Writer::write_contiguous`] of the concatenation of `parts` (no intermediate copy).

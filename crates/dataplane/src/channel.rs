@@ -53,13 +53,14 @@ impl ChannelConfig {
 
 /// Create a channel; `name` labels its rings (memfd-backed, nothing in /dev/shm).
 pub fn channel(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, Ingress)> {
-    let (tx, tags, data) = egress(name, cfg)?;
+    let (tx, tags, data) = egress(name, cfg, true)?;
     Ok((tx, ingress(name, &tags, &data)?))
 }
 
 /// The producer's end of a new channel, and the two rings a consumer attaches to (in this
-/// process, or in another after [`RingRef::send`]).
-pub fn egress(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, RingRef, RingRef)> {
+/// process, or in another after [`RingRef::send`]). `same_process`: the consumer is a
+/// space of this process, so blocks in the producer's shared rings cross as tags only.
+pub fn egress(name: &str, cfg: ChannelConfig, same_process: bool) -> beltway::Result<(Egress, RingRef, RingRef)> {
     let tags = Writer::create(
         &format!("{name}.tags"),
         RingConfig { latency: cfg.latency, ..RingConfig::bytes(cfg.slots * Tag::SIZE).layout(Layout::Tags).threshold(cfg.threshold) },
@@ -67,7 +68,7 @@ pub fn egress(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, RingRe
     let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(cfg.data) })?;
     let (tags_ref, data_ref) = (tags.ring(), data.ring());
     let writer = IbufWriter::new(tags)?.with_default(data)?;
-    Ok((Egress { w: writer, name: name.to_string(), failed: false, announced: Vec::new() }, tags_ref, data_ref))
+    Ok((Egress { w: writer, name: name.to_string(), failed: false, announced: Vec::new(), same_process, tags: tags_ref.clone() }, tags_ref, data_ref))
 }
 
 /// The consumer's end of a channel, attached to its rings (attach every consumer before
@@ -99,6 +100,8 @@ const RECORD: u16 = 1;
 const LINK: u16 = 2;
 const FILE_REF: u16 = 4;
 const ANNOUNCE: u16 = 8;
+/// With ANNOUNCE: the payload is the key of a shared ring of the producer's process.
+const SHARED: u16 = 16;
 /// Tags that point into a producer's file carry its buffer id with this bit set.
 const FILE_BIT: u16 = 0x8000;
 
@@ -139,11 +142,33 @@ pub struct Egress {
     w: IbufWriter,
     name: String,
     failed: bool,
-    /// Files of this space whose path the consumer has been told.
+    /// Files and shared rings of this space the consumer has been told about.
     announced: Vec<BufId>,
+    same_process: bool,
+    /// The channel's tag ring (what guards on shared rings wait for).
+    tags: RingRef,
 }
 
 impl Egress {
+    /// A block in one of this space's shared rings, to a consumer in this process.
+    fn send_ref(&mut self, cx: &mut Ctx<'_>, t: &Tag) -> beltway::Result<()> {
+        let meta = Meta::of(cx, t);
+        if let Some(key) = cx.store.shared_key(t.buf).filter(|_| t.buf < FILE_BIT) {
+            // The consumer reads this ring in place: only the tag crosses, and the ring
+            // keeps the block until the consumer releases the tag.
+            if !self.announced.contains(&t.buf) {
+                let a = Meta { ts_ns: t.buf as u64, orig_len: 0, link: 0, flags: ANNOUNCE | SHARED };
+                self.w.write_through_parts(&[&a.to_bytes(), &key.to_le_bytes()], 1)?;
+                self.announced.push(t.buf);
+            }
+            self.w.write_through_parts(&[&Meta { flags: meta.flags | FILE_REF, ..meta }.to_bytes()], 1)?;
+            let at = self.w.write_tag(Tag { buf: t.buf | FILE_BIT, ..*t })?;
+            cx.store.guard(t, &self.tags, at + Tag::SIZE as u64);
+        }
+        Ok(())
+    }
+
+    /// Any other block: by reference into a file both spaces map, or written through.
     fn send(&mut self, cx: &Ctx<'_>, t: &Tag, d: &[u8]) -> beltway::Result<()> {
         let meta = Meta::of(cx, t);
         if let Some(path) = cx.store.file_path(t.buf).filter(|_| t.buf < FILE_BIT) {
@@ -167,6 +192,15 @@ impl Filter for Egress {
             return;
         }
         for t in &batch.tags {
+            if self.same_process && cx.store.shared_key(t.buf).is_some() {
+                if let Err(e) = self.send_ref(cx, t) {
+                    cx.warn(format!("channel {}: {e}", self.name));
+                    self.failed = true;
+                    cx.stop();
+                    return;
+                }
+                continue;
+            }
             let res = match cx.store.data(t) {
                 Ok(d) => self.send(cx, t, d),
                 Err(e) => {
@@ -182,8 +216,11 @@ impl Filter for Egress {
                 return;
             }
         }
-        // No flush here: the tag ring's moderation wakes a sleeping consumer after
-        // `threshold` tags or within the latency bound, whichever comes first.
+        // Within a batch the tag ring's moderation wakes a sleeping consumer after
+        // `threshold` tags; at the end of the batch whatever is pending is signalled, so the
+        // consumer never waits for the latency bound while this space goes on to block
+        // elsewhere (e.g. on its own ring's guards).
+        self.w.flush();
     }
     fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
         self.w.close();
@@ -250,6 +287,13 @@ impl Ingress {
             let whole = Tag { buf: self.local, ..t };
             let data = cx.store.data(&whole).map_err(|e| corrupt(t.pos, e.to_string()))?;
             let Some(meta) = Meta::from_bytes(data) else { return Err(corrupt(t.pos, "a block without its 16-byte header".into())) };
+            if meta.flags & ANNOUNCE != 0 && meta.flags & SHARED != 0 {
+                let key = data.get(16..24).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
+                let ring = crate::store::shared_ring(key).ok_or_else(|| corrupt(t.pos, format!("shared ring {key} is not in this process")))?;
+                let local = cx.store.map_dbuf(DbufView::new(&ring));
+                self.files.push((meta.ts_ns as BufId, local));
+                continue;
+            }
             if meta.flags & ANNOUNCE != 0 {
                 let path = std::path::PathBuf::from(String::from_utf8_lossy(&data[16..]).into_owned());
                 let (local, _) = cx.store.add_file(&path).map_err(|e| corrupt(t.pos, format!("cannot map {}: {e}", path.display())))?;

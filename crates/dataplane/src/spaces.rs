@@ -454,7 +454,8 @@ impl Spaces {
         let mut rings: HashMap<usize, (RingRef, RingRef)> = HashMap::new();
         for (k, e) in cross.iter().enumerate() {
             if here(placement.space[e.from]) {
-                let (tx, t, d) = egress(&format!("sl-ch{k}"), channel_config(g, e, cfg)).map_err(|x| chan_err(e, format!("cannot create a channel into it: {x}")))?;
+                let same = here(placement.space[e.to]);
+                let (tx, t, d) = egress(&format!("sl-ch{k}"), channel_config(g, e, cfg), same).map_err(|x| chan_err(e, format!("cannot create a channel into it: {x}")))?;
                 endpoints.insert((true, k), Box::new(tx) as Box<dyn Filter>);
                 rings.insert(k, (t, d));
             }
@@ -506,7 +507,13 @@ impl Spaces {
         ids.sort_unstable();
         let mut spaces = Vec::new();
         for id in ids {
-            spaces.push((id, Space::build(&parts[&id].graph, &f, scratch)?));
+            let mut space = Space::build(&parts[&id].graph, &f, scratch)?;
+            // A space that feeds another space of this process keeps its rings in shared
+            // memory, so the consumer reads its blocks in place.
+            if cross.iter().any(|e| placement.space[e.from] == id && here(placement.space[e.to])) {
+                space.store().share_rings();
+            }
+            spaces.push((id, space));
         }
         for c in &children {
             let label = labels_of(g, &placement, c.id);
@@ -719,7 +726,7 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
     let mut endpoints = HashMap::new();
     let mut mine = Vec::new();
     for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.from] == id) {
-        match egress(&format!("sl-ch{k}"), channel_config(g, e, cfg)) {
+        match egress(&format!("sl-ch{k}"), channel_config(g, e, cfg), false) {
             Ok((tx, t, d)) => {
                 endpoints.insert((true, k), Box::new(tx) as Box<dyn Filter>);
                 mine.push((t, d));

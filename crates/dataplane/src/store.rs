@@ -80,6 +80,111 @@ enum Region {
     File(mmap::FileMap, Option<std::path::PathBuf>),
     /// A DBuf another space writes (a channel's data ring), read through.
     Mapped(beltway::DbufView),
+    /// A ring of this space in shared memory, so spaces in this process read its blocks
+    /// where they are (only tags cross).
+    Shared(SharedRing),
+}
+
+/// Rings shared with other spaces of this process, by key (what a channel announces).
+static SHARED_RINGS: std::sync::Mutex<Vec<(u64, beltway::RingRef)>> = std::sync::Mutex::new(Vec::new());
+static NEXT_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// The ring registered under `key` by a space of this process, if it still exists.
+pub fn shared_ring(key: u64) -> Option<beltway::RingRef> {
+    SHARED_RINGS.lock().ok()?.iter().find(|r| r.0 == key).map(|r| r.1.clone())
+}
+
+/// A space's data ring in shared memory. Its blocks are read in place by other spaces of
+/// the process, so before reusing space the ring waits until the tags that point there
+/// have been released by their channels' consumers (guards, oldest position first).
+#[derive(Debug)]
+pub struct SharedRing {
+    w: beltway::Writer,
+    view: beltway::DbufView,
+    key: u64,
+    /// Block start -> (channel index, tag ring position the consumer must release).
+    guards: std::collections::BTreeMap<(u64, u64), (usize, u64)>,
+    /// Channels' tag rings and how far their consumers had released when last asked.
+    channels: Vec<(beltway::RingRef, u64)>,
+    seq: u64,
+}
+
+impl SharedRing {
+    fn new(size: usize) -> SharedRing {
+        let size = size.next_power_of_two().max(4096);
+        let w = beltway::Writer::create("sl-space-ring", beltway::RingConfig::bytes(size)).expect("create a shared-memory ring (memfd)");
+        let r = w.ring();
+        let key = NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut v) = SHARED_RINGS.lock() {
+            v.push((key, r.clone()));
+        }
+        SharedRing { view: beltway::DbufView::new(&r), w, key, guards: Default::default(), channels: Vec::new(), seq: 0 }
+    }
+
+    fn alloc(&mut self, len: usize) -> (u64, &mut [u8]) {
+        let need = self.w.contiguous_need(len).expect("block fits the ring");
+        // Every block that starts below `need` is about to be overwritten: its tags must
+        // have been released.
+        while let Some((&(start, seq), &(ch, tag_end))) = self.guards.first_key_value() {
+            if start >= need {
+                break;
+            }
+            let (ring, seen) = &mut self.channels[ch];
+            if *seen < tag_end {
+                *seen = ring.released();
+                if *seen < tag_end {
+                    // A consumer that went away releases nothing more: nothing to wait for.
+                    let _ = ring.wait_released(tag_end);
+                    *seen = ring.released().max(tag_end);
+                }
+            }
+            self.guards.remove(&(start, seq));
+        }
+        self.w.alloc_contiguous(len).expect("block fits the ring")
+    }
+
+    fn trim_last(&mut self, pos: u64, reserved: usize, used: usize) {
+        self.w.give_back(pos, reserved, used);
+    }
+
+    fn guard(&mut self, tags: &beltway::RingRef, tag_end: u64, start: u64) {
+        let ch = match self.channels.iter().position(|c| c.0.shared().name() == tags.shared().name()) {
+            Some(i) => i,
+            None => {
+                self.channels.push((tags.clone(), 0));
+                self.channels.len() - 1
+            }
+        };
+        self.seq += 1;
+        self.guards.insert((start, self.seq), (ch, tag_end));
+    }
+}
+
+impl Drop for SharedRing {
+    fn drop(&mut self) {
+        if let Ok(mut v) = SHARED_RINGS.lock() {
+            v.retain(|r| r.0 != self.key);
+        }
+    }
+}
+
+/// Allocate in a ring region (private or shared).
+fn ring_alloc(r: &mut Region, len: usize) -> (u64, &mut [u8]) {
+    match r {
+        Region::Ring(ring) => ring.alloc(len),
+        Region::Shared(ring) => ring.alloc(len),
+        _ => unreachable!("allocation in a region that is not a ring"),
+    }
+}
+
+/// The bytes of `t` in region `r`.
+fn region_get<'a>(r: &'a Region, t: &Tag) -> Option<&'a [u8]> {
+    match r {
+        Region::Ring(ring) => ring.get(t.pos, t.len as usize),
+        Region::File(m, _) => usize::try_from(t.pos).ok().and_then(|s| m.bytes().get(s..s.checked_add(t.len as usize)?)),
+        Region::Mapped(v) => v.resolve(t).ok(),
+        Region::Shared(ring) => ring.view.resolve(t).ok(),
+    }
 }
 
 /// Out-of-band metadata of one record in a DBuf (like a dr-DBuf's header ring): where it
@@ -110,6 +215,8 @@ pub struct Store {
     scratch_size: usize,
     /// Blocks copied by write isolation (statistics; in-place edits do not count).
     pub copies: u64,
+    /// New rings go to shared memory (the space feeds spaces in this process).
+    share: bool,
     /// Facts derived from blocks, cached for the filters downstream (see [`Store::memo`]).
     memo: std::cell::RefCell<Option<Box<dyn MemoAny>>>,
 }
@@ -266,10 +373,33 @@ impl Store {
         Some((recs[i], recs[i].pos == t.pos))
     }
 
-    /// Add a local ring; returns its buffer id.
+    /// Add a data ring; returns its buffer id.
     pub fn add_ring(&mut self, size: usize) -> BufId {
-        self.regions.push(Region::Ring(LocalRing::new(size)));
+        self.regions.push(if self.share { Region::Shared(SharedRing::new(size)) } else { Region::Ring(LocalRing::new(size)) });
         self.regions.len() as BufId
+    }
+
+    /// From now on, put new rings (the default ring, sources' rings) in shared memory, so
+    /// spaces of this process that get their tags read the blocks in place.
+    pub fn share_rings(&mut self) {
+        self.share = true;
+    }
+
+    /// The key another space of this process finds ring `id` by ([`shared_ring`]), if it
+    /// is a shared ring.
+    pub fn shared_key(&self, id: BufId) -> Option<u64> {
+        match self.regions.get((id as usize).checked_sub(1)?)? {
+            Region::Shared(r) => Some(r.key),
+            _ => None,
+        }
+    }
+
+    /// Keep the block of `t` (in a shared ring) intact until the consumer of the channel
+    /// whose tag ring is `tags` has released position `tag_end`.
+    pub fn guard(&mut self, t: &Tag, tags: &beltway::RingRef, tag_end: u64) {
+        if let Some(Region::Shared(r)) = self.regions.get_mut((t.buf as usize).wrapping_sub(1)) {
+            r.guard(tags, tag_end, t.pos);
+        }
     }
 
     /// Map a file read-only as a DBuf; returns its id and length.
@@ -319,7 +449,7 @@ impl Store {
     pub fn file(&self, id: BufId) -> Option<&[u8]> {
         match self.regions.get((id as usize).checked_sub(1)?)? {
             Region::File(m, _) => Some(m.bytes()),
-            Region::Ring(_) | Region::Mapped(_) => None,
+            _ => None,
         }
     }
 
@@ -337,11 +467,7 @@ impl Store {
         let r = (t.buf as usize).checked_sub(1).and_then(|i| self.regions.get(i)).ok_or(ResolveError::UnknownBuffer(t.buf))?;
         let got = match r {
             Region::Ring(ring) => ring.get(t.pos, t.len as usize),
-            Region::File(m, _) => {
-                let s = usize::try_from(t.pos).ok();
-                s.and_then(|s| m.bytes().get(s..s.checked_add(t.len as usize)?))
-            }
-            Region::Mapped(v) => v.resolve(t).ok(),
+            r => region_get(r, t),
         };
         got.ok_or(ResolveError::Gone { buf: t.buf, pos: t.pos })
     }
@@ -360,18 +486,18 @@ impl Store {
     /// Allocate `len` new bytes in the space's default ring: (tag without class, slice).
     pub fn alloc(&mut self, len: usize) -> (Tag, &mut [u8]) {
         let id = self.scratch();
-        let Region::Ring(ring) = &mut self.regions[id as usize - 1] else { unreachable!("scratch is a ring") };
-        let (pos, s) = ring.alloc(len);
+        let (pos, s) = ring_alloc(&mut self.regions[id as usize - 1], len);
         (Tag { pos, len: len as u32, buf: id, class: 0 }, s)
     }
 
     /// Allocate `len` bytes in ring `id` (a ring added with [`Store::add_ring`]).
     #[inline]
     pub fn alloc_in(&mut self, id: BufId, len: usize) -> (Tag, &mut [u8]) {
-        let Some(Region::Ring(ring)) = self.regions.get_mut((id as usize).wrapping_sub(1)) else {
-            panic!("buffer {id} is not a ring of this store");
+        let (pos, s) = match self.regions.get_mut((id as usize).wrapping_sub(1)) {
+            Some(Region::Ring(ring)) => ring.alloc(len),
+            Some(Region::Shared(ring)) => ring.alloc(len),
+            _ => panic!("buffer {id} is not a ring of this store"),
         };
-        let (pos, s) = ring.alloc(len);
         (Tag { pos, len: len as u32, buf: id, class: 0 }, s)
     }
 
@@ -401,8 +527,7 @@ impl Store {
         let (nt, s) = self.alloc(data.len());
         s.copy_from_slice(&data);
         *t = Tag { class, ..nt };
-        let Region::Ring(ring) = &mut self.regions[t.buf as usize - 1] else { unreachable!() };
-        Ok((ring.get_mut(t.pos, t.len as usize).expect("just allocated"), true))
+        Ok((s, true))
     }
 
     /// Produce a new block from an existing one without an intermediate copy of the input:
@@ -419,8 +544,10 @@ impl Store {
             let (mut t, out) = self.alloc(max_out);
             let n = f(&inp, out);
             t.len = n as u32;
-            if let Some(Region::Ring(ring)) = self.regions.get_mut(oi) {
-                ring.trim_last(t.pos, max_out, n);
+            match self.regions.get_mut(oi) {
+                Some(Region::Ring(ring)) => ring.trim_last(t.pos, max_out, n),
+                Some(Region::Shared(ring)) => ring.trim_last(t.pos, max_out, n),
+                _ => {}
             }
             return Ok(t);
         }
@@ -431,16 +558,25 @@ impl Store {
             let (l, r) = self.regions.split_at_mut(ii);
             (&r[0], &mut l[oi])
         };
-        let inp = match a {
-            Region::Ring(ring) => ring.get(input.pos, input.len as usize),
-            Region::File(m, _) => usize::try_from(input.pos).ok().and_then(|s| m.bytes().get(s..s + input.len as usize)),
-            Region::Mapped(v) => v.resolve(input).ok(),
-        }
-        .ok_or(ResolveError::Gone { buf: input.buf, pos: input.pos })?;
-        let Region::Ring(ring) = b else { unreachable!("scratch is a ring") };
-        let (pos, out) = ring.alloc(max_out);
-        let n = f(inp, out);
-        ring.trim_last(pos, max_out, n);
+        let inp = region_get(a, input).ok_or(ResolveError::Gone { buf: input.buf, pos: input.pos })?;
+        let (pos, n) = match b {
+            Region::Ring(ring) => {
+                let (pos, out) = ring.alloc(max_out);
+                let n = f(inp, out);
+                ring.trim_last(pos, max_out, n);
+                (pos, n)
+            }
+            Region::Shared(ring) => {
+                let (pos, out) = ring.alloc(max_out);
+                let n = f(inp, out);
+                ring.trim_last(pos, max_out, n);
+                (pos, n)
+            }
+            b => {
+                let (pos, out) = ring_alloc(b, max_out);
+                (pos, f(inp, out))
+            }
+        };
         Ok(Tag { pos, len: n as u32, buf: out_id, class: input.class })
     }
 }

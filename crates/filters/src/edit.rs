@@ -42,6 +42,10 @@ pub struct Flate {
     op: Op,
     level: u32,
     max: usize,
+    /// One (de)compressor, reset per block: its state is large, and allocating it for
+    /// every block costs page faults.
+    c: Option<Compress>,
+    d: Option<Decompress>,
 }
 impl Filter for Flate {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
@@ -52,10 +56,12 @@ impl Filter for Flate {
                 Op::Inflate => self.max,
             };
             let (op, level) = (self.op, self.level);
+            let (cs, ds) = (&mut self.c, &mut self.d);
             let mut failed = false;
             let res = cx.store.transform(&t, cap, |inp, out| match op {
                 Op::Deflate => {
-                    let mut c = Compress::new(Compression::new(level), false);
+                    let c = cs.get_or_insert_with(|| Compress::new(Compression::new(level), false));
+                    c.reset();
                     match c.compress(inp, out, FlushCompress::Finish) {
                         Ok(flate2::Status::StreamEnd) => c.total_out() as usize,
                         _ => {
@@ -65,7 +71,8 @@ impl Filter for Flate {
                     }
                 }
                 Op::Inflate => {
-                    let mut d = Decompress::new(false);
+                    let d = ds.get_or_insert_with(|| Decompress::new(false));
+                    d.reset(false);
                     match d.decompress(inp, out, FlushDecompress::Finish) {
                         Ok(flate2::Status::StreamEnd) => d.total_out() as usize,
                         _ => {
@@ -194,10 +201,10 @@ fn make_deflate(a: &Args) -> Result<Box<dyn Filter>, String> {
     if level > 9 {
         return Err("deflate: level must be 0..9".into());
     }
-    Ok(Box::new(Flate { op: Op::Deflate, level, max: 0 }))
+    Ok(Box::new(Flate { op: Op::Deflate, level, max: 0, c: None, d: None }))
 }
 fn make_inflate(a: &Args) -> Result<Box<dyn Filter>, String> {
-    Ok(Box::new(Flate { op: Op::Inflate, level: 0, max: a.size("max", None, 1 << 20)? as usize }))
+    Ok(Box::new(Flate { op: Op::Inflate, level: 0, max: a.size("max", None, 1 << 20)? as usize, c: None, d: None }))
 }
 fn make_crypt(a: &Args, enc: bool) -> Result<Box<dyn Filter>, String> {
     let k = key_from(a)?;
