@@ -161,7 +161,10 @@ impl Egress {
                 self.w.write_through_parts(&[&a.to_bytes(), &key.to_le_bytes()], 1)?;
                 self.announced.push(t.buf);
             }
-            self.w.write_through_parts(&[&Meta { flags: meta.flags | FILE_REF, ..meta }.to_bytes()], 1)?;
+            // A block without record metadata (made by gen, an editor, ...) is its tag alone.
+            if meta.flags != 0 {
+                self.w.write_through_parts(&[&Meta { flags: meta.flags | FILE_REF, ..meta }.to_bytes()], 1)?;
+            }
             let at = self.w.write_tag(Tag { buf: t.buf | FILE_BIT, ..*t })?;
             cx.store.guard(t, &self.tags, at + Tag::SIZE as u64);
         }
@@ -276,7 +279,8 @@ impl Ingress {
             let Some(t) = t.filter(|t| t.buf != 0) else { continue };
             if t.buf & FILE_BIT != 0 {
                 // A tag into a file this space maps too.
-                let Some(meta) = self.file_ref.take() else { return Err(corrupt(t.pos, "a file tag without its header".into())) };
+                // No header: a block without record metadata.
+                let meta = self.file_ref.take().unwrap_or(Meta { ts_ns: 0, orig_len: 0, link: 0, flags: 0 });
                 let Some(&(_, local)) = self.files.iter().find(|f| f.0 == t.buf & !FILE_BIT) else {
                     return Err(corrupt(t.pos, format!("a tag into file {} that was never announced", t.buf & !FILE_BIT)));
                 };

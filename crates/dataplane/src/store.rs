@@ -82,7 +82,7 @@ enum Region {
     Mapped(beltway::DbufView),
     /// A ring of this space in shared memory, so spaces in this process read its blocks
     /// where they are (only tags cross).
-    Shared(SharedRing),
+    Shared(Box<SharedRing>),
 }
 
 /// Rings shared with other spaces of this process, by key (what a channel announces).
@@ -102,11 +102,11 @@ pub struct SharedRing {
     w: beltway::Writer,
     view: beltway::DbufView,
     key: u64,
-    /// Block start -> (channel index, tag ring position the consumer must release).
-    guards: std::collections::BTreeMap<(u64, u64), (usize, u64)>,
+    /// (block start, channel index, tag ring position the consumer must release), sorted
+    /// by block start (blocks are sent in about the order they were allocated).
+    guards: std::collections::VecDeque<(u64, usize, u64)>,
     /// Channels' tag rings and how far their consumers had released when last asked.
     channels: Vec<(beltway::RingRef, u64)>,
-    seq: u64,
 }
 
 impl SharedRing {
@@ -118,14 +118,14 @@ impl SharedRing {
         if let Ok(mut v) = SHARED_RINGS.lock() {
             v.push((key, r.clone()));
         }
-        SharedRing { view: beltway::DbufView::new(&r), w, key, guards: Default::default(), channels: Vec::new(), seq: 0 }
+        SharedRing { view: beltway::DbufView::new(&r), w, key, guards: Default::default(), channels: Vec::new() }
     }
 
     fn alloc(&mut self, len: usize) -> (u64, &mut [u8]) {
         let need = self.w.contiguous_need(len).expect("block fits the ring");
         // Every block that starts below `need` is about to be overwritten: its tags must
         // have been released.
-        while let Some((&(start, seq), &(ch, tag_end))) = self.guards.first_key_value() {
+        while let Some(&(start, ch, tag_end)) = self.guards.front() {
             if start >= need {
                 break;
             }
@@ -138,7 +138,7 @@ impl SharedRing {
                     *seen = ring.released().max(tag_end);
                 }
             }
-            self.guards.remove(&(start, seq));
+            self.guards.pop_front();
         }
         self.w.alloc_contiguous(len).expect("block fits the ring")
     }
@@ -148,15 +148,16 @@ impl SharedRing {
     }
 
     fn guard(&mut self, tags: &beltway::RingRef, tag_end: u64, start: u64) {
-        let ch = match self.channels.iter().position(|c| c.0.shared().name() == tags.shared().name()) {
+        let ch = match self.channels.iter().position(|c| std::ptr::eq(c.0.shared(), tags.shared())) {
             Some(i) => i,
             None => {
                 self.channels.push((tags.clone(), 0));
                 self.channels.len() - 1
             }
         };
-        self.seq += 1;
-        self.guards.insert((start, self.seq), (ch, tag_end));
+        // Keep the queue sorted by block start; nearly always an append.
+        let at = self.guards.iter().rposition(|g| g.0 <= start).map_or(0, |i| i + 1);
+        self.guards.insert(at, (start, ch, tag_end));
     }
 }
 
@@ -375,7 +376,7 @@ impl Store {
 
     /// Add a data ring; returns its buffer id.
     pub fn add_ring(&mut self, size: usize) -> BufId {
-        self.regions.push(if self.share { Region::Shared(SharedRing::new(size)) } else { Region::Ring(LocalRing::new(size)) });
+        self.regions.push(if self.share { Region::Shared(Box::new(SharedRing::new(size))) } else { Region::Ring(LocalRing::new(size)) });
         self.regions.len() as BufId
     }
 
