@@ -183,6 +183,15 @@ fn ctrl_c_stops_process_spaces_and_prints_their_totals() {
 }
 
 #[test]
+fn hints_place_filters() {
+    // @private: a process space of its own; @background: a thread space of its own.
+    let out = Command::new(BIN).args(["run", "gen count=1000 | count @private | count @background | null"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("count@p1 ") && err.contains("count@2 ") && err.contains("null@2 "), "{err}");
+}
+
+#[test]
 fn bad_placements_are_errors_naming_the_filter() {
     let (code, _, err) = run("gen count=10 | count space=x9");
     assert_eq!(code, 2);
@@ -190,6 +199,9 @@ fn bad_placements_are_errors_naming_the_filter() {
     let (code, _, err) = run("gen count=10 | count space=1 | null space=p1");
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("space 1 is used both"), "{err}");
+    let (code, _, err) = run("gen count=10 | deflate space=1,2 @single | null");
+    assert_eq!(code, 2);
+    assert!(err.contains("@single asks for one instance"), "{err}");
     // Back to the first space: the two would wait on each other's full channels.
     let (code, _, err) = run("gen count=10 | count space=1 | null space=local");
     assert_eq!(code, 2, "{err}");

@@ -3,7 +3,11 @@
 //! that runs each space on its own pinned worker thread.
 //!
 //! Replication first ([`replicate`]): `space=A,B,...` makes one copy of the filter per
-//! listed space (split, copies, join).
+//! listed space (split, copies, join); `@single` on a filter forbids copies of it.
+//!
+//! Hints: `@private` (a fresh process space), `@background` (a fresh thread space),
+//! `@latency` / `@throughput` (the wake-up batching of the channels into the node),
+//! `@single` (never replicated).
 //!
 //! Placement rule (until the optimizer decides): a node with `space=N` runs in space N
 //! (`local` or `0` is the calling thread; N >= 1 is worker thread N, pinned to CPU
@@ -97,6 +101,9 @@ pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> 
             return Err(err(format!("space={}: an empty space in the list", list.join(","))));
         }
         let NodeKind::Filter { filter, .. } = &node.kind else { return Err(err("only native filters can be replicated".into())) };
+        if node.hints.contains(&Hint::Single) {
+            return Err(err(format!("@single asks for one instance, space={} for {}", list.join(","), list.len())));
+        }
         if factory.is_source(filter) || !g.edges.iter().any(|e| e.to == id) {
             return Err(err("a source cannot be replicated; replicate the filters after it".into()));
         }
