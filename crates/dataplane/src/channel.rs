@@ -54,13 +54,20 @@ impl ChannelConfig {
 /// Create a channel; `name` labels its rings (memfd-backed, nothing in /dev/shm).
 pub fn channel(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, Ingress)> {
     let (tx, tags, data) = egress(name, cfg, true)?;
-    Ok((tx, ingress(name, &tags, &data)?))
+    Ok((tx, ingress(name, &tags, &data, true)?))
 }
 
 /// The producer's end of a new channel, and the two rings a consumer attaches to (in this
 /// process, or in another after [`RingRef::send`]). `same_process`: the consumer is a
 /// space of this process, so blocks in the producer's shared rings cross as tags only.
+/// Blocks in files cross as tags unless `same_process` is false and the consumer is the
+/// parent (`to_parent`), which does not map files a process space names.
 pub fn egress(name: &str, cfg: ChannelConfig, same_process: bool) -> beltway::Result<(Egress, RingRef, RingRef)> {
+    egress_to(name, cfg, same_process, false)
+}
+
+/// [`egress`] with the direction known: `to_parent` for a process space's channels.
+pub fn egress_to(name: &str, cfg: ChannelConfig, same_process: bool, to_parent: bool) -> beltway::Result<(Egress, RingRef, RingRef)> {
     let tags = Writer::create(
         &format!("{name}.tags"),
         RingConfig { latency: cfg.latency, ..RingConfig::bytes(cfg.slots * Tag::SIZE).layout(Layout::Tags).threshold(cfg.threshold) },
@@ -68,18 +75,20 @@ pub fn egress(name: &str, cfg: ChannelConfig, same_process: bool) -> beltway::Re
     let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(cfg.data) })?;
     let (tags_ref, data_ref) = (tags.ring(), data.ring());
     let writer = IbufWriter::new(tags)?.with_default(data)?;
-    Ok((Egress { w: writer, name: name.to_string(), failed: false, announced: Vec::new(), same_process, tags: tags_ref.clone() }, tags_ref, data_ref))
+    Ok((Egress { w: writer, name: name.to_string(), failed: false, announced: Vec::new(), same_process, file_refs: !to_parent, tags: tags_ref.clone() }, tags_ref, data_ref))
 }
 
 /// The consumer's end of a channel, attached to its rings (attach every consumer before
 /// the producer starts, so nothing is written before a reader holds its place).
-pub fn ingress(name: &str, tags: &RingRef, data: &RingRef) -> beltway::Result<Ingress> {
+/// `trusted`: the producer may name files for this space to map (not so for a process
+/// space feeding its parent: a crashed or hostile one could name any file).
+pub fn ingress(name: &str, tags: &RingRef, data: &RingRef, trusted: bool) -> beltway::Result<Ingress> {
     let mut reader = tags.reader(Start::Oldest)?;
     reader.set_manual_release(true);
     // A batch holds at most a quarter of the data ring, so the producer keeps writing
     // while the consumer works on it.
     let max_bytes = (data.shared().max_size() / 4).max(1);
-    Ok(Ingress { max_bytes, r: reader, data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None })
+    Ok(Ingress { trusted, max_bytes, r: reader, data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None })
 }
 
 /// What travels with each block: its record metadata (capture time, wire length) and link
@@ -145,6 +154,8 @@ pub struct Egress {
     /// Files and shared rings of this space the consumer has been told about.
     announced: Vec<BufId>,
     same_process: bool,
+    /// The consumer maps files this space names (it trusts this space).
+    file_refs: bool,
     /// The channel's tag ring (what guards on shared rings wait for).
     tags: RingRef,
 }
@@ -174,7 +185,7 @@ impl Egress {
     /// Any other block: by reference into a file both spaces map, or written through.
     fn send(&mut self, cx: &Ctx<'_>, t: &Tag, d: &[u8]) -> beltway::Result<()> {
         let meta = Meta::of(cx, t);
-        if let Some(path) = cx.store.file_path(t.buf).filter(|_| t.buf < FILE_BIT) {
+        if let Some(path) = cx.store.file_path(t.buf).filter(|_| t.buf < FILE_BIT && self.file_refs) {
             // Both spaces can map this file: only the tag crosses.
             if !self.announced.contains(&t.buf) {
                 let a = Meta { ts_ns: t.buf as u64, orig_len: 0, link: 0, flags: ANNOUNCE };
@@ -249,6 +260,8 @@ pub struct Ingress {
     held: bool,
     /// Bytes of the data ring one batch may hold.
     max_bytes: u64,
+    /// Whether the producer may name files to map.
+    trusted: bool,
     link_set: bool,
     /// Producer file id -> local file region, from ANNOUNCE headers.
     files: Vec<(BufId, BufId)>,
@@ -297,6 +310,9 @@ impl Ingress {
                 let local = cx.store.map_dbuf(DbufView::new(&ring));
                 self.files.push((meta.ts_ns as BufId, local));
                 continue;
+            }
+            if meta.flags & ANNOUNCE != 0 && !self.trusted {
+                return Err(corrupt(t.pos, "a process space named a file to map; refused".into()));
             }
             if meta.flags & ANNOUNCE != 0 {
                 let path = std::path::PathBuf::from(String::from_utf8_lossy(&data[16..]).into_owned());

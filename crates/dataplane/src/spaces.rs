@@ -21,7 +21,7 @@
 //! turning a dead space into an error that names its filters. Does not own scheduling
 //! inside a space (runtime) or the channel protocol (channel).
 
-use crate::channel::{egress, ingress, ChannelConfig};
+use crate::channel::{egress, egress_to, ingress, ChannelConfig};
 use beltway::RingRef;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -502,7 +502,9 @@ impl Spaces {
             let b = placement.space[e.to];
             let (t, d) = &rings[&k];
             if here(b) {
-                let rx = ingress(&format!("sl-ch{k}"), t, d).map_err(|x| chan_err(e, format!("cannot attach to its channel: {x}")))?;
+                // A process space feeding us may not name files for us to map.
+                let trusted = here(placement.space[e.from]);
+                let rx = ingress(&format!("sl-ch{k}"), t, d, trusted).map_err(|x| chan_err(e, format!("cannot attach to its channel: {x}")))?;
                 endpoints.insert((false, k), Box::new(rx) as Box<dyn Filter>);
             } else {
                 let c = children.iter().find(|c| c.id == b).expect("process space started");
@@ -733,7 +735,7 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
     let mut endpoints = HashMap::new();
     let mut mine = Vec::new();
     for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.from] == id) {
-        match egress(&format!("sl-ch{k}"), channel_config(g, e, cfg), false) {
+        match egress_to(&format!("sl-ch{k}"), channel_config(g, e, cfg), false, true) {
             Ok((tx, t, d)) => {
                 endpoints.insert((true, k), Box::new(tx) as Box<dyn Filter>);
                 mine.push((t, d));
@@ -751,7 +753,7 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
     }
     for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.to] == id) {
         let rings = recv_ring(&sock).and_then(|t| recv_ring(&sock).map(|d| (t, d)));
-        let rx = rings.and_then(|(t, d)| ingress(&format!("sl-ch{k}"), &t, &d).map_err(|x| x.to_string()));
+        let rx = rings.and_then(|(t, d)| ingress(&format!("sl-ch{k}"), &t, &d, true).map_err(|x| x.to_string()));
         match rx {
             Ok(rx) => {
                 endpoints.insert((false, k), Box::new(rx) as Box<dyn Filter>);
