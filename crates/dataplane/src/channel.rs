@@ -451,4 +451,64 @@ mod tests {
         // reused only after release, or a block above would have been wrong.
         assert_eq!(i, n);
     }
+
+    /// Hostile producer: random headers, bare tags, tags into unknown files, announces of
+    /// garbage. The consumer reports errors as warnings and never panics, hangs or reads
+    /// outside its buffers.
+    mod hostile {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Msg {
+            Through(Vec<u8>, u16),
+            Tag(u64, u32, u16, u16),
+        }
+
+        fn msg() -> impl Strategy<Value = Msg> {
+            prop_oneof![
+                (proptest::collection::vec(any::<u8>(), 0..64), any::<u16>()).prop_map(|(b, c)| Msg::Through(b, c)),
+                (0u64..1 << 20, any::<u32>(), any::<u16>(), any::<u16>()).prop_map(|(p, l, b, c)| Msg::Tag(p, l, b, c)),
+                // Well-formed headers with random flags, followed by data.
+                (any::<u16>(), proptest::collection::vec(any::<u8>(), 0..32)).prop_map(|(f, d)| {
+                    let mut b = Meta { ts_ns: 1, orig_len: 2, link: 1, flags: f }.to_bytes().to_vec();
+                    b.extend(d);
+                    Msg::Through(b, 1)
+                }),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+            #[test]
+            fn garbage_in_a_channel_is_an_error_not_a_crash(msgs in proptest::collection::vec(msg(), 0..40), trusted in any::<bool>()) {
+                let (mut tx, tags, data) = egress("t-hostile", ChannelConfig { data: 1 << 16, slots: 256, ..Default::default() }, false).unwrap();
+                let mut rx = ingress("t-hostile", &tags, &data, trusted).unwrap();
+                for m in &msgs {
+                    match m {
+                        Msg::Through(b, c) => { tx.w.write_through_parts(&[b], *c).unwrap(); }
+                        Msg::Tag(p, l, b, c) => { tx.w.write_tag(Tag { pos: *p, len: *l, buf: *b, class: *c }).unwrap(); }
+                    }
+                }
+                tx.w.close();
+                let mut st = Store::new(1 << 16);
+                let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
+                for _ in 0..100 {
+                    let mut b = Batch::default();
+                    let more = {
+                        let mut cx = Ctx { store: &mut st, name: "t", sessions: &mut sessions, warnings: &mut warnings, stop: &mut stop };
+                        rx.pull(&mut cx, &mut b, 256)
+                    };
+                    // Whatever came out resolves, or fails cleanly.
+                    for t in &b.tags {
+                        let _ = st.data(t);
+                    }
+                    rx.epoch_end();
+                    if !more {
+                        break;
+                    }
+                }
+            }
+        }
+    }
 }
