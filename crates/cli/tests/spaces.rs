@@ -18,10 +18,24 @@ fn run(pipeline: &str) -> (i32, Vec<u8>, String) {
     (out.status.code().unwrap_or(-1), out.stdout, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sl-spaces-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A scratch directory for one test, removed when it ends (pass or fail).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("sl-spaces-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// `template` with `{A}`, `{B}` replaced by the placement options of one variant.
@@ -34,6 +48,8 @@ fn variants(template: &str) -> Vec<(String, String)> {
 
 #[test]
 fn placements_give_identical_results() {
+    let dir = Scratch::new("identical");
+    let tmp = |n: &str| dir.file(n);
     let cap = sample();
     let text = tmp("text.txt");
     let lines: String = (0..20000).map(|i| format!("line {i} of the placement test\n")).collect();
@@ -88,6 +104,8 @@ fn counts_agree_across_spaces_and_data_parallel_replicas() {
 
 #[test]
 fn replicas_restore_the_order_and_keep_sessions_together() {
+    let dir = Scratch::new("replicas");
+    let tmp = |n: &str| dir.file(n);
     // A file of distinct 4 KiB blocks: deflated by replicas on two threads, or on a thread
     // and a process, the output is byte for byte what one deflate makes.
     let input = tmp("par-in.bin");
