@@ -34,4 +34,5 @@ pub fn run_capture(data: &[u8]) {
     if let Ok(mut s) = Space::build(&g, &crate::Library, 1 << 20) {
         s.run(&AtomicBool::new(false), |_| {});
     }
+    let _ = std::fs::remove_file(&path);
 }
