@@ -226,3 +226,18 @@ fn progress_bar_shows_on_a_terminal_and_not_in_pipes() {
     assert!(!err.contains(&total) && !err.contains('░'), "a bar was drawn into a pipe:\n{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `bpf "EXPR"` (libpcap's compiler, our interpreter) counts what `tcpdump -r FILE EXPR`
+/// prints, for expressions beyond what the protocol filters express.
+#[test]
+fn bpf_counts_equal_tcpdump() {
+    let cap = sample();
+    for expr in ["tcp dst port 80", "udp port 53 or icmp6", "tcp[tcpflags] & tcp-syn != 0", "ip[2:2] > 500 and not tcp", "greater 1000", "ether host 02:00:0a:63:00:01 and ip6"] {
+        let want = tcpdump_count(&cap, expr);
+        let got = count_of(&format!("pcapin file={} | bpf \"{expr}\" | count", cap.display()));
+        assert_eq!(got, want, "bpf \"{expr}\"");
+    }
+    let (code, _, err) = streamline(&["run", &format!("pcapin file={} | bpf \"tcp prt 80\" | count", cap.display())]);
+    assert_eq!(code, 2);
+    assert!(err.contains("'tcp prt 80' does not compile") && err.contains("syntax error"), "{err}");
+}

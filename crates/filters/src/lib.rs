@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod bpf;
 pub mod control;
 pub mod edit;
 #[doc(hidden)]
@@ -39,6 +40,7 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &proto::DPORT,
     &proto::SPORT,
     &proto::PROTO,
+    &bpf::BPF,
     &proto::FLOW,
     &app::TCPSTREAM,
     &app::HTTP,

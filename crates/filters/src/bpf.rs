@@ -1,0 +1,61 @@
+//! `bpf "pcap-filter expression"`: libpcap's filter language, compiled by libpcap itself
+//! to classic BPF and run by the `kernel` crate's interpreter on each frame, so it works
+//! after any source (capture files, other filters). The kernel implementation (the same
+//! program attached to a capture socket) joins it with live capture.
+
+use crate::proto::spec;
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use kernel::cbpf::{compile, Program};
+
+pub struct Bpf {
+    expr: String,
+    /// The program per link type seen (frames of each link type need their own).
+    progs: Vec<(u32, Program)>,
+}
+
+fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let expr = a.require("expr", Some(0))?.to_string();
+    // Compile once now so a bad expression is a build error, not a runtime one.
+    let p = compile(&expr, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|e| e.to_string())?;
+    Ok(Box::new(Bpf { expr, progs: vec![(crate::packet::LINKTYPE_ETHERNET, p)] }))
+}
+
+impl Filter for Bpf {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for t in batch.tags.iter_mut() {
+            let link = cx.store.link(t).unwrap_or(crate::packet::LINKTYPE_ETHERNET);
+            let prog = match self.progs.iter().position(|p| p.0 == link) {
+                Some(i) => &self.progs[i].1,
+                None => match compile(&self.expr, link, 262144) {
+                    Ok(p) => {
+                        self.progs.push((link, p));
+                        &self.progs.last().expect("just pushed").1
+                    }
+                    Err(e) => {
+                        cx.warn(format!("for link type {link}: {e}; those frames are dropped"));
+                        t.class = 0;
+                        continue;
+                    }
+                },
+            };
+            let Ok(data) = cx.store.data(t) else {
+                t.class = 0;
+                continue;
+            };
+            // The wire length of a whole captured frame; a cropped block is its own length.
+            let wire = match cx.store.record(t) {
+                Some((r, true)) if r.orig_len >= data.len() as u32 => r.orig_len,
+                _ => data.len() as u32,
+            };
+            t.class = (prog.run(data, wire) != 0) as u16;
+        }
+    }
+}
+
+spec!(BPF, "bpf", "bpf \"EXPRESSION\"",
+      "Passes the frames a pcap-filter expression (tcpdump's language, see pcap-filter(7))\n\
+       accepts. libpcap compiles the expression to classic BPF for each link type seen; the\n\
+       program runs in this space (a kernel placement on live capture comes with `rx`).\n\
+       An expression libpcap refuses is an error before the run starts.",
+      ["expr": "the expression (also the first positional parameter; quote it)"], "1 for accepted frames, 0 otherwise",
+      "streamline run 'pcapin file=examples/sample.pcap | bpf \"tcp dst port 80\" | count'", Classification, make);
