@@ -18,10 +18,73 @@ pub struct Insn {
     pub k: u32,
 }
 
-/// A validated program.
+/// A validated program: the instructions as given (what a kernel socket takes) and the
+/// same decoded once for the interpreter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Program {
     insns: Vec<Insn>,
+    ops: Vec<Op>,
+}
+
+/// A decoded instruction: the interpreter dispatches on one enum instead of re-reading
+/// opcode bits at every step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    LdAbs(u8, u32),
+    LdInd(u8, u32),
+    LdImm(u32),
+    LdLen,
+    LdMem(usize),
+    LdxImm(u32),
+    LdxLen,
+    LdxMem(usize),
+    LdxMsh(u32),
+    St(usize),
+    Stx(usize),
+    Alu(u8, bool, u32),
+    Ja(u32),
+    Jmp(u8, bool, u32, u8, u8),
+    RetK(u32),
+    RetA,
+    RetX,
+    Tax,
+    Txa,
+}
+
+fn decode(i: &Insn) -> Op {
+    let c = i.code;
+    let size = match c & 0x18 {
+        W => 4,
+        H => 2,
+        _ => 1,
+    };
+    match c & 0x07 {
+        LD => match c & 0xe0 {
+            IMM => Op::LdImm(i.k),
+            LEN => Op::LdLen,
+            MEM => Op::LdMem(i.k as usize),
+            ABS => Op::LdAbs(size, i.k),
+            _ => Op::LdInd(size, i.k),
+        },
+        LDX => match c & 0xe0 {
+            IMM => Op::LdxImm(i.k),
+            LEN => Op::LdxLen,
+            MEM => Op::LdxMem(i.k as usize),
+            _ => Op::LdxMsh(i.k),
+        },
+        ST => Op::St(i.k as usize),
+        STX => Op::Stx(i.k as usize),
+        ALU => Op::Alu((c & 0xf0) as u8, c & SRC_X != 0, i.k),
+        JMP if c & 0xf0 == 0 => Op::Ja(i.k),
+        JMP => Op::Jmp((c & 0xf0) as u8, c & SRC_X != 0, i.k, i.jt, i.jf),
+        RET => match c & 0x18 {
+            RVAL_A => Op::RetA,
+            RVAL_X => Op::RetX,
+            _ => Op::RetK(i.k),
+        },
+        _ if c & 0xf8 == 0x80 => Op::Txa,
+        _ => Op::Tax,
+    }
 }
 
 /// Why a program or expression was refused.
@@ -173,7 +236,8 @@ impl Program {
         if insns[n - 1].code & 0x07 != RET {
             return Err(BpfError::Invalid { at: n - 1, why: "the program does not end in a return".into() });
         }
-        Ok(Program { insns })
+        let ops = insns.iter().map(decode).collect();
+        Ok(Program { insns, ops })
     }
 
     pub fn insns(&self) -> &[Insn] {
@@ -186,51 +250,43 @@ impl Program {
         let (mut a, mut x) = (0u32, 0u32);
         let mut mem = [0u32; MEMWORDS as usize];
         let mut pc = 0usize;
-        let load = |off: u32, size: u16| -> Option<u32> {
+        #[inline(always)]
+        fn load(pkt: &[u8], off: u32, size: u8) -> Option<u32> {
             let off = off as usize;
             match size {
-                W => pkt.get(off..off.checked_add(4)?).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
-                H => pkt.get(off..off.checked_add(2)?).map(|b| u16::from_be_bytes([b[0], b[1]]) as u32),
+                4 => pkt.get(off..off.checked_add(4)?).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+                2 => pkt.get(off..off.checked_add(2)?).map(|b| u16::from_be_bytes([b[0], b[1]]) as u32),
                 _ => pkt.get(off).map(|&b| b as u32),
             }
-        };
+        }
         loop {
             // Validation guarantees pc stays inside and the last instruction returns.
-            let ins = self.insns[pc];
+            let op = self.ops[pc];
             pc += 1;
-            let c = ins.code;
-            match c & 0x07 {
-                LD => {
-                    a = match c & 0xe0 {
-                        IMM => ins.k,
-                        LEN => wirelen,
-                        MEM => mem[ins.k as usize],
-                        ABS => match load(ins.k, c & 0x18) {
-                            Some(v) => v,
-                            None => return 0,
-                        },
-                        _ => match x.checked_add(ins.k).and_then(|o| load(o, c & 0x18)) {
-                            Some(v) => v,
-                            None => return 0,
-                        },
-                    }
-                }
-                LDX => {
-                    x = match c & 0xe0 {
-                        IMM => ins.k,
-                        LEN => wirelen,
-                        MEM => mem[ins.k as usize],
-                        _ => match load(ins.k, B) {
-                            Some(v) => (v & 0xf) << 2,
-                            None => return 0,
-                        },
-                    }
-                }
-                ST => mem[ins.k as usize] = a,
-                STX => mem[ins.k as usize] = x,
-                ALU => {
-                    let v = if c & SRC_X != 0 { x } else { ins.k };
-                    a = match c & 0xf0 {
+            match op {
+                Op::LdAbs(size, k) => match load(pkt, k, size) {
+                    Some(v) => a = v,
+                    None => return 0,
+                },
+                Op::LdInd(size, k) => match x.checked_add(k).and_then(|o| load(pkt, o, size)) {
+                    Some(v) => a = v,
+                    None => return 0,
+                },
+                Op::LdImm(k) => a = k,
+                Op::LdLen => a = wirelen,
+                Op::LdMem(i) => a = mem[i],
+                Op::LdxImm(k) => x = k,
+                Op::LdxLen => x = wirelen,
+                Op::LdxMem(i) => x = mem[i],
+                Op::LdxMsh(k) => match load(pkt, k, 1) {
+                    Some(v) => x = (v & 0xf) << 2,
+                    None => return 0,
+                },
+                Op::St(i) => mem[i] = a,
+                Op::Stx(i) => mem[i] = x,
+                Op::Alu(o, src_x, k) => {
+                    let v = if src_x { x } else { k };
+                    a = match o {
                         0x00 => a.wrapping_add(v),
                         0x10 => a.wrapping_sub(v),
                         0x20 => a.wrapping_mul(v),
@@ -250,34 +306,22 @@ impl Program {
                         _ => a ^ v,
                     }
                 }
-                JMP => {
-                    let v = if c & SRC_X != 0 { x } else { ins.k };
-                    let taken = match c & 0xf0 {
-                        0x00 => {
-                            pc += ins.k as usize;
-                            continue;
-                        }
+                Op::Ja(k) => pc += k as usize,
+                Op::Jmp(o, src_x, k, jt, jf) => {
+                    let v = if src_x { x } else { k };
+                    let taken = match o {
                         0x10 => a == v,
                         0x20 => a > v,
                         0x30 => a >= v,
                         _ => a & v != 0,
                     };
-                    pc += if taken { ins.jt } else { ins.jf } as usize;
+                    pc += if taken { jt } else { jf } as usize;
                 }
-                RET => {
-                    return match c & 0x18 {
-                        RVAL_A => a,
-                        RVAL_X => x,
-                        _ => ins.k,
-                    }
-                }
-                _ => {
-                    if c & 0xf8 == 0x80 {
-                        a = x;
-                    } else {
-                        x = a;
-                    }
-                }
+                Op::RetK(k) => return k,
+                Op::RetA => return a,
+                Op::RetX => return x,
+                Op::Tax => x = a,
+                Op::Txa => a = x,
             }
         }
     }
