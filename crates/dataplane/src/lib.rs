@@ -28,4 +28,4 @@ pub mod store;
 pub use beltway::Tag;
 pub use filter::{Access, Args, Batch, Class, Classifier, Classify, Ctx, Filter, FilterSpec, Param, Sessions};
 pub use runtime::{export_name, BuildError, Counters, Factory, NodeReport, Space, BATCH};
-pub use store::{BufId, RecordMeta, ResolveError, Store};
+pub use store::{BufId, External, RecordMeta, ResolveError, Store};

@@ -27,6 +27,11 @@ pub trait Factory {
     fn keeps_sessions(&self, _name: &str) -> bool {
         false
     }
+    /// Rewrite the request before placement (e.g. push a filter into the kernel part of
+    /// the source before it). The default leaves it as it is.
+    fn rewrite(&self, g: Graph) -> Graph {
+        g
+    }
 }
 
 /// Per-filter counters.

@@ -288,6 +288,9 @@ impl Factory for WithChannels<'_> {
     fn keeps_sessions(&self, name: &str) -> bool {
         self.inner.keeps_sessions(name)
     }
+    fn rewrite(&self, g: Graph) -> Graph {
+        self.inner.rewrite(g)
+    }
 }
 
 /// The channel configuration of arc `e`: set by the consuming node's hints.
@@ -452,7 +455,7 @@ impl Spaces {
     }
 
     pub fn build_with(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: ChannelConfig, launcher: Option<&Launcher>) -> Result<Spaces, BuildError> {
-        let g = &replicate(g, factory)?;
+        let g = &replicate(&factory.rewrite(g.clone()), factory)?;
         let placement = place(g)?;
         let (parts, cross) = split(g, &placement);
         let here = |s: SpaceId| placement.kind(s) != SpaceKind::Process;
@@ -722,7 +725,7 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
         let _ = send_msg(&sock, &format!("error {}\t{}", e.label, e.why));
         2
     };
-    let g = &match replicate(g, factory) {
+    let g = &match replicate(&factory.rewrite(g.clone()), factory) {
         Ok(g) => g,
         Err(e) => return fail_build(e),
     };

@@ -83,6 +83,14 @@ enum Region {
     /// A ring of this space in shared memory, so spaces in this process read its blocks
     /// where they are (only tags cross).
     Shared(Box<SharedRing>),
+    /// Memory another component owns and lends block by block (a kernel capture ring).
+    External(std::sync::Arc<dyn External>),
+}
+
+/// A DBuf whose memory belongs to someone else (e.g. the kernel's TPACKET ring): it
+/// resolves positions it handed out while the blocks holding them are lent to us.
+pub trait External: Send + Sync + std::fmt::Debug {
+    fn get(&self, pos: u64, len: usize) -> Option<&[u8]>;
 }
 
 /// Rings shared with other spaces of this process, by key (what a channel announces).
@@ -185,6 +193,7 @@ fn region_get<'a>(r: &'a Region, t: &Tag) -> Option<&'a [u8]> {
         Region::File(m, _) => usize::try_from(t.pos).ok().and_then(|s| m.bytes().get(s..s.checked_add(t.len as usize)?)),
         Region::Mapped(v) => v.resolve(t).ok(),
         Region::Shared(ring) => ring.view.resolve(t).ok(),
+        Region::External(e) => e.get(t.pos, t.len as usize),
     }
 }
 
@@ -410,6 +419,12 @@ impl Store {
         let shareable = std::fs::canonicalize(path).ok().filter(|p| p.is_absolute() && p.is_file() && !p.starts_with("/proc"));
         self.regions.push(Region::File(m, shareable));
         Ok((self.regions.len() as BufId, len))
+    }
+
+    /// Register memory another component lends block by block (see [`External`]).
+    pub fn add_external(&mut self, e: std::sync::Arc<dyn External>) -> BufId {
+        self.regions.push(Region::External(e));
+        self.regions.len() as BufId
     }
 
     /// Make a DBuf written by another space resolvable here; returns its local id (tags

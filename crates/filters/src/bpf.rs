@@ -9,6 +9,8 @@ use kernel::cbpf::{compile, Program};
 
 pub struct Bpf {
     expr: String,
+    /// `placed=kernel`: the program already ran on the capture socket; pass everything.
+    in_kernel: bool,
     /// The program per link type seen (frames of each link type need their own).
     progs: Vec<(u32, Program)>,
 }
@@ -17,11 +19,15 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
     let expr = a.require("expr", Some(0))?.to_string();
     // Compile once now so a bad expression is a build error, not a runtime one.
     let p = compile(&expr, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|e| e.to_string())?;
-    Ok(Box::new(Bpf { expr, progs: vec![(crate::packet::LINKTYPE_ETHERNET, p)] }))
+    let in_kernel = a.get("placed", None) == Some("kernel");
+    Ok(Box::new(Bpf { expr, in_kernel, progs: vec![(crate::packet::LINKTYPE_ETHERNET, p)] }))
 }
 
 impl Filter for Bpf {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        if self.in_kernel {
+            return;
+        }
         for t in batch.tags.iter_mut() {
             let link = cx.store.link(t).unwrap_or(crate::packet::LINKTYPE_ETHERNET);
             let prog = match self.progs.iter().position(|p| p.0 == link) {
@@ -55,7 +61,8 @@ impl Filter for Bpf {
 spec!(BPF, "bpf", "bpf \"EXPRESSION\"",
       "Passes the frames a pcap-filter expression (tcpdump's language, see pcap-filter(7))\n\
        accepts. libpcap compiles the expression to classic BPF for each link type seen; the\n\
-       program runs in this space (a kernel placement on live capture comes with `rx`).\n\
+       program runs in this space, or, right after `rx`, in the kernel on the capture socket\n\
+       (frames it rejects never reach user space; this node then passes everything).\n\
        An expression libpcap refuses is an error before the run starts.",
-      ["expr": "the expression (also the first positional parameter; quote it)"], "1 for accepted frames, 0 otherwise",
+      ["expr": "the expression (also the first positional parameter; quote it)", "placed": "kernel when the program runs on the capture socket (set for `rx | bpf`)"], "1 for accepted frames, 0 otherwise",
       "streamline run 'pcapin file=examples/sample.pcap | bpf \"tcp dst port 80\" | count'", Classification, make);

@@ -19,6 +19,7 @@ pub mod edit;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod inspect;
+pub mod live;
 pub mod packet;
 pub mod proto;
 pub mod sinks;
@@ -32,6 +33,7 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &sources::FILE,
     &sources::STDIN,
     &sources::GEN,
+    &live::RX,
     &proto::ETH,
     &proto::IP,
     &proto::TCP,
@@ -100,6 +102,9 @@ impl Factory for Library {
     }
     fn is_source(&self, name: &str) -> bool {
         find(name).is_some_and(|s| s.source)
+    }
+    fn rewrite(&self, g: lang::Graph) -> lang::Graph {
+        live::kernel_placement(g)
     }
     fn keeps_sessions(&self, name: &str) -> bool {
         // Per-connection state: replicas must each see whole sessions.

@@ -1,8 +1,10 @@
 //! The kernel plane (thesis 3.4, 6.3.2, 7.3.1): programs that can run in the kernel.
 //! Here so far: classic BPF ([`cbpf`]), compiled from pcap-filter expressions by libpcap
-//! and run by our interpreter in user space. Live capture sockets (AF_PACKET, AF_XDP)
-//! and eBPF programs come next.
+//! and run by our interpreter in user space or attached to a capture socket; live capture
+//! with AF_PACKET and a TPACKET_V3 ring ([`afpacket`], the crate's only `unsafe`).
+//! AF_XDP and eBPF programs come next.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
+pub mod afpacket;
 pub mod cbpf;

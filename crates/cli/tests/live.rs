@@ -1,0 +1,131 @@
+//! Live capture on a veth pair into a network namespace this test creates: `rx` counts
+//! what tcpdump, capturing the same traffic on the same interface, counts; `bpf` right
+//! after `rx` runs in the kernel (the socket's filter) and still counts exactly. Needs
+//! root (CI is root): without it the test fails saying so.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_streamline");
+
+fn sh(args: &[&str]) -> std::process::Output {
+    Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("running {args:?}: {e}"))
+}
+
+fn ok(args: &[&str]) {
+    let o = sh(args);
+    assert!(o.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A veth pair: one end here, the other in a namespace with an address; removed on drop.
+struct Veth {
+    ns: String,
+    here: String,
+    peer_ip: String,
+}
+
+impl Veth {
+    fn new() -> Veth {
+        let id = std::process::id() % 100000;
+        let (ns, here, there) = (format!("slt{id}"), format!("slv{id}a"), format!("slv{id}b"));
+        let o = sh(&["ip", "netns", "add", &ns]);
+        assert!(
+            o.status.success(),
+            "creating a network namespace failed (this test needs root / CAP_SYS_ADMIN and the `ip` tool): {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v = Veth { ns: ns.clone(), here: here.clone(), peer_ip: format!("10.{}.{}.2", 100 + id % 100, id / 100 % 250) };
+        let net = v.peer_ip.trim_end_matches(".2").to_string();
+        ok(&["ip", "link", "add", &here, "type", "veth", "peer", "name", &there]);
+        ok(&["ip", "link", "set", &there, "netns", &ns]);
+        ok(&["ip", "addr", "add", &format!("{net}.1/24"), "dev", &here]);
+        ok(&["ip", "link", "set", &here, "up"]);
+        ok(&["ip", "netns", "exec", &ns, "ip", "addr", "add", &format!("{net}.2/24"), "dev", &there]);
+        ok(&["ip", "netns", "exec", &ns, "ip", "link", "set", &there, "up"]);
+        ok(&["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
+        v
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "link", "del", &self.here]);
+        let _ = sh(&["ip", "netns", "del", &self.ns]);
+    }
+}
+
+fn start(pipeline: &str) -> Child {
+    Command::new(BIN).args(["run", "-q", pipeline]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn streamline")
+}
+
+/// SIGINT (as Ctrl-C), then the `count:` number and the `rx` summary line.
+fn stop(c: Child) -> (u64, String) {
+    assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
+    let out = c.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let line = err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("no count after Ctrl-C:\n{err}"));
+    let n = line["count: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+    let rx = err.lines().find(|l| l.starts_with("rx ")).unwrap_or_else(|| panic!("no rx summary:\n{err}")).to_string();
+    (n, rx)
+}
+
+#[test]
+fn live_counts_equal_tcpdump_on_the_same_interface() {
+    let v = Veth::new();
+    let dir = std::env::temp_dir().join(format!("sl-live-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("td.pcap");
+    let all = start(&format!("rx dev={} | count", v.here));
+    let icmp_kernel = start(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
+    let icmp_user = start(&format!("rx dev={} | icmp 4 | count", v.here));
+    let mut td = Command::new("tcpdump")
+        .args(["-i", &v.here, "-w"])
+        .arg(&pcap)
+        .arg("icmp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tcpdump is required (apt-get install tcpdump)");
+    std::thread::sleep(Duration::from_millis(1500));
+    // 200 echo requests and their replies, plus UDP datagrams the ICMP filters must drop.
+    ok(&["ping", "-c", "200", "-i", "0.002", "-q", &v.peer_ip]);
+    for _ in 0..50 {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        let _ = s.send_to(b"streamline", format!("{}:9", v.peer_ip));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (n_all, rx_all) = stop(all);
+    let (n_kernel, rx_kernel) = stop(icmp_kernel);
+    let (n_user, _) = stop(icmp_user);
+    let _ = Command::new("kill").args(["-INT", &td.id().to_string()]).status();
+    let _ = td.wait();
+    let tcpdump = sh(&["tcpdump", "-r", pcap.to_str().unwrap()]);
+    let n_td = String::from_utf8_lossy(&tcpdump.stdout).lines().count() as u64;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(n_td >= 400, "tcpdump saw {n_td} ICMP packets of 400 sent and answered");
+    assert_eq!(n_kernel, n_td, "bpf in the kernel vs tcpdump ({rx_kernel})");
+    assert_eq!(n_user, n_td, "icmp (IPv4) in user space vs tcpdump");
+    assert!(n_all >= n_td + 50, "all frames ({n_all}) include the ICMP ones ({n_td}) and 50 UDP ({rx_all})");
+    // The kernel filter kept the UDP frames out of user space.
+    assert!(rx_kernel.contains(&format!("{n_kernel} packets delivered")), "{rx_kernel}");
+    assert!(rx_kernel.contains("0 dropped by the kernel"), "{rx_kernel}");
+}
+
+#[test]
+fn live_capture_errors_name_the_problem() {
+    let run = |args: &[&str]| {
+        let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (code, err) = run(&[BIN, "run", "rx dev=nosuch0 | count"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no network interface named 'nosuch0'"), "{err}");
+    let (code, err) = run(&[BIN, "run", "rx dev=lo | bpf \"tcp prt 80\" | count"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("does not compile"), "{err}");
+    // Without CAP_NET_RAW (as nobody): the run fails naming the capability.
+    let (code, err) = run(&["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", BIN, "run", "rx dev=lo | count"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("CAP_NET_RAW"), "{err}");
+}

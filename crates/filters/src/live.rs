@@ -1,0 +1,219 @@
+//! Live capture: `rx dev=IF` reads an interface through AF_PACKET with a TPACKET_V3 ring
+//! (the kernel's ring is the DBuf: tags point into it, nothing is copied), handing each
+//! block back to the kernel once its frames have walked the space. A `bpf` filter right
+//! after `rx` runs in the kernel: [`kernel_placement`] moves its program onto the socket.
+
+use dataplane::{Access, Args, Batch, BufId, Ctx, External, Filter, FilterSpec, Param, RecordMeta, Tag};
+use kernel::afpacket::{Frame, RxConfig, RxRing};
+use kernel::cbpf::compile;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The ring as the store's DBuf: positions are `lap * ring length + offset`, so a tag
+/// names one frame for the life of the run (the block memo relies on that).
+#[derive(Debug)]
+struct Lent(RxRing);
+
+impl External for Lent {
+    fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        self.0.frame_bytes((pos % self.0.len() as u64) as usize, len)
+    }
+}
+
+pub struct Rx {
+    dev: String,
+    cfg: RxConfig,
+    kfilter: Option<String>,
+    ring: Option<Arc<Lent>>,
+    buf: BufId,
+    failed: bool,
+    /// The block being emitted: index, frames, next frame, lap.
+    held: Option<(usize, Vec<Frame>, usize, u64)>,
+    blocks_seen: u64,
+    packets: u64,
+    kernel_seen: u64,
+    kernel_drops: u64,
+}
+
+fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
+    let dev = a.require("dev", Some(0))?.to_string();
+    let latency_ms: u64 = a.parse("latency", None, 10)?;
+    let blocks: u32 = a.parse("blocks", None, 16)?;
+    if !(2..=4096).contains(&blocks) {
+        return Err(format!("rx: blocks={blocks} must be 2..=4096"));
+    }
+    let cfg = RxConfig { latency: Duration::from_millis(latency_ms.max(1)), blocks, ..RxConfig::default() };
+    let kfilter = a.get("kfilter", None).map(str::to_string);
+    if let Some(e) = &kfilter {
+        compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| x.to_string())?;
+    }
+    // The interface must exist now (a clear error before the run).
+    kernel::afpacket::ifindex(&dev).map_err(|e| e.to_string())?;
+    Ok(Box::new(Rx { dev, cfg, kfilter, ring: None, buf: 0, failed: false, held: None, blocks_seen: 0, packets: 0, kernel_seen: 0, kernel_drops: 0 }))
+}
+
+impl Rx {
+    fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), String> {
+        let prog = match &self.kfilter {
+            Some(e) => Some(compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| x.to_string())?),
+            None => None,
+        };
+        let ring = RxRing::open(&self.dev, self.cfg, prog.as_ref()).map_err(|e| format!("{}: {e}", self.dev))?;
+        let ring = Arc::new(Lent(ring));
+        self.buf = cx.store.add_external(ring.clone());
+        cx.store.set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
+        self.ring = Some(ring);
+        Ok(())
+    }
+
+    fn count_kernel(&mut self) {
+        if let Some(r) = &self.ring {
+            if let Ok((p, d)) = r.0.stats() {
+                self.kernel_seen += p;
+                self.kernel_drops += d;
+            }
+        }
+    }
+}
+
+impl Filter for Rx {
+    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+
+    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+        if self.failed {
+            return false;
+        }
+        if self.ring.is_none() {
+            if let Err(e) = self.open(cx) {
+                cx.warn(e);
+                cx.stop();
+                self.failed = true;
+                return false;
+            }
+        }
+        let ring = self.ring.clone().expect("opened");
+        if self.held.is_none() {
+            match ring.0.next_block(Duration::from_millis(50)) {
+                Ok(Some((b, frames))) => {
+                    let lap = self.blocks_seen / self.cfg.blocks as u64;
+                    self.blocks_seen += 1;
+                    self.count_kernel();
+                    if frames.is_empty() {
+                        // A block retired by the timer with nothing in it.
+                        ring.0.release(b);
+                        return true;
+                    }
+                    self.held = Some((b, frames, 0, lap));
+                }
+                Ok(None) => return true,
+                Err(e) => {
+                    cx.warn(format!("{}: {e}", self.dev));
+                    cx.stop();
+                    self.failed = true;
+                    return false;
+                }
+            }
+        }
+        let Some((_, frames, next, lap)) = self.held.as_mut() else { return true };
+        let base = *lap * ring.0.len() as u64;
+        let end = (*next + max).min(frames.len());
+        let mut metas = Vec::with_capacity(end - *next);
+        for f in &frames[*next..end] {
+            let pos = base + f.offset as u64;
+            out.push(Tag { pos, len: f.snaplen, buf: self.buf, class: 1 });
+            metas.push(RecordMeta { pos, ts_ns: f.ts_ns, orig_len: f.wirelen });
+        }
+        // Only this batch's frames need metadata: the block goes back after it.
+        metas.sort_by_key(|m| m.pos);
+        cx.store.set_records(self.buf, metas);
+        self.packets += (end - *next) as u64;
+        *next = end;
+        true
+    }
+
+    fn epoch_end(&mut self) {
+        // The batch has walked the whole space: give the block back once all its frames
+        // went out.
+        if let (Some(ring), Some((b, frames, next, _))) = (&self.ring, &self.held) {
+            if *next >= frames.len() {
+                ring.0.release(*b);
+                self.held = None;
+            }
+        }
+    }
+
+    fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
+        self.count_kernel();
+        if let (Some(ring), Some((b, ..))) = (&self.ring, self.held.take()) {
+            ring.0.release(b);
+        }
+    }
+
+    fn summary(&self) -> Option<String> {
+        self.ring.as_ref()?;
+        Some(format!(
+            "rx {}: {} packets delivered, {} seen by the kernel socket{}, {} dropped by the kernel (ring full)",
+            self.dev,
+            self.packets,
+            self.kernel_seen,
+            if self.kfilter.is_some() { " after its BPF program" } else { "" },
+            self.kernel_drops
+        ))
+    }
+}
+
+/// Kernel placement of `bpf` (thesis 6.3.2, push processing down): `rx | bpf "E"` runs
+/// E on the capture socket, so frames it rejects are never handed to user space. The
+/// `bpf` node stays and passes everything (`placed=kernel`), so the graph keeps its shape
+/// and its counters show what the kernel let through.
+pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
+    use lang::{NodeKind, Selector};
+    let edges = g.edges.clone();
+    for e in &edges {
+        let outs = edges.iter().filter(|x| x.from == e.from).count();
+        let ins = edges.iter().filter(|x| x.to == e.to).count();
+        if outs != 1 || ins != 1 || e.sel != Selector::Default {
+            continue;
+        }
+        let expr = match (&g.nodes[e.from].kind, &g.nodes[e.to].kind) {
+            (NodeKind::Filter { filter: a, options: ao, .. }, NodeKind::Filter { filter: b, params, options: bo })
+                if a == "rx" && b == "bpf" && !ao.iter().any(|(k, _)| k == "kfilter") && !bo.iter().any(|(k, _)| k == "placed") =>
+            {
+                match bo.iter().find(|(k, _)| k == "expr").map(|(_, v)| v.clone()).or_else(|| params.first().cloned()) {
+                    Some(x) => x,
+                    None => continue,
+                }
+            }
+            _ => continue,
+        };
+        if let NodeKind::Filter { options, .. } = &mut g.nodes[e.from].kind {
+            options.push(("kfilter".into(), expr));
+        }
+        if let NodeKind::Filter { options, .. } = &mut g.nodes[e.to].kind {
+            options.push(("placed".into(), "kernel".into()));
+        }
+    }
+    g
+}
+
+pub static RX: FilterSpec = FilterSpec {
+    name: "rx",
+    synopsis: "rx dev=IF [latency=MS] [blocks=N]",
+    description: "Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
+                  ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
+                  goes back to the kernel when its frames have walked the space. A block is handed\n\
+                  over at the latest `latency` ms after its first frame, so a quiet link does not hold\n\
+                  frames back. `bpf` right after `rx` runs in the kernel on the socket. Needs\n\
+                  CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count.",
+    params: &[
+        Param { name: "dev", doc: "interface (also positional)" },
+        Param { name: "latency", doc: "longest wait for a partly filled block, ms (default 10)" },
+        Param { name: "blocks", doc: "ring blocks of 1 MiB (default 16)" },
+        Param { name: "kfilter", doc: "pcap-filter expression run in the kernel (set by the bpf placement)" },
+    ],
+    classes: "1 for every frame",
+    example: "streamline run 'rx dev=eth0 | bpf \"tcp port 80\" | count'",
+    access: Access::Source,
+    source: true,
+    make,
+};

@@ -1,0 +1,271 @@
+//! Live capture with AF_PACKET and a TPACKET_V3 ring (thesis 4.5.6: the kernel's ring is
+//! the data ring). The kernel fills blocks of frames; user space reads a block where it
+//! lies and hands it back. Optional: a classic BPF program attached to the socket (the
+//! kernel placement of `bpf`), PACKET_FANOUT (hash) so several sockets share one
+//! interface flow by flow, and PACKET_STATISTICS for the kernel's drops.
+//!
+//! Owns: socket setup, the mapping, block ownership (`TP_STATUS_USER` / `_KERNEL`) and
+//! parsing of block and frame headers. The `unsafe` of this crate lives here, in a few
+//! small blocks (system calls, the mapping, atomic views of status words), each with a
+//! `// SAFETY:` comment.
+
+#![allow(unsafe_code)]
+
+use crate::cbpf::Program;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+const SOL_PACKET: i32 = 263;
+const PACKET_RX_RING: i32 = 5;
+const PACKET_STATISTICS: i32 = 6;
+const PACKET_VERSION: i32 = 10;
+const PACKET_FANOUT: i32 = 18;
+const TPACKET_V3: i32 = 2;
+const TP_STATUS_USER: u32 = 1;
+const TP_STATUS_KERNEL: u32 = 0;
+const ETH_P_ALL: u16 = 0x0003;
+const PACKET_FANOUT_HASH: u32 = 0;
+
+/// How to set up the ring.
+#[derive(Debug, Clone, Copy)]
+pub struct RxConfig {
+    /// Bytes per block (a power of two, a multiple of the page size).
+    pub block_size: u32,
+    /// Blocks in the ring.
+    pub blocks: u32,
+    /// A block is handed to user space at the latest this long after its first frame,
+    /// so a quiet link never holds frames back for long.
+    pub latency: Duration,
+    /// Join a PACKET_FANOUT group (hash mode) with this id.
+    pub fanout: Option<u16>,
+}
+
+impl Default for RxConfig {
+    fn default() -> Self {
+        RxConfig { block_size: 1 << 20, blocks: 16, latency: Duration::from_millis(10), fanout: None }
+    }
+}
+
+/// One frame in a block: where its bytes are in the mapping, and its metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// Offset of the frame's first byte (the MAC header) in the mapping.
+    pub offset: usize,
+    pub snaplen: u32,
+    pub wirelen: u32,
+    pub ts_ns: u64,
+}
+
+/// An AF_PACKET socket with its TPACKET_V3 receive ring.
+#[derive(Debug)]
+pub struct RxRing {
+    fd: OwnedFd,
+    map: *mut u8,
+    len: usize,
+    cfg: RxConfig,
+    /// Next block to look at.
+    next: AtomicU64,
+}
+
+// SAFETY: the mapping is owned by this value and lives until drop; all shared access to
+// it goes through `frame_bytes` (blocks user space owns) and atomic status words.
+unsafe impl Send for RxRing {}
+// SAFETY: as above; the block cursor is atomic.
+unsafe impl Sync for RxRing {}
+
+fn cvt(r: i32, what: &str) -> io::Result<i32> {
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        Err(io::Error::new(e.kind(), format!("{what}: {e}")))
+    } else {
+        Ok(r)
+    }
+}
+
+fn setsockopt<T>(fd: &OwnedFd, level: i32, name: i32, val: &T, what: &str) -> io::Result<()> {
+    // SAFETY: `val` points to a live T of size_of::<T>() bytes for the duration of the call.
+    let r = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, val as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32) };
+    cvt(r, what).map(|_| ())
+}
+
+/// Index of a network interface, or a clear error naming it.
+pub fn ifindex(dev: &str) -> io::Result<u32> {
+    let c = std::ffi::CString::new(dev).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("interface name '{dev}' contains NUL")))?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no network interface named '{dev}'")));
+    }
+    Ok(i)
+}
+
+impl RxRing {
+    /// Open a capture socket on `dev` with a TPACKET_V3 ring.
+    pub fn open(dev: &str, cfg: RxConfig, filter: Option<&Program>) -> io::Result<RxRing> {
+        let idx = ifindex(dev)?;
+        // SAFETY: plain socket(2) call; the result is checked and owned below.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, (ETH_P_ALL).to_be() as i32) };
+        if raw < 0 {
+            let e = io::Error::last_os_error();
+            let hint = if e.raw_os_error() == Some(libc::EPERM) { " (capturing needs CAP_NET_RAW: run as root or grant the capability)" } else { "" };
+            return Err(io::Error::new(e.kind(), format!("AF_PACKET socket: {e}{hint}")));
+        }
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        if let Some(p) = filter {
+            let mut insns: Vec<libc::sock_filter> = p.insns().iter().map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
+            let prog = libc::sock_fprog { len: insns.len() as u16, filter: insns.as_mut_ptr() };
+            setsockopt(&fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog, "attaching the BPF program to the socket (SO_ATTACH_FILTER)")?;
+        }
+        setsockopt(&fd, SOL_PACKET, PACKET_VERSION, &TPACKET_V3, "PACKET_VERSION TPACKET_V3")?;
+        let frame_size = 2048u32;
+        let req: [u32; 7] = [
+            cfg.block_size,
+            cfg.blocks,
+            frame_size,
+            cfg.block_size / frame_size * cfg.blocks,
+            cfg.latency.as_millis().clamp(1, u32::MAX as u128) as u32,
+            0,
+            0,
+        ];
+        setsockopt(&fd, SOL_PACKET, PACKET_RX_RING, &req, "PACKET_RX_RING")?;
+        let len = cfg.block_size as usize * cfg.blocks as usize;
+        // SAFETY: mapping the ring the kernel just set up on this socket, shared and
+        // read-write as TPACKET requires; the result is checked.
+        let map = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_LOCKED, fd.as_raw_fd(), 0) };
+        let map = if map == libc::MAP_FAILED {
+            // MAP_LOCKED can fail under RLIMIT_MEMLOCK; retry without it.
+            // SAFETY: as above.
+            let m = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+            if m == libc::MAP_FAILED {
+                return Err(io::Error::new(io::Error::last_os_error().kind(), format!("mapping the capture ring: {}", io::Error::last_os_error())));
+            }
+            m
+        } else {
+            map
+        };
+        let ring = RxRing { fd, map: map as *mut u8, len, cfg, next: AtomicU64::new(0) };
+        let mut sll: libc::sockaddr_ll = unsafe_zeroed();
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = ETH_P_ALL.to_be();
+        sll.sll_ifindex = idx as i32;
+        // SAFETY: `sll` is a valid sockaddr_ll for the duration of the call.
+        let r = unsafe { libc::bind(ring.fd.as_raw_fd(), &sll as *const libc::sockaddr_ll as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) };
+        cvt(r, &format!("binding to {dev}"))?;
+        if let Some(group) = cfg.fanout {
+            let v: u32 = group as u32 | (PACKET_FANOUT_HASH << 16);
+            setsockopt(&ring.fd, SOL_PACKET, PACKET_FANOUT, &v, "PACKET_FANOUT (hash)")?;
+        }
+        Ok(ring)
+    }
+
+    /// Bytes in the mapping.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn status(&self, block: usize) -> &AtomicU32 {
+        let off = block * self.cfg.block_size as usize + 8; // tpacket_block_desc: version, offset_to_priv, then bh1.block_status
+        // SAFETY: the offset lies inside the mapping (block < blocks) and is 4-aligned
+        // (blocks are page-aligned); the kernel and we access this word only atomically.
+        unsafe { &*(self.map.add(off) as *const AtomicU32) }
+    }
+
+    fn read_u32(&self, off: usize) -> u32 {
+        debug_assert!(off + 4 <= self.len);
+        // SAFETY: in bounds of the mapping, within a block user space owns (checked by
+        // the callers through the block status), so the kernel does not write it now.
+        unsafe { std::ptr::read_unaligned(self.map.add(off) as *const u32) }
+    }
+
+    /// Wait up to `timeout` for the next block the kernel has handed over; returns its
+    /// index and its frames, or None on timeout.
+    pub fn next_block(&self, timeout: Duration) -> io::Result<Option<(usize, Vec<Frame>)>> {
+        let b = (self.next.load(Ordering::Relaxed) % self.cfg.blocks as u64) as usize;
+        if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
+            let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN | libc::POLLERR, revents: 0 };
+            // SAFETY: one valid pollfd for the duration of the call.
+            let r = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    return Ok(None);
+                }
+                return Err(e);
+            }
+            if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
+                return Ok(None);
+            }
+        }
+        let base = b * self.cfg.block_size as usize;
+        let bs = self.cfg.block_size as usize;
+        let num = self.read_u32(base + 12) as usize;
+        let mut off = self.read_u32(base + 16) as usize;
+        let mut frames = Vec::with_capacity(num);
+        for _ in 0..num {
+            if off + 36 > bs {
+                break; // a corrupt block: stop at what is readable
+            }
+            let h = base + off;
+            let next = self.read_u32(h) as usize;
+            let (sec, nsec, snap, wire) = (self.read_u32(h + 4), self.read_u32(h + 8), self.read_u32(h + 12), self.read_u32(h + 16));
+            // tp_mac (u16) at 24.
+            let mac = self.read_u32(h + 24) as usize & 0xffff;
+            if off + mac + snap as usize <= bs {
+                frames.push(Frame { offset: h + mac, snaplen: snap, wirelen: wire, ts_ns: sec as u64 * 1_000_000_000 + nsec as u64 });
+            }
+            if next == 0 {
+                break;
+            }
+            off += next;
+        }
+        self.next.fetch_add(1, Ordering::Relaxed);
+        Ok(Some((b, frames)))
+    }
+
+    /// Hand block `b` back to the kernel (after everything read from it is done with).
+    pub fn release(&self, b: usize) {
+        self.status(b).store(TP_STATUS_KERNEL, Ordering::Release);
+    }
+
+    /// The bytes of a frame in a block user space owns (between `next_block` and
+    /// `release`).
+    pub fn frame_bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        if offset.checked_add(len)? > self.len {
+            return None;
+        }
+        // SAFETY: in bounds; the caller holds the block (user-owned), so the kernel does
+        // not write these bytes until `release`.
+        Some(unsafe { std::slice::from_raw_parts(self.map.add(offset), len) })
+    }
+
+    /// (packets, drops) counted by the kernel since the last call (PACKET_STATISTICS).
+    pub fn stats(&self) -> io::Result<(u64, u64)> {
+        let mut st = [0u32; 3];
+        let mut len = std::mem::size_of_val(&st) as u32;
+        // SAFETY: `st` has room for tpacket_stats_v3 (3 x u32); `len` says so.
+        let r = unsafe { libc::getsockopt(self.fd.as_raw_fd(), SOL_PACKET, PACKET_STATISTICS, st.as_mut_ptr() as *mut libc::c_void, &mut len) };
+        cvt(r, "PACKET_STATISTICS")?;
+        Ok((st[0] as u64, st[1] as u64))
+    }
+}
+
+fn unsafe_zeroed<T>() -> T {
+    // SAFETY: only used for plain C structs (sockaddr_ll) for which all-zero is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+impl Drop for RxRing {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `open`; no slices outlive `self`
+        // (they borrow it).
+        unsafe {
+            libc::munmap(self.map as *mut libc::c_void, self.len);
+        }
+    }
+}
