@@ -10,6 +10,7 @@
 //! Adding a subcommand: a module with an `Args` (clap `Args`) and a
 //! `run(&Args, quick) -> Result<()>`, plus one variant in [`Command`].
 
+mod capture;
 mod child;
 mod pattern;
 mod pcap;
@@ -45,6 +46,8 @@ enum Command {
     Pcap(pcap::Args),
     /// Many spaces: cross-space cost, batched wake-ups across spaces, data parallelism.
     Spaces(spaces::Args),
+    /// Live capture on a veth pair: kernel vs user bpf, capture cost vs tcpdump, multi-queue.
+    Capture(capture::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -60,6 +63,7 @@ fn main() {
         Command::Threading(a) => threading::run(a, cli.quick),
         Command::Pcap(a) => pcap::run(a, cli.quick),
         Command::Spaces(a) => spaces::run_main(a, cli.quick),
+        Command::Capture(a) => capture::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

@@ -64,5 +64,5 @@ spec!(BPF, "bpf", "bpf \"EXPRESSION\"",
        program runs in this space, or, right after `rx`, in the kernel on the capture socket\n\
        (frames it rejects never reach user space; this node then passes everything).\n\
        An expression libpcap refuses is an error before the run starts.",
-      ["expr": "the expression (also the first positional parameter; quote it)", "placed": "kernel when the program runs on the capture socket (set for `rx | bpf`)"], "1 for accepted frames, 0 otherwise",
+      ["expr": "the expression (also the first positional parameter; quote it)", "placed": "kernel when the program runs on the capture socket (set for `rx | bpf`); user keeps it in this space"], "1 for accepted frames, 0 otherwise",
       "streamline run 'pcapin file=examples/sample.pcap | bpf \"tcp dst port 80\" | count'", Classification, make);

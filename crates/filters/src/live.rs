@@ -42,7 +42,11 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
     if !(2..=4096).contains(&blocks) {
         return Err(format!("rx: blocks={blocks} must be 2..=4096"));
     }
-    let cfg = RxConfig { latency: Duration::from_millis(latency_ms.max(1)), blocks, ..RxConfig::default() };
+    let fanout = match a.get("fanout", None) {
+        None => None,
+        Some(g) => Some(g.parse::<u16>().map_err(|_| format!("rx: fanout={g} is not a group id 0..=65535"))?),
+    };
+    let cfg = RxConfig { latency: Duration::from_millis(latency_ms.max(1)), blocks, fanout, ..RxConfig::default() };
     let kfilter = a.get("kfilter", None).map(str::to_string);
     if let Some(e) = &kfilter {
         compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| x.to_string())?;
@@ -97,7 +101,10 @@ impl Filter for Rx {
                 Ok(Some((b, frames))) => {
                     let lap = self.blocks_seen / self.cfg.blocks as u64;
                     self.blocks_seen += 1;
-                    self.count_kernel();
+                    // The kernel's counters (a system call): now and then, and at the end.
+                    if self.blocks_seen % 64 == 0 {
+                        self.count_kernel();
+                    }
                     if frames.is_empty() {
                         // A block retired by the timer with nothing in it.
                         ring.0.release(b);
@@ -198,7 +205,7 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
 
 pub static RX: FilterSpec = FilterSpec {
     name: "rx",
-    synopsis: "rx dev=IF [latency=MS] [blocks=N]",
+    synopsis: "rx dev=IF [latency=MS] [blocks=N] [fanout=G]",
     description: "Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
                   goes back to the kernel when its frames have walked the space. A block is handed\n\
@@ -210,6 +217,7 @@ pub static RX: FilterSpec = FilterSpec {
         Param { name: "latency", doc: "longest wait for a partly filled block, ms (default 10)" },
         Param { name: "blocks", doc: "ring blocks of 1 MiB (default 16)" },
         Param { name: "kfilter", doc: "pcap-filter expression run in the kernel (set by the bpf placement)" },
+        Param { name: "fanout", doc: "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)" },
     ],
     classes: "1 for every frame",
     example: "streamline run 'rx dev=eth0 | bpf \"tcp port 80\" | count'",

@@ -1,0 +1,195 @@
+//! The `capture` subcommand (thesis 7.2.2, 6.3.2): live capture on a veth pair into a
+//! network namespace the benchmark creates, with UDP traffic it sends itself at a fixed
+//! rate (1% of it to port 7, the rest to port 9).
+//!
+//! - **Kernel vs user placement of `bpf "udp dst port 7"`**: `rx | bpf` (the program runs
+//!   on the socket) against `rx | bpf placed=user` (every frame is handed to user space
+//!   and the interpreter runs there): CPU time of the whole capturing process per packet
+//!   sent, and packets handed to user space.
+//! - **Capture cost against tcpdump**: `rx | count` against `tcpdump -w /dev/null`, both
+//!   capturing everything: CPU time per packet of the capturing process.
+//! - **Multi-queue receive**: `rx fanout=G | deflate | null` in one process and in two
+//!   (same fanout group, hash mode: each flow on one engine), traffic from 16 flows;
+//!   packets processed per second.
+//!
+//! CPU time is read from /proc/PID/task/*/schedstat (nanoseconds on CPU, all threads)
+//! just before the capture is stopped. Needs root (namespaces, CAP_NET_RAW).
+
+use crate::util::{err, watchdog, Result, Summary, Target};
+use std::net::UdpSocket;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Offered rate, packets per second.
+    #[arg(long, default_value_t = 50_000)]
+    pps: u64,
+    /// Seconds of traffic per configuration.
+    #[arg(long, default_value_t = 3.0)]
+    secs: f64,
+}
+
+fn sh(args: &[&str]) -> Result<()> {
+    let o = Command::new(args[0]).args(&args[1..]).output().map_err(|e| err(format!("running {args:?}: {e}")))?;
+    if !o.status.success() {
+        return Err(err(format!("{args:?} failed: {}", String::from_utf8_lossy(&o.stderr).trim())));
+    }
+    Ok(())
+}
+
+/// A veth pair into a fresh namespace; removed on drop.
+struct Veth {
+    ns: String,
+    here: String,
+    peer: String,
+}
+
+impl Veth {
+    fn new() -> Result<Veth> {
+        let id = std::process::id() % 100000;
+        let (ns, here, there) = (format!("slb{id}"), format!("slb{id}a"), format!("slb{id}b"));
+        sh(&["ip", "netns", "add", &ns]).map_err(|e| err(format!("{e} (the capture benchmark needs root and iproute2)")))?;
+        let v = Veth { ns: ns.clone(), here: here.clone(), peer: "10.250.0.2".into() };
+        sh(&["ip", "link", "add", &here, "type", "veth", "peer", "name", &there])?;
+        sh(&["ip", "link", "set", &there, "netns", &ns])?;
+        sh(&["ip", "addr", "add", "10.250.0.1/24", "dev", &here])?;
+        sh(&["ip", "link", "set", &here, "up"])?;
+        sh(&["ip", "netns", "exec", &ns, "ip", "addr", "add", "10.250.0.2/24", "dev", &there])?;
+        sh(&["ip", "netns", "exec", &ns, "ip", "link", "set", &there, "up"])?;
+        // Answer nothing: drop the UDP in the namespace so no ICMP comes back.
+        let _ = sh(&["ip", "netns", "exec", &ns, "sh", "-c", "echo 0 > /proc/sys/net/ipv4/icmp_ratelimit"]);
+        Ok(v)
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "link", "del", &self.here]);
+        let _ = sh(&["ip", "netns", "del", &self.ns]);
+    }
+}
+
+/// Send `pps` UDP datagrams per second for `secs` from `flows` source ports; every 100th
+/// goes to port 7. Returns the number sent.
+fn send(dst: &str, pps: u64, secs: f64, flows: u16) -> Result<u64> {
+    let socks: Vec<UdpSocket> = (0..flows).map(|_| UdpSocket::bind("10.250.0.1:0")).collect::<std::io::Result<_>>().map_err(|e| err(format!("udp socket: {e}")))?;
+    let payload = [0x5au8; 64];
+    let t0 = Instant::now();
+    let total = (pps as f64 * secs) as u64;
+    let mut sent = 0u64;
+    while sent < total {
+        let due = (t0.elapsed().as_secs_f64() * pps as f64) as u64;
+        while sent < due.min(total) {
+            let port = if sent % 100 == 0 { 7 } else { 9 };
+            let s = &socks[(sent % flows as u64) as usize];
+            if s.send_to(&payload, format!("{dst}:{port}")).is_ok() {
+                sent += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(sent)
+}
+
+/// Nanoseconds on CPU of every thread of `pid`.
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next().and_then(|x| x.parse::<u64>().ok()))
+        .sum()
+}
+
+fn streamline() -> Result<std::path::PathBuf> {
+    let exe = std::env::current_exe().map_err(|e| err(format!("own executable: {e}")))?.with_file_name("streamline");
+    if !exe.is_file() {
+        return Err(err(format!("{} not found; build it with `cargo build --release -p streamline`", exe.display())));
+    }
+    Ok(exe)
+}
+
+/// One capture: start `cmd`, send traffic, read its CPU time, stop it with SIGINT.
+/// Returns (packets sent, CPU seconds, stderr).
+fn measure(mut cmd: Command, a: &Args, flows: u16) -> Result<(u64, f64, String)> {
+    let child: Child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| err(format!("starting {cmd:?}: {e}")))?;
+    std::thread::sleep(Duration::from_millis(800));
+    let c0 = cpu_ns(child.id());
+    let sent = send("10.250.0.2", a.pps, a.secs, flows)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let c1 = cpu_ns(child.id());
+    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let out = child.wait_with_output().map_err(|e| err(format!("waiting: {e}")))?;
+    Ok((sent, (c1 - c0) as f64 / 1e9, String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
+fn count_in(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("count: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn delivered_in(stderr: &str) -> u64 {
+    stderr.lines().filter(|l| l.starts_with("rx ")).filter_map(|l| l.split(": ").nth(1)?.split_whitespace().next()?.parse::<u64>().ok()).sum()
+}
+
+pub fn run(a: &Args, quick: bool) -> Result<()> {
+    watchdog(Duration::from_secs(600));
+    let a = if quick { Args { pps: 20_000, secs: 1.0 } } else { Args { pps: a.pps, secs: a.secs } };
+    let sl = streamline()?;
+    let v = Veth::new()?;
+    let dev = v.here.clone();
+    let _ = &v.peer;
+    println!("streamline-bench capture ({} mode): {} packets/s of 64-byte UDP for {} s on veth {dev}", if quick { "quick" } else { "full" }, a.pps, a.secs);
+    let mut summary = Summary::default();
+    let run_sl = |pipeline: String| {
+        let mut c = Command::new(&sl);
+        c.args(["run", "-q", &pipeline]);
+        c
+    };
+
+    println!("\n== bpf \"udp dst port 7\" (1% of the traffic): kernel vs user placement ==");
+    let (sk, ck, ek) = measure(run_sl(format!("rx dev={dev} | bpf \"udp dst port 7\" | count")), &a, 1)?;
+    let (su, cu, eu) = measure(run_sl(format!("rx dev={dev} | bpf \"udp dst port 7\" placed=user | count")), &a, 1)?;
+    let (nk, nu) = (count_in(&ek), count_in(&eu));
+    let (dk, du) = (delivered_in(&ek), delivered_in(&eu));
+    println!("{:<10} {:>10} {:>12} {:>14} {:>12}", "placement", "sent", "matched", "to user space", "CPU ns/pkt");
+    println!("{:<10} {:>10} {:>12} {:>14} {:>12.0}", "kernel", sk, nk, dk, ck * 1e9 / sk as f64);
+    println!("{:<10} {:>10} {:>12} {:>14} {:>12.0}", "user", su, nu, du, cu * 1e9 / su as f64);
+    if nk == 0 || nu == 0 {
+        return Err(err(format!("no matching packets were counted (kernel {nk}, user {nu}): {ek} {eu}")));
+    }
+    let ratio = (cu / su as f64) / (ck / sk as f64);
+    summary.add("kernel_vs_user_bpf_user_cycles_per_packet", ratio, Some(Target::AtLeast(5.0)), format!("CPU per packet sent: user {:.0} ns vs kernel {:.0} ns; frames handed to user space {du} vs {dk}", cu * 1e9 / su as f64, ck * 1e9 / sk as f64));
+
+    println!("\n== Capturing everything: rx | count vs tcpdump -w /dev/null ==");
+    let (s1, c1, e1) = measure(run_sl(format!("rx dev={dev} | count")), &a, 1)?;
+    let mut td = Command::new("tcpdump");
+    td.args(["-i", &dev, "-w", "/dev/null", "-q"]);
+    let (s2, c2, _) = measure(td, &a, 1)?;
+    println!("streamline: {} of {s1} packets, {:.0} ns CPU/packet", count_in(&e1), c1 * 1e9 / s1 as f64);
+    println!("tcpdump:    {s2} packets sent, {:.0} ns CPU/packet", c2 * 1e9 / s2 as f64);
+    summary.add("capture_cpu_tcpdump_over_streamline", (c2 / s2 as f64) / (c1 / s1 as f64), Some(Target::AtLeast(1.5)), "CPU time per packet of the capturing process at the same offered rate");
+
+    println!("\n== Multi-queue receive: 1 and 2 engines (PACKET_FANOUT hash), deflate per packet, 16 flows ==");
+    let engine = |g: u16| run_sl(format!("rx dev={dev} fanout={g} | deflate level=9 | count"));
+    let (so, _, eo) = measure(engine(4242), &a, 16)?;
+    let one = count_in(&eo);
+    // Two engines: two processes in the same fanout group.
+    let mut second = engine(4343).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| err(format!("second engine: {e}")))?;
+    drop(second.stdin.take());
+    let mut first_of_two = engine(4343);
+    let (st, _, et) = measure(std::mem::replace(&mut first_of_two, Command::new("true")), &a, 16)?;
+    let _ = Command::new("kill").args(["-INT", &second.id().to_string()]).status();
+    let out2 = second.wait_with_output().map_err(|e| err(format!("waiting: {e}")))?;
+    let two = count_in(&et) + count_in(&String::from_utf8_lossy(&out2.stderr));
+    println!("1 engine:  {one} of {so} packets processed");
+    println!("2 engines: {two} of {st} packets processed");
+    summary.add("multiqueue_2_vs_1", two as f64 / one.max(1) as f64, None, format!("packets processed with 2 engines vs 1 at {} packets/s offered (2 CPUs, the sender shares them)", a.pps));
+    summary.print();
+    drop(v);
+    Ok(())
+}
