@@ -15,6 +15,7 @@ mod pattern;
 mod pcap;
 mod proc;
 mod rings;
+mod solver;
 mod spsc;
 mod threading;
 mod util;
@@ -42,6 +43,9 @@ enum Command {
     Threading(threading::Args),
     /// Reading a large capture with a port filter and counting, vs. tcpdump.
     Pcap(pcap::Args),
+    /// Optimizer solve time for linear and split-join requests on 1..64 spaces (thesis
+    /// Figures 7.18-7.20).
+    Solver(solver::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -56,6 +60,7 @@ fn main() {
         Command::Rings(a) => rings::run(a, cli.quick),
         Command::Threading(a) => threading::run(a, cli.quick),
         Command::Pcap(a) => pcap::run(a, cli.quick),
+        Command::Solver(a) => solver::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };
