@@ -128,10 +128,10 @@ mod tests {
     /// Builds `names` as a chain: open each, connect neighbours, activate. Fails at
     /// step `fail_at` (counting from 0) if given.
     fn build(rt: Rt, names: &[&str], fail_at: Option<usize>) -> Result<Rt, (String, Rt)> {
-        let shared = Rc::new(RefCell::new(None));
+        let shared: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
         let mut t = Transaction::new(rt);
         let mut k = 0usize;
-        let mut check = |k: &mut usize| -> Result<(), String> {
+        let check = |k: &mut usize| -> Result<(), String> {
             let here = *k;
             *k += 1;
             if Some(here) == fail_at { Err(format!("injected failure at step {here}")) } else { Ok(()) }
@@ -153,7 +153,7 @@ mod tests {
                         rt.journal.push(format!("close {gone}"));
                     },
                 )
-                .map_err(|e| e.to_string());
+                .map_err(|e: StepFailed<String>| e.to_string());
             match id {
                 Ok(id) => ids.push(id),
                 Err(e) => {
@@ -171,7 +171,7 @@ mod tests {
                         check(&mut k)?;
                         rt.links.push((a, b));
                         rt.journal.push(format!("connect {a}->{b}"));
-                        Ok(())
+                        Ok::<(), String>(())
                     },
                     move |rt, ()| {
                         rt.links.retain(|l| *l != (a, b));
@@ -189,7 +189,7 @@ mod tests {
                 |rt: &mut Rt| {
                     check(&mut k)?;
                     rt.active = true;
-                    Ok(())
+                    Ok::<(), String>(())
                 },
                 |rt, ()| rt.active = false,
             ) {
