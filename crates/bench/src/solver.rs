@@ -3,7 +3,7 @@
 //! 1..10 filters on 1..16 spaces (Figures 7.18-7.19) and split-join requests
 //! `gen | f + f + ... + f | null` (Figure 7.20), plus the headline 20 filters on 64
 //! spaces. All filters are the same and exist in every space, as in the thesis; each
-//! costs 8% of a CPU at the modelled rate, so capacity constraints are live for the
+//! costs 4% of a CPU at the modelled rate, so capacity constraints are live for the
 //! larger requests. Reports the median of R runs (11, or 3 with --quick) with min and
 //! max, and the model size (variables, constraints).
 //!
@@ -36,7 +36,7 @@ struct Point {
 fn measure(text: &str, spaces: usize, reps: usize) -> Result<Point> {
     let mut catalog = Catalog::new();
     catalog.set_measured("strip", 800.0, 0.0, None);
-    let load = Load { blocks_per_sec: 200_000.0, bytes_per_block: 500.0 };
+    let load = Load { blocks_per_sec: 100_000.0, bytes_per_block: 500.0 };
     let (_, req) = request_from_text(text, &catalog, load).map_err(|e| err(e.to_string()))?;
     let sys = SystemModel::n_spaces(spaces);
     let mut times = Vec::with_capacity(reps);
