@@ -341,7 +341,16 @@ pub fn ilp(req: &Request, sys: &SystemModel, time_limit: f64) -> Result<(Vec<Cho
 /// The optimizer with its fallback: the ILP, or the heuristic if the solver fails for a
 /// reason other than infeasibility (which no algorithm can fix).
 pub fn best(req: &Request, sys: &SystemModel) -> Result<(Vec<Choice>, SolverStats), PlanError> {
-    match ilp(req, sys, 10.0) {
+    let result = ilp(req, sys, 10.0).and_then(|(c, st)| {
+        // A search stopped by the time limit may hand back an incomplete solution.
+        let load = evaluate(req, sys, &c).cpu_load;
+        if load.iter().any(|&l| l > sys.cycles_per_sec * (1.0 + 1e-9)) {
+            Err(PlanError::Solver("time limit reached before a feasible solution".into()))
+        } else {
+            Ok((c, st))
+        }
+    });
+    match result {
         Err(PlanError::Solver(why)) => {
             let (c, mut st) = push_down(req, sys)?;
             st.alternative = format!("fallback, solver failed: {why}");
