@@ -25,7 +25,11 @@
 
 use std::time::Instant;
 
-use good_lp::{constraint, variable, variables, Expression, ResolutionError, Solution, SolverModel, Variable};
+use std::collections::HashMap;
+
+use good_lp::{
+    constraint, variable, variables, Expression, ResolutionError, Solution, SolverModel, Variable, WithInitialSolution,
+};
 
 use crate::error::PlanError;
 use crate::model::Request;
@@ -176,6 +180,8 @@ pub fn ilp(req: &Request, sys: &SystemModel, time_limit: f64) -> Result<(Vec<Cho
     let mut vars = variables!();
     let mut nvars = 0usize;
     let mut cons: Vec<good_lp::Constraint> = Vec::new();
+    // Each indicator with the right-hand sides it bounds, to compute a warm start.
+    let mut inds: Vec<(Variable, Vec<Expression>)> = Vec::new();
     // x[i][k] for opts[i][k].
     let x: Vec<Vec<Variable>> = opts
         .iter()
@@ -238,10 +244,13 @@ pub fn ilp(req: &Request, sys: &SystemModel, time_limit: f64) -> Result<(Vec<Cho
         nvars += 1;
         let v = vars.add(variable().min(0.0).max(1.0));
         *objective += coef * v;
+        let mut rhss = Vec::with_capacity(pairs.len());
         for (a, b) in pairs {
             let rhs = a.unwrap_or_default() - b.unwrap_or_default();
+            rhss.push(rhs.clone());
             cons.push(constraint!(v >= rhs));
         }
+        inds.push((v, rhss));
     };
     for st in &req.streams {
         let (i, j) = (st.from, st.to);
@@ -315,7 +324,24 @@ pub fn ilp(req: &Request, sys: &SystemModel, time_limit: f64) -> Result<(Vec<Cho
     // Feasibility jump, HiGHS' first primal heuristic, costs ~8 ms per solve on these
     // models whatever their size (measured with `streamline-bench solver`); the search
     // finds feasible placements quickly without it.
-    let problem = problem.set_option("mip_heuristic_run_feasibility_jump", false).with_all(cons);
+    let mut problem = problem.set_option("mip_heuristic_run_feasibility_jump", false).with_all(cons);
+    // Warm start from the heuristic's placement (thesis 7.4: a solver handed a feasible
+    // solution skips the search for one). Measured: 20 filters on 64 spaces 68-81 ms
+    // with it, 97-101 ms without.
+    if let Ok((warm, _)) = push_down(req, sys) {
+        let mut start: HashMap<Variable, f64> = HashMap::new();
+        for i in 0..n {
+            for (k, o) in opts[i].iter().enumerate() {
+                start.insert(x[i][k], if *o == warm[i] { 1.0 } else { 0.0 });
+            }
+        }
+        let mut all: Vec<(Variable, f64)> = start.iter().map(|(v, val)| (*v, *val)).collect();
+        for (v, rhss) in &inds {
+            let val = rhss.iter().map(|e| e.eval_with(&start)).fold(0.0, f64::max).min(1.0);
+            all.push((*v, val));
+        }
+        problem = problem.with_initial_solution(all);
+    }
     let solution = match problem.solve() {
         Ok(s) => s,
         Err(ResolutionError::Infeasible) => return Err(PlanError::Infeasible(why_infeasible(req, sys))),
