@@ -63,7 +63,15 @@ impl Planner {
                 let heaviest = (0..req.nodes.len())
                     .filter(|&i| req.nodes[i].role == Role::Filter)
                     .max_by(|&a, &b| req.node_cycles(a, 0).total_cmp(&req.node_cycles(b, 0)));
+                let mut why = why;
                 if let Some(node) = heaviest {
+                    if self.sys.cpus.len() >= 2 {
+                        why += &format!(
+                            "; the data-parallel template for '{}' did not fit either (tried 2..={} ways)",
+                            req.nodes[node].label,
+                            self.sys.cpus.len()
+                        );
+                    }
                     for ways in 2..=self.sys.cpus.len() {
                         let g2 = lang::parallelize(g, node, ways, SplitMode::RoundRobin);
                         let req2 = Request::from_graph(&g2, &self.catalog, self.load)?;
