@@ -195,7 +195,7 @@ pub struct Pin {
 
 impl Pin {
     pub fn admits(&self, kind: SpaceKind, cpu: usize) -> bool {
-        self.kinds.map_or(true, |k| k.contains(&kind)) && self.cpu.map_or(true, |c| c == cpu)
+        self.kinds.is_none_or(|k| k.contains(&kind)) && self.cpu.is_none_or(|c| c == cpu)
     }
 
     /// Parses `kernel`, `user`, `thread`, `process`, each optionally `:CPU`, or `cpuN`.

@@ -92,7 +92,7 @@ fn why_infeasible(req: &Request, sys: &SystemModel) -> String {
         let least = (0..n.impls.len()).map(|m| req.node_cycles(i, m)).fold(f64::INFINITY, f64::min);
         if least > sys.cycles_per_sec {
             return format!(
-                "filter '{}' (node {i}) needs {:.3e} cycles/s at {:.3e} blocks/s, more than one CPU's {:.3e}; lower the rate or split it (data-parallel template)",
+                "filter '{}' (node {i}) needs {:.3e} cycles/s at {:.3e} blocks/s, more than one CPU's {:.3e}",
                 n.label, least, n.rate_in, sys.cycles_per_sec
             );
         }
@@ -305,8 +305,8 @@ pub fn ilp(req: &Request, sys: &SystemModel, time_limit: f64) -> Result<(Vec<Cho
     // @single: all such filters in one space.
     let singles: Vec<usize> = (0..n).filter(|&i| req.nodes[i].single).collect();
     for w in singles.windows(2) {
-        for s in 0..ns {
-            let (a, b) = (xs[w[0]][s].clone(), xs[w[1]][s].clone());
+        for (a, b) in xs[w[0]].iter().zip(&xs[w[1]]) {
+            let (a, b) = (a.clone(), b.clone());
             if a.is_none() && b.is_none() {
                 continue;
             }

@@ -247,7 +247,7 @@ impl SystemModel {
                 return Err(SystemError::Invalid(format!("space {} on unknown cpu {}", i, s.cpu)));
             }
         }
-        if !(self.cycles_per_sec > 0.0) {
+        if self.cycles_per_sec.is_nan() || self.cycles_per_sec <= 0.0 {
             return Err(SystemError::Invalid("cycles_per_sec must be positive".into()));
         }
         let c = &self.costs;
@@ -371,7 +371,7 @@ impl SystemModel {
                 let name = ent.file_name().to_string_lossy().to_string();
                 let Some(n) = name.strip_prefix("node").and_then(|n| n.parse::<usize>().ok()) else { continue };
                 if let Ok(list) = read_trim(&ent.path().join("cpulist")).and_then(|s| {
-                    parse_cpu_list(&s).map_err(|e| SystemError::Invalid(e))
+                    parse_cpu_list(&s).map_err(SystemError::Invalid)
                 }) {
                     for c in list {
                         if let Some(i) = cpus.iter().position(|&x| x == c) {
