@@ -17,6 +17,7 @@ mod pcap;
 mod proc;
 mod rings;
 mod spaces;
+mod solver;
 mod spsc;
 mod threading;
 mod util;
@@ -48,6 +49,9 @@ enum Command {
     Spaces(spaces::Args),
     /// Live capture on a veth pair: kernel vs user bpf, capture cost vs tcpdump, multi-queue.
     Capture(capture::Args),
+    /// Optimizer solve time for linear and split-join requests on 1..64 spaces (thesis
+    /// Figures 7.18-7.20).
+    Solver(solver::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -64,6 +68,7 @@ fn main() {
         Command::Pcap(a) => pcap::run(a, cli.quick),
         Command::Spaces(a) => spaces::run_main(a, cli.quick),
         Command::Capture(a) => capture::run(a, cli.quick),
+        Command::Solver(a) => solver::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

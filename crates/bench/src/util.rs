@@ -110,6 +110,7 @@ struct Headline {
 #[derive(Debug, Clone, Copy)]
 pub enum Target {
     AtLeast(f64),
+    AtMost(f64),
 }
 
 /// Headline figures of a subcommand, printed at the end as a human-readable verdict table
@@ -130,6 +131,8 @@ impl Summary {
             let verdict = match h.target {
                 Some(Target::AtLeast(t)) if h.value >= t => format!("target >= {t}: met"),
                 Some(Target::AtLeast(t)) => format!("target >= {t}: MISSED"),
+                Some(Target::AtMost(t)) if h.value <= t => format!("target <= {t}: met"),
+                Some(Target::AtMost(t)) => format!("target <= {t}: MISSED"),
                 None => "no target".to_string(),
             };
             println!("{:<36} {:>9.3}   {:<22} {}", h.metric, h.value, verdict, h.note);

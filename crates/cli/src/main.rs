@@ -7,6 +7,9 @@
 //!   belongs to the pipeline's data.
 //! - `streamline check 'PIPELINE'` prints the parsed graph, or the diagnostic.
 //! - `streamline filters [NAME]` lists the native filters or prints one's documentation.
+//! - `streamline plan 'PIPELINE'` chooses where every filter runs and how every stream is
+//!   carried (control crate: ILP solved by HiGHS, push-down heuristic as baseline) and
+//!   prints why; `--dot FILE` writes Graphviz, `--compare` puts the heuristic beside it.
 
 use clap::{Parser, Subcommand};
 use dataplane::channel::ChannelConfig;
@@ -51,6 +54,37 @@ enum Cmd {
         #[arg(long)]
         fd: i32,
     },
+    /// Choose a placement for a pipeline and explain it (does not run it).
+    Plan {
+        pipeline: String,
+        /// Write the plan as Graphviz DOT to this file (`-` for standard output).
+        #[arg(long)]
+        dot: Option<String>,
+        /// Also plan with the push-processing-down heuristic and compare costs.
+        #[arg(long)]
+        compare: bool,
+        /// Use only the heuristic.
+        #[arg(long, conflicts_with = "compare")]
+        heuristic: bool,
+        /// A system model in JSON instead of discovering this machine.
+        #[arg(long)]
+        system: Option<std::path::PathBuf>,
+        /// Print the system model (JSON) and exit.
+        #[arg(long)]
+        show_system: bool,
+        /// Expected blocks per second at each source.
+        #[arg(long, default_value_t = 100_000.0)]
+        rate: f64,
+        /// Expected bytes per block at each source.
+        #[arg(long, default_value_t = 500.0)]
+        bytes: f64,
+        /// Measured cost of a filter: NAME:CYCLES_PER_CALL,CYCLES_PER_BYTE[,FORWARD_RATIO].
+        #[arg(long = "cost", value_name = "NAME:CALL,BYTE[,FWD]")]
+        costs: Vec<String>,
+        /// Print only the canonical placement (stable; what golden tests compare).
+        #[arg(long)]
+        canonical: bool,
+    },
 }
 
 /// Native filters (with their parameter keys) from the library, Unix commands from PATH.
@@ -89,6 +123,16 @@ fn main() -> ExitCode {
         },
         Cmd::Run { pipeline, quiet, ring } => run(&pipeline, quiet, ring),
         Cmd::Space { pipeline, ring, space, fd } => process_space(&pipeline, ring, space, fd),
+        Cmd::Plan { pipeline, dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical } => {
+            let opts = PlanOpts { dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical };
+            match plan(&pipeline, opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("streamline plan: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
     }
 }
 
@@ -112,6 +156,70 @@ fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32) -> ExitCode
     };
     let code = dataplane::spaces::run_process_space(&g, &filters::Library, ring, ChannelConfig::default(), space, sock);
     ExitCode::from(code as u8)
+}
+
+struct PlanOpts {
+    dot: Option<String>,
+    compare: bool,
+    heuristic: bool,
+    system: Option<std::path::PathBuf>,
+    show_system: bool,
+    rate: f64,
+    bytes: f64,
+    costs: Vec<String>,
+    canonical: bool,
+}
+
+fn plan(pipeline: &str, o: PlanOpts) -> Result<(), String> {
+    use control::planner::Method;
+    let sys = match &o.system {
+        Some(p) => control::SystemModel::load(p).map_err(|e| e.to_string())?,
+        None => control::SystemModel::discover().map_err(|e| e.to_string())?,
+    };
+    if o.show_system {
+        println!("{}", sys.to_json());
+        return Ok(());
+    }
+    if !(o.rate.is_finite() && o.rate > 0.0 && o.bytes.is_finite() && o.bytes >= 0.0) {
+        return Err("--rate must be positive and --bytes non-negative".into());
+    }
+    let mut planner = control::Planner::new(sys);
+    planner.load = control::Load { blocks_per_sec: o.rate, bytes_per_block: o.bytes };
+    for c in &o.costs {
+        planner.catalog.parse_override(c)?;
+    }
+    let method = if o.heuristic { Method::Heuristic } else { Method::Optimal };
+    let chosen = planner.plan(pipeline, method).map_err(|e| e.to_string())?;
+    if o.canonical {
+        print!("{}", chosen.plan.canonical());
+    } else {
+        println!("system: {}", planner.sys.summary().trim_end());
+        print!("{}", chosen.plan.explain());
+    }
+    if o.compare {
+        let h = planner.plan(pipeline, Method::Heuristic).map_err(|e| e.to_string())?;
+        println!();
+        print!("{}", h.plan.explain());
+        let (a, b) = (chosen.plan.cost, h.plan.cost);
+        println!();
+        println!(
+            "compare: optimizer {} cycles/s, heuristic {} cycles/s: heuristic costs {:.2}x the optimizer's{}",
+            control::plan::human(a),
+            control::plan::human(b),
+            if a > 0.0 { b / a } else { 1.0 },
+            if chosen.plan.canonical() == h.plan.canonical() { " (same placement)" } else { "" }
+        );
+    }
+    if let Some(path) = &o.dot {
+        let text = chosen.plan.dot();
+        if path == "-" {
+            print!("{text}");
+        } else {
+            std::fs::write(path, text).map_err(|e| format!("cannot write {path}: {e}"))?;
+            eprintln!("wrote {path}");
+        }
+    }
+    Ok(())
 }
 
 fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {

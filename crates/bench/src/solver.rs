@@ -1,0 +1,130 @@
+//! `streamline-bench solver`: how long the control plane's integer program takes to
+//! build and solve (HiGHS), for the request shapes of thesis 7.4: linear pipelines of
+//! 1..10 filters on 1..16 spaces (Figures 7.18-7.19) and split-join requests
+//! `gen | f + f + ... + f | null` (Figure 7.20), plus the headline 20 filters on 64
+//! spaces. All filters are the same and exist in every space, as in the thesis; each
+//! costs 4% of a CPU at the modelled rate, so capacity constraints are live for the
+//! larger requests. Reports the median of R runs (11, or 3 with --quick) with min and
+//! max, and the model size (variables, constraints).
+//!
+//! The thesis' other figure of this section, plan throughput against the heuristic's
+//! plan, needs the multi-space runtime and is not measured here.
+
+use std::time::Instant;
+
+use control::model::{request_from_text, Catalog, Load};
+use control::optimize::ilp;
+use control::SystemModel;
+
+use crate::util::{err, Result, Summary, Target};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Runs per configuration (median counts); default 11, with --quick 3.
+    #[arg(long)]
+    reps: Option<usize>,
+}
+
+struct Point {
+    ms_median: f64,
+    ms_min: f64,
+    ms_max: f64,
+    vars: usize,
+    cons: usize,
+}
+
+fn measure(text: &str, spaces: usize, reps: usize) -> Result<Point> {
+    let mut catalog = Catalog::new();
+    catalog.set_measured("strip", 800.0, 0.0, None);
+    let load = Load { blocks_per_sec: 100_000.0, bytes_per_block: 500.0 };
+    let (_, req) = request_from_text(text, &catalog, load).map_err(|e| err(e.to_string()))?;
+    let sys = SystemModel::n_spaces(spaces);
+    let mut times = Vec::with_capacity(reps);
+    let mut size = (0, 0);
+    for _ in 0..reps {
+        let t = Instant::now();
+        let (_, stats) = ilp(&req, &sys, 60.0).map_err(|e| err(format!("{text} on {spaces} spaces: {e}")))?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        size = (stats.variables, stats.constraints);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(Point {
+        ms_median: times[times.len() / 2],
+        ms_min: times[0],
+        ms_max: times[times.len() - 1],
+        vars: size.0,
+        cons: size.1,
+    })
+}
+
+/// `gen | strip | ... | null` with `n` filters in all (n >= 2), or `gen` alone.
+fn linear(n: usize) -> String {
+    if n == 1 {
+        return "gen".into();
+    }
+    let mut v = vec!["gen".to_string()];
+    v.extend(std::iter::repeat_n("strip".to_string(), n - 2));
+    v.push("null".into());
+    v.join(" | ")
+}
+
+/// `gen | strip + ... + strip | null` with `k` parallel filters.
+fn split_join(k: usize) -> String {
+    format!("gen | {} | null", vec!["strip"; k].join(" + "))
+}
+
+fn row(label: &str, spaces: usize, p: &Point) {
+    println!(
+        "{label:<22} {spaces:>6} {:>9} {:>11} {:>10.2} {:>10.2} {:>10.2}",
+        p.vars, p.cons, p.ms_median, p.ms_min, p.ms_max
+    );
+}
+
+fn header(title: &str) {
+    println!("\n== {title} ==");
+    println!("{:<22} {:>6} {:>9} {:>11} {:>10} {:>10} {:>10}", "request", "spaces", "variables", "constraints", "median ms", "min ms", "max ms");
+}
+
+pub fn run(a: &Args, quick: bool) -> Result<()> {
+    let reps = a.reps.unwrap_or(if quick { 3 } else { 11 }).max(1);
+    let (lens, spaces, ways): (Vec<usize>, Vec<usize>, Vec<usize>) = if quick {
+        (vec![1, 5, 10], vec![1, 4, 10, 16], vec![2, 8])
+    } else {
+        ((1..=10).collect(), vec![1, 2, 4, 6, 8, 10, 12, 16], vec![1, 2, 3, 4, 5, 6, 7, 8])
+    };
+    println!("solver benchmark: HiGHS through good_lp, {reps} runs per point, median counts");
+    header("linear pipelines (Fig 7.18/7.19)");
+    let mut at_10_10 = None;
+    for &n in &lens {
+        for &s in &spaces {
+            let p = measure(&linear(n), s, reps)?;
+            row(&format!("linear {n} filters"), s, &p);
+            if n == 10 && s == 10 {
+                at_10_10 = Some(p.ms_median);
+            }
+        }
+    }
+    header("split-join: gen | f + ... + f | null (Fig 7.20)");
+    for &k in &ways {
+        for &s in &spaces {
+            let p = measure(&split_join(k), s, reps)?;
+            row(&format!("split-join {k} wide"), s, &p);
+        }
+    }
+    header("headline");
+    let p20 = measure(&linear(20), 64, reps)?;
+    row("linear 20 filters", 64, &p20);
+    let p10 = match at_10_10 {
+        Some(v) => v,
+        None => {
+            let p = measure(&linear(10), 10, reps)?;
+            row("linear 10 filters", 10, &p);
+            p.ms_median
+        }
+    };
+    let mut s = Summary::default();
+    s.add("solve_ms_10_filters_10_spaces", p10, Some(Target::AtMost(10.0)), "median, model build + HiGHS solve");
+    s.add("solve_ms_20_filters_64_spaces", p20.ms_median, Some(Target::AtMost(250.0)), "median, model build + HiGHS solve");
+    s.print();
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! Streamline's control plane (thesis Chapter 6): it decides where every filter of a
+//! request runs and how every stream is carried, and builds the result safely.
+//!
+//! A tour, in the order a request travels:
+//!
+//! * [`system`] owns the system model: CPUs, caches and which CPUs share them, NUMA,
+//!   memory, capabilities (probed for real by [`probe`]), spaces (kernel, a pinned
+//!   thread per CPU, a process per CPU) and channel costs. Discovered from `/sys`, or
+//!   built by hand / loaded from JSON for golden tests.
+//! * [`model`] owns reification and the request model: filter names to
+//!   implementations tied to space kinds with Table 6.2 cost tuples (defaulted from the
+//!   Table 5.1 access class, overridable from measurements), pins from `space=` and
+//!   `@single`, and rates propagated from the sources with selectivity.
+//! * [`optimize`] owns the two algorithms: the integer program of 6.3 solved by HiGHS
+//!   and the greedy push-processing-down heuristic of 6.3.2 (baseline and fallback).
+//! * [`plan`] owns the result a runtime consumes ([`Plan`]: per filter implementation,
+//!   space kind and CPU; per stream a [`Channel`]), the one cost evaluator, and the
+//!   canonical, explained and Graphviz prints.
+//! * [`planner`] ties them together for a pipeline text, including template
+//!   substitution (data-parallel split/join alternatives) when the request as written
+//!   does not fit.
+//! * [`txn`] owns construction as transactions (6.4): every step has an inverse, a
+//!   failure rolls back in reverse order. [`prefix`] owns prefix sharing of running
+//!   stateless filters between pipelines.
+//!
+//! It does not run anything: the runtimes in `dataplane` (and the kernel crate) consume
+//! a [`Plan`].
+#![deny(unsafe_code)]
+
+pub mod error;
+pub mod model;
+pub mod optimize;
+pub mod plan;
+pub mod planner;
+pub mod prefix;
+pub mod probe;
+pub mod system;
+pub mod txn;
+
+pub use error::{PlanError, RequestError, SystemError};
+pub use model::{Catalog, Load, Request};
+pub use plan::{Channel, Choice, Plan};
+pub use planner::{Planner, Planned};
+pub use system::{SpaceKind, SystemModel};

@@ -1,0 +1,521 @@
+//! Reification (thesis 6.1-6.2) and the request model: every filter name maps to one or
+//! more implementations, each tied to the space kinds it can run in and carrying a cost
+//! model (Table 6.2's per-invocation and per-byte four-tuples, defaulted from the
+//! filter's Table 5.1 data-access class and overridable from measurements). A parsed
+//! pipeline becomes a [`Request`]: nodes with their candidate implementations and pins,
+//! streams, and the block and byte rates propagated from the sources.
+
+use std::collections::HashMap;
+
+use dataplane::Access;
+use lang::{Graph, Hint, NodeKind};
+
+use crate::error::RequestError;
+use crate::system::SpaceKind;
+
+/// A filter implementation's cost model (Table 6.2). Per input block the filter spends
+/// `per_call` cycles on a fraction `processed` of blocks, forwards a fraction `forward`
+/// and creates `created` new blocks; per byte it spends `per_byte` cycles on a fraction
+/// `bytes_read` of each block, and an output block carries `bytes_forward` of the input
+/// bytes plus `bytes_created`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FilterCost {
+    pub per_call: f64,
+    pub processed: f64,
+    pub forward: f64,
+    pub created: f64,
+    pub per_byte: f64,
+    pub bytes_read: f64,
+    pub bytes_forward: f64,
+    pub bytes_created: f64,
+}
+
+impl FilterCost {
+    /// Table 6.2 defaults by data-access class (Table 5.1). The letters of the thesis'
+    /// table are filled with the estimates an administrator would use: cycles per call
+    /// and per byte of a 2026 x86 core, the share of blocks each class passes on.
+    pub fn for_access(a: Access) -> FilterCost {
+        let c = |per_call, forward, per_byte, bytes_read, bytes_forward| FilterCost {
+            per_call,
+            processed: 1.0,
+            forward,
+            created: 0.0,
+            per_byte,
+            bytes_read,
+            bytes_forward,
+            bytes_created: 0.0,
+        };
+        match a {
+            Access::Metadata => c(30.0, 1.0, 0.0, 0.0, 1.0),
+            Access::Statistics => c(25.0, 1.0, 0.0, 0.0, 1.0),
+            Access::Inspection => c(120.0, 0.5, 1.5, 1.0, 1.0),
+            Access::Classification => c(60.0, 1.0, 1.0, 0.1, 1.0),
+            Access::Reordering => c(200.0, 1.0, 1.0, 1.0, 1.0),
+            Access::Editing => c(300.0, 1.0, 8.0, 1.0, 1.0),
+            Access::Source => c(100.0, 1.0, 1.0, 1.0, 1.0),
+            Access::Sink => c(200.0, 0.0, 1.0, 1.0, 0.0),
+        }
+    }
+}
+
+/// A requirement an implementation has of the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    Nothing,
+    /// AF_PACKET sockets (rx; classic BPF attached to the socket).
+    AfPacket,
+    /// The bpf(2) syscall (eBPF programs and maps).
+    Bpf,
+}
+
+/// One way to run a filter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Implementation {
+    /// `native`, `cbpf-socket`, `cbpf-interp`, `ebpf-map`, `af-packet`, `exec`, ...
+    pub name: &'static str,
+    pub kinds: Vec<SpaceKind>,
+    pub needs: Needs,
+    pub cost: FilterCost,
+}
+
+const USER: [SpaceKind; 2] = [SpaceKind::Thread, SpaceKind::Process];
+
+/// Filters the control plane knows beyond the native registry: those the kernel branch
+/// adds (`rx`, `bpf`). They parse and plan; running them needs that branch.
+pub const CONTROL_ONLY: [&str; 2] = ["rx", "bpf"];
+
+/// Reification: names to implementations, with measured overrides.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    overrides: HashMap<String, (f64, f64, Option<f64>)>,
+}
+
+impl Catalog {
+    pub fn new() -> Catalog {
+        Catalog::default()
+    }
+
+    /// Replaces the per-call and per-byte cycles (and optionally the forward ratio) of
+    /// every implementation of `filter`, e.g. from a measurement.
+    pub fn set_measured(&mut self, filter: &str, per_call: f64, per_byte: f64, forward: Option<f64>) {
+        self.overrides.insert(filter.to_string(), (per_call, per_byte, forward));
+    }
+
+    /// Parses `name:per_call,per_byte[,forward]`.
+    pub fn parse_override(&mut self, text: &str) -> Result<(), String> {
+        let (name, rest) = text.split_once(':').ok_or_else(|| format!("expected NAME:CALL,BYTE[,FWD], got '{text}'"))?;
+        let nums: Result<Vec<f64>, _> = rest.split(',').map(|v| v.trim().parse::<f64>()).collect();
+        let nums = nums.map_err(|_| format!("bad number in '{text}'"))?;
+        if !(2..=3).contains(&nums.len()) || nums.iter().any(|v| *v < 0.0) {
+            return Err(format!("expected two or three non-negative numbers in '{text}'"));
+        }
+        self.set_measured(name, nums[0], nums[1], nums.get(2).copied());
+        Ok(())
+    }
+
+    /// The implementations of a native filter (None if the name is unknown).
+    pub fn implementations(&self, filter: &str) -> Option<Vec<Implementation>> {
+        let access = match filter {
+            "rx" => Access::Source,
+            "bpf" => Access::Classification,
+            _ => filters::find(filter)?.access,
+        };
+        let base = FilterCost::for_access(access);
+        let native = |cost| Implementation { name: "native", kinds: USER.to_vec(), needs: Needs::Nothing, cost };
+        let mut impls = match filter {
+            "rx" => vec![Implementation {
+                name: "af-packet",
+                kinds: vec![SpaceKind::Kernel],
+                needs: Needs::AfPacket,
+                cost: FilterCost { per_call: 400.0, per_byte: 0.2, ..base },
+            }],
+            // A packet filter: selective by default (a tight sieve, thesis 7.3.2).
+            "bpf" => {
+                let f = FilterCost { per_call: 40.0, forward: 0.1, per_byte: 0.0, bytes_read: 0.0, ..base };
+                vec![
+                    Implementation { name: "cbpf-socket", kinds: vec![SpaceKind::Kernel], needs: Needs::AfPacket, cost: f },
+                    Implementation { name: "cbpf-interp", kinds: USER.to_vec(), needs: Needs::Nothing, cost: FilterCost { per_call: 120.0, ..f } },
+                ]
+            }
+            // Packet counters and samplers have an eBPF form that keeps state in a map.
+            "count" | "sample" => vec![
+                // A map update in the JITed program: a little cheaper than a user call.
+                Implementation { name: "ebpf-map", kinds: vec![SpaceKind::Kernel], needs: Needs::Bpf, cost: FilterCost { per_call: base.per_call * 0.8, ..base } },
+                native(base),
+            ],
+            _ => vec![native(base)],
+        };
+        if let Some(&(call, byte, fwd)) = self.overrides.get(filter) {
+            for i in &mut impls {
+                i.cost.per_call = call;
+                i.cost.per_byte = byte;
+                if let Some(f) = fwd {
+                    i.cost.forward = f;
+                }
+            }
+        }
+        Some(impls)
+    }
+}
+
+/// The language resolver the planner parses with: the native library plus
+/// [`CONTROL_ONLY`] names. Options are not checked beyond what the library declares plus
+/// the planner's own `sel=`, `rate=` and `bytes=`.
+pub struct PlanResolver;
+
+impl lang::Resolver for PlanResolver {
+    fn resolve(&self, name: &str) -> Option<lang::FilterKind> {
+        if CONTROL_ONLY.contains(&name) {
+            return Some(lang::FilterKind::Native);
+        }
+        lang::Resolver::resolve(&filters::Natives, name)
+    }
+    fn native_names(&self) -> Vec<String> {
+        let mut v = lang::Resolver::native_names(&filters::Natives);
+        v.extend(CONTROL_ONLY.iter().map(|s| s.to_string()));
+        v
+    }
+    fn params(&self, name: &str) -> Option<Vec<String>> {
+        if CONTROL_ONLY.contains(&name) {
+            return None;
+        }
+        let mut p = lang::Resolver::params(&filters::Natives, name)?;
+        p.extend(["sel", "rate", "bytes"].map(String::from));
+        Some(p)
+    }
+}
+
+/// Where a `space=` option pins a filter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pin {
+    /// `kernel`, `thread`, `process`, or `user` (thread or process).
+    pub kinds: Option<&'static [SpaceKind]>,
+    pub cpu: Option<usize>,
+}
+
+impl Pin {
+    pub fn admits(&self, kind: SpaceKind, cpu: usize) -> bool {
+        self.kinds.is_none_or(|k| k.contains(&kind)) && self.cpu.is_none_or(|c| c == cpu)
+    }
+
+    /// Parses `kernel`, `user`, `thread`, `process`, each optionally `:CPU`, or `cpuN`.
+    pub fn parse(v: &str) -> Result<Pin, String> {
+        let (kind, cpu) = match v.split_once(':') {
+            Some((k, c)) => (k, Some(c.parse::<usize>().map_err(|_| format!("'{c}' is not a CPU number"))?)),
+            None => (v, None),
+        };
+        if let Some(c) = kind.strip_prefix("cpu") {
+            let c = c.parse::<usize>().map_err(|_| format!("'{v}' is not cpuN"))?;
+            return Ok(Pin { kinds: None, cpu: Some(c) });
+        }
+        let kinds: &'static [SpaceKind] = match kind {
+            "kernel" => &[SpaceKind::Kernel],
+            "thread" => &[SpaceKind::Thread],
+            "process" => &[SpaceKind::Process],
+            "user" => &USER,
+            _ => return Err(format!("unknown space '{kind}' (kernel, user, thread, process, cpuN, KIND:CPU)")),
+        };
+        Ok(Pin { kinds: Some(kinds), cpu })
+    }
+}
+
+/// What a request node is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Role {
+    Source,
+    Filter,
+    Split { ways: usize },
+    Join,
+}
+
+/// One filter of the request, ready for the optimizer.
+#[derive(Clone, Debug)]
+pub struct RNode {
+    pub id: usize,
+    /// The filter as a person wrote it: `bpf "tcp"`, `split(2)`.
+    pub label: String,
+    pub role: Role,
+    pub impls: Vec<Implementation>,
+    pub pin: Pin,
+    /// `@single`: all such nodes share one space.
+    pub single: bool,
+    /// Blocks and bytes per second arriving (for a source: produced).
+    pub rate_in: f64,
+    pub bytes_in: f64,
+}
+
+/// One stream: an arc of the request with its block and byte rate.
+#[derive(Clone, Debug)]
+pub struct RStream {
+    pub from: usize,
+    pub to: usize,
+    pub rate: f64,
+    pub bytes: f64,
+}
+
+/// The request graph with rates: what the optimizer and the heuristic consume.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub nodes: Vec<RNode>,
+    pub streams: Vec<RStream>,
+    /// Node ids in topological order.
+    pub order: Vec<usize>,
+}
+
+/// Expected input at every source, unless the source says `rate=` / `bytes=`.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    pub blocks_per_sec: f64,
+    pub bytes_per_block: f64,
+}
+
+impl Default for Load {
+    fn default() -> Self {
+        Load { blocks_per_sec: 100_000.0, bytes_per_block: 500.0 }
+    }
+}
+
+fn label_of(kind: &NodeKind) -> String {
+    match kind {
+        NodeKind::Filter { filter, params, .. } => {
+            let mut s = filter.clone();
+            for p in params {
+                if p.chars().any(|c| c.is_whitespace() || c == '"') || p.is_empty() {
+                    s += &format!(" {p:?}");
+                } else {
+                    s += &format!(" {p}");
+                }
+            }
+            s
+        }
+        NodeKind::Unix { argv } => argv.join(" "),
+        NodeKind::Split { ways, .. } => format!("split({ways})"),
+        NodeKind::Join { .. } => "join".to_string(),
+    }
+}
+
+impl Request {
+    /// Builds the request model from a parsed graph: implementations through `catalog`,
+    /// pins from `space=`, selectivity from `sel=`, source rates from `load` or the
+    /// source's own `rate=`/`bytes=`; then propagates rates downstream.
+    pub fn from_graph(g: &Graph, catalog: &Catalog, load: Load) -> Result<Request, RequestError> {
+        let mut nodes = Vec::with_capacity(g.nodes.len());
+        let mut source_load = vec![None; g.nodes.len()];
+        for n in &g.nodes {
+            let label = label_of(&n.kind);
+            let has_in = g.edges.iter().any(|e| e.to == n.id);
+            let mut pin = Pin::default();
+            let (role, mut impls) = match &n.kind {
+                NodeKind::Filter { filter, options, .. } => {
+                    let mut impls = catalog
+                        .implementations(filter)
+                        .ok_or_else(|| RequestError::UnknownFilter(filter.clone()))?;
+                    let bad = |key: &str, value: &str, why: String| RequestError::BadOption {
+                        filter: label.clone(),
+                        node: n.id,
+                        key: key.to_string(),
+                        value: value.to_string(),
+                        why,
+                    };
+                    let num = |key: &str, value: &str| {
+                        value
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|v| v.is_finite() && *v >= 0.0)
+                            .ok_or_else(|| bad(key, value, "expected a non-negative number".into()))
+                    };
+                    let mut src = load;
+                    for (key, value) in options {
+                        match key.as_str() {
+                            "space" => pin = Pin::parse(value).map_err(|why| bad(key, value, why))?,
+                            "sel" => {
+                                let s = num(key, value)?;
+                                impls.iter_mut().for_each(|i| i.cost.forward = s);
+                            }
+                            "rate" => src.blocks_per_sec = num(key, value)?,
+                            "bytes" => src.bytes_per_block = num(key, value)?,
+                            _ => {}
+                        }
+                    }
+                    let is_source = !has_in;
+                    if is_source {
+                        source_load[n.id] = Some(src);
+                    }
+                    (if is_source { Role::Source } else { Role::Filter }, impls)
+                }
+                NodeKind::Unix { .. } => {
+                    let cost = FilterCost::for_access(Access::Reordering);
+                    let i = Implementation { name: "exec", kinds: vec![SpaceKind::Process], needs: Needs::Nothing, cost };
+                    if !has_in {
+                        source_load[n.id] = Some(load);
+                    }
+                    (if has_in { Role::Filter } else { Role::Source }, vec![i])
+                }
+                NodeKind::Split { ways, .. } => {
+                    let cost = FilterCost { per_call: 10.0, ..FilterCost::for_access(Access::Metadata) };
+                    (Role::Split { ways: *ways }, vec![Implementation { name: "native", kinds: USER.to_vec(), needs: Needs::Nothing, cost }])
+                }
+                NodeKind::Join { .. } => {
+                    let cost = FilterCost { per_call: 10.0, ..FilterCost::for_access(Access::Metadata) };
+                    (Role::Join, vec![Implementation { name: "native", kinds: USER.to_vec(), needs: Needs::Nothing, cost }])
+                }
+            };
+            impls.dedup();
+            nodes.push(RNode {
+                id: n.id,
+                label,
+                role,
+                impls,
+                pin,
+                single: n.hints.contains(&Hint::Single),
+                rate_in: 0.0,
+                bytes_in: 0.0,
+            });
+        }
+        if source_load.iter().all(|s| s.is_none()) {
+            return Err(RequestError::NoSource);
+        }
+        // Topological order (Kahn); a leftover node sits on a cycle.
+        let n = nodes.len();
+        let mut indeg = vec![0usize; n];
+        for e in &g.edges {
+            indeg[e.to] += 1;
+        }
+        let mut ready: Vec<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
+        ready.reverse();
+        let mut order = Vec::with_capacity(n);
+        while let Some(i) = ready.pop() {
+            order.push(i);
+            let mut next: Vec<usize> = Vec::new();
+            for e in g.edges.iter().filter(|e| e.from == i) {
+                indeg[e.to] -= 1;
+                if indeg[e.to] == 0 {
+                    next.push(e.to);
+                }
+            }
+            next.sort_unstable();
+            next.reverse();
+            // Keep a stable, mostly-id order: smaller ids come out first.
+            ready.extend(next);
+            ready.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        if order.len() < n {
+            let stuck = (0..n).find(|i| !order.contains(i)).unwrap_or(0);
+            return Err(RequestError::Cycle(nodes[stuck].label.clone()));
+        }
+        // Rates: a walk from the sources downstream (thesis 6.3.3, "Cycles").
+        let mut streams: Vec<RStream> = g
+            .edges
+            .iter()
+            .map(|e| RStream { from: e.from, to: e.to, rate: 0.0, bytes: 0.0 })
+            .collect();
+        for &i in &order {
+            let (rate_in, bytes_in) = match source_load[i] {
+                Some(l) => (l.blocks_per_sec, l.blocks_per_sec * l.bytes_per_block),
+                None => streams.iter().filter(|s| s.to == i).fold((0.0, 0.0), |a, s| (a.0 + s.rate, a.1 + s.bytes)),
+            };
+            nodes[i].rate_in = rate_in;
+            nodes[i].bytes_in = bytes_in;
+            // The forward ratios of the first implementation (all implementations of one
+            // filter compute the same function).
+            let c = nodes[i].impls[0].cost;
+            let per_block = if rate_in > 0.0 { bytes_in / rate_in } else { 0.0 };
+            let (out_rate, out_bytes_per_block) = match nodes[i].role {
+                Role::Source => (rate_in, per_block),
+                Role::Split { .. } | Role::Join => (rate_in, per_block),
+                Role::Filter => (
+                    rate_in * (c.forward + c.created),
+                    per_block * c.bytes_forward + c.bytes_created,
+                ),
+            };
+            let outs: Vec<usize> = (0..streams.len()).filter(|&k| streams[k].from == i).collect();
+            let share = match nodes[i].role {
+                Role::Split { .. } if !outs.is_empty() => 1.0 / outs.len() as f64,
+                _ => 1.0,
+            };
+            for k in outs {
+                streams[k].rate = out_rate * share;
+                streams[k].bytes = out_rate * share * out_bytes_per_block;
+            }
+        }
+        Ok(Request { nodes, streams, order })
+    }
+
+    /// Cycles per second node `i` spends with implementation `imp`.
+    pub fn node_cycles(&self, i: usize, imp: usize) -> f64 {
+        let n = &self.nodes[i];
+        let c = n.impls[imp].cost;
+        n.rate_in * c.per_call * c.processed + n.bytes_in * c.per_byte * c.bytes_read
+    }
+}
+
+/// Parses a pipeline with [`PlanResolver`] and builds its request model. Parse errors
+/// carry the pipeline with a caret.
+pub fn request_from_text(text: &str, catalog: &Catalog, load: Load) -> Result<(Graph, Request), RequestError> {
+    let g = lang::parse(text, &PlanResolver).map_err(|d| RequestError::Parse(d.to_string()))?;
+    let r = Request::from_graph(&g, catalog, load)?;
+    Ok((g, r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(text: &str) -> Request {
+        request_from_text(text, &Catalog::new(), Load::default()).unwrap().1
+    }
+
+    #[test]
+    fn rates_propagate_with_selectivity() {
+        let r = req("rx | bpf \"tcp\" | count | null");
+        assert_eq!(r.nodes[0].role, Role::Source);
+        assert_eq!(r.nodes[1].rate_in, 100_000.0);
+        assert!((r.nodes[2].rate_in - 10_000.0).abs() < 1e-6);
+        assert!((r.nodes[2].bytes_in - 5_000_000.0).abs() < 1e-3);
+        let r = req("rx | bpf sel=0.5 | null");
+        assert!((r.nodes[2].rate_in - 50_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn splits_divide_and_joins_sum() {
+        let g = lang::parse("gen | strip | null", &PlanResolver).unwrap();
+        let g = lang::parallelize(&g, 1, 2, lang::SplitMode::RoundRobin);
+        let r = Request::from_graph(&g, &Catalog::new(), Load::default()).unwrap();
+        let strip1 = r.nodes.iter().filter(|n| n.label == "strip").map(|n| n.rate_in).collect::<Vec<_>>();
+        assert_eq!(strip1, vec![50_000.0, 50_000.0]);
+        let join = r.nodes.iter().find(|n| n.role == Role::Join).unwrap();
+        assert_eq!(join.rate_in, 100_000.0);
+    }
+
+    #[test]
+    fn reification_ties_implementations_to_spaces() {
+        let c = Catalog::new();
+        let bpf = c.implementations("bpf").unwrap();
+        assert_eq!(bpf.len(), 2);
+        assert_eq!(bpf[0].kinds, vec![SpaceKind::Kernel]);
+        assert!(bpf[1].kinds.contains(&SpaceKind::Thread));
+        assert_eq!(c.implementations("grep").unwrap()[0].kinds, USER.to_vec());
+        assert!(c.implementations("nosuch").is_none());
+        let mut c = Catalog::new();
+        c.parse_override("grep:10,0.5,0.25").unwrap();
+        let g = &c.implementations("grep").unwrap()[0].cost;
+        assert_eq!((g.per_call, g.per_byte, g.forward), (10.0, 0.5, 0.25));
+        assert!(c.parse_override("grep:1").is_err());
+    }
+
+    #[test]
+    fn errors_name_the_filter() {
+        let e = request_from_text("rx | bpf space=moon | null", &Catalog::new(), Load::default()).unwrap_err();
+        assert!(e.to_string().contains("bpf") && e.to_string().contains("moon"), "{e}");
+        let e = request_from_text("rx | nosuch", &Catalog::new(), Load::default()).unwrap_err();
+        assert!(e.to_string().contains("nosuch"), "{e}");
+    }
+
+    #[test]
+    fn pins_parse() {
+        assert_eq!(Pin::parse("kernel").unwrap().kinds, Some(&[SpaceKind::Kernel][..]));
+        assert_eq!(Pin::parse("thread:1").unwrap().cpu, Some(1));
+        assert_eq!(Pin::parse("cpu3").unwrap(), Pin { kinds: None, cpu: Some(3) });
+        assert!(Pin::parse("gpu").is_err());
+    }
+}
