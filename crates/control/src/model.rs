@@ -198,8 +198,17 @@ impl Pin {
         self.kinds.is_none_or(|k| k.contains(&kind)) && self.cpu.is_none_or(|c| c == cpu)
     }
 
-    /// Parses `kernel`, `user`, `thread`, `process`, each optionally `:CPU`, or `cpuN`.
+    /// Parses `kernel`, `user`, `thread`, `process`, each optionally `:CPU`, or `cpuN`;
+    /// and the runtime's space names (`streamline run`): `local`, `N` or `tN` (a thread
+    /// space), `pN` (a process space), and lists of them (replicas: the first one's kind).
     pub fn parse(v: &str) -> Result<Pin, String> {
+        let first = v.split(',').next().unwrap_or(v);
+        if first == "local" || first.trim_start_matches('t').parse::<usize>().is_ok() && first != "t" {
+            return Ok(Pin { kinds: Some(&[SpaceKind::Thread]), cpu: None });
+        }
+        if first.strip_prefix('p').is_some_and(|n| n.parse::<usize>().is_ok()) {
+            return Ok(Pin { kinds: Some(&[SpaceKind::Process]), cpu: None });
+        }
         let (kind, cpu) = match v.split_once(':') {
             Some((k, c)) => (k, Some(c.parse::<usize>().map_err(|_| format!("'{c}' is not a CPU number"))?)),
             None => (v, None),
@@ -517,5 +526,21 @@ mod tests {
         assert_eq!(Pin::parse("thread:1").unwrap().cpu, Some(1));
         assert_eq!(Pin::parse("cpu3").unwrap(), Pin { kinds: None, cpu: Some(3) });
         assert!(Pin::parse("gpu").is_err());
+    }
+}
+
+#[cfg(test)]
+mod runtime_space_names {
+    use super::*;
+
+    #[test]
+    fn the_runtime_space_names_pin_too() {
+        assert_eq!(Pin::parse("1").unwrap().kinds, Some(&[SpaceKind::Thread][..]));
+        assert_eq!(Pin::parse("t3").unwrap().kinds, Some(&[SpaceKind::Thread][..]));
+        assert_eq!(Pin::parse("local").unwrap().kinds, Some(&[SpaceKind::Thread][..]));
+        assert_eq!(Pin::parse("p2").unwrap().kinds, Some(&[SpaceKind::Process][..]));
+        assert_eq!(Pin::parse("1,p2").unwrap().kinds, Some(&[SpaceKind::Thread][..]));
+        assert_eq!(Pin::parse("kernel").unwrap().kinds, Some(&[SpaceKind::Kernel][..]));
+        assert!(Pin::parse("t").is_err() && Pin::parse("x9").is_err());
     }
 }
