@@ -16,6 +16,7 @@
 //! just before the capture is stopped. Needs root (namespaces, CAP_NET_RAW).
 
 use crate::util::{err, watchdog, Result, Summary, Target};
+use kernel::netns::Veth;
 use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,50 +31,18 @@ pub struct Args {
     secs: f64,
 }
 
-fn sh(args: &[&str]) -> Result<()> {
-    let o = Command::new(args[0]).args(&args[1..]).output().map_err(|e| err(format!("running {args:?}: {e}")))?;
-    if !o.status.success() {
-        return Err(err(format!("{args:?} failed: {}", String::from_utf8_lossy(&o.stderr).trim())));
-    }
-    Ok(())
-}
-
-/// A veth pair into a fresh namespace; removed on drop.
-struct Veth {
-    ns: String,
-    here: String,
-    peer: String,
-}
-
-impl Veth {
-    fn new() -> Result<Veth> {
-        let id = std::process::id() % 100000;
-        let (ns, here, there) = (format!("slb{id}"), format!("slb{id}a"), format!("slb{id}b"));
-        sh(&["ip", "netns", "add", &ns]).map_err(|e| err(format!("{e} (the capture benchmark needs root and iproute2)")))?;
-        let v = Veth { ns: ns.clone(), here: here.clone(), peer: "10.250.0.2".into() };
-        sh(&["ip", "link", "add", &here, "type", "veth", "peer", "name", &there])?;
-        sh(&["ip", "link", "set", &there, "netns", &ns])?;
-        sh(&["ip", "addr", "add", "10.250.0.1/24", "dev", &here])?;
-        sh(&["ip", "link", "set", &here, "up"])?;
-        sh(&["ip", "netns", "exec", &ns, "ip", "addr", "add", "10.250.0.2/24", "dev", &there])?;
-        sh(&["ip", "netns", "exec", &ns, "ip", "link", "set", &there, "up"])?;
-        // Answer nothing: drop the UDP in the namespace so no ICMP comes back.
-        let _ = sh(&["ip", "netns", "exec", &ns, "sh", "-c", "echo 0 > /proc/sys/net/ipv4/icmp_ratelimit"]);
-        Ok(v)
-    }
-}
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "link", "del", &self.here]);
-        let _ = sh(&["ip", "netns", "del", &self.ns]);
-    }
+/// A veth pair into a fresh namespace (the kernel crate's helper); the far end answers
+/// nothing, so no ICMP comes back to disturb the counts.
+fn veth() -> Result<Veth> {
+    let v = Veth::new("cb").map_err(|e| err(format!("{e} (the capture benchmark needs root and iproute2)")))?;
+    let _ = v.exec(&["sh", "-c", "echo 0 > /proc/sys/net/ipv4/icmp_ratelimit"]);
+    Ok(v)
 }
 
 /// Send `pps` UDP datagrams per second for `secs` from `flows` source ports; every 100th
 /// goes to port 7. Returns the number sent.
-fn send(dst: &str, pps: u64, secs: f64, flows: u16) -> Result<u64> {
-    let socks: Vec<UdpSocket> = (0..flows).map(|_| UdpSocket::bind("10.250.0.1:0")).collect::<std::io::Result<_>>().map_err(|e| err(format!("udp socket: {e}")))?;
+fn send(src: &str, dst: &str, pps: u64, secs: f64, flows: u16) -> Result<u64> {
+    let socks: Vec<UdpSocket> = (0..flows).map(|_| UdpSocket::bind(format!("{src}:0"))).collect::<std::io::Result<_>>().map_err(|e| err(format!("udp socket: {e}")))?;
     let payload = [0x5au8; 64];
     let t0 = Instant::now();
     let total = (pps as f64 * secs) as u64;
@@ -111,11 +80,11 @@ fn streamline() -> Result<std::path::PathBuf> {
 
 /// One capture: start `cmd`, send traffic, read its CPU time, stop it with SIGINT.
 /// Returns (packets sent, CPU seconds, stderr).
-fn measure(mut cmd: Command, a: &Args, flows: u16) -> Result<(u64, f64, String)> {
+fn measure(v: &Veth, mut cmd: Command, a: &Args, flows: u16) -> Result<(u64, f64, String)> {
     let child: Child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| err(format!("starting {cmd:?}: {e}")))?;
     std::thread::sleep(Duration::from_millis(800));
     let c0 = cpu_ns(child.id());
-    let sent = send("10.250.0.2", a.pps, a.secs, flows)?;
+    let sent = send(&v.here_ip, &v.peer_ip, a.pps, a.secs, flows)?;
     std::thread::sleep(Duration::from_millis(300));
     let c1 = cpu_ns(child.id());
     let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
@@ -140,9 +109,8 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(600));
     let a = if quick { Args { pps: 20_000, secs: 1.0 } } else { Args { pps: a.pps, secs: a.secs } };
     let sl = streamline()?;
-    let v = Veth::new()?;
+    let v = veth()?;
     let dev = v.here.clone();
-    let _ = &v.peer;
     println!("streamline-bench capture ({} mode): {} packets/s of 64-byte UDP for {} s on veth {dev}", if quick { "quick" } else { "full" }, a.pps, a.secs);
     let mut summary = Summary::default();
     let run_sl = |pipeline: String| {
@@ -152,8 +120,8 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     };
 
     println!("\n== bpf \"udp dst port 7\" (1% of the traffic): kernel vs user placement ==");
-    let (sk, ck, ek) = measure(run_sl(format!("rx dev={dev} | bpf \"udp dst port 7\" | count")), &a, 1)?;
-    let (su, cu, eu) = measure(run_sl(format!("rx dev={dev} | bpf \"udp dst port 7\" placed=user | count")), &a, 1)?;
+    let (sk, ck, ek) = measure(&v, run_sl(format!("rx dev={dev} | bpf \"udp dst port 7\" | count")), &a, 1)?;
+    let (su, cu, eu) = measure(&v, run_sl(format!("rx dev={dev} | bpf \"udp dst port 7\" placed=user | count")), &a, 1)?;
     let (nk, nu) = (count_in(&ek), count_in(&eu));
     let (dk, du) = (delivered_in(&ek), delivered_in(&eu));
     println!("{:<10} {:>10} {:>12} {:>14} {:>12}", "placement", "sent", "matched", "to user space", "CPU ns/pkt");
@@ -166,23 +134,23 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     summary.add("kernel_vs_user_bpf_user_cycles_per_packet", ratio, Some(Target::AtLeast(5.0)), format!("CPU per packet sent: user {:.0} ns vs kernel {:.0} ns; frames handed to user space {du} vs {dk}", cu * 1e9 / su as f64, ck * 1e9 / sk as f64));
 
     println!("\n== Capturing everything: rx | count vs tcpdump -w /dev/null ==");
-    let (s1, c1, e1) = measure(run_sl(format!("rx dev={dev} | count")), &a, 1)?;
+    let (s1, c1, e1) = measure(&v, run_sl(format!("rx dev={dev} | count")), &a, 1)?;
     let mut td = Command::new("tcpdump");
     td.args(["-i", &dev, "-w", "/dev/null", "-q"]);
-    let (s2, c2, _) = measure(td, &a, 1)?;
+    let (s2, c2, _) = measure(&v, td, &a, 1)?;
     println!("streamline: {} of {s1} packets, {:.0} ns CPU/packet", count_in(&e1), c1 * 1e9 / s1 as f64);
     println!("tcpdump:    {s2} packets sent, {:.0} ns CPU/packet", c2 * 1e9 / s2 as f64);
     summary.add("capture_cpu_tcpdump_over_streamline", (c2 / s2 as f64) / (c1 / s1 as f64), Some(Target::AtLeast(1.5)), "CPU time per packet of the capturing process at the same offered rate");
 
     println!("\n== Multi-queue receive: 1 and 2 engines (PACKET_FANOUT hash), deflate per packet, 16 flows ==");
     let engine = |g: u16| run_sl(format!("rx dev={dev} fanout={g} | deflate level=9 | count"));
-    let (so, _, eo) = measure(engine(4242), &a, 16)?;
+    let (so, _, eo) = measure(&v, engine(4242), &a, 16)?;
     let one = count_in(&eo);
     // Two engines: two processes in the same fanout group.
     let mut second = engine(4343).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| err(format!("second engine: {e}")))?;
     drop(second.stdin.take());
     let mut first_of_two = engine(4343);
-    let (st, _, et) = measure(std::mem::replace(&mut first_of_two, Command::new("true")), &a, 16)?;
+    let (st, _, et) = measure(&v, std::mem::replace(&mut first_of_two, Command::new("true")), &a, 16)?;
     let _ = Command::new("kill").args(["-INT", &second.id().to_string()]).status();
     let out2 = second.wait_with_output().map_err(|e| err(format!("waiting: {e}")))?;
     let two = count_in(&et) + count_in(&String::from_utf8_lossy(&out2.stderr));

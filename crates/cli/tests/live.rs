@@ -6,6 +6,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use kernel::netns::Veth;
+
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 fn sh(args: &[&str]) -> std::process::Output {
@@ -17,41 +19,9 @@ fn ok(args: &[&str]) {
     assert!(o.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// A veth pair: one end here, the other in a namespace with an address; removed on drop.
-struct Veth {
-    ns: String,
-    here: String,
-    peer_ip: String,
-}
-
-impl Veth {
-    fn new() -> Veth {
-        let id = std::process::id() % 100000;
-        let (ns, here, there) = (format!("slt{id}"), format!("slv{id}a"), format!("slv{id}b"));
-        let o = sh(&["ip", "netns", "add", &ns]);
-        assert!(
-            o.status.success(),
-            "creating a network namespace failed (this test needs root / CAP_SYS_ADMIN and the `ip` tool): {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let v = Veth { ns: ns.clone(), here: here.clone(), peer_ip: format!("10.{}.{}.2", 100 + id % 100, id / 100 % 250) };
-        let net = v.peer_ip.trim_end_matches(".2").to_string();
-        ok(&["ip", "link", "add", &here, "type", "veth", "peer", "name", &there]);
-        ok(&["ip", "link", "set", &there, "netns", &ns]);
-        ok(&["ip", "addr", "add", &format!("{net}.1/24"), "dev", &here]);
-        ok(&["ip", "link", "set", &here, "up"]);
-        ok(&["ip", "netns", "exec", &ns, "ip", "addr", "add", &format!("{net}.2/24"), "dev", &there]);
-        ok(&["ip", "netns", "exec", &ns, "ip", "link", "set", &there, "up"]);
-        ok(&["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
-        v
-    }
-}
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "link", "del", &self.here]);
-        let _ = sh(&["ip", "netns", "del", &self.ns]);
-    }
+/// A veth pair into a namespace this test owns (the shared helper of the kernel crate).
+fn veth() -> Veth {
+    Veth::new("lv").unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn start(pipeline: &str) -> Child {
@@ -72,7 +42,7 @@ fn stop(c: Child) -> (u64, String) {
 
 #[test]
 fn live_counts_equal_tcpdump_on_the_same_interface() {
-    let v = Veth::new();
+    let v = veth();
     let dir = std::env::temp_dir().join(format!("sl-live-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("td.pcap");

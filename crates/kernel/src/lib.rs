@@ -8,3 +8,4 @@
 
 pub mod afpacket;
 pub mod cbpf;
+pub mod netns;
