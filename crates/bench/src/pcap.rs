@@ -40,15 +40,15 @@ pub struct Args {
 }
 
 /// The large capture as written.
-struct Big {
-    path: PathBuf,
-    bytes: u64,
-    packets: u64,
-    repeats: u64,
+pub(crate) struct Big {
+    pub(crate) path: PathBuf,
+    pub(crate) bytes: u64,
+    pub(crate) packets: u64,
+    pub(crate) repeats: u64,
 }
 
 /// Write `sample` repeated until the file holds at least `target` bytes.
-fn build_capture(sample: &Path, path: &Path, target: u64) -> Result<Big> {
+pub(crate) fn build_capture(sample: &Path, path: &Path, target: u64) -> Result<Big> {
     let f = std::fs::File::open(sample).map_err(|e| err(format!("opening {}: {e}", sample.display())))?;
     let mut r = PcapReader::new(std::io::BufReader::new(f)).map_err(|e| err(format!("{}: {e}", sample.display())))?;
     let header = r.header();

@@ -37,6 +37,17 @@ enum Cmd {
         /// Size of the space's data ring (bytes).
         #[arg(long, default_value_t = 64 << 20)]
         ring: usize,
+        /// Who places the filters: `ilp` (the optimizer, falling back to the heuristic),
+        /// `heuristic` (push processing down), or `none` (as written: every filter where
+        /// its first upstream runs, unless `space=` or a hint says otherwise).
+        #[arg(long, default_value = "ilp", value_parser = ["ilp", "heuristic", "none"])]
+        plan: String,
+        /// Expected blocks per second at each source, for the plan.
+        #[arg(long, default_value_t = 100_000.0)]
+        rate: f64,
+        /// Expected bytes per block at each source, for the plan.
+        #[arg(long, default_value_t = 500.0)]
+        bytes: f64,
     },
     /// Parse a pipeline and print its graph (or the error).
     Check { pipeline: String },
@@ -53,6 +64,9 @@ enum Cmd {
         space: usize,
         #[arg(long)]
         fd: i32,
+        /// The run's placement (control::Assignment), applied to the pipeline.
+        #[arg(long, default_value = "")]
+        assign: String,
     },
     /// Choose a placement for a pipeline and explain it (does not run it).
     Plan {
@@ -121,8 +135,8 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Cmd::Run { pipeline, quiet, ring } => run(&pipeline, quiet, ring),
-        Cmd::Space { pipeline, ring, space, fd } => process_space(&pipeline, ring, space, fd),
+        Cmd::Run { pipeline, quiet, ring, plan, rate, bytes } => run(&pipeline, quiet, ring, &plan, rate, bytes),
+        Cmd::Space { pipeline, ring, space, fd, assign } => process_space(&pipeline, ring, space, fd, &assign),
         Cmd::Plan { pipeline, dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical } => {
             let opts = PlanOpts { dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical };
             match plan(&pipeline, opts) {
@@ -136,9 +150,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// `deflate space=t2,t3; bpf placed=user`: the plan's choices, by filter.
+fn describe(g: &lang::Graph, a: &control::Assignment) -> String {
+    a.set
+        .iter()
+        .map(|(&id, opts)| {
+            let name = match &g.nodes[id].kind {
+                lang::NodeKind::Filter { filter, .. } => filter.clone(),
+                _ => format!("n{id}"),
+            };
+            let o: Vec<String> = opts.iter().map(|(k, v)| if v.is_empty() { format!("-{k}") } else { format!("{k}={v}") }).collect();
+            format!("{name} {}", o.join(" "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// A process space: the parent coordinates stopping, so Ctrl-C (sent to the whole process
 /// group) is left to it.
-fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32) -> ExitCode {
+fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &str) -> ExitCode {
     let _ = ctrlc::set_handler(|| {});
     let sock = match beltway::sys::inherited_unix_stream(fd) {
         Ok(s) => s,
@@ -151,6 +181,13 @@ fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32) -> ExitCode
         Ok(g) => g,
         Err(d) => {
             eprintln!("{d}");
+            return ExitCode::from(2);
+        }
+    };
+    let g = match control::Assignment::parse(assign).and_then(|a| a.apply(&g)) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("streamline __space: --assign: {e}");
             return ExitCode::from(2);
         }
     };
@@ -222,7 +259,41 @@ fn plan(pipeline: &str, o: PlanOpts) -> Result<(), String> {
     Ok(())
 }
 
-fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
+/// The placement `streamline run` uses: the planner's choice for every filter the user
+/// did not pin (see `control::realize`). At a load the machine cannot sustain even with
+/// data-parallel copies, it plans for the highest rate it can (halving), which spreads the
+/// work as far as it goes. A request the planner cannot model runs as written, with a note.
+fn choose_placement(g: &lang::Graph, how: &str, load: control::Load) -> Result<(control::Assignment, String), String> {
+    use control::planner::Method;
+    let method = match how {
+        "none" => return Ok((control::Assignment::default(), "as written".into())),
+        "heuristic" => Method::Heuristic,
+        _ => Method::Optimal,
+    };
+    let sys = control::SystemModel::discover().map_err(|e| e.to_string())?;
+    let mut planner = control::Planner::new(sys);
+    planner.load = load;
+    let mut scaled = 1.0;
+    let planned = loop {
+        match planner.plan_graph(g, method) {
+            Ok(p) => break p,
+            Err(control::error::Error::Plan(control::PlanError::Infeasible(_))) if scaled > 1e-4 => {
+                scaled /= 2.0;
+                planner.load.blocks_per_sec = load.blocks_per_sec * scaled;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let a = control::Assignment::from_plan(g, &planned.plan, &planner.sys, planned.template);
+    let mut why = format!("{} in {:.1} ms", planned.plan.stats.method, planned.plan.stats.solve_time.as_secs_f64() * 1e3);
+    if scaled < 1.0 {
+        why += &format!(", planned for {} blocks/s (the offered rate does not fit)", control::plan::human(planner.load.blocks_per_sec));
+    }
+    Ok((a, why))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f64) -> ExitCode {
     let g = match lang::parse(pipeline, &resolver()) {
         Ok(g) => g,
         Err(d) => {
@@ -230,9 +301,43 @@ fn run(pipeline: &str, quiet: bool, ring: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if !(rate.is_finite() && rate > 0.0 && bytes.is_finite() && bytes >= 0.0) {
+        eprintln!("streamline: --rate must be positive and --bytes non-negative");
+        return ExitCode::from(2);
+    }
+    let load = control::Load { blocks_per_sec: rate, bytes_per_block: bytes };
+    let assign = match choose_placement(&g, how, load) {
+        Ok((a, why)) => {
+            if !quiet && !a.is_empty() {
+                eprintln!("plan ({why}): {}", describe(&g, &a));
+            }
+            a
+        }
+        Err(e) => {
+            if !quiet {
+                eprintln!("note: the planner could not place this pipeline ({e}); running it as written");
+            }
+            control::Assignment::default()
+        }
+    };
+    let g = match assign.apply(&g) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("streamline: applying the plan: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let launcher = std::env::current_exe().ok().map(|exe| Launcher {
         exe,
-        args: vec!["__space".into(), "--pipeline".into(), pipeline.into(), "--ring".into(), ring.to_string()],
+        args: vec![
+            "__space".into(),
+            "--pipeline".into(),
+            pipeline.into(),
+            "--ring".into(),
+            ring.to_string(),
+            "--assign".into(),
+            assign.to_string(),
+        ],
     });
     let spaces = match Spaces::build_with(&g, &filters::Library, ring, ChannelConfig::default(), launcher.as_ref()) {
         Ok(s) => s,

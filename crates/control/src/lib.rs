@@ -19,6 +19,8 @@
 //! * [`planner`] ties them together for a pipeline text, including template
 //!   substitution (data-parallel split/join alternatives) when the request as written
 //!   does not fit.
+//! * [`realize`] owns the translation of a plan into the runtime's terms (space names,
+//!   `placed=`), as one line a run hands its process spaces.
 //! * [`txn`] owns construction as transactions (6.4): every step has an inverse, a
 //!   failure rolls back in reverse order. [`prefix`] owns prefix sharing of running
 //!   stateless filters between pipelines.
@@ -34,6 +36,7 @@ pub mod plan;
 pub mod planner;
 pub mod prefix;
 pub mod probe;
+pub mod realize;
 pub mod system;
 pub mod txn;
 
@@ -41,4 +44,5 @@ pub use error::{PlanError, RequestError, SystemError};
 pub use model::{Catalog, Load, Request};
 pub use plan::{Channel, Choice, Plan};
 pub use planner::{Planner, Planned};
+pub use realize::Assignment;
 pub use system::{SpaceKind, SystemModel};

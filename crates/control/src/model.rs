@@ -346,6 +346,14 @@ impl Request {
                             _ => {}
                         }
                     }
+                    // The runtime's hints that choose a space kind pin like `space=` does.
+                    if !options.iter().any(|(k, _)| k == "space") {
+                        if n.hints.contains(&Hint::Private) {
+                            pin = Pin { kinds: Some(&[SpaceKind::Process]), cpu: None };
+                        } else if n.hints.contains(&Hint::Background) {
+                            pin = Pin { kinds: Some(&[SpaceKind::Thread]), cpu: None };
+                        }
+                    }
                     let is_source = !has_in;
                     if is_source {
                         source_load[n.id] = Some(src);

@@ -32,6 +32,8 @@ pub struct Planned {
     pub graph: Graph,
     pub request: Request,
     pub plan: Plan,
+    /// The data-parallel template applied, if any: (node of the request as written, ways).
+    pub template: Option<(usize, usize)>,
 }
 
 impl Planner {
@@ -56,7 +58,7 @@ impl Planner {
         match self.solve(&req, method) {
             Ok((choice, stats)) => {
                 let plan = Plan::build(&req, &self.sys, &choice, stats);
-                Ok(Planned { graph: g.clone(), request: req, plan })
+                Ok(Planned { graph: g.clone(), request: req, plan, template: None })
             }
             Err(PlanError::Infeasible(why)) => {
                 // Template substitution: parallelize the heaviest filter.
@@ -79,7 +81,7 @@ impl Planner {
                             stats.alternative =
                                 format!("template: '{}' data-parallel x{ways}", req.nodes[node].label);
                             let plan = Plan::build(&req2, &self.sys, &choice, stats);
-                            return Ok(Planned { graph: g2, request: req2, plan });
+                            return Ok(Planned { graph: g2, request: req2, plan, template: Some((node, ways)) });
                         }
                     }
                 }

@@ -1,0 +1,468 @@
+//! From a [`Plan`] to what the runtime understands: per filter of the request *as the user
+//! wrote it*, the runtime's space name (`local`, `tN` a thread pinned to CPU N mod the CPU
+//! count, `pN` a process space, or a list of them for data-parallel copies) and, for
+//! filters with a kernel and a user implementation, which one (`placed=`).
+//!
+//! An [`Assignment`] is plain data: it prints as one line and parses back, so the parent
+//! of a run and its process spaces (which re-read the pipeline text) apply the same
+//! placement with [`Assignment::apply`]. A request where the user placed filters in the
+//! runtime's own terms (`space=local|N|tN|pN|A,B`, `@private`, `@background`) runs as
+//! written ([`user_placed`]); pins in the planner's terms (`space=kernel|thread|cpuN`)
+//! are honoured by the plan and translated.
+//!
+//! Space numbering: the space of the first source (or, for a kernel source such as `rx`,
+//! of its first consumer), if it is a thread space, is `local`, the thread that calls the runtime; a thread space on
+//! the system's k-th CPU is `t{n+k}` and a process space there `p{2n+k}` (n CPUs), so ids
+//! never collide and each pins to the CPU the plan chose.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use lang::{Graph, Hint, NodeKind};
+
+use crate::plan::Plan;
+use crate::system::{SpaceKind, SystemModel};
+
+/// Per graph node: the options to set (key, value).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Assignment {
+    pub set: BTreeMap<usize, Vec<(String, String)>>,
+}
+
+/// Is `v` a space name the runtime parses (`local`, `N`, `tN`, `pN`, lists of them)?
+pub fn runtime_space(v: &str) -> bool {
+    v.split(',').all(|s| {
+        let s = s.trim();
+        s == "local" || s.parse::<usize>().is_ok() || s.strip_prefix(['t', 'p']).is_some_and(|n| n.parse::<usize>().is_ok())
+    })
+}
+
+/// Did the user place any filter in the runtime's own terms (`space=local|N|tN|pN|A,B`,
+/// `@private`, `@background`)? Then the user has taken placement over and the request
+/// runs as written: the planner knows such pins by kind only, not which space they name,
+/// so mixing its choices with them would guess at identities. Pins in the planner's terms
+/// (`space=kernel|thread|process|user|cpuN`) are choices the plan works around instead.
+pub fn user_placed(g: &Graph) -> bool {
+    g.nodes.iter().any(|n| match &n.kind {
+        NodeKind::Filter { options, .. } => {
+            n.hints.iter().any(|h| matches!(h, Hint::Private | Hint::Background))
+                || options.iter().any(|(k, v)| k == "space" && runtime_space(v))
+        }
+        _ => false,
+    })
+}
+
+impl Assignment {
+    /// The runtime placement of `plan`, made for `planned` (the request graph the planner
+    /// solved: `original` itself, or `original` with `template = (node, ways)` applied by
+    /// [`lang::parallelize`], whose copies 1.. are appended after the split).
+    pub fn from_plan(original: &Graph, plan: &Plan, sys: &SystemModel, template: Option<(usize, usize)>) -> Assignment {
+        if user_placed(original) {
+            return Assignment::default();
+        }
+        let ncpu = sys.cpus.len().max(1);
+        let cpu_index = |cpu: usize| sys.cpus.iter().position(|&c| c == cpu).unwrap_or(0);
+        let kind_of = |i: usize| plan.nodes.get(i).map(|n| n.space_kind);
+        // Home: the first source's user space, or its first consumer's.
+        let home = (0..original.nodes.len())
+            .filter(|&i| original.in_edges(i).next().is_none())
+            .find_map(|s| {
+                if kind_of(s) != Some(SpaceKind::Kernel) {
+                    return plan.nodes.get(s);
+                }
+                original.edges.iter().find(|e| e.from == s).and_then(|e| plan.nodes.get(e.to))
+            })
+            .filter(|n| n.space_kind == SpaceKind::Thread)
+            .map(|n| n.space);
+        let home_cpu = home.map_or(0, |h| cpu_index(sys.spaces[h].cpu));
+        let sp = |i: usize| -> Option<Sp> {
+            let n = plan.nodes.get(i)?;
+            match n.space_kind {
+                SpaceKind::Kernel => None,
+                _ if Some(n.space) == home => Some(Sp::Local),
+                SpaceKind::Thread => Some(Sp::Thread(cpu_index(n.cpu), 0)),
+                SpaceKind::Process => Some(Sp::Process(cpu_index(n.cpu), 0)),
+            }
+        };
+        // The plan's space per node of the request as written (copies for the template).
+        let planned: Vec<Vec<Sp>> = original
+            .nodes
+            .iter()
+            .map(|node| match template {
+                Some((t, ways)) if t == node.id => {
+                    let base = original.nodes.len();
+                    std::iter::once(node.id).chain(base + 1..base + ways).map(|c| sp(c).unwrap_or(Sp::Local)).collect()
+                }
+                _ => sp(node.id).into_iter().collect(),
+            })
+            .collect();
+        let placed = Repair::new(ncpu, home_cpu).run(original, &planned);
+        let mut set: BTreeMap<usize, Vec<(String, String)>> = BTreeMap::new();
+        for node in &original.nodes {
+            let NodeKind::Filter { filter, options, .. } = &node.kind else { continue };
+            let i = node.id;
+            let mut opts = Vec::new();
+            {
+                match &placed[i] {
+                    Some(list) => opts.push(("space".to_string(), list.iter().map(|s| s.name(ncpu)).collect::<Vec<_>>().join(","))),
+                    // Kernel: the runtime realizes it next to the kernel source; a planner
+                    // pin such as `space=kernel` is not a runtime name, so it goes.
+                    None if options.iter().any(|(k, _)| k == "space") => opts.push(("space".to_string(), String::new())),
+                    None => {}
+                }
+            }
+            if filter == "bpf" && !options.iter().any(|(k, _)| k == "placed") {
+                // Only a kernel choice right after the capture source is realizable; the
+                // filter's own default does exactly that, so only `user` needs saying.
+                if kind_of(i).is_some_and(|k| k != SpaceKind::Kernel) {
+                    opts.push(("placed".to_string(), "user".to_string()));
+                }
+            }
+            if !opts.is_empty() {
+                set.insert(i, opts);
+            }
+        }
+        // Everything at home and nothing else to say: the graph runs as written.
+        let planner_pins = original.nodes.iter().any(|n| match &n.kind {
+            NodeKind::Filter { options, .. } => options.iter().any(|(k, _)| k == "space"),
+            _ => false,
+        });
+        if !planner_pins && set.values().all(|o| o.iter().all(|(k, v)| k == "space" && v == "local")) {
+            set.clear();
+        }
+        Assignment { set }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+
+    /// `graph` with the assignment's options set (replacing options of the same key; an
+    /// empty value removes the key).
+    pub fn apply(&self, g: &Graph) -> Result<Graph, String> {
+        let mut g = g.clone();
+        for (&id, opts) in &self.set {
+            let node = g.nodes.get_mut(id).ok_or_else(|| format!("plan names node {id}; the pipeline has {}", self.set.len()))?;
+            let NodeKind::Filter { options, filter, .. } = &mut node.kind else {
+                return Err(format!("plan places node {id}, which is not a native filter"));
+            };
+            for (k, v) in opts {
+                options.retain(|(key, _)| key != k);
+                if !v.is_empty() {
+                    options.push((k.clone(), v.clone()));
+                }
+            }
+            let _ = filter;
+        }
+        Ok(g)
+    }
+
+    /// Parses [`Assignment`]'s `Display` form: `ID:KEY=VALUE[;KEY=VALUE]` entries separated
+    /// by spaces; values contain no spaces or semicolons.
+    pub fn parse(text: &str) -> Result<Assignment, String> {
+        let mut set = BTreeMap::new();
+        for entry in text.split_whitespace() {
+            let (id, rest) = entry.split_once(':').ok_or_else(|| format!("'{entry}': expected ID:KEY=VALUE"))?;
+            let id: usize = id.parse().map_err(|_| format!("'{entry}': '{id}' is not a node number"))?;
+            let mut opts = Vec::new();
+            for kv in rest.split(';') {
+                let (k, v) = kv.split_once('=').ok_or_else(|| format!("'{entry}': '{kv}' is not KEY=VALUE"))?;
+                if k.is_empty() {
+                    return Err(format!("'{entry}': empty key"));
+                }
+                opts.push((k.to_string(), v.to_string()));
+            }
+            set.insert(id, opts);
+        }
+        Ok(Assignment { set })
+    }
+}
+
+/// A runtime space: the calling thread, or the `inst`-th thread / process space on the
+/// system's k-th CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Sp {
+    Local,
+    Thread(usize, usize),
+    Process(usize, usize),
+}
+
+impl Sp {
+    fn name(self, n: usize) -> String {
+        match self {
+            Sp::Local => "local".into(),
+            Sp::Thread(k, inst) => format!("t{}", n * (1 + 2 * inst) + k),
+            Sp::Process(k, inst) => format!("p{}", n * (2 + 2 * inst) + k),
+        }
+    }
+}
+
+/// The runtime refuses spaces that feed each other (a loop between spaces could deadlock
+/// on full channels), but a plan may well come back to a space it left (cpu0, cpu1,
+/// cpu0). This pass walks the graph in order and gives a node that would return to a
+/// space its inputs already left a fresh space on the same CPU, so the plan's CPU choices
+/// hold and the space graph stays acyclic. It follows the runtime's rules for what it does
+/// not place: splits, joins, Unix commands and kernel-placed filters run where their first
+/// upstream runs; a data-parallel node's join runs with its first copy.
+struct Repair {
+    ncpu: usize,
+    home_cpu: usize,
+    next_inst: std::collections::HashMap<(bool, usize), usize>,
+    current: std::collections::HashMap<Sp, Sp>,
+}
+
+impl Repair {
+    fn new(ncpu: usize, home_cpu: usize) -> Repair {
+        Repair { ncpu, home_cpu, next_inst: Default::default(), current: Default::default() }
+    }
+
+    fn fresh(&mut self, s: Sp) -> Sp {
+        let (process, k) = match s {
+            Sp::Local => (false, self.home_cpu),
+            Sp::Thread(k, _) => (false, k),
+            Sp::Process(k, _) => (true, k),
+        };
+        let inst = self.next_inst.entry((process, k)).or_insert(1);
+        let f = if process { Sp::Process(k, *inst) } else { Sp::Thread(k, *inst) };
+        *inst += 1;
+        f
+    }
+
+    /// Per node: its spaces (copies for a data-parallel node), or None where the plan
+    /// says nothing (kernel) or the node is not a native filter.
+    fn run(mut self, g: &Graph, planned: &[Vec<Sp>]) -> Vec<Option<Vec<Sp>>> {
+        let n = g.nodes.len();
+        let _ = self.ncpu;
+        let mut out: Vec<Option<Vec<Sp>>> = vec![None; n];
+        let mut space: Vec<Option<Sp>> = vec![None; n];
+        let mut left: Vec<std::collections::HashSet<Sp>> = vec![Default::default(); n];
+        for v in topo(g) {
+            let preds: Vec<usize> = g.in_edges(v).map(|e| e.from).collect();
+            let first = preds.iter().find_map(|&p| space[p]);
+            let mut copies: Vec<Sp> = if planned[v].is_empty() {
+                vec![first.unwrap_or(Sp::Local)]
+            } else {
+                planned[v].iter().map(|s| *self.current.get(s).unwrap_or(s)).collect()
+            };
+            // Spaces some input has already left: coming back to one would close a loop.
+            let mut exited: std::collections::HashSet<Sp> = Default::default();
+            for &p in &preds {
+                exited.extend(left[p].iter().copied());
+            }
+            let ours = !planned[v].is_empty();
+            if ours {
+                for c in copies.iter_mut() {
+                    if exited.contains(c) {
+                        let f = self.fresh(*c);
+                        self.current.insert(*c, f);
+                        *c = f;
+                    }
+                }
+                // Copies: the split runs with the first input, the join with the first
+                // copy; a first copy off the split's space keeps split -> copy -> join
+                // from coming back.
+                let split = first.unwrap_or(Sp::Local);
+                if let Some(j) = copies.iter().position(|s| *s != split) {
+                    copies.swap(0, j);
+                }
+                out[v] = Some(copies.clone());
+            }
+            for &p in &preds {
+                exited.extend(space[p]);
+            }
+            if copies.len() > 1 {
+                exited.extend(first);
+                exited.extend(copies.iter().skip(1).copied());
+            }
+            exited.remove(&copies[0]);
+            space[v] = Some(copies[0]);
+            left[v] = exited;
+        }
+        out
+    }
+}
+
+/// Node ids in a topological order (ids break ties; nodes on a cycle come last).
+fn topo(g: &Graph) -> Vec<usize> {
+    let n = g.nodes.len();
+    let mut indeg = vec![0usize; n];
+    for e in &g.edges {
+        indeg[e.to] += 1;
+    }
+    let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(&v) = ready.iter().next() {
+        ready.remove(&v);
+        order.push(v);
+        for e in g.edges.iter().filter(|e| e.from == v) {
+            indeg[e.to] -= 1;
+            if indeg[e.to] == 0 {
+                ready.insert(e.to);
+            }
+        }
+    }
+    for v in 0..n {
+        if !order.contains(&v) {
+            order.push(v);
+        }
+    }
+    order
+}
+
+impl fmt::Display for Assignment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (id, opts) in &self.set {
+            if !first {
+                f.write_str(" ")?;
+            }
+            first = false;
+            write!(f, "{id}:")?;
+            for (j, (k, v)) in opts.iter().enumerate() {
+                if j > 0 {
+                    f.write_str(";")?;
+                }
+                write!(f, "{k}={v}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::{Method, Planner};
+    use crate::model::PlanResolver;
+
+    fn sys2() -> SystemModel {
+        let caps = crate::system::Capabilities { bpf: true, af_packet: true, ..Default::default() };
+        SystemModel::homogeneous(2, &[SpaceKind::Kernel, SpaceKind::Thread, SpaceKind::Process], caps)
+    }
+
+    fn plan_of(text: &str, planner: &Planner) -> (Graph, crate::Planned) {
+        let g = lang::parse(text, &PlanResolver).unwrap();
+        let p = planner.plan_graph(&g, Method::Optimal).unwrap();
+        (g, p)
+    }
+
+    #[test]
+    fn light_pipeline_runs_as_written() {
+        let planner = Planner::new(sys2());
+        let (g, p) = plan_of("pcapin x.pcap | tcp | count", &planner);
+        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, p.template);
+        assert!(a.is_empty(), "{a}");
+        assert_eq!(a.apply(&g).unwrap(), g);
+    }
+
+    #[test]
+    fn heavy_filter_is_spread_over_the_cpus() {
+        let mut planner = Planner::new(sys2());
+        planner.load = crate::Load { blocks_per_sec: 100_000.0, bytes_per_block: 2500.0 };
+        let (g, p) = plan_of("gen | deflate | count", &planner);
+        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, p.template);
+        let spaces = &a.set.get(&1).expect("deflate is placed").iter().find(|(k, _)| k == "space").unwrap().1;
+        assert_eq!(spaces.split(',').count(), 2, "deflate on both CPUs: {a}");
+        let back = Assignment::parse(&a.to_string()).unwrap();
+        assert_eq!(back, a);
+    }
+
+    #[test]
+    fn user_placement_in_runtime_terms_runs_as_written_and_planner_pins_are_translated() {
+        let planner = Planner::new(sys2());
+        for text in ["gen | tcp space=p3 | count", "gen | tcp | count @private", "gen | deflate space=1,2 | count"] {
+            let (g, p) = plan_of(text, &planner);
+            assert!(Assignment::from_plan(&g, &p.plan, &planner.sys, p.template).is_empty(), "{text}");
+        }
+        let (g, p) = plan_of("gen | tcp | udp space=process | count", &planner);
+        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, p.template);
+        let placed = a.apply(&g).unwrap();
+        let NodeKind::Filter { options, .. } = &placed.nodes[2].kind else { panic!() };
+        let space = &options.iter().find(|(k, _)| k == "space").unwrap().1;
+        assert!(space.starts_with('p') && runtime_space(space), "'process' became a process space: {a}");
+    }
+
+    /// Space-level edges of a repaired placement must form no cycle.
+    fn acyclic(g: &Graph, placed: &[Option<Vec<Sp>>]) -> bool {
+        let mut sp: Vec<Sp> = vec![Sp::Local; g.nodes.len()];
+        for v in topo(g) {
+            sp[v] = match &placed[v] {
+                Some(c) => c[0],
+                None => g.in_edges(v).next().map_or(Sp::Local, |e| sp[e.from]),
+            };
+        }
+        let mut edges: Vec<(Sp, Sp)> = Vec::new();
+        for (v, p) in placed.iter().enumerate() {
+            if let Some(c) = p {
+                for x in &c[1..] {
+                    edges.push((*x, c[0]));
+                    if let Some(e) = g.in_edges(v).next() {
+                        edges.push((sp[e.from], *x));
+                    }
+                }
+            }
+        }
+        edges.extend(g.edges.iter().map(|e| (sp[e.from], sp[e.to])));
+        edges.retain(|(a, b)| a != b);
+        // Repeatedly drop spaces with no incoming edge; a cycle survives.
+        let mut nodes: std::collections::HashSet<Sp> = edges.iter().flat_map(|(a, b)| [*a, *b]).collect();
+        loop {
+            let free: Vec<Sp> = nodes.iter().copied().filter(|n| !edges.iter().any(|(_, b)| b == n)).collect();
+            if free.is_empty() {
+                return nodes.is_empty();
+            }
+            for f in free {
+                nodes.remove(&f);
+                edges.retain(|(a, _)| *a != f);
+            }
+        }
+    }
+
+    #[test]
+    fn returning_to_a_space_gets_a_fresh_one_on_the_same_cpu() {
+        let g = lang::parse("gen | tcp | udp | ip | count", &PlanResolver).unwrap();
+        let t = |k| vec![Sp::Thread(k, 0)];
+        let planned = vec![vec![Sp::Local], t(1), vec![Sp::Local], t(1), t(1)];
+        let placed = Repair::new(2, 0).run(&g, &planned);
+        assert!(acyclic(&g, &placed), "{placed:?}");
+        assert_eq!(placed[2], Some(vec![Sp::Thread(0, 1)]), "back on cpu0, a new thread");
+        assert_eq!(placed[3], Some(vec![Sp::Thread(1, 1)]));
+        assert_eq!(placed[4], placed[3], "later nodes follow the renamed space");
+    }
+
+    #[test]
+    fn copies_with_home_downstream_stay_acyclic() {
+        let g = lang::parse("gen | deflate | count", &PlanResolver).unwrap();
+        let planned = vec![vec![Sp::Local], vec![Sp::Local, Sp::Thread(1, 0)], vec![Sp::Local]];
+        let placed = Repair::new(2, 0).run(&g, &planned);
+        assert!(acyclic(&g, &placed), "{placed:?}");
+        assert_eq!(placed[1].as_ref().unwrap()[0], Sp::Thread(1, 0), "the join's copy is off home");
+    }
+
+    #[test]
+    fn repaired_placements_are_acyclic_for_any_plan() {
+        use proptest::prelude::*;
+        let shapes = ["gen | tcp | udp | ip | count", "gen | tcp | deflate | udp | count", "gen | tcp + udp | count", "gen | tcp + (udp | deflate) | inflate | count"];
+        let sp = prop_oneof![Just(Sp::Local), (0usize..2).prop_map(|k| Sp::Thread(k, 0)), (0usize..2).prop_map(|k| Sp::Process(k, 0))];
+        let mut runner = proptest::test_runner::TestRunner::default();
+        for text in shapes {
+            let g = lang::parse(text, &PlanResolver).unwrap();
+            let n = g.nodes.len();
+            let strat = proptest::collection::vec(proptest::collection::vec(sp.clone(), 1..3), n);
+            runner
+                .run(&strat, |planned| {
+                    let placed = Repair::new(2, 0).run(&g, &planned);
+                    prop_assert!(acyclic(&g, &placed), "{text}: {planned:?} -> {placed:?}");
+                    Ok(())
+                })
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn parse_errors_name_the_entry() {
+        assert!(Assignment::parse("x:space=t1").unwrap_err().contains("'x'"));
+        assert!(Assignment::parse("1:space").unwrap_err().contains("KEY=VALUE"));
+        assert_eq!(Assignment::parse("").unwrap(), Assignment::default());
+    }
+}
