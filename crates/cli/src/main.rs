@@ -339,7 +339,9 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
             assign.to_string(),
         ],
     });
-    let spaces = match Spaces::build_with(&g, &filters::Library, ring, ChannelConfig::default(), launcher.as_ref()) {
+    // Fault injection for the rollback tests: fail construction step K (from 0).
+    let fail_at = std::env::var("STREAMLINE_FAIL_STEP").ok().and_then(|v| v.parse().ok());
+    let spaces = match Spaces::build_steps(&g, &filters::Library, ring, ChannelConfig::default(), launcher.as_ref(), fail_at) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("streamline: {e}");

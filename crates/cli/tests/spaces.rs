@@ -262,3 +262,51 @@ fn bad_placements_are_errors_naming_the_filter() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("feed each other"), "{err}");
 }
+
+/// Processes (other than us) whose command line mentions `marker`.
+fn processes_naming(marker: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()) && e.file_name().to_string_lossy() != me.as_str())
+        .filter_map(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            cmd.contains(marker).then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_failure_at_any_construction_step_leaves_nothing_running() {
+    // Thread and process spaces and channels both ways; the marker (a count nobody else
+    // uses) finds any process space left behind.
+    let marker = format!("count={}", 1_000_000 + std::process::id());
+    let p = format!("gen {marker} size=64 | deflate space=p1 | inflate space=2 | count space=p3");
+    let fail = |k: usize| Command::new(BIN).args(["run", "-q", &p]).env("STREAMLINE_FAIL_STEP", k.to_string()).output().unwrap();
+    let out = fail(usize::MAX);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let n: usize = err.split("the build has ").nth(1).and_then(|r| r.split(' ').next()).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{err}"));
+    assert!(n >= 10, "channels, process spaces, rings, spaces and readiness are steps: {err}");
+    let shm_before: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
+    for k in 0..n {
+        let out = fail(k);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "step {k}: {err}");
+        assert!(err.contains(&format!("injected failure at construction step {k}")), "step {k}: {err}");
+        if k > 0 {
+            assert!(err.contains("rolled back: "), "step {k}: {err}");
+        }
+        // Process spaces end with their parent's rollback, not later.
+        let left = processes_naming(&marker);
+        assert!(left.is_empty(), "step {k} left processes running: {left:?}");
+    }
+    let shm_after: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
+    let new: Vec<_> = shm_after.iter().filter(|f| !shm_before.contains(f)).collect();
+    assert!(new.is_empty(), "segments left in /dev/shm: {new:?}");
+    // Without a fault the same pipeline runs.
+    let out = Command::new(BIN).args(["run", "-q", &p]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

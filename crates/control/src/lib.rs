@@ -21,8 +21,9 @@
 //!   does not fit.
 //! * [`realize`] owns the translation of a plan into the runtime's terms (space names,
 //!   `placed=`), as one line a run hands its process spaces.
-//! * [`txn`] owns construction as transactions (6.4): every step has an inverse, a
-//!   failure rolls back in reverse order. [`prefix`] owns prefix sharing of running
+//! * [`txn`] (re-exported from `dataplane`, whose `spaces` builds every run through it)
+//!   is construction as transactions (6.4): every step has an inverse, a failure rolls
+//!   back in reverse order. [`prefix`] owns prefix sharing of running
 //!   stateless filters between pipelines.
 //!
 //! It does not run anything: the runtimes in `dataplane` (and the kernel crate) consume
@@ -38,7 +39,8 @@ pub mod prefix;
 pub mod probe;
 pub mod realize;
 pub mod system;
-pub mod txn;
+/// Construction as transactions lives with the runtime that builds (`dataplane::txn`).
+pub use dataplane::txn;
 
 pub use error::{PlanError, RequestError, SystemError};
 pub use model::{Catalog, Load, Request};

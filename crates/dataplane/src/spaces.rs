@@ -29,6 +29,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use crate::filter::{Args, Filter};
 use crate::runtime::{BuildError, Factory, NodeReport, Space};
+use crate::txn::{StepFailed, Transaction};
 use lang::{Edge, Graph, Hint, Node, NodeKind, Selector, Span};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -313,6 +314,16 @@ pub struct Launcher {
     pub args: Vec<String>,
 }
 
+/// What a build holds while it is under way: each construction step adds to it, and its
+/// inverse takes that addition out again.
+struct Building<'f> {
+    /// The filter factory with the channels' endpoints, which space builds take out.
+    chans: WithChannels<'f>,
+    rings: HashMap<usize, (RingRef, RingRef)>,
+    children: Vec<ChildSpace>,
+    spaces: Vec<(SpaceId, Space)>,
+}
+
 /// A process space seen from the parent.
 struct ChildSpace {
     id: SpaceId,
@@ -455,88 +466,204 @@ impl Spaces {
     }
 
     pub fn build_with(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: ChannelConfig, launcher: Option<&Launcher>) -> Result<Spaces, BuildError> {
+        Self::build_steps(g, factory, scratch, cfg, launcher, None)
+    }
+
+    /// The build as a transaction (thesis 6.4, [`crate::txn`]): creating each channel,
+    /// starting each process space, receiving and handing over each channel's rings,
+    /// attaching each consumer, building each space and each process space's `ready` is
+    /// one step with its inverse (dropping a ring unmaps it, dropping a process space
+    /// kills and reaps it, dropping a space unmaps its store). A failing step undoes the
+    /// earlier ones, last first, and the error names the step and what was undone.
+    ///
+    /// `fail_at = Some(k)` injects a failure into step k (from 0), for tests of the
+    /// rollback; past the last step it fails after all of them, saying how many there were.
+    pub fn build_steps(
+        g: &Graph,
+        factory: &dyn Factory,
+        scratch: usize,
+        cfg: ChannelConfig,
+        launcher: Option<&Launcher>,
+        fail_at: Option<usize>,
+    ) -> Result<Spaces, BuildError> {
         let g = &replicate(&factory.rewrite(g.clone()), factory)?;
         let placement = place(g)?;
         let (parts, cross) = split(g, &placement);
         let here = |s: SpaceId| placement.kind(s) != SpaceKind::Process;
         let chan_err = |e: &Edge, why: String| BuildError { label: node_label(&g.nodes[e.to]), why };
-        let mut endpoints = HashMap::new();
-        let mut rings: HashMap<usize, (RingRef, RingRef)> = HashMap::new();
+        let building = Building {
+            chans: WithChannels { inner: factory, endpoints: Mutex::new(HashMap::new()) },
+            rings: HashMap::new(),
+            children: Vec::new(),
+            spaces: Vec::new(),
+        };
+        let mut t = Transaction::new(building);
+        let step_no = std::cell::Cell::new(0usize);
+        let inject = |what: &str| -> Result<(), BuildError> {
+            let k = step_no.get();
+            step_no.set(k + 1);
+            if fail_at == Some(k) {
+                return Err(BuildError { label: what.to_string(), why: format!("injected failure at construction step {k}") });
+            }
+            Ok(())
+        };
+        let failed = |f: StepFailed<BuildError>| {
+            let mut e = f.error;
+            if !f.undone.is_empty() {
+                e.why += &format!(" (construction step '{}' failed; rolled back: {})", f.step, f.undone.join(", "));
+            }
+            e
+        };
         for (k, e) in cross.iter().enumerate() {
             if here(placement.space[e.from]) {
                 let same = here(placement.space[e.to]);
-                let (tx, t, d) = egress(&format!("sl-ch{k}"), channel_config(g, e, cfg), same).map_err(|x| chan_err(e, format!("cannot create a channel into it: {x}")))?;
-                endpoints.insert((true, k), Box::new(tx) as Box<dyn Filter>);
-                rings.insert(k, (t, d));
+                t.step(
+                    format!("create channel {k}"),
+                    |b| {
+                        inject(&node_label(&g.nodes[e.to]))?;
+                        let (tx, tr, d) = egress(&format!("sl-ch{k}"), channel_config(g, e, cfg), same).map_err(|x| chan_err(e, format!("cannot create a channel into it: {x}")))?;
+                        b.chans.endpoints.lock().expect("not poisoned").insert((true, k), Box::new(tx) as Box<dyn Filter>);
+                        b.rings.insert(k, (tr, d));
+                        Ok(k)
+                    },
+                    |b, k| {
+                        b.chans.endpoints.lock().expect("not poisoned").remove(&(true, k));
+                        b.rings.remove(&k);
+                    },
+                )
+                .map_err(failed)?;
             }
         }
         // Start the process spaces; each first sends the rings of the channels it feeds.
-        let mut children = Vec::new();
         for (&id, _) in placement.kinds.iter().filter(|(_, &k)| k == SpaceKind::Process) {
             let label = labels_of(g, &placement, id);
             let err = |why: String| BuildError { label: label.clone(), why };
-            let Some(l) = launcher else { return Err(err(format!("space p{id}: process spaces need a launcher (run through the streamline command)"))) };
-            let (mine, theirs) = UnixStream::pair().map_err(|e| err(format!("socketpair: {e}")))?;
-            beltway::sys::inherit_across_exec(&theirs).map_err(|e| err(format!("fcntl: {e}")))?;
-            let proc = std::process::Command::new(&l.exe)
-                .args(&l.args)
-                .arg("--space")
-                .arg(id.to_string())
-                .arg("--fd")
-                .arg(theirs.as_raw_fd().to_string())
-                .stdin(std::process::Stdio::null())
-                .spawn()
-                .map_err(|e| err(format!("cannot start process space p{id} ({}): {e}", l.exe.display())))?;
-            drop(theirs);
-            let child = ChildSpace { id, proc, sock: mine };
-            let first = recv_msg(&child.sock).map_err(|e| err(format!("process space p{id} ended before it started: {e}")))?;
-            if let Some(why) = first.strip_prefix("error ") {
-                return Err(child_error(why, &label));
-            }
+            t.step(
+                format!("start process space p{id}"),
+                |b| {
+                    inject(&label)?;
+                    let Some(l) = launcher else { return Err(err(format!("space p{id}: process spaces need a launcher (run through the streamline command)"))) };
+                    let (mine, theirs) = UnixStream::pair().map_err(|e| err(format!("socketpair: {e}")))?;
+                    beltway::sys::inherit_across_exec(&theirs).map_err(|e| err(format!("fcntl: {e}")))?;
+                    let proc = std::process::Command::new(&l.exe)
+                        .args(&l.args)
+                        .arg("--space")
+                        .arg(id.to_string())
+                        .arg("--fd")
+                        .arg(theirs.as_raw_fd().to_string())
+                        .stdin(std::process::Stdio::null())
+                        .spawn()
+                        .map_err(|e| err(format!("cannot start process space p{id} ({}): {e}", l.exe.display())))?;
+                    drop(theirs);
+                    let child = ChildSpace { id, proc, sock: mine };
+                    let first = recv_msg(&child.sock).map_err(|e| err(format!("process space p{id} ended before it started: {e}")))?;
+                    if let Some(why) = first.strip_prefix("error ") {
+                        return Err(child_error(why, &label));
+                    }
+                    b.children.push(child);
+                    Ok(id)
+                },
+                // Dropping the child kills and reaps it; its mappings go with it.
+                |b, id| b.children.retain(|c| c.id != id),
+            )
+            .map_err(failed)?;
             for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.from] == id) {
-                let t = recv_ring(&child.sock).map_err(|x| chan_err(e, format!("channel from process space p{id}: {x}")))?;
-                let d = recv_ring(&child.sock).map_err(|x| chan_err(e, format!("channel from process space p{id}: {x}")))?;
-                rings.insert(k, (t, d));
+                t.step(
+                    format!("receive channel {k} from p{id}"),
+                    |b| {
+                        inject(&node_label(&g.nodes[e.to]))?;
+                        let c = b.children.iter().find(|c| c.id == id).expect("started above");
+                        let tr = recv_ring(&c.sock).map_err(|x| chan_err(e, format!("channel from process space p{id}: {x}")))?;
+                        let d = recv_ring(&c.sock).map_err(|x| chan_err(e, format!("channel from process space p{id}: {x}")))?;
+                        b.rings.insert(k, (tr, d));
+                        Ok(k)
+                    },
+                    |b, k| {
+                        b.rings.remove(&k);
+                    },
+                )
+                .map_err(failed)?;
             }
-            children.push(child);
         }
         // Consumers attach before anyone writes: here, or in the process spaces.
         for (k, e) in cross.iter().enumerate() {
-            let b = placement.space[e.to];
-            let (t, d) = &rings[&k];
-            if here(b) {
-                // A process space feeding us may not name files for us to map.
-                let trusted = here(placement.space[e.from]);
-                let rx = ingress(&format!("sl-ch{k}"), t, d, trusted).map_err(|x| chan_err(e, format!("cannot attach to its channel: {x}")))?;
-                endpoints.insert((false, k), Box::new(rx) as Box<dyn Filter>);
-            } else {
-                let c = children.iter().find(|c| c.id == b).expect("process space started");
-                send_ring(&c.sock, t).and_then(|_| send_ring(&c.sock, d)).map_err(|x| chan_err(e, format!("cannot hand its channel to process space p{b}: {x}")))?;
-            }
+            let to = placement.space[e.to];
+            t.step(
+                format!("attach channel {k}"),
+                |b| {
+                    inject(&node_label(&g.nodes[e.to]))?;
+                    let (tr, d) = &b.rings[&k];
+                    if here(to) {
+                        // A process space feeding us may not name files for us to map.
+                        let trusted = here(placement.space[e.from]);
+                        let rx = ingress(&format!("sl-ch{k}"), tr, d, trusted).map_err(|x| chan_err(e, format!("cannot attach to its channel: {x}")))?;
+                        b.chans.endpoints.lock().expect("not poisoned").insert((false, k), Box::new(rx) as Box<dyn Filter>);
+                    } else {
+                        let c = b.children.iter().find(|c| c.id == to).expect("process space started");
+                        send_ring(&c.sock, tr)
+                            .and_then(|_| send_ring(&c.sock, d))
+                            .map_err(|x| chan_err(e, format!("cannot hand its channel to process space p{to}: {x}")))?;
+                    }
+                    Ok(k)
+                },
+                // Here: drop the consumer's endpoint. In a process space: the mapping is
+                // the child's, undone when the start step's inverse stops it.
+                |b, k| {
+                    b.chans.endpoints.lock().expect("not poisoned").remove(&(false, k));
+                },
+            )
+            .map_err(failed)?;
         }
-        let f = WithChannels { inner: factory, endpoints: Mutex::new(endpoints) };
         let mut ids: Vec<SpaceId> = parts.keys().copied().filter(|&s| here(s)).collect();
         ids.sort_unstable();
-        let mut spaces = Vec::new();
         for id in ids {
-            let mut space = Space::build(&parts[&id].graph, &f, scratch)?;
-            // A space that feeds another space of this process keeps its rings in shared
-            // memory, so the consumer reads its blocks in place.
-            if cross.iter().any(|e| placement.space[e.from] == id && here(placement.space[e.to])) {
-                space.store().share_rings();
-            }
-            spaces.push((id, space));
+            t.step(
+                format!("build space {}", space_name(&placement, id)),
+                |b| {
+                    inject(&labels_of(g, &placement, id))?;
+                    let mut space = Space::build(&parts[&id].graph, &b.chans, scratch)?;
+                    // A space that feeds another space of this process keeps its rings in
+                    // shared memory, so the consumer reads its blocks in place.
+                    if cross.iter().any(|e| placement.space[e.from] == id && here(placement.space[e.to])) {
+                        space.store().share_rings();
+                    }
+                    b.spaces.push((id, space));
+                    Ok(id)
+                },
+                |b, id| b.spaces.retain(|(s, _)| *s != id),
+            )
+            .map_err(failed)?;
         }
-        for c in &children {
-            let label = labels_of(g, &placement, c.id);
-            match recv_msg(&c.sock) {
-                Ok(m) if m == "ready" => {}
-                Ok(m) => return Err(child_error(m.strip_prefix("error ").unwrap_or(&m), &label)),
-                Err(e) => return Err(BuildError { label, why: format!("process space p{} ended while building: {e}", c.id) }),
-            }
+        let child_ids: Vec<SpaceId> = t.context().children.iter().map(|c| c.id).collect();
+        for id in child_ids {
+            let label = labels_of(g, &placement, id);
+            t.step(
+                format!("process space p{id} ready"),
+                |b| {
+                    inject(&label)?;
+                    let c = b.children.iter().find(|c| c.id == id).expect("started above");
+                    match recv_msg(&c.sock) {
+                        Ok(m) if m == "ready" => Ok(id),
+                        Ok(m) => Err(child_error(m.strip_prefix("error ").unwrap_or(&m), &label)),
+                        Err(e) => Err(BuildError { label: label.clone(), why: format!("process space p{id} ended while building: {e}") }),
+                    }
+                },
+                // Nothing to take back: the start step's inverse stops the space.
+                |_, _| {},
+            )
+            .map_err(failed)?;
         }
+        if let Some(k) = fail_at.filter(|&k| k >= step_no.get()) {
+            let n = step_no.get();
+            drop(t.rollback());
+            return Err(BuildError {
+                label: "build".into(),
+                why: format!("injected failure at construction step {k}: the build has {n} steps (0..{n}), all rolled back"),
+            });
+        }
+        let b = t.commit();
         let labels = g.nodes.iter().map(|n| (placement.space[n.id], node_label(n))).collect();
-        Ok(Spaces { spaces, children, placement, channels: cross.len(), labels })
+        Ok(Spaces { spaces: b.spaces, children: b.children, placement, channels: cross.len(), labels })
     }
 
     /// Process ids of the process spaces (for tests and monitoring).

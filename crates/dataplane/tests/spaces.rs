@@ -3,79 +3,11 @@
 
 use dataplane::channel::ChannelConfig;
 use dataplane::spaces::{place, SpaceKind, Spaces};
-use dataplane::{Args, Batch, Ctx, Factory, Filter, Tag};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-/// `src N`: N blocks of 100 bytes (u32 sequence number first); `pass`; `boom K`: panics at
-/// block K; `sink`: checks the sequence.
-struct Src {
-    n: u32,
-    seq: u32,
-}
-impl Filter for Src {
-    fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
-    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
-        while out.len() < max && self.seq < self.n {
-            let mut b = [7u8; 100];
-            b[..4].copy_from_slice(&self.seq.to_le_bytes());
-            out.push(Tag { class: 1, ..cx.store.push(&b) });
-            self.seq += 1;
-        }
-        self.seq < self.n
-    }
-}
-struct Pass;
-impl Filter for Pass {
-    fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
-}
-struct Boom(u32, u32);
-impl Filter for Boom {
-    fn process(&mut self, _: &mut Ctx<'_>, b: &mut Batch) {
-        self.1 += b.len() as u32;
-        if self.1 >= self.0 {
-            panic!("boom after {} blocks", self.1);
-        }
-    }
-}
-struct Sink {
-    next: u32,
-}
-impl Filter for Sink {
-    fn process(&mut self, cx: &mut Ctx<'_>, b: &mut Batch) {
-        for t in &b.tags {
-            let d = cx.data(t).expect("resolvable");
-            assert_eq!(d.len(), 100);
-            assert_eq!(u32::from_le_bytes(d[..4].try_into().unwrap()), self.next, "in order, intact");
-            assert!(d[4..].iter().all(|&x| x == 7));
-            self.next += 1;
-        }
-    }
-    fn summary(&self) -> Option<String> {
-        Some(format!("sink: {}", self.next))
-    }
-}
-
-struct F;
-impl Factory for F {
-    fn make(&self, name: &str, a: &Args) -> Result<Box<dyn Filter>, String> {
-        Ok(match name {
-            "src" => Box::new(Src { n: a.parse("n", Some(0), 10)?, seq: 0 }),
-            "pass" => Box::new(Pass),
-            "boom" => Box::new(Boom(a.parse("at", Some(0), 1)?, 0)),
-            "sink" => Box::new(Sink { next: 0 }),
-            _ => return Err(format!("no filter {name}")),
-        })
-    }
-    fn is_source(&self, name: &str) -> bool {
-        name == "src"
-    }
-}
-
-fn graph(text: &str) -> lang::Graph {
-    let r = lang::StaticResolver::new().native("src", &["n"]).native("pass", &[]).native("boom", &["at"]).native("sink", &[]);
-    lang::parse(text, &r).unwrap_or_else(|d| panic!("{d}"))
-}
+mod common;
+use common::{graph, F};
 
 #[test]
 fn placement_rule() {
