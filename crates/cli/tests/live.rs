@@ -99,3 +99,62 @@ fn live_capture_errors_name_the_problem() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("CAP_NET_RAW"), "{err}");
 }
+
+#[test]
+fn multiqueue_engines_share_the_interface_flow_by_flow() {
+    let v = veth();
+    let dir = std::env::temp_dir().join(format!("sl-mq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("td.pcap");
+    // Two engines (rx + bpf each, in one fanout group), a join, one count for both.
+    let sl = Command::new(BIN)
+        .args(["run", &format!("rx dev={} queues=2 | bpf \"udp\" | count", v.here)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut td = Command::new("tcpdump")
+        .args(["-i", &v.here, "-w"])
+        .arg(&pcap)
+        .arg("udp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tcpdump is required (apt-get install tcpdump)");
+    std::thread::sleep(Duration::from_millis(1500));
+    // 64 flows (source ports) of 20 datagrams, and pings the filter must drop.
+    let socks: Vec<_> = (0..64).map(|_| std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap()).collect();
+    for i in 0..20 {
+        for s in &socks {
+            let _ = s.send_to(format!("streamline {i}").as_bytes(), format!("{}:9", v.peer_ip));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    ok(&["ping", "-c", "20", "-i", "0.005", "-q", &v.peer_ip]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(Command::new("kill").args(["-INT", &sl.id().to_string()]).status().unwrap().success());
+    let out = sl.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let _ = Command::new("kill").args(["-INT", &td.id().to_string()]).status();
+    let _ = td.wait();
+    let tcpdump = sh(&["tcpdump", "-r", pcap.to_str().unwrap()]);
+    let n_td = String::from_utf8_lossy(&tcpdump.stdout).lines().count() as u64;
+    let _ = std::fs::remove_dir_all(&dir);
+    let count: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("count: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count:\n{err}"));
+    assert!(n_td >= 64 * 20, "tcpdump saw {n_td} of {} datagrams", 64 * 20);
+    assert_eq!(count, n_td, "both engines together count what tcpdump counts:\n{err}");
+    // Each engine is its own rx in its own space, and the hash spread the flows over both.
+    let engines: Vec<u64> = err
+        .lines()
+        .filter(|l| l.starts_with("rx@"))
+        .map(|l| l.split_whitespace().nth(3).and_then(|n| n.parse().ok()).unwrap_or(0))
+        .collect();
+    assert_eq!(engines.len(), 2, "two rx engines in the table:\n{err}");
+    assert!(engines.iter().all(|&n| n > 0), "every engine got flows ({engines:?}):\n{err}");
+}

@@ -104,7 +104,7 @@ impl Factory for Library {
         find(name).is_some_and(|s| s.source)
     }
     fn rewrite(&self, g: lang::Graph) -> lang::Graph {
-        live::kernel_placement(g)
+        live::kernel_placement(live::multiqueue(g))
     }
     fn keeps_sessions(&self, name: &str) -> bool {
         // Per-connection state: replicas must each see whole sessions.

@@ -46,6 +46,12 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
         None => None,
         Some(g) => Some(g.parse::<u16>().map_err(|_| format!("rx: fanout={g} is not a group id 0..=65535"))?),
     };
+    // queues=N >= 2 was expanded into N engines before build (multiqueue); what is left
+    // here is 1 or a mistake.
+    let queues: usize = a.parse("queues", None, 1)?;
+    if !(1..=64).contains(&queues) {
+        return Err(format!("rx: queues={queues} must be 1..=64"));
+    }
     let cfg = RxConfig { latency: Duration::from_millis(latency_ms.max(1)), blocks, fanout, ..RxConfig::default() };
     let kfilter = a.get("kfilter", None).map(str::to_string);
     if let Some(e) = &kfilter {
@@ -203,9 +209,99 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
     g
 }
 
+/// `rx dev=IF queues=N` (seed 002, Algorithms 1-2: one execution engine per queue): the
+/// capture and the filters after it become N engines, each an `rx` in one PACKET_FANOUT
+/// hash group (so each flow lands on one engine) with its own copy of the filters. Engine
+/// 0 runs in the calling thread, engine q >= 1 on a thread space pinned to CPU q (mod the
+/// CPU count); a join in engine 0's space gathers their output for the rest. The engine takes the linear chain after
+/// `rx` (one arc in, one arc out, native filters) up to the first node that ends the
+/// stream (a sink such as `count`, which then totals all queues) or merges streams.
+pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
+    use lang::{Edge, JoinMode, Node, NodeKind, Selector};
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let targets: Vec<(usize, usize)> = g
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            NodeKind::Filter { filter, options, .. } if filter == "rx" => {
+                options.iter().find(|(k, _)| k == "queues").and_then(|(_, v)| v.parse::<usize>().ok()).filter(|&q| q >= 2).map(|q| (n.id, q))
+            }
+            _ => None,
+        })
+        .collect();
+    for (rx, queues) in targets {
+        // The engine: rx and the one-in one-out native filters after it.
+        let mut chain = vec![rx];
+        loop {
+            let last = *chain.last().expect("rx");
+            let outs: Vec<&Edge> = g.edges.iter().filter(|e| e.from == last).collect();
+            let [e] = outs.as_slice() else { break };
+            let next = e.to;
+            let ins = g.edges.iter().filter(|x| x.to == next).count();
+            let next_outs = g.edges.iter().filter(|x| x.from == next).count();
+            if e.sel != Selector::Default || ins != 1 || next_outs == 0 || !matches!(g.nodes[next].kind, NodeKind::Filter { .. }) {
+                break;
+            }
+            chain.push(next);
+        }
+        let last = *chain.last().expect("rx");
+        let after: Vec<Edge> = g.edges.iter().filter(|e| e.from == last).cloned().collect();
+        // A fanout group per run and interface: the process id and the node.
+        let group = ((std::process::id() as usize * 31 + rx) % 65536).to_string();
+        let engine_space = |q: usize| (cpus * 1000 + q).to_string();
+        let mut lasts = Vec::new();
+        for q in 0..queues {
+            // Copy 0 is the original nodes; copies 1.. are appended.
+            let mut map = std::collections::HashMap::new();
+            for &id in &chain {
+                let copy = if q == 0 {
+                    id
+                } else {
+                    let n = g.nodes[id].clone();
+                    let new = g.nodes.len();
+                    g.nodes.push(Node { id: new, name: n.name.as_ref().map(|x| format!("{x}.{q}")), ..n });
+                    new
+                };
+                map.insert(id, copy);
+                if let NodeKind::Filter { options, .. } = &mut g.nodes[copy].kind {
+                    options.retain(|(k, _)| k != "space" && k != "queues" && (id != rx || k != "fanout"));
+                    options.push(("space".into(), engine_space(q)));
+                    if q == 0 {
+                        options.retain(|(k, _)| k != "space");
+                    }
+                    if id == rx {
+                        options.push(("fanout".into(), group.clone()));
+                    }
+                }
+            }
+            if q > 0 {
+                for w in chain.windows(2) {
+                    let e = g.edges.iter().find(|e| e.from == w[0] && e.to == w[1]).expect("chain arc").clone();
+                    g.edges.push(Edge { from: map[&w[0]], to: map[&w[1]], ..e });
+                }
+            }
+            lasts.push(map[&last]);
+        }
+        if after.is_empty() {
+            continue;
+        }
+        let span = g.nodes[last].span;
+        let join = g.nodes.len();
+        g.nodes.push(Node { id: join, kind: NodeKind::Join { mode: JoinMode::All }, span, hints: Vec::new(), name: None });
+        g.edges.retain(|e| e.from != last);
+        for &l in &lasts {
+            g.edges.push(Edge { from: l, to: join, sel: Selector::Default, span: after[0].span });
+        }
+        for e in after {
+            g.edges.push(Edge { from: join, ..e });
+        }
+    }
+    g
+}
+
 pub static RX: FilterSpec = FilterSpec {
     name: "rx",
-    synopsis: "rx dev=IF [latency=MS] [blocks=N] [fanout=G]",
+    synopsis: "rx dev=IF [latency=MS] [blocks=N] [fanout=G] [queues=N]",
     description: "Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
                   goes back to the kernel when its frames have walked the space. A block is handed\n\
@@ -218,6 +314,7 @@ pub static RX: FilterSpec = FilterSpec {
         Param { name: "blocks", doc: "ring blocks of 1 MiB (default 16)" },
         Param { name: "kfilter", doc: "pcap-filter expression run in the kernel (set by the bpf placement)" },
         Param { name: "fanout", doc: "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)" },
+        Param { name: "queues", doc: "N engines: N rx in one fanout group, each with its own copy of the filters after it on its own pinned thread; a join feeds the rest (a sink after them totals all queues)" },
     ],
     classes: "1 for every frame",
     example: "streamline run 'rx dev=eth0 | bpf \"tcp port 80\" | count'",
