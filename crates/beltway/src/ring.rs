@@ -121,6 +121,10 @@ pub struct RingConfig {
     pub buf_id: u16,
     /// How often a blocked party checks that its peer is still alive.
     pub liveness: Duration,
+    /// SRP only: readers may come and go. The writer stays lossless towards the readers
+    /// attached, and writes on without waiting while none is (no broken pipe when the
+    /// last one leaves). For streams published to whoever subscribes.
+    pub detachable: bool,
 }
 
 impl Default for RingConfig {
@@ -142,6 +146,7 @@ impl Default for RingConfig {
             multi_producer: false,
             buf_id: 1,
             liveness: Duration::from_millis(100),
+            detachable: false,
         }
     }
 }
@@ -233,6 +238,8 @@ pub struct Shared {
     pub(crate) buf_id: u16,
     pub(crate) multi_producer: bool,
     liveness: Duration,
+    /// Readers may all leave without breaking the pipe (the creator's [`RingConfig`]).
+    detachable: bool,
     /// Remove the names from /dev/shm when this (creating) handle set is dropped.
     unlink_on_drop: bool,
 }
@@ -355,6 +362,7 @@ impl Shared {
             buf_id: cfg.buf_id,
             multi_producer: cfg.multi_producer,
             liveness: cfg.liveness,
+            detachable: cfg.detachable,
             unlink_on_drop: named,
         }))
     }
@@ -443,6 +451,7 @@ impl Shared {
             buf_id: c.buf_id.load(Relaxed) as u16,
             multi_producer: c.multi_producer.load(Relaxed) != 0,
             liveness: Duration::from_micros((latency_us as u64 * 100).clamp(20_000, 200_000)),
+            detachable: false,
             unlink_on_drop: false,
             data,
             ctl,
@@ -599,7 +608,7 @@ impl Shared {
                     SyncMode::Frp => None,
                     SyncMode::Srp => {
                         let m = self.scan_min(reap);
-                        if m.is_none() && ctl.r.0.attached_ever.load(Relaxed) > 0 {
+                        if m.is_none() && ctl.r.0.attached_ever.load(Relaxed) > 0 && !self.detachable {
                             done(waited);
                             return Err(Error::BrokenPipe { name: self.name.clone() });
                         }
@@ -766,6 +775,16 @@ pub struct RingStats {
 pub struct RingRef(pub(crate) Arc<Shared>);
 
 impl RingRef {
+    /// Whether the process that created the ring (its writer) still runs, and its pid.
+    pub fn writer(&self) -> (u32, bool) {
+        (self.0.hdr().c.0.writer_pid.load(Relaxed) as u32, self.0.writer_alive())
+    }
+
+    /// Readers attached right now (registered, lossless or not).
+    pub fn readers(&self) -> u32 {
+        self.0.ctl().map_or(0, |c| c.r.0.active.load(Acquire))
+    }
+
     /// Open a named ring (under /dev/shm) for reading.
     pub fn open(name: &str) -> Result<RingRef> {
         Ok(RingRef(Shared::open_named(name, false)?))

@@ -239,3 +239,53 @@ fn deck_cut_shrinks_when_calm() {
     assert_eq!(w.active_size(), 1 << 12, "a calm ring should have shrunk to its minimum");
     assert!(w.stats().resizes >= 8);
 }
+
+/// A detachable SRP ring (published streams): no reader is no broken pipe, readers that
+/// attach get everything written while they are attached, in order, and may leave again.
+/// A plain SRP ring breaks the pipe when its last reader leaves.
+#[test]
+fn detachable_ring_outlives_its_readers() {
+    use beltway::{Sink, Source};
+    let _w = watchdog("detachable_ring_outlives_its_readers", 60);
+    let cfg = RingConfig { detachable: true, ..RingConfig::bytes(1 << 16) };
+    let mut w = Writer::create("detach", cfg).unwrap();
+    let ring = w.ring();
+    let chunk = vec![7u8; 4096];
+    // Nobody attached: many laps without waiting.
+    for _ in 0..64 {
+        w.write(&chunk).unwrap();
+    }
+    assert_eq!(ring.readers(), 0);
+    for round in 0..3u8 {
+        let mut r = ring.reader(Start::Latest).unwrap();
+        assert_eq!(ring.readers(), 1);
+        // A reader in another thread takes 4 laps; the writer waits for it (lossless).
+        let t = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 4096];
+            while got.len() < 4 * (1 << 16) {
+                let n = r.read(&mut buf).unwrap();
+                assert!(n > 0);
+                got.extend_from_slice(&buf[..n]);
+            }
+            got
+        });
+        let mut sent = Vec::new();
+        for i in 0..(4 * (1 << 16) / 4096) {
+            let block: Vec<u8> = (0..4096).map(|k| (k as u8) ^ (i as u8) ^ round).collect();
+            w.write(&block).unwrap();
+            sent.extend_from_slice(&block);
+        }
+        assert_eq!(t.join().unwrap(), sent, "round {round}: every byte, in order");
+        // The reader is gone: writing goes on.
+        for _ in 0..64 {
+            w.write(&chunk).unwrap();
+        }
+        assert_eq!(ring.readers(), 0);
+    }
+    // The same with a plain SRP ring: the pipe breaks.
+    let mut w = Writer::create("plain", RingConfig::bytes(1 << 16)).unwrap();
+    drop(w.ring().reader(Start::Latest).unwrap());
+    let err = (0..64).find_map(|_| w.write(&chunk).err()).expect("a broken pipe");
+    assert!(matches!(err, beltway::Error::BrokenPipe { .. }), "{err}");
+}

@@ -48,6 +48,10 @@ enum Cmd {
         /// Expected bytes per block at each source, for the plan.
         #[arg(long, default_value_t = 500.0)]
         bytes: f64,
+        /// Neither offer this run's live-capture prefix to other runs nor take one from a
+        /// running one (prefix sharing is on by default for pipelines starting with `rx`).
+        #[arg(long)]
+        no_share: bool,
     },
     /// Parse a pipeline and print its graph (or the error).
     Check { pipeline: String },
@@ -67,6 +71,9 @@ enum Cmd {
         /// The run's placement (control::Assignment), applied to the pipeline.
         #[arg(long, default_value = "")]
         assign: String,
+        /// The run's role in prefix sharing (control::prefix::Share), if any.
+        #[arg(long)]
+        share: Option<String>,
     },
     /// Choose a placement for a pipeline and explain it (does not run it).
     Plan {
@@ -135,8 +142,8 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Cmd::Run { pipeline, quiet, ring, plan, rate, bytes } => run(&pipeline, quiet, ring, &plan, rate, bytes),
-        Cmd::Space { pipeline, ring, space, fd, assign } => process_space(&pipeline, ring, space, fd, &assign),
+        Cmd::Run { pipeline, quiet, ring, plan, rate, bytes, no_share } => run(&pipeline, quiet, ring, &plan, rate, bytes, !no_share),
+        Cmd::Space { pipeline, ring, space, fd, assign, share } => process_space(&pipeline, ring, space, fd, &assign, share.as_deref()),
         Cmd::Plan { pipeline, dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical } => {
             let opts = PlanOpts { dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical };
             match plan(&pipeline, opts) {
@@ -168,7 +175,7 @@ fn describe(g: &lang::Graph, a: &control::Assignment) -> String {
 
 /// A process space: the parent coordinates stopping, so Ctrl-C (sent to the whole process
 /// group) is left to it.
-fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &str) -> ExitCode {
+fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &str, share: Option<&str>) -> ExitCode {
     let _ = ctrlc::set_handler(|| {});
     let sock = match beltway::sys::inherited_unix_stream(fd) {
         Ok(s) => s,
@@ -188,6 +195,14 @@ fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &st
         Ok(g) => g,
         Err(e) => {
             eprintln!("streamline __space: --assign: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let g = match share.map(|s| control::prefix::Share::parse(s).and_then(|s| control::prefix::apply(&g, &s))) {
+        None => g,
+        Some(Ok(g)) => g,
+        Some(Err(e)) => {
+            eprintln!("streamline __space: --share: {e}");
             return ExitCode::from(2);
         }
     };
@@ -292,8 +307,25 @@ fn choose_placement(g: &lang::Graph, how: &str, load: control::Load) -> Result<(
     Ok((a, why))
 }
 
+/// Prefix sharing between runs (control::prefix): take the longest prefix of this
+/// pipeline a live run publishes, or else publish ours. None when nothing is shareable.
+fn choose_share(g: &lang::Graph, quiet: bool) -> Option<control::prefix::Share> {
+    use control::prefix::{shareable, Share};
+    let prefixes = shareable(g);
+    let shortest = prefixes.first().map_or(1, |p| control::prefix::min_shared_len(g, p));
+    for p in prefixes.iter().filter(|p| p.nodes.len() >= shortest) {
+        if let Some(pid) = dataplane::channel::published(&p.key) {
+            if !quiet {
+                eprintln!("sharing `{}` with the run of process {pid} (prefix sharing; --no-share runs its own)", p.text);
+            }
+            return Some(Share::Subscribe { key: p.key.clone(), len: p.nodes.len() });
+        }
+    }
+    prefixes.first().map(|p| Share::Publish { key: p.key.clone() })
+}
+
 #[allow(clippy::too_many_arguments)]
-fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f64) -> ExitCode {
+fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f64, share: bool) -> ExitCode {
     let g = match lang::parse(pipeline, &resolver()) {
         Ok(g) => g,
         Err(d) => {
@@ -327,17 +359,21 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
             return ExitCode::from(2);
         }
     };
-    let launcher = std::env::current_exe().ok().map(|exe| Launcher {
-        exe,
-        args: vec![
-            "__space".into(),
-            "--pipeline".into(),
-            pipeline.into(),
-            "--ring".into(),
-            ring.to_string(),
-            "--assign".into(),
-            assign.to_string(),
-        ],
+    let share = if share { choose_share(&g, quiet) } else { None };
+    let g = match share.as_ref().map(|s| control::prefix::apply(&g, s)) {
+        None => g,
+        Some(Ok(g)) => g,
+        Some(Err(e)) => {
+            eprintln!("streamline: prefix sharing: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let launcher = std::env::current_exe().ok().map(|exe| {
+        let mut args = vec!["__space".into(), "--pipeline".into(), pipeline.into(), "--ring".into(), ring.to_string(), "--assign".into(), assign.to_string()];
+        if let Some(s) = &share {
+            args.extend(["--share".to_string(), s.to_arg()]);
+        }
+        Launcher { exe, args }
     });
     // Fault injection for the rollback tests: fail construction step K (from 0).
     let fail_at = std::env::var("STREAMLINE_FAIL_STEP").ok().and_then(|v| v.parse().ok());

@@ -24,8 +24,9 @@ fn veth() -> Veth {
     Veth::new("lv").unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A run with its own capture (no prefix sharing between the runs of one test).
 fn start(pipeline: &str) -> Child {
-    Command::new(BIN).args(["run", "-q", pipeline]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn streamline")
+    Command::new(BIN).args(["run", "-q", "--no-share", pipeline]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn streamline")
 }
 
 /// SIGINT (as Ctrl-C), then the `count:` number and the `rx` summary line.
@@ -157,4 +158,103 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
         .collect();
     assert_eq!(engines.len(), 2, "two rx engines in the table:\n{err}");
     assert!(engines.iter().all(|&n| n > 0), "every engine got flows ({engines:?}):\n{err}");
+}
+
+/// Packet sockets bound to interface `ifindex` (column Iface of /proc/net/packet).
+fn packet_sockets_on(ifindex: u32) -> usize {
+    std::fs::read_to_string("/proc/net/packet")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(4).and_then(|i| i.parse::<u32>().ok()) == Some(ifindex))
+        .count()
+}
+
+fn spawn_run(pipeline: &str) -> Child {
+    Command::new(BIN).args(["run", pipeline]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+fn interrupt(c: Child) -> (Option<i32>, String) {
+    assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
+    let out = c.wait_with_output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn count_of(err: &str) -> u64 {
+    err.lines()
+        .find_map(|l| l.strip_prefix("count: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count:\n{err}"))
+}
+
+#[test]
+fn a_second_run_shares_the_running_capture_prefix() {
+    let v = veth();
+    let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{}/ifindex", v.here)).unwrap().trim().parse().unwrap();
+    let dir = std::env::temp_dir().join(format!("sl-share-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("td.pcap");
+    let first = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(packet_sockets_on(ifindex), 1, "the first run captures");
+    // Same capture and filter, then more filters of its own: it takes the first run's stream.
+    let second = spawn_run(&format!("rx dev={} | bpf \"icmp\" | icmp 4 | count", v.here));
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(packet_sockets_on(ifindex), 1, "the second run opened no capture of its own");
+    let mut td = Command::new("tcpdump")
+        // Immediate mode: at SIGINT nothing waits in a half-filled ring block.
+        .args(["--immediate-mode", "-i", &v.here, "-w"])
+        .arg(&pcap)
+        .arg("icmp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tcpdump is required (apt-get install tcpdump)");
+    std::thread::sleep(Duration::from_millis(1000));
+    ok(&["ping", "-c", "100", "-i", "0.005", "-q", &v.peer_ip]);
+    std::thread::sleep(Duration::from_millis(500));
+    let (code2, err2) = interrupt(second);
+    // The first run goes on alone: larger pings only it sees.
+    ok(&["ping", "-c", "10", "-i", "0.01", "-s", "500", "-q", &v.peer_ip]);
+    std::thread::sleep(Duration::from_millis(500));
+    let (code1, err1) = interrupt(first);
+    let _ = Command::new("kill").args(["-INT", &td.id().to_string()]).status();
+    let _ = td.wait();
+    let lines = |filter: &str| {
+        let o = sh(&["tcpdump", "-r", pcap.to_str().unwrap(), filter]);
+        String::from_utf8_lossy(&o.stdout).lines().count() as u64
+    };
+    let (small, all) = (lines("icmp and less 200"), lines("icmp"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code2, Some(130), "{err2}");
+    assert_eq!(code1, Some(130), "{err1}");
+    assert!(err2.contains("sharing `rx dev=") && err2.contains("bpf \"icmp\"`"), "{err2}");
+    assert!(err2.lines().any(|l| l.starts_with("__subscribe")), "{err2}");
+    assert!(small >= 200 && all >= small + 20, "tcpdump saw {small} small and {all} ICMP packets");
+    assert_eq!(count_of(&err2), small, "the sharing run counts what tcpdump saw while it ran:\n{err2}");
+    assert_eq!(count_of(&err1), all, "the first run is not disturbed by its subscriber:\n{err1}");
+    // The published names are gone with the run.
+    let g = lang::parse(&format!("rx dev={} | bpf \"icmp\" | count", v.here), &control::model::PlanResolver).unwrap();
+    let key = control::prefix::shareable(&g)[0].key.clone();
+    let left: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().filter(|e| e.file_name().to_string_lossy().contains(&key)).collect();
+    assert!(left.is_empty(), "{left:?}");
+    // --no-share: its own capture.
+    let first = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
+    std::thread::sleep(Duration::from_millis(800));
+    let own = Command::new(BIN).args(["run", "--no-share", &format!("rx dev={} | bpf \"icmp\" | count", v.here)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(packet_sockets_on(ifindex), 2, "--no-share captures for itself");
+    let (_, own_err) = interrupt(own);
+    assert!(!own_err.contains("sharing"), "{own_err}");
+    // A subscriber ends when the run it shares with ends.
+    let sub = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
+    std::thread::sleep(Duration::from_millis(800));
+    let _ = interrupt(first);
+    let t0 = std::time::Instant::now();
+    let out = sub.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(t0.elapsed() < Duration::from_secs(10), "the subscriber outlived its publisher");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("sharing"), "{err}");
 }

@@ -3,6 +3,14 @@
 //! The registry is a trie of running instances keyed by (parent instance, filter
 //! descriptor) with reference counts; a stateful filter is never shared, and nothing
 //! after it is either.
+//!
+//! Between runs of `streamline` (no daemon yet), the names under /dev/shm are the
+//! registry: a run whose pipeline starts with a live capture (`rx`) and stateless filters
+//! publishes that prefix's stream under a key made from its canonical text
+//! ([`SharedPrefix`], [`Share::Publish`]); a later run whose pipeline starts the same way
+//! subscribes to it instead of capturing again ([`Share::Subscribe`]), taking the longest
+//! published prefix. [`apply`] rewrites a graph for either role; the runtime's
+//! `__publish` / `__subscribe` endpoints are `dataplane::channel::{publish, subscribe}`.
 
 use std::collections::HashMap;
 
@@ -131,9 +139,205 @@ pub fn stateless(filter: &str) -> bool {
     }
 }
 
+/// A prefix of a pipeline that runs can share: a live capture and the stateless filters
+/// after it, in a chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedPrefix {
+    /// The chain's nodes, source first.
+    pub nodes: Vec<usize>,
+    /// Canonical text (`rx dev=eth0 | bpf "udp"`): what must match.
+    pub text: String,
+    /// Hex of a hash of `text`: the name the stream is published under.
+    pub key: String,
+}
+
+/// Options that change how a filter runs, not what it outputs.
+const NOT_CONTENT: &[&str] = &["space", "placed", "queues", "latency", "blocks", "kfilter"];
+
+fn canonical(n: &lang::Node) -> Option<String> {
+    let lang::NodeKind::Filter { filter, params, options } = &n.kind else { return None };
+    let mut t = filter.clone();
+    for p in params {
+        t += &format!(" {p:?}");
+    }
+    let mut opts: Vec<&(String, String)> = options.iter().filter(|(k, _)| !NOT_CONTENT.contains(&k.as_str())).collect();
+    opts.sort();
+    for (k, v) in opts {
+        t += &format!(" {k}={v:?}");
+    }
+    Some(t)
+}
+
+/// The shareable prefixes of `g`, longest first: from its first live capture source
+/// (`rx`) along single arcs through stateless filters.
+pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
+    use lang::{NodeKind, Selector};
+    let Some(src) = g.nodes.iter().find(|n| {
+        matches!(&n.kind, NodeKind::Filter { filter, .. } if filter == "rx") && g.in_edges(n.id).next().is_none()
+    }) else {
+        return Vec::new();
+    };
+    let mut chain = vec![src.id];
+    loop {
+        let last = *chain.last().expect("source");
+        let outs: Vec<_> = g.out_edges(last).filter(|e| e.sel == Selector::Default).collect();
+        let [e] = outs.as_slice() else { break };
+        let next = &g.nodes[e.to];
+        let ok = g.in_edges(next.id).count() == 1
+            && g.out_edges(next.id).next().is_some()
+            && matches!(&next.kind, NodeKind::Filter { filter, .. } if stateless(filter));
+        if !ok {
+            break;
+        }
+        chain.push(next.id);
+    }
+    let mut out = Vec::new();
+    for len in (1..=chain.len()).rev() {
+        let Some(parts) = chain[..len].iter().map(|&i| canonical(&g.nodes[i])).collect::<Option<Vec<_>>>() else { continue };
+        let text = parts.join(" | ");
+        // FNV-1a, 64 bits: a stable name, not a security boundary (the rings are 0600).
+        let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+        out.push(SharedPrefix { nodes: chain[..len].to_vec(), text, key: format!("{h:016x}") });
+    }
+    out
+}
+
+/// Filters that run in the kernel when they follow `rx` directly: a subscription must
+/// cover them, or the subscriber would trade its kernel filter for a copy of every frame.
+const KERNEL_AFTER_RX: &[&str] = &["bpf", "flowcount", "sample", "bytecount"];
+
+/// The shortest prefix worth subscribing to: `rx` and the kernel filter after it, if any.
+pub fn min_shared_len(g: &lang::Graph, p: &SharedPrefix) -> usize {
+    let second = g.out_edges(p.nodes[0]).next().map(|e| &g.nodes[e.to].kind);
+    match second {
+        Some(lang::NodeKind::Filter { filter, options, .. })
+            if KERNEL_AFTER_RX.contains(&filter.as_str()) && !options.iter().any(|(k, v)| k == "placed" && v == "user") =>
+        {
+            2
+        }
+        _ => 1,
+    }
+}
+
+/// A run's role in sharing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// Offer the prefix's stream under `key`.
+    Publish { key: String },
+    /// Take the first `len` nodes' stream from the run publishing `key`.
+    Subscribe { key: String, len: usize },
+}
+
+impl Share {
+    /// `publish:KEY` / `subscribe:KEY:LEN` (what a run hands its process spaces).
+    pub fn to_arg(&self) -> String {
+        match self {
+            Share::Publish { key } => format!("publish:{key}"),
+            Share::Subscribe { key, len } => format!("subscribe:{key}:{len}"),
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Share, String> {
+        let bad = || format!("'{s}': expected publish:KEY or subscribe:KEY:LEN");
+        match s.split(':').collect::<Vec<_>>().as_slice() {
+            ["publish", key] if !key.is_empty() => Ok(Share::Publish { key: key.to_string() }),
+            ["subscribe", key, len] if !key.is_empty() => Ok(Share::Subscribe { key: key.to_string(), len: len.parse().map_err(|_| bad())? }),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// `g` rewritten for its role: publishing adds a `__publish key=K` sink on the prefix's
+/// last node; subscribing replaces the prefix's nodes by one `__subscribe key=K` source
+/// (node ids after them shift down). Deterministic, so a run and its process spaces agree.
+pub fn apply(g: &lang::Graph, share: &Share) -> Result<lang::Graph, String> {
+    use lang::{Edge, Node, NodeKind, Selector};
+    let prefixes = shareable(g);
+    let filter = |name: &str, key: &str| NodeKind::Filter { filter: name.to_string(), params: Vec::new(), options: vec![("key".into(), key.to_string())] };
+    match share {
+        Share::Publish { key } => {
+            let p = prefixes.iter().find(|p| &p.key == key).ok_or_else(|| format!("no prefix of this pipeline has key {key}"))?;
+            let last = *p.nodes.last().expect("non-empty");
+            let mut g = g.clone();
+            let id = g.nodes.len();
+            let span = g.nodes[last].span;
+            g.nodes.push(Node { id, kind: filter("__publish", key), span, hints: Vec::new(), name: None });
+            g.edges.push(Edge { from: last, to: id, sel: Selector::Default, span });
+            Ok(g)
+        }
+        Share::Subscribe { key, len } => {
+            let p = prefixes.iter().find(|p| &p.key == key && p.nodes.len() == *len).ok_or_else(|| format!("no prefix of {len} filters of this pipeline has key {key}"))?;
+            let (first, last) = (p.nodes[0], *p.nodes.last().expect("non-empty"));
+            let gone: Vec<usize> = p.nodes[1..].to_vec();
+            let map = |i: usize| i - gone.iter().filter(|&&x| x < i).count();
+            let mut nodes = Vec::new();
+            for n in &g.nodes {
+                if gone.contains(&n.id) {
+                    continue;
+                }
+                let mut n = n.clone();
+                if n.id == first {
+                    n.kind = filter("__subscribe", key);
+                    n.name = None;
+                }
+                n.id = map(n.id);
+                nodes.push(n);
+            }
+            let mut edges = Vec::new();
+            for e in &g.edges {
+                if gone.contains(&e.to) {
+                    continue;
+                }
+                let from = if e.from == last { first } else { e.from };
+                edges.push(Edge { from: map(from), to: map(e.to), ..e.clone() });
+            }
+            Ok(lang::Graph { nodes, edges })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(text: &str) -> lang::Graph {
+        lang::parse(text, &crate::model::PlanResolver).unwrap_or_else(|d| panic!("{d}"))
+    }
+
+    #[test]
+    fn shareable_prefixes_stop_at_state_and_ignore_how_filters_run() {
+        let g = parse("rx dev=eth0 latency=1 | bpf \"udp\" space=1 | ip | count | null");
+        let p = shareable(&g);
+        assert_eq!(p.iter().map(|p| p.nodes.len()).collect::<Vec<_>>(), vec![3, 2, 1]);
+        assert_eq!(p[1].text, "rx dev=\"eth0\" | bpf \"udp\"");
+        // Same content, other placement: the same key.
+        let h = parse("rx dev=eth0 | bpf \"udp\" | tcp | count");
+        assert_eq!(shareable(&h)[1].key, p[1].key);
+        assert_ne!(shareable(&parse("rx dev=eth1 | bpf \"udp\" | count"))[1].key, p[1].key);
+        // Files are not live captures: not shared.
+        assert!(shareable(&parse("pcapin file=x.pcap | ip | count")).is_empty());
+        // A subscription must keep the kernel filter in the kernel.
+        assert_eq!(min_shared_len(&g, &p[0]), 2);
+        assert_eq!(min_shared_len(&parse("rx dev=eth0 | ip | count"), &p[0]), 1);
+    }
+
+    #[test]
+    fn publish_and_subscribe_rewrites() {
+        let g = parse("rx dev=eth0 | bpf \"udp\" | ip | count");
+        let p = &shareable(&g)[1];
+        let pubd = apply(&g, &Share::Publish { key: p.key.clone() }).unwrap();
+        assert_eq!(pubd.nodes.len(), 5);
+        assert!(pubd.edges.iter().any(|e| e.from == 1 && e.to == 4), "publish hangs off bpf");
+        let sub = apply(&g, &Share::Subscribe { key: p.key.clone(), len: 2 }).unwrap();
+        assert_eq!(sub.nodes.len(), 3);
+        assert!(matches!(&sub.nodes[0].kind, lang::NodeKind::Filter { filter, .. } if filter == "__subscribe"));
+        assert_eq!(sub.edges.iter().map(|e| (e.from, e.to)).collect::<Vec<_>>(), vec![(0, 1), (1, 2)]);
+        for s in [Share::Publish { key: "ab".into() }, Share::Subscribe { key: "cd".into(), len: 2 }] {
+            assert_eq!(Share::parse(&s.to_arg()).unwrap(), s);
+        }
+        assert!(Share::parse("subscribe:x").is_err());
+        assert!(apply(&g, &Share::Subscribe { key: p.key.clone(), len: 3 }).is_err());
+    }
 
     fn k(d: &str) -> FilterKey {
         FilterKey::new(d, true)

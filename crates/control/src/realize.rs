@@ -10,8 +10,8 @@
 //! written ([`user_placed`]); pins in the planner's terms (`space=kernel|thread|cpuN`)
 //! are honoured by the plan and translated.
 //!
-//! Space numbering: the space of the first source (or, for a kernel source such as `rx`,
-//! of its first consumer), if it is a thread space, is `local`, the thread that calls the runtime; a thread space on
+//! Space numbering: the space of the first node in user space (the first source, or what
+//! follows a kernel source such as `rx`), if it is a thread space, is `local`, the thread that calls the runtime; a thread space on
 //! the system's k-th CPU is `t{n+k}` and a process space there `p{2n+k}` (n CPUs), so ids
 //! never collide and each pins to the CPU the plan chose.
 
@@ -63,15 +63,12 @@ impl Assignment {
         let ncpu = sys.cpus.len().max(1);
         let cpu_index = |cpu: usize| sys.cpus.iter().position(|&c| c == cpu).unwrap_or(0);
         let kind_of = |i: usize| plan.nodes.get(i).map(|n| n.space_kind);
-        // Home: the first source's user space, or its first consumer's.
-        let home = (0..original.nodes.len())
-            .filter(|&i| original.in_edges(i).next().is_none())
-            .find_map(|s| {
-                if kind_of(s) != Some(SpaceKind::Kernel) {
-                    return plan.nodes.get(s);
-                }
-                original.edges.iter().find(|e| e.from == s).and_then(|e| plan.nodes.get(e.to))
-            })
+        // Home: the first user-space node from the first source on (a kernel source
+        // such as `rx` and the filters placed with it in the kernel are skipped).
+        let home = topo(original)
+            .into_iter()
+            .filter_map(|i| plan.nodes.get(i))
+            .find(|n| n.space_kind != SpaceKind::Kernel)
             .filter(|n| n.space_kind == SpaceKind::Thread)
             .map(|n| n.space);
         let home_cpu = home.map_or(0, |h| cpu_index(sys.spaces[h].cpu));

@@ -75,7 +75,52 @@ pub fn egress_to(name: &str, cfg: ChannelConfig, same_process: bool, to_parent: 
     let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(cfg.data) })?;
     let (tags_ref, data_ref) = (tags.ring(), data.ring());
     let writer = IbufWriter::new(tags)?.with_default(data)?;
-    Ok((Egress { w: writer, name: name.to_string(), failed: false, announced: Vec::new(), same_process, file_refs: !to_parent, tags: tags_ref.clone() }, tags_ref, data_ref))
+    Ok((Egress { w: writer, name: name.to_string(), failed: false, announced: Vec::new(), same_process, file_refs: !to_parent, tags: tags_ref.clone(), published: false }, tags_ref, data_ref))
+}
+
+/// Name under /dev/shm of the stream published under `key` (`.tags` and `.data`).
+pub fn share_name(key: &str) -> String {
+    format!("streamline.share.{key}")
+}
+
+/// Prefix sharing across runs (thesis 6.4): offer this arc's stream under `key` to other
+/// runs of the same user. Two named rings, mode 0600: a detachable tag ring (subscribers
+/// come and go; while one is attached the stream is lossless to it, and with none this
+/// costs one check per batch) and a data ring blocks are written through to, files never
+/// named (a subscriber does not map what another run names). `InUse`: a live run
+/// publishes this key already.
+pub fn publish(key: &str, cfg: ChannelConfig) -> beltway::Result<Egress> {
+    let name = share_name(key);
+    let tags = Writer::create_named(
+        &format!("{name}.tags"),
+        RingConfig {
+            latency: cfg.latency,
+            mode: 0o600,
+            detachable: true,
+            ..RingConfig::bytes(cfg.slots * Tag::SIZE).layout(Layout::Tags).threshold(cfg.threshold)
+        },
+    )?;
+    let data = Writer::create_named(&format!("{name}.data"), RingConfig { buf_id: 1, mode: 0o600, ..RingConfig::bytes(cfg.data) })?;
+    let tags_ref = tags.ring();
+    let w = IbufWriter::new(tags)?.with_default(data)?;
+    Ok(Egress { w, name, failed: false, announced: Vec::new(), same_process: false, file_refs: false, tags: tags_ref, published: true })
+}
+
+/// A live run's published stream under `key`: its process id, if there is one.
+pub fn published(key: &str) -> Option<u32> {
+    let r = RingRef::open(&format!("{}.tags", share_name(key))).ok()?;
+    let (pid, alive) = r.writer();
+    alive.then_some(pid)
+}
+
+/// Subscribe to the stream published under `key`, from now on (what was published before
+/// is not replayed). Untrusted: the publisher names no files for us to map. The stream
+/// ends when the publishing run ends.
+pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
+    let name = share_name(key);
+    let tags = RingRef::open(&format!("{name}.tags"))?;
+    let data = RingRef::open(&format!("{name}.data"))?;
+    attach(&name, &tags, &data, false, Start::Latest)
 }
 
 /// The consumer's end of a channel, attached to its rings (attach every consumer before
@@ -83,7 +128,11 @@ pub fn egress_to(name: &str, cfg: ChannelConfig, same_process: bool, to_parent: 
 /// `trusted`: the producer may name files for this space to map (not so for a process
 /// space feeding its parent: a crashed or hostile one could name any file).
 pub fn ingress(name: &str, tags: &RingRef, data: &RingRef, trusted: bool) -> beltway::Result<Ingress> {
-    let mut reader = tags.reader(Start::Oldest)?;
+    attach(name, tags, data, trusted, Start::Oldest)
+}
+
+fn attach(name: &str, tags: &RingRef, data: &RingRef, trusted: bool, start: Start) -> beltway::Result<Ingress> {
+    let mut reader = tags.reader(start)?;
     reader.set_manual_release(true);
     // A batch holds at most a quarter of the data ring, so the producer keeps writing
     // while the consumer works on it.
@@ -158,6 +207,9 @@ pub struct Egress {
     file_refs: bool,
     /// The channel's tag ring (what guards on shared rings wait for).
     tags: RingRef,
+    /// A published stream ([`publish`]): written only while someone subscribes, and a
+    /// failure ends the publishing, not the space.
+    published: bool,
 }
 
 impl Egress {
@@ -202,7 +254,7 @@ impl Egress {
 
 impl Filter for Egress {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
-        if self.failed {
+        if self.failed || (self.published && self.tags.readers() == 0) {
             return;
         }
         for t in &batch.tags {
@@ -226,7 +278,9 @@ impl Filter for Egress {
                 // The consumer is gone (its space ended or died): nothing more to deliver.
                 cx.warn(format!("channel {}: {e}", self.name));
                 self.failed = true;
-                cx.stop();
+                if !self.published {
+                    cx.stop();
+                }
                 return;
             }
         }

@@ -214,6 +214,19 @@ fn reaches(cross: &[(SpaceId, SpaceId)], from: SpaceId, to: SpaceId) -> bool {
 /// Name of the synthetic endpoint filters in per-space graphs.
 const EGRESS: &str = "__egress";
 const INGRESS: &str = "__ingress";
+/// Prefix sharing between runs: `__publish key=K` offers its input stream under K,
+/// `__subscribe key=K` is a source reading the stream a live run publishes under K
+/// (see `channel::publish`, `control::prefix`).
+pub const PUBLISH: &str = "__publish";
+pub const SUBSCRIBE: &str = "__subscribe";
+
+/// Stands in for `__publish` when another live run publishes the same key already (two
+/// runs started at once): this run's stream simply is not offered.
+struct Unpublished;
+
+impl Filter for Unpublished {
+    fn process(&mut self, _: &mut crate::filter::Ctx<'_>, _: &mut crate::filter::Batch) {}
+}
 
 /// One space's share of the graph: its nodes (renumbered), with channel endpoints where
 /// arcs leave or enter, and for each of its nodes the original node id.
@@ -278,13 +291,27 @@ impl Factory for WithChannels<'_> {
         let egress = match name {
             EGRESS => true,
             INGRESS => false,
+            PUBLISH => {
+                let key = args.require("key", None)?;
+                return match crate::channel::publish(key, ChannelConfig::default()) {
+                    Ok(e) => Ok(Box::new(e)),
+                    Err(beltway::Error::InUse { .. }) => Ok(Box::new(Unpublished)),
+                    Err(e) => Err(format!("cannot publish the shared prefix: {e}")),
+                };
+            }
+            SUBSCRIBE => {
+                let key = args.require("key", None)?;
+                return crate::channel::subscribe(key)
+                    .map(|i| Box::new(i) as Box<dyn Filter>)
+                    .map_err(|e| format!("cannot subscribe to the shared prefix {key}: {e}"));
+            }
             _ => return self.inner.make(name, args),
         };
         let ch: usize = args.parse("ch", None, usize::MAX)?;
         self.endpoints.lock().expect("not poisoned").remove(&(egress, ch)).ok_or_else(|| format!("channel {ch} has no {name} endpoint"))
     }
     fn is_source(&self, name: &str) -> bool {
-        name == INGRESS || self.inner.is_source(name)
+        name == INGRESS || name == SUBSCRIBE || self.inner.is_source(name)
     }
     fn keeps_sessions(&self, name: &str) -> bool {
         self.inner.keeps_sessions(name)
