@@ -157,6 +157,11 @@ pub trait Filter: Send {
     /// (depth-first: every copy of those blocks has been delivered by then).
     fn epoch_end(&mut self) {}
 
+    /// Called when a round of the space's loop found no source with data (at most every
+    /// source poll interval, tens of milliseconds): a filter holding work back for a
+    /// batch (a transmitter's frames) lets it go here.
+    fn idle(&mut self) {}
+
     /// End of stream: emit held blocks (reassembly, sampling windows), print totals.
     fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {}
 

@@ -302,6 +302,7 @@ impl Space {
         let mut batch = Batch::with_capacity(BATCH);
         loop {
             let mut active = false;
+            let mut produced = false;
             for &s in &sources {
                 if self.nodes[s].done || self.stop || interrupt.load(Ordering::Relaxed) {
                     continue;
@@ -312,6 +313,7 @@ impl Space {
                 self.nodes[s].c.nanos += t0.elapsed().as_nanos() as u64;
                 if !batch.is_empty() {
                     active = true;
+                    produced = true;
                     let b = std::mem::replace(&mut batch, Batch::with_capacity(BATCH));
                     self.route(s, b, 0);
                     self.epoch_end();
@@ -320,6 +322,11 @@ impl Space {
                     self.nodes[s].done = true;
                 } else {
                     active = true;
+                }
+            }
+            if !produced {
+                for n in &mut self.nodes {
+                    n.filter.idle();
                 }
             }
             // Unix processes in the middle of a pipeline produce output asynchronously.

@@ -14,6 +14,7 @@
 
 pub mod app;
 pub mod bpf;
+pub mod transmit;
 pub mod control;
 pub mod edit;
 #[doc(hidden)]
@@ -69,6 +70,7 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &sinks::STDOUT,
     &sinks::PCAPOUT,
     &sinks::NULL,
+    &transmit::TX,
 ];
 
 pub fn find(name: &str) -> Option<&'static FilterSpec> {

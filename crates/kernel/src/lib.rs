@@ -1,7 +1,9 @@
 //! The kernel plane (thesis 3.4, 6.3.2, 7.3.1): programs that can run in the kernel.
 //! Here so far: classic BPF ([`cbpf`]), compiled from pcap-filter expressions by libpcap
 //! and run by our interpreter in user space or attached to a capture socket; live capture
-//! with AF_PACKET and a TPACKET_V3 ring ([`afpacket`], the crate's only `unsafe`).
+//! with AF_PACKET and a TPACKET_V3 ring ([`afpacket`]); transmit through a PACKET_TX_RING
+//! with batched kicks ([`tx`]); veth pairs in throw-away namespaces for tests ([`netns`]).
+//! `unsafe` lives in `afpacket` and `tx` only.
 //! AF_XDP and eBPF programs come next.
 
 #![deny(unsafe_code)]
@@ -9,3 +11,4 @@
 pub mod afpacket;
 pub mod cbpf;
 pub mod netns;
+pub mod tx;
