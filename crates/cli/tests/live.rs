@@ -323,3 +323,46 @@ fn tx_errors_name_the_problem() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("CAP_NET_RAW"), "{err}");
 }
+
+#[test]
+fn af_xdp_rx_counts_what_the_peer_sends() {
+    let v = veth();
+    // AF_XDP takes the queue's frames away from the host's stack (nothing answers ARP or
+    // pings), so the peer gets a static neighbour entry and tcpdump counts at the sender.
+    let _ = v.exec(&["sysctl", "-q", "-w", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there)]);
+    let mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", v.here)).unwrap();
+    v.exec(&["ip", "neigh", "add", &v.here_ip, "lladdr", mac.trim(), "dev", &v.there]).unwrap();
+    let dir = std::env::temp_dir().join(format!("sl-xdp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("sent.pcap");
+    let sl = spawn_run(&format!("rx dev={} impl=xdp | icmp 4 | count", v.here));
+    let mut td = v
+        .command("tcpdump")
+        .args(["--immediate-mode", "-Q", "out", "-i", &v.there, "-w"])
+        .arg(&pcap)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tcpdump is required (apt-get install tcpdump)");
+    std::thread::sleep(Duration::from_millis(1500));
+    // Echo requests nobody answers: ping runs to its deadline.
+    let _ = v.command("ping").args(["-c", "200", "-i", "0.005", "-w", "2", "-q", &v.here_ip]).output();
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, err) = interrupt(sl);
+    let _ = Command::new("kill").args(["-INT", &td.id().to_string()]).status();
+    let _ = td.wait();
+    let o = sh(&["tcpdump", "-r", pcap.to_str().unwrap(), "icmp"]);
+    let sent = String::from_utf8_lossy(&o.stdout).lines().count() as u64;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("(AF_XDP, queue 0, copy mode)"), "the AF_XDP socket was used:\n{err}");
+    assert!(sent >= 100, "the peer sent {sent} echo requests");
+    assert_eq!(count_of(&err), sent, "AF_XDP delivered every ICMP frame the peer sent:\n{err}");
+    // Options that need AF_PACKET are refused with impl=xdp.
+    let (code, err) = {
+        let o = Command::new(BIN).args(["run", &format!("rx dev={} impl=xdp fanout=3 | count", v.here)]).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    assert_eq!(code, Some(2));
+    assert!(err.contains("fanout= needs impl=packet"), "{err}");
+}

@@ -15,6 +15,7 @@
 pub mod app;
 pub mod bpf;
 pub mod transmit;
+pub mod xdp;
 pub mod control;
 pub mod edit;
 #[doc(hidden)]

@@ -37,6 +37,17 @@ pub struct Rx {
 
 fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
     let dev = a.require("dev", Some(0))?.to_string();
+    // Which socket: AF_PACKET (TPACKET_V3) or AF_XDP. `auto` takes AF_PACKET: on the
+    // copy-mode AF_XDP we can test (veth, generic XDP) it was not faster (BENCHMARKS.md,
+    // `streamline-bench capture`).
+    match a.get("impl", None).unwrap_or("auto") {
+        "xdp" => {
+            kernel::afpacket::ifindex(&dev).map_err(|e| e.to_string())?;
+            return crate::xdp::make(a, dev);
+        }
+        "packet" | "auto" => {}
+        v => return Err(format!("rx: impl={v}: expected packet, xdp or auto")),
+    }
     let latency_ms: u64 = a.parse("latency", None, 10)?;
     let blocks: u32 = a.parse("blocks", None, 16)?;
     if !(2..=4096).contains(&blocks) {
@@ -190,7 +201,10 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
         }
         let expr = match (&g.nodes[e.from].kind, &g.nodes[e.to].kind) {
             (NodeKind::Filter { filter: a, options: ao, .. }, NodeKind::Filter { filter: b, params, options: bo })
-                if a == "rx" && b == "bpf" && !ao.iter().any(|(k, _)| k == "kfilter") && !bo.iter().any(|(k, _)| k == "placed") =>
+                if a == "rx"
+                    && b == "bpf"
+                    && !ao.iter().any(|(k, v)| k == "kfilter" || (k == "impl" && v == "xdp"))
+                    && !bo.iter().any(|(k, _)| k == "placed") =>
             {
                 match bo.iter().find(|(k, _)| k == "expr").map(|(_, v)| v.clone()).or_else(|| params.first().cloned()) {
                     Some(x) => x,
@@ -301,19 +315,26 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
 
 pub static RX: FilterSpec = FilterSpec {
     name: "rx",
-    synopsis: "rx dev=IF [latency=MS] [blocks=N] [fanout=G] [queues=N]",
+    synopsis: "rx dev=IF [impl=packet|xdp|auto] [latency=MS] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N]",
     description: "Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
                   goes back to the kernel when its frames have walked the space. A block is handed\n\
                   over at the latest `latency` ms after its first frame, so a quiet link does not hold\n\
                   frames back. `bpf` right after `rx` runs in the kernel on the socket. Needs\n\
-                  CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count.",
+                  CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count.\n\
+                  impl=xdp reads through an AF_XDP socket into its own UMEM instead (copy mode): the\n\
+                  frames of that queue are taken from the host's network stack, which no longer sees\n\
+                  them (no ARP or ping answers on that interface while it runs).",
     params: &[
         Param { name: "dev", doc: "interface (also positional)" },
         Param { name: "latency", doc: "longest wait for a partly filled block, ms (default 10)" },
         Param { name: "blocks", doc: "ring blocks of 1 MiB (default 16)" },
         Param { name: "kfilter", doc: "pcap-filter expression run in the kernel (set by the bpf placement)" },
         Param { name: "fanout", doc: "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)" },
+        Param { name: "impl", doc: "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet" },
+        Param { name: "queue", doc: "impl=xdp: the interface queue to bind (default 0)" },
+        Param { name: "frames", doc: "impl=xdp: UMEM chunks of 2 KiB, a power of two (default 4096)" },
+        Param { name: "xdpmode", doc: "impl=xdp: auto (libxdp picks) or skb (generic XDP)" },
         Param { name: "queues", doc: "N engines: N rx in one fanout group, each with its own copy of the filters after it on its own pinned thread; a join feeds the rest (a sink after them totals all queues)" },
     ],
     classes: "1 for every frame",

@@ -3,7 +3,8 @@
 //! and run by our interpreter in user space or attached to a capture socket; live capture
 //! with AF_PACKET and a TPACKET_V3 ring ([`afpacket`]); transmit through a PACKET_TX_RING
 //! with batched kicks ([`tx`]); veth pairs in throw-away namespaces for tests ([`netns`]).
-//! `unsafe` lives in `afpacket` and `tx` only.
+//! Live capture with AF_XDP into our own UMEM ([`xdp`]). `unsafe` lives in `afpacket`, `tx` and
+//! `xdp` only.
 //! AF_XDP and eBPF programs come next.
 
 #![deny(unsafe_code)]
@@ -12,3 +13,4 @@ pub mod afpacket;
 pub mod cbpf;
 pub mod netns;
 pub mod tx;
+pub mod xdp;

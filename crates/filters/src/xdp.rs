@@ -1,0 +1,121 @@
+//! `rx dev=IF impl=xdp`: live capture through an AF_XDP socket ([`kernel::xdp`]). The
+//! UMEM is the DBuf: tags point at the chunks the kernel filled, nothing is copied on
+//! our side, and a batch's chunks go back to the kernel once the batch has walked the
+//! space. AF_XDP frames carry no capture time: blocks are stamped when they are read.
+
+use dataplane::{Args, Batch, BufId, Ctx, External, Filter, RecordMeta, Tag};
+use kernel::xdp::{UmemView, XdpConfig, XdpRx};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The UMEM as the store's DBuf. Positions are `generation * UMEM size + offset`: chunks
+/// are reused, so a tag names one frame for the life of the run only with the batch's
+/// generation in it (the block memo relies on that).
+#[derive(Debug)]
+struct Lent(Arc<UmemView>);
+
+impl External for Lent {
+    fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        self.0.get((pos % self.0.len() as u64) as usize, len)
+    }
+}
+
+pub struct XdpSource {
+    dev: String,
+    cfg: XdpConfig,
+    sock: Option<XdpRx>,
+    buf: BufId,
+    generation: u64,
+    packets: u64,
+    failed: bool,
+}
+
+pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, String> {
+    for key in ["kfilter", "fanout"] {
+        if a.get(key, None).is_some() {
+            return Err(format!("rx: {key}= needs impl=packet (an AF_XDP socket has no socket filter or fanout group)"));
+        }
+    }
+    let queue: u32 = a.parse("queue", None, 0)?;
+    let frames: u32 = a.parse("frames", None, 4096)?;
+    if !frames.is_power_of_two() || !(64..=1 << 20).contains(&frames) {
+        return Err(format!("rx: frames={frames} must be a power of two in 64..=1048576"));
+    }
+    let skb_mode = match a.get("xdpmode", None) {
+        None | Some("auto") => false,
+        Some("skb") => true,
+        Some(v) => return Err(format!("rx: xdpmode={v}: expected auto or skb")),
+    };
+    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, sock: None, buf: 0, generation: 0, packets: 0, failed: false }))
+}
+
+impl XdpSource {
+    fn fail(&mut self, cx: &mut Ctx<'_>, e: String) -> bool {
+        cx.warn(e);
+        cx.stop();
+        self.failed = true;
+        false
+    }
+}
+
+impl Filter for XdpSource {
+    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+
+    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+        if self.failed {
+            return false;
+        }
+        if self.sock.is_none() {
+            match XdpRx::open(&self.dev, self.cfg) {
+                Ok(s) => {
+                    self.buf = cx.store.add_external(Arc::new(Lent(s.view())));
+                    cx.store.set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
+                    self.sock = Some(s);
+                }
+                Err(e) => return self.fail(cx, format!("rx {}: {e}", self.dev)),
+            }
+        }
+        let sock = self.sock.as_mut().expect("opened");
+        let frames = match sock.next_batch(max, Duration::from_millis(50)) {
+            Ok(f) => f,
+            Err(e) => {
+                let msg = format!("rx {}: AF_XDP: {e}", self.dev);
+                return self.fail(cx, msg);
+            }
+        };
+        if frames.is_empty() {
+            return true;
+        }
+        self.generation += 1;
+        let size = sock.view().len() as u64;
+        let ts_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let mut metas = Vec::with_capacity(frames.len());
+        for (off, len) in frames {
+            let pos = self.generation * size + off as u64;
+            out.push(Tag { pos, len: len as u32, buf: self.buf, class: 1 });
+            metas.push(RecordMeta { pos, ts_ns, orig_len: len as u32 });
+        }
+        metas.sort_by_key(|m| m.pos);
+        self.packets += metas.len() as u64;
+        cx.store.set_records(self.buf, metas);
+        true
+    }
+
+    fn epoch_end(&mut self) {
+        // The batch has walked the whole space: its chunks go back to the kernel.
+        if let Some(s) = self.sock.as_mut() {
+            s.recycle();
+        }
+    }
+
+    fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
+        if let Some(s) = self.sock.as_mut() {
+            s.recycle();
+        }
+    }
+
+    fn summary(&self) -> Option<String> {
+        self.sock.as_ref()?;
+        Some(format!("rx {} (AF_XDP, queue {}, copy mode): {} packets delivered", self.dev, self.cfg.queue, self.packets))
+    }
+}

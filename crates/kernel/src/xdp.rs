@@ -1,0 +1,204 @@
+//! Live capture with AF_XDP (through `xsk-rs`, which uses libxdp and loads its default XDP
+//! program redirecting the queue to our socket). Our own UMEM is the data ring: the
+//! kernel writes frames into UMEM chunks we lend it through the fill ring, the RX ring
+//! tells us which chunks hold frames, and we lend them back once read. Copy mode where
+//! the driver offers no zero-copy (veth, generic XDP).
+//!
+//! Owns: socket and UMEM setup, chunk ownership (lent to the kernel through the fill ring
+//! or held by us between `next_batch` and `recycle`), and read access to held chunks
+//! ([`UmemView`]). The `unsafe` here: the xsk-rs calls whose contract is chunk ownership,
+//! and the slice into the UMEM, each with a `// SAFETY:` comment.
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+use xsk_rs::config::{BindFlags, FrameSize, Interface, QueueSize, SocketConfig, UmemConfig, XdpFlags};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
+
+/// How to set up the socket.
+#[derive(Debug, Clone, Copy)]
+pub struct XdpConfig {
+    /// The interface's queue to bind.
+    pub queue: u32,
+    /// UMEM chunks (2 KiB each); a power of two.
+    pub frames: u32,
+    /// Force generic (SKB) XDP instead of letting libxdp pick the driver mode.
+    pub skb_mode: bool,
+}
+
+impl Default for XdpConfig {
+    fn default() -> Self {
+        XdpConfig { queue: 0, frames: 4096, skb_mode: false }
+    }
+}
+
+/// Read access to the UMEM, shared with the store (tags point into it).
+#[derive(Debug)]
+pub struct UmemView {
+    /// Keeps the mapping alive.
+    _umem: Umem,
+    base: *const u8,
+    len: usize,
+}
+
+// SAFETY: the view only reads the mapping (kept alive by `_umem`, itself Send); which
+// chunks may be read at a time is the owner's protocol (held chunks only).
+unsafe impl Send for UmemView {}
+// SAFETY: as above, reads only.
+unsafe impl Sync for UmemView {}
+
+impl UmemView {
+    /// `len` bytes at UMEM offset `off`, if inside the UMEM. The caller reads only chunks
+    /// it holds (between `next_batch` and `recycle`).
+    pub fn get(&self, off: usize, len: usize) -> Option<&[u8]> {
+        if off.checked_add(len)? > self.len {
+            return None;
+        }
+        // SAFETY: [off, off + len) lies inside the UMEM mapping, alive as long as `self`;
+        // the chunks callers read are held by user space, so the kernel does not write
+        // them meanwhile.
+        Some(unsafe { std::slice::from_raw_parts(self.base.add(off), len) })
+    }
+
+    /// Bytes in the UMEM.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// An AF_XDP socket bound to one queue of an interface, with its UMEM.
+pub struct XdpRx {
+    view: Arc<UmemView>,
+    rx: RxQueue,
+    fq: FillQueue,
+    _tx: TxQueue,
+    _cq: CompQueue,
+    /// Chunks we hold and have not lent to the kernel.
+    spare: Vec<FrameDesc>,
+    /// Chunks of the last batch (held until `recycle`).
+    held: Vec<FrameDesc>,
+    scratch: Vec<FrameDesc>,
+    fill_size: u32,
+}
+
+fn err(what: &str, e: impl std::fmt::Display, source: Option<&(dyn std::error::Error + 'static)>) -> io::Error {
+    let detail = source.map(|s| format!(": {s}")).unwrap_or_default();
+    let hint = if detail.contains("Operation not permitted") { " (AF_XDP needs CAP_NET_RAW and CAP_BPF or CAP_SYS_ADMIN: run as root)" } else { "" };
+    io::Error::other(format!("{what}: {e}{detail}{hint}"))
+}
+
+impl XdpRx {
+    /// Bind an AF_XDP socket to `dev`'s queue, in copy mode.
+    pub fn open(dev: &str, cfg: XdpConfig) -> io::Result<XdpRx> {
+        crate::afpacket::ifindex(dev)?;
+        if !cfg.frames.is_power_of_two() || cfg.frames < 64 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("AF_XDP: frames={} must be a power of two >= 64", cfg.frames)));
+        }
+        // The fill ring holds half the chunks; the rest are spare for batches we hold.
+        let fill_size = cfg.frames / 2;
+        let ucfg = UmemConfig::builder()
+            .frame_size(FrameSize::new(2048).map_err(|e| err("UMEM frame size", e, None))?)
+            .fill_queue_size(QueueSize::new(fill_size).map_err(|e| err("fill ring size", e, None))?)
+            .comp_queue_size(QueueSize::new(64).map_err(|e| err("completion ring size", e, None))?)
+            .build()
+            .map_err(|e| err("UMEM config", e, None))?;
+        let count = NonZeroU32::new(cfg.frames).expect("checked above");
+        let (umem, descs) = Umem::new(ucfg, count, false).map_err(|e| {
+            let s = std::error::Error::source(&e);
+            err("creating the UMEM", &e, s)
+        })?;
+        let mut flags = XdpFlags::empty();
+        if cfg.skb_mode {
+            flags |= XdpFlags::XDP_FLAGS_SKB_MODE;
+        }
+        let scfg = SocketConfig::builder()
+            .rx_queue_size(QueueSize::new(fill_size).map_err(|e| err("RX ring size", e, None))?)
+            .xdp_flags(flags)
+            .bind_flags(BindFlags::XDP_COPY)
+            .build();
+        let ifname: Interface = dev.parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("interface name '{dev}' contains NUL")))?;
+        // SAFETY: the UMEM is not shared with any other socket, so the libxdp program
+        // load is ours to do (the contract concerns shared UMEMs only).
+        let (tx, rx, fq_cq) = unsafe { Socket::new(scfg, &umem, &ifname, cfg.queue) }.map_err(|e| {
+            let s = std::error::Error::source(&e);
+            err(&format!("AF_XDP socket on {dev} queue {}", cfg.queue), &e, s)
+        })?;
+        let (mut fq, cq) = fq_cq.ok_or_else(|| io::Error::other("AF_XDP: no fill ring for a fresh UMEM"))?;
+        // The base of the mapping: chunk 0's data segment minus its offset.
+        let first = descs.first().copied().ok_or_else(|| io::Error::other("AF_XDP: an empty UMEM"))?;
+        // SAFETY: `first` describes a chunk of this UMEM that nobody has lent out yet.
+        let p = unsafe { umem.data(&first) }.contents().as_ptr();
+        let base = p.wrapping_sub(first.addr());
+        let len = cfg.frames as usize * 2048;
+        let (lend, spare) = descs.split_at(fill_size as usize);
+        // SAFETY: these chunks belong to this UMEM and are not lent anywhere else; they
+        // stay the kernel's until they come back through the RX ring. Not more than the
+        // fill ring holds (else it takes none).
+        let lent = unsafe { fq.produce(lend) };
+        if lent != lend.len() {
+            return Err(io::Error::other(format!("AF_XDP: the fill ring took {lent} of {} chunks", lend.len())));
+        }
+        Ok(XdpRx {
+            view: Arc::new(UmemView { _umem: umem, base, len }),
+            rx,
+            fq,
+            _tx: tx,
+            _cq: cq,
+            spare: spare.to_vec(),
+            held: Vec::new(),
+            scratch: descs[..fill_size as usize].to_vec(),
+            fill_size,
+        })
+    }
+
+    /// The UMEM, for the store.
+    pub fn view(&self) -> Arc<UmemView> {
+        self.view.clone()
+    }
+
+    /// Wait up to `timeout` for frames; returns (UMEM offset, length) of each, at most
+    /// `max`. The chunks stay ours until [`XdpRx::recycle`]; call it first if a batch is
+    /// still held.
+    pub fn next_batch(&mut self, max: usize, timeout: Duration) -> io::Result<Vec<(usize, usize)>> {
+        self.recycle();
+        let n = max.min(self.scratch.len());
+        // SAFETY: `scratch` is our own descriptor storage; consume only writes into it
+        // the chunks the kernel hands back through this socket's RX ring (our UMEM).
+        let got = unsafe { self.rx.poll_and_consume(&mut self.scratch[..n], timeout.as_millis().min(i32::MAX as u128) as i32) }?;
+        let mut out = Vec::with_capacity(got);
+        for d in &self.scratch[..got] {
+            out.push((d.addr(), d.lengths().data()));
+            self.held.push(*d);
+        }
+        Ok(out)
+    }
+
+    /// Lend the last batch's chunks back to the kernel (after everything read from them
+    /// is done with).
+    pub fn recycle(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        self.spare.append(&mut self.held);
+        let room = self.fq.nb_free(self.fill_size) as usize;
+        let k = room.min(self.spare.len());
+        if k == 0 {
+            return;
+        }
+        let from = self.spare.len() - k;
+        // SAFETY: the chunks in `spare` are ours (consumed from the RX ring or never
+        // lent), belong to this UMEM, and no reader holds them any more (the batch has
+        // walked the space). At most `room` of them: the fill ring takes all or none.
+        let lent = unsafe { self.fq.produce(&self.spare[from..]) };
+        if lent == k {
+            self.spare.truncate(from);
+        }
+    }
+}
