@@ -12,6 +12,9 @@
 //!   in one run (one fanout group in hash mode: each flow on one engine, engine q on CPU
 //!   q), traffic from 16 flows; packets processed.
 //!
+//! - **AF_XDP vs AF_PACKET**: `rx impl=xdp | count` and `rx impl=packet | count` run in
+//!   the namespace on its end of the pair (where the traffic arrives): CPU per packet.
+//!
 //! CPU time is read from /proc/PID/task/*/schedstat (nanoseconds on CPU, all threads)
 //! just before the capture is stopped. Needs root (namespaces, CAP_NET_RAW).
 
@@ -151,6 +154,24 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     println!("1 engine:  {one} of {so} packets processed");
     println!("2 engines: {two} of {st} packets processed");
     summary.add("multiqueue_2_vs_1", two as f64 / one.max(1) as f64, None, format!("packets processed with 2 engines vs 1 at {} packets/s offered (2 CPUs, the sender shares them)", a.pps));
+
+    println!("\n== AF_XDP vs AF_PACKET: `rx impl=xdp | count` vs `rx impl=packet | count` on the receiving end (in the namespace) ==");
+    let in_ns = |imp: &str| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &v.ns]).arg(&sl).args(["run", "-q", &format!("rx dev={} impl={imp} | count", v.there)]);
+        c
+    };
+    let (sx, cx, ex) = measure(&v, in_ns("xdp"), &a, 1)?;
+    let (sp, cp, ep) = measure(&v, in_ns("packet"), &a, 1)?;
+    println!("{:<8} {:>10} {:>10} {:>12}", "socket", "sent", "counted", "CPU ns/pkt");
+    println!("{:<8} {:>10} {:>10} {:>12.0}", "AF_XDP", sx, count_in(&ex), cx * 1e9 / sx as f64);
+    println!("{:<8} {:>10} {:>10} {:>12.0}", "AF_PACKET", sp, count_in(&ep), cp * 1e9 / sp as f64);
+    summary.add(
+        "xdp_vs_packet_capture_cpu",
+        (cp / sp as f64) / (cx / sx as f64),
+        None,
+        "CPU per packet of AF_PACKET over AF_XDP (copy mode, veth); above 1: AF_XDP is cheaper",
+    );
     summary.print();
     drop(v);
     Ok(())

@@ -23,6 +23,8 @@ impl External for Lent {
 pub struct XdpSource {
     dev: String,
     cfg: XdpConfig,
+    /// Longest a batch waits for more frames once it has one.
+    latency: Duration,
     sock: Option<XdpRx>,
     buf: BufId,
     generation: u64,
@@ -37,6 +39,7 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, String> {
         }
     }
     let queue: u32 = a.parse("queue", None, 0)?;
+    let latency_ms: u64 = a.parse("latency", None, 10)?;
     let frames: u32 = a.parse("frames", None, 4096)?;
     if !frames.is_power_of_two() || !(64..=1 << 20).contains(&frames) {
         return Err(format!("rx: frames={frames} must be a power of two in 64..=1048576"));
@@ -46,7 +49,7 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, String> {
         Some("skb") => true,
         Some(v) => return Err(format!("rx: xdpmode={v}: expected auto or skb")),
     };
-    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, sock: None, buf: 0, generation: 0, packets: 0, failed: false }))
+    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), sock: None, buf: 0, generation: 0, packets: 0, failed: false }))
 }
 
 impl XdpSource {
@@ -76,7 +79,7 @@ impl Filter for XdpSource {
             }
         }
         let sock = self.sock.as_mut().expect("opened");
-        let frames = match sock.next_batch(max, Duration::from_millis(50)) {
+        let frames = match sock.next_batch(max, Duration::from_millis(50), self.latency) {
             Ok(f) => f,
             Err(e) => {
                 let msg = format!("rx {}: AF_XDP: {e}", self.dev);

@@ -164,14 +164,27 @@ impl XdpRx {
     }
 
     /// Wait up to `timeout` for frames; returns (UMEM offset, length) of each, at most
-    /// `max`. The chunks stay ours until [`XdpRx::recycle`]; call it first if a batch is
-    /// still held.
-    pub fn next_batch(&mut self, max: usize, timeout: Duration) -> io::Result<Vec<(usize, usize)>> {
+    /// `max`. Once the first frame is there, gathers more for up to `latency` (fewer
+    /// wake-ups and batches under load; a quiet link waits at most that long). The chunks
+    /// stay ours until [`XdpRx::recycle`], which this calls first.
+    pub fn next_batch(&mut self, max: usize, timeout: Duration, latency: Duration) -> io::Result<Vec<(usize, usize)>> {
         self.recycle();
         let n = max.min(self.scratch.len());
-        // SAFETY: `scratch` is our own descriptor storage; consume only writes into it
-        // the chunks the kernel hands back through this socket's RX ring (our UMEM).
-        let got = unsafe { self.rx.poll_and_consume(&mut self.scratch[..n], timeout.as_millis().min(i32::MAX as u128) as i32) }?;
+        let ms = |d: Duration| d.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY (both calls): `scratch` is our own descriptor storage; consume only
+        // writes into it the chunks the kernel hands back through this socket's RX ring.
+        let mut got = unsafe { self.rx.poll_and_consume(&mut self.scratch[..n], ms(timeout)) }?;
+        if got > 0 && got < n && !latency.is_zero() {
+            let deadline = std::time::Instant::now() + latency;
+            while got < n {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                // SAFETY: as above.
+                got += unsafe { self.rx.poll_and_consume(&mut self.scratch[got..n], ms(left).max(1)) }?;
+            }
+        }
         let mut out = Vec::with_capacity(got);
         for d in &self.scratch[..got] {
             out.push((d.addr(), d.lengths().data()));
