@@ -141,9 +141,15 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let mut td = Command::new("tcpdump");
     td.args(["-i", &dev, "-w", "/dev/null", "-q"]);
     let (s2, c2, _) = measure(&v, td, &a, 1)?;
-    println!("streamline: {} of {s1} packets, {:.0} ns CPU/packet", count_in(&e1), c1 * 1e9 / s1 as f64);
-    println!("tcpdump:    {s2} packets sent, {:.0} ns CPU/packet", c2 * 1e9 / s2 as f64);
-    summary.add("capture_cpu_tcpdump_over_streamline", (c2 / s2 as f64) / (c1 / s1 as f64), Some(Target::AtLeast(1.5)), "CPU time per packet of the capturing process at the same offered rate");
+    // tcpdump hands packets over at the latest after its 1000 ms read timeout (libpcap's
+    // to_ms, tcpdump's default without --immediate-mode); ours after 10 ms. The same bound
+    // on both sides is the like-for-like comparison; the default is shown beside it.
+    let (s3, c3, e3) = measure(&v, run_sl(format!("rx dev={dev} latency=1000 | count")), &a, 1)?;
+    println!("streamline (latency=10, default):   {} of {s1} packets, {:.0} ns CPU/packet", count_in(&e1), c1 * 1e9 / s1 as f64);
+    println!("streamline (latency=1000, tcpdump's timeout): {} of {s3} packets, {:.0} ns CPU/packet", count_in(&e3), c3 * 1e9 / s3 as f64);
+    println!("tcpdump (1000 ms timeout):          {s2} packets sent, {:.0} ns CPU/packet", c2 * 1e9 / s2 as f64);
+    summary.add("capture_cpu_tcpdump_over_streamline", (c2 / s2 as f64) / (c1 / s1 as f64), Some(Target::AtLeast(1.5)), "CPU time per packet of the capturing process at the same offered rate (ours with its default 10 ms latency bound, tcpdump with its 1000 ms timeout)");
+    summary.add("capture_cpu_tcpdump_over_streamline_1000ms", (c2 / s2 as f64) / (c3 / s3 as f64), None, "the same with both handing packets over within 1000 ms");
 
     println!("\n== Multi-queue receive: `rx queues=1` and `rx queues=2` (PACKET_FANOUT hash, one engine per queue), deflate per packet, 16 flows ==");
     let engines = |q: usize| run_sl(format!("rx dev={dev} queues={q} | deflate level=9 | count"));
@@ -163,6 +169,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     };
     let (sx, cx, ex) = measure(&v, in_ns("xdp"), &a, 1)?;
     let (sp, cp, ep) = measure(&v, in_ns("packet"), &a, 1)?;
+    for (name, e) in [("AF_XDP", &ex), ("AF_PACKET", &ep)] {
+        if count_in(e) == 0 {
+            return Err(err(format!("{name}: nothing counted; its output:\n{e}")));
+        }
+    }
     println!("{:<8} {:>10} {:>10} {:>12}", "socket", "sent", "counted", "CPU ns/pkt");
     println!("{:<8} {:>10} {:>10} {:>12.0}", "AF_XDP", sx, count_in(&ex), cx * 1e9 / sx as f64);
     println!("{:<8} {:>10} {:>10} {:>12.0}", "AF_PACKET", sp, count_in(&ep), cp * 1e9 / sp as f64);

@@ -365,4 +365,9 @@ fn af_xdp_rx_counts_what_the_peer_sends() {
     };
     assert_eq!(code, Some(2));
     assert!(err.contains("fanout= needs impl=packet"), "{err}");
+    // A gather batch larger than the UMEM allows is refused, naming the limit.
+    let o = Command::new(BIN).args(["run", &format!("rx dev={} impl=xdp frames=256 batch=65 | count", v.here)]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("batch=65 must be 1..=64"), "{err}");
 }

@@ -315,7 +315,7 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
 
 pub static RX: FilterSpec = FilterSpec {
     name: "rx",
-    synopsis: "rx dev=IF [impl=packet|xdp|auto] [latency=MS] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N]",
+    synopsis: "rx dev=IF [impl=packet|xdp|auto] [latency=MS] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]",
     description: "Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
                   goes back to the kernel when its frames have walked the space. A block is handed\n\
@@ -334,6 +334,7 @@ pub static RX: FilterSpec = FilterSpec {
         Param { name: "impl", doc: "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet" },
         Param { name: "queue", doc: "impl=xdp: the interface queue to bind (default 0)" },
         Param { name: "frames", doc: "impl=xdp: UMEM chunks of 2 KiB, a power of two (default 4096)" },
+        Param { name: "batch", doc: "impl=xdp: frames gathered per wake-up, at most frames/4 (default 1024); the latency bound still holds" },
         Param { name: "xdpmode", doc: "impl=xdp: auto (libxdp picks) or skb (generic XDP)" },
         Param { name: "queues", doc: "N engines: N rx in one fanout group, each with its own copy of the filters after it on its own pinned thread; a join feeds the rest (a sink after them totals all queues)" },
     ],

@@ -25,6 +25,11 @@ pub struct XdpSource {
     cfg: XdpConfig,
     /// Longest a batch waits for more frames once it has one.
     latency: Duration,
+    /// Frames gathered per wake-up (emitted `max` per pull).
+    gather: usize,
+    /// The gathered frames and how many went out.
+    pending: Vec<(usize, usize)>,
+    sent: usize,
     sock: Option<XdpRx>,
     buf: BufId,
     generation: u64,
@@ -40,16 +45,20 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, String> {
     }
     let queue: u32 = a.parse("queue", None, 0)?;
     let latency_ms: u64 = a.parse("latency", None, 10)?;
+    let gather: usize = a.parse("batch", None, 1024)?;
     let frames: u32 = a.parse("frames", None, 4096)?;
     if !frames.is_power_of_two() || !(64..=1 << 20).contains(&frames) {
         return Err(format!("rx: frames={frames} must be a power of two in 64..=1048576"));
+    }
+    if gather == 0 || gather > frames as usize / 4 {
+        return Err(format!("rx: batch={gather} must be 1..={} (a quarter of frames={frames})", frames / 4));
     }
     let skb_mode = match a.get("xdpmode", None) {
         None | Some("auto") => false,
         Some("skb") => true,
         Some(v) => return Err(format!("rx: xdpmode={v}: expected auto or skb")),
     };
-    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), sock: None, buf: 0, generation: 0, packets: 0, failed: false }))
+    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), gather, pending: Vec::new(), sent: 0, sock: None, buf: 0, generation: 0, packets: 0, failed: false }))
 }
 
 impl XdpSource {
@@ -79,25 +88,31 @@ impl Filter for XdpSource {
             }
         }
         let sock = self.sock.as_mut().expect("opened");
-        let frames = match sock.next_batch(max, Duration::from_millis(50), self.latency) {
-            Ok(f) => f,
-            Err(e) => {
-                let msg = format!("rx {}: AF_XDP: {e}", self.dev);
-                return self.fail(cx, msg);
+        if self.sent >= self.pending.len() {
+            // Everything gathered went out and (epoch_end) came back: gather anew.
+            self.pending = match sock.next_batch(self.gather, Duration::from_millis(50), self.latency) {
+                Ok(f) => f,
+                Err(e) => {
+                    let msg = format!("rx {}: AF_XDP: {e}", self.dev);
+                    return self.fail(cx, msg);
+                }
+            };
+            self.sent = 0;
+            if self.pending.is_empty() {
+                return true;
             }
-        };
-        if frames.is_empty() {
-            return true;
+            self.generation += 1;
         }
-        self.generation += 1;
         let size = sock.view().len() as u64;
         let ts_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let mut metas = Vec::with_capacity(frames.len());
-        for (off, len) in frames {
+        let end = (self.sent + max).min(self.pending.len());
+        let mut metas = Vec::with_capacity(end - self.sent);
+        for &(off, len) in &self.pending[self.sent..end] {
             let pos = self.generation * size + off as u64;
             out.push(Tag { pos, len: len as u32, buf: self.buf, class: 1 });
             metas.push(RecordMeta { pos, ts_ns, orig_len: len as u32 });
         }
+        self.sent = end;
         metas.sort_by_key(|m| m.pos);
         self.packets += metas.len() as u64;
         cx.store.set_records(self.buf, metas);
@@ -105,9 +120,12 @@ impl Filter for XdpSource {
     }
 
     fn epoch_end(&mut self) {
-        // The batch has walked the whole space: its chunks go back to the kernel.
-        if let Some(s) = self.sock.as_mut() {
-            s.recycle();
+        // The batch has walked the whole space: once every gathered frame has, their
+        // chunks go back to the kernel.
+        if self.sent >= self.pending.len() {
+            if let Some(s) = self.sock.as_mut() {
+                s.recycle();
+            }
         }
     }
 

@@ -86,6 +86,8 @@ pub struct XdpRx {
     held: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
     fill_size: u32,
+    /// Frames per second seen while gathering (moving average), to size the sleeps.
+    rate: f64,
 }
 
 fn err(what: &str, e: impl std::fmt::Display, source: Option<&(dyn std::error::Error + 'static)>) -> io::Error {
@@ -93,6 +95,9 @@ fn err(what: &str, e: impl std::fmt::Display, source: Option<&(dyn std::error::E
     let hint = if detail.contains("Operation not permitted") { " (AF_XDP needs CAP_NET_RAW and CAP_BPF or CAP_SYS_ADMIN: run as root)" } else { "" };
     io::Error::other(format!("{what}: {e}{detail}{hint}"))
 }
+
+/// The shortest gathering sleep (the longest is what is left of the latency bound).
+pub const GATHER_STEP: Duration = Duration::from_micros(200);
 
 impl XdpRx {
     /// Bind an AF_XDP socket to `dev`'s queue, in copy mode.
@@ -155,6 +160,7 @@ impl XdpRx {
             held: Vec::new(),
             scratch: descs[..fill_size as usize].to_vec(),
             fill_size,
+            rate: 0.0,
         })
     }
 
@@ -164,25 +170,48 @@ impl XdpRx {
     }
 
     /// Wait up to `timeout` for frames; returns (UMEM offset, length) of each, at most
-    /// `max`. Once the first frame is there, gathers more for up to `latency` (fewer
-    /// wake-ups and batches under load; a quiet link waits at most that long). The chunks
-    /// stay ours until [`XdpRx::recycle`], which this calls first.
+    /// `max` (and at most half the fill ring, so the kernel keeps chunks to fill while we
+    /// gather). Once the first frame is there, gathers more for up to `latency`: fewer
+    /// wake-ups and larger batches under load, and a quiet link waits at most that long.
+    /// The chunks stay ours until [`XdpRx::recycle`], which this calls first.
+    ///
+    /// Wake-ups are what AF_XDP costs here (a context switch is microseconds on a VM; the
+    /// frame copy is done by the kernel in the sender's context). So frames already in
+    /// the ring are taken without a system call, `poll` blocks only on an empty ring, and
+    /// the gathering sleeps for as long as the rate seen so far says the batch needs to
+    /// fill (at least [`GATHER_STEP`], at most the rest of the bound): a few wake-ups per
+    /// batch, like TPACKET_V3's block retirement.
     pub fn next_batch(&mut self, max: usize, timeout: Duration, latency: Duration) -> io::Result<Vec<(usize, usize)>> {
         self.recycle();
-        let n = max.min(self.scratch.len());
+        let n = max.min(self.scratch.len() / 2).max(1);
         let ms = |d: Duration| d.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY (both calls): `scratch` is our own descriptor storage; consume only
-        // writes into it the chunks the kernel hands back through this socket's RX ring.
-        let mut got = unsafe { self.rx.poll_and_consume(&mut self.scratch[..n], ms(timeout)) }?;
+        // SAFETY (every consume below): `scratch` is our own descriptor storage; consume
+        // only writes into it the chunks the kernel hands back through this socket's RX
+        // ring (our UMEM), and only into the part not yet filled this call.
+        let mut got = unsafe { self.rx.consume(&mut self.scratch[..n]) };
+        if got == 0 {
+            // SAFETY: as above.
+            got = unsafe { self.rx.poll_and_consume(&mut self.scratch[..n], ms(timeout)) }?;
+        }
         if got > 0 && got < n && !latency.is_zero() {
-            let deadline = std::time::Instant::now() + latency;
+            let start = std::time::Instant::now();
+            let deadline = start + latency;
+            let first = got;
             while got < n {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let now = std::time::Instant::now();
+                let left = deadline.saturating_duration_since(now);
                 if left.is_zero() {
                     break;
                 }
+                let need = if self.rate > 0.0 { Duration::from_secs_f64((n - got) as f64 / self.rate) } else { GATHER_STEP };
+                std::thread::sleep(need.max(GATHER_STEP).min(left));
                 // SAFETY: as above.
-                got += unsafe { self.rx.poll_and_consume(&mut self.scratch[got..n], ms(left).max(1)) }?;
+                got += unsafe { self.rx.consume(&mut self.scratch[got..n]) };
+            }
+            let secs = start.elapsed().as_secs_f64();
+            if got > first && secs > 0.0 {
+                let r = (got - first) as f64 / secs;
+                self.rate = if self.rate == 0.0 { r } else { 0.7 * self.rate + 0.3 * r };
             }
         }
         let mut out = Vec::with_capacity(got);
