@@ -137,8 +137,9 @@ impl Catalog {
                     Implementation { name: "cbpf-interp", kinds: USER.to_vec(), needs: Needs::Nothing, cost: FilterCost { per_call: 120.0, ..f } },
                 ]
             }
-            // Packet counters and samplers have an eBPF form that keeps state in a map.
-            "count" | "sample" => vec![
+            // The NIC-FIX filters (filters::nicfix) have an eBPF form that keeps its state
+            // in BPF maps, run on the capture socket (right after `rx`, like bpf's).
+            "flowcount" | "sample" | "bytecount" => vec![
                 // A map update in the JITed program: a little cheaper than a user call.
                 Implementation { name: "ebpf-map", kinds: vec![SpaceKind::Kernel], needs: Needs::Bpf, cost: FilterCost { per_call: base.per_call * 0.8, ..base } },
                 native(base),
