@@ -138,8 +138,12 @@ impl Catalog {
                 ]
             }
             // The NIC-FIX filters (filters::nicfix) have an eBPF form that keeps its state
-            // in BPF maps, run on the capture socket (right after `rx`, like bpf's).
-            "flowcount" | "sample" | "bytecount" => vec![
+            // in BPF maps, run on the capture socket (right after `rx`, like bpf's; see
+            // `kernel_after_rx`). `count` keeps a model-only eBPF form: the runtime has no
+            // such program (a kernel choice for it runs in user space next to `rx`), but the
+            // thesis' four-stage example (tests/optimizer.rs) needs a stage that could go
+            // back into the kernel.
+            "count" | "flowcount" | "sample" | "bytecount" => vec![
                 // A map update in the JITed program: a little cheaper than a user call.
                 Implementation { name: "ebpf-map", kinds: vec![SpaceKind::Kernel], needs: Needs::Bpf, cost: FilterCost { per_call: base.per_call * 0.8, ..base } },
                 native(base),
@@ -536,7 +540,7 @@ mod tests {
         // One program per socket: the second filter has only its user-space form.
         assert_eq!(kinds("rx | sample 10 | flowcount | null", 2), vec!["native"]);
         assert_eq!(kinds("gen | bpf \"tcp\" | null", 1), vec!["cbpf-interp"]);
-        assert_eq!(kinds("rx | count | null", 1), vec!["native"]);
+        assert_eq!(kinds("rx | count | null", 1), vec!["ebpf-map", "native"]);
     }
 
     #[test]
