@@ -549,6 +549,42 @@ mod tests {
         assert_eq!(sample_text("1 in 3", 10, 3), "sample: 1 in 3: 10 seen, 3 passed");
     }
 
+    /// (rx options, next filter's options) after the placement.
+    fn placed(text: &str) -> (Vec<(String, String)>, Vec<(String, String)>) {
+        let g = crate::live::kernel_placement(lang::parse(text, &crate::Natives).unwrap_or_else(|d| panic!("{d}")));
+        let opts = |i: usize| match &g.nodes[i].kind {
+            lang::NodeKind::Filter { options, .. } => options.clone(),
+            _ => Vec::new(),
+        };
+        (opts(0), opts(1))
+    }
+
+    #[test]
+    fn only_the_filter_right_after_rx_goes_on_the_socket() {
+        let (rx, f) = placed("rx dev=lo | flowcount flows=1K | count");
+        let get = |o: &[(String, String)], k: &str| o.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone());
+        assert_eq!(get(&rx, "kebpf").as_deref(), Some("flowcount flows=1024"));
+        assert_eq!(get(&f, "placed").as_deref(), Some("kernel"));
+        assert_eq!(get(&f, "pin"), get(&rx, "kpin"));
+        assert!(get(&f, "pin").unwrap().starts_with(&format!("{PIN_ROOT}/{}/n1-flowcount", std::process::id())));
+        assert_eq!(get(&placed("rx dev=lo | sample 7 | count").0, "kebpf").as_deref(), Some("sample every=7"));
+        assert_eq!(get(&placed("rx dev=lo | bytecount 35 | count").0, "kebpf").as_deref(), Some("bytecount len=35"));
+        // Not placed: AF_XDP, user placement, prob=, another space, a second filter.
+        for text in [
+            "rx dev=lo impl=xdp | flowcount | count",
+            "rx dev=lo | flowcount placed=user | count",
+            "rx dev=lo | sample prob=0.5 | count",
+            "rx dev=lo | bytecount space=1 | count",
+            "rx dev=lo | flowcount flows=0 | count",
+        ] {
+            let (rx, f) = placed(text);
+            assert!(get(&rx, "kebpf").is_none() && get(&f, "pin").is_none(), "{text}: {rx:?}");
+        }
+        let g = crate::live::kernel_placement(lang::parse("rx dev=lo | bpf \"udp\" | sample 3 | count", &crate::Natives).unwrap());
+        let lang::NodeKind::Filter { options, .. } = &g.nodes[2].kind else { panic!() };
+        assert!(options.is_empty(), "sample after bpf stays in user space: {options:?}");
+    }
+
     #[test]
     fn kernel_configs_round_trip_and_errors_are_clear() {
         let args = |f: &str, o: &[(&str, &str)]| Args::new(f, Vec::new(), o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
