@@ -152,7 +152,7 @@ pub struct SharedPrefix {
 }
 
 /// Options that change how a filter runs, not what it outputs.
-const NOT_CONTENT: &[&str] = &["space", "placed", "queues", "latency", "blocks", "kfilter"];
+const NOT_CONTENT: &[&str] = &["space", "placed", "queues", "latency", "blocks", "kfilter", "kebpf", "kpin", "pin"];
 
 fn canonical(n: &lang::Node) -> Option<String> {
     let lang::NodeKind::Filter { filter, params, options } = &n.kind else { return None };

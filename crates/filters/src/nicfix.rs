@@ -270,6 +270,9 @@ fn byte_len(a: &Args) -> Result<u32, String> {
 
 /// Reads the kernel program's maps at the end of the run, as its totals.
 fn kernel_totals(name: &str, dir: &std::path::Path, top: usize) -> String {
+    if !dir.is_dir() {
+        return format!("{name}: no totals: the kernel program was not loaded (see rx's message)");
+    }
     match ebpf::read_pinned(name, dir) {
         Ok(s) => snapshot_text(&s, top),
         Err(e) => format!("{name}: the kernel program's maps could not be read: {e}"),
@@ -344,6 +347,8 @@ pub struct Sample {
     every: u64,
     prob: Option<f64>,
     n: u64,
+    /// Frames until the next one passes.
+    left: u64,
     passed: u64,
     rng: u64,
     kernel: Option<String>,
@@ -367,7 +372,15 @@ impl Filter for Sample {
                     self.rng ^= self.rng << 17;
                     (self.rng >> 11) as f64 / (1u64 << 53) as f64 <= p
                 }
-                None => self.n % self.every == 0,
+                None => {
+                    // Frame N, 2N, ...: a countdown (the kernel program takes n mod N).
+                    self.left -= 1;
+                    let keep = self.left == 0;
+                    if keep {
+                        self.left = self.every;
+                    }
+                    keep
+                }
             };
             self.passed += keep as u64;
             t.class = if keep { t.class.max(1) } else { 0 };
@@ -400,7 +413,7 @@ fn make_sample(a: &Args) -> Result<Box<dyn Filter>, String> {
     if prob.is_some() && place != Place::User {
         return Err("sample: prob= runs in user space only (placed=user)".into());
     }
-    Ok(Box::new(Sample { place, every, prob, n: 0, passed: 0, rng: a.parse("seed", None, 0x9E37_79B9_7F4A_7C15u64)? | 1, kernel: None }))
+    Ok(Box::new(Sample { place, every, prob, n: 0, left: every, passed: 0, rng: a.parse("seed", None, 0x9E37_79B9_7F4A_7C15u64)? | 1, kernel: None }))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -550,7 +563,9 @@ mod tests {
     }
 
     /// (rx options, next filter's options) after the placement.
-    fn placed(text: &str) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    type Opts = Vec<(String, String)>;
+
+    fn placed(text: &str) -> (Opts, Opts) {
         let g = crate::live::kernel_placement(lang::parse(text, &crate::Natives).unwrap_or_else(|d| panic!("{d}")));
         let opts = |i: usize| match &g.nodes[i].kind {
             lang::NodeKind::Filter { options, .. } => options.clone(),
