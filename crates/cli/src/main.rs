@@ -10,6 +10,8 @@
 //! - `streamline plan 'PIPELINE'` chooses where every filter runs and how every stream is
 //!   carried (control crate: ILP solved by HiGHS, push-down heuristic as baseline) and
 //!   prints why; `--dot FILE` writes Graphviz, `--compare` puts the heuristic beside it.
+//! - `streamline maps [--watch SECS]` prints the BPF maps of running runs' kernel filters
+//!   (flowcount, sample, bytecount right after `rx`), pinned under /sys/fs/bpf/streamline.
 
 use clap::{Parser, Subcommand};
 use dataplane::channel::ChannelConfig;
@@ -74,6 +76,15 @@ enum Cmd {
         /// The run's role in prefix sharing (control::prefix::Share), if any.
         #[arg(long)]
         share: Option<String>,
+    },
+    /// Print the BPF maps of running runs' kernel (eBPF) filters, decoded.
+    Maps {
+        /// Print them again every SECS seconds until interrupted.
+        #[arg(long, value_name = "SECS")]
+        watch: Option<f64>,
+        /// Rows per map (flows, byte values).
+        #[arg(long, default_value_t = 10)]
+        top: usize,
     },
     /// Choose a placement for a pipeline and explain it (does not run it).
     Plan {
@@ -143,6 +154,7 @@ fn main() -> ExitCode {
             }
         },
         Cmd::Run { pipeline, quiet, ring, plan, rate, bytes, no_share } => run(&pipeline, quiet, ring, &plan, rate, bytes, !no_share),
+        Cmd::Maps { watch, top } => maps(watch, top),
         Cmd::Space { pipeline, ring, space, fd, assign, share } => process_space(&pipeline, ring, space, fd, &assign, share.as_deref()),
         Cmd::Plan { pipeline, dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical } => {
             let opts = PlanOpts { dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical };
@@ -155,6 +167,49 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `streamline maps`: every pinned program of a running run, its maps decoded as the
+/// filter prints its totals.
+fn maps(watch: Option<f64>, top: usize) -> ExitCode {
+    if let Some(w) = watch {
+        if !(w.is_finite() && w > 0.0) {
+            eprintln!("streamline maps: --watch {w}: expected a positive number of seconds");
+            return ExitCode::from(2);
+        }
+    }
+    let interrupt = Arc::new(AtomicBool::new(false));
+    {
+        let i = interrupt.clone();
+        let _ = ctrlc::set_handler(move || i.store(true, Ordering::SeqCst));
+    }
+    loop {
+        let list = filters::nicfix::pinned();
+        if list.is_empty() {
+            println!("no running run has kernel (eBPF) filters (nothing pinned under {})", filters::nicfix::PIN_ROOT);
+        }
+        for p in &list {
+            println!("run {} {} ({}: {})", p.pid, p.label, p.dir.display(), p.maps.join(", "));
+            match &p.snapshot {
+                Ok(snap) => {
+                    for l in filters::nicfix::snapshot_text(snap, top).lines() {
+                        println!("  {l}");
+                    }
+                }
+                Err(e) => println!("  ({e})"),
+            }
+        }
+        let Some(w) = watch else { break };
+        let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(w);
+        while std::time::Instant::now() < until {
+            if interrupt.load(Ordering::SeqCst) {
+                return ExitCode::SUCCESS;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        println!();
+    }
+    ExitCode::SUCCESS
 }
 
 /// `deflate space=t2,t3; bpf placed=user`: the plan's choices, by filter.
@@ -321,7 +376,9 @@ fn choose_share(g: &lang::Graph, quiet: bool) -> Option<control::prefix::Share> 
             return Some(Share::Subscribe { key: p.key.clone(), len: p.nodes.len() });
         }
     }
-    prefixes.first().map(|p| Share::Publish { key: p.key.clone() })
+    // Publish only what a subscriber may take: never the bare `rx` when the filter after
+    // it runs on the socket (a kernel `sample` would hand subscribers its sample).
+    prefixes.first().filter(|p| p.nodes.len() >= shortest).map(|p| Share::Publish { key: p.key.clone() })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -389,7 +446,8 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
         let i = interrupt.clone();
         let _ = ctrlc::set_handler(move || {
             if i.swap(true, Ordering::SeqCst) {
-                // Second Ctrl-C: give up at once.
+                // Second Ctrl-C: give up at once (but leave no pinned maps behind).
+                filters::nicfix::remove_run_pins();
                 std::process::exit(130);
             }
         });
@@ -410,6 +468,8 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
             b.set_position(done);
         }
     });
+    // The kernel filters' pins go with their programs; whatever a failure left, goes now.
+    filters::nicfix::remove_run_pins();
     if let Some(b) = bar {
         b.finish_and_clear();
     }

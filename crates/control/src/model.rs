@@ -137,8 +137,13 @@ impl Catalog {
                     Implementation { name: "cbpf-interp", kinds: USER.to_vec(), needs: Needs::Nothing, cost: FilterCost { per_call: 120.0, ..f } },
                 ]
             }
-            // Packet counters and samplers have an eBPF form that keeps state in a map.
-            "count" | "sample" => vec![
+            // The NIC-FIX filters (filters::nicfix) have an eBPF form that keeps its state
+            // in BPF maps, run on the capture socket (right after `rx`, like bpf's; see
+            // `kernel_after_rx`). `count` keeps a model-only eBPF form: the runtime has no
+            // such program (a kernel choice for it runs in user space next to `rx`), but the
+            // thesis' four-stage example (tests/optimizer.rs) needs a stage that could go
+            // back into the kernel.
+            "count" | "flowcount" | "sample" | "bytecount" => vec![
                 // A map update in the JITed program: a little cheaper than a user call.
                 Implementation { name: "ebpf-map", kinds: vec![SpaceKind::Kernel], needs: Needs::Bpf, cost: FilterCost { per_call: base.per_call * 0.8, ..base } },
                 native(base),
@@ -303,6 +308,14 @@ fn label_of(kind: &NodeKind) -> String {
     }
 }
 
+/// Is node `id` the only consumer of an `rx` (by its default arc) and `rx` its only input?
+fn kernel_after_rx(g: &Graph, id: usize) -> bool {
+    let ins: Vec<_> = g.edges.iter().filter(|e| e.to == id).collect();
+    let [e] = ins.as_slice() else { return false };
+    let rx = matches!(&g.nodes[e.from].kind, NodeKind::Filter { filter, .. } if filter == "rx");
+    rx && e.sel == lang::Selector::Default && g.edges.iter().filter(|x| x.from == e.from).count() == 1
+}
+
 impl Request {
     /// Builds the request model from a parsed graph: implementations through `catalog`,
     /// pins from `space=`, selectivity from `sel=`, source rates from `load` or the
@@ -357,6 +370,16 @@ impl Request {
                     let is_source = !has_in;
                     if is_source {
                         source_load[n.id] = Some(src);
+                    }
+                    // A socket program (classic BPF, eBPF) runs only on `rx`'s socket, and a
+                    // socket holds one: the kernel form exists only for the filter right after
+                    // `rx` (its only input, `rx`'s only output; filters::live::kernel_placement),
+                    // and not for `sample prob=` (random draws the kernel would not repeat).
+                    if filters::live::KERNEL_AFTER_RX.contains(&filter.as_str()) && !kernel_after_rx(g, n.id) {
+                        impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
+                    }
+                    if filter == "sample" && options.iter().any(|(k, _)| k == "prob") {
+                        impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
                     }
                     (if is_source { Role::Source } else { Role::Filter }, impls)
                 }
@@ -502,6 +525,22 @@ mod tests {
         assert_eq!(strip1, vec![50_000.0, 50_000.0]);
         let join = r.nodes.iter().find(|n| n.role == Role::Join).unwrap();
         assert_eq!(join.rate_in, 100_000.0);
+    }
+
+    #[test]
+    fn socket_programs_only_right_after_rx() {
+        let kinds = |text: &str, node: usize| {
+            let (_, r) = request_from_text(text, &Catalog::new(), Load::default()).unwrap();
+            r.nodes[node].impls.iter().map(|i| i.name).collect::<Vec<_>>()
+        };
+        assert_eq!(kinds("rx | flowcount | null", 1), vec!["ebpf-map", "native"]);
+        assert_eq!(kinds("rx | bytecount | null", 1), vec!["ebpf-map", "native"]);
+        assert_eq!(kinds("rx | sample 10 | null", 1), vec!["ebpf-map", "native"]);
+        assert_eq!(kinds("rx | sample prob=0.1 | null", 1), vec!["native"]);
+        // One program per socket: the second filter has only its user-space form.
+        assert_eq!(kinds("rx | sample 10 | flowcount | null", 2), vec!["native"]);
+        assert_eq!(kinds("gen | bpf \"tcp\" | null", 1), vec!["cbpf-interp"]);
+        assert_eq!(kinds("rx | count | null", 1), vec!["ebpf-map", "native"]);
     }
 
     #[test]

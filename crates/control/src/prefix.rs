@@ -152,7 +152,7 @@ pub struct SharedPrefix {
 }
 
 /// Options that change how a filter runs, not what it outputs.
-const NOT_CONTENT: &[&str] = &["space", "placed", "queues", "latency", "blocks", "kfilter"];
+const NOT_CONTENT: &[&str] = &["space", "placed", "queues", "latency", "blocks", "kfilter", "kebpf", "kpin", "pin"];
 
 fn canonical(n: &lang::Node) -> Option<String> {
     let lang::NodeKind::Filter { filter, params, options } = &n.kind else { return None };
@@ -202,9 +202,11 @@ pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
     out
 }
 
-/// Filters that run in the kernel when they follow `rx` directly: a subscription must
-/// cover them, or the subscriber would trade its kernel filter for a copy of every frame.
-const KERNEL_AFTER_RX: &[&str] = &["bpf", "flowcount", "sample", "bytecount"];
+/// Filters that run in the kernel when they follow `rx` directly (the library's list,
+/// `filters::live::KERNEL_AFTER_RX`): a subscription must cover them, or the subscriber
+/// would trade its kernel filter for a copy of every frame; and a run must not publish
+/// the bare `rx` stream when such a filter changes what its socket delivers.
+use filters::live::KERNEL_AFTER_RX;
 
 /// The shortest prefix worth subscribing to: `rx` and the kernel filter after it, if any.
 pub fn min_shared_len(g: &lang::Graph, p: &SharedPrefix) -> usize {
@@ -319,6 +321,11 @@ mod tests {
         // A subscription must keep the kernel filter in the kernel.
         assert_eq!(min_shared_len(&g, &p[0]), 2);
         assert_eq!(min_shared_len(&parse("rx dev=eth0 | ip | count"), &p[0]), 1);
+        // The NIC-FIX filters run on the socket too (sample drops frames there).
+        let s = parse("rx dev=eth0 | sample 10 | count");
+        assert_eq!(shareable(&s).iter().map(|p| p.nodes.len()).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(min_shared_len(&s, &shareable(&s)[0]), 2);
+        assert_eq!(min_shared_len(&parse("rx dev=eth0 | flowcount placed=user | count"), &p[0]), 1);
     }
 
     #[test]

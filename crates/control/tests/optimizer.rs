@@ -21,7 +21,8 @@ fn optimizer_matches_push_down_on_packet_filters() {
         "rx | bpf \"tcp\" | null",
         "rx | bpf \"tcp\" | ip | tcp | null",
         "rx | bpf \"udp\" | dns | stdout",
-        "rx | bpf \"port 53\" | sample 10 | count | null",
+        // (A `sample` after the bpf has no kernel form: a socket runs one program.)
+        "rx | bpf \"port 53\" | dns | sample 10 | null",
     ] {
         let a = p.plan(pipe, Method::Optimal).unwrap().plan;
         let b = p.plan(pipe, Method::Heuristic).unwrap().plan;

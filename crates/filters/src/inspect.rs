@@ -1,4 +1,5 @@
-//! Inspection filters: count, hist, inspect, grep/regex, match, dedup, sample.
+//! Inspection filters: count, hist, inspect, grep/regex, match, dedup (`sample` lives with
+//! the other NIC-FIX filters in [`crate::nicfix`]).
 
 use crate::packet::{parse_tag, L4};
 use crate::proto::spec;
@@ -202,31 +203,6 @@ impl Filter for Dedup {
     }
 }
 
-/// Passes one block in N (deterministic), or each with probability P (seeded).
-pub struct Sample {
-    every: u64,
-    prob: Option<f64>,
-    n: u64,
-    rng: u64,
-}
-impl Filter for Sample {
-    fn process(&mut self, _cx: &mut Ctx<'_>, batch: &mut Batch) {
-        for t in batch.tags.iter_mut() {
-            self.n += 1;
-            let keep = match self.prob {
-                Some(p) => {
-                    self.rng ^= self.rng << 13;
-                    self.rng ^= self.rng >> 7;
-                    self.rng ^= self.rng << 17;
-                    (self.rng >> 11) as f64 / (1u64 << 53) as f64 <= p
-                }
-                None => self.n % self.every == 0,
-            };
-            t.class = if keep { t.class.max(1) } else { 0 };
-        }
-    }
-}
-
 fn make_count(_: &Args) -> Result<Box<dyn Filter>, String> {
     Ok(Box::<Count>::default())
 }
@@ -273,18 +249,6 @@ fn make_dedup(a: &Args) -> Result<Box<dyn Filter>, String> {
     let window = a.size("window", Some(0), 4096)? as usize;
     Ok(Box::new(Dedup { window: window.max(1), seen: HashSet::new(), order: VecDeque::new() }))
 }
-fn make_sample(a: &Args) -> Result<Box<dyn Filter>, String> {
-    let every = a.size("every", Some(0), 10)?;
-    let prob = match a.get("prob", None) {
-        Some(p) => Some(p.parse::<f64>().ok().filter(|p| (0.0..=1.0).contains(p)).ok_or_else(|| format!("sample: prob={p} must be in 0..1"))?),
-        None => None,
-    };
-    if every == 0 {
-        return Err("sample: every must be at least 1".into());
-    }
-    Ok(Box::new(Sample { every, prob, n: 0, rng: a.parse("seed", None, 0x9E37_79B9_7F4A_7C15u64)? | 1 }))
-}
-
 spec!(COUNT, "count", "count", "Counts blocks and bytes and passes everything on unchanged. Prints its totals\non one line when the run ends.",
       [], "unchanged", "streamline run 'pcapin file=examples/sample.pcap | udp | count'", Statistics, make_count);
 spec!(HIST, "hist", "hist [by=class|len]", "Histogram of block classes (default) or lengths (power-of-two buckets),\nprinted when the run ends. Passes everything on unchanged.",
@@ -304,6 +268,3 @@ spec!(MATCH, "match", "match PATTERN... [file=PATTERNS] [icase=yes]", "Multi-pat
 spec!(DEDUP, "dedup", "dedup [window=N]", "Drops blocks whose contents equal one of the last N blocks (default 4096).",
       ["window": "how many recent blocks to remember (also positional)"], "the block's class (at least 1) for new contents; 0 for duplicates",
       "streamline run 'file a.txt split=lines | dedup | stdout'", Inspection, make_dedup);
-spec!(SAMPLE, "sample", "sample [every=N] [prob=P seed=S]", "Passes every Nth block (default 10), or each block with probability P.",
-      ["every": "pass one block in N (also positional)", "prob": "pass each with this probability instead", "seed": "random seed for prob"],
-      "the block's class (at least 1) when passed; 0 otherwise", "streamline run 'pcapin file=examples/sample.pcap | sample 100 | inspect'", Inspection, make_sample);

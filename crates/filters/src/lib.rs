@@ -2,7 +2,8 @@
 //!
 //! Grouped by class: [`sources`] (pcapin, file, stdin, gen), [`proto`] (eth, ip, tcp, udp,
 //! icmp, dport, sport, proto, flow), [`app`] (tcpstream, http, dns), [`inspect`] (count,
-//! hist, inspect, grep, regex, match, dedup, sample), [`edit`] (strip, deflate, inflate,
+//! hist, inspect, grep, regex, match, dedup), [`nicfix`] (flowcount, sample, bytecount:
+//! each also an eBPF program run on the capture socket right after `rx`), [`edit`] (strip, deflate, inflate,
 //! encrypt, decrypt, xor), [`control`] (for, join, split, hash), [`sinks`] (outfile, stdout,
 //! pcapout, null). [`packet`] holds the zero-copy frame parsing they share.
 //!
@@ -22,6 +23,7 @@ pub mod edit;
 pub mod fuzzing;
 pub mod inspect;
 pub mod live;
+pub mod nicfix;
 pub mod packet;
 pub mod proto;
 pub mod sinks;
@@ -56,7 +58,9 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &inspect::HIST,
     &inspect::INSPECT,
     &inspect::DEDUP,
-    &inspect::SAMPLE,
+    &nicfix::SAMPLE,
+    &nicfix::FLOWCOUNT,
+    &nicfix::BYTECOUNT,
     &edit::STRIP,
     &edit::DEFLATE,
     &edit::INFLATE,

@@ -1,11 +1,14 @@
 //! Live capture: `rx dev=IF` reads an interface through AF_PACKET with a TPACKET_V3 ring
 //! (the kernel's ring is the DBuf: tags point into it, nothing is copied), handing each
 //! block back to the kernel once its frames have walked the space. A `bpf` filter right
-//! after `rx` runs in the kernel: [`kernel_placement`] moves its program onto the socket.
+//! after `rx` runs in the kernel, and so do the NIC-FIX filters (flowcount, sample,
+//! bytecount) as eBPF programs: [`kernel_placement`] moves the program onto the socket.
 
 use dataplane::{Access, Args, Batch, BufId, Ctx, External, Filter, FilterSpec, Param, RecordMeta, Tag};
-use kernel::afpacket::{Frame, RxConfig, RxRing};
+use kernel::afpacket::{Frame, RxConfig, RxRing, SocketFilter};
 use kernel::cbpf::compile;
+use kernel::ebpf;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +27,11 @@ pub struct Rx {
     dev: String,
     cfg: RxConfig,
     kfilter: Option<String>,
+    /// An eBPF program for the socket (a NIC-FIX filter placed here) and where to pin its
+    /// maps.
+    kebpf: Option<(ebpf::Config, Option<PathBuf>)>,
+    /// The loaded program; dropping it removes its pins.
+    kprog: Option<ebpf::Loaded>,
     ring: Option<Arc<Lent>>,
     buf: BufId,
     failed: bool,
@@ -68,9 +76,18 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
     if let Some(e) = &kfilter {
         compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| x.to_string())?;
     }
+    let kebpf = match a.get("kebpf", None) {
+        Some(text) => {
+            if kfilter.is_some() {
+                return Err("rx: kfilter= and kebpf= both ask for the socket's one program".into());
+            }
+            Some((crate::nicfix::decode(text)?, a.get("kpin", None).map(PathBuf::from)))
+        }
+        None => None,
+    };
     // The interface must exist now (a clear error before the run).
     kernel::afpacket::ifindex(&dev).map_err(|e| e.to_string())?;
-    Ok(Box::new(Rx { dev, cfg, kfilter, ring: None, buf: 0, failed: false, held: None, blocks_seen: 0, packets: 0, kernel_seen: 0, kernel_drops: 0 }))
+    Ok(Box::new(Rx { dev, cfg, kfilter, kebpf, kprog: None, ring: None, buf: 0, failed: false, held: None, blocks_seen: 0, packets: 0, kernel_seen: 0, kernel_drops: 0 }))
 }
 
 impl Rx {
@@ -79,7 +96,15 @@ impl Rx {
             Some(e) => Some(compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| x.to_string())?),
             None => None,
         };
-        let ring = RxRing::open(&self.dev, self.cfg, prog.as_ref()).map_err(|e| format!("{}: {e}", self.dev))?;
+        if let Some((c, pin)) = &self.kebpf {
+            self.kprog = Some(ebpf::Loaded::load(*c, pin.as_deref()).map_err(|e| format!("{}: {e}", self.dev))?);
+        }
+        let filter = match (&prog, &self.kprog) {
+            (Some(p), _) => Some(SocketFilter::Classic(p)),
+            (None, Some(k)) => Some(SocketFilter::Ebpf(k.prog_fd())),
+            (None, None) => None,
+        };
+        let ring = RxRing::open(&self.dev, self.cfg, filter).map_err(|e| format!("{}: {e}", self.dev))?;
         let ring = Arc::new(Lent(ring));
         self.buf = cx.store.add_external(ring.clone());
         cx.store.set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
@@ -180,16 +205,28 @@ impl Filter for Rx {
             self.dev,
             self.packets,
             self.kernel_seen,
-            if self.kfilter.is_some() { " after its BPF program" } else { "" },
+            match (&self.kfilter, &self.kebpf) {
+                (Some(_), _) => " after its BPF program".to_string(),
+                (None, Some((c, _))) => format!(" after its eBPF program ({})", c.name()),
+                (None, None) => String::new(),
+            },
             self.kernel_drops
         ))
     }
 }
 
-/// Kernel placement of `bpf` (thesis 6.3.2, push processing down): `rx | bpf "E"` runs
-/// E on the capture socket, so frames it rejects are never handed to user space. The
-/// `bpf` node stays and passes everything (`placed=kernel`), so the graph keeps its shape
-/// and its counters show what the kernel let through.
+/// Filters with a kernel implementation that runs on the capture socket when they follow
+/// `rx` directly (one program per socket, so only the first filter after `rx`).
+pub const KERNEL_AFTER_RX: &[&str] = &["bpf", "flowcount", "sample", "bytecount"];
+
+/// Kernel placement (thesis 6.3.2, push processing down): `rx | bpf "E"` runs E on the
+/// capture socket, so frames it rejects are never handed to user space; `rx | flowcount`,
+/// `rx | sample N` and `rx | bytecount` run their eBPF program there (`kebpf=`), with the
+/// program's maps pinned under `kpin=` (this process's run directory on bpffs). The node
+/// stays (`placed=kernel`, for the NIC-FIX filters with `pin=` to read the maps at the
+/// end), so the graph keeps its shape and its counters show what the kernel let through.
+/// Not for `rx impl=xdp`, a filter the user or the planner placed in user space
+/// (`placed=`), one pinned to another space than the `rx`, or `sample prob=`.
 pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
     use lang::{NodeKind, Selector};
     let edges = g.edges.clone();
@@ -199,25 +236,41 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
         if outs != 1 || ins != 1 || e.sel != Selector::Default {
             continue;
         }
-        let expr = match (&g.nodes[e.from].kind, &g.nodes[e.to].kind) {
+        let (rx_opt, filter_opt) = match (&g.nodes[e.from].kind, &g.nodes[e.to].kind) {
             (NodeKind::Filter { filter: a, options: ao, .. }, NodeKind::Filter { filter: b, params, options: bo })
                 if a == "rx"
-                    && b == "bpf"
-                    && !ao.iter().any(|(k, v)| k == "kfilter" || (k == "impl" && v == "xdp"))
+                    && KERNEL_AFTER_RX.contains(&b.as_str())
+                    && !ao.iter().any(|(k, v)| k == "kfilter" || k == "kebpf" || (k == "impl" && v == "xdp"))
                     && !bo.iter().any(|(k, _)| k == "placed") =>
             {
-                match bo.iter().find(|(k, _)| k == "expr").map(|(_, v)| v.clone()).or_else(|| params.first().cloned()) {
-                    Some(x) => x,
-                    None => continue,
+                if b == "bpf" {
+                    match bo.iter().find(|(k, _)| k == "expr").map(|(_, v)| v.clone()).or_else(|| params.first().cloned()) {
+                        Some(x) => (("kfilter".to_string(), x), None),
+                        None => continue,
+                    }
+                } else {
+                    let space = |o: &Vec<(String, String)>| o.iter().rev().find(|(k, _)| k == "space").map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+                    if space(ao) != space(bo) {
+                        continue;
+                    }
+                    let Ok(config) = crate::nicfix::kernel_config(&dataplane::Args::new(b, params.clone(), bo.clone())) else { continue };
+                    let pin = ebpf::run_dir().join(format!("n{}-{b}", e.to)).to_string_lossy().into_owned();
+                    (("kebpf".to_string(), crate::nicfix::encode(config)), Some(pin))
                 }
             }
             _ => continue,
         };
         if let NodeKind::Filter { options, .. } = &mut g.nodes[e.from].kind {
-            options.push(("kfilter".into(), expr));
+            options.push(rx_opt);
+            if let Some(p) = &filter_opt {
+                options.push(("kpin".into(), p.clone()));
+            }
         }
         if let NodeKind::Filter { options, .. } = &mut g.nodes[e.to].kind {
             options.push(("placed".into(), "kernel".into()));
+            if let Some(p) = filter_opt {
+                options.push(("pin".into(), p));
+            }
         }
     }
     g
@@ -320,7 +373,8 @@ pub static RX: FilterSpec = FilterSpec {
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
                   goes back to the kernel when its frames have walked the space. A block is handed\n\
                   over at the latest `latency` ms after its first frame, so a quiet link does not hold\n\
-                  frames back. `bpf` right after `rx` runs in the kernel on the socket. Needs\n\
+                  frames back. `bpf`, `flowcount`, `sample` or `bytecount` right after `rx` runs in\n\
+                  the kernel on the socket (eBPF for the last three; their maps pinned on bpffs). Needs\n\
                   CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count.\n\
                   impl=xdp reads through an AF_XDP socket into its own UMEM instead (copy mode): the\n\
                   frames of that queue are taken from the host's network stack, which no longer sees\n\
@@ -330,6 +384,8 @@ pub static RX: FilterSpec = FilterSpec {
         Param { name: "latency", doc: "longest wait for a partly filled block, ms (default 10)" },
         Param { name: "blocks", doc: "ring blocks of 1 MiB (default 16)" },
         Param { name: "kfilter", doc: "pcap-filter expression run in the kernel (set by the bpf placement)" },
+        Param { name: "kebpf", doc: "eBPF program run in the kernel, e.g. \"sample every=10\" (set by the flowcount / sample / bytecount placement)" },
+        Param { name: "kpin", doc: "bpffs directory where the kebpf program's maps are pinned while it runs" },
         Param { name: "fanout", doc: "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)" },
         Param { name: "impl", doc: "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet" },
         Param { name: "queue", doc: "impl=xdp: the interface queue to bind (default 0)" },

@@ -243,3 +243,20 @@ fn garbage_frames_are_classified_not_fatal() {
         serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("inspect wrote invalid JSON {l}: {e}"));
     }
 }
+
+#[test]
+fn nicfix_filters_in_user_space_count_and_pass() {
+    let s = run("gen count=100 size=64 | flowcount | bytecount len=10 | sample 7 | count");
+    let sums: Vec<String> = s.report().iter().filter_map(|r| r.summary.clone()).collect();
+    let line = |p: &str| sums.iter().find(|l| l.starts_with(p)).unwrap_or_else(|| panic!("no {p} in {sums:?}")).clone();
+    assert!(line("flowcount: ").starts_with("flowcount: 100 packets, 6400 bytes, "), "{sums:?}");
+    assert!(line("bytecount: ").starts_with("bytecount: 100 packets, 1000 bytes counted (first 10 of each)"), "{sums:?}");
+    assert_eq!(line("sample: "), "sample: 1 in 7: 100 seen, 14 passed");
+    assert_eq!(counts(&s), vec![14]);
+    // Per flow, the sample's flows add up to its totals.
+    let s = run(&format!("pcapin file={} | flowcount top=1000", sample().display()));
+    let text = s.report().iter().find_map(|r| r.summary.clone().filter(|l| l.starts_with("flowcount"))).unwrap();
+    let per_flow: u64 = text.lines().skip(1).map(|l| l.rsplit(": ").next().unwrap().split_whitespace().next().unwrap().parse::<u64>().unwrap()).sum();
+    assert!(text.starts_with("flowcount: 5247 packets, "), "{text}");
+    assert_eq!(per_flow, 5247, "{text}");
+}

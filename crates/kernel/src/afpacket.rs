@@ -1,7 +1,8 @@
 //! Live capture with AF_PACKET and a TPACKET_V3 ring (thesis 4.5.6: the kernel's ring is
 //! the data ring). The kernel fills blocks of frames; user space reads a block where it
-//! lies and hands it back. Optional: a classic BPF program attached to the socket (the
-//! kernel placement of `bpf`), PACKET_FANOUT (hash) so several sockets share one
+//! lies and hands it back. Optional: a program on the socket ([`SocketFilter`]: classic
+//! BPF, the kernel placement of `bpf`, or an eBPF program of [`crate::ebpf`], the kernel
+//! placement of flowcount / sample / bytecount), PACKET_FANOUT (hash) so several sockets share one
 //! interface flow by flow, and PACKET_STATISTICS for the kernel's drops.
 //!
 //! Owns: socket setup, the mapping, block ownership (`TP_STATUS_USER` / `_KERNEL`) and
@@ -58,6 +59,15 @@ pub struct Frame {
     pub ts_ns: u64,
 }
 
+/// The program a capture socket runs on every frame before it is queued.
+#[derive(Debug, Clone, Copy)]
+pub enum SocketFilter<'a> {
+    /// Classic BPF (`SO_ATTACH_FILTER`).
+    Classic(&'a Program),
+    /// A loaded eBPF socket-filter program (`SO_ATTACH_BPF`).
+    Ebpf(std::os::fd::BorrowedFd<'a>),
+}
+
 /// An AF_PACKET socket with its TPACKET_V3 receive ring.
 #[derive(Debug)]
 pub struct RxRing {
@@ -103,10 +113,14 @@ pub fn ifindex(dev: &str) -> io::Result<u32> {
 
 impl RxRing {
     /// Open a capture socket on `dev` with a TPACKET_V3 ring.
-    pub fn open(dev: &str, cfg: RxConfig, filter: Option<&Program>) -> io::Result<RxRing> {
+    ///
+    /// The socket is created with protocol 0, which receives nothing: frames start to
+    /// arrive only at `bind` (protocol ETH_P_ALL, this interface), after the filter is
+    /// attached and the ring is set up, so no frame slips past the filter.
+    pub fn open(dev: &str, cfg: RxConfig, filter: Option<SocketFilter<'_>>) -> io::Result<RxRing> {
         let idx = ifindex(dev)?;
         // SAFETY: plain socket(2) call; the result is checked and owned below.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, (ETH_P_ALL).to_be() as i32) };
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
             let e = io::Error::last_os_error();
             let hint = if e.raw_os_error() == Some(libc::EPERM) { " (capturing needs CAP_NET_RAW: run as root or grant the capability)" } else { "" };
@@ -114,10 +128,17 @@ impl RxRing {
         }
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        if let Some(p) = filter {
-            let mut insns: Vec<libc::sock_filter> = p.insns().iter().map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
-            let prog = libc::sock_fprog { len: insns.len() as u16, filter: insns.as_mut_ptr() };
-            setsockopt(&fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog, "attaching the BPF program to the socket (SO_ATTACH_FILTER)")?;
+        match filter {
+            None => {}
+            Some(SocketFilter::Ebpf(prog)) => {
+                let pfd: i32 = prog.as_raw_fd();
+                setsockopt(&fd, libc::SOL_SOCKET, libc::SO_ATTACH_BPF, &pfd, "attaching the eBPF program to the socket (SO_ATTACH_BPF)")?;
+            }
+            Some(SocketFilter::Classic(p)) => {
+                let mut insns: Vec<libc::sock_filter> = p.insns().iter().map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
+                let prog = libc::sock_fprog { len: insns.len() as u16, filter: insns.as_mut_ptr() };
+                setsockopt(&fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog, "attaching the BPF program to the socket (SO_ATTACH_FILTER)")?;
+            }
         }
         setsockopt(&fd, SOL_PACKET, PACKET_VERSION, &TPACKET_V3, "PACKET_VERSION TPACKET_V3")?;
         let frame_size = 2048u32;

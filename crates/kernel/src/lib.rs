@@ -3,14 +3,16 @@
 //! and run by our interpreter in user space or attached to a capture socket; live capture
 //! with AF_PACKET and a TPACKET_V3 ring ([`afpacket`]); transmit through a PACKET_TX_RING
 //! with batched kicks ([`tx`]); veth pairs in throw-away namespaces for tests ([`netns`]).
-//! Live capture with AF_XDP into our own UMEM ([`xdp`]). `unsafe` lives in `afpacket`, `tx` and
-//! `xdp` only.
-//! AF_XDP and eBPF programs come next.
+//! Live capture with AF_XDP into our own UMEM ([`xdp`]). eBPF socket filters with their
+//! state in BPF maps, the NIC-FIX filters of thesis 7.3.1 ([`ebpf`]: C sources in `bpf/`,
+//! compiled by `build.rs` with clang, loaded with libbpf-rs, maps pinned on bpffs).
+//! `unsafe` lives in `afpacket`, `ebpf`, `tx` and `xdp` only.
 
 #![deny(unsafe_code)]
 
 pub mod afpacket;
 pub mod cbpf;
+pub mod ebpf;
 pub mod netns;
 pub mod tx;
 pub mod xdp;
