@@ -248,8 +248,16 @@ impl Repair {
             }
             let ours = !planned[v].is_empty();
             if ours {
+                let single = copies.len() == 1;
                 for c in copies.iter_mut() {
                     if exited.contains(c) {
+                        // A single filter that cannot go back to its planned space runs
+                        // with its input (no new channel, no extra thread competing for
+                        // the CPU); copies of a template need spaces of their own.
+                        if let Some(f) = first.filter(|f| single && !exited.contains(f)) {
+                            *c = f;
+                            continue;
+                        }
                         let f = self.fresh(*c);
                         self.current.insert(*c, f);
                         *c = f;
@@ -416,15 +424,36 @@ mod tests {
     }
 
     #[test]
-    fn returning_to_a_space_gets_a_fresh_one_on_the_same_cpu() {
+    fn returning_to_a_space_runs_with_its_input() {
         let g = lang::parse("gen | tcp | udp | ip | count", &PlanResolver).unwrap();
         let t = |k| vec![Sp::Thread(k, 0)];
         let planned = vec![vec![Sp::Local], t(1), vec![Sp::Local], t(1), t(1)];
         let placed = Repair::new(2, 0).run(&g, &planned);
         assert!(acyclic(&g, &placed), "{placed:?}");
-        assert_eq!(placed[2], Some(vec![Sp::Thread(0, 1)]), "back on cpu0, a new thread");
-        assert_eq!(placed[3], Some(vec![Sp::Thread(1, 1)]));
-        assert_eq!(placed[4], placed[3], "later nodes follow the renamed space");
+        assert_eq!(placed[2], Some(t(1)), "not back home: with tcp, no new channel");
+        assert_eq!(placed[3], Some(t(1)));
+        assert_eq!(placed[4], Some(t(1)));
+    }
+
+    #[test]
+    fn a_filter_after_a_join_that_left_home_runs_with_the_join() {
+        // The runtime runs a template's join with its first copy, which is off home; a
+        // filter planned back home after it runs there too (was: a fresh thread on the
+        // home CPU, one more channel and a thread competing with home).
+        let g = lang::parse("gen | deflate | count", &PlanResolver).unwrap();
+        let planned = vec![vec![Sp::Local], vec![Sp::Thread(1, 0), Sp::Local], vec![Sp::Local]];
+        let placed = Repair::new(2, 0).run(&g, &planned);
+        assert!(acyclic(&g, &placed), "{placed:?}");
+        assert_eq!(placed[2], Some(vec![Sp::Thread(1, 0)]), "{placed:?}");
+    }
+
+    #[test]
+    fn copies_that_return_home_get_fresh_spaces() {
+        let g = lang::parse("gen | tcp | deflate | count", &PlanResolver).unwrap();
+        let planned = vec![vec![Sp::Local], vec![Sp::Thread(1, 0)], vec![Sp::Local, Sp::Thread(1, 0)], vec![Sp::Thread(1, 0)]];
+        let placed = Repair::new(2, 0).run(&g, &planned);
+        assert!(acyclic(&g, &placed), "{placed:?}");
+        assert!(placed[2].as_ref().unwrap().contains(&Sp::Thread(0, 1)), "the copy planned home gets a new thread on cpu0: {placed:?}");
     }
 
     #[test]
