@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use kernel::netns::Veth;
 
+mod common;
+use common::count_of;
+
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
 /// Frames in examples/sample.pcap (none truncated, none above 1514 bytes).
@@ -68,14 +71,6 @@ fn totals(err: &str, name: &str) -> String {
 
 fn rx_line(err: &str) -> String {
     err.lines().find(|l| l.starts_with("rx ")).unwrap_or_else(|| panic!("no rx summary:\n{err}")).to_string()
-}
-
-fn count_of(err: &str) -> u64 {
-    err.lines()
-        .find_map(|l| l.strip_prefix("count: "))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count:\n{err}"))
 }
 
 /// The file through the user-space implementation.

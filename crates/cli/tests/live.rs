@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use kernel::netns::Veth;
 
+mod common;
+use common::count_of;
+
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 fn sh(args: &[&str]) -> std::process::Output {
@@ -178,14 +181,6 @@ fn interrupt(c: Child) -> (Option<i32>, String) {
     assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
     let out = c.wait_with_output().unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-fn count_of(err: &str) -> u64 {
-    err.lines()
-        .find_map(|l| l.strip_prefix("count: "))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count:\n{err}"))
 }
 
 #[test]
