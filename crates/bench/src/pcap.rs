@@ -77,7 +77,14 @@ pub(crate) fn build_capture(sample: &Path, path: &Path, target: u64) -> Result<B
         repeats += 1;
     }
     use std::io::Write;
-    w.into_writer().flush().map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    let mut out = w.into_writer();
+    out.flush().map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    // The pages just written sit in the page cache as written (small folios, in this
+    // kernel); a capture a user analyses usually comes from disk, and readahead brings it
+    // in as large folios, which both tools map or copy faster. Drop the written pages, so
+    // the untimed first runs read the file as from disk and the timed runs find that state.
+    let file = out.into_inner().map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    crate::proc::drop_from_page_cache(&file).map_err(|e| err(format!("{}: {e}", path.display())))?;
     let on_disk = std::fs::metadata(path)?.len();
     if on_disk != bytes {
         return Err(err(format!("{}: wrote {bytes} bytes but the file has {on_disk}", path.display())));

@@ -145,6 +145,20 @@ pub fn die_with_parent(parent: u32) -> Result<()> {
     Ok(())
 }
 
+/// Write `f`'s dirty pages to disk and drop its pages from the page cache
+/// (`POSIX_FADV_DONTNEED`), so the next read brings it in as a read from disk does.
+pub fn drop_from_page_cache(f: &std::fs::File) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    f.sync_all().map_err(|e| err(format!("fsync: {e}")))?;
+    // SAFETY: posix_fadvise takes the borrowed, open descriptor and integers only; it
+    // changes no memory of this process.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(err(format!("posix_fadvise(DONTNEED): {}", std::io::Error::from_raw_os_error(rc))));
+    }
+    Ok(())
+}
+
 /// Capacity of a pipe (F_GETPIPE_SZ).
 pub fn pipe_size(fd: &impl std::os::fd::AsRawFd) -> Result<usize> {
     // SAFETY: F_GETPIPE_SZ takes no pointer argument; the descriptor is borrowed and open.

@@ -22,6 +22,7 @@ pub mod builtin;
 pub mod channel;
 pub mod filter;
 mod mmap;
+pub use mmap::FileMap;
 pub mod runtime;
 pub mod session;
 pub mod spaces;

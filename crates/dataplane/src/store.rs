@@ -470,10 +470,20 @@ impl Store {
     }
 
     /// Hint that bytes `from..to` of file region `id` will be read soon (see
-    /// `FileMap::prefetch`); nothing for rings.
+    /// [`FileMap::prefetch`](crate::mmap::FileMap::prefetch)); nothing for rings.
+    #[inline]
     pub fn prefetch(&self, id: BufId, from: usize, to: usize) {
         if let Some(Region::File(m, _)) = (id as usize).checked_sub(1).and_then(|i| self.regions.get(i)) {
             m.prefetch(from, to);
+        }
+    }
+
+    /// A handle on file region `id` that may be sent to another thread (the mapping stays
+    /// until the last handle is dropped).
+    pub fn file_map(&self, id: BufId) -> Option<crate::mmap::FileMap> {
+        match self.regions.get((id as usize).checked_sub(1)?)? {
+            Region::File(m, _) => Some(m.clone()),
+            _ => None,
         }
     }
 

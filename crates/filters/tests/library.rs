@@ -260,3 +260,88 @@ fn nicfix_filters_in_user_space_count_and_pass() {
     assert!(text.starts_with("flowcount: 5247 packets, "), "{text}");
     assert_eq!(per_flow, 5247, "{text}");
 }
+
+/// Byte offsets of the packet records of a pcap file (walked by hand, not by pcapin).
+fn record_offsets(data: &[u8]) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut off = 24;
+    while off + 16 <= data.len() {
+        let caplen = u32::from_le_bytes(data[off + 8..off + 12].try_into().unwrap()) as usize;
+        if off + 16 + caplen > data.len() {
+            break;
+        }
+        v.push(off);
+        off += 16 + caplen;
+    }
+    v
+}
+
+/// pcapin's indexer runs in its own thread: a capture cut anywhere (inside a record
+/// header, inside packet data, exactly at a record boundary) delivers every whole record
+/// before the cut, in order, and names the byte where the cut record starts.
+#[test]
+fn truncated_capture_keeps_every_whole_record_and_names_the_cut() {
+    let data = std::fs::read(sample()).unwrap();
+    let recs = record_offsets(&data);
+    assert_eq!(recs.len(), 5247, "examples/sample.pcap changed");
+    // Several sizes so cuts fall in the first chunk of the indexer and after many.
+    for k in [0, 1, 1023, 1024, 1025, 3000, 5246] {
+        for extra in [0usize, 5, 16, 20] {
+            let cut_at = recs[k] + extra;
+            let path = tmp(&format!("cut-{k}-{extra}.pcap"));
+            std::fs::write(&path, &data[..cut_at]).unwrap();
+            let mut s = build(&format!("pcapin file={} | count", path.display()));
+            s.run(&AtomicBool::new(false), |_| {});
+            assert_eq!(counts(&s), vec![k as u64], "cut at byte {cut_at} (record {k} + {extra})");
+            if extra == 0 {
+                assert!(s.warnings().is_empty(), "a cut at a record boundary is a whole file: {:?}", s.warnings());
+            } else {
+                let w = s.warnings().join("\n");
+                assert!(w.contains(&format!("at byte {}", recs[k])) && w.contains(&format!("read {k} packets before it")), "cut at {cut_at}: {w}");
+            }
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+}
+
+/// Threads of this process named `name` (from /proc/self/task/*/comm).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim() == name)
+        .count()
+}
+
+/// A run that stops early (its sink fails) while pcapin's indexer is far ahead: the run
+/// ends, and once the space is gone so is the indexer thread (no thread left behind, the
+/// file unmapped). Other tests of this binary run pcapin at the same time, so the check runs
+/// in a child process of its own.
+#[test]
+fn early_stop_leaves_no_indexer_thread() {
+    if std::env::var_os("SL_EARLY_STOP_CHILD").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "early_stop_leaves_no_indexer_thread", "--test-threads=1", "--nocapture"])
+            .env("SL_EARLY_STOP_CHILD", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && text.contains("1 passed"), "child failed:\n{text}");
+        return;
+    }
+    let data = std::fs::read(sample()).unwrap();
+    let big = tmp("big-early-stop.pcap");
+    let mut f = data.clone();
+    for _ in 0..7 {
+        f.extend_from_slice(&data[24..]);
+    }
+    std::fs::write(&big, &f).unwrap();
+    let mut s = build(&format!("pcapin file={} | outfile /dev/full", big.display()));
+    s.run(&AtomicBool::new(false), |_| {});
+    assert!(s.warnings().iter().any(|w| w.contains("cannot write to")), "{:?}", s.warnings());
+    let delivered = s.report().iter().find(|r| r.label.starts_with("pcapin")).map(|r| r.counters.blocks_out).unwrap();
+    assert!(delivered < 8 * 5247, "the run did not stop early ({delivered} packets)");
+    drop(s);
+    assert_eq!(threads_named("pcapin-index"), 0, "an indexer thread outlived its space");
+    std::fs::remove_file(&big).unwrap();
+}
