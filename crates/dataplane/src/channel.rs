@@ -253,6 +253,9 @@ impl Egress {
 }
 
 impl Filter for Egress {
+    fn accepts(&self) -> bool {
+        !(self.failed || (self.published && self.tags.readers() == 0))
+    }
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         if self.failed || (self.published && self.tags.readers() == 0) {
             return;

@@ -157,6 +157,14 @@ pub trait Filter: Send {
     /// (depth-first: every copy of those blocks has been delivered by then).
     fn epoch_end(&mut self) {}
 
+    /// Whether the filter wants blocks now. A sink with nobody behind it (a published
+    /// stream no run subscribes to) says no, and the arcs into it are skipped: the blocks
+    /// take the single-arc path instead of being multicast to a sink that drops them.
+    /// Asked per batch, so it must be cheap.
+    fn accepts(&self) -> bool {
+        true
+    }
+
     /// Called when a round of the space's loop found no source with data (at most every
     /// source poll interval, tens of milliseconds): a filter holding work back for a
     /// batch (a transmitter's frames) lets it go here.

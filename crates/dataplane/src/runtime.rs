@@ -241,11 +241,28 @@ impl Space {
             // A sink: everything ends here.
             return;
         }
-        if n_out == 1 {
+        // Arcs into filters that take nothing now (a published stream without subscribers)
+        // are skipped; with one arc left the batch moves on in place.
+        let mut live = n_out;
+        let mut only = 0;
+        if n_out > 1 {
+            live = 0;
+            for (k, a) in self.nodes[i].out.iter().enumerate() {
+                if self.nodes[a.to].filter.accepts() {
+                    live += 1;
+                    only = k;
+                }
+            }
+            if live == 0 {
+                self.nodes[i].c.drops += batch.len() as u64;
+                return;
+            }
+        }
+        if live == 1 {
             // The common linear case: filter in place and move the batch, no allocation.
             // One pass: drop what the arc does not admit, and count the bytes kept.
             let before = batch.len();
-            let sel = &self.nodes[i].out[0].sel;
+            let sel = &self.nodes[i].out[only].sel;
             let bytes = match sel {
                 Selector::All => batch.tags.iter().map(|t| t.len as u64).sum(),
                 // The plain `|`: a tight loop, no selector dispatch per tag.
@@ -256,14 +273,22 @@ impl Space {
             self.nodes[i].c.drops += (before - kept) as u64;
             self.count_out(i, kept, bytes);
             if kept > 0 {
-                let (to, from) = (self.nodes[i].out[0].to, self.nodes[i].out[0].in_index);
+                let (to, from) = (self.nodes[i].out[only].to, self.nodes[i].out[only].in_index);
                 self.push(to, batch, depth + 1, bytes, from);
             }
             return;
         }
         // Multicast: each arc gets the tags its selector admits. A block that goes down more
         // than one arc is shared until its last arc (write isolation).
-        let admits: Vec<Vec<bool>> = self.nodes[i].out.iter().map(|a| batch.tags.iter().map(|t| a.sel.admits(t.class, &lookup)).collect()).collect();
+        let nodes = &self.nodes;
+        let admits: Vec<Vec<bool>> = nodes[i]
+            .out
+            .iter()
+            .map(|a| {
+                let on = live == n_out || nodes[a.to].filter.accepts();
+                batch.tags.iter().map(|t| on && a.sel.admits(t.class, &lookup)).collect()
+            })
+            .collect();
         let mut remaining: Vec<usize> = (0..batch.len()).map(|j| admits.iter().filter(|a| a[j]).count()).collect();
         let dropped = remaining.iter().filter(|r| **r == 0).count();
         self.nodes[i].c.drops += dropped as u64;

@@ -241,6 +241,9 @@ impl RxRing {
         let num = self.read_u32(base + 12) as usize;
         let mut off = self.read_u32(base + 16) as usize;
         let mut frames = Vec::with_capacity(num);
+        // End of the block's frames (blk_len), and the next line to prefetch.
+        let used = base + (self.read_u32(base + 20) as usize).min(bs);
+        let mut pf = base + off - (base + off) % 64;
         for _ in 0..num {
             if off + 36 > bs {
                 break; // a corrupt block: stop at what is readable
@@ -248,9 +251,13 @@ impl RxRing {
             let h = base + off;
             // Frames follow each other in the block, but each header names the next:
             // read in a chain, every line the other CPU's softirq wrote is a miss that
-            // waits for the one before. Asking for the lines ahead lets them overlap.
-            self.prefetch(h + PREFETCH_AHEAD, bs * (b + 1));
-            self.prefetch(h + 2 * PREFETCH_AHEAD, bs * (b + 1));
+            // waits for the one before. Asking for every line up to PREFETCH_AHEAD bytes
+            // ahead lets the misses overlap (a frame takes a few ns to walk, a line from
+            // another CPU's cache far longer, so the lead must be many frames).
+            while pf < (h + PREFETCH_AHEAD).min(used) {
+                self.prefetch(pf, used);
+                pf += 64;
+            }
             let next = self.read_u32(h) as usize;
             let (sec, nsec, snap, wire) = (self.read_u32(h + 4), self.read_u32(h + 8), self.read_u32(h + 12), self.read_u32(h + 16));
             // tp_mac (u16) at 24.
@@ -295,7 +302,7 @@ impl RxRing {
 }
 
 /// How far ahead of the frame being read [`RxRing::next_block`] asks for cache lines.
-const PREFETCH_AHEAD: usize = 512;
+const PREFETCH_AHEAD: usize = 4096;
 
 fn unsafe_zeroed<T>() -> T {
     // SAFETY: only used for plain C structs (sockaddr_ll) for which all-zero is valid.

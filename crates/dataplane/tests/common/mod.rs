@@ -51,6 +51,30 @@ impl Filter for Sink {
     }
 }
 
+/// `idle`: a sink that takes nothing (like a published stream nobody subscribes to); the
+/// runtime must not hand it blocks.
+struct Idle;
+impl Filter for Idle {
+    fn accepts(&self) -> bool {
+        false
+    }
+    fn process(&mut self, _: &mut Ctx<'_>, b: &mut Batch) {
+        panic!("idle was handed {} blocks", b.len());
+    }
+}
+/// `alone`: checks no block it gets is marked shared with another arc (write isolation
+/// would copy shared ones), then passes them on.
+struct Alone(u64);
+impl Filter for Alone {
+    fn process(&mut self, _: &mut Ctx<'_>, b: &mut Batch) {
+        assert!(b.shared.iter().all(|s| !s), "a block was marked shared with an arc that takes nothing");
+        self.0 += b.len() as u64;
+    }
+    fn summary(&self) -> Option<String> {
+        Some(format!("alone: {}", self.0))
+    }
+}
+
 pub struct F;
 impl Factory for F {
     fn make(&self, name: &str, a: &Args) -> Result<Box<dyn Filter>, String> {
@@ -59,6 +83,8 @@ impl Factory for F {
             "pass" => Box::new(Pass),
             "boom" => Box::new(Boom(a.parse("at", Some(0), 1)?, 0)),
             "sink" => Box::new(Sink { next: 0 }),
+            "idle" => Box::new(Idle),
+            "alone" => Box::new(Alone(0)),
             _ => return Err(format!("no filter {name}")),
         })
     }
@@ -68,7 +94,7 @@ impl Factory for F {
 }
 
 pub fn graph(text: &str) -> lang::Graph {
-    let r = lang::StaticResolver::new().native("src", &["n"]).native("pass", &[]).native("boom", &["at"]).native("sink", &[]);
+    let r = lang::StaticResolver::new().native("src", &["n"]).native("pass", &[]).native("boom", &["at"]).native("sink", &[]).native("idle", &[]).native("alone", &[]);
     lang::parse(text, &r).unwrap_or_else(|d| panic!("{d}"))
 }
 
