@@ -137,7 +137,7 @@ fn attach(name: &str, tags: &RingRef, data: &RingRef, trusted: bool, start: Star
     // A batch holds at most a quarter of the data ring, so the producer keeps writing
     // while the consumer works on it.
     let max_bytes = (data.shared().max_size() / 4).max(1);
-    Ok(Ingress { trusted, max_bytes, r: reader, data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None })
+    Ok(Ingress { trusted, max_bytes, r: Some(reader), data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None })
 }
 
 /// What travels with each block: its record metadata (capture time, wire length) and link
@@ -279,7 +279,11 @@ impl Filter for Egress {
             };
             if let Err(e) = res {
                 // The consumer is gone (its space ended or died): nothing more to deliver.
-                cx.warn(format!("channel {}: {e}", self.name));
+                // A consumer that left (broken pipe) says why itself (it finished, was
+                // stopped or interrupted, or its death is reported): no warning here.
+                if !matches!(e, beltway::Error::BrokenPipe { .. }) {
+                    cx.warn(format!("channel {}: {e}", self.name));
+                }
                 self.failed = true;
                 if !self.published {
                     cx.stop();
@@ -307,7 +311,8 @@ impl Drop for Egress {
 
 /// The consumer's end: a source that hands out the tags arriving through the channel.
 pub struct Ingress {
-    r: Reader,
+    /// The channel's tag ring; None once the space has finished (see `finish`).
+    r: Option<Reader>,
     /// The channel's data ring, until mapped into the store on the first pull.
     data: Option<DbufView>,
     /// Its id in this space's store.
@@ -333,7 +338,9 @@ const POLL: Duration = Duration::from_millis(50);
 impl Ingress {
     fn release(&mut self) {
         if self.held {
-            self.r.release();
+            if let Some(r) = &mut self.r {
+                r.release();
+            }
             self.held = false;
         }
     }
@@ -342,10 +349,11 @@ impl Ingress {
     /// metadata restored: `Ok(None)` when none is committed yet.
     fn next(&mut self, cx: &mut Ctx<'_>) -> beltway::Result<Option<Tag>> {
         let corrupt = |pos: u64, why: String| beltway::Error::Corrupt { name: self.name.clone(), pos, why };
+        let Some(r) = self.r.as_mut() else { return Ok(None) };
         loop {
-            let Some(p) = self.r.try_peek_acquire(Tag::SIZE)? else { return Ok(None) };
+            let Some(p) = r.try_peek_acquire(Tag::SIZE)? else { return Ok(None) };
             let t = Tag::from_bytes(p.data);
-            self.r.peek_complete()?;
+            r.peek_complete()?;
             let Some(t) = t.filter(|t| t.buf != 0) else { continue };
             if t.buf & FILE_BIT != 0 {
                 // A tag into a file this space maps too.
@@ -422,7 +430,7 @@ impl Filter for Ingress {
                     out.push(t);
                 }
                 Ok(None) if !out.is_empty() => break,
-                Ok(None) => match self.r.block(Some(POLL)) {
+                Ok(None) => match self.r.as_mut().map_or(Ok(beltway::Ready::Eof), |r| r.block(Some(POLL))) {
                     Ok(beltway::Ready::Data) => {}
                     Ok(beltway::Ready::TimedOut) => return true,
                     Ok(beltway::Ready::Eof) => {
@@ -446,6 +454,14 @@ impl Filter for Ingress {
 
     fn epoch_end(&mut self) {
         self.release();
+    }
+
+    /// The space is done (its inputs ended, or it was interrupted or stopped): leave the
+    /// channel, so a producer blocked on a full ring is released (it sees a broken pipe and
+    /// stops) instead of waiting for a consumer that will read no more.
+    fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
+        self.release();
+        self.r = None;
     }
 }
 

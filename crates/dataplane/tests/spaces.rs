@@ -24,7 +24,7 @@ fn placement_rule() {
 #[test]
 fn blocks_cross_thread_spaces_in_order_and_intact() {
     let g = graph("src 100000 | pass space=1 | pass space=2 | sink");
-    let spaces = Spaces::build(&g, &F, 1 << 20, ChannelConfig { data: 1 << 16, slots: 256, ..Default::default() }).unwrap();
+    let spaces = Spaces::build(&g, &F, 1 << 20, ChannelConfig { data: 1 << 16, slots: 4096, ..Default::default() }).unwrap();
     assert_eq!(spaces.channels, 2);
     let rep = spaces.run(&AtomicBool::new(false), |_| {});
     assert!(rep.died.is_none() && !rep.failed, "{:?} {:?}", rep.died, rep.warnings);
@@ -43,4 +43,37 @@ fn a_panicking_space_stops_the_run_and_is_named() {
     let died = rep.died.expect("the death is reported");
     assert!(died.contains("space 1 (boom, sink) died: boom after"), "{died}");
     assert!(rep.failed);
+}
+
+/// Ctrl-C while a producer space is blocked on a full channel to a consumer that falls
+/// behind: the consumer stops, leaves the channel, and the producer is released (it sees
+/// the consumer gone and stops) instead of waiting forever for a reader that reads no
+/// more. Both ways round: the consumer in the caller's thread (space 0), and in a thread.
+/// The blocks live in lent (External) memory, as rx's do, so the channel copies them.
+#[test]
+fn interrupt_releases_a_producer_blocked_on_a_full_channel() {
+    for text in ["xsrc 4000000000 space=1 | slow", "xsrc 4000000000 | pass space=1 | slow space=2"] {
+        let g = graph(text);
+        let spaces = Spaces::build(&g, &F, 1 << 20, ChannelConfig { data: 1 << 16, slots: 4096, ..Default::default() }).unwrap();
+        let interrupt = AtomicBool::new(false);
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t0 = Instant::now();
+        let int = &interrupt;
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                int.store(true, std::sync::atomic::Ordering::Relaxed);
+                // A hang is the failure: report it instead of blocking the test run.
+                if done_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+                    eprintln!("{text}: the run did not end within 30 s of the interrupt (a producer blocked on a channel nobody reads)");
+                    std::process::exit(1);
+                }
+            });
+            let rep = spaces.run(&interrupt, |_| {});
+            let _ = done_tx.send(());
+            assert!(rep.died.is_none(), "{text}: {:?}", rep.died);
+            assert!(rep.warnings.is_empty(), "{text}: a consumer leaving on interrupt is no error: {:?}", rep.warnings);
+        });
+        assert!(t0.elapsed() < Duration::from_secs(30));
+    }
 }

@@ -75,6 +75,42 @@ impl Filter for Alone {
     }
 }
 
+/// `slow`: sleeps a millisecond per batch (a consumer that falls behind).
+struct Slow;
+impl Filter for Slow {
+    fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// `xsrc N`: like `src`, but its blocks live in memory lent by "another component" (an
+/// External region, as rx's kernel ring), so a channel writes them through (copies).
+#[derive(Debug)]
+struct Lent(Vec<u8>);
+impl dataplane::External for Lent {
+    fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        self.0.get(pos as usize..pos as usize + len)
+    }
+}
+struct XSrc {
+    n: u32,
+    seq: u32,
+    buf: dataplane::BufId,
+}
+impl Filter for XSrc {
+    fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
+    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+        if self.buf == 0 {
+            self.buf = cx.store.add_external(std::sync::Arc::new(Lent(vec![7u8; 100 * 256])));
+        }
+        while out.len() < max && self.seq < self.n {
+            out.push(Tag { pos: (self.seq % 256) as u64 * 100, len: 100, buf: self.buf, class: 1 });
+            self.seq += 1;
+        }
+        self.seq < self.n
+    }
+}
+
 pub struct F;
 impl Factory for F {
     fn make(&self, name: &str, a: &Args) -> Result<Box<dyn Filter>, String> {
@@ -84,17 +120,19 @@ impl Factory for F {
             "boom" => Box::new(Boom(a.parse("at", Some(0), 1)?, 0)),
             "sink" => Box::new(Sink { next: 0 }),
             "idle" => Box::new(Idle),
+            "slow" => Box::new(Slow),
+            "xsrc" => Box::new(XSrc { n: a.parse("n", Some(0), 10)?, seq: 0, buf: 0 }),
             "alone" => Box::new(Alone(0)),
             _ => return Err(format!("no filter {name}")),
         })
     }
     fn is_source(&self, name: &str) -> bool {
-        name == "src"
+        name == "src" || name == "xsrc"
     }
 }
 
 pub fn graph(text: &str) -> lang::Graph {
-    let r = lang::StaticResolver::new().native("src", &["n"]).native("pass", &[]).native("boom", &["at"]).native("sink", &[]).native("idle", &[]).native("alone", &[]);
+    let r = lang::StaticResolver::new().native("src", &["n"]).native("pass", &[]).native("boom", &["at"]).native("sink", &[]).native("idle", &[]).native("alone", &[]).native("slow", &[]).native("xsrc", &["n"]);
     lang::parse(text, &r).unwrap_or_else(|d| panic!("{d}"))
 }
 
