@@ -120,7 +120,9 @@ pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
     let name = share_name(key);
     let tags = RingRef::open(&format!("{name}.tags"))?;
     let data = RingRef::open(&format!("{name}.data"))?;
-    attach(&name, &tags, &data, false, Start::Latest)
+    let mut i = attach(&name, &tags, &data, false, Start::Latest)?;
+    i.subscribed = true;
+    Ok(i)
 }
 
 /// The consumer's end of a channel, attached to its rings (attach every consumer before
@@ -137,7 +139,7 @@ fn attach(name: &str, tags: &RingRef, data: &RingRef, trusted: bool, start: Star
     // A batch holds at most a quarter of the data ring, so the producer keeps writing
     // while the consumer works on it.
     let max_bytes = (data.shared().max_size() / 4).max(1);
-    Ok(Ingress { trusted, max_bytes, r: Some(reader), data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None })
+    Ok(Ingress { trusted, max_bytes, r: Some(reader), data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None, subscribed: false })
 }
 
 /// What travels with each block: its record metadata (capture time, wire length) and link
@@ -329,6 +331,8 @@ pub struct Ingress {
     files: Vec<(BufId, BufId)>,
     /// The header of a FILE_REF pair, until its tag arrives.
     file_ref: Option<Meta>,
+    /// A subscription to another run's published prefix (not a channel of this run).
+    subscribed: bool,
 }
 
 /// How long a pull waits for the first tag before giving the space's loop a turn (so an
@@ -409,6 +413,12 @@ impl Ingress {
 
 impl Filter for Ingress {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+
+    fn drains(&self) -> bool {
+        // A subscription to another run's published stream does not end when this run is
+        // interrupted: nothing to drain there.
+        !self.subscribed
+    }
 
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if let Some(v) = self.data.take() {

@@ -157,6 +157,14 @@ pub trait Filter: Send {
     /// (depth-first: every copy of those blocks has been delivered by then).
     fn epoch_end(&mut self) {}
 
+    /// Sources only: whether this source carries blocks another space already took in (a
+    /// channel's ingress). On interrupt such sources keep delivering until their producer
+    /// ends (or a short grace period passes) while other sources stop at once, so what the
+    /// producing spaces captured before the interrupt still reaches the sinks.
+    fn drains(&self) -> bool {
+        false
+    }
+
     /// Whether the filter wants blocks now. A sink with nobody behind it (a published
     /// stream no run subscribes to) says no, and the arcs into it are skipped: the blocks
     /// take the single-arc path instead of being multicast to a sink that drops them.

@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 pub const BATCH: usize = 256;
 /// Arcs a block may traverse in one walk before the runtime calls it a runaway loop.
 const MAX_DEPTH: usize = 4096;
+/// How long a space goes on reading its channels from other spaces after an interrupt,
+/// waiting for their producers to stop and close (what they captured is still counted).
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
 /// Builds filter instances by name (implemented by the filter library).
 pub trait Factory {
@@ -319,17 +322,26 @@ impl Space {
         c.bytes_out += bytes;
     }
 
-    /// Run until every source is exhausted or `interrupt` is set. Calls `tick` now and then
-    /// (progress display).
+    /// Run until every source is exhausted or `interrupt` is set (then channels from other
+    /// spaces drain first, see [`Filter::drains`]). Calls `tick` now and then (progress
+    /// display).
     pub fn run(&mut self, interrupt: &AtomicBool, mut tick: impl FnMut(&Space)) {
         let sources: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].source).collect();
         let mut last_tick = Instant::now();
         let mut batch = Batch::with_capacity(BATCH);
+        // On interrupt: sources stop, but channels from other spaces drain until their
+        // producers end (they stop their own sources and close), at most DRAIN_GRACE.
+        let mut drain_until: Option<Instant> = None;
         loop {
             let mut active = false;
             let mut produced = false;
+            let interrupted = interrupt.load(Ordering::Relaxed);
+            if interrupted && drain_until.is_none() {
+                drain_until = Some(Instant::now() + DRAIN_GRACE);
+            }
+            let draining = drain_until.is_some_and(|d| Instant::now() < d);
             for &s in &sources {
-                if self.nodes[s].done || self.stop || interrupt.load(Ordering::Relaxed) {
+                if self.nodes[s].done || self.stop || (interrupted && !(draining && self.nodes[s].filter.drains())) {
                     continue;
                 }
                 batch.clear();
@@ -360,7 +372,7 @@ impl Space {
                 tick(self);
                 last_tick = Instant::now();
             }
-            if !active || self.stop || interrupt.load(Ordering::Relaxed) {
+            if !active || self.stop || (interrupted && !draining) {
                 break;
             }
         }
