@@ -8,14 +8,19 @@ use std::sync::atomic::AtomicBool;
 mod common;
 use common::{graph, F};
 
+/// Add a node running `filter` and an arc into it from node `from`.
+fn add_arc(g: &mut lang::Graph, from: usize, filter: &str) {
+    let id = g.nodes.len();
+    let span = g.nodes[from].span;
+    let kind = lang::NodeKind::Filter { filter: filter.into(), params: Vec::new(), options: Vec::new() };
+    g.nodes.push(lang::Node { id, kind, span, hints: Vec::new(), name: None });
+    g.edges.push(lang::Edge { from, to: id, sel: lang::Selector::Default, span });
+}
+
 /// `text` plus one more arc from node `from` into a new `idle` node.
 fn with_idle_arc(text: &str, from: usize) -> lang::Graph {
     let mut g = graph(text);
-    let id = g.nodes.len();
-    let span = g.nodes[from].span;
-    let kind = lang::NodeKind::Filter { filter: "idle".into(), params: Vec::new(), options: Vec::new() };
-    g.nodes.push(lang::Node { id, kind, span, hints: Vec::new(), name: None });
-    g.edges.push(lang::Edge { from, to: id, sel: lang::Selector::Default, span });
+    add_arc(&mut g, from, "idle");
     g
 }
 
@@ -40,10 +45,7 @@ fn idle_arc_among_several_live_ones_is_skipped() {
     // one: the live ones each get every block, the idle one nothing (it would panic).
     let mut g = with_idle_arc("src 3000 | pass | sink", 0);
     // A second live arc from src into a new `pass` node (shares with the first live arc).
-    let id = g.nodes.len();
-    let span = g.nodes[0].span;
-    g.nodes.push(lang::Node { id, kind: lang::NodeKind::Filter { filter: "pass".into(), params: Vec::new(), options: Vec::new() }, span, hints: Vec::new(), name: None });
-    g.edges.push(lang::Edge { from: 0, to: id, sel: lang::Selector::Default, span });
+    add_arc(&mut g, 0, "pass");
     let mut s = Space::build(&g, &F, 1 << 20).unwrap();
     s.run(&AtomicBool::new(false), |_| {});
     assert_eq!(summaries(&s), vec!["sink: 3000".to_string()]);
@@ -57,10 +59,7 @@ fn only_idle_arcs_drop_the_batch() {
     // Replace `pass`'s role: hang two idle arcs off src, removing the pass arc.
     g.edges.clear();
     for _ in 0..2 {
-        let id = g.nodes.len();
-        let span = g.nodes[0].span;
-        g.nodes.push(lang::Node { id, kind: lang::NodeKind::Filter { filter: "idle".into(), params: Vec::new(), options: Vec::new() }, span, hints: Vec::new(), name: None });
-        g.edges.push(lang::Edge { from: 0, to: id, sel: lang::Selector::Default, span });
+        add_arc(&mut g, 0, "idle");
     }
     let mut s = Space::build(&g, &F, 1 << 20).unwrap();
     s.run(&AtomicBool::new(false), |_| {});

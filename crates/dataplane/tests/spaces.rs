@@ -45,6 +45,27 @@ fn a_panicking_space_stops_the_run_and_is_named() {
     assert!(rep.failed);
 }
 
+/// Run `spaces` and set the interrupt after `after`; a run that does not end within 30 s
+/// of it is a hang, reported by name instead of blocking the test run.
+fn run_interrupted(spaces: Spaces, after: Duration, text: &str) -> dataplane::spaces::SpacesReport {
+    let interrupt = AtomicBool::new(false);
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let int = &interrupt;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            std::thread::sleep(after);
+            int.store(true, std::sync::atomic::Ordering::Relaxed);
+            if done_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+                eprintln!("{text}: the run did not end within 30 s of the interrupt (a producer blocked on a channel nobody reads)");
+                std::process::exit(1);
+            }
+        });
+        let rep = spaces.run(&interrupt, |_| {});
+        let _ = done_tx.send(());
+        rep
+    })
+}
+
 /// Ctrl-C while a producer space is blocked on a full channel to a consumer that falls
 /// behind: the consumer stops, leaves the channel, and the producer is released (it sees
 /// the consumer gone and stops) instead of waiting forever for a reader that reads no
@@ -53,28 +74,10 @@ fn a_panicking_space_stops_the_run_and_is_named() {
 #[test]
 fn interrupt_releases_a_producer_blocked_on_a_full_channel() {
     for text in ["xsrc 4000000000 space=1 | slow", "xsrc 4000000000 | pass space=1 | slow space=2"] {
-        let g = graph(text);
-        let spaces = Spaces::build(&g, &F, 1 << 20, ChannelConfig { data: 1 << 16, slots: 4096, ..Default::default() }).unwrap();
-        let interrupt = AtomicBool::new(false);
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t0 = Instant::now();
-        let int = &interrupt;
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                std::thread::sleep(Duration::from_millis(300));
-                int.store(true, std::sync::atomic::Ordering::Relaxed);
-                // A hang is the failure: report it instead of blocking the test run.
-                if done_rx.recv_timeout(Duration::from_secs(30)).is_err() {
-                    eprintln!("{text}: the run did not end within 30 s of the interrupt (a producer blocked on a channel nobody reads)");
-                    std::process::exit(1);
-                }
-            });
-            let rep = spaces.run(&interrupt, |_| {});
-            let _ = done_tx.send(());
-            assert!(rep.died.is_none(), "{text}: {:?}", rep.died);
-            assert!(rep.warnings.is_empty(), "{text}: a consumer leaving on interrupt is no error: {:?}", rep.warnings);
-        });
-        assert!(t0.elapsed() < Duration::from_secs(30));
+        let spaces = Spaces::build(&graph(text), &F, 1 << 20, ChannelConfig { data: 1 << 16, slots: 4096, ..Default::default() }).unwrap();
+        let rep = run_interrupted(spaces, Duration::from_millis(300), text);
+        assert!(rep.died.is_none(), "{text}: {:?}", rep.died);
+        assert!(rep.warnings.is_empty(), "{text}: a consumer leaving on interrupt is no error: {:?}", rep.warnings);
     }
 }
 
@@ -84,17 +87,8 @@ fn interrupt_releases_a_producer_blocked_on_a_full_channel() {
 #[test]
 fn interrupt_drains_what_producers_already_sent() {
     for text in ["xsrc 4000000000 space=1 | pass space=2 | pass", "xsrc 4000000000 | pass space=1 | slow space=2 | pass"] {
-        let g = graph(text);
-        let spaces = Spaces::build(&g, &F, 1 << 20, ChannelConfig { data: 1 << 20, slots: 4096, ..Default::default() }).unwrap();
-        let interrupt = AtomicBool::new(false);
-        let int = &interrupt;
-        let rep = std::thread::scope(|s| {
-            s.spawn(move || {
-                std::thread::sleep(Duration::from_millis(300));
-                int.store(true, std::sync::atomic::Ordering::Relaxed);
-            });
-            spaces.run(&interrupt, |_| {})
-        });
+        let spaces = Spaces::build(&graph(text), &F, 1 << 20, ChannelConfig { data: 1 << 20, slots: 4096, ..Default::default() }).unwrap();
+        let rep = run_interrupted(spaces, Duration::from_millis(300), text);
         assert!(rep.died.is_none() && rep.warnings.is_empty(), "{text}: {:?} {:?}", rep.died, rep.warnings);
         let node = |p: &str| rep.nodes.iter().filter(|n| n.label.starts_with(p)).map(|n| n.counters.clone()).collect::<Vec<_>>();
         let sent = node("xsrc")[0].blocks_out;
