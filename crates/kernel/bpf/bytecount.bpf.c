@@ -19,20 +19,10 @@ struct {
 } hist SEC(".maps");
 
 /* [0]: frames, [1]: bytes counted (per CPU). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
+U64_ARRAY(counters, BPF_MAP_TYPE_PERCPU_ARRAY, 2);
 
 /* [0]: how many leading bytes of each frame to count (1..=MAX_LEN). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} config SEC(".maps");
+U64_ARRAY(config, BPF_MAP_TYPE_ARRAY, 1);
 
 SEC("socket")
 int bytecount(struct __sk_buff *skb)

@@ -13,6 +13,16 @@
 #define PASS(skb) ((skb)->len)
 #define DROP 0
 
+/* An array map of `n` __u64 counters or settings, indexed from 0; `kind` is
+ * BPF_MAP_TYPE_ARRAY or BPF_MAP_TYPE_PERCPU_ARRAY. User space finds it by `name`. */
+#define U64_ARRAY(name, kind, n)          \
+	struct {                          \
+		__uint(type, kind);       \
+		__uint(max_entries, n);   \
+		__type(key, __u32);       \
+		__type(value, __u64);     \
+	} name SEC(".maps")
+
 /* A flow: the IPv4 or IPv6 5-tuple; ports only for TCP and UDP (first fragment); for
  * frames that are not IP (or too short to be), family 0 and the ethertype. 40 bytes. */
 struct flow_key {

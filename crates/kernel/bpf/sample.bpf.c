@@ -4,20 +4,10 @@
 #include "nicfix.h"
 
 /* [0]: N (written by user space after loading, before the program is attached). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} config SEC(".maps");
+U64_ARRAY(config, BPF_MAP_TYPE_ARRAY, 1);
 
 /* [0]: frames seen, [1]: frames passed. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
+U64_ARRAY(counters, BPF_MAP_TYPE_ARRAY, 2);
 
 SEC("socket")
 int sample(struct __sk_buff *skb)
