@@ -202,8 +202,9 @@ pub struct Classifier<C>(pub C);
 
 impl<C: Classify> Filter for Classifier<C> {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        let mut r = cx.store.resolver();
         for t in batch.tags.iter_mut() {
-            t.class = match cx.store.data(t) {
+            t.class = match r.data(t) {
                 Ok(d) => self.0.classify(d, t),
                 Err(_) => 0,
             };

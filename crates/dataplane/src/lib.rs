@@ -32,4 +32,4 @@ pub mod txn;
 pub use beltway::Tag;
 pub use filter::{Access, Args, Batch, Class, Classifier, Classify, Ctx, Filter, FilterSpec, Param, Sessions};
 pub use runtime::{export_name, BuildError, Counters, Factory, NodeReport, Space, BATCH};
-pub use store::{BufId, External, RecordMeta, ResolveError, Store};
+pub use store::{BufId, External, RecordMeta, ResolveError, Resolver, Store};

@@ -21,12 +21,16 @@ pub struct LocalRing {
     data: Vec<u8>,
     mask: u64,
     write: u64,
+    /// The producer reuses its blocks' bytes from lap to lap, so in-place edits are
+    /// noted in `edited` (see [`Store::add_reusing_ring`]).
+    reused: bool,
+    edited: bool,
 }
 
 impl LocalRing {
     pub fn new(size: usize) -> LocalRing {
         let size = size.next_power_of_two().max(4096);
-        LocalRing { data: vec![0; size], mask: size as u64 - 1, write: 0 }
+        LocalRing { data: vec![0; size], mask: size as u64 - 1, write: 0, reused: false, edited: false }
     }
 
     /// Reserve `len` contiguous bytes (skipping to the next lap if they would wrap).
@@ -56,7 +60,7 @@ impl LocalRing {
     /// Bytes at `pos`, if still intact.
     #[inline]
     pub fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
-        if pos + len as u64 > self.write || self.write - pos > self.mask + 1 {
+        if pos.checked_add(len as u64)? > self.write || self.write - pos > self.mask + 1 {
             return None;
         }
         let off = (pos & self.mask) as usize;
@@ -64,7 +68,7 @@ impl LocalRing {
     }
 
     fn get_mut(&mut self, pos: u64, len: usize) -> Option<&mut [u8]> {
-        if pos + len as u64 > self.write || self.write - pos > self.mask + 1 {
+        if pos.checked_add(len as u64)? > self.write || self.write - pos > self.mask + 1 {
             return None;
         }
         let off = (pos & self.mask) as usize;
@@ -194,6 +198,56 @@ fn region_get<'a>(r: &'a Region, t: &Tag) -> Option<&'a [u8]> {
         Region::Mapped(v) => v.resolve(t).ok(),
         Region::Shared(ring) => ring.view.resolve(t).ok(),
         Region::External(e) => e.get(t.pos, t.len as usize),
+    }
+}
+
+/// See [`Store::resolver`]. It borrows the store, so nothing is allocated (and nothing
+/// overwritten) while it lives: a window taken once stays true.
+pub struct Resolver<'a> {
+    store: &'a Store,
+    /// The DBuf of the window (0: none).
+    buf: BufId,
+    /// Its bytes; position `p` is at `bytes[p & mask]`.
+    bytes: &'a [u8],
+    /// Positions `lo..hi` are intact (for a ring: the last lap written).
+    lo: u64,
+    hi: u64,
+    mask: u64,
+}
+
+impl<'a> Resolver<'a> {
+    /// The bytes a tag points to (the same answer as [`Store::data`]).
+    #[inline]
+    pub fn data(&mut self, t: &Tag) -> Result<&'a [u8], ResolveError> {
+        if t.buf != self.buf {
+            self.window(t.buf);
+        }
+        let len = t.len as u64;
+        if self.buf != 0 && t.pos >= self.lo && len <= self.hi && t.pos <= self.hi - len {
+            let off = (t.pos & self.mask) as usize;
+            if let Some(d) = self.bytes.get(off..off + t.len as usize) {
+                return Ok(d);
+            }
+        }
+        self.store.data(t)
+    }
+
+    /// Take the window of DBuf `id` if it is a flat one (a private ring or a mapped
+    /// file); otherwise none, and its tags take the general path.
+    #[cold]
+    fn window(&mut self, id: BufId) {
+        self.buf = 0;
+        match (id as usize).checked_sub(1).and_then(|i| self.store.regions.get(i)) {
+            Some(Region::Ring(r)) => {
+                let size = r.mask + 1;
+                (self.bytes, self.lo, self.hi, self.mask) = (&r.data, r.write.saturating_sub(size), r.write, r.mask);
+            }
+            Some(Region::File(m, _)) => {
+                (self.bytes, self.lo, self.hi, self.mask) = (m.bytes(), 0, m.bytes().len() as u64, u64::MAX);
+            }
+            _ => return,
+        }
+        self.buf = id;
     }
 }
 
@@ -389,6 +443,32 @@ impl Store {
         self.regions.len() as BufId
     }
 
+    /// Add a ring whose producer, its only allocator, may write into a slot only what
+    /// differs from what it made there one lap before (`gen`'s repeating pattern): in-place
+    /// edits by filters ([`Store::writable`]) are noted, and [`Store::take_edited`] tells
+    /// the producer to write whole blocks again. Returns the id and, for such a private
+    /// ring, its size in bytes. Once rings are shared ([`Store::share_rings`]) the ring is
+    /// an ordinary shared one and the size is `None`: the producer must write every block.
+    pub fn add_reusing_ring(&mut self, size: usize) -> (BufId, Option<u64>) {
+        let id = self.add_ring(size);
+        match self.regions.last_mut() {
+            Some(Region::Ring(r)) => {
+                r.reused = true;
+                (id, Some(r.mask + 1))
+            }
+            _ => (id, None),
+        }
+    }
+
+    /// Whether a filter edited a block of ring `id` in place since the last call (see
+    /// [`Store::add_reusing_ring`]).
+    pub fn take_edited(&mut self, id: BufId) -> bool {
+        match self.regions.get_mut((id as usize).wrapping_sub(1)) {
+            Some(Region::Ring(r)) => std::mem::take(&mut r.edited),
+            _ => false,
+        }
+    }
+
     /// From now on, put new rings (the default ring, sources' rings) in shared memory, so
     /// spaces of this process that get their tags read the blocks in place.
     pub fn share_rings(&mut self) {
@@ -487,6 +567,13 @@ impl Store {
         }
     }
 
+    /// A resolver for many tags in a row (a batch): like [`Store::data`], but it keeps the
+    /// window of the last ring or file it resolved into, so a run of tags in one DBuf (the
+    /// usual batch) costs a bounds check each instead of a table lookup and a dispatch.
+    pub fn resolver(&self) -> Resolver<'_> {
+        Resolver { store: self, buf: 0, bytes: &[], lo: 0, hi: 0, mask: 0 }
+    }
+
     /// The bytes a tag points to.
     #[inline]
     pub fn data(&self, t: &Tag) -> Result<&[u8], ResolveError> {
@@ -543,6 +630,7 @@ impl Store {
         if exclusive && in_ring {
             self.forget_memo(t);
             let Region::Ring(ring) = &mut self.regions[t.buf as usize - 1] else { unreachable!() };
+            ring.edited |= ring.reused;
             let s = ring.get_mut(t.pos, t.len as usize).ok_or(ResolveError::Gone { buf: t.buf, pos: t.pos })?;
             // Reborrow through a raw split is not needed: return directly.
             return Ok((s, false));
@@ -645,6 +733,71 @@ mod tests {
         assert_ne!(t.pos, before.pos);
         assert_eq!(st.data(&before).unwrap(), b"jello");
         assert_eq!(st.data(&t).unwrap(), b"mello");
+    }
+
+    #[test]
+    fn a_reusing_ring_notes_in_place_edits() {
+        let mut st = Store::new(1 << 16);
+        let (id, size) = st.add_reusing_ring(1 << 12);
+        assert_eq!(size, Some(4096));
+        let (mut t, s) = st.alloc_in(id, 5);
+        s.copy_from_slice(b"hello");
+        assert!(!st.take_edited(id));
+        // A shared block is copied: the ring's bytes stay, nothing to note.
+        let mut c = t;
+        st.writable(&mut c, false).unwrap().0[0] = b'm';
+        assert!(!st.take_edited(id));
+        // An exclusive one is edited in place, and that is noted once.
+        let (s, copied) = st.writable(&mut t, true).unwrap();
+        s[0] = b'j';
+        assert!(!copied);
+        assert_eq!(st.data(&t).unwrap(), b"jello");
+        assert!(st.take_edited(id));
+        assert!(!st.take_edited(id), "taken");
+        // An ordinary ring notes nothing.
+        let plain = st.add_ring(1 << 12);
+        let (mut p, _) = st.alloc_in(plain, 5);
+        st.writable(&mut p, true).unwrap();
+        assert!(!st.take_edited(plain));
+        // Once rings are shared, a reusing ring is an ordinary shared one.
+        st.share_rings();
+        assert_eq!(st.add_reusing_ring(1 << 12).1, None);
+    }
+
+    /// A store with a private ring two laps in (some tags gone) and a mapped file.
+    fn store_with_regions() -> (Store, BufId, BufId, std::fs::File) {
+        let mut st = Store::new(1 << 12);
+        let ring = st.add_ring(1 << 12);
+        for i in 0..9u8 {
+            let (_, s) = st.alloc_in(ring, 1000);
+            s.fill(i);
+        }
+        // A memfd (gone with the test), opened by its /proc path.
+        let fd = beltway::sys::memfd_create("store-test", 0).unwrap();
+        let mut f = std::fs::File::from(fd);
+        std::io::Write::write_all(&mut f, &(0..5000u32).map(|i| i as u8).collect::<Vec<_>>()).unwrap();
+        let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
+        let (file, _) = st.add_file(Path::new(&path)).unwrap();
+        (st, ring, file, f)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2000, ..Default::default() })]
+        /// The resolver gives exactly what `data` gives, for any tags in any order: in
+        /// a ring (intact, overwritten, beyond the write position, wrapping the ring's
+        /// end), in a file (inside, past its end), in unknown buffers, at hostile
+        /// positions near u64::MAX.
+        #[test]
+        fn the_resolver_agrees_with_data(tags in proptest::collection::vec(
+            (0u16..5, proptest::prop_oneof![0u64..20_000, (u64::MAX - 5000)..=u64::MAX], 0u32..5000), 1..40)) {
+            let (st, ring, file, _f) = store_with_regions();
+            proptest::prop_assert_eq!((ring, file), (1, 2));
+            let mut r = st.resolver();
+            for (buf, pos, len) in tags {
+                let t = Tag { pos, len, buf, class: 1 };
+                proptest::prop_assert_eq!(r.data(&t), st.data(&t), "tag {:?}", t);
+            }
+        }
     }
 
     #[test]

@@ -539,6 +539,13 @@ pub struct Gen {
     size: usize,
     buf: BufId,
     seq: u64,
+    /// `rewrite=yes`: write every block in full, never reuse a slot's bytes.
+    rewrite: bool,
+    /// Size of the ring when a slot's bytes repeat from lap to lap (see `pull`).
+    lap: Option<u64>,
+    /// Blocks at positions below this are written in full (a filter edited some block
+    /// in place: every slot is rewritten once).
+    fresh_until: u64,
 }
 
 impl Gen {
@@ -548,7 +555,12 @@ impl Gen {
         if size == 0 || size > 1 << 20 {
             return Err(format!("gen: size={size} must be 1..=1M"));
         }
-        Ok(Box::new(Gen { pattern: Vec::new(), remaining: count, size, buf: 0, seq: 0 }))
+        let rewrite = match a.get("rewrite", None) {
+            None | Some("no") => false,
+            Some("yes") => true,
+            Some(v) => return Err(format!("gen: rewrite={v} must be yes or no")),
+        };
+        Ok(Box::new(Gen { pattern: Vec::new(), remaining: count, size, buf: 0, seq: 0, rewrite, lap: None, fresh_until: 0 }))
     }
 }
 
@@ -557,22 +569,39 @@ impl Filter for Gen {
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         // Blocks live in a dedicated ring of four batches (256 blocks each): a batch stays
         // intact while it walks the space, and the ring stays small enough to stay warm.
+        // Byte i of block `seq` is (i * 31) ^ (seq's low byte), then the first 8 bytes are
+        // `seq` itself. When the ring holds a multiple of 256 blocks exactly, a slot gets
+        // the same low byte on every lap, so after the first lap only the sequence number
+        // changes: like a NIC filling a capture ring, the space's CPU then no longer writes
+        // each block's bytes. If a filter edited a block in place, the next lap (every
+        // slot) is written in full again.
         if self.buf == 0 {
-            self.buf = cx.store.add_ring((self.size * 1024).next_power_of_two().max(1 << 20));
+            let (id, reusing) = cx.store.add_reusing_ring((self.size * 1024).next_power_of_two().max(1 << 20));
+            self.buf = id;
+            self.lap = reusing.filter(|&r| !self.rewrite && r % (self.size as u64 * 256) == 0);
+            self.fresh_until = self.lap.unwrap_or(0);
+        }
+        if let Some(r) = self.lap {
+            if cx.store.take_edited(self.buf) {
+                // The next allocation is at seq * size (this gen is the ring's only
+                // allocator and never skips: the size divides the ring).
+                self.fresh_until = self.seq * self.size as u64 + r;
+            }
         }
         let n = (max as u64).min(self.remaining);
         if self.pattern.len() != self.size {
-            // Byte i of every block is (i * 31) ^ (low byte of the sequence number).
             self.pattern = (0..self.size).map(|i| (i as u8).wrapping_mul(31)).collect();
         }
         for _ in 0..n {
             let (t, s) = cx.store.alloc_in(self.buf, self.size);
-            // Deterministic content: the pattern XOR the sequence number's low byte (one
-            // vectorized pass over a pattern that stays in L1), then the sequence number.
             let seq = self.seq.to_le_bytes();
-            let lo = seq[0];
-            for (d, &p) in s.iter_mut().zip(&self.pattern) {
-                *d = p ^ lo;
+            // The slot one lap back (pos - ring size) holds this block's bytes but for the
+            // sequence number, unless this is the first lap or blocks were edited.
+            if self.lap.is_none() || t.pos < self.fresh_until {
+                let lo = seq[0];
+                for (d, &p) in s.iter_mut().zip(&self.pattern) {
+                    *d = p ^ lo;
+                }
             }
             let k = s.len().min(8);
             s[..k].copy_from_slice(&seq[..k]);
@@ -586,10 +615,20 @@ impl Filter for Gen {
 
 pub static GEN: FilterSpec = FilterSpec {
     name: "gen",
-    synopsis: "gen [count=N] [size=BYTES]",
+    synopsis: "gen [count=N] [size=BYTES] [rewrite=yes|no]",
     description: "Generates N synthetic blocks (default 1000) of the given size (default 1024)\n\
-                  for benchmarks and tests: an 8-byte sequence number, then a pattern.",
-    params: &[Param { name: "count", doc: "number of blocks (also positional; suffixes K, M)" }, Param { name: "size", doc: "block size in bytes" }],
+                  for benchmarks and tests: an 8-byte sequence number (little endian), then a\n\
+                  pattern (byte i is i*31 XOR the sequence number's low byte). Blocks go to a\n\
+                  ring of their own; when the block size is a power of two, the ring holds a\n\
+                  multiple of 256 blocks and a slot's pattern repeats from lap to lap, so after\n\
+                  the first lap only the sequence number is written (rewrite=yes writes every\n\
+                  byte of every block; after a filter edited blocks in place, a whole lap is\n\
+                  written again).",
+    params: &[
+        Param { name: "count", doc: "number of blocks (also positional; suffixes K, M)" },
+        Param { name: "size", doc: "block size in bytes" },
+        Param { name: "rewrite", doc: "yes: write every block in full (default no)" },
+    ],
     classes: "1 for every block",
     example: "streamline run 'gen count=1M size=64 | count'",
     access: Access::Source,
