@@ -184,3 +184,42 @@ pub fn kill_with_us(cmd: &mut Command) -> &mut Command {
         })
     }
 }
+
+/// Send `payload` once to each address of `to` from `sock` with one `sendmmsg(2)` call
+/// (at most 1024 addresses). Returns how many datagrams went (fewer when the socket's
+/// buffer filled).
+pub fn send_many(sock: &std::net::UdpSocket, payload: &[u8], to: &[std::net::SocketAddrV4]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let to = &to[..to.len().min(1024)];
+    let names: Vec<libc::sockaddr_in> = to
+        .iter()
+        .map(|a| libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: a.port().to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+            sin_zero: [0; 8],
+        })
+        .collect();
+    // The kernel only reads the payload for a send; iovec's pointer is *mut by type only.
+    let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() };
+    let mut msgs: Vec<libc::mmsghdr> = names
+        .iter()
+        .map(|n| {
+            // SAFETY: mmsghdr is a plain C struct for which all-zero is a valid value.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_name = n as *const libc::sockaddr_in as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            m.msg_hdr.msg_iov = &mut iov;
+            m.msg_hdr.msg_iovlen = 1;
+            m
+        })
+        .collect();
+    // SAFETY: `msgs` holds msgs.len() initialized headers whose name, iovec and payload
+    // pointers (into `names`, `iov`, `payload`) stay valid for the call; the kernel writes
+    // only each header's msg_len; the socket is borrowed and open.
+    let n = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as libc::c_uint, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}

@@ -389,7 +389,7 @@ pub static RX: FilterSpec = FilterSpec {
         Param { name: "fanout", doc: "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)" },
         Param { name: "impl", doc: "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet" },
         Param { name: "queue", doc: "impl=xdp: the interface queue to bind (default 0)" },
-        Param { name: "frames", doc: "impl=xdp: UMEM chunks of 2 KiB, a power of two (default 4096)" },
+        Param { name: "frames", doc: "impl=xdp: UMEM chunks of 2 KiB, a power of two (default 8192: 16 MiB, as the AF_PACKET ring)" },
         Param { name: "batch", doc: "impl=xdp: frames gathered per wake-up, at most frames/4 (default 1024); the latency bound still holds" },
         Param { name: "xdpmode", doc: "impl=xdp: auto (libxdp picks) or skb (generic XDP)" },
         Param { name: "queues", doc: "N engines: N rx in one fanout group, each with its own copy of the filters after it on its own pinned thread; a join feeds the rest (a sink after them totals all queues)" },

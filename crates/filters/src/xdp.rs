@@ -4,7 +4,7 @@
 //! space. AF_XDP frames carry no capture time: blocks are stamped when they are read.
 
 use dataplane::{Args, Batch, BufId, Ctx, External, Filter, RecordMeta, Tag};
-use kernel::xdp::{UmemView, XdpConfig, XdpRx};
+use kernel::xdp::{UmemView, XdpConfig, XdpDrops, XdpRx};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -34,6 +34,8 @@ pub struct XdpSource {
     buf: BufId,
     generation: u64,
     packets: u64,
+    /// The socket's drop counters, read at the end.
+    drops: Option<XdpDrops>,
     failed: bool,
 }
 
@@ -46,7 +48,7 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, String> {
     let queue: u32 = a.parse("queue", None, 0)?;
     let latency_ms: u64 = a.parse("latency", None, 10)?;
     let gather: usize = a.parse("batch", None, 1024)?;
-    let frames: u32 = a.parse("frames", None, 4096)?;
+    let frames: u32 = a.parse("frames", None, 8192)?;
     if !frames.is_power_of_two() || !(64..=1 << 20).contains(&frames) {
         return Err(format!("rx: frames={frames} must be a power of two in 64..=1048576"));
     }
@@ -58,7 +60,7 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, String> {
         Some("skb") => true,
         Some(v) => return Err(format!("rx: xdpmode={v}: expected auto or skb")),
     };
-    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), gather, pending: Vec::new(), sent: 0, sock: None, buf: 0, generation: 0, packets: 0, failed: false }))
+    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), gather, pending: Vec::new(), sent: 0, sock: None, buf: 0, generation: 0, packets: 0, drops: None, failed: false }))
 }
 
 impl XdpSource {
@@ -132,11 +134,16 @@ impl Filter for XdpSource {
     fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
         if let Some(s) = self.sock.as_mut() {
             s.recycle();
+            self.drops = s.stats().ok();
         }
     }
 
     fn summary(&self) -> Option<String> {
         self.sock.as_ref()?;
-        Some(format!("rx {} (AF_XDP, queue {}, copy mode): {} packets delivered", self.dev, self.cfg.queue, self.packets))
+        let drops = match self.drops {
+            Some(d) => format!(", {} dropped by the kernel (RX ring full {}, no fill chunk {}, other {})", d.total(), d.ring_full, d.fill_empty, d.other),
+            None => ", kernel drops unknown (XDP_STATISTICS failed)".to_string(),
+        };
+        Some(format!("rx {} (AF_XDP, queue {}, copy mode): {} packets delivered{drops}", self.dev, self.cfg.queue, self.packets))
     }
 }

@@ -31,7 +31,7 @@ pub struct XdpConfig {
 
 impl Default for XdpConfig {
     fn default() -> Self {
-        XdpConfig { queue: 0, frames: 4096, skb_mode: false }
+        XdpConfig { queue: 0, frames: 8192, skb_mode: false }
     }
 }
 
@@ -94,6 +94,24 @@ fn err(what: &str, e: impl std::fmt::Display, source: Option<&(dyn std::error::E
     let detail = source.map(|s| format!(": {s}")).unwrap_or_default();
     let hint = if detail.contains("Operation not permitted") { " (AF_XDP needs CAP_NET_RAW and CAP_BPF or CAP_SYS_ADMIN: run as root)" } else { "" };
     io::Error::other(format!("{what}: {e}{detail}{hint}"))
+}
+
+/// Frames the kernel could not hand to an AF_XDP socket, by cause.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XdpDrops {
+    /// The RX ring was full: we did not take frames fast enough.
+    pub ring_full: u64,
+    /// The fill ring was empty: no chunk lent to copy a frame into (for copy mode this
+    /// counts frames dropped for want of a chunk).
+    pub fill_empty: u64,
+    /// Dropped for other reasons (and invalid descriptors).
+    pub other: u64,
+}
+
+impl XdpDrops {
+    pub fn total(&self) -> u64 {
+        self.ring_full + self.fill_empty + self.other
+    }
 }
 
 /// The shortest gathering sleep (the longest is what is left of the latency bound).
@@ -203,8 +221,14 @@ impl XdpRx {
                 if left.is_zero() {
                     break;
                 }
-                let need = if self.rate > 0.0 { Duration::from_secs_f64((n - got) as f64 / self.rate) } else { GATHER_STEP };
-                std::thread::sleep(need.max(GATHER_STEP).min(left));
+                // Never sleep longer than half the time the kernel's lent chunks last at
+                // the rate seen: past that it drops frames for want of a chunk.
+                let (need, last) = if self.rate > 0.0 {
+                    (Duration::from_secs_f64((n - got) as f64 / self.rate), Duration::from_secs_f64(0.5 * self.lent() as f64 / self.rate))
+                } else {
+                    (GATHER_STEP, GATHER_STEP)
+                };
+                std::thread::sleep(need.min(last).max(GATHER_STEP).min(left));
                 // SAFETY: as above.
                 got += unsafe { self.rx.consume(&mut self.scratch[got..n]) };
             }
@@ -220,6 +244,19 @@ impl XdpRx {
             self.held.push(*d);
         }
         Ok(out)
+    }
+
+    /// Chunks the fill ring holds for the kernel to copy frames into.
+    fn lent(&mut self) -> usize {
+        (self.fill_size - self.fq.nb_free(self.fill_size)) as usize
+    }
+
+    /// The socket's drop counters (XDP_STATISTICS, totals since it was bound).
+    pub fn stats(&self) -> io::Result<XdpDrops> {
+        let s = self.rx.fd().xdp_statistics()?;
+        // The kernel counts a frame dropped for want of a fill chunk in rx_dropped too.
+        let fill_empty = s.rx_fill_ring_empty_descs();
+        Ok(XdpDrops { ring_full: s.rx_ring_full(), fill_empty, other: s.rx_dropped().saturating_sub(fill_empty) + s.rx_invalid_descs() })
     }
 
     /// Lend the last batch's chunks back to the kernel (after everything read from them
