@@ -186,8 +186,9 @@ pub fn kill_with_us(cmd: &mut Command) -> &mut Command {
 }
 
 /// Send `payload` once to each address of `to` from `sock` with one `sendmmsg(2)` call
-/// (at most 1024 addresses). Returns how many datagrams went (fewer when the socket's
-/// buffer filled).
+/// (at most 1024 addresses), without blocking. Returns how many datagrams went (fewer,
+/// or EAGAIN, when the socket's send buffer is full: a veth whose peer runs XDP was seen
+/// to hold the buffer for good, and a blocking send then hung the benchmark).
 pub fn send_many(sock: &std::net::UdpSocket, payload: &[u8], to: &[std::net::SocketAddrV4]) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
     let to = &to[..to.len().min(1024)];
@@ -217,7 +218,7 @@ pub fn send_many(sock: &std::net::UdpSocket, payload: &[u8], to: &[std::net::Soc
     // SAFETY: `msgs` holds msgs.len() initialized headers whose name, iovec and payload
     // pointers (into `names`, `iov`, `payload`) stay valid for the call; the kernel writes
     // only each header's msg_len; the socket is borrowed and open.
-    let n = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as libc::c_uint, 0) };
+    let n = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as libc::c_uint, libc::MSG_DONTWAIT) };
     if n < 0 {
         return Err(std::io::Error::last_os_error());
     }

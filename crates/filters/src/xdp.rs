@@ -47,8 +47,8 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, String> {
     }
     let queue: u32 = a.parse("queue", None, 0)?;
     let latency_ms: u64 = a.parse("latency", None, 10)?;
-    let gather: usize = a.parse("batch", None, 1024)?;
-    let frames: u32 = a.parse("frames", None, 8192)?;
+    let frames: u32 = a.parse("frames", None, 16384)?;
+    let gather: usize = a.parse("batch", None, frames as usize / 4)?;
     if !frames.is_power_of_two() || !(64..=1 << 20).contains(&frames) {
         return Err(format!("rx: frames={frames} must be a power of two in 64..=1048576"));
     }

@@ -31,7 +31,7 @@ pub struct XdpConfig {
 
 impl Default for XdpConfig {
     fn default() -> Self {
-        XdpConfig { queue: 0, frames: 8192, skb_mode: false }
+        XdpConfig { queue: 0, frames: 16384, skb_mode: false }
     }
 }
 
@@ -214,7 +214,7 @@ impl XdpRx {
         if got > 0 && got < n && !latency.is_zero() {
             let start = std::time::Instant::now();
             let deadline = start + latency;
-            let first = got;
+            let lent = self.lent();
             while got < n {
                 let now = std::time::Instant::now();
                 let left = deadline.saturating_duration_since(now);
@@ -232,9 +232,14 @@ impl XdpRx {
                 // SAFETY: as above.
                 got += unsafe { self.rx.consume(&mut self.scratch[got..n]) };
             }
+            // The rate is what the kernel took from the fill ring meanwhile (frames we
+            // gathered and any beyond them): counting only what we gathered would take
+            // the batch size over the sleep for the rate, and so sleep ever longer. If
+            // the ring ran dry the rate was higher still.
             let secs = start.elapsed().as_secs_f64();
-            if got > first && secs > 0.0 {
-                let r = (got - first) as f64 / secs;
+            let left = self.lent();
+            if lent > left && secs > 0.0 {
+                let r = (lent - left) as f64 / secs * if left == 0 { 2.0 } else { 1.0 };
                 self.rate = if self.rate == 0.0 { r } else { 0.7 * self.rate + 0.3 * r };
             }
         }
