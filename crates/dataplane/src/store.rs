@@ -205,49 +205,51 @@ fn region_get<'a>(r: &'a Region, t: &Tag) -> Option<&'a [u8]> {
 /// overwritten) while it lives: a window taken once stays true.
 pub struct Resolver<'a> {
     store: &'a Store,
-    /// The DBuf of the window (0: none).
+    w: Window<'a>,
+}
+
+/// The flat window of one DBuf: position `p` is at `bytes[p & mask]` for `lo <= p`,
+/// `p + len <= hi`. Returned by value (not filled through `&mut self`), so a loop keeps
+/// it in registers.
+#[derive(Clone, Copy)]
+struct Window<'a> {
+    /// The DBuf (0: none).
     buf: BufId,
-    /// Its bytes; position `p` is at `bytes[p & mask]`.
     bytes: &'a [u8],
-    /// Positions `lo..hi` are intact (for a ring: the last lap written).
     lo: u64,
     hi: u64,
     mask: u64,
 }
 
+const NO_WINDOW: Window<'static> = Window { buf: 0, bytes: &[], lo: 0, hi: 0, mask: 0 };
+
 impl<'a> Resolver<'a> {
     /// The bytes a tag points to (the same answer as [`Store::data`]).
     #[inline]
     pub fn data(&mut self, t: &Tag) -> Result<&'a [u8], ResolveError> {
-        if t.buf != self.buf {
-            self.window(t.buf);
+        if t.buf != self.w.buf {
+            self.w = window(self.store, t.buf);
         }
-        let len = t.len as u64;
-        if self.buf != 0 && t.pos >= self.lo && len <= self.hi && t.pos <= self.hi - len {
-            let off = (t.pos & self.mask) as usize;
-            if let Some(d) = self.bytes.get(off..off + t.len as usize) {
+        let (w, len) = (self.w, t.len as u64);
+        if w.buf != 0 && t.pos >= w.lo && len <= w.hi && t.pos <= w.hi - len {
+            let off = (t.pos & w.mask) as usize;
+            if let Some(d) = w.bytes.get(off..off + t.len as usize) {
                 return Ok(d);
             }
         }
         self.store.data(t)
     }
+}
 
-    /// Take the window of DBuf `id` if it is a flat one (a private ring or a mapped
-    /// file); otherwise none, and its tags take the general path.
-    #[cold]
-    fn window(&mut self, id: BufId) {
-        self.buf = 0;
-        match (id as usize).checked_sub(1).and_then(|i| self.store.regions.get(i)) {
-            Some(Region::Ring(r)) => {
-                let size = r.mask + 1;
-                (self.bytes, self.lo, self.hi, self.mask) = (&r.data, r.write.saturating_sub(size), r.write, r.mask);
-            }
-            Some(Region::File(m, _)) => {
-                (self.bytes, self.lo, self.hi, self.mask) = (m.bytes(), 0, m.bytes().len() as u64, u64::MAX);
-            }
-            _ => return,
-        }
-        self.buf = id;
+/// The window of DBuf `id` if it is a flat one (a private ring or a mapped file);
+/// otherwise none (buf 0), and its tags take the general path.
+#[cold]
+#[inline(never)]
+fn window(store: &Store, id: BufId) -> Window<'_> {
+    match (id as usize).checked_sub(1).and_then(|i| store.regions.get(i)) {
+        Some(Region::Ring(r)) => Window { buf: id, bytes: &r.data, lo: r.write.saturating_sub(r.mask + 1), hi: r.write, mask: r.mask },
+        Some(Region::File(m, _)) => Window { buf: id, bytes: m.bytes(), lo: 0, hi: m.bytes().len() as u64, mask: u64::MAX },
+        _ => NO_WINDOW,
     }
 }
 
@@ -571,7 +573,7 @@ impl Store {
     /// window of the last ring or file it resolved into, so a run of tags in one DBuf (the
     /// usual batch) costs a bounds check each instead of a table lookup and a dispatch.
     pub fn resolver(&self) -> Resolver<'_> {
-        Resolver { store: self, buf: 0, bytes: &[], lo: 0, hi: 0, mask: 0 }
+        Resolver { store: self, w: NO_WINDOW }
     }
 
     /// The bytes a tag points to.
