@@ -111,6 +111,23 @@ impl Filter for XSrc {
     }
 }
 
+/// `odd`: a classifier (the library's `Classifier` adapter) that drops blocks with an even
+/// sequence number (class 0) and gives the others class 1 + (seq & 2).
+struct Odd;
+impl dataplane::Classify for Odd {
+    fn classify(&mut self, d: &[u8], _: &Tag) -> dataplane::Class {
+        let seq = u32::from_le_bytes(d[..4].try_into().unwrap());
+        if seq % 2 == 0 { 0 } else { 1 + (seq & 2) as dataplane::Class }
+    }
+}
+/// `every`: a classifier that passes every block with class 1.
+struct Every;
+impl dataplane::Classify for Every {
+    fn classify(&mut self, _: &[u8], _: &Tag) -> dataplane::Class {
+        1
+    }
+}
+
 pub struct F;
 impl Factory for F {
     fn make(&self, name: &str, a: &Args) -> Result<Box<dyn Filter>, String> {
@@ -123,6 +140,8 @@ impl Factory for F {
             "slow" => Box::new(Slow),
             "xsrc" => Box::new(XSrc { n: a.parse("n", Some(0), 10)?, seq: 0, buf: 0 }),
             "alone" => Box::new(Alone(0)),
+            "odd" => Box::new(dataplane::Classifier(Odd)),
+            "every" => Box::new(dataplane::Classifier(Every)),
             _ => return Err(format!("no filter {name}")),
         })
     }
@@ -132,7 +151,7 @@ impl Factory for F {
 }
 
 pub fn graph(text: &str) -> lang::Graph {
-    let r = lang::StaticResolver::new().native("src", &["n"]).native("pass", &[]).native("boom", &["at"]).native("sink", &[]).native("idle", &[]).native("alone", &[]).native("slow", &[]).native("xsrc", &["n"]);
+    let r = lang::StaticResolver::new().native("src", &["n"]).native("pass", &[]).native("boom", &["at"]).native("sink", &[]).native("idle", &[]).native("alone", &[]).native("slow", &[]).native("xsrc", &["n"]).native("odd", &[]).native("every", &[]);
     lang::parse(text, &r).unwrap_or_else(|d| panic!("{d}"))
 }
 
