@@ -80,10 +80,19 @@ pub struct NodeReport {
 
 /// Error building a space from a graph.
 #[derive(Debug, thiserror::Error)]
-#[error("{label}: {why}")]
 pub struct BuildError {
     pub label: String,
     pub why: String,
+}
+
+impl std::fmt::Display for BuildError {
+    /// `label: why`, naming the filter once: filters' own messages often start with its
+    /// name already (`gen: size=0 must be ...`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let base = self.label.split(['#', ':']).next().unwrap_or(&self.label);
+        let why = self.why.strip_prefix(base).and_then(|r| r.strip_prefix(": ")).unwrap_or(&self.why);
+        write!(f, "{}: {why}", self.label)
+    }
 }
 
 /// Name under /dev/shm of a node's exported stream: `streamline.NAME` (tags, an IBuf) and

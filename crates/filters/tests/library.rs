@@ -141,6 +141,10 @@ fn build_errors_name_the_filter() {
     let g = lang::parse("gen | encrypt key=abc | null", &lang::WithPath(filters::Natives)).unwrap();
     let msg = Space::build(&g, &filters::Library, 1 << 20).err().expect("must fail").to_string();
     assert!(msg.contains("64 hex digits"), "{msg}");
+    // The filter is named once, though its own message starts with its name too.
+    let g = lang::parse("gen size=0 | null", &lang::WithPath(filters::Natives)).unwrap();
+    let msg = Space::build(&g, &filters::Library, 1 << 20).err().expect("must fail").to_string();
+    assert_eq!(msg, "gen: size=0 must be 1..=1M");
 }
 
 /// `export=yes` publishes a node's output as a named IBuf; a reader elsewhere (here a
