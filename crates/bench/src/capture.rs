@@ -97,17 +97,21 @@ fn streamline() -> Result<std::path::PathBuf> {
 /// Returns (packets sent, CPU seconds, stderr).
 fn measure(v: &Veth, mut cmd: Command, a: &Args, flows: u16) -> Result<(u64, f64, String)> {
     let child: Child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| err(format!("starting {cmd:?}: {e}")))?;
-    std::thread::sleep(Duration::from_millis(800));
-    let c0 = cpu_ns(child.id());
-    let (sent, took) = send(&v.here_ip, &v.peer_ip, a.pps, a.secs, flows)?;
-    if took > a.secs * 1.1 {
-        return Err(err(format!("the sender kept only {:.0} of the {} packets/s asked for (with {:?} capturing); lower --pps", sent as f64 / took, a.pps, cmd.get_program())));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let c1 = cpu_ns(child.id());
+    let timed = (|| {
+        std::thread::sleep(Duration::from_millis(800));
+        let c0 = cpu_ns(child.id());
+        let (sent, took) = send(&v.here_ip, &v.peer_ip, a.pps, a.secs, flows)?;
+        if took > a.secs * 1.1 {
+            return Err(err(format!("the sender kept only {:.0} of the {} packets/s asked for (with {:?} capturing); lower --pps", sent as f64 / took, a.pps, cmd.get_program())));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        Ok((sent, cpu_ns(child.id()) - c0))
+    })();
+    // Stopped however the measurement went: a failed one must not leave it capturing.
     let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
     let out = child.wait_with_output().map_err(|e| err(format!("waiting: {e}")))?;
-    Ok((sent, (c1 - c0) as f64 / 1e9, String::from_utf8_lossy(&out.stderr).into_owned()))
+    let (sent, ns) = timed?;
+    Ok((sent, ns as f64 / 1e9, String::from_utf8_lossy(&out.stderr).into_owned()))
 }
 
 /// Runs each capture `reps` times, alternating between them, and returns per capture the

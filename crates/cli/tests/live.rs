@@ -368,3 +368,35 @@ fn af_xdp_rx_counts_what_the_peer_sends() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("batch=65 must be 1..=64"), "{err}");
 }
+
+/// An interface removed under a running capture ends the run by itself: exit status 1, a
+/// warning naming the interface, and the totals of what was captured before, with both
+/// implementations. (AF_PACKET's poll used to return at once forever, so the run spun a
+/// CPU; AF_XDP waited silently.)
+#[test]
+fn a_capture_ends_when_its_interface_is_removed() {
+    use std::io::Read;
+    for imp in ["packet", "xdp"] {
+        let v = veth();
+        let mut c = start(&format!("rx dev={} impl={imp} | count", v.here));
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = sh(&["ping", "-c", "5", "-i", "0.01", "-w", "1", "-q", &v.peer_ip]);
+        ok(&["ip", "link", "del", &v.here]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = c.kill();
+                panic!("impl={imp}: the run did not end within 10 s of its interface's removal");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert_eq!(status.code(), Some(1), "impl={imp}:\n{err}");
+        assert!(err.contains(&format!("{}: ", v.here)) && err.contains("went down or was removed"), "impl={imp}:\n{err}");
+        assert!(err.lines().any(|l| l.starts_with("count: ")), "impl={imp}: totals are still printed:\n{err}");
+    }
+}

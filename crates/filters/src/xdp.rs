@@ -86,7 +86,7 @@ impl Filter for XdpSource {
                     cx.store.set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
                     self.sock = Some(s);
                 }
-                Err(e) => return self.fail(cx, format!("rx {}: {e}", self.dev)),
+                Err(e) => return self.fail(cx, format!("{}: {e}", self.dev)),
             }
         }
         let sock = self.sock.as_mut().expect("opened");
@@ -95,7 +95,7 @@ impl Filter for XdpSource {
             self.pending = match sock.next_batch(self.gather, Duration::from_millis(50), self.latency) {
                 Ok(f) => f,
                 Err(e) => {
-                    let msg = format!("rx {}: AF_XDP: {e}", self.dev);
+                    let msg = format!("{}: AF_XDP: {e}", self.dev);
                     return self.fail(cx, msg);
                 }
             };

@@ -233,6 +233,13 @@ impl RxRing {
                 return Err(e);
             }
             if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
+                if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+                    // The interface went down or away (the socket reports ENETDOWN); a
+                    // poll that returns at once with nothing to read would spin.
+                    return Err(pending_error(self.fd.as_raw_fd()).unwrap_or_else(|| {
+                        io::Error::other("the capture socket reports an error condition (POLLERR/POLLHUP) but no error code")
+                    }));
+                }
                 return Ok(None);
             }
         }
@@ -298,6 +305,22 @@ impl RxRing {
         let r = unsafe { libc::getsockopt(self.fd.as_raw_fd(), SOL_PACKET, PACKET_STATISTICS, st.as_mut_ptr() as *mut libc::c_void, &mut len) };
         cvt(r, "PACKET_STATISTICS")?;
         Ok((st[0] as u64, st[1] as u64))
+    }
+}
+
+/// A socket's pending error (SO_ERROR, which clears it), if any; ENETDOWN (the interface
+/// went down or was removed) is worded as such.
+pub(crate) fn pending_error(fd: std::os::fd::RawFd) -> Option<io::Error> {
+    let mut e: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as u32;
+    // SAFETY: `e` has room for the int SO_ERROR returns and `len` says so; `fd` is a
+    // descriptor the caller holds open.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, &mut e as *mut libc::c_int as *mut libc::c_void, &mut len) };
+    match (r, e) {
+        (0, 0) => None,
+        (0, libc::ENETDOWN) => Some(io::Error::new(io::ErrorKind::NotConnected, "the interface went down or was removed (ENETDOWN)")),
+        (0, e) => Some(io::Error::from_raw_os_error(e)),
+        _ => Some(io::Error::last_os_error()),
     }
 }
 

@@ -210,6 +210,13 @@ impl XdpRx {
         if got == 0 {
             // SAFETY: as above.
             got = unsafe { self.rx.poll_and_consume(&mut self.scratch[..n], ms(timeout)) }?;
+            if got == 0 {
+                // Nothing in a whole timeout: the interface may have gone (the kernel
+                // unbinds the socket and sets ENETDOWN), which poll does not report.
+                if let Some(e) = crate::afpacket::pending_error(std::os::fd::AsRawFd::as_raw_fd(self.rx.fd())) {
+                    return Err(e);
+                }
+            }
         }
         if got > 0 && got < n && !latency.is_zero() {
             let start = std::time::Instant::now();
