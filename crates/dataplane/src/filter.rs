@@ -190,6 +190,14 @@ pub trait Filter: Send {
     fn progress(&self) -> Option<(u64, u64)> {
         None
     }
+
+    /// Classifiers only (see [`Classifier`]): the filter as one the runtime may hand
+    /// blocks it has already resolved. A run of classifiers joined by single arcs then
+    /// shares one resolution per batch, and each classifier's pass is a tight loop over
+    /// the batch (see `runtime`).
+    fn as_classifier(&mut self) -> Option<&mut dyn ClassifyBatch> {
+        None
+    }
 }
 
 /// Classifier filters: one pure decision per block (Click's `simple_action`).
@@ -197,10 +205,32 @@ pub trait Classify: Send {
     fn classify(&mut self, data: &[u8], tag: &Tag) -> Class;
 }
 
+/// A classifier's pass over a batch whose blocks are already resolved.
+pub trait ClassifyBatch {
+    /// Set the class of every `tags[i]` from `data[i]`, the bytes `tags[i]` points to (the
+    /// slices are as long as the tags). Returns how many got class 0.
+    fn classify_batch(&mut self, data: &[&[u8]], tags: &mut [Tag]) -> usize;
+}
+
 /// Adapter: a [`Classify`] as a [`Filter`].
 pub struct Classifier<C>(pub C);
 
+impl<C: Classify> ClassifyBatch for Classifier<C> {
+    #[inline]
+    fn classify_batch(&mut self, data: &[&[u8]], tags: &mut [Tag]) -> usize {
+        let mut zeros = 0;
+        for (d, t) in data.iter().zip(tags.iter_mut()) {
+            let c = self.0.classify(d, t);
+            t.class = c;
+            zeros += (c == 0) as usize;
+        }
+        zeros
+    }
+}
+
 impl<C: Classify> Filter for Classifier<C> {
+    /// The general path (the runtime normally calls [`ClassifyBatch::classify_batch`]
+    /// instead): a block that cannot be resolved any more gets class 0.
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         let mut r = cx.store.resolver();
         for t in batch.tags.iter_mut() {
@@ -209,6 +239,9 @@ impl<C: Classify> Filter for Classifier<C> {
                 Err(_) => 0,
             };
         }
+    }
+    fn as_classifier(&mut self) -> Option<&mut dyn ClassifyBatch> {
+        Some(self)
     }
 }
 

@@ -66,8 +66,39 @@ struct RtNode {
     source: bool,
     /// Route by class to the k-th arc (split), instead of multicasting.
     routes_by_class: bool,
+    /// The filter is a classifier (see `Space::classify_run`).
+    classifier: bool,
     done: bool,
     c: Counters,
+}
+
+/// An empty vector of slices with `v`'s allocation, for slices of another lifetime (the
+/// classifier path resolves each batch into one without allocating). Collecting a vector's
+/// own `into_iter` reuses its allocation when the element layout is the same.
+fn recycle<'a, 'b>(mut v: Vec<&'a [u8]>) -> Vec<&'b [u8]> {
+    v.clear();
+    v.into_iter().map(|_| -> &'b [u8] { unreachable!("the vector is empty") }).collect()
+}
+
+/// Keep the tags whose class `admits` accepts, with their resolved bytes and `shared`
+/// flags in step; returns the bytes kept.
+fn retain_resolved(batch: &mut Batch, data: &mut Vec<&[u8]>, admits: impl Fn(u16) -> bool) -> u64 {
+    let mut j = 0;
+    let mut bytes = 0;
+    for i in 0..batch.tags.len() {
+        let t = batch.tags[i];
+        if admits(t.class) {
+            bytes += t.len as u64;
+            batch.tags[j] = t;
+            batch.shared[j] = batch.shared[i];
+            data[j] = data[i];
+            j += 1;
+        }
+    }
+    batch.tags.truncate(j);
+    batch.shared.truncate(j);
+    data.truncate(j);
+    bytes
 }
 
 /// A run's outcome per filter.
@@ -120,6 +151,8 @@ pub struct Space {
     warnings: Vec<String>,
     stop: bool,
     names: Vec<(String, u16)>,
+    /// The allocation of the classifier path's resolved batch, kept between batches.
+    spare: Vec<&'static [u8]>,
 }
 
 impl Space {
@@ -164,14 +197,16 @@ impl Space {
                 }
                 _ => None,
             };
-            nodes.push(RtNode { label, filter, export, sessions: None, out: Vec::new(), source, routes_by_class: routes, done: false, c: Counters::default() });
+            let mut filter = filter;
+            let classifier = !source && filter.as_classifier().is_some();
+            nodes.push(RtNode { label, filter, export, sessions: None, out: Vec::new(), source, routes_by_class: routes, classifier, done: false, c: Counters::default() });
         }
         let mut in_count = vec![0usize; nodes.len()];
         for e in &g.edges {
             nodes[e.from].out.push(Arc_ { to: e.to, sel: e.sel.clone(), in_index: in_count[e.to] });
             in_count[e.to] += 1;
         }
-        Ok(Space { nodes, store: Store::new(scratch), warnings: Vec::new(), stop: false, names: Vec::new() })
+        Ok(Space { nodes, store: Store::new(scratch), warnings: Vec::new(), stop: false, names: Vec::new(), spare: Vec::with_capacity(BATCH) })
     }
 
     /// Named classes for `|name` selectors.
@@ -201,6 +236,17 @@ impl Space {
             self.nodes[i].c.drops += batch.len() as u64;
             return;
         }
+        if self.nodes[i].classifier {
+            if let Some((last, batch, depth)) = self.classify_run(i, batch, depth, bytes) {
+                self.route(last, batch, depth);
+            }
+            return;
+        }
+        self.process_one(i, batch, depth, bytes);
+    }
+
+    /// Node `i`'s filter processes the batch (the general path), then the batch is routed.
+    fn process_one(&mut self, i: usize, mut batch: Batch, depth: usize, bytes: u64) {
         {
             let c = &mut self.nodes[i].c;
             c.blocks_in += batch.len() as u64;
@@ -210,6 +256,78 @@ impl Space {
         self.with_filter(i, |f, cx| f.process(cx, &mut batch));
         self.nodes[i].c.nanos += t0.elapsed().as_nanos() as u64;
         self.route(i, batch, depth);
+    }
+
+    /// The classifier fast path. A batch entering classifier `i` is resolved once (every
+    /// tag to its bytes); then `i` and the classifiers after it, as long as each is joined
+    /// to the next by its only arc, each make one tight pass over the resolved batch
+    /// ([`ClassifyBatch`]), and between two of them the arc's selector drops what it does
+    /// not admit from tags and resolved bytes alike. Function calls between filters in
+    /// one space, as in the thesis (5.2.1), with the bounds checks and lookups of turning
+    /// a tag into bytes paid once per batch instead of once per filter. Counters and time
+    /// are kept per filter as on the general path.
+    ///
+    /// Returns the last classifier of the run and the batch it emits (to route as usual),
+    /// or `None` when nothing is left. A batch with a block that no longer resolves takes
+    /// the general path (where such a block gets class 0).
+    fn classify_run(&mut self, i: usize, mut batch: Batch, mut depth: usize, mut bytes: u64) -> Option<(usize, Batch, usize)> {
+        let Space { nodes, store, names, spare, .. } = self;
+        let mut data = recycle(std::mem::take(spare));
+        let mut r = store.resolver();
+        for t in &batch.tags {
+            match r.data(t) {
+                Ok(d) => data.push(d),
+                Err(_) => break,
+            }
+        }
+        if data.len() < batch.len() {
+            *spare = recycle(data);
+            self.process_one(i, batch, depth, bytes);
+            return None;
+        }
+        let lookup = |s: &str| names.iter().find(|(n, _)| n == s).map(|(_, c)| *c);
+        let mut cur = i;
+        let mut t0 = Instant::now();
+        loop {
+            let zeros = {
+                let node = &mut nodes[cur];
+                node.c.blocks_in += batch.len() as u64;
+                node.c.bytes_in += bytes;
+                let f = node.filter.as_classifier().expect("a classifier node's filter is a classifier");
+                f.classify_batch(&data, &mut batch.tags)
+            };
+            // The run goes on through this node's only arc into the next classifier.
+            let node = &nodes[cur];
+            let next = match node.out.as_slice() {
+                [a] if node.export.is_none() && !node.routes_by_class && nodes[a.to].classifier && depth < MAX_DEPTH => a,
+                _ => break,
+            };
+            let before = batch.len();
+            match &next.sel {
+                Selector::All => {}
+                Selector::Default if zeros == 0 => {}
+                sel => bytes = retain_resolved(&mut batch, &mut data, |c| sel.admits(c, &lookup)),
+            }
+            let (to, from) = (next.to, next.in_index);
+            let kept = batch.len();
+            let t = Instant::now();
+            let c = &mut nodes[cur].c;
+            c.drops += (before - kept) as u64;
+            c.blocks_out += kept as u64;
+            c.bytes_out += bytes;
+            c.nanos += (t - t0).as_nanos() as u64;
+            t0 = t;
+            if kept == 0 {
+                *spare = recycle(data);
+                return None;
+            }
+            cur = to;
+            batch.from = from;
+            depth += 1;
+        }
+        nodes[cur].c.nanos += t0.elapsed().as_nanos() as u64;
+        *spare = recycle(data);
+        Some((cur, batch, depth))
     }
 
     /// Forward a node's output batch along its arcs.
@@ -474,5 +592,21 @@ impl Space {
         } else {
             Some(v.iter().fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recycling_keeps_the_allocation() {
+        let bytes = vec![1u8; 64];
+        let mut v: Vec<&[u8]> = Vec::with_capacity(BATCH);
+        let at = v.as_ptr() as usize;
+        v.extend(bytes.chunks(8));
+        let w: Vec<&'static [u8]> = recycle(v);
+        assert!(w.is_empty());
+        assert_eq!((w.as_ptr() as usize, w.capacity()), (at, BATCH));
     }
 }

@@ -462,6 +462,18 @@ impl Store {
         }
     }
 
+    /// Move ring `id`'s next allocation to the start of its next lap (a producer that lays
+    /// out its laps itself, see [`Store::add_reusing_ring`]). Nothing if it is at a lap's
+    /// start already or `id` is no private ring.
+    pub fn skip_lap(&mut self, id: BufId) {
+        if let Some(Region::Ring(r)) = self.regions.get_mut((id as usize).wrapping_sub(1)) {
+            let off = r.write & r.mask;
+            if off != 0 {
+                r.write += r.mask + 1 - off;
+            }
+        }
+    }
+
     /// Whether a filter edited a block of ring `id` in place since the last call (see
     /// [`Store::add_reusing_ring`]).
     pub fn take_edited(&mut self, id: BufId) -> bool {

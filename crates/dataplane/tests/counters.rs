@@ -47,4 +47,46 @@ fn a_classifier_that_drops_counts_what_it_dropped() {
     let rep = run("src 5000 | odd |3 alone");
     let odd = by_label(&rep, "odd");
     assert_eq!((odd.blocks_out, odd.drops), (1250, 3750));
+    // The same selectors between two classifiers (one run of classifiers, see
+    // `Space::classify_run`): the second gets what the arc admits.
+    let rep = run("src 5000 | odd |3 every | alone");
+    assert_eq!((by_label(&rep, "odd").drops, by_label(&rep, "every").blocks_in, by_label(&rep, "every").bytes_in), (3750, 1250, 125_000));
+    let rep = run("src 5000 | odd |all every | alone");
+    assert_eq!((by_label(&rep, "odd").drops, by_label(&rep, "every").blocks_out, by_label(&rep, "alone").blocks_in), (0, 5000, 5000));
+}
+
+#[test]
+fn blocks_that_cannot_be_resolved_get_class_0_at_the_first_classifier() {
+    // Every other tag of `ghost` points into a buffer that does not exist. Classifiers in a
+    // row share one resolution per batch; a batch with such a tag takes the general path,
+    // where the first classifier gives it class 0 and the selector drops it. Batches of
+    // 256 tags: every batch has such tags, and the counters are those of the general path.
+    let rep = run("ghost 1000 | every | every | odd | sink");
+    let first = by_label(&rep, "every");
+    assert_eq!((first.blocks_in, first.blocks_out, first.drops), (1000, 500, 500));
+    assert_eq!((first.bytes_in, first.bytes_out), (100_000, 50_000));
+    let second = by_label(&rep, "every#2");
+    assert_eq!((second.blocks_in, second.blocks_out, second.drops), (500, 500, 0));
+    // The even sequence numbers were the ones that resolved: `odd` drops all of them.
+    let odd = by_label(&rep, "odd");
+    assert_eq!((odd.blocks_in, odd.blocks_out, odd.drops), (500, 0, 500));
+    assert_eq!(by_label(&rep, "sink").blocks_in, 0);
+}
+
+#[test]
+fn runs_of_classifiers_end_at_other_filters_and_at_forks() {
+    // A filter that is no classifier in the middle, then a classifier whose output goes
+    // two ways (`+` multicasts to both branches, duplicates kept).
+    let rep = run("src 5000 | odd | pass | every | odd + every | pass");
+    let odd = by_label(&rep, "odd");
+    assert_eq!((odd.blocks_in, odd.blocks_out, odd.drops), (5000, 2500, 2500));
+    assert_eq!(by_label(&rep, "pass").blocks_in, 2500);
+    let every = by_label(&rep, "every");
+    assert_eq!((every.blocks_in, every.blocks_out), (2500, 5000), "every's output goes down two arcs");
+    // The second `odd` gets only odd sequence numbers: it passes all of them.
+    let odd2 = by_label(&rep, "odd#2");
+    assert_eq!((odd2.blocks_in, odd2.blocks_out, odd2.drops), (2500, 2500, 0));
+    let every2 = by_label(&rep, "every#2");
+    assert_eq!((every2.blocks_in, every2.blocks_out), (2500, 2500));
+    assert_eq!(by_label(&rep, "pass#2").blocks_in, 5000);
 }

@@ -362,6 +362,22 @@ fn gen_expected(count: usize, size: usize) -> Vec<u8> {
 }
 
 #[test]
+fn gen_spreads_blocks_over_cache_sets_and_laps_in_multiples_of_256() {
+    use filters::sources::GenRing;
+    // 1 KiB blocks one cache line apart: 768 of them in a 1 MiB ring (a lap).
+    assert_eq!(GenRing::new(1024), GenRing { stride: 1088, ring: 1 << 20, slots: 768 });
+    assert_eq!(GenRing::new(4096), GenRing { stride: 4160, ring: 4 << 20, slots: 768 });
+    // Sizes that are no multiple of 512 are packed.
+    assert_eq!(GenRing::new(64), GenRing { stride: 64, ring: 1 << 20, slots: 16384 });
+    assert_eq!(GenRing::new(1000), GenRing { stride: 1000, ring: 1 << 20, slots: 1024 });
+    // Successive block starts fall in different sets of a 64-set L1 cache (64-byte lines):
+    // the first lines of a batch of 256 spread over all 64 sets.
+    let g = GenRing::new(1024);
+    let sets: std::collections::BTreeSet<usize> = (0..256).map(|j| j * g.stride / 64 % 64).collect();
+    assert_eq!(sets.len(), 64);
+}
+
+#[test]
 fn gen_reuses_ring_slots_without_changing_a_byte() {
     // 64-byte blocks: a 1 MiB ring of 16384 slots, three laps; slots are reused from the
     // second lap on (only the sequence number is written) and every byte still matches.

@@ -111,6 +111,30 @@ impl Filter for XSrc {
     }
 }
 
+/// `ghost N`: N blocks of 100 bytes like `src`, but every other tag points into a buffer
+/// that does not exist (id 9999), so it cannot be resolved.
+struct Ghost {
+    n: u32,
+    seq: u32,
+}
+impl Filter for Ghost {
+    fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
+    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+        while out.len() < max && self.seq < self.n {
+            let mut b = [7u8; 100];
+            b[..4].copy_from_slice(&self.seq.to_le_bytes());
+            let mut t = cx.store.push(&b);
+            if self.seq % 2 == 1 {
+                t.buf = 9999;
+            }
+            t.class = 1;
+            out.push(t);
+            self.seq += 1;
+        }
+        self.seq < self.n
+    }
+}
+
 /// `odd`: a classifier (the library's `Classifier` adapter) that drops blocks with an even
 /// sequence number (class 0) and gives the others class 1 + (seq & 2).
 struct Odd;
@@ -140,18 +164,19 @@ impl Factory for F {
             "slow" => Box::new(Slow),
             "xsrc" => Box::new(XSrc { n: a.parse("n", Some(0), 10)?, seq: 0, buf: 0 }),
             "alone" => Box::new(Alone(0)),
+            "ghost" => Box::new(Ghost { n: a.parse("n", Some(0), 10)?, seq: 0 }),
             "odd" => Box::new(dataplane::Classifier(Odd)),
             "every" => Box::new(dataplane::Classifier(Every)),
             _ => return Err(format!("no filter {name}")),
         })
     }
     fn is_source(&self, name: &str) -> bool {
-        name == "src" || name == "xsrc"
+        name == "src" || name == "xsrc" || name == "ghost"
     }
 }
 
 pub fn graph(text: &str) -> lang::Graph {
-    let r = lang::StaticResolver::new().native("src", &["n"]).native("pass", &[]).native("boom", &["at"]).native("sink", &[]).native("idle", &[]).native("alone", &[]).native("slow", &[]).native("xsrc", &["n"]).native("odd", &[]).native("every", &[]);
+    let r = lang::StaticResolver::new().native("src", &["n"]).native("pass", &[]).native("boom", &["at"]).native("sink", &[]).native("idle", &[]).native("alone", &[]).native("slow", &[]).native("xsrc", &["n"]).native("ghost", &["n"]).native("odd", &[]).native("every", &[]);
     lang::parse(text, &r).unwrap_or_else(|d| panic!("{d}"))
 }
 
