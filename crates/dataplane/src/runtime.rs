@@ -601,7 +601,7 @@ mod tests {
 
     #[test]
     fn recycling_keeps_the_allocation() {
-        let bytes = vec![1u8; 64];
+        let bytes = [1u8; 64];
         let mut v: Vec<&[u8]> = Vec::with_capacity(BATCH);
         let at = v.as_ptr() as usize;
         v.extend(bytes.chunks(8));

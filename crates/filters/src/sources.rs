@@ -571,7 +571,7 @@ pub struct GenRing {
 
 impl GenRing {
     pub fn new(size: usize) -> GenRing {
-        let stride = if size % 512 == 0 { size + 64 } else { size };
+        let stride = if size.is_multiple_of(512) { size + 64 } else { size };
         let ring = (size * 1024).next_power_of_two().max(1 << 20);
         GenRing { stride, ring, slots: ring / stride / 256 * 256 }
     }
