@@ -3,8 +3,9 @@
 //!
 //! A source's batch enters its out-arcs; each arc forwards only the tags whose class its
 //! selector admits (a port multicasts to every arc: no copy, only tags); each filter handles
-//! the whole batch before it moves on. Sinks end the walk. Per filter the runtime counts
-//! blocks and bytes in and out, drops, and time spent.
+//! the whole batch before it moves on. Sinks end the walk. Runs of classifiers share one
+//! resolution of the batch's tags to bytes (`Space::classify_run`). Per filter the runtime
+//! counts blocks and bytes in and out, drops, and time spent.
 
 use crate::builtin::{JoinFilter, SplitFilter, UnixProc};
 use crate::filter::{Args, Batch, Ctx, Filter};
