@@ -3,10 +3,12 @@
 use dataplane::{Args, Batch, Ctx, Factory, Filter, Tag};
 
 /// `src N`: N blocks of 100 bytes (u32 sequence number first); `pass`; `boom K`: panics at
-/// block K; `sink`: checks the sequence.
+/// block K; `sink`: checks the sequence. `ghost N`: like `src`, but every other tag points
+/// into a buffer that does not exist (id 9999), so it cannot be resolved.
 struct Src {
     n: u32,
     seq: u32,
+    ghost: bool,
 }
 impl Filter for Src {
     fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
@@ -14,7 +16,9 @@ impl Filter for Src {
         while out.len() < max && self.seq < self.n {
             let mut b = [7u8; 100];
             b[..4].copy_from_slice(&self.seq.to_le_bytes());
-            out.push(Tag { class: 1, ..cx.store.push(&b) });
+            let t = cx.store.push(&b);
+            let buf = if self.ghost && self.seq % 2 == 1 { 9999 } else { t.buf };
+            out.push(Tag { class: 1, buf, ..t });
             self.seq += 1;
         }
         self.seq < self.n
@@ -111,30 +115,6 @@ impl Filter for XSrc {
     }
 }
 
-/// `ghost N`: N blocks of 100 bytes like `src`, but every other tag points into a buffer
-/// that does not exist (id 9999), so it cannot be resolved.
-struct Ghost {
-    n: u32,
-    seq: u32,
-}
-impl Filter for Ghost {
-    fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
-    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
-        while out.len() < max && self.seq < self.n {
-            let mut b = [7u8; 100];
-            b[..4].copy_from_slice(&self.seq.to_le_bytes());
-            let mut t = cx.store.push(&b);
-            if self.seq % 2 == 1 {
-                t.buf = 9999;
-            }
-            t.class = 1;
-            out.push(t);
-            self.seq += 1;
-        }
-        self.seq < self.n
-    }
-}
-
 /// `odd`: a classifier (the library's `Classifier` adapter) that drops blocks with an even
 /// sequence number (class 0) and gives the others class 1 + (seq & 2).
 struct Odd;
@@ -156,7 +136,7 @@ pub struct F;
 impl Factory for F {
     fn make(&self, name: &str, a: &Args) -> Result<Box<dyn Filter>, String> {
         Ok(match name {
-            "src" => Box::new(Src { n: a.parse("n", Some(0), 10)?, seq: 0 }),
+            "src" | "ghost" => Box::new(Src { n: a.parse("n", Some(0), 10)?, seq: 0, ghost: name == "ghost" }),
             "pass" => Box::new(Pass),
             "boom" => Box::new(Boom(a.parse("at", Some(0), 1)?, 0)),
             "sink" => Box::new(Sink { next: 0 }),
@@ -164,7 +144,6 @@ impl Factory for F {
             "slow" => Box::new(Slow),
             "xsrc" => Box::new(XSrc { n: a.parse("n", Some(0), 10)?, seq: 0, buf: 0 }),
             "alone" => Box::new(Alone(0)),
-            "ghost" => Box::new(Ghost { n: a.parse("n", Some(0), 10)?, seq: 0 }),
             "odd" => Box::new(dataplane::Classifier(Odd)),
             "every" => Box::new(dataplane::Classifier(Every)),
             _ => return Err(format!("no filter {name}")),
