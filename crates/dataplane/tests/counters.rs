@@ -90,3 +90,49 @@ fn runs_of_classifiers_end_at_other_filters_and_at_forks() {
     assert_eq!((every2.blocks_in, every2.blocks_out), (2500, 2500));
     assert_eq!(by_label(&rep, "pass#2").blocks_in, 5000);
 }
+
+mod same_as_apart {
+    use super::run;
+    use proptest::prelude::*;
+
+    fn selector() -> impl Strategy<Value = &'static str> {
+        prop_oneof![Just("|"), Just("|all"), Just("|1"), Just("|3"), Just("|2:3"), Just("|!3")]
+    }
+
+    fn classifier() -> impl Strategy<Value = &'static str> {
+        prop_oneof![Just("odd"), Just("every")]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Classifiers in a row run as one run (`Space::classify_run`: one resolution, the
+        /// selectors applied between the passes). With a `pass` between each two (no
+        /// classifier: every classifier then runs on its own, and the selector is applied
+        /// by the general routing) every classifier's counters must come out the same.
+        #[test]
+        fn a_run_of_classifiers_counts_as_the_same_classifiers_apart(
+            n in 1u32..1200,
+            first in classifier(),
+            rest in proptest::collection::vec((selector(), classifier()), 1..5),
+        ) {
+            let mut together = format!("src {n} | {first}");
+            let mut apart = together.clone();
+            for (sel, c) in &rest {
+                together += &format!(" {sel} {c}");
+                apart += &format!(" {sel} pass |all {c}");
+            }
+            together += " | alone";
+            apart += " | alone";
+            let keep = |rep: Vec<(String, dataplane::Counters)>| -> Vec<(String, u64, u64, u64, u64, u64)> {
+                rep.into_iter()
+                    .filter(|(l, _)| !l.starts_with("pass"))
+                    .map(|(l, c)| (l, c.blocks_in, c.bytes_in, c.blocks_out, c.bytes_out, c.drops))
+                    .collect()
+            };
+            let a = keep(run(&together));
+            let b = keep(run(&apart));
+            prop_assert_eq!(a, b, "`{}` against `{}`", together, apart);
+        }
+    }
+}
