@@ -537,8 +537,8 @@ pub struct Gen {
     pattern: Vec<u8>,
     remaining: u64,
     size: usize,
-    /// Bytes from one block's start to the next's in the ring (see [`GenRing`]).
-    stride: usize,
+    /// Where the blocks go in the ring.
+    layout: GenRing,
     buf: BufId,
     seq: u64,
     /// `rewrite=yes`: write every block in full, never reuse a slot's bytes.
@@ -589,7 +589,7 @@ impl Gen {
             Some("yes") => true,
             Some(v) => return Err(format!("gen: rewrite={v} must be yes or no")),
         };
-        Ok(Box::new(Gen { pattern: Vec::new(), remaining: count, size, stride: GenRing::new(size).stride, buf: 0, seq: 0, rewrite, lap: None, slot: 0, lap_start: 0, fresh_until: 0 }))
+        Ok(Box::new(Gen { pattern: Vec::new(), remaining: count, size, layout: GenRing::new(size), buf: 0, seq: 0, rewrite, lap: None, slot: 0, lap_start: 0, fresh_until: 0 }))
     }
 }
 
@@ -605,7 +605,7 @@ impl Filter for Gen {
         // ring, the space's CPU then no longer writes each block's bytes. If a filter
         // edited a block in place, the next lap (every slot) is written in full again.
         if self.buf == 0 {
-            let layout = GenRing::new(self.size);
+            let layout = self.layout;
             let (id, reusing) = cx.store.add_reusing_ring(layout.ring);
             self.buf = id;
             // (The store rounds a ring's size up to a power of two: `layout.ring` is one.)
@@ -614,17 +614,17 @@ impl Filter for Gen {
         }
         if let Some((r, _)) = self.lap {
             if cx.store.take_edited(self.buf) {
-                self.fresh_until = self.lap_start + self.slot * self.stride as u64 + r;
+                self.fresh_until = self.lap_start + self.slot * self.layout.stride as u64 + r;
             }
         }
         let n = (max as u64).min(self.remaining) as usize;
         if self.pattern.len() != self.size {
             self.pattern = (0..self.size).map(|i| (i as u8).wrapping_mul(31)).collect();
         }
-        let (size, stride, buf) = (self.size, self.stride, self.buf);
+        let (size, stride, buf) = (self.size, self.layout.stride, self.buf);
         // Runs of consecutive slots are allocated at once (within a lap; at most a quarter
         // of the ring), then each block is made in its slot.
-        let most = (GenRing::new(size).ring / 4 / stride).max(1);
+        let most = (self.layout.ring / 4 / stride).max(1);
         let mut done = 0;
         while done < n {
             let mut run = (n - done).min(most);
