@@ -83,6 +83,14 @@ fn recycle<'a, 'b>(mut v: Vec<&'a [u8]>) -> Vec<&'b [u8]> {
     v.into_iter().map(|_| -> &'b [u8] { unreachable!("the vector is empty") }).collect()
 }
 
+/// Charge the ticks since the `last` reading to `ticks`, and read anew.
+#[inline]
+fn charge_to(clock: &quanta::Clock, last: &mut u64, ticks: &mut u64) {
+    let now = clock.raw();
+    *ticks += now.wrapping_sub(*last);
+    *last = now;
+}
+
 /// Keep the tags whose class `admits` accepts, with their resolved bytes and `shared`
 /// flags in step; returns the bytes kept.
 fn retain_resolved(batch: &mut Batch, data: &mut Vec<&[u8]>, admits: impl Fn(u16) -> bool) -> u64 {
@@ -321,13 +329,11 @@ impl Space {
             }
             let (to, from) = (next.to, next.in_index);
             let kept = batch.len();
-            let now = clock.raw();
             let node = &mut nodes[cur];
             node.c.drops += (before - kept) as u64;
             node.c.blocks_out += kept as u64;
             node.c.bytes_out += bytes;
-            node.ticks += now.wrapping_sub(*last);
-            *last = now;
+            charge_to(clock, last, &mut node.ticks);
             if kept == 0 {
                 *spare = recycle(data);
                 self.recycle_batch(batch);
@@ -337,9 +343,7 @@ impl Space {
             batch.from = from;
             depth += 1;
         }
-        let now = clock.raw();
-        nodes[cur].ticks += now.wrapping_sub(*last);
-        *last = now;
+        charge_to(clock, last, &mut nodes[cur].ticks);
         *spare = recycle(data);
         Some((cur, batch, depth))
     }
@@ -463,9 +467,7 @@ impl Space {
     /// Charge the time since the last reading to node `i`.
     #[inline]
     fn charge(&mut self, i: usize) {
-        let now = self.clock.raw();
-        self.nodes[i].ticks += now.wrapping_sub(self.last);
-        self.last = now;
+        charge_to(&self.clock, &mut self.last, &mut self.nodes[i].ticks);
     }
 
     /// Start timing afresh (before a source's pull: what came before is nobody's).
