@@ -256,6 +256,10 @@ impl DbufView {
     pub fn name(&self) -> &str {
         &self.sh.name
     }
+    /// Everything below this position may have been overwritten.
+    pub fn tail(&self) -> u64 {
+        self.sh.hdr().t.0.tail.load(Acquire)
+    }
     /// Bytes a tag points to, if committed and not yet overwritten.
     pub fn resolve(&self, tag: &Tag) -> Result<&[u8]> {
         let h = self.sh.hdr();

@@ -2,7 +2,7 @@
 //!
 //! - `streamline run 'PIPELINE'` places the graph's filters on spaces (the calling thread,
 //!   pinned worker threads `space=N`, processes `space=pN` or `@private`; see
-//!   `dataplane::spaces`) and runs it until the sources end or Ctrl-C, then prints a per-filter table (blocks, bytes, drops, time) and
+//!   `dataplane::spaces`) and runs it until the sources end or a stop signal (SIGINT, SIGTERM, SIGHUP: exit status 128 + its number), then prints a per-filter table (blocks, bytes, drops, time) and
 //!   the filters' own summaries (e.g. `count`'s totals) on standard error; standard output
 //!   belongs to the pipeline's data.
 //! - `streamline check 'PIPELINE'` prints the parsed graph, or the diagnostic.
@@ -18,8 +18,53 @@ use dataplane::channel::ChannelConfig;
 use dataplane::spaces::{Launcher, Spaces};
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
+
+/// The signals that tell a run to stop: SIGINT (Ctrl-C), SIGTERM (`timeout`, `kill`,
+/// systemd, container runtimes) and SIGHUP (the terminal went away). The first one stops
+/// the run as its sources ending would (every sink flushed into a valid file, totals
+/// printed, shared memory and pinned maps removed) and the run exits with 128 + the
+/// signal's number (130, 143, 129); a second one gives up at once with the same status,
+/// removing only the pinned maps.
+const STOP_SIGNALS: [i32; 3] = [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP];
+
+/// Watch the stop signals on a thread of their own: the returned flag is set by the
+/// first, and the number of the first is kept in the returned cell (0: none yet).
+/// `second` runs on a second signal. If the signals cannot be watched, the run goes on
+/// without (and says so).
+fn watch_stop_signals(second: impl Fn(i32) + Send + 'static) -> (Arc<AtomicBool>, Arc<AtomicI32>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let which = Arc::new(AtomicI32::new(0));
+    match signal_hook::iterator::Signals::new(STOP_SIGNALS) {
+        Ok(mut signals) => {
+            let (stop, which) = (stop.clone(), which.clone());
+            let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || {
+                for sig in signals.forever() {
+                    if stop.load(Ordering::SeqCst) {
+                        second(sig);
+                    } else {
+                        which.store(sig, Ordering::SeqCst);
+                        stop.store(true, Ordering::SeqCst);
+                    }
+                }
+            });
+            if let Err(e) = spawned {
+                eprintln!("streamline: warning: cannot watch for stop signals: {e}");
+            }
+        }
+        Err(e) => eprintln!("streamline: warning: cannot watch for stop signals: {e}"),
+    }
+    (stop, which)
+}
+
+/// Process spaces leave stopping to their parent (which tells them `stop`): signals sent
+/// to the whole process group (Ctrl-C in a terminal, `timeout`) are ignored here.
+fn ignore_stop_signals() {
+    if let Ok(mut signals) = signal_hook::iterator::Signals::new(STOP_SIGNALS) {
+        let _ = std::thread::Builder::new().name("signals".into()).spawn(move || for _ in signals.forever() {});
+    }
+}
 
 #[derive(Parser)]
 #[command(name = "streamline", version, about = "Extended Unix pipelines over shared-memory rings")]
@@ -30,7 +75,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a pipeline until its sources end (or Ctrl-C).
+    /// Run a pipeline until its sources end or a stop signal (SIGINT, SIGTERM, SIGHUP).
     Run {
         pipeline: String,
         /// Do not print the per-filter table.
@@ -178,11 +223,7 @@ fn maps(watch: Option<f64>, top: usize) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let interrupt = Arc::new(AtomicBool::new(false));
-    {
-        let i = interrupt.clone();
-        let _ = ctrlc::set_handler(move || i.store(true, Ordering::SeqCst));
-    }
+    let (interrupt, _) = watch_stop_signals(|sig| std::process::exit(128 + sig));
     loop {
         let list = filters::nicfix::pinned();
         if list.is_empty() {
@@ -228,10 +269,19 @@ fn describe(g: &lang::Graph, a: &control::Assignment) -> String {
         .join("; ")
 }
 
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        signal_hook::consts::SIGINT => "SIGINT",
+        signal_hook::consts::SIGTERM => "SIGTERM",
+        signal_hook::consts::SIGHUP => "SIGHUP",
+        _ => "signal",
+    }
+}
+
 /// A process space: the parent coordinates stopping, so Ctrl-C (sent to the whole process
 /// group) is left to it.
 fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &str, share: Option<&str>) -> ExitCode {
-    let _ = ctrlc::set_handler(|| {});
+    ignore_stop_signals();
     let sock = match beltway::sys::inherited_unix_stream(fd) {
         Ok(s) => s,
         Err(e) => {
@@ -441,17 +491,11 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
             return ExitCode::from(2);
         }
     };
-    let interrupt = Arc::new(AtomicBool::new(false));
-    {
-        let i = interrupt.clone();
-        let _ = ctrlc::set_handler(move || {
-            if i.swap(true, Ordering::SeqCst) {
-                // Second Ctrl-C: give up at once (but leave no pinned maps behind).
-                filters::nicfix::remove_run_pins();
-                std::process::exit(130);
-            }
-        });
-    }
+    let (interrupt, signal) = watch_stop_signals(|sig| {
+        // A second signal: give up at once (but leave no pinned maps behind).
+        filters::nicfix::remove_run_pins();
+        std::process::exit(128 + sig);
+    });
     // The bar goes to stderr when it is a terminal, unless stdout is the same terminal
     // (sinks such as inspect write there; bar and lines would interleave), as curl does.
     let bar = if std::io::stderr().is_terminal() && !std::io::stdout().is_terminal() && !quiet {
@@ -499,9 +543,10 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
         return ExitCode::from(1);
     }
     let failed = rep.failed;
-    if interrupt.load(Ordering::SeqCst) {
-        eprintln!("interrupted");
-        return ExitCode::from(130);
+    let sig = signal.load(Ordering::SeqCst);
+    if sig != 0 {
+        eprintln!("interrupted ({})", signal_name(sig));
+        return ExitCode::from((128 + sig) as u8);
     }
     if failed {
         ExitCode::from(1)

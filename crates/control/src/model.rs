@@ -188,6 +188,9 @@ impl lang::Resolver for PlanResolver {
         p.extend(["sel", "rate", "bytes"].map(String::from));
         Some(p)
     }
+    fn class_names(&self, name: &str) -> Option<Vec<(String, u16)>> {
+        lang::Resolver::class_names(&filters::Natives, name)
+    }
 }
 
 /// Where a `space=` option pins a filter.

@@ -142,19 +142,26 @@ fn attach(name: &str, tags: &RingRef, data: &RingRef, trusted: bool, start: Star
     Ok(Ingress { trusted, max_bytes, r: Some(reader), data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None, subscribed: false })
 }
 
-/// What travels with each block: its record metadata (capture time, wire length) and link
-/// type when the block is a whole record, so filters and sinks in the consuming space
-/// (protocol parsers, pcapout) see it as the producer did. A 16-byte header written
-/// through into the data ring: ahead of the block's bytes (the consumer crops it off the
-/// tag), or alone, followed by a tag into a file both spaces map (`FILE_REF`: only the
-/// tag crosses), or ahead of a file's path (`ANNOUNCE`, once per file and channel).
+/// What travels with each block: its record metadata (capture time, wire length, and for
+/// a block a filter cropped, how many bytes of its record lie before it) and link type,
+/// so filters and sinks in the consuming space (protocol parsers, `http` after
+/// `tcpstream`, pcapout) see the block exactly as the producer did: placement never
+/// changes what a filter observes. A [`META_SIZE`]-byte header written through into the
+/// data ring: ahead of the block's bytes (the consumer crops it off the tag), or alone,
+/// followed by a tag into a file both spaces map (`FILE_REF`: only the tag crosses), or
+/// ahead of a file's path (`ANNOUNCE`, once per file and channel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Meta {
     ts_ns: u64,
     orig_len: u32,
+    /// Bytes of the record before the block (0: the block starts the record).
+    skip: u32,
     link: u16,
     flags: u16,
 }
+
+/// Bytes of a [`Meta`] header.
+const META_SIZE: usize = 24;
 
 const RECORD: u16 = 1;
 const LINK: u16 = 2;
@@ -166,33 +173,37 @@ const SHARED: u16 = 16;
 const FILE_BIT: u16 = 0x8000;
 
 impl Meta {
+    const NONE: Meta = Meta { ts_ns: 0, orig_len: 0, skip: 0, link: 0, flags: 0 };
+
     fn of(cx: &Ctx<'_>, t: &Tag) -> Meta {
-        match cx.store.record(t) {
-            Some((r, true)) => {
+        match cx.store.record_of(t) {
+            Some(r) => {
                 let (link, lf) = match cx.store.link(t).and_then(|l| u16::try_from(l).ok()) {
                     Some(l) => (l, LINK),
                     None => (0, 0),
                 };
-                Meta { ts_ns: r.ts_ns, orig_len: r.orig_len, link, flags: RECORD | lf }
+                Meta { ts_ns: r.ts_ns, orig_len: r.orig_len, skip: r.skip, link, flags: RECORD | lf }
             }
-            _ => Meta { ts_ns: 0, orig_len: 0, link: 0, flags: 0 },
+            None => Meta::NONE,
         }
     }
-    fn to_bytes(self) -> [u8; 16] {
-        let mut b = [0u8; 16];
+    fn to_bytes(self) -> [u8; META_SIZE] {
+        let mut b = [0u8; META_SIZE];
         b[..8].copy_from_slice(&self.ts_ns.to_le_bytes());
         b[8..12].copy_from_slice(&self.orig_len.to_le_bytes());
-        b[12..14].copy_from_slice(&self.link.to_le_bytes());
-        b[14..].copy_from_slice(&self.flags.to_le_bytes());
+        b[12..16].copy_from_slice(&self.skip.to_le_bytes());
+        b[16..18].copy_from_slice(&self.link.to_le_bytes());
+        b[18..20].copy_from_slice(&self.flags.to_le_bytes());
         b
     }
     fn from_bytes(b: &[u8]) -> Option<Meta> {
-        let b: &[u8; 16] = b.get(..16)?.try_into().ok()?;
+        let b: &[u8; META_SIZE] = b.get(..META_SIZE)?.try_into().ok()?;
         Some(Meta {
             ts_ns: u64::from_le_bytes(b[..8].try_into().ok()?),
             orig_len: u32::from_le_bytes(b[8..12].try_into().ok()?),
-            link: u16::from_le_bytes(b[12..14].try_into().ok()?),
-            flags: u16::from_le_bytes(b[14..].try_into().ok()?),
+            skip: u32::from_le_bytes(b[12..16].try_into().ok()?),
+            link: u16::from_le_bytes(b[16..18].try_into().ok()?),
+            flags: u16::from_le_bytes(b[18..20].try_into().ok()?),
         })
     }
 }
@@ -222,7 +233,7 @@ impl Egress {
             // The consumer reads this ring in place: only the tag crosses, and the ring
             // keeps the block until the consumer releases the tag.
             if !self.announced.contains(&t.buf) {
-                let a = Meta { ts_ns: t.buf as u64, orig_len: 0, link: 0, flags: ANNOUNCE | SHARED };
+                let a = Meta { ts_ns: t.buf as u64, flags: ANNOUNCE | SHARED, ..Meta::NONE };
                 self.w.write_through_parts(&[&a.to_bytes(), &key.to_le_bytes()], 1)?;
                 self.announced.push(t.buf);
             }
@@ -242,7 +253,7 @@ impl Egress {
         if let Some(path) = cx.store.file_path(t.buf).filter(|_| t.buf < FILE_BIT && self.file_refs) {
             // Both spaces can map this file: only the tag crosses.
             if !self.announced.contains(&t.buf) {
-                let a = Meta { ts_ns: t.buf as u64, orig_len: 0, link: 0, flags: ANNOUNCE };
+                let a = Meta { ts_ns: t.buf as u64, flags: ANNOUNCE, ..Meta::NONE };
                 self.w.write_through_parts(&[&a.to_bytes(), path.as_os_str().as_encoded_bytes()], 1)?;
                 self.announced.push(t.buf);
             }
@@ -362,7 +373,7 @@ impl Ingress {
             if t.buf & FILE_BIT != 0 {
                 // A tag into a file this space maps too.
                 // No header: a block without record metadata.
-                let meta = self.file_ref.take().unwrap_or(Meta { ts_ns: 0, orig_len: 0, link: 0, flags: 0 });
+                let meta = self.file_ref.take().unwrap_or(Meta::NONE);
                 let Some(&(_, local)) = self.files.iter().find(|f| f.0 == t.buf & !FILE_BIT) else {
                     return Err(corrupt(t.pos, format!("a tag into file {} that was never announced", t.buf & !FILE_BIT)));
                 };
@@ -372,9 +383,9 @@ impl Ingress {
             }
             let whole = Tag { buf: self.local, ..t };
             let data = cx.store.data(&whole).map_err(|e| corrupt(t.pos, e.to_string()))?;
-            let Some(meta) = Meta::from_bytes(data) else { return Err(corrupt(t.pos, "a block without its 16-byte header".into())) };
+            let Some(meta) = Meta::from_bytes(data) else { return Err(corrupt(t.pos, format!("a block without its {META_SIZE}-byte header"))) };
             if meta.flags & ANNOUNCE != 0 && meta.flags & SHARED != 0 {
-                let key = data.get(16..24).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
+                let key = data.get(META_SIZE..META_SIZE + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
                 let ring = crate::store::shared_ring(key).ok_or_else(|| corrupt(t.pos, format!("shared ring {key} is not in this process")))?;
                 let local = cx.store.map_dbuf(DbufView::new(&ring));
                 self.files.push((meta.ts_ns as BufId, local));
@@ -384,7 +395,7 @@ impl Ingress {
                 return Err(corrupt(t.pos, "a process space named a file to map; refused".into()));
             }
             if meta.flags & ANNOUNCE != 0 {
-                let path = std::path::PathBuf::from(String::from_utf8_lossy(&data[16..]).into_owned());
+                let path = std::path::PathBuf::from(String::from_utf8_lossy(&data[META_SIZE..]).into_owned());
                 let (local, _) = cx.store.add_file(&path).map_err(|e| corrupt(t.pos, format!("cannot map {}: {e}", path.display())))?;
                 self.files.push((meta.ts_ns as BufId, local));
                 continue;
@@ -393,7 +404,7 @@ impl Ingress {
                 self.file_ref = Some(meta);
                 continue;
             }
-            let local = Tag { pos: t.pos + 16, len: t.len - 16, ..whole };
+            let local = Tag { pos: t.pos + META_SIZE as u64, len: t.len - META_SIZE as u32, ..whole };
             self.restore(cx, &local, meta);
             return Ok(Some(local));
         }
@@ -402,7 +413,7 @@ impl Ingress {
     /// Record metadata and link type of a block, as the producer had them.
     fn restore(&mut self, cx: &mut Ctx<'_>, t: &Tag, meta: Meta) {
         if meta.flags & RECORD != 0 {
-            cx.store.add_record(t.buf, crate::store::RecordMeta { pos: t.pos, ts_ns: meta.ts_ns, orig_len: meta.orig_len });
+            cx.store.add_record(t.buf, crate::store::RecordMeta { pos: t.pos, len: t.len, skip: meta.skip, ts_ns: meta.ts_ns, orig_len: meta.orig_len });
             if meta.flags & LINK != 0 && (t.buf != self.local || !self.link_set) {
                 cx.store.set_link(t.buf, meta.link as u32);
                 self.link_set |= t.buf == self.local;
@@ -436,7 +447,7 @@ impl Filter for Ingress {
             match self.next(cx) {
                 Ok(Some(t)) => {
                     self.held = true;
-                    bytes += t.len as u64 + 16;
+                    bytes += t.len as u64 + META_SIZE as u64;
                     out.push(t);
                 }
                 Ok(None) if !out.is_empty() => break,
@@ -554,7 +565,7 @@ mod tests {
                 (0u64..1 << 20, any::<u32>(), any::<u16>(), any::<u16>()).prop_map(|(p, l, b, c)| Msg::Tag(p, l, b, c)),
                 // Well-formed headers with random flags, followed by data.
                 (any::<u16>(), proptest::collection::vec(any::<u8>(), 0..32)).prop_map(|(f, d)| {
-                    let mut b = Meta { ts_ns: 1, orig_len: 2, link: 1, flags: f }.to_bytes().to_vec();
+                    let mut b = Meta { ts_ns: 1, orig_len: 2, skip: 0, link: 1, flags: f }.to_bytes().to_vec();
                     b.extend(d);
                     Msg::Through(b, 1)
                 }),

@@ -272,6 +272,8 @@ pub struct FilterSpec {
     pub description: &'static str,
     pub params: &'static [Param],
     pub classes: &'static str,
+    /// Names of classes it sets, for `|name` selectors (thesis Table 3.1: `dport |http`).
+    pub class_names: &'static [(&'static str, u16)],
     pub example: &'static str,
     pub access: Access,
     pub source: bool,
@@ -292,7 +294,12 @@ impl FilterSpec {
         for p in self.params {
             s += &format!("    {:<12} {}\n", p.name, p.doc);
         }
-        s += &format!("\nCLASSES\n    {}\n\nEXAMPLE\n    {}\n", self.classes, self.example);
+        s += &format!("\nCLASSES\n    {}\n", self.classes);
+        if !self.class_names.is_empty() {
+            let v: Vec<String> = self.class_names.iter().map(|(n, c)| format!("{n} ({c})")).collect();
+            s += &format!("    names for selectors (`|name`): {}\n", v.join(", "));
+        }
+        s += &format!("\nEXAMPLE\n    {}\n", self.example);
         s
     }
 }

@@ -253,13 +253,40 @@ fn window(store: &Store, id: BufId) -> Window<'_> {
     }
 }
 
-/// Out-of-band metadata of one record in a DBuf (like a dr-DBuf's header ring): where it
-/// starts, when it was captured, its length on the wire.
+/// Out-of-band metadata of one record in a DBuf (like a dr-DBuf's header ring): where its
+/// bytes lie, when it was captured, its length on the wire.
+///
+/// A record may be held in part: a block cropped by a filter in one space (`tcpstream`,
+/// `strip`) reaches another space without the bytes before its start, and `skip` says how
+/// many there were, so the block is still known there as a cropped piece of a record (with
+/// the record's time and wire length), exactly as it is in the space that cropped it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordMeta {
+    /// Where the record's bytes held in this buffer start.
     pub pos: u64,
+    /// How many of its bytes this buffer holds from `pos` (a tag starting at or past
+    /// `pos + len` belongs to another block).
+    pub len: u32,
+    /// Bytes of the record before `pos` that this buffer does not hold (0: from its start).
+    pub skip: u32,
     pub ts_ns: u64,
     pub orig_len: u32,
+}
+
+impl RecordMeta {
+    /// A whole record of `len` captured bytes at `pos`.
+    pub fn whole(pos: u64, len: u32, ts_ns: u64, orig_len: u32) -> RecordMeta {
+        RecordMeta { pos, len, skip: 0, ts_ns, orig_len }
+    }
+    /// Where a tag at `pos` starts inside the record (counting bytes this buffer lacks).
+    pub fn offset_of(&self, pos: u64) -> u64 {
+        pos - self.pos + self.skip as u64
+    }
+    /// Whether a tag at `pos` lies in the bytes of this record.
+    #[inline]
+    fn covers(&self, pos: u64) -> bool {
+        pos >= self.pos && (pos - self.pos < self.len as u64 || pos == self.pos)
+    }
 }
 
 /// Per-buffer annotations: link type of its frames (pcap LINKTYPE_*), record metadata.
@@ -332,6 +359,36 @@ impl std::fmt::Debug for dyn MemoAny {
 
 
 
+/// The annotations of buffer `id`, created on first use (a free function so that callers
+/// may hold a borrow of the regions meanwhile).
+fn note_of(notes: &mut Vec<Annotations>, id: BufId) -> &mut Annotations {
+    let i = id as usize - 1;
+    if notes.len() <= i {
+        notes.resize_with(i + 1, Annotations::default);
+    }
+    &mut notes[i]
+}
+
+/// Insert `r` into records sorted by position (nearly always an append).
+fn insert_record(recs: &mut Vec<RecordMeta>, r: RecordMeta) {
+    match recs.last() {
+        Some(l) if l.pos >= r.pos => match recs.binary_search_by_key(&r.pos, |x| x.pos) {
+            Err(i) => recs.insert(i, r),
+            Ok(i) => recs[i] = r,
+        },
+        _ => recs.push(r),
+    }
+}
+
+/// Drop the records of blocks a ring has overwritten (every 1024 records added, so a
+/// ring's annotations stay as large as the ring, not as the stream).
+fn prune_records(recs: &mut Vec<RecordMeta>, low: Option<u64>) {
+    if let Some(low) = low.filter(|_| recs.len() % 1024 == 0) {
+        let gone = recs.partition_point(|r| r.pos + (r.len as u64) <= low);
+        recs.drain(..gone);
+    }
+}
+
 /// Error resolving a tag.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
@@ -347,11 +404,7 @@ impl Store {
     }
 
     fn note_mut(&mut self, id: BufId) -> &mut Annotations {
-        let i = id as usize - 1;
-        if self.notes.len() <= i {
-            self.notes.resize_with(i + 1, Annotations::default);
-        }
-        &mut self.notes[i]
+        note_of(&mut self.notes, id)
     }
 
     /// Declare the link type (pcap LINKTYPE_*) of the frames in buffer `id`.
@@ -415,18 +468,20 @@ impl Store {
     }
 
     /// Metadata of the record a tag points into; `whole` says whether the tag still covers
-    /// the record from its first byte (not cropped). Blocks usually arrive in stream order,
-    /// so the last hit and its successor are tried before a binary search.
+    /// the record from its first byte (not cropped). None for a block that lies in no
+    /// record (made by gen, an editor, ...). Blocks usually arrive in stream order, so the
+    /// last hit and its successor are tried before a binary search.
     #[inline]
     pub fn record(&self, t: &Tag) -> Option<(RecordMeta, bool)> {
         let note = self.notes.get((t.buf as usize).checked_sub(1)?)?;
         let recs = &note.records;
         let h = note.hint.get();
+        let found = |r: &RecordMeta| r.covers(t.pos).then_some((*r, r.pos == t.pos && r.skip == 0));
         for i in [h, h + 1] {
             if let Some(r) = recs.get(i) {
                 if r.pos <= t.pos && recs.get(i + 1).is_none_or(|n| n.pos > t.pos) {
                     note.hint.set(i);
-                    return Some((*r, r.pos == t.pos));
+                    return found(r);
                 }
             }
         }
@@ -436,7 +491,46 @@ impl Store {
             Err(i) => i - 1,
         };
         note.hint.set(i);
-        Some((recs[i], recs[i].pos == t.pos))
+        found(&recs[i])
+    }
+
+    /// The record metadata of block `t` as a record of its own: where `t` starts, the
+    /// bytes of the original record before it, its time and wire length. What a channel
+    /// sends along and what a copy of the block carries (see [`Store::copy_block`]).
+    pub fn record_of(&self, t: &Tag) -> Option<RecordMeta> {
+        let (r, _) = self.record(t)?;
+        let skip = u32::try_from(r.offset_of(t.pos)).ok()?;
+        Some(RecordMeta { pos: t.pos, len: t.len, skip, ts_ns: r.ts_ns, orig_len: r.orig_len })
+    }
+
+    /// A copy of block `t` in the space's default ring, carrying the block's record
+    /// metadata and link type with it, so that nothing a filter can observe about the
+    /// block changes but where it lies. The one way to keep a block whose memory is not
+    /// the space's to keep (another space's data, memory the kernel lends) and the copy
+    /// that write isolation makes.
+    pub fn copy_block(&mut self, t: &Tag) -> Result<Tag, ResolveError> {
+        self.copy_parts(t).map(|(t, _)| t)
+    }
+
+    /// [`Store::copy_block`], also handing out the copy's bytes.
+    fn copy_parts(&mut self, t: &Tag) -> Result<(Tag, &mut [u8]), ResolveError> {
+        let data = self.data(t)?.to_vec();
+        let meta = self.record_of(t);
+        let link = self.link(t);
+        let id = self.scratch();
+        let low = self.low_water(id);
+        let Store { regions, notes, .. } = self;
+        let (pos, s) = ring_alloc(&mut regions[id as usize - 1], data.len());
+        s.copy_from_slice(&data);
+        let note = note_of(notes, id);
+        if let Some(m) = meta {
+            insert_record(&mut note.records, RecordMeta { pos, ..m });
+            prune_records(&mut note.records, low);
+        }
+        if note.link.is_none() {
+            note.link = link;
+        }
+        Ok((Tag { pos, len: data.len() as u32, buf: id, class: t.class }, s))
     }
 
     /// Add a data ring; returns its buffer id.
@@ -544,14 +638,20 @@ impl Store {
     /// Record metadata for one record of buffer `id`, kept sorted (records may arrive out
     /// of order, e.g. after reordering filters in another space).
     pub fn add_record(&mut self, id: BufId, r: RecordMeta) {
+        let low = self.low_water(id);
         let recs = &mut self.note_mut(id).records;
-        match recs.last() {
-            Some(l) if l.pos >= r.pos => {
-                if let Err(i) = recs.binary_search_by_key(&r.pos, |x| x.pos) {
-                    recs.insert(i, r);
-                }
-            }
-            _ => recs.push(r),
+        insert_record(recs, r);
+        prune_records(recs, low);
+    }
+
+    /// Everything below this position of buffer `id` may have been overwritten (rings);
+    /// None for buffers that keep what they hold (files) or lend it (kernel rings).
+    fn low_water(&self, id: BufId) -> Option<u64> {
+        match self.regions.get((id as usize).checked_sub(1)?)? {
+            Region::Ring(r) => Some(r.write.saturating_sub(r.mask + 1)),
+            Region::Shared(r) => Some(r.view.tail()),
+            Region::Mapped(v) => Some(v.tail()),
+            _ => None,
         }
     }
 
@@ -649,12 +749,9 @@ impl Store {
             // Reborrow through a raw split is not needed: return directly.
             return Ok((s, false));
         }
-        let data = self.data(t)?.to_vec();
         self.copies += 1;
-        let class = t.class;
-        let (nt, s) = self.alloc(data.len());
-        s.copy_from_slice(&data);
-        *t = Tag { class, ..nt };
+        let (nt, s) = self.copy_parts(t)?;
+        *t = nt;
         Ok((s, true))
     }
 

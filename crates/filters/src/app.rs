@@ -198,7 +198,7 @@ spec!(TCPSTREAM, "tcpstream", "tcpstream [limit=BYTES]", "Zero-copy TCP reassemb
       "streamline run 'pcapin file=examples/sample.pcap | tcpstream | http | outfile requests.txt'", Reordering, make_tcpstream);
 spec!(HTTP, "http", "http [method=NAME]", "Detects HTTP requests (a request line at the start of the payload) in whole\nframes or in reassembled/cropped payloads.",
       ["method": "pass only this method (also positional)"], "1 GET, 2 POST, 3 HEAD, 4 PUT, 5 DELETE, 6 OPTIONS, 7 PATCH, 8 CONNECT, 9 TRACE; 0 otherwise",
-      "streamline run 'pcapin file=examples/sample.pcap | tcp | http |1 inspect'", Classification, make_http);
+      "streamline run 'pcapin file=examples/sample.pcap | tcp | http |1 inspect'", Classification, make_http, names &[("get", 1), ("post", 2), ("head", 3), ("put", 4), ("delete", 5), ("options", 6), ("patch", 7), ("connect", 8), ("trace", 9)]);
 spec!(DNS, "dns", "dns [port=N]", "Detects DNS messages on port 53 (UDP, or TCP with its length prefix).",
       ["port": "DNS port (default 53)"], "1 for queries, 2 for responses, 0 otherwise",
-      "streamline run 'pcapin file=examples/sample.pcap | dns |2 count'", Classification, make_dns);
+      "streamline run 'pcapin file=examples/sample.pcap | dns |2 count'", Classification, make_dns, names &[("query", 1), ("response", 2)]);

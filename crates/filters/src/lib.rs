@@ -97,6 +97,9 @@ impl lang::Resolver for Natives {
     fn params(&self, name: &str) -> Option<Vec<String>> {
         find(name).map(|s| s.params.iter().map(|p| p.name.to_string()).collect())
     }
+    fn class_names(&self, name: &str) -> Option<Vec<(String, u16)>> {
+        find(name).map(|s| s.class_names.iter().map(|&(n, c)| (n.to_string(), c)).collect())
+    }
 }
 
 /// The library as the runtime's factory.

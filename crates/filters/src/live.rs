@@ -170,7 +170,7 @@ impl Filter for Rx {
         for f in &frames[*next..end] {
             let pos = base + f.offset as u64;
             out.push(Tag { pos, len: f.snaplen, buf: self.buf, class: 1 });
-            metas.push(RecordMeta { pos, ts_ns: f.ts_ns, orig_len: f.wirelen });
+            metas.push(RecordMeta::whole(pos, f.snaplen, f.ts_ns, f.wirelen));
         }
         // Only this batch's frames need metadata: the block goes back after it.
         metas.sort_by_key(|m| m.pos);
@@ -395,6 +395,7 @@ pub static RX: FilterSpec = FilterSpec {
         Param { name: "queues", doc: "N engines: N rx in one fanout group, each with its own copy of the filters after it on its own pinned thread; a join feeds the rest (a sink after them totals all queues)" },
     ],
     classes: "1 for every frame",
+    class_names: &[],
     example: "streamline run 'rx dev=eth0 | bpf \"tcp port 80\" | count'",
     access: Access::Source,
     source: true,

@@ -102,14 +102,45 @@ fn flow(_: &Args) -> Result<Box<dyn Filter>, String> {
     boxed(|p| p.map_or(0, flow_hash))
 }
 
+/// Well-known services by port (IANA), the names `dport` and `sport` publish for
+/// selectors: `dport |http count`.
+pub const SERVICES: &[(&str, u16)] = &[
+    ("ftp", 21),
+    ("ssh", 22),
+    ("telnet", 23),
+    ("smtp", 25),
+    ("dns", 53),
+    ("dhcp", 67),
+    ("tftp", 69),
+    ("http", 80),
+    ("pop3", 110),
+    ("ntp", 123),
+    ("imap", 143),
+    ("snmp", 161),
+    ("bgp", 179),
+    ("ldap", 389),
+    ("https", 443),
+    ("syslog", 514),
+    ("submission", 587),
+    ("imaps", 993),
+    ("pop3s", 995),
+    ("mysql", 3306),
+    ("rdp", 3389),
+    ("postgres", 5432),
+    ("http-alt", 8080),
+];
+
 macro_rules! spec {
-    ($id:ident, $name:literal, $syn:literal, $desc:literal, [$($pn:literal : $pd:literal),*], $classes:literal, $ex:literal, $access:ident, $make:expr) => {
+    (@names) => { &[] };
+    (@names $names:expr) => { $names };
+    ($id:ident, $name:literal, $syn:literal, $desc:literal, [$($pn:literal : $pd:literal),*], $classes:literal, $ex:literal, $access:ident, $make:expr $(, names $names:expr)?) => {
         pub static $id: FilterSpec = FilterSpec {
             name: $name,
             synopsis: $syn,
             description: $desc,
             params: &[$(Param { name: $pn, doc: $pd }),*],
             classes: $classes,
+            class_names: spec!(@names $($names)?),
             example: $ex,
             access: Access::$access,
             source: false,
@@ -124,23 +155,23 @@ spec!(ETH, "eth", "eth [type=HEX]", "Passes Ethernet frames (optionally only one
       "streamline run 'pcapin file=examples/sample.pcap | eth 86dd | count'", Classification, eth);
 spec!(IP, "ip", "ip [version=4|6]", "Passes IP packets (IPv4 and IPv6, or one version).",
       ["version": "4 or 6 (also positional)"], "4 for IPv4, 6 for IPv6, 0 for anything else",
-      "streamline run 'pcapin file=examples/sample.pcap | ip |6 count'", Classification, ip);
+      "streamline run 'pcapin file=examples/sample.pcap | ip |6 count'", Classification, ip, names &[("ipv4", 4), ("ipv6", 6)]);
 spec!(TCP, "tcp", "tcp", "Passes TCP over IPv4 or IPv6: packets whose IP protocol field is 6, fragments\nincluded (libpcap's `tcp`).", [], "1 for TCP, 0 otherwise",
       "streamline run 'pcapin file=examples/sample.pcap | tcp | count'", Classification, tcp);
 spec!(UDP, "udp", "udp", "Passes UDP over IPv4 or IPv6: IP protocol field 17, fragments included.", [], "1 for UDP, 0 otherwise",
       "streamline run 'pcapin file=examples/sample.pcap | udp | count'", Classification, udp);
 spec!(ICMP, "icmp", "icmp [version=4|6]", "Passes ICMP (IPv4 protocol 1) and ICMPv6 (IPv6 next header 58) packets,\nfragments included, or one of the two.",
       ["version": "4 or 6 (also positional)"], "1 for ICMPv4, 2 for ICMPv6, 0 otherwise",
-      "streamline run 'pcapin file=examples/sample.pcap | icmp |1 count'", Classification, icmp);
+      "streamline run 'pcapin file=examples/sample.pcap | icmp |1 count'", Classification, icmp, names &[("icmp4", 1), ("icmp6", 2)]);
 spec!(DPORT, "dport", "dport [PORT[,PORT...]]", "Classifies TCP and UDP packets by destination port, so a selector picks a\nservice: `dport |22 ssh`, `dport |1:1023 count`. With ports given, passes only those.",
       ["port": "ports to pass (also positional, comma-separated)"], "the destination port; 0 for non-TCP/UDP (and other ports, when given)",
-      "streamline run 'pcapin file=examples/sample.pcap | dport |80 count'", Classification, dport);
+      "streamline run 'pcapin file=examples/sample.pcap | dport |80 count'", Classification, dport, names SERVICES);
 spec!(SPORT, "sport", "sport [PORT[,PORT...]]", "Classifies TCP and UDP packets by source port (see dport).",
       ["port": "ports to pass (also positional, comma-separated)"], "the source port; 0 for non-TCP/UDP",
-      "streamline run 'pcapin file=examples/sample.pcap | sport |53 count'", Classification, sport);
+      "streamline run 'pcapin file=examples/sample.pcap | sport |53 count'", Classification, sport, names SERVICES);
 spec!(PROTO, "proto", "proto [NUMBER[,NUMBER...]]", "Classifies IP packets by protocol number (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6).",
       ["proto": "protocol numbers to pass (also positional)"], "the IP protocol number; 0 for non-IP",
-      "streamline run 'pcapin file=examples/sample.pcap | proto |17 count'", Classification, proto);
+      "streamline run 'pcapin file=examples/sample.pcap | proto |17 count'", Classification, proto, names &[("icmp", 1), ("tcp", 6), ("udp", 17), ("gre", 47), ("esp", 50), ("icmp6", 58), ("sctp", 132)]);
 spec!(FLOW, "flow", "flow", "Classifies packets by a stable hash of their 5-tuple, the same in both\ndirections, so per-class (session) state follows connections.",
       [], "a non-zero 16-bit flow hash; 0 for non-IP",
       "streamline run 'pcapin file=examples/sample.pcap | flow | hist'", Classification, flow);

@@ -56,9 +56,14 @@ impl Filter for PcapOut {
                     }
                 }
             }
+            // A whole record keeps its time and wire length; a cropped block its record's
+            // time and its own length; a block made here (gen, an editor) has no capture
+            // time and gets 0, so the file depends only on the blocks, never on when or
+            // where they were written.
             let (ts, orig) = match cx.store.record(t) {
                 Some((m, true)) => (Duration::from_nanos(m.ts_ns), m.orig_len.max(d.len() as u32)),
-                _ => (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default(), d.len() as u32),
+                Some((m, false)) => (Duration::from_nanos(m.ts_ns), d.len() as u32),
+                None => (Duration::ZERO, d.len() as u32),
             };
             if cx.store.link(t).unwrap_or(1) != self.link.unwrap_or(1) {
                 cx.warn("packets of another link type than the first one were skipped");
@@ -111,7 +116,7 @@ spec!(OUTFILE, "outfile", "outfile FILE [append=yes] [lines=yes]", "Writes block
       "sink (no output)", "streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 strip | outfile http.raw'", Sink, make_outfile);
 spec!(STDOUT, "stdout", "stdout [lines=yes]", "Writes block contents to standard output.",
       ["lines": "yes for one block per line"], "sink (no output)", "streamline run 'file a.txt split=lines | grep x | stdout'", Sink, make_stdout);
-spec!(PCAPOUT, "pcapout", "pcapout file=FILE", "Writes packets to a pcap file (readable by tcpdump and Wireshark), with the\noriginal timestamps and wire lengths when the packets came from a capture.",
+spec!(PCAPOUT, "pcapout", "pcapout file=FILE", "Writes packets to a pcap file (readable by tcpdump and Wireshark), with the\noriginal timestamps and wire lengths when the packets came from a capture (a block\ncropped from a packet keeps its time; a block made by a filter gets time 0).",
       ["file": "output file (also positional)"], "sink (no output)",
       "streamline run 'pcapin file=examples/sample.pcap | udp | pcapout file=udp.pcap'", Sink, make_pcapout);
 spec!(NULL, "null", "null", "Discards everything.", [], "sink (no output)", "streamline run 'gen count=1M | null'", Sink, make_null);

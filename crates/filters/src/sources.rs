@@ -241,7 +241,7 @@ fn index(map: &dataplane::FileMap, mut off: usize, mut format: Format, shared: &
             Format::Pcap(p) => match p.next_packet(rest) {
                 Ok((r, pkt)) => {
                     let d: &[u8] = &pkt.data;
-                    (r, Some(Rec { meta: RecordMeta { pos: at(d), ts_ns: pkt.timestamp.as_nanos() as u64, orig_len: pkt.orig_len }, len: d.len() as u32 }))
+                    (r, Some(Rec { meta: RecordMeta::whole(at(d), d.len() as u32, pkt.timestamp.as_nanos() as u64, pkt.orig_len), len: d.len() as u32 }))
                 }
                 Err(e) => {
                     problem = Some(format!("malformed or truncated packet record at byte {off}: {e}"));
@@ -268,11 +268,11 @@ fn index(map: &dataplane::FileMap, mut off: usize, mut format: Format, shared: &
                                 }
                             }
                             let d: &[u8] = &e.data;
-                            Some(Rec { meta: RecordMeta { pos: at(d), ts_ns: e.timestamp.as_nanos() as u64, orig_len: e.original_len }, len: d.len() as u32 })
+                            Some(Rec { meta: RecordMeta::whole(at(d), d.len() as u32, e.timestamp.as_nanos() as u64, e.original_len), len: d.len() as u32 })
                         }
                         Block::SimplePacket(sp) => {
                             let d: &[u8] = &sp.data;
-                            Some(Rec { meta: RecordMeta { pos: at(d), ts_ns: 0, orig_len: sp.original_len }, len: d.len() as u32 })
+                            Some(Rec { meta: RecordMeta::whole(at(d), d.len() as u32, 0, sp.original_len), len: d.len() as u32 })
                         }
                         _ => None,
                     };
@@ -357,6 +357,7 @@ pub static PCAPIN: FilterSpec = FilterSpec {
                   A malformed or truncated record ends the input with a warning naming its byte offset.",
     params: &[Param { name: "file", doc: "capture file (also the first positional parameter)" }],
     classes: "1 for every packet",
+    class_names: &[],
     example: "streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 count'",
     access: Access::Source,
     source: true,
@@ -453,6 +454,7 @@ pub static FILE: FilterSpec = FilterSpec {
         Param { name: "size", doc: "block size for bytes/fixed (suffixes K, M)" },
     ],
     classes: "1 for every block",
+    class_names: &[],
     example: "streamline run 'file /var/log/syslog split=lines | grep error | count'",
     access: Access::Source,
     source: true,
@@ -527,6 +529,7 @@ pub static STDIN: FilterSpec = FilterSpec {
     description: "Reads standard input into the space's data ring, cut into blocks as `file` does.",
     params: &[Param { name: "split", doc: "bytes (default), lines or fixed" }, Param { name: "size", doc: "block size for bytes/fixed" }],
     classes: "1 for every block",
+    class_names: &[],
     example: "cat access.log | streamline run 'stdin split=lines | grep GET | count'",
     access: Access::Source,
     source: true,
@@ -685,6 +688,7 @@ pub static GEN: FilterSpec = FilterSpec {
         Param { name: "rewrite", doc: "yes: write every block in full (default no)" },
     ],
     classes: "1 for every block",
+    class_names: &[],
     example: "streamline run 'gen count=1M size=64 | count'",
     access: Access::Source,
     source: true,

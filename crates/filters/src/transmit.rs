@@ -177,6 +177,7 @@ pub static TX: FilterSpec = FilterSpec {
         Param { name: "bypass", doc: "yes: skip the qdisc layer (PACKET_QDISC_BYPASS)" },
     ],
     classes: "sink (no output)",
+    class_names: &[],
     example: "streamline run 'pcapin file=examples/sample.pcap | tx dev=veth0'",
     access: Access::Sink,
     source: false,

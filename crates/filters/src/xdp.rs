@@ -112,7 +112,7 @@ impl Filter for XdpSource {
         for &(off, len) in &self.pending[self.sent..end] {
             let pos = self.generation * size + off as u64;
             out.push(Tag { pos, len: len as u32, buf: self.buf, class: 1 });
-            metas.push(RecordMeta { pos, ts_ns, orig_len: len as u32 });
+            metas.push(RecordMeta::whole(pos, len as u32, ts_ns, len as u32));
         }
         self.sent = end;
         metas.sort_by_key(|m| m.pos);

@@ -40,6 +40,8 @@ pub enum DiagKind {
     NameConflict,
     /// A cycle (made with named nodes) that contains no loop-bounding `for` filter.
     UnboundedLoop,
+    /// A `|name` selector naming a class that no filter upstream of the arc publishes.
+    UnknownClass,
 }
 
 /// A parse, resolution or validation error. `Display` renders it with the offending line

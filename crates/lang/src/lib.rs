@@ -74,13 +74,15 @@ pub const MAX_DEPTH: usize = 128;
 
 /// Parses, resolves and validates a pipeline: syntax, filter names and options (through
 /// `resolver`), named nodes, templates (Or, And, Not, `+` rewritten into joins and
-/// inverted selectors), and loops (every cycle needs a `for`).
+/// inverted selectors), loops (every cycle needs a `for`), and named classes (`|http` is
+/// resolved to the number a filter upstream publishes for it, or refused).
 pub fn parse(input: &str, resolver: &dyn Resolver) -> Result<Graph, Diagnostic> {
     let request = parse_request(input, resolver)?;
     let graph = template::expand(request)
         .into_graph()
         .expect("every pseudo-vertex is rewritten by expand");
     validate::loops(&graph, resolver, input)?;
+    let graph = validate::named_classes(graph, resolver, input)?;
     Ok(graph)
 }
 

@@ -36,6 +36,12 @@ pub trait Resolver {
     fn bounds_loops(&self, native: &str) -> bool {
         native == "for"
     }
+
+    /// The class names a native filter publishes (`http` publishes `get` = 1, ...), for
+    /// `|name` selectors; None if unknown (then a name it might publish is not refused).
+    fn class_names(&self, _native: &str) -> Option<Vec<(String, u16)>> {
+        None
+    }
 }
 
 impl<R: Resolver + ?Sized> Resolver for &R {
@@ -50,6 +56,9 @@ impl<R: Resolver + ?Sized> Resolver for &R {
     }
     fn bounds_loops(&self, native: &str) -> bool {
         (**self).bounds_loops(native)
+    }
+    fn class_names(&self, native: &str) -> Option<Vec<(String, u16)>> {
+        (**self).class_names(native)
     }
 }
 
@@ -190,6 +199,9 @@ impl<R: Resolver> Resolver for WithPath<R> {
     }
     fn bounds_loops(&self, native: &str) -> bool {
         self.0.bounds_loops(native)
+    }
+    fn class_names(&self, native: &str) -> Option<Vec<(String, u16)>> {
+        self.0.class_names(native)
     }
 }
 
