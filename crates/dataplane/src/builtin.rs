@@ -46,8 +46,8 @@ impl JoinFilter {
         for q in &mut self.queues {
             for (t, sh) in q.iter_mut() {
                 if cx.store.is_mapped(t.buf) {
-                    if let Ok(d) = cx.store.data(t).map(|d| d.to_vec()) {
-                        *t = Tag { class: t.class, ..cx.store.push(&d) };
+                    if let Ok(c) = cx.store.copy_block(t) {
+                        *t = c;
                         *sh = false;
                     }
                 }
@@ -91,8 +91,10 @@ impl Filter for JoinFilter {
     }
 }
 
-/// Data-parallel split: sends each block down exactly one branch (class k -> branch k),
-/// round-robin or by the hash of its class (so a session stays on one branch).
+/// Data-parallel split: sends each block down exactly one branch, round-robin or by the
+/// hash of its class (so a session stays on one branch). The branch goes in
+/// [`Batch::branch`]; the block's class is left as it was, so the copies after the split
+/// see what one filter would have seen.
 pub struct SplitFilter {
     mode: SplitMode,
     ways: usize,
@@ -107,7 +109,8 @@ impl SplitFilter {
 
 impl Filter for SplitFilter {
     fn process(&mut self, _cx: &mut Ctx<'_>, batch: &mut Batch) {
-        for t in batch.tags.iter_mut() {
+        batch.branch.clear();
+        for t in &batch.tags {
             let k = match self.mode {
                 SplitMode::RoundRobin => {
                     let k = self.next;
@@ -116,7 +119,7 @@ impl Filter for SplitFilter {
                 }
                 SplitMode::Hash => (t.class as usize).wrapping_mul(0x9E37_79B9) % self.ways,
             };
-            t.class = k as u16 + 1;
+            batch.branch.push(k as u16);
         }
     }
 }

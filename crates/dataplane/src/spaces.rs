@@ -27,7 +27,7 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
-use crate::filter::{Args, Filter};
+use crate::filter::{Args, Filter, Replication};
 use crate::runtime::{BuildError, Factory, NodeReport, Space};
 use crate::txn::{StepFailed, Transaction};
 use lang::{Edge, Graph, Hint, Node, NodeKind, Selector, Span};
@@ -108,7 +108,19 @@ pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> 
         if factory.is_source(filter) || !g.edges.iter().any(|e| e.to == id) {
             return Err(err("a source cannot be replicated; replicate the filters after it".into()));
         }
-        let mode = if factory.keeps_sessions(filter) { lang::SplitMode::Hash } else { lang::SplitMode::RoundRobin };
+        let mode = match factory.replication(filter) {
+            Replication::Blocks => lang::SplitMode::RoundRobin,
+            Replication::Sessions => {
+                if let Some(why) = order_sensitive_after(&g, id, factory) {
+                    return Err(err(format!(
+                        "space={}: {filter}'s copies would each keep their sessions in order but interleave them differently from one {filter}, and {why}; replicate it only when what follows counts (count, hist), or place it on one space",
+                        list.join(",")
+                    )));
+                }
+                lang::SplitMode::Hash
+            }
+            Replication::Never(why) => return Err(err(format!("space={}: cannot be replicated: {why}", list.join(",")))),
+        };
         let before = g.nodes.len();
         g = lang::parallelize(&g, id, list.len(), mode);
         // Copy 0 keeps the id; the split, copies 1.. and the join were appended.
@@ -124,6 +136,33 @@ pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> 
         }
     }
     Ok(g)
+}
+
+/// Whether the order of the blocks node `id` sends matters to anything downstream: the
+/// first node found that observes it (a sink that writes, a filter that is not per
+/// block), described; None when every path ends in filters that only count
+/// ([`Factory::order_matters`] false) after per-block filters.
+fn order_sensitive_after(g: &Graph, id: usize, factory: &dyn Factory) -> Option<String> {
+    let mut todo: Vec<usize> = g.edges.iter().filter(|e| e.from == id).map(|e| e.to).collect();
+    let mut seen = vec![false; g.nodes.len()];
+    while let Some(n) = todo.pop() {
+        if std::mem::replace(&mut seen[n], true) {
+            continue;
+        }
+        match &g.nodes[n].kind {
+            NodeKind::Filter { filter, .. } if !factory.order_matters(filter) => continue,
+            NodeKind::Filter { filter, .. } if factory.replication(filter) != Replication::Blocks => {
+                return Some(format!("{filter} downstream sees the order"));
+            }
+            NodeKind::Unix { argv } => return Some(format!("{} downstream reads the stream in order", argv.first().map_or("a Unix command", |s| s.as_str()))),
+            _ => {}
+        }
+        if !g.edges.iter().any(|e| e.from == n) {
+            return Some(format!("{} at the end writes the stream in order", node_label(&g.nodes[n])));
+        }
+        todo.extend(g.edges.iter().filter(|e| e.from == n).map(|e| e.to));
+    }
+    None
 }
 
 /// Apply the placement rule to `g` (see the module documentation).
@@ -313,8 +352,11 @@ impl Factory for WithChannels<'_> {
     fn is_source(&self, name: &str) -> bool {
         name == INGRESS || name == SUBSCRIBE || self.inner.is_source(name)
     }
-    fn keeps_sessions(&self, name: &str) -> bool {
-        self.inner.keeps_sessions(name)
+    fn order_matters(&self, name: &str) -> bool {
+        self.inner.order_matters(name)
+    }
+    fn replication(&self, name: &str) -> Replication {
+        self.inner.replication(name)
     }
     fn rewrite(&self, g: Graph) -> Graph {
         self.inner.rewrite(g)
@@ -434,8 +476,31 @@ fn recv_ring(sock: &UnixStream) -> Result<RingRef, String> {
     Ok(r)
 }
 
+/// A field of the report protocol (tab-separated, one record a line): backslash, tab,
+/// newline and carriage return escaped, so multi-line summaries (hist, flowcount) reach
+/// the parent as they were written.
 fn one_line(s: &str) -> String {
-    s.replace(['\t', '\n', '\r'], " ")
+    s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n").replace('\r', "\\r")
+}
+
+/// The inverse of [`one_line`].
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some(o) => out.push(o),
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 /// A space's report as protocol text.
@@ -474,10 +539,10 @@ fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
                 }
                 let v: Vec<u64> = nums.iter().map(|x| x.parse().unwrap_or(0)).collect();
                 let counters = crate::runtime::Counters { blocks_in: v[0], bytes_in: v[1], blocks_out: v[2], bytes_out: v[3], drops: v[4], nanos: v[5] };
-                let summary = (*summary != "-").then(|| summary.to_string());
-                rep.nodes.push(NodeReport { label: format!("{label}{suffix}"), counters, summary });
+                let summary = (*summary != "-").then(|| unescape(summary));
+                rep.nodes.push(NodeReport { label: format!("{}{suffix}", unescape(label)), counters, summary });
             }
-            ["warn", w] => rep.warnings.push(w.to_string()),
+            ["warn", w] => rep.warnings.push(unescape(w)),
             ["failed"] => rep.failed = true,
             _ => rep.warnings.push(format!("unreadable report line from a process space: {l}")),
         }

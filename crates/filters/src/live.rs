@@ -398,6 +398,7 @@ pub static RX: FilterSpec = FilterSpec {
     class_names: &[],
     example: "streamline run 'rx dev=eth0 | bpf \"tcp port 80\" | count'",
     access: Access::Source,
+    replication: dataplane::Replication::of(Access::Source),
     source: true,
     make,
 };
