@@ -59,7 +59,7 @@ impl JoinFilter {
 impl Filter for JoinFilter {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         let want = match self.mode {
-            JoinMode::All => return,
+            JoinMode::All | JoinMode::Merge => return,
             JoinMode::Ordered => return self.ordered(cx, batch),
             JoinMode::First => 1,
             JoinMode::Nth(n) => n,

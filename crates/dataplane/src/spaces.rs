@@ -165,6 +165,65 @@ fn order_sensitive_after(g: &Graph, id: usize, factory: &dyn Factory) -> Option<
     None
 }
 
+/// Joins of parallel branches (thesis 3.3.2 templates `+`, `++`, `+*`) whose branches do
+/// not run in one space with the join and the fork they start at: copies of a block that
+/// travel different channels arrive in an order, and as distinct blocks, that depend on
+/// timing. So such a placement is refused unless the result cannot show it: an `All` join
+/// (every copy passes) whose output only reaches filters that count. Replicas' joins
+/// (ordered, merge) are exempt: they are built for it.
+pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<(), BuildError> {
+    let space = &p.space;
+    let ancestors = |n: usize| {
+        let mut seen = vec![false; g.nodes.len()];
+        let mut todo = vec![n];
+        while let Some(x) = todo.pop() {
+            if !std::mem::replace(&mut seen[x], true) {
+                todo.extend(g.edges.iter().filter(|e| e.to == x).map(|e| e.from));
+            }
+        }
+        seen
+    };
+    for join in g.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Join { mode } if !matches!(mode, lang::JoinMode::Ordered | lang::JoinMode::Merge))) {
+        let preds: Vec<usize> = g.edges.iter().filter(|e| e.to == join.id).map(|e| e.from).collect();
+        if preds.len() < 2 {
+            continue;
+        }
+        // The parallel section: nodes upstream of some branch but not of all (the
+        // branches), the common nodes that feed a branch or the join directly (the
+        // forks), and the join.
+        let sets: Vec<Vec<bool>> = preds.iter().map(|&p| ancestors(p)).collect();
+        let any = |n: usize| sets.iter().any(|s| s[n]);
+        let every = |n: usize| sets.iter().all(|s| s[n]);
+        let branch: Vec<usize> = (0..g.nodes.len()).filter(|&n| any(n) && !every(n)).collect();
+        let forks = (0..g.nodes.len()).filter(|&n| every(n) && g.edges.iter().any(|e| e.from == n && (e.to == join.id || branch.contains(&e.to))));
+        let section: Vec<usize> = branch.iter().copied().chain(forks).collect();
+        let off: Vec<usize> = section.iter().copied().filter(|&n| space[n] != space[join.id]).collect();
+        if off.is_empty() {
+            continue;
+        }
+        let all = matches!(join.kind, NodeKind::Join { mode: lang::JoinMode::All });
+        let why_order = order_sensitive_after(g, join.id, factory);
+        if all && why_order.is_none() {
+            continue;
+        }
+        // Name a filter the user placed, if one is off the join's space.
+        let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && space_option(&g.nodes[n]).is_some();
+        let culprit = off.iter().copied().find(|&n| placed(n)).unwrap_or(off[0]);
+        let consequence = match why_order {
+            Some(w) if all => format!("their blocks would reach the join in an order that depends on timing, and {w}"),
+            _ => "copies of one block would reach the join as different blocks, at times that depend on timing".to_string(),
+        };
+        return Err(BuildError {
+            label: node_label(&g.nodes[culprit]),
+            why: format!(
+                "it runs in space {} but the parallel branches it belongs to meet in space {}; branches must run in one space with their fork and join here ({consequence}); place them together",
+                space[culprit], space[join.id]
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Apply the placement rule to `g` (see the module documentation).
 pub fn place(g: &Graph) -> Result<Placement, BuildError> {
     let n = g.nodes.len();
@@ -223,10 +282,18 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
     let space: Vec<SpaceId> = space.into_iter().map(|s| s.unwrap_or(0)).collect();
     // Channels are one-way: a cycle between spaces would deadlock on full rings.
     let cross: Vec<(SpaceId, SpaceId)> = g.edges.iter().filter(|e| space[e.from] != space[e.to]).map(|e| (space[e.from], space[e.to])).collect();
-    if let Some(e) = g.edges.iter().find(|e| space[e.from] != space[e.to] && reaches(&cross, space[e.to], space[e.from])) {
+    let closing: Vec<&Edge> = g.edges.iter().filter(|e| space[e.from] != space[e.to] && reaches(&cross, space[e.to], space[e.from])).collect();
+    if let Some(e) = closing.first() {
+        // Name a filter the user placed (space= or a hint) at either end of such an arc,
+        // rather than a join or loop node that merely followed it.
+        let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && (space_option(&g.nodes[n]).is_some() || !g.nodes[n].hints.is_empty());
+        let culprit = closing.iter().flat_map(|e| [e.to, e.from]).find(|&n| placed(n)).unwrap_or(e.to);
         return Err(BuildError {
-            label: node_label(&g.nodes[e.to]),
-            why: format!("space {} and space {} feed each other; a loop must stay within one space", space[e.from], space[e.to]),
+            label: node_label(&g.nodes[culprit]),
+            why: format!(
+                "space {} and space {} feed each other (channels between spaces are one-way: a loop must stay within one space, and a stream cannot return to a space it left)",
+                space[e.from], space[e.to]
+            ),
         });
     }
     Ok(Placement { space, kinds })
@@ -580,6 +647,7 @@ impl Spaces {
     ) -> Result<Spaces, BuildError> {
         let g = &replicate(&factory.rewrite(g.clone()), factory)?;
         let placement = place(g)?;
+        check_joins(g, &placement, factory)?;
         let (parts, cross) = split(g, &placement);
         let here = |s: SpaceId| placement.kind(s) != SpaceKind::Process;
         let chan_err = |e: &Edge, why: String| BuildError { label: node_label(&g.nodes[e.to]), why };
@@ -948,7 +1016,7 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
         Ok(g) => g,
         Err(e) => return fail_build(e),
     };
-    let placement = match place(g) {
+    let placement = match place(g).and_then(|p| check_joins(g, &p, factory).map(|_| p)) {
         Ok(p) => p,
         Err(e) => return fail_build(e),
     };

@@ -119,4 +119,4 @@ spec!(STDOUT, "stdout", "stdout [lines=yes]", "Writes block contents to standard
 spec!(PCAPOUT, "pcapout", "pcapout file=FILE", "Writes packets to a pcap file (readable by tcpdump and Wireshark), with the\noriginal timestamps and wire lengths when the packets came from a capture (a block\ncropped from a packet keeps its time; a block made by a filter gets time 0).",
       ["file": "output file (also positional)"], "sink (no output)",
       "streamline run 'pcapin file=examples/sample.pcap | udp | pcapout file=udp.pcap'", Sink, make_pcapout);
-spec!(NULL, "null", "null", "Discards everything.", [], "sink (no output)", "streamline run 'gen count=1M | null'", Statistics, make_null);
+spec!(NULL, "null", "null", "Discards everything.", [], "sink (no output)", "streamline run 'gen count=1M | null'", Sink, make_null);

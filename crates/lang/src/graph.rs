@@ -61,6 +61,11 @@ pub enum JoinMode {
     /// split sent them, taking one from each in-arc in turn (each replica must pass on
     /// one block, of any class, for each block it gets).
     Ordered,
+    /// Pass every block as it arrives, from inputs whose relative order carries no
+    /// meaning: hashed replicas of a session filter (allowed only where what follows
+    /// counts) and the capture engines of one interface (`rx queues=N`). Unlike `All`,
+    /// its inputs may come from different spaces.
+    Merge,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,6 +269,7 @@ impl Graph {
                     JoinMode::First => out.push_str("join(first)"),
                     JoinMode::Nth(k) => out.push_str(&format!("join(nth {k})")),
                     JoinMode::Ordered => out.push_str("join(ordered)"),
+                    JoinMode::Merge => out.push_str("join(merge)"),
                 },
                 NodeKind::Split { mode, ways } => {
                     let m = match mode {

@@ -208,7 +208,7 @@ fn parallelize_one_filter() {
     let q = parallelize(&g, 1, 3, SplitMode::Hash);
     assert_eq!(
         q.canonical(),
-        "n0 = gen\nn1 = deflate name=Z.0\nn2 = count\nn3 = split(hash, 3)\nn4 = deflate name=Z.1\nn5 = deflate name=Z.2\nn6 = join(all)\n\
+        "n0 = gen\nn1 = deflate name=Z.0\nn2 = count\nn3 = split(hash, 3)\nn4 = deflate name=Z.1\nn5 = deflate name=Z.2\nn6 = join(merge)\n\
          n0 -> n3\nn1 -> n6 |all\nn3 -> n1\nn3 -> n4\nn3 -> n5\nn4 -> n6 |all\nn5 -> n6 |all\nn6 -> n2 |3\n"
     );
     // Round-robin replicas get the join that restores the order.
