@@ -131,13 +131,16 @@ impl Filter for Inspect {
             lines += &line;
             lines.push('\n');
         }
-        if self.out.write_all(lines.as_bytes()).is_err() {
-            cx.warn("cannot write output");
+        if let Err(e) = self.out.write_all(lines.as_bytes()) {
+            cx.warn(format!("cannot write output: {e}"));
             cx.stop();
         }
     }
-    fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
-        let _ = self.out.flush();
+    fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
+        if let Err(e) = self.out.flush() {
+            cx.warn(format!("cannot write output: {e}"));
+            cx.stop();
+        }
     }
 }
 
