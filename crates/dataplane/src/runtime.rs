@@ -194,7 +194,7 @@ impl Space {
         for n in &g.nodes {
             let base = match &n.kind {
                 NodeKind::Filter { filter, .. } => filter.clone(),
-                NodeKind::Unix { argv } => argv.first().cloned().unwrap_or_default(),
+                NodeKind::Unix { argv, .. } => argv.first().cloned().unwrap_or_default(),
                 NodeKind::Join { .. } => "join".into(),
                 NodeKind::Split { .. } => "split".into(),
             };
@@ -213,7 +213,7 @@ impl Space {
                     // it too sends each block down exactly one arc.
                     (factory.make(filter, &args).map_err(err)?, factory.is_source(filter), filter == "split")
                 }
-                NodeKind::Unix { argv } => {
+                NodeKind::Unix { argv, .. } => {
                     let source = in_degree(n.id) == 0;
                     let sink = !g.edges.iter().any(|e| e.from == n.id);
                     (Box::new(UnixProc::spawn(argv, source, sink).map_err(|e| err(e.to_string()))?), source, false)

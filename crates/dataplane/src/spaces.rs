@@ -74,7 +74,7 @@ impl Placement {
 fn node_label(n: &Node) -> String {
     match &n.kind {
         NodeKind::Filter { filter, .. } => filter.clone(),
-        NodeKind::Unix { argv } => argv.first().cloned().unwrap_or_default(),
+        NodeKind::Unix { argv, .. } => argv.first().cloned().unwrap_or_default(),
         NodeKind::Join { .. } => "join".into(),
         NodeKind::Split { .. } => "split".into(),
     }
@@ -82,7 +82,7 @@ fn node_label(n: &Node) -> String {
 
 fn space_option(n: &Node) -> Option<&str> {
     match &n.kind {
-        NodeKind::Filter { options, .. } => options.iter().find(|(k, _)| k == "space").map(|(_, v)| v.as_str()),
+        NodeKind::Filter { options, .. } | NodeKind::Unix { options, .. } => options.iter().find(|(k, _)| k == "space").map(|(_, v)| v.as_str()),
         _ => None,
     }
 }
@@ -154,7 +154,7 @@ fn order_sensitive_after(g: &Graph, id: usize, factory: &dyn Factory) -> Option<
             NodeKind::Filter { filter, .. } if factory.replication(filter) != Replication::Blocks => {
                 return Some(format!("{filter} downstream sees the order"));
             }
-            NodeKind::Unix { argv } => return Some(format!("{} downstream reads the stream in order", argv.first().map_or("a Unix command", |s| s.as_str()))),
+            NodeKind::Unix { argv, .. } => return Some(format!("{} downstream reads the stream in order", argv.first().map_or("a Unix command", |s| s.as_str()))),
             _ => {}
         }
         if !g.edges.iter().any(|e| e.from == n) {

@@ -89,7 +89,8 @@ fn node_fields() {
     assert_eq!(
         g.nodes[2].kind,
         NodeKind::Unix {
-            argv: vec!["gzip".into(), "-9".into()]
+            argv: vec!["gzip".into(), "-9".into()],
+            options: vec![]
         }
     );
     let src = "gen 10 count=5 | for name=L 3 export=yes @busy | gzip -9 | for name=L |! stdout";
@@ -303,7 +304,8 @@ fn path_resolver() {
     assert_eq!(
         g.nodes[1].kind,
         NodeKind::Unix {
-            argv: vec!["sh".into(), "-c".into(), "cat".into()]
+            argv: vec!["sh".into(), "-c".into(), "cat".into()],
+            options: vec![]
         }
     );
 }
