@@ -785,6 +785,18 @@ impl RingRef {
         self.0.ctl().map_or(0, |c| c.r.0.active.load(Acquire))
     }
 
+    /// Free the reader slots of processes that died and return the readers still attached.
+    /// The writer of a lossy ring never waits for its readers, so it never notices a
+    /// reader killed without detaching; a writer that works only while someone reads (a
+    /// published stream) asks now and then.
+    pub fn reap(&self) -> u32 {
+        if self.0.ctl().is_some() {
+            let _g = self.0.lock_ctl();
+            self.0.scan_min(true);
+        }
+        self.readers()
+    }
+
     /// Open a named ring (under /dev/shm) for reading.
     pub fn open(name: &str) -> Result<RingRef> {
         Ok(RingRef(Shared::open_named(name, false)?))
