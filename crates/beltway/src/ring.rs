@@ -123,7 +123,8 @@ pub struct RingConfig {
     pub liveness: Duration,
     /// SRP only: readers may come and go. The writer stays lossless towards the readers
     /// attached, and writes on without waiting while none is (no broken pipe when the
-    /// last one leaves). For streams published to whoever subscribes.
+    /// last one leaves). For a lossless stream offered to whoever attaches (a stream that
+    /// must not wait for its readers, like a published capture, is FRP instead).
     pub detachable: bool,
 }
 

@@ -763,7 +763,7 @@ mod tests {
                 self.rx.epoch_end();
                 more
             }
-            fn to_end(&mut self) {
+            fn read_to_end(&mut self) {
                 while self.pull() {}
             }
             fn summary(&self) -> (u64, u64, u64) {
@@ -814,8 +814,8 @@ mod tests {
                     live.pull();
                 }
                 cx_run(&mut st, |cx| tx.finish(cx, &mut Batch::default()));
-                live.to_end();
-                slow.to_end();
+                live.read_to_end();
+                slow.read_to_end();
                 assert_eq!(live.got, (0..n).collect::<Vec<_>>(), "the live subscriber got every block in order");
                 assert_eq!(live.summary(), (n as u64, 0, 0));
                 let (received, lost, lost_bytes) = slow.summary();
@@ -913,6 +913,40 @@ mod tests {
                     // Whatever came out resolves, or fails cleanly.
                     for t in &b.tags {
                         let _ = st.data(t);
+                    }
+                    rx.epoch_end();
+                    if !more {
+                        break;
+                    }
+                }
+            }
+
+            /// The same garbage in a stream another run publishes: the subscriber, which
+            /// copies blocks out, reports errors as warnings and never panics either, and
+            /// whatever it hands out lies in its own ring.
+            #[test]
+            fn garbage_in_a_published_stream_is_an_error_not_a_crash(msgs in proptest::collection::vec(msg(), 0..40)) {
+                static CASE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let key = format!("t-hostile-{}-{}", std::process::id(), CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+                let mut tx = publish(&key, ChannelConfig { data: 1 << 16, slots: 256, ..Default::default() }).unwrap();
+                let mut rx = subscribe(&key).unwrap();
+                for m in &msgs {
+                    match m {
+                        Msg::Through(b, c) => { tx.w.write_through_parts(&[b], *c).unwrap(); }
+                        Msg::Tag(p, l, b, c) => { tx.w.write_tag(Tag { pos: *p, len: *l, buf: *b, class: *c }).unwrap(); }
+                    }
+                }
+                tx.w.close();
+                let mut st = Store::new(1 << 16);
+                let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
+                for _ in 0..100 {
+                    let mut b = Batch::default();
+                    let more = {
+                        let mut cx = Ctx { store: &mut st, name: "t", sessions: &mut sessions, warnings: &mut warnings, stop: &mut stop };
+                        rx.pull(&mut cx, &mut b, 256)
+                    };
+                    for t in &b.tags {
+                        prop_assert_eq!(st.data(t).map(|d| d.len()), Ok(t.len as usize));
                     }
                     rx.epoch_end();
                     if !more {
