@@ -484,7 +484,7 @@ impl Ingress {
                 Ok(None) => return Ok(None),
                 // The publisher lapped the tag ring: every tag in between is a lost block.
                 Err(beltway::Error::Overrun { from, to, .. }) => {
-                    sub.lost += (to - from) / Tag::SIZE as u64;
+                    sub.lost += to.saturating_sub(from) / Tag::SIZE as u64;
                     continue;
                 }
                 Err(e) => return Err(e),
