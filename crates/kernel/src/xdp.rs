@@ -5,14 +5,17 @@
 //! the driver offers no zero-copy (veth, generic XDP).
 //!
 //! Owns: socket and UMEM setup, chunk ownership (lent to the kernel through the fill ring
-//! or held by us between `next_batch` and `recycle`), and read access to held chunks
-//! ([`UmemView`]). The `unsafe` here: the xsk-rs calls whose contract is chunk ownership,
+//! or held by us between `next_batch` and `recycle`), frame positions (absolute:
+//! `generation * UMEM size + offset`, one generation per batch, so a position names one
+//! frame for the life of the socket) and read access to the chunks of the batch we hold
+//! ([`UmemView`], which refuses positions of earlier generations). The `unsafe` here: the xsk-rs calls whose contract is chunk ownership,
 //! and the slice into the UMEM, each with a `// SAFETY:` comment.
 
 #![allow(unsafe_code)]
 
 use std::io;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use xsk_rs::config::{BindFlags, FrameSize, Interface, QueueSize, SocketConfig, UmemConfig, XdpFlags};
@@ -35,6 +38,9 @@ impl Default for XdpConfig {
     }
 }
 
+/// Bytes per UMEM chunk.
+const CHUNK: usize = 2048;
+
 /// Read access to the UMEM, shared with the store (tags point into it).
 #[derive(Debug)]
 pub struct UmemView {
@@ -42,6 +48,10 @@ pub struct UmemView {
     _umem: Umem,
     base: *const u8,
     len: usize,
+    /// The generation of the batch user space holds (0: none). Every batch gets a new one,
+    /// so positions of an earlier batch, whose chunks may hold other frames by now, are
+    /// refused.
+    held: AtomicU64,
 }
 
 // SAFETY: the view only reads the mapping (kept alive by `_umem`, itself Send); which
@@ -51,15 +61,21 @@ unsafe impl Send for UmemView {}
 unsafe impl Sync for UmemView {}
 
 impl UmemView {
-    /// `len` bytes at UMEM offset `off`, if inside the UMEM. The caller reads only chunks
-    /// it holds (between `next_batch` and `recycle`).
-    pub fn get(&self, off: usize, len: usize) -> Option<&[u8]> {
-        if off.checked_add(len)? > self.len {
+    /// `len` bytes at absolute position `pos` (`generation * UMEM size + offset`, as
+    /// [`XdpRx::next_batch`] hands them out), if they lie in one chunk of the batch user
+    /// space holds now; None for a position of an earlier batch (its chunk went back to
+    /// the kernel and may hold another frame) and outside the UMEM.
+    ///
+    /// The slice must not be kept past [`XdpRx::recycle`] (or the next `next_batch`): the
+    /// owner recycles only once every reader of the batch is done.
+    pub fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        let (generation, off) = (pos / self.len as u64, (pos % self.len as u64) as usize);
+        if generation == 0 || self.held.load(Ordering::Acquire) != generation || off.checked_add(len)? > (off / CHUNK + 1) * CHUNK {
             return None;
         }
-        // SAFETY: [off, off + len) lies inside the UMEM mapping, alive as long as `self`;
-        // the chunks callers read are held by user space, so the kernel does not write
-        // them meanwhile.
+        // SAFETY: [off, off + len) lies inside one chunk of the UMEM mapping (alive as long
+        // as `self`), and that chunk belongs to the batch user space holds (the generation
+        // checked just above), so the kernel does not write it until `recycle`.
         Some(unsafe { std::slice::from_raw_parts(self.base.add(off), len) })
     }
 
@@ -88,6 +104,8 @@ pub struct XdpRx {
     fill_size: u32,
     /// Frames per second seen while gathering (moving average), to size the sleeps.
     rate: f64,
+    /// Batches handed out so far (the last one's generation).
+    generation: u64,
 }
 
 fn err(what: &str, e: impl std::fmt::Display, source: Option<&(dyn std::error::Error + 'static)>) -> io::Error {
@@ -127,7 +145,7 @@ impl XdpRx {
         // The fill ring holds half the chunks; the rest are spare for batches we hold.
         let fill_size = cfg.frames / 2;
         let ucfg = UmemConfig::builder()
-            .frame_size(FrameSize::new(2048).map_err(|e| err("UMEM frame size", e, None))?)
+            .frame_size(FrameSize::new(CHUNK as u32).map_err(|e| err("UMEM frame size", e, None))?)
             .fill_queue_size(QueueSize::new(fill_size).map_err(|e| err("fill ring size", e, None))?)
             .comp_queue_size(QueueSize::new(64).map_err(|e| err("completion ring size", e, None))?)
             .build()
@@ -159,7 +177,7 @@ impl XdpRx {
         // SAFETY: `first` describes a chunk of this UMEM that nobody has lent out yet.
         let p = unsafe { umem.data(&first) }.contents().as_ptr();
         let base = p.wrapping_sub(first.addr());
-        let len = cfg.frames as usize * 2048;
+        let len = cfg.frames as usize * CHUNK;
         let (lend, spare) = descs.split_at(fill_size as usize);
         // SAFETY: these chunks belong to this UMEM and are not lent anywhere else; they
         // stay the kernel's until they come back through the RX ring. Not more than the
@@ -169,7 +187,7 @@ impl XdpRx {
             return Err(io::Error::other(format!("AF_XDP: the fill ring took {lent} of {} chunks", lend.len())));
         }
         Ok(XdpRx {
-            view: Arc::new(UmemView { _umem: umem, base, len }),
+            view: Arc::new(UmemView { _umem: umem, base, len, held: AtomicU64::new(0) }),
             rx,
             fq,
             _tx: tx,
@@ -179,6 +197,7 @@ impl XdpRx {
             scratch: descs[..fill_size as usize].to_vec(),
             fill_size,
             rate: 0.0,
+            generation: 0,
         })
     }
 
@@ -187,11 +206,13 @@ impl XdpRx {
         self.view.clone()
     }
 
-    /// Wait up to `timeout` for frames; returns (UMEM offset, length) of each, at most
+    /// Wait up to `timeout` for frames; returns (position, length) of each, at most
     /// `max` (and at most half the fill ring, so the kernel keeps chunks to fill while we
     /// gather). Once the first frame is there, gathers more for up to `latency`: fewer
     /// wake-ups and larger batches under load, and a quiet link waits at most that long.
-    /// The chunks stay ours until [`XdpRx::recycle`], which this calls first.
+    /// The chunks stay ours until [`XdpRx::recycle`], which this calls first. A batch's
+    /// positions are `generation * UMEM size + chunk offset` with a generation of its
+    /// own (see [`UmemView::get`]).
     ///
     /// Wake-ups are what AF_XDP costs here (a context switch is microseconds on a VM; the
     /// frame copy is done by the kernel in the sender's context). So frames already in
@@ -199,7 +220,7 @@ impl XdpRx {
     /// the gathering sleeps for as long as the rate seen so far says the batch needs to
     /// fill (at least [`GATHER_STEP`], at most the rest of the bound): a few wake-ups per
     /// batch, like TPACKET_V3's block retirement.
-    pub fn next_batch(&mut self, max: usize, timeout: Duration, latency: Duration) -> io::Result<Vec<(usize, usize)>> {
+    pub fn next_batch(&mut self, max: usize, timeout: Duration, latency: Duration) -> io::Result<Vec<(u64, usize)>> {
         self.recycle();
         let n = max.min(self.scratch.len() / 2).max(1);
         let ms = |d: Duration| d.as_millis().min(i32::MAX as u128) as i32;
@@ -251,10 +272,18 @@ impl XdpRx {
             }
         }
         let mut out = Vec::with_capacity(got);
+        if got == 0 {
+            return Ok(out);
+        }
+        self.generation += 1;
+        let base = self.generation * self.view.len as u64;
         for d in &self.scratch[..got] {
-            out.push((d.addr(), d.lengths().data()));
+            out.push((base + d.addr() as u64, d.lengths().data()));
             self.held.push(*d);
         }
+        // SYNC POINT: publishes the batch's generation to readers of the view (Acquire in
+        // `UmemView::get`).
+        self.view.held.store(self.generation, Ordering::Release);
         Ok(out)
     }
 
@@ -277,6 +306,9 @@ impl XdpRx {
         if self.held.is_empty() {
             return;
         }
+        // SYNC POINT: withdraw the batch from readers (paired with the Acquire in
+        // `UmemView::get`) before its chunks can reach the kernel.
+        self.view.held.store(0, Ordering::Release);
         self.spare.append(&mut self.held);
         let room = self.fq.nb_free(self.fill_size) as usize;
         let k = room.min(self.spare.len());
