@@ -383,3 +383,56 @@ impl Drop for RxRing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netns::Veth;
+
+    /// A frame position names one lap of its block: once the block goes back to the kernel
+    /// it is refused, and still refused when the same block is held again in a later lap
+    /// (the same offset then holds another frame, which the new lap's position reads).
+    /// Real traffic on a veth pair into a namespace of its own; needs root.
+    #[test]
+    fn a_frame_position_is_refused_once_its_block_went_back_even_when_held_again() {
+        let v = Veth::new("ap").unwrap_or_else(|e| panic!("{e}"));
+        let cfg = RxConfig { block_size: 1 << 16, blocks: 2, latency: Duration::from_millis(1), fanout: None };
+        let rx = RxRing::open(&v.here, cfg, None).unwrap_or_else(|e| panic!("{e}"));
+        let sock = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
+        // (block, lap, first frame, its bytes) of the first block seen with a frame.
+        let mut first: Option<(usize, u64, Frame, Vec<u8>)> = None;
+        for i in 0..400 {
+            // A datagram per round: the timer hands over a block with it (and with ARP).
+            let _ = sock.send_to(format!("lap test {i:04}").as_bytes(), format!("{}:9", v.peer_ip));
+            let Some(b) = rx.next_block(Duration::from_secs(1)).unwrap() else { continue };
+            let Some(&f) = b.frames.first() else {
+                rx.release(b.index);
+                continue;
+            };
+            assert_eq!(f.pos / rx.len() as u64, b.lap, "the position carries the lap");
+            let bytes = rx.frame_bytes(f.pos, f.snaplen as usize).expect("a frame of a held block resolves").to_vec();
+            match &first {
+                None => {
+                    first = Some((b.index, b.lap, f, bytes));
+                    rx.release(b.index);
+                    assert_eq!(rx.frame_bytes(f.pos, f.snaplen as usize), None, "given back: refused");
+                }
+                Some((index, lap, old, old_bytes)) if b.index == *index && b.lap > *lap => {
+                    // The same block, held again: its memory is readable, under the new lap.
+                    let same_offset = b.lap * rx.len() as u64 + old.pos % rx.len() as u64;
+                    assert!(rx.frame_bytes(same_offset, old.snaplen as usize).is_some());
+                    assert_eq!(rx.frame_bytes(old.pos, old.snaplen as usize), None, "a position of an earlier lap is refused");
+                    assert_ne!(&bytes, old_bytes, "another datagram in the block now");
+                    // Out of the ring, or across its block's end: refused too.
+                    assert_eq!(rx.frame_bytes(u64::MAX, 1), None);
+                    assert_eq!(rx.frame_bytes(b.lap * rx.len() as u64 + (b.index as u64 + 1) * (1 << 16) - 4, 8), None);
+                    rx.release(b.index);
+                    assert_eq!(rx.frame_bytes(f.pos, f.snaplen as usize), None);
+                    return;
+                }
+                _ => rx.release(b.index),
+            }
+        }
+        panic!("no block came round a second time in 400 rounds ({first:?})");
+    }
+}

@@ -48,10 +48,10 @@ pub struct UmemView {
     _umem: Umem,
     base: *const u8,
     len: usize,
-    /// The generation of the batch user space holds (0: none). Every batch gets a new one,
-    /// so positions of an earlier batch, whose chunks may hold other frames by now, are
-    /// refused.
-    held: AtomicU64,
+    /// Per chunk: the generation of the batch in which user space holds it, 0 while it is
+    /// the kernel's or spare. Every batch gets a new generation, so positions of an
+    /// earlier batch, whose chunks may hold other frames by now, are refused.
+    held: Box<[AtomicU64]>,
 }
 
 // SAFETY: the view only reads the mapping (kept alive by `_umem`, itself Send); which
@@ -70,12 +70,13 @@ impl UmemView {
     /// owner recycles only once every reader of the batch is done.
     pub fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
         let (generation, off) = (pos / self.len as u64, (pos % self.len as u64) as usize);
-        if generation == 0 || self.held.load(Ordering::Acquire) != generation || off.checked_add(len)? > (off / CHUNK + 1) * CHUNK {
+        let chunk = off / CHUNK;
+        if generation == 0 || self.held.get(chunk)?.load(Ordering::Acquire) != generation || off.checked_add(len)? > (chunk + 1) * CHUNK {
             return None;
         }
         // SAFETY: [off, off + len) lies inside one chunk of the UMEM mapping (alive as long
-        // as `self`), and that chunk belongs to the batch user space holds (the generation
-        // checked just above), so the kernel does not write it until `recycle`.
+        // as `self`), and user space holds that chunk in the generation the position names
+        // (checked just above), so the kernel does not write it until `recycle`.
         Some(unsafe { std::slice::from_raw_parts(self.base.add(off), len) })
     }
 
@@ -187,7 +188,7 @@ impl XdpRx {
             return Err(io::Error::other(format!("AF_XDP: the fill ring took {lent} of {} chunks", lend.len())));
         }
         Ok(XdpRx {
-            view: Arc::new(UmemView { _umem: umem, base, len, held: AtomicU64::new(0) }),
+            view: Arc::new(UmemView { _umem: umem, base, len, held: (0..cfg.frames).map(|_| AtomicU64::new(0)).collect() }),
             rx,
             fq,
             _tx: tx,
@@ -280,10 +281,12 @@ impl XdpRx {
         for d in &self.scratch[..got] {
             out.push((base + d.addr() as u64, d.lengths().data()));
             self.held.push(*d);
+            if let Some(h) = self.view.held.get(d.addr() / CHUNK) {
+                // SYNC POINT: publishes that we hold the chunk in this generation to readers
+                // of the view (Acquire in `UmemView::get`).
+                h.store(self.generation, Ordering::Release);
+            }
         }
-        // SYNC POINT: publishes the batch's generation to readers of the view (Acquire in
-        // `UmemView::get`).
-        self.view.held.store(self.generation, Ordering::Release);
         Ok(out)
     }
 
@@ -306,9 +309,13 @@ impl XdpRx {
         if self.held.is_empty() {
             return;
         }
-        // SYNC POINT: withdraw the batch from readers (paired with the Acquire in
-        // `UmemView::get`) before its chunks can reach the kernel.
-        self.view.held.store(0, Ordering::Release);
+        for d in &self.held {
+            if let Some(h) = self.view.held.get(d.addr() / CHUNK) {
+                // SYNC POINT: withdraw the chunk from readers (paired with the Acquire in
+                // `UmemView::get`) before it can reach the kernel.
+                h.store(0, Ordering::Release);
+            }
+        }
         self.spare.append(&mut self.held);
         let room = self.fq.nb_free(self.fill_size) as usize;
         let k = room.min(self.spare.len());
@@ -323,5 +330,62 @@ impl XdpRx {
         if lent == k {
             self.spare.truncate(from);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netns::Veth;
+
+    /// The next batch that brings frames (the peer pings meanwhile).
+    fn batch(rx: &mut XdpRx) -> Vec<(u64, usize)> {
+        for _ in 0..50 {
+            let b = rx.next_batch(8, Duration::from_millis(200), Duration::ZERO).unwrap_or_else(|e| panic!("{e}"));
+            if !b.is_empty() {
+                return b;
+            }
+        }
+        panic!("no frames in 10 s");
+    }
+
+    /// A batch's positions carry its generation: they resolve while the batch is held and
+    /// are refused once its chunks went back to the kernel, also while a later batch is
+    /// held. Real frames from a namespace's pings onto a veth pair; needs root.
+    #[test]
+    fn positions_of_a_recycled_batch_are_refused() {
+        let v = Veth::new("xg").unwrap_or_else(|e| panic!("{e}"));
+        // AF_XDP takes the frames from the host's stack: nothing answers ARP, so the
+        // pinging side gets a static neighbour entry.
+        let mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", v.here)).unwrap();
+        v.exec(&["ip", "neigh", "add", &v.here_ip, "lladdr", mac.trim(), "dev", &v.there]).unwrap();
+        let mut rx = XdpRx::open(&v.here, XdpConfig { queue: 0, frames: 64, skb_mode: false }).unwrap_or_else(|e| panic!("{e}"));
+        let view = rx.view();
+        let mut ping = v.command("ping").args(["-c", "400", "-i", "0.005", "-q", &v.here_ip]).stdout(std::process::Stdio::null()).spawn().unwrap();
+        let size = view.len() as u64;
+        let first = batch(&mut rx);
+        let (p, n) = first[0];
+        let g = p / size;
+        assert!(g >= 1, "generation 0 is none");
+        assert!(first.iter().all(|&(q, _)| q / size == g), "one generation per batch");
+        let bytes = view.get(p, n).expect("a held frame resolves").to_vec();
+        let second = batch(&mut rx);
+        let (q, m) = second[0];
+        assert!(q / size > g, "a later batch, a later generation");
+        assert!(view.get(q, m).is_some());
+        assert_eq!(view.get(p, n), None, "the first batch went back: refused");
+        let in_batch = |off: u64| second.iter().any(|&(x, _)| (x % size) / CHUNK as u64 == off / CHUNK as u64);
+        assert_eq!(view.get(q / size * size + p % size, n).is_some(), in_batch(p % size), "the same offset resolves under the new generation only if its chunk is in the new batch");
+        // A chunk not in the batch (the kernel's to fill) is refused under any generation.
+        let theirs = (0..64u64).map(|c| c * CHUNK as u64).find(|&o| !in_batch(o)).expect("the batch holds 8 of 64 chunks");
+        assert_eq!(view.get(q / size * size + theirs, 1), None);
+        assert!(!bytes.is_empty());
+        // Out of a chunk, or of the UMEM: refused.
+        assert_eq!(view.get(q / size * size + CHUNK as u64 - 4, 8), None);
+        assert_eq!(view.get(u64::MAX, 1), None);
+        rx.recycle();
+        assert_eq!(view.get(q, m), None, "recycled: refused");
+        let _ = ping.kill();
+        let _ = ping.wait();
     }
 }
