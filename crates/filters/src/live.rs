@@ -202,7 +202,7 @@ impl Filter for Rx {
     fn summary(&self) -> Option<String> {
         self.ring.as_ref()?;
         Some(format!(
-            "rx {}: {} packets delivered, {} seen by the kernel socket{}, {} dropped by the kernel (ring full)",
+            "rx {}: {} packets delivered, {} seen by the kernel socket{}, {} dropped by the kernel (ring full); {} blocks taken, the ring went round {} times",
             self.dev,
             self.packets,
             self.kernel_seen,
@@ -211,7 +211,9 @@ impl Filter for Rx {
                 (None, Some((c, _))) => format!(" after its eBPF program ({})", c.name()),
                 (None, None) => String::new(),
             },
-            self.kernel_drops
+            self.kernel_drops,
+            self.blocks_seen,
+            self.blocks_seen / self.cfg.blocks as u64
         ))
     }
 }
