@@ -24,7 +24,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 const CONNS: usize = 24;
 /// A connection's first request follows its second after this many rounds of filler.
 const LAG: usize = 8;
-/// Filler frames per round (UDP, 1514 bytes on the wire).
+/// Filler frames per round (UDP, 1514 bytes on the wire), unless a test needs more.
 const FILLER: usize = 800;
 const FILLER_LEN: usize = 1514;
 /// `rx blocks=`: the AF_PACKET ring is this many blocks of 1 MiB.
@@ -126,8 +126,8 @@ fn request(i: usize, which: &str) -> Vec<u8> {
 }
 
 /// Writes the capture: per connection a handshake and its second request (early), and
-/// `LAG` rounds of filler later its first request, which fills the gap.
-fn write_capture(path: &Path) -> Capture {
+/// `LAG` rounds of `fill` filler frames later its first request, which fills the gap.
+fn write_capture(path: &Path, fill: usize) -> Capture {
     let mut out = Out { w: PcapWriter::new(std::fs::File::create(path).unwrap()).unwrap(), frames: 0, bytes: 0, t: Duration::from_secs(1_700_000_000) };
     // Per connection: the second request's time and the capture's size after it.
     let mut early: Vec<(Duration, u64)> = Vec::new();
@@ -145,7 +145,7 @@ fn write_capture(path: &Path) -> Capture {
             let at = out.put(&tcp(true, port, c + 1 + request(i, "one").len() as u32, Some(s + 1), false, &request(i, "two")));
             early.push((at, out.bytes));
         }
-        for _ in 0..FILLER {
+        for _ in 0..fill {
             n += 1;
             out.put(&filler(n));
         }
@@ -207,13 +207,13 @@ fn number_before(line: &str, what: &str) -> u64 {
 /// Replays the capture onto a fresh pair and runs `rx dev=HERE RX_OPTS | MIDDLE tcpstream
 /// | http | pcapout` while it plays; the requests must be the file's (`pcapin` instead of
 /// `rx`), byte for byte and in order, each with its own capture time. Returns the rx
-/// summary line and the capture's facts.
-fn live_equals_file(name: &str, rx_opts: &str, middle: &str) -> (String, Capture) {
+/// summary line and the capture's facts. `fill`: filler frames per round.
+fn live_equals_file(name: &str, rx_opts: &str, middle: &str, fill: usize) -> (String, Capture) {
     let _one = REPLAY.lock().unwrap_or_else(|e| e.into_inner());
     require_tools();
     let dir = tmp_dir(name);
     let cap = dir.join("ooo.pcap");
-    let c = write_capture(&cap);
+    let c = write_capture(&cap, fill);
     assert_eq!(c.requests.len(), 2 * CONNS);
 
     // The file: the requests in stream order, each with its own frame's time (the early
@@ -273,7 +273,7 @@ fn live_equals_file(name: &str, rx_opts: &str, middle: &str) -> (String, Capture
 /// its block is handed back and refilled (by filler) before its gap closes.
 #[test]
 fn rx_tcpstream_http_equals_pcapin_while_the_ring_wraps() {
-    let (rx, c) = live_equals_file("pk", &format!("blocks={BLOCKS}"), "");
+    let (rx, c) = live_equals_file("pk", &format!("blocks={BLOCKS}"), "", FILLER);
     let ring = BLOCKS << 20;
     assert!(c.held_over > 2 * ring, "each held segment waits for {} bytes, over two rings of {ring}", c.held_over);
     let laps = number_before(&rx, "times");
@@ -281,18 +281,22 @@ fn rx_tcpstream_http_equals_pcapin_while_the_ring_wraps() {
 }
 
 /// The same with tcpstream in a thread space of its own: rx's frames cross a channel
-/// (written through once into its data ring), which its producer reuses once the batch
-/// is released, so the held segments are copies there too.
+/// (written through once into its data ring), whose producer reuses the ring once the
+/// consumer released the batch, so held segments must be copies there too. Each waits
+/// while more than the channel's data ring of bytes goes through it.
 #[test]
 fn rx_into_another_space_tcpstream_http_equals_pcapin() {
-    let (rx, c) = live_equals_file("sp", &format!("blocks={BLOCKS}"), "count space=1 | ");
+    let fill = 2 * FILLER + FILLER / 4;
+    let (rx, c) = live_equals_file("sp", &format!("blocks={BLOCKS}"), "count space=1 | ", fill);
+    let channel = dataplane::channel::ChannelConfig::default().data as u64;
+    assert!(c.held_over > channel, "each held segment waits for {} bytes, more than the channel's {channel}", c.held_over);
     assert!(number_before(&rx, "times") >= c.bytes / (BLOCKS << 20), "{rx}");
 }
 
 /// AF_XDP: a UMEM of XDP_FRAMES chunks, every one of them reused while a segment is held.
 #[test]
 fn rx_xdp_tcpstream_http_equals_pcapin_while_chunks_are_reused() {
-    let (rx, c) = live_equals_file("xd", &format!("impl=xdp frames={XDP_FRAMES}"), "");
+    let (rx, c) = live_equals_file("xd", &format!("impl=xdp frames={XDP_FRAMES}"), "", FILLER);
     assert!(rx.contains("AF_XDP"), "{rx}");
     assert!(c.held_over / FILLER_LEN as u64 > XDP_FRAMES as u64, "each held segment waits for more frames than the UMEM has chunks");
     assert!(c.frames > 10 * XDP_FRAMES, "the UMEM's chunks are reused many times");
