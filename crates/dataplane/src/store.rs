@@ -985,6 +985,32 @@ mod tests {
                 proptest::prop_assert_eq!(r.data(&t), st.data(&t), "tag {:?}", t);
             }
         }
+
+        /// A lent region resolves a tag exactly when it lies in the block lent now (its
+        /// generation, inside the block), to that block's bytes, and `keep` copies exactly
+        /// those: stale, future and hostile positions are Gone, never other bytes or a
+        /// panic.
+        #[test]
+        fn lent_tags_resolve_only_in_the_block_lent_now(laps in 0u64..5, tags in proptest::collection::vec(
+            (proptest::prop_oneof![0u64..30_000, (u64::MAX - 5000)..=u64::MAX], 0u32..5000), 1..40)) {
+            let mut st = Store::new(1 << 16);
+            let lender = Lender::new(4096);
+            for _ in 0..laps {
+                lender.give_back();
+            }
+            let id = st.add_external(lender.clone());
+            let now = lender.pos(0) / 4096;
+            for (pos, len) in tags {
+                let t = Tag { pos, len, buf: id, class: 1 };
+                let (g, off) = (pos / 4096, (pos % 4096) as usize);
+                let lent_now = g == now && off + len as usize <= 4096;
+                let want = if lent_now { Ok(lender.bytes(off, len as usize)) } else { Err(ResolveError::Gone { buf: id, pos }) };
+                proptest::prop_assert_eq!(st.data(&t).map(<[u8]>::to_vec), want.clone(), "tag {:?}", t);
+                proptest::prop_assert_eq!(st.resolver().data(&t).map(<[u8]>::to_vec), want.clone());
+                let kept = st.keep(&t).and_then(|k| st.data(&k).map(<[u8]>::to_vec));
+                proptest::prop_assert_eq!(kept, want);
+            }
+        }
     }
 
     #[test]

@@ -146,7 +146,7 @@ impl Filter for Rx {
                 Ok(Some(b)) => {
                     self.blocks_seen += 1;
                     // The kernel's counters (a system call): now and then, and at the end.
-                    if self.blocks_seen % 64 == 0 {
+                    if self.blocks_seen.is_multiple_of(64) {
                         self.count_kernel();
                     }
                     if b.frames.is_empty() {
@@ -374,11 +374,13 @@ pub static RX: FilterSpec = FilterSpec {
     synopsis: "rx dev=IF [impl=packet|xdp|auto] [latency=MS] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]",
     description: "Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
-                  goes back to the kernel when its frames have walked the space. A block is handed\n\
+                  goes back to the kernel when its frames have walked the space (a filter that holds\n\
+                  a frame longer, as tcpstream holds early segments, keeps a copy). A block is handed\n\
                   over at the latest `latency` ms after its first frame, so a quiet link does not hold\n\
                   frames back. `bpf`, `flowcount`, `sample` or `bytecount` right after `rx` runs in\n\
                   the kernel on the socket (eBPF for the last three; their maps pinned on bpffs). Needs\n\
-                  CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count.\n\
+                  CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count and\n\
+                  how often the ring went round.\n\
                   impl=xdp reads through an AF_XDP socket into its own UMEM instead (copy mode): the\n\
                   frames of that queue are taken from the host's network stack, which no longer sees\n\
                   them (no ARP or ping answers on that interface while it runs).",
