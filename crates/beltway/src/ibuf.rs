@@ -260,6 +260,22 @@ impl DbufView {
     pub fn tail(&self) -> u64 {
         self.sh.hdr().t.0.tail.load(Acquire)
     }
+    /// Whether the region a tag points to is still intact: on a ring whose writer does not
+    /// wait for this view's reader (a lossy stream), call it after copying the bytes
+    /// [`DbufView::resolve`] handed out, and use the copy only if it says yes (thesis 4.5.4,
+    /// FRP: copy, then verify).
+    pub fn check(&self, tag: &Tag) -> Result<()> {
+        // SYNC POINT: the Acquire fence orders the caller's loads of the region before the
+        // tail load (seqlock read side, against the writer's tail store + Release fence
+        // before it overwrites the region).
+        std::sync::atomic::fence(Acquire);
+        let tail = self.sh.hdr().t.0.tail.load(Relaxed);
+        if tag.pos < tail {
+            return Err(Error::Overrun { name: self.sh.name.clone(), from: tag.pos, to: tail });
+        }
+        Ok(())
+    }
+
     /// Bytes a tag points to, if committed and not yet overwritten.
     pub fn resolve(&self, tag: &Tag) -> Result<&[u8]> {
         let h = self.sh.hdr();

@@ -123,7 +123,8 @@ pub struct RingConfig {
     pub liveness: Duration,
     /// SRP only: readers may come and go. The writer stays lossless towards the readers
     /// attached, and writes on without waiting while none is (no broken pipe when the
-    /// last one leaves). For streams published to whoever subscribes.
+    /// last one leaves). For a lossless stream offered to whoever attaches (a stream that
+    /// must not wait for its readers, like a published capture, is FRP instead).
     pub detachable: bool,
 }
 
@@ -783,6 +784,18 @@ impl RingRef {
     /// Readers attached right now (registered, lossless or not).
     pub fn readers(&self) -> u32 {
         self.0.ctl().map_or(0, |c| c.r.0.active.load(Acquire))
+    }
+
+    /// Free the reader slots of processes that died and return the readers still attached.
+    /// The writer of a lossy ring never waits for its readers, so it never notices a
+    /// reader killed without detaching; a writer that works only while someone reads (a
+    /// published stream) asks now and then.
+    pub fn reap(&self) -> u32 {
+        if self.0.ctl().is_some() {
+            let _g = self.0.lock_ctl();
+            self.0.scan_min(true);
+        }
+        self.readers()
     }
 
     /// Open a named ring (under /dev/shm) for reading.

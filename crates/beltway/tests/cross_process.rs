@@ -382,3 +382,25 @@ fn peer_record(seq: u64, len: usize) -> Vec<u8> {
     v[16..20].copy_from_slice(&crc.to_le_bytes());
     v
 }
+
+/// A lossy (FRP) ring's writer never waits for its readers, so it never notices one that
+/// was killed: its slot stays taken until someone reaps it. `RingRef::reap` frees the
+/// slots of dead readers only (a published stream asks, so that it stops writing when
+/// its last subscriber died).
+#[test]
+fn reap_frees_the_slots_of_killed_readers_of_a_lossy_ring() {
+    let _w = watchdog("reap_frees_the_slots_of_killed_readers_of_a_lossy_ring", 60);
+    let (name, _cleanup) = ring_name("reap");
+    let w = beltway::Writer::create_named(&name, beltway::RingConfig::bytes(1 << 16).sync(beltway::SyncMode::Frp)).unwrap();
+    let ring = w.ring();
+    let mut dead = Peer::spawn(&["attach-sleep", &name]);
+    assert_eq!(dead.line(), "attached");
+    let mut alive = Peer::spawn(&["attach-sleep", &name]);
+    assert_eq!(alive.line(), "attached");
+    assert_eq!(ring.reap(), 2, "two live readers: nothing to reap");
+    dead.kill9();
+    assert_eq!(ring.readers(), 2, "nobody noticed the death yet");
+    assert_eq!(ring.reap(), 1, "the killed reader's slot is freed, the live one's kept");
+    alive.kill9();
+    assert_eq!(ring.reap(), 0);
+}

@@ -54,7 +54,7 @@ fn live_counts_equal_tcpdump_on_the_same_interface() {
     let icmp_kernel = start(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
     let icmp_user = start(&format!("rx dev={} | icmp 4 | count", v.here));
     let mut td = Command::new("tcpdump")
-        .args(["-i", &v.here, "-w"])
+        .args(["--immediate-mode", "-i", &v.here, "-w"])
         .arg(&pcap)
         .arg("icmp")
         .stdout(Stdio::null())
@@ -118,7 +118,7 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
         .spawn()
         .unwrap();
     let mut td = Command::new("tcpdump")
-        .args(["-i", &v.here, "-w"])
+        .args(["--immediate-mode", "-i", &v.here, "-w"])
         .arg(&pcap)
         .arg("udp")
         .stdout(Stdio::null())

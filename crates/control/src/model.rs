@@ -305,7 +305,7 @@ fn label_of(kind: &NodeKind) -> String {
             }
             s
         }
-        NodeKind::Unix { argv } => argv.join(" "),
+        NodeKind::Unix { argv, .. } => argv.join(" "),
         NodeKind::Split { ways, .. } => format!("split({ways})"),
         NodeKind::Join { .. } => "join".to_string(),
     }

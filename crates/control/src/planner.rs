@@ -62,8 +62,14 @@ impl Planner {
             }
             Err(PlanError::Infeasible(why)) => {
                 // Template substitution: parallelize the heaviest filter.
+                // Only a filter whose copies together do what one does, block by block,
+                // may be replicated by the planner (round-robin, order restored).
+                let per_block = |i: usize| match &g.nodes[req.nodes[i].id].kind {
+                    lang::NodeKind::Filter { filter, .. } => filters::find(filter).is_some_and(|s| s.replication == dataplane::Replication::Blocks),
+                    _ => false,
+                };
                 let heaviest = (0..req.nodes.len())
-                    .filter(|&i| req.nodes[i].role == Role::Filter)
+                    .filter(|&i| req.nodes[i].role == Role::Filter && per_block(i))
                     .max_by(|&a, &b| req.node_cycles(a, 0).total_cmp(&req.node_cycles(b, 0)));
                 let mut why = why;
                 if let Some(node) = heaviest {

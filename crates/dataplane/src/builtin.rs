@@ -71,7 +71,7 @@ impl JoinFilter {
 impl Filter for JoinFilter {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         let want = match self.mode {
-            JoinMode::All => return,
+            JoinMode::All | JoinMode::Merge => return,
             JoinMode::Ordered => return self.ordered(cx, batch),
             JoinMode::First => 1,
             JoinMode::Nth(n) => n,
@@ -103,8 +103,10 @@ impl Filter for JoinFilter {
     }
 }
 
-/// Data-parallel split: sends each block down exactly one branch (class k -> branch k),
-/// round-robin or by the hash of its class (so a session stays on one branch).
+/// Data-parallel split: sends each block down exactly one branch, round-robin or by the
+/// hash of its class (so a session stays on one branch). The branch goes in
+/// [`Batch::branch`]; the block's class is left as it was, so the copies after the split
+/// see what one filter would have seen.
 pub struct SplitFilter {
     mode: SplitMode,
     ways: usize,
@@ -119,7 +121,8 @@ impl SplitFilter {
 
 impl Filter for SplitFilter {
     fn process(&mut self, _cx: &mut Ctx<'_>, batch: &mut Batch) {
-        for t in batch.tags.iter_mut() {
+        batch.branch.clear();
+        for t in &batch.tags {
             let k = match self.mode {
                 SplitMode::RoundRobin => {
                     let k = self.next;
@@ -128,7 +131,7 @@ impl Filter for SplitFilter {
                 }
                 SplitMode::Hash => (t.class as usize).wrapping_mul(0x9E37_79B9) % self.ways,
             };
-            t.class = k as u16 + 1;
+            batch.branch.push(k as u16);
         }
     }
 }

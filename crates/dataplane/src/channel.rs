@@ -14,12 +14,19 @@
 //! consumer is woken after `threshold` tags or when `latency` has passed since the first
 //! unsignalled one, and the producer flushes at the end of each of its batches.
 //!
+//! A stream published to other runs ([`publish`], [`subscribe`]) is the exception: lossy
+//! (thesis 4.5.4, FRP). The publisher never waits for a subscriber; each subscriber has
+//! its own reader slot and position in the tag ring, copies every block out of the data
+//! ring and then checks that it was not overwritten meanwhile, so one that falls behind
+//! loses whole blocks (counted in its summary), never reads corrupt ones, and holds back
+//! neither the publisher nor the other subscribers.
+//!
 //! Owns: channel creation and the two endpoint filters. Does not own placement.
 
 use crate::filter::{Batch, Ctx, Filter};
 use crate::store::BufId;
-use beltway::{DbufView, IbufWriter, Layout, Reader, RingConfig, RingRef, Start, Tag, Writer};
-use std::time::Duration;
+use beltway::{DbufView, IbufWriter, Layout, Reader, RingConfig, RingRef, Start, SyncMode, Tag, Writer};
+use std::time::{Duration, Instant};
 
 /// How a channel batches its wake-ups and how much it buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +82,7 @@ pub fn egress_to(name: &str, cfg: ChannelConfig, same_process: bool, to_parent: 
     let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(cfg.data) })?;
     let (tags_ref, data_ref) = (tags.ring(), data.ring());
     let writer = IbufWriter::new(tags)?.with_default(data)?;
-    Ok((Egress { w: writer, name: name.to_string(), failed: false, announced: Vec::new(), same_process, file_refs: !to_parent, tags: tags_ref.clone(), published: false }, tags_ref, data_ref))
+    Ok((Egress { w: writer, name: name.to_string(), failed: false, announced: Vec::new(), same_process, file_refs: !to_parent, tags: tags_ref.clone(), published: false, reaped: Instant::now() }, tags_ref, data_ref))
 }
 
 /// Name under /dev/shm of the stream published under `key` (`.tags` and `.data`).
@@ -84,26 +91,25 @@ pub fn share_name(key: &str) -> String {
 }
 
 /// Prefix sharing across runs (thesis 6.4): offer this arc's stream under `key` to other
-/// runs of the same user. Two named rings, mode 0600: a detachable tag ring (subscribers
-/// come and go; while one is attached the stream is lossless to it, and with none this
-/// costs one check per batch) and a data ring blocks are written through to, files never
-/// named (a subscriber does not map what another run names). `InUse`: a live run
-/// publishes this key already.
+/// runs of the same user. Two named rings, mode 0600: a tag ring with fast reader
+/// preference (thesis 4.5.4, FRP: subscribers come and go, each with its own reader slot;
+/// the publisher never waits for one, and with none attached this costs one check per
+/// batch) and a data ring every block is written through to, one tag per block, files
+/// never named (a subscriber does not map what another run names). Both rings are
+/// overwritten at the publisher's pace; a subscriber that falls behind loses blocks (see
+/// [`subscribe`]). `InUse`: a live run publishes this key already.
 pub fn publish(key: &str, cfg: ChannelConfig) -> beltway::Result<Egress> {
     let name = share_name(key);
     let tags = Writer::create_named(
         &format!("{name}.tags"),
-        RingConfig {
-            latency: cfg.latency,
-            mode: 0o600,
-            detachable: true,
-            ..RingConfig::bytes(cfg.slots * Tag::SIZE).layout(Layout::Tags).threshold(cfg.threshold)
-        },
+        RingConfig { latency: cfg.latency, mode: 0o600, ..RingConfig::bytes(cfg.slots * Tag::SIZE).layout(Layout::Tags).sync(SyncMode::Frp).threshold(cfg.threshold) },
     )?;
+    // Lossless towards its only reader, the writer's own shadow, which the lossy tag ring
+    // never holds back: the data ring too is reused without waiting for subscribers.
     let data = Writer::create_named(&format!("{name}.data"), RingConfig { buf_id: 1, mode: 0o600, ..RingConfig::bytes(cfg.data) })?;
     let tags_ref = tags.ring();
     let w = IbufWriter::new(tags)?.with_default(data)?;
-    Ok(Egress { w, name, failed: false, announced: Vec::new(), same_process: false, file_refs: false, tags: tags_ref, published: true })
+    Ok(Egress { w, name, failed: false, announced: Vec::new(), same_process: false, file_refs: false, tags: tags_ref, published: true, reaped: Instant::now() })
 }
 
 /// A live run's published stream under `key`: its process id, if there is one.
@@ -116,13 +122,25 @@ pub fn published(key: &str) -> Option<u32> {
 /// Subscribe to the stream published under `key`, from now on (what was published before
 /// is not replayed). Untrusted: the publisher names no files for us to map. The stream
 /// ends when the publishing run ends.
+///
+/// Lossy: the publisher overwrites its rings at its own pace. Each block is copied into a
+/// ring of the subscribing space and used only if the publisher's data ring still held it
+/// after the copy; a subscriber that fell behind skips what was overwritten, tags and data
+/// alike, and counts those blocks as lost (its summary line says how many).
 pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
     let name = share_name(key);
     let tags = RingRef::open(&format!("{name}.tags"))?;
     let data = RingRef::open(&format!("{name}.data"))?;
-    let mut i = attach(&name, &tags, &data, false, Start::Latest)?;
-    i.subscribed = true;
-    Ok(i)
+    if tags.shared().layout() != Layout::Tags || data.shared().layout() != Layout::Bytes {
+        return Err(beltway::Error::BadRing { name, why: "not a published stream (a tag ring and a byte ring)".into() });
+    }
+    let reader = tags.reader(Start::Latest)?;
+    let view = DbufView::new(&data);
+    // The subscriber's ring is as large as the publisher's; a batch holds at most a
+    // quarter of it, and a block at most a quarter, so a batch never laps it.
+    let size = data.shared().max_size();
+    let sub = Subscription { view, size, ring: None, received: 0, lost: 0, lost_bytes: 0 };
+    Ok(Ingress { trusted: false, max_bytes: (size / 4).max(1), r: Some(reader), data: None, local: 0, name, held: false, link_set: false, files: Vec::new(), file_ref: None, sub: Some(sub) })
 }
 
 /// The consumer's end of a channel, attached to its rings (attach every consumer before
@@ -139,7 +157,7 @@ fn attach(name: &str, tags: &RingRef, data: &RingRef, trusted: bool, start: Star
     // A batch holds at most a quarter of the data ring, so the producer keeps writing
     // while the consumer works on it.
     let max_bytes = (data.shared().max_size() / 4).max(1);
-    Ok(Ingress { trusted, max_bytes, r: Some(reader), data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None, subscribed: false })
+    Ok(Ingress { trusted, max_bytes, r: Some(reader), data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None, sub: None })
 }
 
 /// What travels with each block: its record metadata (capture time, wire length, and for
@@ -223,9 +241,31 @@ pub struct Egress {
     /// A published stream ([`publish`]): written only while someone subscribes, and a
     /// failure ends the publishing, not the space.
     published: bool,
+    /// When the published stream's dead subscribers were last looked for.
+    reaped: Instant,
 }
 
+/// How often a publisher frees the reader slots of subscribers that died (a killed
+/// subscriber does not detach, and the publisher never waits for it, so never notices).
+const REAP: Duration = Duration::from_secs(1);
+
 impl Egress {
+    /// Whether anyone reads this channel: always for a channel of this run; for a
+    /// published stream, whether a live subscriber is attached.
+    fn wanted(&mut self) -> bool {
+        if !self.published {
+            return true;
+        }
+        if self.tags.readers() == 0 {
+            return false;
+        }
+        if self.reaped.elapsed() >= REAP {
+            self.reaped = Instant::now();
+            return self.tags.reap() > 0;
+        }
+        true
+    }
+
     /// A block in one of this space's shared rings, to a consumer in this process.
     fn send_ref(&mut self, cx: &mut Ctx<'_>, t: &Tag) -> beltway::Result<()> {
         let meta = Meta::of(cx, t);
@@ -270,7 +310,7 @@ impl Filter for Egress {
         !(self.failed || (self.published && self.tags.readers() == 0))
     }
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
-        if self.failed || (self.published && self.tags.readers() == 0) {
+        if self.failed || !self.wanted() {
             return;
         }
         for t in &batch.tags {
@@ -343,7 +383,24 @@ pub struct Ingress {
     /// The header of a FILE_REF pair, until its tag arrives.
     file_ref: Option<Meta>,
     /// A subscription to another run's published prefix (not a channel of this run).
-    subscribed: bool,
+    sub: Option<Subscription>,
+}
+
+/// A subscriber's side of a published stream: the publisher's data ring (read by copying,
+/// since the publisher may overwrite it at any time), the ring in this space the copies
+/// go to, and what was received and lost.
+struct Subscription {
+    view: DbufView,
+    /// Bytes of the publisher's data ring, and of the ring the copies go to.
+    size: u64,
+    /// The copies' ring in this space's store, made on the first pull.
+    ring: Option<BufId>,
+    received: u64,
+    /// Blocks lost to overwrite: their tags (the subscriber fell a whole tag ring behind)
+    /// or their data (the data ring lapped first, or while a block was being copied).
+    lost: u64,
+    /// Bytes of the lost blocks whose tags were read (the others' lengths are unknown).
+    lost_bytes: u64,
 }
 
 /// How long a pull waits for the first tag before giving the space's loop a turn (so an
@@ -363,6 +420,9 @@ impl Ingress {
     /// Next block without blocking, renamed into the local store with its record
     /// metadata restored: `Ok(None)` when none is committed yet.
     fn next(&mut self, cx: &mut Ctx<'_>) -> beltway::Result<Option<Tag>> {
+        if self.sub.is_some() {
+            return self.next_copied(cx);
+        }
         let corrupt = |pos: u64, why: String| beltway::Error::Corrupt { name: self.name.clone(), pos, why };
         let Some(r) = self.r.as_mut() else { return Ok(None) };
         loop {
@@ -410,6 +470,75 @@ impl Ingress {
         }
     }
 
+    /// [`Ingress::next`] for a subscription: the next block the publisher has not yet
+    /// overwritten, copied into this space's ring. Copy first, then check (thesis 4.5.4):
+    /// a tag or a block found overwritten after it was read is counted as lost and skipped.
+    fn next_copied(&mut self, cx: &mut Ctx<'_>) -> beltway::Result<Option<Tag>> {
+        let name = &self.name;
+        let corrupt = |pos: u64, why: String| beltway::Error::Corrupt { name: name.clone(), pos, why };
+        let (Some(r), Some(sub)) = (self.r.as_mut(), self.sub.as_mut()) else { return Ok(None) };
+        let ring = *sub.ring.get_or_insert_with(|| cx.store.add_ring(sub.size as usize));
+        loop {
+            let (at, t) = match r.try_peek_acquire(Tag::SIZE) {
+                Ok(Some(p)) => (p.pos, Tag::from_bytes(p.data)),
+                Ok(None) => return Ok(None),
+                // The publisher lapped the tag ring: every tag in between is a lost block.
+                Err(beltway::Error::Overrun { from, to, .. }) => {
+                    sub.lost += to.saturating_sub(from) / Tag::SIZE as u64;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            r.peek_complete()?;
+            if r.check(at).is_err() {
+                // Overwritten while we read it.
+                sub.lost += 1;
+                continue;
+            }
+            let Some(t) = t.filter(|t| t.buf != 0) else { continue };
+            if t.buf & FILE_BIT != 0 {
+                return Err(corrupt(t.pos, "a published stream named a file or ring to map; refused".into()));
+            }
+            let Some(n) = (t.len as usize).checked_sub(META_SIZE) else {
+                return Err(corrupt(t.pos, format!("a block without its {META_SIZE}-byte header")));
+            };
+            if n as u64 > sub.size / 4 {
+                return Err(corrupt(t.pos, format!("a block of {n} bytes, more than a subscriber takes ({})", sub.size / 4)));
+            }
+            let src = Tag { buf: sub.view.id(), ..t };
+            let mut head = [0u8; META_SIZE];
+            let copied = match sub.view.resolve(&src) {
+                Ok(d) => {
+                    head.copy_from_slice(&d[..META_SIZE]);
+                    let (local, dst) = cx.store.alloc_in(ring, n);
+                    dst.copy_from_slice(&d[META_SIZE..]);
+                    Some(local)
+                }
+                Err(e) if e.is_overrun() => None,
+                Err(e) => return Err(e),
+            };
+            // Only now are the copied bytes known to be the publisher's block.
+            let Some(local) = copied.filter(|_| sub.view.check(&src).is_ok()) else {
+                sub.lost += 1;
+                sub.lost_bytes += n as u64;
+                continue;
+            };
+            let meta = Meta::from_bytes(&head).expect("a whole header");
+            if meta.flags & (ANNOUNCE | FILE_REF) != 0 {
+                return Err(corrupt(t.pos, "a published stream named a file or ring to map; refused".into()));
+            }
+            sub.received += 1;
+            let local = Tag { class: t.class, ..local };
+            if meta.flags & RECORD != 0 {
+                cx.store.add_record(ring, crate::store::RecordMeta { pos: local.pos, len: local.len, skip: meta.skip, ts_ns: meta.ts_ns, orig_len: meta.orig_len });
+                if meta.flags & LINK != 0 {
+                    cx.store.set_link(ring, meta.link as u32);
+                }
+            }
+            return Ok(Some(local));
+        }
+    }
+
     /// Record metadata and link type of a block, as the producer had them.
     fn restore(&mut self, cx: &mut Ctx<'_>, t: &Tag, meta: Meta) {
         if meta.flags & RECORD != 0 {
@@ -428,7 +557,13 @@ impl Filter for Ingress {
     fn drains(&self) -> bool {
         // A subscription to another run's published stream does not end when this run is
         // interrupted: nothing to drain there.
-        !self.subscribed
+        self.sub.is_none()
+    }
+
+    fn summary(&self) -> Option<String> {
+        let s = self.sub.as_ref()?;
+        let bytes = if s.lost_bytes > 0 { format!(", {} bytes of them known", s.lost_bytes) } else { String::new() };
+        Some(format!("__subscribe: {} blocks received, lost {} blocks to a full ring (subscriber fell behind){bytes}", s.received, s.lost))
     }
 
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
@@ -546,6 +681,188 @@ mod tests {
         assert_eq!(i, n);
     }
 
+    /// Prefix sharing's published streams are lossy (FRP): a subscriber that falls behind
+    /// loses whole blocks, counted exactly, and never gets a corrupt one; the publisher and
+    /// the other subscribers do not wait for it. Real named rings in /dev/shm.
+    mod lossy {
+        use super::*;
+        use crate::store::RecordMeta;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+
+        /// Aborts the test process, naming the test, if the guard lives longer than `secs`
+        /// (a publisher waiting for a subscriber that never reads would hang forever).
+        struct Watchdog(Arc<AtomicBool>);
+        fn watchdog(name: &'static str, secs: u64) -> Watchdog {
+            let done = Arc::new(AtomicBool::new(false));
+            let d = done.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_secs(secs) {
+                    if d.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                eprintln!("WATCHDOG: test '{name}' did not finish within {secs}s (a publisher waiting for a subscriber?); aborting");
+                std::process::abort();
+            });
+            Watchdog(done)
+        }
+        impl Drop for Watchdog {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+
+        /// Block `i` of a test stream: its number, then bytes derived from it (100 to 1299).
+        fn block(i: u32) -> Vec<u8> {
+            let len = 100 + (i as usize * 37) % 1200;
+            let mut b: Vec<u8> = (0..len).map(|k| (k as u32 ^ i.wrapping_mul(0x9e37_79b9)) as u8).collect();
+            b[..4].copy_from_slice(&i.to_le_bytes());
+            b
+        }
+
+        /// The number of a block whose bytes are exactly `block(n)`'s.
+        fn intact(d: &[u8]) -> Option<u32> {
+            let i = u32::from_le_bytes(d.get(..4)?.try_into().ok()?);
+            (block(i) == d).then_some(i)
+        }
+
+        /// The numbers in a subscriber's summary line: blocks received, lost, bytes known lost.
+        fn summary_numbers(s: &str) -> (u64, u64, u64) {
+            let num = |after: &str| s.split(after).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok());
+            let received = s.strip_prefix("__subscribe: ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok());
+            (received.unwrap_or_else(|| panic!("{s}")), num("lost ").unwrap_or_else(|| panic!("{s}")), num("), ").unwrap_or(0))
+        }
+
+        /// A subscriber in its own space, checking every block it gets.
+        struct Sub {
+            rx: Ingress,
+            st: Store,
+            got: Vec<u32>,
+        }
+
+        impl Sub {
+            fn new(key: &str) -> Sub {
+                Sub { rx: subscribe(key).unwrap(), st: Store::new(1 << 16), got: Vec::new() }
+            }
+            /// One pull; false at the end of the stream.
+            fn pull(&mut self) -> bool {
+                let mut b = Batch::default();
+                let more = cx_run(&mut self.st, |cx| self.rx.pull(cx, &mut b, 256));
+                for t in &b.tags {
+                    let d = self.st.data(t).unwrap();
+                    let i = intact(d).unwrap_or_else(|| panic!("a delivered block is not one the publisher sent ({} bytes)", d.len()));
+                    assert_eq!(t.class, (i % 7 + 1) as u16, "block {i}: its class");
+                    let r = self.st.record_of(t).unwrap_or_else(|| panic!("block {i}: no record metadata"));
+                    assert_eq!((r.ts_ns, r.orig_len, r.skip), (i as u64 * 1000, d.len() as u32 + 4, 0), "block {i}: its record");
+                    assert_eq!(self.st.link(t), Some(1), "block {i}: its link type");
+                    self.got.push(i);
+                }
+                self.rx.epoch_end();
+                more
+            }
+            fn read_to_end(&mut self) {
+                while self.pull() {}
+            }
+            fn summary(&self) -> (u64, u64, u64) {
+                let s = self.rx.summary().expect("a subscriber reports what it received and lost");
+                let n = summary_numbers(&s);
+                assert_eq!(n.0, self.got.len() as u64, "{s}");
+                n
+            }
+        }
+
+        /// A publisher's space: pushes blocks `from..to` as one batch, each with its record
+        /// metadata (time, wire length) and link type.
+        fn send(tx: &mut Egress, st: &mut Store, blocks: std::ops::Range<u32>) {
+            let mut b = Batch::default();
+            for i in blocks {
+                let d = block(i);
+                let t = st.push(&d);
+                st.add_record(t.buf, RecordMeta::whole(t.pos, t.len, i as u64 * 1000, d.len() as u32 + 4));
+                st.set_link(t.buf, 1);
+                b.push(Tag { class: (i % 7 + 1) as u16, ..t });
+            }
+            cx_run(st, |cx| tx.process(cx, &mut b));
+        }
+
+        fn shm_names(key: &str) -> Vec<String> {
+            std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.contains(key)).collect()
+        }
+
+        /// One subscriber keeps up, one never reads until the stream has ended. The
+        /// publisher never waits (in one thread it would hang); the live subscriber gets
+        /// everything; the stalled one gets the newest blocks the rings still held, intact
+        /// and in order, and counts every other block as lost: by its tags when the tag
+        /// ring lapped first (lengths unknown), by its data when the data ring did (lengths
+        /// known, so the lost bytes are exact).
+        #[test]
+        fn a_subscriber_that_falls_behind_loses_whole_blocks_and_holds_back_no_one() {
+            let _w = watchdog("a_subscriber_that_falls_behind_loses_whole_blocks_and_holds_back_no_one", 60);
+            let n = 3000u32;
+            // 256 tags (about 180 KB of blocks) in 1 MiB of data: the tag ring laps first.
+            // 4096 tags in 64 KiB of data (about 90 blocks): the data ring laps first.
+            for (slots, data, tags_lap) in [(256, 1 << 20, true), (4096, 1 << 16, false)] {
+                let key = format!("t-lossy-{}-{slots}", std::process::id());
+                let mut tx = publish(&key, ChannelConfig { slots, data, ..Default::default() }).unwrap();
+                let (mut live, mut slow) = (Sub::new(&key), Sub::new(&key));
+                let mut st = Store::new(1 << 20);
+                for from in (0..n).step_by(16) {
+                    send(&mut tx, &mut st, from..(from + 16).min(n));
+                    live.pull();
+                }
+                cx_run(&mut st, |cx| tx.finish(cx, &mut Batch::default()));
+                live.read_to_end();
+                slow.read_to_end();
+                assert_eq!(live.got, (0..n).collect::<Vec<_>>(), "the live subscriber got every block in order");
+                assert_eq!(live.summary(), (n as u64, 0, 0));
+                let (received, lost, lost_bytes) = slow.summary();
+                let first = n - received as u32;
+                assert_eq!(slow.got, (first..n).collect::<Vec<_>>(), "the newest blocks, intact and in order");
+                assert_eq!(received + lost, n as u64, "every block received or counted lost");
+                if tags_lap {
+                    assert_eq!(received, slots as u64, "a whole tag ring of the newest blocks");
+                    assert_eq!(lost_bytes, 0, "blocks whose tags were lost have unknown lengths");
+                } else {
+                    assert!(received > 0 && received < 200, "what 64 KiB of data holds: {received}");
+                    assert_eq!(lost_bytes, (0..first).map(|i| block(i).len() as u64).sum::<u64>(), "the lost blocks' bytes");
+                }
+                drop((tx, live, slow));
+                assert_eq!(shm_names(&key), Vec::<String>::new(), "the published rings are gone with the publisher");
+            }
+        }
+
+        /// A publisher thread that never pauses and a subscriber that reads slowly, so
+        /// blocks are overwritten before, and at times while, the subscriber copies them:
+        /// whatever it delivers is intact and in order, and delivered plus lost is exactly
+        /// what was sent.
+        #[test]
+        fn racing_a_slow_subscriber_delivers_only_intact_blocks_and_counts_the_rest() {
+            let _w = watchdog("racing_a_slow_subscriber_delivers_only_intact_blocks_and_counts_the_rest", 120);
+            let key = format!("t-lossy-race-{}", std::process::id());
+            let n = 20_000u32;
+            let mut tx = publish(&key, ChannelConfig { slots: 1024, data: 1 << 16, ..Default::default() }).unwrap();
+            let mut sub = Sub::new(&key);
+            let publisher = std::thread::spawn(move || {
+                let mut st = Store::new(1 << 20);
+                for from in (0..n).step_by(32) {
+                    send(&mut tx, &mut st, from..(from + 32).min(n));
+                }
+                cx_run(&mut st, |cx| tx.finish(cx, &mut Batch::default()));
+            });
+            while sub.pull() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            publisher.join().unwrap();
+            let (received, lost, _) = sub.summary();
+            assert!(sub.got.windows(2).all(|w| w[0] < w[1]), "in order, none twice");
+            assert_eq!(received + lost, n as u64, "every block received or counted lost");
+            assert_eq!(sub.got.last(), Some(&(n - 1)), "the stream's last block, which nothing overwrote");
+        }
+    }
+
     /// Hostile producer: random headers, bare tags, tags into unknown files, announces of
     /// garbage. The consumer reports errors as warnings and never panics, hangs or reads
     /// outside its buffers.
@@ -596,6 +913,40 @@ mod tests {
                     // Whatever came out resolves, or fails cleanly.
                     for t in &b.tags {
                         let _ = st.data(t);
+                    }
+                    rx.epoch_end();
+                    if !more {
+                        break;
+                    }
+                }
+            }
+
+            /// The same garbage in a stream another run publishes: the subscriber, which
+            /// copies blocks out, reports errors as warnings and never panics either, and
+            /// whatever it hands out lies in its own ring.
+            #[test]
+            fn garbage_in_a_published_stream_is_an_error_not_a_crash(msgs in proptest::collection::vec(msg(), 0..40)) {
+                static CASE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let key = format!("t-hostile-{}-{}", std::process::id(), CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+                let mut tx = publish(&key, ChannelConfig { data: 1 << 16, slots: 256, ..Default::default() }).unwrap();
+                let mut rx = subscribe(&key).unwrap();
+                for m in &msgs {
+                    match m {
+                        Msg::Through(b, c) => { tx.w.write_through_parts(&[b], *c).unwrap(); }
+                        Msg::Tag(p, l, b, c) => { tx.w.write_tag(Tag { pos: *p, len: *l, buf: *b, class: *c }).unwrap(); }
+                    }
+                }
+                tx.w.close();
+                let mut st = Store::new(1 << 16);
+                let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
+                for _ in 0..100 {
+                    let mut b = Batch::default();
+                    let more = {
+                        let mut cx = Ctx { store: &mut st, name: "t", sessions: &mut sessions, warnings: &mut warnings, stop: &mut stop };
+                        rx.pull(&mut cx, &mut b, 256)
+                    };
+                    for t in &b.tags {
+                        prop_assert_eq!(st.data(t).map(|d| d.len()), Ok(t.len as usize));
                     }
                     rx.epoch_end();
                     if !more {

@@ -21,12 +21,15 @@ pub struct Batch {
     pub shared: Vec<bool>,
     /// Which of the receiving node's in-arcs the batch came by (0 for sources).
     pub from: usize,
+    /// Per tag, the out-arc a split sends it down (set only by filters that route by
+    /// branch, `split`; the blocks' classes stay what they were).
+    pub branch: Vec<u16>,
 }
 
 impl Batch {
     #[inline]
     pub fn with_capacity(n: usize) -> Batch {
-        Batch { tags: Vec::with_capacity(n), shared: Vec::with_capacity(n), from: 0 }
+        Batch { tags: Vec::with_capacity(n), shared: Vec::with_capacity(n), from: 0, branch: Vec::new() }
     }
     #[inline]
     pub fn push(&mut self, t: Tag) {
@@ -37,6 +40,7 @@ impl Batch {
     pub fn clear(&mut self) {
         self.tags.clear();
         self.shared.clear();
+        self.branch.clear();
     }
     #[inline]
     pub fn len(&self) -> usize {
@@ -283,6 +287,36 @@ pub enum Access {
     Sink,
 }
 
+/// Whether copies of a filter, each given part of the stream, together do what one copy
+/// does with all of it (thesis 5.4, data parallelism). Placement must never change a
+/// result, so `space=A,B` and the optimizer's data-parallel template replicate only
+/// filters that say so, and split the stream the way the filter needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// Each block is handled on its own: any split works (round-robin, an ordered join
+    /// restores the order).
+    Blocks,
+    /// State per session (class): copies agree with one copy if each session stays on one
+    /// copy (a hash split on the class).
+    Sessions,
+    /// Needs the whole stream (it counts, samples, reads or writes it): never replicated;
+    /// the text says why.
+    Never(&'static str),
+}
+
+impl Replication {
+    /// What a filter of access class `a` needs, unless it declares otherwise.
+    pub const fn of(a: Access) -> Replication {
+        match a {
+            Access::Source => Replication::Never("a source produces the stream; replicate the filters after it"),
+            Access::Sink => Replication::Never("a sink writes the whole stream in order"),
+            Access::Statistics => Replication::Never("its totals are over the whole stream"),
+            Access::Reordering => Replication::Sessions,
+            _ => Replication::Blocks,
+        }
+    }
+}
+
 /// Documentation of one parameter.
 #[derive(Debug, Clone, Copy)]
 pub struct Param {
@@ -301,6 +335,8 @@ pub struct FilterSpec {
     pub class_names: &'static [(&'static str, u16)],
     pub example: &'static str,
     pub access: Access,
+    /// Whether and how it may be replicated (see [`Replication`]).
+    pub replication: Replication,
     pub source: bool,
     pub make: fn(&Args) -> Result<Box<dyn Filter>, String>,
 }

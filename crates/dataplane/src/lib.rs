@@ -32,6 +32,6 @@ pub mod store;
 pub mod txn;
 
 pub use beltway::Tag;
-pub use filter::{Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, FilterSpec, Param, Sessions};
+pub use filter::{Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, FilterSpec, Param, Replication, Sessions};
 pub use runtime::{export_name, BuildError, Counters, Factory, NodeReport, Space, BATCH};
 pub use store::{BufId, External, RecordMeta, ResolveError, Resolver, Store};

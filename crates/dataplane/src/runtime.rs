@@ -8,7 +8,7 @@
 //! counts blocks and bytes in and out, drops, and time spent.
 
 use crate::builtin::{JoinFilter, SplitFilter, UnixProc};
-use crate::filter::{Args, Batch, Ctx, Filter};
+use crate::filter::{Args, Batch, Ctx, Filter, Replication};
 use crate::store::Store;
 use lang::{Graph, NodeKind, Selector};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,10 +26,21 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 pub trait Factory {
     fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, String>;
     fn is_source(&self, name: &str) -> bool;
+    /// Whether and how the filter may be replicated (see [`Replication`]). The default,
+    /// for factories that do not say, is per block.
+    fn replication(&self, _name: &str) -> Replication {
+        Replication::Blocks
+    }
     /// Whether the filter keeps per-session state (its replicas need a hash split on the
     /// class, so each session stays on one replica).
-    fn keeps_sessions(&self, _name: &str) -> bool {
-        false
+    fn keeps_sessions(&self, name: &str) -> bool {
+        self.replication(name) == Replication::Sessions
+    }
+    /// Whether the order of the blocks a filter receives can change what it does or
+    /// writes. False only for filters that count (their totals are the same in any
+    /// order); the default is true.
+    fn order_matters(&self, _name: &str) -> bool {
+        true
     }
     /// Rewrite the request before placement (e.g. push a filter into the kernel part of
     /// the source before it). The default leaves it as it is.
@@ -183,7 +194,7 @@ impl Space {
         for n in &g.nodes {
             let base = match &n.kind {
                 NodeKind::Filter { filter, .. } => filter.clone(),
-                NodeKind::Unix { argv } => argv.first().cloned().unwrap_or_default(),
+                NodeKind::Unix { argv, .. } => argv.first().cloned().unwrap_or_default(),
                 NodeKind::Join { .. } => "join".into(),
                 NodeKind::Split { .. } => "split".into(),
             };
@@ -202,7 +213,7 @@ impl Space {
                     // it too sends each block down exactly one arc.
                     (factory.make(filter, &args).map_err(err)?, factory.is_source(filter), filter == "split")
                 }
-                NodeKind::Unix { argv } => {
+                NodeKind::Unix { argv, .. } => {
                     let source = in_degree(n.id) == 0;
                     let sink = !g.edges.iter().any(|e| e.from == n.id);
                     (Box::new(UnixProc::spawn(argv, source, sink).map_err(|e| err(e.to_string()))?), source, false)
@@ -366,10 +377,10 @@ impl Space {
         let names = &self.names;
         let lookup = |s: &str| names.iter().find(|(n, _)| n == s).map(|(_, c)| *c);
         if self.nodes[i].routes_by_class {
-            // Split: class k goes to arc k-1 only.
+            // Split: each block goes down the arc its branch names, and no other.
             let mut per: Vec<Batch> = (0..n_out).map(|_| Batch::default()).collect();
-            for (t, sh) in batch.tags.iter().zip(&batch.shared) {
-                if let Some(b) = (t.class as usize).checked_sub(1).and_then(|k| per.get_mut(k)) {
+            for ((t, sh), k) in batch.tags.iter().zip(&batch.shared).zip(&batch.branch) {
+                if let Some(b) = per.get_mut(*k as usize) {
                     b.tags.push(*t);
                     b.shared.push(*sh);
                 }

@@ -27,7 +27,7 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
-use crate::filter::{Args, Filter};
+use crate::filter::{Args, Filter, Replication};
 use crate::runtime::{BuildError, Factory, NodeReport, Space};
 use crate::txn::{StepFailed, Transaction};
 use lang::{Edge, Graph, Hint, Node, NodeKind, Selector, Span};
@@ -74,7 +74,7 @@ impl Placement {
 fn node_label(n: &Node) -> String {
     match &n.kind {
         NodeKind::Filter { filter, .. } => filter.clone(),
-        NodeKind::Unix { argv } => argv.first().cloned().unwrap_or_default(),
+        NodeKind::Unix { argv, .. } => argv.first().cloned().unwrap_or_default(),
         NodeKind::Join { .. } => "join".into(),
         NodeKind::Split { .. } => "split".into(),
     }
@@ -82,7 +82,7 @@ fn node_label(n: &Node) -> String {
 
 fn space_option(n: &Node) -> Option<&str> {
     match &n.kind {
-        NodeKind::Filter { options, .. } => options.iter().find(|(k, _)| k == "space").map(|(_, v)| v.as_str()),
+        NodeKind::Filter { options, .. } | NodeKind::Unix { options, .. } => options.iter().find(|(k, _)| k == "space").map(|(_, v)| v.as_str()),
         _ => None,
     }
 }
@@ -108,7 +108,19 @@ pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> 
         if factory.is_source(filter) || !g.edges.iter().any(|e| e.to == id) {
             return Err(err("a source cannot be replicated; replicate the filters after it".into()));
         }
-        let mode = if factory.keeps_sessions(filter) { lang::SplitMode::Hash } else { lang::SplitMode::RoundRobin };
+        let mode = match factory.replication(filter) {
+            Replication::Blocks => lang::SplitMode::RoundRobin,
+            Replication::Sessions => {
+                if let Some(why) = order_sensitive_after(&g, id, factory) {
+                    return Err(err(format!(
+                        "space={}: {filter}'s copies would each keep their sessions in order but interleave them differently from one {filter}, and {why}; replicate it only when what follows counts (count, hist), or place it on one space",
+                        list.join(",")
+                    )));
+                }
+                lang::SplitMode::Hash
+            }
+            Replication::Never(why) => return Err(err(format!("space={}: cannot be replicated: {why}", list.join(",")))),
+        };
         let before = g.nodes.len();
         g = lang::parallelize(&g, id, list.len(), mode);
         // Copy 0 keeps the id; the split, copies 1.. and the join were appended.
@@ -124,6 +136,92 @@ pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> 
         }
     }
     Ok(g)
+}
+
+/// Whether the order of the blocks node `id` sends matters to anything downstream: the
+/// first node found that observes it (a sink that writes, a filter that is not per
+/// block), described; None when every path ends in filters that only count
+/// ([`Factory::order_matters`] false) after per-block filters.
+fn order_sensitive_after(g: &Graph, id: usize, factory: &dyn Factory) -> Option<String> {
+    let mut todo: Vec<usize> = g.edges.iter().filter(|e| e.from == id).map(|e| e.to).collect();
+    let mut seen = vec![false; g.nodes.len()];
+    while let Some(n) = todo.pop() {
+        if std::mem::replace(&mut seen[n], true) {
+            continue;
+        }
+        match &g.nodes[n].kind {
+            NodeKind::Filter { filter, .. } if !factory.order_matters(filter) => continue,
+            NodeKind::Filter { filter, .. } if factory.replication(filter) != Replication::Blocks => {
+                return Some(format!("{filter} downstream sees the order"));
+            }
+            NodeKind::Unix { argv, .. } => return Some(format!("{} downstream reads the stream in order", argv.first().map_or("a Unix command", |s| s.as_str()))),
+            _ => {}
+        }
+        if !g.edges.iter().any(|e| e.from == n) {
+            return Some(format!("{} at the end writes the stream in order", node_label(&g.nodes[n])));
+        }
+        todo.extend(g.edges.iter().filter(|e| e.from == n).map(|e| e.to));
+    }
+    None
+}
+
+/// Joins of parallel branches (thesis 3.3.2 templates `+`, `++`, `+*`) whose branches do
+/// not run in one space with the join and the fork they start at: copies of a block that
+/// travel different channels arrive in an order, and as distinct blocks, that depend on
+/// timing. So such a placement is refused unless the result cannot show it: an `All` join
+/// (every copy passes) whose output only reaches filters that count. Replicas' joins
+/// (ordered, merge) are exempt: they are built for it.
+pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<(), BuildError> {
+    let space = &p.space;
+    let ancestors = |n: usize| {
+        let mut seen = vec![false; g.nodes.len()];
+        let mut todo = vec![n];
+        while let Some(x) = todo.pop() {
+            if !std::mem::replace(&mut seen[x], true) {
+                todo.extend(g.edges.iter().filter(|e| e.to == x).map(|e| e.from));
+            }
+        }
+        seen
+    };
+    for join in g.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Join { mode } if !matches!(mode, lang::JoinMode::Ordered | lang::JoinMode::Merge))) {
+        let preds: Vec<usize> = g.edges.iter().filter(|e| e.to == join.id).map(|e| e.from).collect();
+        if preds.len() < 2 {
+            continue;
+        }
+        // The parallel section: nodes upstream of some branch but not of all (the
+        // branches), the common nodes that feed a branch or the join directly (the
+        // forks), and the join.
+        let sets: Vec<Vec<bool>> = preds.iter().map(|&p| ancestors(p)).collect();
+        let any = |n: usize| sets.iter().any(|s| s[n]);
+        let every = |n: usize| sets.iter().all(|s| s[n]);
+        let branch: Vec<usize> = (0..g.nodes.len()).filter(|&n| any(n) && !every(n)).collect();
+        let forks = (0..g.nodes.len()).filter(|&n| every(n) && g.edges.iter().any(|e| e.from == n && (e.to == join.id || branch.contains(&e.to))));
+        let section: Vec<usize> = branch.iter().copied().chain(forks).collect();
+        let off: Vec<usize> = section.iter().copied().filter(|&n| space[n] != space[join.id]).collect();
+        if off.is_empty() {
+            continue;
+        }
+        let all = matches!(join.kind, NodeKind::Join { mode: lang::JoinMode::All });
+        let why_order = order_sensitive_after(g, join.id, factory);
+        if all && why_order.is_none() {
+            continue;
+        }
+        // Name a filter the user placed, if one is off the join's space.
+        let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && space_option(&g.nodes[n]).is_some();
+        let culprit = off.iter().copied().find(|&n| placed(n)).unwrap_or(off[0]);
+        let consequence = match why_order {
+            Some(w) if all => format!("their blocks would reach the join in an order that depends on timing, and {w}"),
+            _ => "copies of one block would reach the join as different blocks, at times that depend on timing".to_string(),
+        };
+        return Err(BuildError {
+            label: node_label(&g.nodes[culprit]),
+            why: format!(
+                "it runs in space {} but the parallel branches it belongs to meet in space {}; branches must run in one space with their fork and join here ({consequence}); place them together",
+                space[culprit], space[join.id]
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Apply the placement rule to `g` (see the module documentation).
@@ -184,10 +282,18 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
     let space: Vec<SpaceId> = space.into_iter().map(|s| s.unwrap_or(0)).collect();
     // Channels are one-way: a cycle between spaces would deadlock on full rings.
     let cross: Vec<(SpaceId, SpaceId)> = g.edges.iter().filter(|e| space[e.from] != space[e.to]).map(|e| (space[e.from], space[e.to])).collect();
-    if let Some(e) = g.edges.iter().find(|e| space[e.from] != space[e.to] && reaches(&cross, space[e.to], space[e.from])) {
+    let closing: Vec<&Edge> = g.edges.iter().filter(|e| space[e.from] != space[e.to] && reaches(&cross, space[e.to], space[e.from])).collect();
+    if let Some(e) = closing.first() {
+        // Name a filter the user placed (space= or a hint) at either end of such an arc,
+        // rather than a join or loop node that merely followed it.
+        let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && (space_option(&g.nodes[n]).is_some() || !g.nodes[n].hints.is_empty());
+        let culprit = closing.iter().flat_map(|e| [e.to, e.from]).find(|&n| placed(n)).unwrap_or(e.to);
         return Err(BuildError {
-            label: node_label(&g.nodes[e.to]),
-            why: format!("space {} and space {} feed each other; a loop must stay within one space", space[e.from], space[e.to]),
+            label: node_label(&g.nodes[culprit]),
+            why: format!(
+                "space {} and space {} feed each other (channels between spaces are one-way: a loop must stay within one space, and a stream cannot return to a space it left)",
+                space[e.from], space[e.to]
+            ),
         });
     }
     Ok(Placement { space, kinds })
@@ -313,8 +419,11 @@ impl Factory for WithChannels<'_> {
     fn is_source(&self, name: &str) -> bool {
         name == INGRESS || name == SUBSCRIBE || self.inner.is_source(name)
     }
-    fn keeps_sessions(&self, name: &str) -> bool {
-        self.inner.keeps_sessions(name)
+    fn order_matters(&self, name: &str) -> bool {
+        self.inner.order_matters(name)
+    }
+    fn replication(&self, name: &str) -> Replication {
+        self.inner.replication(name)
     }
     fn rewrite(&self, g: Graph) -> Graph {
         self.inner.rewrite(g)
@@ -434,8 +543,31 @@ fn recv_ring(sock: &UnixStream) -> Result<RingRef, String> {
     Ok(r)
 }
 
+/// A field of the report protocol (tab-separated, one record a line): backslash, tab,
+/// newline and carriage return escaped, so multi-line summaries (hist, flowcount) reach
+/// the parent as they were written.
 fn one_line(s: &str) -> String {
-    s.replace(['\t', '\n', '\r'], " ")
+    s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n").replace('\r', "\\r")
+}
+
+/// The inverse of [`one_line`].
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some(o) => out.push(o),
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 /// A space's report as protocol text.
@@ -474,10 +606,10 @@ fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
                 }
                 let v: Vec<u64> = nums.iter().map(|x| x.parse().unwrap_or(0)).collect();
                 let counters = crate::runtime::Counters { blocks_in: v[0], bytes_in: v[1], blocks_out: v[2], bytes_out: v[3], drops: v[4], nanos: v[5] };
-                let summary = (*summary != "-").then(|| summary.to_string());
-                rep.nodes.push(NodeReport { label: format!("{label}{suffix}"), counters, summary });
+                let summary = (*summary != "-").then(|| unescape(summary));
+                rep.nodes.push(NodeReport { label: format!("{}{suffix}", unescape(label)), counters, summary });
             }
-            ["warn", w] => rep.warnings.push(w.to_string()),
+            ["warn", w] => rep.warnings.push(unescape(w)),
             ["failed"] => rep.failed = true,
             _ => rep.warnings.push(format!("unreadable report line from a process space: {l}")),
         }
@@ -515,6 +647,7 @@ impl Spaces {
     ) -> Result<Spaces, BuildError> {
         let g = &replicate(&factory.rewrite(g.clone()), factory)?;
         let placement = place(g)?;
+        check_joins(g, &placement, factory)?;
         let (parts, cross) = split(g, &placement);
         let here = |s: SpaceId| placement.kind(s) != SpaceKind::Process;
         let chan_err = |e: &Edge, why: String| BuildError { label: node_label(&g.nodes[e.to]), why };
@@ -883,7 +1016,7 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
         Ok(g) => g,
         Err(e) => return fail_build(e),
     };
-    let placement = match place(g) {
+    let placement = match place(g).and_then(|p| check_joins(g, &p, factory).map(|_| p)) {
         Ok(p) => p,
         Err(e) => return fail_build(e),
     };

@@ -86,13 +86,13 @@ fn make_hash(a: &Args) -> Result<Box<dyn Filter>, String> {
 
 spec!(FOR, "for", "for N name=X", "Bounds a loop: `pre | for name=L 10 | body | for name=L |! post` runs body ten\ntimes per block, then passes the block on to post.",
       ["count": "iterations (also positional; default 1)"], "1 while iterations remain, then 0",
-      "streamline run 'gen count=5 | for name=L 3 | count | for name=L |! null'", Metadata, make_for);
+      "streamline run 'gen count=5 | for name=L 3 | count | for name=L |! null'", Metadata, make_for, replication dataplane::Replication::Never("it shapes the graph itself"));
 spec!(JOIN, "join", "join [mode=all|first|N]", "Joins parallel branches: all copies (default), the first copy of each block, or\nthe Nth. Templates insert it for `+`, `++` and `+*`.",
       ["mode": "all, first, or N (also positional)"], "the class the copy arrived with",
-      "streamline run 'pcapin file=examples/sample.pcap | (tcp + udp) | join | count'", Metadata, make_join);
+      "streamline run 'pcapin file=examples/sample.pcap | (tcp + udp) | join | count'", Metadata, make_join, replication dataplane::Replication::Never("it shapes the graph itself"));
 spec!(SPLIT, "split", "split [ways=N] [mode=rr|hash]", "Sends each block down exactly one of its N outgoing arcs: round-robin, or by\nthe hash of its class (sessions stay together). Used for data parallelism.",
       ["ways": "number of branches (also positional)", "mode": "rr (default) or hash"], "the branch number 1..=N",
-      "streamline run 'gen count=100 | split 2 | count + count'", Metadata, make_split);
+      "streamline run 'gen count=100 | split 2 | count + count'", Metadata, make_split, replication dataplane::Replication::Never("it shapes the graph itself"));
 spec!(HASH, "hash", "hash [ways=N] [by=flow|data]", "Classifies blocks into N classes by flow (5-tuple) or by contents.",
       ["ways": "number of classes (also positional)", "by": "flow (default) or data"], "1..=N",
       "streamline run 'pcapin file=examples/sample.pcap | hash 4 | hist'", Classification, make_hash);

@@ -131,13 +131,16 @@ impl Filter for Inspect {
             lines += &line;
             lines.push('\n');
         }
-        if self.out.write_all(lines.as_bytes()).is_err() {
-            cx.warn("cannot write output");
+        if let Err(e) = self.out.write_all(lines.as_bytes()) {
+            cx.warn(format!("cannot write output: {e}"));
             cx.stop();
         }
     }
-    fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
-        let _ = self.out.flush();
+    fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
+        if let Err(e) = self.out.flush() {
+            cx.warn(format!("cannot write output: {e}"));
+            cx.stop();
+        }
     }
 }
 
@@ -255,7 +258,7 @@ spec!(HIST, "hist", "hist [by=class|len]", "Histogram of block classes (default)
       ["by": "class or len (also positional)"], "unchanged", "streamline run 'pcapin file=examples/sample.pcap | dport | hist'", Statistics, make_hist);
 spec!(INSPECT, "inspect", "inspect [format=text|json] [file=F]", "Prints one line per packet, like tcpdump's (time, addresses, ports, flags,\nlength), or one JSON object per line with format=json. Passes everything on.",
       ["format": "text (default) or json", "file": "write here instead of standard output"], "unchanged",
-      "streamline run 'pcapin file=examples/sample.pcap | tcp | inspect'", Inspection, make_inspect);
+      "streamline run 'pcapin file=examples/sample.pcap | tcp | inspect'", Inspection, make_inspect, replication dataplane::Replication::Never("it prints the whole stream in order"));
 spec!(GREP, "grep", "grep PATTERN [icase=yes] [invert=yes]", "Passes blocks whose contents match a regular expression (Rust regex syntax,\nmatched against bytes).",
       ["pattern": "the regular expression (also positional)", "icase": "yes to ignore case", "invert": "yes to pass non-matching blocks"],
       "1 for matching blocks, 0 otherwise", "streamline run 'file log.txt split=lines | grep \"err(or)?\" | stdout'", Inspection, make_grep);
@@ -267,4 +270,4 @@ spec!(MATCH, "match", "match PATTERN... [file=PATTERNS] [icase=yes]", "Multi-pat
       "index of the first pattern found + 1; 0 if none", "streamline run 'pcapin file=examples/sample.pcap | match GET POST |2 count'", Inspection, make_match);
 spec!(DEDUP, "dedup", "dedup [window=N]", "Drops blocks whose contents equal one of the last N blocks (default 4096).",
       ["window": "how many recent blocks to remember (also positional)"], "the block's class (at least 1) for new contents; 0 for duplicates",
-      "streamline run 'file a.txt split=lines | dedup | stdout'", Inspection, make_dedup);
+      "streamline run 'file a.txt split=lines | dedup | stdout'", Inspection, make_dedup, replication dataplane::Replication::Never("its window of recent blocks spans the whole stream"));

@@ -116,8 +116,10 @@ impl Factory for Library {
     fn rewrite(&self, g: lang::Graph) -> lang::Graph {
         live::kernel_placement(live::multiqueue(g))
     }
-    fn keeps_sessions(&self, name: &str) -> bool {
-        // Per-connection state: replicas must each see whole sessions.
-        matches!(name, "tcpstream" | "dedup")
+    fn replication(&self, name: &str) -> dataplane::Replication {
+        find(name).map_or(dataplane::Replication::Blocks, |s| s.replication)
+    }
+    fn order_matters(&self, name: &str) -> bool {
+        find(name).is_none_or(|s| s.access != dataplane::Access::Statistics)
     }
 }

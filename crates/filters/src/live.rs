@@ -357,7 +357,7 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
         }
         let span = g.nodes[last].span;
         let join = g.nodes.len();
-        g.nodes.push(Node { id: join, kind: NodeKind::Join { mode: JoinMode::All }, span, hints: Vec::new(), name: None });
+        g.nodes.push(Node { id: join, kind: NodeKind::Join { mode: JoinMode::Merge }, span, hints: Vec::new(), name: None });
         g.edges.retain(|e| e.from != last);
         for &l in &lasts {
             g.edges.push(Edge { from: l, to: join, sel: Selector::Default, span: after[0].span });
@@ -403,6 +403,7 @@ pub static RX: FilterSpec = FilterSpec {
     class_names: &[],
     example: "streamline run 'rx dev=eth0 | bpf \"tcp port 80\" | count'",
     access: Access::Source,
+    replication: dataplane::Replication::of(Access::Source),
     source: true,
     make,
 };

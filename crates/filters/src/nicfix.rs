@@ -486,7 +486,7 @@ spec!(SAMPLE, "sample", "sample [every=N] [prob=P seed=S] [placed=user]",
       ["every": "pass one block in N (also positional)", "prob": "pass each with this probability instead (user space only)", "seed": "random seed for prob",
        "placed": "user keeps it in user space; kernel is set by the placement after `rx`",
        "pin": "the pin directory of the kernel program's maps (set by the placement)"],
-      "the block's class (at least 1) when passed; 0 otherwise", "streamline run 'pcapin file=examples/sample.pcap | sample 100 | inspect'", Inspection, make_sample);
+      "the block's class (at least 1) when passed; 0 otherwise", "streamline run 'pcapin file=examples/sample.pcap | sample 100 | inspect'", Inspection, make_sample, replication dataplane::Replication::Never("it passes every Nth block of the whole stream"));
 spec!(BYTECOUNT, "bytecount", "bytecount [len=N] [top=K] [placed=user]",
       "Counts how often each byte value (0..255) occurs in the first `len` bytes of every block\n\
        (frames from their MAC header): thesis Figure 7.8 C counts one character, this keeps all\n\

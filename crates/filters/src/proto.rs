@@ -133,7 +133,9 @@ pub const SERVICES: &[(&str, u16)] = &[
 macro_rules! spec {
     (@names) => { &[] };
     (@names $names:expr) => { $names };
-    ($id:ident, $name:literal, $syn:literal, $desc:literal, [$($pn:literal : $pd:literal),*], $classes:literal, $ex:literal, $access:ident, $make:expr $(, names $names:expr)?) => {
+    (@replication $access:ident) => { dataplane::Replication::of(Access::$access) };
+    (@replication $access:ident $rep:expr) => { $rep };
+    ($id:ident, $name:literal, $syn:literal, $desc:literal, [$($pn:literal : $pd:literal),*], $classes:literal, $ex:literal, $access:ident, $make:expr $(, names $names:expr)? $(, replication $rep:expr)?) => {
         pub static $id: FilterSpec = FilterSpec {
             name: $name,
             synopsis: $syn,
@@ -143,6 +145,7 @@ macro_rules! spec {
             class_names: spec!(@names $($names)?),
             example: $ex,
             access: Access::$access,
+            replication: spec!(@replication $access $($rep)?),
             source: false,
             make: $make,
         };

@@ -33,14 +33,28 @@ impl Filter for Out {
     }
 }
 
+/// What went wrong writing a capture, with the system's own words for I/O errors (a full
+/// disk says "No space left on device", not pcap-file's "Error reading bytes").
+fn pcap_error(e: &pcap_file::PcapError) -> String {
+    match e {
+        pcap_file::PcapError::IoError(io) => io.to_string(),
+        e => e.to_string(),
+    }
+}
+
 /// Writes packets as a pcap file that tcpdump and Wireshark read.
 pub struct PcapOut {
     w: Option<PcapWriter<BufWriter<File>>>,
     path: String,
     link: Option<u32>,
+    /// Writing failed: nothing more is written (the run stops).
+    failed: bool,
 }
 impl Filter for PcapOut {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        if self.failed {
+            return;
+        }
         for t in &batch.tags {
             let Ok(d) = cx.data(t) else { continue };
             if self.w.is_none() {
@@ -71,7 +85,10 @@ impl Filter for PcapOut {
             }
             let pkt = PcapPacket::new(ts, orig, d);
             if let Err(e) = self.w.as_mut().expect("created above").write_packet(&pkt) {
-                cx.warn(format!("cannot write {}: {e}", self.path));
+                cx.warn(format!("cannot write {}: {}", self.path, pcap_error(&e)));
+                // Nothing more can be written: drop the writer without a last flush.
+                self.w = None;
+                self.failed = true;
                 cx.stop();
                 return;
             }
@@ -79,8 +96,9 @@ impl Filter for PcapOut {
     }
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
         if let Some(w) = self.w.take() {
-            if w.into_writer().flush().is_err() {
-                cx.warn(format!("cannot write {}", self.path));
+            if let Err(e) = w.into_writer().flush() {
+                cx.warn(format!("cannot write {}: {e}", self.path));
+                cx.stop();
             }
         }
     }
@@ -105,7 +123,7 @@ fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, String> {
     // Fail early if the file cannot be created; the header is written on the first packet
     // (its link type comes from the packets).
     File::create(&path).map_err(|e| format!("pcapout: cannot create {path}: {e}"))?;
-    Ok(Box::new(PcapOut { w: None, path, link: None }))
+    Ok(Box::new(PcapOut { w: None, path, link: None, failed: false }))
 }
 fn make_null(_: &Args) -> Result<Box<dyn Filter>, String> {
     Ok(Box::new(Null))

@@ -360,6 +360,7 @@ pub static PCAPIN: FilterSpec = FilterSpec {
     class_names: &[],
     example: "streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 count'",
     access: Access::Source,
+    replication: dataplane::Replication::of(Access::Source),
     source: true,
     make: PcapIn::make,
 };
@@ -457,6 +458,7 @@ pub static FILE: FilterSpec = FilterSpec {
     class_names: &[],
     example: "streamline run 'file /var/log/syslog split=lines | grep error | count'",
     access: Access::Source,
+    replication: dataplane::Replication::of(Access::Source),
     source: true,
     make: FileIn::make,
 };
@@ -532,6 +534,7 @@ pub static STDIN: FilterSpec = FilterSpec {
     class_names: &[],
     example: "cat access.log | streamline run 'stdin split=lines | grep GET | count'",
     access: Access::Source,
+    replication: dataplane::Replication::of(Access::Source),
     source: true,
     make: StdinIn::make,
 };
@@ -691,6 +694,7 @@ pub static GEN: FilterSpec = FilterSpec {
     class_names: &[],
     example: "streamline run 'gen count=1M size=64 | count'",
     access: Access::Source,
+    replication: dataplane::Replication::of(Access::Source),
     source: true,
     make: Gen::make,
 };

@@ -180,6 +180,7 @@ pub static TX: FilterSpec = FilterSpec {
     class_names: &[],
     example: "streamline run 'pcapin file=examples/sample.pcap | tx dev=veth0'",
     access: Access::Sink,
+    replication: dataplane::Replication::of(Access::Sink),
     source: false,
     make,
 };

@@ -97,7 +97,7 @@ pub fn check_graph(g: &Graph, input: &str) {
         assert_eq!(n.id, i, "node ids are indices");
         assert!(n.span.start <= n.span.end && n.span.end <= input.len());
         match &n.kind {
-            NodeKind::Unix { argv } => assert!(!argv.is_empty()),
+            NodeKind::Unix { argv, .. } => assert!(!argv.is_empty()),
             NodeKind::Split { ways, .. } => assert!(*ways >= 2),
             _ => {}
         }

@@ -40,8 +40,9 @@ pub enum NodeKind {
         params: Vec<String>,
         options: Vec<(String, String)>,
     },
-    /// A Unix process: `argv[0]` is the command.
-    Unix { argv: Vec<String> },
+    /// A Unix process: `argv[0]` is the command. `options` holds the control options it
+    /// was given (`wc -l space=1`: [`UNIX_CONTROL_OPTIONS`]), which are not passed to it.
+    Unix { argv: Vec<String>, options: Vec<(String, String)> },
     /// Template-generated join: passes the Nth copy of each block.
     Join { mode: JoinMode },
     /// Template-generated split (data-parallel rewrite): sends each block down exactly
@@ -61,6 +62,11 @@ pub enum JoinMode {
     /// split sent them, taking one from each in-arc in turn (each replica must pass on
     /// one block, of any class, for each block it gets).
     Ordered,
+    /// Pass every block as it arrives, from inputs whose relative order carries no
+    /// meaning: hashed replicas of a session filter (allowed only where what follows
+    /// counts) and the capture engines of one interface (`rx queues=N`). Unlike `All`,
+    /// its inputs may come from different spaces.
+    Merge,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +85,10 @@ pub struct Edge {
     /// operator (`+`, `++`, ...) for arcs into a join.
     pub span: Span,
 }
+
+/// The control options a Unix command takes (thesis Table 3.1: `wc space=1`): where it
+/// runs, and its node name. Any other `key=value` word is the command's argument.
+pub const UNIX_CONTROL_OPTIONS: [&str; 2] = ["space", "name"];
 
 /// Which classes an arc forwards (Table 3.1, "Selector").
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -253,17 +263,21 @@ impl Graph {
                         out.push_str(&format!(" {k}={}", quote(v)));
                     }
                 }
-                NodeKind::Unix { argv } => {
+                NodeKind::Unix { argv, options } => {
                     out.push_str("unix(");
                     let words: Vec<String> = argv.iter().map(|a| quote(a)).collect();
                     out.push_str(&words.join(" "));
                     out.push(')');
+                    for (k, v) in options {
+                        out.push_str(&format!(" {k}={}", quote(v)));
+                    }
                 }
                 NodeKind::Join { mode } => match mode {
                     JoinMode::All => out.push_str("join(all)"),
                     JoinMode::First => out.push_str("join(first)"),
                     JoinMode::Nth(k) => out.push_str(&format!("join(nth {k})")),
                     JoinMode::Ordered => out.push_str("join(ordered)"),
+                    JoinMode::Merge => out.push_str("join(merge)"),
                 },
                 NodeKind::Split { mode, ways } => {
                     let m = match mode {

@@ -260,29 +260,44 @@ pub(crate) fn resolve_atom(
     };
     match kind {
         FilterKind::Unix => {
+            let mut argv = vec![head.text.clone()];
+            let mut options: Vec<(String, String)> = Vec::new();
+            let mut node_name = None;
             for w in &words[1..] {
-                if let Some(eq) = w.eq {
-                    let key = &w.text[..eq];
-                    if CONTROL_OPTIONS.contains(&key) {
-                        return Err(Diagnostic::new(
-                            DiagKind::OptionOnUnix,
-                            format!("control option '{key}' on Unix command '{name}'"),
-                            w.span,
-                            input,
-                        )
-                        .help(format!(
-                            "control options apply to native filters only; to pass the word to the command, quote it: {}",
-                            quote(&w.text)
-                        )));
+                let Some(eq) = w.eq else {
+                    argv.push(w.text.clone());
+                    continue;
+                };
+                let (key, value) = (&w.text[..eq], &w.text[eq + 1..]);
+                if crate::graph::UNIX_CONTROL_OPTIONS.contains(&key) {
+                    if value.is_empty() {
+                        return Err(Diagnostic::new(DiagKind::BadOption, format!("option '{key}' has an empty value"), w.span, input));
                     }
+                    if key == "name" {
+                        if node_name.replace(value.to_string()).is_some() {
+                            return Err(Diagnostic::new(DiagKind::BadOption, format!("option '{key}' given twice"), w.span, input));
+                        }
+                    } else if options.iter().any(|(k, _)| k == key) {
+                        return Err(Diagnostic::new(DiagKind::BadOption, format!("option '{key}' given twice"), w.span, input));
+                    } else {
+                        options.push((key.to_string(), value.to_string()));
+                    }
+                } else if CONTROL_OPTIONS.contains(&key) {
+                    return Err(Diagnostic::new(
+                        DiagKind::OptionOnUnix,
+                        format!("control option '{key}' on Unix command '{name}'"),
+                        w.span,
+                        input,
+                    )
+                    .help(format!(
+                        "a Unix command takes only space= and name=; to pass the word to the command, quote it: {}",
+                        quote(&w.text)
+                    )));
+                } else {
+                    argv.push(w.text.clone());
                 }
             }
-            Ok(Resolved {
-                kind: NodeKind::Unix {
-                    argv: words.iter().map(|w| w.text.clone()).collect(),
-                },
-                name: None,
-            })
+            Ok(Resolved { kind: NodeKind::Unix { argv, options }, name: node_name })
         }
         FilterKind::Native => {
             let known = resolver.params(name);

@@ -293,7 +293,7 @@ pub fn parallelize(g: &Graph, node: NodeId, ways: usize, mode: SplitMode) -> Gra
     // (sessions) need only keep each session's order, which they do by construction.
     let join_mode = match mode {
         SplitMode::RoundRobin => JoinMode::Ordered,
-        SplitMode::Hash => JoinMode::All,
+        SplitMode::Hash => JoinMode::Merge,
     };
     let join = push(&mut out, NodeKind::Join { mode: join_mode }, None);
     out.nodes[node].name = name(0);

@@ -71,7 +71,7 @@ fn describe(g: &Graph, n: NodeId) -> String {
     let node = &g.nodes[n];
     let base = match &node.kind {
         NodeKind::Filter { filter, .. } => filter.clone(),
-        NodeKind::Unix { argv } => argv[0].clone(),
+        NodeKind::Unix { argv, .. } => argv[0].clone(),
         NodeKind::Join { .. } => "join".to_string(),
         NodeKind::Split { .. } => "split".to_string(),
     };

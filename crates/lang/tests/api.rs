@@ -89,7 +89,8 @@ fn node_fields() {
     assert_eq!(
         g.nodes[2].kind,
         NodeKind::Unix {
-            argv: vec!["gzip".into(), "-9".into()]
+            argv: vec!["gzip".into(), "-9".into()],
+            options: vec![]
         }
     );
     let src = "gen 10 count=5 | for name=L 3 export=yes @busy | gzip -9 | for name=L |! stdout";
@@ -208,7 +209,7 @@ fn parallelize_one_filter() {
     let q = parallelize(&g, 1, 3, SplitMode::Hash);
     assert_eq!(
         q.canonical(),
-        "n0 = gen\nn1 = deflate name=Z.0\nn2 = count\nn3 = split(hash, 3)\nn4 = deflate name=Z.1\nn5 = deflate name=Z.2\nn6 = join(all)\n\
+        "n0 = gen\nn1 = deflate name=Z.0\nn2 = count\nn3 = split(hash, 3)\nn4 = deflate name=Z.1\nn5 = deflate name=Z.2\nn6 = join(merge)\n\
          n0 -> n3\nn1 -> n6 |all\nn3 -> n1\nn3 -> n4\nn3 -> n5\nn4 -> n6 |all\nn5 -> n6 |all\nn6 -> n2 |3\n"
     );
     // Round-robin replicas get the join that restores the order.
@@ -303,7 +304,8 @@ fn path_resolver() {
     assert_eq!(
         g.nodes[1].kind,
         NodeKind::Unix {
-            argv: vec!["sh".into(), "-c".into(), "cat".into()]
+            argv: vec!["sh".into(), "-c".into(), "cat".into()],
+            options: vec![]
         }
     );
 }
