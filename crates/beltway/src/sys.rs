@@ -354,6 +354,48 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Scheduling policies a space's thread may ask for (thesis Table 3.3 hints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// SCHED_IDLE: runs only when nothing else wants the CPU (`@background`).
+    Idle,
+    /// SCHED_RR at a priority (`@realtime`).
+    RoundRobin(i32),
+    /// SCHED_FIFO at a priority (`@hrealtime`).
+    Fifo(i32),
+}
+
+/// Give the calling thread a scheduling policy (needs CAP_SYS_NICE for the real-time ones).
+pub fn set_scheduler(p: Policy) -> io::Result<()> {
+    let (policy, prio) = match p {
+        Policy::Idle => (libc::SCHED_IDLE, 0),
+        Policy::RoundRobin(n) => (libc::SCHED_RR, n),
+        Policy::Fifo(n) => (libc::SCHED_FIFO, n),
+    };
+    let param = libc::sched_param { sched_priority: prio };
+    // SAFETY: sched_setscheduler reads one sched_param we own; pid 0 is the calling thread.
+    cvt(unsafe { libc::sched_setscheduler(0, policy, &param) })?;
+    Ok(())
+}
+
+/// The calling thread's scheduling policy and priority (for tests and reports).
+pub fn scheduler() -> io::Result<(i32, i32)> {
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: both calls only read the calling thread's settings into memory we own.
+    let policy = cvt(unsafe { libc::sched_getscheduler(0) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::sched_getparam(0, &mut param) })?;
+    Ok((policy, param.sched_priority))
+}
+
+/// Lock the process's pages in memory, present and future (no page faults on a hard
+/// real-time path).
+pub fn lock_memory() -> io::Result<()> {
+    // SAFETY: mlockall takes flags only.
+    cvt(unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) })?;
+    Ok(())
+}
+
 /// Drop to `uid` (and the same gid, no supplementary groups). Used to act as an
 /// unprivileged client in permission tests; needs root.
 pub fn set_uid(uid: u32) -> io::Result<()> {

@@ -64,7 +64,7 @@ impl Planner {
                 // Template substitution: parallelize the heaviest filter.
                 // Only a filter whose copies together do what one does, block by block,
                 // may be replicated by the planner (round-robin, order restored).
-                let per_block = |i: usize| match &g.nodes[req.nodes[i].id].kind {
+                let per_block = |i: usize| !g.nodes[req.nodes[i].id].hints.contains(&lang::Hint::Single) && match &g.nodes[req.nodes[i].id].kind {
                     lang::NodeKind::Filter { filter, .. } => filters::find(filter).is_some_and(|s| s.replication == dataplane::Replication::Blocks),
                     _ => false,
                 };

@@ -152,7 +152,16 @@ pub struct SharedPrefix {
 }
 
 /// Options that change how a filter runs, not what it outputs.
-const NOT_CONTENT: &[&str] = &["space", "placed", "queues", "latency", "blocks", "kfilter", "kebpf", "kpin", "pin"];
+const NOT_CONTENT: &[&str] = &["space", "placed", "queues", "latency", "blocks", "kfilter", "kebpf", "kpin", "pin", "share", "size"];
+
+/// The `share=` control option of a node (thesis Table 3.2): `yes`, `no`, or `auto` (the
+/// default: share stateless filters).
+fn share_option(n: &lang::Node) -> &str {
+    match &n.kind {
+        lang::NodeKind::Filter { options, .. } => options.iter().find(|(k, _)| k == "share").map_or("auto", |(_, v)| v.as_str()),
+        _ => "auto",
+    }
+}
 
 fn canonical(n: &lang::Node) -> Option<String> {
     let lang::NodeKind::Filter { filter, params, options } = &n.kind else { return None };
@@ -169,7 +178,9 @@ fn canonical(n: &lang::Node) -> Option<String> {
 }
 
 /// The shareable prefixes of `g`, longest first: from its first live capture source
-/// (`rx`) along single arcs through stateless filters.
+/// (`rx`) along single arcs through stateless filters. `share=no` on a node ends the
+/// prefix before it (on `rx`: the run shares nothing); `share=yes` lets a filter that
+/// keeps state in (a subscriber then sees its output from the moment it subscribes).
 pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
     use lang::{NodeKind, Selector};
     let Some(src) = g.nodes.iter().find(|n| {
@@ -177,6 +188,9 @@ pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
     }) else {
         return Vec::new();
     };
+    if share_option(src) == "no" {
+        return Vec::new();
+    }
     let mut chain = vec![src.id];
     loop {
         let last = *chain.last().expect("source");
@@ -185,7 +199,11 @@ pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
         let next = &g.nodes[e.to];
         let ok = g.in_edges(next.id).count() == 1
             && g.out_edges(next.id).next().is_some()
-            && matches!(&next.kind, NodeKind::Filter { filter, .. } if stateless(filter));
+            && match share_option(next) {
+                "no" => false,
+                "yes" => matches!(&next.kind, NodeKind::Filter { .. }),
+                _ => matches!(&next.kind, NodeKind::Filter { filter, .. } if stateless(filter)),
+            };
         if !ok {
             break;
         }
@@ -326,6 +344,14 @@ mod tests {
         assert_eq!(shareable(&s).iter().map(|p| p.nodes.len()).collect::<Vec<_>>(), vec![1]);
         assert_eq!(min_shared_len(&s, &shareable(&s)[0]), 2);
         assert_eq!(min_shared_len(&parse("rx dev=eth0 | flowcount placed=user | count"), &p[0]), 1);
+        // share= (thesis Table 3.2): no ends the prefix, yes admits a stateful filter.
+        let lens = |t: &str| shareable(&parse(t)).iter().map(|p| p.nodes.len()).collect::<Vec<_>>();
+        assert_eq!(lens("rx dev=eth0 | bpf \"udp\" | ip share=no | count"), vec![2, 1]);
+        assert_eq!(lens("rx dev=eth0 share=no | bpf \"udp\" | count"), Vec::<usize>::new());
+        assert_eq!(lens("rx dev=eth0 | ip | dedup | count"), vec![2, 1]);
+        assert_eq!(lens("rx dev=eth0 | ip | dedup share=yes | count"), vec![3, 2, 1]);
+        // How a node is shared does not change what it outputs: the same key.
+        assert_eq!(shareable(&parse("rx dev=eth0 share=yes | ip | count"))[0].key, shareable(&parse("rx dev=eth0 | ip | count"))[0].key);
     }
 
     #[test]

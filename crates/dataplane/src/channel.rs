@@ -140,7 +140,7 @@ pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
     // quarter of it, and a block at most a quarter, so a batch never laps it.
     let size = data.shared().max_size();
     let sub = Subscription { view, size, ring: None, received: 0, lost: 0, lost_bytes: 0 };
-    Ok(Ingress { trusted: false, max_bytes: (size / 4).max(1), r: Some(reader), data: None, local: 0, name, held: false, link_set: false, files: Vec::new(), file_ref: None, sub: Some(sub) })
+    Ok(Ingress { trusted: false, max_bytes: (size / 4).max(1), r: Some(reader), data: None, local: 0, name, held: false, link_set: false, files: Vec::new(), file_ref: None, sub: Some(sub), busy: false })
 }
 
 /// The consumer's end of a channel, attached to its rings (attach every consumer before
@@ -157,7 +157,7 @@ fn attach(name: &str, tags: &RingRef, data: &RingRef, trusted: bool, start: Star
     // A batch holds at most a quarter of the data ring, so the producer keeps writing
     // while the consumer works on it.
     let max_bytes = (data.shared().max_size() / 4).max(1);
-    Ok(Ingress { trusted, max_bytes, r: Some(reader), data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None, sub: None })
+    Ok(Ingress { trusted, max_bytes, r: Some(reader), data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None, sub: None, busy: false })
 }
 
 /// What travels with each block: its record metadata (capture time, wire length, and for
@@ -384,6 +384,8 @@ pub struct Ingress {
     file_ref: Option<Meta>,
     /// A subscription to another run's published prefix (not a channel of this run).
     sub: Option<Subscription>,
+    /// `@busy` on the consumer: poll the channel instead of sleeping on it.
+    busy: bool,
 }
 
 /// A subscriber's side of a published stream: the publisher's data ring (read by copying,
@@ -408,6 +410,13 @@ struct Subscription {
 const POLL: Duration = Duration::from_millis(50);
 
 impl Ingress {
+    /// `@busy` (thesis Table 3.3, an operational hotspot): when the channel is empty, look
+    /// again at once instead of sleeping until the producer wakes us (a CPU spent for the
+    /// wake-up latency).
+    pub fn set_busy(&mut self, busy: bool) {
+        self.busy = busy;
+    }
+
     fn release(&mut self) {
         if self.held {
             if let Some(r) = &mut self.r {
@@ -586,7 +595,7 @@ impl Filter for Ingress {
                     out.push(t);
                 }
                 Ok(None) if !out.is_empty() => break,
-                Ok(None) => match self.r.as_mut().map_or(Ok(beltway::Ready::Eof), |r| r.block(Some(POLL))) {
+                Ok(None) => match self.r.as_mut().map_or(Ok(beltway::Ready::Eof), |r| r.block(Some(if self.busy { Duration::ZERO } else { POLL }))) {
                     Ok(beltway::Ready::Data) => {}
                     Ok(beltway::Ready::TimedOut) => return true,
                     Ok(beltway::Ready::Eof) => {

@@ -158,12 +158,28 @@ pub fn export_name(node: &str) -> String {
 /// in private memory, so exported blocks are written through into the shared DBuf once;
 /// readers in other processes map both by name (`beltway::IbufReader`). Lossless: a reader
 /// that stops reading holds the pipeline back, like a Unix pipe.
-fn export_stream(node: &str) -> beltway::Result<beltway::IbufWriter> {
+///
+/// `size=` (thesis Table 3.2) sets the data ring's bytes (default 16 MiB) and `mode=` the
+/// permission bits of both rings (default 0644).
+fn export_stream(node: &str, size: Option<u64>, mode: Option<u32>) -> beltway::Result<beltway::IbufWriter> {
     use beltway::{Layout, RingConfig, Writer};
     let name = export_name(node).replace(['/', ' '], "_");
-    let tags = Writer::create_named(&name, RingConfig { mode: 0o644, ..RingConfig::bytes(1 << 20).layout(Layout::Tags) })?;
-    let data = Writer::create_named(&format!("{name}.data"), RingConfig { mode: 0o644, buf_id: 1, ..RingConfig::bytes(16 << 20) })?;
+    let mode = mode.unwrap_or(0o644);
+    let bytes = size.map_or(16 << 20, |s| (s as usize).next_power_of_two().max(1 << 16));
+    let tags = Writer::create_named(&name, RingConfig { mode, ..RingConfig::bytes(1 << 20).layout(Layout::Tags) })?;
+    let data = Writer::create_named(&format!("{name}.data"), RingConfig { mode, buf_id: 1, ..RingConfig::bytes(bytes) })?;
     beltway::IbufWriter::new(tags)?.with_default(data)
+}
+
+/// A node's `size=` control option in bytes (K/M/G suffixes), if given.
+pub fn size_option(options: &[(String, String)]) -> Option<u64> {
+    options.iter().find(|(k, _)| k == "size").and_then(|(_, v)| crate::filter::parse_size(v))
+}
+
+/// A node's `mode=` control option (octal permission bits), if given as one. A filter's
+/// own `mode` (join, split) is not octal and is left to it.
+pub fn mode_option(options: &[(String, String)]) -> Option<u32> {
+    options.iter().find(|(k, _)| k == "mode").and_then(|(_, v)| u32::from_str_radix(v, 8).ok()).filter(|m| *m <= 0o7777)
 }
 
 /// A graph instantiated in one space.
@@ -222,9 +238,10 @@ impl Space {
                 NodeKind::Split { mode, ways } => (Box::new(SplitFilter::new(*mode, *ways)), false, true),
             };
             let export = match &n.kind {
-                NodeKind::Filter { options, .. } if options.iter().any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") => {
-                    Some(export_stream(n.name.as_deref().unwrap_or(&label)).map_err(|e| BuildError { label: label.clone(), why: format!("cannot export: {e}") })?)
-                }
+                NodeKind::Filter { options, .. } if options.iter().any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") => Some(
+                    export_stream(n.name.as_deref().unwrap_or(&label), size_option(options), mode_option(options))
+                        .map_err(|e| BuildError { label: label.clone(), why: format!("cannot export: {e}") })?,
+                ),
                 _ => None,
             };
             let mut filter = filter;

@@ -224,6 +224,32 @@ pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<()
     Ok(())
 }
 
+/// How space `id` is scheduled, from the hints of the nodes placed there (thesis Table
+/// 3.3): `@hrealtime` SCHED_FIFO priority 50 with the process's memory locked,
+/// `@realtime` SCHED_RR priority 10, `@background` SCHED_IDLE; the strongest wins. With
+/// the hint and the node that asked for it (for messages).
+pub fn schedule_of(g: &Graph, p: &Placement, id: SpaceId) -> Option<(beltway::sys::Policy, &'static str, String)> {
+    use beltway::sys::Policy;
+    let here = || g.nodes.iter().filter(move |n| p.space[n.id] == id);
+    for (hint, policy, name) in [(Hint::HRealtime, Policy::Fifo(50), "@hrealtime"), (Hint::Realtime, Policy::RoundRobin(10), "@realtime"), (Hint::Background, Policy::Idle, "@background")] {
+        if let Some(n) = here().find(|n| n.hints.contains(&hint)) {
+            return Some((policy, name, node_label(n)));
+        }
+    }
+    None
+}
+
+/// Give the calling thread the scheduling its space's hints ask for; an error names the
+/// filter and the hint (the system may refuse real-time policies without CAP_SYS_NICE).
+fn apply_schedule(sched: &Option<(beltway::sys::Policy, &'static str, String)>) -> Result<(), String> {
+    let Some((policy, hint, label)) = sched else { return Ok(()) };
+    beltway::sys::set_scheduler(*policy).map_err(|e| format!("{label}: {hint}: cannot set the scheduling policy {policy:?}: {e}"))?;
+    if matches!(policy, beltway::sys::Policy::Fifo(_)) {
+        beltway::sys::lock_memory().map_err(|e| format!("{label}: {hint}: cannot lock memory: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Apply the placement rule to `g` (see the module documentation).
 pub fn place(g: &Graph) -> Result<Placement, BuildError> {
     let n = g.nodes.len();
@@ -249,7 +275,8 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
         } else if node.hints.contains(&Hint::Private) {
             next_fresh += 1;
             (next_fresh - 1, SpaceKind::Process)
-        } else if node.hints.contains(&Hint::Background) {
+        } else if node.hints.iter().any(|h| matches!(h, Hint::Background | Hint::Realtime | Hint::HRealtime)) {
+            // Scheduling hints apply to a whole space: the node gets a thread of its own.
             next_fresh += 1;
             (next_fresh - 1, SpaceKind::Thread)
         } else {
@@ -433,13 +460,21 @@ impl Factory for WithChannels<'_> {
 /// The channel configuration of arc `e`: set by the consuming node's hints.
 fn channel_config(g: &Graph, e: &Edge, default: ChannelConfig) -> ChannelConfig {
     let to = &g.nodes[e.to];
-    if to.hints.contains(&Hint::Latency) {
+    let mut cfg = if to.hints.contains(&Hint::Latency) {
         ChannelConfig::latency()
-    } else if to.hints.contains(&Hint::Throughput) {
+    } else if to.hints.contains(&Hint::Throughput) || to.hints.contains(&Hint::Quiet) {
+        // A quiet part of the graph is woken seldom: large batches, up to the latency bound.
         ChannelConfig::throughput()
     } else {
         default
+    };
+    // `size=` on the producing filter (thesis Table 3.2): the bytes its stream buffers.
+    if let NodeKind::Filter { options, .. } | NodeKind::Unix { options, .. } = &g.nodes[e.from].kind {
+        if let Some(s) = crate::runtime::size_option(options) {
+            cfg.data = (s as usize).next_power_of_two().max(1 << 16);
+        }
     }
+    cfg
 }
 
 /// How to start a process space: this program with arguments that make it call
@@ -486,6 +521,8 @@ pub struct Spaces {
     pub channels: usize,
     /// Each node's space and name (for messages).
     labels: Vec<(SpaceId, String)>,
+    /// Per space, the scheduling its hints ask for.
+    sched: HashMap<SpaceId, Option<(beltway::sys::Policy, &'static str, String)>>,
 }
 
 /// The outcome of a multi-space run.
@@ -756,7 +793,8 @@ impl Spaces {
                     if here(to) {
                         // A process space feeding us may not name files for us to map.
                         let trusted = here(placement.space[e.from]);
-                        let rx = ingress(&format!("sl-ch{k}"), tr, d, trusted).map_err(|x| chan_err(e, format!("cannot attach to its channel: {x}")))?;
+                        let mut rx = ingress(&format!("sl-ch{k}"), tr, d, trusted).map_err(|x| chan_err(e, format!("cannot attach to its channel: {x}")))?;
+                        rx.set_busy(g.nodes[e.to].hints.contains(&Hint::Busy));
                         b.chans.endpoints.lock().expect("not poisoned").insert((false, k), Box::new(rx) as Box<dyn Filter>);
                     } else {
                         let c = b.children.iter().find(|c| c.id == to).expect("process space started");
@@ -823,7 +861,8 @@ impl Spaces {
         }
         let b = t.commit();
         let labels = g.nodes.iter().map(|n| (placement.space[n.id], node_label(n))).collect();
-        Ok(Spaces { spaces: b.spaces, children: b.children, placement, channels: cross.len(), labels })
+        let sched = placement.spaces().into_iter().map(|s| (s, schedule_of(g, &placement, s))).collect();
+        Ok(Spaces { spaces: b.spaces, children: b.children, placement, channels: cross.len(), labels, sched })
     }
 
     /// Process ids of the process spaces (for tests and monitoring).
@@ -865,10 +904,16 @@ impl Spaces {
                     local = Some(space);
                     continue;
                 }
+                let sched = self.sched.get(&id).cloned().flatten();
+                let died = &died;
                 let h = std::thread::Builder::new()
                     .name(format!("sl-space{id}"))
                     .spawn_scoped(scope, move || {
                         let _ = beltway::sys::pin_to_cpu(id % cpus);
+                        if let Err(e) = apply_schedule(&sched) {
+                            died.lock().expect("not poisoned").push(e);
+                            interrupt.store(true, Ordering::Relaxed);
+                        }
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             space.run(interrupt, |_| {});
                             space
@@ -927,6 +972,10 @@ impl Spaces {
                 });
             }
             if let Some(mut space) = local {
+                if let Err(e) = apply_schedule(&self.sched.get(&0).cloned().flatten()) {
+                    died.lock().expect("not poisoned").push(e);
+                    interrupt.store(true, Ordering::Relaxed);
+                }
                 space.run(interrupt, &mut tick);
                 results.push((0, Ok(space)));
             }
@@ -1043,7 +1092,11 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
     }
     for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.to] == id) {
         let rings = recv_ring(&sock).and_then(|t| recv_ring(&sock).map(|d| (t, d)));
-        let rx = rings.and_then(|(t, d)| ingress(&format!("sl-ch{k}"), &t, &d, true).map_err(|x| x.to_string()));
+        let busy = g.nodes[e.to].hints.contains(&Hint::Busy);
+        let rx = rings.and_then(|(t, d)| ingress(&format!("sl-ch{k}"), &t, &d, true).map_err(|x| x.to_string())).map(|mut rx| {
+            rx.set_busy(busy);
+            rx
+        });
         match rx {
             Ok(rx) => {
                 endpoints.insert((false, k), Box::new(rx) as Box<dyn Filter>);
@@ -1056,6 +1109,9 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
         Ok(s) => s,
         Err(e) => return fail_build(e),
     };
+    if let Err(e) = apply_schedule(&schedule_of(g, &placement, id)) {
+        return fail(e);
+    }
     if send_msg(&sock, "ready").is_err() {
         return 3;
     }

@@ -102,13 +102,53 @@ impl lang::Resolver for Natives {
     }
 }
 
+/// The control options of thesis Table 3.2 that concern the filter's construction, for a
+/// filter that does not declare a key of the same name itself: `file=F` passes the
+/// contents of F as its first parameter (`regex file=patterns.txt`); `reuse=` and
+/// `binary=` are refused, saying why (nothing here gives them a meaning yet); `mode=`
+/// needs an exported stream whose permissions it sets.
+pub fn control_options(spec: &FilterSpec, args: &Args) -> Result<Args, String> {
+    let declared = |k: &str| spec.params.iter().any(|p| p.name == k);
+    let mut args = args.clone();
+    if !declared("reuse") && args.options.contains_key("reuse") {
+        return Err("reuse=: a run is not reconfigured while it runs yet, so there is no state to keep across updates".into());
+    }
+    if !declared("binary") && args.options.contains_key("binary") {
+        return Err("binary=: there is no repository of blobs to take a parameter from; pass it with file= instead".into());
+    }
+    if !declared("mode") {
+        if let Some(m) = args.options.get("mode") {
+            let exported = ["export", "exportdata"].iter().any(|k| args.options.get(*k).is_some_and(|v| v == "yes"));
+            if !exported {
+                return Err(format!("mode={m}: sets the permissions of the stream the filter exports; give export=yes too"));
+            }
+        }
+    }
+    if !declared("file") {
+        if let Some(path) = args.options.remove("file") {
+            let Some(first) = spec.params.first() else {
+                return Err(format!("file={path}: {} takes no parameter to read from a file", spec.name));
+            };
+            if args.positional.first().is_some() || args.options.contains_key(first.name) {
+                return Err(format!("file={path}: give {} either in the pipeline or in a file, not both", first.name));
+            }
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("file={path}: {e}"))?;
+            let text = text.strip_suffix('\n').unwrap_or(&text);
+            let text = text.strip_suffix('\r').unwrap_or(text);
+            args.positional.insert(0, text.to_string());
+        }
+    }
+    Ok(args)
+}
+
 /// The library as the runtime's factory.
 pub struct Library;
 
 impl Factory for Library {
     fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, String> {
         let spec = find(name).ok_or_else(|| format!("no native filter named '{name}'"))?;
-        (spec.make)(args)
+        let args = control_options(spec, args)?;
+        (spec.make)(&args)
     }
     fn is_source(&self, name: &str) -> bool {
         find(name).is_some_and(|s| s.source)
