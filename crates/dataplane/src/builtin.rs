@@ -29,11 +29,12 @@ impl JoinFilter {
     }
 
     /// Ordered mode: queue the batch's blocks under their in-arc, then pass on blocks in
-    /// round-robin order of the in-arcs for as long as the next one has arrived. A block
-    /// kept past its batch is copied when it lies in another space's data (released at
-    /// the end of the batch); blocks in this space's own rings are kept in place.
+    /// round-robin order of the in-arcs for as long as the next one has arrived. What is
+    /// left queued is kept past its batch through [`Ctx::keep`] (a copy where the memory
+    /// goes back at the end of the batch: another space's data, a kernel ring).
     fn ordered(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         let q = batch.from.min(self.queues.len() - 1);
+        let arrived = batch.len();
         for (t, sh) in batch.tags.iter().zip(&batch.shared) {
             self.queues[q].push_back((*t, *sh));
         }
@@ -43,15 +44,26 @@ impl JoinFilter {
             batch.shared.push(sh);
             self.next = (self.next + 1) % self.queues.len();
         }
-        for q in &mut self.queues {
-            for (t, sh) in q.iter_mut() {
-                if cx.store.is_mapped(t.buf) {
-                    if let Ok(c) = cx.store.copy_block(t) {
-                        *t = c;
+        // Only this batch's blocks can still be in memory that is not ours to keep: the
+        // queue's older blocks were kept when their batch passed. Those left of this batch
+        // are the last ones of its in-arc's queue.
+        let queue = &mut self.queues[q];
+        let from = queue.len().saturating_sub(arrived);
+        let mut lost = 0;
+        for (t, sh) in queue.iter_mut().skip(from) {
+            match cx.store.keep(t) {
+                Ok(k) => {
+                    if k != *t {
+                        *t = k;
                         *sh = false;
                     }
                 }
+                Err(_) => lost += 1,
             }
+        }
+        if lost > 0 {
+            queue.retain(|(t, _)| cx.store.data(t).is_ok());
+            cx.warn(format!("ordered join: {lost} blocks no longer resolved when they were to be kept; dropped"));
         }
     }
 }
@@ -280,5 +292,58 @@ impl Drop for UnixProc {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Lender, RecordMeta, Store};
+
+    /// Run `f` with a context over `store`; returns the warnings.
+    fn with_ctx(store: &mut Store, f: impl FnOnce(&mut Ctx<'_>)) -> Vec<String> {
+        let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
+        let mut cx = Ctx { store, name: "join", sessions: &mut sessions, warnings: &mut warnings, stop: &mut stop };
+        f(&mut cx);
+        warnings
+    }
+
+    fn batch(from: usize, tags: &[Tag]) -> Batch {
+        let mut b = Batch::with_capacity(tags.len());
+        for t in tags {
+            b.push(*t);
+        }
+        b.from = from;
+        b
+    }
+
+    /// An ordered join holds blocks until the other replica's turn comes; a block lent for
+    /// its batch only (a kernel ring's frame) is held as a copy with its record, so it still
+    /// reads what it held after the lender took the memory back.
+    #[test]
+    fn ordered_join_keeps_lent_blocks_past_their_batch() {
+        let mut st = Store::new(1 << 16);
+        let lender = Lender::new(4096);
+        let id = st.add_external(lender.clone());
+        let (a, b) = (Tag { pos: lender.pos(0), len: 100, buf: id, class: 1 }, Tag { pos: lender.pos(100), len: 100, buf: id, class: 1 });
+        st.set_records(id, vec![RecordMeta::whole(a.pos, 100, 5, 100), RecordMeta::whole(b.pos, 100, 6, 100)]);
+        let b_bytes = lender.bytes(100, 100);
+        let mut j = JoinFilter::new(JoinMode::Ordered, 2);
+        // In-arc 0 brings a and b: a goes on, b waits for in-arc 1's block.
+        let mut first = batch(0, &[a, b]);
+        assert!(with_ctx(&mut st, |cx| j.process(cx, &mut first)).is_empty());
+        assert_eq!(first.tags, vec![a]);
+        // The batch is over: the lender takes its memory back and lends it anew.
+        lender.give_back();
+        let c = st.push(b"from the other replica");
+        let mut second = batch(1, &[c]);
+        assert!(with_ctx(&mut st, |cx| j.process(cx, &mut second)).is_empty());
+        assert_eq!(second.len(), 2);
+        assert_eq!(second.tags[0], c);
+        let kept = second.tags[1];
+        assert_ne!(kept.buf, id, "b is held as a copy");
+        assert_eq!(st.data(&kept).unwrap(), &b_bytes[..], "the copy reads what b held");
+        assert_eq!(st.record(&kept).map(|(m, whole)| (m.ts_ns, whole)), Some((6, true)), "with b's record");
+        assert_eq!(st.data(&b), Err(crate::store::ResolveError::Gone { buf: id, pos: b.pos }));
     }
 }

@@ -121,6 +121,12 @@ impl Ctx<'_> {
         }
         Ok(s)
     }
+    /// Keep block `t` past the batch it came in: the tag itself where its memory stays
+    /// (files, this space's rings), else a copy (see [`Store::keep`]). Store the returned
+    /// tag, not `t`. The one way for a filter to hold a block across batches.
+    pub fn keep(&mut self, t: &Tag) -> Result<Tag, ResolveError> {
+        self.store.keep(t)
+    }
     /// Session state (thesis 3.3.2 `slsession_alloc`, 5.3.3): `n` slots of `T`, created on
     /// first use and kept by the runtime with the filter's node; index the table by a
     /// block's class to get that session's slot. Because the runtime owns the state and the
@@ -131,6 +137,14 @@ impl Ctx<'_> {
             *self.sessions = Some(Box::new(SessionTable::<T>::new(n)));
         }
         self.sessions.as_mut().and_then(|b| b.downcast_mut()).expect("just created")
+    }
+    /// [`Ctx::sessions`] and the store at once, for a filter that keeps blocks in its
+    /// sessions ([`Store::keep`] while a session is borrowed).
+    pub fn sessions_and_store<T: Default + Clone + Send + 'static>(&mut self, n: usize) -> (&mut SessionTable<T>, &mut Store) {
+        if !self.sessions.as_ref().is_some_and(|b| b.is::<SessionTable<T>>()) {
+            *self.sessions = Some(Box::new(SessionTable::<T>::new(n)));
+        }
+        (self.sessions.as_mut().and_then(|b| b.downcast_mut()).expect("just created"), self.store)
     }
 
     /// A non-fatal problem worth telling the user (printed once per distinct message).
@@ -147,6 +161,17 @@ impl Ctx<'_> {
 }
 
 /// A native filter instance.
+///
+/// # Blocks live for a batch
+///
+/// A tag in a batch resolves until the batch has walked the whole space. After that its
+/// memory may go back to its owner: the kernel refills a capture ring's block (`rx`),
+/// another space reuses a channel's data. Such a tag then resolves to
+/// [`ResolveError::Gone`] (positions are never reused), never to other data. A filter
+/// that holds a tag across batches (`tcpstream`'s early segments, an ordered join's
+/// queues, windows) stores what [`Ctx::keep`] returns for it, while the batch that
+/// brought it is still walking: the tag itself where the memory stays (mapped files,
+/// the space's own rings), else a copy with the block's record metadata.
 pub trait Filter: Send {
     /// Process a batch in place: set each tag's class (0 drops it on default arcs), crop
     /// tags (edit pos/len), drop, reorder or append tags.

@@ -2,7 +2,9 @@
 //!
 //! A tour:
 //! - [`store`]: the DBufs of a space (local rings with absolute positions, files mapped as
-//!   DBufs) and write isolation: `writable` copies only when someone else may still read.
+//!   DBufs, memory lent block by block) and write isolation: `writable` copies only when
+//!   someone else may still read; `keep` copies only what a filter holds past its batch
+//!   in memory that goes back (lent, or another space's).
 //! - [`filter`]: the [`Filter`] trait (batch in, classes out), [`Ctx`], [`Classify`] for
 //!   one-decision-per-block filters, filter metadata with fixed documentation sections, and
 //!   typed parameter access ([`Args`]).

@@ -5,8 +5,13 @@
 //! - file regions: a whole file mapped read-only (thesis 4.5.6, files as DBufs), so that
 //!   e.g. `pcapin` hands out tags straight into the capture file, copying nothing.
 //!
+//! - external regions: memory another component lends block by block (the kernel's capture
+//!   rings); a block given back resolves to nothing.
+//!
 //! Owns resolution (tag -> bytes), validity (a ring position below the overwrite horizon
-//! is gone) and allocation of new data. Does not own scheduling.
+//! is gone, and so is a lent block once given back), keeping blocks past their batch
+//! ([`Store::keep`]: in place where the memory stays, else a copy) and allocation of new
+//! data. Does not own scheduling.
 
 use crate::mmap;
 use beltway::Tag;
@@ -93,6 +98,12 @@ enum Region {
 
 /// A DBuf whose memory belongs to someone else (e.g. the kernel's TPACKET ring): it
 /// resolves positions it handed out while the blocks holding them are lent to us.
+///
+/// Contract: positions are absolute and never reused (a lap or generation counter in
+/// them), and `get` answers `None` for a position whose block has been given back, even
+/// when the same memory is lent again and holds other data now: a stale tag is
+/// [`ResolveError::Gone`], never another block's bytes. Nothing lent is kept past its
+/// batch in place: [`Store::keep`] copies it.
 pub trait External: Send + Sync + std::fmt::Debug {
     fn get(&self, pos: u64, len: usize) -> Option<&[u8]>;
 }
@@ -308,6 +319,8 @@ pub struct Store {
     scratch_size: usize,
     /// Blocks copied by write isolation (statistics; in-place edits do not count).
     pub copies: u64,
+    /// Blocks copied to keep them past their batch ([`Store::keep`]; statistics).
+    pub kept: u64,
     /// New rings go to shared memory (the space feeds spaces in this process).
     share: bool,
     /// Facts derived from blocks, cached for the filters downstream (see [`Store::memo`]).
@@ -394,7 +407,7 @@ fn prune_records(recs: &mut Vec<RecordMeta>, low: Option<u64>) {
 pub enum ResolveError {
     #[error("tag refers to unknown buffer {0}")]
     UnknownBuffer(BufId),
-    #[error("block at position {pos} of buffer {buf} was overwritten or lies outside it")]
+    #[error("block at position {pos} of buffer {buf} was overwritten, given back to its lender, or lies outside it")]
     Gone { buf: BufId, pos: u64 },
 }
 
@@ -510,6 +523,25 @@ impl Store {
     /// that write isolation makes.
     pub fn copy_block(&mut self, t: &Tag) -> Result<Tag, ResolveError> {
         self.copy_parts(t).map(|(t, _)| t)
+    }
+
+    /// Keep block `t` past the batch it came in (a filter that holds tags across batches:
+    /// reassembly, reordering). Returns the tag itself when its memory stays this space's:
+    /// a mapped file, or a ring of this space (where a later lap that overwrites it shows
+    /// as [`ResolveError::Gone`], never as other data). Otherwise (memory lent by the
+    /// kernel, which goes back at the end of the batch; another space's data, released
+    /// then) a copy in the default ring made by [`Store::copy_block`], carrying the
+    /// block's record metadata and link type. Gone if `t` no longer resolves.
+    pub fn keep(&mut self, t: &Tag) -> Result<Tag, ResolveError> {
+        let r = (t.buf as usize).checked_sub(1).and_then(|i| self.regions.get(i)).ok_or(ResolveError::UnknownBuffer(t.buf))?;
+        match r {
+            Region::Ring(_) | Region::Shared(_) | Region::File(..) => self.data(t).map(|_| *t),
+            Region::Mapped(_) | Region::External(_) => {
+                let c = self.copy_block(t)?;
+                self.kept += 1;
+                Ok(c)
+            }
+        }
     }
 
     /// [`Store::copy_block`], also handing out the copy's bytes.
@@ -806,6 +838,50 @@ impl Store {
     }
 }
 
+/// Memory lent block by block for the unit tests, as the kernel lends its rings: one
+/// block of `size` bytes at a time, its positions `generation * size + offset`, refused
+/// once [`Lender::give_back`] ends the generation. Each generation's contents differ
+/// (byte `i` is `i ^ generation`), as a refilled ring's would.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct Lender {
+    laps: Vec<Vec<u8>>,
+    size: u64,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+#[cfg(test)]
+impl Lender {
+    pub(crate) fn new(size: usize) -> std::sync::Arc<Lender> {
+        let laps = (0..16u64).map(|g| (0..size).map(|i| i as u8 ^ g as u8).collect()).collect();
+        std::sync::Arc::new(Lender { laps, size: size as u64, generation: 1.into() })
+    }
+    /// Where offset `off` of the block lent now lies.
+    pub(crate) fn pos(&self, off: u64) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Relaxed) * self.size + off
+    }
+    /// The bytes offset `off..off + len` of the block lent now holds.
+    pub(crate) fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        let g = self.generation.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        self.laps[g % self.laps.len()][off..off + len].to_vec()
+    }
+    /// End the current generation and lend the block again (with other contents).
+    pub(crate) fn give_back(&self) {
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+impl External for Lender {
+    fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        let (g, off) = (pos / self.size, (pos % self.size) as usize);
+        if g != self.generation.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        self.laps[g as usize % self.laps.len()].get(off..off.checked_add(len)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -909,6 +985,74 @@ mod tests {
                 proptest::prop_assert_eq!(r.data(&t), st.data(&t), "tag {:?}", t);
             }
         }
+
+        /// A lent region resolves a tag exactly when it lies in the block lent now (its
+        /// generation, inside the block), to that block's bytes, and `keep` copies exactly
+        /// those: stale, future and hostile positions are Gone, never other bytes or a
+        /// panic.
+        #[test]
+        fn lent_tags_resolve_only_in_the_block_lent_now(laps in 0u64..5, tags in proptest::collection::vec(
+            (proptest::prop_oneof![0u64..30_000, (u64::MAX - 5000)..=u64::MAX], 0u32..5000), 1..40)) {
+            let mut st = Store::new(1 << 16);
+            let lender = Lender::new(4096);
+            for _ in 0..laps {
+                lender.give_back();
+            }
+            let id = st.add_external(lender.clone());
+            let now = lender.pos(0) / 4096;
+            for (pos, len) in tags {
+                let t = Tag { pos, len, buf: id, class: 1 };
+                let (g, off) = (pos / 4096, (pos % 4096) as usize);
+                let lent_now = g == now && off + len as usize <= 4096;
+                let want = if lent_now { Ok(lender.bytes(off, len as usize)) } else { Err(ResolveError::Gone { buf: id, pos }) };
+                proptest::prop_assert_eq!(st.data(&t).map(<[u8]>::to_vec), want.clone(), "tag {:?}", t);
+                proptest::prop_assert_eq!(st.resolver().data(&t).map(<[u8]>::to_vec), want.clone());
+                let kept = st.keep(&t).and_then(|k| st.data(&k).map(<[u8]>::to_vec));
+                proptest::prop_assert_eq!(kept, want);
+            }
+        }
+    }
+
+    #[test]
+    fn keep_leaves_files_and_own_rings_in_place_and_copies_lent_blocks_with_their_record() {
+        let (mut st, ring, file, _f) = store_with_regions();
+        // A file stays: the tag itself.
+        let t = Tag { pos: 100, len: 50, buf: file, class: 3 };
+        assert_eq!(st.keep(&t), Ok(t));
+        // A ring of this space: in place while intact; a block a later lap overwrote
+        // cannot be kept.
+        let intact = Tag { pos: 8192, len: 1000, buf: ring, class: 1 };
+        assert_eq!(st.keep(&intact), Ok(intact));
+        assert_eq!(st.keep(&Tag { pos: 0, len: 1000, buf: ring, class: 1 }), Err(ResolveError::Gone { buf: ring, pos: 0 }));
+        assert_eq!(st.kept, 0, "nothing copied so far");
+        // Lent memory: a copy, with the tag's class, the record it is a cropped piece of
+        // (its time, wire length and the bytes before it) and the link type.
+        let lender = Lender::new(4096);
+        let id = st.add_external(lender.clone());
+        st.set_link(id, 1);
+        st.set_records(id, vec![RecordMeta::whole(lender.pos(0), 200, 777, 1500)]);
+        let seg = Tag { pos: lender.pos(40), len: 60, buf: id, class: 9 };
+        let want = lender.bytes(40, 60);
+        assert_eq!(st.data(&seg).unwrap(), &want[..]);
+        let k = st.keep(&seg).unwrap();
+        assert_ne!(k.buf, id);
+        assert_eq!(k.class, 9);
+        assert_eq!(st.kept, 1);
+        // The block goes back and is lent again with other bytes: the original tag is
+        // refused (never the new bytes), the copy still reads what the tag saw.
+        lender.give_back();
+        assert_ne!(lender.bytes(40, 60), want);
+        assert_eq!(st.data(&seg), Err(ResolveError::Gone { buf: id, pos: seg.pos }));
+        assert_eq!(st.resolver().data(&seg), Err(ResolveError::Gone { buf: id, pos: seg.pos }));
+        assert_eq!(st.data(&k).unwrap(), &want[..]);
+        assert_eq!(st.record(&k), Some((RecordMeta { pos: k.pos, len: 60, skip: 40, ts_ns: 777, orig_len: 1500 }, false)));
+        assert_eq!(st.link(&k), Some(1));
+        // Too late to keep it now.
+        assert_eq!(st.keep(&seg), Err(ResolveError::Gone { buf: id, pos: seg.pos }));
+        // A copy is this space's: keeping it again keeps it in place.
+        assert_eq!(st.keep(&k), Ok(k));
+        assert_eq!(st.kept, 1);
+        assert_eq!(st.keep(&Tag { buf: 99, ..k }), Err(ResolveError::UnknownBuffer(99)));
     }
 
     #[test]

@@ -6,7 +6,8 @@ use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
 use std::collections::{BTreeMap, HashMap};
 
 /// Per-direction reassembly state: the next expected sequence number and the segments
-/// that arrived early (tags only: their data stays where it is).
+/// that arrived early (tags, kept past their batch with `Ctx::keep`: in place in a file or
+/// a ring of this space, a copy of a frame the kernel lent).
 #[derive(Default, Clone)]
 struct Dir {
     next: Option<u32>,
@@ -23,7 +24,9 @@ const SESSIONS: usize = 4096;
 
 /// Zero-copy TCP reassembly (thesis 5.3.2): crops each segment's tag to its payload (a
 /// metadata edit) and reorders tags so every connection's bytes come out in sequence order.
-/// Retransmitted bytes are trimmed; early segments wait (as tags) for the gap to fill. Its
+/// Retransmitted bytes are trimmed; early segments wait (as tags) for the gap to fill,
+/// kept past their batch through `Ctx::keep` (copied only where the memory is lent, as
+/// `rx`'s frames are, so a held segment never reads a refilled frame). Its
 /// per-connection state is session state handed out by the runtime, selected by the flow
 /// class (thesis 5.3.3).
 pub struct TcpStream {
@@ -38,12 +41,14 @@ impl Filter for TcpStream {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         let input = std::mem::take(&mut batch.tags);
         batch.clear();
+        let mut lost = 0;
         for t in input {
             let Some(p) = parse_tag(cx, &t) else { continue };
             let (L4::Tcp { sport, dport, seq, syn, .. }, Some((_, src, dst, _))) = (p.l4, p.ip) else { continue };
             let class = flow_hash(&p);
             let limit = self.limit;
-            let session = cx.sessions::<FlowSession>(SESSIONS).get(class);
+            let (sessions, store) = cx.sessions_and_store::<FlowSession>(SESSIONS);
+            let session = sessions.get(class);
             let d = session.entry((src, sport, dst, dport)).or_default();
             let mut seq = seq;
             if syn {
@@ -76,6 +81,16 @@ impl Filter for TcpStream {
                     }
                     d.held.remove(&s);
                     d.held_bytes -= h.len as usize;
+                    if store.data(&h).is_err() {
+                        // Kept in a ring of this space that has lapped since: its bytes
+                        // are lost, the stream goes on after them.
+                        lost += 1;
+                        let end = s.wrapping_add(h.len);
+                        if seq_lt(nx, end) {
+                            nx = end;
+                        }
+                        continue;
+                    }
                     let skip = nx.wrapping_sub(s) as u64;
                     if skip < h.len as u64 {
                         batch.push(Tag { pos: h.pos + skip, len: h.len - skip as u32, ..h });
@@ -84,11 +99,20 @@ impl Filter for TcpStream {
                 }
                 d.next = Some(nx);
             } else if d.held_bytes + seg.len as usize <= limit {
-                d.held_bytes += seg.len as usize;
-                d.held.insert(seq, seg);
+                // The segment waits past this batch: its memory may not (a lent frame).
+                match store.keep(&seg) {
+                    Ok(kept) => {
+                        d.held_bytes += seg.len as usize;
+                        d.held.insert(seq, kept);
+                    }
+                    Err(_) => lost += 1,
+                }
             } else {
                 cx.warn("reassembly buffer limit reached; out-of-order data dropped (raise limit=)");
             }
+        }
+        if lost > 0 {
+            cx.warn("held segments were overwritten before their gap filled; dropped (a larger data ring holds them longer)");
         }
     }
     fn finish(&mut self, cx: &mut Ctx<'_>, out: &mut Batch) {

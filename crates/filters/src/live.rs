@@ -5,21 +5,24 @@
 //! bytecount) as eBPF programs: [`kernel_placement`] moves the program onto the socket.
 
 use dataplane::{Access, Args, Batch, BufId, Ctx, External, Filter, FilterSpec, Param, RecordMeta, Tag};
-use kernel::afpacket::{Frame, RxConfig, RxRing, SocketFilter};
+use kernel::afpacket::{Block, RxConfig, RxRing, SocketFilter};
 use kernel::cbpf::compile;
 use kernel::ebpf;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The ring as the store's DBuf: positions are `lap * ring length + offset`, so a tag
-/// names one frame for the life of the run (the block memo relies on that).
+/// The ring as the store's DBuf: positions are the kernel crate's frame positions (`lap *
+/// ring length + offset`), so a tag names one frame for the life of the run (the block
+/// memo relies on that), and a tag whose block went back to the kernel resolves to
+/// nothing ([`ResolveError::Gone`](dataplane::ResolveError)), never to the frames the
+/// kernel wrote there since. Filters keep blocks past their batch with `Ctx::keep`.
 #[derive(Debug)]
 struct Lent(RxRing);
 
 impl External for Lent {
     fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
-        self.0.frame_bytes((pos % self.0.len() as u64) as usize, len)
+        self.0.frame_bytes(pos, len)
     }
 }
 
@@ -35,8 +38,8 @@ pub struct Rx {
     ring: Option<Arc<Lent>>,
     buf: BufId,
     failed: bool,
-    /// The block being emitted: index, frames, next frame, lap.
-    held: Option<(usize, Vec<Frame>, usize, u64)>,
+    /// The block being emitted and its next frame.
+    held: Option<(Block, usize)>,
     blocks_seen: u64,
     packets: u64,
     kernel_seen: u64,
@@ -140,19 +143,18 @@ impl Filter for Rx {
         let ring = self.ring.clone().expect("opened");
         if self.held.is_none() {
             match ring.0.next_block(Duration::from_millis(50)) {
-                Ok(Some((b, frames))) => {
-                    let lap = self.blocks_seen / self.cfg.blocks as u64;
+                Ok(Some(b)) => {
                     self.blocks_seen += 1;
                     // The kernel's counters (a system call): now and then, and at the end.
-                    if self.blocks_seen % 64 == 0 {
+                    if self.blocks_seen.is_multiple_of(64) {
                         self.count_kernel();
                     }
-                    if frames.is_empty() {
+                    if b.frames.is_empty() {
                         // A block retired by the timer with nothing in it.
-                        ring.0.release(b);
+                        ring.0.release(b.index);
                         return true;
                     }
-                    self.held = Some((b, frames, 0, lap));
+                    self.held = Some((b, 0));
                 }
                 Ok(None) => return true,
                 Err(e) => {
@@ -163,16 +165,15 @@ impl Filter for Rx {
                 }
             }
         }
-        let Some((_, frames, next, lap)) = self.held.as_mut() else { return true };
-        let base = *lap * ring.0.len() as u64;
-        let end = (*next + max).min(frames.len());
+        let Some((block, next)) = self.held.as_mut() else { return true };
+        let end = (*next + max).min(block.frames.len());
         let mut metas = Vec::with_capacity(end - *next);
-        for f in &frames[*next..end] {
-            let pos = base + f.offset as u64;
-            out.push(Tag { pos, len: f.snaplen, buf: self.buf, class: 1 });
-            metas.push(RecordMeta::whole(pos, f.snaplen, f.ts_ns, f.wirelen));
+        for f in &block.frames[*next..end] {
+            out.push(Tag { pos: f.pos, len: f.snaplen, buf: self.buf, class: 1 });
+            metas.push(RecordMeta::whole(f.pos, f.snaplen, f.ts_ns, f.wirelen));
         }
-        // Only this batch's frames need metadata: the block goes back after it.
+        // Only this batch's frames need metadata: a filter that keeps one of its blocks
+        // past the batch gets a copy that carries its record (`Ctx::keep`).
         metas.sort_by_key(|m| m.pos);
         cx.store.set_records(self.buf, metas);
         self.packets += (end - *next) as u64;
@@ -183,9 +184,9 @@ impl Filter for Rx {
     fn epoch_end(&mut self) {
         // The batch has walked the whole space: give the block back once all its frames
         // went out.
-        if let (Some(ring), Some((b, frames, next, _))) = (&self.ring, &self.held) {
-            if *next >= frames.len() {
-                ring.0.release(*b);
+        if let (Some(ring), Some((block, next))) = (&self.ring, &self.held) {
+            if *next >= block.frames.len() {
+                ring.0.release(block.index);
                 self.held = None;
             }
         }
@@ -193,15 +194,15 @@ impl Filter for Rx {
 
     fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
         self.count_kernel();
-        if let (Some(ring), Some((b, ..))) = (&self.ring, self.held.take()) {
-            ring.0.release(b);
+        if let (Some(ring), Some((block, _))) = (&self.ring, self.held.take()) {
+            ring.0.release(block.index);
         }
     }
 
     fn summary(&self) -> Option<String> {
         self.ring.as_ref()?;
         Some(format!(
-            "rx {}: {} packets delivered, {} seen by the kernel socket{}, {} dropped by the kernel (ring full)",
+            "rx {}: {} packets delivered, {} seen by the kernel socket{}, {} dropped by the kernel (ring full); {} blocks taken, the ring went round {} times",
             self.dev,
             self.packets,
             self.kernel_seen,
@@ -210,7 +211,9 @@ impl Filter for Rx {
                 (None, Some((c, _))) => format!(" after its eBPF program ({})", c.name()),
                 (None, None) => String::new(),
             },
-            self.kernel_drops
+            self.kernel_drops,
+            self.blocks_seen,
+            self.blocks_seen / self.cfg.blocks as u64
         ))
     }
 }
@@ -371,11 +374,13 @@ pub static RX: FilterSpec = FilterSpec {
     synopsis: "rx dev=IF [impl=packet|xdp|auto] [latency=MS] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]",
     description: "Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
-                  goes back to the kernel when its frames have walked the space. A block is handed\n\
+                  goes back to the kernel when its frames have walked the space (a filter that holds\n\
+                  a frame longer, as tcpstream holds early segments, keeps a copy). A block is handed\n\
                   over at the latest `latency` ms after its first frame, so a quiet link does not hold\n\
                   frames back. `bpf`, `flowcount`, `sample` or `bytecount` right after `rx` runs in\n\
                   the kernel on the socket (eBPF for the last three; their maps pinned on bpffs). Needs\n\
-                  CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count.\n\
+                  CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count and\n\
+                  how often the ring went round.\n\
                   impl=xdp reads through an AF_XDP socket into its own UMEM instead (copy mode): the\n\
                   frames of that queue are taken from the host's network stack, which no longer sees\n\
                   them (no ARP or ping answers on that interface while it runs).",

@@ -8,15 +8,18 @@ use kernel::xdp::{UmemView, XdpConfig, XdpDrops, XdpRx};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The UMEM as the store's DBuf. Positions are `generation * UMEM size + offset`: chunks
-/// are reused, so a tag names one frame for the life of the run only with the batch's
-/// generation in it (the block memo relies on that).
+/// The UMEM as the store's DBuf. Positions are the kernel crate's (`generation * UMEM
+/// size + offset`, a generation per batch): chunks are reused, so a tag names one frame
+/// for the life of the run only with its batch's generation in it (the block memo relies
+/// on that), and a tag of an earlier batch resolves to nothing, never to the frame the
+/// kernel copied into its chunk since. Filters keep blocks past their batch with
+/// `Ctx::keep`.
 #[derive(Debug)]
 struct Lent(Arc<UmemView>);
 
 impl External for Lent {
     fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
-        self.0.get((pos % self.0.len() as u64) as usize, len)
+        self.0.get(pos, len)
     }
 }
 
@@ -27,12 +30,11 @@ pub struct XdpSource {
     latency: Duration,
     /// Frames gathered per wake-up (emitted `max` per pull).
     gather: usize,
-    /// The gathered frames and how many went out.
-    pending: Vec<(usize, usize)>,
+    /// The gathered frames (position, length) and how many went out.
+    pending: Vec<(u64, usize)>,
     sent: usize,
     sock: Option<XdpRx>,
     buf: BufId,
-    generation: u64,
     packets: u64,
     /// The socket's drop counters, read at the end.
     drops: Option<XdpDrops>,
@@ -60,7 +62,7 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, String> {
         Some("skb") => true,
         Some(v) => return Err(format!("rx: xdpmode={v}: expected auto or skb")),
     };
-    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), gather, pending: Vec::new(), sent: 0, sock: None, buf: 0, generation: 0, packets: 0, drops: None, failed: false }))
+    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), gather, pending: Vec::new(), sent: 0, sock: None, buf: 0, packets: 0, drops: None, failed: false }))
 }
 
 impl XdpSource {
@@ -103,14 +105,11 @@ impl Filter for XdpSource {
             if self.pending.is_empty() {
                 return true;
             }
-            self.generation += 1;
         }
-        let size = sock.view().len() as u64;
         let ts_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let end = (self.sent + max).min(self.pending.len());
         let mut metas = Vec::with_capacity(end - self.sent);
-        for &(off, len) in &self.pending[self.sent..end] {
-            let pos = self.generation * size + off as u64;
+        for &(pos, len) in &self.pending[self.sent..end] {
             out.push(Tag { pos, len: len as u32, buf: self.buf, class: 1 });
             metas.push(RecordMeta::whole(pos, len as u32, ts_ns, len as u32));
         }

@@ -5,8 +5,10 @@
 //! placement of flowcount / sample / bytecount), PACKET_FANOUT (hash) so several sockets share one
 //! interface flow by flow, and PACKET_STATISTICS for the kernel's drops.
 //!
-//! Owns: socket setup, the mapping, block ownership (`TP_STATUS_USER` / `_KERNEL`) and
-//! parsing of block and frame headers. The `unsafe` of this crate lives here, in a few
+//! Owns: socket setup, the mapping, block ownership (`TP_STATUS_USER` / `_KERNEL`, and
+//! which lap of each block user space holds), frame positions (absolute: `lap * ring
+//! length + offset`, never reused, so a position names one frame for the life of the
+//! socket and a stale one is refused, never read) and parsing of block and frame headers. The `unsafe` of this crate lives here, in a few
 //! small blocks (system calls, the mapping, atomic views of status words), each with a
 //! `// SAFETY:` comment.
 
@@ -49,11 +51,14 @@ impl Default for RxConfig {
     }
 }
 
-/// One frame in a block: where its bytes are in the mapping, and its metadata.
+/// One frame in a block: where its bytes are, and its metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame {
-    /// Offset of the frame's first byte (the MAC header) in the mapping.
-    pub offset: usize,
+    /// Position of the frame's first byte (the MAC header): `lap * ring length + offset in
+    /// the mapping`, where `lap` counts how often the ring has gone round. Positions only
+    /// grow, so one names this frame for the life of the socket ([`RxRing::frame_bytes`]
+    /// refuses it once its block has gone back to the kernel).
+    pub pos: u64,
     pub snaplen: u32,
     pub wirelen: u32,
     pub ts_ns: u64,
@@ -75,12 +80,25 @@ pub struct RxRing {
     map: *mut u8,
     len: usize,
     cfg: RxConfig,
-    /// Next block to look at.
+    /// Next block to look at, counted from the start (block `next % blocks` of lap
+    /// `next / blocks`).
     next: AtomicU64,
+    /// Per block: 0 while the kernel owns it, else 1 + the lap in which user space holds it
+    /// (between `next_block` and `release`).
+    held: Box<[AtomicU64]>,
+}
+
+/// A block user space holds: its index in the ring, its lap and its frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    pub index: usize,
+    pub lap: u64,
+    pub frames: Vec<Frame>,
 }
 
 // SAFETY: the mapping is owned by this value and lives until drop; all shared access to
-// it goes through `frame_bytes` (blocks user space owns) and atomic status words.
+// it goes through `frame_bytes` (blocks user space holds, checked by lap) and atomic
+// status words.
 unsafe impl Send for RxRing {}
 // SAFETY: as above; the block cursor is atomic.
 unsafe impl Sync for RxRing {}
@@ -167,7 +185,8 @@ impl RxRing {
         } else {
             map
         };
-        let ring = RxRing { fd, map: map as *mut u8, len, cfg, next: AtomicU64::new(0) };
+        let held = (0..cfg.blocks).map(|_| AtomicU64::new(0)).collect();
+        let ring = RxRing { fd, map: map as *mut u8, len, cfg, next: AtomicU64::new(0), held };
         let mut sll: libc::sockaddr_ll = unsafe_zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = ETH_P_ALL.to_be();
@@ -217,10 +236,13 @@ impl RxRing {
         }
     }
 
-    /// Wait up to `timeout` for the next block the kernel has handed over; returns its
-    /// index and its frames, or None on timeout.
-    pub fn next_block(&self, timeout: Duration) -> io::Result<Option<(usize, Vec<Frame>)>> {
-        let b = (self.next.load(Ordering::Relaxed) % self.cfg.blocks as u64) as usize;
+    /// Wait up to `timeout` for the next block the kernel has handed over; returns it (its
+    /// frames' positions carry its lap), or None on timeout. The block is user space's
+    /// until [`RxRing::release`].
+    pub fn next_block(&self, timeout: Duration) -> io::Result<Option<Block>> {
+        let seq = self.next.load(Ordering::Relaxed);
+        let b = (seq % self.cfg.blocks as u64) as usize;
+        let lap = seq / self.cfg.blocks as u64;
         if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
             let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN | libc::POLLERR, revents: 0 };
             // SAFETY: one valid pollfd for the duration of the call.
@@ -270,31 +292,51 @@ impl RxRing {
             // tp_mac (u16) at 24.
             let mac = self.read_u32(h + 24) as usize & 0xffff;
             if off + mac + snap as usize <= bs {
-                frames.push(Frame { offset: h + mac, snaplen: snap, wirelen: wire, ts_ns: sec as u64 * 1_000_000_000 + nsec as u64 });
+                let pos = lap * self.len as u64 + (h + mac) as u64;
+                frames.push(Frame { pos, snaplen: snap, wirelen: wire, ts_ns: sec as u64 * 1_000_000_000 + nsec as u64 });
             }
             if next == 0 {
                 break;
             }
             off += next;
         }
+        // SYNC POINT: publishes that user space holds block `b` in this lap; observed by
+        // `frame_bytes` (Acquire), possibly on another thread reading the block's frames.
+        self.held[b].store(lap + 1, Ordering::Release);
         self.next.fetch_add(1, Ordering::Relaxed);
-        Ok(Some((b, frames)))
+        Ok(Some(Block { index: b, lap, frames }))
     }
 
     /// Hand block `b` back to the kernel (after everything read from it is done with).
+    /// From now on positions in it are refused by [`RxRing::frame_bytes`].
     pub fn release(&self, b: usize) {
+        let Some(h) = self.held.get(b) else { return };
+        // SYNC POINT: first withdraw the block from readers (Release, paired with the
+        // Acquire in `frame_bytes`), then give it to the kernel (Release on the status word,
+        // the kernel's side of TPACKET's handshake).
+        h.store(0, Ordering::Release);
         self.status(b).store(TP_STATUS_KERNEL, Ordering::Release);
     }
 
-    /// The bytes of a frame in a block user space owns (between `next_block` and
-    /// `release`).
-    pub fn frame_bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
-        if offset.checked_add(len)? > self.len {
+    /// The bytes at absolute position `pos` (see [`Frame::pos`]), if they lie in one block
+    /// that user space holds in the lap `pos` names; None for a block given back to the
+    /// kernel (which may have written other frames there since) or held again in a later
+    /// lap, and for positions outside the ring.
+    ///
+    /// The slice must not be kept past the block's [`RxRing::release`]: the owner releases
+    /// a block only once every reader of its frames is done (the capture source does so at
+    /// the end of the batch's walk).
+    pub fn frame_bytes(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        let (lap, off) = (pos / self.len as u64, (pos % self.len as u64) as usize);
+        let bs = self.cfg.block_size as usize;
+        let b = off / bs;
+        if off.checked_add(len)? > (b + 1) * bs || self.held.get(b)?.load(Ordering::Acquire) != lap.checked_add(1)? {
             return None;
         }
-        // SAFETY: in bounds; the caller holds the block (user-owned), so the kernel does
-        // not write these bytes until `release`.
-        Some(unsafe { std::slice::from_raw_parts(self.map.add(offset), len) })
+        // SAFETY: [off, off + len) lies inside block `b` of the mapping, which user space
+        // holds in the lap the position names (checked just above), so the kernel does not
+        // write these bytes until `release`; the mapping lives as long as `self`.
+        Some(unsafe { std::slice::from_raw_parts(self.map.add(off), len) })
     }
 
     /// (packets, drops) counted by the kernel since the last call (PACKET_STATISTICS).
@@ -339,5 +381,58 @@ impl Drop for RxRing {
         unsafe {
             libc::munmap(self.map as *mut libc::c_void, self.len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netns::Veth;
+
+    /// A frame position names one lap of its block: once the block goes back to the kernel
+    /// it is refused, and still refused when the same block is held again in a later lap
+    /// (the same offset then holds another frame, which the new lap's position reads).
+    /// Real traffic on a veth pair into a namespace of its own; needs root.
+    #[test]
+    fn a_frame_position_is_refused_once_its_block_went_back_even_when_held_again() {
+        let v = Veth::new("ap").unwrap_or_else(|e| panic!("{e}"));
+        let cfg = RxConfig { block_size: 1 << 16, blocks: 2, latency: Duration::from_millis(1), fanout: None };
+        let rx = RxRing::open(&v.here, cfg, None).unwrap_or_else(|e| panic!("{e}"));
+        let sock = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
+        // (block, lap, first frame, its bytes) of the first block seen with a frame.
+        let mut first: Option<(usize, u64, Frame, Vec<u8>)> = None;
+        for i in 0..400 {
+            // A datagram per round: the timer hands over a block with it (and with ARP).
+            let _ = sock.send_to(format!("lap test {i:04}").as_bytes(), format!("{}:9", v.peer_ip));
+            let Some(b) = rx.next_block(Duration::from_secs(1)).unwrap() else { continue };
+            let Some(&f) = b.frames.first() else {
+                rx.release(b.index);
+                continue;
+            };
+            assert_eq!(f.pos / rx.len() as u64, b.lap, "the position carries the lap");
+            let bytes = rx.frame_bytes(f.pos, f.snaplen as usize).expect("a frame of a held block resolves").to_vec();
+            match &first {
+                None => {
+                    first = Some((b.index, b.lap, f, bytes));
+                    rx.release(b.index);
+                    assert_eq!(rx.frame_bytes(f.pos, f.snaplen as usize), None, "given back: refused");
+                }
+                Some((index, lap, old, old_bytes)) if b.index == *index && b.lap > *lap => {
+                    // The same block, held again: its memory is readable, under the new lap.
+                    let same_offset = b.lap * rx.len() as u64 + old.pos % rx.len() as u64;
+                    assert!(rx.frame_bytes(same_offset, old.snaplen as usize).is_some());
+                    assert_eq!(rx.frame_bytes(old.pos, old.snaplen as usize), None, "a position of an earlier lap is refused");
+                    assert_ne!(&bytes, old_bytes, "another datagram in the block now");
+                    // Out of the ring, or across its block's end: refused too.
+                    assert_eq!(rx.frame_bytes(u64::MAX, 1), None);
+                    assert_eq!(rx.frame_bytes(b.lap * rx.len() as u64 + (b.index as u64 + 1) * (1 << 16) - 4, 8), None);
+                    rx.release(b.index);
+                    assert_eq!(rx.frame_bytes(f.pos, f.snaplen as usize), None);
+                    return;
+                }
+                _ => rx.release(b.index),
+            }
+        }
+        panic!("no block came round a second time in 400 rounds ({first:?})");
     }
 }

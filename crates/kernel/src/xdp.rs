@@ -5,14 +5,17 @@
 //! the driver offers no zero-copy (veth, generic XDP).
 //!
 //! Owns: socket and UMEM setup, chunk ownership (lent to the kernel through the fill ring
-//! or held by us between `next_batch` and `recycle`), and read access to held chunks
-//! ([`UmemView`]). The `unsafe` here: the xsk-rs calls whose contract is chunk ownership,
+//! or held by us between `next_batch` and `recycle`), frame positions (absolute:
+//! `generation * UMEM size + offset`, one generation per batch, so a position names one
+//! frame for the life of the socket) and read access to the chunks of the batch we hold
+//! ([`UmemView`], which refuses positions of earlier generations). The `unsafe` here: the xsk-rs calls whose contract is chunk ownership,
 //! and the slice into the UMEM, each with a `// SAFETY:` comment.
 
 #![allow(unsafe_code)]
 
 use std::io;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use xsk_rs::config::{BindFlags, FrameSize, Interface, QueueSize, SocketConfig, UmemConfig, XdpFlags};
@@ -35,6 +38,9 @@ impl Default for XdpConfig {
     }
 }
 
+/// Bytes per UMEM chunk.
+const CHUNK: usize = 2048;
+
 /// Read access to the UMEM, shared with the store (tags point into it).
 #[derive(Debug)]
 pub struct UmemView {
@@ -42,6 +48,10 @@ pub struct UmemView {
     _umem: Umem,
     base: *const u8,
     len: usize,
+    /// Per chunk: the generation of the batch in which user space holds it, 0 while it is
+    /// the kernel's or spare. Every batch gets a new generation, so positions of an
+    /// earlier batch, whose chunks may hold other frames by now, are refused.
+    held: Box<[AtomicU64]>,
 }
 
 // SAFETY: the view only reads the mapping (kept alive by `_umem`, itself Send); which
@@ -51,15 +61,22 @@ unsafe impl Send for UmemView {}
 unsafe impl Sync for UmemView {}
 
 impl UmemView {
-    /// `len` bytes at UMEM offset `off`, if inside the UMEM. The caller reads only chunks
-    /// it holds (between `next_batch` and `recycle`).
-    pub fn get(&self, off: usize, len: usize) -> Option<&[u8]> {
-        if off.checked_add(len)? > self.len {
+    /// `len` bytes at absolute position `pos` (`generation * UMEM size + offset`, as
+    /// [`XdpRx::next_batch`] hands them out), if they lie in one chunk of the batch user
+    /// space holds now; None for a position of an earlier batch (its chunk went back to
+    /// the kernel and may hold another frame) and outside the UMEM.
+    ///
+    /// The slice must not be kept past [`XdpRx::recycle`] (or the next `next_batch`): the
+    /// owner recycles only once every reader of the batch is done.
+    pub fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        let (generation, off) = (pos / self.len as u64, (pos % self.len as u64) as usize);
+        let chunk = off / CHUNK;
+        if generation == 0 || self.held.get(chunk)?.load(Ordering::Acquire) != generation || off.checked_add(len)? > (chunk + 1) * CHUNK {
             return None;
         }
-        // SAFETY: [off, off + len) lies inside the UMEM mapping, alive as long as `self`;
-        // the chunks callers read are held by user space, so the kernel does not write
-        // them meanwhile.
+        // SAFETY: [off, off + len) lies inside one chunk of the UMEM mapping (alive as long
+        // as `self`), and user space holds that chunk in the generation the position names
+        // (checked just above), so the kernel does not write it until `recycle`.
         Some(unsafe { std::slice::from_raw_parts(self.base.add(off), len) })
     }
 
@@ -88,6 +105,8 @@ pub struct XdpRx {
     fill_size: u32,
     /// Frames per second seen while gathering (moving average), to size the sleeps.
     rate: f64,
+    /// Batches handed out so far (the last one's generation).
+    generation: u64,
 }
 
 fn err(what: &str, e: impl std::fmt::Display, source: Option<&(dyn std::error::Error + 'static)>) -> io::Error {
@@ -127,7 +146,7 @@ impl XdpRx {
         // The fill ring holds half the chunks; the rest are spare for batches we hold.
         let fill_size = cfg.frames / 2;
         let ucfg = UmemConfig::builder()
-            .frame_size(FrameSize::new(2048).map_err(|e| err("UMEM frame size", e, None))?)
+            .frame_size(FrameSize::new(CHUNK as u32).map_err(|e| err("UMEM frame size", e, None))?)
             .fill_queue_size(QueueSize::new(fill_size).map_err(|e| err("fill ring size", e, None))?)
             .comp_queue_size(QueueSize::new(64).map_err(|e| err("completion ring size", e, None))?)
             .build()
@@ -159,7 +178,7 @@ impl XdpRx {
         // SAFETY: `first` describes a chunk of this UMEM that nobody has lent out yet.
         let p = unsafe { umem.data(&first) }.contents().as_ptr();
         let base = p.wrapping_sub(first.addr());
-        let len = cfg.frames as usize * 2048;
+        let len = cfg.frames as usize * CHUNK;
         let (lend, spare) = descs.split_at(fill_size as usize);
         // SAFETY: these chunks belong to this UMEM and are not lent anywhere else; they
         // stay the kernel's until they come back through the RX ring. Not more than the
@@ -169,7 +188,7 @@ impl XdpRx {
             return Err(io::Error::other(format!("AF_XDP: the fill ring took {lent} of {} chunks", lend.len())));
         }
         Ok(XdpRx {
-            view: Arc::new(UmemView { _umem: umem, base, len }),
+            view: Arc::new(UmemView { _umem: umem, base, len, held: (0..cfg.frames).map(|_| AtomicU64::new(0)).collect() }),
             rx,
             fq,
             _tx: tx,
@@ -179,6 +198,7 @@ impl XdpRx {
             scratch: descs[..fill_size as usize].to_vec(),
             fill_size,
             rate: 0.0,
+            generation: 0,
         })
     }
 
@@ -187,11 +207,13 @@ impl XdpRx {
         self.view.clone()
     }
 
-    /// Wait up to `timeout` for frames; returns (UMEM offset, length) of each, at most
+    /// Wait up to `timeout` for frames; returns (position, length) of each, at most
     /// `max` (and at most half the fill ring, so the kernel keeps chunks to fill while we
     /// gather). Once the first frame is there, gathers more for up to `latency`: fewer
     /// wake-ups and larger batches under load, and a quiet link waits at most that long.
-    /// The chunks stay ours until [`XdpRx::recycle`], which this calls first.
+    /// The chunks stay ours until [`XdpRx::recycle`], which this calls first. A batch's
+    /// positions are `generation * UMEM size + chunk offset` with a generation of its
+    /// own (see [`UmemView::get`]).
     ///
     /// Wake-ups are what AF_XDP costs here (a context switch is microseconds on a VM; the
     /// frame copy is done by the kernel in the sender's context). So frames already in
@@ -199,7 +221,7 @@ impl XdpRx {
     /// the gathering sleeps for as long as the rate seen so far says the batch needs to
     /// fill (at least [`GATHER_STEP`], at most the rest of the bound): a few wake-ups per
     /// batch, like TPACKET_V3's block retirement.
-    pub fn next_batch(&mut self, max: usize, timeout: Duration, latency: Duration) -> io::Result<Vec<(usize, usize)>> {
+    pub fn next_batch(&mut self, max: usize, timeout: Duration, latency: Duration) -> io::Result<Vec<(u64, usize)>> {
         self.recycle();
         let n = max.min(self.scratch.len() / 2).max(1);
         let ms = |d: Duration| d.as_millis().min(i32::MAX as u128) as i32;
@@ -251,9 +273,19 @@ impl XdpRx {
             }
         }
         let mut out = Vec::with_capacity(got);
+        if got == 0 {
+            return Ok(out);
+        }
+        self.generation += 1;
+        let base = self.generation * self.view.len as u64;
         for d in &self.scratch[..got] {
-            out.push((d.addr(), d.lengths().data()));
+            out.push((base + d.addr() as u64, d.lengths().data()));
             self.held.push(*d);
+            if let Some(h) = self.view.held.get(d.addr() / CHUNK) {
+                // SYNC POINT: publishes that we hold the chunk in this generation to readers
+                // of the view (Acquire in `UmemView::get`).
+                h.store(self.generation, Ordering::Release);
+            }
         }
         Ok(out)
     }
@@ -277,6 +309,13 @@ impl XdpRx {
         if self.held.is_empty() {
             return;
         }
+        for d in &self.held {
+            if let Some(h) = self.view.held.get(d.addr() / CHUNK) {
+                // SYNC POINT: withdraw the chunk from readers (paired with the Acquire in
+                // `UmemView::get`) before it can reach the kernel.
+                h.store(0, Ordering::Release);
+            }
+        }
         self.spare.append(&mut self.held);
         let room = self.fq.nb_free(self.fill_size) as usize;
         let k = room.min(self.spare.len());
@@ -291,5 +330,62 @@ impl XdpRx {
         if lent == k {
             self.spare.truncate(from);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netns::Veth;
+
+    /// The next batch that brings frames (the peer pings meanwhile).
+    fn batch(rx: &mut XdpRx) -> Vec<(u64, usize)> {
+        for _ in 0..50 {
+            let b = rx.next_batch(8, Duration::from_millis(200), Duration::ZERO).unwrap_or_else(|e| panic!("{e}"));
+            if !b.is_empty() {
+                return b;
+            }
+        }
+        panic!("no frames in 10 s");
+    }
+
+    /// A batch's positions carry its generation: they resolve while the batch is held and
+    /// are refused once its chunks went back to the kernel, also while a later batch is
+    /// held. Real frames from a namespace's pings onto a veth pair; needs root.
+    #[test]
+    fn positions_of_a_recycled_batch_are_refused() {
+        let v = Veth::new("xg").unwrap_or_else(|e| panic!("{e}"));
+        // AF_XDP takes the frames from the host's stack: nothing answers ARP, so the
+        // pinging side gets a static neighbour entry.
+        let mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", v.here)).unwrap();
+        v.exec(&["ip", "neigh", "add", &v.here_ip, "lladdr", mac.trim(), "dev", &v.there]).unwrap();
+        let mut rx = XdpRx::open(&v.here, XdpConfig { queue: 0, frames: 64, skb_mode: false }).unwrap_or_else(|e| panic!("{e}"));
+        let view = rx.view();
+        let mut ping = v.command("ping").args(["-c", "400", "-i", "0.005", "-q", &v.here_ip]).stdout(std::process::Stdio::null()).spawn().unwrap();
+        let size = view.len() as u64;
+        let first = batch(&mut rx);
+        let (p, n) = first[0];
+        let g = p / size;
+        assert!(g >= 1, "generation 0 is none");
+        assert!(first.iter().all(|&(q, _)| q / size == g), "one generation per batch");
+        let bytes = view.get(p, n).expect("a held frame resolves").to_vec();
+        let second = batch(&mut rx);
+        let (q, m) = second[0];
+        assert!(q / size > g, "a later batch, a later generation");
+        assert!(view.get(q, m).is_some());
+        assert_eq!(view.get(p, n), None, "the first batch went back: refused");
+        let in_batch = |off: u64| second.iter().any(|&(x, _)| (x % size) / CHUNK as u64 == off / CHUNK as u64);
+        assert_eq!(view.get(q / size * size + p % size, n).is_some(), in_batch(p % size), "the same offset resolves under the new generation only if its chunk is in the new batch");
+        // A chunk not in the batch (the kernel's to fill) is refused under any generation.
+        let theirs = (0..64u64).map(|c| c * CHUNK as u64).find(|&o| !in_batch(o)).expect("the batch holds 8 of 64 chunks");
+        assert_eq!(view.get(q / size * size + theirs, 1), None);
+        assert!(!bytes.is_empty());
+        // Out of a chunk, or of the UMEM: refused.
+        assert_eq!(view.get(q / size * size + CHUNK as u64 - 4, 8), None);
+        assert_eq!(view.get(u64::MAX, 1), None);
+        rx.recycle();
+        assert_eq!(view.get(q, m), None, "recycled: refused");
+        let _ = ping.kill();
+        let _ = ping.wait();
     }
 }
