@@ -118,7 +118,7 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
         .spawn()
         .unwrap();
     let mut td = Command::new("tcpdump")
-        .args(["--immediate-mode", "-i", &v.here, "-w"])
+        .args(["-i", &v.here, "-w"])
         .arg(&pcap)
         .arg("udp")
         .stdout(Stdio::null())
