@@ -134,10 +134,27 @@ const RVAL_X: u16 = 0x08;
 
 const MEMWORDS: u32 = 16;
 
-/// Compile `expr` with libpcap for frames of link type `linktype` (pcap LINKTYPE_*),
-/// optimized, for packets of up to `snaplen` bytes.
+/// The DLT_* value libpcap uses on Linux for a LINKTYPE_* value found in a capture file
+/// (libpcap's `linktype_to_dlt`): LINKTYPE_RAW (101) is DLT_RAW (12), and a few other
+/// values that differ between platforms map likewise; everything else is the same number.
+/// libpcap's filter compiler and its savefile reader speak DLTs.
+pub fn linktype_to_dlt(linktype: u32) -> u32 {
+    match linktype {
+        100 => 11,  // ATM_RFC1483
+        101 => 12,  // RAW
+        102 => 15,  // SLIP_BSDOS
+        103 => 16,  // PPP_BSDOS
+        106 => 19,  // ATM_CLIP
+        l => l,
+    }
+}
+
+/// Compile `expr` with libpcap for frames of link type `linktype` (pcap LINKTYPE_*, as a
+/// capture file names it; mapped to libpcap's DLT with [`linktype_to_dlt`]), optimized,
+/// for packets of up to `snaplen` bytes.
 pub fn compile(expr: &str, linktype: u32, snaplen: u32) -> Result<Program, BpfError> {
-    let lt = i32::try_from(linktype).map_err(|_| BpfError::Compile { expr: expr.into(), why: format!("link type {linktype}") })?;
+    let dlt = linktype_to_dlt(linktype);
+    let lt = i32::try_from(dlt).map_err(|_| BpfError::Compile { expr: expr.into(), why: format!("link type {linktype}") })?;
     let cap = pcap::Capture::dead_with_precision(pcap::Linktype(lt), pcap::Precision::Micro)
         .map_err(|e| BpfError::Compile { expr: expr.into(), why: e.to_string() })?;
     let _ = snaplen;
