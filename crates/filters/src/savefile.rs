@@ -561,9 +561,11 @@ impl Savefile {
         };
         let sw = self.swapped;
         let (mut caplen, mut len) = (rd32(h, f::CAPLEN, sw), rd32(h, f::ORIG_LEN, sw));
-        // Seconds and fraction are signed 32-bit fields in the file.
-        let ts_sec = i64::from(rd32(h, f::TS_SEC, sw) as i32);
-        let frac = i64::from(rd32(h, f::TS_FRAC, sw) as i32);
+        // Seconds and fraction are signed 32-bit fields, which libpcap's byte swap turns
+        // unsigned: a swapped file's are never negative.
+        let signed = |v: u32| if sw { i64::from(v) } else { i64::from(v as i32) };
+        let ts_sec = signed(rd32(h, f::TS_SEC, sw));
+        let frac = signed(rd32(h, f::TS_FRAC, sw));
         let ts_nsec = if nanos { frac } else { frac * 1000 };
         if lengths == Lengths::Swapped || (lengths == Lengths::MaybeSwapped && caplen > len) {
             std::mem::swap(&mut caplen, &mut len);
