@@ -11,7 +11,7 @@
 //! 28, 30 for IPv6).
 
 use dataplane::{Ctx, Tag};
-use etherparse::{EtherType, NetSlice, SlicedPacket, TransportSlice, VlanSlice};
+use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, TransportSlice, VlanSlice};
 use kernel::cbpf::linktype_to_dlt;
 use std::net::IpAddr;
 
@@ -69,14 +69,15 @@ pub struct Pkt {
     /// or a fragment header's), as libpcap's `ip proto` / `ip6 proto` test it: set for
     /// every fragment, not looking through other IPv6 extension headers.
     pub ip_proto_field: Option<u8>,
+    /// TCP or UDP ports, also of a segment whose header the capture cut short after them
+    /// (libpcap's `port` reads only those 4 bytes) and of a first fragment.
+    pub port_pair: Option<(u16, u16)>,
 }
 
 impl Pkt {
+    /// (source, destination) ports of TCP and UDP packets.
     pub fn ports(&self) -> Option<(u16, u16)> {
-        match self.l4 {
-            L4::Tcp { sport, dport, .. } | L4::Udp { sport, dport } => Some((sport, dport)),
-            _ => None,
-        }
+        self.port_pair
     }
     pub fn proto(&self) -> Option<u8> {
         self.ip.map(|i| i.3)
@@ -124,23 +125,28 @@ pub fn link_layer(data: &[u8], link: u32) -> Option<(u16, usize)> {
     }
 }
 
-/// Parse `data` as a frame of link type `link` (Ethernet when unknown).
+/// Parse `data` as a frame of link type `link` (Ethernet when unknown). Lengths are
+/// checked laxly, as libpcap's filters do: a packet the capture cut short (a snap length)
+/// still has the headers it holds.
 pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
     let (et, at) = link_layer(data, link.unwrap_or(LINKTYPE_ETHERNET))?;
-    let sp = SlicedPacket::from_ether_type(EtherType(et), data.get(at..)?).ok()?;
+    let sp = LaxSlicedPacket::from_ether_type(EtherType(et), data.get(at..)?);
     // The type of what the link layer carries, inside VLAN tags.
     let ether_type = Some(match &sp.vlan {
         Some(VlanSlice::SingleVlan(v)) => v.ether_type().0,
         Some(VlanSlice::DoubleVlan(v)) => v.inner().ether_type().0,
         None => et,
     });
-    let (ip, fragmented, ip_payload, field) = match &sp.net {
-        Some(NetSlice::Ipv4(v4)) => {
+    // Where a TCP or UDP header would start when ports are to be read there: IPv4 not a
+    // later fragment, IPv6 with TCP or UDP right after the fixed header.
+    let (ip, fragmented, ip_payload, field, l4_at) = match &sp.net {
+        Some(LaxNetSlice::Ipv4(v4)) => {
             let h = v4.header();
             let p = v4.payload();
-            (Some((4u8, IpAddr::V4(h.source_addr()), IpAddr::V4(h.destination_addr()), p.ip_number.0)), p.fragmented, Some(p.payload), Some(h.protocol().0))
+            let first = h.fragments_offset().value() == 0;
+            (Some((4u8, IpAddr::V4(h.source_addr()), IpAddr::V4(h.destination_addr()), p.ip_number.0)), p.fragmented, Some(p.payload), Some(h.protocol().0), first.then_some(p.payload))
         }
-        Some(NetSlice::Ipv6(v6)) => {
+        Some(LaxNetSlice::Ipv6(v6)) => {
             let h = v6.header();
             let p = v6.payload();
             // libpcap's `ip6 proto N` also looks through a fragment header (44).
@@ -149,9 +155,10 @@ pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
                 let at = offset(data, h.slice()) + 40;
                 field = data.get(at).copied().unwrap_or(field);
             }
-            (Some((6u8, IpAddr::V6(h.source_addr()), IpAddr::V6(h.destination_addr()), p.ip_number.0)), p.fragmented, Some(p.payload), Some(field))
+            let direct = matches!(h.next_header().0, 6 | 17);
+            (Some((6u8, IpAddr::V6(h.source_addr()), IpAddr::V6(h.destination_addr()), p.ip_number.0)), p.fragmented, Some(p.payload), Some(field), direct.then_some(p.payload))
         }
-        None => (None, false, None, None),
+        None => (None, false, None, None, None),
     };
     let (l4, payload) = match &sp.transport {
         Some(TransportSlice::Tcp(t)) => (
@@ -166,7 +173,14 @@ pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
             None => (L4::None, &data[data.len()..]),
         },
     };
-    Some(Pkt { ether_type, ip, l4, payload: (offset(data, payload), payload.len()), fragmented, ip_proto_field: field })
+    let port_pair = match l4 {
+        L4::Tcp { sport, dport, .. } | L4::Udp { sport, dport } => Some((sport, dport)),
+        _ => match (field, l4_at) {
+            (Some(6 | 17), Some(h)) if h.len() >= 4 => Some((u16::from_be_bytes([h[0], h[1]]), u16::from_be_bytes([h[2], h[3]]))),
+            _ => None,
+        },
+    };
+    Some(Pkt { ether_type, ip, l4, payload: (offset(data, payload), payload.len()), fragmented, ip_proto_field: field, port_pair })
 }
 
 /// Parse the block a tag points to, if it is a whole frame (not cropped by an earlier

@@ -823,3 +823,184 @@ fn pcapng_files_read_as_libpcap_reads_them() {
     eprintln!("{t:?}");
     assert!(t.refused > 0 && t.whole > 0 && t.ended_by_error > 0 && t.packets > 0, "{t:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Filtering: on captures of every link type the protocol filters understand, `bpf "EXPR"`
+// keeps exactly the packets libpcap's own filter keeps on the same file, and each native
+// protocol filter keeps exactly what its pcap-filter equivalent keeps.
+
+/// IP packets of several kinds (TCP, UDP, ICMP over IPv4 and IPv6, a first and a later
+/// fragment), each different, as (bytes, is IPv6).
+fn ip_packets() -> Vec<(Vec<u8>, bool)> {
+    use etherparse::PacketBuilder;
+    let (a4, b4, c4) = ([10, 0, 0, 1], [10, 0, 0, 2], [10, 0, 0, 3]);
+    let a6 = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    let b6 = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+    let mut v = Vec::new();
+    let mut put = |b: PacketBuilderStep, payload: &[u8], six: bool| {
+        let mut out = Vec::new();
+        b.write(&mut out, payload);
+        v.push((out, six));
+    };
+    type PacketBuilderStep = Box<dyn FnOnce(&mut Vec<u8>, &[u8])>;
+    trait W {
+        fn write(self, out: &mut Vec<u8>, payload: &[u8]);
+    }
+    impl W for PacketBuilderStep {
+        fn write(self, out: &mut Vec<u8>, payload: &[u8]) {
+            self(out, payload)
+        }
+    }
+    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv4(a4, b4, 64).tcp(40000, 80, 1, 1000).syn().write(o, p).unwrap()), b"", false);
+    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv4(a4, b4, 64).tcp(40000, 80, 2, 1000).write(o, p).unwrap()), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", false);
+    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv4(b4, a4, 64).tcp(80, 40000, 9, 1000).write(o, p).unwrap()), &[b'x'; 1200], false);
+    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv4(a4, c4, 64).udp(5353, 53).write(o, p).unwrap()), &[0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0], false);
+    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv4(c4, a4, 64).icmpv4_echo_request(7, 1).write(o, p).unwrap()), b"ping", false);
+    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv6(a6, b6, 64).tcp(40001, 22, 5, 1000).write(o, p).unwrap()), b"SSH-2.0-x\r\n", true);
+    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv6(b6, a6, 64).udp(53, 5353).write(o, p).unwrap()), &[0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0], true);
+    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv6(a6, b6, 64).icmpv6_echo_request(3, 4).write(o, p).unwrap()), b"ping6", true);
+    // A first fragment of a UDP datagram to port 53 (more fragments), and a later one.
+    let mut first = Vec::new();
+    PacketBuilder::ipv4(a4, c4, 64).udp(5354, 53).write(&mut first, &[7; 40]).unwrap();
+    first[6] |= 0x20;
+    let mut later = first.clone();
+    later[6] = 0x00;
+    later[7] = 6;
+    later[21] ^= 0xff; // (and other bytes, so the two differ wherever cut)
+    v.push((first, false));
+    v.push((later, false));
+    v
+}
+
+/// An ARP request as an Ethernet payload.
+fn arp() -> Vec<u8> {
+    let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1];
+    a.extend_from_slice(&[2, 0, 0, 0, 0, 1, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2]);
+    a
+}
+
+/// A capture variant: how each packet is framed, the file's link type, and which
+/// pcap-filter prefix selects what the native filters look through (VLAN tags).
+struct Variant {
+    name: &'static str,
+    link: u32,
+    /// (ethertype, payload) -> frame; None: this link type cannot carry it.
+    frame: fn(u16, &[u8]) -> Option<Vec<u8>>,
+    vlan: &'static str,
+}
+
+const MAC: [u8; 12] = [2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+
+fn variants() -> Vec<Variant> {
+    fn only_ip(et: u16) -> bool {
+        et == 0x0800 || et == 0x86dd
+    }
+    vec![
+        Variant { name: "ethernet", link: 1, frame: |et, p| Some([&MAC[..], &et.to_be_bytes(), p].concat()), vlan: "" },
+        Variant { name: "802.1Q", link: 1, frame: |et, p| Some([&MAC[..], &[0x81, 0, 0, 10], &et.to_be_bytes(), p].concat()), vlan: "vlan and " },
+        Variant { name: "QinQ", link: 1, frame: |et, p| Some([&MAC[..], &[0x88, 0xa8, 0, 100, 0x81, 0, 0, 10], &et.to_be_bytes(), p].concat()), vlan: "vlan and vlan and " },
+        Variant { name: "linux sll", link: 113, frame: |et, p| Some([&[0, 4, 0, 1, 0, 6][..], &MAC[..6], &[0, 0], &et.to_be_bytes(), p].concat()), vlan: "" },
+        Variant { name: "linux sll2", link: 276, frame: |et, p| Some([&et.to_be_bytes()[..], &[0, 0, 0, 0, 0, 2, 0, 1, 0, 6], &MAC[..6], &[0, 0], p].concat()), vlan: "" },
+        Variant { name: "raw 101", link: 101, frame: |et, p| only_ip(et).then(|| p.to_vec()), vlan: "" },
+        Variant { name: "raw 12", link: 12, frame: |et, p| only_ip(et).then(|| p.to_vec()), vlan: "" },
+        Variant { name: "ipv4 228", link: 228, frame: |et, p| (et == 0x0800).then(|| p.to_vec()), vlan: "" },
+        Variant { name: "ipv6 229", link: 229, frame: |et, p| (et == 0x86dd).then(|| p.to_vec()), vlan: "" },
+        Variant { name: "bsd null", link: 0, frame: |et, p| only_ip(et).then(|| [&(if et == 0x0800 { 2u32 } else { 24 }).to_le_bytes()[..], p].concat()), vlan: "" },
+        Variant { name: "bsd loop", link: 108, frame: |et, p| only_ip(et).then(|| [&(if et == 0x0800 { 2u32 } else { 30 }).to_be_bytes()[..], p].concat()), vlan: "" },
+    ]
+}
+
+/// A little-endian pcap file of `frames` with snap length `snap` (records cut to it, the
+/// wire length kept).
+fn capture(link: u32, snap: u32, frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut w = Writer { big: false, out: Vec::new() };
+    for x in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, snap, link] {
+        w.u32(x);
+    }
+    for (i, f) in frames.iter().enumerate() {
+        let cut = &f[..f.len().min(snap as usize)];
+        for x in [1_700_000_000 + i as u32, 0, cut.len() as u32, f.len() as u32] {
+            w.u32(x);
+        }
+        w.bytes(cut);
+    }
+    w.out
+}
+
+/// The packets libpcap's filter `expr` keeps, in order (none when libpcap finds that the
+/// expression can match nothing of this link type and refuses it, as `ip6` on IPv4 links).
+fn libpcap_keeps(path: &Path, expr: &str) -> Vec<Vec<u8>> {
+    let mut cap = pcap::Capture::from_file(path).unwrap();
+    if let Err(e) = cap.filter(expr, true) {
+        assert!(e.to_string().contains("expression rejects all packets"), "libpcap refuses '{expr}': {e}");
+        return Vec::new();
+    }
+    let mut v = Vec::new();
+    while let Ok(p) = cap.next_packet() {
+        v.push(p.data.to_vec());
+    }
+    v
+}
+
+/// The packets `pcapin file=PATH | MIDDLE collect` keeps, in order.
+fn we_keep(path: &Path, middle: &str) -> Vec<Vec<u8>> {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let text = format!("pcapin file={} | {middle} collect", path.display());
+    let g = lang::parse(&text, &Names).unwrap_or_else(|d| panic!("{d}"));
+    let mut s = Space::build(&g, &WithCollect(got.clone()), 1 << 22).unwrap_or_else(|e| panic!("{text}: {e}"));
+    s.run(&AtomicBool::new(false), |_| {});
+    // The one warning allowed: libpcap's refusal of a `bpf` expression for this link type.
+    assert!(s.warnings().iter().all(|w| w.contains("expression rejects all packets")), "{text}: {:?}", s.warnings());
+    drop(s);
+    let v = got.lock().unwrap().iter().map(|(d, ..)| d.clone()).collect();
+    v
+}
+
+#[test]
+fn filters_keep_what_libpcap_keeps_for_every_link_type() {
+    let ips = ip_packets();
+    // Native filter (as it sits before `collect`) and the pcap-filter expression that
+    // means the same.
+    let natives: &[(&str, &str)] = &[
+        ("ip |4", "ip"),
+        ("ip |6", "ip6"),
+        ("ip |", "ip or ip6"),
+        ("tcp |", "tcp"),
+        ("udp |", "udp"),
+        ("icmp |1", "icmp"),
+        ("icmp |2", "icmp6"),
+        ("proto |17", "udp"),
+        ("tcp | dport |80", "tcp dst port 80"),
+        ("udp | dport |53", "udp dst port 53"),
+        ("sport |80", "(tcp or udp) and src port 80"),
+        ("dport |1:1023", "(tcp or udp) and dst portrange 1-1023"),
+        ("eth 0800 |", "ether proto 0x0800"),
+        ("eth 86dd |", "ether proto 0x86dd"),
+    ];
+    let bpfs = ["tcp", "udp", "ip", "ip6", "tcp dst port 80", "udp port 53", "icmp or icmp6", "host 10.0.0.2", "greater 1000", "ip[9] == 17", "ip6 and udp", "not ip and not ip6", "len < 80"];
+    let (mut checked, mut kept) = (0, 0);
+    for v in variants() {
+        let mut frames: Vec<Vec<u8>> = ips.iter().filter_map(|(p, six)| (v.frame)(if *six { 0x86dd } else { 0x0800 }, p)).collect();
+        frames.extend((v.frame)(0x0806, &arp()));
+        // The whole packets, and packets cut to 64 bytes as `tcpdump -s 64` writes them.
+        for snap in [262_144u32, 64] {
+            let path = tmp(&format!("link-{}-{snap}.pcap", v.link));
+            std::fs::write(&path, capture(v.link, snap, &frames)).unwrap();
+            let what = format!("{} capture, snap length {snap}", v.name);
+            assert_eq!(we_keep(&path, "").len(), frames.len(), "{what}: pcapin reads every packet");
+            for (native, expr) in natives {
+                let expr = format!("{}({expr})", v.vlan);
+                let (ours, theirs) = (we_keep(&path, native), libpcap_keeps(&path, &expr));
+                assert!(ours == theirs, "{what}: '{native}' kept {} packets, libpcap's '{expr}' {}", ours.len(), theirs.len());
+                (checked, kept) = (checked + 1, kept + theirs.len());
+            }
+            for expr in bpfs {
+                let (ours, theirs) = (we_keep(&path, &format!("bpf \"{expr}\" |")), libpcap_keeps(&path, expr));
+                assert!(ours == theirs, "{what}: bpf \"{expr}\" kept {} packets, libpcap {}", ours.len(), theirs.len());
+                (checked, kept) = (checked + 1, kept + theirs.len());
+            }
+        }
+    }
+    assert_eq!(checked, variants().len() * 2 * (natives.len() + bpfs.len()));
+    assert!(kept > 1000, "the expressions keep too little to compare: {kept}");
+}
