@@ -474,7 +474,7 @@ impl Savefile {
         if len < (f::HEADER + f::TRAILER) as u32 {
             return err(at, Problem::BlockTooShort { len });
         }
-        if len % 4 != 0 {
+        if !len.is_multiple_of(4) {
             return err(at, Problem::BlockUnaligned { len });
         }
         if len > *max_block {
@@ -801,11 +801,9 @@ pub fn swap_pseudo_header(dlt: u32, data: &mut [u8], len: u32) {
     };
     let (caplen, len) = (data.len(), len as usize);
     match dlt {
-        dlt::LINUX_SLL | dlt::LINUX_SLL2 => {
-            if sll_can(dlt, data, len as u32) {
-                let at = if dlt == dlt::LINUX_SLL { pseudo::SLL_LEN } else { pseudo::SLL2_LEN };
-                swap(data, at, 4);
-            }
+        dlt::LINUX_SLL | dlt::LINUX_SLL2 if sll_can(dlt, data, len as u32) => {
+            let at = if dlt == dlt::LINUX_SLL { pseudo::SLL_LEN } else { pseudo::SLL2_LEN };
+            swap(data, at, 4);
         }
         dlt::PFLOG => {
             // uid, pid, rule uid, rule pid: each only when the capture and the header's
@@ -1069,7 +1067,7 @@ mod tests {
     impl Ng {
         fn block(&mut self, kind: u32, body: &[u8]) -> &mut Ng {
             let mut body = body.to_vec();
-            while body.len() % 4 != 0 {
+            while !body.len().is_multiple_of(4) {
                 body.push(0);
             }
             let len = 12 + body.len() as u32;
@@ -1093,7 +1091,7 @@ mod tests {
                 b.extend_from_slice(&code.to_le_bytes());
                 b.extend_from_slice(&(v.len() as u16).to_le_bytes());
                 b.extend_from_slice(v);
-                while b.len() % 4 != 0 {
+                while !b.len().is_multiple_of(4) {
                     b.push(0);
                 }
             }
@@ -1155,6 +1153,35 @@ mod tests {
         let mut f = Ng(Vec::new());
         f.shb().idb(1, 0, &[(9, &[20])]);
         assert!(Savefile::open(&f.0).unwrap_err().to_string().contains("if_tsresol 10^-20 is too fine"));
+    }
+
+    proptest::proptest! {
+        /// Any bytes after a pcap (either byte order) or pcapng header, or alone: no
+        /// panic, every record inside the file, walks that end.
+        #[test]
+        fn any_bytes_read_safely(kind in 0usize..4, link in proptest::sample::select(vec![1u32, 113, 117, 189, 220, 239, 276, 231]), body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..700)) {
+            let mut file = match kind {
+                0 => pcap_header(TCPDUMP_MAGIC, 0, link),
+                1 => pcap_header(TCPDUMP_MAGIC, 0, link).chunks(4).flat_map(|w| w.iter().rev().copied().collect::<Vec<_>>()).collect(),
+                2 => {
+                    let mut f = Ng(Vec::new());
+                    f.shb().idb(link as u16, 0, &[(9, &[0x80 | 20])]);
+                    f.0
+                }
+                _ => Vec::new(),
+            };
+            file.extend_from_slice(&body);
+            if let Ok(mut sf) = Savefile::open(&file) {
+                let mut n = 0;
+                while let Ok(Some(r)) = sf.next(&file) {
+                    proptest::prop_assert!(r.pos + r.caplen as usize <= file.len());
+                    let mut copy = r.bytes(&file).to_vec();
+                    swap_pseudo_header(sf.dlt(), &mut copy, r.orig_len);
+                    n += 1;
+                    proptest::prop_assert!(n <= file.len(), "the walk does not end");
+                }
+            }
+        }
     }
 
     /// A byte-swapped Linux cooked capture of CAN: libpcap gives the CAN id in this host's

@@ -1,4 +1,5 @@
-//! Sources: capture files, byte files and stdin, synthetic blocks.
+//! Sources: capture files (`pcapin`, over [`crate::savefile`]), byte files and stdin,
+//! synthetic blocks.
 
 use crate::savefile::{swap_pseudo_header, Savefile};
 use dataplane::{Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, RecordMeta, Tag};
@@ -329,11 +330,23 @@ impl Filter for PcapIn {
 pub static PCAPIN: FilterSpec = FilterSpec {
     name: "pcapin",
     synopsis: "pcapin file=FILE",
-    description: "Reads a pcap or pcapng capture. The file is mapped into memory and serves as the\n\
+    description: "Reads a capture file as libpcap (tcpdump -r) reads it: the same packets, bytes,\n\
+                  lengths, times and link type. The file is mapped into memory and serves as the\n\
                   DBuf itself: each packet becomes a tag pointing into the file, nothing is copied.\n\
-                  Timestamps and wire lengths travel out of band (for inspect and pcapout).\n\
-                  A helper thread (pcapin-index) walks the record headers ahead of the space.\n\
-                  A malformed or truncated record ends the input with a warning naming its byte offset.",
+                  Timestamps (nanoseconds) and wire lengths travel out of band (for inspect and\n\
+                  pcapout); the link type goes with the frames (for the protocol filters and bpf).\n\
+                  Reads pcap (microsecond and nanosecond, either byte order, versions 2.0-2.4,\n\
+                  Kuznetzov's patched records) and pcapng (sections, interfaces with if_tsresol and\n\
+                  if_tsoffset, enhanced, simple and obsolete packet blocks; other blocks and options\n\
+                  are skipped). A snap length cuts packets (tcpdump -s 96): their wire length is\n\
+                  kept; a record holding more than the snap length is cut to it, as libpcap does.\n\
+                  Any link type is read; the protocol filters understand Ethernet (VLAN tags\n\
+                  included), Linux cooked v1/v2 (tcpdump -i any), raw IP and BSD loopback.\n\
+                  A file libpcap refuses is an error before the run (naming the byte and the\n\
+                  problem); a record libpcap refuses ends the input with a warning naming its\n\
+                  byte offset, after every packet before it. As libpcap, a pcapng file's\n\
+                  interfaces must share one link type and snap length. A helper thread\n\
+                  (pcapin-index) walks the records ahead of the space.",
     params: &[Param { name: "file", doc: "capture file (also the first positional parameter)" }],
     classes: "1 for every packet",
     class_names: &[],

@@ -101,7 +101,7 @@ fn ours(file: &[u8]) -> Result<Read, String> {
 
 /// `pcapin`'s reading, in a real space: "pcapin file=PATH | collect" where `collect`
 /// keeps each block's bytes, record metadata and link type. Err: the build failed.
-fn pcapin(path: &Path) -> Result<(Vec<(Vec<u8>, RecordMeta, Option<u32>)>, Vec<String>), String> {
+fn pcapin(path: &Path) -> Result<(Vec<Block>, Vec<String>), String> {
     let got = Arc::new(Mutex::new(Vec::new()));
     let text = format!("pcapin file={} | collect", path.display());
     let g = lang::parse(&text, &Names).unwrap_or_else(|d| panic!("{d}"));
@@ -113,7 +113,9 @@ fn pcapin(path: &Path) -> Result<(Vec<(Vec<u8>, RecordMeta, Option<u32>)>, Vec<S
     Ok((got, warnings))
 }
 
-type Collected = Arc<Mutex<Vec<(Vec<u8>, RecordMeta, Option<u32>)>>>;
+/// A collected block: its bytes, record metadata and link type.
+type Block = (Vec<u8>, RecordMeta, Option<u32>);
+type Collected = Arc<Mutex<Vec<Block>>>;
 
 /// The filter library plus `collect`.
 struct WithCollect(Collected);
@@ -325,7 +327,7 @@ impl Writer {
         self.out.extend_from_slice(b);
     }
     fn pad4(&mut self) {
-        while self.out.len() % 4 != 0 {
+        while !self.out.len().is_multiple_of(4) {
             self.out.push(0);
         }
     }
@@ -837,28 +839,22 @@ fn ip_packets() -> Vec<(Vec<u8>, bool)> {
     let a6 = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
     let b6 = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
     let mut v = Vec::new();
-    let mut put = |b: PacketBuilderStep, payload: &[u8], six: bool| {
-        let mut out = Vec::new();
-        b.write(&mut out, payload);
-        v.push((out, six));
-    };
-    type PacketBuilderStep = Box<dyn FnOnce(&mut Vec<u8>, &[u8])>;
-    trait W {
-        fn write(self, out: &mut Vec<u8>, payload: &[u8]);
+    // Each packet written by etherparse's builder: (IPv6?, builder, payload).
+    macro_rules! pkt {
+        ($six:expr, $b:expr, $payload:expr) => {{
+            let mut out = Vec::new();
+            $b.write(&mut out, $payload).unwrap();
+            v.push((out, $six));
+        }};
     }
-    impl W for PacketBuilderStep {
-        fn write(self, out: &mut Vec<u8>, payload: &[u8]) {
-            self(out, payload)
-        }
-    }
-    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv4(a4, b4, 64).tcp(40000, 80, 1, 1000).syn().write(o, p).unwrap()), b"", false);
-    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv4(a4, b4, 64).tcp(40000, 80, 2, 1000).write(o, p).unwrap()), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", false);
-    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv4(b4, a4, 64).tcp(80, 40000, 9, 1000).write(o, p).unwrap()), &[b'x'; 1200], false);
-    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv4(a4, c4, 64).udp(5353, 53).write(o, p).unwrap()), &[0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0], false);
-    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv4(c4, a4, 64).icmpv4_echo_request(7, 1).write(o, p).unwrap()), b"ping", false);
-    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv6(a6, b6, 64).tcp(40001, 22, 5, 1000).write(o, p).unwrap()), b"SSH-2.0-x\r\n", true);
-    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv6(b6, a6, 64).udp(53, 5353).write(o, p).unwrap()), &[0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0], true);
-    put(Box::new(move |o: &mut Vec<u8>, p: &[u8]| PacketBuilder::ipv6(a6, b6, 64).icmpv6_echo_request(3, 4).write(o, p).unwrap()), b"ping6", true);
+    pkt!(false, PacketBuilder::ipv4(a4, b4, 64).tcp(40000, 80, 1, 1000).syn(), b"");
+    pkt!(false, PacketBuilder::ipv4(a4, b4, 64).tcp(40000, 80, 2, 1000), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    pkt!(false, PacketBuilder::ipv4(b4, a4, 64).tcp(80, 40000, 9, 1000), &[b'x'; 1200]);
+    pkt!(false, PacketBuilder::ipv4(a4, c4, 64).udp(5353, 53), &[0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    pkt!(false, PacketBuilder::ipv4(c4, a4, 64).icmpv4_echo_request(7, 1), b"ping");
+    pkt!(true, PacketBuilder::ipv6(a6, b6, 64).tcp(40001, 22, 5, 1000), b"SSH-2.0-x\r\n");
+    pkt!(true, PacketBuilder::ipv6(b6, a6, 64).udp(53, 5353), &[0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+    pkt!(true, PacketBuilder::ipv6(a6, b6, 64).icmpv6_echo_request(3, 4), b"ping6");
     // A first fragment of a UDP datagram to port 53 (more fragments), and a later one.
     let mut first = Vec::new();
     PacketBuilder::ipv4(a4, c4, 64).udp(5354, 53).write(&mut first, &[7; 40]).unwrap();
@@ -1003,4 +999,13 @@ fn filters_keep_what_libpcap_keeps_for_every_link_type() {
     }
     assert_eq!(checked, variants().len() * 2 * (natives.len() + bpfs.len()));
     assert!(kept > 1000, "the expressions keep too little to compare: {kept}");
+}
+
+/// `streamline filters pcapin` says what it reads.
+#[test]
+fn pcapin_documents_what_it_reads() {
+    let doc = filters::REGISTRY.iter().find(|s| s.name == "pcapin").unwrap().doc();
+    for s in ["libpcap", "pcapng", "snap length", "if_tsresol", "byte order", "Linux cooked", "raw IP", "VLAN", "byte offset"] {
+        assert!(doc.contains(s), "pcapin's documentation does not mention {s}:\n{doc}");
+    }
 }
