@@ -1184,6 +1184,34 @@ mod tests {
         }
     }
 
+    /// libpcap recomputes the wire length of a completed incoming isochronous USB transfer
+    /// (memory-mapped Linux USB captures) from its descriptors: the data reaches to the end
+    /// of the furthest one (offset 50 + 20), not the URB length (100).
+    #[test]
+    fn usb_isochronous_wire_lengths_are_fixed_as_libpcap_fixes_them() {
+        let mut pkt = vec![0u8; 64];
+        pkt[8] = b'C';
+        pkt[10] = 0x81;
+        pkt[32..36].copy_from_slice(&100u32.to_le_bytes());
+        pkt[60..64].copy_from_slice(&2u32.to_le_bytes());
+        for (off, len) in [(0u32, 10u32), (50, 20)] {
+            pkt.extend_from_slice(&[0; 4]);
+            pkt.extend_from_slice(&off.to_le_bytes());
+            pkt.extend_from_slice(&len.to_le_bytes());
+            pkt.extend_from_slice(&[0; 4]);
+        }
+        let mut f = pcap_header(TCPDUMP_MAGIC, 0, 220);
+        record(&mut f, 0, 0, pkt.len() as u32, 64 + 32 + 100, &pkt);
+        let (recs, e) = all(&f);
+        assert!(e.is_none());
+        assert_eq!((recs[0].caplen, recs[0].orig_len), (96, 64 + 32 + 70));
+        // Not an isochronous completion: the length stays.
+        pkt[8] = b'S';
+        let mut f = pcap_header(TCPDUMP_MAGIC, 0, 220);
+        record(&mut f, 0, 0, pkt.len() as u32, 196, &pkt);
+        assert_eq!(all(&f).0[0].orig_len, 196);
+    }
+
     /// A byte-swapped Linux cooked capture of CAN: libpcap gives the CAN id in this host's
     /// order; the record says so and the rewrite does it.
     #[test]
