@@ -5,13 +5,14 @@
 
 use crate::proto::spec;
 use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
-use kernel::cbpf::{compile, Program};
+use kernel::cbpf::{compile, compile_for_file, Program};
 
 pub struct Bpf {
     expr: String,
     /// `placed=kernel`: the program already ran on the capture socket; pass everything.
     in_kernel: bool,
-    /// The program per link type seen (frames of each link type need their own).
+    /// The program per link type seen (frames of each link type need their own):
+    /// Ethernet's compiled as for a live capture, the others as for a capture file.
     progs: Vec<(u32, Program)>,
 }
 
@@ -32,7 +33,9 @@ impl Filter for Bpf {
             let link = cx.store.link(t).unwrap_or(crate::packet::LINKTYPE_ETHERNET);
             let prog = match self.progs.iter().position(|p| p.0 == link) {
                 Some(i) => &self.progs[i].1,
-                None => match compile(&self.expr, link, 262144) {
+                // Frames of other link types come from capture files (live capture is
+                // Ethernet): compiled as libpcap compiles for reading a file.
+                None => match compile_for_file(&self.expr, link) {
                     Ok(p) => {
                         self.progs.push((link, p));
                         &self.progs.last().expect("just pushed").1
@@ -60,9 +63,12 @@ impl Filter for Bpf {
 
 spec!(BPF, "bpf", "bpf \"EXPRESSION\"",
       "Passes the frames a pcap-filter expression (tcpdump's language, see pcap-filter(7))\n\
-       accepts. libpcap compiles the expression to classic BPF for each link type seen; the\n\
-       program runs in this space, or, right after `rx`, in the kernel on the capture socket\n\
-       (frames it rejects never reach user space; this node then passes everything).\n\
-       An expression libpcap refuses is an error before the run starts.",
+       accepts. libpcap compiles the expression to classic BPF for each link type seen (the\n\
+       capture's own: Ethernet, Linux cooked, raw IP, BSD loopback, ..., so it keeps what\n\
+       `tcpdump -r FILE EXPR` prints); the program runs in this space, or, right after `rx`,\n\
+       in the kernel on the capture socket (frames it rejects never reach user space; this\n\
+       node then passes everything). An expression libpcap refuses is an error before the\n\
+       run starts; one it refuses for a capture's link type (`ip6` on raw IPv4) drops that\n\
+       capture's frames with a warning.",
       ["expr": "the expression (also the first positional parameter; quote it)", "placed": "kernel when the program runs on the capture socket (set for `rx | bpf`); user keeps it in this space"], "1 for accepted frames, 0 otherwise",
       "streamline run 'pcapin file=examples/sample.pcap | bpf \"tcp dst port 80\" | count'", Classification, make);

@@ -1,14 +1,14 @@
 //! Harness shared by the cargo-fuzz target (crates/filters/fuzz) and the test replaying
 //! its findings. Not part of the API.
 
-use crate::packet::{parse, LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW};
+use crate::packet::{parse, LINKTYPES};
 use dataplane::Space;
 use std::sync::atomic::AtomicBool;
 
 /// Parse `data` as a frame of each link type, then as a capture file through a pipeline of
 /// every protocol filter. Panics only on a bug.
 pub fn run_capture(data: &[u8]) {
-    for link in [LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LINUX_SLL] {
+    for &link in LINKTYPES {
         if let Some(p) = parse(data, Some(link)) {
             assert!(p.payload.0 + p.payload.1 <= data.len(), "payload outside the frame");
         }
@@ -22,6 +22,16 @@ pub fn run_capture(data: &[u8]) {
         file.extend_from_slice(&[0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0, 0]);
     }
     file.extend_from_slice(data);
+    // The reader itself: every record lies inside the file, rewrites stay in the copy.
+    if let Ok(mut sf) = crate::savefile::Savefile::open(&file) {
+        while let Ok(Some(r)) = sf.next(&file) {
+            assert!(r.pos + r.caplen as usize <= file.len(), "record outside the file");
+            if r.rewrite {
+                let mut copy = r.bytes(&file).to_vec();
+                crate::savefile::swap_pseudo_header(sf.dlt(), &mut copy, r.orig_len);
+            }
+        }
+    }
     let path = std::env::temp_dir().join(format!("sl-fuzz-capture-{}.pcap", std::process::id()));
     if std::fs::write(&path, &file).is_err() {
         return;

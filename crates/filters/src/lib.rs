@@ -5,7 +5,8 @@
 //! hist, inspect, grep, regex, match, dedup), [`nicfix`] (flowcount, sample, bytecount:
 //! each also an eBPF program run on the capture socket right after `rx`), [`edit`] (strip, deflate, inflate,
 //! encrypt, decrypt, xor), [`control`] (for, join, split, hash), [`sinks`] (outfile, stdout,
-//! pcapout, null). [`packet`] holds the zero-copy frame parsing they share.
+//! pcapout, null). [`packet`] holds the zero-copy frame parsing they share, [`savefile`] the
+//! capture-file reader `pcapin` walks files with (libpcap's rules).
 //!
 //! Every filter registers one [`FilterSpec`] in [`REGISTRY`]: its documentation in fixed
 //! sections and its constructor. Parsing (pcap, Ethernet/IP/TCP, regex, Aho-Corasick,
@@ -26,6 +27,7 @@ pub mod live;
 pub mod nicfix;
 pub mod packet;
 pub mod proto;
+pub mod savefile;
 pub mod sinks;
 pub mod sources;
 

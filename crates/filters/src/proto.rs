@@ -153,7 +153,7 @@ macro_rules! spec {
 }
 pub(crate) use spec;
 
-spec!(ETH, "eth", "eth [type=HEX]", "Passes Ethernet frames (optionally only one ethertype, e.g. type=0800).",
+spec!(ETH, "eth", "eth [type=HEX]", "Passes frames by the type of what their link layer carries (optionally only one\nethertype, e.g. type=0800): Ethernet's inside any VLAN tags, Linux cooked captures'\nprotocol, 0800/86dd for raw IP and BSD loopback.",
       ["type": "ethertype in hex (also positional)"], "1 for matching frames, 0 otherwise",
       "streamline run 'pcapin file=examples/sample.pcap | eth 86dd | count'", Classification, eth);
 spec!(IP, "ip", "ip [version=4|6]", "Passes IP packets (IPv4 and IPv6, or one version).",

@@ -1,34 +1,27 @@
-//! Sources: capture files, byte files and stdin, synthetic blocks.
+//! Sources: capture files (`pcapin`, over [`crate::savefile`]), byte files and stdin,
+//! synthetic blocks.
 
+use crate::savefile::{swap_pseudo_header, Savefile};
 use dataplane::{Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, RecordMeta, Tag};
-use pcap_file::pcap::PcapParser;
-use pcap_file::pcapng::{Block, PcapNgParser};
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// The capture's format, with the parser state carried from record to record.
-enum Format {
-    Pcap(PcapParser),
-    /// pcapng, with the link types of the interfaces described so far.
-    PcapNg(PcapNgParser, Vec<u32>),
-}
 
 /// One packet record found by the indexer: its metadata and captured length.
 #[derive(Debug, Clone, Copy)]
 struct Rec {
     meta: RecordMeta,
     len: u32,
+    /// libpcap rewrites its pseudo-header (a byte-swapped file): deliver a fixed copy.
+    rewrite: bool,
 }
 
 /// What the indexer thread sends to the reading space, in file order. The channel closes
 /// after the last record (or after a `Problem`).
 enum Msg {
     Recs(Vec<Rec>),
-    /// The link type of the first packet's interface (pcapng; pcap's is in the header).
-    Link(u32),
-    /// A malformed or truncated record ended the input.
+    /// A record libpcap refuses ended the input.
     Problem(String),
 }
 
@@ -81,6 +74,12 @@ const RECORDS_AHEAD: usize = 8;
 pub struct PcapIn {
     path: PathBuf,
     buf: BufId,
+    /// The file's link type, and libpcap's DLT for it (for pseudo-header rewrites).
+    link: u32,
+    dlt: u32,
+    /// A ring of this source's own for the few packets whose bytes libpcap rewrites
+    /// (created on the first one; its link type is the file's).
+    fixed: Option<BufId>,
     size: u64,
     opened: bool,
     /// Records from the indexer; `None` before the first pull and after the end.
@@ -100,23 +99,28 @@ pub struct PcapIn {
     off: u64,
 }
 
-fn check_capture_magic(path: &PathBuf) -> Result<(), String> {
-    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut m = [0u8; 4];
-    f.read_exact(&mut m).map_err(|_| format!("{}: too short to be a capture file", path.display()))?;
-    match u32::from_le_bytes(m) {
-        0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 | 0x0a0d_0d0a => Ok(()),
-        x => Err(format!("{}: not a pcap or pcapng file (magic {x:#010x} at byte 0)", path.display())),
-    }
+/// Map `path` and check its header as libpcap's `pcap_open_offline` does.
+fn open_capture(path: &std::path::Path) -> Result<(dataplane::FileMap, Savefile), String> {
+    let map = dataplane::FileMap::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let sf = Savefile::open(map.bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((map, sf))
 }
+
+/// Size of the ring for rewritten packets (a batch of them must fit).
+const FIXED_RING: usize = 16 << 20;
 
 impl PcapIn {
     fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
         let path = PathBuf::from(a.require("file", Some(0))?);
-        check_capture_magic(&path)?;
+        // A file libpcap refuses is a build error (the check maps the file and reads its
+        // header; the run maps it again).
+        open_capture(&path)?;
         Ok(Box::new(PcapIn {
             path,
             buf: 0,
+            link: 0,
+            dlt: 0,
+            fixed: None,
             size: 0,
             opened: false,
             rx: None,
@@ -139,18 +143,10 @@ impl PcapIn {
         self.buf = buf;
         self.size = size;
         let map = cx.store.file_map(buf).unwrap_or_default();
-        let file = map.bytes();
-        let (rest, format) = if file.get(..4) == Some(&[0x0a, 0x0d, 0x0d, 0x0a]) {
-            let (rest, p) = PcapNgParser::new(file).map_err(|e| format!("{}: bad pcapng header: {e}", self.path.display()))?;
-            (rest, Format::PcapNg(p, Vec::new()))
-        } else {
-            let (rest, p) = PcapParser::new(file).map_err(|e| format!("{}: bad pcap header: {e}", self.path.display()))?;
-            (rest, Format::Pcap(p))
-        };
-        let start = file.len() - rest.len();
-        if let Format::Pcap(p) = &format {
-            cx.store.set_link(buf, u32::from(p.header().datalink));
-        }
+        let sf = Savefile::open(map.bytes()).map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let start = sf.offset();
+        cx.store.set_link(buf, sf.link());
+        (self.link, self.dlt) = (sf.link(), sf.dlt());
         let (tx, rx) = std::sync::mpsc::sync_channel(CHUNKS_AHEAD);
         let (recycle, back) = std::sync::mpsc::channel();
         self.shared.edge.store(start - start % 4096, Ordering::Release);
@@ -159,7 +155,7 @@ impl PcapIn {
         self.map = map.clone();
         let indexer = std::thread::Builder::new()
             .name("pcapin-index".into())
-            .spawn(move || index(&map, start, format, &shared, &tx, &back))
+            .spawn(move || index(&map, sf, &shared, &tx, &back))
             .map_err(|e| format!("cannot start the indexer thread: {e}"))?;
         self.rx = Some(rx);
         self.recycle = Some(recycle);
@@ -191,7 +187,6 @@ impl PcapIn {
                     self.at = 0;
                     return true;
                 }
-                Ok(Msg::Link(l)) => cx.store.set_link(self.buf, l),
                 Ok(Msg::Problem(p)) => {
                     cx.warn(format!("{}: {p}; read {} packets before it", self.path.display(), self.packets));
                 }
@@ -220,83 +215,38 @@ impl Drop for PcapIn {
     }
 }
 
-/// The indexer thread: walk the record headers from `off`, send their places in chunks.
-fn index(map: &dataplane::FileMap, mut off: usize, mut format: Format, shared: &Shared, tx: &std::sync::mpsc::SyncSender<Msg>, back: &std::sync::mpsc::Receiver<Vec<Rec>>) {
+/// The indexer thread: walk the records from the header's end, send their places in chunks.
+fn index(map: &dataplane::FileMap, mut sf: Savefile, shared: &Shared, tx: &std::sync::mpsc::SyncSender<Msg>, back: &std::sync::mpsc::Receiver<Vec<Rec>>) {
     let file = map.bytes();
-    let base = file.as_ptr() as usize;
-    let at = |s: &[u8]| (s.as_ptr() as usize - base) as u64;
-    let mut ahead = off;
-    let mut link_sent = false;
+    let mut ahead = sf.offset();
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut problem = None;
-    while off < file.len() {
-        let rest = &file[off..];
+    loop {
+        let off = sf.offset();
         if ahead < off + PREFETCH {
             while shared.edge.load(Ordering::Acquire) < off + 2 * PREFETCH && shared.populate_step(map, off + 2 * PREFETCH) {}
             ahead = ahead.max(off);
             map.prefetch(ahead, off + 2 * PREFETCH);
             ahead = off + 2 * PREFETCH;
         }
-        let (r, rec) = match &mut format {
-            Format::Pcap(p) => match p.next_packet(rest) {
-                Ok((r, pkt)) => {
-                    let d: &[u8] = &pkt.data;
-                    (r, Some(Rec { meta: RecordMeta::whole(at(d), d.len() as u32, pkt.timestamp.as_nanos() as u64, pkt.orig_len), len: d.len() as u32 }))
-                }
-                Err(e) => {
-                    problem = Some(format!("malformed or truncated packet record at byte {off}: {e}"));
-                    break;
-                }
-            },
-            Format::PcapNg(p, links) => match p.next_block(rest) {
-                Ok((r, block)) => {
-                    let rec = match block {
-                        Block::InterfaceDescription(i) => {
-                            links.push(u32::from(i.linktype));
-                            None
-                        }
-                        Block::EnhancedPacket(e) => {
-                            if !link_sent {
-                                if let Some(&l) = links.get(e.interface_id as usize) {
-                                    if !chunk.is_empty() && tx.send(Msg::Recs(std::mem::take(&mut chunk))).is_err() {
-                                        return;
-                                    }
-                                    if tx.send(Msg::Link(l)).is_err() {
-                                        return;
-                                    }
-                                    link_sent = true;
-                                }
-                            }
-                            let d: &[u8] = &e.data;
-                            Some(Rec { meta: RecordMeta::whole(at(d), d.len() as u32, e.timestamp.as_nanos() as u64, e.original_len), len: d.len() as u32 })
-                        }
-                        Block::SimplePacket(sp) => {
-                            let d: &[u8] = &sp.data;
-                            Some(Rec { meta: RecordMeta::whole(at(d), d.len() as u32, 0, sp.original_len), len: d.len() as u32 })
-                        }
-                        _ => None,
-                    };
-                    (r, rec)
-                }
-                Err(e) => {
-                    problem = Some(format!("malformed pcapng block at byte {off}: {e}"));
-                    break;
-                }
-            },
+        let r = match sf.next(file) {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(e) => {
+                problem = Some(e.to_string());
+                break;
+            }
         };
-        off = file.len() - r.len();
-        if let Some(rec) = rec {
-            chunk.push(rec);
-            if chunk.len() == CHUNK {
-                let next = back.try_recv().map(|mut v| {
-                    v.clear();
-                    v
-                });
-                let next = next.unwrap_or_else(|_| Vec::with_capacity(CHUNK));
-                shared.walk.store(off, Ordering::Release);
-                if tx.send(Msg::Recs(std::mem::replace(&mut chunk, next))).is_err() {
-                    return; // the reader is gone
-                }
+        chunk.push(Rec { meta: RecordMeta::whole(r.pos as u64, r.caplen, r.ts_ns(), r.orig_len), len: r.caplen, rewrite: r.rewrite });
+        if chunk.len() == CHUNK {
+            let next = back.try_recv().map(|mut v| {
+                v.clear();
+                v
+            });
+            let next = next.unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+            shared.walk.store(sf.offset(), Ordering::Release);
+            if tx.send(Msg::Recs(std::mem::replace(&mut chunk, next))).is_err() {
+                return; // the reader is gone
             }
         }
     }
@@ -305,6 +255,30 @@ fn index(map: &dataplane::FileMap, mut off: usize, mut format: Format, shared: &
     }
     if let Some(p) = problem {
         let _ = tx.send(Msg::Problem(p));
+    }
+}
+
+impl PcapIn {
+    /// A packet whose pseudo-header libpcap rewrites: a copy in this source's own ring,
+    /// rewritten, with the record's metadata.
+    fn rewritten(&mut self, cx: &mut Ctx<'_>, r: &Rec) -> Option<Tag> {
+        let (pos, len) = (r.meta.pos as usize, r.len as usize);
+        let bytes = cx.store.file(self.buf)?.get(pos..pos + len)?.to_vec();
+        let ring = match self.fixed {
+            Some(id) => id,
+            None => {
+                let id = cx.store.add_ring(FIXED_RING);
+                cx.store.set_link(id, self.link);
+                self.fixed = Some(id);
+                id
+            }
+        };
+        let (mut t, s) = cx.store.alloc_in(ring, len);
+        s.copy_from_slice(&bytes);
+        swap_pseudo_header(self.dlt, s, r.meta.orig_len);
+        cx.store.add_record(ring, RecordMeta::whole(t.pos, r.len, r.meta.ts_ns, r.meta.orig_len));
+        t.class = 1;
+        Some(t)
     }
 }
 
@@ -334,10 +308,16 @@ impl Filter for PcapIn {
             }
             let r = self.cur[self.at];
             self.at += 1;
-            self.metas.push(r.meta);
             self.packets += 1;
-            out.push(Tag { pos: r.meta.pos, len: r.len, buf: self.buf, class: 1 });
             self.off = r.meta.pos + u64::from(r.len);
+            if r.rewrite {
+                if let Some(t) = self.rewritten(cx, &r) {
+                    out.push(t);
+                }
+                continue;
+            }
+            self.metas.push(r.meta);
+            out.push(Tag { pos: r.meta.pos, len: r.len, buf: self.buf, class: 1 });
         }
         cx.store.append_records(self.buf, &self.metas);
         more
@@ -350,11 +330,23 @@ impl Filter for PcapIn {
 pub static PCAPIN: FilterSpec = FilterSpec {
     name: "pcapin",
     synopsis: "pcapin file=FILE",
-    description: "Reads a pcap or pcapng capture. The file is mapped into memory and serves as the\n\
+    description: "Reads a capture file as libpcap (tcpdump -r) reads it: the same packets, bytes,\n\
+                  lengths, times and link type. The file is mapped into memory and serves as the\n\
                   DBuf itself: each packet becomes a tag pointing into the file, nothing is copied.\n\
-                  Timestamps and wire lengths travel out of band (for inspect and pcapout).\n\
-                  A helper thread (pcapin-index) walks the record headers ahead of the space.\n\
-                  A malformed or truncated record ends the input with a warning naming its byte offset.",
+                  Timestamps (nanoseconds) and wire lengths travel out of band (for inspect and\n\
+                  pcapout); the link type goes with the frames (for the protocol filters and bpf).\n\
+                  Reads pcap (microsecond and nanosecond, either byte order, versions 2.0-2.4,\n\
+                  Kuznetzov's patched records) and pcapng (sections, interfaces with if_tsresol and\n\
+                  if_tsoffset, enhanced, simple and obsolete packet blocks; other blocks and options\n\
+                  are skipped). A snap length cuts packets (tcpdump -s 96): their wire length is\n\
+                  kept; a record holding more than the snap length is cut to it, as libpcap does.\n\
+                  Any link type is read; the protocol filters understand Ethernet (VLAN tags\n\
+                  included), Linux cooked v1/v2 (tcpdump -i any), raw IP and BSD loopback.\n\
+                  A file libpcap refuses is an error before the run (naming the byte and the\n\
+                  problem); a record libpcap refuses ends the input with a warning naming its\n\
+                  byte offset, after every packet before it. As libpcap, a pcapng file's\n\
+                  interfaces must share one link type and snap length. A helper thread\n\
+                  (pcapin-index) walks the records ahead of the space.",
     params: &[Param { name: "file", doc: "capture file (also the first positional parameter)" }],
     classes: "1 for every packet",
     class_names: &[],

@@ -134,14 +134,62 @@ const RVAL_X: u16 = 0x08;
 
 const MEMWORDS: u32 = 16;
 
-/// Compile `expr` with libpcap for frames of link type `linktype` (pcap LINKTYPE_*),
-/// optimized, for packets of up to `snaplen` bytes.
+/// The DLT_* value libpcap uses on Linux for a LINKTYPE_* value found in a capture file
+/// (libpcap's `linktype_to_dlt`): LINKTYPE_RAW (101) is DLT_RAW (12), and a few other
+/// values that differ between platforms map likewise; everything else is the same number.
+/// libpcap's filter compiler and its savefile reader speak DLTs.
+pub fn linktype_to_dlt(linktype: u32) -> u32 {
+    match linktype {
+        100 => 11,  // ATM_RFC1483
+        101 => 12,  // RAW
+        102 => 15,  // SLIP_BSDOS
+        103 => 16,  // PPP_BSDOS
+        106 => 19,  // ATM_CLIP
+        l => l,
+    }
+}
+
+/// Compile `expr` with libpcap for frames of link type `linktype` (pcap LINKTYPE_*, as a
+/// capture file names it; mapped to libpcap's DLT with [`linktype_to_dlt`]), optimized,
+/// for packets of up to `snaplen` bytes, as for a live capture (what a socket runs).
 pub fn compile(expr: &str, linktype: u32, snaplen: u32) -> Result<Program, BpfError> {
-    let lt = i32::try_from(linktype).map_err(|_| BpfError::Compile { expr: expr.into(), why: format!("link type {linktype}") })?;
-    let cap = pcap::Capture::dead_with_precision(pcap::Linktype(lt), pcap::Precision::Micro)
-        .map_err(|e| BpfError::Compile { expr: expr.into(), why: e.to_string() })?;
+    let bad = |why: String| BpfError::Compile { expr: expr.into(), why };
+    let lt = i32::try_from(linktype_to_dlt(linktype)).map_err(|_| bad(format!("link type {linktype}")))?;
+    let cap = pcap::Capture::dead_with_precision(pcap::Linktype(lt), pcap::Precision::Micro).map_err(|e| bad(e.to_string()))?;
     let _ = snaplen;
-    let prog = cap.compile(expr, true).map_err(|e| BpfError::Compile { expr: expr.into(), why: e.to_string() })?;
+    let prog = cap.compile(expr, true).map_err(|e| bad(e.to_string()))?;
+    from_libpcap(&prog)
+}
+
+/// Compile `expr` as libpcap does for a capture file of link type `linktype` written in
+/// this host's byte order (what `tcpdump -r FILE EXPR` runs). It differs from [`compile`]
+/// where libpcap's code generation asks whether it reads a file: BSD loopback captures
+/// (LINKTYPE_NULL) are matched on every platform's IPv6 address family (24, 28, 30), not
+/// just this one's, and `inbound`, `outbound` and `ifindex` are refused on link types whose
+/// frames do not say so themselves. libpcap learns that it reads a file only by opening
+/// one, so a file with just the header is written, opened and removed.
+pub fn compile_for_file(expr: &str, linktype: u32) -> Result<Program, BpfError> {
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let bad = |why: String| BpfError::Compile { expr: expr.into(), why };
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("streamline-cbpf-{}-{seq}.pcap", std::process::id()));
+    // Magic, version 2.4, zone, accuracy, snap length, link type.
+    let mut header = 0xa1b2_c3d4u32.to_ne_bytes().to_vec();
+    header.extend_from_slice(&2u16.to_ne_bytes());
+    header.extend_from_slice(&4u16.to_ne_bytes());
+    for v in [0, 0, 262_144, linktype] {
+        header.extend_from_slice(&v.to_ne_bytes());
+    }
+    std::fs::write(&path, &header).map_err(|e| bad(format!("cannot write {}: {e}", path.display())))?;
+    let cap = pcap::Capture::from_file(&path);
+    let _ = std::fs::remove_file(&path);
+    let cap = cap.map_err(|e| bad(e.to_string()))?;
+    let prog = cap.compile(expr, true).map_err(|e| bad(e.to_string()))?;
+    from_libpcap(&prog)
+}
+
+/// Our program from libpcap's.
+fn from_libpcap(prog: &pcap::BpfProgram) -> Result<Program, BpfError> {
     let mut insns = Vec::new();
     for (i, ins) in prog.get_instructions().iter().enumerate() {
         // The crate exposes instructions only through Display: "code jt jf k".
@@ -403,6 +451,27 @@ mod tests {
         assert!(e.to_string().contains("division by the constant zero"), "{e}");
         let e = Program::new(vec![Insn { code: ST, jt: 0, jf: 0, k: 16 }, ret]).unwrap_err();
         assert!(e.to_string().contains("scratch memory"), "{e}");
+    }
+
+    /// Capture files name link types by LINKTYPE: raw IP (101) compiles as libpcap's
+    /// DLT_RAW (12) and matches raw IPv4; loopback captures read from a file match every
+    /// platform's IPv6 family, as `tcpdump -r` does.
+    #[test]
+    fn link_types_of_capture_files_compile_as_libpcap_reads_them() {
+        let raw_tcp = [0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 0x9c, 0x40, 0, 80];
+        for lt in [101, 12] {
+            let p = compile("tcp dst port 80", lt, 65535).unwrap_or_else(|e| panic!("{lt}: {e}"));
+            assert_ne!(p.run(&raw_tcp, 40), 0, "link type {lt}");
+            assert_eq!(p.run(&raw_tcp[..20], 40), 0, "link type {lt}: the port is not captured");
+        }
+        assert_eq!(linktype_to_dlt(101), 12);
+        assert_eq!(linktype_to_dlt(113), 113);
+        let mut null6 = 24u32.to_ne_bytes().to_vec();
+        null6.extend_from_slice(&[0x60, 0, 0, 0]);
+        assert_ne!(compile_for_file("ip6", 0).unwrap().run(&null6, 8), 0);
+        assert_eq!(compile("ip6", 0, 65535).unwrap().run(&null6, 8), 0, "a live capture checks only this platform's AF_INET6");
+        let e = compile_for_file("inbound", 1).unwrap_err();
+        assert!(e.to_string().contains("when reading savefiles"), "{e}");
     }
 
     #[test]
