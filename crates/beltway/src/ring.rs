@@ -1349,6 +1349,29 @@ impl Writer {
         Ok((at, self.sh.data.reserved_mut(&mut self.token, DATA_OFFSET + off as usize, len)))
     }
 
+    /// A writable view of `len` committed bytes at `at` that the ring still holds (not
+    /// overwritten, not wrapping): for the producer's own in-place edit of a block no
+    /// reader holds (a space editing a block of its shared data ring that it has not sent
+    /// yet). None when the bytes are gone or the ring is not a byte ring.
+    pub fn rewrite(&mut self, at: u64, len: usize) -> Option<&mut [u8]> {
+        if self.sh.layout != Layout::Bytes {
+            return None;
+        }
+        let end = at.checked_add(len as u64)?;
+        // Relaxed: this writer is the only one that stores the tail.
+        let tail = self.sh.hdr().t.0.tail.load(Relaxed);
+        if at < tail || end > self.pos {
+            return None;
+        }
+        let (prev, cur, _) = self.sh.load_epochs();
+        let ep = pos::epoch_for(prev, cur, at)?;
+        let off = ep.offset(at);
+        if off + len as u64 > ep.size {
+            return None;
+        }
+        Some(self.sh.data.reserved_mut(&mut self.token, DATA_OFFSET + off as usize, len))
+    }
+
     /// Return the unused end of the last [`Writer::alloc_contiguous`] (at `at`, of `len`
     /// bytes, of which `used` were written): the write position moves back to `at + used`.
     /// Only for rings without readers of their own (whose blocks are found through tags

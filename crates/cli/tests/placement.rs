@@ -4,7 +4,8 @@
 //! out of order and retransmitted, HTTP requests split across segments, DNS, ICMP, IPv6),
 //! first as written in one space (the reference), then in many placements: every filter
 //! on a thread of its own, every filter in a process space, threads and processes
-//! alternating, each filter replicated (`space=1,2`), the optimizer's and the heuristic's
+//! alternating, each filter alone on a thread, each filter replicated (`space=1,2`), the
+//! optimizer's and the heuristic's
 //! plans at a load that spreads the work, and random placements drawn by a property test.
 //! Each must print the same standard output, write the same bytes to `{out}`, print the
 //! same summary lines and exit the same way, or be refused with an error naming the filter
@@ -338,11 +339,14 @@ fn every_pipeline_gives_the_same_result_in_every_placement() {
             (vec![None; n], vec!["--plan", "ilp", "--rate", "20000000", "--bytes", "1500"]),
             (vec![None; n], vec!["--plan", "heuristic", "--rate", "20000000", "--bytes", "1500"]),
         ];
-        // Each filter replicated, alone.
+        // Each filter alone on a thread (the rest stay with the source), and each filter
+        // replicated.
         for i in 0..n {
-            let mut s = vec![None; n];
-            s[i] = Some("1,2".to_string());
-            placements.push((s, vec!["--plan", "none"]));
+            for spaces in ["1", "1,2"] {
+                let mut s = vec![None; n];
+                s[i] = Some(spaces.to_string());
+                placements.push((s, vec!["--plan", "none"]));
+            }
         }
         for (spaces, args) in placements {
             match check(&reference, &text, &spaces, &args) {

@@ -170,6 +170,24 @@ impl SharedRing {
         self.w.give_back(pos, reserved, used);
     }
 
+    /// An in-place view of a block of this ring for an edit (the block is exclusive: no
+    /// arc of the space and no channel holds it).
+    fn get_mut(&mut self, pos: u64, len: usize) -> Option<&mut [u8]> {
+        self.w.rewrite(pos, len)
+    }
+
+    /// Whether the ring still holds `len` bytes at `pos`.
+    fn holds(&self, pos: u64, len: usize) -> bool {
+        self.view.resolve(&beltway::Tag { pos, len: len as u32, buf: self.view.id(), class: 0 }).is_ok()
+    }
+
+    /// Whether the block starting at `pos` was sent to a channel whose consumer may still
+    /// read it (as far as this ring last looked: a stale answer errs on "sent").
+    fn sent(&self, pos: u64) -> bool {
+        let from = self.guards.partition_point(|g| g.0 < pos);
+        self.guards.range(from..).take_while(|g| g.0 == pos).any(|&(_, ch, tag_end)| self.channels[ch].1 < tag_end)
+    }
+
     fn guard(&mut self, tags: &beltway::RingRef, tag_end: u64, start: u64) {
         let ch = match self.channels.iter().position(|c| std::ptr::eq(c.0.shared(), tags.shared())) {
             Some(i) => i,
@@ -772,6 +790,15 @@ impl Store {
     /// otherwise the block is first copied into the default ring and `t` is updated to the
     /// copy. Returns whether a copy was made.
     pub fn writable(&mut self, t: &mut Tag, exclusive: bool) -> Result<(&mut [u8], bool), ResolveError> {
+        // A block of the space's shared ring that no channel was given yet is edited in
+        // place as a private ring's is (a channel's consumer holds what it was sent, and
+        // such blocks are not exclusive).
+        if exclusive && matches!(self.regions.get((t.buf as usize).wrapping_sub(1)), Some(Region::Shared(r)) if !r.sent(t.pos) && r.holds(t.pos, t.len as usize)) {
+            self.forget_memo(t);
+            let Some(Region::Shared(ring)) = self.regions.get_mut(t.buf as usize - 1) else { unreachable!() };
+            let s = ring.get_mut(t.pos, t.len as usize).ok_or(ResolveError::Gone { buf: t.buf, pos: t.pos })?;
+            return Ok((s, false));
+        }
         let in_ring = matches!(self.regions.get((t.buf as usize).wrapping_sub(1)), Some(Region::Ring(_)));
         if exclusive && in_ring {
             self.forget_memo(t);
