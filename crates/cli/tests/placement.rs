@@ -183,7 +183,7 @@ fn check(reference: &Outcome, text: &str, spaces: &[Option<String>], args: &[&st
     let names_moved = moved.iter().any(|f| err.contains(&format!("streamline: {f}: ")) || err.contains(&format!("streamline: {f} (its copies): ")));
     let joins = [" + ", " ++ ", " +* "].iter().any(|op| text.contains(op));
     if got.code == Some(2) && names_moved {
-        if joins && err.contains("branches must run in one space with their fork and join") {
+        if joins && err.contains("branches must run in one space with their fork and join here") {
             return Ok(false);
         }
         if err.contains("feed each other (channels between spaces are one-way") {

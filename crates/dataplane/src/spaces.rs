@@ -206,9 +206,13 @@ pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<()
         if all && why_order.is_none() {
             continue;
         }
-        // Name a filter the user placed, if one is off the join's space.
+        // Name a filter the user placed in the section, if any.
         let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && space_option(&g.nodes[n]).is_some();
-        let culprit = off.iter().copied().find(|&n| placed(n)).unwrap_or(off[0]);
+        let culprit = section.iter().copied().find(|&n| placed(n)).unwrap_or(off[0]);
+        let mut spans: Vec<SpaceId> = section.iter().map(|&n| space[n]).chain([space[join.id]]).collect();
+        spans.sort_unstable();
+        spans.dedup();
+        let spans: Vec<String> = spans.iter().map(|&s| space_name(p, s)).collect();
         let consequence = match why_order {
             Some(w) if all => format!("their blocks would reach the join in an order that depends on timing, and {w}"),
             _ => "copies of one block would reach the join as different blocks, at times that depend on timing".to_string(),
@@ -216,8 +220,8 @@ pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<()
         return Err(BuildError {
             label: node_label(&g.nodes[culprit]),
             why: format!(
-                "it runs in space {} but the parallel branches it belongs to meet in space {}; branches must run in one space with their fork and join here ({consequence}); place them together",
-                space[culprit], space[join.id]
+                "the parallel branches it is part of would span spaces {}; branches must run in one space with their fork and join here ({consequence}); place them together",
+                spans.join(", ")
             ),
         });
     }
