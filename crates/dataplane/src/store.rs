@@ -311,20 +311,102 @@ impl RecordMeta {
     pub fn offset_of(&self, pos: u64) -> u64 {
         pos - self.pos + self.skip as u64
     }
-    /// Whether a tag at `pos` lies in the bytes of this record.
-    #[inline]
-    fn covers(&self, pos: u64) -> bool {
-        pos >= self.pos && (pos - self.pos < self.len as u64 || pos == self.pos)
-    }
 }
 
 /// Per-buffer annotations: link type of its frames (pcap LINKTYPE_*), record metadata.
 #[derive(Debug, Default)]
 struct Annotations {
     link: Option<u32>,
-    records: Vec<RecordMeta>,
+    records: Records,
     /// Index of the last record found (lookups are mostly sequential).
     hint: std::cell::Cell<usize>,
+}
+
+/// A buffer's records, sorted by position, 24 bytes each (a capture's index is one entry
+/// per packet: a file of 600k packets keeps 14 MB of them, not 19). The bytes a crop left
+/// behind (`RecordMeta::skip`, rare: cropped blocks that crossed a channel or were
+/// copied) live in a side table, flagged by the top bit of `len`.
+#[derive(Debug, Default)]
+struct Records {
+    v: Vec<Stored>,
+    /// (position, skip) of the records that have one, sorted by position.
+    skips: Vec<(u64, u32)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stored {
+    pos: u64,
+    ts_ns: u64,
+    orig_len: u32,
+    /// Bytes held from `pos`; [`HAS_SKIP`] set when `skips` has an entry for `pos`.
+    len: u32,
+}
+
+const HAS_SKIP: u32 = 1 << 31;
+
+impl Stored {
+    fn of(r: &RecordMeta) -> Stored {
+        Stored { pos: r.pos, ts_ns: r.ts_ns, orig_len: r.orig_len, len: r.len.min(HAS_SKIP - 1) | if r.skip > 0 { HAS_SKIP } else { 0 } }
+    }
+    #[inline]
+    fn held(&self) -> u32 {
+        self.len & !HAS_SKIP
+    }
+    #[inline]
+    fn covers(&self, pos: u64) -> bool {
+        pos >= self.pos && (pos - self.pos < self.held() as u64 || pos == self.pos)
+    }
+}
+
+impl Records {
+    fn get(&self, i: usize) -> Option<&Stored> {
+        self.v.get(i)
+    }
+    fn meta(&self, s: &Stored) -> RecordMeta {
+        let skip = if s.len & HAS_SKIP != 0 { self.skips.binary_search_by_key(&s.pos, |x| x.0).map_or(0, |i| self.skips[i].1) } else { 0 };
+        RecordMeta { pos: s.pos, len: s.held(), skip, ts_ns: s.ts_ns, orig_len: s.orig_len }
+    }
+    fn set(&mut self, records: &[RecordMeta]) {
+        self.v.clear();
+        self.skips.clear();
+        self.extend(records);
+    }
+    /// Append records past the last one (positions increasing).
+    fn extend(&mut self, records: &[RecordMeta]) {
+        self.v.extend(records.iter().map(Stored::of));
+        self.skips.extend(records.iter().filter(|r| r.skip > 0).map(|r| (r.pos, r.skip)));
+    }
+    /// Insert `r` in position order (nearly always an append); a record at the same
+    /// position is replaced.
+    fn insert(&mut self, r: RecordMeta) {
+        let s = Stored::of(&r);
+        match self.v.last() {
+            Some(l) if l.pos >= r.pos => match self.v.binary_search_by_key(&r.pos, |x| x.pos) {
+                Err(i) => self.v.insert(i, s),
+                Ok(i) => self.v[i] = s,
+            },
+            _ => self.v.push(s),
+        }
+        match self.skips.binary_search_by_key(&r.pos, |x| x.0) {
+            Ok(i) if r.skip > 0 => self.skips[i].1 = r.skip,
+            Ok(i) => {
+                self.skips.remove(i);
+            }
+            Err(i) if r.skip > 0 => self.skips.insert(i, (r.pos, r.skip)),
+            Err(_) => {}
+        }
+    }
+    /// Drop the records of blocks a ring has overwritten (every 1024 records added, so a
+    /// ring's annotations stay as large as the ring, not as the stream).
+    fn prune(&mut self, low: Option<u64>) {
+        if let Some(low) = low.filter(|_| self.v.len() % 1024 == 0) {
+            let gone = self.v.partition_point(|r| r.pos + (r.held() as u64) <= low);
+            self.v.drain(..gone);
+            let first = self.v.first().map_or(u64::MAX, |r| r.pos);
+            let gone = self.skips.partition_point(|s| s.0 < first);
+            self.skips.drain(..gone);
+        }
+    }
 }
 
 /// The DBufs of one space.
@@ -400,26 +482,6 @@ fn note_of(notes: &mut Vec<Annotations>, id: BufId) -> &mut Annotations {
     &mut notes[i]
 }
 
-/// Insert `r` into records sorted by position (nearly always an append).
-fn insert_record(recs: &mut Vec<RecordMeta>, r: RecordMeta) {
-    match recs.last() {
-        Some(l) if l.pos >= r.pos => match recs.binary_search_by_key(&r.pos, |x| x.pos) {
-            Err(i) => recs.insert(i, r),
-            Ok(i) => recs[i] = r,
-        },
-        _ => recs.push(r),
-    }
-}
-
-/// Drop the records of blocks a ring has overwritten (every 1024 records added, so a
-/// ring's annotations stay as large as the ring, not as the stream).
-fn prune_records(recs: &mut Vec<RecordMeta>, low: Option<u64>) {
-    if let Some(low) = low.filter(|_| recs.len() % 1024 == 0) {
-        let gone = recs.partition_point(|r| r.pos + (r.len as u64) <= low);
-        recs.drain(..gone);
-    }
-}
-
 /// Error resolving a tag.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
@@ -445,7 +507,7 @@ impl Store {
 
     /// Attach record metadata (sorted by position) to buffer `id`.
     pub fn set_records(&mut self, id: BufId, records: Vec<RecordMeta>) {
-        self.note_mut(id).records = records;
+        self.note_mut(id).records.set(&records);
     }
 
     /// Append record metadata to buffer `id` (sources that index their input as they go);
@@ -453,8 +515,8 @@ impl Store {
     pub fn append_records(&mut self, id: BufId, records: &[RecordMeta]) {
         let recs = &mut self.note_mut(id).records;
         debug_assert!(records.windows(2).all(|w| w[0].pos < w[1].pos));
-        debug_assert!(recs.last().zip(records.first()).is_none_or(|(a, b)| a.pos < b.pos));
-        recs.extend_from_slice(records);
+        debug_assert!(recs.v.last().zip(records.first()).is_none_or(|(a, b)| a.pos < b.pos));
+        recs.extend(records);
     }
 
     /// A value derived from block `t` (e.g. a parsed packet), computed by `f` at most once
@@ -507,7 +569,7 @@ impl Store {
         let note = self.notes.get((t.buf as usize).checked_sub(1)?)?;
         let recs = &note.records;
         let h = note.hint.get();
-        let found = |r: &RecordMeta| r.covers(t.pos).then_some((*r, r.pos == t.pos && r.skip == 0));
+        let found = |r: &Stored| r.covers(t.pos).then(|| (recs.meta(r), r.pos == t.pos && r.len & HAS_SKIP == 0));
         for i in [h, h + 1] {
             if let Some(r) = recs.get(i) {
                 if r.pos <= t.pos && recs.get(i + 1).is_none_or(|n| n.pos > t.pos) {
@@ -516,13 +578,13 @@ impl Store {
                 }
             }
         }
-        let i = match recs.binary_search_by_key(&t.pos, |r| r.pos) {
+        let i = match recs.v.binary_search_by_key(&t.pos, |r| r.pos) {
             Ok(i) => i,
             Err(0) => return None,
             Err(i) => i - 1,
         };
         note.hint.set(i);
-        found(&recs[i])
+        found(&recs.v[i])
     }
 
     /// The record metadata of block `t` as a record of its own: where `t` starts, the
@@ -574,8 +636,8 @@ impl Store {
         s.copy_from_slice(&data);
         let note = note_of(notes, id);
         if let Some(m) = meta {
-            insert_record(&mut note.records, RecordMeta { pos, ..m });
-            prune_records(&mut note.records, low);
+            note.records.insert(RecordMeta { pos, ..m });
+            note.records.prune(low);
         }
         if note.link.is_none() {
             note.link = link;
@@ -690,8 +752,8 @@ impl Store {
     pub fn add_record(&mut self, id: BufId, r: RecordMeta) {
         let low = self.low_water(id);
         let recs = &mut self.note_mut(id).records;
-        insert_record(recs, r);
-        prune_records(recs, low);
+        recs.insert(r);
+        recs.prune(low);
     }
 
     /// Everything below this position of buffer `id` may have been overwritten (rings);

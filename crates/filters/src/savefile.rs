@@ -328,6 +328,8 @@ fn rd64(b: &[u8], r: field::Field, swapped: bool) -> u64 {
     }
 }
 
+#[cold]
+#[inline(never)]
 fn err<T>(at: usize, problem: Problem) -> Result<T, SavefileError> {
     Err(SavefileError { at: at as u64, problem })
 }
@@ -521,6 +523,7 @@ impl Savefile {
     /// The next packet (`pcap_next_ex`): `Ok(None)` at the end of the file, an error for
     /// a record libpcap refuses (the walk cannot go on past it). `file` must be the bytes
     /// given to [`Savefile::open`].
+    #[inline(always)]
     pub fn next(&mut self, file: &[u8]) -> Result<Option<Record>, SavefileError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
@@ -530,9 +533,13 @@ impl Savefile {
                 let (record, lengths, nanos) = (*record, *lengths, *nanos);
                 self.next_pcap(file, record, lengths, nanos)
             }
-            Kind::Ng { .. } => self.next_ng(file),
+            Kind::Ng { .. } => self.next_ng_cold(file),
         };
         let r = r.inspect_err(|e| self.failed = Some(e.clone()))?;
+        // The usual file (host order, no USB) needs nothing more per record.
+        if !self.swapped && self.dlt != dlt::USB_LINUX_MMAPPED {
+            return Ok(r);
+        }
         Ok(r.map(|mut r| {
             let data = r.bytes(file);
             r.rewrite = self.swapped && rewrites(self.dlt, data, r.orig_len);
@@ -549,6 +556,13 @@ impl Savefile {
         }))
     }
 
+    /// pcapng's walk, kept out of line so that pcap's stays small and inlined.
+    #[inline(never)]
+    fn next_ng_cold(&mut self, file: &[u8]) -> Result<Option<Record>, SavefileError> {
+        self.next_ng(file)
+    }
+
+    #[inline(always)]
     fn next_pcap(&mut self, file: &[u8], hdrsize: usize, lengths: Lengths, nanos: bool) -> Result<Option<Record>, SavefileError> {
         use field::pcap as f;
         let at = self.off;
