@@ -18,24 +18,8 @@ const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample
 /// Frames in examples/sample.pcap (none truncated, none above 1514 bytes).
 const FRAMES: u64 = 5247;
 
-fn require_tools() {
-    let ok = Command::new("tcpreplay").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-    assert!(ok, "tcpreplay is required to replay examples/sample.pcap (apt-get install tcpreplay; scripts/setup installs it)");
-    // Root: the effective uid, from /proc.
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("?").to_string();
-    assert_eq!(euid, "0", "these tests need root (network namespaces, AF_PACKET, loading eBPF programs, bpffs)");
-}
-
-/// A veth pair whose ends send nothing of their own (IPv6 off: no router or neighbour
-/// solicitations, no MLD reports), so the captured traffic is exactly the replay.
 fn quiet_veth(tag: &str) -> Veth {
-    require_tools();
-    let v = Veth::new(tag).unwrap_or_else(|e| panic!("{e}"));
-    kernel::netns::run(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.here)]).unwrap();
-    v.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there)]).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    v
+    common::quiet_veth(tag, "network namespaces, AF_PACKET, loading eBPF programs, bpffs")
 }
 
 fn start(pipeline: &str) -> Child {

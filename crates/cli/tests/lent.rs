@@ -18,6 +18,8 @@ use etherparse::PacketBuilder;
 use kernel::netns::Veth;
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 /// Connections; each one's second request is sent first and held by tcpstream.
@@ -38,23 +40,8 @@ const PPS: u64 = 20_000;
 /// makes the comparison moot.
 static REPLAY: Mutex<()> = Mutex::new(());
 
-fn require_tools() {
-    let ok = Command::new("tcpreplay").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-    assert!(ok, "tcpreplay is required to replay the test's capture (apt-get install tcpreplay; scripts/setup installs it)");
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("?").to_string();
-    assert_eq!(euid, "0", "these tests need root (network namespaces, AF_PACKET and AF_XDP sockets: CAP_SYS_ADMIN, CAP_NET_RAW, CAP_BPF)");
-}
-
-/// A veth pair whose ends send nothing of their own (IPv6 off), so the captured traffic
-/// is exactly the replay.
 fn quiet_veth(tag: &str) -> Veth {
-    require_tools();
-    let v = Veth::new(tag).unwrap_or_else(|e| panic!("{e}"));
-    kernel::netns::run(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.here)]).unwrap();
-    v.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there)]).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    v
+    common::quiet_veth(tag, "network namespaces, AF_PACKET and AF_XDP sockets: CAP_SYS_ADMIN, CAP_NET_RAW, CAP_BPF")
 }
 
 fn tmp_dir(name: &str) -> PathBuf {
@@ -210,7 +197,7 @@ fn number_before(line: &str, what: &str) -> u64 {
 /// summary line and the capture's facts. `fill`: filler frames per round.
 fn live_equals_file(name: &str, rx_opts: &str, middle: &str, fill: usize) -> (String, Capture) {
     let _one = REPLAY.lock().unwrap_or_else(|e| e.into_inner());
-    require_tools();
+    common::require_replay_and_root("network namespaces, AF_PACKET and AF_XDP sockets: CAP_SYS_ADMIN, CAP_NET_RAW, CAP_BPF");
     let dir = tmp_dir(name);
     let cap = dir.join("ooo.pcap");
     let c = write_capture(&cap, fill);
