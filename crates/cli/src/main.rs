@@ -76,6 +76,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a pipeline until its sources end or a stop signal (SIGINT, SIGTERM, SIGHUP).
+    ///
+    /// Exit status: 0 when the sources ended; 1 when a filter failed (a sink that cannot
+    /// write, a space that died); 2 for a pipeline that does not parse or build; 128 + N
+    /// when stopped by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP), after every sink was
+    /// flushed and the totals printed.
     Run {
         pipeline: String,
         /// Do not print the per-filter table.
