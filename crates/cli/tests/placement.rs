@@ -286,12 +286,42 @@ fn generated_capture(seed: u64) -> PathBuf {
     path
 }
 
-/// The captures every `{pcap}` pipeline runs over (made once: the tests run in parallel).
+/// The same frames as Linux cooked captures (`tcpdump -i any`, LINKTYPE_LINUX_SLL): each
+/// Ethernet header becomes a 16-byte SLL header with the same protocol.
+fn as_linux_cooked(eth: &Path) -> PathBuf {
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+    let path = eth.with_extension("sll.pcap");
+    let mut r = PcapReader::new(std::fs::File::open(eth).unwrap()).unwrap();
+    let header = PcapHeader { datalink: pcap_file::DataLink::LINUX_SLL, ..r.header() };
+    let mut w = PcapWriter::with_header(std::fs::File::create(&path).unwrap(), header).unwrap();
+    while let Some(p) = r.next_packet() {
+        let p = p.unwrap();
+        let Some(rest) = p.data.get(14..) else { continue };
+        let mut f = vec![0, 0, 0, 1, 0, 6];
+        f.extend_from_slice(&p.data[6..12]);
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(&p.data[12..14]);
+        f.extend_from_slice(rest);
+        w.write_packet(&PcapPacket::new(p.timestamp, p.orig_len + 2, &f)).unwrap();
+    }
+    path
+}
+
+/// The captures every `{pcap}` pipeline runs over (made once: the tests run in parallel):
+/// the shipped sample, a generated capture, the generated one as a Linux cooked capture,
+/// and any listed in `STREAMLINE_PLACEMENT_CAPTURES` (colon-separated paths), so the
+/// corpus can be held to the law on captures of one's own.
 fn captures() -> Vec<PathBuf> {
     static C: OnceLock<Vec<PathBuf>> = OnceLock::new();
     C.get_or_init(|| {
         let sample = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"));
-        vec![sample, generated_capture(0x1234_5678)]
+        let generated = generated_capture(0x1234_5678);
+        let cooked = as_linux_cooked(&generated);
+        let mut v = vec![sample, generated, cooked];
+        if let Ok(extra) = std::env::var("STREAMLINE_PLACEMENT_CAPTURES") {
+            v.extend(extra.split(':').filter(|s| !s.is_empty()).map(PathBuf::from));
+        }
+        v
     })
     .clone()
 }
