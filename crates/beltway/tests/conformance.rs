@@ -3,7 +3,7 @@
 
 mod common;
 
-use beltway::{Error, Layout, Reader, RingConfig, Sink, Source, Start, SyncMode, Writer};
+use beltway::{Error, Layout, Reader, RingConfig, Source, Start, SyncMode, Writer};
 use common::*;
 use std::time::Duration;
 

@@ -245,7 +245,6 @@ fn deck_cut_shrinks_when_calm() {
 /// A plain SRP ring breaks the pipe when its last reader leaves.
 #[test]
 fn detachable_ring_outlives_its_readers() {
-    use beltway::{Sink, Source};
     let _w = watchdog("detachable_ring_outlives_its_readers", 60);
     let cfg = RingConfig { detachable: true, ..RingConfig::bytes(1 << 16) };
     let mut w = Writer::create("detach", cfg).unwrap();

@@ -55,6 +55,17 @@ fn options_without_a_meaning_here_are_refused_saying_why() {
         assert_eq!(code, Some(2), "{opt}: {err}");
         assert!(err.contains("tcp: ") && err.contains(why), "{opt}: {err}");
     }
+    // A yes/no option with another value is an error, never a silent no; regex takes the
+    // options it advertises.
+    let (code, _, err) = run(&format!("pcapin file={SAMPLE} | regex get icase=maybe | count"));
+    assert_eq!(code, Some(2));
+    assert!(err.contains("regex: parameter icase=maybe: expected yes or no"), "{err}");
+    let upper = run(&format!("pcapin file={SAMPLE} | regex GET | count"));
+    let any_case = run(&format!("pcapin file={SAMPLE} | regex get icase=yes | count"));
+    assert!(count_of(&any_case.2) >= count_of(&upper.2) && count_of(&upper.2) > 0, "{upper:?} {any_case:?}");
+    let all = run(&format!("pcapin file={SAMPLE} | count"));
+    let not = run(&format!("pcapin file={SAMPLE} | regex GET invert=yes | count"));
+    assert_eq!(count_of(&not.2) + count_of(&upper.2), count_of(&all.2));
     // A filter's own `mode` is its own (join, split).
     let (code, _, err) = run(&format!("pcapin file={SAMPLE} | (tcp + udp) | join mode=all | count"));
     assert_eq!(code, Some(0), "{err}");
@@ -122,7 +133,7 @@ fn policies(pid: u32) -> Vec<(String, u32, u32)> {
 
 #[test]
 fn scheduling_hints_set_the_policy_of_the_filters_thread() {
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["run", "-q", "--plan", "none", "gen count=100000000 size=1K | xor 5a @realtime | xor 33 @background | xor 11 @hrealtime | null"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -432,8 +432,14 @@ impl Args {
             Some(v) => parse_size(v).ok_or_else(|| format!("{}: parameter {key}={v} is not a size (e.g. 64, 4K, 1M)", self.filter)),
         }
     }
-    pub fn flag(&self, key: &str) -> bool {
-        matches!(self.options.get(key).map(|s| s.as_str()), Some("yes" | "true" | "1" | "on"))
+    /// A yes/no option (absent: no). Any other value is an error naming it, never
+    /// silently "no".
+    pub fn flag(&self, key: &str) -> Result<bool, String> {
+        match self.options.get(key).map(|s| s.as_str()) {
+            None | Some("no" | "false" | "0" | "off") => Ok(false),
+            Some("yes" | "true" | "1" | "on") => Ok(true),
+            Some(v) => Err(format!("{}: parameter {key}={v}: expected yes or no", self.filter)),
+        }
     }
 }
 

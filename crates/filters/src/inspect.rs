@@ -228,10 +228,10 @@ fn make_inspect(a: &Args) -> Result<Box<dyn Filter>, String> {
 fn make_grep(a: &Args) -> Result<Box<dyn Filter>, String> {
     let pat = a.require("pattern", Some(0))?;
     let re = regex::bytes::RegexBuilder::new(pat)
-        .case_insensitive(a.flag("icase"))
+        .case_insensitive(a.flag("icase")?)
         .build()
         .map_err(|e| format!("{}: bad pattern: {e}", a.filter))?;
-    Ok(Box::new(Classifier(Grep { re, invert: a.flag("invert") })))
+    Ok(Box::new(Classifier(Grep { re, invert: a.flag("invert")? })))
 }
 fn make_match(a: &Args) -> Result<Box<dyn Filter>, String> {
     let mut pats: Vec<String> = a.positional.clone();
@@ -243,7 +243,7 @@ fn make_match(a: &Args) -> Result<Box<dyn Filter>, String> {
         return Err("match: give patterns as parameters or file=PATTERNS".into());
     }
     let ac = AhoCorasick::builder()
-        .ascii_case_insensitive(a.flag("icase"))
+        .ascii_case_insensitive(a.flag("icase")?)
         .build(&pats)
         .map_err(|e| format!("match: {e}"))?;
     Ok(Box::new(Classifier(Match { ac })))
@@ -263,7 +263,7 @@ spec!(GREP, "grep", "grep PATTERN [icase=yes] [invert=yes]", "Passes blocks whos
       ["pattern": "the regular expression (also positional)", "icase": "yes to ignore case", "invert": "yes to pass non-matching blocks"],
       "1 for matching blocks, 0 otherwise", "streamline run 'file log.txt split=lines | grep \"err(or)?\" | stdout'", Inspection, make_grep);
 spec!(REGEX, "regex", "regex PATTERN [icase=yes] [invert=yes]", "Same as grep.",
-      ["pattern": "the regular expression (also positional)"], "1 for matching blocks, 0 otherwise",
+      ["pattern": "the regular expression (also positional)", "icase": "yes to ignore case", "invert": "yes to pass non-matching blocks"], "1 for matching blocks, 0 otherwise",
       "streamline run 'pcapin file=examples/sample.pcap | regex \"GET /[a-z]+\" | count'", Inspection, make_grep);
 spec!(MATCH, "match", "match PATTERN... [file=PATTERNS] [icase=yes]", "Multi-pattern search (Aho-Corasick) over block contents.",
       ["pattern": "one or more literal patterns (positional)", "file": "a file with one pattern per line", "icase": "yes for ASCII case-insensitive"],

@@ -111,12 +111,12 @@ impl Filter for Null {
 
 fn make_outfile(a: &Args) -> Result<Box<dyn Filter>, String> {
     let path = a.require("file", Some(0))?;
-    let mode_append = a.flag("append");
+    let mode_append = a.flag("append")?;
     let f = std::fs::OpenOptions::new().create(true).write(true).append(mode_append).truncate(!mode_append).open(path).map_err(|e| format!("outfile: cannot open {path}: {e}"))?;
-    Ok(Box::new(Out { w: Box::new(BufWriter::new(f)), newline: a.flag("lines"), what: path.to_string() }))
+    Ok(Box::new(Out { w: Box::new(BufWriter::new(f)), newline: a.flag("lines")?, what: path.to_string() }))
 }
 fn make_stdout(a: &Args) -> Result<Box<dyn Filter>, String> {
-    Ok(Box::new(Out { w: Box::new(BufWriter::new(std::io::stdout())), newline: a.flag("lines"), what: "standard output".into() }))
+    Ok(Box::new(Out { w: Box::new(BufWriter::new(std::io::stdout())), newline: a.flag("lines")?, what: "standard output".into() }))
 }
 fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, String> {
     let path = a.require("file", Some(0))?.to_string();
