@@ -28,11 +28,7 @@ fn start(pipeline: &str) -> Child {
 
 /// SIGINT (Ctrl-C), then standard error.
 fn stop(c: Child) -> String {
-    assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
-    let out = c.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    err
+    common::interrupt(c)
 }
 
 /// Replays the sample from the namespace's end of the pair at a modest rate (so no ring

@@ -35,3 +35,13 @@ pub fn quiet_veth(tag: &str, needs: &str) -> kernel::netns::Veth {
     std::thread::sleep(std::time::Duration::from_millis(300));
     v
 }
+
+/// SIGINT a run (as Ctrl-C), wait for it, check it exited 130, and return its stderr.
+#[allow(dead_code)]
+pub fn interrupt(c: std::process::Child) -> String {
+    assert!(std::process::Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
+    let out = c.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    err
+}
