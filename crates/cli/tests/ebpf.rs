@@ -11,7 +11,7 @@ use std::time::Duration;
 use kernel::netns::Veth;
 
 mod common;
-use common::count_of;
+use common::{count_of, wait_capturing};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
@@ -71,7 +71,9 @@ fn kernel_flowcount_equals_user_space_and_its_maps_are_readable_while_it_runs() 
     let kernel = start(&format!("rx dev={} | flowcount top=1000 | count", v.here));
     let user = start(&format!("rx dev={} | flowcount top=1000 placed=user | count", v.here));
     let kpid = kernel.id();
-    std::thread::sleep(Duration::from_millis(1500));
+    for c in [&kernel, &user] {
+        wait_capturing(c.id(), &v.here);
+    }
     replay(&v);
     // While it runs: `streamline maps` shows the run's flows with their counters.
     let o = Command::new(BIN).args(["maps", "--top", "3"]).output().unwrap();
@@ -101,7 +103,9 @@ fn kernel_bytecount_equals_user_space() {
     let kernel = start(&format!("rx dev={} | bytecount top=256 | count", v.here));
     let user = start(&format!("rx dev={} | bytecount top=256 placed=user | count", v.here));
     let short = start(&format!("rx dev={} | bytecount 35 top=256 | count", v.here));
-    std::thread::sleep(Duration::from_millis(1500));
+    for c in [&kernel, &user, &short] {
+        wait_capturing(c.id(), &v.here);
+    }
     replay(&v);
     let (k, u, s) = (stop(kernel), stop(user), stop(short));
     assert!(rx_line(&k).contains("after its eBPF program (bytecount)"), "{k}");
@@ -120,7 +124,9 @@ fn kernel_sample_passes_the_same_count_and_keeps_the_rest_out_of_user_space() {
     let v = quiet_veth("sa");
     let kernel = start(&format!("rx dev={} | sample 10 | count", v.here));
     let user = start(&format!("rx dev={} | sample 10 placed=user | count", v.here));
-    std::thread::sleep(Duration::from_millis(1500));
+    for c in [&kernel, &user] {
+        wait_capturing(c.id(), &v.here);
+    }
     replay(&v);
     let (k, u) = (stop(kernel), stop(user));
     let expect = FRAMES / 10;

@@ -219,7 +219,12 @@ fn live_equals_file(name: &str, rx_opts: &str, middle: &str, fill: usize) -> (St
         let v = quiet_veth(name);
         let from_rx = dir.join("rx.pcap");
         let run = start(&format!("rx dev={} {rx_opts} | {middle}tcpstream | http | pcapout file={}", v.here, from_rx.display()));
-        std::thread::sleep(Duration::from_millis(1500));
+        if rx_opts.contains("impl=xdp") {
+            // An AF_XDP socket has no bound packet socket to wait for.
+            std::thread::sleep(Duration::from_millis(1500));
+        } else {
+            common::wait_capturing(run.id(), &v.here);
+        }
         let t0 = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
         replay(&v, &cap, c.frames, pps);
         let t1 = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use kernel::netns::Veth;
 
 mod common;
-use common::count_of;
+use common::{count_of, tcpdump_listening, wait_capturing, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
@@ -53,15 +53,12 @@ fn live_counts_equal_tcpdump_on_the_same_interface() {
     let all = start(&format!("rx dev={} | count", v.here));
     let icmp_kernel = start(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
     let icmp_user = start(&format!("rx dev={} | icmp 4 | count", v.here));
-    let mut td = Command::new("tcpdump")
-        .args(["--immediate-mode", "-i", &v.here, "-w"])
-        .arg(&pcap)
-        .arg("icmp")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tcpdump is required (apt-get install tcpdump)");
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut tcpdump = Command::new("tcpdump");
+    tcpdump.args(["--immediate-mode", "-i", &v.here, "-w"]).arg(&pcap).arg("icmp").stdout(Stdio::null());
+    let (mut td, _) = tcpdump_listening(tcpdump);
+    for c in [&all, &icmp_kernel, &icmp_user] {
+        wait_capturing(c.id(), &v.here);
+    }
     // 200 echo requests and their replies, plus UDP datagrams the ICMP filters must drop.
     ok(&["ping", "-c", "200", "-i", "0.002", "-q", &v.peer_ip]);
     for _ in 0..50 {
@@ -117,15 +114,12 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut td = Command::new("tcpdump")
-        .args(["-i", &v.here, "-w"])
-        .arg(&pcap)
-        .arg("udp")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tcpdump is required (apt-get install tcpdump)");
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut tcpdump = Command::new("tcpdump");
+    // Immediate mode: at SIGINT nothing waits in a half-filled ring block; short slots
+    // (immediate mode sizes them by the snap length) so bursts of 64 datagrams fit.
+    tcpdump.args(["--immediate-mode", "-s", "256", "-B", "16384", "-i", &v.here, "-w"]).arg(&pcap).arg("udp").stdout(Stdio::null());
+    let (mut td, td_rest) = tcpdump_listening(tcpdump);
+    wait_capturing(sl.id(), &v.here);
     // 64 flows (source ports) of 20 datagrams, and pings the filter must drop.
     let socks: Vec<_> = (0..64).map(|_| std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap()).collect();
     for i in 0..20 {
@@ -151,7 +145,7 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count:\n{err}"));
-    assert!(n_td >= 64 * 20, "tcpdump saw {n_td} of {} datagrams", 64 * 20);
+    assert!(n_td >= 64 * 20, "tcpdump saw {n_td} of {} datagrams:\n{}", 64 * 20, td_rest.join().unwrap());
     assert_eq!(count, n_td, "both engines together count what tcpdump counts:\n{err}");
     // Each engine is its own rx in its own space, and the hash spread the flows over both.
     let engines: Vec<u64> = err
@@ -190,23 +184,21 @@ fn a_second_run_shares_the_running_capture_prefix() {
     let dir = std::env::temp_dir().join(format!("sl-share-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("td.pcap");
+    let g = lang::parse(&format!("rx dev={} | bpf \"icmp\" | count", v.here), &control::model::PlanResolver).unwrap();
+    let key = control::prefix::shareable(&g)[0].key.clone();
     let first = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
-    std::thread::sleep(Duration::from_millis(800));
+    wait_for("the first run publishes its capture", Duration::from_secs(30), || dataplane::channel::published(&key).is_some());
     assert_eq!(packet_sockets_on(ifindex), 1, "the first run captures");
     // Same capture and filter, then more filters of its own: it takes the first run's stream.
     let second = spawn_run(&format!("rx dev={} | bpf \"icmp\" | icmp 4 | count", v.here));
-    std::thread::sleep(Duration::from_millis(800));
+    let tags = beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
+    wait_for("the second run subscribes", Duration::from_secs(30), || tags.readers() == 1);
+    drop(tags);
     assert_eq!(packet_sockets_on(ifindex), 1, "the second run opened no capture of its own");
-    let mut td = Command::new("tcpdump")
-        // Immediate mode: at SIGINT nothing waits in a half-filled ring block.
-        .args(["--immediate-mode", "-i", &v.here, "-w"])
-        .arg(&pcap)
-        .arg("icmp")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tcpdump is required (apt-get install tcpdump)");
-    std::thread::sleep(Duration::from_millis(1000));
+    let mut tcpdump = Command::new("tcpdump");
+    // Immediate mode: at SIGINT nothing waits in a half-filled ring block.
+    tcpdump.args(["--immediate-mode", "-i", &v.here, "-w"]).arg(&pcap).arg("icmp").stdout(Stdio::null());
+    let (mut td, _) = tcpdump_listening(tcpdump);
     ok(&["ping", "-c", "100", "-i", "0.005", "-q", &v.peer_ip]);
     std::thread::sleep(Duration::from_millis(500));
     let (code2, err2) = interrupt(second);
@@ -230,8 +222,6 @@ fn a_second_run_shares_the_running_capture_prefix() {
     assert_eq!(count_of(&err2), small, "the sharing run counts what tcpdump saw while it ran:\n{err2}");
     assert_eq!(count_of(&err1), all, "the first run is not disturbed by its subscriber:\n{err1}");
     // The published names are gone with the run.
-    let g = lang::parse(&format!("rx dev={} | bpf \"icmp\" | count", v.here), &control::model::PlanResolver).unwrap();
-    let key = control::prefix::shareable(&g)[0].key.clone();
     let left: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().filter(|e| e.file_name().to_string_lossy().contains(&key)).collect();
     assert!(left.is_empty(), "{left:?}");
     // --no-share: its own capture.
@@ -273,17 +263,11 @@ fn tx_sends_every_record_byte_for_byte_with_batched_kicks() {
     let dir = std::env::temp_dir().join(format!("sl-tx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let got = dir.join("peer.pcap");
-    let mut td = v
-        .command("tcpdump")
-        // The sample arrives in one burst of 4 MB: a 64 MiB capture buffer of 4 KiB slots
-        // (immediate mode sizes slots by the snap length) holds all of it.
-        .args(["--immediate-mode", "-s", "4096", "-B", "65536", "-Q", "in", "-i", &v.there, "-w"])
-        .arg(&got)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tcpdump is required (apt-get install tcpdump)");
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut tcpdump = v.command("tcpdump");
+    // The sample arrives in one burst of 4 MB: a 64 MiB capture buffer of 4 KiB slots
+    // (immediate mode sizes slots by the snap length) holds all of it.
+    tcpdump.args(["--immediate-mode", "-s", "4096", "-B", "65536", "-Q", "in", "-i", &v.there, "-w"]).arg(&got).stdout(Stdio::null());
+    let (mut td, _) = tcpdump_listening(tcpdump);
     let sample = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"));
     let out = Command::new(BIN).args(["run", &format!("pcapin file={} | tx dev={}", sample.display(), v.here)]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -331,14 +315,10 @@ fn af_xdp_rx_counts_what_the_peer_sends() {
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("sent.pcap");
     let sl = spawn_run(&format!("rx dev={} impl=xdp | icmp 4 | count", v.here));
-    let mut td = v
-        .command("tcpdump")
-        .args(["--immediate-mode", "-Q", "out", "-i", &v.there, "-w"])
-        .arg(&pcap)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tcpdump is required (apt-get install tcpdump)");
+    let mut tcpdump = v.command("tcpdump");
+    tcpdump.args(["--immediate-mode", "-Q", "out", "-i", &v.there, "-w"]).arg(&pcap).stdout(Stdio::null());
+    let (mut td, _) = tcpdump_listening(tcpdump);
+    // AF_XDP has no packet socket to wait for: its run says when it is attached.
     std::thread::sleep(Duration::from_millis(1500));
     // Echo requests nobody answers: ping runs to its deadline.
     let _ = v.command("ping").args(["-c", "200", "-i", "0.005", "-w", "2", "-q", &v.here_ip]).output();

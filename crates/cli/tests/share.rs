@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use kernel::netns::Veth;
 
 mod common;
-use common::count_of;
+use common::{count_of, tcpdump_listening, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
@@ -65,15 +65,6 @@ fn wait_bounded(mut c: Child, what: &str, limit: Duration) -> (Option<i32>, Stri
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-/// Polls `cond` every 50 ms for at most `limit`; panics with `what` if it never held.
-fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "{what} within {limit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// A subscriber's summary line: (blocks received, blocks lost).
 fn subscription(err: &str) -> (u64, u64) {
     let line = err.lines().find(|l| l.starts_with("__subscribe: ")).unwrap_or_else(|| panic!("no __subscribe summary:\n{err}"));
@@ -103,15 +94,9 @@ fn a_stopped_subscriber_loses_its_own_packets_and_stalls_no_one() {
     drop(tags);
     signal(&stopped, "-STOP");
 
-    let td = Command::new("tcpdump")
-        .args(["--immediate-mode", "-B", "65536", "-i", &v.here, "-w"])
-        .arg(&pcap)
-        .arg("tcp")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run tcpdump");
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut tcpdump = Command::new("tcpdump");
+    tcpdump.args(["--immediate-mode", "-B", "65536", "-i", &v.here, "-w"]).arg(&pcap).arg("tcp").stdout(Stdio::null());
+    let (td, td_rest) = tcpdump_listening(tcpdump);
     // Three times the sample: about 13,700 TCP frames, 12 MB, over three seconds.
     let o = v.command("tcpreplay").args(["-q", "-i", &v.there, "--pps", "5000", "--loop", "3", SAMPLE]).output().expect("run tcpreplay");
     let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
@@ -126,7 +111,8 @@ fn a_stopped_subscriber_loses_its_own_packets_and_stalls_no_one() {
     let (code_l, err_l) = wait_bounded(live, "the live subscriber", Duration::from_secs(20));
     let (code_s, err_s) = wait_bounded(stopped, "the stopped subscriber", Duration::from_secs(20));
     signal(&td, "-INT");
-    let (_, td_err) = wait_bounded(td, "tcpdump", Duration::from_secs(20));
+    wait_bounded(td, "tcpdump", Duration::from_secs(20));
+    let td_err = td_rest.join().unwrap();
     let o = Command::new("tcpdump").arg("-r").arg(&pcap).stdout(Stdio::piped()).stderr(Stdio::null()).output().unwrap();
     let n_td = String::from_utf8_lossy(&o.stdout).lines().count() as u64;
     let _ = std::fs::remove_dir_all(&dir);

@@ -45,3 +45,62 @@ pub fn interrupt(c: std::process::Child) -> String {
     assert_eq!(out.status.code(), Some(130), "{err}");
     err
 }
+
+/// Start `cmd` (a recording tcpdump) and return once it says it is listening, so no packet
+/// sent afterwards can be missed however loaded the machine is. Its stderr is drained from
+/// then on; the thread returned gives the rest of it (tcpdump's totals) once it ends.
+#[allow(dead_code)]
+pub fn tcpdump_listening(mut cmd: std::process::Command) -> (std::process::Child, std::thread::JoinHandle<String>) {
+    use std::io::BufRead;
+    let mut c = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap_or_else(|e| panic!("cannot start tcpdump (apt-get install tcpdump): {e}"));
+    let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        let n = err.read_line(&mut line).unwrap();
+        said += &line;
+        assert!(n > 0, "tcpdump ended before listening:\n{said}");
+        if line.contains("listening on") {
+            break;
+        }
+    }
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    (c, rest)
+}
+
+/// Wait until process `pid` holds an AF_PACKET socket bound to interface `dev` (a capture
+/// binds last, after its filter is attached and its ring mapped: from then on it sees
+/// every frame). Fails after 30 s naming the interface.
+#[allow(dead_code)]
+pub fn wait_capturing(pid: u32, dev: &str) {
+    let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex")).unwrap().trim().parse().unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| d.flatten().filter_map(|e| std::fs::read_link(e.path()).ok()).filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string)).collect())
+            .unwrap_or_default();
+        let bound = std::fs::read_to_string(format!("/proc/{pid}/net/packet")).unwrap_or_default().lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 9 && f[4].parse::<u32>().ok() == Some(ifindex) && inodes.iter().any(|i| i == f[8])
+        });
+        if bound {
+            return;
+        }
+        assert!(std::time::Instant::now() < until, "process {pid} did not start capturing on {dev} within 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Polls `cond` every 50 ms for at most `limit`; panics with `what` if it never held.
+#[allow(dead_code)]
+pub fn wait_for(what: &str, limit: std::time::Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "{what} within {limit:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
