@@ -125,7 +125,7 @@ impl Classify for Byte0 {
 pub(crate) struct BenchFactory;
 
 impl Factory for BenchFactory {
-    fn make(&self, name: &str, args: &FilterArgs) -> std::result::Result<Box<dyn Filter>, String> {
+    fn make(&self, name: &str, args: &FilterArgs) -> std::result::Result<Box<dyn Filter>, dataplane::FilterError> {
         if name == BYTE0 {
             return Ok(Box::new(Classifier(Byte0)));
         }

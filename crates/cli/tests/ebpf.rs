@@ -152,10 +152,10 @@ fn nicfix_options_errors_are_clear() {
         ("rx dev=lo | sample 0 | count", "every must be at least 1"),
         ("rx dev=lo | sample prob=2 | count", "prob=2 must be in 0..1"),
         ("rx dev=lo | flowcount flows=0 | count", "flows=0 must be 1..=16M"),
-        ("rx dev=lo | flowcount flows=lots | count", "flows=lots is not a size"),
+        ("rx dev=lo | flowcount flows=lots | count", "flows=lots: expected a size"),
         ("rx dev=lo | bytecount len=5000 | count", "len=5000 must be 1..=4096"),
         (&format!("pcapin file={SAMPLE} | flowcount placed=kernel | count"), "placed=kernel is set by the kernel placement"),
-        ("rx dev=lo | bytecount top=x | count", "top=x is not valid"),
+        ("rx dev=lo | bytecount top=x | count", "top=x: expected a non-negative whole number"),
     ] {
         let (code, err) = run(pipeline);
         assert_eq!(code, 2, "{pipeline}: {err}");

@@ -5,6 +5,7 @@
 //! only read data and set each tag's class (0 = drop); nothing is copied. Editing filters
 //! ask [`Ctx::writable`], which copies only when someone else may still read the block.
 
+pub use crate::error::FilterError;
 use crate::session::SessionTable;
 use crate::store::{ResolveError, Store};
 use beltway::Tag;
@@ -416,30 +417,43 @@ impl Args {
     pub fn get(&self, key: &str, pos: Option<usize>) -> Option<&str> {
         self.options.get(key).map(|s| s.as_str()).or_else(|| pos.and_then(|p| self.positional.get(p)).map(|s| s.as_str()))
     }
-    pub fn require(&self, key: &str, pos: Option<usize>) -> Result<&str, String> {
-        self.get(key, pos).ok_or_else(|| format!("{}: missing parameter '{key}'", self.filter))
+    pub fn require(&self, key: &str, pos: Option<usize>) -> Result<&str, FilterError> {
+        self.get(key, pos).ok_or_else(|| FilterError::Missing { key: key.to_string(), expected: "no default".into() })
     }
-    pub fn parse<T: std::str::FromStr>(&self, key: &str, pos: Option<usize>, default: T) -> Result<T, String> {
+    pub fn parse<T: std::str::FromStr>(&self, key: &str, pos: Option<usize>, default: T) -> Result<T, FilterError> {
         match self.get(key, pos) {
             None => Ok(default),
-            Some(v) => v.parse().map_err(|_| format!("{}: parameter {key}={v} is not valid", self.filter)),
+            Some(v) => v.parse().map_err(|_| FilterError::bad(key, v, type_words::<T>())),
         }
     }
     /// Size with optional K/M/G suffix.
-    pub fn size(&self, key: &str, pos: Option<usize>, default: u64) -> Result<u64, String> {
+    pub fn size(&self, key: &str, pos: Option<usize>, default: u64) -> Result<u64, FilterError> {
         match self.get(key, pos) {
             None => Ok(default),
-            Some(v) => parse_size(v).ok_or_else(|| format!("{}: parameter {key}={v} is not a size (e.g. 64, 4K, 1M)", self.filter)),
+            Some(v) => parse_size(v).ok_or_else(|| FilterError::bad(key, v, "a size (e.g. 64, 4K, 1M)")),
         }
     }
     /// A yes/no option (absent: no). Any other value is an error naming it, never
     /// silently "no".
-    pub fn flag(&self, key: &str) -> Result<bool, String> {
+    pub fn flag(&self, key: &str) -> Result<bool, FilterError> {
         match self.options.get(key).map(|s| s.as_str()) {
             None | Some("no" | "false" | "0" | "off") => Ok(false),
             Some("yes" | "true" | "1" | "on") => Ok(true),
-            Some(v) => Err(format!("{}: parameter {key}={v}: expected yes or no", self.filter)),
+            Some(v) => Err(FilterError::bad(key, v, "yes or no")),
         }
+    }
+}
+
+/// What a value of type `T` is, in words, for [`Args::parse`]'s errors.
+fn type_words<T>() -> &'static str {
+    let n = std::any::type_name::<T>();
+    match n {
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative whole number",
+        "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number",
+        "f32" | "f64" => "a number",
+        "bool" => "true or false",
+        _ if n.ends_with("String") => "text",
+        _ => "of the parameter's type",
     }
 }
 

@@ -22,6 +22,7 @@
 
 pub mod builtin;
 pub mod channel;
+pub mod error;
 pub mod filter;
 mod mmap;
 pub use mmap::FileMap;
@@ -32,6 +33,7 @@ pub mod store;
 pub mod txn;
 
 pub use beltway::Tag;
+pub use error::FilterError;
 pub use filter::{Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, FilterSpec, Param, Replication, Sessions};
 pub use runtime::{export_name, BuildError, Counters, Factory, NodeReport, Space, BATCH};
 pub use store::{BufId, External, RecordMeta, ResolveError, Resolver, Store};

@@ -24,7 +24,7 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
 /// Builds filter instances by name (implemented by the filter library).
 pub trait Factory {
-    fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, String>;
+    fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, crate::FilterError>;
     fn is_source(&self, name: &str) -> bool;
     /// Whether and how the filter may be replicated (see [`Replication`]). The default,
     /// for factories that do not say, is per block.
@@ -227,7 +227,7 @@ impl Space {
                     let args = Args::new(filter, params.clone(), options.clone());
                     // The library's `split` is the template's split node written by hand:
                     // it too sends each block down exactly one arc.
-                    (factory.make(filter, &args).map_err(err)?, factory.is_source(filter), filter == "split")
+                    (factory.make(filter, &args).map_err(|e| err(e.to_string()))?, factory.is_source(filter), filter == "split")
                 }
                 NodeKind::Unix { argv, .. } => {
                     let source = in_degree(n.id) == 0;

@@ -424,7 +424,7 @@ struct WithChannels<'a> {
 }
 
 impl Factory for WithChannels<'_> {
-    fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, String> {
+    fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, crate::FilterError> {
         let egress = match name {
             EGRESS => true,
             INGRESS => false,
@@ -433,19 +433,19 @@ impl Factory for WithChannels<'_> {
                 return match crate::channel::publish(key, ChannelConfig::default()) {
                     Ok(e) => Ok(Box::new(e)),
                     Err(beltway::Error::InUse { .. }) => Ok(Box::new(Unpublished)),
-                    Err(e) => Err(format!("cannot publish the shared prefix: {e}")),
+                    Err(e) => Err(crate::FilterError::Ring { what: "cannot publish the shared prefix".into(), source: e }),
                 };
             }
             SUBSCRIBE => {
                 let key = args.require("key", None)?;
                 return crate::channel::subscribe(key)
                     .map(|i| Box::new(i) as Box<dyn Filter>)
-                    .map_err(|e| format!("cannot subscribe to the shared prefix {key}: {e}"));
+                    .map_err(|e| crate::FilterError::Ring { what: format!("cannot subscribe to the shared prefix {key}"), source: e });
             }
             _ => return self.inner.make(name, args),
         };
         let ch: usize = args.parse("ch", None, usize::MAX)?;
-        self.endpoints.lock().expect("not poisoned").remove(&(egress, ch)).ok_or_else(|| format!("channel {ch} has no {name} endpoint"))
+        self.endpoints.lock().expect("not poisoned").remove(&(egress, ch)).ok_or_else(|| crate::FilterError::Rule(format!("channel {ch} has no {name} endpoint")))
     }
     fn is_source(&self, name: &str) -> bool {
         name == INGRESS || name == SUBSCRIBE || self.inner.is_source(name)

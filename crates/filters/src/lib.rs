@@ -147,10 +147,10 @@ pub fn control_options(spec: &FilterSpec, args: &Args) -> Result<Args, String> {
 pub struct Library;
 
 impl Factory for Library {
-    fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, String> {
+    fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, dataplane::FilterError> {
         let spec = find(name).ok_or_else(|| format!("no native filter named '{name}'"))?;
         let args = control_options(spec, args)?;
-        (spec.make)(&args)
+        (spec.make)(&args).map_err(dataplane::FilterError::Rule)
     }
     fn is_source(&self, name: &str) -> bool {
         find(name).is_some_and(|s| s.source)

@@ -208,7 +208,7 @@ fn place(a: &Args) -> Result<Place, String> {
 }
 
 fn top(a: &Args, default: usize) -> Result<usize, String> {
-    a.parse("top", None, default)
+    Ok(a.parse("top", None, default)?)
 }
 
 /// The kernel program a NIC-FIX filter with these arguments would run, or why it has

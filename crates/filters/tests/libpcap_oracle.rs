@@ -136,7 +136,7 @@ impl lang::Resolver for Names {
 }
 
 impl Factory for WithCollect {
-    fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, String> {
+    fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, dataplane::FilterError> {
         if name == "collect" {
             return Ok(Box::new(Collect(self.0.clone())));
         }

@@ -134,7 +134,7 @@ impl dataplane::Classify for Every {
 
 pub struct F;
 impl Factory for F {
-    fn make(&self, name: &str, a: &Args) -> Result<Box<dyn Filter>, String> {
+    fn make(&self, name: &str, a: &Args) -> Result<Box<dyn Filter>, dataplane::FilterError> {
         Ok(match name {
             "src" | "ghost" => Box::new(Src { n: a.parse("n", Some(0), 10)?, seq: 0, ghost: name == "ghost" }),
             "pass" => Box::new(Pass),
@@ -146,7 +146,7 @@ impl Factory for F {
             "alone" => Box::new(Alone(0)),
             "odd" => Box::new(dataplane::Classifier(Odd)),
             "every" => Box::new(dataplane::Classifier(Every)),
-            _ => return Err(format!("no filter {name}")),
+            _ => return Err(format!("no filter {name}").into()),
         })
     }
     fn is_source(&self, name: &str) -> bool {
