@@ -164,3 +164,39 @@ impl BuildError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "gen count=1 | strip x | count";
+
+    #[test]
+    fn a_build_error_renders_with_a_caret_under_its_node() {
+        let e = BuildError::new("strip", Some(lang::Span::new(14, 21)), FilterError::bad("bytes", "x", "a byte count or 'payload'"));
+        assert_eq!(e.to_string(), "strip: parameter bytes=x: expected a byte count or 'payload'");
+        assert_eq!(
+            e.render("streamline: ", TEXT),
+            "streamline: strip: parameter bytes=x: expected a byte count or 'payload'\n  gen count=1 | strip x | count\n                ^^^^^^^"
+        );
+    }
+
+    #[test]
+    fn without_a_span_only_the_message_is_printed_and_the_rollback_follows_it() {
+        let mut e = BuildError::new("build", None, BuildErrorKind::InjectedPast { step: 9, steps: 7 });
+        e.rollback = Some(Rollback { step: "attach channel 0".into(), undone: vec!["create channel 1".into(), "create channel 0".into()] });
+        let want = "build: injected failure at construction step 9: the build has 7 steps (0..7), all rolled back (construction step 'attach channel 0' failed; rolled back: create channel 1, create channel 0)";
+        assert_eq!(e.render("streamline: ", TEXT), format!("streamline: {want}"));
+        assert_eq!(format!("{}: {}", e.label, e.why()), want);
+    }
+
+    #[test]
+    fn typed_sources_stay_reachable() {
+        use std::error::Error;
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such program");
+        let e = BuildError::new("frob", None, BuildErrorKind::Process { what: "cannot start process space p1".into(), source: io });
+        let source = e.kind.source().expect("the io error is the source");
+        assert_eq!(source.to_string(), "no such program");
+        assert!(matches!(BuildError::new("x", None, FilterError::Rule("r".into())).kind, BuildErrorKind::Filter(FilterError::Rule(_))));
+    }
+}

@@ -151,3 +151,27 @@ pub(super) fn child_error(text: &str, space_label: &str) -> BuildError {
         _ => BuildError::new(space_label, None, BuildErrorKind::Remote(unescape(text))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_error_crosses_the_process_boundary_with_its_span() {
+        let e = BuildError::new("strip#2", Some(lang::Span::new(14, 21)), BuildErrorKind::Placement("two\tlines\nand a \\ backslash".into()));
+        let text = error_text(&e);
+        let back = child_error(text.strip_prefix("error ").expect("an error message"), "strip, count");
+        assert_eq!(back.label, "strip#2");
+        assert_eq!(back.span, Some(lang::Span::new(14, 21)));
+        assert_eq!(back.to_string(), e.to_string());
+    }
+
+    #[test]
+    fn an_error_without_a_node_is_laid_on_the_space() {
+        let back = child_error("no filter is placed in space p3", "deflate, count");
+        assert_eq!((back.label.as_str(), back.span), ("deflate, count", None));
+        assert_eq!(back.to_string(), "deflate, count: no filter is placed in space p3");
+        let e = BuildError::new("count", None, BuildErrorKind::Remote("gone".into()));
+        assert_eq!(child_error(error_text(&e).strip_prefix("error ").unwrap(), "x").span, None);
+    }
+}
