@@ -7,7 +7,7 @@ use super::protocol::{child_error, recv_msg, recv_ring, send_ring};
 use super::split::{channel_config, split, WithChannels};
 use crate::channel::{egress, ingress, ChannelConfig};
 use crate::filter::Filter;
-use crate::runtime::{base_name as node_label, span_of, BuildError, BuildErrorKind, Factory, Rollback, Space};
+use crate::runtime::{base_name, span_of, BuildError, BuildErrorKind, Factory, Rollback, Space};
 use crate::txn::{StepFailed, Transaction};
 use beltway::RingRef;
 use lang::{Edge, Graph, Hint};
@@ -100,8 +100,8 @@ impl Spaces {
         let (parts, cross) = split(g, &placement);
         let here = |s: SpaceId| placement.kind(s) != SpaceKind::Process;
         // Channel errors name the consuming node.
-        let at = |e: &Edge| (node_label(&g.nodes[e.to]), span_of(&g.nodes[e.to]));
-        let chan_err = |e: &Edge, kind: BuildErrorKind| BuildError::new(node_label(&g.nodes[e.to]), span_of(&g.nodes[e.to]), kind);
+        let at = |e: &Edge| (base_name(&g.nodes[e.to]), span_of(&g.nodes[e.to]));
+        let chan_err = |e: &Edge, kind: BuildErrorKind| BuildError::new(base_name(&g.nodes[e.to]), span_of(&g.nodes[e.to]), kind);
         let ring_err = |e: &Edge, what: String, source| chan_err(e, BuildErrorKind::Channel { what, source });
         let handover_err = |e: &Edge, what: String, source| chan_err(e, BuildErrorKind::Handover { what, source });
         let building = Building {
@@ -273,7 +273,7 @@ impl Spaces {
             return Err(BuildError::new("build", None, BuildErrorKind::InjectedPast { step: k, steps: n }));
         }
         let b = t.commit();
-        let labels = g.nodes.iter().map(|n| (placement.space[n.id], node_label(n))).collect();
+        let labels = g.nodes.iter().map(|n| (placement.space[n.id], base_name(n))).collect();
         let sched = placement.spaces().into_iter().map(|s| (s, schedule_of(g, &placement, s))).collect();
         Ok(Spaces { spaces: b.spaces, children: b.children, placement, channels: cross.len(), labels, sched })
     }

@@ -9,7 +9,7 @@ use super::run::apply_schedule;
 use super::split::{channel_config, split, WithChannels};
 use crate::channel::{egress_to, ingress, ChannelConfig};
 use crate::filter::Filter;
-use crate::runtime::{base_name as node_label, span_of, BuildError, BuildErrorKind, Factory, Space};
+use crate::runtime::{base_name, span_of, BuildError, BuildErrorKind, Factory, Space};
 use lang::{Graph, Hint};
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
@@ -50,7 +50,7 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
             }
             Err(x) => {
                 let n = &g.nodes[e.from];
-                return fail_build(BuildError::new(node_label(n), span_of(n), BuildErrorKind::Channel { what: "cannot create a channel".into(), source: x }));
+                return fail_build(BuildError::new(base_name(n), span_of(n), BuildErrorKind::Channel { what: "cannot create a channel".into(), source: x }));
             }
         }
     }
@@ -64,7 +64,7 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
     }
     for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.to] == id) {
         let n = &g.nodes[e.to];
-        let err = |kind: BuildErrorKind| BuildError::new(node_label(n), span_of(n), kind);
+        let err = |kind: BuildErrorKind| BuildError::new(base_name(n), span_of(n), kind);
         let (t, d) = match recv_ring(&sock).and_then(|t| recv_ring(&sock).map(|d| (t, d))) {
             Ok(rings) => rings,
             Err(x) => return fail_build(err(BuildErrorKind::Handover { what: "channel".into(), source: x })),

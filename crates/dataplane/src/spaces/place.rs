@@ -5,7 +5,7 @@
 //! [`BuildError`] naming the node and its span.
 
 use crate::filter::Replication;
-use crate::runtime::{base_name as node_label, span_of, BuildError, Factory};
+use crate::runtime::{base_name, span_of, BuildError, Factory};
 use lang::{Edge, Graph, Hint, Node, NodeKind};
 
 /// Space ids: 0 is the calling thread.
@@ -61,7 +61,7 @@ pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> 
     for id in targets {
         let node = g.nodes[id].clone();
         let list: Vec<String> = space_option(&node).unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect();
-        let err = |why: String| BuildError::placement(node_label(&node), span_of(&node), why);
+        let err = |why: String| BuildError::placement(base_name(&node), span_of(&node), why);
         if list.iter().any(|s| s.is_empty()) {
             return Err(err(format!("space={}: an empty space in the list", list.join(","))));
         }
@@ -122,7 +122,7 @@ fn order_sensitive_after(g: &Graph, id: usize, factory: &dyn Factory) -> Option<
             _ => {}
         }
         if !g.edges.iter().any(|e| e.from == n) {
-            return Some(format!("{} at the end writes the stream in order", node_label(&g.nodes[n])));
+            return Some(format!("{} at the end writes the stream in order", base_name(&g.nodes[n])));
         }
         todo.extend(g.edges.iter().filter(|e| e.from == n).map(|e| e.to));
     }
@@ -183,7 +183,7 @@ pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<()
         };
         let n = &g.nodes[culprit];
         return Err(BuildError::placement(
-            node_label(n),
+            base_name(n),
             span_of(n),
             format!("the parallel branches it is part of would span spaces {}; branches must run in one space with their fork and join here ({consequence}); place them together", spans.join(", ")),
         ));
@@ -200,7 +200,7 @@ pub fn schedule_of(g: &Graph, p: &Placement, id: SpaceId) -> Option<(beltway::sy
     let here = || g.nodes.iter().filter(move |n| p.space[n.id] == id);
     for (hint, policy, name) in [(Hint::HRealtime, Policy::Fifo(50), "@hrealtime"), (Hint::Realtime, Policy::RoundRobin(10), "@realtime"), (Hint::Background, Policy::Idle, "@background")] {
         if let Some(n) = here().find(|n| n.hints.contains(&hint)) {
-            return Some((policy, name, node_label(n)));
+            return Some((policy, name, base_name(n)));
         }
     }
     None
@@ -222,7 +222,7 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
     };
     let mut next_fresh = 1 + g.nodes.iter().filter_map(|n| space_option(n).and_then(parse_id)).map(|x| x.0).max().unwrap_or(0);
     for node in &g.nodes {
-        let err = |why: String| BuildError::placement(node_label(node), span_of(node), why);
+        let err = |why: String| BuildError::placement(base_name(node), span_of(node), why);
         let (id, kind) = if let Some(v) = space_option(node) {
             if v == "kernel" {
                 return Err(err("space=kernel: this filter has no kernel implementation here".into()));
@@ -273,7 +273,7 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
         let culprit = closing.iter().flat_map(|e| [e.to, e.from]).find(|&n| placed(n)).unwrap_or(e.to);
         let n = &g.nodes[culprit];
         return Err(BuildError::placement(
-            node_label(n),
+            base_name(n),
             span_of(n),
             format!(
                 "space {} and space {} feed each other (channels between spaces are one-way: a loop must stay within one space, and a stream cannot return to a space it left)",
@@ -310,5 +310,5 @@ pub(super) fn space_name(p: &Placement, id: SpaceId) -> String {
 }
 
 pub(super) fn labels_of(g: &Graph, p: &Placement, id: SpaceId) -> String {
-    g.nodes.iter().filter(|n| p.space[n.id] == id).map(node_label).collect::<Vec<_>>().join(", ")
+    g.nodes.iter().filter(|n| p.space[n.id] == id).map(base_name).collect::<Vec<_>>().join(", ")
 }

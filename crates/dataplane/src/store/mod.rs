@@ -4,7 +4,8 @@
 //!   DBuf for sources that read bytes, and for copies made by write isolation).
 //! - file regions: a whole file mapped read-only (thesis 4.5.6, files as DBufs), so that
 //!   e.g. `pcapin` hands out tags straight into the capture file, copying nothing.
-//!
+//! - [`SharedRing`]: a space's ring in shared memory, read in place by other spaces of
+//!   the process, and mapped DBufs another space writes (a channel's data ring).
 //! - external regions: memory another component lends block by block (the kernel's capture
 //!   rings); a block given back resolves to nothing.
 //!
@@ -12,7 +13,6 @@
 //! is gone, and so is a lent block once given back), keeping blocks past their batch
 //! ([`Store::keep`]: in place where the memory stays, else a copy) and allocation of new
 //! data. Does not own scheduling.
-
 //!
 //! One file per concern: `local` (private rings), `shared` (rings in shared memory and
 //! their guards), `external` (lent memory), `resolver` (batch resolution), `records`
