@@ -21,7 +21,7 @@
 //! turning a dead space into an error that names its filters. Does not own scheduling
 //! inside a space (runtime) or the channel protocol (channel).
 //!
-//! One file per concern: [`place`](self::place) (pure placement and its rules), `split`
+//! One file per concern: `place` (pure placement and its rules), `split`
 //! (per-space graphs and the channel-endpoint factory), `build` (the build as a
 //! transaction), `run` (running the spaces and collecting reports), `protocol` (what
 //! parent and process spaces say to each other), `child` (the process-space side).
