@@ -73,7 +73,8 @@ pub struct BuildError {
     /// The span of the failing node in the pipeline text (`lang::Node::span`); None for
     /// what has no place in the text (a channel endpoint, the build as a whole).
     pub span: Option<lang::Span>,
-    pub kind: BuildErrorKind,
+    /// Boxed: errors travel up through every construction step, and `Result`s stay small.
+    pub kind: Box<BuildErrorKind>,
     /// The construction step that failed and what was undone, when earlier steps were.
     pub rollback: Option<Rollback>,
 }
@@ -140,7 +141,7 @@ pub struct Rollback {
 impl BuildError {
     /// An error of node `label`, at `span`.
     pub fn new(label: impl Into<String>, span: Option<lang::Span>, kind: impl Into<BuildErrorKind>) -> BuildError {
-        BuildError { label: label.into(), span, kind: kind.into(), rollback: None }
+        BuildError { label: label.into(), span, kind: Box::new(kind.into()), rollback: None }
     }
 
     /// A placement rule broken at node `label`.
@@ -197,6 +198,6 @@ mod tests {
         let e = BuildError::new("frob", None, BuildErrorKind::Process { what: "cannot start process space p1".into(), source: io });
         let source = e.kind.source().expect("the io error is the source");
         assert_eq!(source.to_string(), "no such program");
-        assert!(matches!(BuildError::new("x", None, FilterError::Rule("r".into())).kind, BuildErrorKind::Filter(FilterError::Rule(_))));
+        assert!(matches!(*BuildError::new("x", None, FilterError::Rule("r".into())).kind, BuildErrorKind::Filter(FilterError::Rule(_))));
     }
 }

@@ -123,7 +123,7 @@ impl Records {
     /// Drop the records of blocks a ring has overwritten (every 1024 records added, so a
     /// ring's annotations stay as large as the ring, not as the stream).
     pub(super) fn prune(&mut self, low: Option<u64>) {
-        if let Some(low) = low.filter(|_| self.v.len() % 1024 == 0) {
+        if let Some(low) = low.filter(|_| self.v.len().is_multiple_of(1024)) {
             let gone = self.v.partition_point(|r| r.pos + (r.held() as u64) <= low);
             self.v.drain(..gone);
             let first = self.v.first().map_or(u64::MAX, |r| r.pos);
