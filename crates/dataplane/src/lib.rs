@@ -35,5 +35,5 @@ pub mod txn;
 pub use beltway::Tag;
 pub use error::FilterError;
 pub use filter::{Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, FilterSpec, Param, Replication, Sessions};
-pub use runtime::{export_name, BuildError, Counters, Factory, NodeReport, Space, BATCH};
+pub use runtime::{export_name, BuildError, BuildErrorKind, Counters, Factory, NodeReport, Space, BATCH};
 pub use store::{BufId, External, RecordMeta, ResolveError, Resolver, Store};
