@@ -15,7 +15,8 @@
 
 use crate::error::{Error, Result};
 use crate::layout::{MultiProducer, MP_PAIRS, DATA_OFFSET};
-use crate::ring::{Layout, ReleaseCache, RingRef, Shared, SLOT_HDR};
+use crate::ring::notify::{publish_position, wake_all};
+use crate::ring::{Layout, ReleaseCache, RingRef, Shared};
 use crate::shm::WriteToken;
 use crate::sys::{self, Wake};
 use std::sync::atomic::{fence, Ordering::*};
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Length word marking a slot whose producer died before completing it.
-pub const ABANDONED: u32 = u32::MAX;
+pub use crate::ring::format::ABANDONED;
 
 const EVEN: u64 = 0x5555_5555_5555_5555;
 
@@ -97,10 +98,7 @@ impl MpWriter {
 
     /// Largest payload a slot holds.
     pub fn max_record(&self) -> usize {
-        match self.sh.layout {
-            Layout::Slots => (self.sh.slot_size - SLOT_HDR) as usize,
-            _ => self.sh.slot_size as usize,
-        }
+        (self.sh.slot_size - self.sh.layout.payload_hdr()) as usize
     }
 
     /// Acquire the next free container. Blocks while the ring is full (lossless rings) or
@@ -212,14 +210,14 @@ impl MpWriter {
         mp.bitmap.store(bm, Release);
         if run > 0 {
             // SYNC POINT: as in Writer::publish — publish the data, then look for sleepers.
-            crate::ring::publish_position(&p.write_pos, (head + run) * s);
+            publish_position(&p.write_pos, (head + run) * s);
             let ctl = sh.ctl().expect("producers map ctl");
             let pending = mp.pending.fetch_add(run as u32, Relaxed) + run as u32;
             if ctl.r.0.data_seq.load(Relaxed) & 1 == 1 {
                 let threshold = sh.hdr().m.0.threshold.load(Relaxed);
                 if ctl.r.0.deep_sleepers.load(Relaxed) > 0 || pending >= threshold {
                     mp.pending.store(0, Relaxed);
-                    crate::ring::wake_all(sh);
+                    wake_all(sh);
                 }
             } else {
                 mp.pending.store(0, Relaxed);
@@ -234,7 +232,7 @@ impl MpWriter {
     /// Wake readers for commits still below the batching threshold.
     pub fn flush(&self) {
         self.mp().pending.store(0, Relaxed);
-        crate::ring::wake_all(&self.sh);
+        wake_all(&self.sh);
     }
 }
 
@@ -246,8 +244,7 @@ impl MpSlot<'_> {
     /// The writable payload area of the container.
     pub fn buf(&mut self) -> &mut [u8] {
         let sh = &self.w.sh;
-        let hdr = if sh.layout == Layout::Slots { SLOT_HDR } else { 0 };
-        let off = DATA_OFFSET + ((self.index * sh.slot_size) & (sh.max_cap - 1)) as usize + hdr as usize;
+        let off = DATA_OFFSET + ((self.index * sh.slot_size) & (sh.max_cap - 1)) as usize + sh.layout.payload_hdr() as usize;
         sh.data.reserved_mut(&mut self.w.token, off, self.len)
     }
     /// Publish the container holding `len` payload bytes. Returns the payload position.
@@ -262,7 +259,7 @@ impl MpSlot<'_> {
             sh.data.write_at(off, &(len as u32).to_le_bytes());
         }
         self.w.close_pair(self.index);
-        Ok(base + if sh.layout == Layout::Slots { SLOT_HDR } else { 0 })
+        Ok(base + sh.layout.payload_hdr())
     }
 }
 
