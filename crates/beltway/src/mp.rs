@@ -16,7 +16,7 @@
 use crate::error::{Error, Result};
 use crate::layout::{MultiProducer, MP_PAIRS, DATA_OFFSET};
 use crate::ring::notify::{publish_position, wake_all};
-use crate::ring::{Layout, ReleaseCache, RingRef, Shared};
+use crate::ring::{ReleaseCache, RingRef, Shared};
 use crate::shm::WriteToken;
 use crate::sys::{self, Wake};
 use std::sync::atomic::{fence, Ordering::*};
@@ -98,7 +98,7 @@ impl MpWriter {
 
     /// Largest payload a slot holds.
     pub fn max_record(&self) -> usize {
-        (self.sh.slot_size - self.sh.layout.payload_hdr()) as usize
+        self.sh.layout.max_payload(self.sh.slot_size, self.sh.min_cap)
     }
 
     /// Acquire the next free container. Blocks while the ring is full (lossless rings) or
@@ -179,10 +179,7 @@ impl MpWriter {
 
     fn mark_abandoned(&self, index: u64) {
         let off = DATA_OFFSET + ((index * self.sh.slot_size) & (self.sh.max_cap - 1)) as usize;
-        match self.sh.layout {
-            Layout::Slots => self.sh.data.write_at(off, &ABANDONED.to_le_bytes()),
-            _ => self.sh.data.write_at(off, &[0u8; 16]),
-        }
+        self.sh.data.write_at(off, self.sh.layout.abandoned_marker());
     }
 
     /// Mark container `index` closed and advance the write pointer over closed pairs.
@@ -254,9 +251,10 @@ impl MpSlot<'_> {
             return Err(Error::TooLarge { name: sh.name.clone(), len, max: self.len });
         }
         let base = self.index * sh.slot_size;
-        if sh.layout == Layout::Slots {
+        let hdr = sh.layout.header(len as u32);
+        if !hdr.bytes().is_empty() {
             let off = DATA_OFFSET + (base & (sh.max_cap - 1)) as usize;
-            sh.data.write_at(off, &(len as u32).to_le_bytes());
+            sh.data.write_at(off, hdr.bytes());
         }
         self.w.close_pair(self.index);
         Ok(base + sh.layout.payload_hdr())

@@ -6,7 +6,7 @@
 //! Owns: the reader's private state and its side of the sleep handshake. Does not own:
 //! waiting on several readers (`select`).
 
-use super::format::{align8, ABANDONED, REC_DATA, REC_HDR, REC_PAD, SLOT_HDR};
+use super::format::Parsed;
 use super::notify::SPIN_ROUNDS;
 use super::{fences, Layout, Shared, Start, SyncMode};
 use crate::error::{Error, Result};
@@ -416,53 +416,18 @@ impl Reader {
             let room = e.room_to_lap_end(self.pos);
             let avail = self.available();
             let word = |at: u64| u32::from_le_bytes(self.sh.data.bytes(DATA_OFFSET + at as usize, 4).try_into().unwrap());
-            let unit = match self.sh.layout {
-                Layout::Bytes => {
-                    let n = (max as u64).min(avail).min(room);
-                    Unit { total: n, payload_off: off, len: n }
+            match self.sh.layout.parse(off, room, avail, e.size, self.sh.slot_size, max as u64, word) {
+                Parsed::Unit { total, payload_off, len } => return Ok(Some(Unit { total, payload_off, len })),
+                Parsed::Skip { total, sized_by_header } => {
+                    if sized_by_header && self.lossy && self.check(self.pos).is_err() {
+                        return Err(self.skip_lost(self.pos));
+                    }
+                    skipped += total;
+                    self.pos += total;
+                    self.release_position();
                 }
-                Layout::Tags => {
-                    if off + self.sh.slot_size > e.size {
-                        return Err(self.corrupt(format!("tag slot at offset {off} crosses the ring end")));
-                    }
-                    Unit { total: self.sh.slot_size, payload_off: off, len: self.sh.slot_size }
-                }
-                Layout::Slots => {
-                    let len = word(off);
-                    if off + self.sh.slot_size > e.size {
-                        return Err(self.corrupt(format!("slot at offset {off} crosses the ring end")));
-                    }
-                    if len == ABANDONED {
-                        skipped += self.sh.slot_size;
-                        self.pos += self.sh.slot_size;
-                        self.release_position();
-                        continue;
-                    }
-                    if len as u64 > self.sh.slot_size - SLOT_HDR {
-                        return Err(self.corrupt(format!("slot length {len} exceeds the slot size {}", self.sh.slot_size)));
-                    }
-                    Unit { total: self.sh.slot_size, payload_off: off + SLOT_HDR, len: len as u64 }
-                }
-                Layout::Records => {
-                    let len = word(off) as u64;
-                    let kind = word(off + 4);
-                    let total = REC_HDR + align8(len);
-                    if !((kind == REC_DATA || kind == REC_PAD) && total <= room && total <= avail) {
-                        return Err(self.corrupt(format!("record header (len {len}, kind {kind:#x}) does not fit the {room} bytes to the lap end")));
-                    }
-                    if kind == REC_PAD {
-                        if self.lossy && self.check(self.pos).is_err() {
-                            return Err(self.skip_lost(self.pos));
-                        }
-                        skipped += total;
-                        self.pos += total;
-                        self.release_position();
-                        continue;
-                    }
-                    Unit { total, payload_off: off + REC_HDR, len }
-                }
-            };
-            return Ok(Some(unit));
+                Parsed::Bad(why) => return Err(self.corrupt(why)),
+            }
         }
     }
 

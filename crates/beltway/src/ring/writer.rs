@@ -6,7 +6,6 @@
 //! Owns: the writer's private state and the order of its stores. Does not own: the wait
 //! for readers (`release`) or the wake-up handshake (`notify`, `fences`).
 
-use super::format::{align8, REC_DATA, REC_HDR, REC_PAD, SLOT_HDR};
 use super::notify::wake_all;
 use super::{fences, Layout, ReleaseCache, RingConfig, RingRef, RingStats, Shared};
 use crate::error::{Error, Result};
@@ -99,12 +98,7 @@ impl Writer {
     }
     /// Largest record this ring accepts (payload bytes).
     pub fn max_record(&self) -> usize {
-        match self.sh.layout {
-            Layout::Bytes => usize::MAX,
-            Layout::Records => (self.sh.min_cap / 2 - REC_HDR) as usize,
-            Layout::Slots => (self.sh.slot_size - SLOT_HDR) as usize,
-            Layout::Tags => 16,
-        }
+        self.sh.layout.max_payload(self.sh.slot_size, self.sh.min_cap)
     }
 
     /// Block until `n` readers are attached (FIFO open semantics) or the timeout passes.
@@ -272,11 +266,8 @@ impl Writer {
         if room < total {
             // Pad the rest of the lap (records never wrap).
             let off = self.prepare(room)?;
-            if self.sh.layout == Layout::Records {
-                let mut hdr = [0u8; 8];
-                hdr[..4].copy_from_slice(&((room - REC_HDR) as u32).to_le_bytes());
-                hdr[4..].copy_from_slice(&REC_PAD.to_le_bytes());
-                self.sh.data.write_at(DATA_OFFSET + off as usize, &hdr);
+            if let Some(pad) = self.sh.layout.padding(room) {
+                self.sh.data.write_at(DATA_OFFSET + off as usize, pad.bytes());
             }
             self.publish(self.pos + room);
             let _ = self.room();
@@ -288,11 +279,7 @@ impl Writer {
         if len > self.max_record() {
             return Err(Error::TooLarge { name: self.sh.name.clone(), len, max: self.max_record() });
         }
-        Ok(match self.sh.layout {
-            Layout::Records => REC_HDR + align8(len as u64),
-            Layout::Slots | Layout::Tags => self.sh.slot_size,
-            Layout::Bytes => len as u64,
-        })
+        Ok(self.sh.layout.record_total(len as u64, self.sh.slot_size))
     }
 
     /// Append one record (record layouts) and return the absolute position of its payload.
@@ -385,28 +372,15 @@ impl Writer {
 
     fn finish_record(&mut self, off: usize, len: u64, total: u64) -> Result<u64> {
         let start = self.pos;
-        match self.sh.layout {
-            Layout::Records => {
-                let mut hdr = [0u8; 8];
-                hdr[..4].copy_from_slice(&(len as u32).to_le_bytes());
-                hdr[4..].copy_from_slice(&REC_DATA.to_le_bytes());
-                self.sh.data.write_at(off, &hdr);
-                // Return unused reservation: the record occupies only its padded length.
-                let used = REC_HDR + align8(len);
-                self.publish(start + used.min(total));
-                Ok(start + REC_HDR)
-            }
-            Layout::Slots => {
-                self.sh.data.write_at(off, &(len as u32).to_le_bytes());
-                self.publish(start + total);
-                Ok(start + SLOT_HDR)
-            }
-            Layout::Tags => {
-                self.publish(start + total);
-                Ok(start)
-            }
-            Layout::Bytes => unreachable!("byte rings have no records"),
+        let layout = self.sh.layout;
+        debug_assert!(layout.is_record(), "byte rings have no records");
+        let hdr = layout.header(len as u32);
+        if !hdr.bytes().is_empty() {
+            self.sh.data.write_at(off, hdr.bytes());
         }
+        // A variable record returns the unused end of its reservation.
+        self.publish(start + layout.record_used(len, total));
+        Ok(start + layout.payload_hdr())
     }
 
     /// The tail a contiguous write of `len` bytes at the current position would need
