@@ -16,6 +16,7 @@
 use crate::error::{Error, Result};
 use crate::layout::{MultiProducer, MP_PAIRS, DATA_OFFSET};
 use crate::ring::notify::{publish_position, wake_all};
+use crate::ring::release::PidLock;
 use crate::ring::{ReleaseCache, RingRef, Shared};
 use crate::shm::WriteToken;
 use crate::sys::{self, Wake};
@@ -43,35 +44,6 @@ pub struct MpSlot<'a> {
     w: &'a mut MpWriter,
     index: u64,
     len: usize,
-}
-
-struct MpLock<'a>(&'a MultiProducer);
-
-impl<'a> MpLock<'a> {
-    fn take(mp: &'a MultiProducer) -> MpLock<'a> {
-        let me = sys::getpid();
-        let mut spins = 0u32;
-        loop {
-            let cur = mp.lock.load(Relaxed);
-            // SYNC POINT: Acquire on taking the lock, Release on dropping it: the bitmap and
-            // the write pointer are read and changed together.
-            if cur == 0 && mp.lock.compare_exchange_weak(0, me, Acquire, Relaxed).is_ok() {
-                return MpLock(mp);
-            }
-            spins += 1;
-            if spins % 64 == 0 {
-                std::thread::yield_now();
-            }
-            if spins % 100_000 == 0 && cur != 0 && cur != me && std::fs::metadata(format!("/proc/{cur}")).is_err() {
-                let _ = mp.lock.compare_exchange(cur, 0, AcqRel, Relaxed);
-            }
-        }
-    }
-}
-impl Drop for MpLock<'_> {
-    fn drop(&mut self) {
-        self.0.lock.store(0, Release);
-    }
 }
 
 impl MpWriter {
@@ -112,7 +84,7 @@ impl MpWriter {
             {
                 let hdr = sh.hdr();
                 let mp = &hdr.mp.0;
-                let _l = MpLock::take(mp);
+                let _l = PidLock::take(&mp.lock);
                 let bm = mp.bitmap.load(Relaxed);
                 let k = (bm & EVEN).count_ones() as u64;
                 if k as usize >= MP_PAIRS {
@@ -134,6 +106,11 @@ impl MpWriter {
                     }
                     mp.bitmap.store(bm | 1 << (2 * k), Relaxed);
                     mp.owners[k as usize].store(self.me, Relaxed);
+                    // SYNC POINT: orders the tail store above before the caller's data stores
+                    // into the container (which may overwrite old bytes); pairs with the
+                    // Acquire fence in `Reader::check` / `IbufReader::check`, as the fence
+                    // after the tail store in `Writer::prepare`. (The bitmap and owners are
+                    // published by the lock's Release.)
                     fence(Release);
                     let len = self.max_record();
                     return Ok(MpSlot { w: self, index, len });
@@ -151,7 +128,13 @@ impl MpWriter {
     /// Sleep until the bitmap changes, recovering a dead producer's front container.
     fn wait_bitmap(&self, seen: u64) -> Result<()> {
         let mp = self.mp();
+        // SYNC POINT: eventcount, then condition: Acquire pairs with the Release increment
+        // in `close_pair`, which follows its bitmap store, so seeing the new seq means the
+        // bitmap load below sees the new bitmap; a close after the seq load changes the
+        // futex word and futex_wait returns at once.
         let seq = mp.seq.load(Acquire);
+        // SYNC POINT: Acquire, pairs with the Release bitmap store in `close_pair` (read
+        // outside the lock, for its value).
         if mp.bitmap.load(Acquire) != seen {
             return Ok(());
         }
@@ -164,6 +147,8 @@ impl MpWriter {
     /// If the front container is open and its producer is dead, close it as abandoned.
     fn recover_dead_front(&self) {
         let mp = self.mp();
+        // SYNC POINT: Acquire, pairs with the Release bitmap store in `close_pair`: the
+        // owners shifted before it are visible (read outside the lock).
         let bm = mp.bitmap.load(Acquire);
         if bm & 0b11 != 0b01 {
             return;
@@ -172,6 +157,8 @@ impl MpWriter {
         if std::fs::metadata(format!("/proc/{owner}")).is_ok() {
             return;
         }
+        // SYNC POINT: Acquire, pairs with `fences::publish` in `close_pair` (for the value:
+        // the front container is open, so write_pos cannot move until it closes).
         let head = self.sh.hdr().p.0.write_pos.load(Acquire) / self.sh.slot_size;
         self.mark_abandoned(head);
         self.close_pair(head);
@@ -186,7 +173,7 @@ impl MpWriter {
     fn close_pair(&self, index: u64) {
         let sh = &*self.sh;
         let s = sh.slot_size;
-        let _l = MpLock::take(self.mp());
+        let _l = PidLock::take(&self.mp().lock);
         let mp = self.mp();
         let p = &sh.hdr().p.0;
         let head = p.write_pos.load(Relaxed) / s;
@@ -204,9 +191,13 @@ impl MpWriter {
                 mp.owners[i].store(next, Relaxed);
             }
         }
+        // SYNC POINT: Release (under the lock, which releases it again); pairs with the
+        // Acquire bitmap loads outside the lock in `wait_bitmap` and `recover_dead_front`.
         mp.bitmap.store(bm, Release);
         if run > 0 {
-            // SYNC POINT: as in Writer::publish — publish the data, then look for sleepers.
+            // SYNC POINT: as in Writer::publish — publish the data (Release, pairs with the
+            // readers' Acquire load of write_pos), then look for sleepers (the fast side of
+            // the sleep handshake against the readers' fetch_or, heavy fence, re-check).
             publish_position(&p.write_pos, (head + run) * s);
             let ctl = sh.ctl().expect("producers map ctl");
             let pending = mp.pending.fetch_add(run as u32, Relaxed) + run as u32;
@@ -221,6 +212,8 @@ impl MpWriter {
             }
         }
         if was_full || run > 0 {
+            // SYNC POINT: Release eventcount bump after the bitmap store; pairs with the
+            // Acquire load of `seq` in `wait_bitmap`.
             mp.seq.fetch_add(1, Release);
             sys::futex_wake(&mp.seq, i32::MAX);
         }

@@ -30,13 +30,22 @@ pub fn init() {
 #[inline]
 pub fn publish(word: &AtomicU64, v: u64) {
     if state().1 {
-        // SYNC POINT: Release publishes the data below v; the compiler fence keeps the
-        // following flag load after this store in program order; the store-load order
-        // across CPUs is enforced by the slow side's membarrier.
+        // SYNC POINT: Release publishes what precedes the position (a producer's data
+        // below v, or a reader's loads of the data it releases); pairs with the Acquire
+        // loads of the same word on the other side (write_pos: `Reader::refresh`, the
+        // IBuf readers; a reader slot's pos: `Shared::scan_min`).
         word.store(v, Release);
+        // SYNC POINT: the compiler fence keeps the caller's following flag load (the
+        // eventcount `data_seq`, or `waiting`) after this store in program order; the
+        // store-load order across CPUs is enforced by the slow side's membarrier in
+        // `heavy`, which pairs with it.
         compiler_fence(SeqCst);
     } else {
-        // SYNC POINT: a SeqCst RMW is a full barrier on its own.
+        // SYNC POINT: the Release half pairs with the same Acquire loads as above; the
+        // SeqCst swap stands in for the membarrier against the slow side's `fence(SeqCst)`
+        // in `heavy` (on x86 a locked instruction, a full barrier). Strictly, the C++ model
+        // orders the caller's following Relaxed flag load only with a `fence(SeqCst)` after
+        // this swap; see the notes on orderings in ring/mod.rs.
         word.swap(v, SeqCst);
     }
 }
@@ -45,6 +54,8 @@ pub fn publish(word: &AtomicU64, v: u64) {
 pub fn heavy() {
     let (supported, _) = state();
     if !(supported && crate::sys::membarrier_global().is_ok()) {
+        // SYNC POINT: without membarrier, a SeqCst fence between the caller's flag store
+        // and its position load; pairs with the fast side's SeqCst swap in `publish`.
         fence(SeqCst);
     }
 }

@@ -50,6 +50,16 @@ impl Header {
     }
 }
 
+/// Where a reader parses: data-area offset `off` of its position, `room` bytes from there
+/// to the lap end, `avail` bytes committed, in an epoch of `epoch_size` bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct At {
+    pub(crate) off: u64,
+    pub(crate) room: u64,
+    pub(crate) avail: u64,
+    pub(crate) epoch_size: u64,
+}
+
 /// What a reader finds at its position (see [`Layout::parse`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Parsed {
@@ -139,12 +149,12 @@ impl Layout {
         }
     }
 
-    /// Parse the unit at data-area offset `off`, with `room` bytes to the lap end of an
-    /// epoch of `epoch_size` bytes and `avail` bytes committed. `word` loads the 4-byte
-    /// little-endian word at a data-area offset; `max` bounds a byte-stream chunk. The
-    /// header may be hostile: every length is checked before it is believed.
+    /// Parse the unit at `at`. `word` loads the 4-byte little-endian word at a data-area
+    /// offset; `max` bounds a byte-stream chunk. The header may be hostile: every length is
+    /// checked before it is believed.
     #[inline]
-    pub(crate) fn parse(self, off: u64, room: u64, avail: u64, epoch_size: u64, slot_size: u64, max: u64, word: impl Fn(u64) -> u32) -> Parsed {
+    pub(crate) fn parse(self, at: At, slot_size: u64, max: u64, word: impl Fn(u64) -> u32) -> Parsed {
+        let At { off, room, avail, epoch_size } = at;
         match self {
             Layout::Bytes => {
                 let n = max.min(avail).min(room);
@@ -202,7 +212,7 @@ mod tests {
         let mut area = vec![0u8; 4096 + 8];
         area[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
         let word = |at: u64| u32::from_le_bytes(area[at as usize..at as usize + 4].try_into().unwrap());
-        layout.parse(off, 4096 - off, avail, 4096, slot, u64::MAX, word)
+        layout.parse(At { off, room: 4096 - off, avail, epoch_size: 4096 }, slot, u64::MAX, word)
     }
 
     proptest! {

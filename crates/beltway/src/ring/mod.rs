@@ -30,13 +30,33 @@
 //!
 //! The multi-producer ([`crate::mp`]) builds on `shared`, `release`, `notify` and `format`;
 //! nothing here depends on it.
+//!
+//! ## Orderings
+//!
+//! Every atomic access that is not `Relaxed` says at its site (`SYNC POINT`) what it pairs
+//! with. The protocols, in short:
+//! - data: a producer stores bytes, then publishes write_pos with Release
+//!   (`fences::publish`); readers load write_pos with Acquire before reading below it.
+//! - space: a reader publishes its slot position (or raises MRP's R) with Release after its
+//!   last load of the data; a producer loads them with Acquire before overwriting.
+//! - overwrite detection (lossy readers): the producer stores the tail, then a Release
+//!   fence, then overwrites; a reader copies, then an Acquire fence, then loads the tail.
+//! - sleep/wake (both directions): an asymmetric Dekker handshake, see `fences`.
+//! - epochs: a seqlock (odd increment, Release fence, entries, Release even increment).
+//!
+//! Orderings that are stronger than their pairing needs, or that formally lean on the
+//! hardware, are marked at their site rather than changed: the tail's Acquire loads (the
+//! tail is stored Relaxed, so they pair with no Release store), `attached_ever`'s AcqRel
+//! (only ever loaded Relaxed), the sleeper counters' SeqCst (a hint), and, without
+//! membarrier, the fast side's SeqCst swap followed by a Relaxed flag load (a full barrier
+//! on x86; the C++ model would want a `fence(SeqCst)` between them).
 
 mod config;
 mod fences;
 pub(crate) mod format;
 pub(crate) mod notify;
 mod reader;
-mod release;
+pub(crate) mod release;
 mod select;
 mod shared;
 mod writer;

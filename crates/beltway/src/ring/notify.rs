@@ -21,8 +21,11 @@ pub(crate) fn publish_position(word: &AtomicU64, v: u64) {
 pub(crate) fn wake_all(sh: &Shared) {
     let r = &sh.ctl().expect("producers map the control segment").r.0;
     let s = r.data_seq.load(Relaxed);
-    // SYNC POINT: Release orders our earlier commits before the changed word a woken
-    // reader observes (it then re-reads write_pos with Acquire anyway).
+    // SYNC POINT: Release, pairs with the readers' SeqCst `fetch_or` of the sleep bit in
+    // `Reader::wait` and `select` (an RMW reads the latest value, so a reader that sets the
+    // bit after this store waits on the new word, not the old one): our earlier commits
+    // are ordered before the changed word. Woken readers re-read write_pos with Acquire,
+    // which is what actually publishes the data.
     r.data_seq.store((s | 1).wrapping_add(1), Release);
     sys::futex_wake(&r.data_seq, i32::MAX);
     sh.hdr().m.0.wakeups.fetch_add(1, Relaxed);

@@ -6,7 +6,7 @@
 //! Owns: the reader's private state and its side of the sleep handshake. Does not own:
 //! waiting on several readers (`select`).
 
-use super::format::Parsed;
+use super::format::{At, Parsed};
 use super::notify::SPIN_ROUNDS;
 use super::{fences, Layout, Shared, Start, SyncMode};
 use crate::error::{Error, Result};
@@ -94,6 +94,11 @@ impl Reader {
         let mut r = Reader { sh: sh.clone(), slot: None, pos: 0, wpos: 0, prev, cur, gen, lossy, latency, held: None, deferred: false, writer_dead: false, lost: 0, manual: false };
         let Some(ctl) = sh.ctl() else {
             // Observer: private position, cannot hold back the writer.
+            // SYNC POINT (all four loads): Acquire on write_pos pairs with the writer's
+            // `fences::publish`; the reader reads data only below a write_pos that
+            // `refresh` loads again with Acquire, so here only the value matters. The tail
+            // is stored Relaxed (then a Release fence), so its Acquire loads pair with no
+            // Release store: they read a value, nothing through it.
             r.pos = match start {
                 Start::Latest => h.p.0.write_pos.load(Acquire),
                 // Lossy record rings: the tail may lie inside a record, so start at a known
@@ -110,6 +115,9 @@ impl Reader {
         let mut found = None;
         for i in 0..sh.max_readers {
             let s = sh.slot(i).expect("ctl mapped");
+            // SYNC POINT: Acquire, pairs with the AcqRel swap to SLOT_FREE in
+            // `release_slot` (the previous owner is done with the slot) and the Release
+            // store of SLOT_ACTIVE below by another attacher (under the same lock anyway).
             let st = s.state.load(Acquire);
             if st == SLOT_FREE || (st == SLOT_ACTIVE && !sys::process_alive(s.pid.load(Relaxed), s.start.load(Relaxed))) {
                 if st == SLOT_ACTIVE {
@@ -122,6 +130,9 @@ impl Reader {
         let Some(i) = found else {
             return Err(Error::NoSlots { name: sh.name.clone(), max: sh.max_readers });
         };
+        // SYNC POINT: write_pos Acquire pairs with the writer's `fences::publish` (values
+        // only; `refresh` re-loads it before any data is read). The tail's Acquire pairs
+        // with no Release store (the tail is stored Relaxed, then a Release fence).
         let w = h.p.0.write_pos.load(Acquire);
         let tail = h.t.0.tail.load(Acquire);
         // SRP: the writer promises not to overwrite positions >= guard until it re-scans
@@ -132,7 +143,10 @@ impl Reader {
             (Start::Oldest, SyncMode::Srp) => guard.max(tail),
             (Start::Oldest, _) => tail,
         };
-        // A lossy ring's tail may lie inside a record: start at a boundary.
+        // A lossy ring's tail may lie inside a record: start at a boundary. (This and the
+        // start rules above and in `skip_lost` stay `match`es: each combines the layout
+        // with the start, the sync mode and what the reader may load, so a per-layout
+        // method would need all of them as arguments and would read worse.)
         r.pos = match sh.layout {
             Layout::Records if pos < w && pos != 0 && sh.sync != SyncMode::Srp => w,
             Layout::Slots | Layout::Tags => pos.div_ceil(sh.slot_size) * sh.slot_size,
@@ -144,12 +158,27 @@ impl Reader {
         s.pos.store(r.pos, Relaxed);
         s.lost.store(0, Relaxed);
         s.lossy.store(lossy as u32, Relaxed);
+        // SYNC POINT: Release publishes the slot's pid, start, pos, lost and lossy stored
+        // above; pairs with the Acquire state load in `Shared::scan_min` (which then reads
+        // them). We also hold the control lock, whose release publishes them to the
+        // writer's re-scan.
         s.state.store(SLOT_ACTIVE, Release);
         if sh.sync == SyncMode::Mrp {
+            // SYNC POINT: pairs with the producers' Acquire loads of R (`released_now`,
+            // `wait_released`). Raises R to our start; we have read nothing yet, so the
+            // Release publishes nothing and the Acquire half pairs with nothing.
             ctl.w.0.mrp_r.fetch_max(r.pos, AcqRel);
         }
+        // SYNC POINT: AcqRel on the count; the Release half pairs with the Acquire loads of
+        // `active` in `released_now`, `wait_released`, `Writer::wait_for_readers` and
+        // `RingRef::readers`. The Acquire half pairs with nothing (Release would do).
         ctl.r.0.active.fetch_add(1, AcqRel);
+        // SYNC POINT: AcqRel, but every load of `attached_ever` is Relaxed (the producers
+        // read it under the control lock, or as a hint that forces a re-scan under the
+        // lock): it pairs with nothing, and Relaxed would do.
         ctl.r.0.attached_ever.fetch_add(1, AcqRel);
+        // SYNC POINT: Release eventcount bump after the count: pairs with the Acquire load
+        // of `space_seq` in `Writer::wait_for_readers` and `wait_released`.
         ctl.w.0.space_seq.fetch_add(1, Release);
         sys::futex_wake(&ctl.w.0.space_seq, i32::MAX);
         r.slot = Some(i);
@@ -183,6 +212,8 @@ impl Reader {
 
     /// End of stream: closed by the writer, or the writer died.
     pub(super) fn ended(&self) -> bool {
+        // SYNC POINT: Acquire, pairs with the fetch_or of STATE_CLOSED in `Writer::close`:
+        // seeing CLOSED, the final write_pos is visible to the re-check that follows.
         self.writer_dead || self.sh.hdr().p.0.state.load(Acquire) & STATE_CLOSED != 0
     }
 
@@ -192,6 +223,9 @@ impl Reader {
     /// overrun error to report.
     fn skip_lost(&mut self, from: u64) -> Error {
         let h = self.sh.hdr();
+        // SYNC POINT: Acquire loads of the tail and (records) write_pos, for their values:
+        // the tail pairs with no Release store (stored Relaxed, then a Release fence);
+        // write_pos pairs with `fences::publish`, and data is read only after `refresh`.
         let tail = h.t.0.tail.load(Acquire);
         let p = &h.p.0;
         self.pos = match self.sh.layout {
@@ -212,9 +246,11 @@ impl Reader {
     #[inline]
     fn refresh(&mut self) -> u64 {
         let p = &self.sh.hdr().p.0;
-        // SYNC POINT: Acquire pairs with the writer's publishing swap: data below write_pos
-        // is visible. epoch_gen is read after it (same cache line), so an epoch that data
-        // we can now see lives in is already published.
+        // SYNC POINT: Acquire pairs with the writer's publishing store or swap in
+        // `fences::publish` (from `Writer::publish`, `MpWriter`'s close_pair): data below
+        // write_pos is visible. epoch_gen is read after it (same cache line), so an epoch
+        // that data we can now see lives in is already published; its Acquire pairs with
+        // the Release store of epoch_gen in `Writer::maybe_resize`.
         self.wpos = p.write_pos.load(Acquire);
         let g = p.epoch_gen.load(Acquire);
         if g != self.gen {
@@ -241,6 +277,9 @@ impl Reader {
         if !self.lossy {
             return Ok(());
         }
+        // SYNC POINT: Acquire for the value only; the tail is stored Relaxed (then a
+        // Release fence), so this pairs with no Release store. The overwrite check that
+        // matters is `check`'s fence.
         let tail = self.sh.hdr().t.0.tail.load(Acquire);
         if self.pos < tail {
             return Err(self.skip_lost(self.pos));
@@ -251,7 +290,9 @@ impl Reader {
     /// `check`: verify that data read at or after `pos` was not overwritten while in use.
     pub fn check(&self, pos: u64) -> Result<()> {
         // SYNC POINT: Acquire fence orders the caller's data loads before the tail load
-        // (seqlock read side, against the writer's tail store + Release fence).
+        // (seqlock read side). Pairs with the Release fence after the tail store in
+        // `Writer::prepare` / `maybe_resize` and `MpWriter::acquire`: if a data load saw a
+        // byte stored after that fence, the tail load below sees the new tail.
         fence(Acquire);
         let tail = self.sh.hdr().t.0.tail.load(Relaxed);
         if pos < tail {
@@ -305,17 +346,30 @@ impl Reader {
                     // MRP: R normally trails each reader by one read ("one chance" for the
                     // others). A reader with nothing left to read releases everything, or a
                     // writer waiting on R and readers waiting on the writer would deadlock.
+                    // SYNC POINT: the fast side of the space handshake for MRP (our store of R,
+                    // then `wake_writer_if_due`'s load of `waiting`), against the writer's
+                    // SeqCst `waiting` store, heavy fence, SeqCst load of R in
+                    // `wait_released`. Its Release half also publishes our loads of the data
+                    // below pos (pairs with the producers' Acquire loads of R).
                     ctl.w.0.mrp_r.fetch_max(self.pos, SeqCst);
                     self.wake_writer_if_due(ctl);
                 }
                 let counter = if deep { &ctl.r.0.deep_sleepers } else { &ctl.r.0.sleepers };
-                // SYNC POINT: SeqCst registration, then SeqCst re-check of write_pos, against
-                // the writer's SeqCst publish then sleeper load: no lost wake-up.
+                // SYNC POINT: register as a sleeper. `sleepers` is never read; `deep_sleepers`
+                // is read Relaxed by the producers after they saw the sleep bit, to wake at
+                // once instead of batching. It is a hint, not part of the no-lost-wake-up
+                // handshake (the sleep bit is): the SeqCst pairs with nothing.
                 counter.fetch_add(1, SeqCst);
-                // SYNC POINT: set the sleep bit (SeqCst RMW), then re-check write_pos
-                // (SeqCst), against the writer's publish then eventcount load.
+                // SYNC POINT: set the sleep bit (SeqCst RMW), heavy fence, then re-check
+                // write_pos (SeqCst): the slow side of the sleep handshake, against the
+                // producer's `fences::publish` of write_pos then Relaxed load of `data_seq`
+                // (`Writer::publish`, `MpWriter` close_pair). Either we see the position or
+                // the producer sees the bit and wakes us. The RMW also reads the latest
+                // `data_seq`, so a `wake_all` Release store after it changes the futex word.
                 let seq = ctl.r.0.data_seq.fetch_or(1, SeqCst) | 1;
                 fences::heavy();
+                // SYNC POINT: the re-check loads (see above). state: a close is followed by an
+                // unconditional wake, so its SeqCst only gives the order, not safety.
                 let ready = h.p.0.write_pos.load(SeqCst) > self.pos || h.p.0.state.load(SeqCst) != 0;
                 let res = if ready { Wake::Woken } else { sys::futex_wait(&ctl.r.0.data_seq, seq, Some(timeout)) };
                 counter.fetch_sub(1, Relaxed);
@@ -323,6 +377,9 @@ impl Reader {
             } else {
                 // Observers may not write the control segment, so they cannot ask to be
                 // woken: they look again after the latency bound (or the liveness period).
+                // SYNC POINT: an observer cannot sleep on the eventcount, so this load takes
+                // part in no handshake; SeqCst is stronger than needed (Acquire would do,
+                // and `refresh` re-loads with Acquire before reading).
                 if h.p.0.write_pos.load(SeqCst) > self.pos {
                     Wake::Woken
                 } else {
@@ -360,12 +417,16 @@ impl Reader {
         let sh = &*self.sh;
         let s = sh.slot(i).expect("ctl mapped");
         let old = s.pos.load(Relaxed);
-        // SYNC POINT: releases our loads of the data below pos to the writer (Release) and
-        // orders the store before the `waiting` load (asymmetric Dekker with the writer's
-        // waiting store + heavy fence + re-scan).
+        // SYNC POINT: releases our loads of the data below pos to the writer (Release;
+        // pairs with the Acquire load of our slot's pos in `Shared::scan_min`) and orders
+        // the store before the `waiting` load (asymmetric Dekker with the writer's SeqCst
+        // `waiting` store + heavy fence + re-scan in `wait_released`).
         fences::publish(&s.pos, self.pos);
         let ctl = sh.ctl().expect("ctl mapped");
         if sh.sync == SyncMode::Mrp {
+            // SYNC POINT: MRP raises R to our previous position (one read behind). The
+            // Release half publishes our loads of the data below `old`; pairs with the
+            // producers' Acquire/SeqCst loads of R. The Acquire half pairs with nothing.
             ctl.w.0.mrp_r.fetch_max(old, AcqRel);
         }
         self.wake_writer_if_due(ctl);
@@ -379,7 +440,15 @@ impl Reader {
             let target = w.target.load(Relaxed);
             let mine = if self.sh.sync == SyncMode::Mrp { w.mrp_r.load(Relaxed) } else { self.pos };
             // Take the flag: one wake-up per writer sleep, not one per read until it runs.
+            // SYNC POINT: taking the flag: the swap makes one reader (of many) do the wake.
+            // AcqRel pairs with the writer's SeqCst store of `waiting`, but `target` was
+            // loaded before it, after a Relaxed load of `waiting`, so formally it may be an
+            // older target (not on x86). Targets grow, so a stale one wakes the writer
+            // early; it re-scans and sleeps again. The writer reads nothing through the
+            // flag; the eventcount bump below does the waking.
             if mine >= target && w.waiting.swap(0, AcqRel) != 0 {
+                // SYNC POINT: Release eventcount bump; pairs with the Acquire load of
+                // `space_seq` in `wait_released` taken before its re-check.
                 w.space_seq.fetch_add(1, Release);
                 sys::futex_wake(&w.space_seq, 1);
             }
@@ -416,7 +485,7 @@ impl Reader {
             let room = e.room_to_lap_end(self.pos);
             let avail = self.available();
             let word = |at: u64| u32::from_le_bytes(self.sh.data.bytes(DATA_OFFSET + at as usize, 4).try_into().unwrap());
-            match self.sh.layout.parse(off, room, avail, e.size, self.sh.slot_size, max as u64, word) {
+            match self.sh.layout.parse(At { off, room, avail, epoch_size: e.size }, self.sh.slot_size, max as u64, word) {
                 Parsed::Unit { total, payload_off, len } => return Ok(Some(Unit { total, payload_off, len })),
                 Parsed::Skip { total, sized_by_header } => {
                     if sized_by_header && self.lossy && self.check(self.pos).is_err() {

@@ -14,31 +14,10 @@ use crate::sys::{self, Wake};
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
 impl Shared {
-    /// Lock the control segment's small lock (reader attach vs. writer re-scan). The lock
-    /// word holds the owner's pid; a dead owner's lock is broken.
-    pub(super) fn lock_ctl(&self) -> Option<CtlGuard<'_>> {
-        let ctl = self.ctl()?;
-        let me = sys::getpid();
-        let mut spins = 0u32;
-        loop {
-            let cur = ctl.lock.0.load(Relaxed);
-            if cur == 0 {
-                // SYNC POINT: Acquire on taking the lock orders the protected loads after it.
-                if ctl.lock.0.compare_exchange_weak(0, me, Acquire, Relaxed).is_ok() {
-                    return Some(CtlGuard { word: &ctl.lock.0 });
-                }
-            } else {
-                spins += 1;
-                if spins % 64 == 0 {
-                    std::thread::yield_now();
-                }
-                if spins % 100_000 == 0 && cur != me && std::fs::metadata(format!("/proc/{cur}")).is_err() {
-                    let _ = ctl.lock.0.compare_exchange(cur, 0, AcqRel, Relaxed);
-                }
-            }
-        }
+    /// Lock the control segment's small lock (reader attach vs. writer re-scan).
+    pub(super) fn lock_ctl(&self) -> Option<PidLock<'_>> {
+        Some(PidLock::take(&self.ctl()?.lock.0))
     }
-
 
     /// Minimum position over lossless readers, reaping dead ones when `reap`.
     /// Returns None when no lossless reader is attached.
@@ -46,6 +25,10 @@ impl Shared {
         let mut min = None;
         for i in 0..self.max_readers {
             let s = self.slot(i)?;
+            // SYNC POINT: Acquire, pairs with the Release store of SLOT_ACTIVE in
+            // `Reader::attach` (the slot's pid, start, pos and lossy are then the new
+            // reader's) and with the AcqRel swap to SLOT_FREE in `release_slot` (a reader
+            // that left finished its loads of the data before).
             if s.state.load(Acquire) != SLOT_ACTIVE {
                 continue;
             }
@@ -56,8 +39,9 @@ impl Shared {
             if s.lossy.load(Relaxed) != 0 {
                 continue;
             }
-            // SYNC POINT: Acquire pairs with the reader's release of its position: the
-            // reader's loads of the released data happened before we overwrite it.
+            // SYNC POINT: Acquire, pairs with the Release (or SeqCst) store of the position
+            // in `fences::publish` from `Reader::release_position`: the reader's loads of
+            // the data below it happened before we overwrite it.
             let p = s.pos.load(Acquire);
             min = Some(min.map_or(p, |m: u64| m.min(p)));
         }
@@ -73,9 +57,18 @@ impl Shared {
         let ctl = self.ctl().expect("producers map the control segment");
         let _g = self.lock_ctl();
         cache.gen = ctl.r.0.attached_ever.load(Relaxed);
+        // The sync modes differ only in what bounds the producer (every lossless reader's
+        // slot for SRP, the shared pointer R for MRP, nothing for FRP), inside one locking
+        // and sleeping protocol, so they stay `match` arms here rather than a trait per mode:
+        // split into implementations, the handshake below would be spread over three places.
         let min = match self.sync {
             SyncMode::Srp => self.scan_min(false),
+            // SYNC POINT: Acquire, pairs with the AcqRel decrement in `release_slot`: a
+            // reader that left finished its loads before we treat its data as free.
             _ if ctl.r.0.active.load(Acquire) == 0 => None,
+            // SYNC POINT: Acquire, pairs with the readers' AcqRel/SeqCst `fetch_max` of R
+            // (`Reader::attach`, `release_position`, `wait`): their loads of the data below
+            // R happened before we overwrite it.
             _ => Some(ctl.w.0.mrp_r.load(Acquire)),
         };
         if min.is_none() && self.sync == SyncMode::Srp && cache.gen > 0 {
@@ -123,6 +116,8 @@ impl Shared {
                         if reap {
                             self.scan_min(true);
                         }
+                        // SYNC POINT: both Acquire, as in `released_now`: the count pairs with
+                        // `release_slot`'s decrement, R with the readers' `fetch_max`.
                         if ctl.r.0.active.load(Acquire) == 0 {
                             None
                         } else {
@@ -132,7 +127,8 @@ impl Shared {
                 };
                 let m = min.unwrap_or(u64::MAX);
                 cache.min = m;
-                // SYNC POINT: guard is read under the same lock by attaching readers.
+                // Relaxed: guard is read under the same lock by attaching readers (the
+                // lock's Release/Acquire orders it).
                 self.hdr().p.0.guard.store(m, Relaxed);
                 m
             };
@@ -146,6 +142,7 @@ impl Shared {
                     std::hint::spin_loop();
                     let m = match self.sync {
                         SyncMode::Srp => self.scan_min(false).unwrap_or(u64::MAX),
+                        // SYNC POINT: Acquire, pairs with the readers' `fetch_max` of R.
                         _ => ctl.w.0.mrp_r.load(Acquire),
                     };
                     m >= need
@@ -157,13 +154,21 @@ impl Shared {
             }
             waited = true;
             ctl.w.0.target.store(need + slack, Relaxed);
+            // SYNC POINT: eventcount read before the re-check, so a wake-up after it changes
+            // the word futex_wait compares. Acquire pairs with the Release increments in
+            // `wake_writer_if_due`, `Reader::attach` and `release_slot`; the positions are
+            // re-read below anyway, so the value is what matters, not the ordering.
             let seq = ctl.w.0.space_seq.load(Acquire);
-            // SYNC POINT: SeqCst store of `waiting` then SeqCst re-scan, against the reader's
-            // SeqCst position store then `waiting` load: one side always sees the other.
+            // SYNC POINT: the slow side of the space handshake (see `fences`). SeqCst store
+            // of `waiting`, heavy fence, then re-scan; against the reader's position
+            // publish (`fences::publish` of its slot position, or its `fetch_max` of R)
+            // followed by its Relaxed load of `waiting` in `wake_writer_if_due`: either we
+            // see the new position here or the reader sees `waiting` and wakes us.
             ctl.w.0.waiting.store(1, SeqCst);
             fences::heavy();
             let again = match self.sync {
                 SyncMode::Srp => self.scan_min(false).unwrap_or(u64::MAX),
+                // SYNC POINT: SeqCst re-check of R after the heavy fence (same handshake).
                 _ => ctl.w.0.mrp_r.load(SeqCst),
             };
             if again >= need {
@@ -174,10 +179,20 @@ impl Shared {
     }
 
     pub(super) fn release_slot(&self, s: &ReaderSlot) {
+        // SYNC POINT: the swap decides who frees the slot (the leaving reader or a reaping
+        // writer/attacher), so only one of them decrements `active`. Release pairs with
+        // `scan_min`'s Acquire load of the state: the reader's loads of ring data happened
+        // before the writer stops counting it. The Acquire half pairs with `attach`'s
+        // Release store of SLOT_ACTIVE.
         if s.state.swap(SLOT_FREE, AcqRel) == SLOT_ACTIVE {
             if let Some(ctl) = self.ctl() {
+                // SYNC POINT: Release pairs with the producers' Acquire loads of `active`
+                // (`released_now`, `wait_released`; MRP frees R's constraint when it is 0).
+                // The Acquire half pairs with nothing (Release would do).
                 ctl.r.0.active.fetch_sub(1, AcqRel);
                 // Wake a writer that may be waiting on this reader.
+                // SYNC POINT: Release eventcount bump, pairs with `wait_released`'s Acquire
+                // load of `space_seq` (and `Writer::wait_for_readers`'s).
                 ctl.w.0.space_seq.fetch_add(1, Release);
                 sys::futex_wake(&ctl.w.0.space_seq, i32::MAX);
             }
@@ -186,12 +201,46 @@ impl Shared {
 
 }
 
-pub(super) struct CtlGuard<'a> {
+/// A small spin lock in shared memory whose word holds the owner's pid (0: free); a lock
+/// held by a dead process is broken. Guards the control segment (reader attach against a
+/// producer's re-scan) and the multi-producer bitmap with the write pointer.
+pub(crate) struct PidLock<'a> {
     word: &'a AtomicU32,
 }
-impl Drop for CtlGuard<'_> {
+
+impl<'a> PidLock<'a> {
+    pub(crate) fn take(word: &'a AtomicU32) -> PidLock<'a> {
+        let me = sys::getpid();
+        let mut spins = 0u32;
+        loop {
+            let cur = word.load(Relaxed);
+            if cur == 0 {
+                // SYNC POINT: Acquire, pairs with the Release store in `PidLock::drop`: the
+                // previous holder's protected stores (ctl: slot activation, guard; mp: the
+                // bitmap, owners and write pointer) are visible.
+                if word.compare_exchange_weak(0, me, Acquire, Relaxed).is_ok() {
+                    return PidLock { word };
+                }
+            } else {
+                spins += 1;
+                if spins.is_multiple_of(64) {
+                    std::thread::yield_now();
+                }
+                if spins.is_multiple_of(100_000) && cur != me && std::fs::metadata(format!("/proc/{cur}")).is_err() {
+                    // SYNC POINT: breaking a dead owner's lock. AcqRel pairs with nothing
+                    // in particular (the dead owner never released); the next taker's
+                    // Acquire CAS orders its protected loads. Relaxed would do.
+                    let _ = word.compare_exchange(cur, 0, AcqRel, Relaxed);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for PidLock<'_> {
     fn drop(&mut self) {
-        // SYNC POINT: Release publishes the protected stores (slot activation, guard).
+        // SYNC POINT: Release publishes the protected stores; pairs with the Acquire CAS in
+        // `PidLock::take`.
         self.word.store(0, Release);
     }
 }

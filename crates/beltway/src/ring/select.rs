@@ -29,8 +29,12 @@ pub fn select(readers: &mut [&mut Reader], timeout: Option<Duration>) -> Result<
             wait = wait.min(if deep { r.sh.liveness } else { r.latency });
             if let Some(ctl) = r.sh.ctl() {
                 let c = if deep { &ctl.r.0.deep_sleepers } else { &ctl.r.0.sleepers };
-                // SYNC POINT: as in Reader::wait: register, set the sleep bit, re-check.
+                // SYNC POINT: as in `Reader::wait`: register as a sleeper (a hint; the SeqCst
+                // pairs with nothing, producers read `deep_sleepers` Relaxed)...
                 c.fetch_add(1, SeqCst);
+                // SYNC POINT: ...and set the sleep bit (SeqCst RMW): the slow side of the
+                // sleep handshake against the producer's `fences::publish` of write_pos then
+                // Relaxed load of `data_seq`; completed by the heavy fence and re-check below.
                 let seq = ctl.r.0.data_seq.fetch_or(1, SeqCst) | 1;
                 words.push((&ctl.r.0.data_seq, seq));
             }
@@ -39,6 +43,7 @@ pub fn select(readers: &mut [&mut Reader], timeout: Option<Duration>) -> Result<
             wait = wait.min(d - now);
         }
         fences::heavy();
+        // SYNC POINT: SeqCst re-check of every write_pos after the heavy fence (see above).
         let ready = readers.iter().any(|r| r.sh.hdr().p.0.write_pos.load(SeqCst) > r.pos);
         let res = if ready {
             Ok(Some(0))

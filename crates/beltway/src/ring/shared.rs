@@ -141,9 +141,13 @@ impl Shared {
         h.m.0.threshold.store(cfg.threshold, Relaxed);
         h.m.0.latency_us.store(cfg.latency.as_micros().min(u32::MAX as u128) as u32, Relaxed);
         let ch = ctl.get::<CtlHeader>(0);
-        // SYNC POINT: magic words are stored last with Release; openers load them with
-        // Acquire, so they never observe a half-initialised header.
+        // SYNC POINT: the magic words are stored last. Release publishes every Relaxed
+        // header store above; pairs with the Acquire loads of the magics in
+        // `from_segments` (an opener never sees a half-initialised header). The control
+        // magic goes first, so an opener that sees the data magic sees both.
         ch.magic.0.store(MAGIC_CTL, Release);
+        // SYNC POINT: Release, pairs with `from_segments`'s and `remove_stale`'s Acquire
+        // load of the data magic.
         c.magic.store(MAGIC_DATA, Release);
         Ok(Arc::new(Shared {
             name: name.to_string(),
@@ -173,6 +177,9 @@ impl Shared {
                     let pid = h.c.0.writer_pid.load(Relaxed);
                     let start = h.c.0.writer_start.load(Relaxed);
                     let closed = h.p.0.state.load(Relaxed) & STATE_CLOSED != 0;
+                    // SYNC POINT: Acquire, pairs with `create`'s Release store of the magic.
+                    // (It orders only what is loaded after it; pid, start and state above
+                    // are Relaxed loads made before it.)
                     if h.c.0.magic.load(Acquire) == MAGIC_DATA && !closed && sys::process_alive(pid, start) {
                         return Err(Error::InUse { name: name.to_string(), pid });
                     }
@@ -195,6 +202,8 @@ impl Shared {
         }
         let h = data.get::<RingHeader>(0);
         let c = &h.c.0;
+        // SYNC POINT: Acquire, pairs with `create`'s Release store of the data magic: the
+        // header fields loaded below are the creator's.
         if c.magic.load(Acquire) != MAGIC_DATA {
             return bad("bad magic in data segment (not a beltway ring, or still being created)".into());
         }
@@ -228,6 +237,8 @@ impl Shared {
                 if seg.len() < ctl_len(max_readers) {
                     return bad(format!("control segment of {} bytes holds fewer than {max_readers} slots", seg.len()));
                 }
+                // SYNC POINT: Acquire, pairs with `create`'s Release store of the control
+                // magic (the control segment is zeroed apart from it).
                 if seg.get::<CtlHeader>(0).magic.0.load(Acquire) != MAGIC_CTL {
                     return bad("bad magic in control segment".into());
                 }
@@ -277,7 +288,9 @@ impl Shared {
     pub(crate) fn load_epochs(&self) -> (Option<Epoch>, Epoch, u64) {
         let t = &self.hdr().epochs.0;
         loop {
-            // SYNC POINT: seqlock read side; pairs with the writer's odd/even stores.
+            // SYNC POINT: seqlock read side. Acquire pairs with the Release increment that
+            // ends a resize in `Writer::maybe_resize`: seeing that even value, the entry
+            // loads below see the entries stored before it.
             let s1 = t.seq.load(Acquire);
             if s1 & 1 == 1 {
                 std::hint::spin_loop();
@@ -290,6 +303,10 @@ impl Shared {
             };
             let cur = get(count.saturating_sub(1));
             let prev = if count >= 2 { Some(get(count - 2)) } else { None };
+            // SYNC POINT: Acquire fence, pairs with the Release fence after the odd increment
+            // in `Writer::maybe_resize`: if an entry load above saw a store of a resize in
+            // progress, the re-load of seq below sees its odd increment (or later) and
+            // we retry.
             fence(Acquire);
             if t.seq.load(Relaxed) == s1 {
                 // A corrupt table must not make us index outside the data area.
@@ -301,12 +318,10 @@ impl Shared {
         }
     }
 
-
     pub(super) fn writer_alive(&self) -> bool {
         let c = &self.hdr().c.0;
         sys::process_alive(c.writer_pid.load(Relaxed), c.writer_start.load(Relaxed))
     }
-
 
     /// Statistics snapshot.
     pub fn stats(&self) -> RingStats {
@@ -383,11 +398,13 @@ pub struct RingRef(pub(crate) Arc<Shared>);
 impl RingRef {
     /// Whether the process that created the ring (its writer) still runs, and its pid.
     pub fn writer(&self) -> (u32, bool) {
-        (self.0.hdr().c.0.writer_pid.load(Relaxed) as u32, self.0.writer_alive())
+        (self.0.hdr().c.0.writer_pid.load(Relaxed), self.0.writer_alive())
     }
 
     /// Readers attached right now (registered, lossless or not).
     pub fn readers(&self) -> u32 {
+        // SYNC POINT: Acquire, pairs with the AcqRel increment in `Reader::attach` and
+        // decrement in `release_slot` (a count; nothing is read through it here).
         self.0.ctl().map_or(0, |c| c.r.0.active.load(Acquire))
     }
 

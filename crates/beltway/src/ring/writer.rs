@@ -105,10 +105,15 @@ impl Writer {
     pub fn wait_for_readers(&self, n: u32, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let ctl = self.sh.ctl().expect("a writer always maps the control segment");
+        // SYNC POINT: Acquire loads of the reader count, pair with the AcqRel increment in
+        // `Reader::attach` (a count: nothing is read through it).
         while ctl.r.0.active.load(Acquire) < n {
             if Instant::now() >= deadline {
                 return Err(Error::TimedOut { name: self.sh.name.clone(), what: "waiting for readers" });
             }
+            // SYNC POINT: eventcount read before the re-check; Acquire pairs with the Release
+            // increment in `Reader::attach`, which follows its increment of `active`, so
+            // seeing the new seq means the re-check below sees the new count.
             let seq = ctl.w.0.space_seq.load(Acquire);
             if ctl.r.0.active.load(Acquire) >= n {
                 break;
@@ -141,22 +146,30 @@ impl Writer {
         if self.tail < self.cur.start {
             self.tail = self.cur.start;
             self.sh.hdr().t.0.tail.store(self.tail, Relaxed);
+            // SYNC POINT: as in `prepare`: orders the tail store before the later stores
+            // (the epoch table, and data of the new epoch); pairs with the Acquire fence in
+            // `Reader::check` / `IbufReader` checks that precede their tail load.
             fence(Release);
         }
         let e = Epoch { start: self.pos, size: next };
         let t = &self.sh.hdr().epochs.0;
         let count = t.count.load(Relaxed);
-        // SYNC POINT: seqlock write side. The odd store happens before the entry stores
-        // (Release fence), the even store after them (Release).
+        // SYNC POINT: seqlock write side. The odd increment, then a Release fence that orders
+        // it before the entry stores: pairs with the Acquire fence in `Shared::load_epochs`
+        // (a reader that loads a new entry then re-loads seq and sees it odd or changed).
         t.seq.fetch_add(1, Relaxed);
         fence(Release);
         let slot = &t.entries[(count % EPOCHS as u64) as usize];
         slot[0].store(e.start, Relaxed);
         slot[1].store(e.size, Relaxed);
         t.count.store(count + 1, Relaxed);
+        // SYNC POINT: the even increment, Release: pairs with the Acquire load of seq that
+        // starts `Shared::load_epochs`; a reader that sees it sees the entries and count.
         t.seq.fetch_add(1, Release);
         // SYNC POINT: published before any data of the new epoch is committed (write_pos is
         // stored with Release later), so a reader that sees such data sees the new epoch.
+        // Release pairs with the Acquire load of epoch_gen in `Reader::refresh` and the
+        // IBuf readers, which then re-read the table through its seqlock.
         self.sh.hdr().p.0.epoch_gen.store(count + 1, Release);
         self.sh.hdr().m.0.resizes.fetch_add(1, Relaxed);
         self.prev = Some(self.cur);
@@ -183,7 +196,10 @@ impl Writer {
             self.tail = need;
             // SYNC POINT: the new tail is published before the data stores that overwrite
             // the old bytes (Release fence orders this store before later stores); lossy
-            // readers load it after copying (Acquire fence) to detect overwrite.
+            // readers load it after copying (Acquire fence) to detect overwrite. Pairs with
+            // the Acquire fence in `Reader::check` and `IbufReader::check`: a reader whose
+            // copy saw an overwriting byte then sees this tail. (The tail is stored Relaxed,
+            // so the readers' plain Acquire loads of it pair with no Release store.)
             self.sh.hdr().t.0.tail.store(need, Relaxed);
             fence(Release);
         }
@@ -210,8 +226,11 @@ impl Writer {
     fn publish(&mut self, end: u64) {
         self.pos = end;
         let sh = &*self.sh;
-        // SYNC POINT: publish (Release) then load the eventcount; pairs with the readers'
-        // fetch_or of the sleep bit, heavy fence, write_pos re-check: no lost wake-up.
+        // SYNC POINT: publish (Release, see `fences::publish`; pairs with the readers'
+        // Acquire load of write_pos in `refresh`) then load the eventcount (Relaxed);
+        // the fast side of the sleep handshake against the readers' SeqCst fetch_or of the
+        // sleep bit, heavy fence, SeqCst write_pos re-check in `Reader::wait`/`select`:
+        // either we see the bit or they see the position. No lost wake-up.
         fences::publish(&sh.hdr().p.0.write_pos, end);
         let r = &sh.ctl().expect("writer has ctl").r.0;
         if r.data_seq.load(Relaxed) & 1 == 0 {
@@ -456,6 +475,7 @@ impl Writer {
     pub fn give_back(&mut self, at: u64, len: usize, used: usize) {
         if used < len && self.pos == at + len as u64 && self.open.is_none() {
             self.pos = at + used as u64;
+            // SYNC POINT: as in `publish` (no reader of this ring's own waits on it).
             fences::publish(&self.sh.hdr().p.0.write_pos, self.pos);
         }
     }
@@ -494,6 +514,10 @@ impl Writer {
         }
         self.closed = true;
         let h = self.sh.hdr();
+        // SYNC POINT: the Release half pairs with the Acquire load in `Reader::ended` and
+        // the SeqCst re-check in `Reader::wait`: a reader that sees CLOSED sees every
+        // commit before it. `wake_readers` then wakes unconditionally, so no handshake
+        // needs the SeqCst; Release would do.
         h.p.0.state.fetch_or(STATE_CLOSED, SeqCst);
         self.wake_readers();
     }
