@@ -17,7 +17,7 @@
 //! `Reader` generic (a change of the public API and of every user). A `match` on a
 //! `Copy` enum inlines to a jump on a byte the caller already has in a register; keeping
 //! all the arms here gives the same "one implementation per layout in one place" without
-//! that cost. (`streamline-bench rings` before and after: see the report in BENCHMARKS.md.)
+//! that cost.
 
 use super::Layout;
 

@@ -278,9 +278,11 @@ impl Writer {
         Ok(done)
     }
 
-    /// Reserve a contiguous record of `total` bytes (header included), padding to the lap
-    /// end first if needed. Returns the data-area offset.
-    fn reserve_record(&mut self, total: u64) -> Result<u64> {
+    /// Reserve `total` contiguous bytes (a record with its header, or a block of a byte
+    /// ring that must not wrap), first skipping the rest of the lap if they do not fit
+    /// there (behind a padding header where the layout has one). Returns the data-area
+    /// offset.
+    fn reserve_whole(&mut self, total: u64) -> Result<u64> {
         let room = self.room();
         if room < total {
             // Pad the rest of the lap (records never wrap).
@@ -301,6 +303,17 @@ impl Writer {
         Ok(self.sh.layout.record_total(len as u64, self.sh.slot_size))
     }
 
+    /// Byte rings: reserve `len` bytes that do not wrap (see `reserve_whole`).
+    fn reserve_contiguous(&mut self, len: usize) -> Result<u64> {
+        if self.sh.layout != Layout::Bytes {
+            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "contiguous writes on a record ring" });
+        }
+        if len as u64 > self.sh.min_cap {
+            return Err(Error::TooLarge { name: self.sh.name.clone(), len, max: self.sh.min_cap as usize });
+        }
+        self.reserve_whole(len as u64)
+    }
+
     /// Append one record (record layouts) and return the absolute position of its payload.
     pub fn append_record(&mut self, data: &[u8]) -> Result<u64> {
         let mut rec = self.open_record(data.len())?;
@@ -317,7 +330,7 @@ impl Writer {
         }
         self.check_single_producer()?;
         let total = self.record_size(max)?;
-        let off = self.reserve_record(total)?;
+        let off = self.reserve_whole(total)?;
         let hdr = self.sh.layout.payload_hdr();
         Ok(RecordBuilder { w: self, off, hdr, cap: max, len: 0, total })
     }
@@ -358,7 +371,7 @@ impl Writer {
             }
             _ => {
                 let total = self.record_size(len)?;
-                let off = self.reserve_record(total)?;
+                let off = self.reserve_whole(total)?;
                 (off + self.sh.layout.payload_hdr(), len as u64, self.pos)
             }
         };
@@ -426,22 +439,9 @@ impl Writer {
     /// data shared with other spaces through IBufs): fill the view, then send the tag.
     /// Readers attached to the ring itself would see the bytes before they are written.
     pub fn alloc_contiguous(&mut self, len: usize) -> Result<(u64, &mut [u8])> {
-        if self.sh.layout != Layout::Bytes {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "contiguous writes on a record ring" });
-        }
-        let n = len as u64;
-        if n > self.sh.min_cap {
-            return Err(Error::TooLarge { name: self.sh.name.clone(), len, max: self.sh.min_cap as usize });
-        }
-        let room = self.room();
-        if room < n {
-            self.prepare(room)?;
-            self.publish(self.pos + room);
-            let _ = self.room();
-        }
-        let off = self.prepare(n)?;
+        let off = self.reserve_contiguous(len)?;
         let at = self.pos;
-        self.publish(at + n);
+        self.publish(at + len as u64);
         Ok((at, self.sh.data.reserved_mut(&mut self.token, DATA_OFFSET + off as usize, len)))
     }
 
@@ -482,21 +482,9 @@ impl Writer {
 
     /// [`Writer::write_contiguous`] of the concatenation of `parts` (no intermediate copy).
     pub fn write_contiguous_parts(&mut self, parts: &[&[u8]]) -> Result<u64> {
-        if self.sh.layout != Layout::Bytes {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "contiguous writes on a record ring" });
-        }
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let len = total as u64;
-        if len > self.sh.min_cap {
-            return Err(Error::TooLarge { name: self.sh.name.clone(), len: total, max: self.sh.min_cap as usize });
-        }
-        let room = self.room();
-        if room < len {
-            self.prepare(room)?;
-            self.publish(self.pos + room);
-            let _ = self.room();
-        }
-        let off = self.prepare(len)?;
+        let off = self.reserve_contiguous(total)?;
         let at = self.pos;
         let mut o = DATA_OFFSET + off as usize;
         for p in parts {
