@@ -72,6 +72,8 @@ fn record_name(ibuf: &Shared, id: u16, name: &str) -> Result<()> {
         return Ok(());
     }
     let names = ibuf.data.get::<BufNames>(NAMES_OFFSET);
+    // SYNC POINT: Acquire, pairs with the Release store of `count` below (by another
+    // producer of this IBuf): the entries below it are complete.
     let n = names.count.load(Acquire) as usize;
     for i in 0..n.min(MAX_NAMES) {
         let e = ibuf.data.bytes(NAMES_OFFSET + 8 + i * NAME_ENTRY, 2);
@@ -87,13 +89,16 @@ fn record_name(ibuf: &Shared, id: u16, name: &str) -> Result<()> {
     e[2] = name.len() as u8;
     e[3..3 + name.len()].copy_from_slice(name.as_bytes());
     ibuf.data.write_at(NAMES_OFFSET + 8 + n * NAME_ENTRY, &e);
-    // SYNC POINT: Release publishes the entry bytes to readers that load count with Acquire.
+    // SYNC POINT: Release publishes the entry bytes to readers that load count with Acquire
+    // (`lookup_name`, and the check above in other producers).
     names.count.store(n as u32 + 1, Release);
     Ok(())
 }
 
 fn lookup_name(ibuf: &Shared, id: u16) -> Option<String> {
     let names = ibuf.data.get::<BufNames>(NAMES_OFFSET);
+    // SYNC POINT: Acquire, pairs with the Release store of `count` in `record_name`: the
+    // entries below it are complete.
     let n = (names.count.load(Acquire) as usize).min(MAX_NAMES);
     (0..n).find_map(|i| {
         let e = ibuf.data.bytes(NAMES_OFFSET + 8 + i * NAME_ENTRY, NAME_ENTRY);
@@ -122,6 +127,10 @@ impl Entry {
         Entry { id: sh.buf_id, addr: r.start + DATA_OFFSET..r.start + DATA_OFFSET + sh.max_cap as usize, sh, prev, cur, gen }
     }
     fn refresh(&mut self) {
+        // SYNC POINT: Acquire, pairs with the Release store of epoch_gen in
+        // `Writer::maybe_resize`, which precedes the commit of any data in the new epoch;
+        // a tag for such data was read after that commit, so we see the new generation and
+        // re-read the table (through its seqlock).
         let g = self.sh.hdr().p.0.epoch_gen.load(Acquire);
         if g != self.gen {
             let (prev, cur, gen) = self.sh.load_epochs();
@@ -167,6 +176,10 @@ impl BufTable {
         let e = self.entry(tag.buf)?;
         e.refresh();
         let h = e.sh.hdr();
+        // SYNC POINT: write_pos Acquire pairs with the DBuf writer's `fences::publish`: the
+        // bytes below it are visible. The tail's Acquire pairs with no Release store (the
+        // tail is stored Relaxed, then a Release fence): a value for the early overrun
+        // test; `check` after use is what detects overwrite.
         let wpos = h.p.0.write_pos.load(Acquire);
         let tail = h.t.0.tail.load(Acquire);
         let end = tag.pos.checked_add(tag.len as u64);
@@ -190,6 +203,9 @@ impl BufTable {
     /// Whether the region a tag points to is still intact (call after using resolved bytes).
     pub fn check(&mut self, tag: &Tag) -> Result<()> {
         let e = self.entry(tag.buf)?;
+        // SYNC POINT: as in `DbufView::check`: the Acquire fence orders the caller's loads of
+        // the region before the tail load; pairs with the Release fence after the writer's
+        // tail store (`Writer::prepare`, `MpWriter::acquire`).
         std::sync::atomic::fence(Acquire);
         let tail = e.sh.hdr().t.0.tail.load(Relaxed);
         if tag.pos < tail {
@@ -205,6 +221,8 @@ impl BufTable {
         e.refresh();
         let off = (a - e.addr.start) as u64;
         let h = e.sh.hdr();
+        // SYNC POINT: as in `resolve`: write_pos pairs with the writer's publish; the tail's
+        // Acquire pairs with no Release store (a value).
         let wpos = h.p.0.write_pos.load(Acquire);
         let tail = h.t.0.tail.load(Acquire);
         // The newest position at this offset that is committed: try the current epoch, then
@@ -258,6 +276,8 @@ impl DbufView {
     }
     /// Everything below this position may have been overwritten.
     pub fn tail(&self) -> u64 {
+        // SYNC POINT: Acquire for the value only; the tail is stored Relaxed (then a
+        // Release fence), so this pairs with no Release store.
         self.sh.hdr().t.0.tail.load(Acquire)
     }
     /// Whether the region a tag points to is still intact: on a ring whose writer does not
@@ -267,7 +287,7 @@ impl DbufView {
     pub fn check(&self, tag: &Tag) -> Result<()> {
         // SYNC POINT: the Acquire fence orders the caller's loads of the region before the
         // tail load (seqlock read side, against the writer's tail store + Release fence
-        // before it overwrites the region).
+        // before it overwrites the region: `Writer::prepare`, `MpWriter::acquire`).
         std::sync::atomic::fence(Acquire);
         let tail = self.sh.hdr().t.0.tail.load(Relaxed);
         if tag.pos < tail {
@@ -280,10 +300,14 @@ impl DbufView {
     pub fn resolve(&self, tag: &Tag) -> Result<&[u8]> {
         let h = self.sh.hdr();
         let (mut prev, mut cur, mut gen) = self.epochs.get();
+        // SYNC POINT: Acquire, pairs with the Release store of epoch_gen in
+        // `Writer::maybe_resize` (see `Entry::refresh`).
         if h.p.0.epoch_gen.load(Acquire) != gen {
             (prev, cur, gen) = self.sh.load_epochs();
             self.epochs.set((prev, cur, gen));
         }
+        // SYNC POINT: as in `BufTable::resolve`: write_pos pairs with the writer's publish
+        // (the bytes below it are visible); the tail's Acquire pairs with no Release store.
         let wpos = h.p.0.write_pos.load(Acquire);
         let tail = h.t.0.tail.load(Acquire);
         let name = &self.sh.name;

@@ -43,7 +43,7 @@ pub struct RingConst {
     pub version: AtomicU32,
     /// [`crate::Layout`] code.
     pub layout: AtomicU32,
-    /// [`crate::Sync`] code.
+    /// [`crate::SyncMode`] code.
     pub sync: AtomicU32,
     /// Slot size for slot layouts, else 0.
     pub slot_size: AtomicU32,

@@ -15,7 +15,9 @@
 
 use crate::error::{Error, Result};
 use crate::layout::{MultiProducer, MP_PAIRS, DATA_OFFSET};
-use crate::ring::{Layout, ReleaseCache, RingRef, Shared, SLOT_HDR};
+use crate::ring::notify::{publish_position, wake_all};
+use crate::ring::release::PidLock;
+use crate::ring::{ReleaseCache, RingRef, Shared};
 use crate::shm::WriteToken;
 use crate::sys::{self, Wake};
 use std::sync::atomic::{fence, Ordering::*};
@@ -23,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Length word marking a slot whose producer died before completing it.
-pub const ABANDONED: u32 = u32::MAX;
+pub use crate::ring::format::ABANDONED;
 
 const EVEN: u64 = 0x5555_5555_5555_5555;
 
@@ -42,35 +44,6 @@ pub struct MpSlot<'a> {
     w: &'a mut MpWriter,
     index: u64,
     len: usize,
-}
-
-struct MpLock<'a>(&'a MultiProducer);
-
-impl<'a> MpLock<'a> {
-    fn take(mp: &'a MultiProducer) -> MpLock<'a> {
-        let me = sys::getpid();
-        let mut spins = 0u32;
-        loop {
-            let cur = mp.lock.load(Relaxed);
-            // SYNC POINT: Acquire on taking the lock, Release on dropping it: the bitmap and
-            // the write pointer are read and changed together.
-            if cur == 0 && mp.lock.compare_exchange_weak(0, me, Acquire, Relaxed).is_ok() {
-                return MpLock(mp);
-            }
-            spins += 1;
-            if spins % 64 == 0 {
-                std::thread::yield_now();
-            }
-            if spins % 100_000 == 0 && cur != 0 && cur != me && std::fs::metadata(format!("/proc/{cur}")).is_err() {
-                let _ = mp.lock.compare_exchange(cur, 0, AcqRel, Relaxed);
-            }
-        }
-    }
-}
-impl Drop for MpLock<'_> {
-    fn drop(&mut self) {
-        self.0.lock.store(0, Release);
-    }
 }
 
 impl MpWriter {
@@ -97,10 +70,7 @@ impl MpWriter {
 
     /// Largest payload a slot holds.
     pub fn max_record(&self) -> usize {
-        match self.sh.layout {
-            Layout::Slots => (self.sh.slot_size - SLOT_HDR) as usize,
-            _ => self.sh.slot_size as usize,
-        }
+        self.sh.layout.max_payload(self.sh.slot_size, self.sh.min_cap)
     }
 
     /// Acquire the next free container. Blocks while the ring is full (lossless rings) or
@@ -114,7 +84,7 @@ impl MpWriter {
             {
                 let hdr = sh.hdr();
                 let mp = &hdr.mp.0;
-                let _l = MpLock::take(mp);
+                let _l = PidLock::take(&mp.lock);
                 let bm = mp.bitmap.load(Relaxed);
                 let k = (bm & EVEN).count_ones() as u64;
                 if k as usize >= MP_PAIRS {
@@ -136,6 +106,11 @@ impl MpWriter {
                     }
                     mp.bitmap.store(bm | 1 << (2 * k), Relaxed);
                     mp.owners[k as usize].store(self.me, Relaxed);
+                    // SYNC POINT: orders the tail store above before the caller's data stores
+                    // into the container (which may overwrite old bytes); pairs with the
+                    // Acquire fence in `Reader::check` / `IbufReader::check`, as the fence
+                    // after the tail store in `Writer::prepare`. (The bitmap and owners are
+                    // published by the lock's Release.)
                     fence(Release);
                     let len = self.max_record();
                     return Ok(MpSlot { w: self, index, len });
@@ -153,7 +128,13 @@ impl MpWriter {
     /// Sleep until the bitmap changes, recovering a dead producer's front container.
     fn wait_bitmap(&self, seen: u64) -> Result<()> {
         let mp = self.mp();
+        // SYNC POINT: eventcount, then condition: Acquire pairs with the Release increment
+        // in `close_pair`, which follows its bitmap store, so seeing the new seq means the
+        // bitmap load below sees the new bitmap; a close after the seq load changes the
+        // futex word and futex_wait returns at once.
         let seq = mp.seq.load(Acquire);
+        // SYNC POINT: Acquire, pairs with the Release bitmap store in `close_pair` (read
+        // outside the lock, for its value).
         if mp.bitmap.load(Acquire) != seen {
             return Ok(());
         }
@@ -166,6 +147,8 @@ impl MpWriter {
     /// If the front container is open and its producer is dead, close it as abandoned.
     fn recover_dead_front(&self) {
         let mp = self.mp();
+        // SYNC POINT: Acquire, pairs with the Release bitmap store in `close_pair`: the
+        // owners shifted before it are visible (read outside the lock).
         let bm = mp.bitmap.load(Acquire);
         if bm & 0b11 != 0b01 {
             return;
@@ -174,6 +157,8 @@ impl MpWriter {
         if std::fs::metadata(format!("/proc/{owner}")).is_ok() {
             return;
         }
+        // SYNC POINT: Acquire, pairs with `fences::publish` in `close_pair` (for the value:
+        // the front container is open, so write_pos cannot move until it closes).
         let head = self.sh.hdr().p.0.write_pos.load(Acquire) / self.sh.slot_size;
         self.mark_abandoned(head);
         self.close_pair(head);
@@ -181,17 +166,14 @@ impl MpWriter {
 
     fn mark_abandoned(&self, index: u64) {
         let off = DATA_OFFSET + ((index * self.sh.slot_size) & (self.sh.max_cap - 1)) as usize;
-        match self.sh.layout {
-            Layout::Slots => self.sh.data.write_at(off, &ABANDONED.to_le_bytes()),
-            _ => self.sh.data.write_at(off, &[0u8; 16]),
-        }
+        self.sh.data.write_at(off, self.sh.layout.abandoned_marker());
     }
 
     /// Mark container `index` closed and advance the write pointer over closed pairs.
     fn close_pair(&self, index: u64) {
         let sh = &*self.sh;
         let s = sh.slot_size;
-        let _l = MpLock::take(self.mp());
+        let _l = PidLock::take(&self.mp().lock);
         let mp = self.mp();
         let p = &sh.hdr().p.0;
         let head = p.write_pos.load(Relaxed) / s;
@@ -209,23 +191,29 @@ impl MpWriter {
                 mp.owners[i].store(next, Relaxed);
             }
         }
+        // SYNC POINT: Release (under the lock, which releases it again); pairs with the
+        // Acquire bitmap loads outside the lock in `wait_bitmap` and `recover_dead_front`.
         mp.bitmap.store(bm, Release);
         if run > 0 {
-            // SYNC POINT: as in Writer::publish — publish the data, then look for sleepers.
-            crate::ring::publish_position(&p.write_pos, (head + run) * s);
+            // SYNC POINT: as in Writer::publish — publish the data (Release, pairs with the
+            // readers' Acquire load of write_pos), then look for sleepers (the fast side of
+            // the sleep handshake against the readers' fetch_or, heavy fence, re-check).
+            publish_position(&p.write_pos, (head + run) * s);
             let ctl = sh.ctl().expect("producers map ctl");
             let pending = mp.pending.fetch_add(run as u32, Relaxed) + run as u32;
             if ctl.r.0.data_seq.load(Relaxed) & 1 == 1 {
                 let threshold = sh.hdr().m.0.threshold.load(Relaxed);
                 if ctl.r.0.deep_sleepers.load(Relaxed) > 0 || pending >= threshold {
                     mp.pending.store(0, Relaxed);
-                    crate::ring::wake_all(sh);
+                    wake_all(sh);
                 }
             } else {
                 mp.pending.store(0, Relaxed);
             }
         }
         if was_full || run > 0 {
+            // SYNC POINT: Release eventcount bump after the bitmap store; pairs with the
+            // Acquire load of `seq` in `wait_bitmap`.
             mp.seq.fetch_add(1, Release);
             sys::futex_wake(&mp.seq, i32::MAX);
         }
@@ -234,7 +222,7 @@ impl MpWriter {
     /// Wake readers for commits still below the batching threshold.
     pub fn flush(&self) {
         self.mp().pending.store(0, Relaxed);
-        crate::ring::wake_all(&self.sh);
+        wake_all(&self.sh);
     }
 }
 
@@ -246,8 +234,7 @@ impl MpSlot<'_> {
     /// The writable payload area of the container.
     pub fn buf(&mut self) -> &mut [u8] {
         let sh = &self.w.sh;
-        let hdr = if sh.layout == Layout::Slots { SLOT_HDR } else { 0 };
-        let off = DATA_OFFSET + ((self.index * sh.slot_size) & (sh.max_cap - 1)) as usize + hdr as usize;
+        let off = DATA_OFFSET + ((self.index * sh.slot_size) & (sh.max_cap - 1)) as usize + sh.layout.payload_hdr() as usize;
         sh.data.reserved_mut(&mut self.w.token, off, self.len)
     }
     /// Publish the container holding `len` payload bytes. Returns the payload position.
@@ -257,12 +244,13 @@ impl MpSlot<'_> {
             return Err(Error::TooLarge { name: sh.name.clone(), len, max: self.len });
         }
         let base = self.index * sh.slot_size;
-        if sh.layout == Layout::Slots {
+        let hdr = sh.layout.header(len as u32);
+        if !hdr.bytes().is_empty() {
             let off = DATA_OFFSET + (base & (sh.max_cap - 1)) as usize;
-            sh.data.write_at(off, &(len as u32).to_le_bytes());
+            sh.data.write_at(off, hdr.bytes());
         }
         self.w.close_pair(self.index);
-        Ok(base + if sh.layout == Layout::Slots { SLOT_HDR } else { 0 })
+        Ok(base + sh.layout.payload_hdr())
     }
 }
 

@@ -75,7 +75,7 @@ fn double_ring_is_lossless_with_small_data_ring() {
             }
             assert_eq!(parse_record(&buf[..n]).unwrap(), n_read);
             n_read += 1;
-            if n_read % 100 == 0 {
+            if n_read.is_multiple_of(100) {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }

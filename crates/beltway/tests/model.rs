@@ -111,7 +111,7 @@ proptest! {
                     match r.read(&mut buf) {
                         Ok(0) => prop_assert!(false, "EOF on an open ring"),
                         Ok(n) => {
-                            let s = parse_record(&buf[..n]).map_err(|e| TestCaseError::fail(e))?;
+                            let s = parse_record(&buf[..n]).map_err(TestCaseError::fail)?;
                             prop_assert!(last.is_none_or(|l| s > l), "seq {} after {:?}", s, last);
                             last = Some(s);
                         }
@@ -129,7 +129,7 @@ proptest! {
             match r.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    let s = parse_record(&buf[..n]).map_err(|e| TestCaseError::fail(e))?;
+                    let s = parse_record(&buf[..n]).map_err(TestCaseError::fail)?;
                     prop_assert!(last.is_none_or(|l| s > l), "seq {} after {:?}", s, last);
                     last = Some(s);
                 }
