@@ -12,6 +12,12 @@ pub enum FilterError {
     /// A parameter the filter cannot do without.
     #[error("missing parameter '{key}' ({expected})")]
     Missing { key: String, expected: String },
+    /// An option key the filter does not declare (nor is it a control option).
+    #[error("unknown parameter '{key}': it takes {}", words(accepted))]
+    Undeclared { key: String, accepted: Vec<&'static str> },
+    /// More positional parameters than the filter declares.
+    #[error("{given} positional parameters given, it takes {}", positional_words(*most, accepted))]
+    Positional { given: usize, most: usize, accepted: Vec<&'static str> },
     /// An operating-system resource the filter needs: a file, a socket, a device.
     #[error("{what}: {source}")]
     Io {
@@ -32,7 +38,26 @@ pub enum FilterError {
     Rule(String),
 }
 
+fn words(keys: &[&str]) -> String {
+    if keys.is_empty() {
+        "no parameters of its own".into()
+    } else {
+        keys.join(", ")
+    }
+}
+
+fn positional_words(most: usize, names: &[&str]) -> String {
+    match most {
+        0 => "none".into(),
+        _ => format!("at most {most} ({})", names.join(", ")),
+    }
+}
+
 impl FilterError {
+    /// A [`FilterError::Io`]: `what` names the resource (a path, a device).
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> FilterError {
+        FilterError::Io { what: what.into(), source }
+    }
     /// A [`FilterError::BadValue`].
     pub fn bad(key: &str, value: &str, expected: &str) -> FilterError {
         FilterError::BadValue { key: key.to_string(), value: value.to_string(), expected: expected.to_string() }

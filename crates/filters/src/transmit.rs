@@ -8,7 +8,7 @@
 //!
 //! Owns: the kick policy and its accounting. The ring is the kernel crate's.
 
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 use kernel::tx::{TxConfig, TxRing};
 use std::time::{Duration, Instant};
 
@@ -30,24 +30,24 @@ pub struct Tx {
     failed: bool,
 }
 
-fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let dev = a.require("dev", Some(0))?.to_string();
     let batch: usize = a.parse("batch", None, 64)?;
     let latency_us: u64 = a.parse("latency", None, 1000)?;
     let frames: u32 = a.parse("frames", None, 1024)?;
     if !(1..=65536).contains(&batch) {
-        return Err(format!("tx: batch={batch} must be 1..=65536"));
+        return Err(FilterError::bad("batch", &batch.to_string(), "1..=65536"));
     }
     if !(16..=1 << 20).contains(&frames) {
-        return Err(format!("tx: frames={frames} must be 16..=1048576"));
+        return Err(FilterError::bad("frames", &frames.to_string(), "16..=1048576"));
     }
     let bypass = match a.get("bypass", None) {
         None | Some("no") => false,
         Some("yes") => true,
-        Some(v) => return Err(format!("tx: bypass={v}: expected yes or no")),
+        Some(v) => return Err(FilterError::bad("bypass", v, "yes or no")),
     };
     // Opened now: a missing interface or capability is an error before the run starts.
-    let ring = TxRing::open(&dev, TxConfig { frames, qdisc_bypass: bypass, ..TxConfig::default() }).map_err(|e| format!("tx: {e}"))?;
+    let ring = TxRing::open(&dev, TxConfig { frames, qdisc_bypass: bypass, ..TxConfig::default() }).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
     Ok(Box::new(Tx {
         dev,
         ring,
@@ -160,27 +160,20 @@ impl Filter for Tx {
     }
 }
 
-pub static TX: FilterSpec = FilterSpec {
-    name: "tx",
-    synopsis: "tx dev=IF [batch=N] [latency=US] [frames=N] [bypass=yes|no]",
-    description: "Transmits every block as one frame (it should start with an Ethernet header) through\n\
+pub static TX: FilterSpec = FilterSpec::new("tx", Access::Sink, make)
+    .synopsis("tx dev=IF [batch=N] [latency=US] [frames=N] [bypass=yes|no]")
+    .description("Transmits every block as one frame (it should start with an Ethernet header) through\n\
                   an AF_PACKET transmit ring. Frames are queued in the ring and sent by one system call\n\
                   (a kick) when `batch` frames are queued, when the oldest has waited `latency`\n\
                   microseconds (checked after every input batch), and when the input goes quiet; a full\n\
                   ring waits for the kernel, nothing is dropped. The summary gives frames per kick.\n\
-                  Needs CAP_NET_RAW.",
-    params: &[
-        Param { name: "dev", doc: "interface (also positional)" },
-        Param { name: "batch", doc: "frames per kick at most (default 64)" },
-        Param { name: "latency", doc: "longest a queued frame waits for its kick, microseconds (default 1000)" },
-        Param { name: "frames", doc: "frame slots in the ring, 2 KiB each (default 1024)" },
-        Param { name: "bypass", doc: "yes: skip the qdisc layer (PACKET_QDISC_BYPASS)" },
-    ],
-    classes: "sink (no output)",
-    class_names: &[],
-    example: "streamline run 'pcapin file=examples/sample.pcap | tx dev=veth0'",
-    access: Access::Sink,
-    replication: dataplane::Replication::of(Access::Sink),
-    source: false,
-    make,
-};
+                  Needs CAP_NET_RAW.")
+    .params(&[
+        Param::new("dev", "interface (also positional)"),
+        Param::new("batch", "frames per kick at most (default 64)"),
+        Param::new("latency", "longest a queued frame waits for its kick, microseconds (default 1000)"),
+        Param::new("frames", "frame slots in the ring, 2 KiB each (default 1024)"),
+        Param::new("bypass", "yes: skip the qdisc layer (PACKET_QDISC_BYPASS)"),
+    ])
+    .classes("sink (no output)")
+    .example("streamline run 'pcapin file=examples/sample.pcap | tx dev=veth0'");
