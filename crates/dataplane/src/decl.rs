@@ -38,7 +38,7 @@ pub enum Kind {
     Size,
     /// yes or no (also true/false, 1/0, on/off).
     Flag,
-    /// Hexadecimal digits.
+    /// Hexadecimal digits (an `0x` before them allowed).
     Hex,
     /// Comma-separated non-negative whole numbers.
     Numbers,
@@ -57,7 +57,9 @@ impl Kind {
             Kind::Flag => "yes or no".into(),
             Kind::Hex => "hexadecimal digits".into(),
             Kind::Numbers => "non-negative whole numbers separated by commas".into(),
-            Kind::Choice(words) => format!("one of {}", words.join(", ")),
+            Kind::Choice([one]) => one.to_string(),
+            Kind::Choice([rest @ .., last]) => format!("{} or {last}", rest.join(", ")),
+            Kind::Choice([]) => "no value".into(),
         }
     }
 
@@ -69,7 +71,10 @@ impl Kind {
             Kind::Number => v.parse::<f64>().is_ok_and(f64::is_finite),
             Kind::Size => parse_size(v).is_some(),
             Kind::Flag => matches!(v, "yes" | "no" | "true" | "false" | "1" | "0" | "on" | "off"),
-            Kind::Hex => !v.is_empty() && v.bytes().all(|b| b.is_ascii_hexdigit()),
+            Kind::Hex => {
+                let v = v.strip_prefix("0x").unwrap_or(v);
+                !v.is_empty() && v.bytes().all(|b| b.is_ascii_hexdigit())
+            }
             Kind::Numbers => v.split(',').all(|p| p.trim().parse::<u64>().is_ok()),
             Kind::Choice(words) => words.contains(&v),
         }
@@ -192,11 +197,10 @@ impl Implementation {
     pub const NATIVE: Implementation = Implementation { name: "native", space: Space::User, needs: Needs::Nothing, cost: Cost::DEFAULT };
 }
 
-/// Option keys the control plane may give any filter besides its declared parameters:
-/// the control options of thesis Table 3.2 (`lang::CONTROL_OPTIONS`) and the keys the
-/// placement and the planner write (`placed=user` after `rx`, the `pin` of a kernel form's
-/// maps, the planner's `sel=`, `rate=`, `bytes=`).
-pub const PLACEMENT_OPTIONS: [&str; 5] = ["placed", "pin", "sel", "rate", "bytes"];
+/// Option keys any filter takes besides its declared parameters and the control options
+/// of thesis Table 3.2 (`lang::CONTROL_OPTIONS`): the planner's estimates `sel=`, `rate=`,
+/// `bytes=` (a filter that declares a key of the same name, `strip bytes=`, keeps it).
+pub const PLANNER_OPTIONS: [&str; 3] = ["sel", "rate", "bytes"];
 
 /// Everything about a filter, declared once (see the module documentation).
 pub struct FilterSpec {
@@ -212,7 +216,9 @@ pub struct FilterSpec {
     /// Whether and how it may be replicated (see [`Replication`]).
     pub replication: Replication,
     pub source: bool,
-    /// The ways it runs; the first is the one the runtime builds with `make` in user space.
+    /// The ways it runs, each in the spaces it can run in (the optimizer chooses; `make`
+    /// builds the filter for whichever was chosen: a kernel form is set up from the user
+    /// space filter, `rx`'s socket, `placed=kernel`).
     pub implementations: &'static [Implementation],
     pub make: fn(&Args) -> Result<Box<dyn Filter>, FilterError>,
 }
@@ -298,7 +304,7 @@ impl FilterSpec {
             match self.param(key) {
                 Some(p) if !p.kind.admits(value) => return Err(FilterError::bad(key, value, &p.kind.expected())),
                 Some(_) => {}
-                None if lang::CONTROL_OPTIONS.contains(&key.as_str()) || PLACEMENT_OPTIONS.contains(&key.as_str()) => {}
+                None if lang::CONTROL_OPTIONS.contains(&key.as_str()) || PLANNER_OPTIONS.contains(&key.as_str()) => {}
                 None => {
                     return Err(FilterError::Undeclared { key: key.clone(), accepted: self.params.iter().map(|p| p.name).collect() });
                 }

@@ -1,7 +1,7 @@
 //! Application-level filters: tcpstream (zero-copy reassembly), http, dns.
 
 use crate::packet::{app_payload, flow_hash, parse_tag, L4};
-use dataplane::{FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
 use std::collections::{BTreeMap, HashMap};
 
 /// Per-direction reassembly state: the next expected sequence number and the segments
@@ -220,7 +220,7 @@ pub static TCPSTREAM: FilterSpec = FilterSpec::new("tcpstream", Access::Reorderi
     .synopsis("tcpstream [limit=BYTES]")
     .description("Zero-copy TCP reassembly: crops each segment to its payload (a metadata edit) and\nreorders tags so that each connection's bytes leave in sequence order; retransmitted\nbytes are trimmed, early segments wait as tags (up to limit per direction, default 4M).")
     .params(&[
-        Param::new("limit", "bytes of out-of-order data held per direction"),
+        Param::new("limit", "bytes of out-of-order data held per direction").kind(Kind::Size).default("4M"),
     ])
     .classes("the connection's flow hash (as `flow`)")
     .example("streamline run 'pcapin file=examples/sample.pcap | tcpstream | http | outfile requests.txt'");
@@ -228,7 +228,7 @@ pub static HTTP: FilterSpec = FilterSpec::new("http", Access::Classification, ma
     .synopsis("http [method=NAME]")
     .description("Detects HTTP requests (a request line at the start of the payload) in whole\nframes or in reassembled/cropped payloads.")
     .params(&[
-        Param::new("method", "pass only this method (also positional)"),
+        Param::new("method", "pass only this method (also positional)").at(0),
     ])
     .classes("1 GET, 2 POST, 3 HEAD, 4 PUT, 5 DELETE, 6 OPTIONS, 7 PATCH, 8 CONNECT, 9 TRACE; 0 otherwise")
     .class_names(&[("get", 1), ("post", 2), ("head", 3), ("put", 4), ("delete", 5), ("options", 6), ("patch", 7), ("connect", 8), ("trace", 9)])
@@ -237,7 +237,7 @@ pub static DNS: FilterSpec = FilterSpec::new("dns", Access::Classification, make
     .synopsis("dns [port=N]")
     .description("Detects DNS messages on port 53 (UDP, or TCP with its length prefix).")
     .params(&[
-        Param::new("port", "DNS port (default 53)"),
+        Param::new("port", "DNS port (default 53)").kind(Kind::Count).default("53"),
     ])
     .classes("1 for queries, 2 for responses, 0 otherwise")
     .class_names(&[("query", 1), ("response", 2)])

@@ -3,7 +3,7 @@
 //! after any source (capture files, other filters). The kernel implementation (the same
 //! program attached to a capture socket) joins it with live capture.
 
-use dataplane::{FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 use kernel::cbpf::{compile, compile_for_file, Program};
 
 pub struct Bpf {
@@ -60,6 +60,9 @@ impl Filter for Bpf {
     }
 }
 
+/// bpf's cost on the capture socket: a few instructions per frame, most frames rejected.
+const SIEVE: Cost = Cost::DEFAULT.per_call(40.0).forward(0.1).per_byte(0.0).bytes_read(0.0);
+
 pub static BPF: FilterSpec = FilterSpec::new("bpf", Access::Classification, make)
     .synopsis("bpf \"EXPRESSION\"")
     .description("Passes the frames a pcap-filter expression (tcpdump's language, see pcap-filter(7))\n\
@@ -71,8 +74,13 @@ pub static BPF: FilterSpec = FilterSpec::new("bpf", Access::Classification, make
        run starts; one it refuses for a capture's link type (`ip6` on raw IPv4) drops that\n\
        capture's frames with a warning.")
     .params(&[
-        Param::new("expr", "the expression (also the first positional parameter; quote it)"),
-        Param::new("placed", "kernel when the program runs on the capture socket (set for `rx | bpf`); user keeps it in this space"),
+        Param::new("expr", "the expression (also the first positional parameter; quote it)").at(0),
+        Param::new("placed", "kernel when the program runs on the capture socket (set for `rx | bpf`); user keeps it in this space").kind(Kind::Choice(&["user", "kernel"])).default("user"),
     ])
     .classes("1 for accepted frames, 0 otherwise")
-    .example("streamline run 'pcapin file=examples/sample.pcap | bpf \"tcp dst port 80\" | count'");
+    .example("streamline run 'pcapin file=examples/sample.pcap | bpf \"tcp dst port 80\" | count'")
+    // A packet filter: selective by default (a tight sieve, thesis 7.3.2).
+    .implementations(&[
+        Implementation { name: "cbpf-socket", space: ImplSpace::Kernel(KernelForm::SocketFilter), needs: Needs::AfPacket, cost: SIEVE },
+        Implementation { name: "cbpf-interp", space: ImplSpace::User, needs: Needs::Nothing, cost: SIEVE.per_call(120.0) },
+    ]);

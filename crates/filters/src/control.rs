@@ -2,7 +2,7 @@
 
 use crate::packet::{flow_hash, parse_tag};
 use dataplane::builtin::{JoinFilter, SplitFilter};
-use dataplane::{FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 use std::collections::HashMap;
 
 /// Bounded loop (thesis 3.3.2): the first N times a block is seen it gets class 1 (the
@@ -87,7 +87,7 @@ pub static FOR: FilterSpec = FilterSpec::new("for", Access::Metadata, make_for)
     .synopsis("for N name=X")
     .description("Bounds a loop: `pre | for name=L 10 | body | for name=L |! post` runs body ten\ntimes per block, then passes the block on to post.")
     .params(&[
-        Param::new("count", "iterations (also positional; default 1)"),
+        Param::new("count", "iterations (also positional; default 1)").at(0).kind(Kind::Count).default("1"),
     ])
     .classes("1 while iterations remain, then 0")
     .example("streamline run 'gen count=5 | for name=L 3 | count | for name=L |! null'")
@@ -96,7 +96,7 @@ pub static JOIN: FilterSpec = FilterSpec::new("join", Access::Metadata, make_joi
     .synopsis("join [mode=all|first|N]")
     .description("Joins parallel branches: all copies (default), the first copy of each block, or\nthe Nth. Templates insert it for `+`, `++` and `+*`.")
     .params(&[
-        Param::new("mode", "all, first, or N (also positional)"),
+        Param::new("mode", "all, first, or N (also positional)").at(0).default("all"),
     ])
     .classes("the class the copy arrived with")
     .example("streamline run 'pcapin file=examples/sample.pcap | (tcp + udp) | join | count'")
@@ -105,8 +105,8 @@ pub static SPLIT: FilterSpec = FilterSpec::new("split", Access::Metadata, make_s
     .synopsis("split [ways=N] [mode=rr|hash]")
     .description("Sends each block down exactly one of its N outgoing arcs: round-robin, or by\nthe hash of its class (sessions stay together). Used for data parallelism.")
     .params(&[
-        Param::new("ways", "number of branches (also positional)"),
-        Param::new("mode", "rr (default) or hash"),
+        Param::new("ways", "number of branches (also positional)").at(0).kind(Kind::Count).default("2"),
+        Param::new("mode", "rr (default) or hash").kind(Kind::Choice(&["rr", "roundrobin", "hash"])).default("rr"),
     ])
     .classes("the branch number 1..=N")
     .example("streamline run 'gen count=100 | split 2 | count + count'")
@@ -115,8 +115,8 @@ pub static HASH: FilterSpec = FilterSpec::new("hash", Access::Classification, ma
     .synopsis("hash [ways=N] [by=flow|data]")
     .description("Classifies blocks into N classes by flow (5-tuple) or by contents.")
     .params(&[
-        Param::new("ways", "number of classes (also positional)"),
-        Param::new("by", "flow (default) or data"),
+        Param::new("ways", "number of classes (also positional)").at(0).kind(Kind::Count).default("2"),
+        Param::new("by", "flow (default) or data").kind(Kind::Choice(&["flow", "data", "content"])).default("flow"),
     ])
     .classes("1..=N")
     .example("streamline run 'pcapin file=examples/sample.pcap | hash 4 | hist'");

@@ -4,7 +4,7 @@
 use crate::packet::parse_tag;
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
-use dataplane::{FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 
 /// Crops blocks: a number of bytes, or up to a protocol's payload. No copy.
@@ -222,7 +222,7 @@ pub static STRIP: FilterSpec = FilterSpec::new("strip", Access::Metadata, make_s
     .synopsis("strip [N|payload]")
     .description("Crops blocks by moving the tag's start: N bytes, or (default) up to the\ntransport payload of a whole frame. A metadata edit: no data is copied.")
     .params(&[
-        Param::new("bytes", "bytes to remove, or 'payload' (also positional)"),
+        Param::new("bytes", "bytes to remove, or 'payload' (also positional)").at(0).default("payload"),
     ])
     .classes("the block's class (at least 1)")
     .example("streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 strip | outfile http.raw'");
@@ -230,7 +230,7 @@ pub static DEFLATE: FilterSpec = FilterSpec::new("deflate", Access::Editing, mak
     .synopsis("deflate [level=0-9]")
     .description("Compresses each block on its own (raw deflate); the result is a new block.")
     .params(&[
-        Param::new("level", "compression level, default 6 (also positional)"),
+        Param::new("level", "compression level, default 6 (also positional)").at(0).kind(Kind::Count).default("6"),
     ])
     .classes("the block's class (at least 1); 0 if it failed")
     .example("streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'");
@@ -238,7 +238,7 @@ pub static INFLATE: FilterSpec = FilterSpec::new("inflate", Access::Editing, mak
     .synopsis("inflate [max=BYTES]")
     .description("Decompresses blocks made by deflate; blocks that are not valid deflate data\n(or would exceed max, default 1M) are dropped with a warning.")
     .params(&[
-        Param::new("max", "largest decompressed block"),
+        Param::new("max", "largest decompressed block").kind(Kind::Size).default("1M"),
     ])
     .classes("the block's class (at least 1); 0 for invalid input")
     .example("streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'");
@@ -246,7 +246,7 @@ pub static ENCRYPT: FilterSpec = FilterSpec::new("encrypt", Access::Editing, mak
     .synopsis("encrypt key=HEX | keyfile=F")
     .description("Encrypts each block with AES-256-GCM: a new block holding a 12-byte nonce,\nthe ciphertext and the 16-byte authentication tag.")
     .params(&[
-        Param::new("key", "256-bit key as 64 hex digits"),
+        Param::new("key", "256-bit key as 64 hex digits").kind(Kind::Hex),
         Param::new("keyfile", "file holding the key"),
     ])
     .classes("the block's class (at least 1)")
@@ -255,7 +255,7 @@ pub static DECRYPT: FilterSpec = FilterSpec::new("decrypt", Access::Editing, mak
     .synopsis("decrypt key=HEX | keyfile=F")
     .description("Decrypts blocks made by encrypt; blocks failing authentication are dropped\nwith a warning.")
     .params(&[
-        Param::new("key", "256-bit key as 64 hex digits"),
+        Param::new("key", "256-bit key as 64 hex digits").kind(Kind::Hex),
         Param::new("keyfile", "file holding the key"),
     ])
     .classes("the block's class (at least 1); 0 if authentication fails")
@@ -264,7 +264,7 @@ pub static XOR: FilterSpec = FilterSpec::new("xor", Access::Editing, make_xor)
     .synopsis("xor KEYHEX")
     .description("XORs each block in place with a repeating key. Edits through write isolation:\nthe block is copied first only if another branch still reads it or it lives in a\nread-only file.")
     .params(&[
-        Param::new("key", "key bytes in hex (also positional)"),
+        Param::new("key", "key bytes in hex (also positional)").at(0).kind(Kind::Hex),
     ])
     .classes("the block's class (at least 1)")
     .example("streamline run 'gen count=10 | xor 5a | stdout'");

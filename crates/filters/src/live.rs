@@ -4,7 +4,7 @@
 //! after `rx` runs in the kernel, and so do the NIC-FIX filters (flowcount, sample,
 //! bytecount) as eBPF programs: [`kernel_placement`] moves the program onto the socket.
 
-use dataplane::{FilterError, Access, Args, Batch, BufId, Ctx, External, Filter, FilterSpec, Param, RecordMeta, Tag};
+use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, BufId, Ctx, External, Filter, FilterSpec, Param, RecordMeta, Tag};
 use kernel::afpacket::{Block, RxConfig, RxRing, SocketFilter};
 use kernel::cbpf::compile;
 use kernel::ebpf;
@@ -218,10 +218,6 @@ impl Filter for Rx {
     }
 }
 
-/// Filters with a kernel implementation that runs on the capture socket when they follow
-/// `rx` directly (one program per socket, so only the first filter after `rx`).
-pub const KERNEL_AFTER_RX: &[&str] = &["bpf", "flowcount", "sample", "bytecount"];
-
 /// Kernel placement (thesis 6.3.2, push processing down): `rx | bpf "E"` runs E on the
 /// capture socket, so frames it rejects are never handed to user space; `rx | flowcount`,
 /// `rx | sample N` and `rx | bytecount` run their eBPF program there (`kebpf=`), with the
@@ -242,7 +238,7 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
         let (rx_opt, filter_opt) = match (&g.nodes[e.from].kind, &g.nodes[e.to].kind) {
             (NodeKind::Filter { filter: a, options: ao, .. }, NodeKind::Filter { filter: b, params, options: bo })
                 if a == "rx"
-                    && KERNEL_AFTER_RX.contains(&b.as_str())
+                    && crate::find(b).is_some_and(FilterSpec::runs_after_rx_in_kernel)
                     && !ao.iter().any(|(k, v)| k == "kfilter" || k == "kebpf" || (k == "impl" && v == "xdp"))
                     && !bo.iter().any(|(k, _)| k == "placed") =>
             {
@@ -384,19 +380,25 @@ pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
                   frames of that queue are taken from the host's network stack, which no longer sees\n\
                   them (no ARP or ping answers on that interface while it runs).")
     .params(&[
-        Param::new("dev", "interface (also positional)"),
-        Param::new("latency", "longest wait for a partly filled block, ms (default 10)"),
-        Param::new("blocks", "ring blocks of 1 MiB (default 16)"),
+        Param::new("dev", "interface (also positional)").at(0),
+        Param::new("latency", "longest wait for a partly filled block, ms (default 10)").kind(Kind::Count).default("10"),
+        Param::new("blocks", "ring blocks of 1 MiB (default 16)").kind(Kind::Count).default("16"),
         Param::new("kfilter", "pcap-filter expression run in the kernel (set by the bpf placement)"),
         Param::new("kebpf", "eBPF program run in the kernel, e.g. \"sample every=10\" (set by the flowcount / sample / bytecount placement)"),
         Param::new("kpin", "bpffs directory where the kebpf program's maps are pinned while it runs"),
-        Param::new("fanout", "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)"),
-        Param::new("impl", "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet"),
-        Param::new("queue", "impl=xdp: the interface queue to bind (default 0)"),
-        Param::new("frames", "impl=xdp: UMEM chunks of 2 KiB, a power of two (default 16384: 32 MiB, the kernel gets half to fill)"),
-        Param::new("batch", "impl=xdp: frames gathered per wake-up, at most (and by default) frames/4; the latency bound still holds"),
-        Param::new("xdpmode", "impl=xdp: auto (libxdp picks) or skb (generic XDP)"),
-        Param::new("queues", "N engines: N rx in one fanout group, each with its own copy of the filters after it on its own pinned thread; a join feeds the rest (a sink after them totals all queues)"),
+        Param::new("fanout", "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)").kind(Kind::Count),
+        Param::new("impl", "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet").kind(Kind::Choice(&["packet", "xdp", "auto"])).default("auto"),
+        Param::new("queue", "impl=xdp: the interface queue to bind (default 0)").kind(Kind::Count).default("0"),
+        Param::new("frames", "impl=xdp: UMEM chunks of 2 KiB, a power of two (default 16384: 32 MiB, the kernel gets half to fill)").kind(Kind::Count).default("16384"),
+        Param::new("batch", "impl=xdp: frames gathered per wake-up, at most (and by default) frames/4; the latency bound still holds").kind(Kind::Count),
+        Param::new("xdpmode", "impl=xdp: auto (libxdp picks) or skb (generic XDP)").kind(Kind::Choice(&["auto", "skb"])).default("auto"),
+        Param::new("queues", "N engines: N rx in one fanout group, each with its own copy of the filters after it on its own pinned thread; a join feeds the rest (a sink after them totals all queues)").kind(Kind::Count).default("1"),
     ])
     .classes("1 for every frame")
-    .example("streamline run 'rx dev=eth0 | bpf \"tcp port 80\" | count'");
+    .example("streamline run 'rx dev=eth0 | bpf \"tcp port 80\" | count'")
+    .implementations(&[Implementation {
+        name: "af-packet",
+        space: ImplSpace::Kernel(KernelForm::Capture),
+        needs: Needs::AfPacket,
+        cost: Cost::DEFAULT.per_call(400.0).per_byte(0.2),
+    }]);

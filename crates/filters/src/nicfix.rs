@@ -12,7 +12,7 @@
 //! [`bytes_text`]), so a run's output does not say which one ran except in `rx`'s
 //! summary; `streamline maps` prints running programs' maps with them too.
 
-use dataplane::{FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
+use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
 use kernel::ebpf::{self, Config, FlowKey, Snapshot, Tally};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -462,6 +462,14 @@ fn make_bytecount(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(ByteCount { place: place(a)?, len, top: top(a, 8)?, hist: Box::new([0; 256]), frames: 0, bytes: 0, kernel: None }))
 }
 
+/// The NIC-FIX filters' implementations: the eBPF program with its state in BPF maps on
+/// the capture socket right after `rx` (a map update in the JITed program: a little cheaper
+/// than a user call), and the native filter.
+const EBPF_OR_NATIVE: &[Implementation] = &[
+    Implementation { name: "ebpf-map", space: ImplSpace::Kernel(KernelForm::EbpfMaps), needs: Needs::Bpf, cost: Cost::DEFAULT.per_call_scaled(0.8) },
+    Implementation::NATIVE,
+];
+
 pub static FLOWCOUNT: FilterSpec = FilterSpec::new("flowcount", Access::Statistics, make_flowcount)
     .synopsis("flowcount [flows=N] [top=K] [placed=user]")
     .description("Counts packets and bytes per flow (thesis Figure 7.8 B): IPv4/IPv6 source and destination\n\
@@ -474,13 +482,14 @@ pub static FLOWCOUNT: FilterSpec = FilterSpec::new("flowcount", Access::Statisti
        `flows` (beyond it the kernel's LRU evicts old flows, user space stops adding new\n\
        ones); the totals are always exact.")
     .params(&[
-        Param::new("flows", "flows tracked (default 64K)"),
-        Param::new("top", "flows printed at the end (default 10)"),
-        Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`"),
+        Param::new("flows", "flows tracked (default 64K)").kind(Kind::Size).default("64K"),
+        Param::new("top", "flows printed at the end (default 10)").kind(Kind::Count).default("10"),
+        Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user"),
         Param::new("pin", "the pin directory of the kernel program's maps (set by the placement)"),
     ])
     .classes("unchanged")
-    .example("streamline run 'rx dev=eth0 | flowcount top=20 | null'");
+    .example("streamline run 'rx dev=eth0 | flowcount top=20 | null'")
+    .implementations(EBPF_OR_NATIVE);
 pub static SAMPLE: FilterSpec = FilterSpec::new("sample", Access::Inspection, make_sample)
     .synopsis("sample [every=N] [prob=P seed=S] [placed=user]")
     .description("Passes every Nth block (the Nth, 2Nth, ...; default N=10), or each block with\n\
@@ -489,15 +498,16 @@ pub static SAMPLE: FilterSpec = FilterSpec::new("sample", Access::Inspection, ma
        on the socket, so they are never copied to user space. Prints frames seen and passed\n\
        at the end.")
     .params(&[
-        Param::new("every", "pass one block in N (also positional)"),
-        Param::new("prob", "pass each with this probability instead (user space only)"),
-        Param::new("seed", "random seed for prob"),
-        Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`"),
+        Param::new("every", "pass one block in N (also positional)").at(0).kind(Kind::Size).default("10"),
+        Param::new("prob", "pass each with this probability instead (user space only)").kind(Kind::Number),
+        Param::new("seed", "random seed for prob").kind(Kind::Count),
+        Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user"),
         Param::new("pin", "the pin directory of the kernel program's maps (set by the placement)"),
     ])
     .classes("the block's class (at least 1) when passed; 0 otherwise")
     .example("streamline run 'pcapin file=examples/sample.pcap | sample 100 | inspect'")
-    .replication(dataplane::Replication::Never("it passes every Nth block of the whole stream"));
+    .replication(dataplane::Replication::Never("it passes every Nth block of the whole stream"))
+    .implementations(EBPF_OR_NATIVE);
 pub static BYTECOUNT: FilterSpec = FilterSpec::new("bytecount", Access::Statistics, make_bytecount)
     .synopsis("bytecount [len=N] [top=K] [placed=user]")
     .description("Counts how often each byte value (0..255) occurs in the first `len` bytes of every block\n\
@@ -506,13 +516,14 @@ pub static BYTECOUNT: FilterSpec = FilterSpec::new("bytecount", Access::Statisti
        socket filter adds into a per-CPU BPF array (len is at most 4096, the program's loop\n\
        bound). At the end it prints packets, bytes counted and the `top` values by count.")
     .params(&[
-        Param::new("len", "bytes counted per block, 1..4096 (default 4096; also positional)"),
-        Param::new("top", "values printed at the end (default 8)"),
-        Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`"),
+        Param::new("len", "bytes counted per block, 1..4096 (default 4096; also positional)").at(0).kind(Kind::Size).default("4096"),
+        Param::new("top", "values printed at the end (default 8)").kind(Kind::Count).default("8"),
+        Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user"),
         Param::new("pin", "the pin directory of the kernel program's maps (set by the placement)"),
     ])
     .classes("unchanged")
-    .example("streamline run 'pcapin file=examples/sample.pcap | bytecount top=4'");
+    .example("streamline run 'pcapin file=examples/sample.pcap | bytecount top=4'")
+    .implementations(EBPF_OR_NATIVE);
 
 #[cfg(test)]
 mod tests {

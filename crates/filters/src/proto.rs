@@ -3,7 +3,7 @@
 //! the block's class; nothing is copied.
 
 use crate::packet::{flow_hash, parse_tag, Pkt};
-use dataplane::{FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 
 /// A filter that classifies each block from its parsed frame (None if not a whole,
 /// parseable frame).
@@ -135,7 +135,7 @@ pub static ETH: FilterSpec = FilterSpec::new("eth", Access::Classification, eth)
     .synopsis("eth [type=HEX]")
     .description("Passes frames by the type of what their link layer carries (optionally only one\nethertype, e.g. type=0800): Ethernet's inside any VLAN tags, Linux cooked captures'\nprotocol, 0800/86dd for raw IP and BSD loopback.")
     .params(&[
-        Param::new("type", "ethertype in hex (also positional)"),
+        Param::new("type", "ethertype in hex (also positional)").at(0).kind(Kind::Hex),
     ])
     .classes("1 for matching frames, 0 otherwise")
     .example("streamline run 'pcapin file=examples/sample.pcap | eth 86dd | count'");
@@ -143,7 +143,7 @@ pub static IP: FilterSpec = FilterSpec::new("ip", Access::Classification, ip)
     .synopsis("ip [version=4|6]")
     .description("Passes IP packets (IPv4 and IPv6, or one version).")
     .params(&[
-        Param::new("version", "4 or 6 (also positional)"),
+        Param::new("version", "4 or 6 (also positional)").at(0).kind(Kind::Count),
     ])
     .classes("4 for IPv4, 6 for IPv6, 0 for anything else")
     .class_names(&[("ipv4", 4), ("ipv6", 6)])
@@ -162,7 +162,7 @@ pub static ICMP: FilterSpec = FilterSpec::new("icmp", Access::Classification, ic
     .synopsis("icmp [version=4|6]")
     .description("Passes ICMP (IPv4 protocol 1) and ICMPv6 (IPv6 next header 58) packets,\nfragments included, or one of the two.")
     .params(&[
-        Param::new("version", "4 or 6 (also positional)"),
+        Param::new("version", "4 or 6 (also positional)").at(0).kind(Kind::Count),
     ])
     .classes("1 for ICMPv4, 2 for ICMPv6, 0 otherwise")
     .class_names(&[("icmp4", 1), ("icmp6", 2)])
@@ -171,7 +171,7 @@ pub static DPORT: FilterSpec = FilterSpec::new("dport", Access::Classification, 
     .synopsis("dport [PORT[,PORT...]]")
     .description("Classifies TCP and UDP packets by destination port, so a selector picks a\nservice: `dport |22 ssh`, `dport |1:1023 count`. With ports given, passes only those.")
     .params(&[
-        Param::new("port", "ports to pass (also positional, comma-separated)"),
+        Param::new("port", "ports to pass (also positional, comma-separated)").from(0).kind(Kind::Numbers),
     ])
     .classes("the destination port; 0 for non-TCP/UDP (and other ports, when given)")
     .class_names(SERVICES)
@@ -180,7 +180,7 @@ pub static SPORT: FilterSpec = FilterSpec::new("sport", Access::Classification, 
     .synopsis("sport [PORT[,PORT...]]")
     .description("Classifies TCP and UDP packets by source port (see dport).")
     .params(&[
-        Param::new("port", "ports to pass (also positional, comma-separated)"),
+        Param::new("port", "ports to pass (also positional, comma-separated)").from(0).kind(Kind::Numbers),
     ])
     .classes("the source port; 0 for non-TCP/UDP")
     .class_names(SERVICES)
@@ -189,7 +189,7 @@ pub static PROTO: FilterSpec = FilterSpec::new("proto", Access::Classification, 
     .synopsis("proto [NUMBER[,NUMBER...]]")
     .description("Classifies IP packets by protocol number (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6).")
     .params(&[
-        Param::new("proto", "protocol numbers to pass (also positional)"),
+        Param::new("proto", "protocol numbers to pass (also positional)").from(0).kind(Kind::Numbers),
     ])
     .classes("the IP protocol number; 0 for non-IP")
     .class_names(&[("icmp", 1), ("tcp", 6), ("udp", 17), ("gre", 47), ("esp", 50), ("icmp6", 58), ("sctp", 132)])

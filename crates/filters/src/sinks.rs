@@ -1,6 +1,6 @@
 //! Sinks: outfile, stdout, pcapout, null.
 
-use dataplane::{FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 use std::fs::File;
@@ -132,9 +132,9 @@ pub static OUTFILE: FilterSpec = FilterSpec::new("outfile", Access::Sink, make_o
     .synopsis("outfile FILE [append=yes] [lines=yes]")
     .description("Writes block contents to a file, back to back (lines=yes adds a newline after\neach block).")
     .params(&[
-        Param::new("file", "the file (also positional)"),
-        Param::new("append", "yes to append instead of truncating"),
-        Param::new("lines", "yes for one block per line"),
+        Param::new("file", "the file (also positional)").at(0),
+        Param::new("append", "yes to append instead of truncating").kind(Kind::Flag).default("no"),
+        Param::new("lines", "yes for one block per line").kind(Kind::Flag).default("no"),
     ])
     .classes("sink (no output)")
     .example("streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 strip | outfile http.raw'");
@@ -142,7 +142,7 @@ pub static STDOUT: FilterSpec = FilterSpec::new("stdout", Access::Sink, make_std
     .synopsis("stdout [lines=yes]")
     .description("Writes block contents to standard output.")
     .params(&[
-        Param::new("lines", "yes for one block per line"),
+        Param::new("lines", "yes for one block per line").kind(Kind::Flag).default("no"),
     ])
     .classes("sink (no output)")
     .example("streamline run 'file a.txt split=lines | grep x | stdout'");
@@ -150,7 +150,7 @@ pub static PCAPOUT: FilterSpec = FilterSpec::new("pcapout", Access::Sink, make_p
     .synopsis("pcapout file=FILE")
     .description("Writes packets to a pcap file (readable by tcpdump and Wireshark), with the\noriginal timestamps and wire lengths when the packets came from a capture (a block\ncropped from a packet keeps its time; a block made by a filter gets time 0).")
     .params(&[
-        Param::new("file", "output file (also positional)"),
+        Param::new("file", "output file (also positional)").at(0),
     ])
     .classes("sink (no output)")
     .example("streamline run 'pcapin file=examples/sample.pcap | udp | pcapout file=udp.pcap'");

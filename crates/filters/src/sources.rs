@@ -2,7 +2,7 @@
 //! synthetic blocks.
 
 use crate::savefile::{swap_pseudo_header, Savefile};
-use dataplane::{FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, RecordMeta, Tag};
+use dataplane::{Kind, FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, RecordMeta, Tag};
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -347,7 +347,7 @@ pub static PCAPIN: FilterSpec = FilterSpec::new("pcapin", Access::Source, PcapIn
                   interfaces must share one link type and snap length. A helper thread\n\
                   (pcapin-index) walks the records ahead of the space.")
     .params(&[
-        Param::new("file", "capture file (also the first positional parameter)"),
+        Param::new("file", "capture file (also the first positional parameter)").at(0),
     ])
     .classes("1 for every packet")
     .example("streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 count'");
@@ -436,9 +436,9 @@ pub static FILE: FilterSpec = FilterSpec::new("file", Access::Source, FileIn::ma
                   64 KiB (split=bytes, size=N to change), one block per line including its newline\n\
                   (split=lines), or fixed-size records (split=fixed size=N; the last may be shorter).")
     .params(&[
-        Param::new("file", "the file (also the first positional parameter)"),
-        Param::new("split", "bytes (default), lines or fixed"),
-        Param::new("size", "block size for bytes/fixed (suffixes K, M)"),
+        Param::new("file", "the file (also the first positional parameter)").at(0),
+        Param::new("split", "bytes (default), lines or fixed").kind(Kind::Choice(&["bytes", "lines", "fixed"])).default("bytes"),
+        Param::new("size", "block size for bytes/fixed (suffixes K, M)").kind(Kind::Size).default("64K"),
     ])
     .classes("1 for every block")
     .example("streamline run 'file /var/log/syslog split=lines | grep error | count'");
@@ -509,8 +509,8 @@ pub static STDIN: FilterSpec = FilterSpec::new("stdin", Access::Source, StdinIn:
     .synopsis("stdin [split=bytes|lines|fixed] [size=N]")
     .description("Reads standard input into the space's data ring, cut into blocks as `file` does.")
     .params(&[
-        Param::new("split", "bytes (default), lines or fixed"),
-        Param::new("size", "block size for bytes/fixed"),
+        Param::new("split", "bytes (default), lines or fixed").kind(Kind::Choice(&["bytes", "lines", "fixed"])).default("bytes"),
+        Param::new("size", "block size for bytes/fixed").kind(Kind::Size).default("64K"),
     ])
     .classes("1 for every block")
     .example("cat access.log | streamline run 'stdin split=lines | grep GET | count'");
@@ -661,9 +661,9 @@ pub static GEN: FilterSpec = FilterSpec::new("gen", Access::Source, Gen::make)
                   (rewrite=yes writes every byte of every block; after a filter edited blocks\n\
                   in place, a whole lap is written again).")
     .params(&[
-        Param::new("count", "number of blocks (also positional; suffixes K, M)"),
-        Param::new("size", "block size in bytes"),
-        Param::new("rewrite", "yes: write every block in full (default no)"),
+        Param::new("count", "number of blocks (also positional; suffixes K, M)").at(0).kind(Kind::Size).default("1000"),
+        Param::new("size", "block size in bytes").kind(Kind::Size).default("1024"),
+        Param::new("rewrite", "yes: write every block in full (default no)").kind(Kind::Choice(&["yes", "no"])).default("no"),
     ])
     .classes("1 for every block")
     .example("streamline run 'gen count=1M size=64 | count'");

@@ -8,7 +8,7 @@
 //!
 //! Owns: the kick policy and its accounting. The ring is the kernel crate's.
 
-use dataplane::{FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 use kernel::tx::{TxConfig, TxRing};
 use std::time::{Duration, Instant};
 
@@ -169,11 +169,11 @@ pub static TX: FilterSpec = FilterSpec::new("tx", Access::Sink, make)
                   ring waits for the kernel, nothing is dropped. The summary gives frames per kick.\n\
                   Needs CAP_NET_RAW.")
     .params(&[
-        Param::new("dev", "interface (also positional)"),
-        Param::new("batch", "frames per kick at most (default 64)"),
-        Param::new("latency", "longest a queued frame waits for its kick, microseconds (default 1000)"),
-        Param::new("frames", "frame slots in the ring, 2 KiB each (default 1024)"),
-        Param::new("bypass", "yes: skip the qdisc layer (PACKET_QDISC_BYPASS)"),
+        Param::new("dev", "interface (also positional)").at(0),
+        Param::new("batch", "frames per kick at most (default 64)").kind(Kind::Count).default("64"),
+        Param::new("latency", "longest a queued frame waits for its kick, microseconds (default 1000)").kind(Kind::Count).default("1000"),
+        Param::new("frames", "frame slots in the ring, 2 KiB each (default 1024)").kind(Kind::Count).default("1024"),
+        Param::new("bypass", "yes: skip the qdisc layer (PACKET_QDISC_BYPASS)").kind(Kind::Choice(&["yes", "no"])).default("no"),
     ])
     .classes("sink (no output)")
     .example("streamline run 'pcapin file=examples/sample.pcap | tx dev=veth0'");
