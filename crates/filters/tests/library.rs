@@ -141,10 +141,11 @@ fn build_errors_name_the_filter() {
     let g = lang::parse("gen | encrypt key=abc | null", &lang::WithPath(filters::Natives)).unwrap();
     let msg = Space::build(&g, &filters::Library, 1 << 20).err().expect("must fail").to_string();
     assert!(msg.contains("64 hex digits"), "{msg}");
-    // The filter is named once, though its own message starts with its name too.
+    // The filter is named once, by the node's label; the typed error names key, value and
+    // what was expected.
     let g = lang::parse("gen size=0 | null", &lang::WithPath(filters::Natives)).unwrap();
     let msg = Space::build(&g, &filters::Library, 1 << 20).err().expect("must fail").to_string();
-    assert_eq!(msg, "gen: size=0 must be 1..=1M");
+    assert_eq!(msg, "gen: parameter size=0: expected 1..=1M");
 }
 
 /// `export=yes` publishes a node's output as a named IBuf; a reader elsewhere (here a
@@ -392,5 +393,5 @@ fn gen_reuses_ring_slots_without_changing_a_byte() {
     // A bad option names itself.
     let g = lang::parse("gen rewrite=maybe | null", &lang::WithPath(filters::Natives)).unwrap();
     let e = Space::build(&g, &filters::Library, 1 << 20).err().expect("rewrite=maybe is refused").to_string();
-    assert!(e.contains("rewrite=maybe must be yes or no"), "{e}");
+    assert!(e.contains("parameter rewrite=maybe: expected yes or no"), "{e}");
 }
