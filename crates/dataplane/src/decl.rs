@@ -417,3 +417,114 @@ impl FilterSpec {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::{Batch, Ctx};
+    use proptest::prelude::*;
+
+    struct Pass;
+    impl Filter for Pass {
+        fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
+    }
+    fn make(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
+        Ok(Box::new(Pass))
+    }
+
+    static TOY: FilterSpec = FilterSpec::new("toy", Access::Classification, make).params(&[
+        Param::new("count", "how many").at(0).kind(Kind::Count).default("1"),
+        Param::new("mode", "how").at(1).kind(Kind::Choice(&["fast", "slow"])),
+        Param::new("icase", "ignore case").kind(Kind::Flag),
+    ]);
+    static MANY: FilterSpec = FilterSpec::new("many", Access::Inspection, make).params(&[Param::new("pattern", "patterns").from(0)]);
+
+    fn args(pos: &[&str], opts: &[(&str, &str)]) -> Args {
+        Args::new("toy", pos.iter().map(|s| s.to_string()).collect(), opts.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    #[test]
+    fn declared_arguments_pass() {
+        TOY.check(&args(&["3", "fast"], &[("icase", "yes")])).unwrap();
+        TOY.check(&args(&[], &[("count", "3"), ("name", "x"), ("space", "1"), ("sel", "0.5")])).unwrap();
+        MANY.check(&args(&["a", "b", "c", "d"], &[])).unwrap();
+        assert!(TOY.build(&args(&["3"], &[])).is_ok());
+    }
+
+    #[test]
+    fn an_undeclared_key_is_named_with_the_keys_accepted() {
+        let e = TOY.check(&args(&[], &[("cuont", "3")])).unwrap_err();
+        assert!(matches!(&e, FilterError::Undeclared { key, accepted } if key == "cuont" && accepted == &["count", "mode", "icase"]), "{e:?}");
+        assert_eq!(e.to_string(), "unknown parameter 'cuont': it takes count, mode, icase");
+        let none = FilterSpec::new("bare", Access::Classification, make);
+        assert_eq!(none.check(&args(&[], &[("x", "1")])).unwrap_err().to_string(), "unknown parameter 'x': it takes no parameters of its own");
+        // build checks before make runs.
+        assert!(matches!(TOY.build(&args(&[], &[("cuont", "3")])), Err(FilterError::Undeclared { .. })));
+    }
+
+    #[test]
+    fn too_many_positionals_say_how_many_it_takes() {
+        let e = TOY.check(&args(&["1", "fast", "extra"], &[])).unwrap_err();
+        assert!(matches!(&e, FilterError::Positional { given: 3, most: 2, .. }), "{e:?}");
+        assert_eq!(e.to_string(), "3 positional parameters given, it takes at most 2 (count, mode)");
+        let none = FilterSpec::new("bare", Access::Classification, make);
+        assert_eq!(none.check(&args(&["x"], &[])).unwrap_err().to_string(), "1 positional parameters given, it takes none");
+    }
+
+    #[test]
+    fn a_bad_value_names_key_value_and_what_was_expected() {
+        let e = TOY.check(&args(&[], &[("count", "lots")])).unwrap_err();
+        assert!(matches!(&e, FilterError::BadValue { key, value, expected } if key == "count" && value == "lots" && expected == "a non-negative whole number"), "{e:?}");
+        // A positional value is checked as the parameter it is.
+        assert_eq!(TOY.check(&args(&["2", "medium"], &[])).unwrap_err().to_string(), "parameter mode=medium: expected fast or slow");
+        assert_eq!(TOY.check(&args(&[], &[("icase", "maybe")])).unwrap_err().to_string(), "parameter icase=maybe: expected yes or no");
+        // The key wins over the position (as Args::get reads it), so only the key's value counts.
+        TOY.check(&args(&["lots"], &[("count", "2")])).unwrap();
+    }
+
+    #[test]
+    fn kinds_admit_their_values() {
+        assert!(Kind::Size.admits("4K") && !Kind::Size.admits("4Q"));
+        assert!(Kind::Hex.admits("0x86dd") && Kind::Hex.admits("86DD") && !Kind::Hex.admits("0x") && !Kind::Hex.admits("xyz"));
+        assert!(Kind::Numbers.admits("22,80, 443") && !Kind::Numbers.admits("22,,80"));
+        assert!(Kind::Number.admits("0.5") && !Kind::Number.admits("NaN") && !Kind::Number.admits("inf"));
+        assert_eq!(Kind::Choice(&["a"]).expected(), "a");
+        assert_eq!(Kind::Choice(&["a", "b", "c"]).expected(), "a, b or c");
+    }
+
+    #[test]
+    fn declared_facts_are_queries() {
+        assert!(!TOY.runs_after_rx_in_kernel() && !TOY.keeps_sessions() && !TOY.source);
+        let sieve = FilterSpec::new("sieve", Access::Classification, make).implementations(&[
+            Implementation { name: "cbpf-socket", space: Space::Kernel(KernelForm::SocketFilter), needs: Needs::AfPacket, cost: Cost::DEFAULT },
+            Implementation::NATIVE,
+        ]);
+        assert!(sieve.runs_after_rx_in_kernel());
+        let model = FilterSpec::new("m", Access::Statistics, make)
+            .implementations(&[Implementation { name: "ebpf-map", space: Space::Kernel(KernelForm::ModelOnly), needs: Needs::Bpf, cost: Cost::DEFAULT }]);
+        assert!(!model.runs_after_rx_in_kernel(), "a model-only kernel form is not placed on the socket");
+        let src = FilterSpec::new("s", Access::Source, make);
+        assert!(src.source && src.replication == Replication::of(Access::Source));
+        assert!(FilterSpec::new("r", Access::Reordering, make).keeps_sessions());
+        assert_eq!(MANY.max_positional(), None);
+        assert_eq!(MANY.positional(7).map(|p| p.name), Some("pattern"));
+    }
+
+    proptest! {
+        /// Hostile arguments get an answer, never a panic, and an error always names
+        /// something the arguments hold.
+        #[test]
+        fn check_never_panics(pos in proptest::collection::vec(".{0,8}", 0..4), opts in proptest::collection::vec(("[a-z]{1,6}", ".{0,8}"), 0..4)) {
+            let a = Args::new("toy", pos.clone(), opts.clone());
+            if let Err(e) = TOY.check(&a) {
+                let named = match &e {
+                    FilterError::BadValue { value, .. } => pos.contains(value) || opts.iter().any(|(_, v)| v == value),
+                    FilterError::Undeclared { key, .. } => opts.iter().any(|(k, _)| k == key),
+                    FilterError::Positional { given, .. } => *given == pos.len(),
+                    _ => false,
+                };
+                prop_assert!(named, "{e:?}");
+            }
+        }
+    }
+}
