@@ -25,6 +25,16 @@ pub enum FilterError {
         #[source]
         source: std::io::Error,
     },
+    /// What a parameter names or holds is not something the filter can use: a capture
+    /// file libpcap would refuse, a packet-filter expression that does not compile, a
+    /// kernel program the kernel refuses. `what` names it (empty when the source's message
+    /// already does).
+    #[error("{}{source}", if what.is_empty() { String::new() } else { format!("{what}: ") })]
+    Invalid {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A ring the filter opens or creates (a shared prefix, an exported stream).
     #[error("{what}: {source}")]
     Ring {
@@ -57,6 +67,10 @@ impl FilterError {
     /// A [`FilterError::Io`]: `what` names the resource (a path, a device).
     pub fn io(what: impl Into<String>, source: std::io::Error) -> FilterError {
         FilterError::Io { what: what.into(), source }
+    }
+    /// A [`FilterError::Invalid`].
+    pub fn invalid(what: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> FilterError {
+        FilterError::Invalid { what: what.into(), source: Box::new(source) }
     }
     /// A [`FilterError::BadValue`].
     pub fn bad(key: &str, value: &str, expected: &str) -> FilterError {

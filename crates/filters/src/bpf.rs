@@ -18,7 +18,7 @@ pub struct Bpf {
 fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let expr = a.require("expr", Some(0))?.to_string();
     // Compile once now so a bad expression is a build error, not a runtime one.
-    let p = compile(&expr, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|e| FilterError::Rule(e.to_string()))?;
+    let p = compile(&expr, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|e| FilterError::invalid("", e))?;
     let in_kernel = a.get("placed", None) == Some("kernel");
     Ok(Box::new(Bpf { expr, in_kernel, progs: vec![(crate::packet::LINKTYPE_ETHERNET, p)] }))
 }

@@ -244,7 +244,7 @@ fn make_match(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let ac = AhoCorasick::builder()
         .ascii_case_insensitive(a.flag("icase")?)
         .build(&pats)
-        .map_err(|e| FilterError::Rule(format!("the patterns do not build a matcher: {e}")))?;
+        .map_err(|e| FilterError::invalid("the patterns do not build a matcher", e))?;
     Ok(Box::new(Classifier(Match { ac })))
 }
 fn make_dedup(a: &Args) -> Result<Box<dyn Filter>, FilterError> {

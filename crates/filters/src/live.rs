@@ -77,7 +77,7 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let cfg = RxConfig { latency: Duration::from_millis(latency_ms.max(1)), blocks, fanout, ..RxConfig::default() };
     let kfilter = a.get("kfilter", None).map(str::to_string);
     if let Some(e) = &kfilter {
-        compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| FilterError::Rule(x.to_string()))?;
+        compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| FilterError::invalid("", x))?;
     }
     let kebpf = match a.get("kebpf", None) {
         Some(text) => {
@@ -94,20 +94,20 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 }
 
 impl Rx {
-    fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), String> {
+    fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), FilterError> {
         let prog = match &self.kfilter {
-            Some(e) => Some(compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| x.to_string())?),
+            Some(e) => Some(compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| FilterError::invalid("", x))?),
             None => None,
         };
         if let Some((c, pin)) = &self.kebpf {
-            self.kprog = Some(ebpf::Loaded::load(*c, pin.as_deref()).map_err(|e| format!("{}: {e}", self.dev))?);
+            self.kprog = Some(ebpf::Loaded::load(*c, pin.as_deref()).map_err(|e| FilterError::invalid(self.dev.clone(), e))?);
         }
         let filter = match (&prog, &self.kprog) {
             (Some(p), _) => Some(SocketFilter::Classic(p)),
             (None, Some(k)) => Some(SocketFilter::Ebpf(k.prog_fd())),
             (None, None) => None,
         };
-        let ring = RxRing::open(&self.dev, self.cfg, filter).map_err(|e| format!("{}: {e}", self.dev))?;
+        let ring = RxRing::open(&self.dev, self.cfg, filter).map_err(|e| FilterError::io(self.dev.clone(), e))?;
         let ring = Arc::new(Lent(ring));
         self.buf = cx.store.add_external(ring.clone());
         cx.store.set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
@@ -134,7 +134,7 @@ impl Filter for Rx {
         }
         if self.ring.is_none() {
             if let Err(e) = self.open(cx) {
-                cx.warn(e);
+                cx.warn(e.to_string());
                 cx.stop();
                 self.failed = true;
                 return false;

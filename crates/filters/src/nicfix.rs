@@ -240,7 +240,7 @@ pub fn decode(s: &str) -> Result<Config, FilterError> {
     let mut words = s.split_whitespace();
     let name = words.next().ok_or_else(|| FilterError::bad("kebpf", s, "a filter and its parameters"))?;
     let opts: Vec<(String, String)> = words.filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    kernel_config(&Args::new(name, Vec::new(), opts)).map_err(|e| FilterError::Rule(format!("kebpf={s:?}: {e}")))
+    kernel_config(&Args::new(name, Vec::new(), opts)).map_err(|e| FilterError::invalid(format!("kebpf={s:?}"), e))
 }
 
 fn flows_cap(a: &Args) -> Result<u32, FilterError> {

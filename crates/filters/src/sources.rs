@@ -102,7 +102,7 @@ pub struct PcapIn {
 /// Map `path` and check its header as libpcap's `pcap_open_offline` does.
 fn open_capture(path: &std::path::Path) -> Result<(dataplane::FileMap, Savefile), FilterError> {
     let map = dataplane::FileMap::open(path).map_err(|e| FilterError::io(format!("cannot open {}", path.display()), e))?;
-    let sf = Savefile::open(map.bytes()).map_err(|e| FilterError::Rule(format!("{}: {e}", path.display())))?;
+    let sf = Savefile::open(map.bytes()).map_err(|e| FilterError::invalid(path.display().to_string(), e))?;
     Ok((map, sf))
 }
 
@@ -138,12 +138,12 @@ impl PcapIn {
 
     /// Map the file, read its header (errors here end the run before any packet), and
     /// start the indexer on the rest.
-    fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), String> {
-        let (buf, size) = cx.store.add_file(&self.path).map_err(|e| format!("cannot map {}: {e}", self.path.display()))?;
+    fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), FilterError> {
+        let (buf, size) = cx.store.add_file(&self.path).map_err(|e| FilterError::io(format!("cannot map {}", self.path.display()), e))?;
         self.buf = buf;
         self.size = size;
         let map = cx.store.file_map(buf).unwrap_or_default();
-        let sf = Savefile::open(map.bytes()).map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let sf = Savefile::open(map.bytes()).map_err(|e| FilterError::invalid(self.path.display().to_string(), e))?;
         let start = sf.offset();
         cx.store.set_link(buf, sf.link());
         (self.link, self.dlt) = (sf.link(), sf.dlt());
@@ -156,7 +156,7 @@ impl PcapIn {
         let indexer = std::thread::Builder::new()
             .name("pcapin-index".into())
             .spawn(move || index(&map, sf, &shared, &tx, &back))
-            .map_err(|e| format!("cannot start the indexer thread: {e}"))?;
+            .map_err(|e| FilterError::io("cannot start the indexer thread", e))?;
         self.rx = Some(rx);
         self.recycle = Some(recycle);
         self.indexer = Some(indexer);
@@ -288,7 +288,7 @@ impl Filter for PcapIn {
         if !self.opened {
             self.opened = true;
             if let Err(e) = self.open(cx) {
-                cx.warn(e);
+                cx.warn(e.to_string());
                 cx.stop();
                 return false;
             }

@@ -67,27 +67,27 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 
 impl Tx {
     /// Kick if anything is queued.
-    fn kick(&mut self) -> Result<(), String> {
+    fn kick(&mut self) -> Result<(), FilterError> {
         if self.pending == 0 {
             return Ok(());
         }
         self.kicks += 1;
         self.pending = 0;
         self.since = None;
-        self.ring.kick().map_err(|e| format!("tx {}: {e}", self.dev))
+        self.ring.kick().map_err(|e| FilterError::io(self.dev.clone(), e))
     }
 
     /// Queue one frame (waiting for a slot if the ring is full); kick if the batch is full.
-    fn send(&mut self, d: &[u8]) -> Result<(), String> {
+    fn send(&mut self, d: &[u8]) -> Result<(), FilterError> {
         if d.len() > self.ring.max_frame() {
             self.too_large += 1;
             return Ok(());
         }
-        while !self.ring.put(d, &mut self.rejected).map_err(|e| format!("tx {}: {e}", self.dev))? {
+        while !self.ring.put(d, &mut self.rejected).map_err(|e| FilterError::io(self.dev.clone(), e))? {
             // The ring is full: send what is queued and wait for a slot.
             self.full_waits += 1;
             self.kick()?;
-            self.ring.wait_writable(Duration::from_millis(10)).map_err(|e| format!("tx {}: {e}", self.dev))?;
+            self.ring.wait_writable(Duration::from_millis(10)).map_err(|e| FilterError::io(self.dev.clone(), e))?;
         }
         self.frames += 1;
         self.bytes += d.len() as u64;
