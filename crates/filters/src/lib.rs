@@ -136,7 +136,7 @@ pub fn control_options(spec: &FilterSpec, args: &Args) -> Result<Args, FilterErr
             let Some(first) = spec.positional(0) else {
                 return Err(FilterError::Rule(format!("file={path}: {} takes no parameter to read from a file", spec.name)));
             };
-            if args.positional.first().is_some() || args.options.contains_key(first.name) {
+            if !args.positional.is_empty() || args.options.contains_key(first.name) {
                 return Err(FilterError::Rule(format!("file={path}: give {} either in the pipeline or in a file, not both", first.name)));
             }
             let text = std::fs::read_to_string(&path).map_err(|e| FilterError::io(format!("file={path}"), e))?;

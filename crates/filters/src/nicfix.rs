@@ -207,7 +207,7 @@ fn place(a: &Args) -> Result<Place, FilterError> {
 }
 
 fn top(a: &Args, default: usize) -> Result<usize, FilterError> {
-    Ok(a.parse("top", None, default)?)
+    a.parse("top", None, default)
 }
 
 /// The kernel program a NIC-FIX filter with these arguments would run, or why it has
