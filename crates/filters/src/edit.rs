@@ -242,22 +242,19 @@ pub static INFLATE: FilterSpec = FilterSpec::new("inflate", Access::Editing, mak
     ])
     .classes("the block's class (at least 1); 0 for invalid input")
     .example("streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'");
+/// encrypt's and decrypt's parameters: the key, given or in a file.
+const KEY_PARAMS: &[Param] = &[Param::new("key", "256-bit key as 64 hex digits").kind(Kind::Hex), Param::new("keyfile", "file holding the key")];
+
 pub static ENCRYPT: FilterSpec = FilterSpec::new("encrypt", Access::Editing, make_encrypt)
     .synopsis("encrypt key=HEX | keyfile=F")
     .description("Encrypts each block with AES-256-GCM: a new block holding a 12-byte nonce,\nthe ciphertext and the 16-byte authentication tag.")
-    .params(&[
-        Param::new("key", "256-bit key as 64 hex digits").kind(Kind::Hex),
-        Param::new("keyfile", "file holding the key"),
-    ])
+    .params(KEY_PARAMS)
     .classes("the block's class (at least 1)")
     .example("streamline run 'file secret.txt | encrypt keyfile=k | outfile secret.enc'");
 pub static DECRYPT: FilterSpec = FilterSpec::new("decrypt", Access::Editing, make_decrypt)
     .synopsis("decrypt key=HEX | keyfile=F")
     .description("Decrypts blocks made by encrypt; blocks failing authentication are dropped\nwith a warning.")
-    .params(&[
-        Param::new("key", "256-bit key as 64 hex digits").kind(Kind::Hex),
-        Param::new("keyfile", "file holding the key"),
-    ])
+    .params(KEY_PARAMS)
     .classes("the block's class (at least 1); 0 if authentication fails")
     .example("streamline run 'file secret.txt | encrypt keyfile=k | decrypt keyfile=k | outfile copy.txt'");
 pub static XOR: FilterSpec = FilterSpec::new("xor", Access::Editing, make_xor)

@@ -281,24 +281,23 @@ pub static INSPECT: FilterSpec = FilterSpec::new("inspect", Access::Inspection, 
     .classes("unchanged")
     .example("streamline run 'pcapin file=examples/sample.pcap | tcp | inspect'")
     .replication(dataplane::Replication::Never("it prints the whole stream in order"));
+/// grep's and regex's parameters (the same filter under two names).
+const GREP_PARAMS: &[Param] = &[
+    Param::new("pattern", "the regular expression (also positional)").at(0),
+    Param::new("icase", "yes to ignore case").kind(Kind::Flag).default("no"),
+    Param::new("invert", "yes to pass non-matching blocks").kind(Kind::Flag).default("no"),
+];
+
 pub static GREP: FilterSpec = FilterSpec::new("grep", Access::Inspection, make_grep)
     .synopsis("grep PATTERN [icase=yes] [invert=yes]")
     .description("Passes blocks whose contents match a regular expression (Rust regex syntax,\nmatched against bytes).")
-    .params(&[
-        Param::new("pattern", "the regular expression (also positional)").at(0),
-        Param::new("icase", "yes to ignore case").kind(Kind::Flag).default("no"),
-        Param::new("invert", "yes to pass non-matching blocks").kind(Kind::Flag).default("no"),
-    ])
+    .params(GREP_PARAMS)
     .classes("1 for matching blocks, 0 otherwise")
     .example("streamline run 'file log.txt split=lines | grep \"err(or)?\" | stdout'");
 pub static REGEX: FilterSpec = FilterSpec::new("regex", Access::Inspection, make_grep)
     .synopsis("regex PATTERN [icase=yes] [invert=yes]")
     .description("Same as grep.")
-    .params(&[
-        Param::new("pattern", "the regular expression (also positional)").at(0),
-        Param::new("icase", "yes to ignore case").kind(Kind::Flag).default("no"),
-        Param::new("invert", "yes to pass non-matching blocks").kind(Kind::Flag).default("no"),
-    ])
+    .params(GREP_PARAMS)
     .classes("1 for matching blocks, 0 otherwise")
     .example("streamline run 'pcapin file=examples/sample.pcap | regex \"GET /[a-z]+\" | count'");
 pub static MATCH: FilterSpec = FilterSpec::new("match", Access::Inspection, make_match)

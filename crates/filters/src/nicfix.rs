@@ -462,6 +462,11 @@ fn make_bytecount(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(ByteCount { place: place(a)?, len, top: top(a, 8)?, hist: Box::new([0; 256]), frames: 0, bytes: 0, kernel: None }))
 }
 
+/// Where the filter runs: the NIC-FIX filters' `placed=` and `pin=`, written by the kernel
+/// placement after `rx` (`live::kernel_placement`).
+const PLACED: Param = Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user");
+const PIN: Param = Param::new("pin", "the pin directory of the kernel program's maps (set by the placement)");
+
 /// The NIC-FIX filters' implementations: the eBPF program with its state in BPF maps on
 /// the capture socket right after `rx` (a map update in the JITed program: a little cheaper
 /// than a user call), and the native filter.
@@ -484,8 +489,8 @@ pub static FLOWCOUNT: FilterSpec = FilterSpec::new("flowcount", Access::Statisti
     .params(&[
         Param::new("flows", "flows tracked (default 64K)").kind(Kind::Size).default("64K"),
         Param::new("top", "flows printed at the end (default 10)").kind(Kind::Count).default("10"),
-        Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user"),
-        Param::new("pin", "the pin directory of the kernel program's maps (set by the placement)"),
+        PLACED,
+        PIN,
     ])
     .classes("unchanged")
     .example("streamline run 'rx dev=eth0 | flowcount top=20 | null'")
@@ -501,8 +506,8 @@ pub static SAMPLE: FilterSpec = FilterSpec::new("sample", Access::Inspection, ma
         Param::new("every", "pass one block in N (also positional)").at(0).kind(Kind::Size).default("10"),
         Param::new("prob", "pass each with this probability instead (user space only)").kind(Kind::Number),
         Param::new("seed", "random seed for prob").kind(Kind::Count),
-        Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user"),
-        Param::new("pin", "the pin directory of the kernel program's maps (set by the placement)"),
+        PLACED,
+        PIN,
     ])
     .classes("the block's class (at least 1) when passed; 0 otherwise")
     .example("streamline run 'pcapin file=examples/sample.pcap | sample 100 | inspect'")
@@ -518,8 +523,8 @@ pub static BYTECOUNT: FilterSpec = FilterSpec::new("bytecount", Access::Statisti
     .params(&[
         Param::new("len", "bytes counted per block, 1..4096 (default 4096; also positional)").at(0).kind(Kind::Size).default("4096"),
         Param::new("top", "values printed at the end (default 8)").kind(Kind::Count).default("8"),
-        Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user"),
-        Param::new("pin", "the pin directory of the kernel program's maps (set by the placement)"),
+        PLACED,
+        PIN,
     ])
     .classes("unchanged")
     .example("streamline run 'pcapin file=examples/sample.pcap | bytecount top=4'")

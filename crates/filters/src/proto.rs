@@ -167,21 +167,20 @@ pub static ICMP: FilterSpec = FilterSpec::new("icmp", Access::Classification, ic
     .classes("1 for ICMPv4, 2 for ICMPv6, 0 otherwise")
     .class_names(&[("icmp4", 1), ("icmp6", 2)])
     .example("streamline run 'pcapin file=examples/sample.pcap | icmp |1 count'");
+/// dport's and sport's parameter: the ports to pass.
+const PORTS: &[Param] = &[Param::new("port", "ports to pass (also positional, comma-separated)").from(0).kind(Kind::Numbers)];
+
 pub static DPORT: FilterSpec = FilterSpec::new("dport", Access::Classification, dport)
     .synopsis("dport [PORT[,PORT...]]")
     .description("Classifies TCP and UDP packets by destination port, so a selector picks a\nservice: `dport |22 ssh`, `dport |1:1023 count`. With ports given, passes only those.")
-    .params(&[
-        Param::new("port", "ports to pass (also positional, comma-separated)").from(0).kind(Kind::Numbers),
-    ])
+    .params(PORTS)
     .classes("the destination port; 0 for non-TCP/UDP (and other ports, when given)")
     .class_names(SERVICES)
     .example("streamline run 'pcapin file=examples/sample.pcap | dport |80 count'");
 pub static SPORT: FilterSpec = FilterSpec::new("sport", Access::Classification, sport)
     .synopsis("sport [PORT[,PORT...]]")
     .description("Classifies TCP and UDP packets by source port (see dport).")
-    .params(&[
-        Param::new("port", "ports to pass (also positional, comma-separated)").from(0).kind(Kind::Numbers),
-    ])
+    .params(PORTS)
     .classes("the source port; 0 for non-TCP/UDP")
     .class_names(SERVICES)
     .example("streamline run 'pcapin file=examples/sample.pcap | sport |53 count'");
