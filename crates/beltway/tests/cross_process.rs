@@ -158,8 +158,10 @@ fn frp_slow_reader_detects_every_overrun() {
 /// a whole ring behind R is overrun and is told so (never a silent gap or a torn record).
 /// Earlier this test ran two equal readers and asserted each got half: under load one of
 /// them was descheduled for longer than a 1 MiB ring takes to fill and fell below half.
-/// Now the roles are fixed: for the fast reader to lose, the slow one (32 records/ms at
-/// most) would have to lead it by a 32 MiB ring, i.e. the fast one stalled ~250 ms.
+/// Now the roles are fixed: for the fast reader to lose, the slow one (4 records/ms at
+/// most: 16 records, then 4 ms asleep) would have to lead it by a 32 MiB ring of 8,192
+/// records, i.e. the fast one stalled 2 s. (At 32 records/ms, a stall of 250 ms on a
+/// machine loaded 6x over its cores was enough, and CI saw it once.)
 #[test]
 fn mrp_reader_that_keeps_up_loses_nothing_laggard_is_told() {
     let _w = watchdog("mrp_reader_that_keeps_up_loses_nothing_laggard_is_told", 120);
@@ -167,7 +169,7 @@ fn mrp_reader_that_keeps_up_loses_nothing_laggard_is_told() {
     let mut w = Peer::spawn(&["write", &name, "128M", "4096", "--layout", "records", "--sync", "mrp", "--size", "32M", "--readers", "2"]);
     assert_eq!(w.line(), "created");
     let fast = Peer::spawn(&["read", &name]);
-    let slow = Peer::spawn(&["read", &name, "--slow-us", "500"]);
+    let slow = Peer::spawn(&["read", &name, "--slow-us", "4000"]);
     assert_eq!(w.line(), "ready");
     let (wc, wrote) = w.finish();
     assert_eq!(wc, 0);

@@ -492,7 +492,8 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
     let spaces = match Spaces::build_steps(&g, &filters::Library, ring, ChannelConfig::default(), launcher.as_ref(), fail_at) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("streamline: {e}");
+            // Under the pipeline with a caret at the node that failed, like a parse error.
+            eprintln!("{}", e.render("streamline: ", pipeline));
             return ExitCode::from(2);
         }
     };

@@ -246,6 +246,40 @@ fn hints_place_filters() {
     assert!(err.contains("count@p1 ") && err.contains("count@2 ") && err.contains("null@2 "), "{err}");
 }
 
+/// The caret line of a rendered build error: the pipeline as the line before it, and
+/// under it the carets; returns the text above the carets (what they point at).
+fn under_caret<'a>(err: &str, pipeline: &'a str) -> &'a str {
+    let lines: Vec<&str> = err.lines().collect();
+    let at = lines.iter().position(|l| l.trim_end() == format!("  {pipeline}")).unwrap_or_else(|| panic!("no pipeline line in: {err}"));
+    let carets = lines.get(at + 1).unwrap_or_else(|| panic!("no caret line in: {err}"));
+    let start = carets.find('^').unwrap_or_else(|| panic!("no caret in: {err}")) - 2;
+    let end = carets.rfind('^').unwrap() + 1 - 2;
+    assert!(carets[start + 2..end + 2].chars().all(|c| c == '^'), "{err}");
+    &pipeline[start..end]
+}
+
+#[test]
+fn build_errors_point_at_the_failing_filter_in_every_kind_of_space() {
+    // The same bad parameter in the calling thread, in a thread space and in a process
+    // space (whose error crosses the process boundary as protocol text).
+    for (pipeline, node) in [
+        ("gen count=1 | strip x | count", "strip x"),
+        ("gen count=1 | strip x space=2 | count", "strip x space=2"),
+        ("gen count=1 | strip x space=p1 | count", "strip x space=p1"),
+        ("gen count=1 | count space=p1 | strip x space=p1", "strip x space=p1"),
+    ] {
+        let (code, _, err) = run(pipeline);
+        assert_eq!(code, 2, "{pipeline}: {err}");
+        assert!(err.starts_with("streamline: strip: "), "{pipeline}: {err}");
+        assert_eq!(under_caret(&err, pipeline), node, "{pipeline}: {err}");
+    }
+    // A placement rule: the caret is under the filter the rule names.
+    let pipeline = "gen count=10 | count space=x9";
+    let (code, _, err) = run(pipeline);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(under_caret(&err, pipeline), "count space=x9", "{err}");
+}
+
 #[test]
 fn bad_placements_are_errors_naming_the_filter() {
     let (code, _, err) = run("gen count=10 | count space=x9");

@@ -37,5 +37,5 @@ pub use beltway::Tag;
 pub use decl::{Cost, Implementation, Kind, KernelForm, Needs, Space as ImplSpace};
 pub use error::FilterError;
 pub use filter::{Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, FilterSpec, Param, Replication, Sessions};
-pub use runtime::{export_name, BuildError, Counters, Factory, NodeReport, Space, BATCH};
+pub use runtime::{export_name, BuildError, BuildErrorKind, Counters, Factory, NodeReport, Space, BATCH};
 pub use store::{BufId, External, RecordMeta, ResolveError, Resolver, Store};

@@ -10,7 +10,7 @@
 use crate::builtin::{JoinFilter, SplitFilter, UnixProc};
 use crate::filter::{Args, Batch, Ctx, Filter, Replication};
 use crate::store::Store;
-use lang::{Graph, NodeKind, Selector};
+use lang::{Graph, Node, NodeKind, Selector};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -131,20 +131,34 @@ pub struct NodeReport {
     pub summary: Option<String>,
 }
 
-/// Error building a space from a graph.
-#[derive(Debug, thiserror::Error)]
-pub struct BuildError {
-    pub label: String,
-    pub why: String,
+pub use crate::error::{BuildError, BuildErrorKind, Rollback};
+
+/// A node's base name, the filter it runs (`strip`, `join`, a Unix command's program):
+/// what its label is made of (`strip#2`, `count:c`) and what messages name it by.
+pub fn base_name(n: &Node) -> String {
+    match &n.kind {
+        NodeKind::Filter { filter, .. } => filter.clone(),
+        NodeKind::Unix { argv, .. } => argv.first().cloned().unwrap_or_default(),
+        NodeKind::Join { .. } => "join".into(),
+        NodeKind::Split { .. } => "split".into(),
+    }
 }
 
-impl std::fmt::Display for BuildError {
-    /// `label: why`, naming the filter once: filters' own messages often start with its
-    /// name already (`gen: size=0 must be ...`).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let base = self.label.split(['#', ':']).next().unwrap_or(&self.label);
-        let why = self.why.strip_prefix(base).and_then(|r| r.strip_prefix(": ")).unwrap_or(&self.why);
-        write!(f, "{}: {why}", self.label)
+/// A node's span in the pipeline text, if it has one (nodes the build makes up, such as
+/// channel endpoints, carry the default empty span).
+pub fn span_of(n: &Node) -> Option<lang::Span> {
+    (n.span != lang::Span::default()).then_some(n.span)
+}
+
+/// A filter's error without its name in front: filters whose messages are still words
+/// (`FilterError::Rule`) may start them with `NAME: `, which the label already says.
+fn without_name(e: crate::FilterError, base: &str) -> crate::FilterError {
+    match e {
+        crate::FilterError::Rule(why) => match why.strip_prefix(base).and_then(|r| r.strip_prefix(": ")) {
+            Some(rest) => crate::FilterError::Rule(rest.to_string()),
+            None => crate::FilterError::Rule(why),
+        },
+        e => e,
     }
 }
 
@@ -208,12 +222,7 @@ impl Space {
         let mut seen = std::collections::HashMap::<String, usize>::new();
         let in_degree = |id| g.edges.iter().filter(|e| e.to == id).count();
         for n in &g.nodes {
-            let base = match &n.kind {
-                NodeKind::Filter { filter, .. } => filter.clone(),
-                NodeKind::Unix { argv, .. } => argv.first().cloned().unwrap_or_default(),
-                NodeKind::Join { .. } => "join".into(),
-                NodeKind::Split { .. } => "split".into(),
-            };
+            let base = base_name(n);
             let k = seen.entry(base.clone()).or_insert(0);
             *k += 1;
             let label = match &n.name {
@@ -221,18 +230,18 @@ impl Space {
                 None if *k > 1 => format!("{base}#{k}"),
                 None => base.clone(),
             };
-            let err = |why: String| BuildError { label: label.clone(), why };
+            let err = |kind: BuildErrorKind| BuildError::new(label.clone(), span_of(n), kind);
             let (filter, source, routes): (Box<dyn Filter>, bool, bool) = match &n.kind {
                 NodeKind::Filter { filter, params, options } => {
                     let args = Args::new(filter, params.clone(), options.clone());
                     // The library's `split` is the template's split node written by hand:
                     // it too sends each block down exactly one arc.
-                    (factory.make(filter, &args).map_err(|e| err(e.to_string()))?, factory.is_source(filter), filter == "split")
+                    (factory.make(filter, &args).map_err(|e| err(without_name(e, &base).into()))?, factory.is_source(filter), filter == "split")
                 }
                 NodeKind::Unix { argv, .. } => {
                     let source = in_degree(n.id) == 0;
                     let sink = !g.edges.iter().any(|e| e.from == n.id);
-                    (Box::new(UnixProc::spawn(argv, source, sink).map_err(|e| err(e.to_string()))?), source, false)
+                    (Box::new(UnixProc::spawn(argv, source, sink).map_err(|e| err(BuildErrorKind::Unix(e)))?), source, false)
                 }
                 NodeKind::Join { mode } => (Box::new(JoinFilter::new(*mode, in_degree(n.id))), false, false),
                 NodeKind::Split { mode, ways } => (Box::new(SplitFilter::new(*mode, *ways)), false, true),
@@ -240,7 +249,7 @@ impl Space {
             let export = match &n.kind {
                 NodeKind::Filter { options, .. } if options.iter().any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") => Some(
                     export_stream(n.name.as_deref().unwrap_or(&label), size_option(options), mode_option(options))
-                        .map_err(|e| BuildError { label: label.clone(), why: format!("cannot export: {e}") })?,
+                        .map_err(|e| err(BuildErrorKind::Export(e)))?,
                 ),
                 _ => None,
             };

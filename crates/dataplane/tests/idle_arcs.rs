@@ -34,7 +34,7 @@ fn one_live_arc_besides_an_idle_one_moves_the_batch_on() {
     let mut s = Space::build(&g, &F, 1 << 20).unwrap();
     s.run(&AtomicBool::new(false), |_| {});
     assert_eq!(summaries(&s), vec!["alone: 5000".to_string(), "sink: 5000".to_string()]);
-    let src = s.report().iter().find(|r| r.label.starts_with("src")).unwrap().counters.clone();
+    let src = s.report().iter().find(|r| r.label.starts_with("src")).unwrap().counters;
     assert_eq!(src.blocks_out, 5000, "the idle arc delivered nothing and is not counted");
     assert_eq!(src.drops, 0);
 }
@@ -49,7 +49,7 @@ fn idle_arc_among_several_live_ones_is_skipped() {
     let mut s = Space::build(&g, &F, 1 << 20).unwrap();
     s.run(&AtomicBool::new(false), |_| {});
     assert_eq!(summaries(&s), vec!["sink: 3000".to_string()]);
-    let src = s.report().iter().find(|r| r.label.starts_with("src")).unwrap().counters.clone();
+    let src = s.report().iter().find(|r| r.label.starts_with("src")).unwrap().counters;
     assert_eq!(src.blocks_out, 6000, "two live arcs, 3000 blocks each");
 }
 
@@ -63,6 +63,6 @@ fn only_idle_arcs_drop_the_batch() {
     }
     let mut s = Space::build(&g, &F, 1 << 20).unwrap();
     s.run(&AtomicBool::new(false), |_| {});
-    let src = s.report().iter().find(|r| r.label.starts_with("src")).unwrap().counters.clone();
+    let src = s.report().iter().find(|r| r.label.starts_with("src")).unwrap().counters;
     assert_eq!((src.blocks_out, src.drops), (0, 1000));
 }

@@ -24,7 +24,7 @@ fn a_failure_at_any_construction_step_rolls_back_everything() {
     let g = graph("src 1000 | pass space=1 | pass space=2 | sink");
     let cfg = ChannelConfig { data: 1 << 16, slots: 256, ..Default::default() };
     let all = match Spaces::build_steps(&g, &F, 1 << 20, cfg, None, Some(usize::MAX)) {
-        Err(e) => e.why,
+        Err(e) => e.why(),
         Ok(_) => panic!("a failure past the last step still fails"),
     };
     let n: usize = all.split("the build has ").nth(1).and_then(|r| r.split(' ').next()).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{all}"));
@@ -37,11 +37,11 @@ fn a_failure_at_any_construction_step_rolls_back_everything() {
             Err(e) => e,
             Ok(_) => panic!("step {k} was to fail"),
         };
-        assert!(e.why.contains(&format!("injected failure at construction step {k}")), "{}", e.why);
+        assert!(e.why().contains(&format!("injected failure at construction step {k}")), "{}", e.why());
         if k > 0 {
-            assert!(e.why.contains("rolled back: "), "step {k}: {}", e.why);
+            assert!(e.why().contains("rolled back: "), "step {k}: {}", e.why());
         }
-        assert_eq!(held(), before, "step {k}: mappings or descriptors left behind ({})", e.why);
+        assert_eq!(held(), before, "step {k}: mappings or descriptors left behind ({})", e.why());
     }
     // And the same build without a fault runs.
     let rep = Spaces::build_steps(&g, &F, 1 << 20, cfg, None, None).unwrap().run(&AtomicBool::new(false), |_| {});

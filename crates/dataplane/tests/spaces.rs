@@ -90,7 +90,7 @@ fn interrupt_drains_what_producers_already_sent() {
         let spaces = Spaces::build(&graph(text), &F, 1 << 20, ChannelConfig { data: 1 << 20, slots: 4096, ..Default::default() }).unwrap();
         let rep = run_interrupted(spaces, Duration::from_millis(300), text);
         assert!(rep.died.is_none() && rep.warnings.is_empty(), "{text}: {:?} {:?}", rep.died, rep.warnings);
-        let node = |p: &str| rep.nodes.iter().filter(|n| n.label.starts_with(p)).map(|n| n.counters.clone()).collect::<Vec<_>>();
+        let node = |p: &str| rep.nodes.iter().filter(|n| n.label.starts_with(p)).map(|n| n.counters).collect::<Vec<_>>();
         let sent = node("xsrc")[0].blocks_out;
         let last = node("pass").last().unwrap().blocks_in;
         assert!(sent > 0, "{text}: nothing was sent before the interrupt");

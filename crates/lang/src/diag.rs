@@ -104,35 +104,36 @@ fn clamp(s: &str, mut i: usize) -> usize {
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "error: {}", self.message)?;
-        let input = &self.input;
-        let start = clamp(input, self.span.start);
-        let end = clamp(input, self.span.end.max(start));
-        let line_start = input[..start].rfind('\n').map_or(0, |i| i + 1);
-        let line_end = input[start..].find('\n').map_or(input.len(), |i| start + i);
-        let line = &input[line_start..line_end];
-        let multiline = input.contains('\n');
-        let (lineno, _) = self.line_col();
-        let gutter = if multiline {
-            format!("{lineno} | ")
-        } else {
-            String::new()
-        };
-        // Control characters (tabs, ...) print as one space so the caret stays aligned.
-        let shown: String = line
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        write!(f, "\n{}", format!("  {gutter}{shown}").trim_end())?;
-        let col = input[line_start..start].chars().count();
-        let width = input[start..end.min(line_end)].chars().count().max(1);
-        let pad = " ".repeat(gutter.chars().count());
-        write!(f, "\n  {pad}{}{}", " ".repeat(col), "^".repeat(width))?;
-        if let Some(h) = &self.help {
-            write!(f, "\n  help: {h}")?;
-        }
-        Ok(())
+        let head = format!("error: {}", self.message);
+        f.write_str(&render(&head, self.span, &self.input, self.help.as_deref()))
     }
+}
+
+/// The caret rendering every error about pipeline text shares (parse errors through
+/// [`Diagnostic`], build errors through `dataplane::BuildError`): `head` as the first
+/// line, then the line of `input` that `span` starts on (with a `N | ` gutter when the
+/// input has several lines), carets under the span (at least one, clipped to that line),
+/// and `help: ...` if given. Spans past the input or inside a character are clamped, so
+/// any span renders.
+pub fn render(head: &str, span: Span, input: &str, help: Option<&str>) -> String {
+    let start = clamp(input, span.start);
+    let end = clamp(input, span.end.max(start));
+    let line_start = input[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = input[start..].find('\n').map_or(input.len(), |i| start + i);
+    let line = &input[line_start..line_end];
+    let lineno = input[..start].matches('\n').count() + 1;
+    let gutter = if input.contains('\n') { format!("{lineno} | ") } else { String::new() };
+    // Control characters (tabs, ...) print as one space so the caret stays aligned.
+    let shown: String = line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let mut out = format!("{head}\n{}", format!("  {gutter}{shown}").trim_end());
+    let col = input[line_start..start].chars().count();
+    let width = input[start..end.min(line_end)].chars().count().max(1);
+    let pad = " ".repeat(gutter.chars().count());
+    out += &format!("\n  {pad}{}{}", " ".repeat(col), "^".repeat(width));
+    if let Some(h) = help {
+        out += &format!("\n  help: {h}");
+    }
+    out
 }
 
 impl std::error::Error for Diagnostic {}
@@ -231,5 +232,15 @@ mod tests {
         let d = Diagnostic::new(DiagKind::MissingOperand, "m", Span::new(6, 9), "a |\n  bad");
         assert_eq!(d.to_string(), "error: m\n  2 |   bad\n        ^^^");
         assert_eq!(d.line_col(), (2, 3));
+    }
+
+    #[test]
+    fn render_takes_any_head_and_clamps_any_span() {
+        let r = render("streamline: strip: bad", Span::new(14, 21), "gen count=1 | strip x | count", None);
+        // The carets sit under `strip x`.
+        assert_eq!(r, "streamline: strip: bad\n  gen count=1 | strip x | count\n                ^^^^^^^");
+        // Past the end, backwards, inside a multi-byte character: still one caret in range.
+        assert_eq!(render("h", Span::new(99, 3), "ab", Some("x")), "h\n  ab\n    ^\n  help: x");
+        assert_eq!(render("h", Span::new(1, 2), "é", None), "h\n  é\n  ^");
     }
 }

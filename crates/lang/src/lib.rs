@@ -63,7 +63,7 @@ mod span;
 pub mod template;
 mod validate;
 
-pub use diag::{DiagKind, Diagnostic};
+pub use diag::{render, DiagKind, Diagnostic};
 pub use graph::{Edge, Graph, Hint, JoinMode, Node, NodeId, NodeKind, Selector, SplitMode};
 pub use resolve::{FilterKind, PathResolver, Resolver, StaticResolver, WithPath, CONTROL_OPTIONS};
 pub use span::Span;

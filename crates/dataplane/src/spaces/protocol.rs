@@ -1,0 +1,177 @@
+//! The parent <-> process-space protocol: length-prefixed text messages over a Unix
+//! socket, rings passed with SCM_RIGHTS (each acknowledged before the next is sent: one
+//! message in flight), a space's report as tab-separated text, and a build error as
+//! `error SPAN\tLABEL\tWHY` so a failing node keeps its caret across the process boundary.
+
+use super::run::SpacesReport;
+use crate::runtime::{BuildError, BuildErrorKind, NodeReport, Space};
+use super::split::{EGRESS, INGRESS};
+use beltway::RingRef;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+
+
+pub(super) fn send_msg(sock: &UnixStream, m: &str) -> std::io::Result<()> {
+    let mut w = sock;
+    w.write_all(&(m.len() as u32).to_le_bytes())?;
+    w.write_all(m.as_bytes())
+}
+
+pub(super) fn recv_msg(sock: &UnixStream) -> std::io::Result<String> {
+    let mut r = sock;
+    let mut n = [0u8; 4];
+    r.read_exact(&mut n)?;
+    let n = u32::from_le_bytes(n) as usize;
+    if n > 16 << 20 {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("message of {n} bytes")));
+    }
+    let mut b = vec![0u8; n];
+    r.read_exact(&mut b)?;
+    String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// What went wrong handing a ring to or from a process space.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// Passing the ring's descriptor, or mapping the one received.
+    #[error(transparent)]
+    Ring(#[from] beltway::Error),
+    /// The socket: the other side went away, or the message could not be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The other side said something else than the protocol's next message.
+    #[error("expected {expected}, got '{got}'")]
+    Unexpected { expected: &'static str, got: String },
+}
+
+pub(super) fn send_ring(sock: &UnixStream, r: &RingRef) -> Result<(), ProtocolError> {
+    r.send(sock)?;
+    match recv_msg(sock)? {
+        m if m == "ack" => Ok(()),
+        m => Err(ProtocolError::Unexpected { expected: "an acknowledgement", got: m }),
+    }
+}
+
+pub(super) fn recv_ring(sock: &UnixStream) -> Result<RingRef, ProtocolError> {
+    let r = RingRef::recv(sock)?;
+    send_msg(sock, "ack")?;
+    Ok(r)
+}
+
+/// A field of the report protocol (tab-separated, one record a line): backslash, tab,
+/// newline and carriage return escaped, so multi-line summaries (hist, flowcount) reach
+/// the parent as they were written.
+pub(super) fn one_line(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n").replace('\r', "\\r")
+}
+
+/// The inverse of [`one_line`].
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some(o) => out.push(o),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// A space's report as protocol text.
+pub(super) fn report_text(space: &Space) -> String {
+    let mut t = String::new();
+    for n in space.report() {
+        let c = n.counters;
+        t += &format!(
+            "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            one_line(&n.label),
+            c.blocks_in,
+            c.bytes_in,
+            c.blocks_out,
+            c.bytes_out,
+            c.drops,
+            c.nanos,
+            n.summary.as_deref().map_or("-".to_string(), one_line)
+        );
+    }
+    for w in space.warnings() {
+        t += &format!("warn\t{}\n", one_line(w));
+    }
+    if space.failed() {
+        t += "failed\n";
+    }
+    t
+}
+
+pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
+    for l in text.lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        match f.as_slice() {
+            ["node", label, nums @ .., summary] if nums.len() == 6 => {
+                if label.starts_with(EGRESS) || label.starts_with(INGRESS) {
+                    continue;
+                }
+                let v: Vec<u64> = nums.iter().map(|x| x.parse().unwrap_or(0)).collect();
+                let counters = crate::runtime::Counters { blocks_in: v[0], bytes_in: v[1], blocks_out: v[2], bytes_out: v[3], drops: v[4], nanos: v[5] };
+                let summary = (*summary != "-").then(|| unescape(summary));
+                rep.nodes.push(NodeReport { label: format!("{}{suffix}", unescape(label)), counters, summary });
+            }
+            ["warn", w] => rep.warnings.push(unescape(w)),
+            ["failed"] => rep.failed = true,
+            _ => rep.warnings.push(format!("unreadable report line from a process space: {l}")),
+        }
+    }
+}
+
+/// A process space's build error as protocol text: `error START:END\tLABEL\tWHY`, the
+/// span of the failing node (`-` without one; parent and child parse the same pipeline
+/// text, so the span means the same to both), its label, and the message.
+pub(super) fn error_text(e: &BuildError) -> String {
+    let span = e.span.map_or("-".to_string(), |s| format!("{}:{}", s.start, s.end));
+    format!("error {span}\t{}\t{}", one_line(&e.label), one_line(&e.why()))
+}
+
+/// A build error reported by a process space (what follows `error `): as
+/// [`error_text`] writes it, or just a reason, which is then laid on the space's filters.
+pub(super) fn child_error(text: &str, space_label: &str) -> BuildError {
+    let mut f = text.splitn(3, '\t');
+    match (f.next(), f.next(), f.next()) {
+        (Some(span), Some(label), Some(why)) => {
+            let span = span.split_once(':').and_then(|(a, b)| Some(lang::Span::new(a.parse().ok()?, b.parse().ok()?)));
+            BuildError::new(unescape(label), span, BuildErrorKind::Remote(unescape(why)))
+        }
+        _ => BuildError::new(space_label, None, BuildErrorKind::Remote(unescape(text))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_error_crosses_the_process_boundary_with_its_span() {
+        let e = BuildError::new("strip#2", Some(lang::Span::new(14, 21)), BuildErrorKind::Placement("two\tlines\nand a \\ backslash".into()));
+        let text = error_text(&e);
+        let back = child_error(text.strip_prefix("error ").expect("an error message"), "strip, count");
+        assert_eq!(back.label, "strip#2");
+        assert_eq!(back.span, Some(lang::Span::new(14, 21)));
+        assert_eq!(back.to_string(), e.to_string());
+    }
+
+    #[test]
+    fn an_error_without_a_node_is_laid_on_the_space() {
+        let back = child_error("no filter is placed in space p3", "deflate, count");
+        assert_eq!((back.label.as_str(), back.span), ("deflate, count", None));
+        assert_eq!(back.to_string(), "deflate, count: no filter is placed in space p3");
+        let e = BuildError::new("count", None, BuildErrorKind::Remote("gone".into()));
+        assert_eq!(child_error(error_text(&e).strip_prefix("error ").unwrap(), "x").span, None);
+    }
+}

@@ -1,0 +1,210 @@
+//! Running built spaces: space 0 on the calling thread, thread spaces on pinned workers
+//! with the scheduling their hints ask for, process spaces in their processes; an
+//! interrupt or a dead space stops them all; the reports are collected into one
+//! [`SpacesReport`] that names a space that died and its filters.
+
+use super::build::{ChildSpace, Spaces};
+use super::place::{space_name, SpaceId};
+use super::protocol::{parse_report, recv_msg, report_text, send_msg};
+use super::split::{EGRESS, INGRESS};
+use crate::runtime::{NodeReport, Space};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// The outcome of a multi-space run.
+pub struct SpacesReport {
+    /// Per node, labelled with its space (`tcp@1`, `deflate@p2`) when the run had more
+    /// than one.
+    pub nodes: Vec<NodeReport>,
+    pub warnings: Vec<String>,
+    /// A space that died: which one, its filters, and why.
+    pub died: Option<String>,
+    pub failed: bool,
+}
+
+
+/// Give the calling thread the scheduling its space's hints ask for; an error names the
+/// filter and the hint (the system may refuse real-time policies without CAP_SYS_NICE).
+pub(super) fn apply_schedule(sched: &Option<(beltway::sys::Policy, &'static str, String)>) -> Result<(), String> {
+    let Some((policy, hint, label)) = sched else { return Ok(()) };
+    beltway::sys::set_scheduler(*policy).map_err(|e| format!("{label}: {hint}: cannot set the scheduling policy {policy:?}: {e}"))?;
+    if matches!(policy, beltway::sys::Policy::Fifo(_)) {
+        beltway::sys::lock_memory().map_err(|e| format!("{label}: {hint}: cannot lock memory: {e}"))?;
+    }
+    Ok(())
+}
+
+
+impl Spaces {
+    /// Run every space to its end: space 0 on this thread (with `tick` for progress),
+    /// thread spaces on pinned worker threads, process spaces in their processes.
+    /// `interrupt` stops them all; so does a space that dies (a panicking filter, a killed
+    /// process), which the report then names.
+    pub fn run(self, interrupt: &AtomicBool, mut tick: impl FnMut(&Space)) -> SpacesReport {
+        let multi = self.spaces.len() + self.children.len() > 1;
+        let labels = self.labels;
+        let placement = self.placement;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut rep = SpacesReport { nodes: vec![], warnings: vec![], died: None, failed: false };
+        let died = Mutex::new(Vec::<String>::new());
+        let who = |id: SpaceId| {
+            let filters: Vec<&str> = labels.iter().filter(|l| l.0 == id).map(|l| l.1.as_str()).collect();
+            format!("space {} ({})", space_name(&placement, id), filters.join(", "))
+        };
+        for c in &self.children {
+            if let Err(e) = send_msg(&c.sock, "go") {
+                died.lock().expect("not poisoned").push(format!("{} died before it started: {e}", who(c.id)));
+                interrupt.store(true, Ordering::Relaxed);
+            }
+        }
+        let mut results: Vec<(SpaceId, Result<Space, String>)> = Vec::new();
+        let child_reports = Mutex::new(Vec::<(SpaceId, String)>::new());
+        let mut children = self.children;
+        let stop_socks = children_socks(&children);
+        let watching = std::sync::atomic::AtomicUsize::new(children.len());
+        std::thread::scope(|scope| {
+            let mut handles = Vec::new();
+            let mut local = None;
+            for (id, mut space) in self.spaces {
+                if id == 0 {
+                    local = Some(space);
+                    continue;
+                }
+                let sched = self.sched.get(&id).cloned().flatten();
+                let died = &died;
+                let h = std::thread::Builder::new()
+                    .name(format!("sl-space{id}"))
+                    .spawn_scoped(scope, move || {
+                        let _ = beltway::sys::pin_to_cpu(id % cpus);
+                        if let Err(e) = apply_schedule(&sched) {
+                            died.lock().expect("not poisoned").push(e);
+                            interrupt.store(true, Ordering::Relaxed);
+                        }
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            space.run(interrupt, |_| {});
+                            space
+                        }));
+                        if r.is_err() {
+                            // A dead space stops the others (its channels end when the
+                            // unwinding drops them, so none stays blocked).
+                            interrupt.store(true, Ordering::Relaxed);
+                        }
+                        r
+                    })
+                    .expect("spawn a space thread");
+                handles.push((id, h));
+            }
+            // Tell the process spaces to stop when the run is cut short (otherwise they
+            // end by themselves when their inputs end).
+            let watching = &watching;
+            if !stop_socks.is_empty() {
+                let stop_socks = &stop_socks;
+                scope.spawn(move || {
+                    while watching.load(Ordering::Relaxed) > 0 {
+                        if interrupt.load(Ordering::Relaxed) {
+                            for c in stop_socks {
+                                let _ = send_msg(c, "stop");
+                            }
+                            return;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                });
+            }
+            // One watcher per process space: its report, or how it died.
+            for c in children.iter_mut() {
+                let (died, child_reports, who) = (&died, &child_reports, &who);
+                scope.spawn(move || {
+                    let _done = Decrement(watching);
+                    let msg = recv_msg(&c.sock);
+                    match msg {
+                        Ok(text) => {
+                            let _ = c.proc.wait();
+                            child_reports.lock().expect("not poisoned").push((c.id, text));
+                        }
+                        Err(_) => {
+                            let st = c.proc.wait();
+                            let why = match st {
+                                Ok(st) => match st.signal() {
+                                    Some(sig) => format!("killed by signal {sig}{}", if sig == 9 { " (SIGKILL)" } else { "" }),
+                                    None => format!("exited with {st} without a report"),
+                                },
+                                Err(e) => format!("lost: {e}"),
+                            };
+                            died.lock().expect("not poisoned").push(format!("{} died: {why}", who(c.id)));
+                            interrupt.store(true, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+            if let Some(mut space) = local {
+                if let Err(e) = apply_schedule(&self.sched.get(&0).cloned().flatten()) {
+                    died.lock().expect("not poisoned").push(e);
+                    interrupt.store(true, Ordering::Relaxed);
+                }
+                space.run(interrupt, &mut tick);
+                results.push((0, Ok(space)));
+            }
+            for (id, h) in handles {
+                let r = match h.join() {
+                    Ok(Ok(space)) => Ok(space),
+                    Ok(Err(p)) | Err(p) => Err(panic_text(&p)),
+                };
+                results.push((id, r));
+            }
+        });
+        results.sort_by_key(|r| r.0);
+        for (id, r) in results {
+            match r {
+                Ok(space) => {
+                    let suffix = if multi { format!("@{id}") } else { String::new() };
+                    let mut part = SpacesReport { nodes: vec![], warnings: vec![], died: None, failed: false };
+                    parse_report(&report_text(&space), &mut part, &suffix);
+                    // Keep the summaries' exact text (parse_report flattens lines).
+                    let summaries: Vec<Option<String>> = space.report().into_iter().filter(|n| !n.label.starts_with(EGRESS) && !n.label.starts_with(INGRESS)).map(|n| n.summary).collect();
+                    for (n, s) in part.nodes.iter_mut().zip(summaries) {
+                        n.summary = s;
+                    }
+                    rep.nodes.extend(part.nodes);
+                    rep.warnings.extend(space.warnings().iter().cloned());
+                    rep.failed |= space.failed();
+                }
+                Err(why) => died.lock().expect("not poisoned").push(format!("{} died: {why}", who(id))),
+            }
+        }
+        let mut reports = child_reports.into_inner().expect("not poisoned");
+        reports.sort_by_key(|r| r.0);
+        for (id, text) in reports {
+            let mut part = SpacesReport { nodes: vec![], warnings: vec![], died: None, failed: false };
+            parse_report(&text, &mut part, &format!("@p{id}"));
+            rep.nodes.extend(part.nodes);
+            rep.warnings.extend(part.warnings);
+            rep.failed |= part.failed;
+        }
+        let died = died.into_inner().expect("not poisoned");
+        if !died.is_empty() {
+            rep.died = Some(died.join("; "));
+            rep.failed = true;
+        }
+        rep
+    }
+}
+
+/// Counts a watcher out when it ends, however it ends.
+struct Decrement<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Decrement<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn children_socks(children: &[ChildSpace]) -> Vec<UnixStream> {
+    children.iter().filter_map(|c| c.sock.try_clone().ok()).collect()
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "panicked".into())
+}
