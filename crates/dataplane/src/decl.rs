@@ -468,7 +468,7 @@ mod tests {
         assert!(matches!(&e, FilterError::Positional { given: 3, most: 2, .. }), "{e:?}");
         assert_eq!(e.to_string(), "3 positional parameters given, it takes at most 2 (count, mode)");
         let none = FilterSpec::new("bare", Access::Classification, make);
-        assert_eq!(none.check(&args(&["x"], &[])).unwrap_err().to_string(), "1 positional parameters given, it takes none");
+        assert_eq!(none.check(&args(&["x"], &[])).unwrap_err().to_string(), "1 positional parameter given, it takes none");
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub enum FilterError {
     #[error("unknown parameter '{key}': it takes {}", words(accepted))]
     Undeclared { key: String, accepted: Vec<&'static str> },
     /// More positional parameters than the filter declares.
-    #[error("{given} positional parameters given, it takes {}", positional_words(*most, accepted))]
+    #[error("{given} positional parameter{} given, it takes {}", if *given == 1 { "" } else { "s" }, positional_words(*most, accepted))]
     Positional { given: usize, most: usize, accepted: Vec<&'static str> },
     /// An operating-system resource the filter needs: a file, a socket, a device.
     #[error("{what}: {source}")]

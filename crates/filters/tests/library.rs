@@ -464,7 +464,7 @@ fn the_library_checks_arguments_against_the_declaration() {
         other => panic!("{other:?}"),
     }
     match make("tcp", &["80"], &[]) {
-        Err(e @ FilterError::Positional { given: 1, most: 0, .. }) => assert_eq!(e.to_string(), "1 positional parameters given, it takes none"),
+        Err(e @ FilterError::Positional { given: 1, most: 0, .. }) => assert_eq!(e.to_string(), "1 positional parameter given, it takes none"),
         other => panic!("{other:?}"),
     }
     match make("dedup", &["lots"], &[]) {
