@@ -149,11 +149,11 @@ fn nicfix_options_errors_are_clear() {
         (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
     };
     for (pipeline, says) in [
-        ("rx dev=lo | sample 0 | count", "every must be at least 1"),
-        ("rx dev=lo | sample prob=2 | count", "prob=2 must be in 0..1"),
-        ("rx dev=lo | flowcount flows=0 | count", "flows=0 must be 1..=16M"),
+        ("rx dev=lo | sample 0 | count", "parameter every=0: expected at least 1"),
+        ("rx dev=lo | sample prob=2 | count", "parameter prob=2: expected a probability in 0..1"),
+        ("rx dev=lo | flowcount flows=0 | count", "parameter flows=0: expected 1..=16M"),
         ("rx dev=lo | flowcount flows=lots | count", "flows=lots: expected a size"),
-        ("rx dev=lo | bytecount len=5000 | count", "len=5000 must be 1..=4096"),
+        ("rx dev=lo | bytecount len=5000 | count", "parameter len=5000: expected 1..=4096"),
         (&format!("pcapin file={SAMPLE} | flowcount placed=kernel | count"), "placed=kernel is set by the kernel placement"),
         ("rx dev=lo | bytecount top=x | count", "top=x: expected a non-negative whole number"),
     ] {

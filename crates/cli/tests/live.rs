@@ -346,7 +346,7 @@ fn af_xdp_rx_counts_what_the_peer_sends() {
     let o = Command::new(BIN).args(["run", &format!("rx dev={} impl=xdp frames=256 batch=65 | count", v.here)]).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("batch=65 must be 1..=64"), "{err}");
+    assert!(err.contains("parameter batch=65: expected 1..=64"), "{err}");
 }
 
 /// An interface removed under a running capture ends the run by itself: exit status 1, a

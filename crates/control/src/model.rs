@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use dataplane::Access;
+use dataplane::{Access, Cost, ImplSpace};
 use lang::{Graph, Hint, NodeKind};
 
 use crate::error::RequestError;
@@ -56,17 +56,21 @@ impl FilterCost {
             Access::Sink => c(200.0, 0.0, 1.0, 1.0, 0.0),
         }
     }
+
+    /// These costs with a declaration's hints applied (`dataplane::Cost`).
+    pub fn hinted(self, h: &Cost) -> FilterCost {
+        FilterCost {
+            per_call: h.per_call.unwrap_or(self.per_call) * h.per_call_scale,
+            forward: h.forward.unwrap_or(self.forward),
+            per_byte: h.per_byte.unwrap_or(self.per_byte),
+            bytes_read: h.bytes_read.unwrap_or(self.bytes_read),
+            ..self
+        }
+    }
 }
 
-/// A requirement an implementation has of the machine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Needs {
-    Nothing,
-    /// AF_PACKET sockets (rx; classic BPF attached to the socket).
-    AfPacket,
-    /// The bpf(2) syscall (eBPF programs and maps).
-    Bpf,
-}
+/// A requirement an implementation has of the machine (declared with the filter).
+pub use dataplane::Needs;
 
 /// One way to run a filter.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,10 +83,6 @@ pub struct Implementation {
 }
 
 const USER: [SpaceKind; 2] = [SpaceKind::Thread, SpaceKind::Process];
-
-/// Filters the control plane knows beyond the native registry: those the kernel branch
-/// adds (`rx`, `bpf`). They parse and plan; running them needs that branch.
-pub const CONTROL_ONLY: [&str; 2] = ["rx", "bpf"];
 
 /// Reification: names to implementations, with measured overrides.
 #[derive(Clone, Debug, Default)]
@@ -113,43 +113,25 @@ impl Catalog {
         Ok(())
     }
 
-    /// The implementations of a native filter (None if the name is unknown).
+    /// The implementations of a native filter (None if the name is unknown), as its
+    /// declaration gives them: each tied to the space kinds it runs in, its cost the
+    /// access class's defaults with the declaration's hints.
     pub fn implementations(&self, filter: &str) -> Option<Vec<Implementation>> {
-        let access = match filter {
-            "rx" => Access::Source,
-            "bpf" => Access::Classification,
-            _ => filters::find(filter)?.access,
-        };
-        let base = FilterCost::for_access(access);
-        let native = |cost| Implementation { name: "native", kinds: USER.to_vec(), needs: Needs::Nothing, cost };
-        let mut impls = match filter {
-            "rx" => vec![Implementation {
-                name: "af-packet",
-                kinds: vec![SpaceKind::Kernel],
-                needs: Needs::AfPacket,
-                cost: FilterCost { per_call: 400.0, per_byte: 0.2, ..base },
-            }],
-            // A packet filter: selective by default (a tight sieve, thesis 7.3.2).
-            "bpf" => {
-                let f = FilterCost { per_call: 40.0, forward: 0.1, per_byte: 0.0, bytes_read: 0.0, ..base };
-                vec![
-                    Implementation { name: "cbpf-socket", kinds: vec![SpaceKind::Kernel], needs: Needs::AfPacket, cost: f },
-                    Implementation { name: "cbpf-interp", kinds: USER.to_vec(), needs: Needs::Nothing, cost: FilterCost { per_call: 120.0, ..f } },
-                ]
-            }
-            // The NIC-FIX filters (filters::nicfix) have an eBPF form that keeps its state
-            // in BPF maps, run on the capture socket (right after `rx`, like bpf's; see
-            // `kernel_after_rx`). `count` keeps a model-only eBPF form: the runtime has no
-            // such program (a kernel choice for it runs in user space next to `rx`), but the
-            // thesis' four-stage example (tests/optimizer.rs) needs a stage that could go
-            // back into the kernel.
-            "count" | "flowcount" | "sample" | "bytecount" => vec![
-                // A map update in the JITed program: a little cheaper than a user call.
-                Implementation { name: "ebpf-map", kinds: vec![SpaceKind::Kernel], needs: Needs::Bpf, cost: FilterCost { per_call: base.per_call * 0.8, ..base } },
-                native(base),
-            ],
-            _ => vec![native(base)],
-        };
+        let spec = filters::find(filter)?;
+        let base = FilterCost::for_access(spec.access);
+        let mut impls: Vec<Implementation> = spec
+            .implementations
+            .iter()
+            .map(|i| Implementation {
+                name: i.name,
+                kinds: match i.space {
+                    ImplSpace::User => USER.to_vec(),
+                    ImplSpace::Kernel(_) => vec![SpaceKind::Kernel],
+                },
+                needs: i.needs,
+                cost: base.hinted(&i.cost),
+            })
+            .collect();
         if let Some(&(call, byte, fwd)) = self.overrides.get(filter) {
             for i in &mut impls {
                 i.cost.per_call = call;
@@ -163,29 +145,20 @@ impl Catalog {
     }
 }
 
-/// The language resolver the planner parses with: the native library plus
-/// [`CONTROL_ONLY`] names. Options are not checked beyond what the library declares plus
-/// the planner's own `sel=`, `rate=` and `bytes=`.
+/// The language resolver the planner parses with: the native library, whose keys it
+/// checks, plus the planner's own `sel=`, `rate=` and `bytes=`.
 pub struct PlanResolver;
 
 impl lang::Resolver for PlanResolver {
     fn resolve(&self, name: &str) -> Option<lang::FilterKind> {
-        if CONTROL_ONLY.contains(&name) {
-            return Some(lang::FilterKind::Native);
-        }
         lang::Resolver::resolve(&filters::Natives, name)
     }
     fn native_names(&self) -> Vec<String> {
-        let mut v = lang::Resolver::native_names(&filters::Natives);
-        v.extend(CONTROL_ONLY.iter().map(|s| s.to_string()));
-        v
+        lang::Resolver::native_names(&filters::Natives)
     }
     fn params(&self, name: &str) -> Option<Vec<String>> {
-        if CONTROL_ONLY.contains(&name) {
-            return None;
-        }
         let mut p = lang::Resolver::params(&filters::Natives, name)?;
-        p.extend(["sel", "rate", "bytes"].map(String::from));
+        p.extend(dataplane::decl::PLANNER_OPTIONS.map(String::from));
         Some(p)
     }
     fn class_names(&self, name: &str) -> Option<Vec<(String, u16)>> {
@@ -378,7 +351,7 @@ impl Request {
                     // socket holds one: the kernel form exists only for the filter right after
                     // `rx` (its only input, `rx`'s only output; filters::live::kernel_placement),
                     // and not for `sample prob=` (random draws the kernel would not repeat).
-                    if filters::live::KERNEL_AFTER_RX.contains(&filter.as_str()) && !kernel_after_rx(g, n.id) {
+                    if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && !kernel_after_rx(g, n.id) {
                         impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
                     }
                     if filter == "sample" && options.iter().any(|(k, _)| k == "prob") {

@@ -220,18 +220,17 @@ pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
     out
 }
 
-/// Filters that run in the kernel when they follow `rx` directly (the library's list,
-/// `filters::live::KERNEL_AFTER_RX`): a subscription must cover them, or the subscriber
+/// Filters that run in the kernel when they follow `rx` directly (their declaration says,
+/// `FilterSpec::runs_after_rx_in_kernel`): a subscription must cover them, or the subscriber
 /// would trade its kernel filter for a copy of every frame; and a run must not publish
 /// the bare `rx` stream when such a filter changes what its socket delivers.
-use filters::live::KERNEL_AFTER_RX;
-
+///
 /// The shortest prefix worth subscribing to: `rx` and the kernel filter after it, if any.
 pub fn min_shared_len(g: &lang::Graph, p: &SharedPrefix) -> usize {
     let second = g.out_edges(p.nodes[0]).next().map(|e| &g.nodes[e.to].kind);
     match second {
         Some(lang::NodeKind::Filter { filter, options, .. })
-            if KERNEL_AFTER_RX.contains(&filter.as_str()) && !options.iter().any(|(k, v)| k == "placed" && v == "user") =>
+            if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && !options.iter().any(|(k, v)| k == "placed" && v == "user") =>
         {
             2
         }

@@ -108,7 +108,7 @@ impl Assignment {
                     None => {}
                 }
             }
-            if filters::live::KERNEL_AFTER_RX.contains(&filter.as_str()) && !options.iter().any(|(k, _)| k == "placed") {
+            if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && !options.iter().any(|(k, _)| k == "placed") {
                 // Only a kernel choice right after the capture source is realizable; the
                 // filter's own default does exactly that, so only `user` needs saying.
                 if kind_of(i).is_some_and(|k| k != SpaceKind::Kernel) {

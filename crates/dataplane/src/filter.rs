@@ -5,6 +5,7 @@
 //! only read data and set each tag's class (0 = drop); nothing is copied. Editing filters
 //! ask [`Ctx::writable`], which copies only when someone else may still read the block.
 
+pub use crate::decl::{FilterSpec, Param};
 pub use crate::error::FilterError;
 use crate::session::SessionTable;
 use crate::store::{ResolveError, Store};
@@ -318,89 +319,6 @@ impl Replication {
     }
 }
 
-/// Documentation of one parameter.
-#[derive(Debug, Clone, Copy)]
-pub struct Param {
-    pub name: &'static str,
-    pub doc: &'static str,
-}
-
-/// Everything the registry knows about a filter, with fixed documentation sections.
-pub struct FilterSpec {
-    pub name: &'static str,
-    pub synopsis: &'static str,
-    pub description: &'static str,
-    pub params: &'static [Param],
-    pub classes: &'static str,
-    /// Names of classes it sets, for `|name` selectors (thesis Table 3.1: `dport |http`).
-    pub class_names: &'static [(&'static str, u16)],
-    pub example: &'static str,
-    pub access: Access,
-    /// Whether and how it may be replicated (see [`Replication`]).
-    pub replication: Replication,
-    pub source: bool,
-    pub make: fn(&Args) -> Result<Box<dyn Filter>, String>,
-}
-
-impl FilterSpec {
-    /// The documentation as `streamline filters NAME` prints it.
-    pub fn doc(&self) -> String {
-        let mut s = format!("{}\n\nSYNOPSIS\n    {}\n\nDESCRIPTION\n", self.name, self.synopsis);
-        for l in self.description.lines() {
-            s += &format!("    {l}\n");
-        }
-        s += "\nPARAMETERS\n";
-        if self.params.is_empty() {
-            s += "    (none)\n";
-        }
-        for p in self.params {
-            s += &format!("    {:<12} {}\n", p.name, p.doc);
-        }
-        s += &format!("\nCLASSES\n    {}\n", self.classes);
-        if !self.class_names.is_empty() {
-            let v: Vec<String> = self.class_names.iter().map(|(n, c)| format!("{n} ({c})")).collect();
-            s += &format!("    names for selectors (`|name`): {}\n", v.join(", "));
-        }
-        s += "\nCONTROL OPTIONS (thesis Table 3.2)\n";
-        let declared = |k: &str| self.params.iter().any(|p| p.name == k);
-        let mut opt = |k: &str, text: String| {
-            if !declared(k) {
-                s += &format!("    {:<18} {}\n", k, text);
-            }
-        };
-        opt("name=X", "names the node; every occurrence of the name is this one node (loops)".into());
-        opt("space=S", "where it runs: local, N (a thread pinned to CPU N mod the CPUs), pN (a process)".into());
-        match self.replication {
-            Replication::Blocks => opt("space=A,B", "copies in each space, a round-robin split and a join that keeps the order".into()),
-            Replication::Sessions => opt("space=A,B", "copies in each space, split by the hash of the class (sessions stay on one copy); refused when what follows sees the order".into()),
-            Replication::Never(why) => opt("space=A,B", format!("refused: {why}")),
-        }
-        opt("export=yes", "its output also goes to a named IBuf /dev/shm/streamline.NAME other processes read".into());
-        opt("exportdata=yes", "the same (exported blocks are always written through with their data)".into());
-        opt("size=BYTES", "bytes of its output's buffer where it has one: a channel to another space, an exported stream".into());
-        opt("mode=PERM", "permission bits (octal) of its exported stream; needs export=yes".into());
-        opt("share=yes|no|auto", "prefix sharing between runs: no ends the shared prefix here, yes admits a filter that keeps state (auto, the default: stateless filters after rx)".into());
-        match self.params.first() {
-            Some(p) => opt("file=F", format!("the contents of F as its first parameter ({})", p.name)),
-            None => opt("file=F", "refused: it takes no parameter".into()),
-        }
-        opt("reuse=", "refused: runs are not reconfigured while they run yet".into());
-        opt("binary=", "refused: there is no blob repository; use file=".into());
-        s += "\nHINTS (thesis Table 3.3, after @)\n";
-        s += "    throughput         channels into it wake it for large batches\n";
-        s += "    latency            channels into it wake it for every block\n";
-        s += "    single             never replicated (space=A,B and the optimizer's copies are refused)\n";
-        s += "    private            a process space of its own\n";
-        s += "    realtime           a thread of its own scheduled SCHED_RR (priority 10)\n";
-        s += "    hrealtime          a thread of its own scheduled SCHED_FIFO (priority 50), memory locked\n";
-        s += "    background         a thread of its own scheduled SCHED_IDLE (lowest priority)\n";
-        s += "    quiet              a silent part: channels into it batch wake-ups up to their latency bound\n";
-        s += "    busy               a hotspot: channels into it are polled instead of slept on\n";
-        s += &format!("\nEXAMPLE\n    {}\n", self.example);
-        s
-    }
-}
-
 /// Typed access to a filter's parameters: positional words and key=value options.
 #[derive(Debug, Clone, Default)]
 pub struct Args {
@@ -445,7 +363,7 @@ impl Args {
 }
 
 /// What a value of type `T` is, in words, for [`Args::parse`]'s errors.
-fn type_words<T>() -> &'static str {
+pub(crate) fn type_words<T>() -> &'static str {
     let n = std::any::type_name::<T>();
     match n {
         "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative whole number",

@@ -22,6 +22,7 @@
 
 pub mod builtin;
 pub mod channel;
+pub mod decl;
 pub mod error;
 pub mod filter;
 mod mmap;
@@ -33,6 +34,7 @@ pub mod store;
 pub mod txn;
 
 pub use beltway::Tag;
+pub use decl::{Cost, Implementation, Kind, KernelForm, Needs, Space as ImplSpace};
 pub use error::FilterError;
 pub use filter::{Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, FilterSpec, Param, Replication, Sessions};
 pub use runtime::{export_name, BuildError, BuildErrorKind, Counters, Factory, NodeReport, Space, BATCH};

@@ -1,8 +1,7 @@
 //! Application-level filters: tcpstream (zero-copy reassembly), http, dns.
 
 use crate::packet::{app_payload, flow_hash, parse_tag, L4};
-use crate::proto::spec;
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
 use std::collections::{BTreeMap, HashMap};
 
 /// Per-direction reassembly state: the next expected sequence number and the segments
@@ -203,26 +202,43 @@ pub fn dns_kind(d: &[u8]) -> u16 {
     }
 }
 
-fn make_tcpstream(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_tcpstream(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(TcpStream { limit: a.size("limit", None, 4 << 20)? as usize }))
 }
-fn make_http(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_http(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let only = match a.get("method", Some(0)) {
         None => None,
-        Some(m) => Some(METHODS.iter().position(|x| x.eq_ignore_ascii_case(m)).ok_or_else(|| format!("http: unknown method {m}"))? as u16 + 1),
+        Some(m) => Some(METHODS.iter().position(|x| x.eq_ignore_ascii_case(m)).ok_or_else(|| FilterError::bad("method", m, &format!("a request method ({})", METHODS.join(", "))))? as u16 + 1),
     };
     Ok(Box::new(Http { only }))
 }
-fn make_dns(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_dns(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(Dns { port: a.parse("port", None, 53)? }))
 }
 
-spec!(TCPSTREAM, "tcpstream", "tcpstream [limit=BYTES]", "Zero-copy TCP reassembly: crops each segment to its payload (a metadata edit) and\nreorders tags so that each connection's bytes leave in sequence order; retransmitted\nbytes are trimmed, early segments wait as tags (up to limit per direction, default 4M).",
-      ["limit": "bytes of out-of-order data held per direction"], "the connection's flow hash (as `flow`)",
-      "streamline run 'pcapin file=examples/sample.pcap | tcpstream | http | outfile requests.txt'", Reordering, make_tcpstream);
-spec!(HTTP, "http", "http [method=NAME]", "Detects HTTP requests (a request line at the start of the payload) in whole\nframes or in reassembled/cropped payloads.",
-      ["method": "pass only this method (also positional)"], "1 GET, 2 POST, 3 HEAD, 4 PUT, 5 DELETE, 6 OPTIONS, 7 PATCH, 8 CONNECT, 9 TRACE; 0 otherwise",
-      "streamline run 'pcapin file=examples/sample.pcap | tcp | http |1 inspect'", Classification, make_http, names &[("get", 1), ("post", 2), ("head", 3), ("put", 4), ("delete", 5), ("options", 6), ("patch", 7), ("connect", 8), ("trace", 9)]);
-spec!(DNS, "dns", "dns [port=N]", "Detects DNS messages on port 53 (UDP, or TCP with its length prefix).",
-      ["port": "DNS port (default 53)"], "1 for queries, 2 for responses, 0 otherwise",
-      "streamline run 'pcapin file=examples/sample.pcap | dns |2 count'", Classification, make_dns, names &[("query", 1), ("response", 2)]);
+pub static TCPSTREAM: FilterSpec = FilterSpec::new("tcpstream", Access::Reordering, make_tcpstream)
+    .synopsis("tcpstream [limit=BYTES]")
+    .description("Zero-copy TCP reassembly: crops each segment to its payload (a metadata edit) and\nreorders tags so that each connection's bytes leave in sequence order; retransmitted\nbytes are trimmed, early segments wait as tags (up to limit per direction, default 4M).")
+    .params(&[
+        Param::new("limit", "bytes of out-of-order data held per direction").kind(Kind::Size).default("4M"),
+    ])
+    .classes("the connection's flow hash (as `flow`)")
+    .example("streamline run 'pcapin file=examples/sample.pcap | tcpstream | http | outfile requests.txt'");
+pub static HTTP: FilterSpec = FilterSpec::new("http", Access::Classification, make_http)
+    .synopsis("http [method=NAME]")
+    .description("Detects HTTP requests (a request line at the start of the payload) in whole\nframes or in reassembled/cropped payloads.")
+    .params(&[
+        Param::new("method", "pass only this method (also positional)").at(0),
+    ])
+    .classes("1 GET, 2 POST, 3 HEAD, 4 PUT, 5 DELETE, 6 OPTIONS, 7 PATCH, 8 CONNECT, 9 TRACE; 0 otherwise")
+    .class_names(&[("get", 1), ("post", 2), ("head", 3), ("put", 4), ("delete", 5), ("options", 6), ("patch", 7), ("connect", 8), ("trace", 9)])
+    .example("streamline run 'pcapin file=examples/sample.pcap | tcp | http |1 inspect'");
+pub static DNS: FilterSpec = FilterSpec::new("dns", Access::Classification, make_dns)
+    .synopsis("dns [port=N]")
+    .description("Detects DNS messages on port 53 (UDP, or TCP with its length prefix).")
+    .params(&[
+        Param::new("port", "DNS port (default 53)").kind(Kind::Count).default("53"),
+    ])
+    .classes("1 for queries, 2 for responses, 0 otherwise")
+    .class_names(&[("query", 1), ("response", 2)])
+    .example("streamline run 'pcapin file=examples/sample.pcap | dns |2 count'");

@@ -2,10 +2,9 @@
 //! Filters that produce new data write it once into the space's data ring.
 
 use crate::packet::parse_tag;
-use crate::proto::spec;
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 
 /// Crops blocks: a number of bytes, or up to a protocol's payload. No copy.
@@ -143,18 +142,20 @@ impl Filter for Crypt {
     }
 }
 
-fn key_from(a: &Args) -> Result<[u8; 32], String> {
-    let hex = match (a.get("key", None), a.get("keyfile", None)) {
-        (Some(k), _) => k.to_string(),
-        (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| format!("{}: cannot read keyfile {f}: {e}", a.filter))?.trim().to_string(),
-        (None, None) => return Err(format!("{}: needs key=HEX (64 hex digits) or keyfile=F", a.filter)),
+fn key_from(a: &Args) -> Result<[u8; 32], FilterError> {
+    const KEY: &str = "64 hex digits (256 bits)";
+    let (key, hex) = match (a.get("key", None), a.get("keyfile", None)) {
+        (Some(k), _) => ("key", k.to_string()),
+        (None, Some(f)) => ("keyfile", std::fs::read_to_string(f).map_err(|e| FilterError::io(format!("cannot read keyfile {f}"), e))?.trim().to_string()),
+        (None, None) => return Err(FilterError::Missing { key: "key".into(), expected: format!("key=HEX ({KEY}) or keyfile=F") }),
     };
-    if hex.len() != 64 {
-        return Err(format!("{}: the key must be 64 hex digits (256 bits), got {}", a.filter, hex.len()));
+    let shown = if key == "key" { hex.clone() } else { format!("{} (its contents)", a.get("keyfile", None).unwrap_or_default()) };
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(FilterError::bad(key, &shown, &format!("{KEY}, got {} characters", hex.len())));
     }
     let mut k = [0u8; 32];
     for i in 0..32 {
-        k[i] = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| format!("{}: the key is not hex", a.filter))?;
+        k[i] = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| FilterError::bad(key, &shown, KEY))?;
     }
     Ok(k)
 }
@@ -180,58 +181,87 @@ impl Filter for Xor {
         }
     }
 }
-fn make_xor(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_xor(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let hex = a.require("key", Some(0))?;
     if hex.is_empty() || hex.len() % 2 != 0 {
-        return Err(format!("xor: key={hex} must be an even number of hex digits"));
+        return Err(FilterError::bad("key", hex, "an even number of hex digits"));
     }
-    let key = (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)).collect::<Result<Vec<u8>, _>>().map_err(|_| format!("xor: key={hex} is not hex"))?;
+    let key = (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)).collect::<Result<Vec<u8>, _>>().map_err(|_| FilterError::bad("key", hex, "an even number of hex digits"))?;
     Ok(Box::new(Xor { key }))
 }
 
-fn make_strip(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_strip(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     match a.get("bytes", Some(0)) {
         Some("payload") => Ok(Box::new(Strip { bytes: 0, to_payload: true })),
-        Some(n) => Ok(Box::new(Strip { bytes: n.parse().map_err(|_| format!("strip: '{n}' is not a byte count or 'payload'"))?, to_payload: false })),
+        Some(n) => Ok(Box::new(Strip { bytes: n.parse().map_err(|_| FilterError::bad("bytes", n, "a byte count or payload"))?, to_payload: false })),
         None => Ok(Box::new(Strip { bytes: 0, to_payload: true })),
     }
 }
-fn make_deflate(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_deflate(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let level: u32 = a.parse("level", Some(0), 6)?;
     if level > 9 {
-        return Err("deflate: level must be 0..9".into());
+        return Err(FilterError::bad("level", &level.to_string(), "0..=9"));
     }
     Ok(Box::new(Flate { op: Op::Deflate, level, max: 0, c: None, d: None }))
 }
-fn make_inflate(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_inflate(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(Flate { op: Op::Inflate, level: 0, max: a.size("max", None, 1 << 20)? as usize, c: None, d: None }))
 }
-fn make_crypt(a: &Args, enc: bool) -> Result<Box<dyn Filter>, String> {
+fn make_crypt(a: &Args, enc: bool) -> Result<Box<dyn Filter>, FilterError> {
     let k = key_from(a)?;
-    Ok(Box::new(Crypt { enc, cipher: Aes256Gcm::new_from_slice(&k).map_err(|e| e.to_string())?, counter: 0, salt: rand::random() }))
+    Ok(Box::new(Crypt { enc, cipher: Aes256Gcm::new_from_slice(&k).map_err(|_| FilterError::bad("key", "(given)", "a 256-bit key"))?, counter: 0, salt: rand::random() }))
 }
-fn make_encrypt(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_encrypt(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     make_crypt(a, true)
 }
-fn make_decrypt(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_decrypt(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     make_crypt(a, false)
 }
 
-spec!(STRIP, "strip", "strip [N|payload]", "Crops blocks by moving the tag's start: N bytes, or (default) up to the\ntransport payload of a whole frame. A metadata edit: no data is copied.",
-      ["bytes": "bytes to remove, or 'payload' (also positional)"], "the block's class (at least 1)",
-      "streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 strip | outfile http.raw'", Metadata, make_strip);
-spec!(DEFLATE, "deflate", "deflate [level=0-9]", "Compresses each block on its own (raw deflate); the result is a new block.",
-      ["level": "compression level, default 6 (also positional)"], "the block's class (at least 1); 0 if it failed",
-      "streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'", Editing, make_deflate);
-spec!(INFLATE, "inflate", "inflate [max=BYTES]", "Decompresses blocks made by deflate; blocks that are not valid deflate data\n(or would exceed max, default 1M) are dropped with a warning.",
-      ["max": "largest decompressed block"], "the block's class (at least 1); 0 for invalid input",
-      "streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'", Editing, make_inflate);
-spec!(ENCRYPT, "encrypt", "encrypt key=HEX | keyfile=F", "Encrypts each block with AES-256-GCM: a new block holding a 12-byte nonce,\nthe ciphertext and the 16-byte authentication tag.",
-      ["key": "256-bit key as 64 hex digits", "keyfile": "file holding the key"], "the block's class (at least 1)",
-      "streamline run 'file secret.txt | encrypt keyfile=k | outfile secret.enc'", Editing, make_encrypt);
-spec!(DECRYPT, "decrypt", "decrypt key=HEX | keyfile=F", "Decrypts blocks made by encrypt; blocks failing authentication are dropped\nwith a warning.",
-      ["key": "256-bit key as 64 hex digits", "keyfile": "file holding the key"], "the block's class (at least 1); 0 if authentication fails",
-      "streamline run 'file secret.txt | encrypt keyfile=k | decrypt keyfile=k | outfile copy.txt'", Editing, make_decrypt);
-spec!(XOR, "xor", "xor KEYHEX", "XORs each block in place with a repeating key. Edits through write isolation:\nthe block is copied first only if another branch still reads it or it lives in a\nread-only file.",
-      ["key": "key bytes in hex (also positional)"], "the block's class (at least 1)",
-      "streamline run 'gen count=10 | xor 5a | stdout'", Editing, make_xor);
+pub static STRIP: FilterSpec = FilterSpec::new("strip", Access::Metadata, make_strip)
+    .synopsis("strip [N|payload]")
+    .description("Crops blocks by moving the tag's start: N bytes, or (default) up to the\ntransport payload of a whole frame. A metadata edit: no data is copied.")
+    .params(&[
+        Param::new("bytes", "bytes to remove, or 'payload' (also positional)").at(0).default("payload"),
+    ])
+    .classes("the block's class (at least 1)")
+    .example("streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 strip | outfile http.raw'");
+pub static DEFLATE: FilterSpec = FilterSpec::new("deflate", Access::Editing, make_deflate)
+    .synopsis("deflate [level=0-9]")
+    .description("Compresses each block on its own (raw deflate); the result is a new block.")
+    .params(&[
+        Param::new("level", "compression level, default 6 (also positional)").at(0).kind(Kind::Count).default("6"),
+    ])
+    .classes("the block's class (at least 1); 0 if it failed")
+    .example("streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'");
+pub static INFLATE: FilterSpec = FilterSpec::new("inflate", Access::Editing, make_inflate)
+    .synopsis("inflate [max=BYTES]")
+    .description("Decompresses blocks made by deflate; blocks that are not valid deflate data\n(or would exceed max, default 1M) are dropped with a warning.")
+    .params(&[
+        Param::new("max", "largest decompressed block").kind(Kind::Size).default("1M"),
+    ])
+    .classes("the block's class (at least 1); 0 for invalid input")
+    .example("streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'");
+/// encrypt's and decrypt's parameters: the key, given or in a file.
+const KEY_PARAMS: &[Param] = &[Param::new("key", "256-bit key as 64 hex digits").kind(Kind::Hex), Param::new("keyfile", "file holding the key")];
+
+pub static ENCRYPT: FilterSpec = FilterSpec::new("encrypt", Access::Editing, make_encrypt)
+    .synopsis("encrypt key=HEX | keyfile=F")
+    .description("Encrypts each block with AES-256-GCM: a new block holding a 12-byte nonce,\nthe ciphertext and the 16-byte authentication tag.")
+    .params(KEY_PARAMS)
+    .classes("the block's class (at least 1)")
+    .example("streamline run 'file secret.txt | encrypt keyfile=k | outfile secret.enc'");
+pub static DECRYPT: FilterSpec = FilterSpec::new("decrypt", Access::Editing, make_decrypt)
+    .synopsis("decrypt key=HEX | keyfile=F")
+    .description("Decrypts blocks made by encrypt; blocks failing authentication are dropped\nwith a warning.")
+    .params(KEY_PARAMS)
+    .classes("the block's class (at least 1); 0 if authentication fails")
+    .example("streamline run 'file secret.txt | encrypt keyfile=k | decrypt keyfile=k | outfile copy.txt'");
+pub static XOR: FilterSpec = FilterSpec::new("xor", Access::Editing, make_xor)
+    .synopsis("xor KEYHEX")
+    .description("XORs each block in place with a repeating key. Edits through write isolation:\nthe block is copied first only if another branch still reads it or it lives in a\nread-only file.")
+    .params(&[
+        Param::new("key", "key bytes in hex (also positional)").at(0).kind(Kind::Hex),
+    ])
+    .classes("the block's class (at least 1)")
+    .example("streamline run 'gen count=10 | xor 5a | stdout'");

@@ -2,9 +2,8 @@
 //! the other NIC-FIX filters in [`crate::nicfix`]).
 
 use crate::packet::{parse_tag, L4};
-use crate::proto::spec;
 use aho_corasick::AhoCorasick;
-use dataplane::{Access, Args, Batch, Classify, Classifier, Ctx, Filter, FilterSpec, Param, Tag};
+use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, Classify, Classifier, Ctx, Filter, FilterSpec, Param, Tag};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::Write;
 
@@ -144,10 +143,10 @@ impl Filter for Inspect {
     }
 }
 
-fn output(a: &Args) -> Result<Box<dyn Write + Send>, String> {
+fn output(a: &Args) -> Result<Box<dyn Write + Send>, FilterError> {
     match a.get("file", None) {
         None | Some("-") => Ok(Box::new(std::io::BufWriter::new(std::io::stdout()))),
-        Some(f) => Ok(Box::new(std::io::BufWriter::new(std::fs::File::create(f).map_err(|e| format!("cannot create {f}: {e}"))?))),
+        Some(f) => Ok(Box::new(std::io::BufWriter::new(std::fs::File::create(f).map_err(|e| FilterError::io(format!("cannot create {f}"), e))?))),
     }
 }
 
@@ -206,68 +205,117 @@ impl Filter for Dedup {
     }
 }
 
-fn make_count(_: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_count(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::<Count>::default())
 }
-fn make_hist(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_hist(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let by_len = match a.get("by", Some(0)).unwrap_or("class") {
         "class" => false,
         "len" | "length" => true,
-        o => return Err(format!("hist: by={o} (class or len)")),
+        o => return Err(FilterError::bad("by", o, "class or len")),
     };
     Ok(Box::new(Hist { by_len, h: BTreeMap::new() }))
 }
-fn make_inspect(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_inspect(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let json = match a.get("format", None).unwrap_or("text") {
         "text" => false,
         "json" => true,
-        f => return Err(format!("inspect: format={f} (text or json)")),
+        f => return Err(FilterError::bad("format", f, "text or json")),
     };
     Ok(Box::new(Inspect { json, out: output(a)? }))
 }
-fn make_grep(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_grep(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let pat = a.require("pattern", Some(0))?;
     let re = regex::bytes::RegexBuilder::new(pat)
         .case_insensitive(a.flag("icase")?)
         .build()
-        .map_err(|e| format!("{}: bad pattern: {e}", a.filter))?;
+        .map_err(|e| FilterError::bad("pattern", pat, &format!("a regular expression ({e})")))?;
     Ok(Box::new(Classifier(Grep { re, invert: a.flag("invert")? })))
 }
-fn make_match(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_match(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let mut pats: Vec<String> = a.positional.clone();
     if let Some(f) = a.get("file", None) {
-        let text = std::fs::read_to_string(f).map_err(|e| format!("match: cannot read {f}: {e}"))?;
+        let text = std::fs::read_to_string(f).map_err(|e| FilterError::io(format!("cannot read {f}"), e))?;
         pats.extend(text.lines().filter(|l| !l.is_empty()).map(String::from));
     }
     if pats.is_empty() {
-        return Err("match: give patterns as parameters or file=PATTERNS".into());
+        return Err(FilterError::Missing { key: "pattern".into(), expected: "patterns as parameters or file=PATTERNS".into() });
     }
     let ac = AhoCorasick::builder()
         .ascii_case_insensitive(a.flag("icase")?)
         .build(&pats)
-        .map_err(|e| format!("match: {e}"))?;
+        .map_err(|e| FilterError::invalid("the patterns do not build a matcher", e))?;
     Ok(Box::new(Classifier(Match { ac })))
 }
-fn make_dedup(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_dedup(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let window = a.size("window", Some(0), 4096)? as usize;
     Ok(Box::new(Dedup { window: window.max(1), seen: HashSet::new(), order: VecDeque::new() }))
 }
-spec!(COUNT, "count", "count", "Counts blocks and bytes and passes everything on unchanged. Prints its totals\non one line when the run ends.",
-      [], "unchanged", "streamline run 'pcapin file=examples/sample.pcap | udp | count'", Statistics, make_count);
-spec!(HIST, "hist", "hist [by=class|len]", "Histogram of block classes (default) or lengths (power-of-two buckets),\nprinted when the run ends. Passes everything on unchanged.",
-      ["by": "class or len (also positional)"], "unchanged", "streamline run 'pcapin file=examples/sample.pcap | dport | hist'", Statistics, make_hist);
-spec!(INSPECT, "inspect", "inspect [format=text|json] [file=F]", "Prints one line per packet, like tcpdump's (time, addresses, ports, flags,\nlength), or one JSON object per line with format=json. Passes everything on.",
-      ["format": "text (default) or json", "file": "write here instead of standard output"], "unchanged",
-      "streamline run 'pcapin file=examples/sample.pcap | tcp | inspect'", Inspection, make_inspect, replication dataplane::Replication::Never("it prints the whole stream in order"));
-spec!(GREP, "grep", "grep PATTERN [icase=yes] [invert=yes]", "Passes blocks whose contents match a regular expression (Rust regex syntax,\nmatched against bytes).",
-      ["pattern": "the regular expression (also positional)", "icase": "yes to ignore case", "invert": "yes to pass non-matching blocks"],
-      "1 for matching blocks, 0 otherwise", "streamline run 'file log.txt split=lines | grep \"err(or)?\" | stdout'", Inspection, make_grep);
-spec!(REGEX, "regex", "regex PATTERN [icase=yes] [invert=yes]", "Same as grep.",
-      ["pattern": "the regular expression (also positional)", "icase": "yes to ignore case", "invert": "yes to pass non-matching blocks"], "1 for matching blocks, 0 otherwise",
-      "streamline run 'pcapin file=examples/sample.pcap | regex \"GET /[a-z]+\" | count'", Inspection, make_grep);
-spec!(MATCH, "match", "match PATTERN... [file=PATTERNS] [icase=yes]", "Multi-pattern search (Aho-Corasick) over block contents.",
-      ["pattern": "one or more literal patterns (positional)", "file": "a file with one pattern per line", "icase": "yes for ASCII case-insensitive"],
-      "index of the first pattern found + 1; 0 if none", "streamline run 'pcapin file=examples/sample.pcap | match GET POST |2 count'", Inspection, make_match);
-spec!(DEDUP, "dedup", "dedup [window=N]", "Drops blocks whose contents equal one of the last N blocks (default 4096).",
-      ["window": "how many recent blocks to remember (also positional)"], "the block's class (at least 1) for new contents; 0 for duplicates",
-      "streamline run 'file a.txt split=lines | dedup | stdout'", Inspection, make_dedup, replication dataplane::Replication::Never("its window of recent blocks spans the whole stream"));
+pub static COUNT: FilterSpec = FilterSpec::new("count", Access::Statistics, make_count)
+    .synopsis("count")
+    .description("Counts blocks and bytes and passes everything on unchanged. Prints its totals\non one line when the run ends.")
+    .classes("unchanged")
+    .example("streamline run 'pcapin file=examples/sample.pcap | udp | count'")
+    // A model-only eBPF form: the runtime has no such program (a kernel choice runs it in
+    // user space next to `rx`), but the thesis' four-stage example (control's
+    // tests/optimizer.rs) needs a stage that could go back into the kernel.
+    .implementations(&[
+        Implementation { name: "ebpf-map", space: ImplSpace::Kernel(KernelForm::ModelOnly), needs: Needs::Bpf, cost: Cost::DEFAULT.per_call_scaled(0.8) },
+        Implementation::NATIVE,
+    ]);
+pub static HIST: FilterSpec = FilterSpec::new("hist", Access::Statistics, make_hist)
+    .synopsis("hist [by=class|len]")
+    .description("Histogram of block classes (default) or lengths (power-of-two buckets),\nprinted when the run ends. Passes everything on unchanged.")
+    .params(&[
+        Param::new("by", "class or len (also positional)").at(0).kind(Kind::Choice(&["class", "len"])).default("class"),
+    ])
+    .classes("unchanged")
+    .example("streamline run 'pcapin file=examples/sample.pcap | dport | hist'");
+pub static INSPECT: FilterSpec = FilterSpec::new("inspect", Access::Inspection, make_inspect)
+    .synopsis("inspect [format=text|json] [file=F]")
+    .description("Prints one line per packet, like tcpdump's (time, addresses, ports, flags,\nlength), or one JSON object per line with format=json. Passes everything on.")
+    .params(&[
+        Param::new("format", "text (default) or json").kind(Kind::Choice(&["text", "json"])).default("text"),
+        Param::new("file", "write here instead of standard output"),
+    ])
+    .classes("unchanged")
+    .example("streamline run 'pcapin file=examples/sample.pcap | tcp | inspect'")
+    .replication(dataplane::Replication::Never("it prints the whole stream in order"));
+/// grep's and regex's parameters (the same filter under two names).
+const GREP_PARAMS: &[Param] = &[
+    Param::new("pattern", "the regular expression (also positional)").at(0),
+    Param::new("icase", "yes to ignore case").kind(Kind::Flag).default("no"),
+    Param::new("invert", "yes to pass non-matching blocks").kind(Kind::Flag).default("no"),
+];
+
+pub static GREP: FilterSpec = FilterSpec::new("grep", Access::Inspection, make_grep)
+    .synopsis("grep PATTERN [icase=yes] [invert=yes]")
+    .description("Passes blocks whose contents match a regular expression (Rust regex syntax,\nmatched against bytes).")
+    .params(GREP_PARAMS)
+    .classes("1 for matching blocks, 0 otherwise")
+    .example("streamline run 'file log.txt split=lines | grep \"err(or)?\" | stdout'");
+pub static REGEX: FilterSpec = FilterSpec::new("regex", Access::Inspection, make_grep)
+    .synopsis("regex PATTERN [icase=yes] [invert=yes]")
+    .description("Same as grep.")
+    .params(GREP_PARAMS)
+    .classes("1 for matching blocks, 0 otherwise")
+    .example("streamline run 'pcapin file=examples/sample.pcap | regex \"GET /[a-z]+\" | count'");
+pub static MATCH: FilterSpec = FilterSpec::new("match", Access::Inspection, make_match)
+    .synopsis("match PATTERN... [file=PATTERNS] [icase=yes]")
+    .description("Multi-pattern search (Aho-Corasick) over block contents.")
+    .params(&[
+        Param::new("pattern", "one or more literal patterns (positional)").from(0),
+        Param::new("file", "a file with one pattern per line"),
+        Param::new("icase", "yes for ASCII case-insensitive").kind(Kind::Flag).default("no"),
+    ])
+    .classes("index of the first pattern found + 1; 0 if none")
+    .example("streamline run 'pcapin file=examples/sample.pcap | match GET POST |2 count'");
+pub static DEDUP: FilterSpec = FilterSpec::new("dedup", Access::Inspection, make_dedup)
+    .synopsis("dedup [window=N]")
+    .description("Drops blocks whose contents equal one of the last N blocks (default 4096).")
+    .params(&[
+        Param::new("window", "how many recent blocks to remember (also positional)").at(0).kind(Kind::Size).default("4096"),
+    ])
+    .classes("the block's class (at least 1) for new contents; 0 for duplicates")
+    .example("streamline run 'file a.txt split=lines | dedup | stdout'")
+    .replication(dataplane::Replication::Never("its window of recent blocks spans the whole stream"));

@@ -8,8 +8,10 @@
 //! pcapout, null). [`packet`] holds the zero-copy frame parsing they share, [`savefile`] the
 //! capture-file reader `pcapin` walks files with (libpcap's rules).
 //!
-//! Every filter registers one [`FilterSpec`] in [`REGISTRY`]: its documentation in fixed
-//! sections and its constructor. Parsing (pcap, Ethernet/IP/TCP, regex, Aho-Corasick,
+//! Every filter is declared once, as one [`FilterSpec`] where the filter is written, listed in
+//! [`REGISTRY`]: its documentation in fixed sections, its parameters (position, kind,
+//! default), its implementations and their spaces, and its constructor (see
+//! `dataplane::decl` and "Adding a filter" in ARCHITECTURE.md). Parsing (pcap, Ethernet/IP/TCP, regex, Aho-Corasick,
 //! deflate, AES-GCM) uses the crates the field uses; the filter logic is ours.
 
 #![forbid(unsafe_code)]
@@ -31,9 +33,12 @@ pub mod savefile;
 pub mod sinks;
 pub mod sources;
 
-use dataplane::{Args, Factory, Filter, FilterSpec};
+use dataplane::{Args, Factory, Filter, FilterError, FilterSpec};
 
-/// Every native filter.
+/// Every native filter, in the order `streamline filters` lists them: the one line a new
+/// filter adds outside the file that declares it (a registration the linker gathers, as the
+/// `linkme` crate does, needs `link_section`, which this crate's `forbid(unsafe_code)`
+/// refuses; `tests/library.rs` checks every declaration here).
 pub static REGISTRY: &[&FilterSpec] = &[
     &sources::PCAPIN,
     &sources::FILE,
@@ -109,32 +114,32 @@ impl lang::Resolver for Natives {
 /// contents of F as its first parameter (`regex file=patterns.txt`); `reuse=` and
 /// `binary=` are refused, saying why (nothing here gives them a meaning yet); `mode=`
 /// needs an exported stream whose permissions it sets.
-pub fn control_options(spec: &FilterSpec, args: &Args) -> Result<Args, String> {
+pub fn control_options(spec: &FilterSpec, args: &Args) -> Result<Args, FilterError> {
     let declared = |k: &str| spec.params.iter().any(|p| p.name == k);
     let mut args = args.clone();
     if !declared("reuse") && args.options.contains_key("reuse") {
-        return Err("reuse=: a run is not reconfigured while it runs yet, so there is no state to keep across updates".into());
+        return Err(FilterError::Rule("reuse=: a run is not reconfigured while it runs yet, so there is no state to keep across updates".into()));
     }
     if !declared("binary") && args.options.contains_key("binary") {
-        return Err("binary=: there is no repository of blobs to take a parameter from; pass it with file= instead".into());
+        return Err(FilterError::Rule("binary=: there is no repository of blobs to take a parameter from; pass it with file= instead".into()));
     }
     if !declared("mode") {
         if let Some(m) = args.options.get("mode") {
             let exported = ["export", "exportdata"].iter().any(|k| args.options.get(*k).is_some_and(|v| v == "yes"));
             if !exported {
-                return Err(format!("mode={m}: sets the permissions of the stream the filter exports; give export=yes too"));
+                return Err(FilterError::Rule(format!("mode={m}: sets the permissions of the stream the filter exports; give export=yes too")));
             }
         }
     }
     if !declared("file") {
         if let Some(path) = args.options.remove("file") {
-            let Some(first) = spec.params.first() else {
-                return Err(format!("file={path}: {} takes no parameter to read from a file", spec.name));
+            let Some(first) = spec.positional(0) else {
+                return Err(FilterError::Rule(format!("file={path}: {} takes no parameter to read from a file", spec.name)));
             };
-            if args.positional.first().is_some() || args.options.contains_key(first.name) {
-                return Err(format!("file={path}: give {} either in the pipeline or in a file, not both", first.name));
+            if !args.positional.is_empty() || args.options.contains_key(first.name) {
+                return Err(FilterError::Rule(format!("file={path}: give {} either in the pipeline or in a file, not both", first.name)));
             }
-            let text = std::fs::read_to_string(&path).map_err(|e| format!("file={path}: {e}"))?;
+            let text = std::fs::read_to_string(&path).map_err(|e| FilterError::io(format!("file={path}"), e))?;
             let text = text.strip_suffix('\n').unwrap_or(&text);
             let text = text.strip_suffix('\r').unwrap_or(text);
             args.positional.insert(0, text.to_string());
@@ -148,9 +153,8 @@ pub struct Library;
 
 impl Factory for Library {
     fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, dataplane::FilterError> {
-        let spec = find(name).ok_or_else(|| format!("no native filter named '{name}'"))?;
-        let args = control_options(spec, args)?;
-        (spec.make)(&args).map_err(dataplane::FilterError::Rule)
+        let spec = find(name).ok_or_else(|| FilterError::Rule(format!("no native filter named '{name}'")))?;
+        spec.build(&control_options(spec, args)?)
     }
     fn is_source(&self, name: &str) -> bool {
         find(name).is_some_and(|s| s.source)
@@ -160,6 +164,9 @@ impl Factory for Library {
     }
     fn replication(&self, name: &str) -> dataplane::Replication {
         find(name).map_or(dataplane::Replication::Blocks, |s| s.replication)
+    }
+    fn keeps_sessions(&self, name: &str) -> bool {
+        find(name).is_some_and(FilterSpec::keeps_sessions)
     }
     fn order_matters(&self, name: &str) -> bool {
         find(name).is_none_or(|s| s.access != dataplane::Access::Statistics)

@@ -4,7 +4,7 @@
 //! after `rx` runs in the kernel, and so do the NIC-FIX filters (flowcount, sample,
 //! bytecount) as eBPF programs: [`kernel_placement`] moves the program onto the socket.
 
-use dataplane::{Access, Args, Batch, BufId, Ctx, External, Filter, FilterSpec, Param, RecordMeta, Tag};
+use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, BufId, Ctx, External, Filter, FilterSpec, Param, RecordMeta, Tag};
 use kernel::afpacket::{Block, RxConfig, RxRing, SocketFilter};
 use kernel::cbpf::compile;
 use kernel::ebpf;
@@ -46,68 +46,68 @@ pub struct Rx {
     kernel_drops: u64,
 }
 
-fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let dev = a.require("dev", Some(0))?.to_string();
     // Which socket: AF_PACKET (TPACKET_V3) or AF_XDP. `auto` takes AF_PACKET: on the
     // copy-mode AF_XDP we can test (veth, generic XDP) it was not faster (BENCHMARKS.md,
     // `streamline-bench capture`).
     match a.get("impl", None).unwrap_or("auto") {
         "xdp" => {
-            kernel::afpacket::ifindex(&dev).map_err(|e| e.to_string())?;
+            kernel::afpacket::ifindex(&dev).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
             return crate::xdp::make(a, dev);
         }
         "packet" | "auto" => {}
-        v => return Err(format!("rx: impl={v}: expected packet, xdp or auto")),
+        v => return Err(FilterError::bad("impl", v, "packet, xdp or auto")),
     }
     let latency_ms: u64 = a.parse("latency", None, 10)?;
     let blocks: u32 = a.parse("blocks", None, 16)?;
     if !(2..=4096).contains(&blocks) {
-        return Err(format!("rx: blocks={blocks} must be 2..=4096"));
+        return Err(FilterError::bad("blocks", &blocks.to_string(), "2..=4096"));
     }
     let fanout = match a.get("fanout", None) {
         None => None,
-        Some(g) => Some(g.parse::<u16>().map_err(|_| format!("rx: fanout={g} is not a group id 0..=65535"))?),
+        Some(g) => Some(g.parse::<u16>().map_err(|_| FilterError::bad("fanout", g, "a group id 0..=65535"))?),
     };
     // queues=N >= 2 was expanded into N engines before build (multiqueue); what is left
     // here is 1 or a mistake.
     let queues: usize = a.parse("queues", None, 1)?;
     if !(1..=64).contains(&queues) {
-        return Err(format!("rx: queues={queues} must be 1..=64"));
+        return Err(FilterError::bad("queues", &queues.to_string(), "1..=64"));
     }
     let cfg = RxConfig { latency: Duration::from_millis(latency_ms.max(1)), blocks, fanout, ..RxConfig::default() };
     let kfilter = a.get("kfilter", None).map(str::to_string);
     if let Some(e) = &kfilter {
-        compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| x.to_string())?;
+        compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| FilterError::invalid("", x))?;
     }
     let kebpf = match a.get("kebpf", None) {
         Some(text) => {
             if kfilter.is_some() {
-                return Err("rx: kfilter= and kebpf= both ask for the socket's one program".into());
+                return Err(FilterError::Rule("kfilter= and kebpf= both ask for the socket's one program".into()));
             }
             Some((crate::nicfix::decode(text)?, a.get("kpin", None).map(PathBuf::from)))
         }
         None => None,
     };
     // The interface must exist now (a clear error before the run).
-    kernel::afpacket::ifindex(&dev).map_err(|e| e.to_string())?;
+    kernel::afpacket::ifindex(&dev).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
     Ok(Box::new(Rx { dev, cfg, kfilter, kebpf, kprog: None, ring: None, buf: 0, failed: false, held: None, blocks_seen: 0, packets: 0, kernel_seen: 0, kernel_drops: 0 }))
 }
 
 impl Rx {
-    fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), String> {
+    fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), FilterError> {
         let prog = match &self.kfilter {
-            Some(e) => Some(compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| x.to_string())?),
+            Some(e) => Some(compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| FilterError::invalid("", x))?),
             None => None,
         };
         if let Some((c, pin)) = &self.kebpf {
-            self.kprog = Some(ebpf::Loaded::load(*c, pin.as_deref()).map_err(|e| format!("{}: {e}", self.dev))?);
+            self.kprog = Some(ebpf::Loaded::load(*c, pin.as_deref()).map_err(|e| FilterError::invalid(self.dev.clone(), e))?);
         }
         let filter = match (&prog, &self.kprog) {
             (Some(p), _) => Some(SocketFilter::Classic(p)),
             (None, Some(k)) => Some(SocketFilter::Ebpf(k.prog_fd())),
             (None, None) => None,
         };
-        let ring = RxRing::open(&self.dev, self.cfg, filter).map_err(|e| format!("{}: {e}", self.dev))?;
+        let ring = RxRing::open(&self.dev, self.cfg, filter).map_err(|e| FilterError::io(self.dev.clone(), e))?;
         let ring = Arc::new(Lent(ring));
         self.buf = cx.store.add_external(ring.clone());
         cx.store.set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
@@ -134,7 +134,7 @@ impl Filter for Rx {
         }
         if self.ring.is_none() {
             if let Err(e) = self.open(cx) {
-                cx.warn(e);
+                cx.warn(e.to_string());
                 cx.stop();
                 self.failed = true;
                 return false;
@@ -218,10 +218,6 @@ impl Filter for Rx {
     }
 }
 
-/// Filters with a kernel implementation that runs on the capture socket when they follow
-/// `rx` directly (one program per socket, so only the first filter after `rx`).
-pub const KERNEL_AFTER_RX: &[&str] = &["bpf", "flowcount", "sample", "bytecount"];
-
 /// Kernel placement (thesis 6.3.2, push processing down): `rx | bpf "E"` runs E on the
 /// capture socket, so frames it rejects are never handed to user space; `rx | flowcount`,
 /// `rx | sample N` and `rx | bytecount` run their eBPF program there (`kebpf=`), with the
@@ -242,7 +238,7 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
         let (rx_opt, filter_opt) = match (&g.nodes[e.from].kind, &g.nodes[e.to].kind) {
             (NodeKind::Filter { filter: a, options: ao, .. }, NodeKind::Filter { filter: b, params, options: bo })
                 if a == "rx"
-                    && KERNEL_AFTER_RX.contains(&b.as_str())
+                    && crate::find(b).is_some_and(FilterSpec::runs_after_rx_in_kernel)
                     && !ao.iter().any(|(k, v)| k == "kfilter" || k == "kebpf" || (k == "impl" && v == "xdp"))
                     && !bo.iter().any(|(k, _)| k == "placed") =>
             {
@@ -369,10 +365,9 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
     g
 }
 
-pub static RX: FilterSpec = FilterSpec {
-    name: "rx",
-    synopsis: "rx dev=IF [impl=packet|xdp|auto] [latency=MS] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]",
-    description: "Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
+pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
+    .synopsis("rx dev=IF [impl=packet|xdp|auto] [latency=MS] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]")
+    .description("Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
                   goes back to the kernel when its frames have walked the space (a filter that holds\n\
                   a frame longer, as tcpstream holds early segments, keeps a copy). A block is handed\n\
@@ -383,27 +378,27 @@ pub static RX: FilterSpec = FilterSpec {
                   how often the ring went round.\n\
                   impl=xdp reads through an AF_XDP socket into its own UMEM instead (copy mode): the\n\
                   frames of that queue are taken from the host's network stack, which no longer sees\n\
-                  them (no ARP or ping answers on that interface while it runs).",
-    params: &[
-        Param { name: "dev", doc: "interface (also positional)" },
-        Param { name: "latency", doc: "longest wait for a partly filled block, ms (default 10)" },
-        Param { name: "blocks", doc: "ring blocks of 1 MiB (default 16)" },
-        Param { name: "kfilter", doc: "pcap-filter expression run in the kernel (set by the bpf placement)" },
-        Param { name: "kebpf", doc: "eBPF program run in the kernel, e.g. \"sample every=10\" (set by the flowcount / sample / bytecount placement)" },
-        Param { name: "kpin", doc: "bpffs directory where the kebpf program's maps are pinned while it runs" },
-        Param { name: "fanout", doc: "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)" },
-        Param { name: "impl", doc: "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet" },
-        Param { name: "queue", doc: "impl=xdp: the interface queue to bind (default 0)" },
-        Param { name: "frames", doc: "impl=xdp: UMEM chunks of 2 KiB, a power of two (default 16384: 32 MiB, the kernel gets half to fill)" },
-        Param { name: "batch", doc: "impl=xdp: frames gathered per wake-up, at most (and by default) frames/4; the latency bound still holds" },
-        Param { name: "xdpmode", doc: "impl=xdp: auto (libxdp picks) or skb (generic XDP)" },
-        Param { name: "queues", doc: "N engines: N rx in one fanout group, each with its own copy of the filters after it on its own pinned thread; a join feeds the rest (a sink after them totals all queues)" },
-    ],
-    classes: "1 for every frame",
-    class_names: &[],
-    example: "streamline run 'rx dev=eth0 | bpf \"tcp port 80\" | count'",
-    access: Access::Source,
-    replication: dataplane::Replication::of(Access::Source),
-    source: true,
-    make,
-};
+                  them (no ARP or ping answers on that interface while it runs).")
+    .params(&[
+        Param::new("dev", "interface (also positional)").at(0),
+        Param::new("latency", "longest wait for a partly filled block, ms (default 10)").kind(Kind::Count).default("10"),
+        Param::new("blocks", "ring blocks of 1 MiB (default 16)").kind(Kind::Count).default("16"),
+        Param::new("kfilter", "pcap-filter expression run in the kernel (set by the bpf placement)"),
+        Param::new("kebpf", "eBPF program run in the kernel, e.g. \"sample every=10\" (set by the flowcount / sample / bytecount placement)"),
+        Param::new("kpin", "bpffs directory where the kebpf program's maps are pinned while it runs"),
+        Param::new("fanout", "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)").kind(Kind::Count),
+        Param::new("impl", "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet").kind(Kind::Choice(&["packet", "xdp", "auto"])).default("auto"),
+        Param::new("queue", "impl=xdp: the interface queue to bind (default 0)").kind(Kind::Count).default("0"),
+        Param::new("frames", "impl=xdp: UMEM chunks of 2 KiB, a power of two (default 16384: 32 MiB, the kernel gets half to fill)").kind(Kind::Count).default("16384"),
+        Param::new("batch", "impl=xdp: frames gathered per wake-up, at most (and by default) frames/4; the latency bound still holds").kind(Kind::Count),
+        Param::new("xdpmode", "impl=xdp: auto (libxdp picks) or skb (generic XDP)").kind(Kind::Choice(&["auto", "skb"])).default("auto"),
+        Param::new("queues", "N engines: N rx in one fanout group, each with its own copy of the filters after it on its own pinned thread; a join feeds the rest (a sink after them totals all queues)").kind(Kind::Count).default("1"),
+    ])
+    .classes("1 for every frame")
+    .example("streamline run 'rx dev=eth0 | bpf \"tcp port 80\" | count'")
+    .implementations(&[Implementation {
+        name: "af-packet",
+        space: ImplSpace::Kernel(KernelForm::Capture),
+        needs: Needs::AfPacket,
+        cost: Cost::DEFAULT.per_call(400.0).per_byte(0.2),
+    }]);

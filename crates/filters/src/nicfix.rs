@@ -12,8 +12,7 @@
 //! [`bytes_text`]), so a run's output does not say which one ran except in `rx`'s
 //! summary; `streamline maps` prints running programs' maps with them too.
 
-use crate::proto::spec;
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
+use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
 use kernel::ebpf::{self, Config, FlowKey, Snapshot, Tally};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -193,37 +192,37 @@ enum Place {
     Kernel(PathBuf),
 }
 
-fn place(a: &Args) -> Result<Place, String> {
+fn place(a: &Args) -> Result<Place, FilterError> {
     match a.get("placed", None).unwrap_or("user") {
         "user" => Ok(Place::User),
         "kernel" => match a.get("pin", None) {
             Some(p) => Ok(Place::Kernel(PathBuf::from(p))),
-            None => Err(format!(
-                "{}: placed=kernel is set by the kernel placement (right after `rx`), which also says where the maps are (pin=); write placed=user or leave it out",
-                a.filter
-            )),
+            None => Err(FilterError::Missing {
+                key: "pin".into(),
+                expected: "placed=kernel is set by the kernel placement (right after `rx`), which also says where the maps are (pin=); write placed=user or leave it out".into(),
+            }),
         },
-        o => Err(format!("{}: placed={o}: expected user or kernel", a.filter)),
+        o => Err(FilterError::bad("placed", o, "user or kernel")),
     }
 }
 
-fn top(a: &Args, default: usize) -> Result<usize, String> {
-    Ok(a.parse("top", None, default)?)
+fn top(a: &Args, default: usize) -> Result<usize, FilterError> {
+    a.parse("top", None, default)
 }
 
 /// The kernel program a NIC-FIX filter with these arguments would run, or why it has
 /// none (`sample prob=` draws random numbers the kernel would not draw alike).
-pub fn kernel_config(a: &Args) -> Result<Config, String> {
+pub fn kernel_config(a: &Args) -> Result<Config, FilterError> {
     match a.filter.as_str() {
         "flowcount" => Ok(Config::FlowCount { flows: flows_cap(a)? }),
         "sample" => {
             if a.get("prob", None).is_some() {
-                return Err("sample prob= has no kernel implementation".into());
+                return Err(FilterError::Rule("prob= has no kernel implementation".into()));
             }
             Ok(Config::Sample { every: sample_every(a)? })
         }
         "bytecount" => Ok(Config::ByteCount { len: byte_len(a)? }),
-        f => Err(format!("{f} has no kernel (eBPF) implementation")),
+        f => Err(FilterError::Rule(format!("{f} has no kernel (eBPF) implementation"))),
     }
 }
 
@@ -237,33 +236,33 @@ pub fn encode(c: Config) -> String {
 }
 
 /// The inverse of [`encode`].
-pub fn decode(s: &str) -> Result<Config, String> {
+pub fn decode(s: &str) -> Result<Config, FilterError> {
     let mut words = s.split_whitespace();
-    let name = words.next().ok_or_else(|| "rx: kebpf= is empty".to_string())?;
+    let name = words.next().ok_or_else(|| FilterError::bad("kebpf", s, "a filter and its parameters"))?;
     let opts: Vec<(String, String)> = words.filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    kernel_config(&Args::new(name, Vec::new(), opts)).map_err(|e| format!("rx: kebpf={s:?}: {e}"))
+    kernel_config(&Args::new(name, Vec::new(), opts)).map_err(|e| FilterError::invalid(format!("kebpf={s:?}"), e))
 }
 
-fn flows_cap(a: &Args) -> Result<u32, String> {
+fn flows_cap(a: &Args) -> Result<u32, FilterError> {
     let n = a.size("flows", None, 65536)?;
     if !(1..=1 << 24).contains(&n) {
-        return Err(format!("flowcount: flows={n} must be 1..=16M"));
+        return Err(FilterError::bad("flows", &n.to_string(), "1..=16M"));
     }
     Ok(n as u32)
 }
 
-fn sample_every(a: &Args) -> Result<u64, String> {
+fn sample_every(a: &Args) -> Result<u64, FilterError> {
     let every = a.size("every", Some(0), 10)?;
     if every == 0 {
-        return Err("sample: every must be at least 1".into());
+        return Err(FilterError::bad("every", "0", "at least 1"));
     }
     Ok(every)
 }
 
-fn byte_len(a: &Args) -> Result<u32, String> {
+fn byte_len(a: &Args) -> Result<u32, FilterError> {
     let len = a.size("len", Some(0), ebpf::BYTECOUNT_MAX_LEN as u64)?;
     if !(1..=ebpf::BYTECOUNT_MAX_LEN as u64).contains(&len) {
-        return Err(format!("bytecount: len={len} must be 1..={} (the kernel program's loop bound)", ebpf::BYTECOUNT_MAX_LEN));
+        return Err(FilterError::bad("len", &len.to_string(), &format!("1..={} (the kernel program's loop bound)", ebpf::BYTECOUNT_MAX_LEN)));
     }
     Ok(len as u32)
 }
@@ -332,7 +331,7 @@ impl Filter for FlowCount {
     }
 }
 
-fn make_flowcount(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_flowcount(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let cap = flows_cap(a)? as usize;
     Ok(Box::new(FlowCount { place: place(a)?, cap, top: top(a, 10)?, table: HashMap::new(), totals: Tally::default(), untracked: 0, kernel: None }))
 }
@@ -403,15 +402,15 @@ impl Filter for Sample {
     }
 }
 
-fn make_sample(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_sample(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let every = sample_every(a)?;
     let prob = match a.get("prob", None) {
-        Some(p) => Some(p.parse::<f64>().ok().filter(|p| (0.0..=1.0).contains(p)).ok_or_else(|| format!("sample: prob={p} must be in 0..1"))?),
+        Some(p) => Some(p.parse::<f64>().ok().filter(|p| (0.0..=1.0).contains(p)).ok_or_else(|| FilterError::bad("prob", p, "a probability in 0..1"))?),
         None => None,
     };
     let place = place(a)?;
     if prob.is_some() && place != Place::User {
-        return Err("sample: prob= runs in user space only (placed=user)".into());
+        return Err(FilterError::Rule("prob= runs in user space only (placed=user)".into()));
     }
     Ok(Box::new(Sample { place, every, prob, n: 0, left: every, passed: 0, rng: a.parse("seed", None, 0x9E37_79B9_7F4A_7C15u64)? | 1, kernel: None }))
 }
@@ -458,13 +457,27 @@ impl Filter for ByteCount {
     }
 }
 
-fn make_bytecount(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_bytecount(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let len = byte_len(a)? as usize;
     Ok(Box::new(ByteCount { place: place(a)?, len, top: top(a, 8)?, hist: Box::new([0; 256]), frames: 0, bytes: 0, kernel: None }))
 }
 
-spec!(FLOWCOUNT, "flowcount", "flowcount [flows=N] [top=K] [placed=user]",
-      "Counts packets and bytes per flow (thesis Figure 7.8 B): IPv4/IPv6 source and destination\n\
+/// Where the filter runs: the NIC-FIX filters' `placed=` and `pin=`, written by the kernel
+/// placement after `rx` (`live::kernel_placement`).
+const PLACED: Param = Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user");
+const PIN: Param = Param::new("pin", "the pin directory of the kernel program's maps (set by the placement)");
+
+/// The NIC-FIX filters' implementations: the eBPF program with its state in BPF maps on
+/// the capture socket right after `rx` (a map update in the JITed program: a little cheaper
+/// than a user call), and the native filter.
+const EBPF_OR_NATIVE: &[Implementation] = &[
+    Implementation { name: "ebpf-map", space: ImplSpace::Kernel(KernelForm::EbpfMaps), needs: Needs::Bpf, cost: Cost::DEFAULT.per_call_scaled(0.8) },
+    Implementation::NATIVE,
+];
+
+pub static FLOWCOUNT: FilterSpec = FilterSpec::new("flowcount", Access::Statistics, make_flowcount)
+    .synopsis("flowcount [flows=N] [top=K] [placed=user]")
+    .description("Counts packets and bytes per flow (thesis Figure 7.8 B): IPv4/IPv6 source and destination\n\
        address, protocol, and TCP/UDP ports; frames that are not IP count per ethertype. Bytes\n\
        are frame lengths on the wire. Passes everything on. Right after `rx` it runs in the\n\
        kernel: an eBPF socket filter counts into a BPF map (an LRU hash of `flows` entries),\n\
@@ -472,31 +485,50 @@ spec!(FLOWCOUNT, "flowcount", "flowcount [flows=N] [top=K] [placed=user]",
        shows it). At the end it prints the totals and the `top` flows by packets, the same\n\
        lines whichever implementation ran. Per-flow rows are exact while the flows fit in\n\
        `flows` (beyond it the kernel's LRU evicts old flows, user space stops adding new\n\
-       ones); the totals are always exact.",
-      ["flows": "flows tracked (default 64K)", "top": "flows printed at the end (default 10)",
-       "placed": "user keeps it in user space; kernel is set by the placement after `rx`",
-       "pin": "the pin directory of the kernel program's maps (set by the placement)"],
-      "unchanged", "streamline run 'rx dev=eth0 | flowcount top=20 | null'", Statistics, make_flowcount);
-spec!(SAMPLE, "sample", "sample [every=N] [prob=P seed=S] [placed=user]",
-      "Passes every Nth block (the Nth, 2Nth, ...; default N=10), or each block with\n\
+       ones); the totals are always exact.")
+    .params(&[
+        Param::new("flows", "flows tracked (default 64K)").kind(Kind::Size).default("64K"),
+        Param::new("top", "flows printed at the end (default 10)").kind(Kind::Count).default("10"),
+        PLACED,
+        PIN,
+    ])
+    .classes("unchanged")
+    .example("streamline run 'rx dev=eth0 | flowcount top=20 | null'")
+    .implementations(EBPF_OR_NATIVE);
+pub static SAMPLE: FilterSpec = FilterSpec::new("sample", Access::Inspection, make_sample)
+    .synopsis("sample [every=N] [prob=P seed=S] [placed=user]")
+    .description("Passes every Nth block (the Nth, 2Nth, ...; default N=10), or each block with\n\
        probability P. Right after `rx` (without prob=) it runs in the kernel: an eBPF socket\n\
        filter numbers the frames with a counter in a BPF map and drops all but every Nth\n\
        on the socket, so they are never copied to user space. Prints frames seen and passed\n\
-       at the end.",
-      ["every": "pass one block in N (also positional)", "prob": "pass each with this probability instead (user space only)", "seed": "random seed for prob",
-       "placed": "user keeps it in user space; kernel is set by the placement after `rx`",
-       "pin": "the pin directory of the kernel program's maps (set by the placement)"],
-      "the block's class (at least 1) when passed; 0 otherwise", "streamline run 'pcapin file=examples/sample.pcap | sample 100 | inspect'", Inspection, make_sample, replication dataplane::Replication::Never("it passes every Nth block of the whole stream"));
-spec!(BYTECOUNT, "bytecount", "bytecount [len=N] [top=K] [placed=user]",
-      "Counts how often each byte value (0..255) occurs in the first `len` bytes of every block\n\
+       at the end.")
+    .params(&[
+        Param::new("every", "pass one block in N (also positional)").at(0).kind(Kind::Size).default("10"),
+        Param::new("prob", "pass each with this probability instead (user space only)").kind(Kind::Number),
+        Param::new("seed", "random seed for prob").kind(Kind::Count),
+        PLACED,
+        PIN,
+    ])
+    .classes("the block's class (at least 1) when passed; 0 otherwise")
+    .example("streamline run 'pcapin file=examples/sample.pcap | sample 100 | inspect'")
+    .replication(dataplane::Replication::Never("it passes every Nth block of the whole stream"))
+    .implementations(EBPF_OR_NATIVE);
+pub static BYTECOUNT: FilterSpec = FilterSpec::new("bytecount", Access::Statistics, make_bytecount)
+    .synopsis("bytecount [len=N] [top=K] [placed=user]")
+    .description("Counts how often each byte value (0..255) occurs in the first `len` bytes of every block\n\
        (frames from their MAC header): thesis Figure 7.8 C counts one character, this keeps all\n\
        256 counters. Passes everything on. Right after `rx` it runs in the kernel: an eBPF\n\
        socket filter adds into a per-CPU BPF array (len is at most 4096, the program's loop\n\
-       bound). At the end it prints packets, bytes counted and the `top` values by count.",
-      ["len": "bytes counted per block, 1..4096 (default 4096; also positional)", "top": "values printed at the end (default 8)",
-       "placed": "user keeps it in user space; kernel is set by the placement after `rx`",
-       "pin": "the pin directory of the kernel program's maps (set by the placement)"],
-      "unchanged", "streamline run 'pcapin file=examples/sample.pcap | bytecount top=4'", Statistics, make_bytecount);
+       bound). At the end it prints packets, bytes counted and the `top` values by count.")
+    .params(&[
+        Param::new("len", "bytes counted per block, 1..4096 (default 4096; also positional)").at(0).kind(Kind::Size).default("4096"),
+        Param::new("top", "values printed at the end (default 8)").kind(Kind::Count).default("8"),
+        PLACED,
+        PIN,
+    ])
+    .classes("unchanged")
+    .example("streamline run 'pcapin file=examples/sample.pcap | bytecount top=4'")
+    .implementations(EBPF_OR_NATIVE);
 
 #[cfg(test)]
 mod tests {
@@ -604,15 +636,18 @@ mod tests {
     fn kernel_configs_round_trip_and_errors_are_clear() {
         let args = |f: &str, o: &[(&str, &str)]| Args::new(f, Vec::new(), o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         for c in [Config::FlowCount { flows: 1024 }, Config::Sample { every: 7 }, Config::ByteCount { len: 35 }] {
-            assert_eq!(decode(&encode(c)), Ok(c));
+            assert_eq!(decode(&encode(c)).ok(), Some(c));
         }
-        assert_eq!(kernel_config(&args("sample", &[("every", "4K")])), Ok(Config::Sample { every: 4096 }));
-        assert!(kernel_config(&args("sample", &[("prob", "0.5")])).unwrap_err().contains("prob"));
-        assert!(kernel_config(&args("bytecount", &[("len", "5000")])).unwrap_err().contains("1..=4096"));
-        assert!(kernel_config(&args("flowcount", &[("flows", "0")])).unwrap_err().contains("flows=0"));
+        assert_eq!(kernel_config(&args("sample", &[("every", "4K")])).ok(), Some(Config::Sample { every: 4096 }));
+        fn err<T>(r: Result<T, FilterError>) -> FilterError {
+            r.map(|_| ()).unwrap_err()
+        }
+        assert!(err(kernel_config(&args("sample", &[("prob", "0.5")]))).to_string().contains("prob"));
+        assert!(matches!(err(kernel_config(&args("bytecount", &[("len", "5000")]))), FilterError::BadValue { key, value, expected } if key == "len" && value == "5000" && expected.contains("1..=4096")));
+        assert!(matches!(err(kernel_config(&args("flowcount", &[("flows", "0")]))), FilterError::BadValue { key, value, .. } if key == "flows" && value == "0"));
         assert!(kernel_config(&args("count", &[])).is_err());
-        assert!(place(&args("flowcount", &[("placed", "kernel")])).unwrap_err().contains("pin="));
-        assert!(place(&args("flowcount", &[("placed", "moon")])).unwrap_err().contains("placed=moon"));
+        assert!(matches!(err(place(&args("flowcount", &[("placed", "kernel")]))), FilterError::Missing { key, expected } if key == "pin" && expected.contains("pin=")));
+        assert!(err(place(&args("flowcount", &[("placed", "moon")]))).to_string().contains("placed=moon"));
         assert!(make_sample(&args("sample", &[("every", "0")])).is_err());
     }
 }

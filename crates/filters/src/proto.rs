@@ -3,7 +3,7 @@
 //! the block's class; nothing is copied.
 
 use crate::packet::{flow_hash, parse_tag, Pkt};
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 
 /// A filter that classifies each block from its parsed frame (None if not a whole,
 /// parseable frame).
@@ -18,24 +18,24 @@ impl<F: FnMut(Option<&Pkt>) -> u16 + Send> Filter for ByPacket<F> {
     }
 }
 
-fn boxed<F: FnMut(Option<&Pkt>) -> u16 + Send + 'static>(f: F) -> Result<Box<dyn Filter>, String> {
+fn boxed<F: FnMut(Option<&Pkt>) -> u16 + Send + 'static>(f: F) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(ByPacket(f)))
 }
 
 /// Numbers given positionally and/or as `key=`, each possibly comma-separated.
-fn parse_u16_list(a: &Args, key: &str) -> Result<Vec<u16>, String> {
+fn parse_u16_list(a: &Args, key: &str) -> Result<Vec<u16>, FilterError> {
     a.positional
         .iter()
         .chain(a.options.get(key))
         .flat_map(|s| s.split(','))
-        .map(|part| part.parse::<u16>().map_err(|_| format!("{}: '{part}' is not a number in 0..=65535", a.filter)))
+        .map(|part| part.parse::<u16>().map_err(|_| FilterError::bad(key, part, "numbers in 0..=65535")))
         .collect()
 }
 
-fn eth(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn eth(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let want = match a.get("type", Some(0)) {
         None => None,
-        Some(t) => Some(u16::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| format!("eth: type={t} is not a hex ethertype"))?),
+        Some(t) => Some(u16::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| FilterError::bad("type", t, "a hex ethertype"))?),
     };
     boxed(move |p| match (p.and_then(|p| p.ether_type), want) {
         (Some(e), Some(w)) => (e == w) as u16,
@@ -44,10 +44,10 @@ fn eth(a: &Args) -> Result<Box<dyn Filter>, String> {
     })
 }
 
-fn ip(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn ip(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let version: u8 = a.parse("version", Some(0), 0)?;
     if ![0, 4, 6].contains(&version) {
-        return Err(format!("ip: version={version} must be 4 or 6"));
+        return Err(FilterError::bad("version", &version.to_string(), "4 or 6"));
     }
     boxed(move |p| match p.and_then(|p| p.ip) {
         Some((v, ..)) if version == 0 || v == version => v as u16,
@@ -57,13 +57,13 @@ fn ip(a: &Args) -> Result<Box<dyn Filter>, String> {
 
 // tcp, udp and icmp test the IP header's protocol field, as libpcap does: every fragment
 // of a TCP segment is "tcp", even those without a TCP header.
-fn tcp(_: &Args) -> Result<Box<dyn Filter>, String> {
+fn tcp(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
     boxed(|p| (p.and_then(|p| p.ip_proto_field) == Some(6)) as u16)
 }
-fn udp(_: &Args) -> Result<Box<dyn Filter>, String> {
+fn udp(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
     boxed(|p| (p.and_then(|p| p.ip_proto_field) == Some(17)) as u16)
 }
-fn icmp(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn icmp(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let version: u8 = a.parse("version", Some(0), 0)?;
     boxed(move |p| match p.and_then(|p| p.ip.map(|i| (i.0, p.ip_proto_field))) {
         Some((4, Some(1))) if version != 6 => 1,
@@ -71,7 +71,7 @@ fn icmp(a: &Args) -> Result<Box<dyn Filter>, String> {
         _ => 0,
     })
 }
-fn port(a: &Args, dst: bool) -> Result<Box<dyn Filter>, String> {
+fn port(a: &Args, dst: bool) -> Result<Box<dyn Filter>, FilterError> {
     let only = parse_u16_list(a, "port")?;
     boxed(move |p| match p.and_then(|p| p.ports()) {
         Some((s, d)) => {
@@ -85,20 +85,20 @@ fn port(a: &Args, dst: bool) -> Result<Box<dyn Filter>, String> {
         None => 0,
     })
 }
-fn dport(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn dport(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     port(a, true)
 }
-fn sport(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn sport(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     port(a, false)
 }
-fn proto(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn proto(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let only = parse_u16_list(a, "proto")?;
     boxed(move |p| match p.and_then(|p| p.ip_proto_field) {
         Some(n) if only.is_empty() || only.contains(&(n as u16)) => n as u16,
         _ => 0,
     })
 }
-fn flow(_: &Args) -> Result<Box<dyn Filter>, String> {
+fn flow(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
     boxed(|p| p.map_or(0, flow_hash))
 }
 
@@ -130,51 +130,71 @@ pub const SERVICES: &[(&str, u16)] = &[
     ("http-alt", 8080),
 ];
 
-macro_rules! spec {
-    (@names) => { &[] };
-    (@names $names:expr) => { $names };
-    (@replication $access:ident) => { dataplane::Replication::of(Access::$access) };
-    (@replication $access:ident $rep:expr) => { $rep };
-    ($id:ident, $name:literal, $syn:literal, $desc:literal, [$($pn:literal : $pd:literal),*], $classes:literal, $ex:literal, $access:ident, $make:expr $(, names $names:expr)? $(, replication $rep:expr)?) => {
-        pub static $id: FilterSpec = FilterSpec {
-            name: $name,
-            synopsis: $syn,
-            description: $desc,
-            params: &[$(Param { name: $pn, doc: $pd }),*],
-            classes: $classes,
-            class_names: spec!(@names $($names)?),
-            example: $ex,
-            access: Access::$access,
-            replication: spec!(@replication $access $($rep)?),
-            source: false,
-            make: $make,
-        };
-    };
-}
-pub(crate) use spec;
 
-spec!(ETH, "eth", "eth [type=HEX]", "Passes frames by the type of what their link layer carries (optionally only one\nethertype, e.g. type=0800): Ethernet's inside any VLAN tags, Linux cooked captures'\nprotocol, 0800/86dd for raw IP and BSD loopback.",
-      ["type": "ethertype in hex (also positional)"], "1 for matching frames, 0 otherwise",
-      "streamline run 'pcapin file=examples/sample.pcap | eth 86dd | count'", Classification, eth);
-spec!(IP, "ip", "ip [version=4|6]", "Passes IP packets (IPv4 and IPv6, or one version).",
-      ["version": "4 or 6 (also positional)"], "4 for IPv4, 6 for IPv6, 0 for anything else",
-      "streamline run 'pcapin file=examples/sample.pcap | ip |6 count'", Classification, ip, names &[("ipv4", 4), ("ipv6", 6)]);
-spec!(TCP, "tcp", "tcp", "Passes TCP over IPv4 or IPv6: packets whose IP protocol field is 6, fragments\nincluded (libpcap's `tcp`).", [], "1 for TCP, 0 otherwise",
-      "streamline run 'pcapin file=examples/sample.pcap | tcp | count'", Classification, tcp);
-spec!(UDP, "udp", "udp", "Passes UDP over IPv4 or IPv6: IP protocol field 17, fragments included.", [], "1 for UDP, 0 otherwise",
-      "streamline run 'pcapin file=examples/sample.pcap | udp | count'", Classification, udp);
-spec!(ICMP, "icmp", "icmp [version=4|6]", "Passes ICMP (IPv4 protocol 1) and ICMPv6 (IPv6 next header 58) packets,\nfragments included, or one of the two.",
-      ["version": "4 or 6 (also positional)"], "1 for ICMPv4, 2 for ICMPv6, 0 otherwise",
-      "streamline run 'pcapin file=examples/sample.pcap | icmp |1 count'", Classification, icmp, names &[("icmp4", 1), ("icmp6", 2)]);
-spec!(DPORT, "dport", "dport [PORT[,PORT...]]", "Classifies TCP and UDP packets by destination port, so a selector picks a\nservice: `dport |22 ssh`, `dport |1:1023 count`. With ports given, passes only those.",
-      ["port": "ports to pass (also positional, comma-separated)"], "the destination port; 0 for non-TCP/UDP (and other ports, when given)",
-      "streamline run 'pcapin file=examples/sample.pcap | dport |80 count'", Classification, dport, names SERVICES);
-spec!(SPORT, "sport", "sport [PORT[,PORT...]]", "Classifies TCP and UDP packets by source port (see dport).",
-      ["port": "ports to pass (also positional, comma-separated)"], "the source port; 0 for non-TCP/UDP",
-      "streamline run 'pcapin file=examples/sample.pcap | sport |53 count'", Classification, sport, names SERVICES);
-spec!(PROTO, "proto", "proto [NUMBER[,NUMBER...]]", "Classifies IP packets by protocol number (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6).",
-      ["proto": "protocol numbers to pass (also positional)"], "the IP protocol number; 0 for non-IP",
-      "streamline run 'pcapin file=examples/sample.pcap | proto |17 count'", Classification, proto, names &[("icmp", 1), ("tcp", 6), ("udp", 17), ("gre", 47), ("esp", 50), ("icmp6", 58), ("sctp", 132)]);
-spec!(FLOW, "flow", "flow", "Classifies packets by a stable hash of their 5-tuple, the same in both\ndirections, so per-class (session) state follows connections.",
-      [], "a non-zero 16-bit flow hash; 0 for non-IP",
-      "streamline run 'pcapin file=examples/sample.pcap | flow | hist'", Classification, flow);
+pub static ETH: FilterSpec = FilterSpec::new("eth", Access::Classification, eth)
+    .synopsis("eth [type=HEX]")
+    .description("Passes frames by the type of what their link layer carries (optionally only one\nethertype, e.g. type=0800): Ethernet's inside any VLAN tags, Linux cooked captures'\nprotocol, 0800/86dd for raw IP and BSD loopback.")
+    .params(&[
+        Param::new("type", "ethertype in hex (also positional)").at(0).kind(Kind::Hex),
+    ])
+    .classes("1 for matching frames, 0 otherwise")
+    .example("streamline run 'pcapin file=examples/sample.pcap | eth 86dd | count'");
+pub static IP: FilterSpec = FilterSpec::new("ip", Access::Classification, ip)
+    .synopsis("ip [version=4|6]")
+    .description("Passes IP packets (IPv4 and IPv6, or one version).")
+    .params(&[
+        Param::new("version", "4 or 6 (also positional)").at(0).kind(Kind::Count),
+    ])
+    .classes("4 for IPv4, 6 for IPv6, 0 for anything else")
+    .class_names(&[("ipv4", 4), ("ipv6", 6)])
+    .example("streamline run 'pcapin file=examples/sample.pcap | ip |6 count'");
+pub static TCP: FilterSpec = FilterSpec::new("tcp", Access::Classification, tcp)
+    .synopsis("tcp")
+    .description("Passes TCP over IPv4 or IPv6: packets whose IP protocol field is 6, fragments\nincluded (libpcap's `tcp`).")
+    .classes("1 for TCP, 0 otherwise")
+    .example("streamline run 'pcapin file=examples/sample.pcap | tcp | count'");
+pub static UDP: FilterSpec = FilterSpec::new("udp", Access::Classification, udp)
+    .synopsis("udp")
+    .description("Passes UDP over IPv4 or IPv6: IP protocol field 17, fragments included.")
+    .classes("1 for UDP, 0 otherwise")
+    .example("streamline run 'pcapin file=examples/sample.pcap | udp | count'");
+pub static ICMP: FilterSpec = FilterSpec::new("icmp", Access::Classification, icmp)
+    .synopsis("icmp [version=4|6]")
+    .description("Passes ICMP (IPv4 protocol 1) and ICMPv6 (IPv6 next header 58) packets,\nfragments included, or one of the two.")
+    .params(&[
+        Param::new("version", "4 or 6 (also positional)").at(0).kind(Kind::Count),
+    ])
+    .classes("1 for ICMPv4, 2 for ICMPv6, 0 otherwise")
+    .class_names(&[("icmp4", 1), ("icmp6", 2)])
+    .example("streamline run 'pcapin file=examples/sample.pcap | icmp |1 count'");
+/// dport's and sport's parameter: the ports to pass.
+const PORTS: &[Param] = &[Param::new("port", "ports to pass (also positional, comma-separated)").from(0).kind(Kind::Numbers)];
+
+pub static DPORT: FilterSpec = FilterSpec::new("dport", Access::Classification, dport)
+    .synopsis("dport [PORT[,PORT...]]")
+    .description("Classifies TCP and UDP packets by destination port, so a selector picks a\nservice: `dport |22 ssh`, `dport |1:1023 count`. With ports given, passes only those.")
+    .params(PORTS)
+    .classes("the destination port; 0 for non-TCP/UDP (and other ports, when given)")
+    .class_names(SERVICES)
+    .example("streamline run 'pcapin file=examples/sample.pcap | dport |80 count'");
+pub static SPORT: FilterSpec = FilterSpec::new("sport", Access::Classification, sport)
+    .synopsis("sport [PORT[,PORT...]]")
+    .description("Classifies TCP and UDP packets by source port (see dport).")
+    .params(PORTS)
+    .classes("the source port; 0 for non-TCP/UDP")
+    .class_names(SERVICES)
+    .example("streamline run 'pcapin file=examples/sample.pcap | sport |53 count'");
+pub static PROTO: FilterSpec = FilterSpec::new("proto", Access::Classification, proto)
+    .synopsis("proto [NUMBER[,NUMBER...]]")
+    .description("Classifies IP packets by protocol number (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6).")
+    .params(&[
+        Param::new("proto", "protocol numbers to pass (also positional)").from(0).kind(Kind::Numbers),
+    ])
+    .classes("the IP protocol number; 0 for non-IP")
+    .class_names(&[("icmp", 1), ("tcp", 6), ("udp", 17), ("gre", 47), ("esp", 50), ("icmp6", 58), ("sctp", 132)])
+    .example("streamline run 'pcapin file=examples/sample.pcap | proto |17 count'");
+pub static FLOW: FilterSpec = FilterSpec::new("flow", Access::Classification, flow)
+    .synopsis("flow")
+    .description("Classifies packets by a stable hash of their 5-tuple, the same in both\ndirections, so per-class (session) state follows connections.")
+    .classes("a non-zero 16-bit flow hash; 0 for non-IP")
+    .example("streamline run 'pcapin file=examples/sample.pcap | flow | hist'");

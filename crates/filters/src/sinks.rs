@@ -1,7 +1,6 @@
 //! Sinks: outfile, stdout, pcapout, null.
 
-use crate::proto::spec;
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 use std::fs::File;
@@ -109,32 +108,54 @@ impl Filter for Null {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
 }
 
-fn make_outfile(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_outfile(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let path = a.require("file", Some(0))?;
     let mode_append = a.flag("append")?;
-    let f = std::fs::OpenOptions::new().create(true).write(true).append(mode_append).truncate(!mode_append).open(path).map_err(|e| format!("outfile: cannot open {path}: {e}"))?;
+    let f = std::fs::OpenOptions::new().create(true).write(true).append(mode_append).truncate(!mode_append).open(path).map_err(|e| FilterError::io(format!("cannot open {path}"), e))?;
     Ok(Box::new(Out { w: Box::new(BufWriter::new(f)), newline: a.flag("lines")?, what: path.to_string() }))
 }
-fn make_stdout(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_stdout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(Out { w: Box::new(BufWriter::new(std::io::stdout())), newline: a.flag("lines")?, what: "standard output".into() }))
 }
-fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let path = a.require("file", Some(0))?.to_string();
     // Fail early if the file cannot be created; the header is written on the first packet
     // (its link type comes from the packets).
-    File::create(&path).map_err(|e| format!("pcapout: cannot create {path}: {e}"))?;
+    File::create(&path).map_err(|e| FilterError::io(format!("cannot create {path}"), e))?;
     Ok(Box::new(PcapOut { w: None, path, link: None, failed: false }))
 }
-fn make_null(_: &Args) -> Result<Box<dyn Filter>, String> {
+fn make_null(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(Null))
 }
 
-spec!(OUTFILE, "outfile", "outfile FILE [append=yes] [lines=yes]", "Writes block contents to a file, back to back (lines=yes adds a newline after\neach block).",
-      ["file": "the file (also positional)", "append": "yes to append instead of truncating", "lines": "yes for one block per line"],
-      "sink (no output)", "streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 strip | outfile http.raw'", Sink, make_outfile);
-spec!(STDOUT, "stdout", "stdout [lines=yes]", "Writes block contents to standard output.",
-      ["lines": "yes for one block per line"], "sink (no output)", "streamline run 'file a.txt split=lines | grep x | stdout'", Sink, make_stdout);
-spec!(PCAPOUT, "pcapout", "pcapout file=FILE", "Writes packets to a pcap file (readable by tcpdump and Wireshark), with the\noriginal timestamps and wire lengths when the packets came from a capture (a block\ncropped from a packet keeps its time; a block made by a filter gets time 0).",
-      ["file": "output file (also positional)"], "sink (no output)",
-      "streamline run 'pcapin file=examples/sample.pcap | udp | pcapout file=udp.pcap'", Sink, make_pcapout);
-spec!(NULL, "null", "null", "Discards everything.", [], "sink (no output)", "streamline run 'gen count=1M | null'", Sink, make_null);
+pub static OUTFILE: FilterSpec = FilterSpec::new("outfile", Access::Sink, make_outfile)
+    .synopsis("outfile FILE [append=yes] [lines=yes]")
+    .description("Writes block contents to a file, back to back (lines=yes adds a newline after\neach block).")
+    .params(&[
+        Param::new("file", "the file (also positional)").at(0),
+        Param::new("append", "yes to append instead of truncating").kind(Kind::Flag).default("no"),
+        Param::new("lines", "yes for one block per line").kind(Kind::Flag).default("no"),
+    ])
+    .classes("sink (no output)")
+    .example("streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 strip | outfile http.raw'");
+pub static STDOUT: FilterSpec = FilterSpec::new("stdout", Access::Sink, make_stdout)
+    .synopsis("stdout [lines=yes]")
+    .description("Writes block contents to standard output.")
+    .params(&[
+        Param::new("lines", "yes for one block per line").kind(Kind::Flag).default("no"),
+    ])
+    .classes("sink (no output)")
+    .example("streamline run 'file a.txt split=lines | grep x | stdout'");
+pub static PCAPOUT: FilterSpec = FilterSpec::new("pcapout", Access::Sink, make_pcapout)
+    .synopsis("pcapout file=FILE")
+    .description("Writes packets to a pcap file (readable by tcpdump and Wireshark), with the\noriginal timestamps and wire lengths when the packets came from a capture (a block\ncropped from a packet keeps its time; a block made by a filter gets time 0).")
+    .params(&[
+        Param::new("file", "output file (also positional)").at(0),
+    ])
+    .classes("sink (no output)")
+    .example("streamline run 'pcapin file=examples/sample.pcap | udp | pcapout file=udp.pcap'");
+pub static NULL: FilterSpec = FilterSpec::new("null", Access::Sink, make_null)
+    .synopsis("null")
+    .description("Discards everything.")
+    .classes("sink (no output)")
+    .example("streamline run 'gen count=1M | null'");

@@ -2,7 +2,7 @@
 //! synthetic blocks.
 
 use crate::savefile::{swap_pseudo_header, Savefile};
-use dataplane::{Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, RecordMeta, Tag};
+use dataplane::{Kind, FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, RecordMeta, Tag};
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -100,9 +100,9 @@ pub struct PcapIn {
 }
 
 /// Map `path` and check its header as libpcap's `pcap_open_offline` does.
-fn open_capture(path: &std::path::Path) -> Result<(dataplane::FileMap, Savefile), String> {
-    let map = dataplane::FileMap::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let sf = Savefile::open(map.bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+fn open_capture(path: &std::path::Path) -> Result<(dataplane::FileMap, Savefile), FilterError> {
+    let map = dataplane::FileMap::open(path).map_err(|e| FilterError::io(format!("cannot open {}", path.display()), e))?;
+    let sf = Savefile::open(map.bytes()).map_err(|e| FilterError::invalid(path.display().to_string(), e))?;
     Ok((map, sf))
 }
 
@@ -110,7 +110,7 @@ fn open_capture(path: &std::path::Path) -> Result<(dataplane::FileMap, Savefile)
 const FIXED_RING: usize = 16 << 20;
 
 impl PcapIn {
-    fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
+    fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         let path = PathBuf::from(a.require("file", Some(0))?);
         // A file libpcap refuses is a build error (the check maps the file and reads its
         // header; the run maps it again).
@@ -138,12 +138,12 @@ impl PcapIn {
 
     /// Map the file, read its header (errors here end the run before any packet), and
     /// start the indexer on the rest.
-    fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), String> {
-        let (buf, size) = cx.store.add_file(&self.path).map_err(|e| format!("cannot map {}: {e}", self.path.display()))?;
+    fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), FilterError> {
+        let (buf, size) = cx.store.add_file(&self.path).map_err(|e| FilterError::io(format!("cannot map {}", self.path.display()), e))?;
         self.buf = buf;
         self.size = size;
         let map = cx.store.file_map(buf).unwrap_or_default();
-        let sf = Savefile::open(map.bytes()).map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let sf = Savefile::open(map.bytes()).map_err(|e| FilterError::invalid(self.path.display().to_string(), e))?;
         let start = sf.offset();
         cx.store.set_link(buf, sf.link());
         (self.link, self.dlt) = (sf.link(), sf.dlt());
@@ -156,7 +156,7 @@ impl PcapIn {
         let indexer = std::thread::Builder::new()
             .name("pcapin-index".into())
             .spawn(move || index(&map, sf, &shared, &tx, &back))
-            .map_err(|e| format!("cannot start the indexer thread: {e}"))?;
+            .map_err(|e| FilterError::io("cannot start the indexer thread", e))?;
         self.rx = Some(rx);
         self.recycle = Some(recycle);
         self.indexer = Some(indexer);
@@ -288,7 +288,7 @@ impl Filter for PcapIn {
         if !self.opened {
             self.opened = true;
             if let Err(e) = self.open(cx) {
-                cx.warn(e);
+                cx.warn(e.to_string());
                 cx.stop();
                 return false;
             }
@@ -327,10 +327,9 @@ impl Filter for PcapIn {
     }
 }
 
-pub static PCAPIN: FilterSpec = FilterSpec {
-    name: "pcapin",
-    synopsis: "pcapin file=FILE",
-    description: "Reads a capture file as libpcap (tcpdump -r) reads it: the same packets, bytes,\n\
+pub static PCAPIN: FilterSpec = FilterSpec::new("pcapin", Access::Source, PcapIn::make)
+    .synopsis("pcapin file=FILE")
+    .description("Reads a capture file as libpcap (tcpdump -r) reads it: the same packets, bytes,\n\
                   lengths, times and link type. The file is mapped into memory and serves as the\n\
                   DBuf itself: each packet becomes a tag pointing into the file, nothing is copied.\n\
                   Timestamps (nanoseconds) and wire lengths travel out of band (for inspect and\n\
@@ -346,16 +345,12 @@ pub static PCAPIN: FilterSpec = FilterSpec {
                   problem); a record libpcap refuses ends the input with a warning naming its\n\
                   byte offset, after every packet before it. As libpcap, a pcapng file's\n\
                   interfaces must share one link type and snap length. A helper thread\n\
-                  (pcapin-index) walks the records ahead of the space.",
-    params: &[Param { name: "file", doc: "capture file (also the first positional parameter)" }],
-    classes: "1 for every packet",
-    class_names: &[],
-    example: "streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 count'",
-    access: Access::Source,
-    replication: dataplane::Replication::of(Access::Source),
-    source: true,
-    make: PcapIn::make,
-};
+                  (pcapin-index) walks the records ahead of the space.")
+    .params(&[
+        Param::new("file", "capture file (also the first positional parameter)").at(0),
+    ])
+    .classes("1 for every packet")
+    .example("streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 count'");
 
 /// How a byte source cuts its input into blocks.
 #[derive(Debug, Clone, Copy)]
@@ -365,14 +360,14 @@ enum Split {
     Fixed(usize),
 }
 
-fn split_mode(a: &Args) -> Result<Split, String> {
+fn split_mode(a: &Args) -> Result<Split, FilterError> {
     let size = a.size("size", None, 0)? as usize;
     match a.get("split", None).unwrap_or(if size > 0 { "fixed" } else { "bytes" }) {
         "bytes" => Ok(Split::Chunk(if size > 0 { size } else { 64 * 1024 })),
         "lines" => Ok(Split::Lines),
         "fixed" if size > 0 => Ok(Split::Fixed(size)),
-        "fixed" => Err(format!("{}: split=fixed needs size=N", a.filter)),
-        m => Err(format!("{}: unknown split '{m}' (bytes, lines, fixed)", a.filter)),
+        "fixed" => Err(FilterError::Missing { key: "size".into(), expected: "split=fixed needs size=N".into() }),
+        m => Err(FilterError::bad("split", m, "bytes, lines or fixed")),
     }
 }
 
@@ -398,9 +393,9 @@ pub struct FileIn {
 }
 
 impl FileIn {
-    fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
+    fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         let path = PathBuf::from(a.require("file", Some(0))?);
-        std::fs::metadata(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        std::fs::metadata(&path).map_err(|e| FilterError::io(format!("cannot open {}", path.display()), e))?;
         Ok(Box::new(FileIn { path, split: split_mode(a)?, buf: 0, off: 0, size: 0, opened: false }))
     }
 }
@@ -435,25 +430,18 @@ impl Filter for FileIn {
     }
 }
 
-pub static FILE: FilterSpec = FilterSpec {
-    name: "file",
-    synopsis: "file FILE [split=bytes|lines|fixed] [size=N]",
-    description: "Reads a file, mapped into memory as a DBuf (no copies), as blocks: chunks of\n\
+pub static FILE: FilterSpec = FilterSpec::new("file", Access::Source, FileIn::make)
+    .synopsis("file FILE [split=bytes|lines|fixed] [size=N]")
+    .description("Reads a file, mapped into memory as a DBuf (no copies), as blocks: chunks of\n\
                   64 KiB (split=bytes, size=N to change), one block per line including its newline\n\
-                  (split=lines), or fixed-size records (split=fixed size=N; the last may be shorter).",
-    params: &[
-        Param { name: "file", doc: "the file (also the first positional parameter)" },
-        Param { name: "split", doc: "bytes (default), lines or fixed" },
-        Param { name: "size", doc: "block size for bytes/fixed (suffixes K, M)" },
-    ],
-    classes: "1 for every block",
-    class_names: &[],
-    example: "streamline run 'file /var/log/syslog split=lines | grep error | count'",
-    access: Access::Source,
-    replication: dataplane::Replication::of(Access::Source),
-    source: true,
-    make: FileIn::make,
-};
+                  (split=lines), or fixed-size records (split=fixed size=N; the last may be shorter).")
+    .params(&[
+        Param::new("file", "the file (also the first positional parameter)").at(0),
+        Param::new("split", "bytes (default), lines or fixed").kind(Kind::Choice(&["bytes", "lines", "fixed"])).default("bytes"),
+        Param::new("size", "block size for bytes/fixed (suffixes K, M)").kind(Kind::Size).default("64K"),
+    ])
+    .classes("1 for every block")
+    .example("streamline run 'file /var/log/syslog split=lines | grep error | count'");
 
 pub struct StdinIn {
     split: Split,
@@ -463,7 +451,7 @@ pub struct StdinIn {
 }
 
 impl StdinIn {
-    fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
+    fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         Ok(Box::new(StdinIn { split: split_mode(a)?, pending: Vec::new(), eof: false, rx: None }))
     }
 }
@@ -517,19 +505,15 @@ impl Filter for StdinIn {
     }
 }
 
-pub static STDIN: FilterSpec = FilterSpec {
-    name: "stdin",
-    synopsis: "stdin [split=bytes|lines|fixed] [size=N]",
-    description: "Reads standard input into the space's data ring, cut into blocks as `file` does.",
-    params: &[Param { name: "split", doc: "bytes (default), lines or fixed" }, Param { name: "size", doc: "block size for bytes/fixed" }],
-    classes: "1 for every block",
-    class_names: &[],
-    example: "cat access.log | streamline run 'stdin split=lines | grep GET | count'",
-    access: Access::Source,
-    replication: dataplane::Replication::of(Access::Source),
-    source: true,
-    make: StdinIn::make,
-};
+pub static STDIN: FilterSpec = FilterSpec::new("stdin", Access::Source, StdinIn::make)
+    .synopsis("stdin [split=bytes|lines|fixed] [size=N]")
+    .description("Reads standard input into the space's data ring, cut into blocks as `file` does.")
+    .params(&[
+        Param::new("split", "bytes (default), lines or fixed").kind(Kind::Choice(&["bytes", "lines", "fixed"])).default("bytes"),
+        Param::new("size", "block size for bytes/fixed").kind(Kind::Size).default("64K"),
+    ])
+    .classes("1 for every block")
+    .example("cat access.log | streamline run 'stdin split=lines | grep GET | count'");
 
 pub struct Gen {
     pattern: Vec<u8>,
@@ -576,16 +560,16 @@ impl GenRing {
 }
 
 impl Gen {
-    fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
+    fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         let count = a.size("count", Some(0), 1000)?;
         let size = a.size("size", None, 1024)? as usize;
         if size == 0 || size > 1 << 20 {
-            return Err(format!("gen: size={size} must be 1..=1M"));
+            return Err(FilterError::bad("size", &size.to_string(), "1..=1M"));
         }
         let rewrite = match a.get("rewrite", None) {
             None | Some("no") => false,
             Some("yes") => true,
-            Some(v) => return Err(format!("gen: rewrite={v} must be yes or no")),
+            Some(v) => return Err(FilterError::bad("rewrite", v, "yes or no")),
         };
         Ok(Box::new(Gen { pattern: Vec::new(), remaining: count, size, layout: GenRing::new(size), buf: 0, seq: 0, rewrite, lap: None, slot: 0, lap_start: 0, fresh_until: 0 }))
     }
@@ -665,10 +649,9 @@ impl Filter for Gen {
     }
 }
 
-pub static GEN: FilterSpec = FilterSpec {
-    name: "gen",
-    synopsis: "gen [count=N] [size=BYTES] [rewrite=yes|no]",
-    description: "Generates N synthetic blocks (default 1000) of the given size (default 1024)\n\
+pub static GEN: FilterSpec = FilterSpec::new("gen", Access::Source, Gen::make)
+    .synopsis("gen [count=N] [size=BYTES] [rewrite=yes|no]")
+    .description("Generates N synthetic blocks (default 1000) of the given size (default 1024)\n\
                   for benchmarks and tests: an 8-byte sequence number (little endian), then a\n\
                   pattern (byte i is i*31 XOR the sequence number's low byte). Blocks go to a\n\
                   ring of their own, one cache line apart beyond their size when the size is a\n\
@@ -676,17 +659,11 @@ pub static GEN: FilterSpec = FilterSpec {
                   A lap of the ring is a multiple of 256 blocks, so a slot's pattern repeats\n\
                   from lap to lap and after the first lap only the sequence number is written\n\
                   (rewrite=yes writes every byte of every block; after a filter edited blocks\n\
-                  in place, a whole lap is written again).",
-    params: &[
-        Param { name: "count", doc: "number of blocks (also positional; suffixes K, M)" },
-        Param { name: "size", doc: "block size in bytes" },
-        Param { name: "rewrite", doc: "yes: write every block in full (default no)" },
-    ],
-    classes: "1 for every block",
-    class_names: &[],
-    example: "streamline run 'gen count=1M size=64 | count'",
-    access: Access::Source,
-    replication: dataplane::Replication::of(Access::Source),
-    source: true,
-    make: Gen::make,
-};
+                  in place, a whole lap is written again).")
+    .params(&[
+        Param::new("count", "number of blocks (also positional; suffixes K, M)").at(0).kind(Kind::Size).default("1000"),
+        Param::new("size", "block size in bytes").kind(Kind::Size).default("1024"),
+        Param::new("rewrite", "yes: write every block in full (default no)").kind(Kind::Choice(&["yes", "no"])).default("no"),
+    ])
+    .classes("1 for every block")
+    .example("streamline run 'gen count=1M size=64 | count'");

@@ -8,7 +8,7 @@
 //!
 //! Owns: the kick policy and its accounting. The ring is the kernel crate's.
 
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
 use kernel::tx::{TxConfig, TxRing};
 use std::time::{Duration, Instant};
 
@@ -30,24 +30,24 @@ pub struct Tx {
     failed: bool,
 }
 
-fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
+fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let dev = a.require("dev", Some(0))?.to_string();
     let batch: usize = a.parse("batch", None, 64)?;
     let latency_us: u64 = a.parse("latency", None, 1000)?;
     let frames: u32 = a.parse("frames", None, 1024)?;
     if !(1..=65536).contains(&batch) {
-        return Err(format!("tx: batch={batch} must be 1..=65536"));
+        return Err(FilterError::bad("batch", &batch.to_string(), "1..=65536"));
     }
     if !(16..=1 << 20).contains(&frames) {
-        return Err(format!("tx: frames={frames} must be 16..=1048576"));
+        return Err(FilterError::bad("frames", &frames.to_string(), "16..=1048576"));
     }
     let bypass = match a.get("bypass", None) {
         None | Some("no") => false,
         Some("yes") => true,
-        Some(v) => return Err(format!("tx: bypass={v}: expected yes or no")),
+        Some(v) => return Err(FilterError::bad("bypass", v, "yes or no")),
     };
     // Opened now: a missing interface or capability is an error before the run starts.
-    let ring = TxRing::open(&dev, TxConfig { frames, qdisc_bypass: bypass, ..TxConfig::default() }).map_err(|e| format!("tx: {e}"))?;
+    let ring = TxRing::open(&dev, TxConfig { frames, qdisc_bypass: bypass, ..TxConfig::default() }).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
     Ok(Box::new(Tx {
         dev,
         ring,
@@ -67,27 +67,27 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, String> {
 
 impl Tx {
     /// Kick if anything is queued.
-    fn kick(&mut self) -> Result<(), String> {
+    fn kick(&mut self) -> Result<(), FilterError> {
         if self.pending == 0 {
             return Ok(());
         }
         self.kicks += 1;
         self.pending = 0;
         self.since = None;
-        self.ring.kick().map_err(|e| format!("tx {}: {e}", self.dev))
+        self.ring.kick().map_err(|e| FilterError::io(self.dev.clone(), e))
     }
 
     /// Queue one frame (waiting for a slot if the ring is full); kick if the batch is full.
-    fn send(&mut self, d: &[u8]) -> Result<(), String> {
+    fn send(&mut self, d: &[u8]) -> Result<(), FilterError> {
         if d.len() > self.ring.max_frame() {
             self.too_large += 1;
             return Ok(());
         }
-        while !self.ring.put(d, &mut self.rejected).map_err(|e| format!("tx {}: {e}", self.dev))? {
+        while !self.ring.put(d, &mut self.rejected).map_err(|e| FilterError::io(self.dev.clone(), e))? {
             // The ring is full: send what is queued and wait for a slot.
             self.full_waits += 1;
             self.kick()?;
-            self.ring.wait_writable(Duration::from_millis(10)).map_err(|e| format!("tx {}: {e}", self.dev))?;
+            self.ring.wait_writable(Duration::from_millis(10)).map_err(|e| FilterError::io(self.dev.clone(), e))?;
         }
         self.frames += 1;
         self.bytes += d.len() as u64;
@@ -160,27 +160,20 @@ impl Filter for Tx {
     }
 }
 
-pub static TX: FilterSpec = FilterSpec {
-    name: "tx",
-    synopsis: "tx dev=IF [batch=N] [latency=US] [frames=N] [bypass=yes|no]",
-    description: "Transmits every block as one frame (it should start with an Ethernet header) through\n\
+pub static TX: FilterSpec = FilterSpec::new("tx", Access::Sink, make)
+    .synopsis("tx dev=IF [batch=N] [latency=US] [frames=N] [bypass=yes|no]")
+    .description("Transmits every block as one frame (it should start with an Ethernet header) through\n\
                   an AF_PACKET transmit ring. Frames are queued in the ring and sent by one system call\n\
                   (a kick) when `batch` frames are queued, when the oldest has waited `latency`\n\
                   microseconds (checked after every input batch), and when the input goes quiet; a full\n\
                   ring waits for the kernel, nothing is dropped. The summary gives frames per kick.\n\
-                  Needs CAP_NET_RAW.",
-    params: &[
-        Param { name: "dev", doc: "interface (also positional)" },
-        Param { name: "batch", doc: "frames per kick at most (default 64)" },
-        Param { name: "latency", doc: "longest a queued frame waits for its kick, microseconds (default 1000)" },
-        Param { name: "frames", doc: "frame slots in the ring, 2 KiB each (default 1024)" },
-        Param { name: "bypass", doc: "yes: skip the qdisc layer (PACKET_QDISC_BYPASS)" },
-    ],
-    classes: "sink (no output)",
-    class_names: &[],
-    example: "streamline run 'pcapin file=examples/sample.pcap | tx dev=veth0'",
-    access: Access::Sink,
-    replication: dataplane::Replication::of(Access::Sink),
-    source: false,
-    make,
-};
+                  Needs CAP_NET_RAW.")
+    .params(&[
+        Param::new("dev", "interface (also positional)").at(0),
+        Param::new("batch", "frames per kick at most (default 64)").kind(Kind::Count).default("64"),
+        Param::new("latency", "longest a queued frame waits for its kick, microseconds (default 1000)").kind(Kind::Count).default("1000"),
+        Param::new("frames", "frame slots in the ring, 2 KiB each (default 1024)").kind(Kind::Count).default("1024"),
+        Param::new("bypass", "yes: skip the qdisc layer (PACKET_QDISC_BYPASS)").kind(Kind::Choice(&["yes", "no"])).default("no"),
+    ])
+    .classes("sink (no output)")
+    .example("streamline run 'pcapin file=examples/sample.pcap | tx dev=veth0'");

@@ -3,7 +3,7 @@
 //! our side, and a batch's chunks go back to the kernel once the batch has walked the
 //! space. AF_XDP frames carry no capture time: blocks are stamped when they are read.
 
-use dataplane::{Args, Batch, BufId, Ctx, External, Filter, RecordMeta, Tag};
+use dataplane::{FilterError, Args, Batch, BufId, Ctx, External, Filter, RecordMeta, Tag};
 use kernel::xdp::{UmemView, XdpConfig, XdpDrops, XdpRx};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -41,10 +41,10 @@ pub struct XdpSource {
     failed: bool,
 }
 
-pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, String> {
+pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, FilterError> {
     for key in ["kfilter", "fanout"] {
         if a.get(key, None).is_some() {
-            return Err(format!("rx: {key}= needs impl=packet (an AF_XDP socket has no socket filter or fanout group)"));
+            return Err(FilterError::Rule(format!("{key}= needs impl=packet (an AF_XDP socket has no socket filter or fanout group)")));
         }
     }
     let queue: u32 = a.parse("queue", None, 0)?;
@@ -52,15 +52,15 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, String> {
     let frames: u32 = a.parse("frames", None, 16384)?;
     let gather: usize = a.parse("batch", None, frames as usize / 4)?;
     if !frames.is_power_of_two() || !(64..=1 << 20).contains(&frames) {
-        return Err(format!("rx: frames={frames} must be a power of two in 64..=1048576"));
+        return Err(FilterError::bad("frames", &frames.to_string(), "a power of two in 64..=1048576"));
     }
     if gather == 0 || gather > frames as usize / 4 {
-        return Err(format!("rx: batch={gather} must be 1..={} (a quarter of frames={frames})", frames / 4));
+        return Err(FilterError::bad("batch", &gather.to_string(), &format!("1..={} (a quarter of frames={frames})", frames / 4)));
     }
     let skb_mode = match a.get("xdpmode", None) {
         None | Some("auto") => false,
         Some("skb") => true,
-        Some(v) => return Err(format!("rx: xdpmode={v}: expected auto or skb")),
+        Some(v) => return Err(FilterError::bad("xdpmode", v, "auto or skb")),
     };
     Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), gather, pending: Vec::new(), sent: 0, sock: None, buf: 0, packets: 0, drops: None, failed: false }))
 }

@@ -141,10 +141,11 @@ fn build_errors_name_the_filter() {
     let g = lang::parse("gen | encrypt key=abc | null", &lang::WithPath(filters::Natives)).unwrap();
     let msg = Space::build(&g, &filters::Library, 1 << 20).err().expect("must fail").to_string();
     assert!(msg.contains("64 hex digits"), "{msg}");
-    // The filter is named once, though its own message starts with its name too.
+    // The filter is named once, by the node's label; the typed error names key, value and
+    // what was expected.
     let g = lang::parse("gen size=0 | null", &lang::WithPath(filters::Natives)).unwrap();
     let msg = Space::build(&g, &filters::Library, 1 << 20).err().expect("must fail").to_string();
-    assert_eq!(msg, "gen: size=0 must be 1..=1M");
+    assert_eq!(msg, "gen: parameter size=0: expected 1..=1M");
 }
 
 /// `export=yes` publishes a node's output as a named IBuf; a reader elsewhere (here a
@@ -392,5 +393,96 @@ fn gen_reuses_ring_slots_without_changing_a_byte() {
     // A bad option names itself.
     let g = lang::parse("gen rewrite=maybe | null", &lang::WithPath(filters::Natives)).unwrap();
     let e = Space::build(&g, &filters::Library, 1 << 20).err().expect("rewrite=maybe is refused").to_string();
-    assert!(e.contains("rewrite=maybe must be yes or no"), "{e}");
+    assert!(e.contains("parameter rewrite=maybe: expected yes or no"), "{e}");
+}
+
+/// Every declaration is consistent: positions run 0, 1, ... without gaps (a variadic one
+/// last), parameter and class names are unique, class names name non-zero classes (0 is
+/// drop), defaults are values of their parameter's kind and build the filter where it
+/// builds without arguments, a filter placed in the kernel after `rx` takes `placed=`
+/// (the placement writes it), and the language accepts exactly the declared keys.
+#[test]
+fn every_declaration_is_consistent() {
+    use dataplane::{Access, Factory};
+    use lang::Resolver;
+    for s in filters::REGISTRY {
+        let n = s.name;
+        assert!(std::ptr::eq(filters::find(n).unwrap(), *s), "{n}: find returns another declaration");
+        let mut keys: Vec<_> = s.params.iter().map(|p| p.name).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), s.params.len(), "{n}: a parameter declared twice");
+        let mut at: Vec<_> = s.params.iter().filter_map(|p| p.position.map(|i| (i, p.variadic))).collect();
+        at.sort();
+        for (i, (pos, variadic)) in at.iter().enumerate() {
+            assert_eq!(*pos, i, "{n}: positional parameters must be 0, 1, ... ({at:?})");
+            assert!(!variadic || i + 1 == at.len(), "{n}: only the last positional parameter may take the rest");
+            assert_eq!(s.positional(i).map(|p| p.position), Some(Some(i)), "{n}: position {i} unreachable");
+        }
+        let mut classes: Vec<_> = s.class_names.iter().map(|&(name, _)| name).collect();
+        classes.sort();
+        classes.dedup();
+        assert_eq!(classes.len(), s.class_names.len(), "{n}: a class name given twice");
+        for &(name, class) in s.class_names {
+            assert!(class != 0, "{n}: class name {name} names class 0, which drops");
+            assert!(!name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'), "{n}: class name '{name}'");
+        }
+        assert_eq!(s.source, s.access == Access::Source, "{n}: source and access class disagree");
+        assert!(!s.implementations.is_empty(), "{n}: no implementation");
+        if s.runs_after_rx_in_kernel() {
+            assert!(s.param("placed").is_some(), "{n}: runs after rx in the kernel but does not take placed=");
+        }
+        assert_eq!(filters::Natives.params(n), Some(s.params.iter().map(|p| p.name.to_string()).collect()), "{n}: the language's keys");
+        let builds_bare = filters::Library.make(n, &dataplane::Args::new(n, vec![], vec![])).is_ok();
+        for p in s.params {
+            if let Some(d) = p.default {
+                assert!(p.kind.admits(d), "{n}: default {}={d} is not {}", p.name, p.kind.expected());
+                if builds_bare {
+                    let args = dataplane::Args::new(n, vec![], vec![(p.name.to_string(), d.to_string())]);
+                    if let Err(e) = filters::Library.make(n, &args) {
+                        panic!("{n}: builds without arguments but not with its default {}={d}: {e}", p.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The library checks arguments against the declaration before the filter's constructor
+/// runs: an undeclared key, one positional parameter too many and a value of the wrong
+/// kind are typed errors naming what was wrong; a key the filter declares is taken
+/// (`regex` declares the `icase` and `invert` it advertises).
+#[test]
+fn the_library_checks_arguments_against_the_declaration() {
+    use dataplane::{Factory, FilterError};
+    let make = |f: &str, pos: &[&str], opts: &[(&str, &str)]| {
+        let a = dataplane::Args::new(f, pos.iter().map(|s| s.to_string()).collect(), opts.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        filters::Library.make(f, &a).map(|_| ())
+    };
+    match make("dedup", &[], &[("windw", "8")]) {
+        Err(FilterError::Undeclared { key, accepted }) => assert_eq!((key.as_str(), accepted), ("windw", vec!["window"])),
+        other => panic!("{other:?}"),
+    }
+    match make("tcp", &["80"], &[]) {
+        Err(e @ FilterError::Positional { given: 1, most: 0, .. }) => assert_eq!(e.to_string(), "1 positional parameter given, it takes none"),
+        other => panic!("{other:?}"),
+    }
+    match make("dedup", &["lots"], &[]) {
+        Err(FilterError::BadValue { key, value, expected }) => assert_eq!((key.as_str(), value.as_str(), expected.as_str()), ("window", "lots", "a size (e.g. 64, 4K, 1M)")),
+        other => panic!("{other:?}"),
+    }
+    match make("hist", &[], &[("by", "color")]) {
+        Err(e) => assert_eq!(e.to_string(), "parameter by=color: expected class or len"),
+        Ok(()) => panic!("hist by=color built"),
+    }
+    make("regex", &["x"], &[("icase", "yes"), ("invert", "no")]).unwrap();
+    make("match", &["a", "b", "c"], &[]).unwrap();
+    make("dport", &["22", "80,443"], &[]).unwrap();
+    // A value of the declared kind the filter still refuses: `make` names it the same way.
+    match make("dport", &["22,99999"], &[]) {
+        Err(FilterError::BadValue { key, value, expected }) => assert_eq!((key.as_str(), value.as_str(), expected.as_str()), ("port", "99999", "numbers in 0..=65535")),
+        other => panic!("{other:?}"),
+    }
+    // Control options are not the filter's, and pass.
+    make("count", &[], &[("name", "c"), ("share", "no")]).unwrap();
 }
