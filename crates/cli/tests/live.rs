@@ -188,7 +188,8 @@ fn a_second_run_shares_the_running_capture_prefix() {
     let key = control::prefix::shareable(&g)[0].key.clone();
     let first = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
     wait_for("the first run publishes its capture", Duration::from_secs(30), || dataplane::channel::published(&key).is_some());
-    assert_eq!(packet_sockets_on(ifindex), 1, "the first run captures");
+    // It publishes its stream, then opens its socket on its first pull.
+    wait_for("the first run captures", Duration::from_secs(30), || packet_sockets_on(ifindex) == 1);
     // Same capture and filter, then more filters of its own: it takes the first run's stream.
     let second = spawn_run(&format!("rx dev={} | bpf \"icmp\" | icmp 4 | count", v.here));
     let tags = beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
@@ -226,15 +227,16 @@ fn a_second_run_shares_the_running_capture_prefix() {
     assert!(left.is_empty(), "{left:?}");
     // --no-share: its own capture.
     let first = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
-    std::thread::sleep(Duration::from_millis(800));
+    wait_for("the first run captures again", Duration::from_secs(30), || dataplane::channel::published(&key).is_some() && packet_sockets_on(ifindex) == 1);
     let own = Command::new(BIN).args(["run", "--no-share", &format!("rx dev={} | bpf \"icmp\" | count", v.here)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(800));
-    assert_eq!(packet_sockets_on(ifindex), 2, "--no-share captures for itself");
+    wait_for("--no-share captures for itself", Duration::from_secs(30), || packet_sockets_on(ifindex) == 2);
     let (_, own_err) = interrupt(own);
     assert!(!own_err.contains("sharing"), "{own_err}");
     // A subscriber ends when the run it shares with ends.
     let sub = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
-    std::thread::sleep(Duration::from_millis(800));
+    let tags = beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
+    wait_for("the subscriber subscribes", Duration::from_secs(30), || tags.readers() == 1);
+    drop(tags);
     let _ = interrupt(first);
     let t0 = std::time::Instant::now();
     let out = sub.wait_with_output().unwrap();
