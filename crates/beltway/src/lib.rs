@@ -34,6 +34,8 @@ pub mod pos;
 pub mod ring;
 pub mod shm;
 pub mod sys;
+#[doc(hidden)]
+pub mod testing;
 
 pub use api::{mkfifo, mpipe, pipe, select, Sink, Source};
 pub use error::{Error, Result};

@@ -12,7 +12,6 @@
 //! what `tcpdump -r FILE EXPR` counts. Needs root (CI is root), tcpdump and tcpreplay;
 //! without them the test fails saying what is missing.
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -34,29 +33,9 @@ const SAMPLE_PACKETS: usize = 5247;
 /// tcpdump recording in `v`'s namespace with `args`, to `out`: started, and returned once
 /// it says it is listening.
 fn record(v: &Veth, args: &[&str], out: &Path) -> std::process::Child {
-    let mut c = v
-        .command("tcpdump")
-        .args(["-c", &SAMPLE_PACKETS.to_string(), "-w"])
-        .arg(out)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start tcpdump (apt-get install tcpdump): {e}"));
-    let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
-    let mut said = String::new();
-    loop {
-        let mut line = String::new();
-        let n = err.read_line(&mut line).unwrap();
-        said += &line;
-        assert!(n > 0, "tcpdump {args:?} ended before listening:\n{said}");
-        if line.contains("listening on") {
-            break;
-        }
-    }
-    // Keep reading its stderr so it never blocks on a full pipe.
-    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-    c
+    let mut cmd = v.command("tcpdump");
+    cmd.args(["-c", &SAMPLE_PACKETS.to_string(), "-w"]).arg(out).args(args).stdout(Stdio::null());
+    common::tcpdump_listening(cmd).0
 }
 
 /// Wait for a recording tcpdump to end (it stops by itself after the sample's count);

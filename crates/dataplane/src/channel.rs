@@ -696,33 +696,8 @@ mod tests {
     mod lossy {
         use super::*;
         use crate::store::RecordMeta;
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
 
-        /// Aborts the test process, naming the test, if the guard lives longer than `secs`
-        /// (a publisher waiting for a subscriber that never reads would hang forever).
-        struct Watchdog(Arc<AtomicBool>);
-        fn watchdog(name: &'static str, secs: u64) -> Watchdog {
-            let done = Arc::new(AtomicBool::new(false));
-            let d = done.clone();
-            std::thread::spawn(move || {
-                let start = Instant::now();
-                while start.elapsed() < Duration::from_secs(secs) {
-                    if d.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                eprintln!("WATCHDOG: test '{name}' did not finish within {secs}s (a publisher waiting for a subscriber?); aborting");
-                std::process::abort();
-            });
-            Watchdog(done)
-        }
-        impl Drop for Watchdog {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
-        }
+        use beltway::testing::watchdog;
 
         /// Block `i` of a test stream: its number, then bytes derived from it (100 to 1299).
         fn block(i: u32) -> Vec<u8> {
