@@ -31,6 +31,41 @@ const TP_STATUS_KERNEL: u32 = 0;
 const ETH_P_ALL: u16 = 0x0003;
 const PACKET_FANOUT_HASH: u32 = 0;
 
+// Where the fields of a block's header lie: `tpacket_block_desc` (version, offset_to_priv,
+// then the union whose TPACKET_V3 member is `tpacket_hdr_v1`), from libc's definitions of
+// the kernel's structs rather than bare numbers.
+const BLOCK_HDR: usize = std::mem::offset_of!(libc::tpacket_block_desc, hdr) + std::mem::offset_of!(libc::tpacket_bd_header_u, bh1);
+const BLOCK_STATUS: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, block_status);
+const BLOCK_NUM_PKTS: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, num_pkts);
+const BLOCK_FIRST: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt);
+const BLOCK_LEN: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, blk_len);
+
+/// What [`RxRing::next_block`] reads of a block's header (`tpacket_hdr_v1`).
+#[derive(Debug, Clone, Copy)]
+struct BlockHeader {
+    /// Frames in the block.
+    num_pkts: u32,
+    /// Offset of the first frame's header from the block's start.
+    first: u32,
+    /// Bytes of the block in use (its header and frames).
+    blk_len: u32,
+}
+
+/// What [`RxRing::next_block`] reads of a frame's header (`tpacket3_hdr`).
+#[derive(Debug, Clone, Copy)]
+struct FrameHeader {
+    /// Offset of the next frame's header from this one; 0 for the block's last.
+    next: u32,
+    sec: u32,
+    nsec: u32,
+    /// Bytes captured.
+    snaplen: u32,
+    /// Bytes on the wire.
+    wirelen: u32,
+    /// Offset of the MAC header from this header.
+    mac: u16,
+}
+
 /// How to set up the ring.
 #[derive(Debug, Clone, Copy)]
 pub struct RxConfig {
@@ -103,7 +138,9 @@ unsafe impl Send for RxRing {}
 // SAFETY: as above; the block cursor is atomic.
 unsafe impl Sync for RxRing {}
 
-fn cvt(r: i32, what: &str) -> io::Result<i32> {
+/// A system call's result, or the OS error with `what` was being done in front of it.
+/// Shared with [`crate::tx`].
+pub(crate) fn cvt(r: i32, what: &str) -> io::Result<i32> {
     if r < 0 {
         let e = io::Error::last_os_error();
         Err(io::Error::new(e.kind(), format!("{what}: {e}")))
@@ -112,7 +149,8 @@ fn cvt(r: i32, what: &str) -> io::Result<i32> {
     }
 }
 
-fn setsockopt<T>(fd: &OwnedFd, level: i32, name: i32, val: &T, what: &str) -> io::Result<()> {
+/// setsockopt(2) with a value of type `T`, the error naming `what`.
+pub(crate) fn setsockopt<T>(fd: &OwnedFd, level: i32, name: i32, val: &T, what: &str) -> io::Result<()> {
     // SAFETY: `val` points to a live T of size_of::<T>() bytes for the duration of the call.
     let r = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, val as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32) };
     cvt(r, what).map(|_| ())
@@ -210,7 +248,7 @@ impl RxRing {
     }
 
     fn status(&self, block: usize) -> &AtomicU32 {
-        let off = block * self.cfg.block_size as usize + 8; // tpacket_block_desc: version, offset_to_priv, then bh1.block_status
+        let off = block * self.cfg.block_size as usize + BLOCK_STATUS;
         // SAFETY: the offset lies inside the mapping (block < blocks) and is 4-aligned
         // (blocks are page-aligned); the kernel and we access this word only atomically.
         unsafe { &*(self.map.add(off) as *const AtomicU32) }
@@ -221,6 +259,32 @@ impl RxRing {
         // SAFETY: in bounds of the mapping, within a block user space owns (checked by
         // the callers through the block status), so the kernel does not write it now.
         unsafe { std::ptr::read_unaligned(self.map.add(off) as *const u32) }
+    }
+
+    /// The header of the block starting at `base` (a block user space holds).
+    fn block_header(&self, base: usize) -> BlockHeader {
+        BlockHeader {
+            num_pkts: self.read_u32(base + BLOCK_NUM_PKTS),
+            first: self.read_u32(base + BLOCK_FIRST),
+            blk_len: self.read_u32(base + BLOCK_LEN),
+        }
+    }
+
+    /// The header of the frame at offset `off` in the block starting at `base` (a block
+    /// user space holds: only `next_block` calls this, between taking the block and
+    /// handing it out), or None if the header would run past the block's end (a corrupt
+    /// offset).
+    #[inline]
+    fn frame_header(&self, base: usize, off: usize) -> Option<FrameHeader> {
+        if off.checked_add(std::mem::size_of::<libc::tpacket3_hdr>())? > self.cfg.block_size as usize || base + (self.cfg.block_size as usize) > self.len {
+            return None;
+        }
+        // SAFETY: the whole header lies in the mapping, inside block `base` (checked just
+        // above), which user space holds, so the kernel does not write it now;
+        // `tpacket3_hdr` is plain integers, valid for any bytes, and it is read unaligned
+        // so a corrupt offset cannot misalign it.
+        let t = unsafe { std::ptr::read_unaligned(self.map.add(base + off) as *const libc::tpacket3_hdr) };
+        Some(FrameHeader { next: t.tp_next_offset, sec: t.tp_sec, nsec: t.tp_nsec, snaplen: t.tp_snaplen, wirelen: t.tp_len, mac: t.tp_mac })
     }
 
     /// A hint to load the cache line at `off` if it is below `end` (no effect otherwise).
@@ -267,16 +331,18 @@ impl RxRing {
         }
         let base = b * self.cfg.block_size as usize;
         let bs = self.cfg.block_size as usize;
-        let num = self.read_u32(base + 12) as usize;
-        let mut off = self.read_u32(base + 16) as usize;
-        let mut frames = Vec::with_capacity(num);
+        let bh = self.block_header(base);
+        let num = bh.num_pkts as usize;
+        let mut off = bh.first as usize;
+        // A frame takes at least a header (`tpacket3_hdr`): a corrupt count cannot ask for more.
+        let mut frames = Vec::with_capacity(num.min(bs / std::mem::size_of::<libc::tpacket3_hdr>()));
         // End of the block's frames (blk_len), and the next line to prefetch.
-        let used = base + (self.read_u32(base + 20) as usize).min(bs);
+        let used = base + (bh.blk_len as usize).min(bs);
         let mut pf = base + off - (base + off) % 64;
         for _ in 0..num {
-            if off + 36 > bs {
+            let Some(fh) = self.frame_header(base, off) else {
                 break; // a corrupt block: stop at what is readable
-            }
+            };
             let h = base + off;
             // Frames follow each other in the block, but each header names the next:
             // read in a chain, every line the other CPU's softirq wrote is a miss that
@@ -287,18 +353,15 @@ impl RxRing {
                 self.prefetch(pf, used);
                 pf += 64;
             }
-            let next = self.read_u32(h) as usize;
-            let (sec, nsec, snap, wire) = (self.read_u32(h + 4), self.read_u32(h + 8), self.read_u32(h + 12), self.read_u32(h + 16));
-            // tp_mac (u16) at 24.
-            let mac = self.read_u32(h + 24) as usize & 0xffff;
-            if off + mac + snap as usize <= bs {
+            let mac = fh.mac as usize;
+            if off + mac + fh.snaplen as usize <= bs {
                 let pos = lap * self.len as u64 + (h + mac) as u64;
-                frames.push(Frame { pos, snaplen: snap, wirelen: wire, ts_ns: sec as u64 * 1_000_000_000 + nsec as u64 });
+                frames.push(Frame { pos, snaplen: fh.snaplen, wirelen: fh.wirelen, ts_ns: fh.sec as u64 * 1_000_000_000 + fh.nsec as u64 });
             }
-            if next == 0 {
+            if fh.next == 0 {
                 break;
             }
-            off += next;
+            off += fh.next as usize;
         }
         // SYNC POINT: publishes that user space holds block `b` in this lap; observed by
         // `frame_bytes` (Acquire), possibly on another thread reading the block's frames.

@@ -9,6 +9,7 @@
 
 #![allow(unsafe_code)]
 
+use crate::afpacket::{cvt, setsockopt};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -56,21 +57,6 @@ pub struct TxRing {
 // SAFETY: the mapping is owned by this value and lives until drop; frames are written
 // only after their status word (read atomically) says user space owns them.
 unsafe impl Send for TxRing {}
-
-fn cvt(r: i32, what: &str) -> io::Result<i32> {
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        Err(io::Error::new(e.kind(), format!("{what}: {e}")))
-    } else {
-        Ok(r)
-    }
-}
-
-fn setsockopt<T>(fd: &OwnedFd, level: i32, name: i32, val: &T, what: &str) -> io::Result<()> {
-    // SAFETY: `val` points to a live T of size_of::<T>() bytes for the duration of the call.
-    let r = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, val as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32) };
-    cvt(r, what).map(|_| ())
-}
 
 impl TxRing {
     /// Open a transmit socket on `dev` with a TPACKET_V2 transmit ring.
