@@ -174,6 +174,11 @@ impl RxRing {
     /// arrive only at `bind` (protocol ETH_P_ALL, this interface), after the filter is
     /// attached and the ring is set up, so no frame slips past the filter.
     pub fn open(dev: &str, cfg: RxConfig, filter: Option<SocketFilter<'_>>) -> io::Result<RxRing> {
+        // The positions' arithmetic (`frame_bytes`) relies on a non-empty ring of whole
+        // blocks that each hold a frame slot; the kernel would refuse the rest less clearly.
+        if cfg.blocks == 0 || !cfg.block_size.is_power_of_two() || cfg.block_size < 4096 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("capture ring: {} blocks of {} bytes: need at least one block, of a power of two >= 4096 bytes", cfg.blocks, cfg.block_size)));
+        }
         let idx = ifindex(dev)?;
         // SAFETY: plain socket(2) call; the result is checked and owned below.
         let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
@@ -307,6 +312,8 @@ impl RxRing {
         let seq = self.next.load(Ordering::Relaxed);
         let b = (seq % self.cfg.blocks as u64) as usize;
         let lap = seq / self.cfg.blocks as u64;
+        // Acquire (here and after the poll) pairs with the kernel's write barrier before
+        // it sets TP_STATUS_USER on a block it retires: seeing the bit, we see its frames.
         if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
             let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN | libc::POLLERR, revents: 0 };
             // SAFETY: one valid pollfd for the duration of the call.
@@ -386,13 +393,18 @@ impl RxRing {
     /// kernel (which may have written other frames there since) or held again in a later
     /// lap, and for positions outside the ring.
     ///
-    /// The slice must not be kept past the block's [`RxRing::release`]: the owner releases
-    /// a block only once every reader of its frames is done (the capture source does so at
-    /// the end of the batch's walk).
+    /// Checked here, for any `pos` and `len` (no panic, no overflow): the range lies in the
+    /// mapping and inside one block, and that block is user space's in the lap `pos` names
+    /// at the time of the call. Not expressible here: the slice must not be used past the
+    /// block's [`RxRing::release`], after which the kernel writes the block again. The
+    /// owner releases a block only once every reader of its frames is done (the capture
+    /// source does so at the end of the batch's walk, when the store hands out no slices of
+    /// it any more: `dataplane::External`'s contract).
     pub fn frame_bytes(&self, pos: u64, len: usize) -> Option<&[u8]> {
         let (lap, off) = (pos / self.len as u64, (pos % self.len as u64) as usize);
         let bs = self.cfg.block_size as usize;
         let b = off / bs;
+        // Acquire pairs with the Release stores of `held` in `next_block` and `release`.
         if off.checked_add(len)? > (b + 1) * bs || self.held.get(b)?.load(Ordering::Acquire) != lap.checked_add(1)? {
             return None;
         }
@@ -451,6 +463,83 @@ impl Drop for RxRing {
 mod tests {
     use super::*;
     use crate::netns::Veth;
+    use proptest::prelude::*;
+
+    /// The header offsets derived from libc's structs are the kernel's TPACKET_V3 layout
+    /// (linux/if_packet.h: `tpacket_block_desc` is two u32 before `tpacket_hdr_v1`, whose
+    /// first four u32 are status, packet count, first offset and length; a `tpacket3_hdr`
+    /// is 48 bytes with `tp_mac` at 24).
+    #[test]
+    fn header_offsets_are_the_kernels_tpacket_v3_layout() {
+        assert_eq!((BLOCK_STATUS, BLOCK_NUM_PKTS, BLOCK_FIRST, BLOCK_LEN), (8, 12, 16, 20));
+        assert_eq!(std::mem::size_of::<libc::tpacket3_hdr>(), 48);
+        assert_eq!(std::mem::offset_of!(libc::tpacket3_hdr, tp_mac), 24);
+    }
+
+    /// A ring whose positions could not be computed (no blocks, a block size that is not a
+    /// power of two or below a page) is refused with an error naming both numbers, before
+    /// any socket is made (so no root needed).
+    #[test]
+    fn open_refuses_an_empty_or_ragged_ring() {
+        for (blocks, block_size) in [(0, 1 << 16), (4, 3000), (4, 1024), (4, (1 << 16) + 4096)] {
+            let cfg = RxConfig { block_size, blocks, ..RxConfig::default() };
+            let e = RxRing::open("lo", cfg, None).expect_err("refused");
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+            assert!(e.to_string().contains(&format!("{blocks} blocks of {block_size} bytes")), "{e}");
+        }
+    }
+
+    /// `frame_bytes` answers for any position and length exactly as its contract says: a
+    /// slice (of the length asked) only for a range inside one block user space holds, in
+    /// the lap the position names; None for everything else, never a panic. Positions are
+    /// drawn around the held block, across its edges and the ring's, and anywhere.
+    /// A real ring on a veth pair with one block held; needs root.
+    #[test]
+    fn frame_bytes_answers_exactly_for_ranges_in_a_held_block() {
+        let v = Veth::new("fb").unwrap_or_else(|e| panic!("{e}"));
+        let bs = 1u64 << 16;
+        let cfg = RxConfig { block_size: bs as u32, blocks: 4, latency: Duration::from_millis(1), fanout: None };
+        let rx = RxRing::open(&v.here, cfg, None).unwrap_or_else(|e| panic!("{e}"));
+        let sock = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
+        // Hold the first block that comes with a frame; two laps' worth of blocks pass by
+        // first, so the held block is in lap 2 and earlier laps' positions are stale.
+        let mut held = None;
+        for i in 0..400 {
+            let _ = sock.send_to(format!("frame_bytes {i:04}").as_bytes(), format!("{}:9", v.peer_ip));
+            let Some(b) = rx.next_block(Duration::from_secs(1)).unwrap() else { continue };
+            if b.lap >= 2 && !b.frames.is_empty() {
+                held = Some(b);
+                break;
+            }
+            rx.release(b.index);
+        }
+        let b = held.expect("a block with a frame in lap 2 within 400 rounds");
+        let ring = rx.len() as u64;
+        let start = b.lap * ring + b.index as u64 * bs;
+        let expect = |pos: u64, len: usize| pos >= start && pos.checked_add(len as u64).is_some_and(|end| end <= start + bs);
+        let near = prop_oneof![
+            (0..bs + 64).prop_map(move |d| start + d - 32),
+            (0..bs).prop_map(move |d| start + d - ring),
+            (0..bs).prop_map(move |d| start + d + ring),
+            any::<u64>(),
+        ];
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(4000));
+        runner
+            .run(&(near, prop_oneof![0usize..128, 0usize..(1 << 17), Just(usize::MAX)]), |(pos, len)| {
+                let got = rx.frame_bytes(pos, len);
+                prop_assert_eq!(got.is_some(), expect(pos, len), "pos {} len {} (held block starts at {})", pos, len, start);
+                if let Some(s) = got {
+                    prop_assert_eq!(s.len(), len);
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        // The frames the block lists resolve, and carry the datagrams sent.
+        let f = b.frames[0];
+        assert!(rx.frame_bytes(f.pos, f.snaplen as usize).is_some());
+        rx.release(b.index);
+        assert_eq!(rx.frame_bytes(f.pos, f.snaplen as usize), None, "released: refused");
+    }
 
     /// A frame position names one lap of its block: once the block goes back to the kernel
     /// it is refused, and still refused when the same block is held again in a later lap
