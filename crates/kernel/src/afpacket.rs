@@ -39,6 +39,13 @@ const BLOCK_STATUS: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v
 const BLOCK_NUM_PKTS: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, num_pkts);
 const BLOCK_FIRST: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt);
 const BLOCK_LEN: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, blk_len);
+// And of a frame's header (`tpacket3_hdr`).
+const FRAME_NEXT: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_next_offset);
+const FRAME_SEC: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_sec);
+const FRAME_NSEC: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_nsec);
+const FRAME_SNAPLEN: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_snaplen);
+const FRAME_LEN: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_len);
+const FRAME_MAC: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_mac);
 
 /// What [`RxRing::next_block`] reads of a block's header (`tpacket_hdr_v1`).
 #[derive(Debug, Clone, Copy)]
@@ -278,18 +285,25 @@ impl RxRing {
     /// The header of the frame at offset `off` in the block starting at `base` (a block
     /// user space holds: only `next_block` calls this, between taking the block and
     /// handing it out), or None if the header would run past the block's end (a corrupt
-    /// offset).
+    /// offset). Reads only the fields it returns, each at its `tpacket3_hdr` offset (the
+    /// walk is the capture's hot loop).
     #[inline]
     fn frame_header(&self, base: usize, off: usize) -> Option<FrameHeader> {
-        if off.checked_add(std::mem::size_of::<libc::tpacket3_hdr>())? > self.cfg.block_size as usize || base + (self.cfg.block_size as usize) > self.len {
+        if off.checked_add(std::mem::size_of::<libc::tpacket3_hdr>())? > self.cfg.block_size as usize {
             return None;
         }
-        // SAFETY: the whole header lies in the mapping, inside block `base` (checked just
-        // above), which user space holds, so the kernel does not write it now;
-        // `tpacket3_hdr` is plain integers, valid for any bytes, and it is read unaligned
-        // so a corrupt offset cannot misalign it.
-        let t = unsafe { std::ptr::read_unaligned(self.map.add(base + off) as *const libc::tpacket3_hdr) };
-        Some(FrameHeader { next: t.tp_next_offset, sec: t.tp_sec, nsec: t.tp_nsec, snaplen: t.tp_snaplen, wirelen: t.tp_len, mac: t.tp_mac })
+        // `base` is a block's start (`b * block_size`, b < blocks), so the header lies in
+        // the mapping; `read_u32` reads inside a block user space holds.
+        let h = base + off;
+        Some(FrameHeader {
+            next: self.read_u32(h + FRAME_NEXT),
+            sec: self.read_u32(h + FRAME_SEC),
+            nsec: self.read_u32(h + FRAME_NSEC),
+            snaplen: self.read_u32(h + FRAME_SNAPLEN),
+            wirelen: self.read_u32(h + FRAME_LEN),
+            // tp_mac is a u16 followed by tp_net: the low half of the u32 there (little-endian).
+            mac: (self.read_u32(h + FRAME_MAC) & 0xffff) as u16,
+        })
     }
 
     /// A hint to load the cache line at `off` if it is below `end` (no effect otherwise).
@@ -473,7 +487,7 @@ mod tests {
     fn header_offsets_are_the_kernels_tpacket_v3_layout() {
         assert_eq!((BLOCK_STATUS, BLOCK_NUM_PKTS, BLOCK_FIRST, BLOCK_LEN), (8, 12, 16, 20));
         assert_eq!(std::mem::size_of::<libc::tpacket3_hdr>(), 48);
-        assert_eq!(std::mem::offset_of!(libc::tpacket3_hdr, tp_mac), 24);
+        assert_eq!((FRAME_NEXT, FRAME_SEC, FRAME_NSEC, FRAME_SNAPLEN, FRAME_LEN, FRAME_MAC), (0, 4, 8, 12, 16, 24));
     }
 
     /// A ring whose positions could not be computed (no blocks, a block size that is not a
