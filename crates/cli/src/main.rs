@@ -41,9 +41,13 @@ fn watch_stop_signals(second: impl Fn(i32) + Send + 'static) -> (Arc<AtomicBool>
             let (stop, which) = (stop.clone(), which.clone());
             let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || {
                 for sig in signals.forever() {
+                    // SeqCst, this thread only: whether a stop signal came before.
                     if stop.load(Ordering::SeqCst) {
                         second(sig);
                     } else {
+                        // `which` before `stop` (SeqCst): pair with the loads of the
+                        // returned flag and cell (the run's stop check, the `maps --watch`
+                        // loop, the exit code in `run`), so whoever sees `stop` sees `which`.
                         which.store(sig, Ordering::SeqCst);
                         stop.store(true, Ordering::SeqCst);
                     }
@@ -248,6 +252,7 @@ fn maps(watch: Option<f64>, top: usize) -> ExitCode {
         let Some(w) = watch else { break };
         let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(w);
         while std::time::Instant::now() < until {
+            // Pairs with the SeqCst store of the stop flag in `watch_stop_signals`.
             if interrupt.load(Ordering::SeqCst) {
                 return ExitCode::SUCCESS;
             }
@@ -549,6 +554,7 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
         return ExitCode::from(1);
     }
     let failed = rep.failed;
+    // Pairs with the SeqCst store of the signal number in `watch_stop_signals`.
     let sig = signal.load(Ordering::SeqCst);
     if sig != 0 {
         eprintln!("interrupted ({})", signal_name(sig));

@@ -1,10 +1,27 @@
 //! Capability probes: each tries the real operation once and closes what it opened.
 //!
+//! Owns [`Capabilities`] (what the running kernel lets us do) and its probing; the system
+//! model ([`crate::system`]) holds the result and re-exports the type. The dependency is
+//! one-way: this module uses nothing of `system`.
+//!
 //! The only module of this crate with `unsafe`: AF_PACKET/AF_XDP sockets and the bpf(2)
 //! syscall have no safe std wrapper, so they go through `libc` directly.
 #![allow(unsafe_code)]
 
-use crate::system::Capabilities;
+use serde::{Deserialize, Serialize};
+
+/// What the running kernel lets us do, each probed by trying it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// The bpf(2) syscall loads a trivial socket-filter program (eBPF filters possible).
+    pub bpf: bool,
+    /// An AF_PACKET raw socket opens (packet rx, classic BPF attached to the socket).
+    pub af_packet: bool,
+    /// An AF_XDP socket opens.
+    pub af_xdp: bool,
+    /// /dev/fuse opens read-write (PipesFS possible).
+    pub fuse: bool,
+}
 
 /// Probes every capability.
 pub fn capabilities() -> Capabilities {

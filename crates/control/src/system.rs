@@ -62,18 +62,8 @@ pub struct Cache {
     pub cpus: Vec<usize>,
 }
 
-/// What the running kernel lets us do, each probed by trying it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Capabilities {
-    /// The bpf(2) syscall loads a trivial socket-filter program (eBPF filters possible).
-    pub bpf: bool,
-    /// An AF_PACKET raw socket opens (packet rx, classic BPF attached to the socket).
-    pub af_packet: bool,
-    /// An AF_XDP socket opens.
-    pub af_xdp: bool,
-    /// /dev/fuse opens read-write (PipesFS possible).
-    pub fuse: bool,
-}
+/// What the running kernel lets us do: owned by [`crate::probe`], which probes it.
+pub use crate::probe::Capabilities;
 
 /// Per-block and per-byte costs (cycles) of streams, by how far apart the two filters are.
 /// The optimizer needs `load_*` to grow with distance (checked by [`SystemModel::check`]).

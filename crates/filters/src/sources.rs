@@ -41,10 +41,15 @@ impl Shared {
     /// Claim and populate the next step if the edge is below `limit`; false if it is not
     /// (or the file is done).
     fn populate_step(&self, map: &dataplane::FileMap, limit: usize) -> bool {
+        // Acquire pairs with the Release of the claiming CAS below (the other thread's) and
+        // of the store in `open`; only the number travels (the population itself is the
+        // kernel's page tables, published by no store of ours).
         let p = self.edge.load(Ordering::Acquire);
         if p >= limit.min(map.len()) {
             return false;
         }
+        // AcqRel/Acquire: pairs with the same CAS on the other thread (indexer vs reader)
+        // and the Acquire loads of `edge`; exactly one of them claims [p, p + STEP).
         if self.edge.compare_exchange(p, p + POPULATE_STEP, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             map.populate(p, p + POPULATE_STEP);
         }
@@ -149,6 +154,8 @@ impl PcapIn {
         (self.link, self.dlt) = (sf.link(), sf.dlt());
         let (tx, rx) = std::sync::mpsc::sync_channel(CHUNKS_AHEAD);
         let (recycle, back) = std::sync::mpsc::channel();
+        // Release: pair with the Acquire loads of `edge` (populate_step, `index`) and `walk`
+        // (`next_chunk`); the indexer thread is spawned after them, which orders them too.
         self.shared.edge.store(start - start % 4096, Ordering::Release);
         self.shared.walk.store(start, Ordering::Release);
         let shared = self.shared.clone();
@@ -170,6 +177,7 @@ impl PcapIn {
             let got = match rx.try_recv() {
                 Err(std::sync::mpsc::TryRecvError::Empty) => {
                     // Nothing yet: populate ahead of the indexer instead of waiting, if any is left.
+                    // Acquire pairs with the indexer's Release store of `walk` in `index`.
                     let limit = self.shared.walk.load(Ordering::Acquire) + POPULATE_AHEAD;
                     if self.shared.populate_step(&self.map, limit) {
                         continue;
@@ -224,6 +232,7 @@ fn index(map: &dataplane::FileMap, mut sf: Savefile, shared: &Shared, tx: &std::
     loop {
         let off = sf.offset();
         if ahead < off + PREFETCH {
+            // Acquire pairs with the claiming CAS in `populate_step` (either thread's).
             while shared.edge.load(Ordering::Acquire) < off + 2 * PREFETCH && shared.populate_step(map, off + 2 * PREFETCH) {}
             ahead = ahead.max(off);
             map.prefetch(ahead, off + 2 * PREFETCH);
@@ -244,6 +253,7 @@ fn index(map: &dataplane::FileMap, mut sf: Savefile, shared: &Shared, tx: &std::
                 v
             });
             let next = next.unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+            // Release pairs with the reader's Acquire load of `walk` in `next_chunk`.
             shared.walk.store(sf.offset(), Ordering::Release);
             if tx.send(Msg::Recs(std::mem::replace(&mut chunk, next))).is_err() {
                 return; // the reader is gone

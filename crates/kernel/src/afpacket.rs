@@ -31,6 +31,48 @@ const TP_STATUS_KERNEL: u32 = 0;
 const ETH_P_ALL: u16 = 0x0003;
 const PACKET_FANOUT_HASH: u32 = 0;
 
+// Where the fields of a block's header lie: `tpacket_block_desc` (version, offset_to_priv,
+// then the union whose TPACKET_V3 member is `tpacket_hdr_v1`), from libc's definitions of
+// the kernel's structs rather than bare numbers.
+const BLOCK_HDR: usize = std::mem::offset_of!(libc::tpacket_block_desc, hdr) + std::mem::offset_of!(libc::tpacket_bd_header_u, bh1);
+const BLOCK_STATUS: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, block_status);
+const BLOCK_NUM_PKTS: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, num_pkts);
+const BLOCK_FIRST: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt);
+const BLOCK_LEN: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, blk_len);
+// And of a frame's header (`tpacket3_hdr`).
+const FRAME_NEXT: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_next_offset);
+const FRAME_SEC: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_sec);
+const FRAME_NSEC: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_nsec);
+const FRAME_SNAPLEN: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_snaplen);
+const FRAME_LEN: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_len);
+const FRAME_MAC: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_mac);
+
+/// What [`RxRing::next_block`] reads of a block's header (`tpacket_hdr_v1`).
+#[derive(Debug, Clone, Copy)]
+struct BlockHeader {
+    /// Frames in the block.
+    num_pkts: u32,
+    /// Offset of the first frame's header from the block's start.
+    first: u32,
+    /// Bytes of the block in use (its header and frames).
+    blk_len: u32,
+}
+
+/// What [`RxRing::next_block`] reads of a frame's header (`tpacket3_hdr`).
+#[derive(Debug, Clone, Copy)]
+struct FrameHeader {
+    /// Offset of the next frame's header from this one; 0 for the block's last.
+    next: u32,
+    sec: u32,
+    nsec: u32,
+    /// Bytes captured.
+    snaplen: u32,
+    /// Bytes on the wire.
+    wirelen: u32,
+    /// Offset of the MAC header from this header.
+    mac: u16,
+}
+
 /// How to set up the ring.
 #[derive(Debug, Clone, Copy)]
 pub struct RxConfig {
@@ -103,7 +145,9 @@ unsafe impl Send for RxRing {}
 // SAFETY: as above; the block cursor is atomic.
 unsafe impl Sync for RxRing {}
 
-fn cvt(r: i32, what: &str) -> io::Result<i32> {
+/// A system call's result, or the OS error with `what` was being done in front of it.
+/// Shared with [`crate::tx`].
+pub(crate) fn cvt(r: i32, what: &str) -> io::Result<i32> {
     if r < 0 {
         let e = io::Error::last_os_error();
         Err(io::Error::new(e.kind(), format!("{what}: {e}")))
@@ -112,7 +156,8 @@ fn cvt(r: i32, what: &str) -> io::Result<i32> {
     }
 }
 
-fn setsockopt<T>(fd: &OwnedFd, level: i32, name: i32, val: &T, what: &str) -> io::Result<()> {
+/// setsockopt(2) with a value of type `T`, the error naming `what`.
+pub(crate) fn setsockopt<T>(fd: &OwnedFd, level: i32, name: i32, val: &T, what: &str) -> io::Result<()> {
     // SAFETY: `val` points to a live T of size_of::<T>() bytes for the duration of the call.
     let r = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, val as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32) };
     cvt(r, what).map(|_| ())
@@ -136,6 +181,11 @@ impl RxRing {
     /// arrive only at `bind` (protocol ETH_P_ALL, this interface), after the filter is
     /// attached and the ring is set up, so no frame slips past the filter.
     pub fn open(dev: &str, cfg: RxConfig, filter: Option<SocketFilter<'_>>) -> io::Result<RxRing> {
+        // The positions' arithmetic (`frame_bytes`) relies on a non-empty ring of whole
+        // blocks that each hold a frame slot; the kernel would refuse the rest less clearly.
+        if cfg.blocks == 0 || !cfg.block_size.is_power_of_two() || cfg.block_size < 4096 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("capture ring: {} blocks of {} bytes: need at least one block, of a power of two >= 4096 bytes", cfg.blocks, cfg.block_size)));
+        }
         let idx = ifindex(dev)?;
         // SAFETY: plain socket(2) call; the result is checked and owned below.
         let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
@@ -210,7 +260,7 @@ impl RxRing {
     }
 
     fn status(&self, block: usize) -> &AtomicU32 {
-        let off = block * self.cfg.block_size as usize + 8; // tpacket_block_desc: version, offset_to_priv, then bh1.block_status
+        let off = block * self.cfg.block_size as usize + BLOCK_STATUS;
         // SAFETY: the offset lies inside the mapping (block < blocks) and is 4-aligned
         // (blocks are page-aligned); the kernel and we access this word only atomically.
         unsafe { &*(self.map.add(off) as *const AtomicU32) }
@@ -221,6 +271,39 @@ impl RxRing {
         // SAFETY: in bounds of the mapping, within a block user space owns (checked by
         // the callers through the block status), so the kernel does not write it now.
         unsafe { std::ptr::read_unaligned(self.map.add(off) as *const u32) }
+    }
+
+    /// The header of the block starting at `base` (a block user space holds).
+    fn block_header(&self, base: usize) -> BlockHeader {
+        BlockHeader {
+            num_pkts: self.read_u32(base + BLOCK_NUM_PKTS),
+            first: self.read_u32(base + BLOCK_FIRST),
+            blk_len: self.read_u32(base + BLOCK_LEN),
+        }
+    }
+
+    /// The header of the frame at offset `off` in the block starting at `base` (a block
+    /// user space holds: only `next_block` calls this, between taking the block and
+    /// handing it out), or None if the header would run past the block's end (a corrupt
+    /// offset). Reads only the fields it returns, each at its `tpacket3_hdr` offset (the
+    /// walk is the capture's hot loop).
+    #[inline]
+    fn frame_header(&self, base: usize, off: usize) -> Option<FrameHeader> {
+        if off.checked_add(std::mem::size_of::<libc::tpacket3_hdr>())? > self.cfg.block_size as usize {
+            return None;
+        }
+        // `base` is a block's start (`b * block_size`, b < blocks), so the header lies in
+        // the mapping; `read_u32` reads inside a block user space holds.
+        let h = base + off;
+        Some(FrameHeader {
+            next: self.read_u32(h + FRAME_NEXT),
+            sec: self.read_u32(h + FRAME_SEC),
+            nsec: self.read_u32(h + FRAME_NSEC),
+            snaplen: self.read_u32(h + FRAME_SNAPLEN),
+            wirelen: self.read_u32(h + FRAME_LEN),
+            // tp_mac is a u16 followed by tp_net: the low half of the u32 there (little-endian).
+            mac: (self.read_u32(h + FRAME_MAC) & 0xffff) as u16,
+        })
     }
 
     /// A hint to load the cache line at `off` if it is below `end` (no effect otherwise).
@@ -243,6 +326,8 @@ impl RxRing {
         let seq = self.next.load(Ordering::Relaxed);
         let b = (seq % self.cfg.blocks as u64) as usize;
         let lap = seq / self.cfg.blocks as u64;
+        // Acquire (here and after the poll) pairs with the kernel's write barrier before
+        // it sets TP_STATUS_USER on a block it retires: seeing the bit, we see its frames.
         if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
             let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN | libc::POLLERR, revents: 0 };
             // SAFETY: one valid pollfd for the duration of the call.
@@ -267,16 +352,18 @@ impl RxRing {
         }
         let base = b * self.cfg.block_size as usize;
         let bs = self.cfg.block_size as usize;
-        let num = self.read_u32(base + 12) as usize;
-        let mut off = self.read_u32(base + 16) as usize;
-        let mut frames = Vec::with_capacity(num);
+        let bh = self.block_header(base);
+        let num = bh.num_pkts as usize;
+        let mut off = bh.first as usize;
+        // A frame takes at least a header (`tpacket3_hdr`): a corrupt count cannot ask for more.
+        let mut frames = Vec::with_capacity(num.min(bs / std::mem::size_of::<libc::tpacket3_hdr>()));
         // End of the block's frames (blk_len), and the next line to prefetch.
-        let used = base + (self.read_u32(base + 20) as usize).min(bs);
+        let used = base + (bh.blk_len as usize).min(bs);
         let mut pf = base + off - (base + off) % 64;
         for _ in 0..num {
-            if off + 36 > bs {
+            let Some(fh) = self.frame_header(base, off) else {
                 break; // a corrupt block: stop at what is readable
-            }
+            };
             let h = base + off;
             // Frames follow each other in the block, but each header names the next:
             // read in a chain, every line the other CPU's softirq wrote is a miss that
@@ -287,18 +374,15 @@ impl RxRing {
                 self.prefetch(pf, used);
                 pf += 64;
             }
-            let next = self.read_u32(h) as usize;
-            let (sec, nsec, snap, wire) = (self.read_u32(h + 4), self.read_u32(h + 8), self.read_u32(h + 12), self.read_u32(h + 16));
-            // tp_mac (u16) at 24.
-            let mac = self.read_u32(h + 24) as usize & 0xffff;
-            if off + mac + snap as usize <= bs {
+            let mac = fh.mac as usize;
+            if off + mac + fh.snaplen as usize <= bs {
                 let pos = lap * self.len as u64 + (h + mac) as u64;
-                frames.push(Frame { pos, snaplen: snap, wirelen: wire, ts_ns: sec as u64 * 1_000_000_000 + nsec as u64 });
+                frames.push(Frame { pos, snaplen: fh.snaplen, wirelen: fh.wirelen, ts_ns: fh.sec as u64 * 1_000_000_000 + fh.nsec as u64 });
             }
-            if next == 0 {
+            if fh.next == 0 {
                 break;
             }
-            off += next;
+            off += fh.next as usize;
         }
         // SYNC POINT: publishes that user space holds block `b` in this lap; observed by
         // `frame_bytes` (Acquire), possibly on another thread reading the block's frames.
@@ -323,13 +407,18 @@ impl RxRing {
     /// kernel (which may have written other frames there since) or held again in a later
     /// lap, and for positions outside the ring.
     ///
-    /// The slice must not be kept past the block's [`RxRing::release`]: the owner releases
-    /// a block only once every reader of its frames is done (the capture source does so at
-    /// the end of the batch's walk).
+    /// Checked here, for any `pos` and `len` (no panic, no overflow): the range lies in the
+    /// mapping and inside one block, and that block is user space's in the lap `pos` names
+    /// at the time of the call. Not expressible here: the slice must not be used past the
+    /// block's [`RxRing::release`], after which the kernel writes the block again. The
+    /// owner releases a block only once every reader of its frames is done (the capture
+    /// source does so at the end of the batch's walk, when the store hands out no slices of
+    /// it any more: `dataplane::External`'s contract).
     pub fn frame_bytes(&self, pos: u64, len: usize) -> Option<&[u8]> {
         let (lap, off) = (pos / self.len as u64, (pos % self.len as u64) as usize);
         let bs = self.cfg.block_size as usize;
         let b = off / bs;
+        // Acquire pairs with the Release stores of `held` in `next_block` and `release`.
         if off.checked_add(len)? > (b + 1) * bs || self.held.get(b)?.load(Ordering::Acquire) != lap.checked_add(1)? {
             return None;
         }
@@ -388,6 +477,83 @@ impl Drop for RxRing {
 mod tests {
     use super::*;
     use crate::netns::Veth;
+    use proptest::prelude::*;
+
+    /// The header offsets derived from libc's structs are the kernel's TPACKET_V3 layout
+    /// (linux/if_packet.h: `tpacket_block_desc` is two u32 before `tpacket_hdr_v1`, whose
+    /// first four u32 are status, packet count, first offset and length; a `tpacket3_hdr`
+    /// is 48 bytes with `tp_mac` at 24).
+    #[test]
+    fn header_offsets_are_the_kernels_tpacket_v3_layout() {
+        assert_eq!((BLOCK_STATUS, BLOCK_NUM_PKTS, BLOCK_FIRST, BLOCK_LEN), (8, 12, 16, 20));
+        assert_eq!(std::mem::size_of::<libc::tpacket3_hdr>(), 48);
+        assert_eq!((FRAME_NEXT, FRAME_SEC, FRAME_NSEC, FRAME_SNAPLEN, FRAME_LEN, FRAME_MAC), (0, 4, 8, 12, 16, 24));
+    }
+
+    /// A ring whose positions could not be computed (no blocks, a block size that is not a
+    /// power of two or below a page) is refused with an error naming both numbers, before
+    /// any socket is made (so no root needed).
+    #[test]
+    fn open_refuses_an_empty_or_ragged_ring() {
+        for (blocks, block_size) in [(0, 1 << 16), (4, 3000), (4, 1024), (4, (1 << 16) + 4096)] {
+            let cfg = RxConfig { block_size, blocks, ..RxConfig::default() };
+            let e = RxRing::open("lo", cfg, None).expect_err("refused");
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+            assert!(e.to_string().contains(&format!("{blocks} blocks of {block_size} bytes")), "{e}");
+        }
+    }
+
+    /// `frame_bytes` answers for any position and length exactly as its contract says: a
+    /// slice (of the length asked) only for a range inside one block user space holds, in
+    /// the lap the position names; None for everything else, never a panic. Positions are
+    /// drawn around the held block, across its edges and the ring's, and anywhere.
+    /// A real ring on a veth pair with one block held; needs root.
+    #[test]
+    fn frame_bytes_answers_exactly_for_ranges_in_a_held_block() {
+        let v = Veth::new("fb").unwrap_or_else(|e| panic!("{e}"));
+        let bs = 1u64 << 16;
+        let cfg = RxConfig { block_size: bs as u32, blocks: 4, latency: Duration::from_millis(1), fanout: None };
+        let rx = RxRing::open(&v.here, cfg, None).unwrap_or_else(|e| panic!("{e}"));
+        let sock = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
+        // Hold the first block that comes with a frame; two laps' worth of blocks pass by
+        // first, so the held block is in lap 2 and earlier laps' positions are stale.
+        let mut held = None;
+        for i in 0..400 {
+            let _ = sock.send_to(format!("frame_bytes {i:04}").as_bytes(), format!("{}:9", v.peer_ip));
+            let Some(b) = rx.next_block(Duration::from_secs(1)).unwrap() else { continue };
+            if b.lap >= 2 && !b.frames.is_empty() {
+                held = Some(b);
+                break;
+            }
+            rx.release(b.index);
+        }
+        let b = held.expect("a block with a frame in lap 2 within 400 rounds");
+        let ring = rx.len() as u64;
+        let start = b.lap * ring + b.index as u64 * bs;
+        let expect = |pos: u64, len: usize| pos >= start && pos.checked_add(len as u64).is_some_and(|end| end <= start + bs);
+        let near = prop_oneof![
+            (0..bs + 64).prop_map(move |d| start + d - 32),
+            (0..bs).prop_map(move |d| start + d - ring),
+            (0..bs).prop_map(move |d| start + d + ring),
+            any::<u64>(),
+        ];
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(4000));
+        runner
+            .run(&(near, prop_oneof![0usize..128, 0usize..(1 << 17), Just(usize::MAX)]), |(pos, len)| {
+                let got = rx.frame_bytes(pos, len);
+                prop_assert_eq!(got.is_some(), expect(pos, len), "pos {} len {} (held block starts at {})", pos, len, start);
+                if let Some(s) = got {
+                    prop_assert_eq!(s.len(), len);
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        // The frames the block lists resolve, and carry the datagrams sent.
+        let f = b.frames[0];
+        assert!(rx.frame_bytes(f.pos, f.snaplen as usize).is_some());
+        rx.release(b.index);
+        assert_eq!(rx.frame_bytes(f.pos, f.snaplen as usize), None, "released: refused");
+    }
 
     /// A frame position names one lap of its block: once the block goes back to the kernel
     /// it is refused, and still refused when the same block is held again in a later lap

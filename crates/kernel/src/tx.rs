@@ -9,6 +9,7 @@
 
 #![allow(unsafe_code)]
 
+use crate::afpacket::{cvt, setsockopt};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -23,7 +24,12 @@ const TP_STATUS_AVAILABLE: u32 = 0;
 const TP_STATUS_SEND_REQUEST: u32 = 1;
 const TP_STATUS_WRONG_FORMAT: u32 = 4;
 /// Frame data starts after the aligned tpacket2_hdr (TPACKET2_HDRLEN - sizeof(sockaddr_ll)).
-const DATA_OFF: usize = 32;
+const DATA_OFF: usize = (std::mem::size_of::<libc::tpacket2_hdr>() + libc::TPACKET_ALIGNMENT - 1) & !(libc::TPACKET_ALIGNMENT - 1);
+// Where a slot's header (`tpacket2_hdr`) keeps what we read and write, from libc's
+// definition of the kernel's struct.
+const TP_STATUS: usize = std::mem::offset_of!(libc::tpacket2_hdr, tp_status);
+const TP_LEN: usize = std::mem::offset_of!(libc::tpacket2_hdr, tp_len);
+const TP_SNAPLEN: usize = std::mem::offset_of!(libc::tpacket2_hdr, tp_snaplen);
 
 /// How to set up the ring.
 #[derive(Debug, Clone, Copy)]
@@ -56,21 +62,6 @@ pub struct TxRing {
 // SAFETY: the mapping is owned by this value and lives until drop; frames are written
 // only after their status word (read atomically) says user space owns them.
 unsafe impl Send for TxRing {}
-
-fn cvt(r: i32, what: &str) -> io::Result<i32> {
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        Err(io::Error::new(e.kind(), format!("{what}: {e}")))
-    } else {
-        Ok(r)
-    }
-}
-
-fn setsockopt<T>(fd: &OwnedFd, level: i32, name: i32, val: &T, what: &str) -> io::Result<()> {
-    // SAFETY: `val` points to a live T of size_of::<T>() bytes for the duration of the call.
-    let r = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, val as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32) };
-    cvt(r, what).map(|_| ())
-}
 
 impl TxRing {
     /// Open a transmit socket on `dev` with a TPACKET_V2 transmit ring.
@@ -130,7 +121,7 @@ impl TxRing {
     }
 
     fn status(&self, slot: usize) -> &AtomicU32 {
-        let off = slot * self.cfg.frame_size as usize;
+        let off = slot * self.cfg.frame_size as usize + TP_STATUS;
         debug_assert!(off + 4 <= self.len);
         // SAFETY: slot < frames, so the word lies inside the mapping, 4-aligned (slots are
         // power-of-two sized); the kernel and we access it only atomically.
@@ -146,6 +137,8 @@ impl TxRing {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("a frame of {} bytes does not fit a slot of {}", frame.len(), self.max_frame())));
         }
         let slot = self.next;
+        // Acquire pairs with the kernel's barrier before it hands a slot back
+        // (TP_STATUS_AVAILABLE or _WRONG_FORMAT): it is done reading the slot.
         match self.status(slot).load(Ordering::Acquire) {
             TP_STATUS_AVAILABLE => {}
             TP_STATUS_WRONG_FORMAT => *rejected += 1,
@@ -157,9 +150,11 @@ impl TxRing {
         // max_frame), and the kernel reads it only after the Release store below.
         unsafe {
             std::ptr::copy_nonoverlapping(frame.as_ptr(), self.map.add(base + DATA_OFF), frame.len());
-            std::ptr::write_unaligned(self.map.add(base + 4) as *mut u32, frame.len() as u32); // tp_len
-            std::ptr::write_unaligned(self.map.add(base + 8) as *mut u32, frame.len() as u32); // tp_snaplen
+            std::ptr::write_unaligned(self.map.add(base + TP_LEN) as *mut u32, frame.len() as u32);
+            std::ptr::write_unaligned(self.map.add(base + TP_SNAPLEN) as *mut u32, frame.len() as u32);
         }
+        // Release pairs with the kernel's read barrier after it sees TP_STATUS_SEND_REQUEST
+        // (at the kick): it reads the frame and lengths written above.
         self.status(slot).store(TP_STATUS_SEND_REQUEST, Ordering::Release);
         self.next = (slot + 1) % self.cfg.frames as usize;
         Ok(true)
@@ -196,6 +191,7 @@ impl TxRing {
 
     /// Slots the kernel still holds (marked or being sent).
     pub fn in_flight(&self) -> usize {
+        // Acquire, as in `put`: pairs with the kernel handing slots back.
         (0..self.cfg.frames as usize)
             .filter(|&s| !matches!(self.status(s).load(Ordering::Acquire), TP_STATUS_AVAILABLE | TP_STATUS_WRONG_FORMAT))
             .count()
@@ -203,6 +199,7 @@ impl TxRing {
 
     /// Frames the kernel refused (wrong format) and nobody has reused yet.
     pub fn rejected_pending(&self) -> u64 {
+        // Acquire, as in `put`: pairs with the kernel handing slots back.
         (0..self.cfg.frames as usize).filter(|&s| self.status(s).load(Ordering::Acquire) == TP_STATUS_WRONG_FORMAT).count() as u64
     }
 }

@@ -71,6 +71,7 @@ impl UmemView {
     pub fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
         let (generation, off) = (pos / self.len as u64, (pos % self.len as u64) as usize);
         let chunk = off / CHUNK;
+        // Acquire pairs with the Release stores of `held` in `next_batch` and `recycle`.
         if generation == 0 || self.held.get(chunk)?.load(Ordering::Acquire) != generation || off.checked_add(len)? > (chunk + 1) * CHUNK {
             return None;
         }
