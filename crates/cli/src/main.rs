@@ -262,12 +262,20 @@ fn maps(watch: Option<f64>, top: usize) -> ExitCode {
 fn describe(g: &lang::Graph, a: &control::Assignment) -> String {
     a.set
         .iter()
-        .map(|(&id, opts)| {
+        .map(|(&id, np)| {
             let name = match &g.nodes[id].kind {
                 lang::NodeKind::Filter { filter, .. } => filter.clone(),
                 _ => format!("n{id}"),
             };
-            let o: Vec<String> = opts.iter().map(|(k, v)| if v.is_empty() { format!("-{k}") } else { format!("{k}={v}") }).collect();
+            let mut o = Vec::new();
+            match &np.space {
+                Some(control::SpaceChange::Set(v)) => o.push(format!("space={v}")),
+                Some(control::SpaceChange::Clear) => o.push("-space".to_string()),
+                None => {}
+            }
+            if let Some(side) = &np.side {
+                o.push(format!("placed={side}"));
+            }
             format!("{name} {}", o.join(" "))
         })
         .collect::<Vec<_>>()

@@ -46,5 +46,5 @@ pub use error::{PlanError, RequestError, SystemError};
 pub use model::{Catalog, Load, Request};
 pub use plan::{Channel, Choice, Plan};
 pub use planner::{Planner, Planned};
-pub use realize::Assignment;
+pub use realize::{Assignment, NodePlace, SpaceChange};
 pub use system::{SpaceKind, SystemModel};

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::place::Placement;
 use crate::span::Span;
 
 /// Index into [`Graph::nodes`]; `graph.nodes[id].id == id` always holds.
@@ -39,6 +40,9 @@ pub enum NodeKind {
         filter: String,
         params: Vec<String>,
         options: Vec<(String, String)>,
+        /// Typed placement decisions (`placed=` as written, or what the kernel
+        /// push-down decided); never among `options`.
+        place: Placement,
     },
     /// A Unix process: `argv[0]` is the command. `options` holds the control options it
     /// was given (`wc -l space=1`: [`UNIX_CONTROL_OPTIONS`]), which are not passed to it.
@@ -243,7 +247,7 @@ impl Graph {
     ///
     /// A native filter's line is valid atom syntax: params (quoted when they contain
     /// spaces, operator characters, quotes or `=`, or are empty) then `key=value` options
-    /// in input order, then `name=X`, then `@hints`.
+    /// in input order, then `placed=` (the typed side), then `name=X`, then `@hints`.
     pub fn canonical(&self) -> String {
         let mut out = String::new();
         for n in &self.nodes {
@@ -253,6 +257,7 @@ impl Graph {
                     filter,
                     params,
                     options,
+                    place,
                 } => {
                     out.push_str(&quote(filter));
                     for p in params {
@@ -261,6 +266,9 @@ impl Graph {
                     }
                     for (k, v) in options {
                         out.push_str(&format!(" {k}={}", quote(v)));
+                    }
+                    if let Some(side) = &place.side {
+                        out.push_str(&format!(" placed={side}"));
                     }
                 }
                 NodeKind::Unix { argv, options } => {

@@ -19,6 +19,8 @@
 //!   inverted selectors, Or/And/`+` → [`NodeKind::Join`]), and [`parallelize`], the
 //!   data-parallel `split | f + f | join` rewrite.
 //! - `validate` (private): every cycle must pass through a loop-bounding `for` filter.
+//! - [`place`]: typed placement decisions on a filter node ([`Placement`]: `placed=`
+//!   parsed at resolve time, and what the kernel push-down sets).
 //! - [`graph`]: the result, [`Graph`], and its [`Graph::canonical`] print.
 //! - [`diag`]: [`Diagnostic`], errors rendered with a caret under the offending span.
 //!
@@ -58,6 +60,7 @@ pub mod fuzzing;
 pub mod graph;
 mod lexer;
 mod parser;
+pub mod place;
 pub mod resolve;
 mod span;
 pub mod template;
@@ -66,6 +69,7 @@ mod validate;
 pub use diag::{render, DiagKind, Diagnostic};
 pub use graph::{Edge, Graph, Hint, JoinMode, Node, NodeId, NodeKind, Selector, SplitMode};
 pub use resolve::{FilterKind, PathResolver, Resolver, StaticResolver, WithPath, CONTROL_OPTIONS};
+pub use place::{KernelAttach, Placement, Side};
 pub use span::Span;
 pub use template::parallelize;
 

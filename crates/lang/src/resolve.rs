@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::diag::{closest, did_you_mean, DiagKind, Diagnostic};
 use crate::graph::{quote, NodeKind};
+use crate::place::{Placement, Side};
 use crate::lexer::Word;
 use crate::span::Span;
 
@@ -80,6 +81,10 @@ pub const CONTROL_OPTIONS: [&str; 10] = [
     "file",
     "binary",
 ];
+
+/// The option key a filter with a kernel and a user implementation declares for its
+/// side: parsed into [`crate::Placement::side`], never left among the options.
+pub const PLACED: &str = "placed";
 
 /// A fixed table of native filters (with their option keys, or None for "any") and Unix
 /// commands. Native names win over Unix names.
@@ -304,6 +309,7 @@ pub(crate) fn resolve_atom(
             let mut params = Vec::new();
             let mut options: Vec<(String, String)> = Vec::new();
             let mut node_name = None;
+            let mut place = Placement::default();
             let mut seen: std::collections::HashSet<&str> = Default::default();
             for w in &words[1..] {
                 let Some(eq) = w.eq else {
@@ -386,6 +392,12 @@ pub(crate) fn resolve_atom(
                 }
                 if key == "name" && !own {
                     node_name = Some(value.to_string());
+                } else if key == PLACED {
+                    // The one user-writable placement word, typed here (crate::place).
+                    place.side = Some(Side::parse(value).map_err(|m| {
+                        Diagnostic::new(DiagKind::BadOption, m, Span::new(key_span.end + 1, w.span.end), input)
+                            .help("'placed' takes user (or kernel, which the kernel placement sets after `rx`)")
+                    })?);
                 } else {
                     options.push((key.to_string(), value.to_string()));
                 }
@@ -395,6 +407,7 @@ pub(crate) fn resolve_atom(
                     filter: name.clone(),
                     params,
                     options,
+                    place,
                 },
                 name: node_name,
             })

@@ -73,7 +73,8 @@ fn node_fields() {
         NodeKind::Filter {
             filter: "gen".into(),
             params: vec!["10".into()],
-            options: vec![("count".into(), "5".into())]
+            options: vec![("count".into(), "5".into())],
+            place: Default::default(),
         }
     );
     assert_eq!(g.nodes[1].name.as_deref(), Some("L"));
@@ -83,7 +84,8 @@ fn node_fields() {
         NodeKind::Filter {
             filter: "for".into(),
             params: vec!["3".into()],
-            options: vec![("export".into(), "yes".into())]
+            options: vec![("export".into(), "yes".into())],
+            place: Default::default(),
         }
     );
     assert_eq!(
@@ -319,7 +321,8 @@ fn resolver_without_params_accepts_any_option() {
         NodeKind::Filter {
             filter: "f".into(),
             params: vec!["x".into()],
-            options: vec![("anything".into(), "1".into())]
+            options: vec![("anything".into(), "1".into())],
+            place: Default::default(),
         }
     );
 }
@@ -368,4 +371,20 @@ fn large_inputs_stay_fast() {
             t.elapsed()
         );
     }
+}
+
+#[test]
+fn placed_is_typed_at_parse_time_and_a_bad_value_points_at_it() {
+    let r = StaticResolver::new().native("bpf", &["expr", "placed"]).native("count", &[]);
+    let g = parse("bpf tcp placed=user | count", &r).unwrap();
+    let NodeKind::Filter { options, place, .. } = &g.nodes[0].kind else { panic!("{g:?}") };
+    assert!(options.is_empty(), "placed= is not left among the options: {options:?}");
+    assert_eq!(place.side, Some(lang::Side::User));
+    assert!(g.canonical().starts_with("n0 = bpf tcp placed=user\n"), "{}", g.canonical());
+    let text = "bpf tcp placed=moon | count";
+    let d = parse(text, &r).unwrap_err();
+    assert!(d.message.contains("placed=moon") && d.message.contains("user or kernel"), "{d}");
+    assert_eq!(&text[d.span.start..d.span.end], "moon");
+    // A filter that does not declare it still refuses it.
+    assert!(parse("count placed=user", &r).is_err());
 }

@@ -38,7 +38,7 @@ pub(super) struct Part {
 fn endpoint(kind: &str, ch: usize) -> Node {
     Node {
         id: 0,
-        kind: NodeKind::Filter { filter: kind.into(), params: vec![], options: vec![("ch".into(), ch.to_string())] },
+        kind: NodeKind::Filter { filter: kind.into(), params: vec![], options: vec![("ch".into(), ch.to_string())], place: Default::default() },
         span: Span::default(),
         hints: vec![],
         name: None,
