@@ -309,18 +309,25 @@ fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &st
             return ExitCode::from(2);
         }
     };
-    let g = match control::Assignment::parse(assign).and_then(|a| a.apply(&g)) {
-        Ok(g) => g,
+    let assignment = match control::Assignment::parse(assign) {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("streamline __space: --assign: {e}");
             return ExitCode::from(2);
         }
     };
-    let g = match share.map(|s| control::prefix::Share::parse(s).and_then(|s| control::prefix::apply(&g, &s))) {
-        None => g,
-        Some(Ok(g)) => g,
-        Some(Err(e)) => {
+    let share = match share.map(control::prefix::Share::parse).transpose() {
+        Ok(s) => s,
+        Err(e) => {
             eprintln!("streamline __space: --share: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // The same rewrites as the parent's, in the same order (control::rewrite).
+    let g = match control::rewrite::rewrite(&g, control::rewrite::Decisions { assignment: &assignment, share: share.as_ref() }) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("streamline __space: {e}");
             return ExitCode::from(2);
         }
     };
@@ -472,19 +479,20 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
             control::Assignment::default()
         }
     };
-    let g = match assign.apply(&g) {
-        Ok(g) => g,
-        Err(e) => {
+    // Sharing is chosen on the graph as the plan places it (pass 2 of control::rewrite),
+    // then every rewrite runs in its one order.
+    let share = match (share, assign.apply(&g)) {
+        (_, Err(e)) => {
             eprintln!("streamline: applying the plan: {e}");
             return ExitCode::from(2);
         }
+        (true, Ok(placed)) => choose_share(&placed, quiet),
+        (false, Ok(_)) => None,
     };
-    let share = if share { choose_share(&g, quiet) } else { None };
-    let g = match share.as_ref().map(|s| control::prefix::apply(&g, s)) {
-        None => g,
-        Some(Ok(g)) => g,
-        Some(Err(e)) => {
-            eprintln!("streamline: prefix sharing: {e}");
+    let g = match control::rewrite::rewrite(&g, control::rewrite::Decisions { assignment: &assign, share: share.as_ref() }) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("streamline: {e}");
             return ExitCode::from(2);
         }
     };

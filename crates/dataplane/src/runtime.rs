@@ -42,11 +42,6 @@ pub trait Factory {
     fn order_matters(&self, _name: &str) -> bool {
         true
     }
-    /// Rewrite the request before placement (e.g. push a filter into the kernel part of
-    /// the source before it). The default leaves it as it is.
-    fn rewrite(&self, g: Graph) -> Graph {
-        g
-    }
 }
 
 /// Per-filter counters.

@@ -119,9 +119,6 @@ impl Factory for WithChannels<'_> {
     fn replication(&self, name: &str) -> Replication {
         self.inner.replication(name)
     }
-    fn rewrite(&self, g: Graph) -> Graph {
-        self.inner.rewrite(g)
-    }
 }
 
 /// The channel configuration of arc `e`: set by the consuming node's hints.
