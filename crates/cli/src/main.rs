@@ -258,7 +258,7 @@ fn maps(watch: Option<f64>, top: usize) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `deflate space=t2,t3; bpf placed=user`: the plan's choices, by filter.
+/// `deflate space=2,3; bpf placed=user`: the plan's choices, by filter.
 fn describe(g: &lang::Graph, a: &control::Assignment) -> String {
     a.set
         .iter()
@@ -269,7 +269,7 @@ fn describe(g: &lang::Graph, a: &control::Assignment) -> String {
             };
             let mut o = Vec::new();
             match &np.space {
-                Some(control::SpaceChange::Set(v)) => o.push(format!("space={v}")),
+                Some(control::SpaceChange::Set(v)) => o.push(format!("space={}", lang::SpaceSpec::Runtime(v.clone()))),
                 Some(control::SpaceChange::Clear) => o.push("-space".to_string()),
                 None => {}
             }

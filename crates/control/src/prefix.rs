@@ -153,7 +153,7 @@ pub struct SharedPrefix {
 
 /// Options that change how a filter runs, not what it outputs.
 /// (A node's typed placement, [`lang::Placement`], is never part of its content.)
-const NOT_CONTENT: &[&str] = &["space", "queues", "latency", "blocks", "share", "size"];
+const NOT_CONTENT: &[&str] = &["queues", "latency", "blocks", "share", "size"];
 
 /// The `share=` control option of a node (thesis Table 3.2): `yes`, `no`, or `auto` (the
 /// default: share stateless filters).

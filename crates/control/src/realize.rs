@@ -1,7 +1,8 @@
 //! From a [`Plan`] to what the runtime understands: per filter of the request *as the user
 //! wrote it*, the runtime's space name (`local`, `tN` a thread pinned to CPU N mod the CPU
-//! count, `pN` a process space, or a list of them for data-parallel copies) and, for
-//! filters with a kernel and a user implementation, which one (`placed=`).
+//! count, `pN` a process space, or a list of them for data-parallel copies: typed
+//! [`lang::SpaceName`]s) and, for filters with a kernel and a user implementation, which
+//! one ([`lang::Side`], `placed=` in the text form).
 //!
 //! An [`Assignment`] is plain data: it prints as one line and parses back, so the parent
 //! of a run and its process spaces (which re-read the pipeline text) apply the same
@@ -18,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use lang::{Graph, Hint, NodeKind, Side};
+use lang::{Graph, Hint, NodeKind, Side, SpaceName, SpaceSpec};
 
 use crate::plan::Plan;
 use crate::system::{SpaceKind, SystemModel};
@@ -41,7 +42,7 @@ pub struct NodePlace {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SpaceChange {
     /// Run in these runtime spaces (one name, or a list for data-parallel copies).
-    Set(String),
+    Set(Vec<SpaceName>),
     /// Drop the user's pin in the planner's terms (`space=kernel`): not a runtime name.
     Clear,
 }
@@ -55,7 +56,7 @@ impl NodePlace {
     fn words(&self, sep: &str) -> String {
         let mut w = Vec::new();
         match &self.space {
-            Some(SpaceChange::Set(v)) => w.push(format!("space={v}")),
+            Some(SpaceChange::Set(v)) => w.push(format!("space={}", SpaceSpec::Runtime(v.clone()))),
             Some(SpaceChange::Clear) => w.push("space=".to_string()),
             None => {}
         }
@@ -73,14 +74,6 @@ impl fmt::Display for NodePlace {
     }
 }
 
-/// Is `v` a space name the runtime parses (`local`, `N`, `tN`, `pN`, lists of them)?
-pub fn runtime_space(v: &str) -> bool {
-    v.split(',').all(|s| {
-        let s = s.trim();
-        s == "local" || s.parse::<usize>().is_ok() || s.strip_prefix(['t', 'p']).is_some_and(|n| n.parse::<usize>().is_ok())
-    })
-}
-
 /// Did the user place any filter in the runtime's own terms (`space=local|N|tN|pN|A,B`,
 /// `@private`, `@background`)? Then the user has taken placement over and the request
 /// runs as written: the planner knows such pins by kind only, not which space they name,
@@ -88,9 +81,9 @@ pub fn runtime_space(v: &str) -> bool {
 /// (`space=kernel|thread|process|user|cpuN`) are choices the plan works around instead.
 pub fn user_placed(g: &Graph) -> bool {
     g.nodes.iter().any(|n| match &n.kind {
-        NodeKind::Filter { options, .. } => {
+        NodeKind::Filter { place, .. } => {
             n.hints.iter().any(|h| matches!(h, Hint::Private | Hint::Background))
-                || options.iter().any(|(k, v)| k == "space" && runtime_space(v))
+                || place.space.as_ref().is_some_and(|s| s.runtime().is_some())
         }
         _ => false,
     })
@@ -140,14 +133,14 @@ impl Assignment {
         let placed = Repair::new(ncpu, home_cpu).run(original, &planned);
         let mut set: BTreeMap<usize, NodePlace> = BTreeMap::new();
         for node in &original.nodes {
-            let NodeKind::Filter { filter, options, place, .. } = &node.kind else { continue };
+            let NodeKind::Filter { filter, place, .. } = &node.kind else { continue };
             let i = node.id;
             let mut np = NodePlace::default();
             match &placed[i] {
-                Some(list) => np.space = Some(SpaceChange::Set(list.iter().map(|s| s.name(ncpu)).collect::<Vec<_>>().join(","))),
+                Some(list) => np.space = Some(SpaceChange::Set(list.iter().map(|s| s.name(ncpu)).collect())),
                 // Kernel: the runtime realizes it next to the kernel source; a planner
                 // pin such as `space=kernel` is not a runtime name, so it goes.
-                None if options.iter().any(|(k, _)| k == "space") => np.space = Some(SpaceChange::Clear),
+                None if place.space.is_some() => np.space = Some(SpaceChange::Clear),
                 None => {}
             }
             if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && place.side.is_none() {
@@ -163,10 +156,10 @@ impl Assignment {
         }
         // Everything at home and nothing else to say: the graph runs as written.
         let planner_pins = original.nodes.iter().any(|n| match &n.kind {
-            NodeKind::Filter { options, .. } => options.iter().any(|(k, _)| k == "space"),
+            NodeKind::Filter { place, .. } => place.space.is_some(),
             _ => false,
         });
-        if !planner_pins && set.values().all(|p| p.side.is_none() && p.space == Some(SpaceChange::Set("local".into()))) {
+        if !planner_pins && set.values().all(|p| p.side.is_none() && p.space == Some(SpaceChange::Set(vec![SpaceName::Local]))) {
             set.clear();
         }
         Assignment { set }
@@ -182,14 +175,13 @@ impl Assignment {
         let mut g = g.clone();
         for (&id, np) in &self.set {
             let node = g.nodes.get_mut(id).ok_or_else(|| format!("plan names node {id}; the pipeline has {}", self.set.len()))?;
-            let NodeKind::Filter { options, place, .. } = &mut node.kind else {
+            let NodeKind::Filter { place, .. } = &mut node.kind else {
                 return Err(format!("plan places node {id}, which is not a native filter"));
             };
-            if let Some(change) = &np.space {
-                options.retain(|(key, _)| key != "space");
-                if let SpaceChange::Set(v) = change {
-                    options.push(("space".to_string(), v.clone()));
-                }
+            match &np.space {
+                Some(SpaceChange::Set(v)) => place.space = Some(SpaceSpec::Runtime(v.clone())),
+                Some(SpaceChange::Clear) => place.space = None,
+                None => {}
             }
             if let Some(side) = &np.side {
                 place.side = Some(side.clone());
@@ -210,8 +202,11 @@ impl Assignment {
             for kv in rest.split(';') {
                 let (k, v) = kv.split_once('=').ok_or_else(|| format!("'{entry}': '{kv}' is not KEY=VALUE"))?;
                 match k {
-                    "space" if v.is_empty() => np.space = Some(SpaceChange::Clear),
-                    "space" => np.space = Some(SpaceChange::Set(v.to_string())),
+                    lang::resolve::SPACE if v.is_empty() => np.space = Some(SpaceChange::Clear),
+                    lang::resolve::SPACE => match SpaceSpec::parse(v).map_err(|e| format!("'{entry}': {e}"))? {
+                        SpaceSpec::Runtime(list) => np.space = Some(SpaceChange::Set(list)),
+                        p => return Err(format!("'{entry}': space={p} is the planner's term, not a runtime space")),
+                    },
                     lang::resolve::PLACED => np.side = Some(Side::parse(v).map_err(|e| format!("'{entry}': {e}"))?),
                     "" => return Err(format!("'{entry}': empty key")),
                     _ => return Err(format!("'{entry}': unknown key '{k}' (space or placed)")),
@@ -233,11 +228,11 @@ enum Sp {
 }
 
 impl Sp {
-    fn name(self, n: usize) -> String {
+    fn name(self, n: usize) -> SpaceName {
         match self {
-            Sp::Local => "local".into(),
-            Sp::Thread(k, inst) => format!("t{}", n * (1 + 2 * inst) + k),
-            Sp::Process(k, inst) => format!("p{}", n * (2 + 2 * inst) + k),
+            Sp::Local => SpaceName::Local,
+            Sp::Thread(k, inst) => SpaceName::Thread(n * (1 + 2 * inst) + k),
+            Sp::Process(k, inst) => SpaceName::Process(n * (2 + 2 * inst) + k),
         }
     }
 }
@@ -409,7 +404,7 @@ mod tests {
         let (g, p) = plan_of("gen | deflate | count", &planner);
         let a = Assignment::from_plan(&g, &p.plan, &planner.sys, p.template);
         let Some(SpaceChange::Set(spaces)) = &a.set.get(&1).expect("deflate is placed").space else { panic!("{a}") };
-        assert_eq!(spaces.split(',').count(), 2, "deflate on both CPUs: {a}");
+        assert_eq!(spaces.len(), 2, "deflate on both CPUs: {a}");
         let back = Assignment::parse(&a.to_string()).unwrap();
         assert_eq!(back, a);
     }
@@ -424,9 +419,8 @@ mod tests {
         let (g, p) = plan_of("gen | tcp | udp space=process | count", &planner);
         let a = Assignment::from_plan(&g, &p.plan, &planner.sys, p.template);
         let placed = a.apply(&g).unwrap();
-        let NodeKind::Filter { options, .. } = &placed.nodes[2].kind else { panic!() };
-        let space = &options.iter().find(|(k, _)| k == "space").unwrap().1;
-        assert!(space.starts_with('p') && runtime_space(space), "'process' became a process space: {a}");
+        let NodeKind::Filter { place, .. } = &placed.nodes[2].kind else { panic!() };
+        assert!(matches!(place.space.as_ref().and_then(SpaceSpec::runtime), Some([SpaceName::Process(_)])), "'process' became a process space: {a}");
     }
 
     /// Space-level edges of a repaired placement must form no cycle.
@@ -538,11 +532,15 @@ mod tests {
 
     #[test]
     fn the_text_form_parses_back_to_the_same_typed_decisions() {
-        let text = "1:space=t2,t3 2:space= 4:space=p5;placed=user 6:placed=user";
+        let text = "1:space=2,3 2:space= 4:space=p5;placed=user 6:placed=user";
         let a = Assignment::parse(text).unwrap();
-        assert_eq!(a.set[&1].space, Some(SpaceChange::Set("t2,t3".into())));
+        assert_eq!(a.set[&1].space, Some(SpaceChange::Set(vec![SpaceName::Thread(2), SpaceName::Thread(3)])));
         assert_eq!(a.set[&2].space, Some(SpaceChange::Clear));
-        assert_eq!(a.set[&4], NodePlace { space: Some(SpaceChange::Set("p5".into())), side: Some(Side::User) });
+        assert_eq!(a.set[&4], NodePlace { space: Some(SpaceChange::Set(vec![SpaceName::Process(5)])), side: Some(Side::User) });
+        // tN is N; the planner's terms are not a runtime placement.
+        assert_eq!(Assignment::parse("1:space=t2,t3").unwrap().set[&1], a.set[&1]);
+        assert!(Assignment::parse("1:space=kernel").unwrap_err().contains("planner"));
+        assert!(Assignment::parse("1:space=x9").unwrap_err().contains("space=x9"));
         assert_eq!(a.set[&6].side, Some(Side::User));
         assert_eq!(a.to_string(), text);
         assert_eq!(Assignment::parse(&a.to_string()).unwrap(), a);

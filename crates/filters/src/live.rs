@@ -248,8 +248,7 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
                         None => continue,
                     }
                 } else {
-                    let space = |o: &Vec<(String, String)>| o.iter().rev().find(|(k, _)| k == "space").map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
-                    if space(ao) != space(bo) {
+                    if ap.space != bp.space {
                         continue;
                     }
                     let Ok(config) = crate::nicfix::kernel_config(&dataplane::Args::new(b, params.clone(), bo.clone())) else { continue };
@@ -308,7 +307,7 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
         let after: Vec<Edge> = g.edges.iter().filter(|e| e.from == last).cloned().collect();
         // A fanout group per run and interface: the process id and the node.
         let group = ((std::process::id() as usize * 31 + rx) % 65536).to_string();
-        let engine_space = |q: usize| (cpus * 1000 + q).to_string();
+        let engine_space = |q: usize| lang::SpaceSpec::Runtime(vec![lang::SpaceName::Thread(cpus * 1000 + q)]);
         let mut lasts = Vec::new();
         for q in 0..queues {
             // Copy 0 is the original nodes; copies 1.. are appended.
@@ -323,12 +322,10 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
                     new
                 };
                 map.insert(id, copy);
-                if let NodeKind::Filter { options, .. } = &mut g.nodes[copy].kind {
-                    options.retain(|(k, _)| k != "space" && k != "queues" && (id != rx || k != "fanout"));
-                    options.push(("space".into(), engine_space(q)));
-                    if q == 0 {
-                        options.retain(|(k, _)| k != "space");
-                    }
+                if let NodeKind::Filter { options, place, .. } = &mut g.nodes[copy].kind {
+                    options.retain(|(k, _)| k != "queues" && (id != rx || k != "fanout"));
+                    // Engine 0 runs where the pipeline starts; engine q on its own thread.
+                    place.space = (q > 0).then(|| engine_space(q));
                     if id == rx {
                         options.push(("fanout".into(), group.clone()));
                     }

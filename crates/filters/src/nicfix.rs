@@ -200,7 +200,7 @@ fn place(a: &Args) -> Result<Place, FilterError> {
         None | Some(Side::User) => Ok(Place::User),
         Some(Side::Kernel { pin: Some(p) }) => Ok(Place::Kernel(p.clone())),
         Some(Side::Kernel { pin: None }) => Err(FilterError::Missing {
-            key: "placed".into(),
+            key: lang::resolve::PLACED.into(),
             expected: "placed=kernel is set by the kernel placement (right after `rx`), which also says where the maps are pinned; write placed=user or leave it out".into(),
         }),
     }
@@ -651,7 +651,7 @@ mod tests {
         assert!(matches!(err(kernel_config(&args("bytecount", &[("len", "5000")]))), FilterError::BadValue { key, value, expected } if key == "len" && value == "5000" && expected.contains("1..=4096")));
         assert!(matches!(err(kernel_config(&args("flowcount", &[("flows", "0")]))), FilterError::BadValue { key, value, .. } if key == "flows" && value == "0"));
         assert!(kernel_config(&args("count", &[])).is_err());
-        let kernel = |pin: Option<&str>| args("flowcount", &[]).with_place(lang::Placement { side: Some(Side::Kernel { pin: pin.map(PathBuf::from) }), kernel: None });
+        let kernel = |pin: Option<&str>| args("flowcount", &[]).with_place(lang::Placement { side: Some(Side::Kernel { pin: pin.map(PathBuf::from) }), ..Default::default() });
         assert!(matches!(err(place(&kernel(None))), FilterError::Missing { key, expected } if key == "placed" && expected.contains("maps are pinned")));
         assert_eq!(place(&kernel(Some("/sys/fs/bpf/x"))).ok(), Some(Place::Kernel(PathBuf::from("/sys/fs/bpf/x"))));
         assert_eq!(place(&args("flowcount", &[])).ok(), Some(Place::User));

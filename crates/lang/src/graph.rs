@@ -40,13 +40,14 @@ pub enum NodeKind {
         filter: String,
         params: Vec<String>,
         options: Vec<(String, String)>,
-        /// Typed placement decisions (`placed=` as written, or what the kernel
-        /// push-down decided); never among `options`.
+        /// Typed placement decisions (`space=` and `placed=` as written, or what the
+        /// rewrites decided); never among `options`.
         place: Placement,
     },
-    /// A Unix process: `argv[0]` is the command. `options` holds the control options it
-    /// was given (`wc -l space=1`: [`UNIX_CONTROL_OPTIONS`]), which are not passed to it.
-    Unix { argv: Vec<String>, options: Vec<(String, String)> },
+    /// A Unix process: `argv[0]` is the command. Its control options
+    /// ([`UNIX_CONTROL_OPTIONS`]: `wc -l space=1`) are not passed to it: `space=` is in
+    /// `place`, `name=` is [`Node::name`].
+    Unix { argv: Vec<String>, place: Placement },
     /// Template-generated join: passes the Nth copy of each block.
     Join { mode: JoinMode },
     /// Template-generated split (data-parallel rewrite): sends each block down exactly
@@ -247,7 +248,7 @@ impl Graph {
     ///
     /// A native filter's line is valid atom syntax: params (quoted when they contain
     /// spaces, operator characters, quotes or `=`, or are empty) then `key=value` options
-    /// in input order, then `placed=` (the typed side), then `name=X`, then `@hints`.
+    /// in input order, then `space=` and `placed=` (typed), then `name=X`, then `@hints`.
     pub fn canonical(&self) -> String {
         let mut out = String::new();
         for n in &self.nodes {
@@ -267,18 +268,14 @@ impl Graph {
                     for (k, v) in options {
                         out.push_str(&format!(" {k}={}", quote(v)));
                     }
-                    if let Some(side) = &place.side {
-                        out.push_str(&format!(" placed={side}"));
-                    }
+                    push_place(&mut out, place);
                 }
-                NodeKind::Unix { argv, options } => {
+                NodeKind::Unix { argv, place } => {
                     out.push_str("unix(");
                     let words: Vec<String> = argv.iter().map(|a| quote(a)).collect();
                     out.push_str(&words.join(" "));
                     out.push(')');
-                    for (k, v) in options {
-                        out.push_str(&format!(" {k}={}", quote(v)));
-                    }
+                    push_place(&mut out, place);
                 }
                 NodeKind::Join { mode } => match mode {
                     JoinMode::All => out.push_str("join(all)"),
@@ -318,6 +315,16 @@ impl Graph {
             }
         }
         out
+    }
+}
+
+/// ` space=S placed=P`, as the user writes them (the kernel attachment is internal).
+fn push_place(out: &mut String, place: &Placement) {
+    if let Some(space) = &place.space {
+        out.push_str(&format!(" space={}", quote(&space.to_string())));
+    }
+    if let Some(side) = &place.side {
+        out.push_str(&format!(" placed={side}"));
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::diag::{closest, did_you_mean, DiagKind, Diagnostic};
 use crate::graph::{quote, NodeKind};
-use crate::place::{Placement, Side};
+use crate::place::{Placement, Side, SpaceSpec};
 use crate::lexer::Word;
 use crate::span::Span;
 
@@ -266,7 +266,7 @@ pub(crate) fn resolve_atom(
     match kind {
         FilterKind::Unix => {
             let mut argv = vec![head.text.clone()];
-            let mut options: Vec<(String, String)> = Vec::new();
+            let mut place = Placement::default();
             let mut node_name = None;
             for w in &words[1..] {
                 let Some(eq) = w.eq else {
@@ -282,10 +282,10 @@ pub(crate) fn resolve_atom(
                         if node_name.replace(value.to_string()).is_some() {
                             return Err(Diagnostic::new(DiagKind::BadOption, format!("option '{key}' given twice"), w.span, input));
                         }
-                    } else if options.iter().any(|(k, _)| k == key) {
+                    } else if place.space.is_some() {
                         return Err(Diagnostic::new(DiagKind::BadOption, format!("option '{key}' given twice"), w.span, input));
                     } else {
-                        options.push((key.to_string(), value.to_string()));
+                        place.space = Some(space_spec(name, value, words, input)?);
                     }
                 } else if CONTROL_OPTIONS.contains(&key) {
                     return Err(Diagnostic::new(
@@ -302,7 +302,7 @@ pub(crate) fn resolve_atom(
                     argv.push(w.text.clone());
                 }
             }
-            Ok(Resolved { kind: NodeKind::Unix { argv, options }, name: node_name })
+            Ok(Resolved { kind: NodeKind::Unix { argv, place }, name: node_name })
         }
         FilterKind::Native => {
             let known = resolver.params(name);
@@ -392,6 +392,8 @@ pub(crate) fn resolve_atom(
                 }
                 if key == "name" && !own {
                     node_name = Some(value.to_string());
+                } else if key == SPACE && !own {
+                    place.space = Some(space_spec(name, value, words, input)?);
                 } else if key == PLACED {
                     // The one user-writable placement word, typed here (crate::place).
                     place.side = Some(Side::parse(value).map_err(|m| {
@@ -415,13 +417,24 @@ pub(crate) fn resolve_atom(
     }
 }
 
+/// The control option that places a node: parsed into [`crate::Placement::space`].
+pub const SPACE: &str = "space";
+
+/// A `space=` value, typed; a bad one is an error under the whole node, naming it.
+fn space_spec(name: &str, value: &str, words: &[Word], input: &str) -> Result<SpaceSpec, Diagnostic> {
+    SpaceSpec::parse(value).map_err(|m| {
+        let at = Span::new(words[0].span.start, words.last().map_or(words[0].span.end, |w| w.span.end));
+        Diagnostic::new(DiagKind::BadOption, format!("{name}: {m}"), at, input).help(format!("'space' takes {}", control_values(SPACE)))
+    })
+}
+
 fn control_values(key: &str) -> &'static str {
     match key {
         "export" | "exportdata" | "reuse" => "yes or no",
         "share" => "yes, no or auto",
         "size" => "a length: digits with an optional k, m or g suffix",
         "mode" => "octal permissions, e.g. 0644",
-        "space" => "a space id, 'local' or 'kernel'",
+        "space" => "local, N or tN (a thread space), pN (a process space), a list A,B,... (one copy in each), or the planner's kernel, thread, process, user (optionally :CPU), cpuN",
         "name" => "a name",
         "file" => "a file name",
         _ => "a blob id",

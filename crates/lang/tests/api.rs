@@ -92,7 +92,7 @@ fn node_fields() {
         g.nodes[2].kind,
         NodeKind::Unix {
             argv: vec!["gzip".into(), "-9".into()],
-            options: vec![]
+            place: Default::default()
         }
     );
     let src = "gen 10 count=5 | for name=L 3 export=yes @busy | gzip -9 | for name=L |! stdout";
@@ -307,7 +307,7 @@ fn path_resolver() {
         g.nodes[1].kind,
         NodeKind::Unix {
             argv: vec!["sh".into(), "-c".into(), "cat".into()],
-            options: vec![]
+            place: Default::default()
         }
     );
 }
@@ -387,4 +387,29 @@ fn placed_is_typed_at_parse_time_and_a_bad_value_points_at_it() {
     assert_eq!(&text[d.span.start..d.span.end], "moon");
     // A filter that does not declare it still refuses it.
     assert!(parse("count placed=user", &r).is_err());
+}
+
+#[test]
+fn space_is_typed_at_parse_time_and_a_bad_value_points_at_the_node() {
+    use lang::{SpaceKind, SpaceName, SpaceSpec};
+    let r = StaticResolver::new().native("count", &[]).native("deflate", &[]).unix("wc");
+    let g = parse("count space=1,p2 | deflate space=thread:3 | wc -l space=local", &r).unwrap();
+    let space = |i: usize| match &g.nodes[i].kind {
+        NodeKind::Filter { options, place, .. } => {
+            assert!(options.is_empty(), "{options:?}");
+            place.space.clone()
+        }
+        NodeKind::Unix { place, .. } => place.space.clone(),
+        k => panic!("{k:?}"),
+    };
+    assert_eq!(space(0), Some(SpaceSpec::Runtime(vec![SpaceName::Thread(1), SpaceName::Process(2)])));
+    assert_eq!(space(1), Some(SpaceSpec::Planner { kind: Some(SpaceKind::Thread), cpu: Some(3) }));
+    assert_eq!(space(2), Some(SpaceSpec::Runtime(vec![SpaceName::Local])));
+    let text = "count | deflate level=1 space=x9 | count";
+    let r = StaticResolver::new().native("count", &[]).native("deflate", &["level"]);
+    let d = parse(text, &r).unwrap_err();
+    assert!(d.message.starts_with("deflate: space=x9: expected 'local'"), "{d}");
+    assert_eq!(&text[d.span.start..d.span.end], "deflate level=1 space=x9");
+    let d = parse("count | wc space=1,,2", &StaticResolver::new().native("count", &[]).unix("wc")).unwrap_err();
+    assert!(d.message.contains("an empty space in the list"), "{d}");
 }

@@ -133,7 +133,7 @@ pub(super) fn channel_config(g: &Graph, e: &Edge, default: ChannelConfig) -> Cha
         default
     };
     // `size=` on the producing filter (thesis Table 3.2): the bytes its stream buffers.
-    if let NodeKind::Filter { options, .. } | NodeKind::Unix { options, .. } = &g.nodes[e.from].kind {
+    if let NodeKind::Filter { options, .. } = &g.nodes[e.from].kind {
         if let Some(s) = crate::runtime::size_option(options) {
             cfg.data = (s as usize).next_power_of_two().max(1 << 16);
         }
