@@ -93,7 +93,7 @@ pub struct Edge {
 
 /// The control options a Unix command takes (thesis Table 3.1: `wc space=1`): where it
 /// runs, and its node name. Any other `key=value` word is the command's argument.
-pub const UNIX_CONTROL_OPTIONS: [&str; 2] = ["space", "name"];
+pub const UNIX_CONTROL_OPTIONS: [&str; 2] = [crate::resolve::SPACE, "name"];
 
 /// Which classes an arc forwards (Table 3.1, "Selector").
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

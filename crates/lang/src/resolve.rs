@@ -64,7 +64,8 @@ impl<R: Resolver + ?Sized> Resolver for &R {
 }
 
 /// The control options of Table 3.2. Any native filter may take them (`name` becomes
-/// [`crate::Node::name`]; the others stay in the filter's options, values checked: export,
+/// [`crate::Node::name`]; `space` becomes the typed [`crate::Placement::space`], see
+/// [`SPACE`]; the others stay in the filter's options, values checked: export,
 /// exportdata, reuse yes|no; share yes|no|auto; size digits with an optional k/m/g;
 /// mode 1-4 octal digits); a Unix command may not. When a native filter declares an
 /// option key of its own with the same name (pcapin's `file`), the key is the filter's:
@@ -76,7 +77,7 @@ pub const CONTROL_OPTIONS: [&str; 10] = [
     "size",
     "share",
     "reuse",
-    "space",
+    SPACE,
     "mode",
     "file",
     "binary",
@@ -434,7 +435,7 @@ fn control_values(key: &str) -> &'static str {
         "share" => "yes, no or auto",
         "size" => "a length: digits with an optional k, m or g suffix",
         "mode" => "octal permissions, e.g. 0644",
-        "space" => "local, N or tN (a thread space), pN (a process space), a list A,B,... (one copy in each), or the planner's kernel, thread, process, user (optionally :CPU), cpuN",
+        SPACE => "local, N or tN (a thread space), pN (a process space), a list A,B,... (one copy in each), or the planner's kernel, thread, process, user (optionally :CPU), cpuN",
         "name" => "a name",
         "file" => "a file name",
         _ => "a blob id",
