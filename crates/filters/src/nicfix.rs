@@ -638,6 +638,23 @@ mod tests {
     }
 
     #[test]
+    fn kernel_decisions_are_not_options_a_user_can_write() {
+        for (text, key) in [
+            ("rx dev=lo kfilter=udp | count", "kfilter"),
+            ("rx dev=lo kebpf=\"sample every=2\" | count", "kebpf"),
+            ("rx dev=lo kpin=/sys/fs/bpf/x | count", "kpin"),
+            ("rx dev=lo | flowcount pin=/sys/fs/bpf/x | count", "pin"),
+        ] {
+            let d = lang::parse(text, &crate::Natives).unwrap_err();
+            assert!(d.message.contains(&format!("unknown option '{key}'")), "{text}: {d}");
+        }
+        // placed=user stays the user's word, typed by the parser.
+        let g = lang::parse("rx dev=lo | flowcount placed=user | count", &crate::Natives).unwrap();
+        let lang::NodeKind::Filter { options, place, .. } = &g.nodes[1].kind else { panic!() };
+        assert!(options.is_empty() && place.side == Some(Side::User), "{options:?} {place:?}");
+    }
+
+    #[test]
     fn kernel_configs_round_trip_and_errors_are_clear() {
         let args = |f: &str, o: &[(&str, &str)]| Args::new(f, Vec::new(), o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         for c in [Config::FlowCount { flows: 1024 }, Config::Sample { every: 7 }, Config::ByteCount { len: 35 }] {
