@@ -263,16 +263,24 @@ fn maps(watch: Option<f64>, top: usize) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `deflate space=t2,t3; bpf placed=user`: the plan's choices, by filter.
+/// `deflate space=2,3; bpf placed=user`: the plan's choices, by filter.
 fn describe(g: &lang::Graph, a: &control::Assignment) -> String {
     a.set
         .iter()
-        .map(|(&id, opts)| {
+        .map(|(&id, np)| {
             let name = match &g.nodes[id].kind {
                 lang::NodeKind::Filter { filter, .. } => filter.clone(),
                 _ => format!("n{id}"),
             };
-            let o: Vec<String> = opts.iter().map(|(k, v)| if v.is_empty() { format!("-{k}") } else { format!("{k}={v}") }).collect();
+            let mut o = Vec::new();
+            match &np.space {
+                Some(control::SpaceChange::Set(v)) => o.push(format!("space={}", lang::SpaceSpec::Runtime(v.clone()))),
+                Some(control::SpaceChange::Clear) => o.push("-space".to_string()),
+                None => {}
+            }
+            if let Some(side) = &np.side {
+                o.push(format!("placed={side}"));
+            }
             format!("{name} {}", o.join(" "))
         })
         .collect::<Vec<_>>()
@@ -306,18 +314,25 @@ fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &st
             return ExitCode::from(2);
         }
     };
-    let g = match control::Assignment::parse(assign).and_then(|a| a.apply(&g)) {
-        Ok(g) => g,
+    let assignment = match control::Assignment::parse(assign) {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("streamline __space: --assign: {e}");
             return ExitCode::from(2);
         }
     };
-    let g = match share.map(|s| control::prefix::Share::parse(s).and_then(|s| control::prefix::apply(&g, &s))) {
-        None => g,
-        Some(Ok(g)) => g,
-        Some(Err(e)) => {
+    let share = match share.map(control::prefix::Share::parse).transpose() {
+        Ok(s) => s,
+        Err(e) => {
             eprintln!("streamline __space: --share: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // The same rewrites as the parent's, in the same order (control::rewrite).
+    let g = match control::rewrite::rewrite(&g, control::rewrite::Decisions { assignment: &assignment, share: share.as_ref() }) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("streamline __space: {e}");
             return ExitCode::from(2);
         }
     };
@@ -469,19 +484,20 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
             control::Assignment::default()
         }
     };
-    let g = match assign.apply(&g) {
-        Ok(g) => g,
-        Err(e) => {
+    // Sharing is chosen on the graph as the plan places it (pass 2 of control::rewrite),
+    // then every rewrite runs in its one order.
+    let share = match (share, assign.apply(&g)) {
+        (_, Err(e)) => {
             eprintln!("streamline: applying the plan: {e}");
             return ExitCode::from(2);
         }
+        (true, Ok(placed)) => choose_share(&placed, quiet),
+        (false, Ok(_)) => None,
     };
-    let share = if share { choose_share(&g, quiet) } else { None };
-    let g = match share.as_ref().map(|s| control::prefix::apply(&g, s)) {
-        None => g,
-        Some(Ok(g)) => g,
-        Some(Err(e)) => {
-            eprintln!("streamline: prefix sharing: {e}");
+    let g = match control::rewrite::rewrite(&g, control::rewrite::Decisions { assignment: &assign, share: share.as_ref() }) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("streamline: {e}");
             return ExitCode::from(2);
         }
     };

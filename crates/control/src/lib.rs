@@ -21,6 +21,10 @@
 //!   does not fit.
 //! * [`realize`] owns the translation of a plan into the runtime's terms (space names,
 //!   `placed=`), as one line a run hands its process spaces.
+//! * [`rewrite`] owns the graph rewrites between the parsed request and the graph the
+//!   runtime builds: one pass list in one order (templates, space assignment, prefix
+//!   sharing, multiqueue engines, kernel push-down, replication), one entry point that a
+//!   run and its process spaces call.
 //! * [`txn`] (re-exported from `dataplane`, whose `spaces` builds every run through it)
 //!   is construction as transactions (6.4): every step has an inverse, a failure rolls
 //!   back in reverse order. [`prefix`] owns prefix sharing of running
@@ -38,6 +42,7 @@ pub mod planner;
 pub mod prefix;
 pub mod probe;
 pub mod realize;
+pub mod rewrite;
 pub mod system;
 /// Construction as transactions lives with the runtime that builds (`dataplane::txn`).
 pub use dataplane::txn;
@@ -46,5 +51,5 @@ pub use error::{PlanError, RequestError, SystemError};
 pub use model::{Catalog, Load, Request};
 pub use plan::{Channel, Choice, Plan};
 pub use planner::{Planner, Planned};
-pub use realize::Assignment;
+pub use realize::{Assignment, NodePlace, SpaceChange};
 pub use system::{SpaceKind, SystemModel};

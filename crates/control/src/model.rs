@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use dataplane::{Access, Cost, ImplSpace};
-use lang::{Graph, Hint, NodeKind};
+use lang::{Graph, Hint, NodeKind, SpaceName, SpaceSpec};
 
 use crate::error::RequestError;
 use crate::system::SpaceKind;
@@ -179,33 +179,30 @@ impl Pin {
         self.kinds.is_none_or(|k| k.contains(&kind)) && self.cpu.is_none_or(|c| c == cpu)
     }
 
-    /// Parses `kernel`, `user`, `thread`, `process`, each optionally `:CPU`, or `cpuN`;
-    /// and the runtime's space names (`streamline run`): `local`, `N` or `tN` (a thread
-    /// space), `pN` (a process space), and lists of them (replicas: the first one's kind).
+    /// The pin of a typed `space=` ([`lang::SpaceSpec`]): the planner's kinds and CPU as
+    /// written; the runtime's names (`local`, `N`, `tN`, `pN`, lists: the first one's
+    /// kind) pin the kind only.
+    pub fn of(spec: &SpaceSpec) -> Pin {
+        match spec {
+            SpaceSpec::Runtime(list) => match list.first() {
+                Some(SpaceName::Process(_)) => Pin { kinds: Some(&[SpaceKind::Process]), cpu: None },
+                _ => Pin { kinds: Some(&[SpaceKind::Thread]), cpu: None },
+            },
+            SpaceSpec::Planner { kind, cpu } => {
+                let kinds: Option<&'static [SpaceKind]> = kind.map(|k| match k {
+                    lang::SpaceKind::Kernel => &[SpaceKind::Kernel][..],
+                    lang::SpaceKind::Thread => &[SpaceKind::Thread][..],
+                    lang::SpaceKind::Process => &[SpaceKind::Process][..],
+                    lang::SpaceKind::User => &USER[..],
+                });
+                Pin { kinds, cpu: *cpu }
+            }
+        }
+    }
+
+    /// [`Pin::of`] a `space=` value as text (parsed by [`SpaceSpec::parse`]).
     pub fn parse(v: &str) -> Result<Pin, String> {
-        let first = v.split(',').next().unwrap_or(v);
-        if first == "local" || first.trim_start_matches('t').parse::<usize>().is_ok() && first != "t" {
-            return Ok(Pin { kinds: Some(&[SpaceKind::Thread]), cpu: None });
-        }
-        if first.strip_prefix('p').is_some_and(|n| n.parse::<usize>().is_ok()) {
-            return Ok(Pin { kinds: Some(&[SpaceKind::Process]), cpu: None });
-        }
-        let (kind, cpu) = match v.split_once(':') {
-            Some((k, c)) => (k, Some(c.parse::<usize>().map_err(|_| format!("'{c}' is not a CPU number"))?)),
-            None => (v, None),
-        };
-        if let Some(c) = kind.strip_prefix("cpu") {
-            let c = c.parse::<usize>().map_err(|_| format!("'{v}' is not cpuN"))?;
-            return Ok(Pin { kinds: None, cpu: Some(c) });
-        }
-        let kinds: &'static [SpaceKind] = match kind {
-            "kernel" => &[SpaceKind::Kernel],
-            "thread" => &[SpaceKind::Thread],
-            "process" => &[SpaceKind::Process],
-            "user" => &USER,
-            _ => return Err(format!("unknown space '{kind}' (kernel, user, thread, process, cpuN, KIND:CPU)")),
-        };
-        Ok(Pin { kinds: Some(kinds), cpu })
+        SpaceSpec::parse(v).map(|s| Pin::of(&s))
     }
 }
 
@@ -304,7 +301,7 @@ impl Request {
             let has_in = g.edges.iter().any(|e| e.to == n.id);
             let mut pin = Pin::default();
             let (role, mut impls) = match &n.kind {
-                NodeKind::Filter { filter, options, .. } => {
+                NodeKind::Filter { filter, options, place, .. } => {
                     let mut impls = catalog
                         .implementations(filter)
                         .ok_or_else(|| RequestError::UnknownFilter(filter.clone()))?;
@@ -325,7 +322,6 @@ impl Request {
                     let mut src = load;
                     for (key, value) in options {
                         match key.as_str() {
-                            "space" => pin = Pin::parse(value).map_err(|why| bad(key, value, why))?,
                             "sel" => {
                                 let s = num(key, value)?;
                                 impls.iter_mut().for_each(|i| i.cost.forward = s);
@@ -335,13 +331,13 @@ impl Request {
                             _ => {}
                         }
                     }
-                    // The runtime's hints that choose a space kind pin like `space=` does.
-                    if !options.iter().any(|(k, _)| k == "space") {
-                        if n.hints.contains(&Hint::Private) {
-                            pin = Pin { kinds: Some(&[SpaceKind::Process]), cpu: None };
-                        } else if n.hints.contains(&Hint::Background) {
-                            pin = Pin { kinds: Some(&[SpaceKind::Thread]), cpu: None };
-                        }
+                    // `space=` pins; without it, the runtime's hints that choose a space kind.
+                    if let Some(spec) = &place.space {
+                        pin = Pin::of(spec);
+                    } else if n.hints.contains(&Hint::Private) {
+                        pin = Pin { kinds: Some(&[SpaceKind::Process]), cpu: None };
+                    } else if n.hints.contains(&Hint::Background) {
+                        pin = Pin { kinds: Some(&[SpaceKind::Thread]), cpu: None };
                     }
                     let is_source = !has_in;
                     if is_source {

@@ -152,7 +152,8 @@ pub struct SharedPrefix {
 }
 
 /// Options that change how a filter runs, not what it outputs.
-const NOT_CONTENT: &[&str] = &["space", "placed", "queues", "latency", "blocks", "kfilter", "kebpf", "kpin", "pin", "share", "size"];
+/// (A node's typed placement, [`lang::Placement`], is never part of its content.)
+const NOT_CONTENT: &[&str] = &["queues", "latency", "blocks", "share", "size"];
 
 /// The `share=` control option of a node (thesis Table 3.2): `yes`, `no`, or `auto` (the
 /// default: share stateless filters).
@@ -164,7 +165,7 @@ fn share_option(n: &lang::Node) -> &str {
 }
 
 fn canonical(n: &lang::Node) -> Option<String> {
-    let lang::NodeKind::Filter { filter, params, options } = &n.kind else { return None };
+    let lang::NodeKind::Filter { filter, params, options, .. } = &n.kind else { return None };
     let mut t = filter.clone();
     for p in params {
         t += &format!(" {p:?}");
@@ -229,8 +230,8 @@ pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
 pub fn min_shared_len(g: &lang::Graph, p: &SharedPrefix) -> usize {
     let second = g.out_edges(p.nodes[0]).next().map(|e| &g.nodes[e.to].kind);
     match second {
-        Some(lang::NodeKind::Filter { filter, options, .. })
-            if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && !options.iter().any(|(k, v)| k == "placed" && v == "user") =>
+        Some(lang::NodeKind::Filter { filter, place, .. })
+            if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && place.side != Some(lang::Side::User) =>
         {
             2
         }
@@ -272,7 +273,7 @@ impl Share {
 pub fn apply(g: &lang::Graph, share: &Share) -> Result<lang::Graph, String> {
     use lang::{Edge, Node, NodeKind, Selector};
     let prefixes = shareable(g);
-    let filter = |name: &str, key: &str| NodeKind::Filter { filter: name.to_string(), params: Vec::new(), options: vec![("key".into(), key.to_string())] };
+    let filter = |name: &str, key: &str| NodeKind::Filter { filter: name.to_string(), params: Vec::new(), options: vec![("key".into(), key.to_string())], place: Default::default() };
     match share {
         Share::Publish { key } => {
             let p = prefixes.iter().find(|p| &p.key == key).ok_or_else(|| format!("no prefix of this pipeline has key {key}"))?;

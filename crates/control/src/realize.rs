@@ -1,7 +1,8 @@
 //! From a [`Plan`] to what the runtime understands: per filter of the request *as the user
 //! wrote it*, the runtime's space name (`local`, `tN` a thread pinned to CPU N mod the CPU
-//! count, `pN` a process space, or a list of them for data-parallel copies) and, for
-//! filters with a kernel and a user implementation, which one (`placed=`).
+//! count, `pN` a process space, or a list of them for data-parallel copies: typed
+//! [`lang::SpaceName`]s) and, for filters with a kernel and a user implementation, which
+//! one ([`lang::Side`], `placed=` in the text form).
 //!
 //! An [`Assignment`] is plain data: it prints as one line and parses back, so the parent
 //! of a run and its process spaces (which re-read the pipeline text) apply the same
@@ -18,23 +19,59 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use lang::{Graph, Hint, NodeKind};
+use lang::{Graph, Hint, NodeKind, Side, SpaceName, SpaceSpec};
 
 use crate::plan::Plan;
 use crate::system::{SpaceKind, SystemModel};
 
-/// Per graph node: the options to set (key, value).
+/// Per graph node: what the plan decides for it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Assignment {
-    pub set: BTreeMap<usize, Vec<(String, String)>>,
+    pub set: BTreeMap<usize, NodePlace>,
 }
 
-/// Is `v` a space name the runtime parses (`local`, `N`, `tN`, `pN`, lists of them)?
-pub fn runtime_space(v: &str) -> bool {
-    v.split(',').all(|s| {
-        let s = s.trim();
-        s == "local" || s.parse::<usize>().is_ok() || s.strip_prefix(['t', 'p']).is_some_and(|n| n.parse::<usize>().is_ok())
-    })
+/// One node's decisions in an [`Assignment`]: its runtime space(s) and, for a filter with
+/// a kernel and a user implementation, its side.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodePlace {
+    pub space: Option<SpaceChange>,
+    pub side: Option<Side>,
+}
+
+/// What an assignment does to a node's space.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpaceChange {
+    /// Run in these runtime spaces (one name, or a list for data-parallel copies).
+    Set(Vec<SpaceName>),
+    /// Drop the user's pin in the planner's terms (`space=kernel`): not a runtime name.
+    Clear,
+}
+
+impl NodePlace {
+    fn is_empty(&self) -> bool {
+        self.space.is_none() && self.side.is_none()
+    }
+
+    /// `space=V`, `space=` (cleared), `placed=user`, joined by `sep`.
+    fn words(&self, sep: &str) -> String {
+        let mut w = Vec::new();
+        match &self.space {
+            Some(SpaceChange::Set(v)) => w.push(format!("space={}", SpaceSpec::Runtime(v.clone()))),
+            Some(SpaceChange::Clear) => w.push("space=".to_string()),
+            None => {}
+        }
+        if let Some(side) = &self.side {
+            w.push(format!("placed={side}"));
+        }
+        w.join(sep)
+    }
+}
+
+/// As the plan's line describes it: `space=t2,t3 placed=user`.
+impl fmt::Display for NodePlace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.words(" "))
+    }
 }
 
 /// Did the user place any filter in the runtime's own terms (`space=local|N|tN|pN|A,B`,
@@ -44,9 +81,9 @@ pub fn runtime_space(v: &str) -> bool {
 /// (`space=kernel|thread|process|user|cpuN`) are choices the plan works around instead.
 pub fn user_placed(g: &Graph) -> bool {
     g.nodes.iter().any(|n| match &n.kind {
-        NodeKind::Filter { options, .. } => {
+        NodeKind::Filter { place, .. } => {
             n.hints.iter().any(|h| matches!(h, Hint::Private | Hint::Background))
-                || options.iter().any(|(k, v)| k == "space" && runtime_space(v))
+                || place.space.as_ref().is_some_and(|s| s.runtime().is_some())
         }
         _ => false,
     })
@@ -94,37 +131,35 @@ impl Assignment {
             })
             .collect();
         let placed = Repair::new(ncpu, home_cpu).run(original, &planned);
-        let mut set: BTreeMap<usize, Vec<(String, String)>> = BTreeMap::new();
+        let mut set: BTreeMap<usize, NodePlace> = BTreeMap::new();
         for node in &original.nodes {
-            let NodeKind::Filter { filter, options, .. } = &node.kind else { continue };
+            let NodeKind::Filter { filter, place, .. } = &node.kind else { continue };
             let i = node.id;
-            let mut opts = Vec::new();
-            {
-                match &placed[i] {
-                    Some(list) => opts.push(("space".to_string(), list.iter().map(|s| s.name(ncpu)).collect::<Vec<_>>().join(","))),
-                    // Kernel: the runtime realizes it next to the kernel source; a planner
-                    // pin such as `space=kernel` is not a runtime name, so it goes.
-                    None if options.iter().any(|(k, _)| k == "space") => opts.push(("space".to_string(), String::new())),
-                    None => {}
-                }
+            let mut np = NodePlace::default();
+            match &placed[i] {
+                Some(list) => np.space = Some(SpaceChange::Set(list.iter().map(|s| s.name(ncpu)).collect())),
+                // Kernel: the runtime realizes it next to the kernel source; a planner
+                // pin such as `space=kernel` is not a runtime name, so it goes.
+                None if place.space.is_some() => np.space = Some(SpaceChange::Clear),
+                None => {}
             }
-            if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && !options.iter().any(|(k, _)| k == "placed") {
+            if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && place.side.is_none() {
                 // Only a kernel choice right after the capture source is realizable; the
                 // filter's own default does exactly that, so only `user` needs saying.
                 if kind_of(i).is_some_and(|k| k != SpaceKind::Kernel) {
-                    opts.push(("placed".to_string(), "user".to_string()));
+                    np.side = Some(Side::User);
                 }
             }
-            if !opts.is_empty() {
-                set.insert(i, opts);
+            if !np.is_empty() {
+                set.insert(i, np);
             }
         }
         // Everything at home and nothing else to say: the graph runs as written.
         let planner_pins = original.nodes.iter().any(|n| match &n.kind {
-            NodeKind::Filter { options, .. } => options.iter().any(|(k, _)| k == "space"),
+            NodeKind::Filter { place, .. } => place.space.is_some(),
             _ => false,
         });
-        if !planner_pins && set.values().all(|o| o.iter().all(|(k, v)| k == "space" && v == "local")) {
+        if !planner_pins && set.values().all(|p| p.side.is_none() && p.space == Some(SpaceChange::Set(vec![SpaceName::Local]))) {
             set.clear();
         }
         Assignment { set }
@@ -134,42 +169,50 @@ impl Assignment {
         self.set.is_empty()
     }
 
-    /// `graph` with the assignment's options set (replacing options of the same key; an
-    /// empty value removes the key).
+    /// `graph` with the assignment's decisions set (a space replaces the node's `space=`,
+    /// a cleared one removes it; a side replaces the node's side).
     pub fn apply(&self, g: &Graph) -> Result<Graph, String> {
         let mut g = g.clone();
-        for (&id, opts) in &self.set {
+        for (&id, np) in &self.set {
             let node = g.nodes.get_mut(id).ok_or_else(|| format!("plan names node {id}; the pipeline has {}", self.set.len()))?;
-            let NodeKind::Filter { options, filter, .. } = &mut node.kind else {
+            let NodeKind::Filter { place, .. } = &mut node.kind else {
                 return Err(format!("plan places node {id}, which is not a native filter"));
             };
-            for (k, v) in opts {
-                options.retain(|(key, _)| key != k);
-                if !v.is_empty() {
-                    options.push((k.clone(), v.clone()));
-                }
+            match &np.space {
+                Some(SpaceChange::Set(v)) => place.space = Some(SpaceSpec::Runtime(v.clone())),
+                Some(SpaceChange::Clear) => place.space = None,
+                None => {}
             }
-            let _ = filter;
+            if let Some(side) = &np.side {
+                place.side = Some(side.clone());
+            }
         }
         Ok(g)
     }
 
     /// Parses [`Assignment`]'s `Display` form: `ID:KEY=VALUE[;KEY=VALUE]` entries separated
-    /// by spaces; values contain no spaces or semicolons.
+    /// by spaces, KEY `space` (a runtime space name or list; empty: cleared) or `placed`
+    /// (user or kernel); values contain no spaces or semicolons.
     pub fn parse(text: &str) -> Result<Assignment, String> {
         let mut set = BTreeMap::new();
         for entry in text.split_whitespace() {
             let (id, rest) = entry.split_once(':').ok_or_else(|| format!("'{entry}': expected ID:KEY=VALUE"))?;
             let id: usize = id.parse().map_err(|_| format!("'{entry}': '{id}' is not a node number"))?;
-            let mut opts = Vec::new();
+            let mut np = NodePlace::default();
             for kv in rest.split(';') {
                 let (k, v) = kv.split_once('=').ok_or_else(|| format!("'{entry}': '{kv}' is not KEY=VALUE"))?;
-                if k.is_empty() {
-                    return Err(format!("'{entry}': empty key"));
+                match k {
+                    lang::resolve::SPACE if v.is_empty() => np.space = Some(SpaceChange::Clear),
+                    lang::resolve::SPACE => match SpaceSpec::parse(v).map_err(|e| format!("'{entry}': {e}"))? {
+                        SpaceSpec::Runtime(list) => np.space = Some(SpaceChange::Set(list)),
+                        p => return Err(format!("'{entry}': space={p} is the planner's term, not a runtime space")),
+                    },
+                    lang::resolve::PLACED => np.side = Some(Side::parse(v).map_err(|e| format!("'{entry}': {e}"))?),
+                    "" => return Err(format!("'{entry}': empty key")),
+                    _ => return Err(format!("'{entry}': unknown key '{k}' (space or placed)")),
                 }
-                opts.push((k.to_string(), v.to_string()));
             }
-            set.insert(id, opts);
+            set.insert(id, np);
         }
         Ok(Assignment { set })
     }
@@ -185,11 +228,11 @@ enum Sp {
 }
 
 impl Sp {
-    fn name(self, n: usize) -> String {
+    fn name(self, n: usize) -> SpaceName {
         match self {
-            Sp::Local => "local".into(),
-            Sp::Thread(k, inst) => format!("t{}", n * (1 + 2 * inst) + k),
-            Sp::Process(k, inst) => format!("p{}", n * (2 + 2 * inst) + k),
+            Sp::Local => SpaceName::Local,
+            Sp::Thread(k, inst) => SpaceName::Thread(n * (1 + 2 * inst) + k),
+            Sp::Process(k, inst) => SpaceName::Process(n * (2 + 2 * inst) + k),
         }
     }
 }
@@ -317,18 +360,12 @@ fn topo(g: &Graph) -> Vec<usize> {
 impl fmt::Display for Assignment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
-        for (id, opts) in &self.set {
+        for (id, np) in &self.set {
             if !first {
                 f.write_str(" ")?;
             }
             first = false;
-            write!(f, "{id}:")?;
-            for (j, (k, v)) in opts.iter().enumerate() {
-                if j > 0 {
-                    f.write_str(";")?;
-                }
-                write!(f, "{k}={v}")?;
-            }
+            write!(f, "{id}:{}", np.words(";"))?;
         }
         Ok(())
     }
@@ -366,8 +403,8 @@ mod tests {
         planner.load = crate::Load { blocks_per_sec: 100_000.0, bytes_per_block: 2500.0 };
         let (g, p) = plan_of("gen | deflate | count", &planner);
         let a = Assignment::from_plan(&g, &p.plan, &planner.sys, p.template);
-        let spaces = &a.set.get(&1).expect("deflate is placed").iter().find(|(k, _)| k == "space").unwrap().1;
-        assert_eq!(spaces.split(',').count(), 2, "deflate on both CPUs: {a}");
+        let Some(SpaceChange::Set(spaces)) = &a.set.get(&1).expect("deflate is placed").space else { panic!("{a}") };
+        assert_eq!(spaces.len(), 2, "deflate on both CPUs: {a}");
         let back = Assignment::parse(&a.to_string()).unwrap();
         assert_eq!(back, a);
     }
@@ -382,9 +419,8 @@ mod tests {
         let (g, p) = plan_of("gen | tcp | udp space=process | count", &planner);
         let a = Assignment::from_plan(&g, &p.plan, &planner.sys, p.template);
         let placed = a.apply(&g).unwrap();
-        let NodeKind::Filter { options, .. } = &placed.nodes[2].kind else { panic!() };
-        let space = &options.iter().find(|(k, _)| k == "space").unwrap().1;
-        assert!(space.starts_with('p') && runtime_space(space), "'process' became a process space: {a}");
+        let NodeKind::Filter { place, .. } = &placed.nodes[2].kind else { panic!() };
+        assert!(matches!(place.space.as_ref().and_then(SpaceSpec::runtime), Some([SpaceName::Process(_)])), "'process' became a process space: {a}");
     }
 
     /// Space-level edges of a repaired placement must form no cycle.
@@ -490,5 +526,23 @@ mod tests {
         assert!(Assignment::parse("x:space=t1").unwrap_err().contains("'x'"));
         assert!(Assignment::parse("1:space").unwrap_err().contains("KEY=VALUE"));
         assert_eq!(Assignment::parse("").unwrap(), Assignment::default());
+        assert!(Assignment::parse("1:placed=moon").unwrap_err().contains("placed=moon"));
+        assert!(Assignment::parse("1:kpin=/x").unwrap_err().contains("unknown key 'kpin'"));
+    }
+
+    #[test]
+    fn the_text_form_parses_back_to_the_same_typed_decisions() {
+        let text = "1:space=2,3 2:space= 4:space=p5;placed=user 6:placed=user";
+        let a = Assignment::parse(text).unwrap();
+        assert_eq!(a.set[&1].space, Some(SpaceChange::Set(vec![SpaceName::Thread(2), SpaceName::Thread(3)])));
+        assert_eq!(a.set[&2].space, Some(SpaceChange::Clear));
+        assert_eq!(a.set[&4], NodePlace { space: Some(SpaceChange::Set(vec![SpaceName::Process(5)])), side: Some(Side::User) });
+        // tN is N; the planner's terms are not a runtime placement.
+        assert_eq!(Assignment::parse("1:space=t2,t3").unwrap().set[&1], a.set[&1]);
+        assert!(Assignment::parse("1:space=kernel").unwrap_err().contains("planner"));
+        assert!(Assignment::parse("1:space=x9").unwrap_err().contains("space=x9"));
+        assert_eq!(a.set[&6].side, Some(Side::User));
+        assert_eq!(a.to_string(), text);
+        assert_eq!(Assignment::parse(&a.to_string()).unwrap(), a);
     }
 }

@@ -319,17 +319,24 @@ impl Replication {
     }
 }
 
-/// Typed access to a filter's parameters: positional words and key=value options.
+/// Typed access to a filter's parameters: positional words and key=value options, and
+/// the node's typed placement decisions ([`lang::Placement`]: side, kernel attachment).
 #[derive(Debug, Clone, Default)]
 pub struct Args {
     pub filter: String,
     pub positional: Vec<String>,
     pub options: BTreeMap<String, String>,
+    pub place: lang::Placement,
 }
 
 impl Args {
     pub fn new(filter: &str, positional: Vec<String>, options: Vec<(String, String)>) -> Args {
-        Args { filter: filter.to_string(), positional, options: options.into_iter().collect() }
+        Args { filter: filter.to_string(), positional, options: options.into_iter().collect(), place: lang::Placement::default() }
+    }
+    /// These arguments with the node's placement decisions.
+    pub fn with_place(mut self, place: lang::Placement) -> Args {
+        self.place = place;
+        self
     }
     /// An option by key, or else the positional parameter at `pos`.
     pub fn get(&self, key: &str, pos: Option<usize>) -> Option<&str> {

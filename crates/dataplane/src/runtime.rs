@@ -42,11 +42,6 @@ pub trait Factory {
     fn order_matters(&self, _name: &str) -> bool {
         true
     }
-    /// Rewrite the request before placement (e.g. push a filter into the kernel part of
-    /// the source before it). The default leaves it as it is.
-    fn rewrite(&self, g: Graph) -> Graph {
-        g
-    }
 }
 
 /// Per-filter counters.
@@ -232,8 +227,8 @@ impl Space {
             };
             let err = |kind: BuildErrorKind| BuildError::new(label.clone(), span_of(n), kind);
             let (filter, source, routes): (Box<dyn Filter>, bool, bool) = match &n.kind {
-                NodeKind::Filter { filter, params, options } => {
-                    let args = Args::new(filter, params.clone(), options.clone());
+                NodeKind::Filter { filter, params, options, place } => {
+                    let args = Args::new(filter, params.clone(), options.clone()).with_place(place.clone());
                     // The library's `split` is the template's split node written by hand:
                     // it too sends each block down exactly one arc.
                     (factory.make(filter, &args).map_err(|e| err(without_name(e, &base).into()))?, factory.is_source(filter), filter == "split")

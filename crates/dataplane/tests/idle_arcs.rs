@@ -12,7 +12,7 @@ use common::{graph, F};
 fn add_arc(g: &mut lang::Graph, from: usize, filter: &str) {
     let id = g.nodes.len();
     let span = g.nodes[from].span;
-    let kind = lang::NodeKind::Filter { filter: filter.into(), params: Vec::new(), options: Vec::new() };
+    let kind = lang::NodeKind::Filter { filter: filter.into(), params: Vec::new(), options: Vec::new(), place: Default::default() };
     g.nodes.push(lang::Node { id, kind, span, hints: Vec::new(), name: None });
     g.edges.push(lang::Edge { from, to: id, sel: lang::Selector::Default, span });
 }

@@ -8,7 +8,8 @@ use kernel::cbpf::{compile, compile_for_file, Program};
 
 pub struct Bpf {
     expr: String,
-    /// `placed=kernel`: the program already ran on the capture socket; pass everything.
+    /// Its side is the kernel ([`lang::Side::Kernel`]): the program already ran on the
+    /// capture socket; pass everything.
     in_kernel: bool,
     /// The program per link type seen (frames of each link type need their own):
     /// Ethernet's compiled as for a live capture, the others as for a capture file.
@@ -19,7 +20,7 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let expr = a.require("expr", Some(0))?.to_string();
     // Compile once now so a bad expression is a build error, not a runtime one.
     let p = compile(&expr, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|e| FilterError::invalid("", e))?;
-    let in_kernel = a.get("placed", None) == Some("kernel");
+    let in_kernel = a.place.side.as_ref().is_some_and(lang::Side::is_kernel);
     Ok(Box::new(Bpf { expr, in_kernel, progs: vec![(crate::packet::LINKTYPE_ETHERNET, p)] }))
 }
 
@@ -75,7 +76,7 @@ pub static BPF: FilterSpec = FilterSpec::new("bpf", Access::Classification, make
        capture's frames with a warning.")
     .params(&[
         Param::new("expr", "the expression (also the first positional parameter; quote it)").at(0),
-        Param::new("placed", "kernel when the program runs on the capture socket (set for `rx | bpf`); user keeps it in this space").kind(Kind::Choice(&["user", "kernel"])).default("user"),
+        Param::new(lang::resolve::PLACED, "kernel when the program runs on the capture socket (set for `rx | bpf`); user keeps it in this space").kind(Kind::Choice(&["user", "kernel"])).default("user"),
     ])
     .classes("1 for accepted frames, 0 otherwise")
     .example("streamline run 'pcapin file=examples/sample.pcap | bpf \"tcp dst port 80\" | count'")

@@ -159,9 +159,6 @@ impl Factory for Library {
     fn is_source(&self, name: &str) -> bool {
         find(name).is_some_and(|s| s.source)
     }
-    fn rewrite(&self, g: lang::Graph) -> lang::Graph {
-        live::kernel_placement(live::multiqueue(g))
-    }
     fn replication(&self, name: &str) -> dataplane::Replication {
         find(name).map_or(dataplane::Replication::Blocks, |s| s.replication)
     }

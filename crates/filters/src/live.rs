@@ -11,6 +11,7 @@ use kernel::ebpf;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use lang::KernelAttach;
 
 /// The ring as the store's DBuf: positions are the kernel crate's frame positions (`lap *
 /// ring length + offset`), so a tag names one frame for the life of the run (the block
@@ -75,18 +76,15 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         return Err(FilterError::bad("queues", &queues.to_string(), "1..=64"));
     }
     let cfg = RxConfig { latency: Duration::from_millis(latency_ms.max(1)), blocks, fanout, ..RxConfig::default() };
-    let kfilter = a.get("kfilter", None).map(str::to_string);
-    if let Some(e) = &kfilter {
-        compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| FilterError::invalid("", x))?;
-    }
-    let kebpf = match a.get("kebpf", None) {
-        Some(text) => {
-            if kfilter.is_some() {
-                return Err(FilterError::Rule("kfilter= and kebpf= both ask for the socket's one program".into()));
-            }
-            Some((crate::nicfix::decode(text)?, a.get("kpin", None).map(PathBuf::from)))
+    // The program the kernel placement attached for the filter after this rx (typed on
+    // the node: one program, so classic and eBPF exclude each other by construction).
+    let (kfilter, kebpf) = match &a.place.kernel {
+        None => (None, None),
+        Some(KernelAttach::Cbpf(e)) => {
+            compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| FilterError::invalid("", x))?;
+            (Some(e.clone()), None)
         }
-        None => None,
+        Some(KernelAttach::Ebpf { program, pin }) => (None, Some((crate::nicfix::decode(program)?, Some(pin.clone())))),
     };
     // The interface must exist now (a clear error before the run).
     kernel::afpacket::ifindex(&dev).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
@@ -220,14 +218,15 @@ impl Filter for Rx {
 
 /// Kernel placement (thesis 6.3.2, push processing down): `rx | bpf "E"` runs E on the
 /// capture socket, so frames it rejects are never handed to user space; `rx | flowcount`,
-/// `rx | sample N` and `rx | bytecount` run their eBPF program there (`kebpf=`), with the
-/// program's maps pinned under `kpin=` (this process's run directory on bpffs). The node
-/// stays (`placed=kernel`, for the NIC-FIX filters with `pin=` to read the maps at the
-/// end), so the graph keeps its shape and its counters show what the kernel let through.
-/// Not for `rx impl=xdp`, a filter the user or the planner placed in user space
-/// (`placed=`), one pinned to another space than the `rx`, or `sample prob=`.
+/// `rx | sample N` and `rx | bytecount` run their eBPF program there, with the program's
+/// maps pinned in this process's run directory on bpffs (typed on the `rx` node:
+/// [`lang::Placement::kernel`]). The node stays (its side [`lang::Side::Kernel`], with the
+/// pin for the NIC-FIX filters to read the maps at the end), so the graph keeps its shape
+/// and its counters show what the kernel let through. Not for `rx impl=xdp`, a filter the
+/// user or the planner placed (its side already said, `placed=user`), one pinned to
+/// another space than the `rx`, or `sample prob=`.
 pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
-    use lang::{NodeKind, Selector};
+    use lang::{NodeKind, Selector, Side};
     let edges = g.edges.clone();
     for e in &edges {
         let outs = edges.iter().filter(|x| x.from == e.from).count();
@@ -235,41 +234,35 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
         if outs != 1 || ins != 1 || e.sel != Selector::Default {
             continue;
         }
-        let (rx_opt, filter_opt) = match (&g.nodes[e.from].kind, &g.nodes[e.to].kind) {
-            (NodeKind::Filter { filter: a, options: ao, .. }, NodeKind::Filter { filter: b, params, options: bo })
+        let (attach, pin) = match (&g.nodes[e.from].kind, &g.nodes[e.to].kind) {
+            (NodeKind::Filter { filter: a, options: ao, place: ap, .. }, NodeKind::Filter { filter: b, params, options: bo, place: bp })
                 if a == "rx"
                     && crate::find(b).is_some_and(FilterSpec::runs_after_rx_in_kernel)
-                    && !ao.iter().any(|(k, v)| k == "kfilter" || k == "kebpf" || (k == "impl" && v == "xdp"))
-                    && !bo.iter().any(|(k, _)| k == "placed") =>
+                    && ap.kernel.is_none()
+                    && !ao.iter().any(|(k, v)| k == "impl" && v == "xdp")
+                    && bp.side.is_none() =>
             {
                 if b == "bpf" {
                     match bo.iter().find(|(k, _)| k == "expr").map(|(_, v)| v.clone()).or_else(|| params.first().cloned()) {
-                        Some(x) => (("kfilter".to_string(), x), None),
+                        Some(x) => (KernelAttach::Cbpf(x), None),
                         None => continue,
                     }
                 } else {
-                    let space = |o: &Vec<(String, String)>| o.iter().rev().find(|(k, _)| k == "space").map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
-                    if space(ao) != space(bo) {
+                    if ap.space != bp.space {
                         continue;
                     }
                     let Ok(config) = crate::nicfix::kernel_config(&dataplane::Args::new(b, params.clone(), bo.clone())) else { continue };
-                    let pin = ebpf::run_dir().join(format!("n{}-{b}", e.to)).to_string_lossy().into_owned();
-                    (("kebpf".to_string(), crate::nicfix::encode(config)), Some(pin))
+                    let pin = ebpf::run_dir().join(format!("n{}-{b}", e.to));
+                    (KernelAttach::Ebpf { program: crate::nicfix::encode(config), pin: pin.clone() }, Some(pin))
                 }
             }
             _ => continue,
         };
-        if let NodeKind::Filter { options, .. } = &mut g.nodes[e.from].kind {
-            options.push(rx_opt);
-            if let Some(p) = &filter_opt {
-                options.push(("kpin".into(), p.clone()));
-            }
+        if let NodeKind::Filter { place, .. } = &mut g.nodes[e.from].kind {
+            place.kernel = Some(attach);
         }
-        if let NodeKind::Filter { options, .. } = &mut g.nodes[e.to].kind {
-            options.push(("placed".into(), "kernel".into()));
-            if let Some(p) = filter_opt {
-                options.push(("pin".into(), p));
-            }
+        if let NodeKind::Filter { place, .. } = &mut g.nodes[e.to].kind {
+            place.side = Some(Side::Kernel { pin });
         }
     }
     g
@@ -314,7 +307,7 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
         let after: Vec<Edge> = g.edges.iter().filter(|e| e.from == last).cloned().collect();
         // A fanout group per run and interface: the process id and the node.
         let group = ((std::process::id() as usize * 31 + rx) % 65536).to_string();
-        let engine_space = |q: usize| (cpus * 1000 + q).to_string();
+        let engine_space = |q: usize| lang::SpaceSpec::Runtime(vec![lang::SpaceName::Thread(cpus * 1000 + q)]);
         let mut lasts = Vec::new();
         for q in 0..queues {
             // Copy 0 is the original nodes; copies 1.. are appended.
@@ -329,12 +322,10 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
                     new
                 };
                 map.insert(id, copy);
-                if let NodeKind::Filter { options, .. } = &mut g.nodes[copy].kind {
-                    options.retain(|(k, _)| k != "space" && k != "queues" && (id != rx || k != "fanout"));
-                    options.push(("space".into(), engine_space(q)));
-                    if q == 0 {
-                        options.retain(|(k, _)| k != "space");
-                    }
+                if let NodeKind::Filter { options, place, .. } = &mut g.nodes[copy].kind {
+                    options.retain(|(k, _)| k != "queues" && (id != rx || k != "fanout"));
+                    // Engine 0 runs where the pipeline starts; engine q on its own thread.
+                    place.space = (q > 0).then(|| engine_space(q));
                     if id == rx {
                         options.push(("fanout".into(), group.clone()));
                     }
@@ -383,9 +374,6 @@ pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
         Param::new("dev", "interface (also positional)").at(0),
         Param::new("latency", "longest wait for a partly filled block, ms (default 10)").kind(Kind::Count).default("10"),
         Param::new("blocks", "ring blocks of 1 MiB (default 16)").kind(Kind::Count).default("16"),
-        Param::new("kfilter", "pcap-filter expression run in the kernel (set by the bpf placement)"),
-        Param::new("kebpf", "eBPF program run in the kernel, e.g. \"sample every=10\" (set by the flowcount / sample / bytecount placement)"),
-        Param::new("kpin", "bpffs directory where the kebpf program's maps are pinned while it runs"),
         Param::new("fanout", "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)").kind(Kind::Count),
         Param::new("impl", "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet").kind(Kind::Choice(&["packet", "xdp", "auto"])).default("auto"),
         Param::new("queue", "impl=xdp: the interface queue to bind (default 0)").kind(Kind::Count).default("0"),

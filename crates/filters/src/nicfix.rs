@@ -4,9 +4,10 @@
 //!
 //! - in this space, after any source (pcapin, another filter, a channel), here;
 //! - in the kernel, when the filter follows `rx` directly: [`crate::live::kernel_placement`]
-//!   hands `rx` the program (`kebpf=`, `kpin=`), `rx` loads it ([`kernel::ebpf`], C in
-//!   `crates/kernel/bpf/`) and attaches it to its socket, and this node (`placed=kernel`)
-//!   passes what arrives and at the end reads the program's maps, pinned on bpffs.
+//!   hands `rx` the program (typed: [`lang::KernelAttach::Ebpf`], with the maps' pin
+//!   directory), `rx` loads it ([`kernel::ebpf`], C in `crates/kernel/bpf/`) and attaches
+//!   it to its socket, and this node ([`lang::Side::Kernel`] with the same pin) passes
+//!   what arrives and at the end reads the program's maps, pinned on bpffs.
 //!
 //! Both print their totals with the same functions ([`flows_text`], [`sample_text`],
 //! [`bytes_text`]), so a run's output does not say which one ran except in `rx`'s
@@ -16,6 +17,7 @@ use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, Filter
 use kernel::ebpf::{self, Config, FlowKey, Snapshot, Tally};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use lang::Side;
 
 /// The flow of a frame (from its Ethernet header), by the rules of the kernel's
 /// `parse_flow` (crates/kernel/bpf/nicfix.h): IPv4 or IPv6 addresses and protocol (the
@@ -184,7 +186,8 @@ fn wire_len(cx: &Ctx<'_>, t: &Tag, data: &[u8]) -> u64 {
     }
 }
 
-/// Where the filter runs, from `placed=` (and `pin=`, which the kernel placement sets).
+/// Where the filter runs, from the node's typed side ([`lang::Side`]: `placed=user` as
+/// written, or kernel with the maps' pin directory as the kernel placement sets it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Place {
     User,
@@ -193,16 +196,13 @@ enum Place {
 }
 
 fn place(a: &Args) -> Result<Place, FilterError> {
-    match a.get("placed", None).unwrap_or("user") {
-        "user" => Ok(Place::User),
-        "kernel" => match a.get("pin", None) {
-            Some(p) => Ok(Place::Kernel(PathBuf::from(p))),
-            None => Err(FilterError::Missing {
-                key: "pin".into(),
-                expected: "placed=kernel is set by the kernel placement (right after `rx`), which also says where the maps are (pin=); write placed=user or leave it out".into(),
-            }),
-        },
-        o => Err(FilterError::bad("placed", o, "user or kernel")),
+    match &a.place.side {
+        None | Some(Side::User) => Ok(Place::User),
+        Some(Side::Kernel { pin: Some(p) }) => Ok(Place::Kernel(p.clone())),
+        Some(Side::Kernel { pin: None }) => Err(FilterError::Missing {
+            key: lang::resolve::PLACED.into(),
+            expected: "placed=kernel is set by the kernel placement (right after `rx`), which also says where the maps are pinned; write placed=user or leave it out".into(),
+        }),
     }
 }
 
@@ -226,7 +226,7 @@ pub fn kernel_config(a: &Args) -> Result<Config, FilterError> {
     }
 }
 
-/// `rx kebpf=` text for a program: `flowcount flows=N`, `sample every=N`, `bytecount len=N`.
+/// The program text of [`lang::KernelAttach::Ebpf`]: `flowcount flows=N`, `sample every=N`, `bytecount len=N`.
 pub fn encode(c: Config) -> String {
     match c {
         Config::FlowCount { flows } => format!("flowcount flows={flows}"),
@@ -238,9 +238,9 @@ pub fn encode(c: Config) -> String {
 /// The inverse of [`encode`].
 pub fn decode(s: &str) -> Result<Config, FilterError> {
     let mut words = s.split_whitespace();
-    let name = words.next().ok_or_else(|| FilterError::bad("kebpf", s, "a filter and its parameters"))?;
+    let name = words.next().ok_or_else(|| FilterError::bad("program", s, "a filter and its parameters"))?;
     let opts: Vec<(String, String)> = words.filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    kernel_config(&Args::new(name, Vec::new(), opts)).map_err(|e| FilterError::invalid(format!("kebpf={s:?}"), e))
+    kernel_config(&Args::new(name, Vec::new(), opts)).map_err(|e| FilterError::invalid(format!("eBPF program {s:?}"), e))
 }
 
 fn flows_cap(a: &Args) -> Result<u32, FilterError> {
@@ -462,10 +462,10 @@ fn make_bytecount(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(ByteCount { place: place(a)?, len, top: top(a, 8)?, hist: Box::new([0; 256]), frames: 0, bytes: 0, kernel: None }))
 }
 
-/// Where the filter runs: the NIC-FIX filters' `placed=` and `pin=`, written by the kernel
-/// placement after `rx` (`live::kernel_placement`).
-const PLACED: Param = Param::new("placed", "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user");
-const PIN: Param = Param::new("pin", "the pin directory of the kernel program's maps (set by the placement)");
+/// Where the filter runs: `placed=user` keeps it in user space; the kernel side (and its
+/// maps' pin directory) is set by the kernel placement after `rx`
+/// (`live::kernel_placement`). The resolver parses it into [`lang::Placement::side`].
+const PLACED: Param = Param::new(lang::resolve::PLACED, "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user");
 
 /// The NIC-FIX filters' implementations: the eBPF program with its state in BPF maps on
 /// the capture socket right after `rx` (a map update in the JITed program: a little cheaper
@@ -490,7 +490,6 @@ pub static FLOWCOUNT: FilterSpec = FilterSpec::new("flowcount", Access::Statisti
         Param::new("flows", "flows tracked (default 64K)").kind(Kind::Size).default("64K"),
         Param::new("top", "flows printed at the end (default 10)").kind(Kind::Count).default("10"),
         PLACED,
-        PIN,
     ])
     .classes("unchanged")
     .example("streamline run 'rx dev=eth0 | flowcount top=20 | null'")
@@ -507,7 +506,6 @@ pub static SAMPLE: FilterSpec = FilterSpec::new("sample", Access::Inspection, ma
         Param::new("prob", "pass each with this probability instead (user space only)").kind(Kind::Number),
         Param::new("seed", "random seed for prob").kind(Kind::Count),
         PLACED,
-        PIN,
     ])
     .classes("the block's class (at least 1) when passed; 0 otherwise")
     .example("streamline run 'pcapin file=examples/sample.pcap | sample 100 | inspect'")
@@ -524,7 +522,6 @@ pub static BYTECOUNT: FilterSpec = FilterSpec::new("bytecount", Access::Statisti
         Param::new("len", "bytes counted per block, 1..4096 (default 4096; also positional)").at(0).kind(Kind::Size).default("4096"),
         Param::new("top", "values printed at the end (default 8)").kind(Kind::Count).default("8"),
         PLACED,
-        PIN,
     ])
     .classes("unchanged")
     .example("streamline run 'pcapin file=examples/sample.pcap | bytecount top=4'")
@@ -594,28 +591,36 @@ mod tests {
         assert_eq!(sample_text("1 in 3", 10, 3), "sample: 1 in 3: 10 seen, 3 passed");
     }
 
-    /// (rx options, next filter's options) after the placement.
-    type Opts = Vec<(String, String)>;
-
-    fn placed(text: &str) -> (Opts, Opts) {
+    /// (rx's placement, next filter's placement) after the kernel placement.
+    fn placed(text: &str) -> (lang::Placement, lang::Placement) {
         let g = crate::live::kernel_placement(lang::parse(text, &crate::Natives).unwrap_or_else(|d| panic!("{d}")));
-        let opts = |i: usize| match &g.nodes[i].kind {
-            lang::NodeKind::Filter { options, .. } => options.clone(),
-            _ => Vec::new(),
+        let place = |i: usize| match &g.nodes[i].kind {
+            lang::NodeKind::Filter { place, .. } => place.clone(),
+            _ => lang::Placement::default(),
         };
-        (opts(0), opts(1))
+        (place(0), place(1))
     }
 
     #[test]
     fn only_the_filter_right_after_rx_goes_on_the_socket() {
+        use lang::KernelAttach;
+        let program = |p: &lang::Placement| match &p.kernel {
+            Some(KernelAttach::Ebpf { program, .. }) => Some(program.clone()),
+            _ => None,
+        };
         let (rx, f) = placed("rx dev=lo | flowcount flows=1K | count");
-        let get = |o: &[(String, String)], k: &str| o.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone());
-        assert_eq!(get(&rx, "kebpf").as_deref(), Some("flowcount flows=1024"));
-        assert_eq!(get(&f, "placed").as_deref(), Some("kernel"));
-        assert_eq!(get(&f, "pin"), get(&rx, "kpin"));
-        assert!(get(&f, "pin").unwrap().starts_with(&format!("{PIN_ROOT}/{}/n1-flowcount", std::process::id())));
-        assert_eq!(get(&placed("rx dev=lo | sample 7 | count").0, "kebpf").as_deref(), Some("sample every=7"));
-        assert_eq!(get(&placed("rx dev=lo | bytecount 35 | count").0, "kebpf").as_deref(), Some("bytecount len=35"));
+        assert_eq!(program(&rx).as_deref(), Some("flowcount flows=1024"));
+        let Some(KernelAttach::Ebpf { pin: rx_pin, .. }) = &rx.kernel else { panic!("{rx:?}") };
+        let Some(Side::Kernel { pin: Some(pin) }) = &f.side else { panic!("flowcount is not placed in the kernel: {f:?}") };
+        assert_eq!(pin, rx_pin, "the filter reads the maps where rx pins them");
+        assert!(pin.to_string_lossy().starts_with(&format!("{PIN_ROOT}/{}/n1-flowcount", std::process::id())), "{pin:?}");
+        assert!(f.kernel.is_none() && rx.side.is_none());
+        assert_eq!(program(&placed("rx dev=lo | sample 7 | count").0).as_deref(), Some("sample every=7"));
+        assert_eq!(program(&placed("rx dev=lo | bytecount 35 | count").0).as_deref(), Some("bytecount len=35"));
+        // bpf: its expression on the socket (classic BPF), no maps.
+        let (rx, f) = placed("rx dev=lo | bpf \"udp port 53\" | count");
+        assert_eq!(rx.kernel, Some(KernelAttach::Cbpf("udp port 53".into())));
+        assert_eq!(f.side, Some(Side::Kernel { pin: None }));
         // Not placed: AF_XDP, user placement, prob=, another space, a second filter.
         for text in [
             "rx dev=lo impl=xdp | flowcount | count",
@@ -625,11 +630,28 @@ mod tests {
             "rx dev=lo | flowcount flows=0 | count",
         ] {
             let (rx, f) = placed(text);
-            assert!(get(&rx, "kebpf").is_none() && get(&f, "pin").is_none(), "{text}: {rx:?}");
+            assert!(rx.kernel.is_none() && !f.side.as_ref().is_some_and(Side::is_kernel), "{text}: {rx:?} {f:?}");
         }
         let g = crate::live::kernel_placement(lang::parse("rx dev=lo | bpf \"udp\" | sample 3 | count", &crate::Natives).unwrap());
-        let lang::NodeKind::Filter { options, .. } = &g.nodes[2].kind else { panic!() };
-        assert!(options.is_empty(), "sample after bpf stays in user space: {options:?}");
+        let lang::NodeKind::Filter { options, place, .. } = &g.nodes[2].kind else { panic!() };
+        assert!(options.is_empty() && place.is_empty(), "sample after bpf stays in user space: {options:?} {place:?}");
+    }
+
+    #[test]
+    fn kernel_decisions_are_not_options_a_user_can_write() {
+        for (text, key) in [
+            ("rx dev=lo kfilter=udp | count", "kfilter"),
+            ("rx dev=lo kebpf=\"sample every=2\" | count", "kebpf"),
+            ("rx dev=lo kpin=/sys/fs/bpf/x | count", "kpin"),
+            ("rx dev=lo | flowcount pin=/sys/fs/bpf/x | count", "pin"),
+        ] {
+            let d = lang::parse(text, &crate::Natives).unwrap_err();
+            assert!(d.message.contains(&format!("unknown option '{key}'")), "{text}: {d}");
+        }
+        // placed=user stays the user's word, typed by the parser.
+        let g = lang::parse("rx dev=lo | flowcount placed=user | count", &crate::Natives).unwrap();
+        let lang::NodeKind::Filter { options, place, .. } = &g.nodes[1].kind else { panic!() };
+        assert!(options.is_empty() && place.side == Some(Side::User), "{options:?} {place:?}");
     }
 
     #[test]
@@ -646,8 +668,10 @@ mod tests {
         assert!(matches!(err(kernel_config(&args("bytecount", &[("len", "5000")]))), FilterError::BadValue { key, value, expected } if key == "len" && value == "5000" && expected.contains("1..=4096")));
         assert!(matches!(err(kernel_config(&args("flowcount", &[("flows", "0")]))), FilterError::BadValue { key, value, .. } if key == "flows" && value == "0"));
         assert!(kernel_config(&args("count", &[])).is_err());
-        assert!(matches!(err(place(&args("flowcount", &[("placed", "kernel")]))), FilterError::Missing { key, expected } if key == "pin" && expected.contains("pin=")));
-        assert!(err(place(&args("flowcount", &[("placed", "moon")]))).to_string().contains("placed=moon"));
+        let kernel = |pin: Option<&str>| args("flowcount", &[]).with_place(lang::Placement { side: Some(Side::Kernel { pin: pin.map(PathBuf::from) }), ..Default::default() });
+        assert!(matches!(err(place(&kernel(None))), FilterError::Missing { key, expected } if key == "placed" && expected.contains("maps are pinned")));
+        assert_eq!(place(&kernel(Some("/sys/fs/bpf/x"))).ok(), Some(Place::Kernel(PathBuf::from("/sys/fs/bpf/x"))));
+        assert_eq!(place(&args("flowcount", &[])).ok(), Some(Place::User));
         assert!(make_sample(&args("sample", &[("every", "0")])).is_err());
     }
 }

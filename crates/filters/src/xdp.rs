@@ -42,10 +42,11 @@ pub struct XdpSource {
 }
 
 pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, FilterError> {
-    for key in ["kfilter", "fanout"] {
-        if a.get(key, None).is_some() {
-            return Err(FilterError::Rule(format!("{key}= needs impl=packet (an AF_XDP socket has no socket filter or fanout group)")));
-        }
+    if a.place.kernel.is_some() {
+        return Err(FilterError::Rule("a kernel program on the socket needs impl=packet (an AF_XDP socket has no socket filter)".into()));
+    }
+    if a.get("fanout", None).is_some() {
+        return Err(FilterError::Rule("fanout= needs impl=packet (an AF_XDP socket has no socket filter or fanout group)".into()));
     }
     let queue: u32 = a.parse("queue", None, 0)?;
     let latency_ms: u64 = a.parse("latency", None, 10)?;

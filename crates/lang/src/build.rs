@@ -147,11 +147,13 @@ impl Builder<'_> {
                 filter: f0,
                 params: p0,
                 options: o0,
+                place: pl0,
             }),
             NodeKind::Filter {
                 filter,
                 params,
                 options,
+                place,
             },
         ) = (&mut first.kind, res.kind)
         else {
@@ -168,11 +170,12 @@ impl Builder<'_> {
                 "a name is one vertex: it was first given to '{f0}' at {at}; use another name for a second filter"
             )));
         }
-        if !params.is_empty() || !options.is_empty() {
-            if p0.is_empty() && o0.is_empty() {
+        if !params.is_empty() || !options.is_empty() || !place.is_empty() {
+            if p0.is_empty() && o0.is_empty() && pl0.is_empty() {
                 *p0 = params;
                 *o0 = options;
-            } else if *p0 != params || *o0 != options {
+                *pl0 = place;
+            } else if *p0 != params || *o0 != options || *pl0 != place {
                 return Err(Diagnostic::new(
                     DiagKind::NameConflict,
                     format!("conflicting parameters for 'name={name}'"),

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::place::Placement;
 use crate::span::Span;
 
 /// Index into [`Graph::nodes`]; `graph.nodes[id].id == id` always holds.
@@ -39,10 +40,14 @@ pub enum NodeKind {
         filter: String,
         params: Vec<String>,
         options: Vec<(String, String)>,
+        /// Typed placement decisions (`space=` and `placed=` as written, or what the
+        /// rewrites decided); never among `options`.
+        place: Placement,
     },
-    /// A Unix process: `argv[0]` is the command. `options` holds the control options it
-    /// was given (`wc -l space=1`: [`UNIX_CONTROL_OPTIONS`]), which are not passed to it.
-    Unix { argv: Vec<String>, options: Vec<(String, String)> },
+    /// A Unix process: `argv[0]` is the command. Its control options
+    /// ([`UNIX_CONTROL_OPTIONS`]: `wc -l space=1`) are not passed to it: `space=` is in
+    /// `place`, `name=` is [`Node::name`].
+    Unix { argv: Vec<String>, place: Placement },
     /// Template-generated join: passes the Nth copy of each block.
     Join { mode: JoinMode },
     /// Template-generated split (data-parallel rewrite): sends each block down exactly
@@ -88,7 +93,7 @@ pub struct Edge {
 
 /// The control options a Unix command takes (thesis Table 3.1: `wc space=1`): where it
 /// runs, and its node name. Any other `key=value` word is the command's argument.
-pub const UNIX_CONTROL_OPTIONS: [&str; 2] = ["space", "name"];
+pub const UNIX_CONTROL_OPTIONS: [&str; 2] = [crate::resolve::SPACE, "name"];
 
 /// Which classes an arc forwards (Table 3.1, "Selector").
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -243,7 +248,7 @@ impl Graph {
     ///
     /// A native filter's line is valid atom syntax: params (quoted when they contain
     /// spaces, operator characters, quotes or `=`, or are empty) then `key=value` options
-    /// in input order, then `name=X`, then `@hints`.
+    /// in input order, then `space=` and `placed=` (typed), then `name=X`, then `@hints`.
     pub fn canonical(&self) -> String {
         let mut out = String::new();
         for n in &self.nodes {
@@ -253,6 +258,7 @@ impl Graph {
                     filter,
                     params,
                     options,
+                    place,
                 } => {
                     out.push_str(&quote(filter));
                     for p in params {
@@ -262,15 +268,14 @@ impl Graph {
                     for (k, v) in options {
                         out.push_str(&format!(" {k}={}", quote(v)));
                     }
+                    push_place(&mut out, place);
                 }
-                NodeKind::Unix { argv, options } => {
+                NodeKind::Unix { argv, place } => {
                     out.push_str("unix(");
                     let words: Vec<String> = argv.iter().map(|a| quote(a)).collect();
                     out.push_str(&words.join(" "));
                     out.push(')');
-                    for (k, v) in options {
-                        out.push_str(&format!(" {k}={}", quote(v)));
-                    }
+                    push_place(&mut out, place);
                 }
                 NodeKind::Join { mode } => match mode {
                     JoinMode::All => out.push_str("join(all)"),
@@ -310,6 +315,16 @@ impl Graph {
             }
         }
         out
+    }
+}
+
+/// ` space=S placed=P`, as the user writes them (the kernel attachment is internal).
+fn push_place(out: &mut String, place: &Placement) {
+    if let Some(space) = &place.space {
+        out.push_str(&format!(" space={}", quote(&space.to_string())));
+    }
+    if let Some(side) = &place.side {
+        out.push_str(&format!(" placed={side}"));
     }
 }
 

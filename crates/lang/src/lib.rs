@@ -12,13 +12,15 @@
 //!   error); a chain of one operator is one n-way parallel (`a +* b +* c` is a 3-way And).
 //! - [`resolve`]: the caller's [`Resolver`] says whether a name is a native filter or a
 //!   Unix command; options (`key=value`, Table 3.2 control options and the filter's own)
-//!   are checked here. [`StaticResolver`], [`PathResolver`] and [`WithPath`] are ready made.
+//!   are checked here, and `space=` / `placed=` become the node's typed [`Placement`]. [`StaticResolver`], [`PathResolver`] and [`WithPath`] are ready made.
 //! - `build` (private): the syntax tree becomes a [`template::Request`], the
 //!   Boolean-augmented graph; named nodes (`name=X`) are merged into one vertex.
 //! - [`template`]: rewrite passes from the Boolean grammar to the base grammar (Not →
 //!   inverted selectors, Or/And/`+` → [`NodeKind::Join`]), and [`parallelize`], the
 //!   data-parallel `split | f + f | join` rewrite.
 //! - `validate` (private): every cycle must pass through a loop-bounding `for` filter.
+//! - [`place`]: typed placement decisions on a filter node ([`Placement`]: `placed=`
+//!   parsed at resolve time, and what the kernel push-down sets).
 //! - [`graph`]: the result, [`Graph`], and its [`Graph::canonical`] print.
 //! - [`diag`]: [`Diagnostic`], errors rendered with a caret under the offending span.
 //!
@@ -58,6 +60,7 @@ pub mod fuzzing;
 pub mod graph;
 mod lexer;
 mod parser;
+pub mod place;
 pub mod resolve;
 mod span;
 pub mod template;
@@ -66,6 +69,7 @@ mod validate;
 pub use diag::{render, DiagKind, Diagnostic};
 pub use graph::{Edge, Graph, Hint, JoinMode, Node, NodeId, NodeKind, Selector, SplitMode};
 pub use resolve::{FilterKind, PathResolver, Resolver, StaticResolver, WithPath, CONTROL_OPTIONS};
+pub use place::{KernelAttach, Placement, Side, SpaceKind, SpaceName, SpaceSpec};
 pub use span::Span;
 pub use template::parallelize;
 

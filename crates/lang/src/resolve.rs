@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::diag::{closest, did_you_mean, DiagKind, Diagnostic};
 use crate::graph::{quote, NodeKind};
+use crate::place::{Placement, Side, SpaceSpec};
 use crate::lexer::Word;
 use crate::span::Span;
 
@@ -63,7 +64,8 @@ impl<R: Resolver + ?Sized> Resolver for &R {
 }
 
 /// The control options of Table 3.2. Any native filter may take them (`name` becomes
-/// [`crate::Node::name`]; the others stay in the filter's options, values checked: export,
+/// [`crate::Node::name`]; `space` becomes the typed [`crate::Placement::space`], see
+/// [`SPACE`]; the others stay in the filter's options, values checked: export,
 /// exportdata, reuse yes|no; share yes|no|auto; size digits with an optional k/m/g;
 /// mode 1-4 octal digits); a Unix command may not. When a native filter declares an
 /// option key of its own with the same name (pcapin's `file`), the key is the filter's:
@@ -75,11 +77,15 @@ pub const CONTROL_OPTIONS: [&str; 10] = [
     "size",
     "share",
     "reuse",
-    "space",
+    SPACE,
     "mode",
     "file",
     "binary",
 ];
+
+/// The option key a filter with a kernel and a user implementation declares for its
+/// side: parsed into [`crate::Placement::side`], never left among the options.
+pub const PLACED: &str = "placed";
 
 /// A fixed table of native filters (with their option keys, or None for "any") and Unix
 /// commands. Native names win over Unix names.
@@ -261,7 +267,7 @@ pub(crate) fn resolve_atom(
     match kind {
         FilterKind::Unix => {
             let mut argv = vec![head.text.clone()];
-            let mut options: Vec<(String, String)> = Vec::new();
+            let mut place = Placement::default();
             let mut node_name = None;
             for w in &words[1..] {
                 let Some(eq) = w.eq else {
@@ -277,10 +283,10 @@ pub(crate) fn resolve_atom(
                         if node_name.replace(value.to_string()).is_some() {
                             return Err(Diagnostic::new(DiagKind::BadOption, format!("option '{key}' given twice"), w.span, input));
                         }
-                    } else if options.iter().any(|(k, _)| k == key) {
+                    } else if place.space.is_some() {
                         return Err(Diagnostic::new(DiagKind::BadOption, format!("option '{key}' given twice"), w.span, input));
                     } else {
-                        options.push((key.to_string(), value.to_string()));
+                        place.space = Some(space_spec(name, value, words, input)?);
                     }
                 } else if CONTROL_OPTIONS.contains(&key) {
                     return Err(Diagnostic::new(
@@ -297,13 +303,14 @@ pub(crate) fn resolve_atom(
                     argv.push(w.text.clone());
                 }
             }
-            Ok(Resolved { kind: NodeKind::Unix { argv, options }, name: node_name })
+            Ok(Resolved { kind: NodeKind::Unix { argv, place }, name: node_name })
         }
         FilterKind::Native => {
             let known = resolver.params(name);
             let mut params = Vec::new();
             let mut options: Vec<(String, String)> = Vec::new();
             let mut node_name = None;
+            let mut place = Placement::default();
             let mut seen: std::collections::HashSet<&str> = Default::default();
             for w in &words[1..] {
                 let Some(eq) = w.eq else {
@@ -386,6 +393,14 @@ pub(crate) fn resolve_atom(
                 }
                 if key == "name" && !own {
                     node_name = Some(value.to_string());
+                } else if key == SPACE && !own {
+                    place.space = Some(space_spec(name, value, words, input)?);
+                } else if key == PLACED {
+                    // The one user-writable placement word, typed here (crate::place).
+                    place.side = Some(Side::parse(value).map_err(|m| {
+                        Diagnostic::new(DiagKind::BadOption, m, Span::new(key_span.end + 1, w.span.end), input)
+                            .help("'placed' takes user (or kernel, which the kernel placement sets after `rx`)")
+                    })?);
                 } else {
                     options.push((key.to_string(), value.to_string()));
                 }
@@ -395,11 +410,23 @@ pub(crate) fn resolve_atom(
                     filter: name.clone(),
                     params,
                     options,
+                    place,
                 },
                 name: node_name,
             })
         }
     }
+}
+
+/// The control option that places a node: parsed into [`crate::Placement::space`].
+pub const SPACE: &str = "space";
+
+/// A `space=` value, typed; a bad one is an error under the whole node, naming it.
+fn space_spec(name: &str, value: &str, words: &[Word], input: &str) -> Result<SpaceSpec, Diagnostic> {
+    SpaceSpec::parse(value).map_err(|m| {
+        let at = Span::new(words[0].span.start, words.last().map_or(words[0].span.end, |w| w.span.end));
+        Diagnostic::new(DiagKind::BadOption, format!("{name}: {m}"), at, input).help(format!("'space' takes {}", control_values(SPACE)))
+    })
 }
 
 fn control_values(key: &str) -> &'static str {
@@ -408,7 +435,7 @@ fn control_values(key: &str) -> &'static str {
         "share" => "yes, no or auto",
         "size" => "a length: digits with an optional k, m or g suffix",
         "mode" => "octal permissions, e.g. 0644",
-        "space" => "a space id, 'local' or 'kernel'",
+        SPACE => "local, N or tN (a thread space), pN (a process space), a list A,B,... (one copy in each), or the planner's kernel, thread, process, user (optionally :CPU), cpuN",
         "name" => "a name",
         "file" => "a file name",
         _ => "a blob id",

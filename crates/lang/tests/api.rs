@@ -73,7 +73,8 @@ fn node_fields() {
         NodeKind::Filter {
             filter: "gen".into(),
             params: vec!["10".into()],
-            options: vec![("count".into(), "5".into())]
+            options: vec![("count".into(), "5".into())],
+            place: Default::default(),
         }
     );
     assert_eq!(g.nodes[1].name.as_deref(), Some("L"));
@@ -83,14 +84,15 @@ fn node_fields() {
         NodeKind::Filter {
             filter: "for".into(),
             params: vec!["3".into()],
-            options: vec![("export".into(), "yes".into())]
+            options: vec![("export".into(), "yes".into())],
+            place: Default::default(),
         }
     );
     assert_eq!(
         g.nodes[2].kind,
         NodeKind::Unix {
             argv: vec!["gzip".into(), "-9".into()],
-            options: vec![]
+            place: Default::default()
         }
     );
     let src = "gen 10 count=5 | for name=L 3 export=yes @busy | gzip -9 | for name=L |! stdout";
@@ -305,7 +307,7 @@ fn path_resolver() {
         g.nodes[1].kind,
         NodeKind::Unix {
             argv: vec!["sh".into(), "-c".into(), "cat".into()],
-            options: vec![]
+            place: Default::default()
         }
     );
 }
@@ -319,7 +321,8 @@ fn resolver_without_params_accepts_any_option() {
         NodeKind::Filter {
             filter: "f".into(),
             params: vec!["x".into()],
-            options: vec![("anything".into(), "1".into())]
+            options: vec![("anything".into(), "1".into())],
+            place: Default::default(),
         }
     );
 }
@@ -368,4 +371,45 @@ fn large_inputs_stay_fast() {
             t.elapsed()
         );
     }
+}
+
+#[test]
+fn placed_is_typed_at_parse_time_and_a_bad_value_points_at_it() {
+    let r = StaticResolver::new().native("bpf", &["expr", "placed"]).native("count", &[]);
+    let g = parse("bpf tcp placed=user | count", &r).unwrap();
+    let NodeKind::Filter { options, place, .. } = &g.nodes[0].kind else { panic!("{g:?}") };
+    assert!(options.is_empty(), "placed= is not left among the options: {options:?}");
+    assert_eq!(place.side, Some(lang::Side::User));
+    assert!(g.canonical().starts_with("n0 = bpf tcp placed=user\n"), "{}", g.canonical());
+    let text = "bpf tcp placed=moon | count";
+    let d = parse(text, &r).unwrap_err();
+    assert!(d.message.contains("placed=moon") && d.message.contains("user or kernel"), "{d}");
+    assert_eq!(&text[d.span.start..d.span.end], "moon");
+    // A filter that does not declare it still refuses it.
+    assert!(parse("count placed=user", &r).is_err());
+}
+
+#[test]
+fn space_is_typed_at_parse_time_and_a_bad_value_points_at_the_node() {
+    use lang::{SpaceKind, SpaceName, SpaceSpec};
+    let r = StaticResolver::new().native("count", &[]).native("deflate", &[]).unix("wc");
+    let g = parse("count space=1,p2 | deflate space=thread:3 | wc -l space=local", &r).unwrap();
+    let space = |i: usize| match &g.nodes[i].kind {
+        NodeKind::Filter { options, place, .. } => {
+            assert!(options.is_empty(), "{options:?}");
+            place.space.clone()
+        }
+        NodeKind::Unix { place, .. } => place.space.clone(),
+        k => panic!("{k:?}"),
+    };
+    assert_eq!(space(0), Some(SpaceSpec::Runtime(vec![SpaceName::Thread(1), SpaceName::Process(2)])));
+    assert_eq!(space(1), Some(SpaceSpec::Planner { kind: Some(SpaceKind::Thread), cpu: Some(3) }));
+    assert_eq!(space(2), Some(SpaceSpec::Runtime(vec![SpaceName::Local])));
+    let text = "count | deflate level=1 space=x9 | count";
+    let r = StaticResolver::new().native("count", &[]).native("deflate", &["level"]);
+    let d = parse(text, &r).unwrap_err();
+    assert!(d.message.starts_with("deflate: space=x9: expected 'local'"), "{d}");
+    assert_eq!(&text[d.span.start..d.span.end], "deflate level=1 space=x9");
+    let d = parse("count | wc space=1,,2", &StaticResolver::new().native("count", &[]).unix("wc")).unwrap_err();
+    assert!(d.message.contains("an empty space in the list"), "{d}");
 }

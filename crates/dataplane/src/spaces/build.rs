@@ -94,7 +94,7 @@ impl Spaces {
         launcher: Option<&Launcher>,
         fail_at: Option<usize>,
     ) -> Result<Spaces, BuildError> {
-        let g = &replicate(&factory.rewrite(g.clone()), factory)?;
+        let g = &replicate(g, factory)?;
         let placement = place(g)?;
         check_joins(g, &placement, factory)?;
         let (parts, cross) = split(g, &placement);

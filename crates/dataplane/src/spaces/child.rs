@@ -30,7 +30,7 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
         let _ = send_msg(&sock, &error_text(&e));
         2
     };
-    let g = &match replicate(&factory.rewrite(g.clone()), factory) {
+    let g = &match replicate(g, factory) {
         Ok(g) => g,
         Err(e) => return fail_build(e),
     };

@@ -6,7 +6,7 @@
 
 use crate::filter::Replication;
 use crate::runtime::{base_name, span_of, BuildError, Factory};
-use lang::{Edge, Graph, Hint, Node, NodeKind};
+use lang::{Edge, Graph, Hint, Node, NodeKind, SpaceName, SpaceSpec};
 
 /// Space ids: 0 is the calling thread.
 pub type SpaceId = usize;
@@ -44,9 +44,10 @@ impl Placement {
     }
 }
 
-pub(super) fn space_option(n: &Node) -> Option<&str> {
+/// The node's typed `space=` ([`lang::Placement::space`]).
+pub(super) fn space_of(n: &Node) -> Option<&SpaceSpec> {
     match &n.kind {
-        NodeKind::Filter { options, .. } | NodeKind::Unix { options, .. } => options.iter().find(|(k, _)| k == "space").map(|(_, v)| v.as_str()),
+        NodeKind::Filter { place, .. } | NodeKind::Unix { place, .. } => place.space.as_ref(),
         _ => None,
     }
 }
@@ -57,17 +58,15 @@ pub(super) fn space_option(n: &Node) -> Option<&str> {
 /// replica); any other a round-robin split and a join that restores the original order.
 pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> {
     let mut g = g.clone();
-    let targets: Vec<usize> = g.nodes.iter().filter(|n| space_option(n).is_some_and(|v| v.contains(','))).map(|n| n.id).collect();
+    let targets: Vec<usize> = g.nodes.iter().filter(|n| space_of(n).and_then(SpaceSpec::runtime).is_some_and(|l| l.len() > 1)).map(|n| n.id).collect();
     for id in targets {
         let node = g.nodes[id].clone();
-        let list: Vec<String> = space_option(&node).unwrap_or_default().split(',').map(|s| s.trim().to_string()).collect();
+        let spec = space_of(&node).expect("a target has a list").clone();
+        let list = spec.runtime().expect("a target has a list").to_vec();
         let err = |why: String| BuildError::placement(base_name(&node), span_of(&node), why);
-        if list.iter().any(|s| s.is_empty()) {
-            return Err(err(format!("space={}: an empty space in the list", list.join(","))));
-        }
         let NodeKind::Filter { filter, .. } = &node.kind else { return Err(err("only native filters can be replicated".into())) };
         if node.hints.contains(&Hint::Single) {
-            return Err(err(format!("@single asks for one instance, space={} for {}", list.join(","), list.len())));
+            return Err(err(format!("@single asks for one instance, space={spec} for {}", list.len())));
         }
         if factory.is_source(filter) || !g.edges.iter().any(|e| e.to == id) {
             return Err(err("a source cannot be replicated; replicate the filters after it".into()));
@@ -77,25 +76,20 @@ pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> 
             Replication::Sessions => {
                 if let Some(why) = order_sensitive_after(&g, id, factory) {
                     return Err(err(format!(
-                        "space={}: {filter}'s copies would each keep their sessions in order but interleave them differently from one {filter}, and {why}; replicate it only when what follows counts (count, hist), or place it on one space",
-                        list.join(",")
+                        "space={spec}: {filter}'s copies would each keep their sessions in order but interleave them differently from one {filter}, and {why}; replicate it only when what follows counts (count, hist), or place it on one space"
                     )));
                 }
                 lang::SplitMode::Hash
             }
-            Replication::Never(why) => return Err(err(format!("space={}: cannot be replicated: {why}", list.join(",")))),
+            Replication::Never(why) => return Err(err(format!("space={spec}: cannot be replicated: {why}"))),
         };
         let before = g.nodes.len();
         g = lang::parallelize(&g, id, list.len(), mode);
         // Copy 0 keeps the id; the split, copies 1.. and the join were appended.
         let copies = std::iter::once(id).chain(before + 1..before + list.len());
         for (copy, space) in copies.zip(&list) {
-            if let NodeKind::Filter { options, .. } = &mut g.nodes[copy].kind {
-                for (k, v) in options.iter_mut() {
-                    if k == "space" {
-                        *v = space.clone();
-                    }
-                }
+            if let NodeKind::Filter { place, .. } = &mut g.nodes[copy].kind {
+                place.space = Some(SpaceSpec::Runtime(vec![*space]));
             }
         }
     }
@@ -171,7 +165,7 @@ pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<()
             continue;
         }
         // Name a filter the user placed in the section, if any.
-        let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && space_option(&g.nodes[n]).is_some();
+        let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && space_of(&g.nodes[n]).is_some();
         let culprit = section.iter().copied().find(|&n| placed(n)).unwrap_or(off[0]);
         let mut spans: Vec<SpaceId> = section.iter().map(|&n| space[n]).chain([space[join.id]]).collect();
         spans.sort_unstable();
@@ -211,23 +205,23 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
     let n = g.nodes.len();
     let mut space: Vec<Option<SpaceId>> = vec![None; n];
     let mut kinds = std::collections::BTreeMap::from([(0, SpaceKind::Local)]);
-    let parse_id = |v: &str| -> Option<(SpaceId, SpaceKind)> {
-        match v {
-            "local" | "0" => Some((0, SpaceKind::Local)),
-            _ => match v.strip_prefix('p') {
-                Some(n) => n.parse().ok().filter(|&n| n > 0).map(|n| (n, SpaceKind::Process)),
-                None => v.strip_prefix('t').unwrap_or(v).parse().ok().filter(|&n| n > 0).map(|n| (n, SpaceKind::Thread)),
-            },
+    // One space in the runtime's names: its id and kind (a list is replicated first).
+    let one = |s: &SpaceSpec| -> Option<(SpaceId, SpaceKind)> {
+        match s.runtime()? {
+            [SpaceName::Local] => Some((0, SpaceKind::Local)),
+            [SpaceName::Thread(n)] => Some((*n, SpaceKind::Thread)),
+            [SpaceName::Process(n)] => Some((*n, SpaceKind::Process)),
+            _ => None,
         }
     };
-    let mut next_fresh = 1 + g.nodes.iter().filter_map(|n| space_option(n).and_then(parse_id)).map(|x| x.0).max().unwrap_or(0);
+    let mut next_fresh = 1 + g.nodes.iter().filter_map(|n| space_of(n).and_then(one)).map(|x| x.0).max().unwrap_or(0);
     for node in &g.nodes {
         let err = |why: String| BuildError::placement(base_name(node), span_of(node), why);
-        let (id, kind) = if let Some(v) = space_option(node) {
-            if v == "kernel" {
+        let (id, kind) = if let Some(v) = space_of(node) {
+            if matches!(v, SpaceSpec::Planner { kind: Some(lang::SpaceKind::Kernel), cpu: None }) {
                 return Err(err("space=kernel: this filter has no kernel implementation here".into()));
             }
-            parse_id(v).ok_or_else(|| err(format!("space={v}: expected 'local', a thread space N or tN, or a process space pN (N >= 1)")))?
+            one(v).ok_or_else(|| err(format!("space={v}: expected 'local', a thread space N or tN, or a process space pN (N >= 1)")))?
         } else if node.hints.contains(&Hint::Private) {
             next_fresh += 1;
             (next_fresh - 1, SpaceKind::Process)
@@ -269,7 +263,7 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
     if let Some(e) = closing.first() {
         // Name a filter the user placed (space= or a hint) at either end of such an arc,
         // rather than a join or loop node that merely followed it.
-        let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && (space_option(&g.nodes[n]).is_some() || !g.nodes[n].hints.is_empty());
+        let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && (space_of(&g.nodes[n]).is_some() || !g.nodes[n].hints.is_empty());
         let culprit = closing.iter().flat_map(|e| [e.to, e.from]).find(|&n| placed(n)).unwrap_or(e.to);
         let n = &g.nodes[culprit];
         return Err(BuildError::placement(

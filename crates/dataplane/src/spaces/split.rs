@@ -38,7 +38,7 @@ pub(super) struct Part {
 fn endpoint(kind: &str, ch: usize) -> Node {
     Node {
         id: 0,
-        kind: NodeKind::Filter { filter: kind.into(), params: vec![], options: vec![("ch".into(), ch.to_string())] },
+        kind: NodeKind::Filter { filter: kind.into(), params: vec![], options: vec![("ch".into(), ch.to_string())], place: Default::default() },
         span: Span::default(),
         hints: vec![],
         name: None,
@@ -119,9 +119,6 @@ impl Factory for WithChannels<'_> {
     fn replication(&self, name: &str) -> Replication {
         self.inner.replication(name)
     }
-    fn rewrite(&self, g: Graph) -> Graph {
-        self.inner.rewrite(g)
-    }
 }
 
 /// The channel configuration of arc `e`: set by the consuming node's hints.
@@ -136,7 +133,7 @@ pub(super) fn channel_config(g: &Graph, e: &Edge, default: ChannelConfig) -> Cha
         default
     };
     // `size=` on the producing filter (thesis Table 3.2): the bytes its stream buffers.
-    if let NodeKind::Filter { options, .. } | NodeKind::Unix { options, .. } = &g.nodes[e.from].kind {
+    if let NodeKind::Filter { options, .. } = &g.nodes[e.from].kind {
         if let Some(s) = crate::runtime::size_option(options) {
             cfg.data = (s as usize).next_power_of_two().max(1 << 16);
         }

@@ -1,0 +1,141 @@
+//! The one home of the graph rewrites between a parsed request and the graph the runtime
+//! builds: the pass list and its order ([`PASSES`]), run from one entry point
+//! ([`rewrite`]) by a run and by each of its process spaces (which re-read the pipeline
+//! text and must arrive at the same graph, node ids included).
+//!
+//! A pass whose code needs a lower crate's types stays there and is called from here
+//! (the dependency graph is lang <- dataplane <- filters <- control <- cli):
+//!
+//! 1. **templates** (`lang`): the Boolean grammar (Or, And, Not, `+`) becomes joins and
+//!    inverted selectors inside [`lang::parse`] itself, since a [`lang::Graph`] has no
+//!    pseudo-vertices; the optimizer's data-parallel template ([`lang::parallelize`]) is
+//!    applied to the copy it solves, and reaches the run as a `space=A,B` list (pass 6).
+//! 2. **space assignment** (here, [`crate::realize`]): the plan's [`Assignment`] sets each
+//!    node's `space=` and typed side ([`lang::Side::User`] where the plan keeps a filter
+//!    with a kernel form in user space).
+//! 3. **prefix sharing** (here, [`crate::prefix`]): a `__publish` sink after the shared
+//!    prefix, or the prefix replaced by one `__subscribe` source.
+//! 4. **multiqueue engines** (`filters::live::multiqueue`, in filters because it reads the
+//!    filter declarations): `rx queues=N` becomes N capture engines in one fanout group,
+//!    each with its own copy of the filters after it.
+//! 5. **kernel push-down** (`filters::live::kernel_placement`, in filters because it
+//!    encodes the NIC-FIX programs and pins their maps): the filter right after `rx` gets
+//!    [`lang::Side::Kernel`] and the `rx` its [`lang::KernelAttach`].
+//! 6. **replication** (`dataplane::spaces::replicate`, in dataplane because the build
+//!    must never see a space list and reports it with a build error's span): a filter with
+//!    `space=A,B,...` becomes `split | copies | join`, one copy per space. The build runs
+//!    it too, for callers that build without this module (tests, benchmarks); on a graph
+//!    already replicated it changes nothing.
+//!
+//! Each pass reads only what the earlier ones wrote (see ARCHITECTURE.md, "Graph
+//! rewrites"): the push-down sees the engines' copies and the plan's sides (it leaves a
+//! filter whose side is already said), replication sees the final spaces.
+
+use dataplane::Factory;
+use lang::Graph;
+
+use crate::prefix::Share;
+use crate::realize::Assignment;
+
+/// The passes, in the order [`rewrite`] runs them (templates ran in [`lang::parse`]).
+pub const PASSES: [&str; 6] = ["templates", "space assignment", "prefix sharing", "multiqueue engines", "kernel push-down", "replication"];
+
+/// A pass that refused the request: which one, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewriteError {
+    pub pass: &'static str,
+    pub why: String,
+}
+
+impl std::fmt::Display for RewriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.pass, self.why)
+    }
+}
+
+impl std::error::Error for RewriteError {}
+
+/// What the rewrites need besides the parsed graph: the run's decisions.
+#[derive(Clone, Copy, Debug)]
+pub struct Decisions<'a> {
+    pub assignment: &'a Assignment,
+    pub share: Option<&'a Share>,
+}
+
+/// Runs passes 2-5 on `g` (a graph from [`lang::parse`], templates done), in order.
+/// Replication (pass 6) is [`replicate`], separate because its errors are build errors
+/// with a node's span, and the build runs it anyway.
+pub fn rewrite(g: &Graph, d: Decisions<'_>) -> Result<Graph, RewriteError> {
+    let g = d.assignment.apply(g).map_err(|why| RewriteError { pass: PASSES[1], why })?;
+    let g = match d.share {
+        Some(s) => crate::prefix::apply(&g, s).map_err(|why| RewriteError { pass: PASSES[2], why })?,
+        None => g,
+    };
+    let g = filters::live::multiqueue(g);
+    Ok(filters::live::kernel_placement(g))
+}
+
+/// Pass 6: `space=A,B,...` replicated (see `dataplane::spaces::replicate`).
+pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, dataplane::BuildError> {
+    dataplane::spaces::replicate(g, factory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lang::{KernelAttach, NodeKind, Side};
+
+    fn parse(text: &str) -> Graph {
+        lang::parse(text, &filters::Natives).unwrap_or_else(|d| panic!("{d}"))
+    }
+
+    fn place(g: &Graph, i: usize) -> lang::Placement {
+        match &g.nodes[i].kind {
+            NodeKind::Filter { place, .. } => place.clone(),
+            k => panic!("node {i} is {k:?}"),
+        }
+    }
+
+    #[test]
+    fn the_plan_s_user_side_wins_over_the_kernel_push_down() {
+        // Pass 2 before pass 5: a filter the plan keeps in user space stays there.
+        let g = parse("rx dev=lo | flowcount | count");
+        let none = Assignment::default();
+        let pushed = rewrite(&g, Decisions { assignment: &none, share: None }).unwrap();
+        assert!(matches!(place(&pushed, 0).kernel, Some(KernelAttach::Ebpf { .. })), "{pushed:?}");
+        assert!(matches!(place(&pushed, 1).side, Some(Side::Kernel { pin: Some(_) })));
+        let user = Assignment::parse("1:placed=user").unwrap();
+        let kept = rewrite(&g, Decisions { assignment: &user, share: None }).unwrap();
+        assert_eq!(place(&kept, 0).kernel, None);
+        assert_eq!(place(&kept, 1).side, Some(Side::User));
+    }
+
+    #[test]
+    fn engines_come_before_the_push_down_so_each_engine_gets_its_program() {
+        let g = parse("rx dev=lo queues=2 | bpf \"udp\" | count");
+        let none = Assignment::default();
+        let out = rewrite(&g, Decisions { assignment: &none, share: None }).unwrap();
+        let attached = out.nodes.iter().filter(|n| matches!(&n.kind, NodeKind::Filter { filter, place, .. } if filter == "rx" && place.kernel == Some(KernelAttach::Cbpf("udp".into())))).count();
+        assert_eq!(attached, 2, "{}", out.canonical());
+    }
+
+    #[test]
+    fn a_refusing_pass_is_named() {
+        let g = parse("gen count=1 | count");
+        let bad = Assignment::parse("7:space=t1").unwrap();
+        let e = rewrite(&g, Decisions { assignment: &bad, share: None }).unwrap_err();
+        assert_eq!(e.pass, "space assignment");
+        assert!(e.to_string().contains("node 7"), "{e}");
+        let share = Share::Publish { key: "0000".into() };
+        let e = rewrite(&g, Decisions { assignment: &Assignment::default(), share: Some(&share) }).unwrap_err();
+        assert_eq!(e.pass, "prefix sharing", "{e}");
+    }
+
+    #[test]
+    fn replication_after_the_rewrites_is_idempotent() {
+        let g = parse("gen count=4 | deflate space=1,2 | count");
+        let once = replicate(&g, &filters::Library).unwrap();
+        assert!(once.nodes.len() > g.nodes.len(), "{}", once.canonical());
+        assert_eq!(replicate(&once, &filters::Library).unwrap(), once);
+    }
+}
