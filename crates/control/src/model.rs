@@ -190,10 +190,10 @@ impl Pin {
             },
             SpaceSpec::Planner { kind, cpu } => {
                 let kinds: Option<&'static [SpaceKind]> = kind.map(|k| match k {
-                    lang::SpaceKind::Kernel => &[SpaceKind::Kernel][..],
-                    lang::SpaceKind::Thread => &[SpaceKind::Thread][..],
-                    lang::SpaceKind::Process => &[SpaceKind::Process][..],
-                    lang::SpaceKind::User => &USER[..],
+                    lang::PinKind::Kernel => &[SpaceKind::Kernel][..],
+                    lang::PinKind::Thread => &[SpaceKind::Thread][..],
+                    lang::PinKind::Process => &[SpaceKind::Process][..],
+                    lang::PinKind::User => &USER[..],
                 });
                 Pin { kinds, cpu: *cpu }
             }

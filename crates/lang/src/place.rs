@@ -62,9 +62,11 @@ impl fmt::Display for SpaceName {
     }
 }
 
-/// A kind of space in the planner's terms.
+/// What a `space=` pin in the planner's terms asks for (`kernel`, `thread`, `process`,
+/// `user`: thread or process). The language only names it; `control` maps it onto the
+/// system model's kinds of space (`control::system::SpaceKind`, which has no `user`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SpaceKind {
+pub enum PinKind {
     Kernel,
     Thread,
     Process,
@@ -72,13 +74,13 @@ pub enum SpaceKind {
     User,
 }
 
-impl SpaceKind {
+impl PinKind {
     pub fn name(self) -> &'static str {
         match self {
-            SpaceKind::Kernel => "kernel",
-            SpaceKind::Thread => "thread",
-            SpaceKind::Process => "process",
-            SpaceKind::User => "user",
+            PinKind::Kernel => "kernel",
+            PinKind::Thread => "thread",
+            PinKind::Process => "process",
+            PinKind::User => "user",
         }
     }
 }
@@ -89,7 +91,7 @@ impl SpaceKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum SpaceSpec {
     Runtime(Vec<SpaceName>),
-    Planner { kind: Option<SpaceKind>, cpu: Option<usize> },
+    Planner { kind: Option<PinKind>, cpu: Option<usize> },
 }
 
 impl SpaceSpec {
@@ -116,12 +118,12 @@ impl SpaceSpec {
         parts.iter().map(|p| SpaceName::parse(p)).collect::<Option<Vec<_>>>().map(SpaceSpec::Runtime).ok_or_else(|| bad(EXPECTED))
     }
 
-    fn kind(s: &str) -> Option<SpaceKind> {
+    fn kind(s: &str) -> Option<PinKind> {
         Some(match s {
-            "kernel" => SpaceKind::Kernel,
-            "thread" => SpaceKind::Thread,
-            "process" => SpaceKind::Process,
-            "user" => SpaceKind::User,
+            "kernel" => PinKind::Kernel,
+            "thread" => PinKind::Thread,
+            "process" => PinKind::Process,
+            "user" => PinKind::User,
             _ => return None,
         })
     }
@@ -227,8 +229,8 @@ mod tests {
         assert_eq!(SpaceSpec::parse("0"), Ok(SpaceSpec::Runtime(vec![Local])));
         assert_eq!(SpaceSpec::parse("t3"), Ok(SpaceSpec::Runtime(vec![Thread(3)])));
         assert_eq!(SpaceSpec::parse("1,p2"), Ok(SpaceSpec::Runtime(vec![Thread(1), Process(2)])));
-        assert_eq!(SpaceSpec::parse("kernel"), Ok(SpaceSpec::Planner { kind: Some(SpaceKind::Kernel), cpu: None }));
-        assert_eq!(SpaceSpec::parse("thread:7"), Ok(SpaceSpec::Planner { kind: Some(SpaceKind::Thread), cpu: Some(7) }));
+        assert_eq!(SpaceSpec::parse("kernel"), Ok(SpaceSpec::Planner { kind: Some(PinKind::Kernel), cpu: None }));
+        assert_eq!(SpaceSpec::parse("thread:7"), Ok(SpaceSpec::Planner { kind: Some(PinKind::Thread), cpu: Some(7) }));
         assert_eq!(SpaceSpec::parse("cpu3"), Ok(SpaceSpec::Planner { kind: None, cpu: Some(3) }));
         for v in ["local", "2", "p3", "1,2", "kernel", "thread:7", "cpu3", "user"] {
             assert_eq!(SpaceSpec::parse(v).unwrap().to_string(), v);

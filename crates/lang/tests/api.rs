@@ -391,7 +391,7 @@ fn placed_is_typed_at_parse_time_and_a_bad_value_points_at_it() {
 
 #[test]
 fn space_is_typed_at_parse_time_and_a_bad_value_points_at_the_node() {
-    use lang::{SpaceKind, SpaceName, SpaceSpec};
+    use lang::{PinKind, SpaceName, SpaceSpec};
     let r = StaticResolver::new().native("count", &[]).native("deflate", &[]).unix("wc");
     let g = parse("count space=1,p2 | deflate space=thread:3 | wc -l space=local", &r).unwrap();
     let space = |i: usize| match &g.nodes[i].kind {
@@ -403,7 +403,7 @@ fn space_is_typed_at_parse_time_and_a_bad_value_points_at_the_node() {
         k => panic!("{k:?}"),
     };
     assert_eq!(space(0), Some(SpaceSpec::Runtime(vec![SpaceName::Thread(1), SpaceName::Process(2)])));
-    assert_eq!(space(1), Some(SpaceSpec::Planner { kind: Some(SpaceKind::Thread), cpu: Some(3) }));
+    assert_eq!(space(1), Some(SpaceSpec::Planner { kind: Some(PinKind::Thread), cpu: Some(3) }));
     assert_eq!(space(2), Some(SpaceSpec::Runtime(vec![SpaceName::Local])));
     let text = "count | deflate level=1 space=x9 | count";
     let r = StaticResolver::new().native("count", &[]).native("deflate", &["level"]);

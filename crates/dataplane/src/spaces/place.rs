@@ -218,7 +218,7 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
     for node in &g.nodes {
         let err = |why: String| BuildError::placement(base_name(node), span_of(node), why);
         let (id, kind) = if let Some(v) = space_of(node) {
-            if matches!(v, SpaceSpec::Planner { kind: Some(lang::SpaceKind::Kernel), cpu: None }) {
+            if matches!(v, SpaceSpec::Planner { kind: Some(lang::PinKind::Kernel), cpu: None }) {
                 return Err(err("space=kernel: this filter has no kernel implementation here".into()));
             }
             one(v).ok_or_else(|| err(format!("space={v}: expected 'local', a thread space N or tN, or a process space pN (N >= 1)")))?
