@@ -214,8 +214,8 @@ pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
     for len in (1..=chain.len()).rev() {
         let Some(parts) = chain[..len].iter().map(|&i| canonical(&g.nodes[i])).collect::<Option<Vec<_>>>() else { continue };
         let text = parts.join(" | ");
-        // FNV-1a, 64 bits: a stable name, not a security boundary (the rings are 0600).
-        let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+        // A stable name, not a security boundary (the rings are 0600).
+        let h = dataplane::hash::fnv1a(text.as_bytes());
         out.push(SharedPrefix { nodes: chain[..len].to_vec(), text, key: format!("{h:016x}") });
     }
     out

@@ -25,6 +25,7 @@ pub mod channel;
 pub mod decl;
 pub mod error;
 pub mod filter;
+pub mod hash;
 mod mmap;
 pub use mmap::FileMap;
 pub mod runtime;

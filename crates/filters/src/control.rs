@@ -42,7 +42,7 @@ impl Filter for Hash {
             let h: u64 = if self.by_flow {
                 parse_tag(cx, t).map_or(0, |p| flow_hash(&p) as u64)
             } else {
-                cx.data(t).map_or(0, |d| d.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)))
+                cx.data(t).map_or(0, dataplane::hash::fnv1a)
             };
             t.class = (h % self.ways as u64) as u16 + 1;
         }

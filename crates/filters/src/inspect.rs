@@ -177,18 +177,10 @@ pub struct Dedup {
     seen: HashSet<u64>,
     order: VecDeque<u64>,
 }
-fn content_hash(d: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in d {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x100_0000_01b3);
-    }
-    h
-}
 impl Filter for Dedup {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         for t in batch.tags.iter_mut() {
-            let h = cx.data(t).map(content_hash).unwrap_or(0);
+            let h = cx.data(t).map(dataplane::hash::fnv1a).unwrap_or(0);
             if self.seen.contains(&h) {
                 t.class = 0;
                 continue;

@@ -219,12 +219,9 @@ pub fn flow_hash(p: &Pkt) -> u16 {
     let b = (addr_bits(&dst), dp);
     let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
     // FNV-1a over the canonical tuple: stable across runs and machines.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = dataplane::hash::FNV1A_EMPTY;
     for x in [lo.0 as u64, (lo.0 >> 64) as u64, lo.1 as u64, hi.0 as u64, (hi.0 >> 64) as u64, hi.1 as u64, proto as u64] {
-        for byte in x.to_le_bytes() {
-            h ^= byte as u64;
-            h = h.wrapping_mul(0x100_0000_01b3);
-        }
+        h = dataplane::hash::fnv1a_extend(h, &x.to_le_bytes());
     }
     let c = (h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48)) as u16;
     c.max(1)
