@@ -1,0 +1,169 @@
+//! Byte sources: `file` (a file mapped as the DBuf) and `stdin`, cut into blocks by size
+//! or by a delimiter.
+
+use dataplane::{Kind, FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, Tag};
+use std::io::Read;
+use std::path::PathBuf;
+
+/// How a byte source cuts its input into blocks.
+#[derive(Debug, Clone, Copy)]
+enum Split {
+    Chunk(usize),
+    Lines,
+    Fixed(usize),
+}
+
+fn split_mode(a: &Args) -> Result<Split, FilterError> {
+    let size = a.size("size", None, 0)? as usize;
+    match a.get("split", None).unwrap_or(if size > 0 { "fixed" } else { "bytes" }) {
+        "bytes" => Ok(Split::Chunk(if size > 0 { size } else { 64 * 1024 })),
+        "lines" => Ok(Split::Lines),
+        "fixed" if size > 0 => Ok(Split::Fixed(size)),
+        "fixed" => Err(FilterError::Missing { key: "size".into(), expected: "split=fixed needs size=N".into() }),
+        m => Err(FilterError::bad("split", m, "bytes, lines or fixed")),
+    }
+}
+
+/// Cut the next block from `data` at `off`: returns its length (0 at the end).
+fn next_block(data: &[u8], off: usize, s: Split) -> usize {
+    let rest = &data[off..];
+    match s {
+        Split::Chunk(n) | Split::Fixed(n) => rest.len().min(n),
+        Split::Lines => match rest.iter().position(|&b| b == b'\n') {
+            Some(i) => i + 1,
+            None => rest.len(),
+        },
+    }
+}
+
+pub struct FileIn {
+    path: PathBuf,
+    split: Split,
+    buf: BufId,
+    off: usize,
+    size: usize,
+    opened: bool,
+}
+
+impl FileIn {
+    fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+        let path = PathBuf::from(a.require("file", Some(0))?);
+        std::fs::metadata(&path).map_err(|e| FilterError::io(format!("cannot open {}", path.display()), e))?;
+        Ok(Box::new(FileIn { path, split: split_mode(a)?, buf: 0, off: 0, size: 0, opened: false }))
+    }
+}
+
+impl Filter for FileIn {
+    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+        if !self.opened {
+            self.opened = true;
+            match cx.store.add_file(&self.path) {
+                Ok((b, n)) => {
+                    self.buf = b;
+                    self.size = n as usize;
+                }
+                Err(e) => {
+                    cx.warn(format!("cannot map {}: {e}", self.path.display()));
+                    cx.stop();
+                    return false;
+                }
+            }
+        }
+        let data = cx.store.file(self.buf).unwrap_or(&[]);
+        while out.len() < max && self.off < data.len() {
+            let n = next_block(data, self.off, self.split);
+            out.push(Tag { pos: self.off as u64, len: n as u32, buf: self.buf, class: 1 });
+            self.off += n;
+        }
+        self.off < data.len()
+    }
+    fn progress(&self) -> Option<(u64, u64)> {
+        Some((self.off as u64, self.size.max(1) as u64))
+    }
+}
+
+pub static FILE: FilterSpec = FilterSpec::new("file", Access::Source, FileIn::make)
+    .synopsis("file FILE [split=bytes|lines|fixed] [size=N]")
+    .description("Reads a file, mapped into memory as a DBuf (no copies), as blocks: chunks of\n\
+                  64 KiB (split=bytes, size=N to change), one block per line including its newline\n\
+                  (split=lines), or fixed-size records (split=fixed size=N; the last may be shorter).")
+    .params(&[
+        Param::new("file", "the file (also the first positional parameter)").at(0),
+        Param::new("split", "bytes (default), lines or fixed").kind(Kind::Choice(&["bytes", "lines", "fixed"])).default("bytes"),
+        Param::new("size", "block size for bytes/fixed (suffixes K, M)").kind(Kind::Size).default("64K"),
+    ])
+    .classes("1 for every block")
+    .example("streamline run 'file /var/log/syslog split=lines | grep error | count'");
+
+pub struct StdinIn {
+    split: Split,
+    pending: Vec<u8>,
+    eof: bool,
+    rx: Option<std::sync::mpsc::Receiver<Vec<u8>>>,
+}
+
+impl StdinIn {
+    fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+        Ok(Box::new(StdinIn { split: split_mode(a)?, pending: Vec::new(), eof: false, rx: None }))
+    }
+}
+
+impl Filter for StdinIn {
+    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+        let rx = self.rx.get_or_insert_with(|| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(16);
+            std::thread::spawn(move || {
+                let mut stdin = std::io::stdin().lock();
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match stdin.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if tx.send(buf[..n].to_vec()).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            });
+            rx
+        });
+        if !self.eof {
+            match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(chunk) => self.pending.extend_from_slice(&chunk),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return true,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.eof = true,
+            }
+        }
+        let mut off = 0;
+        while out.len() < max && off < self.pending.len() {
+            let n = next_block(&self.pending, off, self.split);
+            let complete = match self.split {
+                Split::Lines => self.pending[off + n - 1] == b'\n',
+                Split::Fixed(s) => n == s,
+                Split::Chunk(_) => true,
+            };
+            if !complete && !self.eof {
+                break;
+            }
+            let mut t = cx.store.push(&self.pending[off..off + n]);
+            t.class = 1;
+            out.push(t);
+            off += n;
+        }
+        self.pending.drain(..off);
+        !(self.eof && self.pending.is_empty())
+    }
+}
+
+pub static STDIN: FilterSpec = FilterSpec::new("stdin", Access::Source, StdinIn::make)
+    .synopsis("stdin [split=bytes|lines|fixed] [size=N]")
+    .description("Reads standard input into the space's data ring, cut into blocks as `file` does.")
+    .params(&[
+        Param::new("split", "bytes (default), lines or fixed").kind(Kind::Choice(&["bytes", "lines", "fixed"])).default("bytes"),
+        Param::new("size", "block size for bytes/fixed").kind(Kind::Size).default("64K"),
+    ])
+    .classes("1 for every block")
+    .example("cat access.log | streamline run 'stdin split=lines | grep GET | count'");
