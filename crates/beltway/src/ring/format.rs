@@ -61,7 +61,7 @@ pub(crate) struct At {
 }
 
 /// What a reader finds at its position (see [`Layout::parse`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Parsed {
     /// A unit: ring bytes it takes, offset of its payload in the data area, payload length.
     Unit { total: u64, payload_off: u64, len: u64 },
@@ -70,7 +70,31 @@ pub(crate) enum Parsed {
     /// not overwritten, or it would believe a stranger's length.
     Skip { total: u64, sized_by_header: bool },
     /// A header that makes no sense (corrupt, hostile, or overwritten under a lossy reader).
-    Bad(String),
+    Bad(Bad),
+}
+
+/// Why a header makes no sense. Plain data, so the reader's hot path builds no string;
+/// [`Bad::why`] words it on the (cold) error path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bad {
+    TagCrossesEnd { off: u64 },
+    SlotCrossesEnd { off: u64 },
+    SlotTooLong { len: u32, slot_size: u64 },
+    RecordDoesNotFit { len: u64, kind: u32, room: u64 },
+}
+
+impl Bad {
+    #[cold]
+    pub(crate) fn why(self) -> String {
+        match self {
+            Bad::TagCrossesEnd { off } => format!("tag slot at offset {off} crosses the ring end"),
+            Bad::SlotCrossesEnd { off } => format!("slot at offset {off} crosses the ring end"),
+            Bad::SlotTooLong { len, slot_size } => format!("slot length {len} exceeds the slot size {slot_size}"),
+            Bad::RecordDoesNotFit { len, kind, room } => {
+                format!("record header (len {len}, kind {kind:#x}) does not fit the {room} bytes to the lap end")
+            }
+        }
+    }
 }
 
 impl Layout {
@@ -162,20 +186,20 @@ impl Layout {
             }
             Layout::Tags => {
                 if off + slot_size > epoch_size {
-                    return Parsed::Bad(format!("tag slot at offset {off} crosses the ring end"));
+                    return Parsed::Bad(Bad::TagCrossesEnd { off });
                 }
                 Parsed::Unit { total: slot_size, payload_off: off, len: slot_size }
             }
             Layout::Slots => {
                 let len = word(off);
                 if off + slot_size > epoch_size {
-                    return Parsed::Bad(format!("slot at offset {off} crosses the ring end"));
+                    return Parsed::Bad(Bad::SlotCrossesEnd { off });
                 }
                 if len == ABANDONED {
                     return Parsed::Skip { total: slot_size, sized_by_header: false };
                 }
                 if len as u64 > slot_size - SLOT_HDR {
-                    return Parsed::Bad(format!("slot length {len} exceeds the slot size {slot_size}"));
+                    return Parsed::Bad(Bad::SlotTooLong { len, slot_size });
                 }
                 Parsed::Unit { total: slot_size, payload_off: off + SLOT_HDR, len: len as u64 }
             }
@@ -184,7 +208,7 @@ impl Layout {
                 let kind = word(off + 4);
                 let total = REC_HDR + align8(len);
                 if !((kind == REC_DATA || kind == REC_PAD) && total <= room && total <= avail) {
-                    return Parsed::Bad(format!("record header (len {len}, kind {kind:#x}) does not fit the {room} bytes to the lap end"));
+                    return Parsed::Bad(Bad::RecordDoesNotFit { len, kind, room });
                 }
                 if kind == REC_PAD {
                     return Parsed::Skip { total, sized_by_header: true };
@@ -266,7 +290,7 @@ mod tests {
                     }
                 }
                 Parsed::Skip { total, .. } => prop_assert!(total > 0 && total <= room),
-                Parsed::Bad(why) => prop_assert!(!why.is_empty()),
+                Parsed::Bad(why) => prop_assert!(!why.why().is_empty()),
             }
         }
     }

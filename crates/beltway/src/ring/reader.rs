@@ -495,13 +495,14 @@ impl Reader {
                     self.pos += total;
                     self.release_position();
                 }
-                Parsed::Bad(why) => return Err(self.corrupt(why)),
+                Parsed::Bad(why) => return Err(self.corrupt(why.why())),
             }
         }
     }
 
     /// A header that makes no sense: an overrun if it was overwritten under a lossy
     /// reader, otherwise corruption (a hostile or broken writer), reported with its position.
+    #[cold]
     fn corrupt(&mut self, why: String) -> Error {
         if self.lossy && self.check(self.pos).is_err() {
             return self.skip_lost(self.pos);
