@@ -34,6 +34,7 @@
 //! a [`Plan`].
 #![deny(unsafe_code)]
 
+pub mod access;
 pub mod error;
 pub mod model;
 pub mod optimize;

@@ -44,6 +44,10 @@ pub enum Kind {
     Numbers,
     /// One of the listed words.
     Choice(&'static [&'static str]),
+    /// A path of a file the filter reads. A daemon's worker opens it with the client's
+    /// identity, and a source's stream is no more readable than the file
+    /// (`control::access`).
+    Path,
 }
 
 impl Kind {
@@ -51,6 +55,7 @@ impl Kind {
     pub fn expected(&self) -> String {
         match self {
             Kind::Text => "text".into(),
+            Kind::Path => "a file path".into(),
             Kind::Count => "a non-negative whole number".into(),
             Kind::Number => "a number".into(),
             Kind::Size => "a size (e.g. 64, 4K, 1M)".into(),
@@ -66,7 +71,7 @@ impl Kind {
     /// Whether `v` is a value of this kind.
     pub fn admits(&self, v: &str) -> bool {
         match self {
-            Kind::Text => true,
+            Kind::Text | Kind::Path => true,
             Kind::Count => v.parse::<u64>().is_ok(),
             Kind::Number => v.parse::<f64>().is_ok_and(f64::is_finite),
             Kind::Size => parse_size(v).is_some(),
@@ -220,6 +225,10 @@ pub struct FilterSpec {
     /// builds the filter for whichever was chosen: a kernel form is set up from the user
     /// space filter, `rx`'s socket, `placed=kernel`).
     pub implementations: &'static [Implementation],
+    /// The capability it needs beyond an ordinary user's (`CAP_NET_RAW` for raw capture
+    /// and transmission). The daemon lets an unprivileged client instantiate such a filter
+    /// only through a template its policy grants (thesis 6.5.3).
+    pub privilege: Option<&'static str>,
     pub make: fn(&Args) -> Result<Box<dyn Filter>, FilterError>,
 }
 
@@ -240,6 +249,7 @@ impl FilterSpec {
             replication: Replication::of(access),
             source: matches!(access, Access::Source),
             implementations: &[Implementation::NATIVE],
+            privilege: None,
             make,
         }
     }
@@ -266,6 +276,9 @@ impl FilterSpec {
     }
     pub const fn implementations(self, implementations: &'static [Implementation]) -> FilterSpec {
         FilterSpec { implementations, ..self }
+    }
+    pub const fn privileged(self, capability: &'static str) -> FilterSpec {
+        FilterSpec { privilege: Some(capability), ..self }
     }
 
     /// Whether it keeps per-session state (its copies need a hash split on the class).

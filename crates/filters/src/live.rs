@@ -357,6 +357,7 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
 }
 
 pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
+    .privileged("CAP_NET_RAW")
     .synopsis("rx dev=IF [impl=packet|xdp|auto] [latency=MS] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]")
     .description("Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\

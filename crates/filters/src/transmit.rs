@@ -161,6 +161,7 @@ impl Filter for Tx {
 }
 
 pub static TX: FilterSpec = FilterSpec::new("tx", Access::Sink, make)
+    .privileged("CAP_NET_RAW")
     .synopsis("tx dev=IF [batch=N] [latency=US] [frames=N] [bypass=yes|no]")
     .description("Transmits every block as one frame (it should start with an Ethernet header) through\n\
                   an AF_PACKET transmit ring. Frames are queued in the ring and sent by one system call\n\

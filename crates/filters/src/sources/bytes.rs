@@ -89,7 +89,7 @@ pub static FILE: FilterSpec = FilterSpec::new("file", Access::Source, FileIn::ma
                   64 KiB (split=bytes, size=N to change), one block per line including its newline\n\
                   (split=lines), or fixed-size records (split=fixed size=N; the last may be shorter).")
     .params(&[
-        Param::new("file", "the file (also the first positional parameter)").at(0),
+        Param::new("file", "the file (also the first positional parameter)").at(0).kind(Kind::Path),
         Param::new("split", "bytes (default), lines or fixed").kind(Kind::Choice(&["bytes", "lines", "fixed"])).default("bytes"),
         Param::new("size", "block size for bytes/fixed (suffixes K, M)").kind(Kind::Size).default("64K"),
     ])

@@ -2,7 +2,7 @@
 //! libpcap's rules ([`crate::savefile`]).
 
 use crate::savefile::{swap_pseudo_header, Savefile};
-use dataplane::{FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, RecordMeta, Tag};
+use dataplane::{FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Kind, Param, RecordMeta, Tag};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -356,7 +356,7 @@ pub static PCAPIN: FilterSpec = FilterSpec::new("pcapin", Access::Source, PcapIn
                   interfaces must share one link type and snap length. A helper thread\n\
                   (pcapin-index) walks the records ahead of the space.")
     .params(&[
-        Param::new("file", "capture file (also the first positional parameter)").at(0),
+        Param::new("file", "capture file (also the first positional parameter)").at(0).kind(Kind::Path),
     ])
     .classes("1 for every packet")
     .example("streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 count'");

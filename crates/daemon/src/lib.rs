@@ -1,0 +1,15 @@
+//! `streamlined`, the Streamline daemon (thesis 6.4, 6.5): an operating-system service that
+//! many users and programs share. It owns the runs started through it (each a worker
+//! process that builds and runs the pipeline with its client's identity), their counters,
+//! live edits and access control, and speaks the control protocol (`proto`) on a Unix
+//! socket.
+//!
+//! Modules: `proto` (wire format, messages), `client` (the protocol's client side, used by
+//! the `streamline` command), `policy` (who may run what), `server` (the daemon itself),
+//! `reclaim` (what a killed daemon left behind).
+
+pub mod client;
+pub mod policy;
+pub mod proto;
+pub mod reclaim;
+pub mod server;

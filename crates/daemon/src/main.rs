@@ -1,0 +1,94 @@
+//! `streamlined`: the Streamline daemon. See the library's documentation (`daemon`) and
+//! ARCHITECTURE.md "The daemon".
+
+use clap::Parser;
+use daemon::policy::Policy;
+use daemon::server::{Config, Daemon};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+#[derive(Parser)]
+#[command(name = "streamlined", version, about = "The Streamline daemon: runs shared by many users, over a control socket")]
+struct Args {
+    /// The control socket.
+    #[arg(long, default_value = daemon::proto::DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Stay in the foreground (the only mode: a service manager or `&` backgrounds it);
+    /// accepted for the usual daemon command line.
+    #[arg(long)]
+    foreground: bool,
+    /// The access-control policy (TOML; see `daemon::policy`). Without one, unprivileged
+    /// users may run no filter that needs a privilege (raw capture, transmission).
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// The `streamline` program whose `__worker` runs each pipeline (default: next to
+    /// this program).
+    #[arg(long)]
+    worker: Option<PathBuf>,
+    /// Most client connections at once.
+    #[arg(long, default_value_t = 256)]
+    max_clients: usize,
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let _ = a.foreground;
+    let policy = match &a.policy {
+        Some(p) => match Policy::load(p, &filters::Natives) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("streamlined: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Policy::default(),
+    };
+    let worker = a.worker.clone().or_else(|| std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("streamline")))).unwrap_or_else(|| "streamline".into());
+    if !worker.exists() {
+        eprintln!("streamlined: the worker program {} does not exist (--worker PATH names the `streamline` program)", worker.display());
+        return ExitCode::from(2);
+    }
+    for gone in daemon::reclaim::sweep() {
+        eprintln!("streamlined: reclaimed {gone} (left by a run that died)");
+    }
+    if let Some(dir) = a.socket.parent() {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("streamlined: cannot create {}: {e}", dir.display());
+            return ExitCode::from(1);
+        }
+    }
+    // A socket file left by a daemon that died: replace it, but never steal a live one.
+    if a.socket.exists() {
+        if std::os::unix::net::UnixStream::connect(&a.socket).is_ok() {
+            eprintln!("streamlined: another daemon answers on {}", a.socket.display());
+            return ExitCode::from(1);
+        }
+        let _ = std::fs::remove_file(&a.socket);
+    }
+    let listener = match std::os::unix::net::UnixListener::bind(&a.socket) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("streamlined: cannot listen on {}: {e}", a.socket.display());
+            return ExitCode::from(1);
+        }
+    };
+    // Every local user may connect; what each may do is decided per call.
+    let _ = std::fs::set_permissions(&a.socket, std::fs::Permissions::from_mode(0o666));
+    let d = Daemon::new(Config { socket: a.socket.clone(), policy, worker, max_clients: a.max_clients, hello_timeout: std::time::Duration::from_secs(10) });
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        let _ = signal_hook::flag::register(sig, d.quit.clone());
+    }
+    eprintln!("streamlined: listening on {} (policy: {})", a.socket.display(), a.policy.as_ref().map_or("none: no raw capture for unprivileged users".to_string(), |p| p.display().to_string()));
+    let r = d.serve(listener);
+    let _ = std::fs::remove_file(&a.socket);
+    let _ = d.quit.load(Ordering::Relaxed);
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("streamlined: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

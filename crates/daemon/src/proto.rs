@@ -1,0 +1,450 @@
+//! The control protocol between `streamlined` and its clients (the CLI, the C library,
+//! anyone who can write to a Unix socket), and between the daemon and its run workers.
+//!
+//! Owns: the frame format, the message types and their JSON form, the decoder's limits,
+//! and sending and receiving frames with file descriptors. Does not own: what the daemon
+//! does with a request (`server`), who may do it (`policy`).
+//!
+//! # Wire format (version 1)
+//!
+//! A connection is a `SOCK_STREAM` Unix socket. Each message is one frame:
+//!
+//! ```text
+//! +----------------+------------------------------+
+//! | length: u32 LE | body: `length` bytes of JSON |
+//! +----------------+------------------------------+
+//! ```
+//!
+//! `length` is 1..=[`MAX_FRAME`]. The body is one UTF-8 JSON object. File descriptors
+//! travel as `SCM_RIGHTS` ancillary data on the `sendmsg` that carries the frame's first
+//! byte, at most [`MAX_FDS`] per frame; the body says how many (`"fds": n`) where a
+//! message carries any. A request is `{"id": N, "op": "NAME", ...fields}`; its reply
+//! carries the same `id` and `"reply": "NAME"` (or `"reply": "error"` with `code`, `errno`
+//! and `message`). Replies to one connection come in request order; events for `attach`
+//! (`counters`, `finished`) carry the id of the `attach` request.
+//!
+//! The first request on a connection must be `hello` with the protocol version the client
+//! speaks; the daemon answers `welcome` with its own and the caller's identity as the
+//! kernel reported it (`SO_PEERCRED`), or `error` with code `EPROTO` and closes. A C
+//! client needs only `sendmsg`/`recvmsg`, `snprintf` and a few string searches: see
+//! ARCHITECTURE.md "Control protocol" for every message with an example.
+
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+/// The protocol version this build speaks.
+pub const VERSION: u32 = 1;
+/// Largest frame body accepted (1 MiB): a pipeline, a report or a counter snapshot fits
+/// many times over; anything larger is refused before it is read.
+pub const MAX_FRAME: usize = 1 << 20;
+/// Most descriptors one frame may carry (stdin, stdout, stderr of a run; a stream's rings).
+pub const MAX_FDS: usize = 8;
+/// Where the daemon listens unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/streamline/control";
+
+/// Errors of the protocol layer, each naming what was wrong and where.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    #[error("connection closed")]
+    Closed,
+    #[error("frame length {0} is not within 1..={MAX_FRAME} bytes")]
+    Length(u64),
+    #[error("frame ended after {got} of {want} bytes")]
+    Truncated { got: usize, want: usize },
+    #[error("malformed message at line {line} column {column}: {why}")]
+    Json { line: usize, column: usize, why: String },
+    #[error("{0} descriptors arrived with one frame; at most {MAX_FDS} are accepted")]
+    TooManyFds(usize),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl ProtoError {
+    fn json(e: serde_json::Error) -> ProtoError {
+        ProtoError::Json { line: e.line(), column: e.column(), why: e.to_string() }
+    }
+}
+
+/// Options of a run, as `streamline run` takes them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunOptions {
+    #[serde(default = "default_plan")]
+    pub plan: String,
+    #[serde(default = "default_rate")]
+    pub rate: f64,
+    #[serde(default = "default_bytes")]
+    pub bytes: f64,
+    #[serde(default = "default_ring")]
+    pub ring: usize,
+    #[serde(default)]
+    pub no_share: bool,
+    #[serde(default)]
+    pub quiet: bool,
+}
+
+fn default_plan() -> String {
+    "ilp".into()
+}
+fn default_rate() -> f64 {
+    100_000.0
+}
+fn default_bytes() -> f64 {
+    500.0
+}
+fn default_ring() -> usize {
+    64 << 20
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { plan: default_plan(), rate: default_rate(), bytes: default_bytes(), ring: default_ring(), no_share: false, quiet: false }
+    }
+}
+
+/// A client's request (thesis Tables 6.4-6.8; ARCHITECTURE.md maps each micro-call).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Versioned handshake; must come first.
+    Hello { version: u32, #[serde(default)] client: String },
+    /// MSG_PING: answered with `pong` carrying the same token.
+    Ping {
+        #[serde(default)]
+        token: u64,
+    },
+    /// CM_GET_FUNC_LIST / MSG_FUNC_DISCOVER: the filters that can be instantiated.
+    Filters {},
+    /// CM_GET_INST_LIST + CM_GET_INST_INFO: the runs, with owner, state, placement,
+    /// counters.
+    Ps {},
+    /// The construction transaction (MSG_FUNC_OPEN, CONNECT, EXPORT for a whole graph):
+    /// parse, check access, plan and build the run, paused. It belongs to this connection
+    /// until `activate`: if the connection ends first, it is rolled back. With `fds: 3`
+    /// the frame carries the run's stdin, stdout and stderr.
+    Open {
+        pipeline: String,
+        #[serde(default)]
+        options: RunOptions,
+        #[serde(default)]
+        fds: u32,
+    },
+    /// MSG_FUNC_ACTIVATE: commit the transaction and start the run. A `detach`ed run
+    /// outlives the connection; otherwise it is stopped when the connection ends.
+    Activate {
+        run: u64,
+        #[serde(default)]
+        detach: bool,
+    },
+    /// MSG_FUNC_UPDATE / CM_SET_INST_DATA / CONNECT / DISCONNECT: one live edit.
+    Edit { run: u64, edit: String },
+    /// MSG_FUNC_CLOSE: stop a run (its sources stop; what is in flight drains). `signal`
+    /// is the signal that made a client ask (its exit status becomes 128 + signal).
+    Stop {
+        run: u64,
+        #[serde(default)]
+        signal: i32,
+    },
+    /// Counters now and then (`counters` events) until the run ends (`finished`,
+    /// UPCALL_FILTER_FINISHED).
+    Attach { run: u64 },
+    /// MSG_PIPEDUP_OPEN: the descriptors of an exported stream (its tag ring and data
+    /// ring), after the access check against the stream's owner and mode.
+    OpenStream { name: String },
+}
+
+/// A node's counters (CM_GET_INST_DATA).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct NodeCounters {
+    pub label: String,
+    pub blocks_in: u64,
+    pub bytes_in: u64,
+    pub blocks_out: u64,
+    pub bytes_out: u64,
+    pub drops: u64,
+}
+
+/// A run as `ps` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunInfo {
+    pub run: u64,
+    pub uid: u32,
+    pub user: String,
+    pub state: String,
+    pub pipeline: String,
+    pub placement: String,
+    pub uptime_s: f64,
+    /// Blocks per second into the sinks over the last interval, and the total so far.
+    pub rate: f64,
+    pub nodes: Vec<NodeCounters>,
+}
+
+/// The daemon's answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "reply", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Reply {
+    Welcome { version: u32, server: String, uid: u32, gid: u32, pid: i32 },
+    Pong { token: u64 },
+    Filters { filters: Vec<(String, String)> },
+    Runs { runs: Vec<RunInfo> },
+    /// The graph is built (paused); `placement` says where each filter runs.
+    Opened { run: u64, placement: String },
+    Done {},
+    Edited { run: u64, applied: String },
+    /// The descriptors of an exported stream follow with the frame (tags, then data).
+    Stream { name: String, fds: u32 },
+    Counters { run: u64, elapsed_s: f64, nodes: Vec<NodeCounters> },
+    /// The run ended with this exit status (as `streamline run` would exit).
+    Finished { run: u64, code: i32 },
+    Error { code: String, errno: i32, message: String },
+}
+
+impl Reply {
+    /// An error reply with the errno named by `code` (EACCES, EINVAL, ...).
+    pub fn error(errno: i32, message: impl Into<String>) -> Reply {
+        Reply::Error { code: errno_name(errno).to_string(), errno, message: message.into() }
+    }
+}
+
+/// The symbolic name of the errnos the protocol uses.
+pub fn errno_name(errno: i32) -> &'static str {
+    match errno {
+        libc::EACCES => "EACCES",
+        libc::EPERM => "EPERM",
+        libc::EINVAL => "EINVAL",
+        libc::ENOENT => "ENOENT",
+        libc::EBUSY => "EBUSY",
+        libc::EPROTO => "EPROTO",
+        libc::EAGAIN => "EAGAIN",
+        libc::ESRCH => "ESRCH",
+        libc::ENOTSUP => "ENOTSUP",
+        libc::EIO => "EIO",
+        libc::E2BIG => "E2BIG",
+        _ => "EIO",
+    }
+}
+
+/// From the daemon to a run's worker (`streamline __worker`), over the socket pair the
+/// worker inherits. Internal: not part of the client protocol, same framing.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToWorker {
+    /// Build this run (paused) with the client's identity: files are opened with it, Unix
+    /// commands run as it. `modes`: the stream mode of each privileged source node (by
+    /// node id), from the policy grant that allowed it.
+    Start { run: u64, pipeline: String, options: RunOptions, uid: u32, gid: u32, groups: Vec<u32>, modes: Vec<(usize, u32)> },
+    /// Start the built run.
+    Go {},
+    /// Stop (as a stop signal would; `signal` 0: stopped by a request).
+    Stop { signal: i32 },
+    /// Apply one live edit (answered with `edited`).
+    Edit { id: u64, edit: String },
+}
+
+/// From a run's worker to the daemon.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FromWorker {
+    /// Built and paused; `placement` says where each filter runs.
+    Built { placement: String },
+    /// The build failed: the message (with the caret under the pipeline) and the exit code.
+    Failed { message: String, errno: i32 },
+    Counters { elapsed_s: f64, nodes: Vec<NodeCounters> },
+    Edited { id: u64, ok: bool, text: String },
+    /// The run ended with this exit status.
+    Finished { code: i32 },
+}
+
+/// A message with the id of the request it answers (or is).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Msg<T> {
+    pub id: u64,
+    #[serde(flatten)]
+    pub body: T,
+}
+
+/// Decode one frame body as a message. Never panics; errors name line and column.
+pub fn decode<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<Msg<T>, ProtoError> {
+    if body.is_empty() || body.len() > MAX_FRAME {
+        return Err(ProtoError::Length(body.len() as u64));
+    }
+    serde_json::from_slice(body).map_err(ProtoError::json)
+}
+
+/// Encode a message as a frame (length word and body).
+pub fn encode<T: Serialize>(msg: &Msg<T>) -> Vec<u8> {
+    let body = serde_json::to_vec(msg).expect("protocol messages serialize");
+    let mut f = Vec::with_capacity(4 + body.len());
+    f.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    f.extend_from_slice(&body);
+    f
+}
+
+/// Write one frame, with `fds` attached to its first byte.
+pub fn send<T: Serialize>(sock: &UnixStream, msg: &Msg<T>, fds: &[RawFd]) -> Result<(), ProtoError> {
+    let f = encode(msg);
+    if f.len() - 4 > MAX_FRAME {
+        return Err(ProtoError::Length((f.len() - 4) as u64));
+    }
+    if fds.is_empty() {
+        (&*sock).write_all(&f)?;
+    } else {
+        beltway::sys::send_fds(sock, &f[..1], fds)?;
+        (&*sock).write_all(&f[1..])?;
+    }
+    Ok(())
+}
+
+/// Read one frame: its body and the descriptors that came with it. A length outside
+/// 1..=MAX_FRAME is refused before the body is read.
+pub fn recv_frame(sock: &UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtoError> {
+    let mut len = [0u8; 4];
+    let (n, fds) = beltway::sys::recv_fds(sock, &mut len[..1], MAX_FDS).map_err(|e| {
+        if e.kind() == io::ErrorKind::InvalidData {
+            ProtoError::TooManyFds(MAX_FDS + 1)
+        } else {
+            ProtoError::Io(e)
+        }
+    })?;
+    if n == 0 {
+        return Err(ProtoError::Closed);
+    }
+    read_exact(sock, &mut len[1..], 4)?;
+    let want = u32::from_le_bytes(len) as usize;
+    if want == 0 || want > MAX_FRAME {
+        return Err(ProtoError::Length(want as u64));
+    }
+    let mut body = vec![0u8; want];
+    read_exact(sock, &mut body, want)?;
+    Ok((body, fds))
+}
+
+fn read_exact(sock: &UnixStream, buf: &mut [u8], want: usize) -> Result<(), ProtoError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match (&*sock).read(&mut buf[got..]) {
+            Ok(0) => return Err(ProtoError::Truncated { got, want }),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Receive and decode one message.
+pub fn recv<T: for<'de> Deserialize<'de>>(sock: &UnixStream) -> Result<(Msg<T>, Vec<OwnedFd>), ProtoError> {
+    let (body, fds) = recv_frame(sock)?;
+    Ok((decode(&body)?, fds))
+}
+
+/// The caller's identity, as the kernel reports it for a Unix socket (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+pub fn peer(sock: &UnixStream) -> io::Result<Peer> {
+    let c = nix::sys::socket::getsockopt(sock, nix::sys::socket::sockopt::PeerCredentials).map_err(io::Error::from)?;
+    Ok(Peer { pid: c.pid(), uid: c.uid(), gid: c.gid() })
+}
+
+/// The raw descriptor of `fd` (for [`send`]).
+pub fn raw(fd: &impl AsRawFd) -> RawFd {
+    fd.as_raw_fd()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn requests_round_trip_in_their_documented_form() {
+        let m = Msg { id: 7, body: Request::Open { pipeline: "gen | count".into(), options: RunOptions::default(), fds: 3 } };
+        let f = encode(&m);
+        let body = &f[4..];
+        assert_eq!(u32::from_le_bytes(f[..4].try_into().unwrap()) as usize, body.len());
+        let text = std::str::from_utf8(body).unwrap();
+        assert!(text.contains(r#""op":"open""#) && text.contains(r#""id":7"#), "{text}");
+        assert_eq!(decode::<Request>(body).unwrap(), m);
+        // What a C client writes by hand, with defaults left out.
+        let hand = br#"{"id":1,"op":"open","pipeline":"gen count=5 | count"}"#;
+        match decode::<Request>(hand).unwrap().body {
+            Request::Open { pipeline, options, fds } => assert_eq!((pipeline.as_str(), options, fds), ("gen count=5 | count", RunOptions::default(), 0)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_messages_name_where() {
+        match decode::<Request>(br#"{"id":1,"op":"open","pipelin":"x"}"#) {
+            Err(ProtoError::Json { line: 1, column, why }) => assert!(column > 0 && why.contains("pipelin"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(decode::<Request>(b"{\"id\":1,\"op\":\"launch_missiles\"}"), Err(ProtoError::Json { .. })));
+        assert!(matches!(decode::<Request>(b""), Err(ProtoError::Length(0))));
+    }
+
+    #[test]
+    fn oversized_and_truncated_frames_are_refused_before_reading() {
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(&((MAX_FRAME as u32) + 1).to_le_bytes()).unwrap();
+        assert!(matches!(recv_frame(&b), Err(ProtoError::Length(n)) if n == MAX_FRAME as u64 + 1));
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(&10u32.to_le_bytes()).unwrap();
+        (&a).write_all(b"{\"id\"").unwrap();
+        drop(a);
+        assert!(matches!(recv_frame(&b), Err(ProtoError::Truncated { got: 5, want: 10 })));
+    }
+
+    #[test]
+    fn descriptors_travel_with_their_frame() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        send(&a, &Msg { id: 3, body: Reply::Stream { name: "x".into(), fds: 1 } }, &[f.as_raw_fd()]).unwrap();
+        let (m, fds) = recv::<Reply>(&b).unwrap();
+        assert_eq!(m.id, 3);
+        assert_eq!(fds.len(), 1);
+        let mut s = String::new();
+        std::fs::File::from(fds.into_iter().next().unwrap()).read_to_string(&mut s).unwrap();
+        assert!(s.contains("Pid:"));
+    }
+
+    #[test]
+    fn peer_credentials_are_the_kernels() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let p = peer(&a).unwrap();
+        assert_eq!((p.pid as u32, p.uid), (std::process::id(), beltway::sys::getuid()));
+    }
+
+    proptest! {
+        /// The decoder never panics, whatever the bytes.
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode::<Request>(&bytes);
+            let _ = decode::<Reply>(&bytes);
+        }
+
+        /// Valid requests cut or mutated anywhere decode or fail with a located error.
+        #[test]
+        fn mutated_requests_fail_cleanly(cut in 0usize..200, at in 0usize..200, byte in any::<u8>()) {
+            let m = Msg { id: 9, body: Request::Edit { run: 4, edit: "set sample every=3".into() } };
+            let f = encode(&m);
+            let mut body = f[4..].to_vec();
+            let at = at % body.len();
+            body[at] = byte;
+            body.truncate(cut.max(1).min(body.len()));
+            match decode::<Request>(&body) {
+                Ok(_) => {}
+                Err(ProtoError::Json { line, .. }) => prop_assert!(line >= 1),
+                Err(ProtoError::Length(_)) => {}
+                Err(e) => prop_assert!(false, "unexpected {e}"),
+            }
+        }
+    }
+}

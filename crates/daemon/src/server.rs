@@ -1,0 +1,478 @@
+//! The daemon: one listening socket, a thread per client connection, and the runs it owns.
+//!
+//! Owns: the table of runs (id, owner, state, placement, counters), their workers, the
+//! transactions of connections (a run opened and not yet activated belongs to its
+//! connection and is rolled back when the connection ends), access checks per call, and
+//! the limits that keep hostile clients from hurting others. Does not own: running a
+//! pipeline (each run is a worker process, `streamline __worker`, that builds and runs
+//! it with the client's identity and talks to us over a socket pair), the policy's
+//! rules (`policy`), the wire format (`proto`).
+
+use crate::policy::{Cred, Policy};
+use crate::proto::{self, FromWorker, Msg, NodeCounters, Peer, ProtoError, Reply, Request, RunInfo, RunOptions, ToWorker};
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How the daemon was started.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub policy: Policy,
+    /// The `streamline` program that runs a pipeline (`__worker`).
+    pub worker: PathBuf,
+    /// Most client connections at once; more are told EAGAIN and closed.
+    pub max_clients: usize,
+    /// How long a new connection may take to say hello.
+    pub hello_timeout: Duration,
+}
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Built, paused, part of its connection's open transaction.
+    Built,
+    Running,
+    Finished(i32),
+}
+
+/// A run and its worker.
+struct Run {
+    id: u64,
+    owner: Cred,
+    user: String,
+    pipeline: String,
+    placement: Mutex<String>,
+    started: Instant,
+    state: Mutex<State>,
+    changed: Condvar,
+    /// To the worker (writes are whole frames under this lock).
+    ctl: Mutex<UnixStream>,
+    child: Mutex<Child>,
+    /// The connection whose transaction it still is (until activated), or that ran it
+    /// attached (stopped when that connection ends).
+    conn: AtomicU64,
+    detached: AtomicBool,
+    /// Latest counters, when they came, and the sinks' block rate since the ones before.
+    counters: Mutex<(f64, Vec<NodeCounters>, f64)>,
+    /// Connections attached to it: where to send events, and the attach request's id.
+    watchers: Mutex<Vec<(Arc<Mutex<UnixStream>>, u64)>>,
+    /// Edits sent to the worker, waiting for its answer.
+    edits: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<(bool, String)>>>,
+    next_edit: AtomicU64,
+}
+
+impl Run {
+    fn tell(&self, m: ToWorker) -> Result<(), ProtoError> {
+        let s = self.ctl.lock().expect("not poisoned");
+        proto::send(&s, &Msg { id: self.id, body: m }, &[])
+    }
+
+    fn state(&self) -> State {
+        *self.state.lock().expect("not poisoned")
+    }
+
+    fn info(&self) -> RunInfo {
+        let (_, nodes, rate) = self.counters.lock().expect("not poisoned").clone();
+        let state = match self.state() {
+            State::Built => "built".to_string(),
+            State::Running if self.detached.load(Ordering::Relaxed) => "running (detached)".to_string(),
+            State::Running => "running".to_string(),
+            State::Finished(c) => format!("finished ({c})"),
+        };
+        RunInfo { run: self.id, uid: self.owner.uid, user: self.user.clone(), state, pipeline: self.pipeline.clone(), placement: self.placement.lock().expect("not poisoned").clone(), uptime_s: self.started.elapsed().as_secs_f64(), rate, nodes }
+    }
+
+    /// Stop the worker: ask, then kill after `grace`.
+    fn stop(&self, signal: i32, grace: Duration) {
+        let _ = self.tell(ToWorker::Stop { signal });
+        let until = Instant::now() + grace;
+        let mut st = self.state.lock().expect("not poisoned");
+        while !matches!(*st, State::Finished(_)) {
+            let now = Instant::now();
+            if now >= until {
+                let _ = self.child.lock().expect("not poisoned").kill();
+                break;
+            }
+            st = self.changed.wait_timeout(st, until - now).expect("not poisoned").0;
+        }
+    }
+}
+
+/// The daemon's shared state.
+pub struct Daemon {
+    cfg: Config,
+    runs: Mutex<BTreeMap<u64, Arc<Run>>>,
+    next_run: AtomicU64,
+    next_conn: AtomicU64,
+    clients: AtomicUsize,
+    /// Set when the daemon is told to stop.
+    pub quit: Arc<AtomicBool>,
+}
+
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or_else(|| uid.to_string(), |u| u.name)
+}
+
+/// Refusals carry an errno and a message.
+type CallResult = Result<(Reply, Vec<OwnedFd>), Reply>;
+
+fn refuse(errno: i32, msg: impl Into<String>) -> Reply {
+    Reply::error(errno, msg)
+}
+
+impl Daemon {
+    pub fn new(cfg: Config) -> Arc<Daemon> {
+        Arc::new(Daemon { cfg, runs: Mutex::new(BTreeMap::new()), next_run: AtomicU64::new(1), next_conn: AtomicU64::new(1), clients: AtomicUsize::new(0), quit: Arc::new(AtomicBool::new(false)) })
+    }
+
+    /// Accept clients until `quit`; each connection gets a thread.
+    pub fn serve(self: &Arc<Self>, listener: UnixListener) -> std::io::Result<()> {
+        listener.set_nonblocking(true)?;
+        while !self.quit.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((sock, _)) => {
+                    let _ = sock.set_nonblocking(false);
+                    if self.clients.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_clients {
+                        self.clients.fetch_sub(1, Ordering::AcqRel);
+                        let _ = proto::send(&sock, &Msg { id: 0, body: refuse(libc::EAGAIN, format!("too many clients (at most {} at once); try again", self.cfg.max_clients)) }, &[]);
+                        continue;
+                    }
+                    let d = self.clone();
+                    let spawned = std::thread::Builder::new().name("sl-client".into()).spawn(move || {
+                        d.connection(sock);
+                        d.clients.fetch_sub(1, Ordering::AcqRel);
+                    });
+                    if spawned.is_err() {
+                        self.clients.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    eprintln!("streamlined: accept: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        self.shutdown();
+        Ok(())
+    }
+
+    /// Stop every run (the daemon is going away).
+    pub fn shutdown(&self) {
+        let runs: Vec<Arc<Run>> = self.runs.lock().expect("not poisoned").values().cloned().collect();
+        for r in runs {
+            r.stop(libc::SIGTERM, Duration::from_secs(5));
+        }
+    }
+
+    /// One client connection: handshake, then requests until it closes. Whatever the
+    /// connection left half-built is rolled back at the end.
+    fn connection(self: &Arc<Self>, sock: UnixStream) {
+        let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let peer = match proto::peer(&sock) {
+            Ok(p) => p,
+            Err(_) => return,
+        };
+        let cred = Cred::of(peer.uid, peer.gid);
+        let out = match sock.try_clone() {
+            Ok(s) => Arc::new(Mutex::new(s)),
+            Err(_) => return,
+        };
+        let send = |m: &Msg<Reply>, fds: &[OwnedFd]| {
+            let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+            let s = out.lock().expect("not poisoned");
+            proto::send(&s, m, &raw)
+        };
+        // The handshake, with a deadline (a client that connects and says nothing does not
+        // keep a thread forever).
+        let _ = sock.set_read_timeout(Some(self.cfg.hello_timeout));
+        match proto::recv::<Request>(&sock) {
+            Ok((Msg { id, body: Request::Hello { version, .. } }, _)) if version == proto::VERSION => {
+                let w = Reply::Welcome { version: proto::VERSION, server: format!("streamlined {}", env!("CARGO_PKG_VERSION")), uid: peer.uid, gid: peer.gid, pid: std::process::id() as i32 };
+                if send(&Msg { id, body: w }, &[]).is_err() {
+                    return;
+                }
+            }
+            Ok((Msg { id, body: Request::Hello { version, .. } }, _)) => {
+                let _ = send(&Msg { id, body: refuse(libc::EPROTO, format!("protocol version {version} is not spoken here (this daemon speaks {})", proto::VERSION)) }, &[]);
+                return;
+            }
+            Ok((Msg { id, .. }, _)) => {
+                let _ = send(&Msg { id, body: refuse(libc::EPROTO, "the first request must be hello") }, &[]);
+                return;
+            }
+            Err(e) => {
+                let _ = send(&Msg { id: 0, body: refuse(libc::EPROTO, e.to_string()) }, &[]);
+                return;
+            }
+        }
+        let _ = sock.set_read_timeout(None);
+        loop {
+            let (msg, fds) = match proto::recv::<Request>(&sock) {
+                Ok(m) => m,
+                Err(ProtoError::Closed) | Err(ProtoError::Io(_)) => break,
+                Err(e) => {
+                    // Garbage, truncated or oversized: say why and close (the stream can no
+                    // longer be trusted to be at a frame boundary).
+                    let _ = send(&Msg { id: 0, body: refuse(libc::EPROTO, e.to_string()) }, &[]);
+                    break;
+                }
+            };
+            let id = msg.id;
+            let reply = self.call(conn, &cred, peer, msg.body, fds, &out, id);
+            let (body, fds) = match reply {
+                Ok(r) => r,
+                Err(r) => (r, Vec::new()),
+            };
+            if send(&Msg { id, body }, &fds).is_err() {
+                break;
+            }
+        }
+        self.connection_ended(conn);
+    }
+
+    /// Roll back what the connection left: runs opened and not activated are destroyed;
+    /// attached runs stop (their client is gone).
+    fn connection_ended(&self, conn: u64) {
+        let mine: Vec<Arc<Run>> = self.runs.lock().expect("not poisoned").values().filter(|r| r.conn.load(Ordering::Relaxed) == conn && !r.detached.load(Ordering::Relaxed)).cloned().collect();
+        for r in mine {
+            let built = r.state() == State::Built;
+            r.stop(if built { 0 } else { libc::SIGHUP }, Duration::from_secs(5));
+            if built {
+                // Never activated: the transaction is undone; the worker's rollback has run
+                // (it tears down what it built when told to stop before `go`).
+                self.runs.lock().expect("not poisoned").remove(&r.id);
+            }
+        }
+    }
+
+    fn run_for(&self, id: u64, who: &Cred) -> Result<Arc<Run>, Reply> {
+        let r = self.runs.lock().expect("not poisoned").get(&id).cloned().ok_or_else(|| refuse(libc::ESRCH, format!("no run {id}")))?;
+        if r.owner.uid != who.uid && !who.root() {
+            return Err(refuse(libc::EACCES, format!("run {id} belongs to {} (uid {}); only its owner or root may do that", r.user, r.owner.uid)));
+        }
+        Ok(r)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn call(self: &Arc<Self>, conn: u64, who: &Cred, peer: Peer, req: Request, fds: Vec<OwnedFd>, out: &Arc<Mutex<UnixStream>>, id: u64) -> CallResult {
+        let _ = peer;
+        if !matches!(req, Request::Open { .. }) && !fds.is_empty() {
+            return Err(refuse(libc::EINVAL, format!("{} descriptors came with a request that takes none", fds.len())));
+        }
+        match req {
+            Request::Hello { .. } => Err(refuse(libc::EPROTO, "hello comes once, first")),
+            Request::Ping { token } => Ok((Reply::Pong { token }, vec![])),
+            Request::Filters {} => Ok((Reply::Filters { filters: filters::REGISTRY.iter().map(|s| (s.name.to_string(), s.synopsis.to_string())).collect() }, vec![])),
+            Request::Ps {} => {
+                let runs = self.runs.lock().expect("not poisoned").values().filter(|r| who.root() || r.owner.uid == who.uid).map(|r| r.info()).collect();
+                Ok((Reply::Runs { runs }, vec![]))
+            }
+            Request::Open { pipeline, options, fds: n } => self.open(conn, who, pipeline, options, n, fds),
+            Request::Activate { run, detach } => {
+                let r = self.run_for(run, who)?;
+                if r.state() != State::Built {
+                    return Err(refuse(libc::EBUSY, format!("run {run} is already active")));
+                }
+                r.detached.store(detach, Ordering::Relaxed);
+                r.conn.store(conn, Ordering::Relaxed);
+                r.tell(ToWorker::Go {}).map_err(|e| refuse(libc::EIO, format!("run {run}: its worker is gone: {e}")))?;
+                *r.state.lock().expect("not poisoned") = State::Running;
+                Ok((Reply::Done {}, vec![]))
+            }
+            Request::Stop { run, signal } => {
+                let r = self.run_for(run, who)?;
+                r.tell(ToWorker::Stop { signal }).map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
+                Ok((Reply::Done {}, vec![]))
+            }
+            Request::Attach { run } => {
+                let r = self.run_for(run, who)?;
+                if let State::Finished(code) = r.state() {
+                    return Ok((Reply::Finished { run, code }, vec![]));
+                }
+                r.watchers.lock().expect("not poisoned").push((out.clone(), id));
+                let (elapsed_s, nodes, _) = r.counters.lock().expect("not poisoned").clone();
+                Ok((Reply::Counters { run, elapsed_s, nodes }, vec![]))
+            }
+            Request::Edit { run, edit } => {
+                let r = self.run_for(run, who)?;
+                if r.state() == State::Built {
+                    return Err(refuse(libc::EBUSY, format!("run {run} is not active yet")));
+                }
+                let eid = r.next_edit.fetch_add(1, Ordering::Relaxed);
+                let (tx, rx) = std::sync::mpsc::channel();
+                r.edits.lock().expect("not poisoned").insert(eid, tx);
+                r.tell(ToWorker::Edit { id: eid, edit: edit.clone() }).map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
+                match rx.recv_timeout(Duration::from_secs(30)) {
+                    Ok((true, text)) => Ok((Reply::Edited { run, applied: text }, vec![])),
+                    Ok((false, text)) => Err(refuse(libc::EINVAL, text)),
+                    Err(_) => {
+                        r.edits.lock().expect("not poisoned").remove(&eid);
+                        Err(refuse(libc::EBUSY, format!("run {run} did not apply the edit `{edit}` (it ended, or is stalled)")))
+                    }
+                }
+            }
+            Request::OpenStream { name } => open_stream(&name, who),
+        }
+    }
+
+    /// The construction transaction: check access, start a worker that builds the run
+    /// paused, and wait for its verdict.
+    fn open(self: &Arc<Self>, conn: u64, who: &Cred, pipeline: String, options: RunOptions, n: u32, fds: Vec<OwnedFd>) -> CallResult {
+        if n as usize != fds.len() || !(n == 0 || n == 3) {
+            return Err(refuse(libc::EINVAL, format!("open: {} descriptors came, {n} announced (0, or 3: stdin, stdout, stderr)", fds.len())));
+        }
+        if pipeline.len() > 64 * 1024 {
+            return Err(refuse(libc::E2BIG, format!("pipeline of {} bytes (at most 65536)", pipeline.len())));
+        }
+        let g = lang::parse(&pipeline, &lang::WithPath(filters::Natives)).map_err(|d| refuse(libc::EINVAL, d.to_string()))?;
+        let modes = self
+            .cfg
+            .policy
+            .check(&g, who, &|f| filters::find(f).and_then(|s| s.privilege))
+            .map_err(|d| refuse(libc::EACCES, lang::render(&format!("error: {}: {}", d.node, d.why), d.span, &pipeline, None)))?;
+        let (mine, theirs) = UnixStream::pair().map_err(|e| refuse(libc::EIO, format!("socketpair: {e}")))?;
+        beltway::sys::inherit_across_exec(&theirs).map_err(|e| refuse(libc::EIO, e.to_string()))?;
+        let mut cmd = Command::new(&self.cfg.worker);
+        cmd.arg("__worker").arg("--fd").arg(theirs.as_raw_fd().to_string());
+        let mut it = fds.into_iter();
+        match (it.next(), it.next(), it.next()) {
+            (Some(i), Some(o), Some(e)) => {
+                cmd.stdin(Stdio::from(i)).stdout(Stdio::from(o)).stderr(Stdio::from(e));
+            }
+            _ => {
+                cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            }
+        }
+        let child = cmd.spawn().map_err(|e| refuse(libc::EIO, format!("cannot start the worker {}: {e}", self.cfg.worker.display())))?;
+        drop(theirs);
+        let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
+        let start = ToWorker::Start { run: run_id, pipeline: pipeline.clone(), options, uid: who.uid, gid: who.gid, groups: who.groups.clone(), modes };
+        let reader = mine.try_clone().map_err(|e| refuse(libc::EIO, e.to_string()))?;
+        let run = Arc::new(Run {
+            id: run_id,
+            owner: who.clone(),
+            user: user_name(who.uid),
+            pipeline,
+            placement: Mutex::new(String::new()),
+            started: Instant::now(),
+            state: Mutex::new(State::Built),
+            changed: Condvar::new(),
+            ctl: Mutex::new(mine),
+            child: Mutex::new(child),
+            conn: AtomicU64::new(conn),
+            detached: AtomicBool::new(false),
+            counters: Mutex::new((0.0, vec![], 0.0)),
+            watchers: Mutex::new(vec![]),
+            edits: Mutex::new(BTreeMap::new()),
+            next_edit: AtomicU64::new(1),
+        });
+        let kill = |why: String| {
+            let _ = run.child.lock().expect("not poisoned").kill();
+            let _ = run.child.lock().expect("not poisoned").wait();
+            why
+        };
+        run.tell(start).map_err(|e| refuse(libc::EIO, kill(format!("the worker died at once: {e}"))))?;
+        // The build's verdict.
+        match proto::recv::<FromWorker>(&reader) {
+            Ok((Msg { body: FromWorker::Built { placement }, .. }, _)) => {
+                *run.placement.lock().expect("not poisoned") = placement.clone();
+                self.runs.lock().expect("not poisoned").insert(run_id, run.clone());
+                let d = self.clone();
+                std::thread::Builder::new().name(format!("sl-run{run_id}")).spawn(move || d.monitor(run, reader)).map_err(|e| refuse(libc::EIO, e.to_string()))?;
+                Ok((Reply::Opened { run: run_id, placement }, vec![]))
+            }
+            Ok((Msg { body: FromWorker::Failed { message, errno }, .. }, _)) => {
+                let _ = run.child.lock().expect("not poisoned").wait();
+                Err(refuse(errno, message))
+            }
+            Ok((m, _)) => Err(refuse(libc::EIO, kill(format!("the worker said {:?} before building", m.body)))),
+            Err(e) => Err(refuse(libc::EIO, kill(format!("the worker died while building: {e}")))),
+        }
+    }
+
+    /// Read a run's worker until it ends: counters, edit answers, the end.
+    fn monitor(self: Arc<Self>, run: Arc<Run>, reader: UnixStream) {
+        let mut code = None;
+        let mut last: Option<(f64, u64)> = None;
+        loop {
+            match proto::recv::<FromWorker>(&reader) {
+                Ok((Msg { body, .. }, _)) => match body {
+                    FromWorker::Counters { elapsed_s, nodes } => {
+                        // Rate: blocks into the sinks (nodes without output) per second.
+                        let sunk: u64 = nodes.iter().filter(|n| n.blocks_out == 0).map(|n| n.blocks_in).sum();
+                        let rate = match last {
+                            Some((t, b)) if elapsed_s > t => (sunk.saturating_sub(b)) as f64 / (elapsed_s - t),
+                            _ => 0.0,
+                        };
+                        last = Some((elapsed_s, sunk));
+                        *run.counters.lock().expect("not poisoned") = (elapsed_s, nodes.clone(), rate);
+                        self.notify(&run, |r| Reply::Counters { run: r, elapsed_s, nodes: nodes.clone() });
+                    }
+                    FromWorker::Edited { id, ok, text } => {
+                        if let Some(tx) = run.edits.lock().expect("not poisoned").remove(&id) {
+                            let _ = tx.send((ok, text));
+                        }
+                    }
+                    FromWorker::Finished { code: c } => code = Some(c),
+                    FromWorker::Built { .. } | FromWorker::Failed { .. } => {}
+                },
+                Err(_) => break,
+            }
+        }
+        let status = run.child.lock().expect("not poisoned").wait();
+        let code = code.unwrap_or_else(|| match status {
+            Ok(s) => s.code().unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)),
+            Err(_) => 1,
+        });
+        *run.state.lock().expect("not poisoned") = State::Finished(code);
+        run.changed.notify_all();
+        run.edits.lock().expect("not poisoned").clear();
+        self.notify(&run, |r| Reply::Finished { run: r, code });
+        self.runs.lock().expect("not poisoned").remove(&run.id);
+    }
+
+    fn notify(&self, run: &Run, event: impl Fn(u64) -> Reply) {
+        let mut w = run.watchers.lock().expect("not poisoned");
+        w.retain(|(sock, id)| {
+            let s = sock.lock().expect("not poisoned");
+            proto::send(&s, &Msg { id: *id, body: event(run.id) }, &[]).is_ok()
+        });
+    }
+}
+
+/// MSG_PIPEDUP_OPEN: an exported stream's rings, if the client may read them (owner and
+/// mode of the rings under /dev/shm, as a file's read permission is decided).
+fn open_stream(name: &str, who: &Cred) -> CallResult {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') || name.len() > 200 {
+        return Err(refuse(libc::EINVAL, format!("stream name `{name}`: expected a node name (no '/')")));
+    }
+    let tags = format!("/dev/shm/{}", dataplane::runtime::export_name(name));
+    let data = format!("{tags}.data");
+    let mut fds = Vec::new();
+    for path in [&tags, &data] {
+        let meta = std::fs::metadata(path).map_err(|e| refuse(libc::ENOENT, format!("no exported stream {name} ({path}: {e})")))?;
+        if !may_read(&meta, who) {
+            use std::os::unix::fs::MetadataExt;
+            return Err(refuse(libc::EACCES, format!("stream {name} is uid {}'s with mode {:04o}: uid {} may not read it", meta.uid(), meta.mode() & 0o7777, who.uid)));
+        }
+        // Read-write: a reader registers in the ring's control segment.
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(|e| refuse(libc::EIO, format!("{path}: {e}")))?;
+        fds.push(OwnedFd::from(f));
+    }
+    Ok((Reply::Stream { name: name.to_string(), fds: fds.len() as u32 }, fds))
+}
+
+/// Unix read permission: owner, group (primary or supplementary), others.
+pub fn may_read(meta: &std::fs::Metadata, who: &Cred) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let m = meta.mode();
+    who.root() || (meta.uid() == who.uid && m & 0o400 != 0) || (meta.uid() != who.uid && who.groups.contains(&meta.gid()) && m & 0o040 != 0) || (meta.uid() != who.uid && !who.groups.contains(&meta.gid()) && m & 0o004 != 0)
+}
