@@ -13,6 +13,11 @@
 //! - `streamline maps [--watch SECS]` prints the BPF maps of running runs' kernel filters
 //!   (flowcount, sample, bytecount right after `rx`), pinned under /sys/fs/bpf/streamline.
 
+mod access;
+mod edits;
+mod remote;
+mod worker;
+
 use clap::{Parser, Subcommand};
 use dataplane::channel::ChannelConfig;
 use dataplane::spaces::{Launcher, Spaces};
@@ -33,7 +38,7 @@ const STOP_SIGNALS: [i32; 3] = [signal_hook::consts::SIGINT, signal_hook::consts
 /// first, and the number of the first is kept in the returned cell (0: none yet).
 /// `second` runs on a second signal. If the signals cannot be watched, the run goes on
 /// without (and says so).
-fn watch_stop_signals(second: impl Fn(i32) + Send + 'static) -> (Arc<AtomicBool>, Arc<AtomicI32>) {
+pub(crate) fn watch_stop_signals(second: impl Fn(i32) + Send + 'static) -> (Arc<AtomicBool>, Arc<AtomicI32>) {
     let stop = Arc::new(AtomicBool::new(false));
     let which = Arc::new(AtomicI32::new(0));
     match signal_hook::iterator::Signals::new(STOP_SIGNALS) {
@@ -64,7 +69,7 @@ fn watch_stop_signals(second: impl Fn(i32) + Send + 'static) -> (Arc<AtomicBool>
 
 /// Process spaces leave stopping to their parent (which tells them `stop`): signals sent
 /// to the whole process group (Ctrl-C in a terminal, `timeout`) are ignored here.
-fn ignore_stop_signals() {
+pub(crate) fn ignore_stop_signals() {
     if let Ok(mut signals) = signal_hook::iterator::Signals::new(STOP_SIGNALS) {
         let _ = std::thread::Builder::new().name("signals".into()).spawn(move || for _ in signals.forever() {});
     }
@@ -73,6 +78,11 @@ fn ignore_stop_signals() {
 #[derive(Parser)]
 #[command(name = "streamline", version, about = "Extended Unix pipelines over shared-memory rings")]
 struct Cli {
+    /// The daemon's control socket (default: $STREAMLINE_SOCKET, else
+    /// /run/streamline/control). When a daemon answers there, `run` goes through it;
+    /// `none` always runs stand-alone.
+    #[arg(long, global = true)]
+    socket: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -108,6 +118,31 @@ enum Cmd {
         /// running one (prefix sharing is on by default for pipelines starting with `rx`).
         #[arg(long)]
         no_share: bool,
+        /// Start the run in the daemon and print its id instead of waiting for its end
+        /// (needs a daemon; `streamline ps`, `attach`, `edit`, `stop` take the id).
+        #[arg(long)]
+        detach: bool,
+        /// With --detach: the run's standard output and error go to this file (opened by
+        /// this command, appended), else to /dev/null.
+        #[arg(long, requires = "detach", value_name = "FILE")]
+        log: Option<std::path::PathBuf>,
+    },
+    /// List the daemon's runs (yours; all of them for root): owner, state, uptime, rate,
+    /// placement.
+    Ps,
+    /// Stop a daemon run (its sources stop, what is in flight drains).
+    Stop { run: u64 },
+    /// Print a daemon run's counters as they change, until it ends (Ctrl-C detaches).
+    Attach { run: u64 },
+    /// Change a running daemon run without stopping it: `set NODE KEY=VALUE`, `insert
+    /// after NODE FILTER ...`, `insert before NODE FILTER ...`, `remove NODE`, `replace
+    /// NODE FILTER ...` (one transaction: applied whole, or not at all).
+    Edit { run: u64, edit: String },
+    /// A run of the daemon (started by streamlined itself).
+    #[command(name = "__worker", hide = true)]
+    Worker {
+        #[arg(long)]
+        fd: i32,
     },
     /// Parse a pipeline and print its graph (or the error).
     Check { pipeline: String },
@@ -130,6 +165,12 @@ enum Cmd {
         /// The run's role in prefix sharing (control::prefix::Share), if any.
         #[arg(long)]
         share: Option<String>,
+        /// The exported streams' modes (`ID=OCTAL,...`), as the run computed them.
+        #[arg(long, default_value = "")]
+        export_modes: String,
+        /// The identity a daemon's client runs with (`UID:GID:GROUPS`).
+        #[arg(long = "as")]
+        run_as: Option<String>,
     },
     /// Print the BPF maps of running runs' kernel (eBPF) filters, decoded.
     Maps {
@@ -207,9 +248,29 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Cmd::Run { pipeline, quiet, ring, plan, rate, bytes, no_share } => run(&pipeline, quiet, ring, &plan, rate, bytes, !no_share),
+        Cmd::Run { pipeline, quiet, ring, plan, rate, bytes, no_share, detach, log } => {
+            let o = daemon::proto::RunOptions { plan, rate, bytes, ring, no_share, quiet };
+            match remote::connect(cli.socket.as_deref()) {
+                Some(Ok(c)) => remote::run(c, &pipeline, o, detach.then_some(log)),
+                Some(Err(e)) => {
+                    eprintln!("streamline: {e} (run stand-alone with --socket none)");
+                    ExitCode::from(1)
+                }
+                None if detach => {
+                    let p = daemon::client::socket_path(cli.socket.as_deref()).map_or("none".into(), |p| p.display().to_string());
+                    eprintln!("streamline: --detach needs a daemon, and none answers on {p} (start one with `streamlined`)");
+                    ExitCode::from(2)
+                }
+                None => run(&pipeline, &o),
+            }
+        }
+        Cmd::Ps => remote::ps(cli.socket.as_deref()),
+        Cmd::Stop { run } => remote::stop(cli.socket.as_deref(), run),
+        Cmd::Attach { run } => remote::attach(cli.socket.as_deref(), run),
+        Cmd::Edit { run, edit } => remote::edit(cli.socket.as_deref(), run, &edit),
+        Cmd::Worker { fd } => worker::worker(fd),
         Cmd::Maps { watch, top } => maps(watch, top),
-        Cmd::Space { pipeline, ring, space, fd, assign, share } => process_space(&pipeline, ring, space, fd, &assign, share.as_deref()),
+        Cmd::Space { pipeline, ring, space, fd, assign, share, export_modes, run_as } => process_space(&pipeline, ring, space, fd, &assign, share.as_deref(), &export_modes, run_as.as_deref()),
         Cmd::Plan { pipeline, dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical } => {
             let opts = PlanOpts { dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical };
             match plan(&pipeline, opts) {
@@ -298,7 +359,14 @@ fn signal_name(sig: i32) -> &'static str {
 
 /// A process space: the parent coordinates stopping, so Ctrl-C (sent to the whole process
 /// group) is left to it.
-fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &str, share: Option<&str>) -> ExitCode {
+#[allow(clippy::too_many_arguments)]
+fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &str, share: Option<&str>, export_modes: &str, run_as: Option<&str>) -> ExitCode {
+    if let Some(who) = run_as {
+        if let Err(e) = worker::parse_as(who).and_then(|(u, g, gs)| worker::assume(u, g, &gs)) {
+            eprintln!("streamline __space: {e}");
+            return ExitCode::from(2);
+        }
+    }
     ignore_stop_signals();
     let sock = match beltway::sys::inherited_unix_stream(fd) {
         Ok(s) => s,
@@ -325,6 +393,13 @@ fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &st
         Ok(s) => s,
         Err(e) => {
             eprintln!("streamline __space: --share: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let g = match access::apply_export_modes_arg(&g, export_modes) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("streamline __space: {e}");
             return ExitCode::from(2);
         }
     };
@@ -456,68 +531,125 @@ fn choose_share(g: &lang::Graph, quiet: bool) -> Option<control::prefix::Share> 
     prefixes.first().filter(|p| p.nodes.len() >= shortest).map(|p| Share::Publish { key: p.key.clone() })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f64, share: bool) -> ExitCode {
-    let g = match lang::parse(pipeline, &resolver()) {
-        Ok(g) => g,
-        Err(d) => {
-            eprintln!("{d}");
-            return ExitCode::from(2);
-        }
-    };
-    if !(rate.is_finite() && rate > 0.0 && bytes.is_finite() && bytes >= 0.0) {
-        eprintln!("streamline: --rate must be positive and --bytes non-negative");
-        return ExitCode::from(2);
+/// A run built and ready to start: its spaces and the placement it was given.
+pub(crate) struct Prepared {
+    pub spaces: Spaces,
+    /// `plan (...): ...` as printed, or empty when the plan changed nothing.
+    pub placement: String,
+}
+
+/// A run that could not be prepared: the message (with the caret) and the exit status.
+pub(crate) struct NotPrepared {
+    pub message: String,
+    pub code: u8,
+}
+
+/// Parse, plan, share, rewrite and build a run (every construction step a transaction
+/// step: a failure leaves nothing behind). `grants`: the stream mode of privileged
+/// sources by node id, as the daemon's policy granted them (empty when run stand-alone).
+/// `extra` is appended to a process space's command line (the daemon's worker passes the
+/// client's identity).
+pub(crate) fn prepare(pipeline: &str, o: &daemon::proto::RunOptions, grants: &[(usize, u32)], extra: &[String]) -> Result<Prepared, NotPrepared> {
+    let fail = |message: String, code: u8| NotPrepared { message, code };
+    let g = lang::parse(pipeline, &resolver()).map_err(|d| fail(d.to_string(), 2))?;
+    if !(o.rate.is_finite() && o.rate > 0.0 && o.bytes.is_finite() && o.bytes >= 0.0) {
+        return Err(fail("streamline: --rate must be positive and --bytes non-negative".into(), 2));
     }
-    let load = control::Load { blocks_per_sec: rate, bytes_per_block: bytes };
-    let assign = match choose_placement(&g, how, load) {
+    // Exported streams are no more readable than what they were computed from.
+    let modes = control::access::stream_modes(&g, &|n| access::source_mode(n, grants));
+    let g = control::access::apply_export_modes(&g, &modes);
+    let export_modes = access::export_modes_arg(&g);
+    let load = control::Load { blocks_per_sec: o.rate, bytes_per_block: o.bytes };
+    let mut placement = String::new();
+    let assign = match choose_placement(&g, &o.plan, load) {
         Ok((a, why)) => {
-            if !quiet && !a.is_empty() {
-                eprintln!("plan ({why}): {}", describe(&g, &a));
+            if !a.is_empty() {
+                placement = format!("plan ({why}): {}", describe(&g, &a));
             }
             a
         }
         Err(e) => {
-            if !quiet {
-                eprintln!("note: the planner could not place this pipeline ({e}); running it as written");
-            }
+            placement = format!("note: the planner could not place this pipeline ({e}); running it as written");
             control::Assignment::default()
         }
     };
     // Sharing is chosen on the graph as the plan places it (pass 2 of control::rewrite),
     // then every rewrite runs in its one order.
-    let share = match (share, assign.apply(&g)) {
-        (_, Err(e)) => {
-            eprintln!("streamline: applying the plan: {e}");
-            return ExitCode::from(2);
-        }
-        (true, Ok(placed)) => choose_share(&placed, quiet),
+    let share = match (!o.no_share, assign.apply(&g)) {
+        (_, Err(e)) => return Err(fail(format!("streamline: applying the plan: {e}"), 2)),
+        (true, Ok(placed)) => choose_share(&placed, o.quiet),
         (false, Ok(_)) => None,
     };
-    let g = match control::rewrite::rewrite(&g, control::rewrite::Decisions { assignment: &assign, share: share.as_ref() }) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("streamline: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let g = control::rewrite::rewrite(&g, control::rewrite::Decisions { assignment: &assign, share: share.as_ref() }).map_err(|e| fail(format!("streamline: {e}"), 2))?;
     let launcher = std::env::current_exe().ok().map(|exe| {
-        let mut args = vec!["__space".into(), "--pipeline".into(), pipeline.into(), "--ring".into(), ring.to_string(), "--assign".into(), assign.to_string()];
+        let mut args = vec!["__space".into(), "--pipeline".into(), pipeline.into(), "--ring".into(), o.ring.to_string(), "--assign".into(), assign.to_string()];
         if let Some(s) = &share {
             args.extend(["--share".to_string(), s.to_arg()]);
         }
+        if !export_modes.is_empty() {
+            args.extend(["--export-modes".to_string(), export_modes.clone()]);
+        }
+        args.extend(extra.iter().cloned());
         Launcher { exe, args }
     });
     // Fault injection for the rollback tests: fail construction step K (from 0).
     let fail_at = std::env::var("STREAMLINE_FAIL_STEP").ok().and_then(|v| v.parse().ok());
-    let spaces = match Spaces::build_steps(&g, &filters::Library, ring, ChannelConfig::default(), launcher.as_ref(), fail_at) {
-        Ok(s) => s,
+    let spaces = Spaces::build_steps(&g, &filters::Library, o.ring, ChannelConfig::default(), launcher.as_ref(), fail_at)
+        // Under the pipeline with a caret at the node that failed, like a parse error.
+        .map_err(|e| fail(e.render("streamline: ", pipeline), 2))?;
+    Ok(Prepared { spaces, placement })
+}
+
+/// The per-filter table, summaries and warnings a run prints at its end (standard error).
+pub(crate) fn print_report(rep: &dataplane::spaces::SpacesReport, elapsed: std::time::Duration, quiet: bool) {
+    let report = &rep.nodes;
+    if !quiet {
+        eprintln!("{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}", "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops", "time ms");
+        for r in report {
+            let c = r.counters;
+            eprintln!(
+                "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10.1}",
+                r.label, c.blocks_in, c.bytes_in, c.blocks_out, c.bytes_out, c.drops, c.nanos as f64 / 1e6
+            );
+        }
+        eprintln!("({:.3} s)", elapsed.as_secs_f64());
+    }
+    for r in report {
+        if let Some(s) = &r.summary {
+            eprintln!("{s}");
+        }
+    }
+    for w in &rep.warnings {
+        eprintln!("warning: {w}");
+    }
+}
+
+/// The exit status of a finished run: 1 if a space died or a filter failed, 128 + the
+/// signal that stopped it, else 0.
+pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8 {
+    if let Some(d) = &rep.died {
+        eprintln!("streamline: {d}");
+        return 1;
+    }
+    if sig != 0 {
+        eprintln!("interrupted ({})", signal_name(sig));
+        return (128 + sig) as u8;
+    }
+    u8::from(rep.failed)
+}
+
+fn run(pipeline: &str, o: &daemon::proto::RunOptions) -> ExitCode {
+    let Prepared { spaces, placement } = match prepare(pipeline, o, &[], &[]) {
+        Ok(p) => p,
         Err(e) => {
-            // Under the pipeline with a caret at the node that failed, like a parse error.
-            eprintln!("{}", e.render("streamline: ", pipeline));
-            return ExitCode::from(2);
+            eprintln!("{}", e.message);
+            return ExitCode::from(e.code);
         }
     };
+    let quiet = o.quiet;
+    if !quiet && !placement.is_empty() {
+        eprintln!("{placement}");
+    }
     let (interrupt, signal) = watch_stop_signals(|sig| {
         // A second signal: give up at once (but leave no pinned maps behind).
         filters::nicfix::remove_run_pins();
@@ -545,40 +677,7 @@ fn run(pipeline: &str, quiet: bool, ring: usize, how: &str, rate: f64, bytes: f6
         b.finish_and_clear();
     }
     let elapsed = start.elapsed();
-    let report = &rep.nodes;
-    if !quiet {
-        eprintln!("{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}", "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops", "time ms");
-        for r in report {
-            let c = r.counters;
-            eprintln!(
-                "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10.1}",
-                r.label, c.blocks_in, c.bytes_in, c.blocks_out, c.bytes_out, c.drops, c.nanos as f64 / 1e6
-            );
-        }
-        eprintln!("({:.3} s)", elapsed.as_secs_f64());
-    }
-    for r in report {
-        if let Some(s) = &r.summary {
-            eprintln!("{s}");
-        }
-    }
-    for w in &rep.warnings {
-        eprintln!("warning: {w}");
-    }
-    if let Some(d) = &rep.died {
-        eprintln!("streamline: {d}");
-        return ExitCode::from(1);
-    }
-    let failed = rep.failed;
+    print_report(&rep, elapsed, quiet);
     // Pairs with the SeqCst store of the signal number in `watch_stop_signals`.
-    let sig = signal.load(Ordering::SeqCst);
-    if sig != 0 {
-        eprintln!("interrupted ({})", signal_name(sig));
-        return ExitCode::from((128 + sig) as u8);
-    }
-    if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    }
+    ExitCode::from(exit_status(&rep, signal.load(Ordering::SeqCst)))
 }

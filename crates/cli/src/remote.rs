@@ -1,0 +1,215 @@
+//! The `streamline` command as the daemon's client: `run` through the daemon (attached or
+//! `--detach`ed), `ps`, `stop`, `attach`, `edit`.
+//!
+//! Owns: turning those commands into protocol calls and printing the answers. Does not
+//! own: the protocol (`daemon::proto`, `daemon::client`).
+
+use daemon::client::{Client, ClientError};
+use daemon::proto::{NodeCounters, Reply, Request, RunOptions};
+use std::os::fd::AsRawFd;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// A daemon answering on the socket the flags or environment name, if any.
+pub fn connect(socket: Option<&str>) -> Option<Result<Client, ClientError>> {
+    let path = daemon::client::socket_path(socket)?;
+    if !path.exists() {
+        return None;
+    }
+    Some(Client::connect(&path))
+}
+
+/// Connect or say why not (for the commands that need a daemon).
+fn need(socket: Option<&str>) -> Result<Client, ExitCode> {
+    match connect(socket) {
+        Some(Ok(c)) => Ok(c),
+        Some(Err(e)) => {
+            eprintln!("streamline: {e}");
+            Err(ExitCode::from(1))
+        }
+        None => {
+            let p = daemon::client::socket_path(socket).map_or("none".to_string(), |p| p.display().to_string());
+            eprintln!("streamline: no daemon answers on {p} (start one with `streamlined`, or name its socket with --socket or STREAMLINE_SOCKET)");
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+fn refused(e: ClientError) -> ExitCode {
+    eprintln!("{}", prefixed(&e.to_string()));
+    match e {
+        ClientError::Refused { errno, .. } if errno == libc::EINVAL || errno == libc::EACCES => ExitCode::from(2),
+        _ => ExitCode::from(1),
+    }
+}
+
+/// Messages from the daemon that are not already a rendered diagnostic get our prefix.
+fn prefixed(m: &str) -> String {
+    if m.starts_with("error:") || m.starts_with("streamline") {
+        m.to_string()
+    } else {
+        format!("streamline: {m}")
+    }
+}
+
+/// `streamline run` through the daemon. An attached run gets this process's standard
+/// streams, Ctrl-C stops it as it would stop a stand-alone run, and the exit status is the
+/// run's. A detached run (`detach` is `Some(log)`) gets /dev/null, or the log file for its
+/// output, so `id=$(streamline run --detach ...)` returns at once.
+pub fn run(mut c: Client, pipeline: &str, options: RunOptions, detach: Option<Option<std::path::PathBuf>>) -> ExitCode {
+    let quiet = options.quiet;
+    let devnull = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").expect("/dev/null");
+    let log = match detach.as_ref().and_then(|l| l.as_ref()) {
+        Some(p) => match std::fs::OpenOptions::new().create(true).append(true).open(p) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("streamline: --log {}: {e}", p.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let fds = match (&detach, &log) {
+        (None, _) => [0, 1, 2],
+        (Some(_), Some(f)) => [devnull.as_raw_fd(), f.as_raw_fd(), f.as_raw_fd()],
+        (Some(_), None) => [devnull.as_raw_fd(); 3],
+    };
+    let detach = detach.is_some();
+    let run = match c.call_fds(Request::Open { pipeline: pipeline.to_string(), options, fds: 3 }, &fds) {
+        Ok((Reply::Opened { run, placement }, _)) => {
+            if !quiet && !placement.is_empty() && detach {
+                eprintln!("{placement}");
+            }
+            run
+        }
+        Ok((other, _)) => {
+            eprintln!("streamline: unexpected answer {other:?}");
+            return ExitCode::from(1);
+        }
+        Err(e) => return refused(e),
+    };
+    if let Err(e) = c.call(Request::Activate { run, detach }) {
+        return refused(e);
+    }
+    if detach {
+        println!("{run}");
+        return ExitCode::SUCCESS;
+    }
+    // Stop signals become a stop request; the run drains and ends as a stand-alone run
+    // would, and we exit with its status.
+    let (stop, which) = crate::watch_stop_signals(|sig| std::process::exit(128 + sig));
+    if let Ok(sock) = c.socket().try_clone() {
+        std::thread::spawn(move || {
+            // Pairs with the SeqCst stores in `watch_stop_signals`.
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let sig = which.load(Ordering::SeqCst);
+            let _ = daemon::proto::send(&sock, &daemon::proto::Msg { id: u64::MAX, body: Request::Stop { run, signal: sig } }, &[]);
+        });
+    }
+    wait_finished(&mut c, run, |_| {})
+}
+
+/// Attach to `run` and wait for its end, passing each counter snapshot to `each`.
+fn wait_finished(c: &mut Client, run: u64, mut each: impl FnMut(&Reply)) -> ExitCode {
+    if let Err(e) = c.send(Request::Attach { run }, &[]) {
+        return refused(e);
+    }
+    loop {
+        match c.recv() {
+            Ok((m, _)) => match m.body {
+                Reply::Finished { code, .. } => return ExitCode::from(code.clamp(0, 255) as u8),
+                r @ Reply::Counters { .. } => each(&r),
+                _ => {}
+            },
+            Err(ClientError::Refused { errno, .. }) if errno == libc::ESRCH => return ExitCode::SUCCESS,
+            Err(e) => return refused(e),
+        }
+    }
+}
+
+fn human(x: f64) -> String {
+    match x {
+        x if x >= 1e9 => format!("{:.1}G", x / 1e9),
+        x if x >= 1e6 => format!("{:.1}M", x / 1e6),
+        x if x >= 1e3 => format!("{:.1}k", x / 1e3),
+        x => format!("{x:.0}"),
+    }
+}
+
+pub fn ps(socket: Option<&str>) -> ExitCode {
+    let mut c = match need(socket) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match c.call(Request::Ps {}) {
+        Ok(Reply::Runs { runs }) => {
+            println!("{:<5} {:<10} {:<20} {:>9} {:>10}  PIPELINE", "ID", "USER", "STATE", "UPTIME", "BLOCKS/S");
+            for r in runs {
+                println!("{:<5} {:<10} {:<20} {:>8.1}s {:>10}  {}", r.run, r.user, r.state, r.uptime_s, human(r.rate), r.pipeline);
+                if !r.placement.is_empty() {
+                    println!("{:<5} {}", "", r.placement);
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(other) => {
+            eprintln!("streamline: unexpected answer {other:?}");
+            ExitCode::from(1)
+        }
+        Err(e) => refused(e),
+    }
+}
+
+pub fn stop(socket: Option<&str>, run: u64) -> ExitCode {
+    let mut c = match need(socket) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match c.call(Request::Stop { run, signal: 0 }) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => refused(e),
+    }
+}
+
+fn print_counters(nodes: &[NodeCounters], elapsed: f64) {
+    println!("{:<16} {:>12} {:>14} {:>12} {:>14} {:>10}   ({elapsed:.1} s)", "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops");
+    for n in nodes {
+        println!("{:<16} {:>12} {:>14} {:>12} {:>14} {:>10}", n.label, n.blocks_in, n.bytes_in, n.blocks_out, n.bytes_out, n.drops);
+    }
+}
+
+/// `streamline attach ID`: the run's counters as they come, until it ends (its exit
+/// status is ours) or Ctrl-C (which detaches; the run goes on).
+pub fn attach(socket: Option<&str>, run: u64) -> ExitCode {
+    let mut c = match need(socket) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let _ = crate::watch_stop_signals(|_| std::process::exit(0));
+    wait_finished(&mut c, run, |r| {
+        if let Reply::Counters { nodes, elapsed_s, .. } = r {
+            print_counters(nodes, *elapsed_s);
+        }
+    })
+}
+
+pub fn edit(socket: Option<&str>, run: u64, edit: &str) -> ExitCode {
+    let mut c = match need(socket) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match c.call(Request::Edit { run, edit: edit.to_string() }) {
+        Ok(Reply::Edited { applied, .. }) => {
+            println!("{applied}");
+            ExitCode::SUCCESS
+        }
+        Ok(other) => {
+            eprintln!("streamline: unexpected answer {other:?}");
+            ExitCode::from(1)
+        }
+        Err(e) => refused(e),
+    }
+}

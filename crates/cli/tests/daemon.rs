@@ -1,0 +1,349 @@
+//! End-to-end tests of `streamlined` and the `streamline` command as its client: a real
+//! daemon on a socket of each test's own, real workers, clients as root and as uid 65534
+//! (through util-linux's setpriv), and a raw-protocol client written in Python from the
+//! protocol's documentation (tests/common/rawclient.py).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_streamline");
+const RAW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/rawclient.py");
+
+fn daemon_bin() -> PathBuf {
+    let p = Path::new(BIN).with_file_name("streamlined");
+    assert!(p.exists(), "{} is missing: build the daemon (`cargo build -p daemon`; `cargo test --workspace` builds it)", p.display());
+    p
+}
+
+fn require_root(why: &str) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("?").to_string();
+    assert_eq!(euid, "0", "these tests need root ({why})");
+}
+
+/// A daemon on a socket of its own, stopped (SIGTERM) when dropped.
+struct Daemon {
+    child: Option<Child>,
+    socket: PathBuf,
+    dir: PathBuf,
+}
+
+impl Daemon {
+    fn start(tag: &str, policy: Option<&str>) -> Daemon {
+        require_root("the daemon runs captures and takes its clients' identities");
+        let dir = std::env::temp_dir().join(format!("sld-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Clients as uid 65534 must reach the socket.
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let socket = dir.join("control");
+        let mut cmd = Command::new(daemon_bin());
+        cmd.arg("--socket").arg(&socket).arg("--foreground").stdout(Stdio::null()).stderr(std::fs::File::create(dir.join("log")).unwrap());
+        if let Some(text) = policy {
+            let p = dir.join("policy.toml");
+            std::fs::write(&p, text).unwrap();
+            cmd.arg("--policy").arg(p);
+        }
+        let child = cmd.spawn().unwrap();
+        let d = Daemon { child: Some(child), socket, dir };
+        common::wait_for("the daemon's socket", Duration::from_secs(10), || std::os::unix::net::UnixStream::connect(&d.socket).is_ok());
+        d
+    }
+
+    fn cli(&self) -> Command {
+        let mut c = Command::new(BIN);
+        c.env("STREAMLINE_SOCKET", &self.socket);
+        c
+    }
+
+    /// The CLI as uid/gid 65534 with no supplementary groups.
+    fn cli_as_nobody(&self) -> Command {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(BIN).env("STREAMLINE_SOCKET", &self.socket);
+        c
+    }
+
+    fn raw(&self, steps: &[&str]) -> Vec<serde_json::Value> {
+        let out = Command::new("python3").arg(RAW).arg(&self.socket).args(steps).output().expect("python3 runs the raw client");
+        assert!(out.status.success(), "rawclient failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap_or(serde_json::Value::String(l.to_string()))).collect()
+    }
+
+    fn ps(&self) -> String {
+        let out = self.cli().arg("ps").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn run_ids(ps: &str) -> Vec<u64> {
+    ps.lines().skip(1).filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect()
+}
+
+#[test]
+fn a_run_through_the_daemon_prints_and_exits_as_a_standalone_run() {
+    let d = Daemon::start("same", None);
+    let p = "gen count=200000 size=100 | count";
+    let via = d.cli().args(["run", "--plan", "none", p]).output().unwrap();
+    let alone = Command::new(BIN).args(["--socket", "none", "run", "--plan", "none", p]).output().unwrap();
+    let ((_, ve), (_, ae)) = (text(&via), text(&alone));
+    assert!(via.status.success() && alone.status.success(), "{ve}\n{ae}");
+    assert_eq!(common::count_of(&ve), 200000, "{ve}");
+    assert_eq!(common::count_of(&ve), common::count_of(&ae));
+    assert!(ve.lines().any(|l| l == "count: 200000 blocks, 20000000 bytes"), "{ve}");
+    // Data written to standard output reaches the client's standard output.
+    let out = d.cli().args(["run", "-q", "gen count=3 size=4 | stdout"]).output().unwrap();
+    assert_eq!(out.stdout.len(), 12, "{:?}", text(&out));
+    // A pipeline that does not parse: the same caret, exit status 2.
+    let bad = d.cli().args(["run", "gen count=3 | nosuchfilterxyz"]).output().unwrap();
+    let (_, be) = text(&bad);
+    assert_eq!(bad.status.code(), Some(2), "{be}");
+    assert!(be.contains("nosuchfilterxyz") && be.contains('^'), "{be}");
+    assert!(run_ids(&d.ps()).is_empty(), "{}", d.ps());
+}
+
+#[test]
+fn detached_runs_are_listed_attached_and_stopped() {
+    let d = Daemon::start("ps", None);
+    let out = d.cli().args(["run", "--detach", "-q", "gen count=100G size=64 | count"]).stderr(Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().expect("--detach prints the run id");
+    let ps = d.ps();
+    assert!(ps.contains("running (detached)") && ps.contains("root") && ps.contains("gen count=100G size=64 | count"), "{ps}");
+    assert_eq!(run_ids(&ps), vec![id]);
+    // attach: counters as they change; stop ends the run and attach with it.
+    let mut attach = d.cli().args(["attach", &id.to_string()]).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(900));
+    let st = d.cli().args(["stop", &id.to_string()]).output().unwrap();
+    assert!(st.status.success(), "{:?}", text(&st));
+    let t0 = Instant::now();
+    let out = loop {
+        if let Some(_s) = attach.try_wait().unwrap() {
+            break attach.wait_with_output().unwrap();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "attach did not end with the run");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let counts: Vec<u64> = shown.lines().filter(|l| l.starts_with("count ")).filter_map(|l| l.split_whitespace().nth(1)?.parse().ok()).collect();
+    assert!(counts.len() >= 2 && counts.windows(2).all(|w| w[0] <= w[1]) && counts.last() > counts.first(), "{shown}");
+    assert_eq!(out.status.code(), Some(0), "a run stopped by request ends with status 0");
+    common::wait_for("the run to leave ps", Duration::from_secs(10), || run_ids(&d.ps()).is_empty());
+    // Someone else's ids, and ids that never were.
+    let e = d.cli().args(["stop", "999"]).output().unwrap();
+    assert!(!e.status.success() && text(&e).1.contains("no run 999"), "{:?}", text(&e));
+}
+
+#[test]
+fn ctrl_c_stops_a_run_through_the_daemon_like_a_standalone_one() {
+    let d = Daemon::start("int", None);
+    let c = d.cli().args(["run", "gen count=100G size=64 | count"]).stderr(Stdio::piped()).spawn().unwrap();
+    common::wait_for("the run in ps", Duration::from_secs(10), || !run_ids(&d.ps()).is_empty());
+    std::thread::sleep(Duration::from_millis(300));
+    let err = common::interrupt(c);
+    assert!(common::count_of(&err) > 0 && err.contains("interrupted (SIGINT)"), "{err}");
+    common::wait_for("the run to leave ps", Duration::from_secs(10), || run_ids(&d.ps()).is_empty());
+}
+
+#[test]
+fn a_client_killed_mid_transaction_is_rolled_back() {
+    let d = Daemon::start("txn", None);
+    let ring = format!("/dev/shm/streamline.txn{}", std::process::id());
+    let pipeline = format!("gen count=100G size=64 | count name=txn{} export=yes", std::process::id());
+    // Opened (built, with its exported ring) but never activated; then the client dies.
+    let mut c = Command::new("python3").arg(RAW).arg(&d.socket).args(["hello", &format!("open:{pipeline}"), "say:opened", "sleep:60"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("opened\n") {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "the client ended: {seen}");
+        seen += &line;
+    }
+    assert!(seen.contains(r#""reply": "opened""#), "{seen}");
+    assert!(Path::new(&ring).exists(), "the built run's exported ring {ring}");
+    assert!(d.ps().contains("built"), "{}", d.ps());
+    c.kill().unwrap();
+    c.wait().unwrap();
+    common::wait_for("the half-built run to be rolled back", Duration::from_secs(10), || run_ids(&d.ps()).is_empty() && !Path::new(&ring).exists());
+    // The daemon is unharmed.
+    let r = d.raw(&["hello", "ping"]);
+    assert_eq!(r[1]["reply"], "pong", "{r:?}");
+}
+
+#[test]
+fn hostile_clients_get_an_error_or_a_closed_connection_and_nothing_else_changes() {
+    let d = Daemon::start("host", None);
+    let out = d.cli().args(["run", "--detach", "-q", "gen count=100G size=64 | count"]).stderr(Stdio::null()).output().unwrap();
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let before = run_ids(&d.ps());
+    let error_of = |r: &[serde_json::Value]| r.iter().find(|m| m["reply"] == "error").map(|m| (m["code"].as_str().unwrap_or("").to_string(), m["message"].as_str().unwrap_or("").to_string()));
+    // Garbage before the handshake, a wrong version, a request before hello.
+    let r = d.raw(&["send:this is not json"]);
+    assert_eq!(error_of(&r).unwrap().0, "EPROTO", "{r:?}");
+    let r = d.raw(&["hello:99"]);
+    let (code, msg) = error_of(&r).unwrap();
+    assert!(code == "EPROTO" && msg.contains("version 99"), "{r:?}");
+    let r = d.raw(&["ping"]);
+    assert!(error_of(&r).unwrap().1.contains("hello"), "{r:?}");
+    // After the handshake: malformed JSON names line and column; unknown ops; an
+    // oversized length; a frame cut short; descriptors where none belong; too many.
+    let r = d.raw(&["hello", r#"send:{"id":5,"op":"open","pipeline":"#]);
+    let (code, msg) = error_of(&r).unwrap();
+    assert!(code == "EPROTO" && msg.contains("line 1 column"), "{r:?}");
+    let r = d.raw(&["hello", r#"send:{"id":5,"op":"format_disk"}"#]);
+    assert!(error_of(&r).unwrap().1.contains("format_disk"), "{r:?}");
+    let r = d.raw(&["hello", "raw:ffffff7f", "read"]);
+    assert!(error_of(&r).unwrap().1.contains("not within"), "{r:?}");
+    let _ = d.raw(&["hello", "raw:10000000", "raw:7b226964", "sleep:0.1"]);
+    let r = d.raw(&["hello", "fds:2"]);
+    assert!(error_of(&r).unwrap().1.contains("descriptors came with a request that takes none"), "{r:?}");
+    let r = d.raw(&["hello", "fds:20"]);
+    assert_eq!(error_of(&r).unwrap().0, "EPROTO", "{r:?}");
+    // Other users' runs: ids that do not exist, stop/attach/edit of someone else's.
+    let e = d.cli_as_nobody().args(["stop", &id.to_string()]).output().unwrap();
+    assert!(text(&e).1.contains("belongs to root"), "{:?}", text(&e));
+    // Many connections at once: past the limit, EAGAIN; the daemon keeps serving.
+    let held: Vec<_> = (0..300).filter_map(|_| std::os::unix::net::UnixStream::connect(&d.socket).ok()).collect();
+    assert!(held.len() >= 256, "only {} connections", held.len());
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = d.raw(&["hello", "ping"]);
+    assert_eq!(r[1]["reply"], "pong", "{r:?}");
+    assert_eq!(run_ids(&d.ps()), before, "the hostile clients changed the runs");
+    let _ = d.cli().args(["stop", &id.to_string()]).output();
+}
+
+#[test]
+fn access_control_matrix_as_uid_65534() {
+    let veth = common::quiet_veth("acl", "capturing on a veth pair through the daemon");
+    let policy = format!("[[grant]]\nusers = [\"65534\"]\ntemplate = 'rx dev={} | bpf \"udp port 53\"'\nmode = \"0640\"\n", veth.here);
+    let d = Daemon::start("acl", Some(&policy));
+    let pid = std::process::id();
+    // 1. Raw capture outside the granted template: refused, naming the policy.
+    let e = d.cli_as_nobody().args(["run", &format!("rx dev={} | count", veth.here)]).output().unwrap();
+    let (_, err) = text(&e);
+    assert_eq!(e.status.code(), Some(2), "{err}");
+    assert!(err.contains("CAP_NET_RAW") && err.contains("policy.toml") && err.contains("only these templates") && err.contains('^'), "{err}");
+    // 2. Another user's stream: root's 0600 export is refused to nobody, given to root.
+    let secret = format!("secret{pid}");
+    let out = d.cli().args(["run", "--detach", "-q", &format!("gen count=100G size=64 | count name={secret} export=yes mode=0600")]).stderr(Stdio::null()).output().unwrap();
+    let root_run: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    common::wait_for("root's exported stream", Duration::from_secs(10), || Path::new(&format!("/dev/shm/streamline.{secret}")).exists());
+    let raw_as_nobody = |steps: &[&str]| -> String {
+        let out = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", "python3", RAW]).arg(&d.socket).args(steps).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let r = raw_as_nobody(&["hello", &format!("stream:{secret}")]);
+    assert!(r.contains("EACCES") && r.contains("may not read") && r.contains("\"fds_received\": 0"), "{r}");
+    let r = d.raw(&["hello", &format!("stream:{secret}")]);
+    assert_eq!(r[1]["fds_received"], 2, "{r:?}");
+    let _ = d.cli().args(["stop", &root_run.to_string()]).output();
+    // 3. A file nobody may read: the worker opens it as the client, and the kernel says no.
+    let private = std::env::temp_dir().join(format!("sl-private-{pid}.pcap"));
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"), &private).unwrap();
+    std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let e = d.cli_as_nobody().args(["run", &format!("pcapin file={} | count", private.display())]).output().unwrap();
+    let (_, err) = text(&e);
+    assert!(!e.status.success() && err.to_lowercase().contains("permission denied"), "{err}");
+    std::fs::remove_file(&private).unwrap();
+    // 4. Unix commands run with the client's uid.
+    let o = d.cli_as_nobody().args(["run", "-q", "gen count=1 size=8 | id -u"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "65534", "{:?}", text(&o));
+    // 5. The granted template works, and its exported stream has the intersected mode
+    //    (grant 0640 AND the default ceiling 0644) and the client as owner.
+    let dns = format!("dns{pid}");
+    let log = std::env::temp_dir().join(format!("sl-acl-{pid}.log"));
+    let _ = std::fs::remove_file(&log);
+    let out = d
+        .cli_as_nobody()
+        .args(["run", "--detach", "-q", "--log"])
+        .arg(&log)
+        .arg(format!("rx dev={} | bpf \"udp port 53\" | count name={dns} export=yes", veth.here))
+        .output()
+        .unwrap();
+    let Ok(id) = String::from_utf8_lossy(&out.stdout).trim().parse::<u64>() else { panic!("no run id: {:?}", text(&out)) };
+    let ring = format!("/dev/shm/streamline.{dns}");
+    common::wait_for("the granted run's exported ring", Duration::from_secs(10), || Path::new(&ring).exists());
+    let meta = std::fs::metadata(&ring).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.mode() & 0o777, meta.uid()), (0o640, 65534), "mode {:o} uid {}", meta.mode() & 0o777, meta.uid());
+    let worker = Command::new("pgrep").args(["-P", &d.pid().to_string()]).output().unwrap();
+    for p in String::from_utf8_lossy(&worker.stdout).split_whitespace() {
+        common::wait_capturing(p.parse().unwrap(), &veth.here);
+    }
+    for port in ["53", "80"] {
+        veth.exec(&["sh", "-c", &format!("for i in $(seq 20); do echo q > /dev/udp/{}/{port}; done", veth.here_ip)]).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let ps = String::from_utf8_lossy(&d.cli_as_nobody().arg("ps").output().unwrap().stdout).into_owned();
+    assert!(ps.contains("nobody") || ps.contains("65534"), "{ps}");
+    let st = d.cli_as_nobody().args(["stop", &id.to_string()]).output().unwrap();
+    assert!(st.status.success(), "{:?}", text(&st));
+    common::wait_for("the run to end", Duration::from_secs(10), || run_ids(&d.ps()).is_empty());
+    // The detached run's report went to its log (opened by the client, so its own).
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(common::count_of(&err), 20, "only port 53 passes the template's bpf: {err}");
+    std::fs::remove_file(&log).unwrap();
+    assert!(!Path::new(&ring).exists(), "the run removed its ring at its end");
+}
+
+#[test]
+fn no_policy_means_no_raw_capture_for_unprivileged_users() {
+    let d = Daemon::start("nopol", None);
+    let e = d.cli_as_nobody().args(["run", "rx dev=lo | bpf \"udp port 53\" | count"]).output().unwrap();
+    let (_, err) = text(&e);
+    assert_eq!(e.status.code(), Some(2), "{err}");
+    assert!(err.contains("no policy file") && err.contains("uid 65534") && err.contains("CAP_NET_RAW"), "{err}");
+    // Pipelines over data nobody may read itself still run.
+    let o = d.cli_as_nobody().args(["run", "gen count=1000 size=10 | count"]).output().unwrap();
+    assert_eq!(common::count_of(&text(&o).1), 1000);
+}
+
+#[test]
+fn a_daemon_killed_with_sigkill_leaves_nothing_a_restart_does_not_reclaim() {
+    let mut d = Daemon::start("kill", None);
+    let name = format!("killed{}", std::process::id());
+    let ring = format!("/dev/shm/streamline.{name}");
+    let out = d.cli().args(["run", "--detach", "-q", &format!("gen count=100G size=64 | count name={name} export=yes")]).stderr(Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    common::wait_for("the exported ring", Duration::from_secs(10), || Path::new(&ring).exists());
+    // Worst case: the worker and the daemon both die, so no one cleans up (the worker
+    // first: alone, it would see the daemon's socket close and stop cleanly).
+    let workers = String::from_utf8_lossy(&Command::new("pgrep").args(["-P", &d.pid().to_string()]).output().unwrap().stdout).into_owned();
+    for w in workers.split_whitespace() {
+        let _ = Command::new("kill").args(["-KILL", w]).status();
+    }
+    assert!(Command::new("kill").args(["-KILL", &d.pid().to_string()]).status().unwrap().success());
+    d.child.take().unwrap().wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(Path::new(&ring).exists(), "SIGKILL leaves the ring (this is what a restart must reclaim)");
+    let d2 = Daemon::start("kill2", None);
+    assert!(!Path::new(&ring).exists(), "the restarted daemon reclaimed {ring}; log: {}", d2.log());
+    assert!(d2.log().contains("reclaimed"), "{}", d2.log());
+    assert!(run_ids(&d2.ps()).is_empty());
+}
