@@ -574,6 +574,9 @@ impl Space {
         // On interrupt: sources stop, but channels from other spaces drain until their
         // producers end (they stop their own sources and close), at most DRAIN_GRACE.
         let mut drain_until: Option<Instant> = None;
+        if let Some((mailbox, _)) = edits {
+            mailbox.publish(self.report());
+        }
         loop {
             // The quiescent point: every batch pulled so far has finished its walk. One
             // relaxed load per round when nobody edits (the mailbox's lock orders the rest).
