@@ -905,7 +905,7 @@ mod tests {
         fn process(&mut self, _: &mut Ctx<'_>, b: &mut Batch) {
             for t in b.tags.iter_mut() {
                 self.1 += 1;
-                t.class = (self.1 % self.0 == 0) as u16;
+                t.class = self.1.is_multiple_of(self.0) as u16;
             }
         }
     }
