@@ -882,7 +882,7 @@ mod tests {
         }
     }
 
-    /// `hold`: keeps every block until `finish` (like tcpstream's held segments).
+    /// `hold [n=N]`: keeps every block until `finish` (like tcpstream's held segments).
     #[derive(Default)]
     struct Hold(Vec<Tag>);
     impl Filter for Hold {
@@ -925,7 +925,11 @@ mod tests {
                     Box::new(Gate { go, ack, seq: 0, block: a.flag("block")?, pulled: false })
                 }
                 "tally" => Box::<Tally>::default(),
-                "hold" => Box::<Hold>::default(),
+                "hold" => {
+                    // n= only so that a `set` can fail to build.
+                    a.parse::<u64>("n", None, 0)?;
+                    Box::<Hold>::default()
+                }
                 "every" => Box::new(Every(a.parse::<u64>("n", Some(0), 1)?.max(1), 0)),
                 "pass" | "join" => Box::new(Pass),
                 "split" => Box::new(crate::builtin::SplitFilter::new(lang::SplitMode::RoundRobin, 2)),
@@ -938,7 +942,7 @@ mod tests {
     }
 
     fn resolver() -> lang::StaticResolver {
-        lang::StaticResolver::new().native("gate", &["block"]).native("tally", &[]).native("hold", &[]).native("every", &["n"]).native("pass", &[]).native("split", &[]).native("join", &[]).unix("cat")
+        lang::StaticResolver::new().native("gate", &["block"]).native("tally", &[]).native("hold", &["n"]).native("every", &["n"]).native("pass", &[]).native("split", &[]).native("join", &[]).unix("cat")
     }
 
     /// A factory and the test's ends of the gate: send batch sizes, receive acks.
@@ -1169,7 +1173,8 @@ mod tests {
         let (h, go, ack, t) = running("gate | tally name=head | hold | tally name=tail");
         let edits = [
             "insert after tally:head tally name=mid",
-            "set tally:mid",
+            // Fails to build: the old instance stays, with all it holds.
+            "set hold n=banana",
             "remove hold",
             "insert before tally:tail hold",
             "replace tally:mid every n=1",
@@ -1182,16 +1187,15 @@ mod tests {
         for (k, e) in edits.iter().enumerate() {
             batch(&go, &ack, 100 + k as u32);
             sent += 100 + k as u64;
-            if *e == "set tally:mid" {
-                // set needs options: a round trip through the parser refuses it...
-                assert!(matches!(Edit::parse(e, &resolver()), Err(EditError::Syntax(_))));
-                continue;
-            }
-            let a = h.apply(parse(e), WAIT).unwrap_or_else(|x| panic!("{e}: {x}"));
-            if *e == "remove hold" {
-                // hold kept all it got; retiring it flushed them on to the tail.
-                assert_eq!(a.flushed as u64, sent, "{e}");
-                eventually(&h, "tally:tail", sent);
+            let r = h.apply(parse(e), WAIT);
+            match *e {
+                "set hold n=banana" => assert!(matches!(r, Err(EditError::Build(_))), "{e}: {r:?}"),
+                "remove hold" => {
+                    // hold kept all it got; retiring it flushed them on to the tail.
+                    assert_eq!(r.unwrap().flushed as u64, sent, "{e}");
+                    eventually(&h, "tally:tail", sent);
+                }
+                _ => drop(r.unwrap_or_else(|x| panic!("{e}: {x}"))),
             }
         }
         batch(&go, &ack, 1000);
