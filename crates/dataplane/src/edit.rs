@@ -53,7 +53,10 @@
 //! [`Refusal::ProcessSpace`]: their neighbours were placed, and their channels built, for
 //! the graph as it was (`set`, which keeps the graph, is allowed next to a channel).
 //! `set` may not change what is fixed when a node is built: its name, placement, or
-//! exported stream.
+//! exported stream; it takes KEY=VALUE only (a positional word would lose to an option of
+//! the same parameter given at build time). `set` and `replace` make the filter afresh:
+//! counters go on across a `set` (they are the node's), session state does not (the old
+//! instance flushed what its sessions held); `set` on a source restarts its stream.
 
 use crate::filter::{Batch, Ctx, Filter};
 use crate::runtime::{base_name, instantiate, label_of, BuildError, Counters, Factory, Made, NodeReport, Space};
