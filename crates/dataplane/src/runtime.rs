@@ -55,30 +55,83 @@ pub struct Counters {
     pub nanos: u64,
 }
 
-struct Arc_ {
-    to: usize,
-    sel: Selector,
+pub(crate) struct Arc_ {
+    pub(crate) to: usize,
+    pub(crate) sel: Selector,
     /// This arc's index among the in-arcs of `to` (what `Batch::from` says).
-    in_index: usize,
+    pub(crate) in_index: usize,
 }
 
-struct RtNode {
-    label: String,
-    filter: Box<dyn Filter>,
+pub(crate) struct RtNode {
+    pub(crate) label: String,
+    /// The request-graph node this was built from (what live edits re-make it from, and
+    /// what new labels are counted by).
+    pub(crate) spec: Node,
+    pub(crate) filter: Box<dyn Filter>,
     /// `export=yes`: the node's output also goes to a named IBuf other processes can read.
-    export: Option<beltway::IbufWriter>,
+    pub(crate) export: Option<beltway::IbufWriter>,
     /// The filter's session state (runtime-owned, see `Ctx::sessions`).
-    sessions: Option<Box<dyn std::any::Any + Send>>,
-    out: Vec<Arc_>,
-    source: bool,
+    pub(crate) sessions: Option<Box<dyn std::any::Any + Send>>,
+    pub(crate) out: Vec<Arc_>,
+    pub(crate) source: bool,
     /// Route by class to the k-th arc (split), instead of multicasting.
-    routes_by_class: bool,
+    pub(crate) routes_by_class: bool,
     /// The filter is a classifier (see `Space::classify_run`).
-    classifier: bool,
-    done: bool,
-    c: Counters,
+    pub(crate) classifier: bool,
+    /// Removed by a live edit: a pass-through the report leaves out (see `crate::edit`).
+    pub(crate) removed: bool,
+    pub(crate) done: bool,
+    pub(crate) c: Counters,
     /// Time spent, in clock ticks (`c.nanos` is filled from it in reports).
-    ticks: u64,
+    pub(crate) ticks: u64,
+}
+
+/// What instantiating one node gives: its filter, whether it is a source, whether it
+/// routes by branch (a split), and its exported stream.
+pub(crate) struct Made {
+    pub(crate) filter: Box<dyn Filter>,
+    pub(crate) source: bool,
+    pub(crate) routes_by_class: bool,
+    pub(crate) export: Option<beltway::IbufWriter>,
+}
+
+/// A node's label: `base:name` for a named node, else `base` for the first node of its
+/// base name and `base#k` for the k-th (the count includes named nodes).
+pub(crate) fn label_of(base: &str, name: Option<&str>, k: usize) -> String {
+    match name {
+        Some(name) => format!("{base}:{name}"),
+        None if k > 1 => format!("{base}#{k}"),
+        None => base.to_string(),
+    }
+}
+
+/// Instantiate node `n` labelled `label`, with `in_degree` arcs into it; `sink`: no arc
+/// leaves it (a Unix sink writes to our standard output). The build and live edits both
+/// make nodes here, so an inserted filter is made exactly as a built one.
+pub(crate) fn instantiate(n: &Node, label: &str, factory: &dyn Factory, in_degree: usize, sink: bool) -> Result<Made, BuildError> {
+    let base = base_name(n);
+    let err = |kind: BuildErrorKind| BuildError::new(label.to_string(), span_of(n), kind);
+    let (filter, source, routes): (Box<dyn Filter>, bool, bool) = match &n.kind {
+        NodeKind::Filter { filter, params, options, place } => {
+            let args = Args::new(filter, params.clone(), options.clone()).with_place(place.clone());
+            // The library's `split` is the template's split node written by hand:
+            // it too sends each block down exactly one arc.
+            (factory.make(filter, &args).map_err(|e| err(without_name(e, &base).into()))?, factory.is_source(filter), filter == "split")
+        }
+        NodeKind::Unix { argv, .. } => {
+            let source = in_degree == 0;
+            (Box::new(UnixProc::spawn(argv, source, sink).map_err(|e| err(BuildErrorKind::Unix(e)))?), source, false)
+        }
+        NodeKind::Join { mode } => (Box::new(JoinFilter::new(*mode, in_degree)), false, false),
+        NodeKind::Split { mode, ways } => (Box::new(SplitFilter::new(*mode, *ways)), false, true),
+    };
+    let export = match &n.kind {
+        NodeKind::Filter { options, .. } if options.iter().any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") => {
+            Some(export_stream(n.name.as_deref().unwrap_or(label), size_option(options), mode_option(options)).map_err(|e| err(BuildErrorKind::Export(e)))?)
+        }
+        _ => None,
+    };
+    Ok(Made { filter, source, routes_by_class: routes, export })
 }
 
 /// An empty vector of slices with `v`'s allocation, for slices of another lifetime (the
@@ -193,7 +246,7 @@ pub fn mode_option(options: &[(String, String)]) -> Option<u32> {
 
 /// A graph instantiated in one space.
 pub struct Space {
-    nodes: Vec<RtNode>,
+    pub(crate) nodes: Vec<RtNode>,
     store: Store,
     warnings: Vec<String>,
     stop: bool,
@@ -220,37 +273,11 @@ impl Space {
             let base = base_name(n);
             let k = seen.entry(base.clone()).or_insert(0);
             *k += 1;
-            let label = match &n.name {
-                Some(name) => format!("{base}:{name}"),
-                None if *k > 1 => format!("{base}#{k}"),
-                None => base.clone(),
-            };
-            let err = |kind: BuildErrorKind| BuildError::new(label.clone(), span_of(n), kind);
-            let (filter, source, routes): (Box<dyn Filter>, bool, bool) = match &n.kind {
-                NodeKind::Filter { filter, params, options, place } => {
-                    let args = Args::new(filter, params.clone(), options.clone()).with_place(place.clone());
-                    // The library's `split` is the template's split node written by hand:
-                    // it too sends each block down exactly one arc.
-                    (factory.make(filter, &args).map_err(|e| err(without_name(e, &base).into()))?, factory.is_source(filter), filter == "split")
-                }
-                NodeKind::Unix { argv, .. } => {
-                    let source = in_degree(n.id) == 0;
-                    let sink = !g.edges.iter().any(|e| e.from == n.id);
-                    (Box::new(UnixProc::spawn(argv, source, sink).map_err(|e| err(BuildErrorKind::Unix(e)))?), source, false)
-                }
-                NodeKind::Join { mode } => (Box::new(JoinFilter::new(*mode, in_degree(n.id))), false, false),
-                NodeKind::Split { mode, ways } => (Box::new(SplitFilter::new(*mode, *ways)), false, true),
-            };
-            let export = match &n.kind {
-                NodeKind::Filter { options, .. } if options.iter().any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") => Some(
-                    export_stream(n.name.as_deref().unwrap_or(&label), size_option(options), mode_option(options))
-                        .map_err(|e| err(BuildErrorKind::Export(e)))?,
-                ),
-                _ => None,
-            };
-            let mut filter = filter;
+            let label = label_of(&base, n.name.as_deref(), *k);
+            let sink = !g.edges.iter().any(|e| e.from == n.id);
+            let Made { mut filter, source, routes_by_class, export } = instantiate(n, &label, factory, in_degree(n.id), sink)?;
             let classifier = !source && filter.as_classifier().is_some();
-            nodes.push(RtNode { label, filter, export, sessions: None, out: Vec::new(), source, routes_by_class: routes, classifier, done: false, c: Counters::default(), ticks: 0 });
+            nodes.push(RtNode { label, spec: n.clone(), filter, export, sessions: None, out: Vec::new(), source, routes_by_class, classifier, removed: false, done: false, c: Counters::default(), ticks: 0 });
         }
         let mut in_count = vec![0usize; nodes.len()];
         for e in &g.edges {
@@ -272,7 +299,7 @@ impl Space {
     }
 
     /// Run `f` with node `i`'s filter and a context (disjoint borrows).
-    fn with_filter<R>(&mut self, i: usize, f: impl FnOnce(&mut dyn Filter, &mut Ctx<'_>) -> R) -> R {
+    pub(crate) fn with_filter<R>(&mut self, i: usize, f: impl FnOnce(&mut dyn Filter, &mut Ctx<'_>) -> R) -> R {
         let Space { nodes, store, warnings, stop, .. } = self;
         let node = &mut nodes[i];
         let mut cx = Ctx { store, name: &node.label, sessions: &mut node.sessions, warnings, stop };
@@ -381,7 +408,7 @@ impl Space {
     }
 
     /// Forward a node's output batch along its arcs.
-    fn route(&mut self, i: usize, mut batch: Batch, depth: usize) {
+    pub(crate) fn route(&mut self, i: usize, mut batch: Batch, depth: usize) {
         if let Some(ex) = self.nodes[i].export.as_mut() {
             for t in batch.tags.iter().filter(|t| t.class != 0) {
                 if let Ok(d) = self.store.data(t) {
@@ -498,13 +525,13 @@ impl Space {
 
     /// Charge the time since the last reading to node `i`.
     #[inline]
-    fn charge(&mut self, i: usize) {
+    pub(crate) fn charge(&mut self, i: usize) {
         charge_to(&self.clock, &mut self.last, &mut self.nodes[i].ticks);
     }
 
     /// Start timing afresh (before a source's pull: what came before is nobody's).
     #[inline]
-    fn restart_clock(&mut self) {
+    pub(crate) fn restart_clock(&mut self) {
         self.last = self.clock.raw();
     }
 
@@ -526,14 +553,38 @@ impl Space {
     /// Run until every source is exhausted or `interrupt` is set (then channels from other
     /// spaces drain first, see [`Filter::drains`]). Calls `tick` now and then (progress
     /// display).
-    pub fn run(&mut self, interrupt: &AtomicBool, mut tick: impl FnMut(&Space)) {
+    pub fn run(&mut self, interrupt: &AtomicBool, tick: impl FnMut(&Space)) {
+        self.run_loop(interrupt, None, tick);
+    }
+
+    /// [`Space::run`], taking live edits from `edits` (space 0's mailbox, see
+    /// [`crate::edit`]) at the quiescent point between source batches; `factory` makes the
+    /// filters they insert. The handle's counters are refreshed with `tick`'s period and
+    /// after each edit; once the run ended, edits are refused with
+    /// [`crate::edit::EditError::Ended`].
+    pub fn run_with(&mut self, interrupt: &AtomicBool, edits: &crate::edit::EditHandle, factory: &dyn Factory, tick: impl FnMut(&Space)) {
+        let mailbox = edits.mailbox(0);
+        self.run_loop(interrupt, mailbox.map(|m| (m, factory)), tick);
+    }
+
+    pub(crate) fn run_loop(&mut self, interrupt: &AtomicBool, edits: Option<(&crate::edit::Mailbox, &dyn Factory)>, mut tick: impl FnMut(&Space)) {
         let sources: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].source).collect();
         let mut last_tick = Instant::now();
         let mut batch = Batch::with_capacity(BATCH);
         // On interrupt: sources stop, but channels from other spaces drain until their
         // producers end (they stop their own sources and close), at most DRAIN_GRACE.
         let mut drain_until: Option<Instant> = None;
+        if let Some((mailbox, _)) = edits {
+            mailbox.publish(self.report());
+        }
         loop {
+            // The quiescent point: every batch pulled so far has finished its walk. One
+            // relaxed load per round when nobody edits (the mailbox's lock orders the rest).
+            if let Some((mailbox, factory)) = edits {
+                if mailbox.pending() {
+                    mailbox.serve(self, factory);
+                }
+            }
             let mut active = false;
             let mut produced = false;
             let interrupted = interrupt.load(Ordering::Relaxed);
@@ -572,13 +623,23 @@ impl Space {
             self.poll_unix(false);
             if last_tick.elapsed() > Duration::from_millis(100) {
                 tick(self);
+                if let Some((mailbox, _)) = edits {
+                    mailbox.publish(self.report());
+                }
                 last_tick = Instant::now();
             }
             if !active || self.stop || (interrupted && !draining) {
                 break;
             }
         }
+        // Edits that arrive from here on are refused: the run is ending.
+        if let Some((mailbox, _)) = edits {
+            mailbox.close();
+        }
         self.finish_all();
+        if let Some((mailbox, _)) = edits {
+            mailbox.publish(self.report());
+        }
     }
 
     /// Let every filter that holds blocks flush them (in graph order), then drain Unix
@@ -611,7 +672,7 @@ impl Space {
         }
     }
 
-    fn poll_unix_node(&mut self, i: usize, wait: bool) {
+    pub(crate) fn poll_unix_node(&mut self, i: usize, wait: bool) {
         let mut out = Batch::default();
         // Sources handle their own output through pull; others (mid-pipeline Unix
         // processes) are drained here.
@@ -626,16 +687,22 @@ impl Space {
     }
 
     /// A source batch has finished its whole walk through the graph.
-    fn epoch_end(&mut self) {
+    pub(crate) fn epoch_end(&mut self) {
         for n in &mut self.nodes {
             n.filter.epoch_end();
         }
+    }
+
+    /// `ticks` of the space's clock in nanoseconds.
+    pub(crate) fn nanos(&self, ticks: u64) -> u64 {
+        self.clock.delta_as_nanos(0, ticks)
     }
 
     /// Per-filter counters and summaries.
     pub fn report(&self) -> Vec<NodeReport> {
         self.nodes
             .iter()
+            .filter(|n| !n.removed)
             .map(|n| NodeReport { label: n.label.clone(), counters: Counters { nanos: self.clock.delta_as_nanos(0, n.ticks), ..n.c }, summary: n.filter.summary() })
             .collect()
     }

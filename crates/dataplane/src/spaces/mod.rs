@@ -39,3 +39,4 @@ pub use place::{check_joins, place, replicate, schedule_of, Placement, SpaceId, 
 pub use protocol::ProtocolError;
 pub use run::SpacesReport;
 pub use split::{PUBLISH, SUBSCRIBE};
+pub(crate) use split::{EGRESS, INGRESS};

@@ -7,7 +7,8 @@ use super::build::{ChildSpace, Spaces};
 use super::place::{space_name, SpaceId};
 use super::protocol::{parse_report, recv_msg, report_text, send_msg};
 use super::split::{EGRESS, INGRESS};
-use crate::runtime::{NodeReport, Space};
+use crate::edit::EditHandle;
+use crate::runtime::{Factory, NodeReport, Space};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,7 +43,29 @@ impl Spaces {
     /// thread spaces on pinned worker threads, process spaces in their processes.
     /// `interrupt` stops them all; so does a space that dies (a panicking filter, a killed
     /// process), which the report then names.
-    pub fn run(self, interrupt: &AtomicBool, mut tick: impl FnMut(&Space)) -> SpacesReport {
+    pub fn run(self, interrupt: &AtomicBool, tick: impl FnMut(&Space)) -> SpacesReport {
+        self.run_inner(interrupt, None, tick)
+    }
+
+    /// A handle through which other threads edit this run while it runs and read its
+    /// counters ([`EditHandle`]); pass it to [`Spaces::run_with`]. Nodes in process
+    /// spaces are known by name only, so that edits to them are refused saying why.
+    pub fn edit_handle(&self) -> EditHandle {
+        let local = self.spaces.iter().map(|(id, s)| (*id, s.report())).collect();
+        let remote = self.children.iter().map(|c| (c.id, self.labels.iter().filter(|l| l.0 == c.id).map(|l| l.1.clone()).collect())).collect();
+        EditHandle::for_spaces(local, remote, self.spaces.len() + self.children.len() > 1)
+    }
+
+    /// [`Spaces::run`], with live edits: each space of this process takes the edits
+    /// `edits` routes to it at its own batch boundaries (its run loop checks its mailbox,
+    /// one relaxed load per round), making new filters with `factory`, and publishes its
+    /// counters to `edits` about every 100 ms.
+    pub fn run_with(self, interrupt: &AtomicBool, edits: &EditHandle, factory: &(dyn Factory + Sync), tick: impl FnMut(&Space)) -> SpacesReport {
+        self.run_inner(interrupt, Some((edits, factory)), tick)
+    }
+
+    fn run_inner(self, interrupt: &AtomicBool, edits: Option<(&EditHandle, &(dyn Factory + Sync))>, mut tick: impl FnMut(&Space)) -> SpacesReport {
+        let mailbox = |id: SpaceId| edits.and_then(|(h, f)| h.mailbox(id).map(|m| (m, f as &dyn Factory)));
         let multi = self.spaces.len() + self.children.len() > 1;
         let labels = self.labels;
         let placement = self.placement;
@@ -74,6 +97,7 @@ impl Spaces {
                 }
                 let sched = self.sched.get(&id).cloned().flatten();
                 let died = &died;
+                let edits = edits.and_then(|(h, f)| h.mailbox(id).map(|m| (m, f)));
                 let h = std::thread::Builder::new()
                     .name(format!("sl-space{id}"))
                     .spawn_scoped(scope, move || {
@@ -83,7 +107,7 @@ impl Spaces {
                             interrupt.store(true, Ordering::Relaxed);
                         }
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            space.run(interrupt, |_| {});
+                            space.run_loop(interrupt, edits.map(|(m, f)| (m, f as &dyn Factory)), |_| {});
                             space
                         }));
                         if r.is_err() {
@@ -144,7 +168,7 @@ impl Spaces {
                     died.lock().expect("not poisoned").push(e);
                     interrupt.store(true, Ordering::Relaxed);
                 }
-                space.run(interrupt, &mut tick);
+                space.run_loop(interrupt, mailbox(0), &mut tick);
                 results.push((0, Ok(space)));
             }
             for (id, h) in handles {

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Name of the synthetic endpoint filters in per-space graphs.
-pub(super) const EGRESS: &str = "__egress";
-pub(super) const INGRESS: &str = "__ingress";
+pub(crate) const EGRESS: &str = "__egress";
+pub(crate) const INGRESS: &str = "__ingress";
 /// Prefix sharing between runs: `__publish key=K` offers its input stream under K,
 /// `__subscribe key=K` is a source reading the stream a live run publishes under K
 /// (see `channel::publish`, `control::prefix`).

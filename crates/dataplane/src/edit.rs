@@ -1,0 +1,1283 @@
+//! Live edits of a running run (thesis 6.4, Tables 6.4-6.8: PAUSE, UPDATE, SET_INST_DATA,
+//! connect/disconnect): what an edit is ([`Edit`], with its text form), applying one to a
+//! [`Space`] ([`Space::edit`]) as a transaction that applies whole or leaves the space as it
+//! was, and the mailbox through which another thread edits a running run ([`EditHandle`]).
+//!
+//! Owns: the edit language, the graph surgery on a built space, the per-space mailboxes
+//! and the counters snapshot they publish. Does not own: making filters (the
+//! [`Factory`]), scheduling (the run loop calls [`Mailbox::serve`] at its quiescent
+//! point), or forwarding edits between processes (the daemon's).
+//!
+//! # The text form
+//!
+//! ```text
+//! set NODE KEY=VALUE [KEY=VALUE...]        re-make NODE with these options (SET_INST_DATA)
+//! insert after NODE FILTER [ARGS...]       a new filter between NODE and all its successors
+//! insert before NODE FILTER [ARGS...]      a new filter between NODE's one input and NODE
+//! remove NODE                              NODE's inputs connect to its outputs
+//! replace NODE FILTER [ARGS...]            a new filter in NODE's place, same arcs
+//! ```
+//!
+//! NODE is a label as [`Space::report`] prints it (`count`, `count#2`, `count:name`,
+//! and in a run of several spaces `count@1`). FILTER ARGS are one native filter in the
+//! pipeline language, parsed by `lang::parse` with the caller's resolver, so the filter's
+//! option keys are checked there and errors point into the edit's text with a caret.
+//!
+//! # When edits apply
+//!
+//! Only between source batches: a source batch finishes its whole walk before the next is
+//! pulled, so at the top of the run loop no block is in flight and nothing is lost by
+//! rewiring. Checking for edits costs one relaxed atomic load per round of the loop.
+//! Before an instance is dropped (set, replace, remove) its `finish` runs and what it
+//! flushes (tcpstream's held segments, an ordered join's queues) is routed along its arcs
+//! as at the end of a run; its final counters and summary come back in [`Applied`].
+//!
+//! # Arcs, and why a removed node stays as a pass-through
+//!
+//! Node indices stay stable: an inserted node is appended, a replaced or re-set node keeps
+//! its slot, and a removed node stays as a pass-through tombstone that reports leave out.
+//! Keeping it keeps the meaning of the selectors on both sides of it: `P |S1 X |S2 Y`
+//! without X is `P |S1 (identity) |S2 Y`, and the conjunction of S1 and S2 is not always a
+//! selector one arc can carry; it also keeps each arc's in-arc index, which joins count
+//! by. `insert after X F` moves X's out-arcs, selectors and in-arc indices unchanged, to F
+//! and joins X to F by a plain `|`; `insert before X F` moves X's one in-arc to F and
+//! joins F to X by a plain `|`; both are what writing `X | F |S Y` would build.
+//!
+//! # What is refused (and why)
+//!
+//! A source cannot be removed or inserted (sources are fixed when the run starts); a
+//! split's arcs are its branches, so nothing is inserted after, put in place of or
+//! removed from one; a template join is part of its `+`; `insert before` a node with
+//! several inputs would change what a join counts; nodes next to a channel to another
+//! space and nodes in process spaces are refused with [`Refusal::Channel`] and
+//! [`Refusal::ProcessSpace`]: their neighbours were placed, and their channels built, for
+//! the graph as it was (`set`, which keeps the graph, is allowed next to a channel).
+//! `set` may not change what is fixed when a node is built: its name, placement, or
+//! exported stream; it takes KEY=VALUE only (a positional word would lose to an option of
+//! the same parameter given at build time). `set` and `replace` make the filter afresh:
+//! counters go on across a `set` (they are the node's), session state does not (the old
+//! instance flushed what its sessions held); `set` on a source restarts its stream.
+
+use crate::filter::{Batch, Ctx, Filter};
+use crate::runtime::{base_name, instantiate, label_of, BuildError, Counters, Factory, Made, NodeReport, Space};
+use crate::spaces::{EGRESS, INGRESS};
+use lang::{DiagKind, Diagnostic, Node, NodeKind, Selector, Span};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Where `insert` puts the new filter relative to its NODE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Where {
+    After,
+    Before,
+}
+
+/// One live edit of a running run (see the module documentation for the text form).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Edit {
+    /// Re-make NODE's filter with these options changed (SET_INST_DATA). `span` is where
+    /// the options are in the edit's text.
+    Set { node: String, options: Vec<(String, String)>, span: Span },
+    /// A new filter after or before NODE.
+    Insert { node: String, at: Where, filter: Node },
+    /// NODE's inputs connect to its outputs.
+    Remove { node: String },
+    /// A new filter in NODE's place.
+    Replace { node: String, filter: Node },
+}
+
+/// Options fixed when a node is built: `set` cannot change them.
+const FIXED: [&str; 5] = ["export", "exportdata", "size", "mode", "share"];
+
+impl Edit {
+    /// The label of the node the edit is about.
+    pub fn node(&self) -> &str {
+        match self {
+            Edit::Set { node, .. } | Edit::Insert { node, .. } | Edit::Remove { node } | Edit::Replace { node, .. } => node,
+        }
+    }
+
+    /// Parse an edit's text. The filter part is parsed by `lang::parse` with `resolver`
+    /// (its option keys checked there); errors carry a span into `text`.
+    pub fn parse(text: &str, resolver: &dyn lang::Resolver) -> Result<Edit, EditError> {
+        let syntax = |kind, message: String, span| EditError::Syntax(diag(kind, message, span, text));
+        let Some((vspan, verb)) = word(text, 0) else {
+            return Err(syntax(DiagKind::EmptyPipeline, "empty edit: expected set, insert, remove or replace".into(), Span::new(0, text.len())));
+        };
+        let node_after = |from: usize, what: &str| -> Result<(Span, String), EditError> {
+            word(text, from).map(|(s, w)| (s, w.to_string())).ok_or_else(|| syntax(DiagKind::MissingOperand, format!("expected {what}"), Span::new(text.len(), text.len())))
+        };
+        match verb {
+            "set" => {
+                let (nspan, node) = node_after(vspan.end, "the label of the node to set options of (as the report prints it)")?;
+                let base = base_of(&node);
+                let f = parse_filter(text, nspan.end, Some(base), nspan, resolver)?;
+                let span = Span::new(skip_space(text, nspan.end), text.len());
+                let NodeKind::Filter { filter, params, options, place } = &f.kind else {
+                    return Err(syntax(DiagKind::UnexpectedToken, format!("set: {node} is not a native filter; only native filters take options"), nspan));
+                };
+                if filter != base {
+                    return Err(syntax(DiagKind::UnexpectedToken, format!("set: {node} is not a native filter; only native filters take options"), nspan));
+                }
+                if !params.is_empty() {
+                    return Err(syntax(DiagKind::BadOption, format!("set takes KEY=VALUE options; name the parameter of '{}' (e.g. every=5)", params[0]), span));
+                }
+                if options.is_empty() {
+                    return Err(syntax(DiagKind::MissingOperand, "set: expected KEY=VALUE options after the node".into(), span));
+                }
+                if f.name.is_some() {
+                    return Err(syntax(DiagKind::BadOption, "set: name= renames a node; names are fixed when the run is built".into(), span));
+                }
+                if !place.is_empty() {
+                    return Err(syntax(DiagKind::BadOption, "set: space= and placed= are fixed when the run is built".into(), span));
+                }
+                if let Some((k, _)) = options.iter().find(|(k, _)| FIXED.contains(&k.as_str())) {
+                    return Err(syntax(DiagKind::BadOption, format!("set: {k}= is fixed when the node is built (its exported stream)"), span));
+                }
+                if !f.hints.is_empty() {
+                    return Err(syntax(DiagKind::UnknownHint, "set: @hints take effect when a run is built".into(), span));
+                }
+                Ok(Edit::Set { node, options: options.clone(), span })
+            }
+            "insert" => {
+                let (wspan, w) = node_after(vspan.end, "'after' or 'before'")?;
+                let at = match w.as_str() {
+                    "after" => Where::After,
+                    "before" => Where::Before,
+                    _ => return Err(syntax(DiagKind::UnexpectedToken, format!("insert: expected 'after' or 'before', found '{w}'"), wspan)),
+                };
+                let (nspan, node) = node_after(wspan.end, "the label of the node to insert next to")?;
+                let filter = new_filter(text, nspan, resolver)?;
+                Ok(Edit::Insert { node, at, filter })
+            }
+            "remove" => {
+                let (nspan, node) = node_after(vspan.end, "the label of the node to remove")?;
+                if let Some((s, w)) = word(text, nspan.end) {
+                    return Err(syntax(DiagKind::UnexpectedToken, format!("remove takes one node; '{w}' is left over"), Span::new(s.start, text.trim_end().len())));
+                }
+                Ok(Edit::Remove { node })
+            }
+            "replace" => {
+                let (nspan, node) = node_after(vspan.end, "the label of the node to replace")?;
+                let filter = new_filter(text, nspan, resolver)?;
+                Ok(Edit::Replace { node, filter })
+            }
+            _ => Err(syntax(DiagKind::UnexpectedToken, format!("unknown edit '{verb}': expected set, insert, remove or replace"), vspan)),
+        }
+    }
+}
+
+fn diag(kind: DiagKind, message: String, span: Span, input: &str) -> Diagnostic {
+    Diagnostic { kind, message, span, help: None, input: input.to_string() }
+}
+
+fn skip_space(text: &str, from: usize) -> usize {
+    let rest = &text[from.min(text.len())..];
+    from + (rest.len() - rest.trim_start().len())
+}
+
+/// The next whitespace-separated word at or after byte `from`.
+fn word(text: &str, from: usize) -> Option<(Span, &str)> {
+    let start = skip_space(text, from);
+    let rest = &text[start..];
+    let len = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    (len > 0).then(|| (Span::new(start, start + len), &rest[..len]))
+}
+
+/// A label without its space (`count@1` -> `count`) and the space, if given.
+pub fn split_space(label: &str) -> (&str, Option<&str>) {
+    match label.rfind('@') {
+        Some(at) => (&label[..at], Some(&label[at + 1..])),
+        None => (label, None),
+    }
+}
+
+/// The filter a label names: `count#2` and `count:c` are `count`.
+fn base_of(label: &str) -> &str {
+    let l = split_space(label).0;
+    let end = l.find([':', '#']).unwrap_or(l.len());
+    &l[..end]
+}
+
+/// Parse the one filter of an edit, from byte `from` of `text` to its end; `prefix` (the
+/// filter's name, for `set`) goes in front. Spans are moved into `text`; a span in the
+/// prefix becomes `node` (the edit's NODE word).
+fn parse_filter(text: &str, from: usize, prefix: Option<&str>, node: Span, resolver: &dyn lang::Resolver) -> Result<Node, EditError> {
+    let start = skip_space(text, from);
+    if start >= text.len() && prefix.is_none() {
+        return Err(EditError::Syntax(diag(DiagKind::MissingOperand, "expected a filter (FILTER [ARGS...]) after the node".into(), Span::new(text.len(), text.len()), text)));
+    }
+    let (src, lead) = match prefix {
+        Some(p) => (format!("{p} {}", &text[start..]), p.len() + 1),
+        None => (text[start..].to_string(), 0),
+    };
+    let at = |s: Span| -> Span {
+        if s.start < lead {
+            node
+        } else {
+            Span::new((s.start - lead + start).min(text.len()), (s.end.max(lead) - lead + start).min(text.len()))
+        }
+    };
+    let g = lang::parse(&src, resolver).map_err(|d| EditError::Syntax(Diagnostic { span: at(d.span), input: text.to_string(), ..d }))?;
+    if g.nodes.len() != 1 {
+        let span = at(g.nodes.get(1).map_or(Span::new(lead, src.len()), |n| n.span));
+        return Err(EditError::Syntax(diag(DiagKind::UnexpectedToken, "an edit takes one filter; apply several edits for several filters".into(), span, text)));
+    }
+    let mut n = g.nodes.into_iter().next().expect("one node");
+    n.span = at(n.span);
+    n.id = 0;
+    Ok(n)
+}
+
+/// The new filter of an `insert` or `replace`: one native filter, placed by the edit.
+fn new_filter(text: &str, node: Span, resolver: &dyn lang::Resolver) -> Result<Node, EditError> {
+    let n = parse_filter(text, node.end, None, node, resolver)?;
+    let bad = |kind, message: &str| Err(EditError::Syntax(diag(kind, message.to_string(), n.span, text)));
+    match &n.kind {
+        NodeKind::Filter { filter, place, .. } => {
+            if filter == "split" {
+                return bad(DiagKind::UnexpectedToken, "split sends each block down one of its arcs by branch; it cannot be put into a running graph");
+            }
+            if place.space.is_some() {
+                return bad(DiagKind::BadOption, "space= is decided when the run is built; the new filter runs in the space of the node it goes next to");
+            }
+        }
+        NodeKind::Unix { .. } => return bad(DiagKind::UnknownFilter, "only native filters can be added to a running run, not Unix commands"),
+        NodeKind::Join { .. } | NodeKind::Split { .. } => return bad(DiagKind::UnexpectedToken, "an edit takes one filter"),
+    }
+    if !n.hints.is_empty() {
+        return bad(DiagKind::UnknownHint, "@hints take effect when a run is built; an edit cannot give them");
+    }
+    Ok(n)
+}
+
+/// Why an edit was refused although it parsed (EBUSY-like: the run stays as it was).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("a source cannot be removed (its stream is the run's input)")]
+    Source,
+    #[error("nothing flows into a source; insert after it instead")]
+    BeforeSource,
+    #[error("'{0}' is a source; an edit can add only filters between nodes")]
+    NewSource(String),
+    #[error("a source can only be replaced by a source, and a filter by a filter")]
+    SourceMismatch,
+    #[error("it has {0} inputs; inserting before it would change what it counts by input (a join's copies); insert after each input instead")]
+    Inputs(usize),
+    #[error("it is a split: its arcs are its branches, chosen per block, so the graph after it cannot be rewired")]
+    Split,
+    #[error("it is the join of a parallel template (`+`); edit the branches' filters instead")]
+    Template,
+    #[error("it is a channel endpoint between spaces")]
+    Endpoint,
+    #[error("busy: it {0} a channel to another space, whose placement and channel were built for the graph as it is; only `set` may change it while it runs")]
+    Channel(&'static str),
+    #[error("busy: it runs in process space p{0}; edits reach only the spaces of the run's own process")]
+    ProcessSpace(usize),
+    #[error("the run has no space '{0}' in this process")]
+    NoSpace(String),
+    #[error("a node is already labelled {0}")]
+    NameTaken(String),
+    #[error("it is not a native filter; only native filters take options")]
+    NotNative,
+}
+
+/// What went wrong with an edit. Nothing was changed, except after [`EditError::Ended`]
+/// (the run was over).
+#[derive(Debug, thiserror::Error)]
+pub enum EditError {
+    /// The edit's text, with a caret under the problem.
+    #[error("{0}")]
+    Syntax(Diagnostic),
+    /// No live node has the label.
+    #[error("no node labelled '{label}' (there are: {})", known.join(", "))]
+    NoNode { label: String, known: Vec<String> },
+    /// The label names nodes in several spaces.
+    #[error("'{label}' names nodes in several spaces; say which: {}", candidates.join(", "))]
+    Ambiguous { label: String, candidates: Vec<String> },
+    /// The edit cannot be applied to this node.
+    #[error("{label}: {why}")]
+    Refused { label: String, why: Refusal },
+    /// The new filter failed to build (its label, and the span of the filter in the
+    /// edit's text for insert and replace); the old instance is kept.
+    #[error(transparent)]
+    Build(BuildError),
+    /// The run ended before the edit was applied.
+    #[error("the run ended before the edit was applied")]
+    Ended,
+    /// The run did not reach a batch boundary in time; the edit was withdrawn unapplied.
+    #[error("the run did not reach a batch boundary within {0:?}; the edit was withdrawn, nothing changed")]
+    Timeout(Duration),
+}
+
+/// An applied edit.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// The node made or changed (insert, replace: the new node's label; set: the node's;
+    /// remove: the label it had).
+    pub label: String,
+    /// The instance dropped (set, replace, remove): its final counters and summary.
+    pub retired: Option<NodeReport>,
+    /// Blocks the dropped instance flushed from its `finish` (routed on along its arcs).
+    pub flushed: usize,
+}
+
+/// What a removed node becomes: blocks pass with their classes unchanged.
+struct Removed;
+
+impl Filter for Removed {
+    fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
+}
+
+fn endpoint(label: &str) -> bool {
+    label.starts_with(EGRESS) || label.starts_with(INGRESS)
+}
+
+impl Space {
+    /// Apply `edit` (see the module documentation): only between source batches (the run
+    /// loop's quiescent point; [`EditHandle`] does that for a running run). Either the
+    /// edit applies whole, or the space is left exactly as it was and the error says why.
+    pub fn edit(&mut self, edit: &Edit, factory: &dyn Factory) -> Result<Applied, EditError> {
+        let label = split_space(edit.node()).0;
+        let i = self.live(label)?;
+        let refuse = |why| Err(EditError::Refused { label: label.to_string(), why });
+        if endpoint(label) {
+            return refuse(Refusal::Endpoint);
+        }
+        if !matches!(edit, Edit::Set { .. }) {
+            if let Some(why) = self.channel_next_to(i) {
+                return refuse(Refusal::Channel(why));
+            }
+        }
+        match edit {
+            Edit::Set { options, span, .. } => self.set(i, options, *span, factory),
+            Edit::Insert { at, filter, .. } => self.insert(i, *at, filter, factory),
+            Edit::Remove { .. } => self.remove(i),
+            Edit::Replace { filter, .. } => self.replace(i, filter, factory),
+        }
+    }
+
+    /// The live node labelled `label`.
+    fn live(&self, label: &str) -> Result<usize, EditError> {
+        self.nodes.iter().position(|n| !n.removed && n.label == label).ok_or_else(|| EditError::NoNode {
+            label: label.to_string(),
+            known: self.nodes.iter().filter(|n| !n.removed && !endpoint(&n.label)).map(|n| n.label.clone()).collect(),
+        })
+    }
+
+    /// The arcs into node `i`: (from, index among `from`'s out-arcs).
+    fn in_arcs(&self, i: usize) -> Vec<(usize, usize)> {
+        let mut v = Vec::new();
+        for (f, n) in self.nodes.iter().enumerate() {
+            for (k, a) in n.out.iter().enumerate() {
+                if a.to == i {
+                    v.push((f, k));
+                }
+            }
+        }
+        v
+    }
+
+    /// Whether a channel to another space enters or leaves at node `i`, in words.
+    fn channel_next_to(&self, i: usize) -> Option<&'static str> {
+        if self.nodes[i].out.iter().any(|a| self.nodes[a.to].label.starts_with(EGRESS)) {
+            return Some("sends into");
+        }
+        if self.in_arcs(i).iter().any(|&(f, _)| self.nodes[f].label.starts_with(INGRESS)) {
+            return Some("receives from");
+        }
+        None
+    }
+
+    /// A label for a new node `n` by the build's rule (`base`, `base#k`, `base:name`),
+    /// counting every node of the same base (removed ones too, so a label never comes
+    /// back for another instance); `except` is the node it replaces.
+    fn new_label(&self, n: &Node, except: Option<usize>) -> Result<String, EditError> {
+        let others = || self.nodes.iter().enumerate().filter(move |(j, _)| Some(*j) != except).map(|(_, m)| m);
+        let taken = |l: &str| others().any(|m| !m.removed && m.label == l);
+        let base = base_name(n);
+        if let Some(name) = &n.name {
+            let l = label_of(&base, Some(name), 0);
+            return match taken(&l) {
+                true => Err(EditError::Refused { label: l.clone(), why: Refusal::NameTaken(l) }),
+                false => Ok(l),
+            };
+        }
+        let mut k = others().filter(|m| base_name(&m.spec) == base).count() + 1;
+        loop {
+            let l = label_of(&base, None, k);
+            if !taken(&l) {
+                return Ok(l);
+            }
+            k += 1;
+        }
+    }
+
+    /// Let node `i`'s instance flush what it holds (routed along its arcs, as at the end
+    /// of a run; a Unix process is drained), and report its final counters.
+    fn retire(&mut self, i: usize) -> (NodeReport, usize) {
+        let mut out = Batch::default();
+        self.restart_clock();
+        self.with_filter(i, |f, cx| f.finish(cx, &mut out));
+        self.charge(i);
+        let flushed = out.len();
+        if flushed > 0 {
+            self.route(i, out, 0);
+        }
+        self.poll_unix_node(i, true);
+        // What was flushed has finished its walk, like a source batch.
+        self.epoch_end();
+        let report = self.report_of(i);
+        (report, flushed)
+    }
+
+    fn report_of(&self, i: usize) -> NodeReport {
+        let n = &self.nodes[i];
+        NodeReport { label: n.label.clone(), counters: Counters { nanos: self.nanos(n.ticks), ..n.c }, summary: n.filter.summary() }
+    }
+
+    fn set(&mut self, i: usize, changes: &[(String, String)], span: Span, factory: &dyn Factory) -> Result<Applied, EditError> {
+        let label = self.nodes[i].label.clone();
+        let refuse = |why| Err(EditError::Refused { label: label.clone(), why });
+        let mut spec = self.nodes[i].spec.clone();
+        let NodeKind::Filter { options, .. } = &mut spec.kind else { return refuse(Refusal::NotNative) };
+        if self.nodes[i].routes_by_class {
+            return refuse(Refusal::Split);
+        }
+        for (k, v) in changes {
+            match options.iter_mut().find(|(o, _)| o == k) {
+                Some(o) => o.1 = v.clone(),
+                None => options.push((k.clone(), v.clone())),
+            }
+        }
+        // The node keeps its exported stream: the new instance is made without one.
+        let mut make = Node { span, ..spec.clone() };
+        if let NodeKind::Filter { options, .. } = &mut make.kind {
+            options.retain(|(k, _)| k != "export" && k != "exportdata");
+        }
+        let (in_degree, sink) = (self.in_arcs(i).len(), self.nodes[i].out.is_empty());
+        // The build may fail: nothing is touched before it succeeded.
+        let made = instantiate(&make, &label, factory, in_degree, sink).map_err(EditError::Build)?;
+        let (retired, flushed) = self.retire(i);
+        let node = &mut self.nodes[i];
+        let Made { mut filter, .. } = made;
+        node.classifier = !node.source && filter.as_classifier().is_some();
+        node.filter = filter;
+        node.spec = spec;
+        node.sessions = None;
+        node.done = false;
+        Ok(Applied { label, retired: Some(retired), flushed })
+    }
+
+    fn insert(&mut self, i: usize, at: Where, n: &Node, factory: &dyn Factory) -> Result<Applied, EditError> {
+        let here = self.nodes[i].label.clone();
+        let refuse = |why| Err(EditError::Refused { label: here.clone(), why });
+        if let NodeKind::Filter { filter, .. } = &n.kind {
+            if factory.is_source(filter) {
+                return refuse(Refusal::NewSource(filter.clone()));
+            }
+        }
+        let input = match at {
+            Where::After => {
+                if self.nodes[i].routes_by_class {
+                    return refuse(Refusal::Split);
+                }
+                None
+            }
+            Where::Before => {
+                let ins = self.in_arcs(i);
+                match ins.as_slice() {
+                    [] => return refuse(Refusal::BeforeSource),
+                    [one] => Some(*one),
+                    more => return refuse(Refusal::Inputs(more.len())),
+                }
+            }
+        };
+        let label = self.new_label(n, None)?;
+        let sink = at == Where::After && self.nodes[i].out.is_empty();
+        let Made { mut filter, source, routes_by_class, export } = instantiate(n, &label, factory, 1, sink).map_err(EditError::Build)?;
+        let new = self.nodes.len();
+        let classifier = filter.as_classifier().is_some();
+        let out = match (at, input) {
+            // X's out-arcs now leave the new node, selectors and in-arc indices kept.
+            (Where::After, _) => {
+                let out = std::mem::take(&mut self.nodes[i].out);
+                self.nodes[i].out.push(crate::runtime::Arc_ { to: new, sel: Selector::Default, in_index: 0 });
+                out
+            }
+            // X's one in-arc now enters the new node (selector kept); new -> X is plain.
+            (Where::Before, Some((from, k))) => {
+                let arc = &mut self.nodes[from].out[k];
+                let in_index = arc.in_index;
+                arc.to = new;
+                arc.in_index = 0;
+                vec![crate::runtime::Arc_ { to: i, sel: Selector::Default, in_index }]
+            }
+            (Where::Before, None) => unreachable!("checked above: one input"),
+        };
+        self.nodes.push(crate::runtime::RtNode {
+            label: label.clone(),
+            spec: n.clone(),
+            filter,
+            export,
+            sessions: None,
+            out,
+            source,
+            routes_by_class,
+            classifier,
+            removed: false,
+            done: false,
+            c: Counters::default(),
+            ticks: 0,
+        });
+        Ok(Applied { label, retired: None, flushed: 0 })
+    }
+
+    fn remove(&mut self, i: usize) -> Result<Applied, EditError> {
+        let label = self.nodes[i].label.clone();
+        let refuse = |why| Err(EditError::Refused { label: label.clone(), why });
+        if self.nodes[i].source {
+            return refuse(Refusal::Source);
+        }
+        if self.nodes[i].routes_by_class {
+            return refuse(Refusal::Split);
+        }
+        if matches!(self.nodes[i].spec.kind, NodeKind::Join { .. } | NodeKind::Split { .. }) {
+            return refuse(Refusal::Template);
+        }
+        let (retired, flushed) = self.retire(i);
+        let node = &mut self.nodes[i];
+        if let Some(mut ex) = node.export.take() {
+            ex.close();
+        }
+        node.filter = Box::new(Removed);
+        node.removed = true;
+        node.classifier = false;
+        node.sessions = None;
+        Ok(Applied { label, retired: Some(retired), flushed })
+    }
+
+    fn replace(&mut self, i: usize, n: &Node, factory: &dyn Factory) -> Result<Applied, EditError> {
+        let old = self.nodes[i].label.clone();
+        let refuse = |why| Err(EditError::Refused { label: old.clone(), why });
+        if self.nodes[i].routes_by_class {
+            return refuse(Refusal::Split);
+        }
+        if matches!(self.nodes[i].spec.kind, NodeKind::Join { .. } | NodeKind::Split { .. }) {
+            return refuse(Refusal::Template);
+        }
+        let new_source = matches!(&n.kind, NodeKind::Filter { filter, .. } if factory.is_source(filter));
+        if new_source != self.nodes[i].source {
+            return refuse(Refusal::SourceMismatch);
+        }
+        let label = self.new_label(n, Some(i))?;
+        let (in_degree, sink) = (self.in_arcs(i).len(), self.nodes[i].out.is_empty());
+        let Made { mut filter, source, export, .. } = instantiate(n, &label, factory, in_degree, sink).map_err(EditError::Build)?;
+        let (retired, flushed) = self.retire(i);
+        let node = &mut self.nodes[i];
+        if let Some(mut ex) = node.export.take() {
+            ex.close();
+        }
+        node.classifier = !source && filter.as_classifier().is_some();
+        node.filter = filter;
+        node.export = export;
+        node.label = label.clone();
+        node.spec = n.clone();
+        node.sessions = None;
+        node.done = false;
+        node.c = Counters::default();
+        node.ticks = 0;
+        Ok(Applied { label, retired: Some(retired), flushed })
+    }
+}
+
+/// A space's mailbox: edits posted by other threads, taken by the run loop at its
+/// quiescent point, and the counters it last published.
+pub(crate) struct Mailbox {
+    /// Whether `state.queue` may hold edits: the run loop's one relaxed load per round.
+    /// SYNC: written only with `state` locked, so it agrees with the queue once the lock
+    /// is taken; the run loop reads the queue only under the lock, so a stale `false`
+    /// only delays an edit to the next round, and a stale `true` finds the queue empty.
+    pending: AtomicBool,
+    state: Mutex<State>,
+    snapshot: Mutex<Vec<NodeReport>>,
+}
+
+type Reply = mpsc::Sender<Result<Applied, EditError>>;
+
+struct State {
+    queue: Vec<(u64, Edit, Reply)>,
+    ended: bool,
+    next: u64,
+}
+
+/// Lock, whatever a panicking holder left: the state is a queue and a flag, consistent
+/// between statements.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Mailbox {
+    fn new(snapshot: Vec<NodeReport>) -> Mailbox {
+        Mailbox { pending: AtomicBool::new(false), state: Mutex::new(State { queue: Vec::new(), ended: false, next: 0 }), snapshot: Mutex::new(snapshot) }
+    }
+
+    #[inline]
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// Apply every posted edit to `space` (the run loop calls this between source
+    /// batches), publish the counters after each, and answer.
+    pub(crate) fn serve(&self, space: &mut Space, factory: &dyn Factory) {
+        let edits = {
+            let mut st = lock(&self.state);
+            self.pending.store(false, Ordering::Relaxed);
+            std::mem::take(&mut st.queue)
+        };
+        for (_, edit, reply) in edits {
+            let r = space.edit(&edit, factory);
+            // The edit's time is nobody's.
+            space.restart_clock();
+            self.publish(space.report());
+            let _ = reply.send(r);
+        }
+    }
+
+    /// The run loop's counters, for [`EditHandle::report`].
+    pub(crate) fn publish(&self, report: Vec<NodeReport>) {
+        *lock(&self.snapshot) = report;
+    }
+
+    /// The run is ending: refuse what is posted and what comes.
+    pub(crate) fn close(&self) {
+        let edits = {
+            let mut st = lock(&self.state);
+            st.ended = true;
+            self.pending.store(false, Ordering::Relaxed);
+            std::mem::take(&mut st.queue)
+        };
+        for (_, _, reply) in edits {
+            let _ = reply.send(Err(EditError::Ended));
+        }
+    }
+
+    /// Post `edit` and wait for its answer. On timeout an edit the run loop has not taken
+    /// yet is withdrawn (nothing changed); one it has taken is waited for, so the caller
+    /// never sees a timeout for an edit that applied.
+    fn post(&self, edit: Edit, timeout: Duration) -> Result<Applied, EditError> {
+        let (tx, rx) = mpsc::channel();
+        let id = {
+            let mut st = lock(&self.state);
+            if st.ended {
+                return Err(EditError::Ended);
+            }
+            let id = st.next;
+            st.next += 1;
+            st.queue.push((id, edit, tx));
+            self.pending.store(true, Ordering::Relaxed);
+            id
+        };
+        match rx.recv_timeout(timeout) {
+            Ok(r) => r,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(EditError::Ended),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                {
+                    let mut st = lock(&self.state);
+                    if let Some(k) = st.queue.iter().position(|(i, ..)| *i == id) {
+                        st.queue.remove(k);
+                        return Err(EditError::Timeout(timeout));
+                    }
+                }
+                // Taken: it is being applied right now.
+                rx.recv().unwrap_or(Err(EditError::Ended))
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Vec<NodeReport> {
+        lock(&self.snapshot).clone()
+    }
+}
+
+/// Edits a running run from another thread, and reads its counters while it runs.
+/// Clone it freely; it is `Send` and `Sync`. Made by [`EditHandle::new`] for one
+/// [`Space`] ([`Space::run_with`]) or by `Spaces::edit_handle` for a run of several
+/// ([`crate::spaces::Spaces::run_with`]).
+#[derive(Clone)]
+pub struct EditHandle {
+    dir: Arc<Directory>,
+}
+
+struct Directory {
+    /// The spaces of this process, by id, each with its mailbox.
+    local: Vec<(usize, Mailbox)>,
+    /// Process spaces: their nodes' base names (edits there are refused, by name).
+    remote: Vec<(usize, Vec<String>)>,
+    /// Labels carry their space (`count@1`), as in a multi-space report.
+    multi: bool,
+}
+
+impl Default for EditHandle {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EditHandle {
+    /// A handle for one space (space 0), to pass to [`Space::run_with`].
+    pub fn new() -> EditHandle {
+        Self::for_spaces(vec![(0, Vec::new())], Vec::new(), false)
+    }
+
+    pub(crate) fn for_spaces(local: Vec<(usize, Vec<NodeReport>)>, remote: Vec<(usize, Vec<String>)>, multi: bool) -> EditHandle {
+        let local = local.into_iter().map(|(id, r)| (id, Mailbox::new(r))).collect();
+        EditHandle { dir: Arc::new(Directory { local, remote, multi }) }
+    }
+
+    pub(crate) fn mailbox(&self, space: usize) -> Option<&Mailbox> {
+        self.dir.local.iter().find(|(id, _)| *id == space).map(|(_, m)| m)
+    }
+
+    /// Apply `edit` to the running run at its next batch boundary, waiting at most
+    /// `timeout` for the run to get there (see [`EditError::Timeout`]). The node is found
+    /// by its label: `NODE@ID` names space ID; without it, the one space of this process
+    /// that has the label.
+    pub fn apply(&self, edit: Edit, timeout: Duration) -> Result<Applied, EditError> {
+        let d = &self.dir;
+        let (label, space) = split_space(edit.node());
+        let refused = |why| Err(EditError::Refused { label: label.to_string(), why });
+        let target = match space {
+            Some(s) => {
+                if let Some(p) = s.strip_prefix('p').and_then(|p| p.parse::<usize>().ok()) {
+                    return refused(Refusal::ProcessSpace(p));
+                }
+                match s.parse::<usize>().ok().and_then(|id| d.local.iter().find(|(l, _)| *l == id)) {
+                    Some(t) => t,
+                    None => return refused(Refusal::NoSpace(s.to_string())),
+                }
+            }
+            None if d.local.len() == 1 => &d.local[0],
+            None => {
+                let has = |m: &Mailbox| m.snapshot().iter().any(|r| r.label == label);
+                let found: Vec<&(usize, Mailbox)> = d.local.iter().filter(|(_, m)| has(m)).collect();
+                match found.as_slice() {
+                    [one] => *one,
+                    [] => {
+                        if let Some((p, _)) = d.remote.iter().find(|(_, names)| names.iter().any(|n| n == base_of(label))) {
+                            return refused(Refusal::ProcessSpace(*p));
+                        }
+                        let known = self.report().into_iter().map(|r| r.label).collect();
+                        return Err(EditError::NoNode { label: label.to_string(), known });
+                    }
+                    more => return Err(EditError::Ambiguous { label: label.to_string(), candidates: more.iter().map(|(id, _)| format!("{label}@{id}")).collect() }),
+                }
+            }
+        };
+        let (id, mailbox) = (target.0, &target.1);
+        let mut applied = mailbox.post(edit, timeout)?;
+        if d.multi {
+            applied.label = format!("{}@{id}", applied.label);
+        }
+        Ok(applied)
+    }
+
+    /// The counters of every space of this process as their run loops last published
+    /// them (every ~100 ms while running, after each edit, and at the end); labelled as
+    /// in the run's report (`count@1` in a run of several spaces). Process spaces'
+    /// counters are not here (they report when they end).
+    pub fn report(&self) -> Vec<NodeReport> {
+        let mut v = Vec::new();
+        for (id, m) in &self.dir.local {
+            for mut r in m.snapshot() {
+                if endpoint(&r.label) {
+                    continue;
+                }
+                if self.dir.multi {
+                    r.label = format!("{}@{id}", r.label);
+                }
+                v.push(r);
+            }
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Edits on spaces of small test filters (the filter library depends on this crate;
+    //! its own filters are edited live in `crates/filters/tests/edit.rs`). Mid-run edits
+    //! are made deterministic by `gate`, a source that produces a batch only when the test
+    //! says so and acknowledges after the batch's whole walk.
+    use super::*;
+    use crate::filter::Args;
+    use crate::spaces::Spaces;
+    use beltway::Tag;
+    use std::sync::mpsc::{Receiver, Sender};
+
+    const SIZE: usize = 64;
+
+    /// `gate`: each number received is a batch of that many blocks of SIZE bytes (u32
+    /// sequence number first); after its walk, an acknowledgement. Ends when the sender
+    /// is dropped. With `block=yes` it waits in `pull` (a run that reaches no boundary),
+    /// and acknowledges a batch from there, once it waits for the next.
+    struct Gate {
+        go: Receiver<u32>,
+        ack: Sender<()>,
+        seq: u32,
+        block: bool,
+        pulled: bool,
+    }
+    impl Filter for Gate {
+        fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
+        fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, _max: usize) -> bool {
+            if self.block && std::mem::take(&mut self.pulled) {
+                let _ = self.ack.send(());
+            }
+            let n = if self.block { self.go.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected) } else { self.go.recv_timeout(Duration::from_millis(1)) };
+            match n {
+                Ok(n) => {
+                    for _ in 0..n {
+                        let mut b = [7u8; SIZE];
+                        b[..4].copy_from_slice(&self.seq.to_le_bytes());
+                        let t = cx.store.push(&b);
+                        out.push(Tag { class: 1, ..t });
+                        self.seq += 1;
+                    }
+                    self.pulled = true;
+                    true
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => true,
+                Err(mpsc::RecvTimeoutError::Disconnected) => false,
+            }
+        }
+        fn epoch_end(&mut self) {
+            if !self.block && std::mem::take(&mut self.pulled) {
+                let _ = self.ack.send(());
+            }
+        }
+    }
+
+    /// `tally`: counts blocks and bytes, and blocks that arrive out of order or twice.
+    #[derive(Default)]
+    struct Tally {
+        blocks: u64,
+        bytes: u64,
+        next: u32,
+        bad: u64,
+    }
+    impl Filter for Tally {
+        fn process(&mut self, cx: &mut Ctx<'_>, b: &mut Batch) {
+            for t in &b.tags {
+                let d = cx.data(t).expect("resolvable");
+                let seq = u32::from_le_bytes(d[..4].try_into().unwrap());
+                if seq < self.next {
+                    self.bad += 1;
+                }
+                self.next = seq + 1;
+                self.blocks += 1;
+                self.bytes += d.len() as u64;
+            }
+        }
+        fn summary(&self) -> Option<String> {
+            Some(format!("{} {} {}", self.blocks, self.bytes, self.bad))
+        }
+    }
+
+    /// `hold [n=N]`: keeps every block until `finish` (like tcpstream's held segments).
+    #[derive(Default)]
+    struct Hold(Vec<Tag>);
+    impl Filter for Hold {
+        fn process(&mut self, cx: &mut Ctx<'_>, b: &mut Batch) {
+            for t in &b.tags {
+                self.0.push(cx.keep(t).expect("keep"));
+            }
+            b.clear();
+        }
+        fn finish(&mut self, _: &mut Ctx<'_>, out: &mut Batch) {
+            for t in self.0.drain(..) {
+                out.push(t);
+            }
+        }
+    }
+
+    /// `every n=K`: passes the Kth, 2Kth, ... block (class 1), drops the others.
+    struct Every(u64, u64);
+    impl Filter for Every {
+        fn process(&mut self, _: &mut Ctx<'_>, b: &mut Batch) {
+            for t in b.tags.iter_mut() {
+                self.1 += 1;
+                t.class = self.1.is_multiple_of(self.0) as u16;
+            }
+        }
+    }
+
+    struct Pass;
+    impl Filter for Pass {
+        fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
+    }
+
+    /// The test factory; `gate` takes its channels from here (once).
+    struct F(Mutex<Option<(Receiver<u32>, Sender<()>)>>);
+    impl Factory for F {
+        fn make(&self, name: &str, a: &Args) -> Result<Box<dyn Filter>, crate::FilterError> {
+            Ok(match name {
+                "gate" => {
+                    let (go, ack) = lock(&self.0).take().ok_or("gate: made twice")?;
+                    Box::new(Gate { go, ack, seq: 0, block: a.flag("block")?, pulled: false })
+                }
+                "tally" => Box::<Tally>::default(),
+                "hold" => {
+                    // n= only so that a `set` can fail to build.
+                    a.parse::<u64>("n", None, 0)?;
+                    Box::<Hold>::default()
+                }
+                "every" => Box::new(Every(a.parse::<u64>("n", Some(0), 1)?.max(1), 0)),
+                "pass" | "join" => Box::new(Pass),
+                "split" => Box::new(crate::builtin::SplitFilter::new(lang::SplitMode::RoundRobin, 2)),
+                _ => return Err(format!("no filter {name}").into()),
+            })
+        }
+        fn is_source(&self, name: &str) -> bool {
+            name == "gate"
+        }
+    }
+
+    fn resolver() -> lang::StaticResolver {
+        lang::StaticResolver::new().native("gate", &["block"]).native("tally", &[]).native("hold", &["n"]).native("every", &["n"]).native("pass", &[]).native("split", &[]).native("join", &[]).unix("cat")
+    }
+
+    /// A factory and the test's ends of the gate: send batch sizes, receive acks.
+    fn gate() -> (F, Sender<u32>, Receiver<()>) {
+        let (go_tx, go_rx) = mpsc::channel();
+        let (ack_tx, ack_rx) = mpsc::channel();
+        (F(Mutex::new(Some((go_rx, ack_tx)))), go_tx, ack_rx)
+    }
+
+    fn build(text: &str, f: &F) -> Space {
+        let g = lang::parse(text, &resolver()).unwrap_or_else(|d| panic!("{d}"));
+        Space::build(&g, f, 1 << 22).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn parse(text: &str) -> Edit {
+        Edit::parse(text, &resolver()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn parse_err(text: &str) -> Diagnostic {
+        match Edit::parse(text, &resolver()) {
+            Err(EditError::Syntax(d)) => d,
+            other => panic!("`{text}`: expected a syntax error, got {other:?}"),
+        }
+    }
+
+    /// The graph as labels and arcs (live nodes only; removed ones shown as `-label`).
+    fn shape(s: &Space) -> Vec<String> {
+        s.nodes
+            .iter()
+            .map(|n| {
+                let arcs: Vec<String> = n.out.iter().map(|a| format!("{} {:?}/{}", s.nodes[a.to].label, a.sel, a.in_index)).collect();
+                format!("{}{} -> [{}]", if n.removed { "-" } else { "" }, n.label, arcs.join(", "))
+            })
+            .collect()
+    }
+
+    fn summary(r: &[NodeReport], label: &str) -> (u64, u64, u64) {
+        let s = r.iter().find(|n| n.label == label).unwrap_or_else(|| panic!("no {label} in {:?}", r.iter().map(|n| &n.label).collect::<Vec<_>>()));
+        let v: Vec<u64> = s.summary.as_deref().expect("tally summary").split(' ').map(|x| x.parse().unwrap()).collect();
+        (v[0], v[1], v[2])
+    }
+
+    #[test]
+    fn every_form_parses() {
+        assert_eq!(parse("set every n=5"), Edit::Set { node: "every".into(), options: vec![("n".into(), "5".into())], span: Span::new(10, 13) });
+        let Edit::Insert { node, at, filter } = parse("insert after tally:mid every n=2") else { panic!() };
+        assert_eq!((node.as_str(), at), ("tally:mid", Where::After));
+        assert!(matches!(&filter.kind, NodeKind::Filter { filter, options, .. } if filter == "every" && options == &[("n".to_string(), "2".to_string())]));
+        assert_eq!(filter.span, Span::new(23, 32), "the filter's span is in the edit's text");
+        assert!(matches!(parse("  insert   before pass#2 hold  "), Edit::Insert { at: Where::Before, ref node, .. } if node == "pass#2"));
+        assert_eq!(parse("remove every@1"), Edit::Remove { node: "every@1".into() });
+        assert!(matches!(parse("replace hold pass name=p"), Edit::Replace { ref filter, .. } if filter.name.as_deref() == Some("p")));
+        assert!(matches!(parse("set every#2 n=7"), Edit::Set { ref node, .. } if node == "every#2"));
+    }
+
+    #[test]
+    fn bad_edits_are_syntax_errors_pointing_at_the_problem() {
+        let cases: &[(&str, DiagKind, &str, &str)] = &[
+            ("", DiagKind::EmptyPipeline, "", "empty edit"),
+            ("frob tally", DiagKind::UnexpectedToken, "frob", "unknown edit 'frob'"),
+            ("insert beside tally pass", DiagKind::UnexpectedToken, "beside", "'after' or 'before'"),
+            ("insert after", DiagKind::MissingOperand, "", "expected the label"),
+            ("insert after tally", DiagKind::MissingOperand, "", "expected a filter"),
+            ("insert after tally pas", DiagKind::UnknownFilter, "pas", "pas"),
+            ("insert after tally pass | hold", DiagKind::UnexpectedToken, "hold", "one filter"),
+            ("insert after tally cat", DiagKind::UnknownFilter, "cat", "Unix"),
+            ("insert after tally split", DiagKind::UnexpectedToken, "split", "split"),
+            ("insert after tally pass space=1", DiagKind::BadOption, "pass space=1", "space="),
+            ("insert after tally pass @private", DiagKind::UnknownHint, "pass", "@hints"),
+            ("remove tally hold", DiagKind::UnexpectedToken, "hold", "left over"),
+            ("set every 5", DiagKind::BadOption, "5", "KEY=VALUE"),
+            ("set every", DiagKind::MissingOperand, "", "KEY=VALUE"),
+            ("set every m=5", DiagKind::BadOption, "m", "m"),
+            ("set every n=5 export=yes", DiagKind::BadOption, "n=5 export=yes", "export="),
+            ("set every n=5 name=x", DiagKind::BadOption, "n=5 name=x", "name="),
+            ("set cat n=1", DiagKind::UnexpectedToken, "cat", "not a native filter"),
+            ("insert after tally every n=\"2", DiagKind::UnterminatedQuote, "\"2", "quote"),
+        ];
+        for &(text, kind, under, words) in cases {
+            let d = parse_err(text);
+            assert_eq!(d.kind, kind, "`{text}`: {d}");
+            assert_eq!(d.input, text, "`{text}`: the diagnostic renders the edit's text");
+            let got = &text[d.span.start.min(text.len())..d.span.end.min(text.len())];
+            assert!(got.starts_with(under) && (under.is_empty() || !got.is_empty()), "`{text}`: caret under '{got}', expected '{under}': {d}");
+            assert!(d.message.contains(words), "`{text}`: '{}' does not say '{words}'", d.message);
+        }
+    }
+
+    proptest::proptest! {
+        /// Hostile text: an error or an edit, never a panic, and spans inside the text.
+        #[test]
+        fn parsing_never_panics(text in "\\PC{0,40}") {
+            if let Err(EditError::Syntax(d)) = Edit::parse(&text, &resolver()) {
+                proptest::prop_assert!(d.span.start <= text.len() && d.span.end <= text.len(), "{:?} in {:?}", d.span, text);
+            }
+        }
+
+        /// Text made of the language's own words, which gets further into the parser.
+        #[test]
+        fn word_salad_never_panics(words in proptest::collection::vec(proptest::sample::select(vec![
+            "set", "insert", "after", "before", "remove", "replace", "tally", "every", "n=2", "n=", "=", "|", "+", "(", ")", "\"", "!", "@private", "space=1", "cat", "hold:h", "tally#2", "every@1",
+        ]), 0..8)) {
+            let text = words.join(" ");
+            if let Err(EditError::Syntax(d)) = Edit::parse(&text, &resolver()) {
+                proptest::prop_assert!(d.span.start <= text.len() && d.span.end <= text.len(), "{:?} in {:?}", d.span, text);
+            }
+        }
+    }
+
+    #[test]
+    fn inserts_rewire_as_the_pipeline_would_be_written_and_label_by_the_build_rule() {
+        let (f, _go, _ack) = gate();
+        let mut s = build("gate | tally |1 hold + pass | tally name=tail", &f);
+        assert_eq!(shape(&s), ["gate -> [tally Default/0]", "tally -> [hold Class(1)/0, pass Class(1)/0]", "hold -> [join Default/0]", "pass -> [join Default/1]", "join -> [tally:tail Default/0]", "tally:tail -> []"]);
+        let a = s.edit(&parse("insert after tally tally"), &f).unwrap();
+        assert_eq!((a.label.as_str(), a.retired.is_none()), ("tally#3", true), "tally and tally:tail come first");
+        let a = s.edit(&parse("insert before pass every n=3"), &f).unwrap();
+        assert_eq!(a.label, "every");
+        let a = s.edit(&parse("insert before every tally name=t"), &f).unwrap();
+        assert_eq!(a.label, "tally:t");
+        let a = s.edit(&parse("insert after tally:tail tally"), &f).unwrap();
+        assert_eq!(a.label, "tally#5", "four tallies before it, named ones counted");
+        assert_eq!(
+            shape(&s),
+            [
+                "gate -> [tally Default/0]",
+                "tally -> [tally#3 Default/0]",
+                "hold -> [join Default/0]",
+                "pass -> [join Default/1]",
+                "join -> [tally:tail Default/0]",
+                "tally:tail -> [tally#5 Default/0]",
+                // X's out-arcs leave the new node with their selectors and in-arc indices;
+                // `insert before every` took every's one in-arc (selector kept).
+                "tally#3 -> [hold Class(1)/0, tally:t Class(1)/0]",
+                // new -> X keeps X's in-arc index.
+                "every -> [pass Default/0]",
+                "tally:t -> [every Default/0]",
+                "tally#5 -> []",
+            ]
+        );
+        let labels: Vec<String> = s.report().into_iter().map(|r| r.label).collect();
+        assert_eq!(labels, ["gate", "tally", "hold", "pass", "join", "tally:tail", "tally#3", "every", "tally:t", "tally#5"]);
+    }
+
+    #[test]
+    fn refused_and_failed_edits_leave_the_space_exactly_as_it_was() {
+        let (f, _go, _ack) = gate();
+        let mut s = build("gate | tally | split | pass + hold | tally name=tail", &f);
+        let before = shape(&s);
+        let refused: &[(&str, Refusal)] = &[
+            ("remove gate", Refusal::Source),
+            ("insert before gate pass", Refusal::BeforeSource),
+            ("insert after tally gate", Refusal::NewSource("gate".into())),
+            ("insert after split pass", Refusal::Split),
+            ("remove split", Refusal::Split),
+            ("replace split pass", Refusal::Split),
+            ("remove join", Refusal::Template),
+            ("insert before join pass", Refusal::Inputs(2)),
+            ("replace tally gate", Refusal::SourceMismatch),
+            ("replace gate tally", Refusal::SourceMismatch),
+            ("insert after tally tally name=tail", Refusal::NameTaken("tally:tail".into())),
+            ("replace pass tally name=tail", Refusal::NameTaken("tally:tail".into())),
+        ];
+        for (text, why) in refused {
+            match s.edit(&parse(text), &f) {
+                Err(EditError::Refused { why: w, .. }) => assert_eq!(&w, why, "{text}"),
+                other => panic!("{text}: expected {why:?}, got {other:?}"),
+            }
+            assert_eq!(shape(&s), before, "{text} changed the space");
+        }
+        // A filter that fails to build: a typed error naming the new node and the value.
+        for text in ["insert after tally every n=banana", "insert before tally every n=banana", "replace pass every n=banana"] {
+            let r = s.edit(&parse(text), &f);
+            let Err(EditError::Build(e)) = r else { panic!("{text}: {r:?}") };
+            assert_eq!(e.label, "every");
+            assert!(matches!(&*e.kind, crate::BuildErrorKind::Filter(crate::FilterError::BadValue { key, value, .. }) if key == "n" && value == "banana"), "{e}");
+            assert_eq!(e.render("edit: ", text).lines().nth(2).map(|l| l.trim()), Some("^^^^^^^^^^^^^^"), "caret under the filter in the edit's text:\n{}", e.render("edit: ", text));
+            assert_eq!(shape(&s), before, "{text} changed the space");
+        }
+        match s.edit(&parse("remove nosuch"), &f) {
+            Err(EditError::NoNode { label, known }) => {
+                assert_eq!(label, "nosuch");
+                assert_eq!(known, ["gate", "tally", "split", "pass", "hold", "join", "tally:tail"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Runs `text` on a thread with an edit handle; returns the handle, the gate and the
+    /// run's thread (its report at the end).
+    fn running(text: &'static str) -> (EditHandle, Sender<u32>, Receiver<()>, std::thread::JoinHandle<Vec<NodeReport>>) {
+        let (f, go, ack) = gate();
+        let h = EditHandle::new();
+        let h2 = h.clone();
+        let t = std::thread::spawn(move || {
+            let mut s = build(text, &f);
+            s.run_with(&AtomicBool::new(false), &h2, &f, |_| {});
+            s.report()
+        });
+        (h, go, ack, t)
+    }
+
+    const WAIT: Duration = Duration::from_secs(60);
+
+    /// Wait until the handle's counters (refreshed every ~100 ms by the run loop) show
+    /// `blocks` at tally `label`; a watchdog, not a time limit on the code under test.
+    fn eventually(h: &EditHandle, label: &str, blocks: u64) {
+        let end = std::time::Instant::now() + WAIT;
+        loop {
+            let r = h.report();
+            let now = r.iter().find(|n| n.label == label).map(|_| summary(&r, label).0);
+            if now == Some(blocks) {
+                return;
+            }
+            assert!(std::time::Instant::now() < end, "{label}: the counters show {now:?}, never {blocks}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// One batch of `n` blocks, walked to its end.
+    fn batch(go: &Sender<u32>, ack: &Receiver<()>, n: u32) {
+        go.send(n).unwrap();
+        ack.recv_timeout(WAIT).expect("the batch's walk ended");
+    }
+
+    #[test]
+    fn a_lossless_run_loses_no_block_across_edits_and_held_blocks_are_flushed() {
+        let (h, go, ack, t) = running("gate | tally name=head | hold | tally name=tail");
+        let edits = [
+            "insert after tally:head tally name=mid",
+            // Fails to build: the old instance stays, with all it holds.
+            "set hold n=banana",
+            "remove hold",
+            "insert before tally:tail hold",
+            "replace tally:mid every n=1",
+            "set every n=1",
+            "remove every",
+            // A removed node's label is not given out again: this hold is hold#2.
+            "replace hold#2 pass",
+        ];
+        let mut sent = 0u64;
+        for (k, e) in edits.iter().enumerate() {
+            batch(&go, &ack, 100 + k as u32);
+            sent += 100 + k as u64;
+            let r = h.apply(parse(e), WAIT);
+            match *e {
+                "set hold n=banana" => assert!(matches!(r, Err(EditError::Build(_))), "{e}: {r:?}"),
+                "remove hold" => {
+                    // hold kept all it got; retiring it flushed them on to the tail.
+                    assert_eq!(r.unwrap().flushed as u64, sent, "{e}");
+                    eventually(&h, "tally:tail", sent);
+                }
+                _ => drop(r.unwrap_or_else(|x| panic!("{e}: {x}"))),
+            }
+        }
+        batch(&go, &ack, 1000);
+        sent += 1000;
+        drop(go);
+        let r = t.join().unwrap();
+        assert_eq!(summary(&r, "tally:tail"), (sent, sent * SIZE as u64, 0), "every block, in order");
+        assert_eq!(summary(&r, "tally:head"), (sent, sent * SIZE as u64, 0));
+        let labels: Vec<&str> = r.iter().map(|n| n.label.as_str()).collect();
+        assert_eq!(labels, ["gate", "tally:head", "tally:tail", "pass"], "removed nodes are not reported");
+        assert!(matches!(h.apply(parse("remove pass"), WAIT), Err(EditError::Ended)));
+    }
+
+    #[test]
+    fn set_changes_what_passes_from_the_next_batch_on() {
+        let (h, go, ack, t) = running("gate | every n=1 | tally name=tail");
+        batch(&go, &ack, 100);
+        eventually(&h, "tally:tail", 100);
+        let a = h.apply(parse("set every n=4"), WAIT).unwrap();
+        let old = a.retired.expect("the old instance's report");
+        assert_eq!((old.label.as_str(), old.counters.blocks_in, old.counters.blocks_out), ("every", 100, 100));
+        batch(&go, &ack, 100);
+        eventually(&h, "tally:tail", 125); // one in four of the second hundred
+        // A failed set keeps the running instance (and its count).
+        assert!(matches!(h.apply(parse("set every n=banana"), WAIT), Err(EditError::Build(_))));
+        batch(&go, &ack, 100);
+        drop(go);
+        let r = t.join().unwrap();
+        assert_eq!(summary(&r, "tally:tail").0, 150, "25 of the last hundred too: the failed set changed nothing");
+        let every = r.iter().find(|n| n.label == "every").unwrap();
+        assert_eq!((every.counters.blocks_in, every.counters.blocks_out), (300, 150), "counters go on across a set");
+    }
+
+    #[test]
+    fn an_edit_the_run_does_not_reach_is_withdrawn_on_timeout() {
+        let (h, go, ack, t) = running("gate block=yes | tally name=tail");
+        batch(&go, &ack, 10);
+        // The gate now waits in pull: no boundary comes until the next batch.
+        assert!(matches!(h.apply(parse("insert after tally:tail tally"), Duration::from_millis(50)), Err(EditError::Timeout(_))));
+        batch(&go, &ack, 10);
+        drop(go);
+        let r = t.join().unwrap();
+        assert!(r.iter().all(|n| n.label != "tally"), "the withdrawn edit never applied: {:?}", r.iter().map(|n| &n.label).collect::<Vec<_>>());
+        assert_eq!(summary(&r, "tally:tail").0, 20);
+    }
+
+    #[test]
+    fn edits_reach_thread_spaces_by_label_and_are_refused_at_channels() {
+        let (f, go, ack) = gate();
+        let g = lang::parse("gate | pass space=1 | tally name=mid | hold | tally name=tail", &resolver()).unwrap();
+        let spaces = Spaces::build(&g, &f, 1 << 22, Default::default()).unwrap();
+        let h = spaces.edit_handle();
+        let h2 = h.clone();
+        let t = std::thread::spawn(move || spaces.run_with(&AtomicBool::new(false), &h2, &f, |_| {}));
+        batch(&go, &ack, 100);
+        // pass receives from the channel out of space 0: refused, saying why.
+        match h.apply(parse("remove pass"), WAIT) {
+            Err(EditError::Refused { label, why: Refusal::Channel(w) }) => assert_eq!((label.as_str(), w), ("pass", "receives from")),
+            other => panic!("{other:?}"),
+        }
+        match h.apply(parse("insert after gate@0 pass"), WAIT) {
+            Err(EditError::Refused { label, why: Refusal::Channel(w) }) => assert_eq!((label.as_str(), w), ("gate", "sends into")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(h.apply(parse("remove tally:mid@p3"), WAIT), Err(EditError::Refused { why: Refusal::ProcessSpace(3), .. })));
+        assert!(matches!(h.apply(parse("remove tally:mid@7"), WAIT), Err(EditError::Refused { why: Refusal::NoSpace(_), .. })));
+        // Space 1 has taken in the first hundred (its counters say so): hold has them all.
+        eventually(&h, "tally:mid@1", 100);
+        // In space 1, found by its label alone; labels come back with their space.
+        let a = h.apply(parse("insert after tally:mid every n=2"), WAIT).unwrap();
+        assert_eq!(a.label, "every@1");
+        let a = h.apply(parse("remove hold@1"), WAIT).unwrap();
+        assert_eq!((a.label.as_str(), a.flushed), ("hold@1", 100), "hold's blocks flushed on to the tail");
+        batch(&go, &ack, 100);
+        drop(go);
+        let rep = t.join().unwrap();
+        assert!(rep.died.is_none(), "{:?}", rep.died);
+        assert_eq!(summary(&rep.nodes, "tally:mid@1"), (200, 200 * SIZE as u64, 0));
+        assert_eq!(summary(&rep.nodes, "tally:tail@1"), (150, 150 * SIZE as u64, 0), "the held hundred, then one in two");
+        assert!(h.report().iter().any(|n| n.label == "every@1"), "the counters snapshot has the new node");
+    }
+}
