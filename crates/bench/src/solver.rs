@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use control::model::{request_from_text, Catalog, Load};
 use control::optimize::ilp;
-use control::SystemModel;
+use control::{Filters, SystemModel};
 
 use crate::util::{err, Result, Summary, Target};
 
@@ -105,8 +105,16 @@ struct Point {
     cons: usize,
 }
 
+/// The native filter library, handed to the control plane as `streamline` hands it.
+static FILTERS: Filters = Filters {
+    registry: filters::REGISTRY,
+    resolver: &filters::Natives,
+    multiqueue: filters::live::multiqueue,
+    kernel_placement: filters::live::kernel_placement,
+};
+
 fn measure(text: &str, spaces: usize, reps: usize) -> Result<Point> {
-    let mut catalog = Catalog::new();
+    let mut catalog = Catalog::new(FILTERS);
     catalog.set_measured("strip", 800.0, 0.0, None);
     let load = Load { blocks_per_sec: 100_000.0, bytes_per_block: 500.0 };
     let (_, req) = request_from_text(text, &catalog, load).map_err(|e| err(e.to_string()))?;

@@ -214,6 +214,15 @@ enum Cmd {
     },
 }
 
+/// The filter library as the control plane takes it (its declarations, its resolver, and
+/// the two graph passes written in it; see `control::rewrite`).
+static FILTERS: control::Filters = control::Filters {
+    registry: filters::REGISTRY,
+    resolver: &filters::Natives,
+    multiqueue: filters::live::multiqueue,
+    kernel_placement: filters::live::kernel_placement,
+};
+
 /// Native filters (with their parameter keys) from the library, Unix commands from PATH.
 fn resolver() -> lang::WithPath<filters::Natives> {
     lang::WithPath(filters::Natives)
@@ -404,7 +413,7 @@ fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &st
         }
     };
     // The same rewrites as the parent's, in the same order (control::rewrite).
-    let g = match control::rewrite::rewrite(&g, control::rewrite::Decisions { assignment: &assignment, share: share.as_ref() }) {
+    let g = match control::rewrite::rewrite(&FILTERS, &g, control::rewrite::Decisions { assignment: &assignment, share: share.as_ref() }) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("streamline __space: {e}");
@@ -440,7 +449,7 @@ fn plan(pipeline: &str, o: PlanOpts) -> Result<(), String> {
     if !(o.rate.is_finite() && o.rate > 0.0 && o.bytes.is_finite() && o.bytes >= 0.0) {
         return Err("--rate must be positive and --bytes non-negative".into());
     }
-    let mut planner = control::Planner::new(sys);
+    let mut planner = control::Planner::new(sys, FILTERS);
     planner.load = control::Load { blocks_per_sec: o.rate, bytes_per_block: o.bytes };
     for c in &o.costs {
         planner.catalog.parse_override(c)?;
@@ -491,7 +500,7 @@ fn choose_placement(g: &lang::Graph, how: &str, load: control::Load) -> Result<(
         _ => Method::Optimal,
     };
     let sys = control::SystemModel::discover().map_err(|e| e.to_string())?;
-    let mut planner = control::Planner::new(sys);
+    let mut planner = control::Planner::new(sys, FILTERS);
     planner.load = load;
     let mut scaled = 1.0;
     let planned = loop {
@@ -504,7 +513,7 @@ fn choose_placement(g: &lang::Graph, how: &str, load: control::Load) -> Result<(
             Err(e) => return Err(e.to_string()),
         }
     };
-    let a = control::Assignment::from_plan(g, &planned.plan, &planner.sys, planned.template);
+    let a = control::Assignment::from_plan(g, &planned.plan, &planner.sys, &FILTERS, planned.template);
     let mut why = format!("{} in {:.1} ms", planned.plan.stats.method, planned.plan.stats.solve_time.as_secs_f64() * 1e3);
     if scaled < 1.0 {
         why += &format!(", planned for {} blocks/s (the offered rate does not fit)", control::plan::human(planner.load.blocks_per_sec));
@@ -516,8 +525,8 @@ fn choose_placement(g: &lang::Graph, how: &str, load: control::Load) -> Result<(
 /// pipeline a live run publishes, or else publish ours. None when nothing is shareable.
 fn choose_share(g: &lang::Graph, quiet: bool) -> Option<control::prefix::Share> {
     use control::prefix::{shareable, Share};
-    let prefixes = shareable(g);
-    let shortest = prefixes.first().map_or(1, |p| control::prefix::min_shared_len(g, p));
+    let prefixes = shareable(&FILTERS, g);
+    let shortest = prefixes.first().map_or(1, |p| control::prefix::min_shared_len(&FILTERS, g, p));
     for p in prefixes.iter().filter(|p| p.nodes.len() >= shortest) {
         if let Some(pid) = dataplane::channel::published(&p.key) {
             if !quiet {
@@ -580,7 +589,7 @@ pub(crate) fn prepare(pipeline: &str, o: &daemon::proto::RunOptions, grants: &[(
         (true, Ok(placed)) => choose_share(&placed, o.quiet),
         (false, Ok(_)) => None,
     };
-    let g = control::rewrite::rewrite(&g, control::rewrite::Decisions { assignment: &assign, share: share.as_ref() }).map_err(|e| fail(format!("streamline: {e}"), 2))?;
+    let g = control::rewrite::rewrite(&FILTERS, &g, control::rewrite::Decisions { assignment: &assign, share: share.as_ref() }).map_err(|e| fail(format!("streamline: {e}"), 2))?;
     let launcher = std::env::current_exe().ok().map(|exe| {
         let mut args = vec!["__space".into(), "--pipeline".into(), pipeline.into(), "--ring".into(), o.ring.to_string(), "--assign".into(), assign.to_string()];
         if let Some(s) = &share {

@@ -184,8 +184,7 @@ fn a_second_run_shares_the_running_capture_prefix() {
     let dir = std::env::temp_dir().join(format!("sl-share-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("td.pcap");
-    let g = lang::parse(&format!("rx dev={} | bpf \"icmp\" | count", v.here), &control::model::PlanResolver).unwrap();
-    let key = control::prefix::shareable(&g)[0].key.clone();
+    let key = common::share_key(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
     let first = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
     wait_for("the first run publishes its capture", Duration::from_secs(30), || dataplane::channel::published(&key).is_some());
     // It publishes its stream, then opens its socket on its first pull.

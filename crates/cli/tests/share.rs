@@ -79,8 +79,7 @@ fn a_stopped_subscriber_loses_its_own_packets_and_stalls_no_one() {
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("td.pcap");
     let sub_pipeline = format!("rx dev={} | bpf \"tcp\" | count", v.here);
-    let g = lang::parse(&sub_pipeline, &control::model::PlanResolver).unwrap();
-    let key = control::prefix::shareable(&g)[0].key.clone();
+    let key = common::share_key(&sub_pipeline);
 
     // The publisher's capture ring is small (4 blocks of 1 MiB, about a second of this
     // replay): a publisher held back by a stopped subscriber would overflow it and lose

@@ -3,6 +3,10 @@
 //!
 //! A tour, in the order a request travels:
 //!
+//! * [`library`] owns [`Filters`], what the control plane knows of the filter library
+//!   (declarations, the language resolver, the library's two graph passes). Its caller
+//!   hands it in; this crate does not depend on the `filters` crate (nor, through it, on
+//!   the kernel plane).
 //! * [`system`] owns the system model: CPUs, caches and which CPUs share them, NUMA,
 //!   memory, capabilities (probed for real by [`probe`]), spaces (kernel, a pinned
 //!   thread per CPU, a process per CPU) and channel costs. Discovered from `/sys`, or
@@ -36,6 +40,7 @@
 
 pub mod access;
 pub mod error;
+pub mod library;
 pub mod model;
 pub mod optimize;
 pub mod plan;
@@ -49,6 +54,7 @@ pub mod system;
 pub use dataplane::txn;
 
 pub use error::{PlanError, RequestError, SystemError};
+pub use library::Filters;
 pub use model::{Catalog, Load, Request};
 pub use plan::{Channel, Choice, Plan};
 pub use planner::{Planner, Planned};

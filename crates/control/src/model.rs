@@ -11,6 +11,7 @@ use dataplane::{Access, Cost, ImplSpace};
 use lang::{Graph, Hint, NodeKind, SpaceName, SpaceSpec};
 
 use crate::error::RequestError;
+use crate::library::Filters;
 use crate::system::SpaceKind;
 
 /// A filter implementation's cost model (Table 6.2). Per input block the filter spends
@@ -84,15 +85,22 @@ pub struct Implementation {
 
 const USER: [SpaceKind; 2] = [SpaceKind::Thread, SpaceKind::Process];
 
-/// Reification: names to implementations, with measured overrides.
-#[derive(Clone, Debug, Default)]
+/// Reification: names to implementations (from the declarations in [`Filters`]), with
+/// measured overrides.
+#[derive(Clone, Debug)]
 pub struct Catalog {
+    filters: Filters,
     overrides: HashMap<String, (f64, f64, Option<f64>)>,
 }
 
 impl Catalog {
-    pub fn new() -> Catalog {
-        Catalog::default()
+    pub fn new(filters: Filters) -> Catalog {
+        Catalog { filters, overrides: HashMap::new() }
+    }
+
+    /// The filter library this catalog reads.
+    pub fn filters(&self) -> &Filters {
+        &self.filters
     }
 
     /// Replaces the per-call and per-byte cycles (and optionally the forward ratio) of
@@ -117,7 +125,7 @@ impl Catalog {
     /// declaration gives them: each tied to the space kinds it runs in, its cost the
     /// access class's defaults with the declaration's hints.
     pub fn implementations(&self, filter: &str) -> Option<Vec<Implementation>> {
-        let spec = filters::find(filter)?;
+        let spec = self.filters.find(filter)?;
         let base = FilterCost::for_access(spec.access);
         let mut impls: Vec<Implementation> = spec
             .implementations
@@ -145,24 +153,26 @@ impl Catalog {
     }
 }
 
-/// The language resolver the planner parses with: the native library, whose keys it
-/// checks, plus the planner's own `sel=`, `rate=` and `bytes=`.
-pub struct PlanResolver;
+/// The language resolver the planner parses with: the native library's
+/// ([`Filters::resolver`]), whose keys it checks, plus the planner's own `sel=`, `rate=`
+/// and `bytes=`.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanResolver<'a>(pub &'a Filters);
 
-impl lang::Resolver for PlanResolver {
+impl lang::Resolver for PlanResolver<'_> {
     fn resolve(&self, name: &str) -> Option<lang::FilterKind> {
-        lang::Resolver::resolve(&filters::Natives, name)
+        self.0.resolver.resolve(name)
     }
     fn native_names(&self) -> Vec<String> {
-        lang::Resolver::native_names(&filters::Natives)
+        self.0.resolver.native_names()
     }
     fn params(&self, name: &str) -> Option<Vec<String>> {
-        let mut p = lang::Resolver::params(&filters::Natives, name)?;
+        let mut p = self.0.resolver.params(name)?;
         p.extend(dataplane::decl::PLANNER_OPTIONS.map(String::from));
         Some(p)
     }
     fn class_names(&self, name: &str) -> Option<Vec<(String, u16)>> {
-        lang::Resolver::class_names(&filters::Natives, name)
+        self.0.resolver.class_names(name)
     }
 }
 
@@ -345,9 +355,10 @@ impl Request {
                     }
                     // A socket program (classic BPF, eBPF) runs only on `rx`'s socket, and a
                     // socket holds one: the kernel form exists only for the filter right after
-                    // `rx` (its only input, `rx`'s only output; filters::live::kernel_placement),
-                    // and not for `sample prob=` (random draws the kernel would not repeat).
-                    if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && !kernel_after_rx(g, n.id) {
+                    // `rx` (its only input, `rx`'s only output; the kernel push-down,
+                    // `Filters::kernel_placement`), and not for `sample prob=` (random draws
+                    // the kernel would not repeat).
+                    if catalog.filters.runs_after_rx_in_kernel(filter) && !kernel_after_rx(g, n.id) {
                         impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
                     }
                     if filter == "sample" && options.iter().any(|(k, _)| k == "prob") {
@@ -464,7 +475,7 @@ impl Request {
 /// Parses a pipeline with [`PlanResolver`] and builds its request model. Parse errors
 /// carry the pipeline with a caret.
 pub fn request_from_text(text: &str, catalog: &Catalog, load: Load) -> Result<(Graph, Request), RequestError> {
-    let g = lang::parse(text, &PlanResolver).map_err(|d| RequestError::Parse(d.to_string()))?;
+    let g = lang::parse(text, &PlanResolver(&catalog.filters)).map_err(|d| RequestError::Parse(d.to_string()))?;
     let r = Request::from_graph(&g, catalog, load)?;
     Ok((g, r))
 }
@@ -472,9 +483,10 @@ pub fn request_from_text(text: &str, catalog: &Catalog, load: Load) -> Result<(G
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::library::native;
 
     fn req(text: &str) -> Request {
-        request_from_text(text, &Catalog::new(), Load::default()).unwrap().1
+        request_from_text(text, &Catalog::new(native()), Load::default()).unwrap().1
     }
 
     #[test]
@@ -490,9 +502,9 @@ mod tests {
 
     #[test]
     fn splits_divide_and_joins_sum() {
-        let g = lang::parse("gen | strip | null", &PlanResolver).unwrap();
+        let g = lang::parse("gen | strip | null", &PlanResolver(&native())).unwrap();
         let g = lang::parallelize(&g, 1, 2, lang::SplitMode::RoundRobin);
-        let r = Request::from_graph(&g, &Catalog::new(), Load::default()).unwrap();
+        let r = Request::from_graph(&g, &Catalog::new(native()), Load::default()).unwrap();
         let strip1 = r.nodes.iter().filter(|n| n.label == "strip").map(|n| n.rate_in).collect::<Vec<_>>();
         assert_eq!(strip1, vec![50_000.0, 50_000.0]);
         let join = r.nodes.iter().find(|n| n.role == Role::Join).unwrap();
@@ -502,7 +514,7 @@ mod tests {
     #[test]
     fn socket_programs_only_right_after_rx() {
         let kinds = |text: &str, node: usize| {
-            let (_, r) = request_from_text(text, &Catalog::new(), Load::default()).unwrap();
+            let (_, r) = request_from_text(text, &Catalog::new(native()), Load::default()).unwrap();
             r.nodes[node].impls.iter().map(|i| i.name).collect::<Vec<_>>()
         };
         assert_eq!(kinds("rx | flowcount | null", 1), vec!["ebpf-map", "native"]);
@@ -517,14 +529,14 @@ mod tests {
 
     #[test]
     fn reification_ties_implementations_to_spaces() {
-        let c = Catalog::new();
+        let c = Catalog::new(native());
         let bpf = c.implementations("bpf").unwrap();
         assert_eq!(bpf.len(), 2);
         assert_eq!(bpf[0].kinds, vec![SpaceKind::Kernel]);
         assert!(bpf[1].kinds.contains(&SpaceKind::Thread));
         assert_eq!(c.implementations("grep").unwrap()[0].kinds, USER.to_vec());
         assert!(c.implementations("nosuch").is_none());
-        let mut c = Catalog::new();
+        let mut c = Catalog::new(native());
         c.parse_override("grep:10,0.5,0.25").unwrap();
         let g = &c.implementations("grep").unwrap()[0].cost;
         assert_eq!((g.per_call, g.per_byte, g.forward), (10.0, 0.5, 0.25));
@@ -533,9 +545,9 @@ mod tests {
 
     #[test]
     fn errors_name_the_filter() {
-        let e = request_from_text("rx | bpf space=moon | null", &Catalog::new(), Load::default()).unwrap_err();
+        let e = request_from_text("rx | bpf space=moon | null", &Catalog::new(native()), Load::default()).unwrap_err();
         assert!(e.to_string().contains("bpf") && e.to_string().contains("moon"), "{e}");
-        let e = request_from_text("rx | nosuch", &Catalog::new(), Load::default()).unwrap_err();
+        let e = request_from_text("rx | nosuch", &Catalog::new(native()), Load::default()).unwrap_err();
         assert!(e.to_string().contains("nosuch"), "{e}");
     }
 

@@ -7,6 +7,7 @@
 use lang::{Graph, SplitMode};
 
 use crate::error::{Error, PlanError};
+use crate::library::Filters;
 use crate::model::{Catalog, Load, Request, Role, PlanResolver};
 use crate::optimize;
 use crate::plan::{Plan, SolverStats, Choice};
@@ -37,12 +38,13 @@ pub struct Planned {
 }
 
 impl Planner {
-    pub fn new(sys: SystemModel) -> Planner {
-        Planner { sys, catalog: Catalog::new(), load: Load::default() }
+    /// A planner for `sys` that knows the filters of `filters` (see [`Filters`]).
+    pub fn new(sys: SystemModel, filters: Filters) -> Planner {
+        Planner { sys, catalog: Catalog::new(filters), load: Load::default() }
     }
 
     pub fn plan(&self, text: &str, method: Method) -> Result<Planned, Error> {
-        let g = lang::parse(text, &PlanResolver).map_err(|d| crate::RequestError::Parse(d.to_string()))?;
+        let g = lang::parse(text, &PlanResolver(self.catalog.filters())).map_err(|d| crate::RequestError::Parse(d.to_string()))?;
         self.plan_graph(&g, method)
     }
 
@@ -65,7 +67,7 @@ impl Planner {
                 // Only a filter whose copies together do what one does, block by block,
                 // may be replicated by the planner (round-robin, order restored).
                 let per_block = |i: usize| !g.nodes[req.nodes[i].id].hints.contains(&lang::Hint::Single) && match &g.nodes[req.nodes[i].id].kind {
-                    lang::NodeKind::Filter { filter, .. } => filters::find(filter).is_some_and(|s| s.replication == dataplane::Replication::Blocks),
+                    lang::NodeKind::Filter { filter, .. } => self.catalog.filters().find(filter).is_some_and(|s| s.replication == dataplane::Replication::Blocks),
                     _ => false,
                 };
                 let heaviest = (0..req.nodes.len())

@@ -14,6 +14,8 @@
 
 use std::collections::HashMap;
 
+use crate::library::Filters;
+
 /// A filter as far as sharing is concerned: name, parameters and options, canonical.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FilterKey {
@@ -127,13 +129,13 @@ impl Registry {
 
 /// Is a native filter stateless (shareable)? Header and metadata classifiers and
 /// stateless inspectors are; counters, dedup, reassembly, editing with keys and sinks
-/// are not.
-pub fn stateless(filter: &str) -> bool {
+/// are not. `filters` holds the declarations (access class) this reads.
+pub fn stateless(filters: &Filters, filter: &str) -> bool {
     use dataplane::Access::*;
     if filter == "rx" || filter == "bpf" {
         return true;
     }
-    match filters::find(filter) {
+    match filters.find(filter) {
         Some(s) => matches!(s.access, Metadata | Classification | Inspection | Source) && !matches!(filter, "dedup" | "tcpstream" | "sample"),
         None => false,
     }
@@ -182,7 +184,7 @@ fn canonical(n: &lang::Node) -> Option<String> {
 /// (`rx`) along single arcs through stateless filters. `share=no` on a node ends the
 /// prefix before it (on `rx`: the run shares nothing); `share=yes` lets a filter that
 /// keeps state in (a subscriber then sees its output from the moment it subscribes).
-pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
+pub fn shareable(filters: &Filters, g: &lang::Graph) -> Vec<SharedPrefix> {
     use lang::{NodeKind, Selector};
     let Some(src) = g.nodes.iter().find(|n| {
         matches!(&n.kind, NodeKind::Filter { filter, .. } if filter == "rx") && g.in_edges(n.id).next().is_none()
@@ -203,7 +205,7 @@ pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
             && match share_option(next) {
                 "no" => false,
                 "yes" => matches!(&next.kind, NodeKind::Filter { .. }),
-                _ => matches!(&next.kind, NodeKind::Filter { filter, .. } if stateless(filter)),
+                _ => matches!(&next.kind, NodeKind::Filter { filter, .. } if stateless(filters, filter)),
             };
         if !ok {
             break;
@@ -227,11 +229,11 @@ pub fn shareable(g: &lang::Graph) -> Vec<SharedPrefix> {
 /// the bare `rx` stream when such a filter changes what its socket delivers.
 ///
 /// The shortest prefix worth subscribing to: `rx` and the kernel filter after it, if any.
-pub fn min_shared_len(g: &lang::Graph, p: &SharedPrefix) -> usize {
+pub fn min_shared_len(filters: &Filters, g: &lang::Graph, p: &SharedPrefix) -> usize {
     let second = g.out_edges(p.nodes[0]).next().map(|e| &g.nodes[e.to].kind);
     match second {
         Some(lang::NodeKind::Filter { filter, place, .. })
-            if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && place.side != Some(lang::Side::User) =>
+            if filters.runs_after_rx_in_kernel(filter) && place.side != Some(lang::Side::User) =>
         {
             2
         }
@@ -270,9 +272,9 @@ impl Share {
 /// `g` rewritten for its role: publishing adds a `__publish key=K` sink on the prefix's
 /// last node; subscribing replaces the prefix's nodes by one `__subscribe key=K` source
 /// (node ids after them shift down). Deterministic, so a run and its process spaces agree.
-pub fn apply(g: &lang::Graph, share: &Share) -> Result<lang::Graph, String> {
+pub fn apply(filters: &Filters, g: &lang::Graph, share: &Share) -> Result<lang::Graph, String> {
     use lang::{Edge, Node, NodeKind, Selector};
-    let prefixes = shareable(g);
+    let prefixes = shareable(filters, g);
     let filter = |name: &str, key: &str| NodeKind::Filter { filter: name.to_string(), params: Vec::new(), options: vec![("key".into(), key.to_string())], place: Default::default() };
     match share {
         Share::Publish { key } => {
@@ -319,49 +321,50 @@ pub fn apply(g: &lang::Graph, share: &Share) -> Result<lang::Graph, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::library::native;
 
     fn parse(text: &str) -> lang::Graph {
-        lang::parse(text, &crate::model::PlanResolver).unwrap_or_else(|d| panic!("{d}"))
+        lang::parse(text, &crate::model::PlanResolver(&native())).unwrap_or_else(|d| panic!("{d}"))
     }
 
     #[test]
     fn shareable_prefixes_stop_at_state_and_ignore_how_filters_run() {
         let g = parse("rx dev=eth0 latency=1 | bpf \"udp\" space=1 | ip | count | null");
-        let p = shareable(&g);
+        let p = shareable(&native(), &g);
         assert_eq!(p.iter().map(|p| p.nodes.len()).collect::<Vec<_>>(), vec![3, 2, 1]);
         assert_eq!(p[1].text, "rx dev=\"eth0\" | bpf \"udp\"");
         // Same content, other placement: the same key.
         let h = parse("rx dev=eth0 | bpf \"udp\" | tcp | count");
-        assert_eq!(shareable(&h)[1].key, p[1].key);
-        assert_ne!(shareable(&parse("rx dev=eth1 | bpf \"udp\" | count"))[1].key, p[1].key);
+        assert_eq!(shareable(&native(), &h)[1].key, p[1].key);
+        assert_ne!(shareable(&native(), &parse("rx dev=eth1 | bpf \"udp\" | count"))[1].key, p[1].key);
         // Files are not live captures: not shared.
-        assert!(shareable(&parse("pcapin file=x.pcap | ip | count")).is_empty());
+        assert!(shareable(&native(), &parse("pcapin file=x.pcap | ip | count")).is_empty());
         // A subscription must keep the kernel filter in the kernel.
-        assert_eq!(min_shared_len(&g, &p[0]), 2);
-        assert_eq!(min_shared_len(&parse("rx dev=eth0 | ip | count"), &p[0]), 1);
+        assert_eq!(min_shared_len(&native(), &g, &p[0]), 2);
+        assert_eq!(min_shared_len(&native(), &parse("rx dev=eth0 | ip | count"), &p[0]), 1);
         // The NIC-FIX filters run on the socket too (sample drops frames there).
         let s = parse("rx dev=eth0 | sample 10 | count");
-        assert_eq!(shareable(&s).iter().map(|p| p.nodes.len()).collect::<Vec<_>>(), vec![1]);
-        assert_eq!(min_shared_len(&s, &shareable(&s)[0]), 2);
-        assert_eq!(min_shared_len(&parse("rx dev=eth0 | flowcount placed=user | count"), &p[0]), 1);
+        assert_eq!(shareable(&native(), &s).iter().map(|p| p.nodes.len()).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(min_shared_len(&native(), &s, &shareable(&native(), &s)[0]), 2);
+        assert_eq!(min_shared_len(&native(), &parse("rx dev=eth0 | flowcount placed=user | count"), &p[0]), 1);
         // share= (thesis Table 3.2): no ends the prefix, yes admits a stateful filter.
-        let lens = |t: &str| shareable(&parse(t)).iter().map(|p| p.nodes.len()).collect::<Vec<_>>();
+        let lens = |t: &str| shareable(&native(), &parse(t)).iter().map(|p| p.nodes.len()).collect::<Vec<_>>();
         assert_eq!(lens("rx dev=eth0 | bpf \"udp\" | ip share=no | count"), vec![2, 1]);
         assert_eq!(lens("rx dev=eth0 share=no | bpf \"udp\" | count"), Vec::<usize>::new());
         assert_eq!(lens("rx dev=eth0 | ip | dedup | count"), vec![2, 1]);
         assert_eq!(lens("rx dev=eth0 | ip | dedup share=yes | count"), vec![3, 2, 1]);
         // How a node is shared does not change what it outputs: the same key.
-        assert_eq!(shareable(&parse("rx dev=eth0 share=yes | ip | count"))[0].key, shareable(&parse("rx dev=eth0 | ip | count"))[0].key);
+        assert_eq!(shareable(&native(), &parse("rx dev=eth0 share=yes | ip | count"))[0].key, shareable(&native(), &parse("rx dev=eth0 | ip | count"))[0].key);
     }
 
     #[test]
     fn publish_and_subscribe_rewrites() {
         let g = parse("rx dev=eth0 | bpf \"udp\" | ip | count");
-        let p = &shareable(&g)[1];
-        let pubd = apply(&g, &Share::Publish { key: p.key.clone() }).unwrap();
+        let p = &shareable(&native(), &g)[1];
+        let pubd = apply(&native(), &g, &Share::Publish { key: p.key.clone() }).unwrap();
         assert_eq!(pubd.nodes.len(), 5);
         assert!(pubd.edges.iter().any(|e| e.from == 1 && e.to == 4), "publish hangs off bpf");
-        let sub = apply(&g, &Share::Subscribe { key: p.key.clone(), len: 2 }).unwrap();
+        let sub = apply(&native(), &g, &Share::Subscribe { key: p.key.clone(), len: 2 }).unwrap();
         assert_eq!(sub.nodes.len(), 3);
         assert!(matches!(&sub.nodes[0].kind, lang::NodeKind::Filter { filter, .. } if filter == "__subscribe"));
         assert_eq!(sub.edges.iter().map(|e| (e.from, e.to)).collect::<Vec<_>>(), vec![(0, 1), (1, 2)]);
@@ -369,7 +372,7 @@ mod tests {
             assert_eq!(Share::parse(&s.to_arg()).unwrap(), s);
         }
         assert!(Share::parse("subscribe:x").is_err());
-        assert!(apply(&g, &Share::Subscribe { key: p.key.clone(), len: 3 }).is_err());
+        assert!(apply(&native(), &g, &Share::Subscribe { key: p.key.clone(), len: 3 }).is_err());
     }
 
     fn k(d: &str) -> FilterKey {
@@ -425,10 +428,10 @@ mod tests {
 
     #[test]
     fn statelessness_follows_the_access_class() {
-        assert!(stateless("ip"));
-        assert!(stateless("bpf"));
-        assert!(!stateless("count"));
-        assert!(!stateless("dedup"));
-        assert!(!stateless("nosuch"));
+        assert!(stateless(&native(), "ip"));
+        assert!(stateless(&native(), "bpf"));
+        assert!(!stateless(&native(), "count"));
+        assert!(!stateless(&native(), "dedup"));
+        assert!(!stateless(&native(), "nosuch"));
     }
 }

@@ -21,6 +21,7 @@ use std::fmt;
 
 use lang::{Graph, Hint, NodeKind, Side, SpaceName, SpaceSpec};
 
+use crate::library::Filters;
 use crate::plan::Plan;
 use crate::system::{SpaceKind, SystemModel};
 
@@ -92,8 +93,9 @@ pub fn user_placed(g: &Graph) -> bool {
 impl Assignment {
     /// The runtime placement of `plan`, made for `planned` (the request graph the planner
     /// solved: `original` itself, or `original` with `template = (node, ways)` applied by
-    /// [`lang::parallelize`], whose copies 1.. are appended after the split).
-    pub fn from_plan(original: &Graph, plan: &Plan, sys: &SystemModel, template: Option<(usize, usize)>) -> Assignment {
+    /// [`lang::parallelize`], whose copies 1.. are appended after the split). `filters`
+    /// says which filters have a kernel form right after `rx`.
+    pub fn from_plan(original: &Graph, plan: &Plan, sys: &SystemModel, filters: &Filters, template: Option<(usize, usize)>) -> Assignment {
         if user_placed(original) {
             return Assignment::default();
         }
@@ -143,7 +145,7 @@ impl Assignment {
                 None if place.space.is_some() => np.space = Some(SpaceChange::Clear),
                 None => {}
             }
-            if filters::find(filter).is_some_and(|s| s.runs_after_rx_in_kernel()) && place.side.is_none() {
+            if filters.runs_after_rx_in_kernel(filter) && place.side.is_none() {
                 // Only a kernel choice right after the capture source is realizable; the
                 // filter's own default does exactly that, so only `user` needs saying.
                 if kind_of(i).is_some_and(|k| k != SpaceKind::Kernel) {
@@ -375,6 +377,7 @@ impl fmt::Display for Assignment {
 mod tests {
     use super::*;
     use crate::planner::{Method, Planner};
+    use crate::library::native;
     use crate::model::PlanResolver;
 
     fn sys2() -> SystemModel {
@@ -383,26 +386,26 @@ mod tests {
     }
 
     fn plan_of(text: &str, planner: &Planner) -> (Graph, crate::Planned) {
-        let g = lang::parse(text, &PlanResolver).unwrap();
+        let g = lang::parse(text, &PlanResolver(&native())).unwrap();
         let p = planner.plan_graph(&g, Method::Optimal).unwrap();
         (g, p)
     }
 
     #[test]
     fn light_pipeline_runs_as_written() {
-        let planner = Planner::new(sys2());
+        let planner = Planner::new(sys2(), native());
         let (g, p) = plan_of("pcapin x.pcap | tcp | count", &planner);
-        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, p.template);
+        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, planner.catalog.filters(), p.template);
         assert!(a.is_empty(), "{a}");
         assert_eq!(a.apply(&g).unwrap(), g);
     }
 
     #[test]
     fn heavy_filter_is_spread_over_the_cpus() {
-        let mut planner = Planner::new(sys2());
+        let mut planner = Planner::new(sys2(), native());
         planner.load = crate::Load { blocks_per_sec: 100_000.0, bytes_per_block: 2500.0 };
         let (g, p) = plan_of("gen | deflate | count", &planner);
-        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, p.template);
+        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, planner.catalog.filters(), p.template);
         let Some(SpaceChange::Set(spaces)) = &a.set.get(&1).expect("deflate is placed").space else { panic!("{a}") };
         assert_eq!(spaces.len(), 2, "deflate on both CPUs: {a}");
         let back = Assignment::parse(&a.to_string()).unwrap();
@@ -411,13 +414,13 @@ mod tests {
 
     #[test]
     fn user_placement_in_runtime_terms_runs_as_written_and_planner_pins_are_translated() {
-        let planner = Planner::new(sys2());
+        let planner = Planner::new(sys2(), native());
         for text in ["gen | tcp space=p3 | count", "gen | tcp | count @private", "gen | deflate space=1,2 | count"] {
             let (g, p) = plan_of(text, &planner);
-            assert!(Assignment::from_plan(&g, &p.plan, &planner.sys, p.template).is_empty(), "{text}");
+            assert!(Assignment::from_plan(&g, &p.plan, &planner.sys, planner.catalog.filters(), p.template).is_empty(), "{text}");
         }
         let (g, p) = plan_of("gen | tcp | udp space=process | count", &planner);
-        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, p.template);
+        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, planner.catalog.filters(), p.template);
         let placed = a.apply(&g).unwrap();
         let NodeKind::Filter { place, .. } = &placed.nodes[2].kind else { panic!() };
         assert!(matches!(place.space.as_ref().and_then(SpaceSpec::runtime), Some([SpaceName::Process(_)])), "'process' became a process space: {a}");
@@ -461,7 +464,7 @@ mod tests {
 
     #[test]
     fn returning_to_a_space_runs_with_its_input() {
-        let g = lang::parse("gen | tcp | udp | ip | count", &PlanResolver).unwrap();
+        let g = lang::parse("gen | tcp | udp | ip | count", &PlanResolver(&native())).unwrap();
         let t = |k| vec![Sp::Thread(k, 0)];
         let planned = vec![vec![Sp::Local], t(1), vec![Sp::Local], t(1), t(1)];
         let placed = Repair::new(2, 0).run(&g, &planned);
@@ -476,7 +479,7 @@ mod tests {
         // The runtime runs a template's join with its first copy, which is off home; a
         // filter planned back home after it runs there too (was: a fresh thread on the
         // home CPU, one more channel and a thread competing with home).
-        let g = lang::parse("gen | deflate | count", &PlanResolver).unwrap();
+        let g = lang::parse("gen | deflate | count", &PlanResolver(&native())).unwrap();
         let planned = vec![vec![Sp::Local], vec![Sp::Thread(1, 0), Sp::Local], vec![Sp::Local]];
         let placed = Repair::new(2, 0).run(&g, &planned);
         assert!(acyclic(&g, &placed), "{placed:?}");
@@ -485,7 +488,7 @@ mod tests {
 
     #[test]
     fn copies_that_return_home_get_fresh_spaces() {
-        let g = lang::parse("gen | tcp | deflate | count", &PlanResolver).unwrap();
+        let g = lang::parse("gen | tcp | deflate | count", &PlanResolver(&native())).unwrap();
         let planned = vec![vec![Sp::Local], vec![Sp::Thread(1, 0)], vec![Sp::Local, Sp::Thread(1, 0)], vec![Sp::Thread(1, 0)]];
         let placed = Repair::new(2, 0).run(&g, &planned);
         assert!(acyclic(&g, &placed), "{placed:?}");
@@ -494,7 +497,7 @@ mod tests {
 
     #[test]
     fn copies_with_home_downstream_stay_acyclic() {
-        let g = lang::parse("gen | deflate | count", &PlanResolver).unwrap();
+        let g = lang::parse("gen | deflate | count", &PlanResolver(&native())).unwrap();
         let planned = vec![vec![Sp::Local], vec![Sp::Local, Sp::Thread(1, 0)], vec![Sp::Local]];
         let placed = Repair::new(2, 0).run(&g, &planned);
         assert!(acyclic(&g, &placed), "{placed:?}");
@@ -508,7 +511,7 @@ mod tests {
         let sp = prop_oneof![Just(Sp::Local), (0usize..2).prop_map(|k| Sp::Thread(k, 0)), (0usize..2).prop_map(|k| Sp::Process(k, 0))];
         let mut runner = proptest::test_runner::TestRunner::default();
         for text in shapes {
-            let g = lang::parse(text, &PlanResolver).unwrap();
+            let g = lang::parse(text, &PlanResolver(&native())).unwrap();
             let n = g.nodes.len();
             let strat = proptest::collection::vec(proptest::collection::vec(sp.clone(), 1..3), n);
             runner

@@ -3,8 +3,10 @@
 //! ([`rewrite`]) by a run and by each of its process spaces (which re-read the pipeline
 //! text and must arrive at the same graph, node ids included).
 //!
-//! A pass whose code needs a lower crate's types stays there and is called from here
-//! (the dependency graph is lang <- dataplane <- filters <- control <- cli):
+//! A pass whose code needs a lower crate's types stays there; a pass written in the filter
+//! library is handed in by the caller with the library itself ([`Filters`]), since this
+//! crate does not depend on it (dependencies: lang <- dataplane <- filters, and
+//! lang <- dataplane <- control; the cli wires the two). The order is this module's:
 //!
 //! 1. **templates** (`lang`): the Boolean grammar (Or, And, Not, `+`) becomes joins and
 //!    inverted selectors inside [`lang::parse`] itself, since a [`lang::Graph`] has no
@@ -15,12 +17,14 @@
 //!    with a kernel form in user space).
 //! 3. **prefix sharing** (here, [`crate::prefix`]): a `__publish` sink after the shared
 //!    prefix, or the prefix replaced by one `__subscribe` source.
-//! 4. **multiqueue engines** (`filters::live::multiqueue`, in filters because it reads the
-//!    filter declarations): `rx queues=N` becomes N capture engines in one fanout group,
-//!    each with its own copy of the filters after it.
-//! 5. **kernel push-down** (`filters::live::kernel_placement`, in filters because it
-//!    encodes the NIC-FIX programs and pins their maps): the filter right after `rx` gets
-//!    [`lang::Side::Kernel`] and the `rx` its [`lang::KernelAttach`].
+//! 4. **multiqueue engines** ([`Filters::multiqueue`]; the `streamline` command hands in
+//!    `filters::live::multiqueue`, written in the library because it reads the filter
+//!    declarations): `rx queues=N` becomes N capture engines in one fanout group, each
+//!    with its own copy of the filters after it.
+//! 5. **kernel push-down** ([`Filters::kernel_placement`]; `filters::live::kernel_placement`,
+//!    written in the library because it encodes the NIC-FIX programs and pins their maps):
+//!    the filter right after `rx` gets [`lang::Side::Kernel`] and the `rx` its
+//!    [`lang::KernelAttach`].
 //! 6. **replication** (`dataplane::spaces::replicate`, in dataplane because the build
 //!    must never see a space list and reports it with a build error's span): a filter with
 //!    `space=A,B,...` becomes `split | copies | join`, one copy per space. The build runs
@@ -34,6 +38,7 @@
 use dataplane::Factory;
 use lang::Graph;
 
+use crate::library::Filters;
 use crate::prefix::Share;
 use crate::realize::Assignment;
 
@@ -62,17 +67,18 @@ pub struct Decisions<'a> {
     pub share: Option<&'a Share>,
 }
 
-/// Runs passes 2-5 on `g` (a graph from [`lang::parse`], templates done), in order.
-/// Replication (pass 6) is [`replicate`], separate because its errors are build errors
-/// with a node's span, and the build runs it anyway.
-pub fn rewrite(g: &Graph, d: Decisions<'_>) -> Result<Graph, RewriteError> {
+/// Runs passes 2-5 on `g` (a graph from [`lang::parse`], templates done), in order, with
+/// the library's passes 4 and 5 from `filters`. Replication (pass 6) is [`replicate`],
+/// separate because its errors are build errors with a node's span, and the build runs it
+/// anyway.
+pub fn rewrite(filters: &Filters, g: &Graph, d: Decisions<'_>) -> Result<Graph, RewriteError> {
     let g = d.assignment.apply(g).map_err(|why| RewriteError { pass: PASSES[1], why })?;
     let g = match d.share {
-        Some(s) => crate::prefix::apply(&g, s).map_err(|why| RewriteError { pass: PASSES[2], why })?,
+        Some(s) => crate::prefix::apply(filters, &g, s).map_err(|why| RewriteError { pass: PASSES[2], why })?,
         None => g,
     };
-    let g = filters::live::multiqueue(g);
-    Ok(filters::live::kernel_placement(g))
+    let g = (filters.multiqueue)(g);
+    Ok((filters.kernel_placement)(g))
 }
 
 /// Pass 6: `space=A,B,...` replicated (see `dataplane::spaces::replicate`).
@@ -83,6 +89,7 @@ pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, dataplane::B
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::library::native;
     use lang::{KernelAttach, NodeKind, Side};
 
     fn parse(text: &str) -> Graph {
@@ -101,11 +108,11 @@ mod tests {
         // Pass 2 before pass 5: a filter the plan keeps in user space stays there.
         let g = parse("rx dev=lo | flowcount | count");
         let none = Assignment::default();
-        let pushed = rewrite(&g, Decisions { assignment: &none, share: None }).unwrap();
+        let pushed = rewrite(&native(), &g, Decisions { assignment: &none, share: None }).unwrap();
         assert!(matches!(place(&pushed, 0).kernel, Some(KernelAttach::Ebpf { .. })), "{pushed:?}");
         assert!(matches!(place(&pushed, 1).side, Some(Side::Kernel { pin: Some(_) })));
         let user = Assignment::parse("1:placed=user").unwrap();
-        let kept = rewrite(&g, Decisions { assignment: &user, share: None }).unwrap();
+        let kept = rewrite(&native(), &g, Decisions { assignment: &user, share: None }).unwrap();
         assert_eq!(place(&kept, 0).kernel, None);
         assert_eq!(place(&kept, 1).side, Some(Side::User));
     }
@@ -114,20 +121,47 @@ mod tests {
     fn engines_come_before_the_push_down_so_each_engine_gets_its_program() {
         let g = parse("rx dev=lo queues=2 | bpf \"udp\" | count");
         let none = Assignment::default();
-        let out = rewrite(&g, Decisions { assignment: &none, share: None }).unwrap();
+        let out = rewrite(&native(), &g, Decisions { assignment: &none, share: None }).unwrap();
         let attached = out.nodes.iter().filter(|n| matches!(&n.kind, NodeKind::Filter { filter, place, .. } if filter == "rx" && place.kernel == Some(KernelAttach::Cbpf("udp".into())))).count();
         assert_eq!(attached, 2, "{}", out.canonical());
+    }
+
+    #[test]
+    fn the_library_s_passes_are_the_ones_handed_in_and_run_after_the_control_passes() {
+        // Passes 4 and 5 come from the caller's `Filters`: record what each one sees.
+        use std::cell::RefCell;
+        thread_local! {
+            static SEEN: RefCell<Vec<(&'static str, String)>> = const { RefCell::new(Vec::new()) };
+        }
+        fn note(pass: &'static str, g: Graph) -> Graph {
+            SEEN.with(|s| s.borrow_mut().push((pass, g.canonical())));
+            g
+        }
+        let lib = Filters { multiqueue: |g| note("multiqueue", g), kernel_placement: |g| note("kernel", g), ..native() };
+        let g = parse("rx dev=lo | flowcount | count");
+        let user = Assignment::parse("1:placed=user").unwrap();
+        let share = Share::Publish { key: crate::prefix::shareable(&lib, &g)[0].key.clone() };
+        let out = rewrite(&lib, &g, Decisions { assignment: &user, share: Some(&share) }).unwrap();
+        let seen = SEEN.with(|s| s.take());
+        assert_eq!(seen.iter().map(|(p, _)| *p).collect::<Vec<_>>(), ["multiqueue", "kernel"]);
+        // Both see passes 2 (the plan's side) and 3 (the publish sink); with identity
+        // passes nothing goes onto the socket.
+        for (pass, text) in &seen {
+            assert!(text.contains("placed=user") && text.contains("__publish"), "{pass} saw {text}");
+        }
+        assert_eq!(place(&out, 0).kernel, None);
+        assert_eq!(out.canonical(), seen[1].1);
     }
 
     #[test]
     fn a_refusing_pass_is_named() {
         let g = parse("gen count=1 | count");
         let bad = Assignment::parse("7:space=t1").unwrap();
-        let e = rewrite(&g, Decisions { assignment: &bad, share: None }).unwrap_err();
+        let e = rewrite(&native(), &g, Decisions { assignment: &bad, share: None }).unwrap_err();
         assert_eq!(e.pass, "space assignment");
         assert!(e.to_string().contains("node 7"), "{e}");
         let share = Share::Publish { key: "0000".into() };
-        let e = rewrite(&g, Decisions { assignment: &Assignment::default(), share: Some(&share) }).unwrap_err();
+        let e = rewrite(&native(), &g, Decisions { assignment: &Assignment::default(), share: Some(&share) }).unwrap_err();
         assert_eq!(e.pass, "prefix sharing", "{e}");
     }
 

@@ -20,7 +20,7 @@ use control::planner::Method;
 use control::{Load, Planner};
 
 fn render(system: &str, rate: f64, pipeline: &str) -> String {
-    let mut p = Planner::new(common::system(system));
+    let mut p = Planner::new(common::system(system), common::filters());
     p.load = Load { blocks_per_sec: rate, ..Load::default() };
     let ilp = p.plan(pipeline, Method::Optimal).unwrap_or_else(|e| panic!("{pipeline}: {e}"));
     let heu = p.plan(pipeline, Method::Heuristic).unwrap_or_else(|e| panic!("{pipeline}: {e}"));

@@ -11,7 +11,7 @@ use control::{Channel, Planner, SpaceKind};
 use proptest::prelude::*;
 
 fn planner(system: &str) -> Planner {
-    Planner::new(common::system(system))
+    Planner::new(common::system(system), common::filters())
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn impossible_pins_name_the_filter_and_why() {
 fn a_machine_without_af_packet_cannot_receive() {
     let mut sys = common::system("dual");
     sys.caps.af_packet = false;
-    let p = Planner::new(sys);
+    let p = Planner::new(sys, common::filters());
     let e = p.plan("rx | null", Method::Optimal).err().unwrap().to_string();
     assert!(e.contains("rx") && e.contains("AfPacket"), "{e}");
 }
@@ -168,7 +168,7 @@ proptest! {
         }
         text += " | null";
         let sys = common::system(system);
-        let (_, req) = request_from_text(&text, &Catalog::new(), Load { blocks_per_sec: rate, bytes_per_block: 500.0 }).unwrap();
+        let (_, req) = request_from_text(&text, &Catalog::new(common::filters()), Load { blocks_per_sec: rate, bytes_per_block: 500.0 }).unwrap();
         if let Ok((h, _)) = push_down(&req, &sys) {
             let (o, _) = ilp(&req, &sys, 30.0).unwrap();
             let (co, ch) = (cost(&req, &sys, &o), cost(&req, &sys, &h));

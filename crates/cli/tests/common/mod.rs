@@ -104,3 +104,18 @@ pub fn wait_for(what: &str, limit: std::time::Duration, mut cond: impl FnMut() -
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// The key a run of `pipeline` publishes its longest shareable prefix under (what
+/// `streamline run` computes, with the same filter library handed to the control plane).
+#[allow(dead_code)]
+pub fn share_key(pipeline: &str) -> String {
+    let lib = control::Filters {
+        registry: filters::REGISTRY,
+        resolver: &filters::Natives,
+        multiqueue: filters::live::multiqueue,
+        kernel_placement: filters::live::kernel_placement,
+    };
+    let g = lang::parse(pipeline, &control::model::PlanResolver(&lib)).unwrap_or_else(|d| panic!("{d}"));
+    let prefixes = control::prefix::shareable(&lib, &g);
+    prefixes.first().unwrap_or_else(|| panic!("nothing of `{pipeline}` is shareable")).key.clone()
+}
