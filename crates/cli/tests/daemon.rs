@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 const RAW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/rawclient.py");
+/// The system's Python (Debian's python3 package), reachable by every user.
+const PYTHON: &str = "/usr/bin/python3";
 
 fn daemon_bin() -> PathBuf {
     let p = Path::new(BIN).with_file_name("streamlined");
@@ -67,7 +69,7 @@ impl Daemon {
     }
 
     fn raw(&self, steps: &[&str]) -> Vec<serde_json::Value> {
-        let out = Command::new("python3").arg(RAW).arg(&self.socket).args(steps).output().expect("python3 runs the raw client");
+        let out = Command::new(PYTHON).arg(RAW).arg(&self.socket).args(steps).output().expect("python3 runs the raw client");
         assert!(out.status.success(), "rawclient failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap_or(serde_json::Value::String(l.to_string()))).collect()
     }
@@ -176,7 +178,7 @@ fn a_client_killed_mid_transaction_is_rolled_back() {
     let ring = format!("/dev/shm/streamline.txn{}", std::process::id());
     let pipeline = format!("gen count=100G size=64 | count name=txn{} export=yes", std::process::id());
     // Opened (built, with its exported ring) but never activated; then the client dies.
-    let mut c = Command::new("python3").arg(RAW).arg(&d.socket).args(["hello", &format!("open:{pipeline}"), "say:opened", "sleep:60"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut c = Command::new(PYTHON).arg(RAW).arg(&d.socket).args(["hello", &format!("open:{pipeline}"), "say:opened", "sleep:60"]).stdout(Stdio::piped()).spawn().unwrap();
     let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
     let mut seen = String::new();
     while !seen.contains("opened\n") {
@@ -255,7 +257,7 @@ fn access_control_matrix_as_uid_65534() {
     let root_run: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     common::wait_for("root's exported stream", Duration::from_secs(10), || Path::new(&format!("/dev/shm/streamline.{secret}")).exists());
     let raw_as_nobody = |steps: &[&str]| -> String {
-        let out = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", "python3", RAW]).arg(&d.socket).args(steps).output().unwrap();
+        let out = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", PYTHON, RAW]).arg(&d.socket).args(steps).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let r = raw_as_nobody(&["hello", &format!("stream:{secret}")]);
@@ -297,7 +299,7 @@ fn access_control_matrix_as_uid_65534() {
         common::wait_capturing(p.parse().unwrap(), &veth.here);
     }
     for port in ["53", "80"] {
-        veth.exec(&["sh", "-c", &format!("for i in $(seq 20); do echo q > /dev/udp/{}/{port}; done", veth.here_ip)]).unwrap();
+        veth.exec(&["bash", "-c", &format!("for i in $(seq 20); do echo q > /dev/udp/{}/{port}; done", veth.here_ip)]).unwrap();
     }
     std::thread::sleep(Duration::from_millis(500));
     let ps = String::from_utf8_lossy(&d.cli_as_nobody().arg("ps").output().unwrap().stdout).into_owned();
