@@ -10,19 +10,32 @@
 pub fn sweep() -> Vec<String> {
     let mut gone = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/dev/shm") {
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !name.starts_with("streamline.") {
+        let names: Vec<String> = rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("streamline.")).collect();
+        for name in &names {
+            // A ring's control segment (`NAME.ctl`) goes with it; a ring that cannot be
+            // opened as one (torn, foreign) is left alone.
+            if name.ends_with(".ctl") || young(name) {
                 continue;
             }
-            // A data ring goes with its tag ring (`NAME.data` beside `NAME`); a ring that
-            // cannot be opened as one (torn, foreign) is left alone.
-            let stale = match beltway::RingRef::open(&name) {
+            let stale = match beltway::RingRef::open(name) {
                 Ok(r) => !r.writer().1,
                 Err(_) => false,
             };
-            if stale && std::fs::remove_file(e.path()).is_ok() {
-                gone.push(e.path().display().to_string());
+            if stale {
+                for n in [name.clone(), format!("{name}.ctl")] {
+                    let p = format!("/dev/shm/{n}");
+                    if std::fs::remove_file(&p).is_ok() {
+                        gone.push(p);
+                    }
+                }
+            }
+        }
+        // Control segments whose ring is gone (its remover died between the two unlinks).
+        for name in names.iter().filter(|n| n.ends_with(".ctl")) {
+            let ring = name.trim_end_matches(".ctl");
+            let p = format!("/dev/shm/{name}");
+            if !std::path::Path::new(&format!("/dev/shm/{ring}")).exists() && std::fs::remove_file(&p).is_ok() {
+                gone.push(p);
             }
         }
     }
@@ -35,6 +48,12 @@ pub fn sweep() -> Vec<String> {
         }
     }
     gone
+}
+
+/// Created in the last two seconds: possibly a ring another process is setting up (its
+/// header, writer pid included, is written after the file is made), so not judged.
+fn young(name: &str) -> bool {
+    std::fs::metadata(format!("/dev/shm/{name}")).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).map_or(true, |age| age < std::time::Duration::from_secs(2))
 }
 
 fn pin_dirs() -> Vec<String> {

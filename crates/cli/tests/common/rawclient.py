@@ -24,16 +24,24 @@ import json, os, socket, struct, sys, time
 
 def send(s, body, fds=()):
     data = struct.pack('<I', len(body)) + body
-    if fds:
-        s.sendmsg([data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('%di' % len(fds), *fds))])
-        s.sendall(data[1:])
-    else:
-        s.sendall(data)
+    try:
+        if fds:
+            s.sendmsg([data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('%di' % len(fds), *fds))])
+            s.sendall(data[1:])
+        else:
+            s.sendall(data)
+    except (BrokenPipeError, ConnectionResetError):
+        # The daemon refused the frame and closed before we finished writing it; its
+        # answer (if any) is still there to read.
+        pass
 
 def recv_exact(s, n):
     buf = b''
     while len(buf) < n:
-        chunk = s.recv(n - len(buf))
+        try:
+            chunk = s.recv(n - len(buf))
+        except ConnectionResetError:
+            return None
         if not chunk:
             return None
         buf += chunk
