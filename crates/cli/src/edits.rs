@@ -44,6 +44,8 @@ impl Edits {
                 }
                 (true, said)
             }
+            // A filter that failed to build: the caret under the edit's text.
+            Err(dataplane::EditError::Build(b)) => (false, b.render("error: ", text)),
             Err(e) => (false, e.to_string()),
         }
     }

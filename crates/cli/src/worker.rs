@@ -116,9 +116,9 @@ pub fn worker(fd: i32) -> ExitCode {
                         signal.store(sig, Ordering::SeqCst);
                         interrupt.store(true, Ordering::SeqCst);
                     }
-                    Ok((Msg { body: ToWorker::Edit { id, edit }, .. }, _)) => {
+                    Ok((Msg { body: ToWorker::Edit { edit_id, edit }, .. }, _)) => {
                         let (ok, text) = edits.apply(&edit);
-                        let _ = tell(&out, FromWorker::Edited { id, ok, text });
+                        let _ = tell(&out, FromWorker::Edited { edit_id, ok, text });
                     }
                     Ok(_) => {}
                     Err(_) => {

@@ -240,7 +240,7 @@ pub enum ToWorker {
     /// Stop (as a stop signal would; `signal` 0: stopped by a request).
     Stop { signal: i32 },
     /// Apply one live edit (answered with `edited`).
-    Edit { id: u64, edit: String },
+    Edit { edit_id: u64, edit: String },
 }
 
 /// From a run's worker to the daemon.
@@ -252,7 +252,7 @@ pub enum FromWorker {
     /// The build failed: the message (with the caret under the pipeline) and the exit code.
     Failed { message: String, errno: i32 },
     Counters { elapsed_s: f64, nodes: Vec<NodeCounters> },
-    Edited { id: u64, ok: bool, text: String },
+    Edited { edit_id: u64, ok: bool, text: String },
     /// The run ended with this exit status.
     Finished { code: i32 },
 }
@@ -377,6 +377,66 @@ mod tests {
         match decode::<Request>(hand).unwrap().body {
             Request::Open { pipeline, options, fds } => assert_eq!((pipeline.as_str(), options, fds), ("gen count=5 | count", RunOptions::default(), 0)),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_message_round_trips_through_its_envelope() {
+        // A body field named `id` would clash with the envelope's: each kind once.
+        let opts = RunOptions::default();
+        let to_worker = [
+            ToWorker::Start { run: 1, pipeline: "gen".into(), options: opts.clone(), uid: 0, gid: 0, groups: vec![], modes: vec![(0, 0o640)] },
+            ToWorker::Go {},
+            ToWorker::Stop { signal: 2 },
+            ToWorker::Edit { edit_id: 4, edit: "remove x".into() },
+        ];
+        for m in to_worker {
+            let f = encode(&Msg { id: 9, body: m.clone() });
+            assert_eq!(decode::<ToWorker>(&f[4..]).unwrap(), Msg { id: 9, body: m });
+        }
+        let from_worker = [
+            FromWorker::Built { placement: "p".into() },
+            FromWorker::Failed { message: "m".into(), errno: 22 },
+            FromWorker::Counters { elapsed_s: 1.0, nodes: vec![NodeCounters::default()] },
+            FromWorker::Edited { edit_id: 4, ok: true, text: "t".into() },
+            FromWorker::Finished { code: 0 },
+        ];
+        for m in from_worker {
+            let f = encode(&Msg { id: 9, body: m.clone() });
+            assert_eq!(decode::<FromWorker>(&f[4..]).unwrap(), Msg { id: 9, body: m });
+        }
+        let requests = [
+            Request::Hello { version: 1, client: "c".into() },
+            Request::Ping { token: 3 },
+            Request::Filters {},
+            Request::Ps {},
+            Request::Open { pipeline: "gen".into(), options: opts, fds: 3 },
+            Request::Activate { run: 1, detach: true },
+            Request::Edit { run: 1, edit: "remove x".into() },
+            Request::Stop { run: 1, signal: 2 },
+            Request::Attach { run: 1 },
+            Request::OpenStream { name: "s".into() },
+        ];
+        for m in requests {
+            let f = encode(&Msg { id: 9, body: m.clone() });
+            assert_eq!(decode::<Request>(&f[4..]).unwrap(), Msg { id: 9, body: m });
+        }
+        let replies = [
+            Reply::Welcome { version: 1, server: "s".into(), uid: 0, gid: 0, pid: 1 },
+            Reply::Pong { token: 3 },
+            Reply::Filters { filters: vec![("gen".into(), "gen".into())] },
+            Reply::Runs { runs: vec![] },
+            Reply::Opened { run: 1, placement: "".into() },
+            Reply::Done {},
+            Reply::Edited { run: 1, applied: "a".into() },
+            Reply::Stream { name: "s".into(), fds: 2 },
+            Reply::Counters { run: 1, elapsed_s: 0.5, nodes: vec![] },
+            Reply::Finished { run: 1, code: 0 },
+            Reply::error(libc::EACCES, "no"),
+        ];
+        for m in replies {
+            let f = encode(&Msg { id: 9, body: m.clone() });
+            assert_eq!(decode::<Reply>(&f[4..]).unwrap(), Msg { id: 9, body: m });
         }
     }
 

@@ -309,7 +309,7 @@ impl Daemon {
                 let eid = r.next_edit.fetch_add(1, Ordering::Relaxed);
                 let (tx, rx) = std::sync::mpsc::channel();
                 r.edits.lock().expect("not poisoned").insert(eid, tx);
-                r.tell(ToWorker::Edit { id: eid, edit: edit.clone() }).map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
+                r.tell(ToWorker::Edit { edit_id: eid, edit: edit.clone() }).map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
                 match rx.recv_timeout(Duration::from_secs(30)) {
                     Ok((true, text)) => Ok((Reply::Edited { run, applied: text }, vec![])),
                     Ok((false, text)) => Err(refuse(libc::EINVAL, text)),
@@ -416,7 +416,7 @@ impl Daemon {
                         *run.counters.lock().expect("not poisoned") = (elapsed_s, nodes.clone(), rate);
                         self.notify(&run, |r| Reply::Counters { run: r, elapsed_s, nodes: nodes.clone() });
                     }
-                    FromWorker::Edited { id, ok, text } => {
+                    FromWorker::Edited { edit_id: id, ok, text } => {
                         if let Some(tx) = run.edits.lock().expect("not poisoned").remove(&id) {
                             let _ = tx.send((ok, text));
                         }
