@@ -405,3 +405,46 @@ fn live_edits_through_the_daemon_lose_no_block() {
     assert!(made > 0, "{report}");
     assert_eq!(tail, made, "lost {} blocks across live edits:\n{report}", made - tail);
 }
+
+#[test]
+fn live_edits_on_replayed_traffic_keep_the_totals_of_an_unedited_capture() {
+    let veth = common::quiet_veth("edl", "capturing replayed traffic through the daemon");
+    let d = Daemon::start("editlive", None);
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
+    // The reference: tcpdump on the same interface (what an unedited capture sees).
+    let mut td = Command::new("tcpdump");
+    td.args(["-i", &veth.here, "-n", "-q", "--immediate-mode", "-B", "16384", "-w", "/dev/null"]);
+    let (tcpdump, tcpdump_rest) = common::tcpdump_listening(td);
+    let log = d.dir.join("live.log");
+    let out = d.cli().args(["run", "--detach", "--no-share", "--plan", "none", "--log"]).arg(&log).arg(format!("rx dev={} | count | count name=tail", veth.here)).output().unwrap();
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or_else(|_| panic!("{:?}", text(&out)));
+    let workers = String::from_utf8_lossy(&Command::new("pgrep").args(["-P", &d.pid().to_string()]).output().unwrap().stdout).into_owned();
+    for w in workers.split_whitespace() {
+        common::wait_capturing(w.parse().unwrap(), &veth.here);
+    }
+    let replay = veth.command("tcpreplay").args(["-q", "-i", &veth.there, "--pps", "3000", SAMPLE_LOOPS, sample]).spawn().expect("tcpreplay");
+    let mut applied = 0;
+    for e in ["insert after count count name=mid", "replace count:mid sample every=1", "set sample every=1", "remove sample"] {
+        std::thread::sleep(Duration::from_millis(400));
+        let o = edit(&d, id, e);
+        assert!(o.status.success(), "{e}: {:?}", text(&o));
+        applied += 1;
+    }
+    let o = replay.wait_with_output().unwrap();
+    assert!(o.status.success(), "tcpreplay: {:?}", text(&o));
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(d.cli().args(["stop", &id.to_string()]).status().unwrap().success());
+    common::wait_for("the run's end", Duration::from_secs(20), || run_ids(&d.ps()).is_empty());
+    assert!(Command::new("kill").args(["-INT", &tcpdump.id().to_string()]).status().unwrap().success());
+    let _ = tcpdump.wait_with_output();
+    let said = tcpdump_rest.join().unwrap();
+    let reference: u64 = said.lines().find_map(|l| l.strip_suffix(" packets captured")).and_then(|n| n.trim().parse().ok()).unwrap_or_else(|| panic!("tcpdump said: {said}"));
+    let report = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(applied, 4);
+    assert!(reference > 1000, "tcpdump saw {reference}");
+    assert_eq!(blocks_in(&report, "count:tail"), reference, "tail vs tcpdump on the same interface:\n{report}");
+    assert_eq!(blocks_out(&report, "rx"), reference, "{report}");
+}
+
+/// Replay the sample twice (about 3 s at 3000 packets/s), long enough for four edits.
+const SAMPLE_LOOPS: &str = "--loop=2";
