@@ -273,6 +273,26 @@ pub fn decode<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<Msg<T>, Proto
     serde_json::from_slice(body).map_err(ProtoError::json)
 }
 
+/// Decode a byte stream as the daemon reads one: frames one after another, each body as
+/// every message type (client requests, replies, the worker's messages), until the bytes
+/// end or a frame is refused. Returns how many bodies decoded as some message. The fuzz
+/// target (`fuzz/fuzz_targets/decode.rs`) and its corpus replay (`tests/fuzz_replay.rs`)
+/// drive it.
+pub fn decode_stream(mut data: &[u8]) -> usize {
+    let mut ok = 0;
+    while data.len() >= 4 {
+        let want = u32::from_le_bytes(data[..4].try_into().expect("4 bytes")) as usize;
+        if want == 0 || want > MAX_FRAME || data.len() - 4 < want {
+            break;
+        }
+        let body = &data[4..4 + want];
+        let any = decode::<Request>(body).is_ok() | decode::<Reply>(body).is_ok() | decode::<ToWorker>(body).is_ok() | decode::<FromWorker>(body).is_ok();
+        ok += usize::from(any);
+        data = &data[4 + want..];
+    }
+    ok
+}
+
 /// Encode a message as a frame (length word and body).
 pub fn encode<T: Serialize>(msg: &Msg<T>) -> Vec<u8> {
     let body = serde_json::to_vec(msg).expect("protocol messages serialize");
