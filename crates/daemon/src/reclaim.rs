@@ -53,7 +53,7 @@ pub fn sweep() -> Vec<String> {
 /// Created in the last two seconds: possibly a ring another process is setting up (its
 /// header, writer pid included, is written after the file is made), so not judged.
 fn young(name: &str) -> bool {
-    std::fs::metadata(format!("/dev/shm/{name}")).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).map_or(true, |age| age < std::time::Duration::from_secs(2))
+    std::fs::metadata(format!("/dev/shm/{name}")).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_none_or(|age| age < std::time::Duration::from_secs(2))
 }
 
 fn pin_dirs() -> Vec<String> {

@@ -402,29 +402,26 @@ impl Daemon {
     fn monitor(self: Arc<Self>, run: Arc<Run>, reader: UnixStream) {
         let mut code = None;
         let mut last: Option<(f64, u64)> = None;
-        loop {
-            match proto::recv::<FromWorker>(&reader) {
-                Ok((Msg { body, .. }, _)) => match body {
-                    FromWorker::Counters { elapsed_s, nodes } => {
-                        // Rate: blocks into the sinks (nodes without output) per second.
-                        let sunk: u64 = nodes.iter().filter(|n| n.blocks_out == 0).map(|n| n.blocks_in).sum();
-                        let rate = match last {
-                            Some((t, b)) if elapsed_s > t => (sunk.saturating_sub(b)) as f64 / (elapsed_s - t),
-                            _ => 0.0,
-                        };
-                        last = Some((elapsed_s, sunk));
-                        *run.counters.lock().expect("not poisoned") = (elapsed_s, nodes.clone(), rate);
-                        self.notify(&run, |r| Reply::Counters { run: r, elapsed_s, nodes: nodes.clone() });
+        while let Ok((Msg { body, .. }, _)) = proto::recv::<FromWorker>(&reader) {
+            match body {
+                FromWorker::Counters { elapsed_s, nodes } => {
+                    // Rate: blocks into the sinks (nodes without output) per second.
+                    let sunk: u64 = nodes.iter().filter(|n| n.blocks_out == 0).map(|n| n.blocks_in).sum();
+                    let rate = match last {
+                        Some((t, b)) if elapsed_s > t => (sunk.saturating_sub(b)) as f64 / (elapsed_s - t),
+                        _ => 0.0,
+                    };
+                    last = Some((elapsed_s, sunk));
+                    *run.counters.lock().expect("not poisoned") = (elapsed_s, nodes.clone(), rate);
+                    self.notify(&run, |r| Reply::Counters { run: r, elapsed_s, nodes: nodes.clone() });
+                }
+                FromWorker::Edited { edit_id: id, ok, text } => {
+                    if let Some(tx) = run.edits.lock().expect("not poisoned").remove(&id) {
+                        let _ = tx.send((ok, text));
                     }
-                    FromWorker::Edited { edit_id: id, ok, text } => {
-                        if let Some(tx) = run.edits.lock().expect("not poisoned").remove(&id) {
-                            let _ = tx.send((ok, text));
-                        }
-                    }
-                    FromWorker::Finished { code: c } => code = Some(c),
-                    FromWorker::Built { .. } | FromWorker::Failed { .. } => {}
-                },
-                Err(_) => break,
+                }
+                FromWorker::Finished { code: c } => code = Some(c),
+                FromWorker::Built { .. } | FromWorker::Failed { .. } => {}
             }
         }
         let status = run.child.lock().expect("not poisoned").wait();

@@ -66,4 +66,7 @@ impl FileMap {
     pub fn len(&self) -> usize {
         self.bytes().len()
     }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
