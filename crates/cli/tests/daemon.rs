@@ -448,3 +448,24 @@ fn live_edits_on_replayed_traffic_keep_the_totals_of_an_unedited_capture() {
 
 /// Replay the sample twice (about 3 s at 3000 packets/s), long enough for four edits.
 const SAMPLE_LOOPS: &str = "--loop=2";
+
+#[test]
+fn a_connection_that_ends_at_any_step_leaves_only_what_it_committed() {
+    let d = Daemon::start("steps", None);
+    let p = "gen count=100G size=64 | count";
+    // Before the handshake, after it, after open (rolled back), after an attached
+    // activate (the run stops with its client), after a detached one (the run stays).
+    let _ = d.raw(&[]);
+    let _ = d.raw(&["hello"]);
+    let r = d.raw(&["hello", &format!("open:{p}")]);
+    assert_eq!(r[1]["reply"], "opened", "{r:?}");
+    let r = d.raw(&["hello", &format!("open:{p}"), "activate_attached:last"]);
+    assert_eq!(r[2]["reply"], "done", "{r:?}");
+    common::wait_for("the uncommitted and the attached runs to go", Duration::from_secs(15), || run_ids(&d.ps()).is_empty());
+    let r = d.raw(&["hello", &format!("open:{p}"), "activate:last"]);
+    let kept = r[1]["run"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(run_ids(&d.ps()), vec![kept], "the detached run outlives its connection");
+    assert!(d.cli().args(["stop", &kept.to_string()]).status().unwrap().success());
+    common::wait_for("the detached run to stop", Duration::from_secs(15), || run_ids(&d.ps()).is_empty());
+}

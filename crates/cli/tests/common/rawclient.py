@@ -9,7 +9,8 @@ steps:
   hello:V               hello with protocol version V
   ping                  ping and print the reply
   open:PIPELINE         open a run (no stdio) and print the reply
-  activate:RUN          activate run RUN (a number, or `last` for the last opened)
+  activate:RUN          activate run RUN detached (a number, or `last` for the last opened)
+  activate_attached:RUN activate it attached (it stops when this connection ends)
   stream:NAME           open_stream NAME; print the reply and how many fds came
   ps                    print the runs
   send:TEXT             send TEXT as one frame body, unchecked
@@ -79,9 +80,9 @@ def main():
             m = read(s)
             if m and m.get("reply") == "opened":
                 last = m["run"]
-        elif op == 'activate':
+        elif op in ('activate', 'activate_attached'):
             run = last if arg == 'last' else int(arg)
-            send(s, json.dumps({"id": next(ids), "op": "activate", "run": run, "detach": True}).encode())
+            send(s, json.dumps({"id": next(ids), "op": "activate", "run": run, "detach": op == 'activate'}).encode())
             read(s)
         elif op == 'stream':
             send(s, json.dumps({"id": next(ids), "op": "open_stream", "name": arg}).encode())
