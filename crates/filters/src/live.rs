@@ -128,10 +128,8 @@ impl Filter for Rx {
         // whole space by now (the space pulls a source again only after its last batch's
         // epoch ended), and nothing read from it is alive (this borrows the store
         // exclusively): back to the kernel.
-        if self.held.as_ref().is_some_and(|(block, next)| *next >= block.frames.len()) {
-            if let Some((block, _)) = self.held.take() {
-                ring.release(block.index);
-            }
+        if let Some((block, _)) = self.held.take_if(|(block, next)| *next >= block.frames.len()) {
+            ring.release(block.index);
         }
         if self.held.is_none() {
             match ring.next_block(Duration::from_millis(50)) {
