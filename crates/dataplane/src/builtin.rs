@@ -83,7 +83,7 @@ impl Filter for JoinFilter {
             *c == want
         });
     }
-    fn epoch_end(&mut self) {
+    fn epoch_end(&mut self, _cx: &mut Ctx<'_>) {
         self.seen.clear();
     }
     fn finish(&mut self, cx: &mut Ctx<'_>, out: &mut Batch) {

@@ -7,9 +7,10 @@
 //! socket from [`lend`] on; the source takes and gives back blocks through [`lender_mut`],
 //! which borrows the store exclusively, while every slice of lent memory borrows it shared.
 //! So a block never goes back while bytes of it are in use, by construction and with no
-//! per-frame cost (see `kernel::LentMemory` and `dataplane::External`); the source gives a
-//! block back when it is asked for the next batch, which the space asks only once the
-//! previous batch has walked the whole space (its `epoch_end`).
+//! per-frame cost (see `kernel::LentMemory` and `dataplane::External`). The source gives a
+//! block back at `Filter::epoch_end` (the batch has walked the whole space; `Ctx` holds
+//! the store exclusively there), as early as the kernel can have it: a block held longer
+//! is one the kernel cannot fill while the space waits on its other sources.
 //!
 //! Positions are the kernel crate's (a lap or generation in them), so a tag names one
 //! frame for the life of the run (the block memo relies on that), and a tag whose block

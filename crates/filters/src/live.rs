@@ -27,8 +27,7 @@ pub struct Rx {
     /// ([`crate::lent`]).
     buf: BufId,
     failed: bool,
-    /// The block being emitted (or emitted, and given back at the next pull) and its next
-    /// frame.
+    /// The block being emitted and its next frame.
     held: Option<(Block, usize)>,
     blocks_seen: u64,
     packets: u64,
@@ -123,15 +122,8 @@ impl Filter for Rx {
                 return false;
             }
         }
-        let ring = lent::lender_mut::<RxRing>(cx.store, self.buf).expect("the store owns the ring it was given");
-        // A block whose frames all went out: every batch that carried them has walked the
-        // whole space by now (the space pulls a source again only after its last batch's
-        // epoch ended), and nothing read from it is alive (this borrows the store
-        // exclusively): back to the kernel.
-        if let Some((block, _)) = self.held.take_if(|(block, next)| *next >= block.frames.len()) {
-            ring.release(block.index);
-        }
         if self.held.is_none() {
+            let ring = lent::lender_mut::<RxRing>(cx.store, self.buf).expect("the store owns the ring it was given");
             match ring.next_block(Duration::from_millis(50)) {
                 Ok(Some(b)) => {
                     self.blocks_seen += 1;
@@ -173,6 +165,17 @@ impl Filter for Rx {
         self.packets += (end - *next) as u64;
         *next = end;
         true
+    }
+
+    fn epoch_end(&mut self, cx: &mut Ctx<'_>) {
+        // The batch has walked the whole space: give the block back once all its frames
+        // went out. Nothing read from it is in use: `cx.store`, which every slice of it
+        // borrows, is ours exclusively here.
+        if let Some((block, _)) = self.held.take_if(|(block, next)| *next >= block.frames.len()) {
+            if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.buf) {
+                ring.release(block.index);
+            }
+        }
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {

@@ -1,8 +1,7 @@
 //! `rx dev=IF impl=xdp`: live capture through an AF_XDP socket ([`kernel::xdp`]). The
 //! UMEM is the DBuf (the socket owned by the store through [`crate::lent`]): tags point at
 //! the chunks the kernel filled, nothing is copied on our side, and a batch's chunks go
-//! back to the kernel once the batch has walked the space (at the next pull's
-//! `next_batch`). Positions carry a generation per batch, since chunks are reused. AF_XDP
+//! back to the kernel once the batch has walked the space (`epoch_end`). Positions carry a generation per batch, since chunks are reused. AF_XDP
 //! frames carry no capture time: blocks are stamped when they are read.
 
 use crate::lent;
@@ -80,10 +79,7 @@ impl Filter for XdpSource {
             }
         }
         if self.sent >= self.pending.len() {
-            // Everything gathered went out, and every batch that carried it has walked the
-            // whole space (the space pulls a source again only after its last batch's
-            // epoch ended): gather anew. `next_batch` first gives the chunks back, through
-            // the store borrowed exclusively, so nothing read from them is alive.
+            // Everything gathered went out and (epoch_end) came back: gather anew.
             let sock = lent::lender_mut::<XdpRx>(cx.store, self.buf).expect("the store owns the socket it was given");
             self.pending = match sock.next_batch(self.gather, Duration::from_millis(50), self.latency) {
                 Ok(f) => f,
@@ -109,6 +105,17 @@ impl Filter for XdpSource {
         self.packets += metas.len() as u64;
         cx.store.set_records(self.buf, metas);
         true
+    }
+
+    fn epoch_end(&mut self, cx: &mut Ctx<'_>) {
+        // The batch has walked the whole space: once every gathered frame has, their
+        // chunks go back to the kernel. Nothing read from them is in use: `cx.store`,
+        // which every slice of them borrows, is ours exclusively here.
+        if self.sent >= self.pending.len() {
+            if let Some(s) = lent::lender_mut::<XdpRx>(cx.store, self.buf) {
+                s.recycle();
+            }
+        }
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
