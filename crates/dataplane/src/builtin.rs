@@ -83,7 +83,7 @@ impl Filter for JoinFilter {
             *c == want
         });
     }
-    fn epoch_end(&mut self) {
+    fn epoch_end(&mut self, _cx: &mut Ctx<'_>) {
         self.seen.clear();
     }
     fn finish(&mut self, cx: &mut Ctx<'_>, out: &mut Batch) {
@@ -359,17 +359,17 @@ mod tests {
     fn ordered_join_keeps_lent_blocks_past_their_batch() {
         let mut st = Store::new(1 << 16);
         let lender = Lender::new(4096);
-        let id = st.add_external(lender.clone());
-        let (a, b) = (Tag { pos: lender.pos(0), len: 100, buf: id, class: 1 }, Tag { pos: lender.pos(100), len: 100, buf: id, class: 1 });
+        let (a_pos, b_pos, b_bytes) = (lender.pos(0), lender.pos(100), lender.bytes(100, 100));
+        let id = st.add_external(lender);
+        let (a, b) = (Tag { pos: a_pos, len: 100, buf: id, class: 1 }, Tag { pos: b_pos, len: 100, buf: id, class: 1 });
         st.set_records(id, vec![RecordMeta::whole(a.pos, 100, 5, 100), RecordMeta::whole(b.pos, 100, 6, 100)]);
-        let b_bytes = lender.bytes(100, 100);
         let mut j = JoinFilter::new(JoinMode::Ordered, 2);
         // In-arc 0 brings a and b: a goes on, b waits for in-arc 1's block.
         let mut first = batch(0, &[a, b]);
         assert!(with_ctx(&mut st, |cx| j.process(cx, &mut first)).is_empty());
         assert_eq!(first.tags, vec![a]);
         // The batch is over: the lender takes its memory back and lends it anew.
-        lender.give_back();
+        st.external_mut::<Lender>(id).expect("the lender").give_back();
         let c = st.push(b"from the other replica");
         let mut second = batch(1, &[c]);
         assert!(with_ctx(&mut st, |cx| j.process(cx, &mut second)).is_empty());

@@ -617,7 +617,7 @@ impl Filter for Ingress {
         true
     }
 
-    fn epoch_end(&mut self) {
+    fn epoch_end(&mut self, _cx: &mut Ctx<'_>) {
         self.release();
     }
 
@@ -679,7 +679,7 @@ mod tests {
                 assert_eq!(t.class, (i % 7 + 1) as u16);
                 i += 1;
             }
-            rx.epoch_end();
+            cx_run(&mut st, |cx| rx.epoch_end(cx));
             if !more {
                 break;
             }
@@ -744,7 +744,7 @@ mod tests {
                     assert_eq!(self.st.link(t), Some(1), "block {i}: its link type");
                     self.got.push(i);
                 }
-                self.rx.epoch_end();
+                cx_run(&mut self.st, |cx| self.rx.epoch_end(cx));
                 more
             }
             fn read_to_end(&mut self) {
@@ -898,7 +898,7 @@ mod tests {
                 for t in &b.tags {
                     check(&st, t);
                 }
-                rx.epoch_end();
+                rx.epoch_end(&mut Ctx { store: &mut st, name: "t", sessions: &mut sessions, warnings: &mut warnings, stop: &mut stop });
                 if !more {
                     break;
                 }

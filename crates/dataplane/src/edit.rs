@@ -852,7 +852,7 @@ mod tests {
                 Err(mpsc::RecvTimeoutError::Disconnected) => false,
             }
         }
-        fn epoch_end(&mut self) {
+        fn epoch_end(&mut self, _cx: &mut Ctx<'_>) {
             if !self.block && std::mem::take(&mut self.pulled) {
                 let _ = self.ack.send(());
             }

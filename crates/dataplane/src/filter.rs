@@ -185,8 +185,11 @@ pub trait Filter: Send {
     }
 
     /// Called after each source batch has finished its walk through the whole graph
-    /// (depth-first: every copy of those blocks has been delivered by then).
-    fn epoch_end(&mut self) {}
+    /// (depth-first: every copy of those blocks has been delivered by then). A source whose
+    /// memory is lent gives blocks back here, through `cx.store`
+    /// ([`Store::external_mut`](crate::Store::external_mut)): borrowed exclusively, it
+    /// proves no bytes of the batch are still in use.
+    fn epoch_end(&mut self, _cx: &mut Ctx<'_>) {}
 
     /// Sources only: whether this source carries blocks another space already took in (a
     /// channel's ingress). On interrupt such sources keep delivering until their producer

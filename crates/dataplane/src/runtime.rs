@@ -688,8 +688,8 @@ impl Space {
 
     /// A source batch has finished its whole walk through the graph.
     pub(crate) fn epoch_end(&mut self) {
-        for n in &mut self.nodes {
-            n.filter.epoch_end();
+        for i in 0..self.nodes.len() {
+            self.with_filter(i, |f, cx| f.epoch_end(cx));
         }
     }
 

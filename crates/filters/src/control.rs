@@ -25,7 +25,7 @@ impl Filter for For {
             }
         }
     }
-    fn epoch_end(&mut self) {
+    fn epoch_end(&mut self, _cx: &mut Ctx<'_>) {
         // Depth-first: a source batch has finished all its iterations.
         self.left.clear();
     }

@@ -25,6 +25,7 @@ pub mod edit;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod inspect;
+mod lent;
 pub mod live;
 pub mod nicfix;
 pub mod packet;

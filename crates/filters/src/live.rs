@@ -1,31 +1,18 @@
 //! Live capture: `rx dev=IF` reads an interface through AF_PACKET with a TPACKET_V3 ring
-//! (the kernel's ring is the DBuf: tags point into it, nothing is copied), handing each
-//! block back to the kernel once its frames have walked the space. A `bpf` filter right
+//! (the kernel's ring is the DBuf, owned by the store through [`crate::lent`]: tags point
+//! into it, nothing is copied), handing each block back to the kernel once its frames have
+//! walked the space. A `bpf` filter right
 //! after `rx` runs in the kernel, and so do the NIC-FIX filters (flowcount, sample,
 //! bytecount) as eBPF programs: [`kernel_placement`] moves the program onto the socket.
 
-use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, BufId, Ctx, External, Filter, FilterSpec, Param, RecordMeta, Tag};
+use crate::lent;
+use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, RecordMeta, Store, Tag};
 use kernel::afpacket::{Block, RxConfig, RxRing, SocketFilter};
 use kernel::cbpf::compile;
 use kernel::ebpf;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 use lang::KernelAttach;
-
-/// The ring as the store's DBuf: positions are the kernel crate's frame positions (`lap *
-/// ring length + offset`), so a tag names one frame for the life of the run (the block
-/// memo relies on that), and a tag whose block went back to the kernel resolves to
-/// nothing ([`ResolveError::Gone`](dataplane::ResolveError)), never to the frames the
-/// kernel wrote there since. Filters keep blocks past their batch with `Ctx::keep`.
-#[derive(Debug)]
-struct Lent(RxRing);
-
-impl External for Lent {
-    fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
-        self.0.frame_bytes(pos, len)
-    }
-}
 
 pub struct Rx {
     dev: String,
@@ -36,7 +23,8 @@ pub struct Rx {
     kebpf: Option<(ebpf::Config, Option<PathBuf>)>,
     /// The loaded program; dropping it removes its pins.
     kprog: Option<ebpf::Loaded>,
-    ring: Option<Arc<Lent>>,
+    /// The ring, once opened: the store's DBuf `buf` (0 before), which owns it
+    /// ([`crate::lent`]).
     buf: BufId,
     failed: bool,
     /// The block being emitted and its next frame.
@@ -88,7 +76,7 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     };
     // The interface must exist now (a clear error before the run).
     kernel::afpacket::ifindex(&dev).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
-    Ok(Box::new(Rx { dev, cfg, kfilter, kebpf, kprog: None, ring: None, buf: 0, failed: false, held: None, blocks_seen: 0, packets: 0, kernel_seen: 0, kernel_drops: 0 }))
+    Ok(Box::new(Rx { dev, cfg, kfilter, kebpf, kprog: None, buf: 0, failed: false, held: None, blocks_seen: 0, packets: 0, kernel_seen: 0, kernel_drops: 0 }))
 }
 
 impl Rx {
@@ -106,19 +94,15 @@ impl Rx {
             (None, None) => None,
         };
         let ring = RxRing::open(&self.dev, self.cfg, filter).map_err(|e| FilterError::io(self.dev.clone(), e))?;
-        let ring = Arc::new(Lent(ring));
-        self.buf = cx.store.add_external(ring.clone());
+        self.buf = lent::lend(cx.store, ring);
         cx.store.set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
-        self.ring = Some(ring);
         Ok(())
     }
 
-    fn count_kernel(&mut self) {
-        if let Some(r) = &self.ring {
-            if let Ok((p, d)) = r.0.stats() {
-                self.kernel_seen += p;
-                self.kernel_drops += d;
-            }
+    fn count_kernel(&mut self, store: &Store) {
+        if let Some(Ok((p, d))) = lent::lender::<RxRing>(store, self.buf).map(RxRing::stats) {
+            self.kernel_seen += p;
+            self.kernel_drops += d;
         }
     }
 }
@@ -130,7 +114,7 @@ impl Filter for Rx {
         if self.failed {
             return false;
         }
-        if self.ring.is_none() {
+        if self.buf == 0 {
             if let Err(e) = self.open(cx) {
                 cx.warn(e.to_string());
                 cx.stop();
@@ -138,21 +122,25 @@ impl Filter for Rx {
                 return false;
             }
         }
-        let ring = self.ring.clone().expect("opened");
         if self.held.is_none() {
-            match ring.0.next_block(Duration::from_millis(50)) {
+            let ring = lent::lender_mut::<RxRing>(cx.store, self.buf).expect("the store owns the ring it was given");
+            match ring.next_block(Duration::from_millis(50)) {
                 Ok(Some(b)) => {
                     self.blocks_seen += 1;
+                    // A block retired by the timer with nothing in it goes straight back.
+                    let empty = b.frames.is_empty();
+                    if empty {
+                        ring.release(b.index);
+                    } else {
+                        self.held = Some((b, 0));
+                    }
                     // The kernel's counters (a system call): now and then, and at the end.
                     if self.blocks_seen.is_multiple_of(64) {
-                        self.count_kernel();
+                        self.count_kernel(cx.store);
                     }
-                    if b.frames.is_empty() {
-                        // A block retired by the timer with nothing in it.
-                        ring.0.release(b.index);
+                    if empty {
                         return true;
                     }
-                    self.held = Some((b, 0));
                 }
                 Ok(None) => return true,
                 Err(e) => {
@@ -179,26 +167,28 @@ impl Filter for Rx {
         true
     }
 
-    fn epoch_end(&mut self) {
+    fn epoch_end(&mut self, cx: &mut Ctx<'_>) {
         // The batch has walked the whole space: give the block back once all its frames
-        // went out.
-        if let (Some(ring), Some((block, next))) = (&self.ring, &self.held) {
-            if *next >= block.frames.len() {
-                ring.0.release(block.index);
-                self.held = None;
+        // went out. Nothing read from it is in use: `cx.store`, which every slice of it
+        // borrows, is ours exclusively here.
+        if let Some((block, _)) = self.held.take_if(|(block, next)| *next >= block.frames.len()) {
+            if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.buf) {
+                ring.release(block.index);
             }
         }
     }
 
-    fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
-        self.count_kernel();
-        if let (Some(ring), Some((block, _))) = (&self.ring, self.held.take()) {
-            ring.0.release(block.index);
+    fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
+        self.count_kernel(cx.store);
+        if let (Some(ring), Some((block, _))) = (lent::lender_mut::<RxRing>(cx.store, self.buf), self.held.take()) {
+            ring.release(block.index);
         }
     }
 
     fn summary(&self) -> Option<String> {
-        self.ring.as_ref()?;
+        if self.buf == 0 {
+            return None;
+        }
         Some(format!(
             "rx {}: {} packets delivered, {} seen by the kernel socket{}, {} dropped by the kernel (ring full); {} blocks taken, the ring went round {} times",
             self.dev,

@@ -1,27 +1,13 @@
 //! `rx dev=IF impl=xdp`: live capture through an AF_XDP socket ([`kernel::xdp`]). The
-//! UMEM is the DBuf: tags point at the chunks the kernel filled, nothing is copied on
-//! our side, and a batch's chunks go back to the kernel once the batch has walked the
-//! space. AF_XDP frames carry no capture time: blocks are stamped when they are read.
+//! UMEM is the DBuf (the socket owned by the store through [`crate::lent`]): tags point at
+//! the chunks the kernel filled, nothing is copied on our side, and a batch's chunks go
+//! back to the kernel once the batch has walked the space (`epoch_end`). Positions carry a generation per batch, since chunks are reused. AF_XDP
+//! frames carry no capture time: blocks are stamped when they are read.
 
-use dataplane::{FilterError, Args, Batch, BufId, Ctx, External, Filter, RecordMeta, Tag};
-use kernel::xdp::{UmemView, XdpConfig, XdpDrops, XdpRx};
-use std::sync::Arc;
+use crate::lent;
+use dataplane::{FilterError, Args, Batch, BufId, Ctx, Filter, RecordMeta, Tag};
+use kernel::xdp::{XdpConfig, XdpDrops, XdpRx};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// The UMEM as the store's DBuf. Positions are the kernel crate's (`generation * UMEM
-/// size + offset`, a generation per batch): chunks are reused, so a tag names one frame
-/// for the life of the run only with its batch's generation in it (the block memo relies
-/// on that), and a tag of an earlier batch resolves to nothing, never to the frame the
-/// kernel copied into its chunk since. Filters keep blocks past their batch with
-/// `Ctx::keep`.
-#[derive(Debug)]
-struct Lent(Arc<UmemView>);
-
-impl External for Lent {
-    fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
-        self.0.get(pos, len)
-    }
-}
 
 pub struct XdpSource {
     dev: String,
@@ -33,7 +19,8 @@ pub struct XdpSource {
     /// The gathered frames (position, length) and how many went out.
     pending: Vec<(u64, usize)>,
     sent: usize,
-    sock: Option<XdpRx>,
+    /// The socket, once opened: the store's DBuf `buf` (0 before), which owns it
+    /// ([`crate::lent`]).
     buf: BufId,
     packets: u64,
     /// The socket's drop counters, read at the end.
@@ -63,7 +50,7 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, FilterError> {
         Some("skb") => true,
         Some(v) => return Err(FilterError::bad("xdpmode", v, "auto or skb")),
     };
-    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), gather, pending: Vec::new(), sent: 0, sock: None, buf: 0, packets: 0, drops: None, failed: false }))
+    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), gather, pending: Vec::new(), sent: 0, buf: 0, packets: 0, drops: None, failed: false }))
 }
 
 impl XdpSource {
@@ -82,19 +69,18 @@ impl Filter for XdpSource {
         if self.failed {
             return false;
         }
-        if self.sock.is_none() {
+        if self.buf == 0 {
             match XdpRx::open(&self.dev, self.cfg) {
                 Ok(s) => {
-                    self.buf = cx.store.add_external(Arc::new(Lent(s.view())));
+                    self.buf = lent::lend(cx.store, s);
                     cx.store.set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
-                    self.sock = Some(s);
                 }
                 Err(e) => return self.fail(cx, format!("{}: {e}", self.dev)),
             }
         }
-        let sock = self.sock.as_mut().expect("opened");
         if self.sent >= self.pending.len() {
             // Everything gathered went out and (epoch_end) came back: gather anew.
+            let sock = lent::lender_mut::<XdpRx>(cx.store, self.buf).expect("the store owns the socket it was given");
             self.pending = match sock.next_batch(self.gather, Duration::from_millis(50), self.latency) {
                 Ok(f) => f,
                 Err(e) => {
@@ -121,25 +107,28 @@ impl Filter for XdpSource {
         true
     }
 
-    fn epoch_end(&mut self) {
+    fn epoch_end(&mut self, cx: &mut Ctx<'_>) {
         // The batch has walked the whole space: once every gathered frame has, their
-        // chunks go back to the kernel.
+        // chunks go back to the kernel. Nothing read from them is in use: `cx.store`,
+        // which every slice of them borrows, is ours exclusively here.
         if self.sent >= self.pending.len() {
-            if let Some(s) = self.sock.as_mut() {
+            if let Some(s) = lent::lender_mut::<XdpRx>(cx.store, self.buf) {
                 s.recycle();
             }
         }
     }
 
-    fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
-        if let Some(s) = self.sock.as_mut() {
+    fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
+        if let Some(s) = lent::lender_mut::<XdpRx>(cx.store, self.buf) {
             s.recycle();
             self.drops = s.stats().ok();
         }
     }
 
     fn summary(&self) -> Option<String> {
-        self.sock.as_ref()?;
+        if self.buf == 0 {
+            return None;
+        }
         let drops = match self.drops {
             Some(d) => format!(", {} dropped by the kernel (RX ring full {}, no fill chunk {}, other {})", d.total(), d.ring_full, d.fill_empty, d.other),
             None => ", kernel drops unknown (XDP_STATISTICS failed)".to_string(),

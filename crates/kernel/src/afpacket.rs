@@ -11,13 +11,19 @@
 //! socket and a stale one is refused, never read) and parsing of block and frame headers. The `unsafe` of this crate lives here, in a few
 //! small blocks (system calls, the mapping, atomic views of status words), each with a
 //! `// SAFETY:` comment.
+//!
+//! Reading held blocks is sound by construction ([`crate::LentMemory`]):
+//! [`RxRing::frame_bytes`] borrows the ring shared and [`RxRing::release`] (and
+//! [`RxRing::next_block`]) exclusively, so a slice of a block cannot outlive the block's
+//! release, and which lap of each block user space holds is plain memory, changed only
+//! through `&mut self`.
 
 #![allow(unsafe_code)]
 
 use crate::cbpf::Program;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 const SOL_PACKET: i32 = 263;
@@ -124,10 +130,11 @@ pub struct RxRing {
     cfg: RxConfig,
     /// Next block to look at, counted from the start (block `next % blocks` of lap
     /// `next / blocks`).
-    next: AtomicU64,
+    next: u64,
     /// Per block: 0 while the kernel owns it, else 1 + the lap in which user space holds it
-    /// (between `next_block` and `release`).
-    held: Box<[AtomicU64]>,
+    /// (between `next_block` and `release`). Plain memory: only `&mut self` changes it, so
+    /// no reader (`&self`) sees it change.
+    held: Box<[u64]>,
 }
 
 /// A block user space holds: its index in the ring, its lap and its frames.
@@ -138,11 +145,12 @@ pub struct Block {
     pub frames: Vec<Frame>,
 }
 
-// SAFETY: the mapping is owned by this value and lives until drop; all shared access to
-// it goes through `frame_bytes` (blocks user space holds, checked by lap) and atomic
-// status words.
+// SAFETY: the mapping is owned by this value and lives until drop, whichever thread that
+// is on; the kernel's side of it is reached only through the atomic status words.
 unsafe impl Send for RxRing {}
-// SAFETY: as above; the block cursor is atomic.
+// SAFETY: through `&self` the mapping is only read, in blocks user space holds
+// (`frame_bytes`, checked by lap), which nothing changes while a `&self` borrow lives:
+// taking and giving back blocks (`next_block`, `release`) needs `&mut self`.
 unsafe impl Sync for RxRing {}
 
 /// A system call's result, or the OS error with `what` was being done in front of it.
@@ -235,8 +243,8 @@ impl RxRing {
         } else {
             map
         };
-        let held = (0..cfg.blocks).map(|_| AtomicU64::new(0)).collect();
-        let ring = RxRing { fd, map: map as *mut u8, len, cfg, next: AtomicU64::new(0), held };
+        let held = vec![0; cfg.blocks as usize].into_boxed_slice();
+        let ring = RxRing { fd, map: map as *mut u8, len, cfg, next: 0, held };
         let mut sll: libc::sockaddr_ll = unsafe_zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = ETH_P_ALL.to_be();
@@ -322,8 +330,8 @@ impl RxRing {
     /// Wait up to `timeout` for the next block the kernel has handed over; returns it (its
     /// frames' positions carry its lap), or None on timeout. The block is user space's
     /// until [`RxRing::release`].
-    pub fn next_block(&self, timeout: Duration) -> io::Result<Option<Block>> {
-        let seq = self.next.load(Ordering::Relaxed);
+    pub fn next_block(&mut self, timeout: Duration) -> io::Result<Option<Block>> {
+        let seq = self.next;
         let b = (seq % self.cfg.blocks as u64) as usize;
         let lap = seq / self.cfg.blocks as u64;
         // Acquire (here and after the poll) pairs with the kernel's write barrier before
@@ -384,21 +392,44 @@ impl RxRing {
             }
             off += fh.next as usize;
         }
-        // SYNC POINT: publishes that user space holds block `b` in this lap; observed by
-        // `frame_bytes` (Acquire), possibly on another thread reading the block's frames.
-        self.held[b].store(lap + 1, Ordering::Release);
-        self.next.fetch_add(1, Ordering::Relaxed);
+        // User space holds block `b` in this lap from now on (`frame_bytes` reads it
+        // through a later `&self` borrow: the exclusive borrow here orders the two).
+        self.held[b] = lap + 1;
+        self.next += 1;
         Ok(Some(Block { index: b, lap, frames }))
     }
 
-    /// Hand block `b` back to the kernel (after everything read from it is done with).
-    /// From now on positions in it are refused by [`RxRing::frame_bytes`].
-    pub fn release(&self, b: usize) {
-        let Some(h) = self.held.get(b) else { return };
-        // SYNC POINT: first withdraw the block from readers (Release, paired with the
-        // Acquire in `frame_bytes`), then give it to the kernel (Release on the status word,
-        // the kernel's side of TPACKET's handshake).
-        h.store(0, Ordering::Release);
+    /// Hand block `b` back to the kernel. From now on positions in it are refused by
+    /// [`RxRing::frame_bytes`]. Nothing read from the block can still be in use: slices
+    /// of it borrow the ring shared, and this takes it exclusively. Holding one across
+    /// does not compile:
+    ///
+    /// ```compile_fail,E0502
+    /// fn first_byte_after_release(rx: &mut kernel::afpacket::RxRing, b: &kernel::afpacket::Block) -> u8 {
+    ///     let f = b.frames[0];
+    ///     let bytes = rx.frame_bytes(f.pos, f.snaplen as usize).unwrap();
+    ///     rx.release(b.index); // error[E0502]: `*rx` is borrowed by `bytes`
+    ///     bytes[0] // would read what the kernel writes into the block now
+    /// }
+    /// ```
+    ///
+    /// while copying out what is needed first does:
+    ///
+    /// ```
+    /// fn first_byte_then_release(rx: &mut kernel::afpacket::RxRing, b: &kernel::afpacket::Block) -> u8 {
+    ///     let f = b.frames[0];
+    ///     let first = rx.frame_bytes(f.pos, f.snaplen as usize).unwrap()[0];
+    ///     rx.release(b.index);
+    ///     first
+    /// }
+    /// ```
+    pub fn release(&mut self, b: usize) {
+        let Some(h) = self.held.get_mut(b) else { return };
+        // First withdraw the block from readers (a plain store: no `&self` borrow, so no
+        // reader, is alive now), then give it to the kernel.
+        *h = 0;
+        // SYNC POINT: Release on the status word, the kernel's side of TPACKET's
+        // handshake: our reads of the block happen before the kernel refills it.
         self.status(b).store(TP_STATUS_KERNEL, Ordering::Release);
     }
 
@@ -408,23 +439,21 @@ impl RxRing {
     /// lap, and for positions outside the ring.
     ///
     /// Checked here, for any `pos` and `len` (no panic, no overflow): the range lies in the
-    /// mapping and inside one block, and that block is user space's in the lap `pos` names
-    /// at the time of the call. Not expressible here: the slice must not be used past the
-    /// block's [`RxRing::release`], after which the kernel writes the block again. The
-    /// owner releases a block only once every reader of its frames is done (the capture
-    /// source does so at the end of the batch's walk, when the store hands out no slices of
-    /// it any more: `dataplane::External`'s contract).
+    /// mapping and inside one block, and that block is user space's in the lap `pos` names.
+    /// Checked by the compiler: the slice borrows the ring, so it is gone before the block
+    /// can be released (see [`RxRing::release`]).
     pub fn frame_bytes(&self, pos: u64, len: usize) -> Option<&[u8]> {
         let (lap, off) = (pos / self.len as u64, (pos % self.len as u64) as usize);
         let bs = self.cfg.block_size as usize;
         let b = off / bs;
-        // Acquire pairs with the Release stores of `held` in `next_block` and `release`.
-        if off.checked_add(len)? > (b + 1) * bs || self.held.get(b)?.load(Ordering::Acquire) != lap.checked_add(1)? {
+        if off.checked_add(len)? > (b + 1) * bs || *self.held.get(b)? != lap.checked_add(1)? {
             return None;
         }
         // SAFETY: [off, off + len) lies inside block `b` of the mapping, which user space
         // holds in the lap the position names (checked just above), so the kernel does not
-        // write these bytes until `release`; the mapping lives as long as `self`.
+        // write these bytes until `release`, which takes `&mut self` and so cannot run
+        // while the returned slice (borrowing `&self`) lives; the mapping lives as long as
+        // `self`.
         Some(unsafe { std::slice::from_raw_parts(self.map.add(off), len) })
     }
 
@@ -473,6 +502,13 @@ impl Drop for RxRing {
     }
 }
 
+impl crate::LentMemory for RxRing {
+    #[inline]
+    fn bytes(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        self.frame_bytes(pos, len)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -513,7 +549,7 @@ mod tests {
         let v = Veth::new("fb").unwrap_or_else(|e| panic!("{e}"));
         let bs = 1u64 << 16;
         let cfg = RxConfig { block_size: bs as u32, blocks: 4, latency: Duration::from_millis(1), fanout: None };
-        let rx = RxRing::open(&v.here, cfg, None).unwrap_or_else(|e| panic!("{e}"));
+        let mut rx = RxRing::open(&v.here, cfg, None).unwrap_or_else(|e| panic!("{e}"));
         let sock = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
         // Hold the first block that comes with a frame; two laps' worth of blocks pass by
         // first, so the held block is in lap 2 and earlier laps' positions are stale.
@@ -563,7 +599,7 @@ mod tests {
     fn a_frame_position_is_refused_once_its_block_went_back_even_when_held_again() {
         let v = Veth::new("ap").unwrap_or_else(|e| panic!("{e}"));
         let cfg = RxConfig { block_size: 1 << 16, blocks: 2, latency: Duration::from_millis(1), fanout: None };
-        let rx = RxRing::open(&v.here, cfg, None).unwrap_or_else(|e| panic!("{e}"));
+        let mut rx = RxRing::open(&v.here, cfg, None).unwrap_or_else(|e| panic!("{e}"));
         let sock = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
         // (block, lap, first frame, its bytes) of the first block seen with a frame.
         let mut first: Option<(usize, u64, Frame, Vec<u8>)> = None;

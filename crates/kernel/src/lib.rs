@@ -7,6 +7,10 @@
 //! state in BPF maps, the NIC-FIX filters of thesis 7.3.1 ([`ebpf`]: C sources in `bpf/`,
 //! compiled by `build.rs` with clang, loaded with libbpf-rs, maps pinned on bpffs).
 //! `unsafe` lives in `afpacket`, `ebpf`, `tx` and `xdp` only.
+//!
+//! Memory the kernel lends user space (a TPACKET ring's blocks, an AF_XDP UMEM's chunks)
+//! is read through [`LentMemory`]; why that is sound without anything asked of callers
+//! is written there.
 
 #![deny(unsafe_code)]
 
@@ -16,3 +20,28 @@ pub mod ebpf;
 pub mod netns;
 pub mod tx;
 pub mod xdp;
+
+/// Memory the kernel lends user space piece by piece and takes back: the blocks of a
+/// TPACKET_V3 ring ([`afpacket::RxRing`]), the chunks of an AF_XDP UMEM ([`xdp::XdpRx`]).
+/// One interface for both, so their user (the store's lent DBufs, through one adapter)
+/// is written once.
+///
+/// Sound by construction, with nothing asked of the caller: [`LentMemory::bytes`] borrows
+/// the lender shared (`&self`) and the slice it returns lives no longer than that borrow,
+/// while everything that hands memory back to the kernel (`RxRing::release`,
+/// `XdpRx::recycle`, and `next_block` / `next_batch`, which may do so) takes the lender
+/// exclusively (`&mut self`). So no slice can be alive when its memory goes back: the
+/// borrow checker refuses the program (see the `compile_fail` examples on
+/// `RxRing::release` and `XdpRx::recycle`). This costs nothing per frame: the checks are
+/// the compiler's, and which lap or generation user space holds is plain memory, since
+/// only `&mut self` changes it. (Alternatives weighed: making release an `unsafe fn`
+/// whose contract one owner discharges keeps a proof obligation in prose; a guard object
+/// per block or a count of live slices costs an atomic per frame on the hot path.)
+///
+/// `bytes` answers `None` for a position whose piece has gone back to the kernel since it
+/// was handed out (positions carry a lap or generation and are never reused), and for
+/// anything outside the memory; never a panic, whatever `pos` and `len`.
+pub trait LentMemory: Send + std::fmt::Debug + 'static {
+    /// The `len` bytes at absolute position `pos`, if user space holds them now.
+    fn bytes(&self, pos: u64, len: usize) -> Option<&[u8]>;
+}

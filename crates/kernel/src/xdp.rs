@@ -8,15 +8,19 @@
 //! or held by us between `next_batch` and `recycle`), frame positions (absolute:
 //! `generation * UMEM size + offset`, one generation per batch, so a position names one
 //! frame for the life of the socket) and read access to the chunks of the batch we hold
-//! ([`UmemView`], which refuses positions of earlier generations). The `unsafe` here: the xsk-rs calls whose contract is chunk ownership,
-//! and the slice into the UMEM, each with a `// SAFETY:` comment.
+//! ([`XdpRx::get`], which refuses positions of earlier generations). The `unsafe` here:
+//! the xsk-rs calls whose contract is chunk ownership, and the slice into the UMEM, each
+//! with a `// SAFETY:` comment.
+//!
+//! Reading held chunks is sound by construction ([`crate::LentMemory`]): [`XdpRx::get`]
+//! borrows the socket shared, while [`XdpRx::recycle`] and [`XdpRx::next_batch`] (which
+//! recycles first) take it exclusively, so no slice of a chunk outlives the chunk's
+//! return to the kernel. The socket owns the UMEM outright (no shared view of it).
 
 #![allow(unsafe_code)]
 
 use std::io;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use xsk_rs::config::{BindFlags, FrameSize, Interface, QueueSize, SocketConfig, UmemConfig, XdpFlags};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
@@ -41,59 +45,27 @@ impl Default for XdpConfig {
 /// Bytes per UMEM chunk.
 const CHUNK: usize = 2048;
 
-/// Read access to the UMEM, shared with the store (tags point into it).
+/// The UMEM's mapping and which of its chunks user space holds (owned by [`XdpRx`]).
 #[derive(Debug)]
-pub struct UmemView {
+struct UmemView {
     /// Keeps the mapping alive.
     _umem: Umem,
     base: *const u8,
     len: usize,
     /// Per chunk: the generation of the batch in which user space holds it, 0 while it is
     /// the kernel's or spare. Every batch gets a new generation, so positions of an
-    /// earlier batch, whose chunks may hold other frames by now, are refused.
-    held: Box<[AtomicU64]>,
+    /// earlier batch, whose chunks may hold other frames by now, are refused. Plain
+    /// memory: only `&mut XdpRx` changes it, so no reader (`&XdpRx`) sees it change.
+    held: Box<[u64]>,
 }
 
-// SAFETY: the view only reads the mapping (kept alive by `_umem`, itself Send); which
-// chunks may be read at a time is the owner's protocol (held chunks only).
+// SAFETY: the mapping is owned through `_umem` (itself Send) and lives until drop,
+// whichever thread that is on; `base` points into it.
 unsafe impl Send for UmemView {}
-// SAFETY: as above, reads only.
-unsafe impl Sync for UmemView {}
-
-impl UmemView {
-    /// `len` bytes at absolute position `pos` (`generation * UMEM size + offset`, as
-    /// [`XdpRx::next_batch`] hands them out), if they lie in one chunk of the batch user
-    /// space holds now; None for a position of an earlier batch (its chunk went back to
-    /// the kernel and may hold another frame) and outside the UMEM.
-    ///
-    /// The slice must not be kept past [`XdpRx::recycle`] (or the next `next_batch`): the
-    /// owner recycles only once every reader of the batch is done.
-    pub fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
-        let (generation, off) = (pos / self.len as u64, (pos % self.len as u64) as usize);
-        let chunk = off / CHUNK;
-        // Acquire pairs with the Release stores of `held` in `next_batch` and `recycle`.
-        if generation == 0 || self.held.get(chunk)?.load(Ordering::Acquire) != generation || off.checked_add(len)? > (chunk + 1) * CHUNK {
-            return None;
-        }
-        // SAFETY: [off, off + len) lies inside one chunk of the UMEM mapping (alive as long
-        // as `self`), and user space holds that chunk in the generation the position names
-        // (checked just above), so the kernel does not write it until `recycle`.
-        Some(unsafe { std::slice::from_raw_parts(self.base.add(off), len) })
-    }
-
-    /// Bytes in the UMEM.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
 
 /// An AF_XDP socket bound to one queue of an interface, with its UMEM.
 pub struct XdpRx {
-    view: Arc<UmemView>,
+    view: UmemView,
     rx: RxQueue,
     fq: FillQueue,
     _tx: TxQueue,
@@ -189,7 +161,7 @@ impl XdpRx {
             return Err(io::Error::other(format!("AF_XDP: the fill ring took {lent} of {} chunks", lend.len())));
         }
         Ok(XdpRx {
-            view: Arc::new(UmemView { _umem: umem, base, len, held: (0..cfg.frames).map(|_| AtomicU64::new(0)).collect() }),
+            view: UmemView { _umem: umem, base, len, held: vec![0; cfg.frames as usize].into_boxed_slice() },
             rx,
             fq,
             _tx: tx,
@@ -203,9 +175,30 @@ impl XdpRx {
         })
     }
 
-    /// The UMEM, for the store.
-    pub fn view(&self) -> Arc<UmemView> {
-        self.view.clone()
+    /// `len` bytes at absolute position `pos` (`generation * UMEM size + offset`, as
+    /// [`XdpRx::next_batch`] hands them out), if they lie in one chunk of the batch user
+    /// space holds now; None for a position of an earlier batch (its chunk went back to
+    /// the kernel and may hold another frame), outside a chunk or outside the UMEM, for
+    /// any `pos` and `len` (no panic, no overflow). The slice borrows the socket, so it is
+    /// gone before the chunk can go back (see [`XdpRx::recycle`]).
+    pub fn get(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        let v = &self.view;
+        let (generation, off) = (pos / v.len as u64, (pos % v.len as u64) as usize);
+        let chunk = off / CHUNK;
+        if generation == 0 || *v.held.get(chunk)? != generation || off.checked_add(len)? > (chunk + 1) * CHUNK {
+            return None;
+        }
+        // SAFETY: [off, off + len) lies inside one chunk of the UMEM mapping (alive as long
+        // as `self`), and user space holds that chunk in the generation the position names
+        // (checked just above), so the kernel does not write it until `recycle`, which
+        // takes `&mut self` and so cannot run while the returned slice (borrowing `&self`)
+        // lives.
+        Some(unsafe { std::slice::from_raw_parts(v.base.add(off), len) })
+    }
+
+    /// Bytes in the UMEM.
+    pub fn umem_len(&self) -> usize {
+        self.view.len
     }
 
     /// Wait up to `timeout` for frames; returns (position, length) of each, at most
@@ -214,7 +207,7 @@ impl XdpRx {
     /// wake-ups and larger batches under load, and a quiet link waits at most that long.
     /// The chunks stay ours until [`XdpRx::recycle`], which this calls first. A batch's
     /// positions are `generation * UMEM size + chunk offset` with a generation of its
-    /// own (see [`UmemView::get`]).
+    /// own (see [`XdpRx::get`]).
     ///
     /// Wake-ups are what AF_XDP costs here (a context switch is microseconds on a VM; the
     /// frame copy is done by the kernel in the sender's context). So frames already in
@@ -282,10 +275,10 @@ impl XdpRx {
         for d in &self.scratch[..got] {
             out.push((base + d.addr() as u64, d.lengths().data()));
             self.held.push(*d);
-            if let Some(h) = self.view.held.get(d.addr() / CHUNK) {
-                // SYNC POINT: publishes that we hold the chunk in this generation to readers
-                // of the view (Acquire in `UmemView::get`).
-                h.store(self.generation, Ordering::Release);
+            if let Some(h) = self.view.held.get_mut(d.addr() / CHUNK) {
+                // We hold the chunk in this generation (read by `get` through a later
+                // `&self` borrow).
+                *h = self.generation;
             }
         }
         Ok(out)
@@ -304,17 +297,37 @@ impl XdpRx {
         Ok(XdpDrops { ring_full: s.rx_ring_full(), fill_empty, other: s.rx_dropped().saturating_sub(fill_empty) + s.rx_invalid_descs() })
     }
 
-    /// Lend the last batch's chunks back to the kernel (after everything read from them
-    /// is done with).
+    /// Lend the last batch's chunks back to the kernel. From now on their positions are
+    /// refused by [`XdpRx::get`]. Nothing read from them can still be in use: slices of
+    /// them borrow the socket shared, and this takes it exclusively. Holding one across
+    /// does not compile:
+    ///
+    /// ```compile_fail,E0502
+    /// fn first_byte_after_recycle(rx: &mut kernel::xdp::XdpRx, (pos, len): (u64, usize)) -> u8 {
+    ///     let bytes = rx.get(pos, len).unwrap();
+    ///     rx.recycle(); // error[E0502]: `*rx` is borrowed by `bytes`
+    ///     bytes[0] // would read what the kernel copies into the chunk now
+    /// }
+    /// ```
+    ///
+    /// while copying out what is needed first does:
+    ///
+    /// ```
+    /// fn first_byte_then_recycle(rx: &mut kernel::xdp::XdpRx, (pos, len): (u64, usize)) -> u8 {
+    ///     let first = rx.get(pos, len).unwrap()[0];
+    ///     rx.recycle();
+    ///     first
+    /// }
+    /// ```
     pub fn recycle(&mut self) {
         if self.held.is_empty() {
             return;
         }
         for d in &self.held {
-            if let Some(h) = self.view.held.get(d.addr() / CHUNK) {
-                // SYNC POINT: withdraw the chunk from readers (paired with the Acquire in
-                // `UmemView::get`) before it can reach the kernel.
-                h.store(0, Ordering::Release);
+            if let Some(h) = self.view.held.get_mut(d.addr() / CHUNK) {
+                // Withdraw the chunk from readers (none is alive: this is `&mut self`)
+                // before it can reach the kernel.
+                *h = 0;
             }
         }
         self.spare.append(&mut self.held);
@@ -325,12 +338,26 @@ impl XdpRx {
         }
         let from = self.spare.len() - k;
         // SAFETY: the chunks in `spare` are ours (consumed from the RX ring or never
-        // lent), belong to this UMEM, and no reader holds them any more (the batch has
-        // walked the space). At most `room` of them: the fill ring takes all or none.
+        // lent), belong to this UMEM, and no reader holds them any more (readers borrow
+        // `&self`; this is `&mut self`). At most `room` of them: the fill ring takes all
+        // or none.
         let lent = unsafe { self.fq.produce(&self.spare[from..]) };
         if lent == k {
             self.spare.truncate(from);
         }
+    }
+}
+
+impl std::fmt::Debug for XdpRx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpRx").field("umem_len", &self.view.len).field("generation", &self.generation).field("held", &self.held.len()).field("spare", &self.spare.len()).finish()
+    }
+}
+
+impl crate::LentMemory for XdpRx {
+    #[inline]
+    fn bytes(&self, pos: u64, len: usize) -> Option<&[u8]> {
+        self.get(pos, len)
     }
 }
 
@@ -361,31 +388,30 @@ mod tests {
         let mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", v.here)).unwrap();
         v.exec(&["ip", "neigh", "add", &v.here_ip, "lladdr", mac.trim(), "dev", &v.there]).unwrap();
         let mut rx = XdpRx::open(&v.here, XdpConfig { queue: 0, frames: 64, skb_mode: false }).unwrap_or_else(|e| panic!("{e}"));
-        let view = rx.view();
         let mut ping = v.command("ping").args(["-c", "400", "-i", "0.005", "-q", &v.here_ip]).stdout(std::process::Stdio::null()).spawn().unwrap();
-        let size = view.len() as u64;
+        let size = rx.umem_len() as u64;
         let first = batch(&mut rx);
         let (p, n) = first[0];
         let g = p / size;
         assert!(g >= 1, "generation 0 is none");
         assert!(first.iter().all(|&(q, _)| q / size == g), "one generation per batch");
-        let bytes = view.get(p, n).expect("a held frame resolves").to_vec();
+        let bytes = rx.get(p, n).expect("a held frame resolves").to_vec();
         let second = batch(&mut rx);
         let (q, m) = second[0];
         assert!(q / size > g, "a later batch, a later generation");
-        assert!(view.get(q, m).is_some());
-        assert_eq!(view.get(p, n), None, "the first batch went back: refused");
+        assert!(rx.get(q, m).is_some());
+        assert_eq!(rx.get(p, n), None, "the first batch went back: refused");
         let in_batch = |off: u64| second.iter().any(|&(x, _)| (x % size) / CHUNK as u64 == off / CHUNK as u64);
-        assert_eq!(view.get(q / size * size + p % size, n).is_some(), in_batch(p % size), "the same offset resolves under the new generation only if its chunk is in the new batch");
+        assert_eq!(rx.get(q / size * size + p % size, n).is_some(), in_batch(p % size), "the same offset resolves under the new generation only if its chunk is in the new batch");
         // A chunk not in the batch (the kernel's to fill) is refused under any generation.
         let theirs = (0..64u64).map(|c| c * CHUNK as u64).find(|&o| !in_batch(o)).expect("the batch holds 8 of 64 chunks");
-        assert_eq!(view.get(q / size * size + theirs, 1), None);
+        assert_eq!(rx.get(q / size * size + theirs, 1), None);
         assert!(!bytes.is_empty());
         // Out of a chunk, or of the UMEM: refused.
-        assert_eq!(view.get(q / size * size + CHUNK as u64 - 4, 8), None);
-        assert_eq!(view.get(u64::MAX, 1), None);
+        assert_eq!(rx.get(q / size * size + CHUNK as u64 - 4, 8), None);
+        assert_eq!(rx.get(u64::MAX, 1), None);
         rx.recycle();
-        assert_eq!(view.get(q, m), None, "recycled: refused");
+        assert_eq!(rx.get(q, m), None, "recycled: refused");
         let _ = ping.kill();
         let _ = ping.wait();
     }

@@ -7,7 +7,9 @@
 //! - [`SharedRing`]: a space's ring in shared memory, read in place by other spaces of
 //!   the process, and mapped DBufs another space writes (a channel's data ring).
 //! - external regions: memory another component lends block by block (the kernel's capture
-//!   rings); a block given back resolves to nothing.
+//!   rings), owned here; a block given back resolves to nothing, and a block goes back
+//!   only through `&mut Store` ([`Store::external_mut`]), so never while bytes the store
+//!   handed out are alive.
 //!
 //! Owns resolution (tag -> bytes), validity (a ring position below the overwrite horizon
 //! is gone, and so is a lent block once given back), keeping blocks past their batch
@@ -94,8 +96,9 @@ enum Region {
     /// A ring of this space in shared memory, so spaces in this process read its blocks
     /// where they are (only tags cross).
     Shared(Box<SharedRing>),
-    /// Memory another component owns and lends block by block (a kernel capture ring).
-    External(std::sync::Arc<dyn External>),
+    /// Memory another component lends block by block (a kernel capture ring), its lender
+    /// owned here.
+    External(Box<dyn external::Owned>),
 }
 
 /// Allocate in a ring region (private or shared).
@@ -286,10 +289,32 @@ impl Store {
         Ok((self.regions.len() as BufId, len))
     }
 
-    /// Register memory another component lends block by block (see [`External`]).
-    pub fn add_external(&mut self, e: std::sync::Arc<dyn External>) -> BufId {
-        self.regions.push(Region::External(e));
+    /// Register memory another component lends block by block (see [`External`]); the
+    /// store owns the lender from now on, and its source reaches it through
+    /// [`Store::external_mut`].
+    pub fn add_external<E: External>(&mut self, e: E) -> BufId {
+        self.regions.push(Region::External(Box::new(e)));
         self.regions.len() as BufId
+    }
+
+    /// The lender of buffer `id`, if it is an [`External`] of type `E` (to read its state,
+    /// e.g. a capture socket's counters).
+    pub fn external<E: External>(&self, id: BufId) -> Option<&E> {
+        match self.region(id)? {
+            Region::External(e) => e.any().downcast_ref(),
+            _ => None,
+        }
+    }
+
+    /// The lender of buffer `id`, if it is an [`External`] of type `E`, for its source to
+    /// take blocks and give them back. It borrows the whole store exclusively, so nothing
+    /// the store handed out (bytes borrow the store shared) can be alive while a block goes
+    /// back: the reason reading lent memory is sound (see the example on [`External`]).
+    pub fn external_mut<E: External>(&mut self, id: BufId) -> Option<&mut E> {
+        match self.region_mut(id)? {
+            Region::External(e) => e.any_mut().downcast_mut(),
+            _ => None,
+        }
     }
 
     /// Make a DBuf written by another space resolvable here; returns its local id (tags

@@ -109,17 +109,19 @@ use super::external::Lender;
         fn lent_tags_resolve_only_in_the_block_lent_now(laps in 0u64..5, tags in proptest::collection::vec(
             (proptest::prop_oneof![0u64..30_000, (u64::MAX - 5000)..=u64::MAX], 0u32..5000), 1..40)) {
             let mut st = Store::new(1 << 16);
-            let lender = Lender::new(4096);
+            let mut lender = Lender::new(4096);
             for _ in 0..laps {
                 lender.give_back();
             }
-            let id = st.add_external(lender.clone());
+            let id = st.add_external(lender);
+            let lender = st.external::<Lender>(id).expect("the lender, as its own type");
             let now = lender.pos(0) / 4096;
+            let lent: Vec<u8> = lender.bytes(0, 4096);
             for (pos, len) in tags {
                 let t = Tag { pos, len, buf: id, class: 1 };
                 let (g, off) = (pos / 4096, (pos % 4096) as usize);
                 let lent_now = g == now && off + len as usize <= 4096;
-                let want = if lent_now { Ok(lender.bytes(off, len as usize)) } else { Err(ResolveError::Gone { buf: id, pos }) };
+                let want = if lent_now { Ok(lent[off..off + len as usize].to_vec()) } else { Err(ResolveError::Gone { buf: id, pos }) };
                 proptest::prop_assert_eq!(st.data(&t).map(<[u8]>::to_vec), want.clone(), "tag {:?}", t);
                 proptest::prop_assert_eq!(st.resolver().data(&t).map(<[u8]>::to_vec), want.clone());
                 let kept = st.keep(&t).and_then(|k| st.data(&k).map(<[u8]>::to_vec));
@@ -143,11 +145,12 @@ use super::external::Lender;
         // Lent memory: a copy, with the tag's class, the record it is a cropped piece of
         // (its time, wire length and the bytes before it) and the link type.
         let lender = Lender::new(4096);
-        let id = st.add_external(lender.clone());
+        let (pos0, pos40, want) = (lender.pos(0), lender.pos(40), lender.bytes(40, 60));
+        let id = st.add_external(lender);
+        assert!(st.external::<Lender>(ring).is_none() && st.external_mut::<Lender>(ring).is_none() && st.external::<Lender>(99).is_none(), "a ring, an unknown id: no lender");
         st.set_link(id, 1);
-        st.set_records(id, vec![RecordMeta::whole(lender.pos(0), 200, 777, 1500)]);
-        let seg = Tag { pos: lender.pos(40), len: 60, buf: id, class: 9 };
-        let want = lender.bytes(40, 60);
+        st.set_records(id, vec![RecordMeta::whole(pos0, 200, 777, 1500)]);
+        let seg = Tag { pos: pos40, len: 60, buf: id, class: 9 };
         assert_eq!(st.data(&seg).unwrap(), &want[..]);
         let k = st.keep(&seg).unwrap();
         assert_ne!(k.buf, id);
@@ -155,6 +158,7 @@ use super::external::Lender;
         assert_eq!(st.kept, 1);
         // The block goes back and is lent again with other bytes: the original tag is
         // refused (never the new bytes), the copy still reads what the tag saw.
+        let lender = st.external_mut::<Lender>(id).expect("the lender, as its own type");
         lender.give_back();
         assert_ne!(lender.bytes(40, 60), want);
         assert_eq!(st.data(&seg), Err(ResolveError::Gone { buf: id, pos: seg.pos }));

@@ -105,7 +105,7 @@ impl Filter for XSrc {
     fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if self.buf == 0 {
-            self.buf = cx.store.add_external(std::sync::Arc::new(Lent(vec![7u8; 100 * 256])));
+            self.buf = cx.store.add_external(Lent(vec![7u8; 100 * 256]));
         }
         while out.len() < max && self.seq < self.n {
             out.push(Tag { pos: (self.seq % 256) as u64 * 100, len: 100, buf: self.buf, class: 1 });
