@@ -91,7 +91,12 @@ impl SharedRing {
                 self.channels.len() - 1
             }
         };
-        // Keep the queue sorted by block start; nearly always an append.
+        // Keep the queue sorted by block start; nearly always an append, which takes the
+        // deque's plain push (no search, no shifting).
+        if self.guards.back().is_none_or(|g| g.0 <= start) {
+            self.guards.push_back((start, ch, tag_end));
+            return;
+        }
         let at = self.guards.iter().rposition(|g| g.0 <= start).map_or(0, |i| i + 1);
         self.guards.insert(at, (start, ch, tag_end));
     }
