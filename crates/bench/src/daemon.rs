@@ -283,8 +283,8 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// A thread echoing length-prefixed frames on its end of a socket pair until the other
 /// end closes. It moves itself to the CPU it is sent on `cpus` whenever one comes (the
-/// channel is read between frames).
-fn echo_server(cpus: std::sync::mpsc::Receiver<usize>) -> Result<(UnixStream, std::thread::JoinHandle<()>)> {
+/// channel is read between frames) and answers on `moved` with the CPU it then runs on.
+fn echo_server(cpus: std::sync::mpsc::Receiver<usize>, moved: std::sync::mpsc::Sender<String>) -> Result<(UnixStream, std::thread::JoinHandle<()>)> {
     let (mine, theirs) = UnixStream::pair().map_err(|e| err(format!("socketpair: {e}")))?;
     let h = std::thread::Builder::new()
         .name("echo".into())
@@ -300,7 +300,13 @@ fn echo_server(cpus: std::sync::mpsc::Receiver<usize>) -> Result<(UnixStream, st
                     return;
                 }
                 if let Ok(cpu) = cpus.try_recv() {
-                    let _ = crate::util::pin(cpu);
+                    // Not util::pin: it folds onto the CPUs this thread may use, which after
+                    // a first pin is that one CPU.
+                    let said = match beltway::sys::pin_to_cpu(cpu) {
+                        Ok(_) => last_cpu("/proc/thread-self/stat"),
+                        Err(e) => e.to_string(),
+                    };
+                    let _ = moved.send(said);
                 }
                 if s.write_all(&buf[..4 + n]).is_err() {
                     return;
@@ -344,18 +350,32 @@ fn ping_echo(s: &UnixStream, calls: usize, token0: u64, id0: u64) -> Result<Vec<
 }
 
 /// The daemon's thread serving our one connection (named `sl-client`).
+/// Connections just closed (the probes of [`Daemon::start`]) may keep their threads a
+/// moment: wait up to 5 s for ours to be the only one.
 fn connection_thread(daemon_pid: u32) -> Result<u32> {
     let dir = format!("/proc/{daemon_pid}/task");
-    let tids: Vec<u32> = std::fs::read_dir(&dir)
-        .map_err(|e| err(format!("{dir}: {e}")))?
-        .flatten()
-        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "sl-client"))
-        .filter_map(|t| t.file_name().to_str()?.parse().ok())
-        .collect();
-    match tids[..] {
-        [tid] => Ok(tid),
-        _ => Err(err(format!("expected one connection thread (sl-client) in our daemon, found {}", tids.len()))),
+    let t0 = Instant::now();
+    loop {
+        let tids: Vec<u32> = std::fs::read_dir(&dir)
+            .map_err(|e| err(format!("{dir}: {e}")))?
+            .flatten()
+            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "sl-client"))
+            .filter_map(|t| t.file_name().to_str()?.parse().ok())
+            .collect();
+        match tids[..] {
+            [tid] => return Ok(tid),
+            _ if t0.elapsed() < Duration::from_secs(5) => std::thread::sleep(Duration::from_millis(10)),
+            _ => return Err(err(format!("expected one connection thread (sl-client) in our daemon, found {}", tids.len()))),
+        }
     }
+}
+
+/// The CPU a thread last ran on (field 39 of its `stat`), in words.
+fn last_cpu(stat: &str) -> String {
+    let text = std::fs::read_to_string(stat).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let cpu = text.rfind(')').and_then(|i| text[i + 1..].split_whitespace().nth(36).map(str::to_string));
+    cpu.map_or_else(|| format!("unknown ({stat} unreadable)"), |c| format!("CPU {c}"))
 }
 
 /// Move thread `tid` of another process to `cpu` (util-linux's taskset).
@@ -371,8 +391,10 @@ fn move_thread(tid: u32, cpu: usize) -> Result<()> {
 /// connection thread and the echo thread both on `server_cpu`. Returns the median of the
 /// rounds' ratios and the medians over all rounds (ns).
 #[allow(clippy::too_many_arguments)]
-fn roundtrip_placed(c: &mut Client, echo: &UnixStream, to_echo: &std::sync::mpsc::Sender<usize>, tid: u32, (client_cpu, server_cpu): (usize, usize), rounds: usize, calls: usize, ids: &mut u64) -> Result<(f64, f64, f64)> {
-    crate::util::pin(client_cpu)?;
+fn roundtrip_placed(c: &mut Client, echo: (&UnixStream, &std::sync::mpsc::Sender<usize>, &std::sync::mpsc::Receiver<String>), daemon: (u32, u32), (client_cpu, server_cpu): (usize, usize), rounds: usize, calls: usize, ids: &mut u64) -> Result<(f64, f64, f64)> {
+    let (echo, to_echo, echo_moved) = echo;
+    let (pid, tid) = daemon;
+    beltway::sys::pin_to_cpu(client_cpu).map_err(|e| err(format!("pinning the client to CPU {client_cpu}: {e}")))?;
     move_thread(tid, server_cpu)?;
     let _ = to_echo.send(server_cpu);
     // Warm-up (the moves take effect, caches), not counted; the echo side sends the very
@@ -381,6 +403,12 @@ fn roundtrip_placed(c: &mut Client, echo: &UnixStream, to_echo: &std::sync::mpsc
     ping_daemon(c, warm, 1_000_000)?;
     ping_echo(echo, warm, 1_000_000, *ids)?;
     *ids += warm as u64;
+    let echo_on = echo_moved.recv_timeout(Duration::from_secs(10)).map_err(|_| err("the echo thread did not say where it runs"))?;
+    println!(
+        "placement after warm-up: client {}, daemon's connection thread {}, echo thread {echo_on}",
+        last_cpu("/proc/thread-self/stat"),
+        last_cpu(&format!("/proc/{pid}/task/{tid}/stat"))
+    );
     println!("{:<6} {:>14} {:>14} {:>8}", "round", "daemon us", "echo us", "ratio");
     let mut ratios = Vec::new();
     let (mut all_d, mut all_e) = (Vec::new(), Vec::new());
@@ -413,24 +441,27 @@ fn roundtrip_placed(c: &mut Client, echo: &UnixStream, to_echo: &std::sync::mpsc
 fn roundtrip(s: &Setup, rounds: usize, calls: usize) -> Result<Vec<(String, f64, String)>> {
     println!("\n== Control round trip: `ping` through streamlined vs a bare Unix-socket echo ==");
     let mut c = s.daemon.client()?;
-    let tid = connection_thread(s.daemon.child.as_ref().map_or(0, |c| c.id()))?;
+    let pid = s.daemon.child.as_ref().map_or(0, |c| c.id());
+    let tid = connection_thread(pid)?;
     // The client numbers its requests from 1 (`hello`).
     let mut ids = 2u64;
     let sample = proto::encode(&Msg { id: ids, body: Request::Ping { token: 1_000_000 } });
     println!("frame: {} bytes ({}); {calls} round trips per side per round, {rounds} rounds alternating, medians", sample.len(), String::from_utf8_lossy(&sample[4..]));
     let (to_echo, cpus) = std::sync::mpsc::channel();
-    let (echo, h) = echo_server(cpus)?;
+    let (moved, echo_moved) = std::sync::mpsc::channel();
+    let (echo, h) = echo_server(cpus, moved)?;
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (c, echo_ref, to_echo, ids) = (&mut c, &echo, &to_echo, &mut ids);
     let out = std::thread::scope(|scope| {
         scope
-            .spawn(|| -> Result<Vec<(String, f64, String)>> {
+            .spawn(move || -> Result<Vec<(String, f64, String)>> {
                 let mut out = Vec::new();
                 println!("-- one CPU: client, the daemon's connection thread and the echo thread on CPU 0");
-                let (r, md, me) = roundtrip_placed(&mut c, &echo, &to_echo, tid, (0, 0), rounds, calls, &mut ids)?;
+                let (r, md, me) = roundtrip_placed(c, (echo_ref, to_echo, &echo_moved), (pid, tid), (0, 0), rounds, calls, ids)?;
                 out.push(("control_roundtrip_vs_unix_socket_echo".to_string(), r, format!("one CPU: ping {:.1} us / echo {:.1} us", md / 1e3, me / 1e3)));
                 if ncpu > 1 {
                     println!("-- two CPUs: client on CPU 0, the daemon's connection thread and the echo thread on CPU 1");
-                    let (r, md, me) = roundtrip_placed(&mut c, &echo, &to_echo, tid, (0, 1), rounds, calls, &mut ids)?;
+                    let (r, md, me) = roundtrip_placed(c, (echo_ref, to_echo, &echo_moved), (pid, tid), (0, 1), rounds, calls, ids)?;
                     out.push(("control_roundtrip_vs_unix_socket_echo_two_cpus".to_string(), r, format!("two CPUs: ping {:.1} us / echo {:.1} us", md / 1e3, me / 1e3)));
                 }
                 Ok(out)
@@ -709,7 +740,8 @@ count: 100000 blocks, 6400000 bytes\n";
     #[test]
     fn the_echo_thread_returns_each_frame_whole() {
         let (_keep, cpus) = std::sync::mpsc::channel();
-        let (s, h) = echo_server(cpus).unwrap();
+        let (moved, _) = std::sync::mpsc::channel();
+        let (s, h) = echo_server(cpus, moved).unwrap();
         let v = ping_echo(&s, 100, 7, 1).unwrap();
         assert_eq!(v.len(), 100);
         drop(s);
