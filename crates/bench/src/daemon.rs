@@ -527,7 +527,12 @@ fn edited_run(s: &Setup, n: u64, secs: f64, attempt: usize) -> Result<EditRun> {
             Ok(Reply::Edited { applied: text, .. }) => applied.push((t0.elapsed().as_secs_f64(), text)),
             Ok(other) => return Err(err(format!("edit `{e}`: unexpected answer {other:?}"))),
             Err(ClientError::Refused { errno, message, .. }) if errno == libc::ESRCH || errno == libc::EBUSY || message.contains("not running") => {
-                wait_end(&mut c, run)?;
+                // Ended by itself (status 0): too short. Otherwise the edit broke it.
+                let code = wait_end(&mut c, run)?;
+                if code != 0 {
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    return Err(err(format!("run {run} ended with status {code} when edit `{e}` was sent ({message}); its log:\n{}", text.trim())));
+                }
                 return Ok(EditRun::TooShort { k, why: message });
             }
             Err(e2) => {
