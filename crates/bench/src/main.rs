@@ -12,6 +12,7 @@
 
 mod capture;
 mod child;
+mod daemon;
 mod pattern;
 mod pcap;
 mod proc;
@@ -52,6 +53,9 @@ enum Command {
     /// Optimizer solve time for linear and split-join requests on 1..64 spaces (thesis
     /// Figures 7.18-7.20).
     Solver(solver::Args),
+    /// The daemon (issue 15): a no-op call through streamlined vs a bare Unix-socket echo,
+    /// blocks lost across live edits, a run through the daemon vs stand-alone.
+    Daemon(daemon::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -69,6 +73,7 @@ fn main() {
         Command::Spaces(a) => spaces::run_main(a, cli.quick),
         Command::Capture(a) => capture::run(a, cli.quick),
         Command::Solver(a) => solver::run(a, cli.quick),
+        Command::Daemon(a) => daemon::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };
