@@ -135,6 +135,10 @@ impl Daemon {
     pub fn serve(self: &Arc<Self>, listener: UnixListener) -> std::io::Result<()> {
         listener.set_nonblocking(true)?;
         while !self.quit.load(Ordering::Relaxed) {
+            // Sleep in poll until a client connects (no latency added to a connect), waking
+            // now and then to notice `quit`.
+            let mut fds = [nix::poll::PollFd::new(std::os::fd::AsFd::as_fd(&listener), nix::poll::PollFlags::POLLIN)];
+            let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(200u16));
             match listener.accept() {
                 Ok((sock, _)) => {
                     let _ = sock.set_nonblocking(false);
@@ -152,7 +156,7 @@ impl Daemon {
                         self.clients.fetch_sub(1, Ordering::AcqRel);
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     eprintln!("streamlined: accept: {e}");
