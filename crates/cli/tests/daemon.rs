@@ -262,9 +262,19 @@ fn access_control_matrix_as_uid_65534() {
     };
     let r = raw_as_nobody(&["hello", &format!("stream:{secret}")]);
     assert!(r.contains("EACCES") && r.contains("may not read") && r.contains("\"fds_received\": 0"), "{r}");
+    // Root (here the owner) reads as a registered reader: data segments read-only, control
+    // segments read-write (4 descriptors).
     let r = d.raw(&["hello", &format!("stream:{secret}")]);
-    assert_eq!(r[1]["fds_received"], 2, "{r:?}");
+    assert_eq!(r[1]["fds_received"], 4, "{r:?}");
     let _ = d.cli().args(["stop", &root_run.to_string()]).output();
+    // Another user the mode admits reads as an observer: data segments only, read-only.
+    let public = format!("public{pid}");
+    let out = d.cli().args(["run", "--detach", "-q", &format!("gen count=100G size=64 | count name={public} export=yes mode=0644")]).stderr(Stdio::null()).output().unwrap();
+    let public_run: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    common::wait_for("root's public stream", Duration::from_secs(10), || Path::new(&format!("/dev/shm/streamline.{public}")).exists());
+    let r = raw_as_nobody(&["hello", &format!("stream:{public}")]);
+    assert!(r.contains("\"fds_received\": 2") && r.contains("\"reply\": \"stream\""), "{r}");
+    let _ = d.cli().args(["stop", &public_run.to_string()]).output();
     // 3. A file nobody may read: the worker opens it as the client, and the kernel says no.
     let private = std::env::temp_dir().join(format!("sl-private-{pid}.pcap"));
     std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"), &private).unwrap();

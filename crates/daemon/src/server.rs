@@ -451,7 +451,16 @@ impl Daemon {
 
 /// MSG_PIPEDUP_OPEN: an exported stream's rings, if the client may read them (owner and
 /// mode of the rings under /dev/shm, as a file's read permission is decided).
+///
+/// The trust domains stay apart (thesis 6.5.3): every data segment goes out read-only, so
+/// no reader can change what others read. The stream's owner (and root) also gets each
+/// ring's control segment read-write and reads as a registered, lossless reader; any other
+/// user the mode admits gets no control segment and reads as an observer, who cannot hold
+/// the writer back (it loses what it does not read in time, and sees that it did).
+/// Descriptors, in order, for the tag ring then the data ring: the data segment, then the
+/// control segment if given (2 descriptors for an observer, 4 for the owner).
 fn open_stream(name: &str, who: &Cred) -> CallResult {
+    use std::os::unix::fs::MetadataExt;
     if name.is_empty() || name.contains('/') || name.starts_with('.') || name.len() > 200 {
         return Err(refuse(libc::EINVAL, format!("stream name `{name}`: expected a node name (no '/')")));
     }
@@ -461,12 +470,15 @@ fn open_stream(name: &str, who: &Cred) -> CallResult {
     for path in [&tags, &data] {
         let meta = std::fs::metadata(path).map_err(|e| refuse(libc::ENOENT, format!("no exported stream {name} ({path}: {e})")))?;
         if !may_read(&meta, who) {
-            use std::os::unix::fs::MetadataExt;
             return Err(refuse(libc::EACCES, format!("stream {name} is uid {}'s with mode {:04o}: uid {} may not read it", meta.uid(), meta.mode() & 0o7777, who.uid)));
         }
-        // Read-write: a reader registers in the ring's control segment.
-        let f = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(|e| refuse(libc::EIO, format!("{path}: {e}")))?;
+        let f = std::fs::File::open(path).map_err(|e| refuse(libc::EIO, format!("{path}: {e}")))?;
         fds.push(OwnedFd::from(f));
+        if who.root() || meta.uid() == who.uid {
+            let ctl = format!("{path}.ctl");
+            let c = std::fs::OpenOptions::new().read(true).write(true).open(&ctl).map_err(|e| refuse(libc::EIO, format!("{ctl}: {e}")))?;
+            fds.push(OwnedFd::from(c));
+        }
     }
     Ok((Reply::Stream { name: name.to_string(), fds: fds.len() as u32 }, fds))
 }
