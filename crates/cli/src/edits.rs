@@ -23,14 +23,16 @@ impl Edits {
         Arc::new(Edits { handle: OnceLock::new() })
     }
 
-    /// Apply one edit: (applied, what was done or why not, in words).
-    pub fn apply(&self, text: &str) -> (bool, String) {
+    /// Apply one edit: (applied, what was done or why not in words, and the errno that
+    /// says why not: EINVAL for an edit that does not parse or build, ENOENT for no such
+    /// node, EBUSY for one the run's shape or state refuses).
+    pub fn apply(&self, text: &str) -> (bool, String, i32) {
         let Some(h) = self.handle.get() else {
-            return (false, "the run is not running yet".into());
+            return (false, "the run is not running yet".into(), libc::EBUSY);
         };
         let edit = match Edit::parse(text, &crate::resolver()) {
             Ok(e) => e,
-            Err(e) => return (false, e.to_string()),
+            Err(e) => return (false, e.to_string(), libc::EINVAL),
         };
         match h.apply(edit, EDIT_TIMEOUT) {
             Ok(a) => {
@@ -42,12 +44,35 @@ impl Edits {
                     }
                     said += ")";
                 }
-                (true, said)
+                (true, said, 0)
             }
             // A filter that failed to build: the caret under the edit's text.
-            Err(dataplane::EditError::Build(b)) => (false, b.render("error: ", text)),
-            Err(e) => (false, e.to_string()),
+            Err(dataplane::EditError::Build(b)) => (false, b.render("error: ", text), libc::EINVAL),
+            Err(e) => {
+                let errno = errno_of(&e);
+                (false, e.to_string(), errno)
+            }
         }
+    }
+
+    /// Tap NODE's output (see `dataplane::tap`).
+    pub fn tap(&self, node: &str) -> Result<dataplane::tap::TapRings, (i32, String)> {
+        let Some(h) = self.handle.get() else {
+            return Err((libc::EBUSY, "the run is not running yet".into()));
+        };
+        h.tap(node, dataplane::tap::DATA_BYTES, EDIT_TIMEOUT).map_err(|e| (errno_of(&e), e.to_string()))
+    }
+
+    pub fn untap(&self, id: u64) {
+        if let Some(h) = self.handle.get() {
+            h.untap(id);
+        }
+    }
+
+    /// The graph as it runs now (empty before the run starts).
+    pub fn graph(&self) -> Vec<GraphNode> {
+        // Until dataplane publishes its graph snapshot (being merged), nothing.
+        Vec::new()
     }
 
     /// Run `spaces` taking edits as they come.
@@ -55,4 +80,27 @@ impl Edits {
         let h = self.handle.get_or_init(|| spaces.edit_handle());
         spaces.run_with(interrupt, h, &filters::Library, tick)
     }
+}
+
+/// The errno that says why an edit (or a tap) was not applied.
+fn errno_of(e: &dataplane::EditError) -> i32 {
+    use dataplane::EditError as E;
+    match e {
+        E::Syntax(_) | E::Build(_) | E::Ambiguous { .. } => libc::EINVAL,
+        E::NoNode { .. } => libc::ENOENT,
+        E::Refused { .. } | E::Timeout(_) => libc::EBUSY,
+        E::Ended => libc::ESRCH,
+        E::Tap(_) => libc::EIO,
+    }
+}
+
+/// Placeholder until `dataplane::edit::GraphNode` lands.
+pub struct GraphNode {
+    pub label: String,
+    pub filter: String,
+    pub options: Vec<(String, String)>,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub source: bool,
+    pub space: String,
 }

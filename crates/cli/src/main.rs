@@ -545,6 +545,8 @@ pub(crate) struct Prepared {
     pub spaces: Spaces,
     /// `plan (...): ...` as printed, or empty when the plan changed nothing.
     pub placement: String,
+    /// The permission bits of the run's streams (the narrowest source's, at most 0644).
+    pub mode: u32,
 }
 
 /// A run that could not be prepared: the message (with the caret) and the exit status.
@@ -566,6 +568,9 @@ pub(crate) fn prepare(pipeline: &str, o: &daemon::proto::RunOptions, grants: &[(
     }
     // Exported streams are no more readable than what they were computed from.
     let modes = control::access::stream_modes(&g, &|n| access::source_mode(n, grants));
+    // What PipesFS shows for every stream of the run: no more than its narrowest source
+    // allows, and at most 0644 (as exports).
+    let mode = modes.iter().fold(0o644, |m, x| m & x);
     let g = control::access::apply_export_modes(&g, &modes);
     let export_modes = access::export_modes_arg(&g);
     let load = control::Load { blocks_per_sec: o.rate, bytes_per_block: o.bytes };
@@ -606,7 +611,7 @@ pub(crate) fn prepare(pipeline: &str, o: &daemon::proto::RunOptions, grants: &[(
     let spaces = Spaces::build_steps(&g, &filters::Library, o.ring, ChannelConfig::default(), launcher.as_ref(), fail_at)
         // Under the pipeline with a caret at the node that failed, like a parse error.
         .map_err(|e| fail(e.render("streamline: ", pipeline), 2))?;
-    Ok(Prepared { spaces, placement })
+    Ok(Prepared { spaces, placement, mode })
 }
 
 /// The per-filter table, summaries and warnings a run prints at its end (standard error).
@@ -648,7 +653,7 @@ pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8
 }
 
 fn run(pipeline: &str, o: &daemon::proto::RunOptions) -> ExitCode {
-    let Prepared { spaces, placement } = match prepare(pipeline, o, &[], &[]) {
+    let Prepared { spaces, placement, .. } = match prepare(pipeline, o, &[], &[]) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("{}", e.message);

@@ -50,7 +50,24 @@ pub fn parse_as(s: &str) -> Result<(u32, u32, Vec<u32>), String> {
 }
 
 fn counters(nodes: &[dataplane::runtime::NodeReport]) -> Vec<NodeCounters> {
-    nodes.iter().map(|r| NodeCounters { label: r.label.clone(), blocks_in: r.counters.blocks_in, bytes_in: r.counters.bytes_in, blocks_out: r.counters.blocks_out, bytes_out: r.counters.bytes_out, drops: r.counters.drops }).collect()
+    nodes.iter().map(|r| NodeCounters { label: r.label.clone(), blocks_in: r.counters.blocks_in, bytes_in: r.counters.bytes_in, blocks_out: r.counters.blocks_out, bytes_out: r.counters.bytes_out, drops: r.counters.drops, classes: r.classes.clone() }).collect()
+}
+
+/// Send the graph if it changed since `shown` (always, with `shown` None and no memory:
+/// after an edit).
+fn send_graph(out: &Arc<Mutex<UnixStream>>, run: u64, edits: &crate::edits::Edits, mode: u32, shown: &mut Option<Vec<proto::GraphNode>>) {
+    let nodes: Vec<proto::GraphNode> = edits
+        .graph()
+        .into_iter()
+        .map(|g| proto::GraphNode { label: g.label, filter: g.filter, options: g.options, inputs: g.inputs, outputs: g.outputs, source: g.source, space: g.space })
+        .collect();
+    if shown.as_ref() == Some(&nodes) || nodes.is_empty() {
+        return;
+    }
+    let s = out.lock().expect("not poisoned");
+    if proto::send(&s, &Msg { id: run, body: FromWorker::Graph { nodes: nodes.clone(), mode } }, &[]).is_ok() {
+        *shown = Some(nodes);
+    }
 }
 
 pub fn worker(fd: i32) -> ExitCode {
@@ -79,7 +96,7 @@ pub fn worker(fd: i32) -> ExitCode {
         return ExitCode::from(1);
     }
     let extra = if uid == 0 { vec![] } else { vec!["--as".to_string(), as_arg(uid, gid, &groups)] };
-    let Prepared { spaces, placement } = match prepare(&pipeline, &options, &modes, &extra) {
+    let Prepared { spaces, placement, mode } = match prepare(&pipeline, &options, &modes, &extra) {
         Ok(p) => p,
         Err(e) => {
             let _ = tell(&out, FromWorker::Failed { message: e.message, errno: libc::EINVAL });
@@ -107,6 +124,7 @@ pub fn worker(fd: i32) -> ExitCode {
     let edits = crate::edits::Edits::new();
     {
         let (interrupt, signal, out, edits) = (interrupt.clone(), signal.clone(), out.clone(), edits.clone());
+        let run = run;
         std::thread::Builder::new()
             .name("sl-worker-ctl".into())
             .spawn(move || loop {
@@ -117,9 +135,24 @@ pub fn worker(fd: i32) -> ExitCode {
                         interrupt.store(true, Ordering::SeqCst);
                     }
                     Ok((Msg { body: ToWorker::Edit { edit_id, edit }, .. }, _)) => {
-                        let (ok, text) = edits.apply(&edit);
-                        let _ = tell(&out, FromWorker::Edited { edit_id, ok, text });
+                        let (ok, text, errno) = edits.apply(&edit);
+                        let _ = tell(&out, FromWorker::Edited { edit_id, ok, text, errno });
+                        send_graph(&out, run, &edits, mode, &mut None);
                     }
+                    Ok((Msg { body: ToWorker::Tap { tap_req, node }, .. }, _)) => {
+                        // The tap's two data segments go with the answer; the reader gets
+                        // no control segment, so it can never hold the run back.
+                        let s = out.lock().expect("not poisoned");
+                        let _ = match edits.tap(&node) {
+                            Ok(rings) => {
+                                use std::os::fd::AsRawFd;
+                                let fds = [rings.tags.shared().fds()[0].as_raw_fd(), rings.data.shared().fds()[0].as_raw_fd()];
+                                proto::send(&s, &Msg { id: run, body: FromWorker::Tapped { tap_req, tap: rings.id, ok: true, text: String::new(), errno: 0 } }, &fds)
+                            }
+                            Err((errno, text)) => proto::send(&s, &Msg { id: run, body: FromWorker::Tapped { tap_req, tap: 0, ok: false, text, errno } }, &[]),
+                        };
+                    }
+                    Ok((Msg { body: ToWorker::Untap { tap }, .. }, _)) => edits.untap(tap),
                     Ok(_) => {}
                     Err(_) => {
                         // The daemon is gone: stop as a hang-up would.
@@ -133,10 +166,12 @@ pub fn worker(fd: i32) -> ExitCode {
     }
     let start = Instant::now();
     let mut last = start;
+    let mut shown = None;
     let rep = edits.run(spaces, &interrupt, |s| {
         if last.elapsed() >= Duration::from_millis(200) {
             last = Instant::now();
             let _ = tell(&out, FromWorker::Counters { elapsed_s: start.elapsed().as_secs_f64(), nodes: counters(&s.report()) });
+            send_graph(&out, run, &edits, mode, &mut shown);
         }
     });
     filters::nicfix::remove_run_pins();

@@ -6,9 +6,11 @@
 //!
 //! Modules: `proto` (wire format, messages), `client` (the protocol's client side, used by
 //! the `streamline` command), `policy` (who may run what), `server` (the daemon itself),
-//! `reclaim` (what a killed daemon left behind).
+//! `reclaim` (what a killed daemon left behind), `pipesfs` (the live graph as a FUSE
+//! filesystem).
 
 pub mod client;
+pub mod pipesfs;
 pub mod policy;
 pub mod proto;
 pub mod reclaim;

@@ -30,6 +30,12 @@ struct Args {
     /// Most client connections at once.
     #[arg(long, default_value_t = 256)]
     max_clients: usize,
+    /// Where to mount PipesFS, the live graph as a filesystem.
+    #[arg(long, default_value = daemon::pipesfs::DEFAULT_MOUNT)]
+    mount: PathBuf,
+    /// Serve no PipesFS.
+    #[arg(long)]
+    no_mount: bool,
 }
 
 fn main() -> ExitCode {
@@ -80,8 +86,25 @@ fn main() -> ExitCode {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
         let _ = signal_hook::flag::register(sig, d.quit.clone());
     }
+    // PipesFS: unmounted when `fs` is dropped (at exit), or by fusermount3's auto_unmount
+    // watcher if the daemon is killed.
+    let fs = if a.no_mount {
+        None
+    } else {
+        match daemon::pipesfs::mount(d.clone(), &a.mount) {
+            Ok(s) => {
+                eprintln!("streamlined: PipesFS mounted on {}", a.mount.display());
+                Some(s)
+            }
+            Err(e) => {
+                eprintln!("streamlined: cannot mount PipesFS on {}: {e} (needs /dev/fuse and fusermount3, package fuse3; --no-mount runs without it)", a.mount.display());
+                return ExitCode::from(1);
+            }
+        }
+    };
     eprintln!("streamlined: listening on {} (policy: {})", a.socket.display(), a.policy.as_ref().map_or("none: no raw capture for unprivileged users".to_string(), |p| p.display().to_string()));
     let r = d.serve(listener);
+    drop(fs);
     let _ = std::fs::remove_file(&a.socket);
     let _ = d.quit.load(Ordering::Relaxed);
     match r {

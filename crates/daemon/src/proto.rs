@@ -164,6 +164,9 @@ pub struct NodeCounters {
     pub blocks_out: u64,
     pub bytes_out: u64,
     pub drops: u64,
+    /// Classes seen leaving the node (sampled).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<u16>,
 }
 
 /// A run as `ps` lists it.
@@ -241,6 +244,24 @@ pub enum ToWorker {
     Stop { signal: i32 },
     /// Apply one live edit (answered with `edited`).
     Edit { edit_id: u64, edit: String },
+    /// Tap NODE's output (PipesFS: someone opened its `all`); answered with `tapped`.
+    Tap { tap_req: u64, node: String },
+    /// Take a tap off (its last reader closed).
+    Untap { tap: u64 },
+}
+
+/// A node of a running graph as PipesFS shows it (from `dataplane::GraphNode`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct GraphNode {
+    pub label: String,
+    /// The filter's text as built (`sample every=50`).
+    pub filter: String,
+    pub options: Vec<(String, String)>,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub source: bool,
+    /// Where it runs (the space, as report labels name it).
+    pub space: String,
 }
 
 /// From a run's worker to the daemon.
@@ -252,7 +273,28 @@ pub enum FromWorker {
     /// The build failed: the message (with the caret under the pipeline) and the exit code.
     Failed { message: String, errno: i32 },
     Counters { elapsed_s: f64, nodes: Vec<NodeCounters> },
-    Edited { edit_id: u64, ok: bool, text: String },
+    /// `errno`: why an edit was refused (EINVAL: it does not parse or build; ENOENT: no
+    /// such node; EBUSY: refused for the run's shape or state).
+    Edited {
+        edit_id: u64,
+        ok: bool,
+        text: String,
+        #[serde(default)]
+        errno: i32,
+    },
+    /// The graph as it runs now: sent once the run starts and after every change. `mode`:
+    /// the permission bits of its streams (what they were computed from allows).
+    Graph { nodes: Vec<GraphNode>, mode: u32 },
+    /// The answer to `tap`: with `ok`, the frame carries 2 descriptors, the data segments
+    /// of the tap's tag ring and data ring (`dataplane::tap`); else `text` says why.
+    Tapped {
+        tap_req: u64,
+        tap: u64,
+        ok: bool,
+        text: String,
+        #[serde(default)]
+        errno: i32,
+    },
     /// The run ended with this exit status.
     Finished { code: i32 },
 }

@@ -9,7 +9,7 @@
 //! rules (`policy`), the wire format (`proto`).
 
 use crate::policy::{Cred, Policy};
-use crate::proto::{self, FromWorker, Msg, NodeCounters, Peer, ProtoError, Reply, Request, RunInfo, RunOptions, ToWorker};
+use crate::proto::{self, FromWorker, GraphNode, Msg, NodeCounters, Peer, ProtoError, Reply, Request, RunInfo, RunOptions, ToWorker};
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -34,7 +34,7 @@ pub struct Config {
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
+pub(crate) enum State {
     /// Built, paused, part of its connection's open transaction.
     Built,
     Running,
@@ -42,13 +42,13 @@ enum State {
 }
 
 /// A run and its worker.
-struct Run {
-    id: u64,
-    owner: Cred,
-    user: String,
-    pipeline: String,
-    placement: Mutex<String>,
-    started: Instant,
+pub(crate) struct Run {
+    pub(crate) id: u64,
+    pub(crate) owner: Cred,
+    pub(crate) user: String,
+    pub(crate) pipeline: String,
+    pub(crate) placement: Mutex<String>,
+    pub(crate) started: Instant,
     state: Mutex<State>,
     changed: Condvar,
     /// To the worker (writes are whole frames under this lock).
@@ -59,13 +59,22 @@ struct Run {
     conn: AtomicU64,
     detached: AtomicBool,
     /// Latest counters, when they came, and the sinks' block rate since the ones before.
-    counters: Mutex<(f64, Vec<NodeCounters>, f64)>,
+    pub(crate) counters: Mutex<(f64, Vec<NodeCounters>, f64)>,
+    /// Each node's blocks per second (in, or out for a source) since the counters before.
+    pub(crate) rates: Mutex<Vec<(String, f64)>>,
     /// Connections attached to it: where to send events, and the attach request's id.
     watchers: Mutex<Vec<(Arc<Mutex<UnixStream>>, u64)>>,
-    /// Edits sent to the worker, waiting for its answer.
-    edits: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<(bool, String)>>>,
+    /// Edits sent to the worker, waiting for its answer (applied, text, errno).
+    edits: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<(bool, String, i32)>>>,
     next_edit: AtomicU64,
+    /// The graph as the worker last described it, and its streams' mode.
+    pub(crate) graph: Mutex<(Vec<GraphNode>, u32)>,
+    /// Taps asked of the worker, waiting for its answer.
+    taps: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<TapAnswer>>>,
 }
+
+/// A worker's answer to `tap`: the tap's id and its two data segments, or errno and why.
+pub(crate) type TapAnswer = Result<(u64, Vec<OwnedFd>), (i32, String)>;
 
 impl Run {
     fn tell(&self, m: ToWorker) -> Result<(), ProtoError> {
@@ -73,11 +82,11 @@ impl Run {
         proto::send(&s, &Msg { id: self.id, body: m }, &[])
     }
 
-    fn state(&self) -> State {
+    pub(crate) fn state(&self) -> State {
         *self.state.lock().expect("not poisoned")
     }
 
-    fn info(&self) -> RunInfo {
+    pub(crate) fn info(&self) -> RunInfo {
         let (_, nodes, rate) = self.counters.lock().expect("not poisoned").clone();
         let state = match self.state() {
             State::Built => "built".to_string(),
@@ -305,26 +314,70 @@ impl Daemon {
                 let (elapsed_s, nodes, _) = r.counters.lock().expect("not poisoned").clone();
                 Ok((Reply::Counters { run, elapsed_s, nodes }, vec![]))
             }
-            Request::Edit { run, edit } => {
-                let r = self.run_for(run, who)?;
-                if r.state() == State::Built {
-                    return Err(refuse(libc::EBUSY, format!("run {run} is not active yet")));
-                }
-                let eid = r.next_edit.fetch_add(1, Ordering::Relaxed);
-                let (tx, rx) = std::sync::mpsc::channel();
-                r.edits.lock().expect("not poisoned").insert(eid, tx);
-                r.tell(ToWorker::Edit { edit_id: eid, edit: edit.clone() }).map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
-                match rx.recv_timeout(Duration::from_secs(30)) {
-                    Ok((true, text)) => Ok((Reply::Edited { run, applied: text }, vec![])),
-                    Ok((false, text)) => Err(refuse(libc::EINVAL, text)),
-                    Err(_) => {
-                        r.edits.lock().expect("not poisoned").remove(&eid);
-                        Err(refuse(libc::EBUSY, format!("run {run} did not apply the edit `{edit}` (it ended, or is stalled)")))
-                    }
-                }
-            }
+            Request::Edit { run, edit } => self.edit(run, who, &edit).map(|applied| (Reply::Edited { run, applied }, vec![])),
             Request::OpenStream { name } => open_stream(&name, who),
         }
+    }
+
+    /// One live edit of run `run` by `who` (the protocol's `edit`, and PipesFS's mkdir,
+    /// rmdir, mv, ln -s and option writes): what was applied, or the refusal with its errno.
+    pub(crate) fn edit(&self, run: u64, who: &Cred, edit: &str) -> Result<String, Reply> {
+        let r = self.run_for(run, who)?;
+        if r.state() == State::Built {
+            return Err(refuse(libc::EBUSY, format!("run {run} is not active yet")));
+        }
+        let eid = r.next_edit.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = std::sync::mpsc::channel();
+        r.edits.lock().expect("not poisoned").insert(eid, tx);
+        r.tell(ToWorker::Edit { edit_id: eid, edit: edit.to_string() }).map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok((true, text, _)) => Ok(text),
+            Ok((false, text, errno)) => Err(refuse(if errno == 0 { libc::EINVAL } else { errno }, text)),
+            Err(_) => {
+                r.edits.lock().expect("not poisoned").remove(&eid);
+                Err(refuse(libc::EBUSY, format!("run {run} did not apply the edit `{edit}` (it ended, or is stalled)")))
+            }
+        }
+    }
+
+    /// Tap a node of run `run` (PipesFS opened its `all`). The access check is the
+    /// caller's (the stream's mode).
+    pub(crate) fn tap(&self, run: u64, node: &str) -> TapAnswer {
+        let r = self.runs.lock().expect("not poisoned").get(&run).cloned().ok_or((libc::ENOENT, format!("no run {run}")))?;
+        let req = r.next_edit.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = std::sync::mpsc::channel();
+        r.taps.lock().expect("not poisoned").insert(req, tx);
+        r.tell(ToWorker::Tap { tap_req: req, node: node.to_string() }).map_err(|e| (libc::EIO, format!("run {run}: {e}")))?;
+        match rx.recv_timeout(Duration::from_secs(15)) {
+            Ok(a) => a,
+            Err(_) => {
+                r.taps.lock().expect("not poisoned").remove(&req);
+                Err((libc::EBUSY, format!("run {run} did not tap {node} (it ended, or is stalled)")))
+            }
+        }
+    }
+
+    /// Take a tap off (no answer is waited for).
+    pub(crate) fn untap(&self, run: u64, tap: u64) {
+        if let Some(r) = self.runs.lock().expect("not poisoned").get(&run).cloned() {
+            let _ = r.tell(ToWorker::Untap { tap });
+        }
+    }
+
+    /// The runs `who` may see (its own; root: all), by id.
+    pub(crate) fn visible_runs(&self) -> Vec<Arc<Run>> {
+        self.runs.lock().expect("not poisoned").values().cloned().collect()
+    }
+
+    /// A run by id, whoever owns it.
+    pub(crate) fn run(&self, id: u64) -> Option<Arc<Run>> {
+        self.runs.lock().expect("not poisoned").get(&id).cloned()
+    }
+
+    /// Stop a run on `who`'s behalf (PipesFS: `echo stop > RUN/.ctl`).
+    pub(crate) fn stop_run(&self, run: u64, who: &Cred) -> Result<(), Reply> {
+        let r = self.run_for(run, who)?;
+        r.tell(ToWorker::Stop { signal: 0 }).map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))
     }
 
     /// The construction transaction: check access, start a worker that builds the run
@@ -374,9 +427,12 @@ impl Daemon {
             conn: AtomicU64::new(conn),
             detached: AtomicBool::new(false),
             counters: Mutex::new((0.0, vec![], 0.0)),
+            rates: Mutex::new(vec![]),
             watchers: Mutex::new(vec![]),
             edits: Mutex::new(BTreeMap::new()),
             next_edit: AtomicU64::new(1),
+            graph: Mutex::new((Vec::new(), 0o600)),
+            taps: Mutex::new(BTreeMap::new()),
         });
         let kill = |why: String| {
             let _ = run.child.lock().expect("not poisoned").kill();
@@ -406,7 +462,7 @@ impl Daemon {
     fn monitor(self: Arc<Self>, run: Arc<Run>, reader: UnixStream) {
         let mut code = None;
         let mut last: Option<(f64, u64)> = None;
-        while let Ok((Msg { body, .. }, _)) = proto::recv::<FromWorker>(&reader) {
+        while let Ok((Msg { body, .. }, fds)) = proto::recv::<FromWorker>(&reader) {
             match body {
                 FromWorker::Counters { elapsed_s, nodes } => {
                     // Rate: blocks into the sinks (nodes without output) per second.
@@ -416,12 +472,40 @@ impl Daemon {
                         _ => 0.0,
                     };
                     last = Some((elapsed_s, sunk));
-                    *run.counters.lock().expect("not poisoned") = (elapsed_s, nodes.clone(), rate);
+                    {
+                        let mut c = run.counters.lock().expect("not poisoned");
+                        let dt = elapsed_s - c.0;
+                        let per = |n: &NodeCounters| n.blocks_in.max(n.blocks_out);
+                        let rates = nodes.iter().map(|n| (n.label.clone(), c.1.iter().find(|o| o.label == n.label).filter(|_| dt > 0.0).map_or(0.0, |o| per(n).saturating_sub(per(o)) as f64 / dt))).collect();
+                        *c = (elapsed_s, nodes.clone(), rate);
+                        *run.rates.lock().expect("not poisoned") = rates;
+                    }
                     self.notify(&run, |r| Reply::Counters { run: r, elapsed_s, nodes: nodes.clone() });
                 }
-                FromWorker::Edited { edit_id: id, ok, text } => {
+                FromWorker::Edited { edit_id: id, ok, text, errno } => {
                     if let Some(tx) = run.edits.lock().expect("not poisoned").remove(&id) {
-                        let _ = tx.send((ok, text));
+                        let _ = tx.send((ok, text, errno));
+                    }
+                }
+                FromWorker::Graph { nodes, mode } => *run.graph.lock().expect("not poisoned") = (nodes, mode),
+                FromWorker::Tapped { tap_req, tap, ok, text, errno } => {
+                    let answer = match (ok, fds.len()) {
+                        (true, 2) => Ok((tap, fds)),
+                        (true, n) => Err((libc::EIO, format!("the worker sent {n} descriptors with a tap (2 expected)"))),
+                        (false, _) => Err((if errno == 0 { libc::EIO } else { errno }, text)),
+                    };
+                    match run.taps.lock().expect("not poisoned").remove(&tap_req) {
+                        Some(tx) => {
+                            if let Err(std::sync::mpsc::SendError(Ok((tap, _)))) = tx.send(answer) {
+                                // Nobody waits any more: take the tap off again.
+                                let _ = run.tell(ToWorker::Untap { tap });
+                            }
+                        }
+                        None => {
+                            if let Ok((tap, _)) = answer {
+                                let _ = run.tell(ToWorker::Untap { tap });
+                            }
+                        }
                     }
                 }
                 FromWorker::Finished { code: c } => code = Some(c),
@@ -436,6 +520,7 @@ impl Daemon {
         *run.state.lock().expect("not poisoned") = State::Finished(code);
         run.changed.notify_all();
         run.edits.lock().expect("not poisoned").clear();
+        run.taps.lock().expect("not poisoned").clear();
         self.notify(&run, |r| Reply::Finished { run: r, code });
         self.runs.lock().expect("not poisoned").remove(&run.id);
     }

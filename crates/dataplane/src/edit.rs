@@ -306,6 +306,9 @@ pub enum EditError {
     /// The run ended before the edit was applied.
     #[error("the run ended before the edit was applied")]
     Ended,
+    /// A tap's rings could not be made.
+    #[error("cannot make the tap's rings: {0}")]
+    Tap(String),
     /// The run did not reach a batch boundary in time; the edit was withdrawn unapplied.
     #[error("the run did not reach a batch boundary within {0:?}; the edit was withdrawn, nothing changed")]
     Timeout(Duration),
@@ -434,7 +437,7 @@ impl Space {
 
     fn report_of(&self, i: usize) -> NodeReport {
         let n = &self.nodes[i];
-        NodeReport { label: n.label.clone(), counters: Counters { nanos: self.nanos(n.ticks), ..n.c }, summary: n.filter.summary() }
+        n.report(self.nanos(n.ticks))
     }
 
     fn set(&mut self, i: usize, changes: &[(String, String)], span: Span, factory: &dyn Factory) -> Result<Applied, EditError> {
@@ -528,6 +531,7 @@ impl Space {
             classifier,
             removed: false,
             done: false,
+            watch: Default::default(),
             c: Counters::default(),
             ticks: 0,
         });
@@ -592,6 +596,26 @@ impl Space {
     }
 }
 
+impl Space {
+    /// Put `tap` on the live node labelled `label` (a batch boundary: the next batch the
+    /// node emits is the tap's first).
+    fn tap_on(&mut self, label: &str, tap: crate::tap::Tap) -> Result<(), EditError> {
+        let i = self.live(split_space(label).0)?;
+        if endpoint(&self.nodes[i].label) {
+            return Err(EditError::Refused { label: label.to_string(), why: Refusal::Endpoint });
+        }
+        self.nodes[i].watch.taps.push(tap);
+        Ok(())
+    }
+
+    /// Take tap `id` off whichever node has it (its readers see the end of the stream).
+    fn tap_off(&mut self, id: u64) {
+        for n in &mut self.nodes {
+            n.watch.taps.retain(|t| t.id != id);
+        }
+    }
+}
+
 /// A space's mailbox: edits posted by other threads, taken by the run loop at its
 /// quiescent point, and the counters it last published.
 pub(crate) struct Mailbox {
@@ -606,8 +630,15 @@ pub(crate) struct Mailbox {
 
 type Reply = mpsc::Sender<Result<Applied, EditError>>;
 
+/// A tap to put on a node or take off (see [`EditHandle::tap`]).
+enum TapJob {
+    On { label: String, tap: crate::tap::Tap, reply: mpsc::Sender<Result<(), EditError>> },
+    Off { id: u64 },
+}
+
 struct State {
     queue: Vec<(u64, Edit, Reply)>,
+    taps: Vec<TapJob>,
     ended: bool,
     next: u64,
 }
@@ -620,7 +651,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Mailbox {
     fn new(snapshot: Vec<NodeReport>) -> Mailbox {
-        Mailbox { pending: AtomicBool::new(false), state: Mutex::new(State { queue: Vec::new(), ended: false, next: 0 }), snapshot: Mutex::new(snapshot) }
+        Mailbox { pending: AtomicBool::new(false), state: Mutex::new(State { queue: Vec::new(), taps: Vec::new(), ended: false, next: 0 }), snapshot: Mutex::new(snapshot) }
     }
 
     #[inline]
@@ -631,11 +662,19 @@ impl Mailbox {
     /// Apply every posted edit to `space` (the run loop calls this between source
     /// batches), publish the counters after each, and answer.
     pub(crate) fn serve(&self, space: &mut Space, factory: &dyn Factory) {
-        let edits = {
+        let (edits, taps) = {
             let mut st = lock(&self.state);
             self.pending.store(false, Ordering::Relaxed);
-            std::mem::take(&mut st.queue)
+            (std::mem::take(&mut st.queue), std::mem::take(&mut st.taps))
         };
+        for job in taps {
+            match job {
+                TapJob::On { label, tap, reply } => {
+                    let _ = reply.send(space.tap_on(&label, tap));
+                }
+                TapJob::Off { id } => space.tap_off(id),
+            }
+        }
         for (_, edit, reply) in edits {
             let r = space.edit(&edit, factory);
             // The edit's time is nobody's.
@@ -652,15 +691,31 @@ impl Mailbox {
 
     /// The run is ending: refuse what is posted and what comes.
     pub(crate) fn close(&self) {
-        let edits = {
+        let (edits, taps) = {
             let mut st = lock(&self.state);
             st.ended = true;
             self.pending.store(false, Ordering::Relaxed);
-            std::mem::take(&mut st.queue)
+            (std::mem::take(&mut st.queue), std::mem::take(&mut st.taps))
         };
+        for job in taps {
+            if let TapJob::On { reply, .. } = job {
+                let _ = reply.send(Err(EditError::Ended));
+            }
+        }
         for (_, _, reply) in edits {
             let _ = reply.send(Err(EditError::Ended));
         }
+    }
+
+    /// Post a tap job; `Err(Ended)` once the run is over.
+    fn post_tap(&self, job: TapJob) -> Result<(), EditError> {
+        let mut st = lock(&self.state);
+        if st.ended {
+            return Err(EditError::Ended);
+        }
+        st.taps.push(job);
+        self.pending.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Post `edit` and wait for its answer. On timeout an edit the run loop has not taken
@@ -745,8 +800,50 @@ impl EditHandle {
     /// by its label: `NODE@ID` names space ID; without it, the one space of this process
     /// that has the label.
     pub fn apply(&self, edit: Edit, timeout: Duration) -> Result<Applied, EditError> {
+        let (id, mailbox) = self.locate(edit.node())?;
+        let mut applied = mailbox.post(edit, timeout)?;
+        if self.dir.multi {
+            applied.label = format!("{}@{id}", applied.label);
+        }
+        Ok(applied)
+    }
+
+    /// Tap the output of the node labelled `label` (as [`EditHandle::apply`] finds it):
+    /// from the next batch it emits, every block it passes on is also copied into the
+    /// tap's rings, which the returned [`crate::tap::TapRings`] give to a reader (see
+    /// `crate::tap`). Take it off with [`EditHandle::untap`]. `data_bytes`: the size of
+    /// the tap's data ring.
+    pub fn tap(&self, label: &str, data_bytes: usize, timeout: Duration) -> Result<crate::tap::TapRings, EditError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let (_, mailbox) = self.locate(label)?;
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let (tap, rings) = crate::tap::Tap::create(id, split_space(label).0, data_bytes).map_err(|e| EditError::Tap(e.to_string()))?;
+        let (tx, rx) = mpsc::channel();
+        mailbox.post_tap(TapJob::On { label: label.to_string(), tap, reply: tx })?;
+        match rx.recv_timeout(timeout) {
+            Ok(r) => r.map(|_| rings),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(EditError::Ended),
+            // The job stays queued: when the run gets to it, the tap is made and nobody
+            // reads it; take it off now so that it is removed right after.
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = mailbox.post_tap(TapJob::Off { id });
+                Err(EditError::Timeout(timeout))
+            }
+        }
+    }
+
+    /// Take tap `id` off (its readers see the end of the stream). Nothing to do after
+    /// the run ended.
+    pub fn untap(&self, id: u64) {
+        for (_, m) in &self.dir.local {
+            let _ = m.post_tap(TapJob::Off { id });
+        }
+    }
+
+    /// The space of this process that has the node labelled `label`, and its mailbox.
+    fn locate(&self, label: &str) -> Result<(usize, &Mailbox), EditError> {
         let d = &self.dir;
-        let (label, space) = split_space(edit.node());
+        let (label, space) = split_space(label);
         let refused = |why| Err(EditError::Refused { label: label.to_string(), why });
         let target = match space {
             Some(s) => {
@@ -775,12 +872,7 @@ impl EditHandle {
                 }
             }
         };
-        let (id, mailbox) = (target.0, &target.1);
-        let mut applied = mailbox.post(edit, timeout)?;
-        if d.multi {
-            applied.label = format!("{}@{id}", applied.label);
-        }
-        Ok(applied)
+        Ok((target.0, &target.1))
     }
 
     /// The counters of every space of this process as their run loops last published

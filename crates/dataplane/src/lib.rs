@@ -35,6 +35,7 @@ pub mod runtime;
 pub mod session;
 pub mod spaces;
 pub mod store;
+pub mod tap;
 pub mod txn;
 
 pub use beltway::Tag;

@@ -84,6 +84,15 @@ pub(crate) struct RtNode {
     pub(crate) c: Counters,
     /// Time spent, in clock ticks (`c.nanos` is filled from it in reports).
     pub(crate) ticks: u64,
+    /// Its taps and the classes seen leaving it (`crate::tap`).
+    pub(crate) watch: crate::tap::Watch,
+}
+
+impl RtNode {
+    /// Its report, with `nanos` of time spent.
+    pub(crate) fn report(&self, nanos: u64) -> NodeReport {
+        NodeReport { label: self.label.clone(), counters: Counters { nanos, ..self.c }, summary: self.filter.summary(), classes: self.watch.classes() }
+    }
 }
 
 /// What instantiating one node gives: its filter, whether it is a source, whether it
@@ -177,6 +186,8 @@ pub struct NodeReport {
     pub label: String,
     pub counters: Counters,
     pub summary: Option<String>,
+    /// Classes seen leaving the node, ascending (sampled; see `tap::Watch`).
+    pub classes: Vec<u16>,
 }
 
 pub use crate::error::{BuildError, BuildErrorKind, Rollback};
@@ -277,7 +288,7 @@ impl Space {
             let sink = !g.edges.iter().any(|e| e.from == n.id);
             let Made { mut filter, source, routes_by_class, export } = instantiate(n, &label, factory, in_degree(n.id), sink)?;
             let classifier = !source && filter.as_classifier().is_some();
-            nodes.push(RtNode { label, spec: n.clone(), filter, export, sessions: None, out: Vec::new(), source, routes_by_class, classifier, removed: false, done: false, c: Counters::default(), ticks: 0 });
+            nodes.push(RtNode { label, spec: n.clone(), filter, export, sessions: None, out: Vec::new(), source, routes_by_class, classifier, removed: false, done: false, c: Counters::default(), ticks: 0, watch: Default::default() });
         }
         let mut in_count = vec![0usize; nodes.len()];
         for e in &g.edges {
@@ -372,12 +383,14 @@ impl Space {
                 node.c.blocks_in += batch.len() as u64;
                 node.c.bytes_in += bytes;
                 let f = node.filter.as_classifier().expect("a classifier node's filter is a classifier");
-                f.classify_batch(&data, &mut batch.tags)
+                let zeros = f.classify_batch(&data, &mut batch.tags);
+                node.watch.observe(&batch.tags);
+                zeros
             };
             // The run goes on through this node's only arc into the next classifier.
             let node = &nodes[cur];
             let next = match node.out.as_slice() {
-                [a] if node.export.is_none() && !node.routes_by_class && nodes[a.to].classifier && depth < MAX_DEPTH => a,
+                [a] if node.export.is_none() && node.watch.taps.is_empty() && !node.routes_by_class && nodes[a.to].classifier && depth < MAX_DEPTH => a,
                 _ => break,
             };
             let before = batch.len();
@@ -409,6 +422,20 @@ impl Space {
 
     /// Forward a node's output batch along its arcs.
     pub(crate) fn route(&mut self, i: usize, mut batch: Batch, depth: usize) {
+        let node = &mut self.nodes[i];
+        node.watch.observe(&batch.tags);
+        if !node.watch.taps.is_empty() {
+            let mut k = 0;
+            while k < self.nodes[i].watch.taps.len() {
+                if let Err(e) = self.nodes[i].watch.taps[k].write(&self.store, &batch.tags) {
+                    let l = self.nodes[i].label.clone();
+                    self.warnings.push(format!("{l}: tap stopped: {e}"));
+                    self.nodes[i].watch.taps.remove(k);
+                    continue;
+                }
+                k += 1;
+            }
+        }
         if let Some(ex) = self.nodes[i].export.as_mut() {
             for t in batch.tags.iter().filter(|t| t.class != 0) {
                 if let Ok(d) = self.store.data(t) {
@@ -703,7 +730,7 @@ impl Space {
         self.nodes
             .iter()
             .filter(|n| !n.removed)
-            .map(|n| NodeReport { label: n.label.clone(), counters: Counters { nanos: self.clock.delta_as_nanos(0, n.ticks), ..n.c }, summary: n.filter.summary() })
+            .map(|n| n.report(self.clock.delta_as_nanos(0, n.ticks)))
             .collect()
     }
 

@@ -420,6 +420,19 @@ impl RingRef {
         self.readers()
     }
 
+    /// A ring from descriptors another process passed by other means than
+    /// [`RingRef::send`] (e.g. inside a framed protocol message): its data segment, and its
+    /// control segment if the receiver may register as a reader (without one, readers are
+    /// observers that cannot hold the writer back).
+    pub fn from_fds(name: &str, data: OwnedFd, ctl: Option<OwnedFd>) -> Result<RingRef> {
+        let data = Segment::from_fd(data).map_err(|e| Error::os(name, "map data segment", e))?;
+        let ctl = match ctl {
+            Some(fd) => Some(Segment::from_fd(fd).map_err(|e| Error::os(name, "map control segment", e))?).filter(|s| s.writable()),
+            None => None,
+        };
+        Ok(RingRef(Shared::from_segments(name, data, ctl)?))
+    }
+
     /// Open a named ring (under /dev/shm) for reading.
     pub fn open(name: &str) -> Result<RingRef> {
         Ok(RingRef(Shared::open_named(name, false)?))

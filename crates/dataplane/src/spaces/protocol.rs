@@ -122,7 +122,7 @@ pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
                 let v: Vec<u64> = nums.iter().map(|x| x.parse().unwrap_or(0)).collect();
                 let counters = crate::runtime::Counters { blocks_in: v[0], bytes_in: v[1], blocks_out: v[2], bytes_out: v[3], drops: v[4], nanos: v[5] };
                 let summary = (*summary != "-").then(|| unescape(summary));
-                rep.nodes.push(NodeReport { label: format!("{}{suffix}", unescape(label)), counters, summary });
+                rep.nodes.push(NodeReport { label: format!("{}{suffix}", unescape(label)), counters, summary, classes: Vec::new() });
             }
             ["warn", w] => rep.warnings.push(unescape(w)),
             ["failed"] => rep.failed = true,

@@ -1,0 +1,760 @@
+//! PipesFS (thesis 3.2): the daemon's live graph as a FUSE filesystem that shell tools
+//! read and edit.
+//!
+//! Owns: the layout (what path means what), attributes and permissions as the access
+//! rules say, the text files (`.available`, `.stats`, `.options`, ...), and mapping each
+//! filesystem call that changes something onto one transaction of the daemon (a live
+//! edit, a stop), with the refusal's errno and a line in the daemon's log. Does not own:
+//! the runs (`server`), applying edits (the worker, `dataplane::edit`), reading a stream
+//! (`stream`).
+//!
+//! # Layout
+//!
+//! ```text
+//! /run/streamline/pipes/
+//!   .available                 the filters that can be instantiated (name, synopsis)
+//!   1/                         run 1 (owner: the run's user)
+//!     .pipeline  .placement    the pipeline as given; where each filter runs
+//!     .stats                   the run's state, uptime and rate
+//!     .ctl                     write `stop` to stop it
+//!     gen/                     a source: one directory per filter, nested along the graph
+//!       all                    its output stream (raw blocks), while you read it
+//!       all.pcap               the same as a pcap stream (nanosecond timestamps)
+//!       .stats  .options       counters; options (write `KEY=VALUE` to change one live)
+//!       .filter                the filter as it was built
+//!       1/ 2/ ...              one per class seen leaving it, each with `all`, `all.pcap`
+//!       count/                 a filter that reads gen's output
+//!         ...
+//!       join -> ../other/join  a filter that reads gen but lives under its first input
+//! ```
+//!
+//! A filter's directory lives under its first input (breadth first from the sources);
+//! its other inputs have a symbolic link to it. `mkdir DIR/NAME` adds filter NAME
+//! reading DIR's output (options in the name: `mkdir 'sample every=5'` or
+//! `sample,every=5`); `rmdir` removes a filter (what it fed is fed by its input); `mv
+//! A/X B/X` makes X read B instead of A; `ln -s ANY B/X` makes X read B too; `rm B/X` of
+//! such a link undoes it; `echo every=50 > X/.options` changes an option.
+//!
+//! Permissions: a run's directories belong to its owner (0755: others may look, only the
+//! owner and root may change); streams have the run's stream mode (its narrowest
+//! source's, at most 0644, read-only); the kernel enforces them (`default_permissions`)
+//! and every change is checked again here against the run's owner.
+
+mod stream;
+
+use crate::policy::Cred;
+use crate::proto::{errno_name, GraphNode, Reply};
+use crate::server::{Daemon, Run, State};
+use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use stream::{Format, Job, ReaderStats};
+
+/// Where PipesFS is mounted unless `--mount` says otherwise.
+pub const DEFAULT_MOUNT: &str = "/run/streamline/pipes";
+
+/// Attributes and entries are never cached: the graph changes under them.
+const TTL: Duration = Duration::ZERO;
+
+/// Files of a run's directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunFile {
+    Pipeline,
+    Placement,
+    Stats,
+    Ctl,
+}
+
+/// Files of a filter's directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeFile {
+    Stats,
+    Options,
+    Filter,
+}
+
+/// What a path means.
+#[derive(Debug, Clone, PartialEq)]
+enum Entry {
+    Root,
+    Available,
+    Run(u64),
+    RunFile(u64, RunFile),
+    Node(u64, String),
+    NodeFile(u64, String, NodeFile),
+    Class(u64, String, u16),
+    Stream(u64, String, Option<u16>, Format),
+    /// A filter that reads this one but lives elsewhere: the link's target.
+    Link(u64, String),
+}
+
+/// A run's graph with a home directory for every filter (breadth first from the sources).
+struct Tree {
+    nodes: Vec<GraphNode>,
+    mode: u32,
+    /// label -> label of the node whose directory holds it (None: a source, at the run's top).
+    home: HashMap<String, Option<String>>,
+}
+
+impl Tree {
+    fn of(run: &Run) -> Tree {
+        let (nodes, mode) = run.graph.lock().expect("not poisoned").clone();
+        let mut home: HashMap<String, Option<String>> = HashMap::new();
+        let mut queue: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+        for n in nodes.iter().filter(|n| n.inputs.is_empty() || n.source) {
+            home.insert(n.label.clone(), None);
+            queue.push_back(n.label.clone());
+        }
+        while let Some(l) = queue.pop_front() {
+            let Some(n) = nodes.iter().find(|n| n.label == l) else { continue };
+            for o in &n.outputs {
+                if !home.contains_key(o) {
+                    home.insert(o.clone(), Some(l.clone()));
+                    queue.push_back(o.clone());
+                }
+            }
+        }
+        Tree { nodes, mode, home }
+    }
+
+    fn node(&self, label: &str) -> Option<&GraphNode> {
+        self.nodes.iter().find(|n| n.label == label)
+    }
+
+    /// The labels from a source down to `label` (its directory's path in the run).
+    fn path(&self, label: &str) -> Vec<String> {
+        let mut p = vec![label.to_string()];
+        let mut cur = label.to_string();
+        while let Some(Some(up)) = self.home.get(&cur) {
+            if p.len() > 256 || p.contains(up) {
+                break;
+            }
+            p.push(up.clone());
+            cur = up.clone();
+        }
+        p.reverse();
+        p
+    }
+
+    /// The directories and links in `label`'s directory (or the run's top for `None`).
+    fn children(&self, label: Option<&str>) -> Vec<(String, bool)> {
+        match label {
+            None => self.home.iter().filter(|(_, h)| h.is_none()).map(|(l, _)| (l.clone(), true)).collect(),
+            Some(l) => self.node(l).map_or_else(Vec::new, |n| n.outputs.iter().map(|o| (o.clone(), self.home.get(o).and_then(|h| h.as_deref()) == Some(l))).collect()),
+        }
+    }
+}
+
+/// An open file.
+enum Handle {
+    /// A snapshot of a text file, taken at open.
+    Text(Vec<u8>),
+    /// A file written to act (`.options`, `.ctl`).
+    Act,
+    /// A stream: its reader thread, and the tap it shares.
+    Stream { jobs: Sender<Job>, tap: (u64, String) },
+}
+
+/// A tap shared by the readers of one node.
+struct Shared {
+    id: u64,
+    tags: beltway::RingRef,
+    data: beltway::RingRef,
+    readers: usize,
+    /// The node's bytes out when the tap went on.
+    stats: Arc<ReaderStats>,
+}
+
+/// The filesystem.
+pub struct PipesFs {
+    d: Arc<Daemon>,
+    /// Inode numbers by path (components below the mount), and back.
+    inos: Mutex<(HashMap<Vec<String>, u64>, HashMap<u64, Vec<String>>)>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    taps: Mutex<HashMap<(u64, String), Shared>>,
+    /// Reader counters by node, kept after the last reader goes (for `.stats`).
+    reader_stats: Mutex<HashMap<(u64, String), Arc<ReaderStats>>>,
+    mounted: SystemTime,
+}
+
+fn errno(e: i32) -> Errno {
+    Errno::from_i32(e)
+}
+
+impl PipesFs {
+    pub fn new(d: Arc<Daemon>) -> PipesFs {
+        let mut by_path = HashMap::new();
+        let mut by_ino = HashMap::new();
+        by_path.insert(Vec::new(), 1);
+        by_ino.insert(1, Vec::new());
+        PipesFs { d, inos: Mutex::new((by_path, by_ino)), handles: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1), taps: Mutex::new(HashMap::new()), reader_stats: Mutex::new(HashMap::new()), mounted: SystemTime::now() }
+    }
+
+    fn ino_of(&self, path: &[String]) -> u64 {
+        let mut t = self.inos.lock().expect("not poisoned");
+        if let Some(i) = t.0.get(path) {
+            return *i;
+        }
+        let i = t.0.len() as u64 + 1;
+        t.0.insert(path.to_vec(), i);
+        t.1.insert(i, path.to_vec());
+        i
+    }
+
+    fn path_of(&self, ino: INodeNo) -> Option<Vec<String>> {
+        self.inos.lock().expect("not poisoned").1.get(&ino.0).cloned()
+    }
+
+    /// What `path` means now, if anything.
+    fn resolve(&self, path: &[String]) -> Option<Entry> {
+        let Some((first, rest)) = path.split_first() else { return Some(Entry::Root) };
+        if rest.is_empty() && first == ".available" {
+            return Some(Entry::Available);
+        }
+        let run: u64 = first.parse().ok()?;
+        let r = self.d.run(run)?;
+        let Some((second, rest)) = rest.split_first() else { return Some(Entry::Run(run)) };
+        if rest.is_empty() {
+            let f = match second.as_str() {
+                ".pipeline" => Some(RunFile::Pipeline),
+                ".placement" => Some(RunFile::Placement),
+                ".stats" => Some(RunFile::Stats),
+                ".ctl" => Some(RunFile::Ctl),
+                _ => None,
+            };
+            if let Some(f) = f {
+                return Some(Entry::RunFile(run, f));
+            }
+        }
+        let tree = Tree::of(&r);
+        // Walk the filters' directories.
+        if tree.home.get(second.as_str()) != Some(&None) {
+            return None;
+        }
+        let mut cur = second.clone();
+        let mut it = rest.iter().peekable();
+        while let Some(c) = it.next() {
+            let last = it.peek().is_none();
+            match c.as_str() {
+                "all" | "all.pcap" if last => return Some(Entry::Stream(run, cur, None, if c == "all" { Format::Raw } else { Format::Pcap })),
+                ".stats" if last => return Some(Entry::NodeFile(run, cur, NodeFile::Stats)),
+                ".options" if last => return Some(Entry::NodeFile(run, cur, NodeFile::Options)),
+                ".filter" if last => return Some(Entry::NodeFile(run, cur, NodeFile::Filter)),
+                _ => {}
+            }
+            if let Ok(class) = c.parse::<u16>() {
+                if !self.classes(&r, &cur).contains(&class) {
+                    return None;
+                }
+                return match it.next().map(String::as_str) {
+                    None => Some(Entry::Class(run, cur, class)),
+                    Some(f @ ("all" | "all.pcap")) if it.peek().is_none() => Some(Entry::Stream(run, cur, Some(class), if f == "all" { Format::Raw } else { Format::Pcap })),
+                    _ => None,
+                };
+            }
+            let (_, home_here) = tree.children(Some(&cur)).into_iter().find(|(l, _)| l == c)?;
+            if !home_here {
+                return last.then(|| Entry::Link(run, c.clone()));
+            }
+            cur = c.clone();
+        }
+        let _ = tree.mode;
+        Some(Entry::Node(run, cur))
+    }
+
+    fn classes(&self, r: &Run, label: &str) -> Vec<u16> {
+        r.counters.lock().expect("not poisoned").1.iter().find(|n| n.label == label).map(|n| n.classes.clone()).unwrap_or_default()
+    }
+
+    fn attr(&self, ino: u64, e: &Entry) -> FileAttr {
+        let (uid, gid, mode) = match e {
+            Entry::Root | Entry::Available => (0, 0, 0),
+            Entry::Run(r) | Entry::RunFile(r, _) | Entry::Node(r, _) | Entry::NodeFile(r, ..) | Entry::Class(r, ..) | Entry::Stream(r, ..) | Entry::Link(r, _) => {
+                let (o, m) = self.d.run(*r).map_or((crate::policy::Cred { uid: 0, gid: 0, groups: vec![] }, 0o600), |r| (r.owner.clone(), r.graph.lock().expect("not poisoned").1));
+                (o.uid, o.gid, m)
+            }
+        };
+        let (kind, perm) = match e {
+            Entry::Root => (FileType::Directory, 0o755),
+            Entry::Available => (FileType::RegularFile, 0o444),
+            Entry::Run(_) | Entry::Node(..) | Entry::Class(..) => (FileType::Directory, 0o755),
+            Entry::RunFile(_, RunFile::Ctl) => (FileType::RegularFile, 0o200),
+            Entry::RunFile(..) => (FileType::RegularFile, 0o444),
+            Entry::NodeFile(_, _, NodeFile::Options) => (FileType::RegularFile, 0o644),
+            Entry::NodeFile(..) => (FileType::RegularFile, 0o444),
+            Entry::Stream(..) => (FileType::RegularFile, (mode & 0o444) as u16),
+            Entry::Link(..) => (FileType::Symlink, 0o777),
+        };
+        FileAttr { ino: INodeNo(ino), size: 0, blocks: 0, atime: self.mounted, mtime: self.mounted, ctime: self.mounted, crtime: self.mounted, kind, perm, nlink: if kind == FileType::Directory { 2 } else { 1 }, uid, gid, rdev: 0, blksize: 4096, flags: 0 }
+    }
+
+    /// A child of a directory path, and what it means.
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Option<(Vec<String>, Entry)> {
+        let mut p = self.path_of(parent)?;
+        p.push(name.to_str()?.to_string());
+        let e = self.resolve(&p)?;
+        Some((p, e))
+    }
+
+    /// The text of a read-only file.
+    fn text(&self, e: &Entry) -> Option<String> {
+        Some(match e {
+            Entry::Available => filters::REGISTRY.iter().map(|s| format!("{}\t{}\n", s.name, s.synopsis)).collect(),
+            Entry::RunFile(run, f) => {
+                let r = self.d.run(*run)?;
+                match f {
+                    RunFile::Pipeline => format!("{}\n", r.pipeline),
+                    RunFile::Placement => format!("{}\n", r.placement.lock().expect("not poisoned")),
+                    RunFile::Stats => {
+                        let i = r.info();
+                        format!("run {}\nuser {}\nstate {}\nuptime_s {:.3}\nrate_blocks_per_s {:.1}\n", i.run, i.user, i.state, i.uptime_s, i.rate)
+                    }
+                    RunFile::Ctl => String::new(),
+                }
+            }
+            Entry::NodeFile(run, label, f) => {
+                let r = self.d.run(*run)?;
+                let tree = Tree::of(&r);
+                let g = tree.node(label)?;
+                match f {
+                    NodeFile::Options => g.options.iter().map(|(k, v)| format!("{k}={v}\n")).collect(),
+                    NodeFile::Filter => format!("{}\n", g.filter),
+                    NodeFile::Stats => {
+                        let (_, nodes, _) = r.counters.lock().expect("not poisoned").clone();
+                        let c = nodes.iter().find(|n| n.label == *label).cloned().unwrap_or_default();
+                        let rate = r.rates.lock().expect("not poisoned").iter().find(|(l, _)| l == label).map_or(0.0, |(_, x)| *x);
+                        let key = (*run, label.clone());
+                        let (readers, ring) = self.taps.lock().expect("not poisoned").get(&key).map_or((0, 0), |s| (s.readers, s.data.stats().active_size));
+                        let rs = self.reader_stats.lock().expect("not poisoned").get(&key).cloned().unwrap_or_default();
+                        let backlog = rs.backlog.load(Ordering::Relaxed);
+                        let fill = if ring == 0 { 0.0 } else { (backlog as f64 * 256.0 / ring as f64 * 100.0).min(100.0) };
+                        format!(
+                            "label {label}\nfilter {}\nplacement {}\nblocks_in {}\nbytes_in {}\nblocks_out {}\nbytes_out {}\ndrops {}\nrate_blocks_per_s {rate:.1}\nclasses {}\nreaders {readers}\nreaders_delivered {}\nreaders_lost {}\ntap_ring_bytes {ring}\ntap_ring_fill_pct {fill:.1}\n",
+                            g.filter,
+                            g.space,
+                            c.blocks_in,
+                            c.bytes_in,
+                            c.blocks_out,
+                            c.bytes_out,
+                            c.drops,
+                            c.classes.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","),
+                            rs.delivered.load(Ordering::Relaxed),
+                            rs.lost.load(Ordering::Relaxed),
+                        )
+                    }
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    /// Log a refusal and say its errno.
+    fn refused(&self, req: &Request, op: &str, what: &str, e: i32, why: &str) -> Errno {
+        eprintln!("streamlined: pipesfs: uid {} {op} {what}: refused ({}): {}", req.uid(), errno_name(e), why.lines().next().unwrap_or(""));
+        errno(e)
+    }
+
+    fn reply_err(&self, req: &Request, op: &str, what: &str, r: Reply) -> Errno {
+        match r {
+            Reply::Error { errno: e, message, .. } => self.refused(req, op, what, e, &message),
+            _ => errno(libc::EIO),
+        }
+    }
+
+    fn who(req: &Request) -> Cred {
+        Cred::of(req.uid(), req.gid())
+    }
+
+    /// Apply one edit for `req`'s user.
+    fn edit(&self, req: &Request, op: &str, run: u64, text: &str) -> Result<String, Errno> {
+        self.d.edit(run, &Self::who(req), text).map_err(|r| self.reply_err(req, op, text, r))
+    }
+
+    /// Open a stream file: share the node's tap (made for its first reader), start a
+    /// reader thread.
+    fn open_stream(&self, run: u64, label: &str, class: Option<u16>, format: Format) -> Result<Handle, (i32, String)> {
+        let key = (run, label.to_string());
+        let mut taps = self.taps.lock().expect("not poisoned");
+        let first = !taps.contains_key(&key);
+        if first {
+            let (id, fds) = self.d.tap(run, label)?;
+            let mut fds = fds.into_iter();
+            let (t, dt) = (fds.next().expect("2 descriptors"), fds.next().expect("2 descriptors"));
+            let tags = beltway::RingRef::from_fds(&format!("tap.{label}"), t, None).map_err(|e| (libc::EIO, e.to_string()))?;
+            let data = beltway::RingRef::from_fds(&format!("tap.{label}.data"), dt, None).map_err(|e| (libc::EIO, e.to_string()))?;
+            let stats = self.reader_stats.lock().expect("not poisoned").entry(key.clone()).or_default().clone();
+            taps.insert(key.clone(), Shared { id, tags, data, readers: 0, stats });
+        }
+        let s = taps.get_mut(&key).expect("inserted");
+        let (tx, rx) = std::sync::mpsc::channel();
+        if let Err(e) = stream::spawn(&s.tags, &s.data, first, class, format, s.stats.clone(), rx) {
+            if s.readers == 0 {
+                let id = s.id;
+                taps.remove(&key);
+                self.d.untap(run, id);
+            }
+            return Err((libc::EIO, e.to_string()));
+        }
+        s.readers += 1;
+        Ok(Handle::Stream { jobs: tx, tap: key })
+    }
+
+    fn close_stream(&self, key: (u64, String)) {
+        let mut taps = self.taps.lock().expect("not poisoned");
+        if let Some(s) = taps.get_mut(&key) {
+            s.readers -= 1;
+            if s.readers == 0 {
+                let id = s.id;
+                taps.remove(&key);
+                self.d.untap(key.0, id);
+            }
+        }
+    }
+
+    fn new_fh(&self, h: Handle) -> FileHandle {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().expect("not poisoned").insert(fh, h);
+        FileHandle(fh)
+    }
+
+    /// The run and label of a filter directory.
+    fn node_dir(&self, ino: INodeNo) -> Option<(u64, String)> {
+        match self.resolve(&self.path_of(ino)?)? {
+            Entry::Node(r, l) => Some((r, l)),
+            _ => None,
+        }
+    }
+}
+
+/// The label an applied edit made (`applied `...`: LABEL (...)`).
+fn applied_label(text: &str) -> Option<String> {
+    let rest = text.split_once("`: ")?.1;
+    Some(rest.split(" (").next().unwrap_or(rest).trim().to_string())
+}
+
+impl fuser::Filesystem for PipesFs {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.child(parent, name) {
+            Some((p, e)) => {
+                let ino = self.ino_of(&p);
+                reply.entry(&TTL, &self.attr(ino, &e), Generation(0));
+            }
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.path_of(ino).and_then(|p| self.resolve(&p)) {
+            Some(e) => reply.attr(&TTL, &self.attr(ino.0, &e)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<fuser::TimeOrNow>,
+        _mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // Truncation of `.options` or `.ctl` by `echo >` is accepted (and changes nothing);
+        // modes and owners are the access rules', not settable.
+        match self.path_of(ino).and_then(|p| self.resolve(&p)) {
+            Some(e) => reply.attr(&TTL, &self.attr(ino.0, &e)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let Some(p) = self.path_of(ino) else { return reply.error(Errno::ENOENT) };
+        let Some(Entry::Link(run, target)) = self.resolve(&p) else { return reply.error(Errno::EINVAL) };
+        let Some(r) = self.d.run(run) else { return reply.error(Errno::ENOENT) };
+        // From the link's directory (p minus its name, minus the run) up to the run, then
+        // down to the target's home.
+        let depth = p.len() - 2;
+        let mut s = "../".repeat(depth);
+        s += &Tree::of(&r).path(&target).join("/");
+        reply.data(s.as_bytes());
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+        let what = name.to_string_lossy().to_string();
+        let Some((run, label)) = self.node_dir(parent) else {
+            return reply.error(self.refused(req, "mkdir", &what, libc::EPERM, "filters are made only inside a filter's directory (a run's sources are fixed when it starts)"));
+        };
+        let filter = what.replace(',', " ");
+        match self.edit(req, "mkdir", run, &format!("branch {label} {filter}")) {
+            Ok(text) => {
+                let new = applied_label(&text).unwrap_or(what);
+                let mut p = self.path_of(parent).unwrap_or_default();
+                p.push(new.clone());
+                let ino = self.ino_of(&p);
+                reply.entry(&TTL, &self.attr(ino, &Entry::Node(run, new)), Generation(0));
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let what = name.to_string_lossy().to_string();
+        match self.child(parent, name) {
+            Some((_, Entry::Node(run, label))) => match self.edit(req, "rmdir", run, &format!("remove {label}")) {
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(e),
+            },
+            Some(_) => reply.error(self.refused(req, "rmdir", &what, libc::EPERM, "only a filter's directory can be removed")),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let what = name.to_string_lossy().to_string();
+        match (self.node_dir(parent), self.child(parent, name)) {
+            (Some((run, from)), Some((_, Entry::Link(_, to)))) => match self.edit(req, "rm", run, &format!("disconnect {from} {to}")) {
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(e),
+            },
+            (_, Some(_)) => reply.error(self.refused(req, "rm", &what, libc::EPERM, "only a link to a filter (an extra input) can be removed; rmdir removes a filter")),
+            (_, None) => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, _target: &Path, reply: ReplyEntry) {
+        let what = link_name.to_string_lossy().to_string();
+        let Some((run, from)) = self.node_dir(parent) else {
+            return reply.error(self.refused(req, "ln -s", &what, libc::EPERM, "links join filters, inside a filter's directory"));
+        };
+        match self.edit(req, "ln -s", run, &format!("connect {from} {what}")) {
+            Ok(_) => {
+                let mut p = self.path_of(parent).unwrap_or_default();
+                p.push(what.clone());
+                let ino = self.ino_of(&p);
+                reply.entry(&TTL, &self.attr(ino, &Entry::Link(run, what)), Generation(0));
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(&self, req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, _flags: fuser::RenameFlags, reply: ReplyEmpty) {
+        let what = name.to_string_lossy().to_string();
+        if name != newname {
+            return reply.error(self.refused(req, "mv", &what, libc::EINVAL, "a filter's name is fixed; mv moves it under another filter with the same name"));
+        }
+        match (self.node_dir(parent), self.node_dir(newparent), self.child(parent, name)) {
+            (Some((run, from)), Some((run2, to)), Some((_, Entry::Node(_, x) | Entry::Link(_, x)))) => {
+                if run != run2 {
+                    return reply.error(self.refused(req, "mv", &what, libc::EXDEV, "filters move only within their run"));
+                }
+                match self.edit(req, "mv", run, &format!("move {x} {from} {to}")) {
+                    Ok(_) => reply.ok(),
+                    Err(e) => reply.error(e),
+                }
+            }
+            (_, _, None) => reply.error(Errno::ENOENT),
+            _ => reply.error(self.refused(req, "mv", &what, libc::EPERM, "only a filter moves, from one filter's directory to another's")),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let Some(p) = self.path_of(ino) else { return reply.error(Errno::ENOENT) };
+        let Some(e) = self.resolve(&p) else { return reply.error(Errno::ENOENT) };
+        let direct = FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NONSEEKABLE;
+        let writing = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
+        match &e {
+            Entry::Stream(run, label, class, format) => {
+                if writing {
+                    return reply.error(Errno::EACCES);
+                }
+                // The kernel checked the mode (default_permissions); check it again.
+                let attr = self.attr(ino.0, &e);
+                let who = Self::who(req);
+                if !may(&attr, &who, 0o4) {
+                    return reply.error(self.refused(req, "open", &p.join("/"), libc::EACCES, &format!("the stream is uid {}'s with mode {:04o}", attr.uid, attr.perm)));
+                }
+                match self.open_stream(*run, label, *class, *format) {
+                    Ok(h) => reply.opened(self.new_fh(h), direct),
+                    Err((e, why)) => reply.error(self.refused(req, "open", &p.join("/"), e, &why)),
+                }
+            }
+            Entry::NodeFile(_, _, NodeFile::Options) | Entry::RunFile(_, RunFile::Ctl) if writing => {
+                let attr = self.attr(ino.0, &e);
+                if !may(&attr, &Self::who(req), 0o2) {
+                    return reply.error(self.refused(req, "open", &p.join("/"), libc::EACCES, "only the run's owner and root may change it"));
+                }
+                reply.opened(self.new_fh(Handle::Act), direct)
+            }
+            _ if writing => reply.error(Errno::EACCES),
+            Entry::RunFile(..) | Entry::NodeFile(..) | Entry::Available => match self.text(&e) {
+                Some(t) => reply.opened(self.new_fh(Handle::Text(t.into_bytes())), direct),
+                None => reply.error(Errno::ENOENT),
+            },
+            _ => reply.error(Errno::EISDIR),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn read(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, size: u32, flags: OpenFlags, _lock: Option<fuser::LockOwner>, reply: ReplyData) {
+        let handles = self.handles.lock().expect("not poisoned");
+        match handles.get(&fh.0) {
+            Some(Handle::Text(t)) => {
+                let from = (offset as usize).min(t.len());
+                let to = (from + size as usize).min(t.len());
+                reply.data(&t[from..to]);
+            }
+            Some(Handle::Stream { jobs, .. }) => {
+                let job = Job::Read { size: size as usize, nonblock: flags.0 & libc::O_NONBLOCK != 0, pid: req.pid(), reply };
+                if let Err(std::sync::mpsc::SendError(Job::Read { reply, .. })) = jobs.send(job) {
+                    reply.error(Errno::EIO);
+                }
+            }
+            _ => reply.error(Errno::EBADF),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _offset: u64, data: &[u8], _wf: fuser::WriteFlags, _flags: OpenFlags, _lock: Option<fuser::LockOwner>, reply: ReplyWrite) {
+        let Some(e) = self.path_of(ino).and_then(|p| self.resolve(&p)) else { return reply.error(Errno::ENOENT) };
+        let text = String::from_utf8_lossy(data);
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let r = match &e {
+            Entry::NodeFile(run, label, NodeFile::Options) => {
+                if words.is_empty() {
+                    return reply.written(data.len() as u32);
+                }
+                self.edit(req, "write .options", *run, &format!("set {label} {}", words.join(" "))).map(|_| ())
+            }
+            Entry::RunFile(run, RunFile::Ctl) => match words.as_slice() {
+                ["stop"] => self.d.stop_run(*run, &Self::who(req)).map_err(|r| self.reply_err(req, "write .ctl", "stop", r)),
+                _ => Err(self.refused(req, "write .ctl", &text, libc::EINVAL, "a run's .ctl takes `stop`")),
+            },
+            _ => Err(Errno::EBADF),
+        };
+        match r {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn poll(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, ph: fuser::PollNotifier, _events: fuser::PollEvents, _flags: fuser::PollFlags, reply: fuser::ReplyPoll) {
+        let handles = self.handles.lock().expect("not poisoned");
+        match handles.get(&fh.0) {
+            Some(Handle::Stream { jobs, .. }) => {
+                if let Err(std::sync::mpsc::SendError(Job::Poll { reply, .. })) = jobs.send(Job::Poll { ph, reply }) {
+                    reply.error(Errno::EIO);
+                }
+            }
+            Some(_) => reply.poll(fuser::PollEvents::POLLIN | fuser::PollEvents::POLLOUT),
+            None => reply.error(Errno::EBADF),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: fuser::LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<fuser::LockOwner>, _flush: bool, reply: ReplyEmpty) {
+        let h = self.handles.lock().expect("not poisoned").remove(&fh.0);
+        if let Some(Handle::Stream { jobs, tap }) = h {
+            drop(jobs);
+            self.close_stream(tap);
+        }
+        reply.ok();
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(p) = self.path_of(ino) else { return reply.error(Errno::ENOENT) };
+        let Some(e) = self.resolve(&p) else { return reply.error(Errno::ENOENT) };
+        let mut list: Vec<(String, FileType)> = vec![(".".into(), FileType::Directory), ("..".into(), FileType::Directory)];
+        let file = |n: &str| (n.to_string(), FileType::RegularFile);
+        match &e {
+            Entry::Root => {
+                list.push(file(".available"));
+                for r in self.d.visible_runs() {
+                    if r.state() != State::Built {
+                        list.push((r.id.to_string(), FileType::Directory));
+                    }
+                }
+            }
+            Entry::Run(run) => {
+                list.extend([".pipeline", ".placement", ".stats", ".ctl"].map(file));
+                if let Some(r) = self.d.run(*run) {
+                    let mut c = Tree::of(&r).children(None);
+                    c.sort();
+                    list.extend(c.into_iter().map(|(l, _)| (l, FileType::Directory)));
+                }
+            }
+            Entry::Node(run, label) => {
+                list.extend(["all", "all.pcap", ".stats", ".options", ".filter"].map(file));
+                if let Some(r) = self.d.run(*run) {
+                    list.extend(self.classes(&r, label).into_iter().map(|c| (c.to_string(), FileType::Directory)));
+                    let mut c = Tree::of(&r).children(Some(label));
+                    c.sort();
+                    list.extend(c.into_iter().map(|(l, home)| (l, if home { FileType::Directory } else { FileType::Symlink })));
+                }
+            }
+            Entry::Class(..) => list.extend(["all", "all.pcap"].map(file)),
+            _ => return reply.error(Errno::ENOTDIR),
+        }
+        for (k, (name, kind)) in list.into_iter().enumerate().skip(offset as usize) {
+            let mut cp = p.clone();
+            let ino = match name.as_str() {
+                "." => ino.0,
+                ".." => {
+                    cp.pop();
+                    self.ino_of(&cp)
+                }
+                _ => {
+                    cp.push(name.clone());
+                    self.ino_of(&cp)
+                }
+            };
+            if reply.add(INodeNo(ino), (k + 1) as u64, kind, &name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+}
+
+/// Unix permission `bit` (4 read, 2 write) of `attr` for `who`.
+fn may(attr: &FileAttr, who: &Cred, bit: u16) -> bool {
+    let m = attr.perm;
+    who.root() || if attr.uid == who.uid { m & (bit << 6) != 0 } else if who.groups.contains(&attr.gid) { m & (bit << 3) != 0 } else { m & bit != 0 }
+}
+
+/// Mount PipesFS at `dir` (made if missing; a stale mount left by a daemon that died is
+/// detached first) and serve it in the background until the returned session is dropped
+/// (which unmounts it). The mount is `allow_other` with `default_permissions` (the kernel
+/// enforces the modes) and `auto_unmount` (a daemon that is killed leaves no stale mount).
+pub fn mount(d: Arc<Daemon>, dir: &Path) -> std::io::Result<fuser::BackgroundSession> {
+    if let Err(e) = std::fs::metadata(dir) {
+        if e.raw_os_error() == Some(libc::ENOTCONN) {
+            let _ = nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH);
+        } else {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![fuser::MountOption::FSName("streamline".into()), fuser::MountOption::Subtype("pipesfs".into()), fuser::MountOption::DefaultPermissions, fuser::MountOption::AutoUnmount, fuser::MountOption::NoExec, fuser::MountOption::NoSuid, fuser::MountOption::NoDev];
+    cfg.acl = fuser::SessionACL::All;
+    cfg.n_threads = Some(2);
+    fuser::spawn_mount(PipesFs::new(d), dir, &cfg)
+}

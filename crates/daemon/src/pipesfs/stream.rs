@@ -1,0 +1,272 @@
+//! Reading a tapped stream through PipesFS: one thread per open `all` (or `all.pcap`)
+//! that owns an observer of the tap's rings and answers the kernel's reads and polls.
+//!
+//! Owns: turning tap records into the bytes a reader sees (raw blocks, or a pcap stream
+//! with its file header first), blocking reads that end when data comes, the stream ends,
+//! or the reading process is interrupted or gone, readiness for `poll`, and counting what
+//! a slow reader lost. Does not own: the tap (the worker's, `dataplane::tap`), which node
+//! and class a file means (`super`).
+
+use beltway::{BufTable, IbufReader, Ready, RingRef, Start};
+use dataplane::tap::RecordHeader;
+use fuser::{Errno, PollEvents, PollNotifier, ReplyData, ReplyPoll};
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::{DataLink, TsResolution};
+use std::cell::RefCell;
+use std::io::Write;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often a blocked read looks for data, the end, and its reader's signals.
+const TICK: Duration = Duration::from_millis(20);
+
+/// What the kernel asks of an open stream.
+pub(super) enum Job {
+    Read { size: usize, nonblock: bool, pid: u32, reply: ReplyData },
+    Poll { ph: PollNotifier, reply: ReplyPoll },
+}
+
+/// Counters of a node's readers, shared with its `.stats`.
+#[derive(Debug, Default)]
+pub(super) struct ReaderStats {
+    /// Blocks the node's readers lost (overwritten before they read them).
+    pub lost: AtomicU64,
+    /// Bytes behind the writer, of the reader that is furthest behind (last seen).
+    pub backlog: AtomicU64,
+    /// Blocks delivered to readers.
+    pub delivered: AtomicU64,
+}
+
+/// The output format of a stream file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Format {
+    Raw,
+    Pcap,
+}
+
+#[derive(Clone)]
+struct Spool(Rc<RefCell<Vec<u8>>>);
+
+impl Write for Spool {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One reader of a tap: its private position in the rings (an observer: the writer never
+/// waits for it), the class it keeps (a class directory's `all`), what it owes from the
+/// last record that did not fit a read, and its format.
+struct Stream {
+    r: IbufReader,
+    class: Option<u16>,
+    format: Format,
+    /// Bytes made but not yet read (the rest of a record, or a pcap header).
+    out: Rc<RefCell<Vec<u8>>>,
+    pcap: Option<PcapWriter<Spool>>,
+    /// The link type of a pcap stream (from its first record); other link types skip.
+    link: Option<u16>,
+    overruns: u64,
+    lost_seen: u64,
+    stats: Arc<ReaderStats>,
+    eof: bool,
+}
+
+/// Start the thread that serves one open stream; it ends when `jobs` is dropped (release).
+pub(super) fn spawn(tags: &RingRef, data: &RingRef, first: bool, class: Option<u16>, format: Format, stats: Arc<ReaderStats>, jobs: Receiver<Job>) -> std::io::Result<()> {
+    let mut table = BufTable::new();
+    table.register(data).map_err(std::io::Error::other)?;
+    // The tap's first reader starts at its first record (everything since the tap went
+    // on); later ones at the newest (what comes from now on).
+    let start = if first { Start::Oldest } else { Start::Latest };
+    let r = IbufReader::new(tags.reader(start).map_err(std::io::Error::other)?, table).map_err(std::io::Error::other)?;
+    std::thread::Builder::new().name("sl-pipesfs-read".into()).spawn(move || {
+        let out = Rc::new(RefCell::new(Vec::new()));
+        let mut s = Stream { r, class, format, out, pcap: None, link: None, overruns: 0, lost_seen: 0, stats, eof: false };
+        s.serve(jobs);
+    })?;
+    Ok(())
+}
+
+impl Stream {
+    fn serve(&mut self, jobs: Receiver<Job>) {
+        let mut waiting: Option<PollNotifier> = None;
+        loop {
+            let job = if waiting.is_some() {
+                match jobs.recv_timeout(TICK) {
+                    Ok(j) => Some(j),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                match jobs.recv() {
+                    Ok(j) => Some(j),
+                    Err(_) => return,
+                }
+            };
+            match job {
+                Some(Job::Read { size, nonblock, pid, reply }) => self.read(size, nonblock, pid, reply),
+                Some(Job::Poll { ph, reply }) => {
+                    if self.ready() {
+                        reply.poll(PollEvents::POLLIN | PollEvents::POLLRDNORM);
+                    } else {
+                        reply.poll(PollEvents::empty());
+                        waiting = Some(ph);
+                    }
+                }
+                None => {}
+            }
+            if waiting.is_some() && self.ready() {
+                if let Some(ph) = waiting.take() {
+                    let _ = ph.notify();
+                }
+            }
+        }
+    }
+
+    /// Whether a read would return at once (data, or the end).
+    fn ready(&mut self) -> bool {
+        !self.out.borrow().is_empty() || self.eof || self.r.tags_mut().readable() > 0 || self.r.tags().writer_died()
+    }
+
+    fn read(&mut self, size: usize, nonblock: bool, pid: u32, reply: ReplyData) {
+        let mut last_check = Instant::now();
+        loop {
+            self.fill(size);
+            let n = self.out.borrow().len().min(size);
+            if n > 0 || self.eof {
+                let mut out = self.out.borrow_mut();
+                reply.data(&out[..n]);
+                out.drain(..n);
+                return;
+            }
+            if nonblock {
+                reply.error(Errno::EAGAIN);
+                return;
+            }
+            match self.r.tags_mut().block(Some(TICK)) {
+                Ok(Ready::Eof) => self.eof = true,
+                Ok(_) => {}
+                Err(_) => self.eof = true,
+            }
+            // A reader blocked here cannot be interrupted by the kernel (the request is
+            // already ours): answer EINTR when it has a signal to take, or is gone.
+            if last_check.elapsed() >= TICK {
+                last_check = Instant::now();
+                if interrupted(pid) {
+                    reply.error(Errno::EINTR);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Make up to `size` bytes of output from the records that are there, without waiting.
+    fn fill(&mut self, size: usize) {
+        loop {
+            if self.out.borrow().len() >= size || self.eof {
+                break;
+            }
+            if self.r.tags_mut().readable() == 0 {
+                if self.r.tags().writer_died() {
+                    self.eof = true;
+                }
+                break;
+            }
+            let before = self.out.borrow().len();
+            let kept = match self.r.peek_acquire() {
+                Ok(Some((tag, p))) => {
+                    if self.class.is_some_and(|c| c != tag.class) {
+                        false
+                    } else if let Some((h, block)) = RecordHeader::decode(p.data) {
+                        // Copied out of the ring here; checked intact just below.
+                        emit(&self.out, &mut self.pcap, &mut self.link, self.format, &h, block)
+                    } else {
+                        false
+                    }
+                }
+                Ok(None) => {
+                    self.eof = true;
+                    break;
+                }
+                Err(beltway::Error::Overrun { .. }) => {
+                    self.overruns += 1;
+                    self.count_lost();
+                    continue;
+                }
+                Err(_) => {
+                    self.eof = true;
+                    break;
+                }
+            };
+            match self.r.peek_complete() {
+                Ok(()) => {
+                    if kept {
+                        self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(_) => {
+                    // Overwritten while we copied it: take it back, count it lost.
+                    self.out.borrow_mut().truncate(before);
+                    self.overruns += 1;
+                }
+            }
+            self.count_lost();
+        }
+        let t = self.r.tags().shared().stats();
+        let behind = t.write_pos.saturating_sub(self.r.tags().position()) / beltway::Tag::SIZE as u64;
+        self.stats.backlog.fetch_max(behind, Ordering::Relaxed);
+    }
+
+    fn count_lost(&mut self) {
+        let lost = self.r.tags().lost() + self.overruns;
+        if lost > self.lost_seen {
+            self.stats.lost.fetch_add(lost - self.lost_seen, Ordering::Relaxed);
+            self.lost_seen = lost;
+        }
+    }
+}
+
+/// Append one record to `out` in `format`; false if it was skipped.
+fn emit(out: &Rc<RefCell<Vec<u8>>>, pcap: &mut Option<PcapWriter<Spool>>, link: &mut Option<u16>, format: Format, h: &RecordHeader, block: &[u8]) -> bool {
+    match format {
+        Format::Raw => {
+            out.borrow_mut().extend_from_slice(block);
+            true
+        }
+        Format::Pcap => {
+            if pcap.is_none() {
+                let header = PcapHeader { datalink: DataLink::from(h.link_type as u32), ts_resolution: TsResolution::NanoSecond, snaplen: 262_144, ..Default::default() };
+                match PcapWriter::with_header(Spool(out.clone()), header) {
+                    Ok(w) => *pcap = Some(w),
+                    Err(_) => return false,
+                }
+                *link = Some(h.link_type);
+            }
+            if *link != Some(h.link_type) {
+                return false;
+            }
+            let pkt = PcapPacket::new(Duration::from_nanos(h.ts_ns), h.orig_len.max(block.len() as u32), block);
+            pcap.as_mut().is_some_and(|w| w.write_packet(&pkt).is_ok())
+        }
+    }
+}
+
+/// Whether process `pid` has a signal pending that it does not block, or is gone.
+fn interrupted(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return true };
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
+    if status.lines().any(|l| l.starts_with("State:") && (l.contains("zombie") || l.contains("dead"))) {
+        return true;
+    }
+    let pending = field("SigPnd:") | field("ShdPnd:");
+    let blocked = field("SigBlk:");
+    let ignored = field("SigIgn:");
+    pending & !blocked & !ignored != 0 || pending & (1 << (libc::SIGKILL - 1)) != 0
+}

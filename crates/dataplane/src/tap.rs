@@ -1,0 +1,224 @@
+//! Taps: a node's output, copied while someone reads it into a lossy IBuf that another
+//! process (the daemon's PipesFS, `cat RUN/.../all`) reads as an observer. Thesis 3.2: a
+//! filter's stream "is buffered into an IBuf only while someone reads it".
+//!
+//! Owns: the tap's rings (anonymous memfds, handed out as descriptors), the record format
+//! in them, and writing a node's output batch into them. Does not own: attaching a tap to a
+//! running node (the run loop does it at a batch boundary, through
+//! [`crate::EditHandle::tap`]), reading it (the daemon), or where the descriptors go.
+//!
+//! # Never slows the run
+//!
+//! The tag ring is fast-reader-preference (FRP) and the data ring's only registered
+//! reader is the writer's own write-through shadow: the writer never waits for anyone. The
+//! reader gets only the data segments (no control segment), so it cannot register and
+//! cannot hold the writer back; a reader that falls behind finds its tags or data
+//! overwritten, skips ahead, and counts what it lost. The run pays one copy per block that
+//! leaves a tapped node, and nothing for nodes nobody taps.
+//!
+//! # Record format
+//!
+//! Each block is one record in the data ring: a 16-byte [`RecordHeader`] (capture time,
+//! wire length, link type) followed by the block's bytes; its tag (in the tag ring) carries
+//! the block's class. The header is what a pcap stream of the tap (`all.pcap`) needs.
+
+use crate::store::Store;
+use beltway::{IbufWriter, Layout, RingConfig, RingRef, SyncMode, Tag, Writer};
+
+/// Bytes of the header in front of each tapped block.
+pub const HEADER: usize = 16;
+/// Default size of a tap's data ring; its tag ring holds `DATA_BYTES / 256` tags.
+pub const DATA_BYTES: usize = 16 << 20;
+
+/// The header of a tapped record: `ts_ns: u64 LE | orig_len: u32 LE | link_type: u16 LE |
+/// reserved: u16 (0)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// Capture time in ns since the epoch (0 for a block made in the run, e.g. by `gen`).
+    pub ts_ns: u64,
+    /// Bytes the record had on the wire (at least the block's length).
+    pub orig_len: u32,
+    /// pcap LINKTYPE_* of the block (1, Ethernet, when the run does not say).
+    pub link_type: u16,
+}
+
+impl RecordHeader {
+    pub fn encode(&self) -> [u8; HEADER] {
+        let mut b = [0u8; HEADER];
+        b[..8].copy_from_slice(&self.ts_ns.to_le_bytes());
+        b[8..12].copy_from_slice(&self.orig_len.to_le_bytes());
+        b[12..14].copy_from_slice(&self.link_type.to_le_bytes());
+        b
+    }
+
+    /// The header at the start of `rec`, and the block after it; `None` if `rec` is
+    /// shorter than a header (a record not written by a tap).
+    pub fn decode(rec: &[u8]) -> Option<(RecordHeader, &[u8])> {
+        if rec.len() < HEADER {
+            return None;
+        }
+        let u = |r: std::ops::Range<usize>| rec[r].iter().rev().fold(0u64, |a, b| a << 8 | *b as u64);
+        Some((RecordHeader { ts_ns: u(0..8), orig_len: u(8..12) as u32, link_type: u(12..14) as u16 }, &rec[HEADER..]))
+    }
+}
+
+/// The rings of a tap, for the process that reads it: send each ring's data segment
+/// (`ring.shared().fds()[0]`) and nothing else.
+#[derive(Debug, Clone)]
+pub struct TapRings {
+    pub id: u64,
+    pub tags: RingRef,
+    pub data: RingRef,
+}
+
+/// A tap on one node: the writer side.
+#[derive(Debug)]
+pub struct Tap {
+    pub(crate) id: u64,
+    writer: IbufWriter,
+}
+
+impl Tap {
+    /// Make the rings of tap `id` on the node labelled `label`.
+    pub fn create(id: u64, label: &str, data_bytes: usize) -> beltway::Result<(Tap, TapRings)> {
+        let name = format!("tap.{label}.{id}");
+        let data_bytes = data_bytes.next_power_of_two().max(1 << 16);
+        // The tag ring is FRP; the data ring must be lossless for write-through (its one
+        // registered reader is the writer's own shadow, which follows the tag ring's
+        // registered readers: none, so it never waits either).
+        let tags = Writer::create(&name, RingConfig { sync: SyncMode::Frp, ..RingConfig::bytes((data_bytes / 256).max(1 << 12)).layout(Layout::Tags) })?;
+        let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(data_bytes) })?;
+        let rings = TapRings { id, tags: tags.ring(), data: data.ring() };
+        let writer = IbufWriter::new(tags)?.with_default(data)?;
+        Ok((Tap { id, writer }, rings))
+    }
+
+    /// Copy the blocks of `tags` that leave the node (class not 0) into the tap.
+    pub(crate) fn write(&mut self, store: &Store, tags: &[Tag]) -> beltway::Result<()> {
+        for t in tags.iter().filter(|t| t.class != 0) {
+            let Ok(d) = store.data(t) else { continue };
+            let (ts_ns, orig_len) = match store.record(t) {
+                Some((m, true)) => (m.ts_ns, m.orig_len.max(d.len() as u32)),
+                Some((m, false)) => (m.ts_ns, d.len() as u32),
+                None => (0, d.len() as u32),
+            };
+            let h = RecordHeader { ts_ns, orig_len, link_type: store.link(t).unwrap_or(1) as u16 };
+            self.writer.write_through_parts(&[&h.encode(), d], t.class)?;
+        }
+        self.writer.flush();
+        Ok(())
+    }
+
+    /// The tap is taken away: its readers see the end of the stream.
+    pub(crate) fn close(&mut self) {
+        self.writer.close();
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// What the run keeps per node for its observers: its taps, and the classes seen leaving
+/// it (PipesFS shows one directory per class).
+///
+/// Classes are sampled, not counted per block: every batch for a node's first 1024
+/// batches, every 64th after that, and every batch while a tap is on. A class that only
+/// ever appears inside later, unsampled batches shows up late.
+#[derive(Debug, Default)]
+pub(crate) struct Watch {
+    pub(crate) taps: Vec<Tap>,
+    batches: u64,
+    classes: Vec<u16>,
+}
+
+/// Most distinct classes remembered per node.
+const MAX_CLASSES: usize = 256;
+
+impl Watch {
+    /// Note the classes of an output batch (sampled, see above).
+    #[inline]
+    pub(crate) fn observe(&mut self, tags: &[Tag]) {
+        self.batches += 1;
+        if self.taps.is_empty() && self.batches > 1024 && self.batches % 64 != 0 {
+            return;
+        }
+        self.note(tags);
+    }
+
+    fn note(&mut self, tags: &[Tag]) {
+        let mut last = 0;
+        for t in tags {
+            if t.class == 0 || t.class == last {
+                continue;
+            }
+            last = t.class;
+            if let Err(k) = self.classes.binary_search(&t.class) {
+                if self.classes.len() < MAX_CLASSES {
+                    self.classes.insert(k, t.class);
+                }
+            }
+        }
+    }
+
+    /// The classes seen so far, ascending.
+    pub(crate) fn classes(&self) -> Vec<u16> {
+        self.classes.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use beltway::{BufTable, IbufReader, Start};
+
+    #[test]
+    fn header_round_trip() {
+        let h = RecordHeader { ts_ns: 1_700_000_000_123_456_789, orig_len: 1514, link_type: 113 };
+        let mut rec = h.encode().to_vec();
+        rec.extend_from_slice(b"frame");
+        assert_eq!(RecordHeader::decode(&rec), Some((h, &b"frame"[..])));
+        assert_eq!(RecordHeader::decode(&rec[..15]), None);
+    }
+
+    /// The writer never waits for an observer that does not read, and the observer, given
+    /// only the data segments, sees that it lost records (and reads the newest intact).
+    #[test]
+    fn an_observer_that_never_reads_never_slows_the_writer() {
+        let (mut tap, rings) = Tap::create(7, "t", 1 << 16).unwrap();
+        let fd = |r: &RingRef| r.shared().fds()[0].try_clone_to_owned().unwrap();
+        let tags = RingRef::from_fds("t", fd(&rings.tags), None).unwrap();
+        let data = RingRef::from_fds("t.data", fd(&rings.data), None).unwrap();
+        let mut table = BufTable::new();
+        table.register(&data).unwrap();
+        let mut r = IbufReader::new(tags.reader(Start::Oldest).unwrap(), table).unwrap();
+        let block = [0xabu8; 1000];
+        // 20 x the data ring through the tap, nobody reading: must not block.
+        for i in 0..1300u32 {
+            let mut b = block;
+            b[..4].copy_from_slice(&i.to_le_bytes());
+            let h = RecordHeader { ts_ns: i as u64, orig_len: 1000, link_type: 1 };
+            tap.writer.write_through_parts(&[&h.encode(), &b], 1).unwrap();
+        }
+        tap.writer.flush();
+        let mut buf = vec![0u8; 2048];
+        let mut got = Vec::new();
+        let mut overruns = 0;
+        loop {
+            match r.tags_mut().readable() {
+                0 => break,
+                _ => match r.read(&mut buf) {
+                    Ok(n) => got.push(RecordHeader::decode(&buf[..n]).unwrap().0.ts_ns),
+                    Err(beltway::Error::Overrun { .. }) => overruns += 1,
+                    Err(e) => panic!("{e}"),
+                },
+            }
+        }
+        let lost = r.tags().lost() + overruns;
+        assert!(lost > 0, "the observer lost nothing of 20 rings' worth");
+        assert!(!got.is_empty() && got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+        assert_eq!(*got.last().unwrap(), 1299);
+    }
+}
