@@ -68,7 +68,7 @@ pub const EDITS: [&str; 7] = [
 ];
 
 /// The effective uid of this process (from /proc/self/status, as the kernel reports it).
-fn euid() -> Result<u32> {
+pub(crate) fn euid() -> Result<u32> {
     let status = std::fs::read_to_string("/proc/self/status").map_err(|e| err(format!("/proc/self/status: {e}")))?;
     status
         .lines()
@@ -81,18 +81,23 @@ fn euid() -> Result<u32> {
 /// A `streamlined` of our own on a private socket; stopped (SIGTERM, then SIGKILL) when
 /// dropped. It dies with us if we die first (PR_SET_PDEATHSIG), and its workers see its
 /// socket close and stop.
-struct Daemon {
-    child: Option<Child>,
-    socket: PathBuf,
-    log: PathBuf,
+pub(crate) struct Daemon {
+    pub(crate) child: Option<Child>,
+    pub(crate) socket: PathBuf,
+    pub(crate) log: PathBuf,
 }
 
 impl Daemon {
-    fn start(bin: &Path, dir: &Path) -> Result<Daemon> {
+    /// Start it with PipesFS mounted at `mount`, or none.
+    pub(crate) fn start(bin: &Path, dir: &Path, mount: Option<&Path>) -> Result<Daemon> {
         let socket = dir.join("control");
         let log = dir.join("streamlined.log");
         let logf = std::fs::File::create(&log).map_err(|e| err(format!("creating {}: {e}", log.display())))?;
         let mut cmd = Command::new(bin);
+        match mount {
+            Some(m) => cmd.arg("--mount").arg(m),
+            None => cmd.arg("--no-mount"),
+        };
         cmd.arg("--socket").arg(&socket).arg("--foreground").stdin(Stdio::null()).stdout(Stdio::null()).stderr(logf);
         kill_with_us(&mut cmd);
         let child = cmd.spawn().map_err(|e| err(format!("starting {}: {e}", bin.display())))?;
@@ -110,11 +115,11 @@ impl Daemon {
         Ok(d)
     }
 
-    fn client(&self) -> Result<Client> {
+    pub(crate) fn client(&self) -> Result<Client> {
         Client::connect(&self.socket).map_err(|e| err(format!("connecting to our daemon: {e}")))
     }
 
-    fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -268,7 +273,7 @@ impl Setup {
 }
 
 /// Median of `v` (sorted in place).
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     if n == 0 {
@@ -483,7 +488,7 @@ enum EditRun {
 }
 
 /// Wait for `run` to end (attach until `finished`; a run already gone has ended).
-fn wait_end(c: &mut Client, run: u64) -> Result<i32> {
+pub(crate) fn wait_end(c: &mut Client, run: u64) -> Result<i32> {
     c.send(Request::Attach { run }, &[]).map_err(|e| err(format!("attach {run}: {e}")))?;
     loop {
         match c.recv() {
@@ -654,7 +659,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let dir = TempDir::new("daemon")?;
     let socket = dir.path().join("control");
     cleanup_on_abnormal_exit(&[&socket, &dir.path().join("streamlined.log"), dir.path()]);
-    let daemon = Daemon::start(&streamlined, dir.path())?;
+    let daemon = Daemon::start(&streamlined, dir.path(), None)?;
     println!("our daemon: {} --socket {} (pid {})", streamlined.display(), daemon.socket.display(), daemon.child.as_ref().map_or(0, |c| c.id()));
     let s = Setup { streamline, daemon, dir: dir.path().to_path_buf() };
     let res = (|| -> Result<Summary> {

@@ -13,6 +13,7 @@
 mod capture;
 mod child;
 mod daemon;
+mod pipesfs;
 mod pattern;
 mod pcap;
 mod proc;
@@ -56,6 +57,9 @@ enum Command {
     /// The daemon (issue 15): a no-op call through streamlined vs a bare Unix-socket echo,
     /// blocks lost across live edits, a run through the daemon vs stand-alone.
     Daemon(daemon::Args),
+    /// PipesFS (issue 16): `cat all` through FUSE vs reading the same stream from the ring
+    /// descriptors, and how long a `mkdir` that adds a filter to a running graph takes.
+    Pipesfs(pipesfs::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -74,6 +78,7 @@ fn main() {
         Command::Capture(a) => capture::run(a, cli.quick),
         Command::Solver(a) => solver::run(a, cli.quick),
         Command::Daemon(a) => daemon::run(a, cli.quick),
+        Command::Pipesfs(a) => pipesfs::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

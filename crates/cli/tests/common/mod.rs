@@ -1,5 +1,7 @@
 //! Helpers shared by the end-to-end tests of the `streamline` command.
 
+pub mod daemon;
+
 /// The block total of `count`'s summary line (`count: N blocks, M bytes`) in a run's
 /// stderr; panics with the whole output when there is none.
 #[allow(dead_code)]

@@ -603,7 +603,7 @@ impl fuser::Filesystem for PipesFs {
             }
             _ if writing => reply.error(Errno::EACCES),
             Entry::RunFile(..) | Entry::NodeFile(..) | Entry::Available => match self.text(&e) {
-                Some(t) => reply.opened(self.new_fh(Handle::Text(t.into_bytes())), direct),
+                Some(t) => reply.opened(self.new_fh(Handle::Text(t.into_bytes())), FopenFlags::FOPEN_DIRECT_IO),
                 None => reply.error(Errno::ENOENT),
             },
             _ => reply.error(Errno::EISDIR),
