@@ -70,9 +70,8 @@ impl Edits {
     }
 
     /// The graph as it runs now (empty before the run starts).
-    pub fn graph(&self) -> Vec<GraphNode> {
-        // Until dataplane publishes its graph snapshot (being merged), nothing.
-        Vec::new()
+    pub fn graph(&self) -> Vec<dataplane::edit::GraphNode> {
+        self.handle.get().map(|h| h.graph()).unwrap_or_default()
     }
 
     /// Run `spaces` taking edits as they come.
@@ -94,13 +93,3 @@ fn errno_of(e: &dataplane::EditError) -> i32 {
     }
 }
 
-/// Placeholder until `dataplane::edit::GraphNode` lands.
-pub struct GraphNode {
-    pub label: String,
-    pub filter: String,
-    pub options: Vec<(String, String)>,
-    pub inputs: Vec<String>,
-    pub outputs: Vec<String>,
-    pub source: bool,
-    pub space: String,
-}

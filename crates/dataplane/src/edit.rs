@@ -85,6 +85,14 @@ pub enum Edit {
     Remove { node: String },
     /// A new filter in NODE's place.
     Replace { node: String, filter: Node },
+    /// A new leaf filter reading NODE's output, beside NODE's other successors (a fork).
+    Branch { node: String, filter: Node },
+    /// A new arc FROM -> TO (TO gets another input).
+    Connect { from: String, to: String },
+    /// Take the arc FROM -> TO away.
+    Disconnect { from: String, to: String },
+    /// NODE reads from TO instead of FROM.
+    Move { node: String, from: String, to: String },
 }
 
 /// Options fixed when a node is built: `set` cannot change them.
@@ -94,7 +102,18 @@ impl Edit {
     /// The label of the node the edit is about.
     pub fn node(&self) -> &str {
         match self {
-            Edit::Set { node, .. } | Edit::Insert { node, .. } | Edit::Remove { node } | Edit::Replace { node, .. } => node,
+            Edit::Set { node, .. } | Edit::Insert { node, .. } | Edit::Remove { node } | Edit::Replace { node, .. } | Edit::Branch { node, .. } | Edit::Move { node, .. } => node,
+            // The node that gets (or loses) an input.
+            Edit::Connect { to, .. } | Edit::Disconnect { to, .. } => to,
+        }
+    }
+
+    /// Every node label the edit names (NODE, or FROM and TO), in the order written.
+    pub fn labels(&self) -> Vec<&str> {
+        match self {
+            Edit::Connect { from, to } | Edit::Disconnect { from, to } => vec![from, to],
+            Edit::Move { node, from, to } => vec![node, from, to],
+            e => vec![e.node()],
         }
     }
 
@@ -103,7 +122,7 @@ impl Edit {
     pub fn parse(text: &str, resolver: &dyn lang::Resolver) -> Result<Edit, EditError> {
         let syntax = |kind, message: String, span| EditError::Syntax(diag(kind, message, span, text));
         let Some((vspan, verb)) = word(text, 0) else {
-            return Err(syntax(DiagKind::EmptyPipeline, "empty edit: expected set, insert, remove or replace".into(), Span::new(0, text.len())));
+            return Err(syntax(DiagKind::EmptyPipeline, format!("empty edit: expected {VERBS}"), Span::new(0, text.len())));
         };
         let node_after = |from: usize, what: &str| -> Result<(Span, String), EditError> {
             word(text, from).map(|(s, w)| (s, w.to_string())).ok_or_else(|| syntax(DiagKind::MissingOperand, format!("expected {what}"), Span::new(text.len(), text.len())))
@@ -163,8 +182,43 @@ impl Edit {
                 let filter = new_filter(text, nspan, resolver)?;
                 Ok(Edit::Replace { node, filter })
             }
-            _ => Err(syntax(DiagKind::UnexpectedToken, format!("unknown edit '{verb}': expected set, insert, remove or replace"), vspan)),
+            "branch" => {
+                let (nspan, node) = node_after(vspan.end, "the label of the node whose output the new filter reads")?;
+                let filter = new_filter(text, nspan, resolver)?;
+                Ok(Edit::Branch { node, filter })
+            }
+            "connect" | "disconnect" => {
+                let (fspan, from) = node_after(vspan.end, "FROM, the label of the node the arc leaves")?;
+                let (tspan, to) = node_after(fspan.end, "TO, the label of the node the arc enters")?;
+                nothing_after(text, tspan.end, verb)?;
+                Ok(match verb {
+                    "connect" => Edit::Connect { from, to },
+                    _ => Edit::Disconnect { from, to },
+                })
+            }
+            "move" => {
+                let (nspan, node) = node_after(vspan.end, "the label of the node to move")?;
+                let (fspan, from) = node_after(nspan.end, "FROM, the label of the node it reads from now")?;
+                let (tspan, to) = node_after(fspan.end, "TO, the label of the node it is to read from")?;
+                nothing_after(text, tspan.end, verb)?;
+                Ok(Edit::Move { node, from, to })
+            }
+            _ => Err(syntax(DiagKind::UnexpectedToken, format!("unknown edit '{verb}': expected {VERBS}"), vspan)),
         }
+    }
+}
+
+/// The edits' verbs, for messages.
+const VERBS: &str = "set, insert, remove, replace, branch, connect, disconnect or move";
+
+/// Refuse words after the last node of an edit that takes a fixed number of them.
+fn nothing_after(text: &str, end: usize, verb: &str) -> Result<(), EditError> {
+    match word(text, end) {
+        Some((s, w)) => {
+            let takes = if verb == "move" { "NODE FROM TO" } else { "FROM TO" };
+            Err(EditError::Syntax(diag(DiagKind::UnexpectedToken, format!("{verb} takes {takes}; '{w}' is left over"), Span::new(s.start, text.trim_end().len()), text)))
+        }
+        None => Ok(()),
     }
 }
 
@@ -281,6 +335,22 @@ pub enum Refusal {
     NameTaken(String),
     #[error("it is not a native filter; only native filters take options")]
     NotNative,
+    #[error("nothing flows into a source; a source reads only its own input")]
+    IntoSource,
+    #[error("the arc would close a loop: {0} already feeds {1}")]
+    Cycle(String, String),
+    #[error("the arc is there already")]
+    ArcExists,
+    #[error("there is no arc from {0} to {1}")]
+    NoArc(String, String),
+    #[error("it is {0}'s only input, and a node with no input would be dead; remove {0} instead")]
+    OnlyInput(String),
+    #[error("the nodes are in different spaces ({0} and {1}); an arc between spaces is a channel, which is built when the run is built")]
+    Spaces(String, String),
+    #[error("it is a Unix command writing to the run's standard output; no filter can read its output")]
+    UnixSink,
+    #[error("the arc passes through a removed node that carries other arcs too ({0}); taking it away would cut those as well")]
+    ThroughRemoved(String),
 }
 
 /// What went wrong with an edit. Nothing was changed, except after [`EditError::Ended`]
@@ -342,6 +412,16 @@ impl Space {
     /// loop's quiescent point; [`EditHandle`] does that for a running run). Either the
     /// edit applies whole, or the space is left exactly as it was and the error says why.
     pub fn edit(&mut self, edit: &Edit, factory: &dyn Factory) -> Result<Applied, EditError> {
+        let labels = edit.labels();
+        if let Some(two) = labels.windows(2).find(|w| split_space(w[0]).1.is_some() && split_space(w[1]).1.is_some() && split_space(w[0]).1 != split_space(w[1]).1) {
+            return Err(EditError::Refused { label: format!("{} -> {}", two[0], two[1]), why: Refusal::Spaces(two[0].to_string(), two[1].to_string()) });
+        }
+        match edit {
+            Edit::Connect { from, to } => return self.connect(split_space(from).0, split_space(to).0),
+            Edit::Disconnect { from, to } => return self.disconnect(split_space(from).0, split_space(to).0),
+            Edit::Move { node, from, to } => return self.move_input(split_space(node).0, split_space(from).0, split_space(to).0),
+            _ => {}
+        }
         let label = split_space(edit.node()).0;
         let i = self.live(label)?;
         let refuse = |why| Err(EditError::Refused { label: label.to_string(), why });
@@ -358,6 +438,8 @@ impl Space {
             Edit::Insert { at, filter, .. } => self.insert(i, *at, filter, factory),
             Edit::Remove { .. } => self.remove(i),
             Edit::Replace { filter, .. } => self.replace(i, filter, factory),
+            Edit::Branch { filter, .. } => self.branch(i, filter, factory),
+            Edit::Connect { .. } | Edit::Disconnect { .. } | Edit::Move { .. } => unreachable!("handled above"),
         }
     }
 
@@ -562,6 +644,240 @@ impl Space {
         Ok(Applied { label, retired: Some(retired), flushed })
     }
 
+    fn branch(&mut self, i: usize, n: &Node, factory: &dyn Factory) -> Result<Applied, EditError> {
+        let here = self.nodes[i].label.clone();
+        let refuse = |why| Err(EditError::Refused { label: here.clone(), why });
+        if let NodeKind::Filter { filter, .. } = &n.kind {
+            if factory.is_source(filter) {
+                return refuse(Refusal::NewSource(filter.clone()));
+            }
+        }
+        if let Some(why) = self.cannot_feed(i) {
+            return refuse(why);
+        }
+        let label = self.new_label(n, None)?;
+        // A leaf, until something is added below it: its output ends there (a sink).
+        let Made { mut filter, source, routes_by_class, export } = instantiate(n, &label, factory, 1, true).map_err(EditError::Build)?;
+        let new = self.nodes.len();
+        let classifier = filter.as_classifier().is_some();
+        self.nodes.push(crate::runtime::RtNode {
+            label: label.clone(),
+            spec: n.clone(),
+            filter,
+            export,
+            sessions: None,
+            out: Vec::new(),
+            source,
+            routes_by_class,
+            classifier,
+            removed: false,
+            done: false,
+            c: Counters::default(),
+            ticks: 0,
+            watch: Default::default(),
+        });
+        // One more out-arc: `route` multicasts to every arc, so the existing successors
+        // get what they got, and the new node a copy-on-write share of it.
+        self.nodes[i].out.push(crate::runtime::Arc_ { to: new, sel: Selector::Default, in_index: 0 });
+        Ok(Applied { label, retired: None, flushed: 0 })
+    }
+
+    /// Why node `i`'s output cannot get another arc, if it cannot: a split routes each
+    /// block down one of its arcs, and a Unix command with no arc out writes to standard
+    /// output (it was started so; an approximation for one whose arcs were all taken away).
+    fn cannot_feed(&self, i: usize) -> Option<Refusal> {
+        let n = &self.nodes[i];
+        if n.routes_by_class {
+            return Some(Refusal::Split);
+        }
+        if matches!(n.spec.kind, NodeKind::Unix { .. }) && n.out.is_empty() {
+            return Some(Refusal::UnixSink);
+        }
+        None
+    }
+
+    /// The live node `label` as one end of an arc to add or take away: not a channel
+    /// endpoint, and not next to a channel to another space.
+    fn arc_end(&self, label: &str) -> Result<usize, EditError> {
+        let i = self.live(label)?;
+        let refuse = |why| Err(EditError::Refused { label: label.to_string(), why });
+        if endpoint(label) {
+            return refuse(Refusal::Endpoint);
+        }
+        if let Some(why) = self.channel_next_to(i) {
+            return refuse(Refusal::Channel(why));
+        }
+        Ok(i)
+    }
+
+    /// The live nodes that node `i`'s output reaches (`forward`) or that reach its input
+    /// (`!forward`), looking through removed nodes, which pass blocks on: the arcs as the
+    /// graph snapshot shows them. In arc order, each once.
+    fn live_next(&self, i: usize, forward: bool) -> Vec<usize> {
+        let mut found = Vec::new();
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack = vec![i];
+        seen[i] = true;
+        while let Some(j) = stack.pop() {
+            let next: Vec<usize> = if forward { self.nodes[j].out.iter().map(|a| a.to).collect() } else { self.in_arcs(j).into_iter().map(|(f, _)| f).collect() };
+            // Reversed onto the stack, so they come off in arc order.
+            for k in next.into_iter().rev() {
+                if std::mem::replace(&mut seen[k], true) {
+                    continue;
+                }
+                if self.nodes[k].removed {
+                    stack.push(k);
+                } else {
+                    found.push(k);
+                }
+            }
+        }
+        found
+    }
+
+    /// Whether blocks from node `a` can reach node `b` (or `a` is `b`).
+    fn reaches(&self, a: usize, b: usize) -> bool {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack = vec![a];
+        while let Some(j) = stack.pop() {
+            if j == b {
+                return true;
+            }
+            if !std::mem::replace(&mut seen[j], true) {
+                stack.extend(self.nodes[j].out.iter().map(|a| a.to));
+            }
+        }
+        false
+    }
+
+    /// Why an arc `from -> to` cannot be added, if it cannot (labels for the refusal).
+    fn cannot_connect(&self, from: usize, to: usize) -> Option<EditError> {
+        let (fl, tl) = (&self.nodes[from].label, &self.nodes[to].label);
+        let refuse = |label: &str, why| Some(EditError::Refused { label: label.to_string(), why });
+        if self.nodes[to].source {
+            return refuse(tl, Refusal::IntoSource);
+        }
+        if matches!(self.nodes[to].spec.kind, NodeKind::Join { .. }) {
+            return refuse(tl, Refusal::Template);
+        }
+        if let Some(why) = self.cannot_feed(from) {
+            return refuse(fl, why);
+        }
+        if self.live_next(from, true).contains(&to) {
+            return refuse(&format!("{fl} -> {tl}"), Refusal::ArcExists);
+        }
+        if self.reaches(to, from) {
+            return refuse(&format!("{fl} -> {tl}"), Refusal::Cycle(tl.clone(), fl.clone()));
+        }
+        None
+    }
+
+    /// The next free in-arc index of node `to` (a taken-away arc's index is not reused,
+    /// so every other arc keeps what `Batch::from` says).
+    fn next_in_index(&self, to: usize) -> usize {
+        self.in_arcs(to).iter().map(|&(f, k)| self.nodes[f].out[k].in_index + 1).max().unwrap_or(0)
+    }
+
+    /// The raw arcs (node, index among its out-arcs) to take away so that `from` no longer
+    /// feeds `to` and nothing else changes: the direct arcs, and for each way through
+    /// removed nodes the first arc on it that carries only `from`'s blocks to only `to`.
+    fn cut(&self, from: usize, to: usize) -> Result<Vec<(usize, usize)>, EditError> {
+        let (fl, tl) = (&self.nodes[from].label, &self.nodes[to].label);
+        let refuse = |why| Err(EditError::Refused { label: format!("{fl} -> {tl}"), why });
+        // Every way from `from` to `to` through removed nodes only, as its arcs.
+        let mut ways: Vec<Vec<(usize, usize)>> = Vec::new();
+        let mut stack: Vec<Vec<(usize, usize)>> = (0..self.nodes[from].out.len()).map(|k| vec![(from, k)]).collect();
+        while let Some(way) = stack.pop() {
+            let &(u, k) = way.last().expect("a way has an arc");
+            let v = self.nodes[u].out[k].to;
+            if v == to {
+                ways.push(way);
+            } else if self.nodes[v].removed && !way.iter().any(|&(w, _)| w == v) {
+                for k2 in 0..self.nodes[v].out.len() {
+                    let mut w = way.clone();
+                    w.push((v, k2));
+                    stack.push(w);
+                }
+            }
+        }
+        if ways.is_empty() {
+            return refuse(Refusal::NoArc(fl.clone(), tl.clone()));
+        }
+        let up = |u: usize| if self.nodes[u].removed { self.live_next(u, false) } else { vec![u] };
+        let down = |v: usize| if self.nodes[v].removed { self.live_next(v, true) } else { vec![v] };
+        let mut arcs = Vec::new();
+        for way in &ways {
+            let exact = way.iter().find(|&&(u, k)| up(u) == [from] && down(self.nodes[u].out[k].to) == [to]);
+            match exact {
+                Some(a) if !arcs.contains(a) => arcs.push(*a),
+                Some(_) => {}
+                None => {
+                    let (u, k) = way[0];
+                    return refuse(Refusal::ThroughRemoved(self.nodes[self.nodes[u].out[k].to].label.clone()));
+                }
+            }
+        }
+        Ok(arcs)
+    }
+
+    /// Take the arcs `cut` chose away; the in-arc index the one into `to` had, if one
+    /// went straight into it.
+    fn take_arcs(&mut self, mut arcs: Vec<(usize, usize)>, to: usize) -> Option<usize> {
+        // Highest index first, so the others' indices stay valid.
+        arcs.sort_by(|a, b| b.1.cmp(&a.1));
+        let mut index = None;
+        for (u, k) in arcs {
+            let a = self.nodes[u].out.remove(k);
+            if a.to == to {
+                index = Some(a.in_index);
+            }
+        }
+        index
+    }
+
+    fn connect(&mut self, from: &str, to: &str) -> Result<Applied, EditError> {
+        let (f, t) = (self.arc_end(from)?, self.arc_end(to)?);
+        if let Some(e) = self.cannot_connect(f, t) {
+            return Err(e);
+        }
+        let in_index = self.next_in_index(t);
+        self.nodes[f].out.push(crate::runtime::Arc_ { to: t, sel: Selector::Default, in_index });
+        Ok(Applied { label: to.to_string(), retired: None, flushed: 0 })
+    }
+
+    fn disconnect(&mut self, from: &str, to: &str) -> Result<Applied, EditError> {
+        let (f, t) = (self.arc_end(from)?, self.arc_end(to)?);
+        if matches!(self.nodes[t].spec.kind, NodeKind::Join { .. }) {
+            return Err(EditError::Refused { label: to.to_string(), why: Refusal::Template });
+        }
+        if self.nodes[f].routes_by_class {
+            return Err(EditError::Refused { label: from.to_string(), why: Refusal::Split });
+        }
+        let arcs = self.cut(f, t)?;
+        if self.live_next(t, false) == [f] {
+            return Err(EditError::Refused { label: format!("{from} -> {to}"), why: Refusal::OnlyInput(to.to_string()) });
+        }
+        self.take_arcs(arcs, t);
+        Ok(Applied { label: to.to_string(), retired: None, flushed: 0 })
+    }
+
+    /// `move NODE FROM TO`: connect TO NODE, then disconnect FROM NODE, as one transaction
+    /// (so NODE's only input may move). The new arc is a plain `|` (FROM's selector named
+    /// FROM's classes) and keeps the old arc's in-arc index.
+    fn move_input(&mut self, node: &str, from: &str, to: &str) -> Result<Applied, EditError> {
+        let (n, f, t) = (self.arc_end(node)?, self.arc_end(from)?, self.arc_end(to)?);
+        if let Some(e) = self.cannot_connect(t, n) {
+            return Err(e);
+        }
+        if self.nodes[f].routes_by_class {
+            return Err(EditError::Refused { label: from.to_string(), why: Refusal::Split });
+        }
+        let arcs = self.cut(f, n)?;
+        let in_index = self.take_arcs(arcs, n).unwrap_or_else(|| self.next_in_index(n));
+        self.nodes[t].out.push(crate::runtime::Arc_ { to: n, sel: Selector::Default, in_index });
+        Ok(Applied { label: node.to_string(), retired: None, flushed: 0 })
+    }
+
     fn replace(&mut self, i: usize, n: &Node, factory: &dyn Factory) -> Result<Applied, EditError> {
         let old = self.nodes[i].label.clone();
         let refuse = |why| Err(EditError::Refused { label: old.clone(), why });
@@ -616,6 +932,171 @@ impl Space {
     }
 }
 
+/// One node of a running run's graph, as [`EditHandle::graph`] and [`Space::graph`] give
+/// it: live nodes only (removed ones and channel endpoints are left out), with the arcs as
+/// they carry blocks (through a removed node, from its inputs to its outputs; through a
+/// channel between two spaces of this process, from the real node to the real node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphNode {
+    /// As [`EditHandle::report`] labels it (`count#2`, `count:tail`, `count@1` in a run
+    /// of several spaces).
+    pub label: String,
+    /// The filter's text as built, or as the last `set` or `replace` made it: base name,
+    /// parameters and options (`sample every=50`; a Unix command's words; `join mode=all`).
+    pub filter: String,
+    /// The options of `filter`, in order.
+    pub options: Vec<(String, String)>,
+    /// Labels of the nodes with an arc into this one.
+    pub inputs: Vec<String>,
+    /// Labels of the nodes this one has an arc into.
+    pub outputs: Vec<String>,
+    pub source: bool,
+    /// The space it runs in, as labels name it (`1` in `count@1`; `0` in a run of one).
+    pub space: String,
+}
+
+/// A node of one space's graph as its run loop publishes it: arcs as indices into the
+/// same snapshot, looked through removed nodes; channel endpoints kept, with their
+/// channel (egress?, number), for [`resolve`] to join spaces by.
+#[derive(Debug, Clone)]
+pub(crate) struct SnapNode {
+    label: String,
+    filter: String,
+    options: Vec<(String, String)>,
+    source: bool,
+    channel: Option<(bool, usize)>,
+    out: Vec<usize>,
+}
+
+/// A word of a filter's text, quoted if the language would not read it back as one word.
+fn quoted(w: &str) -> String {
+    if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '"' || c == '|') {
+        format!("\"{}\"", w.replace('"', "\\\""))
+    } else {
+        w.to_string()
+    }
+}
+
+/// A node's filter text and options (see [`GraphNode::filter`]).
+fn filter_text(n: &Node) -> (String, Vec<(String, String)>) {
+    let (words, options): (Vec<String>, Vec<(String, String)>) = match &n.kind {
+        NodeKind::Filter { filter, params, options, .. } => (std::iter::once(filter.clone()).chain(params.iter().map(|p| quoted(p))).collect(), options.clone()),
+        NodeKind::Unix { argv, .. } => (argv.iter().map(|a| quoted(a)).collect(), Vec::new()),
+        NodeKind::Join { mode } => {
+            let m = match mode {
+                lang::JoinMode::All => "all".to_string(),
+                lang::JoinMode::First => "first".to_string(),
+                lang::JoinMode::Nth(k) => format!("nth{k}"),
+                lang::JoinMode::Ordered => "ordered".to_string(),
+                lang::JoinMode::Merge => "merge".to_string(),
+            };
+            (vec!["join".into()], vec![("mode".into(), m)])
+        }
+        NodeKind::Split { mode, ways } => {
+            let m = match mode {
+                lang::SplitMode::RoundRobin => "roundrobin",
+                lang::SplitMode::Hash => "hash",
+            };
+            (vec!["split".into()], vec![("mode".into(), m.into()), ("ways".into(), ways.to_string())])
+        }
+    };
+    let text = words.into_iter().chain(options.iter().map(|(k, v)| format!("{k}={}", quoted(v)))).collect::<Vec<_>>().join(" ");
+    (text, options)
+}
+
+impl Space {
+    /// This space's graph now (see [`GraphNode`]): labels without a space, space `0`;
+    /// arcs into and out of channels to other spaces are left out (the other side is
+    /// not here; [`EditHandle::graph`] joins the spaces of a run).
+    pub fn graph(&self) -> Vec<GraphNode> {
+        resolve(&[(0, self.graph_snapshot())], false)
+    }
+
+    pub(crate) fn graph_snapshot(&self) -> Vec<SnapNode> {
+        let mut at = vec![usize::MAX; self.nodes.len()];
+        let live: Vec<usize> = (0..self.nodes.len()).filter(|&i| !self.nodes[i].removed).collect();
+        for (k, &i) in live.iter().enumerate() {
+            at[i] = k;
+        }
+        live.iter()
+            .map(|&i| {
+                let n = &self.nodes[i];
+                let (filter, options) = filter_text(&n.spec);
+                let channel = endpoint(&n.label).then(|| {
+                    let ch = options.iter().find(|(k, _)| k == "ch").and_then(|(_, v)| v.parse().ok()).unwrap_or(usize::MAX);
+                    (n.label.starts_with(EGRESS), ch)
+                });
+                SnapNode { label: n.label.clone(), filter, options, source: n.source, channel, out: self.live_next(i, true).into_iter().map(|j| at[j]).collect() }
+            })
+            .collect()
+    }
+}
+
+/// The graph of the spaces `parts` (id, snapshot): endpoints left out, an arc into an
+/// egress joined to the arcs out of the ingress of the same channel where that space is
+/// among `parts` (and dropped where it is not: a process space). `multi`: labels carry
+/// their space.
+pub(crate) fn resolve(parts: &[(usize, Vec<SnapNode>)], multi: bool) -> Vec<GraphNode> {
+    let ingress = |ch: usize| -> Option<(usize, usize)> {
+        parts.iter().enumerate().find_map(|(p, (_, snap))| snap.iter().position(|n| n.channel == Some((false, ch))).map(|j| (p, j)))
+    };
+    // The real nodes an arc into (p, j) reaches: itself, or through a channel pair.
+    let ends = |p: usize, j: usize| -> Vec<(usize, usize)> {
+        let mut found = Vec::new();
+        let mut seen = Vec::new();
+        let mut stack = vec![(p, j)];
+        while let Some((p, j)) = stack.pop() {
+            if seen.contains(&(p, j)) {
+                continue;
+            }
+            seen.push((p, j));
+            match parts[p].1[j].channel {
+                None => found.push((p, j)),
+                Some((true, ch)) => {
+                    if let Some((q, k)) = ingress(ch) {
+                        stack.extend(parts[q].1[k].out.iter().rev().map(|&o| (q, o)));
+                    }
+                }
+                Some((false, _)) => {}
+            }
+        }
+        found
+    };
+    let label = |p: usize, j: usize| -> String {
+        let (id, snap) = &parts[p];
+        if multi {
+            format!("{}@{id}", snap[j].label)
+        } else {
+            snap[j].label.clone()
+        }
+    };
+    let mut nodes: Vec<((usize, usize), GraphNode)> = Vec::new();
+    for (p, (id, snap)) in parts.iter().enumerate() {
+        for (j, n) in snap.iter().enumerate().filter(|(_, n)| n.channel.is_none()) {
+            let mut outputs = Vec::new();
+            for &o in &n.out {
+                for e in ends(p, o) {
+                    let l = label(e.0, e.1);
+                    if !outputs.contains(&l) {
+                        outputs.push(l);
+                    }
+                }
+            }
+            let g = GraphNode { label: label(p, j), filter: n.filter.clone(), options: n.options.clone(), inputs: Vec::new(), outputs, source: n.source, space: id.to_string() };
+            nodes.push(((p, j), g));
+        }
+    }
+    for k in 0..nodes.len() {
+        let from = nodes[k].1.label.clone();
+        for o in nodes[k].1.outputs.clone() {
+            if let Some((_, to)) = nodes.iter_mut().find(|(_, g)| g.label == o) {
+                to.inputs.push(from.clone());
+            }
+        }
+    }
+    nodes.into_iter().map(|(_, g)| g).collect()
+}
+
 /// A space's mailbox: edits posted by other threads, taken by the run loop at its
 /// quiescent point, and the counters it last published.
 pub(crate) struct Mailbox {
@@ -626,6 +1107,8 @@ pub(crate) struct Mailbox {
     pending: AtomicBool,
     state: Mutex<State>,
     snapshot: Mutex<Vec<NodeReport>>,
+    /// The graph as the run loop last published it (at the start and after each edit).
+    graph: Mutex<Vec<SnapNode>>,
 }
 
 type Reply = mpsc::Sender<Result<Applied, EditError>>;
@@ -651,7 +1134,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Mailbox {
     fn new(snapshot: Vec<NodeReport>) -> Mailbox {
-        Mailbox { pending: AtomicBool::new(false), state: Mutex::new(State { queue: Vec::new(), taps: Vec::new(), ended: false, next: 0 }), snapshot: Mutex::new(snapshot) }
+        Mailbox { pending: AtomicBool::new(false), state: Mutex::new(State { queue: Vec::new(), taps: Vec::new(), ended: false, next: 0 }), snapshot: Mutex::new(snapshot), graph: Mutex::new(Vec::new()) }
     }
 
     #[inline]
@@ -680,6 +1163,9 @@ impl Mailbox {
             // The edit's time is nobody's.
             space.restart_clock();
             self.publish(space.report());
+            if r.is_ok() {
+                self.publish_graph(space);
+            }
             let _ = reply.send(r);
         }
     }
@@ -687,6 +1173,12 @@ impl Mailbox {
     /// The run loop's counters, for [`EditHandle::report`].
     pub(crate) fn publish(&self, report: Vec<NodeReport>) {
         *lock(&self.snapshot) = report;
+    }
+
+    /// The space's graph, for [`EditHandle::graph`] (the run loop publishes it when the
+    /// run starts; `serve` after each applied edit).
+    pub(crate) fn publish_graph(&self, space: &Space) {
+        *lock(&self.graph) = space.graph_snapshot();
     }
 
     /// The run is ending: refuse what is posted and what comes.
@@ -754,6 +1246,10 @@ impl Mailbox {
     fn snapshot(&self) -> Vec<NodeReport> {
         lock(&self.snapshot).clone()
     }
+
+    fn graph(&self) -> Vec<SnapNode> {
+        lock(&self.graph).clone()
+    }
 }
 
 /// Edits a running run from another thread, and reads its counters while it runs.
@@ -798,9 +1294,20 @@ impl EditHandle {
     /// Apply `edit` to the running run at its next batch boundary, waiting at most
     /// `timeout` for the run to get there (see [`EditError::Timeout`]). The node is found
     /// by its label: `NODE@ID` names space ID; without it, the one space of this process
-    /// that has the label.
+    /// that has the label. An edit naming several nodes (connect, disconnect, move) is
+    /// refused with [`Refusal::Spaces`] if they are in different spaces.
     pub fn apply(&self, edit: Edit, timeout: Duration) -> Result<Applied, EditError> {
-        let (id, mailbox) = self.locate(edit.node())?;
+        let labels = edit.labels();
+        let mut target = self.space_of(labels[0])?;
+        for l in &labels[1..] {
+            let other = self.space_of(l)?;
+            if other != target {
+                let (a, b) = (self.dir.local[target].0, self.dir.local[other].0);
+                return Err(EditError::Refused { label: format!("{} -> {l}", labels[0]), why: Refusal::Spaces(format!("{}@{a}", split_space(labels[0]).0), format!("{}@{b}", split_space(l).0)) });
+            }
+            target = other;
+        }
+        let (id, mailbox) = (self.dir.local[target].0, &self.dir.local[target].1);
         let mut applied = mailbox.post(edit, timeout)?;
         if self.dir.multi {
             applied.label = format!("{}@{id}", applied.label);
@@ -815,7 +1322,7 @@ impl EditHandle {
     /// the tap's data ring.
     pub fn tap(&self, label: &str, data_bytes: usize, timeout: Duration) -> Result<crate::tap::TapRings, EditError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let (_, mailbox) = self.locate(label)?;
+        let mailbox = &self.dir.local[self.space_of(label)?].1;
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         let (tap, rings) = crate::tap::Tap::create(id, split_space(label).0, data_bytes).map_err(|e| EditError::Tap(e.to_string()))?;
         let (tx, rx) = mpsc::channel();
@@ -840,39 +1347,38 @@ impl EditHandle {
         }
     }
 
-    /// The space of this process that has the node labelled `label`, and its mailbox.
-    fn locate(&self, label: &str) -> Result<(usize, &Mailbox), EditError> {
+    /// The index in `dir.local` of the space of the node `label` names.
+    fn space_of(&self, label: &str) -> Result<usize, EditError> {
         let d = &self.dir;
         let (label, space) = split_space(label);
         let refused = |why| Err(EditError::Refused { label: label.to_string(), why });
-        let target = match space {
+        match space {
             Some(s) => {
                 if let Some(p) = s.strip_prefix('p').and_then(|p| p.parse::<usize>().ok()) {
                     return refused(Refusal::ProcessSpace(p));
                 }
-                match s.parse::<usize>().ok().and_then(|id| d.local.iter().find(|(l, _)| *l == id)) {
-                    Some(t) => t,
-                    None => return refused(Refusal::NoSpace(s.to_string())),
+                match s.parse::<usize>().ok().and_then(|id| d.local.iter().position(|(l, _)| *l == id)) {
+                    Some(t) => Ok(t),
+                    None => refused(Refusal::NoSpace(s.to_string())),
                 }
             }
-            None if d.local.len() == 1 => &d.local[0],
+            None if d.local.len() == 1 => Ok(0),
             None => {
                 let has = |m: &Mailbox| m.snapshot().iter().any(|r| r.label == label);
-                let found: Vec<&(usize, Mailbox)> = d.local.iter().filter(|(_, m)| has(m)).collect();
+                let found: Vec<usize> = (0..d.local.len()).filter(|&k| has(&d.local[k].1)).collect();
                 match found.as_slice() {
-                    [one] => *one,
+                    [one] => Ok(*one),
                     [] => {
                         if let Some((p, _)) = d.remote.iter().find(|(_, names)| names.iter().any(|n| n == base_of(label))) {
                             return refused(Refusal::ProcessSpace(*p));
                         }
                         let known = self.report().into_iter().map(|r| r.label).collect();
-                        return Err(EditError::NoNode { label: label.to_string(), known });
+                        Err(EditError::NoNode { label: label.to_string(), known })
                     }
-                    more => return Err(EditError::Ambiguous { label: label.to_string(), candidates: more.iter().map(|(id, _)| format!("{label}@{id}")).collect() }),
+                    more => Err(EditError::Ambiguous { label: label.to_string(), candidates: more.iter().map(|&k| format!("{label}@{}", d.local[k].0)).collect() }),
                 }
             }
-        };
-        Ok((target.0, &target.1))
+        }
     }
 
     /// The counters of every space of this process as their run loops last published
@@ -893,6 +1399,16 @@ impl EditHandle {
             }
         }
         v
+    }
+
+    /// The graph of the spaces of this process as their run loops last published it
+    /// (when the run started, and after each applied edit; empty before the run starts),
+    /// labelled as [`EditHandle::report`] labels nodes. Arcs through a channel between
+    /// two of these spaces show as one arc between the real nodes; nodes in process
+    /// spaces are absent, and so are the arcs to and from them.
+    pub fn graph(&self) -> Vec<GraphNode> {
+        let parts: Vec<(usize, Vec<SnapNode>)> = self.dir.local.iter().map(|(id, m)| (*id, m.graph())).collect();
+        resolve(&parts, self.dir.multi)
     }
 }
 

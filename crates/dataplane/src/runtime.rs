@@ -603,6 +603,7 @@ impl Space {
         let mut drain_until: Option<Instant> = None;
         if let Some((mailbox, _)) = edits {
             mailbox.publish(self.report());
+            mailbox.publish_graph(self);
         }
         loop {
             // The quiescent point: every batch pulled so far has finished its walk. One
