@@ -216,7 +216,7 @@ fn access_control_matrix_as_uid_65534() {
     let meta = std::fs::metadata(&ring).unwrap();
     use std::os::unix::fs::MetadataExt;
     assert_eq!((meta.mode() & 0o777, meta.uid()), (0o640, 65534), "mode {:o} uid {}", meta.mode() & 0o777, meta.uid());
-    let worker = Command::new("pgrep").args(["-P", &d.pid().to_string()]).output().unwrap();
+    let worker = Command::new("pgrep").args(["-x", "streamline", "-P", &d.pid().to_string()]).output().unwrap();
     for p in String::from_utf8_lossy(&worker.stdout).split_whitespace() {
         common::wait_capturing(p.parse().unwrap(), &veth.here);
     }
@@ -258,7 +258,7 @@ fn a_daemon_killed_with_sigkill_leaves_nothing_a_restart_does_not_reclaim() {
     common::wait_for("the exported ring", Duration::from_secs(10), || Path::new(&ring).exists());
     // Worst case: the worker and the daemon both die, so no one cleans up (the worker
     // first: alone, it would see the daemon's socket close and stop cleanly).
-    let workers = String::from_utf8_lossy(&Command::new("pgrep").args(["-P", &d.pid().to_string()]).output().unwrap().stdout).into_owned();
+    let workers = String::from_utf8_lossy(&Command::new("pgrep").args(["-x", "streamline", "-P", &d.pid().to_string()]).output().unwrap().stdout).into_owned();
     for w in workers.split_whitespace() {
         let _ = Command::new("kill").args(["-KILL", w]).status();
     }
@@ -340,7 +340,7 @@ fn live_edits_on_replayed_traffic_keep_the_totals_of_an_unedited_capture() {
     let log = d.dir.join("live.log");
     let out = d.cli().args(["run", "--detach", "--no-share", "--plan", "none", "--log"]).arg(&log).arg(format!("rx dev={} | count | count name=tail", veth.here)).output().unwrap();
     let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or_else(|_| panic!("{:?}", text(&out)));
-    let workers = String::from_utf8_lossy(&Command::new("pgrep").args(["-P", &d.pid().to_string()]).output().unwrap().stdout).into_owned();
+    let workers = String::from_utf8_lossy(&Command::new("pgrep").args(["-x", "streamline", "-P", &d.pid().to_string()]).output().unwrap().stdout).into_owned();
     for w in workers.split_whitespace() {
         common::wait_capturing(w.parse().unwrap(), &veth.here);
     }

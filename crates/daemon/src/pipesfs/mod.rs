@@ -102,7 +102,47 @@ struct Tree {
 }
 
 impl Tree {
-    fn of(run: &Run) -> Tree {
+    /// The tree of `run`'s graph. `homes` remembers where each filter's directory was: a
+    /// filter stays under the same input while that input still feeds it (so `ln -s`,
+    /// which adds an input, never moves the directory), and moves only when `mv` takes it
+    /// away.
+    fn of(run: &Run, homes: &Mutex<HashMap<(u64, String), String>>) -> Tree {
+        let mut t = Tree::bfs(run);
+        let mut remembered = homes.lock().expect("not poisoned");
+        for n in &t.nodes {
+            let key = (run.id, n.label.clone());
+            if let (Some(prev), Some(Some(_))) = (remembered.get(&key), t.home.get(&n.label)) {
+                if n.inputs.contains(prev) && t.home.contains_key(prev) {
+                    let prev = prev.clone();
+                    t.home.insert(n.label.clone(), Some(prev));
+                }
+            }
+        }
+        // A remembered home must not make a cycle of directories: fall back to breadth
+        // first where it would.
+        let bfs = Tree::bfs(run).home;
+        for n in t.nodes.iter().map(|n| n.label.clone()).collect::<Vec<_>>() {
+            let mut cur = n.clone();
+            for _ in 0..=t.nodes.len() {
+                match t.home.get(&cur) {
+                    Some(Some(up)) => cur = up.clone(),
+                    _ => break,
+                }
+            }
+            if matches!(t.home.get(&cur), Some(Some(_))) {
+                t.home.insert(n.clone(), bfs.get(&n).cloned().flatten());
+            }
+        }
+        remembered.retain(|(r, l), _| *r != run.id || t.home.contains_key(l));
+        for (l, h) in &t.home {
+            if let Some(h) = h {
+                remembered.insert((run.id, l.clone()), h.clone());
+            }
+        }
+        t
+    }
+
+    fn bfs(run: &Run) -> Tree {
         let (nodes, mode) = run.graph.lock().expect("not poisoned").clone();
         let mut home: HashMap<String, Option<String>> = HashMap::new();
         let mut queue: std::collections::VecDeque<String> = std::collections::VecDeque::new();
@@ -178,6 +218,8 @@ pub struct PipesFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     taps: Mutex<HashMap<(u64, String), Shared>>,
+    /// Where each filter's directory is (see `Tree::of`).
+    homes: Mutex<HashMap<(u64, String), String>>,
     /// Reader counters by node, kept after the last reader goes (for `.stats`).
     reader_stats: Mutex<HashMap<(u64, String), Arc<ReaderStats>>>,
     mounted: SystemTime,
@@ -193,7 +235,7 @@ impl PipesFs {
         let mut by_ino = HashMap::new();
         by_path.insert(Vec::new(), 1);
         by_ino.insert(1, Vec::new());
-        PipesFs { d, inos: Mutex::new((by_path, by_ino)), handles: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1), taps: Mutex::new(HashMap::new()), reader_stats: Mutex::new(HashMap::new()), mounted: SystemTime::now() }
+        PipesFs { d, inos: Mutex::new((by_path, by_ino)), handles: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1), taps: Mutex::new(HashMap::new()), homes: Mutex::new(HashMap::new()), reader_stats: Mutex::new(HashMap::new()), mounted: SystemTime::now() }
     }
 
     fn ino_of(&self, path: &[String]) -> u64 {
@@ -232,7 +274,7 @@ impl PipesFs {
                 return Some(Entry::RunFile(run, f));
             }
         }
-        let tree = Tree::of(&r);
+        let tree = Tree::of(&r, &self.homes);
         // Walk the filters' directories.
         if tree.home.get(second.as_str()) != Some(&None) {
             return None;
@@ -320,7 +362,7 @@ impl PipesFs {
             }
             Entry::NodeFile(run, label, f) => {
                 let r = self.d.run(*run)?;
-                let tree = Tree::of(&r);
+                let tree = Tree::of(&r, &self.homes);
                 let g = tree.node(label)?;
                 match f {
                     NodeFile::Options => g.options.iter().map(|(k, v)| format!("{k}={v}\n")).collect(),
@@ -491,7 +533,7 @@ impl fuser::Filesystem for PipesFs {
         // down to the target's home.
         let depth = p.len() - 2;
         let mut s = "../".repeat(depth);
-        s += &Tree::of(&r).path(&target).join("/");
+        s += &Tree::of(&r, &self.homes).path(&target).join("/");
         reply.data(s.as_bytes());
     }
 
@@ -687,7 +729,9 @@ impl fuser::Filesystem for PipesFs {
         match &e {
             Entry::Root => {
                 list.push(file(".available"));
-                for r in self.d.visible_runs() {
+                let runs = self.d.visible_runs();
+                self.homes.lock().expect("not poisoned").retain(|(id, _), _| runs.iter().any(|r| r.id == *id));
+                for r in runs {
                     if r.state() != State::Built {
                         list.push((r.id.to_string(), FileType::Directory));
                     }
@@ -696,7 +740,7 @@ impl fuser::Filesystem for PipesFs {
             Entry::Run(run) => {
                 list.extend([".pipeline", ".placement", ".stats", ".ctl"].map(file));
                 if let Some(r) = self.d.run(*run) {
-                    let mut c = Tree::of(&r).children(None);
+                    let mut c = Tree::of(&r, &self.homes).children(None);
                     c.sort();
                     list.extend(c.into_iter().map(|(l, _)| (l, FileType::Directory)));
                 }
@@ -705,7 +749,7 @@ impl fuser::Filesystem for PipesFs {
                 list.extend(["all", "all.pcap", ".stats", ".options", ".filter"].map(file));
                 if let Some(r) = self.d.run(*run) {
                     list.extend(self.classes(&r, label).into_iter().map(|c| (c.to_string(), FileType::Directory)));
-                    let mut c = Tree::of(&r).children(Some(label));
+                    let mut c = Tree::of(&r, &self.homes).children(Some(label));
                     c.sort();
                     list.extend(c.into_iter().map(|(l, home)| (l, if home { FileType::Directory } else { FileType::Symlink })));
                 }

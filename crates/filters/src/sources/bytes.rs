@@ -131,10 +131,21 @@ impl Filter for StdinIn {
             rx
         });
         if !self.eof {
-            match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+            // With blocks still pending (more than a batch came at once), take what is
+            // there without waiting: those blocks go out now, not when more input comes.
+            use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+            let got = match self.pending.is_empty() {
+                true => rx.recv_timeout(std::time::Duration::from_millis(50)),
+                false => rx.try_recv().map_err(|e| match e {
+                    TryRecvError::Empty => RecvTimeoutError::Timeout,
+                    TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+                }),
+            };
+            match got {
                 Ok(chunk) => self.pending.extend_from_slice(&chunk),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return true,
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.eof = true,
+                Err(RecvTimeoutError::Timeout) if self.pending.is_empty() => return true,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => self.eof = true,
             }
         }
         let mut off = 0;
