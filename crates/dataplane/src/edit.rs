@@ -1,10 +1,12 @@
 //! Live edits of a running run (thesis 6.4, Tables 6.4-6.8: PAUSE, UPDATE, SET_INST_DATA,
 //! connect/disconnect): what an edit is ([`Edit`], with its text form), applying one to a
 //! [`Space`] ([`Space::edit`]) as a transaction that applies whole or leaves the space as it
-//! was, and the mailbox through which another thread edits a running run ([`EditHandle`]).
+//! was, the mailbox through which another thread edits a running run ([`EditHandle`]), and
+//! the run's graph as it is now ([`GraphNode`], [`EditHandle::graph`]), which PipesFS shows
+//! as directories.
 //!
 //! Owns: the edit language, the graph surgery on a built space, the per-space mailboxes
-//! and the counters snapshot they publish. Does not own: making filters (the
+//! and the counters and graph snapshots they publish. Does not own: making filters (the
 //! [`Factory`]), scheduling (the run loop calls [`Mailbox::serve`] at its quiescent
 //! point), or forwarding edits between processes (the daemon's).
 //!
@@ -16,6 +18,10 @@
 //! insert before NODE FILTER [ARGS...]      a new filter between NODE's one input and NODE
 //! remove NODE                              NODE's inputs connect to its outputs
 //! replace NODE FILTER [ARGS...]            a new filter in NODE's place, same arcs
+//! branch NODE FILTER [ARGS...]             a new leaf filter reading NODE's output (a fork)
+//! connect FROM TO                          a new arc FROM -> TO (TO gets another input)
+//! disconnect FROM TO                       take the arc FROM -> TO away
+//! move NODE FROM TO                        NODE reads from TO instead of FROM
 //! ```
 //!
 //! NODE is a label as [`Space::report`] prints it (`count`, `count#2`, `count:name`,
@@ -43,6 +49,26 @@
 //! and joins X to F by a plain `|`; `insert before X F` moves X's one in-arc to F and
 //! joins F to X by a plain `|`; both are what writing `X | F |S Y` would build.
 //!
+//! `branch X F` adds an out-arc X -> F (a plain `|`): `route` multicasts a batch to every
+//! out-arc, each getting the tags its selector admits, shared copy-on-write, so X's other
+//! successors get exactly what they got. F is a leaf: like any node without out-arcs it
+//! counts its input and the blocks end there (its output is not counted); once something
+//! is added below it (`branch F G`, `connect F G`) its output goes on. `connect` adds a
+//! plain arc with the next free in-arc index of TO; `disconnect` takes one away (the
+//! others keep their indices); `move` is both as one transaction, the new arc plain (the
+//! old selector named FROM's classes) with the in-arc index the old arc had. Arcs are
+//! seen through removed nodes, as the graph snapshot shows them: `disconnect A B` where
+//! the arc runs A -> (removed X) -> B cuts the first arc of that way that carries only
+//! A's blocks to only B, or is refused if none does ([`Refusal::ThroughRemoved`]).
+//!
+//! # The graph snapshot
+//!
+//! Each space's run loop publishes its graph when the run starts and after every applied
+//! edit; [`EditHandle::graph`] joins the spaces of this process: live nodes only (no
+//! tombstones, no channel endpoints), arcs through a removed node shown from its inputs to
+//! its outputs, arcs through a channel pair as one arc between the real nodes. Nodes in
+//! process spaces are absent, with their arcs. [`Space::graph`] is one space's, now.
+//!
 //! # What is refused (and why)
 //!
 //! A source cannot be removed or inserted (sources are fixed when the run starts); a
@@ -57,6 +83,16 @@
 //! the same parameter given at build time). `set` and `replace` make the filter afresh:
 //! counters go on across a `set` (they are the node's), session state does not (the old
 //! instance flushed what its sessions held); `set` on a source restarts its stream.
+//!
+//! `branch`, `connect`, `disconnect` and `move` are refused on a split's out-arcs (its
+//! arcs are its branches), on arcs into a template join (it counts its inputs), next to a
+//! channel, between nodes of different spaces ([`Refusal::Spaces`]: such an arc is a
+//! channel, built with the run), and from a Unix command with no out-arc (it writes to
+//! standard output). `branch` and `connect` refuse a new source or an arc into a source,
+//! an arc that is already there (seen through removed nodes), and one that would close a
+//! loop; `disconnect` refuses to take TO's only input ([`Refusal::OnlyInput`]: remove TO
+//! instead) and an arc that is not there; `move` is refused whole if either half is (its
+//! connect is checked first, so a node's only input may move).
 
 use crate::filter::{Batch, Ctx, Filter};
 use crate::runtime::{base_name, instantiate, label_of, BuildError, Counters, Factory, Made, NodeReport, Space};
@@ -818,7 +854,7 @@ impl Space {
     /// went straight into it.
     fn take_arcs(&mut self, mut arcs: Vec<(usize, usize)>, to: usize) -> Option<usize> {
         // Highest index first, so the others' indices stay valid.
-        arcs.sort_by(|a, b| b.1.cmp(&a.1));
+        arcs.sort_by_key(|a| std::cmp::Reverse(a.1));
         let mut index = None;
         for (u, k) in arcs {
             let a = self.nodes[u].out.remove(k);
