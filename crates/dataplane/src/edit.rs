@@ -1,10 +1,12 @@
 //! Live edits of a running run (thesis 6.4, Tables 6.4-6.8: PAUSE, UPDATE, SET_INST_DATA,
 //! connect/disconnect): what an edit is ([`Edit`], with its text form), applying one to a
 //! [`Space`] ([`Space::edit`]) as a transaction that applies whole or leaves the space as it
-//! was, and the mailbox through which another thread edits a running run ([`EditHandle`]).
+//! was, the mailbox through which another thread edits a running run ([`EditHandle`]), and
+//! the run's graph as it is now ([`GraphNode`], [`EditHandle::graph`]), which PipesFS shows
+//! as directories.
 //!
 //! Owns: the edit language, the graph surgery on a built space, the per-space mailboxes
-//! and the counters snapshot they publish. Does not own: making filters (the
+//! and the counters and graph snapshots they publish. Does not own: making filters (the
 //! [`Factory`]), scheduling (the run loop calls [`Mailbox::serve`] at its quiescent
 //! point), or forwarding edits between processes (the daemon's).
 //!
@@ -16,6 +18,10 @@
 //! insert before NODE FILTER [ARGS...]      a new filter between NODE's one input and NODE
 //! remove NODE                              NODE's inputs connect to its outputs
 //! replace NODE FILTER [ARGS...]            a new filter in NODE's place, same arcs
+//! branch NODE FILTER [ARGS...]             a new leaf filter reading NODE's output (a fork)
+//! connect FROM TO                          a new arc FROM -> TO (TO gets another input)
+//! disconnect FROM TO                       take the arc FROM -> TO away
+//! move NODE FROM TO                        NODE reads from TO instead of FROM
 //! ```
 //!
 //! NODE is a label as [`Space::report`] prints it (`count`, `count#2`, `count:name`,
@@ -43,6 +49,26 @@
 //! and joins X to F by a plain `|`; `insert before X F` moves X's one in-arc to F and
 //! joins F to X by a plain `|`; both are what writing `X | F |S Y` would build.
 //!
+//! `branch X F` adds an out-arc X -> F (a plain `|`): `route` multicasts a batch to every
+//! out-arc, each getting the tags its selector admits, shared copy-on-write, so X's other
+//! successors get exactly what they got. F is a leaf: like any node without out-arcs it
+//! counts its input and the blocks end there (its output is not counted); once something
+//! is added below it (`branch F G`, `connect F G`) its output goes on. `connect` adds a
+//! plain arc with the next free in-arc index of TO; `disconnect` takes one away (the
+//! others keep their indices); `move` is both as one transaction, the new arc plain (the
+//! old selector named FROM's classes) with the in-arc index the old arc had. Arcs are
+//! seen through removed nodes, as the graph snapshot shows them: `disconnect A B` where
+//! the arc runs A -> (removed X) -> B cuts the first arc of that way that carries only
+//! A's blocks to only B, or is refused if none does ([`Refusal::ThroughRemoved`]).
+//!
+//! # The graph snapshot
+//!
+//! Each space's run loop publishes its graph when the run starts and after every applied
+//! edit; [`EditHandle::graph`] joins the spaces of this process: live nodes only (no
+//! tombstones, no channel endpoints), arcs through a removed node shown from its inputs to
+//! its outputs, arcs through a channel pair as one arc between the real nodes. Nodes in
+//! process spaces are absent, with their arcs. [`Space::graph`] is one space's, now.
+//!
 //! # What is refused (and why)
 //!
 //! A source cannot be removed or inserted (sources are fixed when the run starts); a
@@ -57,6 +83,16 @@
 //! the same parameter given at build time). `set` and `replace` make the filter afresh:
 //! counters go on across a `set` (they are the node's), session state does not (the old
 //! instance flushed what its sessions held); `set` on a source restarts its stream.
+//!
+//! `branch`, `connect`, `disconnect` and `move` are refused on a split's out-arcs (its
+//! arcs are its branches), on arcs into a template join (it counts its inputs), next to a
+//! channel, between nodes of different spaces ([`Refusal::Spaces`]: such an arc is a
+//! channel, built with the run), and from a Unix command with no out-arc (it writes to
+//! standard output). `branch` and `connect` refuse a new source or an arc into a source,
+//! an arc that is already there (seen through removed nodes), and one that would close a
+//! loop; `disconnect` refuses to take TO's only input ([`Refusal::OnlyInput`]: remove TO
+//! instead) and an arc that is not there; `move` is refused whole if either half is (its
+//! connect is checked first, so a node's only input may move).
 
 use crate::filter::{Batch, Ctx, Filter};
 use crate::runtime::{base_name, instantiate, label_of, BuildError, Counters, Factory, Made, NodeReport, Space};
@@ -714,24 +750,23 @@ impl Space {
     /// (`!forward`), looking through removed nodes, which pass blocks on: the arcs as the
     /// graph snapshot shows them. In arc order, each once.
     fn live_next(&self, i: usize, forward: bool) -> Vec<usize> {
-        let mut found = Vec::new();
-        let mut seen = vec![false; self.nodes.len()];
-        let mut stack = vec![i];
-        seen[i] = true;
-        while let Some(j) = stack.pop() {
-            let next: Vec<usize> = if forward { self.nodes[j].out.iter().map(|a| a.to).collect() } else { self.in_arcs(j).into_iter().map(|(f, _)| f).collect() };
-            // Reversed onto the stack, so they come off in arc order.
-            for k in next.into_iter().rev() {
+        fn walk(s: &Space, j: usize, forward: bool, seen: &mut [bool], found: &mut Vec<usize>) {
+            let next: Vec<usize> = if forward { s.nodes[j].out.iter().map(|a| a.to).collect() } else { s.in_arcs(j).into_iter().map(|(f, _)| f).collect() };
+            for k in next {
                 if std::mem::replace(&mut seen[k], true) {
                     continue;
                 }
-                if self.nodes[k].removed {
-                    stack.push(k);
+                if s.nodes[k].removed {
+                    walk(s, k, forward, seen, found);
                 } else {
                     found.push(k);
                 }
             }
         }
+        let mut found = Vec::new();
+        let mut seen = vec![false; self.nodes.len()];
+        seen[i] = true;
+        walk(self, i, forward, &mut seen, &mut found);
         found
     }
 
@@ -824,7 +859,7 @@ impl Space {
     /// went straight into it.
     fn take_arcs(&mut self, mut arcs: Vec<(usize, usize)>, to: usize) -> Option<usize> {
         // Highest index first, so the others' indices stay valid.
-        arcs.sort_by(|a, b| b.1.cmp(&a.1));
+        arcs.sort_by_key(|a| std::cmp::Reverse(a.1));
         let mut index = None;
         for (u, k) in arcs {
             let a = self.nodes[u].out.remove(k);
@@ -1607,6 +1642,15 @@ mod tests {
         assert_eq!(parse("remove every@1"), Edit::Remove { node: "every@1".into() });
         assert!(matches!(parse("replace hold pass name=p"), Edit::Replace { ref filter, .. } if filter.name.as_deref() == Some("p")));
         assert!(matches!(parse("set every#2 n=7"), Edit::Set { ref node, .. } if node == "every#2"));
+        let Edit::Branch { node, filter } = parse("branch tally:mid every n=2") else { panic!() };
+        assert_eq!(node, "tally:mid");
+        assert!(matches!(&filter.kind, NodeKind::Filter { filter, .. } if filter == "every"));
+        assert_eq!(filter.span, Span::new(17, 26), "the filter's span is in the edit's text");
+        assert_eq!(parse(" connect  gate tally@1 "), Edit::Connect { from: "gate".into(), to: "tally@1".into() });
+        assert_eq!(parse("disconnect gate tally"), Edit::Disconnect { from: "gate".into(), to: "tally".into() });
+        assert_eq!(parse("move tally:t every pass#2"), Edit::Move { node: "tally:t".into(), from: "every".into(), to: "pass#2".into() });
+        assert_eq!(parse("move tally:t every pass#2").labels(), ["tally:t", "every", "pass#2"]);
+        assert_eq!(parse("connect gate tally").node(), "tally", "the node that gets an input");
     }
 
     #[test]
@@ -1631,6 +1675,21 @@ mod tests {
             ("set every n=5 name=x", DiagKind::BadOption, "n=5 name=x", "name="),
             ("set cat n=1", DiagKind::UnexpectedToken, "cat", "not a native filter"),
             ("insert after tally every n=\"2", DiagKind::UnterminatedQuote, "\"2", "quote"),
+            ("branch", DiagKind::MissingOperand, "", "expected the label"),
+            ("branch tally", DiagKind::MissingOperand, "", "expected a filter"),
+            ("branch tally cat", DiagKind::UnknownFilter, "cat", "Unix"),
+            ("branch tally split", DiagKind::UnexpectedToken, "split", "split"),
+            ("branch tally every n=2 | tally", DiagKind::UnexpectedToken, "tally", "one filter"),
+            ("branch tally every m=2", DiagKind::BadOption, "m", "m"),
+            ("connect", DiagKind::MissingOperand, "", "FROM"),
+            ("connect gate", DiagKind::MissingOperand, "", "TO"),
+            ("connect gate tally hold", DiagKind::UnexpectedToken, "hold", "left over"),
+            ("disconnect gate", DiagKind::MissingOperand, "", "TO"),
+            ("disconnect gate tally hold pass", DiagKind::UnexpectedToken, "hold pass", "FROM TO"),
+            ("move tally", DiagKind::MissingOperand, "", "FROM"),
+            ("move tally gate", DiagKind::MissingOperand, "", "TO"),
+            ("move tally gate pass hold", DiagKind::UnexpectedToken, "hold", "NODE FROM TO"),
+            ("mkdir tally", DiagKind::UnexpectedToken, "mkdir", "branch, connect, disconnect or move"),
         ];
         for &(text, kind, under, words) in cases {
             let d = parse_err(text);
@@ -1654,7 +1713,7 @@ mod tests {
         /// Text made of the language's own words, which gets further into the parser.
         #[test]
         fn word_salad_never_panics(words in proptest::collection::vec(proptest::sample::select(vec![
-            "set", "insert", "after", "before", "remove", "replace", "tally", "every", "n=2", "n=", "=", "|", "+", "(", ")", "\"", "!", "@private", "space=1", "cat", "hold:h", "tally#2", "every@1",
+            "set", "insert", "after", "before", "remove", "replace", "branch", "connect", "disconnect", "move", "tally", "every", "n=2", "n=", "=", "|", "+", "(", ")", "\"", "!", "@private", "space=1", "cat", "hold:h", "tally#2", "every@1",
         ]), 0..8)) {
             let text = words.join(" ");
             if let Err(EditError::Syntax(d)) = Edit::parse(&text, &resolver()) {
@@ -1871,6 +1930,32 @@ mod tests {
             Err(EditError::Refused { label, why: Refusal::Channel(w) }) => assert_eq!((label.as_str(), w), ("gate", "sends into")),
             other => panic!("{other:?}"),
         }
+        // The graph of both spaces, joined through their channel.
+        let end = std::time::Instant::now() + WAIT;
+        while h.graph().len() < 5 {
+            assert!(std::time::Instant::now() < end, "both spaces publish their graphs: {:?}", h.graph());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            graph_shape(&h.graph()),
+            ["gate@0 [gate] source <-  -> pass@1", "pass@1 [pass] <- gate@0 -> tally:mid@1", "tally:mid@1 [tally] <- pass@1 -> hold@1", "hold@1 [hold] <- tally:mid@1 -> tally:tail@1", "tally:tail@1 [tally] <- hold@1 -> "]
+        );
+        assert_eq!(h.graph().iter().map(|n| n.space.as_str()).collect::<Vec<_>>(), ["0", "1", "1", "1", "1"]);
+        // An arc between spaces would be a channel.
+        match h.apply(parse("connect gate tally:mid"), WAIT) {
+            Err(EditError::Refused { why: Refusal::Spaces(a, b), .. }) => assert_eq!((a.as_str(), b.as_str()), ("gate@0", "tally:mid@1")),
+            other => panic!("{other:?}"),
+        }
+        match h.apply(parse("branch gate@0 tally"), WAIT) {
+            Err(EditError::Refused { label, why: Refusal::Channel(w) }) => assert_eq!((label.as_str(), w), ("gate", "sends into")),
+            other => panic!("{other:?}"),
+        }
+        for text in ["connect tally:mid pass", "move tally:tail hold pass", "disconnect pass tally:mid"] {
+            match h.apply(parse(text), WAIT) {
+                Err(EditError::Refused { label, why: Refusal::Channel(w) }) => assert_eq!((label.as_str(), w), ("pass", "receives from"), "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
         assert!(matches!(h.apply(parse("remove tally:mid@p3"), WAIT), Err(EditError::Refused { why: Refusal::ProcessSpace(3), .. })));
         assert!(matches!(h.apply(parse("remove tally:mid@7"), WAIT), Err(EditError::Refused { why: Refusal::NoSpace(_), .. })));
         // Space 1 has taken in the first hundred (its counters say so): hold has them all.
@@ -1880,12 +1965,217 @@ mod tests {
         assert_eq!(a.label, "every@1");
         let a = h.apply(parse("remove hold@1"), WAIT).unwrap();
         assert_eq!((a.label.as_str(), a.flushed), ("hold@1", 100), "hold's blocks flushed on to the tail");
+        let a = h.apply(parse("branch tally:mid tally name=side"), WAIT).unwrap();
+        assert_eq!(a.label, "tally:side@1");
+        assert_eq!(
+            graph_shape(&h.graph())[1..],
+            ["pass@1 [pass] <- gate@0 -> tally:mid@1", "tally:mid@1 [tally] <- pass@1 -> every@1,tally:side@1", "tally:tail@1 [tally] <- every@1 -> ", "every@1 [every n=2] <- tally:mid@1 -> tally:tail@1", "tally:side@1 [tally] <- tally:mid@1 -> "]
+        );
         batch(&go, &ack, 100);
         drop(go);
         let rep = t.join().unwrap();
         assert!(rep.died.is_none(), "{:?}", rep.died);
         assert_eq!(summary(&rep.nodes, "tally:mid@1"), (200, 200 * SIZE as u64, 0));
         assert_eq!(summary(&rep.nodes, "tally:tail@1"), (150, 150 * SIZE as u64, 0), "the held hundred, then one in two");
+        assert_eq!(summary(&rep.nodes, "tally:side@1"), (100, 100 * SIZE as u64, 0), "the branch saw the second hundred");
         assert!(h.report().iter().any(|n| n.label == "every@1"), "the counters snapshot has the new node");
+    }
+
+    /// The graph snapshot in short: `label [filter] <- inputs -> outputs`.
+    fn graph_shape(g: &[GraphNode]) -> Vec<String> {
+        g.iter().map(|n| format!("{} [{}]{} <- {} -> {}", n.label, n.filter, if n.source { " source" } else { "" }, n.inputs.join(","), n.outputs.join(","))).collect()
+    }
+
+    #[test]
+    fn the_graph_shows_live_nodes_and_arcs_through_removed_ones_and_set_values() {
+        let (f, _go, _ack) = gate();
+        let mut s = build("gate | every n=3 | tally name=t | pass", &f);
+        assert_eq!(graph_shape(&s.graph()), ["gate [gate] source <-  -> every", "every [every n=3] <- gate -> tally:t", "tally:t [tally] <- every -> pass", "pass [pass] <- tally:t -> "]);
+        let g = s.graph();
+        assert_eq!((g[1].options.clone(), g[1].space.as_str()), (vec![("n".to_string(), "3".to_string())], "0"));
+        s.edit(&parse("set every n=5"), &f).unwrap();
+        s.edit(&parse("remove tally:t"), &f).unwrap();
+        // A removed node's arcs show from its inputs to its outputs.
+        assert_eq!(graph_shape(&s.graph()), ["gate [gate] source <-  -> every", "every [every n=5] <- gate -> pass", "pass [pass] <- every -> "]);
+        // A template: the join and split as the build made them.
+        let (f, _go, _ack) = gate();
+        let s = build("gate | tally | split | pass + hold | tally name=tail", &f);
+        let g = graph_shape(&s.graph());
+        assert_eq!(g[2], "split [split] <- tally -> pass,hold", "the library's split, written by hand");
+        assert_eq!(g[5], "join [join mode=all] <- pass,hold -> tally:tail");
+    }
+
+    #[test]
+    fn graph_edits_rewire_the_space_and_the_graph() {
+        let (f, _go, _ack) = gate();
+        let mut s = build("gate | tally name=a | pass | tally name=t", &f);
+        assert_eq!(s.edit(&parse("branch pass tally name=u"), &f).unwrap().label, "tally:u");
+        assert_eq!(s.edit(&parse("connect gate pass"), &f).unwrap().label, "pass");
+        assert_eq!(
+            shape(&s),
+            ["gate -> [tally:a Default/0, pass Default/1]", "tally:a -> [pass Default/0]", "pass -> [tally:t Default/0, tally:u Default/0]", "tally:t -> []", "tally:u -> []"],
+            "the new arc takes the next in-arc index; the branch is a leaf"
+        );
+        s.edit(&parse("remove pass"), &f).unwrap();
+        let g = graph_shape(&s.graph());
+        assert_eq!(g, ["gate [gate] source <-  -> tally:a,tally:t,tally:u", "tally:a [tally] <- gate -> tally:t,tally:u", "tally:t [tally] <- gate,tally:a -> ", "tally:u [tally] <- gate,tally:a -> "]);
+        // gate -> pass -> t: pass (removed) carries gate's and a's blocks to t and u, so
+        // no one arc is only gate -> t.
+        let before = shape(&s);
+        match s.edit(&parse("disconnect gate tally:t"), &f) {
+            Err(EditError::Refused { label, why: Refusal::ThroughRemoved(r) }) => assert_eq!((label.as_str(), r.as_str()), ("gate -> tally:t", "pass")),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(shape(&s), before);
+        // Moved: u reads from a alone; the arc pass -> u goes, a -> u comes.
+        assert_eq!(s.edit(&parse("move tally:u gate tally:t"), &f).unwrap_err().to_string(), "gate -> tally:u: the arc passes through a removed node that carries other arcs too (pass); taking it away would cut those as well");
+        assert!(matches!(s.edit(&parse("connect tally:a tally:u"), &f), Err(EditError::Refused { why: Refusal::ArcExists, .. })), "a -> u is there, through pass");
+        assert_eq!(shape(&s), before);
+        // Through a removed node with one output: the arc into it is only gate -> t now
+        // that u reads elsewhere (after a disconnect of pass's arc to u via a fresh space).
+        let (f, _go, _ack) = gate();
+        let mut s = build("gate | tally name=a | pass | tally name=t", &f);
+        s.edit(&parse("connect gate pass"), &f).unwrap();
+        s.edit(&parse("remove pass"), &f).unwrap();
+        s.edit(&parse("disconnect gate tally:t"), &f).unwrap();
+        assert_eq!(shape(&s), ["gate -> [tally:a Default/0]", "tally:a -> [pass Default/0]", "-pass -> [tally:t Default/0]", "tally:t -> []"], "the one arc that carried only gate -> t went");
+        s.edit(&parse("move tally:t tally:a gate"), &f).unwrap();
+        assert_eq!(graph_shape(&s.graph()), ["gate [gate] source <-  -> tally:a,tally:t", "tally:a [tally] <- gate -> ", "tally:t [tally] <- gate -> "]);
+        // The arc cut was a -> pass (the first that carried only a -> t), so nothing flows
+        // into the dead pass; its arc to t keeps index 0, and the new plain arc takes 1.
+        assert_eq!(shape(&s), ["gate -> [tally:a Default/0, tally:t Default/1]", "tally:a -> []", "-pass -> [tally:t Default/0]", "tally:t -> []"]);
+        // A direct arc moved keeps its in-arc index.
+        let (f, _go, _ack) = gate();
+        let mut s = build("gate | tally name=a | pass | tally name=t", &f);
+        s.edit(&parse("connect tally:a tally:t"), &f).unwrap();
+        s.edit(&parse("move tally:t pass gate"), &f).unwrap();
+        assert_eq!(shape(&s), ["gate -> [tally:a Default/0, tally:t Default/0]", "tally:a -> [pass Default/0, tally:t Default/1]", "pass -> []", "tally:t -> []"]);
+    }
+
+    #[test]
+    fn refused_graph_edits_leave_the_space_and_its_graph_exactly_as_they_were() {
+        let (f, _go, _ack) = gate();
+        let mut s = build("gate | tally | split | pass + hold | tally name=tail", &f);
+        let (before, graph) = (shape(&s), s.graph());
+        let refused: &[(&str, &str, Refusal)] = &[
+            ("branch split pass", "split", Refusal::Split),
+            ("branch tally gate", "tally", Refusal::NewSource("gate".into())),
+            ("branch tally tally name=tail", "tally:tail", Refusal::NameTaken("tally:tail".into())),
+            ("connect tally gate", "gate", Refusal::IntoSource),
+            ("connect tally join", "join", Refusal::Template),
+            ("connect split tally:tail", "split", Refusal::Split),
+            ("connect gate tally", "gate -> tally", Refusal::ArcExists),
+            ("connect tally:tail tally", "tally:tail -> tally", Refusal::Cycle("tally".into(), "tally:tail".into())),
+            ("connect tally tally", "tally -> tally", Refusal::Cycle("tally".into(), "tally".into())),
+            ("connect tally:tail@0 pass@1", "tally:tail@0 -> pass@1", Refusal::Spaces("tally:tail@0".into(), "pass@1".into())),
+            ("disconnect gate tally", "gate -> tally", Refusal::OnlyInput("tally".into())),
+            ("disconnect gate tally:tail", "gate -> tally:tail", Refusal::NoArc("gate".into(), "tally:tail".into())),
+            ("disconnect hold join", "join", Refusal::Template),
+            ("disconnect split pass", "split", Refusal::Split),
+            ("move tally gate tally:tail", "tally:tail -> tally", Refusal::Cycle("tally".into(), "tally:tail".into())),
+            // The connect part is fine (tally -> tail), the disconnect part is not.
+            ("move tally:tail gate tally", "gate -> tally:tail", Refusal::NoArc("gate".into(), "tally:tail".into())),
+            ("move pass split tally", "split", Refusal::Split),
+            ("move join hold tally", "join", Refusal::Template),
+            ("move tally:tail join join", "join -> tally:tail", Refusal::ArcExists),
+        ];
+        for (text, label, why) in refused {
+            match s.edit(&parse(text), &f) {
+                Err(EditError::Refused { label: l, why: w }) => assert_eq!((l.as_str(), &w), (*label, why), "{text}"),
+                other => panic!("{text}: expected {why:?}, got {other:?}"),
+            }
+            assert_eq!(shape(&s), before, "{text} changed the space");
+            assert_eq!(s.graph(), graph, "{text} changed the graph");
+        }
+        for text in ["connect nosuch tally", "disconnect gate nosuch", "move tally nosuch gate", "branch nosuch pass"] {
+            assert!(matches!(s.edit(&parse(text), &f), Err(EditError::NoNode { ref label, .. }) if label == "nosuch"), "{text}");
+        }
+        match s.edit(&parse("branch tally every n=banana"), &f) {
+            Err(EditError::Build(e)) => assert_eq!(e.label, "every"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(shape(&s), before, "a branch that fails to build changes nothing");
+        // A Unix command with no arc out writes to standard output: nothing reads it.
+        let (f, _go, _ack) = gate();
+        let mut s = build("gate | tally | cat", &f);
+        let before = shape(&s);
+        for text in ["branch cat pass", "connect cat tally"] {
+            assert!(matches!(s.edit(&parse(text), &f), Err(EditError::Refused { why: Refusal::UnixSink, .. })), "{text}");
+            assert_eq!(shape(&s), before);
+        }
+    }
+
+    #[test]
+    fn a_branch_sees_exactly_what_its_node_emits_after_the_edit_and_feeds_what_is_added_below_it() {
+        let (h, go, ack, t) = running("gate | tally name=head | every n=2 | tally name=tail");
+        // The graph is published when the run starts.
+        let end = std::time::Instant::now() + WAIT;
+        while h.graph().is_empty() {
+            assert!(std::time::Instant::now() < end, "no graph published");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(graph_shape(&h.graph()), ["gate [gate] source <-  -> tally:head", "tally:head [tally] <- gate -> every", "every [every n=2] <- tally:head -> tally:tail", "tally:tail [tally] <- every -> "]);
+        batch(&go, &ack, 100);
+        assert_eq!(h.apply(parse("branch every tally name=b"), WAIT).unwrap().label, "tally:b");
+        // Published with the edit, before the answer.
+        assert_eq!(h.graph()[2].outputs, ["tally:tail", "tally:b"]);
+        batch(&go, &ack, 100);
+        eventually(&h, "tally:b", 50);
+        // Below the new leaf: its output now goes on.
+        assert_eq!(h.apply(parse("branch tally:b every n=5"), WAIT).unwrap().label, "every#2");
+        assert_eq!(h.apply(parse("branch every#2 tally name=c"), WAIT).unwrap().label, "tally:c");
+        batch(&go, &ack, 100);
+        drop(go);
+        let r = t.join().unwrap();
+        assert_eq!(summary(&r, "tally:head"), (300, 300 * SIZE as u64, 0));
+        assert_eq!(summary(&r, "tally:tail"), (150, 150 * SIZE as u64, 0), "the old successor got all it got before");
+        assert_eq!(summary(&r, "tally:b"), (100, 100 * SIZE as u64, 0), "one in two of the last two hundred, none of the first");
+        assert_eq!(summary(&r, "tally:c"), (10, 10 * SIZE as u64, 0), "one in five of what b passed on after the edit");
+        let b = r.iter().find(|n| n.label == "tally:b").unwrap();
+        assert_eq!((b.counters.blocks_in, b.counters.blocks_out), (100, 50), "a leaf until every#2 came below it, then it passed on");
+    }
+
+    #[test]
+    fn connect_disconnect_and_move_change_who_feeds_a_node() {
+        let (h, go, ack, t) = running("gate | tally name=a | every n=2 | tally name=j");
+        batch(&go, &ack, 100);
+        // j gets the gate's blocks besides every's: each even block twice.
+        h.apply(parse("connect gate tally:j"), WAIT).unwrap();
+        batch(&go, &ack, 100);
+        eventually(&h, "tally:j", 50 + 150);
+        // Back to one input.
+        h.apply(parse("disconnect every tally:j"), WAIT).unwrap();
+        batch(&go, &ack, 100);
+        eventually(&h, "tally:j", 50 + 150 + 100);
+        assert!(matches!(h.apply(parse("disconnect gate tally:j"), WAIT), Err(EditError::Refused { why: Refusal::OnlyInput(_), .. })));
+        // Its only input moves: j reads every's output again.
+        assert_eq!(h.apply(parse("move tally:j gate every"), WAIT).unwrap().label, "tally:j");
+        batch(&go, &ack, 100);
+        drop(go);
+        let r = t.join().unwrap();
+        let (blocks, bytes, back) = summary(&r, "tally:j");
+        assert_eq!((blocks, bytes), (50 + 150 + 100 + 50, 350 * SIZE as u64));
+        // In the one batch that came both ways, every's half first (arc order), then the
+        // gate's whole hundred: the sequence went back once, and only then.
+        assert_eq!(back, 1);
+        assert_eq!(summary(&r, "tally:a").0, 400);
+        let every = r.iter().find(|n| n.label == "every").unwrap();
+        // One in two throughout; but while it was a leaf (after the disconnect, until the
+        // move), its output ended there, and a sink counts none.
+        assert_eq!((every.counters.blocks_in, every.counters.blocks_out), (400, 150));
+    }
+
+    #[test]
+    fn removing_a_leaf_ends_its_input_arcs_there() {
+        let (h, go, ack, t) = running("gate | tally name=head | hold");
+        batch(&go, &ack, 100);
+        let a = h.apply(parse("remove hold"), WAIT).unwrap();
+        assert_eq!((a.label.as_str(), a.flushed), ("hold", 100), "what the leaf held was flushed, to nowhere");
+        assert_eq!(graph_shape(&h.graph()), ["gate [gate] source <-  -> tally:head", "tally:head [tally] <- gate -> "]);
+        batch(&go, &ack, 100);
+        drop(go);
+        let r = t.join().unwrap();
+        assert_eq!(r.iter().map(|n| n.label.as_str()).collect::<Vec<_>>(), ["gate", "tally:head"]);
+        assert_eq!(summary(&r, "tally:head"), (200, 200 * SIZE as u64, 0), "head goes on counting into the removed leaf");
     }
 }

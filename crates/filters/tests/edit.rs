@@ -1,7 +1,9 @@
 //! Live edits on runs of the real filter library (issue 15, part 3): a thread edits a
 //! running `gen | count | count` while it runs, and the tail counts exactly what an
 //! unedited run counts; a filter that fails to build leaves the run as it was; `set`
-//! on `sample` changes what passes from then on.
+//! on `sample` changes what passes from then on; a `branch` (PipesFS's mkdir) forks a
+//! running `gen | count | count`, sees exactly what its node emits from then on, and
+//! takes nothing from the old successor.
 //!
 //! The edits are made while the run is under way: the editing thread waits (a watchdog,
 //! not a time limit) until the run's published counters show blocks passing before its
@@ -165,4 +167,52 @@ fn set_on_sample_changes_what_passes_afterwards() {
     assert_eq!(count_of(&r, "count:tail"), Some((want, want * SIZE)), "{a} blocks before the set");
     let s = r.iter().find(|n| n.label == "sample").and_then(|n| n.summary.clone()).unwrap();
     assert_eq!(s, format!("sample: 1 in 4: {} seen, {} passed", N - a, (N - a) / 4), "the new instance's own totals");
+}
+
+/// `sample`'s (seen, passed) from its summary line.
+fn sample_of(r: &[NodeReport]) -> (u64, u64) {
+    let s = r.iter().find(|n| n.label == "sample").and_then(|n| n.summary.clone()).expect("sample's summary");
+    let rest = s.strip_prefix("sample: 1 in 50: ").unwrap_or_else(|| panic!("{s}"));
+    let w: Vec<u64> = rest.split(|c: char| !c.is_ascii_digit()).filter(|x| !x.is_empty()).map(|x| x.parse().unwrap()).collect();
+    (w[0], w[1])
+}
+
+#[test]
+fn a_branch_forks_a_running_pipeline_without_taking_from_it() {
+    let pipeline = format!("gen count={N} size={SIZE} | count name=head | count name=tail");
+    let mut graph = Vec::new();
+    let r = run_edited(&pipeline, |h| {
+        progress(h, "count:tail", 0);
+        assert_eq!(applied(h, "branch count:head sample every=50").label, "sample");
+        // Past the 50th block, so sample has passed one before anything is below it.
+        progress(h, "sample", 50);
+        // Below the leaf: from now on its output goes on.
+        assert_eq!(applied(h, "branch sample count name=side").label, "count:side");
+        progress(h, "count:side", 0);
+        graph = h.graph();
+    });
+    let shown: Vec<(&str, &str, Vec<&str>)> = graph.iter().map(|n| (n.label.as_str(), n.filter.as_str(), n.outputs.iter().map(|s| s.as_str()).collect())).collect();
+    assert_eq!(
+        shown,
+        [
+            ("gen", format!("gen count={N} size={SIZE}").as_str(), vec!["count:head"]),
+            ("count:head", "count", vec!["count:tail", "sample"]),
+            ("count:tail", "count", vec![]),
+            ("sample", "sample every=50", vec!["count:side"]),
+            ("count:side", "count", vec![]),
+        ]
+    );
+    assert_eq!(count_of(&r, "count:tail"), Some((N, N * SIZE)), "the old successor got every block");
+    let head = r.iter().find(|n| n.label == "count:head").unwrap();
+    // head's output went to the tail (all N) and, from the branch on, to sample as well.
+    let to_sample = head.counters.blocks_out - N;
+    assert!(to_sample > 0 && to_sample < N, "the branch came mid-run: sample got {to_sample} of {N}");
+    let sample = r.iter().find(|n| n.label == "sample").unwrap();
+    assert_eq!(sample.counters.blocks_in, to_sample, "the branch saw exactly what head emitted after the edit");
+    let (seen, passed) = sample_of(&r);
+    assert_eq!((seen, passed), (to_sample, to_sample / 50));
+    // A leaf's output ends there and is not counted; from count:side on it was.
+    let (side, _) = count_of(&r, "count:side").expect("count:side");
+    assert_eq!(sample.counters.blocks_out, side, "count:side counted all that sample passed once it was below it");
+    assert!(side > 0 && side < passed, "count:side came after sample had passed some: {side} of {passed}");
 }
