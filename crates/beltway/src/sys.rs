@@ -458,6 +458,26 @@ pub fn inherit_across_exec(fd: &impl AsRawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Mark every open descriptor above 2 close-on-exec: after a library opened some without
+/// it (FUSE's mount leaves its socket to fusermount3 open across exec), so that children
+/// inherit only what [`inherit_across_exec`] hands them. Returns how many were marked.
+pub fn close_on_exec_above_stdio() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return 0 };
+    let fds: Vec<RawFd> = dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).filter(|fd| *fd > 2).collect();
+    let mut n = 0;
+    for fd in fds {
+        // SAFETY: F_GETFD/F_SETFD only read and write a descriptor's flags; a number that
+        // closed since the listing (the listing's own descriptor) fails with EBADF.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 && libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) == 0 {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 /// Take ownership of a Unix stream socket inherited from the parent as descriptor `fd`
 /// (checked to be an open socket), and mark it close-on-exec again.
 pub fn inherited_unix_stream(fd: RawFd) -> io::Result<UnixStream> {

@@ -136,14 +136,18 @@ pub fn worker(fd: i32) -> ExitCode {
                     }
                     Ok((Msg { body: ToWorker::Edit { edit_id, edit }, .. }, _)) => {
                         let (ok, text, errno) = edits.apply(&edit);
-                        let _ = tell(&out, FromWorker::Edited { edit_id, ok, text, errno });
+                        // The graph first: whoever sees the answer sees the graph it made.
                         send_graph(&out, run, &edits, mode, &mut None);
+                        let _ = tell(&out, FromWorker::Edited { edit_id, ok, text, errno });
                     }
                     Ok((Msg { body: ToWorker::Tap { tap_req, node }, .. }, _)) => {
                         // The tap's two data segments go with the answer; the reader gets
                         // no control segment, so it can never hold the run back.
+                        // The tap first (it waits for the run loop, whose ticks send on
+                        // `out`), then the socket.
+                        let tapped = edits.tap(&node);
                         let s = out.lock().expect("not poisoned");
-                        let _ = match edits.tap(&node) {
+                        let _ = match tapped {
                             Ok(rings) => {
                                 use std::os::fd::AsRawFd;
                                 let fds = [rings.tags.shared().fds()[0].as_raw_fd(), rings.data.shared().fds()[0].as_raw_fd()];

@@ -104,7 +104,10 @@ fn main() -> ExitCode {
     };
     eprintln!("streamlined: listening on {} (policy: {})", a.socket.display(), a.policy.as_ref().map_or("none: no raw capture for unprivileged users".to_string(), |p| p.display().to_string()));
     let r = d.serve(listener);
-    drop(fs);
+    if fs.is_some() {
+        drop(fs);
+        daemon::pipesfs::unmount(&a.mount);
+    }
     let _ = std::fs::remove_file(&a.socket);
     let _ = d.quit.load(Ordering::Relaxed);
     match r {

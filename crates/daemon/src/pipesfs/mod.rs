@@ -800,5 +800,17 @@ pub fn mount(d: Arc<Daemon>, dir: &Path) -> std::io::Result<fuser::BackgroundSes
     cfg.mount_options = vec![fuser::MountOption::FSName("streamline".into()), fuser::MountOption::Subtype("pipesfs".into()), fuser::MountOption::DefaultPermissions, fuser::MountOption::AutoUnmount, fuser::MountOption::NoExec, fuser::MountOption::NoSuid, fuser::MountOption::NoDev];
     cfg.acl = fuser::SessionACL::All;
     cfg.n_threads = Some(2);
-    fuser::spawn_mount(PipesFs::new(d), dir, &cfg)
+    let session = fuser::spawn_mount(PipesFs::new(d), dir, &cfg)?;
+    // The mount leaves descriptors without close-on-exec (the socket to fusermount3's
+    // auto_unmount watcher): workers must not inherit them, or a killed daemon's mount
+    // would stay until its last worker ended. Every descriptor a worker must inherit is
+    // marked so when it is started.
+    beltway::sys::close_on_exec_above_stdio();
+    Ok(session)
+}
+
+/// Unmount `dir` lazily: what the daemon does last, so that a reader still inside does not
+/// leave the mount behind (`fusermount3 -u` refuses a busy mount).
+pub fn unmount(dir: &Path) {
+    let _ = nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH);
 }
