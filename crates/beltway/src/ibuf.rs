@@ -173,7 +173,20 @@ impl BufTable {
     /// Bytes a tag points to, if they are committed and not yet overwritten. On lossy DBufs,
     /// call [`BufTable::check`] after using them.
     pub fn resolve(&mut self, tag: &Tag) -> Result<&[u8]> {
-        let e = self.entry(tag.buf)?;
+        let at = self.locate(tag)?;
+        Ok(self.bytes_at(at, tag.len as usize))
+    }
+
+    /// The bytes at a place [`BufTable::locate`] found (cannot fail: the checks were made).
+    fn bytes_at(&self, (k, off): (usize, usize), len: usize) -> &[u8] {
+        self.entries[k].sh.data.bytes(off, len)
+    }
+
+    /// Where the bytes of a tag are (entry, offset in its data segment), if they are
+    /// committed and not yet overwritten (see [`BufTable::resolve`]).
+    fn locate(&mut self, tag: &Tag) -> Result<(usize, usize)> {
+        let k = self.entries.iter().position(|e| e.id == tag.buf).ok_or(Error::UnknownBuffer { id: tag.buf })?;
+        let e = &mut self.entries[k];
         e.refresh();
         let h = e.sh.hdr();
         // SYNC POINT: write_pos Acquire pairs with the DBuf writer's `fences::publish`: the
@@ -197,7 +210,7 @@ impl BufTable {
         if off + (end - tag.pos) > ep.size {
             return Err(Error::Corrupt { name: name.clone(), pos: tag.pos, why: "tag region wraps around the ring end".into() });
         }
-        Ok(e.sh.data.bytes(DATA_OFFSET + off as usize, tag.len as usize))
+        Ok((k, DATA_OFFSET + off as usize))
     }
 
     /// Whether the region a tag points to is still intact (call after using resolved bytes).
@@ -381,11 +394,16 @@ impl IbufReader {
     }
 
     fn resolve(&mut self, tag: &Tag) -> Result<&[u8]> {
+        let at = self.locate(tag)?;
+        Ok(self.table.bytes_at(at, tag.len as usize))
+    }
+
+    fn locate(&mut self, tag: &Tag) -> Result<(usize, usize)> {
         if self.table.entries.iter().all(|e| e.id != tag.buf) {
             let sh = self.tags.shared().clone();
             self.table.fault_in(&sh, tag.buf)?;
         }
-        self.table.resolve(tag)
+        self.table.locate(tag)
     }
 
     /// Read-through: copy the next block into `buf`; 0 at EOF.
@@ -414,13 +432,18 @@ impl IbufReader {
     /// stays held until [`IbufReader::peek_complete`].
     pub fn peek_acquire(&mut self) -> Result<Option<(Tag, Peeked<'_>)>> {
         let Some(tag) = self.hold_tag()? else { return Ok(None) };
-        if let Err(e) = self.resolve(&tag).map(|_| ()) {
-            self.tags.peek_complete()?;
-            return Err(e);
-        }
+        // Located once: a lossy DBuf's writer may overwrite the block at any time, and a
+        // second look that failed would leave the tag held (the caller validates with
+        // `peek_complete` after use).
+        let at = match self.locate(&tag) {
+            Ok(at) => at,
+            Err(e) => {
+                self.tags.peek_complete()?;
+                return Err(e);
+            }
+        };
         self.held = Some(tag);
-        let data = self.resolve(&tag)?;
-        Ok(Some((tag, Peeked { pos: tag.pos, data })))
+        Ok(Some((tag, Peeked { pos: tag.pos, data: self.table.bytes_at(at, tag.len as usize) })))
     }
 
     /// Validate the block from the last `peek_acquire` after use, and release its tag.

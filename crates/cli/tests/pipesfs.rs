@@ -235,6 +235,53 @@ fn uid_65534_reads_and_changes_only_what_the_modes_allow() {
     assert!(g.wait().unwrap().code().is_some());
 }
 
+/// A Python reader: non-blocking read (EAGAIN), poll that times out, then poll that wakes
+/// when data comes, and a read that gets it.
+const POLLER: &str = r#"
+import os, select, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
+try:
+    os.read(fd, 4096)
+    print("read without data", flush=True)
+except BlockingIOError:
+    print("eagain", flush=True)
+p = select.poll()
+p.register(fd, select.POLLIN)
+print("idle" if not p.poll(300) else "ready too early", flush=True)
+ev = p.poll(20000)
+print("ready" if ev and ev[0][1] & select.POLLIN else "timeout", flush=True)
+print(os.read(fd, 4096).decode(), end="", flush=True)
+"#;
+
+#[test]
+fn poll_and_nonblocking_reads_of_all_behave_as_on_a_pipe() {
+    let d = Daemon::start("pfs-poll", None);
+    let mut run = d.cli().args(["run", "--plan", "none", "stdin split=lines | count name=c"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let id = only_run(&d);
+    let node = d.mount().join(id.to_string()).join("stdin/count:c");
+    wait_exists(&node);
+    let mut py = Command::new("/usr/bin/python3").arg("-c").arg(POLLER).arg(node.join("all")).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(py.stdout.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "eagain");
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "idle");
+    let mut input = run.stdin.take().unwrap();
+    input.write_all(b"hello through poll\n").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "hello through poll\n");
+    assert!(py.wait().unwrap().success());
+    drop(input);
+    assert!(run.wait().unwrap().success());
+}
+
 /// The reader's state letter in /proc (R, S, D, Z, ...), or None when it is gone.
 fn proc_state(pid: u32) -> Option<char> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -281,7 +328,7 @@ fn killed_idle_and_many_readers_finds_and_unmounts_leave_the_daemon_and_the_run_
     for _ in 0..2000 {
         std::fs::read_to_string(node.join(".stats")).unwrap();
     }
-    for k in 0..100 {
+    for k in 0..1000 {
         drop(std::fs::File::open(node.join("all")).unwrap_or_else(|e| panic!("open {k} of all: {e}; the daemon's log:\n{}", d.log())));
     }
     common::wait_for("no reader left", Duration::from_secs(20), || stat(&node.join(".stats"), "readers") == 0);

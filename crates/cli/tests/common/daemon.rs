@@ -39,6 +39,9 @@ impl Daemon {
         // Clients as uid 65534 must reach the socket.
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let socket = dir.join("control");
+        // PipesFS is mounted by every daemon of the tests.
+        assert!(Path::new("/dev/fuse").exists(), "these tests need /dev/fuse (FUSE): the daemon mounts PipesFS");
+        assert!(Command::new("fusermount3").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success()), "these tests need fusermount3 (Debian package fuse3; scripts/setup installs it)");
         let mut cmd = Command::new(daemon_bin());
         cmd.arg("--socket").arg(&socket).arg("--mount").arg(dir.join("pipes")).arg("--foreground").stdout(Stdio::null()).stderr(std::fs::File::create(dir.join("log")).unwrap());
         if let Some(text) = policy {

@@ -814,3 +814,35 @@ pub fn mount(d: Arc<Daemon>, dir: &Path) -> std::io::Result<fuser::BackgroundSes
 pub fn unmount(dir: &Path) {
     let _ = nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_label_an_edit_made_is_read_from_its_answer() {
+        assert_eq!(applied_label("applied `branch count:a sample every=5`: sample#2").as_deref(), Some("sample#2"));
+        assert_eq!(applied_label("applied `set sample every=50`: sample (the instance it replaced passed 10 blocks)").as_deref(), Some("sample"));
+        assert_eq!(applied_label("something else"), None);
+    }
+
+    fn attr(uid: u32, gid: u32, perm: u16) -> FileAttr {
+        let t = SystemTime::UNIX_EPOCH;
+        FileAttr { ino: INodeNo(2), size: 0, blocks: 0, atime: t, mtime: t, ctime: t, crtime: t, kind: FileType::RegularFile, perm, nlink: 1, uid, gid, rdev: 0, blksize: 4096, flags: 0 }
+    }
+
+    #[test]
+    fn permissions_are_unix_ones() {
+        let owner = Cred { uid: 1000, gid: 1000, groups: vec![1000] };
+        let member = Cred { uid: 1001, gid: 1001, groups: vec![1001, 1000] };
+        let other = Cred { uid: 1002, gid: 1002, groups: vec![1002] };
+        let root = Cred { uid: 0, gid: 0, groups: vec![0] };
+        let f = attr(1000, 1000, 0o640);
+        assert!(may(&f, &owner, 0o4) && may(&f, &owner, 0o2));
+        assert!(may(&f, &member, 0o4) && !may(&f, &member, 0o2));
+        assert!(!may(&f, &other, 0o4) && !may(&f, &other, 0o2));
+        assert!(may(&f, &root, 0o4) && may(&f, &root, 0o2));
+        // The owner's bits decide for the owner, even where others' would allow.
+        assert!(!may(&attr(1000, 1000, 0o044), &owner, 0o4));
+    }
+}
