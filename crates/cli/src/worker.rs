@@ -124,7 +124,6 @@ pub fn worker(fd: i32) -> ExitCode {
     let edits = crate::edits::Edits::new();
     {
         let (interrupt, signal, out, edits) = (interrupt.clone(), signal.clone(), out.clone(), edits.clone());
-        let run = run;
         std::thread::Builder::new()
             .name("sl-worker-ctl".into())
             .spawn(move || loop {

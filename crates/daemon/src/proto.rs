@@ -451,6 +451,8 @@ mod tests {
             ToWorker::Go {},
             ToWorker::Stop { signal: 2 },
             ToWorker::Edit { edit_id: 4, edit: "remove x".into() },
+            ToWorker::Tap { tap_req: 5, node: "count:a".into() },
+            ToWorker::Untap { tap: 6 },
         ];
         for m in to_worker {
             let f = encode(&Msg { id: 9, body: m.clone() });
@@ -459,8 +461,10 @@ mod tests {
         let from_worker = [
             FromWorker::Built { placement: "p".into() },
             FromWorker::Failed { message: "m".into(), errno: 22 },
-            FromWorker::Counters { elapsed_s: 1.0, nodes: vec![NodeCounters::default()] },
-            FromWorker::Edited { edit_id: 4, ok: true, text: "t".into() },
+            FromWorker::Counters { elapsed_s: 1.0, nodes: vec![NodeCounters::default(), NodeCounters { label: "ip".into(), classes: vec![4, 6], ..Default::default() }] },
+            FromWorker::Edited { edit_id: 4, ok: false, text: "t".into(), errno: 16 },
+            FromWorker::Graph { nodes: vec![GraphNode { label: "count:a".into(), filter: "count".into(), options: vec![("name".into(), "a".into())], inputs: vec!["gen".into()], outputs: vec![], source: false, space: "0".into() }], mode: 0o640 },
+            FromWorker::Tapped { tap_req: 5, tap: 6, ok: true, text: String::new(), errno: 0 },
             FromWorker::Finished { code: 0 },
         ];
         for m in from_worker {

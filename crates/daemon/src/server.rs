@@ -65,13 +65,16 @@ pub(crate) struct Run {
     /// Connections attached to it: where to send events, and the attach request's id.
     watchers: Mutex<Vec<(Arc<Mutex<UnixStream>>, u64)>>,
     /// Edits sent to the worker, waiting for its answer (applied, text, errno).
-    edits: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<(bool, String, i32)>>>,
+    edits: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<EditAnswer>>>,
     next_edit: AtomicU64,
     /// The graph as the worker last described it, and its streams' mode.
     pub(crate) graph: Mutex<(Vec<GraphNode>, u32)>,
     /// Taps asked of the worker, waiting for its answer.
     taps: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<TapAnswer>>>,
 }
+
+/// A worker's answer to an edit: applied, what it did or why not, the refusal's errno.
+type EditAnswer = (bool, String, i32);
 
 /// A worker's answer to `tap`: the tap's id and its two data segments, or errno and why.
 pub(crate) type TapAnswer = Result<(u64, Vec<OwnedFd>), (i32, String)>;

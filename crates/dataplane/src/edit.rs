@@ -1150,7 +1150,7 @@ type Reply = mpsc::Sender<Result<Applied, EditError>>;
 
 /// A tap to put on a node or take off (see [`EditHandle::tap`]).
 enum TapJob {
-    On { label: String, tap: crate::tap::Tap, reply: mpsc::Sender<Result<(), EditError>> },
+    On { label: String, tap: Box<crate::tap::Tap>, reply: mpsc::Sender<Result<(), EditError>> },
     Off { id: u64 },
 }
 
@@ -1188,7 +1188,7 @@ impl Mailbox {
         for job in taps {
             match job {
                 TapJob::On { label, tap, reply } => {
-                    let _ = reply.send(space.tap_on(&label, tap));
+                    let _ = reply.send(space.tap_on(&label, *tap));
                 }
                 TapJob::Off { id } => space.tap_off(id),
             }
@@ -1361,7 +1361,7 @@ impl EditHandle {
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         let (tap, rings) = crate::tap::Tap::create(id, split_space(label).0, data_bytes).map_err(|e| EditError::Tap(e.to_string()))?;
         let (tx, rx) = mpsc::channel();
-        mailbox.post_tap(TapJob::On { label: label.to_string(), tap, reply: tx })?;
+        mailbox.post_tap(TapJob::On { label: label.to_string(), tap: Box::new(tap), reply: tx })?;
         match rx.recv_timeout(timeout) {
             Ok(r) => r.map(|_| rings),
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(EditError::Ended),

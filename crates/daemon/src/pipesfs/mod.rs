@@ -210,11 +210,16 @@ struct Shared {
     stats: Arc<ReaderStats>,
 }
 
+/// Inode numbers by path (components below the mount), and paths by number.
+type Inodes = (HashMap<Vec<String>, u64>, HashMap<u64, Vec<String>>);
+
 /// The filesystem.
 pub struct PipesFs {
     d: Arc<Daemon>,
     /// Inode numbers by path (components below the mount), and back.
-    inos: Mutex<(HashMap<Vec<String>, u64>, HashMap<u64, Vec<String>>)>,
+    inos: Mutex<Inodes>,
+    /// Never reused: a number the kernel still holds for a gone path stays unknown.
+    next_ino: AtomicU64,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     taps: Mutex<HashMap<(u64, String), Shared>>,
@@ -235,7 +240,7 @@ impl PipesFs {
         let mut by_ino = HashMap::new();
         by_path.insert(Vec::new(), 1);
         by_ino.insert(1, Vec::new());
-        PipesFs { d, inos: Mutex::new((by_path, by_ino)), handles: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1), taps: Mutex::new(HashMap::new()), homes: Mutex::new(HashMap::new()), reader_stats: Mutex::new(HashMap::new()), mounted: SystemTime::now() }
+        PipesFs { d, inos: Mutex::new((by_path, by_ino)), next_ino: AtomicU64::new(2), handles: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1), taps: Mutex::new(HashMap::new()), homes: Mutex::new(HashMap::new()), reader_stats: Mutex::new(HashMap::new()), mounted: SystemTime::now() }
     }
 
     fn ino_of(&self, path: &[String]) -> u64 {
@@ -243,7 +248,7 @@ impl PipesFs {
         if let Some(i) = t.0.get(path) {
             return *i;
         }
-        let i = t.0.len() as u64 + 1;
+        let i = self.next_ino.fetch_add(1, Ordering::Relaxed);
         t.0.insert(path.to_vec(), i);
         t.1.insert(i, path.to_vec());
         i
@@ -730,7 +735,14 @@ impl fuser::Filesystem for PipesFs {
             Entry::Root => {
                 list.push(file(".available"));
                 let runs = self.d.visible_runs();
+                // What ended runs left: their directories' places and inode numbers.
                 self.homes.lock().expect("not poisoned").retain(|(id, _), _| runs.iter().any(|r| r.id == *id));
+                {
+                    let live = |p: &Vec<String>| p.first().is_none_or(|c| c == ".available" || runs.iter().any(|r| r.id.to_string() == *c));
+                    let mut t = self.inos.lock().expect("not poisoned");
+                    t.0.retain(|p, _| live(p));
+                    t.1.retain(|_, p| live(p));
+                }
                 for r in runs {
                     if r.state() != State::Built {
                         list.push((r.id.to_string(), FileType::Directory));

@@ -252,7 +252,7 @@ fn emit(out: &Rc<RefCell<Vec<u8>>>, pcap: &mut Option<PcapWriter<Spool>>, link: 
         }
         Format::Pcap => {
             if pcap.is_none() {
-                let header = PcapHeader { datalink: DataLink::from(h.link_type as u32), ts_resolution: TsResolution::NanoSecond, snaplen: 262_144, ..Default::default() };
+                let header = PcapHeader { datalink: DataLink::from(h.link_type as u32), ts_resolution: TsResolution::NanoSecond, snaplen: 262_144, endianness: pcap_file::Endianness::native(), ..Default::default() };
                 match PcapWriter::with_header(Spool(out.clone()), header) {
                     Ok(w) => *pcap = Some(w),
                     Err(_) => return false,
@@ -302,14 +302,15 @@ mod tests {
         out.borrow_mut().clear();
         assert!(emit(&out, &mut pcap, &mut link, Format::Pcap, &h, &[7u8; 42]));
         let bytes = out.borrow().clone();
-        // Nanosecond magic, then one record of 42 captured and 60 wire bytes.
-        assert_eq!(&bytes[..4], &0xa1b2_3c4du32.to_le_bytes());
+        // Nanosecond magic in the machine's byte order (as tcpdump writes), then one record
+        // of 42 captured and 60 wire bytes.
+        assert_eq!(&bytes[..4], &0xa1b2_3c4du32.to_ne_bytes());
         assert_eq!(bytes.len(), 24 + 16 + 42);
         let rec = &bytes[24..40];
-        assert_eq!(u32::from_le_bytes(rec[0..4].try_into().unwrap()), 1_500_000_000);
-        assert_eq!(u32::from_le_bytes(rec[4..8].try_into().unwrap()), 123);
-        assert_eq!(u32::from_le_bytes(rec[8..12].try_into().unwrap()), 42);
-        assert_eq!(u32::from_le_bytes(rec[12..16].try_into().unwrap()), 60);
+        assert_eq!(u32::from_ne_bytes(rec[0..4].try_into().unwrap()), 1_500_000_000);
+        assert_eq!(u32::from_ne_bytes(rec[4..8].try_into().unwrap()), 123);
+        assert_eq!(u32::from_ne_bytes(rec[8..12].try_into().unwrap()), 42);
+        assert_eq!(u32::from_ne_bytes(rec[12..16].try_into().unwrap()), 60);
         // Another link type than the first is skipped.
         let other = RecordHeader { link_type: 113, ..h };
         assert!(!emit(&out, &mut pcap, &mut link, Format::Pcap, &other, b"x"));
