@@ -56,11 +56,7 @@ fn counters(nodes: &[dataplane::runtime::NodeReport]) -> Vec<NodeCounters> {
 /// Send the graph if it changed since `shown` (always, with `shown` None and no memory:
 /// after an edit).
 fn send_graph(out: &Arc<Mutex<UnixStream>>, run: u64, edits: &crate::edits::Edits, mode: u32, shown: &mut Option<Vec<proto::GraphNode>>) {
-    let nodes: Vec<proto::GraphNode> = edits
-        .graph()
-        .into_iter()
-        .map(|g| proto::GraphNode { label: g.label, filter: g.filter, options: g.options, inputs: g.inputs, outputs: g.outputs, source: g.source, space: g.space })
-        .collect();
+    let nodes = edits.graph();
     if shown.as_ref() == Some(&nodes) || nodes.is_empty() {
         return;
     }

@@ -250,19 +250,8 @@ pub enum ToWorker {
     Untap { tap: u64 },
 }
 
-/// A node of a running graph as PipesFS shows it (from `dataplane::GraphNode`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-pub struct GraphNode {
-    pub label: String,
-    /// The filter's text as built (`sample every=50`).
-    pub filter: String,
-    pub options: Vec<(String, String)>,
-    pub inputs: Vec<String>,
-    pub outputs: Vec<String>,
-    pub source: bool,
-    /// Where it runs (the space, as report labels name it).
-    pub space: String,
-}
+/// A node of a running graph, as the worker's `graph` message carries it.
+pub use dataplane::GraphNode;
 
 /// From a run's worker to the daemon.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

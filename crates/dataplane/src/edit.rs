@@ -971,7 +971,7 @@ impl Space {
 /// it: live nodes only (removed ones and channel endpoints are left out), with the arcs as
 /// they carry blocks (through a removed node, from its inputs to its outputs; through a
 /// channel between two spaces of this process, from the real node to the real node).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GraphNode {
     /// As [`EditHandle::report`] labels it (`count#2`, `count:tail`, `count@1` in a run
     /// of several spaces).
