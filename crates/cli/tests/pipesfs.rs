@@ -360,7 +360,14 @@ fn a_daemon_that_exits_or_is_killed_leaves_no_stale_mount() {
     for signal in ["-TERM", "-KILL"] {
         let mut d = Daemon::start(&format!("pfs-exit{signal}"), None);
         let m = d.mount().display().to_string();
-        assert!(std::fs::read_to_string("/proc/self/mounts").unwrap().contains(&m));
+        let t0 = Instant::now();
+        while !std::fs::read_to_string("/proc/self/mounts").unwrap().contains(&m) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "{m} is not mounted; the daemon's log:\n{}\nmounts:\n{}", d.log(), std::fs::read_to_string("/proc/self/mounts").unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if t0.elapsed() > Duration::from_millis(1) {
+            eprintln!("{m} appeared in /proc/self/mounts {:?} after the daemon listened", t0.elapsed());
+        }
         let mut c = d.child.take().unwrap();
         assert!(Command::new("kill").args([signal, &c.id().to_string()]).status().unwrap().success());
         let status = c.wait().unwrap();

@@ -27,7 +27,8 @@ use beltway::{IbufWriter, Layout, RingConfig, RingRef, SyncMode, Tag, Writer};
 
 /// Bytes of the header in front of each tapped block.
 pub const HEADER: usize = 16;
-/// Default size of a tap's data ring; its tag ring holds `DATA_BYTES / 256` tags.
+/// Default size of a tap's data ring; its tag ring has `DATA_BYTES / 16` bytes (a tag per 256
+/// bytes of data: 65536 tags for the default).
 pub const DATA_BYTES: usize = 16 << 20;
 
 /// The header of a tapped record: `ts_ns: u64 LE | orig_len: u32 LE | link_type: u16 LE |
@@ -86,7 +87,7 @@ impl Tap {
         // The tag ring is FRP; the data ring must be lossless for write-through (its one
         // registered reader is the writer's own shadow, which follows the tag ring's
         // registered readers: none, so it never waits either).
-        let tags = Writer::create(&name, RingConfig { sync: SyncMode::Frp, ..RingConfig::bytes((data_bytes / 256).max(1 << 12)).layout(Layout::Tags) })?;
+        let tags = Writer::create(&name, RingConfig { sync: SyncMode::Frp, ..RingConfig::bytes((data_bytes / 16).max(1 << 12)).layout(Layout::Tags) })?;
         let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(data_bytes) })?;
         let rings = TapRings { id, tags: tags.ring(), data: data.ring() };
         let writer = IbufWriter::new(tags)?.with_default(data)?;

@@ -377,10 +377,10 @@ impl PipesFs {
                         let c = nodes.iter().find(|n| n.label == *label).cloned().unwrap_or_default();
                         let rate = r.rates.lock().expect("not poisoned").iter().find(|(l, _)| l == label).map_or(0.0, |(_, x)| *x);
                         let key = (*run, label.clone());
-                        let (readers, ring) = self.taps.lock().expect("not poisoned").get(&key).map_or((0, 0), |s| (s.readers, s.data.stats().active_size));
+                        let (readers, ring, tag_slots) = self.taps.lock().expect("not poisoned").get(&key).map_or((0, 0, 0), |s| (s.readers, s.data.stats().active_size, s.tags.stats().active_size / beltway::Tag::SIZE as u64));
                         let rs = self.reader_stats.lock().expect("not poisoned").get(&key).cloned().unwrap_or_default();
                         let backlog = rs.backlog.load(Ordering::Relaxed);
-                        let fill = if ring == 0 { 0.0 } else { (backlog as f64 * 256.0 / ring as f64 * 100.0).min(100.0) };
+                        let fill = if tag_slots == 0 { 0.0 } else { (backlog as f64 / tag_slots as f64 * 100.0).min(100.0) };
                         format!(
                             "label {label}\nfilter {}\nplacement {}\nblocks_in {}\nbytes_in {}\nblocks_out {}\nbytes_out {}\ndrops {}\nrate_blocks_per_s {rate:.1}\nclasses {}\nreaders {readers}\nreaders_delivered {}\nreaders_lost {}\ntap_ring_bytes {ring}\ntap_ring_fill_pct {fill:.1}\n",
                             g.filter,
@@ -427,18 +427,39 @@ impl PipesFs {
     /// reader thread.
     fn open_stream(&self, run: u64, label: &str, class: Option<u16>, format: Format) -> Result<Handle, (i32, String)> {
         let key = (run, label.to_string());
-        let mut taps = self.taps.lock().expect("not poisoned");
-        let first = !taps.contains_key(&key);
-        if first {
+        // The tap is asked for without holding the table: it waits for the run's next batch
+        // boundary, and other files must stay usable meanwhile. Two first readers racing
+        // make two taps; the second is taken off again.
+        let mut made = None;
+        if !self.taps.lock().expect("not poisoned").contains_key(&key) {
             let (id, fds) = self.d.tap(run, label)?;
             let mut fds = fds.into_iter();
             let (t, dt) = (fds.next().expect("2 descriptors"), fds.next().expect("2 descriptors"));
-            let tags = beltway::RingRef::from_fds(&format!("tap.{label}"), t, None).map_err(|e| (libc::EIO, e.to_string()))?;
-            let data = beltway::RingRef::from_fds(&format!("tap.{label}.data"), dt, None).map_err(|e| (libc::EIO, e.to_string()))?;
-            let stats = self.reader_stats.lock().expect("not poisoned").entry(key.clone()).or_default().clone();
-            taps.insert(key.clone(), Shared { id, tags, data, readers: 0, stats });
+            let rings = beltway::RingRef::from_fds(&format!("tap.{label}"), t, None).and_then(|tags| Ok((tags, beltway::RingRef::from_fds(&format!("tap.{label}.data"), dt, None)?)));
+            match rings {
+                Ok((tags, data)) => made = Some((id, tags, data)),
+                Err(e) => {
+                    self.d.untap(run, id);
+                    return Err((libc::EIO, e.to_string()));
+                }
+            }
         }
-        let s = taps.get_mut(&key).expect("inserted");
+        let mut taps = self.taps.lock().expect("not poisoned");
+        let mut first = false;
+        if let Some((id, tags, data)) = made {
+            if taps.contains_key(&key) {
+                self.d.untap(run, id);
+            } else {
+                let stats = self.reader_stats.lock().expect("not poisoned").entry(key.clone()).or_default().clone();
+                taps.insert(key.clone(), Shared { id, tags, data, readers: 0, stats });
+                first = true;
+            }
+        }
+        let Some(s) = taps.get_mut(&key) else {
+            // Its last reader closed (and took it off) while we were asking: ask again.
+            drop(taps);
+            return self.open_stream(run, label, class, format);
+        };
         let (tx, rx) = std::sync::mpsc::channel();
         if let Err(e) = stream::spawn(&s.tags, &s.data, first, class, format, s.stats.clone(), rx) {
             if s.readers == 0 {

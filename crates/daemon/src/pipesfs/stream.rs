@@ -34,7 +34,7 @@ pub(super) enum Job {
 pub(super) struct ReaderStats {
     /// Blocks the node's readers lost (overwritten before they read them).
     pub lost: AtomicU64,
-    /// Bytes behind the writer, of the reader that is furthest behind (last seen).
+    /// Records the reader that read last was behind the writer when it did.
     pub backlog: AtomicU64,
     /// Blocks delivered to readers.
     pub delivered: AtomicU64,
@@ -230,7 +230,7 @@ impl Stream {
         }
         let t = self.r.tags().shared().stats();
         let behind = t.write_pos.saturating_sub(self.r.tags().position()) / beltway::Tag::SIZE as u64;
-        self.stats.backlog.fetch_max(behind, Ordering::Relaxed);
+        self.stats.backlog.store(behind, Ordering::Relaxed);
     }
 
     fn count_lost(&mut self) {
