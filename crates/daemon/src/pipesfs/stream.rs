@@ -82,18 +82,31 @@ struct Stream {
 
 /// Start the thread that serves one open stream; it ends when `jobs` is dropped (release).
 pub(super) fn spawn(tags: &RingRef, data: &RingRef, first: bool, class: Option<u16>, format: Format, stats: Arc<ReaderStats>, jobs: Receiver<Job>) -> std::io::Result<()> {
-    let mut table = BufTable::new();
-    table.register(data).map_err(std::io::Error::other)?;
     // The tap's first reader starts at its first record (everything since the tap went
     // on); later ones at the newest (what comes from now on).
-    let start = if first { Start::Oldest } else { Start::Latest };
-    let r = IbufReader::new(tags.reader(start).map_err(std::io::Error::other)?, table).map_err(std::io::Error::other)?;
+    let r = observe(tags, data, if first { Start::Oldest } else { Start::Latest }).map_err(std::io::Error::other)?;
     std::thread::Builder::new().name("sl-pipesfs-read".into()).spawn(move || {
         let out = Rc::new(RefCell::new(Vec::new()));
         let mut s = Stream { r, class, format, out, pcap: None, link: None, overruns: 0, errors: 0, lost_seen: 0, stats, eof: false };
         s.serve(jobs);
     })?;
     Ok(())
+}
+
+/// What one look at the next record found.
+enum Step {
+    /// A record: whether it was kept (its class, its link type).
+    Record(bool),
+    End,
+    Overrun,
+    Error(String),
+}
+
+/// An observer of a tap's rings (no control segment: it cannot hold the writer back).
+fn observe(tags: &RingRef, data: &RingRef, start: Start) -> beltway::Result<IbufReader> {
+    let mut table = BufTable::new();
+    table.register(data)?;
+    IbufReader::new(tags.reader(start)?, table)
 }
 
 impl Stream {
@@ -182,31 +195,45 @@ impl Stream {
                 break;
             }
             let before = self.out.borrow().len();
-            let kept = match self.r.peek_acquire() {
+            let step = match self.r.peek_acquire() {
                 Ok(Some((tag, p))) => {
                     if self.class.is_some_and(|c| c != tag.class) {
-                        false
+                        Step::Record(false)
                     } else if let Some((h, block)) = RecordHeader::decode(p.data) {
                         // Copied out of the ring here; checked intact just below.
-                        emit(&self.out, &mut self.pcap, &mut self.link, self.format, &h, block)
+                        Step::Record(emit(&self.out, &mut self.pcap, &mut self.link, self.format, &h, block))
                     } else {
-                        false
+                        Step::Record(false)
                     }
                 }
-                Ok(None) => {
+                Ok(None) => Step::End,
+                Err(beltway::Error::Overrun { .. }) => Step::Overrun,
+                Err(e) => Step::Error(e.to_string()),
+            };
+            let kept = match step {
+                Step::Record(kept) => kept,
+                Step::End => {
                     self.eof = true;
                     break;
                 }
                 // A record overwritten before we got to it (its tag was consumed): lost.
-                // A lossy observer also meets the writer mid-lap (a tag whose data is being
-                // rewritten): the same. Each error consumed a tag, so this makes progress;
-                // only a run of errors with no record between them is taken as the end.
-                Err(e) => {
+                // A reader a whole data ring behind meets one per tag until it reaches
+                // intact data; each look consumes a tag and is cheaper than the writer's
+                // copy, so it catches up, keeping what is still intact (a tag ring lap the
+                // reader skips by itself, counted).
+                Step::Overrun => {
+                    self.overruns += 1;
+                    self.count_lost();
+                    continue;
+                }
+                // Anything else consumed a tag too; only a long run of them with no record
+                // between is taken as the end.
+                Step::Error(why) => {
                     self.overruns += 1;
                     self.count_lost();
                     self.errors += 1;
-                    if self.errors > 100_000 {
-                        eprintln!("streamlined: pipesfs: a reader's stream ends after repeated errors: {e}");
+                    if self.errors > 10_000 {
+                        eprintln!("streamlined: pipesfs: a reader's stream ends after repeated errors: {why}");
                         self.eof = true;
                         break;
                     }
