@@ -78,6 +78,19 @@ pub(crate) fn euid() -> Result<u32> {
         .ok_or_else(|| err("/proc/self/status has no effective uid"))
 }
 
+/// `streamlined` and `streamline` next to this benchmark (the programs a daemon benchmark
+/// runs), or why not.
+pub(crate) fn binaries() -> Result<(PathBuf, PathBuf)> {
+    let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
+    let (streamlined, streamline) = (exe.with_file_name("streamlined"), exe.with_file_name("streamline"));
+    for p in [&streamlined, &streamline] {
+        if !p.is_file() {
+            return Err(err(format!("{} not found next to this benchmark; build both with `cargo build --release -p daemon -p streamline`", p.display())));
+        }
+    }
+    Ok((streamlined, streamline))
+}
+
 /// A `streamlined` of our own on a private socket; stopped (SIGTERM, then SIGKILL) when
 /// dropped. It dies with us if we die first (PR_SET_PDEATHSIG), and its workers see its
 /// socket close and stop.
@@ -648,13 +661,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             "this benchmark must run as root (effective uid is {uid}): it starts its own streamlined, whose workers take their client's identity (setgroups, setfsuid)"
         )));
     }
-    let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
-    let (streamlined, streamline) = (exe.with_file_name("streamlined"), exe.with_file_name("streamline"));
-    for p in [&streamlined, &streamline] {
-        if !p.is_file() {
-            return Err(err(format!("{} not found next to this benchmark; build both with `cargo build --release -p daemon -p streamline`", p.display())));
-        }
-    }
+    let (streamlined, streamline) = binaries()?;
     println!("streamline-bench daemon ({} mode)", if quick { "quick" } else { "full" });
     let dir = TempDir::new("daemon")?;
     let socket = dir.path().join("control");

@@ -211,13 +211,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     if !Path::new("/dev/fuse").exists() {
         return Err(err("/dev/fuse is missing: PipesFS needs FUSE"));
     }
-    let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
-    let (streamlined, streamline) = (exe.with_file_name("streamlined"), exe.with_file_name("streamline"));
-    for p in [&streamlined, &streamline] {
-        if !p.is_file() {
-            return Err(err(format!("{} not found next to this benchmark; build both with `cargo build --release -p daemon -p streamline`", p.display())));
-        }
-    }
+    let (streamlined, streamline) = crate::daemon::binaries()?;
     println!("streamline-bench pipesfs ({} mode)", if quick { "quick" } else { "full" });
     let dir = TempDir::new("pipesfs")?;
     let mount = dir.path().join("pipes");

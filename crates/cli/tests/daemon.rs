@@ -340,10 +340,7 @@ fn live_edits_on_replayed_traffic_keep_the_totals_of_an_unedited_capture() {
     let log = d.dir.join("live.log");
     let out = d.cli().args(["run", "--detach", "--no-share", "--plan", "none", "--log"]).arg(&log).arg(format!("rx dev={} | count | count name=tail", veth.here)).output().unwrap();
     let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or_else(|_| panic!("{:?}", text(&out)));
-    let workers = String::from_utf8_lossy(&Command::new("pgrep").args(["-x", "streamline", "-P", &d.pid().to_string()]).output().unwrap().stdout).into_owned();
-    for w in workers.split_whitespace() {
-        common::wait_capturing(w.parse().unwrap(), &veth.here);
-    }
+    d.wait_workers_capturing(&veth.here);
     let replay = veth.command("tcpreplay").args(["-q", "-i", &veth.there, "--pps", "3000", SAMPLE_LOOPS, sample]).spawn().expect("tcpreplay");
     let mut applied = 0;
     for e in ["insert after count count name=mid", "replace count:mid sample every=1", "set sample every=1", "remove sample"] {

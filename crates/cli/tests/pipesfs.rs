@@ -113,10 +113,7 @@ fn tcpdump_reads_all_pcap_of_a_live_capture_and_counts_what_tcpdump_on_the_inter
     td.args(["-i", &veth.here, "-n", "-q", "--immediate-mode", "-B", "16384", "-w", "/dev/null"]);
     let (tcpdump, tcpdump_rest) = common::tcpdump_listening(td);
     let (id, log) = detach(&d, &format!("rx dev={} | count name=all", veth.here));
-    let workers = String::from_utf8_lossy(&Command::new("pgrep").args(["-x", "streamline", "-P", &d.pid().to_string()]).output().unwrap().stdout).into_owned();
-    for w in workers.split_whitespace() {
-        common::wait_capturing(w.parse().unwrap(), &veth.here);
-    }
+    d.wait_workers_capturing(&veth.here);
     let node = d.mount().join(id.to_string()).join("rx/count:all");
     wait_exists(&node);
     let out = d.dir.join("through-pipesfs.pcap");

@@ -367,7 +367,7 @@ impl Daemon {
         }
     }
 
-    /// The runs `who` may see (its own; root: all), by id.
+    /// Every run, by id (PipesFS shows them all; their modes decide what others may read).
     pub(crate) fn visible_runs(&self) -> Vec<Arc<Run>> {
         self.runs.lock().expect("not poisoned").values().cloned().collect()
     }

@@ -89,6 +89,14 @@ impl Daemon {
         std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
     }
 
+    /// Wait until every worker of this daemon captures on `dev` (see `wait_capturing`).
+    pub fn wait_workers_capturing(&self, dev: &str) {
+        let workers = String::from_utf8_lossy(&Command::new("pgrep").args(["-x", "streamline", "-P", &self.pid().to_string()]).output().unwrap().stdout).into_owned();
+        for w in workers.split_whitespace() {
+            super::wait_capturing(w.parse().unwrap(), dev);
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()
     }

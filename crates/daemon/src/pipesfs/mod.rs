@@ -96,7 +96,6 @@ enum Entry {
 /// A run's graph with a home directory for every filter (breadth first from the sources).
 struct Tree {
     nodes: Vec<GraphNode>,
-    mode: u32,
     /// label -> label of the node whose directory holds it (None: a source, at the run's top).
     home: HashMap<String, Option<String>>,
 }
@@ -143,7 +142,7 @@ impl Tree {
     }
 
     fn bfs(run: &Run) -> Tree {
-        let (nodes, mode) = run.graph.lock().expect("not poisoned").clone();
+        let nodes = run.graph.lock().expect("not poisoned").0.clone();
         let mut home: HashMap<String, Option<String>> = HashMap::new();
         let mut queue: std::collections::VecDeque<String> = std::collections::VecDeque::new();
         for n in nodes.iter().filter(|n| n.inputs.is_empty() || n.source) {
@@ -159,7 +158,7 @@ impl Tree {
                 }
             }
         }
-        Tree { nodes, mode, home }
+        Tree { nodes, home }
     }
 
     fn node(&self, label: &str) -> Option<&GraphNode> {
@@ -311,7 +310,6 @@ impl PipesFs {
             }
             cur = c.clone();
         }
-        let _ = tree.mode;
         Some(Entry::Node(run, cur))
     }
 
