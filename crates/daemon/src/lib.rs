@@ -4,14 +4,14 @@
 //! live edits and access control, and speaks the control protocol (`proto`) on a Unix
 //! socket.
 //!
-//! Modules: `proto` (wire format, messages), `client` (the protocol's client side, used by
-//! the `streamline` command), `policy` (who may run what), `server` (the daemon itself),
+//! Modules: `proto` and `client` (the control protocol and its client side, from the
+//! `protocol` crate, re-exported), `policy` (who may run what), `server` (the daemon itself),
 //! `reclaim` (what a killed daemon left behind), `pipesfs` (the live graph as a FUSE
 //! filesystem).
 
-pub mod client;
+pub use protocol::client;
 pub mod pipesfs;
 pub mod policy;
-pub mod proto;
+pub use protocol::proto;
 pub mod reclaim;
 pub mod server;
