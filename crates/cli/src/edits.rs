@@ -13,6 +13,9 @@ use std::time::Duration;
 
 /// How long an edit may wait for the run to reach a batch boundary.
 const EDIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Tags in a legacy reader's own ring (its backlog before it loses packets): with the
+/// shared data ring of 16 MiB, room for a second or so of a busy link.
+const SUBSCRIBER_TAGS: usize = 1 << 16;
 
 pub struct Edits {
     handle: OnceLock<EditHandle>,
@@ -55,12 +58,30 @@ impl Edits {
         }
     }
 
-    /// Tap NODE's output (see `dataplane::tap`).
+    /// Tap NODE's output (see `dataplane::tap`); a subscription's id ends it too.
     pub fn tap(&self, node: &str) -> Result<dataplane::tap::TapRings, (i32, String)> {
         let Some(h) = self.handle.get() else {
             return Err((libc::EBUSY, "the run is not running yet".into()));
         };
         h.tap(node, dataplane::tap::DATA_BYTES, EDIT_TIMEOUT).map_err(|e| (errno_of(&e), e.to_string()))
+    }
+
+    /// Subscribe to NODE's shared tap with a legacy reader's classic BPF filter (see
+    /// `dataplane::tap`: one classifier pass for all of them, one copy of what any wants).
+    pub fn subscribe(&self, node: &str, f: &daemon::proto::TapFilter) -> Result<dataplane::tap::TapRings, (i32, String)> {
+        let Some(h) = self.handle.get() else {
+            return Err((libc::EBUSY, "the run is not running yet".into()));
+        };
+        let snap = if f.snaplen == 0 { u32::MAX } else { f.snaplen };
+        let (key, want): (Vec<u8>, dataplane::tap::Want) = if f.program.is_empty() {
+            (Vec::new(), Box::new(|_: &[u8], _: u32| u32::MAX))
+        } else {
+            let insns = f.program.iter().map(|&(code, jt, jf, k)| kernel::cbpf::Insn { code, jt, jf, k }).collect();
+            let prog = kernel::cbpf::Program::new(insns).map_err(|e| (libc::EINVAL, format!("the filter program: {e}")))?;
+            let key = f.program.iter().flat_map(|&(c, t, j, k)| [c.to_le_bytes().as_slice(), &[t, j], &k.to_le_bytes()].concat()).collect();
+            (key, Box::new(move |d: &[u8], wire: u32| prog.run(d, wire)))
+        };
+        h.subscribe(node, key, want, snap, SUBSCRIBER_TAGS, EDIT_TIMEOUT).map_err(|e| (errno_of(&e), e.to_string()))
     }
 
     pub fn untap(&self, id: u64) {

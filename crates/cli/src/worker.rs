@@ -135,12 +135,15 @@ pub fn worker(fd: i32) -> ExitCode {
                         send_graph(&out, run, &edits, mode, &mut None);
                         let _ = tell(&out, FromWorker::Edited { edit_id, ok, text, errno });
                     }
-                    Ok((Msg { body: ToWorker::Tap { tap_req, node }, .. }, _)) => {
+                    Ok((Msg { body: ToWorker::Tap { tap_req, node, filter }, .. }, _)) => {
                         // The tap's two data segments go with the answer; the reader gets
                         // no control segment, so it can never hold the run back.
                         // The tap first (it waits for the run loop, whose ticks send on
                         // `out`), then the socket.
-                        let tapped = edits.tap(&node);
+                        let tapped = match filter {
+                            None => edits.tap(&node),
+                            Some(f) => edits.subscribe(&node, &f),
+                        };
                         let s = out.lock().expect("not poisoned");
                         let _ = match tapped {
                             Ok(rings) => {

@@ -9,7 +9,7 @@
 //! rules (`policy`), the wire format (`proto`).
 
 use crate::policy::{Cred, Policy};
-use crate::proto::{self, FromWorker, GraphNode, Msg, NodeCounters, Peer, ProtoError, Reply, Request, RunInfo, RunOptions, ToWorker};
+use crate::proto::{self, BpfInsn, FromWorker, GraphNode, Msg, NodeCounters, Peer, ProtoError, Reply, Request, RunInfo, RunOptions, TapFilter, ToWorker};
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -125,6 +125,12 @@ pub struct Daemon {
     clients: AtomicUsize,
     /// Set when the daemon is told to stop.
     pub quit: Arc<AtomicBool>,
+    /// Shared captures (`capture` of an interface): per device, the run capturing it and
+    /// how many subscriptions use it. Held while a capture run is made, so two readers of
+    /// one device never start two captures.
+    captures: Mutex<BTreeMap<String, (u64, usize)>>,
+    /// Subscriptions per connection: (run, subscription, shared capture's device).
+    subs: Mutex<BTreeMap<u64, Vec<(u64, u64, Option<String>)>>>,
 }
 
 fn user_name(uid: u32) -> String {
@@ -140,7 +146,7 @@ fn refuse(errno: i32, msg: impl Into<String>) -> Reply {
 
 impl Daemon {
     pub fn new(cfg: Config) -> Arc<Daemon> {
-        Arc::new(Daemon { cfg, runs: Mutex::new(BTreeMap::new()), next_run: AtomicU64::new(1), next_conn: AtomicU64::new(1), clients: AtomicUsize::new(0), quit: Arc::new(AtomicBool::new(false)) })
+        Arc::new(Daemon { cfg, runs: Mutex::new(BTreeMap::new()), next_run: AtomicU64::new(1), next_conn: AtomicU64::new(1), clients: AtomicUsize::new(0), quit: Arc::new(AtomicBool::new(false)), captures: Mutex::new(BTreeMap::new()), subs: Mutex::new(BTreeMap::new()) })
     }
 
     /// Accept clients until `quit`; each connection gets a thread.
@@ -257,6 +263,10 @@ impl Daemon {
     /// Roll back what the connection left: runs opened and not activated are destroyed;
     /// attached runs stop (their client is gone).
     fn connection_ended(&self, conn: u64) {
+        let subs = self.subs.lock().expect("not poisoned").remove(&conn).unwrap_or_default();
+        for (run, sub, dev) in subs {
+            self.end_subscription(run, sub, dev.as_deref());
+        }
         let mine: Vec<Arc<Run>> = self.runs.lock().expect("not poisoned").values().filter(|r| r.conn.load(Ordering::Relaxed) == conn && !r.detached.load(Ordering::Relaxed)).cloned().collect();
         for r in mine {
             let built = r.state() == State::Built;
@@ -294,13 +304,7 @@ impl Daemon {
             Request::Open { pipeline, options, fds: n } => self.open(conn, who, pipeline, options, n, fds),
             Request::Activate { run, detach } => {
                 let r = self.run_for(run, who)?;
-                if r.state() != State::Built {
-                    return Err(refuse(libc::EBUSY, format!("run {run} is already active")));
-                }
-                r.detached.store(detach, Ordering::Relaxed);
-                r.conn.store(conn, Ordering::Relaxed);
-                r.tell(ToWorker::Go {}).map_err(|e| refuse(libc::EIO, format!("run {run}: its worker is gone: {e}")))?;
-                *r.state.lock().expect("not poisoned") = State::Running;
+                activate(&r, conn, detach)?;
                 Ok((Reply::Done {}, vec![]))
             }
             Request::Stop { run, signal } => {
@@ -319,6 +323,105 @@ impl Daemon {
             }
             Request::Edit { run, edit } => self.edit(run, who, &edit).map(|applied| (Reply::Edited { run, applied }, vec![])),
             Request::OpenStream { name } => open_stream(&name, who),
+            Request::Capture { device, program, snaplen } => self.capture(conn, who, &device, program, snaplen),
+            Request::Release { sub } => {
+                let mut all = self.subs.lock().expect("not poisoned");
+                let mine = all.entry(conn).or_default();
+                let Some(k) = mine.iter().position(|s| s.1 == sub) else {
+                    return Err(refuse(libc::ENOENT, format!("no subscription {sub} on this connection")));
+                };
+                let (run, sub, dev) = mine.remove(k);
+                drop(all);
+                self.end_subscription(run, sub, dev.as_deref());
+                Ok((Reply::Done {}, vec![]))
+            }
+        }
+    }
+
+    /// `capture`: subscribe a legacy reader to an interface's shared capture (made on
+    /// first use) or to a node of a run, with its filter program.
+    fn capture(self: &Arc<Self>, conn: u64, who: &Cred, device: &str, program: Vec<BpfInsn>, snaplen: u32) -> CallResult {
+        if program.len() > 4096 {
+            return Err(refuse(libc::EINVAL, format!("a filter program of {} instructions (at most 4096, BPF_MAXINSNS)", program.len())));
+        }
+        let filter = TapFilter { program, snaplen };
+        let (run, node, link_type, shared) = match device.strip_prefix("streamline:") {
+            Some(rest) => {
+                let bad = || refuse(libc::ENODEV, format!("device {device}: expected streamline:RUN/NODE (a run's number and a node's label, as `streamline ps` and PipesFS show them)"));
+                let (r, node) = rest.split_once('/').ok_or_else(bad)?;
+                let id: u64 = r.parse().map_err(|_| bad())?;
+                let r = self.run(id).ok_or_else(|| refuse(libc::ENODEV, format!("device {device}: no run {id}")))?;
+                let mode = r.graph.lock().expect("not poisoned").1;
+                if !may_read_mode(r.owner.uid, r.owner.gid, mode, who) {
+                    return Err(refuse(libc::EACCES, format!("device {device}: run {id}'s streams are uid {}'s with mode {mode:04o}: uid {} may not read them", r.owner.uid, who.uid)));
+                }
+                (id, node.to_string(), 1, None)
+            }
+            None => {
+                let link_type = interface_link_type(device)?;
+                let g = lang::parse(&capture_pipeline(device), &lang::WithPath(filters::Natives)).map_err(|d| refuse(libc::ENODEV, format!("device {device}: {d}")))?;
+                self.cfg.policy.check(&g, who, &|f| filters::find(f).and_then(|s| s.privilege)).map_err(|d| refuse(libc::EPERM, format!("you don't have permission to capture on {device}: {}", d.why)))?;
+                (self.shared_capture(device)?, "rx".to_string(), link_type, Some(device.to_string()))
+            }
+        };
+        // A capture run just activated may not be running yet: ask again for a moment.
+        let until = Instant::now() + Duration::from_secs(10);
+        let (sub, fds) = loop {
+            match self.tap(run, &node, Some(&filter)) {
+                Ok(a) => break a,
+                Err((libc::EBUSY, _)) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+                Err((errno, why)) => {
+                    if let Some(dev) = &shared {
+                        self.release_capture(dev);
+                    }
+                    return Err(refuse(errno, format!("device {device}: {why}")));
+                }
+            }
+        };
+        self.subs.lock().expect("not poisoned").entry(conn).or_default().push((run, sub, shared));
+        Ok((Reply::Captured { sub, link_type, fds: fds.len() as u32 }, fds))
+    }
+
+    /// The run capturing `device` for legacy readers, started if there is none, with one
+    /// more user counted.
+    fn shared_capture(self: &Arc<Self>, device: &str) -> Result<u64, Reply> {
+        let mut caps = self.captures.lock().expect("not poisoned");
+        if let Some((run, users)) = caps.get_mut(device) {
+            if self.run(*run).is_some_and(|r| r.state() == State::Running) {
+                *users += 1;
+                return Ok(*run);
+            }
+        }
+        // The daemon's own run (root's): a capture readers share, as detached as a service.
+        let root = Cred::of(0, 0);
+        let opts = RunOptions { quiet: true, ..RunOptions::default() };
+        let (reply, _) = self.open(0, &root, capture_pipeline(device), opts, 0, vec![])?;
+        let Reply::Opened { run, .. } = reply else { return Err(refuse(libc::EIO, "the capture run did not open")) };
+        let r = self.run(run).ok_or_else(|| refuse(libc::EIO, format!("the capture run {run} ended at once")))?;
+        activate(&r, 0, true)?;
+        caps.insert(device.to_string(), (run, 1));
+        Ok(run)
+    }
+
+    /// One user of `device`'s shared capture fewer; the last stops it.
+    fn release_capture(&self, device: &str) {
+        let mut caps = self.captures.lock().expect("not poisoned");
+        if let Some((run, users)) = caps.get_mut(device) {
+            *users = users.saturating_sub(1);
+            if *users == 0 {
+                let run = *run;
+                caps.remove(device);
+                if let Some(r) = self.run(run) {
+                    let _ = r.tell(ToWorker::Stop { signal: 0 });
+                }
+            }
+        }
+    }
+
+    fn end_subscription(&self, run: u64, sub: u64, device: Option<&str>) {
+        self.untap(run, sub);
+        if let Some(dev) = device {
+            self.release_capture(dev);
         }
     }
 
@@ -345,12 +448,12 @@ impl Daemon {
 
     /// Tap a node of run `run` (PipesFS opened its `all`). The access check is the
     /// caller's (the stream's mode).
-    pub(crate) fn tap(&self, run: u64, node: &str) -> TapAnswer {
+    pub(crate) fn tap(&self, run: u64, node: &str, filter: Option<&TapFilter>) -> TapAnswer {
         let r = self.runs.lock().expect("not poisoned").get(&run).cloned().ok_or((libc::ENOENT, format!("no run {run}")))?;
         let req = r.next_edit.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
         r.taps.lock().expect("not poisoned").insert(req, tx);
-        r.tell(ToWorker::Tap { tap_req: req, node: node.to_string() }).map_err(|e| (libc::EIO, format!("run {run}: {e}")))?;
+        r.tell(ToWorker::Tap { tap_req: req, node: node.to_string(), filter: filter.cloned() }).map_err(|e| (libc::EIO, format!("run {run}: {e}")))?;
         match rx.recv_timeout(Duration::from_secs(15)) {
             Ok(a) => a,
             Err(_) => {
@@ -574,6 +677,42 @@ fn open_stream(name: &str, who: &Cred) -> CallResult {
 /// Unix read permission: owner, group (primary or supplementary), others.
 pub fn may_read(meta: &std::fs::Metadata, who: &Cred) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let m = meta.mode();
-    who.root() || (meta.uid() == who.uid && m & 0o400 != 0) || (meta.uid() != who.uid && who.groups.contains(&meta.gid()) && m & 0o040 != 0) || (meta.uid() != who.uid && !who.groups.contains(&meta.gid()) && m & 0o004 != 0)
+    may_read_mode(meta.uid(), meta.gid(), meta.mode(), who)
+}
+
+/// Unix read permission of something owned by `uid`:`gid` with mode `m`.
+pub fn may_read_mode(uid: u32, gid: u32, m: u32, who: &Cred) -> bool {
+    who.root() || (uid == who.uid && m & 0o400 != 0) || (uid != who.uid && who.groups.contains(&gid) && m & 0o040 != 0) || (uid != who.uid && !who.groups.contains(&gid) && m & 0o004 != 0)
+}
+
+/// MSG_FUNC_ACTIVATE: start built run `r`, now belonging to connection `conn`.
+fn activate(r: &Run, conn: u64, detach: bool) -> Result<(), Reply> {
+    if r.state() != State::Built {
+        return Err(refuse(libc::EBUSY, format!("run {} is already active", r.id)));
+    }
+    r.detached.store(detach, Ordering::Relaxed);
+    r.conn.store(conn, Ordering::Relaxed);
+    r.tell(ToWorker::Go {}).map_err(|e| refuse(libc::EIO, format!("run {}: its worker is gone: {e}", r.id)))?;
+    *r.state.lock().expect("not poisoned") = State::Running;
+    Ok(())
+}
+
+/// The pipeline of an interface's shared capture: the device's frames, tapped at `rx`.
+fn capture_pipeline(device: &str) -> String {
+    format!("rx dev={device} | null")
+}
+
+/// The pcap LINKTYPE of what `rx` captures on `device` (Ethernet framing: Ethernet
+/// devices and loopback), or why the device cannot be served (ENODEV: there is none;
+/// ENOTSUP: framing `rx` does not give, for the caller to hand to the real libpcap).
+fn interface_link_type(device: &str) -> Result<u32, Reply> {
+    if device.is_empty() || device.len() > 15 || device.contains('/') || device.starts_with('.') {
+        return Err(refuse(libc::ENODEV, format!("no such device {device:?} (an interface name has 1 to 15 characters, no '/')")));
+    }
+    let ty = std::fs::read_to_string(format!("/sys/class/net/{device}/type")).map_err(|_| refuse(libc::ENODEV, format!("no such device {device} (not in /sys/class/net)")))?;
+    match ty.trim() {
+        // ARPHRD_ETHER, ARPHRD_LOOPBACK: Ethernet headers (DLT_EN10MB).
+        "1" | "772" => Ok(1),
+        t => Err(refuse(libc::ENOTSUP, format!("device {device} has link type ARPHRD {t}; streamline captures Ethernet-framed devices"))),
+    }
 }

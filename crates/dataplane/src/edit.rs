@@ -959,6 +959,25 @@ impl Space {
         Ok(())
     }
 
+    /// Add a subscriber to shared tap `tap` (wherever it is); `Err` if the tap is gone.
+    fn subscribe(&mut self, tap: u64, key: Vec<u8>, want: crate::tap::Want, sub: crate::tap::Subscriber) -> Result<(), EditError> {
+        for n in &mut self.nodes {
+            if let Some(t) = n.watch.taps.iter_mut().find(|t| t.id == tap) {
+                t.subscribe(key, want, sub);
+                return Ok(());
+            }
+        }
+        Err(EditError::Tap(format!("tap {tap} is gone (its node was removed)")))
+    }
+
+    fn unsubscribe(&mut self, sub: u64) {
+        for n in &mut self.nodes {
+            for t in &mut n.watch.taps {
+                t.unsubscribe(sub);
+            }
+        }
+    }
+
     /// Take tap `id` off whichever node has it (its readers see the end of the stream).
     fn tap_off(&mut self, id: u64) {
         for n in &mut self.nodes {
@@ -1152,6 +1171,9 @@ type Reply = mpsc::Sender<Result<Applied, EditError>>;
 enum TapJob {
     On { label: String, tap: Box<crate::tap::Tap>, reply: mpsc::Sender<Result<(), EditError>> },
     Off { id: u64 },
+    /// Put a shared tap on `label` if `tap` is given, then add `sub` to shared tap `tap_id`.
+    Subscribe { label: String, tap: Option<Box<crate::tap::Tap>>, tap_id: u64, key: Vec<u8>, want: crate::tap::Want, sub: crate::tap::Subscriber, reply: mpsc::Sender<Result<(), EditError>> },
+    Unsubscribe { id: u64 },
 }
 
 struct State {
@@ -1191,6 +1213,14 @@ impl Mailbox {
                     let _ = reply.send(space.tap_on(&label, *tap));
                 }
                 TapJob::Off { id } => space.tap_off(id),
+                TapJob::Subscribe { label, tap, tap_id, key, want, sub, reply } => {
+                    let r = match tap {
+                        Some(t) => space.tap_on(&label, *t),
+                        None => Ok(()),
+                    };
+                    let _ = reply.send(r.and_then(|_| space.subscribe(tap_id, key, want, sub)));
+                }
+                TapJob::Unsubscribe { id } => space.unsubscribe(id),
             }
         }
         for (_, edit, reply) in edits {
@@ -1225,7 +1255,7 @@ impl Mailbox {
             (std::mem::take(&mut st.queue), std::mem::take(&mut st.taps))
         };
         for job in taps {
-            if let TapJob::On { reply, .. } = job {
+            if let TapJob::On { reply, .. } | TapJob::Subscribe { reply, .. } = job {
                 let _ = reply.send(Err(EditError::Ended));
             }
         }
@@ -1296,7 +1326,17 @@ pub struct EditHandle {
     dir: Arc<Directory>,
 }
 
+/// A node's shared tap, as the handle keeps track of it.
+struct SharedTap {
+    label: String,
+    rings: crate::tap::TapRings,
+    subs: Vec<u64>,
+}
+
 struct Directory {
+    /// Shared taps (see [`EditHandle::subscribe`]): per node label, the tap's id, its
+    /// rings and its subscribers.
+    shared: Mutex<Vec<SharedTap>>,
     /// The spaces of this process, by id, each with its mailbox.
     local: Vec<(usize, Mailbox)>,
     /// Process spaces: their nodes' base names (edits there are refused, by name).
@@ -1319,7 +1359,7 @@ impl EditHandle {
 
     pub(crate) fn for_spaces(local: Vec<(usize, Vec<NodeReport>)>, remote: Vec<(usize, Vec<String>)>, multi: bool) -> EditHandle {
         let local = local.into_iter().map(|(id, r)| (id, Mailbox::new(r))).collect();
-        EditHandle { dir: Arc::new(Directory { local, remote, multi }) }
+        EditHandle { dir: Arc::new(Directory { shared: Mutex::new(Vec::new()), local, remote, multi }) }
     }
 
     pub(crate) fn mailbox(&self, space: usize) -> Option<&Mailbox> {
@@ -1374,12 +1414,77 @@ impl EditHandle {
         }
     }
 
-    /// Take tap `id` off (its readers see the end of the stream). Nothing to do after
-    /// the run ended.
+    /// Take tap `id` off (its readers see the end of the stream), or end subscription
+    /// `id` (the shared tap goes when its last subscriber does). Nothing to do after the
+    /// run ended.
     pub fn untap(&self, id: u64) {
+        let mut shared = lock(&self.dir.shared);
+        if let Some(k) = shared.iter().position(|t| t.subs.contains(&id)) {
+            let t = &mut shared[k];
+            t.subs.retain(|s| *s != id);
+            let last = t.subs.is_empty();
+            let tap = t.rings.id;
+            if last {
+                shared.remove(k);
+            }
+            drop(shared);
+            for (_, m) in &self.dir.local {
+                let _ = m.post_tap(if last { TapJob::Off { id: tap } } else { TapJob::Unsubscribe { id } });
+            }
+            return;
+        }
+        drop(shared);
         for (_, m) in &self.dir.local {
             let _ = m.post_tap(TapJob::Off { id });
         }
+    }
+
+    /// Subscribe to the output of node `label` through its shared tap (made on first use):
+    /// from the next batch, every block `want` keeps (see `crate::tap::Want`) gets a tag in
+    /// the subscriber's own tag ring, pointing at the one copy in the shared data ring.
+    /// `key` identifies the filter (subscribers with equal keys share one evaluation per
+    /// block); `snap`: most bytes kept per block; `tag_slots`: the size of the
+    /// subscriber's tag ring. The returned rings' `id` ends it ([`EditHandle::untap`]).
+    pub fn subscribe(&self, label: &str, key: Vec<u8>, want: crate::tap::Want, snap: u32, tag_slots: usize, timeout: Duration) -> Result<crate::tap::TapRings, EditError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 32);
+        let mailbox = &self.dir.local[self.space_of(label)?].1;
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tap_err = |e: beltway::Error| EditError::Tap(e.to_string());
+        // One subscription at a time per handle: the shared tap is made once.
+        let mut shared = lock(&self.dir.shared);
+        let (tap, rings) = match shared.iter().find(|t| t.label == label) {
+            Some(t) => (None, t.rings.clone()),
+            None => {
+                let tap_id = NEXT.fetch_add(1, Ordering::Relaxed);
+                let (tap, rings) = crate::tap::Tap::shared(tap_id, split_space(label).0, crate::tap::DATA_BYTES).map_err(tap_err)?;
+                (Some(Box::new(tap)), rings)
+            }
+        };
+        let (sub, sub_rings) = crate::tap::Subscriber::create(id, &rings, tag_slots, snap).map_err(tap_err)?;
+        let (tx, rx) = mpsc::channel();
+        let fresh = tap.is_some();
+        mailbox.post_tap(TapJob::Subscribe { label: label.to_string(), tap, tap_id: rings.id, key, want, sub, reply: tx })?;
+        let answer = match rx.recv_timeout(timeout) {
+            Ok(r) => r,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(EditError::Ended),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = mailbox.post_tap(if fresh { TapJob::Off { id: rings.id } } else { TapJob::Unsubscribe { id } });
+                Err(EditError::Timeout(timeout))
+            }
+        };
+        if let Err(e) = answer {
+            // A shared tap the run no longer has (its node went, or the tap stopped): forget
+            // it, so that the next subscriber makes a new one.
+            if !fresh && matches!(e, EditError::Tap(_)) {
+                shared.retain(|t| t.label != label);
+            }
+            return Err(e);
+        }
+        match shared.iter_mut().find(|t| t.label == label) {
+            Some(t) => t.subs.push(id),
+            None => shared.push(SharedTap { label: label.to_string(), rings, subs: vec![id] }),
+        }
+        Ok(sub_rings)
     }
 
     /// The index in `dir.local` of the space of the node `label` names.

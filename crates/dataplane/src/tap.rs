@@ -21,6 +21,18 @@
 //! Each block is one record in the data ring: a 16-byte [`RecordHeader`] (capture time,
 //! wire length, link type) followed by the block's bytes; its tag (in the tag ring) carries
 //! the block's class. The header is what a pcap stream of the tap (`all.pcap`) needs.
+//!
+//! # Subscribers: N readers for the price of one (thesis 3.4, 7.5)
+//!
+//! A shared tap ([`Tap::shared`]) serves readers that each want a part of the stream (a
+//! libpcap reader's `pcap_setfilter`). Each [`Subscriber`] has a tag ring of its own over
+//! the tap's one data ring. Per block, one classifier pass asks each distinct filter once
+//! (subscribers with the same filter share its verdict): a block nobody wants is not
+//! copied at all; a block somebody wants is copied once into the data ring, and each
+//! subscriber that wants it gets a 16-byte tag pointing at that copy (zero copies per
+//! reader), its length cut to what the filter's verdict and the subscriber's snap length
+//! keep. Subscribers' tag rings are FRP like the tap's own: a reader that stops loses its
+//! own tags, and nobody else notices.
 
 use crate::store::Store;
 use beltway::{IbufWriter, Layout, RingConfig, RingRef, SyncMode, Tag, Writer};
@@ -72,11 +84,56 @@ pub struct TapRings {
     pub data: RingRef,
 }
 
+/// Which blocks a subscriber wants: called with a block and its wire length, it returns
+/// how many bytes of the block to keep, 0 for none (a classic BPF program's verdict).
+pub type Want = Box<dyn FnMut(&[u8], u32) -> u32 + Send>;
+
+/// One reader of a shared tap: its own tag ring over the tap's data ring.
+#[derive(Debug)]
+pub struct Subscriber {
+    pub(crate) id: u64,
+    tags: Writer,
+    snap: u32,
+}
+
+impl Subscriber {
+    /// Make subscriber `id`'s tag ring (`tag_slots` tags, FRP) over `tap_rings`' data
+    /// ring; `snap`: most bytes of a block it keeps. Returns it and the rings its reader
+    /// maps (its tag ring, the tap's data ring).
+    pub fn create(id: u64, tap_rings: &TapRings, tag_slots: usize, snap: u32) -> beltway::Result<(Subscriber, TapRings)> {
+        let cfg = RingConfig { sync: SyncMode::Frp, ..RingConfig::bytes((tag_slots * Tag::SIZE).max(1 << 12)).layout(Layout::Tags) };
+        let tags = Writer::create(&format!("sub.{id}"), cfg)?;
+        let rings = TapRings { id, tags: tags.ring(), data: tap_rings.data.clone() };
+        Ok((Subscriber { id, tags, snap: snap.max(1) }, rings))
+    }
+}
+
+/// Subscribers that share a filter, and that filter's verdict on the current block.
+struct Group {
+    key: Vec<u8>,
+    want: Want,
+    subs: Vec<Subscriber>,
+    verdict: u32,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group").field("key", &self.key.len()).field("subs", &self.subs).finish()
+    }
+}
+
 /// A tap on one node: the writer side.
 #[derive(Debug)]
 pub struct Tap {
     pub(crate) id: u64,
     writer: IbufWriter,
+    /// Whether the tap's own tag ring has readers that want every block (PipesFS); a
+    /// shared tap copies only what a subscriber wants.
+    plain: bool,
+    groups: Vec<Group>,
+    /// Blocks the classifier looked at, and those nobody wanted (not copied).
+    pub classified: u64,
+    pub unwanted: u64,
 }
 
 impl Tap {
@@ -91,10 +148,47 @@ impl Tap {
         let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(data_bytes) })?;
         let rings = TapRings { id, tags: tags.ring(), data: data.ring() };
         let writer = IbufWriter::new(tags)?.with_default(data)?;
-        Ok((Tap { id, writer }, rings))
+        Ok((Tap { id, writer, plain: true, groups: Vec::new(), classified: 0, unwanted: 0 }, rings))
     }
 
-    /// Copy the blocks of `tags` that leave the node (class not 0) into the tap.
+    /// A shared tap for [`Subscriber`]s: like [`Tap::create`], but a block is copied only
+    /// when a subscriber wants it.
+    pub fn shared(id: u64, label: &str, data_bytes: usize) -> beltway::Result<(Tap, TapRings)> {
+        let (mut tap, rings) = Tap::create(id, label, data_bytes)?;
+        tap.plain = false;
+        Ok((tap, rings))
+    }
+
+    /// Add a subscriber whose filter is `want`; `key` names the filter (its program's
+    /// bytes): subscribers with equal keys share one evaluation per block.
+    pub fn subscribe(&mut self, key: Vec<u8>, want: Want, sub: Subscriber) {
+        match self.groups.iter_mut().find(|g| g.key == key) {
+            Some(g) => g.subs.push(sub),
+            None => self.groups.push(Group { key, want, subs: vec![sub], verdict: 0 }),
+        }
+    }
+
+    /// Remove subscriber `id` (its reader sees the end of its stream). Whether it was here.
+    pub fn unsubscribe(&mut self, id: u64) -> bool {
+        let mut found = false;
+        for g in &mut self.groups {
+            if let Some(k) = g.subs.iter().position(|s| s.id == id) {
+                g.subs.remove(k).tags.close();
+                found = true;
+            }
+        }
+        self.groups.retain(|g| !g.subs.is_empty());
+        found
+    }
+
+    /// How many subscribers it has.
+    pub fn subscribers(&self) -> usize {
+        self.groups.iter().map(|g| g.subs.len()).sum()
+    }
+
+    /// Copy the blocks of `tags` that leave the node (class not 0) into the tap: every
+    /// one for a plain tap, those a subscriber wants for a shared one (one classifier pass:
+    /// each distinct filter once per block).
     pub(crate) fn write(&mut self, store: &Store, tags: &[Tag]) -> beltway::Result<()> {
         for t in tags.iter().filter(|t| t.class != 0) {
             let Ok(d) = store.data(t) else { continue };
@@ -103,16 +197,42 @@ impl Tap {
                 Some((m, false)) => (m.ts_ns, d.len() as u32),
                 None => (0, d.len() as u32),
             };
+            let mut wanted = self.plain;
+            for g in &mut self.groups {
+                g.verdict = (g.want)(d, orig_len);
+                wanted |= g.verdict != 0;
+            }
+            self.classified += 1;
+            if !wanted {
+                self.unwanted += 1;
+                continue;
+            }
             let h = RecordHeader { ts_ns, orig_len, link_type: store.link(t).unwrap_or(1) as u16 };
-            self.writer.write_through_parts(&[&h.encode(), d], t.class)?;
+            let tag = self.writer.write_through_parts(&[&h.encode(), d], t.class)?;
+            for g in self.groups.iter_mut().filter(|g| g.verdict != 0) {
+                for s in &mut g.subs {
+                    let keep = g.verdict.min(s.snap).min(d.len() as u32);
+                    s.tags.append_record(&Tag { len: HEADER as u32 + keep, ..tag }.to_bytes())?;
+                }
+            }
         }
         self.writer.flush();
+        for g in &mut self.groups {
+            for s in &mut g.subs {
+                s.tags.flush();
+            }
+        }
         Ok(())
     }
 
-    /// The tap is taken away: its readers see the end of the stream.
+    /// The tap is taken away: its readers (and its subscribers') see the end of the stream.
     pub(crate) fn close(&mut self) {
         self.writer.close();
+        for g in &mut self.groups {
+            for s in &mut g.subs {
+                s.tags.close();
+            }
+        }
     }
 }
 

@@ -153,6 +153,34 @@ pub enum Request {
     /// MSG_PIPEDUP_OPEN: the descriptors of an exported stream (its tag ring and data
     /// ring), after the access check against the stream's owner and mode.
     OpenStream { name: String },
+    /// Capture for a legacy reader (the libpcap stand-in): `device` is a network interface
+    /// (captured once by the daemon for all its readers: a shared capture run, `rx
+    /// dev=DEVICE`) or `streamline:RUN/NODE` (a node of a running run). The reader
+    /// subscribes to the capture's shared tap with its classic BPF `program` (empty: every
+    /// packet), run in the capture's one classifier pass; `snaplen` bytes at most per
+    /// packet (0: all). Answered with `captured` and 2 descriptors (the subscriber's tag
+    /// ring and the shared data ring, data segments only: the reader is an observer). The
+    /// subscription ends with the connection or with `release`.
+    Capture {
+        device: String,
+        #[serde(default)]
+        program: Vec<BpfInsn>,
+        #[serde(default)]
+        snaplen: u32,
+    },
+    /// End subscription `sub` of this connection (its reader sees the end of its stream).
+    Release { sub: u64 },
+}
+
+/// One classic BPF instruction as `struct bpf_insn` has it: `[code, jt, jf, k]`.
+pub type BpfInsn = (u16, u8, u8, u32);
+
+/// A subscriber's filter, from the daemon to the worker with `tap`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TapFilter {
+    pub program: Vec<BpfInsn>,
+    pub snaplen: u32,
 }
 
 /// A node's counters (CM_GET_INST_DATA).
@@ -198,6 +226,9 @@ pub enum Reply {
     Edited { run: u64, applied: String },
     /// The descriptors of an exported stream follow with the frame (tags, then data).
     Stream { name: String, fds: u32 },
+    /// The answer to `capture`: subscription `sub`, the frames' pcap LINKTYPE_*, and the
+    /// 2 descriptors that follow (tag ring, data ring).
+    Captured { sub: u64, link_type: u32, fds: u32 },
     Counters { run: u64, elapsed_s: f64, nodes: Vec<NodeCounters> },
     /// The run ended with this exit status (as `streamline run` would exit).
     Finished { run: u64, code: i32 },
@@ -225,6 +256,7 @@ pub fn errno_name(errno: i32) -> &'static str {
         libc::ENOTSUP => "ENOTSUP",
         libc::EIO => "EIO",
         libc::E2BIG => "E2BIG",
+        libc::ENODEV => "ENODEV",
         _ => "EIO",
     }
 }
@@ -245,7 +277,15 @@ pub enum ToWorker {
     /// Apply one live edit (answered with `edited`).
     Edit { edit_id: u64, edit: String },
     /// Tap NODE's output (PipesFS: someone opened its `all`); answered with `tapped`.
-    Tap { tap_req: u64, node: String },
+    /// With `filter`, a subscription to the node's shared tap (`dataplane::tap`: the
+    /// reader's own tag ring over one data ring), answered with `tapped` carrying the
+    /// subscription's id as `tap`.
+    Tap {
+        tap_req: u64,
+        node: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        filter: Option<TapFilter>,
+    },
     /// Take a tap off (its last reader closed).
     Untap { tap: u64 },
 }
@@ -440,7 +480,8 @@ mod tests {
             ToWorker::Go {},
             ToWorker::Stop { signal: 2 },
             ToWorker::Edit { edit_id: 4, edit: "remove x".into() },
-            ToWorker::Tap { tap_req: 5, node: "count:a".into() },
+            ToWorker::Tap { tap_req: 5, node: "count:a".into(), filter: None },
+            ToWorker::Tap { tap_req: 5, node: "rx".into(), filter: Some(TapFilter { program: vec![(6, 0, 0, 262144)], snaplen: 96 }) },
             ToWorker::Untap { tap: 6 },
         ];
         for m in to_worker {
@@ -471,6 +512,8 @@ mod tests {
             Request::Stop { run: 1, signal: 2 },
             Request::Attach { run: 1 },
             Request::OpenStream { name: "s".into() },
+            Request::Capture { device: "eth0".into(), program: vec![(0x28, 0, 0, 12), (6, 0, 0, 0)], snaplen: 262144 },
+            Request::Release { sub: 4 },
         ];
         for m in requests {
             let f = encode(&Msg { id: 9, body: m.clone() });
@@ -485,6 +528,7 @@ mod tests {
             Reply::Done {},
             Reply::Edited { run: 1, applied: "a".into() },
             Reply::Stream { name: "s".into(), fds: 2 },
+            Reply::Captured { sub: 4, link_type: 1, fds: 2 },
             Reply::Counters { run: 1, elapsed_s: 0.5, nodes: vec![] },
             Reply::Finished { run: 1, code: 0 },
             Reply::error(libc::EACCES, "no"),

@@ -430,7 +430,7 @@ impl PipesFs {
         // make two taps; the second is taken off again.
         let mut made = None;
         if !self.taps.lock().expect("not poisoned").contains_key(&key) {
-            let (id, fds) = self.d.tap(run, label)?;
+            let (id, fds) = self.d.tap(run, label, None)?;
             let mut fds = fds.into_iter();
             let (t, dt) = (fds.next().expect("2 descriptors"), fds.next().expect("2 descriptors"));
             let rings = beltway::RingRef::from_fds(&format!("tap.{label}"), t, None).and_then(|tags| Ok((tags, beltway::RingRef::from_fds(&format!("tap.{label}.data"), dt, None)?)));
