@@ -347,6 +347,8 @@ pub struct IbufReader {
     tags: Reader,
     table: BufTable,
     held: Option<Tag>,
+    /// Where the held block was located (table entry, offset).
+    held_at: (usize, usize),
 }
 
 impl IbufReader {
@@ -354,7 +356,7 @@ impl IbufReader {
         if tags.shared().layout() != Layout::Tags {
             return Err(Error::Unsupported { name: tags.shared().name().to_string(), what: "IbufReader over a ring that does not hold tags" });
         }
-        Ok(IbufReader { tags, table, held: None })
+        Ok(IbufReader { tags, table, held: None, held_at: (0, 0) })
     }
     pub fn table(&mut self) -> &mut BufTable {
         &mut self.table
@@ -443,7 +445,14 @@ impl IbufReader {
             }
         };
         self.held = Some(tag);
+        self.held_at = at;
         Ok(Some((tag, Peeked { pos: tag.pos, data: self.table.bytes_at(at, tag.len as usize) })))
+    }
+
+    /// The block the last `peek_acquire` holds, again (where it was located then), until
+    /// `peek_complete`.
+    pub fn held(&self) -> Option<(Tag, Peeked<'_>)> {
+        self.held.map(|t| (t, Peeked { pos: t.pos, data: self.table.bytes_at(self.held_at, t.len as usize) }))
     }
 
     /// Validate the block from the last `peek_acquire` after use, and release its tag.

@@ -45,6 +45,8 @@ const BLOCK_STATUS: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v
 const BLOCK_NUM_PKTS: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, num_pkts);
 const BLOCK_FIRST: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt);
 const BLOCK_LEN: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, blk_len);
+/// linux/if_packet.h (4.20+): drop packets this host sends.
+const PACKET_IGNORE_OUTGOING: i32 = 23;
 // And of a frame's header (`tpacket3_hdr`).
 const FRAME_NEXT: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_next_offset);
 const FRAME_SEC: usize = std::mem::offset_of!(libc::tpacket3_hdr, tp_sec);
@@ -245,6 +247,12 @@ impl RxRing {
         };
         let held = vec![0; cfg.blocks as usize].into_boxed_slice();
         let ring = RxRing { fd, map: map as *mut u8, len, cfg, next: 0, held };
+        // On loopback every packet passes twice, outgoing and incoming: keep one, as
+        // libpcap does (it drops the outgoing copy), so a capture of `lo` counts what
+        // tcpdump counts.
+        if std::fs::read_to_string(format!("/sys/class/net/{dev}/type")).is_ok_and(|t| t.trim() == "772") {
+            setsockopt(&ring.fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32, "PACKET_IGNORE_OUTGOING on loopback")?;
+        }
         let mut sll: libc::sockaddr_ll = unsafe_zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = ETH_P_ALL.to_be();
