@@ -14,6 +14,7 @@
 //!   (flowcount, sample, bytecount right after `rx`), pinned under /sys/fs/bpf/streamline.
 
 mod access;
+mod compat;
 mod edits;
 mod remote;
 mod worker;
@@ -138,6 +139,17 @@ enum Cmd {
     /// after NODE FILTER ...`, `insert before NODE FILTER ...`, `remove NODE`, `replace
     /// NODE FILTER ...` (one transaction: applied whole, or not at all).
     Edit { run: u64, edit: String },
+    /// Run an unmodified libpcap program (tcpdump, tshark, ...) on Streamline: its live
+    /// captures become reader slots on the daemon's shared capture (`streamline compat --
+    /// tcpdump -i eth0 ...`). With `--print-dir`, print the directory holding the
+    /// stand-in `libpcap.so.0.8` (for LD_LIBRARY_PATH or ld.so.conf) and exit.
+    Compat {
+        #[arg(long)]
+        print_dir: bool,
+        /// The program and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<String>,
+    },
     /// A run of the daemon (started by streamlined itself).
     #[command(name = "__worker", hide = true)]
     Worker {
@@ -278,6 +290,7 @@ fn main() -> ExitCode {
         Cmd::Attach { run } => remote::attach(cli.socket.as_deref(), run),
         Cmd::Edit { run, edit } => remote::edit(cli.socket.as_deref(), run, &edit),
         Cmd::Worker { fd } => worker::worker(fd),
+        Cmd::Compat { print_dir, cmd } => compat::run(print_dir, &cmd, cli.socket.as_deref()),
         Cmd::Maps { watch, top } => maps(watch, top),
         Cmd::Space { pipeline, ring, space, fd, assign, share, export_modes, run_as } => process_space(&pipeline, ring, space, fd, &assign, share.as_deref(), &export_modes, run_as.as_deref()),
         Cmd::Plan { pipeline, dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical } => {

@@ -362,7 +362,8 @@ pub fn devices(socket: &std::path::Path) -> Vec<(String, String)> {
     let Ok(Reply::Runs { runs }) = c.call(Request::Ps {}) else { return Vec::new() };
     let mut out = Vec::new();
     for r in runs {
-        for n in &r.nodes {
+        // Internal nodes (`__publish`, channel ends) are no one's stream.
+        for n in r.nodes.iter().filter(|n| !n.label.starts_with("__")) {
             out.push((format!("streamline:{}/{}", r.run, n.label), format!("Streamline run {} ({}), node {}", r.run, r.pipeline, n.label)));
         }
     }

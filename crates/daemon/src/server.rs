@@ -90,7 +90,11 @@ impl Run {
     }
 
     pub(crate) fn info(&self) -> RunInfo {
-        let (_, nodes, rate) = self.counters.lock().expect("not poisoned").clone();
+        let (_, mut nodes, rate) = self.counters.lock().expect("not poisoned").clone();
+        if nodes.is_empty() {
+            // Before its first counters: the nodes as its graph has them, at zero.
+            nodes = self.graph.lock().expect("not poisoned").0.iter().map(|g| NodeCounters { label: g.label.clone(), ..Default::default() }).collect();
+        }
         let state = match self.state() {
             State::Built => "built".to_string(),
             State::Running if self.detached.load(Ordering::Relaxed) => "running (detached)".to_string(),
@@ -394,7 +398,7 @@ impl Daemon {
         }
         // The daemon's own run (root's): a capture readers share, as detached as a service.
         let root = Cred::of(0, 0);
-        let opts = RunOptions { quiet: true, ..RunOptions::default() };
+        let opts = RunOptions { quiet: true, no_share: true, ..RunOptions::default() };
         let (reply, _) = self.open(0, &root, capture_pipeline(device), opts, 0, vec![])?;
         let Reply::Opened { run, .. } = reply else { return Err(refuse(libc::EIO, "the capture run did not open")) };
         let r = self.run(run).ok_or_else(|| refuse(libc::EIO, format!("the capture run {run} ended at once")))?;

@@ -52,17 +52,25 @@ pub fn interrupt(c: std::process::Child) -> String {
 /// sent afterwards can be missed however loaded the machine is. Its stderr is drained from
 /// then on; the thread returned gives the rest of it (tcpdump's totals) once it ends.
 #[allow(dead_code)]
-pub fn tcpdump_listening(mut cmd: std::process::Command) -> (std::process::Child, std::thread::JoinHandle<String>) {
+pub fn tcpdump_listening(cmd: std::process::Command) -> (std::process::Child, std::thread::JoinHandle<String>) {
+    tcpdump_listening_on(cmd, "listening on")
+}
+
+/// Like [`tcpdump_listening`], for a capture program that says `marker` on stderr once it
+/// captures (dumpcap: "Capturing on").
+#[allow(dead_code)]
+pub fn tcpdump_listening_on(mut cmd: std::process::Command, marker: &str) -> (std::process::Child, std::thread::JoinHandle<String>) {
     use std::io::BufRead;
-    let mut c = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap_or_else(|e| panic!("cannot start tcpdump (apt-get install tcpdump): {e}"));
+    let prog = cmd.get_program().to_string_lossy().into_owned();
+    let mut c = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap_or_else(|e| panic!("cannot start {prog} (scripts/setup installs tcpdump and tshark): {e}"));
     let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
     let mut said = String::new();
     loop {
         let mut line = String::new();
         let n = err.read_line(&mut line).unwrap();
         said += &line;
-        assert!(n > 0, "tcpdump ended before listening:\n{said}");
-        if line.contains("listening on") {
+        assert!(n > 0, "{prog} ended before listening:\n{said}");
+        if line.contains(marker) {
             break;
         }
     }

@@ -1,0 +1,318 @@
+//! Legacy capture programs on Streamline: the distribution's own tcpdump and tshark,
+//! unmodified, through our libpcap (`streamline compat`'s directory first in
+//! LD_LIBRARY_PATH), on traffic tcpreplay sends into a veth pair from a network namespace
+//! this test makes, compared with the same programs on the system's libpcap.
+//!
+//! Needs root, tcpreplay, tcpdump, tshark and /dev/fuse (the test daemon mounts PipesFS);
+//! fails naming what is missing.
+
+mod common;
+
+use common::daemon::{Daemon, BIN};
+use common::{quiet_veth, tcpdump_listening, wait_for};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
+
+/// The directory holding the stand-in libpcap.so.0.8.
+fn compat_dir() -> PathBuf {
+    let lib = Path::new(BIN).with_file_name("libslpcap.so");
+    assert!(lib.exists(), "{} is missing: build it (`cargo build -p compat`; `cargo test --workspace` builds it)", lib.display());
+    let out = Command::new(BIN).args(["compat", "--print-dir"]).output().unwrap();
+    assert!(out.status.success(), "streamline compat --print-dir: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// `program` on our libpcap, talking to daemon `d`.
+fn on_streamline(d: &Daemon, program: &str) -> Command {
+    let mut c = Command::new(program);
+    c.env("LD_LIBRARY_PATH", compat_dir()).env("STREAMLINE_SOCKET", &d.socket).env_remove("STREAMLINE_PCAP_FALLBACK");
+    c
+}
+
+/// A recording tcpdump (`-w out`), started and listening.
+fn tcpdump(mut c: Command, dev: &str, filter: &str, out: &Path) -> (Child, std::thread::JoinHandle<String>) {
+    // -Z root: the reader stays root (Debian's tcpdump otherwise drops to user tcpdump,
+    // which then could not write the test's directory).
+    c.args(["-Z", "root", "-n", "-i", dev, "-w"]).arg(out).stdout(Stdio::null());
+    if !filter.is_empty() {
+        c.arg(filter);
+    }
+    tcpdump_listening(c)
+}
+
+/// SIGINT a tcpdump and return its totals: (captured, received by filter, dropped).
+fn stop(c: Child, rest: std::thread::JoinHandle<String>) -> (u64, u64, u64, String) {
+    assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
+    let out = c.wait_with_output().unwrap();
+    let err = rest.join().unwrap();
+    assert!(out.status.success(), "tcpdump failed: {err}");
+    let n = |what: &str| err.lines().find(|l| l.contains(what)).and_then(|l| l.split_whitespace().next()?.parse().ok()).unwrap_or_else(|| panic!("no '{what}' in tcpdump's totals:\n{err}"));
+    (n("captured"), n("received by filter"), n("dropped by kernel"), err)
+}
+
+/// The packets of a capture file: (caplen bytes, wire length), timestamps aside.
+fn packets(path: &Path) -> Vec<(Vec<u8>, u32)> {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut r = pcap_file::pcap::PcapReader::new(f).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut v = Vec::new();
+    while let Some(p) = r.next_packet() {
+        let p = p.unwrap();
+        v.push((p.data.into_owned(), p.orig_len));
+    }
+    v
+}
+
+/// Replay the sample `loops` times at `pps` from the namespace's end.
+fn replay(v: &kernel::netns::Veth, pps: u32, loops: u32) {
+    let o = v.command("tcpreplay").args(["-q", "-i", &v.there, "--pps", &pps.to_string(), "--loop", &loops.to_string(), SAMPLE]).output().expect("tcpreplay");
+    assert!(o.status.success(), "tcpreplay: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Offline count of `filter` over the sample, by the system's tcpdump.
+fn offline_count(filter: &str) -> u64 {
+    let mut c = Command::new("tcpdump");
+    c.args(["-n", "-r", SAMPLE, "-w", "/dev/null"]);
+    if !filter.is_empty() {
+        c.arg(filter);
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "tcpdump -r: {}", String::from_utf8_lossy(&o.stderr));
+    // `tcpdump -r -w` says nothing; count with a second pass printing one line each.
+    let mut c = Command::new("tcpdump");
+    c.args(["-n", "-q", "-r", SAMPLE]);
+    if !filter.is_empty() {
+        c.arg(filter);
+    }
+    let o = c.output().unwrap();
+    String::from_utf8_lossy(&o.stdout).lines().count() as u64
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sl-legacy-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Counts and `-w` files of tcpdump on our libpcap equal tcpdump on the system's, packet
+/// for packet (timestamps aside), filter by filter, on the same traffic at once.
+#[test]
+fn tcpdump_on_streamline_writes_what_plain_tcpdump_writes() {
+    let v = quiet_veth("lgw", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgw", None);
+    let dir = tmpdir("w");
+    let filters = ["", "tcp", "udp", "udp port 53", "tcp and port 80", "len > 1000", "not tcp", "ip[8] > 60"];
+    let mut ours = Vec::new();
+    let mut plain = Vec::new();
+    for (k, f) in filters.iter().enumerate() {
+        ours.push(tcpdump(on_streamline(&d, "tcpdump"), &v.here, f, &dir.join(format!("ours{k}.pcap"))));
+        plain.push(tcpdump(Command::new("tcpdump"), &v.here, f, &dir.join(format!("plain{k}.pcap"))));
+    }
+    replay(&v, 3000, 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    for (k, ((oc, orest), (pc, prest))) in ours.into_iter().zip(plain).enumerate() {
+        let (o, _, odrop, oerr) = stop(oc, orest);
+        let (p, _, pdrop, _) = stop(pc, prest);
+        assert_eq!((odrop, pdrop), (0, 0), "filter '{}': drops (ours, plain)", filters[k]);
+        assert_eq!(o, p, "filter '{}': ours captured {o}, plain tcpdump {p}\n{oerr}", filters[k]);
+        let (a, b) = (packets(&dir.join(format!("ours{k}.pcap"))), packets(&dir.join(format!("plain{k}.pcap"))));
+        assert_eq!(a.len(), b.len(), "filter '{}'", filters[k]);
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(x == y, "filter '{}': packet {i} differs ({} vs {} bytes)", filters[k], x.0.len(), y.0.len());
+        }
+        assert!(!a.is_empty() || filters[k] == "udp port 53", "filter '{}' saw nothing: the test sent nothing it matches?", filters[k]);
+    }
+    // Nothing of the sample escapes the all-packets reader.
+    assert_eq!(packets(&dir.join("ours0.pcap")).len() as u64, offline_count(""));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ten readers with ten filters at once, each counting what it counts alone (the
+/// sample's own count for that filter), through one shared capture in the daemon.
+#[test]
+fn ten_concurrent_tcpdumps_each_count_what_they_count_alone() {
+    let v = quiet_veth("lgt", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgt", None);
+    let dir = tmpdir("t");
+    let filters = ["tcp", "udp", "icmp", "arp", "tcp port 80", "tcp port 443", "udp port 53", "len > 1000", "len <= 100", "ip and not tcp"];
+    let readers: Vec<_> = filters.iter().enumerate().map(|(k, f)| tcpdump(on_streamline(&d, "tcpdump"), &v.here, f, &dir.join(format!("r{k}.pcap")))).collect();
+    // One capture run for all ten.
+    let ps = d.ps();
+    assert_eq!(ps.matches("rx dev=").count(), 1, "one shared capture for ten readers:\n{ps}");
+    replay(&v, 3000, 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    for (k, (c, rest)) in readers.into_iter().enumerate() {
+        let (got, _, drop, err) = stop(c, rest);
+        assert_eq!(drop, 0, "filter '{}' lost packets:\n{err}", filters[k]);
+        assert_eq!(got, offline_count(filters[k]), "filter '{}'", filters[k]);
+    }
+    // The last reader gone, the shared capture ends too.
+    wait_for("the shared capture to stop after its last reader", Duration::from_secs(15), || !d.ps().contains("rx dev="));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A reader that stops reading (SIGSTOP) loses its own packets and says so in its drop
+/// count; the capture and the other readers lose nothing.
+#[test]
+fn a_stopped_reader_reports_drops_and_the_others_lose_nothing() {
+    let v = quiet_veth("lgs", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgs", None);
+    let dir = tmpdir("s");
+    let (slow, slow_rest) = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("slow.pcap"));
+    let others: Vec<_> = (0..2).map(|k| tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join(format!("o{k}.pcap")))).collect();
+    assert!(Command::new("kill").args(["-STOP", &slow.id().to_string()]).status().unwrap().success());
+    // Five times the sample: more than the capture's 16 MiB data ring holds.
+    let loops = 5;
+    replay(&v, 8000, loops);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(Command::new("kill").args(["-CONT", &slow.id().to_string()]).status().unwrap().success());
+    std::thread::sleep(Duration::from_millis(500));
+    let total = offline_count("") * loops as u64;
+    for (c, rest) in others {
+        let (got, _, drop, err) = stop(c, rest);
+        assert_eq!((got, drop), (total, 0), "a reader that kept reading lost packets:\n{err}");
+    }
+    let (got, recv, drop, err) = stop(slow, slow_rest);
+    assert!(drop > 0, "the stopped reader reports no drops:\n{err}");
+    assert!(got < total, "the stopped reader got everything ({got}) though its ring was overrun:\n{err}");
+    assert_eq!(recv, got + drop, "received = captured + dropped:\n{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// tshark (its dumpcap child captures) on our libpcap counts what it counts on the
+/// system's.
+#[test]
+fn tshark_on_streamline_counts_what_plain_tshark_counts() {
+    let v = quiet_veth("lgk", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgk", None);
+    let dir = tmpdir("k");
+    let start = |mut c: Command, out: &Path| {
+        c.args(["-i", &v.here, "-f", "udp or arp", "-w"]).arg(out).stdout(Stdio::null());
+        // dumpcap says "Capturing on 'IF'" once it captures.
+        common::tcpdump_listening_on(c, "Capturing on")
+    };
+    let ours = start(on_streamline(&d, "tshark"), &dir.join("ours.pcapng"));
+    let plain = start(Command::new("tshark"), &dir.join("plain.pcapng"));
+    replay(&v, 3000, 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    let count = |p: &Path| {
+        let o = Command::new("capinfos").args(["-M", "-c"]).arg(p).output().expect("capinfos (wireshark-common)");
+        String::from_utf8_lossy(&o.stdout).lines().find_map(|l| l.strip_prefix("Number of packets:")).and_then(|n| n.trim().parse::<u64>().ok()).unwrap_or_else(|| panic!("capinfos {}: {}", p.display(), String::from_utf8_lossy(&o.stderr)))
+    };
+    for (c, rest) in [ours, plain] {
+        assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
+        let out = c.wait_with_output().unwrap();
+        let err = rest.join().unwrap();
+        assert!(out.status.success(), "tshark: {err}");
+    }
+    let (a, b) = (count(&dir.join("ours.pcapng")), count(&dir.join("plain.pcapng")));
+    assert_eq!(a, b, "tshark on streamline captured {a}, on the system's libpcap {b}");
+    assert_eq!(a, offline_count("udp or arp"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `streamline:RUN/NODE` devices: listed by `tcpdump -D`, and read like an interface.
+#[test]
+fn a_running_pipelines_node_is_a_capture_device() {
+    let v = quiet_veth("lgn", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgn", None);
+    let dir = tmpdir("n");
+    let run = d.cli().args(["run", "--detach", &format!("rx dev={} | udp | count", v.here)]).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    d.wait_workers_capturing(&v.here);
+    let id = d.ps().lines().find_map(|l| l.split_whitespace().next()?.parse::<u64>().ok()).expect("the run in ps");
+    let dev = format!("streamline:{id}/udp");
+    let list = || String::from_utf8_lossy(&on_streamline(&d, "tcpdump").arg("-D").output().unwrap().stdout).into_owned();
+    // Listed once the run runs (its graph and counters reach the daemon).
+    wait_for(&format!("tcpdump -D to list {dev}"), Duration::from_secs(10), || list().contains(&dev));
+    assert!(!list().contains("__"), "internal nodes are listed:\n{}", list());
+    let (c, rest) = tcpdump(on_streamline(&d, "tcpdump"), &dev, "", &dir.join("udp.pcap"));
+    replay(&v, 3000, 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (got, _, drop, err) = stop(c, rest);
+    assert_eq!((got, drop), (offline_count("udp"), 0), "{err}");
+    // What it wrote is UDP only, as the node passes it.
+    let p = dir.join("udp.pcap");
+    let o = Command::new("tcpdump").args(["-n", "-q", "-r"]).arg(&p).arg("not udp").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 0);
+    assert!(d.cli().args(["stop", &id.to_string()]).status().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Bad input: devices nobody serves, filters libpcap rejects, no daemon (an error that
+/// says how to fall back, and the fallback), a reader killed mid-capture, and a daemon
+/// restart under a running reader.
+#[test]
+fn bad_devices_filters_daemons_and_readers() {
+    let v = quiet_veth("lgb", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgb", None);
+    let run = |mut c: Command| {
+        let o = c.stdout(Stdio::null()).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    // An interface that does not exist: libpcap's own answer.
+    let (code, err) = run({
+        let mut c = on_streamline(&d, "tcpdump");
+        c.args(["-i", "nosuchdev0", "-c", "1"]);
+        c
+    });
+    assert_ne!(code, Some(0));
+    assert!(err.contains("nosuchdev0") && err.contains("No such device"), "{err}");
+    // A run that does not exist.
+    let (code, err) = run({
+        let mut c = on_streamline(&d, "tcpdump");
+        c.args(["-i", "streamline:999/count", "-c", "1"]);
+        c
+    });
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no run 999"), "{err}");
+    // A filter libpcap's compiler rejects.
+    let (code, err) = run({
+        let mut c = on_streamline(&d, "tcpdump");
+        c.args(["-i", &v.here, "-c", "1", "tcp port"]);
+        c
+    });
+    assert_ne!(code, Some(0));
+    assert!(err.contains("syntax error"), "{err}");
+    // No daemon: a clear error naming the socket and the fallback ...
+    let (code, err) = run({
+        let mut c = on_streamline(&d, "tcpdump");
+        c.env("STREAMLINE_SOCKET", "/nonexistent/control").args(["-i", &v.here, "-c", "1"]);
+        c
+    });
+    assert_ne!(code, Some(0));
+    assert!(err.contains("no daemon answers at /nonexistent/control") && err.contains("STREAMLINE_PCAP_FALLBACK=1"), "{err}");
+    // ... and with the fallback, the system's libpcap captures.
+    let dir = tmpdir("b");
+    let mut c = on_streamline(&d, "tcpdump");
+    c.env("STREAMLINE_SOCKET", "/nonexistent/control").env("STREAMLINE_PCAP_FALLBACK", "1");
+    let (fb, fb_rest) = tcpdump(c, &v.here, "udp", &dir.join("fb.pcap"));
+    // A reader killed mid-capture: the others and the daemon carry on.
+    let (victim, _victim_rest) = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("victim.pcap"));
+    let (keeper, keeper_rest) = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "udp", &dir.join("keeper.pcap"));
+    assert!(Command::new("kill").args(["-KILL", &victim.id().to_string()]).status().unwrap().success());
+    replay(&v, 3000, 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (got, _, _, err) = stop(fb, fb_rest);
+    assert_eq!(got, offline_count("udp"), "the fallback capture: {err}");
+    // The daemon restarts under the keeper: it subscribes again and goes on.
+    let socket = d.socket.clone();
+    let mut d = d;
+    let mut first = d.child.take().unwrap();
+    assert!(Command::new("kill").args(["-TERM", &first.id().to_string()]).status().unwrap().success());
+    first.wait().unwrap();
+    let mut again = Command::new(common::daemon::daemon_bin());
+    again.arg("--socket").arg(&socket).arg("--no-mount").arg("--foreground").stdout(Stdio::null()).stderr(Stdio::null());
+    d.child = Some(again.spawn().unwrap());
+    wait_for("the restarted daemon's socket", Duration::from_secs(10), || std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    wait_for("the reader to subscribe again (a shared capture in the new daemon)", Duration::from_secs(20), || d.ps().contains("rx dev="));
+    d.wait_workers_capturing(&v.here);
+    replay(&v, 3000, 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (got, _, drop, err) = stop(keeper, keeper_rest);
+    assert_eq!((got, drop), (2 * offline_count("udp"), 0), "the reader across the restart: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
