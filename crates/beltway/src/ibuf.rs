@@ -373,7 +373,7 @@ impl IbufReader {
     /// use [`IbufReader::read`] or `peek_acquire` to access its data safely, since a
     /// consumed tag no longer keeps write-through data from being reused.
     pub fn read_tag(&mut self) -> Result<Option<Tag>> {
-        let t = self.hold_tag()?;
+        let t = self.hold_tag(false)?;
         if t.is_some() {
             self.tags.peek_complete()?;
         }
@@ -381,10 +381,12 @@ impl IbufReader {
     }
 
     /// Acquire the next non-empty tag without releasing it (it keeps the data it points to
-    /// from being overwritten by write-through until released).
-    fn hold_tag(&mut self) -> Result<Option<Tag>> {
+    /// from being overwritten by write-through until released). Waits while the ring is
+    /// empty unless `now_only`.
+    fn hold_tag(&mut self, now_only: bool) -> Result<Option<Tag>> {
         loop {
-            let t = match self.tags.peek_acquire(Tag::SIZE)? {
+            let p = if now_only { self.tags.try_peek_acquire(Tag::SIZE)? } else { self.tags.peek_acquire(Tag::SIZE)? };
+            let t = match p {
                 None => return Ok(None),
                 Some(p) => Tag::from_bytes(p.data).expect("tag slots are 16 bytes"),
             };
@@ -410,7 +412,7 @@ impl IbufReader {
 
     /// Read-through: copy the next block into `buf`; 0 at EOF.
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let Some(tag) = self.hold_tag()? else { return Ok(0) };
+        let Some(tag) = self.hold_tag(false)? else { return Ok(0) };
         let name = self.tags.shared().name().to_string();
         let res = self.resolve(&tag).and_then(|data| {
             if data.len() > buf.len() {
@@ -433,7 +435,17 @@ impl IbufReader {
     /// Read-through peek: the next block in place (in the tag's DBuf), and its tag. The tag
     /// stays held until [`IbufReader::peek_complete`].
     pub fn peek_acquire(&mut self) -> Result<Option<(Tag, Peeked<'_>)>> {
-        let Some(tag) = self.hold_tag()? else { return Ok(None) };
+        self.acquire(false)
+    }
+
+    /// Non-blocking [`IbufReader::peek_acquire`]: `None` when no block is there now (at the
+    /// end of the stream too: [`Reader::block`] on `tags_mut()` tells the two apart).
+    pub fn try_peek_acquire(&mut self) -> Result<Option<(Tag, Peeked<'_>)>> {
+        self.acquire(true)
+    }
+
+    fn acquire(&mut self, now_only: bool) -> Result<Option<(Tag, Peeked<'_>)>> {
+        let Some(tag) = self.hold_tag(now_only)? else { return Ok(None) };
         // Located once: a lossy DBuf's writer may overwrite the block at any time, and a
         // second look that failed would leave the tag held (the caller validates with
         // `peek_complete` after use).

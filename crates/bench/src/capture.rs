@@ -37,7 +37,7 @@ pub struct Args {
 
 /// A veth pair into a fresh namespace (the kernel crate's helper); the far end answers
 /// nothing, so no ICMP comes back to disturb the counts.
-fn veth() -> Result<Veth> {
+pub(crate) fn veth() -> Result<Veth> {
     let v = Veth::new("cb").map_err(|e| err(format!("{e} (the capture benchmark needs root and iproute2)")))?;
     let _ = v.exec(&["sh", "-c", "echo 0 > /proc/sys/net/ipv4/icmp_ratelimit"]);
     Ok(v)
@@ -47,7 +47,7 @@ fn veth() -> Result<Veth> {
 /// in `sendmmsg` batches of up to 64 (a socket per flow, batches taking turns); every 100th
 /// goes to port 7. Returns the number sent and the seconds it took (above `secs` when the
 /// sender could not keep the rate).
-fn send(src: &str, dst: &str, pps: u64, secs: f64, flows: u16) -> Result<(u64, f64)> {
+pub(crate) fn send(src: &str, dst: &str, pps: u64, secs: f64, flows: u16) -> Result<(u64, f64)> {
     let socks: Vec<UdpSocket> = (0..flows).map(|_| UdpSocket::bind(format!("{src}:0"))).collect::<std::io::Result<_>>().map_err(|e| err(format!("udp socket: {e}")))?;
     let ip: std::net::Ipv4Addr = dst.parse().map_err(|e| err(format!("destination {dst}: {e}")))?;
     let (port7, port9) = (SocketAddrV4::new(ip, 7), SocketAddrV4::new(ip, 9));

@@ -13,6 +13,7 @@
 mod capture;
 mod child;
 mod daemon;
+mod legacy;
 mod pipesfs;
 mod pattern;
 mod pcap;
@@ -60,6 +61,9 @@ enum Command {
     /// PipesFS (issue 16): `cat all` through FUSE vs reading the same stream from the ring
     /// descriptors, and how long a `mkdir` that adds a filter to a running graph takes.
     Pipesfs(pipesfs::Args),
+    /// Legacy capture (issue 17): 1, 2, 5 and 10 unmodified tcpdump readers on the system's
+    /// libpcap vs on ours (one shared capture): CPU of readers and capture path.
+    Legacy(legacy::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -79,6 +83,7 @@ fn main() {
         Command::Solver(a) => solver::run(a, cli.quick),
         Command::Daemon(a) => daemon::run(a, cli.quick),
         Command::Pipesfs(a) => pipesfs::run(a, cli.quick),
+        Command::Legacy(a) => legacy::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

@@ -11,18 +11,21 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// The stand-in library: `$STREAMLINE_PCAP_LIB`, else `libslpcap.so` beside this program
-/// (cargo puts both in target/<profile>/), else under `../lib/streamline/`.
+/// The stand-in library: `$STREAMLINE_PCAP_LIB`, else the newest `libslpcap.so` beside
+/// this program (cargo build puts both in target/<profile>/; cargo test leaves the library
+/// in target/<profile>/deps/), else under `../lib/streamline/`.
 fn library() -> Result<PathBuf, String> {
     if let Ok(p) = std::env::var("STREAMLINE_PCAP_LIB") {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let dir = exe.parent().ok_or("this program has no directory")?;
-    for c in [dir.join("libslpcap.so"), dir.join("../lib/streamline/libslpcap.so")] {
-        if c.exists() {
-            return Ok(c.canonicalize().unwrap_or(c));
-        }
+    let newest = [dir.join("libslpcap.so"), dir.join("deps/libslpcap.so"), dir.join("../lib/streamline/libslpcap.so")]
+        .into_iter()
+        .filter_map(|c| Some((std::fs::metadata(&c).ok()?.modified().ok()?, c)))
+        .max_by_key(|(t, _)| *t);
+    if let Some((_, c)) = newest {
+        return Ok(c.canonicalize().unwrap_or(c));
     }
     Err(format!("libslpcap.so is not beside {} (build it: cargo build -p compat; or set STREAMLINE_PCAP_LIB)", exe.display()))
 }
@@ -30,7 +33,7 @@ fn library() -> Result<PathBuf, String> {
 /// A directory whose `libpcap.so.0.8` is the stand-in.
 pub fn directory() -> Result<PathBuf, String> {
     let lib = library()?;
-    let beside = lib.parent().map(|d| d.join("compat"));
+    let beside = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("compat")));
     let private = std::env::temp_dir().join(format!("streamline-compat-{}", nix::unistd::getuid()));
     for dir in beside.into_iter().chain([private]) {
         if link_in(&dir, &lib).is_ok() {

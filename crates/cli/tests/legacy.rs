@@ -18,8 +18,8 @@ const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample
 
 /// The directory holding the stand-in libpcap.so.0.8.
 fn compat_dir() -> PathBuf {
-    let lib = Path::new(BIN).with_file_name("libslpcap.so");
-    assert!(lib.exists(), "{} is missing: build it (`cargo build -p compat`; `cargo test --workspace` builds it)", lib.display());
+    let dir = Path::new(BIN).parent().unwrap();
+    assert!(dir.join("libslpcap.so").exists() || dir.join("deps/libslpcap.so").exists(), "libslpcap.so is missing in {}: build it (`cargo build -p compat`; `cargo test --workspace` builds it)", dir.display());
     let out = Command::new(BIN).args(["compat", "--print-dir"]).output().unwrap();
     assert!(out.status.success(), "streamline compat --print-dir: {}", String::from_utf8_lossy(&out.stderr));
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())

@@ -277,31 +277,32 @@ impl Capture {
     /// at most `slice` (so the caller can look at a break flag between them: `stop`).
     pub fn next(&mut self, timeout: Option<Duration>, slice: Duration, stop: &dyn Fn() -> bool) -> Result<Next<'_>, CaptureError> {
         self.complete();
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // Made only when the ring is empty: the fast path reads no clock.
+        let mut deadline: Option<Option<Instant>> = None;
         loop {
-            if self.sub.reader.tags_mut().readable() > 0 {
-                match self.sub.reader.peek_acquire() {
-                    Ok(Some(_)) => {
-                        self.count_lost();
-                        self.held = true;
-                        self.delivered += 1;
-                        break;
-                    }
-                    Ok(None) => return self.ended(),
-                    // Overwritten before we got to it: lost, on to the next.
-                    Err(e) if e.is_overrun() => {
-                        self.dropped += 1;
-                        continue;
-                    }
-                    Err(e) => return Err(CaptureError::new(PCAP_ERROR, format!("{}: reading the capture: {e}", self.params.device))),
+            // One look, no wait: a packet that is there is taken at once.
+            match self.sub.reader.try_peek_acquire() {
+                Ok(Some(_)) => {
+                    self.held = true;
+                    self.delivered += 1;
+                    break;
                 }
+                Ok(None) => {}
+                // Overwritten before we got to it: lost, on to the next.
+                Err(e) if e.is_overrun() => {
+                    self.dropped += 1;
+                    continue;
+                }
+                Err(e) => return Err(CaptureError::new(PCAP_ERROR, format!("{}: reading the capture: {e}", self.params.device))),
             }
+            self.count_lost();
             if self.sub.reader.tags().writer_died() {
                 return self.ended();
             }
             if stop() {
                 return Ok(Next::TimedOut);
             }
+            let deadline = *deadline.get_or_insert_with(|| timeout.map(|t| Instant::now() + t));
             let wait = match deadline {
                 Some(d) => {
                     let now = Instant::now();
@@ -318,6 +319,7 @@ impl Capture {
                 Err(e) => return Err(CaptureError::new(PCAP_ERROR, format!("{}: waiting for packets: {e}", self.params.device))),
             }
         }
+        self.count_lost();
         let (_, p) = self.sub.reader.held().expect("held just above");
         Ok(Next::Packet(match RecordHeader::decode(p.data) {
             Some((h, block)) => Packet { ts_ns: h.ts_ns, orig_len: h.orig_len.max(block.len() as u32), data: block },
