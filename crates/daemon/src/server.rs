@@ -133,13 +133,17 @@ pub struct Daemon {
     /// how many subscriptions use it. Held while a capture run is made, so two readers of
     /// one device never start two captures.
     captures: Mutex<BTreeMap<String, (u64, usize)>>,
-    /// Subscriptions per connection: (run, subscription, shared capture's device).
-    subs: Mutex<BTreeMap<u64, Vec<(u64, u64, Option<String>)>>>,
+    /// Subscriptions per connection.
+    subs: Mutex<BTreeMap<u64, Vec<Subscription>>>,
 }
 
 fn user_name(uid: u32) -> String {
     nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or_else(|| uid.to_string(), |u| u.name)
 }
+
+/// A legacy reader's subscription: (run, subscription id, the shared capture's device if
+/// it is one).
+type Subscription = (u64, u64, Option<String>);
 
 /// Refusals carry an errno and a message.
 type CallResult = Result<(Reply, Vec<OwnedFd>), Reply>;

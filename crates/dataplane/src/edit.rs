@@ -1172,8 +1172,18 @@ enum TapJob {
     On { label: String, tap: Box<crate::tap::Tap>, reply: mpsc::Sender<Result<(), EditError>> },
     Off { id: u64 },
     /// Put a shared tap on `label` if `tap` is given, then add `sub` to shared tap `tap_id`.
-    Subscribe { label: String, tap: Option<Box<crate::tap::Tap>>, tap_id: u64, key: Vec<u8>, want: crate::tap::Want, sub: crate::tap::Subscriber, reply: mpsc::Sender<Result<(), EditError>> },
+    Subscribe(Box<SubscribeJob>),
     Unsubscribe { id: u64 },
+}
+
+struct SubscribeJob {
+    label: String,
+    tap: Option<Box<crate::tap::Tap>>,
+    tap_id: u64,
+    key: Vec<u8>,
+    want: crate::tap::Want,
+    sub: crate::tap::Subscriber,
+    reply: mpsc::Sender<Result<(), EditError>>,
 }
 
 struct State {
@@ -1213,7 +1223,8 @@ impl Mailbox {
                     let _ = reply.send(space.tap_on(&label, *tap));
                 }
                 TapJob::Off { id } => space.tap_off(id),
-                TapJob::Subscribe { label, tap, tap_id, key, want, sub, reply } => {
+                TapJob::Subscribe(job) => {
+                    let SubscribeJob { label, tap, tap_id, key, want, sub, reply } = *job;
                     let r = match tap {
                         Some(t) => space.tap_on(&label, *t),
                         None => Ok(()),
@@ -1255,8 +1266,14 @@ impl Mailbox {
             (std::mem::take(&mut st.queue), std::mem::take(&mut st.taps))
         };
         for job in taps {
-            if let TapJob::On { reply, .. } | TapJob::Subscribe { reply, .. } = job {
-                let _ = reply.send(Err(EditError::Ended));
+            match job {
+                TapJob::On { reply, .. } => {
+                    let _ = reply.send(Err(EditError::Ended));
+                }
+                TapJob::Subscribe(j) => {
+                    let _ = j.reply.send(Err(EditError::Ended));
+                }
+                _ => {}
             }
         }
         for (_, _, reply) in edits {
@@ -1463,7 +1480,7 @@ impl EditHandle {
         let (sub, sub_rings) = crate::tap::Subscriber::create(id, &rings, tag_slots, snap).map_err(tap_err)?;
         let (tx, rx) = mpsc::channel();
         let fresh = tap.is_some();
-        mailbox.post_tap(TapJob::Subscribe { label: label.to_string(), tap, tap_id: rings.id, key, want, sub, reply: tx })?;
+        mailbox.post_tap(TapJob::Subscribe(Box::new(SubscribeJob { label: label.to_string(), tap, tap_id: rings.id, key, want, sub, reply: tx })))?;
         let answer = match rx.recv_timeout(timeout) {
             Ok(r) => r,
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(EditError::Ended),

@@ -197,32 +197,43 @@ impl Tap {
                 Some((m, false)) => (m.ts_ns, d.len() as u32),
                 None => (0, d.len() as u32),
             };
-            let mut wanted = self.plain;
-            for g in &mut self.groups {
-                g.verdict = (g.want)(d, orig_len);
-                wanted |= g.verdict != 0;
-            }
-            self.classified += 1;
-            if !wanted {
-                self.unwanted += 1;
-                continue;
-            }
             let h = RecordHeader { ts_ns, orig_len, link_type: store.link(t).unwrap_or(1) as u16 };
-            let tag = self.writer.write_through_parts(&[&h.encode(), d], t.class)?;
-            for g in self.groups.iter_mut().filter(|g| g.verdict != 0) {
-                for s in &mut g.subs {
-                    let keep = g.verdict.min(s.snap).min(d.len() as u32);
-                    s.tags.append_record(&Tag { len: HEADER as u32 + keep, ..tag }.to_bytes())?;
-                }
+            self.put(&h, d, t.class)?;
+        }
+        self.flush();
+        Ok(())
+    }
+
+    /// One block: classified (shared taps), copied once if anybody wants it, a tag for each
+    /// subscriber that does. Flushed by the caller, once per batch.
+    fn put(&mut self, h: &RecordHeader, d: &[u8], class: u16) -> beltway::Result<()> {
+        let mut wanted = self.plain;
+        for g in &mut self.groups {
+            g.verdict = (g.want)(d, h.orig_len);
+            wanted |= g.verdict != 0;
+        }
+        self.classified += 1;
+        if !wanted {
+            self.unwanted += 1;
+            return Ok(());
+        }
+        let tag = self.writer.write_through_parts(&[&h.encode(), d], class)?;
+        for g in self.groups.iter_mut().filter(|g| g.verdict != 0) {
+            for s in &mut g.subs {
+                let keep = g.verdict.min(s.snap).min(d.len() as u32);
+                s.tags.append_record(&Tag { len: HEADER as u32 + keep, ..tag }.to_bytes())?;
             }
         }
+        Ok(())
+    }
+
+    fn flush(&mut self) {
         self.writer.flush();
         for g in &mut self.groups {
             for s in &mut g.subs {
                 s.tags.flush();
             }
         }
-        Ok(())
     }
 
     /// The tap is taken away: its readers (and its subscribers') see the end of the stream.
@@ -302,6 +313,106 @@ mod tests {
         rec.extend_from_slice(b"frame");
         assert_eq!(RecordHeader::decode(&rec), Some((h, &b"frame"[..])));
         assert_eq!(RecordHeader::decode(&rec[..15]), None);
+    }
+
+    /// Map rings as a reader process does: data segments only.
+    fn observer(rings: &TapRings) -> IbufReader {
+        let fd = |r: &RingRef| r.shared().fds()[0].try_clone_to_owned().unwrap();
+        let tags = RingRef::from_fds("t", fd(&rings.tags), None).unwrap();
+        let data = RingRef::from_fds("t.data", fd(&rings.data), None).unwrap();
+        let mut table = BufTable::new();
+        table.register(&data).unwrap();
+        IbufReader::new(tags.reader(Start::Oldest).unwrap(), table).unwrap()
+    }
+
+    /// Everything a subscriber can read now: (block, wire length), and how many it lost.
+    fn drain(r: &mut IbufReader) -> (Vec<(Vec<u8>, u32)>, u64) {
+        let (mut got, mut lost) = (Vec::new(), 0);
+        loop {
+            match r.try_peek_acquire() {
+                Ok(Some((_, p))) => {
+                    let (h, b) = RecordHeader::decode(p.data).unwrap();
+                    got.push((b.to_vec(), h.orig_len));
+                    r.peek_complete().unwrap();
+                }
+                Ok(None) => break,
+                Err(e) if e.is_overrun() => lost += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        (got, lost + r.tags().lost() / Tag::SIZE as u64)
+    }
+
+    /// One classifier pass per block and distinct filter; a block nobody wants is not
+    /// copied; each subscriber reads exactly what its filter keeps, cut to its verdict and
+    /// snap length, from the one copy.
+    #[test]
+    fn subscribers_get_what_their_filters_keep_from_one_copy() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        let (mut tap, rings) = Tap::shared(1, "t", 1 << 20).unwrap();
+        let evals = Arc::new(AtomicU64::new(0));
+        let even = |e: Arc<AtomicU64>| -> Want {
+            Box::new(move |d: &[u8], _| {
+                e.fetch_add(1, Ordering::Relaxed);
+                if d[0] % 2 == 0 { u32::MAX } else { 0 }
+            })
+        };
+        let (a, ra) = Subscriber::create(10, &rings, 1024, u32::MAX).unwrap();
+        let (b, rb) = Subscriber::create(11, &rings, 1024, 3).unwrap();
+        let (c, rc) = Subscriber::create(12, &rings, 1024, u32::MAX).unwrap();
+        tap.subscribe(b"even".to_vec(), even(evals.clone()), a);
+        // Same key: shares the first one's verdict (its own closure is never called).
+        tap.subscribe(b"even".to_vec(), even(Arc::new(AtomicU64::new(0))), b);
+        tap.subscribe(b"five".to_vec(), Box::new(|d: &[u8], _| if d[0] % 5 == 0 { 2 } else { 0 }), c);
+        let (mut ra, mut rb, mut rc) = (observer(&ra), observer(&rb), observer(&rc));
+        for i in 0..100u8 {
+            tap.put(&RecordHeader { ts_ns: i as u64, orig_len: 60, link_type: 1 }, &[i, 1, 2, 3, 4, 5], 1).unwrap();
+        }
+        tap.flush();
+        assert_eq!(evals.load(Ordering::Relaxed), 100, "one evaluation per block for both 'even' subscribers");
+        // Neither even nor a multiple of five: 40 of 100 blocks, never copied.
+        assert_eq!((tap.classified, tap.unwanted), (100, 40));
+        let (ga, la) = drain(&mut ra);
+        let (gb, _) = drain(&mut rb);
+        let (gc, _) = drain(&mut rc);
+        assert_eq!(la, 0);
+        assert_eq!(ga.iter().map(|g| g.0[0]).collect::<Vec<_>>(), (0..100).step_by(2).collect::<Vec<u8>>());
+        assert!(ga.iter().all(|g| g.0.len() == 6 && g.1 == 60));
+        assert_eq!(gb.iter().map(|g| g.0.clone()).collect::<Vec<_>>(), (0..100).step_by(2).map(|i| vec![i, 1, 2]).collect::<Vec<_>>(), "snap length 3");
+        assert_eq!(gc.iter().map(|g| g.0.clone()).collect::<Vec<_>>(), (0..100).step_by(5).map(|i| vec![i, 1]).collect::<Vec<_>>(), "verdict 2 keeps 2 bytes");
+        // Unsubscribed: its reader sees the end; the others go on.
+        assert!(tap.unsubscribe(11));
+        assert_eq!(tap.subscribers(), 2);
+    }
+
+    /// A subscriber that does not read loses its own tags and records, counted; one that
+    /// reads loses nothing, and the writer never waits.
+    #[test]
+    fn a_subscriber_that_stops_loses_only_its_own() {
+        let (mut tap, rings) = Tap::shared(2, "t", 1 << 16).unwrap();
+        let (slow, rs) = Subscriber::create(20, &rings, 4096, u32::MAX).unwrap();
+        let (fast, rf) = Subscriber::create(21, &rings, 4096, u32::MAX).unwrap();
+        tap.subscribe(Vec::new(), Box::new(|_: &[u8], _| u32::MAX), slow);
+        tap.subscribe(Vec::new(), Box::new(|_: &[u8], _| u32::MAX), fast);
+        let (mut rs, mut rf) = (observer(&rs), observer(&rf));
+        let block = [7u8; 500];
+        let mut fast_got = 0;
+        for i in 0..2000u64 {
+            tap.put(&RecordHeader { ts_ns: i, orig_len: 500, link_type: 1 }, &block, 1).unwrap();
+            if i % 16 == 15 {
+                tap.flush();
+                let (g, l) = drain(&mut rf);
+                assert_eq!(l, 0, "the reading subscriber lost records");
+                fast_got += g.len();
+            }
+        }
+        tap.flush();
+        fast_got += drain(&mut rf).0.len();
+        assert_eq!(fast_got, 2000);
+        let (g, lost) = drain(&mut rs);
+        assert!(lost > 0 && g.len() < 2000, "the stopped subscriber lost nothing: got {}, lost {lost}", g.len());
+        assert_eq!(g.len() as u64 + lost, 2000, "every record is either read or counted lost");
     }
 
     /// The writer never waits for an observer that does not read, and the observer, given
