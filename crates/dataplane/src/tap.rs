@@ -355,7 +355,7 @@ mod tests {
         let even = |e: Arc<AtomicU64>| -> Want {
             Box::new(move |d: &[u8], _| {
                 e.fetch_add(1, Ordering::Relaxed);
-                if d[0] % 2 == 0 { u32::MAX } else { 0 }
+                if d[0].is_multiple_of(2) { u32::MAX } else { 0 }
             })
         };
         let (a, ra) = Subscriber::create(10, &rings, 1024, u32::MAX).unwrap();
@@ -364,7 +364,7 @@ mod tests {
         tap.subscribe(b"even".to_vec(), even(evals.clone()), a);
         // Same key: shares the first one's verdict (its own closure is never called).
         tap.subscribe(b"even".to_vec(), even(Arc::new(AtomicU64::new(0))), b);
-        tap.subscribe(b"five".to_vec(), Box::new(|d: &[u8], _| if d[0] % 5 == 0 { 2 } else { 0 }), c);
+        tap.subscribe(b"five".to_vec(), Box::new(|d: &[u8], _| if d[0].is_multiple_of(5) { 2 } else { 0 }), c);
         let (mut ra, mut rb, mut rc) = (observer(&ra), observer(&rb), observer(&rc));
         for i in 0..100u8 {
             tap.put(&RecordHeader { ts_ns: i as u64, orig_len: 60, link_type: 1 }, &[i, 1, 2, 3, 4, 5], 1).unwrap();
