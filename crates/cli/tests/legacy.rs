@@ -33,10 +33,14 @@ fn on_streamline(d: &Daemon, program: &str) -> Command {
 }
 
 /// A recording tcpdump (`-w out`), started and listening.
-fn tcpdump(mut c: Command, dev: &str, filter: &str, out: &Path) -> (Child, std::thread::JoinHandle<String>) {
+fn tcpdump(c: Command, dev: &str, filter: &str, out: &Path) -> (Child, std::thread::JoinHandle<String>) {
+    tcpdump_with(c, &[], dev, filter, out)
+}
+
+fn tcpdump_with(mut c: Command, extra: &[&str], dev: &str, filter: &str, out: &Path) -> (Child, std::thread::JoinHandle<String>) {
     // -Z root: the reader stays root (Debian's tcpdump otherwise drops to user tcpdump,
     // which then could not write the test's directory).
-    c.args(["-Z", "root", "-n", "-i", dev, "-w"]).arg(out).stdout(Stdio::null());
+    c.args(["-Z", "root", "-n"]).args(extra).args(["-i", dev, "-w"]).arg(out).stdout(Stdio::null());
     if !filter.is_empty() {
         c.arg(filter);
     }
@@ -55,14 +59,31 @@ fn stop(c: Child, rest: std::thread::JoinHandle<String>) -> (u64, u64, u64, Stri
 
 /// The packets of a capture file: (caplen bytes, wire length), timestamps aside.
 fn packets(path: &Path) -> Vec<(Vec<u8>, u32)> {
-    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut r = pcap_file::pcap::PcapReader::new(f).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut v = Vec::new();
-    while let Some(p) = r.next_packet() {
-        let p = p.unwrap();
-        v.push((p.data.into_owned(), p.orig_len));
+    timed_packets(path).1.into_iter().map(|(_, d, l)| (d, l)).collect()
+}
+
+/// A capture file's timestamp precision (nanoseconds?) and its packets with their times.
+/// Read by hand: the pcap-file crate refuses records whose wire length exceeds the file's
+/// snap length, which is exactly what a capture with `-s 96` writes.
+fn timed_packets(path: &Path) -> (bool, Vec<(Duration, Vec<u8>, u32)>) {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(b.len() >= 24, "{}: no pcap header", path.display());
+    let u32le = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let nano = match u32le(0) {
+        0xa1b2c3d4 => false,
+        0xa1b23c4d => true,
+        m => panic!("{}: magic {m:#x} (not a little-endian pcap file)", path.display()),
+    };
+    let (mut at, mut v) = (24, Vec::new());
+    while at + 16 <= b.len() {
+        let (sec, frac, incl, orig) = (u32le(at), u32le(at + 4), u32le(at + 8) as usize, u32le(at + 12));
+        assert!(at + 16 + incl <= b.len(), "{}: record at {at} runs past the end", path.display());
+        let ts = Duration::new(sec as u64, if nano { frac } else { frac * 1000 });
+        v.push((ts, b[at + 16..at + 16 + incl].to_vec(), orig));
+        at += 16 + incl;
     }
-    v
+    assert_eq!(at, b.len(), "{}: trailing bytes", path.display());
+    (nano, v)
 }
 
 /// Replay the sample `loops` times at `pps` from the namespace's end.
@@ -127,6 +148,65 @@ fn tcpdump_on_streamline_writes_what_plain_tcpdump_writes() {
     }
     // Nothing of the sample escapes the all-packets reader.
     assert_eq!(packets(&dir.join("ours0.pcap")).len() as u64, offline_count(""));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Snap length and nanosecond time stamps as libpcap gives them: the same cut packets,
+/// a nanosecond file, times within a few milliseconds of the system's capture.
+#[test]
+fn snap_length_and_nanosecond_timestamps_as_libpcap_gives_them() {
+    let v = quiet_veth("lgp", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgp", None);
+    let dir = tmpdir("p");
+    let extra = ["-s", "96", "--time-stamp-precision", "nano"];
+    let ours = tcpdump_with(on_streamline(&d, "tcpdump"), &extra, &v.here, "tcp", &dir.join("ours.pcap"));
+    let plain = tcpdump_with(Command::new("tcpdump"), &extra, &v.here, "tcp", &dir.join("plain.pcap"));
+    replay(&v, 2000, 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(ours.0, ours.1);
+    stop(plain.0, plain.1);
+    let (on, a) = timed_packets(&dir.join("ours.pcap"));
+    let (pn, b) = timed_packets(&dir.join("plain.pcap"));
+    assert!(on && pn, "nanosecond files (ours {on}, plain {pn})");
+    assert_eq!(a.len(), b.len());
+    assert!(!a.is_empty());
+    assert!(a.iter().any(|p| p.2 > 96), "the traffic has packets longer than the snap length");
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_eq!((&x.1, x.2), (&y.1, y.2), "packet {i}: (bytes, wire length)");
+        assert!(x.1.len() <= 96, "packet {i}: {} bytes kept of a snap length of 96", x.1.len());
+        let skew = if x.0 > y.0 { x.0 - y.0 } else { y.0 - x.0 };
+        assert!(skew < Duration::from_millis(50), "packet {i}: times {:?} and {:?}", x.0, y.0);
+    }
+    // Nanoseconds, not microseconds times 1000, somewhere in the capture.
+    assert!(a.iter().any(|p| p.0.subsec_nanos() % 1000 != 0), "no time stamp has nanoseconds");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// libpcap's API as a C program sees it (tests/c/pcap_probe.c: non-blocking dispatch,
+/// the selectable descriptor, breakloop from a signal handler, options after activation,
+/// filter errors, an unknown device): the same answers on ours as on the system's.
+#[test]
+fn a_c_program_sees_the_same_libpcap_behaviour() {
+    let v = quiet_veth("lgc", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgc", None);
+    let dir = tmpdir("c");
+    let exe = dir.join("pcap_probe");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/pcap_probe.c");
+    let cc = Command::new("cc").args(["-O2", "-Wall", "-o"]).arg(&exe).arg(src).arg("-lpcap").output().expect("cc (build-essential)");
+    assert!(cc.status.success(), "compiling {src} (needs libpcap-dev): {}", String::from_utf8_lossy(&cc.stderr));
+    let run = |mut c: Command| {
+        let o = c.arg(&v.here).output().unwrap();
+        assert!(o.status.success(), "pcap_probe: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (theirs, their_lib) = run(Command::new(&exe));
+    let mut c = Command::new(&exe);
+    c.env("LD_LIBRARY_PATH", compat_dir()).env("STREAMLINE_SOCKET", &d.socket);
+    let (ours, our_lib) = run(c);
+    // Each ran on the library it was meant to.
+    assert!(our_lib.contains("Streamline") && !their_lib.contains("Streamline"), "ours: {our_lib} the system's: {their_lib}");
+    assert!(theirs.contains("loop after breakloop: -2"), "{theirs}");
+    assert_eq!(ours, theirs, "ours:\n{ours}\nthe system's:\n{theirs}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
