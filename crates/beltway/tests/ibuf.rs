@@ -296,7 +296,7 @@ fn detachable_ring_outlives_its_readers() {
 #[test]
 fn ibuf_poke_fills_in_place_and_publishes_on_complete() {
     let _w = watchdog("ibuf_poke_fills_in_place_and_publishes_on_complete", 30);
-    let mut w = DoubleRing::create("poke", 64, 1 << 16, SyncMode::Srp).unwrap();
+    let mut w = DoubleRing::create("poke", 256, 1 << 16, SyncMode::Srp).unwrap();
     let mut r = DoubleRing::reader(&w, Start::Oldest).unwrap();
     let win = w.poke_acquire(100).unwrap();
     assert_eq!(win.len(), 100);
@@ -339,7 +339,7 @@ fn ibuf_poke_fills_in_place_and_publishes_on_complete() {
 #[test]
 fn ibuf_poke_waits_for_a_slow_reader() {
     let _w = watchdog("ibuf_poke_waits_for_a_slow_reader", 60);
-    let mut w = DoubleRing::create("poke2", 64, 1 << 14, SyncMode::Srp).unwrap();
+    let mut w = DoubleRing::create("poke2", 256, 1 << 14, SyncMode::Srp).unwrap();
     let mut r = DoubleRing::reader(&w, Start::Oldest).unwrap();
     let t = std::thread::spawn(move || {
         for seq in 0..2000u32 {

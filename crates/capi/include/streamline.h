@@ -113,7 +113,8 @@ int slfile_close(int fd);
 // rest is dropped). Blocks while the stream is empty (EAGAIN with O_NONBLOCK). Returns
 // the bytes copied, 0 at the end of the stream, or -1: EOVERFLOW the reader fell behind
 // and records were overwritten before it read them (observers; the next read goes on
-// with the oldest intact one), EBADF, EINVAL. A path reads as read(2) does.
+// with the oldest intact one), EBADF, EINVAL. `count` 0 returns 0 and consumes
+// nothing. A path reads as read(2) does.
 //
 // # Safety
 // `buf` points to `count` writable bytes (or is NULL with `count` 0).
@@ -123,7 +124,8 @@ ssize_t slfile_read(int fd, void *buf, size_t count);
 // the stream's ring, read-only. Up to `count` bytes of it count; the record is consumed.
 // For a registered reader the bytes stay intact until the next call on `fd`; an
 // observer's may be overwritten at any time: verify with `slfile_check` after use.
-// Returns the length handed out, 0 at the end of the stream, or -1 (as `slfile_read`).
+// Returns the length handed out, 0 at the end of the stream, or -1 (as `slfile_read`;
+// EINVAL for `count` 0).
 //
 // # Safety
 // `buf` points to a writable `const void *`.

@@ -50,7 +50,12 @@ fn ssize(n: usize) -> ssize_t {
     n as ssize_t
 }
 
-/// A count C passed, checked to fit a `ssize_t` result.
+/// A most-bytes count (read, peek): what a `ssize_t` result can say at most.
+fn at_most(n: size_t) -> usize {
+    n.min(isize::MAX as usize)
+}
+
+/// A count of bytes C has (write, append, poke), checked to fit a `ssize_t` result.
 fn count(n: size_t) -> Result<usize> {
     if n > isize::MAX as usize {
         return Err(SlError::inval(format!("count {n} does not fit a ssize_t")));
@@ -118,18 +123,20 @@ pub extern "C" fn slfile_close(fd: c_int) -> c_int {
 /// rest is dropped). Blocks while the stream is empty (EAGAIN with O_NONBLOCK). Returns
 /// the bytes copied, 0 at the end of the stream, or -1: EOVERFLOW the reader fell behind
 /// and records were overwritten before it read them (observers; the next read goes on
-/// with the oldest intact one), EBADF, EINVAL. A path reads as read(2) does.
+/// with the oldest intact one), EBADF, EINVAL. `count` 0 returns 0 and consumes
+/// nothing. A path reads as read(2) does.
 ///
 /// # Safety
 /// `buf` points to `count` writable bytes (or is NULL with `count` 0).
 #[no_mangle]
 pub unsafe extern "C" fn slfile_read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
     guard(-1, || {
-        let n = self::count(count)?;
-        let mut empty = [0u8; 0];
-        let buf: &mut [u8] = if n == 0 {
-            &mut empty
-        } else if buf.is_null() {
+        let n = at_most(count);
+        if n == 0 {
+            // As read(2): nothing asked, nothing consumed.
+            return Ok(0);
+        }
+        let buf: &mut [u8] = if buf.is_null() {
             return Err(SlError::inval("slfile_read: buf is NULL"));
         } else {
             // SAFETY: non-null, and the caller promises `count` writable bytes there,
@@ -144,7 +151,8 @@ pub unsafe extern "C" fn slfile_read(fd: c_int, buf: *mut c_void, count: size_t)
 /// the stream's ring, read-only. Up to `count` bytes of it count; the record is consumed.
 /// For a registered reader the bytes stay intact until the next call on `fd`; an
 /// observer's may be overwritten at any time: verify with `slfile_check` after use.
-/// Returns the length handed out, 0 at the end of the stream, or -1 (as `slfile_read`).
+/// Returns the length handed out, 0 at the end of the stream, or -1 (as `slfile_read`;
+/// EINVAL for `count` 0).
 ///
 /// # Safety
 /// `buf` points to a writable `const void *`.
@@ -173,7 +181,10 @@ unsafe fn peek_with(fd: c_int, buf: *mut *const c_void, count: size_t, call: &st
         if buf.is_null() {
             return Err(SlError::inval(format!("{call}: buf is NULL")));
         }
-        let n = self::count(count)?;
+        let n = at_most(count);
+        if n == 0 {
+            return Err(SlError::inval(format!("{call}: count 0 (a record cut to nothing would read as the end)")));
+        }
         let b = with_stream(fd, |s| f(s, n))?;
         let (ptr, len) = b.map_or((std::ptr::null(), 0), |b| (b.ptr.cast::<c_void>(), b.len));
         // SAFETY: non-null, and the caller promises a writable pointer-sized slot there.

@@ -182,6 +182,7 @@ impl RingWriter {
     /// `slfile_check` on the write side: timestamps are data-ring write positions; a
     /// timestamp verifies that nothing written at or after it was overwritten since.
     pub fn check(&mut self, ts: i64) -> Result<i64> {
+        self.settle()?;
         let stats = self.w.default_ring().expect("a created stream has its data ring").stats();
         match ts {
             -1 => {}
