@@ -11,8 +11,10 @@
  *   -v          print each record's length
  *
  * Once the stream is open it prints "opened NAME" (so a script can start the writer);
- * at the end "records R bytes B fnv1a H stale S": H hashes each record's length (4 bytes,
- * little-endian) and bytes in order, S counts records slfile_check found overwritten.
+ * at the end "records R bytes B fnv1a H stale S lost L": H hashes each record's length (4
+ * bytes, little-endian) and bytes in order, S counts records slfile_check found
+ * overwritten after use, L the times records were overwritten before this reader got them
+ * (EOVERFLOW: an observer that fell behind; a registered reader never loses any).
  * An error prints the call, errno's name and the library's reason, and exits 1.
  *
  *   cc -O2 -I crates/capi/include slcat.c -L target/release -lstreamline -Wl,-rpath,$PWD/target/release -o slcat
@@ -71,7 +73,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     static char buf[1 << 16];
-    uint64_t records = 0, bytes = 0, stale = 0, h = 14695981039346656037ULL;
+    uint64_t records = 0, bytes = 0, stale = 0, lost = 0, h = 14695981039346656037ULL;
     int64_t t = slfile_check(fd, -1, O_RDONLY);
     if (t < 0)
         die("slfile_check", name);
@@ -89,6 +91,10 @@ int main(int argc, char **argv) {
         if (n < 0 && errno == EAGAIN && nonblock) {
             if (slfile_block(fd, -1) < 0)
                 die("slfile_block", name);
+            continue;
+        }
+        if (n < 0 && errno == EOVERFLOW) {
+            lost++;
             continue;
         }
         if (n < 0)
@@ -114,7 +120,8 @@ int main(int argc, char **argv) {
         if (!strcmp(mode, "acquire") && slfile_peek_complete(fd, (size_t)n) != n)
             die("slfile_peek_complete", name);
     }
-    printf("records %llu bytes %llu fnv1a %016llx stale %llu\n", (unsigned long long)records, (unsigned long long)bytes, (unsigned long long)h, (unsigned long long)stale);
+    printf("records %llu bytes %llu fnv1a %016llx stale %llu lost %llu\n", (unsigned long long)records, (unsigned long long)bytes, (unsigned long long)h, (unsigned long long)stale,
+           (unsigned long long)lost);
     if (slfile_close(fd) < 0)
         die("slfile_close", name);
     return 0;

@@ -73,7 +73,8 @@ fn count(n: size_t) -> Result<usize> {
 ///   stream another program created, asked of the daemon ($STREAMLINE_SOCKET, else
 ///   /run/streamline/control; `none`: opened directly under /dev/shm). Its owner and root
 ///   read as a registered, lossless reader (the writer waits for them); other users the
-///   stream's mode admits read as observers, who lose what they do not read in time;
+///   stream's mode admits read as observers, who lose what they do not read in time.
+///   A reader reads the records written after its open;
 /// - a stream name, with O_WRONLY|O_CREAT (or O_RDWR|O_CREAT): a new stream this process
 ///   writes, its rings (/dev/shm/streamline.NAME and .NAME.data: 65536 records in flight,
 ///   16 MiB of data) with permission bits `mode` (no umask). O_EXCL: EEXIST if it exists.

@@ -69,7 +69,8 @@ fn open_path(path: &str, flags: i32, mode: u32) -> Result<Stream> {
     Ok(Stream::File(FileStream::new(path.to_string(), f)))
 }
 
-/// The rings of a named stream, mapped, as a reader at the oldest data the stream holds.
+/// The rings of a named stream, mapped, as a reader of the records written from now on
+/// (older tags may point at data the writer has reused since).
 fn open_reader(name: &str, nonblock: bool) -> Result<RingReader> {
     let ring = ring_name(name)?;
     let (tags, data) = match socket_path(None) {
@@ -82,7 +83,7 @@ fn open_reader(name: &str, nonblock: bool) -> Result<RingReader> {
     let data_id = data.shared().buf_id();
     let mut table = BufTable::new();
     table.register(&data).map_err(SlError::ring)?;
-    let tags = tags.reader(Start::Oldest).map_err(SlError::ring)?;
+    let tags = tags.reader(Start::Latest).map_err(SlError::ring)?;
     let ibuf = IbufReader::new(tags, table).map_err(SlError::ring)?;
     Ok(RingReader::new(name.to_string(), ibuf, data_id, nonblock))
 }
