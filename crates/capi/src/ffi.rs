@@ -305,11 +305,13 @@ pub extern "C" fn slfile_poke_complete(fd: c_int, count: size_t) -> ssize_t {
 /// side) was overwritten, and returns a new timestamp; one load of the ring's shared
 /// overwrite horizon. The optimistic loop of the thesis:
 ///
-///     int64_t t = slfile_check(fd, -1, O_RDONLY);
-///     while ((n = slfile_peek(fd, &p, SIZE_MAX)) > 0) {
-///         use(p, n);
-///         if ((t = slfile_check(fd, t, O_RDONLY)) < 0) break;   /* ESTALE: p was overwritten */
-///     }
+/// ```c
+/// int64_t t = slfile_check(fd, -1, O_RDONLY);
+/// while ((n = slfile_peek(fd, &p, SIZE_MAX)) > 0) {
+///     use(p, n);
+///     if ((t = slfile_check(fd, t, O_RDONLY)) < 0) break;   /* ESTALE: p was overwritten */
+/// }
+/// ```
 ///
 /// Timestamps are ring positions (never negative); any timestamp at or below the current
 /// one may be passed, meaning "data at or after it". Returns -1: ESTALE overwritten,
