@@ -275,3 +275,28 @@ fn bad_names_other_users_streams_and_a_stopped_daemon_get_their_errno() {
     assert!(status == 1 && ["ECONNREFUSED", "ENOENT"].contains(&errno_of(&err).as_str()), "{err}");
     assert!(err.contains("no Streamline daemon answers on"), "{err}");
 }
+
+/// A PipesFS path opens as a file through the same calls: slcat reads a running graph's
+/// `all` (blocks of 64 bytes from gen, as a byte stream) through libstreamline.
+#[test]
+fn a_pipesfs_path_reads_through_the_library() {
+    let d = Daemon::start("capi-fs", None);
+    let out = d.cli().args(["run", "--detach", "-q", "gen count=100G size=64 | count"]).stderr(Stdio::null()).output().unwrap();
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let all = d.mount().join(id.to_string()).join("gen/all");
+    common::wait_for("the run's gen/all in PipesFS", Duration::from_secs(10), || all.exists());
+    let mut cat = prog(&d, "slcat");
+    cat.args(["-v", all.to_str().unwrap()]);
+    let (mut c, mut out) = start_until(cat, "opened");
+    // Three reads that returned bytes (a read returning 0 would have ended slcat).
+    for k in 1..=3 {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let w: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(w.get(..2), Some(&["record", &k.to_string()][..]), "{line:?}");
+        assert!(w[2].parse::<u64>().unwrap() > 0, "{line:?}");
+    }
+    c.kill().unwrap();
+    c.wait().unwrap();
+    assert!(d.cli().args(["stop", &id.to_string()]).output().unwrap().status.success());
+}
