@@ -56,7 +56,7 @@ impl FileStream {
         self.buf.resize(max.min(PEEK_MAX), 0);
         let n = self.file.read(&mut self.buf).map_err(|e| SlError::io(format!("read {}", self.path), e))?;
         self.buf.truncate(n);
-        Ok((n > 0).then(|| Block { ptr: self.buf.as_ptr(), len: n }))
+        Ok((n > 0).then_some(Block { ptr: self.buf.as_ptr(), len: n }))
     }
 
     /// `peek`: the bytes stay in the private buffer until the next call.
