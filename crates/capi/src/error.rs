@@ -58,6 +58,8 @@ impl SlError {
                 SlError::new(errno, format!("no Streamline daemon answers on {} ({source}); start streamlined, or set STREAMLINE_SOCKET", socket.display()))
             }
             C::Refused { errno, message, .. } => SlError::new(if errno > 0 { errno } else { libc::EIO }, format!("the daemon refused: {message}")),
+            C::Proto(protocol::proto::ProtoError::Io(e)) => SlError::io(format!("talking to the daemon on {}", socket.display()), e),
+            C::Proto(protocol::proto::ProtoError::Closed) => SlError::new(libc::ECONNRESET, format!("the daemon on {} closed the connection", socket.display())),
             C::Proto(e) => SlError::new(libc::EPROTO, format!("talking to the daemon on {}: {e}", socket.display())),
             C::Unexpected(r) => SlError::new(libc::EPROTO, format!("the daemon on {} answered {r:?}", socket.display())),
         }

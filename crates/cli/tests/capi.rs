@@ -300,3 +300,43 @@ fn a_pipesfs_path_reads_through_the_library() {
     c.wait().unwrap();
     assert!(d.cli().args(["stop", &id.to_string()]).output().unwrap().status.success());
 }
+
+/// A daemon that hangs up between two requests (here a peer that answers the handshake and
+/// closes, as a daemon that dies or drops a connection does): the C program gets an errno
+/// from slfile_open and is never killed by SIGPIPE when the library writes its next
+/// request to the closed connection (children of this test have SIGPIPE's default, fatal
+/// disposition, as C programs usually do).
+#[test]
+fn a_daemon_that_hangs_up_gives_an_errno_never_sigpipe() {
+    use daemon::proto::{self, Msg};
+    let dir = std::env::temp_dir().join(format!("sl-capi-hup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("control");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    const ROUNDS: usize = 20;
+    let hangup = std::thread::spawn(move || {
+        for _ in 0..ROUNDS {
+            let (c, _) = listener.accept().unwrap();
+            let (m, _) = proto::recv::<Request>(&c).unwrap();
+            assert!(matches!(m.body, Request::Hello { .. }), "{m:?}");
+            let welcome = Reply::Welcome { version: proto::VERSION, server: "hangs up".into(), uid: 0, gid: 0, pid: 0 };
+            proto::send(&c, &Msg { id: m.id, body: welcome }, &[]).unwrap();
+            c.shutdown(std::net::Shutdown::Both).unwrap();
+        }
+    });
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..ROUNDS {
+        let mut c = Command::new(programs().join("slcat"));
+        c.arg("anything").env("STREAMLINE_SOCKET", &sock);
+        let o = c.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "round {round}: slcat ended with {:?} (a signal: SIGPIPE?): {err}", o.status);
+        let errno = err.split("errno=").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("").to_string();
+        assert!(["EPIPE", "ECONNRESET"].contains(&errno.as_str()), "round {round}: {err}");
+        seen.insert(errno);
+    }
+    hangup.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(seen.contains("EPIPE"), "the request after the hang-up was written to the closed connection at least once: {seen:?}");
+}
