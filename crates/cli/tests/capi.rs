@@ -5,7 +5,8 @@
 //! stream reaches a C reader byte for byte, and bad names, other users' streams and a
 //! stopped daemon give their errno.
 //!
-//! Needs `cargo build -p capi -p daemon` first (`cargo test --workspace` builds both).
+//! Needs `cargo build -p capi` first (the README's test command does it; cargo test builds
+//! the daemon, but libstreamline.so only into deps/).
 
 mod common;
 
@@ -26,17 +27,17 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).expect("the test binary lies in <target>/<profile>/deps").to_path_buf();
-    assert!(dir.join("libstreamline.so").exists(), "{}/libstreamline.so is missing: build the C library (`cargo build -p capi`; `cargo test --workspace` builds it)", dir.display());
+    assert!(dir.join("libstreamline.so").exists(), "{}/libstreamline.so is missing: build the C library first (`cargo build -p capi`; cargo test builds it only into deps/)", dir.display());
     dir
 }
 
-/// slcat and slwrite, compiled once per test process into a directory every user may
-/// read (the EACCES case runs slcat as uid 65534).
+/// slcat and slwrite, compiled once per test process into the target directory (which
+/// every user may read: the EACCES case runs slcat as uid 65534), replaced by each run.
 fn programs() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let lib = lib_dir();
-        let out = std::env::temp_dir().join(format!("sl-capi-{}", std::process::id()));
+        let out = lib.join("slfile-examples");
         std::fs::create_dir_all(&out).unwrap();
         std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         for p in ["slcat", "slwrite"] {
