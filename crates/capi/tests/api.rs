@@ -329,3 +329,24 @@ fn a_path_reads_as_a_file_stacked_under_the_same_calls() {
     }
     std::fs::remove_file(&path).unwrap();
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+    /// Any name (bytes without NUL, UTF-8 or not, paths or stream names) opened for
+    /// reading gives a descriptor or a typed errno with a reason, never a panic (which the
+    /// library would report as EIO, "internal error").
+    #[test]
+    fn hostile_names_get_a_descriptor_or_an_errno(name in proptest::collection::vec(1u8..=255, 0..300), nonblock in proptest::bool::ANY) {
+        let _turn = setup();
+        let c = CString::new(name).unwrap();
+        let flags = O_RDONLY | if nonblock { O_NONBLOCK } else { 0 };
+        // SAFETY: a valid NUL-terminated string.
+        let fd = unsafe { sl::slfile_open_mode(c.as_ptr(), flags, 0) };
+        if fd >= 0 {
+            proptest::prop_assert_eq!(sl::slfile_close(fd), 0);
+        } else {
+            let (e, msg) = (errno(), last_error());
+            proptest::prop_assert!(e != libc::EIO && e > 0 && !msg.is_empty() && !msg.contains("internal error"), "errno {} {}", e, msg);
+        }
+    }
+}
