@@ -341,3 +341,31 @@ fn a_daemon_that_hangs_up_gives_an_errno_never_sigpipe() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(seen.contains("EPIPE"), "the request after the hang-up was written to the closed connection at least once: {seen:?}");
 }
+
+/// The library is loaded into arbitrary programs (the libpcap stand-in among them): it
+/// links no libpcap, libbpf, libxdp or C++ runtime, and exports the calls of the header.
+#[test]
+fn the_library_links_only_libc_and_exports_the_slfile_calls() {
+    let lib = lib_dir().join("libstreamline.so");
+    let (status, deps, err) = run({
+        let mut c = Command::new("ldd");
+        c.arg(&lib);
+        c
+    });
+    assert_eq!(status, 0, "{err}");
+    for bad in ["pcap", "bpf", "xdp", "stdc++", "elf"] {
+        assert!(!deps.contains(bad), "libstreamline.so links {bad}:\n{deps}");
+    }
+    let (status, syms, err) = run({
+        let mut c = Command::new("nm");
+        c.args(["-D", "--defined-only"]).arg(&lib);
+        c
+    });
+    assert_eq!(status, 0, "{err}");
+    let header = std::fs::read_to_string(Path::new(ROOT).join("crates/capi/include/streamline.h")).unwrap();
+    let declared: Vec<&str> = header.lines().filter(|l| !l.trim_start().starts_with("//") && l.trim_end().ends_with(");")).filter_map(|l| l.split('(').next()?.split_whitespace().last()).map(|f| f.trim_start_matches('*')).filter(|f| f.starts_with("slfile_") && *f != "slfile_open").collect();
+    assert!(declared.len() >= 15, "{declared:?}");
+    for f in declared {
+        assert!(syms.lines().any(|l| l.ends_with(&format!(" T {f}"))), "{f} is declared in streamline.h but not exported");
+    }
+}
