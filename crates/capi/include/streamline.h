@@ -106,7 +106,8 @@ int slfile_open_mode(const char *name, int flags, unsigned int mode);
 // Close a descriptor. A stream this process writes ends: its readers read what is left,
 // then see the end (read returns 0); what a `poke` or `append`s left open is published
 // first (an unfinished `poke_acquire` is dropped). Pointers from peek/poke on `fd` are
-// invalid afterwards. Returns 0, or -1: EBADF.
+// invalid afterwards. The number is free at once; a call another thread is making on the
+// stream (a blocked read) is waited for. Returns 0, or -1: EBADF.
 int slfile_close(int fd);
 
 // Copy the next record into `buf` (thesis `slfile_read`). One call returns at most one

@@ -108,7 +108,8 @@ pub unsafe extern "C" fn slfile_open_mode(name: *const c_char, flags: c_int, mod
 /// Close a descriptor. A stream this process writes ends: its readers read what is left,
 /// then see the end (read returns 0); what a `poke` or `append`s left open is published
 /// first (an unfinished `poke_acquire` is dropped). Pointers from peek/poke on `fd` are
-/// invalid afterwards. Returns 0, or -1: EBADF.
+/// invalid afterwards. The number is free at once; a call another thread is making on the
+/// stream (a blocked read) is waited for. Returns 0, or -1: EBADF.
 #[no_mangle]
 pub extern "C" fn slfile_close(fd: c_int) -> c_int {
     guard(-1, || {
