@@ -122,11 +122,11 @@ impl Sink for IbufWriter {
     fn write(&mut self, data: &[u8]) -> Result<usize> {
         IbufWriter::write(self, data)
     }
-    fn poke_acquire(&mut self, _len: usize) -> Result<&mut [u8]> {
-        Err(Error::Unsupported { name: self.tags().shared().name().to_string(), what: "poke on an IBuf (write or splice instead)" })
+    fn poke_acquire(&mut self, len: usize) -> Result<&mut [u8]> {
+        IbufWriter::poke_acquire(self, len)
     }
-    fn poke_complete(&mut self, _len: usize) -> Result<u64> {
-        Err(Error::Unsupported { name: self.tags().shared().name().to_string(), what: "poke on an IBuf (write or splice instead)" })
+    fn poke_complete(&mut self, len: usize) -> Result<u64> {
+        IbufWriter::poke_complete(self, len, 1).map(|t| t.pos)
     }
     fn close(&mut self) {
         IbufWriter::close(self)

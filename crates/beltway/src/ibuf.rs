@@ -495,6 +495,8 @@ pub struct IbufWriter {
     pub copied: u64,
     /// How far the IBuf's readers had released tags when last looked at.
     released: crate::ring::ReleaseCache,
+    /// The open `poke_acquire` window in the default DBuf: (position, length).
+    poked: Option<(u64, usize)>,
 }
 
 impl IbufWriter {
@@ -503,7 +505,7 @@ impl IbufWriter {
         if tags.shared().layout() != Layout::Tags {
             return Err(Error::Unsupported { name: tags.shared().name().to_string(), what: "IbufWriter over a ring that does not hold tags" });
         }
-        Ok(IbufWriter { tags, table: BufTable::new(), default: None, outstanding: VecDeque::new(), spliced: 0, copied: 0, released: Default::default() })
+        Ok(IbufWriter { tags, table: BufTable::new(), default: None, outstanding: VecDeque::new(), spliced: 0, copied: 0, released: Default::default(), poked: None })
     }
 
     /// Give the IBuf a default DBuf for write-through. `data` must be a byte ring with
@@ -576,9 +578,66 @@ impl IbufWriter {
         Ok(tag)
     }
 
+    /// Write-side `poke_acquire` (thesis Table 4.1, write-through without a copy): `len`
+    /// contiguous bytes of the default DBuf to fill in place. No tag points at them until
+    /// [`IbufWriter::poke_complete`], so readers cannot see them half filled. Waits, as a
+    /// write-through does, until no unread tag points into the window.
+    pub fn poke_acquire(&mut self, len: usize) -> Result<&mut [u8]> {
+        let name = || self.tags.shared().name().to_string();
+        if self.poked.is_some() {
+            return Err(Error::Unsupported { name: name(), what: "a second poke_acquire before poke_complete" });
+        }
+        let Some((dbuf, _)) = self.default.as_mut() else {
+            return Err(Error::Unsupported { name: name(), what: "poke without a default DBuf" });
+        };
+        let need = dbuf.contiguous_need(len)?;
+        self.release_until(need)?;
+        let (dbuf, _) = self.default.as_mut().expect("checked");
+        // Committed on the DBuf at once: its readers learn of blocks only from tags.
+        let (at, _) = dbuf.alloc_contiguous(len)?;
+        self.poked = Some((at, len));
+        Ok(self.poked_mut().expect("the window was just allocated and is not overwritten"))
+    }
+
+    /// The window of the open `poke_acquire` again (a caller that fills it over several
+    /// calls, like `slfile_append`); `None` when no poke is open.
+    pub fn poked_mut(&mut self) -> Option<&mut [u8]> {
+        let (at, len) = self.poked?;
+        self.default.as_mut()?.0.rewrite(at, len)
+    }
+
+    /// Publish the first `len` bytes of the open `poke_acquire` window as one block (a tag
+    /// of class `class`) and give the rest of the window back.
+    pub fn poke_complete(&mut self, len: usize, class: u16) -> Result<Tag> {
+        let Some((at, cap)) = self.poked else {
+            return Err(Error::Unsupported { name: self.tags.shared().name().to_string(), what: "poke_complete without poke_acquire" });
+        };
+        if len > cap {
+            return Err(Error::TooLarge { name: self.tags.shared().name().to_string(), len, max: cap });
+        }
+        self.poked = None;
+        let (dbuf, _) = self.default.as_mut().expect("an open poke has a default DBuf");
+        dbuf.give_back(at, cap, len);
+        let tag = Tag { pos: at, len: len as u32, buf: dbuf.shared().buf_id(), class };
+        let tpos = self.write_tag(tag)?;
+        self.outstanding.push_back((tpos, at + len as u64));
+        self.copied += 1;
+        Ok(tag)
+    }
+
+    /// Abandon the open `poke_acquire` window: nothing is published, the space goes back.
+    pub fn poke_cancel(&mut self) {
+        if let (Some((at, cap)), Some((dbuf, _))) = (self.poked.take(), self.default.as_mut()) {
+            dbuf.give_back(at, cap, 0);
+        }
+    }
+
     /// Copy into the default DBuf, first making sure no unread tag points at what the copy
     /// overwrites.
     fn write_through(&mut self, parts: &[&[u8]], class: u16) -> Result<Tag> {
+        if self.poked.is_some() {
+            return Err(Error::Unsupported { name: self.tags.shared().name().to_string(), what: "write-through while a poke_acquire is open" });
+        }
         let Some((dbuf, _)) = self.default.as_mut() else {
             return Err(Error::Unsupported { name: self.tags.shared().name().to_string(), what: "write-through without a default DBuf" });
         };

@@ -288,3 +288,78 @@ fn detachable_ring_outlives_its_readers() {
     let err = (0..64).find_map(|_| w.write(&chunk).err()).expect("a broken pipe");
     assert!(matches!(err, beltway::Error::BrokenPipe { .. }), "{err}");
 }
+
+/// Write-side poke on an IBuf: a block filled in place is published by its tag only at
+/// `poke_complete` (readers never see a window half filled), the unused end of the window
+/// goes back (the next block follows right after the published bytes), and the call order
+/// is enforced.
+#[test]
+fn ibuf_poke_fills_in_place_and_publishes_on_complete() {
+    let _w = watchdog("ibuf_poke_fills_in_place_and_publishes_on_complete", 30);
+    let mut w = DoubleRing::create("poke", 256, 1 << 16, SyncMode::Srp).unwrap();
+    let mut r = DoubleRing::reader(&w, Start::Oldest).unwrap();
+    let win = w.poke_acquire(100).unwrap();
+    assert_eq!(win.len(), 100);
+    win[..5].copy_from_slice(b"hello");
+    assert!(r.tags_mut().block(Some(Duration::ZERO)).unwrap() == beltway::Ready::TimedOut, "nothing is published before poke_complete");
+    let err = w.poke_acquire(10).unwrap_err();
+    assert!(err.to_string().contains("second poke_acquire"), "{err}");
+    let err = w.write(b"x").unwrap_err();
+    assert!(err.to_string().contains("while a poke_acquire is open"), "{err}");
+    // Filled over two calls, as slfile_append does.
+    w.poked_mut().unwrap()[5..11].copy_from_slice(b" world");
+    let t1 = w.poke_complete(11, 7).unwrap();
+    assert_eq!((t1.len, t1.class), (11, 7));
+    let err = w.poke_complete(1, 1).unwrap_err();
+    assert!(err.to_string().contains("without poke_acquire"), "{err}");
+    // The unused 89 bytes went back: the next block starts where the first ended.
+    let t2 = w.poke_acquire(3).unwrap();
+    t2.copy_from_slice(b"abc");
+    let t2 = w.poke_complete(3, 1).unwrap();
+    assert_eq!(t2.pos, t1.pos + 11);
+    // A cancelled window publishes nothing; a plain write follows.
+    w.poke_acquire(50).unwrap().fill(b'z');
+    w.poke_cancel();
+    w.write(b"tail").unwrap();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let (_, p) = r.peek_acquire().unwrap().unwrap();
+        got.push(p.data.to_vec());
+        r.peek_complete().unwrap();
+    }
+    assert_eq!(got, vec![b"hello world".to_vec(), b"abc".to_vec(), b"tail".to_vec()]);
+    // Too large a completion is refused and leaves the window open.
+    w.poke_acquire(4).unwrap();
+    assert!(w.poke_complete(5, 1).is_err());
+    assert!(w.poked_mut().is_some());
+}
+
+/// Poked blocks are lossless like written ones: a writer that pokes far more than the data
+/// ring holds waits for the reader, and every block arrives intact and in order.
+#[test]
+fn ibuf_poke_waits_for_a_slow_reader() {
+    let _w = watchdog("ibuf_poke_waits_for_a_slow_reader", 60);
+    let mut w = DoubleRing::create("poke2", 256, 1 << 14, SyncMode::Srp).unwrap();
+    let mut r = DoubleRing::reader(&w, Start::Oldest).unwrap();
+    let t = std::thread::spawn(move || {
+        for seq in 0..2000u32 {
+            let len = 100 + (seq as usize % 900);
+            let win = w.poke_acquire(len).unwrap();
+            for (i, b) in win.iter_mut().enumerate() {
+                *b = (seq as usize + i) as u8;
+            }
+            w.poke_complete(len, 1).unwrap();
+        }
+        w.close();
+    });
+    let mut seq = 0u32;
+    while let Some((_, p)) = r.peek_acquire().unwrap() {
+        let len = 100 + (seq as usize % 900);
+        assert_eq!(p.data.len(), len, "block {seq}");
+        assert!(p.data.iter().enumerate().all(|(i, b)| *b == (seq as usize + i) as u8), "block {seq} corrupt");
+        r.peek_complete().unwrap();
+        seq += 1;
+    }
+    t.join().unwrap();
+    assert_eq!(seq, 2000);
+}
