@@ -48,10 +48,15 @@ pub(crate) fn veth() -> Result<Veth> {
 /// goes to port 7. Returns the number sent and the seconds it took (above `secs` when the
 /// sender could not keep the rate).
 pub(crate) fn send(src: &str, dst: &str, pps: u64, secs: f64, flows: u16) -> Result<(u64, f64)> {
+    send_sized(src, dst, pps, secs, flows, 64)
+}
+
+/// [`send`] with datagrams of `size` bytes of payload.
+pub(crate) fn send_sized(src: &str, dst: &str, pps: u64, secs: f64, flows: u16, size: usize) -> Result<(u64, f64)> {
     let socks: Vec<UdpSocket> = (0..flows).map(|_| UdpSocket::bind(format!("{src}:0"))).collect::<std::io::Result<_>>().map_err(|e| err(format!("udp socket: {e}")))?;
     let ip: std::net::Ipv4Addr = dst.parse().map_err(|e| err(format!("destination {dst}: {e}")))?;
     let (port7, port9) = (SocketAddrV4::new(ip, 7), SocketAddrV4::new(ip, 9));
-    let payload = [0x5au8; 64];
+    let payload = vec![0x5au8; size];
     let t0 = Instant::now();
     let total = (pps as f64 * secs) as u64;
     let mut sent = 0u64;

@@ -4,14 +4,17 @@
 //! AF_PACKET socket per reader) and on ours (`streamline compat`: one shared capture in
 //! the daemon, every reader a slot on its rings).
 //!
-//! The offered rate comes from the machine: the sender (64-byte UDP datagrams through a
-//! veth pair, `capture::send`) is measured alone first, and the benchmark offers a third
-//! of what it keeps, so that the readers' cost never throttles it. CPU is measured
+//! The traffic is the thesis' "moderate datastream of full-sized packets" (UDP datagrams of
+//! 1472 bytes: 1514-byte frames; `--size` changes it). The offered rate comes from the
+//! machine: the sender (through a veth pair, `capture::send_sized`) is measured alone
+//! first, and the benchmark offers a share of what it keeps (`--load`, 5%), so that the
+//! readers' cost never throttles it and no reader drops. Each configuration runs `--reps` times (3), all
+//! configurations taking turns, and the median counts. CPU is measured
 //! system-wide (/proc/stat, all CPUs, all kinds of time: the kernel's per-socket copies
 //! run in the sender's context and in softirqs, not in the readers), minus what the same
 //! sending costs with no reader: what the readers and their capture path cost. Needs root.
 
-use crate::capture::{send, veth};
+use crate::capture::{send_sized, veth};
 use crate::proc::kill_with_us;
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
 use std::io::BufRead;
@@ -23,9 +26,16 @@ pub struct Args {
     /// Seconds of traffic per configuration.
     #[arg(long, default_value_t = 3.0)]
     secs: f64,
-    /// Share of the sender's measured rate to offer.
-    #[arg(long, default_value_t = 0.33)]
+    /// Share of the sender's measured rate to offer (the thesis' "moderate datastream":
+    /// 5% of what one sender pushes through a veth pair, several hundred Mbit/s here).
+    #[arg(long, default_value_t = 0.05)]
     load: f64,
+    /// UDP payload bytes per datagram (1472: full-sized Ethernet frames).
+    #[arg(long, default_value_t = 1472)]
+    size: usize,
+    /// Rounds (each configuration once per round; the median counts).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
     /// Reader counts to measure (default 1, 2, 5, 10; quick: 1, 10).
     #[arg(long, value_delimiter = ',')]
     readers: Vec<usize>,
@@ -51,11 +61,11 @@ fn cpu_ns(pid: u32) -> u64 {
 }
 
 /// As fast as one sender can: 64-byte datagrams in sendmmsg batches for `secs`.
-fn max_rate(src: &str, dst: &str, secs: f64) -> Result<f64> {
+fn max_rate(src: &str, dst: &str, secs: f64, size: usize) -> Result<f64> {
     let sock = std::net::UdpSocket::bind(format!("{src}:0")).map_err(|e| err(format!("udp socket: {e}")))?;
     let ip: std::net::Ipv4Addr = dst.parse().map_err(|e| err(format!("{dst}: {e}")))?;
     let to = vec![std::net::SocketAddrV4::new(ip, 9); 64];
-    let payload = [0x5au8; 64];
+    let payload = vec![0x5au8; size];
     let t0 = Instant::now();
     let mut sent = 0u64;
     while t0.elapsed().as_secs_f64() < secs {
@@ -109,20 +119,15 @@ fn stop_reader(r: Reader) -> (u64, u64) {
 
 /// One measured window of sending at `pps`: (packets sent, seconds, machine busy CPU
 /// seconds, CPU seconds of `pids`).
-fn window(here: &str, peer: &str, pps: u64, secs: f64, pids: &[u32]) -> Result<(u64, f64, f64, f64)> {
+fn window(here: &str, peer: &str, pps: u64, secs: f64, size: usize, pids: &[u32]) -> Result<(u64, f64, f64, f64)> {
     let p0: u64 = pids.iter().map(|&p| cpu_ns(p)).sum();
     let (b0, _) = machine_cpu();
-    let (sent, took) = send(here, peer, pps, secs, 1)?;
+    let (sent, took) = send_sized(here, peer, pps, secs, 1, size)?;
     // What was sent is still being read: let the readers finish it inside the window.
     std::thread::sleep(Duration::from_millis(300));
     let (b1, _) = machine_cpu();
     let p1: u64 = pids.iter().map(|&p| cpu_ns(p)).sum();
     Ok((sent, took, b1 - b0, (p1 - p0) as f64 / 1e9))
-}
-
-/// Row of the table: mode, readers, CPU and counts.
-struct Row {
-    extra: f64,
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
@@ -143,10 +148,12 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     cleanup_on_abnormal_exit(&[&dir.path().join("control"), &dir.path().join("streamlined.log"), dir.path()]);
     let daemon = crate::daemon::Daemon::start(&streamlined, dir.path(), None)?;
 
-    let max = max_rate(&here, &peer, if quick { 0.5 } else { 1.0 })?;
+    let size = a.size.clamp(18, 1472);
+    let max = max_rate(&here, &peer, if quick { 0.5 } else { 1.0 }, size)?;
     let pps = ((max * a.load) as u64).max(1000);
-    println!("streamline-bench legacy ({} mode): tcpdump readers on veth {dev}, {secs} s per configuration", if quick { "quick" } else { "full" });
-    println!("sender alone keeps {max:.0} packets/s (64-byte UDP); offering {pps} packets/s ({:.0}% of it)", a.load * 100.0);
+    let reps = if quick { 1 } else { a.reps.max(1) };
+    println!("streamline-bench legacy ({} mode): tcpdump readers on veth {dev}, {secs} s per configuration, {reps} round(s)", if quick { "quick" } else { "full" });
+    println!("sender alone keeps {max:.0} packets/s ({size}-byte UDP payloads); offering {pps} packets/s ({:.0}% of it, {:.0} Mbit/s)", a.load * 100.0, pps as f64 * (size + 42) as f64 * 8.0 / 1e6);
     println!("our libpcap: {compat}/libpcap.so.0.8; our daemon: {} (pid {})", streamlined.display(), daemon.child.as_ref().map_or(0, |c| c.id()));
 
     let filters = [
@@ -161,10 +168,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         "udp dst port 7".to_string(),
         "not tcp".to_string(),
     ];
-    let (_, _, base_busy, _) = window(&here, &peer, pps, secs, &[])?;
-    let base = base_busy / secs;
-    println!("sending alone: {:.1}% CPU (of one CPU; the machine has {})", base * 100.0, std::thread::available_parallelism().map_or(0, |n| n.get()));
-    println!("\n{:<11} {:>7} {:>10} {:>14} {:>14} {:>12} {:>10} {:>9}", "libpcap", "readers", "sent", "readers+path", "readers only", "captured", "dropped", "ns/pkt");
+    println!("filters (reader k has the k-th): {}", filters.iter().map(|f| format!("'{f}'")).collect::<Vec<_>>().join(", "));
     let counts: &[usize] = if !a.readers.is_empty() {
         &a.readers
     } else if quick {
@@ -172,57 +176,80 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     } else {
         &[1, 2, 5, 10]
     };
-    let mut linux = Vec::new();
-    let mut ours = Vec::new();
-    let daemon_pid = daemon.child.as_ref().map_or(0, |c| c.id());
-    for &n in counts {
-        for on_streamline in [false, true] {
-            if a.only.as_deref().is_some_and(|o| o != if on_streamline { "streamline" } else { "linux" }) {
-                continue;
-            }
-            let mut readers = Vec::new();
-            for f in filters.iter().cycle().take(n) {
-                let mut c = Command::new("tcpdump");
-                c.args(["-Z", "root", "-n", "-i", &dev, "-w", "/dev/null", f]);
-                if on_streamline {
-                    c.env("LD_LIBRARY_PATH", &compat).env("STREAMLINE_SOCKET", &daemon.socket);
+    // Per (readers, streamline?): the extra CPU of each round.
+    let mut extra: std::collections::BTreeMap<(usize, bool), Vec<f64>> = Default::default();
+    let mut bases = Vec::new();
+    println!("\n{:<5} {:<11} {:>7} {:>10} {:>14} {:>14} {:>12} {:>10} {:>9}", "round", "libpcap", "readers", "sent", "readers+path", "readers only", "captured", "dropped", "ns/pkt");
+    for round in 0..reps {
+        // The sender alone, each round: what the configurations' CPU is measured above.
+        let (_, took, busy, _) = window(&here, &peer, pps, secs, size, &[])?;
+        bases.push(busy / took);
+        let base = median(&bases);
+        println!("{round:<5} {:<11} {:>7} {:>10} {:>13.1}%   (the sender alone; median so far {:.1}%)", "-", 0, "", busy / took * 100.0, base * 100.0);
+        for &n in counts {
+            for on_streamline in [false, true] {
+                if a.only.as_deref().is_some_and(|o| o != if on_streamline { "streamline" } else { "linux" }) {
+                    continue;
                 }
-                readers.push(start_reader(c)?);
+                let mut readers = Vec::new();
+                for f in filters.iter().cycle().take(n) {
+                    let mut c = Command::new("tcpdump");
+                    c.args(["-Z", "root", "-n", "-i", &dev, "-w", "/dev/null", f]);
+                    if on_streamline {
+                        c.env("LD_LIBRARY_PATH", &compat).env("STREAMLINE_SOCKET", &daemon.socket);
+                    }
+                    readers.push(start_reader(c)?);
+                }
+                std::thread::sleep(Duration::from_millis(300));
+                let pids: Vec<u32> = readers.iter().map(|r| r.child.id()).collect();
+                let measured = window(&here, &peer, pps, secs, size, &pids);
+                let totals: Vec<(u64, u64)> = readers.into_iter().map(stop_reader).collect();
+                let (sent, took, busy, own) = measured?;
+                if took > secs * 1.15 {
+                    println!("(the sender kept only {:.0} of {pps} packets/s here)", sent as f64 / took);
+                }
+                let x = (busy / took - base).max(0.0);
+                let captured: u64 = totals.iter().map(|t| t.0).sum();
+                let dropped: u64 = totals.iter().map(|t| t.1).sum();
+                println!(
+                    "{round:<5} {:<11} {:>7} {:>10} {:>13.1}% {:>13.1}% {:>12} {:>10} {:>9.0}",
+                    if on_streamline { "streamline" } else { "linux" },
+                    n,
+                    sent,
+                    x * 100.0,
+                    own / took * 100.0,
+                    captured,
+                    dropped,
+                    x * took * 1e9 / sent.max(1) as f64
+                );
+                extra.entry((n, on_streamline)).or_default().push(x);
+                // Let a shared capture whose readers all left stop before the next one.
+                std::thread::sleep(Duration::from_millis(500));
             }
-            std::thread::sleep(Duration::from_millis(300));
-            let pids: Vec<u32> = readers.iter().map(|r| r.child.id()).collect();
-            let measured = window(&here, &peer, pps, secs, &pids);
-            let totals: Vec<(u64, u64)> = readers.into_iter().map(stop_reader).collect();
-            let (sent, took, busy, own) = measured?;
-            if took > secs * 1.15 {
-                println!("(the sender kept only {:.0} of {pps} packets/s here)", sent as f64 / took);
-            }
-            let extra = (busy / took - base).max(0.0);
-            let captured: u64 = totals.iter().map(|t| t.0).sum();
-            let dropped: u64 = totals.iter().map(|t| t.1).sum();
-            println!(
-                "{:<11} {:>7} {:>10} {:>13.1}% {:>13.1}% {:>12} {:>10} {:>9.0}",
-                if on_streamline { "streamline" } else { "linux" },
-                n,
-                sent,
-                extra * 100.0,
-                own / took * 100.0,
-                captured,
-                dropped,
-                extra * took * 1e9 / sent.max(1) as f64
-            );
-            if on_streamline { &mut ours } else { &mut linux }.push((n, Row { extra }));
-            // Let a shared capture whose readers all left stop before the next round.
-            std::thread::sleep(Duration::from_millis(500));
         }
     }
-    let _ = daemon_pid;
-    let at = |rows: &[(usize, Row)], n: usize| rows.iter().find(|r| r.0 == n).map_or(f64::NAN, |r| r.1.extra.max(1e-4));
+    println!("\nmedian CPU of readers and capture path (% of one CPU):");
+    for &n in counts {
+        let m = |sl: bool| extra.get(&(n, sl)).map_or(f64::NAN, |v| median(v) * 100.0);
+        println!("  {n:>2} readers: linux {:>6.1}%   streamline {:>6.1}%", m(false), m(true));
+    }
+    let at = |n: usize, sl: bool| extra.get(&(n, sl)).map_or(f64::NAN, |v| median(v).max(1e-4));
     let mut s = Summary::default();
-    s.add("tcpdump_10_readers_linux_cpu_over_streamline", at(&linux, 10) / at(&ours, 10), Some(Target::AtLeast(4.0)), format!("CPU of 10 tcpdump readers plus their capture path (system-wide, the sender's own cost taken out) at {pps} packets/s: system libpcap over ours"));
-    s.add("tcpdump_10_vs_1_readers_cpu_streamline", at(&ours, 10) / at(&ours, 1), Some(Target::AtMost(2.0)), "ours: 10 readers' CPU over 1 reader's");
-    s.add("tcpdump_1_reader_linux_cpu_over_streamline", at(&linux, 1) / at(&ours, 1), Some(Target::AtLeast(1.5)), "one reader: system libpcap over ours");
+    s.add("tcpdump_10_readers_linux_cpu_over_streamline", at(10, false) / at(10, true), Some(Target::AtLeast(4.0)), format!("CPU of 10 tcpdump readers plus their capture path (system-wide, the sender's own cost taken out) at {pps} packets/s of {size}-byte datagrams: system libpcap over ours"));
+    s.add("tcpdump_10_vs_1_readers_cpu_streamline", at(10, true) / at(1, true), Some(Target::AtMost(2.0)), "ours: 10 readers' CPU over 1 reader's");
+    s.add("tcpdump_1_reader_linux_cpu_over_streamline", at(1, false) / at(1, true), Some(Target::AtLeast(1.5)), "one reader: system libpcap over ours");
     s.add("tcpdump_offered_pps", pps as f64, None, format!("the offered rate: {:.0}% of the {max:.0} packets/s the sender keeps alone", a.load * 100.0));
     s.print();
     Ok(())
+}
+
+/// The median (the mean of the middle two for an even count).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }

@@ -84,6 +84,9 @@ pub struct TapRings {
     pub data: RingRef,
 }
 
+/// How often a subscriber's reader looks for new tags while its ring is empty.
+pub const SUBSCRIBER_LATENCY: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Which blocks a subscriber wants: called with a block and its wire length, it returns
 /// how many bytes of the block to keep, 0 for none (a classic BPF program's verdict).
 pub type Want = Box<dyn FnMut(&[u8], u32) -> u32 + Send>;
@@ -101,7 +104,10 @@ impl Subscriber {
     /// ring; `snap`: most bytes of a block it keeps. Returns it and the rings its reader
     /// maps (its tag ring, the tap's data ring).
     pub fn create(id: u64, tap_rings: &TapRings, tag_slots: usize, snap: u32) -> beltway::Result<(Subscriber, TapRings)> {
-        let cfg = RingConfig { sync: SyncMode::Frp, ..RingConfig::bytes((tag_slots * Tag::SIZE).max(1 << 12)).layout(Layout::Tags) };
+        // A reader of another process cannot be woken (it maps no control segment): it
+        // looks every `latency`. 5 ms batches a busy link's packets into few looks, well
+        // inside libpcap's usual timeouts (tcpdump: 1000 ms).
+        let cfg = RingConfig { sync: SyncMode::Frp, latency: SUBSCRIBER_LATENCY, ..RingConfig::bytes((tag_slots * Tag::SIZE).max(1 << 12)).layout(Layout::Tags) };
         let tags = Writer::create(&format!("sub.{id}"), cfg)?;
         let rings = TapRings { id, tags: tags.ring(), data: tap_rings.data.clone() };
         Ok((Subscriber { id, tags, snap: snap.max(1) }, rings))
