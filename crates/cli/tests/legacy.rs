@@ -40,7 +40,9 @@ fn tcpdump(c: Command, dev: &str, filter: &str, out: &Path) -> (Child, std::thre
 fn tcpdump_with(mut c: Command, extra: &[&str], dev: &str, filter: &str, out: &Path) -> (Child, std::thread::JoinHandle<String>) {
     // -Z root: the reader stays root (Debian's tcpdump otherwise drops to user tcpdump,
     // which then could not write the test's directory).
-    c.args(["-Z", "root", "-n"]).args(extra).args(["-i", dev, "-w"]).arg(out).stdout(Stdio::null());
+    // -U: each packet written as it comes, so a file stops growing once its reader has
+    // everything (see `settle`).
+    c.args(["-Z", "root", "-n", "-U"]).args(extra).args(["-i", dev, "-w"]).arg(out).stdout(Stdio::null());
     if !filter.is_empty() {
         c.arg(filter);
     }
@@ -111,6 +113,21 @@ fn offline_count(filter: &str) -> u64 {
     String::from_utf8_lossy(&o.stdout).lines().count() as u64
 }
 
+/// Wait until the readers writing `files` have caught up: no file grew for 750 ms (they
+/// write each packet as it comes, `-U`), at most 60 s. A fixed pause would be too short on
+/// a loaded machine and stop a reader before it read what was sent.
+fn settle(files: &[PathBuf]) {
+    let size = || files.iter().map(|f| std::fs::metadata(f).map_or(0, |m| m.len())).collect::<Vec<_>>();
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    let (mut last, mut still) = (size(), 0);
+    while still < 3 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = size();
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+    }
+}
+
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("sl-legacy-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -133,7 +150,7 @@ fn tcpdump_on_streamline_writes_what_plain_tcpdump_writes() {
         plain.push(tcpdump(Command::new("tcpdump"), &v.here, f, &dir.join(format!("plain{k}.pcap"))));
     }
     replay(&v, 3000, 1);
-    std::thread::sleep(Duration::from_millis(1500));
+    settle(&(0..filters.len()).flat_map(|k| [dir.join(format!("ours{k}.pcap")), dir.join(format!("plain{k}.pcap"))]).collect::<Vec<_>>());
     for (k, ((oc, orest), (pc, prest))) in ours.into_iter().zip(plain).enumerate() {
         let (o, _, odrop, oerr) = stop(oc, orest);
         let (p, _, pdrop, _) = stop(pc, prest);
@@ -162,7 +179,7 @@ fn snap_length_and_nanosecond_timestamps_as_libpcap_gives_them() {
     let ours = tcpdump_with(on_streamline(&d, "tcpdump"), &extra, &v.here, "tcp", &dir.join("ours.pcap"));
     let plain = tcpdump_with(Command::new("tcpdump"), &extra, &v.here, "tcp", &dir.join("plain.pcap"));
     replay(&v, 2000, 1);
-    std::thread::sleep(Duration::from_millis(1500));
+    settle(&[dir.join("ours.pcap"), dir.join("plain.pcap")]);
     stop(ours.0, ours.1);
     stop(plain.0, plain.1);
     let (on, a) = timed_packets(&dir.join("ours.pcap"));
@@ -223,7 +240,7 @@ fn ten_concurrent_tcpdumps_each_count_what_they_count_alone() {
     let ps = d.ps();
     assert_eq!(ps.matches("rx dev=").count(), 1, "one shared capture for ten readers:\n{ps}");
     replay(&v, 3000, 1);
-    std::thread::sleep(Duration::from_millis(1500));
+    settle(&(0..filters.len()).map(|k| dir.join(format!("r{k}.pcap"))).collect::<Vec<_>>());
     for (k, (c, rest)) in readers.into_iter().enumerate() {
         let (got, _, drop, err) = stop(c, rest);
         assert_eq!(drop, 0, "filter '{}' lost packets:\n{err}", filters[k]);
@@ -247,9 +264,9 @@ fn a_stopped_reader_reports_drops_and_the_others_lose_nothing() {
     // Five times the sample: more than the capture's 16 MiB data ring holds.
     let loops = 5;
     replay(&v, 8000, loops);
-    std::thread::sleep(Duration::from_millis(1500));
+    settle(&[dir.join("o0.pcap"), dir.join("o1.pcap")]);
     assert!(Command::new("kill").args(["-CONT", &slow.id().to_string()]).status().unwrap().success());
-    std::thread::sleep(Duration::from_millis(500));
+    settle(&[dir.join("slow.pcap")]);
     let total = offline_count("") * loops as u64;
     for (c, rest) in others {
         let (got, _, drop, err) = stop(c, rest);
@@ -277,7 +294,8 @@ fn tshark_on_streamline_counts_what_plain_tshark_counts() {
     let ours = start(on_streamline(&d, "tshark"), &dir.join("ours.pcapng"));
     let plain = start(Command::new("tshark"), &dir.join("plain.pcapng"));
     replay(&v, 3000, 1);
-    std::thread::sleep(Duration::from_millis(1500));
+    // dumpcap writes in its own time: no settling on file sizes here.
+    std::thread::sleep(Duration::from_millis(3000));
     let count = |p: &Path| {
         let o = Command::new("capinfos").args(["-M", "-c"]).arg(p).output().expect("capinfos (wireshark-common)");
         String::from_utf8_lossy(&o.stdout).lines().find_map(|l| l.strip_prefix("Number of packets:")).and_then(|n| n.trim().parse::<u64>().ok()).unwrap_or_else(|| panic!("capinfos {}: {}", p.display(), String::from_utf8_lossy(&o.stderr)))
@@ -311,7 +329,7 @@ fn a_running_pipelines_node_is_a_capture_device() {
     assert!(!list().contains("__"), "internal nodes are listed:\n{}", list());
     let (c, rest) = tcpdump(on_streamline(&d, "tcpdump"), &dev, "", &dir.join("udp.pcap"));
     replay(&v, 3000, 1);
-    std::thread::sleep(Duration::from_millis(1500));
+    settle(&[dir.join("udp.pcap")]);
     let (got, _, drop, err) = stop(c, rest);
     assert_eq!((got, drop), (offline_count("udp"), 0), "{err}");
     // What it wrote is UDP only, as the node passes it.
@@ -375,7 +393,7 @@ fn bad_devices_filters_daemons_and_readers() {
     let (keeper, keeper_rest) = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "udp", &dir.join("keeper.pcap"));
     assert!(Command::new("kill").args(["-KILL", &victim.id().to_string()]).status().unwrap().success());
     replay(&v, 3000, 1);
-    std::thread::sleep(Duration::from_millis(1500));
+    settle(&[dir.join("fb.pcap"), dir.join("keeper.pcap")]);
     let (got, _, _, err) = stop(fb, fb_rest);
     assert_eq!(got, offline_count("udp"), "the fallback capture: {err}");
     // The daemon restarts under the keeper: it subscribes again and goes on.
@@ -391,7 +409,7 @@ fn bad_devices_filters_daemons_and_readers() {
     wait_for("the reader to subscribe again (a shared capture in the new daemon)", Duration::from_secs(20), || d.ps().contains("rx dev="));
     d.wait_workers_capturing(&v.here);
     replay(&v, 3000, 1);
-    std::thread::sleep(Duration::from_millis(1500));
+    settle(&[dir.join("keeper.pcap")]);
     let (got, _, drop, err) = stop(keeper, keeper_rest);
     assert_eq!((got, drop), (2 * offline_count("udp"), 0), "the reader across the restart: {err}");
     let _ = std::fs::remove_dir_all(&dir);
