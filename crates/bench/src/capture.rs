@@ -82,7 +82,7 @@ pub(crate) fn send_sized(src: &str, dst: &str, pps: u64, secs: f64, flows: u16, 
 }
 
 /// Nanoseconds on CPU of every thread of `pid`.
-fn cpu_ns(pid: u32) -> u64 {
+pub(crate) fn cpu_ns(pid: u32) -> u64 {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
     dir.filter_map(|e| e.ok())
         .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())

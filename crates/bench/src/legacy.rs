@@ -14,7 +14,7 @@
 //! run in the sender's context and in softirqs, not in the readers), minus what the same
 //! sending costs with no reader: what the readers and their capture path cost. Needs root.
 
-use crate::capture::{send_sized, veth};
+use crate::capture::{cpu_ns, send_sized, veth};
 use crate::proc::kill_with_us;
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
 use std::io::BufRead;
@@ -52,12 +52,6 @@ fn machine_cpu() -> (f64, f64) {
     let total: f64 = v.iter().take(8).sum();
     let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
     ((total - idle) / hz, total / hz)
-}
-
-/// Nanoseconds on CPU of every thread of `pid`.
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    dir.filter_map(|e| e.ok()).filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok()).filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok()).sum()
 }
 
 /// As fast as one sender can: 64-byte datagrams in sendmmsg batches for `secs`.

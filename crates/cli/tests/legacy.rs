@@ -32,12 +32,46 @@ fn on_streamline(d: &Daemon, program: &str) -> Command {
     c
 }
 
+/// A capture program a test started: killed when dropped unless `stop`ped, so a failing
+/// test leaves no reader behind.
+struct Reader {
+    child: Option<Child>,
+    rest: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Reader {
+    fn listening(started: (Child, std::thread::JoinHandle<String>)) -> Reader {
+        Reader { child: Some(started.0), rest: Some(started.1) }
+    }
+
+    fn id(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGINT it (a capture program's clean stop); its exit status and its stderr.
+    fn interrupt(mut self) -> (std::process::ExitStatus, String) {
+        let c = self.child.take().expect("running");
+        assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
+        let out = c.wait_with_output().unwrap();
+        (out.status, self.rest.take().expect("running").join().unwrap())
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A recording tcpdump (`-w out`), started and listening.
-fn tcpdump(c: Command, dev: &str, filter: &str, out: &Path) -> (Child, std::thread::JoinHandle<String>) {
+fn tcpdump(c: Command, dev: &str, filter: &str, out: &Path) -> Reader {
     tcpdump_with(c, &[], dev, filter, out)
 }
 
-fn tcpdump_with(mut c: Command, extra: &[&str], dev: &str, filter: &str, out: &Path) -> (Child, std::thread::JoinHandle<String>) {
+fn tcpdump_with(mut c: Command, extra: &[&str], dev: &str, filter: &str, out: &Path) -> Reader {
     // -Z root: the reader stays root (Debian's tcpdump otherwise drops to user tcpdump,
     // which then could not write the test's directory).
     // -U: each packet written as it comes, so a file stops growing once its reader has
@@ -46,15 +80,13 @@ fn tcpdump_with(mut c: Command, extra: &[&str], dev: &str, filter: &str, out: &P
     if !filter.is_empty() {
         c.arg(filter);
     }
-    tcpdump_listening(c)
+    Reader::listening(tcpdump_listening(c))
 }
 
 /// SIGINT a tcpdump and return its totals: (captured, received by filter, dropped).
-fn stop(c: Child, rest: std::thread::JoinHandle<String>) -> (u64, u64, u64, String) {
-    assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
-    let out = c.wait_with_output().unwrap();
-    let err = rest.join().unwrap();
-    assert!(out.status.success(), "tcpdump failed: {err}");
+fn stop(r: Reader) -> (u64, u64, u64, String) {
+    let (status, err) = r.interrupt();
+    assert!(status.success(), "tcpdump failed: {err}");
     let n = |what: &str| err.lines().find(|l| l.contains(what)).and_then(|l| l.split_whitespace().next()?.parse().ok()).unwrap_or_else(|| panic!("no '{what}' in tcpdump's totals:\n{err}"));
     (n("captured"), n("received by filter"), n("dropped by kernel"), err)
 }
@@ -151,9 +183,9 @@ fn tcpdump_on_streamline_writes_what_plain_tcpdump_writes() {
     }
     replay(&v, 3000, 1);
     settle(&(0..filters.len()).flat_map(|k| [dir.join(format!("ours{k}.pcap")), dir.join(format!("plain{k}.pcap"))]).collect::<Vec<_>>());
-    for (k, ((oc, orest), (pc, prest))) in ours.into_iter().zip(plain).enumerate() {
-        let (o, _, odrop, oerr) = stop(oc, orest);
-        let (p, _, pdrop, _) = stop(pc, prest);
+    for (k, (or, pr)) in ours.into_iter().zip(plain).enumerate() {
+        let (o, _, odrop, oerr) = stop(or);
+        let (p, _, pdrop, _) = stop(pr);
         assert_eq!((odrop, pdrop), (0, 0), "filter '{}': drops (ours, plain)", filters[k]);
         assert_eq!(o, p, "filter '{}': ours captured {o}, plain tcpdump {p}\n{oerr}", filters[k]);
         let (a, b) = (packets(&dir.join(format!("ours{k}.pcap"))), packets(&dir.join(format!("plain{k}.pcap"))));
@@ -180,8 +212,8 @@ fn snap_length_and_nanosecond_timestamps_as_libpcap_gives_them() {
     let plain = tcpdump_with(Command::new("tcpdump"), &extra, &v.here, "tcp", &dir.join("plain.pcap"));
     replay(&v, 2000, 1);
     settle(&[dir.join("ours.pcap"), dir.join("plain.pcap")]);
-    stop(ours.0, ours.1);
-    stop(plain.0, plain.1);
+    stop(ours);
+    stop(plain);
     let (on, a) = timed_packets(&dir.join("ours.pcap"));
     let (pn, b) = timed_packets(&dir.join("plain.pcap"));
     assert!(on && pn, "nanosecond files (ours {on}, plain {pn})");
@@ -191,7 +223,7 @@ fn snap_length_and_nanosecond_timestamps_as_libpcap_gives_them() {
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         assert_eq!((&x.1, x.2), (&y.1, y.2), "packet {i}: (bytes, wire length)");
         assert!(x.1.len() <= 96, "packet {i}: {} bytes kept of a snap length of 96", x.1.len());
-        let skew = if x.0 > y.0 { x.0 - y.0 } else { y.0 - x.0 };
+        let skew = x.0.abs_diff(y.0);
         assert!(skew < Duration::from_millis(50), "packet {i}: times {:?} and {:?}", x.0, y.0);
     }
     // Nanoseconds, not microseconds times 1000, somewhere in the capture.
@@ -241,8 +273,8 @@ fn ten_concurrent_tcpdumps_each_count_what_they_count_alone() {
     assert_eq!(ps.matches("rx dev=").count(), 1, "one shared capture for ten readers:\n{ps}");
     replay(&v, 3000, 1);
     settle(&(0..filters.len()).map(|k| dir.join(format!("r{k}.pcap"))).collect::<Vec<_>>());
-    for (k, (c, rest)) in readers.into_iter().enumerate() {
-        let (got, _, drop, err) = stop(c, rest);
+    for (k, r) in readers.into_iter().enumerate() {
+        let (got, _, drop, err) = stop(r);
         assert_eq!(drop, 0, "filter '{}' lost packets:\n{err}", filters[k]);
         assert_eq!(got, offline_count(filters[k]), "filter '{}'", filters[k]);
     }
@@ -258,7 +290,7 @@ fn a_stopped_reader_reports_drops_and_the_others_lose_nothing() {
     let v = quiet_veth("lgs", "veth pairs, namespaces, packet capture");
     let d = Daemon::start("lgs", None);
     let dir = tmpdir("s");
-    let (slow, slow_rest) = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("slow.pcap"));
+    let slow = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("slow.pcap"));
     let others: Vec<_> = (0..2).map(|k| tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join(format!("o{k}.pcap")))).collect();
     assert!(Command::new("kill").args(["-STOP", &slow.id().to_string()]).status().unwrap().success());
     // Five times the sample: more than the capture's 16 MiB data ring holds.
@@ -268,11 +300,11 @@ fn a_stopped_reader_reports_drops_and_the_others_lose_nothing() {
     assert!(Command::new("kill").args(["-CONT", &slow.id().to_string()]).status().unwrap().success());
     settle(&[dir.join("slow.pcap")]);
     let total = offline_count("") * loops as u64;
-    for (c, rest) in others {
-        let (got, _, drop, err) = stop(c, rest);
+    for r in others {
+        let (got, _, drop, err) = stop(r);
         assert_eq!((got, drop), (total, 0), "a reader that kept reading lost packets:\n{err}");
     }
-    let (got, recv, drop, err) = stop(slow, slow_rest);
+    let (got, recv, drop, err) = stop(slow);
     assert!(drop > 0, "the stopped reader reports no drops:\n{err}");
     assert!(got < total, "the stopped reader got everything ({got}) though its ring was overrun:\n{err}");
     assert_eq!(recv, got + drop, "received = captured + dropped:\n{err}");
@@ -289,7 +321,7 @@ fn tshark_on_streamline_counts_what_plain_tshark_counts() {
     let start = |mut c: Command, out: &Path| {
         c.args(["-i", &v.here, "-f", "udp or arp", "-w"]).arg(out).stdout(Stdio::null());
         // dumpcap says "Capturing on 'IF'" once it captures.
-        common::tcpdump_listening_on(c, "Capturing on")
+        Reader::listening(common::tcpdump_listening_on(c, "Capturing on"))
     };
     let ours = start(on_streamline(&d, "tshark"), &dir.join("ours.pcapng"));
     let plain = start(Command::new("tshark"), &dir.join("plain.pcapng"));
@@ -300,11 +332,9 @@ fn tshark_on_streamline_counts_what_plain_tshark_counts() {
         let o = Command::new("capinfos").args(["-M", "-c"]).arg(p).output().expect("capinfos (wireshark-common)");
         String::from_utf8_lossy(&o.stdout).lines().find_map(|l| l.strip_prefix("Number of packets:")).and_then(|n| n.trim().parse::<u64>().ok()).unwrap_or_else(|| panic!("capinfos {}: {}", p.display(), String::from_utf8_lossy(&o.stderr)))
     };
-    for (c, rest) in [ours, plain] {
-        assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
-        let out = c.wait_with_output().unwrap();
-        let err = rest.join().unwrap();
-        assert!(out.status.success(), "tshark: {err}");
+    for r in [ours, plain] {
+        let (status, err) = r.interrupt();
+        assert!(status.success(), "tshark: {err}");
     }
     let (a, b) = (count(&dir.join("ours.pcapng")), count(&dir.join("plain.pcapng")));
     assert_eq!(a, b, "tshark on streamline captured {a}, on the system's libpcap {b}");
@@ -327,10 +357,10 @@ fn a_running_pipelines_node_is_a_capture_device() {
     // Listed once the run runs (its graph and counters reach the daemon).
     wait_for(&format!("tcpdump -D to list {dev}"), Duration::from_secs(10), || list().contains(&dev));
     assert!(!list().contains("__"), "internal nodes are listed:\n{}", list());
-    let (c, rest) = tcpdump(on_streamline(&d, "tcpdump"), &dev, "", &dir.join("udp.pcap"));
+    let r = tcpdump(on_streamline(&d, "tcpdump"), &dev, "", &dir.join("udp.pcap"));
     replay(&v, 3000, 1);
     settle(&[dir.join("udp.pcap")]);
-    let (got, _, drop, err) = stop(c, rest);
+    let (got, _, drop, err) = stop(r);
     assert_eq!((got, drop), (offline_count("udp"), 0), "{err}");
     // What it wrote is UDP only, as the node passes it.
     let p = dir.join("udp.pcap");
@@ -387,14 +417,14 @@ fn bad_devices_filters_daemons_and_readers() {
     let dir = tmpdir("b");
     let mut c = on_streamline(&d, "tcpdump");
     c.env("STREAMLINE_SOCKET", "/nonexistent/control").env("STREAMLINE_PCAP_FALLBACK", "1");
-    let (fb, fb_rest) = tcpdump(c, &v.here, "udp", &dir.join("fb.pcap"));
+    let fb = tcpdump(c, &v.here, "udp", &dir.join("fb.pcap"));
     // A reader killed mid-capture: the others and the daemon carry on.
-    let (victim, _victim_rest) = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("victim.pcap"));
-    let (keeper, keeper_rest) = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "udp", &dir.join("keeper.pcap"));
+    let victim = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("victim.pcap"));
+    let keeper = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "udp", &dir.join("keeper.pcap"));
     assert!(Command::new("kill").args(["-KILL", &victim.id().to_string()]).status().unwrap().success());
     replay(&v, 3000, 1);
     settle(&[dir.join("fb.pcap"), dir.join("keeper.pcap")]);
-    let (got, _, _, err) = stop(fb, fb_rest);
+    let (got, _, _, err) = stop(fb);
     assert_eq!(got, offline_count("udp"), "the fallback capture: {err}");
     // The daemon restarts under the keeper: it subscribes again and goes on.
     let socket = d.socket.clone();
@@ -410,7 +440,7 @@ fn bad_devices_filters_daemons_and_readers() {
     d.wait_workers_capturing(&v.here);
     replay(&v, 3000, 1);
     settle(&[dir.join("keeper.pcap")]);
-    let (got, _, drop, err) = stop(keeper, keeper_rest);
+    let (got, _, drop, err) = stop(keeper);
     assert_eq!((got, drop), (2 * offline_count("udp"), 0), "the reader across the restart: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
