@@ -264,6 +264,19 @@ fn a_daemon_killed_with_sigkill_leaves_nothing_a_restart_does_not_reclaim() {
     }
     assert!(Command::new("kill").args(["-KILL", &d.pid().to_string()]).status().unwrap().success());
     d.child.take().unwrap().wait().unwrap();
+    // Its PipesFS mount goes with it (fusermount3's auto_unmount watcher sees it die). Once,
+    // under CI load, the watcher left it: the test then detaches it itself, saying so, so
+    // that no test leaves a dead mount behind whatever the watcher does.
+    let mount = d.mount().display().to_string();
+    let mounted = || std::fs::read_to_string("/proc/mounts").unwrap_or_default().lines().any(|l| l.split_whitespace().nth(1) == Some(mount.as_str()));
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while mounted() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if mounted() {
+        eprintln!("note: {mount} was still mounted 10 s after its daemon's SIGKILL; detaching it");
+        let _ = Command::new("fusermount3").args(["-u", "-z", &mount]).status();
+    }
     std::thread::sleep(Duration::from_millis(300));
     assert!(Path::new(&ring).exists(), "SIGKILL leaves the ring (this is what a restart must reclaim)");
     // A sweep leaves rings younger than 2 s alone (they may be being set up).
