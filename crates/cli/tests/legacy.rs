@@ -74,9 +74,10 @@ fn tcpdump(c: Command, dev: &str, filter: &str, out: &Path) -> Reader {
 fn tcpdump_with(mut c: Command, extra: &[&str], dev: &str, filter: &str, out: &Path) -> Reader {
     // -Z root: the reader stays root (Debian's tcpdump otherwise drops to user tcpdump,
     // which then could not write the test's directory).
-    // -U: each packet written as it comes, so a file stops growing once its reader has
-    // everything (see `settle`).
-    c.args(["-Z", "root", "-n", "-U"]).args(extra).args(["-i", dev, "-w"]).arg(out).stdout(Stdio::null());
+    // -U and --immediate-mode: each packet delivered and written as it comes, so a file
+    // stops growing once its reader has everything (see `settle`); without immediate mode
+    // the system's libpcap holds packets in a kernel block for up to its 1 s timeout.
+    c.args(["-Z", "root", "-n", "-U", "--immediate-mode"]).args(extra).args(["-i", dev, "-w"]).arg(out).stdout(Stdio::null());
     if !filter.is_empty() {
         c.arg(filter);
     }
@@ -145,14 +146,14 @@ fn offline_count(filter: &str) -> u64 {
     String::from_utf8_lossy(&o.stdout).lines().count() as u64
 }
 
-/// Wait until the readers writing `files` have caught up: no file grew for 750 ms (they
-/// write each packet as it comes, `-U`), at most 60 s. A fixed pause would be too short on
-/// a loaded machine and stop a reader before it read what was sent.
+/// Wait until the readers writing `files` have caught up: no file grew for 1.25 s (they
+/// write each packet as it comes, `-U --immediate-mode`), at most 60 s. A fixed pause
+/// would be too short on a loaded machine and stop a reader before it read what was sent.
 fn settle(files: &[PathBuf]) {
     let size = || files.iter().map(|f| std::fs::metadata(f).map_or(0, |m| m.len())).collect::<Vec<_>>();
     let until = std::time::Instant::now() + Duration::from_secs(60);
     let (mut last, mut still) = (size(), 0);
-    while still < 3 && std::time::Instant::now() < until {
+    while still < 5 && std::time::Instant::now() < until {
         std::thread::sleep(Duration::from_millis(250));
         let now = size();
         still = if now == last { still + 1 } else { 0 };
