@@ -1,0 +1,159 @@
+//! Raw system calls and the C caller's `errno`.
+//!
+//! Owns: every way this library reaches the kernel for the calls it interposes. The
+//! library exports `read`, `write`, `close`, `poll`, ... under libc's names, so a call to
+//! libc's function from inside it (or from Rust's std, which calls libc) would land back in
+//! the library; these wrappers make the system call directly instead. They return the
+//! kernel's result: a count, or `Err(errno)`.
+//!
+//! FFI: the `unsafe` of raw system calls lives here, each block saying why it holds.
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::c_long;
+
+pub type Res = Result<usize, i32>;
+
+#[inline]
+fn ret(r: c_long) -> Res {
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// The calling thread's errno.
+#[inline]
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Set the calling thread's errno (what a C caller reads after a -1).
+#[inline]
+pub fn set_errno(e: i32) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = e }
+}
+
+/// A C-style return: the count, or -1 with errno set.
+#[inline]
+pub fn c_ret(r: Res) -> isize {
+    match r {
+        Ok(n) => n as isize,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// read(2) into `buf`.
+pub fn read(fd: i32, buf: &mut [u8]) -> Res {
+    // SAFETY: buf is a valid writable slice of buf.len() bytes.
+    ret(unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) })
+}
+
+/// read(2) through a raw pointer (the C caller's buffer).
+pub unsafe fn read_raw(fd: i32, buf: *mut u8, len: usize) -> Res {
+    // SAFETY: the caller vouches for buf/len, as the C caller of read(2) does.
+    ret(unsafe { libc::syscall(libc::SYS_read, fd, buf, len) })
+}
+
+/// write(2) of `buf`.
+pub fn write(fd: i32, buf: &[u8]) -> Res {
+    // SAFETY: buf is a valid readable slice.
+    ret(unsafe { libc::syscall(libc::SYS_write, fd, buf.as_ptr(), buf.len()) })
+}
+
+/// write(2) through a raw pointer (the C caller's buffer).
+pub unsafe fn write_raw(fd: i32, buf: *const u8, len: usize) -> Res {
+    // SAFETY: the caller vouches for buf/len.
+    ret(unsafe { libc::syscall(libc::SYS_write, fd, buf, len) })
+}
+
+pub fn close(fd: i32) -> Res {
+    // SAFETY: closing a descriptor number touches no memory.
+    ret(unsafe { libc::syscall(libc::SYS_close, fd) })
+}
+
+pub fn dup(fd: i32) -> Res {
+    // SAFETY: no memory involved.
+    ret(unsafe { libc::syscall(libc::SYS_dup, fd) })
+}
+
+pub fn dup3(old: i32, new: i32, flags: i32) -> Res {
+    // SAFETY: no memory involved.
+    ret(unsafe { libc::syscall(libc::SYS_dup3, old, new, flags) })
+}
+
+/// fcntl(2) with an integer argument (or none).
+pub fn fcntl(fd: i32, cmd: i32, arg: usize) -> Res {
+    // SAFETY: the commands used with this wrapper take an integer argument, not a pointer.
+    ret(unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, arg) })
+}
+
+/// fcntl(2) passing the C caller's argument word through unchanged (it may be a pointer).
+pub unsafe fn fcntl_raw(fd: i32, cmd: i32, arg: usize) -> Res {
+    // SAFETY: the caller passes what its own caller gave fcntl.
+    ret(unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, arg) })
+}
+
+/// ioctl(2) passing the C caller's argument through unchanged.
+pub unsafe fn ioctl_raw(fd: i32, req: u64, arg: usize) -> Res {
+    // SAFETY: the caller passes what its own caller gave ioctl.
+    ret(unsafe { libc::syscall(libc::SYS_ioctl, fd, req, arg) })
+}
+
+/// pipe2(2).
+pub fn pipe2(flags: i32) -> Result<[i32; 2], i32> {
+    let mut fds = [-1i32; 2];
+    // SAFETY: fds is a valid array of two ints.
+    ret(unsafe { libc::syscall(libc::SYS_pipe2, fds.as_mut_ptr(), flags) })?;
+    Ok(fds)
+}
+
+/// poll(2) on `fds` (ppoll with a relative timeout; `None` waits for ever).
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: Option<u64>) -> Res {
+    let ts = timeout_ms.map(|ms| libc::timespec { tv_sec: (ms / 1000) as libc::time_t, tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: fds is a valid slice of pollfd; tsp is null or a live timespec; no sigmask.
+    ret(unsafe { libc::syscall(libc::SYS_ppoll, fds.as_mut_ptr(), fds.len(), tsp, 0usize, 8usize) })
+}
+
+/// fstat(2).
+pub fn fstat(fd: i32) -> Result<libc::stat, i32> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: st is a writable stat buffer.
+    ret(unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) })?;
+    // SAFETY: the kernel filled it (and it was zeroed before).
+    Ok(unsafe { st.assume_init() })
+}
+
+/// openat(2) of a NUL-terminated path.
+pub fn open(path: &std::ffi::CStr, flags: i32) -> Res {
+    // SAFETY: path is NUL-terminated and outlives the call.
+    ret(unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags, 0) })
+}
+
+/// readlink(2) of a NUL-terminated path into `buf`.
+pub fn readlink(path: &std::ffi::CStr, buf: &mut [u8]) -> Res {
+    // SAFETY: path is NUL-terminated; buf is writable for its length.
+    ret(unsafe { libc::syscall(libc::SYS_readlinkat, libc::AT_FDCWD, path.as_ptr(), buf.as_mut_ptr(), buf.len()) })
+}
+
+/// getpid(2).
+pub fn getpid() -> i32 {
+    // SAFETY: no arguments.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
+/// Raise SIGPIPE on the calling thread, as the kernel does for a write to a pipe nobody reads.
+pub fn raise_sigpipe() {
+    // SAFETY: tgkill to ourselves with a valid signal number.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid);
+        libc::syscall(libc::SYS_tgkill, getpid(), tid, libc::SIGPIPE);
+    }
+}
