@@ -14,6 +14,8 @@
 //!   moderation, self-scaling, and dead-peer recovery.
 //! - [`mp`]: multiple producers with acquire/complete and the open/closed bitmap.
 //! - [`ibuf`]: tags, IBufs with read-through, write-through and splicing, the double ring.
+//! - [`stream`]: the shared byte stream behind a Unix pipe (any writers, any readers,
+//!   across fork and exec), what the preload library's pipes are.
 //! - [`api`]: the Table 4.1 surface: the [`Source`]/[`Sink`] traits every implementation
 //!   stacks behind, `pipe`, `mpipe`, `mkfifo`, `select`.
 //!
@@ -33,6 +35,7 @@ pub mod mp;
 pub mod pos;
 pub mod ring;
 pub mod shm;
+pub mod stream;
 pub mod sys;
 #[doc(hidden)]
 pub mod testing;

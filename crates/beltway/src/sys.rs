@@ -235,6 +235,14 @@ pub fn now_ns() -> u64 {
     monotonic().as_nanos() as u64
 }
 
+/// Whether no process `pid` exists any more (kill(pid, 0) says ESRCH). A zombie still
+/// exists; its locks are taken over once it is reaped.
+pub fn process_gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission; it delivers nothing.
+    let r = unsafe { libc::kill(pid, 0) };
+    r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
 pub fn getpid() -> u32 {
     std::process::id()
 }
