@@ -132,13 +132,24 @@ impl Stream {
 
     /// Take the writers' lock.
     pub fn lock_write(&self) -> Guard<'_> {
-        lock(&self.header().wlock);
-        Guard { word: &self.header().wlock }
+        self.lock_write_as(sys::getpid())
     }
 
     /// Take the readers' lock.
     pub fn lock_read(&self) -> Guard<'_> {
-        lock(&self.header().rlock);
+        self.lock_read_as(sys::getpid())
+    }
+
+    /// Take the writers' lock as process `me` (a caller that knows its pid saves the
+    /// system call; the pid only serves to take the lock over if its holder dies).
+    pub fn lock_write_as(&self, me: u32) -> Guard<'_> {
+        lock(&self.header().wlock, me);
+        Guard { word: &self.header().wlock }
+    }
+
+    /// Take the readers' lock as process `me`.
+    pub fn lock_read_as(&self, me: u32) -> Guard<'_> {
+        lock(&self.header().rlock, me);
         Guard { word: &self.header().rlock }
     }
 
@@ -255,8 +266,7 @@ fn holder_dead(word: u32) -> bool {
     pid > 0 && sys::process_gone(pid)
 }
 
-fn lock(word: &AtomicU32) {
-    let me = sys::getpid();
+fn lock(word: &AtomicU32, me: u32) {
     // SYNC POINT: Acquire on taking the lock pairs with the Release of the previous holder.
     if word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
         return;

@@ -1,18 +1,53 @@
 //! Legacy IPC on Streamline (thesis 3.4, 7.2, 7.3): an `LD_PRELOAD` library,
 //! `libslpreload.so`, that gives unmodified, dynamically linked programs
 //!
-//! - **pipes as Beltway rings**: `pipe`, `pipe2` (and FIFOs) create a shared-memory byte
-//!   ring beside the kernel pipe; `read`, `write`, `readv`, `writev`, `splice`, `poll`,
-//!   `select`, `epoll_*`, `close`, `dup*`, `fcntl`, `ioctl(FIONREAD)` serve it with Unix
-//!   pipe semantics, across `fork` and `exec`. A pipe end about to reach a program the
-//!   library cannot serve (a static binary, an fd sent over a socket) turns the pipe back
-//!   into the plain kernel pipe it always also was, data in order.
+//! - **pipes as Beltway rings**: `pipe` and `pipe2` create a shared-memory byte ring
+//!   ([`beltway::stream`]) beside the kernel pipe; `read`, `write`, `readv`, `writev`,
+//!   `splice`, `sendfile`, `poll`, `select`, `epoll_*`, `close`, `dup*`, `fcntl`,
+//!   `ioctl(FIONREAD)` and stdio streams serve it with Unix pipe semantics, across `fork`
+//!   and `exec`. A pipe end about to reach a program the library cannot serve (a static
+//!   binary, an fd sent over a socket) turns the pipe back into the plain kernel pipe it
+//!   always also was, bytes in order.
 //! - **batched UDP sockets** for the ports a policy names (`STREAMLINE_UDP_PORTS`).
 //!
 //! Modules: `sys` (raw system calls; the library never calls libc's versions of the calls
 //! it replaces), `vfd` (which fds are ours, and the interface the generic calls use),
-//! `udp` (batched UDP sockets).
+//! `pipe` (ring pipes), `wait` (poll/select/epoll over both kinds of fd), `ffi` (the
+//! interposed calls), `exec` (exec and spawn), `stdio` (FILE streams), `udp` (batched UDP
+//! sockets).
+//!
+//! Switches: `STREAMLINE_PIPES=off` leaves pipes to the kernel; `STREAMLINE_PIPE_SIZE`
+//! sets the ring size of new pipes (bytes, default 256 KiB).
 
+pub mod exec;
+pub mod ffi;
+pub mod pipe;
+pub mod stdio;
 pub mod sys;
 pub mod udp;
 pub mod vfd;
+pub mod wait;
+
+extern "C" fn init() {
+    pipe::discover();
+    stdio::rebind();
+    // SAFETY: registering plain functions with no state.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork));
+        libc::atexit(at_exit);
+    }
+}
+
+extern "C" fn after_fork() {
+    pipe::set_owner();
+}
+
+extern "C" fn at_exit() {
+    pipe::at_exit();
+    vfd::before_block();
+}
+
+/// Run `init` when the library is loaded, before the program's `main`.
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;

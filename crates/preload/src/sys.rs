@@ -157,3 +157,47 @@ pub fn raise_sigpipe() {
         libc::syscall(libc::SYS_tgkill, getpid(), tid, libc::SIGPIPE);
     }
 }
+
+/// Take ownership of a descriptor number this library created.
+pub fn owned(fd: i32) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: callers pass a descriptor they just created and that nothing else owns.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+/// The lowest fd number the library puts its own descriptors at (memfds, auxiliary pipe
+/// ends), out of the way of the numbers a program expects `open`/`pipe` to return.
+pub const HIGH_FD: usize = 700;
+
+/// Move `fd` to a number >= [`HIGH_FD`] (close-on-exec if asked), closing the original.
+/// Keeps the original if no higher number is free.
+pub fn move_high(fd: i32, cloexec: bool) -> i32 {
+    let cmd = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+    match fcntl(fd, cmd, HIGH_FD) {
+        Ok(n) => {
+            let _ = close(fd);
+            n as i32
+        }
+        Err(_) => fd,
+    }
+}
+
+/// epoll_ctl(2) with the C caller's event pointer.
+pub unsafe fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event) -> Res {
+    // SAFETY: ev is null (EPOLL_CTL_DEL) or a valid epoll_event, as the caller vouches.
+    ret(unsafe { libc::syscall(libc::SYS_epoll_ctl, epfd, op, fd, ev) })
+}
+
+/// epoll_pwait(2) into `evs` (timeout in ms, -1 for ever; optional signal mask).
+pub fn epoll_pwait(epfd: i32, evs: &mut [libc::epoll_event], timeout: i32, sigmask: *const libc::sigset_t) -> Res {
+    // SAFETY: evs is a valid writable array; sigmask is null or the caller's valid set.
+    ret(unsafe { libc::syscall(libc::SYS_epoll_pwait, epfd, evs.as_mut_ptr(), evs.len() as i32, timeout, sigmask, 8usize) })
+}
+
+/// ppoll(2) with the caller's signal mask (null: unchanged) and timeout in ms (None: for ever).
+pub fn ppoll_mask(fds: &mut [libc::pollfd], timeout_ms: Option<u64>, sigmask: *const libc::sigset_t) -> Res {
+    let ts = timeout_ms.map(|ms| libc::timespec { tv_sec: (ms / 1000) as libc::time_t, tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: fds is a valid slice; tsp null or live; sigmask null or the caller's valid set.
+    ret(unsafe { libc::syscall(libc::SYS_ppoll, fds.as_mut_ptr(), fds.len(), tsp, sigmask, 8usize) })
+}

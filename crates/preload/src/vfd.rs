@@ -27,6 +27,15 @@ pub trait Virtual: Send + Sync {
     /// poll so that it wakes when the readiness may have changed. `None`: nothing to poll;
     /// the waiter re-checks [`Virtual::revents`] in short time slices.
     fn wait_on(&self, fd: i32, events: i16) -> Option<(i32, i16)>;
+    /// Readiness for `events` can change without anything to poll in the kernel (a pipe's
+    /// writer waiting for space): the waiter re-checks in short time slices.
+    fn needs_slices(&self, _fd: i32, _events: i16) -> bool {
+        false
+    }
+    /// The ring pipe this is, if it is one.
+    fn pipe(&self) -> Option<&crate::pipe::Pipe> {
+        None
+    }
     /// The thread is about to block on `wait_on` (e.g. ask writers to ring a doorbell).
     fn arm(&self, _fd: i32, _events: i16) {}
     /// The thread woke up (undo `arm`, drain doorbells).

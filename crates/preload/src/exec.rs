@@ -1,0 +1,236 @@
+//! `exec` and `posix_spawn`: will the new program load this library? If not (a static
+//! binary, a setuid program the loader will not preload into, an environment without
+//! LD_PRELOAD), every ring pipe end it would inherit goes back to the kernel first
+//! (`pipe::before_foreign_exec`), so it reads and writes what every other holder of the
+//! pipe sees.
+//!
+//! Owns: that decision (reading the target's ELF program headers for PT_INTERP, following
+//! one `#!` line) and the exec family's shells. The real calls are libc's, found with
+//! `dlsym(RTLD_NEXT)`: `execvp`'s PATH search and `posix_spawn`'s file actions stay glibc's.
+
+#![allow(clippy::missing_safety_doc)]
+
+use crate::{pipe, sys};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// libc's own `name` (the next definition after ours).
+fn real(name: &CStr) -> *mut c_void {
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) }
+}
+
+macro_rules! real {
+    ($name:literal, $ty:ty) => {{
+        static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let p = *P.get_or_init(|| real(CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()).expect("literal")) as usize);
+        if p == 0 {
+            None
+        } else {
+            // SAFETY: p is libc's function of that name, whose C type is $ty.
+            Some(unsafe { std::mem::transmute::<usize, $ty>(p) })
+        }
+    }};
+}
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// Does `envp` preload this library?
+unsafe fn env_preloads(envp: *const *const c_char) -> bool {
+    if envp.is_null() {
+        return false;
+    }
+    let mut i = 0;
+    loop {
+        // SAFETY: envp is a NULL-terminated array of C strings, as exec's caller vouches.
+        let e = unsafe { *envp.add(i) };
+        if e.is_null() {
+            return false;
+        }
+        // SAFETY: as above.
+        let s = unsafe { CStr::from_ptr(e) }.to_bytes();
+        if let Some(v) = s.strip_prefix(b"LD_PRELOAD=") {
+            return v.windows(b"slpreload".len()).any(|w| w == b"slpreload");
+        }
+        i += 1;
+    }
+}
+
+/// Is `path` a program the loader will preload into: a dynamically linked ELF (or a
+/// script whose interpreter is one), not setuid/setgid to someone else?
+pub fn dynamic_target(path: &Path, depth: u32) -> bool {
+    let Ok(meta) = std::fs::metadata(path) else { return true };
+    let mode = meta.permissions().mode();
+    // SAFETY: no arguments.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if (mode & 0o4000 != 0 && meta.uid() != euid) || (mode & 0o2000 != 0 && meta.gid() != egid) {
+        return false;
+    }
+    let Ok(head) = read_head(path) else { return true };
+    if let Some(rest) = head.strip_prefix(b"#!") {
+        if depth > 2 {
+            return true;
+        }
+        let line = rest.split(|&b| b == b'\n').next().unwrap_or(&[]);
+        let interp = String::from_utf8_lossy(line).trim().split_whitespace().next().unwrap_or("").to_string();
+        return interp.is_empty() || dynamic_target(Path::new(&interp), depth + 1);
+    }
+    elf_has_interp(&head).unwrap_or(true)
+}
+
+fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = pipe::internal(|| std::fs::File::open(path))?;
+    let mut buf = vec![0u8; 4096];
+    let n = pipe::internal(|| f.read(&mut buf))?;
+    buf.truncate(n);
+    pipe::internal(|| drop(f));
+    Ok(buf)
+}
+
+/// PT_INTERP among a 64-bit little-endian ELF's program headers (within the first page).
+/// None when it is not such an ELF (then we do not know and assume dynamic).
+fn elf_has_interp(h: &[u8]) -> Option<bool> {
+    if h.len() < 64 || &h[..4] != b"\x7fELF" || h[4] != 2 || h[5] != 1 {
+        return None;
+    }
+    let u16at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(h[0x20..0x28].try_into().ok()?) as usize;
+    let (phentsize, phnum) = (u16at(0x36), u16at(0x38));
+    for i in 0..phnum {
+        let o = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        if o + 4 > h.len() {
+            return None;
+        }
+        if u32::from_le_bytes(h[o..o + 4].try_into().ok()?) == 3 {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+/// `file` as execvp would find it.
+fn search_path(file: &CStr) -> Option<PathBuf> {
+    let f = file.to_str().ok()?;
+    if f.contains('/') {
+        return Some(PathBuf::from(f));
+    }
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/bin:/usr/bin".into());
+    path.split(':').map(|d| Path::new(if d.is_empty() { "." } else { d }).join(f)).find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// Before exec or spawn of `path` with `envp`.
+unsafe fn prepare(path: Option<PathBuf>, envp: *const *const c_char) {
+    if pipe::is_internal() {
+        return;
+    }
+    // SAFETY: envp from the caller.
+    let ours = unsafe { env_preloads(envp) } && path.as_deref().is_none_or(|p| dynamic_target(p, 0));
+    if !ours {
+        pipe::before_foreign_exec();
+    }
+}
+
+fn cpath(p: *const c_char) -> Option<PathBuf> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a C string from exec's caller.
+    let c = unsafe { CStr::from_ptr(p) };
+    Some(PathBuf::from(c.to_string_lossy().into_owned()))
+}
+
+type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type ExecvpeFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type SpawnFn = unsafe extern "C" fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *const c_char, *const *const c_char) -> c_int;
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    unsafe { prepare(cpath(path), envp) };
+    match real!("execve", ExecveFn) {
+        // SAFETY: libc's execve with the caller's arguments.
+        Some(f) => unsafe { f(path, argv, envp) },
+        None => sys::c_ret(Err(libc::ENOSYS)) as c_int,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: environ is libc's live environment.
+    unsafe { execve(path, argv, environ) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    // SAFETY: file is a C string from the caller.
+    let found = if file.is_null() { None } else { search_path(unsafe { CStr::from_ptr(file) }) };
+    unsafe { prepare(found, envp) };
+    match real!("execvpe", ExecvpeFn) {
+        // SAFETY: libc's execvpe with the caller's arguments.
+        Some(f) => unsafe { f(file, argv, envp) },
+        None => sys::c_ret(Err(libc::ENOSYS)) as c_int,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: environ is libc's live environment.
+    unsafe { execvpe(file, argv, environ) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(pid: *mut libc::pid_t, path: *const c_char, acts: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    unsafe { prepare(cpath(path), envp) };
+    match real!("posix_spawn", SpawnFn) {
+        // SAFETY: libc's posix_spawn with the caller's arguments.
+        Some(f) => unsafe { f(pid, path, acts, attr, argv, envp) },
+        None => libc::ENOSYS,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(pid: *mut libc::pid_t, file: *const c_char, acts: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    // SAFETY: file is a C string from the caller.
+    let found = if file.is_null() { None } else { search_path(unsafe { CStr::from_ptr(file) }) };
+    unsafe { prepare(found, envp) };
+    match real!("posix_spawnp", SpawnFn) {
+        // SAFETY: libc's posix_spawnp with the caller's arguments.
+        Some(f) => unsafe { f(pid, file, acts, attr, argv, envp) },
+        None => libc::ENOSYS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tells_static_from_dynamic_programs() {
+        assert!(dynamic_target(Path::new("/bin/cat"), 0), "/bin/cat is dynamically linked");
+        // A script runs its interpreter.
+        let dir = std::env::temp_dir().join(format!("slpre-exec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("s.sh");
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        assert!(dynamic_target(&script, 0));
+        // An ELF without PT_INTERP.
+        let mut elf = vec![0u8; 200];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[4] = 2;
+        elf[5] = 1;
+        elf[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        elf[64..68].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD only
+        assert_eq!(elf_has_interp(&elf), Some(false));
+        elf[64..68].copy_from_slice(&3u32.to_le_bytes());
+        assert_eq!(elf_has_interp(&elf), Some(true));
+        // Truncated headers are "don't know", not a panic.
+        assert_eq!(elf_has_interp(&elf[..70]), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

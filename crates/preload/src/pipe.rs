@@ -1,0 +1,729 @@
+//! Pipes as Beltway rings: a [`beltway::stream::Stream`] beside every kernel pipe the
+//! program makes, carrying its bytes while every process that holds an end of it can serve
+//! them (thesis 3.4: "by reimplementing the pipe and mkfifo calls to create a Streamline
+//! ring ... the transport optimizations apply to all Unix IPC applications").
+//!
+//! Owns: making a ring pipe, finding the ring of a pipe this process inherited, reading
+//! and writing with Unix pipe semantics, readiness, and turning a ring pipe back into the
+//! plain kernel pipe ("demotion") when an end is about to reach a program that cannot
+//! serve the ring.
+//!
+//! ## How a ring pipe works
+//!
+//! - The kernel pipe stays: the program's fds are its ends, so `fstat`, `/proc`, fd
+//!   passing and the kernel's count of readers and writers are exactly as without the
+//!   library. The kernel tells us end of file (POLLHUP on the read end: no writer left,
+//!   however the writers went, SIGKILL included) and broken pipe (POLLERR on the write end).
+//! - The ring lives in a memfd named `slpipe:INODE` (the kernel pipe's inode), kept at a
+//!   high fd number without close-on-exec, so it crosses `fork` and `exec`; a new program's
+//!   library finds it by listing /proc/self/fd (see `discover`), and closes it if the
+//!   program holds no end of that pipe. The program cannot close it by accident (`close`,
+//!   `close_range` and `dup2` step around it).
+//! - Bytes go through the ring; the kernel pipe carries no data, only **doorbells**: a
+//!   reader that has to sleep (in `read`, `poll`, `select`, `epoll_wait`) counts itself in
+//!   the ring's `pollers` and sleeps in the kernel on the read end; a writer that publishes
+//!   while someone sleeps writes one byte to the kernel pipe (at most one is pending: the
+//!   `bell` flag), which wakes them all; a woken reader drains it. Writers that wait for
+//!   space sleep on a futex in the ring with a bounded timeout, re-checking for readers.
+//! - **Demotion**: with both ring locks held, drain the doorbells, move the ring's bytes
+//!   into the kernel pipe (enlarged to hold them), and set the ring's mode to KERNEL; from
+//!   then on every process serves that pipe through the kernel, bytes in order. The
+//!   library demotes before `exec` of a program it will not be loaded into (static,
+//!   setuid, or without LD_PRELOAD), before an end is sent over a socket, and for calls it
+//!   does not serve on rings (`tee`).
+
+use crate::{sys, vfd};
+use beltway::stream::Stream;
+use std::cell::Cell;
+use std::ffi::CString;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The ring carries the bytes.
+pub const MODE_RING: u32 = 0;
+/// Demoted: the kernel pipe carries them, for good.
+pub const MODE_KERNEL: u32 = 1;
+/// POSIX: writes of up to this many bytes are atomic.
+pub const PIPE_BUF: usize = 4096;
+/// Ring size unless `STREAMLINE_PIPE_SIZE` says otherwise.
+pub const DEFAULT_CAPACITY: usize = 256 * 1024;
+
+const READER: u8 = 1;
+const WRITER: u8 = 2;
+const NONBLOCK: u8 = 4;
+
+/// Per fd of this process: the end it is, and the O_NONBLOCK flag as last seen or set.
+static ROLE: [AtomicU8; vfd::MAX_FD] = [const { AtomicU8::new(0) }; vfd::MAX_FD];
+/// Per fd of this process: one of our memfds (which the program must not close).
+static MEMFD: [AtomicU8; vfd::MAX_FD] = [const { AtomicU8::new(0) }; vfd::MAX_FD];
+/// The pipes this process holds an end of.
+static PIPES: Mutex<Vec<Arc<Pipe>>> = Mutex::new(Vec::new());
+/// The process the tables above describe (a `vfork` child shares our memory but not our
+/// fds, so it must not change them).
+static OWNER: AtomicI32 = AtomicI32::new(0);
+
+thread_local! {
+    static INTERNAL: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Run `f` as the library (the interposed calls it makes go straight to the kernel).
+pub fn internal<R>(f: impl FnOnce() -> R) -> R {
+    INTERNAL.with(|c| c.set(c.get() + 1));
+    let r = f();
+    INTERNAL.with(|c| c.set(c.get() - 1));
+    r
+}
+
+/// Is the library itself making this call?
+pub fn is_internal() -> bool {
+    INTERNAL.with(|c| c.get() > 0)
+}
+
+/// Note which process owns the tables (at load, and in a forked child).
+pub fn set_owner() {
+    OWNER.store(sys::getpid(), Ordering::Relaxed);
+}
+
+/// Our pid as the tables know it (the parent's in a vfork child, which is alive while the
+/// child runs), for the ring locks.
+fn me() -> u32 {
+    match OWNER.load(Ordering::Relaxed) {
+        0 => sys::getpid() as u32,
+        p => p as u32,
+    }
+}
+
+/// Are we a `vfork` (or `posix_spawn`) child, sharing the parent's memory?
+pub fn foreign() -> bool {
+    sys::getpid() != OWNER.load(Ordering::Relaxed)
+}
+
+/// Is `fd` one of the library's memfds?
+pub fn is_memfd(fd: i32) -> bool {
+    (fd as u32 as usize) < vfd::MAX_FD && MEMFD[fd as usize].load(Ordering::Relaxed) != 0
+}
+
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("STREAMLINE_PIPES").map(|v| v != "off" && v != "0").unwrap_or(true))
+}
+
+fn capacity() -> usize {
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        std::env::var("STREAMLINE_PIPE_SIZE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| (4096..=1 << 30).contains(&n)).unwrap_or(DEFAULT_CAPACITY)
+    })
+}
+
+fn role(fd: i32) -> u8 {
+    ROLE[fd as usize].load(Ordering::Relaxed)
+}
+
+/// Record the O_NONBLOCK flag of `fd` (after F_SETFL or FIONBIO).
+pub fn set_nonblock(fd: i32, on: bool) {
+    if vfd::is_virtual(fd) {
+        if on {
+            ROLE[fd as usize].fetch_or(NONBLOCK, Ordering::Relaxed);
+        } else {
+            ROLE[fd as usize].fetch_and(!NONBLOCK, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What this process knows of one pipe.
+struct Local {
+    /// Our fds that are ends of it.
+    fds: Vec<i32>,
+    /// A non-blocking read end of our own for draining doorbells (-1 until needed).
+    aux: i32,
+}
+
+/// One ring pipe, as mapped in this process.
+pub struct Pipe {
+    stream: Stream,
+    ino: u64,
+    memfd: AtomicI32,
+    /// `readers_left` when we last checked for a broken pipe.
+    seen_left: AtomicU32,
+    local: Mutex<Local>,
+}
+
+impl Pipe {
+    fn mode(&self) -> u32 {
+        // SYNC POINT: Acquire pairs with the demoter's Release store of MODE_KERNEL, after
+        // it moved the ring's bytes into the kernel pipe.
+        self.stream.header().mode.load(Ordering::Acquire)
+    }
+
+    fn kernel(&self) -> bool {
+        self.mode() == MODE_KERNEL
+    }
+
+    /// No writer is left (the kernel's POLLHUP on a read end).
+    fn writers_gone(&self, fd: i32) -> bool {
+        let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+        matches!(sys::poll(&mut p, Some(0)), Ok(1)) && p[0].revents & libc::POLLHUP != 0
+    }
+
+    /// No reader is left (the kernel's POLLERR on a write end).
+    fn readers_gone(&self, fd: i32) -> bool {
+        let mut p = [libc::pollfd { fd, events: libc::POLLOUT, revents: 0 }];
+        matches!(sys::poll(&mut p, Some(0)), Ok(1)) && p[0].revents & libc::POLLERR != 0
+    }
+
+    /// read(2) on a read end.
+    pub fn read(&self, fd: i32, buf: &mut [u8]) -> sys::Res {
+        loop {
+            if self.kernel() {
+                return sys::read(fd, buf);
+            }
+            {
+                let g = self.stream.lock_read_as(me());
+                if self.kernel() {
+                    continue;
+                }
+                let n = self.stream.take(&g, buf);
+                if n > 0 || buf.is_empty() {
+                    return Ok(n);
+                }
+            }
+            if role(fd) & NONBLOCK != 0 {
+                if self.writers_gone(fd) {
+                    if self.stream.available() > 0 || self.kernel() {
+                        continue;
+                    }
+                    return Ok(0);
+                }
+                return Err(libc::EAGAIN);
+            }
+            if self.wait_readable(fd)? && self.stream.available() == 0 && !self.kernel() {
+                return Ok(0);
+            }
+        }
+    }
+
+    /// FIONREAD.
+    pub fn readable_bytes(&self, fd: i32) -> Option<usize> {
+        (!self.kernel() && role(fd) & READER != 0).then(|| self.stream.available())
+    }
+
+    /// Sleep until the ring may have data (or the writers are gone, or the pipe was
+    /// demoted); true when the writers are gone. EINTR when a signal interrupts the sleep.
+    /// Spins briefly first: on another core the writer's next bytes usually come sooner
+    /// than a sleep and a wake-up would cost.
+    fn wait_readable(&self, fd: i32) -> Result<bool, i32> {
+        if spin_until(|| self.stream.available() > 0 || self.kernel()) {
+            return Ok(false);
+        }
+        self.arm(fd, libc::POLLIN);
+        let r = if self.stream.available() > 0 || self.kernel() {
+            Ok(false)
+        } else {
+            vfd::before_block();
+            let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+            sys::poll(&mut p, None).map(|_| p[0].revents & libc::POLLHUP != 0)
+        };
+        self.disarm(fd, libc::POLLIN);
+        r
+    }
+
+    /// write(2) on a write end: all of `data` unless non-blocking (or interrupted after
+    /// some was written); writes of up to PIPE_BUF bytes land whole.
+    pub fn write(&self, fd: i32, data: &[u8]) -> sys::Res {
+        let atomic = data.len() <= PIPE_BUF;
+        let mut off = 0;
+        loop {
+            if self.kernel() {
+                return match sys::write(fd, &data[off..]) {
+                    Ok(n) => Ok(off + n),
+                    Err(e) if off > 0 && e != libc::EPIPE => Ok(off),
+                    Err(e) => Err(e),
+                };
+            }
+            self.check_broken(fd)?;
+            {
+                let g = self.stream.lock_write_as(me());
+                if self.kernel() {
+                    continue;
+                }
+                // A large write goes in pieces of at least a quarter ring (or what is
+                // left): trickling in every byte a reader frees would make both sides move
+                // tiny pieces (silly window syndrome).
+                let piece = if atomic { data.len() - off } else { (data.len() - off).min(self.stream.capacity() / 4) };
+                if self.stream.space() >= piece {
+                    let n = self.stream.put(&g, &data[off..]);
+                    off += n;
+                    if n > 0 {
+                        self.ring_bell(fd);
+                    }
+                }
+                if off == data.len() {
+                    return Ok(off);
+                }
+            }
+            if role(fd) & NONBLOCK != 0 {
+                return if off > 0 { Ok(off) } else { Err(libc::EAGAIN) };
+            }
+            // Full: wait for a reader to make room, checking that one is left.
+            let want = if atomic { data.len() - off } else { (data.len() - off).min(self.stream.capacity() / 4) };
+            if spin_until(|| self.stream.space() >= want || self.kernel()) {
+                continue;
+            }
+            vfd::before_block();
+            self.stream.wait_space(want, Duration::from_millis(50));
+            if self.stream.space() < want && self.readers_gone(fd) {
+                return self.broken(off);
+            }
+        }
+    }
+
+    /// EPIPE (and SIGPIPE) if a reader left and none is left.
+    fn check_broken(&self, fd: i32) -> Result<(), i32> {
+        let left = self.stream.header().readers_left.load(Ordering::Acquire);
+        if self.seen_left.load(Ordering::Relaxed) == left {
+            return Ok(());
+        }
+        self.seen_left.store(left, Ordering::Relaxed);
+        if self.readers_gone(fd) {
+            return self.broken(0).map(|_| ());
+        }
+        Ok(())
+    }
+
+    fn broken(&self, written: usize) -> sys::Res {
+        if written > 0 {
+            return Ok(written);
+        }
+        sys::raise_sigpipe();
+        Err(libc::EPIPE)
+    }
+
+    /// After publishing: wake sleeping readers through the kernel pipe, once.
+    fn ring_bell(&self, fd: i32) {
+        let h = self.stream.header();
+        // SYNC POINT: SeqCst fence between publishing head (in put) and loading pollers,
+        // paired with the reader's SeqCst increment of pollers before it re-checks the
+        // ring (`arm`): either we see it sleeping or it sees our bytes.
+        fence(Ordering::SeqCst);
+        if h.pollers.load(Ordering::SeqCst) > 0 && h.bell.load(Ordering::SeqCst) == 0 && h.bell.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            let _ = sys::write(fd, &[0u8]);
+        }
+    }
+
+    /// A non-blocking read end of our own (for draining doorbells), made on first use.
+    fn aux(&self, fd: i32) -> i32 {
+        let mut l = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        if l.aux < 0 {
+            let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
+            if let Ok(a) = sys::open(&path, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) {
+                l.aux = sys::move_high(a as i32, true);
+            }
+        }
+        l.aux
+    }
+
+    /// Remove pending doorbells, then clear the flag (in that order: a writer that set
+    /// the flag and has not written its byte yet leaves a byte with the flag clear, which
+    /// costs one spurious wake-up; the other order could eat a byte whose flag is set, and
+    /// lose a wake-up). The caller holds the readers' lock, in ring mode.
+    fn drain_bell(&self, fd: i32) {
+        let aux = self.aux(fd);
+        let mut buf = [0u8; 64];
+        while matches!(sys::read(aux, &mut buf), Ok(n) if n > 0) {}
+        self.stream.header().bell.store(0, Ordering::SeqCst);
+    }
+
+    fn arm(&self, fd: i32, events: i16) {
+        if events & libc::POLLIN != 0 && role(fd) & READER != 0 {
+            // SYNC POINT: see `ring_bell`.
+            self.stream.header().pollers.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn disarm(&self, fd: i32, events: i16) {
+        if events & libc::POLLIN != 0 && role(fd) & READER != 0 {
+            {
+                let _g = self.stream.lock_read_as(me());
+                if !self.kernel() {
+                    self.drain_bell(fd);
+                }
+            }
+            self.stream.header().pollers.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Turn this pipe into the plain kernel pipe for every process, bytes in order.
+    /// `fd` is any end of it in this process.
+    pub fn demote(&self, fd: i32) {
+        if self.kernel() {
+            return;
+        }
+        let w = self.stream.lock_write_as(me());
+        let r = self.stream.lock_read_as(me());
+        if self.kernel() {
+            return;
+        }
+        // Doorbells out (through a read end of our own, whichever end `fd` is).
+        let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
+        let rd = sys::open(&path, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC).map(|f| f as i32);
+        self.stream.header().bell.store(0, Ordering::SeqCst);
+        if let Ok(rd) = rd {
+            let mut buf = [0u8; 64];
+            while matches!(sys::read(rd, &mut buf), Ok(n) if n > 0) {}
+        }
+        let bytes = self.stream.drain_all(&r);
+        if !bytes.is_empty() {
+            // The kernel pipe must hold them all at once: nobody may be reading yet.
+            let want = bytes.len().next_power_of_two().max(65536);
+            let _ = sys::fcntl(fd, libc::F_SETPIPE_SZ, want);
+            // Write through a write end of our own, blocking, whichever end `fd` is.
+            // (Non-blocking open: with no reader left it fails, and the bytes go where a
+            // pipe's bytes go when nobody reads them; then blocking writes.)
+            let wr = sys::open(&path, libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC).map(|f| f as i32);
+            if let Ok(wr) = wr {
+                let _ = sys::fcntl(wr, libc::F_SETFL, 0);
+                let mut off = 0;
+                while off < bytes.len() {
+                    match sys::write(wr, &bytes[off..]) {
+                        Ok(n) => off += n,
+                        Err(libc::EINTR) => {}
+                        Err(_) => break,
+                    }
+                }
+                let _ = sys::close(wr);
+            }
+        }
+        if let Ok(rd) = rd {
+            let _ = sys::close(rd);
+        }
+        // SYNC POINT: Release pairs with `mode`'s Acquire: the bytes are in the kernel pipe.
+        self.stream.header().mode.store(MODE_KERNEL, Ordering::Release);
+        drop(r);
+        drop(w);
+        self.stream.wake_writers();
+    }
+
+    /// Our fds of this pipe.
+    pub fn fds(&self) -> Vec<i32> {
+        self.local.lock().unwrap_or_else(|p| p.into_inner()).fds.clone()
+    }
+
+    pub fn memfd(&self) -> i32 {
+        self.memfd.load(Ordering::Relaxed)
+    }
+
+    /// The memfd sits on `fd`, which the program wants: move it elsewhere.
+    fn move_memfd(&self) {
+        let old = self.memfd();
+        if let Ok(new) = sys::fcntl(old, libc::F_DUPFD, sys::HIGH_FD) {
+            MEMFD[new].store(1, Ordering::Relaxed);
+            self.memfd.store(new as i32, Ordering::Relaxed);
+            MEMFD[old as usize].store(0, Ordering::Relaxed);
+            let _ = sys::close(old);
+        }
+    }
+}
+
+impl vfd::Virtual for Pipe {
+    fn pipe(&self) -> Option<&Pipe> {
+        Some(self)
+    }
+
+    fn revents(&self, fd: i32, events: i16) -> i16 {
+        if self.kernel() {
+            let mut p = [libc::pollfd { fd, events, revents: 0 }];
+            let _ = sys::poll(&mut p, Some(0));
+            return p[0].revents;
+        }
+        let r = role(fd);
+        let mut out = 0;
+        if r & READER != 0 {
+            if self.stream.available() > 0 {
+                out |= libc::POLLIN | libc::POLLRDNORM;
+            } else if self.writers_gone(fd) && self.stream.available() == 0 {
+                out |= libc::POLLHUP;
+            }
+        }
+        if r & WRITER != 0 {
+            let left = self.stream.header().readers_left.load(Ordering::Relaxed);
+            let check = self.seen_left.load(Ordering::Relaxed) != left;
+            if check && self.readers_gone(fd) {
+                out |= libc::POLLERR;
+            } else if self.stream.space() >= PIPE_BUF.min(self.stream.capacity()) {
+                out |= libc::POLLOUT | libc::POLLWRNORM;
+            }
+        }
+        out & (events | libc::POLLHUP | libc::POLLERR)
+    }
+
+    fn wait_on(&self, fd: i32, events: i16) -> Option<(i32, i16)> {
+        if self.kernel() {
+            return Some((fd, events));
+        }
+        if role(fd) & READER != 0 {
+            Some((fd, libc::POLLIN))
+        } else {
+            // A write end wakes on POLLERR (no reader left); space is re-checked in slices.
+            Some((fd, 0))
+        }
+    }
+
+    fn needs_slices(&self, fd: i32, events: i16) -> bool {
+        !self.kernel() && role(fd) & WRITER != 0 && events & libc::POLLOUT != 0
+    }
+
+    fn arm(&self, fd: i32, events: i16) {
+        Pipe::arm(self, fd, events)
+    }
+
+    fn disarm(&self, fd: i32, events: i16) {
+        Pipe::disarm(self, fd, events)
+    }
+
+    fn dup(&self, old: i32, new: i32) {
+        ROLE[new as usize].store(role(old), Ordering::Relaxed);
+        self.local.lock().unwrap_or_else(|p| p.into_inner()).fds.push(new);
+    }
+
+    fn close(&self, fd: i32) {
+        let was = role(fd);
+        ROLE[fd as usize].store(0, Ordering::Relaxed);
+        let mut l = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        l.fds.retain(|&f| f != fd);
+        let readers_here = l.fds.iter().any(|&f| role(f) & READER != 0);
+        if was & READER != 0 && !readers_here {
+            if l.aux >= 0 {
+                let _ = sys::close(l.aux);
+                l.aux = -1;
+            }
+            drop(l);
+            // Our last read end goes: writers re-check for a broken pipe.
+            self.stream.header().readers_left.fetch_add(1, Ordering::Release);
+            self.stream.wake_writers();
+            l = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        }
+        if l.fds.is_empty() {
+            drop(l);
+            forget(self.ino);
+        }
+    }
+}
+
+/// Drop a pipe this process no longer holds any end of (its memfd closes with it).
+fn forget(ino: u64) {
+    let mut p = PIPES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = p.iter().position(|x| x.ino == ino) {
+        let pipe = p.swap_remove(i);
+        MEMFD[pipe.memfd() as usize].store(0, Ordering::Relaxed);
+        // The Stream (and its fd) is released when the last Arc goes; the fd number was
+        // ours, so it is closed as the library's own.
+        drop(p);
+        internal(|| drop(pipe));
+    }
+}
+
+/// Make `fd` an end of `pipe` in this process.
+fn adopt(fd: i32, pipe: &Arc<Pipe>, role_bits: u8) {
+    ROLE[fd as usize].store(role_bits, Ordering::Relaxed);
+    pipe.local.lock().unwrap_or_else(|p| p.into_inner()).fds.push(fd);
+    vfd::register(fd, pipe.clone());
+}
+
+fn role_of(fd: i32) -> u8 {
+    let fl = sys::fcntl(fd, libc::F_GETFL, 0).unwrap_or(0) as i32;
+    let mut r = match fl & libc::O_ACCMODE {
+        libc::O_RDONLY => READER,
+        libc::O_WRONLY => WRITER,
+        _ => READER | WRITER,
+    };
+    if fl & libc::O_NONBLOCK != 0 {
+        r |= NONBLOCK;
+    }
+    r
+}
+
+/// pipe2(2): the kernel pipe, and a ring beside it when the library can serve it.
+pub fn pipe2(flags: i32) -> Result<[i32; 2], i32> {
+    let fds = sys::pipe2(flags)?;
+    if enabled() && !foreign() && fds.iter().all(|&f| (f as usize) < vfd::MAX_FD) {
+        internal(|| attach_new(fds, flags));
+    }
+    Ok(fds)
+}
+
+fn attach_new(fds: [i32; 2], flags: i32) {
+    let Ok(st) = sys::fstat(fds[0]) else { return };
+    let ino = st.st_ino;
+    let Ok(stream) = Stream::create(&format!("slpipe:{ino}"), capacity(), ino) else { return };
+    // The memfd goes high and inheritable; map it again from there.
+    let Ok(high) = sys::fcntl(stream.segment().fd().as_raw_fd(), libc::F_DUPFD, sys::HIGH_FD) else { return };
+    drop(stream);
+    let Ok(stream) = Stream::open(sys::owned(high as i32)) else { return };
+    let pipe = Arc::new(Pipe { stream, ino, memfd: AtomicI32::new(high as i32), seen_left: AtomicU32::new(0), local: Mutex::new(Local { fds: Vec::new(), aux: -1 }) });
+    MEMFD[high].store(1, Ordering::Relaxed);
+    let nb = if flags & libc::O_NONBLOCK != 0 { NONBLOCK } else { 0 };
+    adopt(fds[0], &pipe, READER | nb);
+    adopt(fds[1], &pipe, WRITER | nb);
+    PIPES.lock().unwrap_or_else(|p| p.into_inner()).push(pipe);
+}
+
+/// At load: find the rings of the pipes this program inherited (memfds named
+/// `slpipe:INODE` beside fds of pipe INODE), and close the memfds of pipes it holds no
+/// end of.
+pub fn discover() {
+    set_owner();
+    if !enabled() {
+        return;
+    }
+    internal(|| {
+        let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+        let mut pipes: Vec<(u64, i32)> = Vec::new();
+        let mut memfds: Vec<(u64, i32)> = Vec::new();
+        for e in dir.flatten() {
+            let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            let Ok(target) = std::fs::read_link(e.path()) else { continue };
+            let t = target.to_string_lossy();
+            if let Some(ino) = t.strip_prefix("pipe:[").and_then(|s| s.strip_suffix(']')).and_then(|s| s.parse().ok()) {
+                pipes.push((ino, fd));
+            } else if let Some(ino) = t.strip_prefix("/memfd:slpipe:").and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()) {
+                memfds.push((ino, fd));
+            }
+        }
+        for (ino, memfd) in memfds {
+            let ends: Vec<i32> = pipes.iter().filter(|p| p.0 == ino).map(|p| p.1).collect();
+            if ends.is_empty() || (memfd as usize) >= vfd::MAX_FD || ends.iter().any(|&f| f as usize >= vfd::MAX_FD) {
+                let _ = sys::close(memfd);
+                continue;
+            }
+            let Ok(stream) = Stream::open(sys::owned(memfd)) else { continue };
+            if stream.header().ident.load(Ordering::Relaxed) != ino || stream.header().mode.load(Ordering::Acquire) == MODE_KERNEL {
+                continue; // dropping the stream closes the memfd
+            }
+            let pipe = Arc::new(Pipe { stream, ino, memfd: AtomicI32::new(memfd), seen_left: AtomicU32::new(0), local: Mutex::new(Local { fds: Vec::new(), aux: -1 }) });
+            pipe.seen_left.store(pipe.stream.header().readers_left.load(Ordering::Relaxed), Ordering::Relaxed);
+            MEMFD[memfd as usize].store(1, Ordering::Relaxed);
+            for fd in ends {
+                adopt(fd, &pipe, role_of(fd));
+            }
+            PIPES.lock().unwrap_or_else(|p| p.into_inner()).push(pipe);
+        }
+    });
+}
+
+/// The pipe whose kernel inode is `ino`, if this process holds it as a ring.
+pub fn by_inode(ino: u64) -> Option<Arc<Pipe>> {
+    PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|p| p.ino == ino).cloned()
+}
+
+/// A descriptor the program just opened (e.g. /dev/fd/N, /proc/self/fd/N): if it is an
+/// end of a ring pipe we hold, serve it too.
+pub fn adopt_opened(fd: i32) {
+    if foreign() || fd < 0 || fd as usize >= vfd::MAX_FD {
+        return;
+    }
+    let Ok(st) = sys::fstat(fd) else { return };
+    if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return;
+    }
+    if let Some(p) = by_inode(st.st_ino) {
+        if !p.kernel() {
+            adopt(fd, &p, role_of(fd));
+        }
+    }
+}
+
+/// The ring pipe behind `fd`, if any.
+pub fn get(fd: i32) -> Option<PipeRef> {
+    let o = vfd::get(fd)?;
+    o.pipe()?;
+    Some(PipeRef(o))
+}
+
+/// A ring pipe, held through the fd table.
+pub struct PipeRef(Arc<dyn vfd::Virtual>);
+
+impl std::ops::Deref for PipeRef {
+    type Target = Pipe;
+    fn deref(&self) -> &Pipe {
+        self.0.pipe().expect("PipeRef holds a pipe")
+    }
+}
+
+/// The program is about to put something on fd `fd`'s number (dup2/dup3 target): if a
+/// memfd of ours sits there, move it away first.
+pub fn clear_target(fd: i32) {
+    if !is_memfd(fd) {
+        return;
+    }
+    let p = PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|p| p.memfd() == fd).cloned();
+    if let Some(p) = p {
+        p.move_memfd();
+    }
+}
+
+/// The memfds we hold, sorted (for close_range).
+pub fn memfds() -> Vec<i32> {
+    let mut v: Vec<i32> = PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|p| p.memfd()).collect();
+    v.sort_unstable();
+    v
+}
+
+/// Before `exec` of a program the library will not be loaded into: every ring pipe with
+/// an end that survives the exec goes back to the kernel; memfds of pipes with no such end
+/// are not inherited.
+pub fn before_foreign_exec() {
+    let pipes: Vec<Arc<Pipe>> = PIPES.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for p in pipes {
+        let fds = p.fds();
+        let inherited = fds.iter().find(|&&f| sys::fcntl(f, libc::F_GETFD, 0).map(|fl| fl as i32 & libc::FD_CLOEXEC == 0).unwrap_or(false));
+        if let Some(&fd) = inherited {
+            p.demote(fd);
+        }
+        let _ = sys::fcntl(p.memfd(), libc::F_SETFD, libc::FD_CLOEXEC as usize);
+    }
+}
+
+/// At exit: our read ends go, so writers re-check for a broken pipe now rather than when
+/// their ring fills.
+pub fn at_exit() {
+    if foreign() {
+        return;
+    }
+    let pipes: Vec<Arc<Pipe>> = match PIPES.try_lock() {
+        Ok(p) => p.clone(),
+        Err(_) => return,
+    };
+    for p in pipes {
+        if p.fds().iter().any(|&f| role(f) & READER != 0) {
+            p.stream.header().readers_left.fetch_add(1, Ordering::Release);
+            p.stream.wake_writers();
+        }
+    }
+}
+
+
+/// How long a party spins for the other side before it sleeps: about what a sleep and a
+/// wake-up cost in CPU on a virtual machine (20-50 us). No spinning on one CPU.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Spin until `cond` holds (true) or the spin budget is spent (false).
+fn spin_until(cond: impl Fn() -> bool) -> bool {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    if *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get())) < 2 {
+        return cond();
+    }
+    let start = std::time::Instant::now();
+    loop {
+        for _ in 0..64 {
+            if cond() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= SPIN {
+            return cond();
+        }
+    }
+}
