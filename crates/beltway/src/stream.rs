@@ -39,13 +39,15 @@ pub struct StreamHeader {
     pub capacity: AtomicU64,
     /// Identity of what the stream belongs to (the kernel pipe's inode number).
     pub ident: AtomicU64,
+    /// A second identity for its owner (the preload library: its doorbell pipe's inode).
+    pub ident2: AtomicU64,
     /// Free for the owner of the stream (the preload library keeps its mode here).
     pub mode: AtomicU32,
     /// Threads waiting for data that asked to be woken through the doorbell.
     pub pollers: AtomicU32,
     /// 1 while a doorbell is pending (rung and not yet drained).
     pub bell: AtomicU32,
-    _pad0: [u8; 28],
+    _pad0: [u8; 20],
     // -- writer side
     pub head: AtomicU64,
     pub wlock: AtomicU32,
@@ -298,6 +300,8 @@ fn lock(word: &AtomicU32, me: u32) {
         sys::futex_wait(word, v | CONTENDED, Some(Duration::from_millis(50)));
     }
 }
+
+const _: () = assert!(std::mem::size_of::<StreamHeader>() == 192);
 
 #[cfg(test)]
 mod tests {

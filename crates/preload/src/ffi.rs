@@ -171,7 +171,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if pipe::is_internal() {
         return sys::c_ret(sys::close(fd)) as c_int;
     }
-    if pipe::is_memfd(fd) {
+    if pipe::is_ours(fd) {
         // The library's memfd: the program never made it (a close-everything loop).
         return 0;
     }
@@ -189,7 +189,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     if pipe::is_internal() {
         return sys::c_ret(unsafe { raw3(libc::SYS_close_range, first as usize, last as usize, flags as usize) }) as c_int;
     }
-    let keep: Vec<u32> = pipe::memfds().into_iter().map(|f| f as u32).filter(|&f| f >= first && f <= last).collect();
+    let keep: Vec<u32> = pipe::own_fds().into_iter().map(|f| f as u32).filter(|&f| f >= first && f <= last).collect();
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && !pipe::foreign() {
         for (fd, o) in vfd::all() {
             if (fd as u32) >= first && (fd as u32) <= last {
@@ -233,6 +233,10 @@ fn after_dup(old: c_int, new: c_int) {
     if let Some(o) = vfd::get(old) {
         vfd::register(new, o.clone());
         o.dup(old, new);
+        if (0..=2).contains(&new) && o.pipe().is_some() {
+            // stdio on the new stdin/stdout/stderr must reach the ring too.
+            crate::stdio::rebind_one(new);
+        }
     }
 }
 
@@ -297,7 +301,7 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
         // SAFETY: the caller's argument word, passed through.
         return sys::c_ret(unsafe { sys::fcntl_raw(fd, cmd, arg) }) as c_int;
     }
-    if pipe::is_memfd(fd) && cmd == libc::F_SETFD {
+    if pipe::is_ours(fd) && cmd == libc::F_SETFD {
         return 0;
     }
     // SAFETY: as above.

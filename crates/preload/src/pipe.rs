@@ -19,13 +19,18 @@
 //!   library finds it by listing /proc/self/fd (see `discover`), and closes it if the
 //!   program holds no end of that pipe. The program cannot close it by accident (`close`,
 //!   `close_range` and `dup2` step around it).
-//! - Bytes go through the ring; the kernel pipe carries no data, only **doorbells**: a
-//!   reader that has to sleep (in `read`, `poll`, `select`, `epoll_wait`) counts itself in
-//!   the ring's `pollers` and sleeps in the kernel on the read end; a writer that publishes
-//!   while someone sleeps writes one byte to the kernel pipe (at most one is pending: the
-//!   `bell` flag), which wakes them all; a woken reader drains it. Writers that wait for
-//!   space sleep on a futex in the ring with a bounded timeout, re-checking for readers.
-//! - **Demotion**: with both ring locks held, drain the doorbells, move the ring's bytes
+//! - Bytes go through the ring. Waking a reader goes through a **doorbell**: a second,
+//!   private kernel pipe per ring (its ends kept like the memfd, its inode in the ring's
+//!   header). A reader that has to sleep (in `read`, `poll`, `select`, `epoll_wait`)
+//!   counts itself in the ring's `pollers` and sleeps in the kernel on the doorbell and on
+//!   the data pipe's read end (which says POLLHUP when the last writer goes); a writer that
+//!   publishes while someone sleeps writes one byte to the doorbell (at most one is
+//!   pending: the `bell` flag); a woken reader drains it. Writers that wait for space
+//!   sleep on a futex in the ring with a bounded timeout, re-checking for readers.
+//! - Bytes that reach the kernel pipe anyway (a writer in this library's blind spot, e.g.
+//!   glibc-internal writes) are not lost: a reader that finds the ring empty takes what
+//!   the kernel pipe holds.
+//! - **Demotion**: with both ring locks held, move the ring's bytes
 //!   into the kernel pipe (enlarged to hold them), and set the ring's mode to KERNEL; from
 //!   then on every process serves that pipe through the kernel, bytes in order. The
 //!   library demotes before `exec` of a program it will not be loaded into (static,
@@ -56,8 +61,9 @@ const NONBLOCK: u8 = 4;
 
 /// Per fd of this process: the end it is, and the O_NONBLOCK flag as last seen or set.
 static ROLE: [AtomicU8; vfd::MAX_FD] = [const { AtomicU8::new(0) }; vfd::MAX_FD];
-/// Per fd of this process: one of our memfds (which the program must not close).
-static MEMFD: [AtomicU8; vfd::MAX_FD] = [const { AtomicU8::new(0) }; vfd::MAX_FD];
+/// Per fd of this process: one of the library's own (a memfd, a doorbell end), which the
+/// program never made and must not close.
+static OURS: [AtomicU8; vfd::MAX_FD] = [const { AtomicU8::new(0) }; vfd::MAX_FD];
 /// The pipes this process holds an end of.
 static PIPES: Mutex<Vec<Arc<Pipe>>> = Mutex::new(Vec::new());
 /// The process the tables above describe (a `vfork` child shares our memory but not our
@@ -100,9 +106,15 @@ pub fn foreign() -> bool {
     sys::getpid() != OWNER.load(Ordering::Relaxed)
 }
 
-/// Is `fd` one of the library's memfds?
-pub fn is_memfd(fd: i32) -> bool {
-    (fd as u32 as usize) < vfd::MAX_FD && MEMFD[fd as usize].load(Ordering::Relaxed) != 0
+/// Is `fd` one of the library's own descriptors (memfd, doorbell)?
+pub fn is_ours(fd: i32) -> bool {
+    (fd as u32 as usize) < vfd::MAX_FD && OURS[fd as usize].load(Ordering::Relaxed) != 0
+}
+
+fn mark_ours(fd: i32, on: bool) {
+    if (fd as u32 as usize) < vfd::MAX_FD {
+        OURS[fd as usize].store(on as u8, Ordering::Relaxed);
+    }
 }
 
 fn enabled() -> bool {
@@ -136,8 +148,6 @@ pub fn set_nonblock(fd: i32, on: bool) {
 struct Local {
     /// Our fds that are ends of it.
     fds: Vec<i32>,
-    /// A non-blocking read end of our own for draining doorbells (-1 until needed).
-    aux: i32,
 }
 
 /// One ring pipe, as mapped in this process.
@@ -145,6 +155,9 @@ pub struct Pipe {
     stream: Stream,
     ino: u64,
     memfd: AtomicI32,
+    /// The doorbell's read end (non-blocking) and write end (non-blocking), ours.
+    bell_r: AtomicI32,
+    bell_w: AtomicI32,
     /// `readers_left` when we last checked for a broken pipe.
     seen_left: AtomicU32,
     local: Mutex<Local>,
@@ -189,18 +202,31 @@ impl Pipe {
                     return Ok(n);
                 }
             }
+            if self.kernel_bytes(fd) > 0 {
+                return sys::read(fd, buf);
+            }
             if role(fd) & NONBLOCK != 0 {
                 if self.writers_gone(fd) {
-                    if self.stream.available() > 0 || self.kernel() {
+                    if self.stream.available() > 0 || self.kernel() || self.kernel_bytes(fd) > 0 {
                         continue;
                     }
                     return Ok(0);
                 }
                 return Err(libc::EAGAIN);
             }
-            if self.wait_readable(fd)? && self.stream.available() == 0 && !self.kernel() {
+            if self.wait_readable(fd)? && self.stream.available() == 0 && !self.kernel() && self.kernel_bytes(fd) == 0 {
                 return Ok(0);
             }
+        }
+    }
+
+    /// Bytes in the kernel pipe itself (written past the ring, or after demotion).
+    fn kernel_bytes(&self, fd: i32) -> usize {
+        let mut n: i32 = 0;
+        // SAFETY: FIONREAD writes one int.
+        match unsafe { sys::ioctl_raw(fd, libc::FIONREAD as u64, &mut n as *mut i32 as usize) } {
+            Ok(_) => n.max(0) as usize,
+            Err(_) => 0,
         }
     }
 
@@ -209,10 +235,10 @@ impl Pipe {
         (!self.kernel() && role(fd) & READER != 0).then(|| self.stream.available())
     }
 
-    /// Sleep until the ring may have data (or the writers are gone, or the pipe was
-    /// demoted); true when the writers are gone. EINTR when a signal interrupts the sleep.
-    /// Spins briefly first: on another core the writer's next bytes usually come sooner
-    /// than a sleep and a wake-up would cost.
+    /// Sleep until the ring may have data (or the kernel pipe has, or the writers are
+    /// gone, or the pipe was demoted); true when the writers are gone. EINTR when a signal
+    /// interrupts the sleep. Spins briefly first: on another core the writer's next bytes
+    /// usually come sooner than a sleep and a wake-up would cost.
     fn wait_readable(&self, fd: i32) -> Result<bool, i32> {
         if spin_until(|| self.stream.available() > 0 || self.kernel()) {
             return Ok(false);
@@ -222,7 +248,7 @@ impl Pipe {
             Ok(false)
         } else {
             vfd::before_block();
-            let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+            let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }, libc::pollfd { fd: self.bell_r.load(Ordering::Relaxed), events: libc::POLLIN, revents: 0 }];
             sys::poll(&mut p, None).map(|_| p[0].revents & libc::POLLHUP != 0)
         };
         self.disarm(fd, libc::POLLIN);
@@ -300,38 +326,25 @@ impl Pipe {
         Err(libc::EPIPE)
     }
 
-    /// After publishing: wake sleeping readers through the kernel pipe, once.
-    fn ring_bell(&self, fd: i32) {
+    /// After publishing: wake sleeping readers through the doorbell, once.
+    fn ring_bell(&self, _fd: i32) {
         let h = self.stream.header();
         // SYNC POINT: SeqCst fence between publishing head (in put) and loading pollers,
         // paired with the reader's SeqCst increment of pollers before it re-checks the
         // ring (`arm`): either we see it sleeping or it sees our bytes.
         fence(Ordering::SeqCst);
         if h.pollers.load(Ordering::SeqCst) > 0 && h.bell.load(Ordering::SeqCst) == 0 && h.bell.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            let _ = sys::write(fd, &[0u8]);
+            let _ = sys::write(self.bell_w.load(Ordering::Relaxed), &[0u8]);
         }
-    }
-
-    /// A non-blocking read end of our own (for draining doorbells), made on first use.
-    fn aux(&self, fd: i32) -> i32 {
-        let mut l = self.local.lock().unwrap_or_else(|p| p.into_inner());
-        if l.aux < 0 {
-            let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
-            if let Ok(a) = sys::open(&path, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) {
-                l.aux = sys::move_high(a as i32, true);
-            }
-        }
-        l.aux
     }
 
     /// Remove pending doorbells, then clear the flag (in that order: a writer that set
     /// the flag and has not written its byte yet leaves a byte with the flag clear, which
     /// costs one spurious wake-up; the other order could eat a byte whose flag is set, and
-    /// lose a wake-up). The caller holds the readers' lock, in ring mode.
-    fn drain_bell(&self, fd: i32) {
-        let aux = self.aux(fd);
+    /// lose a wake-up).
+    fn drain_bell(&self) {
         let mut buf = [0u8; 64];
-        while matches!(sys::read(aux, &mut buf), Ok(n) if n > 0) {}
+        while matches!(sys::read(self.bell_r.load(Ordering::Relaxed), &mut buf), Ok(n) if n > 0) {}
         self.stream.header().bell.store(0, Ordering::SeqCst);
     }
 
@@ -344,12 +357,7 @@ impl Pipe {
 
     fn disarm(&self, fd: i32, events: i16) {
         if events & libc::POLLIN != 0 && role(fd) & READER != 0 {
-            {
-                let _g = self.stream.lock_read_as(me());
-                if !self.kernel() {
-                    self.drain_bell(fd);
-                }
-            }
+            self.drain_bell();
             self.stream.header().pollers.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -365,14 +373,7 @@ impl Pipe {
         if self.kernel() {
             return;
         }
-        // Doorbells out (through a read end of our own, whichever end `fd` is).
         let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
-        let rd = sys::open(&path, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC).map(|f| f as i32);
-        self.stream.header().bell.store(0, Ordering::SeqCst);
-        if let Ok(rd) = rd {
-            let mut buf = [0u8; 64];
-            while matches!(sys::read(rd, &mut buf), Ok(n) if n > 0) {}
-        }
         let bytes = self.stream.drain_all(&r);
         if !bytes.is_empty() {
             // The kernel pipe must hold them all at once: nobody may be reading yet.
@@ -395,14 +396,13 @@ impl Pipe {
                 let _ = sys::close(wr);
             }
         }
-        if let Ok(rd) = rd {
-            let _ = sys::close(rd);
-        }
         // SYNC POINT: Release pairs with `mode`'s Acquire: the bytes are in the kernel pipe.
         self.stream.header().mode.store(MODE_KERNEL, Ordering::Release);
         drop(r);
         drop(w);
         self.stream.wake_writers();
+        // Readers asleep on the doorbell re-check (and find the mode changed).
+        let _ = sys::write(self.bell_w.load(Ordering::Relaxed), &[0u8]);
     }
 
     /// Our fds of this pipe.
@@ -414,15 +414,31 @@ impl Pipe {
         self.memfd.load(Ordering::Relaxed)
     }
 
-    /// The memfd sits on `fd`, which the program wants: move it elsewhere.
-    fn move_memfd(&self) {
-        let old = self.memfd();
-        if let Ok(new) = sys::fcntl(old, libc::F_DUPFD, sys::HIGH_FD) {
-            MEMFD[new].store(1, Ordering::Relaxed);
-            self.memfd.store(new as i32, Ordering::Relaxed);
-            MEMFD[old as usize].store(0, Ordering::Relaxed);
-            let _ = sys::close(old);
+    /// One of our descriptors sits on `fd`, which the program wants: move it elsewhere.
+    fn move_ours(&self, fd: i32) {
+        for slot in [&self.memfd, &self.bell_r, &self.bell_w] {
+            let old = slot.load(Ordering::Relaxed);
+            if old != fd {
+                continue;
+            }
+            let cloexec = sys::fcntl(old, libc::F_GETFD, 0).map(|f| f as i32 & libc::FD_CLOEXEC != 0).unwrap_or(false);
+            let cmd = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+            if let Ok(new) = sys::fcntl(old, cmd, sys::HIGH_FD) {
+                mark_ours(new as i32, true);
+                slot.store(new as i32, Ordering::Relaxed);
+                mark_ours(old, false);
+                if slot as *const _ == &self.memfd as *const _ {
+                    // The mapping keeps its own reference; the Stream's fd number is only
+                    // used for closing, which `forget` does through `memfd`.
+                }
+                let _ = sys::close(old);
+            }
         }
+    }
+
+    /// Our own descriptors for this pipe.
+    fn own_fds(&self) -> [i32; 3] {
+        [self.memfd.load(Ordering::Relaxed), self.bell_r.load(Ordering::Relaxed), self.bell_w.load(Ordering::Relaxed)]
     }
 }
 
@@ -440,9 +456,9 @@ impl vfd::Virtual for Pipe {
         let r = role(fd);
         let mut out = 0;
         if r & READER != 0 {
-            if self.stream.available() > 0 {
+            if self.stream.available() > 0 || self.kernel_bytes(fd) > 0 {
                 out |= libc::POLLIN | libc::POLLRDNORM;
-            } else if self.writers_gone(fd) && self.stream.available() == 0 {
+            } else if self.writers_gone(fd) && self.stream.available() == 0 && self.kernel_bytes(fd) == 0 {
                 out |= libc::POLLHUP;
             }
         }
@@ -470,6 +486,10 @@ impl vfd::Virtual for Pipe {
         }
     }
 
+    fn extra_wait(&self, fd: i32, events: i16) -> Option<(i32, i16)> {
+        (!self.kernel() && role(fd) & READER != 0 && events & libc::POLLIN != 0).then(|| (self.bell_r.load(Ordering::Relaxed), libc::POLLIN))
+    }
+
     fn needs_slices(&self, fd: i32, events: i16) -> bool {
         !self.kernel() && role(fd) & WRITER != 0 && events & libc::POLLOUT != 0
     }
@@ -494,10 +514,6 @@ impl vfd::Virtual for Pipe {
         l.fds.retain(|&f| f != fd);
         let readers_here = l.fds.iter().any(|&f| role(f) & READER != 0);
         if was & READER != 0 && !readers_here {
-            if l.aux >= 0 {
-                let _ = sys::close(l.aux);
-                l.aux = -1;
-            }
             drop(l);
             // Our last read end goes: writers re-check for a broken pipe.
             self.stream.header().readers_left.fetch_add(1, Ordering::Release);
@@ -511,15 +527,19 @@ impl vfd::Virtual for Pipe {
     }
 }
 
-/// Drop a pipe this process no longer holds any end of (its memfd closes with it).
+/// Drop a pipe this process no longer holds any end of (its memfd and doorbell close).
 fn forget(ino: u64) {
     let mut p = PIPES.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(i) = p.iter().position(|x| x.ino == ino) {
         let pipe = p.swap_remove(i);
-        MEMFD[pipe.memfd() as usize].store(0, Ordering::Relaxed);
-        // The Stream (and its fd) is released when the last Arc goes; the fd number was
-        // ours, so it is closed as the library's own.
         drop(p);
+        let [_, br, bw] = pipe.own_fds();
+        for f in pipe.own_fds() {
+            mark_ours(f, false);
+        }
+        let _ = sys::close(br);
+        let _ = sys::close(bw);
+        // The memfd closes with the Stream when the last reference goes.
         internal(|| drop(pipe));
     }
 }
@@ -556,13 +576,34 @@ pub fn pipe2(flags: i32) -> Result<[i32; 2], i32> {
 fn attach_new(fds: [i32; 2], flags: i32) {
     let Ok(st) = sys::fstat(fds[0]) else { return };
     let ino = st.st_ino;
-    let Ok(stream) = Stream::create(&format!("slpipe:{ino}"), capacity(), ino) else { return };
+    let Ok(bell) = sys::pipe2(libc::O_NONBLOCK) else { return };
+    let (br, bw) = (sys::move_high(bell[0], false), sys::move_high(bell[1], false));
+    let bell_ino = sys::fstat(br).map(|s| s.st_ino).unwrap_or(0);
+    let fail = |memfd: Option<i32>| {
+        let _ = sys::close(br);
+        let _ = sys::close(bw);
+        if let Some(m) = memfd {
+            let _ = sys::close(m);
+        }
+    };
+    let Ok(stream) = Stream::create(&format!("slpipe:{ino}"), capacity(), ino) else { return fail(None) };
     // The memfd goes high and inheritable; map it again from there.
-    let Ok(high) = sys::fcntl(stream.segment().fd().as_raw_fd(), libc::F_DUPFD, sys::HIGH_FD) else { return };
+    let Ok(high) = sys::fcntl(stream.segment().fd().as_raw_fd(), libc::F_DUPFD, sys::HIGH_FD) else { return fail(None) };
     drop(stream);
-    let Ok(stream) = Stream::open(sys::owned(high as i32)) else { return };
-    let pipe = Arc::new(Pipe { stream, ino, memfd: AtomicI32::new(high as i32), seen_left: AtomicU32::new(0), local: Mutex::new(Local { fds: Vec::new(), aux: -1 }) });
-    MEMFD[high].store(1, Ordering::Relaxed);
+    let Ok(stream) = Stream::open(sys::owned(high as i32)) else { return fail(None) };
+    stream.header().ident2.store(bell_ino, Ordering::Relaxed);
+    let pipe = Arc::new(Pipe {
+        stream,
+        ino,
+        memfd: AtomicI32::new(high as i32),
+        bell_r: AtomicI32::new(br),
+        bell_w: AtomicI32::new(bw),
+        seen_left: AtomicU32::new(0),
+        local: Mutex::new(Local { fds: Vec::new() }),
+    });
+    for f in pipe.own_fds() {
+        mark_ours(f, true);
+    }
     let nb = if flags & libc::O_NONBLOCK != 0 { NONBLOCK } else { 0 };
     adopt(fds[0], &pipe, READER | nb);
     adopt(fds[1], &pipe, WRITER | nb);
@@ -601,9 +642,34 @@ pub fn discover() {
             if stream.header().ident.load(Ordering::Relaxed) != ino || stream.header().mode.load(Ordering::Acquire) == MODE_KERNEL {
                 continue; // dropping the stream closes the memfd
             }
-            let pipe = Arc::new(Pipe { stream, ino, memfd: AtomicI32::new(memfd), seen_left: AtomicU32::new(0), local: Mutex::new(Local { fds: Vec::new(), aux: -1 }) });
+            let bell_ino = stream.header().ident2.load(Ordering::Relaxed);
+            let mut br = -1;
+            let mut bw = -1;
+            for &(_, f) in pipes.iter().filter(|p| p.0 == bell_ino) {
+                match sys::fcntl(f, libc::F_GETFL, 0).map(|fl| fl as i32 & libc::O_ACCMODE) {
+                    Ok(m) if m == libc::O_RDONLY => br = f,
+                    Ok(m) if m == libc::O_WRONLY => bw = f,
+                    _ => {}
+                }
+            }
+            let pipe = Arc::new(Pipe {
+                stream,
+                ino,
+                memfd: AtomicI32::new(memfd),
+                bell_r: AtomicI32::new(br),
+                bell_w: AtomicI32::new(bw),
+                seen_left: AtomicU32::new(0),
+                local: Mutex::new(Local { fds: Vec::new() }),
+            });
+            if br < 0 || bw < 0 {
+                // Without its doorbell the ring cannot wake anyone: back to the kernel.
+                pipe.demote(ends[0]);
+                continue;
+            }
             pipe.seen_left.store(pipe.stream.header().readers_left.load(Ordering::Relaxed), Ordering::Relaxed);
-            MEMFD[memfd as usize].store(1, Ordering::Relaxed);
+            for f in pipe.own_fds() {
+                mark_ours(f, true);
+            }
             for fd in ends {
                 adopt(fd, &pipe, role_of(fd));
             }
@@ -652,20 +718,20 @@ impl std::ops::Deref for PipeRef {
 }
 
 /// The program is about to put something on fd `fd`'s number (dup2/dup3 target): if a
-/// memfd of ours sits there, move it away first.
+/// descriptor of ours sits there, move it away first.
 pub fn clear_target(fd: i32) {
-    if !is_memfd(fd) {
+    if !is_ours(fd) {
         return;
     }
-    let p = PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|p| p.memfd() == fd).cloned();
+    let p = PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|p| p.own_fds().contains(&fd)).cloned();
     if let Some(p) = p {
-        p.move_memfd();
+        p.move_ours(fd);
     }
 }
 
-/// The memfds we hold, sorted (for close_range).
-pub fn memfds() -> Vec<i32> {
-    let mut v: Vec<i32> = PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|p| p.memfd()).collect();
+/// The library's own descriptors, sorted (for close_range).
+pub fn own_fds() -> Vec<i32> {
+    let mut v: Vec<i32> = PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().flat_map(|p| p.own_fds()).collect();
     v.sort_unstable();
     v
 }
@@ -681,7 +747,9 @@ pub fn before_foreign_exec() {
         if let Some(&fd) = inherited {
             p.demote(fd);
         }
-        let _ = sys::fcntl(p.memfd(), libc::F_SETFD, libc::FD_CLOEXEC as usize);
+        for f in p.own_fds() {
+            let _ = sys::fcntl(f, libc::F_SETFD, libc::FD_CLOEXEC as usize);
+        }
     }
 }
 

@@ -69,30 +69,45 @@ unsafe fn cookie_stream(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
     f
 }
 
+/// Streams this library made for fds 0, 1, 2 (so each is made once).
+static REBOUND: [std::sync::atomic::AtomicBool; 3] = [const { std::sync::atomic::AtomicBool::new(false) }; 3];
+
 /// At load: stdin/stdout/stderr that are ring pipe ends become cookie streams.
 pub fn rebind() {
-    // SAFETY: we run in the library's constructor, before the program's main, so nothing
-    // has used the streams yet; the globals are glibc's.
+    for fd in 0..=2 {
+        if pipe::get(fd).is_some() {
+            rebind_one(fd);
+        }
+    }
+}
+
+/// Make the standard stream of `fd` (0, 1 or 2) a cookie stream over that fd number. It
+/// reads and writes whatever the fd is at the time, through this library, so it stays
+/// right when the program later puts something else there.
+pub fn rebind_one(fd: c_int) {
+    if REBOUND[fd as usize].swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: glibc's stream globals; the old stream is flushed first (its buffered bytes
+    // belong to whatever the fd was before) and left alone (it may be glibc's static one).
     unsafe {
-        if pipe::get(0).is_some() {
-            let f = cookie_stream(0, c"r".as_ptr());
-            if !f.is_null() {
-                stdin = f;
-            }
+        let (slot, mode): (*mut *mut libc::FILE, &CStr) = match fd {
+            0 => (&raw mut stdin, c"r"),
+            1 => (&raw mut stdout, c"w"),
+            _ => (&raw mut stderr, c"w"),
+        };
+        if fd != 0 && !(*slot).is_null() {
+            libc::fflush(*slot);
         }
-        if pipe::get(1).is_some() {
-            let f = cookie_stream(1, c"w".as_ptr());
-            if !f.is_null() {
-                stdout = f;
-            }
+        let f = cookie_stream(fd, mode.as_ptr());
+        if f.is_null() {
+            REBOUND[fd as usize].store(false, std::sync::atomic::Ordering::Relaxed);
+            return;
         }
-        if pipe::get(2).is_some() {
-            let f = cookie_stream(2, c"w".as_ptr());
-            if !f.is_null() {
-                libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
-                stderr = f;
-            }
+        if fd == 2 {
+            libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
         }
+        *slot = f;
     }
 }
 

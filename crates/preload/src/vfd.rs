@@ -27,6 +27,10 @@ pub trait Virtual: Send + Sync {
     /// poll so that it wakes when the readiness may have changed. `None`: nothing to poll;
     /// the waiter re-checks [`Virtual::revents`] in short time slices.
     fn wait_on(&self, fd: i32, events: i16) -> Option<(i32, i16)>;
+    /// A second kernel fd to sleep on beside `wait_on`'s (a pipe's doorbell).
+    fn extra_wait(&self, _fd: i32, _events: i16) -> Option<(i32, i16)> {
+        None
+    }
     /// Readiness for `events` can change without anything to poll in the kernel (a pipe's
     /// writer waiting for space): the waiter re-checks in short time slices.
     fn needs_slices(&self, _fd: i32, _events: i16) -> bool {

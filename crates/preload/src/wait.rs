@@ -57,7 +57,7 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>, sigmask: *const
                 match o {
                     Some(o) => {
                         sliced |= o.needs_slices(p.fd, p.events);
-                        if let Some((fd, events)) = o.wait_on(p.fd, p.events) {
+                        for (fd, events) in o.wait_on(p.fd, p.events).into_iter().chain(o.extra_wait(p.fd, p.events)) {
                             k.push(libc::pollfd { fd, events, revents: 0 });
                         }
                     }
@@ -168,7 +168,12 @@ struct Reg {
     data: u64,
     /// EPOLLONESHOT fired: silent until EPOLL_CTL_MOD.
     spent: bool,
+    /// The object's extra fd registered in the kernel set for it.
+    extra: Option<i32>,
 }
+
+/// (epoll fd, extra fd) -> how many registrations share it.
+static BELLS: Mutex<Option<HashMap<(i32, i32), usize>>> = Mutex::new(None);
 
 /// (epoll fd, fd) -> registration, for virtual fds only.
 static EPOLL: Mutex<Option<HashMap<(i32, i32), Reg>>> = Mutex::new(None);
@@ -193,18 +198,43 @@ pub unsafe fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event)
         unsafe { ((*ev).events, (*ev).u64) }
     };
     let kernel_events = obj.wait_on(fd, events as i16).map_or(0, |(_, e)| e as u16 as u32);
+    let extra = obj.extra_wait(fd, events as i16).map(|(f, _)| f);
     let mut kev = libc::epoll_event { events: kernel_events, u64: TAG | fd as u32 as u64 };
     let kp = if op == libc::EPOLL_CTL_DEL { std::ptr::null_mut() } else { &mut kev as *mut _ };
     // SAFETY: kp is null for DEL or points at our live event.
     let r = unsafe { sys::epoll_ctl(epfd, op, fd, kp) };
     if r.is_ok() {
-        with_epoll(|m| {
+        let old = with_epoll(|m| {
             if op == libc::EPOLL_CTL_DEL {
-                m.remove(&(epfd, fd));
+                m.remove(&(epfd, fd))
             } else {
-                m.insert((epfd, fd), Reg { events, data, spent: false });
+                m.insert((epfd, fd), Reg { events, data, spent: false, extra })
             }
         });
+        // The extra fd (a doorbell, shared by every end of one pipe) is in the set while
+        // any registration names it.
+        let mut b = BELLS.lock().unwrap_or_else(|p| p.into_inner());
+        let b = b.get_or_insert_with(HashMap::new);
+        if let Some(f) = old.and_then(|o| o.extra) {
+            let c = b.entry((epfd, f)).or_insert(1);
+            *c -= 1;
+            if *c == 0 {
+                b.remove(&(epfd, f));
+                // SAFETY: DEL takes no event.
+                let _ = unsafe { sys::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, f, std::ptr::null_mut()) };
+            }
+        }
+        if op != libc::EPOLL_CTL_DEL {
+            if let Some(f) = extra {
+                let c = b.entry((epfd, f)).or_insert(0);
+                *c += 1;
+                if *c == 1 {
+                    let mut bev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: TAG | f as u32 as u64 };
+                    // SAFETY: our live event.
+                    let _ = unsafe { sys::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, f, &mut bev) };
+                }
+            }
+        }
     }
     Some(r)
 }
