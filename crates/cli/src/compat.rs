@@ -12,22 +12,28 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The stand-in library: `$STREAMLINE_PCAP_LIB`, else the newest `libslpcap.so` beside
-/// this program (cargo build puts both in target/<profile>/; cargo test leaves the library
-/// in target/<profile>/deps/), else under `../lib/streamline/`.
+/// this program (see [`find_library`]).
 fn library() -> Result<PathBuf, String> {
-    if let Ok(p) = std::env::var("STREAMLINE_PCAP_LIB") {
+    find_library("libslpcap.so", "STREAMLINE_PCAP_LIB", "compat")
+}
+
+/// A library the workspace builds for legacy programs (`file`): `$env`, else the newest
+/// `file` beside this program (cargo build puts both in target/<profile>/; cargo test
+/// leaves the library in target/<profile>/deps/), else under `../lib/streamline/`.
+pub fn find_library(file: &str, env: &str, krate: &str) -> Result<PathBuf, String> {
+    if let Ok(p) = std::env::var(env) {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let dir = exe.parent().ok_or("this program has no directory")?;
-    let newest = [dir.join("libslpcap.so"), dir.join("deps/libslpcap.so"), dir.join("../lib/streamline/libslpcap.so")]
+    let newest = [dir.join(file), dir.join("deps").join(file), dir.join("../lib/streamline").join(file)]
         .into_iter()
         .filter_map(|c| Some((std::fs::metadata(&c).ok()?.modified().ok()?, c)))
         .max_by_key(|(t, _)| *t);
     if let Some((_, c)) = newest {
         return Ok(c.canonicalize().unwrap_or(c));
     }
-    Err(format!("libslpcap.so is not beside {} (build it: cargo build -p compat; or set STREAMLINE_PCAP_LIB)", exe.display()))
+    Err(format!("{file} is not beside {} (build it: cargo build -p {krate}; or set {env})", exe.display()))
 }
 
 /// A directory whose `libpcap.so.0.8` is the stand-in.
@@ -93,7 +99,7 @@ pub fn run(print_dir: bool, cmd: &[String], socket: Option<&str>) -> ExitCode {
     ExitCode::from(127)
 }
 
-fn which(prog: &str) -> Option<PathBuf> {
+pub fn which(prog: &str) -> Option<PathBuf> {
     if prog.contains('/') {
         return Some(PathBuf::from(prog));
     }

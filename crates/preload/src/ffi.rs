@@ -322,7 +322,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_i
         if req == libc::FIONREAD as libc::c_ulong {
             if let Some(n) = p.readable_bytes(fd) {
                 // SAFETY: FIONREAD's argument is an int pointer, as the caller vouches.
-                unsafe { *(arg as *mut c_int) = n.min(c_int::MAX as usize) as c_int };
+                unsafe { std::ptr::write_unaligned(arg as *mut c_int, n.min(c_int::MAX as usize) as c_int) };
                 return 0;
             }
         }
@@ -331,7 +331,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_i
     let r = unsafe { sys::ioctl_raw(fd, req as u64, arg) };
     if r.is_ok() && req == libc::FIONBIO as libc::c_ulong && arg != 0 {
         // SAFETY: FIONBIO's argument is an int pointer.
-        pipe::set_nonblock(fd, unsafe { *(arg as *const c_int) } != 0);
+        pipe::set_nonblock(fd, unsafe { std::ptr::read_unaligned(arg as *const c_int) } != 0);
     }
     sys::c_ret(r) as c_int
 }
@@ -623,6 +623,17 @@ pub unsafe extern "C" fn sendfile(out: c_int, fin: c_int, off: *mut i64, count: 
 #[no_mangle]
 pub unsafe extern "C" fn sendfile64(out: c_int, fin: c_int, off: *mut i64, count: usize) -> isize {
     unsafe { sendfile(out, fin, off, count) }
+}
+
+/// sendmsg(2): a ring pipe end passed in the message goes back to the kernel first.
+#[no_mangle]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
+    if !pipe::is_internal() {
+        // SAFETY: sendmsg's message.
+        unsafe { demote_passed(msg) };
+    }
+    // SAFETY: the caller's arguments.
+    sys::c_ret(unsafe { raw3(libc::SYS_sendmsg, fd as usize, msg as usize, flags as usize) })
 }
 
 /// Before a message carrying descriptors (SCM_RIGHTS) leaves: a ring pipe end among them
