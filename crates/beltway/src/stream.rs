@@ -43,25 +43,33 @@ pub struct StreamHeader {
     pub ident2: AtomicU64,
     /// Free for the owner of the stream (the preload library keeps its mode here).
     pub mode: AtomicU32,
+    _pad0: [u8; 28],
+    // -- writer side (written by the writer on every publish; the readers' sleep flags
+    //    live here because the writer reads them on every publish)
+    pub head: AtomicU64,
     /// Threads waiting for data that asked to be woken through the doorbell.
     pub pollers: AtomicU32,
     /// 1 while a doorbell is pending (rung and not yet drained).
     pub bell: AtomicU32,
-    _pad0: [u8; 20],
-    // -- writer side
-    pub head: AtomicU64,
-    pub wlock: AtomicU32,
-    /// Writers sleeping on `rseq` for space.
-    pub writers_waiting: AtomicU32,
     _pad1: [u8; 48],
-    // -- reader side
+    // -- the writers' lock, on a line of its own (a reader reading `head` does not steal it)
+    pub wlock: AtomicU32,
+    _pad2: [u8; 60],
+    // -- reader side (written by readers on every consume; the writers' sleep flags live
+    //    here because readers read them on every consume)
     pub tail: AtomicU64,
-    pub rlock: AtomicU32,
     /// Bumped by readers after they free space while writers wait (a futex word).
     pub rseq: AtomicU32,
     /// Bumped when the last reader of some process leaves (writers re-check broken pipe).
     pub readers_left: AtomicU32,
-    _pad2: [u8; 44],
+    /// Writers sleeping on `rseq` for space.
+    pub writers_waiting: AtomicU32,
+    /// How much free space the sleeping writers wait for (readers wake them only then).
+    pub space_wanted: AtomicU32,
+    _pad3: [u8; 40],
+    // -- the readers' lock, on a line of its own
+    pub rlock: AtomicU32,
+    _pad4: [u8; 60],
 }
 
 // SAFETY: repr(C), only atomics and padding bytes, valid when all-zero.
@@ -69,10 +77,18 @@ pub struct StreamHeader {
 unsafe impl ShmSafe for StreamHeader {}
 
 /// One mapping of a stream.
+///
+/// It keeps, for this process, the last tail its writers saw and the last head its
+/// readers saw: a writer re-reads the readers' cache line only when the space it knows of
+/// is not enough, a reader re-reads the writers' only when the bytes it knows of are used
+/// up, so in a stream the two sides do not trade cache lines on every call. (Both are
+/// lower bounds of the real positions, so what they allow is always allowed.)
 #[derive(Debug)]
 pub struct Stream {
     seg: Segment,
     cap: u64,
+    tail_seen: AtomicU64,
+    head_seen: AtomicU64,
 }
 
 /// Why a segment is not a stream.
@@ -90,7 +106,7 @@ impl Stream {
         h.capacity.store(cap as u64, Ordering::Relaxed);
         h.ident.store(ident, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
-        Ok(Stream { seg, cap: cap as u64 })
+        Ok(Stream { seg, cap: cap as u64, tail_seen: AtomicU64::new(0), head_seen: AtomicU64::new(0) })
     }
 
     /// Map a stream from its descriptor, checking that it is one.
@@ -107,7 +123,9 @@ impl Stream {
         if !cap.is_power_of_two() || DATA_OFFSET as u64 + cap != seg.len() as u64 {
             return Err(invalid(format!("stream capacity {cap} does not match its segment of {} bytes", seg.len())));
         }
-        Ok(Stream { seg, cap })
+        let h: &StreamHeader = seg.get(0);
+        let (t, hd) = (h.tail.load(Ordering::Acquire), h.head.load(Ordering::Acquire));
+        Ok(Stream { seg, cap, tail_seen: AtomicU64::new(t), head_seen: AtomicU64::new(hd) })
     }
 
     pub fn header(&self) -> &StreamHeader {
@@ -123,8 +141,9 @@ impl Stream {
     /// Bytes a reader could take now.
     pub fn available(&self) -> usize {
         let h = self.header();
-        // SYNC POINT: Acquire on head pairs with the Release in `put`.
-        (h.head.load(Ordering::Acquire) - h.tail.load(Ordering::Acquire)) as usize
+        // SYNC POINT: Acquire on head pairs with the Release in `put_min`.
+        let head = h.head.load(Ordering::Acquire);
+        (head - h.tail.load(Ordering::Acquire).min(head)) as usize
     }
 
     /// Bytes a writer could put now.
@@ -157,23 +176,37 @@ impl Stream {
 
     /// Append up to `data.len()` bytes (what fits), publish them, return how many.
     /// The caller holds the writers' lock.
-    pub fn put(&self, _w: &Guard<'_>, data: &[u8]) -> usize {
-        let h = self.header();
-        let head = h.head.load(Ordering::Relaxed);
-        // SYNC POINT: Acquire on tail pairs with the Release in `take`: the bytes below it
-        // have been copied out and may be overwritten.
-        let tail = h.tail.load(Ordering::Acquire);
-        let n = data.len().min((self.cap - (head - tail)) as usize);
-        if n == 0 {
+    pub fn put(&self, w: &Guard<'_>, data: &[u8]) -> usize {
+        self.put_min(w, data, 1)
+    }
+
+    /// Append up to `data.len()` bytes if at least `min` of them fit (all of them if
+    /// fewer), else nothing; publish; return how many. The caller holds the writers' lock.
+    pub fn put_min(&self, _w: &Guard<'_>, data: &[u8], min: usize) -> usize {
+        if data.is_empty() {
             return 0;
         }
+        let min = min.clamp(1, data.len()) as u64;
+        let h = self.header();
+        let head = h.head.load(Ordering::Relaxed);
+        let mut tail = self.tail_seen.load(Ordering::Relaxed);
+        if self.cap - (head - tail) < data.len() as u64 {
+            // SYNC POINT: Acquire on tail pairs with the Release in `consume`: the bytes
+            // below it have been copied out and may be overwritten.
+            tail = h.tail.load(Ordering::Acquire);
+            self.tail_seen.store(tail, Ordering::Relaxed);
+            if self.cap - (head - tail) < min {
+                return 0;
+            }
+        }
+        let n = data.len().min((self.cap - (head - tail)) as usize);
         let off = (head % self.cap) as usize;
         let first = n.min(self.cap as usize - off);
         self.seg.write_at(DATA_OFFSET + off, &data[..first]);
         if first < n {
             self.seg.write_at(DATA_OFFSET, &data[first..n]);
         }
-        // SYNC POINT: Release publishes the bytes to readers (Acquire in `take`/`available`).
+        // SYNC POINT: Release publishes the bytes to readers (Acquire in `peek`/`available`).
         h.head.store(head + n as u64, Ordering::Release);
         n
     }
@@ -192,8 +225,12 @@ impl Stream {
     pub fn peek(&self, buf: &mut [u8]) -> usize {
         let h = self.header();
         let tail = h.tail.load(Ordering::Relaxed);
-        // SYNC POINT: Acquire on head pairs with the Release in `put`.
-        let head = h.head.load(Ordering::Acquire);
+        let mut head = self.head_seen.load(Ordering::Relaxed);
+        if head < tail + buf.len() as u64 {
+            // SYNC POINT: Acquire on head pairs with the Release in `put_min`.
+            head = h.head.load(Ordering::Acquire);
+            self.head_seen.store(head, Ordering::Relaxed);
+        }
         let n = buf.len().min((head - tail) as usize);
         let off = (tail % self.cap) as usize;
         let first = n.min(self.cap as usize - off);
@@ -214,7 +251,7 @@ impl Stream {
         // writers_waiting and re-check of space (a Dekker handshake: either the writer sees
         // the new tail, or we see it waiting).
         h.tail.store(tail + n as u64, Ordering::SeqCst);
-        if h.writers_waiting.load(Ordering::SeqCst) > 0 {
+        if h.writers_waiting.load(Ordering::SeqCst) > 0 && self.space() >= h.space_wanted.load(Ordering::Relaxed) as usize {
             self.wake_writers();
         }
     }
@@ -226,11 +263,14 @@ impl Stream {
         sys::futex_wake(&h.rseq, i32::MAX);
     }
 
-    /// Sleep until a reader frees space or `timeout` passes; `want` bytes are needed.
-    /// Returns at once if they are already free. Spurious returns are allowed.
+    /// Sleep until readers free `want` bytes or `timeout` passes. Returns at once if
+    /// they are already free. Spurious returns are allowed. (Readers wake a sleeping
+    /// writer only once the space it wants is free: a writer waiting on a full ring is
+    /// not woken, and does not run, for every small read.)
     pub fn wait_space(&self, want: usize, timeout: Duration) {
         let h = self.header();
         let seq = h.rseq.load(Ordering::SeqCst);
+        h.space_wanted.store(want.min(self.capacity()) as u32, Ordering::Relaxed);
         h.writers_waiting.fetch_add(1, Ordering::SeqCst);
         if self.space() < want {
             sys::futex_wait(&h.rseq, seq, Some(timeout));
@@ -301,7 +341,7 @@ fn lock(word: &AtomicU32, me: u32) {
     }
 }
 
-const _: () = assert!(std::mem::size_of::<StreamHeader>() == 192);
+const _: () = assert!(std::mem::size_of::<StreamHeader>() == 320);
 
 #[cfg(test)]
 mod tests {

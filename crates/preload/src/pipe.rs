@@ -278,12 +278,10 @@ impl Pipe {
                 // left): trickling in every byte a reader frees would make both sides move
                 // tiny pieces (silly window syndrome).
                 let piece = if atomic { data.len() - off } else { (data.len() - off).min(self.stream.capacity() / 4) };
-                if self.stream.space() >= piece {
-                    let n = self.stream.put(&g, &data[off..]);
-                    off += n;
-                    if n > 0 {
-                        self.ring_bell(fd);
-                    }
+                let n = self.stream.put_min(&g, &data[off..], piece);
+                off += n;
+                if n > 0 {
+                    self.ring_bell(fd);
                 }
                 if off == data.len() {
                     return Ok(off);
@@ -293,13 +291,17 @@ impl Pipe {
                 return if off > 0 { Ok(off) } else { Err(libc::EAGAIN) };
             }
             // Full: wait for a reader to make room, checking that one is left.
-            let want = if atomic { data.len() - off } else { (data.len() - off).min(self.stream.capacity() / 4) };
+            // Full: wait until a quarter of the ring is free (at least what this write
+            // needs), not for the first bytes a reader frees, so that a reader that takes
+            // little at a time is not slowed by a writer that re-checks after every read.
+            let need = if atomic { data.len() - off } else { (data.len() - off).min(self.stream.capacity() / 4) };
+            let want = need.max(self.stream.capacity() / 4);
             if spin_until(|| self.stream.space() >= want || self.kernel()) {
                 continue;
             }
             vfd::before_block();
             self.stream.wait_space(want, Duration::from_millis(50));
-            if self.stream.space() < want && self.readers_gone(fd) {
+            if self.stream.space() < need && self.readers_gone(fd) {
                 return self.broken(off);
             }
         }
