@@ -17,6 +17,7 @@
 //! Acquire, so a reader never copies bytes before they are written, and a writer never
 //! overwrites bytes before they are copied out.
 
+use crate::ring::fences;
 use crate::shm::{Segment, ShmSafe};
 use crate::sys;
 use std::io;
@@ -101,6 +102,7 @@ impl Stream {
     /// in a fresh memfd called `name`.
     pub fn create(name: &str, capacity: usize, ident: u64) -> io::Result<Stream> {
         let cap = capacity.max(4096).next_power_of_two();
+        fences::init();
         let seg = Segment::create_memfd(name, DATA_OFFSET + cap)?;
         let h: &StreamHeader = seg.get(0);
         h.capacity.store(cap as u64, Ordering::Relaxed);
@@ -111,6 +113,7 @@ impl Stream {
 
     /// Map a stream from its descriptor, checking that it is one.
     pub fn open(fd: OwnedFd) -> io::Result<Stream> {
+        fences::init();
         let seg = Segment::from_fd(fd)?;
         if seg.len() < DATA_OFFSET + 4096 || !seg.writable() {
             return Err(invalid(format!("stream segment of {} bytes (writable: {}) is too small or read-only", seg.len(), seg.writable())));
@@ -206,8 +209,10 @@ impl Stream {
         if first < n {
             self.seg.write_at(DATA_OFFSET, &data[first..n]);
         }
-        // SYNC POINT: Release publishes the bytes to readers (Acquire in `peek`/`available`).
-        h.head.store(head + n as u64, Ordering::Release);
+        // SYNC POINT: Release publishes the bytes to readers (Acquire in `peek`/`available`);
+        // the fast half of the asymmetric fence orders it before the caller's load of
+        // `pollers` (slow half: `sleeper_fence`).
+        fences::publish(&h.head, head + n as u64);
         n
     }
 
@@ -247,13 +252,21 @@ impl Stream {
         let h = self.header();
         let tail = h.tail.load(Ordering::Relaxed);
         // SYNC POINT: Release orders our copies before the space is handed back (Acquire
-        // on tail in `put`). SeqCst: paired with the writer's SeqCst increment of
-        // writers_waiting and re-check of space (a Dekker handshake: either the writer sees
-        // the new tail, or we see it waiting).
-        h.tail.store(tail + n as u64, Ordering::SeqCst);
+        // on tail in `put_min`); the fast half of the asymmetric fence orders it before our
+        // load of writers_waiting, against the writer's increment of writers_waiting, slow
+        // half, and re-check of space in `wait_space` (a Dekker handshake: either the
+        // writer sees the new tail, or we see it waiting).
+        fences::publish(&h.tail, tail + n as u64);
         if h.writers_waiting.load(Ordering::SeqCst) > 0 && self.space() >= h.space_wanted.load(Ordering::Relaxed) as usize {
             self.wake_writers();
         }
+    }
+
+    /// The slow half of the sleep handshake: a party that announced it will sleep (raised
+    /// `pollers`) calls this before it re-checks the stream, so that a publisher that did
+    /// not see it will be seen by it.
+    pub fn sleeper_fence(&self) {
+        fences::heavy();
     }
 
     /// Wake every writer sleeping for space (or for a change of mode).
@@ -272,6 +285,7 @@ impl Stream {
         let seq = h.rseq.load(Ordering::SeqCst);
         h.space_wanted.store(want.min(self.capacity()) as u32, Ordering::Relaxed);
         h.writers_waiting.fetch_add(1, Ordering::SeqCst);
+        fences::heavy();
         if self.space() < want {
             sys::futex_wait(&h.rseq, seq, Some(timeout));
         }

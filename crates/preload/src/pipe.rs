@@ -42,7 +42,7 @@ use beltway::stream::Stream;
 use std::cell::Cell;
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -331,11 +331,11 @@ impl Pipe {
     /// After publishing: wake sleeping readers through the doorbell, once.
     fn ring_bell(&self, _fd: i32) {
         let h = self.stream.header();
-        // SYNC POINT: SeqCst fence between publishing head (in put) and loading pollers,
-        // paired with the reader's SeqCst increment of pollers before it re-checks the
-        // ring (`arm`): either we see it sleeping or it sees our bytes.
-        fence(Ordering::SeqCst);
-        if h.pollers.load(Ordering::SeqCst) > 0 && h.bell.load(Ordering::SeqCst) == 0 && h.bell.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        // SYNC POINT: `put_min` published head with the fast half of an asymmetric fence;
+        // the reader's increment of pollers is followed by the slow half
+        // (`sleeper_fence`) before it re-checks the ring (`arm`): either we see it
+        // sleeping or it sees our bytes.
+        if h.pollers.load(Ordering::Relaxed) > 0 && h.bell.load(Ordering::SeqCst) == 0 && h.bell.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
             let _ = sys::write(self.bell_w.load(Ordering::Relaxed), &[0u8]);
         }
     }
@@ -354,6 +354,7 @@ impl Pipe {
         if events & libc::POLLIN != 0 && role(fd) & READER != 0 {
             // SYNC POINT: see `ring_bell`.
             self.stream.header().pollers.fetch_add(1, Ordering::SeqCst);
+            self.stream.sleeper_fence();
         }
     }
 

@@ -52,7 +52,7 @@
 //! on x86; the C++ model would want a `fence(SeqCst)` between them).
 
 mod config;
-mod fences;
+pub(crate) mod fences;
 pub(crate) mod format;
 pub(crate) mod notify;
 mod reader;
