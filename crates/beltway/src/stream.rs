@@ -193,7 +193,8 @@ impl Stream {
         let h = self.header();
         let head = h.head.load(Ordering::Relaxed);
         let mut tail = self.tail_seen.load(Ordering::Relaxed);
-        if self.cap - (head - tail) < data.len() as u64 {
+        // (Another process's writers may have moved head past what our stale tail allows.)
+        if head.saturating_sub(tail) > self.cap || self.cap - (head - tail) < data.len() as u64 {
             // SYNC POINT: Acquire on tail pairs with the Release in `consume`: the bytes
             // below it have been copied out and may be overwritten.
             tail = h.tail.load(Ordering::Acquire);
@@ -300,6 +301,13 @@ impl Stream {
         v.truncate(n);
         v
     }
+}
+
+/// Call in a child process right after `fork` (a `pthread_atfork` child handler) if the
+/// parent mapped streams: the sleep handshake's fast side relies on a per-address-space
+/// registration that the child must make again.
+pub fn after_fork() {
+    fences::after_fork();
 }
 
 /// A held lock; released on drop.
@@ -439,13 +447,17 @@ mod tests {
     }
 
     proptest! {
-        /// Any interleaving of puts and takes of any sizes behaves like a bounded FIFO queue.
+        /// Any interleaving of puts and takes of any sizes, through two mappings of the
+        /// stream (two processes, each with its own cached positions), behaves like one
+        /// bounded FIFO queue.
         #[test]
-        fn behaves_like_a_bounded_fifo(ops in proptest::collection::vec((any::<bool>(), 0usize..10000), 1..200)) {
-            let s = Stream::create("p", 4096, 1).unwrap();
+        fn behaves_like_a_bounded_fifo(ops in proptest::collection::vec((any::<bool>(), 0usize..10000, any::<bool>()), 1..200)) {
+            let a = Stream::create("p", 4096, 1).unwrap();
+            let b = Stream::open(a.segment().fd().try_clone_to_owned().unwrap()).unwrap();
             let mut model = std::collections::VecDeque::new();
             let mut next = 0u8;
-            for (is_put, len) in ops {
+            for (is_put, len, second) in ops {
+                let s = if second { &b } else { &a };
                 if is_put {
                     let data: Vec<u8> = (0..len).map(|_| { next = next.wrapping_add(1); next }).collect();
                     let g = s.lock_write();
@@ -462,8 +474,8 @@ mod tests {
                     let want: Vec<u8> = model.drain(..n).collect();
                     prop_assert_eq!(&buf[..n], &want[..]);
                 }
-                prop_assert_eq!(s.available(), model.len());
-                prop_assert_eq!(s.space(), 4096 - model.len());
+                prop_assert_eq!(a.available(), model.len());
+                prop_assert_eq!(b.space(), 4096 - model.len());
             }
         }
     }

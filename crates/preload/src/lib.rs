@@ -40,6 +40,7 @@ extern "C" fn init() {
 
 extern "C" fn after_fork() {
     pipe::set_owner();
+    beltway::stream::after_fork();
 }
 
 extern "C" fn at_exit() {

@@ -26,6 +26,18 @@ pub fn init() {
     state();
 }
 
+/// In a child after `fork`: a registration for expedited membarrier belongs to an address
+/// space, and the child has a new one; register it again (the cached state says the
+/// process uses the cheap fast side, which is only sound if it is registered).
+pub fn after_fork() {
+    if state().1 && crate::sys::membarrier_register_global().is_err() {
+        // Cannot happen when the parent could register; if it does, the child would lose
+        // wake-ups, so make it loud.
+        eprintln!("beltway: membarrier registration failed in a forked child");
+        std::process::abort();
+    }
+}
+
 /// Fast side: publish `v` into `word`, ordered before the caller's next load.
 #[inline]
 pub fn publish(word: &AtomicU64, v: u64) {
