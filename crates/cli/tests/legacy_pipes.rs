@@ -109,7 +109,8 @@ fn coreutils_tar_gzip_sort_and_the_shell_give_the_same_output() {
         "mkfifo ff && (seq 1 5000 > ff &) && wc -l < ff; rm -f ff",
         // Exit statuses of a pipeline's members (bash).
         "bash -c 'yes | head -1; echo ${PIPESTATUS[@]}'",
-        "bash -c 'seq 1 10 | false | cat; echo ${PIPESTATUS[@]}'",
+        "bash -c 'seq 1 200000 | head -1; echo ${PIPESTATUS[@]}'",
+        "bash -c 'seq 1 10 | (exit 3) | cat; echo ${PIPESTATUS[@]:1}'",
         // dd-style copies of odd sizes.
         "dd if=tree/sub/zeros bs=7777 status=none | dd bs=65536 status=none | wc -c",
         // xargs starting programs that inherit the pipe.

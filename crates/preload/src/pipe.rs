@@ -669,7 +669,8 @@ pub fn discover() {
                 pipe.demote(ends[0]);
                 continue;
             }
-            pipe.seen_left.store(pipe.stream.header().readers_left.load(Ordering::Relaxed), Ordering::Relaxed);
+            // The first write checks for readers (they may all have gone before we came).
+            pipe.seen_left.store(pipe.stream.header().readers_left.load(Ordering::Relaxed).wrapping_sub(1), Ordering::Relaxed);
             for f in pipe.own_fds() {
                 mark_ours(f, true);
             }
