@@ -82,13 +82,18 @@ pub fn dynamic_target(path: &Path, depth: u32) -> bool {
     elf_has_interp(&head).unwrap_or(true)
 }
 
+/// The first page of `path`, read with raw system calls: this runs in `vfork` children,
+/// which share the parent's fd table of this library but not its fds, so the interposed
+/// `read` could take a number that is a ring pipe end in the parent for one here.
 fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut f = pipe::internal(|| std::fs::File::open(path))?;
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let fd = sys::open(&c, libc::O_RDONLY | libc::O_CLOEXEC).map_err(std::io::Error::from_raw_os_error)? as i32;
     let mut buf = vec![0u8; 4096];
-    let n = pipe::internal(|| f.read(&mut buf))?;
+    let r = sys::read(fd, &mut buf);
+    let _ = sys::close(fd);
+    let n = r.map_err(std::io::Error::from_raw_os_error)?;
     buf.truncate(n);
-    pipe::internal(|| drop(f));
     Ok(buf)
 }
 

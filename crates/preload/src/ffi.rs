@@ -17,9 +17,12 @@ use crate::{pipe, sys, vfd, wait};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::time::Duration;
 
-/// Is `fd` a ring pipe end this process serves?
+/// Is `fd` a ring pipe end this process serves? (The library's own I/O never comes through
+/// here: it uses `sys` only, also for files it opens, so no fd number it reads can be
+/// mistaken for a ring end, not even in a `vfork` child, which sees the parent's table.)
+#[inline]
 fn pipe_of(fd: c_int) -> Option<pipe::PipeRef> {
-    if !vfd::is_virtual(fd) || pipe::is_internal() {
+    if !vfd::is_virtual(fd) {
         return None;
     }
     pipe::get(fd)

@@ -637,11 +637,15 @@ pub fn discover() {
         }
         for (ino, memfd) in memfds {
             let ends: Vec<i32> = pipes.iter().filter(|p| p.0 == ino).map(|p| p.1).collect();
-            if ends.is_empty() || (memfd as usize) >= vfd::MAX_FD || ends.iter().any(|&f| f as usize >= vfd::MAX_FD) {
-                let _ = sys::close(memfd);
-                continue;
-            }
             let Ok(stream) = Stream::open(sys::owned(memfd)) else { continue };
+            if ends.is_empty() || (memfd as usize) >= vfd::MAX_FD || ends.iter().any(|&f| f as usize >= vfd::MAX_FD) {
+                // A pipe this program holds no end of: its memfd and doorbell go.
+                let bell_ino = stream.header().ident2.load(Ordering::Relaxed);
+                for &(_, f) in pipes.iter().filter(|p| p.0 == bell_ino) {
+                    let _ = sys::close(f);
+                }
+                continue; // dropping the stream closes the memfd
+            }
             if stream.header().ident.load(Ordering::Relaxed) != ino || stream.header().mode.load(Ordering::Acquire) == MODE_KERNEL {
                 continue; // dropping the stream closes the memfd
             }
