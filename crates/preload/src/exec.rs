@@ -76,7 +76,7 @@ pub fn dynamic_target(path: &Path, depth: u32) -> bool {
             return true;
         }
         let line = rest.split(|&b| b == b'\n').next().unwrap_or(&[]);
-        let interp = String::from_utf8_lossy(line).trim().split_whitespace().next().unwrap_or("").to_string();
+        let interp = String::from_utf8_lossy(line).split_whitespace().next().unwrap_or("").to_string();
         return interp.is_empty() || dynamic_target(Path::new(&interp), depth + 1);
     }
     elf_has_interp(&head).unwrap_or(true)

@@ -331,7 +331,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_i
         }
     }
     // SAFETY: the caller's argument, passed through.
-    let r = unsafe { sys::ioctl_raw(fd, req as u64, arg) };
+    let r = unsafe { sys::ioctl_raw(fd, req, arg) };
     if r.is_ok() && req == libc::FIONBIO as libc::c_ulong && arg != 0 {
         // SAFETY: FIONBIO's argument is an int pointer.
         pipe::set_nonblock(fd, unsafe { std::ptr::read_unaligned(arg as *const c_int) } != 0);
@@ -411,7 +411,7 @@ unsafe fn pollfds<'a>(fds: *mut libc::pollfd, n: libc::nfds_t) -> &'a mut [libc:
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
     // SAFETY: poll's array.
-    sys::c_ret(wait::poll(unsafe { pollfds(fds, n) }, ms_timeout(timeout), std::ptr::null())) as c_int
+    sys::c_ret(unsafe { wait::poll(pollfds(fds, n), ms_timeout(timeout), std::ptr::null()) }) as c_int
 }
 
 #[no_mangle]
@@ -422,7 +422,7 @@ pub unsafe extern "C" fn __poll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, tim
 #[no_mangle]
 pub unsafe extern "C" fn ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
     // SAFETY: ppoll's arguments.
-    sys::c_ret(wait::poll(unsafe { pollfds(fds, n) }, unsafe { ts_timeout(ts) }, mask)) as c_int
+    sys::c_ret(unsafe { wait::poll(pollfds(fds, n), ts_timeout(ts), mask) }) as c_int
 }
 
 #[no_mangle]
@@ -512,13 +512,15 @@ pub unsafe extern "C" fn epoll_pwait(epfd: c_int, ev: *mut libc::epoll_event, ma
     }
     // SAFETY: epoll_wait's array.
     let out = unsafe { events(ev, max) };
-    match wait::epoll_wait(epfd, out, ms_timeout(timeout), mask) {
+    // SAFETY: mask is the caller's.
+    match unsafe { wait::epoll_wait(epfd, out, ms_timeout(timeout), mask) } {
         Some(r) => sys::c_ret(r) as c_int,
         None => {
             if timeout != 0 {
                 vfd::before_block();
             }
-            sys::c_ret(sys::epoll_pwait(epfd, out, timeout, mask)) as c_int
+            // SAFETY: mask is the caller's.
+            sys::c_ret(unsafe { sys::epoll_pwait(epfd, out, timeout, mask) }) as c_int
         }
     }
 }

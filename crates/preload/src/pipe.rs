@@ -224,7 +224,7 @@ impl Pipe {
     fn kernel_bytes(&self, fd: i32) -> usize {
         let mut n: i32 = 0;
         // SAFETY: FIONREAD writes one int.
-        match unsafe { sys::ioctl_raw(fd, libc::FIONREAD as u64, &mut n as *mut i32 as usize) } {
+        match unsafe { sys::ioctl_raw(fd, libc::FIONREAD, &mut n as *mut i32 as usize) } {
             Ok(_) => n.max(0) as usize,
             Err(_) => 0,
         }
@@ -430,10 +430,6 @@ impl Pipe {
                 mark_ours(new as i32, true);
                 slot.store(new as i32, Ordering::Relaxed);
                 mark_ours(old, false);
-                if slot as *const _ == &self.memfd as *const _ {
-                    // The mapping keeps its own reference; the Stream's fd number is only
-                    // used for closing, which `forget` does through `memfd`.
-                }
                 let _ = sys::close(old);
             }
         }

@@ -189,13 +189,19 @@ pub unsafe fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event)
 }
 
 /// epoll_pwait(2) into `evs` (timeout in ms, -1 for ever; optional signal mask).
-pub fn epoll_pwait(epfd: i32, evs: &mut [libc::epoll_event], timeout: i32, sigmask: *const libc::sigset_t) -> Res {
+///
+/// # Safety
+/// `sigmask` is null or points at a valid signal set.
+pub unsafe fn epoll_pwait(epfd: i32, evs: &mut [libc::epoll_event], timeout: i32, sigmask: *const libc::sigset_t) -> Res {
     // SAFETY: evs is a valid writable array; sigmask is null or the caller's valid set.
     ret(unsafe { libc::syscall(libc::SYS_epoll_pwait, epfd, evs.as_mut_ptr(), evs.len() as i32, timeout, sigmask, 8usize) })
 }
 
 /// ppoll(2) with the caller's signal mask (null: unchanged) and timeout in ms (None: for ever).
-pub fn ppoll_mask(fds: &mut [libc::pollfd], timeout_ms: Option<u64>, sigmask: *const libc::sigset_t) -> Res {
+///
+/// # Safety
+/// `sigmask` is null or points at a valid signal set.
+pub unsafe fn ppoll_mask(fds: &mut [libc::pollfd], timeout_ms: Option<u64>, sigmask: *const libc::sigset_t) -> Res {
     let ts = timeout_ms.map(|ms| libc::timespec { tv_sec: (ms / 1000) as libc::time_t, tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long });
     let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: fds is a valid slice; tsp null or live; sigmask null or the caller's valid set.

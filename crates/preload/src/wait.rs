@@ -27,12 +27,16 @@ fn ms_ceil(d: Duration) -> u64 {
 }
 
 /// poll(2)/ppoll(2): `timeout` None waits for ever.
-pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>, sigmask: *const libc::sigset_t) -> sys::Res {
+///
+/// # Safety
+/// `sigmask` is null or a valid signal set (the C caller's).
+pub unsafe fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>, sigmask: *const libc::sigset_t) -> sys::Res {
     if !fds.iter().any(|p| vfd::is_virtual(p.fd)) {
         if timeout != Some(Duration::ZERO) {
             vfd::before_block();
         }
-        return sys::ppoll_mask(fds, timeout.map(ms_ceil), sigmask);
+        // SAFETY: sigmask is the C caller's (null or valid).
+        return unsafe { sys::ppoll_mask(fds, timeout.map(ms_ceil), sigmask) };
     }
     let objs: Vec<Option<Arc<dyn vfd::Virtual>>> = fds.iter().map(|p| vfd::get(p.fd)).collect();
     let deadline = timeout.map(|t| Instant::now() + t);
@@ -68,7 +72,8 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>, sigmask: *const
             if sliced {
                 t = Some(t.map_or(SLICE, |t| t.min(SLICE)));
             }
-            res = sys::ppoll_mask(&mut k, t.map(ms_ceil), sigmask);
+            // SAFETY: sigmask is the C caller's (null or valid).
+            res = unsafe { sys::ppoll_mask(&mut k, t.map(ms_ceil), sigmask) };
         }
         for (p, o) in fds.iter().zip(&objs) {
             if let Some(o) = o {
@@ -104,6 +109,9 @@ fn check(fds: &mut [libc::pollfd], objs: &[Option<Arc<dyn vfd::Virtual>>]) -> sy
 
 /// select(2)/pselect(2) through `poll` when a set holds a virtual fd. Returns None when
 /// none does (the caller lets the kernel do it).
+///
+/// # Safety
+/// The sets are null or valid `fd_set`s; `sigmask` is null or a valid signal set.
 pub unsafe fn select(nfds: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: Option<Duration>, sigmask: *const libc::sigset_t) -> Option<sys::Res> {
     let nfds = nfds.clamp(0, libc::FD_SETSIZE as i32);
     // SAFETY: the sets are null or valid fd_sets, as select's caller vouches; FD_ISSET
@@ -128,7 +136,8 @@ pub unsafe fn select(nfds: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *
             p.push(libc::pollfd { fd, events: ev, revents: 0 });
         }
     }
-    let res = poll(&mut p, timeout, sigmask);
+    // SAFETY: sigmask as our caller vouches.
+    let res = unsafe { poll(&mut p, timeout, sigmask) };
     if let Err(e) = res {
         return Some(Err(e));
     }
@@ -188,6 +197,9 @@ fn with_epoll<R>(f: impl FnOnce(&mut HashMap<(i32, i32), Reg>) -> R) -> R {
 }
 
 /// epoll_ctl(2). None: not a virtual fd (the caller lets the kernel do it).
+///
+/// # Safety
+/// `ev` is null (DEL) or points at a valid event.
 pub unsafe fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event) -> Option<sys::Res> {
     let obj = vfd::get(fd)?;
     let (events, data) = if ev.is_null() {
@@ -250,7 +262,10 @@ pub fn forget(fd: i32) {
 }
 
 /// epoll_wait(2)/epoll_pwait(2). None: the set holds no virtual fd (the kernel does it).
-pub fn epoll_wait(epfd: i32, out: &mut [libc::epoll_event], timeout: Option<Duration>, sigmask: *const libc::sigset_t) -> Option<sys::Res> {
+///
+/// # Safety
+/// `sigmask` is null or a valid signal set (the C caller's).
+pub unsafe fn epoll_wait(epfd: i32, out: &mut [libc::epoll_event], timeout: Option<Duration>, sigmask: *const libc::sigset_t) -> Option<sys::Res> {
     let regs: Vec<(i32, Reg)> = {
         let g = EPOLL.lock().unwrap_or_else(|p| p.into_inner());
         let m = g.as_ref()?;
@@ -267,7 +282,8 @@ pub fn epoll_wait(epfd: i32, out: &mut [libc::epoll_event], timeout: Option<Dura
         let left = remaining(deadline);
         if n > 0 || left == Some(Duration::ZERO) {
             if n < out.len() {
-                match sys::epoll_pwait(epfd, &mut kbuf[..out.len() - n], 0, std::ptr::null()) {
+                // SAFETY: no signal mask.
+                match unsafe { sys::epoll_pwait(epfd, &mut kbuf[..out.len() - n], 0, std::ptr::null()) } {
                     Ok(k) => n += copy_kernel(&kbuf[..k], &mut out[n..]),
                     Err(e) if n == 0 => return Some(Err(e)),
                     Err(_) => {}
@@ -288,7 +304,8 @@ pub fn epoll_wait(epfd: i32, out: &mut [libc::epoll_event], timeout: Option<Dura
                 t = Some(t.map_or(SLICE, |t| t.min(SLICE)));
             }
             let ms = t.map_or(-1, |t| ms_ceil(t).min(i32::MAX as u64) as i32);
-            res = sys::epoll_pwait(epfd, &mut kbuf, ms, sigmask);
+            // SAFETY: sigmask is the C caller's (null or valid).
+            res = unsafe { sys::epoll_pwait(epfd, &mut kbuf, ms, sigmask) };
         }
         for (f, r, o) in &objs {
             o.disarm(*f, r.events as i16);
