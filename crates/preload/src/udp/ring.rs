@@ -76,7 +76,7 @@ pub fn port_filter(ipv6: bool, port: u16, addr: &[u8]) -> Vec<libc::sock_filter>
     p.push(insn((BPF_RET | BPF_K) as u16, 0, 0, 0x0004_0000));
     p.push(insn((BPF_RET | BPF_K) as u16, 0, 0, 0));
     let drop_at = p.len() - 1;
-    for (i, ins) in p.iter_mut().enumerate() {
+    for (i, ins) in p.iter_mut().enumerate().take(drop_at) {
         let to_drop = (drop_at - i - 1) as u8;
         if ins.jf == 0xff {
             ins.jf = to_drop;
@@ -110,14 +110,13 @@ impl Ring {
     pub fn open(ipv6: bool, port: u16, addr: &[u8]) -> Result<Ring, i32> {
         // Protocol 0: the socket receives nothing until bound, after its filter is in place.
         let fd = sock::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0)? as i32;
-        let r = Ring { fd, base: std::ptr::null_mut(), head: 0, ipv6, bad: 0 };
+        let mut r = Ring { fd, base: std::ptr::null_mut(), head: 0, ipv6, bad: 0 };
         attach(fd, &port_filter(ipv6, port, addr))?;
         let v: i32 = libc::tpacket_versions::TPACKET_V2 as i32;
         sock::setsockopt_val(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &v)?;
         let req = libc::tpacket_req { tp_block_size: FRAME as u32, tp_block_nr: FRAMES as u32, tp_frame_size: FRAME as u32, tp_frame_nr: FRAMES as u32 };
         sock::setsockopt_val(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
-        let base = sock::mmap_shared(fd, FRAME * FRAMES)?;
-        let r = Ring { base, ..r };
+        r.base = sock::mmap_shared(fd, FRAME * FRAMES)?;
         let proto = if ipv6 { libc::ETH_P_IPV6 } else { libc::ETH_P_IP } as u16;
         // SAFETY: sockaddr_ll is plain data.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
