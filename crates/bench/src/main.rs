@@ -14,6 +14,7 @@ mod capture;
 mod child;
 mod daemon;
 mod legacy;
+mod legacy_dns;
 mod pipesfs;
 mod pattern;
 mod pcap;
@@ -64,6 +65,10 @@ enum Command {
     /// Legacy capture (issue 17): 1, 2, 5 and 10 unmodified tcpdump readers on the system's
     /// libpcap vs on ours (one shared capture): CPU of readers and capture path.
     Legacy(legacy::Args),
+    /// Legacy UDP (issue 18): unmodified dnsmasq answering a query load, plain vs under
+    /// libslpreload.so's batched UDP sockets: queries per CPU second.
+    #[command(name = "legacy-dns")]
+    LegacyDns(legacy_dns::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -84,6 +89,7 @@ fn main() {
         Command::Daemon(a) => daemon::run(a, cli.quick),
         Command::Pipesfs(a) => pipesfs::run(a, cli.quick),
         Command::Legacy(a) => legacy::run(a, cli.quick),
+        Command::LegacyDns(a) => legacy_dns::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

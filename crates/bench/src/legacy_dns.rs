@@ -1,0 +1,264 @@
+//! The `legacy-dns` subcommand (issue 18, part 2; thesis 7.3, where BIND served DNS through
+//! Streamline at 1.4 times the queries per CPU second): unmodified dnsmasq answering a
+//! bounded query load on loopback, plain and under `libslpreload.so`
+//! (`STREAMLINE_UDP_PORTS=<port>`), each reception mode (`mmsg`, `ring`) measured.
+//!
+//! The load: our own generator in this process, a connected UDP socket on 127.0.0.1 that
+//! keeps `--window` queries outstanding (one new query per answer) for `--queries` queries
+//! or `--secs` seconds, whichever ends first, over 64 names dnsmasq answers from its own
+//! configuration (`--host-record`, no upstream, `--no-resolv`). Every answer is checked
+//! byte for byte (after the ID) against the first answer to the same name in the plain run;
+//! a query unanswered 2 s after the last answer is lost. Lost or differing answers fail the
+//! run.
+//!
+//! What counts as dnsmasq's CPU: its threads' run time from /proc/PID/task/*/schedstat
+//! (user and system time, ns), plus the machine's softirq time (/proc/stat) over the run:
+//! on loopback the receive processing of a datagram runs in softirq context, and a ring
+//! capture adds its copy there; the generator's sends cause the same softirq work in both
+//! runs, so it is counted in both. The generator's own time is not counted. The headline,
+//! `dns_queries_per_cpu_second_streamline_over_linux`, is queries per (dnsmasq + softirq)
+//! CPU second under the library's default mode over plain; the median of `--reps` rounds
+//! taking turns.
+
+use crate::capture::cpu_ns;
+use crate::proc::kill_with_us;
+use crate::util::{err, watchdog, Result, Summary, Target};
+use std::collections::HashMap;
+use std::net::UdpSocket;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Queries per run (quick: 5000).
+    #[arg(long, default_value_t = 300_000)]
+    queries: u64,
+    /// Upper bound on a run's length in seconds.
+    #[arg(long, default_value_t = 20.0)]
+    secs: f64,
+    /// Queries kept outstanding.
+    #[arg(long, default_value_t = 64)]
+    window: usize,
+    /// Rounds (each configuration once per round; the median counts). Quick: 1.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// libslpreload.so to use (default: beside this executable).
+    #[arg(long)]
+    lib: Option<PathBuf>,
+}
+
+const NAMES: usize = 64;
+
+fn name(i: usize) -> String {
+    format!("h{i}.bench.test")
+}
+
+/// A DNS query (RD set) for `name`, type A, with `id`.
+fn query(id: u16, name: &str) -> Vec<u8> {
+    let mut q = Vec::with_capacity(40);
+    q.extend_from_slice(&id.to_be_bytes());
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for l in name.split('.') {
+        q.push(l.len() as u8);
+        q.extend_from_slice(l.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
+}
+
+fn free_port() -> Result<u16> {
+    // A port both UDP and TCP are free on (dnsmasq listens on both).
+    for _ in 0..50 {
+        let u = UdpSocket::bind("127.0.0.1:0").map_err(|e| err(format!("udp socket: {e}")))?;
+        let p = u.local_addr().map_err(|e| err(format!("{e}")))?.port();
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return Ok(p);
+        }
+    }
+    Err(err("no free port on 127.0.0.1"))
+}
+
+struct Dnsmasq {
+    child: Child,
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_dnsmasq(port: u16, preload: Option<(&PathBuf, &str)>) -> Result<Dnsmasq> {
+    let mut cmd = Command::new("dnsmasq");
+    cmd.args(["-k", "--no-resolv", "--no-hosts", "--bind-interfaces", "--listen-address=127.0.0.1", "--user=root", "--pid-file=", "--log-facility=-"]);
+    cmd.arg(format!("--port={port}"));
+    for i in 0..NAMES {
+        cmd.arg(format!("--host-record={},10.77.{}.{}", name(i), i / 256, i % 256 + 1));
+    }
+    cmd.env_remove("LD_PRELOAD").env_remove("STREAMLINE_UDP_PORTS").env_remove("STREAMLINE_UDP_RX");
+    if let Some((lib, mode)) = preload {
+        cmd.env("LD_PRELOAD", lib).env("STREAMLINE_UDP_PORTS", port.to_string()).env("STREAMLINE_UDP_RX", mode);
+    }
+    kill_with_us(&mut cmd);
+    let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| err(format!("starting dnsmasq (apt-get install dnsmasq-base): {e}")))?;
+    let d = Dnsmasq { child };
+    // Ready when it answers.
+    let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| err(format!("{e}")))?;
+    s.connect(("127.0.0.1", port)).map_err(|e| err(format!("{e}")))?;
+    s.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| err(format!("{e}")))?;
+    let mut buf = [0u8; 512];
+    for _ in 0..50 {
+        let _ = s.send(&query(1, &name(0)));
+        match s.recv(&mut buf) {
+            Ok(_) => return Ok(d),
+            // Not listening yet (ICMP port unreachable): a refused recv returns at once.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::thread::sleep(Duration::from_millis(100)),
+            Err(_) => {}
+        }
+    }
+    Err(err(format!("dnsmasq on port {port} did not answer within 5 s")))
+}
+
+/// Softirq time of the machine so far, seconds (/proc/stat).
+fn softirq_s() -> f64 {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    s.lines().next().and_then(|l| l.split_whitespace().nth(7)).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0) / 100.0
+}
+
+struct RunResult {
+    answered: u64,
+    lost: u64,
+    wrong: u64,
+    wall: f64,
+    dnsmasq_cpu: f64,
+    softirq: f64,
+}
+
+impl RunResult {
+    fn qpcs(&self) -> f64 {
+        self.answered as f64 / (self.dnsmasq_cpu + self.softirq)
+    }
+}
+
+/// One load run against dnsmasq on `port`; `reference` holds the expected answer (after
+/// the ID) per name, filled by the first run.
+fn load(port: u16, pid: u32, queries: u64, secs: f64, window: usize, reference: &mut HashMap<usize, Vec<u8>>) -> Result<RunResult> {
+    let s = UdpSocket::bind("127.0.0.1:0").map_err(|e| err(format!("{e}")))?;
+    s.connect(("127.0.0.1", port)).map_err(|e| err(format!("{e}")))?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).map_err(|e| err(format!("{e}")))?;
+    let names: Vec<String> = (0..NAMES).map(name).collect();
+    let mut outstanding: HashMap<u16, usize> = HashMap::new();
+    let (mut sent, mut answered, mut wrong) = (0u64, 0u64, 0u64);
+    let mut buf = [0u8; 1500];
+    let c0 = cpu_ns(pid);
+    let q0 = softirq_s();
+    let t0 = Instant::now();
+    let send_one = |sent: &mut u64, outstanding: &mut HashMap<u16, usize>| -> Result<()> {
+        let id = (*sent % 65536) as u16;
+        let n = (*sent as usize * 7) % NAMES;
+        s.send(&query(id, &names[n])).map_err(|e| err(format!("send: {e}")))?;
+        outstanding.insert(id, n);
+        *sent += 1;
+        Ok(())
+    };
+    while sent < queries && (sent as usize) < window {
+        send_one(&mut sent, &mut outstanding)?;
+    }
+    while !outstanding.is_empty() {
+        let n = match s.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+            Err(e) => return Err(err(format!("recv: {e}"))),
+        };
+        if n < 12 {
+            wrong += 1;
+            continue;
+        }
+        let id = u16::from_be_bytes([buf[0], buf[1]]);
+        let Some(which) = outstanding.remove(&id) else {
+            wrong += 1;
+            continue;
+        };
+        answered += 1;
+        let body = &buf[2..n];
+        match reference.get(&which) {
+            Some(r) if r.as_slice() != body => wrong += 1,
+            Some(_) => {}
+            None => {
+                reference.insert(which, body.to_vec());
+            }
+        }
+        if sent < queries && t0.elapsed().as_secs_f64() < secs {
+            send_one(&mut sent, &mut outstanding)?;
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let c1 = cpu_ns(pid);
+    let q1 = softirq_s();
+    Ok(RunResult { answered, lost: outstanding.len() as u64, wrong, wall, dnsmasq_cpu: (c1 - c0) as f64 / 1e9, softirq: q1 - q0 })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        0.0
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+pub fn run(a: &Args, quick: bool) -> Result<()> {
+    watchdog(Duration::from_secs(900));
+    let lib = match &a.lib {
+        Some(l) => l.clone(),
+        None => std::env::current_exe().map_err(|e| err(format!("own executable: {e}")))?.with_file_name("libslpreload.so"),
+    };
+    if !lib.is_file() {
+        return Err(err(format!("{} not found; build it with `cargo build --release -p preload`", lib.display())));
+    }
+    let queries = if quick { 5000 } else { a.queries };
+    let reps = if quick { 1 } else { a.reps.max(1) };
+    let secs = if quick { 5.0 } else { a.secs };
+    // ring needs CAP_NET_RAW; without root only mmsg is measured.
+    let root = crate::daemon::euid()? == 0;
+    let mut configs: Vec<(&str, Option<&str>)> = vec![("linux", None), ("mmsg", Some("mmsg"))];
+    if root {
+        configs.push(("ring", Some("ring")));
+    } else {
+        println!("not root: the ring mode (AF_PACKET) is not measured");
+    }
+    println!("dnsmasq on 127.0.0.1, {queries} queries per run (at most {secs} s), {} outstanding, {reps} rounds", a.window);
+    println!("{:<8} {:>5} {:>9} {:>6} {:>6} {:>8} {:>10} {:>10} {:>12}", "config", "round", "answered", "lost", "wrong", "wall s", "dnsmasq s", "softirq s", "q/cpu-s");
+    let mut reference = HashMap::new();
+    let mut per: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut bad = Vec::new();
+    for round in 0..reps {
+        for &(label, mode) in &configs {
+            let port = free_port()?;
+            let d = start_dnsmasq(port, mode.map(|m| (&lib, m)))?;
+            let r = load(port, d.child.id(), queries, secs, a.window, &mut reference)?;
+            drop(d);
+            println!("{label:<8} {round:>5} {:>9} {:>6} {:>6} {:>8.2} {:>10.3} {:>10.2} {:>12.0}", r.answered, r.lost, r.wrong, r.wall, r.dnsmasq_cpu, r.softirq, r.qpcs());
+            if r.lost != 0 || r.wrong != 0 {
+                bad.push(format!("{label} round {round}: {} lost, {} wrong answers", r.lost, r.wrong));
+            }
+            per.entry(label).or_default().push(r.qpcs());
+        }
+    }
+    let lin = median(per.remove("linux").unwrap_or_default());
+    let mm = median(per.remove("mmsg").unwrap_or_default());
+    let ring = per.remove("ring").map(median);
+    println!("\nmedian queries per CPU second: linux {lin:.0}, mmsg {mm:.0}{}", ring.map(|r| format!(", ring {r:.0}")).unwrap_or_default());
+    let mut s = Summary::default();
+    s.add("dns_queries_per_cpu_second_streamline_over_linux", mm / lin, Some(Target::AtLeast(1.4)), "default reception (mmsg), dnsmasq + softirq CPU");
+    if let Some(r) = ring {
+        s.add("dns_ring_over_linux", r / lin, None, "STREAMLINE_UDP_RX=ring");
+    }
+    s.print();
+    if !bad.is_empty() {
+        return Err(err(format!("answers lost or wrong: {}", bad.join("; "))));
+    }
+    Ok(())
+}
