@@ -13,7 +13,13 @@
 //! - `mmsg` (default): the socket itself, emptied with one `recvmmsg` per batch of up to 32
 //!   datagrams into a user-space queue that later calls read without a system call;
 //! - `ring`: a Streamline capture ([`ring`]): an AF_PACKET ring with the port filter in the
-//!   kernel, read without system calls; the socket drops its own copy.
+//!   kernel, read without system calls; the socket drops its own copy of what the ring
+//!   takes. Needs CAP_NET_RAW; where it cannot be had, or the socket does not fit the
+//!   ring's limits, the socket gets `mmsg` (with a warning on stderr).
+//!
+//! `mmsg` is the default: under dnsmasq the ring saves dnsmasq's own CPU but adds as much
+//! in softirq (the capture's copy and filters), and it needs privilege and has limits
+//! (BENCHMARKS.md, "Legacy DNS").
 //!
 //! Transmission is batched into `sendmmsg` ([`socket`] says when it leaves and what happens
 //! to errors). `STREAMLINE_UDP_STATS=1` prints the counters ([`Stats`]) on stderr at exit.
@@ -97,7 +103,7 @@ pub fn parse_ports(s: &str) -> Result<Vec<u16>, PolicyError> {
     Ok(v)
 }
 
-/// Parse `STREAMLINE_UDP_RX`.
+/// Parse `STREAMLINE_UDP_RX` (empty: the default, `mmsg`).
 pub fn parse_mode(s: &str) -> Result<RxMode, String> {
     match s.trim() {
         "" | "mmsg" => Ok(RxMode::Mmsg),
@@ -113,6 +119,8 @@ fn warn(msg: &str) {
 struct Policy {
     ports: Vec<u16>,
     mode: RxMode,
+    /// The mode was asked for (a ring that cannot be had is then reported).
+    explicit: bool,
 }
 
 fn policy() -> &'static Policy {
@@ -125,11 +133,12 @@ fn policy() -> &'static Policy {
             }),
             Err(_) => Vec::new(),
         };
-        let mode = parse_mode(&std::env::var("STREAMLINE_UDP_RX").unwrap_or_default()).unwrap_or_else(|e| {
-            warn(&format!("{e}; using mmsg"));
+        let asked = std::env::var("STREAMLINE_UDP_RX").unwrap_or_default();
+        let mode = parse_mode(&asked).unwrap_or_else(|e| {
+            warn(&format!("{e}; using the default, mmsg"));
             RxMode::Mmsg
         });
-        Policy { ports, mode }
+        Policy { ports, mode, explicit: !asked.trim().is_empty() }
     })
 }
 
@@ -307,13 +316,17 @@ pub unsafe extern "C" fn bind(fd: i32, addr: *const libc::sockaddr, len: libc::s
     // arrives in between to be delivered twice or lost.
     let mut ring = None;
     if p.mode == RxMode::Ring && ring_fits(fd, ipv6) {
-        match ring::Ring::open(ipv6, port, &bytes) {
+        match ring::Ring::open(ipv6, port, &bytes, fd) {
             Ok(r) => match ring::drop_own_copy(fd) {
                 Ok(()) => ring = Some(r),
-                Err(e) => warn(&format!("ring for UDP port {port}: SO_ATTACH_FILTER: errno {e}; using mmsg")),
+                Err(e) if p.explicit => warn(&format!("ring for UDP port {port}: SO_ATTACH_FILTER: errno {e}; using mmsg")),
+                Err(_) => {}
             },
-            Err(e) => warn(&format!("ring for UDP port {port}: errno {e} (needs CAP_NET_RAW); using mmsg")),
+            Err(e) if p.explicit => warn(&format!("ring for UDP port {port}: errno {e} (needs CAP_NET_RAW); using mmsg")),
+            Err(_) => {}
         }
+    } else if p.mode == RxMode::Ring && p.explicit {
+        warn(&format!("UDP port {port}: the socket does not fit the ring (IPv6 without IPV6_V6ONLY, or control messages the ring does not make); using mmsg"));
     }
     // SAFETY: passed through.
     if let Err(e) = unsafe { sock::bind(fd, addr, len) } {
@@ -572,6 +585,7 @@ mod tests {
     #[test]
     fn rx_modes_parse() {
         assert_eq!(parse_mode("ring"), Ok(RxMode::Ring));
+        assert_eq!(parse_mode("mmsg"), Ok(RxMode::Mmsg));
         assert_eq!(parse_mode(""), Ok(RxMode::Mmsg));
         assert!(parse_mode("fast").unwrap_err().contains("fast"));
     }

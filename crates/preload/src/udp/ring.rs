@@ -8,13 +8,20 @@
 //! `recvmsg` returns (payload, source address, IP_PKTINFO / IPV6_PKTINFO). FFI: the
 //! `unsafe` of reading the shared ring lives here.
 //!
-//! Limits (why `mmsg` is the default, see BENCHMARKS.md "Legacy DNS"): IPv4 fragments and
-//! IPv6 datagrams behind extension headers never reach the ring, and the socket dropped
-//! its copy, so they are lost; an AF_INET6 socket must be IPV6_V6ONLY (else `mmsg` is used);
-//! only the IP_PKTINFO / IPV6_RECVPKTINFO control messages are made (a socket asking for
-//! others at bind uses `mmsg`; asking later is refused with ENOPROTOOPT).
+//! The two paths split the datagrams by UDP length, so none is lost or delivered twice: the
+//! ring takes unfragmented datagrams of at most [`SMALL`] bytes (UDP header included), the
+//! socket drops exactly those and keeps the larger ones (read with `recvmmsg`, as in `mmsg`
+//! mode). A datagram of at most [`SMALL`] bytes fits the IPv6 minimum MTU (1280), so it
+//! arrives unfragmented on any link that carries IPv6 (and on loopback and Ethernet);
+//! larger ones may arrive as fragments, which only the socket sees reassembled. Left: an
+//! IPv4 path with an MTU below 1268 that fragments a small datagram, or an IPv6 datagram
+//! behind extension headers, is dropped by the socket and refused by the ring: lost.
+//!
+//! Limits: an AF_INET6 socket must be IPV6_V6ONLY (else `mmsg` is used); only the
+//! IP_PKTINFO / IPV6_RECVPKTINFO control messages are made (a socket asking for others at
+//! bind uses `mmsg`; asking later is refused with ENOPROTOOPT).
 
-use super::parse::{parse, Addr};
+use super::parse::parse;
 use super::sock;
 use std::sync::atomic::{fence, Ordering};
 
@@ -23,9 +30,14 @@ const FRAME: usize = 17 * 4096;
 /// Frames in the ring (the receive buffer, in datagrams).
 const FRAMES: usize = 128;
 const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
+/// Largest UDP length (header + payload) the ring takes: 1280 (IPv6 minimum MTU) - 40.
+pub const SMALL: u32 = 1240;
 
 pub struct Ring {
     pub fd: i32,
+    /// An epoll descriptor watching the ring and the program's socket (for its large
+    /// datagrams): what a waiting thread polls.
+    pub efd: i32,
     base: *mut u8,
     head: usize,
     pub ipv6: bool,
@@ -41,9 +53,10 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
 }
 
 /// The port (and address) filter run by the kernel on every captured IP packet: accept
-/// UDP datagrams to `port` (and `addr` unless unspecified), not IPv4 fragments.
+/// UDP datagrams to `port` (and `addr` unless unspecified) of at most [`SMALL`] bytes, not
+/// IPv4 fragments.
 pub fn port_filter(ipv6: bool, port: u16, addr: &[u8]) -> Vec<libc::sock_filter> {
-    use libc::{BPF_ABS, BPF_B, BPF_H, BPF_IND, BPF_JEQ, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_LDX, BPF_MSH, BPF_RET, BPF_W};
+    use libc::{BPF_ABS, BPF_B, BPF_H, BPF_IND, BPF_JEQ, BPF_JGT, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_LDX, BPF_MSH, BPF_RET, BPF_W};
     let ld = |sz: u32, k: u32| insn((BPF_LD | sz | BPF_ABS) as u16, 0, 0, k);
     // Jumps to "drop" are patched once the program's length is known (jf/jt = 0xff marks).
     let jeq_else_drop = |k: u32| insn((BPF_JMP | BPF_JEQ | BPF_K) as u16, 0, 0xff, k);
@@ -56,6 +69,8 @@ pub fn port_filter(ipv6: bool, port: u16, addr: &[u8]) -> Vec<libc::sock_filter>
         p.push(insn((BPF_LDX | BPF_B | BPF_MSH) as u16, 0, 0, 0));
         p.push(insn((BPF_LD | BPF_H | BPF_IND) as u16, 0, 0, 2));
         p.push(jeq_else_drop(port as u32));
+        p.push(insn((BPF_LD | BPF_H | BPF_IND) as u16, 0, 0, 4));
+        p.push(insn((BPF_JMP | BPF_JGT | BPF_K) as u16, 0xff, 0, SMALL));
         if addr.len() == 4 && addr != [0, 0, 0, 0] {
             p.push(ld(BPF_W, 16));
             p.push(jeq_else_drop(u32::from_be_bytes([addr[0], addr[1], addr[2], addr[3]])));
@@ -65,6 +80,8 @@ pub fn port_filter(ipv6: bool, port: u16, addr: &[u8]) -> Vec<libc::sock_filter>
         p.push(jeq_else_drop(17));
         p.push(ld(BPF_H, 42));
         p.push(jeq_else_drop(port as u32));
+        p.push(ld(BPF_H, 44));
+        p.push(insn((BPF_JMP | BPF_JGT | BPF_K) as u16, 0xff, 0, SMALL));
         if addr.len() == 16 && addr.iter().any(|&b| b != 0) {
             for i in 0..4 {
                 p.push(ld(BPF_W, 24 + 4 * i as u32));
@@ -93,9 +110,19 @@ pub fn attach(fd: i32, prog: &[libc::sock_filter]) -> Result<(), i32> {
     sock::setsockopt_val(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog).map(|_| ())
 }
 
-/// Make the program's socket drop every datagram (the ring receives them instead).
+/// Make the program's socket drop the datagrams the ring receives (UDP length at most
+/// [`SMALL`]; a socket filter sees the datagram from its UDP header on).
 pub fn drop_own_copy(fd: i32) -> Result<(), i32> {
-    attach(fd, &[insn((libc::BPF_RET | libc::BPF_K) as u16, 0, 0, 0)])
+    use libc::{BPF_JGT, BPF_JMP, BPF_K, BPF_LD, BPF_LEN, BPF_RET, BPF_W};
+    attach(
+        fd,
+        &[
+            insn((BPF_LD | BPF_W | BPF_LEN) as u16, 0, 0, 0),
+            insn((BPF_JMP | BPF_JGT | BPF_K) as u16, 0, 1, SMALL),
+            insn((BPF_RET | BPF_K) as u16, 0, 0, u32::MAX),
+            insn((BPF_RET | BPF_K) as u16, 0, 0, 0),
+        ],
+    )
 }
 
 /// Undo [`drop_own_copy`].
@@ -107,10 +134,13 @@ pub fn undrop(fd: i32) {
 impl Ring {
     /// A capturing ring for UDP datagrams to `port`/`addr` (network-order address bytes;
     /// all zero for a wildcard socket). Needs CAP_NET_RAW.
-    pub fn open(ipv6: bool, port: u16, addr: &[u8]) -> Result<Ring, i32> {
+    pub fn open(ipv6: bool, port: u16, addr: &[u8], sockfd: i32) -> Result<Ring, i32> {
         // Protocol 0: the socket receives nothing until bound, after its filter is in place.
         let fd = sock::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0)? as i32;
-        let mut r = Ring { fd, base: std::ptr::null_mut(), head: 0, ipv6, bad: 0 };
+        let mut r = Ring { fd, efd: -1, base: std::ptr::null_mut(), head: 0, ipv6, bad: 0 };
+        r.efd = sock::epoll_create()? as i32;
+        sock::epoll_add(r.efd, fd, libc::EPOLLIN as u32)?;
+        sock::epoll_add(r.efd, sockfd, libc::EPOLLIN as u32)?;
         attach(fd, &port_filter(ipv6, port, addr))?;
         let v: i32 = libc::tpacket_versions::TPACKET_V2 as i32;
         sock::setsockopt_val(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &v)?;
@@ -202,13 +232,8 @@ impl Drop for Ring {
             unsafe { sock::munmap(self.base, FRAME * FRAMES) };
         }
         let _ = crate::sys::close(self.fd);
-    }
-}
-
-/// Address bytes of a parsed address (for the socket's family).
-pub fn addr_bytes(a: &Addr) -> Vec<u8> {
-    match a {
-        Addr::V4(v) => v.octets().to_vec(),
-        Addr::V6(v) => v.octets().to_vec(),
+        if self.efd >= 0 {
+            let _ = crate::sys::close(self.efd);
+        }
     }
 }

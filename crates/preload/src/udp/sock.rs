@@ -122,3 +122,16 @@ pub unsafe fn munmap(p: *mut u8, len: usize) {
     // SAFETY: the caller unmaps a mapping it owns and no longer uses.
     unsafe { libc::syscall(libc::SYS_munmap, p, len) };
 }
+
+/// epoll_create1(EPOLL_CLOEXEC).
+pub fn epoll_create() -> Res {
+    // SAFETY: no memory involved.
+    ret(unsafe { libc::syscall(libc::SYS_epoll_create1, libc::EPOLL_CLOEXEC) })
+}
+
+/// epoll_ctl(EPOLL_CTL_ADD) of `fd` for `events`.
+pub fn epoll_add(efd: i32, fd: i32, events: u32) -> Res {
+    let mut ev = libc::epoll_event { events, u64: fd as u64 };
+    // SAFETY: ev is a live epoll_event.
+    ret(unsafe { libc::syscall(libc::SYS_epoll_ctl, efd, libc::EPOLL_CTL_ADD, fd, &mut ev as *mut libc::epoll_event) })
+}

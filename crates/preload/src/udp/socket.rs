@@ -219,7 +219,8 @@ impl MmsgQ {
 
 pub enum Rx {
     Mmsg(MmsgQ),
-    Ring { ring: Ring, synth: Box<Synth>, pktinfo: bool },
+    /// The ring, and the socket's own queue for datagrams too large for it ([`super::ring`]).
+    Ring { ring: Ring, synth: Box<Synth>, pktinfo: bool, big: MmsgQ },
 }
 
 impl Rx {
@@ -228,13 +229,13 @@ impl Rx {
     }
 
     pub fn ring(ring: Ring, pktinfo: bool) -> Rx {
-        Rx::Ring { ring, synth: Box::new(Synth::new()), pktinfo }
+        Rx::Ring { ring, synth: Box::new(Synth::new()), pktinfo, big: MmsgQ::new() }
     }
 
     fn has_data(&self) -> bool {
         match self {
             Rx::Mmsg(q) => q.count > 0,
-            Rx::Ring { ring, .. } => ring.ready(),
+            Rx::Ring { ring, big, .. } => ring.ready() || big.count > 0,
         }
     }
 
@@ -248,8 +249,14 @@ impl Rx {
                 }
                 Some(r)
             }
-            Rx::Ring { ring, synth, pktinfo } => {
-                let (p, len) = ring.peek(*pktinfo, synth)?;
+            Rx::Ring { ring, synth, pktinfo, big } => {
+                let Some((p, len)) = ring.peek(*pktinfo, synth) else {
+                    let r = f(&big.head()?);
+                    if !peek {
+                        big.pop();
+                    }
+                    return Some(r);
+                };
                 // SAFETY: p/len point into the ring frame at the head, which stays ours
                 // until `pop` below.
                 let data = unsafe { std::slice::from_raw_parts(p, len) };
@@ -386,12 +393,11 @@ impl UdpSock {
                 if let Some(n) = rx.take(peek, |d| unsafe { copy_out(d, msg, flags) }) {
                     return Ok(n);
                 }
-                if let Rx::Mmsg(q) = &mut *rx {
-                    match q.fill(self.fd, libc::MSG_DONTWAIT) {
-                        Ok(n) if n > 0 => continue,
-                        Ok(_) | Err(libc::EAGAIN) => {}
-                        Err(e) => return Err(e),
-                    }
+                let (Rx::Mmsg(q) | Rx::Ring { big: q, .. }) = &mut *rx;
+                match q.fill(self.fd, libc::MSG_DONTWAIT) {
+                    Ok(n) if n > 0 => continue,
+                    Ok(_) | Err(libc::EAGAIN) => {}
+                    Err(e) => return Err(e),
                 }
             }
             // Nothing here: what we queued to send goes out before the program waits.
@@ -563,7 +569,7 @@ impl Virtual for UdpSock {
                 return libc::POLLIN | (events & (libc::POLLOUT | libc::POLLWRNORM)) | (events & libc::POLLRDNORM);
             }
             match &*rx {
-                Rx::Ring { ring, .. } => Some(ring.fd),
+                Rx::Ring { ring, .. } => Some(ring.efd),
                 Rx::Mmsg(_) => None,
             }
         };
@@ -576,15 +582,19 @@ impl Virtual for UdpSock {
                     Err(_) => 0,
                 }
             }
-            // The ring is empty; writability and errors are the kernel socket's.
-            Some(_) => {
+            // Nothing batched: input is in the ring or the socket (the epoll descriptor
+            // watches both); writability and errors are the socket's.
+            Some(efd) => {
                 let rest = events & !(libc::POLLIN | libc::POLLRDNORM);
-                if rest == 0 {
-                    return 0;
-                }
-                let mut p = [libc::pollfd { fd: self.fd, events: rest, revents: 0 }];
+                let mut p = [
+                    libc::pollfd { fd: if events & libc::POLLIN != 0 { efd } else { -1 }, events: libc::POLLIN, revents: 0 },
+                    libc::pollfd { fd: self.fd, events: rest, revents: 0 },
+                ];
                 match sys::poll(&mut p, Some(0)) {
-                    Ok(_) => p[0].revents & !(libc::POLLIN | libc::POLLRDNORM),
+                    Ok(_) => {
+                        let input = if p[0].revents != 0 { events & (libc::POLLIN | libc::POLLRDNORM) } else { 0 };
+                        input | (p[1].revents & !(libc::POLLIN | libc::POLLRDNORM))
+                    }
                     Err(_) => 0,
                 }
             }
@@ -593,7 +603,7 @@ impl Virtual for UdpSock {
 
     fn wait_on(&self, fd: i32, events: i16) -> Option<(i32, i16)> {
         match &*lock(&self.rx) {
-            Rx::Ring { ring, .. } if events & libc::POLLIN != 0 => Some((ring.fd, libc::POLLIN)),
+            Rx::Ring { ring, .. } if events & libc::POLLIN != 0 => Some((ring.efd, libc::POLLIN)),
             _ => Some((fd, events)),
         }
     }
