@@ -22,7 +22,8 @@
 //! (BENCHMARKS.md, "Legacy DNS").
 //!
 //! Transmission is batched into `sendmmsg` ([`socket`] says when it leaves and what happens
-//! to errors). `STREAMLINE_UDP_STATS=1` prints the counters ([`Stats`]) on stderr at exit.
+//! to errors). `STREAMLINE_UDP_STATS=1` prints the counters ([`Stats`]) on stderr at exit
+//! (`STREAMLINE_UDP_STATS=/path` appends them to that file).
 //! Several threads may use a socket: each socket's receive queue and send batch have a lock.
 //! Limits: `read`/`write` on a virtual UDP socket go to the kernel (a read then skips what is
 //! batched); after `fork` both processes share a ring (only one may receive); a
@@ -170,16 +171,29 @@ extern "C" fn at_fork_prepare() {
 
 extern "C" fn at_exit() {
     flush_all();
-    if std::env::var_os("STREAMLINE_UDP_STATS").is_some() {
+    if let Some(to) = std::env::var_os("STREAMLINE_UDP_STATS") {
         let s = &STATS;
-        warn(&format!(
-            "udp stats: rx_datagrams={} rx_batches={} tx_datagrams={} tx_batches={} tx_errors={}",
+        let line = format!(
+            "libslpreload: udp stats: pid={} rx_datagrams={} rx_batches={} tx_datagrams={} tx_batches={} tx_errors={}\n",
+            crate::sys::getpid(),
             s.rx_datagrams.load(Ordering::Relaxed),
             s.rx_batches.load(Ordering::Relaxed),
             s.tx_datagrams.load(Ordering::Relaxed),
             s.tx_batches.load(Ordering::Relaxed),
             s.tx_errors.load(Ordering::Relaxed)
-        ));
+        );
+        // A path: appended there (daemons often point stderr at /dev/null); else stderr.
+        use std::os::unix::ffi::OsStrExt;
+        let file = if to.as_bytes().starts_with(b"/") { std::ffi::CString::new(to.as_bytes()).ok().and_then(|p| sock::open_append(&p).ok()) } else { None };
+        match file {
+            Some(fd) => {
+                let _ = crate::sys::write(fd as i32, line.as_bytes());
+                let _ = crate::sys::close(fd as i32);
+            }
+            None => {
+                let _ = crate::sys::write(2, line.as_bytes());
+            }
+        }
     }
 }
 

@@ -135,3 +135,10 @@ pub fn epoll_add(efd: i32, fd: i32, events: u32) -> Res {
     // SAFETY: ev is a live epoll_event.
     ret(unsafe { libc::syscall(libc::SYS_epoll_ctl, efd, libc::EPOLL_CTL_ADD, fd, &mut ev as *mut libc::epoll_event) })
 }
+
+/// openat(2) of a NUL-terminated path for appending, created 0644 if missing.
+pub fn open_append(path: &std::ffi::CStr) -> Res {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC;
+    // SAFETY: path is NUL-terminated and outlives the call.
+    ret(unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags, 0o644) })
+}
