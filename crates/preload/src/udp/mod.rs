@@ -403,8 +403,12 @@ pub unsafe extern "C" fn recvmsg(fd: i32, msg: *mut libc::msghdr, flags: i32) ->
     match get(fd) {
         // SAFETY: the caller's msghdr.
         Some(s) => c_ret(unsafe { s.recvmsg(msg, flags) }),
-        // SAFETY: passed through.
-        None => c_ret(unsafe { sock::recvmsg(fd, msg, flags) }),
+        None => {
+            // A receive may block: what is batched for other sockets leaves first.
+            before_block();
+            // SAFETY: passed through.
+            c_ret(unsafe { sock::recvmsg(fd, msg, flags) })
+        }
     }
 }
 
@@ -415,6 +419,7 @@ pub unsafe extern "C" fn recvmsg(fd: i32, msg: *mut libc::msghdr, flags: i32) ->
 #[no_mangle]
 pub unsafe extern "C" fn recvfrom(fd: i32, buf: *mut libc::c_void, len: usize, flags: i32, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> isize {
     let Some(s) = get(fd) else {
+        before_block();
         // SAFETY: passed through.
         return c_ret(unsafe { sock::recvfrom(fd, buf, len, flags, addr, alen) });
     };
@@ -483,6 +488,7 @@ pub unsafe extern "C" fn __recvfrom_chk(fd: i32, buf: *mut libc::c_void, len: us
 #[no_mangle]
 pub unsafe extern "C" fn recvmmsg(fd: i32, v: *mut libc::mmsghdr, n: u32, flags: i32, timeout: *mut libc::timespec) -> i32 {
     let Some(s) = get(fd) else {
+        before_block();
         // SAFETY: passed through.
         return c_ret(unsafe { sock::recvmmsg(fd, v, n, flags, timeout) }) as i32;
     };
