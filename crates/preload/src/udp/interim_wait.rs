@@ -97,10 +97,7 @@ pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: 
         }
         // Nothing batched: wait in the kernel on every descriptor, virtual ones through
         // what they say to wait on.
-        let left = match deadline {
-            None => None,
-            Some(d) => Some(d.saturating_sub(now_ms())),
-        };
+        let left = deadline.map(|d| d.saturating_sub(now_ms()));
         k.clear();
         for (p, o) in fds.iter().zip(&objs) {
             match o.as_ref().and_then(|o| o.wait_on(p.fd, p.events)) {
@@ -152,8 +149,10 @@ pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: 
     }
 }
 
-/// Virtual members of each epoll set: fd -> (events, data).
-static EPOLL: Mutex<Option<HashMap<i32, HashMap<i32, (u32, u64)>>>> = Mutex::new(None);
+/// Virtual members of one epoll set: fd -> (events, data).
+type Members = HashMap<i32, (u32, u64)>;
+/// Each epoll set's virtual members, by epoll fd.
+static EPOLL: Mutex<Option<HashMap<i32, Members>>> = Mutex::new(None);
 
 /// epoll_ctl(2): virtual members are remembered; the kernel watches what they wait on.
 ///
