@@ -3,13 +3,14 @@
 //! bounded query load on loopback, plain and under `libslpreload.so`
 //! (`STREAMLINE_UDP_PORTS=<port>`), each reception mode (`mmsg`, `ring`) measured.
 //!
-//! The load: our own generator in this process, a connected UDP socket on 127.0.0.1 that
+//! The load (`--load ours`, default): our own generator in this process, a connected UDP socket on 127.0.0.1 that
 //! keeps `--window` queries outstanding (one new query per answer) for `--queries` queries
 //! or `--secs` seconds, whichever ends first, over 64 names dnsmasq answers from its own
 //! configuration (`--host-record`, no upstream, `--no-resolv`). Every answer is checked
 //! byte for byte (after the ID) against the first answer to the same name in the plain run;
 //! a query unanswered 2 s after the last answer is lost. Lost or differing answers fail the
-//! run.
+//! run. `--load dnsperf` runs dnsperf instead (same names, count, window; it checks
+//! response codes and counts lost queries, not answer bytes).
 //!
 //! What counts as dnsmasq's CPU: its threads' run time from /proc/PID/task/*/schedstat
 //! (user and system time, ns), plus the machine's softirq time (/proc/stat) over the run:
@@ -47,6 +48,34 @@ pub struct Args {
     /// libslpreload.so to use (default: beside this executable).
     #[arg(long)]
     lib: Option<PathBuf>,
+    /// Load generator: `ours` (checks every answer byte for byte) or `dnsperf` (the
+    /// DNS-OARC tool: one client, one thread, the same window; counts lost answers).
+    #[arg(long, default_value = "ours")]
+    load: String,
+}
+
+/// The same load from dnsperf: `queries` queries over the 64 names, `window` outstanding.
+fn load_dnsperf(port: u16, pid: u32, queries: u64, secs: f64, window: usize, dir: &std::path::Path) -> Result<RunResult> {
+    let file = dir.join("queries.txt");
+    let text: String = (0..NAMES).map(|i| format!("{} A\n", name(i))).collect();
+    std::fs::write(&file, text).map_err(|e| err(format!("{}: {e}", file.display())))?;
+    let runs = queries.div_ceil(NAMES as u64);
+    let c0 = cpu_ns(pid);
+    let q0 = softirq_s();
+    let t0 = Instant::now();
+    let mut cmd = Command::new("dnsperf");
+    cmd.args(["-s", "127.0.0.1", "-c", "1", "-T", "1"]).args(["-p", &port.to_string(), "-q", &window.to_string(), "-n", &runs.to_string(), "-l", &format!("{secs}")]).arg("-d").arg(&file);
+    kill_with_us(&mut cmd);
+    let out = cmd.output().map_err(|e| err(format!("running dnsperf (apt-get install dnsperf): {e}")))?;
+    let wall = t0.elapsed().as_secs_f64();
+    let c1 = cpu_ns(pid);
+    let q1 = softirq_s();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |k: &str| -> Result<u64> {
+        text.lines().find_map(|l| l.trim().strip_prefix(k)?.split_whitespace().next()?.parse().ok()).ok_or_else(|| err(format!("dnsperf printed no `{k}`:\n{text}")))
+    };
+    let (sent, done, lost) = (field("Queries sent:")?, field("Queries completed:")?, field("Queries lost:")?);
+    Ok(RunResult { answered: done, lost: lost + sent.saturating_sub(done + lost), wrong: 0, wall, dnsmasq_cpu: (c1 - c0) as f64 / 1e9, softirq: q1 - q0 })
 }
 
 const NAMES: usize = 64;
@@ -244,7 +273,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         return Err(err("this benchmark must run as root: it measures the ring reception too, an AF_PACKET capture (CAP_NET_RAW)"));
     }
     let configs: Vec<(&str, Option<&str>)> = vec![("linux", None), ("mmsg", Some("mmsg")), ("ring", Some("ring"))];
-    println!("dnsmasq on 127.0.0.1, {queries} queries per run (at most {secs} s), {} outstanding, {reps} rounds", a.window);
+    println!("dnsmasq on 127.0.0.1, {queries} queries per run (at most {secs} s), {} outstanding, {reps} rounds, load from {}", a.window, a.load);
     println!("{:<8} {:>5} {:>9} {:>6} {:>6} {:>8} {:>10} {:>10} {:>12} {:>12} {:>7} {:>7}", "config", "round", "answered", "lost", "wrong", "wall s", "dnsmasq s", "softirq s", "q/cpu-s", "q/dnsmasq-s", "rx/call", "tx/call");
     let tmp = crate::util::TempDir::new("legacy-dns")?;
     let mut reference = HashMap::new();
@@ -256,7 +285,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             let port = free_port()?;
             let stats = tmp.path().join(format!("{label}-{round}.stats"));
             let d = start_dnsmasq(port, mode.map(|m| (&lib, m, stats.as_path())))?;
-            let r = load(port, d.child.id(), queries, secs, a.window, &mut reference)?;
+            let r = match a.load.as_str() {
+                "ours" => load(port, d.child.id(), queries, secs, a.window, &mut reference)?,
+                "dnsperf" => load_dnsperf(port, d.child.id(), queries, secs, a.window, tmp.path())?,
+                o => return Err(err(format!("--load {o}: expected `ours` or `dnsperf`"))),
+            };
             drop(d);
             let (mut rxb, txb) = batches(&stats).map(|(a, b)| (format!("{a:.1}"), format!("{b:.1}"))).unwrap_or(("-".into(), "-".into()));
             if label == "ring" {
