@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     window: usize,
     /// Rounds (each configuration once per round; the median counts). Quick: 1.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     reps: usize,
     /// libslpreload.so to use (default: beside this executable).
     #[arg(long)]
