@@ -321,7 +321,7 @@ pub unsafe extern "C" fn bind(fd: i32, addr: *const libc::sockaddr, len: libc::s
         // SAFETY: passed through.
         return c_ret(unsafe { sock::bind(fd, addr, len) }) as i32;
     };
-    if vfd::is_virtual(fd) || !is_udp(fd) {
+    if fd < 0 || fd as usize >= vfd::MAX_FD || vfd::is_virtual(fd) || !is_udp(fd) {
         // SAFETY: passed through.
         return c_ret(unsafe { sock::bind(fd, addr, len) }) as i32;
     }
