@@ -16,6 +16,7 @@
 //! larger ones may arrive as fragments, which only the socket sees reassembled. Left: an
 //! IPv4 path with an MTU below 1268 that fragments a small datagram, or an IPv6 datagram
 //! behind extension headers, is dropped by the socket and refused by the ring: lost.
+//! Datagrams keep their order within each path, not between the two (UDP promises none).
 //!
 //! Limits: an AF_INET6 socket must be IPV6_V6ONLY (else `mmsg` is used); only the
 //! IP_PKTINFO / IPV6_RECVPKTINFO control messages are made (a socket asking for others at
