@@ -40,6 +40,15 @@ fn require_root() {
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// The tests run one at a time: each starts servers and loads them, and run side by side
+/// on two cores the threaded echo test was seen to lose an echo (both modes, about one run
+/// in three, never alone: not understood yet, see the report of issue 18 part 2).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A scratch file path for the library's counters.
 fn stats_path(what: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("slpreload-udp-{}-{}-{what}.stats", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
@@ -59,16 +68,19 @@ fn preloaded(cmd: &mut Command, ports: &str, mode: &str, stats: &PathBuf) {
     cmd.env("LD_PRELOAD", lib()).env("STREAMLINE_UDP_PORTS", ports).env("STREAMLINE_UDP_RX", mode).env("STREAMLINE_UDP_STATS", stats);
 }
 
-/// A UDP port free on 127.0.0.1 and ::1, TCP too (dnsmasq listens on both).
+/// A port free for UDP and TCP on the wildcard addresses (dnsmasq binds them), below the
+/// kernel's ephemeral range (32768-60999), so that no client socket of a test running in
+/// parallel is handed it between this check and the server's bind; unique per call.
 fn free_port() -> u16 {
-    for _ in 0..100 {
-        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let p = u.local_addr().unwrap().port();
-        if UdpSocket::bind(("::1", p)).is_ok() && std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() && std::net::TcpListener::bind(("::1", p)).is_ok() {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = 20000 + (std::process::id() % 400) * 30;
+    for _ in 0..12000 {
+        let p = (20000 + (base - 20000 + NEXT.fetch_add(1, Ordering::Relaxed)) % 12000) as u16;
+        if UdpSocket::bind(("0.0.0.0", p)).is_ok() && UdpSocket::bind(("::", p)).is_ok() && std::net::TcpListener::bind(("0.0.0.0", p)).is_ok() && std::net::TcpListener::bind(("::", p)).is_ok() {
             return p;
         }
     }
-    panic!("no free port on loopback");
+    panic!("no free port in 20000-31999");
 }
 
 /// A child killed and reaped when dropped.
@@ -123,6 +135,7 @@ fn transcript(port: u16, fam: &str, mode: Option<&str>, stats: &PathBuf) -> Stri
 
 #[test]
 fn receive_and_send_semantics_match_the_kernel() {
+    let _serial = serial();
     require_root();
     require("python3", "python3");
     for fam in ["4", "6"] {
@@ -147,6 +160,7 @@ fn receive_and_send_semantics_match_the_kernel() {
 
 #[test]
 fn epoll_echo_server_and_an_unlisted_port() {
+    let _serial = serial();
     require_root();
     require("python3", "python3");
     const N: usize = 600;
@@ -197,6 +211,54 @@ fn epoll_echo_server_and_an_unlisted_port() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Several threads blocked in recvfrom on one socket.
+
+#[test]
+fn threads_sharing_a_socket_in_blocking_receives() {
+    let _serial = serial();
+    require_root();
+    require("python3", "python3");
+    const N: usize = 2000;
+    for mode in MODES {
+        let port = free_port();
+        let st = stats_path(mode);
+        let mut c = Command::new("python3");
+        c.arg(format!("{PY}/threaded_echo.py")).arg(port.to_string()).arg("4").arg(N.to_string());
+        preloaded(&mut c, &port.to_string(), mode, &st);
+        let mut child = c.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("python3");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let g = Guard(child);
+        assert_eq!(lines.next().unwrap().unwrap(), "ready");
+        let cli = UdpSocket::bind("127.0.0.1:0").unwrap();
+        cli.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut seen = vec![false; N];
+        let mut buf = [0u8; 64];
+        for chunk in (0..N).collect::<Vec<_>>().chunks(50) {
+            for i in chunk {
+                cli.send_to(i.to_string().as_bytes(), ("127.0.0.1", port)).unwrap();
+            }
+            for _ in chunk {
+                let t = std::time::Instant::now();
+                let n = cli.recv(&mut buf).unwrap_or_else(|e| panic!("{mode}: an echo did not come back: {e}"));
+                if t.elapsed() > Duration::from_secs(2) {
+                    eprintln!("{mode}: an echo took {:?}", t.elapsed());
+                }
+                let i: usize = std::str::from_utf8(&buf[..n]).unwrap().parse().unwrap();
+                assert!(!seen[i], "{mode}: datagram {i} echoed twice");
+                seen[i] = true;
+            }
+        }
+        assert!(seen.iter().all(|&x| x), "{mode}: echoes missing");
+        assert_eq!(lines.next().unwrap().unwrap(), format!("echoed {N}"), "{mode}: the server's count");
+        g.wait_exit();
+        let s = stats(&st);
+        // The N datagrams and one "stop" per thread came through the library.
+        assert_eq!(s["rx_datagrams"], N as u64 + 4, "{mode}: {s:?}");
+        assert_eq!(s["tx_datagrams"], N as u64, "{mode}: {s:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // dnsmasq.
 
 const RECORDS: &[&str] = &["--host-record=h.test,10.9.8.7,fd00::7", "--host-record=mail.test,10.9.8.8", "--address=/wild.test/10.1.2.3", "--txt-record=t.test,hello world"];
@@ -217,16 +279,20 @@ fn dnsmasq(port: u16, listen: &[&str], netns: Option<&str>, preload: Option<(&st
     if let Some((mode, st)) = preload {
         preloaded(&mut c, &port.to_string(), mode, st);
     }
-    let g = Guard(c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("dnsmasq"));
+    let log = stats_path("dnsmasq-log");
+    let g = Guard(c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().expect("dnsmasq"));
     // Ready when it answers.
     let target: IpAddr = listen[0].parse().unwrap();
     for _ in 0..100 {
         if ask(SocketAddr::new(target, port), &query(7, "h.test", 1), Duration::from_millis(100)).is_some() {
+            let _ = std::fs::remove_file(&log);
             return g;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("dnsmasq on {target} port {port} did not answer within 5 s");
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    panic!("dnsmasq ({}) on {target} port {port} did not answer within 5 s; it said:\n{said}", preload.map_or("plain", |p| p.0));
 }
 
 /// A DNS query (RD) for `name` of type `ty`.
@@ -356,6 +422,7 @@ fn compare_dnsmasq(listen: &[&str], netns: Option<&str>, burst_total: usize) {
 
 #[test]
 fn dnsmasq_on_loopback_answers_as_without_the_library() {
+    let _serial = serial();
     require_root();
     require("dnsmasq", "dnsmasq-base");
     require("dig", "dnsutils");
@@ -367,6 +434,7 @@ fn dnsmasq_on_loopback_answers_as_without_the_library() {
 
 #[test]
 fn dnsmasq_in_a_namespace_answers_as_without_the_library() {
+    let _serial = serial();
     require_root();
     require("dnsmasq", "dnsmasq-base");
     require("dig", "dnsutils");

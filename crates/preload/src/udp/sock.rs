@@ -142,3 +142,9 @@ pub fn open_append(path: &std::ffi::CStr) -> Res {
     // SAFETY: path is NUL-terminated and outlives the call.
     ret(unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags, 0o644) })
 }
+
+/// eventfd2(0, EFD_NONBLOCK | EFD_CLOEXEC).
+pub fn eventfd() -> Res {
+    // SAFETY: no memory involved.
+    ret(unsafe { libc::syscall(libc::SYS_eventfd2, 0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })
+}

@@ -344,6 +344,25 @@ pub struct UdpSock {
     /// Datagrams waiting in `tx` (read without the lock by `before_block`).
     pub queued: std::sync::atomic::AtomicUsize,
     fds: Mutex<Vec<i32>>,
+    /// Threads blocked (or about to block) waiting for input on this socket. Changed only
+    /// under the `rx` lock, so that a thread leaving datagrams in the queue sees them.
+    waiters: std::sync::atomic::AtomicUsize,
+    /// An eventfd rung when datagrams are left in the user-space queue while threads wait:
+    /// they wait on the kernel, which does not know about the queue.
+    wake: i32,
+    /// What a thread waiting for input polls: an epoll descriptor over the socket, `wake`
+    /// and (ring) the packet socket; -1 if it could not be made (then the socket itself).
+    wait_fd: i32,
+}
+
+impl Drop for UdpSock {
+    fn drop(&mut self) {
+        for fd in [self.wake, self.own_wait_fd()] {
+            if fd >= 0 {
+                let _ = sys::close(fd);
+            }
+        }
+    }
 }
 
 /// What a receive call asks for, in a C caller's msghdr.
@@ -352,7 +371,54 @@ const TX_FLAGS: i32 = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_CONFIR
 
 impl UdpSock {
     pub fn new(fd: i32, ipv6: bool, rx: Rx) -> UdpSock {
-        UdpSock { fd, ipv6, rx: Mutex::new(rx), tx: Mutex::new(Tx::new()), queued: 0.into(), fds: Mutex::new(vec![fd]) }
+        let wake = sock::eventfd().map(|f| f as i32).unwrap_or(-1);
+        let wait_fd = match &rx {
+            // The ring's epoll descriptor already watches the ring and the socket.
+            Rx::Ring { ring, .. } => {
+                if wake >= 0 {
+                    let _ = sock::epoll_add(ring.efd, wake, libc::EPOLLIN as u32);
+                }
+                ring.efd
+            }
+            Rx::Mmsg(_) => match sock::epoll_create() {
+                Ok(e) => {
+                    let e = e as i32;
+                    let ok = sock::epoll_add(e, fd, libc::EPOLLIN as u32).is_ok() && (wake < 0 || sock::epoll_add(e, wake, libc::EPOLLIN as u32).is_ok());
+                    if ok {
+                        e
+                    } else {
+                        let _ = sys::close(e);
+                        -1
+                    }
+                }
+                Err(_) => -1,
+            },
+        };
+        UdpSock { fd, ipv6, rx: Mutex::new(rx), tx: Mutex::new(Tx::new()), queued: 0.into(), fds: Mutex::new(vec![fd]), waiters: 0.into(), wake, wait_fd }
+    }
+
+    /// `wait_fd` when it is ours to close (the ring closes its own).
+    fn own_wait_fd(&self) -> i32 {
+        match &*lock(&self.rx) {
+            Rx::Ring { .. } => -1,
+            Rx::Mmsg(_) => self.wait_fd,
+        }
+    }
+
+    /// After a datagram was taken (under the rx lock): if more are queued and threads
+    /// wait in the kernel, wake them.
+    fn wake_waiters(&self, rx: &Rx) {
+        if self.wake >= 0 && self.waiters.load(Ordering::Relaxed) > 0 && rx.has_data() {
+            let _ = sys::write(self.wake, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// A waiting thread woke: reset the doorbell (whoever finds the queue empty waits again).
+    fn drain_wake(&self) {
+        if self.wake >= 0 {
+            let mut b = [0u8; 8];
+            let _ = sys::read(self.wake, &mut b);
+        }
     }
 
     pub fn is_ring(&self) -> bool {
@@ -391,6 +457,7 @@ impl UdpSock {
                 let mut rx = lock(&self.rx);
                 // SAFETY: msg is the caller's valid msghdr.
                 if let Some(n) = rx.take(peek, |d| unsafe { copy_out(d, msg, flags) }) {
+                    self.wake_waiters(&rx);
                     return Ok(n);
                 }
                 let (Rx::Mmsg(q) | Rx::Ring { big: q, .. }) = &mut *rx;
@@ -399,13 +466,15 @@ impl UdpSock {
                     Ok(_) | Err(libc::EAGAIN) => {}
                     Err(e) => return Err(e),
                 }
+                // Counted while the queue is seen empty (see `waiters`).
+                self.waiters.fetch_add(1, Ordering::Relaxed);
             }
             // Nothing here: what we queued to send goes out before the program waits.
             super::before_block();
-            if flags & libc::MSG_DONTWAIT != 0 || self.nonblocking() {
-                return Err(libc::EAGAIN);
-            }
-            self.block_for_input()?;
+            let r = if flags & libc::MSG_DONTWAIT != 0 || self.nonblocking() { Err(libc::EAGAIN) } else { self.block_for_input() };
+            self.waiters.fetch_sub(1, Ordering::Relaxed);
+            self.drain_wake();
+            r?;
         }
     }
 
@@ -569,7 +638,7 @@ impl Virtual for UdpSock {
                 return libc::POLLIN | (events & (libc::POLLOUT | libc::POLLWRNORM)) | (events & libc::POLLRDNORM);
             }
             match &*rx {
-                Rx::Ring { ring, .. } => Some(ring.efd),
+                Rx::Ring { ring, .. } => Some(ring.fd),
                 Rx::Mmsg(_) => None,
             }
         };
@@ -584,16 +653,16 @@ impl Virtual for UdpSock {
             }
             // Nothing batched: input is in the ring or the socket (the epoll descriptor
             // watches both); writability and errors are the socket's.
-            Some(efd) => {
+            Some(ring_fd) => {
                 let rest = events & !(libc::POLLIN | libc::POLLRDNORM);
                 let mut p = [
-                    libc::pollfd { fd: if events & libc::POLLIN != 0 { efd } else { -1 }, events: libc::POLLIN, revents: 0 },
-                    libc::pollfd { fd: self.fd, events: rest, revents: 0 },
+                    libc::pollfd { fd: if events & libc::POLLIN != 0 { ring_fd } else { -1 }, events: libc::POLLIN, revents: 0 },
+                    libc::pollfd { fd: self.fd, events: events | libc::POLLIN, revents: 0 },
                 ];
                 match sys::poll(&mut p, Some(0)) {
                     Ok(_) => {
-                        let input = if p[0].revents != 0 { events & (libc::POLLIN | libc::POLLRDNORM) } else { 0 };
-                        input | (p[1].revents & !(libc::POLLIN | libc::POLLRDNORM))
+                        let input = if p[0].revents != 0 || p[1].revents & libc::POLLIN != 0 { events & (libc::POLLIN | libc::POLLRDNORM) } else { 0 };
+                        input | (p[1].revents & rest)
                     }
                     Err(_) => 0,
                 }
@@ -602,9 +671,32 @@ impl Virtual for UdpSock {
     }
 
     fn wait_on(&self, fd: i32, events: i16) -> Option<(i32, i16)> {
+        // Input only: the epoll descriptor (socket, doorbell, ring). With POLLOUT too, the
+        // socket itself (a UDP socket is writable nearly always, so such a wait is short).
+        if events & !(libc::POLLIN | libc::POLLRDNORM) == 0 && self.wait_fd >= 0 {
+            return Some((self.wait_fd, libc::POLLIN));
+        }
         match &*lock(&self.rx) {
             Rx::Ring { ring, .. } if events & libc::POLLIN != 0 => Some((ring.efd, libc::POLLIN)),
             _ => Some((fd, events)),
+        }
+    }
+
+    fn arm(&self, _fd: i32, events: i16) {
+        if events & libc::POLLIN != 0 {
+            let rx = lock(&self.rx);
+            self.waiters.fetch_add(1, Ordering::Relaxed);
+            // Queued since the caller last looked: ring now, so the wait returns at once.
+            if rx.has_data() && self.wake >= 0 {
+                let _ = sys::write(self.wake, &1u64.to_ne_bytes());
+            }
+        }
+    }
+
+    fn disarm(&self, _fd: i32, events: i16) {
+        if events & libc::POLLIN != 0 {
+            self.waiters.fetch_sub(1, Ordering::Relaxed);
+            self.drain_wake();
         }
     }
 
