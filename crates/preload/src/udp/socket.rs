@@ -350,6 +350,8 @@ pub struct UdpSock {
     /// An eventfd rung when datagrams are left in the user-space queue while threads wait:
     /// they wait on the kernel, which does not know about the queue.
     wake: i32,
+    /// `wake` was rung and not yet reset (so a waiter that wakes reads it only then).
+    rung: std::sync::atomic::AtomicBool,
     /// What a thread waiting for input polls: an epoll descriptor over the socket, `wake`
     /// and (ring) the packet socket; -1 if it could not be made (then the socket itself).
     wait_fd: i32,
@@ -394,7 +396,7 @@ impl UdpSock {
                 Err(_) => -1,
             },
         };
-        UdpSock { fd, ipv6, rx: Mutex::new(rx), tx: Mutex::new(Tx::new()), queued: 0.into(), fds: Mutex::new(vec![fd]), waiters: 0.into(), wake, wait_fd }
+        UdpSock { fd, ipv6, rx: Mutex::new(rx), tx: Mutex::new(Tx::new()), queued: 0.into(), fds: Mutex::new(vec![fd]), waiters: 0.into(), wake, rung: false.into(), wait_fd }
     }
 
     /// `wait_fd` when it is ours to close (the ring closes its own).
@@ -409,13 +411,18 @@ impl UdpSock {
     /// wait in the kernel, wake them.
     fn wake_waiters(&self, rx: &Rx) {
         if self.wake >= 0 && self.waiters.load(Ordering::Relaxed) > 0 && rx.has_data() {
-            let _ = sys::write(self.wake, &1u64.to_ne_bytes());
+            self.ring_wake();
         }
+    }
+
+    fn ring_wake(&self) {
+        self.rung.store(true, Ordering::Release);
+        let _ = sys::write(self.wake, &1u64.to_ne_bytes());
     }
 
     /// A waiting thread woke: reset the doorbell (whoever finds the queue empty waits again).
     fn drain_wake(&self) {
-        if self.wake >= 0 {
+        if self.wake >= 0 && self.rung.swap(false, Ordering::Acquire) {
             let mut b = [0u8; 8];
             let _ = sys::read(self.wake, &mut b);
         }
@@ -688,7 +695,7 @@ impl Virtual for UdpSock {
             self.waiters.fetch_add(1, Ordering::Relaxed);
             // Queued since the caller last looked: ring now, so the wait returns at once.
             if rx.has_data() && self.wake >= 0 {
-                let _ = sys::write(self.wake, &1u64.to_ne_bytes());
+                self.ring_wake();
             }
         }
     }
