@@ -15,6 +15,7 @@ mod child;
 mod daemon;
 mod legacy;
 mod legacy_pipes;
+mod legacy_dns;
 mod pipesfs;
 mod pattern;
 mod pcap;
@@ -68,6 +69,10 @@ enum Command {
     /// Legacy pipes (issue 18): an unmodified writer|reader pair (64 B, 1 KiB, 64 KiB
     /// blocks) and `cat | wc -c` through kernel pipes vs through `streamline exec`.
     LegacyPipes(legacy_pipes::Args),
+    /// Legacy UDP (issue 18): unmodified dnsmasq answering a query load, plain vs under
+    /// libslpreload.so's batched UDP sockets: queries per CPU second.
+    #[command(name = "legacy-dns")]
+    LegacyDns(legacy_dns::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -89,6 +94,7 @@ fn main() {
         Command::Pipesfs(a) => pipesfs::run(a, cli.quick),
         Command::Legacy(a) => legacy::run(a, cli.quick),
         Command::LegacyPipes(a) => legacy_pipes::run(a, cli.quick),
+        Command::LegacyDns(a) => legacy_dns::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

@@ -630,19 +630,11 @@ pub unsafe extern "C" fn sendfile64(out: c_int, fin: c_int, off: *mut i64, count
     unsafe { sendfile(out, fin, off, count) }
 }
 
-/// sendmsg(2): a ring pipe end passed in the message goes back to the kernel first.
-#[no_mangle]
-pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
-    if !pipe::is_internal() {
-        // SAFETY: sendmsg's message.
-        unsafe { demote_passed(msg) };
-    }
-    // SAFETY: the caller's arguments.
-    sys::c_ret(unsafe { raw3(libc::SYS_sendmsg, fd as usize, msg as usize, flags as usize) })
-}
-
 /// Before a message carrying descriptors (SCM_RIGHTS) leaves: a ring pipe end among them
 /// goes back to the kernel, since the receiver may be any program. Used by `sendmsg`.
+///
+/// # Safety
+/// `msg` is null or a valid msghdr.
 pub unsafe fn demote_passed(msg: *const libc::msghdr) {
     if msg.is_null() {
         return;
