@@ -23,6 +23,12 @@ pub trait Virtual: Send + Sync {
     /// Readiness now (POLLIN/POLLOUT/POLLHUP/POLLERR as poll(2) reports them) for the
     /// requested `events`, without blocking.
     fn revents(&self, fd: i32, events: i16) -> i16;
+    /// [`Virtual::revents`] without system calls, from what the object holds itself: what a
+    /// waiter uses before it sleeps on the kernel fds (`wait_on`) anyway, which would report
+    /// the rest.
+    fn revents_cheap(&self, fd: i32, events: i16) -> i16 {
+        self.revents(fd, events)
+    }
     /// While a thread blocks waiting for `events` on `fd`: which kernel fd and events to
     /// poll so that it wakes when the readiness may have changed. `None`: nothing to poll;
     /// the waiter re-checks [`Virtual::revents`] in short time slices.

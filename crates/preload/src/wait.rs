@@ -40,8 +40,10 @@ pub unsafe fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>, sigmask:
     }
     let objs: Vec<Option<Arc<dyn vfd::Virtual>>> = fds.iter().map(|p| vfd::get(p.fd)).collect();
     let deadline = timeout.map(|t| Instant::now() + t);
+    // Nothing ready among ours and the caller will wait: the kernel's fds are asked by the
+    // wait itself, not by a zero-timeout poll first.
+    let mut n = check(fds, &objs, timeout != Some(Duration::ZERO))?;
     loop {
-        let n = check(fds, &objs)?;
         let left = remaining(deadline);
         if n > 0 || left == Some(Duration::ZERO) {
             return Ok(n);
@@ -51,21 +53,35 @@ pub unsafe fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>, sigmask:
                 o.arm(p.fd, p.events);
             }
         }
-        let ready = fds.iter().zip(&objs).any(|(p, o)| o.as_ref().is_some_and(|o| o.revents(p.fd, p.events) != 0));
+        let ready = fds.iter().zip(&objs).any(|(p, o)| o.as_ref().is_some_and(|o| o.revents_cheap(p.fd, p.events) != 0));
+        // Where each fd of the program (a kernel fd, or what an object waits on) sits in
+        // the kernel's list.
+        let mut kpos: Vec<Option<usize>> = vec![None; fds.len()];
+        let mut k: Vec<libc::pollfd> = Vec::with_capacity(fds.len() + 2);
         let mut res = Ok(0);
         if !ready {
             vfd::before_block();
             let mut sliced = false;
-            let mut k: Vec<libc::pollfd> = Vec::with_capacity(fds.len());
-            for (p, o) in fds.iter().zip(&objs) {
+            for (i, (p, o)) in fds.iter().zip(&objs).enumerate() {
                 match o {
                     Some(o) => {
                         sliced |= o.needs_slices(p.fd, p.events);
-                        for (fd, events) in o.wait_on(p.fd, p.events).into_iter().chain(o.extra_wait(p.fd, p.events)) {
+                        match o.wait_on(p.fd, p.events) {
+                            Some((fd, events)) => {
+                                kpos[i] = Some(k.len());
+                                k.push(libc::pollfd { fd, events, revents: 0 });
+                            }
+                            // Nothing to sleep on: re-check in slices.
+                            None => sliced = true,
+                        }
+                        if let Some((fd, events)) = o.extra_wait(p.fd, p.events) {
                             k.push(libc::pollfd { fd, events, revents: 0 });
                         }
                     }
-                    None => k.push(libc::pollfd { fd: p.fd, events: p.events, revents: 0 }),
+                    None => {
+                        kpos[i] = Some(k.len());
+                        k.push(libc::pollfd { fd: p.fd, events: p.events, revents: 0 });
+                    }
                 }
             }
             let mut t = left;
@@ -81,6 +97,23 @@ pub unsafe fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>, sigmask:
             }
         }
         res?;
+        if ready {
+            n = check(fds, &objs, false)?;
+            continue;
+        }
+        // The kernel's answer for its fds, the objects' for theirs: no second system call.
+        n = 0;
+        for (i, (p, o)) in fds.iter_mut().zip(&objs).enumerate() {
+            p.revents = match (o, kpos[i]) {
+                // What the object waits on said something (e.g. POLLHUP, bytes in a pipe's
+                // kernel side): ask the object in full; else what it holds tells.
+                (Some(o), Some(j)) if k[j].revents != 0 => o.revents(p.fd, p.events),
+                (Some(o), _) => o.revents_cheap(p.fd, p.events),
+                (None, Some(j)) => k[j].revents,
+                (None, None) => 0,
+            };
+            n += (p.revents != 0) as usize;
+        }
     }
 }
 
@@ -101,15 +134,16 @@ fn skip_kernel_check() -> bool {
 }
 
 /// Readiness now of every entry (virtual from the objects, the rest from one zero-timeout
-/// poll); fills `revents`, returns how many are ready.
-fn check(fds: &mut [libc::pollfd], objs: &[Option<Arc<dyn vfd::Virtual>>]) -> sys::Res {
+/// poll); fills `revents`, returns how many are ready. With `lazy`, the kernel is not
+/// asked when none of ours is ready (the caller is about to wait on the kernel anyway).
+fn check(fds: &mut [libc::pollfd], objs: &[Option<Arc<dyn vfd::Virtual>>], lazy: bool) -> sys::Res {
     let mut k: Vec<libc::pollfd> = Vec::new();
     let mut idx = Vec::new();
     let mut virtual_ready = 0;
     for (i, (p, o)) in fds.iter_mut().zip(objs).enumerate() {
         match o {
             Some(o) => {
-                p.revents = o.revents(p.fd, p.events);
+                p.revents = if lazy { o.revents_cheap(p.fd, p.events) } else { o.revents(p.fd, p.events) };
                 virtual_ready += (p.revents != 0) as usize;
             }
             None => {
@@ -119,7 +153,7 @@ fn check(fds: &mut [libc::pollfd], objs: &[Option<Arc<dyn vfd::Virtual>>]) -> sy
             }
         }
     }
-    if virtual_ready > 0 && skip_kernel_check() {
+    if (virtual_ready > 0 && skip_kernel_check()) || (virtual_ready == 0 && lazy) {
         return Ok(virtual_ready);
     }
     if !k.is_empty() {
@@ -322,7 +356,7 @@ pub unsafe fn epoll_wait(epfd: i32, out: &mut [libc::epoll_event], timeout: Opti
         let mut res = Ok(0);
         if !any {
             vfd::before_block();
-            let sliced = objs.iter().any(|(f, r, o)| !r.spent && o.needs_slices(*f, r.events as i16));
+            let sliced = objs.iter().any(|(f, r, o)| !r.spent && (o.needs_slices(*f, r.events as i16) || o.wait_on(*f, r.events as i16).is_none()));
             let mut t = left;
             if sliced {
                 t = Some(t.map_or(SLICE, |t| t.min(SLICE)));
