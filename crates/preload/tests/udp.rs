@@ -19,13 +19,17 @@ use std::time::Duration;
 const PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py");
 const MODES: [&str; 2] = ["mmsg", "ring"];
 
-/// libslpreload.so of this build (target/<profile>/, beside the test's deps/ directory).
+/// libslpreload.so of this build: the newest of target/<profile>/ (`cargo build -p
+/// preload`) and target/<profile>/deps/ (where `cargo test` leaves the cdylib).
 fn lib() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let so = dir.join("libslpreload.so");
-    assert!(so.is_file(), "{} is missing: build it (`cargo build -p preload`; `cargo test -p preload` builds it)", so.display());
-    so
+    let deps = exe.parent().unwrap();
+    let candidates = [deps.parent().unwrap().join("libslpreload.so"), deps.join("libslpreload.so")];
+    let newest = candidates.iter().filter_map(|c| Some((std::fs::metadata(c).ok()?.modified().ok()?, c.clone()))).max_by_key(|(t, _)| *t);
+    match newest {
+        Some((_, so)) => so,
+        None => panic!("libslpreload.so is missing in {} and {}: build it (`cargo build -p preload`)", candidates[0].display(), candidates[1].display()),
+    }
 }
 
 fn require(program: &str, package: &str) {
