@@ -155,15 +155,8 @@ enum Cmd {
     /// it starts) makes is a shared-memory ring, with Unix pipe semantics (`streamline exec
     /// -- make -j8`). Static and setuid programs get kernel pipes, unchanged.
     Exec {
-        /// Leave pipes to the kernel.
-        #[arg(long)]
-        no_pipes: bool,
-        /// Ring size of new pipes, bytes (default 256 KiB).
-        #[arg(long)]
-        pipe_size: Option<usize>,
-        /// Batch the UDP sockets bound to these ports (e.g. 53,5353).
-        #[arg(long)]
-        udp_ports: Option<String>,
+        #[command(flatten)]
+        opts: preload::Options,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         cmd: Vec<String>,
@@ -171,12 +164,8 @@ enum Cmd {
     /// Run a shell command line with Streamline's pipes (`streamline sh 'tar c . | gzip |
     /// wc -c'`): `sh -c SCRIPT [ARGS...]` under `exec`.
     Sh {
-        #[arg(long)]
-        no_pipes: bool,
-        #[arg(long)]
-        pipe_size: Option<usize>,
-        #[arg(long)]
-        udp_ports: Option<String>,
+        #[command(flatten)]
+        opts: preload::Options,
         script: String,
         /// $1, $2, ... for the script.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -323,8 +312,8 @@ fn main() -> ExitCode {
         Cmd::Edit { run, edit } => remote::edit(cli.socket.as_deref(), run, &edit),
         Cmd::Worker { fd } => worker::worker(fd),
         Cmd::Compat { print_dir, cmd } => compat::run(print_dir, &cmd, cli.socket.as_deref()),
-        Cmd::Exec { no_pipes, pipe_size, udp_ports, cmd } => preload::exec(&preload::Options { no_pipes, pipe_size, udp_ports }, &cmd),
-        Cmd::Sh { no_pipes, pipe_size, udp_ports, script, args } => preload::sh(&preload::Options { no_pipes, pipe_size, udp_ports }, &script, &args),
+        Cmd::Exec { opts, cmd } => preload::exec(&opts, &cmd),
+        Cmd::Sh { opts, script, args } => preload::sh(&opts, &script, &args),
         Cmd::Maps { watch, top } => maps(watch, top),
         Cmd::Space { pipeline, ring, space, fd, assign, share, export_modes, run_as } => process_space(&pipeline, ring, space, fd, &assign, share.as_deref(), &export_modes, run_as.as_deref()),
         Cmd::Plan { pipeline, dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical } => {

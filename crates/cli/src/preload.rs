@@ -11,12 +11,16 @@ use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 /// What `exec` and `sh` start the program with.
+#[derive(clap::Args, Debug)]
 pub struct Options {
     /// Leave pipes to the kernel (the library still batches the UDP ports named).
+    #[arg(long)]
     pub no_pipes: bool,
-    /// Ring size of new pipes, bytes.
+    /// Ring size of new pipes, bytes (default 256 KiB).
+    #[arg(long)]
     pub pipe_size: Option<usize>,
-    /// UDP ports whose sockets are batched (e.g. "53,5353").
+    /// Batch the UDP sockets bound to these ports (e.g. 53,5353).
+    #[arg(long)]
     pub udp_ports: Option<String>,
 }
 
