@@ -90,7 +90,8 @@ pub(crate) fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
-fn streamline() -> Result<std::path::PathBuf> {
+/// The `streamline` program beside this benchmark (target/<profile>/).
+pub(crate) fn streamline() -> Result<std::path::PathBuf> {
     let exe = std::env::current_exe().map_err(|e| err(format!("own executable: {e}")))?.with_file_name("streamline");
     if !exe.is_file() {
         return Err(err(format!("{} not found; build it with `cargo build --release -p streamline`", exe.display())));

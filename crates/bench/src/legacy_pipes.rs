@@ -15,6 +15,7 @@
 //! Each configuration runs `--reps` times, configurations taking turns; medians count.
 //! Figures are throughput ratios (wall time of the same transfer).
 
+use crate::capture::streamline;
 use crate::util::{err, Result, Summary, Target, TempDir};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -83,14 +84,6 @@ fn compile(dir: &std::path::Path, name: &str, src: &str) -> Result<std::path::Pa
         return Err(err(format!("cc failed on {}", c.display())));
     }
     Ok(out)
-}
-
-fn streamline() -> Result<std::path::PathBuf> {
-    let exe = std::env::current_exe().map_err(|e| err(format!("own executable: {e}")))?.with_file_name("streamline");
-    if !exe.is_file() {
-        return Err(err(format!("{} not found; build it with `cargo build --release -p streamline -p preload`", exe.display())));
-    }
-    Ok(exe)
 }
 
 /// Run `script` with `sh -c` (kernel pipes) or under `streamline exec` (ours); its wall

@@ -140,6 +140,13 @@ unsafe fn prepare(path: Option<PathBuf>, envp: *const *const c_char) {
     }
 }
 
+/// Before exec or spawn of `file` as execvp finds it.
+unsafe fn prepare_searched(file: *const c_char, envp: *const *const c_char) {
+    // SAFETY: file is null or a C string from the caller.
+    let found = if file.is_null() { None } else { search_path(unsafe { CStr::from_ptr(file) }) };
+    unsafe { prepare(found, envp) };
+}
+
 fn cpath(p: *const c_char) -> Option<PathBuf> {
     if p.is_null() {
         return None;
@@ -171,9 +178,7 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 
 #[no_mangle]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    // SAFETY: file is a C string from the caller.
-    let found = if file.is_null() { None } else { search_path(unsafe { CStr::from_ptr(file) }) };
-    unsafe { prepare(found, envp) };
+    unsafe { prepare_searched(file, envp) };
     match real!("execvpe", ExecvpeFn) {
         // SAFETY: libc's execvpe with the caller's arguments.
         Some(f) => unsafe { f(file, argv, envp) },
@@ -199,9 +204,7 @@ pub unsafe extern "C" fn posix_spawn(pid: *mut libc::pid_t, path: *const c_char,
 
 #[no_mangle]
 pub unsafe extern "C" fn posix_spawnp(pid: *mut libc::pid_t, file: *const c_char, acts: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    // SAFETY: file is a C string from the caller.
-    let found = if file.is_null() { None } else { search_path(unsafe { CStr::from_ptr(file) }) };
-    unsafe { prepare(found, envp) };
+    unsafe { prepare_searched(file, envp) };
     match real!("posix_spawnp", SpawnFn) {
         // SAFETY: libc's posix_spawnp with the caller's arguments.
         Some(f) => unsafe { f(pid, file, acts, attr, argv, envp) },

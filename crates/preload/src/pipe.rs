@@ -174,10 +174,14 @@ impl Pipe {
         self.mode() == MODE_KERNEL
     }
 
-    /// No writer is left (the kernel's POLLHUP on a read end).
-    fn writers_gone(&self, fd: i32) -> bool {
+    /// The kernel side of a read end, in one zero-timeout poll: (bytes in the kernel pipe
+    /// itself, written past the ring or after demotion; no writer left, POLLHUP).
+    fn kernel_side(&self, fd: i32) -> (bool, bool) {
         let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
-        matches!(sys::poll(&mut p, Some(0)), Ok(1)) && p[0].revents & libc::POLLHUP != 0
+        match sys::poll(&mut p, Some(0)) {
+            Ok(1) => (p[0].revents & libc::POLLIN != 0, p[0].revents & libc::POLLHUP != 0),
+            _ => (false, false),
+        }
     }
 
     /// No reader is left (the kernel's POLLERR on a write end).
@@ -202,31 +206,22 @@ impl Pipe {
                     return Ok(n);
                 }
             }
-            if self.kernel_bytes(fd) > 0 {
+            let (pending, hup) = self.kernel_side(fd);
+            if pending {
                 return sys::read(fd, buf);
             }
             if role(fd) & NONBLOCK != 0 {
-                if self.writers_gone(fd) {
-                    if self.stream.available() > 0 || self.kernel() || self.kernel_bytes(fd) > 0 {
+                if hup {
+                    if self.stream.available() > 0 || self.kernel() || self.kernel_side(fd).0 {
                         continue;
                     }
                     return Ok(0);
                 }
                 return Err(libc::EAGAIN);
             }
-            if self.wait_readable(fd)? && self.stream.available() == 0 && !self.kernel() && self.kernel_bytes(fd) == 0 {
+            if self.wait_readable(fd)? && self.stream.available() == 0 && !self.kernel() && !self.kernel_side(fd).0 {
                 return Ok(0);
             }
-        }
-    }
-
-    /// Bytes in the kernel pipe itself (written past the ring, or after demotion).
-    fn kernel_bytes(&self, fd: i32) -> usize {
-        let mut n: i32 = 0;
-        // SAFETY: FIONREAD writes one int.
-        match unsafe { sys::ioctl_raw(fd, libc::FIONREAD, &mut n as *mut i32 as usize) } {
-            Ok(_) => n.max(0) as usize,
-            Err(_) => 0,
         }
     }
 
@@ -413,10 +408,6 @@ impl Pipe {
         self.local.lock().unwrap_or_else(|p| p.into_inner()).fds.clone()
     }
 
-    pub fn memfd(&self) -> i32 {
-        self.memfd.load(Ordering::Relaxed)
-    }
-
     /// One of our descriptors sits on `fd`, which the program wants: move it elsewhere.
     fn move_ours(&self, fd: i32) {
         for slot in [&self.memfd, &self.bell_r, &self.bell_w] {
@@ -455,10 +446,14 @@ impl vfd::Virtual for Pipe {
         let r = role(fd);
         let mut out = 0;
         if r & READER != 0 {
-            if self.stream.available() > 0 || self.kernel_bytes(fd) > 0 {
+            if self.stream.available() > 0 {
                 out |= libc::POLLIN | libc::POLLRDNORM;
-            } else if self.writers_gone(fd) && self.stream.available() == 0 && self.kernel_bytes(fd) == 0 {
-                out |= libc::POLLHUP;
+            } else {
+                match self.kernel_side(fd) {
+                    (true, _) => out |= libc::POLLIN | libc::POLLRDNORM,
+                    (false, true) if self.stream.available() == 0 => out |= libc::POLLHUP,
+                    _ => {}
+                }
             }
         }
         if r & WRITER != 0 {
