@@ -1,0 +1,27 @@
+//! Process shaping (seed 004, "Shaping Process Semantics"): token- and leaky-bucket budgets
+//! for the network and disk calls of processes, with ten priority levels and latency- or
+//! throughput-oriented priority policies, shared by every process of a shaped program and
+//! of a `--group` through one shared-memory segment.
+//!
+//! Modules: `units` (rates and sizes as people write them), `config` (the policy and its
+//! defaults), `bucket` (the lock-free bucket arithmetic), `segment` (the shared memory and
+//! its members), `shaper` (how one call waits for its tokens).
+//!
+//! Used by: the interposition library (`preload`, for dynamically linked programs), the
+//! seccomp supervisor of `streamline shape` (static programs, raw system calls), and the
+//! `shape` pipeline filter, so a bucket means the same thing everywhere.
+
+pub mod bucket;
+pub mod config;
+pub mod segment;
+pub mod shaper;
+pub mod units;
+
+pub use config::{Config, DiskCost, Kind, Limit, PrioPolicy, Resource};
+pub use segment::{Segment, SegmentError};
+pub use shaper::Shaper;
+
+/// Environment variable naming the inherited segment fd of a shaped program.
+pub const ENV_FD: &str = "STREAMLINE_SHAPE_FD";
+/// Environment variable with the program's base priority (0-9).
+pub const ENV_PRIO: &str = "STREAMLINE_SHAPE_PRIO";

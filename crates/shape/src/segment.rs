@@ -1,0 +1,330 @@
+//! The shared-memory segment a shaped program tree (or a `--group` of them) keeps its
+//! budget in: the policy, the bucket words, the priority board, the members and counters.
+//!
+//! Owns: the segment's layout and life. A lone `streamline shape` keeps it in a memfd that
+//! its processes inherit (nothing to leak: it goes with the last fd). A group keeps it in
+//! `/dev/shm/streamline-shape-NAME`, created by the first member with the policy it was
+//! given, joined by the others (who must ask for the same policy or none), and unlinked by
+//! the last live member to leave; members are launcher pids in a table, and a dead one's
+//! slot is swept by whoever looks next, so a member killed with SIGKILL neither keeps the
+//! segment alive nor blocks anybody (nothing in the segment is a lock).
+//!
+//! `unsafe`: mapping the file and viewing it as [`Shared`] (atomics and plain integers
+//! only, so every bit pattern is valid and concurrent access is through atomics).
+
+use crate::config::{Config, LEVELS};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use thiserror::Error;
+
+const MAGIC: u64 = 0x5348_4150_4531_0001; // "SHAPE1" v1
+/// Most launchers one group holds at once.
+pub const MAX_MEMBERS: usize = 64;
+
+/// Counters per resource.
+#[repr(C)]
+#[derive(Default)]
+pub struct Stats {
+    /// Bytes the calls moved.
+    pub bytes: AtomicU64,
+    /// Tokens charged (bytes, or weighted bytes for device-cost disk calls).
+    pub tokens: AtomicU64,
+    /// Calls shaped.
+    pub calls: AtomicU64,
+    /// Calls that had to wait.
+    pub waits: AtomicU64,
+    /// Nanoseconds spent waiting, summed over calls.
+    pub wait_ns: AtomicU64,
+}
+
+/// The segment's contents.
+#[repr(C)]
+pub struct Shared {
+    magic: AtomicU64,
+    config: Config,
+    /// Arrival times of the buckets: [resource][bucket].
+    pub tat: [[AtomicU64; 2]; 2],
+    /// Last instant a waiter of each priority was seen: [resource][level].
+    pub board: [[AtomicU64; LEVELS]; 2],
+    pub members: [AtomicU32; MAX_MEMBERS],
+    pub stats: [Stats; 2],
+}
+
+impl Shared {
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+}
+
+/// Why a segment could not be had.
+#[derive(Debug, Error)]
+pub enum SegmentError {
+    #[error("shaping segment {path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("group '{group}' already runs with {have}; this member asked for {want} (join it with the same policy, or with no rates to take the group's)")]
+    Mismatch { group: String, have: String, want: String },
+    #[error("group '{0}' has no policy yet: its first member must give --net and/or --disk")]
+    NoPolicy(String),
+    #[error("group name '{0}' is not allowed: use letters, digits, '-', '_' and '.' (at most 64)")]
+    BadName(String),
+    #[error("group '{0}' is full ({MAX_MEMBERS} members)")]
+    Full(String),
+    #[error("fd {0} is not a shaping segment")]
+    NotASegment(RawFd),
+}
+
+/// A mapped segment.
+pub struct Segment {
+    ptr: *mut Shared,
+    file: File,
+    path: Option<PathBuf>,
+}
+
+// SAFETY: Shared is only atomics and a config written before publication and never after;
+// sharing it between threads is what it is for.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+const SIZE: usize = std::mem::size_of::<Shared>();
+
+impl Segment {
+    /// A private segment (memfd) for one program tree, inheritable by its children.
+    pub fn create_private(config: Config) -> Result<Segment, SegmentError> {
+        let name = c"streamline-shape";
+        // SAFETY: plain memfd_create with a valid C string.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+        if fd < 0 {
+            return Err(SegmentError::Io { path: "memfd".into(), source: io::Error::last_os_error() });
+        }
+        // SAFETY: fd was just created and is owned by nobody else.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        file.set_len(SIZE as u64).map_err(|e| SegmentError::Io { path: "memfd".into(), source: e })?;
+        let seg = Segment::map(file, None)?;
+        seg.publish(config);
+        Ok(seg)
+    }
+
+    /// Where group `name` lives.
+    pub fn group_path(name: &str) -> Result<PathBuf, SegmentError> {
+        if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) || name.starts_with('.') {
+            return Err(SegmentError::BadName(name.into()));
+        }
+        Ok(PathBuf::from(format!("/dev/shm/streamline-shape-{name}")))
+    }
+
+    /// Join (or found) group `name` as launcher `pid`: with `config` the group must run
+    /// that policy (a new group takes it); with `None` the member takes the group's.
+    pub fn join_group(name: &str, config: Option<Config>, pid: u32) -> Result<Segment, SegmentError> {
+        let path = Segment::group_path(name)?;
+        let io = |e| SegmentError::Io { path: path.display().to_string(), source: e };
+        loop {
+            let file = OpenOptions::new().read(true).write(true).create(true).mode(0o600).open(&path).map_err(io)?;
+            lock(&file, true).map_err(io)?;
+            // the last member may have unlinked it between our open and our lock
+            let st = file.metadata().map_err(io)?;
+            if std::os::unix::fs::MetadataExt::nlink(&st) == 0 {
+                continue;
+            }
+            let fresh = st.len() == 0;
+            if fresh {
+                let Some(c) = config else {
+                    let _ = std::fs::remove_file(&path);
+                    return Err(SegmentError::NoPolicy(name.into()));
+                };
+                file.set_len(SIZE as u64).map_err(io)?;
+                let seg = Segment::map(file, Some(path.clone()))?;
+                seg.publish(c);
+                seg.add_member(name, pid)?;
+                lock(&seg.file, false).map_err(io)?;
+                return Ok(seg);
+            }
+            let seg = Segment::map(file, Some(path.clone()))?;
+            if seg.shared().magic.load(Ordering::Acquire) != MAGIC {
+                return Err(SegmentError::NotASegment(seg.file.as_raw_fd()));
+            }
+            let have = *seg.shared().config();
+            if let Some(c) = config {
+                if c != have {
+                    return Err(SegmentError::Mismatch { group: name.into(), have: have.describe(), want: c.describe() });
+                }
+            }
+            seg.add_member(name, pid)?;
+            lock(&seg.file, false).map_err(io)?;
+            return Ok(seg);
+        }
+    }
+
+    /// Map an inherited segment fd (a member process after fork/exec).
+    pub fn from_fd(fd: RawFd) -> Result<Segment, SegmentError> {
+        // SAFETY: dup of a caller-given fd; the original stays with its owner.
+        let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if d < 0 {
+            return Err(SegmentError::Io { path: format!("fd {fd}"), source: io::Error::last_os_error() });
+        }
+        // SAFETY: d is a fresh descriptor we own.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(d) });
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < SIZE as u64 {
+            return Err(SegmentError::NotASegment(fd));
+        }
+        let seg = Segment::map(file, None)?;
+        if seg.shared().magic.load(Ordering::Acquire) != MAGIC {
+            return Err(SegmentError::NotASegment(fd));
+        }
+        Ok(seg)
+    }
+
+    fn map(file: File, path: Option<PathBuf>) -> Result<Segment, SegmentError> {
+        // SAFETY: mapping SIZE bytes of a file at least that long, shared, read-write.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+        if p == libc::MAP_FAILED {
+            return Err(SegmentError::Io { path: path.map(|p| p.display().to_string()).unwrap_or("memfd".into()), source: io::Error::last_os_error() });
+        }
+        Ok(Segment { ptr: p.cast(), file, path })
+    }
+
+    fn publish(&self, config: Config) {
+        // SAFETY: the segment is new and not yet published (magic 0): nobody else reads
+        // the config until the Release store below.
+        unsafe { std::ptr::addr_of_mut!((*self.ptr).config).write(config) };
+        self.shared().magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// The shared contents.
+    pub fn shared(&self) -> &Shared {
+        // SAFETY: ptr maps SIZE bytes for the life of self; Shared is atomics plus a
+        // config that is never written after publication.
+        unsafe { &*self.ptr }
+    }
+
+    /// The segment's fd (to pass to children).
+    pub fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// The group file, if this is a group.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        self.path.as_deref()
+    }
+
+    fn add_member(&self, group: &str, pid: u32) -> Result<(), SegmentError> {
+        let m = &self.shared().members;
+        for slot in m.iter() {
+            let p = slot.load(Ordering::Acquire);
+            if p != 0 && !alive(p) {
+                let _ = slot.compare_exchange(p, 0, Ordering::AcqRel, Ordering::Acquire);
+            }
+        }
+        for slot in m.iter() {
+            if slot.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return Ok(());
+            }
+        }
+        Err(SegmentError::Full(group.into()))
+    }
+
+    /// Live members (launcher pids) of the group.
+    pub fn members(&self) -> Vec<u32> {
+        self.shared().members.iter().map(|s| s.load(Ordering::Acquire)).filter(|&p| p != 0 && alive(p)).collect()
+    }
+
+    /// Launcher `pid` leaves; the last live member unlinks the group file.
+    pub fn leave(&self, pid: u32) {
+        for slot in self.shared().members.iter() {
+            let _ = slot.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
+        if let Some(path) = &self.path {
+            if lock(&self.file, true).is_ok() {
+                if self.members().is_empty() {
+                    let _ = std::fs::remove_file(path);
+                }
+                let _ = lock(&self.file, false);
+            }
+        }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping; no reference outlives self.
+        unsafe { libc::munmap(self.ptr.cast(), SIZE) };
+    }
+}
+
+fn lock(f: &File, on: bool) -> io::Result<()> {
+    // SAFETY: flock on a descriptor we own; released by the kernel if we die.
+    let r = unsafe { libc::flock(f.as_raw_fd(), if on { libc::LOCK_EX } else { libc::LOCK_UN }) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid as i32, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Kind, Limit};
+
+    fn cfg(rate: &str) -> Config {
+        Config { net: Limit::parse("net", rate, Kind::Token, None).unwrap(), ..Default::default() }
+    }
+
+    #[test]
+    fn group_life() {
+        let name = format!("unit-{}", std::process::id());
+        let path = Segment::group_path(&name).unwrap();
+        let a = Segment::join_group(&name, Some(cfg("1M")), std::process::id()).unwrap();
+        assert!(path.exists());
+        // a second member with no policy takes the group's; one with another is refused
+        let b = Segment::join_group(&name, None, 1).unwrap();
+        assert_eq!(b.shared().config(), a.shared().config());
+        let e = Segment::join_group(&name, Some(cfg("2M")), std::process::id()).err().unwrap();
+        assert!(e.to_string().contains("already runs with"), "{e}");
+        // pid 1 is alive: leaving as us keeps the file for it
+        a.leave(std::process::id());
+        assert!(path.exists());
+        b.leave(1);
+        assert!(!path.exists());
+        assert!(matches!(Segment::join_group("../etc", None, 1), Err(SegmentError::BadName(_))));
+        assert!(matches!(Segment::join_group(&name, None, 1), Err(SegmentError::NoPolicy(_))));
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn dead_members_are_swept() {
+        let name = format!("unit-dead-{}", std::process::id());
+        let path = Segment::group_path(&name).unwrap();
+        // a child that joins and dies without leaving
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let a = Segment::join_group(&name, Some(cfg("1M")), dead).unwrap();
+        let b = Segment::join_group(&name, None, std::process::id()).unwrap();
+        assert_eq!(b.members(), vec![std::process::id()]);
+        b.leave(std::process::id());
+        assert!(!path.exists(), "the last live member unlinks the group");
+        drop(a);
+    }
+
+    #[test]
+    fn private_segment_through_an_fd() {
+        let a = Segment::create_private(cfg("5M")).unwrap();
+        let b = Segment::from_fd(a.fd()).unwrap();
+        assert_eq!(b.shared().config().net.rate, 5_000_000);
+        a.shared().tat[0][0].store(42, Ordering::Release);
+        assert_eq!(b.shared().tat[0][0].load(Ordering::Acquire), 42);
+        let null = File::open("/dev/null").unwrap();
+        assert!(matches!(Segment::from_fd(null.as_raw_fd()), Err(SegmentError::NotASegment(_))));
+    }
+}
