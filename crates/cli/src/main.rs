@@ -18,6 +18,7 @@ mod compat;
 mod edits;
 mod preload;
 mod remote;
+mod shaping;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -171,6 +172,18 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run an unmodified program with its network and disk calls shaped by token or leaky
+    /// buckets (`streamline shape --net 10MB/s -- curl -O URL`): priorities, latency or
+    /// throughput policies, and budgets shared by a `--group` of programs. Dynamically
+    /// linked programs are shaped by an interposition library, static ones by a seccomp
+    /// supervisor.
+    Shape {
+        #[command(flatten)]
+        opts: shaping::Options,
+        /// The program and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        cmd: Vec<String>,
+    },
     /// A run of the daemon (started by streamlined itself).
     #[command(name = "__worker", hide = true)]
     Worker {
@@ -314,6 +327,7 @@ fn main() -> ExitCode {
         Cmd::Compat { print_dir, cmd } => compat::run(print_dir, &cmd, cli.socket.as_deref()),
         Cmd::Exec { opts, cmd } => preload::exec(&opts, &cmd),
         Cmd::Sh { opts, script, args } => preload::sh(&opts, &script, &args),
+        Cmd::Shape { opts, cmd } => shaping::run(&opts, &cmd),
         Cmd::Maps { watch, top } => maps(watch, top),
         Cmd::Space { pipeline, ring, space, fd, assign, share, export_modes, run_as } => process_space(&pipeline, ring, space, fd, &assign, share.as_deref(), &export_modes, run_as.as_deref()),
         Cmd::Plan { pipeline, dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical } => {

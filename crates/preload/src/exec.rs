@@ -12,7 +12,6 @@
 
 use crate::{pipe, sys};
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -60,26 +59,10 @@ unsafe fn env_preloads(envp: *const *const c_char) -> bool {
     }
 }
 
-/// Is `path` a program the loader will preload into: a dynamically linked ELF (or a
-/// script whose interpreter is one), not setuid/setgid to someone else?
+/// Is `path` a program the loader will preload into? (The rule lives in
+/// [`shape::program`]; here the file is read with raw system calls.)
 pub fn dynamic_target(path: &Path, depth: u32) -> bool {
-    let Ok(meta) = std::fs::metadata(path) else { return true };
-    let mode = meta.permissions().mode();
-    // SAFETY: no arguments.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    if (mode & 0o4000 != 0 && meta.uid() != euid) || (mode & 0o2000 != 0 && meta.gid() != egid) {
-        return false;
-    }
-    let Ok(head) = read_head(path) else { return true };
-    if let Some(rest) = head.strip_prefix(b"#!") {
-        if depth > 2 {
-            return true;
-        }
-        let line = rest.split(|&b| b == b'\n').next().unwrap_or(&[]);
-        let interp = String::from_utf8_lossy(line).split_whitespace().next().unwrap_or("").to_string();
-        return interp.is_empty() || dynamic_target(Path::new(&interp), depth + 1);
-    }
-    elf_has_interp(&head).unwrap_or(true)
+    shape::program::dynamic_target(path, depth, &read_head)
 }
 
 /// The first page of `path`, read with raw system calls: this runs in `vfork` children,
@@ -97,26 +80,6 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// PT_INTERP among a 64-bit little-endian ELF's program headers (within the first page).
-/// None when it is not such an ELF (then we do not know and assume dynamic).
-fn elf_has_interp(h: &[u8]) -> Option<bool> {
-    if h.len() < 64 || &h[..4] != b"\x7fELF" || h[4] != 2 || h[5] != 1 {
-        return None;
-    }
-    let u16at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]) as usize;
-    let phoff = u64::from_le_bytes(h[0x20..0x28].try_into().ok()?) as usize;
-    let (phentsize, phnum) = (u16at(0x36), u16at(0x38));
-    for i in 0..phnum {
-        let o = phoff.checked_add(i.checked_mul(phentsize)?)?;
-        if o + 4 > h.len() {
-            return None;
-        }
-        if u32::from_le_bytes(h[o..o + 4].try_into().ok()?) == 3 {
-            return Some(true);
-        }
-    }
-    Some(false)
-}
 
 /// `file` as execvp would find it.
 fn search_path(file: &CStr) -> Option<PathBuf> {
@@ -234,11 +197,11 @@ mod tests {
         elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
         elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
         elf[64..68].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD only
-        assert_eq!(elf_has_interp(&elf), Some(false));
+        assert_eq!(shape::program::elf_has_interp(&elf), Some(false));
         elf[64..68].copy_from_slice(&3u32.to_le_bytes());
-        assert_eq!(elf_has_interp(&elf), Some(true));
+        assert_eq!(shape::program::elf_has_interp(&elf), Some(true));
         // Truncated headers are "don't know", not a panic.
-        assert_eq!(elf_has_interp(&elf[..66]), None);
+        assert_eq!(shape::program::elf_has_interp(&elf[..66]), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,7 +13,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use crate::{pipe, sys, vfd, wait};
+use crate::{pipe, shape, sys, vfd, wait};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::time::Duration;
 
@@ -53,8 +53,8 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: usize) -> isize 
     match pipe_of(fd) {
         // SAFETY: buf is writable for len bytes, as read(2)'s caller vouches.
         Some(p) => sys::c_ret(p.read(fd, unsafe { slice_mut(buf, len) })),
-        // SAFETY: as above.
-        None => sys::c_ret(unsafe { sys::read_raw(fd, buf.cast(), len) }),
+        // SAFETY: as above (n ≤ len).
+        None => sys::c_ret(shape::io(fd, len, |n| unsafe { sys::read_raw(fd, buf.cast(), n) })),
     }
 }
 
@@ -74,8 +74,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: usize) -> isi
     match pipe_of(fd) {
         // SAFETY: buf is readable for len bytes, as write(2)'s caller vouches.
         Some(p) => sys::c_ret(p.write(fd, unsafe { slice(buf, len) })),
-        // SAFETY: as above.
-        None => sys::c_ret(unsafe { sys::write_raw(fd, buf.cast(), len) }),
+        // SAFETY: as above (n ≤ len).
+        None => sys::c_ret(shape::io(fd, len, |n| unsafe { sys::write_raw(fd, buf.cast(), n) })),
     }
 }
 
@@ -109,8 +109,8 @@ unsafe fn iovs<'a>(iov: *const libc::iovec, n: c_int) -> &'a [libc::iovec] {
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize {
     let Some(p) = pipe_of(fd) else {
-        // SAFETY: passes the caller's vector through.
-        return sys::c_ret(unsafe { raw3(libc::SYS_readv, fd as usize, iov as usize, n as usize) });
+        // SAFETY: the caller's vector, passed through (or cut, for a shaped socket).
+        return sys::c_ret(unsafe { vec_io(libc::SYS_readv, fd, iov, n) });
     };
     // SAFETY: the caller's vector.
     let v = unsafe { iovs(iov, n) };
@@ -136,8 +136,8 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize {
     let Some(p) = pipe_of(fd) else {
-        // SAFETY: passes the caller's vector through.
-        return sys::c_ret(unsafe { raw3(libc::SYS_writev, fd as usize, iov as usize, n as usize) });
+        // SAFETY: the caller's vector, passed through (or cut, for a shaped socket).
+        return sys::c_ret(unsafe { vec_io(libc::SYS_writev, fd, iov, n) });
     };
     // SAFETY: the caller's vector.
     let v = unsafe { iovs(iov, n) };
@@ -147,6 +147,119 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) ->
         tmp.extend_from_slice(unsafe { slice(i.iov_base, i.iov_len) });
     }
     sys::c_ret(p.write(fd, &tmp))
+}
+
+/// readv/writev (`nr`) on a kernel fd, under the budget: a shaped stream socket gets the
+/// vector cut to its grant.
+unsafe fn vec_io(nr: i64, fd: c_int, iov: *const libc::iovec, n: c_int) -> sys::Res {
+    // SAFETY: the caller's vector.
+    let v = unsafe { iovs(iov, n) };
+    let total: usize = v.iter().map(|i| i.iov_len).sum();
+    let cut = shape::cuts(fd);
+    shape::io(fd, total, |k| {
+        if cut && k < total {
+            let c = shape::cut_iov(v, k);
+            // SAFETY: a prefix of the caller's own vector.
+            unsafe { raw3(nr, fd as usize, c.as_ptr() as usize, c.len()) }
+        } else {
+            // SAFETY: the caller's vector as given.
+            unsafe { raw3(nr, fd as usize, iov as usize, n as usize) }
+        }
+    })
+}
+
+/// pread/pwrite/preadv/pwritev (`nr`, with the offset as a 4th argument) under the budget.
+unsafe fn at_io(nr: i64, fd: c_int, a: usize, len: usize, count: usize, off: i64, vec: bool) -> isize {
+    sys::c_ret(shape::io(fd, len, |k| {
+        if vec && k < len {
+            // SAFETY: a prefix of the caller's vector (a, count).
+            let c = shape::cut_iov(unsafe { iovs(a as *const libc::iovec, count as c_int) }, k);
+            // SAFETY: as above.
+            unsafe { raw6(nr, fd as usize, c.as_ptr() as usize, c.len(), off as usize, 0, 0) }
+        } else {
+            // SAFETY: the caller's buffer/vector, cut only in length.
+            unsafe { raw6(nr, fd as usize, a, if vec { count } else { k }, off as usize, 0, 0) }
+        }
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, len: usize, off: i64) -> isize {
+    // SAFETY: pread(2)'s arguments.
+    unsafe { at_io(libc::SYS_pread64, fd, buf as usize, len, 0, off, false) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: usize, off: i64) -> isize {
+    unsafe { pread(fd, buf, len, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread_chk(fd: c_int, buf: *mut c_void, len: usize, off: i64, buflen: usize) -> isize {
+    if len > buflen {
+        std::process::abort();
+    }
+    unsafe { pread(fd, buf, len, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread64_chk(fd: c_int, buf: *mut c_void, len: usize, off: i64, buflen: usize) -> isize {
+    unsafe { __pread_chk(fd, buf, len, off, buflen) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, len: usize, off: i64) -> isize {
+    // SAFETY: pwrite(2)'s arguments.
+    unsafe { at_io(libc::SYS_pwrite64, fd, buf as usize, len, 0, off, false) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: usize, off: i64) -> isize {
+    unsafe { pwrite(fd, buf, len, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv(fd: c_int, iov: *const libc::iovec, n: c_int, off: i64) -> isize {
+    // SAFETY: the caller's vector.
+    let total: usize = unsafe { iovs(iov, n) }.iter().map(|i| i.iov_len).sum();
+    // SAFETY: preadv(2)'s arguments.
+    unsafe { at_io(libc::SYS_preadv, fd, iov as usize, total, n.max(0) as usize, off, true) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const libc::iovec, n: c_int, off: i64) -> isize {
+    unsafe { preadv(fd, iov, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const libc::iovec, n: c_int, off: i64) -> isize {
+    // SAFETY: the caller's vector.
+    let total: usize = unsafe { iovs(iov, n) }.iter().map(|i| i.iov_len).sum();
+    // SAFETY: pwritev(2)'s arguments.
+    unsafe { at_io(libc::SYS_pwritev, fd, iov as usize, total, n.max(0) as usize, off, true) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const libc::iovec, n: c_int, off: i64) -> isize {
+    unsafe { pwritev(fd, iov, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int {
+    unsafe { accept4(fd, addr, len, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t, flags: c_int) -> c_int {
+    vfd::before_block();
+    // SAFETY: accept4(2)'s arguments, passed through.
+    match unsafe { raw6(libc::SYS_accept4, fd as usize, addr as usize, len as usize, flags as usize, 0, 0) } {
+        Ok(n) => {
+            shape::accepted(n as c_int);
+            n as c_int
+        }
+        Err(e) => sys::c_ret(Err(e)) as c_int,
+    }
 }
 
 unsafe fn raw3(nr: i64, a: usize, b: usize, c: usize) -> sys::Res {
@@ -179,6 +292,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         return 0;
     }
     if !pipe::foreign() {
+        shape::forget(fd);
         if let Some(o) = vfd::unregister(fd) {
             o.close(fd);
             wait::forget(fd);
@@ -194,6 +308,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     }
     let keep: Vec<u32> = pipe::own_fds().into_iter().map(|f| f as u32).filter(|&f| f >= first && f <= last).collect();
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && !pipe::foreign() {
+        shape::forget_range(first, last);
         for (fd, o) in vfd::all() {
             if (fd as u32) >= first && (fd as u32) <= last {
                 vfd::unregister(fd);
@@ -251,6 +366,7 @@ fn before_replace(new: c_int) {
     if pipe::foreign() {
         return;
     }
+    shape::forget(new);
     if let Some(o) = vfd::unregister(new) {
         o.close(new);
         wait::forget(new);
@@ -343,6 +459,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_i
 
 fn after_open(fd: c_int) -> c_int {
     if fd >= 0 && !pipe::is_internal() {
+        shape::forget(fd);
         pipe::adopt_opened(fd);
     }
     fd
@@ -621,8 +738,8 @@ pub unsafe extern "C" fn sendfile(out: c_int, fin: c_int, off: *mut i64, count: 
         // SAFETY: the caller's offset.
         return sys::c_ret(unsafe { copy_through(fin, off, out, std::ptr::null_mut(), count, false) });
     }
-    // SAFETY: the caller's arguments.
-    sys::c_ret(unsafe { raw6(libc::SYS_sendfile, out as usize, fin as usize, off as usize, count, 0, 0) })
+    // SAFETY: the caller's arguments (count cut to the grant).
+    sys::c_ret(shape::sendfile(out, fin, count, |k| unsafe { raw6(libc::SYS_sendfile, out as usize, fin as usize, off as usize, k, 0, 0) }))
 }
 
 #[no_mangle]

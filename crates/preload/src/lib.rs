@@ -9,12 +9,14 @@
 //!   binary, an fd sent over a socket) turns the pipe back into the plain kernel pipe it
 //!   always also was, bytes in order.
 //! - **batched UDP sockets** for the ports a policy names (`STREAMLINE_UDP_PORTS`).
+//! - **process shaping** (seed 004): under `streamline shape`, network and disk calls wait
+//!   for tokens from a budget shared by the program's processes (`STREAMLINE_SHAPE_FD`).
 //!
 //! Modules: `sys` (raw system calls; the library never calls libc's versions of the calls
 //! it replaces), `vfd` (which fds are ours, and the interface the generic calls use),
 //! `pipe` (ring pipes), `wait` (poll/select/epoll over both kinds of fd), `ffi` (the
 //! interposed calls), `exec` (exec and spawn), `stdio` (FILE streams), `udp` (batched UDP
-//! sockets).
+//! sockets), `shape` (shaped network and disk calls).
 //!
 //! Switches: `STREAMLINE_PIPES=off` leaves pipes to the kernel; `STREAMLINE_PIPE_SIZE`
 //! sets the ring size of new pipes (bytes, default 256 KiB).
@@ -22,6 +24,7 @@
 pub mod exec;
 pub mod ffi;
 pub mod pipe;
+pub mod shape;
 pub mod stdio;
 pub mod sys;
 pub mod udp;
@@ -30,6 +33,7 @@ pub mod wait;
 
 extern "C" fn init() {
     pipe::discover();
+    shape::init();
     stdio::rebind();
     // SAFETY: registering plain functions with no state.
     unsafe {

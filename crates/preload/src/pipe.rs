@@ -111,7 +111,7 @@ pub fn is_ours(fd: i32) -> bool {
     (fd as u32 as usize) < vfd::MAX_FD && OURS[fd as usize].load(Ordering::Relaxed) != 0
 }
 
-fn mark_ours(fd: i32, on: bool) {
+pub(crate) fn mark_ours(fd: i32, on: bool) {
     if (fd as u32 as usize) < vfd::MAX_FD {
         OURS[fd as usize].store(on as u8, Ordering::Relaxed);
     }
@@ -746,6 +746,7 @@ pub fn clear_target(fd: i32) {
 /// The library's own descriptors, sorted (for close_range).
 pub fn own_fds() -> Vec<i32> {
     let mut v: Vec<i32> = PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().flat_map(|p| p.own_fds()).collect();
+    v.extend(crate::shape::own_fd());
     v.sort_unstable();
     v
 }

@@ -207,3 +207,16 @@ pub unsafe fn ppoll_mask(fds: &mut [libc::pollfd], timeout_ms: Option<u64>, sigm
     // SAFETY: fds is a valid slice; tsp null or live; sigmask null or the caller's valid set.
     ret(unsafe { libc::syscall(libc::SYS_ppoll, fds.as_mut_ptr(), fds.len(), tsp, sigmask, 8usize) })
 }
+
+/// An int-valued SOL_SOCKET option (SO_DOMAIN, SO_TYPE).
+pub fn sockopt(fd: i32, name: i32) -> Result<i32, i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v and len are valid out-parameters of the sizes given.
+    let r = unsafe { libc::syscall(libc::SYS_getsockopt, fd, libc::SOL_SOCKET, name, &mut v as *mut libc::c_int, &mut len as *mut libc::socklen_t) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(v)
+    }
+}

@@ -12,6 +12,7 @@
 //! `shape` pipeline filter, so a bucket means the same thing everywhere.
 
 pub mod bucket;
+pub mod program;
 pub mod config;
 pub mod segment;
 pub mod shaper;

@@ -207,6 +207,18 @@ impl Segment {
         self.file.as_raw_fd()
     }
 
+    /// A copy of the segment's fd at `at_least` or above, inherited across `exec` (what
+    /// a shaped program's processes find in `STREAMLINE_SHAPE_FD`).
+    pub fn inheritable_fd(&self, at_least: RawFd) -> io::Result<OwnedFd> {
+        // SAFETY: F_DUPFD of our own descriptor; the result is new and owned by the caller.
+        let d = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_DUPFD, at_least) };
+        if d < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: d is fresh and ours.
+        Ok(unsafe { OwnedFd::from_raw_fd(d) })
+    }
+
     /// The group file, if this is a group.
     pub fn path(&self) -> Option<&std::path::Path> {
         self.path.as_deref()

@@ -121,15 +121,20 @@ impl<'a> Shaper<'a> {
         })
     }
 
-    /// The network call granted `granted` moved `moved` bytes: refund the rest.
+    /// The network call granted `granted` moved `moved` bytes: refund the rest, or (a
+    /// datagram, which is never cut) charge what it moved beyond the grant as debt.
     pub fn net_done(&self, granted: u64, moved: u64) {
         let r = Resource::Net;
         if !self.limited(r) {
             return;
         }
-        let unused = granted.saturating_sub(moved);
+        let now = now_ns();
         for b in self.buckets(r).into_iter().flatten() {
-            b.refund(unused);
+            if moved > granted {
+                b.charge(now, moved - granted);
+            } else {
+                b.refund(granted - moved);
+            }
         }
         let s = &self.shared.stats[r as usize];
         s.bytes.fetch_add(moved, Ordering::Relaxed);

@@ -391,6 +391,75 @@ pub unsafe extern "C" fn setsockopt(fd: i32, level: i32, name: i32, val: *const 
     c_ret(unsafe { sock::setsockopt_raw(fd, level, name, val, len) }) as i32
 }
 
+/// A recvmsg/sendmsg on a kernel socket under the budget: a shaped stream socket gets
+/// the message's vector cut to its grant.
+///
+/// # Safety
+/// `msg` is a valid msghdr (the C caller's).
+unsafe fn msg_io(fd: i32, msg: *const libc::msghdr, call: impl Fn(*const libc::msghdr) -> crate::sys::Res) -> crate::sys::Res {
+    if msg.is_null() {
+        return call(msg);
+    }
+    // SAFETY: a valid msghdr and its vector, as the caller vouches.
+    let m = unsafe { &*msg };
+    let v: &[libc::iovec] = if m.msg_iov.is_null() || m.msg_iovlen == 0 { &[] } else { unsafe { std::slice::from_raw_parts(m.msg_iov, m.msg_iovlen as usize) } };
+    let total: usize = v.iter().map(|i| i.iov_len).sum();
+    let cut = crate::shape::cuts(fd);
+    crate::shape::io(fd, total, |k| {
+        if cut && k < total {
+            let c = crate::shape::cut_iov(v, k);
+            let mut m2 = *m;
+            m2.msg_iov = c.as_ptr() as *mut _;
+            m2.msg_iovlen = c.len() as _;
+            let r = call(&m2);
+            // what the kernel reports back (flags, name and control lengths) goes to the caller's header
+            // SAFETY: msg is the caller's writable msghdr for recvmsg; for sendmsg these fields are unchanged.
+            unsafe {
+                let w = msg as *mut libc::msghdr;
+                (*w).msg_flags = m2.msg_flags;
+                (*w).msg_namelen = m2.msg_namelen;
+                (*w).msg_controllen = m2.msg_controllen;
+            }
+            r
+        } else {
+            call(msg)
+        }
+    })
+}
+
+/// Bytes the buffers of `n` messages hold.
+///
+/// # Safety
+/// `v` points at `n` valid mmsghdrs.
+unsafe fn mmsg_len(v: *const libc::mmsghdr, n: u32) -> usize {
+    if v.is_null() {
+        return 0;
+    }
+    // SAFETY: as the caller vouches.
+    let v = unsafe { std::slice::from_raw_parts(v, n as usize) };
+    v.iter()
+        .map(|e| if e.msg_hdr.msg_iov.is_null() { 0 } else { (0..e.msg_hdr.msg_iovlen as usize).map(|i| unsafe { (*e.msg_hdr.msg_iov.add(i)).iov_len }).sum::<usize>() })
+        .sum()
+}
+
+/// A recvmmsg/sendmmsg under the budget, whole (datagrams are never cut): the budget is
+/// settled with the bytes the messages moved; the call returns the message count.
+///
+/// # Safety
+/// `v` points at `n` valid mmsghdrs, and `call` is the system call on them.
+unsafe fn mmsg_io(fd: i32, v: *mut libc::mmsghdr, n: u32, call: impl FnOnce() -> crate::sys::Res) -> crate::sys::Res {
+    // SAFETY: as the caller vouches.
+    let total = unsafe { mmsg_len(v, n) };
+    let mut count = 0usize;
+    crate::shape::io(fd, total, |_| {
+        let k = call()?;
+        count = k;
+        // SAFETY: the kernel filled msg_len of the first k entries.
+        Ok((0..k).map(|i| unsafe { (*v.add(i)).msg_len as usize }).sum())
+    })
+    .map(|_| count)
+}
+
 /// recvmsg(2).
 ///
 /// # Safety
@@ -403,8 +472,8 @@ pub unsafe extern "C" fn recvmsg(fd: i32, msg: *mut libc::msghdr, flags: i32) ->
         None => {
             // A receive may block: what is batched for other sockets leaves first.
             before_block();
-            // SAFETY: passed through.
-            c_ret(unsafe { sock::recvmsg(fd, msg, flags) })
+            // SAFETY: passed through (the vector cut, for a shaped stream socket).
+            c_ret(unsafe { msg_io(fd, msg as *const _, |m| sock::recvmsg(fd, m as *mut _, flags)) })
         }
     }
 }
@@ -417,8 +486,8 @@ pub unsafe extern "C" fn recvmsg(fd: i32, msg: *mut libc::msghdr, flags: i32) ->
 pub unsafe extern "C" fn recvfrom(fd: i32, buf: *mut libc::c_void, len: usize, flags: i32, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> isize {
     let Some(s) = get(fd) else {
         before_block();
-        // SAFETY: passed through.
-        return c_ret(unsafe { sock::recvfrom(fd, buf, len, flags, addr, alen) });
+        // SAFETY: passed through (n ≤ len).
+        return c_ret(crate::shape::io(fd, len, |n| unsafe { sock::recvfrom(fd, buf, n, flags, addr, alen) }));
     };
     let mut iov = libc::iovec { iov_base: buf, iov_len: len };
     // SAFETY: plain data.
@@ -486,8 +555,8 @@ pub unsafe extern "C" fn __recvfrom_chk(fd: i32, buf: *mut libc::c_void, len: us
 pub unsafe extern "C" fn recvmmsg(fd: i32, v: *mut libc::mmsghdr, n: u32, flags: i32, timeout: *mut libc::timespec) -> i32 {
     let Some(s) = get(fd) else {
         before_block();
-        // SAFETY: passed through.
-        return c_ret(unsafe { sock::recvmmsg(fd, v, n, flags, timeout) }) as i32;
+        // SAFETY: the caller's array and arguments.
+        return c_ret(unsafe { mmsg_io(fd, v, n, || sock::recvmmsg(fd, v, n, flags, timeout)) }) as i32;
     };
     let base = flags & !libc::MSG_WAITFORONE;
     let mut got = 0u32;
@@ -525,8 +594,8 @@ pub unsafe extern "C" fn sendmsg(fd: i32, msg: *const libc::msghdr, flags: i32) 
     match get(fd) {
         // SAFETY: the caller's msghdr.
         Some(s) => c_ret(unsafe { s.sendmsg(msg, flags) }),
-        // SAFETY: passed through.
-        None => c_ret(unsafe { sock::sendmsg(fd, msg, flags) }),
+        // SAFETY: passed through (the vector cut, for a shaped stream socket).
+        None => c_ret(unsafe { msg_io(fd, msg, |m| sock::sendmsg(fd, m, flags)) }),
     }
 }
 
@@ -537,8 +606,8 @@ pub unsafe extern "C" fn sendmsg(fd: i32, msg: *const libc::msghdr, flags: i32) 
 #[no_mangle]
 pub unsafe extern "C" fn sendto(fd: i32, buf: *const libc::c_void, len: usize, flags: i32, addr: *const libc::sockaddr, alen: libc::socklen_t) -> isize {
     let Some(s) = get(fd) else {
-        // SAFETY: passed through.
-        return c_ret(unsafe { sock::sendto(fd, buf, len, flags, addr, alen) });
+        // SAFETY: passed through (n ≤ len).
+        return c_ret(crate::shape::io(fd, len, |n| unsafe { sock::sendto(fd, buf, n, flags, addr, alen) }));
     };
     let mut iov = libc::iovec { iov_base: buf as *mut _, iov_len: len };
     // SAFETY: plain data.
@@ -568,8 +637,8 @@ pub unsafe extern "C" fn send(fd: i32, buf: *const libc::c_void, len: usize, fla
 #[no_mangle]
 pub unsafe extern "C" fn sendmmsg(fd: i32, v: *mut libc::mmsghdr, n: u32, flags: i32) -> i32 {
     let Some(s) = get(fd) else {
-        // SAFETY: passed through.
-        return c_ret(unsafe { sock::sendmmsg(fd, v, n, flags) }) as i32;
+        // SAFETY: the caller's array and arguments.
+        return c_ret(unsafe { mmsg_io(fd, v, n, || sock::sendmmsg(fd, v, n, flags)) }) as i32;
     };
     let mut sent = 0u32;
     while sent < n {
