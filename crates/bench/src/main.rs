@@ -21,6 +21,7 @@ mod pattern;
 mod pcap;
 mod proc;
 mod rings;
+mod shape;
 mod spaces;
 mod solver;
 mod spsc;
@@ -73,6 +74,10 @@ enum Command {
     /// libslpreload.so's batched UDP sockets: queries per CPU second.
     #[command(name = "legacy-dns")]
     LegacyDns(legacy_dns::Args),
+    /// Process shaping (issue 20, seed 004): TCP, UDP and disk rates under `streamline
+    /// shape` vs trickle, the overhead of shaping that never waits, two servers in one
+    /// group under rising load, small files under the latency priority policy.
+    Shape(shape::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -95,6 +100,7 @@ fn main() {
         Command::Legacy(a) => legacy::run(a, cli.quick),
         Command::LegacyPipes(a) => legacy_pipes::run(a, cli.quick),
         Command::LegacyDns(a) => legacy_dns::run(a, cli.quick),
+        Command::Shape(a) => shape::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

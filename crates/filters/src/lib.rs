@@ -4,7 +4,7 @@
 //! icmp, dport, sport, proto, flow), [`app`] (tcpstream, http, dns), [`inspect`] (count,
 //! hist, inspect, grep, regex, match, dedup), [`nicfix`] (flowcount, sample, bytecount:
 //! each also an eBPF program run on the capture socket right after `rx`), [`edit`] (strip, deflate, inflate,
-//! encrypt, decrypt, xor), [`control`] (for, join, split, hash), [`sinks`] (outfile, stdout,
+//! encrypt, decrypt, xor), [`shaping`] (shape: pacing by token/leaky buckets), [`control`] (for, join, split, hash), [`sinks`] (outfile, stdout,
 //! pcapout, null). [`packet`] holds the zero-copy frame parsing they share, [`savefile`] the
 //! capture-file reader `pcapin` walks files with (libpcap's rules).
 //!
@@ -31,6 +31,7 @@ pub mod nicfix;
 pub mod packet;
 pub mod proto;
 pub mod savefile;
+pub mod shaping;
 pub mod sinks;
 pub mod sources;
 
@@ -83,6 +84,7 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &sinks::STDOUT,
     &sinks::PCAPOUT,
     &sinks::NULL,
+    &shaping::SHAPE,
     &transmit::TX,
 ];
 
