@@ -45,6 +45,11 @@ def serve(port, path, clients):
                 n = c.send(data[off:off + 256 * 1024])
             except BlockingIOError:
                 continue
+            except OSError:  # the client went away: drop it
+                sel.unregister(c)
+                c.close()
+                done += 1
+                continue
             key.data[1] = off + n
             if key.data[1] >= len(data):
                 sel.unregister(c)

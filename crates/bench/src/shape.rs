@@ -116,7 +116,7 @@ fn iperf_server() -> Result<(Guard, u16)> {
     for _ in 0..20 {
         let port = free_port()?;
         let mut c = Command::new("iperf3");
-        c.args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()]);
+        c.args(["-s", "-1", "--forceflush", "-B", "127.0.0.1", "-p", &port.to_string()]);
         kill_with_us(&mut c);
         let mut child = c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().map_err(|e| err(format!("iperf3: {e}")))?;
         let mut line = String::new();

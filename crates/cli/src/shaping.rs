@@ -188,10 +188,10 @@ fn report(seg: &Segment, secs: f64, mech: &Mechanism) {
         let s = &sh.stats[i];
         let bytes = s.bytes.load(Relaxed);
         eprintln!(
-            "streamline shape: {name} {} ({mech:?}): {bytes} bytes in {secs:.2} s ({}), {} tokens, {} calls, {} waited ({:.3} s)",
+            "streamline shape: {name} {} ({mech:?}): {bytes} bytes in {secs:.2} s ({}), {} tokens, {} grants, {} waited ({:.3} s)",
             lim.describe(),
             shape::units::show_rate(Some((bytes as f64 / secs.max(1e-9)) as u64).filter(|&r| r > 0)),
-            s.tokens.load(Relaxed),
+            if i == 1 && c.disk_cost() == shape::DiskCost::Device { s.tokens.load(Relaxed) } else { bytes },
             s.calls.load(Relaxed),
             s.waits.load(Relaxed),
             s.wait_ns.load(Relaxed) as f64 / 1e9

@@ -45,11 +45,13 @@ extern "C" fn init() {
 extern "C" fn after_fork() {
     pipe::set_owner();
     beltway::stream::after_fork();
+    shape::after_fork();
 }
 
 extern "C" fn at_exit() {
     pipe::at_exit();
     vfd::before_block();
+    shape::at_exit();
 }
 
 /// Run `init` when the library is loaded, before the program's `main`.

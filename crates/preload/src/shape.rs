@@ -26,7 +26,8 @@
 //! children, `exec`ed programs and threads share the one budget.
 
 use crate::{pipe, sys, vfd};
-use shape::config::{effective_priority, Resource};
+use shape::config::{effective_priority, PrioPolicy, Resource};
+use shape::shaper::DiskLease;
 use shape::{Segment, Shaper};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
@@ -35,6 +36,8 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static SEG: OnceLock<Segment> = OnceLock::new();
 static SEG_FD: AtomicI32 = AtomicI32::new(-1);
 static BASE: AtomicU8 = AtomicU8::new(0);
+/// This process's prepaid disk tokens.
+static LEASE: DiskLease = DiskLease::new();
 
 const UNKNOWN: u8 = 0;
 /// An internet stream socket: calls are cut to the grant.
@@ -66,6 +69,18 @@ pub fn init() {
             let _ = sys::write(2, msg.as_bytes());
         }
     }
+}
+
+/// At exit: hand back the disk lease (its spending counted, the rest refunded).
+pub fn at_exit() {
+    if let Some(sh) = shaper() {
+        sh.disk_lease_return(&LEASE);
+    }
+}
+
+/// In a forked child: the parent's lease stays the parent's.
+pub fn after_fork() {
+    LEASE.forget();
 }
 
 /// The segment fd, to keep through close-everything loops.
@@ -130,22 +145,39 @@ fn class(fd: i32) -> u8 {
 }
 
 fn prio(sh: &Shaper, fd: i32) -> u8 {
+    let policy = sh.shared.config().prio_policy();
+    let base = BASE.load(Ordering::Relaxed);
+    if policy == PrioPolicy::Fifo {
+        return base;
+    }
     let consumed = CONSUMED.get(fd as usize).map_or(0, |c| c.load(Ordering::Relaxed));
-    effective_priority(sh.shared.config().prio_policy(), BASE.load(Ordering::Relaxed), consumed)
+    effective_priority(policy, base, consumed)
 }
 
-fn consumed(fd: i32, n: u64) {
+/// What `fd` has consumed, kept only where a priority policy reads it.
+fn consumed(sh: &Shaper, fd: i32, n: u64) {
+    if sh.shared.config().prio_policy() == PrioPolicy::Fifo {
+        return;
+    }
     if let Some(c) = CONSUMED.get(fd as usize) {
         c.fetch_add(n, Ordering::Relaxed);
     }
 }
 
 /// Run an I/O call of `len` bytes on `fd` under the budget: `call(n)` makes the call for
-/// `n` bytes (n ≤ len; cut for network calls).
+/// `n` bytes (n ≤ len; cut for network calls). The cheap checks come first: most calls of
+/// a shaped program are on fds no budget covers (pipes, ttys, /dev/null).
 #[inline]
 pub fn io(fd: i32, len: usize, call: impl FnOnce(usize) -> sys::Res) -> sys::Res {
+    if !ACTIVE.load(Ordering::Acquire) {
+        return call(len);
+    }
+    let c = class(fd);
+    if c == NONE {
+        return call(len);
+    }
     let Some(sh) = shaper() else { return call(len) };
-    match class(fd) {
+    match c {
         NET if sh.limited(Resource::Net) => net(&sh, fd, len, true, call),
         NET_DGRAM if sh.limited(Resource::Net) => net(&sh, fd, len, false, call),
         DISK if sh.limited(Resource::Disk) => disk(&sh, fd, len, call),
@@ -162,17 +194,17 @@ fn net(sh: &Shaper, fd: i32, len: usize, cut: bool, call: impl FnOnce(usize) -> 
     let r = call(if cut { granted as usize } else { len });
     let moved = *r.as_ref().unwrap_or(&0) as u64;
     sh.net_done(granted, moved);
-    consumed(fd, moved);
+    consumed(sh, fd, moved);
     r
 }
 
 fn disk(sh: &Shaper, fd: i32, len: usize, call: impl FnOnce(usize) -> sys::Res) -> sys::Res {
     let p = prio(sh, fd);
-    let began = sh.disk_begin(p);
+    let began = sh.disk_begin_leased(&LEASE, p);
     let r = call(len);
     let moved = *r.as_ref().unwrap_or(&0) as u64;
-    let cost = sh.disk_done(began, moved);
-    consumed(fd, cost);
+    let cost = sh.disk_done_leased(&LEASE, began, moved);
+    consumed(sh, fd, cost);
     r
 }
 

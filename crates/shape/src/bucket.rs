@@ -19,9 +19,16 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Below this many bytes, `bytes * 10^9` fits in a u64 and the arithmetic avoids 128-bit
+/// division (a library call costing more than the rest of a shaped call).
+const FAST: u64 = u64::MAX / 1_000_000_000;
+
 /// Nanoseconds for `bytes` at `rate` bytes/s.
 #[inline]
 pub fn ns_for(bytes: u64, rate: u64) -> u64 {
+    if bytes <= FAST {
+        return bytes * 1_000_000_000 / rate;
+    }
     ((bytes as u128 * 1_000_000_000) / rate as u128).min(u64::MAX as u128) as u64
 }
 
@@ -29,6 +36,9 @@ pub fn ns_for(bytes: u64, rate: u64) -> u64 {
 /// than the rate.
 #[inline]
 pub fn ns_for_ceil(bytes: u64, rate: u64) -> u64 {
+    if bytes <= FAST {
+        return (bytes * 1_000_000_000).div_ceil(rate);
+    }
     ((bytes as u128 * 1_000_000_000).div_ceil(rate as u128)).min(u64::MAX as u128) as u64
 }
 
@@ -51,7 +61,11 @@ impl Params {
     /// Tokens in a bucket whose arrival time is `tat`, at `now`.
     #[inline]
     pub fn tokens(&self, tat: u64, now: u64) -> u64 {
-        let ns = tat.saturating_sub(now) as u128;
+        if tat <= now {
+            // idle since its last grant: full (the common case of a budget not reached)
+            return self.depth;
+        }
+        let ns = (tat - now) as u128;
         let backlog = (ns * self.rate as u128).div_ceil(1_000_000_000).min(u64::MAX as u128) as u64;
         self.depth.saturating_sub(backlog)
     }
@@ -141,6 +155,16 @@ pub fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: ts is a valid out-parameter; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The monotonic clock as of the last tick (CLOCK_MONOTONIC_COARSE: the same clock as
+/// [`now_ns`], never ahead of it and at most one tick behind, read in a few ns).
+#[inline]
+pub fn now_coarse() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid out-parameter; CLOCK_MONOTONIC_COARSE exists since Linux 2.6.32.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

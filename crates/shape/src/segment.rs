@@ -31,9 +31,11 @@ pub const MAX_MEMBERS: usize = 64;
 pub struct Stats {
     /// Bytes the calls moved.
     pub bytes: AtomicU64,
-    /// Tokens charged (bytes, or weighted bytes for device-cost disk calls).
+    /// Tokens charged by device-cost disk calls (their weighted bytes); every other call
+    /// costs its bytes, so there tokens are [`Stats::bytes`].
     pub tokens: AtomicU64,
-    /// Calls shaped.
+    /// Grants from the shared budget: one per shaped network call, one per disk call that
+    /// waited or prepaid a lease (see `shaper::DiskLease`).
     pub calls: AtomicU64,
     /// Calls that had to wait.
     pub waits: AtomicU64,
