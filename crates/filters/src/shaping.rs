@@ -1,4 +1,4 @@
-//! `shape rate=R [burst=B] [policy=token|leaky|token+leaky] [peak=P] [group=NAME]`: pace a
+//! `shape rate=R [burst=B] [policy=token|leaky|token-leaky] [peak=P] [group=NAME]`: pace a
 //! stream with the same buckets that shape programs' system calls (crate `shape`, seed
 //! 004), e.g. before `tx` or a slow consumer.
 //!
@@ -73,7 +73,7 @@ impl Drop for Shape {
 }
 
 pub static SHAPE: FilterSpec = FilterSpec::new("shape", Access::Metadata, make)
-    .synopsis("shape rate=R [burst=B] [policy=token|leaky|token+leaky] [peak=P] [group=NAME]")
+    .synopsis("shape rate=R [burst=B] [policy=token|leaky|token-leaky] [peak=P] [group=NAME]")
     .description(
         "Paces the stream to a byte rate with a token bucket (bursts up to burst=), a leaky\n\
          bucket (a steady stream) or both (bursts drained at peak=): each block waits for its\n\
@@ -84,8 +84,8 @@ pub static SHAPE: FilterSpec = FilterSpec::new("shape", Access::Metadata, make)
     .params(&[
         Param::new("rate", "bytes per second, e.g. 10MB/s or 80Mbit (also positional)").at(0),
         Param::new("burst", "bucket depth, e.g. 64KiB (default 20 ms of the rate, at least 16 KiB)"),
-        Param::new("policy", "token (default), leaky or token+leaky").kind(Kind::Choice(&["token", "leaky", "token+leaky"])).default("token"),
-        Param::new("peak", "peak rate of token+leaky (default twice the rate)"),
+        Param::new("policy", "token (default), leaky or token-leaky (also \"token+leaky\")").kind(Kind::Choice(&["token", "leaky", "token-leaky", "token+leaky"])).default("token"),
+        Param::new("peak", "peak rate of token-leaky (default twice the rate)"),
         Param::new("group", "share the budget of a shaping group"),
     ])
     .classes("unchanged")

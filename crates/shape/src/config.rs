@@ -48,8 +48,9 @@ impl std::str::FromStr for Kind {
         match s {
             "token" => Ok(Kind::Token),
             "leaky" => Ok(Kind::Leaky),
-            "token+leaky" | "leaky+token" => Ok(Kind::TokenLeaky),
-            _ => Err(ConfigError::Word { what: "policy", text: s.into(), expected: "token, leaky or token+leaky" }),
+            // `+` is an operator in a pipeline, where `token-leaky` needs no quotes
+            "token+leaky" | "leaky+token" | "token-leaky" => Ok(Kind::TokenLeaky),
+            _ => Err(ConfigError::Word { what: "policy", text: s.into(), expected: "token, leaky or token+leaky (token-leaky)" }),
         }
     }
 }
