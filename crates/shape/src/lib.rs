@@ -5,7 +5,8 @@
 //!
 //! Modules: `units` (rates and sizes as people write them), `config` (the policy and its
 //! defaults), `bucket` (the lock-free bucket arithmetic), `segment` (the shared memory and
-//! its members), `shaper` (how one call waits for its tokens).
+//! its members), `shaper` (how one call waits for its tokens), `program` (library or kernel, per
+//! program), `seccomp` (the kernel mechanism: a seccomp user-notification supervisor).
 //!
 //! Used by: the interposition library (`preload`, for dynamically linked programs), the
 //! seccomp supervisor of `streamline shape` (static programs, raw system calls), and the
@@ -14,6 +15,7 @@
 pub mod bucket;
 pub mod program;
 pub mod config;
+pub mod seccomp;
 pub mod segment;
 pub mod shaper;
 pub mod units;
