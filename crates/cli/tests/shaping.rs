@@ -340,3 +340,175 @@ fn nonsense_policies_are_refused_with_a_reason() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/prog"));
 }
+
+// ---- the kernel mechanism: static programs, supervised through seccomp ----
+
+/// tests/c/shapeprog.c built with `cc -static` (once per test run).
+fn static_prog() -> &'static Path {
+    static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("sl-shape-static-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("shapeprog");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/shapeprog.c");
+        let o = Command::new("cc").args(["-O2", "-static", "-o"]).arg(&out).arg(&src).output().expect("cc is needed (apt-get install build-essential)");
+        assert!(o.status.success(), "cc -static failed (static glibc: apt-get install libc6-dev): {}", String::from_utf8_lossy(&o.stderr));
+        out
+    })
+}
+
+/// The program a launcher started (its only child).
+fn child_of(pid: u32) -> Option<u32> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+            if let Some(c) = s.split_whitespace().next() {
+                return c.parse().ok();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+#[test]
+fn static_programs_are_shaped_by_the_kernel_mechanism() {
+    let dir = scratch("static-disk");
+    let src = dir.join("src.bin");
+    std::fs::write(&src, data(1_500_000, 7)).unwrap();
+    let prog = static_prog().to_str().unwrap();
+    // stdout to a regular file: reads and writes both on the disk budget (3 MB at 2 MB/s)
+    let out = std::fs::File::create(dir.join("out.bin")).unwrap();
+    let t = Instant::now();
+    let mut c = shaped(&["--stats", "--disk", "2MB/s"], &[prog, "copy", src.to_str().unwrap(), "65536"]);
+    c.stdout(out).stderr(Stdio::piped()).stdin(Stdio::null());
+    let o = wait_out(c.spawn().unwrap(), "shaped static copy");
+    let secs = t.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("(Kernel)"), "auto did not pick the kernel mechanism for a static program: {err}");
+    assert!(std::fs::read(dir.join("out.bin")).unwrap() == std::fs::read(&src).unwrap(), "the static copy under shape differs");
+    // disk calls run on credit: the last one's cost is not waited for
+    let e = rate_error(3e6 - 65536.0, secs, 2e6, 40_000.0);
+    assert!(e < 0.10, "2 MB/s asked, 3 MB of disk calls took {secs:.3} s");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Accept one connection on `l` and read it to the end: (bytes, seconds from the first
+/// byte's arrival to the last).
+fn drain(l: &std::net::TcpListener) -> (Vec<u8>, f64) {
+    use std::io::Read;
+    let (mut s, _) = l.accept().unwrap();
+    let mut all = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut first = None;
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        first.get_or_insert_with(Instant::now);
+        all.extend_from_slice(&buf[..n]);
+    }
+    (all, first.map_or(0.0, |f| f.elapsed().as_secs_f64()))
+}
+
+#[test]
+fn a_static_tcp_sender_is_cut_to_the_rate() {
+    let dir = scratch("static-tcp");
+    let src = dir.join("src.bin");
+    std::fs::write(&src, data(2_000_000, 8)).unwrap();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let mut c = shaped(&["--net", "1MB/s"], &[static_prog().to_str().unwrap(), "send", src.to_str().unwrap(), "262144", &port]);
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let (got, secs) = drain(&l);
+    let o = wait_out(child, "shaped static sender");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(got == std::fs::read(&src).unwrap(), "what the static sender sent differs");
+    let e = rate_error(2e6, secs, 1e6, 20_000.0);
+    assert!(e < 0.05, "1 MB/s asked, 2 MB arrived in {secs:.3} s");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_static_udp_sender_sends_whole_datagrams_at_the_rate() {
+    let dir = scratch("static-udp");
+    let src = dir.join("src.bin");
+    std::fs::write(&src, data(1_200_000, 9)).unwrap();
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let port = u.local_addr().unwrap().port().to_string();
+    let c = shaped(&["--net", "1MB/s"], &[static_prog().to_str().unwrap(), "udp", src.to_str().unwrap(), "1200", &port]);
+    let h = std::thread::spawn(move || finish(c, "shaped static udp"));
+    let mut buf = vec![0u8; 65536];
+    let (mut n, mut bytes, mut first, mut last) = (0, 0, None, Instant::now());
+    while n < 1000 {
+        let Ok(k) = u.recv(&mut buf) else { break };
+        assert_eq!(k, 1200, "a datagram was cut");
+        first.get_or_insert_with(Instant::now);
+        last = Instant::now();
+        n += 1;
+        bytes += k;
+    }
+    let o = h.join().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!((n, bytes), (1000, 1_200_000), "datagrams lost on loopback");
+    let secs = (last - first.unwrap()).as_secs_f64();
+    let e = rate_error(1.2e6, secs, 1e6, 20_000.0);
+    assert!(e < 0.05, "1 MB/s asked, 1.2 MB of datagrams took {secs:.3} s");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_static_program_that_forks_shares_its_budget() {
+    let dir = scratch("static-fork");
+    let src = dir.join("src.bin");
+    std::fs::write(&src, data(1_000_000, 10)).unwrap();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let t = Instant::now();
+    let c = shaped(&["--net", "1MB/s"], &[static_prog().to_str().unwrap(), "fork", src.to_str().unwrap(), "65536", &port]);
+    let h = std::thread::spawn(move || finish(c, "shaped static fork"));
+    let (a, _) = drain(&l);
+    let (b, _) = drain(&l);
+    let o = h.join().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want = std::fs::read(&src).unwrap();
+    assert!(a == want && b == want, "a forked sender's bytes differ");
+    let e = rate_error(2e6, secs, 1e6, 20_000.0);
+    assert!(e < 0.10, "parent and child under one 1 MB/s budget moved 2 MB in {secs:.3} s");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_signal_still_interrupts_a_supervised_read_and_a_kill_ends_the_run() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let mut c = shaped(&["--net", "1MB/s"], &[static_prog().to_str().unwrap(), "waitsig", &port]);
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let (_conn, _) = l.accept().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "waiting");
+    let prog = child_of(child.id()).expect("the launcher's child");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(Command::new("kill").args(["-USR1", &prog.to_string()]).status().unwrap().success());
+    let o = wait_out(child, "waitsig");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "EINTR", "a signal did not interrupt the supervised read: {}", String::from_utf8_lossy(&o.stderr));
+    // a program killed while the supervisor holds its read: the run ends, no hang
+    let mut c = shaped(&["--net", "1MB/s"], &[static_prog().to_str().unwrap(), "waitsig", &port]);
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let (_conn2, _) = l.accept().unwrap();
+    let prog = child_of(child.id()).expect("the launcher's child");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(Command::new("kill").args(["-9", &prog.to_string()]).status().unwrap().success());
+    let t = Instant::now();
+    let o = wait_out(child, "killed static program");
+    assert_eq!(o.status.code(), Some(137), "the launcher reports the kill: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(t.elapsed() < Duration::from_secs(30));
+}
