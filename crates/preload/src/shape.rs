@@ -145,7 +145,7 @@ fn class(fd: i32) -> u8 {
 }
 
 fn prio(sh: &Shaper, fd: i32) -> u8 {
-    let policy = sh.shared.config().prio_policy();
+    let policy = sh.config.prio_policy();
     let base = BASE.load(Ordering::Relaxed);
     if policy == PrioPolicy::Fifo {
         return base;
@@ -156,7 +156,7 @@ fn prio(sh: &Shaper, fd: i32) -> u8 {
 
 /// What `fd` has consumed, kept only where a priority policy reads it.
 fn consumed(sh: &Shaper, fd: i32, n: u64) {
-    if sh.shared.config().prio_policy() == PrioPolicy::Fifo {
+    if sh.config.prio_policy() == PrioPolicy::Fifo {
         return;
     }
     if let Some(c) = CONSUMED.get(fd as usize) {

@@ -259,6 +259,47 @@ impl Config {
     }
 }
 
+impl Config {
+    /// This policy changed by `KEY=VALUE` words, as PipesFS' `.shape/NAME` takes them:
+    /// `net=RATE[:BURST]`, `disk=RATE[:BURST]` (`unlimited` lifts one), `policy=token|
+    /// leaky|token+leaky` and `peak=RATE` (both budgets' bucket kind), `prio-policy=fifo|
+    /// latency|throughput`, `disk-cost=bytes|device`.
+    pub fn with_edits(&self, text: &str) -> Result<Config, ConfigError> {
+        let mut c = *self;
+        let mut kind = None;
+        let mut peak = None;
+        let mut rates: [Option<&str>; 2] = [None, None];
+        for w in text.split_whitespace() {
+            let (k, v) = w.split_once('=').ok_or_else(|| ConfigError::Word { what: "setting", text: w.into(), expected: "KEY=VALUE (net=, disk=, policy=, peak=, prio-policy=, disk-cost=)" })?;
+            match k {
+                "net" => rates[0] = Some(v),
+                "disk" => rates[1] = Some(v),
+                "policy" => kind = Some(v.parse::<Kind>()?),
+                "peak" => peak = Some(v),
+                "prio-policy" | "prio_policy" => c.prio_policy = v.parse::<PrioPolicy>()? as u32,
+                "disk-cost" | "disk_cost" => c.disk_cost = v.parse::<DiskCost>()? as u32,
+                _ => return Err(ConfigError::Word { what: "setting", text: k.into(), expected: "net, disk, policy, peak, prio-policy or disk-cost" }),
+            }
+        }
+        for (i, (what, old)) in [("net", self.net), ("disk", self.disk)].into_iter().enumerate() {
+            let k = kind.unwrap_or(old.kind());
+            // a new kind or peak re-derives the limit from its rate and burst as they were
+            let text = match rates[i] {
+                Some(t) => t.to_string(),
+                None if old.is_limited() && (kind.is_some() || peak.is_some()) => format!("{}:{}", old.rate, old.burst),
+                None => continue,
+            };
+            let lim = Limit::parse(what, &text, k, peak)?;
+            if i == 0 {
+                c.net = lim;
+            } else {
+                c.disk = lim;
+            }
+        }
+        Ok(c)
+    }
+}
+
 /// The priority a call runs at: the base priority moved by what its connection or file
 /// has consumed (`consumed` tokens since it was opened or accepted), as the policy says.
 pub fn effective_priority(policy: PrioPolicy, base: u8, consumed: u64) -> u8 {
@@ -289,6 +330,20 @@ mod tests {
         assert!(matches!(Limit::parse("net", "4M", Kind::TokenLeaky, Some("1M")), Err(ConfigError::Peak(_))));
         assert!(matches!(Limit::parse("net", "4 parsecs", Kind::Token, None), Err(ConfigError::Unit(_))));
         assert!("bursty".parse::<Kind>().is_err());
+    }
+
+    #[test]
+    fn edits_change_only_what_they_name() {
+        let c = Config { net: Limit::parse("net", "1MB/s", Kind::Token, None).unwrap(), ..Default::default() };
+        let e = c.with_edits("net=5MB/s:64KiB prio-policy=latency").unwrap();
+        assert_eq!((e.net.rate, e.net.burst, e.prio_policy()), (5_000_000, 65536, PrioPolicy::Latency));
+        assert!(!e.disk.is_limited());
+        let e = c.with_edits("policy=leaky").unwrap();
+        assert_eq!((e.net.rate, e.net.kind()), (1_000_000, Kind::Leaky));
+        assert_eq!(c.with_edits("net=unlimited").unwrap().net, Limit::UNLIMITED);
+        assert!(c.with_edits("net=5 furlongs").is_err());
+        assert!(c.with_edits("speed=5M").unwrap_err().to_string().contains("net, disk"));
+        assert!(c.with_edits("net").is_err());
     }
 
     #[test]

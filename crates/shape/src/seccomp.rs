@@ -146,7 +146,7 @@ fn program() -> Vec<libc::sock_filter> {
         jump(JEQ, AUDIT_ARCH_X86_64, 1, 0),
         stmt(RET, SECCOMP_RET_KILL_PROCESS),
         stmt(LD_W_ABS, 0), // nr
-        jump(JGE, X32_SYSCALL_BIT, n + 4, 0),
+        jump(JGE, X32_SYSCALL_BIT, n, 0),
     ];
     // each: equal -> the fd check (after the remaining compares and the allow)
     for (i, nr) in SHAPED.iter().enumerate() {

@@ -9,8 +9,8 @@
 //! slot is swept by whoever looks next, so a member killed with SIGKILL neither keeps the
 //! segment alive nor blocks anybody (nothing in the segment is a lock).
 //!
-//! `unsafe`: mapping the file and viewing it as [`Shared`] (atomics and plain integers
-//! only, so every bit pattern is valid and concurrent access is through atomics).
+//! `unsafe`: mapping the file and viewing it as [`Shared`] (atomics only, so every bit
+//! pattern is valid and all concurrent access is through atomics).
 
 use crate::config::{Config, LEVELS};
 use std::fs::{File, OpenOptions};
@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use thiserror::Error;
 
-const MAGIC: u64 = 0x5348_4150_4531_0001; // "SHAPE1" v1
+const MAGIC: u64 = 0x5348_4150_4531_0002; // "SHAPE1" v2 (policy behind a sequence lock)
 /// Most launchers one group holds at once.
 pub const MAX_MEMBERS: usize = 64;
 
@@ -43,11 +43,69 @@ pub struct Stats {
     pub wait_ns: AtomicU64,
 }
 
+/// The policy as the segment keeps it: nine words behind a sequence lock, so that a
+/// group's policy can be changed while its members run (`Segment::edit`, PipesFS'
+/// `.shape/NAME`), and every reader sees one whole policy, old or new.
+#[repr(C)]
+pub struct SharedConfig {
+    /// Even: stable; odd: being written.
+    seq: AtomicU64,
+    words: [AtomicU64; 9],
+}
+
+impl SharedConfig {
+    fn pack(c: &Config) -> [u64; 9] {
+        [c.net.rate, c.net.burst, c.net.peak, c.net.kind as u64, c.disk.rate, c.disk.burst, c.disk.peak, c.disk.kind as u64, c.prio_policy as u64 | (c.disk_cost as u64) << 32]
+    }
+
+    fn unpack(w: [u64; 9]) -> Config {
+        use crate::config::Limit;
+        Config {
+            net: Limit { rate: w[0], burst: w[1], peak: w[2], kind: w[3] as u32, _pad: 0 },
+            disk: Limit { rate: w[4], burst: w[5], peak: w[6], kind: w[7] as u32, _pad: 0 },
+            prio_policy: w[8] as u32,
+            disk_cost: (w[8] >> 32) as u32,
+        }
+    }
+
+    /// The policy now.
+    pub fn load(&self) -> Config {
+        loop {
+            // SYNC POINT: pairs with the Release stores of `store`: an even sequence
+            // read before and unchanged after the words means no write overlapped.
+            let s1 = self.seq.load(Ordering::Acquire);
+            if s1 & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let w = std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == s1 {
+                return SharedConfig::unpack(w);
+            }
+        }
+    }
+
+    /// Replace the policy (one writer at a time: the caller holds the group's lock, or
+    /// the segment is not yet published).
+    fn store(&self, c: &Config) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s + 1, Ordering::Relaxed);
+        // SYNC POINT: the odd sequence is visible before any new word (readers retry).
+        std::sync::atomic::fence(Ordering::Release);
+        for (w, v) in self.words.iter().zip(SharedConfig::pack(c)) {
+            w.store(v, Ordering::Relaxed);
+        }
+        // SYNC POINT: publishes the words with the even sequence (pairs with `load`).
+        self.seq.store(s + 2, Ordering::Release);
+    }
+}
+
 /// The segment's contents.
 #[repr(C)]
 pub struct Shared {
     magic: AtomicU64,
-    config: Config,
+    config: SharedConfig,
     /// Arrival times of the buckets: [resource][bucket].
     pub tat: [[AtomicU64; 2]; 2],
     /// Last instant a waiter of each priority was seen: [resource][level].
@@ -57,8 +115,9 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn config(&self) -> &Config {
-        &self.config
+    /// The policy now (a copy: it may change while the segment is in use).
+    pub fn config(&self) -> Config {
+        self.config.load()
     }
 }
 
@@ -149,7 +208,7 @@ impl Segment {
             if seg.shared().magic.load(Ordering::Acquire) != MAGIC {
                 return Err(SegmentError::NotASegment(seg.file.as_raw_fd()));
             }
-            let have = *seg.shared().config();
+            let have = seg.shared().config();
             if let Some(c) = config {
                 if c != have {
                     return Err(SegmentError::Mismatch { group: name.into(), have: have.describe(), want: c.describe() });
@@ -191,10 +250,65 @@ impl Segment {
     }
 
     fn publish(&self, config: Config) {
-        // SAFETY: the segment is new and not yet published (magic 0): nobody else reads
-        // the config until the Release store below.
-        unsafe { std::ptr::addr_of_mut!((*self.ptr).config).write(config) };
+        self.shared().config.store(&config);
+        // SYNC POINT: members read the policy only after seeing the magic.
         self.shared().magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// Change the policy of a running budget (a group's, under its lock): the buckets'
+    /// arrival times stay, so what was taken or owed counts under the new rates.
+    pub fn edit(&self, config: Config) -> Result<(), SegmentError> {
+        let io = |e| SegmentError::Io { path: self.path.as_ref().map_or("memfd".into(), |p| p.display().to_string()), source: e };
+        lock(&self.file, true).map_err(io)?;
+        self.shared().config.store(&config);
+        lock(&self.file, false).map_err(io)
+    }
+
+    /// Look at group `name` without joining it (what PipesFS and `--list` show).
+    pub fn open_group(name: &str) -> Result<Segment, SegmentError> {
+        let path = Segment::group_path(name)?;
+        let file = OpenOptions::new().read(true).write(true).open(&path).map_err(|e| SegmentError::Io { path: path.display().to_string(), source: e })?;
+        if file.metadata().map(|m| m.len()).unwrap_or(0) < SIZE as u64 {
+            return Err(SegmentError::NotASegment(file.as_raw_fd()));
+        }
+        let seg = Segment::map(file, Some(path))?;
+        if seg.shared().magic.load(Ordering::Acquire) != MAGIC {
+            return Err(SegmentError::NotASegment(seg.file.as_raw_fd()));
+        }
+        Ok(seg)
+    }
+
+    /// The names of the groups that exist now.
+    pub fn groups() -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
+            .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_prefix("streamline-shape-").map(String::from)).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// The group file's owner (uid), if this is a group.
+    pub fn owner(&self) -> Option<u32> {
+        use std::os::unix::fs::MetadataExt;
+        self.path.as_ref().and(self.file.metadata().ok()).map(|m| m.uid())
+    }
+
+    /// What the budget is and has done, as `key value` lines.
+    pub fn report(&self) -> String {
+        let sh = self.shared();
+        let c = sh.config();
+        let mut s = format!("net {}\ndisk {}\nprio_policy {:?}\ndisk_cost {:?}\nmembers {}\n", c.net.describe(), c.disk.describe(), c.prio_policy(), c.disk_cost(), self.members().iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","));
+        for (i, name) in ["net", "disk"].iter().enumerate() {
+            let st = &sh.stats[i];
+            s += &format!(
+                "{name}_bytes {}\n{name}_grants {}\n{name}_waits {}\n{name}_wait_s {:.3}\n",
+                st.bytes.load(Ordering::Relaxed),
+                st.calls.load(Ordering::Relaxed),
+                st.waits.load(Ordering::Relaxed),
+                st.wait_ns.load(Ordering::Relaxed) as f64 / 1e9
+            );
+        }
+        s
     }
 
     /// The shared contents.
@@ -313,6 +427,35 @@ mod tests {
         assert!(matches!(Segment::join_group("../etc", None, 1), Err(SegmentError::BadName(_))));
         assert!(matches!(Segment::join_group(&name, None, 1), Err(SegmentError::NoPolicy(_))));
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_policy_edited_live_is_seen_whole_by_every_mapping() {
+        let name = format!("unit-edit-{}", std::process::id());
+        let a = Segment::join_group(&name, Some(cfg("1M")), std::process::id()).unwrap();
+        let b = Segment::open_group(&name).unwrap();
+        assert!(Segment::groups().contains(&name));
+        let edited = a.shared().config().with_edits("net=7M disk=2M").unwrap();
+        // a reader hammering the policy while it is rewritten sees one of the two, whole
+        std::thread::scope(|s| {
+            let r = s.spawn(|| {
+                for _ in 0..200_000 {
+                    let c = b.shared().config();
+                    assert!(c == cfg("1M") || c == edited, "torn policy {c:?}");
+                }
+            });
+            for i in 0..2000 {
+                a.edit(if i % 2 == 0 { edited } else { cfg("1M") }).unwrap();
+            }
+            r.join().unwrap();
+        });
+        a.edit(edited).unwrap();
+        assert_eq!(b.shared().config().net.rate, 7_000_000);
+        assert!(b.report().contains("net 7000.0KB/s"), "{}", b.report());
+        // SAFETY: no arguments.
+        assert_eq!(b.owner(), Some(unsafe { libc::geteuid() }), "the group file is its founder's");
+        drop(b);
+        a.leave(std::process::id());
     }
 
     #[test]

@@ -64,20 +64,22 @@ fn lease_size(rate: u64) -> u64 {
 #[derive(Clone, Copy)]
 pub struct Shaper<'a> {
     pub shared: &'a Shared,
+    /// The policy as of this view's making (one copy per call: it may be edited live).
+    pub config: crate::config::Config,
 }
 
 impl<'a> Shaper<'a> {
     pub fn new(shared: &'a Shared) -> Self {
-        Shaper { shared }
+        Shaper { shared, config: shared.config() }
     }
 
     /// Is `r` limited at all? (Unlimited budgets cost a call nothing but this load.)
     pub fn limited(&self, r: Resource) -> bool {
-        self.shared.config().limit(r).is_limited()
+        self.config.limit(r).is_limited()
     }
 
     fn buckets(&self, r: Resource) -> [Option<Bucket<'a>>; 2] {
-        let ps = self.shared.config().limit(r).buckets();
+        let ps = self.config.limit(r).buckets();
         let t = &self.shared.tat[r as usize];
         [ps[0].map(|p| Bucket { p, tat: &t[0] }), ps[1].map(|p| Bucket { p, tat: &t[1] })]
     }
@@ -121,7 +123,7 @@ impl<'a> Shaper<'a> {
         if !self.limited(r) || len == 0 {
             return len;
         }
-        let q = crate::config::quantum(self.shared.config().net.rate);
+        let q = crate::config::quantum(self.config.net.rate);
         let start = now_ns();
         let mut now = start;
         let mut waited = false;
@@ -205,7 +207,7 @@ impl<'a> Shaper<'a> {
         let s = &self.shared.stats[r as usize];
         s.bytes.fetch_add(moved, Ordering::Relaxed);
         // bytes cost: charged as of the call's start (no second clock read per call)
-        let (at, cost) = match self.shared.config().disk_cost() {
+        let (at, cost) = match self.config.disk_cost() {
             DiskCost::Bytes => (began, moved),
             DiskCost::Device => {
                 let now = now_ns();
@@ -226,14 +228,14 @@ impl<'a> Shaper<'a> {
     /// Settle with [`Shaper::disk_done_leased`]. Device-cost budgets, which time every
     /// call, take the plain path.
     pub fn disk_begin_leased(&self, lease: &DiskLease, prio: u8) -> u64 {
-        if self.shared.config().disk_cost() != DiskCost::Bytes {
+        if self.config.disk_cost() != DiskCost::Bytes {
             return self.disk_begin(prio);
         }
         if lease.pool.load(Ordering::Relaxed) > 0 {
             return 0;
         }
         let now = self.disk_begin(prio);
-        let size = lease_size(self.shared.config().disk.rate);
+        let size = lease_size(self.config.disk.rate);
         // SYNC POINT: what the lease's users spent since the last refill is read and
         // replaced in one step (a concurrent call's spending lands before or after it).
         let left = lease.pool.swap(size as i64, Ordering::AcqRel);
@@ -251,7 +253,7 @@ impl<'a> Shaper<'a> {
     /// After a disk call begun with [`Shaper::disk_begin_leased`] that moved `moved`
     /// bytes. Returns the tokens it cost.
     pub fn disk_done_leased(&self, lease: &DiskLease, began: u64, moved: u64) -> u64 {
-        if self.shared.config().disk_cost() != DiskCost::Bytes {
+        if self.config.disk_cost() != DiskCost::Bytes {
             return self.disk_done(began, moved);
         }
         lease.pool.fetch_sub(moved as i64, Ordering::Relaxed);
