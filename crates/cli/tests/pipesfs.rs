@@ -376,3 +376,59 @@ fn a_daemon_that_exits_or_is_killed_leaves_no_stale_mount() {
         assert!(std::fs::metadata(&m).is_ok(), "{m} is a plain directory again (no ENOTCONN)");
     }
 }
+
+/// Process shaping through the daemon: `.shape/NAME` shows a `streamline shape --group`
+/// budget (policy, members, counters), and writing `net=...` to it changes the policy of
+/// the running group, which its members feel at once; others than the founder and root are
+/// refused, and so are nonsense rates.
+#[test]
+fn shaping_groups_are_visible_in_pipesfs_and_their_policy_changes_live() {
+    let d = Daemon::start("shape", None);
+    let dir = d.dir.join("shape");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("src.bin");
+    std::fs::write(&file, vec![0x5au8; 3_000_000]).unwrap();
+    let group = format!("pfs{}", std::process::id());
+    let peer = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/shapepeer.py");
+    let mut server = Command::new(BIN)
+        .args(["shape", "--group", &group, "--net", "1MB/s", "--", "/usr/bin/python3"])
+        .arg(&peer)
+        .args(["serve", "0"])
+        .arg(&file)
+        .arg("1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.as_mut().unwrap()), &mut line).unwrap();
+    let port: u16 = serde_json::from_str::<serde_json::Value>(&line).unwrap()["port"].as_u64().unwrap() as u16;
+    let g = d.mount().join(".shape").join(&group);
+    let ls = sh(&format!("ls {}", d.mount().join(".shape").display()));
+    assert!(String::from_utf8_lossy(&ls.stdout).lines().any(|l| l == group), "{}", text(&ls));
+    let before = std::fs::read_to_string(&g).unwrap();
+    assert!(before.contains("net 1000.0KB/s"), "{before}");
+    assert!(before.contains(&format!("members {}", server.id())), "the launcher is a member: {before}");
+    // nobody else may change it; nonsense is refused; neither changes the policy
+    let o = sh_as_nobody(&format!("echo net=9MB/s > {}", g.display()));
+    assert!(!o.status.success(), "uid 65534 changed the group's policy: {}", text(&o));
+    let o = sh(&format!("echo 'net=5 furlongs' > {}", g.display()));
+    assert!(!o.status.success(), "a nonsense rate was taken: {}", text(&o));
+    assert!(std::fs::read_to_string(&g).unwrap().contains("net 1000.0KB/s"));
+    // 3 MB at 1 MB/s would take 3 s; after 0.5 s the budget becomes 4 MB/s
+    let t = Instant::now();
+    let fetch = Command::new("/usr/bin/python3").arg(&peer).args(["fetch", &port.to_string()]).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let o = sh(&format!("echo net=4MB/s > {}", g.display()));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(std::fs::read_to_string(&g).unwrap().contains("net 4000.0KB/s"));
+    let out = fetch.wait_with_output().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(v["bytes"].as_u64(), Some(3_000_000));
+    // about 0.5 MB in the first 0.5 s, 2.5 MB at 4 MB/s after: ~1.1 s
+    assert!(secs < 2.0, "the edited budget did not reach the running server: 3 MB took {secs:.2} s");
+    assert!(secs > 0.8, "3 MB went faster than the budgets allow: {secs:.2} s");
+    assert!(server.wait().unwrap().success());
+    assert!(!g.exists(), "the group's file stays in .shape after its last member left");
+}

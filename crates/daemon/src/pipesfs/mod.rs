@@ -13,6 +13,10 @@
 //! ```text
 //! /run/streamline/pipes/
 //!   .available                 the filters that can be instantiated (name, synopsis)
+//!   .shape/NAME                process-shaping groups (`streamline shape --group NAME`):
+//!                              policy, members, counters; write `net=5MB/s` (KEY=VALUE:
+//!                              net, disk, policy, peak, prio-policy, disk-cost) to change
+//!                              the group's policy live (its founder or root)
 //!   1/                         run 1 (owner: the run's user)
 //!     .pipeline  .placement    the pipeline as given; where each filter runs
 //!     .stats                   the run's state, uptime and rate
@@ -91,6 +95,11 @@ enum Entry {
     Stream(u64, String, Option<u16>, Format),
     /// A filter that reads this one but lives elsewhere: the link's target.
     Link(u64, String),
+    /// `.shape/`: the process-shaping groups that exist now (`streamline shape --group`).
+    Shaping,
+    /// `.shape/NAME`: a group's policy, members and counters; write `KEY=VALUE` to change
+    /// its policy live.
+    ShapeGroup(String),
 }
 
 /// A run's graph with a home directory for every filter (breadth first from the sources).
@@ -263,6 +272,13 @@ impl PipesFs {
         if rest.is_empty() && first == ".available" {
             return Some(Entry::Available);
         }
+        if first == SHAPE_DIR {
+            return match rest {
+                [] => Some(Entry::Shaping),
+                [g] if shape::Segment::groups().contains(g) => Some(Entry::ShapeGroup(g.clone())),
+                _ => None,
+            };
+        }
         let run: u64 = first.parse().ok()?;
         let r = self.d.run(run)?;
         let Some((second, rest)) = rest.split_first() else { return Some(Entry::Run(run)) };
@@ -319,7 +335,12 @@ impl PipesFs {
 
     fn attr(&self, ino: u64, e: &Entry) -> FileAttr {
         let (uid, gid, mode) = match e {
-            Entry::Root | Entry::Available => (0, 0, 0),
+            Entry::Root | Entry::Available | Entry::Shaping => (0, 0, 0),
+            Entry::ShapeGroup(g) => {
+                // the group file's owner (its founder) may change it
+                let uid = shape::Segment::group_path(g).ok().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m));
+                (uid, 0, 0)
+            }
             Entry::Run(r) | Entry::RunFile(r, _) | Entry::Node(r, _) | Entry::NodeFile(r, ..) | Entry::Class(r, ..) | Entry::Stream(r, ..) | Entry::Link(r, _) => {
                 let (o, m) = self.d.run(*r).map_or((crate::policy::Cred { uid: 0, gid: 0, groups: vec![] }, 0o600), |r| (r.owner.clone(), r.graph.lock().expect("not poisoned").1));
                 (o.uid, o.gid, m)
@@ -328,6 +349,8 @@ impl PipesFs {
         let (kind, perm) = match e {
             Entry::Root => (FileType::Directory, 0o755),
             Entry::Available => (FileType::RegularFile, 0o444),
+            Entry::Shaping => (FileType::Directory, 0o755),
+            Entry::ShapeGroup(_) => (FileType::RegularFile, 0o644),
             Entry::Run(_) | Entry::Node(..) | Entry::Class(..) => (FileType::Directory, 0o755),
             Entry::RunFile(_, RunFile::Ctl) => (FileType::RegularFile, 0o200),
             Entry::RunFile(..) => (FileType::RegularFile, 0o444),
@@ -351,6 +374,7 @@ impl PipesFs {
     fn text(&self, e: &Entry) -> Option<String> {
         Some(match e {
             Entry::Available => filters::REGISTRY.iter().map(|s| format!("{}\t{}\n", s.name, s.synopsis)).collect(),
+            Entry::ShapeGroup(g) => format!("group {g}\n{}", shape::Segment::open_group(g).ok()?.report()),
             Entry::RunFile(run, f) => {
                 let r = self.d.run(*run)?;
                 match f {
@@ -660,7 +684,7 @@ impl fuser::Filesystem for PipesFs {
                     Err((e, why)) => reply.error(self.refused(req, "open", &p.join("/"), e, &why)),
                 }
             }
-            Entry::NodeFile(_, _, NodeFile::Options) | Entry::RunFile(_, RunFile::Ctl) if writing => {
+            Entry::NodeFile(_, _, NodeFile::Options) | Entry::RunFile(_, RunFile::Ctl) | Entry::ShapeGroup(_) if writing => {
                 let attr = self.attr(ino.0, &e);
                 if !may(&attr, &Self::who(req), 0o2) {
                     return reply.error(self.refused(req, "open", &p.join("/"), libc::EACCES, "only the run's owner and root may change it"));
@@ -668,7 +692,7 @@ impl fuser::Filesystem for PipesFs {
                 reply.opened(self.new_fh(Handle::Act), direct)
             }
             _ if writing => reply.error(Errno::EACCES),
-            Entry::RunFile(..) | Entry::NodeFile(..) | Entry::Available => match self.text(&e) {
+            Entry::RunFile(..) | Entry::NodeFile(..) | Entry::Available | Entry::ShapeGroup(_) => match self.text(&e) {
                 Some(t) => reply.opened(self.new_fh(Handle::Text(t.into_bytes())), FopenFlags::FOPEN_DIRECT_IO),
                 None => reply.error(Errno::ENOENT),
             },
@@ -706,6 +730,13 @@ impl fuser::Filesystem for PipesFs {
                     return reply.written(data.len() as u32);
                 }
                 self.edit(req, "write .options", *run, &format!("set {label} {}", words.join(" "))).map(|_| ())
+            }
+            Entry::ShapeGroup(g) => {
+                let attr = self.attr(ino.0, &e);
+                if !may(&attr, &Self::who(req), 0o2) {
+                    return reply.error(self.refused(req, "write .shape", g, libc::EACCES, "only the group's founder and root may change its policy"));
+                }
+                edit_shape_group(g, &text).map_err(|why| self.refused(req, "write .shape", g, libc::EINVAL, &why)).inspect(|_| eprintln!("streamlined: pipesfs: uid {} changed shaping group {g}: {}", req.uid(), text.trim()))
             }
             Entry::RunFile(run, RunFile::Ctl) => match words.as_slice() {
                 ["stop"] => self.d.stop_run(*run, &Self::who(req)).map_err(|r| self.reply_err(req, "write .ctl", "stop", r)),
@@ -753,11 +784,12 @@ impl fuser::Filesystem for PipesFs {
         match &e {
             Entry::Root => {
                 list.push(file(".available"));
+                list.push((SHAPE_DIR.to_string(), FileType::Directory));
                 let runs = self.d.visible_runs();
                 // What ended runs left: their directories' places and inode numbers.
                 self.homes.lock().expect("not poisoned").retain(|(id, _), _| runs.iter().any(|r| r.id == *id));
                 {
-                    let live = |p: &Vec<String>| p.first().is_none_or(|c| c == ".available" || runs.iter().any(|r| r.id.to_string() == *c));
+                    let live = |p: &Vec<String>| p.first().is_none_or(|c| c == ".available" || c == SHAPE_DIR || runs.iter().any(|r| r.id.to_string() == *c));
                     let mut t = self.inos.lock().expect("not poisoned");
                     t.0.retain(|p, _| live(p));
                     t.1.retain(|_, p| live(p));
@@ -786,6 +818,7 @@ impl fuser::Filesystem for PipesFs {
                 }
             }
             Entry::Class(..) => list.extend(["all", "all.pcap"].map(file)),
+            Entry::Shaping => list.extend(shape::Segment::groups().iter().map(|g| file(g))),
             _ => return reply.error(Errno::ENOTDIR),
         }
         for (k, (name, kind)) in list.into_iter().enumerate().skip(offset as usize) {
@@ -807,6 +840,19 @@ impl fuser::Filesystem for PipesFs {
         }
         reply.ok();
     }
+}
+
+/// The directory of the shaping groups.
+const SHAPE_DIR: &str = ".shape";
+
+/// Apply `KEY=VALUE` words to group `g`'s policy.
+fn edit_shape_group(g: &str, text: &str) -> Result<(), String> {
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    let seg = shape::Segment::open_group(g).map_err(|e| e.to_string())?;
+    let c = seg.shared().config().with_edits(text).map_err(|e| e.to_string())?;
+    seg.edit(c).map_err(|e| e.to_string())
 }
 
 /// Unix permission `bit` (4 read, 2 write) of `attr` for `who`.
