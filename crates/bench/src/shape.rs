@@ -260,7 +260,13 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         worst_disk = worst_disk.max(e);
         println!("{:<6} {:>12} {:>16} {:>7.2}% {:>16}", "disk", mb(r), mb(b / s), e, "(cannot)");
     }
+    // the kernel mechanism: a static sender (no LD_PRELOAD reaches it) at the middle TCP rate
+    let r = targets(tcp_cap)[1];
+    let got = static_sender(&sl, dir.path(), r, secs)?;
+    let static_err = pct(got, r);
+    println!("{:<6} {:>12} {:>16} {:>7.2}% {:>16}   (a static C sender: seccomp supervisor)", "static", mb(r), mb(got), static_err, "(cannot)");
     sum.add("shape_tcp_rate_error_pct", worst[0], Some(Target::AtMost(2.0)), "iperf3 TCP, worst of 3 rates");
+    sum.add("shape_static_tcp_rate_error_pct", static_err, None, "static sender, kernel mechanism");
     sum.add("shape_udp_rate_error_pct", worst[1], Some(Target::AtMost(2.0)), "iperf3 UDP, worst of 3 rates");
     sum.add("shape_disk_rate_error_pct", worst_disk, Some(Target::AtMost(5.0)), "dd read, worst of 3 rates");
     sum.add("trickle_tcp_rate_error_pct", worst[2], None, "trickle -s -u, same transfers");
@@ -302,6 +308,45 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
 
     sum.print();
     Ok(())
+}
+
+/// A static C program (crates/cli/tests/c/shapeprog.c, built here with `cc -static`)
+/// sending `rate * secs` bytes over TCP under `--net rate`: the kernel mechanism's rate,
+/// as the receiver sees it from its first byte to its last.
+fn static_sender(sl: &Path, dir: &Path, rate: f64, secs: f64) -> Result<f64> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/c/shapeprog.c");
+    let prog = dir.join("shapeprog");
+    let o = Command::new("cc").args(["-O2", "-static", "-o"]).arg(&prog).arg(&src).output().map_err(|e| err(format!("cc (apt-get install build-essential): {e}")))?;
+    if !o.status.success() {
+        return Err(err(format!("cc -static {}: {}", src.display(), String::from_utf8_lossy(&o.stderr))));
+    }
+    let bytes = (rate * secs) as usize;
+    let file = dir.join("static.bin");
+    write_file(&file, bytes)?;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| err(e.to_string()))?;
+    let port = l.local_addr().map_err(|e| err(e.to_string()))?.port();
+    let mut c = shaped(sl, &strings(&["--net", &format!("{rate}")]), &strings(&[prog.to_str().unwrap(), "send", file.to_str().unwrap(), "262144", &port.to_string()]));
+    kill_with_us(&mut c);
+    let _child = Guard(c.stdin(Stdio::null()).stdout(Stdio::null()).spawn().map_err(|e| err(format!("streamline shape: {e}")))?);
+    let (mut s, _) = l.accept().map_err(|e| err(e.to_string()))?;
+    s.set_read_timeout(Some(Duration::from_secs_f64(secs * 3.0 + 10.0))).map_err(|e| err(e.to_string()))?;
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut got, mut first, mut last) = (0usize, None, Instant::now());
+    loop {
+        let n = s.read(&mut buf).map_err(|e| err(format!("reading from the static sender: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        first.get_or_insert_with(Instant::now);
+        last = Instant::now();
+        got += n;
+    }
+    if got != bytes {
+        return Err(err(format!("the static sender delivered {got} of {bytes} bytes")));
+    }
+    // the first read holds the burst that left at once; the rest came at the rate
+    let span = (last - first.unwrap_or(last)).as_secs_f64();
+    Ok((got as f64 - shape::config::default_burst(rate as u64) as f64) / span)
 }
 
 /// Start `cmd` (a shapepeer server) and read its port.

@@ -264,6 +264,9 @@ fn a_daemon_killed_with_sigkill_leaves_nothing_a_restart_does_not_reclaim() {
     }
     assert!(Command::new("kill").args(["-KILL", &d.pid().to_string()]).status().unwrap().success());
     d.child.take().unwrap().wait().unwrap();
+    // Looked at at once: a daemon that another test starts meanwhile sweeps rings of dead
+    // owners older than 2 s (seen once, while the wait for the unmount below ran long).
+    assert!(Path::new(&ring).exists(), "SIGKILL leaves the ring (this is what a restart must reclaim)");
     // Its PipesFS mount goes with it (fusermount3's auto_unmount watcher sees it die). Once,
     // under CI load, the watcher left it: the test then detaches it itself, saying so, so
     // that no test leaves a dead mount behind whatever the watcher does.
@@ -277,8 +280,6 @@ fn a_daemon_killed_with_sigkill_leaves_nothing_a_restart_does_not_reclaim() {
         eprintln!("note: {mount} was still mounted 10 s after its daemon's SIGKILL; detaching it");
         let _ = Command::new("fusermount3").args(["-u", "-z", &mount]).status();
     }
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(Path::new(&ring).exists(), "SIGKILL leaves the ring (this is what a restart must reclaim)");
     // A sweep leaves rings younger than 2 s alone (they may be being set up).
     std::thread::sleep(Duration::from_millis(2100));
     let d2 = Daemon::start("kill2", None);
