@@ -220,20 +220,8 @@ pub fn cuts(fd: i32) -> bool {
     shaper().is_some_and(|sh| sh.limited(Resource::Net)) && class(fd) == NET
 }
 
-/// `v` cut to its first `n` bytes.
-pub fn cut_iov(v: &[libc::iovec], n: usize) -> Vec<libc::iovec> {
-    let mut left = n;
-    let mut out = Vec::with_capacity(v.len());
-    for i in v {
-        if left == 0 {
-            break;
-        }
-        let k = i.iov_len.min(left);
-        out.push(libc::iovec { iov_base: i.iov_base, iov_len: k });
-        left -= k;
-    }
-    out
-}
+/// `v` cut to its first `n` bytes (the one rule the seccomp supervisor uses too).
+pub use shape::cut_iov;
 
 /// `sendfile(out, in)`: the socket side is shaped as a network write, the file side as a
 /// disk read; the call is cut to the network grant.

@@ -28,3 +28,19 @@ pub use shaper::Shaper;
 pub const ENV_FD: &str = "STREAMLINE_SHAPE_FD";
 /// Environment variable with the program's base priority (0-9).
 pub const ENV_PRIO: &str = "STREAMLINE_SHAPE_PRIO";
+
+/// `v` cut to its first `n` bytes: how a call is cut to its grant, by the library and by
+/// the seccomp supervisor alike.
+pub fn cut_iov(v: &[libc::iovec], n: usize) -> Vec<libc::iovec> {
+    let mut left = n;
+    let mut out = Vec::with_capacity(v.len());
+    for i in v {
+        if left == 0 {
+            break;
+        }
+        let k = i.iov_len.min(left);
+        out.push(libc::iovec { iov_base: i.iov_base, iov_len: k });
+        left -= k;
+    }
+    out
+}

@@ -443,17 +443,7 @@ impl Caller<'_> {
             return Ok(());
         }
         let local = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
-        // cut the remote vector to the data
-        let mut left = data.len();
-        let mut rv = Vec::new();
-        for v in remote {
-            if left == 0 {
-                break;
-            }
-            let k = v.iov_len.min(left);
-            rv.push(libc::iovec { iov_base: v.iov_base, iov_len: k });
-            left -= k;
-        }
+        let rv = crate::cut_iov(remote, data.len());
         // SAFETY: local is our buffer; the kernel checks the remote ranges.
         let r = unsafe { libc::process_vm_writev(self.n.pid as i32, &local, 1, rv.as_ptr(), rv.len() as libc::c_ulong, 0) };
         if r as usize == data.len() {
