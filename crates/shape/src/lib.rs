@@ -14,6 +14,7 @@
 pub mod bucket;
 pub mod program;
 pub mod config;
+pub mod seccomp;
 pub mod segment;
 pub mod shaper;
 pub mod units;
