@@ -15,11 +15,14 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-const SOURCES: [(&str, &str); 4] = [
+const SOURCES: [(&str, &str); 7] = [
     ("tcp_send", include_str!("seccomp_c/tcp_send.c")),
     ("tcp_recv", include_str!("seccomp_c/tcp_recv.c")),
     ("udp_send", include_str!("seccomp_c/udp_send.c")),
     ("cat_file", include_str!("seccomp_c/cat_file.c")),
+    ("sig_recv", include_str!("seccomp_c/sig_recv.c")),
+    ("two_conns", include_str!("seccomp_c/two_conns.c")),
+    ("sendfile_send", include_str!("seccomp_c/sendfile_send.c")),
 ];
 
 /// The static test programs, built once per test binary.
@@ -31,7 +34,7 @@ fn prog(name: &str) -> PathBuf {
         for (n, src) in SOURCES {
             let c = dir.join(format!("{n}.c"));
             std::fs::write(&c, src).unwrap();
-            let out = Command::new("cc").args(["-static", "-O1", "-o"]).arg(dir.join(n)).arg(&c).output().expect("running cc (build-essential)");
+            let out = Command::new("cc").args(["-static", "-O1", "-pthread", "-o"]).arg(dir.join(n)).arg(&c).output().expect("running cc (build-essential)");
             assert!(out.status.success(), "cc -static {n}.c failed (static glibc is in libc6-dev): {}", String::from_utf8_lossy(&out.stderr));
         }
         dir
@@ -264,4 +267,75 @@ fn a_program_that_cannot_be_executed_is_an_error_not_a_hang() {
     let seg = segment("1MB/s", "1MB/s");
     let r = run(&seg, 0, &mut Command::new("/nonexistent/program"), |_| {});
     assert!(matches!(r, Err(SupervisorError::Spawn(_))), "{r:?}");
+}
+
+/// A signal during a receive the supervisor carries out behaves as with the kernel's own
+/// blocking receive: the handler runs, and the call restarts under SA_RESTART or fails
+/// with EINTR without it.
+#[test]
+fn signals_interrupt_or_restart_a_supervised_receive() {
+    for (mode, want) in [("norestart", "recv EINTR handler 1\n"), ("restart", "recv 5 handler 1\n")] {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            std::thread::sleep(Duration::from_millis(600));
+            let _ = c.write_all(b"hello");
+            let mut b = [0u8; 1];
+            let _ = c.read(&mut b);
+        });
+        let seg = segment("1MB/s", "unlimited");
+        let out = tempfile(&format!("sig_recv.{mode}.out"));
+        let st = supervised(&seg, Command::new(prog("sig_recv")).args([&port, mode]).stdout(std::fs::File::create(&out).unwrap()), |_| {});
+        assert!(st.success(), "{st:?}");
+        server.join().unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), want, "{mode}");
+    }
+}
+
+/// One thread blocked in a supervised read does not stall another thread's calls (the
+/// pool grows).
+#[test]
+fn a_blocked_call_does_not_stall_the_others() {
+    let n = 300_000;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let server = std::thread::spawn(move || {
+        let (idle, _) = l.accept().unwrap();
+        let (mut c, _) = l.accept().unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        drop(idle);
+        got.len()
+    });
+    let seg = segment("10MB/s", "unlimited");
+    let t0 = Instant::now();
+    let st = supervised(&seg, Command::new(prog("two_conns")).args([&port, &n.to_string()]), |_| {});
+    assert!(st.success(), "{st:?}");
+    assert_eq!(server.join().unwrap(), n);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn sendfile_to_a_socket_is_cut_and_keeps_offsets() {
+    let n = 1_500_000;
+    let data: Vec<u8> = (0..n).map(|i| (i as u64).wrapping_mul(0x9e3779b1).rotate_right(7) as u8).collect();
+    let input = tempfile("sendfile.in");
+    std::fs::write(&input, &data).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let seg = segment("1MB/s:64KiB", "unlimited");
+    let t0 = Instant::now();
+    let server = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        (got, t0.elapsed().as_secs_f64())
+    });
+    let st = supervised(&seg, Command::new(prog("sendfile_send")).arg(&port).arg(&input), |_| {});
+    let (got, secs) = server.join().unwrap();
+    assert!(st.success(), "{st:?}");
+    assert!(got == data, "{} bytes arrived, not the file", got.len());
+    let floor = floor_secs(n, 1e6, 65536.0);
+    assert!(secs >= floor && secs < floor + 2.0, "{n} B by sendfile took {secs:.3} s (at least {floor:.3})");
 }
