@@ -476,7 +476,7 @@ mod tests {
 
     /// Run the filter as the kernel would, on one seccomp_data.
     fn interpret(p: &[libc::sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
-        let mut data = vec![0u8; 64];
+        let mut data = [0u8; 64];
         data[0..4].copy_from_slice(&nr.to_ne_bytes());
         data[4..8].copy_from_slice(&arch.to_ne_bytes());
         for (i, a) in args.iter().enumerate() {

@@ -255,11 +255,19 @@ impl<'a> Target<'a> {
         Ok(b.chunks_exact(16).map(|c| (u64::from_ne_bytes(c[..8].try_into().unwrap()), u64::from_ne_bytes(c[8..].try_into().unwrap()) as usize)).collect())
     }
 
-    /// Has the caller a signal it would take now (pending, not blocked, not ignored)?
+    /// Has the caller a signal it will take as soon as its call returns (pending, not
+    /// blocked, not ignored, and sent to this thread: thread-directed, or process-directed
+    /// to a single-threaded process)? Only then is `-ERESTARTSYS` safe to answer: the
+    /// kernel has marked this thread's signal work, so the code is turned into a restart
+    /// or EINTR on the way out and never reaches the program. A process-directed signal in
+    /// a multi-threaded program may go to another thread; it is left to the kernel (if it
+    /// did pick this one, it waits for the supervised call to finish).
     fn signal_pending(&self) -> bool {
         let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", self.tid)) else { return false };
         let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
-        (field("SigPnd:") | field("ShdPnd:")) & !field("SigBlk:") & !field("SigIgn:") != 0
+        let threads = s.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(0);
+        let shared = if threads == 1 { field("ShdPnd:") } else { 0 };
+        (field("SigPnd:") | shared) & !field("SigBlk:") & !field("SigIgn:") != 0
     }
 
     /// Raise SIGPIPE in the caller (what a native send/write does on EPIPE).
@@ -387,8 +395,12 @@ impl Ctx<'_> {
 
 /// Answer notification `n`.
 pub(crate) fn handle(pool: &Pool, n: &libc::seccomp_notif) -> Answer {
+    let sh = Shaper::new(pool.seg.shared());
+    if !sh.limited(Resource::Net) && !sh.limited(Resource::Disk) {
+        return Answer::Continue;
+    }
     let Some(t) = Target::open(pool, n) else { return Answer::Continue };
-    let ctx = Ctx { t, sh: Shaper::new(pool.seg.shared()) };
+    let ctx = Ctx { t, sh };
     let a = n.data.args;
     let nr = n.data.nr as libc::c_long;
     if nr == libc::SYS_sendfile {
@@ -399,7 +411,7 @@ pub(crate) fn handle(pool: &Pool, n: &libc::seccomp_notif) -> Answer {
     if !ctx.shaped(class) {
         return Answer::Continue;
     }
-    let r = match nr {
+    match nr {
         libc::SYS_read | libc::SYS_write | libc::SYS_pread64 | libc::SYS_pwrite64 => {
             let out = nr == libc::SYS_write || nr == libc::SYS_pwrite64;
             let off = (nr == libc::SYS_pread64 || nr == libc::SYS_pwrite64).then_some(a[3] as i64);
@@ -426,8 +438,7 @@ pub(crate) fn handle(pool: &Pool, n: &libc::seccomp_notif) -> Answer {
         }
         libc::SYS_recvmmsg | libc::SYS_sendmmsg => mmsg(&ctx, &fd, class, id, nr == libc::SYS_sendmmsg, a),
         _ => Answer::Continue,
-    };
-    r
+    }
 }
 
 /// read/write/readv/writev/pread/pwrite/preadv/pwritev.
@@ -481,15 +492,17 @@ fn rw(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, spans: V
                         }
                         break;
                     }
-                    // SAFETY: buf[..got] is initialized.
                     match off {
+                        // SAFETY: buf[..got] is initialized and live.
                         Some(o) => unsafe { libc::pwrite(raw, buf.as_ptr().cast(), got, o + done as i64) },
+                        // SAFETY: as above.
                         None => unsafe { libc::write(raw, buf.as_ptr().cast(), got) },
                     }
                 } else {
-                    // SAFETY: buf has at least k bytes.
                     match off {
+                        // SAFETY: buf is live and at least k bytes long.
                         Some(o) => unsafe { libc::pread(raw, buf.as_mut_ptr().cast(), k, o + done as i64) },
+                        // SAFETY: as above.
                         None => unsafe { libc::read(raw, buf.as_mut_ptr().cast(), k) },
                     }
                 };
