@@ -45,20 +45,27 @@
 //! instructions, simple enough to build and check here (see the tests), and needs no
 //! system library.
 //!
-//! **Limits** (documented, not hidden): `recvmmsg` returns after the first message once
-//! no more are queued (as with `MSG_WAITFORONE`) and does not update its timeout;
-//! `MSG_WAITALL` receives on stream sockets are cut like any other; `sendfile` from a
-//! non-file to a socket, and from a file to a non-socket, run natively after waiting for
-//! the budget, charged with the requested length (network) or what the file can still
-//! give (disk); `sendmsg` control data beyond 64 KiB runs natively, charged its length;
-//! a receive whose destination buffer faults loses the data it took (`EFAULT`); a
-//! dynamically linked program's loader reads are shaped as disk reads; a process-directed
-//! signal to a multi-threaded program waits for a supervised call of the thread it picked
-//! to finish. Every trapped call costs a round trip through the supervisor, shaped or not
-//! (about 19 µs for a 4 KiB read or write of /dev/zero here, against 0.2 µs natively), so
-//! `streamline shape` should keep using the library for programs it can reach. Processes of the
-//! tree that outlive the `streamline` process find every trapped call failing with
-//! `ENOSYS` once the listener is gone (the kernel's rule for an orphaned listener).
+//! **Limits** (documented, not hidden):
+//! - `recvmmsg` returns after the first message once no more are queued (as with
+//!   `MSG_WAITFORONE`) and does not update its timeout; `MSG_WAITALL` receives on stream
+//!   sockets are cut like any other receive (as in the library).
+//! - `sendfile` is emulated from a file to a stream socket only; other pairs (to a
+//!   datagram socket, from a non-file, file to file or pipe) run natively after waiting
+//!   for the budget, charged what they can move at most (the request, or what the file
+//!   still holds past the offset). `sendmsg` with more than 64 KiB of control data, or a
+//!   datagram over 128 KiB, runs natively, charged its length.
+//! - A receive whose destination buffer faults loses the data it took (`EFAULT`).
+//! - A caller that died before its call ran is refunded its grant; bytes that did move
+//!   are charged even when the answer can no longer be delivered (they crossed the wire).
+//! - A process-directed signal to a multi-threaded program may wait for a supervised call
+//!   of the thread the kernel picked to finish.
+//! - A dynamically linked program's loader reads are shaped as disk reads.
+//! - Every trapped call costs a round trip through the supervisor, shaped or not (about
+//!   19 µs for a 4 KiB read or write of /dev/zero here, against 0.2 µs natively), so
+//!   `streamline shape` should keep using the library for programs it can reach.
+//! - Processes of the tree that outlive the `streamline` process find every trapped call
+//!   failing with `ENOSYS` once the listener is gone (the kernel's rule for an orphaned
+//!   listener); while it lives, the workers serve them.
 //!
 //! `unsafe`: raw system calls (seccomp, pidfd, ioctl, process_vm_*), each with its SAFETY.
 

@@ -339,3 +339,30 @@ fn sendfile_to_a_socket_is_cut_and_keeps_offsets() {
     let floor = floor_secs(n, 1e6, 65536.0);
     assert!(secs >= floor && secs < floor + 2.0, "{n} B by sendfile took {secs:.3} s (at least {floor:.3})");
 }
+
+/// Files opened O_DIRECT are read through aligned buffers (the copied fd shares the flag).
+#[test]
+fn o_direct_files_are_read_too() {
+    let n = 3 << 20;
+    let data: Vec<u8> = (0..n).map(|i| (i as u64).wrapping_mul(0x51ed27).rotate_right(11) as u8).collect();
+    let input = tempfile("direct.in");
+    std::fs::write(&input, &data).unwrap();
+    let plain = Command::new(prog("cat_file")).arg(&input).arg("direct").output().unwrap();
+    assert!(plain.status.code() != Some(3), "the temp dir's file system refuses O_DIRECT: {}", String::from_utf8_lossy(&plain.stderr));
+    assert!(plain.status.success() && plain.stdout == data);
+    let seg = segment("unlimited", "100MB/s");
+    let out = std::os::unix::net::UnixStream::pair().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let mut r = out.0;
+        r.read_to_end(&mut got).unwrap();
+        got
+    });
+    let mut cmd = Command::new(prog("cat_file"));
+    cmd.arg(&input).arg("direct").stdout(std::os::fd::OwnedFd::from(out.1));
+    let st = supervised(&seg, &mut cmd, |_| {});
+    drop(cmd);
+    assert!(st.success(), "{st:?}");
+    assert!(reader.join().unwrap() == data);
+    assert_eq!(seg.shared().stats[1].bytes.load(std::sync::atomic::Ordering::Relaxed), n as u64);
+}

@@ -114,6 +114,50 @@ fn timeo(fd: &OwnedFd, opt: i32) -> Option<u64> {
     (r == 0 && ns > 0).then_some(ns)
 }
 
+/// A zeroed buffer aligned to 4 KiB, so that calls on `O_DIRECT` files (whose flag the
+/// copied fd shares) accept it.
+struct Aligned {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl Aligned {
+    const ALIGN: usize = 4096;
+
+    fn new(len: usize) -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), Self::ALIGN).expect("buffer size");
+        // SAFETY: the layout has a nonzero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Aligned { ptr, len }
+    }
+}
+
+impl std::ops::Deref for Aligned {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr holds len initialized (zeroed) bytes owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Aligned {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this very layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), std::alloc::Layout::from_size_align_unchecked(self.len.max(1), Self::ALIGN)) };
+    }
+}
+
+// SAFETY: Aligned owns its memory exclusively, like a Vec<u8>.
+unsafe impl Send for Aligned {}
+
 /// A range of the target's memory.
 type Span = (u64, usize);
 
@@ -481,7 +525,7 @@ fn rw(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, spans: V
         }
         Class::Disk => ctx.disk(id, || {
             let mut done = 0usize;
-            let mut buf = vec![0u8; len.min(CHUNK)];
+            let mut buf = Aligned::new(len.min(CHUNK));
             while done < len {
                 let k = (len - done).min(CHUNK);
                 let r = if out {
@@ -757,22 +801,23 @@ fn sendfile(ctx: &Ctx, a: [u64; 6]) -> Answer {
         // SAFETY: lseek on a valid fd.
         unsafe { libc::lseek(iraw, 0, libc::SEEK_CUR) }
     };
-    if !net || ic != Class::Disk || pos < 0 {
-        // natively: the network side charged its request, the disk side what the file
-        // can still give from `pos`
+    if !net || oc != Class::Net || ic != Class::Disk || pos < 0 {
+        // natively, after waiting for the budget; charged what it can move at most: the
+        // request, or what a file can still give from `pos`
+        let most = if ic == Class::Disk && pos >= 0 { (count as u64).min(ifd_size(&ifd).saturating_sub(pos as u64)) } else { count as u64 };
         if net {
-            let g = ctx.sh.net_grant(ctx.prio(oid), count as u64);
-            ctx.sh.net_done(g, count as u64);
-        } else {
+            let g = ctx.sh.net_grant(ctx.prio(oid), most.max(1));
+            ctx.sh.net_done(g, most);
+        }
+        if disk {
             let began = ctx.sh.disk_begin(ctx.prio(iid));
-            let size = ifd_size(&ifd);
-            ctx.sh.disk_done(began, (count as u64).min(size.saturating_sub(pos.max(0) as u64)));
+            ctx.sh.disk_done(began, most);
         }
         return Answer::Continue;
     }
     let oraw = ofd.as_raw_fd();
     ctx.net(oc, oid, count, |n| {
-        let mut buf = vec![0u8; n];
+        let mut buf = Aligned::new(n);
         let began = disk.then(|| ctx.sh.disk_begin(ctx.prio(iid)));
         // SAFETY: buf has n bytes.
         let r = unsafe { libc::pread(iraw, buf.as_mut_ptr().cast(), n, pos) };
