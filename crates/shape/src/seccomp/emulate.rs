@@ -502,7 +502,8 @@ fn rw(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, spans: V
                 if out {
                     let mut buf = vec![0u8; n];
                     let k = t.read(&spans, &mut buf);
-                    if k == 0 {
+                    // a datagram goes whole or not at all
+                    if k == 0 || (class == Class::Dgram && k < n) {
                         return Err(Fail::Errno(libc::EFAULT));
                     }
                     let m = t.sock_call(fd, libc::POLLOUT, 0, |fl| {
@@ -633,7 +634,7 @@ fn sendto(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), a: [u64; 6]) ->
     ctx.net(class, id, len, |n| {
         let mut buf = vec![0u8; n];
         let k = t.read(&[(buf_at, len)], &mut buf);
-        if k == 0 {
+        if k == 0 || (class == Class::Dgram && k < n) {
             return Err(Fail::Errno(libc::EFAULT));
         }
         let (np, nl) = match &name {
