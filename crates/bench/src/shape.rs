@@ -50,6 +50,16 @@ struct Guard(Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        // SIGTERM first: `streamline shape` passes it to its program and leaves the group
+        let pid = self.0.id() as i32;
+        // SAFETY: plain kill(2) of a child we started and have not reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        for _ in 0..50 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

@@ -159,6 +159,7 @@ fn library(seg: &Segment, prio: u8, cmd: &[String]) -> Result<ExitCode, String> 
     let already = current.contains("slpreload");
     let mut c = std::process::Command::new(&cmd[0]);
     c.args(&cmd[1..]);
+    shape::program::dies_with_launcher(&mut c);
     if !already {
         c.env("LD_PRELOAD", if current.is_empty() { lib.display().to_string() } else { format!("{}:{current}", lib.display()) });
         // shaping alone: pipes stay the kernel's (`streamline exec -- streamline shape ...` keeps both)
@@ -175,6 +176,7 @@ fn library(seg: &Segment, prio: u8, cmd: &[String]) -> Result<ExitCode, String> 
 fn kernel(seg: &Segment, prio: u8, cmd: &[String]) -> Result<ExitCode, String> {
     let mut c = std::process::Command::new(&cmd[0]);
     c.args(&cmd[1..]);
+    shape::program::dies_with_launcher(&mut c);
     let st = shape::seccomp::run(seg, prio, &mut c, forward_signals).map_err(|e| e.to_string())?;
     Ok(exit_code(st))
 }

@@ -113,6 +113,22 @@ impl Bucket<'_> {
         }
     }
 
+    /// Reserve `k` bytes (at most the depth) at `now`: returns the instant at which they
+    /// are the caller's. Reservations are served in the order they are made, which is what
+    /// makes waiters of one level take turns (a bare `take` goes to whoever wakes first).
+    pub fn reserve(&self, now: u64, k: u64) -> u64 {
+        let k = k.min(self.p.depth).max(1);
+        let mut cur = self.tat.load(Ordering::Acquire);
+        loop {
+            let at = self.p.when(cur, k).max(now);
+            let next = cur.max(at) + ns_for_ceil(k, self.p.rate);
+            match self.tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return at,
+                Err(c) => cur = c,
+            }
+        }
+    }
+
     /// Charge `bytes` whatever the bucket holds (a call already made on credit): later
     /// calls wait until the debt is paid off.
     pub fn charge(&self, now: u64, bytes: u64) {
@@ -214,6 +230,20 @@ mod tests {
         assert!(bk.open(t0 + 3_000_000_000));
         // one token is back 1 ms after the debt has shrunk to the depth
         assert_eq!(bk.opens_at(t0), t0 + 2_001_000_000);
+    }
+
+    #[test]
+    fn reservations_queue_in_order_at_the_rate() {
+        let tat = AtomicU64::new(0);
+        let bk = b(1_000_000, 4000, &tat);
+        let t0 = 10_000_000_000;
+        assert_eq!(bk.take(t0, 4000, 4000), Take::Got(4000));
+        // three waiters reserve 2000 bytes each: 2, 4 and 6 ms from now, in that order
+        let r: Vec<u64> = (0..3).map(|_| bk.reserve(t0, 2000) - t0).collect();
+        assert_eq!(r, vec![0, 2_000_000, 4_000_000].iter().map(|x| x + 2_000_000).collect::<Vec<_>>());
+        // a reservation on an idle, full bucket is immediate
+        let tat2 = AtomicU64::new(0);
+        assert_eq!(b(1000, 1000, &tat2).reserve(t0, 500), t0);
     }
 
     proptest::proptest! {

@@ -72,3 +72,21 @@ pub fn elf_has_interp(h: &[u8]) -> Option<bool> {
     }
     Some(false)
 }
+
+/// Make the program `cmd` starts get SIGTERM when the process that started it dies: a
+/// shaped program belongs to its launcher (the launcher is the group member, and the
+/// kernel mechanism's supervisor lives in it), so a launcher killed with SIGKILL leaves no
+/// orphan running on a budget nobody holds.
+pub fn dies_with_launcher(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the forked child before exec and only calls prctl, which
+    // is async-signal-safe, touching no memory shared with the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

@@ -184,7 +184,7 @@ impl Segment {
         let path = Segment::group_path(name)?;
         let io = |e| SegmentError::Io { path: path.display().to_string(), source: e };
         loop {
-            let file = OpenOptions::new().read(true).write(true).create(true).mode(0o600).open(&path).map_err(io)?;
+            let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path).map_err(io)?;
             lock(&file, true).map_err(io)?;
             // the last member may have unlinked it between our open and our lock
             let st = file.metadata().map_err(io)?;

@@ -9,6 +9,9 @@
 //! - A **disk call** waits until the budget is open (not in debt), runs on credit, and
 //!   pays afterwards what it cost: its bytes, or (device cost) its bytes weighted by the
 //!   measured time per byte.
+//! - **Turns**: a call that found the budget short waits, then *reserves* one quantum
+//!   (GCRA reservation: served in the order reserved), so callers of one level take turns
+//!   instead of the first to wake taking everything.
 //! - **Priorities**: while a waiter of a more urgent level is waiting for the same budget
 //!   (it marked the level's board word within the last [`FRESH_NS`]), a call does not take
 //!   tokens. Waiters re-mark every [`SLICE_NS`], so a waiter that died stops counting
@@ -129,6 +132,15 @@ impl<'a> Shaper<'a> {
         let mut waited = false;
         loop {
             if !self.more_urgent_waiting(r, prio, now) {
+                if waited {
+                    // a waiter queues: one quantum reserved in every bucket, served in
+                    // the order of reservation, so equal waiters take turns
+                    let k = q.min(len);
+                    let at = self.buckets(r).iter().flatten().map(|b| b.reserve(now, k)).max().unwrap_or(now);
+                    sleep_until(at);
+                    self.count(r, true, start, at.max(now));
+                    return k;
+                }
                 if let Take::Got(k) = self.try_take(r, now, q.min(len), len) {
                     self.count(r, waited, start, now);
                     return k;
