@@ -38,6 +38,8 @@ static SEG_FD: AtomicI32 = AtomicI32::new(-1);
 static BASE: AtomicU8 = AtomicU8::new(0);
 /// This process's prepaid disk tokens.
 static LEASE: DiskLease = DiskLease::new();
+/// Does the policy (as last seen) order calls by what their fd consumed?
+static TRACK: AtomicBool = AtomicBool::new(false);
 
 const UNKNOWN: u8 = 0;
 /// An internet stream socket: calls are cut to the grant.
@@ -156,9 +158,14 @@ fn prio(sh: &Shaper, fd: i32) -> u8 {
 
 /// What `fd` has consumed, kept only where a priority policy reads it.
 fn consumed(sh: &Shaper, fd: i32, n: u64) {
-    if sh.config.prio_policy() == PrioPolicy::Fifo {
-        return;
+    let track = sh.config.prio_policy() != PrioPolicy::Fifo;
+    TRACK.store(track, Ordering::Relaxed);
+    if track {
+        add_consumed(fd, n);
     }
+}
+
+fn add_consumed(fd: i32, n: u64) {
     if let Some(c) = CONSUMED.get(fd as usize) {
         c.fetch_add(n, Ordering::Relaxed);
     }
@@ -175,6 +182,16 @@ pub fn io(fd: i32, len: usize, call: impl FnOnce(usize) -> sys::Res) -> sys::Res
     let c = class(fd);
     if c == NONE {
         return call(len);
+    }
+    if c == DISK && LEASE.has_credit() {
+        // prepaid disk tokens: no clock, no shared memory, not even the policy's copy
+        let r = call(len);
+        let moved = *r.as_ref().unwrap_or(&0) as u64;
+        LEASE.spend(moved);
+        if TRACK.load(Ordering::Relaxed) {
+            add_consumed(fd, moved);
+        }
+        return r;
     }
     let Some(sh) = shaper() else { return call(len) };
     match c {

@@ -204,13 +204,20 @@ impl Segment {
                 lock(&seg.file, false).map_err(io)?;
                 return Ok(seg);
             }
+            if st.len() < SIZE as u64 {
+                // not ours, or another version's: mapping past its end would fault
+                return Err(SegmentError::NotASegment(file.as_raw_fd()));
+            }
             let seg = Segment::map(file, Some(path.clone()))?;
             if seg.shared().magic.load(Ordering::Acquire) != MAGIC {
                 return Err(SegmentError::NotASegment(seg.file.as_raw_fd()));
             }
             let have = seg.shared().config();
             if let Some(c) = config {
-                if c != have {
+                if seg.members().is_empty() {
+                    // every member died without leaving (SIGKILL): the group is founded anew
+                    seg.shared().config.store(&c);
+                } else if c != have {
                     return Err(SegmentError::Mismatch { group: name.into(), have: have.describe(), want: c.describe() });
                 }
             }
@@ -278,13 +285,33 @@ impl Segment {
         Ok(seg)
     }
 
-    /// The names of the groups that exist now.
+    /// The names of the groups that exist now. A group whose members all died without
+    /// leaving (SIGKILL) is removed on the way, as its last member would have done.
     pub fn groups() -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
             .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_prefix("streamline-shape-").map(String::from)).collect())
             .unwrap_or_default();
+        v.retain(|name| match Segment::open_group(name) {
+            Ok(seg) => !seg.remove_if_dead(),
+            Err(_) => true,
+        });
         v.sort();
         v
+    }
+
+    /// Unlink the group file if no live member holds it (under the group's lock, as
+    /// joining and leaving take it). Returns whether it was removed.
+    fn remove_if_dead(&self) -> bool {
+        let Some(path) = &self.path else { return false };
+        if lock(&self.file, true).is_err() {
+            return false;
+        }
+        let dead = self.file.metadata().is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 0) && self.members().is_empty();
+        if dead {
+            let _ = std::fs::remove_file(path);
+        }
+        let _ = lock(&self.file, false);
+        dead
     }
 
     /// The group file's owner (uid), if this is a group.
@@ -456,6 +483,24 @@ mod tests {
         assert_eq!(b.owner(), Some(unsafe { libc::geteuid() }), "the group file is its founder's");
         drop(b);
         a.leave(std::process::id());
+    }
+
+    #[test]
+    fn a_group_whose_members_all_died_is_swept_or_founded_anew() {
+        let name = format!("unit-alldead-{}", std::process::id());
+        let path = Segment::group_path(&name).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        // a member that died without leaving: a new member with another policy founds it anew
+        drop(Segment::join_group(&name, Some(cfg("1M")), dead).unwrap());
+        let b = Segment::join_group(&name, Some(cfg("2M")), dead).unwrap();
+        assert_eq!(b.shared().config().net.rate, 2_000_000);
+        drop(b);
+        // and a listing removes what only dead members hold
+        assert!(path.exists());
+        assert!(!Segment::groups().contains(&name));
+        assert!(!path.exists(), "a group of dead members was left in /dev/shm");
     }
 
     #[test]

@@ -48,6 +48,19 @@ impl DiskLease {
         DiskLease { pool: std::sync::atomic::AtomicI64::new(0), prepaid: std::sync::atomic::AtomicU64::new(0) }
     }
 
+    /// Has the process prepaid tokens left? Then a disk call may go without a look at the
+    /// shared budget (or its policy: an edit is felt from the next lease on).
+    #[inline]
+    pub fn has_credit(&self) -> bool {
+        self.pool.load(Ordering::Relaxed) > 0
+    }
+
+    /// A call that went on credit moved `moved` bytes.
+    #[inline]
+    pub fn spend(&self, moved: u64) {
+        self.pool.fetch_sub(moved as i64, Ordering::Relaxed);
+    }
+
     /// In a forked child: the parent's lease is the parent's (spending it twice would
     /// overdraw the budget).
     pub fn forget(&self) {
@@ -268,7 +281,7 @@ impl<'a> Shaper<'a> {
         if self.config.disk_cost() != DiskCost::Bytes {
             return self.disk_done(began, moved);
         }
-        lease.pool.fetch_sub(moved as i64, Ordering::Relaxed);
+        lease.spend(moved);
         moved
     }
 
