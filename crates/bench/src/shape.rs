@@ -11,8 +11,8 @@
 //!   dd's own timing) and the error is its distance from the target, the worst of the three.
 //! - **Overhead** (the seed's experiment, where TAP lost 2x): `dd` of a cached file to
 //!   /dev/null in 4 KiB and 32 KiB chunks (cat in fixed chunks), bare and under `streamline
-//!   shape` with budgets no call reaches (shaping on, never waiting); medians of interleaved
-//!   rounds, bare time over shaped time.
+//!   shape` with budgets no call reaches (shaping on, never waiting); the fastest of
+//!   interleaved rounds on each side, bare time over shaped time.
 //! - **Two servers** (the seed's): two unmodified epoll servers (scripts/shapepeer.py) in
 //!   one `--group`, so each is held to half of the group's budget when both are busy;
 //!   clients open connections for a fixed-size file at rising rates (0.5, 1 and 2 times the
@@ -40,8 +40,8 @@ pub struct Args {
     /// Seconds each rate transfer runs (quick: 1).
     #[arg(long, default_value_t = 3.0)]
     secs: f64,
-    /// Rounds of the overhead experiment (medians count; quick: 3).
-    #[arg(long, default_value_t = 9)]
+    /// Rounds of the overhead experiment (the fastest of each side counts; quick: 3).
+    #[arg(long, default_value_t = 11)]
     reps: usize,
 }
 
@@ -214,11 +214,6 @@ fn write_file(path: &Path, bytes: usize) -> Result<()> {
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     for (t, p) in [("iperf3", "iperf3"), ("trickle", "trickle"), ("dd", "coreutils"), ("python3", "python3")] {
         need(t, p)?;
@@ -296,13 +291,15 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             bare.push(dd(&wrap_plain, &big, bs, None)?.1);
             ours.push(dd(&|c: &[String]| shaped(&sl, &never, c), &big, bs, None)?.1);
         }
-        let (b, o) = (median(bare), median(ours));
+        // the fastest of each (other load only ever slows a run down), as util::Plan does
+        let best = |v: Vec<f64>| v.into_iter().fold(f64::INFINITY, f64::min);
+        let (b, o) = (best(bare), best(ours));
         println!("{:>6} B calls: bare {:.3} s, shaped {:.3} s ({} calls): {:.3}", bs, b, o, size / bs, b / o);
         overhead.push(b / o);
     }
     let _ = std::fs::remove_file(&big);
-    sum.add("shape_unlimited_cached_read_4KiB_vs_bare", overhead[0], Some(Target::AtLeast(0.95)), "dd bs=4K, medians");
-    sum.add("shape_unlimited_cached_read_32KiB_vs_bare", overhead[1], None, "dd bs=32K, medians");
+    sum.add("shape_unlimited_cached_read_4KiB_vs_bare", overhead[0], Some(Target::AtLeast(0.95)), "dd bs=4K, fastest of each");
+    sum.add("shape_unlimited_cached_read_32KiB_vs_bare", overhead[1], None, "dd bs=32K, fastest of each");
 
     // ---- two servers in one group, rising connection rate ----
     println!("\n== Two epoll servers in one shaping group, connections at rising rates ==");
