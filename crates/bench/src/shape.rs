@@ -183,7 +183,7 @@ fn dd(wrap: &dyn Fn(&[String]) -> Command, file: &Path, bs: usize, count: Option
 
 /// Three targets below what the machine moved unshaped (`cap` B/s).
 fn targets(cap: f64) -> [f64; 3] {
-    let hi = (cap / 10.0).min(100e6).max(1e6);
+    let hi = (cap / 10.0).clamp(1e6, 100e6);
     [hi / 25.0, hi / 5.0, hi].map(|r| (r / 1000.0).round() * 1000.0)
 }
 

@@ -111,8 +111,8 @@ pub fn forget(fd: i32) {
 /// Forget a range (close_range).
 pub fn forget_range(first: u32, last: u32) {
     let hi = (last as usize).min(vfd::MAX_FD - 1);
-    for fd in first as usize..=hi {
-        if CLASS[fd].load(Ordering::Relaxed) != UNKNOWN {
+    for (fd, c) in CLASS.iter().enumerate().take(hi + 1).skip(first as usize) {
+        if c.load(Ordering::Relaxed) != UNKNOWN {
             forget(fd as i32);
         }
     }

@@ -240,7 +240,7 @@ mod tests {
         assert_eq!(bk.take(t0, 4000, 4000), Take::Got(4000));
         // three waiters reserve 2000 bytes each: 2, 4 and 6 ms from now, in that order
         let r: Vec<u64> = (0..3).map(|_| bk.reserve(t0, 2000) - t0).collect();
-        assert_eq!(r, vec![0, 2_000_000, 4_000_000].iter().map(|x| x + 2_000_000).collect::<Vec<_>>());
+        assert_eq!(r, [0, 2_000_000, 4_000_000].map(|x| x + 2_000_000).to_vec());
         // a reservation on an idle, full bucket is immediate
         let tat2 = AtomicU64::new(0);
         assert_eq!(b(1000, 1000, &tat2).reserve(t0, 500), t0);

@@ -402,7 +402,7 @@ unsafe fn msg_io(fd: i32, msg: *const libc::msghdr, call: impl Fn(*const libc::m
     }
     // SAFETY: a valid msghdr and its vector, as the caller vouches.
     let m = unsafe { &*msg };
-    let v: &[libc::iovec] = if m.msg_iov.is_null() || m.msg_iovlen == 0 { &[] } else { unsafe { std::slice::from_raw_parts(m.msg_iov, m.msg_iovlen as usize) } };
+    let v: &[libc::iovec] = if m.msg_iov.is_null() || m.msg_iovlen == 0 { &[] } else { unsafe { std::slice::from_raw_parts(m.msg_iov, m.msg_iovlen) } };
     let total: usize = v.iter().map(|i| i.iov_len).sum();
     let cut = crate::shape::cuts(fd);
     crate::shape::io(fd, total, |k| {
@@ -438,7 +438,7 @@ unsafe fn mmsg_len(v: *const libc::mmsghdr, n: u32) -> usize {
     // SAFETY: as the caller vouches.
     let v = unsafe { std::slice::from_raw_parts(v, n as usize) };
     v.iter()
-        .map(|e| if e.msg_hdr.msg_iov.is_null() { 0 } else { (0..e.msg_hdr.msg_iovlen as usize).map(|i| unsafe { (*e.msg_hdr.msg_iov.add(i)).iov_len }).sum::<usize>() })
+        .map(|e| if e.msg_hdr.msg_iov.is_null() { 0 } else { (0..e.msg_hdr.msg_iovlen).map(|i| unsafe { (*e.msg_hdr.msg_iov.add(i)).iov_len }).sum::<usize>() })
         .sum()
 }
 
