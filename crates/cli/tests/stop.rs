@@ -146,13 +146,15 @@ fn timeout_stops_a_capture_as_it_stops_tcpdump() {
     let d = dir("timeout");
     let (ours, theirs) = (d.join("ours.pcap"), d.join("tcpdump.pcap"));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // 6 s, not the 3: under CI load a debug build was once still starting when
+    // SIGTERM came (exit 143, no totals: the handlers were not installed yet).
     let run = Command::new("timeout")
-        .args(["--preserve-status", "3", BIN, "run", "--no-share", &format!("rx dev={} | udp | count | pcapout file={}", v.here, ours.display())])
+        .args(["--preserve-status", "6", BIN, "run", "--no-share", &format!("rx dev={} | udp | count | pcapout file={}", v.here, ours.display())])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let td = Command::new("timeout").args(["--preserve-status", "3", "tcpdump", "-i", &v.here, "-w"]).arg(&theirs).arg("udp").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let td = Command::new("timeout").args(["--preserve-status", "6", "tcpdump", "-i", &v.here, "-w"]).arg(&theirs).arg("udp").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     let sender = traffic(&v.peer_ip, stop.clone());
     let out = wait_with_timeout(run, Duration::from_secs(20));
