@@ -66,6 +66,16 @@ fn floor_secs(n: usize, rate: f64, burst: f64) -> f64 {
     (n as f64 - burst) / rate
 }
 
+/// Accept one connection on `l` and read it to its end: (bytes, seconds since `t0`).
+fn accept_all(l: TcpListener, t0: Instant) -> std::thread::JoinHandle<(Vec<u8>, f64)> {
+    std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        (got, t0.elapsed().as_secs_f64())
+    })
+}
+
 #[test]
 fn tcp_send_is_cut_to_the_rate_and_bytes_arrive_intact() {
     let n = 2_000_000;
@@ -73,12 +83,7 @@ fn tcp_send_is_cut_to_the_rate_and_bytes_arrive_intact() {
     let port = l.local_addr().unwrap().port().to_string();
     let seg = segment("1MB/s:64KiB", "unlimited");
     let t0 = Instant::now();
-    let server = std::thread::spawn(move || {
-        let (mut c, _) = l.accept().unwrap();
-        let mut got = Vec::new();
-        c.read_to_end(&mut got).unwrap();
-        (got, t0.elapsed().as_secs_f64())
-    });
+    let server = accept_all(l, t0);
     let st = supervised(&seg, Command::new(prog("tcp_send")).args([&port, &n.to_string()]), |_| {});
     let (got, secs) = server.join().unwrap();
     assert!(st.success(), "{st:?}");
@@ -326,12 +331,7 @@ fn sendfile_to_a_socket_is_cut_and_keeps_offsets() {
     let port = l.local_addr().unwrap().port().to_string();
     let seg = segment("1MB/s:64KiB", "unlimited");
     let t0 = Instant::now();
-    let server = std::thread::spawn(move || {
-        let (mut c, _) = l.accept().unwrap();
-        let mut got = Vec::new();
-        c.read_to_end(&mut got).unwrap();
-        (got, t0.elapsed().as_secs_f64())
-    });
+    let server = accept_all(l, t0);
     let st = supervised(&seg, Command::new(prog("sendfile_send")).arg(&port).arg(&input), |_| {});
     let (got, secs) = server.join().unwrap();
     assert!(st.success(), "{st:?}");
