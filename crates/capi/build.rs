@@ -7,8 +7,13 @@ fn main() {
     let dir = std::path::Path::new(&dir);
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
-    let config = cbindgen::Config::from_file(dir.join("cbindgen.toml")).expect("cbindgen.toml parses");
-    let bindings = match cbindgen::Builder::new().with_crate(dir).with_config(config).generate() {
+    let config =
+        cbindgen::Config::from_file(dir.join("cbindgen.toml")).expect("cbindgen.toml parses");
+    let bindings = match cbindgen::Builder::new()
+        .with_crate(dir)
+        .with_config(config)
+        .generate()
+    {
         Ok(b) => b,
         Err(e) => panic!("cbindgen could not generate streamline.h: {e}"),
     };

@@ -21,7 +21,9 @@ fn main() {
         println!("cargo:rerun-if-changed={src}");
         let obj = out.join(format!("{p}.bpf.o"));
         let res = Command::new(&clang)
-            .args(["-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror"])
+            .args([
+                "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror",
+            ])
             .arg(format!("-I{multiarch}"))
             .args(["-c", &src, "-o"])
             .arg(&obj)

@@ -5,7 +5,10 @@ use beltway::{RingConfig, Start, Writer};
 use std::time::Instant;
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("number")).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("number"))
+        .collect();
     let block = *args.first().unwrap_or(&1024);
     let ring = *args.get(1).unwrap_or(&(1 << 20));
     let total = args.get(2).unwrap_or(&4096) << 20;
@@ -33,5 +36,10 @@ fn main() {
     let n = t.join().unwrap();
     let secs = start.elapsed().as_secs_f64();
     let st = w.stats();
-    println!("{} MB/s  ({n} bytes, wakeups {}, writer waits {})", (n as f64 / secs / 1e6) as u64, st.wakeups, st.writer_waits);
+    println!(
+        "{} MB/s  ({n} bytes, wakeups {}, writer waits {})",
+        (n as f64 / secs / 1e6) as u64,
+        st.wakeups,
+        st.writer_waits
+    );
 }

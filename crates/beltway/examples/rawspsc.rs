@@ -48,5 +48,8 @@ fn main() {
         head.0.store(pos, Release);
     }
     t.join().unwrap();
-    println!("{} MB/s", (total as f64 / start.elapsed().as_secs_f64() / 1e6) as u64);
+    println!(
+        "{} MB/s",
+        (total as f64 / start.elapsed().as_secs_f64() / 1e6) as u64
+    );
 }

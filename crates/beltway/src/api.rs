@@ -14,7 +14,7 @@
 
 use crate::error::{Error, Result};
 use crate::ibuf::{IbufReader, IbufWriter};
-use crate::ring::{Peeked, Ready, Reader, RingConfig, Start, Writer};
+use crate::ring::{Peeked, Reader, Ready, RingConfig, Start, Writer};
 use std::time::Duration;
 
 /// The read side of a stream.
@@ -114,7 +114,10 @@ impl Source for IbufReader {
     }
     fn block(&mut self, timeout: Option<Duration>) -> Result<Ready> {
         let _ = timeout;
-        Err(Error::Unsupported { name: self.tags().shared().name().to_string(), what: "block on an IBuf reader (block on its tag ring)" })
+        Err(Error::Unsupported {
+            name: self.tags().shared().name().to_string(),
+            what: "block on an IBuf reader (block on its tag ring)",
+        })
     }
 }
 
@@ -145,7 +148,9 @@ pub fn pipe(size: usize) -> Result<(Writer, Reader)> {
 /// sees every byte (thesis "mpipe").
 pub fn mpipe(size: usize, readers: usize) -> Result<(Writer, Vec<Reader>)> {
     let w = Writer::create("mpipe", RingConfig::bytes(size))?;
-    let rs = (0..readers).map(|_| w.ring().reader(Start::Oldest)).collect::<Result<Vec<_>>>()?;
+    let rs = (0..readers)
+        .map(|_| w.ring().reader(Start::Oldest))
+        .collect::<Result<Vec<_>>>()?;
     Ok((w, rs))
 }
 

@@ -27,9 +27,17 @@ pub enum Error {
     #[error("ring '{name}': reader fell behind; bytes {from}..{to} were overwritten")]
     Overrun { name: String, from: u64, to: u64 },
     #[error("ring '{name}': {len} bytes exceed the limit of {max}")]
-    TooLarge { name: String, len: usize, max: usize },
+    TooLarge {
+        name: String,
+        len: usize,
+        max: usize,
+    },
     #[error("ring '{name}': a {need}-byte record does not fit the {got}-byte buffer")]
-    BufferTooSmall { name: String, need: usize, got: usize },
+    BufferTooSmall {
+        name: String,
+        need: usize,
+        got: usize,
+    },
     #[error("ring '{name}': corrupt data at position {pos}: {why}")]
     Corrupt { name: String, pos: u64, why: String },
     #[error("ring '{name}': all {max} reader slots are in use")]
@@ -46,7 +54,11 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn os(name: &str, op: &'static str, source: io::Error) -> Error {
-        Error::Os { name: name.to_string(), op, source }
+        Error::Os {
+            name: name.to_string(),
+            op,
+            source,
+        }
     }
 
     /// Whether this error reports data lost to overwrite (a lossy reader fell behind).

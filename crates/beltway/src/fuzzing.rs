@@ -15,7 +15,8 @@ pub fn run_hostile_ring(data: &[u8]) {
         return;
     }
     let size = 1 << 14;
-    let layout = [Layout::Bytes, Layout::Records, Layout::Slots, Layout::Tags][data[0] as usize % 4];
+    let layout =
+        [Layout::Bytes, Layout::Records, Layout::Slots, Layout::Tags][data[0] as usize % 4];
     let sync = [SyncMode::Srp, SyncMode::Frp, SyncMode::Mrp][data[1] as usize % 3];
     let mut cfg = RingConfig::bytes(size).layout(layout).sync(sync);
     if layout == Layout::Slots {
@@ -26,8 +27,12 @@ pub fn run_hostile_ring(data: &[u8]) {
         cfg.scaling_window = 0;
         cfg.calm_laps = 1;
     }
-    let Ok(mut w) = Writer::create("fuzz", cfg) else { return };
-    let Ok(mut r) = w.ring().reader(Start::Oldest) else { return };
+    let Ok(mut w) = Writer::create("fuzz", cfg) else {
+        return;
+    };
+    let Ok(mut r) = w.ring().reader(Start::Oldest) else {
+        return;
+    };
     let n = data[2] as usize % 48;
     let rec = [0x5Au8; 700];
     // At most half the ring: a lossless writer must not block on our own idle reader.
@@ -88,7 +93,10 @@ pub fn run_hostile_ring(data: &[u8]) {
     if table.register(&w.ring()).is_ok() {
         for chunk in data.chunks(16) {
             if let Some(t) = Tag::from_bytes(chunk) {
-                let t = Tag { buf: w.shared().buf_id(), ..t };
+                let t = Tag {
+                    buf: w.shared().buf_id(),
+                    ..t
+                };
                 if let Ok(bytes) = table.resolve(&t) {
                     assert_eq!(bytes.len(), t.len as usize);
                 }

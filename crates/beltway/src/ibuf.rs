@@ -17,10 +17,10 @@
 //! header ring after a loss.
 
 use crate::error::{Error, Result};
+use crate::layout::BufNames;
 use crate::layout::DATA_OFFSET;
 use crate::pos::{self, Epoch};
 use crate::ring::{Layout, Peeked, Reader, RingConfig, RingRef, Shared, Start, SyncMode, Writer};
-use crate::layout::BufNames;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -82,7 +82,10 @@ fn record_name(ibuf: &Shared, id: u16, name: &str) -> Result<()> {
         }
     }
     if n >= MAX_NAMES || name.len() > NAME_ENTRY - 3 {
-        return Err(Error::Unsupported { name: ibuf.name.clone(), what: "more DBuf names than the IBuf header holds" });
+        return Err(Error::Unsupported {
+            name: ibuf.name.clone(),
+            what: "more DBuf names than the IBuf header holds",
+        });
     }
     let mut e = vec![0u8; NAME_ENTRY];
     e[..2].copy_from_slice(&id.to_le_bytes());
@@ -101,7 +104,9 @@ fn lookup_name(ibuf: &Shared, id: u16) -> Option<String> {
     // entries below it are complete.
     let n = (names.count.load(Acquire) as usize).min(MAX_NAMES);
     (0..n).find_map(|i| {
-        let e = ibuf.data.bytes(NAMES_OFFSET + 8 + i * NAME_ENTRY, NAME_ENTRY);
+        let e = ibuf
+            .data
+            .bytes(NAMES_OFFSET + 8 + i * NAME_ENTRY, NAME_ENTRY);
         if u16::from_le_bytes([e[0], e[1]]) != id {
             return None;
         }
@@ -124,7 +129,14 @@ impl Entry {
     fn new(sh: Arc<Shared>) -> Entry {
         let (prev, cur, gen) = sh.load_epochs();
         let r = sh.data.addr_range();
-        Entry { id: sh.buf_id, addr: r.start + DATA_OFFSET..r.start + DATA_OFFSET + sh.max_cap as usize, sh, prev, cur, gen }
+        Entry {
+            id: sh.buf_id,
+            addr: r.start + DATA_OFFSET..r.start + DATA_OFFSET + sh.max_cap as usize,
+            sh,
+            prev,
+            cur,
+            gen,
+        }
     }
     fn refresh(&mut self) {
         // SYNC POINT: Acquire, pairs with the Release store of epoch_gen in
@@ -160,14 +172,23 @@ impl BufTable {
             if Arc::ptr_eq(&e.sh, &sh) {
                 return Ok(());
             }
-            return Err(Error::Config { name: sh.name.clone(), why: format!("buffer id {} is already used by ring '{}'", sh.buf_id, e.sh.name) });
+            return Err(Error::Config {
+                name: sh.name.clone(),
+                why: format!(
+                    "buffer id {} is already used by ring '{}'",
+                    sh.buf_id, e.sh.name
+                ),
+            });
         }
         self.entries.push(Entry::new(sh));
         Ok(())
     }
 
     fn entry(&mut self, id: u16) -> Result<&mut Entry> {
-        self.entries.iter_mut().find(|e| e.id == id).ok_or(Error::UnknownBuffer { id })
+        self.entries
+            .iter_mut()
+            .find(|e| e.id == id)
+            .ok_or(Error::UnknownBuffer { id })
     }
 
     /// Bytes a tag points to, if they are committed and not yet overwritten. On lossy DBufs,
@@ -185,7 +206,11 @@ impl BufTable {
     /// Where the bytes of a tag are (entry, offset in its data segment), if they are
     /// committed and not yet overwritten (see [`BufTable::resolve`]).
     fn locate(&mut self, tag: &Tag) -> Result<(usize, usize)> {
-        let k = self.entries.iter().position(|e| e.id == tag.buf).ok_or(Error::UnknownBuffer { id: tag.buf })?;
+        let k = self
+            .entries
+            .iter()
+            .position(|e| e.id == tag.buf)
+            .ok_or(Error::UnknownBuffer { id: tag.buf })?;
         let e = &mut self.entries[k];
         e.refresh();
         let h = e.sh.hdr();
@@ -198,17 +223,36 @@ impl BufTable {
         let end = tag.pos.checked_add(tag.len as u64);
         let name = &e.sh.name;
         if tag.pos < tail {
-            return Err(Error::Overrun { name: name.clone(), from: tag.pos, to: tail });
+            return Err(Error::Overrun {
+                name: name.clone(),
+                from: tag.pos,
+                to: tail,
+            });
         }
         let Some(end) = end.filter(|&end| end <= wpos) else {
-            return Err(Error::Corrupt { name: name.clone(), pos: tag.pos, why: format!("tag of {} bytes points past the write position {wpos}", tag.len) });
+            return Err(Error::Corrupt {
+                name: name.clone(),
+                pos: tag.pos,
+                why: format!(
+                    "tag of {} bytes points past the write position {wpos}",
+                    tag.len
+                ),
+            });
         };
         let Some(ep) = pos::epoch_for(e.prev, e.cur, tag.pos) else {
-            return Err(Error::Overrun { name: name.clone(), from: tag.pos, to: tail });
+            return Err(Error::Overrun {
+                name: name.clone(),
+                from: tag.pos,
+                to: tail,
+            });
         };
         let off = ep.offset(tag.pos);
         if off + (end - tag.pos) > ep.size {
-            return Err(Error::Corrupt { name: name.clone(), pos: tag.pos, why: "tag region wraps around the ring end".into() });
+            return Err(Error::Corrupt {
+                name: name.clone(),
+                pos: tag.pos,
+                why: "tag region wraps around the ring end".into(),
+            });
         }
         Ok((k, DATA_OFFSET + off as usize))
     }
@@ -222,7 +266,11 @@ impl BufTable {
         std::sync::atomic::fence(Acquire);
         let tail = e.sh.hdr().t.0.tail.load(Relaxed);
         if tag.pos < tail {
-            return Err(Error::Overrun { name: e.sh.name.clone(), from: tag.pos, to: tail });
+            return Err(Error::Overrun {
+                name: e.sh.name.clone(),
+                from: tag.pos,
+                to: tail,
+            });
         }
         Ok(())
     }
@@ -246,9 +294,16 @@ impl BufTable {
             }
             let lap = (wpos - ep.start) / ep.size;
             for l in [lap, lap.wrapping_sub(1)] {
-                let Some(p) = l.checked_mul(ep.size).map(|x| ep.start + x + off) else { continue };
+                let Some(p) = l.checked_mul(ep.size).map(|x| ep.start + x + off) else {
+                    continue;
+                };
                 if p >= ep.start && p >= tail && p + data.len() as u64 <= wpos {
-                    return Some(Tag { pos: p, len: data.len() as u32, buf: e.id, class: 1 });
+                    return Some(Tag {
+                        pos: p,
+                        len: data.len() as u32,
+                        buf: e.id,
+                        class: 1,
+                    });
                 }
             }
         }
@@ -257,10 +312,15 @@ impl BufTable {
 
     /// Map, by name, DBufs named in an IBuf header that this table does not know yet.
     fn fault_in(&mut self, ibuf: &Shared, id: u16) -> Result<()> {
-        let Some(name) = lookup_name(ibuf, id) else { return Err(Error::UnknownBuffer { id }) };
+        let Some(name) = lookup_name(ibuf, id) else {
+            return Err(Error::UnknownBuffer { id });
+        };
         let ring = RingRef::open(&name)?;
         if ring.0.buf_id != id {
-            return Err(Error::BadRing { name, why: format!("expected buffer id {id}, found {}", ring.0.buf_id) });
+            return Err(Error::BadRing {
+                name,
+                why: format!("expected buffer id {id}, found {}", ring.0.buf_id),
+            });
         }
         self.register(&ring)
     }
@@ -278,7 +338,10 @@ impl DbufView {
     pub fn new(ring: &RingRef) -> DbufView {
         let sh = ring.0.clone();
         let e = sh.load_epochs();
-        DbufView { sh, epochs: std::cell::Cell::new(e) }
+        DbufView {
+            sh,
+            epochs: std::cell::Cell::new(e),
+        }
     }
     /// The DBuf's id (what its tags carry).
     pub fn id(&self) -> u16 {
@@ -304,7 +367,11 @@ impl DbufView {
         std::sync::atomic::fence(Acquire);
         let tail = self.sh.hdr().t.0.tail.load(Relaxed);
         if tag.pos < tail {
-            return Err(Error::Overrun { name: self.sh.name.clone(), from: tag.pos, to: tail });
+            return Err(Error::Overrun {
+                name: self.sh.name.clone(),
+                from: tag.pos,
+                to: tail,
+            });
         }
         Ok(())
     }
@@ -325,19 +392,45 @@ impl DbufView {
         let tail = h.t.0.tail.load(Acquire);
         let name = &self.sh.name;
         if tag.pos < tail {
-            return Err(Error::Overrun { name: name.clone(), from: tag.pos, to: tail });
+            return Err(Error::Overrun {
+                name: name.clone(),
+                from: tag.pos,
+                to: tail,
+            });
         }
-        let Some(end) = tag.pos.checked_add(tag.len as u64).filter(|&end| end <= wpos) else {
-            return Err(Error::Corrupt { name: name.clone(), pos: tag.pos, why: format!("tag of {} bytes points past the write position {wpos}", tag.len) });
+        let Some(end) = tag
+            .pos
+            .checked_add(tag.len as u64)
+            .filter(|&end| end <= wpos)
+        else {
+            return Err(Error::Corrupt {
+                name: name.clone(),
+                pos: tag.pos,
+                why: format!(
+                    "tag of {} bytes points past the write position {wpos}",
+                    tag.len
+                ),
+            });
         };
         let Some(ep) = pos::epoch_for(prev, cur, tag.pos) else {
-            return Err(Error::Overrun { name: name.clone(), from: tag.pos, to: tail });
+            return Err(Error::Overrun {
+                name: name.clone(),
+                from: tag.pos,
+                to: tail,
+            });
         };
         let off = ep.offset(tag.pos);
         if off + (end - tag.pos) > ep.size {
-            return Err(Error::Corrupt { name: name.clone(), pos: tag.pos, why: "tag region wraps around the ring end".into() });
+            return Err(Error::Corrupt {
+                name: name.clone(),
+                pos: tag.pos,
+                why: "tag region wraps around the ring end".into(),
+            });
         }
-        Ok(self.sh.data.bytes(DATA_OFFSET + off as usize, tag.len as usize))
+        Ok(self
+            .sh
+            .data
+            .bytes(DATA_OFFSET + off as usize, tag.len as usize))
     }
 }
 
@@ -354,9 +447,17 @@ pub struct IbufReader {
 impl IbufReader {
     pub fn new(tags: Reader, table: BufTable) -> Result<IbufReader> {
         if tags.shared().layout() != Layout::Tags {
-            return Err(Error::Unsupported { name: tags.shared().name().to_string(), what: "IbufReader over a ring that does not hold tags" });
+            return Err(Error::Unsupported {
+                name: tags.shared().name().to_string(),
+                what: "IbufReader over a ring that does not hold tags",
+            });
         }
-        Ok(IbufReader { tags, table, held: None, held_at: (0, 0) })
+        Ok(IbufReader {
+            tags,
+            table,
+            held: None,
+            held_at: (0, 0),
+        })
     }
     pub fn table(&mut self) -> &mut BufTable {
         &mut self.table
@@ -385,7 +486,11 @@ impl IbufReader {
     /// empty unless `now_only`.
     fn hold_tag(&mut self, now_only: bool) -> Result<Option<Tag>> {
         loop {
-            let p = if now_only { self.tags.try_peek_acquire(Tag::SIZE)? } else { self.tags.peek_acquire(Tag::SIZE)? };
+            let p = if now_only {
+                self.tags.try_peek_acquire(Tag::SIZE)?
+            } else {
+                self.tags.peek_acquire(Tag::SIZE)?
+            };
             let t = match p {
                 None => return Ok(None),
                 Some(p) => Tag::from_bytes(p.data).expect("tag slots are 16 bytes"),
@@ -412,11 +517,17 @@ impl IbufReader {
 
     /// Read-through: copy the next block into `buf`; 0 at EOF.
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let Some(tag) = self.hold_tag(false)? else { return Ok(0) };
+        let Some(tag) = self.hold_tag(false)? else {
+            return Ok(0);
+        };
         let name = self.tags.shared().name().to_string();
         let res = self.resolve(&tag).and_then(|data| {
             if data.len() > buf.len() {
-                return Err(Error::BufferTooSmall { name, need: data.len(), got: buf.len() });
+                return Err(Error::BufferTooSmall {
+                    name,
+                    need: data.len(),
+                    got: buf.len(),
+                });
             }
             buf[..data.len()].copy_from_slice(data);
             Ok(data.len())
@@ -445,7 +556,9 @@ impl IbufReader {
     }
 
     fn acquire(&mut self, now_only: bool) -> Result<Option<(Tag, Peeked<'_>)>> {
-        let Some(tag) = self.hold_tag(now_only)? else { return Ok(None) };
+        let Some(tag) = self.hold_tag(now_only)? else {
+            return Ok(None);
+        };
         // Located once: a lossy DBuf's writer may overwrite the block at any time, and a
         // second look that failed would leave the tag held (the caller validates with
         // `peek_complete` after use).
@@ -458,13 +571,27 @@ impl IbufReader {
         };
         self.held = Some(tag);
         self.held_at = at;
-        Ok(Some((tag, Peeked { pos: tag.pos, data: self.table.bytes_at(at, tag.len as usize) })))
+        Ok(Some((
+            tag,
+            Peeked {
+                pos: tag.pos,
+                data: self.table.bytes_at(at, tag.len as usize),
+            },
+        )))
     }
 
     /// The block the last `peek_acquire` holds, again (where it was located then), until
     /// `peek_complete`.
     pub fn held(&self) -> Option<(Tag, Peeked<'_>)> {
-        self.held.map(|t| (t, Peeked { pos: t.pos, data: self.table.bytes_at(self.held_at, t.len as usize) }))
+        self.held.map(|t| {
+            (
+                t,
+                Peeked {
+                    pos: t.pos,
+                    data: self.table.bytes_at(self.held_at, t.len as usize),
+                },
+            )
+        })
     }
 
     /// Validate the block from the last `peek_acquire` after use, and release its tag.
@@ -497,15 +624,30 @@ pub struct IbufWriter {
     released: crate::ring::ReleaseCache,
     /// The open `poke_acquire` window in the default DBuf: (position, length).
     poked: Option<(u64, usize)>,
+    /// The bytes of a run of tags being written (kept to reuse its allocation).
+    scratch: Vec<u8>,
 }
 
 impl IbufWriter {
     /// An IBuf writer over a tag ring, without a default DBuf (tags and splices only).
     pub fn new(tags: Writer) -> Result<IbufWriter> {
         if tags.shared().layout() != Layout::Tags {
-            return Err(Error::Unsupported { name: tags.shared().name().to_string(), what: "IbufWriter over a ring that does not hold tags" });
+            return Err(Error::Unsupported {
+                name: tags.shared().name().to_string(),
+                what: "IbufWriter over a ring that does not hold tags",
+            });
         }
-        Ok(IbufWriter { tags, table: BufTable::new(), default: None, outstanding: VecDeque::new(), spliced: 0, copied: 0, released: Default::default(), poked: None })
+        Ok(IbufWriter {
+            tags,
+            table: BufTable::new(),
+            default: None,
+            outstanding: VecDeque::new(),
+            spliced: 0,
+            copied: 0,
+            released: Default::default(),
+            poked: None,
+            scratch: Vec::new(),
+        })
     }
 
     /// Give the IBuf a default DBuf for write-through. `data` must be a byte ring with
@@ -513,7 +655,10 @@ impl IbufWriter {
     pub fn with_default(mut self, data: Writer) -> Result<IbufWriter> {
         let sh = data.shared().clone();
         if sh.layout() != Layout::Bytes || sh.sync() != SyncMode::Srp {
-            return Err(Error::Unsupported { name: sh.name.clone(), what: "a default DBuf that is not a lossless byte ring" });
+            return Err(Error::Unsupported {
+                name: sh.name.clone(),
+                what: "a default DBuf that is not a lossless byte ring",
+            });
         }
         let shadow = Reader::attach(sh.clone(), Start::Latest)?;
         self.register(&data.ring())?;
@@ -545,6 +690,17 @@ impl IbufWriter {
     /// Store a tag.
     pub fn write_tag(&mut self, tag: Tag) -> Result<u64> {
         self.tags.append_record(&tag.to_bytes())
+    }
+
+    /// Store a run of tags with one copy (see [`Writer::append_tags`]); returns the
+    /// position of the first.
+    pub fn write_tags(&mut self, tags: &[Tag]) -> Result<u64> {
+        let mut bytes = std::mem::take(&mut self.scratch);
+        bytes.clear();
+        bytes.extend(tags.iter().flat_map(|t| t.to_bytes()));
+        let r = self.tags.append_tags(&bytes);
+        self.scratch = bytes;
+        r
     }
 
     /// Write a block: splice when `data` already lies in a mapped DBuf, else write through.
@@ -585,10 +741,16 @@ impl IbufWriter {
     pub fn poke_acquire(&mut self, len: usize) -> Result<&mut [u8]> {
         let name = || self.tags.shared().name().to_string();
         if self.poked.is_some() {
-            return Err(Error::Unsupported { name: name(), what: "a second poke_acquire before poke_complete" });
+            return Err(Error::Unsupported {
+                name: name(),
+                what: "a second poke_acquire before poke_complete",
+            });
         }
         let Some((dbuf, _)) = self.default.as_mut() else {
-            return Err(Error::Unsupported { name: name(), what: "poke without a default DBuf" });
+            return Err(Error::Unsupported {
+                name: name(),
+                what: "poke without a default DBuf",
+            });
         };
         let need = dbuf.contiguous_need(len)?;
         self.release_until(need)?;
@@ -596,7 +758,9 @@ impl IbufWriter {
         // Committed on the DBuf at once: its readers learn of blocks only from tags.
         let (at, _) = dbuf.alloc_contiguous(len)?;
         self.poked = Some((at, len));
-        Ok(self.poked_mut().expect("the window was just allocated and is not overwritten"))
+        Ok(self
+            .poked_mut()
+            .expect("the window was just allocated and is not overwritten"))
     }
 
     /// The window of the open `poke_acquire` again (a caller that fills it over several
@@ -610,15 +774,30 @@ impl IbufWriter {
     /// of class `class`) and give the rest of the window back.
     pub fn poke_complete(&mut self, len: usize, class: u16) -> Result<Tag> {
         let Some((at, cap)) = self.poked else {
-            return Err(Error::Unsupported { name: self.tags.shared().name().to_string(), what: "poke_complete without poke_acquire" });
+            return Err(Error::Unsupported {
+                name: self.tags.shared().name().to_string(),
+                what: "poke_complete without poke_acquire",
+            });
         };
         if len > cap {
-            return Err(Error::TooLarge { name: self.tags.shared().name().to_string(), len, max: cap });
+            return Err(Error::TooLarge {
+                name: self.tags.shared().name().to_string(),
+                len,
+                max: cap,
+            });
         }
         self.poked = None;
-        let (dbuf, _) = self.default.as_mut().expect("an open poke has a default DBuf");
+        let (dbuf, _) = self
+            .default
+            .as_mut()
+            .expect("an open poke has a default DBuf");
         dbuf.give_back(at, cap, len);
-        let tag = Tag { pos: at, len: len as u32, buf: dbuf.shared().buf_id(), class };
+        let tag = Tag {
+            pos: at,
+            len: len as u32,
+            buf: dbuf.shared().buf_id(),
+            class,
+        };
         let tpos = self.write_tag(tag)?;
         self.outstanding.push_back((tpos, at + len as u64));
         self.copied += 1;
@@ -636,17 +815,28 @@ impl IbufWriter {
     /// overwrites.
     fn write_through(&mut self, parts: &[&[u8]], class: u16) -> Result<Tag> {
         if self.poked.is_some() {
-            return Err(Error::Unsupported { name: self.tags.shared().name().to_string(), what: "write-through while a poke_acquire is open" });
+            return Err(Error::Unsupported {
+                name: self.tags.shared().name().to_string(),
+                what: "write-through while a poke_acquire is open",
+            });
         }
         let Some((dbuf, _)) = self.default.as_mut() else {
-            return Err(Error::Unsupported { name: self.tags.shared().name().to_string(), what: "write-through without a default DBuf" });
+            return Err(Error::Unsupported {
+                name: self.tags.shared().name().to_string(),
+                what: "write-through without a default DBuf",
+            });
         };
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let need = dbuf.contiguous_need(len)?;
         self.release_until(need)?;
         let (dbuf, _) = self.default.as_mut().expect("checked");
         let pos = dbuf.write_contiguous_parts(parts)?;
-        Ok(Tag { pos, len: len as u32, buf: dbuf.shared().buf_id(), class })
+        Ok(Tag {
+            pos,
+            len: len as u32,
+            buf: dbuf.shared().buf_id(),
+            class,
+        })
     }
 
     /// Advance the shadow reader on the default DBuf up to `need`, waiting for the IBuf's
@@ -690,6 +880,23 @@ impl IbufWriter {
         Ok(())
     }
 
+    /// Batched commits on the tag ring (see [`Writer::set_deferred`]): tags become visible
+    /// at [`IbufWriter::commit`], one release store per batch instead of one per tag. The
+    /// default DBuf commits every write at once, as before: a tag, whenever the tag ring
+    /// commits it (it may commit early, to wake a sleeping reader), never points at bytes
+    /// a reader could not yet see.
+    pub fn set_deferred(&mut self, on: bool) {
+        self.tags.set_deferred(on);
+    }
+
+    /// Make the tags written so far visible. Sleeping readers are woken per the tag ring's
+    /// moderation (after `threshold` tags, or by their own latency bound), not
+    /// unconditionally.
+    pub fn commit(&mut self) {
+        self.tags.commit();
+    }
+
+    /// [`IbufWriter::commit`], then wake sleeping readers whatever the moderation says.
     pub fn flush(&mut self) {
         self.tags.flush();
     }
@@ -706,8 +913,16 @@ pub struct DoubleRing;
 impl DoubleRing {
     /// Create an anonymous double ring with `headers` tag slots and `data` bytes.
     pub fn create(name: &str, headers: usize, data: usize, sync: SyncMode) -> Result<IbufWriter> {
-        let tags = Writer::create(&format!("{name}.hdr"), RingConfig::bytes(headers * Tag::SIZE).layout(Layout::Tags).sync(sync))?;
-        let dcfg = RingConfig { buf_id: 2, ..RingConfig::bytes(data) };
+        let tags = Writer::create(
+            &format!("{name}.hdr"),
+            RingConfig::bytes(headers * Tag::SIZE)
+                .layout(Layout::Tags)
+                .sync(sync),
+        )?;
+        let dcfg = RingConfig {
+            buf_id: 2,
+            ..RingConfig::bytes(data)
+        };
         let dbuf = Writer::create(&format!("{name}.data"), dcfg)?;
         IbufWriter::new(tags)?.with_default(dbuf)
     }

@@ -44,4 +44,6 @@ pub use api::{mkfifo, mpipe, pipe, select, Sink, Source};
 pub use error::{Error, Result};
 pub use ibuf::{BufTable, DbufView, DoubleRing, IbufReader, IbufWriter, Tag};
 pub use mp::MpWriter;
-pub use ring::{Layout, Peeked, Ready, Reader, RingConfig, RingRef, RingStats, Start, SyncMode, Writer};
+pub use ring::{
+    Layout, Peeked, Reader, Ready, RingConfig, RingRef, RingStats, Start, SyncMode, Writer,
+};

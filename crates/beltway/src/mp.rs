@@ -14,7 +14,7 @@
 //! owner dead closes that container as *abandoned* (readers skip it).
 
 use crate::error::{Error, Result};
-use crate::layout::{MultiProducer, MP_PAIRS, DATA_OFFSET};
+use crate::layout::{MultiProducer, DATA_OFFSET, MP_PAIRS};
 use crate::ring::notify::{publish_position, wake_all};
 use crate::ring::release::PidLock;
 use crate::ring::{ReleaseCache, RingRef, Shared};
@@ -51,12 +51,23 @@ impl MpWriter {
     pub fn new(ring: &RingRef) -> Result<MpWriter> {
         let sh = ring.0.clone();
         if !sh.multi_producer {
-            return Err(Error::Unsupported { name: sh.name.clone(), what: "MpWriter on a single-producer ring" });
+            return Err(Error::Unsupported {
+                name: sh.name.clone(),
+                what: "MpWriter on a single-producer ring",
+            });
         }
         if !sh.data.writable() || sh.ctl.is_none() {
-            return Err(Error::Permission { name: sh.name.clone(), what: "producers need write access to both segments".into() });
+            return Err(Error::Permission {
+                name: sh.name.clone(),
+                what: "producers need write access to both segments".into(),
+            });
         }
-        Ok(MpWriter { sh, token: WriteToken::default(), release: ReleaseCache::default(), me: sys::getpid() })
+        Ok(MpWriter {
+            sh,
+            token: WriteToken::default(),
+            release: ReleaseCache::default(),
+            me: sys::getpid(),
+        })
     }
 
     /// Open a named multi-producer ring as an additional producer.
@@ -70,7 +81,9 @@ impl MpWriter {
 
     /// Largest payload a slot holds.
     pub fn max_record(&self) -> usize {
-        self.sh.layout.max_payload(self.sh.slot_size, self.sh.min_cap)
+        self.sh
+            .layout
+            .max_payload(self.sh.slot_size, self.sh.min_cap)
     }
 
     /// Acquire the next free container. Blocks while the ring is full (lossless rings) or
@@ -96,7 +109,8 @@ impl MpWriter {
                 let index = head + k;
                 let end = (index + 1) * s;
                 need = end.saturating_sub(size);
-                if need <= self.release.min && sh.ctl().unwrap().r.0.attached_ever.load(Relaxed) == self.release.gen
+                if need <= self.release.min
+                    && sh.ctl().unwrap().r.0.attached_ever.load(Relaxed) == self.release.gen
                     || sh.sync == crate::SyncMode::Frp
                 {
                     let t = &sh.hdr().t.0;
@@ -113,7 +127,11 @@ impl MpWriter {
                     // published by the lock's Release.)
                     fence(Release);
                     let len = self.max_record();
-                    return Ok(MpSlot { w: self, index, len });
+                    return Ok(MpSlot {
+                        w: self,
+                        index,
+                        len,
+                    });
                 }
             }
             // Not enough released space: wake readers sitting on a partial batch, then
@@ -166,7 +184,9 @@ impl MpWriter {
 
     fn mark_abandoned(&self, index: u64) {
         let off = DATA_OFFSET + ((index * self.sh.slot_size) & (self.sh.max_cap - 1)) as usize;
-        self.sh.data.write_at(off, self.sh.layout.abandoned_marker());
+        self.sh
+            .data
+            .write_at(off, self.sh.layout.abandoned_marker());
     }
 
     /// Mark container `index` closed and advance the write pointer over closed pairs.
@@ -185,9 +205,17 @@ impl MpWriter {
             run += 1;
         }
         if run > 0 {
-            bm = if run as usize == MP_PAIRS { 0 } else { bm >> (2 * run) };
+            bm = if run as usize == MP_PAIRS {
+                0
+            } else {
+                bm >> (2 * run)
+            };
             for i in 0..MP_PAIRS {
-                let next = if i + (run as usize) < MP_PAIRS { mp.owners[i + run as usize].load(Relaxed) } else { 0 };
+                let next = if i + (run as usize) < MP_PAIRS {
+                    mp.owners[i + run as usize].load(Relaxed)
+                } else {
+                    0
+                };
                 mp.owners[i].store(next, Relaxed);
             }
         }
@@ -234,14 +262,20 @@ impl MpSlot<'_> {
     /// The writable payload area of the container.
     pub fn buf(&mut self) -> &mut [u8] {
         let sh = &self.w.sh;
-        let off = DATA_OFFSET + ((self.index * sh.slot_size) & (sh.max_cap - 1)) as usize + sh.layout.payload_hdr() as usize;
+        let off = DATA_OFFSET
+            + ((self.index * sh.slot_size) & (sh.max_cap - 1)) as usize
+            + sh.layout.payload_hdr() as usize;
         sh.data.reserved_mut(&mut self.w.token, off, self.len)
     }
     /// Publish the container holding `len` payload bytes. Returns the payload position.
     pub fn complete(self, len: usize) -> Result<u64> {
         let sh = self.w.sh.clone();
         if len > self.len {
-            return Err(Error::TooLarge { name: sh.name.clone(), len, max: self.len });
+            return Err(Error::TooLarge {
+                name: sh.name.clone(),
+                len,
+                max: self.len,
+            });
         }
         let base = self.index * sh.slot_size;
         let hdr = sh.layout.header(len as u32);
@@ -258,7 +292,11 @@ impl MpWriter {
     /// Convenience: acquire, copy `data`, complete.
     pub fn write(&mut self, data: &[u8]) -> Result<u64> {
         if data.len() > self.max_record() {
-            return Err(Error::TooLarge { name: self.sh.name.clone(), len: data.len(), max: self.max_record() });
+            return Err(Error::TooLarge {
+                name: self.sh.name.clone(),
+                len: data.len(),
+                max: self.max_record(),
+            });
         }
         let mut slot = self.acquire()?;
         slot.buf()[..data.len()].copy_from_slice(data);

@@ -132,7 +132,13 @@ pub struct ScaleState {
 
 impl Scaling {
     pub fn new(min: u64, max: u64, calm_laps: u32) -> Scaling {
-        Scaling { min, max, calm_laps: calm_laps.max(1), window_bytes: 4 << 20, tolerance: 0.05 }
+        Scaling {
+            min,
+            max,
+            calm_laps: calm_laps.max(1),
+            window_bytes: 4 << 20,
+            tolerance: 0.05,
+        }
     }
 
     /// Decide the size for the next window.
@@ -153,7 +159,11 @@ impl Scaling {
         if let Some((before_size, before)) = st.probe.take() {
             // A smaller ring must hold throughput; a bigger one must clearly beat it (it
             // costs cache and memory).
-            let ok = if size < before_size { rate >= before * (1.0 - self.tolerance) } else { rate > before * (1.0 + self.tolerance) };
+            let ok = if size < before_size {
+                rate >= before * (1.0 - self.tolerance)
+            } else {
+                rate > before * (1.0 + self.tolerance)
+            };
             if !ok {
                 st.next_hold = (st.next_hold * 2).clamp(4, 256);
                 st.hold = st.next_hold;
@@ -169,7 +179,11 @@ impl Scaling {
             st.hold -= 1;
             return size;
         }
-        let next = if st.up_next { (size * 2).min(self.max) } else { (size / 2).max(self.min) };
+        let next = if st.up_next {
+            (size * 2).min(self.max)
+        } else {
+            (size / 2).max(self.min)
+        };
         if next == size {
             st.up_next = !st.up_next;
             return size;
@@ -197,20 +211,24 @@ mod tests {
 
     /// Generate an epoch history: sizes are powers of two, each epoch lasts whole laps.
     fn history() -> impl Strategy<Value = (Vec<Epoch>, u64)> {
-        (proptest::collection::vec((0u32..4, 1u64..4), 1..6), 0u64..64).prop_map(|(spec, extra)| {
-            let mut epochs = Vec::new();
-            let mut start = 0;
-            for (lg, laps) in spec {
-                let size = 8u64 << lg;
-                epochs.push(Epoch { start, size });
-                start += size * laps;
-            }
-            let last = *epochs.last().unwrap();
-            let end = last.start + extra % (last.size * 3);
-            // Drop epochs that start after `end` (they would not exist yet).
-            epochs.retain(|e| e.start <= end);
-            (epochs, end)
-        })
+        (
+            proptest::collection::vec((0u32..4, 1u64..4), 1..6),
+            0u64..64,
+        )
+            .prop_map(|(spec, extra)| {
+                let mut epochs = Vec::new();
+                let mut start = 0;
+                for (lg, laps) in spec {
+                    let size = 8u64 << lg;
+                    epochs.push(Epoch { start, size });
+                    start += size * laps;
+                }
+                let last = *epochs.last().unwrap();
+                let end = last.start + extra % (last.size * 3);
+                // Drop epochs that start after `end` (they would not exist yet).
+                epochs.retain(|e| e.start <= end);
+                (epochs, end)
+            })
     }
 
     proptest! {
@@ -305,7 +323,10 @@ mod tests {
 
     #[test]
     fn offsets_wrap_within_epoch() {
-        let e = Epoch { start: 96, size: 32 };
+        let e = Epoch {
+            start: 96,
+            size: 32,
+        };
         assert_eq!(e.offset(96), 0);
         assert_eq!(e.offset(127), 31);
         assert_eq!(e.offset(128), 0);

@@ -46,7 +46,11 @@ impl Segment {
     pub fn create_memfd(name: &str, len: usize) -> io::Result<Segment> {
         let fd = sys::memfd_create(name, len as u64)?;
         let map = Mmap::map(&fd, len, true)?;
-        Ok(Segment { map, fd, backing: Backing::Memfd })
+        Ok(Segment {
+            map,
+            fd,
+            backing: Backing::Memfd,
+        })
     }
 
     /// Create a named segment at `path` with permission bits `mode`. Fails if it exists.
@@ -54,7 +58,11 @@ impl Segment {
         let fd = sys::open_path(path, true, Some(mode), true)?;
         let res = sys::ftruncate(&fd, len as u64).and_then(|_| Mmap::map(&fd, len, true));
         match res {
-            Ok(map) => Ok(Segment { map, fd, backing: Backing::Path(path.to_string()) }),
+            Ok(map) => Ok(Segment {
+                map,
+                fd,
+                backing: Backing::Path(path.to_string()),
+            }),
             Err(e) => {
                 let _ = sys::unlink(path);
                 Err(e)
@@ -68,7 +76,10 @@ impl Segment {
         let fd = if want_write {
             match sys::open_path(path, true, None, false) {
                 Ok(fd) => fd,
-                Err(e) if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EROFS) => {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EACCES)
+                        || e.raw_os_error() == Some(libc::EROFS) =>
+                {
                     sys::open_path(path, false, None, false)?
                 }
                 Err(e) => return Err(e),
@@ -87,7 +98,10 @@ impl Segment {
     fn map_fd(fd: OwnedFd, backing: Backing) -> io::Result<Segment> {
         let len = sys::fd_size(&fd)?;
         if len == 0 || len > isize::MAX as u64 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("segment has unusable size {len}")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("segment has unusable size {len}"),
+            ));
         }
         let writable = sys::fd_writable(&fd)?;
         let map = Mmap::map(&fd, len as usize, writable)?;
@@ -121,7 +135,10 @@ impl Segment {
     /// validated when the ring is opened, so this is an internal invariant, not input checking.
     pub fn get<T: ShmSafe>(&self, offset: usize) -> &T {
         let size = std::mem::size_of::<T>();
-        assert!(offset.checked_add(size).is_some_and(|e| e <= self.len()), "shm object out of bounds");
+        assert!(
+            offset.checked_add(size).is_some_and(|e| e <= self.len()),
+            "shm object out of bounds"
+        );
         let addr = self.map.ptr() as usize + offset;
         assert_eq!(addr % std::mem::align_of::<T>(), 0, "misaligned shm object");
         // SAFETY: the range lies inside the live mapping (checked above) and is aligned; T is
@@ -138,7 +155,10 @@ impl Segment {
     /// protocol allows it (lossy rings); callers validate such reads afterwards with the
     /// ring's position check, as the thesis prescribes for peek.
     pub fn bytes(&self, offset: usize, len: usize) -> &[u8] {
-        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len()), "shm read out of bounds");
+        assert!(
+            offset.checked_add(len).is_some_and(|e| e <= self.len()),
+            "shm read out of bounds"
+        );
         // SAFETY: in bounds of the live mapping; u8 has no invalid bit patterns; lifetime is
         // tied to &self.
         unsafe { std::slice::from_raw_parts(self.map.ptr().add(offset), len) }
@@ -147,20 +167,35 @@ impl Segment {
     /// Copy `src` into the segment at `offset`. Panics on a read-only mapping.
     pub fn write_at(&self, offset: usize, src: &[u8]) {
         assert!(self.writable(), "write to a read-only shm mapping");
-        assert!(offset.checked_add(src.len()).is_some_and(|e| e <= self.len()), "shm write out of bounds");
+        assert!(
+            offset
+                .checked_add(src.len())
+                .is_some_and(|e| e <= self.len()),
+            "shm write out of bounds"
+        );
         // SAFETY: in bounds of a writable live mapping; src is a Rust slice and cannot
         // overlap the shared mapping's reserved range (the ring protocol hands each range to
         // one writer at a time, and no &[u8] of it is live for readers until published).
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.map.ptr().add(offset), src.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.map.ptr().add(offset), src.len())
+        }
     }
 
     /// Borrow a writable range that the ring protocol has reserved for the holder of
     /// `token` alone. The token is owned by exactly one producer handle and is borrowed
     /// mutably for as long as the slice lives, so one producer cannot hold two overlapping
     /// ranges; distinct producers receive disjoint reservations from the ring.
-    pub fn reserved_mut<'a>(&'a self, _token: &'a mut WriteToken, offset: usize, len: usize) -> &'a mut [u8] {
+    pub fn reserved_mut<'a>(
+        &'a self,
+        _token: &'a mut WriteToken,
+        offset: usize,
+        len: usize,
+    ) -> &'a mut [u8] {
         assert!(self.writable(), "write to a read-only shm mapping");
-        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len()), "shm write out of bounds");
+        assert!(
+            offset.checked_add(len).is_some_and(|e| e <= self.len()),
+            "shm write out of bounds"
+        );
         // SAFETY: in bounds of a writable live mapping; exclusivity within this process is
         // enforced by the &mut WriteToken borrow, across producers by the ring's reservation
         // protocol (a range is reserved by one producer until it is committed).

@@ -108,7 +108,12 @@ impl Stream {
         h.capacity.store(cap as u64, Ordering::Relaxed);
         h.ident.store(ident, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
-        Ok(Stream { seg, cap: cap as u64, tail_seen: AtomicU64::new(0), head_seen: AtomicU64::new(0) })
+        Ok(Stream {
+            seg,
+            cap: cap as u64,
+            tail_seen: AtomicU64::new(0),
+            head_seen: AtomicU64::new(0),
+        })
     }
 
     /// Map a stream from its descriptor, checking that it is one.
@@ -116,7 +121,11 @@ impl Stream {
         fences::init();
         let seg = Segment::from_fd(fd)?;
         if seg.len() < DATA_OFFSET + 4096 || !seg.writable() {
-            return Err(invalid(format!("stream segment of {} bytes (writable: {}) is too small or read-only", seg.len(), seg.writable())));
+            return Err(invalid(format!(
+                "stream segment of {} bytes (writable: {}) is too small or read-only",
+                seg.len(),
+                seg.writable()
+            )));
         }
         let h: &StreamHeader = seg.get(0);
         if h.magic.load(Ordering::Acquire) != MAGIC {
@@ -124,11 +133,22 @@ impl Stream {
         }
         let cap = h.capacity.load(Ordering::Relaxed);
         if !cap.is_power_of_two() || DATA_OFFSET as u64 + cap != seg.len() as u64 {
-            return Err(invalid(format!("stream capacity {cap} does not match its segment of {} bytes", seg.len())));
+            return Err(invalid(format!(
+                "stream capacity {cap} does not match its segment of {} bytes",
+                seg.len()
+            )));
         }
         let h: &StreamHeader = seg.get(0);
-        let (t, hd) = (h.tail.load(Ordering::Acquire), h.head.load(Ordering::Acquire));
-        Ok(Stream { seg, cap, tail_seen: AtomicU64::new(t), head_seen: AtomicU64::new(hd) })
+        let (t, hd) = (
+            h.tail.load(Ordering::Acquire),
+            h.head.load(Ordering::Acquire),
+        );
+        Ok(Stream {
+            seg,
+            cap,
+            tail_seen: AtomicU64::new(t),
+            head_seen: AtomicU64::new(hd),
+        })
     }
 
     pub fn header(&self) -> &StreamHeader {
@@ -168,13 +188,17 @@ impl Stream {
     /// system call; the pid only serves to take the lock over if its holder dies).
     pub fn lock_write_as(&self, me: u32) -> Guard<'_> {
         lock(&self.header().wlock, me);
-        Guard { word: &self.header().wlock }
+        Guard {
+            word: &self.header().wlock,
+        }
     }
 
     /// Take the readers' lock as process `me`.
     pub fn lock_read_as(&self, me: u32) -> Guard<'_> {
         lock(&self.header().rlock, me);
-        Guard { word: &self.header().rlock }
+        Guard {
+            word: &self.header().rlock,
+        }
     }
 
     /// Append up to `data.len()` bytes (what fits), publish them, return how many.
@@ -258,7 +282,9 @@ impl Stream {
         // half, and re-check of space in `wait_space` (a Dekker handshake: either the
         // writer sees the new tail, or we see it waiting).
         fences::publish(&h.tail, tail + n as u64);
-        if h.writers_waiting.load(Ordering::SeqCst) > 0 && self.space() >= h.space_wanted.load(Ordering::Relaxed) as usize {
+        if h.writers_waiting.load(Ordering::SeqCst) > 0
+            && self.space() >= h.space_wanted.load(Ordering::Relaxed) as usize
+        {
             self.wake_writers();
         }
     }
@@ -284,7 +310,8 @@ impl Stream {
     pub fn wait_space(&self, want: usize, timeout: Duration) {
         let h = self.header();
         let seq = h.rseq.load(Ordering::SeqCst);
-        h.space_wanted.store(want.min(self.capacity()) as u32, Ordering::Relaxed);
+        h.space_wanted
+            .store(want.min(self.capacity()) as u32, Ordering::Relaxed);
         h.writers_waiting.fetch_add(1, Ordering::SeqCst);
         fences::heavy();
         if self.space() < want {
@@ -332,14 +359,20 @@ fn holder_dead(word: u32) -> bool {
 
 fn lock(word: &AtomicU32, me: u32) {
     // SYNC POINT: Acquire on taking the lock pairs with the Release of the previous holder.
-    if word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+    if word
+        .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok()
+    {
         return;
     }
     let mut spins = 0;
     loop {
         let v = word.load(Ordering::Relaxed);
         if v == 0 {
-            if word.compare_exchange(0, me | CONTENDED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            if word
+                .compare_exchange(0, me | CONTENDED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
                 return;
             }
             continue;
@@ -350,12 +383,19 @@ fn lock(word: &AtomicU32, me: u32) {
             continue;
         }
         if holder_dead(v) {
-            if word.compare_exchange(v, me | CONTENDED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            if word
+                .compare_exchange(v, me | CONTENDED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
                 return;
             }
             continue;
         }
-        if v & CONTENDED == 0 && word.compare_exchange(v, v | CONTENDED, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        if v & CONTENDED == 0
+            && word
+                .compare_exchange(v, v | CONTENDED, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
             continue;
         }
         // Bounded: a holder killed while holding it is noticed on the next round.
@@ -400,7 +440,10 @@ mod tests {
         // A pid that does not exist holds the lock.
         s.header().wlock.store(0x7fff_fff0, Ordering::Relaxed);
         let g = s.lock_write();
-        assert_eq!(s.header().wlock.load(Ordering::Relaxed) & !CONTENDED, sys::getpid());
+        assert_eq!(
+            s.header().wlock.load(Ordering::Relaxed) & !CONTENDED,
+            sys::getpid()
+        );
         drop(g);
         assert_eq!(s.header().wlock.load(Ordering::Relaxed), 0);
     }

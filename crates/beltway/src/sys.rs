@@ -35,7 +35,8 @@ pub fn memfd_create(name: &str, len: u64) -> io::Result<OwnedFd> {
 
 /// Set a file's length.
 pub fn ftruncate(fd: &OwnedFd, len: u64) -> io::Result<()> {
-    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let len =
+        libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: plain syscall on a descriptor we own.
     cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) })?;
     Ok(())
@@ -43,7 +44,12 @@ pub fn ftruncate(fd: &OwnedFd, len: u64) -> io::Result<()> {
 
 /// Open (or create, with `create = Some(mode)`) a file under /dev/shm or any path.
 /// With `exclusive`, creation fails if the file exists.
-pub fn open_path(path: &str, write: bool, create: Option<u32>, exclusive: bool) -> io::Result<OwnedFd> {
+pub fn open_path(
+    path: &str,
+    write: bool,
+    create: Option<u32>,
+    exclusive: bool,
+) -> io::Result<OwnedFd> {
     let cpath = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let mut flags = libc::O_CLOEXEC | if write { libc::O_RDWR } else { libc::O_RDONLY };
     let mut mode = 0;
@@ -106,16 +112,36 @@ impl Mmap {
     /// Map `len` bytes of `fd` from offset 0, shared, read-only or read-write.
     pub fn map(fd: &OwnedFd, len: usize, writable: bool) -> io::Result<Mmap> {
         if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "zero-length mapping"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "zero-length mapping",
+            ));
         }
-        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
         // SAFETY: a fresh MAP_SHARED mapping at a kernel-chosen address cannot alias any Rust
         // object; fd is a valid descriptor.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Mmap { ptr: ptr.cast(), len, writable })
+        Ok(Mmap {
+            ptr: ptr.cast(),
+            len,
+            writable,
+        })
     }
 
     pub fn ptr(&self) -> *mut u8 {
@@ -143,7 +169,10 @@ impl Drop for Mmap {
 }
 
 fn timespec(d: Duration) -> libc::timespec {
-    libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long }
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
 }
 
 /// Outcome of a futex wait.
@@ -158,10 +187,22 @@ pub enum Wake {
 /// across processes). Returns when woken, when `*word != expected`, or on timeout.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> Wake {
     let ts = timeout.map(timespec);
-    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: word points to a live, aligned u32; the kernel only reads it. tsp is null or
     // points to a timespec that outlives the call.
-    let r = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, tsp, 0usize, 0u32) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            tsp,
+            0usize,
+            0u32,
+        )
+    };
     if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
         Wake::TimedOut
     } else {
@@ -174,7 +215,15 @@ pub fn futex_wake(word: &AtomicU32, n: i32) {
     // SAFETY: word points to a live, aligned u32; FUTEX_WAKE does not access it beyond
     // computing its key, which works on read-only shared mappings too.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n, 0usize, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            n,
+            0usize,
+            0usize,
+            0u32,
+        );
     }
 }
 
@@ -191,23 +240,45 @@ const SYS_FUTEX_WAITV: libc::c_long = 449;
 
 /// futex_waitv(2): block until any of the words changes from its expected value or is woken.
 /// Returns the index of the word that woke us, `None` on timeout.
-pub fn futex_waitv(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Option<usize>> {
+pub fn futex_waitv(
+    words: &[(&AtomicU32, u32)],
+    timeout: Option<Duration>,
+) -> io::Result<Option<usize>> {
     if words.is_empty() || words.len() > 128 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "futex_waitv takes 1..=128 words"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "futex_waitv takes 1..=128 words",
+        ));
     }
     let v: Vec<FutexWaitv> = words
         .iter()
-        .map(|(w, e)| FutexWaitv { val: *e as u64, uaddr: w.as_ptr() as u64, flags: FUTEX2_SIZE_U32, reserved: 0 })
+        .map(|(w, e)| FutexWaitv {
+            val: *e as u64,
+            uaddr: w.as_ptr() as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        })
         .collect();
     // futex_waitv takes an absolute CLOCK_MONOTONIC deadline.
     let deadline = timeout.map(|d| {
         let now = monotonic();
         timespec(now + d)
     });
-    let tsp = deadline.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let tsp = deadline
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: v is a valid array of futex_waitv structs whose uaddr fields point to live
     // aligned u32 words; tsp is null or a valid timespec; both outlive the call.
-    let r = unsafe { libc::syscall(SYS_FUTEX_WAITV, v.as_ptr(), v.len() as u32, 0u32, tsp, libc::CLOCK_MONOTONIC) };
+    let r = unsafe {
+        libc::syscall(
+            SYS_FUTEX_WAITV,
+            v.as_ptr(),
+            v.len() as u32,
+            0u32,
+            tsp,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
     if r >= 0 {
         return Ok(Some(r as usize));
     }
@@ -222,7 +293,10 @@ pub fn futex_waitv(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io
 
 /// Time since an arbitrary fixed point (CLOCK_MONOTONIC).
 pub fn monotonic() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid, writable timespec.
     unsafe {
         libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
@@ -262,8 +336,12 @@ pub fn process_alive(pid: u32, start: u64) -> bool {
     if pid == 0 {
         return false;
     }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let Some(close) = stat.rfind(')') else { return false };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(close) = stat.rfind(')') else {
+        return false;
+    };
     let mut fields = stat[close + 1..].split_whitespace();
     let state = fields.next().unwrap_or("X");
     if state == "Z" || state == "X" {
@@ -278,13 +356,19 @@ pub fn process_alive(pid: u32, start: u64) -> bool {
 /// Send file descriptors with a small payload over a Unix stream socket (SCM_RIGHTS).
 pub fn send_fds(sock: &UnixStream, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
     if payload.is_empty() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "SCM_RIGHTS needs a non-empty payload"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "SCM_RIGHTS needs a non-empty payload",
+        ));
     }
     let fd_bytes = std::mem::size_of_val(fds);
     // SAFETY: CMSG_SPACE is a pure computation.
     let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
     let mut cbuf = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() };
+    let mut iov = libc::iovec {
+        iov_base: payload.as_ptr() as *mut _,
+        iov_len: payload.len(),
+    };
     // SAFETY: msghdr is plain data; every field we rely on is set below.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
@@ -299,7 +383,11 @@ pub fn send_fds(sock: &UnixStream, payload: &[u8], fds: &[RawFd]) -> io::Result<
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
         (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as usize;
-        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast::<RawFd>(), fds.len());
+        std::ptr::copy_nonoverlapping(
+            fds.as_ptr(),
+            libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+            fds.len(),
+        );
         if libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -308,12 +396,19 @@ pub fn send_fds(sock: &UnixStream, payload: &[u8], fds: &[RawFd]) -> io::Result<
 }
 
 /// Receive a payload and up to `max_fds` descriptors sent by [`send_fds`].
-pub fn recv_fds(sock: &UnixStream, payload: &mut [u8], max_fds: usize) -> io::Result<(usize, Vec<OwnedFd>)> {
+pub fn recv_fds(
+    sock: &UnixStream,
+    payload: &mut [u8],
+    max_fds: usize,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
     let fd_bytes = max_fds * std::mem::size_of::<RawFd>();
     // SAFETY: CMSG_SPACE is a pure computation.
     let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
     let mut cbuf = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() };
+    let mut iov = libc::iovec {
+        iov_base: payload.as_mut_ptr().cast(),
+        iov_len: payload.len(),
+    };
     // SAFETY: msghdr is plain data; every field we rely on is set below.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
@@ -333,7 +428,8 @@ pub fn recv_fds(sock: &UnixStream, payload: &mut [u8], max_fds: usize) -> io::Re
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                let count =
+                    ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
                 let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
                 for i in 0..count {
                     fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
@@ -343,7 +439,10 @@ pub fn recv_fds(sock: &UnixStream, payload: &mut [u8], max_fds: usize) -> io::Re
         }
     }
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "control message truncated: too many descriptors"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "control message truncated: too many descriptors",
+        ));
     }
     Ok((n as usize, fds))
 }
@@ -357,7 +456,11 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
         libc::CPU_SET(cpu, &mut set);
-        cvt(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set))?;
+        cvt(libc::sched_setaffinity(
+            0,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        ))?;
     }
     Ok(())
 }
@@ -380,7 +483,9 @@ pub fn set_scheduler(p: Policy) -> io::Result<()> {
         Policy::RoundRobin(n) => (libc::SCHED_RR, n),
         Policy::Fifo(n) => (libc::SCHED_FIFO, n),
     };
-    let param = libc::sched_param { sched_priority: prio };
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
     // SAFETY: sched_setscheduler reads one sched_param we own; pid 0 is the calling thread.
     cvt(unsafe { libc::sched_setscheduler(0, policy, &param) })?;
     Ok(())
@@ -427,7 +532,14 @@ const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
 
 fn membarrier(cmd: libc::c_long) -> io::Result<libc::c_long> {
     // SAFETY: membarrier takes plain integers (cmd, flags = 0, cpu_id = 0).
-    let r = unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_long, 0 as libc::c_long) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            cmd,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -438,7 +550,8 @@ fn membarrier(cmd: libc::c_long) -> io::Result<libc::c_long> {
 /// Whether the kernel offers expedited global membarrier (Linux >= 4.16).
 pub fn membarrier_global_supported() -> bool {
     membarrier(MEMBARRIER_CMD_QUERY).is_ok_and(|m| {
-        m & MEMBARRIER_CMD_GLOBAL_EXPEDITED != 0 && m & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED != 0
+        m & MEMBARRIER_CMD_GLOBAL_EXPEDITED != 0
+            && m & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED != 0
     })
 }
 
@@ -470,15 +583,24 @@ pub fn inherit_across_exec(fd: &impl AsRawFd) -> io::Result<()> {
 /// it (FUSE's mount leaves its socket to fusermount3 open across exec), so that children
 /// inherit only what [`inherit_across_exec`] hands them. Returns how many were marked.
 pub fn close_on_exec_above_stdio() -> usize {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return 0 };
-    let fds: Vec<RawFd> = dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).filter(|fd| *fd > 2).collect();
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    let fds: Vec<RawFd> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|fd| *fd > 2)
+        .collect();
     let mut n = 0;
     for fd in fds {
         // SAFETY: F_GETFD/F_SETFD only read and write a descriptor's flags; a number that
         // closed since the listing (the listing's own descriptor) fails with EBADF.
         unsafe {
             let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 && libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) == 0 {
+            if flags >= 0
+                && flags & libc::FD_CLOEXEC == 0
+                && libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) == 0
+            {
                 n += 1;
             }
         }
@@ -494,7 +616,10 @@ pub fn inherited_unix_stream(fd: RawFd) -> io::Result<UnixStream> {
     // SAFETY: as above.
     cvt(unsafe { libc::fstat(fd, &mut st) })?;
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("descriptor {fd} is not a socket")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("descriptor {fd} is not a socket"),
+        ));
     }
     // SAFETY: `fd` is open (fstat succeeded) and a socket; the parent handed it to this
     // process for exactly this use, so nothing else here owns it.

@@ -16,16 +16,60 @@ struct Spec {
 fn specs() -> Vec<Spec> {
     let small = 1 << 14;
     vec![
-        Spec { name: "bytes-srp", cfg: RingConfig::bytes(small) },
-        Spec { name: "bytes-srp-scaling", cfg: RingConfig { scaling_window: 0, calm_laps: 1, ..RingConfig::bytes(1 << 16).self_scaling(4096, 1 << 15) } },
-        Spec { name: "bytes-frp", cfg: RingConfig::bytes(small).sync(SyncMode::Frp) },
-        Spec { name: "bytes-mrp", cfg: RingConfig::bytes(small).sync(SyncMode::Mrp) },
-        Spec { name: "slots-srp", cfg: RingConfig::bytes(small).slots(2048) },
-        Spec { name: "slots-frp", cfg: RingConfig::bytes(small).slots(2048).sync(SyncMode::Frp) },
-        Spec { name: "records-srp", cfg: RingConfig::bytes(small).layout(Layout::Records) },
-        Spec { name: "records-srp-scaling", cfg: RingConfig { scaling_window: 0, calm_laps: 1, ..RingConfig::bytes(1 << 16).layout(Layout::Records).self_scaling(8192, 1 << 14) } },
-        Spec { name: "records-frp", cfg: RingConfig::bytes(small).layout(Layout::Records).sync(SyncMode::Frp) },
-        Spec { name: "records-mrp", cfg: RingConfig::bytes(small).layout(Layout::Records).sync(SyncMode::Mrp) },
+        Spec {
+            name: "bytes-srp",
+            cfg: RingConfig::bytes(small),
+        },
+        Spec {
+            name: "bytes-srp-scaling",
+            cfg: RingConfig {
+                scaling_window: 0,
+                calm_laps: 1,
+                ..RingConfig::bytes(1 << 16).self_scaling(4096, 1 << 15)
+            },
+        },
+        Spec {
+            name: "bytes-frp",
+            cfg: RingConfig::bytes(small).sync(SyncMode::Frp),
+        },
+        Spec {
+            name: "bytes-mrp",
+            cfg: RingConfig::bytes(small).sync(SyncMode::Mrp),
+        },
+        Spec {
+            name: "slots-srp",
+            cfg: RingConfig::bytes(small).slots(2048),
+        },
+        Spec {
+            name: "slots-frp",
+            cfg: RingConfig::bytes(small).slots(2048).sync(SyncMode::Frp),
+        },
+        Spec {
+            name: "records-srp",
+            cfg: RingConfig::bytes(small).layout(Layout::Records),
+        },
+        Spec {
+            name: "records-srp-scaling",
+            cfg: RingConfig {
+                scaling_window: 0,
+                calm_laps: 1,
+                ..RingConfig::bytes(1 << 16)
+                    .layout(Layout::Records)
+                    .self_scaling(8192, 1 << 14)
+            },
+        },
+        Spec {
+            name: "records-frp",
+            cfg: RingConfig::bytes(small)
+                .layout(Layout::Records)
+                .sync(SyncMode::Frp),
+        },
+        Spec {
+            name: "records-mrp",
+            cfg: RingConfig::bytes(small)
+                .layout(Layout::Records)
+                .sync(SyncMode::Mrp),
+        },
     ]
 }
 
@@ -82,9 +126,18 @@ fn roundtrip_in_order_interleaved() {
                 let n = Source::read(&mut r, &mut buf).unwrap();
                 assert!(n > 0, "{}: unexpected EOF", spec.name);
                 if is_bytes(spec) {
-                    assert!(check_stream(rstream, &buf[..n]), "{}: stream mismatch at {rstream}", spec.name);
+                    assert!(
+                        check_stream(rstream, &buf[..n]),
+                        "{}: stream mismatch at {rstream}",
+                        spec.name
+                    );
                 } else {
-                    assert_eq!(parse_record(&buf[..n]).unwrap(), rseq, "{}: out of order", spec.name);
+                    assert_eq!(
+                        parse_record(&buf[..n]).unwrap(),
+                        rseq,
+                        "{}: out of order",
+                        spec.name
+                    );
                     rseq += 1;
                 }
                 rstream += n as u64;
@@ -104,9 +157,23 @@ fn eof_after_close_drains_first() {
         w.write(&u).unwrap();
         w.close();
         let mut buf = vec![0u8; 4096];
-        assert_eq!(Source::read(&mut r, &mut buf).unwrap(), u.len(), "{}", spec.name);
-        assert_eq!(Source::read(&mut r, &mut buf).unwrap(), 0, "{}: EOF expected", spec.name);
-        assert!(matches!(w.write(&u), Err(Error::Closed { .. })), "{}: write after close", spec.name);
+        assert_eq!(
+            Source::read(&mut r, &mut buf).unwrap(),
+            u.len(),
+            "{}",
+            spec.name
+        );
+        assert_eq!(
+            Source::read(&mut r, &mut buf).unwrap(),
+            0,
+            "{}: EOF expected",
+            spec.name
+        );
+        assert!(
+            matches!(w.write(&u), Err(Error::Closed { .. })),
+            "{}: write after close",
+            spec.name
+        );
     });
 }
 
@@ -129,7 +196,11 @@ fn broken_pipe_when_all_readers_left() {
                 break;
             }
         }
-        assert!(matches!(res, Err(Error::BrokenPipe { .. })), "{}: got {res:?}", spec.name);
+        assert!(
+            matches!(res, Err(Error::BrokenPipe { .. })),
+            "{}: got {res:?}",
+            spec.name
+        );
     });
 }
 
@@ -148,7 +219,9 @@ fn peek_acquire_does_not_consume() {
         // Not consumed: a second acquire without complete is refused, the data stays.
         assert!(r.peek_acquire(a.len()).is_err());
         r.peek_complete().unwrap();
-        let got = Source::peek(&mut r, b.len(), |p| p.data.to_vec()).unwrap().unwrap();
+        let got = Source::peek(&mut r, b.len(), |p| p.data.to_vec())
+            .unwrap()
+            .unwrap();
         assert_eq!(got, b, "{}", spec.name);
         assert!(Source::check(&mut r, 0).is_ok());
     });
@@ -165,7 +238,11 @@ fn poke_then_complete_publishes() {
         assert!(buf.len() >= u.len());
         buf[..u.len()].copy_from_slice(&u);
         // Not visible before completion.
-        assert!(r.try_peek_acquire(4096).unwrap().is_none(), "{}: visible before complete", spec.name);
+        assert!(
+            r.try_peek_acquire(4096).unwrap().is_none(),
+            "{}: visible before complete",
+            spec.name
+        );
         w.poke_complete(u.len()).unwrap();
         let mut out = vec![0u8; 4096];
         let n = Source::read(&mut r, &mut out).unwrap();
@@ -184,8 +261,16 @@ fn append_builds_one_record() {
         let mut r = w.ring().reader(Start::Oldest).unwrap();
         let rec = make_record(9, 600);
         let mut b = w.open_record(1000).unwrap();
-        b.append(&rec[..16]).unwrap().append(&rec[16..300]).unwrap().append(&rec[300..]).unwrap();
-        assert!(b.append(&[0u8; 1000]).is_err(), "append past the open record's capacity");
+        b.append(&rec[..16])
+            .unwrap()
+            .append(&rec[16..300])
+            .unwrap()
+            .append(&rec[300..])
+            .unwrap();
+        assert!(
+            b.append(&[0u8; 1000]).is_err(),
+            "append past the open record's capacity"
+        );
         b.commit().unwrap();
         let mut out = vec![0u8; 4096];
         let n = Source::read(&mut r, &mut out).unwrap();
@@ -202,11 +287,22 @@ fn record_limits_are_errors() {
         let mut w = Writer::create(spec.name, spec.cfg.clone()).unwrap();
         let mut r = w.ring().reader(Start::Oldest).unwrap();
         let too_big = vec![0u8; w.max_record() + 1];
-        assert!(matches!(w.write(&too_big), Err(Error::TooLarge { .. })), "{}", spec.name);
+        assert!(
+            matches!(w.write(&too_big), Err(Error::TooLarge { .. })),
+            "{}",
+            spec.name
+        );
         let rec = make_record(1, 500);
         w.write(&rec).unwrap();
         let mut small = [0u8; 100];
-        assert!(matches!(Source::read(&mut r, &mut small), Err(Error::BufferTooSmall { need: 500, .. })), "{}", spec.name);
+        assert!(
+            matches!(
+                Source::read(&mut r, &mut small),
+                Err(Error::BufferTooSmall { need: 500, .. })
+            ),
+            "{}",
+            spec.name
+        );
         // Nothing was consumed by the failed read.
         let mut out = vec![0u8; 1000];
         assert_eq!(Source::read(&mut r, &mut out).unwrap(), 500);
@@ -221,7 +317,9 @@ fn threaded_many_laps_every_reader() {
     let _w = watchdog("threaded_many_laps_every_reader", 120);
     for_each_spec(|spec| {
         let mut w = Writer::create(spec.name, spec.cfg.clone()).unwrap();
-        let readers: Vec<Reader> = (0..3).map(|_| w.ring().reader(Start::Oldest).unwrap()).collect();
+        let readers: Vec<Reader> = (0..3)
+            .map(|_| w.ring().reader(Start::Oldest).unwrap())
+            .collect();
         let max = max_rec(&w);
         let total_units = 20_000u64;
         let spec2 = spec.clone();
@@ -239,13 +337,28 @@ fn threaded_many_laps_every_reader() {
                             Ok(0) => break,
                             Ok(n) => {
                                 if is_bytes(&spec) {
-                                    assert!(check_stream(at, &buf[..n]), "{}: reader {i} corrupt at {at}", spec.name);
+                                    assert!(
+                                        check_stream(at, &buf[..n]),
+                                        "{}: reader {i} corrupt at {at}",
+                                        spec.name
+                                    );
                                 } else {
-                                    let seq = parse_record(&buf[..n]).unwrap_or_else(|e| panic!("{}: reader {i}: {e}", spec.name));
+                                    let seq = parse_record(&buf[..n]).unwrap_or_else(|e| {
+                                        panic!("{}: reader {i}: {e}", spec.name)
+                                    });
                                     if let Some(l) = last_seq {
-                                        assert!(seq > l, "{}: reader {i}: seq {seq} after {l}", spec.name);
+                                        assert!(
+                                            seq > l,
+                                            "{}: reader {i}: seq {seq} after {l}",
+                                            spec.name
+                                        );
                                         if lossless(&spec) {
-                                            assert_eq!(seq, l + 1, "{}: reader {i} skipped", spec.name);
+                                            assert_eq!(
+                                                seq,
+                                                l + 1,
+                                                "{}: reader {i} skipped",
+                                                spec.name
+                                            );
                                         }
                                     }
                                     last_seq = Some(seq);
@@ -257,7 +370,11 @@ fn threaded_many_laps_every_reader() {
                                 }
                             }
                             Err(e) if e.is_overrun() => {
-                                assert!(!lossless(&spec), "{}: overrun on a lossless ring: {e}", spec.name);
+                                assert!(
+                                    !lossless(&spec),
+                                    "{}: overrun on a lossless ring: {e}",
+                                    spec.name
+                                );
                                 overruns += 1;
                             }
                             Err(e) => panic!("{}: reader {i}: {e}", spec.name),
@@ -295,7 +412,10 @@ fn block_wakes_on_write_and_times_out() {
     for_each_spec(|spec| {
         let mut w = Writer::create(spec.name, spec.cfg.clone()).unwrap();
         let mut r = w.ring().reader(Start::Oldest).unwrap();
-        assert_eq!(r.block(Some(Duration::from_millis(20))).unwrap(), beltway::Ready::TimedOut);
+        assert_eq!(
+            r.block(Some(Duration::from_millis(20))).unwrap(),
+            beltway::Ready::TimedOut
+        );
         let u = unit(spec, 0, 64, 0);
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
@@ -306,7 +426,12 @@ fn block_wakes_on_write_and_times_out() {
         assert_eq!(r.block(None).unwrap(), beltway::Ready::Data);
         let mut buf = vec![0u8; 4096];
         assert!(Source::read(&mut r, &mut buf).unwrap() > 0);
-        assert_eq!(Source::read(&mut r, &mut buf).unwrap(), 0, "{}: EOF after writer dropped", spec.name);
+        assert_eq!(
+            Source::read(&mut r, &mut buf).unwrap(),
+            0,
+            "{}: EOF after writer dropped",
+            spec.name
+        );
         t.join().unwrap();
     });
 }
@@ -318,7 +443,11 @@ fn late_reader_starts_latest() {
         let _keep = w.ring().reader(Start::Oldest).unwrap();
         w.write(&unit(spec, 0, 64, 0)).unwrap();
         let mut late = w.ring().reader(Start::Latest).unwrap();
-        assert!(late.try_peek_acquire(4096).unwrap().is_none(), "{}", spec.name);
+        assert!(
+            late.try_peek_acquire(4096).unwrap().is_none(),
+            "{}",
+            spec.name
+        );
         let u = unit(spec, 1, 64, 64);
         w.write(&u).unwrap();
         let mut buf = vec![0u8; 4096];

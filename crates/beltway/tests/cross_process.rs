@@ -16,7 +16,11 @@ const PEER: &str = env!("CARGO_BIN_EXE_beltway-peer");
 
 fn unique(tag: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("bt-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "bt-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Removes a ring's /dev/shm names when the test ends (killed writers leave them behind,
@@ -49,7 +53,11 @@ impl Peer {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {PEER}: {e}"));
         let out = BufReader::new(child.stdout.take().unwrap());
-        Peer { child, out, what: args.join(" ") }
+        Peer {
+            child,
+            out,
+            what: args.join(" "),
+        }
     }
 
     /// Next stdout line (panics at EOF, naming the command).
@@ -89,14 +97,22 @@ fn kv(line: &str) -> HashMap<String, String> {
         .collect()
 }
 
-
 /// SRP: one writer process, two reader processes, 1 GiB through a 1 MiB ring. Both readers
 /// get every byte in order (same CRC and count as written).
 #[test]
 fn srp_one_gib_two_reader_processes() {
     let _w = watchdog("srp_one_gib_two_reader_processes", 300);
     let (name, _cleanup) = ring_name("srp");
-    let mut w = Peer::spawn(&["write", &name, "1G", "64K", "--size", "1M", "--readers", "2"]);
+    let mut w = Peer::spawn(&[
+        "write",
+        &name,
+        "1G",
+        "64K",
+        "--size",
+        "1M",
+        "--readers",
+        "2",
+    ]);
     assert_eq!(w.line(), "created");
     let r1 = Peer::spawn(&["read", &name]);
     let r2 = Peer::spawn(&["read", &name, "--slow-us", "1"]);
@@ -107,10 +123,16 @@ fn srp_one_gib_two_reader_processes() {
         let (rc, read) = r.finish();
         assert_eq!(rc, 0, "reader failed");
         assert_eq!(read["bytes"], (1u64 << 30).to_string());
-        assert_eq!(read["crc"], wrote["crc"], "reader saw different data or order");
+        assert_eq!(
+            read["crc"], wrote["crc"],
+            "reader saw different data or order"
+        );
         assert_eq!(read["overruns"], "0");
     }
-    assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "ring not removed after close");
+    assert!(
+        !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
+        "ring not removed after close"
+    );
 }
 
 /// SRP with variable records: every record arrives, in order, whole.
@@ -118,7 +140,18 @@ fn srp_one_gib_two_reader_processes() {
 fn srp_records_between_processes() {
     let _w = watchdog("srp_records_between_processes", 120);
     let (name, _cleanup) = ring_name("rec");
-    let mut w = Peer::spawn(&["write", &name, "256M", "1500", "--layout", "records", "--size", "256K", "--readers", "1"]);
+    let mut w = Peer::spawn(&[
+        "write",
+        &name,
+        "256M",
+        "1500",
+        "--layout",
+        "records",
+        "--size",
+        "256K",
+        "--readers",
+        "1",
+    ]);
     assert_eq!(w.line(), "created");
     let r = Peer::spawn(&["read", &name]);
     assert_eq!(w.line(), "ready");
@@ -137,7 +170,20 @@ fn frp_slow_reader_detects_every_overrun() {
     let _w = watchdog("frp_slow_reader_detects_every_overrun", 120);
     for layout in ["records", "slots"] {
         let (name, _cleanup) = ring_name("frp");
-        let mut w = Peer::spawn(&["write", &name, "512M", "1024", "--layout", layout, "--sync", "frp", "--size", "64K", "--readers", "1"]);
+        let mut w = Peer::spawn(&[
+            "write",
+            &name,
+            "512M",
+            "1024",
+            "--layout",
+            layout,
+            "--sync",
+            "frp",
+            "--size",
+            "64K",
+            "--readers",
+            "1",
+        ]);
         assert_eq!(w.line(), "created");
         let r = Peer::spawn(&["read", &name, "--slow-us", "200"]);
         assert_eq!(w.line(), "ready");
@@ -147,7 +193,10 @@ fn frp_slow_reader_detects_every_overrun() {
         let overruns: u64 = read["overruns"].parse().unwrap();
         let got: u64 = read["records"].parse().unwrap();
         let total: u64 = wrote["blocks"].parse().unwrap();
-        assert!(overruns > 0, "{layout}: the slow reader was never overrun (test did not exercise loss)");
+        assert!(
+            overruns > 0,
+            "{layout}: the slow reader was never overrun (test did not exercise loss)"
+        );
         assert!(got < total && got > 0, "{layout}: got {got} of {total}");
         assert_eq!(wrote["waits"], "0", "{layout}: an FRP writer waited");
     }
@@ -164,9 +213,25 @@ fn frp_slow_reader_detects_every_overrun() {
 /// machine loaded 6x over its cores was enough, and CI saw it once.)
 #[test]
 fn mrp_reader_that_keeps_up_loses_nothing_laggard_is_told() {
-    let _w = watchdog("mrp_reader_that_keeps_up_loses_nothing_laggard_is_told", 120);
+    let _w = watchdog(
+        "mrp_reader_that_keeps_up_loses_nothing_laggard_is_told",
+        120,
+    );
     let (name, _cleanup) = ring_name("mrp");
-    let mut w = Peer::spawn(&["write", &name, "128M", "4096", "--layout", "records", "--sync", "mrp", "--size", "32M", "--readers", "2"]);
+    let mut w = Peer::spawn(&[
+        "write",
+        &name,
+        "128M",
+        "4096",
+        "--layout",
+        "records",
+        "--sync",
+        "mrp",
+        "--size",
+        "32M",
+        "--readers",
+        "2",
+    ]);
     assert_eq!(w.line(), "created");
     let fast = Peer::spawn(&["read", &name]);
     let slow = Peer::spawn(&["read", &name, "--slow-us", "4000"]);
@@ -176,7 +241,10 @@ fn mrp_reader_that_keeps_up_loses_nothing_laggard_is_told() {
     let total: u64 = wrote["blocks"].parse().unwrap();
     let (rc, fast) = fast.finish();
     assert_eq!(rc, 0, "the fast reader found a torn or out-of-order record");
-    assert_eq!(fast["records"], wrote["blocks"], "the leading MRP reader lost records");
+    assert_eq!(
+        fast["records"], wrote["blocks"],
+        "the leading MRP reader lost records"
+    );
     assert_eq!(fast["crc"], wrote["crc"]);
     assert_eq!(fast["overruns"], "0");
     let (rc, slow) = slow.finish();
@@ -184,7 +252,11 @@ fn mrp_reader_that_keeps_up_loses_nothing_laggard_is_told() {
     let got: u64 = slow["records"].parse().unwrap();
     let overruns: u64 = slow["overruns"].parse().unwrap();
     assert!(got > 0, "the slow reader got nothing");
-    assert!(got == total || overruns > 0, "the slow reader lost {} records without an overrun", total - got);
+    assert!(
+        got == total || overruns > 0,
+        "the slow reader lost {} records without an overrun",
+        total - got
+    );
 }
 
 /// Several producer processes on one multi-producer slot ring: the reader sees only whole
@@ -194,12 +266,32 @@ fn multi_producer_processes_interleave_whole_records() {
     let _w = watchdog("multi_producer_processes_interleave_whole_records", 120);
     let (name, _cleanup) = ring_name("mp");
     // The ring's creator holds it open (and writes nothing) while producers attach.
-    let mut owner = Peer::spawn(&["write", &name, "0", "64", "--layout", "slots", "--slot", "512", "--size", "64K", "--multi-producer", "--hold"]);
+    let mut owner = Peer::spawn(&[
+        "write",
+        &name,
+        "0",
+        "64",
+        "--layout",
+        "slots",
+        "--slot",
+        "512",
+        "--size",
+        "64K",
+        "--multi-producer",
+        "--hold",
+    ]);
     assert_eq!(owner.line(), "created");
     assert_eq!(owner.line(), "ready");
-    let r = Peer::spawn(&["read", &name, "--limit", &(3 * 20_000 * 1_000_000u64).to_string()]);
+    let r = Peer::spawn(&[
+        "read",
+        &name,
+        "--limit",
+        &(3 * 20_000 * 1_000_000u64).to_string(),
+    ]);
     std::thread::sleep(Duration::from_millis(100));
-    let ps: Vec<Peer> = (1..=3).map(|id| Peer::spawn(&["mp-write", &name, &id.to_string(), "20000"])).collect();
+    let ps: Vec<Peer> = (1..=3)
+        .map(|id| Peer::spawn(&["mp-write", &name, &id.to_string(), "20000"]))
+        .collect();
     for p in ps {
         let (c, out) = p.finish();
         assert_eq!(c, 0, "producer failed");
@@ -219,7 +311,16 @@ fn multi_producer_processes_interleave_whole_records() {
 fn writer_blocked_on_killed_reader_is_released() {
     let _w = watchdog("writer_blocked_on_killed_reader_is_released", 120);
     let (name, _cleanup) = ring_name("kill-r");
-    let mut w = Peer::spawn(&["write", &name, "64M", "16K", "--size", "64K", "--readers", "2"]);
+    let mut w = Peer::spawn(&[
+        "write",
+        &name,
+        "64M",
+        "16K",
+        "--size",
+        "64K",
+        "--readers",
+        "2",
+    ]);
     assert_eq!(w.line(), "created");
     let mut sleeper = Peer::spawn(&["attach-sleep", &name]);
     assert_eq!(sleeper.line(), "attached");
@@ -229,11 +330,17 @@ fn writer_blocked_on_killed_reader_is_released() {
     std::thread::sleep(Duration::from_millis(300));
     sleeper.kill9();
     let (wc, wrote) = w.finish();
-    assert_eq!(wc, 0, "writer did not finish after the blocking reader died");
+    assert_eq!(
+        wc, 0,
+        "writer did not finish after the blocking reader died"
+    );
     let (rc, read) = good.finish();
     assert_eq!(rc, 0);
     assert_eq!(read["crc"], wrote["crc"]);
-    assert!(wrote["waits"].parse::<u64>().unwrap() > 0, "the writer never blocked: test did not exercise the case");
+    assert!(
+        wrote["waits"].parse::<u64>().unwrap() > 0,
+        "the writer never blocked: test did not exercise the case"
+    );
 }
 
 /// All readers killed: an SRP writer gets a broken pipe instead of blocking forever.
@@ -241,7 +348,16 @@ fn writer_blocked_on_killed_reader_is_released() {
 fn writer_gets_broken_pipe_when_only_reader_is_killed() {
     let _w = watchdog("writer_gets_broken_pipe_when_only_reader_is_killed", 60);
     let (name, _cleanup) = ring_name("epipe");
-    let mut w = Peer::spawn(&["write", &name, "64M", "16K", "--size", "64K", "--readers", "1"]);
+    let mut w = Peer::spawn(&[
+        "write",
+        &name,
+        "64M",
+        "16K",
+        "--size",
+        "64K",
+        "--readers",
+        "1",
+    ]);
     assert_eq!(w.line(), "created");
     let mut sleeper = Peer::spawn(&["attach-sleep", &name]);
     assert_eq!(sleeper.line(), "attached");
@@ -260,7 +376,16 @@ fn writer_gets_broken_pipe_when_only_reader_is_killed() {
 fn killed_writer_reads_as_eof_and_name_is_reusable() {
     let _w = watchdog("killed_writer_reads_as_eof_and_name_is_reusable", 120);
     let (name, _cleanup) = ring_name("kill-w");
-    let mut w = Peer::spawn(&["write", &name, "64G", "16K", "--size", "1M", "--readers", "1"]);
+    let mut w = Peer::spawn(&[
+        "write",
+        &name,
+        "64G",
+        "16K",
+        "--size",
+        "1M",
+        "--readers",
+        "1",
+    ]);
     assert_eq!(w.line(), "created");
     let r = Peer::spawn(&["read", &name]);
     assert_eq!(w.line(), "ready");
@@ -272,8 +397,22 @@ fn killed_writer_reads_as_eof_and_name_is_reusable() {
     assert!(read["bytes"].parse::<u64>().unwrap() > 0);
     // The stale /dev/shm entry is still there; creating the same name replaces it.
     assert!(std::path::Path::new(&format!("/dev/shm/{name}")).exists());
-    let mut w2 = Peer::spawn(&["write", &name, "8M", "4K", "--size", "64K", "--readers", "1", "--hold"]);
-    assert_eq!(w2.line(), "created", "re-creating over a crashed writer's ring failed");
+    let mut w2 = Peer::spawn(&[
+        "write",
+        &name,
+        "8M",
+        "4K",
+        "--size",
+        "64K",
+        "--readers",
+        "1",
+        "--hold",
+    ]);
+    assert_eq!(
+        w2.line(),
+        "created",
+        "re-creating over a crashed writer's ring failed"
+    );
     // While it lives, nobody else can take the name.
     let dup = Peer::spawn(&["write", &name, "1K", "1K"]);
     let (dc, _) = dup.finish();
@@ -304,7 +443,10 @@ fn memfd_ring_passed_over_unix_socket() {
     let mut crc = crc32fast::Hasher::new();
     let mut block = vec![0u8; 4096];
     for i in 0..8192u32 {
-        block.iter_mut().enumerate().for_each(|(k, b)| *b = (k as u32 ^ i) as u8);
+        block
+            .iter_mut()
+            .enumerate()
+            .for_each(|(k, b)| *b = (k as u32 ^ i) as u8);
         w.write(&block).unwrap();
         crc.update(&block);
     }
@@ -329,7 +471,21 @@ fn read_only_client_maps_read_only() {
         "this test needs root (CAP_SETUID) to act as an unprivileged client; run the suite as root as CI does"
     );
     let (name, _cleanup) = ring_name("perm");
-    let mut w = Peer::spawn(&["write", &name, "16M", "4K", "--layout", "records", "--size", "32M", "--mode", "644", "--ctl-mode", "600", "--hold"]);
+    let mut w = Peer::spawn(&[
+        "write",
+        &name,
+        "16M",
+        "4K",
+        "--layout",
+        "records",
+        "--size",
+        "32M",
+        "--mode",
+        "644",
+        "--ctl-mode",
+        "600",
+        "--hold",
+    ]);
     assert_eq!(w.line(), "created");
     assert_eq!(w.line(), "ready");
     let line = w.line();
@@ -355,8 +511,19 @@ fn ibuf_read_through_faults_in_dbuf_by_name() {
     let _w = watchdog("ibuf_read_through_faults_in_dbuf_by_name", 60);
     let (dname, _c1) = ring_name("dbuf");
     let (iname, _c2) = ring_name("ibuf");
-    let mut dbuf = beltway::Writer::create_named(&dname, beltway::RingConfig { buf_id: 5, ..beltway::RingConfig::bytes(4 << 20).layout(beltway::Layout::Records) }).unwrap();
-    let tags = beltway::Writer::create_named(&iname, beltway::RingConfig::bytes(1 << 16).layout(beltway::Layout::Tags)).unwrap();
+    let mut dbuf = beltway::Writer::create_named(
+        &dname,
+        beltway::RingConfig {
+            buf_id: 5,
+            ..beltway::RingConfig::bytes(4 << 20).layout(beltway::Layout::Records)
+        },
+    )
+    .unwrap();
+    let tags = beltway::Writer::create_named(
+        &iname,
+        beltway::RingConfig::bytes(1 << 16).layout(beltway::Layout::Tags),
+    )
+    .unwrap();
     let mut ib = beltway::IbufWriter::new(tags).unwrap();
     ib.register(&dbuf.ring()).unwrap();
     let mut r = Peer::spawn(&["ibuf-read", &iname]);
@@ -364,7 +531,13 @@ fn ibuf_read_through_faults_in_dbuf_by_name() {
     for seq in 0..2000u64 {
         let rec = peer_record(seq, 1000);
         let pos = dbuf.append_record(&rec).unwrap();
-        ib.write_tag(beltway::Tag { pos, len: rec.len() as u32, buf: 5, class: 1 }).unwrap();
+        ib.write_tag(beltway::Tag {
+            pos,
+            len: rec.len() as u32,
+            buf: 5,
+            class: 1,
+        })
+        .unwrap();
     }
     ib.close();
     let (rc, out) = r.finish();
@@ -393,7 +566,11 @@ fn peer_record(seq: u64, len: usize) -> Vec<u8> {
 fn reap_frees_the_slots_of_killed_readers_of_a_lossy_ring() {
     let _w = watchdog("reap_frees_the_slots_of_killed_readers_of_a_lossy_ring", 60);
     let (name, _cleanup) = ring_name("reap");
-    let w = beltway::Writer::create_named(&name, beltway::RingConfig::bytes(1 << 16).sync(beltway::SyncMode::Frp)).unwrap();
+    let w = beltway::Writer::create_named(
+        &name,
+        beltway::RingConfig::bytes(1 << 16).sync(beltway::SyncMode::Frp),
+    )
+    .unwrap();
     let ring = w.ring();
     let mut dead = Peer::spawn(&["attach-sleep", &name]);
     assert_eq!(dead.line(), "attached");
@@ -402,7 +579,11 @@ fn reap_frees_the_slots_of_killed_readers_of_a_lossy_ring() {
     assert_eq!(ring.reap(), 2, "two live readers: nothing to reap");
     dead.kill9();
     assert_eq!(ring.readers(), 2, "nobody noticed the death yet");
-    assert_eq!(ring.reap(), 1, "the killed reader's slot is freed, the live one's kept");
+    assert_eq!(
+        ring.reap(),
+        1,
+        "the killed reader's slot is freed, the live one's kept"
+    );
     alive.kill9();
     assert_eq!(ring.reap(), 0);
 }

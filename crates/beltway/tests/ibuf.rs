@@ -2,7 +2,10 @@
 
 mod common;
 
-use beltway::{select, BufTable, DoubleRing, IbufReader, IbufWriter, Layout, MpWriter, RingConfig, Start, SyncMode, Tag, Writer};
+use beltway::{
+    select, BufTable, DoubleRing, IbufReader, IbufWriter, Layout, MpWriter, RingConfig, Start,
+    SyncMode, Tag, Writer,
+};
 use common::*;
 use std::time::Duration;
 
@@ -12,7 +15,12 @@ fn tag_ring(name: &str, slots: usize) -> Writer {
 
 #[test]
 fn tag_roundtrip_bytes() {
-    let t = Tag { pos: 0x0102_0304_0506_0708, len: 1514, buf: 7, class: 22 };
+    let t = Tag {
+        pos: 0x0102_0304_0506_0708,
+        len: 1514,
+        buf: 7,
+        class: 22,
+    };
     assert_eq!(Tag::from_bytes(&t.to_bytes()), Some(t));
     assert_eq!(Tag::from_bytes(&[0u8; 15]), None);
     assert_eq!(std::mem::size_of::<Tag>(), 16);
@@ -23,7 +31,14 @@ fn tag_roundtrip_bytes() {
 #[test]
 fn peek_then_write_splices() {
     let _w = watchdog("peek_then_write_splices", 30);
-    let mut src = Writer::create("src", RingConfig { buf_id: 3, ..RingConfig::bytes(1 << 16).layout(Layout::Records) }).unwrap();
+    let mut src = Writer::create(
+        "src",
+        RingConfig {
+            buf_id: 3,
+            ..RingConfig::bytes(1 << 16).layout(Layout::Records)
+        },
+    )
+    .unwrap();
     let mut src_r = src.ring().reader(Start::Oldest).unwrap();
     let mut ib = IbufWriter::new(tag_ring("ib", 256)).unwrap();
     ib.register(&src.ring()).unwrap();
@@ -40,7 +55,11 @@ fn peek_then_write_splices() {
         let _ = ppos;
         src_r.peek_complete().unwrap();
     }
-    assert_eq!((ib.spliced, ib.copied), (50, 0), "every block should have been spliced");
+    assert_eq!(
+        (ib.spliced, ib.copied),
+        (50, 0),
+        "every block should have been spliced"
+    );
     for seq in 0..50 {
         let (tag, p) = out.peek_acquire().unwrap().unwrap();
         assert_eq!(tag.buf, 3);
@@ -54,7 +73,11 @@ fn peek_then_write_splices() {
 fn write_without_default_dbuf_is_an_error() {
     let mut ib = IbufWriter::new(tag_ring("ib2", 256)).unwrap();
     let err = ib.write(b"not in any ring").unwrap_err();
-    assert!(err.to_string().contains("write-through without a default DBuf"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("write-through without a default DBuf"),
+        "{err}"
+    );
 }
 
 /// A double ring (headers out of band): records of any size arrive whole and in order, and
@@ -118,7 +141,11 @@ fn lossy_double_ring_reader_gets_only_valid_records() {
         }
     }
     assert!(overruns > 0 && ok > 0, "ok={ok} overruns={overruns}");
-    assert_eq!(last, Some(999), "the newest records survive in the header ring");
+    assert_eq!(
+        last,
+        Some(999),
+        "the newest records survive in the header ring"
+    );
 }
 
 /// Several producer threads on one multi-producer ring: whole records, each producer's in
@@ -126,7 +153,10 @@ fn lossy_double_ring_reader_gets_only_valid_records() {
 #[test]
 fn multi_producer_threads() {
     let _w = watchdog("multi_producer_threads", 60);
-    let cfg = RingConfig { multi_producer: true, ..RingConfig::bytes(1 << 15).slots(256) };
+    let cfg = RingConfig {
+        multi_producer: true,
+        ..RingConfig::bytes(1 << 15).slots(256)
+    };
     let w = Writer::create("mp", cfg).unwrap();
     let mut r = w.ring().reader(Start::Oldest).unwrap();
     let handles: Vec<_> = (0..4u64)
@@ -168,14 +198,20 @@ fn select_over_several_rings() {
     let b = Writer::create("b", RingConfig::bytes(4096)).unwrap();
     let mut ra = a.ring().reader(Start::Oldest).unwrap();
     let mut rb = b.ring().reader(Start::Oldest).unwrap();
-    assert_eq!(select(&mut [&mut ra, &mut rb], Some(Duration::from_millis(20))).unwrap(), None);
+    assert_eq!(
+        select(&mut [&mut ra, &mut rb], Some(Duration::from_millis(20))).unwrap(),
+        None
+    );
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
         let mut b = b;
         b.write(b"hello").unwrap();
         b
     });
-    assert_eq!(select(&mut [&mut ra, &mut rb], Some(Duration::from_secs(10))).unwrap(), Some(1));
+    assert_eq!(
+        select(&mut [&mut ra, &mut rb], Some(Duration::from_secs(10))).unwrap(),
+        Some(1)
+    );
     let _b = t.join().unwrap();
     a.write(b"x").unwrap();
     assert_eq!(select(&mut [&mut ra, &mut rb], None).unwrap(), Some(0));
@@ -208,7 +244,10 @@ fn moderation_batches_but_bounds_latency() {
     let wakeups = w.stats().wakeups;
     w.close();
     assert_eq!(t.join().unwrap(), 10_001);
-    assert!(wakeups < 10_000 / 4, "{wakeups} wake-ups for 10001 records: batching did not happen");
+    assert!(
+        wakeups < 10_000 / 4,
+        "{wakeups} wake-ups for 10001 records: batching did not happen"
+    );
 }
 
 /// Self-scaling: a calm ring shrinks to its minimum; data stays intact across resizes.
@@ -236,7 +275,11 @@ fn deck_cut_shrinks_when_calm() {
         }
         pos += 1000;
     }
-    assert_eq!(w.active_size(), 1 << 12, "a calm ring should have shrunk to its minimum");
+    assert_eq!(
+        w.active_size(),
+        1 << 12,
+        "a calm ring should have shrunk to its minimum"
+    );
     assert!(w.stats().resizes >= 8);
 }
 
@@ -246,7 +289,10 @@ fn deck_cut_shrinks_when_calm() {
 #[test]
 fn detachable_ring_outlives_its_readers() {
     let _w = watchdog("detachable_ring_outlives_its_readers", 60);
-    let cfg = RingConfig { detachable: true, ..RingConfig::bytes(1 << 16) };
+    let cfg = RingConfig {
+        detachable: true,
+        ..RingConfig::bytes(1 << 16)
+    };
     let mut w = Writer::create("detach", cfg).unwrap();
     let ring = w.ring();
     let chunk = vec![7u8; 4096];
@@ -275,7 +321,11 @@ fn detachable_ring_outlives_its_readers() {
             w.write(&block).unwrap();
             sent.extend_from_slice(&block);
         }
-        assert_eq!(t.join().unwrap(), sent, "round {round}: every byte, in order");
+        assert_eq!(
+            t.join().unwrap(),
+            sent,
+            "round {round}: every byte, in order"
+        );
         // The reader is gone: writing goes on.
         for _ in 0..64 {
             w.write(&chunk).unwrap();
@@ -285,7 +335,9 @@ fn detachable_ring_outlives_its_readers() {
     // The same with a plain SRP ring: the pipe breaks.
     let mut w = Writer::create("plain", RingConfig::bytes(1 << 16)).unwrap();
     drop(w.ring().reader(Start::Latest).unwrap());
-    let err = (0..64).find_map(|_| w.write(&chunk).err()).expect("a broken pipe");
+    let err = (0..64)
+        .find_map(|_| w.write(&chunk).err())
+        .expect("a broken pipe");
     assert!(matches!(err, beltway::Error::BrokenPipe { .. }), "{err}");
 }
 
@@ -301,11 +353,17 @@ fn ibuf_poke_fills_in_place_and_publishes_on_complete() {
     let win = w.poke_acquire(100).unwrap();
     assert_eq!(win.len(), 100);
     win[..5].copy_from_slice(b"hello");
-    assert!(r.tags_mut().block(Some(Duration::ZERO)).unwrap() == beltway::Ready::TimedOut, "nothing is published before poke_complete");
+    assert!(
+        r.tags_mut().block(Some(Duration::ZERO)).unwrap() == beltway::Ready::TimedOut,
+        "nothing is published before poke_complete"
+    );
     let err = w.poke_acquire(10).unwrap_err();
     assert!(err.to_string().contains("second poke_acquire"), "{err}");
     let err = w.write(b"x").unwrap_err();
-    assert!(err.to_string().contains("while a poke_acquire is open"), "{err}");
+    assert!(
+        err.to_string().contains("while a poke_acquire is open"),
+        "{err}"
+    );
     // Filled over two calls, as slfile_append does.
     w.poked_mut().unwrap()[5..11].copy_from_slice(b" world");
     let t1 = w.poke_complete(11, 7).unwrap();
@@ -327,7 +385,10 @@ fn ibuf_poke_fills_in_place_and_publishes_on_complete() {
         got.push(p.data.to_vec());
         r.peek_complete().unwrap();
     }
-    assert_eq!(got, vec![b"hello world".to_vec(), b"abc".to_vec(), b"tail".to_vec()]);
+    assert_eq!(
+        got,
+        vec![b"hello world".to_vec(), b"abc".to_vec(), b"tail".to_vec()]
+    );
     // Too large a completion is refused and leaves the window open.
     w.poke_acquire(4).unwrap();
     assert!(w.poke_complete(5, 1).is_err());
@@ -356,7 +417,13 @@ fn ibuf_poke_waits_for_a_slow_reader() {
     while let Some((_, p)) = r.peek_acquire().unwrap() {
         let len = 100 + (seq as usize % 900);
         assert_eq!(p.data.len(), len, "block {seq}");
-        assert!(p.data.iter().enumerate().all(|(i, b)| *b == (seq as usize + i) as u8), "block {seq} corrupt");
+        assert!(
+            p.data
+                .iter()
+                .enumerate()
+                .all(|(i, b)| *b == (seq as usize + i) as u8),
+            "block {seq} corrupt"
+        );
         r.peek_complete().unwrap();
         seq += 1;
     }

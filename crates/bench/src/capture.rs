@@ -38,7 +38,11 @@ pub struct Args {
 /// A veth pair into a fresh namespace (the kernel crate's helper); the far end answers
 /// nothing, so no ICMP comes back to disturb the counts.
 pub(crate) fn veth() -> Result<Veth> {
-    let v = Veth::new("cb").map_err(|e| err(format!("{e} (the capture benchmark needs root and iproute2)")))?;
+    let v = Veth::new("cb").map_err(|e| {
+        err(format!(
+            "{e} (the capture benchmark needs root and iproute2)"
+        ))
+    })?;
     let _ = v.exec(&["sh", "-c", "echo 0 > /proc/sys/net/ipv4/icmp_ratelimit"]);
     Ok(v)
 }
@@ -52,9 +56,21 @@ pub(crate) fn send(src: &str, dst: &str, pps: u64, secs: f64, flows: u16) -> Res
 }
 
 /// [`send`] with datagrams of `size` bytes of payload.
-pub(crate) fn send_sized(src: &str, dst: &str, pps: u64, secs: f64, flows: u16, size: usize) -> Result<(u64, f64)> {
-    let socks: Vec<UdpSocket> = (0..flows).map(|_| UdpSocket::bind(format!("{src}:0"))).collect::<std::io::Result<_>>().map_err(|e| err(format!("udp socket: {e}")))?;
-    let ip: std::net::Ipv4Addr = dst.parse().map_err(|e| err(format!("destination {dst}: {e}")))?;
+pub(crate) fn send_sized(
+    src: &str,
+    dst: &str,
+    pps: u64,
+    secs: f64,
+    flows: u16,
+    size: usize,
+) -> Result<(u64, f64)> {
+    let socks: Vec<UdpSocket> = (0..flows)
+        .map(|_| UdpSocket::bind(format!("{src}:0")))
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| err(format!("udp socket: {e}")))?;
+    let ip: std::net::Ipv4Addr = dst
+        .parse()
+        .map_err(|e| err(format!("destination {dst}: {e}")))?;
     let (port7, port9) = (SocketAddrV4::new(ip, 7), SocketAddrV4::new(ip, 9));
     let payload = vec![0x5au8; size];
     let t0 = Instant::now();
@@ -83,18 +99,29 @@ pub(crate) fn send_sized(src: &str, dst: &str, pps: u64, secs: f64, flows: u16, 
 
 /// Nanoseconds on CPU of every thread of `pid`.
 pub(crate) fn cpu_ns(pid: u32) -> u64 {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
     dir.filter_map(|e| e.ok())
         .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next().and_then(|x| x.parse::<u64>().ok()))
+        .filter_map(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<u64>().ok())
+        })
         .sum()
 }
 
 /// The `streamline` program beside this benchmark (target/<profile>/).
 pub(crate) fn streamline() -> Result<std::path::PathBuf> {
-    let exe = std::env::current_exe().map_err(|e| err(format!("own executable: {e}")))?.with_file_name("streamline");
+    let exe = std::env::current_exe()
+        .map_err(|e| err(format!("own executable: {e}")))?
+        .with_file_name("streamline");
     if !exe.is_file() {
-        return Err(err(format!("{} not found; build it with `cargo build --release -p streamline`", exe.display())));
+        return Err(err(format!(
+            "{} not found; build it with `cargo build --release -p streamline`",
+            exe.display()
+        )));
     }
     Ok(exe)
 }
@@ -102,7 +129,11 @@ pub(crate) fn streamline() -> Result<std::path::PathBuf> {
 /// One capture: start `cmd`, send traffic, read its CPU time, stop it with SIGINT.
 /// Returns (packets sent, CPU seconds, stderr).
 fn measure(v: &Veth, mut cmd: Command, a: &Args, flows: u16) -> Result<(u64, f64, String)> {
-    let child: Child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| err(format!("starting {cmd:?}: {e}")))?;
+    let child: Child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| err(format!("starting {cmd:?}: {e}")))?;
     let timed = (|| {
         std::thread::sleep(Duration::from_millis(800));
         let c0 = cpu_ns(child.id());
@@ -114,16 +145,29 @@ fn measure(v: &Veth, mut cmd: Command, a: &Args, flows: u16) -> Result<(u64, f64
         Ok((sent, cpu_ns(child.id()) - c0))
     })();
     // Stopped however the measurement went: a failed one must not leave it capturing.
-    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
-    let out = child.wait_with_output().map_err(|e| err(format!("waiting: {e}")))?;
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let out = child
+        .wait_with_output()
+        .map_err(|e| err(format!("waiting: {e}")))?;
     let (sent, ns) = timed?;
-    Ok((sent, ns as f64 / 1e9, String::from_utf8_lossy(&out.stderr).into_owned()))
+    Ok((
+        sent,
+        ns as f64 / 1e9,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
 }
 
 /// Runs each capture `reps` times, alternating between them, and returns per capture the
 /// run with the median CPU per packet and all runs' figures (ns/packet, sorted). A single
 /// 3 s run varied by a third on our VMs.
-fn median_runs(v: &Veth, a: &Args, reps: usize, makers: &[&dyn Fn() -> Command]) -> Result<Vec<((u64, f64, String), String)>> {
+fn median_runs(
+    v: &Veth,
+    a: &Args,
+    reps: usize,
+    makers: &[&dyn Fn() -> Command],
+) -> Result<Vec<((u64, f64, String), String)>> {
     let mut rounds: Vec<Vec<(u64, f64, String)>> = vec![Vec::new(); makers.len()];
     for _ in 0..reps.max(1) {
         for (k, make) in makers.iter().enumerate() {
@@ -134,7 +178,11 @@ fn median_runs(v: &Veth, a: &Args, reps: usize, makers: &[&dyn Fn() -> Command])
         .into_iter()
         .map(|mut r| {
             r.sort_by(|x, y| (x.1 / x.0 as f64).total_cmp(&(y.1 / y.0 as f64)));
-            let runs = r.iter().map(|x| format!("{:.0}", x.1 * 1e9 / x.0 as f64)).collect::<Vec<_>>().join(" ");
+            let runs = r
+                .iter()
+                .map(|x| format!("{:.0}", x.1 * 1e9 / x.0 as f64))
+                .collect::<Vec<_>>()
+                .join(" ");
             let mid = r.swap_remove(r.len() / 2);
             (mid, runs)
         })
@@ -151,16 +199,42 @@ fn count_in(stderr: &str) -> u64 {
 }
 
 fn delivered_in(stderr: &str) -> u64 {
-    stderr.lines().filter(|l| l.starts_with("rx ")).filter_map(|l| l.split(": ").nth(1)?.split_whitespace().next()?.parse::<u64>().ok()).sum()
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("rx "))
+        .filter_map(|l| {
+            l.split(": ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(600));
-    let a = if quick { Args { pps: 20_000, secs: 1.0 } } else { Args { pps: a.pps, secs: a.secs } };
+    let a = if quick {
+        Args {
+            pps: 20_000,
+            secs: 1.0,
+        }
+    } else {
+        Args {
+            pps: a.pps,
+            secs: a.secs,
+        }
+    };
     let sl = streamline()?;
     let v = veth()?;
     let dev = v.here.clone();
-    println!("streamline-bench capture ({} mode): {} packets/s of 64-byte UDP for {} s on veth {dev}", if quick { "quick" } else { "full" }, a.pps, a.secs);
+    println!(
+        "streamline-bench capture ({} mode): {} packets/s of 64-byte UDP for {} s on veth {dev}",
+        if quick { "quick" } else { "full" },
+        a.pps,
+        a.secs
+    );
     let mut summary = Summary::default();
     let run_sl = |pipeline: String| {
         let mut c = Command::new(&sl);
@@ -171,34 +245,77 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     println!("\n== bpf \"udp dst port 7\" (1% of the traffic): kernel vs user placement ==");
     let reps = if quick { 1 } else { 3 };
     // Both placements at the default bound and at 1000 ms, alternating round by round.
-    let settings = [("", "", Some(Target::AtLeast(5.0))), (" latency=1000", "_1000ms", None)];
+    let settings = [
+        ("", "", Some(Target::AtLeast(5.0))),
+        (" latency=1000", "_1000ms", None),
+    ];
     let mut got = median_runs(
         &v,
         &a,
         reps,
         &[
             &|| run_sl(format!("rx dev={dev} | bpf \"udp dst port 7\" | count")),
-            &|| run_sl(format!("rx dev={dev} | bpf \"udp dst port 7\" placed=user | count")),
-            &|| run_sl(format!("rx dev={dev} latency=1000 | bpf \"udp dst port 7\" | count")),
-            &|| run_sl(format!("rx dev={dev} latency=1000 | bpf \"udp dst port 7\" placed=user | count")),
+            &|| {
+                run_sl(format!(
+                    "rx dev={dev} | bpf \"udp dst port 7\" placed=user | count"
+                ))
+            },
+            &|| {
+                run_sl(format!(
+                    "rx dev={dev} latency=1000 | bpf \"udp dst port 7\" | count"
+                ))
+            },
+            &|| {
+                run_sl(format!(
+                    "rx dev={dev} latency=1000 | bpf \"udp dst port 7\" placed=user | count"
+                ))
+            },
         ],
     )?
     .into_iter();
-    let pairs: Vec<_> = settings.iter().map(|_| (got.next().expect("four"), got.next().expect("four"))).collect();
+    let pairs: Vec<_> = settings
+        .iter()
+        .map(|_| (got.next().expect("four"), got.next().expect("four")))
+        .collect();
     let (runs, runs1000) = (&pairs[0], &pairs[1]);
     println!(
         "CPU ns/packet of each round, sorted: kernel {}; user {}; with latency=1000: kernel {}; user {} (the median run is shown)",
         runs.0 .1, runs.1 .1, runs1000.0 .1, runs1000.1 .1
     );
-    println!("{:<10} {:>10} {:>12} {:>14} {:>12}", "placement", "sent", "matched", "to user space", "CPU ns/pkt");
-    for ((opt, suffix, target), (((sk, ck, ek), _), ((su, cu, eu), _))) in settings.iter().zip(&pairs) {
+    println!(
+        "{:<10} {:>10} {:>12} {:>14} {:>12}",
+        "placement", "sent", "matched", "to user space", "CPU ns/pkt"
+    );
+    for ((opt, suffix, target), (((sk, ck, ek), _), ((su, cu, eu), _))) in
+        settings.iter().zip(&pairs)
+    {
         let (nk, nu) = (count_in(ek), count_in(eu));
         let (dk, du) = (delivered_in(ek), delivered_in(eu));
-        let tail = if opt.is_empty() { String::new() } else { format!("   ({})", opt.trim()) };
-        println!("{:<10} {:>10} {:>12} {:>14} {:>12.0}{tail}", "kernel", sk, nk, dk, ck * 1e9 / *sk as f64);
-        println!("{:<10} {:>10} {:>12} {:>14} {:>12.0}{tail}", "user", su, nu, du, cu * 1e9 / *su as f64);
+        let tail = if opt.is_empty() {
+            String::new()
+        } else {
+            format!("   ({})", opt.trim())
+        };
+        println!(
+            "{:<10} {:>10} {:>12} {:>14} {:>12.0}{tail}",
+            "kernel",
+            sk,
+            nk,
+            dk,
+            ck * 1e9 / *sk as f64
+        );
+        println!(
+            "{:<10} {:>10} {:>12} {:>14} {:>12.0}{tail}",
+            "user",
+            su,
+            nu,
+            du,
+            cu * 1e9 / *su as f64
+        );
         if nk == 0 || nu == 0 {
-            return Err(err(format!("no matching packets were counted{opt} (kernel {nk}, user {nu}): {ek} {eu}")));
+            return Err(err(format!(
+                "no matching packets were counted{opt} (kernel {nk}, user {nu}): {ek} {eu}"
+            )));
         }
         let (user_ns, kernel_ns) = (cu * 1e9 / *su as f64, ck * 1e9 / *sk as f64);
         let note = if opt.is_empty() {
@@ -206,7 +323,12 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         } else {
             format!("the same with latency=1000 for both placements: user {user_ns:.0} ns vs kernel {kernel_ns:.0} ns (fewer wake-ups: the kernel placement's cost is almost all wake-ups)")
         };
-        summary.add(&format!("kernel_vs_user_bpf_user_cycles_per_packet{suffix}"), user_ns / kernel_ns, *target, note);
+        summary.add(
+            &format!("kernel_vs_user_bpf_user_cycles_per_packet{suffix}"),
+            user_ns / kernel_ns,
+            *target,
+            note,
+        );
     }
 
     println!("\n== Capturing everything: rx | count vs tcpdump -w /dev/null ==");
@@ -215,14 +337,34 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         c.args(["-i", &dev, "-w", "/dev/null", "-q"]);
         c
     };
-    let mut got = median_runs(&v, &a, reps, &[&|| run_sl(format!("rx dev={dev} | count")), &td, &|| run_sl(format!("rx dev={dev} latency=1000 | count"))])?.into_iter();
+    let mut got = median_runs(
+        &v,
+        &a,
+        reps,
+        &[&|| run_sl(format!("rx dev={dev} | count")), &td, &|| {
+            run_sl(format!("rx dev={dev} latency=1000 | count"))
+        }],
+    )?
+    .into_iter();
     let ((s1, c1, e1), runs1) = got.next().expect("three");
     let ((s2, c2, e2), runs2) = got.next().expect("three");
     let ((s3, c3, e3), runs3) = got.next().expect("three");
     println!("CPU ns/packet of each round, sorted: streamline {runs1}; tcpdump {runs2}; streamline latency=1000 {runs3}");
-    println!("streamline (latency=10, default):   {} of {s1} packets, {:.0} ns CPU/packet", count_in(&e1), c1 * 1e9 / s1 as f64);
-    println!("streamline (latency=1000, tcpdump's timeout): {} of {s3} packets, {:.0} ns CPU/packet", count_in(&e3), c3 * 1e9 / s3 as f64);
-    let tcpdump_says = |what: &str| e2.lines().find(|l| l.ends_with(what)).and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok());
+    println!(
+        "streamline (latency=10, default):   {} of {s1} packets, {:.0} ns CPU/packet",
+        count_in(&e1),
+        c1 * 1e9 / s1 as f64
+    );
+    println!(
+        "streamline (latency=1000, tcpdump's timeout): {} of {s3} packets, {:.0} ns CPU/packet",
+        count_in(&e3),
+        c3 * 1e9 / s3 as f64
+    );
+    let tcpdump_says = |what: &str| {
+        e2.lines()
+            .find(|l| l.ends_with(what))
+            .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+    };
     println!(
         "tcpdump (1000 ms timeout):          {} of {s2} packets captured, {} dropped by the kernel, {:.0} ns CPU/packet",
         tcpdump_says("packets captured").map_or("?".into(), |n| n.to_string()),
@@ -230,7 +372,12 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         c2 * 1e9 / s2 as f64
     );
     summary.add("capture_cpu_tcpdump_over_streamline", (c2 / s2 as f64) / (c1 / s1 as f64), Some(Target::AtLeast(1.5)), "CPU time per packet of the capturing process at the same offered rate (ours with its default 10 ms latency bound, tcpdump with its 1000 ms timeout)");
-    summary.add("capture_cpu_tcpdump_over_streamline_1000ms", (c2 / s2 as f64) / (c3 / s3 as f64), None, "the same with both handing packets over within 1000 ms");
+    summary.add(
+        "capture_cpu_tcpdump_over_streamline_1000ms",
+        (c2 / s2 as f64) / (c3 / s3 as f64),
+        None,
+        "the same with both handing packets over within 1000 ms",
+    );
 
     println!("\n== Multi-queue receive: `rx queues=1` and `rx queues=2` (PACKET_FANOUT hash, one engine per queue), deflate per packet, 16 flows ==");
     let engines = |q: usize| run_sl(format!("rx dev={dev} queues={q} | deflate level=9 | count"));
@@ -245,7 +392,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     println!("\n== AF_XDP vs AF_PACKET: `rx impl=xdp | count` vs `rx impl=packet | count` on the receiving end (in the namespace) ==");
     let in_ns = |imp: &str| {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &v.ns]).arg(&sl).args(["run", "-q", &format!("rx dev={} impl={imp} | count", v.there)]);
+        c.args(["netns", "exec", &v.ns]).arg(&sl).args([
+            "run",
+            "-q",
+            &format!("rx dev={} impl={imp} | count", v.there),
+        ]);
         c
     };
     let (sx, cx, ex) = measure(&v, in_ns("xdp"), &a, 1)?;
@@ -256,9 +407,24 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         }
     }
     let (nx, np) = (count_in(&ex), count_in(&ep));
-    println!("{:<8} {:>10} {:>10} {:>12}", "socket", "sent", "counted", "CPU ns/pkt");
-    println!("{:<8} {:>10} {:>10} {:>12.0}", "AF_XDP", sx, nx, cx * 1e9 / nx as f64);
-    println!("{:<8} {:>10} {:>10} {:>12.0}", "AF_PACKET", sp, np, cp * 1e9 / np as f64);
+    println!(
+        "{:<8} {:>10} {:>10} {:>12}",
+        "socket", "sent", "counted", "CPU ns/pkt"
+    );
+    println!(
+        "{:<8} {:>10} {:>10} {:>12.0}",
+        "AF_XDP",
+        sx,
+        nx,
+        cx * 1e9 / nx as f64
+    );
+    println!(
+        "{:<8} {:>10} {:>10} {:>12.0}",
+        "AF_PACKET",
+        sp,
+        np,
+        cp * 1e9 / np as f64
+    );
     for e in [&ex, &ep] {
         for l in e.lines().filter(|l| l.starts_with("rx ")) {
             println!("  {l}");

@@ -65,7 +65,10 @@ pub fn run(a: &Args) -> Result<()> {
             receive(stream, |buf| {
                 let n = r.read(buf)?;
                 if records && n != 0 && n != buf.len() {
-                    return Err(err(format!("record of {n} bytes where {} were expected", buf.len())));
+                    return Err(err(format!(
+                        "record of {n} bytes where {} were expected",
+                        buf.len()
+                    )));
                 }
                 Ok(n)
             })
@@ -96,7 +99,11 @@ fn receive(s: &StreamArgs, mut read: impl FnMut(&mut [u8]) -> Result<usize>) -> 
         while filled < s.block {
             let n = read(&mut buf[filled..])?;
             if n == 0 {
-                return Err(err(format!("stream ended after {} of {} bytes", seq * s.block as u64 + filled as u64, s.bytes)));
+                return Err(err(format!(
+                    "stream ended after {} of {} bytes",
+                    seq * s.block as u64 + filled as u64,
+                    s.bytes
+                )));
             }
             filled += n;
         }
@@ -105,8 +112,14 @@ fn receive(s: &StreamArgs, mut read: impl FnMut(&mut [u8]) -> Result<usize>) -> 
     let end_ns = beltway::sys::now_ns();
     let extra = read(&mut buf)?;
     if extra != 0 {
-        return Err(err(format!("{extra} bytes past the expected {} bytes", s.bytes)));
+        return Err(err(format!(
+            "{extra} bytes past the expected {} bytes",
+            s.bytes
+        )));
     }
-    println!("done bytes={} blocks={blocks} end_ns={end_ns}", blocks * s.block as u64);
+    println!(
+        "done bytes={} blocks={blocks} end_ns={end_ns}",
+        blocks * s.block as u64
+    );
     Ok(())
 }

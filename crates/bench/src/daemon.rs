@@ -69,7 +69,8 @@ pub const EDITS: [&str; 7] = [
 
 /// The effective uid of this process (from /proc/self/status, as the kernel reports it).
 pub(crate) fn euid() -> Result<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| err(format!("/proc/self/status: {e}")))?;
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| err(format!("/proc/self/status: {e}")))?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))
@@ -82,7 +83,10 @@ pub(crate) fn euid() -> Result<u32> {
 /// runs), or why not.
 pub(crate) fn binaries() -> Result<(PathBuf, PathBuf)> {
     let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
-    let (streamlined, streamline) = (exe.with_file_name("streamlined"), exe.with_file_name("streamline"));
+    let (streamlined, streamline) = (
+        exe.with_file_name("streamlined"),
+        exe.with_file_name("streamline"),
+    );
     for p in [&streamlined, &streamline] {
         if !p.is_file() {
             return Err(err(format!("{} not found next to this benchmark; build both with `cargo build --release -p daemon -p streamline`", p.display())));
@@ -105,23 +109,44 @@ impl Daemon {
     pub(crate) fn start(bin: &Path, dir: &Path, mount: Option<&Path>) -> Result<Daemon> {
         let socket = dir.join("control");
         let log = dir.join("streamlined.log");
-        let logf = std::fs::File::create(&log).map_err(|e| err(format!("creating {}: {e}", log.display())))?;
+        let logf = std::fs::File::create(&log)
+            .map_err(|e| err(format!("creating {}: {e}", log.display())))?;
         let mut cmd = Command::new(bin);
         match mount {
             Some(m) => cmd.arg("--mount").arg(m),
             None => cmd.arg("--no-mount"),
         };
-        cmd.arg("--socket").arg(&socket).arg("--foreground").stdin(Stdio::null()).stdout(Stdio::null()).stderr(logf);
+        cmd.arg("--socket")
+            .arg(&socket)
+            .arg("--foreground")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(logf);
         kill_with_us(&mut cmd);
-        let child = cmd.spawn().map_err(|e| err(format!("starting {}: {e}", bin.display())))?;
-        let mut d = Daemon { child: Some(child), socket, log };
+        let child = cmd
+            .spawn()
+            .map_err(|e| err(format!("starting {}: {e}", bin.display())))?;
+        let mut d = Daemon {
+            child: Some(child),
+            socket,
+            log,
+        };
         let t0 = Instant::now();
         while UnixStream::connect(&d.socket).is_err() {
             if let Some(st) = d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                return Err(err(format!("{} exited ({st}) before listening; its log:\n{}", bin.display(), d.log_text())));
+                return Err(err(format!(
+                    "{} exited ({st}) before listening; its log:\n{}",
+                    bin.display(),
+                    d.log_text()
+                )));
             }
             if t0.elapsed() > Duration::from_secs(10) {
-                return Err(err(format!("{} did not listen on {} within 10 s; its log:\n{}", bin.display(), d.socket.display(), d.log_text())));
+                return Err(err(format!(
+                    "{} did not listen on {} within 10 s; its log:\n{}",
+                    bin.display(),
+                    d.socket.display(),
+                    d.log_text()
+                )));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -140,7 +165,10 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).stderr(Stdio::null()).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .stderr(Stdio::null())
+                .status();
             let t0 = Instant::now();
             while matches!(c.try_wait(), Ok(None)) {
                 if t0.elapsed() > Duration::from_secs(10) {
@@ -180,55 +208,111 @@ fn base_of(label: &str) -> &str {
 /// Parse the end of a run's standard error (table, `(S s)`, summaries). Errors name the
 /// line that did not parse.
 pub fn parse_report(text: &str) -> Result<RunReport> {
-    let mut lines = text.lines().enumerate().skip_while(|(_, l)| !(l.starts_with("filter ") && l.contains("blocks in")));
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .skip_while(|(_, l)| !(l.starts_with("filter ") && l.contains("blocks in")));
     if lines.next().is_none() {
-        return Err(err("no per-filter table (a line `filter  blocks in ...`) in the run's output"));
+        return Err(err(
+            "no per-filter table (a line `filter  blocks in ...`) in the run's output",
+        ));
     }
     let mut rows = Vec::new();
     let mut elapsed = None;
     for (i, l) in lines.by_ref() {
         if let Some(s) = l.strip_prefix('(').and_then(|l| l.strip_suffix(" s)")) {
-            elapsed = Some(s.trim().parse::<f64>().map_err(|_| err(format!("line {}: elapsed time `{l}` is not a number", i + 1)))?);
+            elapsed = Some(s.trim().parse::<f64>().map_err(|_| {
+                err(format!(
+                    "line {}: elapsed time `{l}` is not a number",
+                    i + 1
+                ))
+            })?);
             break;
         }
         let f: Vec<&str> = l.split_whitespace().collect();
         if f.len() != 7 {
             return Err(err(format!("line {}: a table row has 7 columns (filter, blocks in, bytes in, blocks out, bytes out, drops, time ms); got `{l}`", i + 1)));
         }
-        let num = |k: usize, what: &str| f[k].parse::<u64>().map_err(|_| err(format!("line {}: {what} `{}` is not a number", i + 1, f[k])));
-        rows.push(Row { label: f[0].to_string(), blocks_in: num(1, "blocks in")?, blocks_out: num(3, "blocks out")?, drops: num(5, "drops")? });
+        let num = |k: usize, what: &str| {
+            f[k].parse::<u64>()
+                .map_err(|_| err(format!("line {}: {what} `{}` is not a number", i + 1, f[k])))
+        };
+        rows.push(Row {
+            label: f[0].to_string(),
+            blocks_in: num(1, "blocks in")?,
+            blocks_out: num(3, "blocks out")?,
+            drops: num(5, "drops")?,
+        });
     }
-    let elapsed = elapsed.ok_or_else(|| err("the per-filter table does not end with the run's elapsed time `(S s)`"))?;
+    let elapsed = elapsed.ok_or_else(|| {
+        err("the per-filter table does not end with the run's elapsed time `(S s)`")
+    })?;
     let mut counts = Vec::new();
     for (i, l) in lines {
         if let Some(rest) = l.strip_prefix("count: ") {
-            let n = rest.split_whitespace().next().and_then(|n| n.parse::<u64>().ok());
-            counts.push(n.ok_or_else(|| err(format!("line {}: `{l}` is not `count: N blocks, B bytes`", i + 1)))?);
+            let n = rest
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok());
+            counts.push(n.ok_or_else(|| {
+                err(format!(
+                    "line {}: `{l}` is not `count: N blocks, B bytes`",
+                    i + 1
+                ))
+            })?);
         }
     }
-    Ok(RunReport { rows, elapsed, counts })
+    Ok(RunReport {
+        rows,
+        elapsed,
+        counts,
+    })
 }
 
 impl RunReport {
     /// Blocks counted by the `count` node labelled `label`: its table row, checked against
     /// its `count:` summary (the summaries come in the table's order of `count` nodes).
     pub fn count_of(&self, label: &str) -> Result<u64> {
-        let counts: Vec<&Row> = self.rows.iter().filter(|r| base_of(&r.label) == "count").collect();
+        let counts: Vec<&Row> = self
+            .rows
+            .iter()
+            .filter(|r| base_of(&r.label) == "count")
+            .collect();
         if counts.len() != self.counts.len() {
-            return Err(err(format!("{} count nodes in the table but {} `count:` summaries", counts.len(), self.counts.len())));
+            return Err(err(format!(
+                "{} count nodes in the table but {} `count:` summaries",
+                counts.len(),
+                self.counts.len()
+            )));
         }
-        let k = counts.iter().position(|r| r.label == label).ok_or_else(|| {
-            err(format!("no node `{label}` in the run's table (nodes: {})", self.rows.iter().map(|r| r.label.as_str()).collect::<Vec<_>>().join(", ")))
-        })?;
+        let k = counts
+            .iter()
+            .position(|r| r.label == label)
+            .ok_or_else(|| {
+                err(format!(
+                    "no node `{label}` in the run's table (nodes: {})",
+                    self.rows
+                        .iter()
+                        .map(|r| r.label.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
         if counts[k].blocks_in != self.counts[k] {
-            return Err(err(format!("`{label}`: the table says {} blocks in, its summary {}", counts[k].blocks_in, self.counts[k])));
+            return Err(err(format!(
+                "`{label}`: the table says {} blocks in, its summary {}",
+                counts[k].blocks_in, self.counts[k]
+            )));
         }
         Ok(self.counts[k])
     }
 
     /// Blocks the first node (the source) emitted.
     pub fn source_blocks(&self) -> Result<u64> {
-        self.rows.first().map(|r| r.blocks_out).ok_or_else(|| err("the run's table has no rows"))
+        self.rows
+            .first()
+            .map(|r| r.blocks_out)
+            .ok_or_else(|| err("the run's table has no rows"))
     }
 }
 
@@ -243,11 +327,20 @@ struct Setup {
 fn run_cmd(cmd: &mut Command, what: &str) -> Result<(f64, String)> {
     kill_with_us(cmd);
     let t0 = Instant::now();
-    let out = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).output().map_err(|e| err(format!("starting {what}: {e}")))?;
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| err(format!("starting {what}: {e}")))?;
     let secs = t0.elapsed().as_secs_f64();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
-        return Err(err(format!("{what} failed ({}):\n{}", out.status, stderr.trim())));
+        return Err(err(format!(
+            "{what} failed ({}):\n{}",
+            out.status,
+            stderr.trim()
+        )));
     }
     Ok((secs, stderr))
 }
@@ -256,19 +349,32 @@ impl Setup {
     /// `streamline --socket none run PIPELINE`.
     fn standalone(&self, pipeline: &str) -> Result<(f64, RunReport)> {
         let mut cmd = Command::new(&self.streamline);
-        cmd.env_remove("STREAMLINE_SOCKET").args(["--socket", "none", "run", pipeline]);
+        cmd.env_remove("STREAMLINE_SOCKET")
+            .args(["--socket", "none", "run", pipeline]);
         let what = format!("`streamline --socket none run '{pipeline}'`");
         let (secs, stderr) = run_cmd(&mut cmd, &what)?;
-        Ok((secs, parse_report(&stderr).map_err(|e| err(format!("{what}: {e}; its output:\n{stderr}")))?))
+        Ok((
+            secs,
+            parse_report(&stderr)
+                .map_err(|e| err(format!("{what}: {e}; its output:\n{stderr}")))?,
+        ))
     }
 
     /// `STREAMLINE_SOCKET=OURS streamline run PIPELINE` (attached to the daemon).
     fn through_daemon(&self, pipeline: &str) -> Result<(f64, RunReport)> {
         let mut cmd = Command::new(&self.streamline);
-        cmd.env("STREAMLINE_SOCKET", &self.daemon.socket).args(["run", pipeline]);
-        let what = format!("`STREAMLINE_SOCKET={} streamline run '{pipeline}'`", self.daemon.socket.display());
+        cmd.env("STREAMLINE_SOCKET", &self.daemon.socket)
+            .args(["run", pipeline]);
+        let what = format!(
+            "`STREAMLINE_SOCKET={} streamline run '{pipeline}'`",
+            self.daemon.socket.display()
+        );
         let (secs, stderr) = run_cmd(&mut cmd, &what)?;
-        Ok((secs, parse_report(&stderr).map_err(|e| err(format!("{what}: {e}; its output:\n{stderr}")))?))
+        Ok((
+            secs,
+            parse_report(&stderr)
+                .map_err(|e| err(format!("{what}: {e}; its output:\n{stderr}")))?,
+        ))
     }
 
     /// Blocks per second of `pipeline(n)` run stand-alone, doubling n from `n0` until a
@@ -302,7 +408,10 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
 /// A thread echoing length-prefixed frames on its end of a socket pair until the other
 /// end closes. It moves itself to the CPU it is sent on `cpus` whenever one comes (the
 /// channel is read between frames) and answers on `moved` with the CPU it then runs on.
-fn echo_server(cpus: std::sync::mpsc::Receiver<usize>, moved: std::sync::mpsc::Sender<String>) -> Result<(UnixStream, std::thread::JoinHandle<()>)> {
+fn echo_server(
+    cpus: std::sync::mpsc::Receiver<usize>,
+    moved: std::sync::mpsc::Sender<String>,
+) -> Result<(UnixStream, std::thread::JoinHandle<()>)> {
     let (mine, theirs) = UnixStream::pair().map_err(|e| err(format!("socketpair: {e}")))?;
     let h = std::thread::Builder::new()
         .name("echo".into())
@@ -341,7 +450,9 @@ fn ping_daemon(c: &mut Client, calls: usize, token0: u64) -> Result<Vec<f64>> {
     for i in 0..calls as u64 {
         let token = token0 + i;
         let t0 = Instant::now();
-        let r = c.call(Request::Ping { token }).map_err(|e| err(format!("ping through the daemon: {e}")))?;
+        let r = c
+            .call(Request::Ping { token })
+            .map_err(|e| err(format!("ping through the daemon: {e}")))?;
         v.push(t0.elapsed().as_nanos() as f64);
         if r != (Reply::Pong { token }) {
             return Err(err(format!("ping {token}: the daemon answered {r:?}")));
@@ -355,7 +466,10 @@ fn ping_daemon(c: &mut Client, calls: usize, token0: u64) -> Result<Vec<f64>> {
 fn ping_echo(s: &UnixStream, calls: usize, token0: u64, id0: u64) -> Result<Vec<f64>> {
     let mut v = Vec::with_capacity(calls);
     for i in 0..calls as u64 {
-        let m = Msg { id: id0 + i, body: Request::Ping { token: token0 + i } };
+        let m = Msg {
+            id: id0 + i,
+            body: Request::Ping { token: token0 + i },
+        };
         let t0 = Instant::now();
         proto::send(s, &m, &[]).map_err(|e| err(format!("echo: {e}")))?;
         let (back, _) = proto::recv::<Request>(s).map_err(|e| err(format!("echo: {e}")))?;
@@ -377,13 +491,23 @@ fn connection_thread(daemon_pid: u32) -> Result<u32> {
         let tids: Vec<u32> = std::fs::read_dir(&dir)
             .map_err(|e| err(format!("{dir}: {e}")))?
             .flatten()
-            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "sl-client"))
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "sl-client")
+            })
             .filter_map(|t| t.file_name().to_str()?.parse().ok())
             .collect();
         match tids[..] {
             [tid] => return Ok(tid),
-            _ if t0.elapsed() < Duration::from_secs(5) => std::thread::sleep(Duration::from_millis(10)),
-            _ => return Err(err(format!("expected one connection thread (sl-client) in our daemon, found {}", tids.len()))),
+            _ if t0.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            _ => {
+                return Err(err(format!(
+                    "expected one connection thread (sl-client) in our daemon, found {}",
+                    tids.len()
+                )))
+            }
         }
     }
 }
@@ -392,15 +516,30 @@ fn connection_thread(daemon_pid: u32) -> Result<u32> {
 fn last_cpu(stat: &str) -> String {
     let text = std::fs::read_to_string(stat).unwrap_or_default();
     // The fields after the command name, which is in parentheses and may hold spaces.
-    let cpu = text.rfind(')').and_then(|i| text[i + 1..].split_whitespace().nth(36).map(str::to_string));
-    cpu.map_or_else(|| format!("unknown ({stat} unreadable)"), |c| format!("CPU {c}"))
+    let cpu = text
+        .rfind(')')
+        .and_then(|i| text[i + 1..].split_whitespace().nth(36).map(str::to_string));
+    cpu.map_or_else(
+        || format!("unknown ({stat} unreadable)"),
+        |c| format!("CPU {c}"),
+    )
 }
 
 /// Move thread `tid` of another process to `cpu` (util-linux's taskset).
 fn move_thread(tid: u32, cpu: usize) -> Result<()> {
-    let out = Command::new("taskset").args(["-p", "-c", &cpu.to_string(), &tid.to_string()]).output().map_err(|e| err(format!("taskset (util-linux) is needed to place the daemon's thread: {e}")))?;
+    let out = Command::new("taskset")
+        .args(["-p", "-c", &cpu.to_string(), &tid.to_string()])
+        .output()
+        .map_err(|e| {
+            err(format!(
+                "taskset (util-linux) is needed to place the daemon's thread: {e}"
+            ))
+        })?;
     if !out.status.success() {
-        return Err(err(format!("taskset -p -c {cpu} {tid}: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        return Err(err(format!(
+            "taskset -p -c {cpu} {tid}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     Ok(())
 }
@@ -409,10 +548,23 @@ fn move_thread(tid: u32, cpu: usize) -> Result<()> {
 /// connection thread and the echo thread both on `server_cpu`. Returns the median of the
 /// rounds' ratios and the medians over all rounds (ns).
 #[allow(clippy::too_many_arguments)]
-fn roundtrip_placed(c: &mut Client, echo: (&UnixStream, &std::sync::mpsc::Sender<usize>, &std::sync::mpsc::Receiver<String>), daemon: (u32, u32), (client_cpu, server_cpu): (usize, usize), rounds: usize, calls: usize, ids: &mut u64) -> Result<(f64, f64, f64)> {
+fn roundtrip_placed(
+    c: &mut Client,
+    echo: (
+        &UnixStream,
+        &std::sync::mpsc::Sender<usize>,
+        &std::sync::mpsc::Receiver<String>,
+    ),
+    daemon: (u32, u32),
+    (client_cpu, server_cpu): (usize, usize),
+    rounds: usize,
+    calls: usize,
+    ids: &mut u64,
+) -> Result<(f64, f64, f64)> {
     let (echo, to_echo, echo_moved) = echo;
     let (pid, tid) = daemon;
-    beltway::sys::pin_to_cpu(client_cpu).map_err(|e| err(format!("pinning the client to CPU {client_cpu}: {e}")))?;
+    beltway::sys::pin_to_cpu(client_cpu)
+        .map_err(|e| err(format!("pinning the client to CPU {client_cpu}: {e}")))?;
     move_thread(tid, server_cpu)?;
     let _ = to_echo.send(server_cpu);
     // Warm-up (the moves take effect, caches), not counted; the echo side sends the very
@@ -421,13 +573,18 @@ fn roundtrip_placed(c: &mut Client, echo: (&UnixStream, &std::sync::mpsc::Sender
     ping_daemon(c, warm, 1_000_000)?;
     ping_echo(echo, warm, 1_000_000, *ids)?;
     *ids += warm as u64;
-    let echo_on = echo_moved.recv_timeout(Duration::from_secs(10)).map_err(|_| err("the echo thread did not say where it runs"))?;
+    let echo_on = echo_moved
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| err("the echo thread did not say where it runs"))?;
     println!(
         "placement after warm-up: client {}, daemon's connection thread {}, echo thread {echo_on}",
         last_cpu("/proc/thread-self/stat"),
         last_cpu(&format!("/proc/{pid}/task/{tid}/stat"))
     );
-    println!("{:<6} {:>14} {:>14} {:>8}", "round", "daemon us", "echo us", "ratio");
+    println!(
+        "{:<6} {:>14} {:>14} {:>8}",
+        "round", "daemon us", "echo us", "ratio"
+    );
     let mut ratios = Vec::new();
     let (mut all_d, mut all_e) = (Vec::new(), Vec::new());
     for r in 0..rounds {
@@ -443,11 +600,20 @@ fn roundtrip_placed(c: &mut Client, echo: (&UnixStream, &std::sync::mpsc::Sender
         all_d.extend_from_slice(&d);
         all_e.extend_from_slice(&e);
         let (md, me) = (median(&mut d), median(&mut e));
-        println!("{r:<6} {:>14.2} {:>14.2} {:>8.3}", md / 1e3, me / 1e3, md / me);
+        println!(
+            "{r:<6} {:>14.2} {:>14.2} {:>8.3}",
+            md / 1e3,
+            me / 1e3,
+            md / me
+        );
         ratios.push(md / me);
     }
     let (md, me) = (median(&mut all_d), median(&mut all_e));
-    println!("all rounds: daemon median {:.2} us, echo median {:.2} us", md / 1e3, me / 1e3);
+    println!(
+        "all rounds: daemon median {:.2} us, echo median {:.2} us",
+        md / 1e3,
+        me / 1e3
+    );
     Ok((median(&mut ratios), md, me))
 }
 
@@ -463,7 +629,10 @@ fn roundtrip(s: &Setup, rounds: usize, calls: usize) -> Result<Vec<(String, f64,
     let tid = connection_thread(pid)?;
     // The client numbers its requests from 1 (`hello`).
     let mut ids = 2u64;
-    let sample = proto::encode(&Msg { id: ids, body: Request::Ping { token: 1_000_000 } });
+    let sample = proto::encode(&Msg {
+        id: ids,
+        body: Request::Ping { token: 1_000_000 },
+    });
     println!("frame: {} bytes ({}); {calls} round trips per side per round, {rounds} rounds alternating, medians", sample.len(), String::from_utf8_lossy(&sample[4..]));
     let (to_echo, cpus) = std::sync::mpsc::channel();
     let (moved, echo_moved) = std::sync::mpsc::channel();
@@ -495,14 +664,21 @@ fn roundtrip(s: &Setup, rounds: usize, calls: usize) -> Result<Vec<(String, f64,
 /// How an edited run went.
 enum EditRun {
     /// Every edit applied while the run ran; the tail counted this many of `n`.
-    Done { n: u64, tail: u64, source: u64, elapsed: f64, applied: Vec<(f64, String)> },
+    Done {
+        n: u64,
+        tail: u64,
+        source: u64,
+        elapsed: f64,
+        applied: Vec<(f64, String)>,
+    },
     /// The run ended before edit `k` could be applied.
     TooShort { k: usize, why: String },
 }
 
 /// Wait for `run` to end (attach until `finished`; a run already gone has ended).
 pub(crate) fn wait_end(c: &mut Client, run: u64) -> Result<i32> {
-    c.send(Request::Attach { run }, &[]).map_err(|e| err(format!("attach {run}: {e}")))?;
+    c.send(Request::Attach { run }, &[])
+        .map_err(|e| err(format!("attach {run}: {e}")))?;
     loop {
         match c.recv() {
             Ok((m, _)) => {
@@ -521,14 +697,27 @@ fn edited_run(s: &Setup, n: u64, secs: f64, attempt: usize) -> Result<EditRun> {
     let log = s.dir.join(format!("edited-{attempt}.log"));
     let pipeline = format!("gen count={n} size=64 | count | count name=tail");
     let mut cmd = Command::new(&s.streamline);
-    cmd.env("STREAMLINE_SOCKET", &s.daemon.socket).args(["run", "--detach", "--log"]).arg(&log).arg(&pipeline);
+    cmd.env("STREAMLINE_SOCKET", &s.daemon.socket)
+        .args(["run", "--detach", "--log"])
+        .arg(&log)
+        .arg(&pipeline);
     kill_with_us(&mut cmd);
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| err(format!("starting streamline run --detach: {e}")))?;
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| err(format!("starting streamline run --detach: {e}")))?;
     let t0 = Instant::now();
     let said = String::from_utf8_lossy(&out.stdout);
     let run: u64 = match (out.status.success(), said.trim().parse()) {
         (true, Ok(id)) => id,
-        _ => return Err(err(format!("`streamline run --detach --log {} '{pipeline}'` printed no run id ({}): {}", log.display(), out.status, String::from_utf8_lossy(&out.stderr).trim()))),
+        _ => {
+            return Err(err(format!(
+                "`streamline run --detach --log {} '{pipeline}'` printed no run id ({}): {}",
+                log.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )))
+        }
     };
     println!("run {run}: {pipeline} (detached, log {})", log.display());
     let mut c = s.daemon.client()?;
@@ -541,10 +730,19 @@ fn edited_run(s: &Setup, n: u64, secs: f64, attempt: usize) -> Result<EditRun> {
         if wait > 0.0 {
             std::thread::sleep(Duration::from_secs_f64(wait));
         }
-        match c.call(Request::Edit { run, edit: e.to_string() }) {
-            Ok(Reply::Edited { applied: text, .. }) => applied.push((t0.elapsed().as_secs_f64(), text)),
+        match c.call(Request::Edit {
+            run,
+            edit: e.to_string(),
+        }) {
+            Ok(Reply::Edited { applied: text, .. }) => {
+                applied.push((t0.elapsed().as_secs_f64(), text))
+            }
             Ok(other) => return Err(err(format!("edit `{e}`: unexpected answer {other:?}"))),
-            Err(ClientError::Refused { errno, message, .. }) if errno == libc::ESRCH || errno == libc::EBUSY || message.contains("not running") => {
+            Err(ClientError::Refused { errno, message, .. })
+                if errno == libc::ESRCH
+                    || errno == libc::EBUSY
+                    || message.contains("not running") =>
+            {
                 // Ended by itself (status 0): too short. Otherwise the edit broke it.
                 let code = wait_end(&mut c, run)?;
                 if code != 0 {
@@ -562,24 +760,55 @@ fn edited_run(s: &Setup, n: u64, secs: f64, attempt: usize) -> Result<EditRun> {
     let code = wait_end(&mut c, run)?;
     let text = std::fs::read_to_string(&log).map_err(|e| err(format!("{}: {e}", log.display())))?;
     if code != 0 {
-        return Err(err(format!("the edited run ended with status {code}; its log:\n{text}")));
+        return Err(err(format!(
+            "the edited run ended with status {code}; its log:\n{text}"
+        )));
     }
-    let rep = parse_report(&text).map_err(|e| err(format!("{}: {e}; the log:\n{text}", log.display())))?;
-    let tail = rep.count_of("count:tail").map_err(|e| err(format!("{}: {e}; the log:\n{text}", log.display())))?;
-    println!("{}", text.lines().filter(|l| !l.trim().is_empty()).map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n"));
-    Ok(EditRun::Done { n, tail, source: rep.source_blocks()?, elapsed: rep.elapsed, applied })
+    let rep = parse_report(&text)
+        .map_err(|e| err(format!("{}: {e}; the log:\n{text}", log.display())))?;
+    let tail = rep
+        .count_of("count:tail")
+        .map_err(|e| err(format!("{}: {e}; the log:\n{text}", log.display())))?;
+    println!(
+        "{}",
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| format!("  | {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    Ok(EditRun::Done {
+        n,
+        tail,
+        source: rep.source_blocks()?,
+        elapsed: rep.elapsed,
+        applied,
+    })
 }
 
 /// Experiment 2; returns N - tail.
 fn edits(s: &Setup, secs: f64, quick: bool) -> Result<(f64, String)> {
     println!("\n== Lost blocks across live edits of a running run ==");
-    let rate = s.calibrate(|n| format!("gen count={n} size=64 | count | count name=tail"), 1 << 20, if quick { 0.05 } else { 0.2 })?;
+    let rate = s.calibrate(
+        |n| format!("gen count={n} size=64 | count | count name=tail"),
+        1 << 20,
+        if quick { 0.05 } else { 0.2 },
+    )?;
     let mut n = ((rate * secs) as u64).max(1 << 20);
-    println!("calibration: {:.1} M blocks/s stand-alone; N = {n} for about {secs} s", rate / 1e6);
+    println!(
+        "calibration: {:.1} M blocks/s stand-alone; N = {n} for about {secs} s",
+        rate / 1e6
+    );
     println!("edits, spread over the run: {}", EDITS.join("; "));
     for attempt in 0..4 {
         match edited_run(s, n, secs, attempt)? {
-            EditRun::Done { n, tail, source, elapsed, applied } => {
+            EditRun::Done {
+                n,
+                tail,
+                source,
+                elapsed,
+                applied,
+            } => {
                 for (t, a) in &applied {
                     println!("  at {t:.3} s: {a}");
                 }
@@ -587,16 +816,35 @@ fn edits(s: &Setup, secs: f64, quick: bool) -> Result<(f64, String)> {
                     return Err(err(format!("the source emitted {source} blocks, not {n}: the run did not run to its end")));
                 }
                 let lost = n as f64 - tail as f64;
-                println!("N = {n}, tail counted {tail} in {elapsed:.3} s: {lost} lost{}", if tail > n { " (MORE than sent: duplicated blocks)" } else { "" });
-                return Ok((lost, format!("{} edits while {n} blocks ran ({elapsed:.1} s); tail counted {tail}", applied.len())));
+                println!(
+                    "N = {n}, tail counted {tail} in {elapsed:.3} s: {lost} lost{}",
+                    if tail > n {
+                        " (MORE than sent: duplicated blocks)"
+                    } else {
+                        ""
+                    }
+                );
+                return Ok((
+                    lost,
+                    format!(
+                        "{} edits while {n} blocks ran ({elapsed:.1} s); tail counted {tail}",
+                        applied.len()
+                    ),
+                ));
             }
             EditRun::TooShort { k, why } => {
-                println!("the run ended before edit {} (`{}`) was applied ({why}); retrying with 4x N", k + 1, EDITS[k]);
+                println!(
+                    "the run ended before edit {} (`{}`) was applied ({why}); retrying with 4x N",
+                    k + 1,
+                    EDITS[k]
+                );
                 n *= 4;
             }
         }
     }
-    Err(err("the edited run kept ending before all edits were applied (4 tries, N x 4 each)"))
+    Err(err(
+        "the edited run kept ending before all edits were applied (4 tries, N x 4 each)",
+    ))
 }
 
 /// Experiment 3; returns the wall-clock throughput ratio (daemon / stand-alone) and the
@@ -607,16 +855,32 @@ fn throughput(s: &Setup, rounds: usize, secs: f64, quick: bool) -> Result<(f64, 
     let rate = s.calibrate(pipe, 1 << 20, if quick { 0.05 } else { 0.2 })?;
     let n = ((rate * secs) as u64).max(1 << 20);
     let p = pipe(n);
-    println!("calibration: {:.1} M blocks/s; N = {n} for about {secs} s: {p}", rate / 1e6);
-    println!("daemon:      STREAMLINE_SOCKET={} {} run '{p}'", s.daemon.socket.display(), s.streamline.display());
-    println!("stand-alone: {} --socket none run '{p}'", s.streamline.display());
+    println!(
+        "calibration: {:.1} M blocks/s; N = {n} for about {secs} s: {p}",
+        rate / 1e6
+    );
+    println!(
+        "daemon:      STREAMLINE_SOCKET={} {} run '{p}'",
+        s.daemon.socket.display(),
+        s.streamline.display()
+    );
+    println!(
+        "stand-alone: {} --socket none run '{p}'",
+        s.streamline.display()
+    );
     // One untimed run of each first.
     s.through_daemon(&p)?;
     s.standalone(&p)?;
-    println!("{:<6} {:>12} {:>12} {:>14} {:>14}", "round", "daemon s", "alone s", "daemon run s", "alone run s");
+    println!(
+        "{:<6} {:>12} {:>12} {:>14} {:>14}",
+        "round", "daemon s", "alone s", "daemon run s", "alone run s"
+    );
     let check = |rep: &RunReport, how: &str| -> Result<()> {
         if rep.counts.len() != 2 || rep.counts.iter().any(|&c| c != n) {
-            return Err(err(format!("{how}: counts {:?}, expected 2 x {n}", rep.counts)));
+            return Err(err(format!(
+                "{how}: counts {:?}, expected 2 x {n}",
+                rep.counts
+            )));
         }
         Ok(())
     };
@@ -631,7 +895,10 @@ fn throughput(s: &Setup, rounds: usize, secs: f64, quick: bool) -> Result<(f64, 
         };
         check(&d.1, "through the daemon")?;
         check(&a.1, "stand-alone")?;
-        println!("{r:<6} {:>12.3} {:>12.3} {:>14.3} {:>14.3}", d.0, a.0, d.1.elapsed, a.1.elapsed);
+        println!(
+            "{r:<6} {:>12.3} {:>12.3} {:>14.3} {:>14.3}",
+            d.0, a.0, d.1.elapsed, a.1.elapsed
+        );
         dw.push(d.0);
         aw.push(a.0);
         de.push(d.1.elapsed);
@@ -646,11 +913,23 @@ fn throughput(s: &Setup, rounds: usize, secs: f64, quick: bool) -> Result<(f64, 
         n as f64 / baw / 1e6
     );
     println!("best run's own elapsed: daemon {bde:.3} s, stand-alone {bae:.3} s");
-    Ok((baw / bdw, bae / bde, format!("best wall {:.1} vs {:.1} M blocks/s, {n} x 1KiB", n as f64 / bdw / 1e6, n as f64 / baw / 1e6)))
+    Ok((
+        baw / bdw,
+        bae / bde,
+        format!(
+            "best wall {:.1} vs {:.1} M blocks/s, {n} x 1KiB",
+            n as f64 / bdw / 1e6,
+            n as f64 / baw / 1e6
+        ),
+    ))
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
-    watchdog(if quick { Duration::from_secs(180) } else { Duration::from_secs(15 * 60) });
+    watchdog(if quick {
+        Duration::from_secs(180)
+    } else {
+        Duration::from_secs(15 * 60)
+    });
     let rounds = a.rounds.unwrap_or(if quick { 2 } else { 7 }).max(1);
     let calls = a.calls.unwrap_or(if quick { 2000 } else { 20000 }).max(1);
     let edit_secs = a.edit_secs.unwrap_or(if quick { 1.0 } else { 3.0 });
@@ -662,13 +941,25 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         )));
     }
     let (streamlined, streamline) = binaries()?;
-    println!("streamline-bench daemon ({} mode)", if quick { "quick" } else { "full" });
+    println!(
+        "streamline-bench daemon ({} mode)",
+        if quick { "quick" } else { "full" }
+    );
     let dir = TempDir::new("daemon")?;
     let socket = dir.path().join("control");
     cleanup_on_abnormal_exit(&[&socket, &dir.path().join("streamlined.log"), dir.path()]);
     let daemon = Daemon::start(&streamlined, dir.path(), None)?;
-    println!("our daemon: {} --socket {} (pid {})", streamlined.display(), daemon.socket.display(), daemon.child.as_ref().map_or(0, |c| c.id()));
-    let s = Setup { streamline, daemon, dir: dir.path().to_path_buf() };
+    println!(
+        "our daemon: {} --socket {} (pid {})",
+        streamlined.display(),
+        daemon.socket.display(),
+        daemon.child.as_ref().map_or(0, |c| c.id())
+    );
+    let s = Setup {
+        streamline,
+        daemon,
+        dir: dir.path().to_path_buf(),
+    };
     let res = (|| -> Result<Summary> {
         let rt = roundtrip(&s, rounds, calls)?;
         let (lost, lost_note) = edits(&s, edit_secs, quick)?;
@@ -677,9 +968,24 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         for (k, (metric, v, note)) in rt.into_iter().enumerate() {
             summary.add(&metric, v, (k == 0).then_some(Target::AtMost(2.0)), note);
         }
-        summary.add("edit_lost_blocks", lost, Some(Target::AtMost(0.0)), lost_note);
-        summary.add("daemon_run_vs_standalone_run", wall, Some(Target::AtLeast(0.95)), tp_note);
-        summary.add("daemon_run_vs_standalone_run_elapsed", own, None, "the runs' own elapsed times (data plane only)");
+        summary.add(
+            "edit_lost_blocks",
+            lost,
+            Some(Target::AtMost(0.0)),
+            lost_note,
+        );
+        summary.add(
+            "daemon_run_vs_standalone_run",
+            wall,
+            Some(Target::AtLeast(0.95)),
+            tp_note,
+        );
+        summary.add(
+            "daemon_run_vs_standalone_run_elapsed",
+            own,
+            None,
+            "the runs' own elapsed times (data plane only)",
+        );
         Ok(summary)
     })();
     match res {
@@ -689,7 +995,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         }
         Err(e) => {
             let log = s.daemon.log_text();
-            Err(err(format!("{e}\nour daemon's log ({}):\n{}", s.daemon.log.display(), log.trim())))
+            Err(err(format!(
+                "{e}\nour daemon's log ({}):\n{}",
+                s.daemon.log.display(),
+                log.trim()
+            )))
         }
     }
 }
@@ -719,27 +1029,54 @@ count: 100000 blocks, 6400000 bytes\n";
         assert_eq!(r.count_of("count:tail").unwrap(), 99990);
         assert_eq!(r.count_of("count:mid").unwrap(), 100000);
         assert_eq!(r.source_blocks().unwrap(), 100000);
-        assert!(r.count_of("count:nope").unwrap_err().to_string().contains("no node `count:nope`"));
+        assert!(r
+            .count_of("count:nope")
+            .unwrap_err()
+            .to_string()
+            .contains("no node `count:nope`"));
     }
 
     #[test]
     fn a_summary_that_disagrees_with_its_row_is_an_error() {
         let bad = LOG.replace("count: 99990 blocks", "count: 99991 blocks");
-        let e = parse_report(&bad).unwrap().count_of("count:tail").unwrap_err().to_string();
+        let e = parse_report(&bad)
+            .unwrap()
+            .count_of("count:tail")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("99990") && e.contains("99991"), "{e}");
         let missing = LOG.replace("count: 100000 blocks, 6400000 bytes\n", "");
-        let e = parse_report(&missing).unwrap().count_of("count:tail").unwrap_err().to_string();
-        assert!(e.contains("3 count nodes") && e.contains("1 `count:` summaries"), "{e}");
+        let e = parse_report(&missing)
+            .unwrap()
+            .count_of("count:tail")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("3 count nodes") && e.contains("1 `count:` summaries"),
+            "{e}"
+        );
     }
 
     #[test]
     fn malformed_reports_name_the_line() {
-        assert!(parse_report("count: 5 blocks\n").unwrap_err().to_string().contains("no per-filter table"));
-        let e = parse_report(&LOG.replace("99990        6399360", "lots        6399360")).unwrap_err().to_string();
-        assert!(e.contains("line 5") && e.contains("blocks in `lots`"), "{e}");
-        let e = parse_report(&LOG.replace("(0.012 s)\n", "")).unwrap_err().to_string();
+        assert!(parse_report("count: 5 blocks\n")
+            .unwrap_err()
+            .to_string()
+            .contains("no per-filter table"));
+        let e = parse_report(&LOG.replace("99990        6399360", "lots        6399360"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 5") && e.contains("blocks in `lots`"),
+            "{e}"
+        );
+        let e = parse_report(&LOG.replace("(0.012 s)\n", ""))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 7") && e.contains("7 columns"), "{e}");
-        let e = parse_report(&LOG.replace("count: 99990 blocks", "count: many blocks")).unwrap_err().to_string();
+        let e = parse_report(&LOG.replace("count: 99990 blocks", "count: many blocks"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 9"), "{e}");
         // Cut anywhere: an error or a report, never a panic.
         for cut in 0..LOG.len() {
@@ -749,7 +1086,13 @@ count: 100000 blocks, 6400000 bytes\n";
 
     #[test]
     fn labels_name_their_filter() {
-        for (l, b) in [("count", "count"), ("count#2", "count"), ("count:tail", "count"), ("count@1", "count"), ("sample", "sample")] {
+        for (l, b) in [
+            ("count", "count"),
+            ("count#2", "count"),
+            ("count:tail", "count"),
+            ("count@1", "count"),
+            ("sample", "sample"),
+        ] {
             assert_eq!(base_of(l), b);
         }
     }

@@ -47,7 +47,14 @@ pub struct Args {
 /// Busy and total CPU time of the machine so far, in seconds (/proc/stat's first line).
 fn machine_cpu() -> (f64, f64) {
     let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<f64> = s.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let v: Vec<f64> = s
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
     let hz = 100.0; // USER_HZ
     let total: f64 = v.iter().take(8).sum();
     let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
@@ -56,7 +63,8 @@ fn machine_cpu() -> (f64, f64) {
 
 /// As fast as one sender can: 64-byte datagrams in sendmmsg batches for `secs`.
 fn max_rate(src: &str, dst: &str, secs: f64, size: usize) -> Result<f64> {
-    let sock = std::net::UdpSocket::bind(format!("{src}:0")).map_err(|e| err(format!("udp socket: {e}")))?;
+    let sock = std::net::UdpSocket::bind(format!("{src}:0"))
+        .map_err(|e| err(format!("udp socket: {e}")))?;
     let ip: std::net::Ipv4Addr = dst.parse().map_err(|e| err(format!("{dst}: {e}")))?;
     let to = vec![std::net::SocketAddrV4::new(ip, 9); 64];
     let payload = vec![0x5au8; size];
@@ -65,7 +73,9 @@ fn max_rate(src: &str, dst: &str, secs: f64, size: usize) -> Result<f64> {
     while t0.elapsed().as_secs_f64() < secs {
         match crate::proc::send_many(&sock, &payload, &to) {
             Ok(n) => sent += n as u64,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN)) => std::thread::yield_now(),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN)) => {
+                std::thread::yield_now()
+            }
             Err(e) => return Err(err(format!("sendmmsg: {e}"))),
         }
     }
@@ -80,7 +90,11 @@ struct Reader {
 
 fn start_reader(mut cmd: Command) -> Result<Reader> {
     kill_with_us(&mut cmd);
-    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| err(format!("starting tcpdump: {e}")))?;
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| err(format!("starting tcpdump: {e}")))?;
     let mut errs = std::io::BufReader::new(child.stderr.take().expect("piped"));
     let mut said = String::new();
     loop {
@@ -104,16 +118,30 @@ fn start_reader(mut cmd: Command) -> Result<Reader> {
 
 /// SIGINT it; (captured, dropped) from its totals.
 fn stop_reader(r: Reader) -> (u64, u64) {
-    let _ = Command::new("kill").args(["-INT", &r.child.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &r.child.id().to_string()])
+        .status();
     let _ = r.child.wait_with_output();
     let text = r.rest.join().unwrap_or_default();
-    let n = |what: &str| text.lines().find(|l| l.contains(what)).and_then(|l| l.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+    let n = |what: &str| {
+        text.lines()
+            .find(|l| l.contains(what))
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
     (n("packets captured"), n("dropped by kernel"))
 }
 
 /// One measured window of sending at `pps`: (packets sent, seconds, machine busy CPU
 /// seconds, CPU seconds of `pids`).
-fn window(here: &str, peer: &str, pps: u64, secs: f64, size: usize, pids: &[u32]) -> Result<(u64, f64, f64, f64)> {
+fn window(
+    here: &str,
+    peer: &str,
+    pps: u64,
+    secs: f64,
+    size: usize,
+    pids: &[u32],
+) -> Result<(u64, f64, f64, f64)> {
     let p0: u64 = pids.iter().map(|&p| cpu_ns(p)).sum();
     let (b0, _) = machine_cpu();
     let (sent, took) = send_sized(here, peer, pps, secs, 1, size)?;
@@ -127,19 +155,31 @@ fn window(here: &str, peer: &str, pps: u64, secs: f64, size: usize, pids: &[u32]
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(900));
     if crate::daemon::euid()? != 0 {
-        return Err(err("this benchmark must run as root: it makes a veth pair and captures on it"));
+        return Err(err(
+            "this benchmark must run as root: it makes a veth pair and captures on it",
+        ));
     }
     let (streamlined, streamline) = crate::daemon::binaries()?;
-    let out = Command::new(&streamline).args(["compat", "--print-dir"]).output().map_err(|e| err(format!("streamline compat: {e}")))?;
+    let out = Command::new(&streamline)
+        .args(["compat", "--print-dir"])
+        .output()
+        .map_err(|e| err(format!("streamline compat: {e}")))?;
     if !out.status.success() {
-        return Err(err(format!("streamline compat --print-dir: {} (build it: cargo build --release -p compat)", String::from_utf8_lossy(&out.stderr).trim())));
+        return Err(err(format!(
+            "streamline compat --print-dir: {} (build it: cargo build --release -p compat)",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     let compat = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let secs = if quick { 1.0 } else { a.secs };
     let v = veth()?;
     let (here, peer, dev) = (v.here_ip.clone(), v.peer_ip.clone(), v.here.clone());
     let dir = TempDir::new("legacy")?;
-    cleanup_on_abnormal_exit(&[&dir.path().join("control"), &dir.path().join("streamlined.log"), dir.path()]);
+    cleanup_on_abnormal_exit(&[
+        &dir.path().join("control"),
+        &dir.path().join("streamlined.log"),
+        dir.path(),
+    ]);
     let daemon = crate::daemon::Daemon::start(&streamlined, dir.path(), None)?;
 
     let size = a.size.clamp(18, 1472);
@@ -148,7 +188,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let reps = if quick { 1 } else { a.reps.max(1) };
     println!("streamline-bench legacy ({} mode): tcpdump readers on veth {dev}, {secs} s per configuration, {reps} round(s)", if quick { "quick" } else { "full" });
     println!("sender alone keeps {max:.0} packets/s ({size}-byte UDP payloads); offering {pps} packets/s ({:.0}% of it, {:.0} Mbit/s)", a.load * 100.0, pps as f64 * (size + 42) as f64 * 8.0 / 1e6);
-    println!("our libpcap: {compat}/libpcap.so.0.8; our daemon: {} (pid {})", streamlined.display(), daemon.child.as_ref().map_or(0, |c| c.id()));
+    println!(
+        "our libpcap: {compat}/libpcap.so.0.8; our daemon: {} (pid {})",
+        streamlined.display(),
+        daemon.child.as_ref().map_or(0, |c| c.id())
+    );
 
     let filters = [
         "udp".to_string(),
@@ -162,7 +206,14 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         "udp dst port 7".to_string(),
         "not tcp".to_string(),
     ];
-    println!("filters (reader k has the k-th): {}", filters.iter().map(|f| format!("'{f}'")).collect::<Vec<_>>().join(", "));
+    println!(
+        "filters (reader k has the k-th): {}",
+        filters
+            .iter()
+            .map(|f| format!("'{f}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let counts: &[usize] = if !a.readers.is_empty() {
         &a.readers
     } else if quick {
@@ -173,16 +224,37 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     // Per (readers, streamline?): the extra CPU of each round.
     let mut extra: std::collections::BTreeMap<(usize, bool), Vec<f64>> = Default::default();
     let mut bases = Vec::new();
-    println!("\n{:<5} {:<11} {:>7} {:>10} {:>14} {:>14} {:>12} {:>10} {:>9}", "round", "libpcap", "readers", "sent", "readers+path", "readers only", "captured", "dropped", "ns/pkt");
+    println!(
+        "\n{:<5} {:<11} {:>7} {:>10} {:>14} {:>14} {:>12} {:>10} {:>9}",
+        "round",
+        "libpcap",
+        "readers",
+        "sent",
+        "readers+path",
+        "readers only",
+        "captured",
+        "dropped",
+        "ns/pkt"
+    );
     for round in 0..reps {
         // The sender alone, each round: what the configurations' CPU is measured above.
         let (_, took, busy, _) = window(&here, &peer, pps, secs, size, &[])?;
         bases.push(busy / took);
         let base = median(&bases);
-        println!("{round:<5} {:<11} {:>7} {:>10} {:>13.1}%   (the sender alone; median so far {:.1}%)", "-", 0, "", busy / took * 100.0, base * 100.0);
+        println!(
+            "{round:<5} {:<11} {:>7} {:>10} {:>13.1}%   (the sender alone; median so far {:.1}%)",
+            "-",
+            0,
+            "",
+            busy / took * 100.0,
+            base * 100.0
+        );
         for &n in counts {
             for on_streamline in [false, true] {
-                if a.only.as_deref().is_some_and(|o| o != if on_streamline { "streamline" } else { "linux" }) {
+                if a.only
+                    .as_deref()
+                    .is_some_and(|o| o != if on_streamline { "streamline" } else { "linux" })
+                {
                     continue;
                 }
                 let mut readers = Vec::new();
@@ -190,7 +262,8 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
                     let mut c = Command::new("tcpdump");
                     c.args(["-Z", "root", "-n", "-i", &dev, "-w", "/dev/null", f]);
                     if on_streamline {
-                        c.env("LD_LIBRARY_PATH", &compat).env("STREAMLINE_SOCKET", &daemon.socket);
+                        c.env("LD_LIBRARY_PATH", &compat)
+                            .env("STREAMLINE_SOCKET", &daemon.socket);
                     }
                     readers.push(start_reader(c)?);
                 }
@@ -200,7 +273,10 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
                 let totals: Vec<(u64, u64)> = readers.into_iter().map(stop_reader).collect();
                 let (sent, took, busy, own) = measured?;
                 if took > secs * 1.15 {
-                    println!("(the sender kept only {:.0} of {pps} packets/s here)", sent as f64 / took);
+                    println!(
+                        "(the sender kept only {:.0} of {pps} packets/s here)",
+                        sent as f64 / took
+                    );
                 }
                 let x = (busy / took - base).max(0.0);
                 let captured: u64 = totals.iter().map(|t| t.0).sum();
@@ -225,14 +301,40 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     println!("\nmedian CPU of readers and capture path (% of one CPU):");
     for &n in counts {
         let m = |sl: bool| extra.get(&(n, sl)).map_or(f64::NAN, |v| median(v) * 100.0);
-        println!("  {n:>2} readers: linux {:>6.1}%   streamline {:>6.1}%", m(false), m(true));
+        println!(
+            "  {n:>2} readers: linux {:>6.1}%   streamline {:>6.1}%",
+            m(false),
+            m(true)
+        );
     }
-    let at = |n: usize, sl: bool| extra.get(&(n, sl)).map_or(f64::NAN, |v| median(v).max(1e-4));
+    let at = |n: usize, sl: bool| {
+        extra
+            .get(&(n, sl))
+            .map_or(f64::NAN, |v| median(v).max(1e-4))
+    };
     let mut s = Summary::default();
     s.add("tcpdump_10_readers_linux_cpu_over_streamline", at(10, false) / at(10, true), Some(Target::AtLeast(4.0)), format!("CPU of 10 tcpdump readers plus their capture path (system-wide, the sender's own cost taken out) at {pps} packets/s of {size}-byte datagrams: system libpcap over ours"));
-    s.add("tcpdump_10_vs_1_readers_cpu_streamline", at(10, true) / at(1, true), Some(Target::AtMost(2.0)), "ours: 10 readers' CPU over 1 reader's");
-    s.add("tcpdump_1_reader_linux_cpu_over_streamline", at(1, false) / at(1, true), Some(Target::AtLeast(1.5)), "one reader: system libpcap over ours");
-    s.add("tcpdump_offered_pps", pps as f64, None, format!("the offered rate: {:.0}% of the {max:.0} packets/s the sender keeps alone", a.load * 100.0));
+    s.add(
+        "tcpdump_10_vs_1_readers_cpu_streamline",
+        at(10, true) / at(1, true),
+        Some(Target::AtMost(2.0)),
+        "ours: 10 readers' CPU over 1 reader's",
+    );
+    s.add(
+        "tcpdump_1_reader_linux_cpu_over_streamline",
+        at(1, false) / at(1, true),
+        Some(Target::AtLeast(1.5)),
+        "one reader: system libpcap over ours",
+    );
+    s.add(
+        "tcpdump_offered_pps",
+        pps as f64,
+        None,
+        format!(
+            "the offered rate: {:.0}% of the {max:.0} packets/s the sender keeps alone",
+            a.load * 100.0
+        ),
+    );
     s.print();
     Ok(())
 }

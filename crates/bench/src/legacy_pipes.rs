@@ -79,7 +79,12 @@ fn compile(dir: &std::path::Path, name: &str, src: &str) -> Result<std::path::Pa
     let c = dir.join(format!("{name}.c"));
     std::fs::write(&c, src).map_err(|e| err(format!("writing {}: {e}", c.display())))?;
     let out = dir.join(name);
-    let st = Command::new("cc").args(["-O2", "-o"]).arg(&out).arg(&c).status().map_err(|e| err(format!("cc (install build-essential): {e}")))?;
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(&c)
+        .status()
+        .map_err(|e| err(format!("cc (install build-essential): {e}")))?;
     if !st.success() {
         return Err(err(format!("cc failed on {}", c.display())));
     }
@@ -98,14 +103,23 @@ fn timed(script: &str, ours: bool) -> Result<(f64, String)> {
         c.args(["-c", script]);
         c
     };
-    c.env_remove("LD_PRELOAD").stdin(Stdio::null()).stderr(Stdio::inherit());
+    c.env_remove("LD_PRELOAD")
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
     let t = Instant::now();
     let out = c.output().map_err(|e| err(format!("{script}: {e}")))?;
     let secs = t.elapsed().as_secs_f64();
     if !out.status.success() {
-        return Err(err(format!("`{script}` ({}) failed: {}", if ours { "streamline" } else { "kernel" }, out.status)));
+        return Err(err(format!(
+            "`{script}` ({}) failed: {}",
+            if ours { "streamline" } else { "kernel" },
+            out.status
+        )));
     }
-    Ok((secs, String::from_utf8_lossy(&out.stdout).trim().to_string()))
+    Ok((
+        secs,
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    ))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -116,14 +130,17 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// The Rust API's pipe (a Beltway byte ring, writer and reader threads): seconds to move
 /// `count` blocks of `size` bytes.
 fn native(size: usize, count: u64) -> Result<f64> {
-    let (mut w, mut r) = beltway::api::pipe(256 * 1024).map_err(|e| err(format!("beltway pipe: {e}")))?;
+    let (mut w, mut r) =
+        beltway::api::pipe(256 * 1024).map_err(|e| err(format!("beltway pipe: {e}")))?;
     let t = Instant::now();
     let writer = std::thread::spawn(move || -> Result<()> {
         let buf = vec![b'x'; size];
         for _ in 0..count {
             let mut off = 0;
             while off < size {
-                off += w.write(&buf[off..]).map_err(|e| err(format!("beltway write: {e}")))?;
+                off += w
+                    .write(&buf[off..])
+                    .map_err(|e| err(format!("beltway write: {e}")))?;
             }
         }
         w.close();
@@ -132,7 +149,9 @@ fn native(size: usize, count: u64) -> Result<f64> {
     let mut buf = vec![0u8; size];
     let mut total = 0u64;
     loop {
-        let n = r.read(&mut buf).map_err(|e| err(format!("beltway read: {e}")))?;
+        let n = r
+            .read(&mut buf)
+            .map_err(|e| err(format!("beltway read: {e}")))?;
         if n == 0 {
             break;
         }
@@ -141,7 +160,10 @@ fn native(size: usize, count: u64) -> Result<f64> {
     writer.join().map_err(|_| err("writer thread panicked"))??;
     let secs = t.elapsed().as_secs_f64();
     if total != size as u64 * count {
-        return Err(err(format!("native pipe moved {total} of {} bytes", size as u64 * count)));
+        return Err(err(format!(
+            "native pipe moved {total} of {} bytes",
+            size as u64 * count
+        )));
     }
     Ok(secs)
 }
@@ -183,7 +205,8 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     // cat | wc -c on a cached file.
     let file = tmp.path().join("data");
     let mb = if quick { 64 } else { 512 };
-    std::fs::write(&file, vec![7u8; mb << 20]).map_err(|e| err(format!("writing {}: {e}", file.display())))?;
+    std::fs::write(&file, vec![7u8; mb << 20])
+        .map_err(|e| err(format!("writing {}: {e}", file.display())))?;
     let script = format!("cat {} | wc -c", file.display());
     let _ = timed(&script, false)?; // page cache warm
     let (mut k, mut s) = (Vec::new(), Vec::new());
@@ -191,25 +214,61 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         let (tk, ok) = timed(&script, false)?;
         let (ts, os) = timed(&script, true)?;
         if ok != os || ok != (mb << 20).to_string() {
-            return Err(err(format!("cat | wc -c counted {ok} (kernel) and {os} (streamline)")));
+            return Err(err(format!(
+                "cat | wc -c counted {ok} (kernel) and {os} (streamline)"
+            )));
         }
         k.push(tk);
         s.push(ts);
     }
     let cat_ratio = median(k.clone()) / median(s.clone());
-    println!("  cat {mb} MiB | wc -c: kernel pipe {:.3} s  streamline {:.3} s  ratio {:.2}", median(k), median(s), cat_ratio);
+    println!(
+        "  cat {mb} MiB | wc -c: kernel pipe {:.3} s  streamline {:.3} s  ratio {:.2}",
+        median(k),
+        median(s),
+        cat_ratio
+    );
 
     // The Rust API at 1 KiB, against the library's 1 KiB figure.
     let (_, _, lib_1k, bytes_1k) = ratios[1];
     let count = bytes_1k / 1024;
-    let nat = median((0..reps).map(|_| native(1024, count)).collect::<Result<Vec<f64>>>()?);
+    let nat = median(
+        (0..reps)
+            .map(|_| native(1024, count))
+            .collect::<Result<Vec<f64>>>()?,
+    );
     println!("  Rust API pipe (beltway::api::pipe, 2 threads), 1 KiB blocks: {nat:.3} s ({:.2} GB/s); through the library {lib_1k:.3} s", bytes_1k as f64 / nat / 1e9);
 
-    sum.add("legacy_pipe_64KiB_vs_kernel_pipe", ratios[2].1, Some(Target::AtLeast(2.0)), "writer|reader, 64 KiB blocks, throughput");
-    sum.add("legacy_pipe_64B_vs_kernel_pipe", ratios[0].1, Some(Target::AtLeast(5.0)), "writer|reader, 64 B blocks, throughput");
-    sum.add("legacy_pipe_1KiB_vs_kernel_pipe", ratios[1].1, None, "writer|reader, 1 KiB blocks, throughput");
-    sum.add("legacy_pipe_1KiB_vs_native_ring", nat / lib_1k, Some(Target::AtLeast(0.7)), "library over the Rust API's pipe, 1 KiB");
-    sum.add("legacy_pipe_cat_wc_vs_kernel_pipe", cat_ratio, None, "cat FILE | wc -c, cached file");
+    sum.add(
+        "legacy_pipe_64KiB_vs_kernel_pipe",
+        ratios[2].1,
+        Some(Target::AtLeast(2.0)),
+        "writer|reader, 64 KiB blocks, throughput",
+    );
+    sum.add(
+        "legacy_pipe_64B_vs_kernel_pipe",
+        ratios[0].1,
+        Some(Target::AtLeast(5.0)),
+        "writer|reader, 64 B blocks, throughput",
+    );
+    sum.add(
+        "legacy_pipe_1KiB_vs_kernel_pipe",
+        ratios[1].1,
+        None,
+        "writer|reader, 1 KiB blocks, throughput",
+    );
+    sum.add(
+        "legacy_pipe_1KiB_vs_native_ring",
+        nat / lib_1k,
+        Some(Target::AtLeast(0.7)),
+        "library over the Rust API's pipe, 1 KiB",
+    );
+    sum.add(
+        "legacy_pipe_cat_wc_vs_kernel_pipe",
+        cat_ratio,
+        None,
+        "cat FILE | wc -c, cached file",
+    );
     sum.print();
     Ok(())
 }

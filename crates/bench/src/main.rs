@@ -14,16 +14,16 @@ mod capture;
 mod child;
 mod daemon;
 mod legacy;
-mod legacy_pipes;
 mod legacy_dns;
-mod pipesfs;
+mod legacy_pipes;
 mod pattern;
 mod pcap;
+mod pipesfs;
 mod proc;
 mod rings;
 mod shape;
-mod spaces;
 mod solver;
+mod spaces;
 mod spsc;
 mod threading;
 mod util;
@@ -31,7 +31,10 @@ mod util;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "streamline-bench", about = "Side-by-side benchmarks of Streamline against its peers")]
+#[command(
+    name = "streamline-bench",
+    about = "Side-by-side benchmarks of Streamline against its peers"
+)]
 struct Cli {
     /// Shrink data volumes and repetitions so a run takes seconds (a smoke test, not a
     /// measurement).

@@ -18,7 +18,10 @@ pub struct Blocks {
 
 impl Blocks {
     pub fn new(len: usize) -> Blocks {
-        assert!(len >= MIN_BLOCK, "blocks of {len} bytes cannot hold the stamps");
+        assert!(
+            len >= MIN_BLOCK,
+            "blocks of {len} bytes cannot hold the stamps"
+        );
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let buf = (0..len)
             .map(|_| {

@@ -49,12 +49,17 @@ pub(crate) struct Big {
 
 /// Write `sample` repeated until the file holds at least `target` bytes.
 pub(crate) fn build_capture(sample: &Path, path: &Path, target: u64) -> Result<Big> {
-    let f = std::fs::File::open(sample).map_err(|e| err(format!("opening {}: {e}", sample.display())))?;
-    let mut r = PcapReader::new(std::io::BufReader::new(f)).map_err(|e| err(format!("{}: {e}", sample.display())))?;
+    let f = std::fs::File::open(sample)
+        .map_err(|e| err(format!("opening {}: {e}", sample.display())))?;
+    let mut r = PcapReader::new(std::io::BufReader::new(f))
+        .map_err(|e| err(format!("{}: {e}", sample.display())))?;
     let header = r.header();
     let mut pkts: Vec<PcapPacket<'static>> = Vec::new();
     while let Some(p) = r.next_packet() {
-        pkts.push(p.map_err(|e| err(format!("{}: {e}", sample.display())))?.into_owned());
+        pkts.push(
+            p.map_err(|e| err(format!("{}: {e}", sample.display())))?
+                .into_owned(),
+        );
     }
     if pkts.is_empty() {
         return Err(err(format!("{} holds no packets", sample.display())));
@@ -63,7 +68,8 @@ pub(crate) fn build_capture(sample: &Path, path: &Path, target: u64) -> Result<B
     let last = pkts.iter().map(|p| p.timestamp).max().expect("non-empty");
     // Each repetition starts one second after the previous one ended.
     let shift = last - first + Duration::from_secs(1);
-    let out = std::fs::File::create(path).map_err(|e| err(format!("creating {}: {e}", path.display())))?;
+    let out = std::fs::File::create(path)
+        .map_err(|e| err(format!("creating {}: {e}", path.display())))?;
     let mut w = PcapWriter::with_header(std::io::BufWriter::with_capacity(MIB, out), header)
         .map_err(|e| err(format!("writing {}: {e}", path.display())))?;
     let mut bytes = 24u64; // the file header
@@ -71,25 +77,40 @@ pub(crate) fn build_capture(sample: &Path, path: &Path, target: u64) -> Result<B
     while bytes < target {
         for p in &pkts {
             let q = PcapPacket::new(p.timestamp + shift * repeats as u32, p.orig_len, &p.data);
-            bytes += w.write_packet(&q).map_err(|e| err(format!("writing {}: {e}", path.display())))? as u64;
+            bytes += w
+                .write_packet(&q)
+                .map_err(|e| err(format!("writing {}: {e}", path.display())))?
+                as u64;
             packets += 1;
         }
         repeats += 1;
     }
     use std::io::Write;
     let mut out = w.into_writer();
-    out.flush().map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    out.flush()
+        .map_err(|e| err(format!("writing {}: {e}", path.display())))?;
     // The pages just written sit in the page cache as written (small folios, in this
     // kernel); a capture a user analyses usually comes from disk, and readahead brings it
     // in as large folios, which both tools map or copy faster. Drop the written pages, so
     // the untimed first runs read the file as from disk and the timed runs find that state.
-    let file = out.into_inner().map_err(|e| err(format!("writing {}: {e}", path.display())))?;
-    crate::proc::drop_from_page_cache(&file).map_err(|e| err(format!("{}: {e}", path.display())))?;
+    let file = out
+        .into_inner()
+        .map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    crate::proc::drop_from_page_cache(&file)
+        .map_err(|e| err(format!("{}: {e}", path.display())))?;
     let on_disk = std::fs::metadata(path)?.len();
     if on_disk != bytes {
-        return Err(err(format!("{}: wrote {bytes} bytes but the file has {on_disk}", path.display())));
+        return Err(err(format!(
+            "{}: wrote {bytes} bytes but the file has {on_disk}",
+            path.display()
+        )));
     }
-    Ok(Big { path: path.to_path_buf(), bytes, packets, repeats })
+    Ok(Big {
+        path: path.to_path_buf(),
+        bytes,
+        packets,
+        repeats,
+    })
 }
 
 /// An executable on PATH.
@@ -101,10 +122,17 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
 fn timed(cmd: &mut Command, what: &str) -> Result<(f64, Output)> {
     kill_with_us(cmd);
     let t0 = Instant::now();
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| err(format!("starting {what}: {e}")))?;
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| err(format!("starting {what}: {e}")))?;
     let secs = t0.elapsed().as_secs_f64();
     if !out.status.success() {
-        return Err(err(format!("{what} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim())));
+        return Err(err(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     Ok((secs, out))
 }
@@ -130,8 +158,14 @@ enum Ours {
 impl Setup<'_> {
     fn pipeline(&self, which: Ours) -> String {
         match which {
-            Ours::Bpf => format!("pcapin file={} | bpf \"{FILTER}\" | count", self.big.path.display()),
-            Ours::Protocol => format!("pcapin file={} | tcp | dport |80 count", self.big.path.display()),
+            Ours::Bpf => format!(
+                "pcapin file={} | bpf \"{FILTER}\" | count",
+                self.big.path.display()
+            ),
+            Ours::Protocol => format!(
+                "pcapin file={} | tcp | dport |80 count",
+                self.big.path.display()
+            ),
         }
     }
 
@@ -150,8 +184,18 @@ impl Setup<'_> {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let count = stderr
             .lines()
-            .find_map(|l| l.strip_prefix("count: ")?.split_once(" blocks")?.0.parse::<u64>().ok())
-            .ok_or_else(|| err(format!("{what} printed no `count: N blocks` line; its stderr:\n{stderr}")))?;
+            .find_map(|l| {
+                l.strip_prefix("count: ")?
+                    .split_once(" blocks")?
+                    .0
+                    .parse::<u64>()
+                    .ok()
+            })
+            .ok_or_else(|| {
+                err(format!(
+                    "{what} printed no `count: N blocks` line; its stderr:\n{stderr}"
+                ))
+            })?;
         if count != self.expected {
             return Err(err(format!(
                 "{what} counted {count} packets where `tcpdump -nn -r BIG '{FILTER}'` prints {} lines: the results differ",
@@ -167,21 +211,39 @@ impl Setup<'_> {
     /// The peer: `tcpdump -r BIG -w /dev/null 'tcp dst port 80'`.
     fn tcpdump(&self) -> Result<f64> {
         let mut cmd = Command::new(&self.tcpdump);
-        cmd.arg("-r").arg(&self.big.path).args(["-w", "/dev/null", FILTER]).stdout(Stdio::null());
-        Ok(timed(&mut cmd, &format!("`tcpdump -r {} -w /dev/null '{FILTER}'`", self.big.path.display()))?.0)
+        cmd.arg("-r")
+            .arg(&self.big.path)
+            .args(["-w", "/dev/null", FILTER])
+            .stdout(Stdio::null());
+        Ok(timed(
+            &mut cmd,
+            &format!(
+                "`tcpdump -r {} -w /dev/null '{FILTER}'`",
+                self.big.path.display()
+            ),
+        )?
+        .0)
     }
 }
 
 /// Packets tcpdump's filter matches: lines of `tcpdump -nn -r BIG 'tcp dst port 80'`.
 fn tcpdump_count(tcpdump: &Path, big: &Path) -> Result<u64> {
     let mut cmd = Command::new(tcpdump);
-    cmd.args(["-nn", "-r"]).arg(big).arg(FILTER).stderr(Stdio::piped()).stdout(Stdio::piped());
+    cmd.args(["-nn", "-r"])
+        .arg(big)
+        .arg(FILTER)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped());
     let (_, out) = timed(&mut cmd, "`tcpdump -nn -r BIG` (counting matches)")?;
     Ok(out.stdout.iter().filter(|&&b| b == b'\n').count() as u64)
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
-    watchdog(if quick { Duration::from_secs(120) } else { Duration::from_secs(15 * 60) });
+    watchdog(if quick {
+        Duration::from_secs(120)
+    } else {
+        Duration::from_secs(15 * 60)
+    });
     let reps = if quick { 1 } else { a.reps.max(1) };
     let tcpdump = find_on_path("tcpdump")
         .ok_or_else(|| err("tcpdump is not installed (not found on PATH); install it, e.g. `apt-get install tcpdump`"))?;
@@ -193,10 +255,17 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             streamline.display()
         )));
     }
-    let sample = std::fs::canonicalize(&a.sample)
-        .map_err(|e| err(format!("sample capture {}: {e} (give one with --sample)", a.sample.display())))?;
+    let sample = std::fs::canonicalize(&a.sample).map_err(|e| {
+        err(format!(
+            "sample capture {}: {e} (give one with --sample)",
+            a.sample.display()
+        ))
+    })?;
     let target = a.mb.unwrap_or(if quick { 20 } else { 500 }) * 1_000_000;
-    println!("streamline-bench pcap ({} mode)", if quick { "quick" } else { "full" });
+    println!(
+        "streamline-bench pcap ({} mode)",
+        if quick { "quick" } else { "full" }
+    );
     println!("\n== Reading a large capture: `tcp dst port 80`, count (ours vs tcpdump) ==");
     let dir = TempDir::new("pcap")?;
     let big_path = dir.path().join("big.pcap");
@@ -214,12 +283,31 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     );
     let expected = tcpdump_count(&tcpdump, &big.path)?;
     if expected == 0 {
-        return Err(err(format!("tcpdump matches no packet of {} with '{FILTER}': nothing to compare", big.path.display())));
+        return Err(err(format!(
+            "tcpdump matches no packet of {} with '{FILTER}': nothing to compare",
+            big.path.display()
+        )));
     }
-    let s = Setup { streamline, tcpdump, big: &big, expected };
-    println!("ours (same expression): {} run -q '{}'", s.streamline.display(), s.pipeline(Ours::Bpf));
-    println!("ours (protocol filters): {} run -q '{}'", s.streamline.display(), s.pipeline(Ours::Protocol));
-    println!("peer: {} -r BIG -w /dev/null '{FILTER}'", s.tcpdump.display());
+    let s = Setup {
+        streamline,
+        tcpdump,
+        big: &big,
+        expected,
+    };
+    println!(
+        "ours (same expression): {} run -q '{}'",
+        s.streamline.display(),
+        s.pipeline(Ours::Bpf)
+    );
+    println!(
+        "ours (protocol filters): {} run -q '{}'",
+        s.streamline.display(),
+        s.pipeline(Ours::Protocol)
+    );
+    println!(
+        "peer: {} -r BIG -w /dev/null '{FILTER}'",
+        s.tcpdump.display()
+    );
     println!("matching packets: {expected} (lines of `tcpdump -nn -r BIG '{FILTER}'`; ours checked against it every run)");
     println!("wall clock of each whole command; one untimed run of each first (page cache warm for all), then best of {reps}, alternating");
     // Warm-up: every command reads the whole file once. Ours without -q, for the tables.
@@ -234,13 +322,34 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     }
     let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let (b, o, p) = (best(&bpf), best(&proto), best(&peer));
-    let runs = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ");
-    println!("{:<22} {:>9} {:>12} {:>9}   runs (s)", "", "best s", "Mpackets/s", "MB/s");
-    for (name, t, v) in [("streamline bpf", b, &bpf), ("streamline tcp|dport", o, &proto), ("tcpdump", p, &peer)] {
-        println!("{name:<22} {t:>9.3} {:>12.3} {:>9.0}   {}", big.packets as f64 / t / 1e6, big.bytes as f64 / t / 1e6, runs(v));
+    let runs = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.3}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "{:<22} {:>9} {:>12} {:>9}   runs (s)",
+        "", "best s", "Mpackets/s", "MB/s"
+    );
+    for (name, t, v) in [
+        ("streamline bpf", b, &bpf),
+        ("streamline tcp|dport", o, &proto),
+        ("tcpdump", p, &peer),
+    ] {
+        println!(
+            "{name:<22} {t:>9.3} {:>12.3} {:>9.0}   {}",
+            big.packets as f64 / t / 1e6,
+            big.bytes as f64 / t / 1e6,
+            runs(v)
+        );
     }
     println!("where our time goes: the per-filter tables of the warm-up runs (`streamline run` without -q):");
-    for l in table_bpf.lines().chain(table_proto.lines()).filter(|l| !l.starts_with("count:")) {
+    for l in table_bpf
+        .lines()
+        .chain(table_proto.lines())
+        .filter(|l| !l.starts_with("count:"))
+    {
         println!("  {l}");
     }
     let mut summary = Summary::default();
@@ -248,9 +357,17 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         "pcap_count_vs_tcpdump",
         p / b,
         Some(Target::AtLeast(2.0)),
-        format!("the same expression: tcpdump {p:.3} s / ours (bpf) {b:.3} s, {:.0} MB", big.bytes as f64 / 1e6),
+        format!(
+            "the same expression: tcpdump {p:.3} s / ours (bpf) {b:.3} s, {:.0} MB",
+            big.bytes as f64 / 1e6
+        ),
     );
-    summary.add("pcap_count_protocol_filters_vs_tcpdump", p / o, None, format!("tcp | dport |80: tcpdump {p:.3} s / ours {o:.3} s"));
+    summary.add(
+        "pcap_count_protocol_filters_vs_tcpdump",
+        p / o,
+        None,
+        format!("tcp | dport |80: tcpdump {p:.3} s / ours {o:.3} s"),
+    );
     summary.print();
     drop(dir);
     Ok(())
@@ -262,7 +379,10 @@ mod tests {
 
     #[test]
     fn big_capture_repeats_the_sample_with_shifted_timestamps() {
-        let sample = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"));
+        let sample = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/sample.pcap"
+        ));
         let dir = TempDir::new("pcap-test").unwrap();
         let size = std::fs::metadata(sample).unwrap().len();
         let big = build_capture(sample, &dir.path().join("big.pcap"), size + 1).unwrap();
@@ -277,13 +397,19 @@ mod tests {
         };
         let (h0, orig) = read(sample);
         let (h1, copy) = read(&big.path);
-        assert_eq!((h0.datalink, h0.snaplen, h0.ts_resolution), (h1.datalink, h1.snaplen, h1.ts_resolution));
+        assert_eq!(
+            (h0.datalink, h0.snaplen, h0.ts_resolution),
+            (h1.datalink, h1.snaplen, h1.ts_resolution)
+        );
         assert_eq!(copy.len(), 2 * orig.len());
         assert_eq!(big.packets, copy.len() as u64);
         let (second, first) = (&copy[orig.len()..], &copy[..orig.len()]);
         let latest = orig.iter().map(|p| p.timestamp).max().unwrap();
         for ((a, b), o) in first.iter().zip(second).zip(&orig) {
-            assert_eq!((&a.data, a.orig_len, a.timestamp), (&o.data, o.orig_len, o.timestamp));
+            assert_eq!(
+                (&a.data, a.orig_len, a.timestamp),
+                (&o.data, o.orig_len, o.timestamp)
+            );
             assert_eq!((&b.data, b.orig_len), (&o.data, o.orig_len));
             assert!(b.timestamp > latest);
         }

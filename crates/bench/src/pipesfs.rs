@@ -58,10 +58,29 @@ impl Setup {
     /// Start `pipeline` detached through our daemon; its run id.
     fn detach(&self, pipeline: &str) -> Result<u64> {
         let mut cmd = Command::new(&self.streamline);
-        cmd.env("STREAMLINE_SOCKET", &self.daemon.socket).args(["run", "--detach", "--no-share", "--plan", "none", pipeline]);
+        cmd.env("STREAMLINE_SOCKET", &self.daemon.socket).args([
+            "run",
+            "--detach",
+            "--no-share",
+            "--plan",
+            "none",
+            pipeline,
+        ]);
         kill_with_us(&mut cmd);
-        let out = cmd.stdin(Stdio::null()).output().map_err(|e| err(format!("starting streamline run --detach: {e}")))?;
-        String::from_utf8_lossy(&out.stdout).trim().parse().map_err(|_| err(format!("`streamline run --detach '{pipeline}'` printed no run id ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim())))
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| err(format!("starting streamline run --detach: {e}")))?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|_| {
+                err(format!(
+                    "`streamline run --detach '{pipeline}'` printed no run id ({}): {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            })
     }
 
     fn stop(&self, run: u64) -> Result<()> {
@@ -75,7 +94,11 @@ impl Setup {
         let t0 = Instant::now();
         while !p.exists() {
             if t0.elapsed() > Duration::from_secs(20) {
-                return Err(err(format!("{} did not appear within 20 s; the daemon's log:\n{}", p.display(), self.daemon.log_text())));
+                return Err(err(format!(
+                    "{} did not appear within 20 s; the daemon's log:\n{}",
+                    p.display(),
+                    self.daemon.log_text()
+                )));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -89,16 +112,20 @@ fn read_fs(s: &Setup, size: usize, secs: f64) -> Result<f64> {
     let all = s.mount.join(run.to_string()).join("gen/count:c/all");
     s.wait_path(&all)?;
     let res = (|| {
-        let mut f = std::fs::File::open(&all).map_err(|e| err(format!("{}: {e}", all.display())))?;
+        let mut f =
+            std::fs::File::open(&all).map_err(|e| err(format!("{}: {e}", all.display())))?;
         let mut buf = vec![0u8; 128 << 10];
         // Warm up: the tap goes on at open; skip the first reads.
         for _ in 0..16 {
-            f.read(&mut buf).map_err(|e| err(format!("reading {}: {e}", all.display())))?;
+            f.read(&mut buf)
+                .map_err(|e| err(format!("reading {}: {e}", all.display())))?;
         }
         let t0 = Instant::now();
         let mut bytes = 0u64;
         while t0.elapsed().as_secs_f64() < secs {
-            let n = f.read(&mut buf).map_err(|e| err(format!("reading {}: {e}", all.display())))?;
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| err(format!("reading {}: {e}", all.display())))?;
             if n == 0 {
                 return Err(err(format!("{} ended early", all.display())));
             }
@@ -107,8 +134,17 @@ fn read_fs(s: &Setup, size: usize, secs: f64) -> Result<f64> {
         let rate = bytes as f64 / t0.elapsed().as_secs_f64();
         // What the reader was given and lost (it never holds the run back).
         let stats = std::fs::read_to_string(all.with_file_name(".stats")).unwrap_or_default();
-        let get = |k: &str| stats.lines().find_map(|l| l.strip_prefix(k)).map_or("?".to_string(), |v| v.trim().to_string());
-        let (blocks, delivered, lost) = (get("blocks_in "), get("readers_delivered "), get("readers_lost "));
+        let get = |k: &str| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map_or("?".to_string(), |v| v.trim().to_string())
+        };
+        let (blocks, delivered, lost) = (
+            get("blocks_in "),
+            get("readers_delivered "),
+            get("readers_lost "),
+        );
         println!("  cat all: the node took {blocks} blocks; its reader was given {delivered} and lost {lost} (the run never waits for it)");
         Ok(rate)
     })();
@@ -121,29 +157,50 @@ fn read_fs(s: &Setup, size: usize, secs: f64) -> Result<f64> {
 /// or, with `observer`, given only the data segments (lossy, like a PipesFS reader: it
 /// skips what was overwritten).
 fn read_ring(s: &Setup, size: usize, secs: f64, observer: bool) -> Result<f64> {
-    let run = s.detach(&format!("gen count=100G size={size} | count name=c export=yes"))?;
+    let run = s.detach(&format!(
+        "gen count=100G size={size} | count name=c export=yes"
+    ))?;
     s.wait_path(&s.mount.join(run.to_string()).join("gen/count:c"))?;
     let res = (|| {
         let mut c = s.daemon.client()?;
-        let (reply, fds) = c.call_fds(Request::OpenStream { name: "c".into() }, &[]).map_err(|e| err(format!("open_stream c: {e}")))?;
+        let (reply, fds) = c
+            .call_fds(Request::OpenStream { name: "c".into() }, &[])
+            .map_err(|e| err(format!("open_stream c: {e}")))?;
         if !matches!(reply, Reply::Stream { fds: 4, .. }) || fds.len() != 4 {
-            return Err(err(format!("open_stream c: expected the 4 descriptors of an owner, got {reply:?} with {}", fds.len())));
+            return Err(err(format!(
+                "open_stream c: expected the 4 descriptors of an owner, got {reply:?} with {}",
+                fds.len()
+            )));
         }
         let mut it = fds.into_iter();
         let mut next = || it.next().expect("4 descriptors");
         let (t, tc, d, dc) = (next(), next(), next(), next());
-        let (tc, dc) = if observer { (None, None) } else { (Some(tc), Some(dc)) };
+        let (tc, dc) = if observer {
+            (None, None)
+        } else {
+            (Some(tc), Some(dc))
+        };
         let tags = RingRef::from_fds("c", t, tc).map_err(|e| err(format!("tag ring: {e}")))?;
-        let data = RingRef::from_fds("c.data", d, dc).map_err(|e| err(format!("data ring: {e}")))?;
+        let data =
+            RingRef::from_fds("c.data", d, dc).map_err(|e| err(format!("data ring: {e}")))?;
         let mut table = BufTable::new();
         table.register(&data).map_err(|e| err(format!("{e}")))?;
-        let mut r = IbufReader::new(tags.reader(Start::Latest).map_err(|e| err(format!("{e}")))?, table).map_err(|e| err(format!("{e}")))?;
+        let mut r = IbufReader::new(
+            tags.reader(Start::Latest)
+                .map_err(|e| err(format!("{e}")))?,
+            table,
+        )
+        .map_err(|e| err(format!("{e}")))?;
         let mut sum = 0u64;
         let mut lost = 0u64;
         let mut block = |r: &mut IbufReader| -> Result<usize> {
             let n = match r.peek_acquire() {
                 Ok(Some((_, p))) => {
-                    sum = p.data.iter().step_by(64).fold(sum, |a, b| a.wrapping_add(*b as u64));
+                    sum = p
+                        .data
+                        .iter()
+                        .step_by(64)
+                        .fold(sum, |a, b| a.wrapping_add(*b as u64));
                     p.data.len()
                 }
                 Ok(None) => return Err(err("the exported stream ended early")),
@@ -189,9 +246,16 @@ fn edit_latency(s: &Setup, n: usize) -> Result<Vec<f64>> {
         for k in 0..n {
             // Each instance gets a name of its own (a label is never given twice in a run).
             let t0 = Instant::now();
-            std::fs::create_dir(dir.join(format!("sample every=2 name=s{k}"))).map_err(|e| err(format!("mkdir {}/'sample every=2 name=s{k}': {e}; the daemon's log:\n{}", dir.display(), s.daemon.log_text())))?;
+            std::fs::create_dir(dir.join(format!("sample every=2 name=s{k}"))).map_err(|e| {
+                err(format!(
+                    "mkdir {}/'sample every=2 name=s{k}': {e}; the daemon's log:\n{}",
+                    dir.display(),
+                    s.daemon.log_text()
+                ))
+            })?;
             ms.push(t0.elapsed().as_secs_f64() * 1e3);
-            std::fs::remove_dir(dir.join(format!("sample:s{k}"))).map_err(|e| err(format!("rmdir {}/sample:s{k}: {e}", dir.display())))?;
+            std::fs::remove_dir(dir.join(format!("sample:s{k}")))
+                .map_err(|e| err(format!("rmdir {}/sample:s{k}: {e}", dir.display())))?;
         }
         Ok(ms)
     })();
@@ -200,7 +264,11 @@ fn edit_latency(s: &Setup, n: usize) -> Result<Vec<f64>> {
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
-    watchdog(if quick { Duration::from_secs(180) } else { Duration::from_secs(10 * 60) });
+    watchdog(if quick {
+        Duration::from_secs(180)
+    } else {
+        Duration::from_secs(10 * 60)
+    });
     let rounds = a.rounds.unwrap_or(if quick { 2 } else { 5 }).max(1);
     let secs = a.secs.unwrap_or(if quick { 0.5 } else { 2.0 });
     let n_edits = a.edits.unwrap_or(if quick { 9 } else { 41 }).max(1);
@@ -212,13 +280,29 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         return Err(err("/dev/fuse is missing: PipesFS needs FUSE"));
     }
     let (streamlined, streamline) = crate::daemon::binaries()?;
-    println!("streamline-bench pipesfs ({} mode)", if quick { "quick" } else { "full" });
+    println!(
+        "streamline-bench pipesfs ({} mode)",
+        if quick { "quick" } else { "full" }
+    );
     let dir = TempDir::new("pipesfs")?;
     let mount = dir.path().join("pipes");
-    cleanup_on_abnormal_exit(&[&dir.path().join("control"), &dir.path().join("streamlined.log"), dir.path()]);
+    cleanup_on_abnormal_exit(&[
+        &dir.path().join("control"),
+        &dir.path().join("streamlined.log"),
+        dir.path(),
+    ]);
     let daemon = Daemon::start(&streamlined, dir.path(), Some(&mount))?;
-    println!("our daemon: {} --mount {} (pid {})", streamlined.display(), mount.display(), daemon.child.as_ref().map_or(0, |c| c.id()));
-    let s = Setup { streamline, daemon, mount };
+    println!(
+        "our daemon: {} --mount {} (pid {})",
+        streamlined.display(),
+        mount.display(),
+        daemon.child.as_ref().map_or(0, |c| c.id())
+    );
+    let s = Setup {
+        streamline,
+        daemon,
+        mount,
+    };
     let res = (|| -> Result<Summary> {
         let (mut fs, mut ring, mut lossless) = (Vec::new(), Vec::new(), Vec::new());
         for k in 0..rounds {
@@ -232,15 +316,41 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         }
         let (f, r, l) = (median(&mut fs), median(&mut ring), median(&mut lossless));
         let mut ms = edit_latency(&s, n_edits)?;
-        let (lo, hi) = (ms.iter().cloned().fold(f64::MAX, f64::min), ms.iter().cloned().fold(0.0, f64::max));
+        let (lo, hi) = (
+            ms.iter().cloned().fold(f64::MAX, f64::min),
+            ms.iter().cloned().fold(0.0, f64::max),
+        );
         let med = median(&mut ms);
         println!("mkdir adding a filter to a running graph: median {med:.2} ms (min {lo:.2}, max {hi:.2}, {n_edits} times)");
         let mut summary = Summary::default();
         summary.add("pipesfs_read_vs_ring_fd", f / r, Some(Target::AtLeast(0.3)), format!("median of {rounds} rounds: cat all {:.0} MB/s vs an observer of the ring descriptors {:.0} MB/s (both lossy), {} B blocks", f / 1e6, r / 1e6, a.size));
-        summary.add("pipesfs_read_vs_ring_fd_lossless", f / l, None, format!("cat all vs a registered (lossless) reader of the rings, {:.0} MB/s", l / 1e6));
-        summary.add("pipesfs_read_MBps", f / 1e6, None, "read(2) of all, 128 KiB buffer");
-        summary.add("ring_fd_read_MBps", r / 1e6, None, "IbufReader observer over the exported rings");
-        summary.add("pipesfs_edit_ms", med, None, format!("median mkdir of a filter into a running graph, {n_edits} times"));
+        summary.add(
+            "pipesfs_read_vs_ring_fd_lossless",
+            f / l,
+            None,
+            format!(
+                "cat all vs a registered (lossless) reader of the rings, {:.0} MB/s",
+                l / 1e6
+            ),
+        );
+        summary.add(
+            "pipesfs_read_MBps",
+            f / 1e6,
+            None,
+            "read(2) of all, 128 KiB buffer",
+        );
+        summary.add(
+            "ring_fd_read_MBps",
+            r / 1e6,
+            None,
+            "IbufReader observer over the exported rings",
+        );
+        summary.add(
+            "pipesfs_edit_ms",
+            med,
+            None,
+            format!("median mkdir of a filter into a running graph, {n_edits} times"),
+        );
         Ok(summary)
     })();
     match res {
@@ -248,6 +358,10 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             summary.print();
             Ok(())
         }
-        Err(e) => Err(err(format!("{e}\nour daemon's log ({}):\n{}", s.daemon.log.display(), s.daemon.log_text().trim()))),
+        Err(e) => Err(err(format!(
+            "{e}\nour daemon's log ({}):\n{}",
+            s.daemon.log.display(),
+            s.daemon.log_text().trim()
+        ))),
     }
 }

@@ -21,20 +21,29 @@ pub struct ChildProc {
 impl ChildProc {
     /// Start `streamline-bench __child ARGS...`, with stdin a pipe when `stdin_pipe`.
     pub fn spawn(args: &[String], stdin_pipe: bool) -> Result<ChildProc> {
-        let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
+        let exe =
+            std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
         let what = format!("child `{}`", args.join(" "));
         let mut child = Command::new(exe)
             .arg("__child")
             .arg("--parent")
             .arg(std::process::id().to_string())
             .args(args)
-            .stdin(if stdin_pipe { Stdio::piped() } else { Stdio::null() })
+            .stdin(if stdin_pipe {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| err(format!("starting {what}: {e}")))?;
         let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        Ok(ChildProc { child: Some(child), stdout, what })
+        Ok(ChildProc {
+            child: Some(child),
+            stdout,
+            what,
+        })
     }
 
     /// The write end of the child's stdin (once).
@@ -57,10 +66,16 @@ impl ChildProc {
         let mut line = String::new();
         loop {
             line.clear();
-            let n = self.stdout.read_line(&mut line).map_err(|e| err(format!("reading from {}: {e}", self.what)))?;
+            let n = self
+                .stdout
+                .read_line(&mut line)
+                .map_err(|e| err(format!("reading from {}: {e}", self.what)))?;
             if n == 0 {
                 self.check_alive()?;
-                return Err(err(format!("{} closed its output before it was ready", self.what)));
+                return Err(err(format!(
+                    "{} closed its output before it was ready",
+                    self.what
+                )));
             }
             if line.trim_end() == "ready" {
                 return Ok(());
@@ -81,7 +96,10 @@ impl ChildProc {
         .map_err(|e| err(format!("waiting for {}: {e}", self.what)))?;
         match report {
             Ok(r) if status.success() => Ok(r),
-            Ok(_) => Err(err(format!("{} reported but then failed ({status})", self.what))),
+            Ok(_) => Err(err(format!(
+                "{} reported but then failed ({status})",
+                self.what
+            ))),
             Err(e) => Err(err(format!("{} failed ({}): {e}", self.what, status))),
         }
     }
@@ -90,7 +108,10 @@ impl ChildProc {
         let mut line = String::new();
         loop {
             line.clear();
-            let n = self.stdout.read_line(&mut line).map_err(|e| err(format!("reading from {}: {e}", self.what)))?;
+            let n = self
+                .stdout
+                .read_line(&mut line)
+                .map_err(|e| err(format!("reading from {}: {e}", self.what)))?;
             if n == 0 {
                 return Err(err("no report (stdout closed)"));
             }
@@ -118,15 +139,21 @@ impl Report {
     fn parse(s: &str) -> Result<Report> {
         let mut m = HashMap::new();
         for kv in s.split_whitespace() {
-            let (k, v) = kv.split_once('=').ok_or_else(|| err(format!("malformed report field `{kv}`")))?;
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| err(format!("malformed report field `{kv}`")))?;
             m.insert(k.to_string(), v.to_string());
         }
         Ok(Report(m))
     }
 
     pub fn u64(&self, key: &str) -> Result<u64> {
-        let v = self.0.get(key).ok_or_else(|| err(format!("report lacks `{key}`")))?;
-        v.parse().map_err(|_| err(format!("report field {key}={v} is not a number")))
+        let v = self
+            .0
+            .get(key)
+            .ok_or_else(|| err(format!("report lacks `{key}`")))?;
+        v.parse()
+            .map_err(|_| err(format!("report field {key}={v} is not a number")))
     }
 }
 
@@ -135,9 +162,20 @@ impl Report {
 pub fn die_with_parent(parent: u32) -> Result<()> {
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes integer arguments only and affects only the
     // calling process.
-    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
     if rc != 0 {
-        return Err(err(format!("prctl(PR_SET_PDEATHSIG): {}", std::io::Error::last_os_error())));
+        return Err(err(format!(
+            "prctl(PR_SET_PDEATHSIG): {}",
+            std::io::Error::last_os_error()
+        )));
     }
     if std::os::unix::process::parent_id() != parent {
         return Err(err("parent exited before the child started"));
@@ -154,7 +192,10 @@ pub fn drop_from_page_cache(f: &std::fs::File) -> Result<()> {
     // changes no memory of this process.
     let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     if rc != 0 {
-        return Err(err(format!("posix_fadvise(DONTNEED): {}", std::io::Error::from_raw_os_error(rc))));
+        return Err(err(format!(
+            "posix_fadvise(DONTNEED): {}",
+            std::io::Error::from_raw_os_error(rc)
+        )));
     }
     Ok(())
 }
@@ -164,7 +205,10 @@ pub fn pipe_size(fd: &impl std::os::fd::AsRawFd) -> Result<usize> {
     // SAFETY: F_GETPIPE_SZ takes no pointer argument; the descriptor is borrowed and open.
     let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ) };
     if n < 0 {
-        return Err(err(format!("fcntl(F_GETPIPE_SZ): {}", std::io::Error::last_os_error())));
+        return Err(err(format!(
+            "fcntl(F_GETPIPE_SZ): {}",
+            std::io::Error::last_os_error()
+        )));
     }
     Ok(n as usize)
 }
@@ -177,7 +221,14 @@ pub fn kill_with_us(cmd: &mut Command) -> &mut Command {
     // is async-signal-safe, and reads errno; it touches no memory shared with the parent.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -189,7 +240,11 @@ pub fn kill_with_us(cmd: &mut Command) -> &mut Command {
 /// (at most 1024 addresses), without blocking. Returns how many datagrams went (fewer,
 /// or EAGAIN, when the socket's send buffer is full: a veth whose peer runs XDP was seen
 /// to hold the buffer for good, and a blocking send then hung the benchmark).
-pub fn send_many(sock: &std::net::UdpSocket, payload: &[u8], to: &[std::net::SocketAddrV4]) -> std::io::Result<usize> {
+pub fn send_many(
+    sock: &std::net::UdpSocket,
+    payload: &[u8],
+    to: &[std::net::SocketAddrV4],
+) -> std::io::Result<usize> {
     use std::os::fd::AsRawFd;
     let to = &to[..to.len().min(1024)];
     let names: Vec<libc::sockaddr_in> = to
@@ -197,12 +252,17 @@ pub fn send_many(sock: &std::net::UdpSocket, payload: &[u8], to: &[std::net::Soc
         .map(|a| libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
             sin_port: a.port().to_be(),
-            sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*a.ip()).to_be(),
+            },
             sin_zero: [0; 8],
         })
         .collect();
     // The kernel only reads the payload for a send; iovec's pointer is *mut by type only.
-    let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() };
+    let mut iov = libc::iovec {
+        iov_base: payload.as_ptr() as *mut libc::c_void,
+        iov_len: payload.len(),
+    };
     let mut msgs: Vec<libc::mmsghdr> = names
         .iter()
         .map(|n| {
@@ -218,7 +278,14 @@ pub fn send_many(sock: &std::net::UdpSocket, payload: &[u8], to: &[std::net::Soc
     // SAFETY: `msgs` holds msgs.len() initialized headers whose name, iovec and payload
     // pointers (into `names`, `iov`, `payload`) stay valid for the call; the kernel writes
     // only each header's msg_len; the socket is borrowed and open.
-    let n = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as libc::c_uint, libc::MSG_DONTWAIT) };
+    let n = unsafe {
+        libc::sendmmsg(
+            sock.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            msgs.len() as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
     if n < 0 {
         return Err(std::io::Error::last_os_error());
     }

@@ -66,7 +66,8 @@ impl Drop for Guard {
 }
 
 fn need(tool: &str, package: &str) -> Result<()> {
-    let ok = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
+    let ok = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
     if ok {
         Ok(())
     } else {
@@ -83,7 +84,12 @@ fn shaped(sl: &Path, policy: &[String], cmd: &[String]) -> Command {
 fn trickled(up_bytes: f64, cmd: &[String]) -> Command {
     // trickle's KB/s are KiB/s
     let mut c = Command::new("trickle");
-    c.args(["-s", "-u", &format!("{}", (up_bytes / 1024.0).round().max(1.0) as u64)]).args(cmd);
+    c.args([
+        "-s",
+        "-u",
+        &format!("{}", (up_bytes / 1024.0).round().max(1.0) as u64),
+    ])
+    .args(cmd);
     c
 }
 
@@ -100,7 +106,12 @@ fn strings(v: &[&str]) -> Vec<String> {
 /// Output of `c`, killed after `limit`.
 fn output(mut c: Command, limit: Duration, what: &str) -> Result<std::process::Output> {
     kill_with_us(&mut c);
-    let child = c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| err(format!("{what}: {e}")))?;
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| err(format!("{what}: {e}")))?;
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -117,7 +128,8 @@ fn output(mut c: Command, limit: Duration, what: &str) -> Result<std::process::O
 }
 
 fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| err(format!("tcp socket: {e}")))?;
+    let l =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| err(format!("tcp socket: {e}")))?;
     Ok(l.local_addr().map_err(|e| err(e.to_string()))?.port())
 }
 
@@ -126,9 +138,22 @@ fn iperf_server() -> Result<(Guard, u16)> {
     for _ in 0..20 {
         let port = free_port()?;
         let mut c = Command::new("iperf3");
-        c.args(["-s", "-1", "--forceflush", "-B", "127.0.0.1", "-p", &port.to_string()]);
+        c.args([
+            "-s",
+            "-1",
+            "--forceflush",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ]);
         kill_with_us(&mut c);
-        let mut child = c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().map_err(|e| err(format!("iperf3: {e}")))?;
+        let mut child = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| err(format!("iperf3: {e}")))?;
         let mut line = String::new();
         let mut r = BufReader::new(child.stdout.take().unwrap());
         while r.read_line(&mut line).map_err(|e| err(e.to_string()))? > 0 {
@@ -148,36 +173,82 @@ fn iperf_server() -> Result<(Guard, u16)> {
 /// the receiver's bytes per second.
 fn iperf(wrap: &dyn Fn(&[String]) -> Command, udp: bool, secs: f64) -> Result<f64> {
     let (_srv, port) = iperf_server()?;
-    let mut args = strings(&["iperf3", "-c", "127.0.0.1", "-p", &port.to_string(), "-t", &format!("{secs}"), "-J"]);
+    let mut args = strings(&[
+        "iperf3",
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-t",
+        &format!("{secs}"),
+        "-J",
+    ]);
     if udp {
         args.extend(strings(&["-u", "-b", "0", "-l", "1400"]));
     }
-    let o = output(wrap(&args), Duration::from_secs_f64(secs * 3.0 + 20.0), "iperf3 -c")?;
-    let j: Value = serde_json::from_slice(&o.stdout).map_err(|e| err(format!("iperf3 -J: {e}: {}", String::from_utf8_lossy(&o.stderr))))?;
+    let o = output(
+        wrap(&args),
+        Duration::from_secs_f64(secs * 3.0 + 20.0),
+        "iperf3 -c",
+    )?;
+    let j: Value = serde_json::from_slice(&o.stdout).map_err(|e| {
+        err(format!(
+            "iperf3 -J: {e}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ))
+    })?;
     if let Some(e) = j.get("error") {
         return Err(err(format!("iperf3: {e}")));
     }
     let r = &j["end"]["sum_received"];
-    let (bytes, s) = (r["bytes"].as_f64().unwrap_or(0.0), r["seconds"].as_f64().unwrap_or(0.0));
+    let (bytes, s) = (
+        r["bytes"].as_f64().unwrap_or(0.0),
+        r["seconds"].as_f64().unwrap_or(0.0),
+    );
     if s <= 0.0 {
-        return Err(err(format!("iperf3 reported no received bytes: {}", String::from_utf8_lossy(&o.stdout))));
+        return Err(err(format!(
+            "iperf3 reported no received bytes: {}",
+            String::from_utf8_lossy(&o.stdout)
+        )));
     }
     Ok(bytes / s)
 }
 
 /// dd's own timing of a read of `file` (`count` blocks of `bs` bytes) to /dev/null, run
 /// through `wrap`: (bytes, seconds).
-fn dd(wrap: &dyn Fn(&[String]) -> Command, file: &Path, bs: usize, count: Option<u64>) -> Result<(f64, f64)> {
-    let mut args = vec!["dd".to_string(), format!("if={}", file.display()), "of=/dev/null".into(), format!("bs={bs}")];
+fn dd(
+    wrap: &dyn Fn(&[String]) -> Command,
+    file: &Path,
+    bs: usize,
+    count: Option<u64>,
+) -> Result<(f64, f64)> {
+    let mut args = vec![
+        "dd".to_string(),
+        format!("if={}", file.display()),
+        "of=/dev/null".into(),
+        format!("bs={bs}"),
+    ];
     if let Some(n) = count {
         args.push(format!("count={n}"));
     }
     let o = output(wrap(&args), Duration::from_secs(120), "dd")?;
     let text = String::from_utf8_lossy(&o.stderr);
     // "39321600 bytes (39 MB, 38 MiB) copied, 1.94323 s, 20.2 MB/s"
-    let line = text.lines().find(|l| l.contains(" copied, ")).ok_or_else(|| err(format!("dd printed no timing: {text}")))?;
-    let bytes: f64 = line.split_whitespace().next().and_then(|b| b.parse().ok()).ok_or_else(|| err(format!("dd: {line}")))?;
-    let secs: f64 = line.split(" copied, ").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|s| s.parse().ok()).ok_or_else(|| err(format!("dd: {line}")))?;
+    let line = text
+        .lines()
+        .find(|l| l.contains(" copied, "))
+        .ok_or_else(|| err(format!("dd printed no timing: {text}")))?;
+    let bytes: f64 = line
+        .split_whitespace()
+        .next()
+        .and_then(|b| b.parse().ok())
+        .ok_or_else(|| err(format!("dd: {line}")))?;
+    let secs: f64 = line
+        .split(" copied, ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| err(format!("dd: {line}")))?;
     Ok((bytes, secs))
 }
 
@@ -208,14 +279,20 @@ fn write_file(path: &Path, bytes: usize) -> Result<()> {
             *b = x as u8;
         }
         let k = left.min(buf.len());
-        f.write_all(&buf[..k]).map_err(|e| err(format!("{}: {e}", path.display())))?;
+        f.write_all(&buf[..k])
+            .map_err(|e| err(format!("{}: {e}", path.display())))?;
         left -= k;
     }
     Ok(())
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
-    for (t, p) in [("iperf3", "iperf3"), ("trickle", "trickle"), ("dd", "coreutils"), ("python3", "python3")] {
+    for (t, p) in [
+        ("iperf3", "iperf3"),
+        ("trickle", "trickle"),
+        ("dd", "coreutils"),
+        ("python3", "python3"),
+    ] {
         need(t, p)?;
     }
     let sl = streamline()?;
@@ -227,13 +304,25 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
 
     // ---- rates: TCP and UDP (iperf3), disk (dd) ----
     let wrap_plain = |c: &[String]| plain(c);
-    println!("== Rates: iperf3 TCP and UDP (sender shaped), dd read of a cached file; {secs} s each ==");
+    println!(
+        "== Rates: iperf3 TCP and UDP (sender shaped), dd read of a cached file; {secs} s each =="
+    );
     let tcp_cap = iperf(&wrap_plain, false, 1.0)?;
     let udp_cap = iperf(&wrap_plain, true, 1.0)?;
-    println!("unshaped: TCP {}, UDP {} (the targets are taken from these)", mb(tcp_cap), mb(udp_cap));
-    println!("{:<6} {:>12} {:>16} {:>8} {:>16} {:>8}", "", "target", "streamline", "error", "trickle", "error");
+    println!(
+        "unshaped: TCP {}, UDP {} (the targets are taken from these)",
+        mb(tcp_cap),
+        mb(udp_cap)
+    );
+    println!(
+        "{:<6} {:>12} {:>16} {:>8} {:>16} {:>8}",
+        "", "target", "streamline", "error", "trickle", "error"
+    );
     let mut worst = [0f64; 4]; // ours tcp, ours udp, trickle tcp, trickle udp
-    for (i, (name, udp, cap)) in [("TCP", false, tcp_cap), ("UDP", true, udp_cap)].into_iter().enumerate() {
+    for (i, (name, udp, cap)) in [("TCP", false, tcp_cap), ("UDP", true, udp_cap)]
+        .into_iter()
+        .enumerate()
+    {
         for r in targets(cap) {
             let pol = strings(&["--net", &format!("{r}")]);
             let ours = iperf(&|c: &[String]| shaped(&sl, &pol, c), udp, secs)?;
@@ -241,7 +330,14 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             let (eo, et) = (pct(ours, r), pct(tr, r));
             worst[i] = worst[i].max(eo);
             worst[i + 2] = worst[i + 2].max(et);
-            println!("{name:<6} {:>12} {:>16} {:>7.2}% {:>16} {:>7.2}%", mb(r), mb(ours), eo, mb(tr), et);
+            println!(
+                "{name:<6} {:>12} {:>16} {:>7.2}% {:>16} {:>7.2}%",
+                mb(r),
+                mb(ours),
+                eo,
+                mb(tr),
+                et
+            );
         }
     }
     // disk: a cached file read by dd in 64 KiB calls, bytes for `secs` at each rate
@@ -254,28 +350,80 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     };
     let disk_file = dir.path().join("disk");
     let biggest = targets(dd_cap)[2];
-    write_file(&disk_file, ((biggest * secs) as usize).max(1 << 20) + (1 << 20))?;
+    write_file(
+        &disk_file,
+        ((biggest * secs) as usize).max(1 << 20) + (1 << 20),
+    )?;
     let mut worst_disk = 0f64;
     println!("unshaped dd read: {}", mb(dd_cap));
     for r in targets(dd_cap) {
         let pol = strings(&["--disk", &format!("{r}")]);
         let count = ((r * secs) as u64 / 65536).max(4);
-        let (b, s) = dd(&|c: &[String]| shaped(&sl, &pol, c), &disk_file, 65536, Some(count))?;
+        let (b, s) = dd(
+            &|c: &[String]| shaped(&sl, &pol, c),
+            &disk_file,
+            65536,
+            Some(count),
+        )?;
         let e = pct(b / s, r);
         worst_disk = worst_disk.max(e);
-        println!("{:<6} {:>12} {:>16} {:>7.2}% {:>16}", "disk", mb(r), mb(b / s), e, "(cannot)");
+        println!(
+            "{:<6} {:>12} {:>16} {:>7.2}% {:>16}",
+            "disk",
+            mb(r),
+            mb(b / s),
+            e,
+            "(cannot)"
+        );
     }
     // the kernel mechanism: a static sender (no LD_PRELOAD reaches it) at the middle TCP rate
     let r = targets(tcp_cap)[1];
     let got = static_sender(&sl, dir.path(), r, secs)?;
     let static_err = pct(got, r);
-    println!("{:<6} {:>12} {:>16} {:>7.2}% {:>16}   (a static C sender: seccomp supervisor)", "static", mb(r), mb(got), static_err, "(cannot)");
-    sum.add("shape_tcp_rate_error_pct", worst[0], Some(Target::AtMost(2.0)), "iperf3 TCP, worst of 3 rates");
-    sum.add("shape_static_tcp_rate_error_pct", static_err, None, "static sender, kernel mechanism");
-    sum.add("shape_udp_rate_error_pct", worst[1], Some(Target::AtMost(2.0)), "iperf3 UDP, worst of 3 rates");
-    sum.add("shape_disk_rate_error_pct", worst_disk, Some(Target::AtMost(5.0)), "dd read, worst of 3 rates");
-    sum.add("trickle_tcp_rate_error_pct", worst[2], None, "trickle -s -u, same transfers");
-    sum.add("trickle_udp_rate_error_pct", worst[3], None, "trickle shapes no UDP");
+    println!(
+        "{:<6} {:>12} {:>16} {:>7.2}% {:>16}   (a static C sender: seccomp supervisor)",
+        "static",
+        mb(r),
+        mb(got),
+        static_err,
+        "(cannot)"
+    );
+    sum.add(
+        "shape_tcp_rate_error_pct",
+        worst[0],
+        Some(Target::AtMost(2.0)),
+        "iperf3 TCP, worst of 3 rates",
+    );
+    sum.add(
+        "shape_static_tcp_rate_error_pct",
+        static_err,
+        None,
+        "static sender, kernel mechanism",
+    );
+    sum.add(
+        "shape_udp_rate_error_pct",
+        worst[1],
+        Some(Target::AtMost(2.0)),
+        "iperf3 UDP, worst of 3 rates",
+    );
+    sum.add(
+        "shape_disk_rate_error_pct",
+        worst_disk,
+        Some(Target::AtMost(5.0)),
+        "dd read, worst of 3 rates",
+    );
+    sum.add(
+        "trickle_tcp_rate_error_pct",
+        worst[2],
+        None,
+        "trickle -s -u, same transfers",
+    );
+    sum.add(
+        "trickle_udp_rate_error_pct",
+        worst[3],
+        None,
+        "trickle shapes no UDP",
+    );
 
     // ---- overhead: dd of a cached file in 4 KiB and 32 KiB calls, shaping that never waits ----
     println!("\n== Overhead: dd of a cached file to /dev/null, bare vs `streamline shape` with unreachable budgets ==");
@@ -294,24 +442,57 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         // the fastest of each (other load only ever slows a run down), as util::Plan does
         let best = |v: Vec<f64>| v.into_iter().fold(f64::INFINITY, f64::min);
         let (b, o) = (best(bare), best(ours));
-        println!("{:>6} B calls: bare {:.3} s, shaped {:.3} s ({} calls): {:.3}", bs, b, o, size / bs, b / o);
+        println!(
+            "{:>6} B calls: bare {:.3} s, shaped {:.3} s ({} calls): {:.3}",
+            bs,
+            b,
+            o,
+            size / bs,
+            b / o
+        );
         overhead.push(b / o);
     }
     let _ = std::fs::remove_file(&big);
-    sum.add("shape_unlimited_cached_read_4KiB_vs_bare", overhead[0], Some(Target::AtLeast(0.95)), "dd bs=4K, fastest of each");
-    sum.add("shape_unlimited_cached_read_32KiB_vs_bare", overhead[1], None, "dd bs=32K, fastest of each");
+    sum.add(
+        "shape_unlimited_cached_read_4KiB_vs_bare",
+        overhead[0],
+        Some(Target::AtLeast(0.95)),
+        "dd bs=4K, fastest of each",
+    );
+    sum.add(
+        "shape_unlimited_cached_read_32KiB_vs_bare",
+        overhead[1],
+        None,
+        "dd bs=32K, fastest of each",
+    );
 
     // ---- two servers in one group, rising connection rate ----
     println!("\n== Two epoll servers in one shaping group, connections at rising rates ==");
     let (ratio, table) = two_servers(&sl, dir.path(), secs.max(2.0), tcp_cap)?;
     println!("{table}");
-    sum.add("shaped_two_servers_overload_vs_peak", ratio, Some(Target::AtLeast(0.95)), "combined throughput, 2x peak rate / peak");
+    sum.add(
+        "shaped_two_servers_overload_vs_peak",
+        ratio,
+        Some(Target::AtLeast(0.95)),
+        "combined throughput, 2x peak rate / peak",
+    );
 
     // ---- priorities: small files behind large ones ----
-    println!("\n== Priorities: a small file fetched beside four large downloads, fifo vs latency ==");
+    println!(
+        "\n== Priorities: a small file fetched beside four large downloads, fifo vs latency =="
+    );
     let (fifo, lat) = priorities(&sl, dir.path(), if quick { 8 } else { 20 })?;
-    println!("small file (32 KiB) mean fetch time: fifo {:.1} ms, latency {:.1} ms", fifo * 1e3, lat * 1e3);
-    sum.add("latency_policy_small_file_speedup_vs_fifo", fifo / lat, Some(Target::AtLeast(2.0)), "mean of the small fetches");
+    println!(
+        "small file (32 KiB) mean fetch time: fifo {:.1} ms, latency {:.1} ms",
+        fifo * 1e3,
+        lat * 1e3
+    );
+    sum.add(
+        "latency_policy_small_file_speedup_vs_fifo",
+        fifo / lat,
+        Some(Target::AtLeast(2.0)),
+        "mean of the small fetches",
+    );
 
     sum.print();
     Ok(())
@@ -323,24 +504,51 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
 fn static_sender(sl: &Path, dir: &Path, rate: f64, secs: f64) -> Result<f64> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/c/shapeprog.c");
     let prog = dir.join("shapeprog");
-    let o = Command::new("cc").args(["-O2", "-static", "-o"]).arg(&prog).arg(&src).output().map_err(|e| err(format!("cc (apt-get install build-essential): {e}")))?;
+    let o = Command::new("cc")
+        .args(["-O2", "-static", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .map_err(|e| err(format!("cc (apt-get install build-essential): {e}")))?;
     if !o.status.success() {
-        return Err(err(format!("cc -static {}: {}", src.display(), String::from_utf8_lossy(&o.stderr))));
+        return Err(err(format!(
+            "cc -static {}: {}",
+            src.display(),
+            String::from_utf8_lossy(&o.stderr)
+        )));
     }
     let bytes = (rate * secs) as usize;
     let file = dir.join("static.bin");
     write_file(&file, bytes)?;
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| err(e.to_string()))?;
     let port = l.local_addr().map_err(|e| err(e.to_string()))?.port();
-    let mut c = shaped(sl, &strings(&["--net", &format!("{rate}")]), &strings(&[prog.to_str().unwrap(), "send", file.to_str().unwrap(), "262144", &port.to_string()]));
+    let mut c = shaped(
+        sl,
+        &strings(&["--net", &format!("{rate}")]),
+        &strings(&[
+            prog.to_str().unwrap(),
+            "send",
+            file.to_str().unwrap(),
+            "262144",
+            &port.to_string(),
+        ]),
+    );
     kill_with_us(&mut c);
-    let _child = Guard(c.stdin(Stdio::null()).stdout(Stdio::null()).spawn().map_err(|e| err(format!("streamline shape: {e}")))?);
+    let _child = Guard(
+        c.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| err(format!("streamline shape: {e}")))?,
+    );
     let (mut s, _) = l.accept().map_err(|e| err(e.to_string()))?;
-    s.set_read_timeout(Some(Duration::from_secs_f64(secs * 3.0 + 10.0))).map_err(|e| err(e.to_string()))?;
+    s.set_read_timeout(Some(Duration::from_secs_f64(secs * 3.0 + 10.0)))
+        .map_err(|e| err(e.to_string()))?;
     let mut buf = vec![0u8; 1 << 16];
     let (mut got, mut first, mut last) = (0usize, None, Instant::now());
     loop {
-        let n = s.read(&mut buf).map_err(|e| err(format!("reading from the static sender: {e}")))?;
+        let n = s
+            .read(&mut buf)
+            .map_err(|e| err(format!("reading from the static sender: {e}")))?;
         if n == 0 {
             break;
         }
@@ -349,7 +557,9 @@ fn static_sender(sl: &Path, dir: &Path, rate: f64, secs: f64) -> Result<f64> {
         got += n;
     }
     if got != bytes {
-        return Err(err(format!("the static sender delivered {got} of {bytes} bytes")));
+        return Err(err(format!(
+            "the static sender delivered {got} of {bytes} bytes"
+        )));
     }
     // the first read holds the burst that left at once; the rest came at the rate
     let span = (last - first.unwrap_or(last)).as_secs_f64();
@@ -359,23 +569,44 @@ fn static_sender(sl: &Path, dir: &Path, rate: f64, secs: f64) -> Result<f64> {
 /// Start `cmd` (a shapepeer server) and read its port.
 fn start_peer(mut c: Command) -> Result<(Guard, u16)> {
     kill_with_us(&mut c);
-    let mut child = c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().map_err(|e| err(format!("server: {e}")))?;
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| err(format!("server: {e}")))?;
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).map_err(|e| err(e.to_string()))?;
-    let v: Value = serde_json::from_str(&line).map_err(|e| err(format!("server said {line:?}: {e}")))?;
-    let port = v["port"].as_u64().ok_or_else(|| err(format!("server said {line:?}")))? as u16;
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .map_err(|e| err(e.to_string()))?;
+    let v: Value =
+        serde_json::from_str(&line).map_err(|e| err(format!("server said {line:?}: {e}")))?;
+    let port = v["port"]
+        .as_u64()
+        .ok_or_else(|| err(format!("server said {line:?}")))? as u16;
     Ok((Guard(child), port))
 }
 
 fn peer_script() -> Result<PathBuf> {
     let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/shapepeer.py");
-    let beside = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("../../scripts/shapepeer.py")));
-    [Some(here), beside].into_iter().flatten().find(|p| p.is_file()).ok_or_else(|| err("scripts/shapepeer.py not found (run from the source tree)"))
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.join("../../scripts/shapepeer.py")));
+    [Some(here), beside]
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_file())
+        .ok_or_else(|| err("scripts/shapepeer.py not found (run from the source tree)"))
 }
 
 /// Fetch everything from 127.0.0.1:port, adding bytes to `got` as they arrive, until EOF
 /// or `stop`.
-fn fetch_counting(port: u16, request: Option<&[u8]>, got: &AtomicU64, stop: &AtomicBool) -> std::io::Result<u64> {
+fn fetch_counting(
+    port: u16,
+    request: Option<&[u8]>,
+    got: &AtomicU64,
+    stop: &AtomicBool,
+) -> std::io::Result<u64> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_millis(200)))?;
     if let Some(r) = request {
@@ -390,7 +621,11 @@ fn fetch_counting(port: u16, request: Option<&[u8]>, got: &AtomicU64, stop: &Ato
                 total += n as u64;
                 got.fetch_add(n as u64, Ordering::Relaxed);
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(e) => return Err(e),
         }
         if stop.load(Ordering::Relaxed) {
@@ -408,12 +643,28 @@ fn two_servers(sl: &Path, dir: &Path, secs: f64, tcp_cap: f64) -> Result<(f64, S
     write_file(&file, file_size)?;
     let group = format!("bench-{}", std::process::id());
     let pol = strings(&["--group", &group, "--net", &format!("{budget}")]);
-    let server = |pol: &[String]| shaped(sl, pol, &strings(&["python3", script.to_str().unwrap(), "serve", "0", file.to_str().unwrap(), "0"]));
+    let server = |pol: &[String]| {
+        shaped(
+            sl,
+            pol,
+            &strings(&[
+                "python3",
+                script.to_str().unwrap(),
+                "serve",
+                "0",
+                file.to_str().unwrap(),
+                "0",
+            ]),
+        )
+    };
     let (_a, pa) = start_peer(server(&pol))?;
     let (_b, pb) = start_peer(server(&pol))?;
     let peak = budget / file_size as f64; // connections per second the budget serves
     let mut table = format!("group budget {} ({} each when both are busy), {} KB per connection, peak {:.0} connections/s\n", mb(budget), mb(budget / 2.0), file_size / 1000, peak);
-    table += &format!("{:>10} {:>14} {:>14} {:>14} {:>12}\n", "load", "server A", "server B", "combined", "of budget");
+    table += &format!(
+        "{:>10} {:>14} {:>14} {:>14} {:>12}\n",
+        "load", "server A", "server B", "combined", "of budget"
+    );
     let mut at = Vec::new();
     for load in [0.5, 1.0, 2.0] {
         let rate = peak * load;
@@ -429,7 +680,10 @@ fn two_servers(sl: &Path, dir: &Path, secs: f64, tcp_cap: f64) -> Result<(f64, S
             let due = i as f64 / rate;
             let now = t0.elapsed().as_secs_f64();
             if !marked && now >= warm {
-                marks = [got[0].load(Ordering::Relaxed), got[1].load(Ordering::Relaxed)];
+                marks = [
+                    got[0].load(Ordering::Relaxed),
+                    got[1].load(Ordering::Relaxed),
+                ];
                 marked = true;
             }
             if now < due {
@@ -439,11 +693,16 @@ fn two_servers(sl: &Path, dir: &Path, secs: f64, tcp_cap: f64) -> Result<(f64, S
             let side = (i % 2) as usize;
             let port = if side == 0 { pa } else { pb };
             let (g, s) = (got[side].clone(), stop.clone());
-            threads.push(std::thread::spawn(move || fetch_counting(port, None, &g, &s)));
+            threads.push(std::thread::spawn(move || {
+                fetch_counting(port, None, &g, &s)
+            }));
             i += 1;
         }
         let span = secs - warm;
-        let bytes = [got[0].load(Ordering::Relaxed) - marks[0], got[1].load(Ordering::Relaxed) - marks[1]];
+        let bytes = [
+            got[0].load(Ordering::Relaxed) - marks[0],
+            got[1].load(Ordering::Relaxed) - marks[1],
+        ];
         stop.store(true, Ordering::Relaxed);
         for t in threads {
             let _ = t.join();
@@ -451,7 +710,14 @@ fn two_servers(sl: &Path, dir: &Path, secs: f64, tcp_cap: f64) -> Result<(f64, S
         // let the servers drop what the stopped clients left
         std::thread::sleep(Duration::from_millis(500));
         let (ra, rb) = (bytes[0] as f64 / span, bytes[1] as f64 / span);
-        table += &format!("{:>9.1}x {:>14} {:>14} {:>14} {:>11.1}%\n", load, mb(ra), mb(rb), mb(ra + rb), 100.0 * (ra + rb) / budget);
+        table += &format!(
+            "{:>9.1}x {:>14} {:>14} {:>14} {:>11.1}%\n",
+            load,
+            mb(ra),
+            mb(rb),
+            mb(ra + rb),
+            100.0 * (ra + rb) / budget
+        );
         at.push(ra + rb);
     }
     Ok((at[2] / at[1], table))
@@ -469,8 +735,21 @@ fn priorities(sl: &Path, dir: &Path, smalls: usize) -> Result<(f64, f64)> {
     for policy in ["fifo", "latency"] {
         let port = free_port()?;
         let pol = strings(&["--net", &format!("{budget}:16KiB"), "--prio-policy", policy]);
-        let mut c = shaped(sl, &pol, &strings(&["python3", "-m", "http.server", "--bind", "127.0.0.1", &port.to_string()]));
-        c.current_dir(&www).stdout(Stdio::null()).stderr(Stdio::null());
+        let mut c = shaped(
+            sl,
+            &pol,
+            &strings(&[
+                "python3",
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+            ]),
+        );
+        c.current_dir(&www)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         kill_with_us(&mut c);
         let _srv = Guard(c.spawn().map_err(|e| err(format!("http.server: {e}")))?);
         let up = Instant::now();
@@ -497,7 +776,13 @@ fn priorities(sl: &Path, dir: &Path, smalls: usize) -> Result<(f64, f64)> {
         let never = AtomicBool::new(false);
         for _ in 0..smalls {
             let t = Instant::now();
-            let n = fetch_counting(port, Some(b"GET /small HTTP/1.0\r\n\r\n"), &AtomicU64::new(0), &never).map_err(|e| err(format!("fetching the small file: {e}")))?;
+            let n = fetch_counting(
+                port,
+                Some(b"GET /small HTTP/1.0\r\n\r\n"),
+                &AtomicU64::new(0),
+                &never,
+            )
+            .map_err(|e| err(format!("fetching the small file: {e}")))?;
             if n < 32 << 10 {
                 return Err(err(format!("the small file came back with {n} bytes")));
             }
@@ -509,7 +794,12 @@ fn priorities(sl: &Path, dir: &Path, smalls: usize) -> Result<(f64, f64)> {
             let _ = t.join();
         }
         let mean = times.iter().sum::<f64>() / times.len() as f64;
-        println!("{policy:>8}: small fetches {:.1} ms mean ({} fetches), large downloads moved {}", mean * 1e3, times.len(), crate::util::fmt_size(sink.load(Ordering::Relaxed)));
+        println!(
+            "{policy:>8}: small fetches {:.1} ms mean ({} fetches), large downloads moved {}",
+            mean * 1e3,
+            times.len(),
+            crate::util::fmt_size(sink.load(Ordering::Relaxed))
+        );
         means.push(mean);
     }
     Ok((means[0], means[1]))

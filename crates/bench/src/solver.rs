@@ -32,46 +32,107 @@ pub struct Args {
 }
 
 /// One pipeline run to completion by `streamline run`; returns (seconds, count line).
-fn run_once(exe: &std::path::Path, how: &str, rate: f64, bytes: f64, pipeline: &str) -> Result<(f64, String, String)> {
+fn run_once(
+    exe: &std::path::Path,
+    how: &str,
+    rate: f64,
+    bytes: f64,
+    pipeline: &str,
+) -> Result<(f64, String, String)> {
     let t0 = Instant::now();
     let out = std::process::Command::new(exe)
-        .args(["run", "--plan", how, "--rate", &rate.to_string(), "--bytes", &bytes.to_string(), pipeline])
+        .args([
+            "run",
+            "--plan",
+            how,
+            "--rate",
+            &rate.to_string(),
+            "--bytes",
+            &bytes.to_string(),
+            pipeline,
+        ])
         .stdout(std::process::Stdio::null())
         .output()
         .map_err(|e| err(format!("running {}: {e}", exe.display())))?;
     let secs = t0.elapsed().as_secs_f64();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
-        return Err(err(format!("streamline run --plan {how} '{pipeline}' failed:\n{stderr}")));
+        return Err(err(format!(
+            "streamline run --plan {how} '{pipeline}' failed:\n{stderr}"
+        )));
     }
-    let count = stderr.lines().find(|l| l.starts_with("count:")).unwrap_or("").to_string();
-    let plan = stderr.lines().find(|l| l.starts_with("plan (")).map_or("one space (as written)".to_string(), |l| l.split_once("): ").map_or(l, |x| x.1).to_string());
+    let count = stderr
+        .lines()
+        .find(|l| l.starts_with("count:"))
+        .unwrap_or("")
+        .to_string();
+    let plan = stderr
+        .lines()
+        .find(|l| l.starts_with("plan ("))
+        .map_or("one space (as written)".to_string(), |l| {
+            l.split_once("): ").map_or(l, |x| x.1).to_string()
+        });
     Ok((secs, count, plan))
 }
 
 /// Plan quality: throughput of the three placements of each pipeline; returns the
 /// geometric means of (ilp over heuristic, ilp over one thread).
 fn plan_quality(reps: usize, quick: bool) -> Result<(f64, f64)> {
-    let exe = std::env::current_exe().map_err(|e| err(format!("own executable: {e}")))?.with_file_name("streamline");
+    let exe = std::env::current_exe()
+        .map_err(|e| err(format!("own executable: {e}")))?
+        .with_file_name("streamline");
     if !exe.is_file() {
-        return Err(err(format!("{} not found; build it with `cargo build --release -p streamline`", exe.display())));
+        return Err(err(format!(
+            "{} not found; build it with `cargo build --release -p streamline`",
+            exe.display()
+        )));
     }
     let dir = crate::util::TempDir::new("plan-quality")?;
-    let sample = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"));
-    let big = crate::pcap::build_capture(sample, &dir.path().join("big.pcap"), if quick { 64 << 20 } else { 256 << 20 })?;
+    let sample = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sample.pcap"
+    ));
+    let big = crate::pcap::build_capture(
+        sample,
+        &dir.path().join("big.pcap"),
+        if quick { 64 << 20 } else { 256 << 20 },
+    )?;
     let n = if quick { 20_000 } else { 80_000 };
     let pcap = big.path.display();
     let mean = big.bytes as f64 / big.packets.max(1) as f64;
     // (name, pipeline, offered blocks/s, bytes per block)
     let cases = [
-        ("packet filter", format!("pcapin file={pcap} | bpf \"tcp dst port 80\" | count"), 2e6, mean),
-        ("compress", format!("gen count={n} size=4096 | deflate | count"), 4e5, 4096.0),
-        ("compress + check", format!("gen count={n} size=4096 | deflate | inflate | count"), 4e5, 4096.0),
-        ("classify + compress", format!("pcapin file={pcap} | tcp | deflate | count"), 2e6, mean),
+        (
+            "packet filter",
+            format!("pcapin file={pcap} | bpf \"tcp dst port 80\" | count"),
+            2e6,
+            mean,
+        ),
+        (
+            "compress",
+            format!("gen count={n} size=4096 | deflate | count"),
+            4e5,
+            4096.0,
+        ),
+        (
+            "compress + check",
+            format!("gen count={n} size=4096 | deflate | inflate | count"),
+            4e5,
+            4096.0,
+        ),
+        (
+            "classify + compress",
+            format!("pcapin file={pcap} | tcp | deflate | count"),
+            2e6,
+            mean,
+        ),
     ];
     println!();
     println!("plan quality: `streamline run --plan ilp|heuristic|none`, best of {reps} wall times");
-    println!("{:<22} {:>10} {:>10} {:>10} {:>9} {:>9}  plans", "pipeline", "ilp s", "heur s", "1 thr s", "ilp/heur", "ilp/1thr");
+    println!(
+        "{:<22} {:>10} {:>10} {:>10} {:>9} {:>9}  plans",
+        "pipeline", "ilp s", "heur s", "1 thr s", "ilp/heur", "ilp/1thr"
+    );
     let (mut lh, mut lo) = (0.0f64, 0.0f64);
     for (name, text, rate, bytes) in &cases {
         let mut best = [f64::INFINITY; 3];
@@ -86,12 +147,17 @@ fn plan_quality(reps: usize, quick: bool) -> Result<(f64, f64)> {
             }
         }
         if counts.iter().any(|c| c != &counts[0] || c.is_empty()) {
-            return Err(err(format!("{name}: the placements disagree on the output: {counts:?}")));
+            return Err(err(format!(
+                "{name}: the placements disagree on the output: {counts:?}"
+            )));
         }
         let (rh, ro) = (best[1] / best[0], best[2] / best[0]);
         lh += rh.ln();
         lo += ro.ln();
-        println!("{:<22} {:>10.3} {:>10.3} {:>10.3} {:>9.2} {:>9.2}  ilp: {} | heuristic: {}", name, best[0], best[1], best[2], rh, ro, plans[0], plans[1]);
+        println!(
+            "{:<22} {:>10.3} {:>10.3} {:>10.3} {:>9.2} {:>9.2}  ilp: {} | heuristic: {}",
+            name, best[0], best[1], best[2], rh, ro, plans[0], plans[1]
+        );
     }
     let k = cases.len() as f64;
     Ok(((lh / k).exp(), (lo / k).exp()))
@@ -116,14 +182,18 @@ static FILTERS: Filters = Filters {
 fn measure(text: &str, spaces: usize, reps: usize) -> Result<Point> {
     let mut catalog = Catalog::new(FILTERS);
     catalog.set_measured("strip", 800.0, 0.0, None);
-    let load = Load { blocks_per_sec: 100_000.0, bytes_per_block: 500.0 };
+    let load = Load {
+        blocks_per_sec: 100_000.0,
+        bytes_per_block: 500.0,
+    };
     let (_, req) = request_from_text(text, &catalog, load).map_err(|e| err(e.to_string()))?;
     let sys = SystemModel::n_spaces(spaces);
     let mut times = Vec::with_capacity(reps);
     let mut size = (0, 0);
     for _ in 0..reps {
         let t = Instant::now();
-        let (_, stats) = ilp(&req, &sys, 60.0).map_err(|e| err(format!("{text} on {spaces} spaces: {e}")))?;
+        let (_, stats) =
+            ilp(&req, &sys, 60.0).map_err(|e| err(format!("{text} on {spaces} spaces: {e}")))?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
         size = (stats.variables, stats.constraints);
     }
@@ -162,7 +232,10 @@ fn row(label: &str, spaces: usize, p: &Point) {
 
 fn header(title: &str) {
     println!("\n== {title} ==");
-    println!("{:<22} {:>6} {:>9} {:>11} {:>10} {:>10} {:>10}", "request", "spaces", "variables", "constraints", "median ms", "min ms", "max ms");
+    println!(
+        "{:<22} {:>6} {:>9} {:>11} {:>10} {:>10} {:>10}",
+        "request", "spaces", "variables", "constraints", "median ms", "min ms", "max ms"
+    );
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
@@ -170,7 +243,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let (lens, spaces, ways): (Vec<usize>, Vec<usize>, Vec<usize>) = if quick {
         (vec![1, 5, 10], vec![1, 4, 10, 16], vec![2, 8])
     } else {
-        ((1..=10).collect(), vec![1, 2, 4, 6, 8, 10, 12, 16], vec![1, 2, 3, 4, 5, 6, 7, 8])
+        (
+            (1..=10).collect(),
+            vec![1, 2, 4, 6, 8, 10, 12, 16],
+            vec![1, 2, 3, 4, 5, 6, 7, 8],
+        )
     };
     println!("solver benchmark: HiGHS through good_lp, {reps} runs per point, median counts");
     header("linear pipelines (Fig 7.18/7.19)");
@@ -202,13 +279,37 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             p.ms_median
         }
     };
-    let quality = if a.no_runs { None } else { Some(plan_quality(if quick { 1 } else { 3 }, quick)?) };
+    let quality = if a.no_runs {
+        None
+    } else {
+        Some(plan_quality(if quick { 1 } else { 3 }, quick)?)
+    };
     let mut s = Summary::default();
-    s.add("solve_ms_10_filters_10_spaces", p10, Some(Target::AtMost(10.0)), "median, model build + HiGHS solve");
-    s.add("solve_ms_20_filters_64_spaces", p20.ms_median, Some(Target::AtMost(250.0)), "median, model build + HiGHS solve");
+    s.add(
+        "solve_ms_10_filters_10_spaces",
+        p10,
+        Some(Target::AtMost(10.0)),
+        "median, model build + HiGHS solve",
+    );
+    s.add(
+        "solve_ms_20_filters_64_spaces",
+        p20.ms_median,
+        Some(Target::AtMost(250.0)),
+        "median, model build + HiGHS solve",
+    );
     if let Some((vs_heur, vs_one)) = quality {
-        s.add("plan_throughput_vs_heuristic", vs_heur, None, "geometric mean over 4 pipelines of heuristic-plan time / optimizer-plan time");
-        s.add("plan_throughput_vs_one_thread", vs_one, None, "geometric mean over 4 pipelines of one-thread time / optimizer-plan time");
+        s.add(
+            "plan_throughput_vs_heuristic",
+            vs_heur,
+            None,
+            "geometric mean over 4 pipelines of heuristic-plan time / optimizer-plan time",
+        );
+        s.add(
+            "plan_throughput_vs_one_thread",
+            vs_one,
+            None,
+            "geometric mean over 4 pipelines of one-thread time / optimizer-plan time",
+        );
     }
     s.print();
     Ok(())

@@ -39,10 +39,29 @@ impl Ring {
 /// Create a ring of `size` bytes (a power of two). The buffer is written once here, so its
 /// pages are faulted in before any timing.
 pub fn channel(size: usize) -> (Producer, Consumer) {
-    assert!(size.is_power_of_two(), "ring size {size} is not a power of two");
+    assert!(
+        size.is_power_of_two(),
+        "ring size {size} is not a power of two"
+    );
     let buf: Box<[UnsafeCell<u8>]> = (0..size).map(|_| UnsafeCell::new(0xA5)).collect();
-    let ring = Arc::new(Ring { buf, mask: size - 1, head: Padded(AtomicUsize::new(0)), tail: Padded(AtomicUsize::new(0)) });
-    (Producer { ring: ring.clone(), head: 0, tail: 0 }, Consumer { ring, tail: 0, head: 0 })
+    let ring = Arc::new(Ring {
+        buf,
+        mask: size - 1,
+        head: Padded(AtomicUsize::new(0)),
+        tail: Padded(AtomicUsize::new(0)),
+    });
+    (
+        Producer {
+            ring: ring.clone(),
+            head: 0,
+            tail: 0,
+        },
+        Consumer {
+            ring,
+            tail: 0,
+            head: 0,
+        },
+    )
 }
 
 pub struct Producer {
@@ -73,7 +92,11 @@ impl Producer {
             // Release store of head below. `first` and `n - first` stay inside the buffer.
             unsafe {
                 std::ptr::copy_nonoverlapping(data.as_ptr(), self.ring.base().add(off), first);
-                std::ptr::copy_nonoverlapping(data.as_ptr().add(first), self.ring.base(), n - first);
+                std::ptr::copy_nonoverlapping(
+                    data.as_ptr().add(first),
+                    self.ring.base(),
+                    n - first,
+                );
             }
             self.head += n;
             self.ring.head.0.store(self.head, Release);
@@ -110,7 +133,11 @@ impl Consumer {
             // our Release store of tail below. Both copies stay inside their buffers.
             unsafe {
                 std::ptr::copy_nonoverlapping(self.ring.base().add(off), out.as_mut_ptr(), first);
-                std::ptr::copy_nonoverlapping(self.ring.base(), out.as_mut_ptr().add(first), n - first);
+                std::ptr::copy_nonoverlapping(
+                    self.ring.base(),
+                    out.as_mut_ptr().add(first),
+                    n - first,
+                );
             }
             self.tail += n;
             self.ring.tail.0.store(self.tail, Release);

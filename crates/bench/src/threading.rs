@@ -92,9 +92,15 @@ struct Volumes {
 impl Volumes {
     fn new(quick: bool) -> Volumes {
         if quick {
-            Volumes { blocks: 100_000, unix_blocks: 10_000 }
+            Volumes {
+                blocks: 100_000,
+                unix_blocks: 10_000,
+            }
         } else {
-            Volumes { blocks: 1_000_000, unix_blocks: 200_000 }
+            Volumes {
+                blocks: 1_000_000,
+                unix_blocks: 200_000,
+            }
         }
     }
 }
@@ -125,7 +131,11 @@ impl Classify for Byte0 {
 pub(crate) struct BenchFactory;
 
 impl Factory for BenchFactory {
-    fn make(&self, name: &str, args: &FilterArgs) -> std::result::Result<Box<dyn Filter>, dataplane::FilterError> {
+    fn make(
+        &self,
+        name: &str,
+        args: &FilterArgs,
+    ) -> std::result::Result<Box<dyn Filter>, dataplane::FilterError> {
         if name == BYTE0 {
             return Ok(Box::new(Classifier(Byte0)));
         }
@@ -164,7 +174,11 @@ impl lang::Resolver for BenchResolver {
 fn gen_block(seq: u64, s: &mut [u8]) {
     let sb = seq.to_le_bytes();
     for (i, b) in s.iter_mut().enumerate() {
-        *b = if i < 8 { sb[i] } else { (i as u8).wrapping_mul(31) ^ sb[0] };
+        *b = if i < 8 {
+            sb[i]
+        } else {
+            (i as u8).wrapping_mul(31) ^ sb[0]
+        };
     }
 }
 
@@ -192,27 +206,42 @@ fn file_source(path: &Path) -> String {
 /// Ours: build the space (not timed), time `Space::run`, check the counters.
 fn run_ours(source: &str, n: usize, k: u64) -> Result<f64> {
     let text = pipeline(source, n);
-    let g = lang::parse(&text, &BenchResolver).map_err(|d| err(format!("parsing `{text}`:\n{d}")))?;
-    let mut space = Space::build(&g, &BenchFactory, 1 << 20).map_err(|e| err(format!("building `{text}`: {e}")))?;
+    let g =
+        lang::parse(&text, &BenchResolver).map_err(|d| err(format!("parsing `{text}`:\n{d}")))?;
+    let mut space = Space::build(&g, &BenchFactory, 1 << 20)
+        .map_err(|e| err(format!("building `{text}`: {e}")))?;
     let interrupt = AtomicBool::new(false);
     let t0 = Instant::now();
     space.run(&interrupt, |_| {});
     let secs = t0.elapsed().as_secs_f64();
     if space.failed() || !space.warnings().is_empty() {
-        return Err(err(format!("`{text}` failed: {}", space.warnings().join("; "))));
+        return Err(err(format!(
+            "`{text}` failed: {}",
+            space.warnings().join("; ")
+        )));
     }
     let report = space.report();
     if report.len() != n + 2 {
-        return Err(err(format!("`{text}`: expected {} nodes, the space has {}", n + 2, report.len())));
+        return Err(err(format!(
+            "`{text}`: expected {} nodes, the space has {}",
+            n + 2,
+            report.len()
+        )));
     }
     // The source emitted K blocks; every filter and the sink received all K.
     let src = &report[0];
     if src.counters.blocks_out != k {
-        return Err(err(format!("`{text}`: {} emitted {} blocks, expected {k}", src.label, src.counters.blocks_out)));
+        return Err(err(format!(
+            "`{text}`: {} emitted {} blocks, expected {k}",
+            src.label, src.counters.blocks_out
+        )));
     }
     for r in &report[1..] {
         if r.counters.blocks_in != k {
-            return Err(err(format!("`{text}`: {} received {} of {k} blocks", r.label, r.counters.blocks_in)));
+            return Err(err(format!(
+                "`{text}`: {} received {} of {k} blocks",
+                r.label, r.counters.blocks_in
+            )));
         }
     }
     Ok(secs)
@@ -228,8 +257,18 @@ impl Children {
         for (i, mut c) in std::mem::take(&mut self.0).into_iter().enumerate() {
             match c.wait() {
                 Ok(st) if st.success() => {}
-                Ok(st) => res = res.and(Err(err(format!("filter process {} of the Unix pipeline failed ({st})", i + 1)))),
-                Err(e) => res = res.and(Err(err(format!("waiting for filter process {}: {e}", i + 1)))),
+                Ok(st) => {
+                    res = res.and(Err(err(format!(
+                        "filter process {} of the Unix pipeline failed ({st})",
+                        i + 1
+                    ))))
+                }
+                Err(e) => {
+                    res = res.and(Err(err(format!(
+                        "waiting for filter process {}: {e}",
+                        i + 1
+                    ))))
+                }
             }
         }
         res
@@ -295,25 +334,25 @@ fn run_unix(n: usize, k: u64) -> Result<f64> {
     let mut fill = 0;
     let mut seq = 0u64;
     let mut total = 0u64;
-    let drained: Result<()> = (|| {
-        loop {
-            let r = drain.read(&mut buf[fill..])?;
-            if r == 0 {
-                return Ok(());
-            }
-            fill += r;
-            total += r as u64;
-            let whole = fill - fill % BLOCK;
-            for b in buf[..whole].chunks_exact(BLOCK) {
-                let got = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-                if got != seq {
-                    return Err(err(format!("Unix pipeline: block {seq} arrived as block {got}")));
-                }
-                seq += 1;
-            }
-            buf.copy_within(whole..fill, 0);
-            fill -= whole;
+    let drained: Result<()> = (|| loop {
+        let r = drain.read(&mut buf[fill..])?;
+        if r == 0 {
+            return Ok(());
         }
+        fill += r;
+        total += r as u64;
+        let whole = fill - fill % BLOCK;
+        for b in buf[..whole].chunks_exact(BLOCK) {
+            let got = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+            if got != seq {
+                return Err(err(format!(
+                    "Unix pipeline: block {seq} arrived as block {got}"
+                )));
+            }
+            seq += 1;
+        }
+        buf.copy_within(whole..fill, 0);
+        fill -= whole;
     })();
     let secs = t0.elapsed().as_secs_f64();
     if drained.is_err() {
@@ -322,11 +361,16 @@ fn run_unix(n: usize, k: u64) -> Result<f64> {
     } else {
         kids.wait_all()?;
     }
-    let fed = feeder.join().map_err(|_| err("the feeder thread panicked"))?;
+    let fed = feeder
+        .join()
+        .map_err(|_| err("the feeder thread panicked"))?;
     drained?;
     fed.map_err(|e| err(format!("feeding the Unix pipeline: {e}")))?;
     if total != k * BLOCK as u64 || fill != 0 {
-        return Err(err(format!("Unix pipeline delivered {total} bytes, expected {}", k * BLOCK as u64)));
+        return Err(err(format!(
+            "Unix pipeline delivered {total} bytes, expected {}",
+            k * BLOCK as u64
+        )));
     }
     Ok(secs)
 }
@@ -354,7 +398,9 @@ fn run_loop(n: usize, blocks: &[u8]) -> Result<f64> {
     let classes = black_box(classes);
     let secs = t0.elapsed().as_secs_f64();
     if classes < n as u64 * k {
-        return Err(err(format!("single loop: a block failed a check (class sum {classes})")));
+        return Err(err(format!(
+            "single loop: a block failed a check (class sum {classes})"
+        )));
     }
     Ok(secs)
 }
@@ -384,7 +430,9 @@ fn run_loop_gen(n: usize, k: u64) -> Result<f64> {
     let classes = black_box(classes);
     let secs = t0.elapsed().as_secs_f64();
     if classes < n as u64 * k {
-        return Err(err(format!("single loop (with generation): a block failed a check (class sum {classes})")));
+        return Err(err(format!(
+            "single loop (with generation): a block failed a check (class sum {classes})"
+        )));
     }
     Ok(secs)
 }
@@ -401,7 +449,11 @@ struct Row {
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
-    watchdog(if quick { Duration::from_secs(120) } else { Duration::from_secs(15 * 60) });
+    watchdog(if quick {
+        Duration::from_secs(120)
+    } else {
+        Duration::from_secs(15 * 60)
+    });
     if a.filters.is_empty() || a.filters.contains(&0) {
         return Err(err("--filters: chain lengths must be at least 1"));
     }
@@ -414,9 +466,14 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         if quick { "quick" } else { "full" },
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    println!("\n== Threading: a chain of N trivial filters over 1 KiB blocks (thesis 5.2.1, Fig 5.1) ==");
+    println!(
+        "\n== Threading: a chain of N trivial filters over 1 KiB blocks (thesis 5.2.1, Fig 5.1) =="
+    );
     println!("filter:    `{BYTE0}` reads byte 0 of each block, class = (byte & 1) + 1 (every block passes)");
-    println!("ours:      one space, `{}` (N = 2 shown); Space::run timed", pipeline(&gen_source(k), 2));
+    println!(
+        "ours:      one space, `{}` (N = 2 shown); Space::run timed",
+        pipeline(&gen_source(k), 2)
+    );
     println!("unix:      N processes `streamline-bench __byte0` joined by pipes (read 1 KiB, check, write 1 KiB);");
     println!("           the parent feeds {FEED_BLOCKS}-block writes and drains the last; {} blocks (fewer: it is slow)", v.unix_blocks);
     println!("loop+gen:  the single loop doing ours' work: makes each block as gen does, N checks (upper bound)");
@@ -424,16 +481,29 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     println!("ours/file: ours with `file BLOCKS split=fixed size={BLOCK} | ...`, BLOCKS a memfd of the K blocks");
     println!("loop/mem:  one loop over the K blocks in memory, N checks per block");
     println!("context, no target:");
-    println!("ours/rw:   ours with `gen ... rewrite=yes`: the source writes every byte of every block");
+    println!(
+        "ours/rw:   ours with `gen ... rewrite=yes`: the source writes every byte of every block"
+    );
     if quick {
         println!("quick mode: small volumes, one run each; numbers are not measurements");
     } else {
-        println!("each configuration: one warm-up run (not counted), then the best of {} timed runs", plan.reps);
+        println!(
+            "each configuration: one warm-up run (not counted), then the best of {} timed runs",
+            plan.reps
+        );
     }
     println!("blocks/s in millions (Mblk/s)");
     println!(
         "{:>3} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}",
-        "N", "ours", "unix pipe", "loop/mem", "ours/file", "ours/rw", "loop+gen", "vs unix", "vs loop"
+        "N",
+        "ours",
+        "unix pipe",
+        "loop/mem",
+        "ours/file",
+        "ours/rw",
+        "loop+gen",
+        "vs unix",
+        "vs loop"
     );
     let need_blocks = selected(Variant::OursMore) || selected(Variant::Loop);
     let mut blocks = vec![0u8; if need_blocks { k as usize * BLOCK } else { 0 }];
@@ -442,15 +512,26 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     }
     // The blocks for `file`: a memfd (gone with this process however it ends), opened by
     // the space through its /proc/self/fd path.
-    let memfd = beltway::sys::memfd_create("slbench-threading", 0).map_err(|e| err(format!("memfd_create: {e}")))?;
+    let memfd = beltway::sys::memfd_create("slbench-threading", 0)
+        .map_err(|e| err(format!("memfd_create: {e}")))?;
     let file = std::path::PathBuf::from(format!("/proc/self/fd/{}", memfd.as_raw_fd()));
     let mut memfile = std::fs::File::from(memfd);
     if selected(Variant::OursMore) {
-        memfile.write_all(&blocks).map_err(|e| err(format!("writing the blocks to a memfd: {e}")))?;
+        memfile
+            .write_all(&blocks)
+            .map_err(|e| err(format!("writing the blocks to a memfd: {e}")))?;
     }
     let mut rows = Vec::new();
     for &n in &a.filters {
-        let mut row = Row { n, ours: f64::NAN, ours_file: f64::NAN, ours_rewrite: f64::NAN, unix: f64::NAN, single: f64::NAN, single_gen: f64::NAN };
+        let mut row = Row {
+            n,
+            ours: f64::NAN,
+            ours_file: f64::NAN,
+            ours_rewrite: f64::NAN,
+            unix: f64::NAN,
+            single: f64::NAN,
+            single_gen: f64::NAN,
+        };
         print!("{n:>3}");
         flush();
         if selected(Variant::Ours) {
@@ -469,12 +550,18 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         print!(" {:>10}", cell(row.single / 1e6, 1));
         flush();
         if selected(Variant::OursMore) {
-            row.ours_file = k as f64 / plan.measure(|_| run_ours(&file_source(&file), n, k))?.best();
+            row.ours_file = k as f64
+                / plan
+                    .measure(|_| run_ours(&file_source(&file), n, k))?
+                    .best();
         }
         print!(" {:>10}", cell(row.ours_file / 1e6, 3));
         flush();
         if selected(Variant::OursMore) {
-            row.ours_rewrite = k as f64 / plan.measure(|_| run_ours(&gen_rewrite_source(k), n, k))?.best();
+            row.ours_rewrite = k as f64
+                / plan
+                    .measure(|_| run_ours(&gen_rewrite_source(k), n, k))?
+                    .best();
         }
         print!(" {:>10}", cell(row.ours_rewrite / 1e6, 3));
         flush();
@@ -484,7 +571,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         println!(
             " {:>10} {:>9} {:>9}",
             cell(row.single_gen / 1e6, 3),
-            if (row.ours / row.unix).is_finite() { format!("{:.1}x", row.ours / row.unix) } else { "-".into() },
+            if (row.ours / row.unix).is_finite() {
+                format!("{:.1}x", row.ours / row.unix)
+            } else {
+                "-".into()
+            },
             cell(row.ours / row.single_gen, 3)
         );
         rows.push(row);
@@ -493,7 +584,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     drop(memfile);
     let mut summary = Summary::default();
     for r in &rows {
-        let (t_unix, t_loop) = if r.n == 10 { (Some(Target::AtLeast(100.0)), Some(Target::AtLeast(0.5))) } else { (None, None) };
+        let (t_unix, t_loop) = if r.n == 10 {
+            (Some(Target::AtLeast(100.0)), Some(Target::AtLeast(0.5)))
+        } else {
+            (None, None)
+        };
         let figures = [
             ("vs_unix_pipeline", r.ours, r.unix, t_unix, format!("ours {:.2} vs Unix {:.3} Mblk/s; context: ours/rw vs Unix {:.1}", r.ours / 1e6, r.unix / 1e6, r.ours_rewrite / r.unix)),
             ("vs_single_loop", r.ours, r.single_gen, t_loop, format!("ours {:.1} vs loop+gen {:.1} Mblk/s (same work: gen's blocks, N checks)", r.ours / 1e6, r.single_gen / 1e6)),
@@ -508,7 +603,12 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         // A figure needs both of its variants measured (see --only).
         for (name, num, den, target, note) in figures {
             if num.is_finite() && den.is_finite() {
-                summary.add(&format!("threading_{}_filters_{name}", r.n), num / den, target, note);
+                summary.add(
+                    &format!("threading_{}_filters_{name}", r.n),
+                    num / den,
+                    target,
+                    note,
+                );
             }
         }
     }
@@ -540,12 +640,16 @@ pub fn byte0_main(a: &Byte0Args) -> Result<()> {
             return Ok(());
         }
         if filled < BLOCK {
-            return Err(err(format!("__byte0: stream ended {filled} bytes into a block")));
+            return Err(err(format!(
+                "__byte0: stream ended {filled} bytes into a block"
+            )));
         }
         if classify(black_box(buf[0])) == 0 {
             continue; // never: every block passes (kept so the check has an effect)
         }
-        output.write_all(&buf).map_err(|e| err(format!("__byte0: writing: {e}")))?;
+        output
+            .write_all(&buf)
+            .map_err(|e| err(format!("__byte0: writing: {e}")))?;
     }
 }
 
@@ -585,7 +689,11 @@ mod tests {
         let g = lang::parse(&text, &BenchResolver).unwrap();
         let mut space = Space::build(&g, &BenchFactory, 1 << 20).unwrap();
         space.run(&AtomicBool::new(false), |_| {});
-        assert!(!space.failed() && space.warnings().is_empty(), "{text}: {:?}", space.warnings());
+        assert!(
+            !space.failed() && space.warnings().is_empty(),
+            "{text}: {:?}",
+            space.warnings()
+        );
         drop(space); // flushes the file
         std::fs::read(&out).unwrap()
     }
@@ -600,10 +708,19 @@ mod tests {
         for (seq, b) in want.chunks_exact_mut(BLOCK).enumerate() {
             gen_block(seq as u64, b);
         }
-        assert!(run_to_file(&gen_source(k as u64)) == want, "gen over three laps");
-        assert!(run_to_file(&gen_rewrite_source(k as u64)) == want, "gen rewrite=yes");
+        assert!(
+            run_to_file(&gen_source(k as u64)) == want,
+            "gen over three laps"
+        );
+        assert!(
+            run_to_file(&gen_rewrite_source(k as u64)) == want,
+            "gen rewrite=yes"
+        );
         let xored: Vec<u8> = want.iter().map(|b| b ^ 0x5a).collect();
-        assert!(run_to_file(&format!("{} | xor key=5a", gen_source(k as u64))) == xored, "gen | xor");
+        assert!(
+            run_to_file(&format!("{} | xor key=5a", gen_source(k as u64))) == xored,
+            "gen | xor"
+        );
         // A size that is no multiple of 512 (no padding between blocks; a lap of 1024 slots,
         // the rest of the ring skipped): over three laps.
         let got = run_to_file("gen count=3500 size=1000");

@@ -55,13 +55,20 @@ impl Timing {
 
 impl Plan {
     pub fn new(quick: bool, reps: usize) -> Plan {
-        Plan { quick, reps: if quick { 1 } else { reps.max(1) } }
+        Plan {
+            quick,
+            reps: if quick { 1 } else { reps.max(1) },
+        }
     }
 
     /// Data volume for a pass: the full `base` for timed runs, a quarter for the (untimed)
     /// verification pass of full mode; always a whole number of `block`s, at least one.
     pub fn volume(&self, base: u64, block: usize, verify: Verify) -> u64 {
-        let v = if !self.quick && verify == Verify::Full { base / 4 } else { base };
+        let v = if !self.quick && verify == Verify::Full {
+            base / 4
+        } else {
+            base
+        };
         (v / block as u64).max(1) * block as u64
     }
 
@@ -72,7 +79,10 @@ impl Plan {
 
     /// Like [`Plan::measure`] for runs that also return details; returns those of the
     /// fastest timed run.
-    pub fn measure_with<T>(&self, mut f: impl FnMut(Verify) -> Result<(f64, T)>) -> Result<(Timing, T)> {
+    pub fn measure_with<T>(
+        &self,
+        mut f: impl FnMut(Verify) -> Result<(f64, T)>,
+    ) -> Result<(Timing, T)> {
         let timed = if self.quick {
             Verify::Full
         } else {
@@ -121,8 +131,19 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn add(&mut self, metric: &str, value: f64, target: Option<Target>, note: impl Into<String>) {
-        self.lines.push(Headline { metric: metric.to_string(), value, target, note: note.into() });
+    pub fn add(
+        &mut self,
+        metric: &str,
+        value: f64,
+        target: Option<Target>,
+        note: impl Into<String>,
+    ) {
+        self.lines.push(Headline {
+            metric: metric.to_string(),
+            value,
+            target,
+            note: note.into(),
+        });
     }
 
     pub fn print(&self) {
@@ -135,7 +156,10 @@ impl Summary {
                 Some(Target::AtMost(t)) => format!("target <= {t}: MISSED"),
                 None => "no target".to_string(),
             };
-            println!("{:<36} {:>9.3}   {:<22} {}", h.metric, h.value, verdict, h.note);
+            println!(
+                "{:<36} {:>9.3}   {:<22} {}",
+                h.metric, h.value, verdict, h.note
+            );
         }
         println!();
         for h in &self.lines {
@@ -195,14 +219,22 @@ static ABNORMAL_CLEANUP: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync
 /// scratch files can be large. Only the first call per process takes effect.
 pub fn cleanup_on_abnormal_exit(paths: &[&std::path::Path]) {
     use std::os::unix::ffi::OsStrExt;
-    let v = paths.iter().filter_map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()).ok()).collect();
+    let v = paths
+        .iter()
+        .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()).ok())
+        .collect();
     if ABNORMAL_CLEANUP.set(v).is_err() {
         return;
     }
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: installs a handler that only calls async-signal-safe functions (unlink,
         // rmdir, _exit) on data initialized before the handler was installed.
-        unsafe { libc::signal(sig, on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+        unsafe {
+            libc::signal(
+                sig,
+                on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            )
+        };
     }
 }
 
@@ -237,17 +269,27 @@ const NAME_PREFIX: &str = "slbench-";
 /// A fresh ring name unique to this process.
 pub fn ring_name() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!("{NAME_PREFIX}{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{NAME_PREFIX}{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Remove /dev/shm rings left by benchmark processes that no longer exist (a run killed by
 /// a signal cannot unlink its rings). Rings of live processes are left alone.
 pub fn remove_stale_rings() {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
     for entry in dir.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(NAME_PREFIX) else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(rest) = name.strip_prefix(NAME_PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
         if !process_running(pid) {
             let _ = std::fs::remove_file(entry.path());
         }
@@ -256,9 +298,13 @@ pub fn remove_stale_rings() {
 
 /// Whether `pid` names a process that has not exited (zombies have).
 fn process_running(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
     // The state follows the command name, which is in parentheses and may contain spaces.
-    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
     !matches!(state, None | Some("Z") | Some("X"))
 }
 
@@ -280,7 +326,12 @@ impl TempDir {
         if let Ok(dir) = std::fs::read_dir(tmp) {
             for entry in dir.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                let Some(pid) = name.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else { continue };
+                let Some(pid) = name
+                    .strip_prefix(&prefix)
+                    .and_then(|p| p.parse::<u32>().ok())
+                else {
+                    continue;
+                };
                 if !process_running(pid) {
                     let _ = std::fs::remove_dir_all(entry.path());
                 }

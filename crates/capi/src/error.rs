@@ -14,11 +14,17 @@ pub struct SlError {
 
 impl SlError {
     pub fn new(errno: i32, message: impl Into<String>) -> SlError {
-        SlError { errno, message: message.into() }
+        SlError {
+            errno,
+            message: message.into(),
+        }
     }
 
     pub fn badf(fd: i32) -> SlError {
-        SlError::new(libc::EBADF, format!("descriptor {fd} is not an open slfile descriptor"))
+        SlError::new(
+            libc::EBADF,
+            format!("descriptor {fd} is not an open slfile descriptor"),
+        )
     }
 
     pub fn inval(message: impl Into<String>) -> SlError {
@@ -46,7 +52,10 @@ impl SlError {
 
     /// A system call's error, naming what was done to what.
     pub fn io(what: impl fmt::Display, e: std::io::Error) -> SlError {
-        SlError::new(e.raw_os_error().unwrap_or(libc::EIO), format!("{what}: {e}"))
+        SlError::new(
+            e.raw_os_error().unwrap_or(libc::EIO),
+            format!("{what}: {e}"),
+        )
     }
 
     /// The daemon's answer or the way to it failed.
@@ -57,11 +66,25 @@ impl SlError {
                 let errno = source.raw_os_error().unwrap_or(libc::ECONNREFUSED);
                 SlError::new(errno, format!("no Streamline daemon answers on {} ({source}); start streamlined, or set STREAMLINE_SOCKET", socket.display()))
             }
-            C::Refused { errno, message, .. } => SlError::new(if errno > 0 { errno } else { libc::EIO }, format!("the daemon refused: {message}")),
-            C::Proto(protocol::proto::ProtoError::Io(e)) => SlError::io(format!("talking to the daemon on {}", socket.display()), e),
-            C::Proto(protocol::proto::ProtoError::Closed) => SlError::new(libc::ECONNRESET, format!("the daemon on {} closed the connection", socket.display())),
-            C::Proto(e) => SlError::new(libc::EPROTO, format!("talking to the daemon on {}: {e}", socket.display())),
-            C::Unexpected(r) => SlError::new(libc::EPROTO, format!("the daemon on {} answered {r:?}", socket.display())),
+            C::Refused { errno, message, .. } => SlError::new(
+                if errno > 0 { errno } else { libc::EIO },
+                format!("the daemon refused: {message}"),
+            ),
+            C::Proto(protocol::proto::ProtoError::Io(e)) => {
+                SlError::io(format!("talking to the daemon on {}", socket.display()), e)
+            }
+            C::Proto(protocol::proto::ProtoError::Closed) => SlError::new(
+                libc::ECONNRESET,
+                format!("the daemon on {} closed the connection", socket.display()),
+            ),
+            C::Proto(e) => SlError::new(
+                libc::EPROTO,
+                format!("talking to the daemon on {}: {e}", socket.display()),
+            ),
+            C::Unexpected(r) => SlError::new(
+                libc::EPROTO,
+                format!("the daemon on {} answered {r:?}", socket.display()),
+            ),
         }
     }
 }

@@ -25,8 +25,15 @@ const _: () = assert!(SLFILE_APPEND_MAX == crate::writer::APPEND_MAX);
 /// and the thread's message, and return `fail`.
 fn guard<T>(fail: T, f: impl FnOnce() -> Result<T>) -> T {
     let r = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let why = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
-        Err(SlError::new(libc::EIO, format!("internal error in libstreamline: {why}")))
+        let why = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(SlError::new(
+            libc::EIO,
+            format!("internal error in libstreamline: {why}"),
+        ))
     });
     match r {
         Ok(v) => v,
@@ -91,7 +98,11 @@ fn count(n: size_t) -> Result<usize> {
 /// # Safety
 /// `name` is NULL or a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn slfile_open_mode(name: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C" fn slfile_open_mode(
+    name: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
     guard(-1, || {
         if name.is_null() {
             return Err(SlError::inval("slfile_open: name is NULL"));
@@ -99,7 +110,9 @@ pub unsafe extern "C" fn slfile_open_mode(name: *const c_char, flags: c_int, mod
         // SAFETY: non-null, and the caller promises a NUL-terminated string that lives
         // for the call (the header's contract).
         let name = unsafe { CStr::from_ptr(name) };
-        let name = name.to_str().map_err(|_| SlError::inval("slfile_open: the name is not UTF-8"))?;
+        let name = name
+            .to_str()
+            .map_err(|_| SlError::inval("slfile_open: the name is not UTF-8"))?;
         let s = crate::open::open(name, flags, mode)?;
         table::insert(s)
     })
@@ -171,21 +184,33 @@ pub unsafe extern "C" fn slfile_peek(fd: c_int, buf: *mut *const c_void, count: 
 /// # Safety
 /// `buf` points to a writable `const void *`.
 #[no_mangle]
-pub unsafe extern "C" fn slfile_peek_acquire(fd: c_int, buf: *mut *const c_void, count: size_t) -> ssize_t {
+pub unsafe extern "C" fn slfile_peek_acquire(
+    fd: c_int,
+    buf: *mut *const c_void,
+    count: size_t,
+) -> ssize_t {
     // SAFETY: passed on under the same contract.
     unsafe { peek_with(fd, buf, count, "slfile_peek_acquire", Stream::peek_acquire) }
 }
 
 /// # Safety
 /// `buf` points to a writable `const void *`.
-unsafe fn peek_with(fd: c_int, buf: *mut *const c_void, count: size_t, call: &str, f: fn(&mut Stream, usize) -> Result<Option<crate::reader::Block>>) -> ssize_t {
+unsafe fn peek_with(
+    fd: c_int,
+    buf: *mut *const c_void,
+    count: size_t,
+    call: &str,
+    f: fn(&mut Stream, usize) -> Result<Option<crate::reader::Block>>,
+) -> ssize_t {
     guard(-1, || {
         if buf.is_null() {
             return Err(SlError::inval(format!("{call}: buf is NULL")));
         }
         let n = at_most(count);
         if n == 0 {
-            return Err(SlError::inval(format!("{call}: count 0 (a record cut to nothing would read as the end)")));
+            return Err(SlError::inval(format!(
+                "{call}: count 0 (a record cut to nothing would read as the end)"
+            )));
         }
         let b = with_stream(fd, |s| f(s, n))?;
         let (ptr, len) = b.map_or((std::ptr::null(), 0), |b| (b.ptr.cast::<c_void>(), b.len));
@@ -202,7 +227,9 @@ unsafe fn peek_with(fd: c_int, buf: *mut *const c_void, count: size_t, call: &st
 /// outstanding or `count` too large, EBADF.
 #[no_mangle]
 pub extern "C" fn slfile_peek_complete(fd: c_int, count: size_t) -> ssize_t {
-    guard(-1, || with_stream(fd, |s| s.peek_complete(count)).map(ssize))
+    guard(-1, || {
+        with_stream(fd, |s| s.peek_complete(count)).map(ssize)
+    })
 }
 
 /// Write `count` bytes as one record (thesis `slfile_write`). With a record open from
@@ -236,7 +263,13 @@ pub unsafe extern "C" fn slfile_append(fd: c_int, data: *const c_void, count: si
 
 /// # Safety
 /// `data` points to `count` readable bytes (or is NULL with `count` 0).
-unsafe fn write_with(fd: c_int, data: *const c_void, count: size_t, call: &str, f: fn(&mut Stream, &[u8]) -> Result<usize>) -> ssize_t {
+unsafe fn write_with(
+    fd: c_int,
+    data: *const c_void,
+    count: size_t,
+    call: &str,
+    f: fn(&mut Stream, &[u8]) -> Result<usize>,
+) -> ssize_t {
     guard(-1, || {
         let n = self::count(count)?;
         let data: &[u8] = if n == 0 {
@@ -271,14 +304,24 @@ pub unsafe extern "C" fn slfile_poke(fd: c_int, buf: *mut *mut c_void, count: si
 /// # Safety
 /// `buf` points to a writable `void *`.
 #[no_mangle]
-pub unsafe extern "C" fn slfile_poke_acquire(fd: c_int, buf: *mut *mut c_void, count: size_t) -> ssize_t {
+pub unsafe extern "C" fn slfile_poke_acquire(
+    fd: c_int,
+    buf: *mut *mut c_void,
+    count: size_t,
+) -> ssize_t {
     // SAFETY: passed on under the same contract.
     unsafe { poke_with(fd, buf, count, "slfile_poke_acquire", Stream::poke_acquire) }
 }
 
 /// # Safety
 /// `buf` points to a writable `void *`.
-unsafe fn poke_with(fd: c_int, buf: *mut *mut c_void, count: size_t, call: &str, f: fn(&mut Stream, usize) -> Result<*mut u8>) -> ssize_t {
+unsafe fn poke_with(
+    fd: c_int,
+    buf: *mut *mut c_void,
+    count: size_t,
+    call: &str,
+    f: fn(&mut Stream, usize) -> Result<*mut u8>,
+) -> ssize_t {
     guard(-1, || {
         if buf.is_null() {
             return Err(SlError::inval(format!("{call}: buf is NULL")));
@@ -296,7 +339,9 @@ unsafe fn poke_with(fd: c_int, buf: *mut *mut c_void, count: size_t, call: &str,
 /// `count`, or -1: EINVAL no acquire open or `count` larger than it, EBADF.
 #[no_mangle]
 pub extern "C" fn slfile_poke_complete(fd: c_int, count: size_t) -> ssize_t {
-    guard(-1, || with_stream(fd, |s| s.poke_complete(count)).map(ssize))
+    guard(-1, || {
+        with_stream(fd, |s| s.poke_complete(count)).map(ssize)
+    })
 }
 
 /// Generate and verify timestamps (thesis `slfile_check`). With `timestamp` -1, returns a
@@ -327,7 +372,9 @@ pub extern "C" fn slfile_check(fd: c_int, timestamp: i64, flags: c_int) -> i64 {
 /// timed out, or -1: EBADF (also for a stream opened for writing).
 #[no_mangle]
 pub extern "C" fn slfile_block(fd: c_int, timeout_ms: c_int) -> c_int {
-    guard(-1, || with_stream(fd, |s| s.block(timeout_ms)).map(c_int::from))
+    guard(-1, || {
+        with_stream(fd, |s| s.block(timeout_ms)).map(c_int::from)
+    })
 }
 
 /// Wait until at least one of `nfds` streams in `fds` has a record to read or has ended
@@ -340,11 +387,21 @@ pub extern "C" fn slfile_block(fd: c_int, timeout_ms: c_int) -> c_int {
 /// # Safety
 /// `fds` points to `nfds` readable ints and `ready` to `nfds` writable ints.
 #[no_mangle]
-pub unsafe extern "C" fn slfile_select(nfds: c_int, fds: *const c_int, ready: *mut c_int, timeout_ms: c_int) -> c_int {
+pub unsafe extern "C" fn slfile_select(
+    nfds: c_int,
+    fds: *const c_int,
+    ready: *mut c_int,
+    timeout_ms: c_int,
+) -> c_int {
     guard(-1, || {
-        let n = usize::try_from(nfds).ok().filter(|n| *n <= table::MAX_OPEN).ok_or_else(|| SlError::inval(format!("slfile_select: nfds {nfds}")))?;
+        let n = usize::try_from(nfds)
+            .ok()
+            .filter(|n| *n <= table::MAX_OPEN)
+            .ok_or_else(|| SlError::inval(format!("slfile_select: nfds {nfds}")))?;
         if n == 0 || fds.is_null() || ready.is_null() {
-            return Err(SlError::inval("slfile_select: no descriptors (nfds 0, or fds or ready NULL)"));
+            return Err(SlError::inval(
+                "slfile_select: no descriptors (nfds 0, or fds or ready NULL)",
+            ));
         }
         // SAFETY: non-null, and the caller promises `nfds` ints there for the call.
         let fds = unsafe { std::slice::from_raw_parts(fds, n) }.to_vec();
@@ -365,11 +422,15 @@ fn select_fds(fds: &[c_int], timeout_ms: c_int) -> Result<Vec<bool>> {
     if sorted.windows(2).any(|w| w[0] == w[1]) {
         return Err(SlError::inval("slfile_select: a descriptor appears twice"));
     }
-    let entries = fds.iter().map(|&fd| table::get(fd)).collect::<Result<Vec<_>>>()?;
+    let entries = fds
+        .iter()
+        .map(|&fd| table::get(fd))
+        .collect::<Result<Vec<_>>>()?;
     // Locked in descriptor order, so two selects over overlapping sets cannot deadlock.
     let mut order: Vec<usize> = (0..fds.len()).collect();
     order.sort_by_key(|&i| fds[i]);
-    let mut guards: Vec<Option<std::sync::MutexGuard<'_, Stream>>> = (0..fds.len()).map(|_| None).collect();
+    let mut guards: Vec<Option<std::sync::MutexGuard<'_, Stream>>> =
+        (0..fds.len()).map(|_| None).collect();
     for i in order {
         guards[i] = Some(table::lock(&entries[i]));
     }

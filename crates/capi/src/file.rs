@@ -29,7 +29,13 @@ pub struct FileStream {
 
 impl FileStream {
     pub fn new(path: String, file: File) -> FileStream {
-        FileStream { path, file, buf: Vec::new(), held: None, consumed: 0 }
+        FileStream {
+            path,
+            file,
+            buf: Vec::new(),
+            held: None,
+            consumed: 0,
+        }
     }
 
     fn io(&self, what: &str, e: std::io::Error) -> SlError {
@@ -38,7 +44,10 @@ impl FileStream {
 
     fn not_held(&self) -> Result<()> {
         match self.held {
-            Some(_) => Err(SlError::inval(format!("{}: a peek_acquire is outstanding (slfile_peek_complete first)", self.path))),
+            Some(_) => Err(SlError::inval(format!(
+                "{}: a peek_acquire is outstanding (slfile_peek_complete first)",
+                self.path
+            ))),
             None => Ok(()),
         }
     }
@@ -54,9 +63,15 @@ impl FileStream {
     fn fill(&mut self, max: usize) -> Result<Option<Block>> {
         self.not_held()?;
         self.buf.resize(max.min(PEEK_MAX), 0);
-        let n = self.file.read(&mut self.buf).map_err(|e| SlError::io(format!("read {}", self.path), e))?;
+        let n = self
+            .file
+            .read(&mut self.buf)
+            .map_err(|e| SlError::io(format!("read {}", self.path), e))?;
         self.buf.truncate(n);
-        Ok((n > 0).then_some(Block { ptr: self.buf.as_ptr(), len: n }))
+        Ok((n > 0).then_some(Block {
+            ptr: self.buf.as_ptr(),
+            len: n,
+        }))
     }
 
     /// `peek`: the bytes stay in the private buffer until the next call.
@@ -74,10 +89,16 @@ impl FileStream {
 
     pub fn peek_complete(&mut self, count: usize) -> Result<usize> {
         let Some(n) = self.held else {
-            return Err(SlError::inval(format!("{}: peek_complete without peek_acquire", self.path)));
+            return Err(SlError::inval(format!(
+                "{}: peek_complete without peek_acquire",
+                self.path
+            )));
         };
         if count > n {
-            return Err(SlError::inval(format!("{}: peek_complete of {count} bytes, but {n} were acquired", self.path)));
+            return Err(SlError::inval(format!(
+                "{}: peek_complete of {count} bytes, but {n} were acquired",
+                self.path
+            )));
         }
         self.held = None;
         self.consumed += n as u64;
@@ -87,7 +108,10 @@ impl FileStream {
     /// What was handed out is a private copy: it is never overwritten.
     pub fn check(&mut self, ts: i64) -> Result<i64> {
         if ts < -1 || ts > self.consumed as i64 {
-            return Err(SlError::inval(format!("{}: timestamp {ts} (expected -1 or a value slfile_check returned)", self.path)));
+            return Err(SlError::inval(format!(
+                "{}: timestamp {ts} (expected -1 or a value slfile_check returned)",
+                self.path
+            )));
         }
         Ok(self.consumed as i64)
     }
@@ -106,7 +130,11 @@ impl FileStream {
             return Ok(true);
         }
         let mut fds = [self.poll_fd()];
-        let n = poll(&mut fds, PollTimeout::try_from(timeout_ms.max(-1)).unwrap_or(PollTimeout::NONE)).map_err(|e| SlError::new(e as i32, format!("poll {}: {e}", self.path)))?;
+        let n = poll(
+            &mut fds,
+            PollTimeout::try_from(timeout_ms.max(-1)).unwrap_or(PollTimeout::NONE),
+        )
+        .map_err(|e| SlError::new(e as i32, format!("poll {}: {e}", self.path)))?;
         Ok(n > 0)
     }
 }
@@ -114,6 +142,14 @@ impl FileStream {
 /// Poll several files for reading; which are ready.
 pub fn poll_files(files: &[&FileStream], timeout_ms: i32) -> Result<Vec<bool>> {
     let mut fds: Vec<PollFd<'_>> = files.iter().map(|f| f.poll_fd()).collect();
-    poll(&mut fds, PollTimeout::try_from(timeout_ms.max(-1)).unwrap_or(PollTimeout::NONE)).map_err(|e| SlError::new(e as i32, format!("poll: {e}")))?;
-    Ok(fds.iter().zip(files).map(|(p, f)| f.held.is_some() || p.revents().is_some_and(|r| !r.is_empty())).collect())
+    poll(
+        &mut fds,
+        PollTimeout::try_from(timeout_ms.max(-1)).unwrap_or(PollTimeout::NONE),
+    )
+    .map_err(|e| SlError::new(e as i32, format!("poll: {e}")))?;
+    Ok(fds
+        .iter()
+        .zip(files)
+        .map(|(p, f)| f.held.is_some() || p.revents().is_some_and(|r| !r.is_empty()))
+        .collect())
 }

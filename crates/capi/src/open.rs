@@ -28,7 +28,11 @@ use std::os::unix::fs::OpenOptionsExt;
 /// (`dataplane::runtime::export_name`, which this crate does not link); EINVAL for a name
 /// that cannot be one.
 pub fn ring_name(name: &str) -> Result<String> {
-    if name.is_empty() || name.len() > 180 || name.contains(['/', '\0', ' ']) || name.starts_with('.') {
+    if name.is_empty()
+        || name.len() > 180
+        || name.contains(['/', '\0', ' '])
+        || name.starts_with('.')
+    {
         return Err(SlError::inval(format!("stream name `{name}`: expected 1-180 characters without '/', spaces or a leading '.' (a path starts with '/')")));
     }
     Ok(format!("streamline.{name}"))
@@ -57,7 +61,12 @@ fn open_path(path: &str, flags: i32, mode: u32) -> Result<Stream> {
         libc::O_RDONLY => o.read(true),
         libc::O_WRONLY => o.write(true),
         libc::O_RDWR => o.read(true).write(true),
-        _ => return Err(SlError::inval(format!("open {path}: access mode {:#o}", flags & libc::O_ACCMODE))),
+        _ => {
+            return Err(SlError::inval(format!(
+                "open {path}: access mode {:#o}",
+                flags & libc::O_ACCMODE
+            )))
+        }
     };
     // The access mode is the options'; the other flags (O_NONBLOCK, O_CREAT, O_TRUNC, ...)
     // go to open(2) as given.
@@ -65,7 +74,9 @@ fn open_path(path: &str, flags: i32, mode: u32) -> Result<Stream> {
     if flags & libc::O_CREAT != 0 {
         o.create(true);
     }
-    let f = o.open(path).map_err(|e| SlError::io(format!("open {path}"), e))?;
+    let f = o
+        .open(path)
+        .map_err(|e| SlError::io(format!("open {path}"), e))?;
     Ok(Stream::File(FileStream::new(path.to_string(), f)))
 }
 
@@ -91,7 +102,9 @@ fn open_reader(name: &str, nonblock: bool) -> Result<RingReader> {
 /// A missing ring is an unknown stream (ENOENT); other ring errors as they map.
 fn not_found_or(e: beltway::Error, name: &str) -> SlError {
     match &e {
-        beltway::Error::Os { source, .. } if source.kind() == std::io::ErrorKind::NotFound => SlError::new(libc::ENOENT, format!("no stream {name} ({e})")),
+        beltway::Error::Os { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            SlError::new(libc::ENOENT, format!("no stream {name} ({e})"))
+        }
         _ => SlError::ring(e),
     }
 }
@@ -100,12 +113,28 @@ fn not_found_or(e: beltway::Error, name: &str) -> SlError {
 /// the tag ring then of the data ring; for others 2, the data segments only.
 fn rings_from_daemon(name: &str, ring: &str, sock: &std::path::Path) -> Result<(RingRef, RingRef)> {
     let mut c = Client::connect(sock).map_err(|e| SlError::client(sock, e))?;
-    let (reply, fds) = c.call_fds(Request::OpenStream { name: name.to_string() }, &[]).map_err(|e| SlError::client(sock, e))?;
+    let (reply, fds) = c
+        .call_fds(
+            Request::OpenStream {
+                name: name.to_string(),
+            },
+            &[],
+        )
+        .map_err(|e| SlError::client(sock, e))?;
     let Reply::Stream { fds: n, .. } = reply else {
-        return Err(SlError::new(libc::EPROTO, format!("open_stream {name}: the daemon answered {reply:?}")));
+        return Err(SlError::new(
+            libc::EPROTO,
+            format!("open_stream {name}: the daemon answered {reply:?}"),
+        ));
     };
     if n as usize != fds.len() || !(n == 2 || n == 4) {
-        return Err(SlError::new(libc::EPROTO, format!("open_stream {name}: {} descriptors came, {n} announced (2 or 4 expected)", fds.len())));
+        return Err(SlError::new(
+            libc::EPROTO,
+            format!(
+                "open_stream {name}: {} descriptors came, {n} announced (2 or 4 expected)",
+                fds.len()
+            ),
+        ));
     }
     let registered = n == 4;
     let mut it = fds.into_iter();

@@ -37,9 +37,18 @@ pub struct RingReader {
 
 impl RingReader {
     pub fn new(name: String, ibuf: IbufReader, data_id: u16, nonblock: bool) -> RingReader {
-        RingReader { name, ibuf, data_id, nonblock, held: None, deferred: false, last_end: 0, mark: None, first: None }
+        RingReader {
+            name,
+            ibuf,
+            data_id,
+            nonblock,
+            held: None,
+            deferred: false,
+            last_end: 0,
+            mark: None,
+            first: None,
+        }
     }
-
 
     /// Release what a `peek` handed out at the previous call. Whether it was overwritten
     /// meanwhile is `check`'s to say, so the verdict is not reported here.
@@ -54,12 +63,25 @@ impl RingReader {
     fn acquire<R>(&mut self, max: usize, f: impl FnOnce(&[u8]) -> R) -> Result<Option<(Block, R)>> {
         self.settle();
         if self.held.is_some() {
-            return Err(SlError::inval(format!("stream {}: a peek_acquire is outstanding (slfile_peek_complete first)", self.name)));
+            return Err(SlError::inval(format!(
+                "stream {}: a peek_acquire is outstanding (slfile_peek_complete first)",
+                self.name
+            )));
         }
         let mut f = Some(f);
         loop {
-            if self.nonblock && self.ibuf.tags_mut().block(Some(Duration::ZERO)).map_err(SlError::ring)? == Ready::TimedOut {
-                return Err(SlError::new(libc::EAGAIN, format!("stream {}: no record yet (O_NONBLOCK)", self.name)));
+            if self.nonblock
+                && self
+                    .ibuf
+                    .tags_mut()
+                    .block(Some(Duration::ZERO))
+                    .map_err(SlError::ring)?
+                    == Ready::TimedOut
+            {
+                return Err(SlError::new(
+                    libc::EAGAIN,
+                    format!("stream {}: no record yet (O_NONBLOCK)", self.name),
+                ));
             }
             let (tag, block, made) = match self.ibuf.peek_acquire().map_err(SlError::ring)? {
                 None => return Ok(None),
@@ -68,7 +90,14 @@ impl RingReader {
                 Some((tag, p)) => {
                     let n = p.data.len().min(max);
                     let made = f.take().map(|f| f(&p.data[..n]));
-                    (Some((tag, p.data.len())), Some(Block { ptr: p.data.as_ptr(), len: n }), made)
+                    (
+                        Some((tag, p.data.len())),
+                        Some(Block {
+                            ptr: p.data.as_ptr(),
+                            len: n,
+                        }),
+                        made,
+                    )
                 }
             };
             let (Some((tag, len)), Some(block), Some(made)) = (tag, block, made) else {
@@ -86,7 +115,9 @@ impl RingReader {
 
     /// `slfile_read`: copy the next record (cut to `buf`'s length); 0 at end of stream.
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let Some((b, ())) = self.acquire(buf.len(), |d| buf[..d.len()].copy_from_slice(d))? else { return Ok(0) };
+        let Some((b, ())) = self.acquire(buf.len(), |d| buf[..d.len()].copy_from_slice(d))? else {
+            return Ok(0);
+        };
         self.held = None;
         // Still held during the copy: a registered reader's bytes could not change under
         // it; an observer's copy counts only if the record was not overwritten meanwhile.
@@ -116,13 +147,21 @@ impl RingReader {
     pub fn peek_complete(&mut self, count: usize) -> Result<usize> {
         self.settle();
         let Some(n) = self.held else {
-            return Err(SlError::inval(format!("stream {}: peek_complete without peek_acquire", self.name)));
+            return Err(SlError::inval(format!(
+                "stream {}: peek_complete without peek_acquire",
+                self.name
+            )));
         };
         if count > n {
-            return Err(SlError::inval(format!("stream {}: peek_complete of {count} bytes, but {n} were acquired", self.name)));
+            return Err(SlError::inval(format!(
+                "stream {}: peek_complete of {count} bytes, but {n} were acquired",
+                self.name
+            )));
         }
         self.held = None;
-        self.ibuf.peek_complete().map_err(|e| SlError::new(libc::ESTALE, format!("{e} (while the record was held)")))?;
+        self.ibuf
+            .peek_complete()
+            .map_err(|e| SlError::new(libc::ESTALE, format!("{e} (while the record was held)")))?;
         Ok(n)
     }
 
@@ -133,15 +172,36 @@ impl RingReader {
     pub fn check(&mut self, ts: i64) -> Result<i64> {
         let since = match ts {
             -1 => None,
-            t if t < 0 => return Err(SlError::inval(format!("stream {}: timestamp {t} (expected -1 or a value slfile_check returned)", self.name))),
+            t if t < 0 => {
+                return Err(SlError::inval(format!(
+                    "stream {}: timestamp {t} (expected -1 or a value slfile_check returned)",
+                    self.name
+                )))
+            }
             t if Some(t as u64) == self.mark => self.first,
-            t if t as u64 <= self.last_end => Some(Tag { pos: t as u64, len: 0, buf: self.data_id, class: 0 }),
-            t => return Err(SlError::inval(format!("stream {}: timestamp {t} lies ahead of the read pointer {}", self.name, self.last_end))),
+            t if t as u64 <= self.last_end => Some(Tag {
+                pos: t as u64,
+                len: 0,
+                buf: self.data_id,
+                class: 0,
+            }),
+            t => {
+                return Err(SlError::inval(format!(
+                    "stream {}: timestamp {t} lies ahead of the read pointer {}",
+                    self.name, self.last_end
+                )))
+            }
         };
         if let Some(tag) = since {
             if let Err(e) = self.ibuf.table().check(&tag) {
                 self.mark = None;
-                return Err(SlError::new(libc::ESTALE, format!("stream {}: data handed out since timestamp {ts} was overwritten ({e})", self.name)));
+                return Err(SlError::new(
+                    libc::ESTALE,
+                    format!(
+                        "stream {}: data handed out since timestamp {ts} was overwritten ({e})",
+                        self.name
+                    ),
+                ));
             }
         }
         self.mark = Some(self.last_end);

@@ -121,7 +121,9 @@ impl Stream {
         match self {
             Stream::Reader(r) => r.block(timeout(timeout_ms)),
             Stream::File(f) => f.block(timeout_ms),
-            Stream::Writer(_) => Err(badf("block waits for data to read; the stream is opened for writing")),
+            Stream::Writer(_) => Err(badf(
+                "block waits for data to read; the stream is opened for writing",
+            )),
             Stream::Closed => Err(badf("the stream was closed")),
         }
     }
@@ -164,11 +166,24 @@ pub fn select(streams: &mut [&mut Stream], timeout_ms: i32) -> Result<Vec<bool>>
             })
             .collect();
         if rings.is_empty() {
-            let fs: Vec<&FileStream> = streams.iter().filter_map(|s| if let Stream::File(f) = &**s { Some(f) } else { None }).collect();
+            let fs: Vec<&FileStream> = streams
+                .iter()
+                .filter_map(|s| {
+                    if let Stream::File(f) = &**s {
+                        Some(f)
+                    } else {
+                        None
+                    }
+                })
+                .collect();
             let ms = left.map_or(-1, |l| l.as_millis().min(i32::MAX as u128) as i32);
             crate::file::poll_files(&fs, ms)?;
         } else {
-            let wait = if files { Some(left.map_or(MIXED_SLICE, |l| l.min(MIXED_SLICE))) } else { left };
+            let wait = if files {
+                Some(left.map_or(MIXED_SLICE, |l| l.min(MIXED_SLICE)))
+            } else {
+                left
+            };
             beltway::select(&mut rings, wait).map_err(SlError::ring)?;
         }
     }
@@ -177,7 +192,17 @@ pub fn select(streams: &mut [&mut Stream], timeout_ms: i32) -> Result<Vec<bool>>
 /// Which streams would not block a read now.
 fn ready_now(streams: &mut [&mut Stream]) -> Result<Vec<bool>> {
     let mut ready = vec![false; streams.len()];
-    let files: Vec<(usize, &FileStream)> = streams.iter().enumerate().filter_map(|(i, s)| if let Stream::File(f) = &**s { Some((i, f)) } else { None }).collect();
+    let files: Vec<(usize, &FileStream)> = streams
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            if let Stream::File(f) = &**s {
+                Some((i, f))
+            } else {
+                None
+            }
+        })
+        .collect();
     if !files.is_empty() {
         let fs: Vec<&FileStream> = files.iter().map(|(_, f)| *f).collect();
         for ((i, _), r) in files.iter().zip(crate::file::poll_files(&fs, 0)?) {
@@ -188,7 +213,11 @@ fn ready_now(streams: &mut [&mut Stream]) -> Result<Vec<bool>> {
         match &mut **s {
             Stream::Reader(r) => ready[i] = r.block(Some(Duration::ZERO))?,
             Stream::File(_) => {}
-            Stream::Writer(_) => return Err(badf("select waits for data to read; a stream in the set is opened for writing")),
+            Stream::Writer(_) => {
+                return Err(badf(
+                    "select waits for data to read; a stream in the set is opened for writing",
+                ))
+            }
             Stream::Closed => return Err(badf("a stream in the set was closed")),
         }
     }

@@ -32,7 +32,10 @@ pub fn insert(s: Stream) -> Result<i32> {
         return Ok(i as i32);
     }
     if t.len() >= MAX_OPEN {
-        return Err(SlError::new(libc::EMFILE, format!("{MAX_OPEN} slfile descriptors are open already")));
+        return Err(SlError::new(
+            libc::EMFILE,
+            format!("{MAX_OPEN} slfile descriptors are open already"),
+        ));
     }
     t.push(e);
     Ok(t.len() as i32 - 1)
@@ -41,13 +44,21 @@ pub fn insert(s: Stream) -> Result<i32> {
 /// The stream behind `fd`.
 pub fn get(fd: i32) -> Result<Entry> {
     let t = table();
-    usize::try_from(fd).ok().and_then(|i| t.get(i)).and_then(Clone::clone).ok_or_else(|| SlError::badf(fd))
+    usize::try_from(fd)
+        .ok()
+        .and_then(|i| t.get(i))
+        .and_then(Clone::clone)
+        .ok_or_else(|| SlError::badf(fd))
 }
 
 /// Take `fd` out of the table (the number is free at once); the stream is the caller's.
 pub fn remove(fd: i32) -> Result<Entry> {
     let mut t = table();
-    usize::try_from(fd).ok().and_then(|i| t.get_mut(i)).and_then(Option::take).ok_or_else(|| SlError::badf(fd))
+    usize::try_from(fd)
+        .ok()
+        .and_then(|i| t.get_mut(i))
+        .and_then(Option::take)
+        .ok_or_else(|| SlError::badf(fd))
 }
 
 /// Lock one stream for a call.

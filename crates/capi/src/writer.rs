@@ -23,11 +23,17 @@ const DATA_RING: usize = 16 << 20;
 enum Pending {
     None,
     /// A `poke` window, published whole at the next call.
-    Poke { cap: usize },
+    Poke {
+        cap: usize,
+    },
     /// A `poke_acquire` window, published by `poke_complete`.
-    Acquired { cap: usize },
+    Acquired {
+        cap: usize,
+    },
     /// A record built by `append`s, published by the next `write`.
-    Append { len: usize },
+    Append {
+        len: usize,
+    },
 }
 
 pub struct RingWriter {
@@ -45,11 +51,31 @@ impl RingWriter {
         let ring = crate::open::ring_name(name)?;
         let path = format!("/dev/shm/{ring}");
         if excl && std::path::Path::new(&path).exists() {
-            return Err(SlError::new(libc::EEXIST, format!("stream {name} exists ({path})")));
+            return Err(SlError::new(
+                libc::EEXIST,
+                format!("stream {name} exists ({path})"),
+            ));
         }
-        let tags = Writer::create_named(&ring, RingConfig { mode, ..RingConfig::bytes(TAG_RING).layout(Layout::Tags) }).map_err(SlError::ring)?;
-        let data = Writer::create_named(&format!("{ring}.data"), RingConfig { mode, buf_id: 1, ..RingConfig::bytes(DATA_RING) }).map_err(SlError::ring)?;
-        let w = IbufWriter::new(tags).and_then(|w| w.with_default(data)).map_err(SlError::ring)?;
+        let tags = Writer::create_named(
+            &ring,
+            RingConfig {
+                mode,
+                ..RingConfig::bytes(TAG_RING).layout(Layout::Tags)
+            },
+        )
+        .map_err(SlError::ring)?;
+        let data = Writer::create_named(
+            &format!("{ring}.data"),
+            RingConfig {
+                mode,
+                buf_id: 1,
+                ..RingConfig::bytes(DATA_RING)
+            },
+        )
+        .map_err(SlError::ring)?;
+        let w = IbufWriter::new(tags)
+            .and_then(|w| w.with_default(data))
+            .map_err(SlError::ring)?;
         if !nonblock {
             // No deadline, like a FIFO's open; each round re-checks.
             while let Err(e) = w.tags().wait_for_readers(1, Duration::from_secs(1)) {
@@ -58,22 +84,37 @@ impl RingWriter {
                 }
             }
         }
-        Ok(RingWriter { name: name.to_string(), w, pending: Pending::None })
+        Ok(RingWriter {
+            name: name.to_string(),
+            w,
+            pending: Pending::None,
+        })
     }
 
     fn busy(&self, what: &str) -> SlError {
-        SlError::inval(format!("stream {}: {what} while a poke_acquire is open (slfile_poke_complete first)", self.name))
+        SlError::inval(format!(
+            "stream {}: {what} while a poke_acquire is open (slfile_poke_complete first)",
+            self.name
+        ))
     }
 
     /// Publish what `poke` or `append` left open.
     fn settle(&mut self) -> Result<()> {
         match std::mem::replace(&mut self.pending, Pending::None) {
-            Pending::Poke { cap } => self.w.poke_complete(cap, 1).map(drop).map_err(SlError::ring),
+            Pending::Poke { cap } => self
+                .w
+                .poke_complete(cap, 1)
+                .map(drop)
+                .map_err(SlError::ring),
             Pending::Append { len: 0 } => {
                 self.w.poke_cancel();
                 Ok(())
             }
-            Pending::Append { len } => self.w.poke_complete(len, 1).map(drop).map_err(SlError::ring),
+            Pending::Append { len } => self
+                .w
+                .poke_complete(len, 1)
+                .map(drop)
+                .map_err(SlError::ring),
             p @ Pending::Acquired { .. } => {
                 self.pending = p;
                 Ok(())
@@ -89,7 +130,9 @@ impl RingWriter {
             Pending::Acquired { .. } => return Err(self.busy("write")),
             Pending::Append { len } => {
                 self.fill(len, data)?;
-                self.pending = Pending::Append { len: len + data.len() };
+                self.pending = Pending::Append {
+                    len: len + data.len(),
+                };
                 self.settle()?;
                 return Ok(data.len());
             }
@@ -106,7 +149,12 @@ impl RingWriter {
     /// Copy `data` into the open append window at `at`.
     fn fill(&mut self, at: usize, data: &[u8]) -> Result<()> {
         let name = &self.name;
-        let win = self.w.poked_mut().ok_or_else(|| SlError::new(libc::EIO, format!("stream {name}: the appended record's window is gone")))?;
+        let win = self.w.poked_mut().ok_or_else(|| {
+            SlError::new(
+                libc::EIO,
+                format!("stream {name}: the appended record's window is gone"),
+            )
+        })?;
         let Some(dst) = win.get_mut(at..at + data.len()) else {
             return Err(SlError::new(libc::EMSGSIZE, format!("stream {name}: an appended record holds at most {APPEND_MAX} bytes ({} would be)", at + data.len())));
         };
@@ -116,9 +164,16 @@ impl RingWriter {
 
     fn window(&mut self, count: usize) -> Result<*mut u8> {
         if count == 0 {
-            return Err(SlError::inval(format!("stream {}: a poke of 0 bytes", self.name)));
+            return Err(SlError::inval(format!(
+                "stream {}: a poke of 0 bytes",
+                self.name
+            )));
         }
-        Ok(self.w.poke_acquire(count).map_err(SlError::ring)?.as_mut_ptr())
+        Ok(self
+            .w
+            .poke_acquire(count)
+            .map_err(SlError::ring)?
+            .as_mut_ptr())
     }
 
     /// `slfile_poke`: `count` bytes to fill in place, published whole at the next call.
@@ -147,10 +202,16 @@ impl RingWriter {
     /// publish nothing, give the window back).
     pub fn poke_complete(&mut self, count: usize) -> Result<usize> {
         let Pending::Acquired { cap } = self.pending else {
-            return Err(SlError::inval(format!("stream {}: poke_complete without poke_acquire", self.name)));
+            return Err(SlError::inval(format!(
+                "stream {}: poke_complete without poke_acquire",
+                self.name
+            )));
         };
         if count > cap {
-            return Err(SlError::inval(format!("stream {}: poke_complete of {count} bytes, but {cap} were acquired", self.name)));
+            return Err(SlError::inval(format!(
+                "stream {}: poke_complete of {count} bytes, but {cap} were acquired",
+                self.name
+            )));
         }
         self.pending = Pending::None;
         if count == 0 {
@@ -175,7 +236,9 @@ impl RingWriter {
             }
         };
         self.fill(len, data)?;
-        self.pending = Pending::Append { len: len + data.len() };
+        self.pending = Pending::Append {
+            len: len + data.len(),
+        };
         Ok(data.len())
     }
 
@@ -183,7 +246,11 @@ impl RingWriter {
     /// timestamp verifies that nothing written at or after it was overwritten since.
     pub fn check(&mut self, ts: i64) -> Result<i64> {
         self.settle()?;
-        let stats = self.w.default_ring().expect("a created stream has its data ring").stats();
+        let stats = self
+            .w
+            .default_ring()
+            .expect("a created stream has its data ring")
+            .stats();
         match ts {
             -1 => {}
             t if t < 0 || t as u64 > stats.write_pos => {

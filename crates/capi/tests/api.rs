@@ -4,7 +4,10 @@
 //! results and errno values as the header documents them. The daemon path and C callers
 //! are tested in crates/cli/tests/capi.rs.
 
-use libc::{c_int, c_void, EAGAIN, EBADF, EINVAL, EMSGSIZE, ENOENT, ESTALE, O_CREAT, O_EXCL, O_NONBLOCK, O_RDONLY, O_WRONLY};
+use libc::{
+    c_int, c_void, EAGAIN, EBADF, EINVAL, EMSGSIZE, ENOENT, ESTALE, O_CREAT, O_EXCL, O_NONBLOCK,
+    O_RDONLY, O_WRONLY,
+};
 use std::ffi::{CStr, CString};
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
@@ -25,7 +28,9 @@ fn errno() -> i32 {
 
 fn last_error() -> String {
     // SAFETY: slfile_error returns a valid NUL-terminated string owned by the library.
-    unsafe { CStr::from_ptr(sl::slfile_error()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(sl::slfile_error()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// A call's -1 with its errno, or its value.
@@ -62,7 +67,13 @@ fn append(fd: c_int, data: &[u8]) -> Result<i64, (i32, String)> {
 fn peek(fd: c_int, count: usize, acquire: bool) -> Result<Vec<u8>, (i32, String)> {
     let mut p: *const c_void = std::ptr::null();
     // SAFETY: p is a writable pointer slot.
-    let n = res(unsafe { if acquire { sl::slfile_peek_acquire(fd, &mut p, count) } else { sl::slfile_peek(fd, &mut p, count) } } as i64)?;
+    let n = res(unsafe {
+        if acquire {
+            sl::slfile_peek_acquire(fd, &mut p, count)
+        } else {
+            sl::slfile_peek(fd, &mut p, count)
+        }
+    } as i64)?;
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -74,7 +85,13 @@ fn peek(fd: c_int, count: usize, acquire: bool) -> Result<Vec<u8>, (i32, String)
 fn poke(fd: c_int, count: usize, data: &[u8], acquire: bool) -> Result<i64, (i32, String)> {
     let mut p: *mut c_void = std::ptr::null_mut();
     // SAFETY: p is a writable pointer slot.
-    let n = res(unsafe { if acquire { sl::slfile_poke_acquire(fd, &mut p, count) } else { sl::slfile_poke(fd, &mut p, count) } } as i64)?;
+    let n = res(unsafe {
+        if acquire {
+            sl::slfile_poke_acquire(fd, &mut p, count)
+        } else {
+            sl::slfile_poke(fd, &mut p, count)
+        }
+    } as i64)?;
     assert!(data.len() <= n as usize);
     // SAFETY: the library handed out n writable bytes at p, valid until the next call.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.cast::<u8>(), data.len()) };
@@ -88,7 +105,14 @@ fn check(fd: c_int, ts: i64, flags: c_int) -> Result<i64, (i32, String)> {
 fn select(fds: &[c_int], timeout_ms: c_int) -> Result<Vec<c_int>, (i32, String)> {
     let mut ready = vec![-1; fds.len()];
     // SAFETY: fds and ready are valid for fds.len() ints.
-    res(unsafe { sl::slfile_select(fds.len() as c_int, fds.as_ptr(), ready.as_mut_ptr(), timeout_ms) } as i64)?;
+    res(unsafe {
+        sl::slfile_select(
+            fds.len() as c_int,
+            fds.as_ptr(),
+            ready.as_mut_ptr(),
+            timeout_ms,
+        )
+    } as i64)?;
     Ok(ready)
 }
 
@@ -112,7 +136,12 @@ fn bad_descriptors_names_and_flags_get_their_errno() {
     assert_eq!(res(sl::slfile_close(999) as i64).unwrap_err().0, EBADF);
     assert_eq!(res(sl::slfile_block(12345, 0) as i64).unwrap_err().0, EBADF);
     // SAFETY: a NULL name is an argument the call must refuse.
-    assert_eq!(res(unsafe { sl::slfile_open_mode(std::ptr::null(), O_RDONLY, 0) } as i64).unwrap_err().0, EINVAL);
+    assert_eq!(
+        res(unsafe { sl::slfile_open_mode(std::ptr::null(), O_RDONLY, 0) } as i64)
+            .unwrap_err()
+            .0,
+        EINVAL
+    );
     for bad in ["", "a/b", ".hidden", "two words"] {
         let (e, msg) = open(bad, O_RDONLY, 0).unwrap_err();
         assert_eq!(e, EINVAL, "{bad:?}: {msg}");
@@ -123,7 +152,12 @@ fn bad_descriptors_names_and_flags_get_their_errno() {
     let (e, msg) = open(&unique("rw"), O_WRONLY, 0).unwrap_err();
     assert!(e == EINVAL && msg.contains("O_CREAT"), "{msg}");
     // A path that does not exist: open(2)'s errno.
-    assert_eq!(open("/nonexistent/streamline/pipes/1/gen/all", O_RDONLY, 0).unwrap_err().0, ENOENT);
+    assert_eq!(
+        open("/nonexistent/streamline/pipes/1/gen/all", O_RDONLY, 0)
+            .unwrap_err()
+            .0,
+        ENOENT
+    );
 }
 
 #[test]
@@ -131,22 +165,56 @@ fn every_write_call_reaches_every_read_call_as_records() {
     let _turn = setup();
     let (w, r, name) = pair("rt");
     // O_EXCL on a name that exists.
-    assert_eq!(open(&name, O_WRONLY | O_CREAT | O_EXCL | O_NONBLOCK, 0o600).unwrap_err().0, libc::EEXIST);
+    assert_eq!(
+        open(&name, O_WRONLY | O_CREAT | O_EXCL | O_NONBLOCK, 0o600)
+            .unwrap_err()
+            .0,
+        libc::EEXIST
+    );
     assert_eq!(write(w, b"one").unwrap(), 3);
     assert_eq!(poke(w, 3, b"two", false).unwrap(), 3);
     assert_eq!(poke(w, 100, b"three", true).unwrap(), 100);
-    assert_eq!(write(w, b"x").unwrap_err().0, EINVAL, "a write while a poke_acquire is open");
-    assert_eq!(poke(w, 5, b"", true).unwrap_err().0, EINVAL, "a second poke_acquire");
-    assert_eq!(res(sl::slfile_poke_complete(w, 101) as i64).unwrap_err().0, EINVAL, "more than acquired");
+    assert_eq!(
+        write(w, b"x").unwrap_err().0,
+        EINVAL,
+        "a write while a poke_acquire is open"
+    );
+    assert_eq!(
+        poke(w, 5, b"", true).unwrap_err().0,
+        EINVAL,
+        "a second poke_acquire"
+    );
+    assert_eq!(
+        res(sl::slfile_poke_complete(w, 101) as i64).unwrap_err().0,
+        EINVAL,
+        "more than acquired"
+    );
     assert_eq!(res(sl::slfile_poke_complete(w, 5) as i64).unwrap(), 5);
-    assert_eq!(res(sl::slfile_poke_complete(w, 5) as i64).unwrap_err().0, EINVAL, "no acquire open");
+    assert_eq!(
+        res(sl::slfile_poke_complete(w, 5) as i64).unwrap_err().0,
+        EINVAL,
+        "no acquire open"
+    );
     assert_eq!(append(w, b"fo").unwrap(), 2);
     assert_eq!(append(w, b"u").unwrap(), 1);
     assert_eq!(write(w, b"r").unwrap(), 1);
     assert_eq!(append(w, b"five").unwrap(), 4);
-    assert_eq!(write(w, b"").unwrap(), 0, "an empty write publishes the appended record");
-    assert_eq!(write(w, b"").unwrap(), 0, "and with none open writes nothing");
-    assert_eq!(append(w, &vec![0; sl::SLFILE_APPEND_MAX + 1]).unwrap_err().0, EMSGSIZE);
+    assert_eq!(
+        write(w, b"").unwrap(),
+        0,
+        "an empty write publishes the appended record"
+    );
+    assert_eq!(
+        write(w, b"").unwrap(),
+        0,
+        "and with none open writes nothing"
+    );
+    assert_eq!(
+        append(w, &vec![0; sl::SLFILE_APPEND_MAX + 1])
+            .unwrap_err()
+            .0,
+        EMSGSIZE
+    );
     assert_eq!(write(w, b"").unwrap(), 0);
     assert_eq!(write(w, b"a longer sixth record").unwrap(), 21);
     assert_eq!(write(w, b"seventh").unwrap(), 7);
@@ -163,11 +231,27 @@ fn every_write_call_reaches_every_read_call_as_records() {
     assert_eq!(&buf[..n], b"one");
     assert_eq!(peek(r, usize::MAX, false).unwrap(), b"two");
     assert_eq!(peek(r, usize::MAX, true).unwrap(), b"three");
-    assert_eq!(peek(r, 8, true).unwrap_err().0, EINVAL, "a second peek_acquire");
-    assert_eq!(read(r, &mut buf).unwrap_err().0, EINVAL, "a read while a record is held");
-    assert_eq!(res(sl::slfile_peek_complete(r, 6) as i64).unwrap_err().0, EINVAL, "more than acquired");
+    assert_eq!(
+        peek(r, 8, true).unwrap_err().0,
+        EINVAL,
+        "a second peek_acquire"
+    );
+    assert_eq!(
+        read(r, &mut buf).unwrap_err().0,
+        EINVAL,
+        "a read while a record is held"
+    );
+    assert_eq!(
+        res(sl::slfile_peek_complete(r, 6) as i64).unwrap_err().0,
+        EINVAL,
+        "more than acquired"
+    );
     assert_eq!(res(sl::slfile_peek_complete(r, 5) as i64).unwrap(), 5);
-    assert_eq!(res(sl::slfile_peek_complete(r, 0) as i64).unwrap_err().0, EINVAL, "nothing held");
+    assert_eq!(
+        res(sl::slfile_peek_complete(r, 0) as i64).unwrap_err().0,
+        EINVAL,
+        "nothing held"
+    );
     assert_eq!(peek(r, usize::MAX, false).unwrap(), b"four");
     assert_eq!(peek(r, usize::MAX, true).unwrap(), b"five");
     assert_eq!(res(sl::slfile_peek_complete(r, 0) as i64).unwrap(), 4);
@@ -176,10 +260,21 @@ fn every_write_call_reaches_every_read_call_as_records() {
     assert_eq!(&buf[..n], b"a longer");
     assert_eq!(peek(r, usize::MAX, false).unwrap(), b"seventh");
     assert_eq!(res(sl::slfile_close(w) as i64).unwrap(), 0);
-    assert_eq!(read(r, &mut buf).unwrap(), 0, "the end of the stream after the writer's close");
+    assert_eq!(
+        read(r, &mut buf).unwrap(),
+        0,
+        "the end of the stream after the writer's close"
+    );
     assert_eq!(res(sl::slfile_close(r) as i64).unwrap(), 0);
-    assert_eq!(read(r, &mut buf).unwrap_err().0, EBADF, "a closed descriptor");
-    assert!(!std::path::Path::new(&format!("/dev/shm/streamline.{name}")).exists(), "close removed the rings");
+    assert_eq!(
+        read(r, &mut buf).unwrap_err().0,
+        EBADF,
+        "a closed descriptor"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/dev/shm/streamline.{name}")).exists(),
+        "close removed the rings"
+    );
 }
 
 /// Descriptors are the lowest free numbers, as the kernel's are.
@@ -208,8 +303,16 @@ fn a_nonblocking_reader_gets_eagain_and_block_and_select_wake_for_data() {
     assert_eq!(peek(ra, 16, false).unwrap_err().0, EAGAIN);
     assert_eq!(sl::slfile_block(ra, 0), 0, "nothing to read");
     assert_eq!(select(&[ra, rb], 0).unwrap(), vec![0, 0]);
-    assert_eq!(select(&[ra, ra], 0).unwrap_err().0, EINVAL, "a descriptor twice");
-    assert_eq!(select(&[ra, wb], 0).unwrap_err().0, EBADF, "a writer in the set");
+    assert_eq!(
+        select(&[ra, ra], 0).unwrap_err().0,
+        EINVAL,
+        "a descriptor twice"
+    );
+    assert_eq!(
+        select(&[ra, wb], 0).unwrap_err().0,
+        EBADF,
+        "a writer in the set"
+    );
     // Data for b only, written by another thread while select waits.
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
@@ -249,8 +352,16 @@ fn check_reports_released_records_overwritten_as_estale() {
         write(w, &rec).unwrap();
     }
     let tw = check(w, -1, O_WRONLY).unwrap();
-    assert_eq!(check(w, tw, O_WRONLY).unwrap(), tw, "nothing written since: same pointer");
-    assert_eq!(check(w, tw + 1, O_WRONLY).unwrap_err().0, EINVAL, "a timestamp ahead of the write pointer");
+    assert_eq!(
+        check(w, tw, O_WRONLY).unwrap(),
+        tw,
+        "nothing written since: same pointer"
+    );
+    assert_eq!(
+        check(w, tw + 1, O_WRONLY).unwrap_err().0,
+        EINVAL,
+        "a timestamp ahead of the write pointer"
+    );
     let t = check(r, -1, O_RDONLY).unwrap();
     assert_eq!(peek(r, usize::MAX, false).unwrap().len(), 1000);
     let t = check(r, t, O_RDONLY).unwrap();
@@ -260,7 +371,10 @@ fn check_reports_released_records_overwritten_as_estale() {
     assert_eq!(held.len(), 1000);
     assert!(check(r, t, O_RDONLY).is_ok(), "nothing overwritten yet");
     let t = check(r, -1, O_RDONLY).unwrap();
-    assert_eq!(t, 3000, "the read pointer: just past the third record in the data ring");
+    assert_eq!(
+        t, 3000,
+        "the read pointer: just past the third record in the data ring"
+    );
     let at_2 = 1000;
     // Another thread writes 300-byte records until it has to wait for the held record: by
     // then it has gone once around the 16 MiB data ring, over record 2's bytes (and the
@@ -296,7 +410,10 @@ fn check_reports_released_records_overwritten_as_estale() {
         assert_eq!(read(r, &mut buf).unwrap(), 300);
     }
     let w = writer.join().unwrap();
-    assert!(check(w, tw, O_WRONLY).unwrap_err().0 == ESTALE, "the writer has gone round its ring since tw");
+    assert!(
+        check(w, tw, O_WRONLY).unwrap_err().0 == ESTALE,
+        "the writer has gone round its ring since tw"
+    );
     sl::slfile_close(w);
     assert_eq!(read(r, &mut buf).unwrap(), 0);
     sl::slfile_close(r);
@@ -318,8 +435,16 @@ fn a_path_reads_as_a_file_stacked_under_the_same_calls() {
     assert_eq!(res(sl::slfile_peek_complete(f, 3) as i64).unwrap(), 3);
     assert_eq!(peek(f, 100, false).unwrap(), b"789");
     assert_eq!(check(f, t, O_RDONLY).unwrap(), 10);
-    assert_eq!(sl::slfile_block(f, 0), 1, "a regular file is always readable");
-    assert_eq!(poke(f, 4, b"", false).unwrap_err().0, EINVAL, "poke is for streams");
+    assert_eq!(
+        sl::slfile_block(f, 0),
+        1,
+        "a regular file is always readable"
+    );
+    assert_eq!(
+        poke(f, 4, b"", false).unwrap_err().0,
+        EINVAL,
+        "poke is for streams"
+    );
     // Mixed with a ring in one select.
     let (w, r, _) = pair("mixed");
     assert_eq!(select(&[r, f], 1000).unwrap(), vec![0, 1]);

@@ -17,19 +17,31 @@ pub fn source_mode(n: &Node, grants: &[(usize, u32)]) -> u32 {
         return *m;
     }
     match &n.kind {
-        NodeKind::Filter { filter, params, options, .. } => {
-            let Some(spec) = filters::find(filter) else { return 0o600 };
+        NodeKind::Filter {
+            filter,
+            params,
+            options,
+            ..
+        } => {
+            let Some(spec) = filters::find(filter) else {
+                return 0o600;
+            };
             if spec.privilege.is_some() {
                 return 0o600;
             }
             let mut mode = 0o666;
             for p in spec.params.iter().filter(|p| p.kind == Kind::Path) {
-                let value = options.iter().find(|(k, _)| k == p.name).map(|(_, v)| v.as_str()).or_else(|| p.position.and_then(|i| params.get(i)).map(String::as_str));
+                let value = options
+                    .iter()
+                    .find(|(k, _)| k == p.name)
+                    .map(|(_, v)| v.as_str())
+                    .or_else(|| p.position.and_then(|i| params.get(i)).map(String::as_str));
                 if let Some(path) = value {
                     // Read with the caller's identity (a daemon's worker has taken the
                     // client's); a file it cannot see gives the narrowest mode, and the
                     // filter's own open reports why.
-                    mode &= std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o666);
+                    mode &=
+                        std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o666);
                 }
             }
             mode
@@ -45,7 +57,11 @@ pub fn export_modes_arg(g: &lang::Graph) -> String {
     g.nodes
         .iter()
         .filter_map(|n| match &n.kind {
-            NodeKind::Filter { options, .. } if options.iter().any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") => {
+            NodeKind::Filter { options, .. }
+                if options
+                    .iter()
+                    .any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") =>
+            {
                 dataplane::runtime::mode_option(options).map(|m| format!("{}={m:o}", n.id))
             }
             _ => None,
@@ -58,10 +74,16 @@ pub fn export_modes_arg(g: &lang::Graph) -> String {
 pub fn apply_export_modes_arg(g: &lang::Graph, arg: &str) -> Result<lang::Graph, String> {
     let mut g = g.clone();
     for item in arg.split(',').filter(|s| !s.is_empty()) {
-        let (id, mode) = item.split_once('=').ok_or_else(|| format!("--export-modes {item}: expected ID=OCTAL"))?;
-        let id: usize = id.parse().map_err(|_| format!("--export-modes {item}: bad node id"))?;
-        let mode = u32::from_str_radix(mode, 8).map_err(|_| format!("--export-modes {item}: bad mode"))?;
-        let Some(NodeKind::Filter { options, .. }) = g.nodes.get_mut(id).map(|n| &mut n.kind) else {
+        let (id, mode) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--export-modes {item}: expected ID=OCTAL"))?;
+        let id: usize = id
+            .parse()
+            .map_err(|_| format!("--export-modes {item}: bad node id"))?;
+        let mode =
+            u32::from_str_radix(mode, 8).map_err(|_| format!("--export-modes {item}: bad mode"))?;
+        let Some(NodeKind::Filter { options, .. }) = g.nodes.get_mut(id).map(|n| &mut n.kind)
+        else {
             return Err(format!("--export-modes {item}: no filter node {id}"));
         };
         options.retain(|(k, _)| k != "mode");

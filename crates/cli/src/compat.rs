@@ -26,27 +26,39 @@ pub fn find_library(file: &str, env: &str, krate: &str) -> Result<PathBuf, Strin
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let dir = exe.parent().ok_or("this program has no directory")?;
-    let newest = [dir.join(file), dir.join("deps").join(file), dir.join("../lib/streamline").join(file)]
-        .into_iter()
-        .filter_map(|c| Some((std::fs::metadata(&c).ok()?.modified().ok()?, c)))
-        .max_by_key(|(t, _)| *t);
+    let newest = [
+        dir.join(file),
+        dir.join("deps").join(file),
+        dir.join("../lib/streamline").join(file),
+    ]
+    .into_iter()
+    .filter_map(|c| Some((std::fs::metadata(&c).ok()?.modified().ok()?, c)))
+    .max_by_key(|(t, _)| *t);
     if let Some((_, c)) = newest {
         return Ok(c.canonicalize().unwrap_or(c));
     }
-    Err(format!("{file} is not beside {} (build it: cargo build -p {krate}; or set {env})", exe.display()))
+    Err(format!(
+        "{file} is not beside {} (build it: cargo build -p {krate}; or set {env})",
+        exe.display()
+    ))
 }
 
 /// A directory whose `libpcap.so.0.8` is the stand-in.
 pub fn directory() -> Result<PathBuf, String> {
     let lib = library()?;
-    let beside = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("compat")));
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.join("compat")));
     let private = std::env::temp_dir().join(format!("streamline-compat-{}", nix::unistd::getuid()));
     for dir in beside.into_iter().chain([private]) {
         if link_in(&dir, &lib).is_ok() {
             return Ok(dir);
         }
     }
-    Err(format!("cannot make a directory holding libpcap.so.0.8 -> {}", lib.display()))
+    Err(format!(
+        "cannot make a directory holding libpcap.so.0.8 -> {}",
+        lib.display()
+    ))
 }
 
 fn link_in(dir: &Path, lib: &Path) -> std::io::Result<()> {
@@ -103,5 +115,9 @@ pub fn which(prog: &str) -> Option<PathBuf> {
     if prog.contains('/') {
         return Some(PathBuf::from(prog));
     }
-    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(prog)).find(|c| c.is_file()))
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(prog))
+            .find(|c| c.is_file())
+    })
 }

@@ -23,7 +23,9 @@ pub struct Edits {
 
 impl Edits {
     pub fn new() -> Arc<Edits> {
-        Arc::new(Edits { handle: OnceLock::new() })
+        Arc::new(Edits {
+            handle: OnceLock::new(),
+        })
     }
 
     /// Apply one edit: (applied, what was done or why not in words, and the errno that
@@ -41,7 +43,10 @@ impl Edits {
             Ok(a) => {
                 let mut said = format!("applied `{text}`: {}", a.label);
                 if let Some(r) = &a.retired {
-                    said += &format!(" (the instance it replaced passed {} blocks", r.counters.blocks_out.max(r.counters.blocks_in));
+                    said += &format!(
+                        " (the instance it replaced passed {} blocks",
+                        r.counters.blocks_out.max(r.counters.blocks_in)
+                    );
                     if a.flushed > 0 {
                         said += &format!(", flushed {} it held", a.flushed);
                     }
@@ -63,12 +68,17 @@ impl Edits {
         let Some(h) = self.handle.get() else {
             return Err((libc::EBUSY, "the run is not running yet".into()));
         };
-        h.tap(node, dataplane::tap::DATA_BYTES, EDIT_TIMEOUT).map_err(|e| (errno_of(&e), e.to_string()))
+        h.tap(node, dataplane::tap::DATA_BYTES, EDIT_TIMEOUT)
+            .map_err(|e| (errno_of(&e), e.to_string()))
     }
 
     /// Subscribe to NODE's shared tap with a legacy reader's classic BPF filter (see
     /// `dataplane::tap`: one classifier pass for all of them, one copy of what any wants).
-    pub fn subscribe(&self, node: &str, f: &daemon::proto::TapFilter) -> Result<dataplane::tap::TapRings, (i32, String)> {
+    pub fn subscribe(
+        &self,
+        node: &str,
+        f: &daemon::proto::TapFilter,
+    ) -> Result<dataplane::tap::TapRings, (i32, String)> {
         let Some(h) = self.handle.get() else {
             return Err((libc::EBUSY, "the run is not running yet".into()));
         };
@@ -76,12 +86,24 @@ impl Edits {
         let (key, want): (Vec<u8>, dataplane::tap::Want) = if f.program.is_empty() {
             (Vec::new(), Box::new(|_: &[u8], _: u32| u32::MAX))
         } else {
-            let insns = f.program.iter().map(|&(code, jt, jf, k)| kernel::cbpf::Insn { code, jt, jf, k }).collect();
-            let prog = kernel::cbpf::Program::new(insns).map_err(|e| (libc::EINVAL, format!("the filter program: {e}")))?;
-            let key = f.program.iter().flat_map(|&(c, t, j, k)| [c.to_le_bytes().as_slice(), &[t, j], &k.to_le_bytes()].concat()).collect();
+            let insns = f
+                .program
+                .iter()
+                .map(|&(code, jt, jf, k)| kernel::cbpf::Insn { code, jt, jf, k })
+                .collect();
+            let prog = kernel::cbpf::Program::new(insns)
+                .map_err(|e| (libc::EINVAL, format!("the filter program: {e}")))?;
+            let key = f
+                .program
+                .iter()
+                .flat_map(|&(c, t, j, k)| {
+                    [c.to_le_bytes().as_slice(), &[t, j], &k.to_le_bytes()].concat()
+                })
+                .collect();
             (key, Box::new(move |d: &[u8], wire: u32| prog.run(d, wire)))
         };
-        h.subscribe(node, key, want, snap, SUBSCRIBER_TAGS, EDIT_TIMEOUT).map_err(|e| (errno_of(&e), e.to_string()))
+        h.subscribe(node, key, want, snap, SUBSCRIBER_TAGS, EDIT_TIMEOUT)
+            .map_err(|e| (errno_of(&e), e.to_string()))
     }
 
     pub fn untap(&self, id: u64) {
@@ -96,7 +118,12 @@ impl Edits {
     }
 
     /// Run `spaces` taking edits as they come.
-    pub fn run(&self, spaces: Spaces, interrupt: &AtomicBool, tick: impl FnMut(&Space)) -> SpacesReport {
+    pub fn run(
+        &self,
+        spaces: Spaces,
+        interrupt: &AtomicBool,
+        tick: impl FnMut(&Space),
+    ) -> SpacesReport {
         let h = self.handle.get_or_init(|| spaces.edit_handle());
         spaces.run_with(interrupt, h, &filters::Library, tick)
     }
@@ -113,4 +140,3 @@ fn errno_of(e: &dataplane::EditError) -> i32 {
         E::Tap(_) => libc::EIO,
     }
 }
-

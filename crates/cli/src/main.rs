@@ -35,32 +35,40 @@ use std::sync::Arc;
 /// printed, shared memory and pinned maps removed) and the run exits with 128 + the
 /// signal's number (130, 143, 129); a second one gives up at once with the same status,
 /// removing only the pinned maps.
-const STOP_SIGNALS: [i32; 3] = [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP];
+const STOP_SIGNALS: [i32; 3] = [
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+];
 
 /// Watch the stop signals on a thread of their own: the returned flag is set by the
 /// first, and the number of the first is kept in the returned cell (0: none yet).
 /// `second` runs on a second signal. If the signals cannot be watched, the run goes on
 /// without (and says so).
-pub(crate) fn watch_stop_signals(second: impl Fn(i32) + Send + 'static) -> (Arc<AtomicBool>, Arc<AtomicI32>) {
+pub(crate) fn watch_stop_signals(
+    second: impl Fn(i32) + Send + 'static,
+) -> (Arc<AtomicBool>, Arc<AtomicI32>) {
     let stop = Arc::new(AtomicBool::new(false));
     let which = Arc::new(AtomicI32::new(0));
     match signal_hook::iterator::Signals::new(STOP_SIGNALS) {
         Ok(mut signals) => {
             let (stop, which) = (stop.clone(), which.clone());
-            let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || {
-                for sig in signals.forever() {
-                    // SeqCst, this thread only: whether a stop signal came before.
-                    if stop.load(Ordering::SeqCst) {
-                        second(sig);
-                    } else {
-                        // `which` before `stop` (SeqCst): pair with the loads of the
-                        // returned flag and cell (the run's stop check, the `maps --watch`
-                        // loop, the exit code in `run`), so whoever sees `stop` sees `which`.
-                        which.store(sig, Ordering::SeqCst);
-                        stop.store(true, Ordering::SeqCst);
+            let spawned = std::thread::Builder::new()
+                .name("signals".into())
+                .spawn(move || {
+                    for sig in signals.forever() {
+                        // SeqCst, this thread only: whether a stop signal came before.
+                        if stop.load(Ordering::SeqCst) {
+                            second(sig);
+                        } else {
+                            // `which` before `stop` (SeqCst): pair with the loads of the
+                            // returned flag and cell (the run's stop check, the `maps --watch`
+                            // loop, the exit code in `run`), so whoever sees `stop` sees `which`.
+                            which.store(sig, Ordering::SeqCst);
+                            stop.store(true, Ordering::SeqCst);
+                        }
                     }
-                }
-            });
+                });
             if let Err(e) = spawned {
                 eprintln!("streamline: warning: cannot watch for stop signals: {e}");
             }
@@ -74,12 +82,18 @@ pub(crate) fn watch_stop_signals(second: impl Fn(i32) + Send + 'static) -> (Arc<
 /// to the whole process group (Ctrl-C in a terminal, `timeout`) are ignored here.
 pub(crate) fn ignore_stop_signals() {
     if let Ok(mut signals) = signal_hook::iterator::Signals::new(STOP_SIGNALS) {
-        let _ = std::thread::Builder::new().name("signals".into()).spawn(move || for _ in signals.forever() {});
+        let _ = std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || for _ in signals.forever() {});
     }
 }
 
 #[derive(Parser)]
-#[command(name = "streamline", version, about = "Extended Unix pipelines over shared-memory rings")]
+#[command(
+    name = "streamline",
+    version,
+    about = "Extended Unix pipelines over shared-memory rings"
+)]
 struct Cli {
     /// The daemon's control socket (default: $STREAMLINE_SOCKET, else
     /// /run/streamline/control). When a daemon answers there, `run` goes through it;
@@ -283,16 +297,18 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Cmd::Filters { name: Some(n) } => match filters::find(&n) {
-            Some(s) => {
-                print!("{}", s.doc());
-                ExitCode::SUCCESS
+        Cmd::Filters { name: Some(n) } => {
+            match filters::find(&n) {
+                Some(s) => {
+                    print!("{}", s.doc());
+                    ExitCode::SUCCESS
+                }
+                None => {
+                    eprintln!("streamline: no native filter named '{n}' (`streamline filters` lists them)");
+                    ExitCode::from(2)
+                }
             }
-            None => {
-                eprintln!("streamline: no native filter named '{n}' (`streamline filters` lists them)");
-                ExitCode::from(2)
-            }
-        },
+        }
         Cmd::Check { pipeline } => match lang::parse(&pipeline, &resolver()) {
             Ok(g) => {
                 print!("{}", g.canonical());
@@ -303,8 +319,25 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Cmd::Run { pipeline, quiet, ring, plan, rate, bytes, no_share, detach, log } => {
-            let o = daemon::proto::RunOptions { plan, rate, bytes, ring, no_share, quiet };
+        Cmd::Run {
+            pipeline,
+            quiet,
+            ring,
+            plan,
+            rate,
+            bytes,
+            no_share,
+            detach,
+            log,
+        } => {
+            let o = daemon::proto::RunOptions {
+                plan,
+                rate,
+                bytes,
+                ring,
+                no_share,
+                quiet,
+            };
             match remote::connect(cli.socket.as_deref()) {
                 Some(Ok(c)) => remote::run(c, &pipeline, o, detach.then_some(log)),
                 Some(Err(e)) => {
@@ -312,7 +345,8 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
                 None if detach => {
-                    let p = daemon::client::socket_path(cli.socket.as_deref()).map_or("none".into(), |p| p.display().to_string());
+                    let p = daemon::client::socket_path(cli.socket.as_deref())
+                        .map_or("none".into(), |p| p.display().to_string());
                     eprintln!("streamline: --detach needs a daemon, and none answers on {p} (start one with `streamlined`)");
                     ExitCode::from(2)
                 }
@@ -329,9 +363,48 @@ fn main() -> ExitCode {
         Cmd::Sh { opts, script, args } => preload::sh(&opts, &script, &args),
         Cmd::Shape { opts, cmd } => shaping::run(&opts, &cmd),
         Cmd::Maps { watch, top } => maps(watch, top),
-        Cmd::Space { pipeline, ring, space, fd, assign, share, export_modes, run_as } => process_space(&pipeline, ring, space, fd, &assign, share.as_deref(), &export_modes, run_as.as_deref()),
-        Cmd::Plan { pipeline, dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical } => {
-            let opts = PlanOpts { dot, compare, heuristic, system, show_system, rate, bytes, costs, canonical };
+        Cmd::Space {
+            pipeline,
+            ring,
+            space,
+            fd,
+            assign,
+            share,
+            export_modes,
+            run_as,
+        } => process_space(
+            &pipeline,
+            ring,
+            space,
+            fd,
+            &assign,
+            share.as_deref(),
+            &export_modes,
+            run_as.as_deref(),
+        ),
+        Cmd::Plan {
+            pipeline,
+            dot,
+            compare,
+            heuristic,
+            system,
+            show_system,
+            rate,
+            bytes,
+            costs,
+            canonical,
+        } => {
+            let opts = PlanOpts {
+                dot,
+                compare,
+                heuristic,
+                system,
+                show_system,
+                rate,
+                bytes,
+                costs,
+                canonical,
+            };
             match plan(&pipeline, opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -356,10 +429,19 @@ fn maps(watch: Option<f64>, top: usize) -> ExitCode {
     loop {
         let list = filters::nicfix::pinned();
         if list.is_empty() {
-            println!("no running run has kernel (eBPF) filters (nothing pinned under {})", filters::nicfix::PIN_ROOT);
+            println!(
+                "no running run has kernel (eBPF) filters (nothing pinned under {})",
+                filters::nicfix::PIN_ROOT
+            );
         }
         for p in &list {
-            println!("run {} {} ({}: {})", p.pid, p.label, p.dir.display(), p.maps.join(", "));
+            println!(
+                "run {} {} ({}: {})",
+                p.pid,
+                p.label,
+                p.dir.display(),
+                p.maps.join(", ")
+            );
             match &p.snapshot {
                 Ok(snap) => {
                     for l in filters::nicfix::snapshot_text(snap, top).lines() {
@@ -394,7 +476,9 @@ fn describe(g: &lang::Graph, a: &control::Assignment) -> String {
             };
             let mut o = Vec::new();
             match &np.space {
-                Some(control::SpaceChange::Set(v)) => o.push(format!("space={}", lang::SpaceSpec::Runtime(v.clone()))),
+                Some(control::SpaceChange::Set(v)) => {
+                    o.push(format!("space={}", lang::SpaceSpec::Runtime(v.clone())))
+                }
                 Some(control::SpaceChange::Clear) => o.push("-space".to_string()),
                 None => {}
             }
@@ -419,7 +503,16 @@ fn signal_name(sig: i32) -> &'static str {
 /// A process space: the parent coordinates stopping, so Ctrl-C (sent to the whole process
 /// group) is left to it.
 #[allow(clippy::too_many_arguments)]
-fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &str, share: Option<&str>, export_modes: &str, run_as: Option<&str>) -> ExitCode {
+fn process_space(
+    pipeline: &str,
+    ring: usize,
+    space: usize,
+    fd: i32,
+    assign: &str,
+    share: Option<&str>,
+    export_modes: &str,
+    run_as: Option<&str>,
+) -> ExitCode {
     if let Some(who) = run_as {
         if let Err(e) = worker::parse_as(who).and_then(|(u, g, gs)| worker::assume(u, g, &gs)) {
             eprintln!("streamline __space: {e}");
@@ -463,14 +556,28 @@ fn process_space(pipeline: &str, ring: usize, space: usize, fd: i32, assign: &st
         }
     };
     // The same rewrites as the parent's, in the same order (control::rewrite).
-    let g = match control::rewrite::rewrite(&FILTERS, &g, control::rewrite::Decisions { assignment: &assignment, share: share.as_ref() }) {
+    let g = match control::rewrite::rewrite(
+        &FILTERS,
+        &g,
+        control::rewrite::Decisions {
+            assignment: &assignment,
+            share: share.as_ref(),
+        },
+    ) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("streamline __space: {e}");
             return ExitCode::from(2);
         }
     };
-    let code = dataplane::spaces::run_process_space(&g, &filters::Library, ring, ChannelConfig::default(), space, sock);
+    let code = dataplane::spaces::run_process_space(
+        &g,
+        &filters::Library,
+        ring,
+        ChannelConfig::default(),
+        space,
+        sock,
+    );
     ExitCode::from(code as u8)
 }
 
@@ -500,11 +607,18 @@ fn plan(pipeline: &str, o: PlanOpts) -> Result<(), String> {
         return Err("--rate must be positive and --bytes non-negative".into());
     }
     let mut planner = control::Planner::new(sys, FILTERS);
-    planner.load = control::Load { blocks_per_sec: o.rate, bytes_per_block: o.bytes };
+    planner.load = control::Load {
+        blocks_per_sec: o.rate,
+        bytes_per_block: o.bytes,
+    };
     for c in &o.costs {
         planner.catalog.parse_override(c)?;
     }
-    let method = if o.heuristic { Method::Heuristic } else { Method::Optimal };
+    let method = if o.heuristic {
+        Method::Heuristic
+    } else {
+        Method::Optimal
+    };
     let chosen = planner.plan(pipeline, method).map_err(|e| e.to_string())?;
     if o.canonical {
         print!("{}", chosen.plan.canonical());
@@ -513,7 +627,9 @@ fn plan(pipeline: &str, o: PlanOpts) -> Result<(), String> {
         print!("{}", chosen.plan.explain());
     }
     if o.compare {
-        let h = planner.plan(pipeline, Method::Heuristic).map_err(|e| e.to_string())?;
+        let h = planner
+            .plan(pipeline, Method::Heuristic)
+            .map_err(|e| e.to_string())?;
         println!();
         print!("{}", h.plan.explain());
         let (a, b) = (chosen.plan.cost, h.plan.cost);
@@ -542,7 +658,11 @@ fn plan(pipeline: &str, o: PlanOpts) -> Result<(), String> {
 /// did not pin (see `control::realize`). At a load the machine cannot sustain even with
 /// data-parallel copies, it plans for the highest rate it can (halving), which spreads the
 /// work as far as it goes. A request the planner cannot model runs as written, with a note.
-fn choose_placement(g: &lang::Graph, how: &str, load: control::Load) -> Result<(control::Assignment, String), String> {
+fn choose_placement(
+    g: &lang::Graph,
+    how: &str,
+    load: control::Load,
+) -> Result<(control::Assignment, String), String> {
     use control::planner::Method;
     let method = match how {
         "none" => return Ok((control::Assignment::default(), "as written".into())),
@@ -556,17 +676,27 @@ fn choose_placement(g: &lang::Graph, how: &str, load: control::Load) -> Result<(
     let planned = loop {
         match planner.plan_graph(g, method) {
             Ok(p) => break p,
-            Err(control::error::Error::Plan(control::PlanError::Infeasible(_))) if scaled > 1e-4 => {
+            Err(control::error::Error::Plan(control::PlanError::Infeasible(_)))
+                if scaled > 1e-4 =>
+            {
                 scaled /= 2.0;
                 planner.load.blocks_per_sec = load.blocks_per_sec * scaled;
             }
             Err(e) => return Err(e.to_string()),
         }
     };
-    let a = control::Assignment::from_plan(g, &planned.plan, &planner.sys, &FILTERS, planned.template);
-    let mut why = format!("{} in {:.1} ms", planned.plan.stats.method, planned.plan.stats.solve_time.as_secs_f64() * 1e3);
+    let a =
+        control::Assignment::from_plan(g, &planned.plan, &planner.sys, &FILTERS, planned.template);
+    let mut why = format!(
+        "{} in {:.1} ms",
+        planned.plan.stats.method,
+        planned.plan.stats.solve_time.as_secs_f64() * 1e3
+    );
     if scaled < 1.0 {
-        why += &format!(", planned for {} blocks/s (the offered rate does not fit)", control::plan::human(planner.load.blocks_per_sec));
+        why += &format!(
+            ", planned for {} blocks/s (the offered rate does not fit)",
+            control::plan::human(planner.load.blocks_per_sec)
+        );
     }
     Ok((a, why))
 }
@@ -576,18 +706,26 @@ fn choose_placement(g: &lang::Graph, how: &str, load: control::Load) -> Result<(
 fn choose_share(g: &lang::Graph, quiet: bool) -> Option<control::prefix::Share> {
     use control::prefix::{shareable, Share};
     let prefixes = shareable(&FILTERS, g);
-    let shortest = prefixes.first().map_or(1, |p| control::prefix::min_shared_len(&FILTERS, g, p));
+    let shortest = prefixes
+        .first()
+        .map_or(1, |p| control::prefix::min_shared_len(&FILTERS, g, p));
     for p in prefixes.iter().filter(|p| p.nodes.len() >= shortest) {
         if let Some(pid) = dataplane::channel::published(&p.key) {
             if !quiet {
                 eprintln!("sharing `{}` with the run of process {pid} (prefix sharing; --no-share runs its own)", p.text);
             }
-            return Some(Share::Subscribe { key: p.key.clone(), len: p.nodes.len() });
+            return Some(Share::Subscribe {
+                key: p.key.clone(),
+                len: p.nodes.len(),
+            });
         }
     }
     // Publish only what a subscriber may take: never the bare `rx` when the filter after
     // it runs on the socket (a kernel `sample` would hand subscribers its sample).
-    prefixes.first().filter(|p| p.nodes.len() >= shortest).map(|p| Share::Publish { key: p.key.clone() })
+    prefixes
+        .first()
+        .filter(|p| p.nodes.len() >= shortest)
+        .map(|p| Share::Publish { key: p.key.clone() })
 }
 
 /// A run built and ready to start: its spaces and the placement it was given.
@@ -610,11 +748,19 @@ pub(crate) struct NotPrepared {
 /// sources by node id, as the daemon's policy granted them (empty when run stand-alone).
 /// `extra` is appended to a process space's command line (the daemon's worker passes the
 /// client's identity).
-pub(crate) fn prepare(pipeline: &str, o: &daemon::proto::RunOptions, grants: &[(usize, u32)], extra: &[String]) -> Result<Prepared, NotPrepared> {
+pub(crate) fn prepare(
+    pipeline: &str,
+    o: &daemon::proto::RunOptions,
+    grants: &[(usize, u32)],
+    extra: &[String],
+) -> Result<Prepared, NotPrepared> {
     let fail = |message: String, code: u8| NotPrepared { message, code };
     let g = lang::parse(pipeline, &resolver()).map_err(|d| fail(d.to_string(), 2))?;
     if !(o.rate.is_finite() && o.rate > 0.0 && o.bytes.is_finite() && o.bytes >= 0.0) {
-        return Err(fail("streamline: --rate must be positive and --bytes non-negative".into(), 2));
+        return Err(fail(
+            "streamline: --rate must be positive and --bytes non-negative".into(),
+            2,
+        ));
     }
     // Exported streams are no more readable than what they were computed from.
     let modes = control::access::stream_modes(&g, &|n| access::source_mode(n, grants));
@@ -623,7 +769,10 @@ pub(crate) fn prepare(pipeline: &str, o: &daemon::proto::RunOptions, grants: &[(
     let mode = modes.iter().fold(0o644, |m, x| m & x);
     let g = control::access::apply_export_modes(&g, &modes);
     let export_modes = access::export_modes_arg(&g);
-    let load = control::Load { blocks_per_sec: o.rate, bytes_per_block: o.bytes };
+    let load = control::Load {
+        blocks_per_sec: o.rate,
+        bytes_per_block: o.bytes,
+    };
     let mut placement = String::new();
     let assign = match choose_placement(&g, &o.plan, load) {
         Ok((a, why)) => {
@@ -633,7 +782,9 @@ pub(crate) fn prepare(pipeline: &str, o: &daemon::proto::RunOptions, grants: &[(
             a
         }
         Err(e) => {
-            placement = format!("note: the planner could not place this pipeline ({e}); running it as written");
+            placement = format!(
+                "note: the planner could not place this pipeline ({e}); running it as written"
+            );
             control::Assignment::default()
         }
     };
@@ -644,9 +795,25 @@ pub(crate) fn prepare(pipeline: &str, o: &daemon::proto::RunOptions, grants: &[(
         (true, Ok(placed)) => choose_share(&placed, o.quiet),
         (false, Ok(_)) => None,
     };
-    let g = control::rewrite::rewrite(&FILTERS, &g, control::rewrite::Decisions { assignment: &assign, share: share.as_ref() }).map_err(|e| fail(format!("streamline: {e}"), 2))?;
+    let g = control::rewrite::rewrite(
+        &FILTERS,
+        &g,
+        control::rewrite::Decisions {
+            assignment: &assign,
+            share: share.as_ref(),
+        },
+    )
+    .map_err(|e| fail(format!("streamline: {e}"), 2))?;
     let launcher = std::env::current_exe().ok().map(|exe| {
-        let mut args = vec!["__space".into(), "--pipeline".into(), pipeline.into(), "--ring".into(), o.ring.to_string(), "--assign".into(), assign.to_string()];
+        let mut args = vec![
+            "__space".into(),
+            "--pipeline".into(),
+            pipeline.into(),
+            "--ring".into(),
+            o.ring.to_string(),
+            "--assign".into(),
+            assign.to_string(),
+        ];
         if let Some(s) = &share {
             args.extend(["--share".to_string(), s.to_arg()]);
         }
@@ -657,23 +824,49 @@ pub(crate) fn prepare(pipeline: &str, o: &daemon::proto::RunOptions, grants: &[(
         Launcher { exe, args }
     });
     // Fault injection for the rollback tests: fail construction step K (from 0).
-    let fail_at = std::env::var("STREAMLINE_FAIL_STEP").ok().and_then(|v| v.parse().ok());
-    let spaces = Spaces::build_steps(&g, &filters::Library, o.ring, ChannelConfig::default(), launcher.as_ref(), fail_at)
-        // Under the pipeline with a caret at the node that failed, like a parse error.
-        .map_err(|e| fail(e.render("streamline: ", pipeline), 2))?;
-    Ok(Prepared { spaces, placement, mode })
+    let fail_at = std::env::var("STREAMLINE_FAIL_STEP")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let spaces = Spaces::build_steps(
+        &g,
+        &filters::Library,
+        o.ring,
+        ChannelConfig::default(),
+        launcher.as_ref(),
+        fail_at,
+    )
+    // Under the pipeline with a caret at the node that failed, like a parse error.
+    .map_err(|e| fail(e.render("streamline: ", pipeline), 2))?;
+    Ok(Prepared {
+        spaces,
+        placement,
+        mode,
+    })
 }
 
 /// The per-filter table, summaries and warnings a run prints at its end (standard error).
-pub(crate) fn print_report(rep: &dataplane::spaces::SpacesReport, elapsed: std::time::Duration, quiet: bool) {
+pub(crate) fn print_report(
+    rep: &dataplane::spaces::SpacesReport,
+    elapsed: std::time::Duration,
+    quiet: bool,
+) {
     let report = &rep.nodes;
     if !quiet {
-        eprintln!("{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}", "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops", "time ms");
+        eprintln!(
+            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}",
+            "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops", "time ms"
+        );
         for r in report {
             let c = r.counters;
             eprintln!(
                 "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10.1}",
-                r.label, c.blocks_in, c.bytes_in, c.blocks_out, c.bytes_out, c.drops, c.nanos as f64 / 1e6
+                r.label,
+                c.blocks_in,
+                c.bytes_in,
+                c.blocks_out,
+                c.bytes_out,
+                c.drops,
+                c.nanos as f64 / 1e6
             );
         }
         eprintln!("({:.3} s)", elapsed.as_secs_f64());
@@ -703,7 +896,9 @@ pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8
 }
 
 fn run(pipeline: &str, o: &daemon::proto::RunOptions) -> ExitCode {
-    let Prepared { spaces, placement, .. } = match prepare(pipeline, o, &[], &[]) {
+    let Prepared {
+        spaces, placement, ..
+    } = match prepare(pipeline, o, &[], &[]) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("{}", e.message);
@@ -723,7 +918,12 @@ fn run(pipeline: &str, o: &daemon::proto::RunOptions) -> ExitCode {
     // (sinks such as inspect write there; bar and lines would interleave), as curl does.
     let bar = if std::io::stderr().is_terminal() && !std::io::stdout().is_terminal() && !quiet {
         let b = indicatif::ProgressBar::new(0);
-        b.set_style(indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}").unwrap());
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .unwrap(),
+        );
         Some(b)
     } else {
         None

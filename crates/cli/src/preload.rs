@@ -63,7 +63,12 @@ pub fn exec(opts: &Options, cmd: &[String]) -> ExitCode {
 
 /// `sh -c SCRIPT` under the library: every pipe the shell makes is a ring.
 pub fn sh(opts: &Options, script: &str, args: &[String]) -> ExitCode {
-    let mut cmd = vec!["/bin/sh".to_string(), "-c".to_string(), script.to_string(), "sh".to_string()];
+    let mut cmd = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        script.to_string(),
+        "sh".to_string(),
+    ];
     cmd.extend(args.iter().cloned());
     exec(opts, &cmd)
 }

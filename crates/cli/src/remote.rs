@@ -29,7 +29,8 @@ fn need(socket: Option<&str>) -> Result<Client, ExitCode> {
             Err(ExitCode::from(1))
         }
         None => {
-            let p = daemon::client::socket_path(socket).map_or("none".to_string(), |p| p.display().to_string());
+            let p = daemon::client::socket_path(socket)
+                .map_or("none".to_string(), |p| p.display().to_string());
             eprintln!("streamline: no daemon answers on {p} (start one with `streamlined`, or name its socket with --socket or STREAMLINE_SOCKET)");
             Err(ExitCode::from(1))
         }
@@ -39,7 +40,9 @@ fn need(socket: Option<&str>) -> Result<Client, ExitCode> {
 fn refused(e: ClientError) -> ExitCode {
     eprintln!("{}", prefixed(&e.to_string()));
     match e {
-        ClientError::Refused { errno, .. } if errno == libc::EINVAL || errno == libc::EACCES => ExitCode::from(2),
+        ClientError::Refused { errno, .. } if errno == libc::EINVAL || errno == libc::EACCES => {
+            ExitCode::from(2)
+        }
         _ => ExitCode::from(1),
     }
 }
@@ -57,11 +60,24 @@ fn prefixed(m: &str) -> String {
 /// streams, Ctrl-C stops it as it would stop a stand-alone run, and the exit status is the
 /// run's. A detached run (`detach` is `Some(log)`) gets /dev/null, or the log file for its
 /// output, so `id=$(streamline run --detach ...)` returns at once.
-pub fn run(mut c: Client, pipeline: &str, options: RunOptions, detach: Option<Option<std::path::PathBuf>>) -> ExitCode {
+pub fn run(
+    mut c: Client,
+    pipeline: &str,
+    options: RunOptions,
+    detach: Option<Option<std::path::PathBuf>>,
+) -> ExitCode {
     let quiet = options.quiet;
-    let devnull = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").expect("/dev/null");
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .expect("/dev/null");
     let log = match detach.as_ref().and_then(|l| l.as_ref()) {
-        Some(p) => match std::fs::OpenOptions::new().create(true).append(true).open(p) {
+        Some(p) => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+        {
             Ok(f) => Some(f),
             Err(e) => {
                 eprintln!("streamline: --log {}: {e}", p.display());
@@ -76,7 +92,14 @@ pub fn run(mut c: Client, pipeline: &str, options: RunOptions, detach: Option<Op
         (Some(_), None) => [devnull.as_raw_fd(); 3],
     };
     let detach = detach.is_some();
-    let run = match c.call_fds(Request::Open { pipeline: pipeline.to_string(), options, fds: 3 }, &fds) {
+    let run = match c.call_fds(
+        Request::Open {
+            pipeline: pipeline.to_string(),
+            options,
+            fds: 3,
+        },
+        &fds,
+    ) {
         Ok((Reply::Opened { run, placement }, _)) => {
             if !quiet && !placement.is_empty() && detach {
                 eprintln!("{placement}");
@@ -106,7 +129,14 @@ pub fn run(mut c: Client, pipeline: &str, options: RunOptions, detach: Option<Op
                 std::thread::sleep(Duration::from_millis(20));
             }
             let sig = which.load(Ordering::SeqCst);
-            let _ = daemon::proto::send(&sock, &daemon::proto::Msg { id: u64::MAX, body: Request::Stop { run, signal: sig } }, &[]);
+            let _ = daemon::proto::send(
+                &sock,
+                &daemon::proto::Msg {
+                    id: u64::MAX,
+                    body: Request::Stop { run, signal: sig },
+                },
+                &[],
+            );
         });
     }
     wait_finished(&mut c, run, |_| {})
@@ -124,7 +154,9 @@ fn wait_finished(c: &mut Client, run: u64, mut each: impl FnMut(&Reply)) -> Exit
                 r @ Reply::Counters { .. } => each(&r),
                 _ => {}
             },
-            Err(ClientError::Refused { errno, .. }) if errno == libc::ESRCH => return ExitCode::SUCCESS,
+            Err(ClientError::Refused { errno, .. }) if errno == libc::ESRCH => {
+                return ExitCode::SUCCESS
+            }
             Err(e) => return refused(e),
         }
     }
@@ -146,9 +178,20 @@ pub fn ps(socket: Option<&str>) -> ExitCode {
     };
     match c.call(Request::Ps {}) {
         Ok(Reply::Runs { runs }) => {
-            println!("{:<5} {:<10} {:<20} {:>9} {:>10}  PIPELINE", "ID", "USER", "STATE", "UPTIME", "BLOCKS/S");
+            println!(
+                "{:<5} {:<10} {:<20} {:>9} {:>10}  PIPELINE",
+                "ID", "USER", "STATE", "UPTIME", "BLOCKS/S"
+            );
             for r in runs {
-                println!("{:<5} {:<10} {:<20} {:>8.1}s {:>10}  {}", r.run, r.user, r.state, r.uptime_s, human(r.rate), r.pipeline);
+                println!(
+                    "{:<5} {:<10} {:<20} {:>8.1}s {:>10}  {}",
+                    r.run,
+                    r.user,
+                    r.state,
+                    r.uptime_s,
+                    human(r.rate),
+                    r.pipeline
+                );
                 if !r.placement.is_empty() {
                     println!("{:<5} {}", "", r.placement);
                 }
@@ -175,9 +218,15 @@ pub fn stop(socket: Option<&str>, run: u64) -> ExitCode {
 }
 
 fn print_counters(nodes: &[NodeCounters], elapsed: f64) {
-    println!("{:<16} {:>12} {:>14} {:>12} {:>14} {:>10}   ({elapsed:.1} s)", "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops");
+    println!(
+        "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10}   ({elapsed:.1} s)",
+        "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops"
+    );
     for n in nodes {
-        println!("{:<16} {:>12} {:>14} {:>12} {:>14} {:>10}", n.label, n.blocks_in, n.bytes_in, n.blocks_out, n.bytes_out, n.drops);
+        println!(
+            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10}",
+            n.label, n.blocks_in, n.bytes_in, n.blocks_out, n.bytes_out, n.drops
+        );
     }
 }
 
@@ -190,7 +239,10 @@ pub fn attach(socket: Option<&str>, run: u64) -> ExitCode {
     };
     let _ = crate::watch_stop_signals(|_| std::process::exit(0));
     wait_finished(&mut c, run, |r| {
-        if let Reply::Counters { nodes, elapsed_s, .. } = r {
+        if let Reply::Counters {
+            nodes, elapsed_s, ..
+        } = r
+        {
             print_counters(nodes, *elapsed_s);
         }
     })
@@ -201,7 +253,10 @@ pub fn edit(socket: Option<&str>, run: u64, edit: &str) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    match c.call(Request::Edit { run, edit: edit.to_string() }) {
+    match c.call(Request::Edit {
+        run,
+        edit: edit.to_string(),
+    }) {
         Ok(Reply::Edited { applied, .. }) => {
             println!("{applied}");
             ExitCode::SUCCESS

@@ -62,8 +62,17 @@ fn config(o: &Options) -> Result<Option<Config>, ConfigError> {
     if o.net.is_none() && o.disk.is_none() {
         return Ok(None);
     }
-    let lim = |what, t: &Option<String>| t.as_deref().map_or(Ok(Limit::UNLIMITED), |t| Limit::parse(what, t, kind, o.peak.as_deref()));
-    Ok(Some(Config { net: lim("net", &o.net)?, disk: lim("disk", &o.disk)?, prio_policy: prio_policy as u32, disk_cost: disk_cost as u32 }))
+    let lim = |what, t: &Option<String>| {
+        t.as_deref().map_or(Ok(Limit::UNLIMITED), |t| {
+            Limit::parse(what, t, kind, o.peak.as_deref())
+        })
+    };
+    Ok(Some(Config {
+        net: lim("net", &o.net)?,
+        disk: lim("disk", &o.disk)?,
+        prio_policy: prio_policy as u32,
+        disk_cost: disk_cost as u32,
+    }))
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -78,24 +87,32 @@ pub fn run(o: &Options, cmd: &[String]) -> ExitCode {
         ExitCode::from(2)
     };
     let Some(prog) = cmd.first() else {
-        return fail("which program? e.g. streamline shape --net 1MB/s -- curl -O http://host/file".into());
+        return fail(
+            "which program? e.g. streamline shape --net 1MB/s -- curl -O http://host/file".into(),
+        );
     };
     let cfg = match config(o) {
         Ok(c) => c,
         Err(e) => return fail(e.to_string()),
     };
     let me = std::process::id();
-    let seg = match (&o.group, cfg) {
-        (Some(g), c) => Segment::join_group(g, c, me),
-        (None, Some(c)) => Segment::create_private(c),
-        (None, None) => return fail("no budget: give --net RATE and/or --disk RATE (or --group NAME to join a group's)".into()),
-    };
+    let seg =
+        match (&o.group, cfg) {
+            (Some(g), c) => Segment::join_group(g, c, me),
+            (None, Some(c)) => Segment::create_private(c),
+            (None, None) => return fail(
+                "no budget: give --net RATE and/or --disk RATE (or --group NAME to join a group's)"
+                    .into(),
+            ),
+        };
     let seg = match seg {
         Ok(s) => s,
         Err(e) => return fail(e.to_string()),
     };
     let path = which(prog);
-    let dynamic = path.as_deref().is_none_or(|p| shape::program::dynamic_target(p, 0, &shape::program::read_head_std));
+    let dynamic = path
+        .as_deref()
+        .is_none_or(|p| shape::program::dynamic_target(p, 0, &shape::program::read_head_std));
     let mech = match o.mechanism.as_str() {
         "auto" if dynamic => Mechanism::Library,
         "auto" => Mechanism::Kernel,
@@ -103,7 +120,9 @@ pub fn run(o: &Options, cmd: &[String]) -> ExitCode {
         "kernel" => Mechanism::Kernel,
         m => {
             seg.leave(me);
-            return fail(format!("unknown mechanism '{m}': expected auto, library or kernel"));
+            return fail(format!(
+                "unknown mechanism '{m}': expected auto, library or kernel"
+            ));
         }
     };
     if mech == Mechanism::Library && !dynamic {
@@ -137,7 +156,11 @@ fn exit_code(st: std::process::ExitStatus) -> ExitCode {
 /// Forward stop signals to the program while we wait for it (Ctrl-C reaches both through
 /// the terminal; `kill` and `timeout` reach only us).
 fn forward_signals(pid: u32) {
-    const SIGS: [i32; 3] = [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP, signal_hook::consts::SIGINT];
+    const SIGS: [i32; 3] = [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+    ];
     if let Ok(mut s) = signal_hook::iterator::Signals::new(SIGS) {
         std::thread::spawn(move || {
             for sig in s.forever() {
@@ -154,22 +177,36 @@ fn forward_signals(pid: u32) {
 
 fn library(seg: &Segment, prio: u8, cmd: &[String]) -> Result<ExitCode, String> {
     let lib = find_library("libslpreload.so", "STREAMLINE_PRELOAD_LIB", "preload")?;
-    let fd = seg.inheritable_fd(700).map_err(|e| format!("cannot pass the budget to the program: {e}"))?;
+    let fd = seg
+        .inheritable_fd(700)
+        .map_err(|e| format!("cannot pass the budget to the program: {e}"))?;
     let current = std::env::var("LD_PRELOAD").unwrap_or_default();
     let already = current.contains("slpreload");
     let mut c = std::process::Command::new(&cmd[0]);
     c.args(&cmd[1..]);
     shape::program::dies_with_launcher(&mut c);
     if !already {
-        c.env("LD_PRELOAD", if current.is_empty() { lib.display().to_string() } else { format!("{}:{current}", lib.display()) });
+        c.env(
+            "LD_PRELOAD",
+            if current.is_empty() {
+                lib.display().to_string()
+            } else {
+                format!("{}:{current}", lib.display())
+            },
+        );
         // shaping alone: pipes stay the kernel's (`streamline exec -- streamline shape ...` keeps both)
         c.env("STREAMLINE_PIPES", "off");
     }
-    c.env(shape::ENV_FD, fd.as_raw_fd().to_string()).env(shape::ENV_PRIO, prio.to_string());
-    let mut child = c.spawn().map_err(|e| format!("cannot run {}: {e}", cmd[0]))?;
+    c.env(shape::ENV_FD, fd.as_raw_fd().to_string())
+        .env(shape::ENV_PRIO, prio.to_string());
+    let mut child = c
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", cmd[0]))?;
     drop(fd);
     forward_signals(child.id());
-    let st = child.wait().map_err(|e| format!("waiting for {}: {e}", cmd[0]))?;
+    let st = child
+        .wait()
+        .map_err(|e| format!("waiting for {}: {e}", cmd[0]))?;
     Ok(exit_code(st))
 }
 
@@ -208,20 +245,40 @@ mod tests {
     use super::*;
 
     fn opts(net: Option<&str>) -> Options {
-        Options { net: net.map(Into::into), disk: None, policy: "token".into(), peak: None, priority: 0, prio_policy: "fifo".into(), group: None, disk_cost: "bytes".into(), mechanism: "auto".into(), stats: false }
+        Options {
+            net: net.map(Into::into),
+            disk: None,
+            policy: "token".into(),
+            peak: None,
+            priority: 0,
+            prio_policy: "fifo".into(),
+            group: None,
+            disk_cost: "bytes".into(),
+            mechanism: "auto".into(),
+            stats: false,
+        }
     }
 
     #[test]
     fn policies_parse_or_say_why() {
-        assert_eq!(config(&opts(Some("1MB/s"))).unwrap().unwrap().net.rate, 1_000_000);
+        assert_eq!(
+            config(&opts(Some("1MB/s"))).unwrap().unwrap().net.rate,
+            1_000_000
+        );
         assert!(config(&opts(None)).unwrap().is_none());
         let mut o = opts(Some("1 parsec"));
-        assert!(config(&o).unwrap_err().to_string().contains("unknown unit 'parsec'"));
+        assert!(config(&o)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown unit 'parsec'"));
         o.net = Some("1M".into());
         o.priority = 12;
         assert!(config(&o).unwrap_err().to_string().contains("priority 12"));
         o.priority = 0;
         o.policy = "wobbly".into();
-        assert!(config(&o).unwrap_err().to_string().contains("token, leaky or token+leaky"));
+        assert!(config(&o)
+            .unwrap_err()
+            .to_string()
+            .contains("token, leaky or token+leaky"));
     }
 }

@@ -23,7 +23,10 @@ pub fn assume(uid: u32, gid: u32, groups: &[u32]) -> Result<(), String> {
     if uid == 0 {
         return Ok(());
     }
-    let gs: Vec<nix::unistd::Gid> = groups.iter().map(|g| nix::unistd::Gid::from_raw(*g)).collect();
+    let gs: Vec<nix::unistd::Gid> = groups
+        .iter()
+        .map(|g| nix::unistd::Gid::from_raw(*g))
+        .collect();
     nix::unistd::setgroups(&gs).map_err(|e| format!("setgroups: {e}"))?;
     nix::unistd::setfsgid(nix::unistd::Gid::from_raw(gid));
     nix::unistd::setfsuid(nix::unistd::Uid::from_raw(uid));
@@ -31,37 +34,90 @@ pub fn assume(uid: u32, gid: u32, groups: &[u32]) -> Result<(), String> {
     if nix::unistd::setfsuid(nix::unistd::Uid::from_raw(u32::MAX)).as_raw() != uid {
         return Err(format!("setfsuid({uid}) did not take"));
     }
-    dataplane::builtin::run_unix_commands_as(dataplane::builtin::RunAs { uid, gid, groups: groups.to_vec() }).map_err(|was| format!("Unix commands already run as uid {}", was.uid))?;
+    dataplane::builtin::run_unix_commands_as(dataplane::builtin::RunAs {
+        uid,
+        gid,
+        groups: groups.to_vec(),
+    })
+    .map_err(|was| format!("Unix commands already run as uid {}", was.uid))?;
     Ok(())
 }
 
 /// `--as UID:GID:G1,G2` for process spaces (they take the identity too).
 pub fn as_arg(uid: u32, gid: u32, groups: &[u32]) -> String {
-    format!("{uid}:{gid}:{}", groups.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(","))
+    format!(
+        "{uid}:{gid}:{}",
+        groups
+            .iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    )
 }
 
 pub fn parse_as(s: &str) -> Result<(u32, u32, Vec<u32>), String> {
     let mut it = s.splitn(3, ':');
-    let num = |v: Option<&str>| v.and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| format!("--as {s}: expected UID:GID:GROUPS"));
+    let num = |v: Option<&str>| {
+        v.and_then(|v| v.parse::<u32>().ok())
+            .ok_or_else(|| format!("--as {s}: expected UID:GID:GROUPS"))
+    };
     let uid = num(it.next())?;
     let gid = num(it.next())?;
-    let groups = it.next().unwrap_or("").split(',').filter(|g| !g.is_empty()).map(|g| g.parse::<u32>().map_err(|_| format!("--as {s}: bad group {g}"))).collect::<Result<_, _>>()?;
+    let groups = it
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .filter(|g| !g.is_empty())
+        .map(|g| {
+            g.parse::<u32>()
+                .map_err(|_| format!("--as {s}: bad group {g}"))
+        })
+        .collect::<Result<_, _>>()?;
     Ok((uid, gid, groups))
 }
 
 fn counters(nodes: &[dataplane::runtime::NodeReport]) -> Vec<NodeCounters> {
-    nodes.iter().map(|r| NodeCounters { label: r.label.clone(), blocks_in: r.counters.blocks_in, bytes_in: r.counters.bytes_in, blocks_out: r.counters.blocks_out, bytes_out: r.counters.bytes_out, drops: r.counters.drops, classes: r.classes.clone() }).collect()
+    nodes
+        .iter()
+        .map(|r| NodeCounters {
+            label: r.label.clone(),
+            blocks_in: r.counters.blocks_in,
+            bytes_in: r.counters.bytes_in,
+            blocks_out: r.counters.blocks_out,
+            bytes_out: r.counters.bytes_out,
+            drops: r.counters.drops,
+            classes: r.classes.clone(),
+        })
+        .collect()
 }
 
 /// Send the graph if it changed since `shown` (always, with `shown` None and no memory:
 /// after an edit).
-fn send_graph(out: &Arc<Mutex<UnixStream>>, run: u64, edits: &crate::edits::Edits, mode: u32, shown: &mut Option<Vec<proto::GraphNode>>) {
+fn send_graph(
+    out: &Arc<Mutex<UnixStream>>,
+    run: u64,
+    edits: &crate::edits::Edits,
+    mode: u32,
+    shown: &mut Option<Vec<proto::GraphNode>>,
+) {
     let nodes = edits.graph();
     if shown.as_ref() == Some(&nodes) || nodes.is_empty() {
         return;
     }
     let s = out.lock().expect("not poisoned");
-    if proto::send(&s, &Msg { id: run, body: FromWorker::Graph { nodes: nodes.clone(), mode } }, &[]).is_ok() {
+    if proto::send(
+        &s,
+        &Msg {
+            id: run,
+            body: FromWorker::Graph {
+                nodes: nodes.clone(),
+                mode,
+            },
+        },
+        &[],
+    )
+    .is_ok()
+    {
         *shown = Some(nodes);
     }
 }
@@ -79,33 +135,83 @@ pub fn worker(fd: i32) -> ExitCode {
         }
     };
     let (run, pipeline, options, uid, gid, groups, modes) = match proto::recv::<ToWorker>(&sock) {
-        Ok((Msg { body: ToWorker::Start { run, pipeline, options, uid, gid, groups, modes }, .. }, _)) => (run, pipeline, options, uid, gid, groups, modes),
+        Ok((
+            Msg {
+                body:
+                    ToWorker::Start {
+                        run,
+                        pipeline,
+                        options,
+                        uid,
+                        gid,
+                        groups,
+                        modes,
+                    },
+                ..
+            },
+            _,
+        )) => (run, pipeline, options, uid, gid, groups, modes),
         Ok(_) | Err(_) => return ExitCode::from(2),
     };
-    let out = Arc::new(Mutex::new(sock.try_clone().expect("clone the daemon's socket")));
+    let out = Arc::new(Mutex::new(
+        sock.try_clone().expect("clone the daemon's socket"),
+    ));
     let tell = move |out: &Arc<Mutex<UnixStream>>, m: FromWorker| {
         let s = out.lock().expect("not poisoned");
         proto::send(&s, &Msg { id: run, body: m }, &[])
     };
     if let Err(e) = assume(uid, gid, &groups) {
-        let _ = tell(&out, FromWorker::Failed { message: format!("streamline: cannot take the identity of uid {uid}: {e}"), errno: libc::EPERM });
+        let _ = tell(
+            &out,
+            FromWorker::Failed {
+                message: format!("streamline: cannot take the identity of uid {uid}: {e}"),
+                errno: libc::EPERM,
+            },
+        );
         return ExitCode::from(1);
     }
-    let extra = if uid == 0 { vec![] } else { vec!["--as".to_string(), as_arg(uid, gid, &groups)] };
-    let Prepared { spaces, placement, mode } = match prepare(&pipeline, &options, &modes, &extra) {
+    let extra = if uid == 0 {
+        vec![]
+    } else {
+        vec!["--as".to_string(), as_arg(uid, gid, &groups)]
+    };
+    let Prepared {
+        spaces,
+        placement,
+        mode,
+    } = match prepare(&pipeline, &options, &modes, &extra) {
         Ok(p) => p,
         Err(e) => {
-            let _ = tell(&out, FromWorker::Failed { message: e.message, errno: libc::EINVAL });
+            let _ = tell(
+                &out,
+                FromWorker::Failed {
+                    message: e.message,
+                    errno: libc::EINVAL,
+                },
+            );
             return ExitCode::from(e.code);
         }
     };
-    if tell(&out, FromWorker::Built { placement: placement.clone() }).is_err() {
+    if tell(
+        &out,
+        FromWorker::Built {
+            placement: placement.clone(),
+        },
+    )
+    .is_err()
+    {
         return ExitCode::from(1);
     }
     // The transaction's end: `go` commits; `stop` (or the daemon going away) rolls the
     // built run back (dropping it undoes every construction step).
     match proto::recv::<ToWorker>(&sock) {
-        Ok((Msg { body: ToWorker::Go {}, .. }, _)) => {}
+        Ok((
+            Msg {
+                body: ToWorker::Go {},
+                ..
+            },
+            _,
+        )) => {}
         _ => {
             drop(spaces);
             filters::nicfix::remove_run_pins();
@@ -119,23 +225,59 @@ pub fn worker(fd: i32) -> ExitCode {
     let signal = Arc::new(AtomicI32::new(0));
     let edits = crate::edits::Edits::new();
     {
-        let (interrupt, signal, out, edits) = (interrupt.clone(), signal.clone(), out.clone(), edits.clone());
+        let (interrupt, signal, out, edits) = (
+            interrupt.clone(),
+            signal.clone(),
+            out.clone(),
+            edits.clone(),
+        );
         std::thread::Builder::new()
             .name("sl-worker-ctl".into())
             .spawn(move || loop {
                 match proto::recv::<ToWorker>(&sock) {
-                    Ok((Msg { body: ToWorker::Stop { signal: sig }, .. }, _)) => {
+                    Ok((
+                        Msg {
+                            body: ToWorker::Stop { signal: sig },
+                            ..
+                        },
+                        _,
+                    )) => {
                         // The signal before the flag: whoever sees the flag sees the signal.
                         signal.store(sig, Ordering::SeqCst);
                         interrupt.store(true, Ordering::SeqCst);
                     }
-                    Ok((Msg { body: ToWorker::Edit { edit_id, edit }, .. }, _)) => {
+                    Ok((
+                        Msg {
+                            body: ToWorker::Edit { edit_id, edit },
+                            ..
+                        },
+                        _,
+                    )) => {
                         let (ok, text, errno) = edits.apply(&edit);
                         // The graph first: whoever sees the answer sees the graph it made.
                         send_graph(&out, run, &edits, mode, &mut None);
-                        let _ = tell(&out, FromWorker::Edited { edit_id, ok, text, errno });
+                        let _ = tell(
+                            &out,
+                            FromWorker::Edited {
+                                edit_id,
+                                ok,
+                                text,
+                                errno,
+                            },
+                        );
                     }
-                    Ok((Msg { body: ToWorker::Tap { tap_req, node, filter }, .. }, _)) => {
+                    Ok((
+                        Msg {
+                            body:
+                                ToWorker::Tap {
+                                    tap_req,
+                                    node,
+                                    filter,
+                                },
+                            ..
+                        },
+                        _,
+                    )) => {
                         // The tap's two data segments go with the answer; the reader gets
                         // no control segment, so it can never hold the run back.
                         // The tap first (it waits for the run loop, whose ticks send on
@@ -148,13 +290,48 @@ pub fn worker(fd: i32) -> ExitCode {
                         let _ = match tapped {
                             Ok(rings) => {
                                 use std::os::fd::AsRawFd;
-                                let fds = [rings.tags.shared().fds()[0].as_raw_fd(), rings.data.shared().fds()[0].as_raw_fd()];
-                                proto::send(&s, &Msg { id: run, body: FromWorker::Tapped { tap_req, tap: rings.id, ok: true, text: String::new(), errno: 0 } }, &fds)
+                                let fds = [
+                                    rings.tags.shared().fds()[0].as_raw_fd(),
+                                    rings.data.shared().fds()[0].as_raw_fd(),
+                                ];
+                                proto::send(
+                                    &s,
+                                    &Msg {
+                                        id: run,
+                                        body: FromWorker::Tapped {
+                                            tap_req,
+                                            tap: rings.id,
+                                            ok: true,
+                                            text: String::new(),
+                                            errno: 0,
+                                        },
+                                    },
+                                    &fds,
+                                )
                             }
-                            Err((errno, text)) => proto::send(&s, &Msg { id: run, body: FromWorker::Tapped { tap_req, tap: 0, ok: false, text, errno } }, &[]),
+                            Err((errno, text)) => proto::send(
+                                &s,
+                                &Msg {
+                                    id: run,
+                                    body: FromWorker::Tapped {
+                                        tap_req,
+                                        tap: 0,
+                                        ok: false,
+                                        text,
+                                        errno,
+                                    },
+                                },
+                                &[],
+                            ),
                         };
                     }
-                    Ok((Msg { body: ToWorker::Untap { tap }, .. }, _)) => edits.untap(tap),
+                    Ok((
+                        Msg {
+                            body: ToWorker::Untap { tap },
+                            ..
+                        },
+                        _,
+                    )) => edits.untap(tap),
                     Ok(_) => {}
                     Err(_) => {
                         // The daemon is gone: stop as a hang-up would.
@@ -172,7 +349,13 @@ pub fn worker(fd: i32) -> ExitCode {
     let rep = edits.run(spaces, &interrupt, |s| {
         if last.elapsed() >= Duration::from_millis(200) {
             last = Instant::now();
-            let _ = tell(&out, FromWorker::Counters { elapsed_s: start.elapsed().as_secs_f64(), nodes: counters(&s.report()) });
+            let _ = tell(
+                &out,
+                FromWorker::Counters {
+                    elapsed_s: start.elapsed().as_secs_f64(),
+                    nodes: counters(&s.report()),
+                },
+            );
             send_graph(&out, run, &edits, mode, &mut shown);
         }
     });
@@ -180,7 +363,13 @@ pub fn worker(fd: i32) -> ExitCode {
     let elapsed = start.elapsed();
     print_report(&rep, elapsed, options.quiet);
     let code = exit_status(&rep, signal.load(Ordering::SeqCst));
-    let _ = tell(&out, FromWorker::Counters { elapsed_s: elapsed.as_secs_f64(), nodes: counters(&rep.nodes) });
+    let _ = tell(
+        &out,
+        FromWorker::Counters {
+            elapsed_s: elapsed.as_secs_f64(),
+            nodes: counters(&rep.nodes),
+        },
+    );
     let _ = tell(&out, FromWorker::Finished { code: code as i32 });
     ExitCode::from(code)
 }

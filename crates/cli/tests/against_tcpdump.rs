@@ -8,7 +8,10 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 fn sample() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sample.pcap"
+    ))
 }
 
 fn tcpdump_count(file: &std::path::Path, expr: &str) -> u64 {
@@ -17,23 +20,44 @@ fn tcpdump_count(file: &std::path::Path, expr: &str) -> u64 {
         .arg(file)
         .arg(expr)
         .output()
-        .unwrap_or_else(|e| panic!("tcpdump is required for this test (install it: apt-get install tcpdump): {e}"));
-    assert!(out.status.success(), "tcpdump '{expr}' failed: {}", String::from_utf8_lossy(&out.stderr));
+        .unwrap_or_else(|e| {
+            panic!("tcpdump is required for this test (install it: apt-get install tcpdump): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "tcpdump '{expr}' failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).lines().count() as u64
 }
 
 /// Run a pipeline; returns (exit code, stdout, stderr).
 fn streamline(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).output().expect("run streamline");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run streamline");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The number in `count`'s summary line.
 fn count_of(pipeline: &str) -> u64 {
     let (code, _, err) = streamline(&["run", "-q", pipeline]);
     assert_eq!(code, 0, "streamline run '{pipeline}' failed:\n{err}");
-    let line = err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("no count line for '{pipeline}':\n{err}"));
-    line["count: ".len()..].split_whitespace().next().unwrap().parse().unwrap()
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("count: "))
+        .unwrap_or_else(|| panic!("no count line for '{pipeline}':\n{err}"));
+    line["count: ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[test]
@@ -56,20 +80,37 @@ fn counts_equal_tcpdump_on_shipped_capture() {
         ("udp | sport |53", "udp src port 53"),
         ("dport |1:1023", "(tcp or udp) and dst portrange 1-1023"),
         // Inversion admits class 0 too (everything that is not TCP/UDP to ports 1-1023).
-        ("dport |!1:1023", "not ((tcp or udp) and dst portrange 1-1023)"),
+        (
+            "dport |!1:1023",
+            "not ((tcp or udp) and dst portrange 1-1023)",
+        ),
         ("proto |17", "udp"),
         ("tcp + udp |", "tcp or udp"),
-        ("(tcp | dport 80) ++ (udp | dport 53) |", "(tcp dst port 80) or (udp dst port 53)"),
+        (
+            "(tcp | dport 80) ++ (udp | dport 53) |",
+            "(tcp dst port 80) or (udp dst port 53)",
+        ),
         ("tcp +* dport 80 |", "tcp and dst port 80"),
     ];
     let mut checked = 0;
     for (pipe, expr) in cases {
-        let p = format!("pcapin file={} | {pipe} count", f.display()).replace("|  count", "| count");
-        let p = if pipe.is_empty() { format!("pcapin file={} | count", f.display()) } else { p };
+        let p =
+            format!("pcapin file={} | {pipe} count", f.display()).replace("|  count", "| count");
+        let p = if pipe.is_empty() {
+            format!("pcapin file={} | count", f.display())
+        } else {
+            p
+        };
         let ours = count_of(&p);
         let theirs = tcpdump_count(&f, expr);
-        assert!(theirs > 0, "tcpdump found nothing for '{expr}': the sample should contain it");
-        assert_eq!(ours, theirs, "'{p}' counted {ours}, tcpdump '{expr}' counted {theirs}");
+        assert!(
+            theirs > 0,
+            "tcpdump found nothing for '{expr}': the sample should contain it"
+        );
+        assert_eq!(
+            ours, theirs,
+            "'{p}' counted {ours}, tcpdump '{expr}' counted {theirs}"
+        );
         checked += 1;
     }
     assert_eq!(checked, cases.len());
@@ -81,14 +122,41 @@ fn pcapout_is_read_back_by_tcpdump_packet_for_packet() {
     let dir = std::env::temp_dir().join(format!("sl-pcapout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("udp.pcap");
-    let (code, _, err) = streamline(&["run", "-q", &format!("pcapin file={} | udp | pcapout file={}", f.display(), out.display())]);
+    let (code, _, err) = streamline(&[
+        "run",
+        "-q",
+        &format!(
+            "pcapin file={} | udp | pcapout file={}",
+            f.display(),
+            out.display()
+        ),
+    ]);
     assert_eq!(code, 0, "{err}");
-    let theirs = Command::new("tcpdump").args(["-n", "-tt", "-r"]).arg(&f).arg("udp").output().expect("tcpdump");
-    let ours = Command::new("tcpdump").args(["-n", "-tt", "-r"]).arg(&out).output().expect("tcpdump");
-    assert!(ours.status.success(), "tcpdump cannot read our file: {}", String::from_utf8_lossy(&ours.stderr));
-    let (a, b) = (String::from_utf8_lossy(&theirs.stdout), String::from_utf8_lossy(&ours.stdout));
+    let theirs = Command::new("tcpdump")
+        .args(["-n", "-tt", "-r"])
+        .arg(&f)
+        .arg("udp")
+        .output()
+        .expect("tcpdump");
+    let ours = Command::new("tcpdump")
+        .args(["-n", "-tt", "-r"])
+        .arg(&out)
+        .output()
+        .expect("tcpdump");
+    assert!(
+        ours.status.success(),
+        "tcpdump cannot read our file: {}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    let (a, b) = (
+        String::from_utf8_lossy(&theirs.stdout),
+        String::from_utf8_lossy(&ours.stdout),
+    );
     assert!(a.lines().count() > 0);
-    assert_eq!(a, b, "tcpdump's view of our pcapout differs from the original's udp packets");
+    assert_eq!(
+        a, b,
+        "tcpdump's view of our pcapout differs from the original's udp packets"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -101,14 +169,24 @@ fn bad_inputs_give_clear_errors() {
     std::fs::write(&junk, b"this is not a capture file at all").unwrap();
     let (code, _, err) = streamline(&["run", &format!("pcapin file={} | count", junk.display())]);
     assert_ne!(code, 0);
-    assert!(err.contains("not a pcap or pcapng file") && err.contains("byte 0"), "{err}");
+    assert!(
+        err.contains("not a pcap or pcapng file") && err.contains("byte 0"),
+        "{err}"
+    );
     // A truncated capture: the packets before the cut are kept, the cut is named.
     let data = std::fs::read(sample()).unwrap();
     let cut = dir.join("cut.pcap");
     std::fs::write(&cut, &data[..data.len() / 2 + 7]).unwrap();
-    let (code, _, err) = streamline(&["run", "-q", &format!("pcapin file={} | count", cut.display())]);
+    let (code, _, err) = streamline(&[
+        "run",
+        "-q",
+        &format!("pcapin file={} | count", cut.display()),
+    ]);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("truncated") && err.contains("at byte"), "{err}");
+    assert!(
+        err.contains("truncated") && err.contains("at byte"),
+        "{err}"
+    );
     // A missing file.
     let (code, _, err) = streamline(&["run", "pcapin file=/nonexistent.pcap | count"]);
     assert_ne!(code, 0);
@@ -125,7 +203,9 @@ fn unix_commands_and_edits_round_trip() {
     let dir = std::env::temp_dir().join(format!("sl-unix-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("in.txt");
-    let text: String = (0..5000).map(|i| format!("line {i} of the test input\n")).collect();
+    let text: String = (0..5000)
+        .map(|i| format!("line {i} of the test input\n"))
+        .collect();
     std::fs::write(&input, &text).unwrap();
     // deflate | inflate and encrypt | decrypt restore every block; a Unix process in the
     // middle (tr) sees the bytes and its output continues down the pipeline.
@@ -140,7 +220,8 @@ fn unix_commands_and_edits_round_trip() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), text.to_uppercase());
     // A plain Unix pipeline is a valid Streamline program.
-    let (code, stdout, err) = streamline(&["run", "-q", &format!("cat {} | wc -l", input.display())]);
+    let (code, stdout, err) =
+        streamline(&["run", "-q", &format!("cat {} | wc -l", input.display())]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(stdout.trim(), "5000");
     let _ = std::fs::remove_dir_all(&dir);
@@ -156,12 +237,24 @@ fn ctrl_c_stops_the_run_and_still_prints_totals() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     // SIGINT, as Ctrl-C sends.
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
-    let line = err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("no totals after Ctrl-C:\n{err}"));
-    let n: u64 = line["count: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("count: "))
+        .unwrap_or_else(|| panic!("no totals after Ctrl-C:\n{err}"));
+    let n: u64 = line["count: ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(n > 0, "{line}");
     assert!(err.contains("interrupted"), "{err}");
 }
@@ -173,7 +266,13 @@ fn filters_are_listed_and_documented() {
     assert!(out.lines().count() >= 30, "{out}");
     let (code, out, _) = streamline(&["filters", "dport"]);
     assert_eq!(code, 0);
-    for s in ["SYNOPSIS", "PARAMETERS", "CLASSES", "EXAMPLE", "destination port"] {
+    for s in [
+        "SYNOPSIS",
+        "PARAMETERS",
+        "CLASSES",
+        "EXAMPLE",
+        "destination port",
+    ] {
         assert!(out.contains(s), "{out}");
     }
     let (code, _, err) = streamline(&["filters", "nosuch"]);
@@ -185,7 +284,13 @@ fn filters_are_listed_and_documented() {
 fn check_prints_the_graph() {
     let (code, out, err) = streamline(&["check", "pcapin file=x.pcap | tcp + udp | count"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("pcapin") && out.contains("join") && out.contains("count") && out.contains("->"), "{out}");
+    assert!(
+        out.contains("pcapin")
+            && out.contains("join")
+            && out.contains("count")
+            && out.contains("->"),
+        "{out}"
+    );
 }
 
 /// The progress bar, seen on a real pseudo-terminal: `script` (util-linux) runs the command
@@ -211,19 +316,30 @@ fn progress_bar_shows_on_a_terminal_and_not_in_pipes() {
         .arg(&typescript)
         .stdin(std::process::Stdio::null())
         .output()
-        .unwrap_or_else(|e| panic!("`script` (util-linux, package bsdutils) is required for this test: {e}"));
+        .unwrap_or_else(|e| {
+            panic!("`script` (util-linux, package bsdutils) is required for this test: {e}")
+        });
     let term = String::from_utf8_lossy(&std::fs::read(&typescript).unwrap()).into_owned();
     assert!(st.status.success(), "run under script failed:\n{term}");
     // indicatif draws the total size and a bar of ░/█ characters, then clears it; the
     // table and count line follow.
     let total = format!("{:.2} MiB", big.len() as f64 / (1 << 20) as f64);
-    assert!(term.contains(&total), "no progress bar with total {total} on the terminal:\n{term}");
-    assert!(term.contains('░') || term.contains('█'), "no bar drawn:\n{term}");
+    assert!(
+        term.contains(&total),
+        "no progress bar with total {total} on the terminal:\n{term}"
+    );
+    assert!(
+        term.contains('░') || term.contains('█'),
+        "no bar drawn:\n{term}"
+    );
     assert!(term.contains("count: "), "{term}");
     // Without a terminal (this test's own pipes) there is no bar.
     let (code, _, err) = streamline(&["run", &pipeline]);
     assert_eq!(code, 0, "{err}");
-    assert!(!err.contains(&total) && !err.contains('░'), "a bar was drawn into a pipe:\n{err}");
+    assert!(
+        !err.contains(&total) && !err.contains('░'),
+        "a bar was drawn into a pipe:\n{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -232,12 +348,28 @@ fn progress_bar_shows_on_a_terminal_and_not_in_pipes() {
 #[test]
 fn bpf_counts_equal_tcpdump() {
     let cap = sample();
-    for expr in ["tcp dst port 80", "udp port 53 or icmp6", "tcp[tcpflags] & tcp-syn != 0", "ip[2:2] > 500 and not tcp", "greater 1000", "ether host 02:00:0a:63:00:01 and ip6"] {
+    for expr in [
+        "tcp dst port 80",
+        "udp port 53 or icmp6",
+        "tcp[tcpflags] & tcp-syn != 0",
+        "ip[2:2] > 500 and not tcp",
+        "greater 1000",
+        "ether host 02:00:0a:63:00:01 and ip6",
+    ] {
         let want = tcpdump_count(&cap, expr);
-        let got = count_of(&format!("pcapin file={} | bpf \"{expr}\" | count", cap.display()));
+        let got = count_of(&format!(
+            "pcapin file={} | bpf \"{expr}\" | count",
+            cap.display()
+        ));
         assert_eq!(got, want, "bpf \"{expr}\"");
     }
-    let (code, _, err) = streamline(&["run", &format!("pcapin file={} | bpf \"tcp prt 80\" | count", cap.display())]);
+    let (code, _, err) = streamline(&[
+        "run",
+        &format!("pcapin file={} | bpf \"tcp prt 80\" | count", cap.display()),
+    ]);
     assert_eq!(code, 2);
-    assert!(err.contains("'tcp prt 80' does not compile") && err.contains("syntax error"), "{err}");
+    assert!(
+        err.contains("'tcp prt 80' does not compile") && err.contains("syntax error"),
+        "{err}"
+    );
 }

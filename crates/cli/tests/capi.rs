@@ -27,11 +27,22 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 /// `cargo test` builds it) or its parent (where `cargo build -p capi` puts it), the newer.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().expect("the test binary lies in <target>/<profile>/deps").to_path_buf();
+    let deps = exe
+        .parent()
+        .expect("the test binary lies in <target>/<profile>/deps")
+        .to_path_buf();
     let profile = deps.parent().expect("<target>/<profile>").to_path_buf();
     let newest = [profile.clone(), deps.clone()]
         .into_iter()
-        .filter_map(|d| Some((std::fs::metadata(d.join("libstreamline.so")).ok()?.modified().ok()?, d)))
+        .filter_map(|d| {
+            Some((
+                std::fs::metadata(d.join("libstreamline.so"))
+                    .ok()?
+                    .modified()
+                    .ok()?,
+                d,
+            ))
+        })
         .max_by_key(|(t, _)| *t);
     newest.map(|(_, d)| d).unwrap_or_else(|| panic!("libstreamline.so is in neither {} nor {}: build it (`cargo build -p capi`; `cargo test --workspace` builds it)", profile.display(), deps.display()))
 }
@@ -44,7 +55,8 @@ fn programs() -> &'static Path {
         let lib = lib_dir();
         let out = lib.join("slfile-examples");
         std::fs::create_dir_all(&out).unwrap();
-        std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
         for p in ["slcat", "slwrite"] {
             let src = Path::new(ROOT).join(format!("examples/slfile/{p}.c"));
             let o = Command::new("cc")
@@ -59,7 +71,12 @@ fn programs() -> &'static Path {
                 .arg(out.join(p))
                 .output()
                 .unwrap_or_else(|e| panic!("cannot run cc (apt-get install gcc): {e}"));
-            assert!(o.status.success(), "cc {}: {}", src.display(), String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.status.success(),
+                "cc {}: {}",
+                src.display(),
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
         out
     })
@@ -74,7 +91,11 @@ fn prog(d: &Daemon, name: &str) -> Command {
 /// A C program started with its stdout piped, returned once it printed a line starting
 /// with `first` (it opened its stream), with that line.
 fn start_until(mut cmd: Command, first: &str) -> (Child, BufReader<std::process::ChildStdout>) {
-    let mut c = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut c = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut out = BufReader::new(c.stdout.take().unwrap());
     let mut line = String::new();
     if out.read_line(&mut line).unwrap() == 0 || !line.starts_with(first) {
@@ -88,7 +109,12 @@ fn start_until(mut cmd: Command, first: &str) -> (Child, BufReader<std::process:
 
 /// Wait at most `limit` for a started program; its exit status, the rest of its stdout,
 /// and its stderr. Killed and failed on the timeout.
-fn finish(mut c: Child, mut out: BufReader<std::process::ChildStdout>, limit: Duration, what: &str) -> (i32, String, String) {
+fn finish(
+    mut c: Child,
+    mut out: BufReader<std::process::ChildStdout>,
+    limit: Duration,
+    what: &str,
+) -> (i32, String, String) {
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = c.try_wait().unwrap() {
@@ -111,14 +137,25 @@ fn finish(mut c: Child, mut out: BufReader<std::process::ChildStdout>, limit: Du
 /// A program's run to its end, as (status, stdout, stderr).
 fn run(mut cmd: Command) -> (i32, String, String) {
     let o = cmd.output().unwrap();
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 /// The `records R bytes B fnv1a H` line's numbers.
 fn totals(out: &str) -> (u64, u64, String) {
-    let l = out.lines().find(|l| l.starts_with("records ")).unwrap_or_else(|| panic!("no totals line in {out:?}"));
+    let l = out
+        .lines()
+        .find(|l| l.starts_with("records "))
+        .unwrap_or_else(|| panic!("no totals line in {out:?}"));
     let w: Vec<&str> = l.split_whitespace().collect();
-    (w[1].parse().unwrap(), w[3].parse().unwrap(), w[5].to_string())
+    (
+        w[1].parse().unwrap(),
+        w[3].parse().unwrap(),
+        w[5].to_string(),
+    )
 }
 
 /// A run opened through the daemon (built, paused, its exported rings there) with its
@@ -131,20 +168,47 @@ struct Opened {
 
 fn open_run(d: &Daemon, pipeline: &str) -> Opened {
     let mut c = Client::connect(&d.socket).unwrap();
-    c.socket().set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    c.socket()
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
     let report = d.dir.join(format!("report-{}", pipeline.len()));
-    let (null_in, null_out) = (std::fs::File::open("/dev/null").unwrap(), std::fs::File::create("/dev/null").unwrap());
+    let (null_in, null_out) = (
+        std::fs::File::open("/dev/null").unwrap(),
+        std::fs::File::create("/dev/null").unwrap(),
+    );
     let err = std::fs::File::create(&report).unwrap();
-    let options = RunOptions { plan: "none".into(), ..RunOptions::default() };
-    let (reply, _) = c.call_fds(Request::Open { pipeline: pipeline.into(), options, fds: 3 }, &[null_in.as_raw_fd(), null_out.as_raw_fd(), err.as_raw_fd()]).unwrap();
-    let Reply::Opened { run, .. } = reply else { panic!("open {pipeline}: {reply:?}") };
+    let options = RunOptions {
+        plan: "none".into(),
+        ..RunOptions::default()
+    };
+    let (reply, _) = c
+        .call_fds(
+            Request::Open {
+                pipeline: pipeline.into(),
+                options,
+                fds: 3,
+            },
+            &[null_in.as_raw_fd(), null_out.as_raw_fd(), err.as_raw_fd()],
+        )
+        .unwrap();
+    let Reply::Opened { run, .. } = reply else {
+        panic!("open {pipeline}: {reply:?}")
+    };
     Opened { c, run, report }
 }
 
 impl Opened {
     /// Start the run and wait for its end; its exit status and report (stderr).
     fn activate_and_finish(mut self) -> (i32, String) {
-        assert!(matches!(self.c.call(Request::Activate { run: self.run, detach: false }).unwrap(), Reply::Done {}));
+        assert!(matches!(
+            self.c
+                .call(Request::Activate {
+                    run: self.run,
+                    detach: false
+                })
+                .unwrap(),
+            Reply::Done {}
+        ));
         self.c.send(Request::Attach { run: self.run }, &[]).unwrap();
         loop {
             let (m, _) = self.c.recv().unwrap();
@@ -157,7 +221,10 @@ impl Opened {
 
 /// `count: N blocks, M bytes` of a report.
 fn count_line(report: &str) -> (u64, u64) {
-    let l = report.lines().find_map(|l| l.strip_prefix("count: ")).unwrap_or_else(|| panic!("no count line:\n{report}"));
+    let l = report
+        .lines()
+        .find_map(|l| l.strip_prefix("count: "))
+        .unwrap_or_else(|| panic!("no count line:\n{report}"));
     let w: Vec<&str> = l.split_whitespace().collect();
     (w[0].parse().unwrap(), w[2].parse().unwrap())
 }
@@ -173,7 +240,10 @@ fn a_c_reader_of_an_exported_stream_sees_what_count_counted() {
     for (k, mode) in ["read", "peek", "acquire"].iter().enumerate() {
         let (n, size) = (30_000u64, 200 + 100 * k as u64);
         let name = format!("capi{pid}{mode}");
-        let opened = open_run(&d, &format!("gen count={n} size={size} | count name={name} export=yes"));
+        let opened = open_run(
+            &d,
+            &format!("gen count={n} size={size} | count name={name} export=yes"),
+        );
         let mut cat = prog(&d, "slcat");
         cat.args(["-m", mode, &name]);
         let (c, out) = start_until(cat, "opened");
@@ -183,9 +253,18 @@ fn a_c_reader_of_an_exported_stream_sees_what_count_counted() {
         assert_eq!(status, 0, "slcat -m {mode}: {err}");
         let (records, bytes, _) = totals(&rest);
         assert_eq!(count_line(&report), (n, n * size), "{report}");
-        assert_eq!((records, bytes), (n, n * size), "slcat -m {mode} against the run's report:\n{report}");
-        assert!(rest.contains("stale 0 lost 0"), "a registered reader's records are never overwritten: {rest}");
-        common::wait_for("the run's rings to go", Duration::from_secs(10), || !Path::new(&format!("/dev/shm/streamline.{name}")).exists());
+        assert_eq!(
+            (records, bytes),
+            (n, n * size),
+            "slcat -m {mode} against the run's report:\n{report}"
+        );
+        assert!(
+            rest.contains("stale 0 lost 0"),
+            "a registered reader's records are never overwritten: {rest}"
+        );
+        common::wait_for("the run's rings to go", Duration::from_secs(10), || {
+            !Path::new(&format!("/dev/shm/streamline.{name}")).exists()
+        });
     }
 }
 
@@ -200,24 +279,41 @@ fn a_stream_written_from_c_reaches_a_c_reader_byte_for_byte() {
     let ring = format!("/dev/shm/streamline.{name}");
     // 40,000 records of 16..2015 bytes: about 40 MB through a 16 MiB data ring.
     let mut w = prog(&d, "slwrite");
-    w.args([&name, "40000"]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    w.args([&name, "40000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let writer = w.spawn().unwrap();
-    common::wait_for("the writer's rings", Duration::from_secs(10), || Path::new(&ring).exists() && Path::new(&format!("{ring}.data")).exists());
+    common::wait_for("the writer's rings", Duration::from_secs(10), || {
+        Path::new(&ring).exists() && Path::new(&format!("{ring}.data")).exists()
+    });
     let mut cat = prog(&d, "slcat");
     cat.args(["-m", "acquire", &name]);
     let (c, out) = start_until(cat, "opened");
     let (rstatus, rout, rerr) = finish(c, out, Duration::from_secs(120), "slcat");
     let wo = writer.wait_with_output().unwrap();
-    let (wout, werr) = (String::from_utf8_lossy(&wo.stdout), String::from_utf8_lossy(&wo.stderr));
+    let (wout, werr) = (
+        String::from_utf8_lossy(&wo.stdout),
+        String::from_utf8_lossy(&wo.stderr),
+    );
     assert!(wo.status.success(), "slwrite: {werr}");
     assert_eq!(rstatus, 0, "slcat: {rerr}");
     assert!(wout.starts_with(&format!("created {name}\n")), "{wout}");
     let (wr, wb, wh) = totals(&wout);
     assert_eq!(wr, 40_000);
-    assert!(wb > 16 << 21, "the writer wrote {wb} bytes: more than two laps of the data ring");
-    assert_eq!(totals(&rout), (wr, wb, wh), "reader:\n{rout}\nwriter:\n{wout}");
+    assert!(
+        wb > 16 << 21,
+        "the writer wrote {wb} bytes: more than two laps of the data ring"
+    );
+    assert_eq!(
+        totals(&rout),
+        (wr, wb, wh),
+        "reader:\n{rout}\nwriter:\n{wout}"
+    );
     assert!(rout.contains("stale 0 lost 0"), "{rout}");
-    assert!(!Path::new(&ring).exists() && !Path::new(&format!("{ring}.data")).exists(), "the writer's close removed its rings");
+    assert!(
+        !Path::new(&ring).exists() && !Path::new(&format!("{ring}.data")).exists(),
+        "the writer's close removed its rings"
+    );
 }
 
 /// The errno a C program gets: ENOENT for a stream nobody exports, EINVAL for a name that
@@ -228,7 +324,13 @@ fn a_stream_written_from_c_reaches_a_c_reader_byte_for_byte() {
 fn bad_names_other_users_streams_and_a_stopped_daemon_get_their_errno() {
     let d = Daemon::start("capi-err", None);
     let pid = std::process::id();
-    let errno_of = |err: &str| err.split("errno=").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("").to_string();
+    let errno_of = |err: &str| {
+        err.split("errno=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("")
+            .to_string()
+    };
 
     let (status, _, err) = run({
         let mut c = prog(&d, "slcat");
@@ -236,7 +338,10 @@ fn bad_names_other_users_streams_and_a_stopped_daemon_get_their_errno() {
         c
     });
     assert_eq!((status, errno_of(&err).as_str()), (1, "ENOENT"), "{err}");
-    assert!(err.contains("no exported stream"), "the daemon's reason reaches slfile_error: {err}");
+    assert!(
+        err.contains("no exported stream"),
+        "the daemon's reason reaches slfile_error: {err}"
+    );
     let (status, _, err) = run({
         let mut c = prog(&d, "slcat");
         c.arg("a b");
@@ -246,12 +351,27 @@ fn bad_names_other_users_streams_and_a_stopped_daemon_get_their_errno() {
 
     // Root's stream, 0600: refused to uid 65534 by the daemon.
     let secret = format!("capis{pid}");
-    let out = d.cli().args(["run", "--detach", "-q", &format!("gen count=100G size=64 | count name={secret} export=yes mode=0600")]).stderr(Stdio::null()).output().unwrap();
+    let out = d
+        .cli()
+        .args([
+            "run",
+            "--detach",
+            "-q",
+            &format!("gen count=100G size=64 | count name={secret} export=yes mode=0600"),
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
     let secret_run: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    common::wait_for("root's stream", Duration::from_secs(10), || Path::new(&format!("/dev/shm/streamline.{secret}")).exists());
+    common::wait_for("root's stream", Duration::from_secs(10), || {
+        Path::new(&format!("/dev/shm/streamline.{secret}")).exists()
+    });
     let as_nobody = |args: &[&str]| {
         let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(programs().join("slcat")).args(args).env("STREAMLINE_SOCKET", &d.socket);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(programs().join("slcat"))
+            .args(args)
+            .env("STREAMLINE_SOCKET", &d.socket);
         c
     };
     let (status, _, err) = run(as_nobody(&[&secret]));
@@ -261,13 +381,28 @@ fn bad_names_other_users_streams_and_a_stopped_daemon_get_their_errno() {
 
     // Root's stream, 0644: uid 65534 reads it as an observer, and records arrive.
     let public = format!("capip{pid}");
-    let out = d.cli().args(["run", "--detach", "-q", &format!("gen count=100G size=64 | count name={public} export=yes mode=0644")]).stderr(Stdio::null()).output().unwrap();
+    let out = d
+        .cli()
+        .args([
+            "run",
+            "--detach",
+            "-q",
+            &format!("gen count=100G size=64 | count name={public} export=yes mode=0644"),
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
     let public_run: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    common::wait_for("root's public stream", Duration::from_secs(10), || Path::new(&format!("/dev/shm/streamline.{public}")).exists());
+    common::wait_for("root's public stream", Duration::from_secs(10), || {
+        Path::new(&format!("/dev/shm/streamline.{public}")).exists()
+    });
     let (mut c, mut out) = start_until(as_nobody(&["-v", &public]), "opened");
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("record 1 64"), "an observer reads the stream's records: {line:?}");
+    assert!(
+        line.starts_with("record 1 64"),
+        "an observer reads the stream's records: {line:?}"
+    );
     c.kill().unwrap();
     c.wait().unwrap();
     let _ = d.cli().args(["stop", &public_run.to_string()]).output();
@@ -278,7 +413,10 @@ fn bad_names_other_users_streams_and_a_stopped_daemon_get_their_errno() {
     let mut c = Command::new(programs().join("slcat"));
     c.arg("anything").env("STREAMLINE_SOCKET", &socket);
     let (status, _, err) = run(c);
-    assert!(status == 1 && ["ECONNREFUSED", "ENOENT"].contains(&errno_of(&err).as_str()), "{err}");
+    assert!(
+        status == 1 && ["ECONNREFUSED", "ENOENT"].contains(&errno_of(&err).as_str()),
+        "{err}"
+    );
     assert!(err.contains("no Streamline daemon answers on"), "{err}");
 }
 
@@ -287,10 +425,19 @@ fn bad_names_other_users_streams_and_a_stopped_daemon_get_their_errno() {
 #[test]
 fn a_pipesfs_path_reads_through_the_library() {
     let d = Daemon::start("capi-fs", None);
-    let out = d.cli().args(["run", "--detach", "-q", "gen count=100G size=64 | count"]).stderr(Stdio::null()).output().unwrap();
+    let out = d
+        .cli()
+        .args(["run", "--detach", "-q", "gen count=100G size=64 | count"])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
     let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     let all = d.mount().join(id.to_string()).join("gen/all");
-    common::wait_for("the run's gen/all in PipesFS", Duration::from_secs(10), || all.exists());
+    common::wait_for(
+        "the run's gen/all in PipesFS",
+        Duration::from_secs(10),
+        || all.exists(),
+    );
     let mut cat = prog(&d, "slcat");
     cat.args(["-v", all.to_str().unwrap()]);
     let (mut c, mut out) = start_until(cat, "opened");
@@ -299,12 +446,22 @@ fn a_pipesfs_path_reads_through_the_library() {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         let w: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(w.get(..2), Some(&["record", &k.to_string()][..]), "{line:?}");
+        assert_eq!(
+            w.get(..2),
+            Some(&["record", &k.to_string()][..]),
+            "{line:?}"
+        );
         assert!(w[2].parse::<u64>().unwrap() > 0, "{line:?}");
     }
     c.kill().unwrap();
     c.wait().unwrap();
-    assert!(d.cli().args(["stop", &id.to_string()]).output().unwrap().status.success());
+    assert!(d
+        .cli()
+        .args(["stop", &id.to_string()])
+        .output()
+        .unwrap()
+        .status
+        .success());
 }
 
 /// A daemon that hangs up between two requests (here a peer that answers the handshake and
@@ -326,8 +483,22 @@ fn a_daemon_that_hangs_up_gives_an_errno_never_sigpipe() {
             let (c, _) = listener.accept().unwrap();
             let (m, _) = proto::recv::<Request>(&c).unwrap();
             assert!(matches!(m.body, Request::Hello { .. }), "{m:?}");
-            let welcome = Reply::Welcome { version: proto::VERSION, server: "hangs up".into(), uid: 0, gid: 0, pid: 0 };
-            proto::send(&c, &Msg { id: m.id, body: welcome }, &[]).unwrap();
+            let welcome = Reply::Welcome {
+                version: proto::VERSION,
+                server: "hangs up".into(),
+                uid: 0,
+                gid: 0,
+                pid: 0,
+            };
+            proto::send(
+                &c,
+                &Msg {
+                    id: m.id,
+                    body: welcome,
+                },
+                &[],
+            )
+            .unwrap();
             c.shutdown(std::net::Shutdown::Both).unwrap();
         }
     });
@@ -337,9 +508,22 @@ fn a_daemon_that_hangs_up_gives_an_errno_never_sigpipe() {
         c.arg("anything").env("STREAMLINE_SOCKET", &sock);
         let o = c.output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert_eq!(o.status.code(), Some(1), "round {round}: slcat ended with {:?} (a signal: SIGPIPE?): {err}", o.status);
-        let errno = err.split("errno=").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("").to_string();
-        assert!(["EPIPE", "ECONNRESET"].contains(&errno.as_str()), "round {round}: {err}");
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "round {round}: slcat ended with {:?} (a signal: SIGPIPE?): {err}",
+            o.status
+        );
+        let errno = err
+            .split("errno=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("")
+            .to_string();
+        assert!(
+            ["EPIPE", "ECONNRESET"].contains(&errno.as_str()),
+            "round {round}: {err}"
+        );
         seen.insert(errno);
     }
     hangup.join().unwrap();
@@ -367,10 +551,20 @@ fn the_library_links_only_libc_and_exports_the_slfile_calls() {
         c
     });
     assert_eq!(status, 0, "{err}");
-    let header = std::fs::read_to_string(Path::new(ROOT).join("crates/capi/include/streamline.h")).unwrap();
-    let declared: Vec<&str> = header.lines().filter(|l| !l.trim_start().starts_with("//") && l.trim_end().ends_with(");")).filter_map(|l| l.split('(').next()?.split_whitespace().last()).map(|f| f.trim_start_matches('*')).filter(|f| f.starts_with("slfile_") && *f != "slfile_open").collect();
+    let header =
+        std::fs::read_to_string(Path::new(ROOT).join("crates/capi/include/streamline.h")).unwrap();
+    let declared: Vec<&str> = header
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//") && l.trim_end().ends_with(");"))
+        .filter_map(|l| l.split('(').next()?.split_whitespace().last())
+        .map(|f| f.trim_start_matches('*'))
+        .filter(|f| f.starts_with("slfile_") && *f != "slfile_open")
+        .collect();
     assert!(declared.len() >= 15, "{declared:?}");
     for f in declared {
-        assert!(syms.lines().any(|l| l.ends_with(&format!(" T {f}"))), "{f} is declared in streamline.h but not exported");
+        assert!(
+            syms.lines().any(|l| l.ends_with(&format!(" T {f}"))),
+            "{f} is declared in streamline.h but not exported"
+        );
     }
 }

@@ -20,15 +20,24 @@ const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample
 fn compat_dir() -> PathBuf {
     let dir = Path::new(BIN).parent().unwrap();
     assert!(dir.join("libslpcap.so").exists() || dir.join("deps/libslpcap.so").exists(), "libslpcap.so is missing in {}: build it (`cargo build -p compat`; `cargo test --workspace` builds it)", dir.display());
-    let out = Command::new(BIN).args(["compat", "--print-dir"]).output().unwrap();
-    assert!(out.status.success(), "streamline compat --print-dir: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["compat", "--print-dir"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "streamline compat --print-dir: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 /// `program` on our libpcap, talking to daemon `d`.
 fn on_streamline(d: &Daemon, program: &str) -> Command {
     let mut c = Command::new(program);
-    c.env("LD_LIBRARY_PATH", compat_dir()).env("STREAMLINE_SOCKET", &d.socket).env_remove("STREAMLINE_PCAP_FALLBACK");
+    c.env("LD_LIBRARY_PATH", compat_dir())
+        .env("STREAMLINE_SOCKET", &d.socket)
+        .env_remove("STREAMLINE_PCAP_FALLBACK");
     c
 }
 
@@ -41,7 +50,10 @@ struct Reader {
 
 impl Reader {
     fn listening(started: (Child, std::thread::JoinHandle<String>)) -> Reader {
-        Reader { child: Some(started.0), rest: Some(started.1) }
+        Reader {
+            child: Some(started.0),
+            rest: Some(started.1),
+        }
     }
 
     fn id(&self) -> u32 {
@@ -51,9 +63,16 @@ impl Reader {
     /// SIGINT it (a capture program's clean stop); its exit status and its stderr.
     fn interrupt(mut self) -> (std::process::ExitStatus, String) {
         let c = self.child.take().expect("running");
-        assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
+        assert!(Command::new("kill")
+            .args(["-INT", &c.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
         let out = c.wait_with_output().unwrap();
-        (out.status, self.rest.take().expect("running").join().unwrap())
+        (
+            out.status,
+            self.rest.take().expect("running").join().unwrap(),
+        )
     }
 }
 
@@ -77,7 +96,11 @@ fn tcpdump_with(mut c: Command, extra: &[&str], dev: &str, filter: &str, out: &P
     // -U and --immediate-mode: each packet delivered and written as it comes, so a file
     // stops growing once its reader has everything (see `settle`); without immediate mode
     // the system's libpcap holds packets in a kernel block for up to its 1 s timeout.
-    c.args(["-Z", "root", "-n", "-U", "--immediate-mode"]).args(extra).args(["-i", dev, "-w"]).arg(out).stdout(Stdio::null());
+    c.args(["-Z", "root", "-n", "-U", "--immediate-mode"])
+        .args(extra)
+        .args(["-i", dev, "-w"])
+        .arg(out)
+        .stdout(Stdio::null());
     if !filter.is_empty() {
         c.arg(filter);
     }
@@ -88,13 +111,27 @@ fn tcpdump_with(mut c: Command, extra: &[&str], dev: &str, filter: &str, out: &P
 fn stop(r: Reader) -> (u64, u64, u64, String) {
     let (status, err) = r.interrupt();
     assert!(status.success(), "tcpdump failed: {err}");
-    let n = |what: &str| err.lines().find(|l| l.contains(what)).and_then(|l| l.split_whitespace().next()?.parse().ok()).unwrap_or_else(|| panic!("no '{what}' in tcpdump's totals:\n{err}"));
-    (n("captured"), n("received by filter"), n("dropped by kernel"), err)
+    let n = |what: &str| {
+        err.lines()
+            .find(|l| l.contains(what))
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no '{what}' in tcpdump's totals:\n{err}"))
+    };
+    (
+        n("captured"),
+        n("received by filter"),
+        n("dropped by kernel"),
+        err,
+    )
 }
 
 /// The packets of a capture file: (caplen bytes, wire length), timestamps aside.
 fn packets(path: &Path) -> Vec<(Vec<u8>, u32)> {
-    timed_packets(path).1.into_iter().map(|(_, d, l)| (d, l)).collect()
+    timed_packets(path)
+        .1
+        .into_iter()
+        .map(|(_, d, l)| (d, l))
+        .collect()
 }
 
 /// A capture file's timestamp precision (nanoseconds?) and its packets with their times.
@@ -107,12 +144,24 @@ fn timed_packets(path: &Path) -> (bool, Vec<(Duration, Vec<u8>, u32)>) {
     let nano = match u32le(0) {
         0xa1b2c3d4 => false,
         0xa1b23c4d => true,
-        m => panic!("{}: magic {m:#x} (not a little-endian pcap file)", path.display()),
+        m => panic!(
+            "{}: magic {m:#x} (not a little-endian pcap file)",
+            path.display()
+        ),
     };
     let (mut at, mut v) = (24, Vec::new());
     while at + 16 <= b.len() {
-        let (sec, frac, incl, orig) = (u32le(at), u32le(at + 4), u32le(at + 8) as usize, u32le(at + 12));
-        assert!(at + 16 + incl <= b.len(), "{}: record at {at} runs past the end", path.display());
+        let (sec, frac, incl, orig) = (
+            u32le(at),
+            u32le(at + 4),
+            u32le(at + 8) as usize,
+            u32le(at + 12),
+        );
+        assert!(
+            at + 16 + incl <= b.len(),
+            "{}: record at {at} runs past the end",
+            path.display()
+        );
         let ts = Duration::new(sec as u64, if nano { frac } else { frac * 1000 });
         v.push((ts, b[at + 16..at + 16 + incl].to_vec(), orig));
         at += 16 + incl;
@@ -123,8 +172,25 @@ fn timed_packets(path: &Path) -> (bool, Vec<(Duration, Vec<u8>, u32)>) {
 
 /// Replay the sample `loops` times at `pps` from the namespace's end.
 fn replay(v: &kernel::netns::Veth, pps: u32, loops: u32) {
-    let o = v.command("tcpreplay").args(["-q", "-i", &v.there, "--pps", &pps.to_string(), "--loop", &loops.to_string(), SAMPLE]).output().expect("tcpreplay");
-    assert!(o.status.success(), "tcpreplay: {}", String::from_utf8_lossy(&o.stderr));
+    let o = v
+        .command("tcpreplay")
+        .args([
+            "-q",
+            "-i",
+            &v.there,
+            "--pps",
+            &pps.to_string(),
+            "--loop",
+            &loops.to_string(),
+            SAMPLE,
+        ])
+        .output()
+        .expect("tcpreplay");
+    assert!(
+        o.status.success(),
+        "tcpreplay: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// Offline count of `filter` over the sample, by the system's tcpdump (a line per packet).
@@ -135,7 +201,11 @@ fn offline_count(filter: &str) -> u64 {
         c.arg(filter);
     }
     let o = c.output().unwrap();
-    assert!(o.status.success(), "tcpdump -r: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "tcpdump -r: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).lines().count() as u64
 }
 
@@ -143,7 +213,12 @@ fn offline_count(filter: &str) -> u64 {
 /// write each packet as it comes, `-U --immediate-mode`), at most 60 s. A fixed pause
 /// would be too short on a loaded machine and stop a reader before it read what was sent.
 fn settle(files: &[PathBuf]) {
-    let size = || files.iter().map(|f| std::fs::metadata(f).map_or(0, |m| m.len())).collect::<Vec<_>>();
+    let size = || {
+        files
+            .iter()
+            .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+            .collect::<Vec<_>>()
+    };
     let until = std::time::Instant::now() + Duration::from_secs(60);
     let (mut last, mut still) = (size(), 0);
     while still < 5 && std::time::Instant::now() < until {
@@ -168,7 +243,16 @@ fn tcpdump_on_streamline_writes_what_plain_tcpdump_writes() {
     let v = quiet_veth("lgw", "veth pairs, namespaces, packet capture");
     let d = Daemon::start("lgw", None);
     let dir = tmpdir("w");
-    let filters = ["", "tcp", "udp", "udp port 53", "tcp and port 80", "len > 1000", "not tcp", "ip[8] > 60"];
+    let filters = [
+        "",
+        "tcp",
+        "udp",
+        "udp port 53",
+        "tcp and port 80",
+        "len > 1000",
+        "not tcp",
+        "ip[8] > 60",
+    ];
     let mut ours = Vec::new();
     let mut plain = Vec::new();
     // Sixteen readers writing every packet as it comes on two CPUs: with libpcap's default
@@ -177,25 +261,71 @@ fn tcpdump_on_streamline_writes_what_plain_tcpdump_writes() {
     // buffer that holds the whole replay (the sample is about 4 MB).
     let big = ["-B", "16384"];
     for (k, f) in filters.iter().enumerate() {
-        ours.push(tcpdump_with(on_streamline(&d, "tcpdump"), &big, &v.here, f, &dir.join(format!("ours{k}.pcap"))));
-        plain.push(tcpdump_with(Command::new("tcpdump"), &big, &v.here, f, &dir.join(format!("plain{k}.pcap"))));
+        ours.push(tcpdump_with(
+            on_streamline(&d, "tcpdump"),
+            &big,
+            &v.here,
+            f,
+            &dir.join(format!("ours{k}.pcap")),
+        ));
+        plain.push(tcpdump_with(
+            Command::new("tcpdump"),
+            &big,
+            &v.here,
+            f,
+            &dir.join(format!("plain{k}.pcap")),
+        ));
     }
     replay(&v, 3000, 1);
-    settle(&(0..filters.len()).flat_map(|k| [dir.join(format!("ours{k}.pcap")), dir.join(format!("plain{k}.pcap"))]).collect::<Vec<_>>());
+    settle(
+        &(0..filters.len())
+            .flat_map(|k| {
+                [
+                    dir.join(format!("ours{k}.pcap")),
+                    dir.join(format!("plain{k}.pcap")),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    );
     for (k, (or, pr)) in ours.into_iter().zip(plain).enumerate() {
         let (o, _, odrop, oerr) = stop(or);
         let (p, _, pdrop, _) = stop(pr);
-        assert_eq!((odrop, pdrop), (0, 0), "filter '{}': drops (ours, plain)", filters[k]);
-        assert_eq!(o, p, "filter '{}': ours captured {o}, plain tcpdump {p}\n{oerr}", filters[k]);
-        let (a, b) = (packets(&dir.join(format!("ours{k}.pcap"))), packets(&dir.join(format!("plain{k}.pcap"))));
+        assert_eq!(
+            (odrop, pdrop),
+            (0, 0),
+            "filter '{}': drops (ours, plain)",
+            filters[k]
+        );
+        assert_eq!(
+            o, p,
+            "filter '{}': ours captured {o}, plain tcpdump {p}\n{oerr}",
+            filters[k]
+        );
+        let (a, b) = (
+            packets(&dir.join(format!("ours{k}.pcap"))),
+            packets(&dir.join(format!("plain{k}.pcap"))),
+        );
         assert_eq!(a.len(), b.len(), "filter '{}'", filters[k]);
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-            assert!(x == y, "filter '{}': packet {i} differs ({} vs {} bytes)", filters[k], x.0.len(), y.0.len());
+            assert!(
+                x == y,
+                "filter '{}': packet {i} differs ({} vs {} bytes)",
+                filters[k],
+                x.0.len(),
+                y.0.len()
+            );
         }
-        assert!(!a.is_empty() || filters[k] == "udp port 53", "filter '{}' saw nothing: the test sent nothing it matches?", filters[k]);
+        assert!(
+            !a.is_empty() || filters[k] == "udp port 53",
+            "filter '{}' saw nothing: the test sent nothing it matches?",
+            filters[k]
+        );
     }
     // Nothing of the sample escapes the all-packets reader.
-    assert_eq!(packets(&dir.join("ours0.pcap")).len() as u64, offline_count(""));
+    assert_eq!(
+        packets(&dir.join("ours0.pcap")).len() as u64,
+        offline_count("")
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -207,8 +337,20 @@ fn snap_length_and_nanosecond_timestamps_as_libpcap_gives_them() {
     let d = Daemon::start("lgp", None);
     let dir = tmpdir("p");
     let extra = ["-s", "96", "--time-stamp-precision", "nano"];
-    let ours = tcpdump_with(on_streamline(&d, "tcpdump"), &extra, &v.here, "tcp", &dir.join("ours.pcap"));
-    let plain = tcpdump_with(Command::new("tcpdump"), &extra, &v.here, "tcp", &dir.join("plain.pcap"));
+    let ours = tcpdump_with(
+        on_streamline(&d, "tcpdump"),
+        &extra,
+        &v.here,
+        "tcp",
+        &dir.join("ours.pcap"),
+    );
+    let plain = tcpdump_with(
+        Command::new("tcpdump"),
+        &extra,
+        &v.here,
+        "tcp",
+        &dir.join("plain.pcap"),
+    );
     replay(&v, 2000, 1);
     settle(&[dir.join("ours.pcap"), dir.join("plain.pcap")]);
     stop(ours);
@@ -218,15 +360,30 @@ fn snap_length_and_nanosecond_timestamps_as_libpcap_gives_them() {
     assert!(on && pn, "nanosecond files (ours {on}, plain {pn})");
     assert_eq!(a.len(), b.len());
     assert!(!a.is_empty());
-    assert!(a.iter().any(|p| p.2 > 96), "the traffic has packets longer than the snap length");
+    assert!(
+        a.iter().any(|p| p.2 > 96),
+        "the traffic has packets longer than the snap length"
+    );
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         assert_eq!((&x.1, x.2), (&y.1, y.2), "packet {i}: (bytes, wire length)");
-        assert!(x.1.len() <= 96, "packet {i}: {} bytes kept of a snap length of 96", x.1.len());
+        assert!(
+            x.1.len() <= 96,
+            "packet {i}: {} bytes kept of a snap length of 96",
+            x.1.len()
+        );
         let skew = x.0.abs_diff(y.0);
-        assert!(skew < Duration::from_millis(50), "packet {i}: times {:?} and {:?}", x.0, y.0);
+        assert!(
+            skew < Duration::from_millis(50),
+            "packet {i}: times {:?} and {:?}",
+            x.0,
+            y.0
+        );
     }
     // Nanoseconds, not microseconds times 1000, somewhere in the capture.
-    assert!(a.iter().any(|p| p.0.subsec_nanos() % 1000 != 0), "no time stamp has nanoseconds");
+    assert!(
+        a.iter().any(|p| p.0.subsec_nanos() % 1000 != 0),
+        "no time stamp has nanoseconds"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -240,19 +397,41 @@ fn a_c_program_sees_the_same_libpcap_behaviour() {
     let dir = tmpdir("c");
     let exe = dir.join("pcap_probe");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/pcap_probe.c");
-    let cc = Command::new("cc").args(["-O2", "-Wall", "-o"]).arg(&exe).arg(src).arg("-lpcap").output().expect("cc (build-essential)");
-    assert!(cc.status.success(), "compiling {src} (needs libpcap-dev): {}", String::from_utf8_lossy(&cc.stderr));
+    let cc = Command::new("cc")
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg("-lpcap")
+        .output()
+        .expect("cc (build-essential)");
+    assert!(
+        cc.status.success(),
+        "compiling {src} (needs libpcap-dev): {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
     let run = |mut c: Command| {
         let o = c.arg(&v.here).output().unwrap();
-        assert!(o.status.success(), "pcap_probe: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+        assert!(
+            o.status.success(),
+            "pcap_probe: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     let (theirs, their_lib) = run(Command::new(&exe));
     let mut c = Command::new(&exe);
-    c.env("LD_LIBRARY_PATH", compat_dir()).env("STREAMLINE_SOCKET", &d.socket);
+    c.env("LD_LIBRARY_PATH", compat_dir())
+        .env("STREAMLINE_SOCKET", &d.socket);
     let (ours, our_lib) = run(c);
     // Each ran on the library it was meant to.
-    assert!(our_lib.contains("Streamline") && !their_lib.contains("Streamline"), "ours: {our_lib} the system's: {their_lib}");
+    assert!(
+        our_lib.contains("Streamline") && !their_lib.contains("Streamline"),
+        "ours: {our_lib} the system's: {their_lib}"
+    );
     assert!(theirs.contains("loop after breakloop: -2"), "{theirs}");
     assert_eq!(ours, theirs, "ours:\n{ours}\nthe system's:\n{theirs}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -265,20 +444,54 @@ fn ten_concurrent_tcpdumps_each_count_what_they_count_alone() {
     let v = quiet_veth("lgt", "veth pairs, namespaces, packet capture");
     let d = Daemon::start("lgt", None);
     let dir = tmpdir("t");
-    let filters = ["tcp", "udp", "icmp", "arp", "tcp port 80", "tcp port 443", "udp port 53", "len > 1000", "len <= 100", "ip and not tcp"];
-    let readers: Vec<_> = filters.iter().enumerate().map(|(k, f)| tcpdump(on_streamline(&d, "tcpdump"), &v.here, f, &dir.join(format!("r{k}.pcap")))).collect();
+    let filters = [
+        "tcp",
+        "udp",
+        "icmp",
+        "arp",
+        "tcp port 80",
+        "tcp port 443",
+        "udp port 53",
+        "len > 1000",
+        "len <= 100",
+        "ip and not tcp",
+    ];
+    let readers: Vec<_> = filters
+        .iter()
+        .enumerate()
+        .map(|(k, f)| {
+            tcpdump(
+                on_streamline(&d, "tcpdump"),
+                &v.here,
+                f,
+                &dir.join(format!("r{k}.pcap")),
+            )
+        })
+        .collect();
     // One capture run for all ten.
     let ps = d.ps();
-    assert_eq!(ps.matches("rx dev=").count(), 1, "one shared capture for ten readers:\n{ps}");
+    assert_eq!(
+        ps.matches("rx dev=").count(),
+        1,
+        "one shared capture for ten readers:\n{ps}"
+    );
     replay(&v, 3000, 1);
-    settle(&(0..filters.len()).map(|k| dir.join(format!("r{k}.pcap"))).collect::<Vec<_>>());
+    settle(
+        &(0..filters.len())
+            .map(|k| dir.join(format!("r{k}.pcap")))
+            .collect::<Vec<_>>(),
+    );
     for (k, r) in readers.into_iter().enumerate() {
         let (got, _, drop, err) = stop(r);
         assert_eq!(drop, 0, "filter '{}' lost packets:\n{err}", filters[k]);
         assert_eq!(got, offline_count(filters[k]), "filter '{}'", filters[k]);
     }
     // The last reader gone, the shared capture ends too.
-    wait_for("the shared capture to stop after its last reader", Duration::from_secs(15), || !d.ps().contains("rx dev="));
+    wait_for(
+        "the shared capture to stop after its last reader",
+        Duration::from_secs(15),
+        || !d.ps().contains("rx dev="),
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -289,23 +502,52 @@ fn a_stopped_reader_reports_drops_and_the_others_lose_nothing() {
     let v = quiet_veth("lgs", "veth pairs, namespaces, packet capture");
     let d = Daemon::start("lgs", None);
     let dir = tmpdir("s");
-    let slow = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("slow.pcap"));
-    let others: Vec<_> = (0..2).map(|k| tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join(format!("o{k}.pcap")))).collect();
-    assert!(Command::new("kill").args(["-STOP", &slow.id().to_string()]).status().unwrap().success());
+    let slow = tcpdump(
+        on_streamline(&d, "tcpdump"),
+        &v.here,
+        "",
+        &dir.join("slow.pcap"),
+    );
+    let others: Vec<_> = (0..2)
+        .map(|k| {
+            tcpdump(
+                on_streamline(&d, "tcpdump"),
+                &v.here,
+                "",
+                &dir.join(format!("o{k}.pcap")),
+            )
+        })
+        .collect();
+    assert!(Command::new("kill")
+        .args(["-STOP", &slow.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     // Five times the sample: more than the capture's 16 MiB data ring holds.
     let loops = 5;
     replay(&v, 8000, loops);
     settle(&[dir.join("o0.pcap"), dir.join("o1.pcap")]);
-    assert!(Command::new("kill").args(["-CONT", &slow.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-CONT", &slow.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     settle(&[dir.join("slow.pcap")]);
     let total = offline_count("") * loops as u64;
     for r in others {
         let (got, _, drop, err) = stop(r);
-        assert_eq!((got, drop), (total, 0), "a reader that kept reading lost packets:\n{err}");
+        assert_eq!(
+            (got, drop),
+            (total, 0),
+            "a reader that kept reading lost packets:\n{err}"
+        );
     }
     let (got, recv, drop, err) = stop(slow);
     assert!(drop > 0, "the stopped reader reports no drops:\n{err}");
-    assert!(got < total, "the stopped reader got everything ({got}) though its ring was overrun:\n{err}");
+    assert!(
+        got < total,
+        "the stopped reader got everything ({got}) though its ring was overrun:\n{err}"
+    );
     assert_eq!(recv, got + drop, "received = captured + dropped:\n{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -318,7 +560,9 @@ fn tshark_on_streamline_counts_what_plain_tshark_counts() {
     let d = Daemon::start("lgk", None);
     let dir = tmpdir("k");
     let start = |mut c: Command, out: &Path| {
-        c.args(["-i", &v.here, "-f", "udp or arp", "-w"]).arg(out).stdout(Stdio::null());
+        c.args(["-i", &v.here, "-f", "udp or arp", "-w"])
+            .arg(out)
+            .stdout(Stdio::null());
         // dumpcap says "Capturing on 'IF'" once it captures.
         Reader::listening(common::tcpdump_listening_on(c, "Capturing on"))
     };
@@ -328,15 +572,35 @@ fn tshark_on_streamline_counts_what_plain_tshark_counts() {
     // dumpcap writes in its own time: no settling on file sizes here.
     std::thread::sleep(Duration::from_millis(3000));
     let count = |p: &Path| {
-        let o = Command::new("capinfos").args(["-M", "-c"]).arg(p).output().expect("capinfos (wireshark-common)");
-        String::from_utf8_lossy(&o.stdout).lines().find_map(|l| l.strip_prefix("Number of packets:")).and_then(|n| n.trim().parse::<u64>().ok()).unwrap_or_else(|| panic!("capinfos {}: {}", p.display(), String::from_utf8_lossy(&o.stderr)))
+        let o = Command::new("capinfos")
+            .args(["-M", "-c"])
+            .arg(p)
+            .output()
+            .expect("capinfos (wireshark-common)");
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("Number of packets:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "capinfos {}: {}",
+                    p.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
     };
     for r in [ours, plain] {
         let (status, err) = r.interrupt();
         assert!(status.success(), "tshark: {err}");
     }
-    let (a, b) = (count(&dir.join("ours.pcapng")), count(&dir.join("plain.pcapng")));
-    assert_eq!(a, b, "tshark on streamline captured {a}, on the system's libpcap {b}");
+    let (a, b) = (
+        count(&dir.join("ours.pcapng")),
+        count(&dir.join("plain.pcapng")),
+    );
+    assert_eq!(
+        a, b,
+        "tshark on streamline captured {a}, on the system's libpcap {b}"
+    );
     assert_eq!(a, offline_count("udp or arp"));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -347,25 +611,73 @@ fn a_running_pipelines_node_is_a_capture_device() {
     let v = quiet_veth("lgn", "veth pairs, namespaces, packet capture");
     let d = Daemon::start("lgn", None);
     let dir = tmpdir("n");
-    let run = d.cli().args(["run", "--detach", &format!("rx dev={} | udp | count", v.here)]).output().unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let run = d
+        .cli()
+        .args([
+            "run",
+            "--detach",
+            &format!("rx dev={} | udp | count", v.here),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     d.wait_workers_capturing(&v.here);
-    let id = d.ps().lines().find_map(|l| l.split_whitespace().next()?.parse::<u64>().ok()).expect("the run in ps");
+    let id = d
+        .ps()
+        .lines()
+        .find_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .expect("the run in ps");
     let dev = format!("streamline:{id}/udp");
-    let list = || String::from_utf8_lossy(&on_streamline(&d, "tcpdump").arg("-D").output().unwrap().stdout).into_owned();
+    let list = || {
+        String::from_utf8_lossy(
+            &on_streamline(&d, "tcpdump")
+                .arg("-D")
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .into_owned()
+    };
     // Listed once the run runs (its graph and counters reach the daemon).
-    wait_for(&format!("tcpdump -D to list {dev}"), Duration::from_secs(10), || list().contains(&dev));
-    assert!(!list().contains("__"), "internal nodes are listed:\n{}", list());
-    let r = tcpdump(on_streamline(&d, "tcpdump"), &dev, "", &dir.join("udp.pcap"));
+    wait_for(
+        &format!("tcpdump -D to list {dev}"),
+        Duration::from_secs(10),
+        || list().contains(&dev),
+    );
+    assert!(
+        !list().contains("__"),
+        "internal nodes are listed:\n{}",
+        list()
+    );
+    let r = tcpdump(
+        on_streamline(&d, "tcpdump"),
+        &dev,
+        "",
+        &dir.join("udp.pcap"),
+    );
     replay(&v, 3000, 1);
     settle(&[dir.join("udp.pcap")]);
     let (got, _, drop, err) = stop(r);
     assert_eq!((got, drop), (offline_count("udp"), 0), "{err}");
     // What it wrote is UDP only, as the node passes it.
     let p = dir.join("udp.pcap");
-    let o = Command::new("tcpdump").args(["-n", "-q", "-r"]).arg(&p).arg("not udp").output().unwrap();
+    let o = Command::new("tcpdump")
+        .args(["-n", "-q", "-r"])
+        .arg(&p)
+        .arg("not udp")
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 0);
-    assert!(d.cli().args(["stop", &id.to_string()]).status().unwrap().success());
+    assert!(d
+        .cli()
+        .args(["stop", &id.to_string()])
+        .status()
+        .unwrap()
+        .success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -378,7 +690,10 @@ fn bad_devices_filters_daemons_and_readers() {
     let d = Daemon::start("lgb", None);
     let run = |mut c: Command| {
         let o = c.stdout(Stdio::null()).output().unwrap();
-        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     // An interface that does not exist: libpcap's own answer.
     let (code, err) = run({
@@ -387,7 +702,10 @@ fn bad_devices_filters_daemons_and_readers() {
         c
     });
     assert_ne!(code, Some(0));
-    assert!(err.contains("nosuchdev0") && err.contains("No such device"), "{err}");
+    assert!(
+        err.contains("nosuchdev0") && err.contains("No such device"),
+        "{err}"
+    );
     // A run that does not exist.
     let (code, err) = run({
         let mut c = on_streamline(&d, "tcpdump");
@@ -407,20 +725,40 @@ fn bad_devices_filters_daemons_and_readers() {
     // No daemon: a clear error naming the socket and the fallback ...
     let (code, err) = run({
         let mut c = on_streamline(&d, "tcpdump");
-        c.env("STREAMLINE_SOCKET", "/nonexistent/control").args(["-i", &v.here, "-c", "1"]);
+        c.env("STREAMLINE_SOCKET", "/nonexistent/control")
+            .args(["-i", &v.here, "-c", "1"]);
         c
     });
     assert_ne!(code, Some(0));
-    assert!(err.contains("no daemon answers at /nonexistent/control") && err.contains("STREAMLINE_PCAP_FALLBACK=1"), "{err}");
+    assert!(
+        err.contains("no daemon answers at /nonexistent/control")
+            && err.contains("STREAMLINE_PCAP_FALLBACK=1"),
+        "{err}"
+    );
     // ... and with the fallback, the system's libpcap captures.
     let dir = tmpdir("b");
     let mut c = on_streamline(&d, "tcpdump");
-    c.env("STREAMLINE_SOCKET", "/nonexistent/control").env("STREAMLINE_PCAP_FALLBACK", "1");
+    c.env("STREAMLINE_SOCKET", "/nonexistent/control")
+        .env("STREAMLINE_PCAP_FALLBACK", "1");
     let fb = tcpdump(c, &v.here, "udp", &dir.join("fb.pcap"));
     // A reader killed mid-capture: the others and the daemon carry on.
-    let victim = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("victim.pcap"));
-    let keeper = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "udp", &dir.join("keeper.pcap"));
-    assert!(Command::new("kill").args(["-KILL", &victim.id().to_string()]).status().unwrap().success());
+    let victim = tcpdump(
+        on_streamline(&d, "tcpdump"),
+        &v.here,
+        "",
+        &dir.join("victim.pcap"),
+    );
+    let keeper = tcpdump(
+        on_streamline(&d, "tcpdump"),
+        &v.here,
+        "udp",
+        &dir.join("keeper.pcap"),
+    );
+    assert!(Command::new("kill")
+        .args(["-KILL", &victim.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     replay(&v, 3000, 1);
     settle(&[dir.join("fb.pcap"), dir.join("keeper.pcap")]);
     let (got, _, _, err) = stop(fb);
@@ -429,17 +767,39 @@ fn bad_devices_filters_daemons_and_readers() {
     let socket = d.socket.clone();
     let mut d = d;
     let mut first = d.child.take().unwrap();
-    assert!(Command::new("kill").args(["-TERM", &first.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     first.wait().unwrap();
     let mut again = Command::new(common::daemon::daemon_bin());
-    again.arg("--socket").arg(&socket).arg("--no-mount").arg("--foreground").stdout(Stdio::null()).stderr(Stdio::null());
+    again
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--no-mount")
+        .arg("--foreground")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     d.child = Some(again.spawn().unwrap());
-    wait_for("the restarted daemon's socket", Duration::from_secs(10), || std::os::unix::net::UnixStream::connect(&socket).is_ok());
-    wait_for("the reader to subscribe again (a shared capture in the new daemon)", Duration::from_secs(20), || d.ps().contains("rx dev="));
+    wait_for(
+        "the restarted daemon's socket",
+        Duration::from_secs(10),
+        || std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+    );
+    wait_for(
+        "the reader to subscribe again (a shared capture in the new daemon)",
+        Duration::from_secs(20),
+        || d.ps().contains("rx dev="),
+    );
     d.wait_workers_capturing(&v.here);
     replay(&v, 3000, 1);
     settle(&[dir.join("keeper.pcap")]);
     let (got, _, drop, err) = stop(keeper);
-    assert_eq!((got, drop), (2 * offline_count("udp"), 0), "the reader across the restart: {err}");
+    assert_eq!(
+        (got, drop),
+        (2 * offline_count("udp"), 0),
+        "the reader across the restart: {err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

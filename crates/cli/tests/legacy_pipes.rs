@@ -16,7 +16,9 @@ fn scratch(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(d.join("tree/sub")).unwrap();
     for i in 0..40u32 {
-        let body: String = (0..(i * 997 % 20000)).map(|k| char::from(b'a' + ((k * 7 + i) % 26) as u8)).collect();
+        let body: String = (0..(i * 997 % 20000))
+            .map(|k| char::from(b'a' + ((k * 7 + i) % 26) as u8))
+            .collect();
         std::fs::write(d.join(format!("tree/f{i:02}.txt")), body).unwrap();
     }
     std::fs::write(d.join("tree/sub/zeros"), vec![0u8; 3 << 20]).unwrap();
@@ -34,7 +36,11 @@ fn run(script: &str, dir: &Path, ours: bool) -> Output {
         c.args(["-c", script]);
         c
     };
-    c.current_dir(dir).env_remove("LD_PRELOAD").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.current_dir(dir)
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let child = c.spawn().unwrap();
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -45,7 +51,10 @@ fn run(script: &str, dir: &Path, ours: bool) -> Output {
         Ok(out) => out.unwrap(),
         Err(_) => {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("{} `{script}` did not finish in 60 s", if ours { "streamline sh" } else { "sh" });
+            panic!(
+                "{} `{script}` did not finish in 60 s",
+                if ours { "streamline sh" } else { "sh" }
+            );
         }
     }
 }
@@ -54,9 +63,22 @@ fn run(script: &str, dir: &Path, ours: bool) -> Output {
 fn same(script: &str, dir: &Path) -> String {
     let plain = run(script, dir, false);
     let ours = run(script, dir, true);
-    assert_eq!(String::from_utf8_lossy(&ours.stdout), String::from_utf8_lossy(&plain.stdout), "stdout of `{script}` differs (stderr: {})", String::from_utf8_lossy(&ours.stderr));
-    assert_eq!(ours.status.code(), plain.status.code(), "exit status of `{script}` differs (stderr: {})", String::from_utf8_lossy(&ours.stderr));
-    assert!(!plain.stdout.is_empty() || script.contains("true"), "`{script}` printed nothing: it checks nothing");
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "stdout of `{script}` differs (stderr: {})",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    assert_eq!(
+        ours.status.code(),
+        plain.status.code(),
+        "exit status of `{script}` differs (stderr: {})",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    assert!(
+        !plain.stdout.is_empty() || script.contains("true"),
+        "`{script}` printed nothing: it checks nothing"
+    );
     String::from_utf8_lossy(&ours.stdout).into_owned()
 }
 
@@ -75,11 +97,24 @@ fn rings_are_really_used() {
     // ls lists its own descriptors: its stdout is a pipe end, and under the library the
     // pipe's ring (a memfd named slpipe:INODE) sits beside it.
     let ours = run("ls -l /proc/self/fd | grep -c memfd:slpipe", &dir, true);
-    assert_eq!(String::from_utf8_lossy(&ours.stdout).trim(), "1", "no ring beside the pipe: {}", String::from_utf8_lossy(&ours.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout).trim(),
+        "1",
+        "no ring beside the pipe: {}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
     let plain = run("ls -l /proc/self/fd | grep -c memfd:slpipe", &dir, false);
     assert_eq!(String::from_utf8_lossy(&plain.stdout).trim(), "0");
     // --no-pipes leaves them to the kernel.
-    let off = Command::new(BIN).args(["sh", "--no-pipes", "ls -l /proc/self/fd | grep -c memfd:slpipe"]).current_dir(&dir).output().unwrap();
+    let off = Command::new(BIN)
+        .args([
+            "sh",
+            "--no-pipes",
+            "ls -l /proc/self/fd | grep -c memfd:slpipe",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&off.stdout).trim(), "0");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -194,7 +229,10 @@ print("select data", select.select([r], [w], [], 1)[0] == [r])
     )
     .unwrap();
     let out = same(&format!("{} t.py", python()), &dir);
-    assert!(out.contains("EAGAIN") && out.contains("FIONREAD 11") && out.contains("EPIPE"), "{out}");
+    assert!(
+        out.contains("EAGAIN") && out.contains("FIONREAD 11") && out.contains("EPIPE"),
+        "{out}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -239,14 +277,23 @@ print(len(buf), "torn", torn)
 fn either_end_killed_with_sigkill_ends_the_pipeline() {
     let dir = scratch("kill");
     // The writer dies mid-stream: the reader sees end of file after what was written.
-    let out = same("bash -c '(seq 1 100000; kill -9 $BASHPID) | wc -l; echo ${PIPESTATUS[@]}'", &dir);
+    let out = same(
+        "bash -c '(seq 1 100000; kill -9 $BASHPID) | wc -l; echo ${PIPESTATUS[@]}'",
+        &dir,
+    );
     assert_eq!(out, "100000\n137 0\n");
     // The reader dies: the writer gets SIGPIPE (once its writes find no reader).
-    let out = same("bash -c 'yes | (head -c 1000 > /dev/null; kill -9 $BASHPID); echo ${PIPESTATUS[@]}'", &dir);
+    let out = same(
+        "bash -c 'yes | (head -c 1000 > /dev/null; kill -9 $BASHPID); echo ${PIPESTATUS[@]}'",
+        &dir,
+    );
     assert_eq!(out, "141 137\n");
     // A writer killed while the reader is blocked on an empty pipe.
     let t = Instant::now();
-    let out = same("bash -c '(echo one; sleep 0.3; kill -9 $BASHPID) | cat'", &dir);
+    let out = same(
+        "bash -c '(echo one; sleep 0.3; kill -9 $BASHPID) | cat'",
+        &dir,
+    );
     assert_eq!(out, "one\n");
     assert!(t.elapsed() < Duration::from_secs(20));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -259,12 +306,30 @@ fn static_programs_and_passed_descriptors_fall_back_to_the_kernel_pipe() {
     let dir = scratch("static");
     let src = dir.join("count.c");
     std::fs::write(&src, "#include <stdio.h>\n#include <unistd.h>\nint main(int c, char **v) { char b[4096]; long long t = 0; ssize_t n; if (c > 1) { for (int i = 0; i < 20000; i++) if (write(1, \"0123456789abcdef\", 16) != 16) return 1; return 0; } while ((n = read(0, b, sizeof b)) > 0) t += n; printf(\"%lld\\n\", t); return 0; }\n").unwrap();
-    let st = Command::new("cc").args(["-static", "-O2", "-o"]).arg(dir.join("count")).arg(&src).status().expect("cc is needed (apt-get install build-essential)");
-    assert!(st.success(), "cc -static failed: libc6-dev (libc.a) is needed");
-    let head = Command::new("file").arg(dir.join("count")).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    assert!(head.is_empty() || head.contains("statically linked"), "{head}");
+    let st = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(dir.join("count"))
+        .arg(&src)
+        .status()
+        .expect("cc is needed (apt-get install build-essential)");
+    assert!(
+        st.success(),
+        "cc -static failed: libc6-dev (libc.a) is needed"
+    );
+    let head = Command::new("file")
+        .arg(dir.join("count"))
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(
+        head.is_empty() || head.contains("statically linked"),
+        "{head}"
+    );
     // Ring bytes written before the static reader starts reach it.
-    same("seq 1 50000 > data; (cat data; sleep 0.2; cat data) | ./count", &dir);
+    same(
+        "seq 1 50000 > data; (cat data; sleep 0.2; cat data) | ./count",
+        &dir,
+    );
     same("./count w | wc -c", &dir);
     same("./count w | ./count", &dir);
     // A pipe end sent over a Unix socket to another process.
@@ -303,12 +368,30 @@ os.waitpid(pid, 0)
 
 #[test]
 fn streamline_exec_runs_a_program_and_reports_a_missing_one() {
-    let out = Command::new(BIN).args(["exec", "--", "sh", "-c", "seq 1 1000 | wc -l"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["exec", "--", "sh", "-c", "seq 1 1000 | wc -l"])
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1000");
-    let out = Command::new(BIN).args(["exec", "--", "/nonexistent/program"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["exec", "--", "/nonexistent/program"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(127));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot run /nonexistent/program"), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut c = Command::new(BIN).args(["sh", "cat | tr a-z A-Z"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot run /nonexistent/program"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut c = Command::new(BIN)
+        .args(["sh", "cat | tr a-z A-Z"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     c.stdin.take().unwrap().write_all(b"shout\n").unwrap();
-    assert_eq!(String::from_utf8_lossy(&c.wait_with_output().unwrap().stdout), "SHOUT\n");
+    assert_eq!(
+        String::from_utf8_lossy(&c.wait_with_output().unwrap().stdout),
+        "SHOUT\n"
+    );
 }

@@ -41,7 +41,10 @@ const PPS: u64 = 20_000;
 static REPLAY: Mutex<()> = Mutex::new(());
 
 fn quiet_veth(tag: &str) -> Veth {
-    common::quiet_veth(tag, "network namespaces, AF_PACKET and AF_XDP sockets: CAP_SYS_ADMIN, CAP_NET_RAW, CAP_BPF")
+    common::quiet_veth(
+        tag,
+        "network namespaces, AF_PACKET and AF_XDP sockets: CAP_SYS_ADMIN, CAP_NET_RAW, CAP_BPF",
+    )
 }
 
 fn tmp_dir(name: &str) -> PathBuf {
@@ -73,7 +76,9 @@ impl Out {
     /// Appends a frame 50 us after the last one; returns its time.
     fn put(&mut self, f: &[u8]) -> Duration {
         self.t += Duration::from_micros(50);
-        self.w.write_packet(&PcapPacket::new(self.t, f.len() as u32, f)).unwrap();
+        self.w
+            .write_packet(&PcapPacket::new(self.t, f.len() as u32, f))
+            .unwrap();
         self.frames += 1;
         self.bytes += f.len() as u64;
         self.t
@@ -86,9 +91,22 @@ const CLIENT: ([u8; 6], [u8; 4]) = ([2, 0, 0, 0, 0, 1], [10, 77, 0, 1]);
 const SERVER: ([u8; 6], [u8; 4]) = ([2, 0, 0, 0, 0, 2], [10, 77, 0, 2]);
 
 /// A TCP segment of connection `port` (the client's port) to port 80 or back.
-fn tcp(from_client: bool, port: u16, seq: u32, ack: Option<u32>, syn: bool, data: &[u8]) -> Vec<u8> {
-    let ((smac, sip), (dmac, dip), sport, dport) = if from_client { (CLIENT, SERVER, port, 80) } else { (SERVER, CLIENT, 80, port) };
-    let b = PacketBuilder::ethernet2(smac, dmac).ipv4(sip, dip, 64).tcp(sport, dport, seq, 64240);
+fn tcp(
+    from_client: bool,
+    port: u16,
+    seq: u32,
+    ack: Option<u32>,
+    syn: bool,
+    data: &[u8],
+) -> Vec<u8> {
+    let ((smac, sip), (dmac, dip), sport, dport) = if from_client {
+        (CLIENT, SERVER, port, 80)
+    } else {
+        (SERVER, CLIENT, 80, port)
+    };
+    let b = PacketBuilder::ethernet2(smac, dmac)
+        .ipv4(sip, dip, 64)
+        .tcp(sport, dport, seq, 64240);
     let b = if syn { b.syn() } else { b };
     let b = match ack {
         Some(a) => b.ack(a),
@@ -101,21 +119,38 @@ fn tcp(from_client: bool, port: u16, seq: u32, ack: Option<u32>, syn: bool, data
 
 /// A filler frame (UDP, FILLER_LEN bytes on the wire) numbered `n`.
 fn filler(n: usize) -> Vec<u8> {
-    let payload: Vec<u8> = format!("filler {n:08} ").bytes().cycle().take(FILLER_LEN - 42).collect();
+    let payload: Vec<u8> = format!("filler {n:08} ")
+        .bytes()
+        .cycle()
+        .take(FILLER_LEN - 42)
+        .collect();
     let mut f = Vec::new();
-    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 9], [2, 0, 0, 0, 0, 10]).ipv4([10, 77, 0, 9], [10, 77, 0, 10], 64).udp(5000, 9).write(&mut f, &payload).unwrap();
+    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 9], [2, 0, 0, 0, 0, 10])
+        .ipv4([10, 77, 0, 9], [10, 77, 0, 10], 64)
+        .udp(5000, 9)
+        .write(&mut f, &payload)
+        .unwrap();
     f
 }
 
 /// Request `which` of connection `i` (lengths differ from connection to connection).
 fn request(i: usize, which: &str) -> Vec<u8> {
-    format!("GET /c{i}/{which}?{} HTTP/1.1\r\nHost: lent.test\r\nX-Conn: {i}\r\n\r\n", "p".repeat(i * 7 % 50)).into_bytes()
+    format!(
+        "GET /c{i}/{which}?{} HTTP/1.1\r\nHost: lent.test\r\nX-Conn: {i}\r\n\r\n",
+        "p".repeat(i * 7 % 50)
+    )
+    .into_bytes()
 }
 
 /// Writes the capture: per connection a handshake and its second request (early), and
 /// `LAG` rounds of `fill` filler frames later its first request, which fills the gap.
 fn write_capture(path: &Path, fill: usize) -> Capture {
-    let mut out = Out { w: PcapWriter::new(std::fs::File::create(path).unwrap()).unwrap(), frames: 0, bytes: 0, t: Duration::from_secs(1_700_000_000) };
+    let mut out = Out {
+        w: PcapWriter::new(std::fs::File::create(path).unwrap()).unwrap(),
+        frames: 0,
+        bytes: 0,
+        t: Duration::from_secs(1_700_000_000),
+    };
     // Per connection: the second request's time and the capture's size after it.
     let mut early: Vec<(Duration, u64)> = Vec::new();
     let mut requests = Vec::new();
@@ -129,7 +164,14 @@ fn write_capture(path: &Path, fill: usize) -> Capture {
             out.put(&tcp(true, port, c, None, true, &[]));
             out.put(&tcp(false, port, s, Some(c + 1), true, &[]));
             out.put(&tcp(true, port, c + 1, Some(s + 1), false, &[]));
-            let at = out.put(&tcp(true, port, c + 1 + request(i, "one").len() as u32, Some(s + 1), false, &request(i, "two")));
+            let at = out.put(&tcp(
+                true,
+                port,
+                c + 1 + request(i, "one").len() as u32,
+                Some(s + 1),
+                false,
+                &request(i, "two"),
+            ));
             early.push((at, out.bytes));
         }
         for _ in 0..fill {
@@ -141,17 +183,32 @@ fn write_capture(path: &Path, fill: usize) -> Capture {
             let (c, s) = isn(i);
             let (two_at, after_two) = early[i];
             held_over = held_over.min(out.bytes - after_two);
-            let at = out.put(&tcp(true, 40000 + i as u16, c + 1, Some(s + 1), false, &request(i, "one")));
+            let at = out.put(&tcp(
+                true,
+                40000 + i as u16,
+                c + 1,
+                Some(s + 1),
+                false,
+                &request(i, "one"),
+            ));
             requests.push((request(i, "one"), at));
             requests.push((request(i, "two"), two_at));
         }
     }
-    Capture { frames: out.frames, bytes: out.bytes, requests, held_over }
+    Capture {
+        frames: out.frames,
+        bytes: out.bytes,
+        requests,
+        held_over,
+    }
 }
 
 /// The packets of a pcap file: (time, bytes).
 fn packets(path: &Path) -> Vec<(Duration, Vec<u8>)> {
-    let mut r = PcapReader::new(std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap();
+    let mut r = PcapReader::new(
+        std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap();
     let mut v = Vec::new();
     while let Some(p) = r.next_packet() {
         let p = p.unwrap();
@@ -161,7 +218,12 @@ fn packets(path: &Path) -> Vec<(Duration, Vec<u8>)> {
 }
 
 fn start(pipeline: &str) -> Child {
-    Command::new(BIN).args(["run", "-q", "--no-share", "--plan", "none", pipeline]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn streamline")
+    Command::new(BIN)
+        .args(["run", "-q", "--no-share", "--plan", "none", pipeline])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn streamline")
 }
 
 /// SIGINT (Ctrl-C), then standard error.
@@ -170,21 +232,39 @@ fn stop(c: Child) -> String {
 }
 
 fn replay(v: &Veth, cap: &Path, frames: usize, pps: u64) {
-    let o = v.command("tcpreplay").args(["-q", "-i", &v.there, "--pps", &pps.to_string()]).arg(cap).output().expect("run tcpreplay");
+    let o = v
+        .command("tcpreplay")
+        .args(["-q", "-i", &v.there, "--pps", &pps.to_string()])
+        .arg(cap)
+        .output()
+        .expect("run tcpreplay");
     let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "tcpreplay failed:\n{out}");
-    assert!(out.contains(&format!("Actual: {frames} packets")), "tcpreplay sent every frame:\n{out}");
+    assert!(
+        out.contains(&format!("Actual: {frames} packets")),
+        "tcpreplay sent every frame:\n{out}"
+    );
     std::thread::sleep(Duration::from_millis(500));
 }
 
 fn rx_line(err: &str) -> String {
-    err.lines().find(|l| l.starts_with("rx ")).unwrap_or_else(|| panic!("no rx summary:\n{err}")).to_string()
+    err.lines()
+        .find(|l| l.starts_with("rx "))
+        .unwrap_or_else(|| panic!("no rx summary:\n{err}"))
+        .to_string()
 }
 
 /// The number before `what` in `line`.
 fn number_before(line: &str, what: &str) -> u64 {
-    let head = line.split(what).next().filter(|h| h.len() < line.len()).unwrap_or_else(|| panic!("no '{what}' in: {line}"));
-    head.split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no number before '{what}' in: {line}"))
+    let head = line
+        .split(what)
+        .next()
+        .filter(|h| h.len() < line.len())
+        .unwrap_or_else(|| panic!("no '{what}' in: {line}"));
+    head.split_whitespace()
+        .last()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number before '{what}' in: {line}"))
 }
 
 /// Replays the capture onto a fresh pair and runs `rx dev=HERE RX_OPTS | MIDDLE tcpstream
@@ -193,7 +273,9 @@ fn number_before(line: &str, what: &str) -> u64 {
 /// summary line and the capture's facts. `fill`: filler frames per round.
 fn live_equals_file(name: &str, rx_opts: &str, middle: &str, fill: usize) -> (String, Capture) {
     let _one = REPLAY.lock().unwrap_or_else(|e| e.into_inner());
-    common::require_replay_and_root("network namespaces, AF_PACKET and AF_XDP sockets: CAP_SYS_ADMIN, CAP_NET_RAW, CAP_BPF");
+    common::require_replay_and_root(
+        "network namespaces, AF_PACKET and AF_XDP sockets: CAP_SYS_ADMIN, CAP_NET_RAW, CAP_BPF",
+    );
     let dir = tmp_dir(name);
     let cap = dir.join("ooo.pcap");
     let c = write_capture(&cap, fill);
@@ -203,14 +285,29 @@ fn live_equals_file(name: &str, rx_opts: &str, middle: &str, fill: usize) -> (St
     // one, held meanwhile, keeps its earlier time).
     let from_file = dir.join("file.pcap");
     let o = Command::new(BIN)
-        .args(["run", "-q", "--plan", "none", &format!("pcapin file={} | {middle}tcpstream | http | pcapout file={}", cap.display(), from_file.display())])
+        .args([
+            "run",
+            "-q",
+            "--plan",
+            "none",
+            &format!(
+                "pcapin file={} | {middle}tcpstream | http | pcapout file={}",
+                cap.display(),
+                from_file.display()
+            ),
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     let file = packets(&from_file);
     let want: Vec<(Duration, Vec<u8>)> = c.requests.iter().map(|(r, t)| (*t, r.clone())).collect();
-    assert!(file == want, "pcapin | tcpstream | http: {} requests, expected {} in stream order:\n{err}", file.len(), want.len());
+    assert!(
+        file == want,
+        "pcapin | tcpstream | http: {} requests, expected {} in stream order:\n{err}",
+        file.len(),
+        want.len()
+    );
 
     // Live, until the kernel kept up (a busy machine may overflow the ring: then slower,
     // on a fresh pair, as a socket just closed may still hold the old one's queue).
@@ -218,7 +315,11 @@ fn live_equals_file(name: &str, rx_opts: &str, middle: &str, fill: usize) -> (St
     let (live, rx, t0, t1) = loop {
         let v = quiet_veth(name);
         let from_rx = dir.join("rx.pcap");
-        let run = start(&format!("rx dev={} {rx_opts} | {middle}tcpstream | http | pcapout file={}", v.here, from_rx.display()));
+        let run = start(&format!(
+            "rx dev={} {rx_opts} | {middle}tcpstream | http | pcapout file={}",
+            v.here,
+            from_rx.display()
+        ));
         if rx_opts.contains("impl=xdp") {
             // An AF_XDP socket has no bound packet socket to wait for.
             std::thread::sleep(Duration::from_millis(1500));
@@ -236,23 +337,49 @@ fn live_equals_file(name: &str, rx_opts: &str, middle: &str, fill: usize) -> (St
             pps /= 2;
             continue;
         }
-        assert_eq!(drops, 0, "the kernel dropped frames even at {pps} packets/s: {rx}");
-        assert!(!err.contains("overwritten before their gap filled"), "{err}");
+        assert_eq!(
+            drops, 0,
+            "the kernel dropped frames even at {pps} packets/s: {rx}"
+        );
+        assert!(
+            !err.contains("overwritten before their gap filled"),
+            "{err}"
+        );
         break (packets(&from_rx), rx, t0, t1);
     };
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!("{name}: {rx}");
-    assert_eq!(number_before(&rx, "packets delivered"), c.frames as u64, "rx delivered every replayed frame: {rx}");
+    assert_eq!(
+        number_before(&rx, "packets delivered"),
+        c.frames as u64,
+        "rx delivered every replayed frame: {rx}"
+    );
     // The judged property: the same requests, byte for byte, in the same order.
-    let bodies = |p: &[(Duration, Vec<u8>)]| p.iter().map(|(_, d)| String::from_utf8_lossy(d).into_owned()).collect::<Vec<_>>();
-    assert_eq!(bodies(&live), bodies(&file), "rx | tcpstream | http differs from pcapin | tcpstream | http on the same capture ({rx})");
+    let bodies = |p: &[(Duration, Vec<u8>)]| {
+        p.iter()
+            .map(|(_, d)| String::from_utf8_lossy(d).into_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        bodies(&live),
+        bodies(&file),
+        "rx | tcpstream | http differs from pcapin | tcpstream | http on the same capture ({rx})"
+    );
     // Each request keeps the time its own frame was captured: within the replay, and a
     // connection's held second request was captured before the first that released it.
     for (k, (ts, _)) in live.iter().enumerate() {
-        assert!(*ts + Duration::from_secs(1) >= t0 && *ts <= t1 + Duration::from_secs(1), "request {k} has time {ts:?}, outside the replay ({t0:?}..{t1:?})");
+        assert!(
+            *ts + Duration::from_secs(1) >= t0 && *ts <= t1 + Duration::from_secs(1),
+            "request {k} has time {ts:?}, outside the replay ({t0:?}..{t1:?})"
+        );
     }
     for pair in live.chunks(2) {
-        assert!(pair[1].0 < pair[0].0, "the held request keeps its own (earlier) capture time: {:?} vs {:?}", pair[1].0, pair[0].0);
+        assert!(
+            pair[1].0 < pair[0].0,
+            "the held request keeps its own (earlier) capture time: {:?} vs {:?}",
+            pair[1].0,
+            pair[0].0
+        );
     }
     (rx, c)
 }
@@ -263,9 +390,17 @@ fn live_equals_file(name: &str, rx_opts: &str, middle: &str, fill: usize) -> (St
 fn rx_tcpstream_http_equals_pcapin_while_the_ring_wraps() {
     let (rx, c) = live_equals_file("pk", &format!("blocks={BLOCKS}"), "", FILLER);
     let ring = BLOCKS << 20;
-    assert!(c.held_over > 2 * ring, "each held segment waits for {} bytes, over two rings of {ring}", c.held_over);
+    assert!(
+        c.held_over > 2 * ring,
+        "each held segment waits for {} bytes, over two rings of {ring}",
+        c.held_over
+    );
     let laps = number_before(&rx, "times");
-    assert!(laps >= c.bytes / ring, "the ring went round at least as often as the capture's bytes fill it ({}): {rx}", c.bytes / ring);
+    assert!(
+        laps >= c.bytes / ring,
+        "the ring went round at least as often as the capture's bytes fill it ({}): {rx}",
+        c.bytes / ring
+    );
 }
 
 /// The same with tcpstream in a thread space of its own: rx's frames cross a channel
@@ -277,8 +412,15 @@ fn rx_into_another_space_tcpstream_http_equals_pcapin() {
     let fill = 2 * FILLER + FILLER / 4;
     let (rx, c) = live_equals_file("sp", &format!("blocks={BLOCKS}"), "count space=1 | ", fill);
     let channel = dataplane::channel::ChannelConfig::default().data as u64;
-    assert!(c.held_over > channel, "each held segment waits for {} bytes, more than the channel's {channel}", c.held_over);
-    assert!(number_before(&rx, "times") >= c.bytes / (BLOCKS << 20), "{rx}");
+    assert!(
+        c.held_over > channel,
+        "each held segment waits for {} bytes, more than the channel's {channel}",
+        c.held_over
+    );
+    assert!(
+        number_before(&rx, "times") >= c.bytes / (BLOCKS << 20),
+        "{rx}"
+    );
 }
 
 /// AF_XDP: a UMEM of XDP_FRAMES chunks, every one of them reused while a segment is held.
@@ -286,6 +428,12 @@ fn rx_into_another_space_tcpstream_http_equals_pcapin() {
 fn rx_xdp_tcpstream_http_equals_pcapin_while_chunks_are_reused() {
     let (rx, c) = live_equals_file("xd", &format!("impl=xdp frames={XDP_FRAMES}"), "", FILLER);
     assert!(rx.contains("AF_XDP"), "{rx}");
-    assert!(c.held_over / FILLER_LEN as u64 > XDP_FRAMES as u64, "each held segment waits for more frames than the UMEM has chunks");
-    assert!(c.frames > 10 * XDP_FRAMES, "the UMEM's chunks are reused many times");
+    assert!(
+        c.held_over / FILLER_LEN as u64 > XDP_FRAMES as u64,
+        "each held segment waits for more frames than the UMEM has chunks"
+    );
+    assert!(
+        c.frames > 10 * XDP_FRAMES,
+        "the UMEM's chunks are reused many times"
+    );
 }

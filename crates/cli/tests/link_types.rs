@@ -24,7 +24,10 @@ use common::count_of;
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 fn sample() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sample.pcap"
+    ))
 }
 
 /// Packets in the sample (each tcpdump stops after this many).
@@ -34,7 +37,10 @@ const SAMPLE_PACKETS: usize = 5247;
 /// it says it is listening.
 fn record(v: &Veth, args: &[&str], out: &Path) -> std::process::Child {
     let mut cmd = v.command("tcpdump");
-    cmd.args(["-c", &SAMPLE_PACKETS.to_string(), "-w"]).arg(out).args(args).stdout(Stdio::null());
+    cmd.args(["-c", &SAMPLE_PACKETS.to_string(), "-w"])
+        .arg(out)
+        .args(args)
+        .stdout(Stdio::null());
     common::tcpdump_listening(cmd).0
 }
 
@@ -44,7 +50,9 @@ fn finish(mut c: std::process::Child) {
     let until = Instant::now() + Duration::from_secs(30);
     while c.try_wait().unwrap().is_none() {
         if Instant::now() > until {
-            let _ = Command::new("kill").args(["-INT", &c.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-INT", &c.id().to_string()])
+                .status();
             let _ = c.wait();
             return;
         }
@@ -55,20 +63,41 @@ fn finish(mut c: std::process::Child) {
 /// What `tcpdump -r FILE EXPR` prints, in lines; 0 when libpcap refuses the expression for
 /// the file's link type as one that rejects every packet (`ip6` on raw IPv4).
 fn tcpdump_count(file: &Path, expr: &str) -> u64 {
-    let out = Command::new("tcpdump").args(["-n", "-r"]).arg(file).arg(expr).output().expect("tcpdump");
+    let out = Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(file)
+        .arg(expr)
+        .output()
+        .expect("tcpdump");
     if String::from_utf8_lossy(&out.stderr).contains("expression rejects all packets") {
         return 0;
     }
-    assert!(out.status.success(), "tcpdump -r {} '{expr}' failed: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tcpdump -r {} '{expr}' failed: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).lines().count() as u64
 }
 
 fn streamline_count(pipeline: &str) -> u64 {
-    let out = Command::new(BIN).args(["run", "-q", pipeline]).output().expect("run streamline");
+    let out = Command::new(BIN)
+        .args(["run", "-q", pipeline])
+        .output()
+        .expect("run streamline");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "streamline run '{pipeline}' failed:\n{err}");
+    assert!(
+        out.status.success(),
+        "streamline run '{pipeline}' failed:\n{err}"
+    );
     // The one warning allowed: libpcap's refusal of a `bpf` expression for the link type.
-    assert!(err.lines().filter(|l| l.contains("warning")).all(|l| l.contains("expression rejects all packets")), "streamline run '{pipeline}' warned:\n{err}");
+    assert!(
+        err.lines()
+            .filter(|l| l.contains("warning"))
+            .all(|l| l.contains("expression rejects all packets")),
+        "streamline run '{pipeline}' warned:\n{err}"
+    );
     count_of(&err)
 }
 
@@ -83,7 +112,10 @@ fn link_of(file: &Path) -> u32 {
 fn convert(from: &Path, to: &Path, link: u32, head: impl Fn(u16) -> Option<Vec<u8>>) -> usize {
     use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
     let mut r = PcapReader::new(std::fs::File::open(from).unwrap()).unwrap();
-    let header = PcapHeader { datalink: pcap_file::DataLink::from(link), ..r.header() };
+    let header = PcapHeader {
+        datalink: pcap_file::DataLink::from(link),
+        ..r.header()
+    };
     let mut w = PcapWriter::with_header(std::fs::File::create(to).unwrap(), header).unwrap();
     let mut n = 0;
     while let Some(p) = r.next_packet() {
@@ -95,7 +127,8 @@ fn convert(from: &Path, to: &Path, link: u32, head: impl Fn(u16) -> Option<Vec<u
         let Some(h) = head(et) else { continue };
         let data = [&h[..], &p.data[14..]].concat();
         let orig_len = p.orig_len - 14 + h.len() as u32;
-        w.write_packet(&PcapPacket::new_owned(p.timestamp, orig_len, data)).unwrap();
+        w.write_packet(&PcapPacket::new_owned(p.timestamp, orig_len, data))
+            .unwrap();
         n += 1;
     }
     n
@@ -112,41 +145,81 @@ fn real_captures_of_every_link_type_read_and_filter_as_tcpdump_does() {
     let recordings = [
         ("sll.pcap", vec!["-i", "any", "-y", "LINUX_SLL"]),
         ("sll2.pcap", vec!["-i", "any", "-y", "LINUX_SLL2"]),
-        ("sll-s80.pcap", vec!["-i", "any", "-y", "LINUX_SLL", "-s", "80"]),
+        (
+            "sll-s80.pcap",
+            vec!["-i", "any", "-y", "LINUX_SLL", "-s", "80"],
+        ),
         ("eth-s96.pcap", vec!["-i", &v.there, "-s", "96"]),
         ("eth.pcap", vec!["-i", &v.there]),
     ];
-    let running: Vec<_> = recordings.iter().map(|(name, args)| record(&v, args, &f(name))).collect();
+    let running: Vec<_> = recordings
+        .iter()
+        .map(|(name, args)| record(&v, args, &f(name)))
+        .collect();
     let replay = v
         .command("tcpreplay")
         .args(["-q", "-i", &v.there, "--topspeed"])
         .arg(sample())
         .output()
         .unwrap_or_else(|e| panic!("cannot run tcpreplay (apt-get install tcpreplay): {e}"));
-    assert!(replay.status.success(), "tcpreplay failed: {}", String::from_utf8_lossy(&replay.stderr));
+    assert!(
+        replay.status.success(),
+        "tcpreplay failed: {}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
     running.into_iter().for_each(finish);
 
     // Tagged by tcprewrite: one VLAN tag, then a second one outside it.
     let tag = |from: &str, to: &str, id: &str| {
         let o = Command::new("tcprewrite")
-            .args(["--enet-vlan=add", &format!("--enet-vlan-tag={id}"), "--enet-vlan-pri=0", "--enet-vlan-cfi=0", "-i"])
+            .args([
+                "--enet-vlan=add",
+                &format!("--enet-vlan-tag={id}"),
+                "--enet-vlan-pri=0",
+                "--enet-vlan-cfi=0",
+                "-i",
+            ])
             .arg(f(from))
             .arg("-o")
             .arg(f(to))
             .output()
             .unwrap_or_else(|e| panic!("cannot run tcprewrite (apt-get install tcpreplay): {e}"));
-        assert!(o.status.success(), "tcprewrite failed: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "tcprewrite failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     };
     tag("eth.pcap", "vlan.pcap", "10");
     tag("vlan.pcap", "qinq.pcap", "20");
 
     // Converted here: the link types Linux does not record.
     let ip = |et: u16| matches!(et, 0x0800 | 0x86dd);
-    assert!(convert(&f("eth.pcap"), &f("raw.pcap"), 101, |et| ip(et).then(Vec::new)) > 0);
-    convert(&f("eth.pcap"), &f("ipv4.pcap"), 228, |et| (et == 0x0800).then(Vec::new));
-    convert(&f("eth.pcap"), &f("ipv6.pcap"), 229, |et| (et == 0x86dd).then(Vec::new));
-    convert(&f("eth.pcap"), &f("null.pcap"), 0, |et| ip(et).then(|| (if et == 0x0800 { 2u32 } else { 24 }).to_le_bytes().to_vec()));
-    convert(&f("eth.pcap"), &f("loop.pcap"), 108, |et| ip(et).then(|| (if et == 0x0800 { 2u32 } else { 30 }).to_be_bytes().to_vec()));
+    assert!(
+        convert(&f("eth.pcap"), &f("raw.pcap"), 101, |et| ip(et)
+            .then(Vec::new))
+            > 0
+    );
+    convert(&f("eth.pcap"), &f("ipv4.pcap"), 228, |et| {
+        (et == 0x0800).then(Vec::new)
+    });
+    convert(&f("eth.pcap"), &f("ipv6.pcap"), 229, |et| {
+        (et == 0x86dd).then(Vec::new)
+    });
+    convert(&f("eth.pcap"), &f("null.pcap"), 0, |et| {
+        ip(et).then(|| {
+            (if et == 0x0800 { 2u32 } else { 24 })
+                .to_le_bytes()
+                .to_vec()
+        })
+    });
+    convert(&f("eth.pcap"), &f("loop.pcap"), 108, |et| {
+        ip(et).then(|| {
+            (if et == 0x0800 { 2u32 } else { 30 })
+                .to_be_bytes()
+                .to_vec()
+        })
+    });
 
     // (file, its link type, the pcap-filter prefix that looks through its VLAN tags)
     let files = [
@@ -178,30 +251,63 @@ fn real_captures_of_every_link_type_read_and_filter_as_tcpdump_does() {
         ("proto |17", "udp"),
         ("eth 0800 |", "ether proto 0x0800"),
     ];
-    let bpfs = ["tcp dst port 80", "udp port 53 or icmp6", "tcp[tcpflags] & tcp-syn != 0", "greater 1000", "ip6 and tcp", "ip and not tcp"];
+    let bpfs = [
+        "tcp dst port 80",
+        "udp port 53 or icmp6",
+        "tcp[tcpflags] & tcp-syn != 0",
+        "greater 1000",
+        "ip6 and tcp",
+        "ip and not tcp",
+    ];
     let mut compared = 0;
     for (name, link, vlan) in files {
         let file = f(name);
-        assert_eq!(link_of(&file), link, "{name}: not the link type this test expects");
+        assert_eq!(
+            link_of(&file),
+            link,
+            "{name}: not the link type this test expects"
+        );
         let all = tcpdump_count(&file, "");
         assert!(all > 1000, "{name}: tcpdump reads only {all} packets");
         for (middle, expr) in natives {
-            let theirs = tcpdump_count(&file, &if expr.is_empty() { String::new() } else { format!("{vlan}({expr})") });
-            let ours = streamline_count(&format!("pcapin file={} | {middle} count", file.display()).replace("|  count", "| count"));
-            assert_eq!(ours, theirs, "{name}: '{middle}' counted {ours}, tcpdump '{vlan}({expr})' {theirs}");
+            let theirs = tcpdump_count(
+                &file,
+                &if expr.is_empty() {
+                    String::new()
+                } else {
+                    format!("{vlan}({expr})")
+                },
+            );
+            let ours = streamline_count(
+                &format!("pcapin file={} | {middle} count", file.display())
+                    .replace("|  count", "| count"),
+            );
+            assert_eq!(
+                ours, theirs,
+                "{name}: '{middle}' counted {ours}, tcpdump '{vlan}({expr})' {theirs}"
+            );
             compared += 1;
         }
         // The capture has every kind of packet the comparisons are about.
         for kind in ["tcp", "udp", "ip6"] {
             let expr = format!("{vlan}({kind})");
             if !(name == "ipv4.pcap" && kind == "ip6" || name == "ipv6.pcap" && kind == "tcp") {
-                assert!(tcpdump_count(&file, &expr) > 0, "{name} has no {kind} packets");
+                assert!(
+                    tcpdump_count(&file, &expr) > 0,
+                    "{name} has no {kind} packets"
+                );
             }
         }
         for expr in bpfs {
             let theirs = tcpdump_count(&file, expr);
-            let ours = streamline_count(&format!("pcapin file={} | bpf \"{expr}\" | count", file.display()));
-            assert_eq!(ours, theirs, "{name}: bpf \"{expr}\" counted {ours}, tcpdump {theirs}");
+            let ours = streamline_count(&format!(
+                "pcapin file={} | bpf \"{expr}\" | count",
+                file.display()
+            ));
+            assert_eq!(
+                ours, theirs,
+                "{name}: bpf \"{expr}\" counted {ours}, tcpdump {theirs}"
+            );
             compared += 1;
         }
     }

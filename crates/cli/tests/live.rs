@@ -14,12 +14,19 @@ use common::{count_of, tcpdump_listening, wait_capturing, wait_for};
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 fn sh(args: &[&str]) -> std::process::Output {
-    Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("running {args:?}: {e}"))
+    Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("running {args:?}: {e}"))
 }
 
 fn ok(args: &[&str]) {
     let o = sh(args);
-    assert!(o.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// A veth pair into a namespace this test owns (the shared helper of the kernel crate).
@@ -29,18 +36,39 @@ fn veth() -> Veth {
 
 /// A run with its own capture (no prefix sharing between the runs of one test).
 fn start(pipeline: &str) -> Child {
-    Command::new(BIN).args(["run", "-q", "--no-share", pipeline]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn streamline")
+    Command::new(BIN)
+        .args(["run", "-q", "--no-share", pipeline])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn streamline")
 }
 
 /// SIGINT (as Ctrl-C), then the `count:` number and the `rx` summary line.
 fn stop(c: Child) -> (u64, String) {
-    assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-INT", &c.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     let out = c.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(130), "{err}");
-    let line = err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("no count after Ctrl-C:\n{err}"));
-    let n = line["count: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
-    let rx = err.lines().find(|l| l.starts_with("rx ")).unwrap_or_else(|| panic!("no rx summary:\n{err}")).to_string();
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("count: "))
+        .unwrap_or_else(|| panic!("no count after Ctrl-C:\n{err}"));
+    let n = line["count: ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let rx = err
+        .lines()
+        .find(|l| l.starts_with("rx "))
+        .unwrap_or_else(|| panic!("no rx summary:\n{err}"))
+        .to_string();
     (n, rx)
 }
 
@@ -54,7 +82,11 @@ fn live_counts_equal_tcpdump_on_the_same_interface() {
     let icmp_kernel = start(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
     let icmp_user = start(&format!("rx dev={} | icmp 4 | count", v.here));
     let mut tcpdump = Command::new("tcpdump");
-    tcpdump.args(["--immediate-mode", "-i", &v.here, "-w"]).arg(&pcap).arg("icmp").stdout(Stdio::null());
+    tcpdump
+        .args(["--immediate-mode", "-i", &v.here, "-w"])
+        .arg(&pcap)
+        .arg("icmp")
+        .stdout(Stdio::null());
     let (mut td, _) = tcpdump_listening(tcpdump);
     for c in [&all, &icmp_kernel, &icmp_user] {
         wait_capturing(c.id(), &v.here);
@@ -69,17 +101,28 @@ fn live_counts_equal_tcpdump_on_the_same_interface() {
     let (n_all, rx_all) = stop(all);
     let (n_kernel, rx_kernel) = stop(icmp_kernel);
     let (n_user, _) = stop(icmp_user);
-    let _ = Command::new("kill").args(["-INT", &td.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &td.id().to_string()])
+        .status();
     let _ = td.wait();
     let tcpdump = sh(&["tcpdump", "-r", pcap.to_str().unwrap()]);
     let n_td = String::from_utf8_lossy(&tcpdump.stdout).lines().count() as u64;
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(n_td >= 400, "tcpdump saw {n_td} ICMP packets of 400 sent and answered");
+    assert!(
+        n_td >= 400,
+        "tcpdump saw {n_td} ICMP packets of 400 sent and answered"
+    );
     assert_eq!(n_kernel, n_td, "bpf in the kernel vs tcpdump ({rx_kernel})");
     assert_eq!(n_user, n_td, "icmp (IPv4) in user space vs tcpdump");
-    assert!(n_all >= n_td + 50, "all frames ({n_all}) include the ICMP ones ({n_td}) and 50 UDP ({rx_all})");
+    assert!(
+        n_all >= n_td + 50,
+        "all frames ({n_all}) include the ICMP ones ({n_td}) and 50 UDP ({rx_all})"
+    );
     // The kernel filter kept the UDP frames out of user space.
-    assert!(rx_kernel.contains(&format!("{n_kernel} packets delivered")), "{rx_kernel}");
+    assert!(
+        rx_kernel.contains(&format!("{n_kernel} packets delivered")),
+        "{rx_kernel}"
+    );
     assert!(rx_kernel.contains("0 dropped by the kernel"), "{rx_kernel}");
 }
 
@@ -87,16 +130,32 @@ fn live_counts_equal_tcpdump_on_the_same_interface() {
 fn live_capture_errors_name_the_problem() {
     let run = |args: &[&str]| {
         let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
-        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     let (code, err) = run(&[BIN, "run", "rx dev=nosuch0 | count"]);
     assert_eq!(code, 2);
-    assert!(err.contains("no network interface named 'nosuch0'"), "{err}");
+    assert!(
+        err.contains("no network interface named 'nosuch0'"),
+        "{err}"
+    );
     let (code, err) = run(&[BIN, "run", "rx dev=lo | bpf \"tcp prt 80\" | count"]);
     assert_eq!(code, 2);
     assert!(err.contains("does not compile"), "{err}");
     // Without CAP_NET_RAW (as nobody): the run fails naming the capability.
-    let (code, err) = run(&["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", BIN, "run", "rx dev=lo | count"]);
+    let (code, err) = run(&[
+        "setpriv",
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        BIN,
+        "run",
+        "rx dev=lo | count",
+    ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("CAP_NET_RAW"), "{err}");
 }
@@ -109,7 +168,10 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
     let pcap = dir.join("td.pcap");
     // Two engines (rx + bpf each, in one fanout group), a join, one count for both.
     let sl = Command::new(BIN)
-        .args(["run", &format!("rx dev={} queues=2 | bpf \"udp\" | count", v.here)])
+        .args([
+            "run",
+            &format!("rx dev={} queues=2 | bpf \"udp\" | count", v.here),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -117,24 +179,48 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
     let mut tcpdump = Command::new("tcpdump");
     // Immediate mode: at SIGINT nothing waits in a half-filled ring block; short slots
     // (immediate mode sizes them by the snap length) so bursts of 64 datagrams fit.
-    tcpdump.args(["--immediate-mode", "-s", "256", "-B", "16384", "-i", &v.here, "-w"]).arg(&pcap).arg("udp").stdout(Stdio::null());
+    tcpdump
+        .args([
+            "--immediate-mode",
+            "-s",
+            "256",
+            "-B",
+            "16384",
+            "-i",
+            &v.here,
+            "-w",
+        ])
+        .arg(&pcap)
+        .arg("udp")
+        .stdout(Stdio::null());
     let (mut td, td_rest) = tcpdump_listening(tcpdump);
     wait_capturing(sl.id(), &v.here);
     // 64 flows (source ports) of 20 datagrams, and pings the filter must drop.
-    let socks: Vec<_> = (0..64).map(|_| std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap()).collect();
+    let socks: Vec<_> = (0..64)
+        .map(|_| std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap())
+        .collect();
     for i in 0..20 {
         for s in &socks {
-            let _ = s.send_to(format!("streamline {i}").as_bytes(), format!("{}:9", v.peer_ip));
+            let _ = s.send_to(
+                format!("streamline {i}").as_bytes(),
+                format!("{}:9", v.peer_ip),
+            );
         }
         std::thread::sleep(Duration::from_millis(2));
     }
     ok(&["ping", "-c", "20", "-i", "0.005", "-q", &v.peer_ip]);
     std::thread::sleep(Duration::from_millis(500));
-    assert!(Command::new("kill").args(["-INT", &sl.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-INT", &sl.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     let out = sl.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(130), "{err}");
-    let _ = Command::new("kill").args(["-INT", &td.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &td.id().to_string()])
+        .status();
     let _ = td.wait();
     let tcpdump = sh(&["tcpdump", "-r", pcap.to_str().unwrap()]);
     let n_td = String::from_utf8_lossy(&tcpdump.stdout).lines().count() as u64;
@@ -145,16 +231,32 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count:\n{err}"));
-    assert!(n_td >= 64 * 20, "tcpdump saw {n_td} of {} datagrams:\n{}", 64 * 20, td_rest.join().unwrap());
-    assert_eq!(count, n_td, "both engines together count what tcpdump counts:\n{err}");
+    assert!(
+        n_td >= 64 * 20,
+        "tcpdump saw {n_td} of {} datagrams:\n{}",
+        64 * 20,
+        td_rest.join().unwrap()
+    );
+    assert_eq!(
+        count, n_td,
+        "both engines together count what tcpdump counts:\n{err}"
+    );
     // Each engine is its own rx in its own space, and the hash spread the flows over both.
     let engines: Vec<u64> = err
         .lines()
         .filter(|l| l.starts_with("rx@"))
-        .map(|l| l.split_whitespace().nth(3).and_then(|n| n.parse().ok()).unwrap_or(0))
+        .map(|l| {
+            l.split_whitespace()
+                .nth(3)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        })
         .collect();
     assert_eq!(engines.len(), 2, "two rx engines in the table:\n{err}");
-    assert!(engines.iter().all(|&n| n > 0), "every engine got flows ({engines:?}):\n{err}");
+    assert!(
+        engines.iter().all(|&n| n > 0),
+        "every engine got flows ({engines:?}):\n{err}"
+    );
 }
 
 /// Packet sockets bound to interface `ifindex` (column Iface of /proc/net/packet).
@@ -163,50 +265,95 @@ fn packet_sockets_on(ifindex: u32) -> usize {
         .unwrap()
         .lines()
         .skip(1)
-        .filter(|l| l.split_whitespace().nth(4).and_then(|i| i.parse::<u32>().ok()) == Some(ifindex))
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(4)
+                .and_then(|i| i.parse::<u32>().ok())
+                == Some(ifindex)
+        })
         .count()
 }
 
 fn spawn_run(pipeline: &str) -> Child {
-    Command::new(BIN).args(["run", pipeline]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+    Command::new(BIN)
+        .args(["run", pipeline])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 fn interrupt(c: Child) -> (Option<i32>, String) {
-    assert!(Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-INT", &c.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     let out = c.wait_with_output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
 fn a_second_run_shares_the_running_capture_prefix() {
     let v = veth();
-    let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{}/ifindex", v.here)).unwrap().trim().parse().unwrap();
+    let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{}/ifindex", v.here))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let dir = std::env::temp_dir().join(format!("sl-share-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("td.pcap");
     let key = common::share_key(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
     let first = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
-    wait_for("the first run publishes its capture", Duration::from_secs(30), || dataplane::channel::published(&key).is_some());
+    wait_for(
+        "the first run publishes its capture",
+        Duration::from_secs(30),
+        || dataplane::channel::published(&key).is_some(),
+    );
     // It publishes its stream, then opens its socket on its first pull.
-    wait_for("the first run captures", Duration::from_secs(30), || packet_sockets_on(ifindex) == 1);
+    wait_for("the first run captures", Duration::from_secs(30), || {
+        packet_sockets_on(ifindex) == 1
+    });
     // Same capture and filter, then more filters of its own: it takes the first run's stream.
-    let second = spawn_run(&format!("rx dev={} | bpf \"icmp\" | icmp 4 | count", v.here));
-    let tags = beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
-    wait_for("the second run subscribes", Duration::from_secs(30), || tags.readers() == 1);
+    let second = spawn_run(&format!(
+        "rx dev={} | bpf \"icmp\" | icmp 4 | count",
+        v.here
+    ));
+    let tags =
+        beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
+    wait_for("the second run subscribes", Duration::from_secs(30), || {
+        tags.readers() == 1
+    });
     drop(tags);
-    assert_eq!(packet_sockets_on(ifindex), 1, "the second run opened no capture of its own");
+    assert_eq!(
+        packet_sockets_on(ifindex),
+        1,
+        "the second run opened no capture of its own"
+    );
     let mut tcpdump = Command::new("tcpdump");
     // Immediate mode: at SIGINT nothing waits in a half-filled ring block.
-    tcpdump.args(["--immediate-mode", "-i", &v.here, "-w"]).arg(&pcap).arg("icmp").stdout(Stdio::null());
+    tcpdump
+        .args(["--immediate-mode", "-i", &v.here, "-w"])
+        .arg(&pcap)
+        .arg("icmp")
+        .stdout(Stdio::null());
     let (mut td, _) = tcpdump_listening(tcpdump);
     ok(&["ping", "-c", "100", "-i", "0.005", "-q", &v.peer_ip]);
     std::thread::sleep(Duration::from_millis(500));
     let (code2, err2) = interrupt(second);
     // The first run goes on alone: larger pings only it sees.
-    ok(&["ping", "-c", "10", "-i", "0.01", "-s", "500", "-q", &v.peer_ip]);
+    ok(&[
+        "ping", "-c", "10", "-i", "0.01", "-s", "500", "-q", &v.peer_ip,
+    ]);
     std::thread::sleep(Duration::from_millis(500));
     let (code1, err1) = interrupt(first);
-    let _ = Command::new("kill").args(["-INT", &td.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &td.id().to_string()])
+        .status();
     let _ = td.wait();
     let lines = |filter: &str| {
         let o = sh(&["tcpdump", "-r", pcap.to_str().unwrap(), filter]);
@@ -216,31 +363,72 @@ fn a_second_run_shares_the_running_capture_prefix() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(code2, Some(130), "{err2}");
     assert_eq!(code1, Some(130), "{err1}");
-    assert!(err2.contains("sharing `rx dev=") && err2.contains("bpf \"icmp\"`"), "{err2}");
+    assert!(
+        err2.contains("sharing `rx dev=") && err2.contains("bpf \"icmp\"`"),
+        "{err2}"
+    );
     assert!(err2.lines().any(|l| l.starts_with("__subscribe")), "{err2}");
-    assert!(small >= 200 && all >= small + 20, "tcpdump saw {small} small and {all} ICMP packets");
-    assert_eq!(count_of(&err2), small, "the sharing run counts what tcpdump saw while it ran:\n{err2}");
-    assert_eq!(count_of(&err1), all, "the first run is not disturbed by its subscriber:\n{err1}");
+    assert!(
+        small >= 200 && all >= small + 20,
+        "tcpdump saw {small} small and {all} ICMP packets"
+    );
+    assert_eq!(
+        count_of(&err2),
+        small,
+        "the sharing run counts what tcpdump saw while it ran:\n{err2}"
+    );
+    assert_eq!(
+        count_of(&err1),
+        all,
+        "the first run is not disturbed by its subscriber:\n{err1}"
+    );
     // The published names are gone with the run.
-    let left: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().filter(|e| e.file_name().to_string_lossy().contains(&key)).collect();
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(&key))
+        .collect();
     assert!(left.is_empty(), "{left:?}");
     // --no-share: its own capture.
     let first = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
-    wait_for("the first run captures again", Duration::from_secs(30), || dataplane::channel::published(&key).is_some() && packet_sockets_on(ifindex) == 1);
-    let own = Command::new(BIN).args(["run", "--no-share", &format!("rx dev={} | bpf \"icmp\" | count", v.here)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    wait_for("--no-share captures for itself", Duration::from_secs(30), || packet_sockets_on(ifindex) == 2);
+    wait_for(
+        "the first run captures again",
+        Duration::from_secs(30),
+        || dataplane::channel::published(&key).is_some() && packet_sockets_on(ifindex) == 1,
+    );
+    let own = Command::new(BIN)
+        .args([
+            "run",
+            "--no-share",
+            &format!("rx dev={} | bpf \"icmp\" | count", v.here),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(
+        "--no-share captures for itself",
+        Duration::from_secs(30),
+        || packet_sockets_on(ifindex) == 2,
+    );
     let (_, own_err) = interrupt(own);
     assert!(!own_err.contains("sharing"), "{own_err}");
     // A subscriber ends when the run it shares with ends.
     let sub = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
-    let tags = beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
-    wait_for("the subscriber subscribes", Duration::from_secs(30), || tags.readers() == 1);
+    let tags =
+        beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
+    wait_for("the subscriber subscribes", Duration::from_secs(30), || {
+        tags.readers() == 1
+    });
     drop(tags);
     let _ = interrupt(first);
     let t0 = std::time::Instant::now();
     let out = sub.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(t0.elapsed() < Duration::from_secs(10), "the subscriber outlived its publisher");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "the subscriber outlived its publisher"
+    );
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("sharing"), "{err}");
 }
@@ -260,29 +448,71 @@ fn tx_sends_every_record_byte_for_byte_with_batched_kicks() {
     let v = veth();
     // Our end sends nothing of its own (no IPv6 neighbour discovery), so the peer sees
     // exactly what tx sends.
-    ok(&["sysctl", "-q", "-w", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.here)]);
+    ok(&[
+        "sysctl",
+        "-q",
+        "-w",
+        &format!("net.ipv6.conf.{}.disable_ipv6=1", v.here),
+    ]);
     let dir = std::env::temp_dir().join(format!("sl-tx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let got = dir.join("peer.pcap");
     let mut tcpdump = v.command("tcpdump");
     // The sample arrives in one burst of 4 MB: a 64 MiB capture buffer of 4 KiB slots
     // (immediate mode sizes slots by the snap length) holds all of it.
-    tcpdump.args(["--immediate-mode", "-s", "4096", "-B", "65536", "-Q", "in", "-i", &v.there, "-w"]).arg(&got).stdout(Stdio::null());
+    tcpdump
+        .args([
+            "--immediate-mode",
+            "-s",
+            "4096",
+            "-B",
+            "65536",
+            "-Q",
+            "in",
+            "-i",
+            &v.there,
+            "-w",
+        ])
+        .arg(&got)
+        .stdout(Stdio::null());
     let (mut td, _) = tcpdump_listening(tcpdump);
-    let sample = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"));
-    let out = Command::new(BIN).args(["run", &format!("pcapin file={} | tx dev={}", sample.display(), v.here)]).output().unwrap();
+    let sample = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sample.pcap"
+    ));
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            &format!("pcapin file={} | tx dev={}", sample.display(), v.here),
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
     std::thread::sleep(Duration::from_millis(1000));
-    let _ = Command::new("kill").args(["-INT", &td.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &td.id().to_string()])
+        .status();
     let _ = td.wait();
     let (sent, received) = (frames_of(sample), frames_of(&got));
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(received.len(), sent.len(), "the peer received every record once:\n{err}");
+    assert_eq!(
+        received.len(),
+        sent.len(),
+        "the peer received every record once:\n{err}"
+    );
     assert!(received == sent, "byte for byte, in order");
     // One kick carried many frames.
-    let line = err.lines().find(|l| l.starts_with("tx ") && l.contains(" kicks ")).unwrap_or_else(|| panic!("{err}"));
-    let per: f64 = line.split('(').nth(2).and_then(|s| s.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"));
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("tx ") && l.contains(" kicks "))
+        .unwrap_or_else(|| panic!("{err}"));
+    let per: f64 = line
+        .split('(')
+        .nth(2)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
     assert!(per > 1.0, "frames per kick: {line}");
     assert!(line.contains(&format!("{} frames", sent.len())), "{line}");
 }
@@ -291,15 +521,31 @@ fn tx_sends_every_record_byte_for_byte_with_batched_kicks() {
 fn tx_errors_name_the_problem() {
     let run = |args: &[&str]| {
         let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
-        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     let (code, err) = run(&[BIN, "run", "gen count=1 | tx dev=nosuch0"]);
     assert_eq!(code, 2);
-    assert!(err.contains("no network interface named 'nosuch0'"), "{err}");
+    assert!(
+        err.contains("no network interface named 'nosuch0'"),
+        "{err}"
+    );
     let (code, err) = run(&[BIN, "run", "gen count=1 | tx dev=lo batch=0"]);
     assert_eq!(code, 2);
     assert!(err.contains("batch=0"), "{err}");
-    let (code, err) = run(&["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", BIN, "run", "gen count=1 | tx dev=lo"]);
+    let (code, err) = run(&[
+        "setpriv",
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        BIN,
+        "run",
+        "gen count=1 | tx dev=lo",
+    ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("CAP_NET_RAW"), "{err}");
 }
@@ -309,42 +555,90 @@ fn af_xdp_rx_counts_what_the_peer_sends() {
     let v = veth();
     // AF_XDP takes the queue's frames away from the host's stack (nothing answers ARP or
     // pings), so the peer gets a static neighbour entry and tcpdump counts at the sender.
-    let _ = v.exec(&["sysctl", "-q", "-w", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there)]);
+    let _ = v.exec(&[
+        "sysctl",
+        "-q",
+        "-w",
+        &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there),
+    ]);
     let mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", v.here)).unwrap();
-    v.exec(&["ip", "neigh", "add", &v.here_ip, "lladdr", mac.trim(), "dev", &v.there]).unwrap();
+    v.exec(&[
+        "ip",
+        "neigh",
+        "add",
+        &v.here_ip,
+        "lladdr",
+        mac.trim(),
+        "dev",
+        &v.there,
+    ])
+    .unwrap();
     let dir = std::env::temp_dir().join(format!("sl-xdp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("sent.pcap");
     let sl = spawn_run(&format!("rx dev={} impl=xdp | icmp 4 | count", v.here));
     let mut tcpdump = v.command("tcpdump");
-    tcpdump.args(["--immediate-mode", "-Q", "out", "-i", &v.there, "-w"]).arg(&pcap).stdout(Stdio::null());
+    tcpdump
+        .args(["--immediate-mode", "-Q", "out", "-i", &v.there, "-w"])
+        .arg(&pcap)
+        .stdout(Stdio::null());
     let (mut td, _) = tcpdump_listening(tcpdump);
     // AF_XDP has no packet socket to wait for: its run says when it is attached.
     std::thread::sleep(Duration::from_millis(1500));
     // Echo requests nobody answers: ping runs to its deadline.
-    let _ = v.command("ping").args(["-c", "200", "-i", "0.005", "-w", "2", "-q", &v.here_ip]).output();
+    let _ = v
+        .command("ping")
+        .args(["-c", "200", "-i", "0.005", "-w", "2", "-q", &v.here_ip])
+        .output();
     std::thread::sleep(Duration::from_millis(500));
     let (code, err) = interrupt(sl);
-    let _ = Command::new("kill").args(["-INT", &td.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &td.id().to_string()])
+        .status();
     let _ = td.wait();
     let o = sh(&["tcpdump", "-r", pcap.to_str().unwrap(), "icmp"]);
     let sent = String::from_utf8_lossy(&o.stdout).lines().count() as u64;
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(code, Some(130), "{err}");
-    assert!(err.contains("(AF_XDP, queue 0, copy mode)"), "the AF_XDP socket was used:\n{err}");
+    assert!(
+        err.contains("(AF_XDP, queue 0, copy mode)"),
+        "the AF_XDP socket was used:\n{err}"
+    );
     assert!(sent >= 100, "the peer sent {sent} echo requests");
-    assert_eq!(count_of(&err), sent, "AF_XDP delivered every ICMP frame the peer sent:\n{err}");
+    assert_eq!(
+        count_of(&err),
+        sent,
+        "AF_XDP delivered every ICMP frame the peer sent:\n{err}"
+    );
     // The socket's own drop counters (XDP_STATISTICS) are read and shown: none here.
-    assert!(err.contains("0 dropped by the kernel (RX ring full 0, no fill chunk 0, other 0)"), "XDP drop counters:\n{err}");
+    assert!(
+        err.contains("0 dropped by the kernel (RX ring full 0, no fill chunk 0, other 0)"),
+        "XDP drop counters:\n{err}"
+    );
     // Options that need AF_PACKET are refused with impl=xdp.
     let (code, err) = {
-        let o = Command::new(BIN).args(["run", &format!("rx dev={} impl=xdp fanout=3 | count", v.here)]).output().unwrap();
-        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+        let o = Command::new(BIN)
+            .args([
+                "run",
+                &format!("rx dev={} impl=xdp fanout=3 | count", v.here),
+            ])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     assert_eq!(code, Some(2));
     assert!(err.contains("fanout= needs impl=packet"), "{err}");
     // A gather batch larger than the UMEM allows is refused, naming the limit.
-    let o = Command::new(BIN).args(["run", &format!("rx dev={} impl=xdp frames=256 batch=65 | count", v.here)]).output().unwrap();
+    let o = Command::new(BIN)
+        .args([
+            "run",
+            &format!("rx dev={} impl=xdp frames=256 batch=65 | count", v.here),
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("parameter batch=65: expected 1..=64"), "{err}");
@@ -377,7 +671,13 @@ fn a_capture_ends_when_its_interface_is_removed() {
         let mut err = String::new();
         c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
         assert_eq!(status.code(), Some(1), "impl={imp}:\n{err}");
-        assert!(err.contains(&format!("{}: ", v.here)) && err.contains("went down or was removed"), "impl={imp}:\n{err}");
-        assert!(err.lines().any(|l| l.starts_with("count: ")), "impl={imp}: totals are still printed:\n{err}");
+        assert!(
+            err.contains(&format!("{}: ", v.here)) && err.contains("went down or was removed"),
+            "impl={imp}:\n{err}"
+        );
+        assert!(
+            err.lines().any(|l| l.starts_with("count: ")),
+            "impl={imp}: totals are still printed:\n{err}"
+        );
     }
 }

@@ -39,25 +39,46 @@ impl Outcome {
             return Some(format!("exit status {:?} vs {:?}", self.code, other.code));
         }
         if self.stdout != other.stdout {
-            return Some(format!("standard output differs: {}", first_difference(&self.stdout, &other.stdout)));
+            return Some(format!(
+                "standard output differs: {}",
+                first_difference(&self.stdout, &other.stdout)
+            ));
         }
         if self.out != other.out {
             return Some(match (&self.out, &other.out) {
-                (Some(a), Some(b)) => format!("the {{out}} file differs: {}", first_difference(a, b)),
+                (Some(a), Some(b)) => {
+                    format!("the {{out}} file differs: {}", first_difference(a, b))
+                }
                 (a, b) => format!("{{out}} written: {} vs {}", a.is_some(), b.is_some()),
             });
         }
         if self.stderr != other.stderr {
-            return Some(format!("summary lines differ:\n  reference: {:?}\n  placed:    {:?}", self.stderr, other.stderr));
+            return Some(format!(
+                "summary lines differ:\n  reference: {:?}\n  placed:    {:?}",
+                self.stderr, other.stderr
+            ));
         }
         None
     }
 }
 
 fn first_difference(a: &[u8], b: &[u8]) -> String {
-    let at = a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
-    let show = |s: &[u8]| String::from_utf8_lossy(&s[at.saturating_sub(40).min(s.len())..(at + 80).min(s.len())]).into_owned();
-    format!("{} vs {} bytes, first difference at byte {at}:\n  reference: {:?}\n  placed:    {:?}", a.len(), b.len(), show(a), show(b))
+    let at = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()));
+    let show = |s: &[u8]| {
+        String::from_utf8_lossy(&s[at.saturating_sub(40).min(s.len())..(at + 80).min(s.len())])
+            .into_owned()
+    };
+    format!(
+        "{} vs {} bytes, first difference at byte {at}:\n  reference: {:?}\n  placed:    {:?}",
+        a.len(),
+        b.len(),
+        show(a),
+        show(b)
+    )
 }
 
 /// A scratch directory for the whole test binary.
@@ -72,14 +93,31 @@ fn dir() -> &'static Path {
 
 fn run(text: &str, args: &[&str]) -> Outcome {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let out = dir().join(format!("out-{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    let out = dir().join(format!(
+        "out-{}",
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let text = text.replace("{out}", out.to_str().unwrap());
-    let o = Command::new(BIN).arg("run").arg("-q").args(args).arg(&text).output().expect("run streamline");
-    let mut stderr: Vec<String> = String::from_utf8_lossy(&o.stderr).lines().map(str::to_string).collect();
+    let o = Command::new(BIN)
+        .arg("run")
+        .arg("-q")
+        .args(args)
+        .arg(&text)
+        .output()
+        .expect("run streamline");
+    let mut stderr: Vec<String> = String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .map(str::to_string)
+        .collect();
     stderr.sort();
     let written = std::fs::read(&out).ok();
     let _ = std::fs::remove_file(&out);
-    Outcome { code: o.status.code(), stdout: o.stdout, out: written, stderr }
+    Outcome {
+        code: o.status.code(),
+        stdout: o.stdout,
+        out: written,
+        stderr,
+    }
 }
 
 /// The corpus, placeholders other than `{out}` substituted: one pipeline per capture for
@@ -91,13 +129,27 @@ fn corpus(captures: &[PathBuf]) -> Vec<String> {
         let mut r = Rng(0x5eed);
         for i in 0..4000 {
             let w = ["alpha", "beta", "tcp", "udp", "gamma", "delta"];
-            s += &format!("{} {} {} {}\n", w[r.below(6) as usize], i, w[r.below(6) as usize], r.below(100_000));
+            s += &format!(
+                "{} {} {} {}\n",
+                w[r.below(6) as usize],
+                i,
+                w[r.below(6) as usize],
+                r.below(100_000)
+            );
         }
         std::fs::write(&text_file, s).unwrap();
     }
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/placement/corpus.txt")).expect("the corpus file");
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/placement/corpus.txt"
+    ))
+    .expect("the corpus file");
     let mut v = Vec::new();
-    for line in src.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for line in src
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         let line = line.replace("{text}", text_file.to_str().unwrap());
         if line.contains("{pcap}") {
             for c in captures {
@@ -114,15 +166,23 @@ fn corpus(captures: &[PathBuf]) -> Vec<String> {
 /// options are those of its first occurrence), without a `space=` of their own. Each as
 /// (byte offset where its text ends, filter name).
 fn movable(text: &str) -> Vec<(usize, String)> {
-    let g = lang::parse(text, &lang::WithPath(filters::Natives)).unwrap_or_else(|d| panic!("corpus pipeline does not parse:\n{d}"));
+    let g = lang::parse(text, &lang::WithPath(filters::Natives))
+        .unwrap_or_else(|d| panic!("corpus pipeline does not parse:\n{d}"));
     let mut v: Vec<(usize, String)> = g
         .nodes
         .iter()
         .filter_map(|n| match &n.kind {
-            NodeKind::Filter { filter, options, .. }
-                if n.name.is_none() && !options.iter().any(|(k, _)| k == "space") && !filters::find(filter).is_some_and(|s| s.source) =>
+            NodeKind::Filter {
+                filter, options, ..
+            } if n.name.is_none()
+                && !options.iter().any(|(k, _)| k == "space")
+                && !filters::find(filter).is_some_and(|s| s.source) =>
             {
-                assert!(text[n.span.start..].starts_with(filter.as_str()), "span of {filter} in {text}: {:?}", n.span);
+                assert!(
+                    text[n.span.start..].starts_with(filter.as_str()),
+                    "span of {filter} in {text}: {:?}",
+                    n.span
+                );
                 Some((n.span.end, filter.clone()))
             }
             _ => None,
@@ -163,24 +223,43 @@ fn must_refuse(text: &str, spaces: &[Option<String>]) -> (Vec<String>, Vec<Strin
 
 /// Run `text` placed by `spaces` (plus `args`) and hold it to the reference. Returns
 /// whether it ran (false: refused, as it had to be).
-fn check(reference: &Outcome, text: &str, spaces: &[Option<String>], args: &[&str]) -> Result<bool, String> {
+fn check(
+    reference: &Outcome,
+    text: &str,
+    spaces: &[Option<String>],
+    args: &[&str],
+) -> Result<bool, String> {
     let t = placed(text, spaces);
     let got = run(&t, args);
     let (never, maybe) = must_refuse(text, spaces);
     let err = got.stderr.join("\n");
     if got.code == Some(2) && (!never.is_empty() || !maybe.is_empty()) {
-        let named = never.iter().chain(&maybe).any(|f| err.contains(&format!("{f}: space=")));
+        let named = never
+            .iter()
+            .chain(&maybe)
+            .any(|f| err.contains(&format!("{f}: space=")));
         if named && (err.contains("cannot be replicated") || err.contains("interleave")) {
             return Ok(false);
         }
     }
     if !never.is_empty() {
-        return Err(format!("{t} {args:?}: {never:?} must refuse to be replicated, but the run {:?}:\n{err}", got.code));
+        return Err(format!(
+            "{t} {args:?}: {never:?} must refuse to be replicated, but the run {:?}:\n{err}",
+            got.code
+        ));
     }
     // Structures that must stay in one space: parallel branches up to their join, and
     // loops. Splitting them is refused, naming a filter this placement moved.
-    let moved: Vec<String> = movable(text).into_iter().zip(spaces).filter(|(_, s)| s.is_some()).map(|((_, f), _)| f).collect();
-    let names_moved = moved.iter().any(|f| err.contains(&format!("streamline: {f}: ")) || err.contains(&format!("streamline: {f} (its copies): ")));
+    let moved: Vec<String> = movable(text)
+        .into_iter()
+        .zip(spaces)
+        .filter(|(_, s)| s.is_some())
+        .map(|((_, f), _)| f)
+        .collect();
+    let names_moved = moved.iter().any(|f| {
+        err.contains(&format!("streamline: {f}: "))
+            || err.contains(&format!("streamline: {f} (its copies): "))
+    });
     let joins = [" + ", " ++ ", " +* "].iter().any(|op| text.contains(op));
     if got.code == Some(2) && names_moved {
         if joins && err.contains("branches must run in one space with their fork and join here") {
@@ -221,13 +300,18 @@ fn generated_capture(seed: u64) -> PathBuf {
     let mut r = Rng(seed | 1);
     let mut frames: Vec<Vec<u8>> = Vec::new();
     let mac = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-    let tcp4 = |src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, seq: u32, syn: bool, payload: &[u8]| {
-        let b = PacketBuilder::ethernet2(mac.0, mac.1).ipv4(src, dst, 64);
-        let b = if syn { b.tcp(sp, dp, seq, 65535).syn() } else { b.tcp(sp, dp, seq, 65535).ack(1).psh() };
-        let mut v = Vec::new();
-        b.write(&mut v, payload).unwrap();
-        v
-    };
+    let tcp4 =
+        |src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16, seq: u32, syn: bool, payload: &[u8]| {
+            let b = PacketBuilder::ethernet2(mac.0, mac.1).ipv4(src, dst, 64);
+            let b = if syn {
+                b.tcp(sp, dp, seq, 65535).syn()
+            } else {
+                b.tcp(sp, dp, seq, 65535).ack(1).psh()
+            };
+            let mut v = Vec::new();
+            b.write(&mut v, payload).unwrap();
+            v
+        };
     let methods = ["GET", "POST", "HEAD", "PUT"];
     for conn in 0..40u32 {
         let client = [10, 1, (conn / 200) as u8, (conn % 200) as u8 + 1];
@@ -236,14 +320,33 @@ fn generated_capture(seed: u64) -> PathBuf {
         let dport = [80, 8080, 443][r.below(3) as usize];
         let isn = r.next() as u32;
         frames.push(tcp4(client, server, sport, dport, isn, true, &[]));
-        let req = format!("{} /{}/{} HTTP/1.1\r\nHost: h{}\r\nUser-Agent: t\r\n\r\n", methods[r.below(4) as usize], conn, r.below(1000), r.below(50));
+        let req = format!(
+            "{} /{}/{} HTTP/1.1\r\nHost: h{}\r\nUser-Agent: t\r\n\r\n",
+            methods[r.below(4) as usize],
+            conn,
+            r.below(1000),
+            r.below(50)
+        );
         let req = req.as_bytes();
         // Two to four segments, the middle ones possibly swapped, one possibly resent.
         let n = 2 + r.below(3) as usize;
         let mut cuts: Vec<usize> = (1..n).map(|i| i * req.len() / n).collect();
         cuts.insert(0, 0);
         cuts.push(req.len());
-        let mut segs: Vec<Vec<u8>> = cuts.windows(2).map(|w| tcp4(client, server, sport, dport, isn.wrapping_add(1 + w[0] as u32), false, &req[w[0]..w[1]])).collect();
+        let mut segs: Vec<Vec<u8>> = cuts
+            .windows(2)
+            .map(|w| {
+                tcp4(
+                    client,
+                    server,
+                    sport,
+                    dport,
+                    isn.wrapping_add(1 + w[0] as u32),
+                    false,
+                    &req[w[0]..w[1]],
+                )
+            })
+            .collect();
         if segs.len() > 2 && r.below(2) == 0 {
             segs.swap(1, 2);
         }
@@ -261,27 +364,51 @@ fn generated_capture(seed: u64) -> PathBuf {
         let mut dns = vec![(q >> 8) as u8, q as u8, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
         dns.extend_from_slice(b"\x07example\x03com\x00\x00\x01\x00\x01");
         let mut v = Vec::new();
-        PacketBuilder::ethernet2(mac.0, mac.1).ipv4([10, 1, 9, 9], [10, 2, 0, 53], 64).udp(30_000 + q, 53).write(&mut v, &dns).unwrap();
+        PacketBuilder::ethernet2(mac.0, mac.1)
+            .ipv4([10, 1, 9, 9], [10, 2, 0, 53], 64)
+            .udp(30_000 + q, 53)
+            .write(&mut v, &dns)
+            .unwrap();
         frames.push(v);
         dns[2] = 0x81;
         dns[3] = 0x80;
         let mut v = Vec::new();
-        PacketBuilder::ethernet2(mac.1, mac.0).ipv4([10, 2, 0, 53], [10, 1, 9, 9], 64).udp(53, 30_000 + q).write(&mut v, &dns).unwrap();
+        PacketBuilder::ethernet2(mac.1, mac.0)
+            .ipv4([10, 2, 0, 53], [10, 1, 9, 9], 64)
+            .udp(53, 30_000 + q)
+            .write(&mut v, &dns)
+            .unwrap();
         frames.push(v);
     }
     for i in 0..20u16 {
         let mut v = Vec::new();
-        PacketBuilder::ethernet2(mac.0, mac.1).ipv4([10, 1, 0, 7], [10, 2, 0, 1], 64).icmpv4_echo_request(7, i).write(&mut v, b"ping payload").unwrap();
+        PacketBuilder::ethernet2(mac.0, mac.1)
+            .ipv4([10, 1, 0, 7], [10, 2, 0, 1], 64)
+            .icmpv4_echo_request(7, i)
+            .write(&mut v, b"ping payload")
+            .unwrap();
         frames.push(v);
         let mut v = Vec::new();
-        let (a, b) = ([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-        PacketBuilder::ethernet2(mac.0, mac.1).ipv6(a, b, 64).tcp(40_000 + i, 80, i as u32 * 1000, 1000).ack(1).write(&mut v, format!("GET /v6/{i} HTTP/1.1\r\n\r\n").as_bytes()).unwrap();
+        let (a, b) = (
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+        );
+        PacketBuilder::ethernet2(mac.0, mac.1)
+            .ipv6(a, b, 64)
+            .tcp(40_000 + i, 80, i as u32 * 1000, 1000)
+            .ack(1)
+            .write(&mut v, format!("GET /v6/{i} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
         frames.push(v);
     }
     let mut w = PcapWriter::new(std::fs::File::create(&path).unwrap()).unwrap();
     for (i, f) in frames.iter().enumerate() {
-        let ts = std::time::Duration::new(1_700_000_000 + i as u64 / 10, (i as u32 % 10) * 100_000_000 + r.below(1000) as u32);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f)).unwrap();
+        let ts = std::time::Duration::new(
+            1_700_000_000 + i as u64 / 10,
+            (i as u32 % 10) * 100_000_000 + r.below(1000) as u32,
+        );
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+            .unwrap();
     }
     path
 }
@@ -292,17 +419,23 @@ fn as_linux_cooked(eth: &Path) -> PathBuf {
     use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
     let path = eth.with_extension("sll.pcap");
     let mut r = PcapReader::new(std::fs::File::open(eth).unwrap()).unwrap();
-    let header = PcapHeader { datalink: pcap_file::DataLink::LINUX_SLL, ..r.header() };
+    let header = PcapHeader {
+        datalink: pcap_file::DataLink::LINUX_SLL,
+        ..r.header()
+    };
     let mut w = PcapWriter::with_header(std::fs::File::create(&path).unwrap(), header).unwrap();
     while let Some(p) = r.next_packet() {
         let p = p.unwrap();
-        let Some(rest) = p.data.get(14..) else { continue };
+        let Some(rest) = p.data.get(14..) else {
+            continue;
+        };
         let mut f = vec![0, 0, 0, 1, 0, 6];
         f.extend_from_slice(&p.data[6..12]);
         f.extend_from_slice(&[0, 0]);
         f.extend_from_slice(&p.data[12..14]);
         f.extend_from_slice(rest);
-        w.write_packet(&PcapPacket::new(p.timestamp, p.orig_len + 2, &f)).unwrap();
+        w.write_packet(&PcapPacket::new(p.timestamp, p.orig_len + 2, &f))
+            .unwrap();
     }
     path
 }
@@ -314,12 +447,20 @@ fn as_linux_cooked(eth: &Path) -> PathBuf {
 fn captures() -> Vec<PathBuf> {
     static C: OnceLock<Vec<PathBuf>> = OnceLock::new();
     C.get_or_init(|| {
-        let sample = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"));
+        let sample = PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/sample.pcap"
+        ));
         let generated = generated_capture(0x1234_5678);
         let cooked = as_linux_cooked(&generated);
         let mut v = vec![sample, generated, cooked];
         if let Ok(extra) = std::env::var("STREAMLINE_PLACEMENT_CAPTURES") {
-            v.extend(extra.split(':').filter(|s| !s.is_empty()).map(PathBuf::from));
+            v.extend(
+                extra
+                    .split(':')
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from),
+            );
         }
         v
     })
@@ -334,16 +475,33 @@ fn reference(text: &str) -> Outcome {
         return o.clone();
     }
     let o = run(text, &["--plan", "none"]);
-    assert!(o.code == Some(0), "corpus pipeline fails in one space:\n  {text}\n{}", o.stderr.join("\n"));
-    assert!(!o.stdout.is_empty() || o.out.as_ref().is_some_and(|f| !f.is_empty()) || !o.stderr.is_empty(), "corpus pipeline produces nothing to compare: {text}");
+    assert!(
+        o.code == Some(0),
+        "corpus pipeline fails in one space:\n  {text}\n{}",
+        o.stderr.join("\n")
+    );
+    assert!(
+        !o.stdout.is_empty()
+            || o.out.as_ref().is_some_and(|f| !f.is_empty())
+            || !o.stderr.is_empty(),
+        "corpus pipeline produces nothing to compare: {text}"
+    );
     m.lock().unwrap().insert(text.to_string(), o.clone());
     o
 }
 
 #[test]
 fn the_corpus_has_thirty_pipelines_that_all_produce_something() {
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/placement/corpus.txt")).unwrap();
-    let n = src.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).count();
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/placement/corpus.txt"
+    ))
+    .unwrap();
+    let n = src
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count();
     assert!(n >= 30, "the corpus has {n} pipelines");
     for t in corpus(&captures()) {
         reference(&t);
@@ -360,14 +518,44 @@ fn every_pipeline_gives_the_same_result_in_every_placement() {
         let n = m.len();
         let mut placements: Vec<(Vec<Option<String>>, Vec<&str>)> = vec![
             // Every filter on a thread of its own.
-            ((1..=n).map(|i| Some(i.to_string())).collect(), vec!["--plan", "none"]),
+            (
+                (1..=n).map(|i| Some(i.to_string())).collect(),
+                vec!["--plan", "none"],
+            ),
             // Every filter in a process space of its own.
-            ((1..=n).map(|i| Some(format!("p{i}"))).collect(), vec!["--plan", "none"]),
+            (
+                (1..=n).map(|i| Some(format!("p{i}"))).collect(),
+                vec!["--plan", "none"],
+            ),
             // Threads and processes alternating.
-            ((1..=n).map(|i| Some(if i % 2 == 0 { format!("p{i}") } else { i.to_string() })).collect(), vec!["--plan", "none"]),
+            (
+                (1..=n)
+                    .map(|i| {
+                        Some(if i % 2 == 0 {
+                            format!("p{i}")
+                        } else {
+                            i.to_string()
+                        })
+                    })
+                    .collect(),
+                vec!["--plan", "none"],
+            ),
             // The optimizer's and the heuristic's plans at a load one CPU cannot carry.
-            (vec![None; n], vec!["--plan", "ilp", "--rate", "20000000", "--bytes", "1500"]),
-            (vec![None; n], vec!["--plan", "heuristic", "--rate", "20000000", "--bytes", "1500"]),
+            (
+                vec![None; n],
+                vec!["--plan", "ilp", "--rate", "20000000", "--bytes", "1500"],
+            ),
+            (
+                vec![None; n],
+                vec![
+                    "--plan",
+                    "heuristic",
+                    "--rate",
+                    "20000000",
+                    "--bytes",
+                    "1500",
+                ],
+            ),
         ];
         // Each filter alone on a thread (the rest stay with the source), and each filter
         // replicated.
@@ -387,7 +575,12 @@ fn every_pipeline_gives_the_same_result_in_every_placement() {
         }
     }
     eprintln!("{ran} placed runs matched their reference, {refused} placements were refused as they must be");
-    assert!(failures.is_empty(), "{} placements changed results:\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} placements changed results:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
     assert!(ran > 200, "only {ran} placed runs");
 }
 
@@ -423,18 +616,34 @@ proptest! {
 fn a_placement_that_cannot_keep_a_filter_meaning_is_refused_by_name() {
     let sample = &captures()[0];
     for (text, filter, why) in [
-        ("pcapin file={pcap} | tcp | count space=1,2", "count", "its totals are over the whole stream"),
-        ("pcapin file={pcap} | sample 10 space=1,2 | count", "sample", "every Nth block"),
-        ("pcapin file={pcap} | tcp | tcpstream space=1,2 | http | inspect", "tcpstream", "inspect downstream sees the order"),
+        (
+            "pcapin file={pcap} | tcp | count space=1,2",
+            "count",
+            "its totals are over the whole stream",
+        ),
+        (
+            "pcapin file={pcap} | sample 10 space=1,2 | count",
+            "sample",
+            "every Nth block",
+        ),
+        (
+            "pcapin file={pcap} | tcp | tcpstream space=1,2 | http | inspect",
+            "tcpstream",
+            "inspect downstream sees the order",
+        ),
     ] {
         let t = text.replace("{pcap}", sample.to_str().unwrap());
         let o = run(&t, &["--plan", "none"]);
         let err = o.stderr.join("\n");
         assert_eq!(o.code, Some(2), "{t}: {err}");
-        assert!(err.contains(&format!("{filter}: space=1,2")) && err.contains(why), "{t}: {err}");
+        assert!(
+            err.contains(&format!("{filter}: space=1,2")) && err.contains(why),
+            "{t}: {err}"
+        );
     }
     // Session replicas feeding only counters keep their meaning and run.
-    let t = "pcapin file={pcap} | tcp | tcpstream space=1,2 | http | count".replace("{pcap}", sample.to_str().unwrap());
+    let t = "pcapin file={pcap} | tcp | tcpstream space=1,2 | http | count"
+        .replace("{pcap}", sample.to_str().unwrap());
     let one = run(&t.replace(" space=1,2", ""), &["--plan", "none"]);
     let two = run(&t, &["--plan", "none"]);
     assert_eq!(two.code, Some(0), "{:?}", two.stderr);
@@ -448,21 +657,49 @@ fn named_classes_resolve_or_are_refused_with_a_caret() {
     let by_number = run(&format!("pcapin file={sample} | dport |80 count"), &[]);
     assert_eq!(by_name, by_number);
     assert!(common::count_of(&by_name.stderr.join("\n")) > 0);
-    let o = run(&format!("pcapin file={sample} | tcp | http |get count"), &[]);
-    assert_eq!(o, run(&format!("pcapin file={sample} | tcp | http |1 count"), &[]));
+    let o = run(
+        &format!("pcapin file={sample} | tcp | http |get count"),
+        &[],
+    );
+    assert_eq!(
+        o,
+        run(&format!("pcapin file={sample} | tcp | http |1 count"), &[])
+    );
     // Inverted named selectors resolve too.
-    assert_eq!(run(&format!("pcapin file={sample} | dport |!dns count"), &[]), run(&format!("pcapin file={sample} | dport |!53 count"), &[]));
+    assert_eq!(
+        run(&format!("pcapin file={sample} | dport |!dns count"), &[]),
+        run(&format!("pcapin file={sample} | dport |!53 count"), &[])
+    );
     // A name nobody upstream publishes: an error at the selector with what upstream has.
-    let o = Command::new(BIN).args(["run", &format!("pcapin file={sample} | tcp | dport |htp count")]).output().unwrap();
+    let o = Command::new(BIN)
+        .args([
+            "run",
+            &format!("pcapin file={sample} | tcp | dport |htp count"),
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("no filter upstream of this arc publishes a class named 'htp'"), "{err}");
+    assert!(
+        err.contains("no filter upstream of this arc publishes a class named 'htp'"),
+        "{err}"
+    );
     assert!(err.contains("^^^^") && err.contains("http (80)"), "{err}");
     // The nearest publisher wins: after `http`, `|get` is http's class 1, not a port.
-    let o = Command::new(BIN).args(["check", "pcapin file=x.pcap | dport | http |get count"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&o.stdout).contains("|1"), "{}", String::from_utf8_lossy(&o.stdout));
+    let o = Command::new(BIN)
+        .args(["check", "pcapin file=x.pcap | dport | http |get count"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("|1"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     // `http` publishes no port names.
-    let o = Command::new(BIN).args(["check", "pcapin file=x.pcap | http |dns count"]).output().unwrap();
+    let o = Command::new(BIN)
+        .args(["check", "pcapin file=x.pcap | http |dns count"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
 

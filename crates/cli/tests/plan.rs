@@ -7,11 +7,16 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 fn system(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../control/tests/golden/systems/{name}.json"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../control/tests/golden/systems/{name}.json"))
 }
 
 fn plan(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).arg("plan").args(args).output().expect("run streamline plan");
+    let out = Command::new(BIN)
+        .arg("plan")
+        .args(args)
+        .output()
+        .expect("run streamline plan");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -22,7 +27,12 @@ fn plan(args: &[&str]) -> (i32, String, String) {
 #[test]
 fn canonical_plan_on_a_fixed_system() {
     let sys = system("dual");
-    let (code, out, err) = plan(&["--system", sys.to_str().unwrap(), "--canonical", "rx | bpf \"tcp\" | null"]);
+    let (code, out, err) = plan(&[
+        "--system",
+        sys.to_str().unwrap(),
+        "--canonical",
+        "rx | bpf \"tcp\" | null",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out,
@@ -34,11 +44,25 @@ fn canonical_plan_on_a_fixed_system() {
 #[test]
 fn compare_shows_both_plans_and_the_ratio() {
     let sys = system("dual");
-    let (code, out, err) = plan(&["--system", sys.to_str().unwrap(), "--compare", "rx | grep x | count | null"]);
+    let (code, out, err) = plan(&[
+        "--system",
+        sys.to_str().unwrap(),
+        "--compare",
+        "rx | grep x | count | null",
+    ]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("plan by ilp (HiGHS)") && out.contains("plan by push-down heuristic"), "{out}");
-    assert!(out.contains("variables") && out.contains("constraints") && out.contains("solved in"), "{out}");
-    assert!(out.contains("heuristic costs 1.50x the optimizer's"), "{out}");
+    assert!(
+        out.contains("plan by ilp (HiGHS)") && out.contains("plan by push-down heuristic"),
+        "{out}"
+    );
+    assert!(
+        out.contains("variables") && out.contains("constraints") && out.contains("solved in"),
+        "{out}"
+    );
+    assert!(
+        out.contains("heuristic costs 1.50x the optimizer's"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -47,15 +71,33 @@ fn dot_output_and_errors() {
     let dir = std::env::temp_dir().join(format!("sl-plan-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let dot = dir.join("p.dot");
-    let (code, _, err) = plan(&["--system", sys.to_str().unwrap(), "--dot", dot.to_str().unwrap(), "rx | bpf \"udp\" | dns | null"]);
+    let (code, _, err) = plan(&[
+        "--system",
+        sys.to_str().unwrap(),
+        "--dot",
+        dot.to_str().unwrap(),
+        "rx | bpf \"udp\" | dns | null",
+    ]);
     assert_eq!(code, 0, "{err}");
     let text = std::fs::read_to_string(&dot).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(text.starts_with("digraph plan {") && text.contains("kernel@cpu0") && text.contains("n1 -> n2"), "{text}");
+    assert!(
+        text.starts_with("digraph plan {")
+            && text.contains("kernel@cpu0")
+            && text.contains("n1 -> n2"),
+        "{text}"
+    );
 
-    let (code, _, err) = plan(&["--system", sys.to_str().unwrap(), "rx | dns space=kernel | null"]);
+    let (code, _, err) = plan(&[
+        "--system",
+        sys.to_str().unwrap(),
+        "rx | dns space=kernel | null",
+    ]);
     assert_eq!(code, 2);
-    assert!(err.contains("'dns'") && err.contains("pinned to space=kernel"), "{err}");
+    assert!(
+        err.contains("'dns'") && err.contains("pinned to space=kernel"),
+        "{err}"
+    );
     let (code, _, err) = plan(&["--system", "/nonexistent.json", "rx | null"]);
     assert_eq!(code, 2);
     assert!(err.contains("/nonexistent.json"), "{err}");
@@ -68,21 +110,40 @@ fn dot_output_and_errors() {
 fn discovers_this_machine() {
     let (code, out, err) = plan(&["gen | strip | null"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("system: ") && out.contains("thread@cpu0"), "{out}");
+    assert!(
+        out.starts_with("system: ") && out.contains("thread@cpu0"),
+        "{out}"
+    );
 }
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN).arg("run").args(args).output().expect("run streamline run");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(BIN)
+        .arg("run")
+        .args(args)
+        .output()
+        .expect("run streamline run");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn count_line(err: &str) -> String {
-    err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("no count line:\n{err}")).to_string()
+    err.lines()
+        .find(|l| l.starts_with("count: "))
+        .unwrap_or_else(|| panic!("no count line:\n{err}"))
+        .to_string()
 }
 
 /// Rows of the per-filter table whose label starts with `name@`.
 fn rows<'a>(err: &'a str, name: &str) -> Vec<&'a str> {
-    err.lines().filter(|l| l.split_whitespace().next().is_some_and(|w| w.starts_with(&format!("{name}@")))).collect()
+    err.lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.starts_with(&format!("{name}@")))
+        })
+        .collect()
 }
 
 #[test]
@@ -92,18 +153,42 @@ fn run_uses_the_plan_and_spreads_a_heavy_filter_over_the_cpus() {
     assert_eq!(code, 0, "{planned}");
     let (code, written) = run(&["--plan", "none", pipeline]);
     assert_eq!(code, 0, "{written}");
-    assert_eq!(count_line(&planned), count_line(&written), "the placement changes where, not what");
-    assert!(!written.contains("plan ("), "--plan none plans nothing:\n{written}");
+    assert_eq!(
+        count_line(&planned),
+        count_line(&written),
+        "the placement changes where, not what"
+    );
+    assert!(
+        !written.contains("plan ("),
+        "--plan none plans nothing:\n{written}"
+    );
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let line = planned.lines().find(|l| l.starts_with("plan (")).unwrap_or_else(|| panic!("no plan line:\n{planned}"));
+    let line = planned
+        .lines()
+        .find(|l| l.starts_with("plan ("))
+        .unwrap_or_else(|| panic!("no plan line:\n{planned}"));
     assert!(line.contains("ilp (HiGHS)"), "{line}");
     if cpus >= 2 {
         // One CPU cannot deflate 400k blocks/s: the plan copies deflate onto the CPUs.
-        let deflate = line.split("; ").find(|p| p.starts_with("deflate space=")).unwrap_or_else(|| panic!("{line}"));
+        let deflate = line
+            .split("; ")
+            .find(|p| p.starts_with("deflate space="))
+            .unwrap_or_else(|| panic!("{line}"));
         assert!(deflate.contains(','), "deflate replicated: {line}");
-        assert!(rows(&planned, "deflate").len() >= 2, "the table shows each copy:\n{planned}");
+        assert!(
+            rows(&planned, "deflate").len() >= 2,
+            "the table shows each copy:\n{planned}"
+        );
     }
-    let (code, heur) = run(&["--plan", "heuristic", "--rate", "400000", "--bytes", "4096", pipeline]);
+    let (code, heur) = run(&[
+        "--plan",
+        "heuristic",
+        "--rate",
+        "400000",
+        "--bytes",
+        "4096",
+        pipeline,
+    ]);
     assert_eq!(code, 0, "{heur}");
     assert!(heur.contains("plan (push-down heuristic"), "{heur}");
     assert_eq!(count_line(&heur), count_line(&written));
@@ -114,13 +199,32 @@ fn run_keeps_light_pipelines_in_one_space_and_user_placements_as_written() {
     let cap = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
     let (code, err) = run(&[&format!("pcapin file={cap} | tcp | count")]);
     assert_eq!(code, 0, "{err}");
-    assert!(!err.contains("plan ("), "a light pipeline runs where it is:\n{err}");
-    assert!(rows(&err, "tcp").is_empty(), "one space, no @ labels:\n{err}");
+    assert!(
+        !err.contains("plan ("),
+        "a light pipeline runs where it is:\n{err}"
+    );
+    assert!(
+        rows(&err, "tcp").is_empty(),
+        "one space, no @ labels:\n{err}"
+    );
     // The user's own placement wins over any plan, even at a rate one CPU cannot carry.
-    let (code, err) = run(&["--rate", "400000", "--bytes", "4096", "gen count=500 size=4096 | deflate space=p1 | count"]);
+    let (code, err) = run(&[
+        "--rate",
+        "400000",
+        "--bytes",
+        "4096",
+        "gen count=500 size=4096 | deflate space=p1 | count",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("plan ("), "{err}");
-    assert_eq!(rows(&err, "deflate"), rows(&err, "deflate").iter().filter(|r| r.starts_with("deflate@p1 ")).copied().collect::<Vec<_>>());
+    assert_eq!(
+        rows(&err, "deflate"),
+        rows(&err, "deflate")
+            .iter()
+            .filter(|r| r.starts_with("deflate@p1 "))
+            .copied()
+            .collect::<Vec<_>>()
+    );
     assert_eq!(rows(&err, "deflate").len(), 1, "{err}");
 }
 
@@ -129,8 +233,15 @@ fn run_translates_the_planners_own_pins() {
     // `space=process` is the planner's word; the run puts tcp in a process space.
     let (code, err) = run(&["gen count=200 | tcp space=process | count"]);
     assert_eq!(code, 0, "{err}");
-    assert!(rows(&err, "tcp").iter().any(|r| r.starts_with("tcp@p")), "{err}");
-    assert_eq!(count_line(&err), "count: 0 blocks, 0 bytes", "gen's blocks are not TCP");
+    assert!(
+        rows(&err, "tcp").iter().any(|r| r.starts_with("tcp@p")),
+        "{err}"
+    );
+    assert_eq!(
+        count_line(&err),
+        "count: 0 blocks, 0 bytes",
+        "gen's blocks are not TCP"
+    );
     let (code, err) = run(&["--rate", "0", "gen | count"]);
     assert_eq!(code, 2);
     assert!(err.contains("--rate must be positive"), "{err}");

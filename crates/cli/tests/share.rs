@@ -22,11 +22,24 @@ const SLOTS: u64 = 4096;
 
 fn require_root_and_tools() {
     for (tool, arg) in [("tcpreplay", "--version"), ("tcpdump", "--version")] {
-        let ok = Command::new(tool).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-        assert!(ok, "{tool} is required (apt-get install {tool}; scripts/setup installs it)");
+        let ok = Command::new(tool)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "{tool} is required (apt-get install {tool}; scripts/setup installs it)"
+        );
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("?").to_string();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("?")
+        .to_string();
     assert_eq!(euid, "0", "this test needs root (network namespaces, AF_PACKET capture: CAP_SYS_ADMIN and CAP_NET_RAW)");
 }
 
@@ -35,18 +48,41 @@ fn require_root_and_tools() {
 fn quiet_veth() -> Veth {
     require_root_and_tools();
     let v = Veth::new("sh").unwrap_or_else(|e| panic!("{e}"));
-    kernel::netns::run(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.here)]).unwrap();
-    v.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there)]).unwrap();
+    kernel::netns::run(&[
+        "sysctl",
+        "-qw",
+        &format!("net.ipv6.conf.{}.disable_ipv6=1", v.here),
+    ])
+    .unwrap();
+    v.exec(&[
+        "sysctl",
+        "-qw",
+        &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there),
+    ])
+    .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     v
 }
 
 fn spawn_run(pipeline: &str) -> Child {
-    Command::new(BIN).args(["run", pipeline]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn streamline")
+    Command::new(BIN)
+        .args(["run", pipeline])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn streamline")
 }
 
 fn signal(c: &Child, sig: &str) {
-    assert!(Command::new("kill").args([sig, &c.id().to_string()]).status().unwrap().success(), "kill {sig} {}", c.id());
+    assert!(
+        Command::new("kill")
+            .args([sig, &c.id().to_string()])
+            .status()
+            .unwrap()
+            .success(),
+        "kill {sig} {}",
+        c.id()
+    );
 }
 
 /// Waits at most `limit` for `c` to exit: its exit code and standard error. A run still
@@ -57,19 +93,35 @@ fn wait_bounded(mut c: Child, what: &str, limit: Duration) -> (Option<i32>, Stri
         if Instant::now() > deadline {
             let _ = c.kill();
             let out = c.wait_with_output().unwrap();
-            panic!("{what} did not end within {limit:?} (hung):\n{}", String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "{what} did not end within {limit:?} (hung):\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = c.wait_with_output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A subscriber's summary line: (blocks received, blocks lost).
 fn subscription(err: &str) -> (u64, u64) {
-    let line = err.lines().find(|l| l.starts_with("__subscribe: ")).unwrap_or_else(|| panic!("no __subscribe summary:\n{err}"));
-    let num = |s: Option<&str>| s.and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"));
-    (num(line.strip_prefix("__subscribe: ")), num(line.split("lost ").nth(1)))
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("__subscribe: "))
+        .unwrap_or_else(|| panic!("no __subscribe summary:\n{err}"));
+    let num = |s: Option<&str>| {
+        s.and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    (
+        num(line.strip_prefix("__subscribe: ")),
+        num(line.split("lost ").nth(1)),
+    )
 }
 
 #[test]
@@ -85,19 +137,34 @@ fn a_stopped_subscriber_loses_its_own_packets_and_stalls_no_one() {
     // replay): a publisher held back by a stopped subscriber would overflow it and lose
     // frames in the kernel, and the live subscriber with it.
     let publisher = spawn_run(&format!("rx dev={} blocks=4 | bpf \"tcp\" | count", v.here));
-    wait_for("the first run publishes its capture", Duration::from_secs(10), || dataplane::channel::published(&key).is_some());
+    wait_for(
+        "the first run publishes its capture",
+        Duration::from_secs(10),
+        || dataplane::channel::published(&key).is_some(),
+    );
     let live = spawn_run(&sub_pipeline);
     let stopped = spawn_run(&sub_pipeline);
-    let tags = beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
-    wait_for("both subscribers attach", Duration::from_secs(10), || tags.readers() == 2);
+    let tags =
+        beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
+    wait_for("both subscribers attach", Duration::from_secs(10), || {
+        tags.readers() == 2
+    });
     drop(tags);
     signal(&stopped, "-STOP");
 
     let mut tcpdump = Command::new("tcpdump");
-    tcpdump.args(["--immediate-mode", "-B", "65536", "-i", &v.here, "-w"]).arg(&pcap).arg("tcp").stdout(Stdio::null());
+    tcpdump
+        .args(["--immediate-mode", "-B", "65536", "-i", &v.here, "-w"])
+        .arg(&pcap)
+        .arg("tcp")
+        .stdout(Stdio::null());
     let (td, td_rest) = tcpdump_listening(tcpdump);
     // Three times the sample: about 13,700 TCP frames, 12 MB, over three seconds.
-    let o = v.command("tcpreplay").args(["-q", "-i", &v.there, "--pps", "5000", "--loop", "3", SAMPLE]).output().expect("run tcpreplay");
+    let o = v
+        .command("tcpreplay")
+        .args(["-q", "-i", &v.there, "--pps", "5000", "--loop", "3", SAMPLE])
+        .output()
+        .expect("run tcpreplay");
     let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "tcpreplay failed:\n{out}");
     std::thread::sleep(Duration::from_millis(500));
@@ -112,34 +179,89 @@ fn a_stopped_subscriber_loses_its_own_packets_and_stalls_no_one() {
     signal(&td, "-INT");
     wait_bounded(td, "tcpdump", Duration::from_secs(20));
     let td_err = td_rest.join().unwrap();
-    let o = Command::new("tcpdump").arg("-r").arg(&pcap).stdout(Stdio::piped()).stderr(Stdio::null()).output().unwrap();
+    let o = Command::new("tcpdump")
+        .arg("-r")
+        .arg(&pcap)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
     let n_td = String::from_utf8_lossy(&o.stdout).lines().count() as u64;
     let _ = std::fs::remove_dir_all(&dir);
 
     assert_eq!(code_p, Some(130), "the publisher was interrupted:\n{err_p}");
-    assert_eq!(code_l, Some(0), "the live subscriber ended with its publisher:\n{err_l}");
-    assert_eq!(code_s, Some(0), "the stopped subscriber ended with its publisher:\n{err_s}");
+    assert_eq!(
+        code_l,
+        Some(0),
+        "the live subscriber ended with its publisher:\n{err_l}"
+    );
+    assert_eq!(
+        code_s,
+        Some(0),
+        "the stopped subscriber ended with its publisher:\n{err_s}"
+    );
     for err in [&err_l, &err_s] {
-        assert!(err.contains("sharing `rx dev=") && err.contains("bpf \"tcp\"`"), "a subscriber:\n{err}");
+        assert!(
+            err.contains("sharing `rx dev=") && err.contains("bpf \"tcp\"`"),
+            "a subscriber:\n{err}"
+        );
     }
-    assert!(td_err.lines().any(|l| l.trim() == "0 packets dropped by kernel"), "tcpdump dropped nothing:\n{td_err}");
-    assert!(n_td > 2 * SLOTS, "tcpdump saw {n_td} TCP frames: enough to lap the shared ring twice");
+    assert!(
+        td_err
+            .lines()
+            .any(|l| l.trim() == "0 packets dropped by kernel"),
+        "tcpdump dropped nothing:\n{td_err}"
+    );
+    assert!(
+        n_td > 2 * SLOTS,
+        "tcpdump saw {n_td} TCP frames: enough to lap the shared ring twice"
+    );
 
     // The publisher was not held back: it captured every frame.
-    assert_eq!(count_of(&err_p), n_td, "the publisher counts what tcpdump counts:\n{err_p}");
-    let rx = err_p.lines().find(|l| l.starts_with(&format!("rx {}: ", v.here))).unwrap_or_else(|| panic!("no rx summary:\n{err_p}"));
+    assert_eq!(
+        count_of(&err_p),
+        n_td,
+        "the publisher counts what tcpdump counts:\n{err_p}"
+    );
+    let rx = err_p
+        .lines()
+        .find(|l| l.starts_with(&format!("rx {}: ", v.here)))
+        .unwrap_or_else(|| panic!("no rx summary:\n{err_p}"));
     assert!(rx.contains(" 0 dropped by the kernel"), "{rx}");
     // The live subscriber lost nothing.
-    assert_eq!(count_of(&err_l), n_td, "the live subscriber counts what tcpdump counts:\n{err_l}");
-    assert_eq!(subscription(&err_l), (n_td, 0), "the live subscriber:\n{err_l}");
+    assert_eq!(
+        count_of(&err_l),
+        n_td,
+        "the live subscriber counts what tcpdump counts:\n{err_l}"
+    );
+    assert_eq!(
+        subscription(&err_l),
+        (n_td, 0),
+        "the live subscriber:\n{err_l}"
+    );
     // The stopped one lost its own packets, counted them, and got the rest.
     let (received, lost) = subscription(&err_s);
     assert_eq!(received, count_of(&err_s), "{err_s}");
-    assert!(lost > 0, "the stopped subscriber reports its losses:\n{err_s}");
-    assert!(received >= SLOTS, "it read at least the ring's worth it found on waking:\n{err_s}");
-    assert_eq!(received + lost, n_td, "received and lost account for every frame:\n{err_s}");
+    assert!(
+        lost > 0,
+        "the stopped subscriber reports its losses:\n{err_s}"
+    );
+    assert!(
+        received >= SLOTS,
+        "it read at least the ring's worth it found on waking:\n{err_s}"
+    );
+    assert_eq!(
+        received + lost,
+        n_td,
+        "received and lost account for every frame:\n{err_s}"
+    );
 
     // The published names are gone with the publisher.
-    let left: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().contains(&key)).collect();
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().contains(&key))
+        .collect();
     assert!(left.is_empty(), "{left:?}");
 }

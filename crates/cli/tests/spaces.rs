@@ -9,13 +9,23 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 fn sample() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sample.pcap"
+    ))
 }
 
 /// Run a pipeline; returns (exit code, stdout bytes, stderr).
 fn run(pipeline: &str) -> (i32, Vec<u8>, String) {
-    let out = Command::new(BIN).args(["run", "-q", pipeline]).output().expect("run streamline");
-    (out.status.code().unwrap_or(-1), out.stdout, String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(BIN)
+        .args(["run", "-q", pipeline])
+        .output()
+        .expect("run streamline");
+    (
+        out.status.code().unwrap_or(-1),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A scratch directory for one test, removed when it ends (pass or fail).
@@ -40,10 +50,20 @@ impl Drop for Scratch {
 
 /// `template` with `{A}`, `{B}` replaced by the placement options of one variant.
 fn variants(template: &str) -> Vec<(String, String)> {
-    [("one space", "", ""), ("threads", " space=1", " space=2"), ("processes", " space=p1", " space=p2"), ("thread and process", " space=1", " space=p2")]
-        .iter()
-        .map(|(name, a, b)| (name.to_string(), template.replace("{A}", a).replace("{B}", b)))
-        .collect()
+    [
+        ("one space", "", ""),
+        ("threads", " space=1", " space=2"),
+        ("processes", " space=p1", " space=p2"),
+        ("thread and process", " space=1", " space=p2"),
+    ]
+    .iter()
+    .map(|(name, a, b)| {
+        (
+            name.to_string(),
+            template.replace("{A}", a).replace("{B}", b),
+        )
+    })
+    .collect()
 }
 
 #[test]
@@ -52,7 +72,9 @@ fn placements_give_identical_results() {
     let tmp = |n: &str| dir.file(n);
     let cap = sample();
     let text = tmp("text.txt");
-    let lines: String = (0..20000).map(|i| format!("line {i} of the placement test\n")).collect();
+    let lines: String = (0..20000)
+        .map(|i| format!("line {i} of the placement test\n"))
+        .collect();
     std::fs::write(&text, &lines).unwrap();
     let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
     let cases = [
@@ -70,15 +92,28 @@ fn placements_give_identical_results() {
             let p = p.replace("OUT", &out.display().to_string());
             let (code, stdout, err) = run(&p);
             assert_eq!(code, 0, "{name}: `{p}` failed:\n{err}");
-            let result = if p.contains("outfile") || p.contains("pcapout") { std::fs::read(&out).unwrap() } else { stdout };
+            let result = if p.contains("outfile") || p.contains("pcapout") {
+                std::fs::read(&out).unwrap()
+            } else {
+                stdout
+            };
             assert!(!result.is_empty(), "{name}: `{p}` produced nothing");
             match &first {
                 None => first = Some((p.clone(), result)),
-                Some((p0, r0)) => assert!(r0 == &result, "{name}: `{p}` differs from `{p0}` ({} vs {} bytes)", result.len(), r0.len()),
+                Some((p0, r0)) => assert!(
+                    r0 == &result,
+                    "{name}: `{p}` differs from `{p0}` ({} vs {} bytes)",
+                    result.len(),
+                    r0.len()
+                ),
             }
         }
         if ci == 2 {
-            assert_eq!(first.unwrap().1, lines.as_bytes(), "round trip restores the input");
+            assert_eq!(
+                first.unwrap().1,
+                lines.as_bytes(),
+                "round trip restores the input"
+            );
         }
     }
 }
@@ -88,17 +123,37 @@ fn counts_agree_across_spaces_and_data_parallel_replicas() {
     let count = |p: &str| -> String {
         let (code, _, err) = run(p);
         assert_eq!(code, 0, "`{p}`:\n{err}");
-        err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("no count line for `{p}`:\n{err}")).to_string()
+        err.lines()
+            .find(|l| l.starts_with("count: "))
+            .unwrap_or_else(|| panic!("no count line for `{p}`:\n{err}"))
+            .to_string()
     };
     let cap = sample();
-    let one = count(&format!("pcapin file={} | tcp | dport |80 count", cap.display()));
-    assert_eq!(one, count(&format!("pcapin file={} | tcp space=p1 | dport |80 count space=2", cap.display())));
+    let one = count(&format!(
+        "pcapin file={} | tcp | dport |80 count",
+        cap.display()
+    ));
+    assert_eq!(
+        one,
+        count(&format!(
+            "pcapin file={} | tcp space=p1 | dport |80 count space=2",
+            cap.display()
+        ))
+    );
     // Data parallelism: replicas on two spaces, every block once.
-    let par = count("gen count=3000 size=4K | split 2 | (deflate space=1 + deflate space=p2) | inflate | count");
-    assert!(par.starts_with("count: 3000 blocks, 12288000 bytes"), "{par}");
+    let par = count(
+        "gen count=3000 size=4K | split 2 | (deflate space=1 + deflate space=p2) | inflate | count",
+    );
+    assert!(
+        par.starts_with("count: 3000 blocks, 12288000 bytes"),
+        "{par}"
+    );
     // Connection scaling: a hash split on the flow class keeps each flow on one replica.
     let flows = count(&format!("pcapin file={} | tcp | flow | split 2 mode=hash | (tcpstream space=1 + tcpstream space=2) | count", cap.display()));
-    let single = count(&format!("pcapin file={} | tcp | flow | tcpstream | count", cap.display()));
+    let single = count(&format!(
+        "pcapin file={} | tcp | flow | tcpstream | count",
+        cap.display()
+    ));
     assert_eq!(flows, single);
 }
 
@@ -109,36 +164,66 @@ fn replicas_restore_the_order_and_keep_sessions_together() {
     // A file of distinct 4 KiB blocks: deflated by replicas on two threads, or on a thread
     // and a process, the output is byte for byte what one deflate makes.
     let input = tmp("par-in.bin");
-    let data: Vec<u8> = (0..3000u32).flat_map(|i| (0..4096u32).map(move |k| ((k * 7 + i * 13) % 251) as u8 ^ (i as u8))).collect();
+    let data: Vec<u8> = (0..3000u32)
+        .flat_map(|i| (0..4096u32).map(move |k| ((k * 7 + i * 13) % 251) as u8 ^ (i as u8)))
+        .collect();
     std::fs::write(&input, &data).unwrap();
     let mut outs = Vec::new();
-    for (k, placement) in ["", " space=1,2", " space=1,p2", " space=p1,p2,3"].iter().enumerate() {
+    for (k, placement) in ["", " space=1,2", " space=1,p2", " space=p1,p2,3"]
+        .iter()
+        .enumerate()
+    {
         let out = tmp(&format!("par-{k}.z"));
-        let p = format!("file {} split=fixed size=4K | deflate{placement} | outfile {}", input.display(), out.display());
+        let p = format!(
+            "file {} split=fixed size=4K | deflate{placement} | outfile {}",
+            input.display(),
+            out.display()
+        );
         let (code, _, err) = run(&p);
         assert_eq!(code, 0, "`{p}`:\n{err}");
         outs.push((p, std::fs::read(&out).unwrap()));
     }
     for (p, o) in &outs[1..] {
-        assert!(o == &outs[0].1, "`{p}` is not byte-identical to one deflate ({} vs {} bytes)", o.len(), outs[0].1.len());
+        assert!(
+            o == &outs[0].1,
+            "`{p}` is not byte-identical to one deflate ({} vs {} bytes)",
+            o.len(),
+            outs[0].1.len()
+        );
     }
     // And back, inflated by replicas too.
     let back = tmp("par-back.bin");
-    let p = format!("file {} split=fixed size=4K | deflate space=1,2 | inflate space=p3,4 | outfile {}", input.display(), back.display());
+    let p = format!(
+        "file {} split=fixed size=4K | deflate space=1,2 | inflate space=p3,4 | outfile {}",
+        input.display(),
+        back.display()
+    );
     let (code, _, err) = run(&p);
     assert_eq!(code, 0, "{err}");
-    assert!(std::fs::read(&back).unwrap() == data, "round trip through replicas");
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "round trip through replicas"
+    );
     // Connection scaling: tcpstream keeps sessions, so its replicas get a hash split on
     // the flow class and reassemble exactly what one instance does.
     let count = |p: &str| {
         let (code, _, err) = run(p);
         assert_eq!(code, 0, "`{p}`:\n{err}");
-        err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("{err}")).to_string()
+        err.lines()
+            .find(|l| l.starts_with("count: "))
+            .unwrap_or_else(|| panic!("{err}"))
+            .to_string()
     };
     let cap = sample();
     assert_eq!(
-        count(&format!("pcapin file={} | tcp | flow | tcpstream space=1,2 | count", cap.display())),
-        count(&format!("pcapin file={} | tcp | flow | tcpstream | count", cap.display()))
+        count(&format!(
+            "pcapin file={} | tcp | flow | tcpstream space=1,2 | count",
+            cap.display()
+        )),
+        count(&format!(
+            "pcapin file={} | tcp | flow | tcpstream | count",
+            cap.display()
+        ))
     );
     let (code, _, err) = run("gen count=10 space=1,2 | null");
     assert_eq!(code, 2);
@@ -148,7 +233,11 @@ fn replicas_restore_the_order_and_keep_sessions_together() {
 #[test]
 fn a_killed_process_space_ends_the_run_with_an_error_naming_it() {
     let mut child = Command::new(BIN)
-        .args(["run", "-q", "gen count=100G size=1K | deflate space=p1 | count"])
+        .args([
+            "run",
+            "-q",
+            "gen count=100G size=1K | deflate space=p1 | count",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -156,8 +245,12 @@ fn a_killed_process_space_ends_the_run_with_an_error_naming_it() {
     // Find the process space: a child of the run whose command line is `__space`.
     let deadline = Instant::now() + Duration::from_secs(20);
     let space_pid = loop {
-        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id())).unwrap_or_default();
-        let found = kids.split_whitespace().find(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("__space")));
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()))
+            .unwrap_or_default();
+        let found = kids.split_whitespace().find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("__space"))
+        });
         if let Some(p) = found {
             break p.to_string();
         }
@@ -165,7 +258,11 @@ fn a_killed_process_space_ends_the_run_with_an_error_naming_it() {
         std::thread::sleep(Duration::from_millis(50));
     };
     std::thread::sleep(Duration::from_millis(500));
-    assert!(Command::new("kill").args(["-KILL", &space_pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-KILL", &space_pid])
+        .status()
+        .unwrap()
+        .success());
     let t0 = Instant::now();
     let out = loop {
         if let Some(_st) = child.try_wait().unwrap() {
@@ -179,8 +276,14 @@ fn a_killed_process_space_ends_the_run_with_an_error_naming_it() {
     };
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("space p1 (deflate, count) died: killed by signal 9"), "{err}");
-    assert!(!std::path::Path::new(&format!("/proc/{space_pid}")).exists(), "the killed space was not reaped");
+    assert!(
+        err.contains("space p1 (deflate, count) died: killed by signal 9"),
+        "{err}"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{space_pid}")).exists(),
+        "the killed space was not reaped"
+    );
 }
 
 #[test]
@@ -192,11 +295,18 @@ fn ctrl_c_stops_process_spaces_and_prints_their_totals() {
         .spawn()
         .expect("spawn");
     std::thread::sleep(Duration::from_millis(800));
-    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
-    let line = err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("no totals from the process space:\n{err}"));
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("count: "))
+        .unwrap_or_else(|| panic!("no totals from the process space:\n{err}"));
     assert!(!line.starts_with("count: 0 "), "{line}");
 }
 
@@ -206,16 +316,30 @@ fn an_edit_in_one_space_never_shows_in_another_branch() {
     // the editor gets its own copy (write isolation across spaces).
     let dir = Scratch::new("isolation");
     let (a, b, c) = (dir.file("a.bin"), dir.file("b.bin"), dir.file("c.bin"));
-    for src in ["gen count=3000 size=1K".to_string(), format!("file {} split=fixed size=1K", sample().display())] {
+    for src in [
+        "gen count=3000 size=1K".to_string(),
+        format!("file {} split=fixed size=1K", sample().display()),
+    ] {
         let (code, _, err) = run(&format!("{src} | outfile {}", c.display()));
         assert_eq!(code, 0, "{err}");
-        let p = format!("{src} | (xor key=ff space=1 | outfile {}) + outfile {} space=2", a.display(), b.display());
+        let p = format!(
+            "{src} | (xor key=ff space=1 | outfile {}) + outfile {} space=2",
+            a.display(),
+            b.display()
+        );
         let (code, _, err) = run(&p);
         assert_eq!(code, 0, "`{p}`:\n{err}");
-        let (orig, edited, other) = (std::fs::read(&c).unwrap(), std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+        let (orig, edited, other) = (
+            std::fs::read(&c).unwrap(),
+            std::fs::read(&a).unwrap(),
+            std::fs::read(&b).unwrap(),
+        );
         assert!(other == orig, "`{p}`: the unedited branch saw the edit");
         assert_eq!(edited.len(), orig.len());
-        assert!(edited.iter().zip(&orig).all(|(e, o)| *e == o ^ 0xff), "`{p}`: the edit is wrong");
+        assert!(
+            edited.iter().zip(&orig).all(|(e, o)| *e == o ^ 0xff),
+            "`{p}`: the edit is wrong"
+        );
     }
 }
 
@@ -227,7 +351,10 @@ fn per_flow_compression_across_engines() {
     let count = |p: &str| {
         let (code, _, err) = run(p);
         assert_eq!(code, 0, "`{p}`:\n{err}");
-        err.lines().find(|l| l.starts_with("count: ")).unwrap_or_else(|| panic!("{err}")).to_string()
+        err.lines()
+            .find(|l| l.starts_with("count: "))
+            .unwrap_or_else(|| panic!("{err}"))
+            .to_string()
     };
     let plain = count(&format!("pcapin file={} | tcp | count", cap.display()));
     let engines = count(&format!(
@@ -240,21 +367,41 @@ fn per_flow_compression_across_engines() {
 #[test]
 fn hints_place_filters() {
     // @private: a process space of its own; @background: a thread space of its own.
-    let out = Command::new(BIN).args(["run", "gen count=1000 | count @private | count @background | null"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "gen count=1000 | count @private | count @background | null",
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("count@p1 ") && err.contains("count@2 ") && err.contains("null@2 "), "{err}");
+    assert!(
+        err.contains("count@p1 ") && err.contains("count@2 ") && err.contains("null@2 "),
+        "{err}"
+    );
 }
 
 /// The caret line of a rendered build error: the pipeline as the line before it, and
 /// under it the carets; returns the text above the carets (what they point at).
 fn under_caret<'a>(err: &str, pipeline: &'a str) -> &'a str {
     let lines: Vec<&str> = err.lines().collect();
-    let at = lines.iter().position(|l| l.trim_end() == format!("  {pipeline}")).unwrap_or_else(|| panic!("no pipeline line in: {err}"));
-    let carets = lines.get(at + 1).unwrap_or_else(|| panic!("no caret line in: {err}"));
-    let start = carets.find('^').unwrap_or_else(|| panic!("no caret in: {err}")) - 2;
+    let at = lines
+        .iter()
+        .position(|l| l.trim_end() == format!("  {pipeline}"))
+        .unwrap_or_else(|| panic!("no pipeline line in: {err}"));
+    let carets = lines
+        .get(at + 1)
+        .unwrap_or_else(|| panic!("no caret line in: {err}"));
+    let start = carets
+        .find('^')
+        .unwrap_or_else(|| panic!("no caret in: {err}"))
+        - 2;
     let end = carets.rfind('^').unwrap() + 1 - 2;
-    assert!(carets[start + 2..end + 2].chars().all(|c| c == '^'), "{err}");
+    assert!(
+        carets[start + 2..end + 2].chars().all(|c| c == '^'),
+        "{err}"
+    );
     &pipeline[start..end]
 }
 
@@ -266,7 +413,10 @@ fn build_errors_point_at_the_failing_filter_in_every_kind_of_space() {
         ("gen count=1 | strip x | count", "strip x"),
         ("gen count=1 | strip x space=2 | count", "strip x space=2"),
         ("gen count=1 | strip x space=p1 | count", "strip x space=p1"),
-        ("gen count=1 | count space=p1 | strip x space=p1", "strip x space=p1"),
+        (
+            "gen count=1 | count space=p1 | strip x space=p1",
+            "strip x space=p1",
+        ),
     ] {
         let (code, _, err) = run(pipeline);
         assert_eq!(code, 2, "{pipeline}: {err}");
@@ -303,11 +453,18 @@ fn processes_naming(marker: &str) -> Vec<String> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()) && e.file_name().to_string_lossy() != me.as_str())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+                && e.file_name().to_string_lossy() != me.as_str()
+        })
         .filter_map(|e| {
             let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            cmd.contains(marker).then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
+            cmd.contains(marker)
+                .then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
         })
         .collect()
 }
@@ -318,18 +475,39 @@ fn a_failure_at_any_construction_step_leaves_nothing_running() {
     // uses) finds any process space left behind.
     let marker = format!("count={}", 1_000_000 + std::process::id());
     let p = format!("gen {marker} size=64 | deflate space=p1 | inflate space=2 | count space=p3");
-    let fail = |k: usize| Command::new(BIN).args(["run", "-q", &p]).env("STREAMLINE_FAIL_STEP", k.to_string()).output().unwrap();
+    let fail = |k: usize| {
+        Command::new(BIN)
+            .args(["run", "-q", &p])
+            .env("STREAMLINE_FAIL_STEP", k.to_string())
+            .output()
+            .unwrap()
+    };
     let out = fail(usize::MAX);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    let n: usize = err.split("the build has ").nth(1).and_then(|r| r.split(' ').next()).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{err}"));
-    assert!(n >= 10, "channels, process spaces, rings, spaces and readiness are steps: {err}");
-    let shm_before: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
+    let n: usize = err
+        .split("the build has ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        n >= 10,
+        "channels, process spaces, rings, spaces and readiness are steps: {err}"
+    );
+    let shm_before: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
     for k in 0..n {
         let out = fail(k);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "step {k}: {err}");
-        assert!(err.contains(&format!("injected failure at construction step {k}")), "step {k}: {err}");
+        assert!(
+            err.contains(&format!("injected failure at construction step {k}")),
+            "step {k}: {err}"
+        );
         if k > 0 {
             assert!(err.contains("rolled back: "), "step {k}: {err}");
         }
@@ -337,12 +515,25 @@ fn a_failure_at_any_construction_step_leaves_nothing_running() {
         let left = processes_naming(&marker);
         assert!(left.is_empty(), "step {k} left processes running: {left:?}");
     }
-    let shm_after: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name()).collect();
+    let shm_after: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
     // Shared captures (`streamline.share.*`) belong to runs with `rx`, none here: other
     // test programs running on the same machine may create them meanwhile.
-    let new: Vec<_> = shm_after.iter().filter(|f| !shm_before.contains(f) && !f.to_string_lossy().starts_with("streamline.share.")).collect();
+    let new: Vec<_> = shm_after
+        .iter()
+        .filter(|f| {
+            !shm_before.contains(f) && !f.to_string_lossy().starts_with("streamline.share.")
+        })
+        .collect();
     assert!(new.is_empty(), "segments left in /dev/shm: {new:?}");
     // Without a fault the same pipeline runs.
     let out = Command::new(BIN).args(["run", "-q", &p]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -24,7 +24,12 @@ fn veth(tag: &str) -> Veth {
 
 /// The packets libpcap reads from a capture file (tcpdump -r), or the error it gives.
 fn libpcap_count(file: &Path) -> Result<u64, String> {
-    let o = Command::new("tcpdump").arg("-r").arg(file).arg("-nn").output().expect("tcpdump is required (apt-get install tcpdump)");
+    let o = Command::new("tcpdump")
+        .arg("-r")
+        .arg(file)
+        .arg("-nn")
+        .output()
+        .expect("tcpdump is required (apt-get install tcpdump)");
     if !o.status.success() {
         return Err(String::from_utf8_lossy(&o.stderr).into_owned());
     }
@@ -39,14 +44,22 @@ static SHM: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// beltway's `bt-*`).
 fn shm_objects() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("streamline.") || n.starts_with("bt-")).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("streamline.") || n.starts_with("bt-"))
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
 }
 
 /// Send UDP datagrams to the peer until told to stop (a steady stream the capture sees).
-fn traffic(peer: &str, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<u64> {
+fn traffic(
+    peer: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
     let peer = format!("{peer}:9");
     std::thread::spawn(move || {
         let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
@@ -70,7 +83,10 @@ fn wait_with_timeout(mut c: Child, limit: Duration) -> std::process::Output {
         if Instant::now() > until {
             let _ = c.kill();
             let o = c.wait_with_output().unwrap();
-            panic!("the run did not stop within {limit:?}:\n{}", String::from_utf8_lossy(&o.stderr));
+            panic!(
+                "the run did not stop within {limit:?}:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -93,37 +109,68 @@ fn stop_by_signal(signal: &str, number: i32, pipeline_of: impl Fn(&str, &Path) -
     let pipeline = pipeline_of(&v.here, &file);
     let child = {
         use std::os::unix::process::CommandExt;
-        Command::new(BIN).args(["run", "-q", &pipeline]).process_group(0).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+        Command::new(BIN)
+            .args(["run", "-q", &pipeline])
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
     };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     std::thread::sleep(Duration::from_millis(800));
     let sender = traffic(&v.peer_ip, stop.clone());
     std::thread::sleep(Duration::from_millis(700));
     // To the whole group: process spaces get it too and must leave stopping to the run.
-    assert!(Command::new("kill").args([&format!("-{signal}"), "--", &format!("-{}", child.id())]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args([&format!("-{signal}"), "--", &format!("-{}", child.id())])
+        .status()
+        .unwrap()
+        .success());
     let out = wait_with_timeout(child, Duration::from_secs(20));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let sent = sender.join().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(128 + number), "{pipeline} stopped by SIG{signal}: exit status\n{err}");
+    assert_eq!(
+        out.status.code(),
+        Some(128 + number),
+        "{pipeline} stopped by SIG{signal}: exit status\n{err}"
+    );
     let counted = count_of(&err);
-    assert!(counted > 50, "{pipeline}: counted {counted} of {sent} datagrams sent before SIG{signal}:\n{err}");
-    let read = libpcap_count(&file).unwrap_or_else(|e| panic!("{pipeline} stopped by SIG{signal}: libpcap cannot read {}: {e}\n{err}", file.display()));
+    assert!(
+        counted > 50,
+        "{pipeline}: counted {counted} of {sent} datagrams sent before SIG{signal}:\n{err}"
+    );
+    let read = libpcap_count(&file).unwrap_or_else(|e| {
+        panic!(
+            "{pipeline} stopped by SIG{signal}: libpcap cannot read {}: {e}\n{err}",
+            file.display()
+        )
+    });
     assert_eq!(read, counted, "{pipeline} stopped by SIG{signal}: libpcap reads {read} packets of the {counted} the run counted\n{err}");
     let after = shm_objects();
     let left: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
-    assert!(left.is_empty(), "{pipeline} stopped by SIG{signal} left shared memory behind: {left:?}");
+    assert!(
+        left.is_empty(),
+        "{pipeline} stopped by SIG{signal} left shared memory behind: {left:?}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
 fn one_space(dev: &str, file: &Path) -> String {
-    format!("rx dev={dev} | udp | count | pcapout file={}", file.display())
+    format!(
+        "rx dev={dev} | udp | count | pcapout file={}",
+        file.display()
+    )
 }
 
 /// The same with the sink in a process space and the counter on a thread: the signal
 /// reaches every process of the group, and the run still drains and flushes.
 fn three_spaces(dev: &str, file: &Path) -> String {
-    format!("rx dev={dev} | udp | count space=1 | pcapout file={} space=p2", file.display())
+    format!(
+        "rx dev={dev} | udp | count space=1 | pcapout file={} space=p2",
+        file.display()
+    )
 }
 
 /// One test for all signals, one run after another (the runs publish their capture for
@@ -149,12 +196,30 @@ fn timeout_stops_a_capture_as_it_stops_tcpdump() {
     // 6 s, not the issue's 3: under CI load a debug build was once still starting when
     // SIGTERM came (exit 143, no totals: the handlers were not installed yet).
     let run = Command::new("timeout")
-        .args(["--preserve-status", "6", BIN, "run", "--no-share", &format!("rx dev={} | udp | count | pcapout file={}", v.here, ours.display())])
+        .args([
+            "--preserve-status",
+            "6",
+            BIN,
+            "run",
+            "--no-share",
+            &format!(
+                "rx dev={} | udp | count | pcapout file={}",
+                v.here,
+                ours.display()
+            ),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let td = Command::new("timeout").args(["--preserve-status", "6", "tcpdump", "-i", &v.here, "-w"]).arg(&theirs).arg("udp").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let td = Command::new("timeout")
+        .args(["--preserve-status", "6", "tcpdump", "-i", &v.here, "-w"])
+        .arg(&theirs)
+        .arg("udp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     let sender = traffic(&v.peer_ip, stop.clone());
     let out = wait_with_timeout(run, Duration::from_secs(20));
@@ -165,7 +230,11 @@ fn timeout_stops_a_capture_as_it_stops_tcpdump() {
     assert_eq!(out.status.code(), Some(143), "{err}");
     let counted = count_of(&err);
     assert!(counted > 0, "{err}");
-    assert_eq!(libpcap_count(&ours).unwrap_or_else(|e| panic!("{e}")), counted, "{err}");
+    assert_eq!(
+        libpcap_count(&ours).unwrap_or_else(|e| panic!("{e}")),
+        counted,
+        "{err}"
+    );
     assert!(libpcap_count(&theirs).unwrap_or_else(|e| panic!("tcpdump's own file: {e}")) > 0);
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -177,14 +246,26 @@ fn a_closed_output_pipe_ends_the_run_with_its_totals() {
     let v = veth("stpi");
     let _one_at_a_time = SHM.lock().unwrap_or_else(|e| e.into_inner());
     let before = shm_objects();
-    let mut child = Command::new(BIN).args(["run", "-q", "--no-share", &format!("rx dev={} | udp | count | inspect", v.here)]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            "-q",
+            "--no-share",
+            &format!("rx dev={} | udp | count | inspect", v.here),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     std::thread::sleep(Duration::from_millis(800));
     let sender = traffic(&v.peer_ip, stop.clone());
     {
         use std::io::BufRead;
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         assert!(line.contains("UDP"), "{line}");
         // The reader goes away here: the pipe closes.
     }
@@ -192,10 +273,20 @@ fn a_closed_output_pipe_ends_the_run_with_its_totals() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     sender.join().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "a sink that cannot write fails the run:\n{err}");
-    assert!(err.contains("inspect") && err.contains("Broken pipe"), "{err}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a sink that cannot write fails the run:\n{err}"
+    );
+    assert!(
+        err.contains("inspect") && err.contains("Broken pipe"),
+        "{err}"
+    );
     assert!(count_of(&err) >= 1, "{err}");
-    let left: Vec<String> = shm_objects().into_iter().filter(|n| !before.contains(n)).collect();
+    let left: Vec<String> = shm_objects()
+        .into_iter()
+        .filter(|n| !before.contains(n))
+        .collect();
     assert!(left.is_empty(), "left shared memory behind: {left:?}");
 }
 
@@ -205,15 +296,38 @@ fn a_source_that_ends_and_a_failing_sink() {
     let d = dir("ends");
     let f = d.join("all.pcap");
     let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
-    let o = Command::new(BIN).args(["run", "-q", &format!("pcapin file={sample} | count | pcapout file={}", f.display())]).output().unwrap();
+    let o = Command::new(BIN)
+        .args([
+            "run",
+            "-q",
+            &format!(
+                "pcapin file={sample} | count | pcapout file={}",
+                f.display()
+            ),
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert_eq!(libpcap_count(&f).unwrap(), count_of(&err));
-    assert_eq!(libpcap_count(&f).unwrap(), libpcap_count(Path::new(sample)).unwrap());
+    assert_eq!(
+        libpcap_count(&f).unwrap(),
+        libpcap_count(Path::new(sample)).unwrap()
+    );
     // A sink that fails (a full disk): the run stops, says why, and exits 1.
-    let o = Command::new(BIN).args(["run", "-q", &format!("pcapin file={sample} | count | pcapout file=/dev/full")]).output().unwrap();
+    let o = Command::new(BIN)
+        .args([
+            "run",
+            "-q",
+            &format!("pcapin file={sample} | count | pcapout file=/dev/full"),
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("/dev/full") && err.contains("No space left on device"), "{err}");
+    assert!(
+        err.contains("/dev/full") && err.contains("No space left on device"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -10,9 +10,9 @@
 
 use beltway::{BufTable, IbufReader, Ready, RingRef, Start, Tag};
 use dataplane::tap::RecordHeader;
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use protocol::client::{Client, ClientError};
 use protocol::proto::{BpfInsn, Reply, Request};
-use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +33,10 @@ pub const PCAP_ERROR_PERM_DENIED: i32 = -8;
 
 impl CaptureError {
     fn new(status: i32, message: impl Into<String>) -> CaptureError {
-        CaptureError { status, message: message.into() }
+        CaptureError {
+            status,
+            message: message.into(),
+        }
     }
 }
 
@@ -101,7 +104,8 @@ pub struct Capture {
 
 /// The daemon's socket: `$STREAMLINE_SOCKET`, else the default.
 pub fn socket() -> PathBuf {
-    protocol::client::socket_path(None).unwrap_or_else(|| PathBuf::from(protocol::proto::DEFAULT_SOCKET))
+    protocol::client::socket_path(None)
+        .unwrap_or_else(|| PathBuf::from(protocol::proto::DEFAULT_SOCKET))
 }
 
 fn subscribe(socket: &std::path::Path, p: &Params) -> Result<(Sub, u32), ClientError> {
@@ -112,18 +116,41 @@ fn subscribe(socket: &std::path::Path, p: &Params) -> Result<(Sub, u32), ClientE
 /// privileges keeps the identity it was made with (as a descriptor opened before does),
 /// so a reader that sets its filter after dropping root still may.
 fn subscribe_on(mut client: Client, p: &Params) -> Result<(Sub, u32), ClientError> {
-    let (reply, fds) = client.call_fds(Request::Capture { device: p.device.clone(), program: p.program.clone(), snaplen: p.snaplen }, &[])?;
+    let (reply, fds) = client.call_fds(
+        Request::Capture {
+            device: p.device.clone(),
+            program: p.program.clone(),
+            snaplen: p.snaplen,
+        },
+        &[],
+    )?;
     let Reply::Captured { sub, link_type, .. } = reply else {
         return Err(ClientError::Unexpected(Box::new(reply)));
     };
-    let (tags, reader) = map(&p.device, fds).map_err(|e| ClientError::Refused { code: "EIO".into(), errno: libc::EIO, message: format!("mapping the capture's rings: {e}") })?;
-    Ok((Sub { client, id: sub, tags, reader, lost_seen: 0 }, link_type))
+    let (tags, reader) = map(&p.device, fds).map_err(|e| ClientError::Refused {
+        code: "EIO".into(),
+        errno: libc::EIO,
+        message: format!("mapping the capture's rings: {e}"),
+    })?;
+    Ok((
+        Sub {
+            client,
+            id: sub,
+            tags,
+            reader,
+            lost_seen: 0,
+        },
+        link_type,
+    ))
 }
 
 fn map(device: &str, fds: Vec<OwnedFd>) -> beltway::Result<(RingRef, IbufReader)> {
     let mut it = fds.into_iter();
     let (Some(t), Some(d)) = (it.next(), it.next()) else {
-        return Err(beltway::Error::Unsupported { name: device.to_string(), what: "a capture answer without its two ring descriptors" });
+        return Err(beltway::Error::Unsupported {
+            name: device.to_string(),
+            what: "a capture answer without its two ring descriptors",
+        });
     };
     let tags = RingRef::from_fds(&format!("{device}.tags"), t, None)?;
     let data = RingRef::from_fds(&format!("{device}.data"), d, None)?;
@@ -147,27 +174,31 @@ impl Waker {
         let fd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
         let stop = Arc::new(AtomicBool::new(false));
         let (ring, flag, signal) = (tags.clone(), stop.clone(), fd.as_fd().try_clone_to_owned()?);
-        std::thread::Builder::new().name("sl-pcap-waker".into()).spawn(move || {
-            let Ok(mut r) = ring.reader(Start::Latest) else { return };
-            let poke = |fd: &OwnedFd| nix::unistd::write(fd, &1u64.to_ne_bytes());
-            while !flag.load(Ordering::Relaxed) {
-                match r.block(Some(Duration::from_millis(100))) {
-                    Ok(Ready::Data) => {
-                        let _ = poke(&signal);
-                        while r.readable() > 0 {
-                            if !matches!(r.peek(1 << 20), Ok(Some(_))) {
-                                break;
+        std::thread::Builder::new()
+            .name("sl-pcap-waker".into())
+            .spawn(move || {
+                let Ok(mut r) = ring.reader(Start::Latest) else {
+                    return;
+                };
+                let poke = |fd: &OwnedFd| nix::unistd::write(fd, &1u64.to_ne_bytes());
+                while !flag.load(Ordering::Relaxed) {
+                    match r.block(Some(Duration::from_millis(100))) {
+                        Ok(Ready::Data) => {
+                            let _ = poke(&signal);
+                            while r.readable() > 0 {
+                                if !matches!(r.peek(1 << 20), Ok(Some(_))) {
+                                    break;
+                                }
                             }
                         }
+                        Ok(Ready::Eof) | Err(_) => {
+                            let _ = poke(&signal);
+                            return;
+                        }
+                        Ok(Ready::TimedOut) => {}
                     }
-                    Ok(Ready::Eof) | Err(_) => {
-                        let _ = poke(&signal);
-                        return;
-                    }
-                    Ok(Ready::TimedOut) => {}
                 }
-            }
-        })?;
+            })?;
         Ok(Waker { fd, stop })
     }
 }
@@ -197,9 +228,22 @@ impl Capture {
     /// Subscribe to `params.device` through the daemon at `socket`.
     pub fn open(socket: PathBuf, params: Params) -> Result<Capture, OpenError> {
         match subscribe(&socket, &params) {
-            Ok((sub, link_type)) => Ok(Capture { params, link_type, socket, sub, delivered: 0, dropped: 0, held: false, waker: None }),
-            Err(ClientError::Refused { errno, message, .. }) if errno == libc::ENOTSUP => Err(OpenError::NotOurs(message)),
-            Err(e @ ClientError::Connect { .. }) => Err(OpenError::Unreachable(error_of(&params.device, e))),
+            Ok((sub, link_type)) => Ok(Capture {
+                params,
+                link_type,
+                socket,
+                sub,
+                delivered: 0,
+                dropped: 0,
+                held: false,
+                waker: None,
+            }),
+            Err(ClientError::Refused { errno, message, .. }) if errno == libc::ENOTSUP => {
+                Err(OpenError::NotOurs(message))
+            }
+            Err(e @ ClientError::Connect { .. }) => {
+                Err(OpenError::Unreachable(error_of(&params.device, e)))
+            }
             Err(e) => Err(OpenError::Failed(error_of(&params.device, e))),
         }
     }
@@ -208,12 +252,34 @@ impl Capture {
     /// What the old one held unread is dropped, as libpcap drops what its buffer held
     /// when a filter is set (so no packet the new filter rejects is ever seen).
     pub fn set_filter(&mut self, program: Vec<BpfInsn>) -> Result<(), CaptureError> {
-        let p = Params { program, ..self.params.clone() };
-        let (reply, fds) = self.sub.client.call_fds(Request::Capture { device: p.device.clone(), program: p.program.clone(), snaplen: p.snaplen }, &[]).map_err(|e| error_of(&p.device, e))?;
-        let Reply::Captured { sub, .. } = reply else {
-            return Err(CaptureError::new(PCAP_ERROR, format!("{}: unexpected answer to capture: {reply:?}", p.device)));
+        let p = Params {
+            program,
+            ..self.params.clone()
         };
-        let (tags, reader) = map(&p.device, fds).map_err(|e| CaptureError::new(PCAP_ERROR, format!("{}: mapping the capture's rings: {e}", p.device)))?;
+        let (reply, fds) = self
+            .sub
+            .client
+            .call_fds(
+                Request::Capture {
+                    device: p.device.clone(),
+                    program: p.program.clone(),
+                    snaplen: p.snaplen,
+                },
+                &[],
+            )
+            .map_err(|e| error_of(&p.device, e))?;
+        let Reply::Captured { sub, .. } = reply else {
+            return Err(CaptureError::new(
+                PCAP_ERROR,
+                format!("{}: unexpected answer to capture: {reply:?}", p.device),
+            ));
+        };
+        let (tags, reader) = map(&p.device, fds).map_err(|e| {
+            CaptureError::new(
+                PCAP_ERROR,
+                format!("{}: mapping the capture's rings: {e}", p.device),
+            )
+        })?;
         self.complete();
         let old = std::mem::replace(&mut self.sub.id, sub);
         self.sub.tags = tags;
@@ -275,7 +341,12 @@ impl Capture {
 
     /// The next packet, waiting at most `timeout` (`None`: until one comes) in slices of
     /// at most `slice` (so the caller can look at a break flag between them: `stop`).
-    pub fn next(&mut self, timeout: Option<Duration>, slice: Duration, stop: &dyn Fn() -> bool) -> Result<Next<'_>, CaptureError> {
+    pub fn next(
+        &mut self,
+        timeout: Option<Duration>,
+        slice: Duration,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Next<'_>, CaptureError> {
         self.complete();
         // Made only when the ring is empty: the fast path reads no clock.
         let mut deadline: Option<Option<Instant>> = None;
@@ -293,7 +364,12 @@ impl Capture {
                     self.dropped += 1;
                     continue;
                 }
-                Err(e) => return Err(CaptureError::new(PCAP_ERROR, format!("{}: reading the capture: {e}", self.params.device))),
+                Err(e) => {
+                    return Err(CaptureError::new(
+                        PCAP_ERROR,
+                        format!("{}: reading the capture: {e}", self.params.device),
+                    ))
+                }
             }
             self.count_lost();
             if self.sub.reader.tags().writer_died() {
@@ -314,16 +390,31 @@ impl Capture {
                 None => slice,
             };
             match self.sub.reader.tags_mut().block(Some(wait)) {
-                Ok(Ready::Eof) if self.sub.reader.tags_mut().readable() == 0 => return self.ended(),
+                Ok(Ready::Eof) if self.sub.reader.tags_mut().readable() == 0 => {
+                    return self.ended()
+                }
                 Ok(_) => {}
-                Err(e) => return Err(CaptureError::new(PCAP_ERROR, format!("{}: waiting for packets: {e}", self.params.device))),
+                Err(e) => {
+                    return Err(CaptureError::new(
+                        PCAP_ERROR,
+                        format!("{}: waiting for packets: {e}", self.params.device),
+                    ))
+                }
             }
         }
         self.count_lost();
         let (_, p) = self.sub.reader.held().expect("held just above");
         Ok(Next::Packet(match RecordHeader::decode(p.data) {
-            Some((h, block)) => Packet { ts_ns: h.ts_ns, orig_len: h.orig_len.max(block.len() as u32), data: block },
-            None => Packet { ts_ns: 0, orig_len: p.data.len() as u32, data: p.data },
+            Some((h, block)) => Packet {
+                ts_ns: h.ts_ns,
+                orig_len: h.orig_len.max(block.len() as u32),
+                data: block,
+            },
+            None => Packet {
+                ts_ns: 0,
+                orig_len: p.data.len() as u32,
+                data: p.data,
+            },
         }))
     }
 
@@ -354,19 +445,34 @@ impl Capture {
 /// How long a reader whose daemon went away tries to subscribe again
 /// (`$STREAMLINE_PCAP_RECONNECT_S`, default 10 s).
 fn reconnect_window() -> Duration {
-    Duration::from_secs_f64(std::env::var("STREAMLINE_PCAP_RECONNECT_S").ok().and_then(|v| v.parse().ok()).unwrap_or(10.0))
+    Duration::from_secs_f64(
+        std::env::var("STREAMLINE_PCAP_RECONNECT_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10.0),
+    )
 }
 
 /// The streams of running runs a reader may capture: `streamline:RUN/NODE` and a line
 /// describing it, from the daemon's `ps` (empty when no daemon answers).
 pub fn devices(socket: &std::path::Path) -> Vec<(String, String)> {
-    let Ok(mut c) = Client::connect(socket) else { return Vec::new() };
-    let Ok(Reply::Runs { runs }) = c.call(Request::Ps {}) else { return Vec::new() };
+    let Ok(mut c) = Client::connect(socket) else {
+        return Vec::new();
+    };
+    let Ok(Reply::Runs { runs }) = c.call(Request::Ps {}) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for r in runs {
         // Internal nodes (`__publish`, channel ends) are no one's stream.
         for n in r.nodes.iter().filter(|n| !n.label.starts_with("__")) {
-            out.push((format!("streamline:{}/{}", r.run, n.label), format!("Streamline run {} ({}), node {}", r.run, r.pipeline, n.label)));
+            out.push((
+                format!("streamline:{}/{}", r.run, n.label),
+                format!(
+                    "Streamline run {} ({}), node {}",
+                    r.run, r.pipeline, n.label
+                ),
+            ));
         }
     }
     out

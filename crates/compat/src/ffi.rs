@@ -292,7 +292,9 @@ unsafe fn errbuf_set(errbuf: *mut c_char, msg: &str) {
 
 unsafe fn cstr<'a>(p: *const c_char) -> Option<&'a str> {
     // SAFETY: a NUL-terminated string from the caller, or null.
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_str().ok()).flatten()
+    (!p.is_null())
+        .then(|| unsafe { CStr::from_ptr(p) }.to_str().ok())
+        .flatten()
 }
 
 /// Whether `pcap_create` makes one of our handles for `device`.
@@ -306,7 +308,12 @@ fn serve(device: &str) -> bool {
     if device.is_empty() || device == "any" || device.contains('/') || device.len() > 15 {
         return false;
     }
-    matches!(std::fs::read_to_string(format!("/sys/class/net/{device}/type")).as_deref().map(str::trim), Ok("1" | "772"))
+    matches!(
+        std::fs::read_to_string(format!("/sys/class/net/{device}/type"))
+            .as_deref()
+            .map(str::trim),
+        Ok("1" | "772")
+    )
 }
 
 #[no_mangle]
@@ -315,17 +322,54 @@ pub unsafe extern "C" fn pcap_create(source: *const c_char, errbuf: *mut c_char)
     let dev = unsafe { cstr(source) };
     match dev {
         Some(d) if serve(d) => {
-            let opts = Opts { snaplen: MAXIMUM_SNAPLEN, promisc: 0, timeout_ms: 0, buffer_size: 0, immediate: 0, precision: PCAP_TSTAMP_PRECISION_MICRO, tstamp_type: 0, rfmon: 0, protocol: 0, nonblock: false };
-            let inner = Inner { device: CString::new(d).expect("came as a C string"), opts, errbuf: [0; ERRBUF], state: State::Created, hdr: pcap_pkthdr { ts: libc::timeval { tv_sec: 0, tv_usec: 0 }, caplen: 0, len: 0 }, inject: None };
-            Box::into_raw(Box::new(Handle { magic: MAGIC, brk: AtomicBool::new(false), inner: UnsafeCell::new(inner) })) as *mut pcap_t
+            let opts = Opts {
+                snaplen: MAXIMUM_SNAPLEN,
+                promisc: 0,
+                timeout_ms: 0,
+                buffer_size: 0,
+                immediate: 0,
+                precision: PCAP_TSTAMP_PRECISION_MICRO,
+                tstamp_type: 0,
+                rfmon: 0,
+                protocol: 0,
+                nonblock: false,
+            };
+            let inner = Inner {
+                device: CString::new(d).expect("came as a C string"),
+                opts,
+                errbuf: [0; ERRBUF],
+                state: State::Created,
+                hdr: pcap_pkthdr {
+                    ts: libc::timeval {
+                        tv_sec: 0,
+                        tv_usec: 0,
+                    },
+                    caplen: 0,
+                    len: 0,
+                },
+                inject: None,
+            };
+            Box::into_raw(Box::new(Handle {
+                magic: MAGIC,
+                brk: AtomicBool::new(false),
+                inner: UnsafeCell::new(inner),
+            })) as *mut pcap_t
         }
         // SAFETY: as the caller gave them.
-        _ => unsafe { real!(pcap_create: fn(*const c_char, *mut c_char) -> *mut pcap_t)(source, errbuf) },
+        _ => unsafe {
+            real!(pcap_create: fn(*const c_char, *mut c_char) -> *mut pcap_t)(source, errbuf)
+        },
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pcap_open_live(device: *const c_char, snaplen: c_int, promisc: c_int, to_ms: c_int, errbuf: *mut c_char) -> *mut pcap_t {
+pub unsafe extern "C" fn pcap_open_live(
+    device: *const c_char,
+    snaplen: c_int,
+    promisc: c_int,
+    to_ms: c_int,
+    errbuf: *mut c_char,
+) -> *mut pcap_t {
     // SAFETY: our own exported calls, with the caller's arguments.
     unsafe {
         let p = pcap_create(device, errbuf);
@@ -396,7 +440,10 @@ unsafe fn hand_to_real(i: &mut Inner) -> c_int {
     let mut eb = [0 as c_char; ERRBUF];
     // SAFETY: the real libpcap's calls on the handle it made, with our stored options.
     unsafe {
-        let r = real!(pcap_create: fn(*const c_char, *mut c_char) -> *mut pcap_t)(i.device.as_ptr(), eb.as_mut_ptr());
+        let r = real!(pcap_create: fn(*const c_char, *mut c_char) -> *mut pcap_t)(
+            i.device.as_ptr(),
+            eb.as_mut_ptr(),
+        );
         if r.is_null() {
             i.errbuf = eb;
             return PCAP_ERROR;
@@ -412,7 +459,11 @@ unsafe fn hand_to_real(i: &mut Inner) -> c_int {
         real!(pcap_set_tstamp_precision: fn(*mut pcap_t, c_int) -> c_int)(r, o.precision);
         let status = real!(pcap_activate: fn(*mut pcap_t) -> c_int)(r);
         if o.nonblock {
-            real!(pcap_setnonblock: fn(*mut pcap_t, c_int, *mut c_char) -> c_int)(r, 1, eb.as_mut_ptr());
+            real!(pcap_setnonblock: fn(*mut pcap_t, c_int, *mut c_char) -> c_int)(
+                r,
+                1,
+                eb.as_mut_ptr(),
+            );
         }
         i.state = State::Real(r);
         status
@@ -597,8 +648,20 @@ on_handle!(pcap_setfilter(p, fp: *mut bpf_program) -> c_int, |_, i| {
 /// Deliver up to `cnt` packets (all waiting, at least one unless the wait times out; `cnt
 /// <= 0`: all waiting) to `cb`. Returns the count, PCAP_ERROR_BREAK, PCAP_ERROR, or `None`
 /// at the end of a `streamline:` stream.
-fn dispatch(hd: &Handle, i: &mut Inner, cnt: c_int, cb: pcap_handler, user: *mut u8) -> Option<c_int> {
-    let (nonblock, immediate, timeout_ms, snaplen, nano) = (i.opts.nonblock, i.opts.immediate != 0, i.opts.timeout_ms, i.opts.snaplen as u32, i.opts.precision == PCAP_TSTAMP_PRECISION_NANO);
+fn dispatch(
+    hd: &Handle,
+    i: &mut Inner,
+    cnt: c_int,
+    cb: pcap_handler,
+    user: *mut u8,
+) -> Option<c_int> {
+    let (nonblock, immediate, timeout_ms, snaplen, nano) = (
+        i.opts.nonblock,
+        i.opts.immediate != 0,
+        i.opts.timeout_ms,
+        i.opts.snaplen as u32,
+        i.opts.precision == PCAP_TSTAMP_PRECISION_NANO,
+    );
     let Some(cb) = cb else {
         i.set_err("streamline: no callback");
         return Some(PCAP_ERROR);
@@ -630,7 +693,12 @@ fn dispatch(hd: &Handle, i: &mut Inner, cnt: c_int, cb: pcap_handler, user: *mut
             };
             match c.next(wait, SLICE, &brk) {
                 Ok(Next::Packet(pkt)) => {
-                    let hdr = header(pkt.ts_ns, pkt.orig_len, pkt.data.len().min(snaplen as usize) as u32, nano);
+                    let hdr = header(
+                        pkt.ts_ns,
+                        pkt.orig_len,
+                        pkt.data.len().min(snaplen as usize) as u32,
+                        nano,
+                    );
                     // SAFETY: the caller's callback with its own user pointer, a header on
                     // our stack and the packet in place in the mapped ring.
                     unsafe { cb(user, &hdr, pkt.data.as_ptr()) };
@@ -664,7 +732,14 @@ fn header(ts_ns: u64, len: u32, caplen: u32, nano: bool) -> pcap_pkthdr {
     let sec = (ts_ns / 1_000_000_000) as libc::time_t;
     let frac = ts_ns % 1_000_000_000;
     let sub = if nano { frac } else { frac / 1000 };
-    pcap_pkthdr { ts: libc::timeval { tv_sec: sec, tv_usec: sub as libc::suseconds_t }, caplen, len }
+    pcap_pkthdr {
+        ts: libc::timeval {
+            tv_sec: sec,
+            tv_usec: sub as libc::suseconds_t,
+        },
+        caplen,
+        len,
+    }
 }
 
 on_handle!(pcap_dispatch(p, cnt: c_int, cb: pcap_handler, user: *mut u8) -> c_int, |hd, i| dispatch(hd, i, cnt, cb, user).unwrap_or(0));
@@ -791,7 +866,10 @@ fn inject(i: &mut Inner, frame: &[u8]) -> std::io::Result<usize> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let dev = i.device.clone();
     if dev.to_bytes().starts_with(b"streamline:") {
-        return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "a run's stream cannot be sent to"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "a run's stream cannot be sent to",
+        ));
     }
     // SAFETY: if_nametoindex with a C string; socket/bind/send with locals of the right
     // types and sizes.
@@ -809,7 +887,12 @@ fn inject(i: &mut Inner, frame: &[u8]) -> std::io::Result<usize> {
             let mut sll: libc::sockaddr_ll = std::mem::zeroed();
             sll.sll_family = libc::AF_PACKET as u16;
             sll.sll_ifindex = ifindex as c_int;
-            if libc::bind(fd, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) < 0 {
+            if libc::bind(
+                fd,
+                &sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            ) < 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             i.inject = Some(owned);
@@ -825,18 +908,27 @@ fn inject(i: &mut Inner, frame: &[u8]) -> std::io::Result<usize> {
 
 /// A dumper for one of our handles: the real libpcap's, opened on a dead handle with this
 /// capture's link type, snap length and precision.
-unsafe fn dumper(i: &mut Inner, open: impl FnOnce(*mut pcap_t) -> *mut pcap_dumper_t) -> *mut pcap_dumper_t {
+unsafe fn dumper(
+    i: &mut Inner,
+    open: impl FnOnce(*mut pcap_t) -> *mut pcap_dumper_t,
+) -> *mut pcap_dumper_t {
     // SAFETY: the real libpcap's calls on a handle it made and closes here (a dumper keeps
     // nothing of it).
     unsafe {
-        let dead = real!(pcap_open_dead_with_tstamp_precision: fn(c_int, c_int, c_uint) -> *mut pcap_t)(i.dlt(), i.opts.snaplen.clamp(1, MAXIMUM_SNAPLEN), i.opts.precision as c_uint);
+        let dead = real!(pcap_open_dead_with_tstamp_precision: fn(c_int, c_int, c_uint) -> *mut pcap_t)(
+            i.dlt(),
+            i.opts.snaplen.clamp(1, MAXIMUM_SNAPLEN),
+            i.opts.precision as c_uint,
+        );
         if dead.is_null() {
             i.set_err("streamline: the real libpcap could not make a handle to dump with");
             return std::ptr::null_mut();
         }
         let d = open(dead);
         if d.is_null() {
-            let e = cstr(real!(pcap_geterr: fn(*mut pcap_t) -> *mut c_char)(dead)).unwrap_or("").to_string();
+            let e = cstr(real!(pcap_geterr: fn(*mut pcap_t) -> *mut c_char)(dead))
+                .unwrap_or("")
+                .to_string();
             i.set_err(&e);
         }
         real!(pcap_close: fn(*mut pcap_t) -> ())(dead);
@@ -874,11 +966,15 @@ pub unsafe extern "C" fn pcap_close(p: *mut pcap_t) {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pcap_findalldevs(alldevs: *mut *mut pcap_if, errbuf: *mut c_char) -> c_int {
+pub unsafe extern "C" fn pcap_findalldevs(
+    alldevs: *mut *mut pcap_if,
+    errbuf: *mut c_char,
+) -> c_int {
     // SAFETY: the real list, then our entries appended, malloc'd field by field as
     // libpcap's are (pcap_freealldevs frees them with free()).
     unsafe {
-        let r = real!(pcap_findalldevs: fn(*mut *mut pcap_if, *mut c_char) -> c_int)(alldevs, errbuf);
+        let r =
+            real!(pcap_findalldevs: fn(*mut *mut pcap_if, *mut c_char) -> c_int)(alldevs, errbuf);
         if r != 0 || std::env::var("STREAMLINE_PCAP").is_ok_and(|v| v == "off") {
             return r;
         }
@@ -887,7 +983,9 @@ pub unsafe extern "C" fn pcap_findalldevs(alldevs: *mut *mut pcap_if, errbuf: *m
             tail = &mut (**tail).next;
         }
         for (name, desc) in capture::devices(&capture::socket()) {
-            let (Ok(n), Ok(d)) = (CString::new(name), CString::new(desc)) else { continue };
+            let (Ok(n), Ok(d)) = (CString::new(name), CString::new(desc)) else {
+                continue;
+            };
             let e = libc::calloc(1, std::mem::size_of::<pcap_if>()) as *mut pcap_if;
             if e.is_null() {
                 break;
@@ -908,8 +1006,14 @@ pub extern "C" fn pcap_lib_version() -> *const c_char {
     static V: OnceLock<CString> = OnceLock::new();
     V.get_or_init(|| {
         // SAFETY: the real libpcap's static version string.
-        let real = unsafe { cstr(real!(pcap_lib_version: fn() -> *const c_char)()) }.unwrap_or("libpcap").to_string();
-        CString::new(format!("{real} (with Streamline {} shared capture)", env!("CARGO_PKG_VERSION"))).expect("no NUL")
+        let real = unsafe { cstr(real!(pcap_lib_version: fn() -> *const c_char)()) }
+            .unwrap_or("libpcap")
+            .to_string();
+        CString::new(format!(
+            "{real} (with Streamline {} shared capture)",
+            env!("CARGO_PKG_VERSION")
+        ))
+        .expect("no NUL")
     })
     .as_ptr()
 }
@@ -921,7 +1025,10 @@ mod tests {
     #[test]
     fn headers_carry_micro_or_nanoseconds() {
         let h = header(1_700_000_000_123_456_789, 1514, 96, false);
-        assert_eq!((h.ts.tv_sec, h.ts.tv_usec, h.caplen, h.len), (1_700_000_000, 123_456, 96, 1514));
+        assert_eq!(
+            (h.ts.tv_sec, h.ts.tv_usec, h.caplen, h.len),
+            (1_700_000_000, 123_456, 96, 1514)
+        );
         let h = header(1_700_000_000_123_456_789, 60, 60, true);
         assert_eq!(h.ts.tv_usec, 123_456_789);
     }

@@ -50,21 +50,38 @@ fn load() -> Result<Lib, String> {
     let own = own_path();
     let from_env = std::env::var("STREAMLINE_REAL_LIBPCAP").ok();
     let mut tried = Vec::new();
-    for path in from_env.iter().map(String::as_str).chain(CANDIDATES.iter().copied()) {
-        let Ok(canon) = std::fs::canonicalize(path) else { continue };
+    for path in from_env
+        .iter()
+        .map(String::as_str)
+        .chain(CANDIDATES.iter().copied())
+    {
+        let Ok(canon) = std::fs::canonicalize(path) else {
+            continue;
+        };
         if own.as_ref() == Some(&canon) {
             continue;
         }
         let c = CString::new(path).map_err(|e| e.to_string())?;
         // SAFETY: dlopen with a NUL-terminated path; a private namespace for its symbols
         // (RTLD_LOCAL) and its own symbols first (RTLD_DEEPBIND).
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND) };
+        let h = unsafe {
+            libc::dlopen(
+                c.as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND,
+            )
+        };
         if !h.is_null() {
             return Ok(Lib(h));
         }
         // SAFETY: dlerror returns a thread-local message or null.
         let why = unsafe { libc::dlerror() };
-        let why = if why.is_null() { "unknown".to_string() } else { unsafe { CStr::from_ptr(why) }.to_string_lossy().into_owned() };
+        let why = if why.is_null() {
+            "unknown".to_string()
+        } else {
+            unsafe { CStr::from_ptr(why) }
+                .to_string_lossy()
+                .into_owned()
+        };
         tried.push(format!("{path}: {why}"));
     }
     Err(format!("streamline's libpcap: the system's libpcap (libpcap.so.0.8) was not found{}; install libpcap0.8 or set STREAMLINE_REAL_LIBPCAP", if tried.is_empty() { String::new() } else { format!(" ({})", tried.join("; ")) }))

@@ -18,7 +18,17 @@ pub const DEFAULT_EXPORT_MODE: u32 = 0o644;
 /// Every node's output mode: `source(n)` for nodes without inputs, the AND of the inputs'
 /// modes otherwise (loops converge: AND only removes bits).
 pub fn stream_modes(g: &Graph, source: &dyn Fn(&Node) -> u32) -> Vec<u32> {
-    let mut m: Vec<u32> = g.nodes.iter().map(|n| if g.in_edges(n.id).next().is_none() { source(n) & 0o777 } else { 0o777 }).collect();
+    let mut m: Vec<u32> = g
+        .nodes
+        .iter()
+        .map(|n| {
+            if g.in_edges(n.id).next().is_none() {
+                source(n) & 0o777
+            } else {
+                0o777
+            }
+        })
+        .collect();
     loop {
         let mut changed = false;
         for e in &g.edges {
@@ -40,11 +50,19 @@ pub fn stream_modes(g: &Graph, source: &dyn Fn(&Node) -> u32) -> Vec<u32> {
 pub fn apply_export_modes(g: &Graph, modes: &[u32]) -> Graph {
     let mut g = g.clone();
     for n in &mut g.nodes {
-        let NodeKind::Filter { options, .. } = &mut n.kind else { continue };
-        if !options.iter().any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") {
+        let NodeKind::Filter { options, .. } = &mut n.kind else {
+            continue;
+        };
+        if !options
+            .iter()
+            .any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes")
+        {
             continue;
         }
-        let written = options.iter().find(|(k, _)| k == "mode").map(|(_, v)| v.clone());
+        let written = options
+            .iter()
+            .find(|(k, _)| k == "mode")
+            .map(|(_, v)| v.clone());
         let ceiling = match &written {
             None => DEFAULT_EXPORT_MODE,
             Some(v) => match dataplane::runtime::mode_option(options) {
@@ -71,22 +89,46 @@ mod tests {
     }
 
     fn mode_of(g: &Graph, name: &str) -> Option<String> {
-        g.nodes.iter().find(|n| n.name.as_deref() == Some(name)).and_then(|n| match &n.kind {
-            NodeKind::Filter { options, .. } => options.iter().find(|(k, _)| k == "mode").map(|(_, v)| v.clone()),
-            _ => None,
-        })
+        g.nodes
+            .iter()
+            .find(|n| n.name.as_deref() == Some(name))
+            .and_then(|n| match &n.kind {
+                NodeKind::Filter { options, .. } => options
+                    .iter()
+                    .find(|(k, _)| k == "mode")
+                    .map(|(_, v)| v.clone()),
+                _ => None,
+            })
     }
 
     #[test]
     fn a_stream_is_no_more_readable_than_its_inputs() {
         // Two sources, 0640 and 0604, joined: 0600; each alone keeps its own.
         let g = parse("(gen name=a | count name=ca export=yes) + (gen name=b | count name=cb export=yes mode=0666) | count name=cj export=yes");
-        let src = |n: &Node| if n.name.as_deref() == Some("a") { 0o640 } else { 0o604 };
+        let src = |n: &Node| {
+            if n.name.as_deref() == Some("a") {
+                0o640
+            } else {
+                0o604
+            }
+        };
         let m = stream_modes(&g, &src);
         let out = apply_export_modes(&g, &m);
-        assert_eq!(mode_of(&out, "cj").as_deref(), Some("0600"), "the join of 0640 and 0604");
-        assert_eq!(mode_of(&out, "ca").as_deref(), Some("0640"), "default ceiling 0644 AND 0640");
-        assert_eq!(mode_of(&out, "cb").as_deref(), Some("0604"), "the user's 0666 cannot widen 0604");
+        assert_eq!(
+            mode_of(&out, "cj").as_deref(),
+            Some("0600"),
+            "the join of 0640 and 0604"
+        );
+        assert_eq!(
+            mode_of(&out, "ca").as_deref(),
+            Some("0640"),
+            "default ceiling 0644 AND 0640"
+        );
+        assert_eq!(
+            mode_of(&out, "cb").as_deref(),
+            Some("0604"),
+            "the user's 0666 cannot widen 0604"
+        );
     }
 
     #[test]

@@ -23,7 +23,13 @@ pub enum RequestError {
     #[error("filter '{0}' has no implementation the control plane knows")]
     UnknownFilter(String),
     #[error("filter '{filter}' (node {node}): bad option {key}={value}: {why}")]
-    BadOption { filter: String, node: usize, key: String, value: String, why: String },
+    BadOption {
+        filter: String,
+        node: usize,
+        key: String,
+        value: String,
+        why: String,
+    },
     #[error("the pipeline has a cycle through '{0}'; the planner handles acyclic pipelines only")]
     Cycle(String),
     #[error("the pipeline has no source")]
@@ -34,7 +40,11 @@ pub enum RequestError {
 #[derive(Debug, Error)]
 pub enum PlanError {
     #[error("filter '{filter}' (node {node}) cannot be placed: {why}")]
-    Impossible { filter: String, node: usize, why: String },
+    Impossible {
+        filter: String,
+        node: usize,
+        why: String,
+    },
     #[error("no placement fits: {0}")]
     Infeasible(String),
     #[error("solver failed: {0}")]

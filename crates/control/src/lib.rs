@@ -57,6 +57,6 @@ pub use error::{PlanError, RequestError, SystemError};
 pub use library::Filters;
 pub use model::{Catalog, Load, Request};
 pub use plan::{Channel, Choice, Plan};
-pub use planner::{Planner, Planned};
+pub use planner::{Planned, Planner};
 pub use realize::{Assignment, NodePlace, SpaceChange};
 pub use system::{SpaceKind, SystemModel};

@@ -40,13 +40,19 @@ impl Filters {
     /// Does `name` run in the kernel when it follows `rx` directly
     /// (`FilterSpec::runs_after_rx_in_kernel`)? False for a name that is not native.
     pub fn runs_after_rx_in_kernel(&self, name: &str) -> bool {
-        self.find(name).is_some_and(FilterSpec::runs_after_rx_in_kernel)
+        self.find(name)
+            .is_some_and(FilterSpec::runs_after_rx_in_kernel)
     }
 }
 
 impl std::fmt::Debug for Filters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Filters").field("registry", &self.registry.iter().map(|s| s.name).collect::<Vec<_>>()).finish_non_exhaustive()
+        f.debug_struct("Filters")
+            .field(
+                "registry",
+                &self.registry.iter().map(|s| s.name).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
     }
 }
 
@@ -74,7 +80,10 @@ mod tests {
         assert!(!lib.runs_after_rx_in_kernel("grep") && !lib.runs_after_rx_in_kernel("nosuch"));
         // A registry handed in is all the control plane knows: without `grep`, no `grep`.
         static ONLY_BPF: [&FilterSpec; 1] = [&filters::bpf::BPF];
-        let small = Filters { registry: &ONLY_BPF, ..lib };
+        let small = Filters {
+            registry: &ONLY_BPF,
+            ..lib
+        };
         assert!(small.find("grep").is_none());
         assert!(small.find("bpf").is_some());
         assert!(format!("{small:?}").contains("\"bpf\""), "{small:?}");

@@ -95,7 +95,10 @@ pub struct Catalog {
 
 impl Catalog {
     pub fn new(filters: Filters) -> Catalog {
-        Catalog { filters, overrides: HashMap::new() }
+        Catalog {
+            filters,
+            overrides: HashMap::new(),
+        }
     }
 
     /// The filter library this catalog reads.
@@ -105,17 +108,28 @@ impl Catalog {
 
     /// Replaces the per-call and per-byte cycles (and optionally the forward ratio) of
     /// every implementation of `filter`, e.g. from a measurement.
-    pub fn set_measured(&mut self, filter: &str, per_call: f64, per_byte: f64, forward: Option<f64>) {
-        self.overrides.insert(filter.to_string(), (per_call, per_byte, forward));
+    pub fn set_measured(
+        &mut self,
+        filter: &str,
+        per_call: f64,
+        per_byte: f64,
+        forward: Option<f64>,
+    ) {
+        self.overrides
+            .insert(filter.to_string(), (per_call, per_byte, forward));
     }
 
     /// Parses `name:per_call,per_byte[,forward]`.
     pub fn parse_override(&mut self, text: &str) -> Result<(), String> {
-        let (name, rest) = text.split_once(':').ok_or_else(|| format!("expected NAME:CALL,BYTE[,FWD], got '{text}'"))?;
+        let (name, rest) = text
+            .split_once(':')
+            .ok_or_else(|| format!("expected NAME:CALL,BYTE[,FWD], got '{text}'"))?;
         let nums: Result<Vec<f64>, _> = rest.split(',').map(|v| v.trim().parse::<f64>()).collect();
         let nums = nums.map_err(|_| format!("bad number in '{text}'"))?;
         if !(2..=3).contains(&nums.len()) || nums.iter().any(|v| *v < 0.0) {
-            return Err(format!("expected two or three non-negative numbers in '{text}'"));
+            return Err(format!(
+                "expected two or three non-negative numbers in '{text}'"
+            ));
         }
         self.set_measured(name, nums[0], nums[1], nums.get(2).copied());
         Ok(())
@@ -195,8 +209,14 @@ impl Pin {
     pub fn of(spec: &SpaceSpec) -> Pin {
         match spec {
             SpaceSpec::Runtime(list) => match list.first() {
-                Some(SpaceName::Process(_)) => Pin { kinds: Some(&[SpaceKind::Process]), cpu: None },
-                _ => Pin { kinds: Some(&[SpaceKind::Thread]), cpu: None },
+                Some(SpaceName::Process(_)) => Pin {
+                    kinds: Some(&[SpaceKind::Process]),
+                    cpu: None,
+                },
+                _ => Pin {
+                    kinds: Some(&[SpaceKind::Thread]),
+                    cpu: None,
+                },
             },
             SpaceSpec::Planner { kind, cpu } => {
                 let kinds: Option<&'static [SpaceKind]> = kind.map(|k| match k {
@@ -268,7 +288,10 @@ pub struct Load {
 
 impl Default for Load {
     fn default() -> Self {
-        Load { blocks_per_sec: 100_000.0, bytes_per_block: 500.0 }
+        Load {
+            blocks_per_sec: 100_000.0,
+            bytes_per_block: 500.0,
+        }
     }
 }
 
@@ -296,7 +319,8 @@ fn kernel_after_rx(g: &Graph, id: usize) -> bool {
     let ins: Vec<_> = g.edges.iter().filter(|e| e.to == id).collect();
     let [e] = ins.as_slice() else { return false };
     let rx = matches!(&g.nodes[e.from].kind, NodeKind::Filter { filter, .. } if filter == "rx");
-    rx && e.sel == lang::Selector::Default && g.edges.iter().filter(|x| x.from == e.from).count() == 1
+    rx && e.sel == lang::Selector::Default
+        && g.edges.iter().filter(|x| x.from == e.from).count() == 1
 }
 
 impl Request {
@@ -311,7 +335,12 @@ impl Request {
             let has_in = g.edges.iter().any(|e| e.to == n.id);
             let mut pin = Pin::default();
             let (role, mut impls) = match &n.kind {
-                NodeKind::Filter { filter, options, place, .. } => {
+                NodeKind::Filter {
+                    filter,
+                    options,
+                    place,
+                    ..
+                } => {
                     let mut impls = catalog
                         .implementations(filter)
                         .ok_or_else(|| RequestError::UnknownFilter(filter.clone()))?;
@@ -345,9 +374,15 @@ impl Request {
                     if let Some(spec) = &place.space {
                         pin = Pin::of(spec);
                     } else if n.hints.contains(&Hint::Private) {
-                        pin = Pin { kinds: Some(&[SpaceKind::Process]), cpu: None };
+                        pin = Pin {
+                            kinds: Some(&[SpaceKind::Process]),
+                            cpu: None,
+                        };
                     } else if n.hints.contains(&Hint::Background) {
-                        pin = Pin { kinds: Some(&[SpaceKind::Thread]), cpu: None };
+                        pin = Pin {
+                            kinds: Some(&[SpaceKind::Thread]),
+                            cpu: None,
+                        };
                     }
                     let is_source = !has_in;
                     if is_source {
@@ -358,29 +393,64 @@ impl Request {
                     // `rx` (its only input, `rx`'s only output; the kernel push-down,
                     // `Filters::kernel_placement`), and not for `sample prob=` (random draws
                     // the kernel would not repeat).
-                    if catalog.filters.runs_after_rx_in_kernel(filter) && !kernel_after_rx(g, n.id) {
+                    if catalog.filters.runs_after_rx_in_kernel(filter) && !kernel_after_rx(g, n.id)
+                    {
                         impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
                     }
                     if filter == "sample" && options.iter().any(|(k, _)| k == "prob") {
                         impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
                     }
-                    (if is_source { Role::Source } else { Role::Filter }, impls)
+                    (
+                        if is_source {
+                            Role::Source
+                        } else {
+                            Role::Filter
+                        },
+                        impls,
+                    )
                 }
                 NodeKind::Unix { .. } => {
                     let cost = FilterCost::for_access(Access::Reordering);
-                    let i = Implementation { name: "exec", kinds: vec![SpaceKind::Process], needs: Needs::Nothing, cost };
+                    let i = Implementation {
+                        name: "exec",
+                        kinds: vec![SpaceKind::Process],
+                        needs: Needs::Nothing,
+                        cost,
+                    };
                     if !has_in {
                         source_load[n.id] = Some(load);
                     }
                     (if has_in { Role::Filter } else { Role::Source }, vec![i])
                 }
                 NodeKind::Split { ways, .. } => {
-                    let cost = FilterCost { per_call: 10.0, ..FilterCost::for_access(Access::Metadata) };
-                    (Role::Split { ways: *ways }, vec![Implementation { name: "native", kinds: USER.to_vec(), needs: Needs::Nothing, cost }])
+                    let cost = FilterCost {
+                        per_call: 10.0,
+                        ..FilterCost::for_access(Access::Metadata)
+                    };
+                    (
+                        Role::Split { ways: *ways },
+                        vec![Implementation {
+                            name: "native",
+                            kinds: USER.to_vec(),
+                            needs: Needs::Nothing,
+                            cost,
+                        }],
+                    )
                 }
                 NodeKind::Join { .. } => {
-                    let cost = FilterCost { per_call: 10.0, ..FilterCost::for_access(Access::Metadata) };
-                    (Role::Join, vec![Implementation { name: "native", kinds: USER.to_vec(), needs: Needs::Nothing, cost }])
+                    let cost = FilterCost {
+                        per_call: 10.0,
+                        ..FilterCost::for_access(Access::Metadata)
+                    };
+                    (
+                        Role::Join,
+                        vec![Implementation {
+                            name: "native",
+                            kinds: USER.to_vec(),
+                            needs: Needs::Nothing,
+                            cost,
+                        }],
+                    )
                 }
             };
             impls.dedup();
@@ -430,19 +500,31 @@ impl Request {
         let mut streams: Vec<RStream> = g
             .edges
             .iter()
-            .map(|e| RStream { from: e.from, to: e.to, rate: 0.0, bytes: 0.0 })
+            .map(|e| RStream {
+                from: e.from,
+                to: e.to,
+                rate: 0.0,
+                bytes: 0.0,
+            })
             .collect();
         for &i in &order {
             let (rate_in, bytes_in) = match source_load[i] {
                 Some(l) => (l.blocks_per_sec, l.blocks_per_sec * l.bytes_per_block),
-                None => streams.iter().filter(|s| s.to == i).fold((0.0, 0.0), |a, s| (a.0 + s.rate, a.1 + s.bytes)),
+                None => streams
+                    .iter()
+                    .filter(|s| s.to == i)
+                    .fold((0.0, 0.0), |a, s| (a.0 + s.rate, a.1 + s.bytes)),
             };
             nodes[i].rate_in = rate_in;
             nodes[i].bytes_in = bytes_in;
             // The forward ratios of the first implementation (all implementations of one
             // filter compute the same function).
             let c = nodes[i].impls[0].cost;
-            let per_block = if rate_in > 0.0 { bytes_in / rate_in } else { 0.0 };
+            let per_block = if rate_in > 0.0 {
+                bytes_in / rate_in
+            } else {
+                0.0
+            };
             let (out_rate, out_bytes_per_block) = match nodes[i].role {
                 Role::Source => (rate_in, per_block),
                 Role::Split { .. } | Role::Join => (rate_in, per_block),
@@ -451,7 +533,9 @@ impl Request {
                     per_block * c.bytes_forward + c.bytes_created,
                 ),
             };
-            let outs: Vec<usize> = (0..streams.len()).filter(|&k| streams[k].from == i).collect();
+            let outs: Vec<usize> = (0..streams.len())
+                .filter(|&k| streams[k].from == i)
+                .collect();
             let share = match nodes[i].role {
                 Role::Split { .. } if !outs.is_empty() => 1.0 / outs.len() as f64,
                 _ => 1.0,
@@ -461,7 +545,11 @@ impl Request {
                 streams[k].bytes = out_rate * share * out_bytes_per_block;
             }
         }
-        Ok(Request { nodes, streams, order })
+        Ok(Request {
+            nodes,
+            streams,
+            order,
+        })
     }
 
     /// Cycles per second node `i` spends with implementation `imp`.
@@ -474,8 +562,13 @@ impl Request {
 
 /// Parses a pipeline with [`PlanResolver`] and builds its request model. Parse errors
 /// carry the pipeline with a caret.
-pub fn request_from_text(text: &str, catalog: &Catalog, load: Load) -> Result<(Graph, Request), RequestError> {
-    let g = lang::parse(text, &PlanResolver(&catalog.filters)).map_err(|d| RequestError::Parse(d.to_string()))?;
+pub fn request_from_text(
+    text: &str,
+    catalog: &Catalog,
+    load: Load,
+) -> Result<(Graph, Request), RequestError> {
+    let g = lang::parse(text, &PlanResolver(&catalog.filters))
+        .map_err(|d| RequestError::Parse(d.to_string()))?;
     let r = Request::from_graph(&g, catalog, load)?;
     Ok((g, r))
 }
@@ -486,7 +579,9 @@ mod tests {
     use crate::library::native;
 
     fn req(text: &str) -> Request {
-        request_from_text(text, &Catalog::new(native()), Load::default()).unwrap().1
+        request_from_text(text, &Catalog::new(native()), Load::default())
+            .unwrap()
+            .1
     }
 
     #[test]
@@ -505,7 +600,12 @@ mod tests {
         let g = lang::parse("gen | strip | null", &PlanResolver(&native())).unwrap();
         let g = lang::parallelize(&g, 1, 2, lang::SplitMode::RoundRobin);
         let r = Request::from_graph(&g, &Catalog::new(native()), Load::default()).unwrap();
-        let strip1 = r.nodes.iter().filter(|n| n.label == "strip").map(|n| n.rate_in).collect::<Vec<_>>();
+        let strip1 = r
+            .nodes
+            .iter()
+            .filter(|n| n.label == "strip")
+            .map(|n| n.rate_in)
+            .collect::<Vec<_>>();
         assert_eq!(strip1, vec![50_000.0, 50_000.0]);
         let join = r.nodes.iter().find(|n| n.role == Role::Join).unwrap();
         assert_eq!(join.rate_in, 100_000.0);
@@ -515,14 +615,30 @@ mod tests {
     fn socket_programs_only_right_after_rx() {
         let kinds = |text: &str, node: usize| {
             let (_, r) = request_from_text(text, &Catalog::new(native()), Load::default()).unwrap();
-            r.nodes[node].impls.iter().map(|i| i.name).collect::<Vec<_>>()
+            r.nodes[node]
+                .impls
+                .iter()
+                .map(|i| i.name)
+                .collect::<Vec<_>>()
         };
-        assert_eq!(kinds("rx | flowcount | null", 1), vec!["ebpf-map", "native"]);
-        assert_eq!(kinds("rx | bytecount | null", 1), vec!["ebpf-map", "native"]);
-        assert_eq!(kinds("rx | sample 10 | null", 1), vec!["ebpf-map", "native"]);
+        assert_eq!(
+            kinds("rx | flowcount | null", 1),
+            vec!["ebpf-map", "native"]
+        );
+        assert_eq!(
+            kinds("rx | bytecount | null", 1),
+            vec!["ebpf-map", "native"]
+        );
+        assert_eq!(
+            kinds("rx | sample 10 | null", 1),
+            vec!["ebpf-map", "native"]
+        );
         assert_eq!(kinds("rx | sample prob=0.1 | null", 1), vec!["native"]);
         // One program per socket: the second filter has only its user-space form.
-        assert_eq!(kinds("rx | sample 10 | flowcount | null", 2), vec!["native"]);
+        assert_eq!(
+            kinds("rx | sample 10 | flowcount | null", 2),
+            vec!["native"]
+        );
         assert_eq!(kinds("gen | bpf \"tcp\" | null", 1), vec!["cbpf-interp"]);
         assert_eq!(kinds("rx | count | null", 1), vec!["ebpf-map", "native"]);
     }
@@ -545,17 +661,35 @@ mod tests {
 
     #[test]
     fn errors_name_the_filter() {
-        let e = request_from_text("rx | bpf space=moon | null", &Catalog::new(native()), Load::default()).unwrap_err();
-        assert!(e.to_string().contains("bpf") && e.to_string().contains("moon"), "{e}");
-        let e = request_from_text("rx | nosuch", &Catalog::new(native()), Load::default()).unwrap_err();
+        let e = request_from_text(
+            "rx | bpf space=moon | null",
+            &Catalog::new(native()),
+            Load::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("bpf") && e.to_string().contains("moon"),
+            "{e}"
+        );
+        let e =
+            request_from_text("rx | nosuch", &Catalog::new(native()), Load::default()).unwrap_err();
         assert!(e.to_string().contains("nosuch"), "{e}");
     }
 
     #[test]
     fn pins_parse() {
-        assert_eq!(Pin::parse("kernel").unwrap().kinds, Some(&[SpaceKind::Kernel][..]));
+        assert_eq!(
+            Pin::parse("kernel").unwrap().kinds,
+            Some(&[SpaceKind::Kernel][..])
+        );
         assert_eq!(Pin::parse("thread:1").unwrap().cpu, Some(1));
-        assert_eq!(Pin::parse("cpu3").unwrap(), Pin { kinds: None, cpu: Some(3) });
+        assert_eq!(
+            Pin::parse("cpu3").unwrap(),
+            Pin {
+                kinds: None,
+                cpu: Some(3)
+            }
+        );
         assert!(Pin::parse("gpu").is_err());
     }
 }
@@ -566,12 +700,30 @@ mod runtime_space_names {
 
     #[test]
     fn the_runtime_space_names_pin_too() {
-        assert_eq!(Pin::parse("1").unwrap().kinds, Some(&[SpaceKind::Thread][..]));
-        assert_eq!(Pin::parse("t3").unwrap().kinds, Some(&[SpaceKind::Thread][..]));
-        assert_eq!(Pin::parse("local").unwrap().kinds, Some(&[SpaceKind::Thread][..]));
-        assert_eq!(Pin::parse("p2").unwrap().kinds, Some(&[SpaceKind::Process][..]));
-        assert_eq!(Pin::parse("1,p2").unwrap().kinds, Some(&[SpaceKind::Thread][..]));
-        assert_eq!(Pin::parse("kernel").unwrap().kinds, Some(&[SpaceKind::Kernel][..]));
+        assert_eq!(
+            Pin::parse("1").unwrap().kinds,
+            Some(&[SpaceKind::Thread][..])
+        );
+        assert_eq!(
+            Pin::parse("t3").unwrap().kinds,
+            Some(&[SpaceKind::Thread][..])
+        );
+        assert_eq!(
+            Pin::parse("local").unwrap().kinds,
+            Some(&[SpaceKind::Thread][..])
+        );
+        assert_eq!(
+            Pin::parse("p2").unwrap().kinds,
+            Some(&[SpaceKind::Process][..])
+        );
+        assert_eq!(
+            Pin::parse("1,p2").unwrap().kinds,
+            Some(&[SpaceKind::Thread][..])
+        );
+        assert_eq!(
+            Pin::parse("kernel").unwrap().kinds,
+            Some(&[SpaceKind::Kernel][..])
+        );
         assert!(Pin::parse("t").is_err() && Pin::parse("x9").is_err());
     }
 }

@@ -28,7 +28,8 @@ use std::time::Instant;
 use std::collections::HashMap;
 
 use good_lp::{
-    constraint, variable, variables, Expression, ResolutionError, Solution, SolverModel, Variable, WithInitialSolution,
+    constraint, variable, variables, Expression, ResolutionError, Solution, SolverModel, Variable,
+    WithInitialSolution,
 };
 
 use crate::error::PlanError;
@@ -50,7 +51,11 @@ pub fn options(req: &Request, sys: &SystemModel) -> Result<Vec<Vec<Choice>>, Pla
             }
         }
         if opts.is_empty() {
-            return Err(PlanError::Impossible { filter: n.label.clone(), node: i, why: why_impossible(req, sys, i) });
+            return Err(PlanError::Impossible {
+                filter: n.label.clone(),
+                node: i,
+                why: why_impossible(req, sys, i),
+            });
         }
         all.push(opts);
     }
@@ -59,13 +64,21 @@ pub fn options(req: &Request, sys: &SystemModel) -> Result<Vec<Vec<Choice>>, Pla
 
 fn why_impossible(req: &Request, sys: &SystemModel, i: usize) -> String {
     let n = &req.nodes[i];
-    let mut kinds: Vec<SpaceKind> = n.impls.iter().flat_map(|im| im.kinds.iter().copied()).collect();
+    let mut kinds: Vec<SpaceKind> = n
+        .impls
+        .iter()
+        .flat_map(|im| im.kinds.iter().copied())
+        .collect();
     kinds.sort();
     kinds.dedup();
     let names = |k: &[SpaceKind]| k.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
     if let Some(pin) = n.pin.kinds {
         if !pin.iter().any(|k| kinds.contains(k)) {
-            return format!("it is pinned to space={} but its implementations run only in {}", names(pin), names(&kinds));
+            return format!(
+                "it is pinned to space={} but its implementations run only in {}",
+                names(pin),
+                names(&kinds)
+            );
         }
     }
     if let Some(cpu) = n.pin.cpu {
@@ -75,11 +88,18 @@ fn why_impossible(req: &Request, sys: &SystemModel, i: usize) -> String {
     }
     let mut missing = Vec::new();
     for im in &n.impls {
-        let have = im.kinds.iter().any(|k| sys.spaces.iter().any(|s| s.kind == *k && n.pin.admits(s.kind, s.cpu)));
+        let have = im.kinds.iter().any(|k| {
+            sys.spaces
+                .iter()
+                .any(|s| s.kind == *k && n.pin.admits(s.kind, s.cpu))
+        });
         if !have {
             missing.push(format!("{} needs a {} space", im.name, names(&im.kinds)));
         } else {
-            missing.push(format!("{} needs {:?}, which this system lacks", im.name, im.needs));
+            missing.push(format!(
+                "{} needs {:?}, which this system lacks",
+                im.name, im.needs
+            ));
         }
     }
     missing.join("; ")
@@ -89,7 +109,9 @@ fn why_impossible(req: &Request, sys: &SystemModel, i: usize) -> String {
 /// the total.
 fn why_infeasible(req: &Request, sys: &SystemModel) -> String {
     for (i, n) in req.nodes.iter().enumerate() {
-        let least = (0..n.impls.len()).map(|m| req.node_cycles(i, m)).fold(f64::INFINITY, f64::min);
+        let least = (0..n.impls.len())
+            .map(|m| req.node_cycles(i, m))
+            .fold(f64::INFINITY, f64::min);
         if least > sys.cycles_per_sec {
             return format!(
                 "filter '{}' (node {i}) needs {:.3e} cycles/s at {:.3e} blocks/s, more than one CPU's {:.3e}",
@@ -104,7 +126,10 @@ fn why_infeasible(req: &Request, sys: &SystemModel) -> String {
 /// topological order, goes to the lowest space kind it has an implementation for
 /// (kernel, then thread, then process), on its first upstream neighbour's CPU if that
 /// has room, else the first CPU that does. `@single` filters follow the first one.
-pub fn push_down(req: &Request, sys: &SystemModel) -> Result<(Vec<Choice>, SolverStats), PlanError> {
+pub fn push_down(
+    req: &Request,
+    sys: &SystemModel,
+) -> Result<(Vec<Choice>, SolverStats), PlanError> {
     let start = Instant::now();
     let opts = options(req, sys)?;
     let mut choice: Vec<Option<Choice>> = vec![None; req.nodes.len()];
@@ -130,7 +155,10 @@ pub fn push_down(req: &Request, sys: &SystemModel) -> Result<(Vec<Choice>, Solve
             let (sa, sb) = (&sys.spaces[a.space], &sys.spaces[b.space]);
             let ka = (sa.kind, sa.cpu != up_cpu, cpu_index(sa.cpu));
             let kb = (sb.kind, sb.cpu != up_cpu, cpu_index(sb.cpu));
-            ka.cmp(&kb).then(req.node_cycles(i, a.imp).total_cmp(&req.node_cycles(i, b.imp)))
+            ka.cmp(&kb).then(
+                req.node_cycles(i, a.imp)
+                    .total_cmp(&req.node_cycles(i, b.imp)),
+            )
         });
         let fit = cands.into_iter().find(|c| {
             let k = cpu_index(sys.spaces[c.space].cpu);
@@ -145,7 +173,10 @@ pub fn push_down(req: &Request, sys: &SystemModel) -> Result<(Vec<Choice>, Solve
         }
         choice[i] = Some(c);
     }
-    let choice: Vec<Choice> = choice.into_iter().map(|c| c.expect("every node visited")).collect();
+    let choice: Vec<Choice> = choice
+        .into_iter()
+        .map(|c| c.expect("every node visited"))
+        .collect();
     let stats = SolverStats {
         method: "push-down heuristic",
         variables: 0,
@@ -172,7 +203,11 @@ fn tie_break(sys: &SystemModel, space: usize) -> f64 {
 }
 
 /// Solves the integer program with HiGHS. `time_limit` in seconds bounds the search.
-pub fn ilp(req: &Request, sys: &SystemModel, time_limit: f64) -> Result<(Vec<Choice>, SolverStats), PlanError> {
+pub fn ilp(
+    req: &Request,
+    sys: &SystemModel,
+    time_limit: f64,
+) -> Result<(Vec<Choice>, SolverStats), PlanError> {
     let start = Instant::now();
     let opts = options(req, sys)?;
     let n = req.nodes.len();
@@ -224,19 +259,44 @@ pub fn ilp(req: &Request, sys: &SystemModel, time_limit: f64) -> Result<(Vec<Cho
     let c = &sys.costs;
     let parts = sys.cpu_partitions();
     let spaces_of = |cpus: &[usize]| -> Vec<usize> {
-        sys.spaces.iter().filter(|s| cpus.contains(&s.cpu)).map(|s| s.id).collect()
+        sys.spaces
+            .iter()
+            .filter(|s| cpus.contains(&s.cpu))
+            .map(|s| s.id)
+            .collect()
     };
     let by_cpu: Vec<Vec<usize>> = sys.cpus.iter().map(|&cpu| spaces_of(&[cpu])).collect();
     let ladder: Vec<(f64, Vec<Vec<usize>>)> = vec![
         (c.load_shared_l2 - c.load_same_cpu, by_cpu),
-        (c.load_shared_llc - c.load_shared_l2, parts[0].1.iter().map(|g| spaces_of(g)).collect()),
-        (c.load_same_numa - c.load_shared_llc, parts[1].1.iter().map(|g| spaces_of(g)).collect()),
-        (c.load_remote - c.load_same_numa, parts[2].1.iter().map(|g| spaces_of(g)).collect()),
+        (
+            c.load_shared_llc - c.load_shared_l2,
+            parts[0].1.iter().map(|g| spaces_of(g)).collect(),
+        ),
+        (
+            c.load_same_numa - c.load_shared_llc,
+            parts[1].1.iter().map(|g| spaces_of(g)).collect(),
+        ),
+        (
+            c.load_remote - c.load_same_numa,
+            parts[2].1.iter().map(|g| spaces_of(g)).collect(),
+        ),
     ];
-    let kernel: Vec<usize> = sys.spaces.iter().filter(|s| s.kind == SpaceKind::Kernel).map(|s| s.id).collect();
-    let process: Vec<usize> = sys.spaces.iter().filter(|s| s.kind == SpaceKind::Process).map(|s| s.id).collect();
+    let kernel: Vec<usize> = sys
+        .spaces
+        .iter()
+        .filter(|s| s.kind == SpaceKind::Kernel)
+        .map(|s| s.id)
+        .collect();
+    let process: Vec<usize> = sys
+        .spaces
+        .iter()
+        .filter(|s| s.kind == SpaceKind::Process)
+        .map(|s| s.id)
+        .collect();
     // `ind >= A - B` for each (A, B) pair; an absent side is 0.
-    let mut indicator = |coef: f64, pairs: Vec<(Option<Expression>, Option<Expression>)>, objective: &mut Expression| {
+    let mut indicator = |coef: f64,
+                         pairs: Vec<(Option<Expression>, Option<Expression>)>,
+                         objective: &mut Expression| {
         let pairs: Vec<_> = pairs.into_iter().filter(|(a, _)| a.is_some()).collect();
         if coef <= 0.0 || pairs.is_empty() {
             return;
@@ -255,21 +315,36 @@ pub fn ilp(req: &Request, sys: &SystemModel, time_limit: f64) -> Result<(Vec<Cho
     for st in &req.streams {
         let (i, j) = (st.from, st.to);
         objective += st.rate * c.call + st.bytes * c.load_same_cpu;
-        let differ: Vec<_> = (0..ns).map(|s| (xs[i][s].clone(), xs[j][s].clone())).collect();
+        let differ: Vec<_> = (0..ns)
+            .map(|s| (xs[i][s].clone(), xs[j][s].clone()))
+            .collect();
         indicator(st.rate * (c.ring - c.call), differ, &mut objective);
         for (delta, groups) in &ladder {
             if groups.len() < 2 {
                 continue;
             }
-            let pairs = groups.iter().map(|g| (group_expr(i, g), group_expr(j, g))).collect();
+            let pairs = groups
+                .iter()
+                .map(|g| (group_expr(i, g), group_expr(j, g)))
+                .collect();
             indicator(st.bytes * delta, pairs, &mut objective);
         }
         let (ki, kj) = (group_expr(i, &kernel), group_expr(j, &kernel));
-        let ui = group_expr(i, &(0..ns).filter(|s| !kernel.contains(s)).collect::<Vec<_>>());
-        let uj = group_expr(j, &(0..ns).filter(|s| !kernel.contains(s)).collect::<Vec<_>>());
+        let ui = group_expr(
+            i,
+            &(0..ns).filter(|s| !kernel.contains(s)).collect::<Vec<_>>(),
+        );
+        let uj = group_expr(
+            j,
+            &(0..ns).filter(|s| !kernel.contains(s)).collect::<Vec<_>>(),
+        );
         let cross = |rate_cost: f64| st.rate * rate_cost + st.bytes * c.boundary_copy_byte;
         if ki.is_some() && uj.is_some() {
-            indicator(cross(c.kernel_to_user), vec![(ki.clone(), kj.clone())], &mut objective);
+            indicator(
+                cross(c.kernel_to_user),
+                vec![(ki.clone(), kj.clone())],
+                &mut objective,
+            );
         }
         if kj.is_some() && ui.is_some() {
             indicator(cross(c.user_to_kernel), vec![(kj, ki)], &mut objective);
@@ -324,7 +399,9 @@ pub fn ilp(req: &Request, sys: &SystemModel, time_limit: f64) -> Result<(Vec<Cho
     // Feasibility jump, HiGHS' first primal heuristic, costs ~8 ms per solve on these
     // models whatever their size (measured with `streamline-bench solver`); the search
     // finds feasible placements quickly without it.
-    let mut problem = problem.set_option("mip_heuristic_run_feasibility_jump", false).with_all(cons);
+    let mut problem = problem
+        .set_option("mip_heuristic_run_feasibility_jump", false)
+        .with_all(cons);
     // Warm start from the heuristic's placement (thesis 7.4: a solver handed a feasible
     // solution skips the search for one). Measured: 20 filters on 64 spaces 68-81 ms
     // with it, 97-101 ms without.
@@ -337,14 +414,20 @@ pub fn ilp(req: &Request, sys: &SystemModel, time_limit: f64) -> Result<(Vec<Cho
         }
         let mut all: Vec<(Variable, f64)> = start.iter().map(|(v, val)| (*v, *val)).collect();
         for (v, rhss) in &inds {
-            let val = rhss.iter().map(|e| e.eval_with(&start)).fold(0.0, f64::max).min(1.0);
+            let val = rhss
+                .iter()
+                .map(|e| e.eval_with(&start))
+                .fold(0.0, f64::max)
+                .min(1.0);
             all.push((*v, val));
         }
         problem = problem.with_initial_solution(all);
     }
     let solution = match problem.solve() {
         Ok(s) => s,
-        Err(ResolutionError::Infeasible) => return Err(PlanError::Infeasible(why_infeasible(req, sys))),
+        Err(ResolutionError::Infeasible) => {
+            return Err(PlanError::Infeasible(why_infeasible(req, sys)))
+        }
         Err(e) => return Err(PlanError::Solver(e.to_string())),
     };
     let mut choice = Vec::with_capacity(n);
@@ -371,7 +454,9 @@ pub fn best(req: &Request, sys: &SystemModel) -> Result<(Vec<Choice>, SolverStat
         // A search stopped by the time limit may hand back an incomplete solution.
         let load = evaluate(req, sys, &c).cpu_load;
         if load.iter().any(|&l| l > sys.cycles_per_sec * (1.0 + 1e-9)) {
-            Err(PlanError::Solver("time limit reached before a feasible solution".into()))
+            Err(PlanError::Solver(
+                "time limit reached before a feasible solution".into(),
+            ))
         } else {
             Ok((c, st))
         }

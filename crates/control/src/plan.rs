@@ -57,7 +57,13 @@ pub fn admissible(req: &Request, sys: &SystemModel, i: usize, imp: usize, space:
 }
 
 /// The cost of one stream carried between spaces `a` and `b`, and its channel.
-pub fn stream_cost(sys: &SystemModel, rate: f64, bytes: f64, a: usize, b: usize) -> (f64, Channel, Distance) {
+pub fn stream_cost(
+    sys: &SystemModel,
+    rate: f64,
+    bytes: f64,
+    a: usize,
+    b: usize,
+) -> (f64, Channel, Distance) {
     let c = &sys.costs;
     let (sa, sb) = (&sys.spaces[a], &sys.spaces[b]);
     let d = sys.distance(sa.cpu, sb.cpu);
@@ -96,22 +102,40 @@ pub struct Costing {
 
 /// Evaluates a placement: per-filter and per-stream cycles per second, per-CPU load.
 pub fn evaluate(req: &Request, sys: &SystemModel, choice: &[Choice]) -> Costing {
-    let node_cycles: Vec<f64> = (0..req.nodes.len()).map(|i| req.node_cycles(i, choice[i].imp)).collect();
+    let node_cycles: Vec<f64> = (0..req.nodes.len())
+        .map(|i| req.node_cycles(i, choice[i].imp))
+        .collect();
     let mut stream_cycles = Vec::new();
     let mut channels = Vec::new();
     for s in &req.streams {
-        let (c, ch, d) = stream_cost(sys, s.rate, s.bytes, choice[s.from].space, choice[s.to].space);
+        let (c, ch, d) = stream_cost(
+            sys,
+            s.rate,
+            s.bytes,
+            choice[s.from].space,
+            choice[s.to].space,
+        );
         stream_cycles.push(c);
         channels.push((ch, d));
     }
     let mut cpu_load = vec![0.0; sys.cpus.len()];
     for (i, c) in choice.iter().enumerate() {
         let cpu = sys.spaces[c.space].cpu;
-        let k = sys.cpus.iter().position(|&x| x == cpu).expect("space on a known cpu");
+        let k = sys
+            .cpus
+            .iter()
+            .position(|&x| x == cpu)
+            .expect("space on a known cpu");
         cpu_load[k] += node_cycles[i];
     }
     let total = node_cycles.iter().sum::<f64>() + stream_cycles.iter().sum::<f64>();
-    Costing { node_cycles, stream_cycles, channels, cpu_load, total }
+    Costing {
+        node_cycles,
+        stream_cycles,
+        channels,
+        cpu_load,
+        total,
+    }
 }
 
 /// Which algorithm made a plan, and what it cost to make.
@@ -214,7 +238,15 @@ impl Plan {
     pub fn canonical(&self) -> String {
         let mut s = String::new();
         for n in &self.nodes {
-            let _ = writeln!(s, "{} {} = {} in {}@cpu{}", n.node, n.label, n.implementation, n.space_kind.name(), n.cpu);
+            let _ = writeln!(
+                s,
+                "{} {} = {} in {}@cpu{}",
+                n.node,
+                n.label,
+                n.implementation,
+                n.space_kind.name(),
+                n.cpu
+            );
         }
         for st in &self.streams {
             let _ = writeln!(s, "{} -> {} : {}", st.from, st.to, st.channel.name());
@@ -228,7 +260,13 @@ impl Plan {
     pub fn explain(&self) -> String {
         let mut s = String::new();
         let st = &self.stats;
-        let _ = writeln!(s, "plan by {} ({}): total {} cycles/s", st.method, st.alternative, human(self.cost));
+        let _ = writeln!(
+            s,
+            "plan by {} ({}): total {} cycles/s",
+            st.method,
+            st.alternative,
+            human(self.cost)
+        );
         let _ = writeln!(
             s,
             "model: {} variables, {} constraints, solved in {:.3} ms",
@@ -265,10 +303,19 @@ impl Plan {
                 human(t.cycles)
             );
         }
-        let _ = writeln!(s, "cpu load (filter cycles/s of {} budget):", human(self.capacity));
+        let _ = writeln!(
+            s,
+            "cpu load (filter cycles/s of {} budget):",
+            human(self.capacity)
+        );
         for (cpu, l) in &self.cpu_load {
             if *l > 0.0 {
-                let _ = writeln!(s, "  cpu{cpu}: {} ({:.1}%)", human(*l), 100.0 * l / self.capacity);
+                let _ = writeln!(
+                    s,
+                    "  cpu{cpu}: {} ({:.1}%)",
+                    human(*l),
+                    100.0 * l / self.capacity
+                );
             }
         }
         s
@@ -277,12 +324,23 @@ impl Plan {
     /// Graphviz: one cluster per used space, filters as boxes, streams labelled with
     /// their channel and cost.
     pub fn dot(&self) -> String {
-        let mut s = String::from("digraph plan {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n");
-        let mut spaces: Vec<(usize, SpaceKind, usize)> = self.nodes.iter().map(|n| (n.space, n.space_kind, n.cpu)).collect();
+        let mut s = String::from(
+            "digraph plan {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n",
+        );
+        let mut spaces: Vec<(usize, SpaceKind, usize)> = self
+            .nodes
+            .iter()
+            .map(|n| (n.space, n.space_kind, n.cpu))
+            .collect();
         spaces.sort();
         spaces.dedup();
         for (id, kind, cpu) in spaces {
-            let _ = writeln!(s, "  subgraph cluster_{id} {{\n    label=\"{}@cpu{}\";", kind.name(), cpu);
+            let _ = writeln!(
+                s,
+                "  subgraph cluster_{id} {{\n    label=\"{}@cpu{}\";",
+                kind.name(),
+                cpu
+            );
             if kind == SpaceKind::Kernel {
                 let _ = writeln!(s, "    style=filled; color=lightgrey;");
             }
@@ -299,8 +357,19 @@ impl Plan {
             s += "  }\n";
         }
         for t in &self.streams {
-            let style = if t.channel == Channel::Call { "solid" } else { "bold" };
-            let _ = writeln!(s, "  n{} -> n{} [label=\"{} {}\", style={style}];", t.from, t.to, t.channel.name(), human(t.cycles));
+            let style = if t.channel == Channel::Call {
+                "solid"
+            } else {
+                "bold"
+            };
+            let _ = writeln!(
+                s,
+                "  n{} -> n{} [label=\"{} {}\", style={style}];",
+                t.from,
+                t.to,
+                t.channel.name(),
+                human(t.cycles)
+            );
         }
         s += "}\n";
         s

@@ -8,9 +8,9 @@ use lang::{Graph, SplitMode};
 
 use crate::error::{Error, PlanError};
 use crate::library::Filters;
-use crate::model::{Catalog, Load, Request, Role, PlanResolver};
+use crate::model::{Catalog, Load, PlanResolver, Request, Role};
 use crate::optimize;
-use crate::plan::{Plan, SolverStats, Choice};
+use crate::plan::{Choice, Plan, SolverStats};
 use crate::system::SystemModel;
 
 /// Which algorithm to plan with.
@@ -40,15 +40,24 @@ pub struct Planned {
 impl Planner {
     /// A planner for `sys` that knows the filters of `filters` (see [`Filters`]).
     pub fn new(sys: SystemModel, filters: Filters) -> Planner {
-        Planner { sys, catalog: Catalog::new(filters), load: Load::default() }
+        Planner {
+            sys,
+            catalog: Catalog::new(filters),
+            load: Load::default(),
+        }
     }
 
     pub fn plan(&self, text: &str, method: Method) -> Result<Planned, Error> {
-        let g = lang::parse(text, &PlanResolver(self.catalog.filters())).map_err(|d| crate::RequestError::Parse(d.to_string()))?;
+        let g = lang::parse(text, &PlanResolver(self.catalog.filters()))
+            .map_err(|d| crate::RequestError::Parse(d.to_string()))?;
         self.plan_graph(&g, method)
     }
 
-    fn solve(&self, req: &Request, method: Method) -> Result<(Vec<Choice>, SolverStats), PlanError> {
+    fn solve(
+        &self,
+        req: &Request,
+        method: Method,
+    ) -> Result<(Vec<Choice>, SolverStats), PlanError> {
         match method {
             Method::Optimal => optimize::best(req, &self.sys),
             Method::Heuristic => optimize::push_down(req, &self.sys),
@@ -60,15 +69,27 @@ impl Planner {
         match self.solve(&req, method) {
             Ok((choice, stats)) => {
                 let plan = Plan::build(&req, &self.sys, &choice, stats);
-                Ok(Planned { graph: g.clone(), request: req, plan, template: None })
+                Ok(Planned {
+                    graph: g.clone(),
+                    request: req,
+                    plan,
+                    template: None,
+                })
             }
             Err(PlanError::Infeasible(why)) => {
                 // Template substitution: parallelize the heaviest filter.
                 // Only a filter whose copies together do what one does, block by block,
                 // may be replicated by the planner (round-robin, order restored).
-                let per_block = |i: usize| !g.nodes[req.nodes[i].id].hints.contains(&lang::Hint::Single) && match &g.nodes[req.nodes[i].id].kind {
-                    lang::NodeKind::Filter { filter, .. } => self.catalog.filters().find(filter).is_some_and(|s| s.replication == dataplane::Replication::Blocks),
-                    _ => false,
+                let per_block = |i: usize| {
+                    !g.nodes[req.nodes[i].id].hints.contains(&lang::Hint::Single)
+                        && match &g.nodes[req.nodes[i].id].kind {
+                            lang::NodeKind::Filter { filter, .. } => {
+                                self.catalog.filters().find(filter).is_some_and(|s| {
+                                    s.replication == dataplane::Replication::Blocks
+                                })
+                            }
+                            _ => false,
+                        }
                 };
                 let heaviest = (0..req.nodes.len())
                     .filter(|&i| req.nodes[i].role == Role::Filter && per_block(i))
@@ -86,10 +107,17 @@ impl Planner {
                         let g2 = lang::parallelize(g, node, ways, SplitMode::RoundRobin);
                         let req2 = Request::from_graph(&g2, &self.catalog, self.load)?;
                         if let Ok((choice, mut stats)) = self.solve(&req2, method) {
-                            stats.alternative =
-                                format!("template: '{}' data-parallel x{ways}", req.nodes[node].label);
+                            stats.alternative = format!(
+                                "template: '{}' data-parallel x{ways}",
+                                req.nodes[node].label
+                            );
                             let plan = Plan::build(&req2, &self.sys, &choice, stats);
-                            return Ok(Planned { graph: g2, request: req2, plan, template: Some((node, ways)) });
+                            return Ok(Planned {
+                                graph: g2,
+                                request: req2,
+                                plan,
+                                template: Some((node, ways)),
+                            });
                         }
                     }
                 }

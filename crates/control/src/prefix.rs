@@ -26,7 +26,10 @@ pub struct FilterKey {
 
 impl FilterKey {
     pub fn new(desc: impl Into<String>, stateless: bool) -> FilterKey {
-        FilterKey { desc: desc.into(), stateless }
+        FilterKey {
+            desc: desc.into(),
+            stateless,
+        }
     }
 }
 
@@ -85,7 +88,10 @@ impl Registry {
             };
             let id = match reuse {
                 Some(id) => {
-                    self.instances.get_mut(&id).expect("indexed instance exists").refs += 1;
+                    self.instances
+                        .get_mut(&id)
+                        .expect("indexed instance exists")
+                        .refs += 1;
                     shared += 1;
                     id
                 }
@@ -93,7 +99,14 @@ impl Registry {
                     sharing = false;
                     let id = self.next;
                     self.next += 1;
-                    self.instances.insert(id, Instance { parent, key: key.clone(), refs: 1 });
+                    self.instances.insert(
+                        id,
+                        Instance {
+                            parent,
+                            key: key.clone(),
+                            refs: 1,
+                        },
+                    );
                     if key.stateless {
                         self.index.insert((parent, key.clone()), id);
                     }
@@ -103,7 +116,10 @@ impl Registry {
             out.push(id);
             parent = Some(id);
         }
-        Attached { instances: out, shared }
+        Attached {
+            instances: out,
+            shared,
+        }
     }
 
     /// Detaches a pipeline: drops one reference from each of its instances and stops
@@ -111,7 +127,9 @@ impl Registry {
     pub fn detach(&mut self, attached: &Attached) -> Vec<InstanceId> {
         let mut stopped = Vec::new();
         for &id in attached.instances.iter().rev() {
-            let Some(inst) = self.instances.get_mut(&id) else { continue };
+            let Some(inst) = self.instances.get_mut(&id) else {
+                continue;
+            };
             inst.refs -= 1;
             if inst.refs == 0 {
                 let inst = self.instances.remove(&id).expect("present");
@@ -136,7 +154,10 @@ pub fn stateless(filters: &Filters, filter: &str) -> bool {
         return true;
     }
     match filters.find(filter) {
-        Some(s) => matches!(s.access, Metadata | Classification | Inspection | Source) && !matches!(filter, "dedup" | "tcpstream" | "sample"),
+        Some(s) => {
+            matches!(s.access, Metadata | Classification | Inspection | Source)
+                && !matches!(filter, "dedup" | "tcpstream" | "sample")
+        }
         None => false,
     }
 }
@@ -161,18 +182,32 @@ const NOT_CONTENT: &[&str] = &["queues", "latency", "blocks", "share", "size"];
 /// default: share stateless filters).
 fn share_option(n: &lang::Node) -> &str {
     match &n.kind {
-        lang::NodeKind::Filter { options, .. } => options.iter().find(|(k, _)| k == "share").map_or("auto", |(_, v)| v.as_str()),
+        lang::NodeKind::Filter { options, .. } => options
+            .iter()
+            .find(|(k, _)| k == "share")
+            .map_or("auto", |(_, v)| v.as_str()),
         _ => "auto",
     }
 }
 
 fn canonical(n: &lang::Node) -> Option<String> {
-    let lang::NodeKind::Filter { filter, params, options, .. } = &n.kind else { return None };
+    let lang::NodeKind::Filter {
+        filter,
+        params,
+        options,
+        ..
+    } = &n.kind
+    else {
+        return None;
+    };
     let mut t = filter.clone();
     for p in params {
         t += &format!(" {p:?}");
     }
-    let mut opts: Vec<&(String, String)> = options.iter().filter(|(k, _)| !NOT_CONTENT.contains(&k.as_str())).collect();
+    let mut opts: Vec<&(String, String)> = options
+        .iter()
+        .filter(|(k, _)| !NOT_CONTENT.contains(&k.as_str()))
+        .collect();
     opts.sort();
     for (k, v) in opts {
         t += &format!(" {k}={v:?}");
@@ -187,7 +222,8 @@ fn canonical(n: &lang::Node) -> Option<String> {
 pub fn shareable(filters: &Filters, g: &lang::Graph) -> Vec<SharedPrefix> {
     use lang::{NodeKind, Selector};
     let Some(src) = g.nodes.iter().find(|n| {
-        matches!(&n.kind, NodeKind::Filter { filter, .. } if filter == "rx") && g.in_edges(n.id).next().is_none()
+        matches!(&n.kind, NodeKind::Filter { filter, .. } if filter == "rx")
+            && g.in_edges(n.id).next().is_none()
     }) else {
         return Vec::new();
     };
@@ -197,7 +233,10 @@ pub fn shareable(filters: &Filters, g: &lang::Graph) -> Vec<SharedPrefix> {
     let mut chain = vec![src.id];
     loop {
         let last = *chain.last().expect("source");
-        let outs: Vec<_> = g.out_edges(last).filter(|e| e.sel == Selector::Default).collect();
+        let outs: Vec<_> = g
+            .out_edges(last)
+            .filter(|e| e.sel == Selector::Default)
+            .collect();
         let [e] = outs.as_slice() else { break };
         let next = &g.nodes[e.to];
         let ok = g.in_edges(next.id).count() == 1
@@ -205,7 +244,9 @@ pub fn shareable(filters: &Filters, g: &lang::Graph) -> Vec<SharedPrefix> {
             && match share_option(next) {
                 "no" => false,
                 "yes" => matches!(&next.kind, NodeKind::Filter { .. }),
-                _ => matches!(&next.kind, NodeKind::Filter { filter, .. } if stateless(filters, filter)),
+                _ => {
+                    matches!(&next.kind, NodeKind::Filter { filter, .. } if stateless(filters, filter))
+                }
             };
         if !ok {
             break;
@@ -214,11 +255,21 @@ pub fn shareable(filters: &Filters, g: &lang::Graph) -> Vec<SharedPrefix> {
     }
     let mut out = Vec::new();
     for len in (1..=chain.len()).rev() {
-        let Some(parts) = chain[..len].iter().map(|&i| canonical(&g.nodes[i])).collect::<Option<Vec<_>>>() else { continue };
+        let Some(parts) = chain[..len]
+            .iter()
+            .map(|&i| canonical(&g.nodes[i]))
+            .collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
         let text = parts.join(" | ");
         // A stable name, not a security boundary (the rings are 0600).
         let h = dataplane::hash::fnv1a(text.as_bytes());
-        out.push(SharedPrefix { nodes: chain[..len].to_vec(), text, key: format!("{h:016x}") });
+        out.push(SharedPrefix {
+            nodes: chain[..len].to_vec(),
+            text,
+            key: format!("{h:016x}"),
+        });
     }
     out
 }
@@ -262,8 +313,13 @@ impl Share {
     pub fn parse(s: &str) -> Result<Share, String> {
         let bad = || format!("'{s}': expected publish:KEY or subscribe:KEY:LEN");
         match s.split(':').collect::<Vec<_>>().as_slice() {
-            ["publish", key] if !key.is_empty() => Ok(Share::Publish { key: key.to_string() }),
-            ["subscribe", key, len] if !key.is_empty() => Ok(Share::Subscribe { key: key.to_string(), len: len.parse().map_err(|_| bad())? }),
+            ["publish", key] if !key.is_empty() => Ok(Share::Publish {
+                key: key.to_string(),
+            }),
+            ["subscribe", key, len] if !key.is_empty() => Ok(Share::Subscribe {
+                key: key.to_string(),
+                len: len.parse().map_err(|_| bad())?,
+            }),
             _ => Err(bad()),
         }
     }
@@ -275,20 +331,44 @@ impl Share {
 pub fn apply(filters: &Filters, g: &lang::Graph, share: &Share) -> Result<lang::Graph, String> {
     use lang::{Edge, Node, NodeKind, Selector};
     let prefixes = shareable(filters, g);
-    let filter = |name: &str, key: &str| NodeKind::Filter { filter: name.to_string(), params: Vec::new(), options: vec![("key".into(), key.to_string())], place: Default::default() };
+    let filter = |name: &str, key: &str| NodeKind::Filter {
+        filter: name.to_string(),
+        params: Vec::new(),
+        options: vec![("key".into(), key.to_string())],
+        place: Default::default(),
+    };
     match share {
         Share::Publish { key } => {
-            let p = prefixes.iter().find(|p| &p.key == key).ok_or_else(|| format!("no prefix of this pipeline has key {key}"))?;
+            let p = prefixes
+                .iter()
+                .find(|p| &p.key == key)
+                .ok_or_else(|| format!("no prefix of this pipeline has key {key}"))?;
             let last = *p.nodes.last().expect("non-empty");
             let mut g = g.clone();
             let id = g.nodes.len();
             let span = g.nodes[last].span;
-            g.nodes.push(Node { id, kind: filter("__publish", key), span, hints: Vec::new(), name: None });
-            g.edges.push(Edge { from: last, to: id, sel: Selector::Default, span });
+            g.nodes.push(Node {
+                id,
+                kind: filter("__publish", key),
+                span,
+                hints: Vec::new(),
+                name: None,
+            });
+            g.edges.push(Edge {
+                from: last,
+                to: id,
+                sel: Selector::Default,
+                span,
+            });
             Ok(g)
         }
         Share::Subscribe { key, len } => {
-            let p = prefixes.iter().find(|p| &p.key == key && p.nodes.len() == *len).ok_or_else(|| format!("no prefix of {len} filters of this pipeline has key {key}"))?;
+            let p = prefixes
+                .iter()
+                .find(|p| &p.key == key && p.nodes.len() == *len)
+                .ok_or_else(|| {
+                    format!("no prefix of {len} filters of this pipeline has key {key}")
+                })?;
             let (first, last) = (p.nodes[0], *p.nodes.last().expect("non-empty"));
             let gone: Vec<usize> = p.nodes[1..].to_vec();
             let map = |i: usize| i - gone.iter().filter(|&&x| x < i).count();
@@ -311,7 +391,11 @@ pub fn apply(filters: &Filters, g: &lang::Graph, share: &Share) -> Result<lang::
                     continue;
                 }
                 let from = if e.from == last { first } else { e.from };
-                edges.push(Edge { from: map(from), to: map(e.to), ..e.clone() });
+                edges.push(Edge {
+                    from: map(from),
+                    to: map(e.to),
+                    ..e.clone()
+                });
             }
             Ok(lang::Graph { nodes, edges })
         }
@@ -331,30 +415,72 @@ mod tests {
     fn shareable_prefixes_stop_at_state_and_ignore_how_filters_run() {
         let g = parse("rx dev=eth0 latency=1 | bpf \"udp\" space=1 | ip | count | null");
         let p = shareable(&native(), &g);
-        assert_eq!(p.iter().map(|p| p.nodes.len()).collect::<Vec<_>>(), vec![3, 2, 1]);
+        assert_eq!(
+            p.iter().map(|p| p.nodes.len()).collect::<Vec<_>>(),
+            vec![3, 2, 1]
+        );
         assert_eq!(p[1].text, "rx dev=\"eth0\" | bpf \"udp\"");
         // Same content, other placement: the same key.
         let h = parse("rx dev=eth0 | bpf \"udp\" | tcp | count");
         assert_eq!(shareable(&native(), &h)[1].key, p[1].key);
-        assert_ne!(shareable(&native(), &parse("rx dev=eth1 | bpf \"udp\" | count"))[1].key, p[1].key);
+        assert_ne!(
+            shareable(&native(), &parse("rx dev=eth1 | bpf \"udp\" | count"))[1].key,
+            p[1].key
+        );
         // Files are not live captures: not shared.
         assert!(shareable(&native(), &parse("pcapin file=x.pcap | ip | count")).is_empty());
         // A subscription must keep the kernel filter in the kernel.
         assert_eq!(min_shared_len(&native(), &g, &p[0]), 2);
-        assert_eq!(min_shared_len(&native(), &parse("rx dev=eth0 | ip | count"), &p[0]), 1);
+        assert_eq!(
+            min_shared_len(&native(), &parse("rx dev=eth0 | ip | count"), &p[0]),
+            1
+        );
         // The NIC-FIX filters run on the socket too (sample drops frames there).
         let s = parse("rx dev=eth0 | sample 10 | count");
-        assert_eq!(shareable(&native(), &s).iter().map(|p| p.nodes.len()).collect::<Vec<_>>(), vec![1]);
-        assert_eq!(min_shared_len(&native(), &s, &shareable(&native(), &s)[0]), 2);
-        assert_eq!(min_shared_len(&native(), &parse("rx dev=eth0 | flowcount placed=user | count"), &p[0]), 1);
+        assert_eq!(
+            shareable(&native(), &s)
+                .iter()
+                .map(|p| p.nodes.len())
+                .collect::<Vec<_>>(),
+            vec![1]
+        );
+        assert_eq!(
+            min_shared_len(&native(), &s, &shareable(&native(), &s)[0]),
+            2
+        );
+        assert_eq!(
+            min_shared_len(
+                &native(),
+                &parse("rx dev=eth0 | flowcount placed=user | count"),
+                &p[0]
+            ),
+            1
+        );
         // share= (thesis Table 3.2): no ends the prefix, yes admits a stateful filter.
-        let lens = |t: &str| shareable(&native(), &parse(t)).iter().map(|p| p.nodes.len()).collect::<Vec<_>>();
-        assert_eq!(lens("rx dev=eth0 | bpf \"udp\" | ip share=no | count"), vec![2, 1]);
-        assert_eq!(lens("rx dev=eth0 share=no | bpf \"udp\" | count"), Vec::<usize>::new());
+        let lens = |t: &str| {
+            shareable(&native(), &parse(t))
+                .iter()
+                .map(|p| p.nodes.len())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            lens("rx dev=eth0 | bpf \"udp\" | ip share=no | count"),
+            vec![2, 1]
+        );
+        assert_eq!(
+            lens("rx dev=eth0 share=no | bpf \"udp\" | count"),
+            Vec::<usize>::new()
+        );
         assert_eq!(lens("rx dev=eth0 | ip | dedup | count"), vec![2, 1]);
-        assert_eq!(lens("rx dev=eth0 | ip | dedup share=yes | count"), vec![3, 2, 1]);
+        assert_eq!(
+            lens("rx dev=eth0 | ip | dedup share=yes | count"),
+            vec![3, 2, 1]
+        );
         // How a node is shared does not change what it outputs: the same key.
-        assert_eq!(shareable(&native(), &parse("rx dev=eth0 share=yes | ip | count"))[0].key, shareable(&native(), &parse("rx dev=eth0 | ip | count"))[0].key);
+        assert_eq!(
+            shareable(&native(), &parse("rx dev=eth0 share=yes | ip | count"))[0].key,
+            shareable(&native(), &parse("rx dev=eth0 | ip | count"))[0].key
+        );
     }
 
     #[test]
@@ -363,16 +489,46 @@ mod tests {
         let p = &shareable(&native(), &g)[1];
         let pubd = apply(&native(), &g, &Share::Publish { key: p.key.clone() }).unwrap();
         assert_eq!(pubd.nodes.len(), 5);
-        assert!(pubd.edges.iter().any(|e| e.from == 1 && e.to == 4), "publish hangs off bpf");
-        let sub = apply(&native(), &g, &Share::Subscribe { key: p.key.clone(), len: 2 }).unwrap();
+        assert!(
+            pubd.edges.iter().any(|e| e.from == 1 && e.to == 4),
+            "publish hangs off bpf"
+        );
+        let sub = apply(
+            &native(),
+            &g,
+            &Share::Subscribe {
+                key: p.key.clone(),
+                len: 2,
+            },
+        )
+        .unwrap();
         assert_eq!(sub.nodes.len(), 3);
-        assert!(matches!(&sub.nodes[0].kind, lang::NodeKind::Filter { filter, .. } if filter == "__subscribe"));
-        assert_eq!(sub.edges.iter().map(|e| (e.from, e.to)).collect::<Vec<_>>(), vec![(0, 1), (1, 2)]);
-        for s in [Share::Publish { key: "ab".into() }, Share::Subscribe { key: "cd".into(), len: 2 }] {
+        assert!(
+            matches!(&sub.nodes[0].kind, lang::NodeKind::Filter { filter, .. } if filter == "__subscribe")
+        );
+        assert_eq!(
+            sub.edges.iter().map(|e| (e.from, e.to)).collect::<Vec<_>>(),
+            vec![(0, 1), (1, 2)]
+        );
+        for s in [
+            Share::Publish { key: "ab".into() },
+            Share::Subscribe {
+                key: "cd".into(),
+                len: 2,
+            },
+        ] {
             assert_eq!(Share::parse(&s.to_arg()).unwrap(), s);
         }
         assert!(Share::parse("subscribe:x").is_err());
-        assert!(apply(&native(), &g, &Share::Subscribe { key: p.key.clone(), len: 3 }).is_err());
+        assert!(apply(
+            &native(),
+            &g,
+            &Share::Subscribe {
+                key: p.key.clone(),
+                len: 3
+            }
+        )
+        .is_err());
     }
 
     fn k(d: &str) -> FilterKey {
@@ -382,7 +538,12 @@ mod tests {
     #[test]
     fn second_pipeline_reuses_the_common_stateless_prefix() {
         let mut r = Registry::new();
-        let a = r.attach(&[k("rx eth0"), k("ip"), k("tcp"), FilterKey::new("count", false)]);
+        let a = r.attach(&[
+            k("rx eth0"),
+            k("ip"),
+            k("tcp"),
+            FilterKey::new("count", false),
+        ]);
         assert_eq!(a.shared, 0);
         assert_eq!(r.len(), 4);
         let b = r.attach(&[k("rx eth0"), k("ip"), k("udp")]);
@@ -420,7 +581,10 @@ mod tests {
         assert_eq!(stopped, vec![a.instances[2]]);
         assert_eq!(r.len(), 3);
         let stopped = r.detach(&b);
-        assert_eq!(stopped, vec![b.instances[2], b.instances[1], b.instances[0]]);
+        assert_eq!(
+            stopped,
+            vec![b.instances[2], b.instances[1], b.instances[0]]
+        );
         assert!(r.is_empty());
         // After everything stopped, a new pipeline starts fresh.
         assert_eq!(r.attach(&[k("rx eth0"), k("ip")]).shared, 0);

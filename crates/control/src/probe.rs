@@ -29,7 +29,11 @@ pub fn capabilities() -> Capabilities {
         bpf: bpf_prog_load(),
         af_packet: af_packet_allowed(),
         af_xdp: socket_opens(libc::AF_XDP, libc::SOCK_RAW),
-        fuse: std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok(),
+        fuse: std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .is_ok(),
     }
 }
 
@@ -39,10 +43,15 @@ pub fn capabilities() -> Capabilities {
 /// `streamline run` would pay before its first packet.
 fn af_packet_allowed() -> bool {
     const CAP_NET_RAW: u32 = 13;
-    let eff = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| {
-        s.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-    });
-    std::path::Path::new("/proc/net/packet").exists() && eff.is_some_and(|e| e & (1 << CAP_NET_RAW) != 0)
+    let eff = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        });
+    std::path::Path::new("/proc/net/packet").exists()
+        && eff.is_some_and(|e| e & (1 << CAP_NET_RAW) != 0)
 }
 
 fn socket_opens(domain: i32, ty: i32) -> bool {
@@ -74,7 +83,12 @@ fn bpf_prog_load() -> bool {
     // outlive the call; the kernel only reads them. A non-negative result is a program
     // descriptor we own and close right away.
     let fd = unsafe {
-        libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, attr.as_mut_ptr(), std::mem::size_of_val(&attr))
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_LOAD,
+            attr.as_mut_ptr(),
+            std::mem::size_of_val(&attr),
+        )
     };
     if fd < 0 {
         return false;
@@ -96,6 +110,9 @@ mod tests {
     /// The cheap AF_PACKET check agrees with the real operation.
     #[test]
     fn af_packet_check_agrees_with_opening_a_socket() {
-        assert_eq!(super::af_packet_allowed(), super::socket_opens(libc::AF_PACKET, libc::SOCK_RAW));
+        assert_eq!(
+            super::af_packet_allowed(),
+            super::socket_opens(libc::AF_PACKET, libc::SOCK_RAW)
+        );
     }
 }

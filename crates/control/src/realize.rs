@@ -83,7 +83,9 @@ impl fmt::Display for NodePlace {
 pub fn user_placed(g: &Graph) -> bool {
     g.nodes.iter().any(|n| match &n.kind {
         NodeKind::Filter { place, .. } => {
-            n.hints.iter().any(|h| matches!(h, Hint::Private | Hint::Background))
+            n.hints
+                .iter()
+                .any(|h| matches!(h, Hint::Private | Hint::Background))
                 || place.space.as_ref().is_some_and(|s| s.runtime().is_some())
         }
         _ => false,
@@ -95,7 +97,13 @@ impl Assignment {
     /// solved: `original` itself, or `original` with `template = (node, ways)` applied by
     /// [`lang::parallelize`], whose copies 1.. are appended after the split). `filters`
     /// says which filters have a kernel form right after `rx`.
-    pub fn from_plan(original: &Graph, plan: &Plan, sys: &SystemModel, filters: &Filters, template: Option<(usize, usize)>) -> Assignment {
+    pub fn from_plan(
+        original: &Graph,
+        plan: &Plan,
+        sys: &SystemModel,
+        filters: &Filters,
+        template: Option<(usize, usize)>,
+    ) -> Assignment {
         if user_placed(original) {
             return Assignment::default();
         }
@@ -127,7 +135,10 @@ impl Assignment {
             .map(|node| match template {
                 Some((t, ways)) if t == node.id => {
                     let base = original.nodes.len();
-                    std::iter::once(node.id).chain(base + 1..base + ways).map(|c| sp(c).unwrap_or(Sp::Local)).collect()
+                    std::iter::once(node.id)
+                        .chain(base + 1..base + ways)
+                        .map(|c| sp(c).unwrap_or(Sp::Local))
+                        .collect()
                 }
                 _ => sp(node.id).into_iter().collect(),
             })
@@ -135,11 +146,17 @@ impl Assignment {
         let placed = Repair::new(ncpu, home_cpu).run(original, &planned);
         let mut set: BTreeMap<usize, NodePlace> = BTreeMap::new();
         for node in &original.nodes {
-            let NodeKind::Filter { filter, place, .. } = &node.kind else { continue };
+            let NodeKind::Filter { filter, place, .. } = &node.kind else {
+                continue;
+            };
             let i = node.id;
             let mut np = NodePlace::default();
             match &placed[i] {
-                Some(list) => np.space = Some(SpaceChange::Set(list.iter().map(|s| s.name(ncpu)).collect())),
+                Some(list) => {
+                    np.space = Some(SpaceChange::Set(
+                        list.iter().map(|s| s.name(ncpu)).collect(),
+                    ))
+                }
                 // Kernel: the runtime realizes it next to the kernel source; a planner
                 // pin such as `space=kernel` is not a runtime name, so it goes.
                 None if place.space.is_some() => np.space = Some(SpaceChange::Clear),
@@ -161,7 +178,11 @@ impl Assignment {
             NodeKind::Filter { place, .. } => place.space.is_some(),
             _ => false,
         });
-        if !planner_pins && set.values().all(|p| p.side.is_none() && p.space == Some(SpaceChange::Set(vec![SpaceName::Local]))) {
+        if !planner_pins
+            && set.values().all(|p| {
+                p.side.is_none() && p.space == Some(SpaceChange::Set(vec![SpaceName::Local]))
+            })
+        {
             set.clear();
         }
         Assignment { set }
@@ -176,9 +197,13 @@ impl Assignment {
     pub fn apply(&self, g: &Graph) -> Result<Graph, String> {
         let mut g = g.clone();
         for (&id, np) in &self.set {
-            let node = g.nodes.get_mut(id).ok_or_else(|| format!("plan names node {id}; the pipeline has {}", self.set.len()))?;
+            let node = g.nodes.get_mut(id).ok_or_else(|| {
+                format!("plan names node {id}; the pipeline has {}", self.set.len())
+            })?;
             let NodeKind::Filter { place, .. } = &mut node.kind else {
-                return Err(format!("plan places node {id}, which is not a native filter"));
+                return Err(format!(
+                    "plan places node {id}, which is not a native filter"
+                ));
             };
             match &np.space {
                 Some(SpaceChange::Set(v)) => place.space = Some(SpaceSpec::Runtime(v.clone())),
@@ -198,18 +223,30 @@ impl Assignment {
     pub fn parse(text: &str) -> Result<Assignment, String> {
         let mut set = BTreeMap::new();
         for entry in text.split_whitespace() {
-            let (id, rest) = entry.split_once(':').ok_or_else(|| format!("'{entry}': expected ID:KEY=VALUE"))?;
-            let id: usize = id.parse().map_err(|_| format!("'{entry}': '{id}' is not a node number"))?;
+            let (id, rest) = entry
+                .split_once(':')
+                .ok_or_else(|| format!("'{entry}': expected ID:KEY=VALUE"))?;
+            let id: usize = id
+                .parse()
+                .map_err(|_| format!("'{entry}': '{id}' is not a node number"))?;
             let mut np = NodePlace::default();
             for kv in rest.split(';') {
-                let (k, v) = kv.split_once('=').ok_or_else(|| format!("'{entry}': '{kv}' is not KEY=VALUE"))?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| format!("'{entry}': '{kv}' is not KEY=VALUE"))?;
                 match k {
                     lang::resolve::SPACE if v.is_empty() => np.space = Some(SpaceChange::Clear),
-                    lang::resolve::SPACE => match SpaceSpec::parse(v).map_err(|e| format!("'{entry}': {e}"))? {
-                        SpaceSpec::Runtime(list) => np.space = Some(SpaceChange::Set(list)),
-                        p => return Err(format!("'{entry}': space={p} is the planner's term, not a runtime space")),
-                    },
-                    lang::resolve::PLACED => np.side = Some(Side::parse(v).map_err(|e| format!("'{entry}': {e}"))?),
+                    lang::resolve::SPACE => {
+                        match SpaceSpec::parse(v).map_err(|e| format!("'{entry}': {e}"))? {
+                            SpaceSpec::Runtime(list) => np.space = Some(SpaceChange::Set(list)),
+                            p => return Err(format!(
+                                "'{entry}': space={p} is the planner's term, not a runtime space"
+                            )),
+                        }
+                    }
+                    lang::resolve::PLACED => {
+                        np.side = Some(Side::parse(v).map_err(|e| format!("'{entry}': {e}"))?)
+                    }
                     "" => return Err(format!("'{entry}': empty key")),
                     _ => return Err(format!("'{entry}': unknown key '{k}' (space or placed)")),
                 }
@@ -255,7 +292,12 @@ struct Repair {
 
 impl Repair {
     fn new(ncpu: usize, home_cpu: usize) -> Repair {
-        Repair { ncpu, home_cpu, next_inst: Default::default(), current: Default::default() }
+        Repair {
+            ncpu,
+            home_cpu,
+            next_inst: Default::default(),
+            current: Default::default(),
+        }
     }
 
     fn fresh(&mut self, s: Sp) -> Sp {
@@ -265,7 +307,11 @@ impl Repair {
             Sp::Process(k, _) => (true, k),
         };
         let inst = self.next_inst.entry((process, k)).or_insert(1);
-        let f = if process { Sp::Process(k, *inst) } else { Sp::Thread(k, *inst) };
+        let f = if process {
+            Sp::Process(k, *inst)
+        } else {
+            Sp::Thread(k, *inst)
+        };
         *inst += 1;
         f
     }
@@ -284,7 +330,10 @@ impl Repair {
             let mut copies: Vec<Sp> = if planned[v].is_empty() {
                 vec![first.unwrap_or(Sp::Local)]
             } else {
-                planned[v].iter().map(|s| *self.current.get(s).unwrap_or(s)).collect()
+                planned[v]
+                    .iter()
+                    .map(|s| *self.current.get(s).unwrap_or(s))
+                    .collect()
             };
             // Spaces some input has already left: coming back to one would close a loop.
             let mut exited: std::collections::HashSet<Sp> = Default::default();
@@ -376,13 +425,21 @@ impl fmt::Display for Assignment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::{Method, Planner};
     use crate::library::native;
     use crate::model::PlanResolver;
+    use crate::planner::{Method, Planner};
 
     fn sys2() -> SystemModel {
-        let caps = crate::system::Capabilities { bpf: true, af_packet: true, ..Default::default() };
-        SystemModel::homogeneous(2, &[SpaceKind::Kernel, SpaceKind::Thread, SpaceKind::Process], caps)
+        let caps = crate::system::Capabilities {
+            bpf: true,
+            af_packet: true,
+            ..Default::default()
+        };
+        SystemModel::homogeneous(
+            2,
+            &[SpaceKind::Kernel, SpaceKind::Thread, SpaceKind::Process],
+            caps,
+        )
     }
 
     fn plan_of(text: &str, planner: &Planner) -> (Graph, crate::Planned) {
@@ -395,7 +452,13 @@ mod tests {
     fn light_pipeline_runs_as_written() {
         let planner = Planner::new(sys2(), native());
         let (g, p) = plan_of("pcapin x.pcap | tcp | count", &planner);
-        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, planner.catalog.filters(), p.template);
+        let a = Assignment::from_plan(
+            &g,
+            &p.plan,
+            &planner.sys,
+            planner.catalog.filters(),
+            p.template,
+        );
         assert!(a.is_empty(), "{a}");
         assert_eq!(a.apply(&g).unwrap(), g);
     }
@@ -403,10 +466,22 @@ mod tests {
     #[test]
     fn heavy_filter_is_spread_over_the_cpus() {
         let mut planner = Planner::new(sys2(), native());
-        planner.load = crate::Load { blocks_per_sec: 100_000.0, bytes_per_block: 2500.0 };
+        planner.load = crate::Load {
+            blocks_per_sec: 100_000.0,
+            bytes_per_block: 2500.0,
+        };
         let (g, p) = plan_of("gen | deflate | count", &planner);
-        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, planner.catalog.filters(), p.template);
-        let Some(SpaceChange::Set(spaces)) = &a.set.get(&1).expect("deflate is placed").space else { panic!("{a}") };
+        let a = Assignment::from_plan(
+            &g,
+            &p.plan,
+            &planner.sys,
+            planner.catalog.filters(),
+            p.template,
+        );
+        let Some(SpaceChange::Set(spaces)) = &a.set.get(&1).expect("deflate is placed").space
+        else {
+            panic!("{a}")
+        };
         assert_eq!(spaces.len(), 2, "deflate on both CPUs: {a}");
         let back = Assignment::parse(&a.to_string()).unwrap();
         assert_eq!(back, a);
@@ -415,15 +490,43 @@ mod tests {
     #[test]
     fn user_placement_in_runtime_terms_runs_as_written_and_planner_pins_are_translated() {
         let planner = Planner::new(sys2(), native());
-        for text in ["gen | tcp space=p3 | count", "gen | tcp | count @private", "gen | deflate space=1,2 | count"] {
+        for text in [
+            "gen | tcp space=p3 | count",
+            "gen | tcp | count @private",
+            "gen | deflate space=1,2 | count",
+        ] {
             let (g, p) = plan_of(text, &planner);
-            assert!(Assignment::from_plan(&g, &p.plan, &planner.sys, planner.catalog.filters(), p.template).is_empty(), "{text}");
+            assert!(
+                Assignment::from_plan(
+                    &g,
+                    &p.plan,
+                    &planner.sys,
+                    planner.catalog.filters(),
+                    p.template
+                )
+                .is_empty(),
+                "{text}"
+            );
         }
         let (g, p) = plan_of("gen | tcp | udp space=process | count", &planner);
-        let a = Assignment::from_plan(&g, &p.plan, &planner.sys, planner.catalog.filters(), p.template);
+        let a = Assignment::from_plan(
+            &g,
+            &p.plan,
+            &planner.sys,
+            planner.catalog.filters(),
+            p.template,
+        );
         let placed = a.apply(&g).unwrap();
-        let NodeKind::Filter { place, .. } = &placed.nodes[2].kind else { panic!() };
-        assert!(matches!(place.space.as_ref().and_then(SpaceSpec::runtime), Some([SpaceName::Process(_)])), "'process' became a process space: {a}");
+        let NodeKind::Filter { place, .. } = &placed.nodes[2].kind else {
+            panic!()
+        };
+        assert!(
+            matches!(
+                place.space.as_ref().and_then(SpaceSpec::runtime),
+                Some([SpaceName::Process(_)])
+            ),
+            "'process' became a process space: {a}"
+        );
     }
 
     /// Space-level edges of a repaired placement must form no cycle.
@@ -449,9 +552,14 @@ mod tests {
         edges.extend(g.edges.iter().map(|e| (sp[e.from], sp[e.to])));
         edges.retain(|(a, b)| a != b);
         // Repeatedly drop spaces with no incoming edge; a cycle survives.
-        let mut nodes: std::collections::HashSet<Sp> = edges.iter().flat_map(|(a, b)| [*a, *b]).collect();
+        let mut nodes: std::collections::HashSet<Sp> =
+            edges.iter().flat_map(|(a, b)| [*a, *b]).collect();
         loop {
-            let free: Vec<Sp> = nodes.iter().copied().filter(|n| !edges.iter().any(|(_, b)| b == n)).collect();
+            let free: Vec<Sp> = nodes
+                .iter()
+                .copied()
+                .filter(|n| !edges.iter().any(|(_, b)| b == n))
+                .collect();
             if free.is_empty() {
                 return nodes.is_empty();
             }
@@ -469,7 +577,11 @@ mod tests {
         let planned = vec![vec![Sp::Local], t(1), vec![Sp::Local], t(1), t(1)];
         let placed = Repair::new(2, 0).run(&g, &planned);
         assert!(acyclic(&g, &placed), "{placed:?}");
-        assert_eq!(placed[2], Some(t(1)), "not back home: with tcp, no new channel");
+        assert_eq!(
+            placed[2],
+            Some(t(1)),
+            "not back home: with tcp, no new channel"
+        );
         assert_eq!(placed[3], Some(t(1)));
         assert_eq!(placed[4], Some(t(1)));
     }
@@ -480,7 +592,11 @@ mod tests {
         // filter planned back home after it runs there too (was: a fresh thread on the
         // home CPU, one more channel and a thread competing with home).
         let g = lang::parse("gen | deflate | count", &PlanResolver(&native())).unwrap();
-        let planned = vec![vec![Sp::Local], vec![Sp::Thread(1, 0), Sp::Local], vec![Sp::Local]];
+        let planned = vec![
+            vec![Sp::Local],
+            vec![Sp::Thread(1, 0), Sp::Local],
+            vec![Sp::Local],
+        ];
         let placed = Repair::new(2, 0).run(&g, &planned);
         assert!(acyclic(&g, &placed), "{placed:?}");
         assert_eq!(placed[2], Some(vec![Sp::Thread(1, 0)]), "{placed:?}");
@@ -489,26 +605,51 @@ mod tests {
     #[test]
     fn copies_that_return_home_get_fresh_spaces() {
         let g = lang::parse("gen | tcp | deflate | count", &PlanResolver(&native())).unwrap();
-        let planned = vec![vec![Sp::Local], vec![Sp::Thread(1, 0)], vec![Sp::Local, Sp::Thread(1, 0)], vec![Sp::Thread(1, 0)]];
+        let planned = vec![
+            vec![Sp::Local],
+            vec![Sp::Thread(1, 0)],
+            vec![Sp::Local, Sp::Thread(1, 0)],
+            vec![Sp::Thread(1, 0)],
+        ];
         let placed = Repair::new(2, 0).run(&g, &planned);
         assert!(acyclic(&g, &placed), "{placed:?}");
-        assert!(placed[2].as_ref().unwrap().contains(&Sp::Thread(0, 1)), "the copy planned home gets a new thread on cpu0: {placed:?}");
+        assert!(
+            placed[2].as_ref().unwrap().contains(&Sp::Thread(0, 1)),
+            "the copy planned home gets a new thread on cpu0: {placed:?}"
+        );
     }
 
     #[test]
     fn copies_with_home_downstream_stay_acyclic() {
         let g = lang::parse("gen | deflate | count", &PlanResolver(&native())).unwrap();
-        let planned = vec![vec![Sp::Local], vec![Sp::Local, Sp::Thread(1, 0)], vec![Sp::Local]];
+        let planned = vec![
+            vec![Sp::Local],
+            vec![Sp::Local, Sp::Thread(1, 0)],
+            vec![Sp::Local],
+        ];
         let placed = Repair::new(2, 0).run(&g, &planned);
         assert!(acyclic(&g, &placed), "{placed:?}");
-        assert_eq!(placed[1].as_ref().unwrap()[0], Sp::Thread(1, 0), "the join's copy is off home");
+        assert_eq!(
+            placed[1].as_ref().unwrap()[0],
+            Sp::Thread(1, 0),
+            "the join's copy is off home"
+        );
     }
 
     #[test]
     fn repaired_placements_are_acyclic_for_any_plan() {
         use proptest::prelude::*;
-        let shapes = ["gen | tcp | udp | ip | count", "gen | tcp | deflate | udp | count", "gen | tcp + udp | count", "gen | tcp + (udp | deflate) | inflate | count"];
-        let sp = prop_oneof![Just(Sp::Local), (0usize..2).prop_map(|k| Sp::Thread(k, 0)), (0usize..2).prop_map(|k| Sp::Process(k, 0))];
+        let shapes = [
+            "gen | tcp | udp | ip | count",
+            "gen | tcp | deflate | udp | count",
+            "gen | tcp + udp | count",
+            "gen | tcp + (udp | deflate) | inflate | count",
+        ];
+        let sp = prop_oneof![
+            Just(Sp::Local),
+            (0usize..2).prop_map(|k| Sp::Thread(k, 0)),
+            (0usize..2).prop_map(|k| Sp::Process(k, 0))
+        ];
         let mut runner = proptest::test_runner::TestRunner::default();
         for text in shapes {
             let g = lang::parse(text, &PlanResolver(&native())).unwrap();
@@ -527,23 +668,48 @@ mod tests {
     #[test]
     fn parse_errors_name_the_entry() {
         assert!(Assignment::parse("x:space=t1").unwrap_err().contains("'x'"));
-        assert!(Assignment::parse("1:space").unwrap_err().contains("KEY=VALUE"));
+        assert!(Assignment::parse("1:space")
+            .unwrap_err()
+            .contains("KEY=VALUE"));
         assert_eq!(Assignment::parse("").unwrap(), Assignment::default());
-        assert!(Assignment::parse("1:placed=moon").unwrap_err().contains("placed=moon"));
-        assert!(Assignment::parse("1:kpin=/x").unwrap_err().contains("unknown key 'kpin'"));
+        assert!(Assignment::parse("1:placed=moon")
+            .unwrap_err()
+            .contains("placed=moon"));
+        assert!(Assignment::parse("1:kpin=/x")
+            .unwrap_err()
+            .contains("unknown key 'kpin'"));
     }
 
     #[test]
     fn the_text_form_parses_back_to_the_same_typed_decisions() {
         let text = "1:space=2,3 2:space= 4:space=p5;placed=user 6:placed=user";
         let a = Assignment::parse(text).unwrap();
-        assert_eq!(a.set[&1].space, Some(SpaceChange::Set(vec![SpaceName::Thread(2), SpaceName::Thread(3)])));
+        assert_eq!(
+            a.set[&1].space,
+            Some(SpaceChange::Set(vec![
+                SpaceName::Thread(2),
+                SpaceName::Thread(3)
+            ]))
+        );
         assert_eq!(a.set[&2].space, Some(SpaceChange::Clear));
-        assert_eq!(a.set[&4], NodePlace { space: Some(SpaceChange::Set(vec![SpaceName::Process(5)])), side: Some(Side::User) });
+        assert_eq!(
+            a.set[&4],
+            NodePlace {
+                space: Some(SpaceChange::Set(vec![SpaceName::Process(5)])),
+                side: Some(Side::User)
+            }
+        );
         // tN is N; the planner's terms are not a runtime placement.
-        assert_eq!(Assignment::parse("1:space=t2,t3").unwrap().set[&1], a.set[&1]);
-        assert!(Assignment::parse("1:space=kernel").unwrap_err().contains("planner"));
-        assert!(Assignment::parse("1:space=x9").unwrap_err().contains("space=x9"));
+        assert_eq!(
+            Assignment::parse("1:space=t2,t3").unwrap().set[&1],
+            a.set[&1]
+        );
+        assert!(Assignment::parse("1:space=kernel")
+            .unwrap_err()
+            .contains("planner"));
+        assert!(Assignment::parse("1:space=x9")
+            .unwrap_err()
+            .contains("space=x9"));
         assert_eq!(a.set[&6].side, Some(Side::User));
         assert_eq!(a.to_string(), text);
         assert_eq!(Assignment::parse(&a.to_string()).unwrap(), a);

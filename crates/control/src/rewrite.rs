@@ -43,7 +43,14 @@ use crate::prefix::Share;
 use crate::realize::Assignment;
 
 /// The passes, in the order [`rewrite`] runs them (templates ran in [`lang::parse`]).
-pub const PASSES: [&str; 6] = ["templates", "space assignment", "prefix sharing", "multiqueue engines", "kernel push-down", "replication"];
+pub const PASSES: [&str; 6] = [
+    "templates",
+    "space assignment",
+    "prefix sharing",
+    "multiqueue engines",
+    "kernel push-down",
+    "replication",
+];
 
 /// A pass that refused the request: which one, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,9 +79,15 @@ pub struct Decisions<'a> {
 /// separate because its errors are build errors with a node's span, and the build runs it
 /// anyway.
 pub fn rewrite(filters: &Filters, g: &Graph, d: Decisions<'_>) -> Result<Graph, RewriteError> {
-    let g = d.assignment.apply(g).map_err(|why| RewriteError { pass: PASSES[1], why })?;
+    let g = d.assignment.apply(g).map_err(|why| RewriteError {
+        pass: PASSES[1],
+        why,
+    })?;
     let g = match d.share {
-        Some(s) => crate::prefix::apply(filters, &g, s).map_err(|why| RewriteError { pass: PASSES[2], why })?,
+        Some(s) => crate::prefix::apply(filters, &g, s).map_err(|why| RewriteError {
+            pass: PASSES[2],
+            why,
+        })?,
         None => g,
     };
     let g = (filters.multiqueue)(g);
@@ -108,11 +121,33 @@ mod tests {
         // Pass 2 before pass 5: a filter the plan keeps in user space stays there.
         let g = parse("rx dev=lo | flowcount | count");
         let none = Assignment::default();
-        let pushed = rewrite(&native(), &g, Decisions { assignment: &none, share: None }).unwrap();
-        assert!(matches!(place(&pushed, 0).kernel, Some(KernelAttach::Ebpf { .. })), "{pushed:?}");
-        assert!(matches!(place(&pushed, 1).side, Some(Side::Kernel { pin: Some(_) })));
+        let pushed = rewrite(
+            &native(),
+            &g,
+            Decisions {
+                assignment: &none,
+                share: None,
+            },
+        )
+        .unwrap();
+        assert!(
+            matches!(place(&pushed, 0).kernel, Some(KernelAttach::Ebpf { .. })),
+            "{pushed:?}"
+        );
+        assert!(matches!(
+            place(&pushed, 1).side,
+            Some(Side::Kernel { pin: Some(_) })
+        ));
         let user = Assignment::parse("1:placed=user").unwrap();
-        let kept = rewrite(&native(), &g, Decisions { assignment: &user, share: None }).unwrap();
+        let kept = rewrite(
+            &native(),
+            &g,
+            Decisions {
+                assignment: &user,
+                share: None,
+            },
+        )
+        .unwrap();
         assert_eq!(place(&kept, 0).kernel, None);
         assert_eq!(place(&kept, 1).side, Some(Side::User));
     }
@@ -121,7 +156,15 @@ mod tests {
     fn engines_come_before_the_push_down_so_each_engine_gets_its_program() {
         let g = parse("rx dev=lo queues=2 | bpf \"udp\" | count");
         let none = Assignment::default();
-        let out = rewrite(&native(), &g, Decisions { assignment: &none, share: None }).unwrap();
+        let out = rewrite(
+            &native(),
+            &g,
+            Decisions {
+                assignment: &none,
+                share: None,
+            },
+        )
+        .unwrap();
         let attached = out.nodes.iter().filter(|n| matches!(&n.kind, NodeKind::Filter { filter, place, .. } if filter == "rx" && place.kernel == Some(KernelAttach::Cbpf("udp".into())))).count();
         assert_eq!(attached, 2, "{}", out.canonical());
     }
@@ -137,17 +180,37 @@ mod tests {
             SEEN.with(|s| s.borrow_mut().push((pass, g.canonical())));
             g
         }
-        let lib = Filters { multiqueue: |g| note("multiqueue", g), kernel_placement: |g| note("kernel", g), ..native() };
+        let lib = Filters {
+            multiqueue: |g| note("multiqueue", g),
+            kernel_placement: |g| note("kernel", g),
+            ..native()
+        };
         let g = parse("rx dev=lo | flowcount | count");
         let user = Assignment::parse("1:placed=user").unwrap();
-        let share = Share::Publish { key: crate::prefix::shareable(&lib, &g)[0].key.clone() };
-        let out = rewrite(&lib, &g, Decisions { assignment: &user, share: Some(&share) }).unwrap();
+        let share = Share::Publish {
+            key: crate::prefix::shareable(&lib, &g)[0].key.clone(),
+        };
+        let out = rewrite(
+            &lib,
+            &g,
+            Decisions {
+                assignment: &user,
+                share: Some(&share),
+            },
+        )
+        .unwrap();
         let seen = SEEN.with(|s| s.take());
-        assert_eq!(seen.iter().map(|(p, _)| *p).collect::<Vec<_>>(), ["multiqueue", "kernel"]);
+        assert_eq!(
+            seen.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+            ["multiqueue", "kernel"]
+        );
         // Both see passes 2 (the plan's side) and 3 (the publish sink); with identity
         // passes nothing goes onto the socket.
         for (pass, text) in &seen {
-            assert!(text.contains("placed=user") && text.contains("__publish"), "{pass} saw {text}");
+            assert!(
+                text.contains("placed=user") && text.contains("__publish"),
+                "{pass} saw {text}"
+            );
         }
         assert_eq!(place(&out, 0).kernel, None);
         assert_eq!(out.canonical(), seen[1].1);
@@ -157,11 +220,27 @@ mod tests {
     fn a_refusing_pass_is_named() {
         let g = parse("gen count=1 | count");
         let bad = Assignment::parse("7:space=t1").unwrap();
-        let e = rewrite(&native(), &g, Decisions { assignment: &bad, share: None }).unwrap_err();
+        let e = rewrite(
+            &native(),
+            &g,
+            Decisions {
+                assignment: &bad,
+                share: None,
+            },
+        )
+        .unwrap_err();
         assert_eq!(e.pass, "space assignment");
         assert!(e.to_string().contains("node 7"), "{e}");
         let share = Share::Publish { key: "0000".into() };
-        let e = rewrite(&native(), &g, Decisions { assignment: &Assignment::default(), share: Some(&share) }).unwrap_err();
+        let e = rewrite(
+            &native(),
+            &g,
+            Decisions {
+                assignment: &Assignment::default(),
+                share: Some(&share),
+            },
+        )
+        .unwrap_err();
         assert_eq!(e.pass, "prefix sharing", "{e}");
     }
 

@@ -154,9 +154,17 @@ impl SystemModel {
         let ids: Vec<usize> = (0..cpus).collect();
         let mut caches = Vec::new();
         for pair in ids.chunks(2) {
-            caches.push(Cache { level: 2, size_kib: 1024, cpus: pair.to_vec() });
+            caches.push(Cache {
+                level: 2,
+                size_kib: 1024,
+                cpus: pair.to_vec(),
+            });
         }
-        caches.push(Cache { level: 3, size_kib: 32 * 1024, cpus: ids.clone() });
+        caches.push(Cache {
+            level: 3,
+            size_kib: 32 * 1024,
+            cpus: ids.clone(),
+        });
         let mut m = SystemModel {
             numa: vec![0; cpus],
             cpus: ids,
@@ -201,8 +209,10 @@ impl SystemModel {
     }
 
     pub fn load(path: &Path) -> Result<SystemModel, SystemError> {
-        let text = fs::read_to_string(path)
-            .map_err(|e| SystemError::Io { path: path.display().to_string(), err: e.to_string() })?;
+        let text = fs::read_to_string(path).map_err(|e| SystemError::Io {
+            path: path.display().to_string(),
+            err: e.to_string(),
+        })?;
         SystemModel::from_json(&text).map_err(|e| SystemError::InFile {
             path: path.display().to_string(),
             err: Box::new(e),
@@ -234,20 +244,38 @@ impl SystemModel {
                 return Err(SystemError::Invalid(format!("space {} has id {}", i, s.id)));
             }
             if !self.cpus.contains(&s.cpu) {
-                return Err(SystemError::Invalid(format!("space {} on unknown cpu {}", i, s.cpu)));
+                return Err(SystemError::Invalid(format!(
+                    "space {} on unknown cpu {}",
+                    i, s.cpu
+                )));
             }
         }
         if self.cycles_per_sec.is_nan() || self.cycles_per_sec <= 0.0 {
-            return Err(SystemError::Invalid("cycles_per_sec must be positive".into()));
+            return Err(SystemError::Invalid(
+                "cycles_per_sec must be positive".into(),
+            ));
         }
         let c = &self.costs;
-        let ladder = [c.load_same_cpu, c.load_shared_l2, c.load_shared_llc, c.load_same_numa, c.load_remote];
+        let ladder = [
+            c.load_same_cpu,
+            c.load_shared_l2,
+            c.load_shared_llc,
+            c.load_same_numa,
+            c.load_remote,
+        ];
         if ladder.windows(2).any(|w| w[0] > w[1]) || ladder[0] < 0.0 {
             return Err(SystemError::Invalid(
                 "load costs must be non-negative and grow with distance".into(),
             ));
         }
-        let per_block = [c.call, c.ring, c.process, c.kernel_to_user, c.user_to_kernel, c.boundary_copy_byte];
+        let per_block = [
+            c.call,
+            c.ring,
+            c.process,
+            c.kernel_to_user,
+            c.user_to_kernel,
+            c.boundary_copy_byte,
+        ];
         if per_block.iter().any(|&v| v < 0.0) || c.ring < c.call {
             return Err(SystemError::Invalid(
                 "channel costs must be non-negative and a ring must cost at least a call".into(),
@@ -257,13 +285,19 @@ impl SystemModel {
     }
 
     fn numa_of(&self, cpu: usize) -> usize {
-        self.cpus.iter().position(|&c| c == cpu).map(|i| self.numa[i]).unwrap_or(0)
+        self.cpus
+            .iter()
+            .position(|&c| c == cpu)
+            .map(|i| self.numa[i])
+            .unwrap_or(0)
     }
 
     /// Do CPUs `a` and `b` share a cache of exactly `level` (or a lower one when `level`
     /// is the last level)?
     fn share(&self, a: usize, b: usize, pred: impl Fn(u8) -> bool) -> bool {
-        self.caches.iter().any(|c| pred(c.level) && c.cpus.contains(&a) && c.cpus.contains(&b))
+        self.caches
+            .iter()
+            .any(|c| pred(c.level) && c.cpus.contains(&a) && c.cpus.contains(&b))
     }
 
     fn llc_level(&self) -> u8 {
@@ -315,7 +349,12 @@ impl SystemModel {
         // hardware: caches are shared by disjoint CPU sets at each level).
         let rep = |d: Distance| {
             move |c: usize| {
-                self.cpus.iter().copied().filter(|&o| self.distance(c, o) <= d).min().unwrap_or(c)
+                self.cpus
+                    .iter()
+                    .copied()
+                    .filter(|&o| self.distance(c, o) <= d)
+                    .min()
+                    .unwrap_or(c)
             }
         };
         [
@@ -331,27 +370,47 @@ impl SystemModel {
     pub fn discover() -> Result<SystemModel, SystemError> {
         let sys = Path::new("/sys/devices/system");
         let online = read_trim(&sys.join("cpu/online"))?;
-        let cpus = parse_cpu_list(&online).map_err(|e| SystemError::Invalid(format!("cpu/online: {e}")))?;
+        let cpus = parse_cpu_list(&online)
+            .map_err(|e| SystemError::Invalid(format!("cpu/online: {e}")))?;
         let mut caches: Vec<Cache> = Vec::new();
         for &cpu in &cpus {
             let dir = sys.join(format!("cpu/cpu{cpu}/cache"));
-            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
             for ent in entries.flatten() {
                 let p = ent.path();
-                if !p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("index")) {
+                if !p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("index"))
+                {
                     continue;
                 }
                 let ty = read_trim(&p.join("type")).unwrap_or_default();
                 if ty == "Instruction" {
                     continue;
                 }
-                let level: u8 = read_trim(&p.join("level")).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-                let size_kib = read_trim(&p.join("size")).ok().and_then(|s| parse_size_kib(&s)).unwrap_or(0);
-                let shared = read_trim(&p.join("shared_cpu_list")).ok().and_then(|s| parse_cpu_list(&s).ok()).unwrap_or_else(|| vec![cpu]);
+                let level: u8 = read_trim(&p.join("level"))
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                let size_kib = read_trim(&p.join("size"))
+                    .ok()
+                    .and_then(|s| parse_size_kib(&s))
+                    .unwrap_or(0);
+                let shared = read_trim(&p.join("shared_cpu_list"))
+                    .ok()
+                    .and_then(|s| parse_cpu_list(&s).ok())
+                    .unwrap_or_else(|| vec![cpu]);
                 if level == 0 || caches.iter().any(|c| c.level == level && c.cpus == shared) {
                     continue;
                 }
-                caches.push(Cache { level, size_kib, cpus: shared });
+                caches.push(Cache {
+                    level,
+                    size_kib,
+                    cpus: shared,
+                });
             }
         }
         caches.sort_by(|a, b| (a.level, &a.cpus).cmp(&(b.level, &b.cpus)));
@@ -359,10 +418,15 @@ impl SystemModel {
         if let Ok(nodes) = fs::read_dir(sys.join("node")) {
             for ent in nodes.flatten() {
                 let name = ent.file_name().to_string_lossy().to_string();
-                let Some(n) = name.strip_prefix("node").and_then(|n| n.parse::<usize>().ok()) else { continue };
-                if let Ok(list) = read_trim(&ent.path().join("cpulist")).and_then(|s| {
-                    parse_cpu_list(&s).map_err(SystemError::Invalid)
-                }) {
+                let Some(n) = name
+                    .strip_prefix("node")
+                    .and_then(|n| n.parse::<usize>().ok())
+                else {
+                    continue;
+                };
+                if let Ok(list) = read_trim(&ent.path().join("cpulist"))
+                    .and_then(|s| parse_cpu_list(&s).map_err(SystemError::Invalid))
+                {
                     for c in list {
                         if let Some(i) = cpus.iter().position(|&x| x == c) {
                             numa[i] = n;
@@ -420,7 +484,10 @@ impl SystemModel {
             }
         );
         for c in &self.caches {
-            s += &format!("  L{} {} KiB shared by cpus {:?}\n", c.level, c.size_kib, c.cpus);
+            s += &format!(
+                "  L{} {} KiB shared by cpus {:?}\n",
+                c.level, c.size_kib, c.cpus
+            );
         }
         let cap = &self.caps;
         s += &format!(
@@ -429,7 +496,11 @@ impl SystemModel {
         );
         s += &format!(
             "  spaces: {}\n",
-            self.spaces.iter().map(|s| s.label()).collect::<Vec<_>>().join(" ")
+            self.spaces
+                .iter()
+                .map(|s| s.label())
+                .collect::<Vec<_>>()
+                .join(" ")
         );
         s
     }
@@ -438,14 +509,21 @@ impl SystemModel {
 fn read_trim(p: &Path) -> Result<String, SystemError> {
     fs::read_to_string(p)
         .map(|s| s.trim().to_string())
-        .map_err(|e| SystemError::Io { path: p.display().to_string(), err: e.to_string() })
+        .map_err(|e| SystemError::Io {
+            path: p.display().to_string(),
+            err: e.to_string(),
+        })
 }
 
 /// Parses `0-3,8,10-11`.
 pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        let num = |t: &str| t.trim().parse::<usize>().map_err(|_| format!("bad cpu number '{t}' in '{s}'"));
+        let num = |t: &str| {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("bad cpu number '{t}' in '{s}'"))
+        };
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (num(a)?, num(b)?);
@@ -477,7 +555,10 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,8,10-11").unwrap(), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11").unwrap(),
+            vec![0, 1, 2, 3, 8, 10, 11]
+        );
         assert_eq!(parse_cpu_list("0").unwrap(), vec![0]);
         assert!(parse_cpu_list("3-1").is_err());
         assert!(parse_cpu_list("x").is_err());
@@ -498,7 +579,11 @@ mod tests {
 
     #[test]
     fn json_round_trip_and_checks() {
-        let caps = Capabilities { bpf: true, af_packet: true, ..Default::default() };
+        let caps = Capabilities {
+            bpf: true,
+            af_packet: true,
+            ..Default::default()
+        };
         let m = SystemModel::homogeneous(2, &[SpaceKind::Kernel, SpaceKind::Thread], caps);
         assert_eq!(m.spaces.len(), 4);
         let back = SystemModel::from_json(&m.to_json()).unwrap();
@@ -511,7 +596,11 @@ mod tests {
 
     #[test]
     fn kernel_spaces_need_a_capability() {
-        let m = SystemModel::homogeneous(2, &[SpaceKind::Kernel, SpaceKind::Thread], Capabilities::default());
+        let m = SystemModel::homogeneous(
+            2,
+            &[SpaceKind::Kernel, SpaceKind::Thread],
+            Capabilities::default(),
+        );
         assert!(m.spaces.iter().all(|s| s.kind == SpaceKind::Thread));
     }
 

@@ -21,11 +21,22 @@ use control::{Load, Planner};
 
 fn render(system: &str, rate: f64, pipeline: &str) -> String {
     let mut p = Planner::new(common::system(system), common::filters());
-    p.load = Load { blocks_per_sec: rate, ..Load::default() };
-    let ilp = p.plan(pipeline, Method::Optimal).unwrap_or_else(|e| panic!("{pipeline}: {e}"));
-    let heu = p.plan(pipeline, Method::Heuristic).unwrap_or_else(|e| panic!("{pipeline}: {e}"));
+    p.load = Load {
+        blocks_per_sec: rate,
+        ..Load::default()
+    };
+    let ilp = p
+        .plan(pipeline, Method::Optimal)
+        .unwrap_or_else(|e| panic!("{pipeline}: {e}"));
+    let heu = p
+        .plan(pipeline, Method::Heuristic)
+        .unwrap_or_else(|e| panic!("{pipeline}: {e}"));
     assert_eq!(ilp.plan.stats.method, "ilp (HiGHS)");
-    format!("--- ilp\n{}--- heuristic\n{}", ilp.plan.canonical(), heu.plan.canonical())
+    format!(
+        "--- ilp\n{}--- heuristic\n{}",
+        ilp.plan.canonical(),
+        heu.plan.canonical()
+    )
 }
 
 #[test]
@@ -57,7 +68,10 @@ fn golden_plans() {
         if update {
             std::fs::write(f, format!("{head}{got}")).unwrap();
         } else if got != expected {
-            failures.push(format!("{}:\n--- expected\n{expected}\n--- got\n{got}", f.display()));
+            failures.push(format!(
+                "{}:\n--- expected\n{expected}\n--- got\n{got}",
+                f.display()
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

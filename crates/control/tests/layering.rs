@@ -7,21 +7,54 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 /// Crates that bring the kernel plane (libbpf, libpcap, libxdp) or the filter library.
-const BANNED: &[&str] = &["filters", "kernel", "pcap", "libbpf-rs", "libbpf-sys", "libxdp-sys", "xsk-rs"];
+const BANNED: &[&str] = &[
+    "filters",
+    "kernel",
+    "pcap",
+    "libbpf-rs",
+    "libbpf-sys",
+    "libxdp-sys",
+    "xsk-rs",
+];
 
 #[test]
 fn control_s_normal_dependencies_reach_neither_filters_nor_the_kernel_plane() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     let out = Command::new(&cargo)
-        .args(["tree", "--offline", "--manifest-path", manifest, "-p", "control", "-e", "normal", "--prefix", "none", "--format", "{p}"])
+        .args([
+            "tree",
+            "--offline",
+            "--manifest-path",
+            manifest,
+            "-p",
+            "control",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
         .output()
         .unwrap_or_else(|e| panic!("running {cargo} tree: {e}"));
-    assert!(out.status.success(), "cargo tree failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo tree failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).expect("cargo tree prints UTF-8");
     // One package a line: `name vX.Y.Z [(path)] [(*)]`.
-    let crates: BTreeSet<&str> = text.lines().filter_map(|l| l.split_whitespace().next()).collect();
-    assert!(["control", "dataplane", "lang"].iter().all(|c| crates.contains(c)), "cargo tree did not list control's own dependencies:\n{text}");
+    let crates: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(
+        ["control", "dataplane", "lang"]
+            .iter()
+            .all(|c| crates.contains(c)),
+        "cargo tree did not list control's own dependencies:\n{text}"
+    );
     let banned: Vec<_> = BANNED.iter().filter(|b| crates.contains(*b)).collect();
     assert!(banned.is_empty(), "control's normal dependencies pull in {banned:?} (hand the library in with control::Filters instead):\n{text}");
 }

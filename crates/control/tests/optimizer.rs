@@ -40,9 +40,16 @@ fn optimizer_beats_push_down_on_the_four_stage_example() {
     let pipe = "rx | grep x | count | null";
     let a = p.plan(pipe, Method::Optimal).unwrap().plan;
     let b = p.plan(pipe, Method::Heuristic).unwrap().plan;
-    assert_eq!(b.nodes[2].space_kind, SpaceKind::Kernel, "push-down sends count back into the kernel");
+    assert_eq!(
+        b.nodes[2].space_kind,
+        SpaceKind::Kernel,
+        "push-down sends count back into the kernel"
+    );
     let crossings = |pl: &control::Plan| {
-        pl.streams.iter().filter(|s| matches!(s.channel, Channel::KernelToUser | Channel::UserToKernel)).count()
+        pl.streams
+            .iter()
+            .filter(|s| matches!(s.channel, Channel::KernelToUser | Channel::UserToKernel))
+            .count()
     };
     assert_eq!(crossings(&b), 3);
     assert_eq!(crossings(&a), 1);
@@ -53,8 +60,14 @@ fn optimizer_beats_push_down_on_the_four_stage_example() {
 fn kernel_bpf_is_cheaper_than_user_bpf() {
     // Thesis 7.4: without BPF in the kernel, the plan costs markedly more.
     let p = planner("dual");
-    let k = p.plan("rx | bpf \"tcp\" | null", Method::Optimal).unwrap().plan;
-    let u = p.plan("rx | bpf \"tcp\" space=user | null", Method::Optimal).unwrap().plan;
+    let k = p
+        .plan("rx | bpf \"tcp\" | null", Method::Optimal)
+        .unwrap()
+        .plan;
+    let u = p
+        .plan("rx | bpf \"tcp\" space=user | null", Method::Optimal)
+        .unwrap()
+        .plan;
     assert_eq!(u.nodes[1].implementation, "cbpf-interp");
     assert!(u.cost > 1.3 * k.cost, "user {} kernel {}", u.cost, k.cost);
 }
@@ -62,11 +75,26 @@ fn kernel_bpf_is_cheaper_than_user_bpf() {
 #[test]
 fn impossible_pins_name_the_filter_and_why() {
     let p = planner("dual");
-    let e = p.plan("rx | grep x space=kernel | null", Method::Optimal).err().unwrap().to_string();
-    assert!(e.contains("grep x") && e.contains("pinned to space=kernel") && e.contains("thread"), "{e}");
-    let e = p.plan("rx | bpf \"tcp\" space=thread:7 | null", Method::Optimal).err().unwrap().to_string();
+    let e = p
+        .plan("rx | grep x space=kernel | null", Method::Optimal)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("grep x") && e.contains("pinned to space=kernel") && e.contains("thread"),
+        "{e}"
+    );
+    let e = p
+        .plan("rx | bpf \"tcp\" space=thread:7 | null", Method::Optimal)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("cpu7"), "{e}");
-    let e = p.plan("rx | nosuchfilter", Method::Optimal).err().unwrap().to_string();
+    let e = p
+        .plan("rx | nosuchfilter", Method::Optimal)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("nosuchfilter"), "{e}");
 }
 
@@ -75,26 +103,52 @@ fn a_machine_without_af_packet_cannot_receive() {
     let mut sys = common::system("dual");
     sys.caps.af_packet = false;
     let p = Planner::new(sys, common::filters());
-    let e = p.plan("rx | null", Method::Optimal).err().unwrap().to_string();
+    let e = p
+        .plan("rx | null", Method::Optimal)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("rx") && e.contains("AfPacket"), "{e}");
 }
 
 #[test]
 fn infeasible_capacity_names_the_filter() {
     let mut p = planner("dual");
-    p.load = Load { blocks_per_sec: 1_000_000.0, bytes_per_block: 1500.0 };
+    p.load = Load {
+        blocks_per_sec: 1_000_000.0,
+        bytes_per_block: 1500.0,
+    };
     // Pinned to one CPU, even the data-parallel template cannot help.
-    let e = p.plan("rx | deflate space=thread:0 | null", Method::Optimal).err().unwrap().to_string();
-    assert!(e.contains("deflate") && e.contains("more than one CPU"), "{e}");
+    let e = p
+        .plan("rx | deflate space=thread:0 | null", Method::Optimal)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("deflate") && e.contains("more than one CPU"),
+        "{e}"
+    );
 }
 
 #[test]
 fn template_substitution_parallelizes_a_filter_too_heavy_for_one_cpu() {
     let mut p = planner("quad");
-    p.load = Load { blocks_per_sec: 1_000_000.0, bytes_per_block: 500.0 };
+    p.load = Load {
+        blocks_per_sec: 1_000_000.0,
+        bytes_per_block: 500.0,
+    };
     let r = p.plan("rx | deflate | null", Method::Optimal).unwrap();
-    assert!(r.plan.stats.alternative.contains("data-parallel"), "{}", r.plan.stats.alternative);
-    let deflates: Vec<_> = r.plan.nodes.iter().filter(|n| n.label == "deflate").collect();
+    assert!(
+        r.plan.stats.alternative.contains("data-parallel"),
+        "{}",
+        r.plan.stats.alternative
+    );
+    let deflates: Vec<_> = r
+        .plan
+        .nodes
+        .iter()
+        .filter(|n| n.label == "deflate")
+        .collect();
     assert!(deflates.len() >= 2);
     let mut cpus: Vec<usize> = deflates.iter().map(|n| n.cpu).collect();
     cpus.sort();
@@ -108,7 +162,9 @@ fn template_substitution_parallelizes_a_filter_too_heavy_for_one_cpu() {
 #[test]
 fn plan_is_consistent_and_prints() {
     let p = planner("quad");
-    let r = p.plan("rx | bpf \"tcp\" | grep x | null", Method::Optimal).unwrap();
+    let r = p
+        .plan("rx | bpf \"tcp\" | grep x | null", Method::Optimal)
+        .unwrap();
     let plan = &r.plan;
     assert!(plan.stats.variables > 0 && plan.stats.constraints > 0);
     for s in &plan.streams {
@@ -125,12 +181,19 @@ fn plan_is_consistent_and_prints() {
         };
         assert_eq!(s.channel, want);
     }
-    let total: f64 = plan.nodes.iter().map(|n| n.cycles).sum::<f64>() + plan.streams.iter().map(|s| s.cycles).sum::<f64>();
+    let total: f64 = plan.nodes.iter().map(|n| n.cycles).sum::<f64>()
+        + plan.streams.iter().map(|s| s.cycles).sum::<f64>();
     assert!((total - plan.cost).abs() < 1e-6 * plan.cost.max(1.0));
     let text = plan.explain();
-    assert!(text.contains("variables") && text.contains("cbpf-socket"), "{text}");
+    assert!(
+        text.contains("variables") && text.contains("cbpf-socket"),
+        "{text}"
+    );
     let dot = plan.dot();
-    assert!(dot.starts_with("digraph plan {") && dot.contains("cluster_") && dot.contains("n0 -> n1"), "{dot}");
+    assert!(
+        dot.starts_with("digraph plan {") && dot.contains("cluster_") && dot.contains("n0 -> n1"),
+        "{dot}"
+    );
 }
 
 #[test]
@@ -138,9 +201,15 @@ fn co_location_grows_with_rate() {
     // At a low rate everything fits one CPU; at a high rate the plan spreads over CPUs.
     let mut p = planner("quad");
     let pipe = "gen | deflate | xor 7 | encrypt | null";
-    p.load = Load { blocks_per_sec: 10_000.0, bytes_per_block: 500.0 };
+    p.load = Load {
+        blocks_per_sec: 10_000.0,
+        bytes_per_block: 500.0,
+    };
     let low = p.plan(pipe, Method::Optimal).unwrap().plan;
-    p.load = Load { blocks_per_sec: 400_000.0, bytes_per_block: 500.0 };
+    p.load = Load {
+        blocks_per_sec: 400_000.0,
+        bytes_per_block: 500.0,
+    };
     let high = p.plan(pipe, Method::Optimal).unwrap().plan;
     let used = |pl: &control::Plan| pl.cpu_load.iter().filter(|(_, l)| *l > 0.0).count();
     assert_eq!(used(&low), 1);
@@ -148,8 +217,18 @@ fn co_location_grows_with_rate() {
 }
 
 const MIDDLE: [&str; 12] = [
-    "bpf \"tcp\"", "ip", "tcp", "grep x", "count", "sample 4", "strip", "deflate", "xor 7", "dedup",
-    "bpf sel=0.5", "encrypt",
+    "bpf \"tcp\"",
+    "ip",
+    "tcp",
+    "grep x",
+    "count",
+    "sample 4",
+    "strip",
+    "deflate",
+    "xor 7",
+    "dedup",
+    "bpf sel=0.5",
+    "encrypt",
 ];
 
 proptest! {

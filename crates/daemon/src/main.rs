@@ -10,7 +10,11 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
 #[derive(Parser)]
-#[command(name = "streamlined", version, about = "The Streamline daemon: runs shared by many users, over a control socket")]
+#[command(
+    name = "streamlined",
+    version,
+    about = "The Streamline daemon: runs shared by many users, over a control socket"
+)]
 struct Args {
     /// The control socket.
     #[arg(long, default_value = daemon::proto::DEFAULT_SOCKET)]
@@ -51,7 +55,15 @@ fn main() -> ExitCode {
         },
         None => Policy::default(),
     };
-    let worker = a.worker.clone().or_else(|| std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("streamline")))).unwrap_or_else(|| "streamline".into());
+    let worker = a
+        .worker
+        .clone()
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|e| e.parent().map(|d| d.join("streamline")))
+        })
+        .unwrap_or_else(|| "streamline".into());
     if !worker.exists() {
         eprintln!("streamlined: the worker program {} does not exist (--worker PATH names the `streamline` program)", worker.display());
         return ExitCode::from(2);
@@ -68,7 +80,10 @@ fn main() -> ExitCode {
     // A socket file left by a daemon that died: replace it, but never steal a live one.
     if a.socket.exists() {
         if std::os::unix::net::UnixStream::connect(&a.socket).is_ok() {
-            eprintln!("streamlined: another daemon answers on {}", a.socket.display());
+            eprintln!(
+                "streamlined: another daemon answers on {}",
+                a.socket.display()
+            );
             return ExitCode::from(1);
         }
         let _ = std::fs::remove_file(&a.socket);
@@ -82,8 +97,18 @@ fn main() -> ExitCode {
     };
     // Every local user may connect; what each may do is decided per call.
     let _ = std::fs::set_permissions(&a.socket, std::fs::Permissions::from_mode(0o666));
-    let d = Daemon::new(Config { socket: a.socket.clone(), policy, worker, max_clients: a.max_clients, hello_timeout: std::time::Duration::from_secs(10) });
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+    let d = Daemon::new(Config {
+        socket: a.socket.clone(),
+        policy,
+        worker,
+        max_clients: a.max_clients,
+        hello_timeout: std::time::Duration::from_secs(10),
+    });
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         let _ = signal_hook::flag::register(sig, d.quit.clone());
     }
     // PipesFS: unmounted when `fs` is dropped (at exit), or by fusermount3's auto_unmount
@@ -102,7 +127,14 @@ fn main() -> ExitCode {
             }
         }
     };
-    eprintln!("streamlined: listening on {} (policy: {})", a.socket.display(), a.policy.as_ref().map_or("none: no raw capture for unprivileged users".to_string(), |p| p.display().to_string()));
+    eprintln!(
+        "streamlined: listening on {} (policy: {})",
+        a.socket.display(),
+        a.policy.as_ref().map_or(
+            "none: no raw capture for unprivileged users".to_string(),
+            |p| p.display().to_string()
+        )
+    );
     let r = d.serve(listener);
     if fs.is_some() {
         drop(fs);

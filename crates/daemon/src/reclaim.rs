@@ -10,7 +10,11 @@
 pub fn sweep() -> Vec<String> {
     let mut gone = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/dev/shm") {
-        let names: Vec<String> = rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("streamline.")).collect();
+        let names: Vec<String> = rd
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("streamline."))
+            .collect();
         for name in &names {
             // A ring's control segment (`NAME.ctl`) goes with it; a ring that cannot be
             // opened as one (torn, foreign) is left alone.
@@ -34,7 +38,9 @@ pub fn sweep() -> Vec<String> {
         for name in names.iter().filter(|n| n.ends_with(".ctl")) {
             let ring = name.trim_end_matches(".ctl");
             let p = format!("/dev/shm/{name}");
-            if !std::path::Path::new(&format!("/dev/shm/{ring}")).exists() && std::fs::remove_file(&p).is_ok() {
+            if !std::path::Path::new(&format!("/dev/shm/{ring}")).exists()
+                && std::fs::remove_file(&p).is_ok()
+            {
                 gone.push(p);
             }
         }
@@ -53,9 +59,19 @@ pub fn sweep() -> Vec<String> {
 /// Created in the last two seconds: possibly a ring another process is setting up (its
 /// header, writer pid included, is written after the file is made), so not judged.
 fn young(name: &str) -> bool {
-    std::fs::metadata(format!("/dev/shm/{name}")).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_none_or(|age| age < std::time::Duration::from_secs(2))
+    std::fs::metadata(format!("/dev/shm/{name}"))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age < std::time::Duration::from_secs(2))
 }
 
 fn pin_dirs() -> Vec<String> {
-    std::fs::read_dir(filters::nicfix::PIN_ROOT).map(|rd| rd.flatten().map(|e| e.path().display().to_string()).collect()).unwrap_or_default()
+    std::fs::read_dir(filters::nicfix::PIN_ROOT)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path().display().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
 }

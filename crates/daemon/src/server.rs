@@ -9,7 +9,10 @@
 //! rules (`policy`), the wire format (`proto`).
 
 use crate::policy::{Cred, Policy};
-use crate::proto::{self, BpfInsn, FromWorker, GraphNode, Msg, NodeCounters, Peer, ProtoError, Reply, Request, RunInfo, RunOptions, TapFilter, ToWorker};
+use crate::proto::{
+    self, BpfInsn, FromWorker, GraphNode, Msg, NodeCounters, Peer, ProtoError, Reply, Request,
+    RunInfo, RunOptions, TapFilter, ToWorker,
+};
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -82,7 +85,14 @@ pub(crate) type TapAnswer = Result<(u64, Vec<OwnedFd>), (i32, String)>;
 impl Run {
     fn tell(&self, m: ToWorker) -> Result<(), ProtoError> {
         let s = self.ctl.lock().expect("not poisoned");
-        proto::send(&s, &Msg { id: self.id, body: m }, &[])
+        proto::send(
+            &s,
+            &Msg {
+                id: self.id,
+                body: m,
+            },
+            &[],
+        )
     }
 
     pub(crate) fn state(&self) -> State {
@@ -93,15 +103,37 @@ impl Run {
         let (_, mut nodes, rate) = self.counters.lock().expect("not poisoned").clone();
         if nodes.is_empty() {
             // Before its first counters: the nodes as its graph has them, at zero.
-            nodes = self.graph.lock().expect("not poisoned").0.iter().map(|g| NodeCounters { label: g.label.clone(), ..Default::default() }).collect();
+            nodes = self
+                .graph
+                .lock()
+                .expect("not poisoned")
+                .0
+                .iter()
+                .map(|g| NodeCounters {
+                    label: g.label.clone(),
+                    ..Default::default()
+                })
+                .collect();
         }
         let state = match self.state() {
             State::Built => "built".to_string(),
-            State::Running if self.detached.load(Ordering::Relaxed) => "running (detached)".to_string(),
+            State::Running if self.detached.load(Ordering::Relaxed) => {
+                "running (detached)".to_string()
+            }
             State::Running => "running".to_string(),
             State::Finished(c) => format!("finished ({c})"),
         };
-        RunInfo { run: self.id, uid: self.owner.uid, user: self.user.clone(), state, pipeline: self.pipeline.clone(), placement: self.placement.lock().expect("not poisoned").clone(), uptime_s: self.started.elapsed().as_secs_f64(), rate, nodes }
+        RunInfo {
+            run: self.id,
+            uid: self.owner.uid,
+            user: self.user.clone(),
+            state,
+            pipeline: self.pipeline.clone(),
+            placement: self.placement.lock().expect("not poisoned").clone(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            rate,
+            nodes,
+        }
     }
 
     /// Stop the worker: ask, then kill after `grace`.
@@ -115,7 +147,11 @@ impl Run {
                 let _ = self.child.lock().expect("not poisoned").kill();
                 break;
             }
-            st = self.changed.wait_timeout(st, until - now).expect("not poisoned").0;
+            st = self
+                .changed
+                .wait_timeout(st, until - now)
+                .expect("not poisoned")
+                .0;
         }
     }
 }
@@ -138,7 +174,10 @@ pub struct Daemon {
 }
 
 fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or_else(|| uid.to_string(), |u| u.name)
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |u| u.name)
 }
 
 /// A legacy reader's subscription: (run, subscription id, the shared capture's device if
@@ -154,7 +193,16 @@ fn refuse(errno: i32, msg: impl Into<String>) -> Reply {
 
 impl Daemon {
     pub fn new(cfg: Config) -> Arc<Daemon> {
-        Arc::new(Daemon { cfg, runs: Mutex::new(BTreeMap::new()), next_run: AtomicU64::new(1), next_conn: AtomicU64::new(1), clients: AtomicUsize::new(0), quit: Arc::new(AtomicBool::new(false)), captures: Mutex::new(BTreeMap::new()), subs: Mutex::new(BTreeMap::new()) })
+        Arc::new(Daemon {
+            cfg,
+            runs: Mutex::new(BTreeMap::new()),
+            next_run: AtomicU64::new(1),
+            next_conn: AtomicU64::new(1),
+            clients: AtomicUsize::new(0),
+            quit: Arc::new(AtomicBool::new(false)),
+            captures: Mutex::new(BTreeMap::new()),
+            subs: Mutex::new(BTreeMap::new()),
+        })
     }
 
     /// Accept clients until `quit`; each connection gets a thread.
@@ -163,21 +211,40 @@ impl Daemon {
         while !self.quit.load(Ordering::Relaxed) {
             // Sleep in poll until a client connects (no latency added to a connect), waking
             // now and then to notice `quit`.
-            let mut fds = [nix::poll::PollFd::new(std::os::fd::AsFd::as_fd(&listener), nix::poll::PollFlags::POLLIN)];
+            let mut fds = [nix::poll::PollFd::new(
+                std::os::fd::AsFd::as_fd(&listener),
+                nix::poll::PollFlags::POLLIN,
+            )];
             let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(200u16));
             match listener.accept() {
                 Ok((sock, _)) => {
                     let _ = sock.set_nonblocking(false);
                     if self.clients.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_clients {
                         self.clients.fetch_sub(1, Ordering::AcqRel);
-                        let _ = proto::send(&sock, &Msg { id: 0, body: refuse(libc::EAGAIN, format!("too many clients (at most {} at once); try again", self.cfg.max_clients)) }, &[]);
+                        let _ = proto::send(
+                            &sock,
+                            &Msg {
+                                id: 0,
+                                body: refuse(
+                                    libc::EAGAIN,
+                                    format!(
+                                        "too many clients (at most {} at once); try again",
+                                        self.cfg.max_clients
+                                    ),
+                                ),
+                            },
+                            &[],
+                        );
                         continue;
                     }
                     let d = self.clone();
-                    let spawned = std::thread::Builder::new().name("sl-client".into()).spawn(move || {
-                        d.connection(sock);
-                        d.clients.fetch_sub(1, Ordering::AcqRel);
-                    });
+                    let spawned =
+                        std::thread::Builder::new()
+                            .name("sl-client".into())
+                            .spawn(move || {
+                                d.connection(sock);
+                                d.clients.fetch_sub(1, Ordering::AcqRel);
+                            });
                     if spawned.is_err() {
                         self.clients.fetch_sub(1, Ordering::AcqRel);
                     }
@@ -196,7 +263,13 @@ impl Daemon {
 
     /// Stop every run (the daemon is going away).
     pub fn shutdown(&self) {
-        let runs: Vec<Arc<Run>> = self.runs.lock().expect("not poisoned").values().cloned().collect();
+        let runs: Vec<Arc<Run>> = self
+            .runs
+            .lock()
+            .expect("not poisoned")
+            .values()
+            .cloned()
+            .collect();
         for r in runs {
             r.stop(libc::SIGTERM, Duration::from_secs(5));
         }
@@ -224,22 +297,52 @@ impl Daemon {
         // keep a thread forever).
         let _ = sock.set_read_timeout(Some(self.cfg.hello_timeout));
         match proto::recv::<Request>(&sock) {
-            Ok((Msg { id, body: Request::Hello { version, .. } }, _)) if version == proto::VERSION => {
-                let w = Reply::Welcome { version: proto::VERSION, server: format!("streamlined {}", env!("CARGO_PKG_VERSION")), uid: peer.uid, gid: peer.gid, pid: std::process::id() as i32 };
+            Ok((
+                Msg {
+                    id,
+                    body: Request::Hello { version, .. },
+                },
+                _,
+            )) if version == proto::VERSION => {
+                let w = Reply::Welcome {
+                    version: proto::VERSION,
+                    server: format!("streamlined {}", env!("CARGO_PKG_VERSION")),
+                    uid: peer.uid,
+                    gid: peer.gid,
+                    pid: std::process::id() as i32,
+                };
                 if send(&Msg { id, body: w }, &[]).is_err() {
                     return;
                 }
             }
-            Ok((Msg { id, body: Request::Hello { version, .. } }, _)) => {
+            Ok((
+                Msg {
+                    id,
+                    body: Request::Hello { version, .. },
+                },
+                _,
+            )) => {
                 let _ = send(&Msg { id, body: refuse(libc::EPROTO, format!("protocol version {version} is not spoken here (this daemon speaks {})", proto::VERSION)) }, &[]);
                 return;
             }
             Ok((Msg { id, .. }, _)) => {
-                let _ = send(&Msg { id, body: refuse(libc::EPROTO, "the first request must be hello") }, &[]);
+                let _ = send(
+                    &Msg {
+                        id,
+                        body: refuse(libc::EPROTO, "the first request must be hello"),
+                    },
+                    &[],
+                );
                 return;
             }
             Err(e) => {
-                let _ = send(&Msg { id: 0, body: refuse(libc::EPROTO, e.to_string()) }, &[]);
+                let _ = send(
+                    &Msg {
+                        id: 0,
+                        body: refuse(libc::EPROTO, e.to_string()),
+                    },
+                    &[],
+                );
                 return;
             }
         }
@@ -251,7 +354,13 @@ impl Daemon {
                 Err(e) => {
                     // Garbage, truncated or oversized: say why and close (the stream can no
                     // longer be trusted to be at a frame boundary).
-                    let _ = send(&Msg { id: 0, body: refuse(libc::EPROTO, e.to_string()) }, &[]);
+                    let _ = send(
+                        &Msg {
+                            id: 0,
+                            body: refuse(libc::EPROTO, e.to_string()),
+                        },
+                        &[],
+                    );
                     break;
                 }
             };
@@ -271,11 +380,25 @@ impl Daemon {
     /// Roll back what the connection left: runs opened and not activated are destroyed;
     /// attached runs stop (their client is gone).
     fn connection_ended(&self, conn: u64) {
-        let subs = self.subs.lock().expect("not poisoned").remove(&conn).unwrap_or_default();
+        let subs = self
+            .subs
+            .lock()
+            .expect("not poisoned")
+            .remove(&conn)
+            .unwrap_or_default();
         for (run, sub, dev) in subs {
             self.end_subscription(run, sub, dev.as_deref());
         }
-        let mine: Vec<Arc<Run>> = self.runs.lock().expect("not poisoned").values().filter(|r| r.conn.load(Ordering::Relaxed) == conn && !r.detached.load(Ordering::Relaxed)).cloned().collect();
+        let mine: Vec<Arc<Run>> = self
+            .runs
+            .lock()
+            .expect("not poisoned")
+            .values()
+            .filter(|r| {
+                r.conn.load(Ordering::Relaxed) == conn && !r.detached.load(Ordering::Relaxed)
+            })
+            .cloned()
+            .collect();
         for r in mine {
             let built = r.state() == State::Built;
             r.stop(if built { 0 } else { libc::SIGHUP }, Duration::from_secs(5));
@@ -288,28 +411,74 @@ impl Daemon {
     }
 
     fn run_for(&self, id: u64, who: &Cred) -> Result<Arc<Run>, Reply> {
-        let r = self.runs.lock().expect("not poisoned").get(&id).cloned().ok_or_else(|| refuse(libc::ESRCH, format!("no run {id}")))?;
+        let r = self
+            .runs
+            .lock()
+            .expect("not poisoned")
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| refuse(libc::ESRCH, format!("no run {id}")))?;
         if r.owner.uid != who.uid && !who.root() {
-            return Err(refuse(libc::EACCES, format!("run {id} belongs to {} (uid {}); only its owner or root may do that", r.user, r.owner.uid)));
+            return Err(refuse(
+                libc::EACCES,
+                format!(
+                    "run {id} belongs to {} (uid {}); only its owner or root may do that",
+                    r.user, r.owner.uid
+                ),
+            ));
         }
         Ok(r)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn call(self: &Arc<Self>, conn: u64, who: &Cred, peer: Peer, req: Request, fds: Vec<OwnedFd>, out: &Arc<Mutex<UnixStream>>, id: u64) -> CallResult {
+    fn call(
+        self: &Arc<Self>,
+        conn: u64,
+        who: &Cred,
+        peer: Peer,
+        req: Request,
+        fds: Vec<OwnedFd>,
+        out: &Arc<Mutex<UnixStream>>,
+        id: u64,
+    ) -> CallResult {
         let _ = peer;
         if !matches!(req, Request::Open { .. }) && !fds.is_empty() {
-            return Err(refuse(libc::EINVAL, format!("{} descriptors came with a request that takes none", fds.len())));
+            return Err(refuse(
+                libc::EINVAL,
+                format!(
+                    "{} descriptors came with a request that takes none",
+                    fds.len()
+                ),
+            ));
         }
         match req {
             Request::Hello { .. } => Err(refuse(libc::EPROTO, "hello comes once, first")),
             Request::Ping { token } => Ok((Reply::Pong { token }, vec![])),
-            Request::Filters {} => Ok((Reply::Filters { filters: filters::REGISTRY.iter().map(|s| (s.name.to_string(), s.synopsis.to_string())).collect() }, vec![])),
+            Request::Filters {} => Ok((
+                Reply::Filters {
+                    filters: filters::REGISTRY
+                        .iter()
+                        .map(|s| (s.name.to_string(), s.synopsis.to_string()))
+                        .collect(),
+                },
+                vec![],
+            )),
             Request::Ps {} => {
-                let runs = self.runs.lock().expect("not poisoned").values().filter(|r| who.root() || r.owner.uid == who.uid).map(|r| r.info()).collect();
+                let runs = self
+                    .runs
+                    .lock()
+                    .expect("not poisoned")
+                    .values()
+                    .filter(|r| who.root() || r.owner.uid == who.uid)
+                    .map(|r| r.info())
+                    .collect();
                 Ok((Reply::Runs { runs }, vec![]))
             }
-            Request::Open { pipeline, options, fds: n } => self.open(conn, who, pipeline, options, n, fds),
+            Request::Open {
+                pipeline,
+                options,
+                fds: n,
+            } => self.open(conn, who, pipeline, options, n, fds),
             Request::Activate { run, detach } => {
                 let r = self.run_for(run, who)?;
                 activate(&r, conn, detach)?;
@@ -317,7 +486,8 @@ impl Daemon {
             }
             Request::Stop { run, signal } => {
                 let r = self.run_for(run, who)?;
-                r.tell(ToWorker::Stop { signal }).map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
+                r.tell(ToWorker::Stop { signal })
+                    .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
                 Ok((Reply::Done {}, vec![]))
             }
             Request::Attach { run } => {
@@ -325,18 +495,37 @@ impl Daemon {
                 if let State::Finished(code) = r.state() {
                     return Ok((Reply::Finished { run, code }, vec![]));
                 }
-                r.watchers.lock().expect("not poisoned").push((out.clone(), id));
+                r.watchers
+                    .lock()
+                    .expect("not poisoned")
+                    .push((out.clone(), id));
                 let (elapsed_s, nodes, _) = r.counters.lock().expect("not poisoned").clone();
-                Ok((Reply::Counters { run, elapsed_s, nodes }, vec![]))
+                Ok((
+                    Reply::Counters {
+                        run,
+                        elapsed_s,
+                        nodes,
+                    },
+                    vec![],
+                ))
             }
-            Request::Edit { run, edit } => self.edit(run, who, &edit).map(|applied| (Reply::Edited { run, applied }, vec![])),
+            Request::Edit { run, edit } => self
+                .edit(run, who, &edit)
+                .map(|applied| (Reply::Edited { run, applied }, vec![])),
             Request::OpenStream { name } => open_stream(&name, who),
-            Request::Capture { device, program, snaplen } => self.capture(conn, who, &device, program, snaplen),
+            Request::Capture {
+                device,
+                program,
+                snaplen,
+            } => self.capture(conn, who, &device, program, snaplen),
             Request::Release { sub } => {
                 let mut all = self.subs.lock().expect("not poisoned");
                 let mine = all.entry(conn).or_default();
                 let Some(k) = mine.iter().position(|s| s.1 == sub) else {
-                    return Err(refuse(libc::ENOENT, format!("no subscription {sub} on this connection")));
+                    return Err(refuse(
+                        libc::ENOENT,
+                        format!("no subscription {sub} on this connection"),
+                    ));
                 };
                 let (run, sub, dev) = mine.remove(k);
                 drop(all);
@@ -348,17 +537,34 @@ impl Daemon {
 
     /// `capture`: subscribe a legacy reader to an interface's shared capture (made on
     /// first use) or to a node of a run, with its filter program.
-    fn capture(self: &Arc<Self>, conn: u64, who: &Cred, device: &str, program: Vec<BpfInsn>, snaplen: u32) -> CallResult {
+    fn capture(
+        self: &Arc<Self>,
+        conn: u64,
+        who: &Cred,
+        device: &str,
+        program: Vec<BpfInsn>,
+        snaplen: u32,
+    ) -> CallResult {
         if program.len() > 4096 {
-            return Err(refuse(libc::EINVAL, format!("a filter program of {} instructions (at most 4096, BPF_MAXINSNS)", program.len())));
+            return Err(refuse(
+                libc::EINVAL,
+                format!(
+                    "a filter program of {} instructions (at most 4096, BPF_MAXINSNS)",
+                    program.len()
+                ),
+            ));
         }
         let filter = TapFilter { program, snaplen };
         let (run, node, link_type, shared) = match device.strip_prefix("streamline:") {
             Some(rest) => {
-                let bad = || refuse(libc::ENODEV, format!("device {device}: expected streamline:RUN/NODE (a run's number and a node's label, as `streamline ps` and PipesFS show them)"));
+                let bad = || {
+                    refuse(libc::ENODEV, format!("device {device}: expected streamline:RUN/NODE (a run's number and a node's label, as `streamline ps` and PipesFS show them)"))
+                };
                 let (r, node) = rest.split_once('/').ok_or_else(bad)?;
                 let id: u64 = r.parse().map_err(|_| bad())?;
-                let r = self.run(id).ok_or_else(|| refuse(libc::ENODEV, format!("device {device}: no run {id}")))?;
+                let r = self
+                    .run(id)
+                    .ok_or_else(|| refuse(libc::ENODEV, format!("device {device}: no run {id}")))?;
                 let mode = r.graph.lock().expect("not poisoned").1;
                 if !may_read_mode(r.owner.uid, r.owner.gid, mode, who) {
                     return Err(refuse(libc::EACCES, format!("device {device}: run {id}'s streams are uid {}'s with mode {mode:04o}: uid {} may not read them", r.owner.uid, who.uid)));
@@ -367,9 +573,26 @@ impl Daemon {
             }
             None => {
                 let link_type = interface_link_type(device)?;
-                let g = lang::parse(&capture_pipeline(device), &lang::WithPath(filters::Natives)).map_err(|d| refuse(libc::ENODEV, format!("device {device}: {d}")))?;
-                self.cfg.policy.check(&g, who, &|f| filters::find(f).and_then(|s| s.privilege)).map_err(|d| refuse(libc::EPERM, format!("you don't have permission to capture on {device}: {}", d.why)))?;
-                (self.shared_capture(device)?, "rx".to_string(), link_type, Some(device.to_string()))
+                let g = lang::parse(&capture_pipeline(device), &lang::WithPath(filters::Natives))
+                    .map_err(|d| refuse(libc::ENODEV, format!("device {device}: {d}")))?;
+                self.cfg
+                    .policy
+                    .check(&g, who, &|f| filters::find(f).and_then(|s| s.privilege))
+                    .map_err(|d| {
+                        refuse(
+                            libc::EPERM,
+                            format!(
+                                "you don't have permission to capture on {device}: {}",
+                                d.why
+                            ),
+                        )
+                    })?;
+                (
+                    self.shared_capture(device)?,
+                    "rx".to_string(),
+                    link_type,
+                    Some(device.to_string()),
+                )
             }
         };
         // A capture run just activated may not be running yet: ask again for a moment.
@@ -377,7 +600,9 @@ impl Daemon {
         let (sub, fds) = loop {
             match self.tap(run, &node, Some(&filter)) {
                 Ok(a) => break a,
-                Err((libc::EBUSY, _)) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+                Err((libc::EBUSY, _)) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
                 Err((errno, why)) => {
                     if let Some(dev) = &shared {
                         self.release_capture(dev);
@@ -386,8 +611,20 @@ impl Daemon {
                 }
             }
         };
-        self.subs.lock().expect("not poisoned").entry(conn).or_default().push((run, sub, shared));
-        Ok((Reply::Captured { sub, link_type, fds: fds.len() as u32 }, fds))
+        self.subs
+            .lock()
+            .expect("not poisoned")
+            .entry(conn)
+            .or_default()
+            .push((run, sub, shared));
+        Ok((
+            Reply::Captured {
+                sub,
+                link_type,
+                fds: fds.len() as u32,
+            },
+            fds,
+        ))
     }
 
     /// The run capturing `device` for legacy readers, started if there is none, with one
@@ -402,10 +639,18 @@ impl Daemon {
         }
         // The daemon's own run (root's): a capture readers share, as detached as a service.
         let root = Cred::of(0, 0);
-        let opts = RunOptions { quiet: true, no_share: true, ..RunOptions::default() };
+        let opts = RunOptions {
+            quiet: true,
+            no_share: true,
+            ..RunOptions::default()
+        };
         let (reply, _) = self.open(0, &root, capture_pipeline(device), opts, 0, vec![])?;
-        let Reply::Opened { run, .. } = reply else { return Err(refuse(libc::EIO, "the capture run did not open")) };
-        let r = self.run(run).ok_or_else(|| refuse(libc::EIO, format!("the capture run {run} ended at once")))?;
+        let Reply::Opened { run, .. } = reply else {
+            return Err(refuse(libc::EIO, "the capture run did not open"));
+        };
+        let r = self
+            .run(run)
+            .ok_or_else(|| refuse(libc::EIO, format!("the capture run {run} ended at once")))?;
         activate(&r, 0, true)?;
         caps.insert(device.to_string(), (run, 1));
         Ok(run)
@@ -443,13 +688,22 @@ impl Daemon {
         let eid = r.next_edit.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
         r.edits.lock().expect("not poisoned").insert(eid, tx);
-        r.tell(ToWorker::Edit { edit_id: eid, edit: edit.to_string() }).map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
+        r.tell(ToWorker::Edit {
+            edit_id: eid,
+            edit: edit.to_string(),
+        })
+        .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
         match rx.recv_timeout(Duration::from_secs(30)) {
             Ok((true, text, _)) => Ok(text),
-            Ok((false, text, errno)) => Err(refuse(if errno == 0 { libc::EINVAL } else { errno }, text)),
+            Ok((false, text, errno)) => {
+                Err(refuse(if errno == 0 { libc::EINVAL } else { errno }, text))
+            }
             Err(_) => {
                 r.edits.lock().expect("not poisoned").remove(&eid);
-                Err(refuse(libc::EBUSY, format!("run {run} did not apply the edit `{edit}` (it ended, or is stalled)")))
+                Err(refuse(
+                    libc::EBUSY,
+                    format!("run {run} did not apply the edit `{edit}` (it ended, or is stalled)"),
+                ))
             }
         }
     }
@@ -457,16 +711,30 @@ impl Daemon {
     /// Tap a node of run `run` (PipesFS opened its `all`). The access check is the
     /// caller's (the stream's mode).
     pub(crate) fn tap(&self, run: u64, node: &str, filter: Option<&TapFilter>) -> TapAnswer {
-        let r = self.runs.lock().expect("not poisoned").get(&run).cloned().ok_or((libc::ENOENT, format!("no run {run}")))?;
+        let r = self
+            .runs
+            .lock()
+            .expect("not poisoned")
+            .get(&run)
+            .cloned()
+            .ok_or((libc::ENOENT, format!("no run {run}")))?;
         let req = r.next_edit.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
         r.taps.lock().expect("not poisoned").insert(req, tx);
-        r.tell(ToWorker::Tap { tap_req: req, node: node.to_string(), filter: filter.cloned() }).map_err(|e| (libc::EIO, format!("run {run}: {e}")))?;
+        r.tell(ToWorker::Tap {
+            tap_req: req,
+            node: node.to_string(),
+            filter: filter.cloned(),
+        })
+        .map_err(|e| (libc::EIO, format!("run {run}: {e}")))?;
         match rx.recv_timeout(Duration::from_secs(15)) {
             Ok(a) => a,
             Err(_) => {
                 r.taps.lock().expect("not poisoned").remove(&req);
-                Err((libc::EBUSY, format!("run {run} did not tap {node} (it ended, or is stalled)")))
+                Err((
+                    libc::EBUSY,
+                    format!("run {run} did not tap {node} (it ended, or is stalled)"),
+                ))
             }
         }
     }
@@ -480,7 +748,12 @@ impl Daemon {
 
     /// Every run, by id (PipesFS shows them all; their modes decide what others may read).
     pub(crate) fn visible_runs(&self) -> Vec<Arc<Run>> {
-        self.runs.lock().expect("not poisoned").values().cloned().collect()
+        self.runs
+            .lock()
+            .expect("not poisoned")
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// A run by id, whoever owns it.
@@ -491,42 +764,93 @@ impl Daemon {
     /// Stop a run on `who`'s behalf (PipesFS: `echo stop > RUN/.ctl`).
     pub(crate) fn stop_run(&self, run: u64, who: &Cred) -> Result<(), Reply> {
         let r = self.run_for(run, who)?;
-        r.tell(ToWorker::Stop { signal: 0 }).map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))
+        r.tell(ToWorker::Stop { signal: 0 })
+            .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))
     }
 
     /// The construction transaction: check access, start a worker that builds the run
     /// paused, and wait for its verdict.
-    fn open(self: &Arc<Self>, conn: u64, who: &Cred, pipeline: String, options: RunOptions, n: u32, fds: Vec<OwnedFd>) -> CallResult {
+    fn open(
+        self: &Arc<Self>,
+        conn: u64,
+        who: &Cred,
+        pipeline: String,
+        options: RunOptions,
+        n: u32,
+        fds: Vec<OwnedFd>,
+    ) -> CallResult {
         if n as usize != fds.len() || !(n == 0 || n == 3) {
-            return Err(refuse(libc::EINVAL, format!("open: {} descriptors came, {n} announced (0, or 3: stdin, stdout, stderr)", fds.len())));
+            return Err(refuse(
+                libc::EINVAL,
+                format!(
+                    "open: {} descriptors came, {n} announced (0, or 3: stdin, stdout, stderr)",
+                    fds.len()
+                ),
+            ));
         }
         if pipeline.len() > 64 * 1024 {
-            return Err(refuse(libc::E2BIG, format!("pipeline of {} bytes (at most 65536)", pipeline.len())));
+            return Err(refuse(
+                libc::E2BIG,
+                format!("pipeline of {} bytes (at most 65536)", pipeline.len()),
+            ));
         }
-        let g = lang::parse(&pipeline, &lang::WithPath(filters::Natives)).map_err(|d| refuse(libc::EINVAL, d.to_string()))?;
+        let g = lang::parse(&pipeline, &lang::WithPath(filters::Natives))
+            .map_err(|d| refuse(libc::EINVAL, d.to_string()))?;
         let modes = self
             .cfg
             .policy
             .check(&g, who, &|f| filters::find(f).and_then(|s| s.privilege))
-            .map_err(|d| refuse(libc::EACCES, lang::render(&format!("error: {}: {}", d.node, d.why), d.span, &pipeline, None)))?;
-        let (mine, theirs) = UnixStream::pair().map_err(|e| refuse(libc::EIO, format!("socketpair: {e}")))?;
+            .map_err(|d| {
+                refuse(
+                    libc::EACCES,
+                    lang::render(
+                        &format!("error: {}: {}", d.node, d.why),
+                        d.span,
+                        &pipeline,
+                        None,
+                    ),
+                )
+            })?;
+        let (mine, theirs) =
+            UnixStream::pair().map_err(|e| refuse(libc::EIO, format!("socketpair: {e}")))?;
         beltway::sys::inherit_across_exec(&theirs).map_err(|e| refuse(libc::EIO, e.to_string()))?;
         let mut cmd = Command::new(&self.cfg.worker);
-        cmd.arg("__worker").arg("--fd").arg(theirs.as_raw_fd().to_string());
+        cmd.arg("__worker")
+            .arg("--fd")
+            .arg(theirs.as_raw_fd().to_string());
         let mut it = fds.into_iter();
         match (it.next(), it.next(), it.next()) {
             (Some(i), Some(o), Some(e)) => {
-                cmd.stdin(Stdio::from(i)).stdout(Stdio::from(o)).stderr(Stdio::from(e));
+                cmd.stdin(Stdio::from(i))
+                    .stdout(Stdio::from(o))
+                    .stderr(Stdio::from(e));
             }
             _ => {
-                cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+                cmd.stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
             }
         }
-        let child = cmd.spawn().map_err(|e| refuse(libc::EIO, format!("cannot start the worker {}: {e}", self.cfg.worker.display())))?;
+        let child = cmd.spawn().map_err(|e| {
+            refuse(
+                libc::EIO,
+                format!("cannot start the worker {}: {e}", self.cfg.worker.display()),
+            )
+        })?;
         drop(theirs);
         let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
-        let start = ToWorker::Start { run: run_id, pipeline: pipeline.clone(), options, uid: who.uid, gid: who.gid, groups: who.groups.clone(), modes };
-        let reader = mine.try_clone().map_err(|e| refuse(libc::EIO, e.to_string()))?;
+        let start = ToWorker::Start {
+            run: run_id,
+            pipeline: pipeline.clone(),
+            options,
+            uid: who.uid,
+            gid: who.gid,
+            groups: who.groups.clone(),
+            modes,
+        };
+        let reader = mine
+            .try_clone()
+            .map_err(|e| refuse(libc::EIO, e.to_string()))?;
         let run = Arc::new(Run {
             id: run_id,
             owner: who.clone(),
@@ -553,22 +877,53 @@ impl Daemon {
             let _ = run.child.lock().expect("not poisoned").wait();
             why
         };
-        run.tell(start).map_err(|e| refuse(libc::EIO, kill(format!("the worker died at once: {e}"))))?;
+        run.tell(start)
+            .map_err(|e| refuse(libc::EIO, kill(format!("the worker died at once: {e}"))))?;
         // The build's verdict.
         match proto::recv::<FromWorker>(&reader) {
-            Ok((Msg { body: FromWorker::Built { placement }, .. }, _)) => {
+            Ok((
+                Msg {
+                    body: FromWorker::Built { placement },
+                    ..
+                },
+                _,
+            )) => {
                 *run.placement.lock().expect("not poisoned") = placement.clone();
-                self.runs.lock().expect("not poisoned").insert(run_id, run.clone());
+                self.runs
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(run_id, run.clone());
                 let d = self.clone();
-                std::thread::Builder::new().name(format!("sl-run{run_id}")).spawn(move || d.monitor(run, reader)).map_err(|e| refuse(libc::EIO, e.to_string()))?;
-                Ok((Reply::Opened { run: run_id, placement }, vec![]))
+                std::thread::Builder::new()
+                    .name(format!("sl-run{run_id}"))
+                    .spawn(move || d.monitor(run, reader))
+                    .map_err(|e| refuse(libc::EIO, e.to_string()))?;
+                Ok((
+                    Reply::Opened {
+                        run: run_id,
+                        placement,
+                    },
+                    vec![],
+                ))
             }
-            Ok((Msg { body: FromWorker::Failed { message, errno }, .. }, _)) => {
+            Ok((
+                Msg {
+                    body: FromWorker::Failed { message, errno },
+                    ..
+                },
+                _,
+            )) => {
                 let _ = run.child.lock().expect("not poisoned").wait();
                 Err(refuse(errno, message))
             }
-            Ok((m, _)) => Err(refuse(libc::EIO, kill(format!("the worker said {:?} before building", m.body)))),
-            Err(e) => Err(refuse(libc::EIO, kill(format!("the worker died while building: {e}")))),
+            Ok((m, _)) => Err(refuse(
+                libc::EIO,
+                kill(format!("the worker said {:?} before building", m.body)),
+            )),
+            Err(e) => Err(refuse(
+                libc::EIO,
+                kill(format!("the worker died while building: {e}")),
+            )),
         }
     }
 
@@ -580,9 +935,15 @@ impl Daemon {
             match body {
                 FromWorker::Counters { elapsed_s, nodes } => {
                     // Rate: blocks into the sinks (nodes without output) per second.
-                    let sunk: u64 = nodes.iter().filter(|n| n.blocks_out == 0).map(|n| n.blocks_in).sum();
+                    let sunk: u64 = nodes
+                        .iter()
+                        .filter(|n| n.blocks_out == 0)
+                        .map(|n| n.blocks_in)
+                        .sum();
                     let rate = match last {
-                        Some((t, b)) if elapsed_s > t => (sunk.saturating_sub(b)) as f64 / (elapsed_s - t),
+                        Some((t, b)) if elapsed_s > t => {
+                            (sunk.saturating_sub(b)) as f64 / (elapsed_s - t)
+                        }
                         _ => 0.0,
                     };
                     last = Some((elapsed_s, sunk));
@@ -590,22 +951,53 @@ impl Daemon {
                         let mut c = run.counters.lock().expect("not poisoned");
                         let dt = elapsed_s - c.0;
                         let per = |n: &NodeCounters| n.blocks_in.max(n.blocks_out);
-                        let rates = nodes.iter().map(|n| (n.label.clone(), c.1.iter().find(|o| o.label == n.label).filter(|_| dt > 0.0).map_or(0.0, |o| per(n).saturating_sub(per(o)) as f64 / dt))).collect();
+                        let rates = nodes
+                            .iter()
+                            .map(|n| {
+                                (
+                                    n.label.clone(),
+                                    c.1.iter()
+                                        .find(|o| o.label == n.label)
+                                        .filter(|_| dt > 0.0)
+                                        .map_or(0.0, |o| per(n).saturating_sub(per(o)) as f64 / dt),
+                                )
+                            })
+                            .collect();
                         *c = (elapsed_s, nodes.clone(), rate);
                         *run.rates.lock().expect("not poisoned") = rates;
                     }
-                    self.notify(&run, |r| Reply::Counters { run: r, elapsed_s, nodes: nodes.clone() });
+                    self.notify(&run, |r| Reply::Counters {
+                        run: r,
+                        elapsed_s,
+                        nodes: nodes.clone(),
+                    });
                 }
-                FromWorker::Edited { edit_id: id, ok, text, errno } => {
+                FromWorker::Edited {
+                    edit_id: id,
+                    ok,
+                    text,
+                    errno,
+                } => {
                     if let Some(tx) = run.edits.lock().expect("not poisoned").remove(&id) {
                         let _ = tx.send((ok, text, errno));
                     }
                 }
-                FromWorker::Graph { nodes, mode } => *run.graph.lock().expect("not poisoned") = (nodes, mode),
-                FromWorker::Tapped { tap_req, tap, ok, text, errno } => {
+                FromWorker::Graph { nodes, mode } => {
+                    *run.graph.lock().expect("not poisoned") = (nodes, mode)
+                }
+                FromWorker::Tapped {
+                    tap_req,
+                    tap,
+                    ok,
+                    text,
+                    errno,
+                } => {
                     let answer = match (ok, fds.len()) {
                         (true, 2) => Ok((tap, fds)),
-                        (true, n) => Err((libc::EIO, format!("the worker sent {n} descriptors with a tap (2 expected)"))),
+                        (true, n) => Err((
+                            libc::EIO,
+                            format!("the worker sent {n} descriptors with a tap (2 expected)"),
+                        )),
                         (false, _) => Err((if errno == 0 { libc::EIO } else { errno }, text)),
                     };
                     match run.taps.lock().expect("not poisoned").remove(&tap_req) {
@@ -628,7 +1020,9 @@ impl Daemon {
         }
         let status = run.child.lock().expect("not poisoned").wait();
         let code = code.unwrap_or_else(|| match status {
-            Ok(s) => s.code().unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)),
+            Ok(s) => s.code().unwrap_or_else(|| {
+                128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)
+            }),
             Err(_) => 1,
         });
         *run.state.lock().expect("not poisoned") = State::Finished(code);
@@ -643,7 +1037,15 @@ impl Daemon {
         let mut w = run.watchers.lock().expect("not poisoned");
         w.retain(|(sock, id)| {
             let s = sock.lock().expect("not poisoned");
-            proto::send(&s, &Msg { id: *id, body: event(run.id) }, &[]).is_ok()
+            proto::send(
+                &s,
+                &Msg {
+                    id: *id,
+                    body: event(run.id),
+                },
+                &[],
+            )
+            .is_ok()
         });
     }
 }
@@ -661,25 +1063,51 @@ impl Daemon {
 fn open_stream(name: &str, who: &Cred) -> CallResult {
     use std::os::unix::fs::MetadataExt;
     if name.is_empty() || name.contains('/') || name.starts_with('.') || name.len() > 200 {
-        return Err(refuse(libc::EINVAL, format!("stream name `{name}`: expected a node name (no '/')")));
+        return Err(refuse(
+            libc::EINVAL,
+            format!("stream name `{name}`: expected a node name (no '/')"),
+        ));
     }
     let tags = format!("/dev/shm/{}", dataplane::runtime::export_name(name));
     let data = format!("{tags}.data");
     let mut fds = Vec::new();
     for path in [&tags, &data] {
-        let meta = std::fs::metadata(path).map_err(|e| refuse(libc::ENOENT, format!("no exported stream {name} ({path}: {e})")))?;
+        let meta = std::fs::metadata(path).map_err(|e| {
+            refuse(
+                libc::ENOENT,
+                format!("no exported stream {name} ({path}: {e})"),
+            )
+        })?;
         if !may_read(&meta, who) {
-            return Err(refuse(libc::EACCES, format!("stream {name} is uid {}'s with mode {:04o}: uid {} may not read it", meta.uid(), meta.mode() & 0o7777, who.uid)));
+            return Err(refuse(
+                libc::EACCES,
+                format!(
+                    "stream {name} is uid {}'s with mode {:04o}: uid {} may not read it",
+                    meta.uid(),
+                    meta.mode() & 0o7777,
+                    who.uid
+                ),
+            ));
         }
         let f = std::fs::File::open(path).map_err(|e| refuse(libc::EIO, format!("{path}: {e}")))?;
         fds.push(OwnedFd::from(f));
         if who.root() || meta.uid() == who.uid {
             let ctl = format!("{path}.ctl");
-            let c = std::fs::OpenOptions::new().read(true).write(true).open(&ctl).map_err(|e| refuse(libc::EIO, format!("{ctl}: {e}")))?;
+            let c = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&ctl)
+                .map_err(|e| refuse(libc::EIO, format!("{ctl}: {e}")))?;
             fds.push(OwnedFd::from(c));
         }
     }
-    Ok((Reply::Stream { name: name.to_string(), fds: fds.len() as u32 }, fds))
+    Ok((
+        Reply::Stream {
+            name: name.to_string(),
+            fds: fds.len() as u32,
+        },
+        fds,
+    ))
 }
 
 /// Unix read permission: owner, group (primary or supplementary), others.
@@ -690,17 +1118,24 @@ pub fn may_read(meta: &std::fs::Metadata, who: &Cred) -> bool {
 
 /// Unix read permission of something owned by `uid`:`gid` with mode `m`.
 pub fn may_read_mode(uid: u32, gid: u32, m: u32, who: &Cred) -> bool {
-    who.root() || (uid == who.uid && m & 0o400 != 0) || (uid != who.uid && who.groups.contains(&gid) && m & 0o040 != 0) || (uid != who.uid && !who.groups.contains(&gid) && m & 0o004 != 0)
+    who.root()
+        || (uid == who.uid && m & 0o400 != 0)
+        || (uid != who.uid && who.groups.contains(&gid) && m & 0o040 != 0)
+        || (uid != who.uid && !who.groups.contains(&gid) && m & 0o004 != 0)
 }
 
 /// MSG_FUNC_ACTIVATE: start built run `r`, now belonging to connection `conn`.
 fn activate(r: &Run, conn: u64, detach: bool) -> Result<(), Reply> {
     if r.state() != State::Built {
-        return Err(refuse(libc::EBUSY, format!("run {} is already active", r.id)));
+        return Err(refuse(
+            libc::EBUSY,
+            format!("run {} is already active", r.id),
+        ));
     }
     r.detached.store(detach, Ordering::Relaxed);
     r.conn.store(conn, Ordering::Relaxed);
-    r.tell(ToWorker::Go {}).map_err(|e| refuse(libc::EIO, format!("run {}: its worker is gone: {e}", r.id)))?;
+    r.tell(ToWorker::Go {})
+        .map_err(|e| refuse(libc::EIO, format!("run {}: its worker is gone: {e}", r.id)))?;
     *r.state.lock().expect("not poisoned") = State::Running;
     Ok(())
 }
@@ -715,9 +1150,17 @@ fn capture_pipeline(device: &str) -> String {
 /// ENOTSUP: framing `rx` does not give, for the caller to hand to the real libpcap).
 fn interface_link_type(device: &str) -> Result<u32, Reply> {
     if device.is_empty() || device.len() > 15 || device.contains('/') || device.starts_with('.') {
-        return Err(refuse(libc::ENODEV, format!("no such device {device:?} (an interface name has 1 to 15 characters, no '/')")));
+        return Err(refuse(
+            libc::ENODEV,
+            format!("no such device {device:?} (an interface name has 1 to 15 characters, no '/')"),
+        ));
     }
-    let ty = std::fs::read_to_string(format!("/sys/class/net/{device}/type")).map_err(|_| refuse(libc::ENODEV, format!("no such device {device} (not in /sys/class/net)")))?;
+    let ty = std::fs::read_to_string(format!("/sys/class/net/{device}/type")).map_err(|_| {
+        refuse(
+            libc::ENODEV,
+            format!("no such device {device} (not in /sys/class/net)"),
+        )
+    })?;
     match ty.trim() {
         // ARPHRD_ETHER, ARPHRD_LOOPBACK: Ethernet headers (DLT_EN10MB).
         "1" | "772" => Ok(1),

@@ -12,5 +12,8 @@ fn decoder_corpus_replays_without_panics() {
         n += 1;
     }
     assert!(n >= 20, "expected the committed corpus, found {n} inputs");
-    assert!(decoded >= 16, "the valid seeds (one per message kind) decode: only {decoded} did");
+    assert!(
+        decoded >= 16,
+        "the valid seeds (one per message kind) decode: only {decoded} did"
+    );
 }

@@ -24,8 +24,17 @@ pub struct JoinFilter {
 
 impl JoinFilter {
     pub fn new(mode: JoinMode, branches: usize) -> JoinFilter {
-        let queues = if mode == JoinMode::Ordered { (0..branches.max(1)).map(|_| Default::default()).collect() } else { Vec::new() };
-        JoinFilter { mode, seen: HashMap::new(), queues, next: 0 }
+        let queues = if mode == JoinMode::Ordered {
+            (0..branches.max(1)).map(|_| Default::default()).collect()
+        } else {
+            Vec::new()
+        };
+        JoinFilter {
+            mode,
+            seen: HashMap::new(),
+            queues,
+            next: 0,
+        }
     }
 
     /// Ordered mode: queue the batch's blocks under their in-arc, then pass on blocks in
@@ -63,7 +72,9 @@ impl JoinFilter {
         }
         if lost > 0 {
             queue.retain(|(t, _)| cx.store.data(t).is_ok());
-            cx.warn(format!("ordered join: {lost} blocks no longer resolved when they were to be kept; dropped"));
+            cx.warn(format!(
+                "ordered join: {lost} blocks no longer resolved when they were to be kept; dropped"
+            ));
         }
     }
 }
@@ -115,7 +126,11 @@ pub struct SplitFilter {
 
 impl SplitFilter {
     pub fn new(mode: SplitMode, ways: usize) -> SplitFilter {
-        SplitFilter { mode, ways: ways.max(1), next: 0 }
+        SplitFilter {
+            mode,
+            ways: ways.max(1),
+            next: 0,
+        }
     }
 }
 
@@ -180,18 +195,38 @@ impl UnixProc {
             // all become the client's before the command is executed.
             Some(who) => {
                 let mut c = Command::new("setpriv");
-                c.arg(format!("--reuid={}", who.uid)).arg(format!("--regid={}", who.gid));
+                c.arg(format!("--reuid={}", who.uid))
+                    .arg(format!("--regid={}", who.gid));
                 match who.groups.is_empty() {
                     true => c.arg("--clear-groups"),
-                    false => c.arg(format!("--groups={}", who.groups.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(","))),
+                    false => c.arg(format!(
+                        "--groups={}",
+                        who.groups
+                            .iter()
+                            .map(|g| g.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )),
                 };
                 c.arg("--").arg(&argv[0]);
                 c
             }
             None => Command::new(&argv[0]),
         };
-        cmd.args(&argv[1..]).stdout(if sink { Stdio::inherit() } else { Stdio::piped() }).stdin(if source { Stdio::null() } else { Stdio::piped() });
-        let mut child = cmd.spawn().map_err(|e| std::io::Error::new(e.kind(), format!("cannot start '{}': {e}", argv[0])))?;
+        cmd.args(&argv[1..])
+            .stdout(if sink {
+                Stdio::inherit()
+            } else {
+                Stdio::piped()
+            })
+            .stdin(if source {
+                Stdio::null()
+            } else {
+                Stdio::piped()
+            });
+        let mut child = cmd.spawn().map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot start '{}': {e}", argv[0]))
+        })?;
         let (otx, orx) = mpsc::sync_channel::<Vec<u8>>(64);
         let Some(mut stdout) = child.stdout.take() else {
             drop(otx);
@@ -213,7 +248,12 @@ impl UnixProc {
         Ok(Self::assemble(argv, child, orx, sink))
     }
 
-    fn assemble(argv: &[String], mut child: Child, output: Receiver<Vec<u8>>, sink: bool) -> UnixProc {
+    fn assemble(
+        argv: &[String],
+        mut child: Child,
+        output: Receiver<Vec<u8>>,
+        sink: bool,
+    ) -> UnixProc {
         let (input, feeder) = match child.stdin.take() {
             Some(stdin) => {
                 let (itx, irx) = mpsc::sync_channel::<Vec<u8>>(256);
@@ -222,7 +262,15 @@ impl UnixProc {
             }
             None => (None, None),
         };
-        UnixProc { argv: argv.to_vec(), child, input, output, feeder, sink, finished: false }
+        UnixProc {
+            argv: argv.to_vec(),
+            child,
+            input,
+            output,
+            feeder,
+            sink,
+            finished: false,
+        }
     }
 }
 
@@ -253,7 +301,11 @@ impl Filter for UnixProc {
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if self.sink {
             // Nothing comes back from a sink; it ends only when the run drains it.
-            return if max == usize::MAX { self.end(cx) } else { !self.finished };
+            return if max == usize::MAX {
+                self.end(cx)
+            } else {
+                !self.finished
+            };
         }
         let block = |cx: &mut Ctx<'_>, out: &mut Batch, chunk: Vec<u8>| {
             let mut t: Tag = cx.store.push(&chunk);
@@ -283,7 +335,10 @@ impl Filter for UnixProc {
                     }
                     // A source process that has not produced yet: wait a little.
                     if self.input.is_none() && out.is_empty() {
-                        match self.output.recv_timeout(std::time::Duration::from_millis(50)) {
+                        match self
+                            .output
+                            .recv_timeout(std::time::Duration::from_millis(50))
+                        {
                             Ok(chunk) => {
                                 block(cx, out, chunk);
                                 continue;
@@ -338,7 +393,13 @@ mod tests {
     /// Run `f` with a context over `store`; returns the warnings.
     fn with_ctx(store: &mut Store, f: impl FnOnce(&mut Ctx<'_>)) -> Vec<String> {
         let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
-        let mut cx = Ctx { store, name: "join", sessions: &mut sessions, warnings: &mut warnings, stop: &mut stop };
+        let mut cx = Ctx {
+            store,
+            name: "join",
+            sessions: &mut sessions,
+            warnings: &mut warnings,
+            stop: &mut stop,
+        };
         f(&mut cx);
         warnings
     }
@@ -361,15 +422,36 @@ mod tests {
         let lender = Lender::new(4096);
         let (a_pos, b_pos, b_bytes) = (lender.pos(0), lender.pos(100), lender.bytes(100, 100));
         let id = st.add_external(lender);
-        let (a, b) = (Tag { pos: a_pos, len: 100, buf: id, class: 1 }, Tag { pos: b_pos, len: 100, buf: id, class: 1 });
-        st.set_records(id, vec![RecordMeta::whole(a.pos, 100, 5, 100), RecordMeta::whole(b.pos, 100, 6, 100)]);
+        let (a, b) = (
+            Tag {
+                pos: a_pos,
+                len: 100,
+                buf: id,
+                class: 1,
+            },
+            Tag {
+                pos: b_pos,
+                len: 100,
+                buf: id,
+                class: 1,
+            },
+        );
+        st.set_records(
+            id,
+            vec![
+                RecordMeta::whole(a.pos, 100, 5, 100),
+                RecordMeta::whole(b.pos, 100, 6, 100),
+            ],
+        );
         let mut j = JoinFilter::new(JoinMode::Ordered, 2);
         // In-arc 0 brings a and b: a goes on, b waits for in-arc 1's block.
         let mut first = batch(0, &[a, b]);
         assert!(with_ctx(&mut st, |cx| j.process(cx, &mut first)).is_empty());
         assert_eq!(first.tags, vec![a]);
         // The batch is over: the lender takes its memory back and lends it anew.
-        st.external_mut::<Lender>(id).expect("the lender").give_back();
+        st.external_mut::<Lender>(id)
+            .expect("the lender")
+            .give_back();
         let c = st.push(b"from the other replica");
         let mut second = batch(1, &[c]);
         assert!(with_ctx(&mut st, |cx| j.process(cx, &mut second)).is_empty());
@@ -377,8 +459,22 @@ mod tests {
         assert_eq!(second.tags[0], c);
         let kept = second.tags[1];
         assert_ne!(kept.buf, id, "b is held as a copy");
-        assert_eq!(st.data(&kept).unwrap(), &b_bytes[..], "the copy reads what b held");
-        assert_eq!(st.record(&kept).map(|(m, whole)| (m.ts_ns, whole)), Some((6, true)), "with b's record");
-        assert_eq!(st.data(&b), Err(crate::store::ResolveError::Gone { buf: id, pos: b.pos }));
+        assert_eq!(
+            st.data(&kept).unwrap(),
+            &b_bytes[..],
+            "the copy reads what b held"
+        );
+        assert_eq!(
+            st.record(&kept).map(|(m, whole)| (m.ts_ns, whole)),
+            Some((6, true)),
+            "with b's record"
+        );
+        assert_eq!(
+            st.data(&b),
+            Err(crate::store::ResolveError::Gone {
+                buf: id,
+                pos: b.pos
+            })
+        );
     }
 }

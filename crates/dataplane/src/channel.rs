@@ -25,7 +25,9 @@
 
 use crate::filter::{Batch, Ctx, Filter};
 use crate::store::BufId;
-use beltway::{DbufView, IbufWriter, Layout, Reader, RingConfig, RingRef, Start, SyncMode, Tag, Writer};
+use beltway::{
+    DbufView, IbufWriter, Layout, Reader, RingConfig, RingRef, Start, SyncMode, Tag, Writer,
+};
 use std::time::{Duration, Instant};
 
 /// How a channel batches its wake-ups and how much it buffers.
@@ -43,18 +45,31 @@ pub struct ChannelConfig {
 
 impl Default for ChannelConfig {
     fn default() -> Self {
-        ChannelConfig { threshold: 32, latency: Duration::from_millis(1), slots: 4096, data: 16 << 20 }
+        ChannelConfig {
+            threshold: 32,
+            latency: Duration::from_millis(1),
+            slots: 4096,
+            data: 16 << 20,
+        }
     }
 }
 
 impl ChannelConfig {
     /// `@latency`: small batches (wake for every block), short bound.
     pub fn latency() -> Self {
-        ChannelConfig { threshold: 1, latency: Duration::from_micros(50), ..Self::default() }
+        ChannelConfig {
+            threshold: 1,
+            latency: Duration::from_micros(50),
+            ..Self::default()
+        }
     }
     /// `@throughput`: large batches.
     pub fn throughput() -> Self {
-        ChannelConfig { threshold: 256, latency: Duration::from_millis(5), ..Self::default() }
+        ChannelConfig {
+            threshold: 256,
+            latency: Duration::from_millis(5),
+            ..Self::default()
+        }
     }
 }
 
@@ -69,20 +84,56 @@ pub fn channel(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, Ingre
 /// space of this process, so blocks in the producer's shared rings cross as tags only.
 /// Blocks in files cross as tags unless `same_process` is false and the consumer is the
 /// parent (`to_parent`), which does not map files a process space names.
-pub fn egress(name: &str, cfg: ChannelConfig, same_process: bool) -> beltway::Result<(Egress, RingRef, RingRef)> {
+pub fn egress(
+    name: &str,
+    cfg: ChannelConfig,
+    same_process: bool,
+) -> beltway::Result<(Egress, RingRef, RingRef)> {
     egress_to(name, cfg, same_process, false)
 }
 
 /// [`egress`] with the direction known: `to_parent` for a process space's channels.
-pub fn egress_to(name: &str, cfg: ChannelConfig, same_process: bool, to_parent: bool) -> beltway::Result<(Egress, RingRef, RingRef)> {
+pub fn egress_to(
+    name: &str,
+    cfg: ChannelConfig,
+    same_process: bool,
+    to_parent: bool,
+) -> beltway::Result<(Egress, RingRef, RingRef)> {
     let tags = Writer::create(
         &format!("{name}.tags"),
-        RingConfig { latency: cfg.latency, ..RingConfig::bytes(cfg.slots * Tag::SIZE).layout(Layout::Tags).threshold(cfg.threshold) },
+        RingConfig {
+            latency: cfg.latency,
+            ..RingConfig::bytes(cfg.slots * Tag::SIZE)
+                .layout(Layout::Tags)
+                .threshold(cfg.threshold)
+        },
     )?;
-    let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(cfg.data) })?;
+    let data = Writer::create(
+        &format!("{name}.data"),
+        RingConfig {
+            buf_id: 1,
+            ..RingConfig::bytes(cfg.data)
+        },
+    )?;
     let (tags_ref, data_ref) = (tags.ring(), data.ring());
     let writer = IbufWriter::new(tags)?.with_default(data)?;
-    Ok((Egress { w: writer, name: name.to_string(), failed: false, announced: Vec::new(), same_process, file_refs: !to_parent, tags: tags_ref.clone(), published: false, reaped: Instant::now() }, tags_ref, data_ref))
+    Ok((
+        Egress {
+            w: writer,
+            name: name.to_string(),
+            failed: false,
+            announced: Vec::new(),
+            same_process,
+            file_refs: !to_parent,
+            tags: tags_ref.clone(),
+            published: false,
+            reaped: Instant::now(),
+            guards: Vec::new(),
+            run: Vec::new(),
+        },
+        tags_ref,
+        data_ref,
+    ))
 }
 
 /// Name under /dev/shm of the stream published under `key` (`.tags` and `.data`).
@@ -102,14 +153,41 @@ pub fn publish(key: &str, cfg: ChannelConfig) -> beltway::Result<Egress> {
     let name = share_name(key);
     let tags = Writer::create_named(
         &format!("{name}.tags"),
-        RingConfig { latency: cfg.latency, mode: 0o600, ..RingConfig::bytes(cfg.slots * Tag::SIZE).layout(Layout::Tags).sync(SyncMode::Frp).threshold(cfg.threshold) },
+        RingConfig {
+            latency: cfg.latency,
+            mode: 0o600,
+            ..RingConfig::bytes(cfg.slots * Tag::SIZE)
+                .layout(Layout::Tags)
+                .sync(SyncMode::Frp)
+                .threshold(cfg.threshold)
+        },
     )?;
     // Lossless towards its only reader, the writer's own shadow, which the lossy tag ring
     // never holds back: the data ring too is reused without waiting for subscribers.
-    let data = Writer::create_named(&format!("{name}.data"), RingConfig { buf_id: 1, mode: 0o600, ..RingConfig::bytes(cfg.data) })?;
+    let data = Writer::create_named(
+        &format!("{name}.data"),
+        RingConfig {
+            buf_id: 1,
+            mode: 0o600,
+            ..RingConfig::bytes(cfg.data)
+        },
+    )?;
     let tags_ref = tags.ring();
-    let w = IbufWriter::new(tags)?.with_default(data)?;
-    Ok(Egress { w, name, failed: false, announced: Vec::new(), same_process: false, file_refs: false, tags: tags_ref, published: true, reaped: Instant::now() })
+    let mut w = IbufWriter::new(tags)?.with_default(data)?;
+    w.set_deferred(true);
+    Ok(Egress {
+        w,
+        name,
+        failed: false,
+        announced: Vec::new(),
+        same_process: false,
+        file_refs: false,
+        tags: tags_ref,
+        published: true,
+        reaped: Instant::now(),
+        guards: Vec::new(),
+        run: Vec::new(),
+    })
 }
 
 /// A live run's published stream under `key`: its process id, if there is one.
@@ -132,32 +210,81 @@ pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
     let tags = RingRef::open(&format!("{name}.tags"))?;
     let data = RingRef::open(&format!("{name}.data"))?;
     if tags.shared().layout() != Layout::Tags || data.shared().layout() != Layout::Bytes {
-        return Err(beltway::Error::BadRing { name, why: "not a published stream (a tag ring and a byte ring)".into() });
+        return Err(beltway::Error::BadRing {
+            name,
+            why: "not a published stream (a tag ring and a byte ring)".into(),
+        });
     }
     let reader = tags.reader(Start::Latest)?;
     let view = DbufView::new(&data);
     // The subscriber's ring is as large as the publisher's; a batch holds at most a
     // quarter of it, and a block at most a quarter, so a batch never laps it.
     let size = data.shared().max_size();
-    let sub = Subscription { view, size, ring: None, received: 0, lost: 0, lost_bytes: 0 };
-    Ok(Ingress { trusted: false, max_bytes: (size / 4).max(1), r: Some(reader), data: None, local: 0, name, held: false, link_set: false, files: Vec::new(), file_ref: None, sub: Some(sub), busy: false })
+    let sub = Subscription {
+        view,
+        size,
+        ring: None,
+        received: 0,
+        lost: 0,
+        lost_bytes: 0,
+    };
+    Ok(Ingress {
+        trusted: false,
+        max_bytes: (size / 4).max(1),
+        r: Some(reader),
+        data: None,
+        local: 0,
+        name,
+        held: false,
+        link_set: false,
+        files: Vec::new(),
+        file_ref: None,
+        sub: Some(sub),
+        busy: false,
+        run: Vec::new(),
+    })
 }
 
 /// The consumer's end of a channel, attached to its rings (attach every consumer before
 /// the producer starts, so nothing is written before a reader holds its place).
 /// `trusted`: the producer may name files for this space to map (not so for a process
 /// space feeding its parent: a crashed or hostile one could name any file).
-pub fn ingress(name: &str, tags: &RingRef, data: &RingRef, trusted: bool) -> beltway::Result<Ingress> {
+pub fn ingress(
+    name: &str,
+    tags: &RingRef,
+    data: &RingRef,
+    trusted: bool,
+) -> beltway::Result<Ingress> {
     attach(name, tags, data, trusted, Start::Oldest)
 }
 
-fn attach(name: &str, tags: &RingRef, data: &RingRef, trusted: bool, start: Start) -> beltway::Result<Ingress> {
+fn attach(
+    name: &str,
+    tags: &RingRef,
+    data: &RingRef,
+    trusted: bool,
+    start: Start,
+) -> beltway::Result<Ingress> {
     let mut reader = tags.reader(start)?;
     reader.set_manual_release(true);
     // A batch holds at most a quarter of the data ring, so the producer keeps writing
     // while the consumer works on it.
     let max_bytes = (data.shared().max_size() / 4).max(1);
-    Ok(Ingress { trusted, max_bytes, r: Some(reader), data: Some(DbufView::new(data)), local: 0, name: name.to_string(), held: false, link_set: false, files: Vec::new(), file_ref: None, sub: None, busy: false })
+    Ok(Ingress {
+        trusted,
+        max_bytes,
+        r: Some(reader),
+        data: Some(DbufView::new(data)),
+        local: 0,
+        name: name.to_string(),
+        held: false,
+        link_set: false,
+        files: Vec::new(),
+        file_ref: None,
+        sub: None,
+        busy: false,
+        run: Vec::new(),
+    })
 }
 
 /// What travels with each block: its record metadata (capture time, wire length, and for
@@ -191,7 +318,13 @@ const SHARED: u16 = 16;
 const FILE_BIT: u16 = 0x8000;
 
 impl Meta {
-    const NONE: Meta = Meta { ts_ns: 0, orig_len: 0, skip: 0, link: 0, flags: 0 };
+    const NONE: Meta = Meta {
+        ts_ns: 0,
+        orig_len: 0,
+        skip: 0,
+        link: 0,
+        flags: 0,
+    };
 
     fn of(cx: &Ctx<'_>, t: &Tag) -> Meta {
         match cx.store.record_of(t) {
@@ -200,7 +333,13 @@ impl Meta {
                     Some(l) => (l, LINK),
                     None => (0, 0),
                 };
-                Meta { ts_ns: r.ts_ns, orig_len: r.orig_len, skip: r.skip, link, flags: RECORD | lf }
+                Meta {
+                    ts_ns: r.ts_ns,
+                    orig_len: r.orig_len,
+                    skip: r.skip,
+                    link,
+                    flags: RECORD | lf,
+                }
             }
             None => Meta::NONE,
         }
@@ -243,6 +382,11 @@ pub struct Egress {
     published: bool,
     /// When the published stream's dead subscribers were last looked for.
     reaped: Instant,
+    /// Shared rings this batch sent blocks of, each with the start of its earliest block
+    /// and the end of its latest: one guard per ring and batch (see [`Egress::end_batch`]).
+    guards: Vec<(BufId, u64, u64)>,
+    /// Tags of blocks in shared rings not yet written (see [`Egress::send_ref`]).
+    run: Vec<Tag>,
 }
 
 /// How often a publisher frees the reader slots of subscribers that died (a killed
@@ -266,23 +410,54 @@ impl Egress {
         true
     }
 
-    /// A block in one of this space's shared rings, to a consumer in this process.
-    fn send_ref(&mut self, cx: &mut Ctx<'_>, t: &Tag) -> beltway::Result<()> {
+    /// A block in one of this space's shared rings (`key`), to a consumer in this process:
+    /// only its tag crosses, queued in `self.run` and written with the batch's others in
+    /// one run ([`Egress::write_run`]); what must precede it in the tag ring (the ring's
+    /// announcement, the block's record header) flushes the queue first.
+    fn send_ref(&mut self, cx: &mut Ctx<'_>, t: &Tag, key: u64) -> beltway::Result<()> {
+        // The consumer reads this ring in place, and the ring keeps the block until the
+        // consumer releases the tag (one guard per ring and batch, see `end_batch`).
+        if !self.announced.contains(&t.buf) {
+            self.write_run()?;
+            let a = Meta {
+                ts_ns: t.buf as u64,
+                flags: ANNOUNCE | SHARED,
+                ..Meta::NONE
+            };
+            self.w
+                .write_through_parts(&[&a.to_bytes(), &key.to_le_bytes()], 1)?;
+            self.announced.push(t.buf);
+        }
+        // A block without record metadata (made by gen, an editor, ...) is its tag alone.
         let meta = Meta::of(cx, t);
-        if let Some(key) = cx.store.shared_key(t.buf).filter(|_| t.buf < FILE_BIT) {
-            // The consumer reads this ring in place: only the tag crosses, and the ring
-            // keeps the block until the consumer releases the tag.
-            if !self.announced.contains(&t.buf) {
-                let a = Meta { ts_ns: t.buf as u64, flags: ANNOUNCE | SHARED, ..Meta::NONE };
-                self.w.write_through_parts(&[&a.to_bytes(), &key.to_le_bytes()], 1)?;
-                self.announced.push(t.buf);
-            }
-            // A block without record metadata (made by gen, an editor, ...) is its tag alone.
-            if meta.flags != 0 {
-                self.w.write_through_parts(&[&Meta { flags: meta.flags | FILE_REF, ..meta }.to_bytes()], 1)?;
-            }
-            let at = self.w.write_tag(Tag { buf: t.buf | FILE_BIT, ..*t })?;
-            cx.store.guard(t, &self.tags, at + Tag::SIZE as u64);
+        if meta.flags != 0 {
+            self.write_run()?;
+            self.w.write_through_parts(
+                &[&Meta {
+                    flags: meta.flags | FILE_REF,
+                    ..meta
+                }
+                .to_bytes()],
+                1,
+            )?;
+        }
+        self.run.push(Tag {
+            buf: t.buf | FILE_BIT,
+            ..*t
+        });
+        let end = t.pos + t.len as u64;
+        match self.guards.iter_mut().find(|g| g.0 == t.buf) {
+            Some(g) => (g.1, g.2) = (g.1.min(t.pos), g.2.max(end)),
+            None => self.guards.push((t.buf, t.pos, end)),
+        }
+        Ok(())
+    }
+
+    /// Write the queued tags of [`Egress::send_ref`] as one run.
+    fn write_run(&mut self) -> beltway::Result<()> {
+        if !self.run.is_empty() {
+            self.w.write_tags(&self.run)?;
+            self.run.clear();
         }
         Ok(())
     }
@@ -290,18 +465,70 @@ impl Egress {
     /// Any other block: by reference into a file both spaces map, or written through.
     fn send(&mut self, cx: &Ctx<'_>, t: &Tag, d: &[u8]) -> beltway::Result<()> {
         let meta = Meta::of(cx, t);
-        if let Some(path) = cx.store.file_path(t.buf).filter(|_| t.buf < FILE_BIT && self.file_refs) {
+        if let Some(path) = cx
+            .store
+            .file_path(t.buf)
+            .filter(|_| t.buf < FILE_BIT && self.file_refs)
+        {
             // Both spaces can map this file: only the tag crosses.
             if !self.announced.contains(&t.buf) {
-                let a = Meta { ts_ns: t.buf as u64, flags: ANNOUNCE, ..Meta::NONE };
-                self.w.write_through_parts(&[&a.to_bytes(), path.as_os_str().as_encoded_bytes()], 1)?;
+                let a = Meta {
+                    ts_ns: t.buf as u64,
+                    flags: ANNOUNCE,
+                    ..Meta::NONE
+                };
+                self.w.write_through_parts(
+                    &[&a.to_bytes(), path.as_os_str().as_encoded_bytes()],
+                    1,
+                )?;
                 self.announced.push(t.buf);
             }
-            self.w.write_through_parts(&[&Meta { flags: meta.flags | FILE_REF, ..meta }.to_bytes()], 1)?;
-            self.w.write_tag(Tag { buf: t.buf | FILE_BIT, ..*t })?;
+            self.w.write_through_parts(
+                &[&Meta {
+                    flags: meta.flags | FILE_REF,
+                    ..meta
+                }
+                .to_bytes()],
+                1,
+            )?;
+            self.w.write_tag(Tag {
+                buf: t.buf | FILE_BIT,
+                ..*t
+            })?;
             return Ok(());
         }
-        self.w.write_through_parts(&[&meta.to_bytes(), d], t.class).map(|_| ())
+        self.w
+            .write_through_parts(&[&meta.to_bytes(), d], t.class)
+            .map(|_| ())
+    }
+}
+
+impl Egress {
+    /// The end of a batch: one guard per shared ring for all of the batch's blocks in it
+    /// (from its earliest block, until the consumer has released the batch's last tag:
+    /// the ring reuses none of that space before), then one commit that makes the whole
+    /// batch visible. The commit wakes a sleeping consumer only as the moderation says
+    /// (after `threshold` tags since the last wake-up); otherwise the consumer's own
+    /// latency bound brings it back (thesis 5.2.2: signals batched by the sender, handled
+    /// lazily by the receiver, within the latency bound).
+    fn end_batch(&mut self, cx: &mut Ctx<'_>) {
+        if let Err(e) = self.write_run() {
+            if !self.failed && !matches!(e, beltway::Error::BrokenPipe { .. }) {
+                cx.warn(format!("channel {}: {e}", self.name));
+            }
+            self.failed = true;
+            self.run.clear();
+            if !self.published {
+                cx.stop();
+            }
+        }
+        if !self.guards.is_empty() {
+            let end = self.w.tags().position();
+            for (buf, start, stop) in self.guards.drain(..) {
+                cx.store.guard_range(buf, start, stop, &self.tags, end);
+            }
+        }
+        self.w.commit();
     }
 }
 
@@ -313,15 +540,35 @@ impl Filter for Egress {
         if self.failed || !self.wanted() {
             return;
         }
+        // The shared-ring key of the last buffer seen (a batch's blocks mostly share one).
+        let mut last: Option<(BufId, Option<u64>)> = None;
         for t in &batch.tags {
-            if self.same_process && cx.store.shared_key(t.buf).is_some() {
-                if let Err(e) = self.send_ref(cx, t) {
-                    cx.warn(format!("channel {}: {e}", self.name));
-                    self.failed = true;
-                    cx.stop();
-                    return;
+            if self.same_process && t.buf < FILE_BIT {
+                let key = match last {
+                    Some((b, k)) if b == t.buf => k,
+                    _ => {
+                        let k = cx.store.shared_key(t.buf);
+                        last = Some((t.buf, k));
+                        k
+                    }
+                };
+                if let Some(key) = key {
+                    if let Err(e) = self.send_ref(cx, t, key) {
+                        cx.warn(format!("channel {}: {e}", self.name));
+                        self.failed = true;
+                        self.end_batch(cx);
+                        cx.stop();
+                        return;
+                    }
+                    continue;
                 }
-                continue;
+            }
+            if let Err(e) = self.write_run() {
+                cx.warn(format!("channel {}: {e}", self.name));
+                self.failed = true;
+                self.end_batch(cx);
+                cx.stop();
+                return;
             }
             let res = match cx.store.data(t) {
                 Ok(d) => self.send(cx, t, d),
@@ -338,17 +585,14 @@ impl Filter for Egress {
                     cx.warn(format!("channel {}: {e}", self.name));
                 }
                 self.failed = true;
+                self.end_batch(cx);
                 if !self.published {
                     cx.stop();
                 }
                 return;
             }
         }
-        // Within a batch the tag ring's moderation wakes a sleeping consumer after
-        // `threshold` tags; at the end of the batch whatever is pending is signalled, so the
-        // consumer never waits for the latency bound while this space goes on to block
-        // elsewhere (e.g. on its own ring's guards).
-        self.w.flush();
+        self.end_batch(cx);
     }
     fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
         self.w.close();
@@ -386,6 +630,8 @@ pub struct Ingress {
     sub: Option<Subscription>,
     /// `@busy` on the consumer: poll the channel instead of sleeping on it.
     busy: bool,
+    /// The run of tags being taken (kept to reuse its allocation).
+    run: Vec<Tag>,
 }
 
 /// A subscriber's side of a published stream: the publisher's data ring (read by copying,
@@ -426,57 +672,151 @@ impl Ingress {
         }
     }
 
-    /// Next block without blocking, renamed into the local store with its record
-    /// metadata restored: `Ok(None)` when none is committed yet.
-    fn next(&mut self, cx: &mut Ctx<'_>) -> beltway::Result<Option<Tag>> {
+    /// Blocks without blocking: one run of committed tags (one look at the producer's
+    /// position for all of them), each renamed into the local store with its record
+    /// metadata restored and pushed to `out` until it holds `max` blocks or `budget` bytes.
+    /// Only the tags used are consumed; the rest are read again next time. `Ok(false)`:
+    /// nothing was committed.
+    fn next_run(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        out: &mut Batch,
+        max: usize,
+        budget: &mut u64,
+    ) -> beltway::Result<bool> {
         if self.sub.is_some() {
-            return self.next_copied(cx);
+            return match self.next_copied(cx)? {
+                Some(t) => {
+                    *budget += t.len as u64 + META_SIZE as u64;
+                    out.push(t);
+                    Ok(true)
+                }
+                None => Ok(false),
+            };
         }
-        let corrupt = |pos: u64, why: String| beltway::Error::Corrupt { name: self.name.clone(), pos, why };
-        let Some(r) = self.r.as_mut() else { return Ok(None) };
-        loop {
-            let Some(p) = r.try_peek_acquire(Tag::SIZE)? else { return Ok(None) };
-            let t = Tag::from_bytes(p.data);
-            r.peek_complete()?;
-            let Some(t) = t.filter(|t| t.buf != 0) else { continue };
-            if t.buf & FILE_BIT != 0 {
-                // A tag into a file this space maps too.
-                // No header: a block without record metadata.
-                let meta = self.file_ref.take().unwrap_or(Meta::NONE);
-                let Some(&(_, local)) = self.files.iter().find(|f| f.0 == t.buf & !FILE_BIT) else {
-                    return Err(corrupt(t.pos, format!("a tag into file {} that was never announced", t.buf & !FILE_BIT)));
-                };
-                let tag = Tag { buf: local, ..t };
-                self.restore(cx, &tag, meta);
-                return Ok(Some(tag));
+        let Some(r) = self.r.as_mut() else {
+            return Ok(false);
+        };
+        let Some(p) = r.try_peek_tags(max.saturating_sub(out.len()).max(1))? else {
+            return Ok(false);
+        };
+        let mut run = std::mem::take(&mut self.run);
+        run.clear();
+        run.extend(
+            p.data
+                .chunks_exact(Tag::SIZE)
+                .map(|b| Tag::from_bytes(b).expect("a whole tag")),
+        );
+        let mut used = 0;
+        let mut res = Ok(true);
+        for &raw in &run {
+            if out.len() >= max || *budget >= self.max_bytes {
+                break;
             }
-            let whole = Tag { buf: self.local, ..t };
-            let data = cx.store.data(&whole).map_err(|e| corrupt(t.pos, e.to_string()))?;
-            let Some(meta) = Meta::from_bytes(data) else { return Err(corrupt(t.pos, format!("a block without its {META_SIZE}-byte header"))) };
-            if meta.flags & ANNOUNCE != 0 && meta.flags & SHARED != 0 {
-                let key = data.get(META_SIZE..META_SIZE + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
-                let ring = crate::store::shared_ring(key).ok_or_else(|| corrupt(t.pos, format!("shared ring {key} is not in this process")))?;
-                let local = cx.store.map_dbuf(DbufView::new(&ring));
-                self.files.push((meta.ts_ns as BufId, local));
-                continue;
+            used += 1;
+            match self.take(cx, raw) {
+                Ok(Some(t)) => {
+                    self.held = true;
+                    *budget += t.len as u64 + META_SIZE as u64;
+                    out.push(t);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
             }
-            if meta.flags & ANNOUNCE != 0 && !self.trusted {
-                return Err(corrupt(t.pos, "a process space named a file to map; refused".into()));
-            }
-            if meta.flags & ANNOUNCE != 0 {
-                let path = std::path::PathBuf::from(String::from_utf8_lossy(&data[META_SIZE..]).into_owned());
-                let (local, _) = cx.store.add_file(&path).map_err(|e| corrupt(t.pos, format!("cannot map {}: {e}", path.display())))?;
-                self.files.push((meta.ts_ns as BufId, local));
-                continue;
-            }
-            if meta.flags & FILE_REF != 0 {
-                self.file_ref = Some(meta);
-                continue;
-            }
-            let local = Tag { pos: t.pos + META_SIZE as u64, len: t.len - META_SIZE as u32, ..whole };
-            self.restore(cx, &local, meta);
-            return Ok(Some(local));
         }
+        self.run = run;
+        if let Some(r) = self.r.as_mut() {
+            r.consume_tags((used * Tag::SIZE) as u64)?;
+        }
+        res
+    }
+
+    /// One tag read from the channel: the block it names, renamed into the local store
+    /// with its record metadata restored, or `None` for the channel's own announcements
+    /// and headers (and the empty tags of abandoned slots).
+    fn take(&mut self, cx: &mut Ctx<'_>, t: Tag) -> beltway::Result<Option<Tag>> {
+        let corrupt = |pos: u64, why: String| beltway::Error::Corrupt {
+            name: self.name.clone(),
+            pos,
+            why,
+        };
+        if t.buf == 0 {
+            return Ok(None);
+        }
+        if t.buf & FILE_BIT != 0 {
+            // A tag into a file or shared ring this space maps too.
+            // No header: a block without record metadata.
+            let meta = self.file_ref.take().unwrap_or(Meta::NONE);
+            let Some(&(_, local)) = self.files.iter().find(|f| f.0 == t.buf & !FILE_BIT) else {
+                return Err(corrupt(
+                    t.pos,
+                    format!(
+                        "a tag into file {} that was never announced",
+                        t.buf & !FILE_BIT
+                    ),
+                ));
+            };
+            let tag = Tag { buf: local, ..t };
+            self.restore(cx, &tag, meta);
+            return Ok(Some(tag));
+        }
+        let whole = Tag {
+            buf: self.local,
+            ..t
+        };
+        let data = cx
+            .store
+            .data(&whole)
+            .map_err(|e| corrupt(t.pos, e.to_string()))?;
+        let Some(meta) = Meta::from_bytes(data) else {
+            return Err(corrupt(
+                t.pos,
+                format!("a block without its {META_SIZE}-byte header"),
+            ));
+        };
+        if meta.flags & ANNOUNCE != 0 && meta.flags & SHARED != 0 {
+            let key = data
+                .get(META_SIZE..META_SIZE + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+                .unwrap_or(0);
+            let ring = crate::store::shared_ring(key).ok_or_else(|| {
+                corrupt(t.pos, format!("shared ring {key} is not in this process"))
+            })?;
+            let local = cx.store.map_dbuf(DbufView::new(&ring));
+            self.files.push((meta.ts_ns as BufId, local));
+            return Ok(None);
+        }
+        if meta.flags & ANNOUNCE != 0 && !self.trusted {
+            return Err(corrupt(
+                t.pos,
+                "a process space named a file to map; refused".into(),
+            ));
+        }
+        if meta.flags & ANNOUNCE != 0 {
+            let path =
+                std::path::PathBuf::from(String::from_utf8_lossy(&data[META_SIZE..]).into_owned());
+            let (local, _) = cx
+                .store
+                .add_file(&path)
+                .map_err(|e| corrupt(t.pos, format!("cannot map {}: {e}", path.display())))?;
+            self.files.push((meta.ts_ns as BufId, local));
+            return Ok(None);
+        }
+        if meta.flags & FILE_REF != 0 {
+            self.file_ref = Some(meta);
+            return Ok(None);
+        }
+        let local = Tag {
+            pos: t.pos + META_SIZE as u64,
+            len: t.len - META_SIZE as u32,
+            ..whole
+        };
+        self.restore(cx, &local, meta);
+        Ok(Some(local))
     }
 
     /// [`Ingress::next`] for a subscription: the next block the publisher has not yet
@@ -484,9 +824,17 @@ impl Ingress {
     /// a tag or a block found overwritten after it was read is counted as lost and skipped.
     fn next_copied(&mut self, cx: &mut Ctx<'_>) -> beltway::Result<Option<Tag>> {
         let name = &self.name;
-        let corrupt = |pos: u64, why: String| beltway::Error::Corrupt { name: name.clone(), pos, why };
-        let (Some(r), Some(sub)) = (self.r.as_mut(), self.sub.as_mut()) else { return Ok(None) };
-        let ring = *sub.ring.get_or_insert_with(|| cx.store.add_ring(sub.size as usize));
+        let corrupt = |pos: u64, why: String| beltway::Error::Corrupt {
+            name: name.clone(),
+            pos,
+            why,
+        };
+        let (Some(r), Some(sub)) = (self.r.as_mut(), self.sub.as_mut()) else {
+            return Ok(None);
+        };
+        let ring = *sub
+            .ring
+            .get_or_insert_with(|| cx.store.add_ring(sub.size as usize));
         loop {
             let (at, t) = match r.try_peek_acquire(Tag::SIZE) {
                 Ok(Some(p)) => (p.pos, Tag::from_bytes(p.data)),
@@ -504,17 +852,34 @@ impl Ingress {
                 sub.lost += 1;
                 continue;
             }
-            let Some(t) = t.filter(|t| t.buf != 0) else { continue };
+            let Some(t) = t.filter(|t| t.buf != 0) else {
+                continue;
+            };
             if t.buf & FILE_BIT != 0 {
-                return Err(corrupt(t.pos, "a published stream named a file or ring to map; refused".into()));
+                return Err(corrupt(
+                    t.pos,
+                    "a published stream named a file or ring to map; refused".into(),
+                ));
             }
             let Some(n) = (t.len as usize).checked_sub(META_SIZE) else {
-                return Err(corrupt(t.pos, format!("a block without its {META_SIZE}-byte header")));
+                return Err(corrupt(
+                    t.pos,
+                    format!("a block without its {META_SIZE}-byte header"),
+                ));
             };
             if n as u64 > sub.size / 4 {
-                return Err(corrupt(t.pos, format!("a block of {n} bytes, more than a subscriber takes ({})", sub.size / 4)));
+                return Err(corrupt(
+                    t.pos,
+                    format!(
+                        "a block of {n} bytes, more than a subscriber takes ({})",
+                        sub.size / 4
+                    ),
+                ));
             }
-            let src = Tag { buf: sub.view.id(), ..t };
+            let src = Tag {
+                buf: sub.view.id(),
+                ..t
+            };
             let mut head = [0u8; META_SIZE];
             let copied = match sub.view.resolve(&src) {
                 Ok(d) => {
@@ -534,12 +899,27 @@ impl Ingress {
             };
             let meta = Meta::from_bytes(&head).expect("a whole header");
             if meta.flags & (ANNOUNCE | FILE_REF) != 0 {
-                return Err(corrupt(t.pos, "a published stream named a file or ring to map; refused".into()));
+                return Err(corrupt(
+                    t.pos,
+                    "a published stream named a file or ring to map; refused".into(),
+                ));
             }
             sub.received += 1;
-            let local = Tag { class: t.class, ..local };
+            let local = Tag {
+                class: t.class,
+                ..local
+            };
             if meta.flags & RECORD != 0 {
-                cx.store.add_record(ring, crate::store::RecordMeta { pos: local.pos, len: local.len, skip: meta.skip, ts_ns: meta.ts_ns, orig_len: meta.orig_len });
+                cx.store.add_record(
+                    ring,
+                    crate::store::RecordMeta {
+                        pos: local.pos,
+                        len: local.len,
+                        skip: meta.skip,
+                        ts_ns: meta.ts_ns,
+                        orig_len: meta.orig_len,
+                    },
+                );
                 if meta.flags & LINK != 0 {
                     cx.store.set_link(ring, meta.link as u32);
                 }
@@ -551,7 +931,16 @@ impl Ingress {
     /// Record metadata and link type of a block, as the producer had them.
     fn restore(&mut self, cx: &mut Ctx<'_>, t: &Tag, meta: Meta) {
         if meta.flags & RECORD != 0 {
-            cx.store.add_record(t.buf, crate::store::RecordMeta { pos: t.pos, len: t.len, skip: meta.skip, ts_ns: meta.ts_ns, orig_len: meta.orig_len });
+            cx.store.add_record(
+                t.buf,
+                crate::store::RecordMeta {
+                    pos: t.pos,
+                    len: t.len,
+                    skip: meta.skip,
+                    ts_ns: meta.ts_ns,
+                    orig_len: meta.orig_len,
+                },
+            );
             if meta.flags & LINK != 0 && (t.buf != self.local || !self.link_set) {
                 cx.store.set_link(t.buf, meta.link as u32);
                 self.link_set |= t.buf == self.local;
@@ -571,7 +960,11 @@ impl Filter for Ingress {
 
     fn summary(&self) -> Option<String> {
         let s = self.sub.as_ref()?;
-        let bytes = if s.lost_bytes > 0 { format!(", {} bytes of them known", s.lost_bytes) } else { String::new() };
+        let bytes = if s.lost_bytes > 0 {
+            format!(", {} bytes of them known", s.lost_bytes)
+        } else {
+            String::new()
+        };
         Some(format!("__subscribe: {} blocks received, lost {} blocks to a full ring (subscriber fell behind){bytes}", s.received, s.lost))
     }
 
@@ -588,24 +981,19 @@ impl Filter for Ingress {
         };
         let mut bytes = 0u64;
         while out.len() < max && bytes < self.max_bytes {
-            match self.next(cx) {
-                Ok(Some(t)) => {
-                    self.held = true;
-                    bytes += t.len as u64 + META_SIZE as u64;
-                    out.push(t);
-                }
-                Ok(None) if !out.is_empty() => break,
-                Ok(None) => match self.r.as_mut().map_or(Ok(beltway::Ready::Eof), |r| r.block(Some(if self.busy { Duration::ZERO } else { POLL }))) {
+            match self.next_run(cx, out, max, &mut bytes) {
+                Ok(true) => {}
+                Ok(false) if !out.is_empty() => break,
+                Ok(false) => match self.r.as_mut().map_or(Ok(beltway::Ready::Eof), |r| {
+                    r.block(Some(if self.busy { Duration::ZERO } else { POLL }))
+                }) {
                     Ok(beltway::Ready::Data) => {}
                     Ok(beltway::Ready::TimedOut) => return true,
                     Ok(beltway::Ready::Eof) => {
                         // Drain what was committed before the close.
-                        match self.next(cx) {
-                            Ok(Some(t)) => {
-                                self.held = true;
-                                out.push(t);
-                            }
-                            Ok(None) => return false,
+                        match self.next_run(cx, out, max, &mut bytes) {
+                            Ok(true) => {}
+                            Ok(false) => return !out.is_empty(),
                             Err(e) => return fail(cx, e),
                         }
                     }
@@ -643,7 +1031,13 @@ mod tests {
 
     fn cx_run<R>(store: &mut Store, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
         let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
-        let mut cx = Ctx { store, name: "test", sessions: &mut sessions, warnings: &mut warnings, stop: &mut stop };
+        let mut cx = Ctx {
+            store,
+            name: "test",
+            sessions: &mut sessions,
+            warnings: &mut warnings,
+            stop: &mut stop,
+        };
         let r = f(&mut cx);
         assert!(warnings.is_empty(), "{warnings:?}");
         r
@@ -651,7 +1045,15 @@ mod tests {
 
     #[test]
     fn blocks_cross_between_threads_with_classes_and_bytes_intact() {
-        let (mut tx, mut rx) = channel("t-chan", ChannelConfig { data: 1 << 16, slots: 256, ..Default::default() }).unwrap();
+        let (mut tx, mut rx) = channel(
+            "t-chan",
+            ChannelConfig {
+                data: 1 << 16,
+                slots: 256,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let n = 5000u32;
         let producer = std::thread::spawn(move || {
             let mut st = Store::new(1 << 20);
@@ -659,7 +1061,10 @@ mod tests {
             for i in 0..n {
                 let data: Vec<u8> = (0..(i % 700) + 1).map(|k| (k ^ i) as u8).collect();
                 let t = st.push(&data);
-                b.push(Tag { class: (i % 7 + 1) as u16, ..t });
+                b.push(Tag {
+                    class: (i % 7 + 1) as u16,
+                    ..t
+                });
                 if b.len() == 100 {
                     cx_run(&mut st, |cx| tx.process(cx, &mut b));
                     b.clear();
@@ -702,7 +1107,9 @@ mod tests {
         /// Block `i` of a test stream: its number, then bytes derived from it (100 to 1299).
         fn block(i: u32) -> Vec<u8> {
             let len = 100 + (i as usize * 37) % 1200;
-            let mut b: Vec<u8> = (0..len).map(|k| (k as u32 ^ i.wrapping_mul(0x9e37_79b9)) as u8).collect();
+            let mut b: Vec<u8> = (0..len)
+                .map(|k| (k as u32 ^ i.wrapping_mul(0x9e37_79b9)) as u8)
+                .collect();
             b[..4].copy_from_slice(&i.to_le_bytes());
             b
         }
@@ -715,9 +1122,21 @@ mod tests {
 
         /// The numbers in a subscriber's summary line: blocks received, lost, bytes known lost.
         fn summary_numbers(s: &str) -> (u64, u64, u64) {
-            let num = |after: &str| s.split(after).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok());
-            let received = s.strip_prefix("__subscribe: ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok());
-            (received.unwrap_or_else(|| panic!("{s}")), num("lost ").unwrap_or_else(|| panic!("{s}")), num("), ").unwrap_or(0))
+            let num = |after: &str| {
+                s.split(after)
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+            };
+            let received = s
+                .strip_prefix("__subscribe: ")
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse().ok());
+            (
+                received.unwrap_or_else(|| panic!("{s}")),
+                num("lost ").unwrap_or_else(|| panic!("{s}")),
+                num("), ").unwrap_or(0),
+            )
         }
 
         /// A subscriber in its own space, checking every block it gets.
@@ -729,7 +1148,11 @@ mod tests {
 
         impl Sub {
             fn new(key: &str) -> Sub {
-                Sub { rx: subscribe(key).unwrap(), st: Store::new(1 << 16), got: Vec::new() }
+                Sub {
+                    rx: subscribe(key).unwrap(),
+                    st: Store::new(1 << 16),
+                    got: Vec::new(),
+                }
             }
             /// One pull; false at the end of the stream.
             fn pull(&mut self) -> bool {
@@ -737,10 +1160,22 @@ mod tests {
                 let more = cx_run(&mut self.st, |cx| self.rx.pull(cx, &mut b, 256));
                 for t in &b.tags {
                     let d = self.st.data(t).unwrap();
-                    let i = intact(d).unwrap_or_else(|| panic!("a delivered block is not one the publisher sent ({} bytes)", d.len()));
+                    let i = intact(d).unwrap_or_else(|| {
+                        panic!(
+                            "a delivered block is not one the publisher sent ({} bytes)",
+                            d.len()
+                        )
+                    });
                     assert_eq!(t.class, (i % 7 + 1) as u16, "block {i}: its class");
-                    let r = self.st.record_of(t).unwrap_or_else(|| panic!("block {i}: no record metadata"));
-                    assert_eq!((r.ts_ns, r.orig_len, r.skip), (i as u64 * 1000, d.len() as u32 + 4, 0), "block {i}: its record");
+                    let r = self
+                        .st
+                        .record_of(t)
+                        .unwrap_or_else(|| panic!("block {i}: no record metadata"));
+                    assert_eq!(
+                        (r.ts_ns, r.orig_len, r.skip),
+                        (i as u64 * 1000, d.len() as u32 + 4, 0),
+                        "block {i}: its record"
+                    );
                     assert_eq!(self.st.link(t), Some(1), "block {i}: its link type");
                     self.got.push(i);
                 }
@@ -751,7 +1186,10 @@ mod tests {
                 while self.pull() {}
             }
             fn summary(&self) -> (u64, u64, u64) {
-                let s = self.rx.summary().expect("a subscriber reports what it received and lost");
+                let s = self
+                    .rx
+                    .summary()
+                    .expect("a subscriber reports what it received and lost");
                 let n = summary_numbers(&s);
                 assert_eq!(n.0, self.got.len() as u64, "{s}");
                 n
@@ -765,15 +1203,26 @@ mod tests {
             for i in blocks {
                 let d = block(i);
                 let t = st.push(&d);
-                st.add_record(t.buf, RecordMeta::whole(t.pos, t.len, i as u64 * 1000, d.len() as u32 + 4));
+                st.add_record(
+                    t.buf,
+                    RecordMeta::whole(t.pos, t.len, i as u64 * 1000, d.len() as u32 + 4),
+                );
                 st.set_link(t.buf, 1);
-                b.push(Tag { class: (i % 7 + 1) as u16, ..t });
+                b.push(Tag {
+                    class: (i % 7 + 1) as u16,
+                    ..t
+                });
             }
             cx_run(st, |cx| tx.process(cx, &mut b));
         }
 
         fn shm_names(key: &str) -> Vec<String> {
-            std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.contains(key)).collect()
+            std::fs::read_dir("/dev/shm")
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(key))
+                .collect()
         }
 
         /// One subscriber keeps up, one never reads until the stream has ended. The
@@ -784,13 +1233,24 @@ mod tests {
         /// known, so the lost bytes are exact).
         #[test]
         fn a_subscriber_that_falls_behind_loses_whole_blocks_and_holds_back_no_one() {
-            let _w = watchdog("a_subscriber_that_falls_behind_loses_whole_blocks_and_holds_back_no_one", 60);
+            let _w = watchdog(
+                "a_subscriber_that_falls_behind_loses_whole_blocks_and_holds_back_no_one",
+                60,
+            );
             let n = 3000u32;
             // 256 tags (about 180 KB of blocks) in 1 MiB of data: the tag ring laps first.
             // 4096 tags in 64 KiB of data (about 90 blocks): the data ring laps first.
             for (slots, data, tags_lap) in [(256, 1 << 20, true), (4096, 1 << 16, false)] {
                 let key = format!("t-lossy-{}-{slots}", std::process::id());
-                let mut tx = publish(&key, ChannelConfig { slots, data, ..Default::default() }).unwrap();
+                let mut tx = publish(
+                    &key,
+                    ChannelConfig {
+                        slots,
+                        data,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
                 let (mut live, mut slow) = (Sub::new(&key), Sub::new(&key));
                 let mut st = Store::new(1 << 20);
                 for from in (0..n).step_by(16) {
@@ -800,21 +1260,50 @@ mod tests {
                 cx_run(&mut st, |cx| tx.finish(cx, &mut Batch::default()));
                 live.read_to_end();
                 slow.read_to_end();
-                assert_eq!(live.got, (0..n).collect::<Vec<_>>(), "the live subscriber got every block in order");
+                assert_eq!(
+                    live.got,
+                    (0..n).collect::<Vec<_>>(),
+                    "the live subscriber got every block in order"
+                );
                 assert_eq!(live.summary(), (n as u64, 0, 0));
                 let (received, lost, lost_bytes) = slow.summary();
                 let first = n - received as u32;
-                assert_eq!(slow.got, (first..n).collect::<Vec<_>>(), "the newest blocks, intact and in order");
-                assert_eq!(received + lost, n as u64, "every block received or counted lost");
+                assert_eq!(
+                    slow.got,
+                    (first..n).collect::<Vec<_>>(),
+                    "the newest blocks, intact and in order"
+                );
+                assert_eq!(
+                    received + lost,
+                    n as u64,
+                    "every block received or counted lost"
+                );
                 if tags_lap {
-                    assert_eq!(received, slots as u64, "a whole tag ring of the newest blocks");
-                    assert_eq!(lost_bytes, 0, "blocks whose tags were lost have unknown lengths");
+                    assert_eq!(
+                        received, slots as u64,
+                        "a whole tag ring of the newest blocks"
+                    );
+                    assert_eq!(
+                        lost_bytes, 0,
+                        "blocks whose tags were lost have unknown lengths"
+                    );
                 } else {
-                    assert!(received > 0 && received < 200, "what 64 KiB of data holds: {received}");
-                    assert_eq!(lost_bytes, (0..first).map(|i| block(i).len() as u64).sum::<u64>(), "the lost blocks' bytes");
+                    assert!(
+                        received > 0 && received < 200,
+                        "what 64 KiB of data holds: {received}"
+                    );
+                    assert_eq!(
+                        lost_bytes,
+                        (0..first).map(|i| block(i).len() as u64).sum::<u64>(),
+                        "the lost blocks' bytes"
+                    );
                 }
                 drop((tx, live, slow));
-                assert_eq!(shm_names(&key), Vec::<String>::new(), "the published rings are gone with the publisher");
+                assert_eq!(
+                    shm_names(&key),
+                    Vec::<String>::new(),
+                    "the published rings are gone with the publisher"
+                );
             }
         }
 
@@ -824,10 +1313,21 @@ mod tests {
         /// what was sent.
         #[test]
         fn racing_a_slow_subscriber_delivers_only_intact_blocks_and_counts_the_rest() {
-            let _w = watchdog("racing_a_slow_subscriber_delivers_only_intact_blocks_and_counts_the_rest", 120);
+            let _w = watchdog(
+                "racing_a_slow_subscriber_delivers_only_intact_blocks_and_counts_the_rest",
+                120,
+            );
             let key = format!("t-lossy-race-{}", std::process::id());
             let n = 20_000u32;
-            let mut tx = publish(&key, ChannelConfig { slots: 1024, data: 1 << 16, ..Default::default() }).unwrap();
+            let mut tx = publish(
+                &key,
+                ChannelConfig {
+                    slots: 1024,
+                    data: 1 << 16,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             let mut sub = Sub::new(&key);
             let publisher = std::thread::spawn(move || {
                 let mut st = Store::new(1 << 20);
@@ -841,9 +1341,20 @@ mod tests {
             }
             publisher.join().unwrap();
             let (received, lost, _) = sub.summary();
-            assert!(sub.got.windows(2).all(|w| w[0] < w[1]), "in order, none twice");
-            assert_eq!(received + lost, n as u64, "every block received or counted lost");
-            assert_eq!(sub.got.last(), Some(&(n - 1)), "the stream's last block, which nothing overwrote");
+            assert!(
+                sub.got.windows(2).all(|w| w[0] < w[1]),
+                "in order, none twice"
+            );
+            assert_eq!(
+                received + lost,
+                n as u64,
+                "every block received or counted lost"
+            );
+            assert_eq!(
+                sub.got.last(),
+                Some(&(n - 1)),
+                "the stream's last block, which nothing overwrote"
+            );
         }
     }
 
@@ -862,11 +1373,21 @@ mod tests {
 
         fn msg() -> impl Strategy<Value = Msg> {
             prop_oneof![
-                (proptest::collection::vec(any::<u8>(), 0..64), any::<u16>()).prop_map(|(b, c)| Msg::Through(b, c)),
-                (0u64..1 << 20, any::<u32>(), any::<u16>(), any::<u16>()).prop_map(|(p, l, b, c)| Msg::Tag(p, l, b, c)),
+                (proptest::collection::vec(any::<u8>(), 0..64), any::<u16>())
+                    .prop_map(|(b, c)| Msg::Through(b, c)),
+                (0u64..1 << 20, any::<u32>(), any::<u16>(), any::<u16>())
+                    .prop_map(|(p, l, b, c)| Msg::Tag(p, l, b, c)),
                 // Well-formed headers with random flags, followed by data.
                 (any::<u16>(), proptest::collection::vec(any::<u8>(), 0..32)).prop_map(|(f, d)| {
-                    let mut b = Meta { ts_ns: 1, orig_len: 2, skip: 0, link: 1, flags: f }.to_bytes().to_vec();
+                    let mut b = Meta {
+                        ts_ns: 1,
+                        orig_len: 2,
+                        skip: 0,
+                        link: 1,
+                        flags: f,
+                    }
+                    .to_bytes()
+                    .to_vec();
                     b.extend(d);
                     Msg::Through(b, 1)
                 }),
@@ -875,14 +1396,25 @@ mod tests {
 
         /// Write `msgs` into the channel, close it, and pull until it ends, showing every
         /// block delivered to `check` while its batch is held.
-        fn feed_and_drain(tx: &mut Egress, rx: &mut Ingress, msgs: &[Msg], mut check: impl FnMut(&Store, &Tag)) {
+        fn feed_and_drain(
+            tx: &mut Egress,
+            rx: &mut Ingress,
+            msgs: &[Msg],
+            mut check: impl FnMut(&Store, &Tag),
+        ) {
             for m in msgs {
                 match m {
                     Msg::Through(b, c) => {
                         tx.w.write_through_parts(&[b], *c).unwrap();
                     }
                     Msg::Tag(p, l, b, c) => {
-                        tx.w.write_tag(Tag { pos: *p, len: *l, buf: *b, class: *c }).unwrap();
+                        tx.w.write_tag(Tag {
+                            pos: *p,
+                            len: *l,
+                            buf: *b,
+                            class: *c,
+                        })
+                        .unwrap();
                     }
                 }
             }
@@ -892,13 +1424,25 @@ mod tests {
             for _ in 0..100 {
                 let mut b = Batch::default();
                 let more = {
-                    let mut cx = Ctx { store: &mut st, name: "t", sessions: &mut sessions, warnings: &mut warnings, stop: &mut stop };
+                    let mut cx = Ctx {
+                        store: &mut st,
+                        name: "t",
+                        sessions: &mut sessions,
+                        warnings: &mut warnings,
+                        stop: &mut stop,
+                    };
                     rx.pull(&mut cx, &mut b, 256)
                 };
                 for t in &b.tags {
                     check(&st, t);
                 }
-                rx.epoch_end(&mut Ctx { store: &mut st, name: "t", sessions: &mut sessions, warnings: &mut warnings, stop: &mut stop });
+                rx.epoch_end(&mut Ctx {
+                    store: &mut st,
+                    name: "t",
+                    sessions: &mut sessions,
+                    warnings: &mut warnings,
+                    stop: &mut stop,
+                });
                 if !more {
                     break;
                 }

@@ -75,7 +75,10 @@ impl Kind {
             Kind::Count => v.parse::<u64>().is_ok(),
             Kind::Number => v.parse::<f64>().is_ok_and(f64::is_finite),
             Kind::Size => parse_size(v).is_some(),
-            Kind::Flag => matches!(v, "yes" | "no" | "true" | "false" | "1" | "0" | "on" | "off"),
+            Kind::Flag => matches!(
+                v,
+                "yes" | "no" | "true" | "false" | "1" | "0" | "on" | "off"
+            ),
             Kind::Hex => {
                 let v = v.strip_prefix("0x").unwrap_or(v);
                 !v.is_empty() && v.bytes().all(|b| b.is_ascii_hexdigit())
@@ -103,21 +106,38 @@ pub struct Param {
 impl Param {
     /// A text parameter given by key only, without default.
     pub const fn new(name: &'static str, doc: &'static str) -> Param {
-        Param { name, doc, position: None, variadic: false, kind: Kind::Text, default: None }
+        Param {
+            name,
+            doc,
+            position: None,
+            variadic: false,
+            kind: Kind::Text,
+            default: None,
+        }
     }
     /// Also the positional parameter at `pos`.
     pub const fn at(self, pos: usize) -> Param {
-        Param { position: Some(pos), ..self }
+        Param {
+            position: Some(pos),
+            ..self
+        }
     }
     /// Also the positional parameters from `pos` on, as many as given.
     pub const fn from(self, pos: usize) -> Param {
-        Param { position: Some(pos), variadic: true, ..self }
+        Param {
+            position: Some(pos),
+            variadic: true,
+            ..self
+        }
     }
     pub const fn kind(self, kind: Kind) -> Param {
         Param { kind, ..self }
     }
     pub const fn default(self, default: &'static str) -> Param {
-        Param { default: Some(default), ..self }
+        Param {
+            default: Some(default),
+            ..self
+        }
     }
 }
 
@@ -169,21 +189,42 @@ pub struct Cost {
 
 impl Cost {
     /// The access class's defaults, unchanged.
-    pub const DEFAULT: Cost = Cost { per_call: None, per_call_scale: 1.0, forward: None, per_byte: None, bytes_read: None };
+    pub const DEFAULT: Cost = Cost {
+        per_call: None,
+        per_call_scale: 1.0,
+        forward: None,
+        per_byte: None,
+        bytes_read: None,
+    };
     pub const fn per_call(self, cycles: f64) -> Cost {
-        Cost { per_call: Some(cycles), ..self }
+        Cost {
+            per_call: Some(cycles),
+            ..self
+        }
     }
     pub const fn per_call_scaled(self, factor: f64) -> Cost {
-        Cost { per_call_scale: factor, ..self }
+        Cost {
+            per_call_scale: factor,
+            ..self
+        }
     }
     pub const fn forward(self, share: f64) -> Cost {
-        Cost { forward: Some(share), ..self }
+        Cost {
+            forward: Some(share),
+            ..self
+        }
     }
     pub const fn per_byte(self, cycles: f64) -> Cost {
-        Cost { per_byte: Some(cycles), ..self }
+        Cost {
+            per_byte: Some(cycles),
+            ..self
+        }
     }
     pub const fn bytes_read(self, share: f64) -> Cost {
-        Cost { bytes_read: Some(share), ..self }
+        Cost {
+            bytes_read: Some(share),
+            ..self
+        }
     }
 }
 
@@ -199,7 +240,12 @@ pub struct Implementation {
 
 impl Implementation {
     /// The Rust filter in a user space, at its access class's default cost.
-    pub const NATIVE: Implementation = Implementation { name: "native", space: Space::User, needs: Needs::Nothing, cost: Cost::DEFAULT };
+    pub const NATIVE: Implementation = Implementation {
+        name: "native",
+        space: Space::User,
+        needs: Needs::Nothing,
+        cost: Cost::DEFAULT,
+    };
 }
 
 /// Option keys any filter takes besides its declared parameters and the control options
@@ -236,7 +282,11 @@ impl FilterSpec {
     /// A declaration with the defaults of its access class: replicated as
     /// [`Replication::of`] says, a source if the class is [`Access::Source`], one native
     /// implementation, no parameters.
-    pub const fn new(name: &'static str, access: Access, make: fn(&Args) -> Result<Box<dyn Filter>, FilterError>) -> FilterSpec {
+    pub const fn new(
+        name: &'static str,
+        access: Access,
+        make: fn(&Args) -> Result<Box<dyn Filter>, FilterError>,
+    ) -> FilterSpec {
         FilterSpec {
             name,
             synopsis: name,
@@ -257,7 +307,10 @@ impl FilterSpec {
         FilterSpec { synopsis, ..self }
     }
     pub const fn description(self, description: &'static str) -> FilterSpec {
-        FilterSpec { description, ..self }
+        FilterSpec {
+            description,
+            ..self
+        }
     }
     pub const fn params(self, params: &'static [Param]) -> FilterSpec {
         FilterSpec { params, ..self }
@@ -266,19 +319,31 @@ impl FilterSpec {
         FilterSpec { classes, ..self }
     }
     pub const fn class_names(self, class_names: &'static [(&'static str, u16)]) -> FilterSpec {
-        FilterSpec { class_names, ..self }
+        FilterSpec {
+            class_names,
+            ..self
+        }
     }
     pub const fn example(self, example: &'static str) -> FilterSpec {
         FilterSpec { example, ..self }
     }
     pub const fn replication(self, replication: Replication) -> FilterSpec {
-        FilterSpec { replication, ..self }
+        FilterSpec {
+            replication,
+            ..self
+        }
     }
     pub const fn implementations(self, implementations: &'static [Implementation]) -> FilterSpec {
-        FilterSpec { implementations, ..self }
+        FilterSpec {
+            implementations,
+            ..self
+        }
     }
     pub const fn privileged(self, capability: &'static str) -> FilterSpec {
-        FilterSpec { privilege: Some(capability), ..self }
+        FilterSpec {
+            privilege: Some(capability),
+            ..self
+        }
     }
 
     /// Whether it keeps per-session state (its copies need a hash split on the class).
@@ -289,7 +354,12 @@ impl FilterSpec {
     /// Whether, placed right after `rx`, it runs in the kernel on the capture socket (a
     /// socket filter or an eBPF program with maps), unless told `placed=user`.
     pub fn runs_after_rx_in_kernel(&self) -> bool {
-        self.implementations.iter().any(|i| matches!(i.space, Space::Kernel(KernelForm::SocketFilter | KernelForm::EbpfMaps)))
+        self.implementations.iter().any(|i| {
+            matches!(
+                i.space,
+                Space::Kernel(KernelForm::SocketFilter | KernelForm::EbpfMaps)
+            )
+        })
     }
 
     /// The parameter a key names.
@@ -299,7 +369,14 @@ impl FilterSpec {
 
     /// The parameter positional parameter `i` is.
     pub fn positional(&self, i: usize) -> Option<&'static Param> {
-        self.params.iter().find(|p| p.position == Some(i)).or_else(|| self.params.iter().find(|p| p.variadic && p.position.is_some_and(|at| at <= i)))
+        self.params
+            .iter()
+            .find(|p| p.position == Some(i))
+            .or_else(|| {
+                self.params
+                    .iter()
+                    .find(|p| p.variadic && p.position.is_some_and(|at| at <= i))
+            })
     }
 
     /// How many positional parameters it takes at most (None: any number).
@@ -307,7 +384,14 @@ impl FilterSpec {
         if self.params.iter().any(|p| p.variadic) {
             return None;
         }
-        Some(self.params.iter().filter_map(|p| p.position).map(|p| p + 1).max().unwrap_or(0))
+        Some(
+            self.params
+                .iter()
+                .filter_map(|p| p.position)
+                .map(|p| p + 1)
+                .max()
+                .unwrap_or(0),
+        )
     }
 
     /// Checks `args` against the declaration: every key declared (or a control option),
@@ -315,11 +399,17 @@ impl FilterSpec {
     pub fn check(&self, args: &Args) -> Result<(), FilterError> {
         for (key, value) in &args.options {
             match self.param(key) {
-                Some(p) if !p.kind.admits(value) => return Err(FilterError::bad(key, value, &p.kind.expected())),
+                Some(p) if !p.kind.admits(value) => {
+                    return Err(FilterError::bad(key, value, &p.kind.expected()))
+                }
                 Some(_) => {}
-                None if lang::CONTROL_OPTIONS.contains(&key.as_str()) || PLANNER_OPTIONS.contains(&key.as_str()) => {}
+                None if lang::CONTROL_OPTIONS.contains(&key.as_str())
+                    || PLANNER_OPTIONS.contains(&key.as_str()) => {}
                 None => {
-                    return Err(FilterError::Undeclared { key: key.clone(), accepted: self.params.iter().map(|p| p.name).collect() });
+                    return Err(FilterError::Undeclared {
+                        key: key.clone(),
+                        accepted: self.params.iter().map(|p| p.name).collect(),
+                    });
                 }
             }
         }
@@ -328,7 +418,10 @@ impl FilterSpec {
                 return Err(FilterError::Positional {
                     given: args.positional.len(),
                     most,
-                    accepted: (0..most).filter_map(|i| self.positional(i)).map(|p| p.name).collect(),
+                    accepted: (0..most)
+                        .filter_map(|i| self.positional(i))
+                        .map(|p| p.name)
+                        .collect(),
                 });
             }
         }
@@ -351,7 +444,10 @@ impl FilterSpec {
 
     /// The documentation as `streamline filters NAME` prints it.
     pub fn doc(&self) -> String {
-        let mut s = format!("{}\n\nSYNOPSIS\n    {}\n\nDESCRIPTION\n", self.name, self.synopsis);
+        let mut s = format!(
+            "{}\n\nSYNOPSIS\n    {}\n\nDESCRIPTION\n",
+            self.name, self.synopsis
+        );
         for l in self.description.lines() {
             s += &format!("    {l}\n");
         }
@@ -370,18 +466,33 @@ impl FilterSpec {
         }
         s += &format!("\nCLASSES\n    {}\n", self.classes);
         if !self.class_names.is_empty() {
-            let v: Vec<String> = self.class_names.iter().map(|(n, c)| format!("{n} ({c})")).collect();
+            let v: Vec<String> = self
+                .class_names
+                .iter()
+                .map(|(n, c)| format!("{n} ({c})"))
+                .collect();
             s += &format!("    names for selectors (`|name`): {}\n", v.join(", "));
         }
-        if self.implementations.len() > 1 || self.implementations.first().is_some_and(|i| i.space != Space::User) {
+        if self.implementations.len() > 1
+            || self
+                .implementations
+                .first()
+                .is_some_and(|i| i.space != Space::User)
+        {
             s += "\nIMPLEMENTATIONS\n";
             for i in self.implementations {
                 let space = match i.space {
                     Space::User => "user space",
                     Space::Kernel(KernelForm::Capture) => "kernel: the capture socket",
-                    Space::Kernel(KernelForm::SocketFilter) => "kernel: classic BPF on the capture socket, right after rx",
-                    Space::Kernel(KernelForm::EbpfMaps) => "kernel: eBPF with maps on the capture socket, right after rx",
-                    Space::Kernel(KernelForm::ModelOnly) => "kernel (the optimizer's model only; runs in user space next to rx)",
+                    Space::Kernel(KernelForm::SocketFilter) => {
+                        "kernel: classic BPF on the capture socket, right after rx"
+                    }
+                    Space::Kernel(KernelForm::EbpfMaps) => {
+                        "kernel: eBPF with maps on the capture socket, right after rx"
+                    }
+                    Space::Kernel(KernelForm::ModelOnly) => {
+                        "kernel (the optimizer's model only; runs in user space next to rx)"
+                    }
                 };
                 let needs = match i.needs {
                     Needs::Nothing => "",
@@ -398,24 +509,50 @@ impl FilterSpec {
                 s += &format!("    {:<18} {}\n", k, text);
             }
         };
-        opt("name=X", "names the node; every occurrence of the name is this one node (loops)".into());
-        opt("space=S", "where it runs: local, N (a thread pinned to CPU N mod the CPUs), pN (a process)".into());
+        opt(
+            "name=X",
+            "names the node; every occurrence of the name is this one node (loops)".into(),
+        );
+        opt(
+            "space=S",
+            "where it runs: local, N (a thread pinned to CPU N mod the CPUs), pN (a process)"
+                .into(),
+        );
         match self.replication {
             Replication::Blocks => opt("space=A,B", "copies in each space, a round-robin split and a join that keeps the order".into()),
             Replication::Sessions => opt("space=A,B", "copies in each space, split by the hash of the class (sessions stay on one copy); refused when what follows sees the order".into()),
             Replication::Never(why) => opt("space=A,B", format!("refused: {why}")),
         }
-        opt("export=yes", "its output also goes to a named IBuf /dev/shm/streamline.NAME other processes read".into());
-        opt("exportdata=yes", "the same (exported blocks are always written through with their data)".into());
+        opt(
+            "export=yes",
+            "its output also goes to a named IBuf /dev/shm/streamline.NAME other processes read"
+                .into(),
+        );
+        opt(
+            "exportdata=yes",
+            "the same (exported blocks are always written through with their data)".into(),
+        );
         opt("size=BYTES", "bytes of its output's buffer where it has one: a channel to another space, an exported stream".into());
-        opt("mode=PERM", "permission bits (octal) of its exported stream; needs export=yes".into());
+        opt(
+            "mode=PERM",
+            "permission bits (octal) of its exported stream; needs export=yes".into(),
+        );
         opt("share=yes|no|auto", "prefix sharing between runs: no ends the shared prefix here, yes admits a filter that keeps state (auto, the default: stateless filters after rx)".into());
         match self.positional(0) {
-            Some(p) => opt("file=F", format!("the contents of F as its first parameter ({})", p.name)),
+            Some(p) => opt(
+                "file=F",
+                format!("the contents of F as its first parameter ({})", p.name),
+            ),
             None => opt("file=F", "refused: it takes no parameter".into()),
         }
-        opt("reuse=", "refused: runs are not reconfigured while they run yet".into());
-        opt("binary=", "refused: there is no blob repository; use file=".into());
+        opt(
+            "reuse=",
+            "refused: runs are not reconfigured while they run yet".into(),
+        );
+        opt(
+            "binary=",
+            "refused: there is no blob repository; use file=".into(),
+        );
         s += "\nHINTS (thesis Table 3.3, after @)\n";
         s += "    throughput         channels into it wake it for large batches\n";
         s += "    latency            channels into it wake it for every block\n";
@@ -446,20 +583,42 @@ mod tests {
     }
 
     static TOY: FilterSpec = FilterSpec::new("toy", Access::Classification, make).params(&[
-        Param::new("count", "how many").at(0).kind(Kind::Count).default("1"),
-        Param::new("mode", "how").at(1).kind(Kind::Choice(&["fast", "slow"])),
+        Param::new("count", "how many")
+            .at(0)
+            .kind(Kind::Count)
+            .default("1"),
+        Param::new("mode", "how")
+            .at(1)
+            .kind(Kind::Choice(&["fast", "slow"])),
         Param::new("icase", "ignore case").kind(Kind::Flag),
     ]);
-    static MANY: FilterSpec = FilterSpec::new("many", Access::Inspection, make).params(&[Param::new("pattern", "patterns").from(0)]);
+    static MANY: FilterSpec = FilterSpec::new("many", Access::Inspection, make)
+        .params(&[Param::new("pattern", "patterns").from(0)]);
 
     fn args(pos: &[&str], opts: &[(&str, &str)]) -> Args {
-        Args::new("toy", pos.iter().map(|s| s.to_string()).collect(), opts.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        Args::new(
+            "toy",
+            pos.iter().map(|s| s.to_string()).collect(),
+            opts.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
     }
 
     #[test]
     fn declared_arguments_pass() {
-        TOY.check(&args(&["3", "fast"], &[("icase", "yes")])).unwrap();
-        TOY.check(&args(&[], &[("count", "3"), ("name", "x"), ("space", "1"), ("sel", "0.5")])).unwrap();
+        TOY.check(&args(&["3", "fast"], &[("icase", "yes")]))
+            .unwrap();
+        TOY.check(&args(
+            &[],
+            &[
+                ("count", "3"),
+                ("name", "x"),
+                ("space", "1"),
+                ("sel", "0.5"),
+            ],
+        ))
+        .unwrap();
         MANY.check(&args(&["a", "b", "c", "d"], &[])).unwrap();
         assert!(TOY.build(&args(&["3"], &[])).is_ok());
     }
@@ -467,30 +626,73 @@ mod tests {
     #[test]
     fn an_undeclared_key_is_named_with_the_keys_accepted() {
         let e = TOY.check(&args(&[], &[("cuont", "3")])).unwrap_err();
-        assert!(matches!(&e, FilterError::Undeclared { key, accepted } if key == "cuont" && accepted == &["count", "mode", "icase"]), "{e:?}");
-        assert_eq!(e.to_string(), "unknown parameter 'cuont': it takes count, mode, icase");
+        assert!(
+            matches!(&e, FilterError::Undeclared { key, accepted } if key == "cuont" && accepted == &["count", "mode", "icase"]),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "unknown parameter 'cuont': it takes count, mode, icase"
+        );
         let none = FilterSpec::new("bare", Access::Classification, make);
-        assert_eq!(none.check(&args(&[], &[("x", "1")])).unwrap_err().to_string(), "unknown parameter 'x': it takes no parameters of its own");
+        assert_eq!(
+            none.check(&args(&[], &[("x", "1")]))
+                .unwrap_err()
+                .to_string(),
+            "unknown parameter 'x': it takes no parameters of its own"
+        );
         // build checks before make runs.
-        assert!(matches!(TOY.build(&args(&[], &[("cuont", "3")])), Err(FilterError::Undeclared { .. })));
+        assert!(matches!(
+            TOY.build(&args(&[], &[("cuont", "3")])),
+            Err(FilterError::Undeclared { .. })
+        ));
     }
 
     #[test]
     fn too_many_positionals_say_how_many_it_takes() {
         let e = TOY.check(&args(&["1", "fast", "extra"], &[])).unwrap_err();
-        assert!(matches!(&e, FilterError::Positional { given: 3, most: 2, .. }), "{e:?}");
-        assert_eq!(e.to_string(), "3 positional parameters given, it takes at most 2 (count, mode)");
+        assert!(
+            matches!(
+                &e,
+                FilterError::Positional {
+                    given: 3,
+                    most: 2,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "3 positional parameters given, it takes at most 2 (count, mode)"
+        );
         let none = FilterSpec::new("bare", Access::Classification, make);
-        assert_eq!(none.check(&args(&["x"], &[])).unwrap_err().to_string(), "1 positional parameter given, it takes none");
+        assert_eq!(
+            none.check(&args(&["x"], &[])).unwrap_err().to_string(),
+            "1 positional parameter given, it takes none"
+        );
     }
 
     #[test]
     fn a_bad_value_names_key_value_and_what_was_expected() {
         let e = TOY.check(&args(&[], &[("count", "lots")])).unwrap_err();
-        assert!(matches!(&e, FilterError::BadValue { key, value, expected } if key == "count" && value == "lots" && expected == "a non-negative whole number"), "{e:?}");
+        assert!(
+            matches!(&e, FilterError::BadValue { key, value, expected } if key == "count" && value == "lots" && expected == "a non-negative whole number"),
+            "{e:?}"
+        );
         // A positional value is checked as the parameter it is.
-        assert_eq!(TOY.check(&args(&["2", "medium"], &[])).unwrap_err().to_string(), "parameter mode=medium: expected fast or slow");
-        assert_eq!(TOY.check(&args(&[], &[("icase", "maybe")])).unwrap_err().to_string(), "parameter icase=maybe: expected yes or no");
+        assert_eq!(
+            TOY.check(&args(&["2", "medium"], &[]))
+                .unwrap_err()
+                .to_string(),
+            "parameter mode=medium: expected fast or slow"
+        );
+        assert_eq!(
+            TOY.check(&args(&[], &[("icase", "maybe")]))
+                .unwrap_err()
+                .to_string(),
+            "parameter icase=maybe: expected yes or no"
+        );
         // The key wins over the position (as Args::get reads it), so only the key's value counts.
         TOY.check(&args(&["lots"], &[("count", "2")])).unwrap();
     }
@@ -498,9 +700,18 @@ mod tests {
     #[test]
     fn kinds_admit_their_values() {
         assert!(Kind::Size.admits("4K") && !Kind::Size.admits("4Q"));
-        assert!(Kind::Hex.admits("0x86dd") && Kind::Hex.admits("86DD") && !Kind::Hex.admits("0x") && !Kind::Hex.admits("xyz"));
+        assert!(
+            Kind::Hex.admits("0x86dd")
+                && Kind::Hex.admits("86DD")
+                && !Kind::Hex.admits("0x")
+                && !Kind::Hex.admits("xyz")
+        );
         assert!(Kind::Numbers.admits("22,80, 443") && !Kind::Numbers.admits("22,,80"));
-        assert!(Kind::Number.admits("0.5") && !Kind::Number.admits("NaN") && !Kind::Number.admits("inf"));
+        assert!(
+            Kind::Number.admits("0.5")
+                && !Kind::Number.admits("NaN")
+                && !Kind::Number.admits("inf")
+        );
         assert_eq!(Kind::Choice(&["a"]).expected(), "a");
         assert_eq!(Kind::Choice(&["a", "b", "c"]).expected(), "a, b or c");
     }
@@ -509,13 +720,26 @@ mod tests {
     fn declared_facts_are_queries() {
         assert!(!TOY.runs_after_rx_in_kernel() && !TOY.keeps_sessions() && !TOY.source);
         let sieve = FilterSpec::new("sieve", Access::Classification, make).implementations(&[
-            Implementation { name: "cbpf-socket", space: Space::Kernel(KernelForm::SocketFilter), needs: Needs::AfPacket, cost: Cost::DEFAULT },
+            Implementation {
+                name: "cbpf-socket",
+                space: Space::Kernel(KernelForm::SocketFilter),
+                needs: Needs::AfPacket,
+                cost: Cost::DEFAULT,
+            },
             Implementation::NATIVE,
         ]);
         assert!(sieve.runs_after_rx_in_kernel());
-        let model = FilterSpec::new("m", Access::Statistics, make)
-            .implementations(&[Implementation { name: "ebpf-map", space: Space::Kernel(KernelForm::ModelOnly), needs: Needs::Bpf, cost: Cost::DEFAULT }]);
-        assert!(!model.runs_after_rx_in_kernel(), "a model-only kernel form is not placed on the socket");
+        let model =
+            FilterSpec::new("m", Access::Statistics, make).implementations(&[Implementation {
+                name: "ebpf-map",
+                space: Space::Kernel(KernelForm::ModelOnly),
+                needs: Needs::Bpf,
+                cost: Cost::DEFAULT,
+            }]);
+        assert!(
+            !model.runs_after_rx_in_kernel(),
+            "a model-only kernel form is not placed on the socket"
+        );
         let src = FilterSpec::new("s", Access::Source, make);
         assert!(src.source && src.replication == Replication::of(Access::Source));
         assert!(FilterSpec::new("r", Access::Reordering, make).keeps_sessions());

@@ -95,7 +95,9 @@
 //! connect is checked first, so a node's only input may move).
 
 use crate::filter::{Batch, Ctx, Filter};
-use crate::runtime::{base_name, instantiate, label_of, BuildError, Counters, Factory, Made, NodeReport, Space};
+use crate::runtime::{
+    base_name, instantiate, label_of, BuildError, Counters, Factory, Made, NodeReport, Space,
+};
 use crate::spaces::{EGRESS, INGRESS};
 use lang::{DiagKind, Diagnostic, Node, NodeKind, Selector, Span};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,9 +116,17 @@ pub enum Where {
 pub enum Edit {
     /// Re-make NODE's filter with these options changed (SET_INST_DATA). `span` is where
     /// the options are in the edit's text.
-    Set { node: String, options: Vec<(String, String)>, span: Span },
+    Set {
+        node: String,
+        options: Vec<(String, String)>,
+        span: Span,
+    },
     /// A new filter after or before NODE.
-    Insert { node: String, at: Where, filter: Node },
+    Insert {
+        node: String,
+        at: Where,
+        filter: Node,
+    },
     /// NODE's inputs connect to its outputs.
     Remove { node: String },
     /// A new filter in NODE's place.
@@ -128,7 +138,11 @@ pub enum Edit {
     /// Take the arc FROM -> TO away.
     Disconnect { from: String, to: String },
     /// NODE reads from TO instead of FROM.
-    Move { node: String, from: String, to: String },
+    Move {
+        node: String,
+        from: String,
+        to: String,
+    },
 }
 
 /// Options fixed when a node is built: `set` cannot change them.
@@ -138,7 +152,12 @@ impl Edit {
     /// The label of the node the edit is about.
     pub fn node(&self) -> &str {
         match self {
-            Edit::Set { node, .. } | Edit::Insert { node, .. } | Edit::Remove { node } | Edit::Replace { node, .. } | Edit::Branch { node, .. } | Edit::Move { node, .. } => node,
+            Edit::Set { node, .. }
+            | Edit::Insert { node, .. }
+            | Edit::Remove { node }
+            | Edit::Replace { node, .. }
+            | Edit::Branch { node, .. }
+            | Edit::Move { node, .. } => node,
             // The node that gets (or loses) an input.
             Edit::Connect { to, .. } | Edit::Disconnect { to, .. } => to,
         }
@@ -156,60 +175,129 @@ impl Edit {
     /// Parse an edit's text. The filter part is parsed by `lang::parse` with `resolver`
     /// (its option keys checked there); errors carry a span into `text`.
     pub fn parse(text: &str, resolver: &dyn lang::Resolver) -> Result<Edit, EditError> {
-        let syntax = |kind, message: String, span| EditError::Syntax(diag(kind, message, span, text));
+        let syntax =
+            |kind, message: String, span| EditError::Syntax(diag(kind, message, span, text));
         let Some((vspan, verb)) = word(text, 0) else {
-            return Err(syntax(DiagKind::EmptyPipeline, format!("empty edit: expected {VERBS}"), Span::new(0, text.len())));
+            return Err(syntax(
+                DiagKind::EmptyPipeline,
+                format!("empty edit: expected {VERBS}"),
+                Span::new(0, text.len()),
+            ));
         };
         let node_after = |from: usize, what: &str| -> Result<(Span, String), EditError> {
-            word(text, from).map(|(s, w)| (s, w.to_string())).ok_or_else(|| syntax(DiagKind::MissingOperand, format!("expected {what}"), Span::new(text.len(), text.len())))
+            word(text, from)
+                .map(|(s, w)| (s, w.to_string()))
+                .ok_or_else(|| {
+                    syntax(
+                        DiagKind::MissingOperand,
+                        format!("expected {what}"),
+                        Span::new(text.len(), text.len()),
+                    )
+                })
         };
         match verb {
             "set" => {
-                let (nspan, node) = node_after(vspan.end, "the label of the node to set options of (as the report prints it)")?;
+                let (nspan, node) = node_after(
+                    vspan.end,
+                    "the label of the node to set options of (as the report prints it)",
+                )?;
                 let base = base_of(&node);
                 let f = parse_filter(text, nspan.end, Some(base), nspan, resolver)?;
                 let span = Span::new(skip_space(text, nspan.end), text.len());
-                let NodeKind::Filter { filter, params, options, place } = &f.kind else {
-                    return Err(syntax(DiagKind::UnexpectedToken, format!("set: {node} is not a native filter; only native filters take options"), nspan));
+                let NodeKind::Filter {
+                    filter,
+                    params,
+                    options,
+                    place,
+                } = &f.kind
+                else {
+                    return Err(syntax(
+                        DiagKind::UnexpectedToken,
+                        format!(
+                            "set: {node} is not a native filter; only native filters take options"
+                        ),
+                        nspan,
+                    ));
                 };
                 if filter != base {
-                    return Err(syntax(DiagKind::UnexpectedToken, format!("set: {node} is not a native filter; only native filters take options"), nspan));
+                    return Err(syntax(
+                        DiagKind::UnexpectedToken,
+                        format!(
+                            "set: {node} is not a native filter; only native filters take options"
+                        ),
+                        nspan,
+                    ));
                 }
                 if !params.is_empty() {
                     return Err(syntax(DiagKind::BadOption, format!("set takes KEY=VALUE options; name the parameter of '{}' (e.g. every=5)", params[0]), span));
                 }
                 if options.is_empty() {
-                    return Err(syntax(DiagKind::MissingOperand, "set: expected KEY=VALUE options after the node".into(), span));
+                    return Err(syntax(
+                        DiagKind::MissingOperand,
+                        "set: expected KEY=VALUE options after the node".into(),
+                        span,
+                    ));
                 }
                 if f.name.is_some() {
-                    return Err(syntax(DiagKind::BadOption, "set: name= renames a node; names are fixed when the run is built".into(), span));
+                    return Err(syntax(
+                        DiagKind::BadOption,
+                        "set: name= renames a node; names are fixed when the run is built".into(),
+                        span,
+                    ));
                 }
                 if !place.is_empty() {
-                    return Err(syntax(DiagKind::BadOption, "set: space= and placed= are fixed when the run is built".into(), span));
+                    return Err(syntax(
+                        DiagKind::BadOption,
+                        "set: space= and placed= are fixed when the run is built".into(),
+                        span,
+                    ));
                 }
                 if let Some((k, _)) = options.iter().find(|(k, _)| FIXED.contains(&k.as_str())) {
-                    return Err(syntax(DiagKind::BadOption, format!("set: {k}= is fixed when the node is built (its exported stream)"), span));
+                    return Err(syntax(
+                        DiagKind::BadOption,
+                        format!("set: {k}= is fixed when the node is built (its exported stream)"),
+                        span,
+                    ));
                 }
                 if !f.hints.is_empty() {
-                    return Err(syntax(DiagKind::UnknownHint, "set: @hints take effect when a run is built".into(), span));
+                    return Err(syntax(
+                        DiagKind::UnknownHint,
+                        "set: @hints take effect when a run is built".into(),
+                        span,
+                    ));
                 }
-                Ok(Edit::Set { node, options: options.clone(), span })
+                Ok(Edit::Set {
+                    node,
+                    options: options.clone(),
+                    span,
+                })
             }
             "insert" => {
                 let (wspan, w) = node_after(vspan.end, "'after' or 'before'")?;
                 let at = match w.as_str() {
                     "after" => Where::After,
                     "before" => Where::Before,
-                    _ => return Err(syntax(DiagKind::UnexpectedToken, format!("insert: expected 'after' or 'before', found '{w}'"), wspan)),
+                    _ => {
+                        return Err(syntax(
+                            DiagKind::UnexpectedToken,
+                            format!("insert: expected 'after' or 'before', found '{w}'"),
+                            wspan,
+                        ))
+                    }
                 };
-                let (nspan, node) = node_after(wspan.end, "the label of the node to insert next to")?;
+                let (nspan, node) =
+                    node_after(wspan.end, "the label of the node to insert next to")?;
                 let filter = new_filter(text, nspan, resolver)?;
                 Ok(Edit::Insert { node, at, filter })
             }
             "remove" => {
                 let (nspan, node) = node_after(vspan.end, "the label of the node to remove")?;
                 if let Some((s, w)) = word(text, nspan.end) {
-                    return Err(syntax(DiagKind::UnexpectedToken, format!("remove takes one node; '{w}' is left over"), Span::new(s.start, text.trim_end().len())));
+                    return Err(syntax(
+                        DiagKind::UnexpectedToken,
+                        format!("remove takes one node; '{w}' is left over"),
+                        Span::new(s.start, text.trim_end().len()),
+                    ));
                 }
                 Ok(Edit::Remove { node })
             }
@@ -219,13 +307,18 @@ impl Edit {
                 Ok(Edit::Replace { node, filter })
             }
             "branch" => {
-                let (nspan, node) = node_after(vspan.end, "the label of the node whose output the new filter reads")?;
+                let (nspan, node) = node_after(
+                    vspan.end,
+                    "the label of the node whose output the new filter reads",
+                )?;
                 let filter = new_filter(text, nspan, resolver)?;
                 Ok(Edit::Branch { node, filter })
             }
             "connect" | "disconnect" => {
-                let (fspan, from) = node_after(vspan.end, "FROM, the label of the node the arc leaves")?;
-                let (tspan, to) = node_after(fspan.end, "TO, the label of the node the arc enters")?;
+                let (fspan, from) =
+                    node_after(vspan.end, "FROM, the label of the node the arc leaves")?;
+                let (tspan, to) =
+                    node_after(fspan.end, "TO, the label of the node the arc enters")?;
                 nothing_after(text, tspan.end, verb)?;
                 Ok(match verb {
                     "connect" => Edit::Connect { from, to },
@@ -234,12 +327,18 @@ impl Edit {
             }
             "move" => {
                 let (nspan, node) = node_after(vspan.end, "the label of the node to move")?;
-                let (fspan, from) = node_after(nspan.end, "FROM, the label of the node it reads from now")?;
-                let (tspan, to) = node_after(fspan.end, "TO, the label of the node it is to read from")?;
+                let (fspan, from) =
+                    node_after(nspan.end, "FROM, the label of the node it reads from now")?;
+                let (tspan, to) =
+                    node_after(fspan.end, "TO, the label of the node it is to read from")?;
                 nothing_after(text, tspan.end, verb)?;
                 Ok(Edit::Move { node, from, to })
             }
-            _ => Err(syntax(DiagKind::UnexpectedToken, format!("unknown edit '{verb}': expected {VERBS}"), vspan)),
+            _ => Err(syntax(
+                DiagKind::UnexpectedToken,
+                format!("unknown edit '{verb}': expected {VERBS}"),
+                vspan,
+            )),
         }
     }
 }
@@ -251,15 +350,30 @@ const VERBS: &str = "set, insert, remove, replace, branch, connect, disconnect o
 fn nothing_after(text: &str, end: usize, verb: &str) -> Result<(), EditError> {
     match word(text, end) {
         Some((s, w)) => {
-            let takes = if verb == "move" { "NODE FROM TO" } else { "FROM TO" };
-            Err(EditError::Syntax(diag(DiagKind::UnexpectedToken, format!("{verb} takes {takes}; '{w}' is left over"), Span::new(s.start, text.trim_end().len()), text)))
+            let takes = if verb == "move" {
+                "NODE FROM TO"
+            } else {
+                "FROM TO"
+            };
+            Err(EditError::Syntax(diag(
+                DiagKind::UnexpectedToken,
+                format!("{verb} takes {takes}; '{w}' is left over"),
+                Span::new(s.start, text.trim_end().len()),
+                text,
+            )))
         }
         None => Ok(()),
     }
 }
 
 fn diag(kind: DiagKind, message: String, span: Span, input: &str) -> Diagnostic {
-    Diagnostic { kind, message, span, help: None, input: input.to_string() }
+    Diagnostic {
+        kind,
+        message,
+        span,
+        help: None,
+        input: input.to_string(),
+    }
 }
 
 fn skip_space(text: &str, from: usize) -> usize {
@@ -293,10 +407,21 @@ fn base_of(label: &str) -> &str {
 /// Parse the one filter of an edit, from byte `from` of `text` to its end; `prefix` (the
 /// filter's name, for `set`) goes in front. Spans are moved into `text`; a span in the
 /// prefix becomes `node` (the edit's NODE word).
-fn parse_filter(text: &str, from: usize, prefix: Option<&str>, node: Span, resolver: &dyn lang::Resolver) -> Result<Node, EditError> {
+fn parse_filter(
+    text: &str,
+    from: usize,
+    prefix: Option<&str>,
+    node: Span,
+    resolver: &dyn lang::Resolver,
+) -> Result<Node, EditError> {
     let start = skip_space(text, from);
     if start >= text.len() && prefix.is_none() {
-        return Err(EditError::Syntax(diag(DiagKind::MissingOperand, "expected a filter (FILTER [ARGS...]) after the node".into(), Span::new(text.len(), text.len()), text)));
+        return Err(EditError::Syntax(diag(
+            DiagKind::MissingOperand,
+            "expected a filter (FILTER [ARGS...]) after the node".into(),
+            Span::new(text.len(), text.len()),
+            text,
+        )));
     }
     let (src, lead) = match prefix {
         Some(p) => (format!("{p} {}", &text[start..]), p.len() + 1),
@@ -306,13 +431,30 @@ fn parse_filter(text: &str, from: usize, prefix: Option<&str>, node: Span, resol
         if s.start < lead {
             node
         } else {
-            Span::new((s.start - lead + start).min(text.len()), (s.end.max(lead) - lead + start).min(text.len()))
+            Span::new(
+                (s.start - lead + start).min(text.len()),
+                (s.end.max(lead) - lead + start).min(text.len()),
+            )
         }
     };
-    let g = lang::parse(&src, resolver).map_err(|d| EditError::Syntax(Diagnostic { span: at(d.span), input: text.to_string(), ..d }))?;
+    let g = lang::parse(&src, resolver).map_err(|d| {
+        EditError::Syntax(Diagnostic {
+            span: at(d.span),
+            input: text.to_string(),
+            ..d
+        })
+    })?;
     if g.nodes.len() != 1 {
-        let span = at(g.nodes.get(1).map_or(Span::new(lead, src.len()), |n| n.span));
-        return Err(EditError::Syntax(diag(DiagKind::UnexpectedToken, "an edit takes one filter; apply several edits for several filters".into(), span, text)));
+        let span = at(g
+            .nodes
+            .get(1)
+            .map_or(Span::new(lead, src.len()), |n| n.span));
+        return Err(EditError::Syntax(diag(
+            DiagKind::UnexpectedToken,
+            "an edit takes one filter; apply several edits for several filters".into(),
+            span,
+            text,
+        )));
     }
     let mut n = g.nodes.into_iter().next().expect("one node");
     n.span = at(n.span);
@@ -323,7 +465,14 @@ fn parse_filter(text: &str, from: usize, prefix: Option<&str>, node: Span, resol
 /// The new filter of an `insert` or `replace`: one native filter, placed by the edit.
 fn new_filter(text: &str, node: Span, resolver: &dyn lang::Resolver) -> Result<Node, EditError> {
     let n = parse_filter(text, node.end, None, node, resolver)?;
-    let bad = |kind, message: &str| Err(EditError::Syntax(diag(kind, message.to_string(), n.span, text)));
+    let bad = |kind, message: &str| {
+        Err(EditError::Syntax(diag(
+            kind,
+            message.to_string(),
+            n.span,
+            text,
+        )))
+    };
     match &n.kind {
         NodeKind::Filter { filter, place, .. } => {
             if filter == "split" {
@@ -333,11 +482,21 @@ fn new_filter(text: &str, node: Span, resolver: &dyn lang::Resolver) -> Result<N
                 return bad(DiagKind::BadOption, "space= is decided when the run is built; the new filter runs in the space of the node it goes next to");
             }
         }
-        NodeKind::Unix { .. } => return bad(DiagKind::UnknownFilter, "only native filters can be added to a running run, not Unix commands"),
-        NodeKind::Join { .. } | NodeKind::Split { .. } => return bad(DiagKind::UnexpectedToken, "an edit takes one filter"),
+        NodeKind::Unix { .. } => {
+            return bad(
+                DiagKind::UnknownFilter,
+                "only native filters can be added to a running run, not Unix commands",
+            )
+        }
+        NodeKind::Join { .. } | NodeKind::Split { .. } => {
+            return bad(DiagKind::UnexpectedToken, "an edit takes one filter")
+        }
     }
     if !n.hints.is_empty() {
-        return bad(DiagKind::UnknownHint, "@hints take effect when a run is built; an edit cannot give them");
+        return bad(
+            DiagKind::UnknownHint,
+            "@hints take effect when a run is built; an edit cannot give them",
+        );
     }
     Ok(n)
 }
@@ -363,7 +522,9 @@ pub enum Refusal {
     Endpoint,
     #[error("busy: it {0} a channel to another space, whose placement and channel were built for the graph as it is; only `set` may change it while it runs")]
     Channel(&'static str),
-    #[error("busy: it runs in process space p{0}; edits reach only the spaces of the run's own process")]
+    #[error(
+        "busy: it runs in process space p{0}; edits reach only the spaces of the run's own process"
+    )]
     ProcessSpace(usize),
     #[error("the run has no space '{0}' in this process")]
     NoSpace(String),
@@ -383,7 +544,9 @@ pub enum Refusal {
     OnlyInput(String),
     #[error("the nodes are in different spaces ({0} and {1}); an arc between spaces is a channel, which is built when the run is built")]
     Spaces(String, String),
-    #[error("it is a Unix command writing to the run's standard output; no filter can read its output")]
+    #[error(
+        "it is a Unix command writing to the run's standard output; no filter can read its output"
+    )]
     UnixSink,
     #[error("the arc passes through a removed node that carries other arcs too ({0}); taking it away would cut those as well")]
     ThroughRemoved(String),
@@ -401,7 +564,10 @@ pub enum EditError {
     NoNode { label: String, known: Vec<String> },
     /// The label names nodes in several spaces.
     #[error("'{label}' names nodes in several spaces; say which: {}", candidates.join(", "))]
-    Ambiguous { label: String, candidates: Vec<String> },
+    Ambiguous {
+        label: String,
+        candidates: Vec<String>,
+    },
     /// The edit cannot be applied to this node.
     #[error("{label}: {why}")]
     Refused { label: String, why: Refusal },
@@ -449,18 +615,36 @@ impl Space {
     /// edit applies whole, or the space is left exactly as it was and the error says why.
     pub fn edit(&mut self, edit: &Edit, factory: &dyn Factory) -> Result<Applied, EditError> {
         let labels = edit.labels();
-        if let Some(two) = labels.windows(2).find(|w| split_space(w[0]).1.is_some() && split_space(w[1]).1.is_some() && split_space(w[0]).1 != split_space(w[1]).1) {
-            return Err(EditError::Refused { label: format!("{} -> {}", two[0], two[1]), why: Refusal::Spaces(two[0].to_string(), two[1].to_string()) });
+        if let Some(two) = labels.windows(2).find(|w| {
+            split_space(w[0]).1.is_some()
+                && split_space(w[1]).1.is_some()
+                && split_space(w[0]).1 != split_space(w[1]).1
+        }) {
+            return Err(EditError::Refused {
+                label: format!("{} -> {}", two[0], two[1]),
+                why: Refusal::Spaces(two[0].to_string(), two[1].to_string()),
+            });
         }
         match edit {
-            Edit::Connect { from, to } => return self.connect(split_space(from).0, split_space(to).0),
-            Edit::Disconnect { from, to } => return self.disconnect(split_space(from).0, split_space(to).0),
-            Edit::Move { node, from, to } => return self.move_input(split_space(node).0, split_space(from).0, split_space(to).0),
+            Edit::Connect { from, to } => {
+                return self.connect(split_space(from).0, split_space(to).0)
+            }
+            Edit::Disconnect { from, to } => {
+                return self.disconnect(split_space(from).0, split_space(to).0)
+            }
+            Edit::Move { node, from, to } => {
+                return self.move_input(split_space(node).0, split_space(from).0, split_space(to).0)
+            }
             _ => {}
         }
         let label = split_space(edit.node()).0;
         let i = self.live(label)?;
-        let refuse = |why| Err(EditError::Refused { label: label.to_string(), why });
+        let refuse = |why| {
+            Err(EditError::Refused {
+                label: label.to_string(),
+                why,
+            })
+        };
         if endpoint(label) {
             return refuse(Refusal::Endpoint);
         }
@@ -475,16 +659,26 @@ impl Space {
             Edit::Remove { .. } => self.remove(i),
             Edit::Replace { filter, .. } => self.replace(i, filter, factory),
             Edit::Branch { filter, .. } => self.branch(i, filter, factory),
-            Edit::Connect { .. } | Edit::Disconnect { .. } | Edit::Move { .. } => unreachable!("handled above"),
+            Edit::Connect { .. } | Edit::Disconnect { .. } | Edit::Move { .. } => {
+                unreachable!("handled above")
+            }
         }
     }
 
     /// The live node labelled `label`.
     fn live(&self, label: &str) -> Result<usize, EditError> {
-        self.nodes.iter().position(|n| !n.removed && n.label == label).ok_or_else(|| EditError::NoNode {
-            label: label.to_string(),
-            known: self.nodes.iter().filter(|n| !n.removed && !endpoint(&n.label)).map(|n| n.label.clone()).collect(),
-        })
+        self.nodes
+            .iter()
+            .position(|n| !n.removed && n.label == label)
+            .ok_or_else(|| EditError::NoNode {
+                label: label.to_string(),
+                known: self
+                    .nodes
+                    .iter()
+                    .filter(|n| !n.removed && !endpoint(&n.label))
+                    .map(|n| n.label.clone())
+                    .collect(),
+            })
     }
 
     /// The arcs into node `i`: (from, index among `from`'s out-arcs).
@@ -502,10 +696,18 @@ impl Space {
 
     /// Whether a channel to another space enters or leaves at node `i`, in words.
     fn channel_next_to(&self, i: usize) -> Option<&'static str> {
-        if self.nodes[i].out.iter().any(|a| self.nodes[a.to].label.starts_with(EGRESS)) {
+        if self.nodes[i]
+            .out
+            .iter()
+            .any(|a| self.nodes[a.to].label.starts_with(EGRESS))
+        {
             return Some("sends into");
         }
-        if self.in_arcs(i).iter().any(|&(f, _)| self.nodes[f].label.starts_with(INGRESS)) {
+        if self
+            .in_arcs(i)
+            .iter()
+            .any(|&(f, _)| self.nodes[f].label.starts_with(INGRESS))
+        {
             return Some("receives from");
         }
         None
@@ -515,13 +717,22 @@ impl Space {
     /// counting every node of the same base (removed ones too, so a label never comes
     /// back for another instance); `except` is the node it replaces.
     fn new_label(&self, n: &Node, except: Option<usize>) -> Result<String, EditError> {
-        let others = || self.nodes.iter().enumerate().filter(move |(j, _)| Some(*j) != except).map(|(_, m)| m);
+        let others = || {
+            self.nodes
+                .iter()
+                .enumerate()
+                .filter(move |(j, _)| Some(*j) != except)
+                .map(|(_, m)| m)
+        };
         let taken = |l: &str| others().any(|m| !m.removed && m.label == l);
         let base = base_name(n);
         if let Some(name) = &n.name {
             let l = label_of(&base, Some(name), 0);
             return match taken(&l) {
-                true => Err(EditError::Refused { label: l.clone(), why: Refusal::NameTaken(l) }),
+                true => Err(EditError::Refused {
+                    label: l.clone(),
+                    why: Refusal::NameTaken(l),
+                }),
                 false => Ok(l),
             };
         }
@@ -558,11 +769,24 @@ impl Space {
         n.report(self.nanos(n.ticks))
     }
 
-    fn set(&mut self, i: usize, changes: &[(String, String)], span: Span, factory: &dyn Factory) -> Result<Applied, EditError> {
+    fn set(
+        &mut self,
+        i: usize,
+        changes: &[(String, String)],
+        span: Span,
+        factory: &dyn Factory,
+    ) -> Result<Applied, EditError> {
         let label = self.nodes[i].label.clone();
-        let refuse = |why| Err(EditError::Refused { label: label.clone(), why });
+        let refuse = |why| {
+            Err(EditError::Refused {
+                label: label.clone(),
+                why,
+            })
+        };
         let mut spec = self.nodes[i].spec.clone();
-        let NodeKind::Filter { options, .. } = &mut spec.kind else { return refuse(Refusal::NotNative) };
+        let NodeKind::Filter { options, .. } = &mut spec.kind else {
+            return refuse(Refusal::NotNative);
+        };
         if self.nodes[i].routes_by_class {
             return refuse(Refusal::Split);
         }
@@ -573,13 +797,17 @@ impl Space {
             }
         }
         // The node keeps its exported stream: the new instance is made without one.
-        let mut make = Node { span, ..spec.clone() };
+        let mut make = Node {
+            span,
+            ..spec.clone()
+        };
         if let NodeKind::Filter { options, .. } = &mut make.kind {
             options.retain(|(k, _)| k != "export" && k != "exportdata");
         }
         let (in_degree, sink) = (self.in_arcs(i).len(), self.nodes[i].out.is_empty());
         // The build may fail: nothing is touched before it succeeded.
-        let made = instantiate(&make, &label, factory, in_degree, sink).map_err(EditError::Build)?;
+        let made =
+            instantiate(&make, &label, factory, in_degree, sink).map_err(EditError::Build)?;
         let (retired, flushed) = self.retire(i);
         let node = &mut self.nodes[i];
         let Made { mut filter, .. } = made;
@@ -588,12 +816,27 @@ impl Space {
         node.spec = spec;
         node.sessions = None;
         node.done = false;
-        Ok(Applied { label, retired: Some(retired), flushed })
+        Ok(Applied {
+            label,
+            retired: Some(retired),
+            flushed,
+        })
     }
 
-    fn insert(&mut self, i: usize, at: Where, n: &Node, factory: &dyn Factory) -> Result<Applied, EditError> {
+    fn insert(
+        &mut self,
+        i: usize,
+        at: Where,
+        n: &Node,
+        factory: &dyn Factory,
+    ) -> Result<Applied, EditError> {
         let here = self.nodes[i].label.clone();
-        let refuse = |why| Err(EditError::Refused { label: here.clone(), why });
+        let refuse = |why| {
+            Err(EditError::Refused {
+                label: here.clone(),
+                why,
+            })
+        };
         if let NodeKind::Filter { filter, .. } = &n.kind {
             if factory.is_source(filter) {
                 return refuse(Refusal::NewSource(filter.clone()));
@@ -617,14 +860,23 @@ impl Space {
         };
         let label = self.new_label(n, None)?;
         let sink = at == Where::After && self.nodes[i].out.is_empty();
-        let Made { mut filter, source, routes_by_class, export } = instantiate(n, &label, factory, 1, sink).map_err(EditError::Build)?;
+        let Made {
+            mut filter,
+            source,
+            routes_by_class,
+            export,
+        } = instantiate(n, &label, factory, 1, sink).map_err(EditError::Build)?;
         let new = self.nodes.len();
         let classifier = filter.as_classifier().is_some();
         let out = match (at, input) {
             // X's out-arcs now leave the new node, selectors and in-arc indices kept.
             (Where::After, _) => {
                 let out = std::mem::take(&mut self.nodes[i].out);
-                self.nodes[i].out.push(crate::runtime::Arc_ { to: new, sel: Selector::Default, in_index: 0 });
+                self.nodes[i].out.push(crate::runtime::Arc_ {
+                    to: new,
+                    sel: Selector::Default,
+                    in_index: 0,
+                });
                 out
             }
             // X's one in-arc now enters the new node (selector kept); new -> X is plain.
@@ -633,7 +885,11 @@ impl Space {
                 let in_index = arc.in_index;
                 arc.to = new;
                 arc.in_index = 0;
-                vec![crate::runtime::Arc_ { to: i, sel: Selector::Default, in_index }]
+                vec![crate::runtime::Arc_ {
+                    to: i,
+                    sel: Selector::Default,
+                    in_index,
+                }]
             }
             (Where::Before, None) => unreachable!("checked above: one input"),
         };
@@ -653,19 +909,31 @@ impl Space {
             c: Counters::default(),
             ticks: 0,
         });
-        Ok(Applied { label, retired: None, flushed: 0 })
+        Ok(Applied {
+            label,
+            retired: None,
+            flushed: 0,
+        })
     }
 
     fn remove(&mut self, i: usize) -> Result<Applied, EditError> {
         let label = self.nodes[i].label.clone();
-        let refuse = |why| Err(EditError::Refused { label: label.clone(), why });
+        let refuse = |why| {
+            Err(EditError::Refused {
+                label: label.clone(),
+                why,
+            })
+        };
         if self.nodes[i].source {
             return refuse(Refusal::Source);
         }
         if self.nodes[i].routes_by_class {
             return refuse(Refusal::Split);
         }
-        if matches!(self.nodes[i].spec.kind, NodeKind::Join { .. } | NodeKind::Split { .. }) {
+        if matches!(
+            self.nodes[i].spec.kind,
+            NodeKind::Join { .. } | NodeKind::Split { .. }
+        ) {
             return refuse(Refusal::Template);
         }
         let (retired, flushed) = self.retire(i);
@@ -677,12 +945,21 @@ impl Space {
         node.removed = true;
         node.classifier = false;
         node.sessions = None;
-        Ok(Applied { label, retired: Some(retired), flushed })
+        Ok(Applied {
+            label,
+            retired: Some(retired),
+            flushed,
+        })
     }
 
     fn branch(&mut self, i: usize, n: &Node, factory: &dyn Factory) -> Result<Applied, EditError> {
         let here = self.nodes[i].label.clone();
-        let refuse = |why| Err(EditError::Refused { label: here.clone(), why });
+        let refuse = |why| {
+            Err(EditError::Refused {
+                label: here.clone(),
+                why,
+            })
+        };
         if let NodeKind::Filter { filter, .. } = &n.kind {
             if factory.is_source(filter) {
                 return refuse(Refusal::NewSource(filter.clone()));
@@ -693,7 +970,12 @@ impl Space {
         }
         let label = self.new_label(n, None)?;
         // A leaf, until something is added below it: its output ends there (a sink).
-        let Made { mut filter, source, routes_by_class, export } = instantiate(n, &label, factory, 1, true).map_err(EditError::Build)?;
+        let Made {
+            mut filter,
+            source,
+            routes_by_class,
+            export,
+        } = instantiate(n, &label, factory, 1, true).map_err(EditError::Build)?;
         let new = self.nodes.len();
         let classifier = filter.as_classifier().is_some();
         self.nodes.push(crate::runtime::RtNode {
@@ -714,8 +996,16 @@ impl Space {
         });
         // One more out-arc: `route` multicasts to every arc, so the existing successors
         // get what they got, and the new node a copy-on-write share of it.
-        self.nodes[i].out.push(crate::runtime::Arc_ { to: new, sel: Selector::Default, in_index: 0 });
-        Ok(Applied { label, retired: None, flushed: 0 })
+        self.nodes[i].out.push(crate::runtime::Arc_ {
+            to: new,
+            sel: Selector::Default,
+            in_index: 0,
+        });
+        Ok(Applied {
+            label,
+            retired: None,
+            flushed: 0,
+        })
     }
 
     /// Why node `i`'s output cannot get another arc, if it cannot: a split routes each
@@ -736,7 +1026,12 @@ impl Space {
     /// endpoint, and not next to a channel to another space.
     fn arc_end(&self, label: &str) -> Result<usize, EditError> {
         let i = self.live(label)?;
-        let refuse = |why| Err(EditError::Refused { label: label.to_string(), why });
+        let refuse = |why| {
+            Err(EditError::Refused {
+                label: label.to_string(),
+                why,
+            })
+        };
         if endpoint(label) {
             return refuse(Refusal::Endpoint);
         }
@@ -751,7 +1046,11 @@ impl Space {
     /// graph snapshot shows them. In arc order, each once.
     fn live_next(&self, i: usize, forward: bool) -> Vec<usize> {
         fn walk(s: &Space, j: usize, forward: bool, seen: &mut [bool], found: &mut Vec<usize>) {
-            let next: Vec<usize> = if forward { s.nodes[j].out.iter().map(|a| a.to).collect() } else { s.in_arcs(j).into_iter().map(|(f, _)| f).collect() };
+            let next: Vec<usize> = if forward {
+                s.nodes[j].out.iter().map(|a| a.to).collect()
+            } else {
+                s.in_arcs(j).into_iter().map(|(f, _)| f).collect()
+            };
             for k in next {
                 if std::mem::replace(&mut seen[k], true) {
                     continue;
@@ -788,7 +1087,12 @@ impl Space {
     /// Why an arc `from -> to` cannot be added, if it cannot (labels for the refusal).
     fn cannot_connect(&self, from: usize, to: usize) -> Option<EditError> {
         let (fl, tl) = (&self.nodes[from].label, &self.nodes[to].label);
-        let refuse = |label: &str, why| Some(EditError::Refused { label: label.to_string(), why });
+        let refuse = |label: &str, why| {
+            Some(EditError::Refused {
+                label: label.to_string(),
+                why,
+            })
+        };
         if self.nodes[to].source {
             return refuse(tl, Refusal::IntoSource);
         }
@@ -802,7 +1106,10 @@ impl Space {
             return refuse(&format!("{fl} -> {tl}"), Refusal::ArcExists);
         }
         if self.reaches(to, from) {
-            return refuse(&format!("{fl} -> {tl}"), Refusal::Cycle(tl.clone(), fl.clone()));
+            return refuse(
+                &format!("{fl} -> {tl}"),
+                Refusal::Cycle(tl.clone(), fl.clone()),
+            );
         }
         None
     }
@@ -810,7 +1117,11 @@ impl Space {
     /// The next free in-arc index of node `to` (a taken-away arc's index is not reused,
     /// so every other arc keeps what `Batch::from` says).
     fn next_in_index(&self, to: usize) -> usize {
-        self.in_arcs(to).iter().map(|&(f, k)| self.nodes[f].out[k].in_index + 1).max().unwrap_or(0)
+        self.in_arcs(to)
+            .iter()
+            .map(|&(f, k)| self.nodes[f].out[k].in_index + 1)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The raw arcs (node, index among its out-arcs) to take away so that `from` no longer
@@ -818,10 +1129,17 @@ impl Space {
     /// removed nodes the first arc on it that carries only `from`'s blocks to only `to`.
     fn cut(&self, from: usize, to: usize) -> Result<Vec<(usize, usize)>, EditError> {
         let (fl, tl) = (&self.nodes[from].label, &self.nodes[to].label);
-        let refuse = |why| Err(EditError::Refused { label: format!("{fl} -> {tl}"), why });
+        let refuse = |why| {
+            Err(EditError::Refused {
+                label: format!("{fl} -> {tl}"),
+                why,
+            })
+        };
         // Every way from `from` to `to` through removed nodes only, as its arcs.
         let mut ways: Vec<Vec<(usize, usize)>> = Vec::new();
-        let mut stack: Vec<Vec<(usize, usize)>> = (0..self.nodes[from].out.len()).map(|k| vec![(from, k)]).collect();
+        let mut stack: Vec<Vec<(usize, usize)>> = (0..self.nodes[from].out.len())
+            .map(|k| vec![(from, k)])
+            .collect();
         while let Some(way) = stack.pop() {
             let &(u, k) = way.last().expect("a way has an arc");
             let v = self.nodes[u].out[k].to;
@@ -838,17 +1156,33 @@ impl Space {
         if ways.is_empty() {
             return refuse(Refusal::NoArc(fl.clone(), tl.clone()));
         }
-        let up = |u: usize| if self.nodes[u].removed { self.live_next(u, false) } else { vec![u] };
-        let down = |v: usize| if self.nodes[v].removed { self.live_next(v, true) } else { vec![v] };
+        let up = |u: usize| {
+            if self.nodes[u].removed {
+                self.live_next(u, false)
+            } else {
+                vec![u]
+            }
+        };
+        let down = |v: usize| {
+            if self.nodes[v].removed {
+                self.live_next(v, true)
+            } else {
+                vec![v]
+            }
+        };
         let mut arcs = Vec::new();
         for way in &ways {
-            let exact = way.iter().find(|&&(u, k)| up(u) == [from] && down(self.nodes[u].out[k].to) == [to]);
+            let exact = way
+                .iter()
+                .find(|&&(u, k)| up(u) == [from] && down(self.nodes[u].out[k].to) == [to]);
             match exact {
                 Some(a) if !arcs.contains(a) => arcs.push(*a),
                 Some(_) => {}
                 None => {
                     let (u, k) = way[0];
-                    return refuse(Refusal::ThroughRemoved(self.nodes[self.nodes[u].out[k].to].label.clone()));
+                    return refuse(Refusal::ThroughRemoved(
+                        self.nodes[self.nodes[u].out[k].to].label.clone(),
+                    ));
                 }
             }
         }
@@ -876,24 +1210,45 @@ impl Space {
             return Err(e);
         }
         let in_index = self.next_in_index(t);
-        self.nodes[f].out.push(crate::runtime::Arc_ { to: t, sel: Selector::Default, in_index });
-        Ok(Applied { label: to.to_string(), retired: None, flushed: 0 })
+        self.nodes[f].out.push(crate::runtime::Arc_ {
+            to: t,
+            sel: Selector::Default,
+            in_index,
+        });
+        Ok(Applied {
+            label: to.to_string(),
+            retired: None,
+            flushed: 0,
+        })
     }
 
     fn disconnect(&mut self, from: &str, to: &str) -> Result<Applied, EditError> {
         let (f, t) = (self.arc_end(from)?, self.arc_end(to)?);
         if matches!(self.nodes[t].spec.kind, NodeKind::Join { .. }) {
-            return Err(EditError::Refused { label: to.to_string(), why: Refusal::Template });
+            return Err(EditError::Refused {
+                label: to.to_string(),
+                why: Refusal::Template,
+            });
         }
         if self.nodes[f].routes_by_class {
-            return Err(EditError::Refused { label: from.to_string(), why: Refusal::Split });
+            return Err(EditError::Refused {
+                label: from.to_string(),
+                why: Refusal::Split,
+            });
         }
         let arcs = self.cut(f, t)?;
         if self.live_next(t, false) == [f] {
-            return Err(EditError::Refused { label: format!("{from} -> {to}"), why: Refusal::OnlyInput(to.to_string()) });
+            return Err(EditError::Refused {
+                label: format!("{from} -> {to}"),
+                why: Refusal::OnlyInput(to.to_string()),
+            });
         }
         self.take_arcs(arcs, t);
-        Ok(Applied { label: to.to_string(), retired: None, flushed: 0 })
+        Ok(Applied {
+            label: to.to_string(),
+            retired: None,
+            flushed: 0,
+        })
     }
 
     /// `move NODE FROM TO`: connect TO NODE, then disconnect FROM NODE, as one transaction
@@ -905,30 +1260,57 @@ impl Space {
             return Err(e);
         }
         if self.nodes[f].routes_by_class {
-            return Err(EditError::Refused { label: from.to_string(), why: Refusal::Split });
+            return Err(EditError::Refused {
+                label: from.to_string(),
+                why: Refusal::Split,
+            });
         }
         let arcs = self.cut(f, n)?;
-        let in_index = self.take_arcs(arcs, n).unwrap_or_else(|| self.next_in_index(n));
-        self.nodes[t].out.push(crate::runtime::Arc_ { to: n, sel: Selector::Default, in_index });
-        Ok(Applied { label: node.to_string(), retired: None, flushed: 0 })
+        let in_index = self
+            .take_arcs(arcs, n)
+            .unwrap_or_else(|| self.next_in_index(n));
+        self.nodes[t].out.push(crate::runtime::Arc_ {
+            to: n,
+            sel: Selector::Default,
+            in_index,
+        });
+        Ok(Applied {
+            label: node.to_string(),
+            retired: None,
+            flushed: 0,
+        })
     }
 
     fn replace(&mut self, i: usize, n: &Node, factory: &dyn Factory) -> Result<Applied, EditError> {
         let old = self.nodes[i].label.clone();
-        let refuse = |why| Err(EditError::Refused { label: old.clone(), why });
+        let refuse = |why| {
+            Err(EditError::Refused {
+                label: old.clone(),
+                why,
+            })
+        };
         if self.nodes[i].routes_by_class {
             return refuse(Refusal::Split);
         }
-        if matches!(self.nodes[i].spec.kind, NodeKind::Join { .. } | NodeKind::Split { .. }) {
+        if matches!(
+            self.nodes[i].spec.kind,
+            NodeKind::Join { .. } | NodeKind::Split { .. }
+        ) {
             return refuse(Refusal::Template);
         }
-        let new_source = matches!(&n.kind, NodeKind::Filter { filter, .. } if factory.is_source(filter));
+        let new_source =
+            matches!(&n.kind, NodeKind::Filter { filter, .. } if factory.is_source(filter));
         if new_source != self.nodes[i].source {
             return refuse(Refusal::SourceMismatch);
         }
         let label = self.new_label(n, Some(i))?;
         let (in_degree, sink) = (self.in_arcs(i).len(), self.nodes[i].out.is_empty());
-        let Made { mut filter, source, export, .. } = instantiate(n, &label, factory, in_degree, sink).map_err(EditError::Build)?;
+        let Made {
+            mut filter,
+            source,
+            export,
+            ..
+        } = instantiate(n, &label, factory, in_degree, sink).map_err(EditError::Build)?;
         let (retired, flushed) = self.retire(i);
         let node = &mut self.nodes[i];
         if let Some(mut ex) = node.export.take() {
@@ -943,7 +1325,11 @@ impl Space {
         node.done = false;
         node.c = Counters::default();
         node.ticks = 0;
-        Ok(Applied { label, retired: Some(retired), flushed })
+        Ok(Applied {
+            label,
+            retired: Some(retired),
+            flushed,
+        })
     }
 }
 
@@ -953,21 +1339,32 @@ impl Space {
     fn tap_on(&mut self, label: &str, tap: crate::tap::Tap) -> Result<(), EditError> {
         let i = self.live(split_space(label).0)?;
         if endpoint(&self.nodes[i].label) {
-            return Err(EditError::Refused { label: label.to_string(), why: Refusal::Endpoint });
+            return Err(EditError::Refused {
+                label: label.to_string(),
+                why: Refusal::Endpoint,
+            });
         }
         self.nodes[i].watch.taps.push(tap);
         Ok(())
     }
 
     /// Add a subscriber to shared tap `tap` (wherever it is); `Err` if the tap is gone.
-    fn subscribe(&mut self, tap: u64, key: Vec<u8>, want: crate::tap::Want, sub: crate::tap::Subscriber) -> Result<(), EditError> {
+    fn subscribe(
+        &mut self,
+        tap: u64,
+        key: Vec<u8>,
+        want: crate::tap::Want,
+        sub: crate::tap::Subscriber,
+    ) -> Result<(), EditError> {
         for n in &mut self.nodes {
             if let Some(t) = n.watch.taps.iter_mut().find(|t| t.id == tap) {
                 t.subscribe(key, want, sub);
                 return Ok(());
             }
         }
-        Err(EditError::Tap(format!("tap {tap} is gone (its node was removed)")))
+        Err(EditError::Tap(format!(
+            "tap {tap} is gone (its node was removed)"
+        )))
     }
 
     fn unsubscribe(&mut self, sub: u64) {
@@ -1034,7 +1431,17 @@ fn quoted(w: &str) -> String {
 /// A node's filter text and options (see [`GraphNode::filter`]).
 fn filter_text(n: &Node) -> (String, Vec<(String, String)>) {
     let (words, options): (Vec<String>, Vec<(String, String)>) = match &n.kind {
-        NodeKind::Filter { filter, params, options, .. } => (std::iter::once(filter.clone()).chain(params.iter().map(|p| quoted(p))).collect(), options.clone()),
+        NodeKind::Filter {
+            filter,
+            params,
+            options,
+            ..
+        } => (
+            std::iter::once(filter.clone())
+                .chain(params.iter().map(|p| quoted(p)))
+                .collect(),
+            options.clone(),
+        ),
         NodeKind::Unix { argv, .. } => (argv.iter().map(|a| quoted(a)).collect(), Vec::new()),
         NodeKind::Join { mode } => {
             let m = match mode {
@@ -1051,10 +1458,17 @@ fn filter_text(n: &Node) -> (String, Vec<(String, String)>) {
                 lang::SplitMode::RoundRobin => "roundrobin",
                 lang::SplitMode::Hash => "hash",
             };
-            (vec!["split".into()], vec![("mode".into(), m.into()), ("ways".into(), ways.to_string())])
+            (
+                vec!["split".into()],
+                vec![("mode".into(), m.into()), ("ways".into(), ways.to_string())],
+            )
         }
     };
-    let text = words.into_iter().chain(options.iter().map(|(k, v)| format!("{k}={}", quoted(v)))).collect::<Vec<_>>().join(" ");
+    let text = words
+        .into_iter()
+        .chain(options.iter().map(|(k, v)| format!("{k}={}", quoted(v))))
+        .collect::<Vec<_>>()
+        .join(" ");
     (text, options)
 }
 
@@ -1068,7 +1482,9 @@ impl Space {
 
     pub(crate) fn graph_snapshot(&self) -> Vec<SnapNode> {
         let mut at = vec![usize::MAX; self.nodes.len()];
-        let live: Vec<usize> = (0..self.nodes.len()).filter(|&i| !self.nodes[i].removed).collect();
+        let live: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| !self.nodes[i].removed)
+            .collect();
         for (k, &i) in live.iter().enumerate() {
             at[i] = k;
         }
@@ -1077,10 +1493,21 @@ impl Space {
                 let n = &self.nodes[i];
                 let (filter, options) = filter_text(&n.spec);
                 let channel = endpoint(&n.label).then(|| {
-                    let ch = options.iter().find(|(k, _)| k == "ch").and_then(|(_, v)| v.parse().ok()).unwrap_or(usize::MAX);
+                    let ch = options
+                        .iter()
+                        .find(|(k, _)| k == "ch")
+                        .and_then(|(_, v)| v.parse().ok())
+                        .unwrap_or(usize::MAX);
                     (n.label.starts_with(EGRESS), ch)
                 });
-                SnapNode { label: n.label.clone(), filter, options, source: n.source, channel, out: self.live_next(i, true).into_iter().map(|j| at[j]).collect() }
+                SnapNode {
+                    label: n.label.clone(),
+                    filter,
+                    options,
+                    source: n.source,
+                    channel,
+                    out: self.live_next(i, true).into_iter().map(|j| at[j]).collect(),
+                }
             })
             .collect()
     }
@@ -1092,7 +1519,11 @@ impl Space {
 /// their space.
 pub(crate) fn resolve(parts: &[(usize, Vec<SnapNode>)], multi: bool) -> Vec<GraphNode> {
     let ingress = |ch: usize| -> Option<(usize, usize)> {
-        parts.iter().enumerate().find_map(|(p, (_, snap))| snap.iter().position(|n| n.channel == Some((false, ch))).map(|j| (p, j)))
+        parts.iter().enumerate().find_map(|(p, (_, snap))| {
+            snap.iter()
+                .position(|n| n.channel == Some((false, ch)))
+                .map(|j| (p, j))
+        })
     };
     // The real nodes an arc into (p, j) reaches: itself, or through a channel pair.
     let ends = |p: usize, j: usize| -> Vec<(usize, usize)> {
@@ -1136,7 +1567,15 @@ pub(crate) fn resolve(parts: &[(usize, Vec<SnapNode>)], multi: bool) -> Vec<Grap
                     }
                 }
             }
-            let g = GraphNode { label: label(p, j), filter: n.filter.clone(), options: n.options.clone(), inputs: Vec::new(), outputs, source: n.source, space: id.to_string() };
+            let g = GraphNode {
+                label: label(p, j),
+                filter: n.filter.clone(),
+                options: n.options.clone(),
+                inputs: Vec::new(),
+                outputs,
+                source: n.source,
+                space: id.to_string(),
+            };
             nodes.push(((p, j), g));
         }
     }
@@ -1169,11 +1608,19 @@ type Reply = mpsc::Sender<Result<Applied, EditError>>;
 
 /// A tap to put on a node or take off (see [`EditHandle::tap`]).
 enum TapJob {
-    On { label: String, tap: Box<crate::tap::Tap>, reply: mpsc::Sender<Result<(), EditError>> },
-    Off { id: u64 },
+    On {
+        label: String,
+        tap: Box<crate::tap::Tap>,
+        reply: mpsc::Sender<Result<(), EditError>>,
+    },
+    Off {
+        id: u64,
+    },
     /// Put a shared tap on `label` if `tap` is given, then add `sub` to shared tap `tap_id`.
     Subscribe(Box<SubscribeJob>),
-    Unsubscribe { id: u64 },
+    Unsubscribe {
+        id: u64,
+    },
 }
 
 struct SubscribeJob {
@@ -1201,7 +1648,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Mailbox {
     fn new(snapshot: Vec<NodeReport>) -> Mailbox {
-        Mailbox { pending: AtomicBool::new(false), state: Mutex::new(State { queue: Vec::new(), taps: Vec::new(), ended: false, next: 0 }), snapshot: Mutex::new(snapshot), graph: Mutex::new(Vec::new()) }
+        Mailbox {
+            pending: AtomicBool::new(false),
+            state: Mutex::new(State {
+                queue: Vec::new(),
+                taps: Vec::new(),
+                ended: false,
+                next: 0,
+            }),
+            snapshot: Mutex::new(snapshot),
+            graph: Mutex::new(Vec::new()),
+        }
     }
 
     #[inline]
@@ -1224,7 +1681,15 @@ impl Mailbox {
                 }
                 TapJob::Off { id } => space.tap_off(id),
                 TapJob::Subscribe(job) => {
-                    let SubscribeJob { label, tap, tap_id, key, want, sub, reply } = *job;
+                    let SubscribeJob {
+                        label,
+                        tap,
+                        tap_id,
+                        key,
+                        want,
+                        sub,
+                        reply,
+                    } = *job;
                     let r = match tap {
                         Some(t) => space.tap_on(&label, *t),
                         None => Ok(()),
@@ -1374,13 +1839,31 @@ impl EditHandle {
         Self::for_spaces(vec![(0, Vec::new())], Vec::new(), false)
     }
 
-    pub(crate) fn for_spaces(local: Vec<(usize, Vec<NodeReport>)>, remote: Vec<(usize, Vec<String>)>, multi: bool) -> EditHandle {
-        let local = local.into_iter().map(|(id, r)| (id, Mailbox::new(r))).collect();
-        EditHandle { dir: Arc::new(Directory { shared: Mutex::new(Vec::new()), local, remote, multi }) }
+    pub(crate) fn for_spaces(
+        local: Vec<(usize, Vec<NodeReport>)>,
+        remote: Vec<(usize, Vec<String>)>,
+        multi: bool,
+    ) -> EditHandle {
+        let local = local
+            .into_iter()
+            .map(|(id, r)| (id, Mailbox::new(r)))
+            .collect();
+        EditHandle {
+            dir: Arc::new(Directory {
+                shared: Mutex::new(Vec::new()),
+                local,
+                remote,
+                multi,
+            }),
+        }
     }
 
     pub(crate) fn mailbox(&self, space: usize) -> Option<&Mailbox> {
-        self.dir.local.iter().find(|(id, _)| *id == space).map(|(_, m)| m)
+        self.dir
+            .local
+            .iter()
+            .find(|(id, _)| *id == space)
+            .map(|(_, m)| m)
     }
 
     /// Apply `edit` to the running run at its next batch boundary, waiting at most
@@ -1395,7 +1878,13 @@ impl EditHandle {
             let other = self.space_of(l)?;
             if other != target {
                 let (a, b) = (self.dir.local[target].0, self.dir.local[other].0);
-                return Err(EditError::Refused { label: format!("{} -> {l}", labels[0]), why: Refusal::Spaces(format!("{}@{a}", split_space(labels[0]).0), format!("{}@{b}", split_space(l).0)) });
+                return Err(EditError::Refused {
+                    label: format!("{} -> {l}", labels[0]),
+                    why: Refusal::Spaces(
+                        format!("{}@{a}", split_space(labels[0]).0),
+                        format!("{}@{b}", split_space(l).0),
+                    ),
+                });
             }
             target = other;
         }
@@ -1412,13 +1901,23 @@ impl EditHandle {
     /// tap's rings, which the returned [`crate::tap::TapRings`] give to a reader (see
     /// `crate::tap`). Take it off with [`EditHandle::untap`]. `data_bytes`: the size of
     /// the tap's data ring.
-    pub fn tap(&self, label: &str, data_bytes: usize, timeout: Duration) -> Result<crate::tap::TapRings, EditError> {
+    pub fn tap(
+        &self,
+        label: &str,
+        data_bytes: usize,
+        timeout: Duration,
+    ) -> Result<crate::tap::TapRings, EditError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let mailbox = &self.dir.local[self.space_of(label)?].1;
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        let (tap, rings) = crate::tap::Tap::create(id, split_space(label).0, data_bytes).map_err(|e| EditError::Tap(e.to_string()))?;
+        let (tap, rings) = crate::tap::Tap::create(id, split_space(label).0, data_bytes)
+            .map_err(|e| EditError::Tap(e.to_string()))?;
         let (tx, rx) = mpsc::channel();
-        mailbox.post_tap(TapJob::On { label: label.to_string(), tap: Box::new(tap), reply: tx })?;
+        mailbox.post_tap(TapJob::On {
+            label: label.to_string(),
+            tap: Box::new(tap),
+            reply: tx,
+        })?;
         match rx.recv_timeout(timeout) {
             Ok(r) => r.map(|_| rings),
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(EditError::Ended),
@@ -1446,7 +1945,11 @@ impl EditHandle {
             }
             drop(shared);
             for (_, m) in &self.dir.local {
-                let _ = m.post_tap(if last { TapJob::Off { id: tap } } else { TapJob::Unsubscribe { id } });
+                let _ = m.post_tap(if last {
+                    TapJob::Off { id: tap }
+                } else {
+                    TapJob::Unsubscribe { id }
+                });
             }
             return;
         }
@@ -1462,7 +1965,15 @@ impl EditHandle {
     /// `key` identifies the filter (subscribers with equal keys share one evaluation per
     /// block); `snap`: most bytes kept per block; `tag_slots`: the size of the
     /// subscriber's tag ring. The returned rings' `id` ends it ([`EditHandle::untap`]).
-    pub fn subscribe(&self, label: &str, key: Vec<u8>, want: crate::tap::Want, snap: u32, tag_slots: usize, timeout: Duration) -> Result<crate::tap::TapRings, EditError> {
+    pub fn subscribe(
+        &self,
+        label: &str,
+        key: Vec<u8>,
+        want: crate::tap::Want,
+        snap: u32,
+        tag_slots: usize,
+        timeout: Duration,
+    ) -> Result<crate::tap::TapRings, EditError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 32);
         let mailbox = &self.dir.local[self.space_of(label)?].1;
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -1473,19 +1984,34 @@ impl EditHandle {
             Some(t) => (None, t.rings.clone()),
             None => {
                 let tap_id = NEXT.fetch_add(1, Ordering::Relaxed);
-                let (tap, rings) = crate::tap::Tap::shared(tap_id, split_space(label).0, crate::tap::DATA_BYTES).map_err(tap_err)?;
+                let (tap, rings) =
+                    crate::tap::Tap::shared(tap_id, split_space(label).0, crate::tap::DATA_BYTES)
+                        .map_err(tap_err)?;
                 (Some(Box::new(tap)), rings)
             }
         };
-        let (sub, sub_rings) = crate::tap::Subscriber::create(id, &rings, tag_slots, snap).map_err(tap_err)?;
+        let (sub, sub_rings) =
+            crate::tap::Subscriber::create(id, &rings, tag_slots, snap).map_err(tap_err)?;
         let (tx, rx) = mpsc::channel();
         let fresh = tap.is_some();
-        mailbox.post_tap(TapJob::Subscribe(Box::new(SubscribeJob { label: label.to_string(), tap, tap_id: rings.id, key, want, sub, reply: tx })))?;
+        mailbox.post_tap(TapJob::Subscribe(Box::new(SubscribeJob {
+            label: label.to_string(),
+            tap,
+            tap_id: rings.id,
+            key,
+            want,
+            sub,
+            reply: tx,
+        })))?;
         let answer = match rx.recv_timeout(timeout) {
             Ok(r) => r,
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(EditError::Ended),
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                let _ = mailbox.post_tap(if fresh { TapJob::Off { id: rings.id } } else { TapJob::Unsubscribe { id } });
+                let _ = mailbox.post_tap(if fresh {
+                    TapJob::Off { id: rings.id }
+                } else {
+                    TapJob::Unsubscribe { id }
+                });
                 Err(EditError::Timeout(timeout))
             }
         };
@@ -1499,7 +2025,11 @@ impl EditHandle {
         }
         match shared.iter_mut().find(|t| t.label == label) {
             Some(t) => t.subs.push(id),
-            None => shared.push(SharedTap { label: label.to_string(), rings, subs: vec![id] }),
+            None => shared.push(SharedTap {
+                label: label.to_string(),
+                rings,
+                subs: vec![id],
+            }),
         }
         Ok(sub_rings)
     }
@@ -1508,13 +2038,22 @@ impl EditHandle {
     fn space_of(&self, label: &str) -> Result<usize, EditError> {
         let d = &self.dir;
         let (label, space) = split_space(label);
-        let refused = |why| Err(EditError::Refused { label: label.to_string(), why });
+        let refused = |why| {
+            Err(EditError::Refused {
+                label: label.to_string(),
+                why,
+            })
+        };
         match space {
             Some(s) => {
                 if let Some(p) = s.strip_prefix('p').and_then(|p| p.parse::<usize>().ok()) {
                     return refused(Refusal::ProcessSpace(p));
                 }
-                match s.parse::<usize>().ok().and_then(|id| d.local.iter().position(|(l, _)| *l == id)) {
+                match s
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|id| d.local.iter().position(|(l, _)| *l == id))
+                {
                     Some(t) => Ok(t),
                     None => refused(Refusal::NoSpace(s.to_string())),
                 }
@@ -1522,17 +2061,31 @@ impl EditHandle {
             None if d.local.len() == 1 => Ok(0),
             None => {
                 let has = |m: &Mailbox| m.snapshot().iter().any(|r| r.label == label);
-                let found: Vec<usize> = (0..d.local.len()).filter(|&k| has(&d.local[k].1)).collect();
+                let found: Vec<usize> =
+                    (0..d.local.len()).filter(|&k| has(&d.local[k].1)).collect();
                 match found.as_slice() {
                     [one] => Ok(*one),
                     [] => {
-                        if let Some((p, _)) = d.remote.iter().find(|(_, names)| names.iter().any(|n| n == base_of(label))) {
+                        if let Some((p, _)) = d
+                            .remote
+                            .iter()
+                            .find(|(_, names)| names.iter().any(|n| n == base_of(label)))
+                        {
                             return refused(Refusal::ProcessSpace(*p));
                         }
                         let known = self.report().into_iter().map(|r| r.label).collect();
-                        Err(EditError::NoNode { label: label.to_string(), known })
+                        Err(EditError::NoNode {
+                            label: label.to_string(),
+                            known,
+                        })
                     }
-                    more => Err(EditError::Ambiguous { label: label.to_string(), candidates: more.iter().map(|&k| format!("{label}@{}", d.local[k].0)).collect() }),
+                    more => Err(EditError::Ambiguous {
+                        label: label.to_string(),
+                        candidates: more
+                            .iter()
+                            .map(|&k| format!("{label}@{}", d.local[k].0))
+                            .collect(),
+                    }),
                 }
             }
         }
@@ -1564,7 +2117,12 @@ impl EditHandle {
     /// two of these spaces show as one arc between the real nodes; nodes in process
     /// spaces are absent, and so are the arcs to and from them.
     pub fn graph(&self) -> Vec<GraphNode> {
-        let parts: Vec<(usize, Vec<SnapNode>)> = self.dir.local.iter().map(|(id, m)| (*id, m.graph())).collect();
+        let parts: Vec<(usize, Vec<SnapNode>)> = self
+            .dir
+            .local
+            .iter()
+            .map(|(id, m)| (*id, m.graph()))
+            .collect();
         resolve(&parts, self.dir.multi)
     }
 }
@@ -1600,7 +2158,13 @@ mod tests {
             if self.block && std::mem::take(&mut self.pulled) {
                 let _ = self.ack.send(());
             }
-            let n = if self.block { self.go.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected) } else { self.go.recv_timeout(Duration::from_millis(1)) };
+            let n = if self.block {
+                self.go
+                    .recv()
+                    .map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+            } else {
+                self.go.recv_timeout(Duration::from_millis(1))
+            };
             match n {
                 Ok(n) => {
                     for _ in 0..n {
@@ -1690,7 +2254,13 @@ mod tests {
             Ok(match name {
                 "gate" => {
                     let (go, ack) = lock(&self.0).take().ok_or("gate: made twice")?;
-                    Box::new(Gate { go, ack, seq: 0, block: a.flag("block")?, pulled: false })
+                    Box::new(Gate {
+                        go,
+                        ack,
+                        seq: 0,
+                        block: a.flag("block")?,
+                        pulled: false,
+                    })
                 }
                 "tally" => Box::<Tally>::default(),
                 "hold" => {
@@ -1700,7 +2270,10 @@ mod tests {
                 }
                 "every" => Box::new(Every(a.parse::<u64>("n", Some(0), 1)?.max(1), 0)),
                 "pass" | "join" => Box::new(Pass),
-                "split" => Box::new(crate::builtin::SplitFilter::new(lang::SplitMode::RoundRobin, 2)),
+                "split" => Box::new(crate::builtin::SplitFilter::new(
+                    lang::SplitMode::RoundRobin,
+                    2,
+                )),
                 _ => return Err(format!("no filter {name}").into()),
             })
         }
@@ -1710,7 +2283,15 @@ mod tests {
     }
 
     fn resolver() -> lang::StaticResolver {
-        lang::StaticResolver::new().native("gate", &["block"]).native("tally", &[]).native("hold", &["n"]).native("every", &["n"]).native("pass", &[]).native("split", &[]).native("join", &[]).unix("cat")
+        lang::StaticResolver::new()
+            .native("gate", &["block"])
+            .native("tally", &[])
+            .native("hold", &["n"])
+            .native("every", &["n"])
+            .native("pass", &[])
+            .native("split", &[])
+            .native("join", &[])
+            .unix("cat")
     }
 
     /// A factory and the test's ends of the gate: send batch sizes, receive acks.
@@ -1741,85 +2322,283 @@ mod tests {
         s.nodes
             .iter()
             .map(|n| {
-                let arcs: Vec<String> = n.out.iter().map(|a| format!("{} {:?}/{}", s.nodes[a.to].label, a.sel, a.in_index)).collect();
-                format!("{}{} -> [{}]", if n.removed { "-" } else { "" }, n.label, arcs.join(", "))
+                let arcs: Vec<String> = n
+                    .out
+                    .iter()
+                    .map(|a| format!("{} {:?}/{}", s.nodes[a.to].label, a.sel, a.in_index))
+                    .collect();
+                format!(
+                    "{}{} -> [{}]",
+                    if n.removed { "-" } else { "" },
+                    n.label,
+                    arcs.join(", ")
+                )
             })
             .collect()
     }
 
     fn summary(r: &[NodeReport], label: &str) -> (u64, u64, u64) {
-        let s = r.iter().find(|n| n.label == label).unwrap_or_else(|| panic!("no {label} in {:?}", r.iter().map(|n| &n.label).collect::<Vec<_>>()));
-        let v: Vec<u64> = s.summary.as_deref().expect("tally summary").split(' ').map(|x| x.parse().unwrap()).collect();
+        let s = r.iter().find(|n| n.label == label).unwrap_or_else(|| {
+            panic!(
+                "no {label} in {:?}",
+                r.iter().map(|n| &n.label).collect::<Vec<_>>()
+            )
+        });
+        let v: Vec<u64> = s
+            .summary
+            .as_deref()
+            .expect("tally summary")
+            .split(' ')
+            .map(|x| x.parse().unwrap())
+            .collect();
         (v[0], v[1], v[2])
     }
 
     #[test]
     fn every_form_parses() {
-        assert_eq!(parse("set every n=5"), Edit::Set { node: "every".into(), options: vec![("n".into(), "5".into())], span: Span::new(10, 13) });
-        let Edit::Insert { node, at, filter } = parse("insert after tally:mid every n=2") else { panic!() };
+        assert_eq!(
+            parse("set every n=5"),
+            Edit::Set {
+                node: "every".into(),
+                options: vec![("n".into(), "5".into())],
+                span: Span::new(10, 13)
+            }
+        );
+        let Edit::Insert { node, at, filter } = parse("insert after tally:mid every n=2") else {
+            panic!()
+        };
         assert_eq!((node.as_str(), at), ("tally:mid", Where::After));
-        assert!(matches!(&filter.kind, NodeKind::Filter { filter, options, .. } if filter == "every" && options == &[("n".to_string(), "2".to_string())]));
-        assert_eq!(filter.span, Span::new(23, 32), "the filter's span is in the edit's text");
-        assert!(matches!(parse("  insert   before pass#2 hold  "), Edit::Insert { at: Where::Before, ref node, .. } if node == "pass#2"));
-        assert_eq!(parse("remove every@1"), Edit::Remove { node: "every@1".into() });
-        assert!(matches!(parse("replace hold pass name=p"), Edit::Replace { ref filter, .. } if filter.name.as_deref() == Some("p")));
-        assert!(matches!(parse("set every#2 n=7"), Edit::Set { ref node, .. } if node == "every#2"));
-        let Edit::Branch { node, filter } = parse("branch tally:mid every n=2") else { panic!() };
+        assert!(
+            matches!(&filter.kind, NodeKind::Filter { filter, options, .. } if filter == "every" && options == &[("n".to_string(), "2".to_string())])
+        );
+        assert_eq!(
+            filter.span,
+            Span::new(23, 32),
+            "the filter's span is in the edit's text"
+        );
+        assert!(
+            matches!(parse("  insert   before pass#2 hold  "), Edit::Insert { at: Where::Before, ref node, .. } if node == "pass#2")
+        );
+        assert_eq!(
+            parse("remove every@1"),
+            Edit::Remove {
+                node: "every@1".into()
+            }
+        );
+        assert!(
+            matches!(parse("replace hold pass name=p"), Edit::Replace { ref filter, .. } if filter.name.as_deref() == Some("p"))
+        );
+        assert!(
+            matches!(parse("set every#2 n=7"), Edit::Set { ref node, .. } if node == "every#2")
+        );
+        let Edit::Branch { node, filter } = parse("branch tally:mid every n=2") else {
+            panic!()
+        };
         assert_eq!(node, "tally:mid");
         assert!(matches!(&filter.kind, NodeKind::Filter { filter, .. } if filter == "every"));
-        assert_eq!(filter.span, Span::new(17, 26), "the filter's span is in the edit's text");
-        assert_eq!(parse(" connect  gate tally@1 "), Edit::Connect { from: "gate".into(), to: "tally@1".into() });
-        assert_eq!(parse("disconnect gate tally"), Edit::Disconnect { from: "gate".into(), to: "tally".into() });
-        assert_eq!(parse("move tally:t every pass#2"), Edit::Move { node: "tally:t".into(), from: "every".into(), to: "pass#2".into() });
-        assert_eq!(parse("move tally:t every pass#2").labels(), ["tally:t", "every", "pass#2"]);
-        assert_eq!(parse("connect gate tally").node(), "tally", "the node that gets an input");
+        assert_eq!(
+            filter.span,
+            Span::new(17, 26),
+            "the filter's span is in the edit's text"
+        );
+        assert_eq!(
+            parse(" connect  gate tally@1 "),
+            Edit::Connect {
+                from: "gate".into(),
+                to: "tally@1".into()
+            }
+        );
+        assert_eq!(
+            parse("disconnect gate tally"),
+            Edit::Disconnect {
+                from: "gate".into(),
+                to: "tally".into()
+            }
+        );
+        assert_eq!(
+            parse("move tally:t every pass#2"),
+            Edit::Move {
+                node: "tally:t".into(),
+                from: "every".into(),
+                to: "pass#2".into()
+            }
+        );
+        assert_eq!(
+            parse("move tally:t every pass#2").labels(),
+            ["tally:t", "every", "pass#2"]
+        );
+        assert_eq!(
+            parse("connect gate tally").node(),
+            "tally",
+            "the node that gets an input"
+        );
     }
 
     #[test]
     fn bad_edits_are_syntax_errors_pointing_at_the_problem() {
         let cases: &[(&str, DiagKind, &str, &str)] = &[
             ("", DiagKind::EmptyPipeline, "", "empty edit"),
-            ("frob tally", DiagKind::UnexpectedToken, "frob", "unknown edit 'frob'"),
-            ("insert beside tally pass", DiagKind::UnexpectedToken, "beside", "'after' or 'before'"),
-            ("insert after", DiagKind::MissingOperand, "", "expected the label"),
-            ("insert after tally", DiagKind::MissingOperand, "", "expected a filter"),
-            ("insert after tally pas", DiagKind::UnknownFilter, "pas", "pas"),
-            ("insert after tally pass | hold", DiagKind::UnexpectedToken, "hold", "one filter"),
-            ("insert after tally cat", DiagKind::UnknownFilter, "cat", "Unix"),
-            ("insert after tally split", DiagKind::UnexpectedToken, "split", "split"),
-            ("insert after tally pass space=1", DiagKind::BadOption, "pass space=1", "space="),
-            ("insert after tally pass @private", DiagKind::UnknownHint, "pass", "@hints"),
-            ("remove tally hold", DiagKind::UnexpectedToken, "hold", "left over"),
+            (
+                "frob tally",
+                DiagKind::UnexpectedToken,
+                "frob",
+                "unknown edit 'frob'",
+            ),
+            (
+                "insert beside tally pass",
+                DiagKind::UnexpectedToken,
+                "beside",
+                "'after' or 'before'",
+            ),
+            (
+                "insert after",
+                DiagKind::MissingOperand,
+                "",
+                "expected the label",
+            ),
+            (
+                "insert after tally",
+                DiagKind::MissingOperand,
+                "",
+                "expected a filter",
+            ),
+            (
+                "insert after tally pas",
+                DiagKind::UnknownFilter,
+                "pas",
+                "pas",
+            ),
+            (
+                "insert after tally pass | hold",
+                DiagKind::UnexpectedToken,
+                "hold",
+                "one filter",
+            ),
+            (
+                "insert after tally cat",
+                DiagKind::UnknownFilter,
+                "cat",
+                "Unix",
+            ),
+            (
+                "insert after tally split",
+                DiagKind::UnexpectedToken,
+                "split",
+                "split",
+            ),
+            (
+                "insert after tally pass space=1",
+                DiagKind::BadOption,
+                "pass space=1",
+                "space=",
+            ),
+            (
+                "insert after tally pass @private",
+                DiagKind::UnknownHint,
+                "pass",
+                "@hints",
+            ),
+            (
+                "remove tally hold",
+                DiagKind::UnexpectedToken,
+                "hold",
+                "left over",
+            ),
             ("set every 5", DiagKind::BadOption, "5", "KEY=VALUE"),
             ("set every", DiagKind::MissingOperand, "", "KEY=VALUE"),
             ("set every m=5", DiagKind::BadOption, "m", "m"),
-            ("set every n=5 export=yes", DiagKind::BadOption, "n=5 export=yes", "export="),
-            ("set every n=5 name=x", DiagKind::BadOption, "n=5 name=x", "name="),
-            ("set cat n=1", DiagKind::UnexpectedToken, "cat", "not a native filter"),
-            ("insert after tally every n=\"2", DiagKind::UnterminatedQuote, "\"2", "quote"),
+            (
+                "set every n=5 export=yes",
+                DiagKind::BadOption,
+                "n=5 export=yes",
+                "export=",
+            ),
+            (
+                "set every n=5 name=x",
+                DiagKind::BadOption,
+                "n=5 name=x",
+                "name=",
+            ),
+            (
+                "set cat n=1",
+                DiagKind::UnexpectedToken,
+                "cat",
+                "not a native filter",
+            ),
+            (
+                "insert after tally every n=\"2",
+                DiagKind::UnterminatedQuote,
+                "\"2",
+                "quote",
+            ),
             ("branch", DiagKind::MissingOperand, "", "expected the label"),
-            ("branch tally", DiagKind::MissingOperand, "", "expected a filter"),
+            (
+                "branch tally",
+                DiagKind::MissingOperand,
+                "",
+                "expected a filter",
+            ),
             ("branch tally cat", DiagKind::UnknownFilter, "cat", "Unix"),
-            ("branch tally split", DiagKind::UnexpectedToken, "split", "split"),
-            ("branch tally every n=2 | tally", DiagKind::UnexpectedToken, "tally", "one filter"),
+            (
+                "branch tally split",
+                DiagKind::UnexpectedToken,
+                "split",
+                "split",
+            ),
+            (
+                "branch tally every n=2 | tally",
+                DiagKind::UnexpectedToken,
+                "tally",
+                "one filter",
+            ),
             ("branch tally every m=2", DiagKind::BadOption, "m", "m"),
             ("connect", DiagKind::MissingOperand, "", "FROM"),
             ("connect gate", DiagKind::MissingOperand, "", "TO"),
-            ("connect gate tally hold", DiagKind::UnexpectedToken, "hold", "left over"),
+            (
+                "connect gate tally hold",
+                DiagKind::UnexpectedToken,
+                "hold",
+                "left over",
+            ),
             ("disconnect gate", DiagKind::MissingOperand, "", "TO"),
-            ("disconnect gate tally hold pass", DiagKind::UnexpectedToken, "hold pass", "FROM TO"),
+            (
+                "disconnect gate tally hold pass",
+                DiagKind::UnexpectedToken,
+                "hold pass",
+                "FROM TO",
+            ),
             ("move tally", DiagKind::MissingOperand, "", "FROM"),
             ("move tally gate", DiagKind::MissingOperand, "", "TO"),
-            ("move tally gate pass hold", DiagKind::UnexpectedToken, "hold", "NODE FROM TO"),
-            ("mkdir tally", DiagKind::UnexpectedToken, "mkdir", "branch, connect, disconnect or move"),
+            (
+                "move tally gate pass hold",
+                DiagKind::UnexpectedToken,
+                "hold",
+                "NODE FROM TO",
+            ),
+            (
+                "mkdir tally",
+                DiagKind::UnexpectedToken,
+                "mkdir",
+                "branch, connect, disconnect or move",
+            ),
         ];
         for &(text, kind, under, words) in cases {
             let d = parse_err(text);
             assert_eq!(d.kind, kind, "`{text}`: {d}");
-            assert_eq!(d.input, text, "`{text}`: the diagnostic renders the edit's text");
+            assert_eq!(
+                d.input, text,
+                "`{text}`: the diagnostic renders the edit's text"
+            );
             let got = &text[d.span.start.min(text.len())..d.span.end.min(text.len())];
-            assert!(got.starts_with(under) && (under.is_empty() || !got.is_empty()), "`{text}`: caret under '{got}', expected '{under}': {d}");
-            assert!(d.message.contains(words), "`{text}`: '{}' does not say '{words}'", d.message);
+            assert!(
+                got.starts_with(under) && (under.is_empty() || !got.is_empty()),
+                "`{text}`: caret under '{got}', expected '{under}': {d}"
+            );
+            assert!(
+                d.message.contains(words),
+                "`{text}`: '{}' does not say '{words}'",
+                d.message
+            );
         }
     }
 
@@ -1848,15 +2627,34 @@ mod tests {
     fn inserts_rewire_as_the_pipeline_would_be_written_and_label_by_the_build_rule() {
         let (f, _go, _ack) = gate();
         let mut s = build("gate | tally |1 hold + pass | tally name=tail", &f);
-        assert_eq!(shape(&s), ["gate -> [tally Default/0]", "tally -> [hold Class(1)/0, pass Class(1)/0]", "hold -> [join Default/0]", "pass -> [join Default/1]", "join -> [tally:tail Default/0]", "tally:tail -> []"]);
+        assert_eq!(
+            shape(&s),
+            [
+                "gate -> [tally Default/0]",
+                "tally -> [hold Class(1)/0, pass Class(1)/0]",
+                "hold -> [join Default/0]",
+                "pass -> [join Default/1]",
+                "join -> [tally:tail Default/0]",
+                "tally:tail -> []"
+            ]
+        );
         let a = s.edit(&parse("insert after tally tally"), &f).unwrap();
-        assert_eq!((a.label.as_str(), a.retired.is_none()), ("tally#3", true), "tally and tally:tail come first");
+        assert_eq!(
+            (a.label.as_str(), a.retired.is_none()),
+            ("tally#3", true),
+            "tally and tally:tail come first"
+        );
         let a = s.edit(&parse("insert before pass every n=3"), &f).unwrap();
         assert_eq!(a.label, "every");
-        let a = s.edit(&parse("insert before every tally name=t"), &f).unwrap();
+        let a = s
+            .edit(&parse("insert before every tally name=t"), &f)
+            .unwrap();
         assert_eq!(a.label, "tally:t");
         let a = s.edit(&parse("insert after tally:tail tally"), &f).unwrap();
-        assert_eq!(a.label, "tally#5", "four tallies before it, named ones counted");
+        assert_eq!(
+            a.label, "tally#5",
+            "four tallies before it, named ones counted"
+        );
         assert_eq!(
             shape(&s),
             [
@@ -1876,7 +2674,21 @@ mod tests {
             ]
         );
         let labels: Vec<String> = s.report().into_iter().map(|r| r.label).collect();
-        assert_eq!(labels, ["gate", "tally", "hold", "pass", "join", "tally:tail", "tally#3", "every", "tally:t", "tally#5"]);
+        assert_eq!(
+            labels,
+            [
+                "gate",
+                "tally",
+                "hold",
+                "pass",
+                "join",
+                "tally:tail",
+                "tally#3",
+                "every",
+                "tally:t",
+                "tally#5"
+            ]
+        );
     }
 
     #[test]
@@ -1895,8 +2707,14 @@ mod tests {
             ("insert before join pass", Refusal::Inputs(2)),
             ("replace tally gate", Refusal::SourceMismatch),
             ("replace gate tally", Refusal::SourceMismatch),
-            ("insert after tally tally name=tail", Refusal::NameTaken("tally:tail".into())),
-            ("replace pass tally name=tail", Refusal::NameTaken("tally:tail".into())),
+            (
+                "insert after tally tally name=tail",
+                Refusal::NameTaken("tally:tail".into()),
+            ),
+            (
+                "replace pass tally name=tail",
+                Refusal::NameTaken("tally:tail".into()),
+            ),
         ];
         for (text, why) in refused {
             match s.edit(&parse(text), &f) {
@@ -1906,18 +2724,43 @@ mod tests {
             assert_eq!(shape(&s), before, "{text} changed the space");
         }
         // A filter that fails to build: a typed error naming the new node and the value.
-        for text in ["insert after tally every n=banana", "insert before tally every n=banana", "replace pass every n=banana"] {
+        for text in [
+            "insert after tally every n=banana",
+            "insert before tally every n=banana",
+            "replace pass every n=banana",
+        ] {
             let r = s.edit(&parse(text), &f);
-            let Err(EditError::Build(e)) = r else { panic!("{text}: {r:?}") };
+            let Err(EditError::Build(e)) = r else {
+                panic!("{text}: {r:?}")
+            };
             assert_eq!(e.label, "every");
-            assert!(matches!(&*e.kind, crate::BuildErrorKind::Filter(crate::FilterError::BadValue { key, value, .. }) if key == "n" && value == "banana"), "{e}");
-            assert_eq!(e.render("edit: ", text).lines().nth(2).map(|l| l.trim()), Some("^^^^^^^^^^^^^^"), "caret under the filter in the edit's text:\n{}", e.render("edit: ", text));
+            assert!(
+                matches!(&*e.kind, crate::BuildErrorKind::Filter(crate::FilterError::BadValue { key, value, .. }) if key == "n" && value == "banana"),
+                "{e}"
+            );
+            assert_eq!(
+                e.render("edit: ", text).lines().nth(2).map(|l| l.trim()),
+                Some("^^^^^^^^^^^^^^"),
+                "caret under the filter in the edit's text:\n{}",
+                e.render("edit: ", text)
+            );
             assert_eq!(shape(&s), before, "{text} changed the space");
         }
         match s.edit(&parse("remove nosuch"), &f) {
             Err(EditError::NoNode { label, known }) => {
                 assert_eq!(label, "nosuch");
-                assert_eq!(known, ["gate", "tally", "split", "pass", "hold", "join", "tally:tail"]);
+                assert_eq!(
+                    known,
+                    [
+                        "gate",
+                        "tally",
+                        "split",
+                        "pass",
+                        "hold",
+                        "join",
+                        "tally:tail"
+                    ]
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -1925,7 +2768,14 @@ mod tests {
 
     /// Runs `text` on a thread with an edit handle; returns the handle, the gate and the
     /// run's thread (its report at the end).
-    fn running(text: &'static str) -> (EditHandle, Sender<u32>, Receiver<()>, std::thread::JoinHandle<Vec<NodeReport>>) {
+    fn running(
+        text: &'static str,
+    ) -> (
+        EditHandle,
+        Sender<u32>,
+        Receiver<()>,
+        std::thread::JoinHandle<Vec<NodeReport>>,
+    ) {
         let (f, go, ack) = gate();
         let h = EditHandle::new();
         let h2 = h.clone();
@@ -1945,11 +2795,17 @@ mod tests {
         let end = std::time::Instant::now() + WAIT;
         loop {
             let r = h.report();
-            let now = r.iter().find(|n| n.label == label).map(|_| summary(&r, label).0);
+            let now = r
+                .iter()
+                .find(|n| n.label == label)
+                .map(|_| summary(&r, label).0);
             if now == Some(blocks) {
                 return;
             }
-            assert!(std::time::Instant::now() < end, "{label}: the counters show {now:?}, never {blocks}");
+            assert!(
+                std::time::Instant::now() < end,
+                "{label}: the counters show {now:?}, never {blocks}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -1994,11 +2850,22 @@ mod tests {
         sent += 1000;
         drop(go);
         let r = t.join().unwrap();
-        assert_eq!(summary(&r, "tally:tail"), (sent, sent * SIZE as u64, 0), "every block, in order");
+        assert_eq!(
+            summary(&r, "tally:tail"),
+            (sent, sent * SIZE as u64, 0),
+            "every block, in order"
+        );
         assert_eq!(summary(&r, "tally:head"), (sent, sent * SIZE as u64, 0));
         let labels: Vec<&str> = r.iter().map(|n| n.label.as_str()).collect();
-        assert_eq!(labels, ["gate", "tally:head", "tally:tail", "pass"], "removed nodes are not reported");
-        assert!(matches!(h.apply(parse("remove pass"), WAIT), Err(EditError::Ended)));
+        assert_eq!(
+            labels,
+            ["gate", "tally:head", "tally:tail", "pass"],
+            "removed nodes are not reported"
+        );
+        assert!(matches!(
+            h.apply(parse("remove pass"), WAIT),
+            Err(EditError::Ended)
+        ));
     }
 
     #[test]
@@ -2008,17 +2875,35 @@ mod tests {
         eventually(&h, "tally:tail", 100);
         let a = h.apply(parse("set every n=4"), WAIT).unwrap();
         let old = a.retired.expect("the old instance's report");
-        assert_eq!((old.label.as_str(), old.counters.blocks_in, old.counters.blocks_out), ("every", 100, 100));
+        assert_eq!(
+            (
+                old.label.as_str(),
+                old.counters.blocks_in,
+                old.counters.blocks_out
+            ),
+            ("every", 100, 100)
+        );
         batch(&go, &ack, 100);
         eventually(&h, "tally:tail", 125); // one in four of the second hundred
-        // A failed set keeps the running instance (and its count).
-        assert!(matches!(h.apply(parse("set every n=banana"), WAIT), Err(EditError::Build(_))));
+                                           // A failed set keeps the running instance (and its count).
+        assert!(matches!(
+            h.apply(parse("set every n=banana"), WAIT),
+            Err(EditError::Build(_))
+        ));
         batch(&go, &ack, 100);
         drop(go);
         let r = t.join().unwrap();
-        assert_eq!(summary(&r, "tally:tail").0, 150, "25 of the last hundred too: the failed set changed nothing");
+        assert_eq!(
+            summary(&r, "tally:tail").0,
+            150,
+            "25 of the last hundred too: the failed set changed nothing"
+        );
         let every = r.iter().find(|n| n.label == "every").unwrap();
-        assert_eq!((every.counters.blocks_in, every.counters.blocks_out), (300, 150), "counters go on across a set");
+        assert_eq!(
+            (every.counters.blocks_in, every.counters.blocks_out),
+            (300, 150),
+            "counters go on across a set"
+        );
     }
 
     #[test]
@@ -2026,104 +2911,226 @@ mod tests {
         let (h, go, ack, t) = running("gate block=yes | tally name=tail");
         batch(&go, &ack, 10);
         // The gate now waits in pull: no boundary comes until the next batch.
-        assert!(matches!(h.apply(parse("insert after tally:tail tally"), Duration::from_millis(50)), Err(EditError::Timeout(_))));
+        assert!(matches!(
+            h.apply(
+                parse("insert after tally:tail tally"),
+                Duration::from_millis(50)
+            ),
+            Err(EditError::Timeout(_))
+        ));
         batch(&go, &ack, 10);
         drop(go);
         let r = t.join().unwrap();
-        assert!(r.iter().all(|n| n.label != "tally"), "the withdrawn edit never applied: {:?}", r.iter().map(|n| &n.label).collect::<Vec<_>>());
+        assert!(
+            r.iter().all(|n| n.label != "tally"),
+            "the withdrawn edit never applied: {:?}",
+            r.iter().map(|n| &n.label).collect::<Vec<_>>()
+        );
         assert_eq!(summary(&r, "tally:tail").0, 20);
     }
 
     #[test]
     fn edits_reach_thread_spaces_by_label_and_are_refused_at_channels() {
         let (f, go, ack) = gate();
-        let g = lang::parse("gate | pass space=1 | tally name=mid | hold | tally name=tail", &resolver()).unwrap();
+        let g = lang::parse(
+            "gate | pass space=1 | tally name=mid | hold | tally name=tail",
+            &resolver(),
+        )
+        .unwrap();
         let spaces = Spaces::build(&g, &f, 1 << 22, Default::default()).unwrap();
         let h = spaces.edit_handle();
         let h2 = h.clone();
-        let t = std::thread::spawn(move || spaces.run_with(&AtomicBool::new(false), &h2, &f, |_| {}));
+        let t =
+            std::thread::spawn(move || spaces.run_with(&AtomicBool::new(false), &h2, &f, |_| {}));
         batch(&go, &ack, 100);
         // pass receives from the channel out of space 0: refused, saying why.
         match h.apply(parse("remove pass"), WAIT) {
-            Err(EditError::Refused { label, why: Refusal::Channel(w) }) => assert_eq!((label.as_str(), w), ("pass", "receives from")),
+            Err(EditError::Refused {
+                label,
+                why: Refusal::Channel(w),
+            }) => assert_eq!((label.as_str(), w), ("pass", "receives from")),
             other => panic!("{other:?}"),
         }
         match h.apply(parse("insert after gate@0 pass"), WAIT) {
-            Err(EditError::Refused { label, why: Refusal::Channel(w) }) => assert_eq!((label.as_str(), w), ("gate", "sends into")),
+            Err(EditError::Refused {
+                label,
+                why: Refusal::Channel(w),
+            }) => assert_eq!((label.as_str(), w), ("gate", "sends into")),
             other => panic!("{other:?}"),
         }
         // The graph of both spaces, joined through their channel.
         let end = std::time::Instant::now() + WAIT;
         while h.graph().len() < 5 {
-            assert!(std::time::Instant::now() < end, "both spaces publish their graphs: {:?}", h.graph());
+            assert!(
+                std::time::Instant::now() < end,
+                "both spaces publish their graphs: {:?}",
+                h.graph()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(
             graph_shape(&h.graph()),
-            ["gate@0 [gate] source <-  -> pass@1", "pass@1 [pass] <- gate@0 -> tally:mid@1", "tally:mid@1 [tally] <- pass@1 -> hold@1", "hold@1 [hold] <- tally:mid@1 -> tally:tail@1", "tally:tail@1 [tally] <- hold@1 -> "]
+            [
+                "gate@0 [gate] source <-  -> pass@1",
+                "pass@1 [pass] <- gate@0 -> tally:mid@1",
+                "tally:mid@1 [tally] <- pass@1 -> hold@1",
+                "hold@1 [hold] <- tally:mid@1 -> tally:tail@1",
+                "tally:tail@1 [tally] <- hold@1 -> "
+            ]
         );
-        assert_eq!(h.graph().iter().map(|n| n.space.as_str()).collect::<Vec<_>>(), ["0", "1", "1", "1", "1"]);
+        assert_eq!(
+            h.graph()
+                .iter()
+                .map(|n| n.space.as_str())
+                .collect::<Vec<_>>(),
+            ["0", "1", "1", "1", "1"]
+        );
         // An arc between spaces would be a channel.
         match h.apply(parse("connect gate tally:mid"), WAIT) {
-            Err(EditError::Refused { why: Refusal::Spaces(a, b), .. }) => assert_eq!((a.as_str(), b.as_str()), ("gate@0", "tally:mid@1")),
+            Err(EditError::Refused {
+                why: Refusal::Spaces(a, b),
+                ..
+            }) => assert_eq!((a.as_str(), b.as_str()), ("gate@0", "tally:mid@1")),
             other => panic!("{other:?}"),
         }
         match h.apply(parse("branch gate@0 tally"), WAIT) {
-            Err(EditError::Refused { label, why: Refusal::Channel(w) }) => assert_eq!((label.as_str(), w), ("gate", "sends into")),
+            Err(EditError::Refused {
+                label,
+                why: Refusal::Channel(w),
+            }) => assert_eq!((label.as_str(), w), ("gate", "sends into")),
             other => panic!("{other:?}"),
         }
-        for text in ["connect tally:mid pass", "move tally:tail hold pass", "disconnect pass tally:mid"] {
+        for text in [
+            "connect tally:mid pass",
+            "move tally:tail hold pass",
+            "disconnect pass tally:mid",
+        ] {
             match h.apply(parse(text), WAIT) {
-                Err(EditError::Refused { label, why: Refusal::Channel(w) }) => assert_eq!((label.as_str(), w), ("pass", "receives from"), "{text}"),
+                Err(EditError::Refused {
+                    label,
+                    why: Refusal::Channel(w),
+                }) => assert_eq!((label.as_str(), w), ("pass", "receives from"), "{text}"),
                 other => panic!("{text}: {other:?}"),
             }
         }
-        assert!(matches!(h.apply(parse("remove tally:mid@p3"), WAIT), Err(EditError::Refused { why: Refusal::ProcessSpace(3), .. })));
-        assert!(matches!(h.apply(parse("remove tally:mid@7"), WAIT), Err(EditError::Refused { why: Refusal::NoSpace(_), .. })));
+        assert!(matches!(
+            h.apply(parse("remove tally:mid@p3"), WAIT),
+            Err(EditError::Refused {
+                why: Refusal::ProcessSpace(3),
+                ..
+            })
+        ));
+        assert!(matches!(
+            h.apply(parse("remove tally:mid@7"), WAIT),
+            Err(EditError::Refused {
+                why: Refusal::NoSpace(_),
+                ..
+            })
+        ));
         // Space 1 has taken in the first hundred (its counters say so): hold has them all.
         eventually(&h, "tally:mid@1", 100);
         // In space 1, found by its label alone; labels come back with their space.
-        let a = h.apply(parse("insert after tally:mid every n=2"), WAIT).unwrap();
+        let a = h
+            .apply(parse("insert after tally:mid every n=2"), WAIT)
+            .unwrap();
         assert_eq!(a.label, "every@1");
         let a = h.apply(parse("remove hold@1"), WAIT).unwrap();
-        assert_eq!((a.label.as_str(), a.flushed), ("hold@1", 100), "hold's blocks flushed on to the tail");
-        let a = h.apply(parse("branch tally:mid tally name=side"), WAIT).unwrap();
+        assert_eq!(
+            (a.label.as_str(), a.flushed),
+            ("hold@1", 100),
+            "hold's blocks flushed on to the tail"
+        );
+        let a = h
+            .apply(parse("branch tally:mid tally name=side"), WAIT)
+            .unwrap();
         assert_eq!(a.label, "tally:side@1");
         assert_eq!(
             graph_shape(&h.graph())[1..],
-            ["pass@1 [pass] <- gate@0 -> tally:mid@1", "tally:mid@1 [tally] <- pass@1 -> every@1,tally:side@1", "tally:tail@1 [tally] <- every@1 -> ", "every@1 [every n=2] <- tally:mid@1 -> tally:tail@1", "tally:side@1 [tally] <- tally:mid@1 -> "]
+            [
+                "pass@1 [pass] <- gate@0 -> tally:mid@1",
+                "tally:mid@1 [tally] <- pass@1 -> every@1,tally:side@1",
+                "tally:tail@1 [tally] <- every@1 -> ",
+                "every@1 [every n=2] <- tally:mid@1 -> tally:tail@1",
+                "tally:side@1 [tally] <- tally:mid@1 -> "
+            ]
         );
         batch(&go, &ack, 100);
         drop(go);
         let rep = t.join().unwrap();
         assert!(rep.died.is_none(), "{:?}", rep.died);
-        assert_eq!(summary(&rep.nodes, "tally:mid@1"), (200, 200 * SIZE as u64, 0));
-        assert_eq!(summary(&rep.nodes, "tally:tail@1"), (150, 150 * SIZE as u64, 0), "the held hundred, then one in two");
-        assert_eq!(summary(&rep.nodes, "tally:side@1"), (100, 100 * SIZE as u64, 0), "the branch saw the second hundred");
-        assert!(h.report().iter().any(|n| n.label == "every@1"), "the counters snapshot has the new node");
+        assert_eq!(
+            summary(&rep.nodes, "tally:mid@1"),
+            (200, 200 * SIZE as u64, 0)
+        );
+        assert_eq!(
+            summary(&rep.nodes, "tally:tail@1"),
+            (150, 150 * SIZE as u64, 0),
+            "the held hundred, then one in two"
+        );
+        assert_eq!(
+            summary(&rep.nodes, "tally:side@1"),
+            (100, 100 * SIZE as u64, 0),
+            "the branch saw the second hundred"
+        );
+        assert!(
+            h.report().iter().any(|n| n.label == "every@1"),
+            "the counters snapshot has the new node"
+        );
     }
 
     /// The graph snapshot in short: `label [filter] <- inputs -> outputs`.
     fn graph_shape(g: &[GraphNode]) -> Vec<String> {
-        g.iter().map(|n| format!("{} [{}]{} <- {} -> {}", n.label, n.filter, if n.source { " source" } else { "" }, n.inputs.join(","), n.outputs.join(","))).collect()
+        g.iter()
+            .map(|n| {
+                format!(
+                    "{} [{}]{} <- {} -> {}",
+                    n.label,
+                    n.filter,
+                    if n.source { " source" } else { "" },
+                    n.inputs.join(","),
+                    n.outputs.join(",")
+                )
+            })
+            .collect()
     }
 
     #[test]
     fn the_graph_shows_live_nodes_and_arcs_through_removed_ones_and_set_values() {
         let (f, _go, _ack) = gate();
         let mut s = build("gate | every n=3 | tally name=t | pass", &f);
-        assert_eq!(graph_shape(&s.graph()), ["gate [gate] source <-  -> every", "every [every n=3] <- gate -> tally:t", "tally:t [tally] <- every -> pass", "pass [pass] <- tally:t -> "]);
+        assert_eq!(
+            graph_shape(&s.graph()),
+            [
+                "gate [gate] source <-  -> every",
+                "every [every n=3] <- gate -> tally:t",
+                "tally:t [tally] <- every -> pass",
+                "pass [pass] <- tally:t -> "
+            ]
+        );
         let g = s.graph();
-        assert_eq!((g[1].options.clone(), g[1].space.as_str()), (vec![("n".to_string(), "3".to_string())], "0"));
+        assert_eq!(
+            (g[1].options.clone(), g[1].space.as_str()),
+            (vec![("n".to_string(), "3".to_string())], "0")
+        );
         s.edit(&parse("set every n=5"), &f).unwrap();
         s.edit(&parse("remove tally:t"), &f).unwrap();
         // A removed node's arcs show from its inputs to its outputs.
-        assert_eq!(graph_shape(&s.graph()), ["gate [gate] source <-  -> every", "every [every n=5] <- gate -> pass", "pass [pass] <- every -> "]);
+        assert_eq!(
+            graph_shape(&s.graph()),
+            [
+                "gate [gate] source <-  -> every",
+                "every [every n=5] <- gate -> pass",
+                "pass [pass] <- every -> "
+            ]
+        );
         // A template: the join and split as the build made them.
         let (f, _go, _ack) = gate();
         let s = build("gate | tally | split | pass + hold | tally name=tail", &f);
         let g = graph_shape(&s.graph());
-        assert_eq!(g[2], "split [split] <- tally -> pass,hold", "the library's split, written by hand");
+        assert_eq!(
+            g[2], "split [split] <- tally -> pass,hold",
+            "the library's split, written by hand"
+        );
         assert_eq!(g[5], "join [join mode=all] <- pass,hold -> tally:tail");
     }
 
@@ -2131,27 +3138,61 @@ mod tests {
     fn graph_edits_rewire_the_space_and_the_graph() {
         let (f, _go, _ack) = gate();
         let mut s = build("gate | tally name=a | pass | tally name=t", &f);
-        assert_eq!(s.edit(&parse("branch pass tally name=u"), &f).unwrap().label, "tally:u");
-        assert_eq!(s.edit(&parse("connect gate pass"), &f).unwrap().label, "pass");
+        assert_eq!(
+            s.edit(&parse("branch pass tally name=u"), &f)
+                .unwrap()
+                .label,
+            "tally:u"
+        );
+        assert_eq!(
+            s.edit(&parse("connect gate pass"), &f).unwrap().label,
+            "pass"
+        );
         assert_eq!(
             shape(&s),
-            ["gate -> [tally:a Default/0, pass Default/1]", "tally:a -> [pass Default/0]", "pass -> [tally:t Default/0, tally:u Default/0]", "tally:t -> []", "tally:u -> []"],
+            [
+                "gate -> [tally:a Default/0, pass Default/1]",
+                "tally:a -> [pass Default/0]",
+                "pass -> [tally:t Default/0, tally:u Default/0]",
+                "tally:t -> []",
+                "tally:u -> []"
+            ],
             "the new arc takes the next in-arc index; the branch is a leaf"
         );
         s.edit(&parse("remove pass"), &f).unwrap();
         let g = graph_shape(&s.graph());
-        assert_eq!(g, ["gate [gate] source <-  -> tally:a,tally:t,tally:u", "tally:a [tally] <- gate -> tally:t,tally:u", "tally:t [tally] <- gate,tally:a -> ", "tally:u [tally] <- gate,tally:a -> "]);
+        assert_eq!(
+            g,
+            [
+                "gate [gate] source <-  -> tally:a,tally:t,tally:u",
+                "tally:a [tally] <- gate -> tally:t,tally:u",
+                "tally:t [tally] <- gate,tally:a -> ",
+                "tally:u [tally] <- gate,tally:a -> "
+            ]
+        );
         // gate -> pass -> t: pass (removed) carries gate's and a's blocks to t and u, so
         // no one arc is only gate -> t.
         let before = shape(&s);
         match s.edit(&parse("disconnect gate tally:t"), &f) {
-            Err(EditError::Refused { label, why: Refusal::ThroughRemoved(r) }) => assert_eq!((label.as_str(), r.as_str()), ("gate -> tally:t", "pass")),
+            Err(EditError::Refused {
+                label,
+                why: Refusal::ThroughRemoved(r),
+            }) => assert_eq!((label.as_str(), r.as_str()), ("gate -> tally:t", "pass")),
             other => panic!("{other:?}"),
         }
         assert_eq!(shape(&s), before);
         // Moved: u reads from a alone; the arc pass -> u goes, a -> u comes.
         assert_eq!(s.edit(&parse("move tally:u gate tally:t"), &f).unwrap_err().to_string(), "gate -> tally:u: the arc passes through a removed node that carries other arcs too (pass); taking it away would cut those as well");
-        assert!(matches!(s.edit(&parse("connect tally:a tally:u"), &f), Err(EditError::Refused { why: Refusal::ArcExists, .. })), "a -> u is there, through pass");
+        assert!(
+            matches!(
+                s.edit(&parse("connect tally:a tally:u"), &f),
+                Err(EditError::Refused {
+                    why: Refusal::ArcExists,
+                    ..
+                })
+            ),
+            "a -> u is there, through pass"
+        );
         assert_eq!(shape(&s), before);
         // Through a removed node with one output: the arc into it is only gate -> t now
         // that u reads elsewhere (after a disconnect of pass's arc to u via a fresh space).
@@ -2160,18 +3201,50 @@ mod tests {
         s.edit(&parse("connect gate pass"), &f).unwrap();
         s.edit(&parse("remove pass"), &f).unwrap();
         s.edit(&parse("disconnect gate tally:t"), &f).unwrap();
-        assert_eq!(shape(&s), ["gate -> [tally:a Default/0]", "tally:a -> [pass Default/0]", "-pass -> [tally:t Default/0]", "tally:t -> []"], "the one arc that carried only gate -> t went");
+        assert_eq!(
+            shape(&s),
+            [
+                "gate -> [tally:a Default/0]",
+                "tally:a -> [pass Default/0]",
+                "-pass -> [tally:t Default/0]",
+                "tally:t -> []"
+            ],
+            "the one arc that carried only gate -> t went"
+        );
         s.edit(&parse("move tally:t tally:a gate"), &f).unwrap();
-        assert_eq!(graph_shape(&s.graph()), ["gate [gate] source <-  -> tally:a,tally:t", "tally:a [tally] <- gate -> ", "tally:t [tally] <- gate -> "]);
+        assert_eq!(
+            graph_shape(&s.graph()),
+            [
+                "gate [gate] source <-  -> tally:a,tally:t",
+                "tally:a [tally] <- gate -> ",
+                "tally:t [tally] <- gate -> "
+            ]
+        );
         // The arc cut was a -> pass (the first that carried only a -> t), so nothing flows
         // into the dead pass; its arc to t keeps index 0, and the new plain arc takes 1.
-        assert_eq!(shape(&s), ["gate -> [tally:a Default/0, tally:t Default/1]", "tally:a -> []", "-pass -> [tally:t Default/0]", "tally:t -> []"]);
+        assert_eq!(
+            shape(&s),
+            [
+                "gate -> [tally:a Default/0, tally:t Default/1]",
+                "tally:a -> []",
+                "-pass -> [tally:t Default/0]",
+                "tally:t -> []"
+            ]
+        );
         // A direct arc moved keeps its in-arc index.
         let (f, _go, _ack) = gate();
         let mut s = build("gate | tally name=a | pass | tally name=t", &f);
         s.edit(&parse("connect tally:a tally:t"), &f).unwrap();
         s.edit(&parse("move tally:t pass gate"), &f).unwrap();
-        assert_eq!(shape(&s), ["gate -> [tally:a Default/0, tally:t Default/0]", "tally:a -> [pass Default/0, tally:t Default/1]", "pass -> []", "tally:t -> []"]);
+        assert_eq!(
+            shape(&s),
+            [
+                "gate -> [tally:a Default/0, tally:t Default/0]",
+                "tally:a -> [pass Default/0, tally:t Default/1]",
+                "pass -> []",
+                "tally:t -> []"
+            ]
+        );
     }
 
     #[test]
@@ -2181,48 +3254,111 @@ mod tests {
         let (before, graph) = (shape(&s), s.graph());
         let refused: &[(&str, &str, Refusal)] = &[
             ("branch split pass", "split", Refusal::Split),
-            ("branch tally gate", "tally", Refusal::NewSource("gate".into())),
-            ("branch tally tally name=tail", "tally:tail", Refusal::NameTaken("tally:tail".into())),
+            (
+                "branch tally gate",
+                "tally",
+                Refusal::NewSource("gate".into()),
+            ),
+            (
+                "branch tally tally name=tail",
+                "tally:tail",
+                Refusal::NameTaken("tally:tail".into()),
+            ),
             ("connect tally gate", "gate", Refusal::IntoSource),
             ("connect tally join", "join", Refusal::Template),
             ("connect split tally:tail", "split", Refusal::Split),
             ("connect gate tally", "gate -> tally", Refusal::ArcExists),
-            ("connect tally:tail tally", "tally:tail -> tally", Refusal::Cycle("tally".into(), "tally:tail".into())),
-            ("connect tally tally", "tally -> tally", Refusal::Cycle("tally".into(), "tally".into())),
-            ("connect tally:tail@0 pass@1", "tally:tail@0 -> pass@1", Refusal::Spaces("tally:tail@0".into(), "pass@1".into())),
-            ("disconnect gate tally", "gate -> tally", Refusal::OnlyInput("tally".into())),
-            ("disconnect gate tally:tail", "gate -> tally:tail", Refusal::NoArc("gate".into(), "tally:tail".into())),
+            (
+                "connect tally:tail tally",
+                "tally:tail -> tally",
+                Refusal::Cycle("tally".into(), "tally:tail".into()),
+            ),
+            (
+                "connect tally tally",
+                "tally -> tally",
+                Refusal::Cycle("tally".into(), "tally".into()),
+            ),
+            (
+                "connect tally:tail@0 pass@1",
+                "tally:tail@0 -> pass@1",
+                Refusal::Spaces("tally:tail@0".into(), "pass@1".into()),
+            ),
+            (
+                "disconnect gate tally",
+                "gate -> tally",
+                Refusal::OnlyInput("tally".into()),
+            ),
+            (
+                "disconnect gate tally:tail",
+                "gate -> tally:tail",
+                Refusal::NoArc("gate".into(), "tally:tail".into()),
+            ),
             ("disconnect hold join", "join", Refusal::Template),
             ("disconnect split pass", "split", Refusal::Split),
-            ("move tally gate tally:tail", "tally:tail -> tally", Refusal::Cycle("tally".into(), "tally:tail".into())),
+            (
+                "move tally gate tally:tail",
+                "tally:tail -> tally",
+                Refusal::Cycle("tally".into(), "tally:tail".into()),
+            ),
             // The connect part is fine (tally -> tail), the disconnect part is not.
-            ("move tally:tail gate tally", "gate -> tally:tail", Refusal::NoArc("gate".into(), "tally:tail".into())),
+            (
+                "move tally:tail gate tally",
+                "gate -> tally:tail",
+                Refusal::NoArc("gate".into(), "tally:tail".into()),
+            ),
             ("move pass split tally", "split", Refusal::Split),
             ("move join hold tally", "join", Refusal::Template),
-            ("move tally:tail join join", "join -> tally:tail", Refusal::ArcExists),
+            (
+                "move tally:tail join join",
+                "join -> tally:tail",
+                Refusal::ArcExists,
+            ),
         ];
         for (text, label, why) in refused {
             match s.edit(&parse(text), &f) {
-                Err(EditError::Refused { label: l, why: w }) => assert_eq!((l.as_str(), &w), (*label, why), "{text}"),
+                Err(EditError::Refused { label: l, why: w }) => {
+                    assert_eq!((l.as_str(), &w), (*label, why), "{text}")
+                }
                 other => panic!("{text}: expected {why:?}, got {other:?}"),
             }
             assert_eq!(shape(&s), before, "{text} changed the space");
             assert_eq!(s.graph(), graph, "{text} changed the graph");
         }
-        for text in ["connect nosuch tally", "disconnect gate nosuch", "move tally nosuch gate", "branch nosuch pass"] {
-            assert!(matches!(s.edit(&parse(text), &f), Err(EditError::NoNode { ref label, .. }) if label == "nosuch"), "{text}");
+        for text in [
+            "connect nosuch tally",
+            "disconnect gate nosuch",
+            "move tally nosuch gate",
+            "branch nosuch pass",
+        ] {
+            assert!(
+                matches!(s.edit(&parse(text), &f), Err(EditError::NoNode { ref label, .. }) if label == "nosuch"),
+                "{text}"
+            );
         }
         match s.edit(&parse("branch tally every n=banana"), &f) {
             Err(EditError::Build(e)) => assert_eq!(e.label, "every"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(shape(&s), before, "a branch that fails to build changes nothing");
+        assert_eq!(
+            shape(&s),
+            before,
+            "a branch that fails to build changes nothing"
+        );
         // A Unix command with no arc out writes to standard output: nothing reads it.
         let (f, _go, _ack) = gate();
         let mut s = build("gate | tally | cat", &f);
         let before = shape(&s);
         for text in ["branch cat pass", "connect cat tally"] {
-            assert!(matches!(s.edit(&parse(text), &f), Err(EditError::Refused { why: Refusal::UnixSink, .. })), "{text}");
+            assert!(
+                matches!(
+                    s.edit(&parse(text), &f),
+                    Err(EditError::Refused {
+                        why: Refusal::UnixSink,
+                        ..
+                    })
+                ),
+                "{text}"
+            );
             assert_eq!(shape(&s), before);
         }
     }
@@ -2236,25 +3372,64 @@ mod tests {
             assert!(std::time::Instant::now() < end, "no graph published");
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(graph_shape(&h.graph()), ["gate [gate] source <-  -> tally:head", "tally:head [tally] <- gate -> every", "every [every n=2] <- tally:head -> tally:tail", "tally:tail [tally] <- every -> "]);
+        assert_eq!(
+            graph_shape(&h.graph()),
+            [
+                "gate [gate] source <-  -> tally:head",
+                "tally:head [tally] <- gate -> every",
+                "every [every n=2] <- tally:head -> tally:tail",
+                "tally:tail [tally] <- every -> "
+            ]
+        );
         batch(&go, &ack, 100);
-        assert_eq!(h.apply(parse("branch every tally name=b"), WAIT).unwrap().label, "tally:b");
+        assert_eq!(
+            h.apply(parse("branch every tally name=b"), WAIT)
+                .unwrap()
+                .label,
+            "tally:b"
+        );
         // Published with the edit, before the answer.
         assert_eq!(h.graph()[2].outputs, ["tally:tail", "tally:b"]);
         batch(&go, &ack, 100);
         eventually(&h, "tally:b", 50);
         // Below the new leaf: its output now goes on.
-        assert_eq!(h.apply(parse("branch tally:b every n=5"), WAIT).unwrap().label, "every#2");
-        assert_eq!(h.apply(parse("branch every#2 tally name=c"), WAIT).unwrap().label, "tally:c");
+        assert_eq!(
+            h.apply(parse("branch tally:b every n=5"), WAIT)
+                .unwrap()
+                .label,
+            "every#2"
+        );
+        assert_eq!(
+            h.apply(parse("branch every#2 tally name=c"), WAIT)
+                .unwrap()
+                .label,
+            "tally:c"
+        );
         batch(&go, &ack, 100);
         drop(go);
         let r = t.join().unwrap();
         assert_eq!(summary(&r, "tally:head"), (300, 300 * SIZE as u64, 0));
-        assert_eq!(summary(&r, "tally:tail"), (150, 150 * SIZE as u64, 0), "the old successor got all it got before");
-        assert_eq!(summary(&r, "tally:b"), (100, 100 * SIZE as u64, 0), "one in two of the last two hundred, none of the first");
-        assert_eq!(summary(&r, "tally:c"), (10, 10 * SIZE as u64, 0), "one in five of what b passed on after the edit");
+        assert_eq!(
+            summary(&r, "tally:tail"),
+            (150, 150 * SIZE as u64, 0),
+            "the old successor got all it got before"
+        );
+        assert_eq!(
+            summary(&r, "tally:b"),
+            (100, 100 * SIZE as u64, 0),
+            "one in two of the last two hundred, none of the first"
+        );
+        assert_eq!(
+            summary(&r, "tally:c"),
+            (10, 10 * SIZE as u64, 0),
+            "one in five of what b passed on after the edit"
+        );
         let b = r.iter().find(|n| n.label == "tally:b").unwrap();
-        assert_eq!((b.counters.blocks_in, b.counters.blocks_out), (100, 50), "a leaf until every#2 came below it, then it passed on");
+        assert_eq!(
+            (b.counters.blocks_in, b.counters.blocks_out),
+            (100, 50),
+            "a leaf until every#2 came below it, then it passed on"
+        );
     }
 
     #[test]
@@ -2269,9 +3444,20 @@ mod tests {
         h.apply(parse("disconnect every tally:j"), WAIT).unwrap();
         batch(&go, &ack, 100);
         eventually(&h, "tally:j", 50 + 150 + 100);
-        assert!(matches!(h.apply(parse("disconnect gate tally:j"), WAIT), Err(EditError::Refused { why: Refusal::OnlyInput(_), .. })));
+        assert!(matches!(
+            h.apply(parse("disconnect gate tally:j"), WAIT),
+            Err(EditError::Refused {
+                why: Refusal::OnlyInput(_),
+                ..
+            })
+        ));
         // Its only input moves: j reads every's output again.
-        assert_eq!(h.apply(parse("move tally:j gate every"), WAIT).unwrap().label, "tally:j");
+        assert_eq!(
+            h.apply(parse("move tally:j gate every"), WAIT)
+                .unwrap()
+                .label,
+            "tally:j"
+        );
         batch(&go, &ack, 100);
         drop(go);
         let r = t.join().unwrap();
@@ -2284,7 +3470,10 @@ mod tests {
         let every = r.iter().find(|n| n.label == "every").unwrap();
         // One in two throughout; but while it was a leaf (after the disconnect, until the
         // move), its output ended there, and a sink counts none.
-        assert_eq!((every.counters.blocks_in, every.counters.blocks_out), (400, 150));
+        assert_eq!(
+            (every.counters.blocks_in, every.counters.blocks_out),
+            (400, 150)
+        );
     }
 
     #[test]
@@ -2292,12 +3481,29 @@ mod tests {
         let (h, go, ack, t) = running("gate | tally name=head | hold");
         batch(&go, &ack, 100);
         let a = h.apply(parse("remove hold"), WAIT).unwrap();
-        assert_eq!((a.label.as_str(), a.flushed), ("hold", 100), "what the leaf held was flushed, to nowhere");
-        assert_eq!(graph_shape(&h.graph()), ["gate [gate] source <-  -> tally:head", "tally:head [tally] <- gate -> "]);
+        assert_eq!(
+            (a.label.as_str(), a.flushed),
+            ("hold", 100),
+            "what the leaf held was flushed, to nowhere"
+        );
+        assert_eq!(
+            graph_shape(&h.graph()),
+            [
+                "gate [gate] source <-  -> tally:head",
+                "tally:head [tally] <- gate -> "
+            ]
+        );
         batch(&go, &ack, 100);
         drop(go);
         let r = t.join().unwrap();
-        assert_eq!(r.iter().map(|n| n.label.as_str()).collect::<Vec<_>>(), ["gate", "tally:head"]);
-        assert_eq!(summary(&r, "tally:head"), (200, 200 * SIZE as u64, 0), "head goes on counting into the removed leaf");
+        assert_eq!(
+            r.iter().map(|n| n.label.as_str()).collect::<Vec<_>>(),
+            ["gate", "tally:head"]
+        );
+        assert_eq!(
+            summary(&r, "tally:head"),
+            (200, 200 * SIZE as u64, 0),
+            "head goes on counting into the removed leaf"
+        );
     }
 }

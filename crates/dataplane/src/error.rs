@@ -10,16 +10,27 @@
 pub enum FilterError {
     /// A parameter's value is not one the filter accepts.
     #[error("parameter {key}={value}: expected {expected}")]
-    BadValue { key: String, value: String, expected: String },
+    BadValue {
+        key: String,
+        value: String,
+        expected: String,
+    },
     /// A parameter the filter cannot do without.
     #[error("missing parameter '{key}' ({expected})")]
     Missing { key: String, expected: String },
     /// An option key the filter does not declare (nor is it a control option).
     #[error("unknown parameter '{key}': it takes {}", words(accepted))]
-    Undeclared { key: String, accepted: Vec<&'static str> },
+    Undeclared {
+        key: String,
+        accepted: Vec<&'static str>,
+    },
     /// More positional parameters than the filter declares.
     #[error("{given} positional parameter{} given, it takes {}", if *given == 1 { "" } else { "s" }, positional_words(*most, accepted))]
-    Positional { given: usize, most: usize, accepted: Vec<&'static str> },
+    Positional {
+        given: usize,
+        most: usize,
+        accepted: Vec<&'static str>,
+    },
     /// An operating-system resource the filter needs: a file, a socket, a device.
     #[error("{what}: {source}")]
     Io {
@@ -68,15 +79,28 @@ fn positional_words(most: usize, names: &[&str]) -> String {
 impl FilterError {
     /// A [`FilterError::Io`]: `what` names the resource (a path, a device).
     pub fn io(what: impl Into<String>, source: std::io::Error) -> FilterError {
-        FilterError::Io { what: what.into(), source }
+        FilterError::Io {
+            what: what.into(),
+            source,
+        }
     }
     /// A [`FilterError::Invalid`].
-    pub fn invalid(what: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> FilterError {
-        FilterError::Invalid { what: what.into(), source: Box::new(source) }
+    pub fn invalid(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> FilterError {
+        FilterError::Invalid {
+            what: what.into(),
+            source: Box::new(source),
+        }
     }
     /// A [`FilterError::BadValue`].
     pub fn bad(key: &str, value: &str, expected: &str) -> FilterError {
-        FilterError::BadValue { key: key.to_string(), value: value.to_string(), expected: expected.to_string() }
+        FilterError::BadValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            expected: expected.to_string(),
+        }
     }
 }
 
@@ -179,18 +203,37 @@ pub struct Rollback {
 
 impl BuildError {
     /// An error of node `label`, at `span`.
-    pub fn new(label: impl Into<String>, span: Option<lang::Span>, kind: impl Into<BuildErrorKind>) -> BuildError {
-        BuildError { label: label.into(), span, kind: Box::new(kind.into()), rollback: None }
+    pub fn new(
+        label: impl Into<String>,
+        span: Option<lang::Span>,
+        kind: impl Into<BuildErrorKind>,
+    ) -> BuildError {
+        BuildError {
+            label: label.into(),
+            span,
+            kind: Box::new(kind.into()),
+            rollback: None,
+        }
     }
 
     /// A placement rule broken at node `label`.
-    pub fn placement(label: impl Into<String>, span: Option<lang::Span>, why: String) -> BuildError {
+    pub fn placement(
+        label: impl Into<String>,
+        span: Option<lang::Span>,
+        why: String,
+    ) -> BuildError {
         BuildError::new(label, span, BuildErrorKind::Placement(why))
     }
 
     /// What failed and what was rolled back: the message without the label.
     pub fn why(&self) -> String {
-        format!("{}{}", self.kind, self.rollback.as_ref().map_or(String::new(), |r| r.to_string()))
+        format!(
+            "{}{}",
+            self.kind,
+            self.rollback
+                .as_ref()
+                .map_or(String::new(), |r| r.to_string())
+        )
     }
 
     /// The error as `streamline run` prints it: `prefix` and this error as the first line,
@@ -213,8 +256,15 @@ mod tests {
 
     #[test]
     fn a_build_error_renders_with_a_caret_under_its_node() {
-        let e = BuildError::new("strip", Some(lang::Span::new(14, 21)), FilterError::bad("bytes", "x", "a byte count or 'payload'"));
-        assert_eq!(e.to_string(), "strip: parameter bytes=x: expected a byte count or 'payload'");
+        let e = BuildError::new(
+            "strip",
+            Some(lang::Span::new(14, 21)),
+            FilterError::bad("bytes", "x", "a byte count or 'payload'"),
+        );
+        assert_eq!(
+            e.to_string(),
+            "strip: parameter bytes=x: expected a byte count or 'payload'"
+        );
         assert_eq!(
             e.render("streamline: ", TEXT),
             "streamline: strip: parameter bytes=x: expected a byte count or 'payload'\n  gen count=1 | strip x | count\n                ^^^^^^^"
@@ -223,10 +273,20 @@ mod tests {
 
     #[test]
     fn without_a_span_only_the_message_is_printed_and_the_rollback_follows_it() {
-        let mut e = BuildError::new("build", None, BuildErrorKind::InjectedPast { step: 9, steps: 7 });
-        e.rollback = Some(Rollback { step: "attach channel 0".into(), undone: vec!["create channel 1".into(), "create channel 0".into()] });
+        let mut e = BuildError::new(
+            "build",
+            None,
+            BuildErrorKind::InjectedPast { step: 9, steps: 7 },
+        );
+        e.rollback = Some(Rollback {
+            step: "attach channel 0".into(),
+            undone: vec!["create channel 1".into(), "create channel 0".into()],
+        });
         let want = "build: injected failure at construction step 9: the build has 7 steps (0..7), all rolled back (construction step 'attach channel 0' failed; rolled back: create channel 1, create channel 0)";
-        assert_eq!(e.render("streamline: ", TEXT), format!("streamline: {want}"));
+        assert_eq!(
+            e.render("streamline: ", TEXT),
+            format!("streamline: {want}")
+        );
         assert_eq!(format!("{}: {}", e.label, e.why()), want);
     }
 
@@ -234,9 +294,19 @@ mod tests {
     fn typed_sources_stay_reachable() {
         use std::error::Error;
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such program");
-        let e = BuildError::new("frob", None, BuildErrorKind::Process { what: "cannot start process space p1".into(), source: io });
+        let e = BuildError::new(
+            "frob",
+            None,
+            BuildErrorKind::Process {
+                what: "cannot start process space p1".into(),
+                source: io,
+            },
+        );
         let source = e.kind.source().expect("the io error is the source");
         assert_eq!(source.to_string(), "no such program");
-        assert!(matches!(*BuildError::new("x", None, FilterError::Rule("r".into())).kind, BuildErrorKind::Filter(FilterError::Rule(_))));
+        assert!(matches!(
+            *BuildError::new("x", None, FilterError::Rule("r".into())).kind,
+            BuildErrorKind::Filter(FilterError::Rule(_))
+        ));
     }
 }

@@ -31,7 +31,12 @@ pub struct Batch {
 impl Batch {
     #[inline]
     pub fn with_capacity(n: usize) -> Batch {
-        Batch { tags: Vec::with_capacity(n), shared: Vec::with_capacity(n), from: 0, branch: Vec::new() }
+        Batch {
+            tags: Vec::with_capacity(n),
+            shared: Vec::with_capacity(n),
+            from: 0,
+            branch: Vec::new(),
+        }
     }
     #[inline]
     pub fn push(&mut self, t: Tag) {
@@ -115,7 +120,11 @@ impl Ctx<'_> {
     }
     /// A writable view of block `i` of `batch`, copying only if the block is shared or
     /// lives in read-only memory (then the tag is redirected to the copy).
-    pub fn writable<'b>(&'b mut self, batch: &mut Batch, i: usize) -> Result<&'b mut [u8], ResolveError> {
+    pub fn writable<'b>(
+        &'b mut self,
+        batch: &mut Batch,
+        i: usize,
+    ) -> Result<&'b mut [u8], ResolveError> {
         let exclusive = !batch.shared[i];
         let (s, copied) = self.store.writable(&mut batch.tags[i], exclusive)?;
         if copied {
@@ -134,19 +143,42 @@ impl Ctx<'_> {
     /// block's class to get that session's slot. Because the runtime owns the state and the
     /// class selects it, a replica of the filter elsewhere can be handed the slots of the
     /// classes routed to it.
-    pub fn sessions<T: Default + Clone + Send + 'static>(&mut self, n: usize) -> &mut SessionTable<T> {
-        if !self.sessions.as_ref().is_some_and(|b| b.is::<SessionTable<T>>()) {
+    pub fn sessions<T: Default + Clone + Send + 'static>(
+        &mut self,
+        n: usize,
+    ) -> &mut SessionTable<T> {
+        if !self
+            .sessions
+            .as_ref()
+            .is_some_and(|b| b.is::<SessionTable<T>>())
+        {
             *self.sessions = Some(Box::new(SessionTable::<T>::new(n)));
         }
-        self.sessions.as_mut().and_then(|b| b.downcast_mut()).expect("just created")
+        self.sessions
+            .as_mut()
+            .and_then(|b| b.downcast_mut())
+            .expect("just created")
     }
     /// [`Ctx::sessions`] and the store at once, for a filter that keeps blocks in its
     /// sessions ([`Store::keep`] while a session is borrowed).
-    pub fn sessions_and_store<T: Default + Clone + Send + 'static>(&mut self, n: usize) -> (&mut SessionTable<T>, &mut Store) {
-        if !self.sessions.as_ref().is_some_and(|b| b.is::<SessionTable<T>>()) {
+    pub fn sessions_and_store<T: Default + Clone + Send + 'static>(
+        &mut self,
+        n: usize,
+    ) -> (&mut SessionTable<T>, &mut Store) {
+        if !self
+            .sessions
+            .as_ref()
+            .is_some_and(|b| b.is::<SessionTable<T>>())
+        {
             *self.sessions = Some(Box::new(SessionTable::<T>::new(n)));
         }
-        (self.sessions.as_mut().and_then(|b| b.downcast_mut()).expect("just created"), self.store)
+        (
+            self.sessions
+                .as_mut()
+                .and_then(|b| b.downcast_mut())
+                .expect("just created"),
+            self.store,
+        )
     }
 
     /// A non-fatal problem worth telling the user (printed once per distinct message).
@@ -313,7 +345,9 @@ impl Replication {
     /// What a filter of access class `a` needs, unless it declares otherwise.
     pub const fn of(a: Access) -> Replication {
         match a {
-            Access::Source => Replication::Never("a source produces the stream; replicate the filters after it"),
+            Access::Source => {
+                Replication::Never("a source produces the stream; replicate the filters after it")
+            }
             Access::Sink => Replication::Never("a sink writes the whole stream in order"),
             Access::Statistics => Replication::Never("its totals are over the whole stream"),
             Access::Reordering => Replication::Sessions,
@@ -334,7 +368,12 @@ pub struct Args {
 
 impl Args {
     pub fn new(filter: &str, positional: Vec<String>, options: Vec<(String, String)>) -> Args {
-        Args { filter: filter.to_string(), positional, options: options.into_iter().collect(), place: lang::Placement::default() }
+        Args {
+            filter: filter.to_string(),
+            positional,
+            options: options.into_iter().collect(),
+            place: lang::Placement::default(),
+        }
     }
     /// These arguments with the node's placement decisions.
     pub fn with_place(mut self, place: lang::Placement) -> Args {
@@ -343,22 +382,37 @@ impl Args {
     }
     /// An option by key, or else the positional parameter at `pos`.
     pub fn get(&self, key: &str, pos: Option<usize>) -> Option<&str> {
-        self.options.get(key).map(|s| s.as_str()).or_else(|| pos.and_then(|p| self.positional.get(p)).map(|s| s.as_str()))
+        self.options
+            .get(key)
+            .map(|s| s.as_str())
+            .or_else(|| pos.and_then(|p| self.positional.get(p)).map(|s| s.as_str()))
     }
     pub fn require(&self, key: &str, pos: Option<usize>) -> Result<&str, FilterError> {
-        self.get(key, pos).ok_or_else(|| FilterError::Missing { key: key.to_string(), expected: "no default".into() })
+        self.get(key, pos).ok_or_else(|| FilterError::Missing {
+            key: key.to_string(),
+            expected: "no default".into(),
+        })
     }
-    pub fn parse<T: std::str::FromStr>(&self, key: &str, pos: Option<usize>, default: T) -> Result<T, FilterError> {
+    pub fn parse<T: std::str::FromStr>(
+        &self,
+        key: &str,
+        pos: Option<usize>,
+        default: T,
+    ) -> Result<T, FilterError> {
         match self.get(key, pos) {
             None => Ok(default),
-            Some(v) => v.parse().map_err(|_| FilterError::bad(key, v, type_words::<T>())),
+            Some(v) => v
+                .parse()
+                .map_err(|_| FilterError::bad(key, v, type_words::<T>())),
         }
     }
     /// Size with optional K/M/G suffix.
     pub fn size(&self, key: &str, pos: Option<usize>, default: u64) -> Result<u64, FilterError> {
         match self.get(key, pos) {
             None => Ok(default),
-            Some(v) => parse_size(v).ok_or_else(|| FilterError::bad(key, v, "a size (e.g. 64, 4K, 1M)")),
+            Some(v) => {
+                parse_size(v).ok_or_else(|| FilterError::bad(key, v, "a size (e.g. 64, 4K, 1M)"))
+            }
         }
     }
     /// A yes/no option (absent: no). Any other value is an error naming it, never

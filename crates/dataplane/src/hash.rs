@@ -13,7 +13,9 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// FNV-1a of what hashed to `h`, followed by `bytes` (hash pieces without joining them).
 pub fn fnv1a_extend(h: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(h, |h, &b| (h ^ b as u64).wrapping_mul(PRIME))
+    bytes
+        .iter()
+        .fold(h, |h, &b| (h ^ b as u64).wrapping_mul(PRIME))
 }
 
 /// The hash of nothing, to start [`fnv1a_extend`] from.

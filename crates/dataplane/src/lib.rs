@@ -40,9 +40,14 @@ pub mod tap;
 pub mod txn;
 
 pub use beltway::Tag;
-pub use decl::{Cost, Implementation, Kind, KernelForm, Needs, Space as ImplSpace};
+pub use decl::{Cost, Implementation, KernelForm, Kind, Needs, Space as ImplSpace};
 pub use edit::{Applied, Edit, EditError, EditHandle, GraphNode, Refusal, Where};
 pub use error::FilterError;
-pub use filter::{Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, FilterSpec, Param, Replication, Sessions};
-pub use runtime::{export_name, BuildError, BuildErrorKind, Counters, Factory, NodeReport, Space, BATCH};
+pub use filter::{
+    Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, FilterSpec,
+    Param, Replication, Sessions,
+};
+pub use runtime::{
+    export_name, BuildError, BuildErrorKind, Counters, Factory, NodeReport, Space, BATCH,
+};
 pub use store::{BufId, External, RecordMeta, ResolveError, Resolver, Store};

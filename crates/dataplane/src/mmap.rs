@@ -24,7 +24,9 @@ impl FileMap {
         // if another process truncated it while mapped, access could fault (SIGBUS), the
         // documented hazard of every mmap-based reader (libpcap, tcpdump -r included).
         let map = unsafe { memmap2::Mmap::map(&f)? };
-        Ok(FileMap { map: Some(Arc::new(map)) })
+        Ok(FileMap {
+            map: Some(Arc::new(map)),
+        })
     }
     pub fn bytes(&self) -> &[u8] {
         self.map.as_deref().map_or(&[], |m| &m[..])

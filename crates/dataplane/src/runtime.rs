@@ -91,7 +91,12 @@ pub(crate) struct RtNode {
 impl RtNode {
     /// Its report, with `nanos` of time spent.
     pub(crate) fn report(&self, nanos: u64) -> NodeReport {
-        NodeReport { label: self.label.clone(), counters: Counters { nanos, ..self.c }, summary: self.filter.summary(), classes: self.watch.classes() }
+        NodeReport {
+            label: self.label.clone(),
+            counters: Counters { nanos, ..self.c },
+            summary: self.filter.summary(),
+            classes: self.watch.classes(),
+        }
     }
 }
 
@@ -117,30 +122,70 @@ pub(crate) fn label_of(base: &str, name: Option<&str>, k: usize) -> String {
 /// Instantiate node `n` labelled `label`, with `in_degree` arcs into it; `sink`: no arc
 /// leaves it (a Unix sink writes to our standard output). The build and live edits both
 /// make nodes here, so an inserted filter is made exactly as a built one.
-pub(crate) fn instantiate(n: &Node, label: &str, factory: &dyn Factory, in_degree: usize, sink: bool) -> Result<Made, BuildError> {
+pub(crate) fn instantiate(
+    n: &Node,
+    label: &str,
+    factory: &dyn Factory,
+    in_degree: usize,
+    sink: bool,
+) -> Result<Made, BuildError> {
     let base = base_name(n);
     let err = |kind: BuildErrorKind| BuildError::new(label.to_string(), span_of(n), kind);
     let (filter, source, routes): (Box<dyn Filter>, bool, bool) = match &n.kind {
-        NodeKind::Filter { filter, params, options, place } => {
+        NodeKind::Filter {
+            filter,
+            params,
+            options,
+            place,
+        } => {
             let args = Args::new(filter, params.clone(), options.clone()).with_place(place.clone());
             // The library's `split` is the template's split node written by hand:
             // it too sends each block down exactly one arc.
-            (factory.make(filter, &args).map_err(|e| err(without_name(e, &base).into()))?, factory.is_source(filter), filter == "split")
+            (
+                factory
+                    .make(filter, &args)
+                    .map_err(|e| err(without_name(e, &base).into()))?,
+                factory.is_source(filter),
+                filter == "split",
+            )
         }
         NodeKind::Unix { argv, .. } => {
             let source = in_degree == 0;
-            (Box::new(UnixProc::spawn(argv, source, sink).map_err(|e| err(BuildErrorKind::Unix(e)))?), source, false)
+            (
+                Box::new(
+                    UnixProc::spawn(argv, source, sink)
+                        .map_err(|e| err(BuildErrorKind::Unix(e)))?,
+                ),
+                source,
+                false,
+            )
         }
         NodeKind::Join { mode } => (Box::new(JoinFilter::new(*mode, in_degree)), false, false),
         NodeKind::Split { mode, ways } => (Box::new(SplitFilter::new(*mode, *ways)), false, true),
     };
     let export = match &n.kind {
-        NodeKind::Filter { options, .. } if options.iter().any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") => {
-            Some(export_stream(n.name.as_deref().unwrap_or(label), size_option(options), mode_option(options)).map_err(|e| err(BuildErrorKind::Export(e)))?)
+        NodeKind::Filter { options, .. }
+            if options
+                .iter()
+                .any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") =>
+        {
+            Some(
+                export_stream(
+                    n.name.as_deref().unwrap_or(label),
+                    size_option(options),
+                    mode_option(options),
+                )
+                .map_err(|e| err(BuildErrorKind::Export(e)))?,
+            )
         }
         _ => None,
     };
-    Ok(Made { filter, source, routes_by_class: routes, export })
+    Ok(Made {
+        filter,
+        source,
+        routes_by_class: routes,
+        export,
+    })
 }
 
 /// An empty vector of slices with `v`'s allocation, for slices of another lifetime (the
@@ -148,7 +193,9 @@ pub(crate) fn instantiate(n: &Node, label: &str, factory: &dyn Factory, in_degre
 /// own `into_iter` reuses its allocation when the element layout is the same.
 fn recycle<'a, 'b>(mut v: Vec<&'a [u8]>) -> Vec<&'b [u8]> {
     v.clear();
-    v.into_iter().map(|_| -> &'b [u8] { unreachable!("the vector is empty") }).collect()
+    v.into_iter()
+        .map(|_| -> &'b [u8] { unreachable!("the vector is empty") })
+        .collect()
 }
 
 /// Charge the ticks since the `last` reading to `ticks`, and read anew.
@@ -213,10 +260,12 @@ pub fn span_of(n: &Node) -> Option<lang::Span> {
 /// (`FilterError::Rule`) may start them with `NAME: `, which the label already says.
 fn without_name(e: crate::FilterError, base: &str) -> crate::FilterError {
     match e {
-        crate::FilterError::Rule(why) => match why.strip_prefix(base).and_then(|r| r.strip_prefix(": ")) {
-            Some(rest) => crate::FilterError::Rule(rest.to_string()),
-            None => crate::FilterError::Rule(why),
-        },
+        crate::FilterError::Rule(why) => {
+            match why.strip_prefix(base).and_then(|r| r.strip_prefix(": ")) {
+                Some(rest) => crate::FilterError::Rule(rest.to_string()),
+                None => crate::FilterError::Rule(why),
+            }
+        }
         e => e,
     }
 }
@@ -234,25 +283,49 @@ pub fn export_name(node: &str) -> String {
 ///
 /// `size=` (thesis Table 3.2) sets the data ring's bytes (default 16 MiB) and `mode=` the
 /// permission bits of both rings (default 0644).
-fn export_stream(node: &str, size: Option<u64>, mode: Option<u32>) -> beltway::Result<beltway::IbufWriter> {
+fn export_stream(
+    node: &str,
+    size: Option<u64>,
+    mode: Option<u32>,
+) -> beltway::Result<beltway::IbufWriter> {
     use beltway::{Layout, RingConfig, Writer};
     let name = export_name(node).replace(['/', ' '], "_");
     let mode = mode.unwrap_or(0o644);
     let bytes = size.map_or(16 << 20, |s| (s as usize).next_power_of_two().max(1 << 16));
-    let tags = Writer::create_named(&name, RingConfig { mode, ..RingConfig::bytes(1 << 20).layout(Layout::Tags) })?;
-    let data = Writer::create_named(&format!("{name}.data"), RingConfig { mode, buf_id: 1, ..RingConfig::bytes(bytes) })?;
+    let tags = Writer::create_named(
+        &name,
+        RingConfig {
+            mode,
+            ..RingConfig::bytes(1 << 20).layout(Layout::Tags)
+        },
+    )?;
+    let data = Writer::create_named(
+        &format!("{name}.data"),
+        RingConfig {
+            mode,
+            buf_id: 1,
+            ..RingConfig::bytes(bytes)
+        },
+    )?;
     beltway::IbufWriter::new(tags)?.with_default(data)
 }
 
 /// A node's `size=` control option in bytes (K/M/G suffixes), if given.
 pub fn size_option(options: &[(String, String)]) -> Option<u64> {
-    options.iter().find(|(k, _)| k == "size").and_then(|(_, v)| crate::filter::parse_size(v))
+    options
+        .iter()
+        .find(|(k, _)| k == "size")
+        .and_then(|(_, v)| crate::filter::parse_size(v))
 }
 
 /// A node's `mode=` control option (octal permission bits), if given as one. A filter's
 /// own `mode` (join, split) is not octal and is left to it.
 pub fn mode_option(options: &[(String, String)]) -> Option<u32> {
-    options.iter().find(|(k, _)| k == "mode").and_then(|(_, v)| u32::from_str_radix(v, 8).ok()).filter(|m| *m <= 0o7777)
+    options
+        .iter()
+        .find(|(k, _)| k == "mode")
+        .and_then(|(_, v)| u32::from_str_radix(v, 8).ok())
+        .filter(|m| *m <= 0o7777)
 }
 
 /// A graph instantiated in one space.
@@ -286,18 +359,52 @@ impl Space {
             *k += 1;
             let label = label_of(&base, n.name.as_deref(), *k);
             let sink = !g.edges.iter().any(|e| e.from == n.id);
-            let Made { mut filter, source, routes_by_class, export } = instantiate(n, &label, factory, in_degree(n.id), sink)?;
+            let Made {
+                mut filter,
+                source,
+                routes_by_class,
+                export,
+            } = instantiate(n, &label, factory, in_degree(n.id), sink)?;
             let classifier = !source && filter.as_classifier().is_some();
-            nodes.push(RtNode { label, spec: n.clone(), filter, export, sessions: None, out: Vec::new(), source, routes_by_class, classifier, removed: false, done: false, c: Counters::default(), ticks: 0, watch: Default::default() });
+            nodes.push(RtNode {
+                label,
+                spec: n.clone(),
+                filter,
+                export,
+                sessions: None,
+                out: Vec::new(),
+                source,
+                routes_by_class,
+                classifier,
+                removed: false,
+                done: false,
+                c: Counters::default(),
+                ticks: 0,
+                watch: Default::default(),
+            });
         }
         let mut in_count = vec![0usize; nodes.len()];
         for e in &g.edges {
-            nodes[e.from].out.push(Arc_ { to: e.to, sel: e.sel.clone(), in_index: in_count[e.to] });
+            nodes[e.from].out.push(Arc_ {
+                to: e.to,
+                sel: e.sel.clone(),
+                in_index: in_count[e.to],
+            });
             in_count[e.to] += 1;
         }
         let clock = quanta::Clock::new();
         let last = clock.raw();
-        Ok(Space { nodes, store: Store::new(scratch), warnings: Vec::new(), stop: false, names: Vec::new(), spare: Vec::with_capacity(BATCH), spare_batch: None, clock, last })
+        Ok(Space {
+            nodes,
+            store: Store::new(scratch),
+            warnings: Vec::new(),
+            stop: false,
+            names: Vec::new(),
+            spare: Vec::with_capacity(BATCH),
+            spare_batch: None,
+            clock,
+            last,
+        })
     }
 
     /// Named classes for `|name` selectors.
@@ -310,10 +417,26 @@ impl Space {
     }
 
     /// Run `f` with node `i`'s filter and a context (disjoint borrows).
-    pub(crate) fn with_filter<R>(&mut self, i: usize, f: impl FnOnce(&mut dyn Filter, &mut Ctx<'_>) -> R) -> R {
-        let Space { nodes, store, warnings, stop, .. } = self;
+    pub(crate) fn with_filter<R>(
+        &mut self,
+        i: usize,
+        f: impl FnOnce(&mut dyn Filter, &mut Ctx<'_>) -> R,
+    ) -> R {
+        let Space {
+            nodes,
+            store,
+            warnings,
+            stop,
+            ..
+        } = self;
         let node = &mut nodes[i];
-        let mut cx = Ctx { store, name: &node.label, sessions: &mut node.sessions, warnings, stop };
+        let mut cx = Ctx {
+            store,
+            name: &node.label,
+            sessions: &mut node.sessions,
+            warnings,
+            stop,
+        };
         f(node.filter.as_mut(), &mut cx)
     }
 
@@ -360,8 +483,22 @@ impl Space {
     /// Returns the last classifier of the run and the batch it emits (to route as usual),
     /// or `None` when nothing is left. A batch with a block that no longer resolves takes
     /// the general path (where such a block gets class 0).
-    fn classify_run(&mut self, i: usize, mut batch: Batch, mut depth: usize, mut bytes: u64) -> Option<(usize, Batch, usize)> {
-        let Space { nodes, store, names, spare, clock, last, .. } = self;
+    fn classify_run(
+        &mut self,
+        i: usize,
+        mut batch: Batch,
+        mut depth: usize,
+        mut bytes: u64,
+    ) -> Option<(usize, Batch, usize)> {
+        let Space {
+            nodes,
+            store,
+            names,
+            spare,
+            clock,
+            last,
+            ..
+        } = self;
         let mut data = recycle(std::mem::take(spare));
         let mut r = store.resolver();
         for t in &batch.tags {
@@ -382,7 +519,10 @@ impl Space {
                 let node = &mut nodes[cur];
                 node.c.blocks_in += batch.len() as u64;
                 node.c.bytes_in += bytes;
-                let f = node.filter.as_classifier().expect("a classifier node's filter is a classifier");
+                let f = node
+                    .filter
+                    .as_classifier()
+                    .expect("a classifier node's filter is a classifier");
                 let zeros = f.classify_batch(&data, &mut batch.tags);
                 node.watch.observe(&batch.tags);
                 zeros
@@ -390,7 +530,14 @@ impl Space {
             // The run goes on through this node's only arc into the next classifier.
             let node = &nodes[cur];
             let next = match node.out.as_slice() {
-                [a] if node.export.is_none() && node.watch.taps.is_empty() && !node.routes_by_class && nodes[a.to].classifier && depth < MAX_DEPTH => a,
+                [a] if node.export.is_none()
+                    && node.watch.taps.is_empty()
+                    && !node.routes_by_class
+                    && nodes[a.to].classifier
+                    && depth < MAX_DEPTH =>
+                {
+                    a
+                }
                 _ => break,
             };
             let before = batch.len();
@@ -460,7 +607,11 @@ impl Space {
                     b.shared.push(*sh);
                 }
             }
-            let bytes = per.iter().flat_map(|b| b.tags.iter()).map(|t| t.len as u64).sum();
+            let bytes = per
+                .iter()
+                .flat_map(|b| b.tags.iter())
+                .map(|t| t.len as u64)
+                .sum();
             self.count_out(i, per.iter().map(|b| b.len()).sum(), bytes);
             for (k, b) in per.into_iter().enumerate() {
                 if !b.is_empty() {
@@ -523,14 +674,25 @@ impl Space {
             .iter()
             .map(|a| {
                 let on = live == n_out || nodes[a.to].filter.accepts();
-                batch.tags.iter().map(|t| on && a.sel.admits(t.class, &lookup)).collect()
+                batch
+                    .tags
+                    .iter()
+                    .map(|t| on && a.sel.admits(t.class, &lookup))
+                    .collect()
             })
             .collect();
-        let mut remaining: Vec<usize> = (0..batch.len()).map(|j| admits.iter().filter(|a| a[j]).count()).collect();
+        let mut remaining: Vec<usize> = (0..batch.len())
+            .map(|j| admits.iter().filter(|a| a[j]).count())
+            .collect();
         let dropped = remaining.iter().filter(|r| **r == 0).count();
         self.nodes[i].c.drops += dropped as u64;
         let total: usize = remaining.iter().sum();
-        let bytes = batch.tags.iter().zip(&remaining).map(|(t, r)| t.len as u64 * *r as u64).sum();
+        let bytes = batch
+            .tags
+            .iter()
+            .zip(&remaining)
+            .map(|(t, r)| t.len as u64 * *r as u64)
+            .sum();
         self.count_out(i, total, bytes);
         for (k, adm) in admits.iter().enumerate() {
             let mut sub = Batch::with_capacity(batch.len());
@@ -589,13 +751,26 @@ impl Space {
     /// filters they insert. The handle's counters are refreshed with `tick`'s period and
     /// after each edit; once the run ended, edits are refused with
     /// [`crate::edit::EditError::Ended`].
-    pub fn run_with(&mut self, interrupt: &AtomicBool, edits: &crate::edit::EditHandle, factory: &dyn Factory, tick: impl FnMut(&Space)) {
+    pub fn run_with(
+        &mut self,
+        interrupt: &AtomicBool,
+        edits: &crate::edit::EditHandle,
+        factory: &dyn Factory,
+        tick: impl FnMut(&Space),
+    ) {
         let mailbox = edits.mailbox(0);
         self.run_loop(interrupt, mailbox.map(|m| (m, factory)), tick);
     }
 
-    pub(crate) fn run_loop(&mut self, interrupt: &AtomicBool, edits: Option<(&crate::edit::Mailbox, &dyn Factory)>, mut tick: impl FnMut(&Space)) {
-        let sources: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].source).collect();
+    pub(crate) fn run_loop(
+        &mut self,
+        interrupt: &AtomicBool,
+        edits: Option<(&crate::edit::Mailbox, &dyn Factory)>,
+        mut tick: impl FnMut(&Space),
+    ) {
+        let sources: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].source)
+            .collect();
         let mut last_tick = Instant::now();
         let mut batch = Batch::with_capacity(BATCH);
         // On interrupt: sources stop, but channels from other spaces drain until their
@@ -621,7 +796,10 @@ impl Space {
             }
             let draining = drain_until.is_some_and(|d| Instant::now() < d);
             for &s in &sources {
-                if self.nodes[s].done || self.stop || (interrupted && !(draining && self.nodes[s].filter.drains())) {
+                if self.nodes[s].done
+                    || self.stop
+                    || (interrupted && !(draining && self.nodes[s].filter.drains()))
+                {
                     continue;
                 }
                 batch.clear();
@@ -631,7 +809,10 @@ impl Space {
                 if !batch.is_empty() {
                     active = true;
                     produced = true;
-                    let next = self.spare_batch.take().unwrap_or_else(|| Batch::with_capacity(BATCH));
+                    let next = self
+                        .spare_batch
+                        .take()
+                        .unwrap_or_else(|| Batch::with_capacity(BATCH));
                     let b = std::mem::replace(&mut batch, next);
                     self.route(s, b, 0);
                     self.epoch_end();
@@ -707,7 +888,9 @@ impl Space {
         if self.nodes[i].source {
             return;
         }
-        self.with_filter(i, |f, cx| f.pull(cx, &mut out, if wait { usize::MAX } else { BATCH * 16 }));
+        self.with_filter(i, |f, cx| {
+            f.pull(cx, &mut out, if wait { usize::MAX } else { BATCH * 16 })
+        });
         if !out.is_empty() {
             self.restart_clock();
             self.route(i, out, 0);
@@ -762,7 +945,12 @@ impl Space {
 
     /// Progress of file sources: (done, total) bytes summed.
     pub fn progress(&self) -> Option<(u64, u64)> {
-        let v: Vec<_> = self.nodes.iter().filter(|n| n.source).filter_map(|n| n.filter.progress()).collect();
+        let v: Vec<_> = self
+            .nodes
+            .iter()
+            .filter(|n| n.source)
+            .filter_map(|n| n.filter.progress())
+            .collect();
         if v.is_empty() {
             None
         } else {

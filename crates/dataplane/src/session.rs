@@ -11,7 +11,9 @@ pub struct SessionTable<T> {
 
 impl<T: Default + Clone> SessionTable<T> {
     pub fn new(n: usize) -> SessionTable<T> {
-        SessionTable { slots: vec![T::default(); n.max(1)] }
+        SessionTable {
+            slots: vec![T::default(); n.max(1)],
+        }
     }
 }
 

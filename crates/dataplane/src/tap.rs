@@ -70,8 +70,16 @@ impl RecordHeader {
         if rec.len() < HEADER {
             return None;
         }
-        let u = |r: std::ops::Range<usize>| rec[r].iter().rev().fold(0u64, |a, b| a << 8 | *b as u64);
-        Some((RecordHeader { ts_ns: u(0..8), orig_len: u(8..12) as u32, link_type: u(12..14) as u16 }, &rec[HEADER..]))
+        let u =
+            |r: std::ops::Range<usize>| rec[r].iter().rev().fold(0u64, |a, b| a << 8 | *b as u64);
+        Some((
+            RecordHeader {
+                ts_ns: u(0..8),
+                orig_len: u(8..12) as u32,
+                link_type: u(12..14) as u16,
+            },
+            &rec[HEADER..],
+        ))
     }
 }
 
@@ -103,14 +111,34 @@ impl Subscriber {
     /// Make subscriber `id`'s tag ring (`tag_slots` tags, FRP) over `tap_rings`' data
     /// ring; `snap`: most bytes of a block it keeps. Returns it and the rings its reader
     /// maps (its tag ring, the tap's data ring).
-    pub fn create(id: u64, tap_rings: &TapRings, tag_slots: usize, snap: u32) -> beltway::Result<(Subscriber, TapRings)> {
+    pub fn create(
+        id: u64,
+        tap_rings: &TapRings,
+        tag_slots: usize,
+        snap: u32,
+    ) -> beltway::Result<(Subscriber, TapRings)> {
         // A reader of another process cannot be woken (it maps no control segment): it
         // looks every `latency`. 5 ms batches a busy link's packets into few looks, well
         // inside libpcap's usual timeouts (tcpdump: 1000 ms).
-        let cfg = RingConfig { sync: SyncMode::Frp, latency: SUBSCRIBER_LATENCY, ..RingConfig::bytes((tag_slots * Tag::SIZE).max(1 << 12)).layout(Layout::Tags) };
+        let cfg = RingConfig {
+            sync: SyncMode::Frp,
+            latency: SUBSCRIBER_LATENCY,
+            ..RingConfig::bytes((tag_slots * Tag::SIZE).max(1 << 12)).layout(Layout::Tags)
+        };
         let tags = Writer::create(&format!("sub.{id}"), cfg)?;
-        let rings = TapRings { id, tags: tags.ring(), data: tap_rings.data.clone() };
-        Ok((Subscriber { id, tags, snap: snap.max(1) }, rings))
+        let rings = TapRings {
+            id,
+            tags: tags.ring(),
+            data: tap_rings.data.clone(),
+        };
+        Ok((
+            Subscriber {
+                id,
+                tags,
+                snap: snap.max(1),
+            },
+            rings,
+        ))
     }
 }
 
@@ -124,7 +152,10 @@ struct Group {
 
 impl std::fmt::Debug for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Group").field("key", &self.key.len()).field("subs", &self.subs).finish()
+        f.debug_struct("Group")
+            .field("key", &self.key.len())
+            .field("subs", &self.subs)
+            .finish()
     }
 }
 
@@ -150,11 +181,37 @@ impl Tap {
         // The tag ring is FRP; the data ring must be lossless for write-through (its one
         // registered reader is the writer's own shadow, which follows the tag ring's
         // registered readers: none, so it never waits either).
-        let tags = Writer::create(&name, RingConfig { sync: SyncMode::Frp, ..RingConfig::bytes((data_bytes / 16).max(1 << 12)).layout(Layout::Tags) })?;
-        let data = Writer::create(&format!("{name}.data"), RingConfig { buf_id: 1, ..RingConfig::bytes(data_bytes) })?;
-        let rings = TapRings { id, tags: tags.ring(), data: data.ring() };
+        let tags = Writer::create(
+            &name,
+            RingConfig {
+                sync: SyncMode::Frp,
+                ..RingConfig::bytes((data_bytes / 16).max(1 << 12)).layout(Layout::Tags)
+            },
+        )?;
+        let data = Writer::create(
+            &format!("{name}.data"),
+            RingConfig {
+                buf_id: 1,
+                ..RingConfig::bytes(data_bytes)
+            },
+        )?;
+        let rings = TapRings {
+            id,
+            tags: tags.ring(),
+            data: data.ring(),
+        };
         let writer = IbufWriter::new(tags)?.with_default(data)?;
-        Ok((Tap { id, writer, plain: true, groups: Vec::new(), classified: 0, unwanted: 0 }, rings))
+        Ok((
+            Tap {
+                id,
+                writer,
+                plain: true,
+                groups: Vec::new(),
+                classified: 0,
+                unwanted: 0,
+            },
+            rings,
+        ))
     }
 
     /// A shared tap for [`Subscriber`]s: like [`Tap::create`], but a block is copied only
@@ -170,7 +227,12 @@ impl Tap {
     pub fn subscribe(&mut self, key: Vec<u8>, want: Want, sub: Subscriber) {
         match self.groups.iter_mut().find(|g| g.key == key) {
             Some(g) => g.subs.push(sub),
-            None => self.groups.push(Group { key, want, subs: vec![sub], verdict: 0 }),
+            None => self.groups.push(Group {
+                key,
+                want,
+                subs: vec![sub],
+                verdict: 0,
+            }),
         }
     }
 
@@ -203,7 +265,11 @@ impl Tap {
                 Some((m, false)) => (m.ts_ns, d.len() as u32),
                 None => (0, d.len() as u32),
             };
-            let h = RecordHeader { ts_ns, orig_len, link_type: store.link(t).unwrap_or(1) as u16 };
+            let h = RecordHeader {
+                ts_ns,
+                orig_len,
+                link_type: store.link(t).unwrap_or(1) as u16,
+            };
             self.put(&h, d, t.class)?;
         }
         self.flush();
@@ -227,7 +293,13 @@ impl Tap {
         for g in self.groups.iter_mut().filter(|g| g.verdict != 0) {
             for s in &mut g.subs {
                 let keep = g.verdict.min(s.snap).min(d.len() as u32);
-                s.tags.append_record(&Tag { len: HEADER as u32 + keep, ..tag }.to_bytes())?;
+                s.tags.append_record(
+                    &Tag {
+                        len: HEADER as u32 + keep,
+                        ..tag
+                    }
+                    .to_bytes(),
+                )?;
             }
         }
         Ok(())
@@ -314,7 +386,11 @@ mod tests {
 
     #[test]
     fn header_round_trip() {
-        let h = RecordHeader { ts_ns: 1_700_000_000_123_456_789, orig_len: 1514, link_type: 113 };
+        let h = RecordHeader {
+            ts_ns: 1_700_000_000_123_456_789,
+            orig_len: 1514,
+            link_type: 113,
+        };
         let mut rec = h.encode().to_vec();
         rec.extend_from_slice(b"frame");
         assert_eq!(RecordHeader::decode(&rec), Some((h, &b"frame"[..])));
@@ -361,7 +437,11 @@ mod tests {
         let even = |e: Arc<AtomicU64>| -> Want {
             Box::new(move |d: &[u8], _| {
                 e.fetch_add(1, Ordering::Relaxed);
-                if d[0].is_multiple_of(2) { u32::MAX } else { 0 }
+                if d[0].is_multiple_of(2) {
+                    u32::MAX
+                } else {
+                    0
+                }
             })
         };
         let (a, ra) = Subscriber::create(10, &rings, 1024, u32::MAX).unwrap();
@@ -370,23 +450,54 @@ mod tests {
         tap.subscribe(b"even".to_vec(), even(evals.clone()), a);
         // Same key: shares the first one's verdict (its own closure is never called).
         tap.subscribe(b"even".to_vec(), even(Arc::new(AtomicU64::new(0))), b);
-        tap.subscribe(b"five".to_vec(), Box::new(|d: &[u8], _| if d[0].is_multiple_of(5) { 2 } else { 0 }), c);
+        tap.subscribe(
+            b"five".to_vec(),
+            Box::new(|d: &[u8], _| if d[0].is_multiple_of(5) { 2 } else { 0 }),
+            c,
+        );
         let (mut ra, mut rb, mut rc) = (observer(&ra), observer(&rb), observer(&rc));
         for i in 0..100u8 {
-            tap.put(&RecordHeader { ts_ns: i as u64, orig_len: 60, link_type: 1 }, &[i, 1, 2, 3, 4, 5], 1).unwrap();
+            tap.put(
+                &RecordHeader {
+                    ts_ns: i as u64,
+                    orig_len: 60,
+                    link_type: 1,
+                },
+                &[i, 1, 2, 3, 4, 5],
+                1,
+            )
+            .unwrap();
         }
         tap.flush();
-        assert_eq!(evals.load(Ordering::Relaxed), 100, "one evaluation per block for both 'even' subscribers");
+        assert_eq!(
+            evals.load(Ordering::Relaxed),
+            100,
+            "one evaluation per block for both 'even' subscribers"
+        );
         // Neither even nor a multiple of five: 40 of 100 blocks, never copied.
         assert_eq!((tap.classified, tap.unwanted), (100, 40));
         let (ga, la) = drain(&mut ra);
         let (gb, _) = drain(&mut rb);
         let (gc, _) = drain(&mut rc);
         assert_eq!(la, 0);
-        assert_eq!(ga.iter().map(|g| g.0[0]).collect::<Vec<_>>(), (0..100).step_by(2).collect::<Vec<u8>>());
+        assert_eq!(
+            ga.iter().map(|g| g.0[0]).collect::<Vec<_>>(),
+            (0..100).step_by(2).collect::<Vec<u8>>()
+        );
         assert!(ga.iter().all(|g| g.0.len() == 6 && g.1 == 60));
-        assert_eq!(gb.iter().map(|g| g.0.clone()).collect::<Vec<_>>(), (0..100).step_by(2).map(|i| vec![i, 1, 2]).collect::<Vec<_>>(), "snap length 3");
-        assert_eq!(gc.iter().map(|g| g.0.clone()).collect::<Vec<_>>(), (0..100).step_by(5).map(|i| vec![i, 1]).collect::<Vec<_>>(), "verdict 2 keeps 2 bytes");
+        assert_eq!(
+            gb.iter().map(|g| g.0.clone()).collect::<Vec<_>>(),
+            (0..100)
+                .step_by(2)
+                .map(|i| vec![i, 1, 2])
+                .collect::<Vec<_>>(),
+            "snap length 3"
+        );
+        assert_eq!(
+            gc.iter().map(|g| g.0.clone()).collect::<Vec<_>>(),
+            (0..100).step_by(5).map(|i| vec![i, 1]).collect::<Vec<_>>(),
+            "verdict 2 keeps 2 bytes"
+        );
         // Unsubscribed: its reader sees the end; the others go on.
         assert!(tap.unsubscribe(11));
         assert_eq!(tap.subscribers(), 2);
@@ -405,7 +516,16 @@ mod tests {
         let block = [7u8; 500];
         let mut fast_got = 0;
         for i in 0..2000u64 {
-            tap.put(&RecordHeader { ts_ns: i, orig_len: 500, link_type: 1 }, &block, 1).unwrap();
+            tap.put(
+                &RecordHeader {
+                    ts_ns: i,
+                    orig_len: 500,
+                    link_type: 1,
+                },
+                &block,
+                1,
+            )
+            .unwrap();
             if i % 16 == 15 {
                 tap.flush();
                 let (g, l) = drain(&mut rf);
@@ -417,8 +537,16 @@ mod tests {
         fast_got += drain(&mut rf).0.len();
         assert_eq!(fast_got, 2000);
         let (g, lost) = drain(&mut rs);
-        assert!(lost > 0 && g.len() < 2000, "the stopped subscriber lost nothing: got {}, lost {lost}", g.len());
-        assert_eq!(g.len() as u64 + lost, 2000, "every record is either read or counted lost");
+        assert!(
+            lost > 0 && g.len() < 2000,
+            "the stopped subscriber lost nothing: got {}, lost {lost}",
+            g.len()
+        );
+        assert_eq!(
+            g.len() as u64 + lost,
+            2000,
+            "every record is either read or counted lost"
+        );
     }
 
     /// The writer never waits for an observer that does not read, and the observer, given
@@ -437,8 +565,14 @@ mod tests {
         for i in 0..1300u32 {
             let mut b = block;
             b[..4].copy_from_slice(&i.to_le_bytes());
-            let h = RecordHeader { ts_ns: i as u64, orig_len: 1000, link_type: 1 };
-            tap.writer.write_through_parts(&[&h.encode(), &b], 1).unwrap();
+            let h = RecordHeader {
+                ts_ns: i as u64,
+                orig_len: 1000,
+                link_type: 1,
+            };
+            tap.writer
+                .write_through_parts(&[&h.encode(), &b], 1)
+                .unwrap();
         }
         tap.writer.flush();
         // Read in place, as PipesFS does: an overwritten block is an error for that block
@@ -463,7 +597,10 @@ mod tests {
         }
         let lost = r.tags().lost() / Tag::SIZE as u64 + overruns;
         assert!(lost > 0, "the observer lost nothing of 20 rings' worth");
-        assert!(!got.is_empty() && got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+        assert!(
+            !got.is_empty() && got.windows(2).all(|w| w[0] < w[1]),
+            "{got:?}"
+        );
         assert_eq!(*got.last().unwrap(), 1299);
     }
 }

@@ -22,7 +22,11 @@ pub struct StepFailed<E> {
 
 impl<E: fmt::Display> fmt::Display for StepFailed<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "construction step '{}' failed: {}", self.step, self.error)?;
+        write!(
+            f,
+            "construction step '{}' failed: {}",
+            self.step, self.error
+        )?;
         if !self.undone.is_empty() {
             write!(f, " (rolled back: {})", self.undone.join(", "))?;
         }
@@ -40,7 +44,10 @@ pub struct Transaction<C> {
 
 impl<C> Transaction<C> {
     pub fn new(ctx: C) -> Transaction<C> {
-        Transaction { ctx: Some(ctx), log: Vec::new() }
+        Transaction {
+            ctx: Some(ctx),
+            log: Vec::new(),
+        }
     }
 
     /// Runs `act`; on success logs `undo` (given what `act` returned) and returns the
@@ -52,16 +59,24 @@ impl<C> Transaction<C> {
         undo: impl FnOnce(&mut C, T) + 'static,
     ) -> Result<T, StepFailed<E>> {
         let name = name.into();
-        let ctx = self.ctx.as_mut().expect("a live transaction has its context");
+        let ctx = self
+            .ctx
+            .as_mut()
+            .expect("a live transaction has its context");
         match act(ctx) {
             Ok(v) => {
                 let kept = v.clone();
-                self.log.push((name, Box::new(move |c: &mut C| undo(c, kept))));
+                self.log
+                    .push((name, Box::new(move |c: &mut C| undo(c, kept))));
                 Ok(v)
             }
             Err(error) => {
                 let undone = self.unwind();
-                Err(StepFailed { step: name, error, undone })
+                Err(StepFailed {
+                    step: name,
+                    error,
+                    undone,
+                })
             }
         }
     }
@@ -76,11 +91,16 @@ impl<C> Transaction<C> {
     }
 
     pub fn context(&self) -> &C {
-        self.ctx.as_ref().expect("a live transaction has its context")
+        self.ctx
+            .as_ref()
+            .expect("a live transaction has its context")
     }
 
     fn unwind(&mut self) -> Vec<String> {
-        let ctx = self.ctx.as_mut().expect("a live transaction has its context");
+        let ctx = self
+            .ctx
+            .as_mut()
+            .expect("a live transaction has its context");
         let mut undone = Vec::with_capacity(self.log.len());
         while let Some((name, undo)) = self.log.pop() {
             undo(ctx);
@@ -134,7 +154,11 @@ mod tests {
         let check = |k: &mut usize| -> Result<(), String> {
             let here = *k;
             *k += 1;
-            if Some(here) == fail_at { Err(format!("injected failure at step {here}")) } else { Ok(()) }
+            if Some(here) == fail_at {
+                Err(format!("injected failure at step {here}"))
+            } else {
+                Ok(())
+            }
         };
         let mut ids = Vec::new();
         for n in names {
@@ -217,9 +241,15 @@ mod tests {
         // 4 opens + 3 connects + 1 activate.
         let steps = names.len() * 2;
         for fail_at in 0..steps {
-            let before = Rt { journal: vec![], ..Rt::default() };
+            let before = Rt {
+                journal: vec![],
+                ..Rt::default()
+            };
             let (err, after) = build(before.clone(), &names, Some(fail_at)).unwrap_err();
-            assert!(err.contains(&format!("injected failure at step {fail_at}")), "{err}");
+            assert!(
+                err.contains(&format!("injected failure at step {fail_at}")),
+                "{err}"
+            );
             assert!(after.open.is_empty(), "step {fail_at}: {after:?}");
             assert!(after.links.is_empty(), "step {fail_at}: {after:?}");
             assert!(!after.active);
@@ -229,7 +259,10 @@ mod tests {
             let inverse: Vec<String> = done
                 .iter()
                 .rev()
-                .map(|d| d.replacen("open", "close", 1).replacen("connect", "disconnect", 1))
+                .map(|d| {
+                    d.replacen("open", "close", 1)
+                        .replacen("connect", "disconnect", 1)
+                })
                 .collect();
             // Close messages name the filter: map ids back.
             assert_eq!(undone.len(), inverse.len(), "step {fail_at}");
@@ -242,12 +275,41 @@ mod tests {
     #[test]
     fn failure_reports_the_step_and_what_was_undone() {
         let mut t = Transaction::new(Vec::<u32>::new());
-        t.step("push 1", |v: &mut Vec<u32>| { v.push(1); Ok::<_, String>(()) }, |v, ()| { v.pop(); }).unwrap();
-        t.step("push 2", |v: &mut Vec<u32>| { v.push(2); Ok::<_, String>(()) }, |v, ()| { v.pop(); }).unwrap();
-        let e = t.step("push 3", |_v: &mut Vec<u32>| Err::<(), _>("no room".to_string()), |_, ()| {}).unwrap_err();
+        t.step(
+            "push 1",
+            |v: &mut Vec<u32>| {
+                v.push(1);
+                Ok::<_, String>(())
+            },
+            |v, ()| {
+                v.pop();
+            },
+        )
+        .unwrap();
+        t.step(
+            "push 2",
+            |v: &mut Vec<u32>| {
+                v.push(2);
+                Ok::<_, String>(())
+            },
+            |v, ()| {
+                v.pop();
+            },
+        )
+        .unwrap();
+        let e = t
+            .step(
+                "push 3",
+                |_v: &mut Vec<u32>| Err::<(), _>("no room".to_string()),
+                |_, ()| {},
+            )
+            .unwrap_err();
         assert_eq!(e.step, "push 3");
         assert_eq!(e.undone, vec!["push 2", "push 1"]);
-        assert_eq!(e.to_string(), "construction step 'push 3' failed: no room (rolled back: push 2, push 1)");
+        assert_eq!(
+            e.to_string(),
+            "construction step 'push 3' failed: no room (rolled back: push 2, push 1)"
+        );
         assert!(t.is_empty());
         assert!(t.context().is_empty());
     }
@@ -259,7 +321,12 @@ mod tests {
             let mut t = Transaction::new(());
             for i in 0..3 {
                 let l = log.clone();
-                t.step(format!("s{i}"), |_| Ok::<_, ()>(i), move |_, i| l.borrow_mut().push(i)).unwrap();
+                t.step(
+                    format!("s{i}"),
+                    |_| Ok::<_, ()>(i),
+                    move |_, i| l.borrow_mut().push(i),
+                )
+                .unwrap();
             }
             assert_eq!(t.len(), 3);
         }
@@ -269,10 +336,30 @@ mod tests {
     #[test]
     fn explicit_rollback_and_commit() {
         let mut t = Transaction::new(vec![0]);
-        t.step("a", |v: &mut Vec<i32>| { v.push(1); Ok::<_, ()>(()) }, |v, ()| { v.pop(); }).unwrap();
+        t.step(
+            "a",
+            |v: &mut Vec<i32>| {
+                v.push(1);
+                Ok::<_, ()>(())
+            },
+            |v, ()| {
+                v.pop();
+            },
+        )
+        .unwrap();
         assert_eq!(t.rollback(), vec![0]);
         let mut t = Transaction::new(vec![0]);
-        t.step("a", |v: &mut Vec<i32>| { v.push(1); Ok::<_, ()>(()) }, |v, ()| { v.pop(); }).unwrap();
+        t.step(
+            "a",
+            |v: &mut Vec<i32>| {
+                v.push(1);
+                Ok::<_, ()>(())
+            },
+            |v, ()| {
+                v.pop();
+            },
+        )
+        .unwrap();
         assert_eq!(t.commit(), vec![0, 1]);
     }
 }

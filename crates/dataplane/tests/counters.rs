@@ -12,11 +12,17 @@ fn run(text: &str) -> Vec<(String, Counters)> {
     let mut s = Space::build(&graph(text), &F, 1 << 22).unwrap();
     s.run(&AtomicBool::new(false), |_| {});
     assert!(s.warnings().is_empty(), "{:?}", s.warnings());
-    s.report().into_iter().map(|r| (r.label, r.counters)).collect()
+    s.report()
+        .into_iter()
+        .map(|r| (r.label, r.counters))
+        .collect()
 }
 
 fn by_label<'a>(rep: &'a [(String, Counters)], label: &str) -> &'a Counters {
-    &rep.iter().find(|(l, _)| l.starts_with(label)).unwrap_or_else(|| panic!("no {label} in {rep:?}")).1
+    &rep.iter()
+        .find(|(l, _)| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no {label} in {rep:?}"))
+        .1
 }
 
 #[test]
@@ -24,7 +30,11 @@ fn a_classifier_that_drops_nothing_counts_every_block_and_byte() {
     // 5000 blocks of 100 bytes through two classifiers that pass everything.
     let rep = run("src 5000 | every | every | sink");
     for (label, c) in &rep[1..3] {
-        assert_eq!((c.blocks_in, c.blocks_out, c.drops), (5000, 5000, 0), "{label}");
+        assert_eq!(
+            (c.blocks_in, c.blocks_out, c.drops),
+            (5000, 5000, 0),
+            "{label}"
+        );
         assert_eq!((c.bytes_in, c.bytes_out), (500_000, 500_000), "{label}");
     }
     assert_eq!(by_label(&rep, "sink").blocks_in, 5000);
@@ -35,14 +45,23 @@ fn a_classifier_that_drops_counts_what_it_dropped() {
     // `odd` drops the even half; `|all` after it passes class 0 too, `|` does not.
     let rep = run("src 5000 | odd | every | alone");
     let odd = by_label(&rep, "odd");
-    assert_eq!((odd.blocks_in, odd.blocks_out, odd.drops), (5000, 2500, 2500));
+    assert_eq!(
+        (odd.blocks_in, odd.blocks_out, odd.drops),
+        (5000, 2500, 2500)
+    );
     assert_eq!((odd.bytes_in, odd.bytes_out), (500_000, 250_000));
     let every = by_label(&rep, "every");
-    assert_eq!((every.blocks_in, every.blocks_out, every.drops), (2500, 2500, 0));
+    assert_eq!(
+        (every.blocks_in, every.blocks_out, every.drops),
+        (2500, 2500, 0)
+    );
     assert_eq!(every.bytes_out, 250_000);
     let rep = run("src 5000 | odd |all alone");
     let odd = by_label(&rep, "odd");
-    assert_eq!((odd.blocks_out, odd.bytes_out, odd.drops), (5000, 500_000, 0));
+    assert_eq!(
+        (odd.blocks_out, odd.bytes_out, odd.drops),
+        (5000, 500_000, 0)
+    );
     // A selector for one class keeps only that class (seq % 4 == 3: class 3).
     let rep = run("src 5000 | odd |3 alone");
     let odd = by_label(&rep, "odd");
@@ -50,9 +69,23 @@ fn a_classifier_that_drops_counts_what_it_dropped() {
     // The same selectors between two classifiers (one run of classifiers, see
     // `Space::classify_run`): the second gets what the arc admits.
     let rep = run("src 5000 | odd |3 every | alone");
-    assert_eq!((by_label(&rep, "odd").drops, by_label(&rep, "every").blocks_in, by_label(&rep, "every").bytes_in), (3750, 1250, 125_000));
+    assert_eq!(
+        (
+            by_label(&rep, "odd").drops,
+            by_label(&rep, "every").blocks_in,
+            by_label(&rep, "every").bytes_in
+        ),
+        (3750, 1250, 125_000)
+    );
     let rep = run("src 5000 | odd |all every | alone");
-    assert_eq!((by_label(&rep, "odd").drops, by_label(&rep, "every").blocks_out, by_label(&rep, "alone").blocks_in), (0, 5000, 5000));
+    assert_eq!(
+        (
+            by_label(&rep, "odd").drops,
+            by_label(&rep, "every").blocks_out,
+            by_label(&rep, "alone").blocks_in
+        ),
+        (0, 5000, 5000)
+    );
 }
 
 #[test]
@@ -63,10 +96,16 @@ fn blocks_that_cannot_be_resolved_get_class_0_at_the_first_classifier() {
     // 256 tags: every batch has such tags, and the counters are those of the general path.
     let rep = run("ghost 1000 | every | every | odd | sink");
     let first = by_label(&rep, "every");
-    assert_eq!((first.blocks_in, first.blocks_out, first.drops), (1000, 500, 500));
+    assert_eq!(
+        (first.blocks_in, first.blocks_out, first.drops),
+        (1000, 500, 500)
+    );
     assert_eq!((first.bytes_in, first.bytes_out), (100_000, 50_000));
     let second = by_label(&rep, "every#2");
-    assert_eq!((second.blocks_in, second.blocks_out, second.drops), (500, 500, 0));
+    assert_eq!(
+        (second.blocks_in, second.blocks_out, second.drops),
+        (500, 500, 0)
+    );
     // The even sequence numbers were the ones that resolved: `odd` drops all of them.
     let odd = by_label(&rep, "odd");
     assert_eq!((odd.blocks_in, odd.blocks_out, odd.drops), (500, 0, 500));
@@ -79,13 +118,23 @@ fn runs_of_classifiers_end_at_other_filters_and_at_forks() {
     // two ways (`+` multicasts to both branches, duplicates kept).
     let rep = run("src 5000 | odd | pass | every | odd + every | pass");
     let odd = by_label(&rep, "odd");
-    assert_eq!((odd.blocks_in, odd.blocks_out, odd.drops), (5000, 2500, 2500));
+    assert_eq!(
+        (odd.blocks_in, odd.blocks_out, odd.drops),
+        (5000, 2500, 2500)
+    );
     assert_eq!(by_label(&rep, "pass").blocks_in, 2500);
     let every = by_label(&rep, "every");
-    assert_eq!((every.blocks_in, every.blocks_out), (2500, 5000), "every's output goes down two arcs");
+    assert_eq!(
+        (every.blocks_in, every.blocks_out),
+        (2500, 5000),
+        "every's output goes down two arcs"
+    );
     // The second `odd` gets only odd sequence numbers: it passes all of them.
     let odd2 = by_label(&rep, "odd#2");
-    assert_eq!((odd2.blocks_in, odd2.blocks_out, odd2.drops), (2500, 2500, 0));
+    assert_eq!(
+        (odd2.blocks_in, odd2.blocks_out, odd2.drops),
+        (2500, 2500, 0)
+    );
     let every2 = by_label(&rep, "every#2");
     assert_eq!((every2.blocks_in, every2.blocks_out), (2500, 2500));
     assert_eq!(by_label(&rep, "pass#2").blocks_in, 5000);
@@ -96,7 +145,14 @@ mod same_as_apart {
     use proptest::prelude::*;
 
     fn selector() -> impl Strategy<Value = &'static str> {
-        prop_oneof![Just("|"), Just("|all"), Just("|1"), Just("|3"), Just("|2:3"), Just("|!3")]
+        prop_oneof![
+            Just("|"),
+            Just("|all"),
+            Just("|1"),
+            Just("|3"),
+            Just("|2:3"),
+            Just("|!3")
+        ]
     }
 
     fn classifier() -> impl Strategy<Value = &'static str> {

@@ -12,9 +12,25 @@ use common::{graph, F};
 fn add_arc(g: &mut lang::Graph, from: usize, filter: &str) {
     let id = g.nodes.len();
     let span = g.nodes[from].span;
-    let kind = lang::NodeKind::Filter { filter: filter.into(), params: Vec::new(), options: Vec::new(), place: Default::default() };
-    g.nodes.push(lang::Node { id, kind, span, hints: Vec::new(), name: None });
-    g.edges.push(lang::Edge { from, to: id, sel: lang::Selector::Default, span });
+    let kind = lang::NodeKind::Filter {
+        filter: filter.into(),
+        params: Vec::new(),
+        options: Vec::new(),
+        place: Default::default(),
+    };
+    g.nodes.push(lang::Node {
+        id,
+        kind,
+        span,
+        hints: Vec::new(),
+        name: None,
+    });
+    g.edges.push(lang::Edge {
+        from,
+        to: id,
+        sel: lang::Selector::Default,
+        span,
+    });
 }
 
 /// `text` plus one more arc from node `from` into a new `idle` node.
@@ -25,7 +41,10 @@ fn with_idle_arc(text: &str, from: usize) -> lang::Graph {
 }
 
 fn summaries(s: &Space) -> Vec<String> {
-    s.report().iter().filter_map(|r| r.summary.clone()).collect()
+    s.report()
+        .iter()
+        .filter_map(|r| r.summary.clone())
+        .collect()
 }
 
 #[test]
@@ -33,9 +52,20 @@ fn one_live_arc_besides_an_idle_one_moves_the_batch_on() {
     let g = with_idle_arc("src 5000 | alone | sink", 0);
     let mut s = Space::build(&g, &F, 1 << 20).unwrap();
     s.run(&AtomicBool::new(false), |_| {});
-    assert_eq!(summaries(&s), vec!["alone: 5000".to_string(), "sink: 5000".to_string()]);
-    let src = s.report().iter().find(|r| r.label.starts_with("src")).unwrap().counters;
-    assert_eq!(src.blocks_out, 5000, "the idle arc delivered nothing and is not counted");
+    assert_eq!(
+        summaries(&s),
+        vec!["alone: 5000".to_string(), "sink: 5000".to_string()]
+    );
+    let src = s
+        .report()
+        .iter()
+        .find(|r| r.label.starts_with("src"))
+        .unwrap()
+        .counters;
+    assert_eq!(
+        src.blocks_out, 5000,
+        "the idle arc delivered nothing and is not counted"
+    );
     assert_eq!(src.drops, 0);
 }
 
@@ -49,7 +79,12 @@ fn idle_arc_among_several_live_ones_is_skipped() {
     let mut s = Space::build(&g, &F, 1 << 20).unwrap();
     s.run(&AtomicBool::new(false), |_| {});
     assert_eq!(summaries(&s), vec!["sink: 3000".to_string()]);
-    let src = s.report().iter().find(|r| r.label.starts_with("src")).unwrap().counters;
+    let src = s
+        .report()
+        .iter()
+        .find(|r| r.label.starts_with("src"))
+        .unwrap()
+        .counters;
     assert_eq!(src.blocks_out, 6000, "two live arcs, 3000 blocks each");
 }
 
@@ -63,6 +98,11 @@ fn only_idle_arcs_drop_the_batch() {
     }
     let mut s = Space::build(&g, &F, 1 << 20).unwrap();
     s.run(&AtomicBool::new(false), |_| {});
-    let src = s.report().iter().find(|r| r.label.starts_with("src")).unwrap().counters;
+    let src = s
+        .report()
+        .iter()
+        .find(|r| r.label.starts_with("src"))
+        .unwrap()
+        .counters;
     assert_eq!((src.blocks_out, src.drops), (0, 1000));
 }

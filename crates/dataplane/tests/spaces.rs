@@ -24,11 +24,30 @@ fn placement_rule() {
 #[test]
 fn blocks_cross_thread_spaces_in_order_and_intact() {
     let g = graph("src 100000 | pass space=1 | pass space=2 | sink");
-    let spaces = Spaces::build(&g, &F, 1 << 20, ChannelConfig { data: 1 << 16, slots: 4096, ..Default::default() }).unwrap();
+    let spaces = Spaces::build(
+        &g,
+        &F,
+        1 << 20,
+        ChannelConfig {
+            data: 1 << 16,
+            slots: 4096,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(spaces.channels, 2);
     let rep = spaces.run(&AtomicBool::new(false), |_| {});
-    assert!(rep.died.is_none() && !rep.failed, "{:?} {:?}", rep.died, rep.warnings);
-    let sink = rep.nodes.iter().find(|n| n.label == "sink@2").expect("sink reported");
+    assert!(
+        rep.died.is_none() && !rep.failed,
+        "{:?} {:?}",
+        rep.died,
+        rep.warnings
+    );
+    let sink = rep
+        .nodes
+        .iter()
+        .find(|n| n.label == "sink@2")
+        .expect("sink reported");
     assert_eq!(sink.summary.as_deref(), Some("sink: 100000"));
 }
 
@@ -41,7 +60,10 @@ fn a_panicking_space_stops_the_run_and_is_named() {
     let rep = spaces.run(&AtomicBool::new(false), |_| {});
     assert!(t0.elapsed() < Duration::from_secs(30));
     let died = rep.died.expect("the death is reported");
-    assert!(died.contains("space 1 (boom, sink) died: boom after"), "{died}");
+    assert!(
+        died.contains("space 1 (boom, sink) died: boom after"),
+        "{died}"
+    );
     assert!(rep.failed);
 }
 
@@ -73,11 +95,28 @@ fn run_interrupted(spaces: Spaces, after: Duration, text: &str) -> dataplane::sp
 /// The blocks live in lent (External) memory, as rx's do, so the channel copies them.
 #[test]
 fn interrupt_releases_a_producer_blocked_on_a_full_channel() {
-    for text in ["xsrc 4000000000 space=1 | slow", "xsrc 4000000000 | pass space=1 | slow space=2"] {
-        let spaces = Spaces::build(&graph(text), &F, 1 << 20, ChannelConfig { data: 1 << 16, slots: 4096, ..Default::default() }).unwrap();
+    for text in [
+        "xsrc 4000000000 space=1 | slow",
+        "xsrc 4000000000 | pass space=1 | slow space=2",
+    ] {
+        let spaces = Spaces::build(
+            &graph(text),
+            &F,
+            1 << 20,
+            ChannelConfig {
+                data: 1 << 16,
+                slots: 4096,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let rep = run_interrupted(spaces, Duration::from_millis(300), text);
         assert!(rep.died.is_none(), "{text}: {:?}", rep.died);
-        assert!(rep.warnings.is_empty(), "{text}: a consumer leaving on interrupt is no error: {:?}", rep.warnings);
+        assert!(
+            rep.warnings.is_empty(),
+            "{text}: a consumer leaving on interrupt is no error: {:?}",
+            rep.warnings
+        );
     }
 }
 
@@ -86,14 +125,41 @@ fn interrupt_releases_a_producer_blocked_on_a_full_channel() {
 /// until their producers close), so the last filter sees every block the first let out.
 #[test]
 fn interrupt_drains_what_producers_already_sent() {
-    for text in ["xsrc 4000000000 space=1 | pass space=2 | pass", "xsrc 4000000000 | pass space=1 | slow space=2 | pass"] {
-        let spaces = Spaces::build(&graph(text), &F, 1 << 20, ChannelConfig { data: 1 << 20, slots: 4096, ..Default::default() }).unwrap();
+    for text in [
+        "xsrc 4000000000 space=1 | pass space=2 | pass",
+        "xsrc 4000000000 | pass space=1 | slow space=2 | pass",
+    ] {
+        let spaces = Spaces::build(
+            &graph(text),
+            &F,
+            1 << 20,
+            ChannelConfig {
+                data: 1 << 20,
+                slots: 4096,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let rep = run_interrupted(spaces, Duration::from_millis(300), text);
-        assert!(rep.died.is_none() && rep.warnings.is_empty(), "{text}: {:?} {:?}", rep.died, rep.warnings);
-        let node = |p: &str| rep.nodes.iter().filter(|n| n.label.starts_with(p)).map(|n| n.counters).collect::<Vec<_>>();
+        assert!(
+            rep.died.is_none() && rep.warnings.is_empty(),
+            "{text}: {:?} {:?}",
+            rep.died,
+            rep.warnings
+        );
+        let node = |p: &str| {
+            rep.nodes
+                .iter()
+                .filter(|n| n.label.starts_with(p))
+                .map(|n| n.counters)
+                .collect::<Vec<_>>()
+        };
         let sent = node("xsrc")[0].blocks_out;
         let last = node("pass").last().unwrap().blocks_in;
         assert!(sent > 0, "{text}: nothing was sent before the interrupt");
-        assert_eq!(last, sent, "{text}: blocks sent before the interrupt were lost on the way");
+        assert_eq!(
+            last, sent,
+            "{text}: blocks sent before the interrupt were lost on the way"
+        );
     }
 }

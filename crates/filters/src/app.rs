@@ -1,7 +1,7 @@
 //! Application-level filters: tcpstream (zero-copy reassembly), http, dns.
 
 use crate::packet::{app_payload, flow_hash, parse_tag, L4};
-use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param, Tag};
 use std::collections::{BTreeMap, HashMap};
 
 /// Per-direction reassembly state: the next expected sequence number and the segments
@@ -43,7 +43,19 @@ impl Filter for TcpStream {
         let mut lost = 0;
         for t in input {
             let Some(p) = parse_tag(cx, &t) else { continue };
-            let (L4::Tcp { sport, dport, seq, syn, .. }, Some((_, src, dst, _))) = (p.l4, p.ip) else { continue };
+            let (
+                L4::Tcp {
+                    sport,
+                    dport,
+                    seq,
+                    syn,
+                    ..
+                },
+                Some((_, src, dst, _)),
+            ) = (p.l4, p.ip)
+            else {
+                continue;
+            };
             let class = flow_hash(&p);
             let limit = self.limit;
             let (sessions, store) = cx.sessions_and_store::<FlowSession>(SESSIONS);
@@ -58,7 +70,12 @@ impl Filter for TcpStream {
             if len == 0 {
                 continue;
             }
-            let mut seg = Tag { pos: t.pos + off as u64, len: len as u32, buf: t.buf, class };
+            let mut seg = Tag {
+                pos: t.pos + off as u64,
+                len: len as u32,
+                buf: t.buf,
+                class,
+            };
             let next = *d.next.get_or_insert(seq);
             // Trim bytes already delivered (retransmissions, overlaps).
             if seq_lt(seq, next) {
@@ -92,7 +109,11 @@ impl Filter for TcpStream {
                     }
                     let skip = nx.wrapping_sub(s) as u64;
                     if skip < h.len as u64 {
-                        batch.push(Tag { pos: h.pos + skip, len: h.len - skip as u32, ..h });
+                        batch.push(Tag {
+                            pos: h.pos + skip,
+                            len: h.len - skip as u32,
+                            ..h
+                        });
                         nx = s.wrapping_add(h.len);
                     }
                 }
@@ -107,7 +128,9 @@ impl Filter for TcpStream {
                     Err(_) => lost += 1,
                 }
             } else {
-                cx.warn("reassembly buffer limit reached; out-of-order data dropped (raise limit=)");
+                cx.warn(
+                    "reassembly buffer limit reached; out-of-order data dropped (raise limit=)",
+                );
             }
         }
         if lost > 0 {
@@ -126,12 +149,16 @@ impl Filter for TcpStream {
             }
         }
         if gaps > 0 {
-            cx.warn(format!("{gaps} segments after unfilled gaps delivered at the end"));
+            cx.warn(format!(
+                "{gaps} segments after unfilled gaps delivered at the end"
+            ));
         }
     }
 }
 
-const METHODS: [&str; 9] = ["GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE"];
+const METHODS: [&str; 9] = [
+    "GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE",
+];
 
 /// HTTP request detection: class by method.
 pub struct Http {
@@ -203,17 +230,33 @@ pub fn dns_kind(d: &[u8]) -> u16 {
 }
 
 fn make_tcpstream(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
-    Ok(Box::new(TcpStream { limit: a.size("limit", None, 4 << 20)? as usize }))
+    Ok(Box::new(TcpStream {
+        limit: a.size("limit", None, 4 << 20)? as usize,
+    }))
 }
 fn make_http(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let only = match a.get("method", Some(0)) {
         None => None,
-        Some(m) => Some(METHODS.iter().position(|x| x.eq_ignore_ascii_case(m)).ok_or_else(|| FilterError::bad("method", m, &format!("a request method ({})", METHODS.join(", "))))? as u16 + 1),
+        Some(m) => Some(
+            METHODS
+                .iter()
+                .position(|x| x.eq_ignore_ascii_case(m))
+                .ok_or_else(|| {
+                    FilterError::bad(
+                        "method",
+                        m,
+                        &format!("a request method ({})", METHODS.join(", ")),
+                    )
+                })? as u16
+                + 1,
+        ),
     };
     Ok(Box::new(Http { only }))
 }
 fn make_dns(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
-    Ok(Box::new(Dns { port: a.parse("port", None, 53)? }))
+    Ok(Box::new(Dns {
+        port: a.parse("port", None, 53)?,
+    }))
 }
 
 pub static TCPSTREAM: FilterSpec = FilterSpec::new("tcpstream", Access::Reordering, make_tcpstream)
@@ -236,9 +279,9 @@ pub static HTTP: FilterSpec = FilterSpec::new("http", Access::Classification, ma
 pub static DNS: FilterSpec = FilterSpec::new("dns", Access::Classification, make_dns)
     .synopsis("dns [port=N]")
     .description("Detects DNS messages on port 53 (UDP, or TCP with its length prefix).")
-    .params(&[
-        Param::new("port", "DNS port (default 53)").kind(Kind::Count).default("53"),
-    ])
+    .params(&[Param::new("port", "DNS port (default 53)")
+        .kind(Kind::Count)
+        .default("53")])
     .classes("1 for queries, 2 for responses, 0 otherwise")
     .class_names(&[("query", 1), ("response", 2)])
     .example("streamline run 'pcapin file=examples/sample.pcap | dns |2 count'");

@@ -3,7 +3,10 @@
 //! after any source (capture files, other filters). The kernel implementation (the same
 //! program attached to a capture socket) joins it with live capture.
 
-use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{
+    Access, Args, Batch, Cost, Ctx, Filter, FilterError, FilterSpec, ImplSpace, Implementation,
+    KernelForm, Kind, Needs, Param,
+};
 use kernel::cbpf::{compile, compile_for_file, Program};
 
 pub struct Bpf {
@@ -19,9 +22,14 @@ pub struct Bpf {
 fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let expr = a.require("expr", Some(0))?.to_string();
     // Compile once now so a bad expression is a build error, not a runtime one.
-    let p = compile(&expr, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|e| FilterError::invalid("", e))?;
+    let p = compile(&expr, crate::packet::LINKTYPE_ETHERNET, 262144)
+        .map_err(|e| FilterError::invalid("", e))?;
     let in_kernel = a.place.side.as_ref().is_some_and(lang::Side::is_kernel);
-    Ok(Box::new(Bpf { expr, in_kernel, progs: vec![(crate::packet::LINKTYPE_ETHERNET, p)] }))
+    Ok(Box::new(Bpf {
+        expr,
+        in_kernel,
+        progs: vec![(crate::packet::LINKTYPE_ETHERNET, p)],
+    }))
 }
 
 impl Filter for Bpf {
@@ -41,7 +49,9 @@ impl Filter for Bpf {
                         &self.progs.last().expect("just pushed").1
                     }
                     Err(e) => {
-                        cx.warn(format!("for link type {link}: {e}; those frames are dropped"));
+                        cx.warn(format!(
+                            "for link type {link}: {e}; those frames are dropped"
+                        ));
                         t.class = 0;
                         continue;
                     }
@@ -62,7 +72,11 @@ impl Filter for Bpf {
 }
 
 /// bpf's cost on the capture socket: a few instructions per frame, most frames rejected.
-const SIEVE: Cost = Cost::DEFAULT.per_call(40.0).forward(0.1).per_byte(0.0).bytes_read(0.0);
+const SIEVE: Cost = Cost::DEFAULT
+    .per_call(40.0)
+    .forward(0.1)
+    .per_byte(0.0)
+    .bytes_read(0.0);
 
 pub static BPF: FilterSpec = FilterSpec::new("bpf", Access::Classification, make)
     .synopsis("bpf \"EXPRESSION\"")

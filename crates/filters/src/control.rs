@@ -2,7 +2,7 @@
 
 use crate::packet::{flow_hash, parse_tag};
 use dataplane::builtin::{JoinFilter, SplitFilter};
-use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
 use std::collections::HashMap;
 
 /// Bounded loop (thesis 3.3.2): the first N times a block is seen it gets class 1 (the
@@ -51,13 +51,19 @@ impl Filter for Hash {
 
 fn make_for(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let limit: u32 = a.parse("count", Some(0), 1)?;
-    Ok(Box::new(For { limit, left: HashMap::new() }))
+    Ok(Box::new(For {
+        limit,
+        left: HashMap::new(),
+    }))
 }
 fn make_join(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let mode = match a.get("mode", Some(0)).unwrap_or("all") {
         "all" => lang::JoinMode::All,
         "first" | "or" => lang::JoinMode::First,
-        n => lang::JoinMode::Nth(n.parse().map_err(|_| FilterError::bad("mode", n, "all, first, or the copy number N"))?),
+        n => lang::JoinMode::Nth(
+            n.parse()
+                .map_err(|_| FilterError::bad("mode", n, "all, first, or the copy number N"))?,
+        ),
     };
     Ok(Box::new(JoinFilter::new(mode, 0)))
 }
@@ -115,8 +121,13 @@ pub static HASH: FilterSpec = FilterSpec::new("hash", Access::Classification, ma
     .synopsis("hash [ways=N] [by=flow|data]")
     .description("Classifies blocks into N classes by flow (5-tuple) or by contents.")
     .params(&[
-        Param::new("ways", "number of classes (also positional)").at(0).kind(Kind::Count).default("2"),
-        Param::new("by", "flow (default) or data").kind(Kind::Choice(&["flow", "data", "content"])).default("flow"),
+        Param::new("ways", "number of classes (also positional)")
+            .at(0)
+            .kind(Kind::Count)
+            .default("2"),
+        Param::new("by", "flow (default) or data")
+            .kind(Kind::Choice(&["flow", "data", "content"]))
+            .default("flow"),
     ])
     .classes("1..=N")
     .example("streamline run 'pcapin file=examples/sample.pcap | hash 4 | hist'");

@@ -4,7 +4,7 @@
 use crate::packet::parse_tag;
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
-use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 
 /// Crops blocks: a number of bytes, or up to a protocol's payload. No copy.
@@ -88,7 +88,11 @@ impl Filter for Flate {
                     batch.shared[i] = false;
                 }
                 _ => {
-                    cx.warn(if self.op == Op::Inflate { "a block is not valid deflate data (or inflates beyond max=); dropped" } else { "a block could not be compressed; dropped" });
+                    cx.warn(if self.op == Op::Inflate {
+                        "a block is not valid deflate data (or inflates beyond max=); dropped"
+                    } else {
+                        "a block could not be compressed; dropped"
+                    });
                     batch.tags[i].class = 0;
                 }
             }
@@ -120,9 +124,14 @@ impl Filter for Crypt {
                 let mut n = [0u8; 12];
                 n[..4].copy_from_slice(&self.salt.to_le_bytes());
                 n[4..].copy_from_slice(&self.counter.to_le_bytes());
-                self.cipher.encrypt(Nonce::from_slice(&n), data).ok().map(|c| [n.to_vec(), c].concat())
+                self.cipher
+                    .encrypt(Nonce::from_slice(&n), data)
+                    .ok()
+                    .map(|c| [n.to_vec(), c].concat())
             } else if data.len() >= 28 {
-                self.cipher.decrypt(Nonce::from_slice(&data[..12]), &data[12..]).ok()
+                self.cipher
+                    .decrypt(Nonce::from_slice(&data[..12]), &data[12..])
+                    .ok()
             } else {
                 None
             };
@@ -134,7 +143,11 @@ impl Filter for Crypt {
                     batch.shared[i] = false;
                 }
                 None => {
-                    cx.warn(if self.enc { "encryption failed" } else { "a block failed authentication (wrong key or corrupt); dropped" });
+                    cx.warn(if self.enc {
+                        "encryption failed"
+                    } else {
+                        "a block failed authentication (wrong key or corrupt); dropped"
+                    });
                     batch.tags[i].class = 0;
                 }
             }
@@ -146,16 +159,39 @@ fn key_from(a: &Args) -> Result<[u8; 32], FilterError> {
     const KEY: &str = "64 hex digits (256 bits)";
     let (key, hex) = match (a.get("key", None), a.get("keyfile", None)) {
         (Some(k), _) => ("key", k.to_string()),
-        (None, Some(f)) => ("keyfile", std::fs::read_to_string(f).map_err(|e| FilterError::io(format!("cannot read keyfile {f}"), e))?.trim().to_string()),
-        (None, None) => return Err(FilterError::Missing { key: "key".into(), expected: format!("key=HEX ({KEY}) or keyfile=F") }),
+        (None, Some(f)) => (
+            "keyfile",
+            std::fs::read_to_string(f)
+                .map_err(|e| FilterError::io(format!("cannot read keyfile {f}"), e))?
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => {
+            return Err(FilterError::Missing {
+                key: "key".into(),
+                expected: format!("key=HEX ({KEY}) or keyfile=F"),
+            })
+        }
     };
-    let shown = if key == "key" { hex.clone() } else { format!("{} (its contents)", a.get("keyfile", None).unwrap_or_default()) };
+    let shown = if key == "key" {
+        hex.clone()
+    } else {
+        format!(
+            "{} (its contents)",
+            a.get("keyfile", None).unwrap_or_default()
+        )
+    };
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(FilterError::bad(key, &shown, &format!("{KEY}, got {} characters", hex.len())));
+        return Err(FilterError::bad(
+            key,
+            &shown,
+            &format!("{KEY}, got {} characters", hex.len()),
+        ));
     }
     let mut k = [0u8; 32];
     for i in 0..32 {
-        k[i] = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| FilterError::bad(key, &shown, KEY))?;
+        k[i] = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+            .map_err(|_| FilterError::bad(key, &shown, KEY))?;
     }
     Ok(k)
 }
@@ -186,15 +222,29 @@ fn make_xor(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     if hex.is_empty() || hex.len() % 2 != 0 {
         return Err(FilterError::bad("key", hex, "an even number of hex digits"));
     }
-    let key = (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)).collect::<Result<Vec<u8>, _>>().map_err(|_| FilterError::bad("key", hex, "an even number of hex digits"))?;
+    let key = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| FilterError::bad("key", hex, "an even number of hex digits"))?;
     Ok(Box::new(Xor { key }))
 }
 
 fn make_strip(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     match a.get("bytes", Some(0)) {
-        Some("payload") => Ok(Box::new(Strip { bytes: 0, to_payload: true })),
-        Some(n) => Ok(Box::new(Strip { bytes: n.parse().map_err(|_| FilterError::bad("bytes", n, "a byte count or payload"))?, to_payload: false })),
-        None => Ok(Box::new(Strip { bytes: 0, to_payload: true })),
+        Some("payload") => Ok(Box::new(Strip {
+            bytes: 0,
+            to_payload: true,
+        })),
+        Some(n) => Ok(Box::new(Strip {
+            bytes: n
+                .parse()
+                .map_err(|_| FilterError::bad("bytes", n, "a byte count or payload"))?,
+            to_payload: false,
+        })),
+        None => Ok(Box::new(Strip {
+            bytes: 0,
+            to_payload: true,
+        })),
     }
 }
 fn make_deflate(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
@@ -202,14 +252,32 @@ fn make_deflate(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     if level > 9 {
         return Err(FilterError::bad("level", &level.to_string(), "0..=9"));
     }
-    Ok(Box::new(Flate { op: Op::Deflate, level, max: 0, c: None, d: None }))
+    Ok(Box::new(Flate {
+        op: Op::Deflate,
+        level,
+        max: 0,
+        c: None,
+        d: None,
+    }))
 }
 fn make_inflate(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
-    Ok(Box::new(Flate { op: Op::Inflate, level: 0, max: a.size("max", None, 1 << 20)? as usize, c: None, d: None }))
+    Ok(Box::new(Flate {
+        op: Op::Inflate,
+        level: 0,
+        max: a.size("max", None, 1 << 20)? as usize,
+        c: None,
+        d: None,
+    }))
 }
 fn make_crypt(a: &Args, enc: bool) -> Result<Box<dyn Filter>, FilterError> {
     let k = key_from(a)?;
-    Ok(Box::new(Crypt { enc, cipher: Aes256Gcm::new_from_slice(&k).map_err(|_| FilterError::bad("key", "(given)", "a 256-bit key"))?, counter: 0, salt: rand::random() }))
+    Ok(Box::new(Crypt {
+        enc,
+        cipher: Aes256Gcm::new_from_slice(&k)
+            .map_err(|_| FilterError::bad("key", "(given)", "a 256-bit key"))?,
+        counter: 0,
+        salt: rand::random(),
+    }))
 }
 fn make_encrypt(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     make_crypt(a, true)
@@ -230,10 +298,15 @@ pub static DEFLATE: FilterSpec = FilterSpec::new("deflate", Access::Editing, mak
     .synopsis("deflate [level=0-9]")
     .description("Compresses each block on its own (raw deflate); the result is a new block.")
     .params(&[
-        Param::new("level", "compression level, default 6 (also positional)").at(0).kind(Kind::Count).default("6"),
+        Param::new("level", "compression level, default 6 (also positional)")
+            .at(0)
+            .kind(Kind::Count)
+            .default("6"),
     ])
     .classes("the block's class (at least 1); 0 if it failed")
-    .example("streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'");
+    .example(
+        "streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'",
+    );
 pub static INFLATE: FilterSpec = FilterSpec::new("inflate", Access::Editing, make_inflate)
     .synopsis("inflate [max=BYTES]")
     .description("Decompresses blocks made by deflate; blocks that are not valid deflate data\n(or would exceed max, default 1M) are dropped with a warning.")
@@ -243,7 +316,10 @@ pub static INFLATE: FilterSpec = FilterSpec::new("inflate", Access::Editing, mak
     .classes("the block's class (at least 1); 0 for invalid input")
     .example("streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'");
 /// encrypt's and decrypt's parameters: the key, given or in a file.
-const KEY_PARAMS: &[Param] = &[Param::new("key", "256-bit key as 64 hex digits").kind(Kind::Hex), Param::new("keyfile", "file holding the key")];
+const KEY_PARAMS: &[Param] = &[
+    Param::new("key", "256-bit key as 64 hex digits").kind(Kind::Hex),
+    Param::new("keyfile", "file holding the key"),
+];
 
 pub static ENCRYPT: FilterSpec = FilterSpec::new("encrypt", Access::Editing, make_encrypt)
     .synopsis("encrypt key=HEX | keyfile=F")

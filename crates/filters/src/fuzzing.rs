@@ -10,7 +10,10 @@ use std::sync::atomic::AtomicBool;
 pub fn run_capture(data: &[u8]) {
     for &link in LINKTYPES {
         if let Some(p) = parse(data, Some(link)) {
-            assert!(p.payload.0 + p.payload.1 <= data.len(), "payload outside the frame");
+            assert!(
+                p.payload.0 + p.payload.1 <= data.len(),
+                "payload outside the frame"
+            );
         }
     }
     let _ = crate::app::http_method(data);
@@ -18,14 +21,23 @@ pub fn run_capture(data: &[u8]) {
     // As a capture file: pcap magic + header prepended when the input has none, so the
     // fuzzer explores records rather than the magic check.
     let mut file = Vec::new();
-    if data.len() < 4 || ![[0xd4, 0xc3, 0xb2, 0xa1], [0x0a, 0x0d, 0x0d, 0x0a]].contains(&[data[0], data[1], data[2], data[3]]) {
-        file.extend_from_slice(&[0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0, 0]);
+    if data.len() < 4
+        || ![[0xd4, 0xc3, 0xb2, 0xa1], [0x0a, 0x0d, 0x0d, 0x0a]]
+            .contains(&[data[0], data[1], data[2], data[3]])
+    {
+        file.extend_from_slice(&[
+            0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0,
+            0,
+        ]);
     }
     file.extend_from_slice(data);
     // The reader itself: every record lies inside the file, rewrites stay in the copy.
     if let Ok(mut sf) = crate::savefile::Savefile::open(&file) {
         while let Ok(Some(r)) = sf.next(&file) {
-            assert!(r.pos + r.caplen as usize <= file.len(), "record outside the file");
+            assert!(
+                r.pos + r.caplen as usize <= file.len(),
+                "record outside the file"
+            );
             if r.rewrite {
                 let mut copy = r.bytes(&file).to_vec();
                 crate::savefile::swap_pseudo_header(sf.dlt(), &mut copy, r.orig_len);

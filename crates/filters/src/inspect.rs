@@ -3,7 +3,10 @@
 
 use crate::packet::{parse_tag, L4};
 use aho_corasick::AhoCorasick;
-use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, Classify, Classifier, Ctx, Filter, FilterSpec, Param, Tag};
+use dataplane::{
+    Access, Args, Batch, Classifier, Classify, Cost, Ctx, Filter, FilterError, FilterSpec,
+    ImplSpace, Implementation, KernelForm, Kind, Needs, Param, Tag,
+};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::Write;
 
@@ -19,7 +22,10 @@ impl Filter for Count {
         self.bytes += batch.tags.iter().map(|t| t.len as u64).sum::<u64>();
     }
     fn summary(&self) -> Option<String> {
-        Some(format!("count: {} blocks, {} bytes", self.blocks, self.bytes))
+        Some(format!(
+            "count: {} blocks, {} bytes",
+            self.blocks, self.bytes
+        ))
     }
 }
 
@@ -31,7 +37,11 @@ pub struct Hist {
 impl Filter for Hist {
     fn process(&mut self, _cx: &mut Ctx<'_>, batch: &mut Batch) {
         for t in &batch.tags {
-            let k = if self.by_len { (t.len as u64).next_power_of_two() } else { t.class as u64 };
+            let k = if self.by_len {
+                (t.len as u64).next_power_of_two()
+            } else {
+                t.class as u64
+            };
             *self.h.entry(k).or_default() += 1;
         }
     }
@@ -42,7 +52,10 @@ impl Filter for Hist {
         let what = if self.by_len { "length <=" } else { "class" };
         let mut s = format!("hist: {total} blocks");
         for (k, v) in rows.iter().take(20) {
-            s += &format!("\n  {what} {k:>8}: {v:>10} ({:.1}%)", 100.0 * **v as f64 / total.max(1) as f64);
+            s += &format!(
+                "\n  {what} {k:>8}: {v:>10} ({:.1}%)",
+                100.0 * **v as f64 / total.max(1) as f64
+            );
         }
         if rows.len() > 20 {
             s += &format!("\n  ... {} more", rows.len() - 20);
@@ -61,7 +74,12 @@ fn ts_text(ns: u64) -> String {
     let secs = ns / 1_000_000_000;
     let us = (ns % 1_000_000_000) / 1000;
     let day = secs % 86400;
-    format!("{:02}:{:02}:{:02}.{us:06}", day / 3600, day / 60 % 60, day % 60)
+    format!(
+        "{:02}:{:02}:{:02}.{us:06}",
+        day / 3600,
+        day / 60 % 60,
+        day % 60
+    )
 }
 
 impl Filter for Inspect {
@@ -123,7 +141,11 @@ impl Filter for Inspect {
                             _ => format!("{ts} {fam} {src} > {dst}: proto {}, length {}", p.proto().unwrap_or(0), p.payload.1),
                         }
                     }
-                    None => format!("{ts} ethertype {:#06x}, length {}", p.ether_type.unwrap_or(0), t.len),
+                    None => format!(
+                        "{ts} ethertype {:#06x}, length {}",
+                        p.ether_type.unwrap_or(0),
+                        t.len
+                    ),
                 },
                 None => format!("{ts} block of {} bytes, class {}", t.len, t.class),
             };
@@ -146,7 +168,10 @@ impl Filter for Inspect {
 fn output(a: &Args) -> Result<Box<dyn Write + Send>, FilterError> {
     match a.get("file", None) {
         None | Some("-") => Ok(Box::new(std::io::BufWriter::new(std::io::stdout()))),
-        Some(f) => Ok(Box::new(std::io::BufWriter::new(std::fs::File::create(f).map_err(|e| FilterError::io(format!("cannot create {f}"), e))?))),
+        Some(f) => Ok(Box::new(std::io::BufWriter::new(
+            std::fs::File::create(f)
+                .map_err(|e| FilterError::io(format!("cannot create {f}"), e))?,
+        ))),
     }
 }
 
@@ -167,7 +192,9 @@ pub struct Match {
 }
 impl Classify for Match {
     fn classify(&mut self, data: &[u8], _t: &Tag) -> u16 {
-        self.ac.find(data).map_or(0, |m| m.pattern().as_u32() as u16 + 1)
+        self.ac
+            .find(data)
+            .map_or(0, |m| m.pattern().as_u32() as u16 + 1)
     }
 }
 
@@ -206,7 +233,10 @@ fn make_hist(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         "len" | "length" => true,
         o => return Err(FilterError::bad("by", o, "class or len")),
     };
-    Ok(Box::new(Hist { by_len, h: BTreeMap::new() }))
+    Ok(Box::new(Hist {
+        by_len,
+        h: BTreeMap::new(),
+    }))
 }
 fn make_inspect(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let json = match a.get("format", None).unwrap_or("text") {
@@ -214,7 +244,10 @@ fn make_inspect(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         "json" => true,
         f => return Err(FilterError::bad("format", f, "text or json")),
     };
-    Ok(Box::new(Inspect { json, out: output(a)? }))
+    Ok(Box::new(Inspect {
+        json,
+        out: output(a)?,
+    }))
 }
 fn make_grep(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let pat = a.require("pattern", Some(0))?;
@@ -222,16 +255,23 @@ fn make_grep(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         .case_insensitive(a.flag("icase")?)
         .build()
         .map_err(|e| FilterError::bad("pattern", pat, &format!("a regular expression ({e})")))?;
-    Ok(Box::new(Classifier(Grep { re, invert: a.flag("invert")? })))
+    Ok(Box::new(Classifier(Grep {
+        re,
+        invert: a.flag("invert")?,
+    })))
 }
 fn make_match(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let mut pats: Vec<String> = a.positional.clone();
     if let Some(f) = a.get("file", None) {
-        let text = std::fs::read_to_string(f).map_err(|e| FilterError::io(format!("cannot read {f}"), e))?;
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| FilterError::io(format!("cannot read {f}"), e))?;
         pats.extend(text.lines().filter(|l| !l.is_empty()).map(String::from));
     }
     if pats.is_empty() {
-        return Err(FilterError::Missing { key: "pattern".into(), expected: "patterns as parameters or file=PATTERNS".into() });
+        return Err(FilterError::Missing {
+            key: "pattern".into(),
+            expected: "patterns as parameters or file=PATTERNS".into(),
+        });
     }
     let ac = AhoCorasick::builder()
         .ascii_case_insensitive(a.flag("icase")?)
@@ -241,7 +281,11 @@ fn make_match(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 }
 fn make_dedup(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let window = a.size("window", Some(0), 4096)? as usize;
-    Ok(Box::new(Dedup { window: window.max(1), seen: HashSet::new(), order: VecDeque::new() }))
+    Ok(Box::new(Dedup {
+        window: window.max(1),
+        seen: HashSet::new(),
+        order: VecDeque::new(),
+    }))
 }
 pub static COUNT: FilterSpec = FilterSpec::new("count", Access::Statistics, make_count)
     .synopsis("count")
@@ -276,8 +320,12 @@ pub static INSPECT: FilterSpec = FilterSpec::new("inspect", Access::Inspection, 
 /// grep's and regex's parameters (the same filter under two names).
 const GREP_PARAMS: &[Param] = &[
     Param::new("pattern", "the regular expression (also positional)").at(0),
-    Param::new("icase", "yes to ignore case").kind(Kind::Flag).default("no"),
-    Param::new("invert", "yes to pass non-matching blocks").kind(Kind::Flag).default("no"),
+    Param::new("icase", "yes to ignore case")
+        .kind(Kind::Flag)
+        .default("no"),
+    Param::new("invert", "yes to pass non-matching blocks")
+        .kind(Kind::Flag)
+        .default("no"),
 ];
 
 pub static GREP: FilterSpec = FilterSpec::new("grep", Access::Inspection, make_grep)
@@ -298,16 +346,24 @@ pub static MATCH: FilterSpec = FilterSpec::new("match", Access::Inspection, make
     .params(&[
         Param::new("pattern", "one or more literal patterns (positional)").from(0),
         Param::new("file", "a file with one pattern per line"),
-        Param::new("icase", "yes for ASCII case-insensitive").kind(Kind::Flag).default("no"),
+        Param::new("icase", "yes for ASCII case-insensitive")
+            .kind(Kind::Flag)
+            .default("no"),
     ])
     .classes("index of the first pattern found + 1; 0 if none")
     .example("streamline run 'pcapin file=examples/sample.pcap | match GET POST |2 count'");
 pub static DEDUP: FilterSpec = FilterSpec::new("dedup", Access::Inspection, make_dedup)
     .synopsis("dedup [window=N]")
     .description("Drops blocks whose contents equal one of the last N blocks (default 4096).")
-    .params(&[
-        Param::new("window", "how many recent blocks to remember (also positional)").at(0).kind(Kind::Size).default("4096"),
-    ])
+    .params(&[Param::new(
+        "window",
+        "how many recent blocks to remember (also positional)",
+    )
+    .at(0)
+    .kind(Kind::Size)
+    .default("4096")])
     .classes("the block's class (at least 1) for new contents; 0 for duplicates")
     .example("streamline run 'file a.txt split=lines | dedup | stdout'")
-    .replication(dataplane::Replication::Never("its window of recent blocks spans the whole stream"));
+    .replication(dataplane::Replication::Never(
+        "its window of recent blocks spans the whole stream",
+    ));

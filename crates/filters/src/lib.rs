@@ -18,8 +18,6 @@
 
 pub mod app;
 pub mod bpf;
-pub mod transmit;
-pub mod xdp;
 pub mod control;
 pub mod edit;
 #[doc(hidden)]
@@ -34,6 +32,8 @@ pub mod savefile;
 pub mod shaping;
 pub mod sinks;
 pub mod sources;
+pub mod transmit;
+pub mod xdp;
 
 use dataplane::{Args, Factory, Filter, FilterError, FilterSpec};
 
@@ -108,7 +108,12 @@ impl lang::Resolver for Natives {
         find(name).map(|s| s.params.iter().map(|p| p.name.to_string()).collect())
     }
     fn class_names(&self, name: &str) -> Option<Vec<(String, u16)>> {
-        find(name).map(|s| s.class_names.iter().map(|&(n, c)| (n.to_string(), c)).collect())
+        find(name).map(|s| {
+            s.class_names
+                .iter()
+                .map(|&(n, c)| (n.to_string(), c))
+                .collect()
+        })
     }
 }
 
@@ -128,7 +133,9 @@ pub fn control_options(spec: &FilterSpec, args: &Args) -> Result<Args, FilterErr
     }
     if !declared("mode") {
         if let Some(m) = args.options.get("mode") {
-            let exported = ["export", "exportdata"].iter().any(|k| args.options.get(*k).is_some_and(|v| v == "yes"));
+            let exported = ["export", "exportdata"]
+                .iter()
+                .any(|k| args.options.get(*k).is_some_and(|v| v == "yes"));
             if !exported {
                 return Err(FilterError::Rule(format!("mode={m}: sets the permissions of the stream the filter exports; give export=yes too")));
             }
@@ -137,12 +144,19 @@ pub fn control_options(spec: &FilterSpec, args: &Args) -> Result<Args, FilterErr
     if !declared("file") {
         if let Some(path) = args.options.remove("file") {
             let Some(first) = spec.positional(0) else {
-                return Err(FilterError::Rule(format!("file={path}: {} takes no parameter to read from a file", spec.name)));
+                return Err(FilterError::Rule(format!(
+                    "file={path}: {} takes no parameter to read from a file",
+                    spec.name
+                )));
             };
             if !args.positional.is_empty() || args.options.contains_key(first.name) {
-                return Err(FilterError::Rule(format!("file={path}: give {} either in the pipeline or in a file, not both", first.name)));
+                return Err(FilterError::Rule(format!(
+                    "file={path}: give {} either in the pipeline or in a file, not both",
+                    first.name
+                )));
             }
-            let text = std::fs::read_to_string(&path).map_err(|e| FilterError::io(format!("file={path}"), e))?;
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| FilterError::io(format!("file={path}"), e))?;
             let text = text.strip_suffix('\n').unwrap_or(&text);
             let text = text.strip_suffix('\r').unwrap_or(text);
             args.positional.insert(0, text.to_string());
@@ -156,7 +170,8 @@ pub struct Library;
 
 impl Factory for Library {
     fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, dataplane::FilterError> {
-        let spec = find(name).ok_or_else(|| FilterError::Rule(format!("no native filter named '{name}'")))?;
+        let spec = find(name)
+            .ok_or_else(|| FilterError::Rule(format!("no native filter named '{name}'")))?;
         spec.build(&control_options(spec, args)?)
     }
     fn is_source(&self, name: &str) -> bool {

@@ -6,13 +6,16 @@
 //! bytecount) as eBPF programs: [`kernel_placement`] moves the program onto the socket.
 
 use crate::lent;
-use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, RecordMeta, Store, Tag};
+use dataplane::{
+    Access, Args, Batch, BufId, Cost, Ctx, Filter, FilterError, FilterSpec, ImplSpace,
+    Implementation, KernelForm, Kind, Needs, Param, RecordMeta, Store, Tag,
+};
 use kernel::afpacket::{Block, RxConfig, RxRing, SocketFilter};
 use kernel::cbpf::compile;
 use kernel::ebpf;
+use lang::KernelAttach;
 use std::path::PathBuf;
 use std::time::Duration;
-use lang::KernelAttach;
 
 pub struct Rx {
     dev: String,
@@ -42,7 +45,8 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     // `streamline-bench capture`).
     match a.get("impl", None).unwrap_or("auto") {
         "xdp" => {
-            kernel::afpacket::ifindex(&dev).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
+            kernel::afpacket::ifindex(&dev)
+                .map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
             return crate::xdp::make(a, dev);
         }
         "packet" | "auto" => {}
@@ -55,7 +59,10 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     }
     let fanout = match a.get("fanout", None) {
         None => None,
-        Some(g) => Some(g.parse::<u16>().map_err(|_| FilterError::bad("fanout", g, "a group id 0..=65535"))?),
+        Some(g) => Some(
+            g.parse::<u16>()
+                .map_err(|_| FilterError::bad("fanout", g, "a group id 0..=65535"))?,
+        ),
     };
     // queues=N >= 2 was expanded into N engines before build (multiqueue); what is left
     // here is 1 or a mistake.
@@ -63,39 +70,69 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     if !(1..=64).contains(&queues) {
         return Err(FilterError::bad("queues", &queues.to_string(), "1..=64"));
     }
-    let cfg = RxConfig { latency: Duration::from_millis(latency_ms.max(1)), blocks, fanout, ..RxConfig::default() };
+    let cfg = RxConfig {
+        latency: Duration::from_millis(latency_ms.max(1)),
+        blocks,
+        fanout,
+        ..RxConfig::default()
+    };
     // The program the kernel placement attached for the filter after this rx (typed on
     // the node: one program, so classic and eBPF exclude each other by construction).
     let (kfilter, kebpf) = match &a.place.kernel {
         None => (None, None),
         Some(KernelAttach::Cbpf(e)) => {
-            compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| FilterError::invalid("", x))?;
+            compile(e, crate::packet::LINKTYPE_ETHERNET, 262144)
+                .map_err(|x| FilterError::invalid("", x))?;
             (Some(e.clone()), None)
         }
-        Some(KernelAttach::Ebpf { program, pin }) => (None, Some((crate::nicfix::decode(program)?, Some(pin.clone())))),
+        Some(KernelAttach::Ebpf { program, pin }) => (
+            None,
+            Some((crate::nicfix::decode(program)?, Some(pin.clone()))),
+        ),
     };
     // The interface must exist now (a clear error before the run).
     kernel::afpacket::ifindex(&dev).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
-    Ok(Box::new(Rx { dev, cfg, kfilter, kebpf, kprog: None, buf: 0, failed: false, held: None, blocks_seen: 0, packets: 0, kernel_seen: 0, kernel_drops: 0 }))
+    Ok(Box::new(Rx {
+        dev,
+        cfg,
+        kfilter,
+        kebpf,
+        kprog: None,
+        buf: 0,
+        failed: false,
+        held: None,
+        blocks_seen: 0,
+        packets: 0,
+        kernel_seen: 0,
+        kernel_drops: 0,
+    }))
 }
 
 impl Rx {
     fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), FilterError> {
         let prog = match &self.kfilter {
-            Some(e) => Some(compile(e, crate::packet::LINKTYPE_ETHERNET, 262144).map_err(|x| FilterError::invalid("", x))?),
+            Some(e) => Some(
+                compile(e, crate::packet::LINKTYPE_ETHERNET, 262144)
+                    .map_err(|x| FilterError::invalid("", x))?,
+            ),
             None => None,
         };
         if let Some((c, pin)) = &self.kebpf {
-            self.kprog = Some(ebpf::Loaded::load(*c, pin.as_deref()).map_err(|e| FilterError::invalid(self.dev.clone(), e))?);
+            self.kprog = Some(
+                ebpf::Loaded::load(*c, pin.as_deref())
+                    .map_err(|e| FilterError::invalid(self.dev.clone(), e))?,
+            );
         }
         let filter = match (&prog, &self.kprog) {
             (Some(p), _) => Some(SocketFilter::Classic(p)),
             (None, Some(k)) => Some(SocketFilter::Ebpf(k.prog_fd())),
             (None, None) => None,
         };
-        let ring = RxRing::open(&self.dev, self.cfg, filter).map_err(|e| FilterError::io(self.dev.clone(), e))?;
+        let ring = RxRing::open(&self.dev, self.cfg, filter)
+            .map_err(|e| FilterError::io(self.dev.clone(), e))?;
         self.buf = lent::lend(cx.store, ring);
-        cx.store.set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
+        cx.store
+            .set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
         Ok(())
     }
 
@@ -123,7 +160,8 @@ impl Filter for Rx {
             }
         }
         if self.held.is_none() {
-            let ring = lent::lender_mut::<RxRing>(cx.store, self.buf).expect("the store owns the ring it was given");
+            let ring = lent::lender_mut::<RxRing>(cx.store, self.buf)
+                .expect("the store owns the ring it was given");
             match ring.next_block(Duration::from_millis(50)) {
                 Ok(Some(b)) => {
                     self.blocks_seen += 1;
@@ -151,11 +189,18 @@ impl Filter for Rx {
                 }
             }
         }
-        let Some((block, next)) = self.held.as_mut() else { return true };
+        let Some((block, next)) = self.held.as_mut() else {
+            return true;
+        };
         let end = (*next + max).min(block.frames.len());
         let mut metas = Vec::with_capacity(end - *next);
         for f in &block.frames[*next..end] {
-            out.push(Tag { pos: f.pos, len: f.snaplen, buf: self.buf, class: 1 });
+            out.push(Tag {
+                pos: f.pos,
+                len: f.snaplen,
+                buf: self.buf,
+                class: 1,
+            });
             metas.push(RecordMeta::whole(f.pos, f.snaplen, f.ts_ns, f.wirelen));
         }
         // Only this batch's frames need metadata: a filter that keeps one of its blocks
@@ -171,7 +216,10 @@ impl Filter for Rx {
         // The batch has walked the whole space: give the block back once all its frames
         // went out. Nothing read from it is in use: `cx.store`, which every slice of it
         // borrows, is ours exclusively here.
-        if let Some((block, _)) = self.held.take_if(|(block, next)| *next >= block.frames.len()) {
+        if let Some((block, _)) = self
+            .held
+            .take_if(|(block, next)| *next >= block.frames.len())
+        {
             if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.buf) {
                 ring.release(block.index);
             }
@@ -180,7 +228,10 @@ impl Filter for Rx {
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
         self.count_kernel(cx.store);
-        if let (Some(ring), Some((block, _))) = (lent::lender_mut::<RxRing>(cx.store, self.buf), self.held.take()) {
+        if let (Some(ring), Some((block, _))) = (
+            lent::lender_mut::<RxRing>(cx.store, self.buf),
+            self.held.take(),
+        ) {
             ring.release(block.index);
         }
     }
@@ -225,15 +276,32 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
             continue;
         }
         let (attach, pin) = match (&g.nodes[e.from].kind, &g.nodes[e.to].kind) {
-            (NodeKind::Filter { filter: a, options: ao, place: ap, .. }, NodeKind::Filter { filter: b, params, options: bo, place: bp })
-                if a == "rx"
-                    && crate::find(b).is_some_and(FilterSpec::runs_after_rx_in_kernel)
-                    && ap.kernel.is_none()
-                    && !ao.iter().any(|(k, v)| k == "impl" && v == "xdp")
-                    && bp.side.is_none() =>
+            (
+                NodeKind::Filter {
+                    filter: a,
+                    options: ao,
+                    place: ap,
+                    ..
+                },
+                NodeKind::Filter {
+                    filter: b,
+                    params,
+                    options: bo,
+                    place: bp,
+                },
+            ) if a == "rx"
+                && crate::find(b).is_some_and(FilterSpec::runs_after_rx_in_kernel)
+                && ap.kernel.is_none()
+                && !ao.iter().any(|(k, v)| k == "impl" && v == "xdp")
+                && bp.side.is_none() =>
             {
                 if b == "bpf" {
-                    match bo.iter().find(|(k, _)| k == "expr").map(|(_, v)| v.clone()).or_else(|| params.first().cloned()) {
+                    match bo
+                        .iter()
+                        .find(|(k, _)| k == "expr")
+                        .map(|(_, v)| v.clone())
+                        .or_else(|| params.first().cloned())
+                    {
                         Some(x) => (KernelAttach::Cbpf(x), None),
                         None => continue,
                     }
@@ -241,9 +309,21 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
                     if ap.space != bp.space {
                         continue;
                     }
-                    let Ok(config) = crate::nicfix::kernel_config(&dataplane::Args::new(b, params.clone(), bo.clone())) else { continue };
+                    let Ok(config) = crate::nicfix::kernel_config(&dataplane::Args::new(
+                        b,
+                        params.clone(),
+                        bo.clone(),
+                    )) else {
+                        continue;
+                    };
                     let pin = ebpf::run_dir().join(format!("n{}-{b}", e.to));
-                    (KernelAttach::Ebpf { program: crate::nicfix::encode(config), pin: pin.clone() }, Some(pin))
+                    (
+                        KernelAttach::Ebpf {
+                            program: crate::nicfix::encode(config),
+                            pin: pin.clone(),
+                        },
+                        Some(pin),
+                    )
                 }
             }
             _ => continue,
@@ -272,9 +352,14 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
         .nodes
         .iter()
         .filter_map(|n| match &n.kind {
-            NodeKind::Filter { filter, options, .. } if filter == "rx" => {
-                options.iter().find(|(k, _)| k == "queues").and_then(|(_, v)| v.parse::<usize>().ok()).filter(|&q| q >= 2).map(|q| (n.id, q))
-            }
+            NodeKind::Filter {
+                filter, options, ..
+            } if filter == "rx" => options
+                .iter()
+                .find(|(k, _)| k == "queues")
+                .and_then(|(_, v)| v.parse::<usize>().ok())
+                .filter(|&q| q >= 2)
+                .map(|q| (n.id, q)),
             _ => None,
         })
         .collect();
@@ -288,7 +373,11 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
             let next = e.to;
             let ins = g.edges.iter().filter(|x| x.to == next).count();
             let next_outs = g.edges.iter().filter(|x| x.from == next).count();
-            if e.sel != Selector::Default || ins != 1 || next_outs == 0 || !matches!(g.nodes[next].kind, NodeKind::Filter { .. }) {
+            if e.sel != Selector::Default
+                || ins != 1
+                || next_outs == 0
+                || !matches!(g.nodes[next].kind, NodeKind::Filter { .. })
+            {
                 break;
             }
             chain.push(next);
@@ -297,7 +386,8 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
         let after: Vec<Edge> = g.edges.iter().filter(|e| e.from == last).cloned().collect();
         // A fanout group per run and interface: the process id and the node.
         let group = ((std::process::id() as usize * 31 + rx) % 65536).to_string();
-        let engine_space = |q: usize| lang::SpaceSpec::Runtime(vec![lang::SpaceName::Thread(cpus * 1000 + q)]);
+        let engine_space =
+            |q: usize| lang::SpaceSpec::Runtime(vec![lang::SpaceName::Thread(cpus * 1000 + q)]);
         let mut lasts = Vec::new();
         for q in 0..queues {
             // Copy 0 is the original nodes; copies 1.. are appended.
@@ -308,7 +398,11 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
                 } else {
                     let n = g.nodes[id].clone();
                     let new = g.nodes.len();
-                    g.nodes.push(Node { id: new, name: n.name.as_ref().map(|x| format!("{x}.{q}")), ..n });
+                    g.nodes.push(Node {
+                        id: new,
+                        name: n.name.as_ref().map(|x| format!("{x}.{q}")),
+                        ..n
+                    });
                     new
                 };
                 map.insert(id, copy);
@@ -323,8 +417,17 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
             }
             if q > 0 {
                 for w in chain.windows(2) {
-                    let e = g.edges.iter().find(|e| e.from == w[0] && e.to == w[1]).expect("chain arc").clone();
-                    g.edges.push(Edge { from: map[&w[0]], to: map[&w[1]], ..e });
+                    let e = g
+                        .edges
+                        .iter()
+                        .find(|e| e.from == w[0] && e.to == w[1])
+                        .expect("chain arc")
+                        .clone();
+                    g.edges.push(Edge {
+                        from: map[&w[0]],
+                        to: map[&w[1]],
+                        ..e
+                    });
                 }
             }
             lasts.push(map[&last]);
@@ -334,10 +437,23 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
         }
         let span = g.nodes[last].span;
         let join = g.nodes.len();
-        g.nodes.push(Node { id: join, kind: NodeKind::Join { mode: JoinMode::Merge }, span, hints: Vec::new(), name: None });
+        g.nodes.push(Node {
+            id: join,
+            kind: NodeKind::Join {
+                mode: JoinMode::Merge,
+            },
+            span,
+            hints: Vec::new(),
+            name: None,
+        });
         g.edges.retain(|e| e.from != last);
         for &l in &lasts {
-            g.edges.push(Edge { from: l, to: join, sel: Selector::Default, span: after[0].span });
+            g.edges.push(Edge {
+                from: l,
+                to: join,
+                sel: Selector::Default,
+                span: after[0].span,
+            });
         }
         for e in after {
             g.edges.push(Edge { from: join, ..e });

@@ -13,11 +13,14 @@
 //! [`bytes_text`]), so a run's output does not say which one ran except in `rx`'s
 //! summary; `streamline maps` prints running programs' maps with them too.
 
-use dataplane::{Cost, Needs, KernelForm, ImplSpace, Implementation, Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param, Tag};
+use dataplane::{
+    Access, Args, Batch, Cost, Ctx, Filter, FilterError, FilterSpec, ImplSpace, Implementation,
+    KernelForm, Kind, Needs, Param, Tag,
+};
 use kernel::ebpf::{self, Config, FlowKey, Snapshot, Tally};
+use lang::Side;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use lang::Side;
 
 /// The flow of a frame (from its Ethernet header), by the rules of the kernel's
 /// `parse_flow` (crates/kernel/bpf/nicfix.h): IPv4 or IPv6 addresses and protocol (the
@@ -91,7 +94,11 @@ pub fn flow_text(k: &FlowKey) -> String {
         }
     };
     match k.family {
-        4 | 6 => format!("{proto} {} > {}", end(&k.src, k.sport), end(&k.dst, k.dport)),
+        4 | 6 => format!(
+            "{proto} {} > {}",
+            end(&k.src, k.sport),
+            end(&k.dst, k.dport)
+        ),
         _ => format!("ether {:#06x}", k.ethertype),
     }
 }
@@ -100,13 +107,28 @@ pub fn flow_text(k: &FlowKey) -> String {
 /// flows by packets (then bytes, then flow), one per line.
 pub fn flows_text(totals: Tally, flows: &[(FlowKey, Tally)], top: usize, untracked: u64) -> String {
     let mut rows: Vec<&(FlowKey, Tally)> = flows.iter().collect();
-    rows.sort_by(|a, b| b.1.packets.cmp(&a.1.packets).then(b.1.bytes.cmp(&a.1.bytes)).then(a.0.cmp(&b.0)));
-    let mut s = format!("flowcount: {} packets, {} bytes, {} flows", totals.packets, totals.bytes, flows.len());
+    rows.sort_by(|a, b| {
+        b.1.packets
+            .cmp(&a.1.packets)
+            .then(b.1.bytes.cmp(&a.1.bytes))
+            .then(a.0.cmp(&b.0))
+    });
+    let mut s = format!(
+        "flowcount: {} packets, {} bytes, {} flows",
+        totals.packets,
+        totals.bytes,
+        flows.len()
+    );
     if untracked > 0 {
         s += &format!(" ({untracked} packets of flows beyond flows= not tracked per flow)");
     }
     for (k, t) in rows.iter().take(top) {
-        s += &format!("\n  {}: {} packets, {} bytes", flow_text(k), t.packets, t.bytes);
+        s += &format!(
+            "\n  {}: {} packets, {} bytes",
+            flow_text(k),
+            t.packets,
+            t.bytes
+        );
     }
     if rows.len() > top {
         s += &format!("\n  ... {} more flows", rows.len() - top);
@@ -123,11 +145,23 @@ pub fn sample_text(rule: &str, seen: u64, passed: u64) -> String {
 /// `top` byte values by count (then value), one per line.
 pub fn bytes_text(len: u64, frames: u64, bytes: u64, hist: &[u64; 256], top: usize) -> String {
     let mut s = format!("bytecount: {frames} packets, {bytes} bytes counted (first {len} of each)");
-    let mut rows: Vec<(usize, u64)> = hist.iter().copied().enumerate().filter(|r| r.1 > 0).collect();
+    let mut rows: Vec<(usize, u64)> = hist
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|r| r.1 > 0)
+        .collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     for (v, n) in rows.iter().take(top) {
-        let c = if (0x20..0x7f).contains(v) { format!(" '{}'", *v as u8 as char) } else { String::new() };
-        s += &format!("\n  {v:#04x}{c}: {n} ({:.2}%)", 100.0 * *n as f64 / bytes.max(1) as f64);
+        let c = if (0x20..0x7f).contains(v) {
+            format!(" '{}'", *v as u8 as char)
+        } else {
+            String::new()
+        };
+        s += &format!(
+            "\n  {v:#04x}{c}: {n} ({:.2}%)",
+            100.0 * *n as f64 / bytes.max(1) as f64
+        );
     }
     if rows.len() > top {
         s += &format!("\n  ... {} more values", rows.len() - top);
@@ -139,8 +173,17 @@ pub fn bytes_text(len: u64, frames: u64, bytes: u64, hist: &[u64; 256], top: usi
 pub fn snapshot_text(s: &Snapshot, top: usize) -> String {
     match s {
         Snapshot::Flows { totals, flows } => flows_text(*totals, flows, top, 0),
-        Snapshot::Sample { every, seen, passed } => sample_text(&format!("1 in {every}"), *seen, *passed),
-        Snapshot::Bytes { len, frames, bytes, hist } => bytes_text(*len, *frames, *bytes, hist, top),
+        Snapshot::Sample {
+            every,
+            seen,
+            passed,
+        } => sample_text(&format!("1 in {every}"), *seen, *passed),
+        Snapshot::Bytes {
+            len,
+            frames,
+            bytes,
+            hist,
+        } => bytes_text(*len, *frames, *bytes, hist, top),
     }
 }
 
@@ -163,11 +206,26 @@ pub fn pinned() -> Vec<Pinned> {
     ebpf::list_pinned()
         .into_iter()
         .map(|(pid, label, dir)| {
-            let filter = label.split_once('-').map_or(label.as_str(), |(_, f)| f).to_string();
-            let mut maps: Vec<String> = std::fs::read_dir(&dir).map(|r| r.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+            let filter = label
+                .split_once('-')
+                .map_or(label.as_str(), |(_, f)| f)
+                .to_string();
+            let mut maps: Vec<String> = std::fs::read_dir(&dir)
+                .map(|r| {
+                    r.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
             maps.sort();
             let snapshot = ebpf::read_pinned(&filter, &dir).map_err(|e| e.to_string());
-            Pinned { pid, label, dir, maps, snapshot }
+            Pinned {
+                pid,
+                label,
+                dir,
+                maps,
+                snapshot,
+            }
         })
         .collect()
 }
@@ -214,15 +272,23 @@ fn top(a: &Args, default: usize) -> Result<usize, FilterError> {
 /// none (`sample prob=` draws random numbers the kernel would not draw alike).
 pub fn kernel_config(a: &Args) -> Result<Config, FilterError> {
     match a.filter.as_str() {
-        "flowcount" => Ok(Config::FlowCount { flows: flows_cap(a)? }),
+        "flowcount" => Ok(Config::FlowCount {
+            flows: flows_cap(a)?,
+        }),
         "sample" => {
             if a.get("prob", None).is_some() {
-                return Err(FilterError::Rule("prob= has no kernel implementation".into()));
+                return Err(FilterError::Rule(
+                    "prob= has no kernel implementation".into(),
+                ));
             }
-            Ok(Config::Sample { every: sample_every(a)? })
+            Ok(Config::Sample {
+                every: sample_every(a)?,
+            })
         }
         "bytecount" => Ok(Config::ByteCount { len: byte_len(a)? }),
-        f => Err(FilterError::Rule(format!("{f} has no kernel (eBPF) implementation"))),
+        f => Err(FilterError::Rule(format!(
+            "{f} has no kernel (eBPF) implementation"
+        ))),
     }
 }
 
@@ -238,9 +304,15 @@ pub fn encode(c: Config) -> String {
 /// The inverse of [`encode`].
 pub fn decode(s: &str) -> Result<Config, FilterError> {
     let mut words = s.split_whitespace();
-    let name = words.next().ok_or_else(|| FilterError::bad("program", s, "a filter and its parameters"))?;
-    let opts: Vec<(String, String)> = words.filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    kernel_config(&Args::new(name, Vec::new(), opts)).map_err(|e| FilterError::invalid(format!("eBPF program {s:?}"), e))
+    let name = words
+        .next()
+        .ok_or_else(|| FilterError::bad("program", s, "a filter and its parameters"))?;
+    let opts: Vec<(String, String)> = words
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    kernel_config(&Args::new(name, Vec::new(), opts))
+        .map_err(|e| FilterError::invalid(format!("eBPF program {s:?}"), e))
 }
 
 fn flows_cap(a: &Args) -> Result<u32, FilterError> {
@@ -262,7 +334,14 @@ fn sample_every(a: &Args) -> Result<u64, FilterError> {
 fn byte_len(a: &Args) -> Result<u32, FilterError> {
     let len = a.size("len", Some(0), ebpf::BYTECOUNT_MAX_LEN as u64)?;
     if !(1..=ebpf::BYTECOUNT_MAX_LEN as u64).contains(&len) {
-        return Err(FilterError::bad("len", &len.to_string(), &format!("1..={} (the kernel program's loop bound)", ebpf::BYTECOUNT_MAX_LEN)));
+        return Err(FilterError::bad(
+            "len",
+            &len.to_string(),
+            &format!(
+                "1..={} (the kernel program's loop bound)",
+                ebpf::BYTECOUNT_MAX_LEN
+            ),
+        ));
     }
     Ok(len as u32)
 }
@@ -311,7 +390,13 @@ impl Filter for FlowCount {
                     v.bytes += len;
                 }
                 None if n < self.cap => {
-                    self.table.insert(k, Tally { packets: 1, bytes: len });
+                    self.table.insert(
+                        k,
+                        Tally {
+                            packets: 1,
+                            bytes: len,
+                        },
+                    );
                 }
                 None => self.untracked += 1,
             }
@@ -333,7 +418,15 @@ impl Filter for FlowCount {
 
 fn make_flowcount(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let cap = flows_cap(a)? as usize;
-    Ok(Box::new(FlowCount { place: place(a)?, cap, top: top(a, 10)?, table: HashMap::new(), totals: Tally::default(), untracked: 0, kernel: None }))
+    Ok(Box::new(FlowCount {
+        place: place(a)?,
+        cap,
+        top: top(a, 10)?,
+        table: HashMap::new(),
+        totals: Tally::default(),
+        untracked: 0,
+        kernel: None,
+    }))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -405,14 +498,30 @@ impl Filter for Sample {
 fn make_sample(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let every = sample_every(a)?;
     let prob = match a.get("prob", None) {
-        Some(p) => Some(p.parse::<f64>().ok().filter(|p| (0.0..=1.0).contains(p)).ok_or_else(|| FilterError::bad("prob", p, "a probability in 0..1"))?),
+        Some(p) => Some(
+            p.parse::<f64>()
+                .ok()
+                .filter(|p| (0.0..=1.0).contains(p))
+                .ok_or_else(|| FilterError::bad("prob", p, "a probability in 0..1"))?,
+        ),
         None => None,
     };
     let place = place(a)?;
     if prob.is_some() && place != Place::User {
-        return Err(FilterError::Rule("prob= runs in user space only (placed=user)".into()));
+        return Err(FilterError::Rule(
+            "prob= runs in user space only (placed=user)".into(),
+        ));
     }
-    Ok(Box::new(Sample { place, every, prob, n: 0, left: every, passed: 0, rng: a.parse("seed", None, 0x9E37_79B9_7F4A_7C15u64)? | 1, kernel: None }))
+    Ok(Box::new(Sample {
+        place,
+        every,
+        prob,
+        n: 0,
+        left: every,
+        passed: 0,
+        rng: a.parse("seed", None, 0x9E37_79B9_7F4A_7C15u64)? | 1,
+        kernel: None,
+    }))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -453,25 +562,49 @@ impl Filter for ByteCount {
         if let Some(k) = &self.kernel {
             return Some(k.clone());
         }
-        Some(bytes_text(self.len as u64, self.frames, self.bytes, &self.hist, self.top))
+        Some(bytes_text(
+            self.len as u64,
+            self.frames,
+            self.bytes,
+            &self.hist,
+            self.top,
+        ))
     }
 }
 
 fn make_bytecount(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let len = byte_len(a)? as usize;
-    Ok(Box::new(ByteCount { place: place(a)?, len, top: top(a, 8)?, hist: Box::new([0; 256]), frames: 0, bytes: 0, kernel: None }))
+    Ok(Box::new(ByteCount {
+        place: place(a)?,
+        len,
+        top: top(a, 8)?,
+        hist: Box::new([0; 256]),
+        frames: 0,
+        bytes: 0,
+        kernel: None,
+    }))
 }
 
 /// Where the filter runs: `placed=user` keeps it in user space; the kernel side (and its
 /// maps' pin directory) is set by the kernel placement after `rx`
 /// (`live::kernel_placement`). The resolver parses it into [`lang::Placement::side`].
-const PLACED: Param = Param::new(lang::resolve::PLACED, "user keeps it in user space; kernel is set by the placement after `rx`").kind(Kind::Choice(&["user", "kernel"])).default("user");
+const PLACED: Param = Param::new(
+    lang::resolve::PLACED,
+    "user keeps it in user space; kernel is set by the placement after `rx`",
+)
+.kind(Kind::Choice(&["user", "kernel"]))
+.default("user");
 
 /// The NIC-FIX filters' implementations: the eBPF program with its state in BPF maps on
 /// the capture socket right after `rx` (a map update in the JITed program: a little cheaper
 /// than a user call), and the native filter.
 const EBPF_OR_NATIVE: &[Implementation] = &[
-    Implementation { name: "ebpf-map", space: ImplSpace::Kernel(KernelForm::EbpfMaps), needs: Needs::Bpf, cost: Cost::DEFAULT.per_call_scaled(0.8) },
+    Implementation {
+        name: "ebpf-map",
+        space: ImplSpace::Kernel(KernelForm::EbpfMaps),
+        needs: Needs::Bpf,
+        cost: Cost::DEFAULT.per_call_scaled(0.8),
+    },
     Implementation::NATIVE,
 ];
 
@@ -496,20 +629,31 @@ pub static FLOWCOUNT: FilterSpec = FilterSpec::new("flowcount", Access::Statisti
     .implementations(EBPF_OR_NATIVE);
 pub static SAMPLE: FilterSpec = FilterSpec::new("sample", Access::Inspection, make_sample)
     .synopsis("sample [every=N] [prob=P seed=S] [placed=user]")
-    .description("Passes every Nth block (the Nth, 2Nth, ...; default N=10), or each block with\n\
+    .description(
+        "Passes every Nth block (the Nth, 2Nth, ...; default N=10), or each block with\n\
        probability P. Right after `rx` (without prob=) it runs in the kernel: an eBPF socket\n\
        filter numbers the frames with a counter in a BPF map and drops all but every Nth\n\
        on the socket, so they are never copied to user space. Prints frames seen and passed\n\
-       at the end.")
+       at the end.",
+    )
     .params(&[
-        Param::new("every", "pass one block in N (also positional)").at(0).kind(Kind::Size).default("10"),
-        Param::new("prob", "pass each with this probability instead (user space only)").kind(Kind::Number),
+        Param::new("every", "pass one block in N (also positional)")
+            .at(0)
+            .kind(Kind::Size)
+            .default("10"),
+        Param::new(
+            "prob",
+            "pass each with this probability instead (user space only)",
+        )
+        .kind(Kind::Number),
         Param::new("seed", "random seed for prob").kind(Kind::Count),
         PLACED,
     ])
     .classes("the block's class (at least 1) when passed; 0 otherwise")
     .example("streamline run 'pcapin file=examples/sample.pcap | sample 100 | inspect'")
-    .replication(dataplane::Replication::Never("it passes every Nth block of the whole stream"))
+    .replication(dataplane::Replication::Never(
+        "it passes every Nth block of the whole stream",
+    ))
     .implementations(EBPF_OR_NATIVE);
 pub static BYTECOUNT: FilterSpec = FilterSpec::new("bytecount", Access::Statistics, make_bytecount)
     .synopsis("bytecount [len=N] [top=K] [placed=user]")
@@ -539,7 +683,28 @@ mod tests {
     }
 
     fn ipv4(proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
-        let mut h = vec![0x45, 0, 0, 0, 0, 0, (frag >> 8) as u8, frag as u8, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        let mut h = vec![
+            0x45,
+            0,
+            0,
+            0,
+            0,
+            0,
+            (frag >> 8) as u8,
+            frag as u8,
+            64,
+            proto,
+            0,
+            0,
+            10,
+            0,
+            0,
+            1,
+            10,
+            0,
+            0,
+            2,
+        ];
         h.extend_from_slice(l4);
         eth(0x0800, &h)
     }
@@ -574,26 +739,70 @@ mod tests {
         let k = flow_key(&eth(0x0806, &[0; 28]));
         assert_eq!((k.family, k.ethertype), (0, 0x0806));
         assert_eq!(flow_text(&k), "ether 0x0806");
-        assert_eq!(flow_key(&eth(0x0800, &[0x45; 10])), FlowKey { ethertype: 0x0800, ..FlowKey::default() });
+        assert_eq!(
+            flow_key(&eth(0x0800, &[0x45; 10])),
+            FlowKey {
+                ethertype: 0x0800,
+                ..FlowKey::default()
+            }
+        );
         assert_eq!(flow_key(&[1, 2, 3]), FlowKey::default());
     }
 
     #[test]
     fn texts_sort_and_cut() {
-        let a = FlowKey { family: 4, proto: 17, sport: 1, dport: 2, ..FlowKey::default() };
-        let b = FlowKey { family: 0, ethertype: 0x0806, ..FlowKey::default() };
-        let t = flows_text(Tally { packets: 5, bytes: 500 }, &[(b, Tally { packets: 1, bytes: 60 }), (a, Tally { packets: 4, bytes: 440 })], 1, 0);
+        let a = FlowKey {
+            family: 4,
+            proto: 17,
+            sport: 1,
+            dport: 2,
+            ..FlowKey::default()
+        };
+        let b = FlowKey {
+            family: 0,
+            ethertype: 0x0806,
+            ..FlowKey::default()
+        };
+        let t = flows_text(
+            Tally {
+                packets: 5,
+                bytes: 500,
+            },
+            &[
+                (
+                    b,
+                    Tally {
+                        packets: 1,
+                        bytes: 60,
+                    },
+                ),
+                (
+                    a,
+                    Tally {
+                        packets: 4,
+                        bytes: 440,
+                    },
+                ),
+            ],
+            1,
+            0,
+        );
         assert_eq!(t, "flowcount: 5 packets, 500 bytes, 2 flows\n  udp 0.0.0.0:1 > 0.0.0.0:2: 4 packets, 440 bytes\n  ... 1 more flows");
         let mut h = [0u64; 256];
         h[b'A' as usize] = 3;
         h[0] = 1;
         assert_eq!(bytes_text(4, 1, 4, &h, 8), "bytecount: 1 packets, 4 bytes counted (first 4 of each)\n  0x41 'A': 3 (75.00%)\n  0x00: 1 (25.00%)");
-        assert_eq!(sample_text("1 in 3", 10, 3), "sample: 1 in 3: 10 seen, 3 passed");
+        assert_eq!(
+            sample_text("1 in 3", 10, 3),
+            "sample: 1 in 3: 10 seen, 3 passed"
+        );
     }
 
     /// (rx's placement, next filter's placement) after the kernel placement.
     fn placed(text: &str) -> (lang::Placement, lang::Placement) {
-        let g = crate::live::kernel_placement(lang::parse(text, &crate::Natives).unwrap_or_else(|d| panic!("{d}")));
+        let g = crate::live::kernel_placement(
+            lang::parse(text, &crate::Natives).unwrap_or_else(|d| panic!("{d}")),
+        );
         let place = |i: usize| match &g.nodes[i].kind {
             lang::NodeKind::Filter { place, .. } => place.clone(),
             _ => lang::Placement::default(),
@@ -610,13 +819,27 @@ mod tests {
         };
         let (rx, f) = placed("rx dev=lo | flowcount flows=1K | count");
         assert_eq!(program(&rx).as_deref(), Some("flowcount flows=1024"));
-        let Some(KernelAttach::Ebpf { pin: rx_pin, .. }) = &rx.kernel else { panic!("{rx:?}") };
-        let Some(Side::Kernel { pin: Some(pin) }) = &f.side else { panic!("flowcount is not placed in the kernel: {f:?}") };
+        let Some(KernelAttach::Ebpf { pin: rx_pin, .. }) = &rx.kernel else {
+            panic!("{rx:?}")
+        };
+        let Some(Side::Kernel { pin: Some(pin) }) = &f.side else {
+            panic!("flowcount is not placed in the kernel: {f:?}")
+        };
         assert_eq!(pin, rx_pin, "the filter reads the maps where rx pins them");
-        assert!(pin.to_string_lossy().starts_with(&format!("{PIN_ROOT}/{}/n1-flowcount", std::process::id())), "{pin:?}");
+        assert!(
+            pin.to_string_lossy()
+                .starts_with(&format!("{PIN_ROOT}/{}/n1-flowcount", std::process::id())),
+            "{pin:?}"
+        );
         assert!(f.kernel.is_none() && rx.side.is_none());
-        assert_eq!(program(&placed("rx dev=lo | sample 7 | count").0).as_deref(), Some("sample every=7"));
-        assert_eq!(program(&placed("rx dev=lo | bytecount 35 | count").0).as_deref(), Some("bytecount len=35"));
+        assert_eq!(
+            program(&placed("rx dev=lo | sample 7 | count").0).as_deref(),
+            Some("sample every=7")
+        );
+        assert_eq!(
+            program(&placed("rx dev=lo | bytecount 35 | count").0).as_deref(),
+            Some("bytecount len=35")
+        );
         // bpf: its expression on the socket (classic BPF), no maps.
         let (rx, f) = placed("rx dev=lo | bpf \"udp port 53\" | count");
         assert_eq!(rx.kernel, Some(KernelAttach::Cbpf("udp port 53".into())));
@@ -630,11 +853,25 @@ mod tests {
             "rx dev=lo | flowcount flows=0 | count",
         ] {
             let (rx, f) = placed(text);
-            assert!(rx.kernel.is_none() && !f.side.as_ref().is_some_and(Side::is_kernel), "{text}: {rx:?} {f:?}");
+            assert!(
+                rx.kernel.is_none() && !f.side.as_ref().is_some_and(Side::is_kernel),
+                "{text}: {rx:?} {f:?}"
+            );
         }
-        let g = crate::live::kernel_placement(lang::parse("rx dev=lo | bpf \"udp\" | sample 3 | count", &crate::Natives).unwrap());
-        let lang::NodeKind::Filter { options, place, .. } = &g.nodes[2].kind else { panic!() };
-        assert!(options.is_empty() && place.is_empty(), "sample after bpf stays in user space: {options:?} {place:?}");
+        let g = crate::live::kernel_placement(
+            lang::parse(
+                "rx dev=lo | bpf \"udp\" | sample 3 | count",
+                &crate::Natives,
+            )
+            .unwrap(),
+        );
+        let lang::NodeKind::Filter { options, place, .. } = &g.nodes[2].kind else {
+            panic!()
+        };
+        assert!(
+            options.is_empty() && place.is_empty(),
+            "sample after bpf stays in user space: {options:?} {place:?}"
+        );
     }
 
     #[test]
@@ -646,31 +883,72 @@ mod tests {
             ("rx dev=lo | flowcount pin=/sys/fs/bpf/x | count", "pin"),
         ] {
             let d = lang::parse(text, &crate::Natives).unwrap_err();
-            assert!(d.message.contains(&format!("unknown option '{key}'")), "{text}: {d}");
+            assert!(
+                d.message.contains(&format!("unknown option '{key}'")),
+                "{text}: {d}"
+            );
         }
         // placed=user stays the user's word, typed by the parser.
         let g = lang::parse("rx dev=lo | flowcount placed=user | count", &crate::Natives).unwrap();
-        let lang::NodeKind::Filter { options, place, .. } = &g.nodes[1].kind else { panic!() };
-        assert!(options.is_empty() && place.side == Some(Side::User), "{options:?} {place:?}");
+        let lang::NodeKind::Filter { options, place, .. } = &g.nodes[1].kind else {
+            panic!()
+        };
+        assert!(
+            options.is_empty() && place.side == Some(Side::User),
+            "{options:?} {place:?}"
+        );
     }
 
     #[test]
     fn kernel_configs_round_trip_and_errors_are_clear() {
-        let args = |f: &str, o: &[(&str, &str)]| Args::new(f, Vec::new(), o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
-        for c in [Config::FlowCount { flows: 1024 }, Config::Sample { every: 7 }, Config::ByteCount { len: 35 }] {
+        let args = |f: &str, o: &[(&str, &str)]| {
+            Args::new(
+                f,
+                Vec::new(),
+                o.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        for c in [
+            Config::FlowCount { flows: 1024 },
+            Config::Sample { every: 7 },
+            Config::ByteCount { len: 35 },
+        ] {
             assert_eq!(decode(&encode(c)).ok(), Some(c));
         }
-        assert_eq!(kernel_config(&args("sample", &[("every", "4K")])).ok(), Some(Config::Sample { every: 4096 }));
+        assert_eq!(
+            kernel_config(&args("sample", &[("every", "4K")])).ok(),
+            Some(Config::Sample { every: 4096 })
+        );
         fn err<T>(r: Result<T, FilterError>) -> FilterError {
             r.map(|_| ()).unwrap_err()
         }
-        assert!(err(kernel_config(&args("sample", &[("prob", "0.5")]))).to_string().contains("prob"));
-        assert!(matches!(err(kernel_config(&args("bytecount", &[("len", "5000")]))), FilterError::BadValue { key, value, expected } if key == "len" && value == "5000" && expected.contains("1..=4096")));
-        assert!(matches!(err(kernel_config(&args("flowcount", &[("flows", "0")]))), FilterError::BadValue { key, value, .. } if key == "flows" && value == "0"));
+        assert!(err(kernel_config(&args("sample", &[("prob", "0.5")])))
+            .to_string()
+            .contains("prob"));
+        assert!(
+            matches!(err(kernel_config(&args("bytecount", &[("len", "5000")]))), FilterError::BadValue { key, value, expected } if key == "len" && value == "5000" && expected.contains("1..=4096"))
+        );
+        assert!(
+            matches!(err(kernel_config(&args("flowcount", &[("flows", "0")]))), FilterError::BadValue { key, value, .. } if key == "flows" && value == "0")
+        );
         assert!(kernel_config(&args("count", &[])).is_err());
-        let kernel = |pin: Option<&str>| args("flowcount", &[]).with_place(lang::Placement { side: Some(Side::Kernel { pin: pin.map(PathBuf::from) }), ..Default::default() });
-        assert!(matches!(err(place(&kernel(None))), FilterError::Missing { key, expected } if key == "placed" && expected.contains("maps are pinned")));
-        assert_eq!(place(&kernel(Some("/sys/fs/bpf/x"))).ok(), Some(Place::Kernel(PathBuf::from("/sys/fs/bpf/x"))));
+        let kernel = |pin: Option<&str>| {
+            args("flowcount", &[]).with_place(lang::Placement {
+                side: Some(Side::Kernel {
+                    pin: pin.map(PathBuf::from),
+                }),
+                ..Default::default()
+            })
+        };
+        assert!(
+            matches!(err(place(&kernel(None))), FilterError::Missing { key, expected } if key == "placed" && expected.contains("maps are pinned"))
+        );
+        assert_eq!(
+            place(&kernel(Some("/sys/fs/bpf/x"))).ok(),
+            Some(Place::Kernel(PathBuf::from("/sys/fs/bpf/x")))
+        );
         assert_eq!(place(&args("flowcount", &[])).ok(), Some(Place::User));
         assert!(make_sample(&args("sample", &[("every", "0")])).is_err());
     }

@@ -24,7 +24,18 @@ pub const LINKTYPE_IPV4: u32 = 228;
 pub const LINKTYPE_IPV6: u32 = 229;
 pub const LINKTYPE_LINUX_SLL2: u32 = 276;
 /// Every link type [`parse`] understands (DLT_RAW's 12 and 14 included).
-pub const LINKTYPES: &[u32] = &[LINKTYPE_NULL, LINKTYPE_ETHERNET, 12, 14, LINKTYPE_RAW, LINKTYPE_LOOP, LINKTYPE_LINUX_SLL, LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL2];
+pub const LINKTYPES: &[u32] = &[
+    LINKTYPE_NULL,
+    LINKTYPE_ETHERNET,
+    12,
+    14,
+    LINKTYPE_RAW,
+    LINKTYPE_LOOP,
+    LINKTYPE_LINUX_SLL,
+    LINKTYPE_IPV4,
+    LINKTYPE_IPV6,
+    LINKTYPE_LINUX_SLL2,
+];
 
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
@@ -48,10 +59,26 @@ mod field {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum L4 {
-    Tcp { sport: u16, dport: u16, seq: u32, syn: bool, fin: bool, rst: bool },
-    Udp { sport: u16, dport: u16 },
-    Icmp4 { kind: u8, code: u8 },
-    Icmp6 { kind: u8, code: u8 },
+    Tcp {
+        sport: u16,
+        dport: u16,
+        seq: u32,
+        syn: bool,
+        fin: bool,
+        rst: bool,
+    },
+    Udp {
+        sport: u16,
+        dport: u16,
+    },
+    Icmp4 {
+        kind: u8,
+        code: u8,
+    },
+    Icmp6 {
+        kind: u8,
+        code: u8,
+    },
     Other,
     None,
 }
@@ -144,7 +171,18 @@ pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
             let h = v4.header();
             let p = v4.payload();
             let first = h.fragments_offset().value() == 0;
-            (Some((4u8, IpAddr::V4(h.source_addr()), IpAddr::V4(h.destination_addr()), p.ip_number.0)), p.fragmented, Some(p.payload), Some(h.protocol().0), first.then_some(p.payload))
+            (
+                Some((
+                    4u8,
+                    IpAddr::V4(h.source_addr()),
+                    IpAddr::V4(h.destination_addr()),
+                    p.ip_number.0,
+                )),
+                p.fragmented,
+                Some(p.payload),
+                Some(h.protocol().0),
+                first.then_some(p.payload),
+            )
         }
         Some(LaxNetSlice::Ipv6(v6)) => {
             let h = v6.header();
@@ -156,18 +194,54 @@ pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
                 field = data.get(at).copied().unwrap_or(field);
             }
             let direct = matches!(h.next_header().0, 6 | 17);
-            (Some((6u8, IpAddr::V6(h.source_addr()), IpAddr::V6(h.destination_addr()), p.ip_number.0)), p.fragmented, Some(p.payload), Some(field), direct.then_some(p.payload))
+            (
+                Some((
+                    6u8,
+                    IpAddr::V6(h.source_addr()),
+                    IpAddr::V6(h.destination_addr()),
+                    p.ip_number.0,
+                )),
+                p.fragmented,
+                Some(p.payload),
+                Some(field),
+                direct.then_some(p.payload),
+            )
         }
         None => (None, false, None, None, None),
     };
     let (l4, payload) = match &sp.transport {
         Some(TransportSlice::Tcp(t)) => (
-            L4::Tcp { sport: t.source_port(), dport: t.destination_port(), seq: t.sequence_number(), syn: t.syn(), fin: t.fin(), rst: t.rst() },
+            L4::Tcp {
+                sport: t.source_port(),
+                dport: t.destination_port(),
+                seq: t.sequence_number(),
+                syn: t.syn(),
+                fin: t.fin(),
+                rst: t.rst(),
+            },
             t.payload(),
         ),
-        Some(TransportSlice::Udp(u)) => (L4::Udp { sport: u.source_port(), dport: u.destination_port() }, u.payload()),
-        Some(TransportSlice::Icmpv4(i)) => (L4::Icmp4 { kind: i.type_u8(), code: i.code_u8() }, i.payload()),
-        Some(TransportSlice::Icmpv6(i)) => (L4::Icmp6 { kind: i.type_u8(), code: i.code_u8() }, i.payload()),
+        Some(TransportSlice::Udp(u)) => (
+            L4::Udp {
+                sport: u.source_port(),
+                dport: u.destination_port(),
+            },
+            u.payload(),
+        ),
+        Some(TransportSlice::Icmpv4(i)) => (
+            L4::Icmp4 {
+                kind: i.type_u8(),
+                code: i.code_u8(),
+            },
+            i.payload(),
+        ),
+        Some(TransportSlice::Icmpv6(i)) => (
+            L4::Icmp6 {
+                kind: i.type_u8(),
+                code: i.code_u8(),
+            },
+            i.payload(),
+        ),
         None => match ip_payload {
             Some(p) => (L4::Other, p),
             None => (L4::None, &data[data.len()..]),
@@ -176,11 +250,22 @@ pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
     let port_pair = match l4 {
         L4::Tcp { sport, dport, .. } | L4::Udp { sport, dport } => Some((sport, dport)),
         _ => match (field, l4_at) {
-            (Some(6 | 17), Some(h)) if h.len() >= 4 => Some((u16::from_be_bytes([h[0], h[1]]), u16::from_be_bytes([h[2], h[3]]))),
+            (Some(6 | 17), Some(h)) if h.len() >= 4 => Some((
+                u16::from_be_bytes([h[0], h[1]]),
+                u16::from_be_bytes([h[2], h[3]]),
+            )),
             _ => None,
         },
     };
-    Some(Pkt { ether_type, ip, l4, payload: (offset(data, payload), payload.len()), fragmented, ip_proto_field: field, port_pair })
+    Some(Pkt {
+        ether_type,
+        ip,
+        l4,
+        payload: (offset(data, payload), payload.len()),
+        fragmented,
+        ip_proto_field: field,
+        port_pair,
+    })
 }
 
 /// Parse the block a tag points to, if it is a whole frame (not cropped by an earlier
@@ -213,14 +298,24 @@ pub fn app_payload<'a>(cx: &'a Ctx<'_>, t: &Tag) -> Option<&'a [u8]> {
 
 /// A stable hash of the 5-tuple, the same in both directions, never 0.
 pub fn flow_hash(p: &Pkt) -> u16 {
-    let Some((_, src, dst, proto)) = p.ip else { return 0 };
+    let Some((_, src, dst, proto)) = p.ip else {
+        return 0;
+    };
     let (sp, dp) = p.ports().unwrap_or((0, 0));
     let a = (addr_bits(&src), sp);
     let b = (addr_bits(&dst), dp);
     let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
     // FNV-1a over the canonical tuple: stable across runs and machines.
     let mut h = dataplane::hash::FNV1A_EMPTY;
-    for x in [lo.0 as u64, (lo.0 >> 64) as u64, lo.1 as u64, hi.0 as u64, (hi.0 >> 64) as u64, hi.1 as u64, proto as u64] {
+    for x in [
+        lo.0 as u64,
+        (lo.0 >> 64) as u64,
+        lo.1 as u64,
+        hi.0 as u64,
+        (hi.0 >> 64) as u64,
+        hi.1 as u64,
+        proto as u64,
+    ] {
         h = dataplane::hash::fnv1a_extend(h, &x.to_le_bytes());
     }
     let c = (h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48)) as u16;
@@ -242,15 +337,24 @@ mod tests {
     /// An IPv4 TCP segment 10.0.0.1:1234 -> 10.0.0.2:80 with a 5-byte payload.
     fn tcp4() -> Vec<u8> {
         let mut v = Vec::new();
-        PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64).tcp(1234, 80, 7, 1000).write(&mut v, b"hello").unwrap();
+        PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(1234, 80, 7, 1000)
+            .write(&mut v, b"hello")
+            .unwrap();
         v
     }
 
     /// An IPv6 UDP datagram [2001:db8::1]:53 -> [2001:db8::2]:5353 with a 3-byte payload.
     fn udp6() -> Vec<u8> {
-        let (a, b) = ([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        let (a, b) = (
+            [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+        );
         let mut v = Vec::new();
-        PacketBuilder::ipv6(a, b, 64).udp(53, 5353).write(&mut v, b"abc").unwrap();
+        PacketBuilder::ipv6(a, b, 64)
+            .udp(53, 5353)
+            .write(&mut v, b"abc")
+            .unwrap();
         v
     }
 
@@ -262,32 +366,100 @@ mod tests {
     /// and the payload range points at the same bytes.
     #[test]
     fn every_link_type_finds_the_ip_packet() {
-        for (ip, et, want_ports, want_payload) in [(tcp4(), 0x0800u16, (1234, 80), &b"hello"[..]), (udp6(), 0x86dd, (53, 5353), &b"abc"[..])] {
+        for (ip, et, want_ports, want_payload) in [
+            (tcp4(), 0x0800u16, (1234, 80), &b"hello"[..]),
+            (udp6(), 0x86dd, (53, 5353), &b"abc"[..]),
+        ] {
             let et_b = et.to_be_bytes();
             let mac = [2u8, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
             let af6: u32 = 30;
             let af = if et == 0x0800 { 2u32 } else { af6 };
             let frames: Vec<(&str, u32, Vec<u8>)> = vec![
                 ("ethernet", LINKTYPE_ETHERNET, cat(&[&mac, &et_b, &ip])),
-                ("802.1Q", LINKTYPE_ETHERNET, cat(&[&mac, &[0x81, 0x00, 0x00, 0x0a], &et_b, &ip])),
-                ("QinQ", LINKTYPE_ETHERNET, cat(&[&mac, &[0x88, 0xa8, 0x00, 0x64], &[0x81, 0x00, 0x00, 0x0a], &et_b, &ip])),
+                (
+                    "802.1Q",
+                    LINKTYPE_ETHERNET,
+                    cat(&[&mac, &[0x81, 0x00, 0x00, 0x0a], &et_b, &ip]),
+                ),
+                (
+                    "QinQ",
+                    LINKTYPE_ETHERNET,
+                    cat(&[
+                        &mac,
+                        &[0x88, 0xa8, 0x00, 0x64],
+                        &[0x81, 0x00, 0x00, 0x0a],
+                        &et_b,
+                        &ip,
+                    ]),
+                ),
                 ("raw 101", LINKTYPE_RAW, ip.clone()),
                 ("raw 12", 12, ip.clone()),
                 ("raw 14", 14, ip.clone()),
-                ("ipv4/ipv6", if et == 0x0800 { LINKTYPE_IPV4 } else { LINKTYPE_IPV6 }, ip.clone()),
-                ("sll", LINKTYPE_LINUX_SLL, cat(&[&[0, 0, 0, 1, 0, 6], &mac[..8], &et_b, &ip])),
-                ("sll with vlan", LINKTYPE_LINUX_SLL, cat(&[&[0, 0, 0, 1, 0, 6], &mac[..8], &[0x81, 0x00], &[0x00, 0x0a], &et_b, &ip])),
-                ("sll2", LINKTYPE_LINUX_SLL2, cat(&[&et_b, &[0, 0], &[0, 0, 0, 3], &[0, 1], &[4, 6], &mac[..8], &ip])),
-                ("null little endian", LINKTYPE_NULL, cat(&[&af.to_le_bytes(), &ip])),
-                ("null big endian", LINKTYPE_NULL, cat(&[&af.to_be_bytes(), &ip])),
+                (
+                    "ipv4/ipv6",
+                    if et == 0x0800 {
+                        LINKTYPE_IPV4
+                    } else {
+                        LINKTYPE_IPV6
+                    },
+                    ip.clone(),
+                ),
+                (
+                    "sll",
+                    LINKTYPE_LINUX_SLL,
+                    cat(&[&[0, 0, 0, 1, 0, 6], &mac[..8], &et_b, &ip]),
+                ),
+                (
+                    "sll with vlan",
+                    LINKTYPE_LINUX_SLL,
+                    cat(&[
+                        &[0, 0, 0, 1, 0, 6],
+                        &mac[..8],
+                        &[0x81, 0x00],
+                        &[0x00, 0x0a],
+                        &et_b,
+                        &ip,
+                    ]),
+                ),
+                (
+                    "sll2",
+                    LINKTYPE_LINUX_SLL2,
+                    cat(&[
+                        &et_b,
+                        &[0, 0],
+                        &[0, 0, 0, 3],
+                        &[0, 1],
+                        &[4, 6],
+                        &mac[..8],
+                        &ip,
+                    ]),
+                ),
+                (
+                    "null little endian",
+                    LINKTYPE_NULL,
+                    cat(&[&af.to_le_bytes(), &ip]),
+                ),
+                (
+                    "null big endian",
+                    LINKTYPE_NULL,
+                    cat(&[&af.to_be_bytes(), &ip]),
+                ),
                 ("loop", LINKTYPE_LOOP, cat(&[&af.to_be_bytes(), &ip])),
             ];
             for (what, link, f) in frames {
                 let p = parse(&f, Some(link)).unwrap_or_else(|| panic!("{what}: not parsed"));
                 assert_eq!(p.ether_type, Some(et), "{what}");
-                assert_eq!(p.ip.map(|i| i.0), Some(if et == 0x0800 { 4 } else { 6 }), "{what}");
+                assert_eq!(
+                    p.ip.map(|i| i.0),
+                    Some(if et == 0x0800 { 4 } else { 6 }),
+                    "{what}"
+                );
                 assert_eq!(p.ports(), Some(want_ports), "{what}");
-                assert_eq!(&f[p.payload.0..p.payload.0 + p.payload.1], want_payload, "{what}");
+                assert_eq!(
+                    &f[p.payload.0..p.payload.0 + p.payload.1],
+                    want_payload,
+                    "{what}"
+                );
             }
         }
     }

@@ -3,7 +3,7 @@
 //! the block's class; nothing is copied.
 
 use crate::packet::{flow_hash, parse_tag, Pkt};
-use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
 
 /// A filter that classifies each block from its parsed frame (None if not a whole,
 /// parseable frame).
@@ -18,7 +18,9 @@ impl<F: FnMut(Option<&Pkt>) -> u16 + Send> Filter for ByPacket<F> {
     }
 }
 
-fn boxed<F: FnMut(Option<&Pkt>) -> u16 + Send + 'static>(f: F) -> Result<Box<dyn Filter>, FilterError> {
+fn boxed<F: FnMut(Option<&Pkt>) -> u16 + Send + 'static>(
+    f: F,
+) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(ByPacket(f)))
 }
 
@@ -28,14 +30,20 @@ fn parse_u16_list(a: &Args, key: &str) -> Result<Vec<u16>, FilterError> {
         .iter()
         .chain(a.options.get(key))
         .flat_map(|s| s.split(','))
-        .map(|part| part.parse::<u16>().map_err(|_| FilterError::bad(key, part, "numbers in 0..=65535")))
+        .map(|part| {
+            part.parse::<u16>()
+                .map_err(|_| FilterError::bad(key, part, "numbers in 0..=65535"))
+        })
         .collect()
 }
 
 fn eth(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let want = match a.get("type", Some(0)) {
         None => None,
-        Some(t) => Some(u16::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| FilterError::bad("type", t, "a hex ethertype"))?),
+        Some(t) => Some(
+            u16::from_str_radix(t.trim_start_matches("0x"), 16)
+                .map_err(|_| FilterError::bad("type", t, "a hex ethertype"))?,
+        ),
     };
     boxed(move |p| match (p.and_then(|p| p.ether_type), want) {
         (Some(e), Some(w)) => (e == w) as u16,
@@ -65,11 +73,13 @@ fn udp(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
 }
 fn icmp(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let version: u8 = a.parse("version", Some(0), 0)?;
-    boxed(move |p| match p.and_then(|p| p.ip.map(|i| (i.0, p.ip_proto_field))) {
-        Some((4, Some(1))) if version != 6 => 1,
-        Some((6, Some(58))) if version != 4 => 2,
-        _ => 0,
-    })
+    boxed(
+        move |p| match p.and_then(|p| p.ip.map(|i| (i.0, p.ip_proto_field))) {
+            Some((4, Some(1))) if version != 6 => 1,
+            Some((6, Some(58))) if version != 4 => 2,
+            _ => 0,
+        },
+    )
 }
 fn port(a: &Args, dst: bool) -> Result<Box<dyn Filter>, FilterError> {
     let only = parse_u16_list(a, "port")?;
@@ -130,7 +140,6 @@ pub const SERVICES: &[(&str, u16)] = &[
     ("http-alt", 8080),
 ];
 
-
 pub static ETH: FilterSpec = FilterSpec::new("eth", Access::Classification, eth)
     .synopsis("eth [type=HEX]")
     .description("Passes frames by the type of what their link layer carries (optionally only one\nethertype, e.g. type=0800): Ethernet's inside any VLAN tags, Linux cooked captures'\nprotocol, 0800/86dd for raw IP and BSD loopback.")
@@ -142,9 +151,9 @@ pub static ETH: FilterSpec = FilterSpec::new("eth", Access::Classification, eth)
 pub static IP: FilterSpec = FilterSpec::new("ip", Access::Classification, ip)
     .synopsis("ip [version=4|6]")
     .description("Passes IP packets (IPv4 and IPv6, or one version).")
-    .params(&[
-        Param::new("version", "4 or 6 (also positional)").at(0).kind(Kind::Count),
-    ])
+    .params(&[Param::new("version", "4 or 6 (also positional)")
+        .at(0)
+        .kind(Kind::Count)])
     .classes("4 for IPv4, 6 for IPv6, 0 for anything else")
     .class_names(&[("ipv4", 4), ("ipv6", 6)])
     .example("streamline run 'pcapin file=examples/sample.pcap | ip |6 count'");
@@ -168,7 +177,11 @@ pub static ICMP: FilterSpec = FilterSpec::new("icmp", Access::Classification, ic
     .class_names(&[("icmp4", 1), ("icmp6", 2)])
     .example("streamline run 'pcapin file=examples/sample.pcap | icmp |1 count'");
 /// dport's and sport's parameter: the ports to pass.
-const PORTS: &[Param] = &[Param::new("port", "ports to pass (also positional, comma-separated)").from(0).kind(Kind::Numbers)];
+const PORTS: &[Param] = &[
+    Param::new("port", "ports to pass (also positional, comma-separated)")
+        .from(0)
+        .kind(Kind::Numbers),
+];
 
 pub static DPORT: FilterSpec = FilterSpec::new("dport", Access::Classification, dport)
     .synopsis("dport [PORT[,PORT...]]")
@@ -188,10 +201,20 @@ pub static PROTO: FilterSpec = FilterSpec::new("proto", Access::Classification, 
     .synopsis("proto [NUMBER[,NUMBER...]]")
     .description("Classifies IP packets by protocol number (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6).")
     .params(&[
-        Param::new("proto", "protocol numbers to pass (also positional)").from(0).kind(Kind::Numbers),
+        Param::new("proto", "protocol numbers to pass (also positional)")
+            .from(0)
+            .kind(Kind::Numbers),
     ])
     .classes("the IP protocol number; 0 for non-IP")
-    .class_names(&[("icmp", 1), ("tcp", 6), ("udp", 17), ("gre", 47), ("esp", 50), ("icmp6", 58), ("sctp", 132)])
+    .class_names(&[
+        ("icmp", 1),
+        ("tcp", 6),
+        ("udp", 17),
+        ("gre", 47),
+        ("esp", 50),
+        ("icmp6", 58),
+        ("sctp", 132),
+    ])
     .example("streamline run 'pcapin file=examples/sample.pcap | proto |17 count'");
 pub static FLOW: FilterSpec = FilterSpec::new("flow", Access::Classification, flow)
     .synopsis("flow")

@@ -174,9 +174,13 @@ pub enum Problem {
     TruncatedRecordHeader { want: usize, got: usize },
     #[error("truncated packet record: {got} of its {caplen} captured bytes are in the file")]
     TruncatedPacket { caplen: u32, got: usize },
-    #[error("malformed packet record: captured length {caplen} is above the snap length {snaplen}")]
+    #[error(
+        "malformed packet record: captured length {caplen} is above the snap length {snaplen}"
+    )]
     CaplenAboveSnaplen { caplen: u32, snaplen: u32 },
-    #[error("malformed packet record: captured length {caplen} is above this link type's maximum {max}")]
+    #[error(
+        "malformed packet record: captured length {caplen} is above this link type's maximum {max}"
+    )]
     CaplenAboveMax { caplen: u32, max: u32 },
     #[error("malformed pcapng section header block: length {len} is outside 28..=1048576")]
     ShbLength { len: u32 },
@@ -249,11 +253,14 @@ impl Record {
     /// The time as nanoseconds since the epoch, computed as libpcap's (seconds,
     /// nanoseconds) pair would be, modulo 2^64 (times before 1970 wrap).
     pub fn ts_ns(&self) -> u64 {
-        self.ts_sec.wrapping_mul(1_000_000_000).wrapping_add(self.ts_nsec) as u64
+        self.ts_sec
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(self.ts_nsec) as u64
     }
     /// The captured bytes as they lie in `file`.
     pub fn bytes<'a>(&self, file: &'a [u8]) -> &'a [u8] {
-        file.get(self.pos..self.pos + self.caplen as usize).unwrap_or(&[])
+        file.get(self.pos..self.pos + self.caplen as usize)
+            .unwrap_or(&[])
     }
 }
 
@@ -275,7 +282,11 @@ struct Iface {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Kind {
-    Pcap { record: usize, lengths: Lengths, nanos: bool },
+    Pcap {
+        record: usize,
+        lengths: Lengths,
+        nanos: bool,
+    },
     /// pcapng: the interfaces of the current section, the first interface's link type as
     /// given (libpcap compares later ones against its DLT), the largest block it reads.
     Ng { ifaces: Vec<Iface>, max_block: u32 },
@@ -302,7 +313,10 @@ pub struct Savefile {
 /// `b[r]` as a native-endian integer, byte-swapped when the file is; 0 if out of range
 /// (callers check lengths first).
 fn rd16(b: &[u8], r: field::Field, swapped: bool) -> u16 {
-    let v = b.get(r).and_then(|s| <[u8; 2]>::try_from(s).ok()).map_or(0, u16::from_ne_bytes);
+    let v = b
+        .get(r)
+        .and_then(|s| <[u8; 2]>::try_from(s).ok())
+        .map_or(0, u16::from_ne_bytes);
     if swapped {
         v.swap_bytes()
     } else {
@@ -311,7 +325,10 @@ fn rd16(b: &[u8], r: field::Field, swapped: bool) -> u16 {
 }
 
 fn rd32(b: &[u8], r: field::Field, swapped: bool) -> u32 {
-    let v = b.get(r).and_then(|s| <[u8; 4]>::try_from(s).ok()).map_or(0, u32::from_ne_bytes);
+    let v = b
+        .get(r)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map_or(0, u32::from_ne_bytes);
     if swapped {
         v.swap_bytes()
     } else {
@@ -320,7 +337,10 @@ fn rd32(b: &[u8], r: field::Field, swapped: bool) -> u32 {
 }
 
 fn rd64(b: &[u8], r: field::Field, swapped: bool) -> u64 {
-    let v = b.get(r).and_then(|s| <[u8; 8]>::try_from(s).ok()).map_or(0, u64::from_ne_bytes);
+    let v = b
+        .get(r)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map_or(0, u64::from_ne_bytes);
     if swapped {
         v.swap_bytes()
     } else {
@@ -331,7 +351,10 @@ fn rd64(b: &[u8], r: field::Field, swapped: bool) -> u64 {
 #[cold]
 #[inline(never)]
 fn err<T>(at: usize, problem: Problem) -> Result<T, SavefileError> {
-    Err(SavefileError { at: at as u64, problem })
+    Err(SavefileError {
+        at: at as u64,
+        problem,
+    })
 }
 
 /// One pcapng block: its type, where it starts, its body (without header and trailer).
@@ -346,7 +369,12 @@ impl<'a> Block<'a> {
     fn fixed(&self, n: usize) -> Result<&'a [u8], SavefileError> {
         match self.body.get(..n) {
             Some(b) => Ok(b),
-            None => err(self.at, Problem::BlockBodyShort { block_type: self.kind }),
+            None => err(
+                self.at,
+                Problem::BlockBodyShort {
+                    block_type: self.kind,
+                },
+            ),
         }
     }
 }
@@ -355,7 +383,9 @@ impl Savefile {
     /// Check a capture file's header as `pcap_open_offline` does. For pcapng this reads
     /// up to the first interface description block (libpcap needs its link type).
     pub fn open(file: &[u8]) -> Result<Savefile, SavefileError> {
-        let Some(m) = file.get(field::pcap::MAGIC) else { return err(0, Problem::NoMagic { len: file.len() }) };
+        let Some(m) = file.get(field::pcap::MAGIC) else {
+            return err(0, Problem::NoMagic { len: file.len() });
+        };
         let magic = u32::from_ne_bytes([m[0], m[1], m[2], m[3]]);
         if [TCPDUMP_MAGIC, KUZNETZOV_MAGIC, NSEC_MAGIC].contains(&magic) {
             return Self::open_pcap(file, magic, false);
@@ -368,15 +398,29 @@ impl Savefile {
                 return Ok(sf);
             }
         }
-        err(0, Problem::UnknownFormat { magic: u32::from_le_bytes([m[0], m[1], m[2], m[3]]) })
+        err(
+            0,
+            Problem::UnknownFormat {
+                magic: u32::from_le_bytes([m[0], m[1], m[2], m[3]]),
+            },
+        )
     }
 
     fn open_pcap(file: &[u8], magic: u32, swapped: bool) -> Result<Savefile, SavefileError> {
         use field::pcap as f;
         let Some(h) = file.get(..f::LEN) else {
-            return err(0, Problem::TruncatedFileHeader { want: f::LEN, got: file.len() });
+            return err(
+                0,
+                Problem::TruncatedFileHeader {
+                    want: f::LEN,
+                    got: file.len(),
+                },
+            );
         };
-        let (major, minor) = (rd16(h, f::VERSION_MAJOR, swapped), rd16(h, f::VERSION_MINOR, swapped));
+        let (major, minor) = (
+            rd16(h, f::VERSION_MAJOR, swapped),
+            rd16(h, f::VERSION_MINOR, swapped),
+        );
         if major < 2 {
             return err(0, Problem::Archaic { major });
         }
@@ -395,13 +439,29 @@ impl Savefile {
         let record = if magic == KUZNETZOV_MAGIC {
             // Possibly a cooked capture with a faked Ethernet header added to each packet.
             if dlt == dlt::EN10MB {
-                snapshot = if snapshot <= i32::MAX as u32 - 14 { snapshot + 14 } else { i32::MAX as u32 };
+                snapshot = if snapshot <= i32::MAX as u32 - 14 {
+                    snapshot + 14
+                } else {
+                    i32::MAX as u32
+                };
             }
             f::RECORD_PATCHED
         } else {
             f::RECORD
         };
-        Ok(Savefile { kind: Kind::Pcap { record, lengths, nanos: magic == NSEC_MAGIC }, swapped, link, dlt, snapshot, off: f::LEN, failed: None })
+        Ok(Savefile {
+            kind: Kind::Pcap {
+                record,
+                lengths,
+                nanos: magic == NSEC_MAGIC,
+            },
+            swapped,
+            link,
+            dlt,
+            snapshot,
+            off: f::LEN,
+            failed: None,
+        })
     }
 
     /// pcapng's header: the first section header block, then blocks up to the first
@@ -425,16 +485,38 @@ impl Savefile {
         }
         // libpcap reads the whole first block without looking at its trailer.
         if file.len() < total as usize {
-            return err(0, Problem::TruncatedBlock { len: total, got: file.len() });
+            return err(
+                0,
+                Problem::TruncatedBlock {
+                    len: total,
+                    got: file.len(),
+                },
+            );
         }
         let body = &file[f::HEADER..];
-        let (major, minor) = (rd16(body, f::SHB_MAJOR, swapped), rd16(body, f::SHB_MINOR, swapped));
+        let (major, minor) = (
+            rd16(body, f::SHB_MAJOR, swapped),
+            rd16(body, f::SHB_MINOR, swapped),
+        );
         if !(major == 1 && (minor == 0 || minor == 2)) {
             return err(0, Problem::NgVersion { major, minor });
         }
-        let mut sf = Savefile { kind: Kind::Ng { ifaces: Vec::new(), max_block: INITIAL_MAX_BLOCKSIZE }, swapped, link: 0, dlt: 0, snapshot: 0, off: total as usize, failed: None };
+        let mut sf = Savefile {
+            kind: Kind::Ng {
+                ifaces: Vec::new(),
+                max_block: INITIAL_MAX_BLOCKSIZE,
+            },
+            swapped,
+            link: 0,
+            dlt: 0,
+            snapshot: 0,
+            off: total as usize,
+            failed: None,
+        };
         loop {
-            let Some(b) = sf.block(file)? else { return err(sf.off, Problem::NoInterface) };
+            let Some(b) = sf.block(file)? else {
+                return err(sf.off, Problem::NoInterface);
+            };
             match b.kind {
                 BT_IDB => {
                     let fixed = b.fixed(f::IDB_FIXED)?;
@@ -445,7 +527,8 @@ impl Savefile {
                     sf.dlt = linktype_to_dlt(link);
                     sf.snapshot = adjust_snapshot(sf.dlt, snaplen);
                     // Room for the largest packet of this link type, with options.
-                    let most = (f::HEADER + f::EPB_FIXED + f::TRAILER + 131_072) as u32 + max_snaplen_for_dlt(sf.dlt);
+                    let most = (f::HEADER + f::EPB_FIXED + f::TRAILER + 131_072) as u32
+                        + max_snaplen_for_dlt(sf.dlt);
                     if let Kind::Ng { ifaces, max_block } = &mut sf.kind {
                         ifaces.push(iface);
                         *max_block = (*max_block).max(most);
@@ -462,7 +545,9 @@ impl Savefile {
     /// `self.off` moves past it.
     fn block<'a>(&mut self, file: &'a [u8]) -> Result<Option<Block<'a>>, SavefileError> {
         use field::ng as f;
-        let Kind::Ng { max_block, .. } = &self.kind else { return Ok(None) };
+        let Kind::Ng { max_block, .. } = &self.kind else {
+            return Ok(None);
+        };
         let at = self.off;
         let rest = file.get(at..).unwrap_or(&[]);
         if rest.is_empty() {
@@ -480,10 +565,22 @@ impl Savefile {
             return err(at, Problem::BlockUnaligned { len });
         }
         if len > *max_block {
-            return err(at, Problem::BlockTooLong { len, max: *max_block });
+            return err(
+                at,
+                Problem::BlockTooLong {
+                    len,
+                    max: *max_block,
+                },
+            );
         }
         let Some(block) = rest.get(..len as usize) else {
-            return err(at, Problem::TruncatedBlock { len, got: rest.len() });
+            return err(
+                at,
+                Problem::TruncatedBlock {
+                    len,
+                    got: rest.len(),
+                },
+            );
         };
         let end = len as usize - f::TRAILER;
         let tail = rd32(block, end..len as usize, self.swapped);
@@ -491,7 +588,11 @@ impl Savefile {
             return err(at, Problem::TrailerMismatch { head: len, tail });
         }
         self.off = at + len as usize;
-        Ok(Some(Block { kind, at, body: &block[f::HEADER..end] }))
+        Ok(Some(Block {
+            kind,
+            at,
+            body: &block[f::HEADER..end],
+        }))
     }
 
     /// The link type as the file names it (pcap LINKTYPE_*; for pcap files without the
@@ -529,7 +630,11 @@ impl Savefile {
             return Err(e.clone());
         }
         let r = match &self.kind {
-            Kind::Pcap { record, lengths, nanos } => {
+            Kind::Pcap {
+                record,
+                lengths,
+                nanos,
+            } => {
                 let (record, lengths, nanos) = (*record, *lengths, *nanos);
                 self.next_pcap(file, record, lengths, nanos)
             }
@@ -563,7 +668,13 @@ impl Savefile {
     }
 
     #[inline(always)]
-    fn next_pcap(&mut self, file: &[u8], hdrsize: usize, lengths: Lengths, nanos: bool) -> Result<Option<Record>, SavefileError> {
+    fn next_pcap(
+        &mut self,
+        file: &[u8],
+        hdrsize: usize,
+        lengths: Lengths,
+        nanos: bool,
+    ) -> Result<Option<Record>, SavefileError> {
         use field::pcap as f;
         let at = self.off;
         let rest = file.get(at..).unwrap_or(&[]);
@@ -571,13 +682,25 @@ impl Savefile {
             return Ok(None);
         }
         let Some(h) = rest.get(..hdrsize) else {
-            return err(at, Problem::TruncatedRecordHeader { want: hdrsize, got: rest.len() });
+            return err(
+                at,
+                Problem::TruncatedRecordHeader {
+                    want: hdrsize,
+                    got: rest.len(),
+                },
+            );
         };
         let sw = self.swapped;
         let (mut caplen, mut len) = (rd32(h, f::CAPLEN, sw), rd32(h, f::ORIG_LEN, sw));
         // Seconds and fraction are signed 32-bit fields, which libpcap's byte swap turns
         // unsigned: a swapped file's are never negative.
-        let signed = |v: u32| if sw { i64::from(v) } else { i64::from(v as i32) };
+        let signed = |v: u32| {
+            if sw {
+                i64::from(v)
+            } else {
+                i64::from(v as i32)
+            }
+        };
         let ts_sec = signed(rd32(h, f::TS_SEC, sw));
         let frac = signed(rd32(h, f::TS_FRAC, sw));
         let ts_nsec = if nanos { frac } else { frac * 1000 };
@@ -586,33 +709,72 @@ impl Savefile {
         }
         let max = max_snaplen_for_dlt(self.dlt);
         if caplen > max {
-            return err(at, if caplen > self.snapshot { Problem::CaplenAboveSnaplen { caplen, snaplen: self.snapshot } } else { Problem::CaplenAboveMax { caplen, max } });
+            return err(
+                at,
+                if caplen > self.snapshot {
+                    Problem::CaplenAboveSnaplen {
+                        caplen,
+                        snaplen: self.snapshot,
+                    }
+                } else {
+                    Problem::CaplenAboveMax { caplen, max }
+                },
+            );
         }
         let data = &rest[hdrsize..];
         if (data.len() as u64) < u64::from(caplen) {
-            return err(at, Problem::TruncatedPacket { caplen, got: data.len() });
+            return err(
+                at,
+                Problem::TruncatedPacket {
+                    caplen,
+                    got: data.len(),
+                },
+            );
         }
         self.off = at + hdrsize + caplen as usize;
         // A record above the snap length is read whole and delivered cut to it.
         let delivered = caplen.min(self.snapshot);
-        Ok(Some(Record { pos: at + hdrsize, caplen: delivered, orig_len: len, ts_sec, ts_nsec, rewrite: false }))
+        Ok(Some(Record {
+            pos: at + hdrsize,
+            caplen: delivered,
+            orig_len: len,
+            ts_sec,
+            ts_nsec,
+            rewrite: false,
+        }))
     }
 
     fn next_ng(&mut self, file: &[u8]) -> Result<Option<Record>, SavefileError> {
         use field::ng as f;
         let sw = self.swapped;
         loop {
-            let Some(b) = self.block(file)? else { return Ok(None) };
+            let Some(b) = self.block(file)? else {
+                return Ok(None);
+            };
             let (iface, caplen, len, t, data) = match b.kind {
                 BT_EPB => {
                     let x = b.fixed(f::EPB_FIXED)?;
-                    let t = u64::from(rd32(x, f::EPB_TS_HIGH, sw)) << 32 | u64::from(rd32(x, f::EPB_TS_LOW, sw));
-                    (rd32(x, f::EPB_IFACE, sw), rd32(x, f::EPB_CAPLEN, sw), rd32(x, f::EPB_LEN, sw), t, &b.body[f::EPB_FIXED..])
+                    let t = u64::from(rd32(x, f::EPB_TS_HIGH, sw)) << 32
+                        | u64::from(rd32(x, f::EPB_TS_LOW, sw));
+                    (
+                        rd32(x, f::EPB_IFACE, sw),
+                        rd32(x, f::EPB_CAPLEN, sw),
+                        rd32(x, f::EPB_LEN, sw),
+                        t,
+                        &b.body[f::EPB_FIXED..],
+                    )
                 }
                 BT_PB => {
                     let x = b.fixed(f::PB_FIXED)?;
-                    let t = u64::from(rd32(x, f::EPB_TS_HIGH, sw)) << 32 | u64::from(rd32(x, f::EPB_TS_LOW, sw));
-                    (u32::from(rd16(x, f::PB_IFACE, sw)), rd32(x, f::EPB_CAPLEN, sw), rd32(x, f::EPB_LEN, sw), t, &b.body[f::PB_FIXED..])
+                    let t = u64::from(rd32(x, f::EPB_TS_HIGH, sw)) << 32
+                        | u64::from(rd32(x, f::EPB_TS_LOW, sw));
+                    (
+                        u32::from(rd16(x, f::PB_IFACE, sw)),
+                        rd32(x, f::EPB_CAPLEN, sw),
+                        rd32(x, f::EPB_LEN, sw),
+                        t,
+                        &b.body[f::PB_FIXED..],
+                    )
                 }
                 BT_SPB => {
                     let x = b.fixed(f::SPB_FIXED)?;
@@ -630,7 +792,13 @@ impl Savefile {
                     }
                     let snaplen = rd32(x, f::IDB_SNAPLEN, sw);
                     if adjust_snapshot(self.dlt, snaplen) != self.snapshot {
-                        return err(b.at, Problem::InterfaceSnaplen { snaplen, first: self.snapshot });
+                        return err(
+                            b.at,
+                            Problem::InterfaceSnaplen {
+                                snaplen,
+                                first: self.snapshot,
+                            },
+                        );
                     }
                     let iface = idb_options(&b, sw)?;
                     if let Kind::Ng { ifaces, .. } = &mut self.kind {
@@ -659,19 +827,40 @@ impl Savefile {
                 }
                 _ => continue,
             };
-            let Kind::Ng { ifaces, .. } = &self.kind else { return Ok(None) };
+            let Kind::Ng { ifaces, .. } = &self.kind else {
+                return Ok(None);
+            };
             let Some(&i) = ifaces.get(iface as usize) else {
-                return err(b.at, Problem::UnknownInterface { id: iface, count: ifaces.len() as u32 });
+                return err(
+                    b.at,
+                    Problem::UnknownInterface {
+                        id: iface,
+                        count: ifaces.len() as u32,
+                    },
+                );
             };
             if caplen > self.snapshot {
-                return err(b.at, Problem::CaplenAboveSnaplen { caplen, snaplen: self.snapshot });
+                return err(
+                    b.at,
+                    Problem::CaplenAboveSnaplen {
+                        caplen,
+                        snaplen: self.snapshot,
+                    },
+                );
             }
             let (ts_sec, ts_nsec) = i.time(t);
             if data.len() < caplen as usize {
                 return err(b.at, Problem::BlockBodyShort { block_type: b.kind });
             }
             let pos = data.as_ptr() as usize - file.as_ptr() as usize;
-            return Ok(Some(Record { pos, caplen, orig_len: len, ts_sec, ts_nsec, rewrite: false }));
+            return Ok(Some(Record {
+                pos,
+                caplen,
+                orig_len: len,
+                ts_sec,
+                ts_nsec,
+                rewrite: false,
+            }));
         }
     }
 }
@@ -700,15 +889,23 @@ impl Iface {
 /// does not know are skipped.
 fn idb_options(b: &Block<'_>, swapped: bool) -> Result<Iface, SavefileError> {
     use field::ng as f;
-    let mut iface = Iface { tsresol: 1_000_000, tsoffset: 0, binary: false };
+    let mut iface = Iface {
+        tsresol: 1_000_000,
+        tsoffset: 0,
+        binary: false,
+    };
     let (mut saw_resol, mut saw_offset) = (false, false);
     let mut opts = b.body.get(f::IDB_FIXED..).unwrap_or(&[]);
     let short = || err(b.at, Problem::BlockBodyShort { block_type: b.kind });
     while !opts.is_empty() {
-        let Some(h) = opts.get(..f::OPT_HEADER) else { return short() };
+        let Some(h) = opts.get(..f::OPT_HEADER) else {
+            return short();
+        };
         let (code, len) = (rd16(h, f::OPT_CODE, swapped), rd16(h, f::OPT_LEN, swapped));
         let padded = (len as usize).div_ceil(4) * 4;
-        let Some(value) = opts.get(f::OPT_HEADER..f::OPT_HEADER + padded) else { return short() };
+        let Some(value) = opts.get(f::OPT_HEADER..f::OPT_HEADER + padded) else {
+            return short();
+        };
         opts = &opts[f::OPT_HEADER + padded..];
         match code {
             OPT_ENDOFOPT => {
@@ -729,7 +926,13 @@ fn idb_options(b: &Block<'_>, swapped: bool) -> Result<Iface, SavefileError> {
                 if v & 0x80 != 0 {
                     let shift = v & 0x7f;
                     if shift > 63 {
-                        return err(b.at, Problem::TsresolTooFine { base: 2, exp: shift });
+                        return err(
+                            b.at,
+                            Problem::TsresolTooFine {
+                                base: 2,
+                                exp: shift,
+                            },
+                        );
                     }
                     iface.binary = true;
                     iface.tsresol = 1 << shift;
@@ -785,9 +988,16 @@ mod pseudo {
 /// Whether a Linux cooked packet carries CAN (whose id the capturing host wrote in its
 /// own byte order) and is long enough for libpcap to rewrite it.
 fn sll_can(dlt: u32, data: &[u8], len: u32) -> bool {
-    let (proto, hlen) = if dlt == dlt::LINUX_SLL { (pseudo::SLL_PROTOCOL, pseudo::SLL_LEN) } else { (pseudo::SLL2_PROTOCOL, pseudo::SLL2_LEN) };
-    let p = data.get(proto..proto + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
-    data.len().min(len as usize) >= hlen + 4 && matches!(p, Some(pseudo::SLL_P_CAN | pseudo::SLL_P_CANFD))
+    let (proto, hlen) = if dlt == dlt::LINUX_SLL {
+        (pseudo::SLL_PROTOCOL, pseudo::SLL_LEN)
+    } else {
+        (pseudo::SLL2_PROTOCOL, pseudo::SLL2_LEN)
+    };
+    let p = data
+        .get(proto..proto + 2)
+        .map(|b| u16::from_be_bytes([b[0], b[1]]));
+    data.len().min(len as usize) >= hlen + 4
+        && matches!(p, Some(pseudo::SLL_P_CAN | pseudo::SLL_P_CANFD))
 }
 
 /// Whether libpcap would change bytes of this packet of a byte-swapped file.
@@ -816,7 +1026,11 @@ pub fn swap_pseudo_header(dlt: u32, data: &mut [u8], len: u32) {
     let (caplen, len) = (data.len(), len as usize);
     match dlt {
         dlt::LINUX_SLL | dlt::LINUX_SLL2 if sll_can(dlt, data, len as u32) => {
-            let at = if dlt == dlt::LINUX_SLL { pseudo::SLL_LEN } else { pseudo::SLL2_LEN };
+            let at = if dlt == dlt::LINUX_SLL {
+                pseudo::SLL_LEN
+            } else {
+                pseudo::SLL2_LEN
+            };
             swap(data, at, 4);
         }
         dlt::PFLOG => {
@@ -861,7 +1075,8 @@ fn swap_usb(data: &mut [u8], header_64: bool) {
     let caplen = data.len();
     // (field end, width) in order: id, bus id, seconds, microseconds, status, URB length,
     // data length; the walk stops at the first field not captured whole.
-    const FIELDS: [(usize, usize); 7] = [(8, 8), (14, 2), (24, 8), (28, 4), (32, 4), (36, 4), (40, 4)];
+    const FIELDS: [(usize, usize); 7] =
+        [(8, 8), (14, 2), (24, 8), (28, 4), (32, 4), (36, 4), (40, 4)];
     let iso = data.get(pseudo::USB_TRANSFER_TYPE) == Some(&pseudo::URB_ISOCHRONOUS);
     let mut end = 40;
     for (e, w) in FIELDS {
@@ -917,7 +1132,8 @@ fn fix_usb_mmapped_len(data: &[u8], len: u32) -> u32 {
     }
     let rd = |at: usize| u32::from_ne_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
     let (ndesc, urb_len) = (rd(USB_NDESC), rd(USB_URB_LEN));
-    let computed = USB_MMAPPED_LEN as u64 + u64::from(ndesc) * USB_ISODESC_LEN as u64 + u64::from(urb_len);
+    let computed =
+        USB_MMAPPED_LEN as u64 + u64::from(ndesc) * USB_ISODESC_LEN as u64 + u64::from(urb_len);
     let applies = data[USB_DATA_FLAG] == 0
         && data[USB_TRANSFER_TYPE] == URB_ISOCHRONOUS
         && data[USB_EVENT_TYPE] == URB_COMPLETE
@@ -939,7 +1155,9 @@ fn fix_usb_mmapped_len(data: &[u8], len: u32) -> u32 {
         left -= USB_ISODESC_LEN;
         at += USB_ISODESC_LEN;
     }
-    let pre = (USB_MMAPPED_LEN as u64 + u64::from(ndesc) * USB_ISODESC_LEN as u64 + u64::from(data_len)) as u32;
+    let pre = (USB_MMAPPED_LEN as u64
+        + u64::from(ndesc) * USB_ISODESC_LEN as u64
+        + u64::from(data_len)) as u32;
     let mut len = len;
     if pre as usize >= caplen {
         len = pre;
@@ -949,7 +1167,6 @@ fn fix_usb_mmapped_len(data: &[u8], len: u32) -> u32 {
     }
     len
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -994,8 +1211,19 @@ mod tests {
         let (recs, e) = all(&f);
         assert!(e.is_none());
         assert_eq!(recs.len(), 2);
-        assert_eq!((recs[0].pos, recs[0].caplen, recs[0].orig_len, recs[0].ts_ns()), (40, 96, 1514, 10_000_005_000));
-        assert_eq!((recs[1].pos, recs[1].caplen, recs[1].orig_len), (152, 60, 60));
+        assert_eq!(
+            (
+                recs[0].pos,
+                recs[0].caplen,
+                recs[0].orig_len,
+                recs[0].ts_ns()
+            ),
+            (40, 96, 1514, 10_000_005_000)
+        );
+        assert_eq!(
+            (recs[1].pos, recs[1].caplen, recs[1].orig_len),
+            (152, 60, 60)
+        );
     }
 
     /// A record holding more than the snap length is delivered cut to it (libpcap's rule
@@ -1011,7 +1239,11 @@ mod tests {
         assert_eq!((recs[0].caplen, recs[0].orig_len), (50, 80));
         let e = e.unwrap();
         assert_eq!(e.at, 24 + 16 + 80);
-        assert!(e.to_string().contains("captured length 300000 is above the snap length 50 at byte 120"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("captured length 300000 is above the snap length 50 at byte 120"),
+            "{e}"
+        );
     }
 
     /// Zero and huge snap lengths mean the link type's maximum; the FCS bits above the link
@@ -1021,7 +1253,11 @@ mod tests {
     fn header_variants() {
         for snap in [0, 0x8000_0000, u32::MAX] {
             let sf = Savefile::open(&pcap_header(TCPDUMP_MAGIC, snap, 231)).unwrap();
-            assert_eq!(sf.snapshot(), 128 << 20, "DBUS's maximum for snap length {snap:#x}");
+            assert_eq!(
+                sf.snapshot(),
+                128 << 20,
+                "DBUS's maximum for snap length {snap:#x}"
+            );
         }
         let sf = Savefile::open(&pcap_header(TCPDUMP_MAGIC, 0, 1 | 4 << 28)).unwrap();
         assert_eq!(sf.link(), 1);
@@ -1033,7 +1269,11 @@ mod tests {
         record(&mut f, 1, 0, 4, 4, &[0; 8]);
         f.extend_from_slice(&[9, 9, 9, 9]);
         let sf = Savefile::open(&f).unwrap();
-        assert_eq!(sf.snapshot(), 114, "Kuznetzov's Ethernet captures may hold 14 bytes more");
+        assert_eq!(
+            sf.snapshot(),
+            114,
+            "Kuznetzov's Ethernet captures may hold 14 bytes more"
+        );
         let (recs, e) = all(&f);
         assert!(e.is_none());
         assert_eq!(recs[0].bytes(&f), &[9, 9, 9, 9]);
@@ -1057,22 +1297,47 @@ mod tests {
         assert!(sf.swapped());
         let (recs, e) = all(&f);
         assert!(e.is_none());
-        assert_eq!((recs[0].caplen, recs[0].orig_len, recs[0].ts_sec, recs[0].ts_nsec), (3, 1000, 5, 6000));
+        assert_eq!(
+            (
+                recs[0].caplen,
+                recs[0].orig_len,
+                recs[0].ts_sec,
+                recs[0].ts_nsec
+            ),
+            (3, 1000, 5, 6000)
+        );
     }
 
     #[test]
     fn header_errors_name_the_problem() {
         let e = Savefile::open(b"abc").unwrap_err();
-        assert!(e.to_string().contains("too short to be a capture file") && e.at == 0, "{e}");
+        assert!(
+            e.to_string().contains("too short to be a capture file") && e.at == 0,
+            "{e}"
+        );
         let e = Savefile::open(b"this is not a capture").unwrap_err();
-        assert!(e.to_string().contains("not a pcap or pcapng file") && e.to_string().contains("at byte 0"), "{e}");
+        assert!(
+            e.to_string().contains("not a pcap or pcapng file")
+                && e.to_string().contains("at byte 0"),
+            "{e}"
+        );
         let mut h = pcap_header(TCPDUMP_MAGIC, 0, 1);
         h[4] = 1;
-        assert!(Savefile::open(&h).unwrap_err().to_string().contains("archaic"));
+        assert!(Savefile::open(&h)
+            .unwrap_err()
+            .to_string()
+            .contains("archaic"));
         h[4] = 3;
-        assert!(Savefile::open(&h).unwrap_err().to_string().contains("unsupported pcap savefile version 3.4"));
+        assert!(Savefile::open(&h)
+            .unwrap_err()
+            .to_string()
+            .contains("unsupported pcap savefile version 3.4"));
         let e = Savefile::open(&pcap_header(TCPDUMP_MAGIC, 0, 1)[..20]).unwrap_err();
-        assert!(e.to_string().contains("truncated file header (20 of 24 bytes)"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("truncated file header (20 of 24 bytes)"),
+            "{e}"
+        );
     }
 
     /// A pcapng writer in this host's byte order.
@@ -1128,7 +1393,16 @@ mod tests {
         let mut f = Ng(Vec::new());
         f.shb()
             .block(0x0bad, &[1, 2, 3])
-            .idb(1, 0, &[(2, b"eth0"), (9, &[3]), (14, &100u64.to_le_bytes()), (2988, &[0; 7])])
+            .idb(
+                1,
+                0,
+                &[
+                    (2, b"eth0"),
+                    (9, &[3]),
+                    (14, &100u64.to_le_bytes()),
+                    (2988, &[0; 7]),
+                ],
+            )
             .idb(1, 0, &[(9, &[0x80 | 10])])
             .block(5, &[0; 12])
             .epb(0, 1_500, &[1; 10], 60)
@@ -1140,8 +1414,16 @@ mod tests {
         assert!(e.is_none(), "{e:?}");
         let times: Vec<(i64, i64)> = recs.iter().map(|r| (r.ts_sec, r.ts_nsec)).collect();
         // Milliseconds plus 100 s; 1/1024 s; microseconds (the default) in section two.
-        assert_eq!(times, vec![(101, 500_000_000), (3, 500_000_000), (2, 1_000)]);
-        assert_eq!(recs.iter().map(|r| (r.caplen, r.orig_len)).collect::<Vec<_>>(), vec![(10, 60), (4, 4), (8, 8)]);
+        assert_eq!(
+            times,
+            vec![(101, 500_000_000), (3, 500_000_000), (2, 1_000)]
+        );
+        assert_eq!(
+            recs.iter()
+                .map(|r| (r.caplen, r.orig_len))
+                .collect::<Vec<_>>(),
+            vec![(10, 60), (4, 4), (8, 8)]
+        );
         assert_eq!(recs[0].bytes(&f.0), &[1; 10]);
     }
 
@@ -1160,13 +1442,22 @@ mod tests {
         let mut f = Ng(Vec::new());
         f.shb().idb(1, 0, &[]).epb(3, 0, &[1; 4], 4);
         let (_, e) = all(&f.0);
-        assert!(e.unwrap().to_string().contains("interface 3, but the section describes 1"));
+        assert!(e
+            .unwrap()
+            .to_string()
+            .contains("interface 3, but the section describes 1"));
         let mut f = Ng(Vec::new());
         f.shb().epb(0, 0, &[1; 4], 4);
-        assert!(Savefile::open(&f.0).unwrap_err().to_string().contains("before any interface"));
+        assert!(Savefile::open(&f.0)
+            .unwrap_err()
+            .to_string()
+            .contains("before any interface"));
         let mut f = Ng(Vec::new());
         f.shb().idb(1, 0, &[(9, &[20])]);
-        assert!(Savefile::open(&f.0).unwrap_err().to_string().contains("if_tsresol 10^-20 is too fine"));
+        assert!(Savefile::open(&f.0)
+            .unwrap_err()
+            .to_string()
+            .contains("if_tsresol 10^-20 is too fine"));
     }
 
     proptest::proptest! {

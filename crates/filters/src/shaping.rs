@@ -23,7 +23,15 @@ pub struct Shape {
 }
 
 fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
-    let kind: BucketKind = a.get("policy", None).unwrap_or("token").parse().map_err(|e: shape::config::ConfigError| FilterError::bad("policy", a.get("policy", None).unwrap_or(""), &e.to_string()))?;
+    let kind: BucketKind = a.get("policy", None).unwrap_or("token").parse().map_err(
+        |e: shape::config::ConfigError| {
+            FilterError::bad(
+                "policy",
+                a.get("policy", None).unwrap_or(""),
+                &e.to_string(),
+            )
+        },
+    )?;
     let rate = a.get("rate", Some(0));
     let burst = a.get("burst", None);
     let peak = a.get("peak", None);
@@ -34,16 +42,39 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
                 Some(b) => format!("{r}:{b}"),
                 None => r.to_string(),
             };
-            let net = Limit::parse("rate", &text, kind, peak).map_err(|e| FilterError::bad("rate", &text, &e.to_string()))?;
-            Some(Config { net, ..Default::default() })
+            let net = Limit::parse("rate", &text, kind, peak)
+                .map_err(|e| FilterError::bad("rate", &text, &e.to_string()))?;
+            Some(Config {
+                net,
+                ..Default::default()
+            })
         }
     };
     let (seg, group) = match (a.get("group", None), config) {
-        (Some(g), c) => (Segment::join_group(g, c, std::process::id()).map_err(|e| FilterError::bad("group", g, &e.to_string()))?, true),
-        (None, Some(c)) => (Segment::create_private(c).map_err(|e| FilterError::invalid("cannot make the shaping budget", e))?, false),
-        (None, None) => return Err(FilterError::Missing { key: "rate".into(), expected: "a rate such as rate=10MB/s (or group=NAME to share a group's budget)".into() }),
+        (Some(g), c) => (
+            Segment::join_group(g, c, std::process::id())
+                .map_err(|e| FilterError::bad("group", g, &e.to_string()))?,
+            true,
+        ),
+        (None, Some(c)) => (
+            Segment::create_private(c)
+                .map_err(|e| FilterError::invalid("cannot make the shaping budget", e))?,
+            false,
+        ),
+        (None, None) => {
+            return Err(FilterError::Missing {
+                key: "rate".into(),
+                expected: "a rate such as rate=10MB/s (or group=NAME to share a group's budget)"
+                    .into(),
+            })
+        }
     };
-    Ok(Box::new(Shape { seg, group, blocks: 0, bytes: 0 }))
+    Ok(Box::new(Shape {
+        seg,
+        group,
+        blocks: 0,
+        bytes: 0,
+    }))
 }
 
 impl Filter for Shape {
@@ -60,7 +91,12 @@ impl Filter for Shape {
     }
     fn summary(&self) -> Option<String> {
         // counts only (they are the same wherever the filter runs); timing is in `--stats`
-        Some(format!("shape: {} blocks, {} bytes paced at {}", self.blocks, self.bytes, self.seg.shared().config().net.describe()))
+        Some(format!(
+            "shape: {} blocks, {} bytes paced at {}",
+            self.blocks,
+            self.bytes,
+            self.seg.shared().config().net.describe()
+        ))
     }
 }
 
@@ -82,15 +118,34 @@ pub static SHAPE: FilterSpec = FilterSpec::new("shape", Access::Metadata, make)
          Rates: 10MB/s, 80Mbit, 1.5GiB/s, 500k. Data and classes pass unchanged.",
     )
     .params(&[
-        Param::new("rate", "bytes per second, e.g. 10MB/s or 80Mbit (also positional)").at(0),
-        Param::new("burst", "bucket depth, e.g. 64KiB (default 20 ms of the rate, at least 16 KiB)"),
-        Param::new("policy", "token (default), leaky or token-leaky (also \"token+leaky\")").kind(Kind::Choice(&["token", "leaky", "token-leaky", "token+leaky"])).default("token"),
+        Param::new(
+            "rate",
+            "bytes per second, e.g. 10MB/s or 80Mbit (also positional)",
+        )
+        .at(0),
+        Param::new(
+            "burst",
+            "bucket depth, e.g. 64KiB (default 20 ms of the rate, at least 16 KiB)",
+        ),
+        Param::new(
+            "policy",
+            "token (default), leaky or token-leaky (also \"token+leaky\")",
+        )
+        .kind(Kind::Choice(&[
+            "token",
+            "leaky",
+            "token-leaky",
+            "token+leaky",
+        ]))
+        .default("token"),
         Param::new("peak", "peak rate of token-leaky (default twice the rate)"),
         Param::new("group", "share the budget of a shaping group"),
     ])
     .classes("unchanged")
     .example("streamline run 'gen count=1000 size=1K | shape rate=100KB/s | count'")
-    .replication(dataplane::Replication::Never("one budget paces the whole stream"));
+    .replication(dataplane::Replication::Never(
+        "one budget paces the whole stream",
+    ));
 
 #[cfg(test)]
 mod tests {
@@ -98,15 +153,37 @@ mod tests {
 
     #[test]
     fn nonsense_rates_are_refused() {
-        let args = |o: &[(&str, &str)]| Args::new("shape", vec![], o.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
-        let e = SHAPE.build(&args(&[("rate", "10 furlongs")])).err().unwrap().to_string();
+        let args = |o: &[(&str, &str)]| {
+            Args::new(
+                "shape",
+                vec![],
+                o.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        let e = SHAPE
+            .build(&args(&[("rate", "10 furlongs")]))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("furlongs"), "{e}");
         let e = SHAPE.build(&args(&[])).err().unwrap().to_string();
         assert!(e.contains("rate"), "{e}");
-        let e = SHAPE.build(&args(&[("rate", "1M"), ("burst", "10")])).err().unwrap().to_string();
+        let e = SHAPE
+            .build(&args(&[("rate", "1M"), ("burst", "10")]))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("quantum"), "{e}");
-        let e = SHAPE.build(&args(&[("group", "../x")])).err().unwrap().to_string();
+        let e = SHAPE
+            .build(&args(&[("group", "../x")]))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("not allowed"), "{e}");
-        assert!(SHAPE.build(&args(&[("rate", "1MB/s"), ("policy", "leaky")])).is_ok());
+        assert!(SHAPE
+            .build(&args(&[("rate", "1MB/s"), ("policy", "leaky")]))
+            .is_ok());
     }
 }

@@ -1,6 +1,6 @@
 //! Sinks: outfile, stdout, pcapout, null.
 
-use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 use std::fs::File;
@@ -17,7 +17,8 @@ impl Filter for Out {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         for t in &batch.tags {
             let Ok(d) = cx.data(t) else { continue };
-            let ok = self.w.write_all(d).is_ok() && (!self.newline || self.w.write_all(b"\n").is_ok());
+            let ok =
+                self.w.write_all(d).is_ok() && (!self.newline || self.w.write_all(b"\n").is_ok());
             if !ok {
                 cx.warn(format!("cannot write to {}", self.what));
                 cx.stop();
@@ -59,8 +60,16 @@ impl Filter for PcapOut {
             if self.w.is_none() {
                 let link = cx.store.link(t).unwrap_or(1);
                 self.link = Some(link);
-                let header = PcapHeader { datalink: DataLink::from(link), ..Default::default() };
-                match File::create(&self.path).map_err(|e| e.to_string()).and_then(|f| PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| e.to_string())) {
+                let header = PcapHeader {
+                    datalink: DataLink::from(link),
+                    ..Default::default()
+                };
+                match File::create(&self.path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|f| {
+                        PcapWriter::with_header(BufWriter::new(f), header)
+                            .map_err(|e| e.to_string())
+                    }) {
                     Ok(w) => self.w = Some(w),
                     Err(e) => {
                         cx.warn(format!("cannot create {}: {e}", self.path));
@@ -74,7 +83,10 @@ impl Filter for PcapOut {
             // time and gets 0, so the file depends only on the blocks, never on when or
             // where they were written.
             let (ts, orig) = match cx.store.record(t) {
-                Some((m, true)) => (Duration::from_nanos(m.ts_ns), m.orig_len.max(d.len() as u32)),
+                Some((m, true)) => (
+                    Duration::from_nanos(m.ts_ns),
+                    m.orig_len.max(d.len() as u32),
+                ),
                 Some((m, false)) => (Duration::from_nanos(m.ts_ns), d.len() as u32),
                 None => (Duration::ZERO, d.len() as u32),
             };
@@ -111,18 +123,37 @@ impl Filter for Null {
 fn make_outfile(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let path = a.require("file", Some(0))?;
     let mode_append = a.flag("append")?;
-    let f = std::fs::OpenOptions::new().create(true).write(true).append(mode_append).truncate(!mode_append).open(path).map_err(|e| FilterError::io(format!("cannot open {path}"), e))?;
-    Ok(Box::new(Out { w: Box::new(BufWriter::new(f)), newline: a.flag("lines")?, what: path.to_string() }))
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(mode_append)
+        .truncate(!mode_append)
+        .open(path)
+        .map_err(|e| FilterError::io(format!("cannot open {path}"), e))?;
+    Ok(Box::new(Out {
+        w: Box::new(BufWriter::new(f)),
+        newline: a.flag("lines")?,
+        what: path.to_string(),
+    }))
 }
 fn make_stdout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
-    Ok(Box::new(Out { w: Box::new(BufWriter::new(std::io::stdout())), newline: a.flag("lines")?, what: "standard output".into() }))
+    Ok(Box::new(Out {
+        w: Box::new(BufWriter::new(std::io::stdout())),
+        newline: a.flag("lines")?,
+        what: "standard output".into(),
+    }))
 }
 fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let path = a.require("file", Some(0))?.to_string();
     // Fail early if the file cannot be created; the header is written on the first packet
     // (its link type comes from the packets).
     File::create(&path).map_err(|e| FilterError::io(format!("cannot create {path}"), e))?;
-    Ok(Box::new(PcapOut { w: None, path, link: None, failed: false }))
+    Ok(Box::new(PcapOut {
+        w: None,
+        path,
+        link: None,
+        failed: false,
+    }))
 }
 fn make_null(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(Null))
@@ -141,9 +172,9 @@ pub static OUTFILE: FilterSpec = FilterSpec::new("outfile", Access::Sink, make_o
 pub static STDOUT: FilterSpec = FilterSpec::new("stdout", Access::Sink, make_stdout)
     .synopsis("stdout [lines=yes]")
     .description("Writes block contents to standard output.")
-    .params(&[
-        Param::new("lines", "yes for one block per line").kind(Kind::Flag).default("no"),
-    ])
+    .params(&[Param::new("lines", "yes for one block per line")
+        .kind(Kind::Flag)
+        .default("no")])
     .classes("sink (no output)")
     .example("streamline run 'file a.txt split=lines | grep x | stdout'");
 pub static PCAPOUT: FilterSpec = FilterSpec::new("pcapout", Access::Sink, make_pcapout)

@@ -8,7 +8,7 @@
 //!
 //! Owns: the kick policy and its accounting. The ring is the kernel crate's.
 
-use dataplane::{Kind, FilterError, Access, Args, Batch, Ctx, Filter, FilterSpec, Param};
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
 use kernel::tx::{TxConfig, TxRing};
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,11 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         return Err(FilterError::bad("batch", &batch.to_string(), "1..=65536"));
     }
     if !(16..=1 << 20).contains(&frames) {
-        return Err(FilterError::bad("frames", &frames.to_string(), "16..=1048576"));
+        return Err(FilterError::bad(
+            "frames",
+            &frames.to_string(),
+            "16..=1048576",
+        ));
     }
     let bypass = match a.get("bypass", None) {
         None | Some("no") => false,
@@ -47,7 +51,15 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         Some(v) => return Err(FilterError::bad("bypass", v, "yes or no")),
     };
     // Opened now: a missing interface or capability is an error before the run starts.
-    let ring = TxRing::open(&dev, TxConfig { frames, qdisc_bypass: bypass, ..TxConfig::default() }).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
+    let ring = TxRing::open(
+        &dev,
+        TxConfig {
+            frames,
+            qdisc_bypass: bypass,
+            ..TxConfig::default()
+        },
+    )
+    .map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
     Ok(Box::new(Tx {
         dev,
         ring,
@@ -74,7 +86,9 @@ impl Tx {
         self.kicks += 1;
         self.pending = 0;
         self.since = None;
-        self.ring.kick().map_err(|e| FilterError::io(self.dev.clone(), e))
+        self.ring
+            .kick()
+            .map_err(|e| FilterError::io(self.dev.clone(), e))
     }
 
     /// Queue one frame (waiting for a slot if the ring is full); kick if the batch is full.
@@ -83,11 +97,17 @@ impl Tx {
             self.too_large += 1;
             return Ok(());
         }
-        while !self.ring.put(d, &mut self.rejected).map_err(|e| FilterError::io(self.dev.clone(), e))? {
+        while !self
+            .ring
+            .put(d, &mut self.rejected)
+            .map_err(|e| FilterError::io(self.dev.clone(), e))?
+        {
             // The ring is full: send what is queued and wait for a slot.
             self.full_waits += 1;
             self.kick()?;
-            self.ring.wait_writable(Duration::from_millis(10)).map_err(|e| FilterError::io(self.dev.clone(), e))?;
+            self.ring
+                .wait_writable(Duration::from_millis(10))
+                .map_err(|e| FilterError::io(self.dev.clone(), e))?;
         }
         self.frames += 1;
         self.bytes += d.len() as u64;
@@ -145,16 +165,27 @@ impl Filter for Tx {
     }
 
     fn summary(&self) -> Option<String> {
-        let per = if self.kicks > 0 { self.frames as f64 / self.kicks as f64 } else { 0.0 };
+        let per = if self.kicks > 0 {
+            self.frames as f64 / self.kicks as f64
+        } else {
+            0.0
+        };
         let mut s = format!(
             "tx {}: {} frames ({} bytes) in {} kicks ({per:.1} frames per kick), ring full {} times",
             self.dev, self.frames, self.bytes, self.kicks, self.full_waits
         );
         if self.too_large > 0 {
-            s += &format!(", {} blocks too large for a frame slot ({} bytes) dropped", self.too_large, self.ring.max_frame());
+            s += &format!(
+                ", {} blocks too large for a frame slot ({} bytes) dropped",
+                self.too_large,
+                self.ring.max_frame()
+            );
         }
         if self.rejected > 0 {
-            s += &format!(", {} frames refused by the kernel (wrong format)", self.rejected);
+            s += &format!(
+                ", {} frames refused by the kernel (wrong format)",
+                self.rejected
+            );
         }
         Some(s)
     }

@@ -5,7 +5,7 @@
 //! frames carry no capture time: blocks are stamped when they are read.
 
 use crate::lent;
-use dataplane::{FilterError, Args, Batch, BufId, Ctx, Filter, RecordMeta, Tag};
+use dataplane::{Args, Batch, BufId, Ctx, Filter, FilterError, RecordMeta, Tag};
 use kernel::xdp::{XdpConfig, XdpDrops, XdpRx};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -33,24 +33,50 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, FilterError> {
         return Err(FilterError::Rule("a kernel program on the socket needs impl=packet (an AF_XDP socket has no socket filter)".into()));
     }
     if a.get("fanout", None).is_some() {
-        return Err(FilterError::Rule("fanout= needs impl=packet (an AF_XDP socket has no socket filter or fanout group)".into()));
+        return Err(FilterError::Rule(
+            "fanout= needs impl=packet (an AF_XDP socket has no socket filter or fanout group)"
+                .into(),
+        ));
     }
     let queue: u32 = a.parse("queue", None, 0)?;
     let latency_ms: u64 = a.parse("latency", None, 10)?;
     let frames: u32 = a.parse("frames", None, 16384)?;
     let gather: usize = a.parse("batch", None, frames as usize / 4)?;
     if !frames.is_power_of_two() || !(64..=1 << 20).contains(&frames) {
-        return Err(FilterError::bad("frames", &frames.to_string(), "a power of two in 64..=1048576"));
+        return Err(FilterError::bad(
+            "frames",
+            &frames.to_string(),
+            "a power of two in 64..=1048576",
+        ));
     }
     if gather == 0 || gather > frames as usize / 4 {
-        return Err(FilterError::bad("batch", &gather.to_string(), &format!("1..={} (a quarter of frames={frames})", frames / 4)));
+        return Err(FilterError::bad(
+            "batch",
+            &gather.to_string(),
+            &format!("1..={} (a quarter of frames={frames})", frames / 4),
+        ));
     }
     let skb_mode = match a.get("xdpmode", None) {
         None | Some("auto") => false,
         Some("skb") => true,
         Some(v) => return Err(FilterError::bad("xdpmode", v, "auto or skb")),
     };
-    Ok(Box::new(XdpSource { dev, cfg: XdpConfig { queue, frames, skb_mode }, latency: Duration::from_millis(latency_ms), gather, pending: Vec::new(), sent: 0, buf: 0, packets: 0, drops: None, failed: false }))
+    Ok(Box::new(XdpSource {
+        dev,
+        cfg: XdpConfig {
+            queue,
+            frames,
+            skb_mode,
+        },
+        latency: Duration::from_millis(latency_ms),
+        gather,
+        pending: Vec::new(),
+        sent: 0,
+        buf: 0,
+        packets: 0,
+        drops: None,
+        failed: false,
+    }))
 }
 
 impl XdpSource {
@@ -73,31 +99,41 @@ impl Filter for XdpSource {
             match XdpRx::open(&self.dev, self.cfg) {
                 Ok(s) => {
                     self.buf = lent::lend(cx.store, s);
-                    cx.store.set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
+                    cx.store
+                        .set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
                 }
                 Err(e) => return self.fail(cx, format!("{}: {e}", self.dev)),
             }
         }
         if self.sent >= self.pending.len() {
             // Everything gathered went out and (epoch_end) came back: gather anew.
-            let sock = lent::lender_mut::<XdpRx>(cx.store, self.buf).expect("the store owns the socket it was given");
-            self.pending = match sock.next_batch(self.gather, Duration::from_millis(50), self.latency) {
-                Ok(f) => f,
-                Err(e) => {
-                    let msg = format!("{}: AF_XDP: {e}", self.dev);
-                    return self.fail(cx, msg);
-                }
-            };
+            let sock = lent::lender_mut::<XdpRx>(cx.store, self.buf)
+                .expect("the store owns the socket it was given");
+            self.pending =
+                match sock.next_batch(self.gather, Duration::from_millis(50), self.latency) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        let msg = format!("{}: AF_XDP: {e}", self.dev);
+                        return self.fail(cx, msg);
+                    }
+                };
             self.sent = 0;
             if self.pending.is_empty() {
                 return true;
             }
         }
-        let ts_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let ts_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
         let end = (self.sent + max).min(self.pending.len());
         let mut metas = Vec::with_capacity(end - self.sent);
         for &(pos, len) in &self.pending[self.sent..end] {
-            out.push(Tag { pos, len: len as u32, buf: self.buf, class: 1 });
+            out.push(Tag {
+                pos,
+                len: len as u32,
+                buf: self.buf,
+                class: 1,
+            });
             metas.push(RecordMeta::whole(pos, len as u32, ts_ns, len as u32));
         }
         self.sent = end;
@@ -130,9 +166,18 @@ impl Filter for XdpSource {
             return None;
         }
         let drops = match self.drops {
-            Some(d) => format!(", {} dropped by the kernel (RX ring full {}, no fill chunk {}, other {})", d.total(), d.ring_full, d.fill_empty, d.other),
+            Some(d) => format!(
+                ", {} dropped by the kernel (RX ring full {}, no fill chunk {}, other {})",
+                d.total(),
+                d.ring_full,
+                d.fill_empty,
+                d.other
+            ),
             None => ", kernel drops unknown (XDP_STATISTICS failed)".to_string(),
         };
-        Some(format!("rx {} (AF_XDP, queue {}, copy mode): {} packets delivered{drops}", self.dev, self.cfg.queue, self.packets))
+        Some(format!(
+            "rx {} (AF_XDP, queue {}, copy mode): {} packets delivered{drops}",
+            self.dev, self.cfg.queue, self.packets
+        ))
     }
 }

@@ -38,13 +38,18 @@ fn edit(text: &str) -> Edit {
 fn count_of(r: &[NodeReport], label: &str) -> Option<(u64, u64)> {
     let s = r.iter().find(|n| n.label == label)?.summary.as_deref()?;
     let rest = s.strip_prefix("count: ")?;
-    let mut w = rest.split(|c: char| !c.is_ascii_digit()).filter(|x| !x.is_empty());
+    let mut w = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|x| !x.is_empty());
     Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
 }
 
 /// Blocks into node `label` as the run last published them.
 fn blocks_in(h: &EditHandle, label: &str) -> u64 {
-    h.report().iter().find(|n| n.label == label).map_or(0, |n| n.counters.blocks_in)
+    h.report()
+        .iter()
+        .find(|n| n.label == label)
+        .map_or(0, |n| n.counters.blocks_in)
 }
 
 /// Wait until more than `past` blocks went into `label`; the new count.
@@ -55,7 +60,10 @@ fn progress(h: &EditHandle, label: &str, past: u64) -> u64 {
         if now > past {
             return now;
         }
-        assert!(Instant::now() < end, "{label}: no progress past {past} blocks");
+        assert!(
+            Instant::now() < end,
+            "{label}: no progress past {past} blocks"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -105,17 +113,39 @@ fn a_lossless_run_loses_no_block_across_live_edits() {
             let a = applied(h, text);
             if let Some(old) = &a.retired {
                 // The instance an earlier edit made had blocks through it before this one.
-                assert!(old.counters.blocks_in > 0 && old.counters.blocks_out == old.counters.blocks_in, "{text}: {old:?}");
+                assert!(
+                    old.counters.blocks_in > 0 && old.counters.blocks_out == old.counters.blocks_in,
+                    "{text}: {old:?}"
+                );
             }
             labels.push(a.label);
         }
         progress(h, "count:tail", blocks_in(h, "count:tail"));
     });
-    assert_eq!(labels, ["sample", "sample", "count:mid", "hist", "count:mid", "dedup", "dedup"]);
-    assert_eq!(count_of(&r, "count:tail"), Some(unedited), "the edited run's tail counts what the unedited run's does");
+    assert_eq!(
+        labels,
+        [
+            "sample",
+            "sample",
+            "count:mid",
+            "hist",
+            "count:mid",
+            "dedup",
+            "dedup"
+        ]
+    );
+    assert_eq!(
+        count_of(&r, "count:tail"),
+        Some(unedited),
+        "the edited run's tail counts what the unedited run's does"
+    );
     assert_eq!(count_of(&r, "count"), Some(unedited));
     let now: Vec<&str> = r.iter().map(|n| n.label.as_str()).collect();
-    assert_eq!(now, ["gen", "count", "count:tail"], "removed nodes are left out of the report");
+    assert_eq!(
+        now,
+        ["gen", "count", "count:tail"],
+        "removed nodes are left out of the report"
+    );
 }
 
 #[test]
@@ -133,7 +163,10 @@ fn an_insert_that_fails_to_build_leaves_the_run_unchanged() {
                     "{e}"
                 );
                 let shown = e.render("edit: ", "insert after count sample every=banana");
-                assert!(shown.contains("parameter every=banana") && shown.contains("^^^^"), "{shown}");
+                assert!(
+                    shown.contains("parameter every=banana") && shown.contains("^^^^"),
+                    "{shown}"
+                );
             }
             other => panic!("expected a build error, got {other:?}"),
         }
@@ -162,18 +195,43 @@ fn set_on_sample_changes_what_passes_afterwards() {
     // Up to the edit every block passed; from then on one in four (the 4th, 8th, ...).
     let a = old.counters.blocks_in;
     assert_eq!(old.counters.blocks_out, a, "every=1 passed all it saw");
-    assert!(a > 0 && a < N, "the set came mid-run ({a} of {N} blocks seen)");
+    assert!(
+        a > 0 && a < N,
+        "the set came mid-run ({a} of {N} blocks seen)"
+    );
     let want = a + (N - a) / 4;
-    assert_eq!(count_of(&r, "count:tail"), Some((want, want * SIZE)), "{a} blocks before the set");
-    let s = r.iter().find(|n| n.label == "sample").and_then(|n| n.summary.clone()).unwrap();
-    assert_eq!(s, format!("sample: 1 in 4: {} seen, {} passed", N - a, (N - a) / 4), "the new instance's own totals");
+    assert_eq!(
+        count_of(&r, "count:tail"),
+        Some((want, want * SIZE)),
+        "{a} blocks before the set"
+    );
+    let s = r
+        .iter()
+        .find(|n| n.label == "sample")
+        .and_then(|n| n.summary.clone())
+        .unwrap();
+    assert_eq!(
+        s,
+        format!("sample: 1 in 4: {} seen, {} passed", N - a, (N - a) / 4),
+        "the new instance's own totals"
+    );
 }
 
 /// `sample`'s (seen, passed) from its summary line.
 fn sample_of(r: &[NodeReport]) -> (u64, u64) {
-    let s = r.iter().find(|n| n.label == "sample").and_then(|n| n.summary.clone()).expect("sample's summary");
-    let rest = s.strip_prefix("sample: 1 in 50: ").unwrap_or_else(|| panic!("{s}"));
-    let w: Vec<u64> = rest.split(|c: char| !c.is_ascii_digit()).filter(|x| !x.is_empty()).map(|x| x.parse().unwrap()).collect();
+    let s = r
+        .iter()
+        .find(|n| n.label == "sample")
+        .and_then(|n| n.summary.clone())
+        .expect("sample's summary");
+    let rest = s
+        .strip_prefix("sample: 1 in 50: ")
+        .unwrap_or_else(|| panic!("{s}"));
+    let w: Vec<u64> = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|x| !x.is_empty())
+        .map(|x| x.parse().unwrap())
+        .collect();
     (w[0], w[1])
 }
 
@@ -183,36 +241,71 @@ fn a_branch_forks_a_running_pipeline_without_taking_from_it() {
     let mut graph = Vec::new();
     let r = run_edited(&pipeline, |h| {
         progress(h, "count:tail", 0);
-        assert_eq!(applied(h, "branch count:head sample every=50").label, "sample");
+        assert_eq!(
+            applied(h, "branch count:head sample every=50").label,
+            "sample"
+        );
         // Past the 50th block, so sample has passed one before anything is below it.
         progress(h, "sample", 50);
         // Below the leaf: from now on its output goes on.
-        assert_eq!(applied(h, "branch sample count name=side").label, "count:side");
+        assert_eq!(
+            applied(h, "branch sample count name=side").label,
+            "count:side"
+        );
         progress(h, "count:side", 0);
         graph = h.graph();
     });
-    let shown: Vec<(&str, &str, Vec<&str>)> = graph.iter().map(|n| (n.label.as_str(), n.filter.as_str(), n.outputs.iter().map(|s| s.as_str()).collect())).collect();
+    let shown: Vec<(&str, &str, Vec<&str>)> = graph
+        .iter()
+        .map(|n| {
+            (
+                n.label.as_str(),
+                n.filter.as_str(),
+                n.outputs.iter().map(|s| s.as_str()).collect(),
+            )
+        })
+        .collect();
     assert_eq!(
         shown,
         [
-            ("gen", format!("gen count={N} size={SIZE}").as_str(), vec!["count:head"]),
+            (
+                "gen",
+                format!("gen count={N} size={SIZE}").as_str(),
+                vec!["count:head"]
+            ),
             ("count:head", "count", vec!["count:tail", "sample"]),
             ("count:tail", "count", vec![]),
             ("sample", "sample every=50", vec!["count:side"]),
             ("count:side", "count", vec![]),
         ]
     );
-    assert_eq!(count_of(&r, "count:tail"), Some((N, N * SIZE)), "the old successor got every block");
+    assert_eq!(
+        count_of(&r, "count:tail"),
+        Some((N, N * SIZE)),
+        "the old successor got every block"
+    );
     let head = r.iter().find(|n| n.label == "count:head").unwrap();
     // head's output went to the tail (all N) and, from the branch on, to sample as well.
     let to_sample = head.counters.blocks_out - N;
-    assert!(to_sample > 0 && to_sample < N, "the branch came mid-run: sample got {to_sample} of {N}");
+    assert!(
+        to_sample > 0 && to_sample < N,
+        "the branch came mid-run: sample got {to_sample} of {N}"
+    );
     let sample = r.iter().find(|n| n.label == "sample").unwrap();
-    assert_eq!(sample.counters.blocks_in, to_sample, "the branch saw exactly what head emitted after the edit");
+    assert_eq!(
+        sample.counters.blocks_in, to_sample,
+        "the branch saw exactly what head emitted after the edit"
+    );
     let (seen, passed) = sample_of(&r);
     assert_eq!((seen, passed), (to_sample, to_sample / 50));
     // A leaf's output ends there and is not counted; from count:side on it was.
     let (side, _) = count_of(&r, "count:side").expect("count:side");
-    assert_eq!(sample.counters.blocks_out, side, "count:side counted all that sample passed once it was below it");
-    assert!(side > 0 && side < passed, "count:side came after sample had passed some: {side} of {passed}");
+    assert_eq!(
+        sample.counters.blocks_out, side,
+        "count:side counted all that sample passed once it was below it"
+    );
+    assert!(
+        side > 0 && side < passed,
+        "count:side came after sample had passed some: {side} of {passed}"
+    );
 }

@@ -39,7 +39,16 @@ struct Pkt {
 impl std::fmt::Debug for Pkt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let head = &self.data[..self.data.len().min(24)];
-        write!(f, "Pkt {{ caplen {}, len {}, {} bytes {:02x?}.., ts {}s {}ns }}", self.caplen, self.len, self.data.len(), head, self.sec, self.nsec)
+        write!(
+            f,
+            "Pkt {{ caplen {}, len {}, {} bytes {:02x?}.., ts {}s {}ns }}",
+            self.caplen,
+            self.len,
+            self.data.len(),
+            head,
+            self.sec,
+            self.nsec
+        )
     }
 }
 
@@ -49,7 +58,9 @@ fn differ(a: &Pkt, b: &Pkt) -> Option<String> {
         return None;
     }
     let at = a.data.iter().zip(&b.data).position(|(x, y)| x != y);
-    Some(format!("ours {a:?}\nlibpcap {b:?}\nfirst differing byte: {at:?}"))
+    Some(format!(
+        "ours {a:?}\nlibpcap {b:?}\nfirst differing byte: {at:?}"
+    ))
 }
 
 /// A whole read: the link type (libpcap's DLT), the packets, and how it ended.
@@ -65,14 +76,35 @@ struct Read {
 
 /// libpcap's reading of `path`; Err: it refuses to open the file.
 fn libpcap(path: &Path) -> Result<Read, String> {
-    let mut cap = pcap::Capture::from_file_with_precision(path, pcap::Precision::Nano).map_err(|e| e.to_string())?;
+    let mut cap = pcap::Capture::from_file_with_precision(path, pcap::Precision::Nano)
+        .map_err(|e| e.to_string())?;
     let dlt = cap.get_datalink().0 as u32;
     let mut pkts = Vec::new();
     loop {
         match cap.next_packet() {
-            Ok(p) => pkts.push(Pkt { data: p.data.to_vec(), caplen: p.header.caplen, len: p.header.len, sec: p.header.ts.tv_sec, nsec: p.header.ts.tv_usec }),
-            Err(pcap::Error::NoMorePackets) => return Ok(Read { dlt, pkts, error: None, rewritten: 0 }),
-            Err(e) => return Ok(Read { dlt, pkts, error: Some(e.to_string()), rewritten: 0 }),
+            Ok(p) => pkts.push(Pkt {
+                data: p.data.to_vec(),
+                caplen: p.header.caplen,
+                len: p.header.len,
+                sec: p.header.ts.tv_sec,
+                nsec: p.header.ts.tv_usec,
+            }),
+            Err(pcap::Error::NoMorePackets) => {
+                return Ok(Read {
+                    dlt,
+                    pkts,
+                    error: None,
+                    rewritten: 0,
+                })
+            }
+            Err(e) => {
+                return Ok(Read {
+                    dlt,
+                    pkts,
+                    error: Some(e.to_string()),
+                    rewritten: 0,
+                })
+            }
         }
     }
 }
@@ -86,15 +118,39 @@ fn ours(file: &[u8]) -> Result<Read, String> {
         match sf.next(file) {
             Ok(Some(r)) => {
                 let mut data = r.bytes(file).to_vec();
-                assert_eq!(data.len(), r.caplen as usize, "a record's bytes must be its captured length");
+                assert_eq!(
+                    data.len(),
+                    r.caplen as usize,
+                    "a record's bytes must be its captured length"
+                );
                 if r.rewrite {
                     swap_pseudo_header(sf.dlt(), &mut data, r.orig_len);
                     rewritten += 1;
                 }
-                pkts.push(Pkt { data, caplen: r.caplen, len: r.orig_len, sec: r.ts_sec, nsec: r.ts_nsec });
+                pkts.push(Pkt {
+                    data,
+                    caplen: r.caplen,
+                    len: r.orig_len,
+                    sec: r.ts_sec,
+                    nsec: r.ts_nsec,
+                });
             }
-            Ok(None) => return Ok(Read { dlt: sf.dlt(), pkts, error: None, rewritten }),
-            Err(e) => return Ok(Read { dlt: sf.dlt(), pkts, error: Some(e.to_string()), rewritten }),
+            Ok(None) => {
+                return Ok(Read {
+                    dlt: sf.dlt(),
+                    pkts,
+                    error: None,
+                    rewritten,
+                })
+            }
+            Err(e) => {
+                return Ok(Read {
+                    dlt: sf.dlt(),
+                    pkts,
+                    error: Some(e.to_string()),
+                    rewritten,
+                })
+            }
         }
     }
 }
@@ -156,7 +212,11 @@ impl Filter for Collect {
                 assert!(whole, "pcapin delivers whole records");
                 m
             });
-            out.push((data, meta.expect("pcapin's blocks carry record metadata"), cx.store.link(t)));
+            out.push((
+                data,
+                meta.expect("pcapin's blocks carry record metadata"),
+                cx.store.link(t),
+            ));
         }
     }
 }
@@ -167,7 +227,10 @@ impl Filter for Collect {
 
 /// Link types to draw from: the common ones, the ones libpcap treats specially (snap
 /// length maxima, pseudo-header rewrites, LINKTYPE to DLT mappings) and a few others.
-const LINKS: &[u32] = &[0, 1, 1, 1, 12, 14, 100, 101, 101, 106, 108, 113, 113, 117, 147, 189, 220, 228, 229, 231, 239, 249, 276, 276, 279];
+const LINKS: &[u32] = &[
+    0, 1, 1, 1, 12, 14, 100, 101, 101, 106, 108, 113, 113, 117, 147, 189, 220, 228, 229, 231, 239,
+    249, 276, 276, 279,
+];
 
 fn link() -> impl Strategy<Value = u32> {
     prop_oneof![
@@ -211,7 +274,11 @@ fn wire_len(n: usize) -> impl Strategy<Value = u32> {
 /// completed incoming isochronous USB transfers. `big`: the file is big endian.
 fn shape(link: u32, data: &mut Vec<u8>, len: &mut u32, big: bool, seed: u8) {
     let put32 = |d: &mut Vec<u8>, at: usize, v: u32| {
-        let b = if big { v.to_be_bytes() } else { v.to_le_bytes() };
+        let b = if big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        };
         d[at..at + 4].copy_from_slice(&b);
     };
     match linktype_to_dlt(link & 0x03ff_ffff) {
@@ -231,7 +298,11 @@ fn shape(link: u32, data: &mut Vec<u8>, len: &mut u32, big: bool, seed: u8) {
             data.resize(data.len().max(16), 0);
             data[1] = 0;
             let tlv = u16::from(seed % 12);
-            let b = if big { tlv.to_be_bytes() } else { tlv.to_le_bytes() };
+            let b = if big {
+                tlv.to_be_bytes()
+            } else {
+                tlv.to_le_bytes()
+            };
             data[4..6].copy_from_slice(&b);
         }
         220 => {
@@ -276,7 +347,14 @@ fn pcap_rec() -> impl Strategy<Value = PcapRec> {
             proptest::option::weighted(0.03, prop_oneof![0u32..600, any::<u32>()]),
             proptest::option::weighted(0.3, any::<u8>()),
         )
-            .prop_map(|(sec, frac, data, len, caplen, shape)| PcapRec { sec, frac, data, len, caplen, shape })
+            .prop_map(|(sec, frac, data, len, caplen, shape)| PcapRec {
+                sec,
+                frac,
+                data,
+                len,
+                caplen,
+                shape,
+            })
     })
 }
 
@@ -304,7 +382,8 @@ fn pcap_file() -> impl Strategy<Value = PcapFile> {
 
 /// Mostly files as a capturing program writes them (`tidy`), the rest crafted.
 fn pcap_case() -> impl Strategy<Value = PcapFile> {
-    (pcap_file(), proptest::bool::weighted(0.7)).prop_map(|(f, tidy)| if tidy { f.tidy() } else { f })
+    (pcap_file(), proptest::bool::weighted(0.7))
+        .prop_map(|(f, tidy)| if tidy { f.tidy() } else { f })
 }
 
 /// Bytes in the file's byte order.
@@ -315,13 +394,25 @@ struct Writer {
 
 impl Writer {
     fn u16(&mut self, v: u16) {
-        self.out.extend_from_slice(&if self.big { v.to_be_bytes() } else { v.to_le_bytes() });
+        self.out.extend_from_slice(&if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        });
     }
     fn u32(&mut self, v: u32) {
-        self.out.extend_from_slice(&if self.big { v.to_be_bytes() } else { v.to_le_bytes() });
+        self.out.extend_from_slice(&if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        });
     }
     fn u64(&mut self, v: u64) {
-        self.out.extend_from_slice(&if self.big { v.to_be_bytes() } else { v.to_le_bytes() });
+        self.out.extend_from_slice(&if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        });
     }
     fn bytes(&mut self, b: &[u8]) {
         self.out.extend_from_slice(b);
@@ -350,7 +441,10 @@ impl PcapFile {
     }
 
     fn bytes(&self) -> Vec<u8> {
-        let mut w = Writer { big: self.big, out: Vec::new() };
+        let mut w = Writer {
+            big: self.big,
+            out: Vec::new(),
+        };
         w.u32(self.magic);
         w.u16(self.version.0);
         w.u16(self.version.1);
@@ -385,7 +479,11 @@ struct Opt {
 }
 
 fn opt_of(code: u16, value: Vec<u8>) -> Opt {
-    Opt { code, len: value.len() as u16, value }
+    Opt {
+        code,
+        len: value.len() as u16,
+        value,
+    }
 }
 
 /// Options for interface blocks: the timestamp options libpcap reads (well and badly
@@ -420,16 +518,45 @@ fn any_opt() -> impl Strategy<Value = Opt> {
 #[derive(Debug, Clone)]
 enum NgBlock {
     /// An interface: the first interface's link type and snap length, or others.
-    Idb { other: Option<(u16, u32)>, opts: Vec<Opt> },
+    Idb {
+        other: Option<(u16, u32)>,
+        opts: Vec<Opt>,
+    },
     /// `iface` is taken modulo the section's interfaces so far unless `raw`; the bytes are
     /// cut to the snap length, as a capturing program does, unless `over` (crafted).
-    Epb { iface: u32, raw: bool, over: bool, ts: u64, data: Vec<u8>, len: u32, caplen: Option<u32>, shape: Option<u8>, opts: Vec<Opt> },
-    Pb { iface: u16, ts: u64, data: Vec<u8>, len: u32 },
-    Spb { data: Vec<u8>, len: u32 },
+    Epb {
+        iface: u32,
+        raw: bool,
+        over: bool,
+        ts: u64,
+        data: Vec<u8>,
+        len: u32,
+        caplen: Option<u32>,
+        shape: Option<u8>,
+        opts: Vec<Opt>,
+    },
+    Pb {
+        iface: u16,
+        ts: u64,
+        data: Vec<u8>,
+        len: u32,
+    },
+    Spb {
+        data: Vec<u8>,
+        len: u32,
+    },
     /// Any other block type (statistics, name resolution, custom, unknown) with a body.
-    Other { kind: u32, body: Vec<u8> },
+    Other {
+        kind: u32,
+        body: Vec<u8>,
+    },
     /// A block whose total length fields are crafted.
-    Bad { kind: u32, len: u32, tail: Option<u32>, body: Vec<u8> },
+    Bad {
+        kind: u32,
+        len: u32,
+        tail: Option<u32>,
+        body: Vec<u8>,
+    },
 }
 
 fn ts() -> impl Strategy<Value = u64> {
@@ -441,7 +568,10 @@ fn ng_block() -> impl Strategy<Value = NgBlock> {
         let n = data.len();
         (
             prop_oneof![8 => 0u32..4, 1 => any::<u32>()],
-            (proptest::bool::weighted(0.02), proptest::bool::weighted(0.03)),
+            (
+                proptest::bool::weighted(0.02),
+                proptest::bool::weighted(0.03),
+            ),
             ts(),
             Just(data),
             wire_len(n),
@@ -449,7 +579,19 @@ fn ng_block() -> impl Strategy<Value = NgBlock> {
             proptest::option::weighted(0.3, any::<u8>()),
             proptest::collection::vec(any_opt(), 0..2),
         )
-            .prop_map(|(iface, (raw, over), ts, data, len, caplen, shape, opts)| NgBlock::Epb { iface, raw, over, ts, data, len, caplen, shape, opts })
+            .prop_map(|(iface, (raw, over), ts, data, len, caplen, shape, opts)| {
+                NgBlock::Epb {
+                    iface,
+                    raw,
+                    over,
+                    ts,
+                    data,
+                    len,
+                    caplen,
+                    shape,
+                    opts,
+                }
+            })
     });
     prop_oneof![
         60 => epb,
@@ -482,14 +624,31 @@ fn section() -> impl Strategy<Value = Section> {
         proptest::option::weighted(0.02, prop_oneof![Just(0x4d3c_2b1au32), any::<u32>()]),
         proptest::collection::vec(any_opt(), 0..2),
         // Usually an interface first.
-        (proptest::bool::weighted(0.95), proptest::collection::vec(idb_opt(), 0..3), proptest::collection::vec(ng_block(), 0..20)),
+        (
+            proptest::bool::weighted(0.95),
+            proptest::collection::vec(idb_opt(), 0..3),
+            proptest::collection::vec(ng_block(), 0..20),
+        ),
     )
-        .prop_map(|(version, magic, opts, (idb_first, idb_opts, mut blocks))| {
-            if idb_first {
-                blocks.insert(0, NgBlock::Idb { other: None, opts: idb_opts });
-            }
-            Section { version, magic, opts, blocks }
-        })
+        .prop_map(
+            |(version, magic, opts, (idb_first, idb_opts, mut blocks))| {
+                if idb_first {
+                    blocks.insert(
+                        0,
+                        NgBlock::Idb {
+                            other: None,
+                            opts: idb_opts,
+                        },
+                    );
+                }
+                Section {
+                    version,
+                    magic,
+                    opts,
+                    blocks,
+                }
+            },
+        )
 }
 
 #[derive(Debug, Clone)]
@@ -501,8 +660,18 @@ struct NgFile {
 }
 
 fn ng_file() -> impl Strategy<Value = NgFile> {
-    (any::<bool>(), prop_oneof![6 => proptest::sample::select(LINKS).prop_map(|l| l as u16), 1 => any::<u16>()], snaplen(), proptest::collection::vec(section(), 1..4))
-        .prop_map(|(big, link, snaplen, sections)| NgFile { big, link, snaplen, sections })
+    (
+        any::<bool>(),
+        prop_oneof![6 => proptest::sample::select(LINKS).prop_map(|l| l as u16), 1 => any::<u16>()],
+        snaplen(),
+        proptest::collection::vec(section(), 1..4),
+    )
+        .prop_map(|(big, link, snaplen, sections)| NgFile {
+            big,
+            link,
+            snaplen,
+            sections,
+        })
 }
 
 /// Mostly files as a capturing program writes them (`tidy`), the rest crafted.
@@ -520,7 +689,9 @@ fn tidy_opts(opts: &mut Vec<Opt>) {
         match o.code {
             0 => false,
             9 => {
-                let ok = !resol && o.len == 1 && (o.value[0] <= 19 || (0x80..0xc0).contains(&o.value[0]));
+                let ok = !resol
+                    && o.len == 1
+                    && (o.value[0] <= 19 || (0x80..0xc0).contains(&o.value[0]));
                 resol |= ok;
                 ok
             }
@@ -546,7 +717,13 @@ impl NgFile {
             s.magic = None;
             s.blocks.retain(|b| !matches!(b, NgBlock::Bad { .. }));
             if !matches!(s.blocks.first(), Some(NgBlock::Idb { .. })) {
-                s.blocks.insert(0, NgBlock::Idb { other: None, opts: Vec::new() });
+                s.blocks.insert(
+                    0,
+                    NgBlock::Idb {
+                        other: None,
+                        opts: Vec::new(),
+                    },
+                );
             }
             for b in &mut s.blocks {
                 match b {
@@ -554,7 +731,9 @@ impl NgFile {
                         *other = None;
                         tidy_opts(opts);
                     }
-                    NgBlock::Epb { raw, over, caplen, .. } => {
+                    NgBlock::Epb {
+                        raw, over, caplen, ..
+                    } => {
                         (*raw, *over, *caplen) = (false, false, None);
                     }
                     NgBlock::Spb { data, len } => *len = data.len() as u32,
@@ -566,7 +745,10 @@ impl NgFile {
     }
 
     fn bytes(&self) -> Vec<u8> {
-        let mut w = Writer { big: self.big, out: Vec::new() };
+        let mut w = Writer {
+            big: self.big,
+            out: Vec::new(),
+        };
         // Writes a block: type, total length, body (already padded), total length.
         fn block(w: &mut Writer, kind: u32, body: &Writer) {
             let len = 12 + body.out.len() as u32;
@@ -592,7 +774,10 @@ impl NgFile {
             }
         }
         for s in &self.sections {
-            let mut b = Writer { big: self.big, out: Vec::new() };
+            let mut b = Writer {
+                big: self.big,
+                out: Vec::new(),
+            };
             match s.magic {
                 Some(m) => b.u32(m),
                 None => b.u32(0x1a2b_3c4d),
@@ -604,7 +789,10 @@ impl NgFile {
             block(&mut w, 0x0a0d_0d0a, &b);
             let mut ifaces = 0u32;
             for blk in &s.blocks {
-                let mut b = Writer { big: self.big, out: Vec::new() };
+                let mut b = Writer {
+                    big: self.big,
+                    out: Vec::new(),
+                };
                 match blk {
                     NgBlock::Idb { other, opts: o } => {
                         let (l, snap) = other.unwrap_or((self.link, self.snaplen));
@@ -615,15 +803,32 @@ impl NgFile {
                         block(&mut w, 1, &b);
                         ifaces += 1;
                     }
-                    NgBlock::Epb { iface, raw, over, ts, data, len, caplen, shape: sh, opts: o } => {
+                    NgBlock::Epb {
+                        iface,
+                        raw,
+                        over,
+                        ts,
+                        data,
+                        len,
+                        caplen,
+                        shape: sh,
+                        opts: o,
+                    } => {
                         let (mut data, mut len) = (data.clone(), *len);
                         if let Some(seed) = sh {
                             shape(u32::from(self.link), &mut data, &mut len, self.big, *seed);
                         }
                         if !over {
-                            data.truncate(filters::savefile::adjust_snapshot(linktype_to_dlt(u32::from(self.link)), self.snaplen) as usize);
+                            data.truncate(filters::savefile::adjust_snapshot(
+                                linktype_to_dlt(u32::from(self.link)),
+                                self.snaplen,
+                            ) as usize);
                         }
-                        b.u32(if *raw || ifaces == 0 { *iface } else { iface % ifaces });
+                        b.u32(if *raw || ifaces == 0 {
+                            *iface
+                        } else {
+                            iface % ifaces
+                        });
                         b.u32((ts >> 32) as u32);
                         b.u32(*ts as u32);
                         b.u32(caplen.unwrap_or(data.len() as u32));
@@ -633,10 +838,22 @@ impl NgFile {
                         opts(&mut b, o);
                         block(&mut w, 6, &b);
                     }
-                    NgBlock::Pb { iface, ts, data, len } => {
+                    NgBlock::Pb {
+                        iface,
+                        ts,
+                        data,
+                        len,
+                    } => {
                         let mut data = data.clone();
-                        data.truncate(filters::savefile::adjust_snapshot(linktype_to_dlt(u32::from(self.link)), self.snaplen) as usize);
-                        b.u16(if ifaces == 0 { *iface } else { iface % ifaces as u16 });
+                        data.truncate(filters::savefile::adjust_snapshot(
+                            linktype_to_dlt(u32::from(self.link)),
+                            self.snaplen,
+                        ) as usize);
+                        b.u16(if ifaces == 0 {
+                            *iface
+                        } else {
+                            iface % ifaces as u16
+                        });
                         b.u16(0);
                         b.u32((ts >> 32) as u32);
                         b.u32(*ts as u32);
@@ -657,7 +874,12 @@ impl NgFile {
                         b.pad4();
                         block(&mut w, *kind, &b);
                     }
-                    NgBlock::Bad { kind, len, tail, body } => {
+                    NgBlock::Bad {
+                        kind,
+                        len,
+                        tail,
+                        body,
+                    } => {
                         w.u32(*kind);
                         w.u32(*len);
                         w.bytes(body);
@@ -744,49 +966,107 @@ fn check(file: &[u8], path: &Path, tally: &RefCell<Tally>) -> Result<(), TestCas
     let mut t = tally.borrow_mut();
     let theirs = match theirs {
         Err(e) => {
-            if std::env::var("ORACLE_WHY").is_ok() { eprintln!("WHY refused {e}"); }
+            if std::env::var("ORACLE_WHY").is_ok() {
+                eprintln!("WHY refused {e}");
+            }
             t.refused += 1;
-            prop_assert!(mine.is_err(), "libpcap refuses the file ({e}), our reader opens it: {mine:?}");
-            prop_assert!(run.is_err(), "libpcap refuses the file ({e}), pcapin builds");
+            prop_assert!(
+                mine.is_err(),
+                "libpcap refuses the file ({e}), our reader opens it: {mine:?}"
+            );
+            prop_assert!(
+                run.is_err(),
+                "libpcap refuses the file ({e}), pcapin builds"
+            );
             return Ok(());
         }
         Ok(r) => r,
     };
     let mine = match mine {
         Ok(m) => m,
-        Err(e) => return Err(TestCaseError::fail(format!("libpcap opens the file, our reader refuses it: {e}"))),
+        Err(e) => {
+            return Err(TestCaseError::fail(format!(
+                "libpcap opens the file, our reader refuses it: {e}"
+            )))
+        }
     };
     prop_assert_eq!(mine.dlt, theirs.dlt, "link type");
-    prop_assert_eq!(mine.pkts.len(), theirs.pkts.len(), "packet count; libpcap ended with {:?}, ours with {:?}", theirs.error, mine.error);
+    prop_assert_eq!(
+        mine.pkts.len(),
+        theirs.pkts.len(),
+        "packet count; libpcap ended with {:?}, ours with {:?}",
+        theirs.error,
+        mine.error
+    );
     for (i, (a, b)) in mine.pkts.iter().zip(&theirs.pkts).enumerate() {
         if let Some(d) = differ(a, b) {
             return Err(TestCaseError::fail(format!("packet {i} differs:\n{d}")));
         }
     }
-    prop_assert_eq!(mine.error.is_some(), theirs.error.is_some(), "end of the file: libpcap {:?}, ours {:?}", theirs.error, mine.error);
+    prop_assert_eq!(
+        mine.error.is_some(),
+        theirs.error.is_some(),
+        "end of the file: libpcap {:?}, ours {:?}",
+        theirs.error,
+        mine.error
+    );
     // pcapin: the same packets, times and wire lengths, and a warning iff libpcap stopped
     // at an error.
     let (got, warnings) = match run {
         Ok(r) => r,
-        Err(e) => return Err(TestCaseError::fail(format!("libpcap opens the file, pcapin refuses it: {e}"))),
+        Err(e) => {
+            return Err(TestCaseError::fail(format!(
+                "libpcap opens the file, pcapin refuses it: {e}"
+            )))
+        }
     };
-    prop_assert_eq!(got.len(), theirs.pkts.len(), "pcapin's packet count; warnings {:?}", warnings);
+    prop_assert_eq!(
+        got.len(),
+        theirs.pkts.len(),
+        "pcapin's packet count; warnings {:?}",
+        warnings
+    );
     for (i, ((data, meta, link), p)) in got.iter().zip(&theirs.pkts).enumerate() {
-        prop_assert!(data == &p.data, "pcapin's bytes of packet {} differ from libpcap's {:?}", i, p);
-        prop_assert_eq!(meta.len, p.caplen, "pcapin's captured length of packet {}", i);
+        prop_assert!(
+            data == &p.data,
+            "pcapin's bytes of packet {} differ from libpcap's {:?}",
+            i,
+            p
+        );
+        prop_assert_eq!(
+            meta.len,
+            p.caplen,
+            "pcapin's captured length of packet {}",
+            i
+        );
         prop_assert_eq!(meta.orig_len, p.len, "pcapin's wire length of packet {}", i);
         prop_assert_eq!(meta.ts_ns, ts_ns(p), "pcapin's time of packet {}", i);
-        prop_assert_eq!(link.map(linktype_to_dlt), Some(theirs.dlt), "pcapin's link type of packet {}", i);
+        prop_assert_eq!(
+            link.map(linktype_to_dlt),
+            Some(theirs.dlt),
+            "pcapin's link type of packet {}",
+            i
+        );
     }
     match &theirs.error {
         Some(e) => {
-            if std::env::var("ORACLE_WHY").is_ok() { eprintln!("WHY ended {e}"); }
+            if std::env::var("ORACLE_WHY").is_ok() {
+                eprintln!("WHY ended {e}");
+            }
             t.ended_by_error += 1;
-            prop_assert!(warnings.len() == 1 && warnings[0].contains("at byte") && warnings[0].contains(&format!("read {} packets before it", got.len())), "libpcap stopped with '{e}'; pcapin warned {warnings:?}");
+            prop_assert!(
+                warnings.len() == 1
+                    && warnings[0].contains("at byte")
+                    && warnings[0].contains(&format!("read {} packets before it", got.len())),
+                "libpcap stopped with '{e}'; pcapin warned {warnings:?}"
+            );
         }
         None => {
             t.whole += 1;
-            prop_assert!(warnings.is_empty(), "libpcap read the whole file; pcapin warned {warnings:?}");
+            prop_assert!(
+                warnings.is_empty(),
+                "libpcap read the whole file; pcapin warned {warnings:?}"
+            );
         }
     }
     t.packets += theirs.pkts.len() as u64;
@@ -796,34 +1076,60 @@ fn check(file: &[u8], path: &Path, tally: &RefCell<Tally>) -> Result<(), TestCas
 }
 
 fn cases() -> u32 {
-    std::env::var("ORACLE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
+    std::env::var("ORACLE_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
 }
 
 #[test]
 fn pcap_files_read_as_libpcap_reads_them() {
     let path = tmp("case.pcap");
     let tally = RefCell::new(Tally::default());
-    let mut runner = TestRunner::new(Config { cases: cases(), failure_persistence: None, ..Config::default() });
+    let mut runner = TestRunner::new(Config {
+        cases: cases(),
+        failure_persistence: None,
+        ..Config::default()
+    });
     runner
-        .run(&(pcap_case(), damage()), |(f, d)| check(&apply(f.bytes(), &d), &path, &tally))
+        .run(&(pcap_case(), damage()), |(f, d)| {
+            check(&apply(f.bytes(), &d), &path, &tally)
+        })
         .unwrap_or_else(|e| panic!("{e}"));
     let t = tally.into_inner();
     eprintln!("{t:?}");
     // The generator must reach every outcome, or the comparison proves little.
-    assert!(t.refused > 0 && t.whole > 0 && t.ended_by_error > 0 && t.packets > 0 && t.cut_to_snaplen > 0 && t.rewritten > 0, "{t:?}");
+    assert!(
+        t.refused > 0
+            && t.whole > 0
+            && t.ended_by_error > 0
+            && t.packets > 0
+            && t.cut_to_snaplen > 0
+            && t.rewritten > 0,
+        "{t:?}"
+    );
 }
 
 #[test]
 fn pcapng_files_read_as_libpcap_reads_them() {
     let path = tmp("case.pcapng");
     let tally = RefCell::new(Tally::default());
-    let mut runner = TestRunner::new(Config { cases: cases(), failure_persistence: None, ..Config::default() });
+    let mut runner = TestRunner::new(Config {
+        cases: cases(),
+        failure_persistence: None,
+        ..Config::default()
+    });
     runner
-        .run(&(ng_case(), damage()), |(f, d)| check(&apply(f.bytes(), &d), &path, &tally))
+        .run(&(ng_case(), damage()), |(f, d)| {
+            check(&apply(f.bytes(), &d), &path, &tally)
+        })
         .unwrap_or_else(|e| panic!("{e}"));
     let t = tally.into_inner();
     eprintln!("{t:?}");
-    assert!(t.refused > 0 && t.whole > 0 && t.ended_by_error > 0 && t.packets > 0, "{t:?}");
+    assert!(
+        t.refused > 0 && t.whole > 0 && t.ended_by_error > 0 && t.packets > 0,
+        "{t:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -847,17 +1153,54 @@ fn ip_packets() -> Vec<(Vec<u8>, bool)> {
             v.push((out, $six));
         }};
     }
-    pkt!(false, PacketBuilder::ipv4(a4, b4, 64).tcp(40000, 80, 1, 1000).syn(), b"");
-    pkt!(false, PacketBuilder::ipv4(a4, b4, 64).tcp(40000, 80, 2, 1000), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    pkt!(false, PacketBuilder::ipv4(b4, a4, 64).tcp(80, 40000, 9, 1000), &[b'x'; 1200]);
-    pkt!(false, PacketBuilder::ipv4(a4, c4, 64).udp(5353, 53), &[0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
-    pkt!(false, PacketBuilder::ipv4(c4, a4, 64).icmpv4_echo_request(7, 1), b"ping");
-    pkt!(true, PacketBuilder::ipv6(a6, b6, 64).tcp(40001, 22, 5, 1000), b"SSH-2.0-x\r\n");
-    pkt!(true, PacketBuilder::ipv6(b6, a6, 64).udp(53, 5353), &[0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
-    pkt!(true, PacketBuilder::ipv6(a6, b6, 64).icmpv6_echo_request(3, 4), b"ping6");
+    pkt!(
+        false,
+        PacketBuilder::ipv4(a4, b4, 64)
+            .tcp(40000, 80, 1, 1000)
+            .syn(),
+        b""
+    );
+    pkt!(
+        false,
+        PacketBuilder::ipv4(a4, b4, 64).tcp(40000, 80, 2, 1000),
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    );
+    pkt!(
+        false,
+        PacketBuilder::ipv4(b4, a4, 64).tcp(80, 40000, 9, 1000),
+        &[b'x'; 1200]
+    );
+    pkt!(
+        false,
+        PacketBuilder::ipv4(a4, c4, 64).udp(5353, 53),
+        &[0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]
+    );
+    pkt!(
+        false,
+        PacketBuilder::ipv4(c4, a4, 64).icmpv4_echo_request(7, 1),
+        b"ping"
+    );
+    pkt!(
+        true,
+        PacketBuilder::ipv6(a6, b6, 64).tcp(40001, 22, 5, 1000),
+        b"SSH-2.0-x\r\n"
+    );
+    pkt!(
+        true,
+        PacketBuilder::ipv6(b6, a6, 64).udp(53, 5353),
+        &[0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]
+    );
+    pkt!(
+        true,
+        PacketBuilder::ipv6(a6, b6, 64).icmpv6_echo_request(3, 4),
+        b"ping6"
+    );
     // A first fragment of a UDP datagram to port 53 (more fragments), and a later one.
     let mut first = Vec::new();
-    PacketBuilder::ipv4(a4, c4, 64).udp(5354, 53).write(&mut first, &[7; 40]).unwrap();
+    PacketBuilder::ipv4(a4, c4, 64)
+        .udp(5354, 53)
+        .write(&mut first, &[7; 40])
+        .unwrap();
     first[6] |= 0x20;
     let mut later = first.clone();
     later[6] = 0x00;
@@ -892,30 +1235,133 @@ fn variants() -> Vec<Variant> {
         et == 0x0800 || et == 0x86dd
     }
     vec![
-        Variant { name: "ethernet", link: 1, frame: |et, p| Some([&MAC[..], &et.to_be_bytes(), p].concat()), vlan: "" },
-        Variant { name: "802.1Q", link: 1, frame: |et, p| Some([&MAC[..], &[0x81, 0, 0, 10], &et.to_be_bytes(), p].concat()), vlan: "vlan and " },
-        Variant { name: "QinQ", link: 1, frame: |et, p| Some([&MAC[..], &[0x88, 0xa8, 0, 100, 0x81, 0, 0, 10], &et.to_be_bytes(), p].concat()), vlan: "vlan and vlan and " },
-        Variant { name: "linux sll", link: 113, frame: |et, p| Some([&[0, 4, 0, 1, 0, 6][..], &MAC[..6], &[0, 0], &et.to_be_bytes(), p].concat()), vlan: "" },
-        Variant { name: "linux sll2", link: 276, frame: |et, p| Some([&et.to_be_bytes()[..], &[0, 0, 0, 0, 0, 2, 0, 1, 0, 6], &MAC[..6], &[0, 0], p].concat()), vlan: "" },
-        Variant { name: "raw 101", link: 101, frame: |et, p| only_ip(et).then(|| p.to_vec()), vlan: "" },
-        Variant { name: "raw 12", link: 12, frame: |et, p| only_ip(et).then(|| p.to_vec()), vlan: "" },
-        Variant { name: "ipv4 228", link: 228, frame: |et, p| (et == 0x0800).then(|| p.to_vec()), vlan: "" },
-        Variant { name: "ipv6 229", link: 229, frame: |et, p| (et == 0x86dd).then(|| p.to_vec()), vlan: "" },
-        Variant { name: "bsd null", link: 0, frame: |et, p| only_ip(et).then(|| [&(if et == 0x0800 { 2u32 } else { 24 }).to_le_bytes()[..], p].concat()), vlan: "" },
-        Variant { name: "bsd loop", link: 108, frame: |et, p| only_ip(et).then(|| [&(if et == 0x0800 { 2u32 } else { 30 }).to_be_bytes()[..], p].concat()), vlan: "" },
+        Variant {
+            name: "ethernet",
+            link: 1,
+            frame: |et, p| Some([&MAC[..], &et.to_be_bytes(), p].concat()),
+            vlan: "",
+        },
+        Variant {
+            name: "802.1Q",
+            link: 1,
+            frame: |et, p| Some([&MAC[..], &[0x81, 0, 0, 10], &et.to_be_bytes(), p].concat()),
+            vlan: "vlan and ",
+        },
+        Variant {
+            name: "QinQ",
+            link: 1,
+            frame: |et, p| {
+                Some(
+                    [
+                        &MAC[..],
+                        &[0x88, 0xa8, 0, 100, 0x81, 0, 0, 10],
+                        &et.to_be_bytes(),
+                        p,
+                    ]
+                    .concat(),
+                )
+            },
+            vlan: "vlan and vlan and ",
+        },
+        Variant {
+            name: "linux sll",
+            link: 113,
+            frame: |et, p| {
+                Some(
+                    [
+                        &[0, 4, 0, 1, 0, 6][..],
+                        &MAC[..6],
+                        &[0, 0],
+                        &et.to_be_bytes(),
+                        p,
+                    ]
+                    .concat(),
+                )
+            },
+            vlan: "",
+        },
+        Variant {
+            name: "linux sll2",
+            link: 276,
+            frame: |et, p| {
+                Some(
+                    [
+                        &et.to_be_bytes()[..],
+                        &[0, 0, 0, 0, 0, 2, 0, 1, 0, 6],
+                        &MAC[..6],
+                        &[0, 0],
+                        p,
+                    ]
+                    .concat(),
+                )
+            },
+            vlan: "",
+        },
+        Variant {
+            name: "raw 101",
+            link: 101,
+            frame: |et, p| only_ip(et).then(|| p.to_vec()),
+            vlan: "",
+        },
+        Variant {
+            name: "raw 12",
+            link: 12,
+            frame: |et, p| only_ip(et).then(|| p.to_vec()),
+            vlan: "",
+        },
+        Variant {
+            name: "ipv4 228",
+            link: 228,
+            frame: |et, p| (et == 0x0800).then(|| p.to_vec()),
+            vlan: "",
+        },
+        Variant {
+            name: "ipv6 229",
+            link: 229,
+            frame: |et, p| (et == 0x86dd).then(|| p.to_vec()),
+            vlan: "",
+        },
+        Variant {
+            name: "bsd null",
+            link: 0,
+            frame: |et, p| {
+                only_ip(et).then(|| {
+                    [&(if et == 0x0800 { 2u32 } else { 24 }).to_le_bytes()[..], p].concat()
+                })
+            },
+            vlan: "",
+        },
+        Variant {
+            name: "bsd loop",
+            link: 108,
+            frame: |et, p| {
+                only_ip(et).then(|| {
+                    [&(if et == 0x0800 { 2u32 } else { 30 }).to_be_bytes()[..], p].concat()
+                })
+            },
+            vlan: "",
+        },
     ]
 }
 
 /// A little-endian pcap file of `frames` with snap length `snap` (records cut to it, the
 /// wire length kept).
 fn capture(link: u32, snap: u32, frames: &[Vec<u8>]) -> Vec<u8> {
-    let mut w = Writer { big: false, out: Vec::new() };
+    let mut w = Writer {
+        big: false,
+        out: Vec::new(),
+    };
     for x in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, snap, link] {
         w.u32(x);
     }
     for (i, f) in frames.iter().enumerate() {
         let cut = &f[..f.len().min(snap as usize)];
-        for x in [1_700_000_000 + i as u32, 0, cut.len() as u32, f.len() as u32] {
+        for x in [
+            1_700_000_000 + i as u32,
+            0,
+            cut.len() as u32,
+            f.len() as u32,
+        ] {
             w.u32(x);
         }
         w.bytes(cut);
@@ -928,7 +1374,10 @@ fn capture(link: u32, snap: u32, frames: &[Vec<u8>]) -> Vec<u8> {
 fn libpcap_keeps(path: &Path, expr: &str) -> Vec<Vec<u8>> {
     let mut cap = pcap::Capture::from_file(path).unwrap();
     if let Err(e) = cap.filter(expr, true) {
-        assert!(e.to_string().contains("expression rejects all packets"), "libpcap refuses '{expr}': {e}");
+        assert!(
+            e.to_string().contains("expression rejects all packets"),
+            "libpcap refuses '{expr}': {e}"
+        );
         return Vec::new();
     }
     let mut v = Vec::new();
@@ -943,12 +1392,24 @@ fn we_keep(path: &Path, middle: &str) -> Vec<Vec<u8>> {
     let got = Arc::new(Mutex::new(Vec::new()));
     let text = format!("pcapin file={} | {middle} collect", path.display());
     let g = lang::parse(&text, &Names).unwrap_or_else(|d| panic!("{d}"));
-    let mut s = Space::build(&g, &WithCollect(got.clone()), 1 << 22).unwrap_or_else(|e| panic!("{text}: {e}"));
+    let mut s = Space::build(&g, &WithCollect(got.clone()), 1 << 22)
+        .unwrap_or_else(|e| panic!("{text}: {e}"));
     s.run(&AtomicBool::new(false), |_| {});
     // The one warning allowed: libpcap's refusal of a `bpf` expression for this link type.
-    assert!(s.warnings().iter().all(|w| w.contains("expression rejects all packets")), "{text}: {:?}", s.warnings());
+    assert!(
+        s.warnings()
+            .iter()
+            .all(|w| w.contains("expression rejects all packets")),
+        "{text}: {:?}",
+        s.warnings()
+    );
     drop(s);
-    let v = got.lock().unwrap().iter().map(|(d, ..)| d.clone()).collect();
+    let v = got
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(d, ..)| d.clone())
+        .collect();
     v
 }
 
@@ -973,39 +1434,93 @@ fn filters_keep_what_libpcap_keeps_for_every_link_type() {
         ("eth 0800 |", "ether proto 0x0800"),
         ("eth 86dd |", "ether proto 0x86dd"),
     ];
-    let bpfs = ["tcp", "udp", "ip", "ip6", "tcp dst port 80", "udp port 53", "icmp or icmp6", "host 10.0.0.2", "greater 1000", "ip[9] == 17", "ip6 and udp", "not ip and not ip6", "len < 80"];
+    let bpfs = [
+        "tcp",
+        "udp",
+        "ip",
+        "ip6",
+        "tcp dst port 80",
+        "udp port 53",
+        "icmp or icmp6",
+        "host 10.0.0.2",
+        "greater 1000",
+        "ip[9] == 17",
+        "ip6 and udp",
+        "not ip and not ip6",
+        "len < 80",
+    ];
     let (mut checked, mut kept) = (0, 0);
     for v in variants() {
-        let mut frames: Vec<Vec<u8>> = ips.iter().filter_map(|(p, six)| (v.frame)(if *six { 0x86dd } else { 0x0800 }, p)).collect();
+        let mut frames: Vec<Vec<u8>> = ips
+            .iter()
+            .filter_map(|(p, six)| (v.frame)(if *six { 0x86dd } else { 0x0800 }, p))
+            .collect();
         frames.extend((v.frame)(0x0806, &arp()));
         // The whole packets, and packets cut to 64 bytes as `tcpdump -s 64` writes them.
         for snap in [262_144u32, 64] {
             let path = tmp(&format!("link-{}-{snap}.pcap", v.link));
             std::fs::write(&path, capture(v.link, snap, &frames)).unwrap();
             let what = format!("{} capture, snap length {snap}", v.name);
-            assert_eq!(we_keep(&path, "").len(), frames.len(), "{what}: pcapin reads every packet");
+            assert_eq!(
+                we_keep(&path, "").len(),
+                frames.len(),
+                "{what}: pcapin reads every packet"
+            );
             for (native, expr) in natives {
                 let expr = format!("{}({expr})", v.vlan);
                 let (ours, theirs) = (we_keep(&path, native), libpcap_keeps(&path, &expr));
-                assert!(ours == theirs, "{what}: '{native}' kept {} packets, libpcap's '{expr}' {}", ours.len(), theirs.len());
+                assert!(
+                    ours == theirs,
+                    "{what}: '{native}' kept {} packets, libpcap's '{expr}' {}",
+                    ours.len(),
+                    theirs.len()
+                );
                 (checked, kept) = (checked + 1, kept + theirs.len());
             }
             for expr in bpfs {
-                let (ours, theirs) = (we_keep(&path, &format!("bpf \"{expr}\" |")), libpcap_keeps(&path, expr));
-                assert!(ours == theirs, "{what}: bpf \"{expr}\" kept {} packets, libpcap {}", ours.len(), theirs.len());
+                let (ours, theirs) = (
+                    we_keep(&path, &format!("bpf \"{expr}\" |")),
+                    libpcap_keeps(&path, expr),
+                );
+                assert!(
+                    ours == theirs,
+                    "{what}: bpf \"{expr}\" kept {} packets, libpcap {}",
+                    ours.len(),
+                    theirs.len()
+                );
                 (checked, kept) = (checked + 1, kept + theirs.len());
             }
         }
     }
     assert_eq!(checked, variants().len() * 2 * (natives.len() + bpfs.len()));
-    assert!(kept > 1000, "the expressions keep too little to compare: {kept}");
+    assert!(
+        kept > 1000,
+        "the expressions keep too little to compare: {kept}"
+    );
 }
 
 /// `streamline filters pcapin` says what it reads.
 #[test]
 fn pcapin_documents_what_it_reads() {
-    let doc = filters::REGISTRY.iter().find(|s| s.name == "pcapin").unwrap().doc();
-    for s in ["libpcap", "pcapng", "snap length", "if_tsresol", "byte order", "Linux cooked", "raw IP", "VLAN", "byte offset"] {
-        assert!(doc.contains(s), "pcapin's documentation does not mention {s}:\n{doc}");
+    let doc = filters::REGISTRY
+        .iter()
+        .find(|s| s.name == "pcapin")
+        .unwrap()
+        .doc();
+    for s in [
+        "libpcap",
+        "pcapng",
+        "snap length",
+        "if_tsresol",
+        "byte order",
+        "Linux cooked",
+        "raw IP",
+        "VLAN",
+        "byte offset",
+    ] {
+        assert!(
+            doc.contains(s),
+            "pcapin's documentation does not mention {s}:\n{doc}"
+        );
     }
 }

@@ -40,10 +40,12 @@ const PACKET_FANOUT_HASH: u32 = 0;
 // Where the fields of a block's header lie: `tpacket_block_desc` (version, offset_to_priv,
 // then the union whose TPACKET_V3 member is `tpacket_hdr_v1`), from libc's definitions of
 // the kernel's structs rather than bare numbers.
-const BLOCK_HDR: usize = std::mem::offset_of!(libc::tpacket_block_desc, hdr) + std::mem::offset_of!(libc::tpacket_bd_header_u, bh1);
+const BLOCK_HDR: usize = std::mem::offset_of!(libc::tpacket_block_desc, hdr)
+    + std::mem::offset_of!(libc::tpacket_bd_header_u, bh1);
 const BLOCK_STATUS: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, block_status);
 const BLOCK_NUM_PKTS: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, num_pkts);
-const BLOCK_FIRST: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt);
+const BLOCK_FIRST: usize =
+    BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt);
 const BLOCK_LEN: usize = BLOCK_HDR + std::mem::offset_of!(libc::tpacket_hdr_v1, blk_len);
 /// linux/if_packet.h (4.20+): drop packets this host sends.
 const PACKET_IGNORE_OUTGOING: i32 = 23;
@@ -97,7 +99,12 @@ pub struct RxConfig {
 
 impl Default for RxConfig {
     fn default() -> Self {
-        RxConfig { block_size: 1 << 20, blocks: 16, latency: Duration::from_millis(10), fanout: None }
+        RxConfig {
+            block_size: 1 << 20,
+            blocks: 16,
+            latency: Duration::from_millis(10),
+            fanout: None,
+        }
     }
 }
 
@@ -167,19 +174,41 @@ pub(crate) fn cvt(r: i32, what: &str) -> io::Result<i32> {
 }
 
 /// setsockopt(2) with a value of type `T`, the error naming `what`.
-pub(crate) fn setsockopt<T>(fd: &OwnedFd, level: i32, name: i32, val: &T, what: &str) -> io::Result<()> {
+pub(crate) fn setsockopt<T>(
+    fd: &OwnedFd,
+    level: i32,
+    name: i32,
+    val: &T,
+    what: &str,
+) -> io::Result<()> {
     // SAFETY: `val` points to a live T of size_of::<T>() bytes for the duration of the call.
-    let r = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, val as *const T as *const libc::c_void, std::mem::size_of::<T>() as u32) };
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            val as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as u32,
+        )
+    };
     cvt(r, what).map(|_| ())
 }
 
 /// Index of a network interface, or a clear error naming it.
 pub fn ifindex(dev: &str) -> io::Result<u32> {
-    let c = std::ffi::CString::new(dev).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("interface name '{dev}' contains NUL")))?;
+    let c = std::ffi::CString::new(dev).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("interface name '{dev}' contains NUL"),
+        )
+    })?;
     // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
     let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
     if i == 0 {
-        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no network interface named '{dev}'")));
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no network interface named '{dev}'"),
+        ));
     }
     Ok(i)
 }
@@ -201,8 +230,15 @@ impl RxRing {
         let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
             let e = io::Error::last_os_error();
-            let hint = if e.raw_os_error() == Some(libc::EPERM) { " (capturing needs CAP_NET_RAW: run as root or grant the capability)" } else { "" };
-            return Err(io::Error::new(e.kind(), format!("AF_PACKET socket: {e}{hint}")));
+            let hint = if e.raw_os_error() == Some(libc::EPERM) {
+                " (capturing needs CAP_NET_RAW: run as root or grant the capability)"
+            } else {
+                ""
+            };
+            return Err(io::Error::new(
+                e.kind(),
+                format!("AF_PACKET socket: {e}{hint}"),
+            ));
         }
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
@@ -210,15 +246,45 @@ impl RxRing {
             None => {}
             Some(SocketFilter::Ebpf(prog)) => {
                 let pfd: i32 = prog.as_raw_fd();
-                setsockopt(&fd, libc::SOL_SOCKET, libc::SO_ATTACH_BPF, &pfd, "attaching the eBPF program to the socket (SO_ATTACH_BPF)")?;
+                setsockopt(
+                    &fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ATTACH_BPF,
+                    &pfd,
+                    "attaching the eBPF program to the socket (SO_ATTACH_BPF)",
+                )?;
             }
             Some(SocketFilter::Classic(p)) => {
-                let mut insns: Vec<libc::sock_filter> = p.insns().iter().map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
-                let prog = libc::sock_fprog { len: insns.len() as u16, filter: insns.as_mut_ptr() };
-                setsockopt(&fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog, "attaching the BPF program to the socket (SO_ATTACH_FILTER)")?;
+                let mut insns: Vec<libc::sock_filter> = p
+                    .insns()
+                    .iter()
+                    .map(|i| libc::sock_filter {
+                        code: i.code,
+                        jt: i.jt,
+                        jf: i.jf,
+                        k: i.k,
+                    })
+                    .collect();
+                let prog = libc::sock_fprog {
+                    len: insns.len() as u16,
+                    filter: insns.as_mut_ptr(),
+                };
+                setsockopt(
+                    &fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ATTACH_FILTER,
+                    &prog,
+                    "attaching the BPF program to the socket (SO_ATTACH_FILTER)",
+                )?;
             }
         }
-        setsockopt(&fd, SOL_PACKET, PACKET_VERSION, &TPACKET_V3, "PACKET_VERSION TPACKET_V3")?;
+        setsockopt(
+            &fd,
+            SOL_PACKET,
+            PACKET_VERSION,
+            &TPACKET_V3,
+            "PACKET_VERSION TPACKET_V3",
+        )?;
         let frame_size = 2048u32;
         let req: [u32; 7] = [
             cfg.block_size,
@@ -233,36 +299,84 @@ impl RxRing {
         let len = cfg.block_size as usize * cfg.blocks as usize;
         // SAFETY: mapping the ring the kernel just set up on this socket, shared and
         // read-write as TPACKET requires; the result is checked.
-        let map = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_LOCKED, fd.as_raw_fd(), 0) };
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_LOCKED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
         let map = if map == libc::MAP_FAILED {
             // MAP_LOCKED can fail under RLIMIT_MEMLOCK; retry without it.
             // SAFETY: as above.
-            let m = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+            let m = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            };
             if m == libc::MAP_FAILED {
-                return Err(io::Error::new(io::Error::last_os_error().kind(), format!("mapping the capture ring: {}", io::Error::last_os_error())));
+                return Err(io::Error::new(
+                    io::Error::last_os_error().kind(),
+                    format!("mapping the capture ring: {}", io::Error::last_os_error()),
+                ));
             }
             m
         } else {
             map
         };
         let held = vec![0; cfg.blocks as usize].into_boxed_slice();
-        let ring = RxRing { fd, map: map as *mut u8, len, cfg, next: 0, held };
+        let ring = RxRing {
+            fd,
+            map: map as *mut u8,
+            len,
+            cfg,
+            next: 0,
+            held,
+        };
         // On loopback every packet passes twice, outgoing and incoming: keep one, as
         // libpcap does (it drops the outgoing copy), so a capture of `lo` counts what
         // tcpdump counts.
-        if std::fs::read_to_string(format!("/sys/class/net/{dev}/type")).is_ok_and(|t| t.trim() == "772") {
-            setsockopt(&ring.fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32, "PACKET_IGNORE_OUTGOING on loopback")?;
+        if std::fs::read_to_string(format!("/sys/class/net/{dev}/type"))
+            .is_ok_and(|t| t.trim() == "772")
+        {
+            setsockopt(
+                &ring.fd,
+                SOL_PACKET,
+                PACKET_IGNORE_OUTGOING,
+                &1i32,
+                "PACKET_IGNORE_OUTGOING on loopback",
+            )?;
         }
         let mut sll: libc::sockaddr_ll = unsafe_zeroed();
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = ETH_P_ALL.to_be();
         sll.sll_ifindex = idx as i32;
         // SAFETY: `sll` is a valid sockaddr_ll for the duration of the call.
-        let r = unsafe { libc::bind(ring.fd.as_raw_fd(), &sll as *const libc::sockaddr_ll as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) };
+        let r = unsafe {
+            libc::bind(
+                ring.fd.as_raw_fd(),
+                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
         cvt(r, &format!("binding to {dev}"))?;
         if let Some(group) = cfg.fanout {
             let v: u32 = group as u32 | (PACKET_FANOUT_HASH << 16);
-            setsockopt(&ring.fd, SOL_PACKET, PACKET_FANOUT, &v, "PACKET_FANOUT (hash)")?;
+            setsockopt(
+                &ring.fd,
+                SOL_PACKET,
+                PACKET_FANOUT,
+                &v,
+                "PACKET_FANOUT (hash)",
+            )?;
         }
         Ok(ring)
     }
@@ -305,7 +419,9 @@ impl RxRing {
     /// walk is the capture's hot loop).
     #[inline]
     fn frame_header(&self, base: usize, off: usize) -> Option<FrameHeader> {
-        if off.checked_add(std::mem::size_of::<libc::tpacket3_hdr>())? > self.cfg.block_size as usize {
+        if off.checked_add(std::mem::size_of::<libc::tpacket3_hdr>())?
+            > self.cfg.block_size as usize
+        {
             return None;
         }
         // `base` is a block's start (`b * block_size`, b < blocks), so the header lies in
@@ -330,7 +446,9 @@ impl RxRing {
             // SAFETY: a prefetch never faults and reads nothing architecturally; the
             // address is inside our mapping anyway (checked above).
             unsafe {
-                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(self.map.add(off) as *const i8)
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                    self.map.add(off) as *const i8,
+                )
             };
         }
     }
@@ -345,9 +463,19 @@ impl RxRing {
         // Acquire (here and after the poll) pairs with the kernel's write barrier before
         // it sets TP_STATUS_USER on a block it retires: seeing the bit, we see its frames.
         if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
-            let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN | libc::POLLERR, revents: 0 };
+            let mut pfd = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN | libc::POLLERR,
+                revents: 0,
+            };
             // SAFETY: one valid pollfd for the duration of the call.
-            let r = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+            let r = unsafe {
+                libc::poll(
+                    &mut pfd,
+                    1,
+                    timeout.as_millis().min(i32::MAX as u128) as i32,
+                )
+            };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -372,7 +500,8 @@ impl RxRing {
         let num = bh.num_pkts as usize;
         let mut off = bh.first as usize;
         // A frame takes at least a header (`tpacket3_hdr`): a corrupt count cannot ask for more.
-        let mut frames = Vec::with_capacity(num.min(bs / std::mem::size_of::<libc::tpacket3_hdr>()));
+        let mut frames =
+            Vec::with_capacity(num.min(bs / std::mem::size_of::<libc::tpacket3_hdr>()));
         // End of the block's frames (blk_len), and the next line to prefetch.
         let used = base + (bh.blk_len as usize).min(bs);
         let mut pf = base + off - (base + off) % 64;
@@ -393,7 +522,12 @@ impl RxRing {
             let mac = fh.mac as usize;
             if off + mac + fh.snaplen as usize <= bs {
                 let pos = lap * self.len as u64 + (h + mac) as u64;
-                frames.push(Frame { pos, snaplen: fh.snaplen, wirelen: fh.wirelen, ts_ns: fh.sec as u64 * 1_000_000_000 + fh.nsec as u64 });
+                frames.push(Frame {
+                    pos,
+                    snaplen: fh.snaplen,
+                    wirelen: fh.wirelen,
+                    ts_ns: fh.sec as u64 * 1_000_000_000 + fh.nsec as u64,
+                });
             }
             if fh.next == 0 {
                 break;
@@ -404,7 +538,11 @@ impl RxRing {
         // through a later `&self` borrow: the exclusive borrow here orders the two).
         self.held[b] = lap + 1;
         self.next += 1;
-        Ok(Some(Block { index: b, lap, frames }))
+        Ok(Some(Block {
+            index: b,
+            lap,
+            frames,
+        }))
     }
 
     /// Hand block `b` back to the kernel. From now on positions in it are refused by
@@ -432,7 +570,9 @@ impl RxRing {
     /// }
     /// ```
     pub fn release(&mut self, b: usize) {
-        let Some(h) = self.held.get_mut(b) else { return };
+        let Some(h) = self.held.get_mut(b) else {
+            return;
+        };
         // First withdraw the block from readers (a plain store: no `&self` borrow, so no
         // reader, is alive now), then give it to the kernel.
         *h = 0;
@@ -470,7 +610,15 @@ impl RxRing {
         let mut st = [0u32; 3];
         let mut len = std::mem::size_of_val(&st) as u32;
         // SAFETY: `st` has room for tpacket_stats_v3 (3 x u32); `len` says so.
-        let r = unsafe { libc::getsockopt(self.fd.as_raw_fd(), SOL_PACKET, PACKET_STATISTICS, st.as_mut_ptr() as *mut libc::c_void, &mut len) };
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                SOL_PACKET,
+                PACKET_STATISTICS,
+                st.as_mut_ptr() as *mut libc::c_void,
+                &mut len,
+            )
+        };
         cvt(r, "PACKET_STATISTICS")?;
         Ok((st[0] as u64, st[1] as u64))
     }
@@ -483,10 +631,21 @@ pub(crate) fn pending_error(fd: std::os::fd::RawFd) -> Option<io::Error> {
     let mut len = std::mem::size_of::<libc::c_int>() as u32;
     // SAFETY: `e` has room for the int SO_ERROR returns and `len` says so; `fd` is a
     // descriptor the caller holds open.
-    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, &mut e as *mut libc::c_int as *mut libc::c_void, &mut len) };
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            &mut e as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
     match (r, e) {
         (0, 0) => None,
-        (0, libc::ENETDOWN) => Some(io::Error::new(io::ErrorKind::NotConnected, "the interface went down or was removed (ENETDOWN)")),
+        (0, libc::ENETDOWN) => Some(io::Error::new(
+            io::ErrorKind::NotConnected,
+            "the interface went down or was removed (ENETDOWN)",
+        )),
         (0, e) => Some(io::Error::from_raw_os_error(e)),
         _ => Some(io::Error::last_os_error()),
     }
@@ -529,9 +688,22 @@ mod tests {
     /// is 48 bytes with `tp_mac` at 24).
     #[test]
     fn header_offsets_are_the_kernels_tpacket_v3_layout() {
-        assert_eq!((BLOCK_STATUS, BLOCK_NUM_PKTS, BLOCK_FIRST, BLOCK_LEN), (8, 12, 16, 20));
+        assert_eq!(
+            (BLOCK_STATUS, BLOCK_NUM_PKTS, BLOCK_FIRST, BLOCK_LEN),
+            (8, 12, 16, 20)
+        );
         assert_eq!(std::mem::size_of::<libc::tpacket3_hdr>(), 48);
-        assert_eq!((FRAME_NEXT, FRAME_SEC, FRAME_NSEC, FRAME_SNAPLEN, FRAME_LEN, FRAME_MAC), (0, 4, 8, 12, 16, 24));
+        assert_eq!(
+            (
+                FRAME_NEXT,
+                FRAME_SEC,
+                FRAME_NSEC,
+                FRAME_SNAPLEN,
+                FRAME_LEN,
+                FRAME_MAC
+            ),
+            (0, 4, 8, 12, 16, 24)
+        );
     }
 
     /// A ring whose positions could not be computed (no blocks, a block size that is not a
@@ -540,10 +712,18 @@ mod tests {
     #[test]
     fn open_refuses_an_empty_or_ragged_ring() {
         for (blocks, block_size) in [(0, 1 << 16), (4, 3000), (4, 1024), (4, (1 << 16) + 4096)] {
-            let cfg = RxConfig { block_size, blocks, ..RxConfig::default() };
+            let cfg = RxConfig {
+                block_size,
+                blocks,
+                ..RxConfig::default()
+            };
             let e = RxRing::open("lo", cfg, None).expect_err("refused");
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
-            assert!(e.to_string().contains(&format!("{blocks} blocks of {block_size} bytes")), "{e}");
+            assert!(
+                e.to_string()
+                    .contains(&format!("{blocks} blocks of {block_size} bytes")),
+                "{e}"
+            );
         }
     }
 
@@ -556,15 +736,25 @@ mod tests {
     fn frame_bytes_answers_exactly_for_ranges_in_a_held_block() {
         let v = Veth::new("fb").unwrap_or_else(|e| panic!("{e}"));
         let bs = 1u64 << 16;
-        let cfg = RxConfig { block_size: bs as u32, blocks: 4, latency: Duration::from_millis(1), fanout: None };
+        let cfg = RxConfig {
+            block_size: bs as u32,
+            blocks: 4,
+            latency: Duration::from_millis(1),
+            fanout: None,
+        };
         let mut rx = RxRing::open(&v.here, cfg, None).unwrap_or_else(|e| panic!("{e}"));
         let sock = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
         // Hold the first block that comes with a frame; two laps' worth of blocks pass by
         // first, so the held block is in lap 2 and earlier laps' positions are stale.
         let mut held = None;
         for i in 0..400 {
-            let _ = sock.send_to(format!("frame_bytes {i:04}").as_bytes(), format!("{}:9", v.peer_ip));
-            let Some(b) = rx.next_block(Duration::from_secs(1)).unwrap() else { continue };
+            let _ = sock.send_to(
+                format!("frame_bytes {i:04}").as_bytes(),
+                format!("{}:9", v.peer_ip),
+            );
+            let Some(b) = rx.next_block(Duration::from_secs(1)).unwrap() else {
+                continue;
+            };
             if b.lap >= 2 && !b.frames.is_empty() {
                 held = Some(b);
                 break;
@@ -574,7 +764,12 @@ mod tests {
         let b = held.expect("a block with a frame in lap 2 within 400 rounds");
         let ring = rx.len() as u64;
         let start = b.lap * ring + b.index as u64 * bs;
-        let expect = |pos: u64, len: usize| pos >= start && pos.checked_add(len as u64).is_some_and(|end| end <= start + bs);
+        let expect = |pos: u64, len: usize| {
+            pos >= start
+                && pos
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= start + bs)
+        };
         let near = prop_oneof![
             (0..bs + 64).prop_map(move |d| start + d - 32),
             (0..bs).prop_map(move |d| start + d - ring),
@@ -583,20 +778,37 @@ mod tests {
         ];
         let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(4000));
         runner
-            .run(&(near, prop_oneof![0usize..128, 0usize..(1 << 17), Just(usize::MAX)]), |(pos, len)| {
-                let got = rx.frame_bytes(pos, len);
-                prop_assert_eq!(got.is_some(), expect(pos, len), "pos {} len {} (held block starts at {})", pos, len, start);
-                if let Some(s) = got {
-                    prop_assert_eq!(s.len(), len);
-                }
-                Ok(())
-            })
+            .run(
+                &(
+                    near,
+                    prop_oneof![0usize..128, 0usize..(1 << 17), Just(usize::MAX)],
+                ),
+                |(pos, len)| {
+                    let got = rx.frame_bytes(pos, len);
+                    prop_assert_eq!(
+                        got.is_some(),
+                        expect(pos, len),
+                        "pos {} len {} (held block starts at {})",
+                        pos,
+                        len,
+                        start
+                    );
+                    if let Some(s) = got {
+                        prop_assert_eq!(s.len(), len);
+                    }
+                    Ok(())
+                },
+            )
             .unwrap_or_else(|e| panic!("{e}"));
         // The frames the block lists resolve, and carry the datagrams sent.
         let f = b.frames[0];
         assert!(rx.frame_bytes(f.pos, f.snaplen as usize).is_some());
         rx.release(b.index);
-        assert_eq!(rx.frame_bytes(f.pos, f.snaplen as usize), None, "released: refused");
+        assert_eq!(
+            rx.frame_bytes(f.pos, f.snaplen as usize),
+            None,
+            "released: refused"
+        );
     }
 
     /// A frame position names one lap of its block: once the block goes back to the kernel
@@ -606,36 +818,67 @@ mod tests {
     #[test]
     fn a_frame_position_is_refused_once_its_block_went_back_even_when_held_again() {
         let v = Veth::new("ap").unwrap_or_else(|e| panic!("{e}"));
-        let cfg = RxConfig { block_size: 1 << 16, blocks: 2, latency: Duration::from_millis(1), fanout: None };
+        let cfg = RxConfig {
+            block_size: 1 << 16,
+            blocks: 2,
+            latency: Duration::from_millis(1),
+            fanout: None,
+        };
         let mut rx = RxRing::open(&v.here, cfg, None).unwrap_or_else(|e| panic!("{e}"));
         let sock = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
         // (block, lap, first frame, its bytes) of the first block seen with a frame.
         let mut first: Option<(usize, u64, Frame, Vec<u8>)> = None;
         for i in 0..400 {
             // A datagram per round: the timer hands over a block with it (and with ARP).
-            let _ = sock.send_to(format!("lap test {i:04}").as_bytes(), format!("{}:9", v.peer_ip));
-            let Some(b) = rx.next_block(Duration::from_secs(1)).unwrap() else { continue };
+            let _ = sock.send_to(
+                format!("lap test {i:04}").as_bytes(),
+                format!("{}:9", v.peer_ip),
+            );
+            let Some(b) = rx.next_block(Duration::from_secs(1)).unwrap() else {
+                continue;
+            };
             let Some(&f) = b.frames.first() else {
                 rx.release(b.index);
                 continue;
             };
-            assert_eq!(f.pos / rx.len() as u64, b.lap, "the position carries the lap");
-            let bytes = rx.frame_bytes(f.pos, f.snaplen as usize).expect("a frame of a held block resolves").to_vec();
+            assert_eq!(
+                f.pos / rx.len() as u64,
+                b.lap,
+                "the position carries the lap"
+            );
+            let bytes = rx
+                .frame_bytes(f.pos, f.snaplen as usize)
+                .expect("a frame of a held block resolves")
+                .to_vec();
             match &first {
                 None => {
                     first = Some((b.index, b.lap, f, bytes));
                     rx.release(b.index);
-                    assert_eq!(rx.frame_bytes(f.pos, f.snaplen as usize), None, "given back: refused");
+                    assert_eq!(
+                        rx.frame_bytes(f.pos, f.snaplen as usize),
+                        None,
+                        "given back: refused"
+                    );
                 }
                 Some((index, lap, old, old_bytes)) if b.index == *index && b.lap > *lap => {
                     // The same block, held again: its memory is readable, under the new lap.
                     let same_offset = b.lap * rx.len() as u64 + old.pos % rx.len() as u64;
                     assert!(rx.frame_bytes(same_offset, old.snaplen as usize).is_some());
-                    assert_eq!(rx.frame_bytes(old.pos, old.snaplen as usize), None, "a position of an earlier lap is refused");
+                    assert_eq!(
+                        rx.frame_bytes(old.pos, old.snaplen as usize),
+                        None,
+                        "a position of an earlier lap is refused"
+                    );
                     assert_ne!(&bytes, old_bytes, "another datagram in the block now");
                     // Out of the ring, or across its block's end: refused too.
                     assert_eq!(rx.frame_bytes(u64::MAX, 1), None);
-                    assert_eq!(rx.frame_bytes(b.lap * rx.len() as u64 + (b.index as u64 + 1) * (1 << 16) - 4, 8), None);
+                    assert_eq!(
+                        rx.frame_bytes(
+                            b.lap * rx.len() as u64 + (b.index as u64 + 1) * (1 << 16) - 4,
+                            8
+                        ),
+                        None
+                    );
                     rx.release(b.index);
                     assert_eq!(rx.frame_bytes(f.pos, f.snaplen as usize), None);
                     return;

@@ -100,7 +100,9 @@ impl fmt::Display for BpfError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BpfError::Compile { expr, why } => write!(f, "'{expr}' does not compile: {why}"),
-            BpfError::Invalid { at, why } => write!(f, "invalid BPF program at instruction {at}: {why}"),
+            BpfError::Invalid { at, why } => {
+                write!(f, "invalid BPF program at instruction {at}: {why}")
+            }
         }
     }
 }
@@ -140,11 +142,11 @@ const MEMWORDS: u32 = 16;
 /// libpcap's filter compiler and its savefile reader speak DLTs.
 pub fn linktype_to_dlt(linktype: u32) -> u32 {
     match linktype {
-        100 => 11,  // ATM_RFC1483
-        101 => 12,  // RAW
-        102 => 15,  // SLIP_BSDOS
-        103 => 16,  // PPP_BSDOS
-        106 => 19,  // ATM_CLIP
+        100 => 11, // ATM_RFC1483
+        101 => 12, // RAW
+        102 => 15, // SLIP_BSDOS
+        103 => 16, // PPP_BSDOS
+        106 => 19, // ATM_CLIP
         l => l,
     }
 }
@@ -153,9 +155,14 @@ pub fn linktype_to_dlt(linktype: u32) -> u32 {
 /// capture file names it; mapped to libpcap's DLT with [`linktype_to_dlt`]), optimized,
 /// for packets of up to `snaplen` bytes, as for a live capture (what a socket runs).
 pub fn compile(expr: &str, linktype: u32, snaplen: u32) -> Result<Program, BpfError> {
-    let bad = |why: String| BpfError::Compile { expr: expr.into(), why };
-    let lt = i32::try_from(linktype_to_dlt(linktype)).map_err(|_| bad(format!("link type {linktype}")))?;
-    let cap = pcap::Capture::dead_with_precision(pcap::Linktype(lt), pcap::Precision::Micro).map_err(|e| bad(e.to_string()))?;
+    let bad = |why: String| BpfError::Compile {
+        expr: expr.into(),
+        why,
+    };
+    let lt = i32::try_from(linktype_to_dlt(linktype))
+        .map_err(|_| bad(format!("link type {linktype}")))?;
+    let cap = pcap::Capture::dead_with_precision(pcap::Linktype(lt), pcap::Precision::Micro)
+        .map_err(|e| bad(e.to_string()))?;
     let _ = snaplen;
     let prog = cap.compile(expr, true).map_err(|e| bad(e.to_string()))?;
     from_libpcap(&prog)
@@ -170,9 +177,13 @@ pub fn compile(expr: &str, linktype: u32, snaplen: u32) -> Result<Program, BpfEr
 /// one, so a file with just the header is written, opened and removed.
 pub fn compile_for_file(expr: &str, linktype: u32) -> Result<Program, BpfError> {
     static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let bad = |why: String| BpfError::Compile { expr: expr.into(), why };
+    let bad = |why: String| BpfError::Compile {
+        expr: expr.into(),
+        why,
+    };
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("streamline-cbpf-{}-{seq}.pcap", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("streamline-cbpf-{}-{seq}.pcap", std::process::id()));
     // Magic, version 2.4, zone, accuracy, snap length, link type.
     let mut header = 0xa1b2_c3d4u32.to_ne_bytes().to_vec();
     header.extend_from_slice(&2u16.to_ne_bytes());
@@ -180,7 +191,8 @@ pub fn compile_for_file(expr: &str, linktype: u32) -> Result<Program, BpfError> 
     for v in [0, 0, 262_144, linktype] {
         header.extend_from_slice(&v.to_ne_bytes());
     }
-    std::fs::write(&path, &header).map_err(|e| bad(format!("cannot write {}: {e}", path.display())))?;
+    std::fs::write(&path, &header)
+        .map_err(|e| bad(format!("cannot write {}: {e}", path.display())))?;
     let cap = pcap::Capture::from_file(&path);
     let _ = std::fs::remove_file(&path);
     let cap = cap.map_err(|e| bad(e.to_string()))?;
@@ -194,11 +206,22 @@ fn from_libpcap(prog: &pcap::BpfProgram) -> Result<Program, BpfError> {
     for (i, ins) in prog.get_instructions().iter().enumerate() {
         // The crate exposes instructions only through Display: "code jt jf k".
         let text = ins.to_string();
-        let f: Vec<u64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        let f: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
         let [code, jt, jf, k] = f[..] else {
-            return Err(BpfError::Invalid { at: i, why: format!("unreadable instruction '{text}' from libpcap") });
+            return Err(BpfError::Invalid {
+                at: i,
+                why: format!("unreadable instruction '{text}' from libpcap"),
+            });
         };
-        insns.push(Insn { code: code as u16, jt: jt as u8, jf: jf as u8, k: k as u32 });
+        insns.push(Insn {
+            code: code as u16,
+            jt: jt as u8,
+            jf: jf as u8,
+            k: k as u32,
+        });
     }
     Program::new(insns)
 }
@@ -210,13 +233,24 @@ impl Program {
     pub fn new(insns: Vec<Insn>) -> Result<Program, BpfError> {
         let n = insns.len();
         if n == 0 {
-            return Err(BpfError::Invalid { at: 0, why: "empty program".into() });
+            return Err(BpfError::Invalid {
+                at: 0,
+                why: "empty program".into(),
+            });
         }
         if n > 4096 {
-            return Err(BpfError::Invalid { at: 4096, why: format!("{n} instructions (at most 4096)") });
+            return Err(BpfError::Invalid {
+                at: 4096,
+                why: format!("{n} instructions (at most 4096)"),
+            });
         }
         for (i, ins) in insns.iter().enumerate() {
-            let bad = |why: &str| Err(BpfError::Invalid { at: i, why: why.into() });
+            let bad = |why: &str| {
+                Err(BpfError::Invalid {
+                    at: i,
+                    why: why.into(),
+                })
+            };
             let c = ins.code;
             match c & 0x07 {
                 LD | LDX => {
@@ -282,7 +316,10 @@ impl Program {
             }
         }
         if insns[n - 1].code & 0x07 != RET {
-            return Err(BpfError::Invalid { at: n - 1, why: "the program does not end in a return".into() });
+            return Err(BpfError::Invalid {
+                at: n - 1,
+                why: "the program does not end in a return".into(),
+            });
         }
         let ops = insns.iter().map(decode).collect();
         Ok(Program { insns, ops })
@@ -302,8 +339,12 @@ impl Program {
         fn load(pkt: &[u8], off: u32, size: u8) -> Option<u32> {
             let off = off as usize;
             match size {
-                4 => pkt.get(off..off.checked_add(4)?).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
-                2 => pkt.get(off..off.checked_add(2)?).map(|b| u16::from_be_bytes([b[0], b[1]]) as u32),
+                4 => pkt
+                    .get(off..off.checked_add(4)?)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+                2 => pkt
+                    .get(off..off.checked_add(2)?)
+                    .map(|b| u16::from_be_bytes([b[0], b[1]]) as u32),
                 _ => pkt.get(off).map(|&b| b as u32),
             }
         }
@@ -433,23 +474,75 @@ mod tests {
                 matched += t as usize;
             }
             // The expressions are chosen to be neither empty nor everything on the sample.
-            assert!(matched > 0 && matched < pkts.len() || e.starts_with("not "), "'{e}' matched {matched} of {}", pkts.len());
+            assert!(
+                matched > 0 && matched < pkts.len() || e.starts_with("not "),
+                "'{e}' matched {matched} of {}",
+                pkts.len()
+            );
         }
     }
 
     #[test]
     fn bad_expressions_and_programs_are_refused_with_reasons() {
         let e = compile("tcp prt 80", 1, 65535).unwrap_err();
-        assert!(e.to_string().contains("'tcp prt 80' does not compile"), "{e}");
-        let ret = Insn { code: RET, jt: 0, jf: 0, k: 1 };
+        assert!(
+            e.to_string().contains("'tcp prt 80' does not compile"),
+            "{e}"
+        );
+        let ret = Insn {
+            code: RET,
+            jt: 0,
+            jf: 0,
+            k: 1,
+        };
         assert!(Program::new(vec![]).is_err());
-        let e = Program::new(vec![Insn { code: LD | ABS | W, jt: 0, jf: 0, k: 0 }]).unwrap_err();
+        let e = Program::new(vec![Insn {
+            code: LD | ABS | W,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }])
+        .unwrap_err();
         assert!(e.to_string().contains("does not end in a return"), "{e}");
-        let e = Program::new(vec![Insn { code: JMP, jt: 0, jf: 0, k: 5 }, ret]).unwrap_err();
-        assert!(e.to_string().contains("instruction 0: jump out of the program"), "{e}");
-        let e = Program::new(vec![Insn { code: ALU | 0x30, jt: 0, jf: 0, k: 0 }, ret]).unwrap_err();
-        assert!(e.to_string().contains("division by the constant zero"), "{e}");
-        let e = Program::new(vec![Insn { code: ST, jt: 0, jf: 0, k: 16 }, ret]).unwrap_err();
+        let e = Program::new(vec![
+            Insn {
+                code: JMP,
+                jt: 0,
+                jf: 0,
+                k: 5,
+            },
+            ret,
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("instruction 0: jump out of the program"),
+            "{e}"
+        );
+        let e = Program::new(vec![
+            Insn {
+                code: ALU | 0x30,
+                jt: 0,
+                jf: 0,
+                k: 0,
+            },
+            ret,
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("division by the constant zero"),
+            "{e}"
+        );
+        let e = Program::new(vec![
+            Insn {
+                code: ST,
+                jt: 0,
+                jf: 0,
+                k: 16,
+            },
+            ret,
+        ])
+        .unwrap_err();
         assert!(e.to_string().contains("scratch memory"), "{e}");
     }
 
@@ -458,28 +551,72 @@ mod tests {
     /// platform's IPv6 family, as `tcpdump -r` does.
     #[test]
     fn link_types_of_capture_files_compile_as_libpcap_reads_them() {
-        let raw_tcp = [0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 0x9c, 0x40, 0, 80];
+        let raw_tcp = [
+            0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 0x9c, 0x40, 0, 80,
+        ];
         for lt in [101, 12] {
             let p = compile("tcp dst port 80", lt, 65535).unwrap_or_else(|e| panic!("{lt}: {e}"));
             assert_ne!(p.run(&raw_tcp, 40), 0, "link type {lt}");
-            assert_eq!(p.run(&raw_tcp[..20], 40), 0, "link type {lt}: the port is not captured");
+            assert_eq!(
+                p.run(&raw_tcp[..20], 40),
+                0,
+                "link type {lt}: the port is not captured"
+            );
         }
         assert_eq!(linktype_to_dlt(101), 12);
         assert_eq!(linktype_to_dlt(113), 113);
         let mut null6 = 24u32.to_ne_bytes().to_vec();
         null6.extend_from_slice(&[0x60, 0, 0, 0]);
         assert_ne!(compile_for_file("ip6", 0).unwrap().run(&null6, 8), 0);
-        assert_eq!(compile("ip6", 0, 65535).unwrap().run(&null6, 8), 0, "a live capture checks only this platform's AF_INET6");
+        assert_eq!(
+            compile("ip6", 0, 65535).unwrap().run(&null6, 8),
+            0,
+            "a live capture checks only this platform's AF_INET6"
+        );
         let e = compile_for_file("inbound", 1).unwrap_err();
         assert!(e.to_string().contains("when reading savefiles"), "{e}");
     }
 
     #[test]
     fn loads_outside_the_packet_and_division_by_x_zero_reject() {
-        let p = Program::new(vec![Insn { code: LD | ABS | W, jt: 0, jf: 0, k: 10 }, Insn { code: RET, jt: 0, jf: 0, k: 99 }]).unwrap();
+        let p = Program::new(vec![
+            Insn {
+                code: LD | ABS | W,
+                jt: 0,
+                jf: 0,
+                k: 10,
+            },
+            Insn {
+                code: RET,
+                jt: 0,
+                jf: 0,
+                k: 99,
+            },
+        ])
+        .unwrap();
         assert_eq!(p.run(&[0; 13], 13), 0);
         assert_eq!(p.run(&[0; 14], 14), 99);
-        let d = Program::new(vec![Insn { code: LD | IMM, jt: 0, jf: 0, k: 7 }, Insn { code: ALU | 0x30 | SRC_X, jt: 0, jf: 0, k: 0 }, Insn { code: RET | RVAL_A, jt: 0, jf: 0, k: 0 }]).unwrap();
+        let d = Program::new(vec![
+            Insn {
+                code: LD | IMM,
+                jt: 0,
+                jf: 0,
+                k: 7,
+            },
+            Insn {
+                code: ALU | 0x30 | SRC_X,
+                jt: 0,
+                jf: 0,
+                k: 0,
+            },
+            Insn {
+                code: RET | RVAL_A,
+                jt: 0,
+                jf: 0,
+                k: 0,
+            },
+        ])
+        .unwrap();
         assert_eq!(d.run(&[], 0), 0);
     }
 

@@ -101,7 +101,14 @@ impl FlowKey {
             return None;
         }
         let u16_at = |i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
-        let mut k = FlowKey { family: b[0], proto: b[1], sport: u16_at(2), dport: u16_at(4), ethertype: u16_at(6), ..FlowKey::default() };
+        let mut k = FlowKey {
+            family: b[0],
+            proto: b[1],
+            sport: u16_at(2),
+            dport: u16_at(4),
+            ethertype: u16_at(6),
+            ..FlowKey::default()
+        };
         k.src.copy_from_slice(&b[8..24]);
         k.dst.copy_from_slice(&b[24..40]);
         Some(k)
@@ -118,9 +125,21 @@ pub struct Tally {
 /// What a program's maps hold at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Snapshot {
-    Flows { totals: Tally, flows: Vec<(FlowKey, Tally)> },
-    Sample { every: u64, seen: u64, passed: u64 },
-    Bytes { len: u64, frames: u64, bytes: u64, hist: Box<[u64; 256]> },
+    Flows {
+        totals: Tally,
+        flows: Vec<(FlowKey, Tally)>,
+    },
+    Sample {
+        every: u64,
+        seen: u64,
+        passed: u64,
+    },
+    Bytes {
+        len: u64,
+        frames: u64,
+        bytes: u64,
+        hist: Box<[u64; 256]>,
+    },
 }
 
 /// A loaded program: its descriptor (for `SO_ATTACH_BPF`) and its maps, pinned under
@@ -135,7 +154,8 @@ pub struct Loaded {
 }
 
 fn u64_at(v: &[u8], i: usize) -> u64 {
-    v.get(i * 8..i * 8 + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+    v.get(i * 8..i * 8 + 8)
+        .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
 }
 
 impl Loaded {
@@ -148,13 +168,22 @@ impl Loaded {
             Config::ByteCount { .. } => (BYTECOUNT_OBJ, "bytecount"),
         };
         let what = format!("loading the eBPF program '{prog_name}'");
-        let mut open = ObjectBuilder::default().open_memory(obj).map_err(|e| err(&what, e))?;
+        let mut open = ObjectBuilder::default()
+            .open_memory(obj)
+            .map_err(|e| err(&what, e))?;
         if let Config::FlowCount { flows } = config {
-            let mut m = open.maps_mut().find(|m| m.name() == "flows").ok_or_else(|| EbpfError(format!("{what}: no map 'flows'")))?;
+            let mut m = open
+                .maps_mut()
+                .find(|m| m.name() == "flows")
+                .ok_or_else(|| EbpfError(format!("{what}: no map 'flows'")))?;
             m.set_max_entries(flows).map_err(|e| err(&what, e))?;
         }
         let obj = open.load().map_err(|e| {
-            let hint = if e.to_string().contains("Operation not permitted") { " (loading eBPF programs needs CAP_BPF or root)" } else { "" };
+            let hint = if e.to_string().contains("Operation not permitted") {
+                " (loading eBPF programs needs CAP_BPF or root)"
+            } else {
+                ""
+            };
             EbpfError(format!("{what}: {e}{hint}"))
         })?;
         let prog = obj
@@ -173,10 +202,17 @@ impl Loaded {
             let h = MapHandle::try_from(&m).map_err(|e| err(format!("{what}: map {name}"), e))?;
             maps.push((name, h));
         }
-        let mut loaded = Loaded { prog, config, maps, dir: None };
+        let mut loaded = Loaded {
+            prog,
+            config,
+            maps,
+            dir: None,
+        };
         match config {
             Config::Sample { every } => loaded.set("config", 0, every)?,
-            Config::ByteCount { len } => loaded.set("config", 0, len.clamp(1, BYTECOUNT_MAX_LEN) as u64)?,
+            Config::ByteCount { len } => {
+                loaded.set("config", 0, len.clamp(1, BYTECOUNT_MAX_LEN) as u64)?
+            }
             Config::FlowCount { .. } => {}
         }
         if let Some(dir) = pin {
@@ -186,21 +222,29 @@ impl Loaded {
     }
 
     fn map(&self, name: &str) -> Result<&MapHandle, EbpfError> {
-        self.maps.iter().find(|(n, _)| n == name).map(|(_, m)| m).ok_or_else(|| EbpfError(format!("no map '{name}'")))
+        self.maps
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, m)| m)
+            .ok_or_else(|| EbpfError(format!("no map '{name}'")))
     }
 
     fn set(&self, map: &str, key: u32, v: u64) -> Result<(), EbpfError> {
-        self.map(map)?.update(&key.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY).map_err(|e| err(format!("writing map {map}"), e))
+        self.map(map)?
+            .update(&key.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| err(format!("writing map {map}"), e))
     }
 
     fn pin(&mut self, dir: &Path) -> Result<(), EbpfError> {
         ensure_bpffs()?;
         sweep_stale();
-        std::fs::create_dir_all(dir).map_err(|e| err(format!("creating the pin directory {}", dir.display()), e))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| err(format!("creating the pin directory {}", dir.display()), e))?;
         self.dir = Some(dir.to_path_buf());
         for (name, m) in &mut self.maps {
             let p = dir.join(&*name);
-            m.pin(&p).map_err(|e| err(format!("pinning map {name} at {}", p.display()), e))?;
+            m.pin(&p)
+                .map_err(|e| err(format!("pinning map {name} at {}", p.display()), e))?;
         }
         Ok(())
     }
@@ -221,7 +265,9 @@ impl Loaded {
 
     /// The maps' contents now.
     pub fn snapshot(&self) -> Result<Snapshot, EbpfError> {
-        read_maps(self.config.name(), &|n| self.map(n).map(|m| m as &dyn MapCore))
+        read_maps(self.config.name(), &|n| {
+            self.map(n).map(|m| m as &dyn MapCore)
+        })
     }
 }
 
@@ -256,7 +302,9 @@ pub fn remove_run_pins() {
 
 /// Removes the run directories of processes that are gone (killed before cleaning up).
 pub fn sweep_stale() {
-    let Ok(rd) = std::fs::read_dir(PIN_ROOT) else { return };
+    let Ok(rd) = std::fs::read_dir(PIN_ROOT) else {
+        return;
+    };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if let Ok(pid) = name.parse::<u32>() {
@@ -272,10 +320,16 @@ pub fn sweep_stale() {
 pub fn list_pinned() -> Vec<(u32, String, PathBuf)> {
     sweep_stale();
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(PIN_ROOT) else { return out };
+    let Ok(rd) = std::fs::read_dir(PIN_ROOT) else {
+        return out;
+    };
     for run in rd.flatten() {
-        let Ok(pid) = run.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(inner) = std::fs::read_dir(run.path()) else { continue };
+        let Ok(pid) = run.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(inner) = std::fs::read_dir(run.path()) else {
+            continue;
+        };
         for p in inner.flatten() {
             out.push((pid, p.file_name().to_string_lossy().into_owned(), p.path()));
         }
@@ -291,12 +345,17 @@ pub fn read_pinned(filter: &str, dir: &Path) -> Result<Snapshot, EbpfError> {
     for name in ["flows", "totals", "config", "counters", "hist"] {
         let p = dir.join(name);
         if p.exists() {
-            let m = MapHandle::from_pinned_path(&p).map_err(|e| err(format!("opening pinned map {}", p.display()), e))?;
+            let m = MapHandle::from_pinned_path(&p)
+                .map_err(|e| err(format!("opening pinned map {}", p.display()), e))?;
             opened.push((name.to_string(), m));
         }
     }
     let get = |n: &str| {
-        opened.iter().find(|(x, _)| x == n).map(|(_, m)| m as &dyn MapCore).ok_or_else(|| EbpfError(format!("no map '{n}' pinned under {}", dir.display())))
+        opened
+            .iter()
+            .find(|(x, _)| x == n)
+            .map(|(_, m)| m as &dyn MapCore)
+            .ok_or_else(|| EbpfError(format!("no map '{n}' pinned under {}", dir.display())))
     };
     read_maps(filter, &get)
 }
@@ -305,22 +364,39 @@ type GetMap<'a> = dyn Fn(&str) -> Result<&'a dyn MapCore, EbpfError> + 'a;
 
 fn read_maps<'a>(filter: &str, get: &GetMap<'a>) -> Result<Snapshot, EbpfError> {
     let lookup = |map: &str, key: u32| -> Result<Vec<u8>, EbpfError> {
-        get(map)?.lookup(&key.to_ne_bytes(), MapFlags::ANY).map_err(|e| err(format!("reading map {map}"), e)).map(Option::unwrap_or_default)
+        get(map)?
+            .lookup(&key.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| err(format!("reading map {map}"), e))
+            .map(Option::unwrap_or_default)
     };
     // Per-CPU arrays: one value per possible CPU, summed.
     let percpu = |map: &str, key: u32| -> Result<Vec<Vec<u8>>, EbpfError> {
-        get(map)?.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY).map_err(|e| err(format!("reading map {map}"), e)).map(Option::unwrap_or_default)
+        get(map)?
+            .lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| err(format!("reading map {map}"), e))
+            .map(Option::unwrap_or_default)
     };
     match filter {
         "flowcount" => {
             let t = lookup("totals", 0)?;
-            let totals = Tally { packets: u64_at(&t, 0), bytes: u64_at(&t, 1) };
+            let totals = Tally {
+                packets: u64_at(&t, 0),
+                bytes: u64_at(&t, 1),
+            };
             let m = get("flows")?;
             let mut flows = Vec::new();
             for k in m.keys() {
                 // An entry evicted between keys() and lookup is simply gone.
-                if let (Some(key), Ok(Some(v))) = (FlowKey::from_bytes(&k), m.lookup(&k, MapFlags::ANY)) {
-                    flows.push((key, Tally { packets: u64_at(&v, 0), bytes: u64_at(&v, 1) }));
+                if let (Some(key), Ok(Some(v))) =
+                    (FlowKey::from_bytes(&k), m.lookup(&k, MapFlags::ANY))
+                {
+                    flows.push((
+                        key,
+                        Tally {
+                            packets: u64_at(&v, 0),
+                            bytes: u64_at(&v, 1),
+                        },
+                    ));
                 }
             }
             flows.sort_by_key(|f| f.0);
@@ -328,7 +404,11 @@ fn read_maps<'a>(filter: &str, get: &GetMap<'a>) -> Result<Snapshot, EbpfError> 
         }
         "sample" => {
             let every = u64_at(&lookup("config", 0)?, 0);
-            Ok(Snapshot::Sample { every, seen: u64_at(&lookup("counters", 0)?, 0), passed: u64_at(&lookup("counters", 1)?, 0) })
+            Ok(Snapshot::Sample {
+                every,
+                seen: u64_at(&lookup("counters", 0)?, 0),
+                passed: u64_at(&lookup("counters", 1)?, 0),
+            })
         }
         "bytecount" => {
             let len = u64_at(&lookup("config", 0)?, 0);
@@ -340,9 +420,16 @@ fn read_maps<'a>(filter: &str, get: &GetMap<'a>) -> Result<Snapshot, EbpfError> 
             for (i, h) in hist.iter_mut().enumerate() {
                 *h = per.iter().map(|v| u64_at(v, i)).sum();
             }
-            Ok(Snapshot::Bytes { len, frames, bytes, hist })
+            Ok(Snapshot::Bytes {
+                len,
+                frames,
+                bytes,
+                hist,
+            })
         }
-        other => Err(EbpfError(format!("no eBPF program for filter '{other}' (flowcount, sample, bytecount)"))),
+        other => Err(EbpfError(format!(
+            "no eBPF program for filter '{other}' (flowcount, sample, bytecount)"
+        ))),
     }
 }
 
@@ -359,13 +446,26 @@ pub fn ensure_bpffs() -> Result<(), EbpfError> {
         return Ok(());
     }
     std::fs::create_dir_all(BPFFS).map_err(|e| err(format!("creating {BPFFS}"), e))?;
-    let (src, fstype) = (std::ffi::CString::new("bpf").expect("no NUL"), std::ffi::CString::new("bpf").expect("no NUL"));
+    let (src, fstype) = (
+        std::ffi::CString::new("bpf").expect("no NUL"),
+        std::ffi::CString::new("bpf").expect("no NUL"),
+    );
     let opts = std::ffi::CString::new("mode=0700").expect("no NUL");
     // SAFETY: every pointer is a NUL-terminated string alive for the duration of the call.
-    let r = unsafe { libc::mount(src.as_ptr(), path.as_ptr(), fstype.as_ptr(), 0, opts.as_ptr() as *const libc::c_void) };
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            path.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            opts.as_ptr() as *const libc::c_void,
+        )
+    };
     if r != 0 {
         let e = std::io::Error::last_os_error();
-        return Err(EbpfError(format!("mounting bpffs at {BPFFS} (to pin the maps; needs CAP_SYS_ADMIN): {e}")));
+        return Err(EbpfError(format!(
+            "mounting bpffs at {BPFFS} (to pin the maps; needs CAP_SYS_ADMIN): {e}"
+        )));
     }
     Ok(())
 }
@@ -376,7 +476,15 @@ mod tests {
 
     #[test]
     fn flow_key_bytes_round_trip() {
-        let k = FlowKey { family: 6, proto: 17, sport: 53, dport: 40000, ethertype: 0x86dd, src: [1; 16], dst: [2; 16] };
+        let k = FlowKey {
+            family: 6,
+            proto: 17,
+            sport: 53,
+            dport: 40000,
+            ethertype: 0x86dd,
+            src: [1; 16],
+            dst: [2; 16],
+        };
         assert_eq!(FlowKey::from_bytes(&k.to_bytes()), Some(k));
         assert_eq!(FlowKey::from_bytes(&[0; 39]), None);
     }

@@ -19,9 +19,15 @@ impl std::error::Error for NetnsError {}
 
 /// Runs a command, failing with its stderr.
 pub fn run(args: &[&str]) -> Result<(), NetnsError> {
-    let o = Command::new(args[0]).args(&args[1..]).output().map_err(|e| NetnsError(format!("running {args:?}: {e}")))?;
+    let o = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| NetnsError(format!("running {args:?}: {e}")))?;
     if !o.status.success() {
-        return Err(NetnsError(format!("{args:?} failed: {}", String::from_utf8_lossy(&o.stderr).trim())));
+        return Err(NetnsError(format!(
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )));
     }
     Ok(())
 }
@@ -51,15 +57,31 @@ impl Veth {
         let pid = std::process::id();
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let id = (pid % 10000) * 8 + seq % 8;
-        let tag: String = tag.chars().filter(|c| c.is_ascii_alphanumeric()).take(4).collect();
-        let (ns, here, there) = (format!("sl{tag}{id}"), format!("sl{tag}{id}a"), format!("sl{tag}{id}b"));
+        let tag: String = tag
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(4)
+            .collect();
+        let (ns, here, there) = (
+            format!("sl{tag}{id}"),
+            format!("sl{tag}{id}a"),
+            format!("sl{tag}{id}b"),
+        );
         run(&["ip", "netns", "add", &ns]).map_err(|e| {
             NetnsError(format!("creating a network namespace failed (needs root / CAP_SYS_ADMIN and iproute2): {e}"))
         })?;
         let n = pid.wrapping_mul(8).wrapping_add(seq);
         let net = format!("10.{}.{}", 100 + n % 150, (n / 150) % 250);
-        let v = Veth { ns: ns.clone(), here: here.clone(), there: there.clone(), here_ip: format!("{net}.1"), peer_ip: format!("{net}.2") };
-        run(&["ip", "link", "add", &here, "type", "veth", "peer", "name", &there])?;
+        let v = Veth {
+            ns: ns.clone(),
+            here: here.clone(),
+            there: there.clone(),
+            here_ip: format!("{net}.1"),
+            peer_ip: format!("{net}.2"),
+        };
+        run(&[
+            "ip", "link", "add", &here, "type", "veth", "peer", "name", &there,
+        ])?;
         run(&["ip", "link", "set", &there, "netns", &ns])?;
         run(&["ip", "addr", "add", &format!("{net}.1/24"), "dev", &here])?;
         run(&["ip", "link", "set", &here, "up"])?;
@@ -86,7 +108,9 @@ impl Veth {
 
 impl Drop for Veth {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.here]).output();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.here])
+            .output();
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
     }
 }

@@ -24,7 +24,8 @@ const TP_STATUS_AVAILABLE: u32 = 0;
 const TP_STATUS_SEND_REQUEST: u32 = 1;
 const TP_STATUS_WRONG_FORMAT: u32 = 4;
 /// Frame data starts after the aligned tpacket2_hdr (TPACKET2_HDRLEN - sizeof(sockaddr_ll)).
-const DATA_OFF: usize = (std::mem::size_of::<libc::tpacket2_hdr>() + libc::TPACKET_ALIGNMENT - 1) & !(libc::TPACKET_ALIGNMENT - 1);
+const DATA_OFF: usize = (std::mem::size_of::<libc::tpacket2_hdr>() + libc::TPACKET_ALIGNMENT - 1)
+    & !(libc::TPACKET_ALIGNMENT - 1);
 // Where a slot's header (`tpacket2_hdr`) keeps what we read and write, from libc's
 // definition of the kernel's struct.
 const TP_STATUS: usize = std::mem::offset_of!(libc::tpacket2_hdr, tp_status);
@@ -44,7 +45,11 @@ pub struct TxConfig {
 
 impl Default for TxConfig {
     fn default() -> Self {
-        TxConfig { frame_size: 2048, frames: 1024, qdisc_bypass: false }
+        TxConfig {
+            frame_size: 2048,
+            frames: 1024,
+            qdisc_bypass: false,
+        }
     }
 }
 
@@ -67,7 +72,13 @@ impl TxRing {
     /// Open a transmit socket on `dev` with a TPACKET_V2 transmit ring.
     pub fn open(dev: &str, cfg: TxConfig) -> io::Result<TxRing> {
         if !cfg.frame_size.is_power_of_two() || cfg.frame_size < 2048 || cfg.frames == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("tx ring: frame size {} must be a power of two >= 2048, frames > 0", cfg.frame_size)));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "tx ring: frame size {} must be a power of two >= 2048, frames > 0",
+                    cfg.frame_size
+                ),
+            ));
         }
         let idx = crate::afpacket::ifindex(dev)?;
         // Protocol 0: a transmit-only socket, the kernel delivers nothing to it.
@@ -75,14 +86,33 @@ impl TxRing {
         let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
             let e = io::Error::last_os_error();
-            let hint = if e.raw_os_error() == Some(libc::EPERM) { " (transmitting needs CAP_NET_RAW: run as root or grant the capability)" } else { "" };
-            return Err(io::Error::new(e.kind(), format!("AF_PACKET socket: {e}{hint}")));
+            let hint = if e.raw_os_error() == Some(libc::EPERM) {
+                " (transmitting needs CAP_NET_RAW: run as root or grant the capability)"
+            } else {
+                ""
+            };
+            return Err(io::Error::new(
+                e.kind(),
+                format!("AF_PACKET socket: {e}{hint}"),
+            ));
         }
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        setsockopt(&fd, SOL_PACKET, PACKET_VERSION, &TPACKET_V2, "PACKET_VERSION TPACKET_V2")?;
+        setsockopt(
+            &fd,
+            SOL_PACKET,
+            PACKET_VERSION,
+            &TPACKET_V2,
+            "PACKET_VERSION TPACKET_V2",
+        )?;
         if cfg.qdisc_bypass {
-            setsockopt(&fd, SOL_PACKET, PACKET_QDISC_BYPASS, &1i32, "PACKET_QDISC_BYPASS")?;
+            setsockopt(
+                &fd,
+                SOL_PACKET,
+                PACKET_QDISC_BYPASS,
+                &1i32,
+                "PACKET_QDISC_BYPASS",
+            )?;
         }
         // Blocks of 64 KiB (or one frame if frames are larger); frames never straddle them.
         let block = cfg.frame_size.max(1 << 16);
@@ -94,18 +124,42 @@ impl TxRing {
         let len = block as usize * blocks as usize;
         // SAFETY: mapping the ring the kernel just set up on this socket, shared and
         // read-write as TPACKET requires; the result is checked.
-        let map = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
         if map == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("mapping the transmit ring: {e}")));
+            return Err(io::Error::new(
+                e.kind(),
+                format!("mapping the transmit ring: {e}"),
+            ));
         }
-        let ring = TxRing { fd, map: map as *mut u8, len, cfg: TxConfig { frames, ..cfg }, next: 0 };
+        let ring = TxRing {
+            fd,
+            map: map as *mut u8,
+            len,
+            cfg: TxConfig { frames, ..cfg },
+            next: 0,
+        };
         // SAFETY: all-zero is a valid sockaddr_ll.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_ifindex = idx as i32;
         // SAFETY: `sll` is a valid sockaddr_ll for the duration of the call.
-        let r = unsafe { libc::bind(ring.fd.as_raw_fd(), &sll as *const libc::sockaddr_ll as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) };
+        let r = unsafe {
+            libc::bind(
+                ring.fd.as_raw_fd(),
+                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
         cvt(r, &format!("binding to {dev}"))?;
         Ok(ring)
     }
@@ -134,7 +188,14 @@ impl TxRing {
     /// and its slot reused.
     pub fn put(&mut self, frame: &[u8], rejected: &mut u64) -> io::Result<bool> {
         if frame.len() > self.max_frame() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("a frame of {} bytes does not fit a slot of {}", frame.len(), self.max_frame())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a frame of {} bytes does not fit a slot of {}",
+                    frame.len(),
+                    self.max_frame()
+                ),
+            ));
         }
         let slot = self.next;
         // Acquire pairs with the kernel's barrier before it hands a slot back
@@ -149,13 +210,21 @@ impl TxRing {
         // Acquire above), the range [base + DATA_OFF, + len) lies inside it (len <=
         // max_frame), and the kernel reads it only after the Release store below.
         unsafe {
-            std::ptr::copy_nonoverlapping(frame.as_ptr(), self.map.add(base + DATA_OFF), frame.len());
+            std::ptr::copy_nonoverlapping(
+                frame.as_ptr(),
+                self.map.add(base + DATA_OFF),
+                frame.len(),
+            );
             std::ptr::write_unaligned(self.map.add(base + TP_LEN) as *mut u32, frame.len() as u32);
-            std::ptr::write_unaligned(self.map.add(base + TP_SNAPLEN) as *mut u32, frame.len() as u32);
+            std::ptr::write_unaligned(
+                self.map.add(base + TP_SNAPLEN) as *mut u32,
+                frame.len() as u32,
+            );
         }
         // Release pairs with the kernel's read barrier after it sees TP_STATUS_SEND_REQUEST
         // (at the kick): it reads the frame and lengths written above.
-        self.status(slot).store(TP_STATUS_SEND_REQUEST, Ordering::Release);
+        self.status(slot)
+            .store(TP_STATUS_SEND_REQUEST, Ordering::Release);
         self.next = (slot + 1) % self.cfg.frames as usize;
         Ok(true)
     }
@@ -167,19 +236,35 @@ impl TxRing {
         let r = unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
         if r < 0 {
             let e = io::Error::last_os_error();
-            if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR)) {
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR)
+            ) {
                 return Ok(());
             }
-            return Err(io::Error::new(e.kind(), format!("transmit (send on the TX ring): {e}")));
+            return Err(io::Error::new(
+                e.kind(),
+                format!("transmit (send on the TX ring): {e}"),
+            ));
         }
         Ok(())
     }
 
     /// Wait up to `timeout` for the kernel to give a slot back.
     pub fn wait_writable(&self, timeout: Duration) -> io::Result<()> {
-        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd for the duration of the call.
-        let r = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().clamp(1, i32::MAX as u128) as i32) };
+        let r = unsafe {
+            libc::poll(
+                &mut pfd,
+                1,
+                timeout.as_millis().clamp(1, i32::MAX as u128) as i32,
+            )
+        };
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
@@ -193,14 +278,21 @@ impl TxRing {
     pub fn in_flight(&self) -> usize {
         // Acquire, as in `put`: pairs with the kernel handing slots back.
         (0..self.cfg.frames as usize)
-            .filter(|&s| !matches!(self.status(s).load(Ordering::Acquire), TP_STATUS_AVAILABLE | TP_STATUS_WRONG_FORMAT))
+            .filter(|&s| {
+                !matches!(
+                    self.status(s).load(Ordering::Acquire),
+                    TP_STATUS_AVAILABLE | TP_STATUS_WRONG_FORMAT
+                )
+            })
             .count()
     }
 
     /// Frames the kernel refused (wrong format) and nobody has reused yet.
     pub fn rejected_pending(&self) -> u64 {
         // Acquire, as in `put`: pairs with the kernel handing slots back.
-        (0..self.cfg.frames as usize).filter(|&s| self.status(s).load(Ordering::Acquire) == TP_STATUS_WRONG_FORMAT).count() as u64
+        (0..self.cfg.frames as usize)
+            .filter(|&s| self.status(s).load(Ordering::Acquire) == TP_STATUS_WRONG_FORMAT)
+            .count() as u64
     }
 }
 

@@ -22,7 +22,9 @@
 use std::io;
 use std::num::NonZeroU32;
 use std::time::Duration;
-use xsk_rs::config::{BindFlags, FrameSize, Interface, QueueSize, SocketConfig, UmemConfig, XdpFlags};
+use xsk_rs::config::{
+    BindFlags, FrameSize, Interface, QueueSize, SocketConfig, UmemConfig, XdpFlags,
+};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 /// How to set up the socket.
@@ -38,7 +40,11 @@ pub struct XdpConfig {
 
 impl Default for XdpConfig {
     fn default() -> Self {
-        XdpConfig { queue: 0, frames: 16384, skb_mode: false }
+        XdpConfig {
+            queue: 0,
+            frames: 16384,
+            skb_mode: false,
+        }
     }
 }
 
@@ -82,9 +88,17 @@ pub struct XdpRx {
     generation: u64,
 }
 
-fn err(what: &str, e: impl std::fmt::Display, source: Option<&(dyn std::error::Error + 'static)>) -> io::Error {
+fn err(
+    what: &str,
+    e: impl std::fmt::Display,
+    source: Option<&(dyn std::error::Error + 'static)>,
+) -> io::Error {
     let detail = source.map(|s| format!(": {s}")).unwrap_or_default();
-    let hint = if detail.contains("Operation not permitted") { " (AF_XDP needs CAP_NET_RAW and CAP_BPF or CAP_SYS_ADMIN: run as root)" } else { "" };
+    let hint = if detail.contains("Operation not permitted") {
+        " (AF_XDP needs CAP_NET_RAW and CAP_BPF or CAP_SYS_ADMIN: run as root)"
+    } else {
+        ""
+    };
     io::Error::other(format!("{what}: {e}{detail}{hint}"))
 }
 
@@ -114,7 +128,10 @@ impl XdpRx {
     pub fn open(dev: &str, cfg: XdpConfig) -> io::Result<XdpRx> {
         crate::afpacket::ifindex(dev)?;
         if !cfg.frames.is_power_of_two() || cfg.frames < 64 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("AF_XDP: frames={} must be a power of two >= 64", cfg.frames)));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("AF_XDP: frames={} must be a power of two >= 64", cfg.frames),
+            ));
         }
         // The fill ring holds half the chunks; the rest are spare for batches we hold.
         let fill_size = cfg.frames / 2;
@@ -138,16 +155,30 @@ impl XdpRx {
             .xdp_flags(flags)
             .bind_flags(BindFlags::XDP_COPY)
             .build();
-        let ifname: Interface = dev.parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("interface name '{dev}' contains NUL")))?;
+        let ifname: Interface = dev.parse().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("interface name '{dev}' contains NUL"),
+            )
+        })?;
         // SAFETY: the UMEM is not shared with any other socket, so the libxdp program
         // load is ours to do (the contract concerns shared UMEMs only).
-        let (tx, rx, fq_cq) = unsafe { Socket::new(scfg, &umem, &ifname, cfg.queue) }.map_err(|e| {
-            let s = std::error::Error::source(&e);
-            err(&format!("AF_XDP socket on {dev} queue {}", cfg.queue), &e, s)
-        })?;
-        let (mut fq, cq) = fq_cq.ok_or_else(|| io::Error::other("AF_XDP: no fill ring for a fresh UMEM"))?;
+        let (tx, rx, fq_cq) =
+            unsafe { Socket::new(scfg, &umem, &ifname, cfg.queue) }.map_err(|e| {
+                let s = std::error::Error::source(&e);
+                err(
+                    &format!("AF_XDP socket on {dev} queue {}", cfg.queue),
+                    &e,
+                    s,
+                )
+            })?;
+        let (mut fq, cq) =
+            fq_cq.ok_or_else(|| io::Error::other("AF_XDP: no fill ring for a fresh UMEM"))?;
         // The base of the mapping: chunk 0's data segment minus its offset.
-        let first = descs.first().copied().ok_or_else(|| io::Error::other("AF_XDP: an empty UMEM"))?;
+        let first = descs
+            .first()
+            .copied()
+            .ok_or_else(|| io::Error::other("AF_XDP: an empty UMEM"))?;
         // SAFETY: `first` describes a chunk of this UMEM that nobody has lent out yet.
         let p = unsafe { umem.data(&first) }.contents().as_ptr();
         let base = p.wrapping_sub(first.addr());
@@ -158,10 +189,18 @@ impl XdpRx {
         // fill ring holds (else it takes none).
         let lent = unsafe { fq.produce(lend) };
         if lent != lend.len() {
-            return Err(io::Error::other(format!("AF_XDP: the fill ring took {lent} of {} chunks", lend.len())));
+            return Err(io::Error::other(format!(
+                "AF_XDP: the fill ring took {lent} of {} chunks",
+                lend.len()
+            )));
         }
         Ok(XdpRx {
-            view: UmemView { _umem: umem, base, len, held: vec![0; cfg.frames as usize].into_boxed_slice() },
+            view: UmemView {
+                _umem: umem,
+                base,
+                len,
+                held: vec![0; cfg.frames as usize].into_boxed_slice(),
+            },
             rx,
             fq,
             _tx: tx,
@@ -185,7 +224,10 @@ impl XdpRx {
         let v = &self.view;
         let (generation, off) = (pos / v.len as u64, (pos % v.len as u64) as usize);
         let chunk = off / CHUNK;
-        if generation == 0 || *v.held.get(chunk)? != generation || off.checked_add(len)? > (chunk + 1) * CHUNK {
+        if generation == 0
+            || *v.held.get(chunk)? != generation
+            || off.checked_add(len)? > (chunk + 1) * CHUNK
+        {
             return None;
         }
         // SAFETY: [off, off + len) lies inside one chunk of the UMEM mapping (alive as long
@@ -215,7 +257,12 @@ impl XdpRx {
     /// the gathering sleeps for as long as the rate seen so far says the batch needs to
     /// fill (at least [`GATHER_STEP`], at most the rest of the bound): a few wake-ups per
     /// batch, like TPACKET_V3's block retirement.
-    pub fn next_batch(&mut self, max: usize, timeout: Duration, latency: Duration) -> io::Result<Vec<(u64, usize)>> {
+    pub fn next_batch(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        latency: Duration,
+    ) -> io::Result<Vec<(u64, usize)>> {
         self.recycle();
         let n = max.min(self.scratch.len() / 2).max(1);
         let ms = |d: Duration| d.as_millis().min(i32::MAX as u128) as i32;
@@ -225,11 +272,16 @@ impl XdpRx {
         let mut got = unsafe { self.rx.consume(&mut self.scratch[..n]) };
         if got == 0 {
             // SAFETY: as above.
-            got = unsafe { self.rx.poll_and_consume(&mut self.scratch[..n], ms(timeout)) }?;
+            got = unsafe {
+                self.rx
+                    .poll_and_consume(&mut self.scratch[..n], ms(timeout))
+            }?;
             if got == 0 {
                 // Nothing in a whole timeout: the interface may have gone (the kernel
                 // unbinds the socket and sets ENETDOWN), which poll does not report.
-                if let Some(e) = crate::afpacket::pending_error(std::os::fd::AsRawFd::as_raw_fd(self.rx.fd())) {
+                if let Some(e) =
+                    crate::afpacket::pending_error(std::os::fd::AsRawFd::as_raw_fd(self.rx.fd()))
+                {
                     return Err(e);
                 }
             }
@@ -247,7 +299,10 @@ impl XdpRx {
                 // Never sleep longer than half the time the kernel's lent chunks last at
                 // the rate seen: past that it drops frames for want of a chunk.
                 let (need, last) = if self.rate > 0.0 {
-                    (Duration::from_secs_f64((n - got) as f64 / self.rate), Duration::from_secs_f64(0.5 * self.lent() as f64 / self.rate))
+                    (
+                        Duration::from_secs_f64((n - got) as f64 / self.rate),
+                        Duration::from_secs_f64(0.5 * self.lent() as f64 / self.rate),
+                    )
                 } else {
                     (GATHER_STEP, GATHER_STEP)
                 };
@@ -263,7 +318,11 @@ impl XdpRx {
             let left = self.lent();
             if lent > left && secs > 0.0 {
                 let r = (lent - left) as f64 / secs * if left == 0 { 2.0 } else { 1.0 };
-                self.rate = if self.rate == 0.0 { r } else { 0.7 * self.rate + 0.3 * r };
+                self.rate = if self.rate == 0.0 {
+                    r
+                } else {
+                    0.7 * self.rate + 0.3 * r
+                };
             }
         }
         let mut out = Vec::with_capacity(got);
@@ -294,7 +353,11 @@ impl XdpRx {
         let s = self.rx.fd().xdp_statistics()?;
         // The kernel counts a frame dropped for want of a fill chunk in rx_dropped too.
         let fill_empty = s.rx_fill_ring_empty_descs();
-        Ok(XdpDrops { ring_full: s.rx_ring_full(), fill_empty, other: s.rx_dropped().saturating_sub(fill_empty) + s.rx_invalid_descs() })
+        Ok(XdpDrops {
+            ring_full: s.rx_ring_full(),
+            fill_empty,
+            other: s.rx_dropped().saturating_sub(fill_empty) + s.rx_invalid_descs(),
+        })
     }
 
     /// Lend the last batch's chunks back to the kernel. From now on their positions are
@@ -350,7 +413,12 @@ impl XdpRx {
 
 impl std::fmt::Debug for XdpRx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("XdpRx").field("umem_len", &self.view.len).field("generation", &self.generation).field("held", &self.held.len()).field("spare", &self.spare.len()).finish()
+        f.debug_struct("XdpRx")
+            .field("umem_len", &self.view.len)
+            .field("generation", &self.generation)
+            .field("held", &self.held.len())
+            .field("spare", &self.spare.len())
+            .finish()
     }
 }
 
@@ -369,7 +437,9 @@ mod tests {
     /// The next batch that brings frames (the peer pings meanwhile).
     fn batch(rx: &mut XdpRx) -> Vec<(u64, usize)> {
         for _ in 0..50 {
-            let b = rx.next_batch(8, Duration::from_millis(200), Duration::ZERO).unwrap_or_else(|e| panic!("{e}"));
+            let b = rx
+                .next_batch(8, Duration::from_millis(200), Duration::ZERO)
+                .unwrap_or_else(|e| panic!("{e}"));
             if !b.is_empty() {
                 return b;
             }
@@ -386,25 +456,58 @@ mod tests {
         // AF_XDP takes the frames from the host's stack: nothing answers ARP, so the
         // pinging side gets a static neighbour entry.
         let mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", v.here)).unwrap();
-        v.exec(&["ip", "neigh", "add", &v.here_ip, "lladdr", mac.trim(), "dev", &v.there]).unwrap();
-        let mut rx = XdpRx::open(&v.here, XdpConfig { queue: 0, frames: 64, skb_mode: false }).unwrap_or_else(|e| panic!("{e}"));
-        let mut ping = v.command("ping").args(["-c", "400", "-i", "0.005", "-q", &v.here_ip]).stdout(std::process::Stdio::null()).spawn().unwrap();
+        v.exec(&[
+            "ip",
+            "neigh",
+            "add",
+            &v.here_ip,
+            "lladdr",
+            mac.trim(),
+            "dev",
+            &v.there,
+        ])
+        .unwrap();
+        let mut rx = XdpRx::open(
+            &v.here,
+            XdpConfig {
+                queue: 0,
+                frames: 64,
+                skb_mode: false,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut ping = v
+            .command("ping")
+            .args(["-c", "400", "-i", "0.005", "-q", &v.here_ip])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
         let size = rx.umem_len() as u64;
         let first = batch(&mut rx);
         let (p, n) = first[0];
         let g = p / size;
         assert!(g >= 1, "generation 0 is none");
-        assert!(first.iter().all(|&(q, _)| q / size == g), "one generation per batch");
+        assert!(
+            first.iter().all(|&(q, _)| q / size == g),
+            "one generation per batch"
+        );
         let bytes = rx.get(p, n).expect("a held frame resolves").to_vec();
         let second = batch(&mut rx);
         let (q, m) = second[0];
         assert!(q / size > g, "a later batch, a later generation");
         assert!(rx.get(q, m).is_some());
         assert_eq!(rx.get(p, n), None, "the first batch went back: refused");
-        let in_batch = |off: u64| second.iter().any(|&(x, _)| (x % size) / CHUNK as u64 == off / CHUNK as u64);
+        let in_batch = |off: u64| {
+            second
+                .iter()
+                .any(|&(x, _)| (x % size) / CHUNK as u64 == off / CHUNK as u64)
+        };
         assert_eq!(rx.get(q / size * size + p % size, n).is_some(), in_batch(p % size), "the same offset resolves under the new generation only if its chunk is in the new batch");
         // A chunk not in the batch (the kernel's to fill) is refused under any generation.
-        let theirs = (0..64u64).map(|c| c * CHUNK as u64).find(|&o| !in_batch(o)).expect("the batch holds 8 of 64 chunks");
+        let theirs = (0..64u64)
+            .map(|c| c * CHUNK as u64)
+            .find(|&o| !in_batch(o))
+            .expect("the batch holds 8 of 64 chunks");
         assert_eq!(rx.get(q / size * size + theirs, 1), None);
         assert!(!bytes.is_empty());
         // Out of a chunk, or of the UMEM: refused.

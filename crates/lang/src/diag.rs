@@ -122,9 +122,16 @@ pub fn render(head: &str, span: Span, input: &str, help: Option<&str>) -> String
     let line_end = input[start..].find('\n').map_or(input.len(), |i| start + i);
     let line = &input[line_start..line_end];
     let lineno = input[..start].matches('\n').count() + 1;
-    let gutter = if input.contains('\n') { format!("{lineno} | ") } else { String::new() };
+    let gutter = if input.contains('\n') {
+        format!("{lineno} | ")
+    } else {
+        String::new()
+    };
     // Control characters (tabs, ...) print as one space so the caret stays aligned.
-    let shown: String = line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let shown: String = line
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     let mut out = format!("{head}\n{}", format!("  {gutter}{shown}").trim_end());
     let col = input[line_start..start].chars().count();
     let width = input[start..end.min(line_end)].chars().count().max(1);
@@ -236,11 +243,22 @@ mod tests {
 
     #[test]
     fn render_takes_any_head_and_clamps_any_span() {
-        let r = render("streamline: strip: bad", Span::new(14, 21), "gen count=1 | strip x | count", None);
+        let r = render(
+            "streamline: strip: bad",
+            Span::new(14, 21),
+            "gen count=1 | strip x | count",
+            None,
+        );
         // The carets sit under `strip x`.
-        assert_eq!(r, "streamline: strip: bad\n  gen count=1 | strip x | count\n                ^^^^^^^");
+        assert_eq!(
+            r,
+            "streamline: strip: bad\n  gen count=1 | strip x | count\n                ^^^^^^^"
+        );
         // Past the end, backwards, inside a multi-byte character: still one caret in range.
-        assert_eq!(render("h", Span::new(99, 3), "ab", Some("x")), "h\n  ab\n    ^\n  help: x");
+        assert_eq!(
+            render("h", Span::new(99, 3), "ab", Some("x")),
+            "h\n  ab\n    ^\n  help: x"
+        );
         assert_eq!(render("h", Span::new(1, 2), "é", None), "h\n  é\n  ^");
     }
 }

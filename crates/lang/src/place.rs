@@ -91,7 +91,10 @@ impl PinKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum SpaceSpec {
     Runtime(Vec<SpaceName>),
-    Planner { kind: Option<PinKind>, cpu: Option<usize> },
+    Planner {
+        kind: Option<PinKind>,
+        cpu: Option<usize>,
+    },
 }
 
 impl SpaceSpec {
@@ -101,21 +104,37 @@ impl SpaceSpec {
         let bad = |why: &str| format!("space={v}: {why}");
         if let Some((kind, cpu)) = v.split_once(':') {
             let kind = SpaceSpec::kind(kind).ok_or_else(|| bad(EXPECTED))?;
-            let cpu = cpu.parse::<usize>().map_err(|_| bad(&format!("'{cpu}' is not a CPU number")))?;
-            return Ok(SpaceSpec::Planner { kind: Some(kind), cpu: Some(cpu) });
+            let cpu = cpu
+                .parse::<usize>()
+                .map_err(|_| bad(&format!("'{cpu}' is not a CPU number")))?;
+            return Ok(SpaceSpec::Planner {
+                kind: Some(kind),
+                cpu: Some(cpu),
+            });
         }
         if let Some(kind) = SpaceSpec::kind(v) {
-            return Ok(SpaceSpec::Planner { kind: Some(kind), cpu: None });
+            return Ok(SpaceSpec::Planner {
+                kind: Some(kind),
+                cpu: None,
+            });
         }
         if let Some(c) = v.strip_prefix("cpu") {
             let cpu = c.parse::<usize>().map_err(|_| bad("expected cpuN"))?;
-            return Ok(SpaceSpec::Planner { kind: None, cpu: Some(cpu) });
+            return Ok(SpaceSpec::Planner {
+                kind: None,
+                cpu: Some(cpu),
+            });
         }
         let parts: Vec<&str> = v.split(',').map(str::trim).collect();
         if parts.len() > 1 && parts.iter().any(|p| p.is_empty()) {
             return Err(bad("an empty space in the list"));
         }
-        parts.iter().map(|p| SpaceName::parse(p)).collect::<Option<Vec<_>>>().map(SpaceSpec::Runtime).ok_or_else(|| bad(EXPECTED))
+        parts
+            .iter()
+            .map(|p| SpaceName::parse(p))
+            .collect::<Option<Vec<_>>>()
+            .map(SpaceSpec::Runtime)
+            .ok_or_else(|| bad(EXPECTED))
     }
 
     fn kind(s: &str) -> Option<PinKind> {
@@ -150,10 +169,22 @@ impl fmt::Display for SpaceSpec {
                 }
                 Ok(())
             }
-            SpaceSpec::Planner { kind: Some(k), cpu: Some(c) } => write!(f, "{}:{c}", k.name()),
-            SpaceSpec::Planner { kind: Some(k), cpu: None } => f.write_str(k.name()),
-            SpaceSpec::Planner { kind: None, cpu: Some(c) } => write!(f, "cpu{c}"),
-            SpaceSpec::Planner { kind: None, cpu: None } => f.write_str("user"),
+            SpaceSpec::Planner {
+                kind: Some(k),
+                cpu: Some(c),
+            } => write!(f, "{}:{c}", k.name()),
+            SpaceSpec::Planner {
+                kind: Some(k),
+                cpu: None,
+            } => f.write_str(k.name()),
+            SpaceSpec::Planner {
+                kind: None,
+                cpu: Some(c),
+            } => write!(f, "cpu{c}"),
+            SpaceSpec::Planner {
+                kind: None,
+                cpu: None,
+            } => f.write_str("user"),
         }
     }
 }
@@ -212,7 +243,9 @@ impl fmt::Display for KernelAttach {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KernelAttach::Cbpf(e) => write!(f, "cbpf({e:?})"),
-            KernelAttach::Ebpf { program, pin } => write!(f, "ebpf({program:?} pinned at {})", pin.display()),
+            KernelAttach::Ebpf { program, pin } => {
+                write!(f, "ebpf({program:?} pinned at {})", pin.display())
+            }
         }
     }
 }
@@ -225,19 +258,59 @@ mod tests {
     #[test]
     fn space_values_parse_to_their_kind_and_print_back() {
         use SpaceName::*;
-        assert_eq!(SpaceSpec::parse("local"), Ok(SpaceSpec::Runtime(vec![Local])));
+        assert_eq!(
+            SpaceSpec::parse("local"),
+            Ok(SpaceSpec::Runtime(vec![Local]))
+        );
         assert_eq!(SpaceSpec::parse("0"), Ok(SpaceSpec::Runtime(vec![Local])));
-        assert_eq!(SpaceSpec::parse("t3"), Ok(SpaceSpec::Runtime(vec![Thread(3)])));
-        assert_eq!(SpaceSpec::parse("1,p2"), Ok(SpaceSpec::Runtime(vec![Thread(1), Process(2)])));
-        assert_eq!(SpaceSpec::parse("kernel"), Ok(SpaceSpec::Planner { kind: Some(PinKind::Kernel), cpu: None }));
-        assert_eq!(SpaceSpec::parse("thread:7"), Ok(SpaceSpec::Planner { kind: Some(PinKind::Thread), cpu: Some(7) }));
-        assert_eq!(SpaceSpec::parse("cpu3"), Ok(SpaceSpec::Planner { kind: None, cpu: Some(3) }));
-        for v in ["local", "2", "p3", "1,2", "kernel", "thread:7", "cpu3", "user"] {
+        assert_eq!(
+            SpaceSpec::parse("t3"),
+            Ok(SpaceSpec::Runtime(vec![Thread(3)]))
+        );
+        assert_eq!(
+            SpaceSpec::parse("1,p2"),
+            Ok(SpaceSpec::Runtime(vec![Thread(1), Process(2)]))
+        );
+        assert_eq!(
+            SpaceSpec::parse("kernel"),
+            Ok(SpaceSpec::Planner {
+                kind: Some(PinKind::Kernel),
+                cpu: None
+            })
+        );
+        assert_eq!(
+            SpaceSpec::parse("thread:7"),
+            Ok(SpaceSpec::Planner {
+                kind: Some(PinKind::Thread),
+                cpu: Some(7)
+            })
+        );
+        assert_eq!(
+            SpaceSpec::parse("cpu3"),
+            Ok(SpaceSpec::Planner {
+                kind: None,
+                cpu: Some(3)
+            })
+        );
+        for v in [
+            "local", "2", "p3", "1,2", "kernel", "thread:7", "cpu3", "user",
+        ] {
             assert_eq!(SpaceSpec::parse(v).unwrap().to_string(), v);
         }
-        for (v, why) in [("x9", "expected 'local'"), ("t", "expected 'local'"), ("p0", "expected 'local'"), ("1,,2", "an empty space"), ("thread:x", "'x' is not a CPU"), ("cpux", "cpuN"), ("gpu:1", "expected")] {
+        for (v, why) in [
+            ("x9", "expected 'local'"),
+            ("t", "expected 'local'"),
+            ("p0", "expected 'local'"),
+            ("1,,2", "an empty space"),
+            ("thread:x", "'x' is not a CPU"),
+            ("cpux", "cpuN"),
+            ("gpu:1", "expected"),
+        ] {
             let e = SpaceSpec::parse(v).unwrap_err();
-            assert!(e.starts_with(&format!("space={v}: ")) && e.contains(why), "{v}: {e}");
+            assert!(
+                e.starts_with(&format!("space={v}: ")) && e.contains(why),
+                "{v}: {e}"
+            );
         }
     }
 
@@ -258,7 +331,10 @@ mod tests {
         assert_eq!(Side::parse("user"), Ok(Side::User));
         assert_eq!(Side::parse("kernel"), Ok(Side::Kernel { pin: None }));
         let e = Side::parse("moon").unwrap_err();
-        assert!(e.contains("placed=moon") && e.contains("user or kernel"), "{e}");
+        assert!(
+            e.contains("placed=moon") && e.contains("user or kernel"),
+            "{e}"
+        );
         assert_eq!(Side::parse("user").unwrap().to_string(), "user");
     }
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::diag::{closest, did_you_mean, DiagKind, Diagnostic};
 use crate::graph::{quote, NodeKind};
-use crate::place::{Placement, Side, SpaceSpec};
 use crate::lexer::Word;
+use crate::place::{Placement, Side, SpaceSpec};
 use crate::span::Span;
 
 /// Whether a name is a native filter or a Unix command.
@@ -277,14 +277,29 @@ pub(crate) fn resolve_atom(
                 let (key, value) = (&w.text[..eq], &w.text[eq + 1..]);
                 if crate::graph::UNIX_CONTROL_OPTIONS.contains(&key) {
                     if value.is_empty() {
-                        return Err(Diagnostic::new(DiagKind::BadOption, format!("option '{key}' has an empty value"), w.span, input));
+                        return Err(Diagnostic::new(
+                            DiagKind::BadOption,
+                            format!("option '{key}' has an empty value"),
+                            w.span,
+                            input,
+                        ));
                     }
                     if key == "name" {
                         if node_name.replace(value.to_string()).is_some() {
-                            return Err(Diagnostic::new(DiagKind::BadOption, format!("option '{key}' given twice"), w.span, input));
+                            return Err(Diagnostic::new(
+                                DiagKind::BadOption,
+                                format!("option '{key}' given twice"),
+                                w.span,
+                                input,
+                            ));
                         }
                     } else if place.space.is_some() {
-                        return Err(Diagnostic::new(DiagKind::BadOption, format!("option '{key}' given twice"), w.span, input));
+                        return Err(Diagnostic::new(
+                            DiagKind::BadOption,
+                            format!("option '{key}' given twice"),
+                            w.span,
+                            input,
+                        ));
                     } else {
                         place.space = Some(space_spec(name, value, words, input)?);
                     }
@@ -303,7 +318,10 @@ pub(crate) fn resolve_atom(
                     argv.push(w.text.clone());
                 }
             }
-            Ok(Resolved { kind: NodeKind::Unix { argv, place }, name: node_name })
+            Ok(Resolved {
+                kind: NodeKind::Unix { argv, place },
+                name: node_name,
+            })
         }
         FilterKind::Native => {
             let known = resolver.params(name);
@@ -422,10 +440,19 @@ pub(crate) fn resolve_atom(
 pub const SPACE: &str = "space";
 
 /// A `space=` value, typed; a bad one is an error under the whole node, naming it.
-fn space_spec(name: &str, value: &str, words: &[Word], input: &str) -> Result<SpaceSpec, Diagnostic> {
+fn space_spec(
+    name: &str,
+    value: &str,
+    words: &[Word],
+    input: &str,
+) -> Result<SpaceSpec, Diagnostic> {
     SpaceSpec::parse(value).map_err(|m| {
-        let at = Span::new(words[0].span.start, words.last().map_or(words[0].span.end, |w| w.span.end));
-        Diagnostic::new(DiagKind::BadOption, format!("{name}: {m}"), at, input).help(format!("'space' takes {}", control_values(SPACE)))
+        let at = Span::new(
+            words[0].span.start,
+            words.last().map_or(words[0].span.end, |w| w.span.end),
+        );
+        Diagnostic::new(DiagKind::BadOption, format!("{name}: {m}"), at, input)
+            .help(format!("'space' takes {}", control_values(SPACE)))
     })
 }
 

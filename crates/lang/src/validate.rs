@@ -127,7 +127,11 @@ pub(crate) fn loops(g: &Graph, resolver: &dyn Resolver, input: &str) -> Result<(
 /// are unknown to the resolver (Unix processes, filters it does not describe) make an
 /// unpublished name unresolvable but not wrong: the selector then stays a name and
 /// matches nothing, as before.
-pub(crate) fn named_classes(mut g: Graph, resolver: &dyn Resolver, input: &str) -> Result<Graph, Diagnostic> {
+pub(crate) fn named_classes(
+    mut g: Graph,
+    resolver: &dyn Resolver,
+    input: &str,
+) -> Result<Graph, Diagnostic> {
     fn names_in(sel: &Selector, out: &mut Vec<String>) {
         match sel {
             Selector::Named(n) => out.push(n.clone()),
@@ -192,7 +196,10 @@ pub(crate) fn named_classes(mut g: Graph, resolver: &dyn Resolver, input: &str) 
                     let list = if published.is_empty() {
                         "no filter upstream publishes class names".to_string()
                     } else {
-                        let v: Vec<String> = published.iter().map(|(n, c)| format!("{n} ({c})")).collect();
+                        let v: Vec<String> = published
+                            .iter()
+                            .map(|(n, c)| format!("{n} ({c})"))
+                            .collect();
                         format!("upstream publishes: {}", v.join(", "))
                     };
                     return Err(Diagnostic::new(

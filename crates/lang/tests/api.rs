@@ -216,7 +216,11 @@ fn parallelize_one_filter() {
     );
     // Round-robin replicas get the join that restores the order.
     let r = parallelize(&g, 1, 2, SplitMode::RoundRobin);
-    assert!(r.canonical().contains("n5 = join(ordered)\n"), "{}", r.canonical());
+    assert!(
+        r.canonical().contains("n5 = join(ordered)\n"),
+        "{}",
+        r.canonical()
+    );
     // Not applicable: sources, joins, too few ways, no such node.
     assert_eq!(parallelize(&g, 0, 3, SplitMode::RoundRobin), g);
     assert_eq!(parallelize(&g, 1, 1, SplitMode::RoundRobin), g);
@@ -375,15 +379,29 @@ fn large_inputs_stay_fast() {
 
 #[test]
 fn placed_is_typed_at_parse_time_and_a_bad_value_points_at_it() {
-    let r = StaticResolver::new().native("bpf", &["expr", "placed"]).native("count", &[]);
+    let r = StaticResolver::new()
+        .native("bpf", &["expr", "placed"])
+        .native("count", &[]);
     let g = parse("bpf tcp placed=user | count", &r).unwrap();
-    let NodeKind::Filter { options, place, .. } = &g.nodes[0].kind else { panic!("{g:?}") };
-    assert!(options.is_empty(), "placed= is not left among the options: {options:?}");
+    let NodeKind::Filter { options, place, .. } = &g.nodes[0].kind else {
+        panic!("{g:?}")
+    };
+    assert!(
+        options.is_empty(),
+        "placed= is not left among the options: {options:?}"
+    );
     assert_eq!(place.side, Some(lang::Side::User));
-    assert!(g.canonical().starts_with("n0 = bpf tcp placed=user\n"), "{}", g.canonical());
+    assert!(
+        g.canonical().starts_with("n0 = bpf tcp placed=user\n"),
+        "{}",
+        g.canonical()
+    );
     let text = "bpf tcp placed=moon | count";
     let d = parse(text, &r).unwrap_err();
-    assert!(d.message.contains("placed=moon") && d.message.contains("user or kernel"), "{d}");
+    assert!(
+        d.message.contains("placed=moon") && d.message.contains("user or kernel"),
+        "{d}"
+    );
     assert_eq!(&text[d.span.start..d.span.end], "moon");
     // A filter that does not declare it still refuses it.
     assert!(parse("count placed=user", &r).is_err());
@@ -392,8 +410,15 @@ fn placed_is_typed_at_parse_time_and_a_bad_value_points_at_it() {
 #[test]
 fn space_is_typed_at_parse_time_and_a_bad_value_points_at_the_node() {
     use lang::{PinKind, SpaceName, SpaceSpec};
-    let r = StaticResolver::new().native("count", &[]).native("deflate", &[]).unix("wc");
-    let g = parse("count space=1,p2 | deflate space=thread:3 | wc -l space=local", &r).unwrap();
+    let r = StaticResolver::new()
+        .native("count", &[])
+        .native("deflate", &[])
+        .unix("wc");
+    let g = parse(
+        "count space=1,p2 | deflate space=thread:3 | wc -l space=local",
+        &r,
+    )
+    .unwrap();
     let space = |i: usize| match &g.nodes[i].kind {
         NodeKind::Filter { options, place, .. } => {
             assert!(options.is_empty(), "{options:?}");
@@ -402,14 +427,35 @@ fn space_is_typed_at_parse_time_and_a_bad_value_points_at_the_node() {
         NodeKind::Unix { place, .. } => place.space.clone(),
         k => panic!("{k:?}"),
     };
-    assert_eq!(space(0), Some(SpaceSpec::Runtime(vec![SpaceName::Thread(1), SpaceName::Process(2)])));
-    assert_eq!(space(1), Some(SpaceSpec::Planner { kind: Some(PinKind::Thread), cpu: Some(3) }));
+    assert_eq!(
+        space(0),
+        Some(SpaceSpec::Runtime(vec![
+            SpaceName::Thread(1),
+            SpaceName::Process(2)
+        ]))
+    );
+    assert_eq!(
+        space(1),
+        Some(SpaceSpec::Planner {
+            kind: Some(PinKind::Thread),
+            cpu: Some(3)
+        })
+    );
     assert_eq!(space(2), Some(SpaceSpec::Runtime(vec![SpaceName::Local])));
     let text = "count | deflate level=1 space=x9 | count";
-    let r = StaticResolver::new().native("count", &[]).native("deflate", &["level"]);
+    let r = StaticResolver::new()
+        .native("count", &[])
+        .native("deflate", &["level"]);
     let d = parse(text, &r).unwrap_err();
-    assert!(d.message.starts_with("deflate: space=x9: expected 'local'"), "{d}");
+    assert!(
+        d.message.starts_with("deflate: space=x9: expected 'local'"),
+        "{d}"
+    );
     assert_eq!(&text[d.span.start..d.span.end], "deflate level=1 space=x9");
-    let d = parse("count | wc space=1,,2", &StaticResolver::new().native("count", &[]).unix("wc")).unwrap_err();
+    let d = parse(
+        "count | wc space=1,,2",
+        &StaticResolver::new().native("count", &[]).unix("wc"),
+    )
+    .unwrap_err();
     assert!(d.message.contains("an empty space in the list"), "{d}");
 }

@@ -24,7 +24,10 @@ fn real(name: &CStr) -> *mut c_void {
 macro_rules! real {
     ($name:literal, $ty:ty) => {{
         static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let p = *P.get_or_init(|| real(CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()).expect("literal")) as usize);
+        let p = *P.get_or_init(|| {
+            real(CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()).expect("literal"))
+                as usize
+        });
         if p == 0 {
             None
         } else {
@@ -70,8 +73,10 @@ pub fn dynamic_target(path: &Path, depth: u32) -> bool {
 /// `read` could take a number that is a ring pipe end in the parent for one here.
 fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let fd = sys::open(&c, libc::O_RDONLY | libc::O_CLOEXEC).map_err(std::io::Error::from_raw_os_error)? as i32;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let fd = sys::open(&c, libc::O_RDONLY | libc::O_CLOEXEC)
+        .map_err(std::io::Error::from_raw_os_error)? as i32;
     let mut buf = vec![0u8; 4096];
     let r = sys::read(fd, &mut buf);
     let _ = sys::close(fd);
@@ -80,7 +85,6 @@ fn read_head(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-
 /// `file` as execvp would find it.
 fn search_path(file: &CStr) -> Option<PathBuf> {
     let f = file.to_str().ok()?;
@@ -88,7 +92,11 @@ fn search_path(file: &CStr) -> Option<PathBuf> {
         return Some(PathBuf::from(f));
     }
     let path = std::env::var("PATH").unwrap_or_else(|_| "/bin:/usr/bin".into());
-    path.split(':').map(|d| Path::new(if d.is_empty() { "." } else { d }).join(f)).find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+    path.split(':')
+        .map(|d| Path::new(if d.is_empty() { "." } else { d }).join(f))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// Before exec or spawn of `path` with `envp`.
@@ -97,7 +105,8 @@ unsafe fn prepare(path: Option<PathBuf>, envp: *const *const c_char) {
         return;
     }
     // SAFETY: envp from the caller.
-    let ours = unsafe { env_preloads(envp) } && path.as_deref().is_none_or(|p| dynamic_target(p, 0));
+    let ours =
+        unsafe { env_preloads(envp) } && path.as_deref().is_none_or(|p| dynamic_target(p, 0));
     if !ours {
         pipe::before_foreign_exec();
     }
@@ -106,7 +115,11 @@ unsafe fn prepare(path: Option<PathBuf>, envp: *const *const c_char) {
 /// Before exec or spawn of `file` as execvp finds it.
 unsafe fn prepare_searched(file: *const c_char, envp: *const *const c_char) {
     // SAFETY: file is null or a C string from the caller.
-    let found = if file.is_null() { None } else { search_path(unsafe { CStr::from_ptr(file) }) };
+    let found = if file.is_null() {
+        None
+    } else {
+        search_path(unsafe { CStr::from_ptr(file) })
+    };
     unsafe { prepare(found, envp) };
 }
 
@@ -119,12 +132,25 @@ fn cpath(p: *const c_char) -> Option<PathBuf> {
     Some(PathBuf::from(c.to_string_lossy().into_owned()))
 }
 
-type ExecveFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
-type ExecvpeFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
-type SpawnFn = unsafe extern "C" fn(*mut libc::pid_t, *const c_char, *const c_void, *const c_void, *const *const c_char, *const *const c_char) -> c_int;
+type ExecveFn =
+    unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type ExecvpeFn =
+    unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type SpawnFn = unsafe extern "C" fn(
+    *mut libc::pid_t,
+    *const c_char,
+    *const c_void,
+    *const c_void,
+    *const *const c_char,
+    *const *const c_char,
+) -> c_int;
 
 #[no_mangle]
-pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     unsafe { prepare(cpath(path), envp) };
     match real!("execve", ExecveFn) {
         // SAFETY: libc's execve with the caller's arguments.
@@ -140,7 +166,11 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     unsafe { prepare_searched(file, envp) };
     match real!("execvpe", ExecvpeFn) {
         // SAFETY: libc's execvpe with the caller's arguments.
@@ -156,7 +186,14 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn posix_spawn(pid: *mut libc::pid_t, path: *const c_char, acts: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    acts: *const c_void,
+    attr: *const c_void,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     unsafe { prepare(cpath(path), envp) };
     match real!("posix_spawn", SpawnFn) {
         // SAFETY: libc's posix_spawn with the caller's arguments.
@@ -166,7 +203,14 @@ pub unsafe extern "C" fn posix_spawn(pid: *mut libc::pid_t, path: *const c_char,
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn posix_spawnp(pid: *mut libc::pid_t, file: *const c_char, acts: *const c_void, attr: *const c_void, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const c_char,
+    acts: *const c_void,
+    attr: *const c_void,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     unsafe { prepare_searched(file, envp) };
     match real!("posix_spawnp", SpawnFn) {
         // SAFETY: libc's posix_spawnp with the caller's arguments.
@@ -181,7 +225,10 @@ mod tests {
 
     #[test]
     fn tells_static_from_dynamic_programs() {
-        assert!(dynamic_target(Path::new("/bin/cat"), 0), "/bin/cat is dynamically linked");
+        assert!(
+            dynamic_target(Path::new("/bin/cat"), 0),
+            "/bin/cat is dynamically linked"
+        );
         // A script runs its interpreter.
         let dir = std::env::temp_dir().join(format!("slpre-exec-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

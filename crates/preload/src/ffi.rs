@@ -54,16 +54,25 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: usize) -> isize 
         // SAFETY: buf is writable for len bytes, as read(2)'s caller vouches.
         Some(p) => sys::c_ret(p.read(fd, unsafe { slice_mut(buf, len) })),
         // SAFETY: as above (n ≤ len).
-        None => sys::c_ret(shape::io(fd, len, |n| unsafe { sys::read_raw(fd, buf.cast(), n) })),
+        None => sys::c_ret(shape::io(fd, len, |n| unsafe {
+            sys::read_raw(fd, buf.cast(), n)
+        })),
     }
 }
 
 /// glibc's fortified read (`_FORTIFY_SOURCE`), which would otherwise reach the kernel
 /// without passing through `read`.
 #[no_mangle]
-pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: usize, buflen: usize) -> isize {
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    buflen: usize,
+) -> isize {
     if len > buflen {
-        eprintln!("*** buffer overflow detected ***: read of {len} bytes into a buffer of {buflen}");
+        eprintln!(
+            "*** buffer overflow detected ***: read of {len} bytes into a buffer of {buflen}"
+        );
         std::process::abort();
     }
     unsafe { read(fd, buf, len) }
@@ -75,7 +84,9 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: usize) -> isi
         // SAFETY: buf is readable for len bytes, as write(2)'s caller vouches.
         Some(p) => sys::c_ret(p.write(fd, unsafe { slice(buf, len) })),
         // SAFETY: as above (n ≤ len).
-        None => sys::c_ret(shape::io(fd, len, |n| unsafe { sys::write_raw(fd, buf.cast(), n) })),
+        None => sys::c_ret(shape::io(fd, len, |n| unsafe {
+            sys::write_raw(fd, buf.cast(), n)
+        })),
     }
 }
 
@@ -169,16 +180,44 @@ unsafe fn vec_io(nr: i64, fd: c_int, iov: *const libc::iovec, n: c_int) -> sys::
 }
 
 /// pread/pwrite/preadv/pwritev (`nr`, with the offset as a 4th argument) under the budget.
-unsafe fn at_io(nr: i64, fd: c_int, a: usize, len: usize, count: usize, off: i64, vec: bool) -> isize {
+unsafe fn at_io(
+    nr: i64,
+    fd: c_int,
+    a: usize,
+    len: usize,
+    count: usize,
+    off: i64,
+    vec: bool,
+) -> isize {
     sys::c_ret(shape::io(fd, len, |k| {
         if vec && k < len {
             // SAFETY: a prefix of the caller's vector (a, count).
             let c = shape::cut_iov(unsafe { iovs(a as *const libc::iovec, count as c_int) }, k);
             // SAFETY: as above.
-            unsafe { raw6(nr, fd as usize, c.as_ptr() as usize, c.len(), off as usize, 0, 0) }
+            unsafe {
+                raw6(
+                    nr,
+                    fd as usize,
+                    c.as_ptr() as usize,
+                    c.len(),
+                    off as usize,
+                    0,
+                    0,
+                )
+            }
         } else {
             // SAFETY: the caller's buffer/vector, cut only in length.
-            unsafe { raw6(nr, fd as usize, a, if vec { count } else { k }, off as usize, 0, 0) }
+            unsafe {
+                raw6(
+                    nr,
+                    fd as usize,
+                    a,
+                    if vec { count } else { k },
+                    off as usize,
+                    0,
+                    0,
+                )
+            }
         }
     }))
 }
@@ -195,7 +234,13 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: usize, off: i
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __pread_chk(fd: c_int, buf: *mut c_void, len: usize, off: i64, buflen: usize) -> isize {
+pub unsafe extern "C" fn __pread_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    off: i64,
+    buflen: usize,
+) -> isize {
     if len > buflen {
         std::process::abort();
     }
@@ -203,7 +248,13 @@ pub unsafe extern "C" fn __pread_chk(fd: c_int, buf: *mut c_void, len: usize, of
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __pread64_chk(fd: c_int, buf: *mut c_void, len: usize, off: i64, buflen: usize) -> isize {
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    off: i64,
+    buflen: usize,
+) -> isize {
     unsafe { __pread_chk(fd, buf, len, off, buflen) }
 }
 
@@ -223,7 +274,17 @@ pub unsafe extern "C" fn preadv(fd: c_int, iov: *const libc::iovec, n: c_int, of
     // SAFETY: the caller's vector.
     let total: usize = unsafe { iovs(iov, n) }.iter().map(|i| i.iov_len).sum();
     // SAFETY: preadv(2)'s arguments.
-    unsafe { at_io(libc::SYS_preadv, fd, iov as usize, total, n.max(0) as usize, off, true) }
+    unsafe {
+        at_io(
+            libc::SYS_preadv,
+            fd,
+            iov as usize,
+            total,
+            n.max(0) as usize,
+            off,
+            true,
+        )
+    }
 }
 
 #[no_mangle]
@@ -236,24 +297,58 @@ pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const libc::iovec, n: c_int, o
     // SAFETY: the caller's vector.
     let total: usize = unsafe { iovs(iov, n) }.iter().map(|i| i.iov_len).sum();
     // SAFETY: pwritev(2)'s arguments.
-    unsafe { at_io(libc::SYS_pwritev, fd, iov as usize, total, n.max(0) as usize, off, true) }
+    unsafe {
+        at_io(
+            libc::SYS_pwritev,
+            fd,
+            iov as usize,
+            total,
+            n.max(0) as usize,
+            off,
+            true,
+        )
+    }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const libc::iovec, n: c_int, off: i64) -> isize {
+pub unsafe extern "C" fn pwritev64(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    off: i64,
+) -> isize {
     unsafe { pwritev(fd, iov, n, off) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn accept(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int {
+pub unsafe extern "C" fn accept(
+    fd: c_int,
+    addr: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+) -> c_int {
     unsafe { accept4(fd, addr, len, 0) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t, flags: c_int) -> c_int {
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+    flags: c_int,
+) -> c_int {
     vfd::before_block();
     // SAFETY: accept4(2)'s arguments, passed through.
-    match unsafe { raw6(libc::SYS_accept4, fd as usize, addr as usize, len as usize, flags as usize, 0, 0) } {
+    match unsafe {
+        raw6(
+            libc::SYS_accept4,
+            fd as usize,
+            addr as usize,
+            len as usize,
+            flags as usize,
+            0,
+            0,
+        )
+    } {
         Ok(n) => {
             shape::accepted(n as c_int);
             n as c_int
@@ -304,9 +399,20 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     if pipe::is_internal() {
-        return sys::c_ret(unsafe { raw3(libc::SYS_close_range, first as usize, last as usize, flags as usize) }) as c_int;
+        return sys::c_ret(unsafe {
+            raw3(
+                libc::SYS_close_range,
+                first as usize,
+                last as usize,
+                flags as usize,
+            )
+        }) as c_int;
     }
-    let keep: Vec<u32> = pipe::own_fds().into_iter().map(|f| f as u32).filter(|&f| f >= first && f <= last).collect();
+    let keep: Vec<u32> = pipe::own_fds()
+        .into_iter()
+        .map(|f| f as u32)
+        .filter(|&f| f >= first && f <= last)
+        .collect();
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && !pipe::foreign() {
         shape::forget_range(first, last);
         for (fd, o) in vfd::all() {
@@ -327,7 +433,14 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         }
         if lo <= hi && (k == u32::MAX || lo < k) {
             // SAFETY: close_range takes numbers only.
-            if let Err(e) = unsafe { raw3(libc::SYS_close_range, lo as usize, hi as usize, flags as usize) } {
+            if let Err(e) = unsafe {
+                raw3(
+                    libc::SYS_close_range,
+                    lo as usize,
+                    hi as usize,
+                    flags as usize,
+                )
+            } {
                 return sys::c_ret(Err(e)) as c_int;
             }
         }
@@ -441,7 +554,12 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_i
         if req == libc::FIONREAD as libc::c_ulong {
             if let Some(n) = p.readable_bytes(fd) {
                 // SAFETY: FIONREAD's argument is an int pointer, as the caller vouches.
-                unsafe { std::ptr::write_unaligned(arg as *mut c_int, n.min(c_int::MAX as usize) as c_int) };
+                unsafe {
+                    std::ptr::write_unaligned(
+                        arg as *mut c_int,
+                        n.min(c_int::MAX as usize) as c_int,
+                    )
+                };
                 return 0;
             }
         }
@@ -450,7 +568,10 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_i
     let r = unsafe { sys::ioctl_raw(fd, req, arg) };
     if r.is_ok() && req == libc::FIONBIO as libc::c_ulong && arg != 0 {
         // SAFETY: FIONBIO's argument is an int pointer.
-        pipe::set_nonblock(fd, unsafe { std::ptr::read_unaligned(arg as *const c_int) } != 0);
+        pipe::set_nonblock(
+            fd,
+            unsafe { std::ptr::read_unaligned(arg as *const c_int) } != 0,
+        );
     }
     sys::c_ret(r) as c_int
 }
@@ -476,7 +597,12 @@ pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: usize) 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: usize) -> c_int {
+pub unsafe extern "C" fn openat64(
+    dir: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: usize,
+) -> c_int {
     unsafe { openat(dir, path, flags, mode) }
 }
 
@@ -491,9 +617,24 @@ pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: usize) -> c_int {
+pub unsafe extern "C" fn openat(
+    dir: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: usize,
+) -> c_int {
     // SAFETY: path is a C string, as open's caller vouches.
-    let r = unsafe { raw6(libc::SYS_openat, dir as usize, path as usize, flags as usize, mode, 0, 0) };
+    let r = unsafe {
+        raw6(
+            libc::SYS_openat,
+            dir as usize,
+            path as usize,
+            flags as usize,
+            mode,
+            0,
+            0,
+        )
+    };
     match r {
         Ok(fd) => after_open(fd as c_int),
         Err(e) => sys::c_ret(Err(e)) as c_int,
@@ -512,7 +653,10 @@ unsafe fn ts_timeout(ts: *const libc::timespec) -> Option<Duration> {
     } else {
         // SAFETY: a valid timespec from the caller.
         let t = unsafe { *ts };
-        Some(Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32))
+        Some(Duration::new(
+            t.tv_sec.max(0) as u64,
+            t.tv_nsec.clamp(0, 999_999_999) as u32,
+        ))
     }
 }
 
@@ -528,28 +672,48 @@ unsafe fn pollfds<'a>(fds: *mut libc::pollfd, n: libc::nfds_t) -> &'a mut [libc:
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
     // SAFETY: poll's array.
-    sys::c_ret(unsafe { wait::poll(pollfds(fds, n), ms_timeout(timeout), std::ptr::null()) }) as c_int
+    sys::c_ret(unsafe { wait::poll(pollfds(fds, n), ms_timeout(timeout), std::ptr::null()) })
+        as c_int
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __poll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int, _len: usize) -> c_int {
+pub unsafe extern "C" fn __poll_chk(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: c_int,
+    _len: usize,
+) -> c_int {
     unsafe { poll(fds, n, timeout) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+pub unsafe extern "C" fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
     // SAFETY: ppoll's arguments.
     sys::c_ret(unsafe { wait::poll(pollfds(fds, n), ts_timeout(ts), mask) }) as c_int
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn select(nfds: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, tv: *mut libc::timeval) -> c_int {
+pub unsafe extern "C" fn select(
+    nfds: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    tv: *mut libc::timeval,
+) -> c_int {
     let timeout = if tv.is_null() {
         None
     } else {
         // SAFETY: a valid timeval from the caller.
         let t = unsafe { *tv };
-        Some(Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.clamp(0, 999_999) * 1000) as u32))
+        Some(Duration::new(
+            t.tv_sec.max(0) as u64,
+            (t.tv_usec.clamp(0, 999_999) * 1000) as u32,
+        ))
     };
     let start = std::time::Instant::now();
     // SAFETY: select's sets.
@@ -560,20 +724,42 @@ pub unsafe extern "C" fn select(nfds: c_int, r: *mut libc::fd_set, w: *mut libc:
                 vfd::before_block();
             }
             // SAFETY: the caller's arguments, passed through.
-            return sys::c_ret(unsafe { raw6(libc::SYS_select, nfds as usize, r as usize, w as usize, e as usize, tv as usize, 0) }) as c_int;
+            return sys::c_ret(unsafe {
+                raw6(
+                    libc::SYS_select,
+                    nfds as usize,
+                    r as usize,
+                    w as usize,
+                    e as usize,
+                    tv as usize,
+                    0,
+                )
+            }) as c_int;
         }
     };
     if let Some(t) = timeout {
         // Linux writes back the time not slept.
         let left = t.saturating_sub(start.elapsed());
         // SAFETY: tv is non-null here.
-        unsafe { *tv = libc::timeval { tv_sec: left.as_secs() as libc::time_t, tv_usec: left.subsec_micros() as libc::suseconds_t } };
+        unsafe {
+            *tv = libc::timeval {
+                tv_sec: left.as_secs() as libc::time_t,
+                tv_usec: left.subsec_micros() as libc::suseconds_t,
+            }
+        };
     }
     sys::c_ret(res) as c_int
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pselect(nfds: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+pub unsafe extern "C" fn pselect(
+    nfds: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
     // SAFETY: pselect's arguments.
     let timeout = unsafe { ts_timeout(ts) };
     match unsafe { wait::select(nfds, r, w, e, timeout, mask) } {
@@ -584,18 +770,43 @@ pub unsafe extern "C" fn pselect(nfds: c_int, r: *mut libc::fd_set, w: *mut libc
             }
             // pselect6 takes the mask as {pointer, size}.
             let m = [mask as usize, 8usize];
-            let mp = if mask.is_null() { 0 } else { m.as_ptr() as usize };
+            let mp = if mask.is_null() {
+                0
+            } else {
+                m.as_ptr() as usize
+            };
             // SAFETY: ts is null or the caller's valid timespec.
-            let tcopy = if ts.is_null() { None } else { Some(unsafe { *ts }) };
-            let tp = tcopy.as_ref().map_or(0, |t| t as *const libc::timespec as usize);
+            let tcopy = if ts.is_null() {
+                None
+            } else {
+                Some(unsafe { *ts })
+            };
+            let tp = tcopy
+                .as_ref()
+                .map_or(0, |t| t as *const libc::timespec as usize);
             // SAFETY: the caller's sets; our copies of the timeout and mask descriptor.
-            sys::c_ret(unsafe { raw6(libc::SYS_pselect6, nfds as usize, r as usize, w as usize, e as usize, tp, mp) }) as c_int
+            sys::c_ret(unsafe {
+                raw6(
+                    libc::SYS_pselect6,
+                    nfds as usize,
+                    r as usize,
+                    w as usize,
+                    e as usize,
+                    tp,
+                    mp,
+                )
+            }) as c_int
         }
     }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int {
+pub unsafe extern "C" fn epoll_ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    ev: *mut libc::epoll_event,
+) -> c_int {
     if pipe::is_internal() || pipe::foreign() {
         // SAFETY: the caller's event, passed through.
         return sys::c_ret(unsafe { sys::epoll_ctl(epfd, op, fd, ev) }) as c_int;
@@ -618,12 +829,23 @@ unsafe fn events<'a>(ev: *mut libc::epoll_event, max: c_int) -> &'a mut [libc::e
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn epoll_wait(epfd: c_int, ev: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    ev: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
     unsafe { epoll_pwait(epfd, ev, max, timeout, std::ptr::null()) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn epoll_pwait(epfd: c_int, ev: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const libc::sigset_t) -> c_int {
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    ev: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
     if max <= 0 {
         return sys::c_ret(Err(libc::EINVAL)) as c_int;
     }
@@ -643,10 +865,18 @@ pub unsafe extern "C" fn epoll_pwait(epfd: c_int, ev: *mut libc::epoll_event, ma
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn epoll_pwait2(epfd: c_int, ev: *mut libc::epoll_event, max: c_int, ts: *const libc::timespec, mask: *const libc::sigset_t) -> c_int {
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    ev: *mut libc::epoll_event,
+    max: c_int,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
     // SAFETY: the caller's timeout.
     let t = unsafe { ts_timeout(ts) };
-    let ms = t.map_or(-1, |t| t.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int);
+    let ms = t.map_or(-1, |t| {
+        t.as_micros().div_ceil(1000).min(i32::MAX as u128) as c_int
+    });
     unsafe { epoll_pwait(epfd, ev, max, ms, mask) }
 }
 
@@ -654,7 +884,14 @@ pub unsafe extern "C" fn epoll_pwait2(epfd: c_int, ev: *mut libc::epoll_event, m
 
 /// Copy up to `len` bytes from `fin` (at `*off_in` if given) to `fout` through a buffer;
 /// what `splice`/`sendfile` become when a ring pipe is one side.
-unsafe fn copy_through(fin: c_int, off_in: *mut i64, fout: c_int, off_out: *mut i64, len: usize, nonblock: bool) -> sys::Res {
+unsafe fn copy_through(
+    fin: c_int,
+    off_in: *mut i64,
+    fout: c_int,
+    off_out: *mut i64,
+    len: usize,
+    nonblock: bool,
+) -> sys::Res {
     let mut buf = vec![0u8; len.min(1 << 16)];
     let n = match pipe_of(fin) {
         Some(p) => {
@@ -665,7 +902,17 @@ unsafe fn copy_through(fin: c_int, off_in: *mut i64, fout: c_int, off_out: *mut 
             // SAFETY: off_in is a valid loff_t pointer from the caller.
             let o = unsafe { *off_in };
             // SAFETY: buf is ours.
-            let n = unsafe { raw6(libc::SYS_pread64, fin as usize, buf.as_mut_ptr() as usize, buf.len(), o as usize, 0, 0) }?;
+            let n = unsafe {
+                raw6(
+                    libc::SYS_pread64,
+                    fin as usize,
+                    buf.as_mut_ptr() as usize,
+                    buf.len(),
+                    o as usize,
+                    0,
+                    0,
+                )
+            }?;
             // SAFETY: as above.
             unsafe { *off_in = o + n as i64 };
             n
@@ -683,7 +930,17 @@ unsafe fn copy_through(fin: c_int, off_in: *mut i64, fout: c_int, off_out: *mut 
                 // SAFETY: off_out is a valid loff_t pointer from the caller.
                 let o = unsafe { *off_out };
                 // SAFETY: buf is ours.
-                let w = unsafe { raw6(libc::SYS_pwrite64, fout as usize, buf[done..].as_ptr() as usize, n - done, o as usize, 0, 0) };
+                let w = unsafe {
+                    raw6(
+                        libc::SYS_pwrite64,
+                        fout as usize,
+                        buf[done..].as_ptr() as usize,
+                        n - done,
+                        o as usize,
+                        0,
+                        0,
+                    )
+                };
                 if let Ok(k) = w {
                     // SAFETY: as above.
                     unsafe { *off_out = o + k as i64 };
@@ -702,13 +959,39 @@ unsafe fn copy_through(fin: c_int, off_in: *mut i64, fout: c_int, off_out: *mut 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn splice(fin: c_int, off_in: *mut i64, fout: c_int, off_out: *mut i64, len: usize, flags: c_uint) -> isize {
+pub unsafe extern "C" fn splice(
+    fin: c_int,
+    off_in: *mut i64,
+    fout: c_int,
+    off_out: *mut i64,
+    len: usize,
+    flags: c_uint,
+) -> isize {
     if pipe_of(fin).is_some() || pipe_of(fout).is_some() {
         // SAFETY: the caller's offsets.
-        return sys::c_ret(unsafe { copy_through(fin, off_in, fout, off_out, len, flags & libc::SPLICE_F_NONBLOCK != 0) });
+        return sys::c_ret(unsafe {
+            copy_through(
+                fin,
+                off_in,
+                fout,
+                off_out,
+                len,
+                flags & libc::SPLICE_F_NONBLOCK != 0,
+            )
+        });
     }
     // SAFETY: the caller's arguments, passed through.
-    sys::c_ret(unsafe { raw6(libc::SYS_splice, fin as usize, off_in as usize, fout as usize, off_out as usize, len, flags as usize) })
+    sys::c_ret(unsafe {
+        raw6(
+            libc::SYS_splice,
+            fin as usize,
+            off_in as usize,
+            fout as usize,
+            off_out as usize,
+            len,
+            flags as usize,
+        )
+    })
 }
 
 #[no_mangle]
@@ -720,26 +1003,63 @@ pub unsafe extern "C" fn tee(fin: c_int, fout: c_int, len: usize, flags: c_uint)
         }
     }
     // SAFETY: the caller's arguments.
-    sys::c_ret(unsafe { raw6(libc::SYS_tee, fin as usize, fout as usize, len, flags as usize, 0, 0) })
+    sys::c_ret(unsafe {
+        raw6(
+            libc::SYS_tee,
+            fin as usize,
+            fout as usize,
+            len,
+            flags as usize,
+            0,
+            0,
+        )
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn vmsplice(fd: c_int, iov: *const libc::iovec, n: usize, flags: c_uint) -> isize {
+pub unsafe extern "C" fn vmsplice(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: usize,
+    flags: c_uint,
+) -> isize {
     if pipe_of(fd).is_some() {
         return unsafe { writev(fd, iov, n as c_int) };
     }
     // SAFETY: the caller's arguments.
-    sys::c_ret(unsafe { raw6(libc::SYS_vmsplice, fd as usize, iov as usize, n, flags as usize, 0, 0) })
+    sys::c_ret(unsafe {
+        raw6(
+            libc::SYS_vmsplice,
+            fd as usize,
+            iov as usize,
+            n,
+            flags as usize,
+            0,
+            0,
+        )
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sendfile(out: c_int, fin: c_int, off: *mut i64, count: usize) -> isize {
     if pipe_of(out).is_some() || pipe_of(fin).is_some() {
         // SAFETY: the caller's offset.
-        return sys::c_ret(unsafe { copy_through(fin, off, out, std::ptr::null_mut(), count, false) });
+        return sys::c_ret(unsafe {
+            copy_through(fin, off, out, std::ptr::null_mut(), count, false)
+        });
     }
     // SAFETY: the caller's arguments (count cut to the grant).
-    sys::c_ret(shape::sendfile(out, fin, count, |k| unsafe { raw6(libc::SYS_sendfile, out as usize, fin as usize, off as usize, k, 0, 0) }))
+    sys::c_ret(shape::sendfile(out, fin, count, |k| unsafe {
+        raw6(
+            libc::SYS_sendfile,
+            out as usize,
+            fin as usize,
+            off as usize,
+            k,
+            0,
+            0,
+        )
+    }))
 }
 
 #[no_mangle]
@@ -762,7 +1082,8 @@ pub unsafe fn demote_passed(msg: *const libc::msghdr) {
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(c) as *const c_int;
-                let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<c_int>();
+                let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<c_int>();
                 for i in 0..n {
                     let fd = std::ptr::read_unaligned(data.add(i));
                     if let Some(p) = pipe_of(fd) {
@@ -774,4 +1095,3 @@ pub unsafe fn demote_passed(msg: *const libc::msghdr) {
         }
     }
 }
-

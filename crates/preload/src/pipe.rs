@@ -119,13 +119,21 @@ pub(crate) fn mark_ours(fd: i32, on: bool) {
 
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("STREAMLINE_PIPES").map(|v| v != "off" && v != "0").unwrap_or(true))
+    *ON.get_or_init(|| {
+        std::env::var("STREAMLINE_PIPES")
+            .map(|v| v != "off" && v != "0")
+            .unwrap_or(true)
+    })
 }
 
 fn capacity() -> usize {
     static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *CAP.get_or_init(|| {
-        std::env::var("STREAMLINE_PIPE_SIZE").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| (4096..=1 << 30).contains(&n)).unwrap_or(DEFAULT_CAPACITY)
+        std::env::var("STREAMLINE_PIPE_SIZE")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| (4096..=1 << 30).contains(&n))
+            .unwrap_or(DEFAULT_CAPACITY)
     })
 }
 
@@ -177,16 +185,27 @@ impl Pipe {
     /// The kernel side of a read end, in one zero-timeout poll: (bytes in the kernel pipe
     /// itself, written past the ring or after demotion; no writer left, POLLHUP).
     fn kernel_side(&self, fd: i32) -> (bool, bool) {
-        let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+        let mut p = [libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
         match sys::poll(&mut p, Some(0)) {
-            Ok(1) => (p[0].revents & libc::POLLIN != 0, p[0].revents & libc::POLLHUP != 0),
+            Ok(1) => (
+                p[0].revents & libc::POLLIN != 0,
+                p[0].revents & libc::POLLHUP != 0,
+            ),
             _ => (false, false),
         }
     }
 
     /// No reader is left (the kernel's POLLERR on a write end).
     fn readers_gone(&self, fd: i32) -> bool {
-        let mut p = [libc::pollfd { fd, events: libc::POLLOUT, revents: 0 }];
+        let mut p = [libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
         matches!(sys::poll(&mut p, Some(0)), Ok(1)) && p[0].revents & libc::POLLERR != 0
     }
 
@@ -219,7 +238,11 @@ impl Pipe {
                 }
                 return Err(libc::EAGAIN);
             }
-            if self.wait_readable(fd)? && self.stream.available() == 0 && !self.kernel() && !self.kernel_side(fd).0 {
+            if self.wait_readable(fd)?
+                && self.stream.available() == 0
+                && !self.kernel()
+                && !self.kernel_side(fd).0
+            {
                 return Ok(0);
             }
         }
@@ -243,7 +266,18 @@ impl Pipe {
             Ok(false)
         } else {
             vfd::before_block();
-            let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }, libc::pollfd { fd: self.bell_r.load(Ordering::Relaxed), events: libc::POLLIN, revents: 0 }];
+            let mut p = [
+                libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.bell_r.load(Ordering::Relaxed),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
             sys::poll(&mut p, None).map(|_| p[0].revents & libc::POLLHUP != 0)
         };
         self.disarm(fd, libc::POLLIN);
@@ -272,7 +306,11 @@ impl Pipe {
                 // A large write goes in pieces of at least a quarter ring (or what is
                 // left): trickling in every byte a reader frees would make both sides move
                 // tiny pieces (silly window syndrome).
-                let piece = if atomic { data.len() - off } else { (data.len() - off).min(self.stream.capacity() / 4) };
+                let piece = if atomic {
+                    data.len() - off
+                } else {
+                    (data.len() - off).min(self.stream.capacity() / 4)
+                };
                 let n = self.stream.put_min(&g, &data[off..], piece);
                 off += n;
                 if n > 0 {
@@ -289,7 +327,11 @@ impl Pipe {
             // Full: wait until a quarter of the ring is free (at least what this write
             // needs), not for the first bytes a reader frees, so that a reader that takes
             // little at a time is not slowed by a writer that re-checks after every read.
-            let need = if atomic { data.len() - off } else { (data.len() - off).min(self.stream.capacity() / 4) };
+            let need = if atomic {
+                data.len() - off
+            } else {
+                (data.len() - off).min(self.stream.capacity() / 4)
+            };
             let want = need.max(self.stream.capacity() / 4);
             if spin_until(|| self.stream.space() >= want || self.kernel()) {
                 continue;
@@ -330,7 +372,12 @@ impl Pipe {
         // the reader's increment of pollers is followed by the slow half
         // (`sleeper_fence`) before it re-checks the ring (`arm`): either we see it
         // sleeping or it sees our bytes.
-        if h.pollers.load(Ordering::Relaxed) > 0 && h.bell.load(Ordering::SeqCst) == 0 && h.bell.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        if h.pollers.load(Ordering::Relaxed) > 0
+            && h.bell.load(Ordering::SeqCst) == 0
+            && h.bell
+                .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
             let _ = sys::write(self.bell_w.load(Ordering::Relaxed), &[0u8]);
         }
     }
@@ -380,7 +427,8 @@ impl Pipe {
             // Write through a write end of our own, blocking, whichever end `fd` is.
             // (Non-blocking open: with no reader left it fails, and the bytes go where a
             // pipe's bytes go when nobody reads them; then blocking writes.)
-            let wr = sys::open(&path, libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC).map(|f| f as i32);
+            let wr = sys::open(&path, libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .map(|f| f as i32);
             if let Ok(wr) = wr {
                 let _ = sys::fcntl(wr, libc::F_SETFL, 0);
                 let mut off = 0;
@@ -395,7 +443,10 @@ impl Pipe {
             }
         }
         // SYNC POINT: Release pairs with `mode`'s Acquire: the bytes are in the kernel pipe.
-        self.stream.header().mode.store(MODE_KERNEL, Ordering::Release);
+        self.stream
+            .header()
+            .mode
+            .store(MODE_KERNEL, Ordering::Release);
         drop(r);
         drop(w);
         self.stream.wake_writers();
@@ -405,7 +456,11 @@ impl Pipe {
 
     /// Our fds of this pipe.
     pub fn fds(&self) -> Vec<i32> {
-        self.local.lock().unwrap_or_else(|p| p.into_inner()).fds.clone()
+        self.local
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .fds
+            .clone()
     }
 
     /// One of our descriptors sits on `fd`, which the program wants: move it elsewhere.
@@ -415,8 +470,14 @@ impl Pipe {
             if old != fd {
                 continue;
             }
-            let cloexec = sys::fcntl(old, libc::F_GETFD, 0).map(|f| f as i32 & libc::FD_CLOEXEC != 0).unwrap_or(false);
-            let cmd = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+            let cloexec = sys::fcntl(old, libc::F_GETFD, 0)
+                .map(|f| f as i32 & libc::FD_CLOEXEC != 0)
+                .unwrap_or(false);
+            let cmd = if cloexec {
+                libc::F_DUPFD_CLOEXEC
+            } else {
+                libc::F_DUPFD
+            };
             if let Ok(new) = sys::fcntl(old, cmd, sys::HIGH_FD) {
                 mark_ours(new as i32, true);
                 slot.store(new as i32, Ordering::Relaxed);
@@ -428,7 +489,11 @@ impl Pipe {
 
     /// Our own descriptors for this pipe.
     fn own_fds(&self) -> [i32; 3] {
-        [self.memfd.load(Ordering::Relaxed), self.bell_r.load(Ordering::Relaxed), self.bell_w.load(Ordering::Relaxed)]
+        [
+            self.memfd.load(Ordering::Relaxed),
+            self.bell_r.load(Ordering::Relaxed),
+            self.bell_w.load(Ordering::Relaxed),
+        ]
     }
 }
 
@@ -439,7 +504,11 @@ impl vfd::Virtual for Pipe {
 
     fn revents(&self, fd: i32, events: i16) -> i16 {
         if self.kernel() {
-            let mut p = [libc::pollfd { fd, events, revents: 0 }];
+            let mut p = [libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            }];
             let _ = sys::poll(&mut p, Some(0));
             return p[0].revents;
         }
@@ -496,7 +565,8 @@ impl vfd::Virtual for Pipe {
     }
 
     fn extra_wait(&self, fd: i32, events: i16) -> Option<(i32, i16)> {
-        (!self.kernel() && role(fd) & READER != 0 && events & libc::POLLIN != 0).then(|| (self.bell_r.load(Ordering::Relaxed), libc::POLLIN))
+        (!self.kernel() && role(fd) & READER != 0 && events & libc::POLLIN != 0)
+            .then(|| (self.bell_r.load(Ordering::Relaxed), libc::POLLIN))
     }
 
     fn needs_slices(&self, fd: i32, events: i16) -> bool {
@@ -513,7 +583,11 @@ impl vfd::Virtual for Pipe {
 
     fn dup(&self, old: i32, new: i32) {
         ROLE[new as usize].store(role(old), Ordering::Relaxed);
-        self.local.lock().unwrap_or_else(|p| p.into_inner()).fds.push(new);
+        self.local
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .fds
+            .push(new);
     }
 
     fn close(&self, fd: i32) {
@@ -525,7 +599,10 @@ impl vfd::Virtual for Pipe {
         if was & READER != 0 && !readers_here {
             drop(l);
             // Our last read end goes: writers re-check for a broken pipe.
-            self.stream.header().readers_left.fetch_add(1, Ordering::Release);
+            self.stream
+                .header()
+                .readers_left
+                .fetch_add(1, Ordering::Release);
             self.stream.wake_writers();
             l = self.local.lock().unwrap_or_else(|p| p.into_inner());
         }
@@ -556,7 +633,11 @@ fn forget(ino: u64) {
 /// Make `fd` an end of `pipe` in this process.
 fn adopt(fd: i32, pipe: &Arc<Pipe>, role_bits: u8) {
     ROLE[fd as usize].store(role_bits, Ordering::Relaxed);
-    pipe.local.lock().unwrap_or_else(|p| p.into_inner()).fds.push(fd);
+    pipe.local
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .fds
+        .push(fd);
     vfd::register(fd, pipe.clone());
 }
 
@@ -585,8 +666,13 @@ pub fn pipe2(flags: i32) -> Result<[i32; 2], i32> {
 fn attach_new(fds: [i32; 2], flags: i32) {
     let Ok(st) = sys::fstat(fds[0]) else { return };
     let ino = st.st_ino;
-    let Ok(bell) = sys::pipe2(libc::O_NONBLOCK) else { return };
-    let (br, bw) = (sys::move_high(bell[0], false), sys::move_high(bell[1], false));
+    let Ok(bell) = sys::pipe2(libc::O_NONBLOCK) else {
+        return;
+    };
+    let (br, bw) = (
+        sys::move_high(bell[0], false),
+        sys::move_high(bell[1], false),
+    );
     let bell_ino = sys::fstat(br).map(|s| s.st_ino).unwrap_or(0);
     let fail = |memfd: Option<i32>| {
         let _ = sys::close(br);
@@ -595,11 +681,21 @@ fn attach_new(fds: [i32; 2], flags: i32) {
             let _ = sys::close(m);
         }
     };
-    let Ok(stream) = Stream::create(&format!("slpipe:{ino}"), capacity(), ino) else { return fail(None) };
+    let Ok(stream) = Stream::create(&format!("slpipe:{ino}"), capacity(), ino) else {
+        return fail(None);
+    };
     // The memfd goes high and inheritable; map it again from there.
-    let Ok(high) = sys::fcntl(stream.segment().fd().as_raw_fd(), libc::F_DUPFD, sys::HIGH_FD) else { return fail(None) };
+    let Ok(high) = sys::fcntl(
+        stream.segment().fd().as_raw_fd(),
+        libc::F_DUPFD,
+        sys::HIGH_FD,
+    ) else {
+        return fail(None);
+    };
     drop(stream);
-    let Ok(stream) = Stream::open(sys::owned(high as i32)) else { return fail(None) };
+    let Ok(stream) = Stream::open(sys::owned(high as i32)) else {
+        return fail(None);
+    };
     stream.header().ident2.store(bell_ino, Ordering::Relaxed);
     let pipe = Arc::new(Pipe {
         stream,
@@ -613,7 +709,11 @@ fn attach_new(fds: [i32; 2], flags: i32) {
     for f in pipe.own_fds() {
         mark_ours(f, true);
     }
-    let nb = if flags & libc::O_NONBLOCK != 0 { NONBLOCK } else { 0 };
+    let nb = if flags & libc::O_NONBLOCK != 0 {
+        NONBLOCK
+    } else {
+        0
+    };
     adopt(fds[0], &pipe, READER | nb);
     adopt(fds[1], &pipe, WRITER | nb);
     PIPES.lock().unwrap_or_else(|p| p.into_inner()).push(pipe);
@@ -628,23 +728,42 @@ pub fn discover() {
         return;
     }
     internal(|| {
-        let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+        let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+            return;
+        };
         let mut pipes: Vec<(u64, i32)> = Vec::new();
         let mut memfds: Vec<(u64, i32)> = Vec::new();
         for e in dir.flatten() {
-            let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            let Ok(target) = std::fs::read_link(e.path()) else { continue };
+            let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(target) = std::fs::read_link(e.path()) else {
+                continue;
+            };
             let t = target.to_string_lossy();
-            if let Some(ino) = t.strip_prefix("pipe:[").and_then(|s| s.strip_suffix(']')).and_then(|s| s.parse().ok()) {
+            if let Some(ino) = t
+                .strip_prefix("pipe:[")
+                .and_then(|s| s.strip_suffix(']'))
+                .and_then(|s| s.parse().ok())
+            {
                 pipes.push((ino, fd));
-            } else if let Some(ino) = t.strip_prefix("/memfd:slpipe:").and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()) {
+            } else if let Some(ino) = t
+                .strip_prefix("/memfd:slpipe:")
+                .and_then(|s| s.split(' ').next())
+                .and_then(|s| s.parse().ok())
+            {
                 memfds.push((ino, fd));
             }
         }
         for (ino, memfd) in memfds {
             let ends: Vec<i32> = pipes.iter().filter(|p| p.0 == ino).map(|p| p.1).collect();
-            let Ok(stream) = Stream::open(sys::owned(memfd)) else { continue };
-            if ends.is_empty() || (memfd as usize) >= vfd::MAX_FD || ends.iter().any(|&f| f as usize >= vfd::MAX_FD) {
+            let Ok(stream) = Stream::open(sys::owned(memfd)) else {
+                continue;
+            };
+            if ends.is_empty()
+                || (memfd as usize) >= vfd::MAX_FD
+                || ends.iter().any(|&f| f as usize >= vfd::MAX_FD)
+            {
                 // A pipe this program holds no end of: its memfd and doorbell go.
                 let bell_ino = stream.header().ident2.load(Ordering::Relaxed);
                 for &(_, f) in pipes.iter().filter(|p| p.0 == bell_ino) {
@@ -652,7 +771,9 @@ pub fn discover() {
                 }
                 continue; // dropping the stream closes the memfd
             }
-            if stream.header().ident.load(Ordering::Relaxed) != ino || stream.header().mode.load(Ordering::Acquire) == MODE_KERNEL {
+            if stream.header().ident.load(Ordering::Relaxed) != ino
+                || stream.header().mode.load(Ordering::Acquire) == MODE_KERNEL
+            {
                 continue; // dropping the stream closes the memfd
             }
             let bell_ino = stream.header().ident2.load(Ordering::Relaxed);
@@ -680,7 +801,14 @@ pub fn discover() {
                 continue;
             }
             // The first write checks for readers (they may all have gone before we came).
-            pipe.seen_left.store(pipe.stream.header().readers_left.load(Ordering::Relaxed).wrapping_sub(1), Ordering::Relaxed);
+            pipe.seen_left.store(
+                pipe.stream
+                    .header()
+                    .readers_left
+                    .load(Ordering::Relaxed)
+                    .wrapping_sub(1),
+                Ordering::Relaxed,
+            );
             for f in pipe.own_fds() {
                 mark_ours(f, true);
             }
@@ -694,7 +822,12 @@ pub fn discover() {
 
 /// The pipe whose kernel inode is `ino`, if this process holds it as a ring.
 pub fn by_inode(ino: u64) -> Option<Arc<Pipe>> {
-    PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|p| p.ino == ino).cloned()
+    PIPES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|p| p.ino == ino)
+        .cloned()
 }
 
 /// A descriptor the program just opened (e.g. /dev/fd/N, /proc/self/fd/N): if it is an
@@ -737,7 +870,12 @@ pub fn clear_target(fd: i32) {
     if !is_ours(fd) {
         return;
     }
-    let p = PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|p| p.own_fds().contains(&fd)).cloned();
+    let p = PIPES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|p| p.own_fds().contains(&fd))
+        .cloned();
     if let Some(p) = p {
         p.move_ours(fd);
     }
@@ -745,7 +883,12 @@ pub fn clear_target(fd: i32) {
 
 /// The library's own descriptors, sorted (for close_range).
 pub fn own_fds() -> Vec<i32> {
-    let mut v: Vec<i32> = PIPES.lock().unwrap_or_else(|p| p.into_inner()).iter().flat_map(|p| p.own_fds()).collect();
+    let mut v: Vec<i32> = PIPES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .flat_map(|p| p.own_fds())
+        .collect();
     v.extend(crate::shape::own_fd());
     v.sort_unstable();
     v
@@ -758,7 +901,11 @@ pub fn before_foreign_exec() {
     let pipes: Vec<Arc<Pipe>> = PIPES.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for p in pipes {
         let fds = p.fds();
-        let inherited = fds.iter().find(|&&f| sys::fcntl(f, libc::F_GETFD, 0).map(|fl| fl as i32 & libc::FD_CLOEXEC == 0).unwrap_or(false));
+        let inherited = fds.iter().find(|&&f| {
+            sys::fcntl(f, libc::F_GETFD, 0)
+                .map(|fl| fl as i32 & libc::FD_CLOEXEC == 0)
+                .unwrap_or(false)
+        });
         if let Some(&fd) = inherited {
             p.demote(fd);
         }
@@ -780,12 +927,14 @@ pub fn at_exit() {
     };
     for p in pipes {
         if p.fds().iter().any(|&f| role(f) & READER != 0) {
-            p.stream.header().readers_left.fetch_add(1, Ordering::Release);
+            p.stream
+                .header()
+                .readers_left
+                .fetch_add(1, Ordering::Release);
             p.stream.wake_writers();
         }
     }
 }
-
 
 /// How long a party spins for the other side before it sleeps: about what a sleep and a
 /// wake-up cost in CPU on a virtual machine (20-50 us). No spinning on one CPU.

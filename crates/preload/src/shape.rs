@@ -55,11 +55,19 @@ static CONSUMED: [AtomicU64; vfd::MAX_FD] = [const { AtomicU64::new(0) }; vfd::M
 
 /// At load: join the budget named by `STREAMLINE_SHAPE_FD`, if any.
 pub fn init() {
-    let Some(fd) = std::env::var(shape::ENV_FD).ok().and_then(|v| v.parse::<i32>().ok()) else { return };
+    let Some(fd) = std::env::var(shape::ENV_FD)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+    else {
+        return;
+    };
     let seg = pipe::internal(|| Segment::from_fd(fd));
     match seg {
         Ok(s) => {
-            let prio = std::env::var(shape::ENV_PRIO).ok().and_then(|v| v.parse::<u8>().ok()).unwrap_or(0);
+            let prio = std::env::var(shape::ENV_PRIO)
+                .ok()
+                .and_then(|v| v.parse::<u8>().ok())
+                .unwrap_or(0);
             BASE.store(prio.min(9), Ordering::Relaxed);
             SEG_FD.store(fd, Ordering::Relaxed);
             pipe::mark_ours(fd, true);
@@ -67,7 +75,9 @@ pub fn init() {
             ACTIVE.store(true, Ordering::Release);
         }
         Err(e) => {
-            let msg = format!("streamline shape: cannot join the budget (fd {fd}): {e}; running unshaped\n");
+            let msg = format!(
+                "streamline shape: cannot join the budget (fd {fd}): {e}; running unshaped\n"
+            );
             let _ = sys::write(2, msg.as_bytes());
         }
     }
@@ -130,11 +140,13 @@ fn class(fd: i32) -> u8 {
         Ok(st) => match st.st_mode & libc::S_IFMT {
             libc::S_IFREG | libc::S_IFBLK => DISK,
             libc::S_IFSOCK => match sys::sockopt(fd, libc::SO_DOMAIN) {
-                Ok(d) if d == libc::AF_INET || d == libc::AF_INET6 => match sys::sockopt(fd, libc::SO_TYPE) {
-                    Ok(libc::SOCK_STREAM) => NET,
-                    Ok(_) => NET_DGRAM,
-                    Err(_) => NONE,
-                },
+                Ok(d) if d == libc::AF_INET || d == libc::AF_INET6 => {
+                    match sys::sockopt(fd, libc::SO_TYPE) {
+                        Ok(libc::SOCK_STREAM) => NET,
+                        Ok(_) => NET_DGRAM,
+                        Err(_) => NONE,
+                    }
+                }
                 _ => NONE,
             },
             _ => NONE,
@@ -152,7 +164,9 @@ fn prio(sh: &Shaper, fd: i32) -> u8 {
     if policy == PrioPolicy::Fifo {
         return base;
     }
-    let consumed = CONSUMED.get(fd as usize).map_or(0, |c| c.load(Ordering::Relaxed));
+    let consumed = CONSUMED
+        .get(fd as usize)
+        .map_or(0, |c| c.load(Ordering::Relaxed));
     effective_priority(policy, base, consumed)
 }
 
@@ -202,7 +216,13 @@ pub fn io(fd: i32, len: usize, call: impl FnOnce(usize) -> sys::Res) -> sys::Res
     }
 }
 
-fn net(sh: &Shaper, fd: i32, len: usize, cut: bool, call: impl FnOnce(usize) -> sys::Res) -> sys::Res {
+fn net(
+    sh: &Shaper,
+    fd: i32,
+    len: usize,
+    cut: bool,
+    call: impl FnOnce(usize) -> sys::Res,
+) -> sys::Res {
     if len == 0 {
         return call(0);
     }
@@ -242,8 +262,15 @@ pub use shape::cut_iov;
 
 /// `sendfile(out, in)`: the socket side is shaped as a network write, the file side as a
 /// disk read; the call is cut to the network grant.
-pub fn sendfile(out: i32, fin: i32, count: usize, call: impl FnOnce(usize) -> sys::Res) -> sys::Res {
-    let Some(sh) = shaper() else { return call(count) };
+pub fn sendfile(
+    out: i32,
+    fin: i32,
+    count: usize,
+    call: impl FnOnce(usize) -> sys::Res,
+) -> sys::Res {
+    let Some(sh) = shaper() else {
+        return call(count);
+    };
     if class(fin) == DISK && sh.limited(Resource::Disk) {
         io(out, count, |n| disk(&sh, fin, n, call))
     } else {

@@ -59,7 +59,12 @@ unsafe extern "C" fn c_close(cookie: *mut c_void) -> c_int {
 
 /// A stream over ring pipe end `fd` with C mode string `mode`.
 unsafe fn cookie_stream(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
-    let io = CookieIo { read: Some(c_read), write: Some(c_write), seek: None, close: Some(c_close) };
+    let io = CookieIo {
+        read: Some(c_read),
+        write: Some(c_write),
+        seek: None,
+        close: Some(c_close),
+    };
     // SAFETY: mode is a C string; the cookie is the fd number.
     let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
     if !f.is_null() {
@@ -70,7 +75,8 @@ unsafe fn cookie_stream(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
 }
 
 /// Streams this library made for fds 0, 1, 2 (so each is made once).
-static REBOUND: [std::sync::atomic::AtomicBool; 3] = [const { std::sync::atomic::AtomicBool::new(false) }; 3];
+static REBOUND: [std::sync::atomic::AtomicBool; 3] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 3];
 
 /// At load: stdin/stdout/stderr that are ring pipe ends become cookie streams.
 pub fn rebind() {
@@ -130,7 +136,12 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FI
     unsafe { std::mem::transmute::<usize, FdopenFn>(p)(fd, mode) }
 }
 
-unsafe fn fopen_with(name: &'static CStr, cell: &std::sync::OnceLock<usize>, path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+unsafe fn fopen_with(
+    name: &'static CStr,
+    cell: &std::sync::OnceLock<usize>,
+    path: *const c_char,
+    mode: *const c_char,
+) -> *mut libc::FILE {
     let p = *cell.get_or_init(|| real(name));
     // SAFETY: libc's fopen.
     let f = unsafe { std::mem::transmute::<usize, FopenFn>(p)(path, mode) };

@@ -72,7 +72,11 @@ unsafe fn syscall3(nr: c_long, a: usize, b: usize, c: usize) -> c_long {
 unsafe fn syscall3(nr: c_long, a: usize, b: usize, c: usize) -> c_long {
     // SAFETY: as the caller vouches; libc's wrapper sets errno, turned back into -errno.
     let r = unsafe { libc::syscall(nr, a, b, c) };
-    if r < 0 { -(errno() as c_long) } else { r }
+    if r < 0 {
+        -(errno() as c_long)
+    } else {
+        r
+    }
 }
 
 #[inline]
@@ -87,7 +91,14 @@ fn ret_raw(r: c_long) -> Res {
 /// read(2) into `buf`.
 pub fn read(fd: i32, buf: &mut [u8]) -> Res {
     // SAFETY: buf is a valid writable slice of buf.len() bytes.
-    ret_raw(unsafe { syscall3(libc::SYS_read, fd as usize, buf.as_mut_ptr() as usize, buf.len()) })
+    ret_raw(unsafe {
+        syscall3(
+            libc::SYS_read,
+            fd as usize,
+            buf.as_mut_ptr() as usize,
+            buf.len(),
+        )
+    })
 }
 
 /// read(2) through a raw pointer (the C caller's buffer).
@@ -99,7 +110,14 @@ pub unsafe fn read_raw(fd: i32, buf: *mut u8, len: usize) -> Res {
 /// write(2) of `buf`.
 pub fn write(fd: i32, buf: &[u8]) -> Res {
     // SAFETY: buf is a valid readable slice.
-    ret_raw(unsafe { syscall3(libc::SYS_write, fd as usize, buf.as_ptr() as usize, buf.len()) })
+    ret_raw(unsafe {
+        syscall3(
+            libc::SYS_write,
+            fd as usize,
+            buf.as_ptr() as usize,
+            buf.len(),
+        )
+    })
 }
 
 /// write(2) through a raw pointer (the C caller's buffer).
@@ -151,10 +169,24 @@ pub fn pipe2(flags: i32) -> Result<[i32; 2], i32> {
 
 /// poll(2) on `fds` (ppoll with a relative timeout; `None` waits for ever).
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: Option<u64>) -> Res {
-    let ts = timeout_ms.map(|ms| libc::timespec { tv_sec: (ms / 1000) as libc::time_t, tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long });
-    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts = timeout_ms.map(|ms| libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: fds is a valid slice of pollfd; tsp is null or a live timespec; no sigmask.
-    ret(unsafe { libc::syscall(libc::SYS_ppoll, fds.as_mut_ptr(), fds.len(), tsp, 0usize, 8usize) })
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_ppoll,
+            fds.as_mut_ptr(),
+            fds.len(),
+            tsp,
+            0usize,
+            8usize,
+        )
+    })
 }
 
 /// fstat(2).
@@ -175,7 +207,15 @@ pub fn open(path: &std::ffi::CStr, flags: i32) -> Res {
 /// readlink(2) of a NUL-terminated path into `buf`.
 pub fn readlink(path: &std::ffi::CStr, buf: &mut [u8]) -> Res {
     // SAFETY: path is NUL-terminated; buf is writable for its length.
-    ret(unsafe { libc::syscall(libc::SYS_readlinkat, libc::AT_FDCWD, path.as_ptr(), buf.as_mut_ptr(), buf.len()) })
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_readlinkat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    })
 }
 
 /// getpid(2).
@@ -207,7 +247,11 @@ pub const HIGH_FD: usize = 700;
 /// Move `fd` to a number >= [`HIGH_FD`] (close-on-exec if asked), closing the original.
 /// Keeps the original if no higher number is free.
 pub fn move_high(fd: i32, cloexec: bool) -> i32 {
-    let cmd = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
     match fcntl(fd, cmd, HIGH_FD) {
         Ok(n) => {
             let _ = close(fd);
@@ -227,20 +271,53 @@ pub unsafe fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event)
 ///
 /// # Safety
 /// `sigmask` is null or points at a valid signal set.
-pub unsafe fn epoll_pwait(epfd: i32, evs: &mut [libc::epoll_event], timeout: i32, sigmask: *const libc::sigset_t) -> Res {
+pub unsafe fn epoll_pwait(
+    epfd: i32,
+    evs: &mut [libc::epoll_event],
+    timeout: i32,
+    sigmask: *const libc::sigset_t,
+) -> Res {
     // SAFETY: evs is a valid writable array; sigmask is null or the caller's valid set.
-    ret(unsafe { libc::syscall(libc::SYS_epoll_pwait, epfd, evs.as_mut_ptr(), evs.len() as i32, timeout, sigmask, 8usize) })
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_epoll_pwait,
+            epfd,
+            evs.as_mut_ptr(),
+            evs.len() as i32,
+            timeout,
+            sigmask,
+            8usize,
+        )
+    })
 }
 
 /// ppoll(2) with the caller's signal mask (null: unchanged) and timeout in ms (None: for ever).
 ///
 /// # Safety
 /// `sigmask` is null or points at a valid signal set.
-pub unsafe fn ppoll_mask(fds: &mut [libc::pollfd], timeout_ms: Option<u64>, sigmask: *const libc::sigset_t) -> Res {
-    let ts = timeout_ms.map(|ms| libc::timespec { tv_sec: (ms / 1000) as libc::time_t, tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long });
-    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+pub unsafe fn ppoll_mask(
+    fds: &mut [libc::pollfd],
+    timeout_ms: Option<u64>,
+    sigmask: *const libc::sigset_t,
+) -> Res {
+    let ts = timeout_ms.map(|ms| libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: fds is a valid slice; tsp null or live; sigmask null or the caller's valid set.
-    ret(unsafe { libc::syscall(libc::SYS_ppoll, fds.as_mut_ptr(), fds.len(), tsp, sigmask, 8usize) })
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_ppoll,
+            fds.as_mut_ptr(),
+            fds.len(),
+            tsp,
+            sigmask,
+            8usize,
+        )
+    })
 }
 
 /// An int-valued SOL_SOCKET option (SO_DOMAIN, SO_TYPE).
@@ -248,7 +325,16 @@ pub fn sockopt(fd: i32, name: i32) -> Result<i32, i32> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: v and len are valid out-parameters of the sizes given.
-    let r = unsafe { libc::syscall(libc::SYS_getsockopt, fd, libc::SOL_SOCKET, name, &mut v as *mut libc::c_int, &mut len as *mut libc::socklen_t) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_getsockopt,
+            fd,
+            libc::SOL_SOCKET,
+            name,
+            &mut v as *mut libc::c_int,
+            &mut len as *mut libc::socklen_t,
+        )
+    };
     if r < 0 {
         Err(errno())
     } else {

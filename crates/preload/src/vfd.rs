@@ -101,7 +101,10 @@ pub fn unregister(fd: i32) -> Option<Arc<dyn Virtual>> {
 /// Every fd of ours with its object (for exec and exit handling).
 pub fn all() -> Vec<(i32, Arc<dyn Virtual>)> {
     let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
-    t.iter().enumerate().filter_map(|(fd, o)| o.clone().map(|o| (fd as i32, o))).collect()
+    t.iter()
+        .enumerate()
+        .filter_map(|(fd, o)| o.clone().map(|o| (fd as i32, o)))
+        .collect()
 }
 
 /// Run before any interposed call blocks the thread in the kernel: what is batched for

@@ -30,7 +30,11 @@ fn ms_ceil(d: Duration) -> u64 {
 ///
 /// # Safety
 /// `sigmask` is null or a valid signal set (the C caller's).
-pub unsafe fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>, sigmask: *const libc::sigset_t) -> sys::Res {
+pub unsafe fn poll(
+    fds: &mut [libc::pollfd],
+    timeout: Option<Duration>,
+    sigmask: *const libc::sigset_t,
+) -> sys::Res {
     if !fds.iter().any(|p| vfd::is_virtual(p.fd)) {
         if timeout != Some(Duration::ZERO) {
             vfd::before_block();
@@ -53,7 +57,10 @@ pub unsafe fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>, sigmask:
                 o.arm(p.fd, p.events);
             }
         }
-        let ready = fds.iter().zip(&objs).any(|(p, o)| o.as_ref().is_some_and(|o| o.revents_cheap(p.fd, p.events) != 0));
+        let ready = fds.iter().zip(&objs).any(|(p, o)| {
+            o.as_ref()
+                .is_some_and(|o| o.revents_cheap(p.fd, p.events) != 0)
+        });
         // Where each fd of the program (a kernel fd, or what an object waits on) sits in
         // the kernel's list.
         let mut kpos: Vec<Option<usize>> = vec![None; fds.len()];
@@ -69,18 +76,30 @@ pub unsafe fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>, sigmask:
                         match o.wait_on(p.fd, p.events) {
                             Some((fd, events)) => {
                                 kpos[i] = Some(k.len());
-                                k.push(libc::pollfd { fd, events, revents: 0 });
+                                k.push(libc::pollfd {
+                                    fd,
+                                    events,
+                                    revents: 0,
+                                });
                             }
                             // Nothing to sleep on: re-check in slices.
                             None => sliced = true,
                         }
                         if let Some((fd, events)) = o.extra_wait(p.fd, p.events) {
-                            k.push(libc::pollfd { fd, events, revents: 0 });
+                            k.push(libc::pollfd {
+                                fd,
+                                events,
+                                revents: 0,
+                            });
                         }
                     }
                     None => {
                         kpos[i] = Some(k.len());
-                        k.push(libc::pollfd { fd: p.fd, events: p.events, revents: 0 });
+                        k.push(libc::pollfd {
+                            fd: p.fd,
+                            events: p.events,
+                            revents: 0,
+                        });
                     }
                 }
             }
@@ -143,12 +162,20 @@ fn check(fds: &mut [libc::pollfd], objs: &[Option<Arc<dyn vfd::Virtual>>], lazy:
     for (i, (p, o)) in fds.iter_mut().zip(objs).enumerate() {
         match o {
             Some(o) => {
-                p.revents = if lazy { o.revents_cheap(p.fd, p.events) } else { o.revents(p.fd, p.events) };
+                p.revents = if lazy {
+                    o.revents_cheap(p.fd, p.events)
+                } else {
+                    o.revents(p.fd, p.events)
+                };
                 virtual_ready += (p.revents != 0) as usize;
             }
             None => {
                 p.revents = 0;
-                k.push(libc::pollfd { fd: p.fd, events: p.events, revents: 0 });
+                k.push(libc::pollfd {
+                    fd: p.fd,
+                    events: p.events,
+                    revents: 0,
+                });
                 idx.push(i);
             }
         }
@@ -170,7 +197,14 @@ fn check(fds: &mut [libc::pollfd], objs: &[Option<Arc<dyn vfd::Virtual>>], lazy:
 ///
 /// # Safety
 /// The sets are null or valid `fd_set`s; `sigmask` is null or a valid signal set.
-pub unsafe fn select(nfds: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: Option<Duration>, sigmask: *const libc::sigset_t) -> Option<sys::Res> {
+pub unsafe fn select(
+    nfds: i32,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    timeout: Option<Duration>,
+    sigmask: *const libc::sigset_t,
+) -> Option<sys::Res> {
     let nfds = nfds.clamp(0, libc::FD_SETSIZE as i32);
     // SAFETY: the sets are null or valid fd_sets, as select's caller vouches; FD_ISSET
     // reads within FD_SETSIZE bits.
@@ -191,7 +225,11 @@ pub unsafe fn select(nfds: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *
             ev |= libc::POLLPRI;
         }
         if ev != 0 {
-            p.push(libc::pollfd { fd, events: ev, revents: 0 });
+            p.push(libc::pollfd {
+                fd,
+                events: ev,
+                revents: 0,
+            });
         }
     }
     // SAFETY: sigmask as our caller vouches.
@@ -211,11 +249,17 @@ pub unsafe fn select(nfds: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *
         }
         let mut n = 0;
         for q in &p {
-            if !r.is_null() && q.events & libc::POLLIN != 0 && q.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            if !r.is_null()
+                && q.events & libc::POLLIN != 0
+                && q.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+            {
                 libc::FD_SET(q.fd, r);
                 n += 1;
             }
-            if !w.is_null() && q.events & libc::POLLOUT != 0 && q.revents & (libc::POLLOUT | libc::POLLERR) != 0 {
+            if !w.is_null()
+                && q.events & libc::POLLOUT != 0
+                && q.revents & (libc::POLLOUT | libc::POLLERR) != 0
+            {
                 libc::FD_SET(q.fd, w);
                 n += 1;
             }
@@ -258,7 +302,12 @@ fn with_epoll<R>(f: impl FnOnce(&mut HashMap<(i32, i32), Reg>) -> R) -> R {
 ///
 /// # Safety
 /// `ev` is null (DEL) or points at a valid event.
-pub unsafe fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event) -> Option<sys::Res> {
+pub unsafe fn epoll_ctl(
+    epfd: i32,
+    op: i32,
+    fd: i32,
+    ev: *mut libc::epoll_event,
+) -> Option<sys::Res> {
     let obj = vfd::get(fd)?;
     let (events, data) = if ev.is_null() {
         (0, 0)
@@ -267,10 +316,19 @@ pub unsafe fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event)
         // out field by field).
         unsafe { ((*ev).events, (*ev).u64) }
     };
-    let kernel_events = obj.wait_on(fd, events as i16).map_or(0, |(_, e)| e as u16 as u32);
+    let kernel_events = obj
+        .wait_on(fd, events as i16)
+        .map_or(0, |(_, e)| e as u16 as u32);
     let extra = obj.extra_wait(fd, events as i16).map(|(f, _)| f);
-    let mut kev = libc::epoll_event { events: kernel_events, u64: TAG | fd as u32 as u64 };
-    let kp = if op == libc::EPOLL_CTL_DEL { std::ptr::null_mut() } else { &mut kev as *mut _ };
+    let mut kev = libc::epoll_event {
+        events: kernel_events,
+        u64: TAG | fd as u32 as u64,
+    };
+    let kp = if op == libc::EPOLL_CTL_DEL {
+        std::ptr::null_mut()
+    } else {
+        &mut kev as *mut _
+    };
     // SAFETY: kp is null for DEL or points at our live event.
     let r = unsafe { sys::epoll_ctl(epfd, op, fd, kp) };
     if r.is_ok() {
@@ -278,7 +336,15 @@ pub unsafe fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event)
             if op == libc::EPOLL_CTL_DEL {
                 m.remove(&(epfd, fd))
             } else {
-                m.insert((epfd, fd), Reg { events, data, spent: false, extra })
+                m.insert(
+                    (epfd, fd),
+                    Reg {
+                        events,
+                        data,
+                        spent: false,
+                        extra,
+                    },
+                )
             }
         });
         // The extra fd (a doorbell, shared by every end of one pipe) is in the set while
@@ -291,7 +357,8 @@ pub unsafe fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event)
             if *c == 0 {
                 b.remove(&(epfd, f));
                 // SAFETY: DEL takes no event.
-                let _ = unsafe { sys::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, f, std::ptr::null_mut()) };
+                let _ =
+                    unsafe { sys::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, f, std::ptr::null_mut()) };
             }
         }
         if op != libc::EPOLL_CTL_DEL {
@@ -299,7 +366,10 @@ pub unsafe fn epoll_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event)
                 let c = b.entry((epfd, f)).or_insert(0);
                 *c += 1;
                 if *c == 1 {
-                    let mut bev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: TAG | f as u32 as u64 };
+                    let mut bev = libc::epoll_event {
+                        events: libc::EPOLLIN as u32,
+                        u64: TAG | f as u32 as u64,
+                    };
                     // SAFETY: our live event.
                     let _ = unsafe { sys::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, f, &mut bev) };
                 }
@@ -323,16 +393,27 @@ pub fn forget(fd: i32) {
 ///
 /// # Safety
 /// `sigmask` is null or a valid signal set (the C caller's).
-pub unsafe fn epoll_wait(epfd: i32, out: &mut [libc::epoll_event], timeout: Option<Duration>, sigmask: *const libc::sigset_t) -> Option<sys::Res> {
+pub unsafe fn epoll_wait(
+    epfd: i32,
+    out: &mut [libc::epoll_event],
+    timeout: Option<Duration>,
+    sigmask: *const libc::sigset_t,
+) -> Option<sys::Res> {
     let regs: Vec<(i32, Reg)> = {
         let g = EPOLL.lock().unwrap_or_else(|p| p.into_inner());
         let m = g.as_ref()?;
-        m.iter().filter(|((e, _), _)| *e == epfd).map(|((_, f), r)| (*f, *r)).collect()
+        m.iter()
+            .filter(|((e, _), _)| *e == epfd)
+            .map(|((_, f), r)| (*f, *r))
+            .collect()
     };
     if regs.is_empty() || out.is_empty() {
         return None;
     }
-    let objs: Vec<(i32, Reg, Arc<dyn vfd::Virtual>)> = regs.into_iter().filter_map(|(f, r)| Some((f, r, vfd::get(f)?))).collect();
+    let objs: Vec<(i32, Reg, Arc<dyn vfd::Virtual>)> = regs
+        .into_iter()
+        .filter_map(|(f, r)| Some((f, r, vfd::get(f)?)))
+        .collect();
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut kbuf = vec![libc::epoll_event { events: 0, u64: 0 }; out.len()];
     loop {
@@ -341,7 +422,9 @@ pub unsafe fn epoll_wait(epfd: i32, out: &mut [libc::epoll_event], timeout: Opti
         if n > 0 || left == Some(Duration::ZERO) {
             if n < out.len() {
                 // SAFETY: no signal mask.
-                match unsafe { sys::epoll_pwait(epfd, &mut kbuf[..out.len() - n], 0, std::ptr::null()) } {
+                match unsafe {
+                    sys::epoll_pwait(epfd, &mut kbuf[..out.len() - n], 0, std::ptr::null())
+                } {
                     Ok(k) => n += copy_kernel(&kbuf[..k], &mut out[n..]),
                     Err(e) if n == 0 => return Some(Err(e)),
                     Err(_) => {}
@@ -352,11 +435,17 @@ pub unsafe fn epoll_wait(epfd: i32, out: &mut [libc::epoll_event], timeout: Opti
         for (f, r, o) in &objs {
             o.arm(*f, r.events as i16);
         }
-        let any = objs.iter().any(|(f, r, o)| !r.spent && o.revents(*f, r.events as i16) != 0);
+        let any = objs
+            .iter()
+            .any(|(f, r, o)| !r.spent && o.revents(*f, r.events as i16) != 0);
         let mut res = Ok(0);
         if !any {
             vfd::before_block();
-            let sliced = objs.iter().any(|(f, r, o)| !r.spent && (o.needs_slices(*f, r.events as i16) || o.wait_on(*f, r.events as i16).is_none()));
+            let sliced = objs.iter().any(|(f, r, o)| {
+                !r.spent
+                    && (o.needs_slices(*f, r.events as i16)
+                        || o.wait_on(*f, r.events as i16).is_none())
+            });
             let mut t = left;
             if sliced {
                 t = Some(t.map_or(SLICE, |t| t.min(SLICE)));
@@ -398,7 +487,11 @@ fn copy_kernel(k: &[libc::epoll_event], out: &mut [libc::epoll_event]) -> usize 
 }
 
 /// The virtual fds of `epfd` that are ready, as the program registered them.
-fn ready(epfd: i32, objs: &[(i32, Reg, Arc<dyn vfd::Virtual>)], out: &mut [libc::epoll_event]) -> usize {
+fn ready(
+    epfd: i32,
+    objs: &[(i32, Reg, Arc<dyn vfd::Virtual>)],
+    out: &mut [libc::epoll_event],
+) -> usize {
     let mut n = 0;
     for (f, r, o) in objs {
         if n == out.len() {
@@ -412,7 +505,10 @@ fn ready(epfd: i32, objs: &[(i32, Reg, Arc<dyn vfd::Virtual>)], out: &mut [libc:
         }
         let rev = o.revents(*f, r.events as i16) as u16 as u32;
         if rev != 0 {
-            out[n] = libc::epoll_event { events: rev, u64: cur.data };
+            out[n] = libc::epoll_event {
+                events: rev,
+                u64: cur.data,
+            };
             n += 1;
             if cur.events & libc::EPOLLONESHOT as u32 != 0 {
                 with_epoll(|m| {

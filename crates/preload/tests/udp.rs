@@ -24,21 +24,41 @@ const MODES: [&str; 2] = ["mmsg", "ring"];
 fn lib() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
-    let candidates = [deps.parent().unwrap().join("libslpreload.so"), deps.join("libslpreload.so")];
-    let newest = candidates.iter().filter_map(|c| Some((std::fs::metadata(c).ok()?.modified().ok()?, c.clone()))).max_by_key(|(t, _)| *t);
+    let candidates = [
+        deps.parent().unwrap().join("libslpreload.so"),
+        deps.join("libslpreload.so"),
+    ];
+    let newest = candidates
+        .iter()
+        .filter_map(|c| Some((std::fs::metadata(c).ok()?.modified().ok()?, c.clone())))
+        .max_by_key(|(t, _)| *t);
     match newest {
         Some((_, so)) => so,
-        None => panic!("libslpreload.so is missing in {} and {}: build it (`cargo build -p preload`)", candidates[0].display(), candidates[1].display()),
+        None => panic!(
+            "libslpreload.so is missing in {} and {}: build it (`cargo build -p preload`)",
+            candidates[0].display(),
+            candidates[1].display()
+        ),
     }
 }
 
 fn require(program: &str, package: &str) {
-    let ok = Command::new("sh").args(["-c", &format!("command -v {program}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success());
-    assert!(ok, "`{program}` is not installed: apt-get install {package} (scripts/setup installs it)");
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "`{program}` is not installed: apt-get install {package} (scripts/setup installs it)"
+    );
 }
 
 fn require_root() {
-    let out = Command::new("id").arg("-u").output().expect("running id -u");
+    let out = Command::new("id")
+        .arg("-u")
+        .output()
+        .expect("running id -u");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "this test needs root: CAP_NET_RAW for the ring reception (AF_PACKET) and CAP_SYS_ADMIN for network namespaces");
 }
 
@@ -55,21 +75,39 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// A scratch file path for the library's counters.
 fn stats_path(what: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("slpreload-udp-{}-{}-{what}.stats", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let p = std::env::temp_dir().join(format!(
+        "slpreload-udp-{}-{}-{what}.stats",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_file(&p);
     p
 }
 
 /// The counters the library wrote at exit.
 fn stats(p: &PathBuf) -> HashMap<String, u64> {
-    let s = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("the library wrote no counters to {} ({e}): was it loaded?", p.display()));
+    let s = std::fs::read_to_string(p).unwrap_or_else(|e| {
+        panic!(
+            "the library wrote no counters to {} ({e}): was it loaded?",
+            p.display()
+        )
+    });
     let _ = std::fs::remove_file(p);
-    s.lines().last().unwrap_or("").split_whitespace().filter_map(|w| w.split_once('=')).filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?))).collect()
+    s.lines()
+        .last()
+        .unwrap_or("")
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
 }
 
 /// `cmd` under the library for `ports`, reception `mode`, counters to `stats`.
 fn preloaded(cmd: &mut Command, ports: &str, mode: &str, stats: &PathBuf) {
-    cmd.env("LD_PRELOAD", lib()).env("STREAMLINE_UDP_PORTS", ports).env("STREAMLINE_UDP_RX", mode).env("STREAMLINE_UDP_STATS", stats);
+    cmd.env("LD_PRELOAD", lib())
+        .env("STREAMLINE_UDP_PORTS", ports)
+        .env("STREAMLINE_UDP_RX", mode)
+        .env("STREAMLINE_UDP_STATS", stats);
 }
 
 /// A port free for UDP and TCP on the wildcard addresses (dnsmasq binds them), below the
@@ -80,7 +118,11 @@ fn free_port() -> u16 {
     let base = 20000 + (std::process::id() % 400) * 30;
     for _ in 0..12000 {
         let p = (20000 + (base - 20000 + NEXT.fetch_add(1, Ordering::Relaxed)) % 12000) as u16;
-        if UdpSocket::bind(("0.0.0.0", p)).is_ok() && UdpSocket::bind(("::", p)).is_ok() && std::net::TcpListener::bind(("0.0.0.0", p)).is_ok() && std::net::TcpListener::bind(("::", p)).is_ok() {
+        if UdpSocket::bind(("0.0.0.0", p)).is_ok()
+            && UdpSocket::bind(("::", p)).is_ok()
+            && std::net::TcpListener::bind(("0.0.0.0", p)).is_ok()
+            && std::net::TcpListener::bind(("::", p)).is_ok()
+        {
             return p;
         }
     }
@@ -112,7 +154,9 @@ impl Guard {
 
     /// SIGTERM, then wait (so the library writes its counters).
     fn stop(mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
         for _ in 0..100 {
             if let Ok(Some(_)) = self.0.try_wait() {
                 return;
@@ -128,12 +172,19 @@ impl Guard {
 
 fn transcript(port: u16, fam: &str, mode: Option<&str>, stats: &PathBuf) -> String {
     let mut c = Command::new("python3");
-    c.arg(format!("{PY}/udp_semantics.py")).arg(port.to_string()).arg(fam);
+    c.arg(format!("{PY}/udp_semantics.py"))
+        .arg(port.to_string())
+        .arg(fam);
     if let Some(m) = mode {
         preloaded(&mut c, &port.to_string(), m, stats);
     }
     let out = c.output().expect("running python3");
-    assert!(out.status.success(), "udp_semantics.py ({mode:?}, IPv{fam}) failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "udp_semantics.py ({mode:?}, IPv{fam}) failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -145,15 +196,27 @@ fn receive_and_send_semantics_match_the_kernel() {
     for fam in ["4", "6"] {
         let port = free_port();
         let plain = transcript(port, fam, None, &stats_path("unused"));
-        assert!(plain.ends_with("done\n"), "plain transcript incomplete:\n{plain}");
+        assert!(
+            plain.ends_with("done\n"),
+            "plain transcript incomplete:\n{plain}"
+        );
         for mode in MODES {
             let st = stats_path(mode);
             let ours = transcript(port, fam, Some(mode), &st);
-            assert_eq!(ours, plain, "IPv{fam}, {mode}: the transcript under the library differs from the kernel's");
+            assert_eq!(
+                ours, plain,
+                "IPv{fam}, {mode}: the transcript under the library differs from the kernel's"
+            );
             let s = stats(&st);
             // 6 datagrams reach the server, 4 replies go out batched: the library served them.
-            assert_eq!(s["rx_datagrams"], 6, "IPv{fam}, {mode}: datagrams received through the library: {s:?}");
-            assert_eq!(s["tx_datagrams"], 4, "IPv{fam}, {mode}: datagrams sent through the library: {s:?}");
+            assert_eq!(
+                s["rx_datagrams"], 6,
+                "IPv{fam}, {mode}: datagrams received through the library: {s:?}"
+            );
+            assert_eq!(
+                s["tx_datagrams"], 4,
+                "IPv{fam}, {mode}: datagrams sent through the library: {s:?}"
+            );
             assert_eq!(s["tx_errors"], 0);
         }
     }
@@ -172,9 +235,15 @@ fn epoll_echo_server_and_an_unlisted_port() {
         let (listed, unlisted) = (free_port(), free_port());
         let st = stats_path(mode);
         let mut c = Command::new("python3");
-        c.arg(format!("{PY}/epoll_echo.py")).arg(format!("{listed},{unlisted}")).arg((2 * N).to_string());
+        c.arg(format!("{PY}/epoll_echo.py"))
+            .arg(format!("{listed},{unlisted}"))
+            .arg((2 * N).to_string());
         preloaded(&mut c, &listed.to_string(), mode, &st);
-        let mut child = c.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("python3");
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let g = Guard(child);
         assert_eq!(lines.next().unwrap().unwrap(), "ready");
@@ -187,12 +256,15 @@ fn epoll_echo_server_and_an_unlisted_port() {
             let burst = 40.min(N - sent);
             for i in sent..sent + burst {
                 for p in [listed, unlisted] {
-                    cli.send_to(format!("{p}:{i}").as_bytes(), ("127.0.0.1", p)).unwrap();
+                    cli.send_to(format!("{p}:{i}").as_bytes(), ("127.0.0.1", p))
+                        .unwrap();
                 }
             }
             let mut buf = [0u8; 64];
             for _ in 0..2 * burst {
-                let (n, from) = cli.recv_from(&mut buf).unwrap_or_else(|e| panic!("{mode}: an echo did not come back ({e}) after {sent} per port"));
+                let (n, from) = cli.recv_from(&mut buf).unwrap_or_else(|e| {
+                    panic!("{mode}: an echo did not come back ({e}) after {sent} per port")
+                });
                 got.entry(from.port()).or_default().push(buf[..n].to_vec());
             }
             sent += burst;
@@ -205,7 +277,11 @@ fn epoll_echo_server_and_an_unlisted_port() {
             want_sorted.sort();
             assert_eq!(have, want_sorted, "{mode}: echoes from port {p}");
         }
-        assert_eq!(lines.next().unwrap().unwrap(), format!("echoed {}", 2 * N), "{mode}: the server's own count");
+        assert_eq!(
+            lines.next().unwrap().unwrap(),
+            format!("echoed {}", 2 * N),
+            "{mode}: the server's own count"
+        );
         g.wait_exit();
         let s = stats(&st);
         // Exactly the listed port's datagrams went through the library.
@@ -227,9 +303,16 @@ fn threads_sharing_a_socket_in_blocking_receives() {
         let port = free_port();
         let st = stats_path(mode);
         let mut c = Command::new("python3");
-        c.arg(format!("{PY}/threaded_echo.py")).arg(port.to_string()).arg("4").arg(N.to_string());
+        c.arg(format!("{PY}/threaded_echo.py"))
+            .arg(port.to_string())
+            .arg("4")
+            .arg(N.to_string());
         preloaded(&mut c, &port.to_string(), mode, &st);
-        let mut child = c.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("python3");
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let g = Guard(child);
         assert_eq!(lines.next().unwrap().unwrap(), "ready");
@@ -239,11 +322,14 @@ fn threads_sharing_a_socket_in_blocking_receives() {
         let mut buf = [0u8; 64];
         for chunk in (0..N).collect::<Vec<_>>().chunks(50) {
             for i in chunk {
-                cli.send_to(i.to_string().as_bytes(), ("127.0.0.1", port)).unwrap();
+                cli.send_to(i.to_string().as_bytes(), ("127.0.0.1", port))
+                    .unwrap();
             }
             for _ in chunk {
                 let t = std::time::Instant::now();
-                let n = cli.recv(&mut buf).unwrap_or_else(|e| panic!("{mode}: an echo did not come back: {e}"));
+                let n = cli
+                    .recv(&mut buf)
+                    .unwrap_or_else(|e| panic!("{mode}: an echo did not come back: {e}"));
                 if t.elapsed() > Duration::from_secs(2) {
                     eprintln!("{mode}: an echo took {:?}", t.elapsed());
                 }
@@ -253,7 +339,11 @@ fn threads_sharing_a_socket_in_blocking_receives() {
             }
         }
         assert!(seen.iter().all(|&x| x), "{mode}: echoes missing");
-        assert_eq!(lines.next().unwrap().unwrap(), format!("echoed {N}"), "{mode}: the server's count");
+        assert_eq!(
+            lines.next().unwrap().unwrap(),
+            format!("echoed {N}"),
+            "{mode}: the server's count"
+        );
         g.wait_exit();
         let s = stats(&st);
         // The N datagrams and one "stop" per thread came through the library.
@@ -265,9 +355,19 @@ fn threads_sharing_a_socket_in_blocking_receives() {
 // ---------------------------------------------------------------------------------------
 // dnsmasq.
 
-const RECORDS: &[&str] = &["--host-record=h.test,10.9.8.7,fd00::7", "--host-record=mail.test,10.9.8.8", "--address=/wild.test/10.1.2.3", "--txt-record=t.test,hello world"];
+const RECORDS: &[&str] = &[
+    "--host-record=h.test,10.9.8.7,fd00::7",
+    "--host-record=mail.test,10.9.8.8",
+    "--address=/wild.test/10.1.2.3",
+    "--txt-record=t.test,hello world",
+];
 
-fn dnsmasq(port: u16, listen: &[&str], netns: Option<&str>, preload: Option<(&str, &PathBuf)>) -> Guard {
+fn dnsmasq(
+    port: u16,
+    listen: &[&str],
+    netns: Option<&str>,
+    preload: Option<(&str, &PathBuf)>,
+) -> Guard {
     let mut c = match netns {
         Some(ns) => {
             let mut c = Command::new("ip");
@@ -276,7 +376,16 @@ fn dnsmasq(port: u16, listen: &[&str], netns: Option<&str>, preload: Option<(&st
         }
         None => Command::new("dnsmasq"),
     };
-    c.args(["-k", "--no-resolv", "--no-hosts", "--user=root", "--pid-file=", "--log-facility=-"]).arg(format!("--port={port}")).args(RECORDS);
+    c.args([
+        "-k",
+        "--no-resolv",
+        "--no-hosts",
+        "--user=root",
+        "--pid-file=",
+        "--log-facility=-",
+    ])
+    .arg(format!("--port={port}"))
+    .args(RECORDS);
     for l in listen {
         c.arg(format!("--listen-address={l}"));
     }
@@ -284,11 +393,23 @@ fn dnsmasq(port: u16, listen: &[&str], netns: Option<&str>, preload: Option<(&st
         preloaded(&mut c, &port.to_string(), mode, st);
     }
     let log = stats_path("dnsmasq-log");
-    let g = Guard(c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().expect("dnsmasq"));
+    let g = Guard(
+        c.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("dnsmasq"),
+    );
     // Ready when it answers.
     let target: IpAddr = listen[0].parse().unwrap();
     for _ in 0..100 {
-        if ask(SocketAddr::new(target, port), &query(7, "h.test", 1), Duration::from_millis(100)).is_some() {
+        if ask(
+            SocketAddr::new(target, port),
+            &query(7, "h.test", 1),
+            Duration::from_millis(100),
+        )
+        .is_some()
+        {
             let _ = std::fs::remove_file(&log);
             return g;
         }
@@ -296,7 +417,10 @@ fn dnsmasq(port: u16, listen: &[&str], netns: Option<&str>, preload: Option<(&st
     }
     let said = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_file(&log);
-    panic!("dnsmasq ({}) on {target} port {port} did not answer within 5 s; it said:\n{said}", preload.map_or("plain", |p| p.0));
+    panic!(
+        "dnsmasq ({}) on {target} port {port} did not answer within 5 s; it said:\n{said}",
+        preload.map_or("plain", |p| p.0)
+    );
 }
 
 /// A DNS query (RD) for `name` of type `ty`.
@@ -319,11 +443,23 @@ fn ask(to: SocketAddr, q: &[u8], wait: Duration) -> Option<Vec<u8>> {
     s.send_to(q, to).ok()?;
     let mut b = [0u8; 1500];
     let (n, from) = s.recv_from(&mut b).ok()?;
-    assert_eq!(from, to, "the answer came from another address than the query went to");
+    assert_eq!(
+        from, to,
+        "the answer came from another address than the query went to"
+    );
     Some(b[..n].to_vec())
 }
 
-const QUESTIONS: &[(&str, u16)] = &[("h.test", 1), ("h.test", 28), ("mail.test", 1), ("a.wild.test", 1), ("b.c.wild.test", 1), ("t.test", 16), ("missing.test", 1), ("h.test", 15)];
+const QUESTIONS: &[(&str, u16)] = &[
+    ("h.test", 1),
+    ("h.test", 28),
+    ("mail.test", 1),
+    ("a.wild.test", 1),
+    ("b.c.wild.test", 1),
+    ("t.test", 16),
+    ("missing.test", 1),
+    ("h.test", 15),
+];
 
 /// Each question's answer (without the ID), asked of `at`.
 fn answers(at: SocketAddr) -> Vec<Vec<u8>> {
@@ -331,7 +467,8 @@ fn answers(at: SocketAddr) -> Vec<Vec<u8>> {
         .iter()
         .enumerate()
         .map(|(i, (n, t))| {
-            let a = ask(at, &query(100 + i as u16, n, *t), Duration::from_secs(2)).unwrap_or_else(|| panic!("no answer from {at} to {n} type {t}"));
+            let a = ask(at, &query(100 + i as u16, n, *t), Duration::from_secs(2))
+                .unwrap_or_else(|| panic!("no answer from {at} to {n} type {t}"));
             assert_eq!(a[..2], (100 + i as u16).to_be_bytes(), "answer ID");
             a[2..].to_vec()
         })
@@ -357,7 +494,19 @@ fn dig(at: SocketAddr, netns: Option<&str>) -> Vec<String> {
                 }
                 None => Command::new("dig"),
             };
-            let out = c.args(["+short", "+time=2", "+tries=1", "-p", &at.port().to_string(), &format!("@{}", at.ip()), n, ty]).output().expect("dig");
+            let out = c
+                .args([
+                    "+short",
+                    "+time=2",
+                    "+tries=1",
+                    "-p",
+                    &at.port().to_string(),
+                    &format!("@{}", at.ip()),
+                    n,
+                    ty,
+                ])
+                .output()
+                .expect("dig");
             format!("{n} {ty}: {}", String::from_utf8_lossy(&out.stdout).trim())
         })
         .collect()
@@ -386,10 +535,22 @@ fn burst(at: SocketAddr, total: usize, window: usize, reference: &[Vec<u8>]) {
         send(&mut sent, &mut outstanding);
     }
     while answered < total {
-        let n = s.recv(&mut b).unwrap_or_else(|e| panic!("{} of {total} answers lost ({e}), {answered} answered", outstanding.len()));
+        let n = s.recv(&mut b).unwrap_or_else(|e| {
+            panic!(
+                "{} of {total} answers lost ({e}), {answered} answered",
+                outstanding.len()
+            )
+        });
         let id = u16::from_be_bytes([b[0], b[1]]);
-        let k = outstanding.remove(&id).expect("an answer to a query we have not sent (or twice)");
-        assert_eq!(&b[2..n], &reference[k][..], "answer to {:?} differs from the plain run", QUESTIONS[k]);
+        let k = outstanding
+            .remove(&id)
+            .expect("an answer to a query we have not sent (or twice)");
+        assert_eq!(
+            &b[2..n],
+            &reference[k][..],
+            "answer to {:?} differs from the plain run",
+            QUESTIONS[k]
+        );
         answered += 1;
         if sent < total {
             send(&mut sent, &mut outstanding);
@@ -406,19 +567,35 @@ fn compare_dnsmasq(listen: &[&str], netns: Option<&str>, burst_total: usize) {
     let plain = dnsmasq(port, listen, netns, None);
     let reference = answers(at);
     let reference_dig = dig(at, netns);
-    assert!(reference_dig[0].ends_with("10.9.8.7"), "plain dnsmasq's answer: {:?}", reference_dig[0]);
+    assert!(
+        reference_dig[0].ends_with("10.9.8.7"),
+        "plain dnsmasq's answer: {:?}",
+        reference_dig[0]
+    );
     burst(at, burst_total, 64, &reference);
     drop(plain);
     for mode in MODES {
         let st = stats_path(mode);
         let ours = dnsmasq(port, listen, netns, Some((mode, &st)));
-        assert_eq!(answers(at), reference, "{mode} at {at}: answers differ from plain dnsmasq's");
-        assert_eq!(dig(at, netns), reference_dig, "{mode} at {at}: dig's view differs");
+        assert_eq!(
+            answers(at),
+            reference,
+            "{mode} at {at}: answers differ from plain dnsmasq's"
+        );
+        assert_eq!(
+            dig(at, netns),
+            reference_dig,
+            "{mode} at {at}: dig's view differs"
+        );
         burst(at, burst_total, 64, &reference);
         ours.stop();
         let s = stats(&st);
         let n = (burst_total + 2 * QUESTIONS.len()) as u64;
-        assert!(s["rx_datagrams"] >= n, "{mode}: the library received {} datagrams, {n} queries were answered: {s:?}", s["rx_datagrams"]);
+        assert!(
+            s["rx_datagrams"] >= n,
+            "{mode}: the library received {} datagrams, {n} queries were answered: {s:?}",
+            s["rx_datagrams"]
+        );
         assert!(s["tx_datagrams"] >= n, "{mode}: {s:?}");
         assert_eq!(s["tx_errors"], 0, "{mode}: {s:?}");
     }
@@ -458,20 +635,50 @@ struct Veth {
 impl Veth {
     fn new() -> Veth {
         let id = std::process::id() % 100000;
-        let (ns, here, there) = (format!("sludp{id}"), format!("sludp{id}a"), format!("sludp{id}b"));
+        let (ns, here, there) = (
+            format!("sludp{id}"),
+            format!("sludp{id}a"),
+            format!("sludp{id}b"),
+        );
         let net = format!("10.{}.{}", 200 + id % 50, (id / 50) % 250);
         let run = |args: &[&str]| {
-            let o = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
-            assert!(o.status.success(), "{args:?} failed (needs root and iproute2): {}", String::from_utf8_lossy(&o.stderr));
+            let o = Command::new(args[0])
+                .args(&args[1..])
+                .output()
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            assert!(
+                o.status.success(),
+                "{args:?} failed (needs root and iproute2): {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         };
         run(&["ip", "netns", "add", &ns]);
-        let v = Veth { ns: ns.clone(), here: here.clone(), peer_ip: format!("{net}.2") };
-        run(&["ip", "link", "add", &here, "type", "veth", "peer", "name", &there]);
+        let v = Veth {
+            ns: ns.clone(),
+            here: here.clone(),
+            peer_ip: format!("{net}.2"),
+        };
+        run(&[
+            "ip", "link", "add", &here, "type", "veth", "peer", "name", &there,
+        ]);
         run(&["ip", "link", "set", &there, "netns", &ns]);
         run(&["ip", "addr", "add", &format!("{net}.1/24"), "dev", &here]);
         run(&["ip", "link", "set", &here, "up"]);
-        run(&["ip", "netns", "exec", &ns, "ip", "addr", "add", &format!("{net}.2/24"), "dev", &there]);
-        run(&["ip", "netns", "exec", &ns, "ip", "link", "set", &there, "up"]);
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &ns,
+            "ip",
+            "addr",
+            "add",
+            &format!("{net}.2/24"),
+            "dev",
+            &there,
+        ]);
+        run(&[
+            "ip", "netns", "exec", &ns, "ip", "link", "set", &there, "up",
+        ]);
         run(&["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
         v
     }
@@ -479,7 +686,9 @@ impl Veth {
 
 impl Drop for Veth {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.here]).output();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.here])
+            .output();
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
     }
 }

@@ -13,7 +13,10 @@ use std::path::PathBuf;
 /// Which socket to talk to: the flag, else `$STREAMLINE_SOCKET`, else the default. The
 /// value `none` (flag or environment) means: no daemon, run stand-alone.
 pub fn socket_path(flag: Option<&str>) -> Option<PathBuf> {
-    let v = flag.map(str::to_string).or_else(|| std::env::var("STREAMLINE_SOCKET").ok()).unwrap_or_else(|| proto::DEFAULT_SOCKET.to_string());
+    let v = flag
+        .map(str::to_string)
+        .or_else(|| std::env::var("STREAMLINE_SOCKET").ok())
+        .unwrap_or_else(|| proto::DEFAULT_SOCKET.to_string());
     (v != "none" && !v.is_empty()).then(|| PathBuf::from(v))
 }
 
@@ -28,12 +31,19 @@ pub struct Client {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("cannot connect to {path}: {source}")]
-    Connect { path: String, source: std::io::Error },
+    Connect {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Proto(#[from] ProtoError),
     /// The daemon refused the request.
     #[error("{message}")]
-    Refused { code: String, errno: i32, message: String },
+    Refused {
+        code: String,
+        errno: i32,
+        message: String,
+    },
     #[error("unexpected reply: {0:?}")]
     Unexpected(Box<Reply>),
 }
@@ -41,10 +51,20 @@ pub enum ClientError {
 impl Client {
     /// Connect and shake hands. Fails when nothing listens there.
     pub fn connect(path: &std::path::Path) -> Result<Client, ClientError> {
-        let sock = UnixStream::connect(path).map_err(|source| ClientError::Connect { path: path.display().to_string(), source })?;
-        let mut c = Client { sock, next: 1, welcome: Reply::Done {} };
+        let sock = UnixStream::connect(path).map_err(|source| ClientError::Connect {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut c = Client {
+            sock,
+            next: 1,
+            welcome: Reply::Done {},
+        };
         let version = proto::VERSION;
-        c.welcome = c.call(Request::Hello { version, client: format!("streamline {}", env!("CARGO_PKG_VERSION")) })?;
+        c.welcome = c.call(Request::Hello {
+            version,
+            client: format!("streamline {}", env!("CARGO_PKG_VERSION")),
+        })?;
         Ok(c)
     }
 
@@ -59,8 +79,17 @@ impl Client {
     /// The next message from the daemon (a reply or an event), refusals as errors.
     pub fn recv(&mut self) -> Result<(Msg<Reply>, Vec<OwnedFd>), ClientError> {
         let (m, fds) = proto::recv::<Reply>(&self.sock)?;
-        if let Reply::Error { code, errno, message } = m.body {
-            return Err(ClientError::Refused { code, errno, message });
+        if let Reply::Error {
+            code,
+            errno,
+            message,
+        } = m.body
+        {
+            return Err(ClientError::Refused {
+                code,
+                errno,
+                message,
+            });
         }
         Ok((m, fds))
     }
@@ -70,7 +99,11 @@ impl Client {
         self.call_fds(req, &[]).map(|r| r.0)
     }
 
-    pub fn call_fds(&mut self, req: Request, fds: &[RawFd]) -> Result<(Reply, Vec<OwnedFd>), ClientError> {
+    pub fn call_fds(
+        &mut self,
+        req: Request,
+        fds: &[RawFd],
+    ) -> Result<(Reply, Vec<OwnedFd>), ClientError> {
         let id = self.send(req, fds)?;
         loop {
             let (m, fds) = self.recv()?;

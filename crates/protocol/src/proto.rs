@@ -54,7 +54,11 @@ pub enum ProtoError {
     #[error("frame ended after {got} of {want} bytes")]
     Truncated { got: usize, want: usize },
     #[error("malformed message at line {line} column {column}: {why}")]
-    Json { line: usize, column: usize, why: String },
+    Json {
+        line: usize,
+        column: usize,
+        why: String,
+    },
     #[error("{0} descriptors arrived with one frame; at most {MAX_FDS} are accepted")]
     TooManyFds(usize),
     #[error("{0}")]
@@ -63,7 +67,11 @@ pub enum ProtoError {
 
 impl ProtoError {
     fn json(e: serde_json::Error) -> ProtoError {
-        ProtoError::Json { line: e.line(), column: e.column(), why: e.to_string() }
+        ProtoError::Json {
+            line: e.line(),
+            column: e.column(),
+            why: e.to_string(),
+        }
     }
 }
 
@@ -100,7 +108,14 @@ fn default_ring() -> usize {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { plan: default_plan(), rate: default_rate(), bytes: default_bytes(), ring: default_ring(), no_share: false, quiet: false }
+        RunOptions {
+            plan: default_plan(),
+            rate: default_rate(),
+            bytes: default_bytes(),
+            ring: default_ring(),
+            no_share: false,
+            quiet: false,
+        }
     }
 }
 
@@ -109,7 +124,11 @@ impl Default for RunOptions {
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     /// Versioned handshake; must come first.
-    Hello { version: u32, #[serde(default)] client: String },
+    Hello {
+        version: u32,
+        #[serde(default)]
+        client: String,
+    },
     /// MSG_PING: answered with `pong` carrying the same token.
     Ping {
         #[serde(default)]
@@ -216,29 +235,69 @@ pub struct RunInfo {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "reply", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Reply {
-    Welcome { version: u32, server: String, uid: u32, gid: u32, pid: i32 },
-    Pong { token: u64 },
-    Filters { filters: Vec<(String, String)> },
-    Runs { runs: Vec<RunInfo> },
+    Welcome {
+        version: u32,
+        server: String,
+        uid: u32,
+        gid: u32,
+        pid: i32,
+    },
+    Pong {
+        token: u64,
+    },
+    Filters {
+        filters: Vec<(String, String)>,
+    },
+    Runs {
+        runs: Vec<RunInfo>,
+    },
     /// The graph is built (paused); `placement` says where each filter runs.
-    Opened { run: u64, placement: String },
+    Opened {
+        run: u64,
+        placement: String,
+    },
     Done {},
-    Edited { run: u64, applied: String },
+    Edited {
+        run: u64,
+        applied: String,
+    },
     /// The descriptors of an exported stream follow with the frame (tags, then data).
-    Stream { name: String, fds: u32 },
+    Stream {
+        name: String,
+        fds: u32,
+    },
     /// The answer to `capture`: subscription `sub`, the frames' pcap LINKTYPE_*, and the
     /// 2 descriptors that follow (tag ring, data ring).
-    Captured { sub: u64, link_type: u32, fds: u32 },
-    Counters { run: u64, elapsed_s: f64, nodes: Vec<NodeCounters> },
+    Captured {
+        sub: u64,
+        link_type: u32,
+        fds: u32,
+    },
+    Counters {
+        run: u64,
+        elapsed_s: f64,
+        nodes: Vec<NodeCounters>,
+    },
     /// The run ended with this exit status (as `streamline run` would exit).
-    Finished { run: u64, code: i32 },
-    Error { code: String, errno: i32, message: String },
+    Finished {
+        run: u64,
+        code: i32,
+    },
+    Error {
+        code: String,
+        errno: i32,
+        message: String,
+    },
 }
 
 impl Reply {
     /// An error reply with the errno named by `code` (EACCES, EINVAL, ...).
     pub fn error(errno: i32, message: impl Into<String>) -> Reply {
-        Reply::Error { code: errno_name(errno).to_string(), errno, message: message.into() }
+        Reply::Error {
+            code: errno_name(errno).to_string(),
+            errno,
+            message: message.into(),
+        }
     }
 }
 
@@ -269,7 +328,15 @@ pub enum ToWorker {
     /// Build this run (paused) with the client's identity: files are opened with it, Unix
     /// commands run as it. `modes`: the stream mode of each privileged source node (by
     /// node id), from the policy grant that allowed it.
-    Start { run: u64, pipeline: String, options: RunOptions, uid: u32, gid: u32, groups: Vec<u32>, modes: Vec<(usize, u32)> },
+    Start {
+        run: u64,
+        pipeline: String,
+        options: RunOptions,
+        uid: u32,
+        gid: u32,
+        groups: Vec<u32>,
+        modes: Vec<(usize, u32)>,
+    },
     /// Start the built run.
     Go {},
     /// Stop (as a stop signal would; `signal` 0: stopped by a request).
@@ -301,7 +368,10 @@ pub enum FromWorker {
     Built { placement: String },
     /// The build failed: the message (with the caret under the pipeline) and the exit code.
     Failed { message: String, errno: i32 },
-    Counters { elapsed_s: f64, nodes: Vec<NodeCounters> },
+    Counters {
+        elapsed_s: f64,
+        nodes: Vec<NodeCounters>,
+    },
     /// `errno`: why an edit was refused (EINVAL: it does not parse or build; ENOENT: no
     /// such node; EBUSY: refused for the run's shape or state).
     Edited {
@@ -357,7 +427,10 @@ pub fn decode_stream(mut data: &[u8]) -> usize {
             break;
         }
         let body = &data[4..4 + want];
-        let any = decode::<Request>(body).is_ok() | decode::<Reply>(body).is_ok() | decode::<ToWorker>(body).is_ok() | decode::<FromWorker>(body).is_ok();
+        let any = decode::<Request>(body).is_ok()
+            | decode::<Reply>(body).is_ok()
+            | decode::<ToWorker>(body).is_ok()
+            | decode::<FromWorker>(body).is_ok();
         ok += usize::from(any);
         data = &data[4 + want..];
     }
@@ -374,7 +447,11 @@ pub fn encode<T: Serialize>(msg: &Msg<T>) -> Vec<u8> {
 }
 
 /// Write one frame, with `fds` attached to its first byte.
-pub fn send<T: Serialize>(sock: &UnixStream, msg: &Msg<T>, fds: &[RawFd]) -> Result<(), ProtoError> {
+pub fn send<T: Serialize>(
+    sock: &UnixStream,
+    msg: &Msg<T>,
+    fds: &[RawFd],
+) -> Result<(), ProtoError> {
     let f = encode(msg);
     if f.len() - 4 > MAX_FRAME {
         return Err(ProtoError::Length((f.len() - 4) as u64));
@@ -426,7 +503,9 @@ fn read_exact(sock: &UnixStream, buf: &mut [u8], want: usize) -> Result<(), Prot
 }
 
 /// Receive and decode one message.
-pub fn recv<T: for<'de> Deserialize<'de>>(sock: &UnixStream) -> Result<(Msg<T>, Vec<OwnedFd>), ProtoError> {
+pub fn recv<T: for<'de> Deserialize<'de>>(
+    sock: &UnixStream,
+) -> Result<(Msg<T>, Vec<OwnedFd>), ProtoError> {
     let (body, fds) = recv_frame(sock)?;
     Ok((decode(&body)?, fds))
 }
@@ -440,8 +519,13 @@ pub struct Peer {
 }
 
 pub fn peer(sock: &UnixStream) -> io::Result<Peer> {
-    let c = nix::sys::socket::getsockopt(sock, nix::sys::socket::sockopt::PeerCredentials).map_err(io::Error::from)?;
-    Ok(Peer { pid: c.pid(), uid: c.uid(), gid: c.gid() })
+    let c = nix::sys::socket::getsockopt(sock, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(io::Error::from)?;
+    Ok(Peer {
+        pid: c.pid(),
+        uid: c.uid(),
+        gid: c.gid(),
+    })
 }
 
 /// The raw descriptor of `fd` (for [`send`]).
@@ -456,17 +540,37 @@ mod tests {
 
     #[test]
     fn requests_round_trip_in_their_documented_form() {
-        let m = Msg { id: 7, body: Request::Open { pipeline: "gen | count".into(), options: RunOptions::default(), fds: 3 } };
+        let m = Msg {
+            id: 7,
+            body: Request::Open {
+                pipeline: "gen | count".into(),
+                options: RunOptions::default(),
+                fds: 3,
+            },
+        };
         let f = encode(&m);
         let body = &f[4..];
-        assert_eq!(u32::from_le_bytes(f[..4].try_into().unwrap()) as usize, body.len());
+        assert_eq!(
+            u32::from_le_bytes(f[..4].try_into().unwrap()) as usize,
+            body.len()
+        );
         let text = std::str::from_utf8(body).unwrap();
-        assert!(text.contains(r#""op":"open""#) && text.contains(r#""id":7"#), "{text}");
+        assert!(
+            text.contains(r#""op":"open""#) && text.contains(r#""id":7"#),
+            "{text}"
+        );
         assert_eq!(decode::<Request>(body).unwrap(), m);
         // What a C client writes by hand, with defaults left out.
         let hand = br#"{"id":1,"op":"open","pipeline":"gen count=5 | count"}"#;
         match decode::<Request>(hand).unwrap().body {
-            Request::Open { pipeline, options, fds } => assert_eq!((pipeline.as_str(), options, fds), ("gen count=5 | count", RunOptions::default(), 0)),
+            Request::Open {
+                pipeline,
+                options,
+                fds,
+            } => assert_eq!(
+                (pipeline.as_str(), options, fds),
+                ("gen count=5 | count", RunOptions::default(), 0)
+            ),
             other => panic!("{other:?}"),
         }
     }
@@ -476,65 +580,181 @@ mod tests {
         // A body field named `id` would clash with the envelope's: each kind once.
         let opts = RunOptions::default();
         let to_worker = [
-            ToWorker::Start { run: 1, pipeline: "gen".into(), options: opts.clone(), uid: 0, gid: 0, groups: vec![], modes: vec![(0, 0o640)] },
+            ToWorker::Start {
+                run: 1,
+                pipeline: "gen".into(),
+                options: opts.clone(),
+                uid: 0,
+                gid: 0,
+                groups: vec![],
+                modes: vec![(0, 0o640)],
+            },
             ToWorker::Go {},
             ToWorker::Stop { signal: 2 },
-            ToWorker::Edit { edit_id: 4, edit: "remove x".into() },
-            ToWorker::Tap { tap_req: 5, node: "count:a".into(), filter: None },
-            ToWorker::Tap { tap_req: 5, node: "rx".into(), filter: Some(TapFilter { program: vec![(6, 0, 0, 262144)], snaplen: 96 }) },
+            ToWorker::Edit {
+                edit_id: 4,
+                edit: "remove x".into(),
+            },
+            ToWorker::Tap {
+                tap_req: 5,
+                node: "count:a".into(),
+                filter: None,
+            },
+            ToWorker::Tap {
+                tap_req: 5,
+                node: "rx".into(),
+                filter: Some(TapFilter {
+                    program: vec![(6, 0, 0, 262144)],
+                    snaplen: 96,
+                }),
+            },
             ToWorker::Untap { tap: 6 },
         ];
         for m in to_worker {
-            let f = encode(&Msg { id: 9, body: m.clone() });
+            let f = encode(&Msg {
+                id: 9,
+                body: m.clone(),
+            });
             assert_eq!(decode::<ToWorker>(&f[4..]).unwrap(), Msg { id: 9, body: m });
         }
         let from_worker = [
-            FromWorker::Built { placement: "p".into() },
-            FromWorker::Failed { message: "m".into(), errno: 22 },
-            FromWorker::Counters { elapsed_s: 1.0, nodes: vec![NodeCounters::default(), NodeCounters { label: "ip".into(), classes: vec![4, 6], ..Default::default() }] },
-            FromWorker::Edited { edit_id: 4, ok: false, text: "t".into(), errno: 16 },
-            FromWorker::Graph { nodes: vec![GraphNode { label: "count:a".into(), filter: "count".into(), options: vec![("name".into(), "a".into())], inputs: vec!["gen".into()], outputs: vec![], source: false, space: "0".into() }], mode: 0o640 },
-            FromWorker::Tapped { tap_req: 5, tap: 6, ok: true, text: String::new(), errno: 0 },
+            FromWorker::Built {
+                placement: "p".into(),
+            },
+            FromWorker::Failed {
+                message: "m".into(),
+                errno: 22,
+            },
+            FromWorker::Counters {
+                elapsed_s: 1.0,
+                nodes: vec![
+                    NodeCounters::default(),
+                    NodeCounters {
+                        label: "ip".into(),
+                        classes: vec![4, 6],
+                        ..Default::default()
+                    },
+                ],
+            },
+            FromWorker::Edited {
+                edit_id: 4,
+                ok: false,
+                text: "t".into(),
+                errno: 16,
+            },
+            FromWorker::Graph {
+                nodes: vec![GraphNode {
+                    label: "count:a".into(),
+                    filter: "count".into(),
+                    options: vec![("name".into(), "a".into())],
+                    inputs: vec!["gen".into()],
+                    outputs: vec![],
+                    source: false,
+                    space: "0".into(),
+                }],
+                mode: 0o640,
+            },
+            FromWorker::Tapped {
+                tap_req: 5,
+                tap: 6,
+                ok: true,
+                text: String::new(),
+                errno: 0,
+            },
             FromWorker::Finished { code: 0 },
         ];
         for m in from_worker {
-            let f = encode(&Msg { id: 9, body: m.clone() });
-            assert_eq!(decode::<FromWorker>(&f[4..]).unwrap(), Msg { id: 9, body: m });
+            let f = encode(&Msg {
+                id: 9,
+                body: m.clone(),
+            });
+            assert_eq!(
+                decode::<FromWorker>(&f[4..]).unwrap(),
+                Msg { id: 9, body: m }
+            );
         }
         let requests = [
-            Request::Hello { version: 1, client: "c".into() },
+            Request::Hello {
+                version: 1,
+                client: "c".into(),
+            },
             Request::Ping { token: 3 },
             Request::Filters {},
             Request::Ps {},
-            Request::Open { pipeline: "gen".into(), options: opts, fds: 3 },
-            Request::Activate { run: 1, detach: true },
-            Request::Edit { run: 1, edit: "remove x".into() },
+            Request::Open {
+                pipeline: "gen".into(),
+                options: opts,
+                fds: 3,
+            },
+            Request::Activate {
+                run: 1,
+                detach: true,
+            },
+            Request::Edit {
+                run: 1,
+                edit: "remove x".into(),
+            },
             Request::Stop { run: 1, signal: 2 },
             Request::Attach { run: 1 },
             Request::OpenStream { name: "s".into() },
-            Request::Capture { device: "eth0".into(), program: vec![(0x28, 0, 0, 12), (6, 0, 0, 0)], snaplen: 262144 },
+            Request::Capture {
+                device: "eth0".into(),
+                program: vec![(0x28, 0, 0, 12), (6, 0, 0, 0)],
+                snaplen: 262144,
+            },
             Request::Release { sub: 4 },
         ];
         for m in requests {
-            let f = encode(&Msg { id: 9, body: m.clone() });
+            let f = encode(&Msg {
+                id: 9,
+                body: m.clone(),
+            });
             assert_eq!(decode::<Request>(&f[4..]).unwrap(), Msg { id: 9, body: m });
         }
         let replies = [
-            Reply::Welcome { version: 1, server: "s".into(), uid: 0, gid: 0, pid: 1 },
+            Reply::Welcome {
+                version: 1,
+                server: "s".into(),
+                uid: 0,
+                gid: 0,
+                pid: 1,
+            },
             Reply::Pong { token: 3 },
-            Reply::Filters { filters: vec![("gen".into(), "gen".into())] },
+            Reply::Filters {
+                filters: vec![("gen".into(), "gen".into())],
+            },
             Reply::Runs { runs: vec![] },
-            Reply::Opened { run: 1, placement: "".into() },
+            Reply::Opened {
+                run: 1,
+                placement: "".into(),
+            },
             Reply::Done {},
-            Reply::Edited { run: 1, applied: "a".into() },
-            Reply::Stream { name: "s".into(), fds: 2 },
-            Reply::Captured { sub: 4, link_type: 1, fds: 2 },
-            Reply::Counters { run: 1, elapsed_s: 0.5, nodes: vec![] },
+            Reply::Edited {
+                run: 1,
+                applied: "a".into(),
+            },
+            Reply::Stream {
+                name: "s".into(),
+                fds: 2,
+            },
+            Reply::Captured {
+                sub: 4,
+                link_type: 1,
+                fds: 2,
+            },
+            Reply::Counters {
+                run: 1,
+                elapsed_s: 0.5,
+                nodes: vec![],
+            },
             Reply::Finished { run: 1, code: 0 },
             Reply::error(libc::EACCES, "no"),
         ];
         for m in replies {
-            let f = encode(&Msg { id: 9, body: m.clone() });
+            let f = encode(&Msg {
+                id: 9,
+                body: m.clone(),
+            });
             assert_eq!(decode::<Reply>(&f[4..]).unwrap(), Msg { id: 9, body: m });
         }
     }
@@ -542,35 +762,59 @@ mod tests {
     #[test]
     fn malformed_messages_name_where() {
         match decode::<Request>(br#"{"id":1,"op":"open","pipelin":"x"}"#) {
-            Err(ProtoError::Json { line: 1, column, why }) => assert!(column > 0 && why.contains("pipelin"), "{why}"),
+            Err(ProtoError::Json {
+                line: 1,
+                column,
+                why,
+            }) => assert!(column > 0 && why.contains("pipelin"), "{why}"),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(decode::<Request>(b"{\"id\":1,\"op\":\"launch_missiles\"}"), Err(ProtoError::Json { .. })));
+        assert!(matches!(
+            decode::<Request>(b"{\"id\":1,\"op\":\"launch_missiles\"}"),
+            Err(ProtoError::Json { .. })
+        ));
         assert!(matches!(decode::<Request>(b""), Err(ProtoError::Length(0))));
     }
 
     #[test]
     fn oversized_and_truncated_frames_are_refused_before_reading() {
         let (a, b) = UnixStream::pair().unwrap();
-        (&a).write_all(&((MAX_FRAME as u32) + 1).to_le_bytes()).unwrap();
+        (&a).write_all(&((MAX_FRAME as u32) + 1).to_le_bytes())
+            .unwrap();
         assert!(matches!(recv_frame(&b), Err(ProtoError::Length(n)) if n == MAX_FRAME as u64 + 1));
         let (a, b) = UnixStream::pair().unwrap();
         (&a).write_all(&10u32.to_le_bytes()).unwrap();
         (&a).write_all(b"{\"id\"").unwrap();
         drop(a);
-        assert!(matches!(recv_frame(&b), Err(ProtoError::Truncated { got: 5, want: 10 })));
+        assert!(matches!(
+            recv_frame(&b),
+            Err(ProtoError::Truncated { got: 5, want: 10 })
+        ));
     }
 
     #[test]
     fn descriptors_travel_with_their_frame() {
         let (a, b) = UnixStream::pair().unwrap();
         let f = std::fs::File::open("/proc/self/status").unwrap();
-        send(&a, &Msg { id: 3, body: Reply::Stream { name: "x".into(), fds: 1 } }, &[f.as_raw_fd()]).unwrap();
+        send(
+            &a,
+            &Msg {
+                id: 3,
+                body: Reply::Stream {
+                    name: "x".into(),
+                    fds: 1,
+                },
+            },
+            &[f.as_raw_fd()],
+        )
+        .unwrap();
         let (m, fds) = recv::<Reply>(&b).unwrap();
         assert_eq!(m.id, 3);
         assert_eq!(fds.len(), 1);
         let mut s = String::new();
-        std::fs::File::from(fds.into_iter().next().unwrap()).read_to_string(&mut s).unwrap();
+        std::fs::File::from(fds.into_iter().next().unwrap())
+            .read_to_string(&mut s)
+            .unwrap();
         assert!(s.contains("Pid:"));
     }
 
@@ -578,7 +822,10 @@ mod tests {
     fn peer_credentials_are_the_kernels() {
         let (a, _b) = UnixStream::pair().unwrap();
         let p = peer(&a).unwrap();
-        assert_eq!((p.pid as u32, p.uid), (std::process::id(), beltway::sys::getuid()));
+        assert_eq!(
+            (p.pid as u32, p.uid),
+            (std::process::id(), beltway::sys::getuid())
+        );
     }
 
     proptest! {

@@ -15,12 +15,20 @@ fn usage() -> ExitCode {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(split) = args.iter().position(|a| a == "--") else { return usage() };
+    let Some(split) = args.iter().position(|a| a == "--") else {
+        return usage();
+    };
     let (opts, cmd) = (&args[..split], &args[split + 1..]);
     if cmd.is_empty() {
         return usage();
     }
-    let (mut net, mut disk, mut kind, mut prio, mut stats) = ("unlimited".to_string(), "unlimited".to_string(), Kind::Token, 0u8, false);
+    let (mut net, mut disk, mut kind, mut prio, mut stats) = (
+        "unlimited".to_string(),
+        "unlimited".to_string(),
+        Kind::Token,
+        0u8,
+        false,
+    );
     let mut it = opts.iter();
     while let Some(o) = it.next() {
         let mut val = || it.next().cloned();
@@ -39,8 +47,15 @@ fn main() -> ExitCode {
             _ => return usage(),
         }
     }
-    let config = match (Limit::parse("net", &net, kind, None), Limit::parse("disk", &disk, kind, None)) {
-        (Ok(net), Ok(disk)) => Config { net, disk, ..Default::default() },
+    let config = match (
+        Limit::parse("net", &net, kind, None),
+        Limit::parse("disk", &disk, kind, None),
+    ) {
+        (Ok(net), Ok(disk)) => Config {
+            net,
+            disk,
+            ..Default::default()
+        },
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("seccomp_run: {e}");
             return ExitCode::from(2);
@@ -57,7 +72,9 @@ fn main() -> ExitCode {
     let mut c = Command::new(&cmd[0]);
     c.args(&cmd[1..]);
     let t0 = std::time::Instant::now();
-    match seccomp::run(&seg, prio, &mut c, |pid| eprintln!("seccomp_run: pid {pid}")) {
+    match seccomp::run(&seg, prio, &mut c, |pid| {
+        eprintln!("seccomp_run: pid {pid}")
+    }) {
         Ok(st) => {
             if stats {
                 let s = &seg.shared().stats;

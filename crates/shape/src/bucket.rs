@@ -66,7 +66,9 @@ impl Params {
             return self.depth;
         }
         let ns = (tat - now) as u128;
-        let backlog = (ns * self.rate as u128).div_ceil(1_000_000_000).min(u64::MAX as u128) as u64;
+        let backlog = (ns * self.rate as u128)
+            .div_ceil(1_000_000_000)
+            .min(u64::MAX as u128) as u64;
         self.depth.saturating_sub(backlog)
     }
 
@@ -106,7 +108,10 @@ impl Bucket<'_> {
             }
             let k = have.min(max);
             let next = cur.max(now) + ns_for_ceil(k, self.p.rate);
-            match self.tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+            match self
+                .tat
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return Take::Got(k),
                 Err(c) => cur = c,
             }
@@ -122,7 +127,10 @@ impl Bucket<'_> {
         loop {
             let at = self.p.when(cur, k).max(now);
             let next = cur.max(at) + ns_for_ceil(k, self.p.rate);
-            match self.tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+            match self
+                .tat
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return at,
                 Err(c) => cur = c,
             }
@@ -139,7 +147,10 @@ impl Bucket<'_> {
         let mut cur = self.tat.load(Ordering::Acquire);
         loop {
             let next = cur.max(now).saturating_add(d);
-            match self.tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+            match self
+                .tat
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return,
                 Err(c) => cur = c,
             }
@@ -149,7 +160,10 @@ impl Bucket<'_> {
     /// Give back `bytes` taken but not used (a read that returned less than granted).
     pub fn refund(&self, bytes: u64) {
         if bytes > 0 {
-            self.tat.fetch_sub(ns_for(bytes, self.p.rate).min(self.tat.load(Ordering::Relaxed)), Ordering::AcqRel);
+            self.tat.fetch_sub(
+                ns_for(bytes, self.p.rate).min(self.tat.load(Ordering::Relaxed)),
+                Ordering::AcqRel,
+            );
         }
     }
 
@@ -168,7 +182,10 @@ impl Bucket<'_> {
 /// bucket word means the same instant to all of them).
 #[inline]
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-parameter; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -178,7 +195,10 @@ pub fn now_ns() -> u64 {
 /// [`now_ns`], never ahead of it and at most one tick behind, read in a few ns).
 #[inline]
 pub fn now_coarse() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-parameter; CLOCK_MONOTONIC_COARSE exists since Linux 2.6.32.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -186,9 +206,19 @@ pub fn now_coarse() -> u64 {
 
 /// Sleep until the monotonic instant `at` (ns); returns early on a signal.
 pub fn sleep_until(at: u64) {
-    let ts = libc::timespec { tv_sec: (at / 1_000_000_000) as libc::time_t, tv_nsec: (at % 1_000_000_000) as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: (at / 1_000_000_000) as libc::time_t,
+        tv_nsec: (at % 1_000_000_000) as libc::c_long,
+    };
     // SAFETY: ts is valid; a null remainder is allowed with TIMER_ABSTIME.
-    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    };
 }
 
 #[cfg(test)]
@@ -196,7 +226,10 @@ mod tests {
     use super::*;
 
     fn b(rate: u64, depth: u64, tat: &AtomicU64) -> Bucket<'_> {
-        Bucket { p: Params { rate, depth }, tat }
+        Bucket {
+            p: Params { rate, depth },
+            tat,
+        }
     }
 
     #[test]
@@ -212,8 +245,14 @@ mod tests {
         }
         assert_eq!(bk.take(t0 + 1_000_000, 1000, 1 << 30), Take::Got(1000));
         // a minimum beyond the depth is cut to the depth
-        assert!(matches!(bk.take(t0 + 1_000_000, 1 << 40, 1 << 40), Take::Wait(_)));
-        assert_eq!(bk.take(t0 + 20_000_000, 1 << 40, 1 << 40), Take::Got(10_000));
+        assert!(matches!(
+            bk.take(t0 + 1_000_000, 1 << 40, 1 << 40),
+            Take::Wait(_)
+        ));
+        assert_eq!(
+            bk.take(t0 + 20_000_000, 1 << 40, 1 << 40),
+            Take::Got(10_000)
+        );
     }
 
     #[test]

@@ -50,7 +50,11 @@ impl std::str::FromStr for Kind {
             "leaky" => Ok(Kind::Leaky),
             // `+` is an operator in a pipeline, where `token-leaky` needs no quotes
             "token+leaky" | "leaky+token" | "token-leaky" => Ok(Kind::TokenLeaky),
-            _ => Err(ConfigError::Word { what: "policy", text: s.into(), expected: "token, leaky or token+leaky (token-leaky)" }),
+            _ => Err(ConfigError::Word {
+                what: "policy",
+                text: s.into(),
+                expected: "token, leaky or token+leaky (token-leaky)",
+            }),
         }
     }
 }
@@ -75,7 +79,11 @@ impl std::str::FromStr for PrioPolicy {
             "fifo" => Ok(PrioPolicy::Fifo),
             "latency" => Ok(PrioPolicy::Latency),
             "throughput" => Ok(PrioPolicy::Throughput),
-            _ => Err(ConfigError::Word { what: "priority policy", text: s.into(), expected: "fifo, latency or throughput" }),
+            _ => Err(ConfigError::Word {
+                what: "priority policy",
+                text: s.into(),
+                expected: "fifo, latency or throughput",
+            }),
         }
     }
 }
@@ -97,7 +105,11 @@ impl std::str::FromStr for DiskCost {
         match s {
             "bytes" => Ok(DiskCost::Bytes),
             "device" => Ok(DiskCost::Device),
-            _ => Err(ConfigError::Word { what: "disk cost", text: s.into(), expected: "bytes or device" }),
+            _ => Err(ConfigError::Word {
+                what: "disk cost",
+                text: s.into(),
+                expected: "bytes or device",
+            }),
         }
     }
 }
@@ -108,7 +120,11 @@ pub enum ConfigError {
     #[error(transparent)]
     Unit(#[from] UnitError),
     #[error("unknown {what} '{text}': expected {expected}")]
-    Word { what: &'static str, text: String, expected: &'static str },
+    Word {
+        what: &'static str,
+        text: String,
+        expected: &'static str,
+    },
     #[error("{what} '{text}': expected RATE or RATE:BURST (e.g. 10MB/s:64KiB)")]
     Shape { what: &'static str, text: String },
     #[error("priority {0} is out of range: expected 0 (first) to 9 (last)")]
@@ -131,11 +147,22 @@ pub struct Limit {
 }
 
 impl Limit {
-    pub const UNLIMITED: Limit = Limit { rate: 0, burst: 0, peak: 0, kind: 0, _pad: 0 };
+    pub const UNLIMITED: Limit = Limit {
+        rate: 0,
+        burst: 0,
+        peak: 0,
+        kind: 0,
+        _pad: 0,
+    };
 
     /// Read `RATE[:BURST]` for `what` (`net`, `disk`) under `kind`, with `peak` for
     /// token+leaky.
-    pub fn parse(what: &'static str, text: &str, kind: Kind, peak: Option<&str>) -> Result<Limit, ConfigError> {
+    pub fn parse(
+        what: &'static str,
+        text: &str,
+        kind: Kind,
+        peak: Option<&str>,
+    ) -> Result<Limit, ConfigError> {
         let mut parts = text.splitn(2, ':');
         let rate = units::parse_rate(parts.next().unwrap_or(""))?;
         let burst = parts.next().map(units::parse_size).transpose()?;
@@ -157,7 +184,13 @@ impl Limit {
             (Kind::TokenLeaky, None) => rate.saturating_mul(2),
             _ => 0,
         };
-        Ok(Limit { rate, burst, peak, kind: kind as u32, _pad: 0 })
+        Ok(Limit {
+            rate,
+            burst,
+            peak,
+            kind: kind as u32,
+            _pad: 0,
+        })
     }
 
     pub fn is_limited(&self) -> bool {
@@ -179,11 +212,29 @@ impl Limit {
             return [None, None];
         }
         match self.kind() {
-            Kind::Token => [Some(Params { rate: self.rate, depth: self.burst }), None],
-            Kind::Leaky => [Some(Params { rate: self.rate, depth: quantum(self.rate) }), None],
+            Kind::Token => [
+                Some(Params {
+                    rate: self.rate,
+                    depth: self.burst,
+                }),
+                None,
+            ],
+            Kind::Leaky => [
+                Some(Params {
+                    rate: self.rate,
+                    depth: quantum(self.rate),
+                }),
+                None,
+            ],
             Kind::TokenLeaky => [
-                Some(Params { rate: self.rate, depth: self.burst }),
-                (self.peak > 0).then(|| Params { rate: self.peak, depth: quantum(self.peak) }),
+                Some(Params {
+                    rate: self.rate,
+                    depth: self.burst,
+                }),
+                (self.peak > 0).then(|| Params {
+                    rate: self.peak,
+                    depth: quantum(self.peak),
+                }),
             ],
         }
     }
@@ -195,7 +246,11 @@ impl Limit {
         let k = match self.kind() {
             Kind::Token => format!("token bucket, burst {} B", self.burst),
             Kind::Leaky => format!("leaky bucket, quantum {} B", quantum(self.rate)),
-            Kind::TokenLeaky => format!("token bucket, burst {} B, then leaky at {}", self.burst, units::show_rate(Some(self.peak))),
+            Kind::TokenLeaky => format!(
+                "token bucket, burst {} B, then leaky at {}",
+                self.burst,
+                units::show_rate(Some(self.peak))
+            ),
         };
         format!("{} ({k})", units::show_rate(Some(self.rate)))
     }
@@ -253,7 +308,11 @@ impl Config {
             "net {}; disk {} ({} cost); priorities {:?}",
             self.net.describe(),
             self.disk.describe(),
-            if self.disk_cost() == DiskCost::Device { "device" } else { "bytes" },
+            if self.disk_cost() == DiskCost::Device {
+                "device"
+            } else {
+                "bytes"
+            },
             self.prio_policy()
         )
     }
@@ -270,7 +329,11 @@ impl Config {
         let mut peak = None;
         let mut rates: [Option<&str>; 2] = [None, None];
         for w in text.split_whitespace() {
-            let (k, v) = w.split_once('=').ok_or_else(|| ConfigError::Word { what: "setting", text: w.into(), expected: "KEY=VALUE (net=, disk=, policy=, peak=, prio-policy=, disk-cost=)" })?;
+            let (k, v) = w.split_once('=').ok_or_else(|| ConfigError::Word {
+                what: "setting",
+                text: w.into(),
+                expected: "KEY=VALUE (net=, disk=, policy=, peak=, prio-policy=, disk-cost=)",
+            })?;
             match k {
                 "net" => rates[0] = Some(v),
                 "disk" => rates[1] = Some(v),
@@ -278,15 +341,26 @@ impl Config {
                 "peak" => peak = Some(v),
                 "prio-policy" | "prio_policy" => c.prio_policy = v.parse::<PrioPolicy>()? as u32,
                 "disk-cost" | "disk_cost" => c.disk_cost = v.parse::<DiskCost>()? as u32,
-                _ => return Err(ConfigError::Word { what: "setting", text: k.into(), expected: "net, disk, policy, peak, prio-policy or disk-cost" }),
+                _ => {
+                    return Err(ConfigError::Word {
+                        what: "setting",
+                        text: k.into(),
+                        expected: "net, disk, policy, peak, prio-policy or disk-cost",
+                    })
+                }
             }
         }
-        for (i, (what, old)) in [("net", self.net), ("disk", self.disk)].into_iter().enumerate() {
+        for (i, (what, old)) in [("net", self.net), ("disk", self.disk)]
+            .into_iter()
+            .enumerate()
+        {
             let k = kind.unwrap_or(old.kind());
             // a new kind or peak re-derives the limit from its rate and burst as they were
             let text = match rates[i] {
                 Some(t) => t.to_string(),
-                None if old.is_limited() && (kind.is_some() || peak.is_some()) => format!("{}:{}", old.rate, old.burst),
+                None if old.is_limited() && (kind.is_some() || peak.is_some()) => {
+                    format!("{}:{}", old.rate, old.burst)
+                }
                 None => continue,
             };
             let lim = Limit::parse(what, &text, k, peak)?;
@@ -325,24 +399,46 @@ mod tests {
         assert_eq!(l.buckets()[0].unwrap().depth, 2000);
         let l = Limit::parse("disk", "1M", Kind::TokenLeaky, Some("4M")).unwrap();
         assert_eq!(l.buckets()[1].unwrap().rate, 4_000_000);
-        assert_eq!(Limit::parse("net", "unlimited", Kind::Token, None).unwrap(), Limit::UNLIMITED);
-        assert!(matches!(Limit::parse("net", "1M:100", Kind::Token, None), Err(ConfigError::Burst("net", 100, 2000))));
-        assert!(matches!(Limit::parse("net", "4M", Kind::TokenLeaky, Some("1M")), Err(ConfigError::Peak(_))));
-        assert!(matches!(Limit::parse("net", "4 parsecs", Kind::Token, None), Err(ConfigError::Unit(_))));
+        assert_eq!(
+            Limit::parse("net", "unlimited", Kind::Token, None).unwrap(),
+            Limit::UNLIMITED
+        );
+        assert!(matches!(
+            Limit::parse("net", "1M:100", Kind::Token, None),
+            Err(ConfigError::Burst("net", 100, 2000))
+        ));
+        assert!(matches!(
+            Limit::parse("net", "4M", Kind::TokenLeaky, Some("1M")),
+            Err(ConfigError::Peak(_))
+        ));
+        assert!(matches!(
+            Limit::parse("net", "4 parsecs", Kind::Token, None),
+            Err(ConfigError::Unit(_))
+        ));
         assert!("bursty".parse::<Kind>().is_err());
     }
 
     #[test]
     fn edits_change_only_what_they_name() {
-        let c = Config { net: Limit::parse("net", "1MB/s", Kind::Token, None).unwrap(), ..Default::default() };
+        let c = Config {
+            net: Limit::parse("net", "1MB/s", Kind::Token, None).unwrap(),
+            ..Default::default()
+        };
         let e = c.with_edits("net=5MB/s:64KiB prio-policy=latency").unwrap();
-        assert_eq!((e.net.rate, e.net.burst, e.prio_policy()), (5_000_000, 65536, PrioPolicy::Latency));
+        assert_eq!(
+            (e.net.rate, e.net.burst, e.prio_policy()),
+            (5_000_000, 65536, PrioPolicy::Latency)
+        );
         assert!(!e.disk.is_limited());
         let e = c.with_edits("policy=leaky").unwrap();
         assert_eq!((e.net.rate, e.net.kind()), (1_000_000, Kind::Leaky));
         assert_eq!(c.with_edits("net=unlimited").unwrap().net, Limit::UNLIMITED);
         assert!(c.with_edits("net=5 furlongs").is_err());
-        assert!(c.with_edits("speed=5M").unwrap_err().to_string().contains("net, disk"));
+        assert!(c
+            .with_edits("speed=5M")
+            .unwrap_err()
+            .to_string()
+            .contains("net, disk"));
         assert!(c.with_edits("net").is_err());
     }
 

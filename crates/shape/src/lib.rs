@@ -13,8 +13,8 @@
 //! `shape` pipeline filter, so a bucket means the same thing everywhere.
 
 pub mod bucket;
-pub mod program;
 pub mod config;
+pub mod program;
 pub mod seccomp;
 pub mod segment;
 pub mod shaper;
@@ -39,7 +39,10 @@ pub fn cut_iov(v: &[libc::iovec], n: usize) -> Vec<libc::iovec> {
             break;
         }
         let k = i.iov_len.min(left);
-        out.push(libc::iovec { iov_base: i.iov_base, iov_len: k });
+        out.push(libc::iovec {
+            iov_base: i.iov_base,
+            iov_len: k,
+        });
         left -= k;
     }
     out

@@ -33,7 +33,9 @@ pub fn read_head_std(path: &Path) -> std::io::Result<Vec<u8>> {
 /// Will the loader preload into `path`? Unknown files count as yes (the caller's plan
 /// then fails where the program does, not here). `depth` bounds `#!` chains.
 pub fn dynamic_target(path: &Path, depth: u32, read: ReadHead) -> bool {
-    let Ok(meta) = std::fs::metadata(path) else { return true };
+    let Ok(meta) = std::fs::metadata(path) else {
+        return true;
+    };
     let mode = meta.permissions().mode();
     // SAFETY: no arguments.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -46,7 +48,11 @@ pub fn dynamic_target(path: &Path, depth: u32, read: ReadHead) -> bool {
             return true;
         }
         let line = rest.split(|&b| b == b'\n').next().unwrap_or(&[]);
-        let interp = String::from_utf8_lossy(line).split_whitespace().next().unwrap_or("").to_string();
+        let interp = String::from_utf8_lossy(line)
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string();
         return interp.is_empty() || dynamic_target(Path::new(&interp), depth + 1, read);
     }
     elf_has_interp(&head).unwrap_or(true)
@@ -83,7 +89,14 @@ pub fn dies_with_launcher(cmd: &mut std::process::Command) {
     // is async-signal-safe, touching no memory shared with the parent.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGTERM as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

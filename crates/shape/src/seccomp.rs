@@ -90,11 +90,17 @@ const SPARE: usize = 2;
 #[derive(Debug, Error)]
 pub enum SupervisorError {
     #[error("seccomp user notification unavailable: {what} failed in the child: {source} (needs Linux >= 5.19 with CONFIG_SECCOMP_FILTER for SECCOMP_FILTER_FLAG_NEW_LISTENER and SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, and no outer seccomp filter or container policy forbidding seccomp(2))")]
-    Unavailable { what: &'static str, source: io::Error },
+    Unavailable {
+        what: &'static str,
+        source: io::Error,
+    },
     #[error("cannot start the shaped program: {0}")]
     Spawn(io::Error),
     #[error("seccomp supervisor setup: {what}: {source}")]
-    Setup { what: &'static str, source: io::Error },
+    Setup {
+        what: &'static str,
+        source: io::Error,
+    },
     #[error("the shaped program started but its seccomp listener never reached the supervisor")]
     NoListener,
     #[error("waiting for the shaped program: {0}")]
@@ -109,10 +115,18 @@ pub enum SupervisorError {
 ///
 /// Adds a `pre_exec` hook to `cmd` (after any the caller set): use a fresh `Command` per
 /// call. Supervisor threads keep serving the child's own children until none is left.
-pub fn run(seg: &Segment, prio: u8, cmd: &mut Command, on_spawn: impl FnOnce(u32)) -> Result<ExitStatus, SupervisorError> {
+pub fn run(
+    seg: &Segment,
+    prio: u8,
+    cmd: &mut Command,
+    on_spawn: impl FnOnce(u32),
+) -> Result<ExitStatus, SupervisorError> {
     // our own mapping of the segment, for workers that may outlive this call
     let own = Segment::from_fd(seg.fd())?;
-    let (mine, theirs) = socketpair().map_err(|e| SupervisorError::Setup { what: "socketpair", source: e })?;
+    let (mine, theirs) = socketpair().map_err(|e| SupervisorError::Setup {
+        what: "socketpair",
+        source: e,
+    })?;
     let cookie = cookie();
     let filter = filter(cookie);
     let sock = theirs.as_raw_fd();
@@ -131,7 +145,10 @@ pub fn run(seg: &Segment, prio: u8, cmd: &mut Command, on_spawn: impl FnOnce(u32
             Pool::start(listener, own, prio);
             Ok(())
         })
-        .map_err(|e| SupervisorError::Setup { what: "supervisor thread", source: e })?;
+        .map_err(|e| SupervisorError::Setup {
+            what: "supervisor thread",
+            source: e,
+        })?;
     let spawned = cmd.spawn();
     drop(theirs);
     let got = receiver.join().unwrap_or(Err(None));
@@ -142,7 +159,10 @@ pub fn run(seg: &Segment, prio: u8, cmd: &mut Command, on_spawn: impl FnOnce(u32
                 let _ = c.kill();
                 let _ = c.wait();
             }
-            return Err(SupervisorError::Unavailable { what: stage_name(stage), source: io::Error::from_raw_os_error(errno) });
+            return Err(SupervisorError::Unavailable {
+                what: stage_name(stage),
+                source: io::Error::from_raw_os_error(errno),
+            });
         }
         (Err(e), _) => return Err(SupervisorError::Spawn(e)),
         (Ok(mut c), Err(None)) => {
@@ -170,7 +190,14 @@ fn stage_name(stage: u32) -> &'static str {
 fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [-1; 2];
     // SAFETY: fds is a valid out-array of two ints.
-    let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -185,7 +212,10 @@ fn cookie() -> [u64; 2] {
     let r = unsafe { libc::getrandom(c.as_mut_ptr().cast(), 16, 0) };
     if r != 16 {
         let t = crate::bucket::now_ns();
-        c = [t ^ 0x9e37_79b9_7f4a_7c15, (std::process::id() as u64) << 32 ^ t.rotate_left(17)];
+        c = [
+            t ^ 0x9e37_79b9_7f4a_7c15,
+            (std::process::id() as u64) << 32 ^ t.rotate_left(17),
+        ];
     }
     c
 }
@@ -225,8 +255,18 @@ pub const NOTIFIED: [libc::c_long; 14] = [
 
 /// The BPF program: arch check, x32 allowed, the cookie-keyed `sendmsg`, the list.
 pub fn filter(cookie: [u64; 2]) -> Vec<libc::sock_filter> {
-    let s = |code, k| libc::sock_filter { code, jt: 0, jf: 0, k };
-    let j = |code, k, jt: usize, jf: usize| libc::sock_filter { code, jt: jt as u8, jf: jf as u8, k };
+    let s = |code, k| libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let j = |code, k, jt: usize, jf: usize| libc::sock_filter {
+        code,
+        jt: jt as u8,
+        jf: jf as u8,
+        k,
+    };
     const COOKIE_AT: usize = 6;
     const LIST_AT: usize = COOKIE_AT + 8;
     let allow = LIST_AT + NOTIFIED.len();
@@ -239,12 +279,22 @@ pub fn filter(cookie: [u64; 2]) -> Vec<libc::sock_filter> {
         j(JGE_K, X32_SYSCALL_BIT, allow - 5, 0),
         j(JEQ_K, libc::SYS_sendmsg as u32, 0, LIST_AT - 6),
     ];
-    let words = [(3, false, cookie[0] as u32), (3, true, (cookie[0] >> 32) as u32), (4, false, cookie[1] as u32), (4, true, (cookie[1] >> 32) as u32)];
+    let words = [
+        (3, false, cookie[0] as u32),
+        (3, true, (cookie[0] >> 32) as u32),
+        (4, false, cookie[1] as u32),
+        (4, true, (cookie[1] >> 32) as u32),
+    ];
     for (n, &(arg, high, want)) in words.iter().enumerate() {
         p.push(s(LD_ABS_W, off_arg(arg, high)));
         let here = p.len();
         let last = n == words.len() - 1;
-        p.push(j(JEQ_K, want, if last { allow - here - 1 } else { 0 }, notify - here - 1));
+        p.push(j(
+            JEQ_K,
+            want,
+            if last { allow - here - 1 } else { 0 },
+            notify - here - 1,
+        ));
     }
     debug_assert_eq!(p.len(), LIST_AT);
     for nr in NOTIFIED {
@@ -262,7 +312,11 @@ pub fn filter(cookie: [u64; 2]) -> Vec<libc::sock_filter> {
 /// Must run in a freshly forked child (async-signal-safe context): it allocates nothing
 /// and only makes raw system calls; `filter` must be a valid BPF program and `sock` the
 /// child's end of the socketpair.
-unsafe fn install_in_child(filter: &[libc::sock_filter], sock: RawFd, cookie: [u64; 2]) -> io::Result<()> {
+unsafe fn install_in_child(
+    filter: &[libc::sock_filter],
+    sock: RawFd,
+    cookie: [u64; 2],
+) -> io::Result<()> {
     // SAFETY (whole function): prctl/seccomp/sendmsg/close with valid pointers to stack
     // or pre-fork memory; no locks, no allocation.
     if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
@@ -270,9 +324,18 @@ unsafe fn install_in_child(filter: &[libc::sock_filter], sock: RawFd, cookie: [u
         send_fd(sock, cookie, STAGE_NNP, e, -1);
         return Err(io::Error::from_raw_os_error(e));
     }
-    let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut libc::sock_filter };
-    let flags = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
-    let fd = libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, flags, &prog as *const libc::sock_fprog);
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    let flags =
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+    let fd = libc::syscall(
+        libc::SYS_seccomp,
+        libc::SECCOMP_SET_MODE_FILTER,
+        flags,
+        &prog as *const libc::sock_fprog,
+    );
     if fd < 0 {
         let e = *libc::__errno_location();
         send_fd(sock, cookie, STAGE_SECCOMP, e, -1);
@@ -294,11 +357,20 @@ unsafe fn install_in_child(filter: &[libc::sock_filter], sock: RawFd, cookie: [u
 ///
 /// # Safety
 /// Async-signal-safe: stack memory only.
-unsafe fn send_fd(sock: RawFd, cookie: [u64; 2], stage: u32, errno: i32, fd: RawFd) -> libc::c_long {
+unsafe fn send_fd(
+    sock: RawFd,
+    cookie: [u64; 2],
+    stage: u32,
+    errno: i32,
+    fd: RawFd,
+) -> libc::c_long {
     let mut body = [0u8; 8];
     body[..4].copy_from_slice(&stage.to_ne_bytes());
     body[4..].copy_from_slice(&errno.to_ne_bytes());
-    let mut iov = libc::iovec { iov_base: body.as_mut_ptr().cast(), iov_len: body.len() };
+    let mut iov = libc::iovec {
+        iov_base: body.as_mut_ptr().cast(),
+        iov_len: body.len(),
+    };
     // u64 array: aligned for cmsghdr
     let mut cbuf = [0u64; 4];
     let mut msg: libc::msghdr = zeroed();
@@ -313,7 +385,15 @@ unsafe fn send_fd(sock: RawFd, cookie: [u64; 2], stage: u32, errno: i32, fd: Raw
         (*c).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
     }
-    libc::syscall(libc::SYS_sendmsg, sock, &msg as *const libc::msghdr, 0, cookie[0] as libc::c_long, cookie[1] as libc::c_long, 0)
+    libc::syscall(
+        libc::SYS_sendmsg,
+        sock,
+        &msg as *const libc::msghdr,
+        0,
+        cookie[0] as libc::c_long,
+        cookie[1] as libc::c_long,
+        0,
+    )
 }
 
 /// The parent's half: the listener, or the child's failure `(stage, errno)`, or None (the
@@ -321,7 +401,10 @@ unsafe fn send_fd(sock: RawFd, cookie: [u64; 2], stage: u32, errno: i32, fd: Raw
 fn recv_listener(sock: &OwnedFd) -> Result<OwnedFd, Option<(u32, i32)>> {
     let mut body = [0u8; 8];
     let mut cbuf = [0u64; 4];
-    let mut iov = libc::iovec { iov_base: body.as_mut_ptr().cast(), iov_len: body.len() };
+    let mut iov = libc::iovec {
+        iov_base: body.as_mut_ptr().cast(),
+        iov_len: body.len(),
+    };
     // SAFETY: a zeroed msghdr is valid; pointers below are to live stack buffers.
     let mut msg: libc::msghdr = unsafe { zeroed() };
     msg.msg_iov = &mut iov;
@@ -344,7 +427,8 @@ fn recv_listener(sock: &OwnedFd) -> Result<OwnedFd, Option<(u32, i32)>> {
     // SAFETY: msg was filled by recvmsg; CMSG_* walk within msg_controllen.
     let fd = unsafe {
         let c = libc::CMSG_FIRSTHDR(&msg);
-        if !c.is_null() && (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+        if !c.is_null() && (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS
+        {
             Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>()))
         } else {
             None
@@ -385,7 +469,13 @@ impl Pool {
         // much); older kernels refuse the flag, which changes nothing else
         const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: libc::c_ulong = 1;
         // SAFETY: NOTIF_SET_FLAGS takes its flags by value; no memory is passed.
-        unsafe { libc::ioctl(listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP) };
+        unsafe {
+            libc::ioctl(
+                listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+                SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
+            )
+        };
         let p = Arc::new(Pool {
             listener,
             seg,
@@ -403,7 +493,9 @@ impl Pool {
         p.idle.fetch_add(1, Ordering::AcqRel);
         p.total.fetch_add(1, Ordering::AcqRel);
         let q = Arc::clone(p);
-        let r = std::thread::Builder::new().name("shape-seccomp".into()).spawn(move || q.work());
+        let r = std::thread::Builder::new()
+            .name("shape-seccomp".into())
+            .spawn(move || q.work());
         if r.is_err() {
             p.idle.fetch_sub(1, Ordering::AcqRel);
             p.total.fetch_sub(1, Ordering::AcqRel);
@@ -430,7 +522,9 @@ impl Pool {
                     break;
                 }
             };
-            if self.idle.fetch_sub(1, Ordering::AcqRel) == 1 && self.total.load(Ordering::Acquire) < MAX_WORKERS {
+            if self.idle.fetch_sub(1, Ordering::AcqRel) == 1
+                && self.total.load(Ordering::Acquire) < MAX_WORKERS
+            {
                 Pool::spawn_worker(&self);
             }
             let answer = emulate::handle(&self, &n);
@@ -446,19 +540,33 @@ impl Pool {
     }
 
     fn recv(&self) -> Recv {
-        let mut pfd = libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: self.listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd.
         let r = unsafe { libc::poll(&mut pfd, 1, 1000) };
         if r <= 0 {
             return Recv::Nothing;
         }
         if pfd.revents & libc::POLLIN == 0 {
-            return if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 { Recv::Hangup } else { Recv::Nothing };
+            return if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+                Recv::Hangup
+            } else {
+                Recv::Nothing
+            };
         }
         // SAFETY: the kernel requires a zeroed seccomp_notif; all-zero is valid for it.
         let mut n: libc::seccomp_notif = unsafe { zeroed() };
         // SAFETY: NOTIF_RECV writes one seccomp_notif into n.
-        let r = unsafe { libc::ioctl(self.listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n) };
+        let r = unsafe {
+            libc::ioctl(
+                self.listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_RECV,
+                &mut n,
+            )
+        };
         if r < 0 {
             return match io::Error::last_os_error().raw_os_error() {
                 // the caller died between poll and recv, or we were interrupted
@@ -473,7 +581,13 @@ impl Pool {
     pub(crate) fn valid(&self, id: u64) -> bool {
         let mut id = id;
         // SAFETY: NOTIF_ID_VALID reads one u64.
-        unsafe { libc::ioctl(self.listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id) == 0 }
+        unsafe {
+            libc::ioctl(
+                self.listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
+                &mut id,
+            ) == 0
+        }
     }
 
     fn respond(&self, id: u64, a: emulate::Answer) {
@@ -482,10 +596,21 @@ impl Pool {
             emulate::Answer::Ret(v) => (v, 0, 0),
             emulate::Answer::Err(e) => (0, -e, 0),
         };
-        let mut resp = libc::seccomp_notif_resp { id, val, error, flags };
+        let mut resp = libc::seccomp_notif_resp {
+            id,
+            val,
+            error,
+            flags,
+        };
         // SAFETY: NOTIF_SEND reads one seccomp_notif_resp. ENOENT (the caller died) needs
         // no handling here: the emulation settled the budget with what really moved.
-        unsafe { libc::ioctl(self.listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+        unsafe {
+            libc::ioctl(
+                self.listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_SEND,
+                &mut resp,
+            )
+        };
     }
 }
 
@@ -505,7 +630,10 @@ mod tests {
         loop {
             let i = p[pc];
             match i.code {
-                LD_ABS_W => acc = u32::from_ne_bytes(data[i.k as usize..i.k as usize + 4].try_into().unwrap()),
+                LD_ABS_W => {
+                    acc =
+                        u32::from_ne_bytes(data[i.k as usize..i.k as usize + 4].try_into().unwrap())
+                }
                 JEQ_K => pc += if acc == i.k { i.jt } else { i.jf } as usize,
                 JGE_K => pc += if acc >= i.k { i.jt } else { i.jf } as usize,
                 RET_K => return i.k,
@@ -522,18 +650,50 @@ mod tests {
         assert!(p.len() <= 32, "{}", p.len());
         let a = AUDIT_ARCH_X86_64;
         for nr in NOTIFIED {
-            assert_eq!(interpret(&p, nr as u32, a, [0; 6]), libc::SECCOMP_RET_USER_NOTIF, "nr {nr}");
+            assert_eq!(
+                interpret(&p, nr as u32, a, [0; 6]),
+                libc::SECCOMP_RET_USER_NOTIF,
+                "nr {nr}"
+            );
         }
         let sm = libc::SYS_sendmsg as u32;
-        assert_eq!(interpret(&p, sm, a, [5, 0, 0, 0, 0, 0]), libc::SECCOMP_RET_USER_NOTIF);
-        assert_eq!(interpret(&p, sm, a, [5, 0, 0, c[0], c[1], 0]), libc::SECCOMP_RET_ALLOW);
-        assert_eq!(interpret(&p, sm, a, [5, 0, 0, c[0], c[1] ^ (1 << 40), 0]), libc::SECCOMP_RET_USER_NOTIF);
-        assert_eq!(interpret(&p, sm, a, [5, 0, 0, c[0] ^ 1, c[1], 0]), libc::SECCOMP_RET_USER_NOTIF);
-        for nr in [libc::SYS_openat, libc::SYS_close, libc::SYS_mmap, libc::SYS_exit_group, libc::SYS_preadv2] {
-            assert_eq!(interpret(&p, nr as u32, a, [0; 6]), libc::SECCOMP_RET_ALLOW, "nr {nr}");
+        assert_eq!(
+            interpret(&p, sm, a, [5, 0, 0, 0, 0, 0]),
+            libc::SECCOMP_RET_USER_NOTIF
+        );
+        assert_eq!(
+            interpret(&p, sm, a, [5, 0, 0, c[0], c[1], 0]),
+            libc::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            interpret(&p, sm, a, [5, 0, 0, c[0], c[1] ^ (1 << 40), 0]),
+            libc::SECCOMP_RET_USER_NOTIF
+        );
+        assert_eq!(
+            interpret(&p, sm, a, [5, 0, 0, c[0] ^ 1, c[1], 0]),
+            libc::SECCOMP_RET_USER_NOTIF
+        );
+        for nr in [
+            libc::SYS_openat,
+            libc::SYS_close,
+            libc::SYS_mmap,
+            libc::SYS_exit_group,
+            libc::SYS_preadv2,
+        ] {
+            assert_eq!(
+                interpret(&p, nr as u32, a, [0; 6]),
+                libc::SECCOMP_RET_ALLOW,
+                "nr {nr}"
+            );
         }
         // x32 calls pass untouched, foreign architectures die
-        assert_eq!(interpret(&p, X32_SYSCALL_BIT | 1, a, [0; 6]), libc::SECCOMP_RET_ALLOW);
-        assert_eq!(interpret(&p, 3, 0x4000_0003, [0; 6]), libc::SECCOMP_RET_KILL_PROCESS);
+        assert_eq!(
+            interpret(&p, X32_SYSCALL_BIT | 1, a, [0; 6]),
+            libc::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            interpret(&p, 3, 0x4000_0003, [0; 6]),
+            libc::SECCOMP_RET_KILL_PROCESS
+        );
     }
 }

@@ -55,14 +55,36 @@ pub struct SharedConfig {
 
 impl SharedConfig {
     fn pack(c: &Config) -> [u64; 9] {
-        [c.net.rate, c.net.burst, c.net.peak, c.net.kind as u64, c.disk.rate, c.disk.burst, c.disk.peak, c.disk.kind as u64, c.prio_policy as u64 | (c.disk_cost as u64) << 32]
+        [
+            c.net.rate,
+            c.net.burst,
+            c.net.peak,
+            c.net.kind as u64,
+            c.disk.rate,
+            c.disk.burst,
+            c.disk.peak,
+            c.disk.kind as u64,
+            c.prio_policy as u64 | (c.disk_cost as u64) << 32,
+        ]
     }
 
     fn unpack(w: [u64; 9]) -> Config {
         use crate::config::Limit;
         Config {
-            net: Limit { rate: w[0], burst: w[1], peak: w[2], kind: w[3] as u32, _pad: 0 },
-            disk: Limit { rate: w[4], burst: w[5], peak: w[6], kind: w[7] as u32, _pad: 0 },
+            net: Limit {
+                rate: w[0],
+                burst: w[1],
+                peak: w[2],
+                kind: w[3] as u32,
+                _pad: 0,
+            },
+            disk: Limit {
+                rate: w[4],
+                burst: w[5],
+                peak: w[6],
+                kind: w[7] as u32,
+                _pad: 0,
+            },
             prio_policy: w[8] as u32,
             disk_cost: (w[8] >> 32) as u32,
         }
@@ -127,7 +149,11 @@ pub enum SegmentError {
     #[error("shaping segment {path}: {source}")]
     Io { path: String, source: io::Error },
     #[error("group '{group}' already runs with {have}; this member asked for {want} (join it with the same policy, or with no rates to take the group's)")]
-    Mismatch { group: String, have: String, want: String },
+    Mismatch {
+        group: String,
+        have: String,
+        want: String,
+    },
     #[error("group '{0}' has no policy yet: its first member must give --net and/or --disk")]
     NoPolicy(String),
     #[error("group name '{0}' is not allowed: use letters, digits, '-', '_' and '.' (at most 64)")]
@@ -160,11 +186,17 @@ impl Segment {
         // SAFETY: plain memfd_create with a valid C string.
         let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
         if fd < 0 {
-            return Err(SegmentError::Io { path: "memfd".into(), source: io::Error::last_os_error() });
+            return Err(SegmentError::Io {
+                path: "memfd".into(),
+                source: io::Error::last_os_error(),
+            });
         }
         // SAFETY: fd was just created and is owned by nobody else.
         let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        file.set_len(SIZE as u64).map_err(|e| SegmentError::Io { path: "memfd".into(), source: e })?;
+        file.set_len(SIZE as u64).map_err(|e| SegmentError::Io {
+            path: "memfd".into(),
+            source: e,
+        })?;
         let seg = Segment::map(file, None)?;
         seg.publish(config);
         Ok(seg)
@@ -172,7 +204,13 @@ impl Segment {
 
     /// Where group `name` lives.
     pub fn group_path(name: &str) -> Result<PathBuf, SegmentError> {
-        if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) || name.starts_with('.') {
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            || name.starts_with('.')
+        {
             return Err(SegmentError::BadName(name.into()));
         }
         Ok(PathBuf::from(format!("/dev/shm/streamline-shape-{name}")))
@@ -180,11 +218,25 @@ impl Segment {
 
     /// Join (or found) group `name` as launcher `pid`: with `config` the group must run
     /// that policy (a new group takes it); with `None` the member takes the group's.
-    pub fn join_group(name: &str, config: Option<Config>, pid: u32) -> Result<Segment, SegmentError> {
+    pub fn join_group(
+        name: &str,
+        config: Option<Config>,
+        pid: u32,
+    ) -> Result<Segment, SegmentError> {
         let path = Segment::group_path(name)?;
-        let io = |e| SegmentError::Io { path: path.display().to_string(), source: e };
+        let io = |e| SegmentError::Io {
+            path: path.display().to_string(),
+            source: e,
+        };
         loop {
-            let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path).map_err(io)?;
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&path)
+                .map_err(io)?;
             lock(&file, true).map_err(io)?;
             // the last member may have unlinked it between our open and our lock
             let st = file.metadata().map_err(io)?;
@@ -218,7 +270,11 @@ impl Segment {
                     // every member died without leaving (SIGKILL): the group is founded anew
                     seg.shared().config.store(&c);
                 } else if c != have {
-                    return Err(SegmentError::Mismatch { group: name.into(), have: have.describe(), want: c.describe() });
+                    return Err(SegmentError::Mismatch {
+                        group: name.into(),
+                        have: have.describe(),
+                        want: c.describe(),
+                    });
                 }
             }
             seg.add_member(name, pid)?;
@@ -232,7 +288,10 @@ impl Segment {
         // SAFETY: dup of a caller-given fd; the original stays with its owner.
         let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
         if d < 0 {
-            return Err(SegmentError::Io { path: format!("fd {fd}"), source: io::Error::last_os_error() });
+            return Err(SegmentError::Io {
+                path: format!("fd {fd}"),
+                source: io::Error::last_os_error(),
+            });
         }
         // SAFETY: d is a fresh descriptor we own.
         let file = File::from(unsafe { OwnedFd::from_raw_fd(d) });
@@ -249,11 +308,29 @@ impl Segment {
 
     fn map(file: File, path: Option<PathBuf>) -> Result<Segment, SegmentError> {
         // SAFETY: mapping SIZE bytes of a file at least that long, shared, read-write.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
         if p == libc::MAP_FAILED {
-            return Err(SegmentError::Io { path: path.map(|p| p.display().to_string()).unwrap_or("memfd".into()), source: io::Error::last_os_error() });
+            return Err(SegmentError::Io {
+                path: path
+                    .map(|p| p.display().to_string())
+                    .unwrap_or("memfd".into()),
+                source: io::Error::last_os_error(),
+            });
         }
-        Ok(Segment { ptr: p.cast(), file, path })
+        Ok(Segment {
+            ptr: p.cast(),
+            file,
+            path,
+        })
     }
 
     fn publish(&self, config: Config) {
@@ -265,7 +342,13 @@ impl Segment {
     /// Change the policy of a running budget (a group's, under its lock): the buckets'
     /// arrival times stay, so what was taken or owed counts under the new rates.
     pub fn edit(&self, config: Config) -> Result<(), SegmentError> {
-        let io = |e| SegmentError::Io { path: self.path.as_ref().map_or("memfd".into(), |p| p.display().to_string()), source: e };
+        let io = |e| SegmentError::Io {
+            path: self
+                .path
+                .as_ref()
+                .map_or("memfd".into(), |p| p.display().to_string()),
+            source: e,
+        };
         lock(&self.file, true).map_err(io)?;
         self.shared().config.store(&config);
         lock(&self.file, false).map_err(io)
@@ -274,7 +357,14 @@ impl Segment {
     /// Look at group `name` without joining it (what PipesFS and `--list` show).
     pub fn open_group(name: &str) -> Result<Segment, SegmentError> {
         let path = Segment::group_path(name)?;
-        let file = OpenOptions::new().read(true).write(true).open(&path).map_err(|e| SegmentError::Io { path: path.display().to_string(), source: e })?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| SegmentError::Io {
+                path: path.display().to_string(),
+                source: e,
+            })?;
         if file.metadata().map(|m| m.len()).unwrap_or(0) < SIZE as u64 {
             return Err(SegmentError::NotASegment(file.as_raw_fd()));
         }
@@ -289,7 +379,17 @@ impl Segment {
     /// leaving (SIGKILL) is removed on the way, as its last member would have done.
     pub fn groups() -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
-            .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_prefix("streamline-shape-").map(String::from)).collect())
+            .map(|d| {
+                d.filter_map(|e| {
+                    e.ok()?
+                        .file_name()
+                        .into_string()
+                        .ok()?
+                        .strip_prefix("streamline-shape-")
+                        .map(String::from)
+                })
+                .collect()
+            })
             .unwrap_or_default();
         v.retain(|name| match Segment::open_group(name) {
             Ok(seg) => !seg.remove_if_dead(),
@@ -306,7 +406,11 @@ impl Segment {
         if lock(&self.file, true).is_err() {
             return false;
         }
-        let dead = self.file.metadata().is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 0) && self.members().is_empty();
+        let dead = self
+            .file
+            .metadata()
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 0)
+            && self.members().is_empty();
         if dead {
             let _ = std::fs::remove_file(path);
         }
@@ -317,14 +421,28 @@ impl Segment {
     /// The group file's owner (uid), if this is a group.
     pub fn owner(&self) -> Option<u32> {
         use std::os::unix::fs::MetadataExt;
-        self.path.as_ref().and(self.file.metadata().ok()).map(|m| m.uid())
+        self.path
+            .as_ref()
+            .and(self.file.metadata().ok())
+            .map(|m| m.uid())
     }
 
     /// What the budget is and has done, as `key value` lines.
     pub fn report(&self) -> String {
         let sh = self.shared();
         let c = sh.config();
-        let mut s = format!("net {}\ndisk {}\nprio_policy {:?}\ndisk_cost {:?}\nmembers {}\n", c.net.describe(), c.disk.describe(), c.prio_policy(), c.disk_cost(), self.members().iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","));
+        let mut s = format!(
+            "net {}\ndisk {}\nprio_policy {:?}\ndisk_cost {:?}\nmembers {}\n",
+            c.net.describe(),
+            c.disk.describe(),
+            c.prio_policy(),
+            c.disk_cost(),
+            self.members()
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
         for (i, name) in ["net", "disk"].iter().enumerate() {
             let st = &sh.stats[i];
             s += &format!(
@@ -376,7 +494,10 @@ impl Segment {
             }
         }
         for slot in m.iter() {
-            if slot.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if slot
+                .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
                 return Ok(());
             }
         }
@@ -385,7 +506,12 @@ impl Segment {
 
     /// Live members (launcher pids) of the group.
     pub fn members(&self) -> Vec<u32> {
-        self.shared().members.iter().map(|s| s.load(Ordering::Acquire)).filter(|&p| p != 0 && alive(p)).collect()
+        self.shared()
+            .members
+            .iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .filter(|&p| p != 0 && alive(p))
+            .collect()
     }
 
     /// Launcher `pid` leaves; the last live member unlinks the group file.
@@ -413,7 +539,12 @@ impl Drop for Segment {
 
 fn lock(f: &File, on: bool) -> io::Result<()> {
     // SAFETY: flock on a descriptor we own; released by the kernel if we die.
-    let r = unsafe { libc::flock(f.as_raw_fd(), if on { libc::LOCK_EX } else { libc::LOCK_UN }) };
+    let r = unsafe {
+        libc::flock(
+            f.as_raw_fd(),
+            if on { libc::LOCK_EX } else { libc::LOCK_UN },
+        )
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -439,7 +570,10 @@ mod tests {
     }
 
     fn cfg(rate: &str) -> Config {
-        Config { net: Limit::parse("net", rate, Kind::Token, None).unwrap(), ..Default::default() }
+        Config {
+            net: Limit::parse("net", rate, Kind::Token, None).unwrap(),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -452,15 +586,23 @@ mod tests {
         // a second member with no policy takes the group's; one with another is refused
         let b = Segment::join_group(&name, None, 1).unwrap();
         assert_eq!(b.shared().config(), a.shared().config());
-        let e = Segment::join_group(&name, Some(cfg("2M")), std::process::id()).err().unwrap();
+        let e = Segment::join_group(&name, Some(cfg("2M")), std::process::id())
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("already runs with"), "{e}");
         // pid 1 is alive: leaving as us keeps the file for it
         a.leave(std::process::id());
         assert!(path.exists());
         b.leave(1);
         assert!(!path.exists());
-        assert!(matches!(Segment::join_group("../etc", None, 1), Err(SegmentError::BadName(_))));
-        assert!(matches!(Segment::join_group(&name, None, 1), Err(SegmentError::NoPolicy(_))));
+        assert!(matches!(
+            Segment::join_group("../etc", None, 1),
+            Err(SegmentError::BadName(_))
+        ));
+        assert!(matches!(
+            Segment::join_group(&name, None, 1),
+            Err(SegmentError::NoPolicy(_))
+        ));
         assert!(!path.exists());
     }
 
@@ -489,7 +631,11 @@ mod tests {
         assert_eq!(b.shared().config().net.rate, 7_000_000);
         assert!(b.report().contains("net 7000.0KB/s"), "{}", b.report());
         // SAFETY: no arguments.
-        assert_eq!(b.owner(), Some(unsafe { libc::geteuid() }), "the group file is its founder's");
+        assert_eq!(
+            b.owner(),
+            Some(unsafe { libc::geteuid() }),
+            "the group file is its founder's"
+        );
         drop(b);
         a.leave(std::process::id());
     }
@@ -509,7 +655,10 @@ mod tests {
         drop(b);
         // and a listing removes what only dead members hold
         assert!(!Segment::groups().contains(&name));
-        assert!(!path.exists(), "a group of dead members was left in /dev/shm");
+        assert!(
+            !path.exists(),
+            "a group of dead members was left in /dev/shm"
+        );
     }
 
     #[test]
@@ -537,6 +686,9 @@ mod tests {
         a.shared().tat[0][0].store(42, Ordering::Release);
         assert_eq!(b.shared().tat[0][0].load(Ordering::Acquire), 42);
         let null = File::open("/dev/null").unwrap();
-        assert!(matches!(Segment::from_fd(null.as_raw_fd()), Err(SegmentError::NotASegment(_))));
+        assert!(matches!(
+            Segment::from_fd(null.as_raw_fd()),
+            Err(SegmentError::NotASegment(_))
+        ));
     }
 }

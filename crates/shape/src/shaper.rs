@@ -45,7 +45,10 @@ pub struct DiskLease {
 
 impl DiskLease {
     pub const fn new() -> DiskLease {
-        DiskLease { pool: std::sync::atomic::AtomicI64::new(0), prepaid: std::sync::atomic::AtomicU64::new(0) }
+        DiskLease {
+            pool: std::sync::atomic::AtomicI64::new(0),
+            prepaid: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     /// Has the process prepaid tokens left? Then a disk call may go without a look at the
@@ -86,7 +89,10 @@ pub struct Shaper<'a> {
 
 impl<'a> Shaper<'a> {
     pub fn new(shared: &'a Shared) -> Self {
-        Shaper { shared, config: shared.config() }
+        Shaper {
+            shared,
+            config: shared.config(),
+        }
     }
 
     /// Is `r` limited at all? (Unlimited budgets cost a call nothing but this load.)
@@ -97,7 +103,10 @@ impl<'a> Shaper<'a> {
     fn buckets(&self, r: Resource) -> [Option<Bucket<'a>>; 2] {
         let ps = self.config.limit(r).buckets();
         let t = &self.shared.tat[r as usize];
-        [ps[0].map(|p| Bucket { p, tat: &t[0] }), ps[1].map(|p| Bucket { p, tat: &t[1] })]
+        [
+            ps[0].map(|p| Bucket { p, tat: &t[0] }),
+            ps[1].map(|p| Bucket { p, tat: &t[1] }),
+        ]
     }
 
     fn more_urgent_waiting(&self, r: Resource, prio: u8, now: u64) -> bool {
@@ -107,7 +116,8 @@ impl<'a> Shaper<'a> {
     }
 
     fn mark(&self, r: Resource, prio: u8, now: u64) {
-        self.shared.board[r as usize][prio.min(LEVELS as u8 - 1) as usize].fetch_max(now, Ordering::Relaxed);
+        self.shared.board[r as usize][prio.min(LEVELS as u8 - 1) as usize]
+            .fetch_max(now, Ordering::Relaxed);
     }
 
     /// Try once at `now`: take between `min` and `max` bytes from every bucket of `r`.
@@ -149,7 +159,13 @@ impl<'a> Shaper<'a> {
                     // a waiter queues: one quantum reserved in every bucket, served in
                     // the order of reservation, so equal waiters take turns
                     let k = q.min(len);
-                    let at = self.buckets(r).iter().flatten().map(|b| b.reserve(now, k)).max().unwrap_or(now);
+                    let at = self
+                        .buckets(r)
+                        .iter()
+                        .flatten()
+                        .map(|b| b.reserve(now, k))
+                        .max()
+                        .unwrap_or(now);
                     sleep_until(at);
                     self.count(r, true, start, at.max(now));
                     return k;
@@ -196,7 +212,9 @@ impl<'a> Shaper<'a> {
                 b.refund(granted - moved);
             }
         }
-        self.shared.stats[r as usize].bytes.fetch_add(moved, Ordering::Relaxed);
+        self.shared.stats[r as usize]
+            .bytes
+            .fetch_add(moved, Ordering::Relaxed);
     }
 
     /// Before a disk call at priority `prio`: wait until the budget is out of debt.
@@ -214,7 +232,12 @@ impl<'a> Shaper<'a> {
                 self.count(r, waited, start, now);
                 return now;
             }
-            let at = bs.iter().flatten().map(|b| b.opens_at(now)).max().unwrap_or(now);
+            let at = bs
+                .iter()
+                .flatten()
+                .map(|b| b.opens_at(now))
+                .max()
+                .unwrap_or(now);
             self.mark(r, prio, now);
             waited = true;
             sleep_until(at.min(now + SLICE_NS).max(now + 20_000));
@@ -271,7 +294,9 @@ impl<'a> Shaper<'a> {
         for b in self.buckets(Resource::Disk).into_iter().flatten() {
             b.charge(now, owed);
         }
-        self.shared.stats[Resource::Disk as usize].bytes.fetch_add(spent, Ordering::Relaxed);
+        self.shared.stats[Resource::Disk as usize]
+            .bytes
+            .fetch_add(spent, Ordering::Relaxed);
         now
     }
 
@@ -291,7 +316,9 @@ impl<'a> Shaper<'a> {
         let left = lease.pool.swap(0, Ordering::AcqRel);
         let prepaid = lease.prepaid.swap(0, Ordering::AcqRel);
         let spent = (prepaid as i64 - left).max(0) as u64;
-        self.shared.stats[Resource::Disk as usize].bytes.fetch_add(spent, Ordering::Relaxed);
+        self.shared.stats[Resource::Disk as usize]
+            .bytes
+            .fetch_add(spent, Ordering::Relaxed);
         if left > 0 {
             for b in self.buckets(Resource::Disk).into_iter().flatten() {
                 b.refund(left as u64);
@@ -338,7 +365,12 @@ mod tests {
     use crate::segment::Segment;
 
     fn seg(net: &str, kind: Kind) -> Segment {
-        Segment::create_private(Config { net: Limit::parse("net", net, kind, None).unwrap(), disk: Limit::parse("disk", "1M", Kind::Token, None).unwrap(), ..Default::default() }).unwrap()
+        Segment::create_private(Config {
+            net: Limit::parse("net", net, kind, None).unwrap(),
+            disk: Limit::parse("disk", "1M", Kind::Token, None).unwrap(),
+            ..Default::default()
+        })
+        .unwrap()
     }
 
     #[test]
@@ -352,7 +384,10 @@ mod tests {
         let k = sh.net_grant(0, 100);
         assert_eq!(k, 100);
         sh.net_done(100, 40);
-        assert_eq!(s.shared().stats[0].bytes.load(Ordering::Relaxed), 16 * 1024 + 40);
+        assert_eq!(
+            s.shared().stats[0].bytes.load(Ordering::Relaxed),
+            16 * 1024 + 40
+        );
         assert!(s.shared().stats[0].waits.load(Ordering::Relaxed) >= 1);
     }
 
@@ -378,7 +413,11 @@ mod tests {
         // now 2 MB in debt at 1 MB/s: the next call waits about two seconds minus the burst
         let t0 = now_ns();
         let b = sh.buckets(Resource::Disk)[0].as_ref().unwrap().opens_at(t0);
-        assert!(b > t0 + 1_900_000_000 && b < t0 + 2_100_000_000, "{}", b - t0);
+        assert!(
+            b > t0 + 1_900_000_000 && b < t0 + 2_100_000_000,
+            "{}",
+            b - t0
+        );
     }
 
     #[test]

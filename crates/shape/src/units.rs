@@ -16,9 +16,18 @@ pub enum UnitError {
     #[error("empty {what}: expected a number with an optional unit, like 10MB/s")]
     Empty { what: &'static str },
     #[error("{what} '{text}': expected a number at byte {pos}")]
-    NoNumber { what: &'static str, text: String, pos: usize },
+    NoNumber {
+        what: &'static str,
+        text: String,
+        pos: usize,
+    },
     #[error("{what} '{text}': unknown unit '{unit}' at byte {pos} (use B, KB, KiB, MB, MiB, GB, GiB, bit, kbit, Mbit, Gbit, optionally /s)")]
-    BadUnit { what: &'static str, text: String, unit: String, pos: usize },
+    BadUnit {
+        what: &'static str,
+        text: String,
+        unit: String,
+        pos: usize,
+    },
     #[error("{what} '{text}' is zero: a budget must let something through")]
     Zero { what: &'static str, text: String },
     #[error("{what} '{text}' is too large (at most 2^53 bytes)")]
@@ -31,7 +40,10 @@ pub const MAX: u64 = 1 << 53;
 /// A rate in bytes per second; `None` for `unlimited`.
 pub fn parse_rate(text: &str) -> Result<Option<u64>, UnitError> {
     let t = text.trim();
-    if matches!(t.to_ascii_lowercase().as_str(), "unlimited" | "inf" | "none") {
+    if matches!(
+        t.to_ascii_lowercase().as_str(),
+        "unlimited" | "inf" | "none"
+    ) {
         return Ok(None);
     }
     parse(text, "rate", true).map(Some)
@@ -48,11 +60,19 @@ fn parse(text: &str, what: &'static str, rate: bool) -> Result<u64, UnitError> {
     if t.is_empty() {
         return Err(UnitError::Empty { what });
     }
-    let num_end = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let num_end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let num = &t[..num_end];
     let value: f64 = match num.parse() {
         Ok(v) if !num.is_empty() => v,
-        _ => return Err(UnitError::NoNumber { what, text: text.to_string(), pos: lead }),
+        _ => {
+            return Err(UnitError::NoNumber {
+                what,
+                text: text.to_string(),
+                pos: lead,
+            })
+        }
     };
     let mut unit = t[num_end..].trim_start();
     let unit_pos = lead + t.len() - unit.len();
@@ -61,7 +81,12 @@ fn parse(text: &str, what: &'static str, rate: bool) -> Result<u64, UnitError> {
             unit = u;
         }
     }
-    let bad = || UnitError::BadUnit { what, text: text.to_string(), unit: unit.to_string(), pos: unit_pos };
+    let bad = || UnitError::BadUnit {
+        what,
+        text: text.to_string(),
+        unit: unit.to_string(),
+        pos: unit_pos,
+    };
     let (mult, rest): (f64, &str) = match unit.as_bytes().first() {
         Some(b'k' | b'K') => (1e3, &unit[1..]),
         Some(b'M') => (1e6, &unit[1..]),
@@ -80,11 +105,17 @@ fn parse(text: &str, what: &'static str, rate: bool) -> Result<u64, UnitError> {
     };
     let bytes = value * mult * per_unit;
     if !bytes.is_finite() || bytes > MAX as f64 {
-        return Err(UnitError::TooLarge { what, text: text.to_string() });
+        return Err(UnitError::TooLarge {
+            what,
+            text: text.to_string(),
+        });
     }
     let b = bytes.round() as u64;
     if b == 0 {
-        return Err(UnitError::Zero { what, text: text.to_string() });
+        return Err(UnitError::Zero {
+            what,
+            text: text.to_string(),
+        });
     }
     Ok(b)
 }
@@ -120,16 +151,39 @@ mod tests {
     #[test]
     fn nonsense_is_refused_with_position() {
         let e = parse_rate("10 furlongs").unwrap_err();
-        assert_eq!(e, UnitError::BadUnit { what: "rate", text: "10 furlongs".into(), unit: "furlongs".into(), pos: 3 });
+        assert_eq!(
+            e,
+            UnitError::BadUnit {
+                what: "rate",
+                text: "10 furlongs".into(),
+                unit: "furlongs".into(),
+                pos: 3
+            }
+        );
         assert!(e.to_string().contains("byte 3"), "{e}");
-        assert!(matches!(parse_rate("fast"), Err(UnitError::NoNumber { pos: 0, .. })));
+        assert!(matches!(
+            parse_rate("fast"),
+            Err(UnitError::NoNumber { pos: 0, .. })
+        ));
         assert!(matches!(parse_rate("0MB/s"), Err(UnitError::Zero { .. })));
         assert!(matches!(parse_rate("-5M"), Err(UnitError::NoNumber { .. })));
         assert!(matches!(parse_rate(""), Err(UnitError::Empty { .. })));
-        assert!(matches!(parse_rate("1e300"), Err(UnitError::BadUnit { .. })));
-        assert!(matches!(parse_rate("99999999999T"), Err(UnitError::TooLarge { .. })));
-        assert!(matches!(parse_size("64K/s"), Err(UnitError::BadUnit { .. })));
-        assert!(matches!(parse_rate("1.2.3M"), Err(UnitError::NoNumber { .. })));
+        assert!(matches!(
+            parse_rate("1e300"),
+            Err(UnitError::BadUnit { .. })
+        ));
+        assert!(matches!(
+            parse_rate("99999999999T"),
+            Err(UnitError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            parse_size("64K/s"),
+            Err(UnitError::BadUnit { .. })
+        ));
+        assert!(matches!(
+            parse_rate("1.2.3M"),
+            Err(UnitError::NoNumber { .. })
+        ));
     }
 
     proptest::proptest! {

@@ -34,8 +34,17 @@ fn prog(name: &str) -> PathBuf {
         for (n, src) in SOURCES {
             let c = dir.join(format!("{n}.c"));
             std::fs::write(&c, src).unwrap();
-            let out = Command::new("cc").args(["-static", "-O1", "-pthread", "-o"]).arg(dir.join(n)).arg(&c).output().expect("running cc (build-essential)");
-            assert!(out.status.success(), "cc -static {n}.c failed (static glibc is in libc6-dev): {}", String::from_utf8_lossy(&out.stderr));
+            let out = Command::new("cc")
+                .args(["-static", "-O1", "-pthread", "-o"])
+                .arg(dir.join(n))
+                .arg(&c)
+                .output()
+                .expect("running cc (build-essential)");
+            assert!(
+                out.status.success(),
+                "cc -static {n}.c failed (static glibc is in libc6-dev): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         dir
     });
@@ -43,7 +52,11 @@ fn prog(name: &str) -> PathBuf {
 }
 
 fn segment(net: &str, disk: &str) -> Segment {
-    let config = Config { net: Limit::parse("net", net, Kind::Token, None).unwrap(), disk: Limit::parse("disk", disk, Kind::Token, None).unwrap(), ..Default::default() };
+    let config = Config {
+        net: Limit::parse("net", net, Kind::Token, None).unwrap(),
+        disk: Limit::parse("disk", disk, Kind::Token, None).unwrap(),
+        ..Default::default()
+    };
     Segment::create_private(config).unwrap()
 }
 
@@ -51,7 +64,9 @@ fn segment(net: &str, disk: &str) -> Segment {
 fn supervised(seg: &Segment, cmd: &mut Command, on_spawn: impl FnOnce(u32)) -> ExitStatus {
     match run(seg, 0, cmd, on_spawn) {
         Ok(st) => st,
-        Err(e @ SupervisorError::Unavailable { .. }) => panic!("the seccomp mechanism is missing here: {e}"),
+        Err(e @ SupervisorError::Unavailable { .. }) => {
+            panic!("the seccomp mechanism is missing here: {e}")
+        }
         Err(e) => panic!("run failed: {e}"),
     }
 }
@@ -84,13 +99,29 @@ fn tcp_send_is_cut_to_the_rate_and_bytes_arrive_intact() {
     let seg = segment("1MB/s:64KiB", "unlimited");
     let t0 = Instant::now();
     let server = accept_all(l, t0);
-    let st = supervised(&seg, Command::new(prog("tcp_send")).args([&port, &n.to_string()]), |_| {});
+    let st = supervised(
+        &seg,
+        Command::new(prog("tcp_send")).args([&port, &n.to_string()]),
+        |_| {},
+    );
     let (got, secs) = server.join().unwrap();
     assert!(st.success(), "{st:?}");
-    assert!(got == pattern(n), "{} bytes arrived, not the pattern", got.len());
+    assert!(
+        got == pattern(n),
+        "{} bytes arrived, not the pattern",
+        got.len()
+    );
     let floor = floor_secs(n, 1e6, 65536.0);
-    assert!(secs >= floor && secs < floor + 2.0, "{n} B at 1 MB/s with a 64 KiB burst took {secs:.3} s (at least {floor:.3})");
-    assert_eq!(seg.shared().stats[0].bytes.load(std::sync::atomic::Ordering::Relaxed), n as u64);
+    assert!(
+        secs >= floor && secs < floor + 2.0,
+        "{n} B at 1 MB/s with a 64 KiB burst took {secs:.3} s (at least {floor:.3})"
+    );
+    assert_eq!(
+        seg.shared().stats[0]
+            .bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        n as u64
+    );
 }
 
 #[test]
@@ -114,7 +145,11 @@ fn forked_children_are_shaped_too() {
         let got: Vec<Vec<u8>> = readers.into_iter().map(|r| r.join().unwrap()).collect();
         (got, t0.elapsed().as_secs_f64())
     });
-    let st = supervised(&seg, Command::new(prog("tcp_send")).args([&port, &n.to_string(), "fork"]), |_| {});
+    let st = supervised(
+        &seg,
+        Command::new(prog("tcp_send")).args([&port, &n.to_string(), "fork"]),
+        |_| {},
+    );
     let (got, secs) = server.join().unwrap();
     assert!(st.success(), "{st:?}");
     let mut lens: Vec<usize> = got.iter().map(|g| g.len()).collect();
@@ -125,7 +160,10 @@ fn forked_children_are_shaped_too() {
     }
     // both processes draw on the one budget: unshaped children would halve the time
     let floor = floor_secs(n, 1e6, 65536.0);
-    assert!(secs >= floor && secs < floor + 2.0, "{n} B from two processes took {secs:.3} s (at least {floor:.3})");
+    assert!(
+        secs >= floor && secs < floor + 2.0,
+        "{n} B from two processes took {secs:.3} s (at least {floor:.3})"
+    );
 }
 
 #[test]
@@ -151,14 +189,27 @@ fn tcp_receive_calls_deliver_the_same_bytes_at_the_rate() {
     let seg = segment("1MB/s:64KiB", "unlimited");
     let out = tempfile("tcp_recv.out");
     let t0 = Instant::now();
-    let st = supervised(&seg, Command::new(prog("tcp_recv")).arg(&port).stdout(std::fs::File::create(&out).unwrap()), |_| {});
+    let st = supervised(
+        &seg,
+        Command::new(prog("tcp_recv"))
+            .arg(&port)
+            .stdout(std::fs::File::create(&out).unwrap()),
+        |_| {},
+    );
     let secs = t0.elapsed().as_secs_f64();
     h.join().unwrap();
     assert!(st.success(), "{st:?}");
     let got = std::fs::read(&out).unwrap();
-    assert!(got == plain.stdout, "{} bytes, not what the unshaped run received", got.len());
+    assert!(
+        got == plain.stdout,
+        "{} bytes, not what the unshaped run received",
+        got.len()
+    );
     let floor = floor_secs(n, 1e6, 65536.0);
-    assert!(secs >= floor && secs < floor + 2.0, "{n} B received in {secs:.3} s (at least {floor:.3})");
+    assert!(
+        secs >= floor && secs < floor + 2.0,
+        "{n} B received in {secs:.3} s (at least {floor:.3})"
+    );
 }
 
 fn tempfile(name: &str) -> PathBuf {
@@ -184,31 +235,53 @@ fn udp_datagrams_are_whole_and_paced() {
             let (k, f) = rx.recv_from(&mut buf).expect("a datagram");
             assert_eq!(k, size, "datagram cut");
             let i = u32::from_ne_bytes(buf[..4].try_into().unwrap()) as usize;
-            assert!((4..size).all(|j| buf[j] == (i + j) as u8), "datagram {i} corrupted");
+            assert!(
+                (4..size).all(|j| buf[j] == (i + j) as u8),
+                "datagram {i} corrupted"
+            );
             seen[i] = true;
             last = t0.elapsed().as_secs_f64();
             from = Some(f);
         }
         rx.send_to(b"hello", from.unwrap()).unwrap();
         rx.send_to(b"again", from.unwrap()).unwrap();
-        (seen.iter().all(|&s| s), last, rx.local_addr().unwrap().port())
+        (
+            seen.iter().all(|&s| s),
+            last,
+            rx.local_addr().unwrap().port(),
+        )
     });
     let outf = tempfile("udp_send.out");
-    let st = supervised(&seg, Command::new(prog("udp_send")).args([&port, &count.to_string(), &size.to_string()]).stdout(std::fs::File::create(&outf).unwrap()), |_| {});
+    let st = supervised(
+        &seg,
+        Command::new(prog("udp_send"))
+            .args([&port, &count.to_string(), &size.to_string()])
+            .stdout(std::fs::File::create(&outf).unwrap()),
+        |_| {},
+    );
     let (all, secs, rport) = server.join().unwrap();
     assert!(st.success(), "{st:?}");
     assert!(all, "datagrams lost");
-    assert_eq!(std::fs::read_to_string(&outf).unwrap(), format!("reply hello from {rport} len 16\nreply2 again from {rport} len 16\n"));
+    assert_eq!(
+        std::fs::read_to_string(&outf).unwrap(),
+        format!("reply hello from {rport} len 16\nreply2 again from {rport} len 16\n")
+    );
     // a datagram is sent whole once it has a grant and pays the rest as debt: by time t
     // at most burst + rate·t + one datagram has left
     let floor = floor_secs(count * size, 1e6, 16384.0 + size as f64);
-    assert!(secs >= floor && secs < floor + 2.0, "{} B of datagrams took {secs:.3} s (at least {floor:.3})", count * size);
+    assert!(
+        secs >= floor && secs < floor + 2.0,
+        "{} B of datagrams took {secs:.3} s (at least {floor:.3})",
+        count * size
+    );
 }
 
 #[test]
 fn file_reads_are_paced_and_identical() {
     let n = 1_500_000;
-    let data: Vec<u8> = (0..n).map(|i| (i as u64).wrapping_mul(2654435761).rotate_right(13) as u8).collect();
+    let data: Vec<u8> = (0..n)
+        .map(|i| (i as u64).wrapping_mul(2654435761).rotate_right(13) as u8)
+        .collect();
     let input = tempfile("cat_file.in");
     std::fs::write(&input, &data).unwrap();
     let plain = Command::new(prog("cat_file")).arg(&input).output().unwrap();
@@ -230,12 +303,19 @@ fn file_reads_are_paced_and_identical() {
     let secs = t0.elapsed().as_secs_f64();
     let got = reader.join().unwrap();
     assert!(st.success(), "{st:?}");
-    assert!(got == plain.stdout, "{} bytes, not what the unshaped run wrote", got.len());
+    assert!(
+        got == plain.stdout,
+        "{} bytes, not what the unshaped run wrote",
+        got.len()
+    );
     // a disk call runs once the budget is out of debt and pays after: the last 64 KiB call
     // may start when burst + rate·t covers all but itself
     let burst = shape::config::default_burst(1_000_000) as f64;
     let floor = floor_secs(n - 65536, 1e6, burst);
-    assert!(secs >= floor && secs < floor + 2.0, "{n} B read in {secs:.3} s (at least {floor:.3})");
+    assert!(
+        secs >= floor && secs < floor + 2.0,
+        "{n} B read in {secs:.3} s (at least {floor:.3})"
+    );
 }
 
 #[test]
@@ -252,19 +332,29 @@ fn a_killed_program_does_not_hang_run_nor_keep_its_socket() {
         let mut b = [0u8; 16];
         // EOF once the program is dead and the supervisor let go of its copy of the socket
         let r = c.read(&mut b);
-        matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+        matches!(r, Ok(0))
+            || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
     });
     let t0 = Instant::now();
-    let st = supervised(&seg, Command::new(prog("tcp_recv")).arg(&port).stdout(Stdio::null()), |pid| {
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        });
-    });
+    let st = supervised(
+        &seg,
+        Command::new(prog("tcp_recv"))
+            .arg(&port)
+            .stdout(Stdio::null()),
+        |pid| {
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            });
+        },
+    );
     assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
     assert!(t0.elapsed() < Duration::from_secs(5));
-    assert!(server.join().unwrap(), "the connection stayed open after the program died");
+    assert!(
+        server.join().unwrap(),
+        "the connection stayed open after the program died"
+    );
 }
 
 #[test]
@@ -279,7 +369,10 @@ fn a_program_that_cannot_be_executed_is_an_error_not_a_hang() {
 /// with EINTR without it.
 #[test]
 fn signals_interrupt_or_restart_a_supervised_receive() {
-    for (mode, want) in [("norestart", "recv EINTR handler 1\n"), ("restart", "recv 5 handler 1\n")] {
+    for (mode, want) in [
+        ("norestart", "recv EINTR handler 1\n"),
+        ("restart", "recv 5 handler 1\n"),
+    ] {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port().to_string();
         let server = std::thread::spawn(move || {
@@ -291,7 +384,13 @@ fn signals_interrupt_or_restart_a_supervised_receive() {
         });
         let seg = segment("1MB/s", "unlimited");
         let out = tempfile(&format!("sig_recv.{mode}.out"));
-        let st = supervised(&seg, Command::new(prog("sig_recv")).args([&port, mode]).stdout(std::fs::File::create(&out).unwrap()), |_| {});
+        let st = supervised(
+            &seg,
+            Command::new(prog("sig_recv"))
+                .args([&port, mode])
+                .stdout(std::fs::File::create(&out).unwrap()),
+            |_| {},
+        );
         assert!(st.success(), "{st:?}");
         server.join().unwrap();
         assert_eq!(std::fs::read_to_string(&out).unwrap(), want, "{mode}");
@@ -315,7 +414,11 @@ fn a_blocked_call_does_not_stall_the_others() {
     });
     let seg = segment("10MB/s", "unlimited");
     let t0 = Instant::now();
-    let st = supervised(&seg, Command::new(prog("two_conns")).args([&port, &n.to_string()]), |_| {});
+    let st = supervised(
+        &seg,
+        Command::new(prog("two_conns")).args([&port, &n.to_string()]),
+        |_| {},
+    );
     assert!(st.success(), "{st:?}");
     assert_eq!(server.join().unwrap(), n);
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
@@ -324,7 +427,9 @@ fn a_blocked_call_does_not_stall_the_others() {
 #[test]
 fn sendfile_to_a_socket_is_cut_and_keeps_offsets() {
     let n = 1_500_000;
-    let data: Vec<u8> = (0..n).map(|i| (i as u64).wrapping_mul(0x9e3779b1).rotate_right(7) as u8).collect();
+    let data: Vec<u8> = (0..n)
+        .map(|i| (i as u64).wrapping_mul(0x9e3779b1).rotate_right(7) as u8)
+        .collect();
     let input = tempfile("sendfile.in");
     std::fs::write(&input, &data).unwrap();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -332,23 +437,40 @@ fn sendfile_to_a_socket_is_cut_and_keeps_offsets() {
     let seg = segment("1MB/s:64KiB", "unlimited");
     let t0 = Instant::now();
     let server = accept_all(l, t0);
-    let st = supervised(&seg, Command::new(prog("sendfile_send")).arg(&port).arg(&input), |_| {});
+    let st = supervised(
+        &seg,
+        Command::new(prog("sendfile_send")).arg(&port).arg(&input),
+        |_| {},
+    );
     let (got, secs) = server.join().unwrap();
     assert!(st.success(), "{st:?}");
     assert!(got == data, "{} bytes arrived, not the file", got.len());
     let floor = floor_secs(n, 1e6, 65536.0);
-    assert!(secs >= floor && secs < floor + 2.0, "{n} B by sendfile took {secs:.3} s (at least {floor:.3})");
+    assert!(
+        secs >= floor && secs < floor + 2.0,
+        "{n} B by sendfile took {secs:.3} s (at least {floor:.3})"
+    );
 }
 
 /// Files opened O_DIRECT are read through aligned buffers (the copied fd shares the flag).
 #[test]
 fn o_direct_files_are_read_too() {
     let n = 3 << 20;
-    let data: Vec<u8> = (0..n).map(|i| (i as u64).wrapping_mul(0x51ed27).rotate_right(11) as u8).collect();
+    let data: Vec<u8> = (0..n)
+        .map(|i| (i as u64).wrapping_mul(0x51ed27).rotate_right(11) as u8)
+        .collect();
     let input = tempfile("direct.in");
     std::fs::write(&input, &data).unwrap();
-    let plain = Command::new(prog("cat_file")).arg(&input).arg("direct").output().unwrap();
-    assert!(plain.status.code() != Some(3), "the temp dir's file system refuses O_DIRECT: {}", String::from_utf8_lossy(&plain.stderr));
+    let plain = Command::new(prog("cat_file"))
+        .arg(&input)
+        .arg("direct")
+        .output()
+        .unwrap();
+    assert!(
+        plain.status.code() != Some(3),
+        "the temp dir's file system refuses O_DIRECT: {}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
     assert!(plain.status.success() && plain.stdout == data);
     let seg = segment("unlimited", "100MB/s");
     let out = std::os::unix::net::UnixStream::pair().unwrap();
@@ -359,10 +481,17 @@ fn o_direct_files_are_read_too() {
         got
     });
     let mut cmd = Command::new(prog("cat_file"));
-    cmd.arg(&input).arg("direct").stdout(std::os::fd::OwnedFd::from(out.1));
+    cmd.arg(&input)
+        .arg("direct")
+        .stdout(std::os::fd::OwnedFd::from(out.1));
     let st = supervised(&seg, &mut cmd, |_| {});
     drop(cmd);
     assert!(st.success(), "{st:?}");
     assert!(reader.join().unwrap() == data);
-    assert_eq!(seg.shared().stats[1].bytes.load(std::sync::atomic::Ordering::Relaxed), n as u64);
+    assert_eq!(
+        seg.shared().stats[1]
+            .bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        n as u64
+    );
 }

@@ -16,7 +16,10 @@
 //! Byte streams are checked with a running CRC32 (order and loss both change it); records
 //! carry their own sequence number and checksum.
 
-use beltway::{BufTable, Error, IbufReader, Layout, MpWriter, Reader, RingConfig, RingRef, Start, SyncMode, Writer};
+use beltway::{
+    BufTable, Error, IbufReader, Layout, MpWriter, Reader, RingConfig, RingRef, Start, SyncMode,
+    Writer,
+};
 use std::os::unix::net::UnixStream;
 use std::process::exit;
 use std::time::{Duration, Instant};
@@ -27,7 +30,10 @@ fn die(msg: impl std::fmt::Display) -> ! {
 }
 
 fn opt<'a>(args: &'a [String], key: &str) -> Option<&'a str> {
-    args.iter().position(|a| a == key).and_then(|i| args.get(i + 1)).map(|s| s.as_str())
+    args.iter()
+        .position(|a| a == key)
+        .and_then(|i| args.get(i + 1))
+        .map(|s| s.as_str())
 }
 
 fn num(s: &str) -> u64 {
@@ -37,7 +43,10 @@ fn num(s: &str) -> u64 {
         Some('G') => (&s[..s.len() - 1], 1 << 30),
         _ => (s, 1),
     };
-    digits.parse::<u64>().unwrap_or_else(|_| die(format!("not a number: {s}"))) * mul
+    digits
+        .parse::<u64>()
+        .unwrap_or_else(|_| die(format!("not a number: {s}")))
+        * mul
 }
 
 /// Deterministic block content for block number `seq`.
@@ -66,7 +75,10 @@ fn make_record(producer: u32, seq: u64, len: usize, out: &mut Vec<u8>) {
 }
 fn check_record(r: &[u8]) -> Result<(u32, u64), String> {
     if r.len() < REC_HDR {
-        return Err(format!("record of {} bytes is shorter than its header", r.len()));
+        return Err(format!(
+            "record of {} bytes is shorter than its header",
+            r.len()
+        ));
     }
     let producer = u32::from_le_bytes(r[..4].try_into().unwrap());
     let seq = u64::from_le_bytes(r[4..12].try_into().unwrap());
@@ -114,7 +126,8 @@ fn cmd_write(args: &[String]) {
     let mut w = Writer::create_named(name, cfg).unwrap_or_else(|e| die(e));
     println!("created");
     if let Some(r) = opt(args, "--readers") {
-        w.wait_for_readers(num(r) as u32, Duration::from_secs(30)).unwrap_or_else(|e| die(e));
+        w.wait_for_readers(num(r) as u32, Duration::from_secs(30))
+            .unwrap_or_else(|e| die(e));
     }
     println!("ready");
     let mut crc = crc32fast::Hasher::new();
@@ -238,7 +251,12 @@ fn cmd_mp_write(args: &[String]) {
     let mut w = MpWriter::open(&args[0]).unwrap_or_else(|e| die(e));
     let mut rec = Vec::new();
     for seq in 0..count {
-        make_record(id, seq, 64 + (seq as usize * 37) % (w.max_record() - 64), &mut rec);
+        make_record(
+            id,
+            seq,
+            64 + (seq as usize * 37) % (w.max_record() - 64),
+            &mut rec,
+        );
         w.write(&rec).unwrap_or_else(|e| die(e));
     }
     w.flush();
@@ -246,7 +264,8 @@ fn cmd_mp_write(args: &[String]) {
 }
 
 fn cmd_recv_read(args: &[String]) {
-    let sock = UnixStream::connect(&args[0]).unwrap_or_else(|e| die(format!("connect {}: {e}", args[0])));
+    let sock =
+        UnixStream::connect(&args[0]).unwrap_or_else(|e| die(format!("connect {}: {e}", args[0])));
     let ring = RingRef::recv(&sock).unwrap_or_else(|e| die(e));
     let r = ring.reader(Start::Oldest).unwrap_or_else(|e| die(e));
     // Tell the sender we are attached.
@@ -256,7 +275,9 @@ fn cmd_recv_read(args: &[String]) {
 }
 
 fn cmd_observe(args: &[String]) {
-    let uid = opt(args, "--uid").map(num).unwrap_or_else(|| die("observe needs --uid")) as u32;
+    let uid = opt(args, "--uid")
+        .map(num)
+        .unwrap_or_else(|| die("observe needs --uid")) as u32;
     drop_privileges(uid);
     let name = &args[0];
     let writer_open = match MpWriter::open(name) {
@@ -266,7 +287,10 @@ fn cmd_observe(args: &[String]) {
     };
     let ring = RingRef::open(name).unwrap_or_else(|e| die(e));
     let r = ring.reader(Start::Oldest).unwrap_or_else(|e| die(e));
-    println!("observe writer_open={writer_open} lossless={}", r.is_lossless());
+    println!(
+        "observe writer_open={writer_open} lossless={}",
+        r.is_lossless()
+    );
     read_all(r, args);
 }
 
@@ -292,12 +316,15 @@ fn cmd_ibuf_read(args: &[String]) {
 }
 
 fn drop_privileges(uid: u32) {
-    beltway::sys::set_uid(uid).unwrap_or_else(|e| die(format!("cannot drop privileges to uid {uid}: {e}")));
+    beltway::sys::set_uid(uid)
+        .unwrap_or_else(|e| die(format!("cannot drop privileges to uid {uid}: {e}")));
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first() else { die("usage: see the module documentation") };
+    let Some(cmd) = args.first() else {
+        die("usage: see the module documentation")
+    };
     let rest = &args[1..];
     let need = |n: usize| {
         if rest.len() < n {

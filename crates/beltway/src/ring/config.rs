@@ -138,7 +138,10 @@ impl Default for RingConfig {
 
 impl RingConfig {
     pub fn bytes(size: usize) -> Self {
-        RingConfig { size, ..Default::default() }
+        RingConfig {
+            size,
+            ..Default::default()
+        }
     }
     pub fn layout(mut self, l: Layout) -> Self {
         self.layout = l;
@@ -167,26 +170,42 @@ impl RingConfig {
     }
 
     pub(super) fn validate(&self, name: &str) -> Result<()> {
-        let bad = |why: String| Err(Error::Config { name: name.to_string(), why });
+        let bad = |why: String| {
+            Err(Error::Config {
+                name: name.to_string(),
+                why,
+            })
+        };
         if !self.size.is_power_of_two() || self.size < 4096 {
             return bad(format!("size {} is not a power of two >= 4096", self.size));
         }
         if let Some(min) = self.min_size {
             if !min.is_power_of_two() || min > self.size || min < 4096 {
-                return bad(format!("min_size {min} must be a power of two in 4096..={}", self.size));
+                return bad(format!(
+                    "min_size {min} must be a power of two in 4096..={}",
+                    self.size
+                ));
             }
             let init = self.initial_size.unwrap_or(self.size);
             if !init.is_power_of_two() || init < min || init > self.size {
-                return bad(format!("initial_size {init} must be a power of two in {min}..={}", self.size));
+                return bad(format!(
+                    "initial_size {init} must be a power of two in {min}..={}",
+                    self.size
+                ));
             }
             if self.multi_producer {
                 return bad("self-scaling rings take a single producer".into());
             }
         }
         if matches!(self.layout, Layout::Slots | Layout::Tags)
-            && (!self.slot_size.is_power_of_two() || self.slot_size < 16 || self.slot_size as usize > self.min_cap())
+            && (!self.slot_size.is_power_of_two()
+                || self.slot_size < 16
+                || self.slot_size as usize > self.min_cap())
         {
-            return bad(format!("slot size {} must be a power of two in 16..=ring size", self.slot_size));
+            return bad(format!(
+                "slot size {} must be a power of two in 16..=ring size",
+                self.slot_size
+            ));
         }
         if self.layout == Layout::Tags && self.slot_size != 16 {
             return bad("tag rings have 16-byte slots".into());
@@ -195,7 +214,10 @@ impl RingConfig {
             return bad("multiple producers need a slot or tag layout (containers)".into());
         }
         if self.max_readers == 0 || self.max_readers > 4096 {
-            return bad(format!("max_readers {} must be in 1..=4096", self.max_readers));
+            return bad(format!(
+                "max_readers {} must be in 1..=4096",
+                self.max_readers
+            ));
         }
         if self.threshold == 0 {
             return bad("threshold must be at least 1".into());

@@ -16,8 +16,12 @@ use std::sync::OnceLock;
 fn state() -> (bool, bool) {
     static S: OnceLock<(bool, bool)> = OnceLock::new();
     *S.get_or_init(|| {
-        let supported = std::env::var_os("BELTWAY_NO_MEMBARRIER").is_none() && crate::sys::membarrier_global_supported();
-        (supported, supported && crate::sys::membarrier_register_global().is_ok())
+        let supported = std::env::var_os("BELTWAY_NO_MEMBARRIER").is_none()
+            && crate::sys::membarrier_global_supported();
+        (
+            supported,
+            supported && crate::sys::membarrier_register_global().is_ok(),
+        )
     })
 }
 

@@ -42,7 +42,10 @@ impl Header {
         let mut bytes = [0u8; 8];
         bytes[..4].copy_from_slice(&len.to_le_bytes());
         bytes[4..].copy_from_slice(&kind.to_le_bytes());
-        Header { bytes, len: REC_HDR as usize }
+        Header {
+            bytes,
+            len: REC_HDR as usize,
+        }
     }
     /// The bytes to store before the payload (empty for headerless layouts).
     pub(crate) fn bytes(&self) -> &[u8] {
@@ -64,7 +67,11 @@ pub(crate) struct At {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Parsed {
     /// A unit: ring bytes it takes, offset of its payload in the data area, payload length.
-    Unit { total: u64, payload_off: u64, len: u64 },
+    Unit {
+        total: u64,
+        payload_off: u64,
+        len: u64,
+    },
     /// Padding or an abandoned slot of `total` ring bytes: step over it. When the size came
     /// from the header (`sized_by_header`), a lossy reader must first check the header was
     /// not overwritten, or it would believe a stranger's length.
@@ -89,7 +96,9 @@ impl Bad {
         match self {
             Bad::TagCrossesEnd { off } => format!("tag slot at offset {off} crosses the ring end"),
             Bad::SlotCrossesEnd { off } => format!("slot at offset {off} crosses the ring end"),
-            Bad::SlotTooLong { len, slot_size } => format!("slot length {len} exceeds the slot size {slot_size}"),
+            Bad::SlotTooLong { len, slot_size } => {
+                format!("slot length {len} exceeds the slot size {slot_size}")
+            }
             Bad::RecordDoesNotFit { len, kind, room } => {
                 format!("record header (len {len}, kind {kind:#x}) does not fit the {room} bytes to the lap end")
             }
@@ -148,9 +157,15 @@ impl Layout {
             Layout::Slots => {
                 let mut bytes = [0u8; 8];
                 bytes[..4].copy_from_slice(&len.to_le_bytes());
-                Header { bytes, len: SLOT_HDR as usize }
+                Header {
+                    bytes,
+                    len: SLOT_HDR as usize,
+                }
             }
-            Layout::Tags | Layout::Bytes => Header { bytes: [0; 8], len: 0 },
+            Layout::Tags | Layout::Bytes => Header {
+                bytes: [0; 8],
+                len: 0,
+            },
         }
     }
 
@@ -177,18 +192,37 @@ impl Layout {
     /// offset; `max` bounds a byte-stream chunk. The header may be hostile: every length is
     /// checked before it is believed.
     #[inline]
-    pub(crate) fn parse(self, at: At, slot_size: u64, max: u64, word: impl Fn(u64) -> u32) -> Parsed {
-        let At { off, room, avail, epoch_size } = at;
+    pub(crate) fn parse(
+        self,
+        at: At,
+        slot_size: u64,
+        max: u64,
+        word: impl Fn(u64) -> u32,
+    ) -> Parsed {
+        let At {
+            off,
+            room,
+            avail,
+            epoch_size,
+        } = at;
         match self {
             Layout::Bytes => {
                 let n = max.min(avail).min(room);
-                Parsed::Unit { total: n, payload_off: off, len: n }
+                Parsed::Unit {
+                    total: n,
+                    payload_off: off,
+                    len: n,
+                }
             }
             Layout::Tags => {
                 if off + slot_size > epoch_size {
                     return Parsed::Bad(Bad::TagCrossesEnd { off });
                 }
-                Parsed::Unit { total: slot_size, payload_off: off, len: slot_size }
+                Parsed::Unit {
+                    total: slot_size,
+                    payload_off: off,
+                    len: slot_size,
+                }
             }
             Layout::Slots => {
                 let len = word(off);
@@ -196,12 +230,19 @@ impl Layout {
                     return Parsed::Bad(Bad::SlotCrossesEnd { off });
                 }
                 if len == ABANDONED {
-                    return Parsed::Skip { total: slot_size, sized_by_header: false };
+                    return Parsed::Skip {
+                        total: slot_size,
+                        sized_by_header: false,
+                    };
                 }
                 if len as u64 > slot_size - SLOT_HDR {
                     return Parsed::Bad(Bad::SlotTooLong { len, slot_size });
                 }
-                Parsed::Unit { total: slot_size, payload_off: off + SLOT_HDR, len: len as u64 }
+                Parsed::Unit {
+                    total: slot_size,
+                    payload_off: off + SLOT_HDR,
+                    len: len as u64,
+                }
             }
             Layout::Records => {
                 let len = word(off) as u64;
@@ -211,9 +252,16 @@ impl Layout {
                     return Parsed::Bad(Bad::RecordDoesNotFit { len, kind, room });
                 }
                 if kind == REC_PAD {
-                    return Parsed::Skip { total, sized_by_header: true };
+                    return Parsed::Skip {
+                        total,
+                        sized_by_header: true,
+                    };
                 }
-                Parsed::Unit { total, payload_off: off + REC_HDR, len }
+                Parsed::Unit {
+                    total,
+                    payload_off: off + REC_HDR,
+                    len,
+                }
             }
         }
     }
@@ -235,8 +283,19 @@ mod tests {
     fn parse_at(layout: Layout, bytes: &[u8], off: u64, avail: u64, slot: u64) -> Parsed {
         let mut area = vec![0u8; 4096 + 8];
         area[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
-        let word = |at: u64| u32::from_le_bytes(area[at as usize..at as usize + 4].try_into().unwrap());
-        layout.parse(At { off, room: 4096 - off, avail, epoch_size: 4096 }, slot, u64::MAX, word)
+        let word =
+            |at: u64| u32::from_le_bytes(area[at as usize..at as usize + 4].try_into().unwrap());
+        layout.parse(
+            At {
+                off,
+                room: 4096 - off,
+                avail,
+                epoch_size: 4096,
+            },
+            slot,
+            u64::MAX,
+            word,
+        )
     }
 
     proptest! {
@@ -298,6 +357,12 @@ mod tests {
     #[test]
     fn abandoned_slot_is_skipped_not_read() {
         let marker = Layout::Slots.abandoned_marker();
-        assert_eq!(parse_at(Layout::Slots, marker, 64, 4096, 64), Parsed::Skip { total: 64, sized_by_header: false });
+        assert_eq!(
+            parse_at(Layout::Slots, marker, 64, 4096, 64),
+            Parsed::Skip {
+                total: 64,
+                sized_by_header: false
+            }
+        );
     }
 }

@@ -64,7 +64,16 @@ pub struct Reader {
     /// Manual release: reads advance the position privately; the writer sees it only at
     /// [`Reader::release`] (a consumer that processes what it read in batches).
     manual: bool,
+    /// How long this reader's recent waits for data lasted (ns, a moving average): what
+    /// decides whether a wait spins before it sleeps (see [`Reader::wait`]).
+    gap_ns: u64,
 }
+
+/// The longest a reader spins for data before it sleeps: about what a sleep and the
+/// wake-up cost in CPU (on a VM of our kind a futex wake-up with its IPI and the
+/// membarrier before the sleep cost 20-50 us), so spinning never costs more than twice
+/// what sleeping would (the classic competitive bound).
+const SPIN_BUDGET_NS: u64 = 40_000;
 
 impl Reader {
     /// Switch manual release on or off. With it on, what this reader consumes stays
@@ -91,7 +100,23 @@ impl Reader {
         let h = sh.hdr();
         let latency = Duration::from_micros(h.m.0.latency_us.load(Relaxed).max(1) as u64);
         let lossy = sh.sync != SyncMode::Srp || sh.ctl.is_none();
-        let mut r = Reader { sh: sh.clone(), slot: None, pos: 0, wpos: 0, prev, cur, gen, lossy, latency, held: None, deferred: false, writer_dead: false, lost: 0, manual: false };
+        let mut r = Reader {
+            sh: sh.clone(),
+            slot: None,
+            pos: 0,
+            wpos: 0,
+            prev,
+            cur,
+            gen,
+            lossy,
+            latency,
+            held: None,
+            deferred: false,
+            writer_dead: false,
+            lost: 0,
+            manual: false,
+            gap_ns: SPIN_BUDGET_NS,
+        };
         let Some(ctl) = sh.ctl() else {
             // Observer: private position, cannot hold back the writer.
             // SYNC POINT (all four loads): Acquire on write_pos pairs with the writer's
@@ -107,7 +132,9 @@ impl Reader {
                     0 => 0,
                     _ => h.p.0.write_pos.load(Acquire),
                 },
-                Start::Oldest => h.t.0.tail.load(Acquire).div_ceil(sh.slot_size.max(1)) * sh.slot_size.max(1),
+                Start::Oldest => {
+                    h.t.0.tail.load(Acquire).div_ceil(sh.slot_size.max(1)) * sh.slot_size.max(1)
+                }
             };
             return Ok(r);
         };
@@ -119,7 +146,10 @@ impl Reader {
             // `release_slot` (the previous owner is done with the slot) and the Release
             // store of SLOT_ACTIVE below by another attacher (under the same lock anyway).
             let st = s.state.load(Acquire);
-            if st == SLOT_FREE || (st == SLOT_ACTIVE && !sys::process_alive(s.pid.load(Relaxed), s.start.load(Relaxed))) {
+            if st == SLOT_FREE
+                || (st == SLOT_ACTIVE
+                    && !sys::process_alive(s.pid.load(Relaxed), s.start.load(Relaxed)))
+            {
                 if st == SLOT_ACTIVE {
                     sh.release_slot(s);
                 }
@@ -128,7 +158,10 @@ impl Reader {
             }
         }
         let Some(i) = found else {
-            return Err(Error::NoSlots { name: sh.name.clone(), max: sh.max_readers });
+            return Err(Error::NoSlots {
+                name: sh.name.clone(),
+                max: sh.max_readers,
+            });
         };
         // SYNC POINT: write_pos Acquire pairs with the writer's `fences::publish` (values
         // only; `refresh` re-loads it before any data is read). The tail's Acquire pairs
@@ -154,7 +187,8 @@ impl Reader {
         };
         let s = sh.slot(i).expect("ctl mapped");
         s.pid.store(sys::getpid(), Relaxed);
-        s.start.store(sys::process_start_time(sys::getpid()).unwrap_or(0), Relaxed);
+        s.start
+            .store(sys::process_start_time(sys::getpid()).unwrap_or(0), Relaxed);
         s.pos.store(r.pos, Relaxed);
         s.lost.store(0, Relaxed);
         s.lossy.store(lossy as u32, Relaxed);
@@ -230,7 +264,9 @@ impl Reader {
         let p = &h.p.0;
         self.pos = match self.sh.layout {
             Layout::Bytes => tail.max(self.pos),
-            Layout::Slots | Layout::Tags => tail.max(self.pos).div_ceil(self.sh.slot_size) * self.sh.slot_size,
+            Layout::Slots | Layout::Tags => {
+                tail.max(self.pos).div_ceil(self.sh.slot_size) * self.sh.slot_size
+            }
             Layout::Records => p.write_pos.load(Acquire).max(self.pos),
         };
         self.lost += self.pos - from;
@@ -239,7 +275,11 @@ impl Reader {
         if let Some(s) = self.slot.and_then(|i| self.sh.slot(i)) {
             s.lost.store(self.lost, Relaxed);
         }
-        Error::Overrun { name: self.sh.name.clone(), from, to: self.pos }
+        Error::Overrun {
+            name: self.sh.name.clone(),
+            from,
+            to: self.pos,
+        }
     }
 
     /// Refresh the cached write position and epochs; returns bytes available.
@@ -296,7 +336,11 @@ impl Reader {
         fence(Acquire);
         let tail = self.sh.hdr().t.0.tail.load(Relaxed);
         if pos < tail {
-            return Err(Error::Overrun { name: self.sh.name.clone(), from: pos, to: tail });
+            return Err(Error::Overrun {
+                name: self.sh.name.clone(),
+                from: pos,
+                to: tail,
+            });
         }
         Ok(())
     }
@@ -315,18 +359,47 @@ impl Reader {
         }
     }
 
+    /// Wait for data (or the end, or `deadline`). Polling and sleeping combined (thesis
+    /// 5.2.2): a reader whose data lately came within the spin budget (a producer that
+    /// commits batch after batch) polls for up to twice that gap before it sleeps, so a
+    /// busy stream costs no sleep, no membarrier and no wake-up per batch; one whose data
+    /// comes rarely spins only briefly and sleeps, to be woken per the producer's
+    /// moderation or by its own latency bound.
     fn wait(&mut self, deadline: Option<Instant>) -> Result<Ready> {
+        let t0 = sys::now_ns();
+        let r = self.wait_inner(deadline);
+        if matches!(r, Ok(Ready::Data)) {
+            let took = sys::now_ns().saturating_sub(t0).min(1 << 40);
+            self.gap_ns = (self.gap_ns * 3 + took) / 4;
+        }
+        r
+    }
+
+    fn wait_inner(&mut self, deadline: Option<Instant>) -> Result<Ready> {
         self.flush_deferred();
         let sh = self.sh.clone();
         let h = sh.hdr();
         let mut deep = false;
+        if self.available() == 0 && self.gap_ns < SPIN_BUDGET_NS && !self.ended() {
+            let until = sys::now_ns() + (self.gap_ns * 2).clamp(1_000, SPIN_BUDGET_NS);
+            let until = deadline.map_or(until, |d| {
+                until.min(
+                    sys::now_ns() + d.saturating_duration_since(Instant::now()).as_nanos() as u64,
+                )
+            });
+            self.spin_until(until);
+        }
         loop {
             if self.available() > 0 {
                 return Ok(Ready::Data);
             }
             if self.ended() {
                 // The state bit is set after the final publish: re-check, then EOF.
-                return Ok(if self.refresh() > 0 { Ready::Data } else { Ready::Eof });
+                return Ok(if self.refresh() > 0 {
+                    Ready::Data
+                } else {
+                    Ready::Eof
+                });
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -354,7 +427,11 @@ impl Reader {
                     ctl.w.0.mrp_r.fetch_max(self.pos, SeqCst);
                     self.wake_writer_if_due(ctl);
                 }
-                let counter = if deep { &ctl.r.0.deep_sleepers } else { &ctl.r.0.sleepers };
+                let counter = if deep {
+                    &ctl.r.0.deep_sleepers
+                } else {
+                    &ctl.r.0.sleepers
+                };
                 // SYNC POINT: register as a sleeper. `sleepers` is never read; `deep_sleepers`
                 // is read Relaxed by the producers after they saw the sleep bit, to wake at
                 // once instead of batching. It is a hint, not part of the no-lost-wake-up
@@ -370,8 +447,13 @@ impl Reader {
                 fences::heavy();
                 // SYNC POINT: the re-check loads (see above). state: a close is followed by an
                 // unconditional wake, so its SeqCst only gives the order, not safety.
-                let ready = h.p.0.write_pos.load(SeqCst) > self.pos || h.p.0.state.load(SeqCst) != 0;
-                let res = if ready { Wake::Woken } else { sys::futex_wait(&ctl.r.0.data_seq, seq, Some(timeout)) };
+                let ready =
+                    h.p.0.write_pos.load(SeqCst) > self.pos || h.p.0.state.load(SeqCst) != 0;
+                let res = if ready {
+                    Wake::Woken
+                } else {
+                    sys::futex_wait(&ctl.r.0.data_seq, seq, Some(timeout))
+                };
                 counter.fetch_sub(1, Relaxed);
                 res
             } else {
@@ -392,6 +474,18 @@ impl Reader {
                     self.writer_dead = true;
                 }
                 deep = true;
+            }
+        }
+    }
+
+    /// Poll write_pos until data arrives (true) or the clock passes `until_ns` (false).
+    fn spin_until(&mut self, until_ns: u64) -> bool {
+        loop {
+            if self.spin_for_data() {
+                return true;
+            }
+            if sys::now_ns() >= until_ns {
+                return false;
             }
         }
     }
@@ -438,7 +532,11 @@ impl Reader {
         let w = &ctl.w.0;
         if w.waiting.load(Relaxed) != 0 {
             let target = w.target.load(Relaxed);
-            let mine = if self.sh.sync == SyncMode::Mrp { w.mrp_r.load(Relaxed) } else { self.pos };
+            let mine = if self.sh.sync == SyncMode::Mrp {
+                w.mrp_r.load(Relaxed)
+            } else {
+                self.pos
+            };
             // Take the flag: one wake-up per writer sleep, not one per read until it runs.
             // SYNC POINT: taking the flag: the swap makes one reader (of many) do the wake.
             // AcqRel pairs with the writer's SeqCst store of `waiting`, but `target` was
@@ -474,7 +572,12 @@ impl Reader {
                     Some(deadline) => match self.wait(deadline)? {
                         Ready::Data => continue,
                         Ready::Eof => return Ok(None),
-                        Ready::TimedOut => return Err(Error::TimedOut { name: self.sh.name.clone(), what: "reading" }),
+                        Ready::TimedOut => {
+                            return Err(Error::TimedOut {
+                                name: self.sh.name.clone(),
+                                what: "reading",
+                            })
+                        }
                     },
                 }
             }
@@ -484,10 +587,41 @@ impl Reader {
             let off = e.offset(self.pos);
             let room = e.room_to_lap_end(self.pos);
             let avail = self.available();
-            let word = |at: u64| u32::from_le_bytes(self.sh.data.bytes(DATA_OFFSET + at as usize, 4).try_into().unwrap());
-            match self.sh.layout.parse(At { off, room, avail, epoch_size: e.size }, self.sh.slot_size, max as u64, word) {
-                Parsed::Unit { total, payload_off, len } => return Ok(Some(Unit { total, payload_off, len })),
-                Parsed::Skip { total, sized_by_header } => {
+            let word = |at: u64| {
+                u32::from_le_bytes(
+                    self.sh
+                        .data
+                        .bytes(DATA_OFFSET + at as usize, 4)
+                        .try_into()
+                        .unwrap(),
+                )
+            };
+            match self.sh.layout.parse(
+                At {
+                    off,
+                    room,
+                    avail,
+                    epoch_size: e.size,
+                },
+                self.sh.slot_size,
+                max as u64,
+                word,
+            ) {
+                Parsed::Unit {
+                    total,
+                    payload_off,
+                    len,
+                } => {
+                    return Ok(Some(Unit {
+                        total,
+                        payload_off,
+                        len,
+                    }))
+                }
+                Parsed::Skip {
+                    total,
+                    sized_by_header,
+                } => {
                     if sized_by_header && self.lossy && self.check(self.pos).is_err() {
                         return Err(self.skip_lost(self.pos));
                     }
@@ -507,7 +641,11 @@ impl Reader {
         if self.lossy && self.check(self.pos).is_err() {
             return self.skip_lost(self.pos);
         }
-        Error::Corrupt { name: self.sh.name.clone(), pos: self.pos, why }
+        Error::Corrupt {
+            name: self.sh.name.clone(),
+            pos: self.pos,
+            why,
+        }
     }
 
     /// Unix `read`: copy out up to `buf.len()` bytes (byte rings) or one record (record
@@ -525,15 +663,24 @@ impl Reader {
 
     fn read_until(&mut self, buf: &mut [u8], deadline: Option<Instant>) -> Result<usize> {
         if self.held.is_some() {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "read while a peek_acquire is outstanding" });
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "read while a peek_acquire is outstanding",
+            });
         }
-        let Some(u) = self.next_unit(buf.len(), Some(deadline))? else { return Ok(0) };
+        let Some(u) = self.next_unit(buf.len(), Some(deadline))? else {
+            return Ok(0);
+        };
         let n = u.len as usize;
         if n > buf.len() {
             if self.lossy && self.check(self.pos).is_err() {
                 return Err(self.skip_lost(self.pos));
             }
-            return Err(Error::BufferTooSmall { name: self.sh.name.clone(), need: n, got: buf.len() });
+            return Err(Error::BufferTooSmall {
+                name: self.sh.name.clone(),
+                need: n,
+                got: buf.len(),
+            });
         }
         buf[..n].copy_from_slice(self.sh.data.bytes(DATA_OFFSET + u.payload_off as usize, n));
         if self.lossy && self.check(self.pos).is_err() {
@@ -554,36 +701,125 @@ impl Reader {
     /// Non-blocking `peek_acquire`: `None` when nothing is available now.
     pub fn try_peek_acquire(&mut self, max: usize) -> Result<Option<Peeked<'_>>> {
         if self.held.is_some() {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "two peek_acquire without peek_complete" });
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "two peek_acquire without peek_complete",
+            });
         }
-        let Some(u) = self.next_unit(max, None)? else { return Ok(None) };
+        let Some(u) = self.next_unit(max, None)? else {
+            return Ok(None);
+        };
         Ok(Some(self.finish_peek(u)))
     }
 
     fn peek_until(&mut self, max: usize, deadline: Option<Instant>) -> Result<Option<Peeked<'_>>> {
         if self.held.is_some() {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "two peek_acquire without peek_complete" });
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "two peek_acquire without peek_complete",
+            });
         }
-        let Some(u) = self.next_unit(max, Some(deadline))? else { return Ok(None) };
+        let Some(u) = self.next_unit(max, Some(deadline))? else {
+            return Ok(None);
+        };
         Ok(Some(self.finish_peek(u)))
     }
 
     fn finish_peek(&mut self, u: Unit) -> Peeked<'_> {
         let ppos = self.unit_pos(&u);
         self.held = Some((self.pos, u.total));
-        Peeked { pos: ppos, data: self.sh.data.bytes(DATA_OFFSET + u.payload_off as usize, u.len as usize) }
+        Peeked {
+            pos: ppos,
+            data: self
+                .sh
+                .data
+                .bytes(DATA_OFFSET + u.payload_off as usize, u.len as usize),
+        }
+    }
+
+    /// Tag rings: borrow every committed tag from the read position on, at most `max`
+    /// tags and never past the lap end, in place and without releasing them (one look at
+    /// the write position for the whole run, not one per tag). Hand back with
+    /// [`Reader::consume_tags`]. `None` when nothing is committed now. Lossless readers
+    /// only: a lossy one must check every tag after copying it (see [`Reader::check`]).
+    pub fn try_peek_tags(&mut self, max: usize) -> Result<Option<Peeked<'_>>> {
+        if self.held.is_some() {
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "two peek_acquire without peek_complete",
+            });
+        }
+        if self.sh.layout != Layout::Tags || self.lossy {
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "runs of tags from anything but a lossless reader of a tag ring",
+            });
+        }
+        self.flush_deferred();
+        let avail = self.available();
+        if avail == 0 {
+            return Ok(None);
+        }
+        let Some(e) = pos::epoch_for(self.prev, self.cur, self.pos) else {
+            return Err(self.skip_lost(self.pos));
+        };
+        let unit = self.sh.slot_size;
+        let off = e.offset(self.pos);
+        let n = avail
+            .min(e.room_to_lap_end(self.pos))
+            .min(max as u64 * unit)
+            / unit
+            * unit;
+        if n == 0 || off + n > e.size || off % unit != 0 {
+            return Err(self.corrupt(format!(
+                "a run of {n} tag bytes at offset {off} of a {}-byte lap",
+                e.size
+            )));
+        }
+        self.held = Some((self.pos, n));
+        Ok(Some(Peeked {
+            pos: self.pos,
+            data: self.sh.data.bytes(DATA_OFFSET + off as usize, n as usize),
+        }))
+    }
+
+    /// Hand back the run of [`Reader::try_peek_tags`], of which the first `n` bytes were
+    /// used (a multiple of the tag size): they count as read (and are released unless the
+    /// release is manual); the rest is read again next time.
+    pub fn consume_tags(&mut self, n: u64) -> Result<()> {
+        let Some((at, len)) = self.held.take() else {
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "consume_tags without try_peek_tags",
+            });
+        };
+        if n > len || n % self.sh.slot_size != 0 {
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "consuming more than the run, or part of a tag",
+            });
+        }
+        if at == self.pos && n > 0 {
+            self.pos += n;
+            self.release_position();
+        }
+        Ok(())
     }
 
     /// Absolute position of a unit's payload (the unit starts at our position).
     fn unit_pos(&self, u: &Unit) -> u64 {
-        let start_off = pos::epoch_for(self.prev, self.cur, self.pos).map_or(0, |e| e.offset(self.pos));
+        let start_off =
+            pos::epoch_for(self.prev, self.cur, self.pos).map_or(0, |e| e.offset(self.pos));
         self.pos + (u.payload_off - start_off)
     }
 
     /// `peek_complete`: release the block returned by the last `peek_acquire`.
     pub fn peek_complete(&mut self) -> Result<()> {
         let Some((at, total)) = self.held.take() else {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "peek_complete without peek_acquire" });
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "peek_complete without peek_acquire",
+            });
         };
         if at == self.pos {
             self.pos += total;
@@ -597,9 +833,14 @@ impl Reader {
     /// position after use.
     pub fn peek(&mut self, max: usize) -> Result<Option<Peeked<'_>>> {
         if self.held.is_some() {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "peek while a peek_acquire is outstanding" });
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "peek while a peek_acquire is outstanding",
+            });
         }
-        let Some(u) = self.next_unit(max, Some(None))? else { return Ok(None) };
+        let Some(u) = self.next_unit(max, Some(None))? else {
+            return Ok(None);
+        };
         let ppos = self.unit_pos(&u);
         let (poff, plen) = (u.payload_off, u.len);
         self.pos += u.total;
@@ -610,7 +851,13 @@ impl Reader {
         } else {
             self.deferred = true;
         }
-        Ok(Some(Peeked { pos: ppos, data: self.sh.data.bytes(DATA_OFFSET + poff as usize, plen as usize) }))
+        Ok(Some(Peeked {
+            pos: ppos,
+            data: self
+                .sh
+                .data
+                .bytes(DATA_OFFSET + poff as usize, plen as usize),
+        }))
     }
 
     /// Move this reader forward to `pos` without reading (a consumer that tracks what it
@@ -626,7 +873,6 @@ impl Reader {
     pub fn readable(&mut self) -> u64 {
         self.refresh()
     }
-
 }
 
 impl Drop for Reader {

@@ -85,7 +85,12 @@ impl Shared {
     /// Block until every lossless reader (SRP) or the shared pointer R (MRP) has passed
     /// `need`. `slack` asks for that much more before waking, to batch wake-ups. Returns
     /// whether it had to wait. Fails with BrokenPipe when all readers of an SRP ring left.
-    pub(crate) fn wait_released(&self, need: u64, slack: u64, cache: &mut ReleaseCache) -> Result<bool> {
+    pub(crate) fn wait_released(
+        &self,
+        need: u64,
+        slack: u64,
+        cache: &mut ReleaseCache,
+    ) -> Result<bool> {
         let ctl = self.ctl().expect("producers map the control segment");
         let gen = ctl.r.0.attached_ever.load(Relaxed);
         if self.sync == SyncMode::Frp || (need <= cache.min && gen == cache.gen) {
@@ -106,9 +111,14 @@ impl Shared {
                     SyncMode::Frp => None,
                     SyncMode::Srp => {
                         let m = self.scan_min(reap);
-                        if m.is_none() && ctl.r.0.attached_ever.load(Relaxed) > 0 && !self.detachable {
+                        if m.is_none()
+                            && ctl.r.0.attached_ever.load(Relaxed) > 0
+                            && !self.detachable
+                        {
                             done(waited);
-                            return Err(Error::BrokenPipe { name: self.name.clone() });
+                            return Err(Error::BrokenPipe {
+                                name: self.name.clone(),
+                            });
                         }
                         m
                     }
@@ -198,7 +208,6 @@ impl Shared {
             }
         }
     }
-
 }
 
 /// A small spin lock in shared memory whose word holds the owner's pid (0: free); a lock
@@ -226,7 +235,10 @@ impl<'a> PidLock<'a> {
                 if spins.is_multiple_of(64) {
                     std::thread::yield_now();
                 }
-                if spins.is_multiple_of(100_000) && cur != me && std::fs::metadata(format!("/proc/{cur}")).is_err() {
+                if spins.is_multiple_of(100_000)
+                    && cur != me
+                    && std::fs::metadata(format!("/proc/{cur}")).is_err()
+                {
                     // SYNC POINT: breaking a dead owner's lock. AcqRel pairs with nothing
                     // in particular (the dead owner never released); the next taker's
                     // Acquire CAS orders its protected loads. Relaxed would do.
@@ -254,6 +266,9 @@ pub(crate) struct ReleaseCache {
 }
 impl Default for ReleaseCache {
     fn default() -> Self {
-        ReleaseCache { min: 0, gen: u32::MAX }
+        ReleaseCache {
+            min: 0,
+            gen: u32::MAX,
+        }
     }
 }

@@ -28,7 +28,11 @@ pub fn select(readers: &mut [&mut Reader], timeout: Option<Duration>) -> Result<
         for r in readers.iter() {
             wait = wait.min(if deep { r.sh.liveness } else { r.latency });
             if let Some(ctl) = r.sh.ctl() {
-                let c = if deep { &ctl.r.0.deep_sleepers } else { &ctl.r.0.sleepers };
+                let c = if deep {
+                    &ctl.r.0.deep_sleepers
+                } else {
+                    &ctl.r.0.sleepers
+                };
                 // SYNC POINT: as in `Reader::wait`: register as a sleeper (a hint; the SeqCst
                 // pairs with nothing, producers read `deep_sleepers` Relaxed)...
                 c.fetch_add(1, SeqCst);
@@ -44,7 +48,9 @@ pub fn select(readers: &mut [&mut Reader], timeout: Option<Duration>) -> Result<
         }
         fences::heavy();
         // SYNC POINT: SeqCst re-check of every write_pos after the heavy fence (see above).
-        let ready = readers.iter().any(|r| r.sh.hdr().p.0.write_pos.load(SeqCst) > r.pos);
+        let ready = readers
+            .iter()
+            .any(|r| r.sh.hdr().p.0.write_pos.load(SeqCst) > r.pos);
         let res = if ready {
             Ok(Some(0))
         } else if words.is_empty() {
@@ -57,7 +63,11 @@ pub fn select(readers: &mut [&mut Reader], timeout: Option<Duration>) -> Result<
         drop(words);
         for r in readers.iter() {
             if let Some(ctl) = r.sh.ctl() {
-                let c = if deep { &ctl.r.0.deep_sleepers } else { &ctl.r.0.sleepers };
+                let c = if deep {
+                    &ctl.r.0.deep_sleepers
+                } else {
+                    &ctl.r.0.sleepers
+                };
                 c.fetch_sub(1, Relaxed);
             }
         }

@@ -52,10 +52,16 @@ impl Drop for Shared {
 }
 
 fn shm_path(name: &str) -> Result<String> {
-    if name.is_empty() || name.len() > 200 || name.contains('/') || name.starts_with('.') || name.contains('\0') {
+    if name.is_empty()
+        || name.len() > 200
+        || name.contains('/')
+        || name.starts_with('.')
+        || name.contains('\0')
+    {
         return Err(Error::Config {
             name: name.to_string(),
-            why: "a ring name is 1-200 characters without '/' or NUL and does not start with '.'".into(),
+            why: "a ring name is 1-200 characters without '/' or NUL and does not start with '.'"
+                .into(),
         });
     }
     Ok(format!("/dev/shm/{name}"))
@@ -69,7 +75,9 @@ impl Shared {
         self.ctl.as_ref().map(|c| c.get::<CtlHeader>(0))
     }
     pub(crate) fn slot(&self, i: usize) -> Option<&ReaderSlot> {
-        self.ctl.as_ref().map(|c| c.get::<ReaderSlot>(slot_offset(i)))
+        self.ctl
+            .as_ref()
+            .map(|c| c.get::<ReaderSlot>(slot_offset(i)))
     }
     pub fn name(&self) -> &str {
         &self.name
@@ -99,23 +107,27 @@ impl Shared {
                 Ok(s) => s,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     Self::remove_stale(name, &path)?;
-                    Segment::create_path(&path, data_len, cfg.mode).map_err(os("create data segment"))?
+                    Segment::create_path(&path, data_len, cfg.mode)
+                        .map_err(os("create data segment"))?
                 }
                 Err(e) => return Err(Error::os(name, "create data segment", e)),
             };
             let ctl_path = format!("{path}.ctl");
             let _ = sys::unlink(&ctl_path);
-            let ctl = match Segment::create_path(&ctl_path, ctl_len, cfg.ctl_mode.unwrap_or(cfg.mode)) {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = sys::unlink(&path);
-                    return Err(Error::os(name, "create control segment", e));
-                }
-            };
+            let ctl =
+                match Segment::create_path(&ctl_path, ctl_len, cfg.ctl_mode.unwrap_or(cfg.mode)) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = sys::unlink(&path);
+                        return Err(Error::os(name, "create control segment", e));
+                    }
+                };
             (data, ctl)
         } else {
-            let data = Segment::create_memfd(&format!("beltway:{name}"), data_len).map_err(os("memfd data"))?;
-            let ctl = Segment::create_memfd(&format!("beltway:{name}.ctl"), ctl_len).map_err(os("memfd ctl"))?;
+            let data = Segment::create_memfd(&format!("beltway:{name}"), data_len)
+                .map_err(os("memfd data"))?;
+            let ctl = Segment::create_memfd(&format!("beltway:{name}.ctl"), ctl_len)
+                .map_err(os("memfd ctl"))?;
             (data, ctl)
         };
         let h = data.get::<RingHeader>(0);
@@ -123,15 +135,27 @@ impl Shared {
         c.version.store(VERSION, Relaxed);
         c.layout.store(cfg.layout as u32, Relaxed);
         c.sync.store(cfg.sync as u32, Relaxed);
-        c.slot_size.store(if cfg.layout.is_record() && cfg.layout != Layout::Records { cfg.slot_size } else { 0 }, Relaxed);
+        c.slot_size.store(
+            if cfg.layout.is_record() && cfg.layout != Layout::Records {
+                cfg.slot_size
+            } else {
+                0
+            },
+            Relaxed,
+        );
         c.max_cap.store(cfg.size as u64, Relaxed);
         c.min_cap.store(cfg.min_cap() as u64, Relaxed);
         c.writer_pid.store(sys::getpid(), Relaxed);
-        c.writer_start.store(sys::process_start_time(sys::getpid()).unwrap_or(0), Relaxed);
+        c.writer_start
+            .store(sys::process_start_time(sys::getpid()).unwrap_or(0), Relaxed);
         c.multi_producer.store(cfg.multi_producer as u32, Relaxed);
         c.buf_id.store(cfg.buf_id as u32, Relaxed);
         c.max_readers.store(cfg.max_readers, Relaxed);
-        let initial = if cfg.min_size.is_some() { cfg.initial_size.unwrap_or(cfg.size) } else { cfg.size };
+        let initial = if cfg.min_size.is_some() {
+            cfg.initial_size.unwrap_or(cfg.size)
+        } else {
+            cfg.size
+        };
         let e = &h.epochs.0;
         e.entries[0][0].store(0, Relaxed);
         e.entries[0][1].store(initial as u64, Relaxed);
@@ -139,7 +163,10 @@ impl Shared {
         h.p.0.epoch_gen.store(1, Relaxed);
         h.p.0.guard.store(u64::MAX, Relaxed);
         h.m.0.threshold.store(cfg.threshold, Relaxed);
-        h.m.0.latency_us.store(cfg.latency.as_micros().min(u32::MAX as u128) as u32, Relaxed);
+        h.m.0.latency_us.store(
+            cfg.latency.as_micros().min(u32::MAX as u128) as u32,
+            Relaxed,
+        );
         let ch = ctl.get::<CtlHeader>(0);
         // SYNC POINT: the magic words are stored last. Release publishes every Relaxed
         // header store above; pairs with the Acquire loads of the magics in
@@ -155,7 +182,11 @@ impl Shared {
             ctl: Some(ctl),
             layout: cfg.layout,
             sync: cfg.sync,
-            slot_size: if matches!(cfg.layout, Layout::Slots | Layout::Tags) { cfg.slot_size as u64 } else { 0 },
+            slot_size: if matches!(cfg.layout, Layout::Slots | Layout::Tags) {
+                cfg.slot_size as u64
+            } else {
+                0
+            },
             max_cap: cfg.size as u64,
             min_cap: cfg.min_cap() as u64,
             max_readers: cfg.max_readers as usize,
@@ -180,8 +211,14 @@ impl Shared {
                     // SYNC POINT: Acquire, pairs with `create`'s Release store of the magic.
                     // (It orders only what is loaded after it; pid, start and state above
                     // are Relaxed loads made before it.)
-                    if h.c.0.magic.load(Acquire) == MAGIC_DATA && !closed && sys::process_alive(pid, start) {
-                        return Err(Error::InUse { name: name.to_string(), pid });
+                    if h.c.0.magic.load(Acquire) == MAGIC_DATA
+                        && !closed
+                        && sys::process_alive(pid, start)
+                    {
+                        return Err(Error::InUse {
+                            name: name.to_string(),
+                            pid,
+                        });
                     }
                 }
             }
@@ -196,7 +233,12 @@ impl Shared {
     /// Validate a mapped data segment (it may come from a hostile or corrupt peer).
     fn from_segments(name: &str, data: Segment, ctl: Option<Segment>) -> Result<Arc<Shared>> {
         fences::init();
-        let bad = |why: String| Err(Error::BadRing { name: name.to_string(), why });
+        let bad = |why: String| {
+            Err(Error::BadRing {
+                name: name.to_string(),
+                why,
+            })
+        };
         if data.len() < DATA_OFFSET + 4096 {
             return bad(format!("data segment of {} bytes is too small", data.len()));
         }
@@ -205,10 +247,15 @@ impl Shared {
         // SYNC POINT: Acquire, pairs with `create`'s Release store of the data magic: the
         // header fields loaded below are the creator's.
         if c.magic.load(Acquire) != MAGIC_DATA {
-            return bad("bad magic in data segment (not a beltway ring, or still being created)".into());
+            return bad(
+                "bad magic in data segment (not a beltway ring, or still being created)".into(),
+            );
         }
         if c.version.load(Relaxed) != VERSION {
-            return bad(format!("version {} (expected {VERSION})", c.version.load(Relaxed)));
+            return bad(format!(
+                "version {} (expected {VERSION})",
+                c.version.load(Relaxed)
+            ));
         }
         let Some(layout) = Layout::from_code(c.layout.load(Relaxed)) else {
             return bad(format!("unknown layout code {}", c.layout.load(Relaxed)));
@@ -219,13 +266,18 @@ impl Shared {
         let max_cap = c.max_cap.load(Relaxed);
         let min_cap = c.min_cap.load(Relaxed);
         if !max_cap.is_power_of_two() || max_cap as usize + DATA_OFFSET > data.len() {
-            return bad(format!("data area of {max_cap} bytes does not fit a {}-byte segment", data.len()));
+            return bad(format!(
+                "data area of {max_cap} bytes does not fit a {}-byte segment",
+                data.len()
+            ));
         }
         if !min_cap.is_power_of_two() || min_cap > max_cap || min_cap < 4096 {
             return bad(format!("minimum size {min_cap} is invalid"));
         }
         let slot_size = c.slot_size.load(Relaxed) as u64;
-        if matches!(layout, Layout::Slots | Layout::Tags) && (!slot_size.is_power_of_two() || slot_size < 16 || slot_size > min_cap) {
+        if matches!(layout, Layout::Slots | Layout::Tags)
+            && (!slot_size.is_power_of_two() || slot_size < 16 || slot_size > min_cap)
+        {
             return bad(format!("slot size {slot_size} is invalid"));
         }
         let max_readers = c.max_readers.load(Relaxed) as usize;
@@ -235,7 +287,10 @@ impl Shared {
         let ctl = match ctl {
             Some(seg) => {
                 if seg.len() < ctl_len(max_readers) {
-                    return bad(format!("control segment of {} bytes holds fewer than {max_readers} slots", seg.len()));
+                    return bad(format!(
+                        "control segment of {} bytes holds fewer than {max_readers} slots",
+                        seg.len()
+                    ));
                 }
                 // SYNC POINT: Acquire, pairs with `create`'s Release store of the control
                 // magic (the control segment is zeroed apart from it).
@@ -251,7 +306,11 @@ impl Shared {
             name: name.to_string(),
             layout,
             sync,
-            slot_size: if matches!(layout, Layout::Slots | Layout::Tags) { slot_size } else { 0 },
+            slot_size: if matches!(layout, Layout::Slots | Layout::Tags) {
+                slot_size
+            } else {
+                0
+            },
             max_cap,
             min_cap,
             max_readers,
@@ -270,9 +329,13 @@ impl Shared {
     /// unregistered observer).
     pub(crate) fn open_named(name: &str, write: bool) -> Result<Arc<Shared>> {
         let path = shm_path(name)?;
-        let data = Segment::open_path(&path, write).map_err(|e| Error::os(name, "open data segment", e))?;
+        let data = Segment::open_path(&path, write)
+            .map_err(|e| Error::os(name, "open data segment", e))?;
         if write && !data.writable() {
-            return Err(Error::Permission { name: name.to_string(), what: "write access to the data segment".into() });
+            return Err(Error::Permission {
+                name: name.to_string(),
+                what: "write access to the data segment".into(),
+            });
         }
         // A client that cannot write the control segment (or finds none) is an observer.
         let ctl = match Segment::open_path(&format!("{path}.ctl"), true) {
@@ -299,10 +362,17 @@ impl Shared {
             let count = t.count.load(Relaxed);
             let get = |i: u64| {
                 let e = &t.entries[(i % EPOCHS as u64) as usize];
-                Epoch { start: e[0].load(Relaxed), size: e[1].load(Relaxed) }
+                Epoch {
+                    start: e[0].load(Relaxed),
+                    size: e[1].load(Relaxed),
+                }
             };
             let cur = get(count.saturating_sub(1));
-            let prev = if count >= 2 { Some(get(count - 2)) } else { None };
+            let prev = if count >= 2 {
+                Some(get(count - 2))
+            } else {
+                None
+            };
             // SYNC POINT: Acquire fence, pairs with the Release fence after the odd increment
             // in `Writer::maybe_resize`: if an entry load above saw a store of a resize in
             // progress, the re-load of seq below sees its odd increment (or later) and
@@ -310,8 +380,17 @@ impl Shared {
             fence(Acquire);
             if t.seq.load(Relaxed) == s1 {
                 // A corrupt table must not make us index outside the data area.
-                let sane = |e: &Epoch| e.size.is_power_of_two() && e.size <= self.max_cap && e.size >= self.min_cap;
-                let cur = if sane(&cur) { cur } else { Epoch { start: cur.start, size: self.min_cap } };
+                let sane = |e: &Epoch| {
+                    e.size.is_power_of_two() && e.size <= self.max_cap && e.size >= self.min_cap
+                };
+                let cur = if sane(&cur) {
+                    cur
+                } else {
+                    Epoch {
+                        start: cur.start,
+                        size: self.min_cap,
+                    }
+                };
                 let prev = prev.filter(sane);
                 return (prev, cur, count);
             }
@@ -353,24 +432,34 @@ impl Shared {
         let mut payload = Vec::from(self.name.as_bytes());
         payload.truncate(200);
         payload.insert(0, payload.len() as u8);
-        sys::send_fds(sock, &payload, &fds).map_err(|e| Error::os(&self.name, "send ring descriptors", e))
+        sys::send_fds(sock, &payload, &fds)
+            .map_err(|e| Error::os(&self.name, "send ring descriptors", e))
     }
 
     /// Receive a ring sent with [`Shared::send`].
     pub fn recv(sock: &UnixStream) -> Result<Arc<Shared>> {
         let mut buf = [0u8; 256];
-        let (n, fds) = sys::recv_fds(sock, &mut buf, 2).map_err(|e| Error::os("<socket>", "receive ring descriptors", e))?;
+        let (n, fds) = sys::recv_fds(sock, &mut buf, 2)
+            .map_err(|e| Error::os("<socket>", "receive ring descriptors", e))?;
         if n == 0 {
-            return Err(Error::BadRing { name: "<socket>".into(), why: "peer closed before sending a ring".into() });
+            return Err(Error::BadRing {
+                name: "<socket>".into(),
+                why: "peer closed before sending a ring".into(),
+            });
         }
         let len = (buf[0] as usize).min(n - 1);
         let name = String::from_utf8_lossy(&buf[1..1 + len]).into_owned();
         let mut fds = fds.into_iter();
-        let data: OwnedFd = fds.next().ok_or_else(|| Error::BadRing { name: name.clone(), why: "no descriptors received".into() })?;
-        let data = Segment::from_fd(data).map_err(|e| Error::os(&name, "map received data segment", e))?;
+        let data: OwnedFd = fds.next().ok_or_else(|| Error::BadRing {
+            name: name.clone(),
+            why: "no descriptors received".into(),
+        })?;
+        let data =
+            Segment::from_fd(data).map_err(|e| Error::os(&name, "map received data segment", e))?;
         let ctl = match fds.next() {
             Some(fd) => {
-                let seg = Segment::from_fd(fd).map_err(|e| Error::os(&name, "map received control segment", e))?;
+                let seg = Segment::from_fd(fd)
+                    .map_err(|e| Error::os(&name, "map received control segment", e))?;
                 seg.writable().then_some(seg)
             }
             None => None,
@@ -398,7 +487,10 @@ pub struct RingRef(pub(crate) Arc<Shared>);
 impl RingRef {
     /// Whether the process that created the ring (its writer) still runs, and its pid.
     pub fn writer(&self) -> (u32, bool) {
-        (self.0.hdr().c.0.writer_pid.load(Relaxed), self.0.writer_alive())
+        (
+            self.0.hdr().c.0.writer_pid.load(Relaxed),
+            self.0.writer_alive(),
+        )
     }
 
     /// Readers attached right now (registered, lossless or not).
@@ -427,7 +519,10 @@ impl RingRef {
     pub fn from_fds(name: &str, data: OwnedFd, ctl: Option<OwnedFd>) -> Result<RingRef> {
         let data = Segment::from_fd(data).map_err(|e| Error::os(name, "map data segment", e))?;
         let ctl = match ctl {
-            Some(fd) => Some(Segment::from_fd(fd).map_err(|e| Error::os(name, "map control segment", e))?).filter(|s| s.writable()),
+            Some(fd) => {
+                Some(Segment::from_fd(fd).map_err(|e| Error::os(name, "map control segment", e))?)
+                    .filter(|s| s.writable())
+            }
             None => None,
         };
         Ok(RingRef(Shared::from_segments(name, data, ctl)?))

@@ -41,6 +41,11 @@ pub struct Writer {
     /// Open poke reservation (start position, length).
     open: Option<(u64, u64)>,
     closed: bool,
+    /// Batched commits ([`Writer::set_deferred`]): writes become visible only at
+    /// [`Writer::commit`].
+    deferred: bool,
+    /// Units written since the last commit (deferred mode).
+    staged: u32,
 }
 
 impl Writer {
@@ -60,7 +65,10 @@ impl Writer {
 
     fn with_shared(sh: Arc<Shared>, cfg: &RingConfig) -> Writer {
         let (prev, cur, _) = sh.load_epochs();
-        let scaling = cfg.min_size.map(|min| Scaling { window_bytes: cfg.scaling_window as u64, ..Scaling::new(min as u64, cfg.size as u64, cfg.calm_laps) });
+        let scaling = cfg.min_size.map(|min| Scaling {
+            window_bytes: cfg.scaling_window as u64,
+            ..Scaling::new(min as u64, cfg.size as u64, cfg.calm_laps)
+        });
         Writer {
             sh,
             token: WriteToken::default(),
@@ -79,6 +87,8 @@ impl Writer {
             window: (0, sys::now_ns()),
             open: None,
             closed: false,
+            deferred: false,
+            staged: 0,
         }
     }
 
@@ -89,7 +99,32 @@ impl Writer {
     pub fn shared(&self) -> &Arc<Shared> {
         &self.sh
     }
-    /// Next position to be written (everything below is committed).
+    /// Batched commits (thesis 5.2.2: signals are batched by the sender). Off: every write
+    /// is committed at once (one release store of the write position, one look at whether
+    /// a reader sleeps). On: writes are only staged; [`Writer::commit`] (or
+    /// [`Writer::flush`], [`Writer::close`]) makes all of them visible with one store, and
+    /// the write position's cache line moves to the readers' core once per batch instead
+    /// of once per record. A writer never waits for room with writes staged (it commits
+    /// them first, or the readers could never release what it waits for), and a sleeping
+    /// reader is still woken after `threshold` staged units.
+    pub fn set_deferred(&mut self, on: bool) {
+        if !on {
+            self.commit();
+        }
+        self.deferred = on;
+    }
+
+    /// Make every staged write visible to readers (deferred mode; see
+    /// [`Writer::set_deferred`]), waking sleeping readers per the moderation policy.
+    pub fn commit(&mut self) {
+        if self.staged > 0 {
+            let n = std::mem::take(&mut self.staged);
+            self.commit_units(self.pos, n);
+        }
+    }
+
+    /// Next position to be written (everything below is written; in deferred mode, not
+    /// necessarily committed).
     pub fn position(&self) -> u64 {
         self.pos
     }
@@ -98,18 +133,26 @@ impl Writer {
     }
     /// Largest record this ring accepts (payload bytes).
     pub fn max_record(&self) -> usize {
-        self.sh.layout.max_payload(self.sh.slot_size, self.sh.min_cap)
+        self.sh
+            .layout
+            .max_payload(self.sh.slot_size, self.sh.min_cap)
     }
 
     /// Block until `n` readers are attached (FIFO open semantics) or the timeout passes.
     pub fn wait_for_readers(&self, n: u32, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let ctl = self.sh.ctl().expect("a writer always maps the control segment");
+        let ctl = self
+            .sh
+            .ctl()
+            .expect("a writer always maps the control segment");
         // SYNC POINT: Acquire loads of the reader count, pair with the AcqRel increment in
         // `Reader::attach` (a count: nothing is read through it).
         while ctl.r.0.active.load(Acquire) < n {
             if Instant::now() >= deadline {
-                return Err(Error::TimedOut { name: self.sh.name.clone(), what: "waiting for readers" });
+                return Err(Error::TimedOut {
+                    name: self.sh.name.clone(),
+                    what: "waiting for readers",
+                });
             }
             // SYNC POINT: eventcount read before the re-check; Acquire pairs with the Release
             // increment in `Reader::attach`, which follows its increment of `active`, so
@@ -126,11 +169,17 @@ impl Writer {
     /// Deck-cut: at a lap boundary that closes a scaling window, decide the next size.
     fn maybe_resize(&mut self) {
         let Some(policy) = self.scaling else { return };
-        if !self.cur.at_lap_boundary(self.pos) || self.pos - self.window.0 < policy.window_bytes.max(self.cur.size) {
+        if !self.cur.at_lap_boundary(self.pos)
+            || self.pos - self.window.0 < policy.window_bytes.max(self.cur.size)
+        {
             return;
         }
         let now = sys::now_ns();
-        let report = LapReport { bytes: self.pos - self.window.0, nanos: now - self.window.1, writer_blocked: std::mem::take(&mut self.lap_blocked) };
+        let report = LapReport {
+            bytes: self.pos - self.window.0,
+            nanos: now - self.window.1,
+            writer_blocked: std::mem::take(&mut self.lap_blocked),
+        };
         self.window = (self.pos, now);
         let next = policy.next_size(self.cur.size, report, &mut self.scale);
         if next == self.cur.size {
@@ -151,7 +200,10 @@ impl Writer {
             // `Reader::check` / `IbufReader` checks that precede their tail load.
             fence(Release);
         }
-        let e = Epoch { start: self.pos, size: next };
+        let e = Epoch {
+            start: self.pos,
+            size: next,
+        };
         let t = &self.sh.hdr().epochs.0;
         let count = t.count.load(Relaxed);
         // SYNC POINT: seqlock write side. The odd increment, then a Release fence that orders
@@ -187,7 +239,9 @@ impl Writer {
     fn prepare(&mut self, n: u64) -> Result<u64> {
         debug_assert!(n <= self.cur.room_to_lap_end(self.pos));
         if self.closed {
-            return Err(Error::Closed { name: self.sh.name.clone() });
+            return Err(Error::Closed {
+                name: self.sh.name.clone(),
+            });
         }
         let end = self.pos + n;
         let need = pos::horizon(self.prev, self.cur, end);
@@ -208,6 +262,10 @@ impl Writer {
 
     /// Wait until every lossless reader has released positions below `need`.
     fn ensure_released(&mut self, need: u64) -> Result<()> {
+        if need > self.release.min {
+            // Readers release only what they can see.
+            self.commit();
+        }
         if need > self.release.min && self.pending > 0 {
             // We may have to wait for readers: they must not sit on a partial batch
             // meanwhile (the batch can never fill while we wait).
@@ -222,9 +280,31 @@ impl Writer {
         Ok(())
     }
 
-    /// Commit everything below `end` and wake readers per the moderation policy.
+    /// Commit everything below `end` (deferred mode: stage it) and wake readers per the
+    /// moderation policy.
     fn publish(&mut self, end: u64) {
         self.pos = end;
+        if self.deferred {
+            self.staged += 1;
+            // A sleeping reader is owed a wake-up after `threshold` units even while the
+            // batch goes on (one look per `threshold` units at the sleep bit).
+            if self.staged % self.threshold.max(1) == 0 && self.reader_sleeps() {
+                self.commit();
+            }
+            return;
+        }
+        self.commit_units(end, 1);
+    }
+
+    /// Whether a reader has set the sleep bit (a hint: `commit_units` does the handshake).
+    fn reader_sleeps(&self) -> bool {
+        self.sh
+            .ctl()
+            .is_some_and(|c| c.r.0.data_seq.load(Relaxed) & 1 != 0)
+    }
+
+    /// Commit everything below `end`, `units` records or writes since the last commit.
+    fn commit_units(&mut self, end: u64, units: u32) {
         let sh = &*self.sh;
         // SYNC POINT: publish (Release, see `fences::publish`; pairs with the readers'
         // Acquire load of write_pos in `refresh`) then load the eventcount (Relaxed);
@@ -238,11 +318,11 @@ impl Writer {
             self.pending = 0;
             return;
         }
-        self.pending += 1;
+        self.pending += units;
         let mut wake = self.pending >= self.threshold || r.deep_sleepers.load(Relaxed) != 0;
         if !wake {
             let now = sys::now_ns();
-            if self.pending == 1 {
+            if self.pending == units {
                 self.first_pending_ns = now;
             } else if now - self.first_pending_ns >= self.latency_ns {
                 wake = true;
@@ -258,8 +338,9 @@ impl Writer {
         wake_all(&self.sh);
     }
 
-    /// Wake sleeping readers now (flush a partial batch).
+    /// Commit what is staged and wake sleeping readers now (flush a partial batch).
     pub fn flush(&mut self) {
+        self.commit();
         if self.pending > 0 {
             self.wake_readers();
         }
@@ -271,7 +352,9 @@ impl Writer {
             let room = self.room();
             let n = room.min((data.len() - done) as u64);
             let off = self.prepare(n)?;
-            self.sh.data.write_at(DATA_OFFSET + off as usize, &data[done..done + n as usize]);
+            self.sh
+                .data
+                .write_at(DATA_OFFSET + off as usize, &data[done..done + n as usize]);
             done += n as usize;
             self.publish(self.pos + n);
         }
@@ -288,7 +371,9 @@ impl Writer {
             // Pad the rest of the lap (records never wrap).
             let off = self.prepare(room)?;
             if let Some(pad) = self.sh.layout.padding(room) {
-                self.sh.data.write_at(DATA_OFFSET + off as usize, pad.bytes());
+                self.sh
+                    .data
+                    .write_at(DATA_OFFSET + off as usize, pad.bytes());
             }
             self.publish(self.pos + room);
             let _ = self.room();
@@ -298,7 +383,11 @@ impl Writer {
 
     fn record_size(&self, len: usize) -> Result<u64> {
         if len > self.max_record() {
-            return Err(Error::TooLarge { name: self.sh.name.clone(), len, max: self.max_record() });
+            return Err(Error::TooLarge {
+                name: self.sh.name.clone(),
+                len,
+                max: self.max_record(),
+            });
         }
         Ok(self.sh.layout.record_total(len as u64, self.sh.slot_size))
     }
@@ -306,10 +395,17 @@ impl Writer {
     /// Byte rings: reserve `len` bytes that do not wrap (see `reserve_whole`).
     fn reserve_contiguous(&mut self, len: usize) -> Result<u64> {
         if self.sh.layout != Layout::Bytes {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "contiguous writes on a record ring" });
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "contiguous writes on a record ring",
+            });
         }
         if len as u64 > self.sh.min_cap {
-            return Err(Error::TooLarge { name: self.sh.name.clone(), len, max: self.sh.min_cap as usize });
+            return Err(Error::TooLarge {
+                name: self.sh.name.clone(),
+                len,
+                max: self.sh.min_cap as usize,
+            });
         }
         self.reserve_whole(len as u64)
     }
@@ -321,23 +417,78 @@ impl Writer {
         rec.commit()
     }
 
+    /// Tag rings: append whole tags (`data`, a multiple of the tag size) with one copy per
+    /// stretch up to the lap end instead of one record each. Returns the position of the
+    /// first. In deferred mode they count as that many staged units.
+    pub fn append_tags(&mut self, data: &[u8]) -> Result<u64> {
+        let unit = self.sh.slot_size as usize;
+        if self.sh.layout != Layout::Tags || data.len() % unit != 0 {
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "runs of tags on anything but a tag ring",
+            });
+        }
+        self.check_single_producer()?;
+        let first = self.pos;
+        let mut done = 0;
+        while done < data.len() {
+            // Never more than a quarter of the ring at once: readers release while we write.
+            let n = (self.room() as usize)
+                .min(data.len() - done)
+                .min((self.cur.size as usize / 4).max(unit))
+                / unit
+                * unit;
+            let off = self.prepare(n as u64)?;
+            self.sh
+                .data
+                .write_at(DATA_OFFSET + off as usize, &data[done..done + n]);
+            done += n;
+            let units = (n / unit) as u32;
+            self.pos += n as u64;
+            if self.deferred {
+                let before = self.staged;
+                self.staged += units;
+                let t = self.threshold.max(1);
+                if before / t != self.staged / t && self.reader_sleeps() {
+                    self.commit();
+                }
+            } else {
+                self.commit_units(self.pos, units);
+            }
+        }
+        Ok(first)
+    }
+
     /// Open a record of at most `max` payload bytes, to be filled with
     /// [`RecordBuilder::append`] (thesis `slfile_append`): appends adjust the open record's
     /// length without moving the write pointer until commit.
     pub fn open_record(&mut self, max: usize) -> Result<RecordBuilder<'_>> {
         if !self.sh.layout.is_record() {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "records on a byte ring" });
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "records on a byte ring",
+            });
         }
         self.check_single_producer()?;
         let total = self.record_size(max)?;
         let off = self.reserve_whole(total)?;
         let hdr = self.sh.layout.payload_hdr();
-        Ok(RecordBuilder { w: self, off, hdr, cap: max, len: 0, total })
+        Ok(RecordBuilder {
+            w: self,
+            off,
+            hdr,
+            cap: max,
+            len: 0,
+            total,
+        })
     }
 
     fn check_single_producer(&self) -> Result<()> {
         if self.sh.multi_producer {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "single-producer writes on a multi-producer ring (use MpWriter)" });
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "single-producer writes on a multi-producer ring (use MpWriter)",
+            });
         }
         Ok(())
     }
@@ -360,7 +511,10 @@ impl Writer {
     pub fn poke_acquire(&mut self, len: usize) -> Result<&mut [u8]> {
         self.check_single_producer()?;
         if self.open.is_some() {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "a second poke_acquire before poke_complete" });
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "a second poke_acquire before poke_complete",
+            });
         }
         let (off, n, start) = match self.sh.layout {
             Layout::Bytes => {
@@ -376,18 +530,28 @@ impl Writer {
             }
         };
         self.open = Some((start, n));
-        Ok(self.sh.data.reserved_mut(&mut self.token, DATA_OFFSET + off as usize, n as usize))
+        Ok(self
+            .sh
+            .data
+            .reserved_mut(&mut self.token, DATA_OFFSET + off as usize, n as usize))
     }
 
     /// `poke_complete`: commit the first `len` bytes of the acquired window (records: the
     /// record's final payload length). Returns the payload's absolute position.
     pub fn poke_complete(&mut self, len: usize) -> Result<u64> {
         let Some((start, cap)) = self.open.take() else {
-            return Err(Error::Unsupported { name: self.sh.name.clone(), what: "poke_complete without poke_acquire" });
+            return Err(Error::Unsupported {
+                name: self.sh.name.clone(),
+                what: "poke_complete without poke_acquire",
+            });
         };
         if len as u64 > cap {
             self.open = Some((start, cap));
-            return Err(Error::TooLarge { name: self.sh.name.clone(), len, max: cap as usize });
+            return Err(Error::TooLarge {
+                name: self.sh.name.clone(),
+                len,
+                max: cap as usize,
+            });
         }
         match self.sh.layout {
             Layout::Bytes => {
@@ -420,10 +584,18 @@ impl Writer {
     pub fn contiguous_need(&mut self, len: usize) -> Result<u64> {
         let len = len as u64;
         if len > self.sh.min_cap {
-            return Err(Error::TooLarge { name: self.sh.name.clone(), len: len as usize, max: self.sh.min_cap as usize });
+            return Err(Error::TooLarge {
+                name: self.sh.name.clone(),
+                len: len as usize,
+                max: self.sh.min_cap as usize,
+            });
         }
         let room = self.room();
-        let end = if room < len { self.pos + room + len } else { self.pos + len };
+        let end = if room < len {
+            self.pos + room + len
+        } else {
+            self.pos + len
+        };
         Ok(pos::horizon(self.prev, self.cur, end).max(self.tail))
     }
 
@@ -442,7 +614,12 @@ impl Writer {
         let off = self.reserve_contiguous(len)?;
         let at = self.pos;
         self.publish(at + len as u64);
-        Ok((at, self.sh.data.reserved_mut(&mut self.token, DATA_OFFSET + off as usize, len)))
+        Ok((
+            at,
+            self.sh
+                .data
+                .reserved_mut(&mut self.token, DATA_OFFSET + off as usize, len),
+        ))
     }
 
     /// A writable view of `len` committed bytes at `at` that the ring still holds (not
@@ -465,7 +642,11 @@ impl Writer {
         if off + len as u64 > ep.size {
             return None;
         }
-        Some(self.sh.data.reserved_mut(&mut self.token, DATA_OFFSET + off as usize, len))
+        Some(
+            self.sh
+                .data
+                .reserved_mut(&mut self.token, DATA_OFFSET + off as usize, len),
+        )
     }
 
     /// Return the unused end of the last [`Writer::alloc_contiguous`] (at `at`, of `len`
@@ -475,8 +656,20 @@ impl Writer {
     pub fn give_back(&mut self, at: u64, len: usize, used: usize) {
         if used < len && self.pos == at + len as u64 && self.open.is_none() {
             self.pos = at + used as u64;
-            // SYNC POINT: as in `publish` (no reader of this ring's own waits on it).
-            fences::publish(&self.sh.hdr().p.0.write_pos, self.pos);
+            if !self.deferred {
+                // SYNC POINT: as in `publish` (no reader of this ring's own waits on it).
+                fences::publish(&self.sh.hdr().p.0.write_pos, self.pos);
+            }
+        }
+    }
+
+    /// Byte rings whose readers learn where blocks are only from tags (see
+    /// [`Writer::alloc_contiguous`]): move the write position to the start of the next lap,
+    /// leaving the rest of this one unwritten (a producer that lays out its laps itself).
+    pub fn skip_lap(&mut self) {
+        let room = self.room();
+        if self.sh.layout == Layout::Bytes && room < self.cur.size && self.prepare(room).is_ok() {
+            self.publish(self.pos + room);
         }
     }
 
@@ -500,6 +693,7 @@ impl Writer {
         if self.closed {
             return;
         }
+        self.commit();
         self.closed = true;
         let h = self.sh.hdr();
         // SYNC POINT: the Release half pairs with the Acquire load in `Reader::ended` and
@@ -513,7 +707,6 @@ impl Writer {
     pub fn stats(&self) -> RingStats {
         self.sh.stats()
     }
-
 }
 
 impl Drop for Writer {
@@ -537,7 +730,11 @@ impl RecordBuilder<'_> {
     /// Append to the open record (thesis `slfile_append`); never wraps.
     pub fn append(&mut self, data: &[u8]) -> Result<&mut Self> {
         if self.len + data.len() > self.cap {
-            return Err(Error::TooLarge { name: self.w.sh.name.clone(), len: self.len + data.len(), max: self.cap });
+            return Err(Error::TooLarge {
+                name: self.w.sh.name.clone(),
+                len: self.len + data.len(),
+                max: self.cap,
+            });
         }
         let at = DATA_OFFSET + (self.off + self.hdr) as usize + self.len;
         self.w.sh.data.write_at(at, data);

@@ -17,7 +17,9 @@ pub fn fill_stream(start: u64, buf: &mut [u8]) {
 }
 
 pub fn check_stream(start: u64, buf: &[u8]) -> bool {
-    buf.iter().enumerate().all(|(k, b)| *b == stream_byte(start + k as u64))
+    buf.iter()
+        .enumerate()
+        .all(|(k, b)| *b == stream_byte(start + k as u64))
 }
 
 /// A self-validating record: seq (8) | len (4) | crc of payload (4) | payload.
@@ -35,13 +37,19 @@ pub fn make_record(seq: u64, len: usize) -> Vec<u8> {
 /// Validate a record; returns its sequence number.
 pub fn parse_record(r: &[u8]) -> Result<u64, String> {
     if r.len() < 16 {
-        return Err(format!("record of {} bytes is shorter than its header", r.len()));
+        return Err(format!(
+            "record of {} bytes is shorter than its header",
+            r.len()
+        ));
     }
     let seq = u64::from_le_bytes(r[..8].try_into().unwrap());
     let len = u32::from_le_bytes(r[8..12].try_into().unwrap()) as usize;
     let crc = u32::from_le_bytes(r[12..16].try_into().unwrap());
     if len != r.len() {
-        return Err(format!("record {seq}: length field {len} but {} bytes", r.len()));
+        return Err(format!(
+            "record {seq}: length field {len} but {} bytes",
+            r.len()
+        ));
     }
     if crc32fast::hash(&r[16..]) != crc {
         return Err(format!("record {seq}: checksum mismatch"));

@@ -50,9 +50,19 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
     for sc in scenarios {
         let ratio = sweep(plan, &sc)?;
         if sc.headline {
-            summary.add("batching_32_vs_1", ratio, None, "one CPU: throughput at threshold 32 vs 1 (thesis Fig 5.2: 2.36x)");
+            summary.add(
+                "batching_32_vs_1",
+                ratio,
+                None,
+                "one CPU: throughput at threshold 32 vs 1 (thesis Fig 5.2: 2.36x)",
+            );
         } else if sc.writer_work_ns > 0 {
-            summary.add("batching_32_vs_1_two_cpus", ratio, None, "two CPUs, producer-bound: threshold 32 vs 1");
+            summary.add(
+                "batching_32_vs_1_two_cpus",
+                ratio,
+                None,
+                "two CPUs, producer-bound: threshold 32 vs 1",
+            );
         }
     }
     Ok(())
@@ -61,14 +71,25 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
 /// Run every threshold of one scenario; returns the threshold-32 / threshold-1 ratio.
 fn sweep(plan: &Plan, sc: &Scenario) -> Result<f64> {
     println!("{}:", sc.title);
-    println!("{:>9} {:>10} {:>10} {:>8} {:>10} {:>13} {:>12}", "threshold", "krec/s", "MB/s", "vs t=1", "wake-ups", "records/wake", "writer waits");
+    println!(
+        "{:>9} {:>10} {:>10} {:>8} {:>10} {:>13} {:>12}",
+        "threshold", "krec/s", "MB/s", "vs t=1", "wake-ups", "records/wake", "writer waits"
+    );
     let records = if plan.quick { QUICK_RECORDS } else { RECORDS };
     let bytes = records * RECORD as u64;
     let (mut base, mut at32) = (None, 0.0);
     for t in THRESHOLDS {
         let (timing, stats) = plan.measure_with(|v| {
-            let reader_cpu = if sc.one_cpu { super::transfer::WRITER_CPU } else { super::transfer::READER_CPU };
-            let spec = StreamSpec { writer_work_ns: sc.writer_work_ns, reader_cpu, ..StreamSpec::new(RECORD, bytes, v) };
+            let reader_cpu = if sc.one_cpu {
+                super::transfer::WRITER_CPU
+            } else {
+                super::transfer::READER_CPU
+            };
+            let spec = StreamSpec {
+                writer_work_ns: sc.writer_work_ns,
+                reader_cpu,
+                ..StreamSpec::new(RECORD, bytes, v)
+            };
             let r = via_ring(RingConfig::bytes(RING_SIZE).slots(SLOT).threshold(t), &spec)?;
             Ok((r.secs, r.stats))
         })?;
@@ -86,6 +107,15 @@ fn sweep(plan: &Plan, sc: &Scenario) -> Result<f64> {
 }
 
 fn print_row(t: u32, rate: f64, mbps: f64, rel: f64, st: &RingStats, records: u64) {
-    let per_wake = if st.wakeups > 0 { format!("{:.1}", records as f64 / st.wakeups as f64) } else { "-".into() };
-    println!("{t:>9} {:>10.0} {mbps:>10.0} {rel:>7.2}x {:>10} {per_wake:>13} {:>12}", rate / 1e3, st.wakeups, st.writer_waits);
+    let per_wake = if st.wakeups > 0 {
+        format!("{:.1}", records as f64 / st.wakeups as f64)
+    } else {
+        "-".into()
+    };
+    println!(
+        "{t:>9} {:>10.0} {mbps:>10.0} {rel:>7.2}x {:>10} {per_wake:>13} {:>12}",
+        rate / 1e3,
+        st.wakeups,
+        st.writer_waits
+    );
 }

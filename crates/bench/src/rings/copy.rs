@@ -9,7 +9,12 @@ use beltway::RingConfig;
 use std::io::Write;
 
 /// Block sizes and their (full-mode) volumes: the slowest peer (the pipe) runs ~0.3-2 s.
-const BLOCKS: [(usize, u64); 4] = [(64, 128 * MIB as u64), (KIB, 512 * MIB as u64), (16 * KIB, GIB as u64), (64 * KIB, GIB as u64)];
+const BLOCKS: [(usize, u64); 4] = [
+    (64, 128 * MIB as u64),
+    (KIB, 512 * MIB as u64),
+    (16 * KIB, GIB as u64),
+    (64 * KIB, GIB as u64),
+];
 const RING_SIZES: [usize; 4] = [64 * KIB, MIB, 16 * MIB, 64 * MIB];
 /// Default wake-up threshold of a ring (RingConfig::default().threshold).
 const THRESHOLD: usize = 32;
@@ -28,20 +33,29 @@ struct Row {
 
 impl Row {
     fn best_ring(&self) -> (usize, f64) {
-        let (i, v) = self.ring.iter().enumerate().fold((0, 0.0), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
+        let (i, v) = self
+            .ring
+            .iter()
+            .enumerate()
+            .fold((0, 0.0), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
         (RING_SIZES[i], v)
     }
 }
 
 pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
     println!("\n== 1. Copy throughput: write then read, separate processes (thesis Fig 7.1) ==");
-    println!("beltway: SRP byte ring, threshold 32, Writer::write / Reader::read of one block each");
+    println!(
+        "beltway: SRP byte ring, threshold 32, Writer::write / Reader::read of one block each"
+    );
     println!("MB/s (10^6 B/s), best run; `spsc` = two threads over a {} shared-memory ring (upper bound)", fmt_size(SPSC_SIZE as u64));
     let mut header = format!("{:>7}", "block");
     for s in RING_SIZES {
         header += &format!(" {:>11}", format!("ring {}", fmt_size(s as u64)));
     }
-    header += &format!(" {:>10} {:>10} {:>11} {:>9} {:>9}", "unix pipe", "spsc", "best ring", "vs pipe", "vs spsc");
+    header += &format!(
+        " {:>10} {:>10} {:>11} {:>9} {:>9}",
+        "unix pipe", "spsc", "best ring", "vs pipe", "vs spsc"
+    );
     println!("{header}");
     let mut rows = Vec::new();
     let mut pipe_capacity = 0;
@@ -66,13 +80,28 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
         let pipe = t.mbps(bytes);
         print!(" {pipe:>10.0}");
         flush();
-        let spsc = plan.measure(|v| via_threads(SPSC_SIZE, &spec(v)))?.mbps(bytes);
-        let row = Row { block, ring, pipe, spsc };
+        let spsc = plan
+            .measure(|v| via_threads(SPSC_SIZE, &spec(v)))?
+            .mbps(bytes);
+        let row = Row {
+            block,
+            ring,
+            pipe,
+            spsc,
+        };
         let (best_size, best) = row.best_ring();
-        println!(" {spsc:>10.0} {:>11} {:>8.2}x {:>9.2}", fmt_size(best_size as u64), best / pipe, best / spsc);
+        println!(
+            " {spsc:>10.0} {:>11} {:>8.2}x {:>9.2}",
+            fmt_size(best_size as u64),
+            best / pipe,
+            best / spsc
+        );
         rows.push(row);
     }
-    println!("default Unix pipe capacity: {pipe_capacity} bytes ({})", fmt_size(pipe_capacity as u64));
+    println!(
+        "default Unix pipe capacity: {pipe_capacity} bytes ({})",
+        fmt_size(pipe_capacity as u64)
+    );
     println!("* ring holds fewer blocks than the wake-up threshold ({THRESHOLD}): every batch is cut short by a full ring");
     headlines(&rows, summary);
     Ok(())
@@ -80,17 +109,39 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
 
 fn headlines(rows: &[Row], summary: &mut Summary) {
     let find = |b: usize| rows.iter().find(|r| r.block == b);
-    for (block, name, target) in [(64, "64B", 10.0), (KIB, "1KiB", 4.0), (64 * KIB, "64KiB", 2.0)] {
+    for (block, name, target) in [
+        (64, "64B", 10.0),
+        (KIB, "1KiB", 4.0),
+        (64 * KIB, "64KiB", 2.0),
+    ] {
         if let Some(r) = find(block) {
             let (size, best) = r.best_ring();
-            let note = format!("best ring {} ({best:.0} MB/s) vs pipe ({:.0} MB/s)", fmt_size(size as u64), r.pipe);
-            summary.add(&format!("pipe_copy_{name}_vs_unix_pipe"), best / r.pipe, Some(Target::AtLeast(target)), note);
+            let note = format!(
+                "best ring {} ({best:.0} MB/s) vs pipe ({:.0} MB/s)",
+                fmt_size(size as u64),
+                r.pipe
+            );
+            summary.add(
+                &format!("pipe_copy_{name}_vs_unix_pipe"),
+                best / r.pipe,
+                Some(Target::AtLeast(target)),
+                note,
+            );
         }
     }
     if let Some(r) = find(KIB) {
         let (size, best) = r.best_ring();
-        let note = format!("best ring {} vs SPSC thread ring ({:.0} MB/s); target: within 20%", fmt_size(size as u64), r.spsc);
-        summary.add("pipe_copy_1KiB_vs_spsc_upper_bound", best / r.spsc, Some(Target::AtLeast(0.8)), note);
+        let note = format!(
+            "best ring {} vs SPSC thread ring ({:.0} MB/s); target: within 20%",
+            fmt_size(size as u64),
+            r.spsc
+        );
+        summary.add(
+            "pipe_copy_1KiB_vs_spsc_upper_bound",
+            best / r.spsc,
+            Some(Target::AtLeast(0.8)),
+            note,
+        );
     }
 }
 

@@ -23,14 +23,25 @@ const QUICK_DIV: u64 = 256;
 
 pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
     println!("\n== 4. Self-scaling ring (deck-cut) vs. static sizes (thesis Fig 4.8) ==");
-    println!("copy throughput, {} blocks, SRP byte rings, writer and reader processes; MB/s, best run", fmt_size(BLOCK as u64));
-    let base = if plan.quick { VOLUME / QUICK_DIV } else { VOLUME };
+    println!(
+        "copy throughput, {} blocks, SRP byte rings, writer and reader processes; MB/s, best run",
+        fmt_size(BLOCK as u64)
+    );
+    let base = if plan.quick {
+        VOLUME / QUICK_DIV
+    } else {
+        VOLUME
+    };
     let bytes = plan.volume(base, BLOCK, Verify::Stamps);
     let spec = |v| StreamSpec::new(BLOCK, plan.volume(base, BLOCK, v), v);
     let mut fixed = Vec::new();
     for size in FIXED {
         let t = plan.measure(|v| Ok(via_ring(RingConfig::bytes(size), &spec(v))?.secs))?;
-        println!("  static {:>6}: {:>8.0}", fmt_size(size as u64), t.mbps(bytes));
+        println!(
+            "  static {:>6}: {:>8.0}",
+            fmt_size(size as u64),
+            t.mbps(bytes)
+        );
         fixed.push((size, t.mbps(bytes)));
     }
     let cfg = RingConfig::bytes(MAX).self_scaling(MIN, MAX);
@@ -39,24 +50,45 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
         Ok((r.secs, r))
     })?;
     let scaling = t.mbps(bytes);
-    println!("  self-scaling {}..{} from {}: {scaling:>8.0}", fmt_size(MIN as u64), fmt_size(MAX as u64), fmt_size(MAX as u64));
+    println!(
+        "  self-scaling {}..{} from {}: {scaling:>8.0}",
+        fmt_size(MIN as u64),
+        fmt_size(MAX as u64),
+        fmt_size(MAX as u64)
+    );
     describe_scaling(&run, bytes);
 
-    let (best_size, best) = fixed.iter().copied().fold((0, 0.0), |b, (s, v)| if v > b.1 { (s, v) } else { b });
+    let (best_size, best) = fixed
+        .iter()
+        .copied()
+        .fold((0, 0.0), |b, (s, v)| if v > b.1 { (s, v) } else { b });
     let static_max = fixed.last().map_or(0.0, |f| f.1);
-    summary.add("deckcut_vs_static_64MiB", scaling / static_max, Some(Target::AtLeast(2.0)), format!("self-scaling {scaling:.0} MB/s vs static 64MiB {static_max:.0} MB/s"));
+    summary.add(
+        "deckcut_vs_static_64MiB",
+        scaling / static_max,
+        Some(Target::AtLeast(2.0)),
+        format!("self-scaling {scaling:.0} MB/s vs static 64MiB {static_max:.0} MB/s"),
+    );
     summary.add(
         "deckcut_vs_best_fixed",
         scaling / best,
         Some(Target::AtLeast(0.95)),
-        format!("vs best static size {} ({best:.0} MB/s); ring ended at {}", fmt_size(best_size as u64), fmt_size(run.final_size)),
+        format!(
+            "vs best static size {} ({best:.0} MB/s); ring ended at {}",
+            fmt_size(best_size as u64),
+            fmt_size(run.final_size)
+        ),
     );
     Ok(())
 }
 
 /// How the self-scaling ring behaved in its fastest run.
 fn describe_scaling(run: &RingRun, bytes: u64) {
-    println!("    {} resizes (RingStats::resizes), final active size {} (Writer::active_size)", run.stats.resizes, fmt_size(run.final_size));
+    println!(
+        "    {} resizes (RingStats::resizes), final active size {} (Writer::active_size)",
+        run.stats.resizes,
+        fmt_size(run.final_size)
+    );
     // Bytes written at each active size.
     let mut at_size: BTreeMap<u64, u64> = BTreeMap::new();
     let (mut size, mut from) = (run.initial_size, 0);
@@ -65,17 +97,43 @@ fn describe_scaling(run: &RingRun, bytes: u64) {
         (size, from) = (r.size, r.pos);
     }
     *at_size.entry(size).or_default() += bytes - from;
-    let shares: Vec<String> = at_size.iter().rev().map(|(s, b)| format!("{} {:.0}%", fmt_size(*s), 100.0 * *b as f64 / bytes as f64)).collect();
-    println!("    share of the stream written at each size: {}", shares.join(", "));
-    let trace: Vec<String> = run.resizes.iter().take(24).map(|r| format!("{}@{}", fmt_size(r.size), fmt_size(r.pos / MIB as u64 * MIB as u64))).collect();
+    let shares: Vec<String> = at_size
+        .iter()
+        .rev()
+        .map(|(s, b)| format!("{} {:.0}%", fmt_size(*s), 100.0 * *b as f64 / bytes as f64))
+        .collect();
+    println!(
+        "    share of the stream written at each size: {}",
+        shares.join(", ")
+    );
+    let trace: Vec<String> = run
+        .resizes
+        .iter()
+        .take(24)
+        .map(|r| {
+            format!(
+                "{}@{}",
+                fmt_size(r.size),
+                fmt_size(r.pos / MIB as u64 * MIB as u64)
+            )
+        })
+        .collect();
     if !trace.is_empty() {
         let more = if run.resizes.len() > 24 { " ..." } else { "" };
-        println!("    resizes (new size @ bytes written): {}{more}", trace.join(" "));
+        println!(
+            "    resizes (new size @ bytes written): {}{more}",
+            trace.join(" ")
+        );
     }
     if let Some(last) = run.resizes.last() {
         if bytes - last.pos >= bytes / 4 {
             let secs = run.end_ns.saturating_sub(last.at_ns) as f64 / 1e9;
-            println!("    settled at {} after {}: {:.0} MB/s over the rest of the stream", fmt_size(last.size), fmt_size(last.pos), (bytes - last.pos) as f64 / secs / 1e6);
+            println!(
+                "    settled at {} after {}: {:.0} MB/s over the rest of the stream",
+                fmt_size(last.size),
+                fmt_size(last.pos),
+                (bytes - last.pos) as f64 / secs / 1e6
+            );
         } else {
             println!("    not settled: last resize in the final quarter of the stream");
         }

@@ -45,20 +45,32 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
     println!("\n== 2. Zero-copy forwarding, ring A -> output, cached (thesis Fig 4.4) ==");
     println!("A and B: {} SRP byte rings; IBuf: tag ring with A registered; one thread, batches of one ring-full", fmt_size(RING_SIZE as u64));
     println!("MB/s of forwarded payload, forwarding time only (best run)");
-    println!("{:>7} {:>20} {:>20} {:>20} {:>14}", "block", Method::Copy.label(), Method::PeekWrite.label(), Method::Splice.label(), "splice/copy");
+    println!(
+        "{:>7} {:>20} {:>20} {:>20} {:>14}",
+        "block",
+        Method::Copy.label(),
+        Method::PeekWrite.label(),
+        Method::Splice.label(),
+        "splice/copy"
+    );
     for (block, base) in BLOCKS {
         let base = if plan.quick { base / QUICK_DIV } else { base };
         let bytes = plan.volume(base, block, Verify::Stamps);
         print!("{:>7}", fmt_size(block as u64));
         let mut rate = [0.0; 3];
         for (i, m) in Method::ALL.into_iter().enumerate() {
-            rate[i] = plan.measure(|v| forward(m, block, plan.volume(base, block, v), v))?.mbps(bytes);
+            rate[i] = plan
+                .measure(|v| forward(m, block, plan.volume(base, block, v), v))?
+                .mbps(bytes);
             print!(" {:>20.0}", rate[i]);
         }
         let ratio = rate[2] / rate[0];
         println!(" {ratio:>13.2}x");
         let name = format!("splice_vs_copy_{}", fmt_size(block as u64));
-        let note = format!("splice {:.0} MB/s vs read+write copy {:.0} MB/s", rate[2], rate[0]);
+        let note = format!(
+            "splice {:.0} MB/s vs read+write copy {:.0} MB/s",
+            rate[2], rate[0]
+        );
         let target = (block == 64 * KIB).then_some(Target::AtLeast(3.0));
         summary.add(&name, ratio, target, note);
     }
@@ -100,13 +112,17 @@ fn forward(method: Method, block: usize, bytes: u64, verify: Verify) -> Result<f
                     w.write(&buf)?;
                 }
                 (Output::Ring { w, .. }, _) => {
-                    let p = a_r.peek_acquire(block)?.ok_or_else(|| err("ring A ended early"))?;
+                    let p = a_r
+                        .peek_acquire(block)?
+                        .ok_or_else(|| err("ring A ended early"))?;
                     expect_len(p.data.len(), block)?;
                     w.write(p.data)?;
                     a_r.peek_complete()?;
                 }
                 (Output::Ibuf { w, .. }, _) => {
-                    let p = a_r.peek_acquire(block)?.ok_or_else(|| err("ring A ended early"))?;
+                    let p = a_r
+                        .peek_acquire(block)?
+                        .ok_or_else(|| err("ring A ended early"))?;
                     expect_len(p.data.len(), block)?;
                     w.write(p.data)?;
                     a_r.peek_complete()?;
@@ -119,7 +135,10 @@ fn forward(method: Method, block: usize, bytes: u64, verify: Verify) -> Result<f
     }
     if let Output::Ibuf { w, .. } = &out {
         if w.spliced != total || w.copied != 0 {
-            return Err(err(format!("splicing: {} of {total} blocks spliced, {} copied", w.spliced, w.copied)));
+            return Err(err(format!(
+                "splicing: {} of {total} blocks spliced, {} copied",
+                w.spliced, w.copied
+            )));
         }
     }
     Ok(forward_ns as f64 / 1e9)
@@ -129,13 +148,28 @@ fn forward(method: Method, block: usize, bytes: u64, verify: Verify) -> Result<f
 /// registered, sized for one batch; plus a reader for each.
 fn output(method: Method, a: &Writer, per_batch: u64) -> Result<Output> {
     if method != Method::Splice {
-        let mut w = Writer::create("fwd-b", RingConfig { buf_id: 2, ..RingConfig::bytes(RING_SIZE) })?;
+        let mut w = Writer::create(
+            "fwd-b",
+            RingConfig {
+                buf_id: 2,
+                ..RingConfig::bytes(RING_SIZE)
+            },
+        )?;
         prefault(&mut w)?;
         let r = w.ring().reader(Start::Oldest)?;
         return Ok(Output::Ring { w, r });
     }
-    let tag_bytes = (per_batch as usize * Tag::SIZE).next_power_of_two().max(4096);
-    let tags = Writer::create("fwd-ibuf", RingConfig { buf_id: 3, ..RingConfig::bytes(tag_bytes) }.layout(Layout::Tags))?;
+    let tag_bytes = (per_batch as usize * Tag::SIZE)
+        .next_power_of_two()
+        .max(4096);
+    let tags = Writer::create(
+        "fwd-ibuf",
+        RingConfig {
+            buf_id: 3,
+            ..RingConfig::bytes(tag_bytes)
+        }
+        .layout(Layout::Tags),
+    )?;
     let mut w = IbufWriter::new(tags)?;
     w.register(&a.ring())?;
     let mut table = BufTable::new();
@@ -146,12 +180,20 @@ fn output(method: Method, a: &Writer, per_batch: u64) -> Result<Output> {
 
 /// Read the `k` blocks forwarded in this batch from the output and check them (for the IBuf,
 /// through the tags, in ring A).
-fn drain_and_check(out: &mut Output, reference: &mut Blocks, seq: u64, k: u64, verify: Verify) -> Result<()> {
+fn drain_and_check(
+    out: &mut Output,
+    reference: &mut Blocks,
+    seq: u64,
+    k: u64,
+    verify: Verify,
+) -> Result<()> {
     let block = reference.len();
     for j in 0..k {
         match out {
             Output::Ring { r, .. } => {
-                let p = r.peek_acquire(block)?.ok_or_else(|| err("output ring ended early"))?;
+                let p = r
+                    .peek_acquire(block)?
+                    .ok_or_else(|| err("output ring ended early"))?;
                 reference.check(p.data, seq + j, verify)?;
                 r.peek_complete()?;
             }
@@ -167,7 +209,9 @@ fn drain_and_check(out: &mut Output, reference: &mut Blocks, seq: u64, k: u64, v
 
 fn expect_len(n: usize, block: usize) -> Result<()> {
     if n != block {
-        return Err(err(format!("ring A returned {n} bytes where a {block}-byte block was expected")));
+        return Err(err(format!(
+            "ring A returned {n} bytes where a {block}-byte block was expected"
+        )));
     }
     Ok(())
 }

@@ -39,7 +39,11 @@ enum Experiment {
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     remove_stale_rings();
     // A wedged experiment must fail the run, not hang CI. Children die with us.
-    watchdog(if quick { Duration::from_secs(120) } else { Duration::from_secs(20 * 60) });
+    watchdog(if quick {
+        Duration::from_secs(120)
+    } else {
+        Duration::from_secs(20 * 60)
+    });
     let plan = Plan::new(quick, a.reps);
     let selected = |e| a.only.is_empty() || a.only.contains(&e);
     let mut summary = Summary::default();
@@ -51,7 +55,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         transfer::READER_CPU
     );
     if quick {
-        println!("quick mode: tiny volumes, one fully verified run each; numbers are not measurements");
+        println!(
+            "quick mode: tiny volumes, one fully verified run each; numbers are not measurements"
+        );
     } else {
         println!("each configuration: one fully verified run at 1/4 volume (not counted), then the best of {} timed runs", plan.reps);
     }

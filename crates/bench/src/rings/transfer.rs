@@ -32,7 +32,13 @@ pub struct StreamSpec {
 
 impl StreamSpec {
     pub fn new(block: usize, bytes: u64, verify: Verify) -> StreamSpec {
-        StreamSpec { block, bytes, verify, writer_work_ns: 0, reader_cpu: READER_CPU }
+        StreamSpec {
+            block,
+            bytes,
+            verify,
+            writer_work_ns: 0,
+            reader_cpu: READER_CPU,
+        }
     }
     fn blocks(&self) -> u64 {
         self.bytes / self.block as u64
@@ -83,17 +89,31 @@ pub fn via_ring(cfg: RingConfig, s: &StreamSpec) -> Result<RingRun> {
         }
         if let Err(e) = w.write(blocks.block(seq)) {
             w.close();
-            return Err(with_child_error(format!("ring write of block {seq}: {e}"), child));
+            return Err(with_child_error(
+                format!("ring write of block {seq}: {e}"),
+                child,
+            ));
         }
         if w.active_size() != size {
             size = w.active_size();
-            resizes.push(Resize { pos: seq * s.block as u64, at_ns: beltway::sys::now_ns(), size });
+            resizes.push(Resize {
+                pos: seq * s.block as u64,
+                at_ns: beltway::sys::now_ns(),
+                size,
+            });
         }
     }
     w.close();
     let (stats, final_size) = (w.stats(), w.active_size());
     let end_ns = finish(child, s)?;
-    Ok(RingRun { secs: secs(start_ns, end_ns), end_ns, stats, initial_size, final_size, resizes })
+    Ok(RingRun {
+        secs: secs(start_ns, end_ns),
+        end_ns,
+        stats,
+        initial_size,
+        final_size,
+        resizes,
+    })
 }
 
 /// Stream `s` through a Unix pipe (the child's stdin, default size) to a reader process.
@@ -101,7 +121,9 @@ pub fn via_ring(cfg: RingConfig, s: &StreamSpec) -> Result<RingRun> {
 pub fn via_pipe(s: &StreamSpec) -> Result<(f64, usize)> {
     pin(WRITER_CPU)?;
     let mut child = ChildProc::spawn(&child_args("pipe-read", None, s), true)?;
-    let mut pipe = child.take_stdin().ok_or_else(|| err("child has no stdin pipe"))?;
+    let mut pipe = child
+        .take_stdin()
+        .ok_or_else(|| err("child has no stdin pipe"))?;
     let capacity = pipe_size(&pipe)?;
     child.wait_ready()?;
     let mut blocks = Blocks::new(s.block);
@@ -109,7 +131,10 @@ pub fn via_pipe(s: &StreamSpec) -> Result<(f64, usize)> {
     for seq in 0..s.blocks() {
         if let Err(e) = pipe.write_all(blocks.block(seq)) {
             drop(pipe);
-            return Err(with_child_error(format!("pipe write of block {seq}: {e}"), child));
+            return Err(with_child_error(
+                format!("pipe write of block {seq}: {e}"),
+                child,
+            ));
         }
     }
     drop(pipe);
@@ -147,7 +172,9 @@ pub fn via_threads(size: usize, s: &StreamSpec) -> Result<f64> {
     for seq in 0..s.blocks() {
         tx.write_all(blocks.block(seq));
     }
-    let end_ns = reader.join().map_err(|_| err("SPSC reader thread panicked"))??;
+    let end_ns = reader
+        .join()
+        .map_err(|_| err("SPSC reader thread panicked"))??;
     Ok(secs(start_ns, end_ns))
 }
 
@@ -199,7 +226,10 @@ fn finish(child: ChildProc, s: &StreamSpec) -> Result<u64> {
     let report = child.finish()?;
     let got = report.u64("bytes")?;
     if got != s.bytes {
-        return Err(err(format!("reader received {got} bytes, expected {}", s.bytes)));
+        return Err(err(format!(
+            "reader received {got} bytes, expected {}",
+            s.bytes
+        )));
     }
     report.u64("end_ns")
 }

@@ -19,7 +19,12 @@ pub fn daemon_bin() -> PathBuf {
 
 pub fn require_root(why: &str) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("?").to_string();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("?")
+        .to_string();
     assert_eq!(euid, "0", "these tests need root ({why})");
 }
 
@@ -37,21 +42,45 @@ impl Daemon {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         // Clients as uid 65534 must reach the socket.
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
         let socket = dir.join("control");
         // PipesFS is mounted by every daemon of the tests.
-        assert!(Path::new("/dev/fuse").exists(), "these tests need /dev/fuse (FUSE): the daemon mounts PipesFS");
-        assert!(Command::new("fusermount3").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success()), "these tests need fusermount3 (Debian package fuse3; scripts/setup installs it)");
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "these tests need /dev/fuse (FUSE): the daemon mounts PipesFS"
+        );
+        assert!(
+            Command::new("fusermount3")
+                .arg("-V")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
+            "these tests need fusermount3 (Debian package fuse3; scripts/setup installs it)"
+        );
         let mut cmd = Command::new(daemon_bin());
-        cmd.arg("--socket").arg(&socket).arg("--mount").arg(dir.join("pipes")).arg("--foreground").stdout(Stdio::null()).stderr(std::fs::File::create(dir.join("log")).unwrap());
+        cmd.arg("--socket")
+            .arg(&socket)
+            .arg("--mount")
+            .arg(dir.join("pipes"))
+            .arg("--foreground")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap());
         if let Some(text) = policy {
             let p = dir.join("policy.toml");
             std::fs::write(&p, text).unwrap();
             cmd.arg("--policy").arg(p);
         }
         let child = cmd.spawn().unwrap();
-        let d = Daemon { child: Some(child), socket, dir };
-        super::wait_for("the daemon's socket", Duration::from_secs(10), || std::os::unix::net::UnixStream::connect(&d.socket).is_ok());
+        let d = Daemon {
+            child: Some(child),
+            socket,
+            dir,
+        };
+        super::wait_for("the daemon's socket", Duration::from_secs(10), || {
+            std::os::unix::net::UnixStream::connect(&d.socket).is_ok()
+        });
         d
     }
 
@@ -69,19 +98,37 @@ impl Daemon {
     /// The CLI as uid/gid 65534 with no supplementary groups.
     pub fn cli_as_nobody(&self) -> Command {
         let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(BIN).env("STREAMLINE_SOCKET", &self.socket);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(BIN)
+            .env("STREAMLINE_SOCKET", &self.socket);
         c
     }
 
     pub fn raw(&self, steps: &[&str]) -> Vec<serde_json::Value> {
-        let out = Command::new(PYTHON).arg(RAW).arg(&self.socket).args(steps).output().expect("python3 runs the raw client");
-        assert!(out.status.success(), "rawclient failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap_or(serde_json::Value::String(l.to_string()))).collect()
+        let out = Command::new(PYTHON)
+            .arg(RAW)
+            .arg(&self.socket)
+            .args(steps)
+            .output()
+            .expect("python3 runs the raw client");
+        assert!(
+            out.status.success(),
+            "rawclient failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or(serde_json::Value::String(l.to_string())))
+            .collect()
     }
 
     pub fn ps(&self) -> String {
         let out = self.cli().arg("ps").output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -91,7 +138,14 @@ impl Daemon {
 
     /// Wait until every worker of this daemon captures on `dev` (see `wait_capturing`).
     pub fn wait_workers_capturing(&self, dev: &str) {
-        let workers = String::from_utf8_lossy(&Command::new("pgrep").args(["-x", "streamline", "-P", &self.pid().to_string()]).output().unwrap().stdout).into_owned();
+        let workers = String::from_utf8_lossy(
+            &Command::new("pgrep")
+                .args(["-x", "streamline", "-P", &self.pid().to_string()])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .into_owned();
         for w in workers.split_whitespace() {
             super::wait_capturing(w.parse().unwrap(), dev);
         }
@@ -105,10 +159,11 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
             let _ = c.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
-

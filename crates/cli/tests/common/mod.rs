@@ -18,10 +18,20 @@ pub fn count_of(err: &str) -> u64 {
 #[allow(dead_code)]
 pub fn require_replay_and_root(needs: &str) {
     use std::process::{Command, Stdio};
-    let ok = Command::new("tcpreplay").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    let ok = Command::new("tcpreplay")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
     assert!(ok, "tcpreplay is required to replay the test's capture (apt-get install tcpreplay; scripts/setup installs it)");
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().nth(1)).unwrap_or("?").to_string();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("?")
+        .to_string();
     assert_eq!(euid, "0", "these tests need root ({needs})");
 }
 
@@ -32,8 +42,18 @@ pub fn require_replay_and_root(needs: &str) {
 pub fn quiet_veth(tag: &str, needs: &str) -> kernel::netns::Veth {
     require_replay_and_root(needs);
     let v = kernel::netns::Veth::new(tag).unwrap_or_else(|e| panic!("{e}"));
-    kernel::netns::run(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.here)]).unwrap();
-    v.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there)]).unwrap();
+    kernel::netns::run(&[
+        "sysctl",
+        "-qw",
+        &format!("net.ipv6.conf.{}.disable_ipv6=1", v.here),
+    ])
+    .unwrap();
+    v.exec(&[
+        "sysctl",
+        "-qw",
+        &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there),
+    ])
+    .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     v
 }
@@ -41,7 +61,11 @@ pub fn quiet_veth(tag: &str, needs: &str) -> kernel::netns::Veth {
 /// SIGINT a run (as Ctrl-C), wait for it, check it exited 130, and return its stderr.
 #[allow(dead_code)]
 pub fn interrupt(c: std::process::Child) -> String {
-    assert!(std::process::Command::new("kill").args(["-INT", &c.id().to_string()]).status().unwrap().success());
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &c.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     let out = c.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(130), "{err}");
@@ -52,17 +76,27 @@ pub fn interrupt(c: std::process::Child) -> String {
 /// sent afterwards can be missed however loaded the machine is. Its stderr is drained from
 /// then on; the thread returned gives the rest of it (tcpdump's totals) once it ends.
 #[allow(dead_code)]
-pub fn tcpdump_listening(cmd: std::process::Command) -> (std::process::Child, std::thread::JoinHandle<String>) {
+pub fn tcpdump_listening(
+    cmd: std::process::Command,
+) -> (std::process::Child, std::thread::JoinHandle<String>) {
     tcpdump_listening_on(cmd, "listening on")
 }
 
 /// Like [`tcpdump_listening`], for a capture program that says `marker` on stderr once it
 /// captures (dumpcap: "Capturing on").
 #[allow(dead_code)]
-pub fn tcpdump_listening_on(mut cmd: std::process::Command, marker: &str) -> (std::process::Child, std::thread::JoinHandle<String>) {
+pub fn tcpdump_listening_on(
+    mut cmd: std::process::Command,
+    marker: &str,
+) -> (std::process::Child, std::thread::JoinHandle<String>) {
     use std::io::BufRead;
     let prog = cmd.get_program().to_string_lossy().into_owned();
-    let mut c = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap_or_else(|e| panic!("cannot start {prog} (scripts/setup installs tcpdump and tshark): {e}"));
+    let mut c = cmd
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot start {prog} (scripts/setup installs tcpdump and tshark): {e}")
+        });
     let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
     let mut said = String::new();
     loop {
@@ -87,20 +121,43 @@ pub fn tcpdump_listening_on(mut cmd: std::process::Command, marker: &str) -> (st
 /// every frame). Fails after 30 s naming the interface.
 #[allow(dead_code)]
 pub fn wait_capturing(pid: u32, dev: &str) {
-    let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex")).unwrap().trim().parse().unwrap();
+    let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map(|d| d.flatten().filter_map(|e| std::fs::read_link(e.path()).ok()).filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string)).collect())
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .filter_map(|l| {
+                        l.to_str()?
+                            .strip_prefix("socket:[")?
+                            .strip_suffix(']')
+                            .map(str::to_string)
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
-        let bound = std::fs::read_to_string(format!("/proc/{pid}/net/packet")).unwrap_or_default().lines().skip(1).any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() >= 9 && f[4].parse::<u32>().ok() == Some(ifindex) && inodes.iter().any(|i| i == f[8])
-        });
+        let bound = std::fs::read_to_string(format!("/proc/{pid}/net/packet"))
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() >= 9
+                    && f[4].parse::<u32>().ok() == Some(ifindex)
+                    && inodes.iter().any(|i| i == f[8])
+            });
         if bound {
             return;
         }
-        assert!(std::time::Instant::now() < until, "process {pid} did not start capturing on {dev} within 30 s");
+        assert!(
+            std::time::Instant::now() < until,
+            "process {pid} did not start capturing on {dev} within 30 s"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
@@ -110,7 +167,10 @@ pub fn wait_capturing(pid: u32, dev: &str) {
 pub fn wait_for(what: &str, limit: std::time::Duration, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + limit;
     while !cond() {
-        assert!(std::time::Instant::now() < deadline, "{what} within {limit:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} within {limit:?}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
@@ -125,7 +185,12 @@ pub fn share_key(pipeline: &str) -> String {
         multiqueue: filters::live::multiqueue,
         kernel_placement: filters::live::kernel_placement,
     };
-    let g = lang::parse(pipeline, &control::model::PlanResolver(&lib)).unwrap_or_else(|d| panic!("{d}"));
+    let g = lang::parse(pipeline, &control::model::PlanResolver(&lib))
+        .unwrap_or_else(|d| panic!("{d}"));
     let prefixes = control::prefix::shareable(&lib, &g);
-    prefixes.first().unwrap_or_else(|| panic!("nothing of `{pipeline}` is shareable")).key.clone()
+    prefixes
+        .first()
+        .unwrap_or_else(|| panic!("nothing of `{pipeline}` is shareable"))
+        .key
+        .clone()
 }

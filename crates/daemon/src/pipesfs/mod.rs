@@ -49,7 +49,10 @@ mod stream;
 use crate::policy::Cred;
 use crate::proto::{errno_name, GraphNode, Reply};
 use crate::server::{Daemon, Run, State};
-use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, OpenFlags, ReplyAttr,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
+};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -159,7 +162,9 @@ impl Tree {
             queue.push_back(n.label.clone());
         }
         while let Some(l) = queue.pop_front() {
-            let Some(n) = nodes.iter().find(|n| n.label == l) else { continue };
+            let Some(n) = nodes.iter().find(|n| n.label == l) else {
+                continue;
+            };
             for o in &n.outputs {
                 if !home.contains_key(o) {
                     home.insert(o.clone(), Some(l.clone()));
@@ -192,8 +197,23 @@ impl Tree {
     /// The directories and links in `label`'s directory (or the run's top for `None`).
     fn children(&self, label: Option<&str>) -> Vec<(String, bool)> {
         match label {
-            None => self.home.iter().filter(|(_, h)| h.is_none()).map(|(l, _)| (l.clone(), true)).collect(),
-            Some(l) => self.node(l).map_or_else(Vec::new, |n| n.outputs.iter().map(|o| (o.clone(), self.home.get(o).and_then(|h| h.as_deref()) == Some(l))).collect()),
+            None => self
+                .home
+                .iter()
+                .filter(|(_, h)| h.is_none())
+                .map(|(l, _)| (l.clone(), true))
+                .collect(),
+            Some(l) => self.node(l).map_or_else(Vec::new, |n| {
+                n.outputs
+                    .iter()
+                    .map(|o| {
+                        (
+                            o.clone(),
+                            self.home.get(o).and_then(|h| h.as_deref()) == Some(l),
+                        )
+                    })
+                    .collect()
+            }),
         }
     }
 }
@@ -205,7 +225,10 @@ enum Handle {
     /// A file written to act (`.options`, `.ctl`).
     Act,
     /// A stream: its reader thread, and the tap it shares.
-    Stream { jobs: Sender<Job>, tap: (u64, String) },
+    Stream {
+        jobs: Sender<Job>,
+        tap: (u64, String),
+    },
 }
 
 /// A tap shared by the readers of one node.
@@ -248,7 +271,17 @@ impl PipesFs {
         let mut by_ino = HashMap::new();
         by_path.insert(Vec::new(), 1);
         by_ino.insert(1, Vec::new());
-        PipesFs { d, inos: Mutex::new((by_path, by_ino)), next_ino: AtomicU64::new(2), handles: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1), taps: Mutex::new(HashMap::new()), homes: Mutex::new(HashMap::new()), reader_stats: Mutex::new(HashMap::new()), mounted: SystemTime::now() }
+        PipesFs {
+            d,
+            inos: Mutex::new((by_path, by_ino)),
+            next_ino: AtomicU64::new(2),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            taps: Mutex::new(HashMap::new()),
+            homes: Mutex::new(HashMap::new()),
+            reader_stats: Mutex::new(HashMap::new()),
+            mounted: SystemTime::now(),
+        }
     }
 
     fn ino_of(&self, path: &[String]) -> u64 {
@@ -263,12 +296,19 @@ impl PipesFs {
     }
 
     fn path_of(&self, ino: INodeNo) -> Option<Vec<String>> {
-        self.inos.lock().expect("not poisoned").1.get(&ino.0).cloned()
+        self.inos
+            .lock()
+            .expect("not poisoned")
+            .1
+            .get(&ino.0)
+            .cloned()
     }
 
     /// What `path` means now, if anything.
     fn resolve(&self, path: &[String]) -> Option<Entry> {
-        let Some((first, rest)) = path.split_first() else { return Some(Entry::Root) };
+        let Some((first, rest)) = path.split_first() else {
+            return Some(Entry::Root);
+        };
         if rest.is_empty() && first == ".available" {
             return Some(Entry::Available);
         }
@@ -281,7 +321,9 @@ impl PipesFs {
         }
         let run: u64 = first.parse().ok()?;
         let r = self.d.run(run)?;
-        let Some((second, rest)) = rest.split_first() else { return Some(Entry::Run(run)) };
+        let Some((second, rest)) = rest.split_first() else {
+            return Some(Entry::Run(run));
+        };
         if rest.is_empty() {
             let f = match second.as_str() {
                 ".pipeline" => Some(RunFile::Pipeline),
@@ -304,7 +346,18 @@ impl PipesFs {
         while let Some(c) = it.next() {
             let last = it.peek().is_none();
             match c.as_str() {
-                "all" | "all.pcap" if last => return Some(Entry::Stream(run, cur, None, if c == "all" { Format::Raw } else { Format::Pcap })),
+                "all" | "all.pcap" if last => {
+                    return Some(Entry::Stream(
+                        run,
+                        cur,
+                        None,
+                        if c == "all" {
+                            Format::Raw
+                        } else {
+                            Format::Pcap
+                        },
+                    ))
+                }
                 ".stats" if last => return Some(Entry::NodeFile(run, cur, NodeFile::Stats)),
                 ".options" if last => return Some(Entry::NodeFile(run, cur, NodeFile::Options)),
                 ".filter" if last => return Some(Entry::NodeFile(run, cur, NodeFile::Filter)),
@@ -316,11 +369,23 @@ impl PipesFs {
                 }
                 return match it.next().map(String::as_str) {
                     None => Some(Entry::Class(run, cur, class)),
-                    Some(f @ ("all" | "all.pcap")) if it.peek().is_none() => Some(Entry::Stream(run, cur, Some(class), if f == "all" { Format::Raw } else { Format::Pcap })),
+                    Some(f @ ("all" | "all.pcap")) if it.peek().is_none() => Some(Entry::Stream(
+                        run,
+                        cur,
+                        Some(class),
+                        if f == "all" {
+                            Format::Raw
+                        } else {
+                            Format::Pcap
+                        },
+                    )),
                     _ => None,
                 };
             }
-            let (_, home_here) = tree.children(Some(&cur)).into_iter().find(|(l, _)| l == c)?;
+            let (_, home_here) = tree
+                .children(Some(&cur))
+                .into_iter()
+                .find(|(l, _)| l == c)?;
             if !home_here {
                 return last.then(|| Entry::Link(run, c.clone()));
             }
@@ -330,7 +395,14 @@ impl PipesFs {
     }
 
     fn classes(&self, r: &Run, label: &str) -> Vec<u16> {
-        r.counters.lock().expect("not poisoned").1.iter().find(|n| n.label == label).map(|n| n.classes.clone()).unwrap_or_default()
+        r.counters
+            .lock()
+            .expect("not poisoned")
+            .1
+            .iter()
+            .find(|n| n.label == label)
+            .map(|n| n.classes.clone())
+            .unwrap_or_default()
     }
 
     fn attr(&self, ino: u64, e: &Entry) -> FileAttr {
@@ -338,11 +410,30 @@ impl PipesFs {
             Entry::Root | Entry::Available | Entry::Shaping => (0, 0, 0),
             Entry::ShapeGroup(g) => {
                 // the group file's owner (its founder) may change it
-                let uid = shape::Segment::group_path(g).ok().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m));
+                let uid = shape::Segment::group_path(g)
+                    .ok()
+                    .and_then(|p| std::fs::metadata(p).ok())
+                    .map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m));
                 (uid, 0, 0)
             }
-            Entry::Run(r) | Entry::RunFile(r, _) | Entry::Node(r, _) | Entry::NodeFile(r, ..) | Entry::Class(r, ..) | Entry::Stream(r, ..) | Entry::Link(r, _) => {
-                let (o, m) = self.d.run(*r).map_or((crate::policy::Cred { uid: 0, gid: 0, groups: vec![] }, 0o600), |r| (r.owner.clone(), r.graph.lock().expect("not poisoned").1));
+            Entry::Run(r)
+            | Entry::RunFile(r, _)
+            | Entry::Node(r, _)
+            | Entry::NodeFile(r, ..)
+            | Entry::Class(r, ..)
+            | Entry::Stream(r, ..)
+            | Entry::Link(r, _) => {
+                let (o, m) = self.d.run(*r).map_or(
+                    (
+                        crate::policy::Cred {
+                            uid: 0,
+                            gid: 0,
+                            groups: vec![],
+                        },
+                        0o600,
+                    ),
+                    |r| (r.owner.clone(), r.graph.lock().expect("not poisoned").1),
+                );
                 (o.uid, o.gid, m)
             }
         };
@@ -359,7 +450,23 @@ impl PipesFs {
             Entry::Stream(..) => (FileType::RegularFile, (mode & 0o444) as u16),
             Entry::Link(..) => (FileType::Symlink, 0o777),
         };
-        FileAttr { ino: INodeNo(ino), size: 0, blocks: 0, atime: self.mounted, mtime: self.mounted, ctime: self.mounted, crtime: self.mounted, kind, perm, nlink: if kind == FileType::Directory { 2 } else { 1 }, uid, gid, rdev: 0, blksize: 4096, flags: 0 }
+        FileAttr {
+            ino: INodeNo(ino),
+            size: 0,
+            blocks: 0,
+            atime: self.mounted,
+            mtime: self.mounted,
+            ctime: self.mounted,
+            crtime: self.mounted,
+            kind,
+            perm,
+            nlink: if kind == FileType::Directory { 2 } else { 1 },
+            uid,
+            gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
     }
 
     /// A child of a directory path, and what it means.
@@ -373,16 +480,27 @@ impl PipesFs {
     /// The text of a read-only file.
     fn text(&self, e: &Entry) -> Option<String> {
         Some(match e {
-            Entry::Available => filters::REGISTRY.iter().map(|s| format!("{}\t{}\n", s.name, s.synopsis)).collect(),
-            Entry::ShapeGroup(g) => format!("group {g}\n{}", shape::Segment::open_group(g).ok()?.report()),
+            Entry::Available => filters::REGISTRY
+                .iter()
+                .map(|s| format!("{}\t{}\n", s.name, s.synopsis))
+                .collect(),
+            Entry::ShapeGroup(g) => format!(
+                "group {g}\n{}",
+                shape::Segment::open_group(g).ok()?.report()
+            ),
             Entry::RunFile(run, f) => {
                 let r = self.d.run(*run)?;
                 match f {
                     RunFile::Pipeline => format!("{}\n", r.pipeline),
-                    RunFile::Placement => format!("{}\n", r.placement.lock().expect("not poisoned")),
+                    RunFile::Placement => {
+                        format!("{}\n", r.placement.lock().expect("not poisoned"))
+                    }
                     RunFile::Stats => {
                         let i = r.info();
-                        format!("run {}\nuser {}\nstate {}\nuptime_s {:.3}\nrate_blocks_per_s {:.1}\n", i.run, i.user, i.state, i.uptime_s, i.rate)
+                        format!(
+                            "run {}\nuser {}\nstate {}\nuptime_s {:.3}\nrate_blocks_per_s {:.1}\n",
+                            i.run, i.user, i.state, i.uptime_s, i.rate
+                        )
                     }
                     RunFile::Ctl => String::new(),
                 }
@@ -392,17 +510,51 @@ impl PipesFs {
                 let tree = Tree::of(&r, &self.homes);
                 let g = tree.node(label)?;
                 match f {
-                    NodeFile::Options => g.options.iter().map(|(k, v)| format!("{k}={v}\n")).collect(),
+                    NodeFile::Options => g
+                        .options
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}\n"))
+                        .collect(),
                     NodeFile::Filter => format!("{}\n", g.filter),
                     NodeFile::Stats => {
                         let (_, nodes, _) = r.counters.lock().expect("not poisoned").clone();
-                        let c = nodes.iter().find(|n| n.label == *label).cloned().unwrap_or_default();
-                        let rate = r.rates.lock().expect("not poisoned").iter().find(|(l, _)| l == label).map_or(0.0, |(_, x)| *x);
+                        let c = nodes
+                            .iter()
+                            .find(|n| n.label == *label)
+                            .cloned()
+                            .unwrap_or_default();
+                        let rate = r
+                            .rates
+                            .lock()
+                            .expect("not poisoned")
+                            .iter()
+                            .find(|(l, _)| l == label)
+                            .map_or(0.0, |(_, x)| *x);
                         let key = (*run, label.clone());
-                        let (readers, ring, tag_slots) = self.taps.lock().expect("not poisoned").get(&key).map_or((0, 0, 0), |s| (s.readers, s.data.stats().active_size, s.tags.stats().active_size / beltway::Tag::SIZE as u64));
-                        let rs = self.reader_stats.lock().expect("not poisoned").get(&key).cloned().unwrap_or_default();
+                        let (readers, ring, tag_slots) =
+                            self.taps.lock().expect("not poisoned").get(&key).map_or(
+                                (0, 0, 0),
+                                |s| {
+                                    (
+                                        s.readers,
+                                        s.data.stats().active_size,
+                                        s.tags.stats().active_size / beltway::Tag::SIZE as u64,
+                                    )
+                                },
+                            );
+                        let rs = self
+                            .reader_stats
+                            .lock()
+                            .expect("not poisoned")
+                            .get(&key)
+                            .cloned()
+                            .unwrap_or_default();
                         let backlog = rs.backlog.load(Ordering::Relaxed);
-                        let fill = if tag_slots == 0 { 0.0 } else { (backlog as f64 / tag_slots as f64 * 100.0).min(100.0) };
+                        let fill = if tag_slots == 0 {
+                            0.0
+                        } else {
+                            (backlog as f64 / tag_slots as f64 * 100.0).min(100.0)
+                        };
                         format!(
                             "label {label}\nfilter {}\nplacement {}\nblocks_in {}\nbytes_in {}\nblocks_out {}\nbytes_out {}\ndrops {}\nrate_blocks_per_s {rate:.1}\nclasses {}\nreaders {readers}\nreaders_delivered {}\nreaders_lost {}\ntap_ring_bytes {ring}\ntap_ring_fill_pct {fill:.1}\n",
                             g.filter,
@@ -425,13 +577,20 @@ impl PipesFs {
 
     /// Log a refusal and say its errno.
     fn refused(&self, req: &Request, op: &str, what: &str, e: i32, why: &str) -> Errno {
-        eprintln!("streamlined: pipesfs: uid {} {op} {what}: refused ({}): {}", req.uid(), errno_name(e), why.lines().next().unwrap_or(""));
+        eprintln!(
+            "streamlined: pipesfs: uid {} {op} {what}: refused ({}): {}",
+            req.uid(),
+            errno_name(e),
+            why.lines().next().unwrap_or("")
+        );
         errno(e)
     }
 
     fn reply_err(&self, req: &Request, op: &str, what: &str, r: Reply) -> Errno {
         match r {
-            Reply::Error { errno: e, message, .. } => self.refused(req, op, what, e, &message),
+            Reply::Error {
+                errno: e, message, ..
+            } => self.refused(req, op, what, e, &message),
             _ => errno(libc::EIO),
         }
     }
@@ -442,12 +601,20 @@ impl PipesFs {
 
     /// Apply one edit for `req`'s user.
     fn edit(&self, req: &Request, op: &str, run: u64, text: &str) -> Result<String, Errno> {
-        self.d.edit(run, &Self::who(req), text).map_err(|r| self.reply_err(req, op, text, r))
+        self.d
+            .edit(run, &Self::who(req), text)
+            .map_err(|r| self.reply_err(req, op, text, r))
     }
 
     /// Open a stream file: share the node's tap (made for its first reader), start a
     /// reader thread.
-    fn open_stream(&self, run: u64, label: &str, class: Option<u16>, format: Format) -> Result<Handle, (i32, String)> {
+    fn open_stream(
+        &self,
+        run: u64,
+        label: &str,
+        class: Option<u16>,
+        format: Format,
+    ) -> Result<Handle, (i32, String)> {
         let key = (run, label.to_string());
         // The tap is asked for without holding the table: it waits for the run's next batch
         // boundary, and other files must stay usable meanwhile. Two first readers racing
@@ -456,8 +623,17 @@ impl PipesFs {
         if !self.taps.lock().expect("not poisoned").contains_key(&key) {
             let (id, fds) = self.d.tap(run, label, None)?;
             let mut fds = fds.into_iter();
-            let (t, dt) = (fds.next().expect("2 descriptors"), fds.next().expect("2 descriptors"));
-            let rings = beltway::RingRef::from_fds(&format!("tap.{label}"), t, None).and_then(|tags| Ok((tags, beltway::RingRef::from_fds(&format!("tap.{label}.data"), dt, None)?)));
+            let (t, dt) = (
+                fds.next().expect("2 descriptors"),
+                fds.next().expect("2 descriptors"),
+            );
+            let rings =
+                beltway::RingRef::from_fds(&format!("tap.{label}"), t, None).and_then(|tags| {
+                    Ok((
+                        tags,
+                        beltway::RingRef::from_fds(&format!("tap.{label}.data"), dt, None)?,
+                    ))
+                });
             match rings {
                 Ok((tags, data)) => made = Some((id, tags, data)),
                 Err(e) => {
@@ -472,8 +648,23 @@ impl PipesFs {
             if taps.contains_key(&key) {
                 self.d.untap(run, id);
             } else {
-                let stats = self.reader_stats.lock().expect("not poisoned").entry(key.clone()).or_default().clone();
-                taps.insert(key.clone(), Shared { id, tags, data, readers: 0, stats });
+                let stats = self
+                    .reader_stats
+                    .lock()
+                    .expect("not poisoned")
+                    .entry(key.clone())
+                    .or_default()
+                    .clone();
+                taps.insert(
+                    key.clone(),
+                    Shared {
+                        id,
+                        tags,
+                        data,
+                        readers: 0,
+                        stats,
+                    },
+                );
                 first = true;
             }
         }
@@ -574,9 +765,15 @@ impl fuser::Filesystem for PipesFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let Some(p) = self.path_of(ino) else { return reply.error(Errno::ENOENT) };
-        let Some(Entry::Link(run, target)) = self.resolve(&p) else { return reply.error(Errno::EINVAL) };
-        let Some(r) = self.d.run(run) else { return reply.error(Errno::ENOENT) };
+        let Some(p) = self.path_of(ino) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let Some(Entry::Link(run, target)) = self.resolve(&p) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let Some(r) = self.d.run(run) else {
+            return reply.error(Errno::ENOENT);
+        };
         // From the link's directory (p minus its name, minus the run) up to the run, then
         // down to the target's home.
         let depth = p.len() - 2;
@@ -585,7 +782,15 @@ impl fuser::Filesystem for PipesFs {
         reply.data(s.as_bytes());
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
         let what = name.to_string_lossy().to_string();
         let Some((run, label)) = self.node_dir(parent) else {
             return reply.error(self.refused(req, "mkdir", &what, libc::EPERM, "filters are made only inside a filter's directory (a run's sources are fixed when it starts)"));
@@ -606,11 +811,19 @@ impl fuser::Filesystem for PipesFs {
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let what = name.to_string_lossy().to_string();
         match self.child(parent, name) {
-            Some((_, Entry::Node(run, label))) => match self.edit(req, "rmdir", run, &format!("remove {label}")) {
-                Ok(_) => reply.ok(),
-                Err(e) => reply.error(e),
-            },
-            Some(_) => reply.error(self.refused(req, "rmdir", &what, libc::EPERM, "only a filter's directory can be removed")),
+            Some((_, Entry::Node(run, label))) => {
+                match self.edit(req, "rmdir", run, &format!("remove {label}")) {
+                    Ok(_) => reply.ok(),
+                    Err(e) => reply.error(e),
+                }
+            }
+            Some(_) => reply.error(self.refused(
+                req,
+                "rmdir",
+                &what,
+                libc::EPERM,
+                "only a filter's directory can be removed",
+            )),
             None => reply.error(Errno::ENOENT),
         }
     }
@@ -618,40 +831,94 @@ impl fuser::Filesystem for PipesFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let what = name.to_string_lossy().to_string();
         match (self.node_dir(parent), self.child(parent, name)) {
-            (Some((run, from)), Some((_, Entry::Link(_, to)))) => match self.edit(req, "rm", run, &format!("disconnect {from} {to}")) {
-                Ok(_) => reply.ok(),
-                Err(e) => reply.error(e),
-            },
-            (_, Some(_)) => reply.error(self.refused(req, "rm", &what, libc::EPERM, "only a link to a filter (an extra input) can be removed; rmdir removes a filter")),
+            (Some((run, from)), Some((_, Entry::Link(_, to)))) => {
+                match self.edit(req, "rm", run, &format!("disconnect {from} {to}")) {
+                    Ok(_) => reply.ok(),
+                    Err(e) => reply.error(e),
+                }
+            }
+            (_, Some(_)) => reply.error(self.refused(
+                req,
+                "rm",
+                &what,
+                libc::EPERM,
+                "only a link to a filter (an extra input) can be removed; rmdir removes a filter",
+            )),
             (_, None) => reply.error(Errno::ENOENT),
         }
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, _target: &Path, reply: ReplyEntry) {
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        _target: &Path,
+        reply: ReplyEntry,
+    ) {
         let what = link_name.to_string_lossy().to_string();
         let Some((run, from)) = self.node_dir(parent) else {
-            return reply.error(self.refused(req, "ln -s", &what, libc::EPERM, "links join filters, inside a filter's directory"));
+            return reply.error(self.refused(
+                req,
+                "ln -s",
+                &what,
+                libc::EPERM,
+                "links join filters, inside a filter's directory",
+            ));
         };
         match self.edit(req, "ln -s", run, &format!("connect {from} {what}")) {
             Ok(_) => {
                 let mut p = self.path_of(parent).unwrap_or_default();
                 p.push(what.clone());
                 let ino = self.ino_of(&p);
-                reply.entry(&TTL, &self.attr(ino, &Entry::Link(run, what)), Generation(0));
+                reply.entry(
+                    &TTL,
+                    &self.attr(ino, &Entry::Link(run, what)),
+                    Generation(0),
+                );
             }
             Err(e) => reply.error(e),
         }
     }
 
-    fn rename(&self, req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, _flags: fuser::RenameFlags, reply: ReplyEmpty) {
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        _flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
         let what = name.to_string_lossy().to_string();
         if name != newname {
-            return reply.error(self.refused(req, "mv", &what, libc::EINVAL, "a filter's name is fixed; mv moves it under another filter with the same name"));
+            return reply.error(self.refused(
+                req,
+                "mv",
+                &what,
+                libc::EINVAL,
+                "a filter's name is fixed; mv moves it under another filter with the same name",
+            ));
         }
-        match (self.node_dir(parent), self.node_dir(newparent), self.child(parent, name)) {
-            (Some((run, from)), Some((run2, to)), Some((_, Entry::Node(_, x) | Entry::Link(_, x)))) => {
+        match (
+            self.node_dir(parent),
+            self.node_dir(newparent),
+            self.child(parent, name),
+        ) {
+            (
+                Some((run, from)),
+                Some((run2, to)),
+                Some((_, Entry::Node(_, x) | Entry::Link(_, x))),
+            ) => {
                 if run != run2 {
-                    return reply.error(self.refused(req, "mv", &what, libc::EXDEV, "filters move only within their run"));
+                    return reply.error(self.refused(
+                        req,
+                        "mv",
+                        &what,
+                        libc::EXDEV,
+                        "filters move only within their run",
+                    ));
                 }
                 match self.edit(req, "mv", run, &format!("move {x} {from} {to}")) {
                     Ok(_) => reply.ok(),
@@ -659,13 +926,23 @@ impl fuser::Filesystem for PipesFs {
                 }
             }
             (_, _, None) => reply.error(Errno::ENOENT),
-            _ => reply.error(self.refused(req, "mv", &what, libc::EPERM, "only a filter moves, from one filter's directory to another's")),
+            _ => reply.error(self.refused(
+                req,
+                "mv",
+                &what,
+                libc::EPERM,
+                "only a filter moves, from one filter's directory to another's",
+            )),
         }
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let Some(p) = self.path_of(ino) else { return reply.error(Errno::ENOENT) };
-        let Some(e) = self.resolve(&p) else { return reply.error(Errno::ENOENT) };
+        let Some(p) = self.path_of(ino) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let Some(e) = self.resolve(&p) else {
+            return reply.error(Errno::ENOENT);
+        };
         let direct = FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NONSEEKABLE;
         let writing = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
         match &e {
@@ -677,31 +954,65 @@ impl fuser::Filesystem for PipesFs {
                 let attr = self.attr(ino.0, &e);
                 let who = Self::who(req);
                 if !may(&attr, &who, 0o4) {
-                    return reply.error(self.refused(req, "open", &p.join("/"), libc::EACCES, &format!("the stream is uid {}'s with mode {:04o}", attr.uid, attr.perm)));
+                    return reply.error(self.refused(
+                        req,
+                        "open",
+                        &p.join("/"),
+                        libc::EACCES,
+                        &format!(
+                            "the stream is uid {}'s with mode {:04o}",
+                            attr.uid, attr.perm
+                        ),
+                    ));
                 }
                 match self.open_stream(*run, label, *class, *format) {
                     Ok(h) => reply.opened(self.new_fh(h), direct),
                     Err((e, why)) => reply.error(self.refused(req, "open", &p.join("/"), e, &why)),
                 }
             }
-            Entry::NodeFile(_, _, NodeFile::Options) | Entry::RunFile(_, RunFile::Ctl) | Entry::ShapeGroup(_) if writing => {
+            Entry::NodeFile(_, _, NodeFile::Options)
+            | Entry::RunFile(_, RunFile::Ctl)
+            | Entry::ShapeGroup(_)
+                if writing =>
+            {
                 let attr = self.attr(ino.0, &e);
                 if !may(&attr, &Self::who(req), 0o2) {
-                    return reply.error(self.refused(req, "open", &p.join("/"), libc::EACCES, "only the run's owner and root may change it"));
+                    return reply.error(self.refused(
+                        req,
+                        "open",
+                        &p.join("/"),
+                        libc::EACCES,
+                        "only the run's owner and root may change it",
+                    ));
                 }
                 reply.opened(self.new_fh(Handle::Act), direct)
             }
             _ if writing => reply.error(Errno::EACCES),
-            Entry::RunFile(..) | Entry::NodeFile(..) | Entry::Available | Entry::ShapeGroup(_) => match self.text(&e) {
-                Some(t) => reply.opened(self.new_fh(Handle::Text(t.into_bytes())), FopenFlags::FOPEN_DIRECT_IO),
-                None => reply.error(Errno::ENOENT),
-            },
+            Entry::RunFile(..) | Entry::NodeFile(..) | Entry::Available | Entry::ShapeGroup(_) => {
+                match self.text(&e) {
+                    Some(t) => reply.opened(
+                        self.new_fh(Handle::Text(t.into_bytes())),
+                        FopenFlags::FOPEN_DIRECT_IO,
+                    ),
+                    None => reply.error(Errno::ENOENT),
+                }
+            }
             _ => reply.error(Errno::EISDIR),
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn read(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, size: u32, flags: OpenFlags, _lock: Option<fuser::LockOwner>, reply: ReplyData) {
+    fn read(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        flags: OpenFlags,
+        _lock: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
         let handles = self.handles.lock().expect("not poisoned");
         match handles.get(&fh.0) {
             Some(Handle::Text(t)) => {
@@ -710,7 +1021,12 @@ impl fuser::Filesystem for PipesFs {
                 reply.data(&t[from..to]);
             }
             Some(Handle::Stream { jobs, .. }) => {
-                let job = Job::Read { size: size as usize, nonblock: flags.0 & libc::O_NONBLOCK != 0, pid: req.pid(), reply };
+                let job = Job::Read {
+                    size: size as usize,
+                    nonblock: flags.0 & libc::O_NONBLOCK != 0,
+                    pid: req.pid(),
+                    reply,
+                };
                 if let Err(std::sync::mpsc::SendError(Job::Read { reply, .. })) = jobs.send(job) {
                     reply.error(Errno::EIO);
                 }
@@ -720,8 +1036,21 @@ impl fuser::Filesystem for PipesFs {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn write(&self, req: &Request, ino: INodeNo, _fh: FileHandle, _offset: u64, data: &[u8], _wf: fuser::WriteFlags, _flags: OpenFlags, _lock: Option<fuser::LockOwner>, reply: ReplyWrite) {
-        let Some(e) = self.path_of(ino).and_then(|p| self.resolve(&p)) else { return reply.error(Errno::ENOENT) };
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        data: &[u8],
+        _wf: fuser::WriteFlags,
+        _flags: OpenFlags,
+        _lock: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let Some(e) = self.path_of(ino).and_then(|p| self.resolve(&p)) else {
+            return reply.error(Errno::ENOENT);
+        };
         let text = String::from_utf8_lossy(data);
         let words: Vec<&str> = text.split_whitespace().collect();
         let r = match &e {
@@ -729,18 +1058,47 @@ impl fuser::Filesystem for PipesFs {
                 if words.is_empty() {
                     return reply.written(data.len() as u32);
                 }
-                self.edit(req, "write .options", *run, &format!("set {label} {}", words.join(" "))).map(|_| ())
+                self.edit(
+                    req,
+                    "write .options",
+                    *run,
+                    &format!("set {label} {}", words.join(" ")),
+                )
+                .map(|_| ())
             }
             Entry::ShapeGroup(g) => {
                 let attr = self.attr(ino.0, &e);
                 if !may(&attr, &Self::who(req), 0o2) {
-                    return reply.error(self.refused(req, "write .shape", g, libc::EACCES, "only the group's founder and root may change its policy"));
+                    return reply.error(self.refused(
+                        req,
+                        "write .shape",
+                        g,
+                        libc::EACCES,
+                        "only the group's founder and root may change its policy",
+                    ));
                 }
-                edit_shape_group(g, &text).map_err(|why| self.refused(req, "write .shape", g, libc::EINVAL, &why)).inspect(|_| eprintln!("streamlined: pipesfs: uid {} changed shaping group {g}: {}", req.uid(), text.trim()))
+                edit_shape_group(g, &text)
+                    .map_err(|why| self.refused(req, "write .shape", g, libc::EINVAL, &why))
+                    .inspect(|_| {
+                        eprintln!(
+                            "streamlined: pipesfs: uid {} changed shaping group {g}: {}",
+                            req.uid(),
+                            text.trim()
+                        )
+                    })
             }
             Entry::RunFile(run, RunFile::Ctl) => match words.as_slice() {
-                ["stop"] => self.d.stop_run(*run, &Self::who(req)).map_err(|r| self.reply_err(req, "write .ctl", "stop", r)),
-                _ => Err(self.refused(req, "write .ctl", &text, libc::EINVAL, "a run's .ctl takes `stop`")),
+                ["stop"] => self
+                    .d
+                    .stop_run(*run, &Self::who(req))
+                    .map_err(|r| self.reply_err(req, "write .ctl", "stop", r)),
+                _ => Err(self.refused(
+                    req,
+                    "write .ctl",
+                    &text,
+                    libc::EINVAL,
+                    "a run's .ctl takes `stop`",
+                )),
             },
             _ => Err(Errno::EBADF),
         };
@@ -750,11 +1108,22 @@ impl fuser::Filesystem for PipesFs {
         }
     }
 
-    fn poll(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, ph: fuser::PollNotifier, _events: fuser::PollEvents, _flags: fuser::PollFlags, reply: fuser::ReplyPoll) {
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        ph: fuser::PollNotifier,
+        _events: fuser::PollEvents,
+        _flags: fuser::PollFlags,
+        reply: fuser::ReplyPoll,
+    ) {
         let handles = self.handles.lock().expect("not poisoned");
         match handles.get(&fh.0) {
             Some(Handle::Stream { jobs, .. }) => {
-                if let Err(std::sync::mpsc::SendError(Job::Poll { reply, .. })) = jobs.send(Job::Poll { ph, reply }) {
+                if let Err(std::sync::mpsc::SendError(Job::Poll { reply, .. })) =
+                    jobs.send(Job::Poll { ph, reply })
+                {
                     reply.error(Errno::EIO);
                 }
             }
@@ -763,11 +1132,27 @@ impl fuser::Filesystem for PipesFs {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: fuser::LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
         reply.ok();
     }
 
-    fn release(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<fuser::LockOwner>, _flush: bool, reply: ReplyEmpty) {
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
         let h = self.handles.lock().expect("not poisoned").remove(&fh.0);
         if let Some(Handle::Stream { jobs, tap }) = h {
             drop(jobs);
@@ -776,10 +1161,24 @@ impl fuser::Filesystem for PipesFs {
         reply.ok();
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let Some(p) = self.path_of(ino) else { return reply.error(Errno::ENOENT) };
-        let Some(e) = self.resolve(&p) else { return reply.error(Errno::ENOENT) };
-        let mut list: Vec<(String, FileType)> = vec![(".".into(), FileType::Directory), ("..".into(), FileType::Directory)];
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(p) = self.path_of(ino) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let Some(e) = self.resolve(&p) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let mut list: Vec<(String, FileType)> = vec![
+            (".".into(), FileType::Directory),
+            ("..".into(), FileType::Directory),
+        ];
         let file = |n: &str| (n.to_string(), FileType::RegularFile);
         match &e {
             Entry::Root => {
@@ -787,9 +1186,18 @@ impl fuser::Filesystem for PipesFs {
                 list.push((SHAPE_DIR.to_string(), FileType::Directory));
                 let runs = self.d.visible_runs();
                 // What ended runs left: their directories' places and inode numbers.
-                self.homes.lock().expect("not poisoned").retain(|(id, _), _| runs.iter().any(|r| r.id == *id));
+                self.homes
+                    .lock()
+                    .expect("not poisoned")
+                    .retain(|(id, _), _| runs.iter().any(|r| r.id == *id));
                 {
-                    let live = |p: &Vec<String>| p.first().is_none_or(|c| c == ".available" || c == SHAPE_DIR || runs.iter().any(|r| r.id.to_string() == *c));
+                    let live = |p: &Vec<String>| {
+                        p.first().is_none_or(|c| {
+                            c == ".available"
+                                || c == SHAPE_DIR
+                                || runs.iter().any(|r| r.id.to_string() == *c)
+                        })
+                    };
                     let mut t = self.inos.lock().expect("not poisoned");
                     t.0.retain(|p, _| live(p));
                     t.1.retain(|_, p| live(p));
@@ -811,10 +1219,23 @@ impl fuser::Filesystem for PipesFs {
             Entry::Node(run, label) => {
                 list.extend(["all", "all.pcap", ".stats", ".options", ".filter"].map(file));
                 if let Some(r) = self.d.run(*run) {
-                    list.extend(self.classes(&r, label).into_iter().map(|c| (c.to_string(), FileType::Directory)));
+                    list.extend(
+                        self.classes(&r, label)
+                            .into_iter()
+                            .map(|c| (c.to_string(), FileType::Directory)),
+                    );
                     let mut c = Tree::of(&r, &self.homes).children(Some(label));
                     c.sort();
-                    list.extend(c.into_iter().map(|(l, home)| (l, if home { FileType::Directory } else { FileType::Symlink })));
+                    list.extend(c.into_iter().map(|(l, home)| {
+                        (
+                            l,
+                            if home {
+                                FileType::Directory
+                            } else {
+                                FileType::Symlink
+                            },
+                        )
+                    }));
                 }
             }
             Entry::Class(..) => list.extend(["all", "all.pcap"].map(file)),
@@ -851,14 +1272,25 @@ fn edit_shape_group(g: &str, text: &str) -> Result<(), String> {
         return Ok(());
     }
     let seg = shape::Segment::open_group(g).map_err(|e| e.to_string())?;
-    let c = seg.shared().config().with_edits(text).map_err(|e| e.to_string())?;
+    let c = seg
+        .shared()
+        .config()
+        .with_edits(text)
+        .map_err(|e| e.to_string())?;
     seg.edit(c).map_err(|e| e.to_string())
 }
 
 /// Unix permission `bit` (4 read, 2 write) of `attr` for `who`.
 fn may(attr: &FileAttr, who: &Cred, bit: u16) -> bool {
     let m = attr.perm;
-    who.root() || if attr.uid == who.uid { m & (bit << 6) != 0 } else if who.groups.contains(&attr.gid) { m & (bit << 3) != 0 } else { m & bit != 0 }
+    who.root()
+        || if attr.uid == who.uid {
+            m & (bit << 6) != 0
+        } else if who.groups.contains(&attr.gid) {
+            m & (bit << 3) != 0
+        } else {
+            m & bit != 0
+        }
 }
 
 /// Mount PipesFS at `dir` (made if missing; a stale mount left by a daemon that died is
@@ -874,7 +1306,15 @@ pub fn mount(d: Arc<Daemon>, dir: &Path) -> std::io::Result<fuser::BackgroundSes
         }
     }
     let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![fuser::MountOption::FSName("streamline".into()), fuser::MountOption::Subtype("pipesfs".into()), fuser::MountOption::DefaultPermissions, fuser::MountOption::AutoUnmount, fuser::MountOption::NoExec, fuser::MountOption::NoSuid, fuser::MountOption::NoDev];
+    cfg.mount_options = vec![
+        fuser::MountOption::FSName("streamline".into()),
+        fuser::MountOption::Subtype("pipesfs".into()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::AutoUnmount,
+        fuser::MountOption::NoExec,
+        fuser::MountOption::NoSuid,
+        fuser::MountOption::NoDev,
+    ];
     cfg.acl = fuser::SessionACL::All;
     cfg.n_threads = Some(2);
     let session = fuser::spawn_mount(PipesFs::new(d), dir, &cfg)?;
@@ -898,22 +1338,63 @@ mod tests {
 
     #[test]
     fn the_label_an_edit_made_is_read_from_its_answer() {
-        assert_eq!(applied_label("applied `branch count:a sample every=5`: sample#2").as_deref(), Some("sample#2"));
-        assert_eq!(applied_label("applied `set sample every=50`: sample (the instance it replaced passed 10 blocks)").as_deref(), Some("sample"));
+        assert_eq!(
+            applied_label("applied `branch count:a sample every=5`: sample#2").as_deref(),
+            Some("sample#2")
+        );
+        assert_eq!(
+            applied_label(
+                "applied `set sample every=50`: sample (the instance it replaced passed 10 blocks)"
+            )
+            .as_deref(),
+            Some("sample")
+        );
         assert_eq!(applied_label("something else"), None);
     }
 
     fn attr(uid: u32, gid: u32, perm: u16) -> FileAttr {
         let t = SystemTime::UNIX_EPOCH;
-        FileAttr { ino: INodeNo(2), size: 0, blocks: 0, atime: t, mtime: t, ctime: t, crtime: t, kind: FileType::RegularFile, perm, nlink: 1, uid, gid, rdev: 0, blksize: 4096, flags: 0 }
+        FileAttr {
+            ino: INodeNo(2),
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            kind: FileType::RegularFile,
+            perm,
+            nlink: 1,
+            uid,
+            gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
     }
 
     #[test]
     fn permissions_are_unix_ones() {
-        let owner = Cred { uid: 1000, gid: 1000, groups: vec![1000] };
-        let member = Cred { uid: 1001, gid: 1001, groups: vec![1001, 1000] };
-        let other = Cred { uid: 1002, gid: 1002, groups: vec![1002] };
-        let root = Cred { uid: 0, gid: 0, groups: vec![0] };
+        let owner = Cred {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![1000],
+        };
+        let member = Cred {
+            uid: 1001,
+            gid: 1001,
+            groups: vec![1001, 1000],
+        };
+        let other = Cred {
+            uid: 1002,
+            gid: 1002,
+            groups: vec![1002],
+        };
+        let root = Cred {
+            uid: 0,
+            gid: 0,
+            groups: vec![0],
+        };
         let f = attr(1000, 1000, 0o640);
         assert!(may(&f, &owner, 0o4) && may(&f, &owner, 0o2));
         assert!(may(&f, &member, 0o4) && !may(&f, &member, 0o2));

@@ -25,8 +25,16 @@ const TICK: Duration = Duration::from_millis(20);
 
 /// What the kernel asks of an open stream.
 pub(super) enum Job {
-    Read { size: usize, nonblock: bool, pid: u32, reply: ReplyData },
-    Poll { ph: PollNotifier, reply: ReplyPoll },
+    Read {
+        size: usize,
+        nonblock: bool,
+        pid: u32,
+        reply: ReplyData,
+    },
+    Poll {
+        ph: PollNotifier,
+        reply: ReplyPoll,
+    },
 }
 
 /// Counters of a node's readers, shared with its `.stats`.
@@ -81,15 +89,42 @@ struct Stream {
 }
 
 /// Start the thread that serves one open stream; it ends when `jobs` is dropped (release).
-pub(super) fn spawn(tags: &RingRef, data: &RingRef, first: bool, class: Option<u16>, format: Format, stats: Arc<ReaderStats>, jobs: Receiver<Job>) -> std::io::Result<()> {
+pub(super) fn spawn(
+    tags: &RingRef,
+    data: &RingRef,
+    first: bool,
+    class: Option<u16>,
+    format: Format,
+    stats: Arc<ReaderStats>,
+    jobs: Receiver<Job>,
+) -> std::io::Result<()> {
     // The tap's first reader starts at its first record (everything since the tap went
     // on); later ones at the newest (what comes from now on).
-    let r = observe(tags, data, if first { Start::Oldest } else { Start::Latest }).map_err(std::io::Error::other)?;
-    std::thread::Builder::new().name("sl-pipesfs-read".into()).spawn(move || {
-        let out = Rc::new(RefCell::new(Vec::new()));
-        let mut s = Stream { r, class, format, out, pcap: None, link: None, overruns: 0, errors: 0, lost_seen: 0, stats, eof: false };
-        s.serve(jobs);
-    })?;
+    let r = observe(
+        tags,
+        data,
+        if first { Start::Oldest } else { Start::Latest },
+    )
+    .map_err(std::io::Error::other)?;
+    std::thread::Builder::new()
+        .name("sl-pipesfs-read".into())
+        .spawn(move || {
+            let out = Rc::new(RefCell::new(Vec::new()));
+            let mut s = Stream {
+                r,
+                class,
+                format,
+                out,
+                pcap: None,
+                link: None,
+                overruns: 0,
+                errors: 0,
+                lost_seen: 0,
+                stats,
+                eof: false,
+            };
+            s.serve(jobs);
+        })?;
     Ok(())
 }
 
@@ -126,7 +161,12 @@ impl Stream {
                 }
             };
             match job {
-                Some(Job::Read { size, nonblock, pid, reply }) => self.read(size, nonblock, pid, reply),
+                Some(Job::Read {
+                    size,
+                    nonblock,
+                    pid,
+                    reply,
+                }) => self.read(size, nonblock, pid, reply),
                 Some(Job::Poll { ph, reply }) => {
                     if self.ready() {
                         reply.poll(PollEvents::POLLIN | PollEvents::POLLRDNORM);
@@ -147,7 +187,10 @@ impl Stream {
 
     /// Whether a read would return at once (data, or the end).
     fn ready(&mut self) -> bool {
-        !self.out.borrow().is_empty() || self.eof || self.r.tags_mut().readable() > 0 || self.r.tags().writer_died()
+        !self.out.borrow().is_empty()
+            || self.eof
+            || self.r.tags_mut().readable() > 0
+            || self.r.tags().writer_died()
     }
 
     fn read(&mut self, size: usize, nonblock: bool, pid: u32, reply: ReplyData) {
@@ -201,7 +244,14 @@ impl Stream {
                         Step::Record(false)
                     } else if let Some((h, block)) = RecordHeader::decode(p.data) {
                         // Copied out of the ring here; checked intact just below.
-                        Step::Record(emit(&self.out, &mut self.pcap, &mut self.link, self.format, &h, block))
+                        Step::Record(emit(
+                            &self.out,
+                            &mut self.pcap,
+                            &mut self.link,
+                            self.format,
+                            &h,
+                            block,
+                        ))
                     } else {
                         Step::Record(false)
                     }
@@ -256,7 +306,8 @@ impl Stream {
             self.count_lost();
         }
         let t = self.r.tags().shared().stats();
-        let behind = t.write_pos.saturating_sub(self.r.tags().position()) / beltway::Tag::SIZE as u64;
+        let behind =
+            t.write_pos.saturating_sub(self.r.tags().position()) / beltway::Tag::SIZE as u64;
         self.stats.backlog.store(behind, Ordering::Relaxed);
     }
 
@@ -264,14 +315,23 @@ impl Stream {
         // The tag ring counts bytes lost; a tag is one block.
         let lost = self.r.tags().lost() / beltway::Tag::SIZE as u64 + self.overruns;
         if lost > self.lost_seen {
-            self.stats.lost.fetch_add(lost - self.lost_seen, Ordering::Relaxed);
+            self.stats
+                .lost
+                .fetch_add(lost - self.lost_seen, Ordering::Relaxed);
             self.lost_seen = lost;
         }
     }
 }
 
 /// Append one record to `out` in `format`; false if it was skipped.
-fn emit(out: &Rc<RefCell<Vec<u8>>>, pcap: &mut Option<PcapWriter<Spool>>, link: &mut Option<u16>, format: Format, h: &RecordHeader, block: &[u8]) -> bool {
+fn emit(
+    out: &Rc<RefCell<Vec<u8>>>,
+    pcap: &mut Option<PcapWriter<Spool>>,
+    link: &mut Option<u16>,
+    format: Format,
+    h: &RecordHeader,
+    block: &[u8],
+) -> bool {
     match format {
         Format::Raw => {
             out.borrow_mut().extend_from_slice(block);
@@ -279,7 +339,13 @@ fn emit(out: &Rc<RefCell<Vec<u8>>>, pcap: &mut Option<PcapWriter<Spool>>, link: 
         }
         Format::Pcap => {
             if pcap.is_none() {
-                let header = PcapHeader { datalink: DataLink::from(h.link_type as u32), ts_resolution: TsResolution::NanoSecond, snaplen: 262_144, endianness: pcap_file::Endianness::native(), ..Default::default() };
+                let header = PcapHeader {
+                    datalink: DataLink::from(h.link_type as u32),
+                    ts_resolution: TsResolution::NanoSecond,
+                    snaplen: 262_144,
+                    endianness: pcap_file::Endianness::native(),
+                    ..Default::default()
+                };
                 match PcapWriter::with_header(Spool(out.clone()), header) {
                     Ok(w) => *pcap = Some(w),
                     Err(_) => return false,
@@ -289,7 +355,11 @@ fn emit(out: &Rc<RefCell<Vec<u8>>>, pcap: &mut Option<PcapWriter<Spool>>, link: 
             if *link != Some(h.link_type) {
                 return false;
             }
-            let pkt = PcapPacket::new(Duration::from_nanos(h.ts_ns), h.orig_len.max(block.len() as u32), block);
+            let pkt = PcapPacket::new(
+                Duration::from_nanos(h.ts_ns),
+                h.orig_len.max(block.len() as u32),
+                block,
+            );
             pcap.as_mut().is_some_and(|w| w.write_packet(&pkt).is_ok())
         }
     }
@@ -297,9 +367,20 @@ fn emit(out: &Rc<RefCell<Vec<u8>>>, pcap: &mut Option<PcapWriter<Spool>>, link: 
 
 /// Whether process `pid` has a signal pending that it does not block, or is gone.
 fn interrupted(pid: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return true };
-    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
-    if status.lines().any(|l| l.starts_with("State:") && (l.contains("zombie") || l.contains("dead"))) {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    if status
+        .lines()
+        .any(|l| l.starts_with("State:") && (l.contains("zombie") || l.contains("dead")))
+    {
         return true;
     }
     let pending = field("SigPnd:") | field("ShdPnd:");
@@ -323,24 +404,48 @@ mod tests {
     fn records_become_raw_bytes_or_a_pcap_stream_with_its_header_first() {
         let out = Rc::new(RefCell::new(Vec::new()));
         let (mut pcap, mut link) = (None, None);
-        let h = RecordHeader { ts_ns: 1_500_000_000_000_000_123, orig_len: 60, link_type: 1 };
+        let h = RecordHeader {
+            ts_ns: 1_500_000_000_000_000_123,
+            orig_len: 60,
+            link_type: 1,
+        };
         assert!(emit(&out, &mut pcap, &mut link, Format::Raw, &h, b"abc"));
         assert_eq!(&out.borrow()[..], b"abc");
         out.borrow_mut().clear();
-        assert!(emit(&out, &mut pcap, &mut link, Format::Pcap, &h, &[7u8; 42]));
+        assert!(emit(
+            &out,
+            &mut pcap,
+            &mut link,
+            Format::Pcap,
+            &h,
+            &[7u8; 42]
+        ));
         let bytes = out.borrow().clone();
         // Nanosecond magic in the machine's byte order (as tcpdump writes), then one record
         // of 42 captured and 60 wire bytes.
         assert_eq!(&bytes[..4], &0xa1b2_3c4du32.to_ne_bytes());
         assert_eq!(bytes.len(), 24 + 16 + 42);
         let rec = &bytes[24..40];
-        assert_eq!(u32::from_ne_bytes(rec[0..4].try_into().unwrap()), 1_500_000_000);
+        assert_eq!(
+            u32::from_ne_bytes(rec[0..4].try_into().unwrap()),
+            1_500_000_000
+        );
         assert_eq!(u32::from_ne_bytes(rec[4..8].try_into().unwrap()), 123);
         assert_eq!(u32::from_ne_bytes(rec[8..12].try_into().unwrap()), 42);
         assert_eq!(u32::from_ne_bytes(rec[12..16].try_into().unwrap()), 60);
         // Another link type than the first is skipped.
-        let other = RecordHeader { link_type: 113, ..h };
-        assert!(!emit(&out, &mut pcap, &mut link, Format::Pcap, &other, b"x"));
+        let other = RecordHeader {
+            link_type: 113,
+            ..h
+        };
+        assert!(!emit(
+            &out,
+            &mut pcap,
+            &mut link,
+            Format::Pcap,
+            &other,
+            b"x"
+        ));
         assert_eq!(out.borrow().len(), 24 + 16 + 42);
     }
 }

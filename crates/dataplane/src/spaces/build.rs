@@ -2,7 +2,10 @@
 //! process spaces started and handed their rings, every space of this process built; a
 //! failing step undoes the earlier ones. What a built run holds ([`Spaces`]) until it runs.
 
-use super::place::{check_joins, labels_of, place, replicate, schedule_of, space_name, Placement, SpaceId, SpaceKind};
+use super::place::{
+    check_joins, labels_of, place, replicate, schedule_of, space_name, Placement, SpaceId,
+    SpaceKind,
+};
 use super::protocol::{child_error, recv_msg, recv_ring, send_ring};
 use super::split::{channel_config, split, WithChannels};
 use crate::channel::{egress, ingress, ChannelConfig};
@@ -64,16 +67,26 @@ pub struct Spaces {
     pub(super) sched: HashMap<SpaceId, Option<(beltway::sys::Policy, &'static str, String)>>,
 }
 
-
 impl Spaces {
     /// Place `g`, split it, create the channels, start the process spaces (if any, with
     /// `launcher`) and build every space; nothing runs yet. A build error anywhere stops
     /// and reaps the process spaces started so far, and names the filter.
-    pub fn build(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: ChannelConfig) -> Result<Spaces, BuildError> {
+    pub fn build(
+        g: &Graph,
+        factory: &dyn Factory,
+        scratch: usize,
+        cfg: ChannelConfig,
+    ) -> Result<Spaces, BuildError> {
         Self::build_with(g, factory, scratch, cfg, None)
     }
 
-    pub fn build_with(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: ChannelConfig, launcher: Option<&Launcher>) -> Result<Spaces, BuildError> {
+    pub fn build_with(
+        g: &Graph,
+        factory: &dyn Factory,
+        scratch: usize,
+        cfg: ChannelConfig,
+        launcher: Option<&Launcher>,
+    ) -> Result<Spaces, BuildError> {
         Self::build_steps(g, factory, scratch, cfg, launcher, None)
     }
 
@@ -101,11 +114,18 @@ impl Spaces {
         let here = |s: SpaceId| placement.kind(s) != SpaceKind::Process;
         // Channel errors name the consuming node.
         let at = |e: &Edge| (base_name(&g.nodes[e.to]), span_of(&g.nodes[e.to]));
-        let chan_err = |e: &Edge, kind: BuildErrorKind| BuildError::new(base_name(&g.nodes[e.to]), span_of(&g.nodes[e.to]), kind);
-        let ring_err = |e: &Edge, what: String, source| chan_err(e, BuildErrorKind::Channel { what, source });
-        let handover_err = |e: &Edge, what: String, source| chan_err(e, BuildErrorKind::Handover { what, source });
+        let chan_err = |e: &Edge, kind: BuildErrorKind| {
+            BuildError::new(base_name(&g.nodes[e.to]), span_of(&g.nodes[e.to]), kind)
+        };
+        let ring_err =
+            |e: &Edge, what: String, source| chan_err(e, BuildErrorKind::Channel { what, source });
+        let handover_err =
+            |e: &Edge, what: String, source| chan_err(e, BuildErrorKind::Handover { what, source });
         let building = Building {
-            chans: WithChannels { inner: factory, endpoints: Mutex::new(HashMap::new()) },
+            chans: WithChannels {
+                inner: factory,
+                endpoints: Mutex::new(HashMap::new()),
+            },
             rings: HashMap::new(),
             children: Vec::new(),
             spaces: Vec::new(),
@@ -116,14 +136,21 @@ impl Spaces {
             let k = step_no.get();
             step_no.set(k + 1);
             if fail_at == Some(k) {
-                return Err(BuildError::new(label, span, BuildErrorKind::Injected { step: k }));
+                return Err(BuildError::new(
+                    label,
+                    span,
+                    BuildErrorKind::Injected { step: k },
+                ));
             }
             Ok(())
         };
         let failed = |f: StepFailed<BuildError>| {
             let mut e = f.error;
             if !f.undone.is_empty() {
-                e.rollback = Some(Rollback { step: f.step, undone: f.undone });
+                e.rollback = Some(Rollback {
+                    step: f.step,
+                    undone: f.undone,
+                });
             }
             e
         };
@@ -134,13 +161,24 @@ impl Spaces {
                     format!("create channel {k}"),
                     |b| {
                         inject(at(e))?;
-                        let (tx, tr, d) = egress(&format!("sl-ch{k}"), channel_config(g, e, cfg), same).map_err(|x| ring_err(e, "cannot create a channel into it".into(), x))?;
-                        b.chans.endpoints.lock().expect("not poisoned").insert((true, k), Box::new(tx) as Box<dyn Filter>);
+                        let (tx, tr, d) =
+                            egress(&format!("sl-ch{k}"), channel_config(g, e, cfg), same).map_err(
+                                |x| ring_err(e, "cannot create a channel into it".into(), x),
+                            )?;
+                        b.chans
+                            .endpoints
+                            .lock()
+                            .expect("not poisoned")
+                            .insert((true, k), Box::new(tx) as Box<dyn Filter>);
                         b.rings.insert(k, (tr, d));
                         Ok(k)
                     },
                     |b, k| {
-                        b.chans.endpoints.lock().expect("not poisoned").remove(&(true, k));
+                        b.chans
+                            .endpoints
+                            .lock()
+                            .expect("not poisoned")
+                            .remove(&(true, k));
                         b.rings.remove(&k);
                     },
                 )
@@ -148,16 +186,34 @@ impl Spaces {
             }
         }
         // Start the process spaces; each first sends the rings of the channels it feeds.
-        for (&id, _) in placement.kinds.iter().filter(|(_, &k)| k == SpaceKind::Process) {
+        for (&id, _) in placement
+            .kinds
+            .iter()
+            .filter(|(_, &k)| k == SpaceKind::Process)
+        {
             let label = labels_of(g, &placement, id);
-            let err = |what: String, source| BuildError::new(label.clone(), None, BuildErrorKind::Process { what, source });
+            let err = |what: String, source| {
+                BuildError::new(
+                    label.clone(),
+                    None,
+                    BuildErrorKind::Process { what, source },
+                )
+            };
             t.step(
                 format!("start process space p{id}"),
                 |b| {
                     inject((label.clone(), None))?;
-                    let Some(l) = launcher else { return Err(BuildError::new(label.clone(), None, BuildErrorKind::NoLauncher(id))) };
-                    let (mine, theirs) = UnixStream::pair().map_err(|x| err("socketpair".into(), x))?;
-                    beltway::sys::inherit_across_exec(&theirs).map_err(|x| err("fcntl".into(), x))?;
+                    let Some(l) = launcher else {
+                        return Err(BuildError::new(
+                            label.clone(),
+                            None,
+                            BuildErrorKind::NoLauncher(id),
+                        ));
+                    };
+                    let (mine, theirs) =
+                        UnixStream::pair().map_err(|x| err("socketpair".into(), x))?;
+                    beltway::sys::inherit_across_exec(&theirs)
+                        .map_err(|x| err("fcntl".into(), x))?;
                     let proc = std::process::Command::new(&l.exe)
                         .args(&l.args)
                         .arg("--space")
@@ -166,10 +222,21 @@ impl Spaces {
                         .arg(theirs.as_raw_fd().to_string())
                         .stdin(std::process::Stdio::null())
                         .spawn()
-                        .map_err(|x| err(format!("cannot start process space p{id} ({})", l.exe.display()), x))?;
+                        .map_err(|x| {
+                            err(
+                                format!("cannot start process space p{id} ({})", l.exe.display()),
+                                x,
+                            )
+                        })?;
                     drop(theirs);
-                    let child = ChildSpace { id, proc, sock: mine };
-                    let first = recv_msg(&child.sock).map_err(|x| err(format!("process space p{id} ended before it started"), x))?;
+                    let child = ChildSpace {
+                        id,
+                        proc,
+                        sock: mine,
+                    };
+                    let first = recv_msg(&child.sock).map_err(|x| {
+                        err(format!("process space p{id} ended before it started"), x)
+                    })?;
                     if let Some(why) = first.strip_prefix("error ") {
                         return Err(child_error(why, &label));
                     }
@@ -180,14 +247,26 @@ impl Spaces {
                 |b, id| b.children.retain(|c| c.id != id),
             )
             .map_err(failed)?;
-            for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.from] == id) {
+            for (k, e) in cross
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| placement.space[e.from] == id)
+            {
                 t.step(
                     format!("receive channel {k} from p{id}"),
                     |b| {
                         inject(at(e))?;
-                        let c = b.children.iter().find(|c| c.id == id).expect("started above");
-                        let tr = recv_ring(&c.sock).map_err(|x| handover_err(e, format!("channel from process space p{id}"), x))?;
-                        let d = recv_ring(&c.sock).map_err(|x| handover_err(e, format!("channel from process space p{id}"), x))?;
+                        let c = b
+                            .children
+                            .iter()
+                            .find(|c| c.id == id)
+                            .expect("started above");
+                        let tr = recv_ring(&c.sock).map_err(|x| {
+                            handover_err(e, format!("channel from process space p{id}"), x)
+                        })?;
+                        let d = recv_ring(&c.sock).map_err(|x| {
+                            handover_err(e, format!("channel from process space p{id}"), x)
+                        })?;
                         b.rings.insert(k, (tr, d));
                         Ok(k)
                     },
@@ -209,21 +288,40 @@ impl Spaces {
                     if here(to) {
                         // A process space feeding us may not name files for us to map.
                         let trusted = here(placement.space[e.from]);
-                        let mut rx = ingress(&format!("sl-ch{k}"), tr, d, trusted).map_err(|x| ring_err(e, "cannot attach to its channel".into(), x))?;
+                        let mut rx = ingress(&format!("sl-ch{k}"), tr, d, trusted)
+                            .map_err(|x| ring_err(e, "cannot attach to its channel".into(), x))?;
                         rx.set_busy(g.nodes[e.to].hints.contains(&Hint::Busy));
-                        b.chans.endpoints.lock().expect("not poisoned").insert((false, k), Box::new(rx) as Box<dyn Filter>);
+                        b.chans
+                            .endpoints
+                            .lock()
+                            .expect("not poisoned")
+                            .insert((false, k), Box::new(rx) as Box<dyn Filter>);
                     } else {
-                        let c = b.children.iter().find(|c| c.id == to).expect("process space started");
+                        let c = b
+                            .children
+                            .iter()
+                            .find(|c| c.id == to)
+                            .expect("process space started");
                         send_ring(&c.sock, tr)
                             .and_then(|_| send_ring(&c.sock, d))
-                            .map_err(|x| handover_err(e, format!("cannot hand its channel to process space p{to}"), x))?;
+                            .map_err(|x| {
+                                handover_err(
+                                    e,
+                                    format!("cannot hand its channel to process space p{to}"),
+                                    x,
+                                )
+                            })?;
                     }
                     Ok(k)
                 },
                 // Here: drop the consumer's endpoint. In a process space: the mapping is
                 // the child's, undone when the start step's inverse stops it.
                 |b, k| {
-                    b.chans.endpoints.lock().expect("not poisoned").remove(&(false, k));
+                    b.chans
+                        .endpoints
+                        .lock()
+                        .expect("not poisoned")
+                        .remove(&(false, k));
                 },
             )
             .map_err(failed)?;
@@ -238,7 +336,10 @@ impl Spaces {
                     let mut space = Space::build(&parts[&id].graph, &b.chans, scratch)?;
                     // A space that feeds another space of this process keeps its rings in
                     // shared memory, so the consumer reads its blocks in place.
-                    if cross.iter().any(|e| placement.space[e.from] == id && here(placement.space[e.to])) {
+                    if cross
+                        .iter()
+                        .any(|e| placement.space[e.from] == id && here(placement.space[e.to]))
+                    {
                         space.store().share_rings();
                     }
                     b.spaces.push((id, space));
@@ -255,11 +356,22 @@ impl Spaces {
                 format!("process space p{id} ready"),
                 |b| {
                     inject((label.clone(), None))?;
-                    let c = b.children.iter().find(|c| c.id == id).expect("started above");
+                    let c = b
+                        .children
+                        .iter()
+                        .find(|c| c.id == id)
+                        .expect("started above");
                     match recv_msg(&c.sock) {
                         Ok(m) if m == "ready" => Ok(id),
                         Ok(m) => Err(child_error(m.strip_prefix("error ").unwrap_or(&m), &label)),
-                        Err(e) => Err(BuildError::new(label.clone(), None, BuildErrorKind::Process { what: format!("process space p{id} ended while building"), source: e })),
+                        Err(e) => Err(BuildError::new(
+                            label.clone(),
+                            None,
+                            BuildErrorKind::Process {
+                                what: format!("process space p{id} ended while building"),
+                                source: e,
+                            },
+                        )),
                     }
                 },
                 // Nothing to take back: the start step's inverse stops the space.
@@ -270,12 +382,31 @@ impl Spaces {
         if let Some(k) = fail_at.filter(|&k| k >= step_no.get()) {
             let n = step_no.get();
             drop(t.rollback());
-            return Err(BuildError::new("build", None, BuildErrorKind::InjectedPast { step: k, steps: n }));
+            return Err(BuildError::new(
+                "build",
+                None,
+                BuildErrorKind::InjectedPast { step: k, steps: n },
+            ));
         }
         let b = t.commit();
-        let labels = g.nodes.iter().map(|n| (placement.space[n.id], base_name(n))).collect();
-        let sched = placement.spaces().into_iter().map(|s| (s, schedule_of(g, &placement, s))).collect();
-        Ok(Spaces { spaces: b.spaces, children: b.children, placement, channels: cross.len(), labels, sched })
+        let labels = g
+            .nodes
+            .iter()
+            .map(|n| (placement.space[n.id], base_name(n)))
+            .collect();
+        let sched = placement
+            .spaces()
+            .into_iter()
+            .map(|s| (s, schedule_of(g, &placement, s)))
+            .collect();
+        Ok(Spaces {
+            spaces: b.spaces,
+            children: b.children,
+            placement,
+            channels: cross.len(),
+            labels,
+            sched,
+        })
     }
 
     /// Process ids of the process spaces (for tests and monitoring).

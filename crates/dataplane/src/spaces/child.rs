@@ -4,7 +4,9 @@
 //! the failing node's span.
 
 use super::place::{check_joins, place, replicate, schedule_of, SpaceId};
-use super::protocol::{error_text, one_line, recv_msg, recv_ring, report_text, send_msg, send_ring};
+use super::protocol::{
+    error_text, one_line, recv_msg, recv_ring, report_text, send_msg, send_ring,
+};
 use super::run::apply_schedule;
 use super::split::{channel_config, split, WithChannels};
 use crate::channel::{egress_to, ingress, ChannelConfig};
@@ -19,7 +21,14 @@ use std::sync::Mutex;
 /// The process-space side (started by [`Launcher`]): build this space's share of `g`,
 /// exchange channel rings with the parent over `sock`, run when told, send the report.
 /// Returns the exit status.
-pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: ChannelConfig, id: SpaceId, sock: UnixStream) -> i32 {
+pub fn run_process_space(
+    g: &Graph,
+    factory: &dyn Factory,
+    scratch: usize,
+    cfg: ChannelConfig,
+    id: SpaceId,
+    sock: UnixStream,
+) -> i32 {
     // Errors of the whole space, in words (the parent lays them on the space's filters).
     let fail = |why: String| {
         let _ = send_msg(&sock, &format!("error {}", one_line(&why)));
@@ -39,10 +48,16 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
         Err(e) => return fail_build(e),
     };
     let (mut parts, cross) = split(g, &placement);
-    let Some(part) = parts.remove(&id) else { return fail(format!("no filter is placed in space p{id}")) };
+    let Some(part) = parts.remove(&id) else {
+        return fail(format!("no filter is placed in space p{id}"));
+    };
     let mut endpoints = HashMap::new();
     let mut mine = Vec::new();
-    for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.from] == id) {
+    for (k, e) in cross
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| placement.space[e.from] == id)
+    {
         match egress_to(&format!("sl-ch{k}"), channel_config(g, e, cfg), false, true) {
             Ok((tx, t, d)) => {
                 endpoints.insert((true, k), Box::new(tx) as Box<dyn Filter>);
@@ -50,7 +65,14 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
             }
             Err(x) => {
                 let n = &g.nodes[e.from];
-                return fail_build(BuildError::new(base_name(n), span_of(n), BuildErrorKind::Channel { what: "cannot create a channel".into(), source: x }));
+                return fail_build(BuildError::new(
+                    base_name(n),
+                    span_of(n),
+                    BuildErrorKind::Channel {
+                        what: "cannot create a channel".into(),
+                        source: x,
+                    },
+                ));
             }
         }
     }
@@ -58,26 +80,46 @@ pub fn run_process_space(g: &Graph, factory: &dyn Factory, scratch: usize, cfg: 
         return 3;
     }
     for (t, d) in &mine {
-        if send_ring(&sock, t).and_then(|_| send_ring(&sock, d)).is_err() {
+        if send_ring(&sock, t)
+            .and_then(|_| send_ring(&sock, d))
+            .is_err()
+        {
             return 3;
         }
     }
-    for (k, e) in cross.iter().enumerate().filter(|(_, e)| placement.space[e.to] == id) {
+    for (k, e) in cross
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| placement.space[e.to] == id)
+    {
         let n = &g.nodes[e.to];
         let err = |kind: BuildErrorKind| BuildError::new(base_name(n), span_of(n), kind);
         let (t, d) = match recv_ring(&sock).and_then(|t| recv_ring(&sock).map(|d| (t, d))) {
             Ok(rings) => rings,
-            Err(x) => return fail_build(err(BuildErrorKind::Handover { what: "channel".into(), source: x })),
+            Err(x) => {
+                return fail_build(err(BuildErrorKind::Handover {
+                    what: "channel".into(),
+                    source: x,
+                }))
+            }
         };
         match ingress(&format!("sl-ch{k}"), &t, &d, true) {
             Ok(mut rx) => {
                 rx.set_busy(n.hints.contains(&Hint::Busy));
                 endpoints.insert((false, k), Box::new(rx) as Box<dyn Filter>);
             }
-            Err(x) => return fail_build(err(BuildErrorKind::Channel { what: "channel".into(), source: x })),
+            Err(x) => {
+                return fail_build(err(BuildErrorKind::Channel {
+                    what: "channel".into(),
+                    source: x,
+                }))
+            }
         }
     }
-    let f = WithChannels { inner: factory, endpoints: Mutex::new(endpoints) };
+    let f = WithChannels {
+        inner: factory,
+        endpoints: Mutex::new(endpoints),
+    };
     let mut space = match Space::build(&part.graph, &f, scratch) {
         Ok(s) => s,
         Err(e) => return fail_build(e),

@@ -38,5 +38,5 @@ pub use child::run_process_space;
 pub use place::{check_joins, place, replicate, schedule_of, Placement, SpaceId, SpaceKind};
 pub use protocol::ProtocolError;
 pub use run::SpacesReport;
-pub use split::{PUBLISH, SUBSCRIBE};
 pub(crate) use split::{EGRESS, INGRESS};
+pub use split::{PUBLISH, SUBSCRIBE};

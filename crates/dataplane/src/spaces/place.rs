@@ -37,10 +37,16 @@ impl Placement {
         v
     }
     pub fn is_single(&self) -> bool {
-        self.space.iter().all(|&s| s == self.space.first().copied().unwrap_or(0))
+        self.space
+            .iter()
+            .all(|&s| s == self.space.first().copied().unwrap_or(0))
     }
     pub fn kind(&self, s: SpaceId) -> SpaceKind {
-        self.kinds.get(&s).copied().unwrap_or(if s == 0 { SpaceKind::Local } else { SpaceKind::Thread })
+        self.kinds.get(&s).copied().unwrap_or(if s == 0 {
+            SpaceKind::Local
+        } else {
+            SpaceKind::Thread
+        })
     }
 }
 
@@ -58,18 +64,34 @@ pub(super) fn space_of(n: &Node) -> Option<&SpaceSpec> {
 /// replica); any other a round-robin split and a join that restores the original order.
 pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> {
     let mut g = g.clone();
-    let targets: Vec<usize> = g.nodes.iter().filter(|n| space_of(n).and_then(SpaceSpec::runtime).is_some_and(|l| l.len() > 1)).map(|n| n.id).collect();
+    let targets: Vec<usize> = g
+        .nodes
+        .iter()
+        .filter(|n| {
+            space_of(n)
+                .and_then(SpaceSpec::runtime)
+                .is_some_and(|l| l.len() > 1)
+        })
+        .map(|n| n.id)
+        .collect();
     for id in targets {
         let node = g.nodes[id].clone();
         let spec = space_of(&node).expect("a target has a list").clone();
         let list = spec.runtime().expect("a target has a list").to_vec();
         let err = |why: String| BuildError::placement(base_name(&node), span_of(&node), why);
-        let NodeKind::Filter { filter, .. } = &node.kind else { return Err(err("only native filters can be replicated".into())) };
+        let NodeKind::Filter { filter, .. } = &node.kind else {
+            return Err(err("only native filters can be replicated".into()));
+        };
         if node.hints.contains(&Hint::Single) {
-            return Err(err(format!("@single asks for one instance, space={spec} for {}", list.len())));
+            return Err(err(format!(
+                "@single asks for one instance, space={spec} for {}",
+                list.len()
+            )));
         }
         if factory.is_source(filter) || !g.edges.iter().any(|e| e.to == id) {
-            return Err(err("a source cannot be replicated; replicate the filters after it".into()));
+            return Err(err(
+                "a source cannot be replicated; replicate the filters after it".into(),
+            ));
         }
         let mode = match factory.replication(filter) {
             Replication::Blocks => lang::SplitMode::RoundRobin,
@@ -81,7 +103,9 @@ pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> 
                 }
                 lang::SplitMode::Hash
             }
-            Replication::Never(why) => return Err(err(format!("space={spec}: cannot be replicated: {why}"))),
+            Replication::Never(why) => {
+                return Err(err(format!("space={spec}: cannot be replicated: {why}")))
+            }
         };
         let before = g.nodes.len();
         g = lang::parallelize(&g, id, list.len(), mode);
@@ -101,7 +125,12 @@ pub fn replicate(g: &Graph, factory: &dyn Factory) -> Result<Graph, BuildError> 
 /// block), described; None when every path ends in filters that only count
 /// ([`Factory::order_matters`] false) after per-block filters.
 fn order_sensitive_after(g: &Graph, id: usize, factory: &dyn Factory) -> Option<String> {
-    let mut todo: Vec<usize> = g.edges.iter().filter(|e| e.from == id).map(|e| e.to).collect();
+    let mut todo: Vec<usize> = g
+        .edges
+        .iter()
+        .filter(|e| e.from == id)
+        .map(|e| e.to)
+        .collect();
     let mut seen = vec![false; g.nodes.len()];
     while let Some(n) = todo.pop() {
         if std::mem::replace(&mut seen[n], true) {
@@ -109,14 +138,24 @@ fn order_sensitive_after(g: &Graph, id: usize, factory: &dyn Factory) -> Option<
         }
         match &g.nodes[n].kind {
             NodeKind::Filter { filter, .. } if !factory.order_matters(filter) => continue,
-            NodeKind::Filter { filter, .. } if factory.replication(filter) != Replication::Blocks => {
+            NodeKind::Filter { filter, .. }
+                if factory.replication(filter) != Replication::Blocks =>
+            {
                 return Some(format!("{filter} downstream sees the order"));
             }
-            NodeKind::Unix { argv, .. } => return Some(format!("{} downstream reads the stream in order", argv.first().map_or("a Unix command", |s| s.as_str()))),
+            NodeKind::Unix { argv, .. } => {
+                return Some(format!(
+                    "{} downstream reads the stream in order",
+                    argv.first().map_or("a Unix command", |s| s.as_str())
+                ))
+            }
             _ => {}
         }
         if !g.edges.iter().any(|e| e.from == n) {
-            return Some(format!("{} at the end writes the stream in order", base_name(&g.nodes[n])));
+            return Some(format!(
+                "{} at the end writes the stream in order",
+                base_name(&g.nodes[n])
+            ));
         }
         todo.extend(g.edges.iter().filter(|e| e.from == n).map(|e| e.to));
     }
@@ -189,10 +228,18 @@ pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<()
 /// 3.3): `@hrealtime` SCHED_FIFO priority 50 with the process's memory locked,
 /// `@realtime` SCHED_RR priority 10, `@background` SCHED_IDLE; the strongest wins. With
 /// the hint and the node that asked for it (for messages).
-pub fn schedule_of(g: &Graph, p: &Placement, id: SpaceId) -> Option<(beltway::sys::Policy, &'static str, String)> {
+pub fn schedule_of(
+    g: &Graph,
+    p: &Placement,
+    id: SpaceId,
+) -> Option<(beltway::sys::Policy, &'static str, String)> {
     use beltway::sys::Policy;
     let here = || g.nodes.iter().filter(move |n| p.space[n.id] == id);
-    for (hint, policy, name) in [(Hint::HRealtime, Policy::Fifo(50), "@hrealtime"), (Hint::Realtime, Policy::RoundRobin(10), "@realtime"), (Hint::Background, Policy::Idle, "@background")] {
+    for (hint, policy, name) in [
+        (Hint::HRealtime, Policy::Fifo(50), "@hrealtime"),
+        (Hint::Realtime, Policy::RoundRobin(10), "@realtime"),
+        (Hint::Background, Policy::Idle, "@background"),
+    ] {
         if let Some(n) = here().find(|n| n.hints.contains(&hint)) {
             return Some((policy, name, base_name(n)));
         }
@@ -214,18 +261,36 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
             _ => None,
         }
     };
-    let mut next_fresh = 1 + g.nodes.iter().filter_map(|n| space_of(n).and_then(one)).map(|x| x.0).max().unwrap_or(0);
+    let mut next_fresh = 1 + g
+        .nodes
+        .iter()
+        .filter_map(|n| space_of(n).and_then(one))
+        .map(|x| x.0)
+        .max()
+        .unwrap_or(0);
     for node in &g.nodes {
         let err = |why: String| BuildError::placement(base_name(node), span_of(node), why);
         let (id, kind) = if let Some(v) = space_of(node) {
-            if matches!(v, SpaceSpec::Planner { kind: Some(lang::PinKind::Kernel), cpu: None }) {
-                return Err(err("space=kernel: this filter has no kernel implementation here".into()));
+            if matches!(
+                v,
+                SpaceSpec::Planner {
+                    kind: Some(lang::PinKind::Kernel),
+                    cpu: None
+                }
+            ) {
+                return Err(err(
+                    "space=kernel: this filter has no kernel implementation here".into(),
+                ));
             }
             one(v).ok_or_else(|| err(format!("space={v}: expected 'local', a thread space N or tN, or a process space pN (N >= 1)")))?
         } else if node.hints.contains(&Hint::Private) {
             next_fresh += 1;
             (next_fresh - 1, SpaceKind::Process)
-        } else if node.hints.iter().any(|h| matches!(h, Hint::Background | Hint::Realtime | Hint::HRealtime)) {
+        } else if node
+            .hints
+            .iter()
+            .any(|h| matches!(h, Hint::Background | Hint::Realtime | Hint::HRealtime))
+        {
             // Scheduling hints apply to a whole space: the node gets a thread of its own.
             next_fresh += 1;
             (next_fresh - 1, SpaceKind::Thread)
@@ -233,7 +298,9 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
             continue;
         };
         if let Some(k) = kinds.insert(id, kind).filter(|&k| k != kind) {
-            return Err(err(format!("space {id} is used both as a {k:?} space and as a {kind:?} space")));
+            return Err(err(format!(
+                "space {id} is used both as a {k:?} space and as a {kind:?} space"
+            )));
         }
         space[node.id] = Some(id);
     }
@@ -246,7 +313,12 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
             if space[node.id].is_some() {
                 continue;
             }
-            let ups: Vec<usize> = g.edges.iter().filter(|e| e.to == node.id).map(|e| e.from).collect();
+            let ups: Vec<usize> = g
+                .edges
+                .iter()
+                .filter(|e| e.to == node.id)
+                .map(|e| e.from)
+                .collect();
             if ups.is_empty() {
                 space[node.id] = Some(0);
                 changed = true;
@@ -258,13 +330,29 @@ pub fn place(g: &Graph) -> Result<Placement, BuildError> {
     }
     let space: Vec<SpaceId> = space.into_iter().map(|s| s.unwrap_or(0)).collect();
     // Channels are one-way: a cycle between spaces would deadlock on full rings.
-    let cross: Vec<(SpaceId, SpaceId)> = g.edges.iter().filter(|e| space[e.from] != space[e.to]).map(|e| (space[e.from], space[e.to])).collect();
-    let closing: Vec<&Edge> = g.edges.iter().filter(|e| space[e.from] != space[e.to] && reaches(&cross, space[e.to], space[e.from])).collect();
+    let cross: Vec<(SpaceId, SpaceId)> = g
+        .edges
+        .iter()
+        .filter(|e| space[e.from] != space[e.to])
+        .map(|e| (space[e.from], space[e.to]))
+        .collect();
+    let closing: Vec<&Edge> = g
+        .edges
+        .iter()
+        .filter(|e| space[e.from] != space[e.to] && reaches(&cross, space[e.to], space[e.from]))
+        .collect();
     if let Some(e) = closing.first() {
         // Name a filter the user placed (space= or a hint) at either end of such an arc,
         // rather than a join or loop node that merely followed it.
-        let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && (space_of(&g.nodes[n]).is_some() || !g.nodes[n].hints.is_empty());
-        let culprit = closing.iter().flat_map(|e| [e.to, e.from]).find(|&n| placed(n)).unwrap_or(e.to);
+        let placed = |n: usize| {
+            matches!(g.nodes[n].kind, NodeKind::Filter { .. })
+                && (space_of(&g.nodes[n]).is_some() || !g.nodes[n].hints.is_empty())
+        };
+        let culprit = closing
+            .iter()
+            .flat_map(|e| [e.to, e.from])
+            .find(|&n| placed(n))
+            .unwrap_or(e.to);
         let n = &g.nodes[culprit];
         return Err(BuildError::placement(
             base_name(n),
@@ -304,5 +392,10 @@ pub(super) fn space_name(p: &Placement, id: SpaceId) -> String {
 }
 
 pub(super) fn labels_of(g: &Graph, p: &Placement, id: SpaceId) -> String {
-    g.nodes.iter().filter(|n| p.space[n.id] == id).map(base_name).collect::<Vec<_>>().join(", ")
+    g.nodes
+        .iter()
+        .filter(|n| p.space[n.id] == id)
+        .map(base_name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -4,12 +4,11 @@
 //! `error SPAN\tLABEL\tWHY` so a failing node keeps its caret across the process boundary.
 
 use super::run::SpacesReport;
-use crate::runtime::{BuildError, BuildErrorKind, NodeReport, Space};
 use super::split::{EGRESS, INGRESS};
+use crate::runtime::{BuildError, BuildErrorKind, NodeReport, Space};
 use beltway::RingRef;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-
 
 pub(super) fn send_msg(sock: &UnixStream, m: &str) -> std::io::Result<()> {
     let mut w = sock;
@@ -23,7 +22,10 @@ pub(super) fn recv_msg(sock: &UnixStream) -> std::io::Result<String> {
     r.read_exact(&mut n)?;
     let n = u32::from_le_bytes(n) as usize;
     if n > 16 << 20 {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("message of {n} bytes")));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("message of {n} bytes"),
+        ));
     }
     let mut b = vec![0u8; n];
     r.read_exact(&mut b)?;
@@ -48,7 +50,10 @@ pub(super) fn send_ring(sock: &UnixStream, r: &RingRef) -> Result<(), ProtocolEr
     r.send(sock)?;
     match recv_msg(sock)? {
         m if m == "ack" => Ok(()),
-        m => Err(ProtocolError::Unexpected { expected: "an acknowledgement", got: m }),
+        m => Err(ProtocolError::Unexpected {
+            expected: "an acknowledgement",
+            got: m,
+        }),
     }
 }
 
@@ -62,7 +67,10 @@ pub(super) fn recv_ring(sock: &UnixStream) -> Result<RingRef, ProtocolError> {
 /// newline and carriage return escaped, so multi-line summaries (hist, flowcount) reach
 /// the parent as they were written.
 pub(super) fn one_line(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n").replace('\r', "\\r")
+    s.replace('\\', "\\\\")
+        .replace('\t', "\\t")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r")
 }
 
 /// The inverse of [`one_line`].
@@ -120,13 +128,27 @@ pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
                     continue;
                 }
                 let v: Vec<u64> = nums.iter().map(|x| x.parse().unwrap_or(0)).collect();
-                let counters = crate::runtime::Counters { blocks_in: v[0], bytes_in: v[1], blocks_out: v[2], bytes_out: v[3], drops: v[4], nanos: v[5] };
+                let counters = crate::runtime::Counters {
+                    blocks_in: v[0],
+                    bytes_in: v[1],
+                    blocks_out: v[2],
+                    bytes_out: v[3],
+                    drops: v[4],
+                    nanos: v[5],
+                };
                 let summary = (*summary != "-").then(|| unescape(summary));
-                rep.nodes.push(NodeReport { label: format!("{}{suffix}", unescape(label)), counters, summary, classes: Vec::new() });
+                rep.nodes.push(NodeReport {
+                    label: format!("{}{suffix}", unescape(label)),
+                    counters,
+                    summary,
+                    classes: Vec::new(),
+                });
             }
             ["warn", w] => rep.warnings.push(unescape(w)),
             ["failed"] => rep.failed = true,
-            _ => rep.warnings.push(format!("unreadable report line from a process space: {l}")),
+            _ => rep
+                .warnings
+                .push(format!("unreadable report line from a process space: {l}")),
         }
     }
 }
@@ -135,8 +157,14 @@ pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
 /// span of the failing node (`-` without one; parent and child parse the same pipeline
 /// text, so the span means the same to both), its label, and the message.
 pub(super) fn error_text(e: &BuildError) -> String {
-    let span = e.span.map_or("-".to_string(), |s| format!("{}:{}", s.start, s.end));
-    format!("error {span}\t{}\t{}", one_line(&e.label), one_line(&e.why()))
+    let span = e
+        .span
+        .map_or("-".to_string(), |s| format!("{}:{}", s.start, s.end));
+    format!(
+        "error {span}\t{}\t{}",
+        one_line(&e.label),
+        one_line(&e.why())
+    )
 }
 
 /// A build error reported by a process space (what follows `error `): as
@@ -145,7 +173,9 @@ pub(super) fn child_error(text: &str, space_label: &str) -> BuildError {
     let mut f = text.splitn(3, '\t');
     match (f.next(), f.next(), f.next()) {
         (Some(span), Some(label), Some(why)) => {
-            let span = span.split_once(':').and_then(|(a, b)| Some(lang::Span::new(a.parse().ok()?, b.parse().ok()?)));
+            let span = span
+                .split_once(':')
+                .and_then(|(a, b)| Some(lang::Span::new(a.parse().ok()?, b.parse().ok()?)));
             BuildError::new(unescape(label), span, BuildErrorKind::Remote(unescape(why)))
         }
         _ => BuildError::new(space_label, None, BuildErrorKind::Remote(unescape(text))),
@@ -158,9 +188,16 @@ mod tests {
 
     #[test]
     fn a_build_error_crosses_the_process_boundary_with_its_span() {
-        let e = BuildError::new("strip#2", Some(lang::Span::new(14, 21)), BuildErrorKind::Placement("two\tlines\nand a \\ backslash".into()));
+        let e = BuildError::new(
+            "strip#2",
+            Some(lang::Span::new(14, 21)),
+            BuildErrorKind::Placement("two\tlines\nand a \\ backslash".into()),
+        );
         let text = error_text(&e);
-        let back = child_error(text.strip_prefix("error ").expect("an error message"), "strip, count");
+        let back = child_error(
+            text.strip_prefix("error ").expect("an error message"),
+            "strip, count",
+        );
         assert_eq!(back.label, "strip#2");
         assert_eq!(back.span, Some(lang::Span::new(14, 21)));
         assert_eq!(back.to_string(), e.to_string());
@@ -170,8 +207,14 @@ mod tests {
     fn an_error_without_a_node_is_laid_on_the_space() {
         let back = child_error("no filter is placed in space p3", "deflate, count");
         assert_eq!((back.label.as_str(), back.span), ("deflate, count", None));
-        assert_eq!(back.to_string(), "deflate, count: no filter is placed in space p3");
+        assert_eq!(
+            back.to_string(),
+            "deflate, count: no filter is placed in space p3"
+        );
         let e = BuildError::new("count", None, BuildErrorKind::Remote("gone".into()));
-        assert_eq!(child_error(error_text(&e).strip_prefix("error ").unwrap(), "x").span, None);
+        assert_eq!(
+            child_error(error_text(&e).strip_prefix("error ").unwrap(), "x").span,
+            None
+        );
     }
 }

@@ -25,18 +25,23 @@ pub struct SpacesReport {
     pub failed: bool,
 }
 
-
 /// Give the calling thread the scheduling its space's hints ask for; an error names the
 /// filter and the hint (the system may refuse real-time policies without CAP_SYS_NICE).
-pub(super) fn apply_schedule(sched: &Option<(beltway::sys::Policy, &'static str, String)>) -> Result<(), String> {
-    let Some((policy, hint, label)) = sched else { return Ok(()) };
-    beltway::sys::set_scheduler(*policy).map_err(|e| format!("{label}: {hint}: cannot set the scheduling policy {policy:?}: {e}"))?;
+pub(super) fn apply_schedule(
+    sched: &Option<(beltway::sys::Policy, &'static str, String)>,
+) -> Result<(), String> {
+    let Some((policy, hint, label)) = sched else {
+        return Ok(());
+    };
+    beltway::sys::set_scheduler(*policy).map_err(|e| {
+        format!("{label}: {hint}: cannot set the scheduling policy {policy:?}: {e}")
+    })?;
     if matches!(policy, beltway::sys::Policy::Fifo(_)) {
-        beltway::sys::lock_memory().map_err(|e| format!("{label}: {hint}: cannot lock memory: {e}"))?;
+        beltway::sys::lock_memory()
+            .map_err(|e| format!("{label}: {hint}: cannot lock memory: {e}"))?;
     }
     Ok(())
 }
-
 
 impl Spaces {
     /// Run every space to its end: space 0 on this thread (with `tick` for progress),
@@ -51,8 +56,25 @@ impl Spaces {
     /// counters ([`EditHandle`]); pass it to [`Spaces::run_with`]. Nodes in process
     /// spaces are known by name only, so that edits to them are refused saying why.
     pub fn edit_handle(&self) -> EditHandle {
-        let local = self.spaces.iter().map(|(id, s)| (*id, s.report())).collect();
-        let remote = self.children.iter().map(|c| (c.id, self.labels.iter().filter(|l| l.0 == c.id).map(|l| l.1.clone()).collect())).collect();
+        let local = self
+            .spaces
+            .iter()
+            .map(|(id, s)| (*id, s.report()))
+            .collect();
+        let remote = self
+            .children
+            .iter()
+            .map(|c| {
+                (
+                    c.id,
+                    self.labels
+                        .iter()
+                        .filter(|l| l.0 == c.id)
+                        .map(|l| l.1.clone())
+                        .collect(),
+                )
+            })
+            .collect();
         EditHandle::for_spaces(local, remote, self.spaces.len() + self.children.len() > 1)
     }
 
@@ -60,25 +82,52 @@ impl Spaces {
     /// `edits` routes to it at its own batch boundaries (its run loop checks its mailbox,
     /// one relaxed load per round), making new filters with `factory`, and publishes its
     /// counters to `edits` about every 100 ms.
-    pub fn run_with(self, interrupt: &AtomicBool, edits: &EditHandle, factory: &(dyn Factory + Sync), tick: impl FnMut(&Space)) -> SpacesReport {
+    pub fn run_with(
+        self,
+        interrupt: &AtomicBool,
+        edits: &EditHandle,
+        factory: &(dyn Factory + Sync),
+        tick: impl FnMut(&Space),
+    ) -> SpacesReport {
         self.run_inner(interrupt, Some((edits, factory)), tick)
     }
 
-    fn run_inner(self, interrupt: &AtomicBool, edits: Option<(&EditHandle, &(dyn Factory + Sync))>, mut tick: impl FnMut(&Space)) -> SpacesReport {
-        let mailbox = |id: SpaceId| edits.and_then(|(h, f)| h.mailbox(id).map(|m| (m, f as &dyn Factory)));
+    fn run_inner(
+        self,
+        interrupt: &AtomicBool,
+        edits: Option<(&EditHandle, &(dyn Factory + Sync))>,
+        mut tick: impl FnMut(&Space),
+    ) -> SpacesReport {
+        let mailbox =
+            |id: SpaceId| edits.and_then(|(h, f)| h.mailbox(id).map(|m| (m, f as &dyn Factory)));
         let multi = self.spaces.len() + self.children.len() > 1;
         let labels = self.labels;
         let placement = self.placement;
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut rep = SpacesReport { nodes: vec![], warnings: vec![], died: None, failed: false };
+        let mut rep = SpacesReport {
+            nodes: vec![],
+            warnings: vec![],
+            died: None,
+            failed: false,
+        };
         let died = Mutex::new(Vec::<String>::new());
         let who = |id: SpaceId| {
-            let filters: Vec<&str> = labels.iter().filter(|l| l.0 == id).map(|l| l.1.as_str()).collect();
-            format!("space {} ({})", space_name(&placement, id), filters.join(", "))
+            let filters: Vec<&str> = labels
+                .iter()
+                .filter(|l| l.0 == id)
+                .map(|l| l.1.as_str())
+                .collect();
+            format!(
+                "space {} ({})",
+                space_name(&placement, id),
+                filters.join(", ")
+            )
         };
         for c in &self.children {
             if let Err(e) = send_msg(&c.sock, "go") {
-                died.lock().expect("not poisoned").push(format!("{} died before it started: {e}", who(c.id)));
+                died.lock()
+                    .expect("not poisoned")
+                    .push(format!("{} died before it started: {e}", who(c.id)));
                 interrupt.store(true, Ordering::Relaxed);
             }
         }
@@ -107,7 +156,11 @@ impl Spaces {
                             interrupt.store(true, Ordering::Relaxed);
                         }
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            space.run_loop(interrupt, edits.map(|(m, f)| (m, f as &dyn Factory)), |_| {});
+                            space.run_loop(
+                                interrupt,
+                                edits.map(|(m, f)| (m, f as &dyn Factory)),
+                                |_| {},
+                            );
                             space
                         }));
                         if r.is_err() {
@@ -146,18 +199,26 @@ impl Spaces {
                     match msg {
                         Ok(text) => {
                             let _ = c.proc.wait();
-                            child_reports.lock().expect("not poisoned").push((c.id, text));
+                            child_reports
+                                .lock()
+                                .expect("not poisoned")
+                                .push((c.id, text));
                         }
                         Err(_) => {
                             let st = c.proc.wait();
                             let why = match st {
                                 Ok(st) => match st.signal() {
-                                    Some(sig) => format!("killed by signal {sig}{}", if sig == 9 { " (SIGKILL)" } else { "" }),
+                                    Some(sig) => format!(
+                                        "killed by signal {sig}{}",
+                                        if sig == 9 { " (SIGKILL)" } else { "" }
+                                    ),
                                     None => format!("exited with {st} without a report"),
                                 },
                                 Err(e) => format!("lost: {e}"),
                             };
-                            died.lock().expect("not poisoned").push(format!("{} died: {why}", who(c.id)));
+                            died.lock()
+                                .expect("not poisoned")
+                                .push(format!("{} died: {why}", who(c.id)));
                             interrupt.store(true, Ordering::Relaxed);
                         }
                     }
@@ -183,11 +244,25 @@ impl Spaces {
         for (id, r) in results {
             match r {
                 Ok(space) => {
-                    let suffix = if multi { format!("@{id}") } else { String::new() };
-                    let mut part = SpacesReport { nodes: vec![], warnings: vec![], died: None, failed: false };
+                    let suffix = if multi {
+                        format!("@{id}")
+                    } else {
+                        String::new()
+                    };
+                    let mut part = SpacesReport {
+                        nodes: vec![],
+                        warnings: vec![],
+                        died: None,
+                        failed: false,
+                    };
                     parse_report(&report_text(&space), &mut part, &suffix);
                     // Keep the summaries' exact text (parse_report flattens lines).
-                    let summaries: Vec<Option<String>> = space.report().into_iter().filter(|n| !n.label.starts_with(EGRESS) && !n.label.starts_with(INGRESS)).map(|n| n.summary).collect();
+                    let summaries: Vec<Option<String>> = space
+                        .report()
+                        .into_iter()
+                        .filter(|n| !n.label.starts_with(EGRESS) && !n.label.starts_with(INGRESS))
+                        .map(|n| n.summary)
+                        .collect();
                     for (n, s) in part.nodes.iter_mut().zip(summaries) {
                         n.summary = s;
                     }
@@ -195,13 +270,21 @@ impl Spaces {
                     rep.warnings.extend(space.warnings().iter().cloned());
                     rep.failed |= space.failed();
                 }
-                Err(why) => died.lock().expect("not poisoned").push(format!("{} died: {why}", who(id))),
+                Err(why) => died
+                    .lock()
+                    .expect("not poisoned")
+                    .push(format!("{} died: {why}", who(id))),
             }
         }
         let mut reports = child_reports.into_inner().expect("not poisoned");
         reports.sort_by_key(|r| r.0);
         for (id, text) in reports {
-            let mut part = SpacesReport { nodes: vec![], warnings: vec![], died: None, failed: false };
+            let mut part = SpacesReport {
+                nodes: vec![],
+                warnings: vec![],
+                died: None,
+                failed: false,
+            };
             parse_report(&text, &mut part, &format!("@p{id}"));
             rep.nodes.extend(part.nodes);
             rep.warnings.extend(part.warnings);
@@ -226,9 +309,15 @@ impl Drop for Decrement<'_> {
 }
 
 fn children_socks(children: &[ChildSpace]) -> Vec<UnixStream> {
-    children.iter().filter_map(|c| c.sock.try_clone().ok()).collect()
+    children
+        .iter()
+        .filter_map(|c| c.sock.try_clone().ok())
+        .collect()
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "panicked".into())
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panicked".into())
 }

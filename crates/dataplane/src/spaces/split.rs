@@ -38,7 +38,12 @@ pub(super) struct Part {
 fn endpoint(kind: &str, ch: usize) -> Node {
     Node {
         id: 0,
-        kind: NodeKind::Filter { filter: kind.into(), params: vec![], options: vec![("ch".into(), ch.to_string())], place: Default::default() },
+        kind: NodeKind::Filter {
+            filter: kind.into(),
+            params: vec![],
+            options: vec![("ch".into(), ch.to_string())],
+            place: Default::default(),
+        },
         span: Span::default(),
         hints: vec![],
         name: None,
@@ -50,9 +55,18 @@ pub(super) fn split<'g>(g: &'g Graph, p: &Placement) -> (HashMap<SpaceId, Part>,
     let mut parts: HashMap<SpaceId, Part> = HashMap::new();
     let mut local_id = vec![0usize; g.nodes.len()];
     for node in &g.nodes {
-        let part = parts.entry(p.space[node.id]).or_insert_with(|| Part { graph: Graph { nodes: vec![], edges: vec![] }, origin: vec![] });
+        let part = parts.entry(p.space[node.id]).or_insert_with(|| Part {
+            graph: Graph {
+                nodes: vec![],
+                edges: vec![],
+            },
+            origin: vec![],
+        });
         local_id[node.id] = part.graph.nodes.len();
-        part.graph.nodes.push(Node { id: part.graph.nodes.len(), ..node.clone() });
+        part.graph.nodes.push(Node {
+            id: part.graph.nodes.len(),
+            ..node.clone()
+        });
         part.origin.push(Some(node.id));
     }
     let mut cross = Vec::new();
@@ -60,22 +74,41 @@ pub(super) fn split<'g>(g: &'g Graph, p: &Placement) -> (HashMap<SpaceId, Part>,
         let (a, b) = (p.space[e.from], p.space[e.to]);
         if a == b {
             let part = parts.get_mut(&a).expect("placed");
-            part.graph.edges.push(Edge { from: local_id[e.from], to: local_id[e.to], ..e.clone() });
+            part.graph.edges.push(Edge {
+                from: local_id[e.from],
+                to: local_id[e.to],
+                ..e.clone()
+            });
             continue;
         }
         let ch = cross.len();
         cross.push(e);
         let pa = parts.get_mut(&a).expect("placed");
         let out = pa.graph.nodes.len();
-        pa.graph.nodes.push(Node { id: out, ..endpoint(EGRESS, ch) });
+        pa.graph.nodes.push(Node {
+            id: out,
+            ..endpoint(EGRESS, ch)
+        });
         pa.origin.push(None);
-        pa.graph.edges.push(Edge { from: local_id[e.from], to: out, ..e.clone() });
+        pa.graph.edges.push(Edge {
+            from: local_id[e.from],
+            to: out,
+            ..e.clone()
+        });
         let pb = parts.get_mut(&b).expect("placed");
         let inp = pb.graph.nodes.len();
-        pb.graph.nodes.push(Node { id: inp, ..endpoint(INGRESS, ch) });
+        pb.graph.nodes.push(Node {
+            id: inp,
+            ..endpoint(INGRESS, ch)
+        });
         pb.origin.push(None);
         // Exactly what crossed goes on, classes kept.
-        pb.graph.edges.push(Edge { from: inp, to: local_id[e.to], sel: Selector::All, span: e.span });
+        pb.graph.edges.push(Edge {
+            from: inp,
+            to: local_id[e.to],
+            sel: Selector::All,
+            span: e.span,
+        });
     }
     (parts, cross)
 }
@@ -96,19 +129,29 @@ impl Factory for WithChannels<'_> {
                 return match crate::channel::publish(key, ChannelConfig::default()) {
                     Ok(e) => Ok(Box::new(e)),
                     Err(beltway::Error::InUse { .. }) => Ok(Box::new(Unpublished)),
-                    Err(e) => Err(crate::FilterError::Ring { what: "cannot publish the shared prefix".into(), source: e }),
+                    Err(e) => Err(crate::FilterError::Ring {
+                        what: "cannot publish the shared prefix".into(),
+                        source: e,
+                    }),
                 };
             }
             SUBSCRIBE => {
                 let key = args.require("key", None)?;
                 return crate::channel::subscribe(key)
                     .map(|i| Box::new(i) as Box<dyn Filter>)
-                    .map_err(|e| crate::FilterError::Ring { what: format!("cannot subscribe to the shared prefix {key}"), source: e });
+                    .map_err(|e| crate::FilterError::Ring {
+                        what: format!("cannot subscribe to the shared prefix {key}"),
+                        source: e,
+                    });
             }
             _ => return self.inner.make(name, args),
         };
         let ch: usize = args.parse("ch", None, usize::MAX)?;
-        self.endpoints.lock().expect("not poisoned").remove(&(egress, ch)).ok_or_else(|| crate::FilterError::Rule(format!("channel {ch} has no {name} endpoint")))
+        self.endpoints
+            .lock()
+            .expect("not poisoned")
+            .remove(&(egress, ch))
+            .ok_or_else(|| crate::FilterError::Rule(format!("channel {ch} has no {name} endpoint")))
     }
     fn is_source(&self, name: &str) -> bool {
         name == INGRESS || name == SUBSCRIBE || self.inner.is_source(name)

@@ -95,8 +95,14 @@ pub(crate) struct Lender {
 #[cfg(test)]
 impl Lender {
     pub(crate) fn new(size: usize) -> Lender {
-        let laps = (0..16u64).map(|g| (0..size).map(|i| i as u8 ^ g as u8).collect()).collect();
-        Lender { laps, size: size as u64, generation: 1 }
+        let laps = (0..16u64)
+            .map(|g| (0..size).map(|i| i as u8 ^ g as u8).collect())
+            .collect();
+        Lender {
+            laps,
+            size: size as u64,
+            generation: 1,
+        }
     }
     /// Where offset `off` of the block lent now lies.
     pub(crate) fn pos(&self, off: u64) -> u64 {
@@ -120,7 +126,10 @@ impl External for Lender {
         if g != self.generation {
             return None;
         }
-        super::Bounds::upto(self.size).slice(&self.laps[g as usize % self.laps.len()], off as u64, len)
+        super::Bounds::upto(self.size).slice(
+            &self.laps[g as usize % self.laps.len()],
+            off as u64,
+            len,
+        )
     }
 }
-

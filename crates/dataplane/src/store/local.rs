@@ -18,7 +18,13 @@ pub struct LocalRing {
 impl LocalRing {
     pub fn new(size: usize) -> LocalRing {
         let size = size.next_power_of_two().max(4096);
-        LocalRing { data: vec![0; size], mask: size as u64 - 1, write: 0, reused: false, edited: false }
+        LocalRing {
+            data: vec![0; size],
+            mask: size as u64 - 1,
+            write: 0,
+            reused: false,
+            edited: false,
+        }
     }
 
     /// Reserve `len` contiguous bytes (skipping to the next lap if they would wrap).
@@ -26,7 +32,10 @@ impl LocalRing {
     #[inline]
     pub fn alloc(&mut self, len: usize) -> (u64, &mut [u8]) {
         let size = self.mask + 1;
-        assert!(len as u64 <= size / 2, "block of {len} bytes does not fit a {size}-byte ring");
+        assert!(
+            len as u64 <= size / 2,
+            "block of {len} bytes does not fit a {size}-byte ring"
+        );
         let off = self.write & self.mask;
         if off + len as u64 > size {
             self.write += size - off;
@@ -48,7 +57,10 @@ impl LocalRing {
     /// The positions still intact: the last lap written.
     #[inline]
     pub(crate) fn bounds(&self) -> Bounds {
-        Bounds { lo: self.write.saturating_sub(self.mask + 1), hi: self.write }
+        Bounds {
+            lo: self.write.saturating_sub(self.mask + 1),
+            hi: self.write,
+        }
     }
 
     /// Bytes at `pos`, if still intact.
@@ -69,4 +81,3 @@ impl LocalRing {
         self.data.get_mut(off..off + len)
     }
 }
-

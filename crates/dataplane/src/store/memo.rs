@@ -20,7 +20,8 @@ struct MemoTable<T> {
 type MemoKey = (u64, u32, u32);
 
 fn memo_key(t: &Tag) -> (MemoKey, usize) {
-    let slot = (t.pos ^ (t.pos >> 10) ^ (t.buf as u64).wrapping_mul(0x9e37_79b9)) as usize & (MEMO_SLOTS - 1);
+    let slot = (t.pos ^ (t.pos >> 10) ^ (t.buf as u64).wrapping_mul(0x9e37_79b9)) as usize
+        & (MEMO_SLOTS - 1);
     ((t.pos, t.len, u32::from(t.buf)), slot)
 }
 
@@ -47,8 +48,6 @@ impl std::fmt::Debug for dyn MemoAny {
     }
 }
 
-
-
 impl Store {
     /// A value derived from block `t` (e.g. a parsed packet), computed by `f` at most once
     /// while it stays cached, so a chain of filters that all need it derives it once.
@@ -57,10 +56,19 @@ impl Store {
     pub fn memo<T: Copy + Send + 'static>(&self, t: &Tag, f: impl FnOnce() -> T) -> T {
         let (key, slot) = memo_key(t);
         let mut cell = self.memo.borrow_mut();
-        if !cell.as_mut().is_some_and(|b| b.as_any().is::<MemoTable<T>>()) {
-            *cell = Some(Box::new(MemoTable::<T> { keys: vec![(u64::MAX, 0, 0); MEMO_SLOTS], vals: (0..MEMO_SLOTS).map(|_| None).collect() }));
+        if !cell
+            .as_mut()
+            .is_some_and(|b| b.as_any().is::<MemoTable<T>>())
+        {
+            *cell = Some(Box::new(MemoTable::<T> {
+                keys: vec![(u64::MAX, 0, 0); MEMO_SLOTS],
+                vals: (0..MEMO_SLOTS).map(|_| None).collect(),
+            }));
         }
-        let table = cell.as_mut().and_then(|b| b.as_any().downcast_mut::<MemoTable<T>>()).expect("just created");
+        let table = cell
+            .as_mut()
+            .and_then(|b| b.as_any().downcast_mut::<MemoTable<T>>())
+            .expect("just created");
         if table.keys[slot] == key {
             if let Some(v) = table.vals[slot] {
                 return v;
@@ -69,7 +77,10 @@ impl Store {
         drop(cell);
         let v = f();
         let mut cell = self.memo.borrow_mut();
-        if let Some(table) = cell.as_mut().and_then(|b| b.as_any().downcast_mut::<MemoTable<T>>()) {
+        if let Some(table) = cell
+            .as_mut()
+            .and_then(|b| b.as_any().downcast_mut::<MemoTable<T>>())
+        {
             table.keys[slot] = key;
             table.vals[slot] = Some(v);
         }
@@ -84,5 +95,4 @@ impl Store {
             m.clear(key, slot);
         }
     }
-
 }

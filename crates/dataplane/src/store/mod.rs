@@ -114,7 +114,9 @@ fn ring_alloc(r: &mut Region, len: usize) -> (u64, &mut [u8]) {
 fn region_get<'a>(r: &'a Region, t: &Tag) -> Option<&'a [u8]> {
     match r {
         Region::Ring(ring) => ring.get(t.pos, t.len as usize),
-        Region::File(m, _) => Bounds::upto(m.bytes().len() as u64).slice(m.bytes(), t.pos, t.len as usize),
+        Region::File(m, _) => {
+            Bounds::upto(m.bytes().len() as u64).slice(m.bytes(), t.pos, t.len as usize)
+        }
         Region::Mapped(v) => v.resolve(t).ok(),
         Region::Shared(ring) => ring.view.resolve(t).ok(),
         Region::External(e) => e.get(t.pos, t.len as usize),
@@ -150,7 +152,10 @@ pub enum ResolveError {
 
 impl Store {
     pub fn new(scratch_size: usize) -> Store {
-        Store { scratch_size, ..Store::default() }
+        Store {
+            scratch_size,
+            ..Store::default()
+        }
     }
 
     /// The region of buffer `id`, if it is one of this store's.
@@ -181,7 +186,9 @@ impl Store {
     /// then) a copy in the default ring made by [`Store::copy_block`], carrying the
     /// block's record metadata and link type. Gone if `t` no longer resolves.
     pub fn keep(&mut self, t: &Tag) -> Result<Tag, ResolveError> {
-        let r = self.region(t.buf).ok_or(ResolveError::UnknownBuffer(t.buf))?;
+        let r = self
+            .region(t.buf)
+            .ok_or(ResolveError::UnknownBuffer(t.buf))?;
         match r {
             Region::Ring(_) | Region::Shared(_) | Region::File(..) => self.data(t).map(|_| *t),
             Region::Mapped(_) | Region::External(_) => {
@@ -210,12 +217,24 @@ impl Store {
         if note.link.is_none() {
             note.link = link;
         }
-        Ok((Tag { pos, len: data.len() as u32, buf: id, class: t.class }, s))
+        Ok((
+            Tag {
+                pos,
+                len: data.len() as u32,
+                buf: id,
+                class: t.class,
+            },
+            s,
+        ))
     }
 
     /// Add a data ring; returns its buffer id.
     pub fn add_ring(&mut self, size: usize) -> BufId {
-        self.regions.push(if self.share { Region::Shared(Box::new(SharedRing::new(size))) } else { Region::Ring(LocalRing::new(size)) });
+        self.regions.push(if self.share {
+            Region::Shared(Box::new(SharedRing::new(size)))
+        } else {
+            Region::Ring(LocalRing::new(size))
+        });
         self.regions.len() as BufId
     }
 
@@ -223,14 +242,19 @@ impl Store {
     /// differs from what it made there one lap before (`gen`'s repeating pattern): in-place
     /// edits by filters ([`Store::writable`]) are noted, and [`Store::take_edited`] tells
     /// the producer to write whole blocks again. Returns the id and, for such a private
-    /// ring, its size in bytes. Once rings are shared ([`Store::share_rings`]) the ring is
-    /// an ordinary shared one and the size is `None`: the producer must write every block.
+    /// ring, its size in bytes (a lap). So too once rings are shared
+    /// ([`Store::share_rings`]): a block sent to another space is not edited in place, and
+    /// the shared ring's memory keeps what was written one lap before as a private one does.
     pub fn add_reusing_ring(&mut self, size: usize) -> (BufId, Option<u64>) {
         let id = self.add_ring(size);
         match self.regions.last_mut() {
             Some(Region::Ring(r)) => {
                 r.reused = true;
                 (id, Some(r.mask + 1))
+            }
+            Some(Region::Shared(r)) => {
+                r.reused = true;
+                (id, Some(r.w.active_size()))
             }
             _ => (id, None),
         }
@@ -240,11 +264,15 @@ impl Store {
     /// out its laps itself, see [`Store::add_reusing_ring`]). Nothing if it is at a lap's
     /// start already or `id` is no private ring.
     pub fn skip_lap(&mut self, id: BufId) {
-        if let Some(Region::Ring(r)) = self.region_mut(id) {
-            let off = r.write & r.mask;
-            if off != 0 {
-                r.write += r.mask + 1 - off;
+        match self.region_mut(id) {
+            Some(Region::Ring(r)) => {
+                let off = r.write & r.mask;
+                if off != 0 {
+                    r.write += r.mask + 1 - off;
+                }
             }
+            Some(Region::Shared(r)) => r.skip_lap(),
+            _ => {}
         }
     }
 
@@ -253,6 +281,7 @@ impl Store {
     pub fn take_edited(&mut self, id: BufId) -> bool {
         match self.region_mut(id) {
             Some(Region::Ring(r)) => std::mem::take(&mut r.edited),
+            Some(Region::Shared(r)) => std::mem::take(&mut r.edited),
             _ => false,
         }
     }
@@ -275,8 +304,21 @@ impl Store {
     /// Keep the block of `t` (in a shared ring) intact until the consumer of the channel
     /// whose tag ring is `tags` has released position `tag_end`.
     pub fn guard(&mut self, t: &Tag, tags: &beltway::RingRef, tag_end: u64) {
-        if let Some(Region::Shared(r)) = self.region_mut(t.buf) {
-            r.guard(tags, tag_end, t.pos);
+        self.guard_range(t.buf, t.pos, t.pos + t.len as u64, tags, tag_end);
+    }
+
+    /// [`Store::guard`] for every block of shared ring `buf` within `start..end`: one
+    /// guard for a batch of blocks sent through the same channel.
+    pub fn guard_range(
+        &mut self,
+        buf: BufId,
+        start: u64,
+        end: u64,
+        tags: &beltway::RingRef,
+        tag_end: u64,
+    ) {
+        if let Some(Region::Shared(r)) = self.region_mut(buf) {
+            r.guard(tags, tag_end, start, end);
         }
     }
 
@@ -284,7 +326,9 @@ impl Store {
     pub fn add_file(&mut self, path: &Path) -> std::io::Result<(BufId, u64)> {
         let m = mmap::FileMap::open(path)?;
         let len = m.len() as u64;
-        let shareable = std::fs::canonicalize(path).ok().filter(|p| p.is_absolute() && p.is_file() && !p.starts_with("/proc"));
+        let shareable = std::fs::canonicalize(path)
+            .ok()
+            .filter(|p| p.is_absolute() && p.is_file() && !p.starts_with("/proc"));
         self.regions.push(Region::File(m, shareable));
         Ok((self.regions.len() as BufId, len))
     }
@@ -384,12 +428,17 @@ impl Store {
     /// The bytes a tag points to.
     #[inline]
     pub fn data(&self, t: &Tag) -> Result<&[u8], ResolveError> {
-        let r = self.region(t.buf).ok_or(ResolveError::UnknownBuffer(t.buf))?;
+        let r = self
+            .region(t.buf)
+            .ok_or(ResolveError::UnknownBuffer(t.buf))?;
         let got = match r {
             Region::Ring(ring) => ring.get(t.pos, t.len as usize),
             r => region_get(r, t),
         };
-        got.ok_or(ResolveError::Gone { buf: t.buf, pos: t.pos })
+        got.ok_or(ResolveError::Gone {
+            buf: t.buf,
+            pos: t.pos,
+        })
     }
 
     fn scratch(&mut self) -> BufId {
@@ -407,7 +456,15 @@ impl Store {
     pub fn alloc(&mut self, len: usize) -> (Tag, &mut [u8]) {
         let id = self.scratch();
         let (pos, s) = ring_alloc(&mut self.regions[id as usize - 1], len);
-        (Tag { pos, len: len as u32, buf: id, class: 0 }, s)
+        (
+            Tag {
+                pos,
+                len: len as u32,
+                buf: id,
+                class: 0,
+            },
+            s,
+        )
     }
 
     /// Allocate `len` bytes in ring `id` (a ring added with [`Store::add_ring`]).
@@ -418,7 +475,15 @@ impl Store {
             Some(Region::Shared(ring)) => ring.alloc(len),
             _ => panic!("buffer {id} is not a ring of this store"),
         };
-        (Tag { pos, len: len as u32, buf: id, class: 0 }, s)
+        (
+            Tag {
+                pos,
+                len: len as u32,
+                buf: id,
+                class: 0,
+            },
+            s,
+        )
     }
 
     /// Store `data` as a new block.
@@ -432,22 +497,43 @@ impl Store {
     /// when `exclusive` (nobody else will read this block) and the block lives in a ring;
     /// otherwise the block is first copied into the default ring and `t` is updated to the
     /// copy. Returns whether a copy was made.
-    pub fn writable(&mut self, t: &mut Tag, exclusive: bool) -> Result<(&mut [u8], bool), ResolveError> {
+    pub fn writable(
+        &mut self,
+        t: &mut Tag,
+        exclusive: bool,
+    ) -> Result<(&mut [u8], bool), ResolveError> {
         // A block of the space's shared ring that no channel was given yet is edited in
         // place as a private ring's is (a channel's consumer holds what it was sent, and
         // such blocks are not exclusive).
-        if exclusive && matches!(self.region(t.buf), Some(Region::Shared(r)) if !r.sent(t.pos) && r.holds(t.pos, t.len as usize)) {
+        if exclusive
+            && matches!(self.region(t.buf), Some(Region::Shared(r)) if !r.sent(t.pos) && r.holds(t.pos, t.len as usize))
+        {
             self.forget_memo(t);
-            let Some(Region::Shared(ring)) = self.region_mut(t.buf) else { unreachable!() };
-            let s = ring.get_mut(t.pos, t.len as usize).ok_or(ResolveError::Gone { buf: t.buf, pos: t.pos })?;
+            let Some(Region::Shared(ring)) = self.region_mut(t.buf) else {
+                unreachable!()
+            };
+            ring.edited |= ring.reused;
+            let s = ring
+                .get_mut(t.pos, t.len as usize)
+                .ok_or(ResolveError::Gone {
+                    buf: t.buf,
+                    pos: t.pos,
+                })?;
             return Ok((s, false));
         }
         let in_ring = matches!(self.region(t.buf), Some(Region::Ring(_)));
         if exclusive && in_ring {
             self.forget_memo(t);
-            let Some(Region::Ring(ring)) = self.region_mut(t.buf) else { unreachable!() };
+            let Some(Region::Ring(ring)) = self.region_mut(t.buf) else {
+                unreachable!()
+            };
             ring.edited |= ring.reused;
-            let s = ring.get_mut(t.pos, t.len as usize).ok_or(ResolveError::Gone { buf: t.buf, pos: t.pos })?;
+            let s = ring
+                .get_mut(t.pos, t.len as usize)
+                .ok_or(ResolveError::Gone {
+                    buf: t.buf,
+                    pos: t.pos,
+                })?;
             // Reborrow through a raw split is not needed: return directly.
             return Ok((s, false));
         }
@@ -460,7 +546,12 @@ impl Store {
     /// Produce a new block from an existing one without an intermediate copy of the input:
     /// `f(input, output)` writes at most `max_out` bytes and returns how many. The output
     /// goes to the default ring.
-    pub fn transform(&mut self, input: &Tag, max_out: usize, f: impl FnOnce(&[u8], &mut [u8]) -> usize) -> Result<Tag, ResolveError> {
+    pub fn transform(
+        &mut self,
+        input: &Tag,
+        max_out: usize,
+        f: impl FnOnce(&[u8], &mut [u8]) -> usize,
+    ) -> Result<Tag, ResolveError> {
         let out_id = self.scratch();
         let ii = index(input.buf).ok_or(ResolveError::UnknownBuffer(input.buf))?;
         let oi = out_id as usize - 1;
@@ -485,7 +576,10 @@ impl Store {
             let (l, r) = self.regions.split_at_mut(ii);
             (&r[0], &mut l[oi])
         };
-        let inp = region_get(a, input).ok_or(ResolveError::Gone { buf: input.buf, pos: input.pos })?;
+        let inp = region_get(a, input).ok_or(ResolveError::Gone {
+            buf: input.buf,
+            pos: input.pos,
+        })?;
         let (pos, n) = match b {
             Region::Ring(ring) => {
                 let (pos, out) = ring.alloc(max_out);
@@ -504,7 +598,11 @@ impl Store {
                 (pos, f(inp, out))
             }
         };
-        Ok(Tag { pos, len: n as u32, buf: out_id, class: input.class })
+        Ok(Tag {
+            pos,
+            len: n as u32,
+            buf: out_id,
+            class: input.class,
+        })
     }
 }
-

@@ -29,7 +29,13 @@ pub struct RecordMeta {
 impl RecordMeta {
     /// A whole record of `len` captured bytes at `pos`.
     pub fn whole(pos: u64, len: u32, ts_ns: u64, orig_len: u32) -> RecordMeta {
-        RecordMeta { pos, len, skip: 0, ts_ns, orig_len }
+        RecordMeta {
+            pos,
+            len,
+            skip: 0,
+            ts_ns,
+            orig_len,
+        }
     }
     /// Where a tag at `pos` starts inside the record (counting bytes this buffer lacks).
     pub fn offset_of(&self, pos: u64) -> u64 {
@@ -70,7 +76,12 @@ const HAS_SKIP: u32 = 1 << 31;
 
 impl Stored {
     fn of(r: &RecordMeta) -> Stored {
-        Stored { pos: r.pos, ts_ns: r.ts_ns, orig_len: r.orig_len, len: r.len.min(HAS_SKIP - 1) | if r.skip > 0 { HAS_SKIP } else { 0 } }
+        Stored {
+            pos: r.pos,
+            ts_ns: r.ts_ns,
+            orig_len: r.orig_len,
+            len: r.len.min(HAS_SKIP - 1) | if r.skip > 0 { HAS_SKIP } else { 0 },
+        }
     }
     #[inline]
     fn held(&self) -> u32 {
@@ -87,8 +98,20 @@ impl Records {
         self.v.get(i)
     }
     fn meta(&self, s: &Stored) -> RecordMeta {
-        let skip = if s.len & HAS_SKIP != 0 { self.skips.binary_search_by_key(&s.pos, |x| x.0).map_or(0, |i| self.skips[i].1) } else { 0 };
-        RecordMeta { pos: s.pos, len: s.held(), skip, ts_ns: s.ts_ns, orig_len: s.orig_len }
+        let skip = if s.len & HAS_SKIP != 0 {
+            self.skips
+                .binary_search_by_key(&s.pos, |x| x.0)
+                .map_or(0, |i| self.skips[i].1)
+        } else {
+            0
+        };
+        RecordMeta {
+            pos: s.pos,
+            len: s.held(),
+            skip,
+            ts_ns: s.ts_ns,
+            orig_len: s.orig_len,
+        }
     }
     fn set(&mut self, records: &[RecordMeta]) {
         self.v.clear();
@@ -98,7 +121,12 @@ impl Records {
     /// Append records past the last one (positions increasing).
     fn extend(&mut self, records: &[RecordMeta]) {
         self.v.extend(records.iter().map(Stored::of));
-        self.skips.extend(records.iter().filter(|r| r.skip > 0).map(|r| (r.pos, r.skip)));
+        self.skips.extend(
+            records
+                .iter()
+                .filter(|r| r.skip > 0)
+                .map(|r| (r.pos, r.skip)),
+        );
     }
     /// Insert `r` in position order (nearly always an append); a record at the same
     /// position is replaced.
@@ -133,7 +161,6 @@ impl Records {
     }
 }
 
-
 /// The annotations of buffer `id`, created on first use (a free function so that callers
 /// may hold a borrow of the regions meanwhile).
 pub(super) fn note_of(notes: &mut Vec<Annotations>, id: BufId) -> &mut Annotations {
@@ -143,7 +170,6 @@ pub(super) fn note_of(notes: &mut Vec<Annotations>, id: BufId) -> &mut Annotatio
     }
     &mut notes[i]
 }
-
 
 impl Store {
     fn note_mut(&mut self, id: BufId) -> &mut Annotations {
@@ -165,7 +191,11 @@ impl Store {
     pub fn append_records(&mut self, id: BufId, records: &[RecordMeta]) {
         let recs = &mut self.note_mut(id).records;
         debug_assert!(records.windows(2).all(|w| w[0].pos < w[1].pos));
-        debug_assert!(recs.v.last().zip(records.first()).is_none_or(|(a, b)| a.pos < b.pos));
+        debug_assert!(recs
+            .v
+            .last()
+            .zip(records.first())
+            .is_none_or(|(a, b)| a.pos < b.pos));
         recs.extend(records);
     }
 
@@ -184,7 +214,10 @@ impl Store {
         let note = self.notes.get(index(t.buf)?)?;
         let recs = &note.records;
         let h = note.hint.get();
-        let found = |r: &Stored| r.covers(t.pos).then(|| (recs.meta(r), r.pos == t.pos && r.len & HAS_SKIP == 0));
+        let found = |r: &Stored| {
+            r.covers(t.pos)
+                .then(|| (recs.meta(r), r.pos == t.pos && r.len & HAS_SKIP == 0))
+        };
         for i in [h, h + 1] {
             if let Some(r) = recs.get(i) {
                 if r.pos <= t.pos && recs.get(i + 1).is_none_or(|n| n.pos > t.pos) {
@@ -208,7 +241,13 @@ impl Store {
     pub fn record_of(&self, t: &Tag) -> Option<RecordMeta> {
         let (r, _) = self.record(t)?;
         let skip = u32::try_from(r.offset_of(t.pos)).ok()?;
-        Some(RecordMeta { pos: t.pos, len: t.len, skip, ts_ns: r.ts_ns, orig_len: r.orig_len })
+        Some(RecordMeta {
+            pos: t.pos,
+            len: t.len,
+            skip,
+            ts_ns: r.ts_ns,
+            orig_len: r.orig_len,
+        })
     }
 
     /// Record metadata for one record of buffer `id`, kept sorted (records may arrive out
@@ -219,5 +258,4 @@ impl Store {
         recs.insert(r);
         recs.prune(low);
     }
-
 }

@@ -23,11 +23,19 @@ struct Window<'a> {
     mask: u64,
 }
 
-const NO_WINDOW: Window<'static> = Window { buf: 0, bytes: &[], bounds: Bounds { lo: 0, hi: 0 }, mask: 0 };
+const NO_WINDOW: Window<'static> = Window {
+    buf: 0,
+    bytes: &[],
+    bounds: Bounds { lo: 0, hi: 0 },
+    mask: 0,
+};
 
 impl<'a> Resolver<'a> {
     pub(super) fn new(store: &'a Store) -> Resolver<'a> {
-        Resolver { store, w: NO_WINDOW }
+        Resolver {
+            store,
+            w: NO_WINDOW,
+        }
     }
 
     /// The bytes a tag points to (the same answer as [`Store::data`]).
@@ -53,9 +61,18 @@ impl<'a> Resolver<'a> {
 #[inline(never)]
 fn window(store: &Store, id: BufId) -> Window<'_> {
     match store.region(id) {
-        Some(Region::Ring(r)) => Window { buf: id, bytes: &r.data, bounds: r.bounds(), mask: r.mask },
-        Some(Region::File(m, _)) => Window { buf: id, bytes: m.bytes(), bounds: Bounds::upto(m.bytes().len() as u64), mask: u64::MAX },
+        Some(Region::Ring(r)) => Window {
+            buf: id,
+            bytes: &r.data,
+            bounds: r.bounds(),
+            mask: r.mask,
+        },
+        Some(Region::File(m, _)) => Window {
+            buf: id,
+            bytes: m.bytes(),
+            bounds: Bounds::upto(m.bytes().len() as u64),
+            mask: u64::MAX,
+        },
         _ => NO_WINDOW,
     }
 }
-

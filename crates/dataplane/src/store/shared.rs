@@ -4,12 +4,18 @@
 //! ([`shared_ring`]).
 
 /// Rings shared with other spaces of this process, by key (what a channel announces).
-static SHARED_RINGS: std::sync::Mutex<Vec<(u64, beltway::RingRef)>> = std::sync::Mutex::new(Vec::new());
+static SHARED_RINGS: std::sync::Mutex<Vec<(u64, beltway::RingRef)>> =
+    std::sync::Mutex::new(Vec::new());
 static NEXT_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The ring registered under `key` by a space of this process, if it still exists.
 pub fn shared_ring(key: u64) -> Option<beltway::RingRef> {
-    SHARED_RINGS.lock().ok()?.iter().find(|r| r.0 == key).map(|r| r.1.clone())
+    SHARED_RINGS
+        .lock()
+        .ok()?
+        .iter()
+        .find(|r| r.0 == key)
+        .map(|r| r.1.clone())
 }
 
 /// A space's data ring in shared memory. Its blocks are read in place by other spaces of
@@ -20,30 +26,44 @@ pub struct SharedRing {
     pub(super) w: beltway::Writer,
     pub(super) view: beltway::DbufView,
     pub(super) key: u64,
-    /// (block start, channel index, tag ring position the consumer must release), sorted
-    /// by block start (blocks are sent in about the order they were allocated).
-    pub(super) guards: std::collections::VecDeque<(u64, usize, u64)>,
+    /// (start of the first block, channel index, tag ring position the consumer must
+    /// release, end of the last block), one per batch sent through a channel, sorted by
+    /// start (blocks are sent in about the order they were allocated).
+    pub(super) guards: std::collections::VecDeque<(u64, usize, u64, u64)>,
     /// Channels' tag rings and how far their consumers had released when last asked.
     pub(super) channels: Vec<(beltway::RingRef, u64)>,
+    /// Its producer writes only what differs from one lap before (see
+    /// [`super::Store::add_reusing_ring`]); `edited`: a filter edited a block in place.
+    pub(super) reused: bool,
+    pub(super) edited: bool,
 }
 
 impl SharedRing {
     pub(super) fn new(size: usize) -> SharedRing {
         let size = size.next_power_of_two().max(4096);
-        let w = beltway::Writer::create("sl-space-ring", beltway::RingConfig::bytes(size)).expect("create a shared-memory ring (memfd)");
+        let w = beltway::Writer::create("sl-space-ring", beltway::RingConfig::bytes(size))
+            .expect("create a shared-memory ring (memfd)");
         let r = w.ring();
         let key = NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Ok(mut v) = SHARED_RINGS.lock() {
             v.push((key, r.clone()));
         }
-        SharedRing { view: beltway::DbufView::new(&r), w, key, guards: Default::default(), channels: Vec::new() }
+        SharedRing {
+            view: beltway::DbufView::new(&r),
+            w,
+            key,
+            guards: Default::default(),
+            channels: Vec::new(),
+            reused: false,
+            edited: false,
+        }
     }
 
     pub(super) fn alloc(&mut self, len: usize) -> (u64, &mut [u8]) {
         let need = self.w.contiguous_need(len).expect("block fits the ring");
         // Every block that starts below `need` is about to be overwritten: its tags must
         // have been released.
-        while let Some(&(start, ch, tag_end)) = self.guards.front() {
+        while let Some(&(start, ch, tag_end, _)) = self.guards.front() {
             if start >= need {
                 break;
             }
@@ -73,18 +93,40 @@ impl SharedRing {
 
     /// Whether the ring still holds `len` bytes at `pos`.
     pub(super) fn holds(&self, pos: u64, len: usize) -> bool {
-        self.view.resolve(&beltway::Tag { pos, len: len as u32, buf: self.view.id(), class: 0 }).is_ok()
+        self.view
+            .resolve(&beltway::Tag {
+                pos,
+                len: len as u32,
+                buf: self.view.id(),
+                class: 0,
+            })
+            .is_ok()
     }
 
     /// Whether the block starting at `pos` was sent to a channel whose consumer may still
     /// read it (as far as this ring last looked: a stale answer errs on "sent").
     pub(super) fn sent(&self, pos: u64) -> bool {
-        let from = self.guards.partition_point(|g| g.0 < pos);
-        self.guards.range(from..).take_while(|g| g.0 == pos).any(|&(_, ch, tag_end)| self.channels[ch].1 < tag_end)
+        // Guards cover whole batches: any unreleased one whose range holds `pos`.
+        let upto = self.guards.partition_point(|g| g.0 <= pos);
+        self.guards
+            .range(..upto)
+            .rev()
+            .any(|&(start, ch, tag_end, end)| {
+                start <= pos && pos < end && self.channels[ch].1 < tag_end
+            })
     }
 
-    pub(super) fn guard(&mut self, tags: &beltway::RingRef, tag_end: u64, start: u64) {
-        let ch = match self.channels.iter().position(|c| std::ptr::eq(c.0.shared(), tags.shared())) {
+    /// Move the next allocation to the start of the next lap (see [`super::Store::skip_lap`]).
+    pub(super) fn skip_lap(&mut self) {
+        self.w.skip_lap();
+    }
+
+    pub(super) fn guard(&mut self, tags: &beltway::RingRef, tag_end: u64, start: u64, end: u64) {
+        let ch = match self
+            .channels
+            .iter()
+            .position(|c| std::ptr::eq(c.0.shared(), tags.shared()))
+        {
             Some(i) => i,
             None => {
                 self.channels.push((tags.clone(), 0));
@@ -94,11 +136,15 @@ impl SharedRing {
         // Keep the queue sorted by block start; nearly always an append, which takes the
         // deque's plain push (no search, no shifting).
         if self.guards.back().is_none_or(|g| g.0 <= start) {
-            self.guards.push_back((start, ch, tag_end));
+            self.guards.push_back((start, ch, tag_end, end));
             return;
         }
-        let at = self.guards.iter().rposition(|g| g.0 <= start).map_or(0, |i| i + 1);
-        self.guards.insert(at, (start, ch, tag_end));
+        let at = self
+            .guards
+            .iter()
+            .rposition(|g| g.0 <= start)
+            .map_or(0, |i| i + 1);
+        self.guards.insert(at, (start, ch, tag_end, end));
     }
 }
 
@@ -109,4 +155,3 @@ impl Drop for SharedRing {
         }
     }
 }
-

@@ -17,7 +17,11 @@ impl Filter for Src {
             let mut b = [7u8; 100];
             b[..4].copy_from_slice(&self.seq.to_le_bytes());
             let t = cx.store.push(&b);
-            let buf = if self.ghost && self.seq % 2 == 1 { 9999 } else { t.buf };
+            let buf = if self.ghost && self.seq % 2 == 1 {
+                9999
+            } else {
+                t.buf
+            };
             out.push(Tag { class: 1, buf, ..t });
             self.seq += 1;
         }
@@ -45,7 +49,11 @@ impl Filter for Sink {
         for t in &b.tags {
             let d = cx.data(t).expect("resolvable");
             assert_eq!(d.len(), 100);
-            assert_eq!(u32::from_le_bytes(d[..4].try_into().unwrap()), self.next, "in order, intact");
+            assert_eq!(
+                u32::from_le_bytes(d[..4].try_into().unwrap()),
+                self.next,
+                "in order, intact"
+            );
             assert!(d[4..].iter().all(|&x| x == 7));
             self.next += 1;
         }
@@ -71,7 +79,10 @@ impl Filter for Idle {
 struct Alone(u64);
 impl Filter for Alone {
     fn process(&mut self, _: &mut Ctx<'_>, b: &mut Batch) {
-        assert!(b.shared.iter().all(|s| !s), "a block was marked shared with an arc that takes nothing");
+        assert!(
+            b.shared.iter().all(|s| !s),
+            "a block was marked shared with an arc that takes nothing"
+        );
         self.0 += b.len() as u64;
     }
     fn summary(&self) -> Option<String> {
@@ -108,7 +119,12 @@ impl Filter for XSrc {
             self.buf = cx.store.add_external(Lent(vec![7u8; 100 * 256]));
         }
         while out.len() < max && self.seq < self.n {
-            out.push(Tag { pos: (self.seq % 256) as u64 * 100, len: 100, buf: self.buf, class: 1 });
+            out.push(Tag {
+                pos: (self.seq % 256) as u64 * 100,
+                len: 100,
+                buf: self.buf,
+                class: 1,
+            });
             self.seq += 1;
         }
         self.seq < self.n
@@ -121,7 +137,11 @@ struct Odd;
 impl dataplane::Classify for Odd {
     fn classify(&mut self, d: &[u8], _: &Tag) -> dataplane::Class {
         let seq = u32::from_le_bytes(d[..4].try_into().unwrap());
-        if seq % 2 == 0 { 0 } else { 1 + (seq & 2) as dataplane::Class }
+        if seq % 2 == 0 {
+            0
+        } else {
+            1 + (seq & 2) as dataplane::Class
+        }
     }
 }
 /// `every`: a classifier that passes every block with class 1.
@@ -136,13 +156,21 @@ pub struct F;
 impl Factory for F {
     fn make(&self, name: &str, a: &Args) -> Result<Box<dyn Filter>, dataplane::FilterError> {
         Ok(match name {
-            "src" | "ghost" => Box::new(Src { n: a.parse("n", Some(0), 10)?, seq: 0, ghost: name == "ghost" }),
+            "src" | "ghost" => Box::new(Src {
+                n: a.parse("n", Some(0), 10)?,
+                seq: 0,
+                ghost: name == "ghost",
+            }),
             "pass" => Box::new(Pass),
             "boom" => Box::new(Boom(a.parse("at", Some(0), 1)?, 0)),
             "sink" => Box::new(Sink { next: 0 }),
             "idle" => Box::new(Idle),
             "slow" => Box::new(Slow),
-            "xsrc" => Box::new(XSrc { n: a.parse("n", Some(0), 10)?, seq: 0, buf: 0 }),
+            "xsrc" => Box::new(XSrc {
+                n: a.parse("n", Some(0), 10)?,
+                seq: 0,
+                buf: 0,
+            }),
             "alone" => Box::new(Alone(0)),
             "odd" => Box::new(dataplane::Classifier(Odd)),
             "every" => Box::new(dataplane::Classifier(Every)),
@@ -155,7 +183,17 @@ impl Factory for F {
 }
 
 pub fn graph(text: &str) -> lang::Graph {
-    let r = lang::StaticResolver::new().native("src", &["n"]).native("pass", &[]).native("boom", &["at"]).native("sink", &[]).native("idle", &[]).native("alone", &[]).native("slow", &[]).native("xsrc", &["n"]).native("ghost", &["n"]).native("odd", &[]).native("every", &[]);
+    let r = lang::StaticResolver::new()
+        .native("src", &["n"])
+        .native("pass", &[])
+        .native("boom", &["at"])
+        .native("sink", &[])
+        .native("idle", &[])
+        .native("alone", &[])
+        .native("slow", &[])
+        .native("xsrc", &["n"])
+        .native("ghost", &["n"])
+        .native("odd", &[])
+        .native("every", &[]);
     lang::parse(text, &r).unwrap_or_else(|d| panic!("{d}"))
 }
-

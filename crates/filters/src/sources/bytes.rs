@@ -1,7 +1,9 @@
 //! Byte sources: `file` (a file mapped as the DBuf) and `stdin`, cut into blocks by size
 //! or by a delimiter.
 
-use dataplane::{Kind, FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, Tag};
+use dataplane::{
+    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Param, Tag,
+};
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -15,11 +17,17 @@ enum Split {
 
 fn split_mode(a: &Args) -> Result<Split, FilterError> {
     let size = a.size("size", None, 0)? as usize;
-    match a.get("split", None).unwrap_or(if size > 0 { "fixed" } else { "bytes" }) {
+    match a
+        .get("split", None)
+        .unwrap_or(if size > 0 { "fixed" } else { "bytes" })
+    {
         "bytes" => Ok(Split::Chunk(if size > 0 { size } else { 64 * 1024 })),
         "lines" => Ok(Split::Lines),
         "fixed" if size > 0 => Ok(Split::Fixed(size)),
-        "fixed" => Err(FilterError::Missing { key: "size".into(), expected: "split=fixed needs size=N".into() }),
+        "fixed" => Err(FilterError::Missing {
+            key: "size".into(),
+            expected: "split=fixed needs size=N".into(),
+        }),
         m => Err(FilterError::bad("split", m, "bytes, lines or fixed")),
     }
 }
@@ -48,8 +56,16 @@ pub struct FileIn {
 impl FileIn {
     fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         let path = PathBuf::from(a.require("file", Some(0))?);
-        std::fs::metadata(&path).map_err(|e| FilterError::io(format!("cannot open {}", path.display()), e))?;
-        Ok(Box::new(FileIn { path, split: split_mode(a)?, buf: 0, off: 0, size: 0, opened: false }))
+        std::fs::metadata(&path)
+            .map_err(|e| FilterError::io(format!("cannot open {}", path.display()), e))?;
+        Ok(Box::new(FileIn {
+            path,
+            split: split_mode(a)?,
+            buf: 0,
+            off: 0,
+            size: 0,
+            opened: false,
+        }))
     }
 }
 
@@ -73,7 +89,12 @@ impl Filter for FileIn {
         let data = cx.store.file(self.buf).unwrap_or(&[]);
         while out.len() < max && self.off < data.len() {
             let n = next_block(data, self.off, self.split);
-            out.push(Tag { pos: self.off as u64, len: n as u32, buf: self.buf, class: 1 });
+            out.push(Tag {
+                pos: self.off as u64,
+                len: n as u32,
+                buf: self.buf,
+                class: 1,
+            });
             self.off += n;
         }
         self.off < data.len()
@@ -105,7 +126,12 @@ pub struct StdinIn {
 
 impl StdinIn {
     fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
-        Ok(Box::new(StdinIn { split: split_mode(a)?, pending: Vec::new(), eof: false, rx: None }))
+        Ok(Box::new(StdinIn {
+            split: split_mode(a)?,
+            pending: Vec::new(),
+            eof: false,
+            rx: None,
+        }))
     }
 }
 
@@ -173,8 +199,12 @@ pub static STDIN: FilterSpec = FilterSpec::new("stdin", Access::Source, StdinIn:
     .synopsis("stdin [split=bytes|lines|fixed] [size=N]")
     .description("Reads standard input into the space's data ring, cut into blocks as `file` does.")
     .params(&[
-        Param::new("split", "bytes (default), lines or fixed").kind(Kind::Choice(&["bytes", "lines", "fixed"])).default("bytes"),
-        Param::new("size", "block size for bytes/fixed").kind(Kind::Size).default("64K"),
+        Param::new("split", "bytes (default), lines or fixed")
+            .kind(Kind::Choice(&["bytes", "lines", "fixed"]))
+            .default("bytes"),
+        Param::new("size", "block size for bytes/fixed")
+            .kind(Kind::Size)
+            .default("64K"),
     ])
     .classes("1 for every block")
     .example("cat access.log | streamline run 'stdin split=lines | grep GET | count'");

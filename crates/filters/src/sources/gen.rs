@@ -1,6 +1,8 @@
 //! `gen`: synthetic blocks for benchmarks and tests, in a ring of their own.
 
-use dataplane::{Kind, FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Param, Tag};
+use dataplane::{
+    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Param, Tag,
+};
 
 pub struct Gen {
     pattern: Vec<u8>,
@@ -40,9 +42,17 @@ pub struct GenRing {
 
 impl GenRing {
     pub fn new(size: usize) -> GenRing {
-        let stride = if size.is_multiple_of(512) { size + 64 } else { size };
+        let stride = if size.is_multiple_of(512) {
+            size + 64
+        } else {
+            size
+        };
         let ring = (size * 1024).next_power_of_two().max(1 << 20);
-        GenRing { stride, ring, slots: ring / stride / 256 * 256 }
+        GenRing {
+            stride,
+            ring,
+            slots: ring / stride / 256 * 256,
+        }
     }
 }
 
@@ -58,7 +68,19 @@ impl Gen {
             Some("yes") => true,
             Some(v) => return Err(FilterError::bad("rewrite", v, "yes or no")),
         };
-        Ok(Box::new(Gen { pattern: Vec::new(), remaining: count, size, layout: GenRing::new(size), buf: 0, seq: 0, rewrite, lap: None, slot: 0, lap_start: 0, fresh_until: 0 }))
+        Ok(Box::new(Gen {
+            pattern: Vec::new(),
+            remaining: count,
+            size,
+            layout: GenRing::new(size),
+            buf: 0,
+            seq: 0,
+            rewrite,
+            lap: None,
+            slot: 0,
+            lap_start: 0,
+            fresh_until: 0,
+        }))
     }
 }
 
@@ -78,7 +100,9 @@ impl Filter for Gen {
             let (id, reusing) = cx.store.add_reusing_ring(layout.ring);
             self.buf = id;
             // (The store rounds a ring's size up to a power of two: `layout.ring` is one.)
-            self.lap = reusing.filter(|&r| !self.rewrite && r == layout.ring as u64 && layout.slots > 0).map(|r| (r, layout.slots as u64));
+            self.lap = reusing
+                .filter(|&r| !self.rewrite && r == layout.ring as u64 && layout.slots > 0)
+                .map(|r| (r, layout.slots as u64));
             self.fresh_until = self.lap.map_or(0, |(r, _)| r);
         }
         if let Some((r, _)) = self.lap {
@@ -118,7 +142,12 @@ impl Filter for Gen {
                 }
                 self.seq += 1;
             }
-            out.tags.extend((0..run).map(|j| Tag { pos: first.pos + (j * stride) as u64, len: size as u32, buf, class: 1 }));
+            out.tags.extend((0..run).map(|j| Tag {
+                pos: first.pos + (j * stride) as u64,
+                len: size as u32,
+                buf,
+                class: 1,
+            }));
             if let Some((r, slots)) = self.lap {
                 self.slot += run as u64;
                 if self.slot == slots {
@@ -138,7 +167,8 @@ impl Filter for Gen {
 
 pub static GEN: FilterSpec = FilterSpec::new("gen", Access::Source, Gen::make)
     .synopsis("gen [count=N] [size=BYTES] [rewrite=yes|no]")
-    .description("Generates N synthetic blocks (default 1000) of the given size (default 1024)\n\
+    .description(
+        "Generates N synthetic blocks (default 1000) of the given size (default 1024)\n\
                   for benchmarks and tests: an 8-byte sequence number (little endian), then a\n\
                   pattern (byte i is i*31 XOR the sequence number's low byte). Blocks go to a\n\
                   ring of their own, one cache line apart beyond their size when the size is a\n\
@@ -146,11 +176,19 @@ pub static GEN: FilterSpec = FilterSpec::new("gen", Access::Source, Gen::make)
                   A lap of the ring is a multiple of 256 blocks, so a slot's pattern repeats\n\
                   from lap to lap and after the first lap only the sequence number is written\n\
                   (rewrite=yes writes every byte of every block; after a filter edited blocks\n\
-                  in place, a whole lap is written again).")
+                  in place, a whole lap is written again).",
+    )
     .params(&[
-        Param::new("count", "number of blocks (also positional; suffixes K, M)").at(0).kind(Kind::Size).default("1000"),
-        Param::new("size", "block size in bytes").kind(Kind::Size).default("1024"),
-        Param::new("rewrite", "yes: write every block in full (default no)").kind(Kind::Choice(&["yes", "no"])).default("no"),
+        Param::new("count", "number of blocks (also positional; suffixes K, M)")
+            .at(0)
+            .kind(Kind::Size)
+            .default("1000"),
+        Param::new("size", "block size in bytes")
+            .kind(Kind::Size)
+            .default("1024"),
+        Param::new("rewrite", "yes: write every block in full (default no)")
+            .kind(Kind::Choice(&["yes", "no"]))
+            .default("no"),
     ])
     .classes("1 for every block")
     .example("streamline run 'gen count=1M size=64 | count'");

@@ -2,7 +2,9 @@
 //! libpcap's rules ([`crate::savefile`]).
 
 use crate::savefile::{swap_pseudo_header, Savefile};
-use dataplane::{FilterError, Access, Args, Batch, BufId, Ctx, Filter, FilterSpec, Kind, Param, RecordMeta, Tag};
+use dataplane::{
+    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Param, RecordMeta, Tag,
+};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -49,7 +51,11 @@ impl Shared {
         }
         // AcqRel/Acquire: pairs with the same CAS on the other thread (indexer vs reader)
         // and the Acquire loads of `edge`; exactly one of them claims [p, p + STEP).
-        if self.edge.compare_exchange(p, p + POPULATE_STEP, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if self
+            .edge
+            .compare_exchange(p, p + POPULATE_STEP, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
             map.populate(p, p + POPULATE_STEP);
         }
         true
@@ -105,8 +111,10 @@ pub struct PcapIn {
 
 /// Map `path` and check its header as libpcap's `pcap_open_offline` does.
 fn open_capture(path: &std::path::Path) -> Result<(dataplane::FileMap, Savefile), FilterError> {
-    let map = dataplane::FileMap::open(path).map_err(|e| FilterError::io(format!("cannot open {}", path.display()), e))?;
-    let sf = Savefile::open(map.bytes()).map_err(|e| FilterError::invalid(path.display().to_string(), e))?;
+    let map = dataplane::FileMap::open(path)
+        .map_err(|e| FilterError::io(format!("cannot open {}", path.display()), e))?;
+    let sf = Savefile::open(map.bytes())
+        .map_err(|e| FilterError::invalid(path.display().to_string(), e))?;
     Ok((map, sf))
 }
 
@@ -143,11 +151,15 @@ impl PcapIn {
     /// Map the file, read its header (errors here end the run before any packet), and
     /// start the indexer on the rest.
     fn open(&mut self, cx: &mut Ctx<'_>) -> Result<(), FilterError> {
-        let (buf, size) = cx.store.add_file(&self.path).map_err(|e| FilterError::io(format!("cannot map {}", self.path.display()), e))?;
+        let (buf, size) = cx
+            .store
+            .add_file(&self.path)
+            .map_err(|e| FilterError::io(format!("cannot map {}", self.path.display()), e))?;
         self.buf = buf;
         self.size = size;
         let map = cx.store.file_map(buf).unwrap_or_default();
-        let sf = Savefile::open(map.bytes()).map_err(|e| FilterError::invalid(self.path.display().to_string(), e))?;
+        let sf = Savefile::open(map.bytes())
+            .map_err(|e| FilterError::invalid(self.path.display().to_string(), e))?;
         let start = sf.offset();
         cx.store.set_link(buf, sf.link());
         (self.link, self.dlt) = (sf.link(), sf.dlt());
@@ -155,7 +167,9 @@ impl PcapIn {
         let (recycle, back) = std::sync::mpsc::channel();
         // Release: pair with the Acquire loads of `edge` (populate_step, `index`) and `walk`
         // (`next_chunk`); the indexer thread is spawned after them, which orders them too.
-        self.shared.edge.store(start - start % 4096, Ordering::Release);
+        self.shared
+            .edge
+            .store(start - start % 4096, Ordering::Release);
         self.shared.walk.store(start, Ordering::Release);
         let shared = self.shared.clone();
         self.map = map.clone();
@@ -181,7 +195,8 @@ impl PcapIn {
                     if self.shared.populate_step(&self.map, limit) {
                         continue;
                     }
-                    rx.recv().map_err(|_| std::sync::mpsc::TryRecvError::Disconnected)
+                    rx.recv()
+                        .map_err(|_| std::sync::mpsc::TryRecvError::Disconnected)
                 }
                 got => got,
             };
@@ -195,7 +210,11 @@ impl PcapIn {
                     return true;
                 }
                 Ok(Msg::Problem(p)) => {
-                    cx.warn(format!("{}: {p}; read {} packets before it", self.path.display(), self.packets));
+                    cx.warn(format!(
+                        "{}: {p}; read {} packets before it",
+                        self.path.display(),
+                        self.packets
+                    ));
                 }
                 Err(_) => {
                     self.finish();
@@ -223,7 +242,13 @@ impl Drop for PcapIn {
 }
 
 /// The indexer thread: walk the records from the header's end, send their places in chunks.
-fn index(map: &dataplane::FileMap, mut sf: Savefile, shared: &Shared, tx: &std::sync::mpsc::SyncSender<Msg>, back: &std::sync::mpsc::Receiver<Vec<Rec>>) {
+fn index(
+    map: &dataplane::FileMap,
+    mut sf: Savefile,
+    shared: &Shared,
+    tx: &std::sync::mpsc::SyncSender<Msg>,
+    back: &std::sync::mpsc::Receiver<Vec<Rec>>,
+) {
     let file = map.bytes();
     let mut ahead = sf.offset();
     let mut chunk = Vec::with_capacity(CHUNK);
@@ -232,7 +257,9 @@ fn index(map: &dataplane::FileMap, mut sf: Savefile, shared: &Shared, tx: &std::
         let off = sf.offset();
         if ahead < off + PREFETCH {
             // Acquire pairs with the claiming CAS in `populate_step` (either thread's).
-            while shared.edge.load(Ordering::Acquire) < off + 2 * PREFETCH && shared.populate_step(map, off + 2 * PREFETCH) {}
+            while shared.edge.load(Ordering::Acquire) < off + 2 * PREFETCH
+                && shared.populate_step(map, off + 2 * PREFETCH)
+            {}
             ahead = ahead.max(off);
             map.prefetch(ahead, off + 2 * PREFETCH);
             ahead = off + 2 * PREFETCH;
@@ -245,7 +272,11 @@ fn index(map: &dataplane::FileMap, mut sf: Savefile, shared: &Shared, tx: &std::
                 break;
             }
         };
-        chunk.push(Rec { meta: RecordMeta::whole(r.pos as u64, r.caplen, r.ts_ns(), r.orig_len), len: r.caplen, rewrite: r.rewrite });
+        chunk.push(Rec {
+            meta: RecordMeta::whole(r.pos as u64, r.caplen, r.ts_ns(), r.orig_len),
+            len: r.caplen,
+            rewrite: r.rewrite,
+        });
         if chunk.len() == CHUNK {
             let next = back.try_recv().map(|mut v| {
                 v.clear();
@@ -254,7 +285,10 @@ fn index(map: &dataplane::FileMap, mut sf: Savefile, shared: &Shared, tx: &std::
             let next = next.unwrap_or_else(|_| Vec::with_capacity(CHUNK));
             // Release pairs with the reader's Acquire load of `walk` in `next_chunk`.
             shared.walk.store(sf.offset(), Ordering::Release);
-            if tx.send(Msg::Recs(std::mem::replace(&mut chunk, next))).is_err() {
+            if tx
+                .send(Msg::Recs(std::mem::replace(&mut chunk, next)))
+                .is_err()
+            {
                 return; // the reader is gone
             }
         }
@@ -285,7 +319,10 @@ impl PcapIn {
         let (mut t, s) = cx.store.alloc_in(ring, len);
         s.copy_from_slice(&bytes);
         swap_pseudo_header(self.dlt, s, r.meta.orig_len);
-        cx.store.add_record(ring, RecordMeta::whole(t.pos, r.len, r.meta.ts_ns, r.meta.orig_len));
+        cx.store.add_record(
+            ring,
+            RecordMeta::whole(t.pos, r.len, r.meta.ts_ns, r.meta.orig_len),
+        );
         t.class = 1;
         Some(t)
     }
@@ -326,7 +363,12 @@ impl Filter for PcapIn {
                 continue;
             }
             self.metas.push(r.meta);
-            out.push(Tag { pos: r.meta.pos, len: r.len, buf: self.buf, class: 1 });
+            out.push(Tag {
+                pos: r.meta.pos,
+                len: r.len,
+                buf: self.buf,
+                class: 1,
+            });
         }
         cx.store.append_records(self.buf, &self.metas);
         more

@@ -81,7 +81,11 @@ pub struct PolicyError {
 
 impl std::fmt::Display for PolicyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "STREAMLINE_UDP_PORTS entry {} ({:?}) is not a port number 1-65535", self.position, self.entry)
+        write!(
+            f,
+            "STREAMLINE_UDP_PORTS entry {} ({:?}) is not a port number 1-65535",
+            self.position, self.entry
+        )
     }
 }
 
@@ -95,7 +99,12 @@ pub fn parse_ports(s: &str) -> Result<Vec<u16>, PolicyError> {
         }
         match t.parse::<u16>() {
             Ok(p) if p != 0 => v.push(p),
-            _ => return Err(PolicyError { position: i + 1, entry: t.to_string() }),
+            _ => {
+                return Err(PolicyError {
+                    position: i + 1,
+                    entry: t.to_string(),
+                })
+            }
         }
     }
     Ok(v)
@@ -106,7 +115,9 @@ pub fn parse_mode(s: &str) -> Result<RxMode, String> {
     match s.trim() {
         "" | "mmsg" => Ok(RxMode::Mmsg),
         "ring" => Ok(RxMode::Ring),
-        o => Err(format!("STREAMLINE_UDP_RX={o:?}: expected `mmsg` or `ring`")),
+        o => Err(format!(
+            "STREAMLINE_UDP_RX={o:?}: expected `mmsg` or `ring`"
+        )),
     }
 }
 
@@ -136,7 +147,11 @@ fn policy() -> &'static Policy {
             warn(&format!("{e}; using the default, mmsg"));
             RxMode::Mmsg
         });
-        Policy { ports, mode, explicit: !asked.trim().is_empty() }
+        Policy {
+            ports,
+            mode,
+            explicit: !asked.trim().is_empty(),
+        }
     })
 }
 
@@ -146,7 +161,13 @@ pub fn before_block() {
         return;
     }
     PENDING.store(0, Ordering::Relaxed);
-    let socks: Vec<Arc<UdpSock>> = SOCKS.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().cloned().collect();
+    let socks: Vec<Arc<UdpSock>> = SOCKS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .flatten()
+        .cloned()
+        .collect();
     for s in socks {
         if s.queued.load(Ordering::Relaxed) != 0 {
             s.flush();
@@ -155,7 +176,13 @@ pub fn before_block() {
 }
 
 fn flush_all() {
-    let socks: Vec<Arc<UdpSock>> = SOCKS.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().cloned().collect();
+    let socks: Vec<Arc<UdpSock>> = SOCKS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .flatten()
+        .cloned()
+        .collect();
     for s in socks {
         s.flush();
     }
@@ -181,7 +208,13 @@ extern "C" fn at_exit() {
         );
         // A path: appended there (daemons often point stderr at /dev/null); else stderr.
         use std::os::unix::ffi::OsStrExt;
-        let file = if to.as_bytes().starts_with(b"/") { std::ffi::CString::new(to.as_bytes()).ok().and_then(|p| sock::open_append(&p).ok()) } else { None };
+        let file = if to.as_bytes().starts_with(b"/") {
+            std::ffi::CString::new(to.as_bytes())
+                .ok()
+                .and_then(|p| sock::open_append(&p).ok())
+        } else {
+            None
+        };
         match file {
             Some(fd) => {
                 let _ = crate::sys::write(fd as i32, line.as_bytes());
@@ -199,7 +232,11 @@ fn get(fd: i32) -> Option<Arc<UdpSock>> {
     if !vfd::is_virtual(fd) {
         return None;
     }
-    SOCKS.read().unwrap_or_else(|p| p.into_inner()).get(fd as usize).and_then(|s| s.clone())
+    SOCKS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(fd as usize)
+        .and_then(|s| s.clone())
 }
 
 fn put(fd: i32, s: Option<Arc<UdpSock>>) {
@@ -212,7 +249,13 @@ fn put(fd: i32, s: Option<Arc<UdpSock>>) {
 
 /// `new` is another descriptor of socket `s` (dup).
 fn alias(s: &UdpSock, new: i32) {
-    let found = SOCKS.read().unwrap_or_else(|p| p.into_inner()).iter().flatten().find(|x| std::ptr::eq(Arc::as_ptr(x), s)).cloned();
+    let found = SOCKS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .flatten()
+        .find(|x| std::ptr::eq(Arc::as_ptr(x), s))
+        .cloned();
     if let Some(a) = found {
         put(new, Some(a));
     }
@@ -229,7 +272,10 @@ fn unalias(fd: i32) {
 ///
 /// # Safety
 /// `addr` must be readable for `len` bytes (or null).
-unsafe fn inet_addr(addr: *const libc::sockaddr, len: libc::socklen_t) -> Option<(i32, u16, Vec<u8>)> {
+unsafe fn inet_addr(
+    addr: *const libc::sockaddr,
+    len: libc::socklen_t,
+) -> Option<(i32, u16, Vec<u8>)> {
     if addr.is_null() || (len as usize) < 2 {
         return None;
     }
@@ -238,7 +284,11 @@ unsafe fn inet_addr(addr: *const libc::sockaddr, len: libc::socklen_t) -> Option
     if fam == libc::AF_INET && len as usize >= std::mem::size_of::<libc::sockaddr_in>() {
         // SAFETY: len covers a sockaddr_in; read unaligned, as the caller's buffer may be.
         let a = unsafe { std::ptr::read_unaligned(addr as *const libc::sockaddr_in) };
-        Some((fam, u16::from_be(a.sin_port), a.sin_addr.s_addr.to_ne_bytes().to_vec()))
+        Some((
+            fam,
+            u16::from_be(a.sin_port),
+            a.sin_addr.s_addr.to_ne_bytes().to_vec(),
+        ))
     } else if fam == libc::AF_INET6 && len as usize >= std::mem::size_of::<libc::sockaddr_in6>() {
         // SAFETY: len covers a sockaddr_in6.
         let a = unsafe { std::ptr::read_unaligned(addr as *const libc::sockaddr_in6) };
@@ -259,10 +309,31 @@ fn opt_on(fd: i32, level: i32, name: i32) -> bool {
 
 /// Receive options whose control messages the ring does not make.
 fn unsupported_rx_opt(ipv6: bool, level: i32, name: i32) -> bool {
-    let common = [(libc::SOL_SOCKET, libc::SO_TIMESTAMP), (libc::SOL_SOCKET, libc::SO_TIMESTAMPNS), (libc::SOL_SOCKET, libc::SO_RXQ_OVFL), (libc::SOL_SOCKET, libc::SO_TIMESTAMPING)];
-    let v4 = [(libc::IPPROTO_IP, libc::IP_RECVTTL), (libc::IPPROTO_IP, libc::IP_RECVTOS), (libc::IPPROTO_IP, libc::IP_RECVOPTS), (libc::IPPROTO_IP, libc::IP_RETOPTS), (libc::IPPROTO_IP, libc::IP_RECVORIGDSTADDR)];
-    let v6 = [(libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT), (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS), (libc::IPPROTO_IPV6, libc::IPV6_2292PKTINFO), (libc::IPPROTO_IPV6, 74 /* IPV6_RECVORIGDSTADDR */)];
-    common.contains(&(level, name)) || if ipv6 { v6.contains(&(level, name)) } else { v4.contains(&(level, name)) }
+    let common = [
+        (libc::SOL_SOCKET, libc::SO_TIMESTAMP),
+        (libc::SOL_SOCKET, libc::SO_TIMESTAMPNS),
+        (libc::SOL_SOCKET, libc::SO_RXQ_OVFL),
+        (libc::SOL_SOCKET, libc::SO_TIMESTAMPING),
+    ];
+    let v4 = [
+        (libc::IPPROTO_IP, libc::IP_RECVTTL),
+        (libc::IPPROTO_IP, libc::IP_RECVTOS),
+        (libc::IPPROTO_IP, libc::IP_RECVOPTS),
+        (libc::IPPROTO_IP, libc::IP_RETOPTS),
+        (libc::IPPROTO_IP, libc::IP_RECVORIGDSTADDR),
+    ];
+    let v6 = [
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT),
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS),
+        (libc::IPPROTO_IPV6, libc::IPV6_2292PKTINFO),
+        (libc::IPPROTO_IPV6, 74 /* IPV6_RECVORIGDSTADDR */),
+    ];
+    common.contains(&(level, name))
+        || if ipv6 {
+            v6.contains(&(level, name))
+        } else {
+            v4.contains(&(level, name))
+        }
 }
 
 fn pktinfo_opt(ipv6: bool) -> (i32, i32) {
@@ -291,7 +362,8 @@ fn ring_fits(fd: i32, ipv6: bool) -> bool {
         (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS),
         (libc::IPPROTO_IPV6, libc::IPV6_2292PKTINFO),
     ];
-    !all.iter().any(|&(l, n)| unsupported_rx_opt(ipv6, l, n) && opt_on(fd, l, n))
+    !all.iter()
+        .any(|&(l, n)| unsupported_rx_opt(ipv6, l, n) && opt_on(fd, l, n))
 }
 
 fn install_hooks() {
@@ -313,7 +385,11 @@ fn install_hooks() {
 pub unsafe extern "C" fn bind(fd: i32, addr: *const libc::sockaddr, len: libc::socklen_t) -> i32 {
     let p = policy();
     // SAFETY: the caller's address as given to bind.
-    let target = if p.ports.is_empty() { None } else { unsafe { inet_addr(addr, len) } };
+    let target = if p.ports.is_empty() {
+        None
+    } else {
+        unsafe { inet_addr(addr, len) }
+    };
     let Some((fam, port, bytes)) = target.filter(|t| p.ports.contains(&t.1)) else {
         // SAFETY: passed through.
         return c_ret(unsafe { sock::bind(fd, addr, len) }) as i32;
@@ -330,10 +406,14 @@ pub unsafe extern "C" fn bind(fd: i32, addr: *const libc::sockaddr, len: libc::s
         match ring::Ring::open(ipv6, port, &bytes, fd) {
             Ok(r) => match ring::drop_own_copy(fd) {
                 Ok(()) => ring = Some(r),
-                Err(e) if p.explicit => warn(&format!("ring for UDP port {port}: SO_ATTACH_FILTER: errno {e}; using mmsg")),
+                Err(e) if p.explicit => warn(&format!(
+                    "ring for UDP port {port}: SO_ATTACH_FILTER: errno {e}; using mmsg"
+                )),
                 Err(_) => {}
             },
-            Err(e) if p.explicit => warn(&format!("ring for UDP port {port}: errno {e} (needs CAP_NET_RAW); using mmsg")),
+            Err(e) if p.explicit => warn(&format!(
+                "ring for UDP port {port}: errno {e} (needs CAP_NET_RAW); using mmsg"
+            )),
             Err(_) => {}
         }
     } else if p.mode == RxMode::Ring && p.explicit {
@@ -368,7 +448,13 @@ pub unsafe extern "C" fn bind(fd: i32, addr: *const libc::sockaddr, len: libc::s
 /// # Safety
 /// As setsockopt(2).
 #[no_mangle]
-pub unsafe extern "C" fn setsockopt(fd: i32, level: i32, name: i32, val: *const libc::c_void, len: libc::socklen_t) -> i32 {
+pub unsafe extern "C" fn setsockopt(
+    fd: i32,
+    level: i32,
+    name: i32,
+    val: *const libc::c_void,
+    len: libc::socklen_t,
+) -> i32 {
     if let Some(s) = get(fd) {
         if s.is_ring() {
             let on = !val.is_null() && len as usize >= 4 && {
@@ -396,13 +482,21 @@ pub unsafe extern "C" fn setsockopt(fd: i32, level: i32, name: i32, val: *const 
 ///
 /// # Safety
 /// `msg` is a valid msghdr (the C caller's).
-unsafe fn msg_io(fd: i32, msg: *const libc::msghdr, call: impl Fn(*const libc::msghdr) -> crate::sys::Res) -> crate::sys::Res {
+unsafe fn msg_io(
+    fd: i32,
+    msg: *const libc::msghdr,
+    call: impl Fn(*const libc::msghdr) -> crate::sys::Res,
+) -> crate::sys::Res {
     if msg.is_null() {
         return call(msg);
     }
     // SAFETY: a valid msghdr and its vector, as the caller vouches.
     let m = unsafe { &*msg };
-    let v: &[libc::iovec] = if m.msg_iov.is_null() || m.msg_iovlen == 0 { &[] } else { unsafe { std::slice::from_raw_parts(m.msg_iov, m.msg_iovlen) } };
+    let v: &[libc::iovec] = if m.msg_iov.is_null() || m.msg_iovlen == 0 {
+        &[]
+    } else {
+        unsafe { std::slice::from_raw_parts(m.msg_iov, m.msg_iovlen) }
+    };
     let total: usize = v.iter().map(|i| i.iov_len).sum();
     let cut = crate::shape::cuts(fd);
     crate::shape::io(fd, total, |k| {
@@ -438,7 +532,15 @@ unsafe fn mmsg_len(v: *const libc::mmsghdr, n: u32) -> usize {
     // SAFETY: as the caller vouches.
     let v = unsafe { std::slice::from_raw_parts(v, n as usize) };
     v.iter()
-        .map(|e| if e.msg_hdr.msg_iov.is_null() { 0 } else { (0..e.msg_hdr.msg_iovlen).map(|i| unsafe { (*e.msg_hdr.msg_iov.add(i)).iov_len }).sum::<usize>() })
+        .map(|e| {
+            if e.msg_hdr.msg_iov.is_null() {
+                0
+            } else {
+                (0..e.msg_hdr.msg_iovlen)
+                    .map(|i| unsafe { (*e.msg_hdr.msg_iov.add(i)).iov_len })
+                    .sum::<usize>()
+            }
+        })
         .sum()
 }
 
@@ -447,7 +549,12 @@ unsafe fn mmsg_len(v: *const libc::mmsghdr, n: u32) -> usize {
 ///
 /// # Safety
 /// `v` points at `n` valid mmsghdrs, and `call` is the system call on them.
-unsafe fn mmsg_io(fd: i32, v: *mut libc::mmsghdr, n: u32, call: impl FnOnce() -> crate::sys::Res) -> crate::sys::Res {
+unsafe fn mmsg_io(
+    fd: i32,
+    v: *mut libc::mmsghdr,
+    n: u32,
+    call: impl FnOnce() -> crate::sys::Res,
+) -> crate::sys::Res {
     // SAFETY: as the caller vouches.
     let total = unsafe { mmsg_len(v, n) };
     let mut count = 0usize;
@@ -455,7 +562,9 @@ unsafe fn mmsg_io(fd: i32, v: *mut libc::mmsghdr, n: u32, call: impl FnOnce() ->
         let k = call()?;
         count = k;
         // SAFETY: the kernel filled msg_len of the first k entries.
-        Ok((0..k).map(|i| unsafe { (*v.add(i)).msg_len as usize }).sum())
+        Ok((0..k)
+            .map(|i| unsafe { (*v.add(i)).msg_len as usize })
+            .sum())
     })
     .map(|_| count)
 }
@@ -473,7 +582,11 @@ pub unsafe extern "C" fn recvmsg(fd: i32, msg: *mut libc::msghdr, flags: i32) ->
             // A receive may block: what is batched for other sockets leaves first.
             before_block();
             // SAFETY: passed through (the vector cut, for a shaped stream socket).
-            c_ret(unsafe { msg_io(fd, msg as *const _, |m| sock::recvmsg(fd, m as *mut _, flags)) })
+            c_ret(unsafe {
+                msg_io(fd, msg as *const _, |m| {
+                    sock::recvmsg(fd, m as *mut _, flags)
+                })
+            })
         }
     }
 }
@@ -483,13 +596,25 @@ pub unsafe extern "C" fn recvmsg(fd: i32, msg: *mut libc::msghdr, flags: i32) ->
 /// # Safety
 /// As recvfrom(2).
 #[no_mangle]
-pub unsafe extern "C" fn recvfrom(fd: i32, buf: *mut libc::c_void, len: usize, flags: i32, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> isize {
+pub unsafe extern "C" fn recvfrom(
+    fd: i32,
+    buf: *mut libc::c_void,
+    len: usize,
+    flags: i32,
+    addr: *mut libc::sockaddr,
+    alen: *mut libc::socklen_t,
+) -> isize {
     let Some(s) = get(fd) else {
         before_block();
         // SAFETY: passed through (n ≤ len).
-        return c_ret(crate::shape::io(fd, len, |n| unsafe { sock::recvfrom(fd, buf, n, flags, addr, alen) }));
+        return c_ret(crate::shape::io(fd, len, |n| unsafe {
+            sock::recvfrom(fd, buf, n, flags, addr, alen)
+        }));
     };
-    let mut iov = libc::iovec { iov_base: buf, iov_len: len };
+    let mut iov = libc::iovec {
+        iov_base: buf,
+        iov_len: len,
+    };
     // SAFETY: plain data.
     let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
     if !addr.is_null() && !alen.is_null() {
@@ -515,7 +640,16 @@ pub unsafe extern "C" fn recvfrom(fd: i32, buf: *mut libc::c_void, len: usize, f
 #[no_mangle]
 pub unsafe extern "C" fn recv(fd: i32, buf: *mut libc::c_void, len: usize, flags: i32) -> isize {
     // SAFETY: as recvfrom with no address.
-    unsafe { recvfrom(fd, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) }
+    unsafe {
+        recvfrom(
+            fd,
+            buf,
+            len,
+            flags,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
 }
 
 /// The fortified recv (`_FORTIFY_SOURCE`).
@@ -523,7 +657,13 @@ pub unsafe extern "C" fn recv(fd: i32, buf: *mut libc::c_void, len: usize, flags
 /// # Safety
 /// As recv(2).
 #[no_mangle]
-pub unsafe extern "C" fn __recv_chk(fd: i32, buf: *mut libc::c_void, len: usize, buflen: usize, flags: i32) -> isize {
+pub unsafe extern "C" fn __recv_chk(
+    fd: i32,
+    buf: *mut libc::c_void,
+    len: usize,
+    buflen: usize,
+    flags: i32,
+) -> isize {
     if len > buflen {
         // glibc aborts here (buffer overflow detected); so do we.
         std::process::abort();
@@ -537,7 +677,15 @@ pub unsafe extern "C" fn __recv_chk(fd: i32, buf: *mut libc::c_void, len: usize,
 /// # Safety
 /// As recvfrom(2).
 #[no_mangle]
-pub unsafe extern "C" fn __recvfrom_chk(fd: i32, buf: *mut libc::c_void, len: usize, buflen: usize, flags: i32, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> isize {
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: i32,
+    buf: *mut libc::c_void,
+    len: usize,
+    buflen: usize,
+    flags: i32,
+    addr: *mut libc::sockaddr,
+    alen: *mut libc::socklen_t,
+) -> isize {
     if len > buflen {
         std::process::abort();
     }
@@ -552,16 +700,27 @@ pub unsafe extern "C" fn __recvfrom_chk(fd: i32, buf: *mut libc::c_void, len: us
 /// # Safety
 /// As recvmmsg(2).
 #[no_mangle]
-pub unsafe extern "C" fn recvmmsg(fd: i32, v: *mut libc::mmsghdr, n: u32, flags: i32, timeout: *mut libc::timespec) -> i32 {
+pub unsafe extern "C" fn recvmmsg(
+    fd: i32,
+    v: *mut libc::mmsghdr,
+    n: u32,
+    flags: i32,
+    timeout: *mut libc::timespec,
+) -> i32 {
     let Some(s) = get(fd) else {
         before_block();
         // SAFETY: the caller's array and arguments.
-        return c_ret(unsafe { mmsg_io(fd, v, n, || sock::recvmmsg(fd, v, n, flags, timeout)) }) as i32;
+        return c_ret(unsafe { mmsg_io(fd, v, n, || sock::recvmmsg(fd, v, n, flags, timeout)) })
+            as i32;
     };
     let base = flags & !libc::MSG_WAITFORONE;
     let mut got = 0u32;
     while got < n {
-        let f = if got == 0 { base } else { base | libc::MSG_DONTWAIT };
+        let f = if got == 0 {
+            base
+        } else {
+            base | libc::MSG_DONTWAIT
+        };
         // SAFETY: entry `got` of the caller's array of n.
         let e = unsafe { &mut *v.add(got as usize) };
         // SAFETY: the caller's msghdr.
@@ -604,12 +763,24 @@ pub unsafe extern "C" fn sendmsg(fd: i32, msg: *const libc::msghdr, flags: i32) 
 /// # Safety
 /// As sendto(2).
 #[no_mangle]
-pub unsafe extern "C" fn sendto(fd: i32, buf: *const libc::c_void, len: usize, flags: i32, addr: *const libc::sockaddr, alen: libc::socklen_t) -> isize {
+pub unsafe extern "C" fn sendto(
+    fd: i32,
+    buf: *const libc::c_void,
+    len: usize,
+    flags: i32,
+    addr: *const libc::sockaddr,
+    alen: libc::socklen_t,
+) -> isize {
     let Some(s) = get(fd) else {
         // SAFETY: passed through (n ≤ len).
-        return c_ret(crate::shape::io(fd, len, |n| unsafe { sock::sendto(fd, buf, n, flags, addr, alen) }));
+        return c_ret(crate::shape::io(fd, len, |n| unsafe {
+            sock::sendto(fd, buf, n, flags, addr, alen)
+        }));
     };
-    let mut iov = libc::iovec { iov_base: buf as *mut _, iov_len: len };
+    let mut iov = libc::iovec {
+        iov_base: buf as *mut _,
+        iov_len: len,
+    };
     // SAFETY: plain data.
     let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
     m.msg_name = addr as *mut _;
@@ -668,8 +839,20 @@ mod tests {
     fn ports_parse_and_bad_entries_are_named_by_position() {
         assert_eq!(parse_ports("53, 5353,,"), Ok(vec![53, 5353]));
         assert_eq!(parse_ports(""), Ok(vec![]));
-        assert_eq!(parse_ports("53,dns"), Err(PolicyError { position: 2, entry: "dns".into() }));
-        assert_eq!(parse_ports("0"), Err(PolicyError { position: 1, entry: "0".into() }));
+        assert_eq!(
+            parse_ports("53,dns"),
+            Err(PolicyError {
+                position: 2,
+                entry: "dns".into()
+            })
+        );
+        assert_eq!(
+            parse_ports("0"),
+            Err(PolicyError {
+                position: 1,
+                entry: "0".into()
+            })
+        );
         assert_eq!(parse_ports("53,70000").unwrap_err().position, 2);
     }
 

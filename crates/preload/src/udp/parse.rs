@@ -48,26 +48,44 @@ pub enum ParseError {
 impl std::fmt::Display for ParseError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ParseError::Truncated { need, len } => write!(f, "packet truncated: {need} bytes needed, {len} captured"),
+            ParseError::Truncated { need, len } => {
+                write!(f, "packet truncated: {need} bytes needed, {len} captured")
+            }
             ParseError::BadVersion(v) => write!(f, "IP version {v} at offset 0"),
-            ParseError::BadHeaderLength(n) => write!(f, "IPv4 header length {n} at offset 0 (below 20)"),
-            ParseError::BadIpLength { said, have } => write!(f, "IP length field says {said} bytes, {have} captured"),
+            ParseError::BadHeaderLength(n) => {
+                write!(f, "IPv4 header length {n} at offset 0 (below 20)")
+            }
+            ParseError::BadIpLength { said, have } => {
+                write!(f, "IP length field says {said} bytes, {have} captured")
+            }
             ParseError::NotUdp(p) => write!(f, "protocol {p} is not UDP"),
             ParseError::Fragment => write!(f, "IPv4 fragment (offset 6)"),
-            ParseError::BadUdpLength { at, said, have } => write!(f, "UDP length {said} at offset {at}, IP payload has {have} bytes"),
-            ParseError::BadChecksum { at } => write!(f, "UDP checksum at offset {at} does not verify"),
+            ParseError::BadUdpLength { at, said, have } => write!(
+                f,
+                "UDP length {said} at offset {at}, IP payload has {have} bytes"
+            ),
+            ParseError::BadChecksum { at } => {
+                write!(f, "UDP checksum at offset {at} does not verify")
+            }
         }
     }
 }
 
 fn be16(p: &[u8], at: usize) -> Result<u16, ParseError> {
-    p.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]])).ok_or(ParseError::Truncated { need: at + 2, len: p.len() })
+    p.get(at..at + 2)
+        .map(|b| u16::from_be_bytes([b[0], b[1]]))
+        .ok_or(ParseError::Truncated {
+            need: at + 2,
+            len: p.len(),
+        })
 }
 
 /// Parse `pkt` (starting at the IP header). `verify_csum`: check the UDP checksum (false
 /// when the capture says the checksum was never computed, as on loopback).
 pub fn parse(pkt: &[u8], verify_csum: bool) -> Result<Datagram, ParseError> {
-    let first = *pkt.first().ok_or(ParseError::Truncated { need: 1, len: 0 })?;
+    let first = *pkt
+        .first()
+        .ok_or(ParseError::Truncated { need: 1, len: 0 })?;
     let (src, dst, l4, l4_end, pseudo) = match first >> 4 {
         4 => {
             let ihl = ((first & 0x0f) as usize) * 4;
@@ -75,11 +93,17 @@ pub fn parse(pkt: &[u8], verify_csum: bool) -> Result<Datagram, ParseError> {
                 return Err(ParseError::BadHeaderLength(ihl));
             }
             if pkt.len() < ihl {
-                return Err(ParseError::Truncated { need: ihl, len: pkt.len() });
+                return Err(ParseError::Truncated {
+                    need: ihl,
+                    len: pkt.len(),
+                });
             }
             let total = be16(pkt, 2)? as usize;
             if total < ihl || total > pkt.len() {
-                return Err(ParseError::BadIpLength { said: total, have: pkt.len() });
+                return Err(ParseError::BadIpLength {
+                    said: total,
+                    have: pkt.len(),
+                });
             }
             if be16(pkt, 6)? & 0x3fff != 0 {
                 return Err(ParseError::Fragment);
@@ -95,11 +119,17 @@ pub fn parse(pkt: &[u8], verify_csum: bool) -> Result<Datagram, ParseError> {
         }
         6 => {
             if pkt.len() < 40 {
-                return Err(ParseError::Truncated { need: 40, len: pkt.len() });
+                return Err(ParseError::Truncated {
+                    need: 40,
+                    len: pkt.len(),
+                });
             }
             let plen = be16(pkt, 4)? as usize;
             if 40 + plen > pkt.len() {
-                return Err(ParseError::BadIpLength { said: 40 + plen, have: pkt.len() });
+                return Err(ParseError::BadIpLength {
+                    said: 40 + plen,
+                    have: pkt.len(),
+                });
             }
             // Extension headers are not followed: a datagram behind one is not ours to parse.
             if pkt[6] != 17 {
@@ -111,7 +141,13 @@ pub fn parse(pkt: &[u8], verify_csum: bool) -> Result<Datagram, ParseError> {
             d.copy_from_slice(&pkt[24..40]);
             let mut ps = sum(&pkt[8..40], 0);
             ps += 17 + plen as u32;
-            (Addr::V6(Ipv6Addr::from(s)), Addr::V6(Ipv6Addr::from(d)), 40, 40 + plen, ps)
+            (
+                Addr::V6(Ipv6Addr::from(s)),
+                Addr::V6(Ipv6Addr::from(d)),
+                40,
+                40 + plen,
+                ps,
+            )
         }
         v => return Err(ParseError::BadVersion(v)),
     };
@@ -121,7 +157,11 @@ pub fn parse(pkt: &[u8], verify_csum: bool) -> Result<Datagram, ParseError> {
     let csum = be16(pkt, l4 + 6)?;
     let have = l4_end - l4;
     if ulen < 8 || ulen > have {
-        return Err(ParseError::BadUdpLength { at: l4 + 4, said: ulen, have });
+        return Err(ParseError::BadUdpLength {
+            at: l4 + 4,
+            said: ulen,
+            have,
+        });
     }
     let is_v4 = matches!(src, Addr::V4(_));
     // IPv4 checksum 0: none sent. IPv6 requires one (0 is invalid there).
@@ -131,7 +171,13 @@ pub fn parse(pkt: &[u8], verify_csum: bool) -> Result<Datagram, ParseError> {
             return Err(ParseError::BadChecksum { at: l4 + 6 });
         }
     }
-    Ok(Datagram { src, dst, sport, dport, payload: l4 + 8..l4 + ulen })
+    Ok(Datagram {
+        src,
+        dst,
+        sport,
+        dport,
+        payload: l4 + 8..l4 + ulen,
+    })
 }
 
 fn sum(b: &[u8], mut acc: u32) -> u32 {
@@ -163,7 +209,28 @@ mod tests {
     /// An IPv4/UDP packet with a correct checksum.
     fn v4(payload: &[u8], sport: u16, dport: u16) -> Vec<u8> {
         let total = 28 + payload.len();
-        let mut p = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 1, 0x40, 0, 64, 17, 0, 0, 127, 0, 0, 2, 127, 0, 0, 1];
+        let mut p = vec![
+            0x45,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0,
+            1,
+            0x40,
+            0,
+            64,
+            17,
+            0,
+            0,
+            127,
+            0,
+            0,
+            2,
+            127,
+            0,
+            0,
+            1,
+        ];
         let ulen = 8 + payload.len();
         p.extend_from_slice(&sport.to_be_bytes());
         p.extend_from_slice(&dport.to_be_bytes());
@@ -192,7 +259,10 @@ mod tests {
         let mut p = v4(b"hello", 4000, 53);
         p[30] ^= 1;
         assert_eq!(parse(&p, true), Err(ParseError::BadChecksum { at: 26 }));
-        assert!(parse(&p, false).is_ok(), "unverified (loopback) checksums are not checked");
+        assert!(
+            parse(&p, false).is_ok(),
+            "unverified (loopback) checksums are not checked"
+        );
     }
 
     #[test]
@@ -210,7 +280,14 @@ mod tests {
         let mut p = v4(b"abc", 1, 2);
         p[24] = 0;
         p[25] = 200;
-        assert_eq!(parse(&p, false), Err(ParseError::BadUdpLength { at: 24, said: 200, have: 11 }));
+        assert_eq!(
+            parse(&p, false),
+            Err(ParseError::BadUdpLength {
+                at: 24,
+                said: 200,
+                have: 11
+            })
+        );
     }
 
     proptest! {

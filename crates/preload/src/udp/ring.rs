@@ -57,7 +57,10 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
 /// UDP datagrams to `port` (and `addr` unless unspecified) of at most [`SMALL`] bytes, not
 /// IPv4 fragments.
 pub fn port_filter(ipv6: bool, port: u16, addr: &[u8]) -> Vec<libc::sock_filter> {
-    use libc::{BPF_ABS, BPF_B, BPF_H, BPF_IND, BPF_JEQ, BPF_JGT, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_LDX, BPF_MSH, BPF_RET, BPF_W};
+    use libc::{
+        BPF_ABS, BPF_B, BPF_H, BPF_IND, BPF_JEQ, BPF_JGT, BPF_JMP, BPF_JSET, BPF_K, BPF_LD,
+        BPF_LDX, BPF_MSH, BPF_RET, BPF_W,
+    };
     let ld = |sz: u32, k: u32| insn((BPF_LD | sz | BPF_ABS) as u16, 0, 0, k);
     // Jumps to "drop" are patched once the program's length is known (jf/jt = 0xff marks).
     let jeq_else_drop = |k: u32| insn((BPF_JMP | BPF_JEQ | BPF_K) as u16, 0, 0xff, k);
@@ -74,7 +77,9 @@ pub fn port_filter(ipv6: bool, port: u16, addr: &[u8]) -> Vec<libc::sock_filter>
         p.push(insn((BPF_JMP | BPF_JGT | BPF_K) as u16, 0xff, 0, SMALL));
         if addr.len() == 4 && addr != [0, 0, 0, 0] {
             p.push(ld(BPF_W, 16));
-            p.push(jeq_else_drop(u32::from_be_bytes([addr[0], addr[1], addr[2], addr[3]])));
+            p.push(jeq_else_drop(u32::from_be_bytes([
+                addr[0], addr[1], addr[2], addr[3],
+            ])));
         }
     } else {
         p.push(ld(BPF_B, 6));
@@ -107,7 +112,10 @@ pub fn port_filter(ipv6: bool, port: u16, addr: &[u8]) -> Vec<libc::sock_filter>
 }
 
 pub fn attach(fd: i32, prog: &[libc::sock_filter]) -> Result<(), i32> {
-    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut libc::sock_filter };
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
     sock::setsockopt_val(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog).map(|_| ())
 }
 
@@ -137,24 +145,50 @@ impl Ring {
     /// all zero for a wildcard socket). Needs CAP_NET_RAW.
     pub fn open(ipv6: bool, port: u16, addr: &[u8], sockfd: i32) -> Result<Ring, i32> {
         // Protocol 0: the socket receives nothing until bound, after its filter is in place.
-        let fd = sock::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0)? as i32;
-        let mut r = Ring { fd, efd: -1, base: std::ptr::null_mut(), head: 0, ipv6, bad: 0 };
+        let fd = sock::socket(
+            libc::AF_PACKET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )? as i32;
+        let mut r = Ring {
+            fd,
+            efd: -1,
+            base: std::ptr::null_mut(),
+            head: 0,
+            ipv6,
+            bad: 0,
+        };
         r.efd = sock::epoll_create()? as i32;
         sock::epoll_add(r.efd, fd, libc::EPOLLIN as u32)?;
         sock::epoll_add(r.efd, sockfd, libc::EPOLLIN as u32)?;
         attach(fd, &port_filter(ipv6, port, addr))?;
         let v: i32 = libc::tpacket_versions::TPACKET_V2 as i32;
         sock::setsockopt_val(fd, libc::SOL_PACKET, libc::PACKET_VERSION, &v)?;
-        let req = libc::tpacket_req { tp_block_size: FRAME as u32, tp_block_nr: FRAMES as u32, tp_frame_size: FRAME as u32, tp_frame_nr: FRAMES as u32 };
+        let req = libc::tpacket_req {
+            tp_block_size: FRAME as u32,
+            tp_block_nr: FRAMES as u32,
+            tp_frame_size: FRAME as u32,
+            tp_frame_nr: FRAMES as u32,
+        };
         sock::setsockopt_val(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
         r.base = sock::mmap_shared(fd, FRAME * FRAMES)?;
-        let proto = if ipv6 { libc::ETH_P_IPV6 } else { libc::ETH_P_IP } as u16;
+        let proto = if ipv6 {
+            libc::ETH_P_IPV6
+        } else {
+            libc::ETH_P_IP
+        } as u16;
         // SAFETY: sockaddr_ll is plain data.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = proto.to_be();
         // SAFETY: sll is a live sockaddr_ll of the size given.
-        unsafe { sock::bind(fd, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) }?;
+        unsafe {
+            sock::bind(
+                fd,
+                &sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        }?;
         Ok(r)
     }
 
@@ -179,13 +213,22 @@ impl Ring {
     fn release_head(&mut self) {
         fence(Ordering::Release);
         // SAFETY: the head frame is ours (TP_STATUS_USER) until handed back here.
-        unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.frame(self.head)).tp_status), libc::TP_STATUS_KERNEL) };
+        unsafe {
+            std::ptr::write_volatile(
+                std::ptr::addr_of_mut!((*self.frame(self.head)).tp_status),
+                libc::TP_STATUS_KERNEL,
+            )
+        };
         self.head = (self.head + 1) % FRAMES;
     }
 
     /// The next deliverable datagram, dropping captured packets that are not one; `None`
     /// when the ring is empty. Stays at the head until [`Ring::pop`].
-    pub fn peek(&mut self, want_pktinfo: bool, out: &mut super::socket::Synth) -> Option<(*const u8, usize)> {
+    pub fn peek(
+        &mut self,
+        want_pktinfo: bool,
+        out: &mut super::socket::Synth,
+    ) -> Option<(*const u8, usize)> {
         loop {
             let st = self.status(self.head);
             if st & libc::TP_STATUS_USER == 0 {
@@ -193,10 +236,18 @@ impl Ring {
             }
             let h = self.frame(self.head);
             // SAFETY: the frame is ours (TP_STATUS_USER); its header fields are plain data.
-            let (net, snap, len) = unsafe { ((*h).tp_net as usize, (*h).tp_snaplen as usize, (*h).tp_len as usize) };
+            let (net, snap, len) = unsafe {
+                (
+                    (*h).tp_net as usize,
+                    (*h).tp_snaplen as usize,
+                    (*h).tp_len as usize,
+                )
+            };
             let sll_off = (std::mem::size_of::<libc::tpacket2_hdr>() + 15) & !15;
             // SAFETY: the sockaddr_ll follows the aligned header inside the frame.
-            let sll = unsafe { std::ptr::read_unaligned((h as *const u8).add(sll_off) as *const libc::sockaddr_ll) };
+            let sll = unsafe {
+                std::ptr::read_unaligned((h as *const u8).add(sll_off) as *const libc::sockaddr_ll)
+            };
             if net + snap > FRAME || snap != len || sll.sll_pkttype == libc::PACKET_OUTGOING {
                 self.bad += 1;
                 self.release_head();

@@ -35,7 +35,16 @@ pub fn getsockopt_int(fd: i32, level: i32, name: i32) -> Result<i32, i32> {
     let mut v: i32 = 0;
     let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
     // SAFETY: v and len are live locals of the sizes the kernel is told.
-    ret(unsafe { libc::syscall(libc::SYS_getsockopt, fd, level, name, &mut v as *mut i32, &mut len as *mut libc::socklen_t) })?;
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_getsockopt,
+            fd,
+            level,
+            name,
+            &mut v as *mut i32,
+            &mut len as *mut libc::socklen_t,
+        )
+    })?;
     Ok(v)
 }
 
@@ -43,17 +52,41 @@ pub fn getsockopt_int(fd: i32, level: i32, name: i32) -> Result<i32, i32> {
 pub fn getsockopt_val<T: Copy>(fd: i32, level: i32, name: i32, v: &mut T) -> Res {
     let mut len = std::mem::size_of::<T>() as libc::socklen_t;
     // SAFETY: v is a live, writable T; len is its size.
-    ret(unsafe { libc::syscall(libc::SYS_getsockopt, fd, level, name, v as *mut T, &mut len as *mut libc::socklen_t) })
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_getsockopt,
+            fd,
+            level,
+            name,
+            v as *mut T,
+            &mut len as *mut libc::socklen_t,
+        )
+    })
 }
 
 /// setsockopt(2) of a plain-data value `T`.
 pub fn setsockopt_val<T>(fd: i32, level: i32, name: i32, v: &T) -> Res {
     // SAFETY: v is a live T of the size the kernel is told.
-    ret(unsafe { libc::syscall(libc::SYS_setsockopt, fd, level, name, v as *const T, std::mem::size_of::<T>() as libc::socklen_t) })
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_setsockopt,
+            fd,
+            level,
+            name,
+            v as *const T,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    })
 }
 
 /// setsockopt(2) passing the caller's option buffer through.
-pub unsafe fn setsockopt_raw(fd: i32, level: i32, name: i32, val: *const libc::c_void, len: libc::socklen_t) -> Res {
+pub unsafe fn setsockopt_raw(
+    fd: i32,
+    level: i32,
+    name: i32,
+    val: *const libc::c_void,
+    len: libc::socklen_t,
+) -> Res {
     // SAFETY: the caller passes what its own caller gave setsockopt(2).
     ret(unsafe { libc::syscall(libc::SYS_setsockopt, fd, level, name, val, len) })
 }
@@ -64,12 +97,26 @@ pub fn getsockname(fd: i32) -> Result<(libc::sockaddr_storage, libc::socklen_t),
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: ss and len are live locals of the sizes given.
-    ret(unsafe { libc::syscall(libc::SYS_getsockname, fd, &mut ss as *mut _ as *mut libc::sockaddr, &mut len as *mut libc::socklen_t) })?;
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_getsockname,
+            fd,
+            &mut ss as *mut _ as *mut libc::sockaddr,
+            &mut len as *mut libc::socklen_t,
+        )
+    })?;
     Ok((ss, len))
 }
 
 /// recvfrom(2) straight through.
-pub unsafe fn recvfrom(fd: i32, buf: *mut libc::c_void, len: usize, flags: i32, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> Res {
+pub unsafe fn recvfrom(
+    fd: i32,
+    buf: *mut libc::c_void,
+    len: usize,
+    flags: i32,
+    addr: *mut libc::sockaddr,
+    alen: *mut libc::socklen_t,
+) -> Res {
     // SAFETY: the caller passes what its own caller gave recvfrom(2).
     ret(unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, len, flags, addr, alen) })
 }
@@ -81,13 +128,26 @@ pub unsafe fn recvmsg(fd: i32, msg: *mut libc::msghdr, flags: i32) -> Res {
 }
 
 /// recvmmsg(2) straight through.
-pub unsafe fn recvmmsg(fd: i32, v: *mut libc::mmsghdr, n: u32, flags: i32, timeout: *mut libc::timespec) -> Res {
+pub unsafe fn recvmmsg(
+    fd: i32,
+    v: *mut libc::mmsghdr,
+    n: u32,
+    flags: i32,
+    timeout: *mut libc::timespec,
+) -> Res {
     // SAFETY: the caller passes a valid mmsghdr array of n entries (or its caller's).
     ret(unsafe { libc::syscall(libc::SYS_recvmmsg, fd, v, n, flags, timeout) })
 }
 
 /// sendto(2) straight through.
-pub unsafe fn sendto(fd: i32, buf: *const libc::c_void, len: usize, flags: i32, addr: *const libc::sockaddr, alen: libc::socklen_t) -> Res {
+pub unsafe fn sendto(
+    fd: i32,
+    buf: *const libc::c_void,
+    len: usize,
+    flags: i32,
+    addr: *const libc::sockaddr,
+    alen: libc::socklen_t,
+) -> Res {
     // SAFETY: the caller passes what its own caller gave sendto(2).
     ret(unsafe { libc::syscall(libc::SYS_sendto, fd, buf, len, flags, addr, alen) })
 }
@@ -108,7 +168,15 @@ pub unsafe fn sendmmsg(fd: i32, v: *mut libc::mmsghdr, n: u32, flags: i32) -> Re
 pub fn mmap_shared(fd: i32, len: usize) -> Result<*mut u8, i32> {
     // SAFETY: a fresh mapping chosen by the kernel; nothing of ours is overwritten.
     let p = unsafe {
-        libc::syscall(libc::SYS_mmap, 0usize, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0usize)
+        libc::syscall(
+            libc::SYS_mmap,
+            0usize,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0usize,
+        )
     };
     // libc's syscall() returns -1 with errno set on failure.
     if p == -1 {
@@ -131,20 +199,45 @@ pub fn epoll_create() -> Res {
 
 /// epoll_ctl(EPOLL_CTL_ADD) of `fd` for `events`.
 pub fn epoll_add(efd: i32, fd: i32, events: u32) -> Res {
-    let mut ev = libc::epoll_event { events, u64: fd as u64 };
+    let mut ev = libc::epoll_event {
+        events,
+        u64: fd as u64,
+    };
     // SAFETY: ev is a live epoll_event.
-    ret(unsafe { libc::syscall(libc::SYS_epoll_ctl, efd, libc::EPOLL_CTL_ADD, fd, &mut ev as *mut libc::epoll_event) })
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_epoll_ctl,
+            efd,
+            libc::EPOLL_CTL_ADD,
+            fd,
+            &mut ev as *mut libc::epoll_event,
+        )
+    })
 }
 
 /// openat(2) of a NUL-terminated path for appending, created 0644 if missing.
 pub fn open_append(path: &std::ffi::CStr) -> Res {
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC;
     // SAFETY: path is NUL-terminated and outlives the call.
-    ret(unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags, 0o644) })
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            0o644,
+        )
+    })
 }
 
 /// eventfd2(0, EFD_NONBLOCK | EFD_CLOEXEC).
 pub fn eventfd() -> Res {
     // SAFETY: no memory involved.
-    ret(unsafe { libc::syscall(libc::SYS_eventfd2, 0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })
+    ret(unsafe {
+        libc::syscall(
+            libc::SYS_eventfd2,
+            0,
+            libc::EFD_NONBLOCK | libc::EFD_CLOEXEC,
+        )
+    })
 }

@@ -53,13 +53,22 @@ fn cmsg_align(n: usize) -> usize {
 
 impl Synth {
     fn new() -> Synth {
-        Synth { name: zeroed_ss(), namelen: 0, ctrl: [0; CTRL], ctrllen: 0 }
+        Synth {
+            name: zeroed_ss(),
+            namelen: 0,
+            ctrl: [0; CTRL],
+            ctrllen: 0,
+        }
     }
 
     fn put_cmsg(&mut self, level: i32, ty: i32, data: &[u8]) {
         let at = self.ctrllen;
         let len = CMSG_HDR + data.len();
-        let hdr = libc::cmsghdr { cmsg_len: len as _, cmsg_level: level, cmsg_type: ty };
+        let hdr = libc::cmsghdr {
+            cmsg_len: len as _,
+            cmsg_level: level,
+            cmsg_type: ty,
+        };
         // SAFETY: cmsghdr is plain data of CMSG_HDR bytes.
         let hb = unsafe { std::slice::from_raw_parts(&hdr as *const _ as *const u8, CMSG_HDR) };
         self.ctrl[at..at + CMSG_HDR].copy_from_slice(hb);
@@ -102,15 +111,34 @@ impl Synth {
             match d.dst {
                 Addr::V4(dst) if !ipv6 => {
                     let a = u32::from_ne_bytes(dst.octets());
-                    let pi = libc::in_pktinfo { ipi_ifindex: ifindex, ipi_spec_dst: libc::in_addr { s_addr: a }, ipi_addr: libc::in_addr { s_addr: a } };
+                    let pi = libc::in_pktinfo {
+                        ipi_ifindex: ifindex,
+                        ipi_spec_dst: libc::in_addr { s_addr: a },
+                        ipi_addr: libc::in_addr { s_addr: a },
+                    };
                     // SAFETY: in_pktinfo is plain data.
-                    let b = unsafe { std::slice::from_raw_parts(&pi as *const _ as *const u8, std::mem::size_of::<libc::in_pktinfo>()) };
+                    let b = unsafe {
+                        std::slice::from_raw_parts(
+                            &pi as *const _ as *const u8,
+                            std::mem::size_of::<libc::in_pktinfo>(),
+                        )
+                    };
                     self.put_cmsg(libc::IPPROTO_IP, libc::IP_PKTINFO, b);
                 }
                 Addr::V6(dst) if ipv6 => {
-                    let pi = libc::in6_pktinfo { ipi6_addr: libc::in6_addr { s6_addr: dst.octets() }, ipi6_ifindex: ifindex as u32 };
+                    let pi = libc::in6_pktinfo {
+                        ipi6_addr: libc::in6_addr {
+                            s6_addr: dst.octets(),
+                        },
+                        ipi6_ifindex: ifindex as u32,
+                    };
                     // SAFETY: in6_pktinfo is plain data.
-                    let b = unsafe { std::slice::from_raw_parts(&pi as *const _ as *const u8, std::mem::size_of::<libc::in6_pktinfo>()) };
+                    let b = unsafe {
+                        std::slice::from_raw_parts(
+                            &pi as *const _ as *const u8,
+                            std::mem::size_of::<libc::in6_pktinfo>(),
+                        )
+                    };
                     self.put_cmsg(libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, b);
                 }
                 _ => {}
@@ -166,7 +194,12 @@ impl MmsgQ {
             data: &self.buf[i * SLOT..i * SLOT + full.min(SLOT)],
             full,
             // SAFETY: sockaddr_storage is plain data; namelens[i] <= its size.
-            name: unsafe { std::slice::from_raw_parts(&self.names[i] as *const _ as *const u8, self.namelens[i]) },
+            name: unsafe {
+                std::slice::from_raw_parts(
+                    &self.names[i] as *const _ as *const u8,
+                    self.namelens[i],
+                )
+            },
             ctrl: &self.ctrl[i][..self.ctrllens[i]],
             kflags: self.flags[i],
         })
@@ -190,7 +223,10 @@ impl MmsgQ {
         // SAFETY: as above.
         let mut v: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         for i in 0..BATCH {
-            iov[i] = libc::iovec { iov_base: self.buf[i * SLOT..].as_mut_ptr() as *mut _, iov_len: SLOT };
+            iov[i] = libc::iovec {
+                iov_base: self.buf[i * SLOT..].as_mut_ptr() as *mut _,
+                iov_len: SLOT,
+            };
             let h = &mut v[i].msg_hdr;
             h.msg_name = &mut self.names[i] as *mut _ as *mut _;
             h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
@@ -200,7 +236,15 @@ impl MmsgQ {
             h.msg_controllen = CTRL;
         }
         // SAFETY: v's entries point at live buffers of ours of the sizes given.
-        let n = unsafe { sock::recvmmsg(fd, v.as_mut_ptr(), BATCH as u32, flags, std::ptr::null_mut()) }?;
+        let n = unsafe {
+            sock::recvmmsg(
+                fd,
+                v.as_mut_ptr(),
+                BATCH as u32,
+                flags,
+                std::ptr::null_mut(),
+            )
+        }?;
         for (i, m) in v.iter().enumerate().take(n) {
             // A datagram larger than the slot: the kernel says so; its length is unknown
             // beyond SLOT (UDP's own limit is below it, so this does not happen).
@@ -220,7 +264,12 @@ impl MmsgQ {
 pub enum Rx {
     Mmsg(MmsgQ),
     /// The ring, and the socket's own queue for datagrams too large for it ([`super::ring`]).
-    Ring { ring: Ring, synth: Box<Synth>, pktinfo: bool, big: MmsgQ },
+    Ring {
+        ring: Ring,
+        synth: Box<Synth>,
+        pktinfo: bool,
+        big: MmsgQ,
+    },
 }
 
 impl Rx {
@@ -229,7 +278,12 @@ impl Rx {
     }
 
     pub fn ring(ring: Ring, pktinfo: bool) -> Rx {
-        Rx::Ring { ring, synth: Box::new(Synth::new()), pktinfo, big: MmsgQ::new() }
+        Rx::Ring {
+            ring,
+            synth: Box::new(Synth::new()),
+            pktinfo,
+            big: MmsgQ::new(),
+        }
     }
 
     fn has_data(&self) -> bool {
@@ -249,7 +303,12 @@ impl Rx {
                 }
                 Some(r)
             }
-            Rx::Ring { ring, synth, pktinfo, big } => {
+            Rx::Ring {
+                ring,
+                synth,
+                pktinfo,
+                big,
+            } => {
                 let Some((p, len)) = ring.peek(*pktinfo, synth) else {
                     let r = f(&big.head()?);
                     if !peek {
@@ -261,8 +320,16 @@ impl Rx {
                 // until `pop` below.
                 let data = unsafe { std::slice::from_raw_parts(p, len) };
                 // SAFETY: as in MmsgQ::head.
-                let name = unsafe { std::slice::from_raw_parts(&synth.name as *const _ as *const u8, synth.namelen) };
-                let r = f(&Dg { data, full: len, name, ctrl: &synth.ctrl[..synth.ctrllen], kflags: 0 });
+                let name = unsafe {
+                    std::slice::from_raw_parts(&synth.name as *const _ as *const u8, synth.namelen)
+                };
+                let r = f(&Dg {
+                    data,
+                    full: len,
+                    name,
+                    ctrl: &synth.ctrl[..synth.ctrllen],
+                    kflags: 0,
+                });
                 if !peek {
                     ring.pop();
                     STATS.rx_datagrams.fetch_add(1, Ordering::Relaxed);
@@ -285,7 +352,14 @@ struct Tx {
 
 impl Tx {
     fn new() -> Tx {
-        Tx { data: vec![Vec::new(); BATCH], names: vec![zeroed_ss(); BATCH], namelens: [0; BATCH], ctrl: vec![Vec::new(); BATCH], flags: [0; BATCH], n: 0 }
+        Tx {
+            data: vec![Vec::new(); BATCH],
+            names: vec![zeroed_ss(); BATCH],
+            namelens: [0; BATCH],
+            ctrl: vec![Vec::new(); BATCH],
+            flags: [0; BATCH],
+            n: 0,
+        }
     }
 
     fn flush(&mut self, fd: i32) {
@@ -297,7 +371,10 @@ impl Tx {
         // SAFETY: as above.
         let mut v: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         for i in 0..self.n {
-            iov[i] = libc::iovec { iov_base: self.data[i].as_mut_ptr() as *mut _, iov_len: self.data[i].len() };
+            iov[i] = libc::iovec {
+                iov_base: self.data[i].as_mut_ptr() as *mut _,
+                iov_len: self.data[i].len(),
+            };
             let h = &mut v[i].msg_hdr;
             h.msg_name = &mut self.names[i] as *mut _ as *mut _;
             h.msg_namelen = self.namelens[i];
@@ -317,7 +394,14 @@ impl Tx {
                 j += 1;
             }
             // SAFETY: v[i..j] point at our queued buffers, alive until the end of flush.
-            match unsafe { sock::sendmmsg(fd, v[i..].as_mut_ptr(), (j - i) as u32, f | libc::MSG_NOSIGNAL) } {
+            match unsafe {
+                sock::sendmmsg(
+                    fd,
+                    v[i..].as_mut_ptr(),
+                    (j - i) as u32,
+                    f | libc::MSG_NOSIGNAL,
+                )
+            } {
                 Ok(k) if k > 0 => {
                     STATS.tx_batches.fetch_add(1, Ordering::Relaxed);
                     STATS.tx_datagrams.fetch_add(k as u64, Ordering::Relaxed);
@@ -368,7 +452,11 @@ impl Drop for UdpSock {
 }
 
 /// What a receive call asks for, in a C caller's msghdr.
-const RX_FLAGS: i32 = libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_TRUNC | libc::MSG_WAITALL | libc::MSG_CMSG_CLOEXEC;
+const RX_FLAGS: i32 = libc::MSG_PEEK
+    | libc::MSG_DONTWAIT
+    | libc::MSG_TRUNC
+    | libc::MSG_WAITALL
+    | libc::MSG_CMSG_CLOEXEC;
 const TX_FLAGS: i32 = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_CONFIRM;
 
 impl UdpSock {
@@ -385,7 +473,8 @@ impl UdpSock {
             Rx::Mmsg(_) => match sock::epoll_create() {
                 Ok(e) => {
                     let e = e as i32;
-                    let ok = sock::epoll_add(e, fd, libc::EPOLLIN as u32).is_ok() && (wake < 0 || sock::epoll_add(e, wake, libc::EPOLLIN as u32).is_ok());
+                    let ok = sock::epoll_add(e, fd, libc::EPOLLIN as u32).is_ok()
+                        && (wake < 0 || sock::epoll_add(e, wake, libc::EPOLLIN as u32).is_ok());
                     if ok {
                         e
                     } else {
@@ -396,7 +485,18 @@ impl UdpSock {
                 Err(_) => -1,
             },
         };
-        UdpSock { fd, ipv6, rx: Mutex::new(rx), tx: Mutex::new(Tx::new()), queued: 0.into(), fds: Mutex::new(vec![fd]), waiters: 0.into(), wake, rung: false.into(), wait_fd }
+        UdpSock {
+            fd,
+            ipv6,
+            rx: Mutex::new(rx),
+            tx: Mutex::new(Tx::new()),
+            queued: 0.into(),
+            fds: Mutex::new(vec![fd]),
+            waiters: 0.into(),
+            wake,
+            rung: false.into(),
+            wait_fd,
+        }
     }
 
     /// `wait_fd` when it is ours to close (the ring closes its own).
@@ -446,7 +546,9 @@ impl UdpSock {
     }
 
     fn nonblocking(&self) -> bool {
-        sys::fcntl(self.fd, libc::F_GETFL, 0).map(|f| f as i32 & libc::O_NONBLOCK != 0).unwrap_or(false)
+        sys::fcntl(self.fd, libc::F_GETFL, 0)
+            .map(|f| f as i32 & libc::O_NONBLOCK != 0)
+            .unwrap_or(false)
     }
 
     /// recvmsg(2) on this socket, into the C caller's `msg`.
@@ -478,7 +580,11 @@ impl UdpSock {
             }
             // Nothing here: what we queued to send goes out before the program waits.
             super::before_block();
-            let r = if flags & libc::MSG_DONTWAIT != 0 || self.nonblocking() { Err(libc::EAGAIN) } else { self.block_for_input() };
+            let r = if flags & libc::MSG_DONTWAIT != 0 || self.nonblocking() {
+                Err(libc::EAGAIN)
+            } else {
+                self.block_for_input()
+            };
             self.waiters.fetch_sub(1, Ordering::Relaxed);
             self.drain_wake();
             r?;
@@ -487,11 +593,24 @@ impl UdpSock {
 
     /// Wait until input may be there, honouring SO_RCVTIMEO.
     fn block_for_input(&self) -> Result<(), i32> {
-        let mut tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
+        let mut tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        };
         let _ = sock::getsockopt_val(self.fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &mut tv);
-        let timeout = if tv.tv_sec == 0 && tv.tv_usec == 0 { None } else { Some(tv.tv_sec as u64 * 1000 + (tv.tv_usec as u64).div_ceil(1000)) };
-        let (wfd, ev) = self.wait_on(self.fd, libc::POLLIN).unwrap_or((self.fd, libc::POLLIN));
-        let mut p = [libc::pollfd { fd: wfd, events: ev, revents: 0 }];
+        let timeout = if tv.tv_sec == 0 && tv.tv_usec == 0 {
+            None
+        } else {
+            Some(tv.tv_sec as u64 * 1000 + (tv.tv_usec as u64).div_ceil(1000))
+        };
+        let (wfd, ev) = self
+            .wait_on(self.fd, libc::POLLIN)
+            .unwrap_or((self.fd, libc::POLLIN));
+        let mut p = [libc::pollfd {
+            fd: wfd,
+            events: ev,
+            revents: 0,
+        }];
         match sys::poll(&mut p, timeout)? {
             0 => Err(libc::EAGAIN),
             _ => Ok(()),
@@ -522,8 +641,16 @@ impl UdpSock {
         if !direct {
             // SAFETY: msg_namelen >= 2: the family field is there.
             let fam = unsafe { *(m.msg_name as *const u16) } as i32;
-            let want = if self.ipv6 { libc::AF_INET6 } else { libc::AF_INET };
-            let minlen = if self.ipv6 { std::mem::size_of::<libc::sockaddr_in6>() } else { std::mem::size_of::<libc::sockaddr_in>() };
+            let want = if self.ipv6 {
+                libc::AF_INET6
+            } else {
+                libc::AF_INET
+            };
+            let minlen = if self.ipv6 {
+                std::mem::size_of::<libc::sockaddr_in6>()
+            } else {
+                std::mem::size_of::<libc::sockaddr_in>()
+            };
             if fam == want && m.msg_namelen as usize >= minlen {
                 let mut tx = lock(&self.tx);
                 let i = tx.n;
@@ -532,17 +659,27 @@ impl UdpSock {
                 for v in iovs {
                     if v.iov_len > 0 {
                         // SAFETY: the caller's iovec: iov_len readable bytes at iov_base.
-                        d.extend_from_slice(unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) });
+                        d.extend_from_slice(unsafe {
+                            std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len)
+                        });
                     }
                 }
                 // SAFETY: msg_namelen <= sizeof(sockaddr_storage) bytes of the caller's name.
-                unsafe { std::ptr::copy_nonoverlapping(m.msg_name as *const u8, &mut tx.names[i] as *mut _ as *mut u8, m.msg_namelen as usize) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        m.msg_name as *const u8,
+                        &mut tx.names[i] as *mut _ as *mut u8,
+                        m.msg_namelen as usize,
+                    )
+                };
                 tx.namelens[i] = m.msg_namelen;
                 let c = &mut tx.ctrl[i];
                 c.clear();
                 if m.msg_controllen > 0 {
                     // SAFETY: msg_controllen readable bytes at msg_control.
-                    c.extend_from_slice(unsafe { std::slice::from_raw_parts(m.msg_control as *const u8, m.msg_controllen) });
+                    c.extend_from_slice(unsafe {
+                        std::slice::from_raw_parts(m.msg_control as *const u8, m.msg_controllen)
+                    });
                 }
                 tx.flags[i] = flags;
                 tx.n += 1;
@@ -598,7 +735,9 @@ unsafe fn copy_out(d: &Dg, msg: *mut libc::msghdr, flags: i32) -> usize {
             let n = v.iov_len.min(d.data.len() - done);
             if n > 0 {
                 // SAFETY: iov_len writable bytes at iov_base; n is at most that.
-                unsafe { std::ptr::copy_nonoverlapping(d.data[done..].as_ptr(), v.iov_base as *mut u8, n) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(d.data[done..].as_ptr(), v.iov_base as *mut u8, n)
+                };
             }
             done += n;
         }
@@ -607,11 +746,16 @@ unsafe fn copy_out(d: &Dg, msg: *mut libc::msghdr, flags: i32) -> usize {
         out_flags |= libc::MSG_TRUNC;
     }
     // Control messages: whole ones while they fit, MSG_CTRUNC if any did not.
-    let room = if m.msg_control.is_null() { 0 } else { m.msg_controllen };
+    let room = if m.msg_control.is_null() {
+        0
+    } else {
+        m.msg_controllen
+    };
     let mut at = 0;
     while at + CMSG_HDR <= d.ctrl.len() {
         // SAFETY: at + CMSG_HDR bytes are inside d.ctrl.
-        let hdr = unsafe { std::ptr::read_unaligned(d.ctrl[at..].as_ptr() as *const libc::cmsghdr) };
+        let hdr =
+            unsafe { std::ptr::read_unaligned(d.ctrl[at..].as_ptr() as *const libc::cmsghdr) };
         let len = hdr.cmsg_len as usize;
         if len < CMSG_HDR || at + len > d.ctrl.len() {
             break;
@@ -623,7 +767,13 @@ unsafe fn copy_out(d: &Dg, msg: *mut libc::msghdr, flags: i32) -> usize {
         }
         let n = space.min(room - at);
         // SAFETY: room writable bytes at msg_control; at + n <= room.
-        unsafe { std::ptr::copy_nonoverlapping(d.ctrl[at..].as_ptr(), (m.msg_control as *mut u8).add(at), n) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                d.ctrl[at..].as_ptr(),
+                (m.msg_control as *mut u8).add(at),
+                n,
+            )
+        };
         at += n;
     }
     if !m.msg_control.is_null() {
@@ -642,7 +792,9 @@ impl Virtual for UdpSock {
         let ring = {
             let rx = lock(&self.rx);
             if events & libc::POLLIN != 0 && rx.has_data() {
-                return libc::POLLIN | (events & (libc::POLLOUT | libc::POLLWRNORM)) | (events & libc::POLLRDNORM);
+                return libc::POLLIN
+                    | (events & (libc::POLLOUT | libc::POLLWRNORM))
+                    | (events & libc::POLLRDNORM);
             }
             match &*rx {
                 Rx::Ring { ring, .. } => Some(ring.fd),
@@ -652,7 +804,11 @@ impl Virtual for UdpSock {
         match ring {
             // Nothing batched: the kernel socket says (one poll with no wait).
             None => {
-                let mut p = [libc::pollfd { fd: self.fd, events, revents: 0 }];
+                let mut p = [libc::pollfd {
+                    fd: self.fd,
+                    events,
+                    revents: 0,
+                }];
                 match sys::poll(&mut p, Some(0)) {
                     Ok(_) => p[0].revents,
                     Err(_) => 0,
@@ -663,12 +819,28 @@ impl Virtual for UdpSock {
             Some(ring_fd) => {
                 let rest = events & !(libc::POLLIN | libc::POLLRDNORM);
                 let mut p = [
-                    libc::pollfd { fd: if events & libc::POLLIN != 0 { ring_fd } else { -1 }, events: libc::POLLIN, revents: 0 },
-                    libc::pollfd { fd: self.fd, events: events | libc::POLLIN, revents: 0 },
+                    libc::pollfd {
+                        fd: if events & libc::POLLIN != 0 {
+                            ring_fd
+                        } else {
+                            -1
+                        },
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: self.fd,
+                        events: events | libc::POLLIN,
+                        revents: 0,
+                    },
                 ];
                 match sys::poll(&mut p, Some(0)) {
                     Ok(_) => {
-                        let input = if p[0].revents != 0 || p[1].revents & libc::POLLIN != 0 { events & (libc::POLLIN | libc::POLLRDNORM) } else { 0 };
+                        let input = if p[0].revents != 0 || p[1].revents & libc::POLLIN != 0 {
+                            events & (libc::POLLIN | libc::POLLRDNORM)
+                        } else {
+                            0
+                        };
                         input | (p[1].revents & rest)
                     }
                     Err(_) => 0,

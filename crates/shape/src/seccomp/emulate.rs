@@ -63,7 +63,9 @@ enum Class {
 }
 
 fn errno() -> i32 {
-    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 fn res(r: isize) -> Result<usize, Fail> {
@@ -99,7 +101,15 @@ fn sockopt(fd: &OwnedFd, opt: i32) -> Option<i32> {
     let mut v: i32 = 0;
     let mut l = size_of::<i32>() as libc::socklen_t;
     // SAFETY: v and l are valid for getsockopt's int-valued options.
-    let r = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, (&mut v as *mut i32).cast(), &mut l) };
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut i32).cast(),
+            &mut l,
+        )
+    };
     (r == 0).then_some(v)
 }
 
@@ -109,7 +119,15 @@ fn timeo(fd: &OwnedFd, opt: i32) -> Option<u64> {
     let mut tv: libc::timeval = unsafe { zeroed() };
     let mut l = size_of::<libc::timeval>() as libc::socklen_t;
     // SAFETY: as above.
-    let r = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, (&mut tv as *mut libc::timeval).cast(), &mut l) };
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&mut tv as *mut libc::timeval).cast(),
+            &mut l,
+        )
+    };
     let ns = tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
     (r == 0 && ns > 0).then_some(ns)
 }
@@ -125,10 +143,12 @@ impl Aligned {
     const ALIGN: usize = 4096;
 
     fn new(len: usize) -> Aligned {
-        let layout = std::alloc::Layout::from_size_align(len.max(1), Self::ALIGN).expect("buffer size");
+        let layout =
+            std::alloc::Layout::from_size_align(len.max(1), Self::ALIGN).expect("buffer size");
         // SAFETY: the layout has a nonzero size.
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr =
+            std::ptr::NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         Aligned { ptr, len }
     }
 }
@@ -151,7 +171,12 @@ impl std::ops::DerefMut for Aligned {
 impl Drop for Aligned {
     fn drop(&mut self) {
         // SAFETY: allocated in `new` with this very layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), std::alloc::Layout::from_size_align_unchecked(self.len.max(1), Self::ALIGN)) };
+        unsafe {
+            std::alloc::dealloc(
+                self.ptr.as_ptr(),
+                std::alloc::Layout::from_size_align_unchecked(self.len.max(1), Self::ALIGN),
+            )
+        };
     }
 }
 
@@ -183,7 +208,10 @@ fn sub(v: &[Span], mut skip: usize, mut len: usize) -> Vec<Span> {
 fn total(v: &[Span]) -> Result<usize, Fail> {
     let mut t: usize = 0;
     for &(_, l) in v {
-        t = t.checked_add(l).filter(|&t| t <= isize::MAX as usize).ok_or(Fail::Errno(libc::EINVAL))?;
+        t = t
+            .checked_add(l)
+            .filter(|&t| t <= isize::MAX as usize)
+            .ok_or(Fail::Errno(libc::EINVAL))?;
     }
     Ok(t)
 }
@@ -213,7 +241,12 @@ impl<'a> Target<'a> {
         }
         // SAFETY: fd is a fresh pidfd, ours.
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        let t = Target { pool, id: n.id, tid, pidfd };
+        let t = Target {
+            pool,
+            id: n.id,
+            tid,
+            pidfd,
+        };
         // the tid may have been reused between the notification and pidfd_open
         t.valid().then_some(t)
     }
@@ -240,11 +273,29 @@ impl<'a> Target<'a> {
         if spans.is_empty() {
             return 0;
         }
-        let remote: Vec<libc::iovec> = spans.iter().map(|&(a, l)| libc::iovec { iov_base: a as *mut _, iov_len: l }).collect();
-        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let remote: Vec<libc::iovec> = spans
+            .iter()
+            .map(|&(a, l)| libc::iovec {
+                iov_base: a as *mut _,
+                iov_len: l,
+            })
+            .collect();
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
         // SAFETY: local describes buf; remote addresses are the caller's, checked by the
         // kernel against its address space.
-        let r = unsafe { libc::process_vm_readv(self.tid, &local, 1, remote.as_ptr(), remote.len() as libc::c_ulong, 0) };
+        let r = unsafe {
+            libc::process_vm_readv(
+                self.tid,
+                &local,
+                1,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
         r.max(0) as usize
     }
 
@@ -254,10 +305,28 @@ impl<'a> Target<'a> {
         if spans.is_empty() {
             return 0;
         }
-        let remote: Vec<libc::iovec> = spans.iter().map(|&(a, l)| libc::iovec { iov_base: a as *mut _, iov_len: l }).collect();
-        let local = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
+        let remote: Vec<libc::iovec> = spans
+            .iter()
+            .map(|&(a, l)| libc::iovec {
+                iov_base: a as *mut _,
+                iov_len: l,
+            })
+            .collect();
+        let local = libc::iovec {
+            iov_base: data.as_ptr() as *mut _,
+            iov_len: data.len(),
+        };
         // SAFETY: local describes data (read only by the kernel); remote as in `read`.
-        let r = unsafe { libc::process_vm_writev(self.tid, &local, 1, remote.as_ptr(), remote.len() as libc::c_ulong, 0) };
+        let r = unsafe {
+            libc::process_vm_writev(
+                self.tid,
+                &local,
+                1,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
         r.max(0) as usize
     }
 
@@ -286,7 +355,8 @@ impl<'a> Target<'a> {
 
     fn put<T: Copy>(&self, addr: u64, v: T) -> Result<(), Fail> {
         // SAFETY: viewing a Copy value as its bytes.
-        let b = unsafe { std::slice::from_raw_parts((&v as *const T).cast::<u8>(), size_of::<T>()) };
+        let b =
+            unsafe { std::slice::from_raw_parts((&v as *const T).cast::<u8>(), size_of::<T>()) };
         self.write_exact(addr, b)
     }
 
@@ -296,7 +366,14 @@ impl<'a> Target<'a> {
             return Err(Fail::Errno(libc::EINVAL));
         }
         let b = self.read_exact(addr, cnt as usize * 16)?;
-        Ok(b.chunks_exact(16).map(|c| (u64::from_ne_bytes(c[..8].try_into().unwrap()), u64::from_ne_bytes(c[8..].try_into().unwrap()) as usize)).collect())
+        Ok(b.chunks_exact(16)
+            .map(|c| {
+                (
+                    u64::from_ne_bytes(c[..8].try_into().unwrap()),
+                    u64::from_ne_bytes(c[8..].try_into().unwrap()) as usize,
+                )
+            })
+            .collect())
     }
 
     /// Has the caller a signal it will take as soon as its call returns (pending, not
@@ -307,9 +384,20 @@ impl<'a> Target<'a> {
     /// a multi-threaded program may go to another thread; it is left to the kernel (if it
     /// did pick this one, it waits for the supervised call to finish).
     fn signal_pending(&self) -> bool {
-        let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", self.tid)) else { return false };
-        let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
-        let threads = s.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(0);
+        let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", self.tid)) else {
+            return false;
+        };
+        let field = |name: &str| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .unwrap_or(0)
+        };
+        let threads = s
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(0);
         let shared = if threads == 1 { field("ShdPnd:") } else { 0 };
         (field("SigPnd:") | shared) & !field("SigBlk:") & !field("SigIgn:") != 0
     }
@@ -317,7 +405,15 @@ impl<'a> Target<'a> {
     /// Raise SIGPIPE in the caller (what a native send/write does on EPIPE).
     fn sigpipe(&self) {
         // SAFETY: pidfd_send_signal on our pidfd with no siginfo.
-        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGPIPE, std::ptr::null::<u8>(), 0) };
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGPIPE,
+                std::ptr::null::<u8>(),
+                0,
+            )
+        };
     }
 
     /// Run `call(flags)` on socket `fd` as the caller's blocking mode says, without ever
@@ -325,16 +421,41 @@ impl<'a> Target<'a> {
     /// waits for `events` in slices, watching for its death, its signals and the socket's
     /// timeout, and each attempt is made with MSG_DONTWAIT. Right before each attempt the
     /// caller is checked alive, so nothing is taken for the dead.
-    fn sock_call(&self, fd: &OwnedFd, events: i16, user_flags: i32, mut call: impl FnMut(i32) -> isize) -> Result<usize, Fail> {
+    fn sock_call(
+        &self,
+        fd: &OwnedFd,
+        events: i16,
+        user_flags: i32,
+        mut call: impl FnMut(i32) -> isize,
+    ) -> Result<usize, Fail> {
         // SAFETY: F_GETFL on a valid fd.
         let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-        let nonblock = user_flags & libc::MSG_DONTWAIT != 0 || (fl >= 0 && fl & libc::O_NONBLOCK != 0);
-        let deadline = timeo(fd, if events == libc::POLLIN { libc::SO_RCVTIMEO } else { libc::SO_SNDTIMEO }).map(|t| crate::bucket::now_ns() + t);
-        let flags = user_flags | libc::MSG_DONTWAIT | if events == libc::POLLOUT { libc::MSG_NOSIGNAL } else { 0 };
+        let nonblock =
+            user_flags & libc::MSG_DONTWAIT != 0 || (fl >= 0 && fl & libc::O_NONBLOCK != 0);
+        let deadline = timeo(
+            fd,
+            if events == libc::POLLIN {
+                libc::SO_RCVTIMEO
+            } else {
+                libc::SO_SNDTIMEO
+            },
+        )
+        .map(|t| crate::bucket::now_ns() + t);
+        let flags = user_flags
+            | libc::MSG_DONTWAIT
+            | if events == libc::POLLOUT {
+                libc::MSG_NOSIGNAL
+            } else {
+                0
+            };
         loop {
             if !nonblock {
                 loop {
-                    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
+                    let mut p = libc::pollfd {
+                        fd: fd.as_raw_fd(),
+                        events,
+                        revents: 0,
+                    };
                     // SAFETY: one valid pollfd.
                     let r = unsafe { libc::poll(&mut p, 1, SLICE_MS) };
                     if r > 0 {
@@ -374,7 +495,9 @@ impl<'a> Target<'a> {
 
 fn tgid(tid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    s.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok())
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// One supervised call's context: the pool's budget, and the fd's account.
@@ -385,12 +508,25 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn prio(&self, id: (u64, u64)) -> u8 {
-        let c = self.t.pool.consumed.lock().unwrap_or_else(|e| e.into_inner()).get(&id).copied().unwrap_or(0);
+        let c = self
+            .t
+            .pool
+            .consumed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .copied()
+            .unwrap_or(0);
         effective_priority(self.sh.shared.config().prio_policy(), self.t.pool.prio, c)
     }
 
     fn consumed(&self, id: (u64, u64), n: u64) {
-        let mut m = self.t.pool.consumed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self
+            .t
+            .pool
+            .consumed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if m.len() > 4096 {
             m.clear();
         }
@@ -407,9 +543,19 @@ impl Ctx<'_> {
 
     /// A network transfer of up to `len` bytes: grant, `go(n)` with n the bytes it may
     /// move (cut for streams, whole for datagrams), settle. `go` returns (answer, moved).
-    fn net(&self, c: Class, id: (u64, u64), len: usize, go: impl FnOnce(usize) -> Result<(i64, usize), Fail>) -> Answer {
+    fn net(
+        &self,
+        c: Class,
+        id: (u64, u64),
+        len: usize,
+        go: impl FnOnce(usize) -> Result<(i64, usize), Fail>,
+    ) -> Answer {
         let granted = self.sh.net_grant(self.prio(id), len as u64);
-        let n = if c == Class::Net { (granted as usize).min(CHUNK) } else { len.min(DGRAM_MAX) };
+        let n = if c == Class::Net {
+            (granted as usize).min(CHUNK)
+        } else {
+            len.min(DGRAM_MAX)
+        };
         match go(n) {
             Ok((ret, moved)) => {
                 self.sh.net_done(granted, moved as u64);
@@ -443,14 +589,18 @@ pub(crate) fn handle(pool: &Pool, n: &libc::seccomp_notif) -> Answer {
     if !sh.limited(Resource::Net) && !sh.limited(Resource::Disk) {
         return Answer::Continue;
     }
-    let Some(t) = Target::open(pool, n) else { return Answer::Continue };
+    let Some(t) = Target::open(pool, n) else {
+        return Answer::Continue;
+    };
     let ctx = Ctx { t, sh };
     let a = n.data.args;
     let nr = n.data.nr as libc::c_long;
     if nr == libc::SYS_sendfile {
         return sendfile(&ctx, a);
     }
-    let Some(fd) = ctx.t.getfd(a[0]) else { return Answer::Continue };
+    let Some(fd) = ctx.t.getfd(a[0]) else {
+        return Answer::Continue;
+    };
     let (class, id) = classify(&fd);
     if !ctx.shaped(class) {
         return Answer::Continue;
@@ -480,14 +630,26 @@ pub(crate) fn handle(pool: &Pool, n: &libc::seccomp_notif) -> Answer {
                 None => Answer::Continue,
             }
         }
-        libc::SYS_recvmmsg | libc::SYS_sendmmsg => mmsg(&ctx, &fd, class, id, nr == libc::SYS_sendmmsg, a),
+        libc::SYS_recvmmsg | libc::SYS_sendmmsg => {
+            mmsg(&ctx, &fd, class, id, nr == libc::SYS_sendmmsg, a)
+        }
         _ => Answer::Continue,
     }
 }
 
 /// read/write/readv/writev/pread/pwrite/preadv/pwritev.
-fn rw(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, spans: Vec<Span>, off: Option<i64>) -> Answer {
-    let Ok(len) = total(&spans) else { return Answer::Continue };
+fn rw(
+    ctx: &Ctx,
+    fd: &OwnedFd,
+    class: Class,
+    id: (u64, u64),
+    out: bool,
+    spans: Vec<Span>,
+    off: Option<i64>,
+) -> Answer {
+    let Ok(len) = total(&spans) else {
+        return Answer::Continue;
+    };
     if len == 0 {
         return Answer::Continue;
     }
@@ -539,14 +701,18 @@ fn rw(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, spans: V
                     }
                     match off {
                         // SAFETY: buf[..got] is initialized and live.
-                        Some(o) => unsafe { libc::pwrite(raw, buf.as_ptr().cast(), got, o + done as i64) },
+                        Some(o) => unsafe {
+                            libc::pwrite(raw, buf.as_ptr().cast(), got, o + done as i64)
+                        },
                         // SAFETY: as above.
                         None => unsafe { libc::write(raw, buf.as_ptr().cast(), got) },
                     }
                 } else {
                     match off {
                         // SAFETY: buf is live and at least k bytes long.
-                        Some(o) => unsafe { libc::pread(raw, buf.as_mut_ptr().cast(), k, o + done as i64) },
+                        Some(o) => unsafe {
+                            libc::pread(raw, buf.as_mut_ptr().cast(), k, o + done as i64)
+                        },
                         // SAFETY: as above.
                         None => unsafe { libc::read(raw, buf.as_mut_ptr().cast(), k) },
                     }
@@ -557,7 +723,11 @@ fn rw(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, spans: V
                     Err(_) => break,
                 };
                 if !out && m > 0 && t.write(&sub(&spans, done, m), &buf[..m]) != m {
-                    return if done == 0 { Err(Fail::Errno(libc::EFAULT)) } else { Ok(done) };
+                    return if done == 0 {
+                        Err(Fail::Errno(libc::EFAULT))
+                    } else {
+                        Ok(done)
+                    };
                 }
                 done += m;
                 if m < k {
@@ -598,7 +768,16 @@ fn recvfrom(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), a: [u64; 6]) 
         let m = t.sock_call(fd, libc::POLLIN, flags, |fl| {
             sl = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             // SAFETY: buf (n bytes), ss and sl are live.
-            unsafe { libc::recvfrom(raw, buf.as_mut_ptr().cast(), n, fl, (&mut ss as *mut libc::sockaddr_storage).cast(), &mut sl) }
+            unsafe {
+                libc::recvfrom(
+                    raw,
+                    buf.as_mut_ptr().cast(),
+                    n,
+                    fl,
+                    (&mut ss as *mut libc::sockaddr_storage).cast(),
+                    &mut sl,
+                )
+            }
         })?;
         // MSG_TRUNC on a datagram returns its real length, which may exceed the buffer
         let copied = m.min(n);
@@ -607,7 +786,12 @@ fn recvfrom(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), a: [u64; 6]) 
         }
         if want_addr {
             // SAFETY: ss is sl (≤ its size) valid bytes.
-            let sb = unsafe { std::slice::from_raw_parts((&ss as *const libc::sockaddr_storage).cast::<u8>(), sl as usize) };
+            let sb = unsafe {
+                std::slice::from_raw_parts(
+                    (&ss as *const libc::sockaddr_storage).cast::<u8>(),
+                    sl as usize,
+                )
+            };
             t.write_exact(addr, &sb[..(ulen as usize).min(sb.len())])?;
             t.put(lenp, sl)?;
         }
@@ -618,7 +802,10 @@ fn recvfrom(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), a: [u64; 6]) 
 /// sendto(fd, buf, len, flags, addr, addrlen).
 fn sendto(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), a: [u64; 6]) -> Answer {
     let (buf_at, len, flags, addr, alen) = (a[1], a[2] as usize, a[3] as i32, a[4], a[5] as u32);
-    if len == 0 || alen as usize > size_of::<libc::sockaddr_storage>() || (class == Class::Dgram && len > DGRAM_MAX) {
+    if len == 0
+        || alen as usize > size_of::<libc::sockaddr_storage>()
+        || (class == Class::Dgram && len > DGRAM_MAX)
+    {
         return Answer::Continue; // the kernel's EINVAL / EMSGSIZE
     }
     let t = &ctx.t;
@@ -638,7 +825,10 @@ fn sendto(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), a: [u64; 6]) ->
             return Err(Fail::Errno(libc::EFAULT));
         }
         let (np, nl) = match &name {
-            Some(b) => (b.as_ptr().cast::<libc::sockaddr>(), b.len() as libc::socklen_t),
+            Some(b) => (
+                b.as_ptr().cast::<libc::sockaddr>(),
+                b.len() as libc::socklen_t,
+            ),
             None => (std::ptr::null(), 0),
         };
         let m = t.sock_call(fd, libc::POLLOUT, flags, |fl| {
@@ -651,7 +841,15 @@ fn sendto(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), a: [u64; 6]) ->
 
 /// recvmsg/sendmsg on the caller's msghdr at `at`. Returns the answer and (through
 /// `Ok`) what the call returned; None: leave the call to the kernel.
-fn msg(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, at: u64, flags: i32) -> Option<Answer> {
+fn msg(
+    ctx: &Ctx,
+    fd: &OwnedFd,
+    class: Class,
+    id: (u64, u64),
+    out: bool,
+    at: u64,
+    flags: i32,
+) -> Option<Answer> {
     match msg_one(ctx, fd, class, id, out, at, flags) {
         Ok(Some(m)) => Some(Answer::Ret(m as i64)),
         Ok(None) => None,
@@ -660,14 +858,30 @@ fn msg(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, at: u64
 }
 
 /// One message: Ok(Some(bytes)), Ok(None) to leave it to the kernel.
-fn msg_one(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, at: u64, flags: i32) -> Result<Option<usize>, Fail> {
+fn msg_one(
+    ctx: &Ctx,
+    fd: &OwnedFd,
+    class: Class,
+    id: (u64, u64),
+    out: bool,
+    at: u64,
+    flags: i32,
+) -> Result<Option<usize>, Fail> {
     let t = &ctx.t;
     let raw = fd.as_raw_fd();
     let h: libc::msghdr = t.get(at)?;
     let spans = t.iovecs(h.msg_iov as u64, h.msg_iovlen as u64)?;
     let len = total(&spans)?;
-    let control_len = if h.msg_control.is_null() { 0 } else { h.msg_controllen };
-    if control_len > CONTROL_MAX || (out && (h.msg_namelen as usize > size_of::<libc::sockaddr_storage>() || (class == Class::Dgram && len > DGRAM_MAX))) {
+    let control_len = if h.msg_control.is_null() {
+        0
+    } else {
+        h.msg_controllen
+    };
+    if control_len > CONTROL_MAX
+        || (out
+            && (h.msg_namelen as usize > size_of::<libc::sockaddr_storage>()
+                || (class == Class::Dgram && len > DGRAM_MAX)))
+    {
         // run natively after waiting for the budget, charged its length
         let g = ctx.sh.net_grant(ctx.prio(id), len as u64);
         ctx.sh.net_done(g, len as u64);
@@ -683,7 +897,10 @@ fn msg_one(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, at:
         let mut control = vec![0u8; control_len];
         // SAFETY: a zeroed msghdr is valid; it is pointed at live local buffers below.
         let mut lm: libc::msghdr = unsafe { zeroed() };
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: n };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: n,
+        };
         lm.msg_iov = &mut iov;
         lm.msg_iovlen = 1;
         if out {
@@ -710,9 +927,21 @@ fn msg_one(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, at:
             Ok((m as i64, m))
         } else {
             let m = t.sock_call(fd, libc::POLLIN, flags, |fl| {
-                lm.msg_name = if h.msg_name.is_null() { std::ptr::null_mut() } else { name.as_mut_ptr().cast() };
-                lm.msg_namelen = if h.msg_name.is_null() { 0 } else { name.len() as u32 };
-                lm.msg_control = if control_len > 0 { control.as_mut_ptr().cast() } else { std::ptr::null_mut() };
+                lm.msg_name = if h.msg_name.is_null() {
+                    std::ptr::null_mut()
+                } else {
+                    name.as_mut_ptr().cast()
+                };
+                lm.msg_namelen = if h.msg_name.is_null() {
+                    0
+                } else {
+                    name.len() as u32
+                };
+                lm.msg_control = if control_len > 0 {
+                    control.as_mut_ptr().cast()
+                } else {
+                    std::ptr::null_mut()
+                };
                 lm.msg_controllen = control_len;
                 lm.msg_flags = 0;
                 // SAFETY: lm points at live local buffers.
@@ -723,15 +952,33 @@ fn msg_one(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, at:
                 return Err(Fail::Errno(libc::EFAULT));
             }
             if !h.msg_name.is_null() {
-                let k = (lm.msg_namelen as usize).min(h.msg_namelen as usize).min(name.len());
+                let k = (lm.msg_namelen as usize)
+                    .min(h.msg_namelen as usize)
+                    .min(name.len());
                 t.write_exact(h.msg_name as u64, &name[..k])?;
-                t.put(at + offset_of!(libc::msghdr, msg_namelen) as u64, lm.msg_namelen)?;
+                t.put(
+                    at + offset_of!(libc::msghdr, msg_namelen) as u64,
+                    lm.msg_namelen,
+                )?;
             }
             if control_len > 0 {
-                t.write_exact(h.msg_control as u64, &control[..lm.msg_controllen.min(control_len)])?;
+                t.write_exact(
+                    h.msg_control as u64,
+                    &control[..lm.msg_controllen.min(control_len)],
+                )?;
             }
-            t.put(at + offset_of!(libc::msghdr, msg_controllen) as u64, if control_len > 0 { lm.msg_controllen } else { 0 })?;
-            t.put(at + offset_of!(libc::msghdr, msg_flags) as u64, lm.msg_flags)?;
+            t.put(
+                at + offset_of!(libc::msghdr, msg_controllen) as u64,
+                if control_len > 0 {
+                    lm.msg_controllen
+                } else {
+                    0
+                },
+            )?;
+            t.put(
+                at + offset_of!(libc::msghdr, msg_flags) as u64,
+                lm.msg_flags,
+            )?;
             Ok((m as i64, m))
         }
     });
@@ -746,7 +993,11 @@ fn msg_one(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, at:
 /// at a time; after the first, only what can move without waiting.
 fn mmsg(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, a: [u64; 6]) -> Answer {
     const WAITFORONE: i32 = 0x10000;
-    let (vec, vlen, flags) = (a[1], (a[2] as u32).min(UIO_MAXIOV as u32), a[3] as i32 & !WAITFORONE);
+    let (vec, vlen, flags) = (
+        a[1],
+        (a[2] as u32).min(UIO_MAXIOV as u32),
+        a[3] as i32 & !WAITFORONE,
+    );
     if vlen == 0 {
         return Answer::Continue;
     }
@@ -754,16 +1005,29 @@ fn mmsg(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, a: [u6
     let mut count = 0u32;
     for i in 0..vlen {
         let at = vec + i as u64 * stride;
-        let fl = if i == 0 || out { flags } else { flags | libc::MSG_DONTWAIT };
+        let fl = if i == 0 || out {
+            flags
+        } else {
+            flags | libc::MSG_DONTWAIT
+        };
         match msg_one(ctx, fd, class, id, out, at, fl) {
             Ok(Some(m)) => {
-                if ctx.t.put(at + offset_of!(libc::mmsghdr, msg_len) as u64, m as u32).is_err() {
+                if ctx
+                    .t
+                    .put(at + offset_of!(libc::mmsghdr, msg_len) as u64, m as u32)
+                    .is_err()
+                {
                     break;
                 }
                 count += 1;
                 // a stream send that was cut ends the batch
                 if out && class == Class::Net {
-                    let whole = ctx.t.get::<libc::msghdr>(at).ok().and_then(|h| ctx.t.iovecs(h.msg_iov as u64, h.msg_iovlen as u64).ok()).and_then(|v| total(&v).ok());
+                    let whole = ctx
+                        .t
+                        .get::<libc::msghdr>(at)
+                        .ok()
+                        .and_then(|h| ctx.t.iovecs(h.msg_iov as u64, h.msg_iovlen as u64).ok())
+                        .and_then(|v| total(&v).ok());
                     if whole != Some(m) {
                         break;
                     }
@@ -784,7 +1048,9 @@ fn mmsg(ctx: &Ctx, fd: &OwnedFd, class: Class, id: (u64, u64), out: bool, a: [u6
 fn sendfile(ctx: &Ctx, a: [u64; 6]) -> Answer {
     let t = &ctx.t;
     let (offp, count) = (a[2], a[3] as usize);
-    let (Some(ofd), Some(ifd)) = (t.getfd(a[0]), t.getfd(a[1])) else { return Answer::Continue };
+    let (Some(ofd), Some(ifd)) = (t.getfd(a[0]), t.getfd(a[1])) else {
+        return Answer::Continue;
+    };
     let ((oc, oid), (ic, iid)) = (classify(&ofd), classify(&ifd));
     let net = matches!(oc, Class::Net | Class::Dgram) && ctx.sh.limited(Resource::Net);
     let disk = ic == Class::Disk && ctx.sh.limited(Resource::Disk);
@@ -805,7 +1071,11 @@ fn sendfile(ctx: &Ctx, a: [u64; 6]) -> Answer {
     if !net || oc != Class::Net || ic != Class::Disk || pos < 0 {
         // natively, after waiting for the budget; charged what it can move at most: the
         // request, or what a file can still give from `pos`
-        let most = if ic == Class::Disk && pos >= 0 { (count as u64).min(ifd_size(&ifd).saturating_sub(pos as u64)) } else { count as u64 };
+        let most = if ic == Class::Disk && pos >= 0 {
+            (count as u64).min(ifd_size(&ifd).saturating_sub(pos as u64))
+        } else {
+            count as u64
+        };
         if net {
             let g = ctx.sh.net_grant(ctx.prio(oid), most.max(1));
             ctx.sh.net_done(g, most);
