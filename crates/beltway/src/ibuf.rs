@@ -42,6 +42,7 @@ pub struct Tag {
 impl Tag {
     pub const SIZE: usize = 16;
 
+    #[inline]
     pub fn to_bytes(&self) -> [u8; 16] {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&self.pos.to_le_bytes());
@@ -52,6 +53,7 @@ impl Tag {
     }
 
     /// Parse a tag; `None` if `b` is shorter than 16 bytes.
+    #[inline]
     pub fn from_bytes(b: &[u8]) -> Option<Tag> {
         let b: &[u8; 16] = b.get(..16)?.try_into().ok()?;
         Some(Tag {
@@ -624,8 +626,6 @@ pub struct IbufWriter {
     released: crate::ring::ReleaseCache,
     /// The open `poke_acquire` window in the default DBuf: (position, length).
     poked: Option<(u64, usize)>,
-    /// The bytes of a run of tags being written (kept to reuse its allocation).
-    scratch: Vec<u8>,
 }
 
 impl IbufWriter {
@@ -646,7 +646,6 @@ impl IbufWriter {
             copied: 0,
             released: Default::default(),
             poked: None,
-            scratch: Vec::new(),
         })
     }
 
@@ -692,15 +691,10 @@ impl IbufWriter {
         self.tags.append_record(&tag.to_bytes())
     }
 
-    /// Store a run of tags with one copy (see [`Writer::append_tags`]); returns the
-    /// position of the first.
-    pub fn write_tags(&mut self, tags: &[Tag]) -> Result<u64> {
-        let mut bytes = std::mem::take(&mut self.scratch);
-        bytes.clear();
-        bytes.extend(tags.iter().flat_map(|t| t.to_bytes()));
-        let r = self.tags.append_tags(&bytes);
-        self.scratch = bytes;
-        r
+    /// Store a run of tags (their bytes, [`Tag::to_bytes`] one after another) with one
+    /// copy (see [`Writer::append_tags`]); returns the position of the first.
+    pub fn write_tag_run(&mut self, tags: &[u8]) -> Result<u64> {
+        self.tags.append_tags(tags)
     }
 
     /// Write a block: splice when `data` already lies in a mapped DBuf, else write through.

@@ -465,6 +465,35 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// The calling thread pinned to one CPU until the guard drops, when its former CPU set
+/// comes back (a thread that runs a space for a while, then goes on with other work).
+pub struct Pinned(Box<libc::cpu_set_t>);
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: restores a cpu_set_t that sched_getaffinity filled for this thread.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &*self.0);
+        }
+    }
+}
+
+/// [`pin_to_cpu`] for as long as the returned guard lives.
+pub fn pin_scoped(cpu: usize) -> io::Result<Pinned> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
+    let old = unsafe {
+        let mut set: Box<libc::cpu_set_t> = Box::new(std::mem::zeroed());
+        cvt(libc::sched_getaffinity(
+            0,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &mut *set,
+        ))?;
+        set
+    };
+    pin_to_cpu(cpu)?;
+    Ok(Pinned(old))
+}
+
 /// Scheduling policies a space's thread may ask for (thesis Table 3.3 hints).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {

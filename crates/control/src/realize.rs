@@ -239,9 +239,11 @@ impl Assignment {
                     lang::resolve::SPACE => {
                         match SpaceSpec::parse(v).map_err(|e| format!("'{entry}': {e}"))? {
                             SpaceSpec::Runtime(list) => np.space = Some(SpaceChange::Set(list)),
-                            p => return Err(format!(
+                            p => {
+                                return Err(format!(
                                 "'{entry}': space={p} is the planner's term, not a runtime space"
-                            )),
+                            ))
+                            }
                         }
                     }
                     lang::resolve::PLACED => {

@@ -241,7 +241,6 @@ pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
         file_ref: None,
         sub: Some(sub),
         busy: false,
-        run: Vec::new(),
     })
 }
 
@@ -283,7 +282,6 @@ fn attach(
         file_ref: None,
         sub: None,
         busy: false,
-        run: Vec::new(),
     })
 }
 
@@ -385,8 +383,9 @@ pub struct Egress {
     /// Shared rings this batch sent blocks of, each with the start of its earliest block
     /// and the end of its latest: one guard per ring and batch (see [`Egress::end_batch`]).
     guards: Vec<(BufId, u64, u64)>,
-    /// Tags of blocks in shared rings not yet written (see [`Egress::send_ref`]).
-    run: Vec<Tag>,
+    /// Tags (their bytes) of blocks in shared rings not yet written (see
+    /// [`Egress::send_ref`]).
+    run: Vec<u8>,
 }
 
 /// How often a publisher frees the reader slots of subscribers that died (a killed
@@ -414,10 +413,20 @@ impl Egress {
     /// only its tag crosses, queued in `self.run` and written with the batch's others in
     /// one run ([`Egress::write_run`]); what must precede it in the tag ring (the ring's
     /// announcement, the block's record header) flushes the queue first.
-    fn send_ref(&mut self, cx: &mut Ctx<'_>, t: &Tag, key: u64) -> beltway::Result<()> {
+    /// `first`: the first block of this ring in a row (only then is the announcement
+    /// looked for).
+    /// `records`: whether the ring has record metadata at all.
+    fn send_ref(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        t: &Tag,
+        key: u64,
+        first: bool,
+        records: bool,
+    ) -> beltway::Result<()> {
         // The consumer reads this ring in place, and the ring keeps the block until the
         // consumer releases the tag (one guard per ring and batch, see `end_batch`).
-        if !self.announced.contains(&t.buf) {
+        if first && !self.announced.contains(&t.buf) {
             self.write_run()?;
             let a = Meta {
                 ts_ns: t.buf as u64,
@@ -429,7 +438,7 @@ impl Egress {
             self.announced.push(t.buf);
         }
         // A block without record metadata (made by gen, an editor, ...) is its tag alone.
-        let meta = Meta::of(cx, t);
+        let meta = if records { Meta::of(cx, t) } else { Meta::NONE };
         if meta.flags != 0 {
             self.write_run()?;
             self.w.write_through_parts(
@@ -441,10 +450,13 @@ impl Egress {
                 1,
             )?;
         }
-        self.run.push(Tag {
-            buf: t.buf | FILE_BIT,
-            ..*t
-        });
+        self.run.extend_from_slice(
+            &Tag {
+                buf: t.buf | FILE_BIT,
+                ..*t
+            }
+            .to_bytes(),
+        );
         let end = t.pos + t.len as u64;
         match self.guards.iter_mut().find(|g| g.0 == t.buf) {
             Some(g) => (g.1, g.2) = (g.1.min(t.pos), g.2.max(end)),
@@ -456,7 +468,7 @@ impl Egress {
     /// Write the queued tags of [`Egress::send_ref`] as one run.
     fn write_run(&mut self) -> beltway::Result<()> {
         if !self.run.is_empty() {
-            self.w.write_tags(&self.run)?;
+            self.w.write_tag_run(&self.run)?;
             self.run.clear();
         }
         Ok(())
@@ -541,19 +553,19 @@ impl Filter for Egress {
             return;
         }
         // The shared-ring key of the last buffer seen (a batch's blocks mostly share one).
-        let mut last: Option<(BufId, Option<u64>)> = None;
+        let mut last: Option<(BufId, Option<u64>, bool)> = None;
         for t in &batch.tags {
             if self.same_process && t.buf < FILE_BIT {
-                let key = match last {
-                    Some((b, k)) if b == t.buf => k,
+                let (key, first, records) = match last {
+                    Some((b, k, r)) if b == t.buf => (k, false, r),
                     _ => {
-                        let k = cx.store.shared_key(t.buf);
-                        last = Some((t.buf, k));
-                        k
+                        let (k, r) = (cx.store.shared_key(t.buf), cx.store.has_records(t.buf));
+                        last = Some((t.buf, k, r));
+                        (k, true, r)
                     }
                 };
                 if let Some(key) = key {
-                    if let Err(e) = self.send_ref(cx, t, key) {
+                    if let Err(e) = self.send_ref(cx, t, key, first, records) {
                         cx.warn(format!("channel {}: {e}", self.name));
                         self.failed = true;
                         self.end_batch(cx);
@@ -630,8 +642,6 @@ pub struct Ingress {
     sub: Option<Subscription>,
     /// `@busy` on the consumer: poll the channel instead of sleeping on it.
     busy: bool,
-    /// The run of tags being taken (kept to reuse its allocation).
-    run: Vec<Tag>,
 }
 
 /// A subscriber's side of a published stream: the publisher's data ring (read by copying,
@@ -674,7 +684,8 @@ impl Ingress {
 
     /// Blocks without blocking: one run of committed tags (one look at the producer's
     /// position for all of them), each renamed into the local store with its record
-    /// metadata restored and pushed to `out` until it holds `max` blocks or `budget` bytes.
+    /// metadata restored and pushed to `out` until it holds `max` blocks or `budget` bytes
+    /// of the channel's data ring (blocks read in place elsewhere hold none of it).
     /// Only the tags used are consumed; the rest are read again next time. `Ok(false)`:
     /// nothing was committed.
     fn next_run(
@@ -694,30 +705,56 @@ impl Ingress {
                 None => Ok(false),
             };
         }
-        let Some(r) = self.r.as_mut() else {
+        // The reader is set aside while the run is taken (the run borrows it; `take`
+        // borrows the rest of `self`).
+        let Some(mut r) = self.r.take() else {
             return Ok(false);
         };
+        let res = self.take_run(&mut r, cx, out, max, budget);
+        self.r = Some(r);
+        res
+    }
+
+    fn take_run(
+        &mut self,
+        r: &mut Reader,
+        cx: &mut Ctx<'_>,
+        out: &mut Batch,
+        max: usize,
+        budget: &mut u64,
+    ) -> beltway::Result<bool> {
         let Some(p) = r.try_peek_tags(max.saturating_sub(out.len()).max(1))? else {
             return Ok(false);
         };
-        let mut run = std::mem::take(&mut self.run);
-        run.clear();
-        run.extend(
-            p.data
-                .chunks_exact(Tag::SIZE)
-                .map(|b| Tag::from_bytes(b).expect("a whole tag")),
-        );
         let mut used = 0;
         let mut res = Ok(true);
-        for &raw in &run {
+        // The last shared ring or file a tag named, and its local id: the common case (a
+        // block in place, without record metadata) is a rename, nothing more.
+        let mut last: Option<(BufId, BufId)> = None;
+        for b in p.data.chunks_exact(Tag::SIZE) {
             if out.len() >= max || *budget >= self.max_bytes {
                 break;
             }
             used += 1;
+            let raw = Tag::from_bytes(b).expect("a whole tag");
+            if let Some((_, to)) = last.filter(|l| l.0 == raw.buf && self.file_ref.is_none()) {
+                self.held = true;
+                out.push(Tag { buf: to, ..raw });
+                continue;
+            }
+            if raw.buf & FILE_BIT != 0 && self.file_ref.is_none() {
+                last = self
+                    .files
+                    .iter()
+                    .find(|f| f.0 == raw.buf & !FILE_BIT)
+                    .map(|f| (raw.buf, f.1));
+            }
             match self.take(cx, raw) {
                 Ok(Some(t)) => {
                     self.held = true;
-                    *budget += t.len as u64 + META_SIZE as u64;
+                    if t.buf == self.local {
+                        *budget += t.len as u64 + META_SIZE as u64;
+                    }
                     out.push(t);
                 }
                 Ok(None) => {}
@@ -727,10 +764,7 @@ impl Ingress {
                 }
             }
         }
-        self.run = run;
-        if let Some(r) = self.r.as_mut() {
-            r.consume_tags((used * Tag::SIZE) as u64)?;
-        }
+        r.consume_tags((used * Tag::SIZE) as u64)?;
         res
     }
 

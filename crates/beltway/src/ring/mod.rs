@@ -63,7 +63,7 @@ mod writer;
 
 pub use config::{Layout, RingConfig, Start, SyncMode};
 pub use reader::{Peeked, Reader, Ready};
-pub(crate) use release::ReleaseCache;
+pub use release::ReleaseCache;
 pub use select::select;
 pub use shared::{RingRef, RingStats, Shared};
 pub use writer::{RecordBuilder, Writer};

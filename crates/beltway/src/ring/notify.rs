@@ -12,6 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 /// Spin iterations before a blocked party goes to sleep.
 pub(crate) const SPIN_ROUNDS: u32 = 256;
 
+/// The longest a blocked party (a reader waiting for data, a writer for room) spins
+/// before it sleeps, when its recent waits were short: about what a sleep and the wake-up
+/// cost in CPU (on a VM of our kind a futex wake-up with its IPI and the membarrier before
+/// the sleep cost 20-50 us), so spinning never costs more than twice what sleeping would
+/// (the classic competitive bound).
+pub(crate) const SPIN_BUDGET_NS: u64 = 40_000;
+
 /// Publish a producer position (fast side of the sleep handshake); see [`fences`].
 pub(crate) fn publish_position(word: &AtomicU64, v: u64) {
     fences::publish(word, v);

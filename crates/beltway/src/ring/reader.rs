@@ -7,7 +7,7 @@
 //! waiting on several readers (`select`).
 
 use super::format::{At, Parsed};
-use super::notify::SPIN_ROUNDS;
+use super::notify::{SPIN_BUDGET_NS, SPIN_ROUNDS};
 use super::{fences, Layout, Shared, Start, SyncMode};
 use crate::error::{Error, Result};
 use crate::layout::*;
@@ -69,12 +69,6 @@ pub struct Reader {
     gap_ns: u64,
 }
 
-/// The longest a reader spins for data before it sleeps: about what a sleep and the
-/// wake-up cost in CPU (on a VM of our kind a futex wake-up with its IPI and the
-/// membarrier before the sleep cost 20-50 us), so spinning never costs more than twice
-/// what sleeping would (the classic competitive bound).
-const SPIN_BUDGET_NS: u64 = 40_000;
-
 impl Reader {
     /// Switch manual release on or off. With it on, what this reader consumes stays
     /// protected from the writer until [`Reader::release`] publishes the position: a
@@ -115,7 +109,7 @@ impl Reader {
             writer_dead: false,
             lost: 0,
             manual: false,
-            gap_ns: SPIN_BUDGET_NS,
+            gap_ns: SPIN_BUDGET_NS / 2,
         };
         let Some(ctl) = sh.ctl() else {
             // Observer: private position, cannot hold back the writer.
@@ -381,7 +375,7 @@ impl Reader {
         let h = sh.hdr();
         let mut deep = false;
         if self.available() == 0 && self.gap_ns < SPIN_BUDGET_NS && !self.ended() {
-            let until = sys::now_ns() + (self.gap_ns * 2).clamp(1_000, SPIN_BUDGET_NS);
+            let until = sys::now_ns() + SPIN_BUDGET_NS;
             let until = deadline.map_or(until, |d| {
                 until.min(
                     sys::now_ns() + d.saturating_duration_since(Instant::now()).as_nanos() as u64,

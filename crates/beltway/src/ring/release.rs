@@ -6,7 +6,7 @@
 //! Owns: the producer side of the space handshake and freeing reader slots. Used by both
 //! producers ([`super::Writer`], [`crate::mp::MpWriter`]) and by readers attaching.
 
-use super::notify::SPIN_ROUNDS;
+use super::notify::{SPIN_BUDGET_NS, SPIN_ROUNDS};
 use super::{fences, Shared, SyncMode};
 use crate::error::{Error, Result};
 use crate::layout::*;
@@ -98,10 +98,13 @@ impl Shared {
         }
         let mut waited = false;
         let mut reap = false;
-        let done = |waited: bool| {
+        let t0 = sys::now_ns();
+        let done = |waited: bool, cache: &mut ReleaseCache| {
             if waited {
                 ctl.w.0.waiting.store(0, Relaxed);
             }
+            let took = sys::now_ns().saturating_sub(t0).min(1 << 40);
+            cache.wait_ns = (cache.wait_ns * 3 + took) / 4;
         };
         loop {
             let min = {
@@ -115,7 +118,7 @@ impl Shared {
                             && ctl.r.0.attached_ever.load(Relaxed) > 0
                             && !self.detachable
                         {
-                            done(waited);
+                            done(waited, cache);
                             return Err(Error::BrokenPipe {
                                 name: self.name.clone(),
                             });
@@ -143,20 +146,39 @@ impl Shared {
                 m
             };
             if min >= need {
-                done(waited);
+                done(waited, cache);
                 return Ok(waited);
             }
             if !waited {
-                // Spin briefly before sleeping: a reader about to release saves us a sleep.
-                let spun = (0..SPIN_ROUNDS / 8).any(|_| {
-                    std::hint::spin_loop();
-                    let m = match self.sync {
-                        SyncMode::Srp => self.scan_min(false).unwrap_or(u64::MAX),
-                        // SYNC POINT: Acquire, pairs with the readers' `fetch_max` of R.
-                        _ => ctl.w.0.mrp_r.load(Acquire),
-                    };
-                    m >= need
-                });
+                // Spin before sleeping: a reader about to release saves us a sleep, a
+                // membarrier and its wake-up call. For up to twice what recent waits took
+                // when they were short (a reader consuming batch after batch), briefly
+                // otherwise (see `Reader::wait`).
+                let budget = if cache.wait_ns < SPIN_BUDGET_NS {
+                    SPIN_BUDGET_NS
+                } else {
+                    0
+                };
+                let until = sys::now_ns() + budget;
+                let released = || {
+                    (0..SPIN_ROUNDS / 8).any(|_| {
+                        std::hint::spin_loop();
+                        let m = match self.sync {
+                            SyncMode::Srp => self.scan_min(false).unwrap_or(u64::MAX),
+                            // SYNC POINT: Acquire, pairs with the readers' `fetch_max` of R.
+                            _ => ctl.w.0.mrp_r.load(Acquire),
+                        };
+                        m >= need
+                    })
+                };
+                let spun = loop {
+                    if released() {
+                        break true;
+                    }
+                    if sys::now_ns() >= until {
+                        break false;
+                    }
+                };
                 if spun {
                     continue;
                 }
@@ -257,18 +279,26 @@ impl Drop for PidLock<'_> {
     }
 }
 
-/// A producer's cached knowledge of how far all lossless readers have released.
+/// A producer's cached knowledge of how far all lossless readers have released, and how
+/// long its recent waits for them took (kept across waits by whoever waits on a ring
+/// repeatedly, e.g. a space's shared ring waiting on a channel: see
+/// [`super::RingRef::wait_released_with`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ReleaseCache {
+pub struct ReleaseCache {
     pub(crate) min: u64,
     /// `attached_ever` when `min` was computed; a new reader forces a re-scan.
     pub(crate) gen: u32,
+    /// How long this producer's recent waits for room lasted (ns, a moving average):
+    /// whether the next wait spins before it sleeps (see `wait_released`).
+    pub(crate) wait_ns: u64,
 }
 impl Default for ReleaseCache {
     fn default() -> Self {
         ReleaseCache {
             min: 0,
             gen: u32::MAX,
+            // Unknown yet: spin up to the budget on the first wait.
+            wait_ns: SPIN_BUDGET_NS / 2,
         }
     }
 }

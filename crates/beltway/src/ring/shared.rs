@@ -550,6 +550,12 @@ impl RingRef {
         let mut cache = ReleaseCache::default();
         self.0.wait_released(pos, 0, &mut cache).map(|_| ())
     }
+    /// [`RingRef::wait_released`] for a party that waits on this ring again and again: the
+    /// state it keeps between waits (what was released, how long waits took) decides
+    /// whether the next wait spins before it sleeps.
+    pub fn wait_released_with(&self, pos: u64, state: &mut ReleaseCache) -> Result<()> {
+        self.0.wait_released(pos, 0, state).map(|_| ())
+    }
     /// Producer side: how far every lossless reader has released now (`u64::MAX` when
     /// nothing constrains).
     pub fn released(&self) -> u64 {

@@ -225,6 +225,12 @@ impl Spaces {
                 });
             }
             if let Some(mut space) = local {
+                // Space 0 runs on this thread: on CPU 0 while it does, as space N runs on
+                // CPU N mod CPUs, so two spaces never share a CPU the scheduler happened
+                // to give both (each would then wait for the other's time slice).
+                let _pinned = (!handles.is_empty())
+                    .then(|| beltway::sys::pin_scoped(0).ok())
+                    .flatten();
                 if let Err(e) = apply_schedule(&self.sched.get(&0).cloned().flatten()) {
                     died.lock().expect("not poisoned").push(e);
                     interrupt.store(true, Ordering::Relaxed);

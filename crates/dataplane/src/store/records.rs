@@ -199,6 +199,15 @@ impl Store {
         recs.extend(records);
     }
 
+    /// Whether buffer `id` has record metadata at all (a producer that sends many blocks
+    /// of one buffer asks once instead of looking each block up).
+    #[inline]
+    pub fn has_records(&self, id: BufId) -> bool {
+        index(id)
+            .and_then(|i| self.notes.get(i))
+            .is_some_and(|n| !n.records.v.is_empty())
+    }
+
     /// Link type of the buffer a tag points into, if declared.
     #[inline]
     pub fn link(&self, t: &Tag) -> Option<u32> {

@@ -31,7 +31,7 @@ pub struct SharedRing {
     /// start (blocks are sent in about the order they were allocated).
     pub(super) guards: std::collections::VecDeque<(u64, usize, u64, u64)>,
     /// Channels' tag rings and how far their consumers had released when last asked.
-    pub(super) channels: Vec<(beltway::RingRef, u64)>,
+    pub(super) channels: Vec<(beltway::RingRef, u64, beltway::ReleaseCache)>,
     /// Its producer writes only what differs from one lap before (see
     /// [`super::Store::add_reusing_ring`]); `edited`: a filter edited a block in place.
     pub(super) reused: bool,
@@ -67,12 +67,12 @@ impl SharedRing {
             if start >= need {
                 break;
             }
-            let (ring, seen) = &mut self.channels[ch];
+            let (ring, seen, state) = &mut self.channels[ch];
             if *seen < tag_end {
                 *seen = ring.released();
                 if *seen < tag_end {
                     // A consumer that went away releases nothing more: nothing to wait for.
-                    let _ = ring.wait_released(tag_end);
+                    let _ = ring.wait_released_with(tag_end, state);
                     *seen = ring.released().max(tag_end);
                 }
             }
@@ -129,7 +129,8 @@ impl SharedRing {
         {
             Some(i) => i,
             None => {
-                self.channels.push((tags.clone(), 0));
+                self.channels
+                    .push((tags.clone(), 0, beltway::ReleaseCache::default()));
                 self.channels.len() - 1
             }
         };
