@@ -23,7 +23,13 @@ pub struct Gen {
     /// Blocks at positions below this are written in full (a filter edited some block
     /// in place: every slot is rewritten once).
     fresh_until: u64,
+    /// `rate=N`: blocks per second, each made when its time comes (from the first pull).
+    rate: Option<(f64, Option<std::time::Instant>)>,
 }
+
+/// The longest one pull of a paced `gen` sleeps for its next block (the space's loop
+/// gets a turn in between, so an interrupt is noticed).
+const PACE_NAP: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Where `gen` puts its blocks: a ring of its own (a power of two of at least 1 MiB, about
 /// 1024 blocks' worth), one block every `stride` bytes. The stride is the block size plus
@@ -68,7 +74,12 @@ impl Gen {
             Some("yes") => true,
             Some(v) => return Err(FilterError::bad("rewrite", v, "yes or no")),
         };
+        let rate = match a.size("rate", None, 0)? {
+            0 => None,
+            r => Some((r as f64, None)),
+        };
         Ok(Box::new(Gen {
+            rate,
             pattern: Vec::new(),
             remaining: count,
             size,
@@ -110,7 +121,22 @@ impl Filter for Gen {
                 self.fresh_until = self.lap_start + self.slot * self.layout.stride as u64 + r;
             }
         }
-        let n = (max as u64).min(self.remaining) as usize;
+        let mut n = (max as u64).min(self.remaining) as usize;
+        if let Some((rate, start)) = &mut self.rate {
+            // A fixed offered rate: the blocks due by now (block k is due k/rate seconds
+            // after the first pull), waiting for the next one when none is.
+            let start = *start.get_or_insert_with(std::time::Instant::now);
+            let due_at = |k: u64| start + std::time::Duration::from_secs_f64(k as f64 / *rate);
+            let now = std::time::Instant::now();
+            if due_at(self.seq) > now {
+                std::thread::sleep((due_at(self.seq) - now).min(PACE_NAP));
+            }
+            let due = (start.elapsed().as_secs_f64() * *rate) as u64 + 1;
+            n = n.min(due.saturating_sub(self.seq) as usize);
+            if n == 0 {
+                return true;
+            }
+        }
         if self.pattern.len() != self.size {
             self.pattern = (0..self.size).map(|i| (i as u8).wrapping_mul(31)).collect();
         }
@@ -176,7 +202,8 @@ pub static GEN: FilterSpec = FilterSpec::new("gen", Access::Source, Gen::make)
                   A lap of the ring is a multiple of 256 blocks, so a slot's pattern repeats\n\
                   from lap to lap and after the first lap only the sequence number is written\n\
                   (rewrite=yes writes every byte of every block; after a filter edited blocks\n\
-                  in place, a whole lap is written again).",
+                  in place, a whole lap is written again). rate=N offers N blocks per second,\n\
+                  each made when its time comes (a fixed offered load below saturation).",
     )
     .params(&[
         Param::new("count", "number of blocks (also positional; suffixes K, M)")
@@ -186,6 +213,8 @@ pub static GEN: FilterSpec = FilterSpec::new("gen", Access::Source, Gen::make)
         Param::new("size", "block size in bytes")
             .kind(Kind::Size)
             .default("1024"),
+        Param::new("rate", "blocks per second, evenly spaced (suffixes K, M; default: as fast as it can)")
+            .kind(Kind::Size),
         Param::new("rewrite", "yes: write every block in full (default no)")
             .kind(Kind::Choice(&["yes", "no"]))
             .default("no"),
