@@ -312,7 +312,10 @@ pub fn now_ns() -> u64 {
 /// CPU time this process has used, all threads, user and system (CLOCK_PROCESS_CPUTIME_ID):
 /// what benchmarks charge a configuration at a fixed offered load.
 pub fn process_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec we own; the clock id is a constant.
     let r = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     if r != 0 {

@@ -367,6 +367,15 @@ impl SystemModel {
     /// Discovers the running machine: CPUs, caches, NUMA, memory from /sys and /proc, and
     /// capabilities by probing. Spaces: a kernel space (if the kernel can run filters), a
     /// pinned thread and a process per CPU.
+    /// Bytes of the smallest level-2 cache (what a channel sized to stay in cache aims at).
+    pub fn l2_bytes(&self) -> Option<u64> {
+        self.caches
+            .iter()
+            .filter(|c| c.level == 2)
+            .map(|c| c.size_kib << 10)
+            .min()
+    }
+
     pub fn discover() -> Result<SystemModel, SystemError> {
         let sys = Path::new("/sys/devices/system");
         let online = read_trim(&sys.join("cpu/online"))?;

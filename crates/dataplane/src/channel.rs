@@ -71,7 +71,24 @@ impl ChannelConfig {
             ..Self::default()
         }
     }
+    /// `@lockstep` (seed 003, Model-T): the two spaces run as an assembly line. The queue
+    /// holds [`LOCKSTEP_BATCHES`] of the runtime's batches, so the producer works on batch
+    /// i while the consumer works on batch i-1 and is never further ahead: what both touch
+    /// stays in the caches (a few batches of headers, not the 4096 blocks a free-running
+    /// channel lets the producer run ahead). A wake-up per batch at most; the consumer
+    /// polls rather than sleeps (the line's stations stay staffed).
+    pub fn lockstep() -> Self {
+        let batch = crate::runtime::BATCH;
+        ChannelConfig {
+            threshold: batch as u32,
+            slots: LOCKSTEP_BATCHES * batch,
+            ..Self::default()
+        }
+    }
 }
+
+/// Batches a `@lockstep` channel holds (see [`ChannelConfig::lockstep`]).
+pub const LOCKSTEP_BATCHES: usize = 4;
 
 /// Create a channel; `name` labels its rings (memfd-backed, nothing in /dev/shm).
 pub fn channel(name: &str, cfg: ChannelConfig) -> beltway::Result<(Egress, Ingress)> {
@@ -130,6 +147,8 @@ pub fn egress_to(
             reaped: Instant::now(),
             guards: Vec::new(),
             run: Vec::new(),
+            metas: Vec::new(),
+            metas_any: false,
         },
         tags_ref,
         data_ref,
@@ -187,6 +206,8 @@ pub fn publish(key: &str, cfg: ChannelConfig) -> beltway::Result<Egress> {
         reaped: Instant::now(),
         guards: Vec::new(),
         run: Vec::new(),
+        metas: Vec::new(),
+        metas_any: false,
     })
 }
 
@@ -238,7 +259,7 @@ pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
         held: false,
         link_set: false,
         files: Vec::new(),
-        file_ref: None,
+        metas: Default::default(),
         sub: Some(sub),
         busy: false,
     })
@@ -279,7 +300,7 @@ fn attach(
         held: false,
         link_set: false,
         files: Vec::new(),
-        file_ref: None,
+        metas: Default::default(),
         sub: None,
         busy: false,
     })
@@ -290,9 +311,11 @@ fn attach(
 /// so filters and sinks in the consuming space (protocol parsers, `http` after
 /// `tcpstream`, pcapout) see the block exactly as the producer did: placement never
 /// changes what a filter observes. A [`META_SIZE`]-byte header written through into the
-/// data ring: ahead of the block's bytes (the consumer crops it off the tag), or alone,
-/// followed by a tag into a file both spaces map (`FILE_REF`: only the tag crosses), or
-/// ahead of a file's path (`ANNOUNCE`, once per file and channel).
+/// data ring: ahead of the block's bytes (the consumer crops it off the tag); or, for the
+/// blocks that cross as tags only (into a file or shared ring both spaces map), one per
+/// block in a `METAS` block that precedes the run of their tags (one write per batch, not
+/// one per block; a run without any metadata has none); or ahead of a file's path or a
+/// shared ring's key (`ANNOUNCE`, once per buffer and channel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Meta {
     ts_ns: u64,
@@ -308,7 +331,8 @@ const META_SIZE: usize = 24;
 
 const RECORD: u16 = 1;
 const LINK: u16 = 2;
-const FILE_REF: u16 = 4;
+/// A block of [`Meta`]s, `orig_len` of them, for the run of tags that follows it.
+const METAS: u16 = 4;
 const ANNOUNCE: u16 = 8;
 /// With ANNOUNCE: the payload is the key of a shared ring of the producer's process.
 const SHARED: u16 = 16;
@@ -383,9 +407,11 @@ pub struct Egress {
     /// Shared rings this batch sent blocks of, each with the start of its earliest block
     /// and the end of its latest: one guard per ring and batch (see [`Egress::end_batch`]).
     guards: Vec<(BufId, u64, u64)>,
-    /// Tags (their bytes) of blocks in shared rings not yet written (see
-    /// [`Egress::send_ref`]).
+    /// Tags (their bytes) of blocks sent by reference not yet written, and their
+    /// metadata (see [`Egress::send_ref`]); whether any of those has some.
     run: Vec<u8>,
+    metas: Vec<u8>,
+    metas_any: bool,
 }
 
 /// How often a publisher frees the reader slots of subscribers that died (a killed
@@ -409,47 +435,47 @@ impl Egress {
         true
     }
 
-    /// A block in one of this space's shared rings (`key`), to a consumer in this process:
-    /// only its tag crosses, queued in `self.run` and written with the batch's others in
-    /// one run ([`Egress::write_run`]); what must precede it in the tag ring (the ring's
-    /// announcement, the block's record header) flushes the queue first.
-    /// `first`: the first block of this ring in a row (only then is the announcement
-    /// looked for).
-    /// `records`: whether the ring has record metadata at all.
+    /// A block both spaces map (`r`: a shared ring of this process, or a file): only its
+    /// tag crosses, queued in `self.run` with its record metadata in `self.metas`, and the
+    /// run is written at once ([`Egress::write_run`]). An announcement of the buffer goes
+    /// first, once. `first`: the first block of this buffer in a row (only then is the
+    /// announcement looked for); `records`: whether the buffer has record metadata at all.
     fn send_ref(
         &mut self,
         cx: &mut Ctx<'_>,
         t: &Tag,
-        key: u64,
+        r: &Ref,
         first: bool,
         records: bool,
     ) -> beltway::Result<()> {
-        // The consumer reads this ring in place, and the ring keeps the block until the
-        // consumer releases the tag (one guard per ring and batch, see `end_batch`).
         if first && !self.announced.contains(&t.buf) {
             self.write_run()?;
+            let flags = if matches!(r, Ref::Shared(_)) {
+                ANNOUNCE | SHARED
+            } else {
+                ANNOUNCE
+            };
             let a = Meta {
                 ts_ns: t.buf as u64,
-                flags: ANNOUNCE | SHARED,
+                flags,
                 ..Meta::NONE
             };
-            self.w
-                .write_through_parts(&[&a.to_bytes(), &key.to_le_bytes()], 1)?;
+            match r {
+                Ref::Shared(key) => self
+                    .w
+                    .write_through_parts(&[&a.to_bytes(), &key.to_le_bytes()], 1)?,
+                Ref::File(path) => self.w.write_through_parts(
+                    &[&a.to_bytes(), path.as_os_str().as_encoded_bytes()],
+                    1,
+                )?,
+                Ref::Copy => unreachable!("blocks that are copied are not sent by reference"),
+            };
             self.announced.push(t.buf);
         }
         // A block without record metadata (made by gen, an editor, ...) is its tag alone.
         let meta = if records { Meta::of(cx, t) } else { Meta::NONE };
-        if meta.flags != 0 {
-            self.write_run()?;
-            self.w.write_through_parts(
-                &[&Meta {
-                    flags: meta.flags | FILE_REF,
-                    ..meta
-                }
-                .to_bytes()],
-                1,
-            )?;
-        }
+        self.metas_any |= meta.flags != 0;
+        self.metas.extend_from_slice(&meta.to_bytes());
         self.run.extend_from_slice(
             &Tag {
                 buf: t.buf | FILE_BIT,
@@ -457,62 +483,76 @@ impl Egress {
             }
             .to_bytes(),
         );
-        let end = t.pos + t.len as u64;
-        match self.guards.iter_mut().find(|g| g.0 == t.buf) {
-            Some(g) => (g.1, g.2) = (g.1.min(t.pos), g.2.max(end)),
-            None => self.guards.push((t.buf, t.pos, end)),
-        }
-        Ok(())
-    }
-
-    /// Write the queued tags of [`Egress::send_ref`] as one run.
-    fn write_run(&mut self) -> beltway::Result<()> {
-        if !self.run.is_empty() {
-            self.w.write_tag_run(&self.run)?;
-            self.run.clear();
-        }
-        Ok(())
-    }
-
-    /// Any other block: by reference into a file both spaces map, or written through.
-    fn send(&mut self, cx: &Ctx<'_>, t: &Tag, d: &[u8]) -> beltway::Result<()> {
-        let meta = Meta::of(cx, t);
-        if let Some(path) = cx
-            .store
-            .file_path(t.buf)
-            .filter(|_| t.buf < FILE_BIT && self.file_refs)
-        {
-            // Both spaces can map this file: only the tag crosses.
-            if !self.announced.contains(&t.buf) {
-                let a = Meta {
-                    ts_ns: t.buf as u64,
-                    flags: ANNOUNCE,
-                    ..Meta::NONE
-                };
-                self.w.write_through_parts(
-                    &[&a.to_bytes(), path.as_os_str().as_encoded_bytes()],
-                    1,
-                )?;
-                self.announced.push(t.buf);
+        if matches!(r, Ref::Shared(_)) {
+            // The consumer reads this ring in place, and the ring keeps the block until the
+            // consumer releases the tag (one guard per ring and batch, see `end_batch`).
+            let end = t.pos + t.len as u64;
+            match self.guards.iter_mut().find(|g| g.0 == t.buf) {
+                Some(g) => (g.1, g.2) = (g.1.min(t.pos), g.2.max(end)),
+                None => self.guards.push((t.buf, t.pos, end)),
             }
-            self.w.write_through_parts(
-                &[&Meta {
-                    flags: meta.flags | FILE_REF,
-                    ..meta
-                }
-                .to_bytes()],
-                1,
-            )?;
-            self.w.write_tag(Tag {
-                buf: t.buf | FILE_BIT,
-                ..*t
-            })?;
+        }
+        Ok(())
+    }
+
+    /// Write the queued run of [`Egress::send_ref`]: its blocks' metadata as one block
+    /// (if any has some), then the tags.
+    fn write_run(&mut self) -> beltway::Result<()> {
+        if self.run.is_empty() {
             return Ok(());
         }
+        if self.metas_any {
+            let n = (self.run.len() / Tag::SIZE) as u32;
+            let h = Meta {
+                orig_len: n,
+                flags: METAS,
+                ..Meta::NONE
+            };
+            self.w
+                .write_through_parts(&[&h.to_bytes(), &self.metas], 1)?;
+        }
+        self.w.write_tag_run(&self.run)?;
+        self.run.clear();
+        self.metas.clear();
+        self.metas_any = false;
+        Ok(())
+    }
+
+    /// How the blocks of buffer `buf` cross: by reference into a shared ring or a file
+    /// both spaces map, or copied.
+    fn how(&self, cx: &Ctx<'_>, buf: BufId) -> Ref {
+        if buf >= FILE_BIT {
+            return Ref::Copy;
+        }
+        if self.same_process {
+            if let Some(key) = cx.store.shared_key(buf) {
+                return Ref::Shared(key);
+            }
+        }
+        match cx.store.file_path(buf).filter(|_| self.file_refs) {
+            Some(p) => Ref::File(p.to_path_buf()),
+            None => Ref::Copy,
+        }
+    }
+
+    /// A block that is copied: written through into the channel's data ring behind its
+    /// header.
+    fn send(&mut self, cx: &Ctx<'_>, t: &Tag, d: &[u8]) -> beltway::Result<()> {
+        let meta = Meta::of(cx, t);
         self.w
             .write_through_parts(&[&meta.to_bytes(), d], t.class)
             .map(|_| ())
     }
+}
+
+/// How a buffer's blocks cross a channel (see [`Egress::how`]).
+enum Ref {
+    /// A shared ring of this process, by its key: the consumer maps it too.
+    Shared(u64),
+    /// A file both spaces map.
+    File(std::path::PathBuf),
+    /// Written through into the channel's data ring.
+    Copy,
 }
 
 impl Egress {
@@ -530,6 +570,7 @@ impl Egress {
             }
             self.failed = true;
             self.run.clear();
+            self.metas.clear();
             if !self.published {
                 cx.stop();
             }
@@ -552,35 +593,29 @@ impl Filter for Egress {
         if self.failed || !self.wanted() {
             return;
         }
-        // The shared-ring key of the last buffer seen (a batch's blocks mostly share one).
-        let mut last: Option<(BufId, Option<u64>, bool)> = None;
+        // How the last buffer seen crosses (a batch's blocks mostly share one).
+        let mut last: Option<(BufId, Ref, bool)> = None;
         for t in &batch.tags {
-            if self.same_process && t.buf < FILE_BIT {
-                let (key, first, records) = match last {
-                    Some((b, k, r)) if b == t.buf => (k, false, r),
-                    _ => {
-                        let (k, r) = (cx.store.shared_key(t.buf), cx.store.has_records(t.buf));
-                        last = Some((t.buf, k, r));
-                        (k, true, r)
-                    }
-                };
-                if let Some(key) = key {
-                    if let Err(e) = self.send_ref(cx, t, key, first, records) {
-                        cx.warn(format!("channel {}: {e}", self.name));
-                        self.failed = true;
-                        self.end_batch(cx);
-                        cx.stop();
-                        return;
-                    }
-                    continue;
-                }
+            let first = !matches!(&last, Some((b, _, _)) if *b == t.buf);
+            if first {
+                last = Some((t.buf, self.how(cx, t.buf), cx.store.has_records(t.buf)));
             }
-            if let Err(e) = self.write_run() {
+            let Some((_, r, records)) = &last else {
+                unreachable!("set above")
+            };
+            let res = match r {
+                Ref::Copy => self.write_run(),
+                r => self.send_ref(cx, t, r, first, *records),
+            };
+            if let Err(e) = res {
                 cx.warn(format!("channel {}: {e}", self.name));
                 self.failed = true;
                 self.end_batch(cx);
                 cx.stop();
                 return;
+            }
+            if !matches!(r, Ref::Copy) {
+                continue;
             }
             let res = match cx.store.data(t) {
                 Ok(d) => self.send(cx, t, d),
@@ -636,8 +671,9 @@ pub struct Ingress {
     link_set: bool,
     /// Producer file id -> local file region, from ANNOUNCE headers.
     files: Vec<(BufId, BufId)>,
-    /// The header of a FILE_REF pair, until its tag arrives.
-    file_ref: Option<Meta>,
+    /// Metadata of the blocks of a run sent by reference, from its METAS block, for its
+    /// tags in order.
+    metas: std::collections::VecDeque<Meta>,
     /// A subscription to another run's published prefix (not a channel of this run).
     sub: Option<Subscription>,
     /// `@busy` on the consumer: poll the channel instead of sleeping on it.
@@ -737,12 +773,16 @@ impl Ingress {
             }
             used += 1;
             let raw = Tag::from_bytes(b).expect("a whole tag");
-            if let Some((_, to)) = last.filter(|l| l.0 == raw.buf && self.file_ref.is_none()) {
+            if let Some((_, to)) = last.filter(|l| l.0 == raw.buf) {
                 self.held = true;
-                out.push(Tag { buf: to, ..raw });
+                let tag = Tag { buf: to, ..raw };
+                if let Some(meta) = self.metas.pop_front() {
+                    self.restore(cx, &tag, meta);
+                }
+                out.push(tag);
                 continue;
             }
-            if raw.buf & FILE_BIT != 0 && self.file_ref.is_none() {
+            if raw.buf & FILE_BIT != 0 {
                 last = self
                     .files
                     .iter()
@@ -781,9 +821,9 @@ impl Ingress {
             return Ok(None);
         }
         if t.buf & FILE_BIT != 0 {
-            // A tag into a file or shared ring this space maps too.
-            // No header: a block without record metadata.
-            let meta = self.file_ref.take().unwrap_or(Meta::NONE);
+            // A tag into a file or shared ring this space maps too, with its metadata from
+            // the run's METAS block (none: a run without record metadata).
+            let meta = self.metas.pop_front().unwrap_or(Meta::NONE);
             let Some(&(_, local)) = self.files.iter().find(|f| f.0 == t.buf & !FILE_BIT) else {
                 return Err(corrupt(
                     t.pos,
@@ -840,8 +880,16 @@ impl Ingress {
             self.files.push((meta.ts_ns as BufId, local));
             return Ok(None);
         }
-        if meta.flags & FILE_REF != 0 {
-            self.file_ref = Some(meta);
+        if meta.flags & METAS != 0 {
+            let n = meta.orig_len as usize;
+            if !self.metas.is_empty() || data.len() != META_SIZE * (n + 1) {
+                return Err(corrupt(t.pos, format!("a metadata block of {} bytes for {n} blocks (or before the last one's tags were read)", data.len())));
+            }
+            self.metas.extend(
+                data[META_SIZE..]
+                    .chunks_exact(META_SIZE)
+                    .map(|b| Meta::from_bytes(b).expect("a whole header")),
+            );
             return Ok(None);
         }
         let local = Tag {
@@ -932,7 +980,7 @@ impl Ingress {
                 continue;
             };
             let meta = Meta::from_bytes(&head).expect("a whole header");
-            if meta.flags & (ANNOUNCE | FILE_REF) != 0 {
+            if meta.flags & (ANNOUNCE | METAS) != 0 {
                 return Err(corrupt(
                     t.pos,
                     "a published stream named a file or ring to map; refused".into(),

@@ -163,10 +163,13 @@ pub enum Hint {
     Background,
     Quiet,
     Busy,
+    /// Model-T (seed 003): the stages on both sides of the channel into this node run as
+    /// an assembly line, a short queue apart.
+    Lockstep,
 }
 
 impl Hint {
-    pub const ALL: [Hint; 9] = [
+    pub const ALL: [Hint; 10] = [
         Hint::Throughput,
         Hint::Latency,
         Hint::Single,
@@ -176,6 +179,7 @@ impl Hint {
         Hint::Background,
         Hint::Quiet,
         Hint::Busy,
+        Hint::Lockstep,
     ];
 
     /// The spelling in the language.
@@ -190,6 +194,7 @@ impl Hint {
             Hint::Background => "background",
             Hint::Quiet => "quiet",
             Hint::Busy => "busy",
+            Hint::Lockstep => "lockstep",
         }
     }
 

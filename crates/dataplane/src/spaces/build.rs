@@ -290,7 +290,12 @@ impl Spaces {
                         let trusted = here(placement.space[e.from]);
                         let mut rx = ingress(&format!("sl-ch{k}"), tr, d, trusted)
                             .map_err(|x| ring_err(e, "cannot attach to its channel".into(), x))?;
-                        rx.set_busy(g.nodes[e.to].hints.contains(&Hint::Busy));
+                        rx.set_busy(
+                            g.nodes[e.to]
+                                .hints
+                                .iter()
+                                .any(|h| matches!(h, Hint::Busy | Hint::Lockstep)),
+                        );
                         b.chans
                             .endpoints
                             .lock()

@@ -105,7 +105,11 @@ pub fn run_process_space(
         };
         match ingress(&format!("sl-ch{k}"), &t, &d, true) {
             Ok(mut rx) => {
-                rx.set_busy(n.hints.contains(&Hint::Busy));
+                rx.set_busy(
+                    n.hints
+                        .iter()
+                        .any(|h| matches!(h, Hint::Busy | Hint::Lockstep)),
+                );
                 endpoints.insert((false, k), Box::new(rx) as Box<dyn Filter>);
             }
             Err(x) => {

@@ -167,7 +167,9 @@ impl Factory for WithChannels<'_> {
 /// The channel configuration of arc `e`: set by the consuming node's hints.
 pub(super) fn channel_config(g: &Graph, e: &Edge, default: ChannelConfig) -> ChannelConfig {
     let to = &g.nodes[e.to];
-    let mut cfg = if to.hints.contains(&Hint::Latency) {
+    let mut cfg = if to.hints.contains(&Hint::Lockstep) {
+        ChannelConfig::lockstep()
+    } else if to.hints.contains(&Hint::Latency) {
         ChannelConfig::latency()
     } else if to.hints.contains(&Hint::Throughput) || to.hints.contains(&Hint::Quiet) {
         // A quiet part of the graph is woken seldom: large batches, up to the latency bound.

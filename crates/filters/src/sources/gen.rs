@@ -213,8 +213,11 @@ pub static GEN: FilterSpec = FilterSpec::new("gen", Access::Source, Gen::make)
         Param::new("size", "block size in bytes")
             .kind(Kind::Size)
             .default("1024"),
-        Param::new("rate", "blocks per second, evenly spaced (suffixes K, M; default: as fast as it can)")
-            .kind(Kind::Size),
+        Param::new(
+            "rate",
+            "blocks per second, evenly spaced (suffixes K, M; default: as fast as it can)",
+        )
+        .kind(Kind::Size),
         Param::new("rewrite", "yes: write every block in full (default no)")
             .kind(Kind::Choice(&["yes", "no"]))
             .default("no"),
