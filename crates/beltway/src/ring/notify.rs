@@ -19,6 +19,11 @@ pub(crate) const SPIN_ROUNDS: u32 = 256;
 /// (the classic competitive bound).
 pub(crate) const SPIN_BUDGET_NS: u64 = 40_000;
 
+/// Waits that skip the long spin after one found nothing: the other party could not make
+/// progress meanwhile (it shares the CPU, or it was descheduled), so spinning again at
+/// once would only take its time slice; every this many waits the spin is tried again.
+pub(crate) const SPIN_BACKOFF: u32 = 32;
+
 /// Publish a producer position (fast side of the sleep handshake); see [`fences`].
 pub(crate) fn publish_position(word: &AtomicU64, v: u64) {
     fences::publish(word, v);

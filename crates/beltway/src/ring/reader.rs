@@ -7,7 +7,7 @@
 //! waiting on several readers (`select`).
 
 use super::format::{At, Parsed};
-use super::notify::{SPIN_BUDGET_NS, SPIN_ROUNDS};
+use super::notify::{SPIN_BACKOFF, SPIN_BUDGET_NS, SPIN_ROUNDS};
 use super::{fences, Layout, Shared, Start, SyncMode};
 use crate::error::{Error, Result};
 use crate::layout::*;
@@ -67,6 +67,9 @@ pub struct Reader {
     /// How long this reader's recent waits for data lasted (ns, a moving average): what
     /// decides whether a wait spins before it sleeps (see [`Reader::wait`]).
     gap_ns: u64,
+    /// Waits left before the next long spin, after one that found nothing (the writer
+    /// could not run meanwhile, e.g. it shares our CPU: spinning only delays it).
+    no_spin: u32,
 }
 
 impl Reader {
@@ -110,6 +113,7 @@ impl Reader {
             lost: 0,
             manual: false,
             gap_ns: SPIN_BUDGET_NS / 2,
+            no_spin: 0,
         };
         let Some(ctl) = sh.ctl() else {
             // Observer: private position, cannot hold back the writer.
@@ -374,14 +378,18 @@ impl Reader {
         let sh = self.sh.clone();
         let h = sh.hdr();
         let mut deep = false;
-        if self.available() == 0 && self.gap_ns < SPIN_BUDGET_NS && !self.ended() {
+        let long_spin = self.no_spin == 0;
+        self.no_spin = self.no_spin.saturating_sub(1);
+        if long_spin && self.available() == 0 && self.gap_ns < SPIN_BUDGET_NS && !self.ended() {
             let until = sys::now_ns() + SPIN_BUDGET_NS;
             let until = deadline.map_or(until, |d| {
                 until.min(
                     sys::now_ns() + d.saturating_duration_since(Instant::now()).as_nanos() as u64,
                 )
             });
-            self.spin_until(until);
+            if !self.spin_until(until) {
+                self.no_spin = SPIN_BACKOFF;
+            }
         }
         loop {
             if self.available() > 0 {

@@ -6,7 +6,7 @@
 //! Owns: the producer side of the space handshake and freeing reader slots. Used by both
 //! producers ([`super::Writer`], [`crate::mp::MpWriter`]) and by readers attaching.
 
-use super::notify::{SPIN_BUDGET_NS, SPIN_ROUNDS};
+use super::notify::{SPIN_BACKOFF, SPIN_BUDGET_NS, SPIN_ROUNDS};
 use super::{fences, Shared, SyncMode};
 use crate::error::{Error, Result};
 use crate::layout::*;
@@ -154,7 +154,9 @@ impl Shared {
                 // membarrier and its wake-up call. For up to twice what recent waits took
                 // when they were short (a reader consuming batch after batch), briefly
                 // otherwise (see `Reader::wait`).
-                let budget = if cache.wait_ns < SPIN_BUDGET_NS {
+                let long_spin = cache.no_spin == 0;
+                cache.no_spin = cache.no_spin.saturating_sub(1);
+                let budget = if long_spin && cache.wait_ns < SPIN_BUDGET_NS {
                     SPIN_BUDGET_NS
                 } else {
                     0
@@ -181,6 +183,9 @@ impl Shared {
                 };
                 if spun {
                     continue;
+                }
+                if budget > 0 {
+                    cache.no_spin = SPIN_BACKOFF;
                 }
                 self.hdr().m.0.writer_waits.fetch_add(1, Relaxed);
             }
@@ -291,6 +296,8 @@ pub struct ReleaseCache {
     /// How long this producer's recent waits for room lasted (ns, a moving average):
     /// whether the next wait spins before it sleeps (see `wait_released`).
     pub(crate) wait_ns: u64,
+    /// Waits left before the next long spin, after one that found nothing.
+    pub(crate) no_spin: u32,
 }
 impl Default for ReleaseCache {
     fn default() -> Self {
@@ -299,6 +306,7 @@ impl Default for ReleaseCache {
             gen: u32::MAX,
             // Unknown yet: spin up to the budget on the first wait.
             wait_ns: SPIN_BUDGET_NS / 2,
+            no_spin: 0,
         }
     }
 }
