@@ -92,9 +92,14 @@ pub struct ChannelCosts {
 
 impl Default for ChannelCosts {
     fn default() -> Self {
+        // Fitted from `streamline-bench spaces` (2026-11-27, 2-CPU EPYC VM, 2.6 GHz):
+        // `gen | count | count | null` in one space costs 2.8 ns a block for the source,
+        // three calls and the filters (a call is a cycle or two); with the second half on
+        // a worker thread the slower side takes 5.5 ns a block, about 10 cycles of channel
+        // work on each side (batched commits, runs of tags: issue 19), 60 before.
         ChannelCosts {
-            call: 5.0,
-            ring: 60.0,
+            call: 2.0,
+            ring: 20.0,
             process: 40.0,
             kernel_to_user: 300.0,
             user_to_kernel: 1500.0,
