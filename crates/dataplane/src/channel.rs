@@ -474,8 +474,15 @@ impl Egress {
         }
         // A block without record metadata (made by gen, an editor, ...) is its tag alone.
         let meta = if records { Meta::of(cx, t) } else { Meta::NONE };
-        self.metas_any |= meta.flags != 0;
-        self.metas.extend_from_slice(&meta.to_bytes());
+        if meta.flags != 0 && !self.metas_any {
+            // The first block of the run with metadata: the ones before it had none (a
+            // run without any carries no METAS block at all).
+            self.metas_any = true;
+            self.metas.resize(self.run.len() / Tag::SIZE * META_SIZE, 0);
+        }
+        if self.metas_any {
+            self.metas.extend_from_slice(&meta.to_bytes());
+        }
         self.run.extend_from_slice(
             &Tag {
                 buf: t.buf | FILE_BIT,
