@@ -1,13 +1,20 @@
-//! The `spaces` subcommand (thesis 5.2.2, 5.4): what it costs to cross between spaces,
-//! what batching the wake-ups saves, and what data parallelism gains.
+//! The `spaces` subcommand (thesis 5.2.2, 5.4; seed 003): what it costs to cross between
+//! spaces, what batching the wake-ups saves, what cache-sized queues and lockstep give, and
+//! what data parallelism gains.
 //!
 //! - **Cross-space cost**: `gen count=K size=1K | count | count | null` with every stage in
 //!   one space, with the second half on a worker thread (`count space=1`), and in a
 //!   process space (`count space=p1`, the `streamline` binary next to this one); blocks/s.
-//! - **Event moderation across spaces**: the two-space chain with the channel's wake-up
-//!   threshold at 1, 8, 32 and 256 blocks (latency bound 1 ms), with the spaces on two
-//!   CPUs and on one CPU (where every wake-up is a context switch); blocks/s, and the
-//!   ratio at 32 over 1 (headline: one CPU).
+//! - **A channel alone**: `gen | null` against `gen | null space=1`: tags through one thread
+//!   channel, no filters.
+//! - **Cache-sized channels**: blocks copied into a process space and read there, through a
+//!   data ring the size of the L2 against one of 64 MiB.
+//! - **Lockstep** (Model-T): a header chain over the sample capture on two threads,
+//!   free-running against `@lockstep`, in Gbit/s of wire bytes.
+//! - **Event moderation** (thesis 5.2.2, as CPU per block): `gen rate=R` offers a fixed rate
+//!   below saturation (chosen from what a wake-up per block keeps up with); the channel's
+//!   CPU per block (the process's, above the same pipeline in one space) for thresholds 1,
+//!   8, 32, 256 and the latency bound alone.
 //! - **Data parallelism**: a CPU-heavy stateless filter (`deflate`, level 6, on 64 KiB
 //!   blocks) once, in the source's space, then replicated on R worker threads with
 //!   `deflate space=1,...,R` (round-robin split, order-restoring join); the pipeline text
@@ -398,8 +405,8 @@ fn cache_sized(plan: &Plan, quick: bool, summary: &mut Summary) -> Result<()> {
         .and_then(|m| m.l2_bytes())
         .ok_or_else(|| err("this machine's L2 size is not in /sys/devices/system/cpu/*/cache"))?;
     let k: u64 = if quick { 200_000 } else { 2_000_000 };
-    let consumer = std::env::var("SLB_CONSUMER").unwrap_or("grep zzzzzzzz invert=yes".into());
-    let text = format!("gen count={k} size=1K rewrite=yes | {consumer} space=p1 | null");
+    // `grep` with a pattern the blocks never hold reads every byte and passes every block.
+    let text = format!("gen count={k} size=1K rewrite=yes | grep zzzzzzzz invert=yes space=p1 | null");
     println!("\n== Cache-sized channels: `{text}` ==");
     let mut at = Vec::new();
     for (label, data) in [
