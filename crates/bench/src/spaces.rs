@@ -406,7 +406,8 @@ fn cache_sized(plan: &Plan, quick: bool, summary: &mut Summary) -> Result<()> {
         .ok_or_else(|| err("this machine's L2 size is not in /sys/devices/system/cpu/*/cache"))?;
     let k: u64 = if quick { 200_000 } else { 2_000_000 };
     // `grep` with a pattern the blocks never hold reads every byte and passes every block.
-    let text = format!("gen count={k} size=1K rewrite=yes | grep zzzzzzzz invert=yes space=p1 | null");
+    let text =
+        format!("gen count={k} size=1K rewrite=yes | grep zzzzzzzz invert=yes space=p1 | null");
     println!("\n== Cache-sized channels: `{text}` ==");
     let mut at = Vec::new();
     for (label, data) in [

@@ -1184,6 +1184,93 @@ mod tests {
         assert_eq!(i, n);
     }
 
+    /// Blocks that cross by reference (a shared ring of the producing space): tags only,
+    /// in runs, with the record metadata of those that have some in one METAS block per
+    /// run, even when a run starts with blocks that have none. Every block arrives with
+    /// its bytes, class and metadata as the producer had them, across many runs.
+    #[test]
+    fn blocks_by_reference_keep_their_metadata_in_mixed_runs() {
+        use crate::store::RecordMeta;
+        let (mut tx, mut rx) = channel(
+            "t-chan-ref",
+            ChannelConfig {
+                slots: 256,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let n = 3000u32;
+        // Block i has record metadata unless i % 5 < 2 (so a run may begin without).
+        let with_meta = |i: u32| i % 5 >= 2;
+        let producer = std::thread::spawn(move || {
+            let mut st = Store::new(1 << 20);
+            st.share_rings();
+            // Far smaller than what crosses: reusing it must wait for the guards.
+            let ring = st.add_ring(1 << 16);
+            let mut b = Batch::default();
+            for i in 0..n {
+                let len = (i % 300) as usize + 1;
+                let (t, d) = st.alloc_in(ring, len);
+                for (k, x) in d.iter_mut().enumerate() {
+                    *x = (k as u32 ^ i) as u8;
+                }
+                if with_meta(i) {
+                    st.add_record(
+                        ring,
+                        RecordMeta {
+                            pos: t.pos,
+                            len: t.len,
+                            skip: i % 3,
+                            ts_ns: 1_000 + i as u64,
+                            orig_len: 2_000 + i,
+                        },
+                    );
+                }
+                b.push(Tag {
+                    class: (i % 7 + 1) as u16,
+                    ..t
+                });
+                if b.len() == 100 {
+                    cx_run(&mut st, |cx| tx.process(cx, &mut b));
+                    b.clear();
+                }
+            }
+            cx_run(&mut st, |cx| tx.process(cx, &mut b));
+            cx_run(&mut st, |cx| tx.finish(cx, &mut Batch::default()));
+            // The store (the shared ring) lives until the consumer is done with it.
+            st
+        });
+        let mut st = Store::new(1 << 16);
+        let mut i = 0u32;
+        loop {
+            let mut b = Batch::default();
+            let more = cx_run(&mut st, |cx| rx.pull(cx, &mut b, 64));
+            for t in &b.tags {
+                let want: Vec<u8> = (0..(i % 300) + 1).map(|k| (k ^ i) as u8).collect();
+                assert_eq!(st.data(t).unwrap(), &want[..], "block {i}");
+                assert_eq!(t.class, (i % 7 + 1) as u16);
+                let r = st.record_of(t);
+                if with_meta(i) {
+                    let r = r.unwrap_or_else(|| panic!("block {i} lost its metadata"));
+                    assert_eq!(
+                        (r.skip, r.ts_ns, r.orig_len),
+                        (i % 3, 1_000 + i as u64, 2_000 + i),
+                        "block {i}"
+                    );
+                } else {
+                    assert!(r.is_none(), "block {i} got metadata it never had: {r:?}");
+                }
+                i += 1;
+            }
+            cx_run(&mut st, |cx| rx.epoch_end(cx));
+            if !more {
+                break;
+            }
+        }
+        drop(producer.join().unwrap());
+        assert_eq!(i, n);
+    }
+
     /// Prefix sharing's published streams are lossy (FRP): a subscriber that falls behind
     /// loses whole blocks, counted exactly, and never gets a corrupt one; the publisher and
     /// the other subscribers do not wait for it. Real named rings in /dev/shm.
