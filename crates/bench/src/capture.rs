@@ -1,6 +1,8 @@
 //! The `capture` subcommand (thesis 7.2.2, 6.3.2): live capture on a veth pair into a
 //! network namespace the benchmark creates, with UDP traffic it sends itself at a fixed
-//! rate (1% of it to port 7, the rest to port 9).
+//! rate (1% of it to port 7, the rest to port 9). The rate is this machine's: the sender
+//! is first measured alone, and a third of what it keeps is offered (`--pps` overrides), so
+//! it keeps the rate while a capture shares the CPUs.
 //!
 //! - **Kernel vs user placement of `bpf "udp dst port 7"`**: `rx | bpf` (the program runs
 //!   on the socket) against `rx | bpf placed=user` (every frame is handed to user space
@@ -27,9 +29,10 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Offered rate, packets per second.
-    #[arg(long, default_value_t = 500_000)]
-    pps: u64,
+    /// Offered rate, packets per second (default: a third of what the sender keeps alone,
+    /// measured first, so that it keeps the rate while a capture shares the CPUs).
+    #[arg(long)]
+    pps: Option<u64>,
     /// Seconds of traffic per configuration.
     #[arg(long, default_value_t = 3.0)]
     secs: f64,
@@ -97,6 +100,29 @@ pub(crate) fn send_sized(
     Ok((sent, t0.elapsed().as_secs_f64()))
 }
 
+/// As fast as one sender can: datagrams of `size` bytes in sendmmsg batches for `secs`,
+/// with nothing else running (what the machine offers; benchmarks choose their load from
+/// it). Packets per second.
+pub(crate) fn max_rate(src: &str, dst: &str, secs: f64, size: usize) -> Result<f64> {
+    let sock = std::net::UdpSocket::bind(format!("{src}:0"))
+        .map_err(|e| err(format!("udp socket: {e}")))?;
+    let ip: std::net::Ipv4Addr = dst.parse().map_err(|e| err(format!("{dst}: {e}")))?;
+    let to = vec![std::net::SocketAddrV4::new(ip, 9); 64];
+    let payload = vec![0x5au8; size];
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while t0.elapsed().as_secs_f64() < secs {
+        match crate::proc::send_many(&sock, &payload, &to) {
+            Ok(n) => sent += n as u64,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN)) => {
+                std::thread::yield_now()
+            }
+            Err(e) => return Err(err(format!("sendmmsg: {e}"))),
+        }
+    }
+    Ok(sent as f64 / t0.elapsed().as_secs_f64())
+}
+
 /// Nanoseconds on CPU of every thread of `pid`.
 pub(crate) fn cpu_ns(pid: u32) -> u64 {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -126,9 +152,15 @@ pub(crate) fn streamline() -> Result<std::path::PathBuf> {
     Ok(exe)
 }
 
+/// What one configuration is measured with: the offered rate and how long.
+struct Load {
+    pps: u64,
+    secs: f64,
+}
+
 /// One capture: start `cmd`, send traffic, read its CPU time, stop it with SIGINT.
 /// Returns (packets sent, CPU seconds, stderr).
-fn measure(v: &Veth, mut cmd: Command, a: &Args, flows: u16) -> Result<(u64, f64, String)> {
+fn measure(v: &Veth, mut cmd: Command, a: &Load, flows: u16) -> Result<(u64, f64, String)> {
     let child: Child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -139,7 +171,7 @@ fn measure(v: &Veth, mut cmd: Command, a: &Args, flows: u16) -> Result<(u64, f64
         let c0 = cpu_ns(child.id());
         let (sent, took) = send(&v.here_ip, &v.peer_ip, a.pps, a.secs, flows)?;
         if took > a.secs * 1.1 {
-            return Err(err(format!("the sender kept only {:.0} of the {} packets/s asked for (with {:?} capturing); lower --pps", sent as f64 / took, a.pps, cmd.get_program())));
+            return Err(err(format!("the sender kept only {:.0} of the {} packets/s offered (with {:?} capturing); give a lower --pps", sent as f64 / took, a.pps, cmd.get_program())));
         }
         std::thread::sleep(Duration::from_millis(300));
         Ok((sent, cpu_ns(child.id()) - c0))
@@ -164,7 +196,7 @@ fn measure(v: &Veth, mut cmd: Command, a: &Args, flows: u16) -> Result<(u64, f64
 /// 3 s run varied by a third on our VMs.
 fn median_runs(
     v: &Veth,
-    a: &Args,
+    a: &Load,
     reps: usize,
     makers: &[&dyn Fn() -> Command],
 ) -> Result<Vec<((u64, f64, String), String)>> {
@@ -215,27 +247,29 @@ fn delivered_in(stderr: &str) -> u64 {
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(600));
-    let a = if quick {
-        Args {
-            pps: 20_000,
-            secs: 1.0,
-        }
-    } else {
-        Args {
-            pps: a.pps,
-            secs: a.secs,
-        }
-    };
     let sl = streamline()?;
     let v = veth()?;
     let dev = v.here.clone();
+    let secs = if quick { 1.0 } else { a.secs };
+    // The offered rate: what this machine's sender keeps with nothing else running, a third
+    // of it (the capture under test shares the 2 CPUs with the sender), unless given.
+    let alone = max_rate(&v.here_ip, &v.peer_ip, if quick { 0.5 } else { 1.0 }, 64)?;
+    let pps = a.pps.unwrap_or((alone / 3.0) as u64).max(1000);
     println!(
         "streamline-bench capture ({} mode): {} packets/s of 64-byte UDP for {} s on veth {dev}",
         if quick { "quick" } else { "full" },
+        pps,
+        secs
+    );
+    let given = a.pps.is_some();
+    let a = Load { pps, secs };
+    println!(
+        "offered rate: {} packets/s ({}; the sender alone keeps {alone:.0})",
         a.pps,
-        a.secs
+        if given { "--pps" } else { "a third of what the sender keeps" }
     );
     let mut summary = Summary::default();
+    summary.add("capture_offered_pps", a.pps as f64, None, format!("the offered rate ({}; the sender alone keeps {alone:.0} packets/s)", if given { "--pps" } else { "a third of what it keeps" }));
     let run_sl = |pipeline: String| {
         let mut c = Command::new(&sl);
         c.args(["run", "-q", &pipeline]);

@@ -14,7 +14,7 @@
 //! run in the sender's context and in softirqs, not in the readers), minus what the same
 //! sending costs with no reader: what the readers and their capture path cost. Needs root.
 
-use crate::capture::{cpu_ns, send_sized, veth};
+use crate::capture::{cpu_ns, max_rate, send_sized, veth};
 use crate::proc::kill_with_us;
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
 use std::io::BufRead;
@@ -59,27 +59,6 @@ fn machine_cpu() -> (f64, f64) {
     let total: f64 = v.iter().take(8).sum();
     let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
     ((total - idle) / hz, total / hz)
-}
-
-/// As fast as one sender can: 64-byte datagrams in sendmmsg batches for `secs`.
-fn max_rate(src: &str, dst: &str, secs: f64, size: usize) -> Result<f64> {
-    let sock = std::net::UdpSocket::bind(format!("{src}:0"))
-        .map_err(|e| err(format!("udp socket: {e}")))?;
-    let ip: std::net::Ipv4Addr = dst.parse().map_err(|e| err(format!("{dst}: {e}")))?;
-    let to = vec![std::net::SocketAddrV4::new(ip, 9); 64];
-    let payload = vec![0x5au8; size];
-    let t0 = Instant::now();
-    let mut sent = 0u64;
-    while t0.elapsed().as_secs_f64() < secs {
-        match crate::proc::send_many(&sock, &payload, &to) {
-            Ok(n) => sent += n as u64,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN)) => {
-                std::thread::yield_now()
-            }
-            Err(e) => return Err(err(format!("sendmmsg: {e}"))),
-        }
-    }
-    Ok(sent as f64 / t0.elapsed().as_secs_f64())
 }
 
 /// A started tcpdump, listening.
