@@ -266,10 +266,26 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     println!(
         "offered rate: {} packets/s ({}; the sender alone keeps {alone:.0})",
         a.pps,
-        if given { "--pps" } else { "a third of what the sender keeps" }
+        if given {
+            "--pps"
+        } else {
+            "a third of what the sender keeps"
+        }
     );
     let mut summary = Summary::default();
-    summary.add("capture_offered_pps", a.pps as f64, None, format!("the offered rate ({}; the sender alone keeps {alone:.0} packets/s)", if given { "--pps" } else { "a third of what it keeps" }));
+    summary.add(
+        "capture_offered_pps",
+        a.pps as f64,
+        None,
+        format!(
+            "the offered rate ({}; the sender alone keeps {alone:.0} packets/s)",
+            if given {
+                "--pps"
+            } else {
+                "a third of what it keeps"
+            }
+        ),
+    );
     let run_sl = |pipeline: String| {
         let mut c = Command::new(&sl);
         c.args(["run", "-q", &pipeline]);

@@ -602,7 +602,27 @@ impl Filter for Egress {
         }
         // How the last buffer seen crosses (a batch's blocks mostly share one).
         let mut last: Option<(BufId, Ref, bool)> = None;
+        // The guard entry of the last buffer, if it is a shared ring without metadata: its
+        // blocks then only queue their tags and widen the guard (no metadata to look up).
+        let mut plain: Option<(BufId, usize)> = None;
         for t in &batch.tags {
+            if let Some((b, g)) = plain.filter(|p| p.0 == t.buf) {
+                self.run.extend_from_slice(
+                    &Tag {
+                        buf: t.buf | FILE_BIT,
+                        ..*t
+                    }
+                    .to_bytes(),
+                );
+                if self.metas_any {
+                    self.metas.extend_from_slice(&Meta::NONE.to_bytes());
+                }
+                let span = &mut self.guards[g];
+                debug_assert_eq!(span.0, b);
+                (span.1, span.2) = (span.1.min(t.pos), span.2.max(t.pos + t.len as u64));
+                continue;
+            }
+            plain = None;
             let first = !matches!(&last, Some((b, _, _)) if *b == t.buf);
             if first {
                 last = Some((t.buf, self.how(cx, t.buf), cx.store.has_records(t.buf)));
@@ -620,6 +640,13 @@ impl Filter for Egress {
                 self.end_batch(cx);
                 cx.stop();
                 return;
+            }
+            if let (Ref::Shared(_), false) = (r, *records) {
+                plain = self
+                    .guards
+                    .iter()
+                    .position(|g| g.0 == t.buf)
+                    .map(|g| (t.buf, g));
             }
             if !matches!(r, Ref::Copy) {
                 continue;
@@ -772,23 +799,42 @@ impl Ingress {
         let mut used = 0;
         let mut res = Ok(true);
         // The last shared ring or file a tag named, and its local id: the common case (a
-        // block in place, without record metadata) is a rename, nothing more.
+        // block in place) is a rename, nothing more.
         let mut last: Option<(BufId, BufId)> = None;
-        for b in p.data.chunks_exact(Tag::SIZE) {
+        let tags = p.data;
+        let n = tags.len() / Tag::SIZE;
+        let tag_at = |i: usize| Tag::from_bytes(&tags[i * Tag::SIZE..]).expect("a whole tag");
+        while used < n {
             if out.len() >= max || *budget >= self.max_bytes {
                 break;
             }
-            used += 1;
-            let raw = Tag::from_bytes(b).expect("a whole tag");
-            if let Some((_, to)) = last.filter(|l| l.0 == raw.buf) {
+            let raw = tag_at(used);
+            if let Some((from, to)) = last.filter(|l| l.0 == raw.buf) {
                 self.held = true;
+                if self.metas.is_empty() {
+                    // A stretch of blocks of that buffer without metadata: renamed in one
+                    // pass into the batch.
+                    let end = n.min(used + (max - out.len()));
+                    while used < end {
+                        let t = tag_at(used);
+                        if t.buf != from {
+                            break;
+                        }
+                        out.tags.push(Tag { buf: to, ..t });
+                        used += 1;
+                    }
+                    out.shared.resize(out.tags.len(), false);
+                    continue;
+                }
                 let tag = Tag { buf: to, ..raw };
                 if let Some(meta) = self.metas.pop_front() {
                     self.restore(cx, &tag, meta);
                 }
                 out.push(tag);
+                used += 1;
                 continue;
             }
+            used += 1;
             if raw.buf & FILE_BIT != 0 {
                 last = self
                     .files
