@@ -143,6 +143,7 @@ impl Assignment {
                 _ => sp(node.id).into_iter().collect(),
             })
             .collect();
+        let planned = keep_sections_together(original, planned);
         let placed = Repair::new(ncpu, home_cpu).run(original, &planned);
         let mut set: BTreeMap<usize, NodePlace> = BTreeMap::new();
         for node in &original.nodes {
@@ -276,6 +277,43 @@ impl Sp {
             Sp::Process(k, inst) => SpaceName::Process(n * (2 + 2 * inst) + k),
         }
     }
+}
+
+/// The runtime runs a join's parallel branches in one space with their fork and join
+/// ([`dataplane::spaces::check_joins`]: copies of one block reaching a join from two
+/// spaces would arrive at times that depend on timing), and the cost model does not see
+/// that rule: a plan that spreads a section's branches is brought back to the space of
+/// its fork (the first fork the plan placed, else the first placed node upstream; home
+/// when there is none). The sections are the runtime's own definition
+/// ([`dataplane::spaces::parallel_sections`]).
+fn keep_sections_together(g: &Graph, mut planned: Vec<Vec<Sp>>) -> Vec<Vec<Sp>> {
+    for s in dataplane::spaces::parallel_sections(g) {
+        let upstream = |n: usize| -> Option<Sp> {
+            let mut todo = vec![n];
+            let mut seen = vec![false; g.nodes.len()];
+            while let Some(x) = todo.pop() {
+                if std::mem::replace(&mut seen[x], true) {
+                    continue;
+                }
+                if let Some(&sp) = planned[x].first() {
+                    return Some(sp);
+                }
+                todo.extend(g.in_edges(x).map(|e| e.from));
+            }
+            None
+        };
+        let target = s
+            .forks
+            .iter()
+            .find_map(|&f| upstream(f))
+            .unwrap_or(Sp::Local);
+        for &b in &s.branches {
+            if !planned[b].is_empty() {
+                planned[b] = vec![target];
+            }
+        }
+    }
+    planned
 }
 
 /// The runtime refuses spaces that feed each other (a loop between spaces could deadlock
@@ -586,6 +624,38 @@ mod tests {
         );
         assert_eq!(placed[3], Some(t(1)));
         assert_eq!(placed[4], Some(t(1)));
+    }
+
+    #[test]
+    fn a_joins_parallel_branches_stay_with_their_fork() {
+        // A plan that put one branch of `(tcp ++ udp)` on another CPU (cheap channels make
+        // that look worthwhile to the cost model) is brought back to the fork's space: the
+        // runtime refuses a section spread over spaces.
+        let g = lang::parse(
+            "pcapin x.pcap | (tcp ++ udp) | count",
+            &PlanResolver(&native()),
+        )
+        .unwrap();
+        let sections = dataplane::spaces::parallel_sections(&g);
+        assert_eq!(sections.len(), 1, "{sections:?}");
+        let id = |name: &str| {
+            g.nodes
+                .iter()
+                .position(|n| matches!(&n.kind, NodeKind::Filter { filter, .. } if filter == name))
+                .unwrap()
+        };
+        let mut planned = vec![Vec::new(); g.nodes.len()];
+        planned[id("pcapin")] = vec![Sp::Local];
+        planned[id("tcp")] = vec![Sp::Thread(1, 0)];
+        planned[id("udp")] = vec![Sp::Local];
+        planned[id("count")] = vec![Sp::Thread(1, 0)];
+        let kept = keep_sections_together(&g, planned);
+        assert_eq!(kept[id("tcp")], vec![Sp::Local]);
+        assert_eq!(kept[id("udp")], vec![Sp::Local]);
+        // After the join the plan still decides.
+        assert_eq!(kept[id("count")], vec![Sp::Thread(1, 0)]);
+        let placed = Repair::new(2, 0).run(&g, &kept);
+        assert!(acyclic(&g, &placed), "{placed:?}");
     }
 
     #[test]

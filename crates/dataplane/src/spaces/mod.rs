@@ -35,7 +35,10 @@ mod split;
 
 pub use build::{Launcher, Spaces};
 pub use child::run_process_space;
-pub use place::{check_joins, place, replicate, schedule_of, Placement, SpaceId, SpaceKind};
+pub use place::{
+    check_joins, parallel_sections, place, replicate, schedule_of, ParallelSection, Placement,
+    SpaceId, SpaceKind,
+};
 pub use protocol::ProtocolError;
 pub use run::SpacesReport;
 pub(crate) use split::{EGRESS, INGRESS};

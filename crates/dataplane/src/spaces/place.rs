@@ -162,14 +162,20 @@ fn order_sensitive_after(g: &Graph, id: usize, factory: &dyn Factory) -> Option<
     None
 }
 
-/// Joins of parallel branches (thesis 3.3.2 templates `+`, `++`, `+*`) whose branches do
-/// not run in one space with the join and the fork they start at: copies of a block that
-/// travel different channels arrive in an order, and as distinct blocks, that depend on
-/// timing. So such a placement is refused unless the result cannot show it: an `All` join
-/// (every copy passes) whose output only reaches filters that count. Replicas' joins
-/// (ordered, merge) are exempt: they are built for it.
-pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<(), BuildError> {
-    let space = &p.space;
+/// The parallel section of a join that is not a replica join (ordered or merge): the
+/// nodes upstream of some of its in-arcs but not of all (`branches`), and the common
+/// nodes that feed a branch or the join directly (`forks`). Such a section must run in one
+/// space with its join unless the result cannot show it ([`check_joins`]); the control
+/// plane keeps a plan's sections together by the same definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParallelSection {
+    pub join: usize,
+    pub branches: Vec<usize>,
+    pub forks: Vec<usize>,
+}
+
+/// Every non-replica join's [`ParallelSection`], joins with fewer than two inputs left out.
+pub fn parallel_sections(g: &Graph) -> Vec<ParallelSection> {
     let ancestors = |n: usize| {
         let mut seen = vec![false; g.nodes.len()];
         let mut todo = vec![n];
@@ -180,33 +186,72 @@ pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<()
         }
         seen
     };
+    let mut out = Vec::new();
     for join in g.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Join { mode } if !matches!(mode, lang::JoinMode::Ordered | lang::JoinMode::Merge))) {
         let preds: Vec<usize> = g.edges.iter().filter(|e| e.to == join.id).map(|e| e.from).collect();
         if preds.len() < 2 {
             continue;
         }
-        // The parallel section: nodes upstream of some branch but not of all (the
-        // branches), the common nodes that feed a branch or the join directly (the
-        // forks), and the join.
         let sets: Vec<Vec<bool>> = preds.iter().map(|&p| ancestors(p)).collect();
         let any = |n: usize| sets.iter().any(|s| s[n]);
         let every = |n: usize| sets.iter().all(|s| s[n]);
-        let branch: Vec<usize> = (0..g.nodes.len()).filter(|&n| any(n) && !every(n)).collect();
-        let forks = (0..g.nodes.len()).filter(|&n| every(n) && g.edges.iter().any(|e| e.from == n && (e.to == join.id || branch.contains(&e.to))));
-        let section: Vec<usize> = branch.iter().copied().chain(forks).collect();
-        let off: Vec<usize> = section.iter().copied().filter(|&n| space[n] != space[join.id]).collect();
+        let branches: Vec<usize> = (0..g.nodes.len()).filter(|&n| any(n) && !every(n)).collect();
+        let forks = (0..g.nodes.len())
+            .filter(|&n| every(n) && g.edges.iter().any(|e| e.from == n && (e.to == join.id || branches.contains(&e.to))))
+            .collect();
+        out.push(ParallelSection { join: join.id, branches, forks });
+    }
+    out
+}
+
+/// Joins of parallel branches (thesis 3.3.2 templates `+`, `++`, `+*`) whose branches do
+/// not run in one space with the join and the fork they start at: copies of a block that
+/// travel different channels arrive in an order, and as distinct blocks, that depend on
+/// timing. So such a placement is refused unless the result cannot show it: an `All` join
+/// (every copy passes) whose output only reaches filters that count. Replicas' joins
+/// (ordered, merge) are exempt: they are built for it.
+pub fn check_joins(g: &Graph, p: &Placement, factory: &dyn Factory) -> Result<(), BuildError> {
+    let space = &p.space;
+    for ParallelSection {
+        join,
+        branches,
+        forks,
+    } in parallel_sections(g)
+    {
+        let join = &g.nodes[join];
+        let section: Vec<usize> = branches.iter().copied().chain(forks).collect();
+        let off: Vec<usize> = section
+            .iter()
+            .copied()
+            .filter(|&n| space[n] != space[join.id])
+            .collect();
         if off.is_empty() {
             continue;
         }
-        let all = matches!(join.kind, NodeKind::Join { mode: lang::JoinMode::All });
+        let all = matches!(
+            join.kind,
+            NodeKind::Join {
+                mode: lang::JoinMode::All
+            }
+        );
         let why_order = order_sensitive_after(g, join.id, factory);
         if all && why_order.is_none() {
             continue;
         }
         // Name a filter the user placed in the section, if any.
-        let placed = |n: usize| matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && space_of(&g.nodes[n]).is_some();
-        let culprit = section.iter().copied().find(|&n| placed(n)).unwrap_or(off[0]);
-        let mut spans: Vec<SpaceId> = section.iter().map(|&n| space[n]).chain([space[join.id]]).collect();
+        let placed = |n: usize| {
+            matches!(g.nodes[n].kind, NodeKind::Filter { .. }) && space_of(&g.nodes[n]).is_some()
+        };
+        let culprit = section
+            .iter()
+            .copied()
+            .find(|&n| placed(n))
+            .unwrap_or(off[0]);
+        let mut spans: Vec<SpaceId> = section
+            .iter()
+            .map(|&n| space[n])
+            .chain([space[join.id]])
+            .collect();
         spans.sort_unstable();
         spans.dedup();
         let spans: Vec<String> = spans.iter().map(|&s| space_name(p, s)).collect();
