@@ -1178,6 +1178,40 @@ mod tests {
         r
     }
 
+    /// Queue block `t` in `b`, sending the batch through `tx` every 100 blocks.
+    fn feed(tx: &mut Egress, st: &mut Store, b: &mut Batch, t: Tag) {
+        b.push(t);
+        if b.len() == 100 {
+            cx_run(st, |cx| tx.process(cx, b));
+            b.clear();
+        }
+    }
+
+    /// Send what `b` still holds, then close the channel.
+    fn close(tx: &mut Egress, st: &mut Store, b: &mut Batch) {
+        cx_run(st, |cx| tx.process(cx, b));
+        cx_run(st, |cx| tx.finish(cx, &mut Batch::default()));
+    }
+
+    /// Pull batches of up to `max` blocks until the channel ends, releasing each after
+    /// `check` saw its blocks (with their number in the stream); returns how many came.
+    fn drain(rx: &mut Ingress, max: usize, mut check: impl FnMut(&Store, &Tag, u32)) -> u32 {
+        let mut st = Store::new(1 << 16);
+        let mut i = 0u32;
+        loop {
+            let mut b = Batch::default();
+            let more = cx_run(&mut st, |cx| rx.pull(cx, &mut b, max));
+            for t in &b.tags {
+                check(&st, t, i);
+                i += 1;
+            }
+            cx_run(&mut st, |cx| rx.epoch_end(cx));
+            if !more {
+                return i;
+            }
+        }
+    }
+
     #[test]
     fn blocks_cross_between_threads_with_classes_and_bytes_intact() {
         let (mut tx, mut rx) = channel(
@@ -1196,34 +1230,23 @@ mod tests {
             for i in 0..n {
                 let data: Vec<u8> = (0..(i % 700) + 1).map(|k| (k ^ i) as u8).collect();
                 let t = st.push(&data);
-                b.push(Tag {
-                    class: (i % 7 + 1) as u16,
-                    ..t
-                });
-                if b.len() == 100 {
-                    cx_run(&mut st, |cx| tx.process(cx, &mut b));
-                    b.clear();
-                }
+                feed(
+                    &mut tx,
+                    &mut st,
+                    &mut b,
+                    Tag {
+                        class: (i % 7 + 1) as u16,
+                        ..t
+                    },
+                );
             }
-            cx_run(&mut st, |cx| tx.process(cx, &mut b));
-            cx_run(&mut st, |cx| tx.finish(cx, &mut Batch::default()));
+            close(&mut tx, &mut st, &mut b);
         });
-        let mut st = Store::new(1 << 16);
-        let mut i = 0u32;
-        loop {
-            let mut b = Batch::default();
-            let more = cx_run(&mut st, |cx| rx.pull(cx, &mut b, 256));
-            for t in &b.tags {
-                let want: Vec<u8> = (0..(i % 700) + 1).map(|k| (k ^ i) as u8).collect();
-                assert_eq!(st.data(t).unwrap(), &want[..], "block {i}");
-                assert_eq!(t.class, (i % 7 + 1) as u16);
-                i += 1;
-            }
-            cx_run(&mut st, |cx| rx.epoch_end(cx));
-            if !more {
-                break;
-            }
-        }
+        let i = drain(&mut rx, 256, |st, t, i| {
+            let want: Vec<u8> = (0..(i % 700) + 1).map(|k| (k ^ i) as u8).collect();
+            assert_eq!(st.data(t).unwrap(), &want[..], "block {i}");
+            assert_eq!(t.class, (i % 7 + 1) as u16);
+        });
         producer.join().unwrap();
         // The data ring (64 KiB) is far smaller than what crossed (~1.7 MB): space was
         // reused only after release, or a block above would have been wrong.
@@ -1272,47 +1295,36 @@ mod tests {
                         },
                     );
                 }
-                b.push(Tag {
-                    class: (i % 7 + 1) as u16,
-                    ..t
-                });
-                if b.len() == 100 {
-                    cx_run(&mut st, |cx| tx.process(cx, &mut b));
-                    b.clear();
-                }
+                feed(
+                    &mut tx,
+                    &mut st,
+                    &mut b,
+                    Tag {
+                        class: (i % 7 + 1) as u16,
+                        ..t
+                    },
+                );
             }
-            cx_run(&mut st, |cx| tx.process(cx, &mut b));
-            cx_run(&mut st, |cx| tx.finish(cx, &mut Batch::default()));
+            close(&mut tx, &mut st, &mut b);
             // The store (the shared ring) lives until the consumer is done with it.
             st
         });
-        let mut st = Store::new(1 << 16);
-        let mut i = 0u32;
-        loop {
-            let mut b = Batch::default();
-            let more = cx_run(&mut st, |cx| rx.pull(cx, &mut b, 64));
-            for t in &b.tags {
-                let want: Vec<u8> = (0..(i % 300) + 1).map(|k| (k ^ i) as u8).collect();
-                assert_eq!(st.data(t).unwrap(), &want[..], "block {i}");
-                assert_eq!(t.class, (i % 7 + 1) as u16);
-                let r = st.record_of(t);
-                if with_meta(i) {
-                    let r = r.unwrap_or_else(|| panic!("block {i} lost its metadata"));
-                    assert_eq!(
-                        (r.skip, r.ts_ns, r.orig_len),
-                        (i % 3, 1_000 + i as u64, 2_000 + i),
-                        "block {i}"
-                    );
-                } else {
-                    assert!(r.is_none(), "block {i} got metadata it never had: {r:?}");
-                }
-                i += 1;
+        let i = drain(&mut rx, 64, |st, t, i| {
+            let want: Vec<u8> = (0..(i % 300) + 1).map(|k| (k ^ i) as u8).collect();
+            assert_eq!(st.data(t).unwrap(), &want[..], "block {i}");
+            assert_eq!(t.class, (i % 7 + 1) as u16);
+            let r = st.record_of(t);
+            if with_meta(i) {
+                let r = r.unwrap_or_else(|| panic!("block {i} lost its metadata"));
+                assert_eq!(
+                    (r.skip, r.ts_ns, r.orig_len),
+                    (i % 3, 1_000 + i as u64, 2_000 + i),
+                    "block {i}"
+                );
+            } else {
+                assert!(r.is_none(), "block {i} got metadata it never had: {r:?}");
             }
-            cx_run(&mut st, |cx| rx.epoch_end(cx));
-            if !more {
-                break;
-            }
-        }
+        });
         drop(producer.join().unwrap());
         assert_eq!(i, n);
     }
