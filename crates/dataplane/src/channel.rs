@@ -474,6 +474,21 @@ impl Egress {
         }
         // A block without record metadata (made by gen, an editor, ...) is its tag alone.
         let meta = if records { Meta::of(cx, t) } else { Meta::NONE };
+        self.queue(t, meta);
+        if matches!(r, Ref::Shared(_)) {
+            // The consumer reads this ring in place, and the ring keeps the block until the
+            // consumer releases the tag (one guard per ring and batch, see `end_batch`).
+            match self.guards.iter_mut().find(|g| g.0 == t.buf) {
+                Some(g) => widen(g, t),
+                None => self.guards.push((t.buf, t.pos, t.pos + t.len as u64)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Queue a block's tag in the run, and its metadata if the run carries any.
+    #[inline(always)]
+    fn queue(&mut self, t: &Tag, meta: Meta) {
         if meta.flags != 0 && !self.metas_any {
             // The first block of the run with metadata: the ones before it had none (a
             // run without any carries no METAS block at all).
@@ -490,16 +505,6 @@ impl Egress {
             }
             .to_bytes(),
         );
-        if matches!(r, Ref::Shared(_)) {
-            // The consumer reads this ring in place, and the ring keeps the block until the
-            // consumer releases the tag (one guard per ring and batch, see `end_batch`).
-            let end = t.pos + t.len as u64;
-            match self.guards.iter_mut().find(|g| g.0 == t.buf) {
-                Some(g) => (g.1, g.2) = (g.1.min(t.pos), g.2.max(end)),
-                None => self.guards.push((t.buf, t.pos, end)),
-            }
-        }
-        Ok(())
     }
 
     /// Write the queued run of [`Egress::send_ref`]: its blocks' metadata as one block
@@ -550,6 +555,12 @@ impl Egress {
             .write_through_parts(&[&meta.to_bytes(), d], t.class)
             .map(|_| ())
     }
+}
+
+/// Widen a batch's guard span `(buf, start, end)` to cover block `t`.
+#[inline(always)]
+fn widen(span: &mut (BufId, u64, u64), t: &Tag) {
+    (span.1, span.2) = (span.1.min(t.pos), span.2.max(t.pos + t.len as u64));
 }
 
 /// How a buffer's blocks cross a channel (see [`Egress::how`]).
@@ -606,20 +617,9 @@ impl Filter for Egress {
         // blocks then only queue their tags and widen the guard (no metadata to look up).
         let mut plain: Option<(BufId, usize)> = None;
         for t in &batch.tags {
-            if let Some((b, g)) = plain.filter(|p| p.0 == t.buf) {
-                self.run.extend_from_slice(
-                    &Tag {
-                        buf: t.buf | FILE_BIT,
-                        ..*t
-                    }
-                    .to_bytes(),
-                );
-                if self.metas_any {
-                    self.metas.extend_from_slice(&Meta::NONE.to_bytes());
-                }
-                let span = &mut self.guards[g];
-                debug_assert_eq!(span.0, b);
-                (span.1, span.2) = (span.1.min(t.pos), span.2.max(t.pos + t.len as u64));
+            if let Some((_, g)) = plain.filter(|p| p.0 == t.buf) {
+                self.queue(t, Meta::NONE);
+                widen(&mut self.guards[g], t);
                 continue;
             }
             plain = None;
@@ -1178,6 +1178,14 @@ mod tests {
         r
     }
 
+    /// Block `i` of a test stream: `(i % modulo) + 1` bytes derived from `i`, and its class.
+    fn test_block(i: u32, modulo: u32) -> (Vec<u8>, u16) {
+        (
+            (0..(i % modulo) + 1).map(|k| (k ^ i) as u8).collect(),
+            (i % 7 + 1) as u16,
+        )
+    }
+
     /// Queue block `t` in `b`, sending the batch through `tx` every 100 blocks.
     fn feed(tx: &mut Egress, st: &mut Store, b: &mut Batch, t: Tag) {
         b.push(t);
@@ -1228,24 +1236,16 @@ mod tests {
             let mut st = Store::new(1 << 20);
             let mut b = Batch::default();
             for i in 0..n {
-                let data: Vec<u8> = (0..(i % 700) + 1).map(|k| (k ^ i) as u8).collect();
+                let (data, class) = test_block(i, 700);
                 let t = st.push(&data);
-                feed(
-                    &mut tx,
-                    &mut st,
-                    &mut b,
-                    Tag {
-                        class: (i % 7 + 1) as u16,
-                        ..t
-                    },
-                );
+                feed(&mut tx, &mut st, &mut b, Tag { class, ..t });
             }
             close(&mut tx, &mut st, &mut b);
         });
         let i = drain(&mut rx, 256, |st, t, i| {
-            let want: Vec<u8> = (0..(i % 700) + 1).map(|k| (k ^ i) as u8).collect();
+            let (want, class) = test_block(i, 700);
             assert_eq!(st.data(t).unwrap(), &want[..], "block {i}");
-            assert_eq!(t.class, (i % 7 + 1) as u16);
+            assert_eq!(t.class, class);
         });
         producer.join().unwrap();
         // The data ring (64 KiB) is far smaller than what crossed (~1.7 MB): space was
@@ -1278,11 +1278,9 @@ mod tests {
             let ring = st.add_ring(1 << 16);
             let mut b = Batch::default();
             for i in 0..n {
-                let len = (i % 300) as usize + 1;
-                let (t, d) = st.alloc_in(ring, len);
-                for (k, x) in d.iter_mut().enumerate() {
-                    *x = (k as u32 ^ i) as u8;
-                }
+                let (data, class) = test_block(i, 300);
+                let (t, d) = st.alloc_in(ring, data.len());
+                d.copy_from_slice(&data);
                 if with_meta(i) {
                     st.add_record(
                         ring,
@@ -1295,24 +1293,16 @@ mod tests {
                         },
                     );
                 }
-                feed(
-                    &mut tx,
-                    &mut st,
-                    &mut b,
-                    Tag {
-                        class: (i % 7 + 1) as u16,
-                        ..t
-                    },
-                );
+                feed(&mut tx, &mut st, &mut b, Tag { class, ..t });
             }
             close(&mut tx, &mut st, &mut b);
             // The store (the shared ring) lives until the consumer is done with it.
             st
         });
         let i = drain(&mut rx, 64, |st, t, i| {
-            let want: Vec<u8> = (0..(i % 300) + 1).map(|k| (k ^ i) as u8).collect();
+            let (want, class) = test_block(i, 300);
             assert_eq!(st.data(t).unwrap(), &want[..], "block {i}");
-            assert_eq!(t.class, (i % 7 + 1) as u16);
+            assert_eq!(t.class, class);
             let r = st.record_of(t);
             if with_meta(i) {
                 let r = r.unwrap_or_else(|| panic!("block {i} lost its metadata"));
