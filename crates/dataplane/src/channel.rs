@@ -262,6 +262,7 @@ pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
         metas: Default::default(),
         sub: Some(sub),
         busy: false,
+        marker: None,
     })
 }
 
@@ -303,6 +304,7 @@ fn attach(
         metas: Default::default(),
         sub: None,
         busy: false,
+        marker: None,
     })
 }
 
@@ -336,6 +338,9 @@ const METAS: u16 = 4;
 const ANNOUNCE: u16 = 8;
 /// With ANNOUNCE: the payload is the key of a shared ring of the producer's process.
 const SHARED: u16 = 16;
+/// A marker (`ts_ns` its number): a filter moves across the channel here (see
+/// [`ChannelEnd`]); only from a space of this process.
+const MARK: u16 = 32;
 /// Tags that point into a producer's file carry its buffer id with this bit set.
 const FILE_BIT: u16 = 0x8000;
 
@@ -603,7 +608,64 @@ impl Egress {
     }
 }
 
+/// The markers of `crate::migrate`, on a channel between two spaces of this process: the
+/// producer writes one after every block sent so far; the consumer delivers the blocks
+/// before it and then nothing until its space has done what the marker asks.
+pub trait ChannelEnd {
+    /// Producer: write marker `id` behind every block sent so far, and wake the consumer.
+    fn mark(&mut self, id: u64) -> beltway::Result<()>;
+    /// Consumer: the marker it stopped at, if any.
+    fn marker(&self) -> Option<u64>;
+    /// Consumer: go on past the marker.
+    fn resume(&mut self);
+    /// Producer: whether the consumer has left the channel (its space ended).
+    fn consumer_gone(&self) -> bool;
+}
+
+impl ChannelEnd for Egress {
+    fn mark(&mut self, id: u64) -> beltway::Result<()> {
+        self.write_run()?;
+        let m = Meta {
+            ts_ns: id,
+            flags: MARK,
+            ..Meta::NONE
+        };
+        self.w.write_through_parts(&[&m.to_bytes()], 1)?;
+        self.w.flush();
+        Ok(())
+    }
+    fn marker(&self) -> Option<u64> {
+        None
+    }
+    fn resume(&mut self) {}
+    fn consumer_gone(&self) -> bool {
+        self.failed || self.tags.readers() == 0
+    }
+}
+
+impl ChannelEnd for Ingress {
+    fn mark(&mut self, _id: u64) -> beltway::Result<()> {
+        Err(beltway::Error::Corrupt {
+            name: self.name.clone(),
+            pos: 0,
+            why: "a marker is written by the producer".into(),
+        })
+    }
+    fn marker(&self) -> Option<u64> {
+        self.marker
+    }
+    fn resume(&mut self) {
+        self.marker = None;
+    }
+    fn consumer_gone(&self) -> bool {
+        false
+    }
+}
+
 impl Filter for Egress {
+    fn as_channel_end(&mut self) -> Option<&mut dyn ChannelEnd> {
+        (!self.published).then_some(self as &mut dyn ChannelEnd)
+    }
     fn accepts(&self) -> bool {
         !(self.failed || (self.published && self.tags.readers() == 0))
     }
@@ -712,6 +774,8 @@ pub struct Ingress {
     sub: Option<Subscription>,
     /// `@busy` on the consumer: poll the channel instead of sleeping on it.
     busy: bool,
+    /// The marker it stopped at (see [`ChannelEnd`]): nothing is delivered until resumed.
+    marker: Option<u64>,
 }
 
 /// A subscriber's side of a published stream: the publisher's data ring (read by copying,
@@ -850,6 +914,11 @@ impl Ingress {
                     }
                     out.push(t);
                 }
+                // A marker: the blocks after it wait until the space has served it.
+                Ok(None) if self.marker.is_some() => {
+                    self.held = true;
+                    break;
+                }
                 Ok(None) => {}
                 Err(e) => {
                     res = Err(e);
@@ -931,6 +1000,16 @@ impl Ingress {
                 .add_file(&path)
                 .map_err(|e| corrupt(t.pos, format!("cannot map {}: {e}", path.display())))?;
             self.files.push((meta.ts_ns as BufId, local));
+            return Ok(None);
+        }
+        if meta.flags & MARK != 0 {
+            if !self.trusted {
+                return Err(corrupt(
+                    t.pos,
+                    "a migration marker from a process space; refused".into(),
+                ));
+            }
+            self.marker = Some(meta.ts_ns);
             return Ok(None);
         }
         if meta.flags & METAS != 0 {
@@ -1087,6 +1166,10 @@ impl Ingress {
 impl Filter for Ingress {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
 
+    fn as_channel_end(&mut self) -> Option<&mut dyn ChannelEnd> {
+        (self.sub.is_none()).then_some(self as &mut dyn ChannelEnd)
+    }
+
     fn drains(&self) -> bool {
         // A subscription to another run's published stream does not end when this run is
         // interrupted: nothing to drain there.
@@ -1109,13 +1192,17 @@ impl Filter for Ingress {
         }
         // The previous batch has walked the whole space: its blocks may be reused.
         self.release();
+        if self.marker.is_some() {
+            // Held at a marker until the space has served it (it is not over).
+            return true;
+        }
         let name = self.name.clone();
         let fail = |cx: &mut Ctx<'_>, e: beltway::Error| {
             cx.warn(format!("channel {name}: {e}"));
             false
         };
         let mut bytes = 0u64;
-        while out.len() < max && bytes < self.max_bytes {
+        while out.len() < max && bytes < self.max_bytes && self.marker.is_none() {
             match self.next_run(cx, out, max, &mut bytes) {
                 Ok(true) => {}
                 Ok(false) if !out.is_empty() => break,

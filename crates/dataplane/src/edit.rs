@@ -550,6 +550,12 @@ pub enum Refusal {
     UnixSink,
     #[error("the arc passes through a removed node that carries other arcs too ({0}); taking it away would cut those as well")]
     ThroughRemoved(String),
+    /// `migrate`: it cannot move between spaces while the run runs (the reason).
+    #[error("it cannot move to another space while the run runs: {0}")]
+    Immovable(String),
+    /// `migrate`: no channel joins it to the space asked for.
+    #[error("no channel between it and space {0} is next to it; a filter moves across one channel at a time, from the end of one space to the start of the next or back")]
+    NoChannel(String),
 }
 
 /// What went wrong with an edit. Nothing was changed, except after [`EditError::Ended`]
@@ -1602,6 +1608,8 @@ pub(crate) struct Mailbox {
     snapshot: Mutex<Vec<NodeReport>>,
     /// The graph as the run loop last published it (at the start and after each edit).
     graph: Mutex<Vec<SnapNode>>,
+    /// The run's filters in transit between spaces (shared by its mailboxes).
+    board: Arc<crate::migrate::Board>,
 }
 
 type Reply = mpsc::Sender<Result<Applied, EditError>>;
@@ -1633,9 +1641,19 @@ struct SubscribeJob {
     reply: mpsc::Sender<Result<(), EditError>>,
 }
 
+/// A filter to move across channel `ch` (see `crate::migrate`): `down` from the space
+/// the mailbox serves into the channel's consumer, else up from the consumer into it.
+struct MoveJob {
+    ch: usize,
+    down: bool,
+    label: String,
+    reply: mpsc::Sender<Result<String, EditError>>,
+}
+
 struct State {
     queue: Vec<(u64, Edit, Reply)>,
     taps: Vec<TapJob>,
+    moves: Vec<MoveJob>,
     ended: bool,
     next: u64,
 }
@@ -1647,18 +1665,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Mailbox {
-    fn new(snapshot: Vec<NodeReport>) -> Mailbox {
+    fn new(snapshot: Vec<NodeReport>, board: Arc<crate::migrate::Board>) -> Mailbox {
         Mailbox {
+            board,
             pending: AtomicBool::new(false),
             state: Mutex::new(State {
                 queue: Vec::new(),
                 taps: Vec::new(),
+                moves: Vec::new(),
                 ended: false,
                 next: 0,
             }),
             snapshot: Mutex::new(snapshot),
             graph: Mutex::new(Vec::new()),
         }
+    }
+
+    pub(crate) fn board(&self) -> &crate::migrate::Board {
+        &self.board
     }
 
     #[inline]
@@ -1669,11 +1693,27 @@ impl Mailbox {
     /// Apply every posted edit to `space` (the run loop calls this between source
     /// batches), publish the counters after each, and answer.
     pub(crate) fn serve(&self, space: &mut Space, factory: &dyn Factory) {
-        let (edits, taps) = {
+        let (edits, taps, moves) = {
             let mut st = lock(&self.state);
             self.pending.store(false, Ordering::Relaxed);
-            (std::mem::take(&mut st.queue), std::mem::take(&mut st.taps))
+            (
+                std::mem::take(&mut st.queue),
+                std::mem::take(&mut st.taps),
+                std::mem::take(&mut st.moves),
+            )
         };
+        for job in moves {
+            let r = if job.down {
+                space.send_down(job.ch, Some(&job.label), &self.board, factory)
+            } else {
+                space.pull_up(job.ch, Some(&job.label), &self.board)
+            };
+            space.restart_clock();
+            if r.is_ok() {
+                self.publish_graph(space);
+            }
+            let _ = job.reply.send(r);
+        }
         for job in taps {
             match job {
                 TapJob::On { label, tap, reply } => {
@@ -1724,12 +1764,19 @@ impl Mailbox {
 
     /// The run is ending: refuse what is posted and what comes.
     pub(crate) fn close(&self) {
-        let (edits, taps) = {
+        let (edits, taps, moves) = {
             let mut st = lock(&self.state);
             st.ended = true;
             self.pending.store(false, Ordering::Relaxed);
-            (std::mem::take(&mut st.queue), std::mem::take(&mut st.taps))
+            (
+                std::mem::take(&mut st.queue),
+                std::mem::take(&mut st.taps),
+                std::mem::take(&mut st.moves),
+            )
         };
+        for job in moves {
+            let _ = job.reply.send(Err(EditError::Ended));
+        }
         for job in taps {
             match job {
                 TapJob::On { reply, .. } => {
@@ -1844,9 +1891,10 @@ impl EditHandle {
         remote: Vec<(usize, Vec<String>)>,
         multi: bool,
     ) -> EditHandle {
+        let board = Arc::new(crate::migrate::Board::default());
         let local = local
             .into_iter()
-            .map(|(id, r)| (id, Mailbox::new(r)))
+            .map(|(id, r)| (id, Mailbox::new(r, board.clone())))
             .collect();
         EditHandle {
             dir: Arc::new(Directory {
@@ -1894,6 +1942,87 @@ impl EditHandle {
             applied.label = format!("{}@{id}", applied.label);
         }
         Ok(applied)
+    }
+
+    /// Move the running filter labelled `label` (as [`EditHandle::apply`] finds it) into
+    /// space `to` of this process, across the one channel between them it is next to
+    /// (see `crate::migrate`: down from the end of its space into the channel's consumer,
+    /// or up from the start of its space into the channel's producer). Its state, session
+    /// slots and counters move with it; no block is lost or reordered. Waits at most
+    /// `timeout` for the space that acts to reach a batch boundary. Returns the filter's
+    /// label where it was. A move down completes when the consumer reaches the marker (a
+    /// report taken at once may still show the filter where it was).
+    pub fn migrate(&self, label: &str, to: usize, timeout: Duration) -> Result<String, EditError> {
+        let s = self.space_of(label)?;
+        let (base, _) = split_space(label);
+        let refuse = |why| {
+            Err(EditError::Refused {
+                label: label.to_string(),
+                why,
+            })
+        };
+        let Some(t) = self.dir.local.iter().position(|(id, _)| *id == to) else {
+            return match self.dir.remote.iter().any(|(id, _)| *id == to) {
+                true => refuse(Refusal::ProcessSpace(to)),
+                false => refuse(Refusal::NoSpace(to.to_string())),
+            };
+        };
+        let (from_snap, to_snap) = (self.dir.local[s].1.graph(), self.dir.local[t].1.graph());
+        let Some(x) = from_snap.iter().position(|n| n.label == base) else {
+            return Err(EditError::NoNode {
+                label: base.to_string(),
+                known: from_snap
+                    .iter()
+                    .filter(|n| n.channel.is_none())
+                    .map(|n| n.label.clone())
+                    .collect(),
+            });
+        };
+        let has = |snap: &[SnapNode], end: (bool, usize)| snap.iter().any(|n| n.channel == Some(end));
+        // Down: x feeds an egress whose ingress is in `to`.
+        let down = from_snap[x].out.iter().find_map(|&o| match from_snap[o].channel {
+            Some((true, ch)) if has(&to_snap, (false, ch)) => Some(ch),
+            _ => None,
+        });
+        // Up: an ingress of a channel from `to` feeds x.
+        let up = from_snap.iter().find_map(|n| match n.channel {
+            Some((false, ch)) if n.out.contains(&x) && has(&to_snap, (true, ch)) => Some(ch),
+            _ => None,
+        });
+        let (ch, is_down, acting) = match (down, up) {
+            (Some(ch), _) => (ch, true, s),
+            (None, Some(ch)) => (ch, false, t),
+            (None, None) => return refuse(Refusal::NoChannel(to.to_string())),
+        };
+        let mailbox = &self.dir.local[acting].1;
+        let (tx, rx) = mpsc::channel();
+        {
+            let mut st = lock(&mailbox.state);
+            if st.ended {
+                return Err(EditError::Ended);
+            }
+            st.moves.push(MoveJob {
+                ch,
+                down: is_down,
+                label: base.to_string(),
+                reply: tx,
+            });
+            mailbox.pending.store(true, Ordering::Relaxed);
+        }
+        match rx.recv_timeout(timeout) {
+            Ok(r) => r,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(EditError::Ended),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                {
+                    let mut st = lock(&mailbox.state);
+                    if let Some(k) = st.moves.iter().position(|m| m.ch == ch && m.label == base) {
+                        st.moves.remove(k);
+                        return Err(EditError::Timeout(timeout));
+                    }
+                }
+                rx.recv().unwrap_or(Err(EditError::Ended))
+            }
+        }
     }
 
     /// Tap the output of the node labelled `label` (as [`EditHandle::apply`] finds it):

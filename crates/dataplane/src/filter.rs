@@ -264,6 +264,12 @@ pub trait Filter: Send {
     fn as_classifier(&mut self) -> Option<&mut dyn ClassifyBatch> {
         None
     }
+
+    /// Channel endpoints only: the in-band markers by which a filter moves across the
+    /// channel while the run runs (`crate::migrate`).
+    fn as_channel_end(&mut self) -> Option<&mut dyn crate::channel::ChannelEnd> {
+        None
+    }
 }
 
 /// Classifier filters: one pure decision per block (Click's `simple_action`).

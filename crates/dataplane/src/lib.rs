@@ -17,6 +17,8 @@
 //! - [`edit`]: live edits of a running run (insert, remove, replace, set options, branch,
 //!   connect, disconnect, move) and its graph snapshot, applied
 //!   between source batches through a mailbox ([`edit::EditHandle`]).
+//! - `migrate`: a running filter moved between two spaces of this process at batch
+//!   boundaries, by markers in the channel ([`edit::EditHandle::migrate`]).
 //!
 //! What it does not own: the language (`lang`), the filters themselves (`filters`),
 //! choosing where filters run (`control`), the rings between spaces (`beltway`).
@@ -30,6 +32,7 @@ pub mod edit;
 pub mod error;
 pub mod filter;
 pub mod hash;
+mod migrate;
 mod mmap;
 pub use mmap::FileMap;
 pub mod runtime;

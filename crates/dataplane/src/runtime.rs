@@ -42,6 +42,12 @@ pub trait Factory {
     fn order_matters(&self, _name: &str) -> bool {
         true
     }
+    /// Whether the filter holds blocks across batches (reorders them: `tcpstream`'s
+    /// early segments). Such a filter cannot move to another space while the run runs:
+    /// the tags it holds name the old space's memory (see `crate::migrate`).
+    fn keeps_blocks(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 /// Per-filter counters.
@@ -345,6 +351,9 @@ pub struct Space {
     /// of its input batch to it counts as its time).
     clock: quanta::Clock,
     last: u64,
+    /// `--chaos`: random source batch sizes and random moves of filters across this
+    /// space's channels at batch boundaries (see `crate::migrate`).
+    pub(crate) chaos: Option<crate::migrate::Chaos>,
 }
 
 impl Space {
@@ -404,6 +413,7 @@ impl Space {
             spare_batch: None,
             clock,
             last,
+            chaos: None,
         })
     }
 
@@ -780,6 +790,13 @@ impl Space {
             mailbox.publish(self.report());
             mailbox.publish_graph(self);
         }
+        // Channels from other spaces of this process: where filters arrive and leave by
+        // markers (`crate::migrate`).
+        let ingresses = if edits.is_some() {
+            self.ingresses()
+        } else {
+            Vec::new()
+        };
         loop {
             // The quiescent point: every batch pulled so far has finished its walk. One
             // relaxed load per round when nobody edits (the mailbox's lock orders the rest).
@@ -787,7 +804,20 @@ impl Space {
                 if mailbox.pending() {
                     mailbox.serve(self, factory);
                 }
+                let mut moved = !ingresses.is_empty()
+                    && self.serve_markers(&ingresses, mailbox.board(), factory);
+                if let Some(mut chaos) = self.chaos.take() {
+                    moved |= self.chaos_round(&mut chaos, mailbox.board(), factory);
+                    self.chaos = Some(chaos);
+                }
+                if moved {
+                    mailbox.publish_graph(self);
+                }
             }
+            let max = match &mut self.chaos {
+                Some(c) => c.batch(BATCH),
+                None => BATCH,
+            };
             let mut active = false;
             let mut produced = false;
             let interrupted = interrupt.load(Ordering::Relaxed);
@@ -804,7 +834,7 @@ impl Space {
                 }
                 batch.clear();
                 self.restart_clock();
-                let more = self.with_filter(s, |f, cx| f.pull(cx, &mut batch, BATCH));
+                let more = self.with_filter(s, |f, cx| f.pull(cx, &mut batch, max));
                 self.charge(s);
                 if !batch.is_empty() {
                     active = true;
@@ -842,8 +872,9 @@ impl Space {
             }
         }
         // Edits that arrive from here on are refused: the run is ending.
-        if let Some((mailbox, _)) = edits {
+        if let Some((mailbox, factory)) = edits {
             mailbox.close();
+            self.end_moves(&ingresses, mailbox.board(), factory);
         }
         self.finish_all();
         if let Some((mailbox, _)) = edits {
@@ -863,7 +894,7 @@ impl Space {
     }
 
     fn finish_filters(&mut self) {
-        for i in 0..self.nodes.len() {
+        for i in self.graph_order() {
             let mut out = Batch::default();
             self.restart_clock();
             self.with_filter(i, |f, cx| f.finish(cx, &mut out));
@@ -873,6 +904,40 @@ impl Space {
             }
             self.poll_unix_node(i, true);
         }
+    }
+
+    /// The nodes in graph order (each after every node with an arc into it; index order
+    /// among equals, and for what a loop leaves): what a filter flushes at the end reaches
+    /// nodes not yet finished, wherever an edit or a move put them in the node list.
+    fn graph_order(&self) -> Vec<usize> {
+        let n = self.nodes.len();
+        let mut ins = vec![0usize; n];
+        for node in &self.nodes {
+            for a in &node.out {
+                ins[a.to] += 1;
+            }
+        }
+        let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| ins[i] == 0).collect();
+        let mut order = Vec::with_capacity(n);
+        let mut placed = vec![false; n];
+        while order.len() < n {
+            let i = match ready.pop_first() {
+                Some(i) => i,
+                // A loop: take the first node not yet placed.
+                None => (0..n).find(|&i| !placed[i]).expect("a node left"),
+            };
+            if std::mem::replace(&mut placed[i], true) {
+                continue;
+            }
+            order.push(i);
+            for a in &self.nodes[i].out {
+                ins[a.to] = ins[a.to].saturating_sub(1);
+                if ins[a.to] == 0 && !placed[a.to] {
+                    ready.insert(a.to);
+                }
+            }
+        }
+        order
     }
 
     fn poll_unix(&mut self, wait: bool) {

@@ -186,4 +186,7 @@ impl Factory for Library {
     fn order_matters(&self, name: &str) -> bool {
         find(name).is_none_or(|s| s.access != dataplane::Access::Statistics)
     }
+    fn keeps_blocks(&self, name: &str) -> bool {
+        find(name).is_some_and(|s| s.access == dataplane::Access::Reordering)
+    }
 }

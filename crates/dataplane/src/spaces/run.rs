@@ -23,6 +23,9 @@ pub struct SpacesReport {
     /// A space that died: which one, its filters, and why.
     pub died: Option<String>,
     pub failed: bool,
+    /// Filters moved between spaces while the run ran, by `--chaos` (see
+    /// [`Spaces::set_chaos`]): down, up, and moves refused.
+    pub chaos_moves: (u64, u64, u64),
 }
 
 /// Give the calling thread the scheduling its space's hints ask for; an error names the
@@ -44,6 +47,17 @@ pub(super) fn apply_schedule(
 }
 
 impl Spaces {
+    /// `--chaos SEED`: every thread space of this process pulls source batches of random
+    /// sizes and, at random batch boundaries, moves the filter next to one of its
+    /// channels across it (down or up; see `crate::migrate`). The output must not change
+    /// (placement invariance through migrations); only runs with an edit handle
+    /// ([`Spaces::run_with`]) move filters.
+    pub fn set_chaos(&mut self, seed: u64) {
+        for (id, space) in &mut self.spaces {
+            space.chaos = Some(crate::migrate::Chaos::new(seed, *id));
+        }
+    }
+
     /// Run every space to its end: space 0 on this thread (with `tick` for progress),
     /// thread spaces on pinned worker threads, process spaces in their processes.
     /// `interrupt` stops them all; so does a space that dies (a panicking filter, a killed
@@ -109,6 +123,7 @@ impl Spaces {
             warnings: vec![],
             died: None,
             failed: false,
+            chaos_moves: (0, 0, 0),
         };
         let died = Mutex::new(Vec::<String>::new());
         let who = |id: SpaceId| {
@@ -260,6 +275,7 @@ impl Spaces {
                         warnings: vec![],
                         died: None,
                         failed: false,
+                        chaos_moves: (0, 0, 0),
                     };
                     parse_report(&report_text(&space), &mut part, &suffix);
                     // Keep the summaries' exact text (parse_report flattens lines).
@@ -275,6 +291,11 @@ impl Spaces {
                     rep.nodes.extend(part.nodes);
                     rep.warnings.extend(space.warnings().iter().cloned());
                     rep.failed |= space.failed();
+                    if let Some(c) = &space.chaos {
+                        rep.chaos_moves.0 += c.moves.0;
+                        rep.chaos_moves.1 += c.moves.1;
+                        rep.chaos_moves.2 += c.moves.2;
+                    }
                 }
                 Err(why) => died
                     .lock()
@@ -290,6 +311,7 @@ impl Spaces {
                 warnings: vec![],
                 died: None,
                 failed: false,
+                chaos_moves: (0, 0, 0),
             };
             parse_report(&text, &mut part, &format!("@p{id}"));
             rep.nodes.extend(part.nodes);

@@ -162,6 +162,9 @@ impl Factory for WithChannels<'_> {
     fn replication(&self, name: &str) -> Replication {
         self.inner.replication(name)
     }
+    fn keeps_blocks(&self, name: &str) -> bool {
+        self.inner.keeps_blocks(name)
+    }
 }
 
 /// The channel configuration of arc `e`: set by the consuming node's hints.

@@ -152,6 +152,24 @@ impl dataplane::Classify for Every {
     }
 }
 
+/// `tally`: counts the blocks it sees and hashes their sequence numbers in order (an
+/// order-sensitive summary); `hold`: a pass-through declared to keep blocks across
+/// batches (the factory says so), which may not move between spaces.
+struct Tally(u64, u64);
+impl Filter for Tally {
+    fn process(&mut self, cx: &mut Ctx<'_>, b: &mut Batch) {
+        for t in &b.tags {
+            let d = cx.data(t).expect("resolvable");
+            let seq = u32::from_le_bytes(d[..4].try_into().unwrap()) as u64;
+            self.0 += 1;
+            self.1 = self.1.wrapping_mul(1_000_003).wrapping_add(seq ^ (t.class as u64) << 40);
+        }
+    }
+    fn summary(&self) -> Option<String> {
+        Some(format!("tally: {} blocks, hash {:016x}", self.0, self.1))
+    }
+}
+
 pub struct F;
 impl Factory for F {
     fn make(&self, name: &str, a: &Args) -> Result<Box<dyn Filter>, dataplane::FilterError> {
@@ -174,11 +192,16 @@ impl Factory for F {
             "alone" => Box::new(Alone(0)),
             "odd" => Box::new(dataplane::Classifier(Odd)),
             "every" => Box::new(dataplane::Classifier(Every)),
+            "tally" => Box::new(Tally(0, 0)),
+            "hold" => Box::new(Pass),
             _ => return Err(format!("no filter {name}").into()),
         })
     }
     fn is_source(&self, name: &str) -> bool {
         name == "src" || name == "xsrc" || name == "ghost"
+    }
+    fn keeps_blocks(&self, name: &str) -> bool {
+        name == "hold"
     }
 }
 
@@ -194,6 +217,8 @@ pub fn graph(text: &str) -> lang::Graph {
         .native("xsrc", &["n"])
         .native("ghost", &["n"])
         .native("odd", &[])
-        .native("every", &[]);
+        .native("every", &[])
+        .native("tally", &[])
+        .native("hold", &[]);
     lang::parse(text, &r).unwrap_or_else(|d| panic!("{d}"))
 }

@@ -1,0 +1,617 @@
+//! Moving a running filter between two spaces of this process (seed 003's migration;
+//! thesis 5.2's placement, changed while the run runs), with no block lost, duplicated or
+//! reordered.
+//!
+//! A filter moves across a channel it is next to: the last live node before a channel
+//! moves *down* into the consuming space, the first live node after one moves *up* into
+//! the producing space. The filter instance moves, not a copy: its state, its session
+//! slots, its counters, taps and exported stream go with it, so the run is the run it
+//! would have been had the filter been placed there from the start.
+//!
+//! # How: an in-band marker
+//!
+//! The channel itself orders the move. At its batch boundary (no block in flight in the
+//! space) the producer writes a *marker* into the channel after every block sent so far;
+//! the consumer's ingress stops in front of it and delivers nothing more until its space,
+//! at its own batch boundary, has done what the marker asks ([`Space::serve_markers`]).
+//! What the marker asks waits on the run's [`Board`], under the marker's number:
+//!
+//! - **down**: the producer takes the filter out (a pass-through stays in its place),
+//!   puts it on the board, and writes the marker. Blocks before the marker were the
+//!   filter's output, blocks after it its input; the consumer puts the filter right after
+//!   its ingress when it reaches the marker. The producer never stops.
+//! - **up**: the producer puts a request on the board, writes the marker and waits at its
+//!   boundary (it produces nothing meanwhile); the consumer, at the marker (every block
+//!   before it has gone through the filter there), takes the filter out and hands it
+//!   back; the producer puts it right before its egress and goes on.
+//!
+//! Selectors stay with the filter whose classes they read: the arcs between the filter
+//! and the channel carry what its output's selectors admit, so they move with it; where
+//! two of them meet on one arc, a pass-through node carries the second.
+//!
+//! # What may move
+//!
+//! A native filter (not a source, a split, a join or a Unix command) with one input and
+//! one output, next to a channel between two thread spaces of this process, that holds no
+//! blocks across batches ([`Factory::keeps_blocks`]: its held tags name the old space's
+//! memory). Anything else is refused with [`Refusal::Immovable`], and nothing changes.
+//!
+//! Owns: the board, the surgery on both spaces, the marker handling in the run loop, and
+//! `--chaos` (random moves at random batch boundaries, for the placement-invariance test).
+//! Does not own: the marker's encoding (`channel`), deciding what to move (`control::adapt`).
+
+use crate::edit::{EditError, Refusal};
+use crate::filter::Filter;
+use crate::runtime::{Arc_, Counters, Factory, RtNode, Space};
+use crate::spaces::{EGRESS, INGRESS};
+use lang::{Node, NodeKind, Selector};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::Duration;
+
+/// A filter taken out of one space, on its way to another: the node, and the selectors
+/// of the arcs between it and the channel (in the order blocks meet them).
+pub(crate) struct Moved {
+    node: RtNode,
+    sels: Vec<Selector>,
+    /// The channel it crosses.
+    ch: usize,
+}
+
+type UpReply = mpsc::Sender<Result<Moved, EditError>>;
+
+/// What a marker asks of the consumer.
+enum Deposit {
+    Down(Moved),
+    Up {
+        expect: Option<String>,
+        reply: UpReply,
+    },
+}
+
+/// The run's moves in transit, by marker number (one board per run, shared by its
+/// spaces' mailboxes).
+#[derive(Default)]
+pub(crate) struct Board {
+    next: AtomicU64,
+    slots: Mutex<HashMap<u64, Deposit>>,
+}
+
+impl Board {
+    fn put(&self, d: Deposit) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, d);
+        id
+    }
+    fn take(&self, id: u64) -> Option<Deposit> {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+    }
+    /// Filters sent down channels `chs` whose consumer ended before it reached their
+    /// markers (an interrupted run): the consumer takes them in, to finish and report
+    /// them.
+    pub(crate) fn stranded(&self, chs: &[usize]) -> Vec<RtNode> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let ids: Vec<u64> = slots
+            .iter()
+            .filter(|(_, d)| matches!(d, Deposit::Down(m) if chs.contains(&m.ch)))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| match slots.remove(&id) {
+                Some(Deposit::Down(m)) => Some(m.node),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A pass-through in place of a moved filter, or carrying a selector (blocks pass with
+/// their classes unchanged; reports leave it out).
+struct PassThrough;
+
+impl Filter for PassThrough {
+    fn process(&mut self, _: &mut crate::filter::Ctx<'_>, _: &mut crate::filter::Batch) {}
+}
+
+fn pass_through(label: String, spec: Node, out: Vec<Arc_>) -> RtNode {
+    RtNode {
+        label,
+        spec,
+        filter: Box::new(PassThrough),
+        export: None,
+        sessions: None,
+        out,
+        source: false,
+        routes_by_class: false,
+        classifier: false,
+        removed: true,
+        done: false,
+        c: Counters::default(),
+        ticks: 0,
+        watch: Default::default(),
+    }
+}
+
+/// The channel an endpoint node serves: (egress?, number).
+fn endpoint_of(n: &RtNode) -> Option<(bool, usize)> {
+    let egress = n.label.starts_with(EGRESS);
+    if !egress && !n.label.starts_with(INGRESS) {
+        return None;
+    }
+    match &n.spec.kind {
+        NodeKind::Filter { options, .. } => options
+            .iter()
+            .find(|(k, _)| k == "ch")
+            .and_then(|(_, v)| v.parse().ok())
+            .map(|ch| (egress, ch)),
+        _ => None,
+    }
+}
+
+fn refused(label: &str, why: impl Into<String>) -> EditError {
+    EditError::Refused {
+        label: label.to_string(),
+        why: Refusal::Immovable(why.into()),
+    }
+}
+
+impl Space {
+    /// The node of channel `ch`'s producing (`egress`) or consuming end in this space.
+    fn endpoint(&self, egress: bool, ch: usize) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| endpoint_of(n) == Some((egress, ch)))
+    }
+
+    /// The arcs into node `i`: (from, index among `from`'s out-arcs).
+    fn arcs_into(&self, i: usize) -> Vec<(usize, usize)> {
+        let mut v = Vec::new();
+        for (f, n) in self.nodes.iter().enumerate() {
+            for (k, a) in n.out.iter().enumerate() {
+                if a.to == i {
+                    v.push((f, k));
+                }
+            }
+        }
+        v
+    }
+
+    /// Whether live node `x` may move (see the module documentation).
+    fn check_movable(&self, x: usize, factory: &dyn Factory) -> Result<(), EditError> {
+        let n = &self.nodes[x];
+        let why = match &n.spec.kind {
+            _ if n.source => Some("it is a source".to_string()),
+            NodeKind::Filter { filter, .. } if factory.keeps_blocks(filter) => Some(format!(
+                "{filter} holds blocks across batches, and they name this space's memory"
+            )),
+            NodeKind::Filter { .. } if n.routes_by_class => Some("it is a split".into()),
+            NodeKind::Filter { .. } => None,
+            NodeKind::Unix { .. } => Some("it is a Unix command".into()),
+            NodeKind::Join { .. } => Some("it is a template's join".into()),
+            NodeKind::Split { .. } => Some("it is a template's split".into()),
+        }
+        .or_else(|| (n.out.len() != 1).then(|| format!("it has {} outputs", n.out.len())))
+        .or_else(|| {
+            let ins = self.arcs_into(x).len();
+            (ins != 1).then(|| format!("it has {ins} inputs"))
+        });
+        match why {
+            Some(why) => Err(refused(&n.label, why)),
+            None => Ok(()),
+        }
+    }
+
+    /// A label for a node arriving here: its own if no live node here has it, else the
+    /// next free one of its base (`count#3`).
+    fn arrival_label(&self, node: &RtNode) -> String {
+        let taken = |l: &str| self.nodes.iter().any(|m| !m.removed && m.label == l);
+        if !taken(&node.label) {
+            return node.label.clone();
+        }
+        let base = crate::runtime::base_name(&node.spec);
+        (2..)
+            .map(|k| crate::runtime::label_of(&base, None, k))
+            .find(|l| !taken(l))
+            .expect("a free label")
+    }
+
+    /// Link `from` to `to` (arriving there as in-arc `in_index`) through one arc per
+    /// selector in `sels` (pass-through nodes between them); a plain arc if there is none.
+    fn link(&mut self, from: usize, sels: Vec<Selector>, to: usize, in_index: usize) {
+        let mut sels: Vec<Selector> = sels
+            .into_iter()
+            .filter(|s| *s != Selector::All)
+            .collect();
+        if sels.is_empty() {
+            sels.push(Selector::All);
+        }
+        let last = sels.len() - 1;
+        let mut at = from;
+        for (k, sel) in sels.into_iter().enumerate() {
+            let (next, idx) = if k == last {
+                (to, in_index)
+            } else {
+                let spec = self.nodes[from].spec.clone();
+                let label = format!("{}~{k}", self.nodes[from].label);
+                self.nodes.push(pass_through(label, spec, Vec::new()));
+                (self.nodes.len() - 1, 0)
+            };
+            self.nodes[at].out.push(Arc_ {
+                to: next,
+                sel,
+                in_index: idx,
+            });
+            at = next;
+        }
+    }
+
+    /// Take the filter before channel `ch`'s egress out for the consumer (down), leaving
+    /// a pass-through; `expect`: the label it must have.
+    fn detach_before_egress(
+        &mut self,
+        ch: usize,
+        expect: Option<&str>,
+        factory: &dyn Factory,
+    ) -> Result<Moved, EditError> {
+        let what = expect.unwrap_or("the filter before the channel");
+        let e = self
+            .endpoint(true, ch)
+            .ok_or_else(|| refused(what, format!("channel {ch} does not leave this space")))?;
+        // Up from the egress through pass-throughs to the live node feeding it.
+        let mut path = Vec::new();
+        let mut v = e;
+        let x = loop {
+            let ins = self.arcs_into(v);
+            let [(f, k)] = ins[..] else {
+                return Err(refused(what, "the channel has several inputs here"));
+            };
+            path.push((f, k));
+            if !self.nodes[f].removed {
+                break f;
+            }
+            if self.nodes[f].out.len() != 1 {
+                return Err(refused(what, "a removed node before the channel branches"));
+            }
+            v = f;
+        };
+        if let Some(l) = expect.filter(|l| *l != self.nodes[x].label) {
+            return Err(refused(
+                l,
+                format!("it does not feed channel {ch} ({} does)", self.nodes[x].label),
+            ));
+        }
+        self.check_movable(x, factory)?;
+        path.reverse();
+        let mut sels = Vec::new();
+        for &(f, k) in &path {
+            sels.push(std::mem::replace(&mut self.nodes[f].out[k].sel, Selector::All));
+        }
+        let (label, spec, out) = (
+            self.nodes[x].label.clone(),
+            self.nodes[x].spec.clone(),
+            std::mem::take(&mut self.nodes[x].out),
+        );
+        let node = std::mem::replace(&mut self.nodes[x], pass_through(label, spec, out));
+        Ok(Moved { node, sels, ch })
+    }
+
+    /// Put a filter that came down channel `ch` right after its ingress.
+    fn attach_after_ingress(&mut self, i: usize, m: Moved) {
+        let Moved { mut node, sels, .. } = m;
+        node.label = self.arrival_label(&node);
+        node.done = false;
+        node.out.clear();
+        let Arc_ { to, in_index, .. } = self.nodes[i].out.remove(0);
+        self.nodes.push(node);
+        let x = self.nodes.len() - 1;
+        self.nodes[i].out.insert(
+            0,
+            Arc_ {
+                to: x,
+                sel: Selector::All,
+                in_index: 0,
+            },
+        );
+        self.link(x, sels, to, in_index);
+    }
+
+    /// Take the filter after ingress `i` out for the producer (up), leaving a
+    /// pass-through that keeps its output's selectors; `expect`: the label it must have.
+    fn detach_after_ingress(
+        &mut self,
+        i: usize,
+        expect: Option<&str>,
+        factory: &dyn Factory,
+    ) -> Result<Moved, EditError> {
+        let what = expect.unwrap_or("the filter after the channel");
+        let mut path = Vec::new();
+        let mut v = i;
+        let y = loop {
+            let [ref a] = self.nodes[v].out[..] else {
+                return Err(refused(what, "the channel branches here"));
+            };
+            path.push((v, 0usize));
+            let to = a.to;
+            if !self.nodes[to].removed {
+                break to;
+            }
+            if self.arcs_into(to).len() != 1 {
+                return Err(refused(what, "a removed node after the channel has other inputs"));
+            }
+            v = to;
+        };
+        if let Some(l) = expect.filter(|l| *l != self.nodes[y].label) {
+            return Err(refused(
+                l,
+                format!("it does not read the channel ({} does)", self.nodes[y].label),
+            ));
+        }
+        self.check_movable(y, factory)?;
+        let mut sels = Vec::new();
+        for &(f, k) in &path {
+            sels.push(std::mem::replace(&mut self.nodes[f].out[k].sel, Selector::All));
+        }
+        let (label, spec, out) = (
+            self.nodes[y].label.clone(),
+            self.nodes[y].spec.clone(),
+            std::mem::take(&mut self.nodes[y].out),
+        );
+        let node = std::mem::replace(&mut self.nodes[y], pass_through(label, spec, out));
+        let ch = endpoint_of(&self.nodes[i]).map_or(usize::MAX, |e| e.1);
+        Ok(Moved { node, sels, ch })
+    }
+
+    /// Put `node` right before egress `e`: the arc into the egress, then `before`, then
+    /// the node, then `after`, then the egress. Returns its label.
+    fn attach_before_egress(
+        &mut self,
+        e: usize,
+        mut node: RtNode,
+        before: Vec<Selector>,
+        after: Vec<Selector>,
+    ) -> String {
+        node.label = self.arrival_label(&node);
+        node.out.clear();
+        let label = node.label.clone();
+        let [(z, k)] = self.arcs_into(e)[..] else {
+            unreachable!("an egress has one input (checked before the marker was written)")
+        };
+        let Arc_ { sel, in_index, .. } = self.nodes[z].out.remove(k);
+        self.nodes.push(node);
+        let y = self.nodes.len() - 1;
+        let mut all = vec![sel];
+        all.extend(before);
+        // Keep z's arc order: the new first arc takes the old one's place.
+        let at = self.nodes[z].out.len();
+        self.link(z, all, y, 0);
+        let arc = self.nodes[z].out.remove(at);
+        self.nodes[z].out.insert(k, arc);
+        self.link(y, after, e, in_index);
+        label
+    }
+
+    /// Write marker `id` into egress `e`'s channel.
+    fn mark(&mut self, e: usize, id: u64) -> Result<(), String> {
+        match self.nodes[e].filter.as_channel_end() {
+            Some(c) => c.mark(id).map_err(|x| x.to_string()),
+            None => Err("the endpoint is not a channel of this run".into()),
+        }
+    }
+
+    /// Move the filter before channel `ch` down into the consuming space (see the module
+    /// documentation). Returns its label. Only at a batch boundary.
+    pub(crate) fn send_down(
+        &mut self,
+        ch: usize,
+        expect: Option<&str>,
+        board: &Board,
+        factory: &dyn Factory,
+    ) -> Result<String, EditError> {
+        let e = self
+            .endpoint(true, ch)
+            .ok_or_else(|| refused(expect.unwrap_or("?"), format!("channel {ch} does not leave this space")))?;
+        if self.nodes[e]
+            .filter
+            .as_channel_end()
+            .is_none_or(|c| c.consumer_gone())
+        {
+            return Err(refused(
+                expect.unwrap_or("the filter before the channel"),
+                format!("channel {ch}'s consumer has ended"),
+            ));
+        }
+        let m = self.detach_before_egress(ch, expect, factory)?;
+        let label = m.node.label.clone();
+        let e = self.endpoint(true, ch).expect("found by the detach");
+        let id = board.put(Deposit::Down(m));
+        if let Err(why) = self.mark(e, id) {
+            // The channel is dead: the filter stays here, before it, its output's
+            // selectors after it (where they were).
+            if let Some(Deposit::Down(Moved { node, sels, .. })) = board.take(id) {
+                self.attach_before_egress(e, node, vec![], sels);
+            }
+            return Err(refused(&label, format!("channel {ch}: {why}")));
+        }
+        Ok(label)
+    }
+
+    /// Move the filter after channel `ch` (in the consuming space) up into this space:
+    /// write a marker, wait here until the consumer hands the filter back, put it before
+    /// the egress. Returns its label.
+    pub(crate) fn pull_up(
+        &mut self,
+        ch: usize,
+        expect: Option<&str>,
+        board: &Board,
+    ) -> Result<String, EditError> {
+        let what = expect.unwrap_or("the filter after the channel");
+        let e = self
+            .endpoint(true, ch)
+            .ok_or_else(|| refused(what, format!("channel {ch} does not leave this space")))?;
+        if self.arcs_into(e).len() != 1 {
+            return Err(refused(what, "the channel has several inputs here"));
+        }
+        let (tx, rx) = mpsc::channel();
+        let id = board.put(Deposit::Up {
+            expect: expect.map(str::to_string),
+            reply: tx,
+        });
+        if let Err(why) = self.mark(e, id) {
+            board.take(id);
+            return Err(refused(what, format!("channel {ch}: {why}")));
+        }
+        let got = loop {
+            match rx.recv_timeout(Duration::from_millis(2)) {
+                Ok(r) => break r,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break Err(EditError::Ended),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let gone = self.nodes[e]
+                        .filter
+                        .as_channel_end()
+                        .is_none_or(|c| c.consumer_gone());
+                    // Withdrawn only if the consumer has not taken it (it answers if it has).
+                    if gone && board.take(id).is_some() {
+                        break Err(EditError::Ended);
+                    }
+                }
+            }
+        };
+        let Moved { node, sels, .. } = got?;
+        let label = node.label.clone();
+        self.attach_before_egress(e, node, sels, vec![]);
+        self.restart_clock();
+        Ok(label)
+    }
+
+    /// At a batch boundary: do what the markers this space's ingresses stopped at ask,
+    /// and let them go on. Returns whether any was served.
+    pub(crate) fn serve_markers(&mut self, ingresses: &[usize], board: &Board, factory: &dyn Factory) -> bool {
+        let mut served = false;
+        for &i in ingresses {
+            let Some(id) = self.nodes[i].filter.as_channel_end().and_then(|c| c.marker()) else {
+                continue;
+            };
+            match board.take(id) {
+                Some(Deposit::Down(m)) => self.attach_after_ingress(i, m),
+                Some(Deposit::Up { expect, reply }) => {
+                    let r = self.detach_after_ingress(i, expect.as_deref(), factory);
+                    let _ = reply.send(r);
+                }
+                // Withdrawn (the producer gave up waiting): nothing to do.
+                None => {}
+            }
+            if let Some(c) = self.nodes[i].filter.as_channel_end() {
+                c.resume();
+            }
+            served = true;
+        }
+        if served {
+            self.restart_clock();
+        }
+        served
+    }
+
+    /// The ingress nodes of channels from another space of this process.
+    pub(crate) fn ingresses(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| matches!(endpoint_of(&self.nodes[i]), Some((false, _))))
+            .collect()
+    }
+
+    /// The channels leaving this space (egress node, channel number).
+    pub(crate) fn egresses(&self) -> Vec<(usize, usize)> {
+        (0..self.nodes.len())
+            .filter_map(|i| match endpoint_of(&self.nodes[i]) {
+                Some((true, ch)) => Some((i, ch)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The run is ending here: serve the markers the ingresses stopped at, and take in
+    /// filters stranded on the board for this space's channels (see [`Board::stranded`])
+    /// so they are finished and reported.
+    pub(crate) fn end_moves(&mut self, ingresses: &[usize], board: &Board, factory: &dyn Factory) {
+        self.serve_markers(ingresses, board, factory);
+        let chs: Vec<usize> = ingresses
+            .iter()
+            .filter_map(|&i| endpoint_of(&self.nodes[i]).map(|e| e.1))
+            .collect();
+        for mut n in board.stranded(&chs) {
+            n.out.clear();
+            n.label = self.arrival_label(&n);
+            self.nodes.push(n);
+        }
+    }
+}
+
+/// `--chaos`: random moves at random batch boundaries (for the placement-invariance test).
+/// A small xorshift generator per space, seeded from the run's seed and the space.
+pub(crate) struct Chaos {
+    state: u64,
+    /// Moves made (down, up) and refused.
+    pub(crate) moves: (u64, u64, u64),
+}
+
+impl Chaos {
+    pub(crate) fn new(seed: u64, space: usize) -> Chaos {
+        Chaos {
+            state: (seed ^ (space as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1,
+            moves: (0, 0, 0),
+        }
+    }
+    pub(crate) fn next(&mut self) -> u64 {
+        let mut x = self.state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.state = x;
+        x
+    }
+    /// A source batch size for this round: 1 to `max`, small ones often.
+    pub(crate) fn batch(&mut self, max: usize) -> usize {
+        match self.next() % 4 {
+            0 => 1 + (self.next() % 4) as usize,
+            1 => 1 + (self.next() % 32) as usize,
+            _ => 1 + (self.next() % max as u64) as usize,
+        }
+    }
+}
+
+impl Space {
+    /// One chaos round at a batch boundary: with some chance, move the filter next to one
+    /// of this space's outgoing channels down, or the one after it up.
+    pub(crate) fn chaos_round(
+        &mut self,
+        chaos: &mut Chaos,
+        board: &Board,
+        factory: &dyn Factory,
+    ) -> bool {
+        if chaos.next() % 3 != 0 {
+            return false;
+        }
+        let outs = self.egresses();
+        if outs.is_empty() {
+            return false;
+        }
+        let (_, ch) = outs[(chaos.next() % outs.len() as u64) as usize];
+        let r = if chaos.next() % 2 == 0 {
+            self.send_down(ch, None, board, factory).map(|_| 0)
+        } else {
+            self.pull_up(ch, None, board).map(|_| 1)
+        };
+        match r {
+            Ok(0) => chaos.moves.0 += 1,
+            Ok(_) => chaos.moves.1 += 1,
+            Err(_) => chaos.moves.2 += 1,
+        }
+        r.is_ok()
+    }
+}
