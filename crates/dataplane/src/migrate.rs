@@ -299,7 +299,28 @@ impl Space {
             std::mem::take(&mut self.nodes[x].out),
         );
         let node = std::mem::replace(&mut self.nodes[x], pass_through(label, spec, out));
+        self.bypass(x);
         Ok(Moved { node, sels, ch })
+    }
+
+    /// Take the pass-through a move left at `t` out of the way when one arc can say what
+    /// its two did (one of their selectors is `All`): its input's arc goes straight on,
+    /// with the in-arc index of its output, and `t` is left with no arcs. Moving back and
+    /// forth then never lengthens the way blocks take.
+    fn bypass(&mut self, t: usize) {
+        let ins = self.arcs_into(t);
+        let ([(p, k)], [ref b]) = (&ins[..], &self.nodes[t].out[..]) else {
+            return;
+        };
+        let (p, k) = (*p, *k);
+        let a = &self.nodes[p].out[k];
+        let sel = match (&a.sel, &b.sel) {
+            (Selector::All, s) | (s, Selector::All) => s.clone(),
+            _ => return,
+        };
+        let (to, in_index) = (b.to, b.in_index);
+        self.nodes[p].out[k] = Arc_ { to, sel, in_index };
+        self.nodes[t].out.clear();
     }
 
     /// Put a filter that came down channel `ch` right after its ingress.
@@ -308,7 +329,11 @@ impl Space {
         node.label = self.arrival_label(&node);
         node.done = false;
         node.out.clear();
-        let Arc_ { to, in_index, .. } = self.nodes[i].out.remove(0);
+        // The ingress's arc may carry a selector (a filter that moved up left its
+        // output's selector there): it reads the moved filter's output, after `sels`.
+        let Arc_ { to, in_index, sel } = self.nodes[i].out.remove(0);
+        let mut sels = sels;
+        sels.push(sel);
         self.nodes.push(node);
         let x = self.nodes.len() - 1;
         self.nodes[i].out.insert(
@@ -364,6 +389,7 @@ impl Space {
             std::mem::take(&mut self.nodes[y].out),
         );
         let node = std::mem::replace(&mut self.nodes[y], pass_through(label, spec, out));
+        self.bypass(y);
         let ch = endpoint_of(&self.nodes[i]).map_or(usize::MAX, |e| e.1);
         Ok(Moved { node, sels, ch })
     }
