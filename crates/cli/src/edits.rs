@@ -117,15 +117,39 @@ impl Edits {
         self.handle.get().map(|h| h.graph()).unwrap_or_default()
     }
 
-    /// Run `spaces` taking edits as they come.
-    pub fn run(
+    /// Run `spaces` taking edits as they come, with `--adapt` (the monitor of `control::adapt` beside the run, its
+    /// decisions on standard error) and `--chaos SEED` (random moves; their count on
+    /// standard error at the end).
+    pub fn run_adapting(
         &self,
-        spaces: Spaces,
+        mut spaces: Spaces,
+        o: &daemon::proto::RunOptions,
         interrupt: &AtomicBool,
         tick: impl FnMut(&Space),
     ) -> SpacesReport {
-        let h = self.handle.get_or_init(|| spaces.edit_handle());
-        spaces.run_with(interrupt, h, &filters::Library, tick)
+        if let Some(seed) = o.chaos {
+            spaces.set_chaos(seed);
+        }
+        let h = self.handle.get_or_init(|| spaces.edit_handle()).clone();
+        let done = AtomicBool::new(false);
+        let rep = std::thread::scope(|s| {
+            if o.adapt {
+                let (h, done) = (&h, &done);
+                s.spawn(move || {
+                    control::adapt::monitor(h, done, &control::adapt::Policy::default(), |l| {
+                        eprintln!("{l}")
+                    })
+                });
+            }
+            let rep = spaces.run_with(interrupt, &h, &filters::Library, tick);
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            rep
+        });
+        if o.chaos.is_some() {
+            let (d, u, r) = rep.chaos_moves;
+            eprintln!("chaos: {d} filters moved down, {u} up, {r} moves refused");
+        }
+        rep
     }
 }
 

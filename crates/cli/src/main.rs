@@ -143,6 +143,16 @@ enum Cmd {
         /// this command, appended), else to /dev/null.
         #[arg(long, requires = "detach", value_name = "FILE")]
         log: Option<std::path::PathBuf>,
+        /// Move filters between the run's thread spaces while it runs, as the measured
+        /// time per filter says (one move at a time across a channel, at batch
+        /// boundaries, with the filter's state); each decision is printed with its reason.
+        #[arg(long)]
+        adapt: bool,
+        /// Testing: move filters across the run's channels at random batch boundaries
+        /// (and pull source batches of random sizes), seeded by SEED. The output must be
+        /// the same as without it.
+        #[arg(long, value_name = "SEED")]
+        chaos: Option<u64>,
     },
     /// List the daemon's runs (yours; all of them for root): owner, state, uptime, rate,
     /// placement.
@@ -329,6 +339,8 @@ fn main() -> ExitCode {
             no_share,
             detach,
             log,
+            adapt,
+            chaos,
         } => {
             let o = daemon::proto::RunOptions {
                 plan,
@@ -337,6 +349,8 @@ fn main() -> ExitCode {
                 ring,
                 no_share,
                 quiet,
+                adapt,
+                chaos,
             };
             match remote::connect(cli.socket.as_deref()) {
                 Some(Ok(c)) => remote::run(c, &pipeline, o, detach.then_some(log)),
@@ -929,12 +943,17 @@ fn run(pipeline: &str, o: &daemon::proto::RunOptions) -> ExitCode {
         None
     };
     let start = std::time::Instant::now();
-    let rep = spaces.run(&interrupt, |s| {
+    let tick = |s: &dataplane::Space| {
         if let (Some(b), Some((done, total))) = (&bar, s.progress()) {
             b.set_length(total);
             b.set_position(done);
         }
-    });
+    };
+    let rep = if o.adapt || o.chaos.is_some() {
+        edits::Edits::new().run_adapting(spaces, o, &interrupt, tick)
+    } else {
+        spaces.run(&interrupt, tick)
+    };
     // The kernel filters' pins go with their programs; whatever a failure left, goes now.
     filters::nicfix::remove_run_pins();
     if let Some(b) = bar {

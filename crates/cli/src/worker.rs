@@ -346,7 +346,7 @@ pub fn worker(fd: i32) -> ExitCode {
     let start = Instant::now();
     let mut last = start;
     let mut shown = None;
-    let rep = edits.run(spaces, &interrupt, |s| {
+    let rep = edits.run_adapting(spaces, &options, &interrupt, |s| {
         if last.elapsed() >= Duration::from_millis(200) {
             last = Instant::now();
             let _ = tell(

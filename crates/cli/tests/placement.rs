@@ -105,8 +105,10 @@ fn run(text: &str, args: &[&str]) -> Outcome {
         .arg(&text)
         .output()
         .expect("run streamline");
+    // `--chaos` counts its moves on a line of its own: tallied here, not compared.
     let mut stderr: Vec<String> = String::from_utf8_lossy(&o.stderr)
         .lines()
+        .filter(|l| !tally_chaos(l))
         .map(str::to_string)
         .collect();
     stderr.sort();
@@ -118,6 +120,28 @@ fn run(text: &str, args: &[&str]) -> Outcome {
         out: written,
         stderr,
     }
+}
+
+/// Filters moved by `--chaos` in this test process: down, up.
+static MOVED: [std::sync::atomic::AtomicU64; 2] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+];
+
+/// Whether `line` is `--chaos`'s count of moves (`chaos: D filters moved down, U up, R
+/// moves refused`); if so, add it to [`MOVED`].
+fn tally_chaos(line: &str) -> bool {
+    let Some(rest) = line.strip_prefix("chaos: ") else {
+        return false;
+    };
+    let n: Vec<u64> = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    for (k, m) in MOVED.iter().enumerate() {
+        m.fetch_add(n.get(k).copied().unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+    }
+    true
 }
 
 /// The corpus, placeholders other than `{out}` substituted: one pipeline per capture for
@@ -582,6 +606,43 @@ fn every_pipeline_gives_the_same_result_in_every_placement() {
         failures.join("\n\n")
     );
     assert!(ran > 200, "only {ran} placed runs");
+}
+
+/// Placement invariance through migrations (issue 19): every pipeline, its filters on
+/// threads of their own (and, second, its back half on one thread), runs with `--chaos
+/// SEED`: at random batch boundaries, with source batches of random sizes, filters move
+/// across the channels between the spaces, down and up, with their state. The results must
+/// be those of the pipeline in one space, and filters must really have moved.
+#[test]
+fn every_pipeline_gives_the_same_result_through_random_migrations() {
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (k, text) in corpus(&captures()).into_iter().enumerate() {
+        let reference = reference(&text);
+        let n = movable(&text).len();
+        let own: Vec<Option<String>> = (1..=n).map(|i| Some(i.to_string())).collect();
+        let half: Vec<Option<String>> = (0..n)
+            .map(|i| (i >= n / 2).then(|| "1".to_string()))
+            .collect();
+        for (spaces, seed) in [(own, 2 * k + 1), (half, 2 * k + 2)] {
+            let seed = seed.to_string();
+            match check(&reference, &text, &spaces, &["--plan", "none", "--chaos", &seed]) {
+                Ok(true) => ran += 1,
+                Ok(false) => {}
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    let moved = MOVED.each_ref().map(|m| m.load(std::sync::atomic::Ordering::Relaxed));
+    eprintln!("{ran} runs with random migrations matched their reference; filters moved: {} down, {} up", moved[0], moved[1]);
+    assert!(
+        failures.is_empty(),
+        "{} runs with random migrations changed results:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    assert!(ran > 100, "only {ran} runs");
+    assert!(moved[0] > 100 && moved[1] > 100, "filters moved: {moved:?}");
 }
 
 /// Random placements: every movable filter on the calling thread, a thread (1-3), a

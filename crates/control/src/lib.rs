@@ -34,11 +34,15 @@
 //!   back in reverse order. [`prefix`] owns prefix sharing of running
 //!   stateless filters between pipelines.
 //!
+//! * [`adapt`] closes the loop while a run runs (`--adapt`): measured per-filter time
+//!   in, moves of filters across channels out.
+//!
 //! It does not run anything: the runtimes in `dataplane` (and the kernel crate) consume
 //! a [`Plan`].
 #![deny(unsafe_code)]
 
 pub mod access;
+pub mod adapt;
 pub mod error;
 pub mod library;
 pub mod model;

@@ -588,8 +588,14 @@ pub(crate) struct Chaos {
 
 impl Chaos {
     pub(crate) fn new(seed: u64, space: usize) -> Chaos {
+        // splitmix64 of (seed, space): distinct seeds give distinct, non-zero states.
+        let mut z = seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(space as u64 + 1);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         Chaos {
-            state: (seed ^ (space as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1,
+            state: (z ^ (z >> 31)) | 1,
             moves: (0, 0, 0),
         }
     }

@@ -91,6 +91,14 @@ pub struct RunOptions {
     pub no_share: bool,
     #[serde(default)]
     pub quiet: bool,
+    /// `--adapt`: move filters between the run's thread spaces as measured costs say
+    /// (`control::adapt`).
+    #[serde(default)]
+    pub adapt: bool,
+    /// `--chaos SEED`: move filters at random batch boundaries (a test of placement
+    /// invariance through migrations).
+    #[serde(default)]
+    pub chaos: Option<u64>,
 }
 
 fn default_plan() -> String {
@@ -115,6 +123,8 @@ impl Default for RunOptions {
             ring: default_ring(),
             no_share: false,
             quiet: false,
+            adapt: false,
+            chaos: None,
         }
     }
 }
