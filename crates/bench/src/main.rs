@@ -10,6 +10,7 @@
 //! Adding a subcommand: a module with an `Args` (clap `Args`) and a
 //! `run(&Args, quick) -> Result<()>`, plus one variant in [`Command`].
 
+mod adapt;
 mod capture;
 mod child;
 mod daemon;
@@ -81,6 +82,9 @@ enum Command {
     /// shape` vs trickle, the overhead of shaping that never waits, two servers in one
     /// group under rising load, small files under the latency priority policy.
     Shape(shape::Args),
+    /// Runtime adaptation (issue 19, seed 003): throughput after a mid-run cost shift with
+    /// `--adapt`'s monitor moving filters vs the plan kept; blocks lost across the moves.
+    Adapt(adapt::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -104,6 +108,7 @@ fn main() {
         Command::LegacyPipes(a) => legacy_pipes::run(a, cli.quick),
         Command::LegacyDns(a) => legacy_dns::run(a, cli.quick),
         Command::Shape(a) => shape::run(a, cli.quick),
+        Command::Adapt(a) => adapt::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };
