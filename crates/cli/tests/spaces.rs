@@ -537,3 +537,34 @@ fn a_failure_at_any_construction_step_leaves_nothing_running() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--adapt` (issue 19): the monitor sees deflate and inflate loading space 1 while space
+/// 0 only counts, moves deflate up into space 0 (saying why), and the run's results are
+/// those of the run without it.
+#[test]
+fn adapt_moves_the_busy_filter_across_the_channel_and_changes_no_result() {
+    let p = "gen count=200000 size=4096 | count name=x | deflate space=1 | inflate | count name=y";
+    let run_with = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["run", "-q", "--plan", "none"])
+            .args(extra)
+            .arg(p)
+            .output()
+            .expect("run streamline");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let (log, rest): (Vec<&str>, Vec<&str>) = err.lines().partition(|l| l.starts_with("adapt:"));
+        let mut rest: Vec<String> = rest.into_iter().map(str::to_string).collect();
+        rest.sort();
+        (out.stdout, rest, log.join("\n"))
+    };
+    let (out0, sums0, log0) = run_with(&[]);
+    assert!(log0.is_empty());
+    let (out1, sums1, log1) = run_with(&["--adapt"]);
+    assert_eq!((out0, sums0), (out1, sums1), "{log1}");
+    assert!(
+        log1.contains("adapt: moved deflate@1 from space 1 to space 0: measured space 0"),
+        "{log1}"
+    );
+    assert!(log1.contains("predicted bottleneck"), "{log1}");
+}

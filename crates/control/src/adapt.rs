@@ -8,7 +8,8 @@
 //!
 //! Every window (250 ms) the monitor takes each live filter's busy share of the window:
 //! the time the runtime charged it, over the window's length. A space's load is the sum of
-//! its filters' shares (channel endpoints are left out: their time is waiting). In a
+//! its filters' shares (channel endpoints and sources are left out: their time is
+//! mostly waiting, for data or for room). In a
 //! pipeline whose spaces all work on the same stream, the most loaded space sets the pace,
 //! so the plan's figure of merit is the largest load ([`View::bottleneck`]).
 //!
@@ -116,8 +117,16 @@ impl View {
             .iter()
             .filter_map(|n| Some((n.label.as_str(), space_of(n)?)))
             .collect();
+        // A source's time is mostly waiting (for packets, for its ring's room, for its
+        // pace), and it cannot move: left out.
+        let sources: HashSet<&str> = g
+            .iter()
+            .filter(|n| n.source)
+            .map(|n| n.label.as_str())
+            .collect();
         let loads = b
             .iter()
+            .filter(|n| !sources.contains(n.label.as_str()))
             .filter_map(|n| {
                 let s = *space.get(n.label.as_str())?;
                 let t0 = *before.get(n.label.as_str())?;
