@@ -93,11 +93,11 @@ pub struct RunOptions {
     pub quiet: bool,
     /// `--adapt`: move filters between the run's thread spaces as measured costs say
     /// (`control::adapt`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adapt: bool,
     /// `--chaos SEED`: move filters at random batch boundaries (a test of placement
     /// invariance through migrations).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chaos: Option<u64>,
 }
 
