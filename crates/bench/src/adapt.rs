@@ -11,7 +11,9 @@
 //! `control::adapt` beside it (what `streamline run --adapt` runs), which measures the
 //! filters' time and moves filters across the channel. Reported: blocks/s at the sink
 //! from half a second after the shift to the end, and what `seqcheck` and the counters
-//! say about blocks lost, duplicated or reordered across the moves.
+//! say about blocks lost, duplicated or reordered across the moves. A third run moves
+//! filters at random batch boundaries all along (`--chaos`), thousands of moves, under
+//! the same checks.
 //!
 //! The source runs flat out: the load is what this machine's two spaces can carry.
 
@@ -119,11 +121,19 @@ impl lang::Resolver for AdaptResolver {
 const TEXT: &str = "gen count=1000000000000 size=64 | work name=a ns=300 | work name=b ns=300 \
                     | work name=c ns=300 space=1 | work name=d ns=300 | seqcheck | null";
 const SHIFT: [&str; 4] = [
-    "set work:a@0 ns=30",
-    "set work:b@0 ns=30",
-    "set work:c@1 ns=600",
-    "set work:d@1 ns=600",
+    "set work:a ns=30",
+    "set work:b ns=30",
+    "set work:c ns=600",
+    "set work:d ns=600",
 ];
+
+/// Stops the run when the measuring thread leaves its scope, however it leaves.
+struct Stop<'a>(&'a AtomicBool);
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
 
 /// One run's figures.
 struct Outcome {
@@ -157,10 +167,13 @@ fn rate(h: &EditHandle, secs: f64) -> f64 {
     (n1 - n0) as f64 / (t1 - t0).as_secs_f64()
 }
 
-fn run_once(adapt: bool, warm: f64, after: f64) -> Result<Outcome> {
+fn run_once(adapt: bool, chaos: Option<u64>, warm: f64, after: f64) -> Result<Outcome> {
     let g = lang::parse(TEXT, &AdaptResolver).map_err(|d| err(format!("{d}")))?;
-    let spaces = Spaces::build(&g, &AdaptFactory, 64 << 20, ChannelConfig::default())
+    let mut spaces = Spaces::build(&g, &AdaptFactory, 64 << 20, ChannelConfig::default())
         .map_err(|e| err(format!("building `{TEXT}`: {e}")))?;
+    if let Some(seed) = chaos {
+        spaces.set_chaos(seed);
+    }
     let h = spaces.edit_handle();
     let stop = AtomicBool::new(false);
     let done = AtomicBool::new(false);
@@ -179,20 +192,33 @@ fn run_once(adapt: bool, warm: f64, after: f64) -> Result<Outcome> {
                 })
             });
         }
+        let _stop = Stop(&stop);
         // Warm up; the rate before the shift over the second half of it.
         std::thread::sleep(Duration::from_secs_f64(warm / 2.0));
         let before = rate(&h, warm / 2.0);
         for e in SHIFT {
             let edit = Edit::parse(e, &AdaptResolver).map_err(|x| err(format!("{e}: {x}")))?;
-            h.apply(edit, Duration::from_secs(5))
-                .map_err(|x| err(format!("{e}: {x}")))?;
+            // With chaos the filter may be between spaces for a moment: ask again.
+            let mut tries = 0;
+            while let Err(x) = h.apply(edit.clone(), Duration::from_secs(5)) {
+                tries += 1;
+                if tries == 100 {
+                    return Err(err(format!("{e}: {x}")));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
         std::thread::sleep(Duration::from_millis(500));
         let after_rate = rate(&h, after - 0.5);
-        stop.store(true, Ordering::Relaxed);
+        drop(_stop);
         let rep = run.join().map_err(|_| err("the run panicked"))?;
         Ok((rep, before, after_rate))
     })?;
+    let mut moves = moves.into_inner().expect("not poisoned");
+    if chaos.is_some() {
+        let (d, u, _) = rep.chaos_moves;
+        moves.extend((0..d + u).map(|_| String::new()));
+    }
     if let Some(d) = rep.died {
         return Err(err(d));
     }
@@ -214,7 +240,7 @@ fn run_once(adapt: bool, warm: f64, after: f64) -> Result<Outcome> {
         sent,
         checked,
         received,
-        moves: moves.into_inner().expect("not poisoned"),
+        moves,
     })
 }
 
@@ -231,10 +257,14 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     println!("  shift after {warm} s: {}", SHIFT.join("; "));
     let mut summary = Summary::default();
     let mut outs = Vec::new();
-    for adapt in [false, true] {
-        let name = if adapt { "adaptive" } else { "static" };
+    for (adapt, chaos) in [(false, None), (true, None), (false, Some(7))] {
+        let name = match (adapt, chaos) {
+            (true, _) => "adaptive",
+            (_, Some(_)) => "chaos (a filter moved at random batch boundaries, about one in three)",
+            _ => "static",
+        };
         println!("  {name}:");
-        let o = run_once(adapt, warm, after)?;
+        let o = run_once(adapt, chaos, warm, after)?;
         println!(
             "    before the shift {:.0} blocks/s, after it {:.0} blocks/s; gen sent {}, the sink received {}; {}; {} moves",
             o.before,
@@ -246,7 +276,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         );
         outs.push(o);
     }
-    let (st, ad) = (&outs[0], &outs[1]);
+    let (st, ad, ch) = (&outs[0], &outs[1], &outs[2]);
     let wrong = |o: &Outcome| -> u64 {
         o.checked
             .split(", ")
@@ -255,7 +285,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             .and_then(|w| w.parse().ok())
             .unwrap_or(u64::MAX)
     };
-    let lost = ad.sent.saturating_sub(ad.received) + ad.received.saturating_sub(ad.sent) + wrong(ad);
+    let lost = |o: &Outcome| {
+        o.sent.saturating_sub(o.received) + o.received.saturating_sub(o.sent) + wrong(o)
+    };
     if st.sent != st.received || wrong(st) != 0 {
         println!(
             "  note: the static run lost or reordered blocks too ({} sent, {} received, {})",
@@ -273,9 +305,12 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     );
     summary.add(
         "migration_lost_blocks",
-        lost as f64,
+        (lost(ad) + lost(ch)) as f64,
         Some(Target::AtMost(0.0)),
-        "blocks lost, duplicated or out of sequence in the adaptive run",
+        format!(
+            "blocks lost, duplicated or out of sequence in the adaptive and chaos runs ({} moves)",
+            ad.moves.len() + ch.moves.len()
+        ),
     );
     summary.add(
         "adapt_moves",
