@@ -688,7 +688,9 @@ fn choose_placement(
     planner.load = load;
     let mut scaled = 1.0;
     let planned = loop {
-        match planner.plan_graph(g, method) {
+        // Below the offered rate the heuristic finds the bracket (see below).
+        let how = if scaled < 1.0 { Method::Heuristic } else { method };
+        match planner.plan_graph(g, how) {
             Ok(p) => break p,
             Err(control::error::Error::Plan(control::PlanError::Infeasible(_)))
                 if scaled > 1e-4 =>
@@ -699,6 +701,43 @@ fn choose_placement(
             Err(e) => return Err(e.to_string()),
         }
     };
+    // The offered rate does not fit: the best plan is the one that carries the most, so
+    // look for the highest rate that fits, between the one found and twice it (to 2%).
+    // Near it, only plans that balance the CPUs fit (the data-parallel template
+    // included). The search runs on the heuristic (microseconds a plan); the optimizer
+    // then plans once at the rate found (the heuristic's plan, its warm start, carries
+    // it; asking above it would make the solver prove that nothing fits, a full search).
+    let mut planned = planned;
+    if scaled < 1.0 {
+        let fits = |p: &mut control::Planner, rate: f64, how| {
+            p.load.blocks_per_sec = load.blocks_per_sec * rate;
+            p.plan_graph(g, how).ok()
+        };
+        let (mut lo, mut hi) = (scaled, (scaled * 2.0).min(1.0));
+        let mut best = None;
+        while hi - lo > 0.02 * lo {
+            let mid = (lo + hi) / 2.0;
+            match fits(&mut planner, mid, Method::Heuristic) {
+                Some(p) => {
+                    best = Some(p);
+                    lo = mid;
+                }
+                None => hi = mid,
+            }
+        }
+        if method == Method::Heuristic {
+            if let Some(p) = best {
+                planned = p;
+                scaled = lo;
+            }
+        } else if lo > scaled {
+            if let Some(p) = fits(&mut planner, lo, Method::Optimal) {
+                planned = p;
+                scaled = lo;
+            }
+        }
+        planner.load.blocks_per_sec = load.blocks_per_sec * scaled;
+    }
     let a =
         control::Assignment::from_plan(g, &planned.plan, &planner.sys, &FILTERS, planned.template);
     let mut why = format!(

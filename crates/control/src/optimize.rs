@@ -209,6 +209,20 @@ pub fn ilp(
     time_limit: f64,
 ) -> Result<(Vec<Choice>, SolverStats), PlanError> {
     let start = Instant::now();
+    // What no placement can fit, said without a solve: a filter heavier than one CPU,
+    // or more cycles than all the CPUs have (a planner searching for the rate that fits
+    // asks this often).
+    let least = |i: usize| {
+        (0..req.nodes[i].impls.len())
+            .map(|m| req.node_cycles(i, m))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let total: f64 = (0..req.nodes.len()).map(least).sum();
+    if (0..req.nodes.len()).any(|i| least(i) > sys.cycles_per_sec)
+        || total > sys.cycles_per_sec * sys.cpus.len() as f64
+    {
+        return Err(PlanError::Infeasible(why_infeasible(req, sys)));
+    }
     let opts = options(req, sys)?;
     let n = req.nodes.len();
     let ns = sys.spaces.len();

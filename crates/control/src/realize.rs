@@ -119,13 +119,22 @@ impl Assignment {
             .filter(|n| n.space_kind == SpaceKind::Thread)
             .map(|n| n.space);
         let home_cpu = home.map_or(0, |h| cpu_index(sys.spaces[h].cpu));
+        // The runtime runs `local` on CPU 0 (pinned while worker spaces run beside it),
+        // and space N on CPU N mod the CPU count. The plan's CPUs are interchangeable, so
+        // its home CPU and CPU 0 swap places: the home's neighbours then get CPUs of
+        // their own instead of sharing CPU 0 with it.
+        let phys = |c: usize| match c {
+            c if c == home_cpu => 0,
+            0 => home_cpu,
+            c => c,
+        };
         let sp = |i: usize| -> Option<Sp> {
             let n = plan.nodes.get(i)?;
             match n.space_kind {
                 SpaceKind::Kernel => None,
                 _ if Some(n.space) == home => Some(Sp::Local),
-                SpaceKind::Thread => Some(Sp::Thread(cpu_index(n.cpu), 0)),
-                SpaceKind::Process => Some(Sp::Process(cpu_index(n.cpu), 0)),
+                SpaceKind::Thread => Some(Sp::Thread(phys(cpu_index(n.cpu)), 0)),
+                SpaceKind::Process => Some(Sp::Process(phys(cpu_index(n.cpu)), 0)),
             }
         };
         // The plan's space per node of the request as written (copies for the template).
@@ -144,7 +153,7 @@ impl Assignment {
             })
             .collect();
         let planned = keep_sections_together(original, planned);
-        let placed = Repair::new(ncpu, home_cpu).run(original, &planned);
+        let placed = Repair::new(ncpu, 0).run(original, &planned);
         let mut set: BTreeMap<usize, NodePlace> = BTreeMap::new();
         for node in &original.nodes {
             let NodeKind::Filter { filter, place, .. } = &node.kind else {

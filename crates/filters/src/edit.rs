@@ -4,7 +4,9 @@
 use crate::packet::parse_tag;
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
+use dataplane::{
+    Access, Args, Batch, Cost, Ctx, Filter, FilterError, FilterSpec, Implementation, Kind, Param,
+};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 
 /// Crops blocks: a number of bytes, or up to a protocol's payload. No copy.
@@ -308,6 +310,13 @@ pub static DEFLATE: FilterSpec = FilterSpec::new("deflate", Access::Editing, mak
         "streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'",
     );
 pub static INFLATE: FilterSpec = FilterSpec::new("inflate", Access::Editing, make_inflate)
+    // Measured (2026-11-27, `gen size=4096 | deflate | inflate`): 5 us a block of 4096
+    // bytes out, about 3.2 cycles per byte at 2.6 GHz, against deflate's 12.5 us (the
+    // editing default of 8 cycles per byte); the model counts the bytes it sends on.
+    .implementations(&[Implementation {
+        cost: Cost::DEFAULT.per_byte(3.2),
+        ..Implementation::NATIVE
+    }])
     .synopsis("inflate [max=BYTES]")
     .description("Decompresses blocks made by deflate; blocks that are not valid deflate data\n(or would exceed max, default 1M) are dropped with a warning.")
     .params(&[
