@@ -512,6 +512,44 @@ impl Egress {
         );
     }
 
+    /// [`Egress::queue`] and [`widen`] for the stretch of blocks at the start of `s` that
+    /// lie in one shared ring without metadata (guard entry `g`): their tags written into
+    /// the run in one pass. Returns how many there were (at least one).
+    fn queue_stretch(&mut self, s: &[Tag], g: usize) -> usize {
+        let buf = s[0].buf;
+        if self.metas_any {
+            let mut n = 0;
+            for t in s.iter().take_while(|t| t.buf == buf) {
+                self.queue(t, Meta::NONE);
+                widen(&mut self.guards[g], t);
+                n += 1;
+            }
+            return n;
+        }
+        let at = self.run.len();
+        self.run.resize(at + s.len() * Tag::SIZE, 0);
+        let (mut lo, mut hi) = (self.guards[g].1, self.guards[g].2);
+        let mut n = 0;
+        for (b, t) in self.run[at..].chunks_exact_mut(Tag::SIZE).zip(s) {
+            if t.buf != buf {
+                break;
+            }
+            b.copy_from_slice(
+                &Tag {
+                    buf: t.buf | FILE_BIT,
+                    ..*t
+                }
+                .to_bytes(),
+            );
+            lo = lo.min(t.pos);
+            hi = hi.max(t.pos + t.len as u64);
+            n += 1;
+        }
+        self.run.truncate(at + n * Tag::SIZE);
+        (self.guards[g].1, self.guards[g].2) = (lo, hi);
+        n
+    }
+
     /// Write the queued run of [`Egress::send_ref`]: its blocks' metadata as one block
     /// (if any has some), then the tags.
     fn write_run(&mut self) -> beltway::Result<()> {
@@ -678,10 +716,14 @@ impl Filter for Egress {
         // The guard entry of the last buffer, if it is a shared ring without metadata: its
         // blocks then only queue their tags and widen the guard (no metadata to look up).
         let mut plain: Option<(BufId, usize)> = None;
-        for t in &batch.tags {
+        let mut tags = batch.tags.iter().enumerate();
+        while let Some((i, t)) = tags.next() {
             if let Some((_, g)) = plain.filter(|p| p.0 == t.buf) {
-                self.queue(t, Meta::NONE);
-                widen(&mut self.guards[g], t);
+                // The stretch from here: queued in one pass, then stepped over.
+                let n = self.queue_stretch(&batch.tags[i..], g);
+                if n > 1 {
+                    tags.nth(n - 2);
+                }
                 continue;
             }
             plain = None;
