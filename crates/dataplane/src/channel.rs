@@ -319,7 +319,7 @@ fn attach(
 /// one per block; a run without any metadata has none); or ahead of a file's path or a
 /// shared ring's key (`ANNOUNCE`, once per buffer and channel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Meta {
+pub(crate) struct Meta {
     ts_ns: u64,
     orig_len: u32,
     /// Bytes of the record before the block (0: the block starts the record).
@@ -329,7 +329,7 @@ struct Meta {
 }
 
 /// Bytes of a [`Meta`] header.
-const META_SIZE: usize = 24;
+pub(crate) const META_SIZE: usize = 24;
 
 const RECORD: u16 = 1;
 const LINK: u16 = 2;
@@ -353,7 +353,7 @@ impl Meta {
         flags: 0,
     };
 
-    fn of(cx: &Ctx<'_>, t: &Tag) -> Meta {
+    pub(crate) fn of(cx: &Ctx<'_>, t: &Tag) -> Meta {
         match cx.store.record_of(t) {
             Some(r) => {
                 let (link, lf) = match cx.store.link(t).and_then(|l| u16::try_from(l).ok()) {
@@ -371,7 +371,7 @@ impl Meta {
             None => Meta::NONE,
         }
     }
-    fn to_bytes(self) -> [u8; META_SIZE] {
+    pub(crate) fn to_bytes(self) -> [u8; META_SIZE] {
         let mut b = [0u8; META_SIZE];
         b[..8].copy_from_slice(&self.ts_ns.to_le_bytes());
         b[8..12].copy_from_slice(&self.orig_len.to_le_bytes());
@@ -380,7 +380,7 @@ impl Meta {
         b[18..20].copy_from_slice(&self.flags.to_le_bytes());
         b
     }
-    fn from_bytes(b: &[u8]) -> Option<Meta> {
+    pub(crate) fn from_bytes(b: &[u8]) -> Option<Meta> {
         let b: &[u8; META_SIZE] = b.get(..META_SIZE)?.try_into().ok()?;
         Some(Meta {
             ts_ns: u64::from_le_bytes(b[..8].try_into().ok()?),
@@ -389,6 +389,32 @@ impl Meta {
             link: u16::from_le_bytes(b[16..18].try_into().ok()?),
             flags: u16::from_le_bytes(b[18..20].try_into().ok()?),
         })
+    }
+}
+
+impl Meta {
+    /// Give block `t` (in `store`) the record metadata this header carries; its link
+    /// type too, unless `link` says the buffer has it already. Returns whether a link
+    /// type was set.
+    pub(crate) fn restore(self, store: &mut crate::Store, t: &Tag, link: bool) -> bool {
+        if self.flags & RECORD == 0 {
+            return false;
+        }
+        store.add_record(
+            t.buf,
+            crate::store::RecordMeta {
+                pos: t.pos,
+                len: t.len,
+                skip: self.skip,
+                ts_ns: self.ts_ns,
+                orig_len: self.orig_len,
+            },
+        );
+        if self.flags & LINK != 0 && !link {
+            store.set_link(t.buf, self.link as u32);
+            return true;
+        }
+        false
     }
 }
 

@@ -17,6 +17,8 @@
 //! - [`edit`]: live edits of a running run (insert, remove, replace, set options, branch,
 //!   connect, disconnect, move) and its graph snapshot, applied
 //!   between source batches through a mailbox ([`edit::EditHandle`]).
+//! - [`netchan`]: channels between hosts (`netout` / `netin`): TCP, credits, the same
+//!   per-block header as channels between spaces.
 //! - `migrate`: a running filter moved between two spaces of this process at batch
 //!   boundaries, by markers in the channel ([`edit::EditHandle::migrate`]).
 //!
@@ -34,6 +36,7 @@ pub mod filter;
 pub mod hash;
 mod migrate;
 mod mmap;
+pub mod netchan;
 pub use mmap::FileMap;
 pub mod runtime;
 pub mod session;

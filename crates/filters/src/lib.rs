@@ -5,7 +5,7 @@
 //! hist, inspect, grep, regex, match, dedup), [`nicfix`] (flowcount, sample, bytecount:
 //! each also an eBPF program run on the capture socket right after `rx`), [`edit`] (strip, deflate, inflate,
 //! encrypt, decrypt, xor), [`shaping`] (shape: pacing by token/leaky buckets), [`control`] (for, join, split, hash), [`sinks`] (outfile, stdout,
-//! pcapout, null). [`packet`] holds the zero-copy frame parsing they share, [`savefile`] the
+//! pcapout, null), [`net`] (netout, netin: streams between hosts). [`packet`] holds the zero-copy frame parsing they share, [`savefile`] the
 //! capture-file reader `pcapin` walks files with (libpcap's rules).
 //!
 //! Every filter is declared once, as one [`FilterSpec`] where the filter is written, listed in
@@ -25,6 +25,7 @@ pub mod fuzzing;
 pub mod inspect;
 mod lent;
 pub mod live;
+pub mod net;
 pub mod nicfix;
 pub mod packet;
 pub mod proto;
@@ -84,6 +85,8 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &sinks::STDOUT,
     &sinks::PCAPOUT,
     &sinks::NULL,
+    &net::NETOUT,
+    &net::NETIN,
     &shaping::SHAPE,
     &transmit::TX,
 ];

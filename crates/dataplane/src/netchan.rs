@@ -1,0 +1,455 @@
+//! Channels between hosts (thesis 6.x, seed 002; issue 21): a stream leaves one run on a
+//! `netout to=HOST:PORT` sink and enters another, on another host, at a `netin port=PORT`
+//! source, over TCP, lossless, with each block's class and record metadata (capture time,
+//! wire length, crop, link type: the same header a channel between spaces carries), so
+//! the filters after it see what they would see on one host.
+//!
+//! # Wire format
+//!
+//! The sender opens the connection with an 8-byte greeting (`SLNET`, 0, version 1, 0);
+//! the receiver answers with the same greeting and its window (u64, bytes). Then a batch
+//! of blocks is one write of frames: `len` (u32, the block's bytes), the 24-byte header,
+//! the class (u16), two reserved bytes, the bytes. A frame with `len` = `END` ends the
+//! stream: a connection that closes without it was cut (a peer killed, a host gone), and
+//! the run says so, naming the peer.
+//!
+//! # Flow control: credits
+//!
+//! The sender may have at most a window of frame bytes the receiver has not yet handed
+//! to its pipeline; the receiver gives bytes back (a u64 on the same connection) as its
+//! pipeline takes them, a quarter of the window at a time. A slow receiver slows the
+//! sender; nothing buffers without bound (the kernel's socket buffers come on top, a
+//! fixed amount).
+//!
+//! Owns: the wire format, the credits, both ends' filters. Does not own: the filters'
+//! declarations (`filters::net`).
+
+use crate::channel::{Meta, META_SIZE};
+use crate::filter::{Batch, Ctx, Filter};
+use beltway::Tag;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+const GREETING: [u8; 8] = *b"SLNET\x00\x01\x00";
+/// Bytes before a frame's data.
+const HEAD: usize = 4 + META_SIZE + 4;
+/// `len` of the frame that ends the stream.
+const END: u32 = u32::MAX;
+/// In a frame's flags (the byte after its class): the last block of the sender's batch.
+const LAST: u8 = 1;
+/// The largest block a receiver takes.
+pub const MAX_BLOCK: usize = 16 << 20;
+/// Default window (bytes in flight).
+pub const DEFAULT_WINDOW: u64 = 4 << 20;
+/// How long a receiver's pull waits for data before giving its space's loop a turn.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The sending end: a sink.
+pub struct NetOut {
+    sock: TcpStream,
+    peer: String,
+    window: u64,
+    /// Frame bytes sent and not yet given back.
+    outstanding: u64,
+    frames: Vec<u8>,
+    credit: [u8; 8],
+    have: usize,
+    failed: bool,
+    blocks: u64,
+    bytes: u64,
+}
+
+impl NetOut {
+    /// Connect to the `netin` at `to` (HOST:PORT), trying again while it refuses for up
+    /// to `wait` (the receiver may start a moment later).
+    pub fn connect(to: &str, wait: Duration) -> Result<NetOut, String> {
+        let addrs: Vec<_> = to
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve {to}: {e}"))?
+            .collect();
+        let Some(addr) = addrs.first().copied() else {
+            return Err(format!("{to} resolves to no address"));
+        };
+        let t0 = Instant::now();
+        let sock = loop {
+            match TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
+                Ok(s) => break s,
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused && t0.elapsed() < wait => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                    return Err(format!(
+                        "cannot connect to {to}: connection refused (is a `netin port={}` running there?)",
+                        addr.port()
+                    ))
+                }
+                Err(e) => return Err(format!("cannot connect to {to}: {e}")),
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        let peer = format!("{to} ({addr})");
+        let mut s = sock;
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| format!("{peer}: {e}"))?;
+        s.write_all(&GREETING)
+            .map_err(|e| format!("{peer}: cannot greet: {e}"))?;
+        let mut answer = [0u8; 16];
+        s.read_exact(&mut answer)
+            .map_err(|e| format!("{peer} did not answer as a netin does: {e}"))?;
+        if answer[..8] != GREETING {
+            return Err(format!("{peer} is not a netin (it answered {:?})", &answer[..8]));
+        }
+        let window = u64::from_le_bytes(answer[8..].try_into().expect("8 bytes")).max(1 << 16);
+        Ok(NetOut {
+            sock: s,
+            peer,
+            window,
+            outstanding: 0,
+            frames: Vec::new(),
+            credit: [0; 8],
+            have: 0,
+            failed: false,
+            blocks: 0,
+            bytes: 0,
+        })
+    }
+
+    /// Take the credits the receiver has sent; with `block`, wait (in slices, so a dead
+    /// receiver is noticed) until some come.
+    fn take_credits(&mut self, block: bool) -> std::io::Result<()> {
+        if block {
+            self.sock.set_read_timeout(Some(Duration::from_millis(200)))?;
+        } else {
+            self.sock.set_nonblocking(true)?;
+        }
+        let r = loop {
+            match self.sock.read(&mut self.credit[self.have..]) {
+                Ok(0) => {
+                    break Err(std::io::Error::new(
+                        ErrorKind::UnexpectedEof,
+                        "the receiver closed the connection",
+                    ))
+                }
+                Ok(n) => {
+                    self.have += n;
+                    if self.have == 8 {
+                        self.have = 0;
+                        let back = u64::from_le_bytes(self.credit);
+                        self.outstanding = self.outstanding.saturating_sub(back);
+                        if block {
+                            break Ok(());
+                        }
+                    }
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if !block {
+                        break Ok(());
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        if !block {
+            self.sock.set_nonblocking(false)?;
+        }
+        r
+    }
+
+    fn send(&mut self) -> std::io::Result<()> {
+        let need = self.frames.len() as u64;
+        self.take_credits(false)?;
+        while self.outstanding > 0 && self.outstanding + need > self.window {
+            self.take_credits(true)?;
+        }
+        self.sock.write_all(&self.frames)?;
+        self.outstanding += need;
+        Ok(())
+    }
+
+    fn fail(&mut self, cx: &mut Ctx<'_>, e: std::io::Error) {
+        cx.warn(format!(
+            "the receiver {} went away mid-stream: {e}",
+            self.peer
+        ));
+        self.failed = true;
+        cx.stop();
+    }
+}
+
+impl Filter for NetOut {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        if self.failed {
+            return;
+        }
+        self.frames.clear();
+        let mut last = None;
+        for t in &batch.tags {
+            let Ok(d) = cx.data(t) else { continue };
+            last = Some(self.frames.len());
+            self.frames
+                .extend_from_slice(&(d.len() as u32).to_le_bytes());
+            self.frames.extend_from_slice(&Meta::of(cx, t).to_bytes());
+            self.frames.extend_from_slice(&t.class.to_le_bytes());
+            self.frames.extend_from_slice(&[0, 0]);
+            self.frames.extend_from_slice(d);
+            self.blocks += 1;
+            self.bytes += d.len() as u64;
+        }
+        let Some(last) = last else { return };
+        self.frames[last + 6 + META_SIZE] |= LAST;
+        if let Err(e) = self.send() {
+            self.fail(cx, e);
+        }
+    }
+
+    fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
+        if self.failed {
+            return;
+        }
+        self.frames.clear();
+        self.frames.extend_from_slice(&END.to_le_bytes());
+        self.frames.extend_from_slice(&[0u8; HEAD - 4]);
+        let r = self.send().and_then(|_| {
+            self.sock.shutdown(Shutdown::Write)?;
+            // Wait for the receiver to close: it has then taken every frame.
+            self.sock.set_read_timeout(Some(Duration::from_secs(10)))?;
+            let mut sink = [0u8; 64];
+            loop {
+                match self.sock.read(&mut sink) {
+                    Ok(0) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        });
+        if let Err(e) = r {
+            self.fail(cx, e);
+        }
+    }
+
+    fn summary(&self) -> Option<String> {
+        Some(format!(
+            "netout: {} blocks, {} bytes to {}",
+            self.blocks, self.bytes, self.peer
+        ))
+    }
+}
+
+/// The receiving end: a source.
+pub struct NetIn {
+    listener: Option<TcpListener>,
+    sock: Option<TcpStream>,
+    at: String,
+    peer: String,
+    window: u64,
+    buf: Vec<u8>,
+    /// Bytes of `buf` parsed and handed on, not yet given back as credit.
+    taken: u64,
+    link_set: bool,
+    ended: bool,
+    blocks: u64,
+    bytes: u64,
+}
+
+impl NetIn {
+    /// Listen on `bind`:`port` for one sender.
+    pub fn listen(bind: &str, port: u16, window: u64) -> Result<NetIn, String> {
+        let l = TcpListener::bind((bind, port))
+            .map_err(|e| format!("cannot listen on {bind}:{port}: {e}"))?;
+        l.set_nonblocking(true)
+            .map_err(|e| format!("cannot listen on {bind}:{port}: {e}"))?;
+        Ok(NetIn {
+            listener: Some(l),
+            sock: None,
+            at: format!("{bind}:{port}"),
+            peer: String::new(),
+            window: window.max(1 << 16),
+            buf: Vec::new(),
+            taken: 0,
+            link_set: false,
+            ended: false,
+            blocks: 0,
+            bytes: 0,
+        })
+    }
+
+    /// Accept the sender (waiting at most a poll interval) and greet it.
+    fn accept(&mut self) -> Result<bool, String> {
+        let Some(l) = &self.listener else {
+            return Ok(true);
+        };
+        let t0 = Instant::now();
+        let (mut s, addr) = loop {
+            match l.accept() {
+                Ok(x) => break x,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if t0.elapsed() >= POLL {
+                        return Ok(false);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(format!("on {}: cannot accept: {e}", self.at)),
+            }
+        };
+        self.peer = addr.to_string();
+        let greet = |s: &mut TcpStream| -> std::io::Result<()> {
+            s.set_nonblocking(false)?;
+            s.set_nodelay(true)?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let mut g = [0u8; 8];
+            s.read_exact(&mut g)?;
+            if g != GREETING {
+                return Err(std::io::Error::new(
+                    ErrorKind::InvalidData,
+                    format!("it greeted with {g:?}, not as a netout does"),
+                ));
+            }
+            s.write_all(&GREETING)?;
+            s.write_all(&self.window.to_le_bytes())?;
+            s.set_read_timeout(Some(POLL))
+        };
+        greet(&mut s).map_err(|e| format!("on {}: the sender {}: {e}", self.at, self.peer))?;
+        self.sock = Some(s);
+        self.listener = None;
+        Ok(true)
+    }
+
+    /// Hand on the sender's next batch once all of it is in `buf` (at most `max` blocks
+    /// of it at a time), so batches here are the sender's: what a filter after a join sees
+    /// does not depend on how the bytes arrived. Returns the bytes used.
+    fn parse(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> Result<usize, String> {
+        // First: is the batch complete?
+        let (mut scan, mut frames, mut complete) = (0, 0, false);
+        while self.buf.len() - scan >= HEAD {
+            let f = &self.buf[scan..];
+            let len = u32::from_le_bytes(f[..4].try_into().expect("4 bytes"));
+            if len == END {
+                complete = true;
+                break;
+            }
+            let len = len as usize;
+            if len > MAX_BLOCK {
+                return Err(format!(
+                    "the sender {} sent a block of {len} bytes, more than netin takes ({MAX_BLOCK}); the stream is corrupt",
+                    self.peer
+                ));
+            }
+            if f.len() < HEAD + len {
+                break;
+            }
+            scan += HEAD + len;
+            frames += 1;
+            if f[6 + META_SIZE] & LAST != 0 || frames == max {
+                complete = true;
+                break;
+            }
+        }
+        if !complete {
+            return Ok(0);
+        }
+        let mut at = 0;
+        for _ in 0..frames {
+            let f = &self.buf[at..];
+            let len = u32::from_le_bytes(f[..4].try_into().expect("4 bytes")) as usize;
+            let meta = Meta::from_bytes(&f[4..4 + META_SIZE]).expect("a whole header");
+            let class = u16::from_le_bytes(f[4 + META_SIZE..6 + META_SIZE].try_into().expect("2"));
+            let t = cx.store.push(&f[HEAD..HEAD + len]);
+            let t = Tag { class, ..t };
+            self.link_set |= meta.restore(cx.store, &t, self.link_set);
+            out.push(t);
+            self.blocks += 1;
+            self.bytes += len as u64;
+            at += HEAD + len;
+        }
+        if frames == 0 {
+            // Complete with no block: the frame that ends the stream.
+            self.ended = true;
+            at += HEAD;
+        }
+        Ok(at)
+    }
+}
+
+impl Filter for NetIn {
+    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+
+    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+        let fail = |cx: &mut Ctx<'_>, why: String| {
+            cx.warn(why);
+            cx.stop();
+            false
+        };
+        if self.sock.is_none() {
+            match self.accept() {
+                Ok(true) => {}
+                Ok(false) => return true,
+                Err(why) => return fail(cx, why),
+            }
+        }
+        loop {
+            let used = match self.parse(cx, out, max) {
+                Ok(n) => n,
+                Err(why) => return fail(cx, format!("on {}: {why}", self.at)),
+            };
+            self.buf.drain(..used);
+            self.taken += used as u64;
+            if self.taken >= self.window / 4 || (self.ended && self.taken > 0) {
+                let back = self.taken.to_le_bytes();
+                self.taken = 0;
+                if let Some(s) = self.sock.as_mut() {
+                    // A sender that ended may have closed already: nothing to tell it.
+                    if let Err(e) = s.write_all(&back) {
+                        if !self.ended {
+                            return fail(cx, format!("on {}: the sender {} went away mid-stream: {e}", self.at, self.peer));
+                        }
+                    }
+                }
+            }
+            if self.ended {
+                self.sock = None;
+                return !out.is_empty();
+            }
+            if !out.is_empty() {
+                return true;
+            }
+            let Some(s) = self.sock.as_mut() else {
+                return false;
+            };
+            let at = self.buf.len();
+            self.buf.resize(at + (256 << 10), 0);
+            match s.read(&mut self.buf[at..]) {
+                Ok(0) => {
+                    self.buf.truncate(at);
+                    return fail(cx, format!(
+                        "on {}: the sender {} went away without ending the stream ({} bytes of an unfinished block; was it killed?)",
+                        self.at, self.peer, self.buf.len()
+                    ));
+                }
+                Ok(n) => self.buf.truncate(at + n),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                    self.buf.truncate(at);
+                    return true;
+                }
+                Err(e) => {
+                    self.buf.truncate(at);
+                    return fail(cx, format!(
+                        "on {}: the sender {} went away mid-stream: {e}",
+                        self.at, self.peer
+                    ));
+                }
+            }
+        }
+    }
+
+    fn summary(&self) -> Option<String> {
+        Some(format!(
+            "netin: {} blocks, {} bytes from {}",
+            self.blocks,
+            self.bytes,
+            if self.peer.is_empty() { "no sender" } else { &self.peer }
+        ))
+    }
+}
