@@ -688,7 +688,7 @@ impl Space {
     }
 
     /// The arcs into node `i`: (from, index among `from`'s out-arcs).
-    fn in_arcs(&self, i: usize) -> Vec<(usize, usize)> {
+    pub(crate) fn in_arcs(&self, i: usize) -> Vec<(usize, usize)> {
         let mut v = Vec::new();
         for (f, n) in self.nodes.iter().enumerate() {
             for (k, a) in n.out.iter().enumerate() {
@@ -1820,18 +1820,31 @@ impl Mailbox {
             self.pending.store(true, Ordering::Relaxed);
             id
         };
+        self.answer(&rx, timeout, |st| {
+            let k = st.queue.iter().position(|(i, ..)| *i == id)?;
+            st.queue.remove(k);
+            Some(())
+        })
+    }
+
+    /// Wait at most `timeout` for the answer to a job posted to this mailbox. On timeout
+    /// `withdraw` takes the job back if the run loop has not taken it yet (nothing
+    /// changed: `Timeout`); one it has taken is waited for, so the caller never sees a
+    /// timeout for a job that was done.
+    fn answer<T>(
+        &self,
+        rx: &mpsc::Receiver<Result<T, EditError>>,
+        timeout: Duration,
+        withdraw: impl FnOnce(&mut State) -> Option<()>,
+    ) -> Result<T, EditError> {
         match rx.recv_timeout(timeout) {
             Ok(r) => r,
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(EditError::Ended),
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                {
-                    let mut st = lock(&self.state);
-                    if let Some(k) = st.queue.iter().position(|(i, ..)| *i == id) {
-                        st.queue.remove(k);
-                        return Err(EditError::Timeout(timeout));
-                    }
+                if withdraw(&mut lock(&self.state)).is_some() {
+                    return Err(EditError::Timeout(timeout));
                 }
-                // Taken: it is being applied right now.
+                // Taken: it is being done right now.
                 rx.recv().unwrap_or(Err(EditError::Ended))
             }
         }
@@ -2009,20 +2022,11 @@ impl EditHandle {
             });
             mailbox.pending.store(true, Ordering::Relaxed);
         }
-        match rx.recv_timeout(timeout) {
-            Ok(r) => r,
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(EditError::Ended),
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                {
-                    let mut st = lock(&mailbox.state);
-                    if let Some(k) = st.moves.iter().position(|m| m.ch == ch && m.label == base) {
-                        st.moves.remove(k);
-                        return Err(EditError::Timeout(timeout));
-                    }
-                }
-                rx.recv().unwrap_or(Err(EditError::Ended))
-            }
-        }
+        mailbox.answer(&rx, timeout, |st| {
+            let k = st.moves.iter().position(|m| m.ch == ch && m.label == base)?;
+            st.moves.remove(k);
+            Some(())
+        })
     }
 
     /// Tap the output of the node labelled `label` (as [`EditHandle::apply`] finds it):

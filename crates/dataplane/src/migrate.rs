@@ -170,19 +170,6 @@ impl Space {
             .position(|n| endpoint_of(n) == Some((egress, ch)))
     }
 
-    /// The arcs into node `i`: (from, index among `from`'s out-arcs).
-    fn arcs_into(&self, i: usize) -> Vec<(usize, usize)> {
-        let mut v = Vec::new();
-        for (f, n) in self.nodes.iter().enumerate() {
-            for (k, a) in n.out.iter().enumerate() {
-                if a.to == i {
-                    v.push((f, k));
-                }
-            }
-        }
-        v
-    }
-
     /// Whether live node `x` may move (see the module documentation).
     fn check_movable(&self, x: usize, factory: &dyn Factory) -> Result<(), EditError> {
         let n = &self.nodes[x];
@@ -199,7 +186,7 @@ impl Space {
         }
         .or_else(|| (n.out.len() != 1).then(|| format!("it has {} outputs", n.out.len())))
         .or_else(|| {
-            let ins = self.arcs_into(x).len();
+            let ins = self.in_arcs(x).len();
             (ins != 1).then(|| format!("it has {ins} inputs"))
         });
         match why {
@@ -268,7 +255,7 @@ impl Space {
         let mut path = Vec::new();
         let mut v = e;
         let x = loop {
-            let ins = self.arcs_into(v);
+            let ins = self.in_arcs(v);
             let [(f, k)] = ins[..] else {
                 return Err(refused(what, "the channel has several inputs here"));
             };
@@ -289,10 +276,17 @@ impl Space {
         }
         self.check_movable(x, factory)?;
         path.reverse();
-        let mut sels = Vec::new();
-        for &(f, k) in &path {
-            sels.push(std::mem::replace(&mut self.nodes[f].out[k].sel, Selector::All));
-        }
+        Ok(self.take_out(x, &path, ch))
+    }
+
+    /// Take live node `x` out for a move across channel `ch`, leaving a pass-through in
+    /// its place (bypassed where it can be); the selectors of the arcs `path` (between it
+    /// and the channel, in the order blocks take them) go with it, the arcs pass all.
+    fn take_out(&mut self, x: usize, path: &[(usize, usize)], ch: usize) -> Moved {
+        let sels = path
+            .iter()
+            .map(|&(f, k)| std::mem::replace(&mut self.nodes[f].out[k].sel, Selector::All))
+            .collect();
         let (label, spec, out) = (
             self.nodes[x].label.clone(),
             self.nodes[x].spec.clone(),
@@ -300,7 +294,7 @@ impl Space {
         );
         let node = std::mem::replace(&mut self.nodes[x], pass_through(label, spec, out));
         self.bypass(x);
-        Ok(Moved { node, sels, ch })
+        Moved { node, sels, ch }
     }
 
     /// Take the pass-through a move left at `t` out of the way when one arc can say what
@@ -308,7 +302,7 @@ impl Space {
     /// with the in-arc index of its output, and `t` is left with no arcs. Moving back and
     /// forth then never lengthens the way blocks take.
     fn bypass(&mut self, t: usize) {
-        let ins = self.arcs_into(t);
+        let ins = self.in_arcs(t);
         let ([(p, k)], [ref b]) = (&ins[..], &self.nodes[t].out[..]) else {
             return;
         };
@@ -367,7 +361,7 @@ impl Space {
             if !self.nodes[to].removed {
                 break to;
             }
-            if self.arcs_into(to).len() != 1 {
+            if self.in_arcs(to).len() != 1 {
                 return Err(refused(what, "a removed node after the channel has other inputs"));
             }
             v = to;
@@ -379,19 +373,8 @@ impl Space {
             ));
         }
         self.check_movable(y, factory)?;
-        let mut sels = Vec::new();
-        for &(f, k) in &path {
-            sels.push(std::mem::replace(&mut self.nodes[f].out[k].sel, Selector::All));
-        }
-        let (label, spec, out) = (
-            self.nodes[y].label.clone(),
-            self.nodes[y].spec.clone(),
-            std::mem::take(&mut self.nodes[y].out),
-        );
-        let node = std::mem::replace(&mut self.nodes[y], pass_through(label, spec, out));
-        self.bypass(y);
         let ch = endpoint_of(&self.nodes[i]).map_or(usize::MAX, |e| e.1);
-        Ok(Moved { node, sels, ch })
+        Ok(self.take_out(y, &path, ch))
     }
 
     /// Put `node` right before egress `e`: the arc into the egress, then `before`, then
@@ -406,7 +389,7 @@ impl Space {
         node.label = self.arrival_label(&node);
         node.out.clear();
         let label = node.label.clone();
-        let [(z, k)] = self.arcs_into(e)[..] else {
+        let [(z, k)] = self.in_arcs(e)[..] else {
             unreachable!("an egress has one input (checked before the marker was written)")
         };
         let Arc_ { sel, in_index, .. } = self.nodes[z].out.remove(k);
@@ -481,7 +464,7 @@ impl Space {
         let e = self
             .endpoint(true, ch)
             .ok_or_else(|| refused(what, format!("channel {ch} does not leave this space")))?;
-        if self.arcs_into(e).len() != 1 {
+        if self.in_arcs(e).len() != 1 {
             return Err(refused(what, "the channel has several inputs here"));
         }
         let (tx, rx) = mpsc::channel();
