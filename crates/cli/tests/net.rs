@@ -170,10 +170,21 @@ fn a_refused_connection_is_an_error_naming_the_peer() {
     assert!(t0.elapsed() < Duration::from_secs(10));
 }
 
+/// Kills the runs a test started however the test ends (a failed assertion too).
+struct Reap(Vec<u32>);
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}
+
 /// Kill one end mid-stream: the other ends with an error naming its peer, not a hang.
 #[test]
 fn a_peer_killed_mid_stream_ends_the_run_naming_it() {
     let v = veth("netk");
+    let mut reap = Reap(Vec::new());
     for kill_receiver in [true, false] {
         let port = if kill_receiver { 7790 } else { 7791 };
         let mut rx = v
@@ -193,6 +204,7 @@ fn a_peer_killed_mid_stream_ends_the_run_naming_it() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        reap.0.extend([rx.id(), tx.id()]);
         std::thread::sleep(Duration::from_millis(1500));
         let (victim, survivor) = if kill_receiver {
             (&mut rx, &mut tx)
