@@ -1,15 +1,10 @@
-//! Channels between hosts (thesis 6.x, seed 002; issue 21): a stream leaves one run on a
-//! `netout to=HOST:PORT` sink and enters another, on another host, at a `netin port=PORT`
-//! source, over TCP, lossless, with each block's class and record metadata (capture time,
-//! wire length, crop, link type: the same header a channel between spaces carries), so
-//! the filters after it see what they would see on one host.
+//! The lossless transport: TCP, the sender's batches kept, credits.
 //!
 //! # Wire format
 //!
 //! The sender opens the connection with an 8-byte greeting (`SLNET`, 0, version 1, 0);
 //! the receiver answers with the same greeting and its window (u64, bytes). Then a batch
-//! of blocks is one write of frames: `len` (u32, the block's bytes), the 24-byte header,
-//! the class (u16), two reserved bytes, the bytes. A frame with `len` = `END` ends the
+//! of blocks is one write of frames (see the parent module). A frame with `len` = `END` ends the
 //! stream: a connection that closes without it was cut (a peer killed, a host gone), and
 //! the run says so, naming the peer.
 //!
@@ -21,23 +16,16 @@
 //! sender; nothing buffers without bound (the kernel's socket buffers come on top, a
 //! fixed amount).
 //!
-//! Owns: the wire format, the credits, both ends' filters. Does not own: the filters'
-//! declarations (`filters::net`).
-
-use crate::channel::{Meta, META_SIZE};
+use super::{push_frame, Frame, HEAD, LAST};
 use crate::filter::{Batch, Ctx, Filter};
-use beltway::Tag;
+use std::os::fd::AsRawFd;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 const GREETING: [u8; 8] = *b"SLNET\x00\x01\x00";
-/// Bytes before a frame's data.
-const HEAD: usize = 4 + META_SIZE + 4;
 /// `len` of the frame that ends the stream.
 const END: u32 = u32::MAX;
-/// In a frame's flags (the byte after its class): the last block of the sender's batch.
-const LAST: u8 = 1;
 /// The largest block a receiver takes.
 pub const MAX_BLOCK: usize = 16 << 20;
 /// Default window (bytes in flight).
@@ -101,6 +89,8 @@ impl NetOut {
             return Err(format!("{peer} is not a netin (it answered {:?})", &answer[..8]));
         }
         let window = u64::from_le_bytes(answer[8..].try_into().expect("8 bytes")).max(1 << 16);
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .map_err(|e| format!("{peer}: {e}"))?;
         Ok(NetOut {
             sock: s,
             peer,
@@ -118,15 +108,23 @@ impl NetOut {
     /// Take the credits the receiver has sent; with `block`, wait (in slices, so a dead
     /// receiver is noticed) until some come.
     fn take_credits(&mut self, block: bool) -> std::io::Result<()> {
-        if block {
-            self.sock.set_read_timeout(Some(Duration::from_millis(200)))?;
-        } else {
-            self.sock.set_nonblocking(true)?;
-        }
-        let r = loop {
-            match self.sock.read(&mut self.credit[self.have..]) {
+        loop {
+            // Without `block`, a peek at what has come (MSG_DONTWAIT: no mode switch of
+            // the socket); with it, a read that waits up to the socket's read timeout
+            // (200 ms, set at connect), again and again, so a dead receiver is noticed.
+            let r = if block {
+                self.sock.read(&mut self.credit[self.have..])
+            } else {
+                nix::sys::socket::recv(
+                    self.sock.as_raw_fd(),
+                    &mut self.credit[self.have..],
+                    nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+                )
+                .map_err(std::io::Error::from)
+            };
+            match r {
                 Ok(0) => {
-                    break Err(std::io::Error::new(
+                    return Err(std::io::Error::new(
                         ErrorKind::UnexpectedEof,
                         "the receiver closed the connection",
                     ))
@@ -138,23 +136,19 @@ impl NetOut {
                         let back = u64::from_le_bytes(self.credit);
                         self.outstanding = self.outstanding.saturating_sub(back);
                         if block {
-                            break Ok(());
+                            return Ok(());
                         }
                     }
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     if !block {
-                        break Ok(());
+                        return Ok(());
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => break Err(e),
+                Err(e) => return Err(e),
             }
-        };
-        if !block {
-            self.sock.set_nonblocking(false)?;
         }
-        r
     }
 
     fn send(&mut self) -> std::io::Result<()> {
@@ -187,18 +181,12 @@ impl Filter for NetOut {
         let mut last = None;
         for t in &batch.tags {
             let Ok(d) = cx.data(t) else { continue };
-            last = Some(self.frames.len());
-            self.frames
-                .extend_from_slice(&(d.len() as u32).to_le_bytes());
-            self.frames.extend_from_slice(&Meta::of(cx, t).to_bytes());
-            self.frames.extend_from_slice(&t.class.to_le_bytes());
-            self.frames.extend_from_slice(&[0, 0]);
-            self.frames.extend_from_slice(d);
+            last = Some(push_frame(&mut self.frames, cx, t, d));
             self.blocks += 1;
             self.bytes += d.len() as u64;
         }
         let Some(last) = last else { return };
-        self.frames[last + 6 + META_SIZE] |= LAST;
+        self.frames[last] |= LAST;
         if let Err(e) = self.send() {
             self.fail(cx, e);
         }
@@ -323,26 +311,24 @@ impl NetIn {
     fn parse(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> Result<usize, String> {
         // First: is the batch complete?
         let (mut scan, mut frames, mut complete) = (0, 0, false);
-        while self.buf.len() - scan >= HEAD {
-            let f = &self.buf[scan..];
-            let len = u32::from_le_bytes(f[..4].try_into().expect("4 bytes"));
-            if len == END {
+        while let Some(f) = Frame::parse(&self.buf[scan..]) {
+            if f.len == END {
                 complete = true;
                 break;
             }
-            let len = len as usize;
+            let len = f.len as usize;
             if len > MAX_BLOCK {
                 return Err(format!(
                     "the sender {} sent a block of {len} bytes, more than netin takes ({MAX_BLOCK}); the stream is corrupt",
                     self.peer
                 ));
             }
-            if f.len() < HEAD + len {
+            if self.buf.len() - scan < HEAD + len {
                 break;
             }
             scan += HEAD + len;
             frames += 1;
-            if f[6 + META_SIZE] & LAST != 0 || frames == max {
+            if f.flags & LAST != 0 || frames == max {
                 complete = true;
                 break;
             }
@@ -352,13 +338,10 @@ impl NetIn {
         }
         let mut at = 0;
         for _ in 0..frames {
-            let f = &self.buf[at..];
-            let len = u32::from_le_bytes(f[..4].try_into().expect("4 bytes")) as usize;
-            let meta = Meta::from_bytes(&f[4..4 + META_SIZE]).expect("a whole header");
-            let class = u16::from_le_bytes(f[4 + META_SIZE..6 + META_SIZE].try_into().expect("2"));
-            let t = cx.store.push(&f[HEAD..HEAD + len]);
-            let t = Tag { class, ..t };
-            self.link_set |= meta.restore(cx.store, &t, self.link_set);
+            let f = Frame::parse(&self.buf[at..]).expect("scanned above");
+            let len = f.len as usize;
+            let (t, link) = f.restore(cx, &self.buf[at + HEAD..at + HEAD + len], self.link_set);
+            self.link_set = link;
             out.push(t);
             self.blocks += 1;
             self.bytes += len as u64;
