@@ -16,7 +16,7 @@
 //! # Datagrams
 //!
 //! A 20-byte head: `SLU` and version 1; the kind ([`DATA`], [`END`], [`HELLO`],
-//! [`WELCOME`], [`BUSY`]); the sender's queue and its number of queues (u8 each); a
+//! [`WELCOME`], [`BUSY`], [`END_ACK`]); the sender's queue and its number of queues (u8 each); a
 //! reserved byte; the stream (u32, chosen at random by each sender); `seq` (u64). In DATA,
 //! `seq` numbers the datagram on its queue (0, 1, ...) and frames follow (see the parent
 //! module) up to the datagram size (`dgram`, 1472 by default: one Ethernet frame; a block
@@ -29,13 +29,14 @@
 //! answers WELCOME; after `wait` seconds without one, the build fails naming the receiver
 //! (a receiver serving another sender answers BUSY, and the build fails saying so). The
 //! receiver counts per queue the DATA datagrams it got and the highest number it saw; at
-//! END, `sent - received` were lost. The sender sends END three times on each queue (it
-//! may be lost too). A receiver that hears nothing for `idle` seconds after the stream
+//! END, `sent - received` were lost. The receiver answers each END with END_ACK; the
+//! sender sends END again every 20 ms until each queue's is answered (an overloaded
+//! receiver drops ENDs like any datagram), for up to two seconds. A receiver that hears nothing for `idle` seconds after the stream
 //! started stops the run, naming the sender and what was lost so far; a sender whose
 //! receiver went away learns it from the ICMP port-unreachable its connected sockets get
 //! (`ECONNREFUSED`) and stops the run, naming the receiver.
 
-use super::{push_frame, Frame, HEAD};
+use super::{push_frame, Frame, HEAD, LAST};
 use crate::filter::{Batch, Ctx, Filter};
 use nix::sys::socket::{self as nsock, sockopt, AddressFamily, SockFlag, SockType};
 use std::io::ErrorKind;
@@ -58,6 +59,7 @@ const END: u8 = 1;
 const HELLO: u8 = 2;
 const WELCOME: u8 = 3;
 const BUSY: u8 = 4;
+const END_ACK: u8 = 5;
 
 /// A datagram's head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +87,7 @@ impl Head {
         b
     }
     fn parse(b: &[u8]) -> Option<Head> {
-        if b.len() < DG_HEAD || b[..4] != MAGIC || b[4] > BUSY {
+        if b.len() < DG_HEAD || b[..4] != MAGIC || b[4] > END_ACK {
             return None;
         }
         Some(Head {
@@ -327,6 +329,7 @@ impl Filter for UdpOut {
         if self.failed {
             return;
         }
+        let mut last: [Option<usize>; 256] = [None; 256];
         for t in &batch.tags {
             let Ok(d) = cx.data(t) else { continue };
             if DG_HEAD + HEAD + d.len() > MAX_DGRAM {
@@ -345,13 +348,21 @@ impl Filter for UdpOut {
                 if let Err(e) = self.flush(q) {
                     return self.fail(cx, e);
                 }
+                last[q] = None;
             }
-            push_frame(&mut self.bufs[q], cx, t, d);
+            last[q] = Some(push_frame(&mut self.bufs[q], cx, t, d));
             self.blocks += 1;
             self.bytes += d.len() as u64;
         }
-        // A batch's end sends what it filled: latency is bounded by the batch.
+        // A batch's end sends what it filled (latency is bounded by the batch), its last
+        // block on each queue marked: a receiver of one queue that lost nothing hands on
+        // the sender's batches, as TCP's does.
         for q in 0..self.socks.len() {
+            if let Some(at) = last[q] {
+                if self.bufs[q].len() > at {
+                    self.bufs[q][at] |= LAST;
+                }
+            }
             if let Err(e) = self.flush(q) {
                 return self.fail(cx, e);
             }
@@ -367,23 +378,46 @@ impl Filter for UdpOut {
                 return self.fail(cx, e);
             }
         }
-        for round in 0..3 {
-            if round > 0 {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            for q in 0..self.socks.len() {
+        let n = self.socks.len();
+        let mut acked = vec![false; n];
+        let t0 = Instant::now();
+        let mut answer = [0u8; 64];
+        while acked.iter().any(|a| !a) && t0.elapsed() < Duration::from_secs(2) {
+            for q in (0..n).filter(|&q| !acked[q]) {
                 let end = Head {
                     kind: END,
                     queue: q as u8,
-                    queues: self.socks.len() as u8,
+                    queues: n as u8,
                     stream: self.stream,
                     seq: self.seq[q],
                 }
                 .bytes();
-                // An END lost is sent again; one refused means the receiver is gone,
-                // which after its last datagram it may well be (it had them all).
                 let _ = self.socks[q].send(&end);
             }
+            for q in 0..n {
+                if acked[q] {
+                    continue;
+                }
+                let _ = self.socks[q].set_read_timeout(Some(Duration::from_millis(20 / n as u64 + 1)));
+                match self.socks[q].recv(&mut answer) {
+                    Ok(k) => {
+                        if let Some(h) = Head::parse(&answer[..k]) {
+                            if h.kind == END_ACK && h.stream == self.stream && h.queue as usize == q {
+                                acked[q] = true;
+                            }
+                        }
+                    }
+                    // Gone after our last datagram: nothing more to tell it.
+                    Err(e) if e.kind() == ErrorKind::ConnectionRefused => acked[q] = true,
+                    Err(_) => {}
+                }
+            }
+        }
+        if acked.iter().any(|a| !a) {
+            cx.warn(format!(
+                "the receiver {} did not confirm the end of the stream within 2 s",
+                self.peer
+            ));
         }
     }
 
@@ -508,21 +542,33 @@ impl UdpIn {
     }
 
     /// Take one datagram from socket `i`.
-    fn handle(&mut self, cx: &mut Ctx<'_>, i: usize, n: usize, src: SocketAddr, out: &mut Batch) {
+    /// Returns whether the datagram ended one of the sender's batches.
+    fn handle(&mut self, cx: &mut Ctx<'_>, i: usize, n: usize, src: SocketAddr, out: &mut Batch) -> bool {
         let Some(h) = Head::parse(&self.buf[..n]) else {
             if self.malformed == 0 {
                 cx.warn(format!(
-                    "netin on {} (UDP): a datagram from {src} is not a netout's ({n} bytes); ignored, and counted",
+                    "on {} (UDP): a datagram from {src} is not a netout's ({n} bytes); ignored, and counted",
                     self.at
                 ));
             }
             self.malformed += 1;
-            return;
+            return false;
         };
         match self.stream {
-            None => {
+            // Only a greeting starts a stream: a stray datagram cannot take the channel.
+            None if h.kind == HELLO => {
                 self.stream = Some(h.stream);
                 self.peer = Some(src);
+            }
+            None => {
+                if self.foreign == 0 {
+                    cx.warn(format!(
+                        "on {} (UDP): {src} sent before any sender greeted; ignored, and counted",
+                        self.at
+                    ));
+                }
+                self.foreign += 1;
+                return false;
             }
             Some(s) if s != h.stream => {
                 if h.kind == HELLO {
@@ -531,12 +577,12 @@ impl UdpIn {
                 }
                 if self.foreign == 0 {
                     cx.warn(format!(
-                        "netin on {} (UDP): {src} sends as a second sender; it is refused (one sender a netin)",
+                        "on {} (UDP): {src} sends as a second sender; it is refused (one sender a netin)",
                         self.at
                     ));
                 }
                 self.foreign += 1;
-                return;
+                return false;
             }
             Some(_) => {}
         }
@@ -544,7 +590,7 @@ impl UdpIn {
         let q = h.queue as usize;
         if h.kind != HELLO && (h.queues == 0 || q >= h.queues as usize) {
             self.malformed += 1;
-            return;
+            return false;
         }
         if self.queues.len() < h.queues as usize {
             self.queues.resize(h.queues as usize, QueueState::default());
@@ -555,6 +601,8 @@ impl UdpIn {
                 let _ = self.socks[i].send_to(&welcome, src);
             }
             END => {
+                let ack = Head { kind: END_ACK, ..h }.bytes();
+                let _ = self.socks[i].send_to(&ack, src);
                 self.queues[q].end = Some(h.seq);
                 // Each queue's datagrams come in order on one socket (one 4-tuple), so
                 // its END comes after all of them that were not lost.
@@ -565,6 +613,7 @@ impl UdpIn {
                 st.received += 1;
                 st.next = st.next.max(h.seq + 1);
                 let mut at = DG_HEAD;
+                let mut batch_end = false;
                 while let Some(f) = Frame::parse(&self.buf[at..n]) {
                     let len = f.len as usize;
                     if at + HEAD + len > n {
@@ -577,14 +626,17 @@ impl UdpIn {
                     self.blocks += 1;
                     self.bytes += len as u64;
                     at += HEAD + len;
+                    batch_end = f.flags & LAST != 0;
                 }
                 if at != n && at + HEAD > n {
                     // Bytes after the last whole frame that are not a frame.
                     self.malformed += 1;
                 }
+                return batch_end;
             }
             _ => self.malformed += 1,
         }
+        false
     }
 
     fn stop(&mut self, cx: &mut Ctx<'_>, why: String) -> bool {
@@ -607,6 +659,7 @@ impl Filter for UdpIn {
             // beyond the reads while any has something.
             let n = self.socks.len();
             let mut empty = 0;
+            let mut batch_end = false;
             while empty < n && out.len() < max && !self.ended {
                 let i = self.next_sock;
                 let mut buf = std::mem::take(&mut self.buf);
@@ -615,7 +668,10 @@ impl Filter for UdpIn {
                 match r {
                     Ok((len, src)) => {
                         empty = 0;
-                        self.handle(cx, i, len, src, out);
+                        if self.handle(cx, i, len, src, out) && !out.is_empty() {
+                            batch_end = true;
+                            break;
+                        }
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
                         empty += 1;
@@ -623,7 +679,7 @@ impl Filter for UdpIn {
                     }
                     Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::ConnectionRefused) => {}
                     Err(e) => {
-                        let why = format!("netin on {} (UDP): cannot receive: {e}", self.at);
+                        let why = format!("on {} (UDP): cannot receive: {e}", self.at);
                         return self.stop(cx, why);
                     }
                 }
@@ -632,7 +688,7 @@ impl Filter for UdpIn {
                 let (lost, sent) = self.loss();
                 if lost > 0 {
                     cx.warn(format!(
-                        "netin on {} (UDP): {lost} of {sent} datagrams from {} were lost ({:.2}%; UDP is lossy, proto=tcp is not)",
+                        "on {} (UDP): {lost} of {sent} datagrams from {} were lost ({:.2}%; UDP is lossy, proto=tcp is not)",
                         self.at,
                         self.sender(),
                         100.0 * lost as f64 / sent.max(1) as f64
@@ -640,20 +696,25 @@ impl Filter for UdpIn {
                 }
                 return !out.is_empty();
             }
-            if !out.is_empty() {
-                return true;
-            }
             let mut fds: Vec<_> = self
                 .socks
                 .iter()
                 .map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN))
                 .collect();
+            if !out.is_empty() {
+                // Part of a sender's batch: wait a moment for the rest (its last datagram
+                // may be lost: never longer), so batches here are the sender's.
+                if batch_end || out.len() >= max || nix::poll::poll(&mut fds, 5u16).unwrap_or(0) == 0 {
+                    return true;
+                }
+                continue;
+            }
             let ready = nix::poll::poll(&mut fds, 50u16).unwrap_or(0);
             if ready == 0 {
                 if self.stream.is_some() && !self.queues.is_empty() && self.last.elapsed() >= self.idle {
                     let (lost, sent) = self.loss();
                     let why = format!(
-                        "netin on {} (UDP): the sender {} went silent for {:.1} s without ending its stream (killed, or its host gone?); {lost} of {sent} datagrams lost",
+                        "on {} (UDP): the sender {} went silent for {:.1} s without ending its stream (killed, or its host gone?); {lost} of {sent} datagrams lost",
                         self.at,
                         self.sender(),
                         self.idle.as_secs_f64()
@@ -710,7 +771,7 @@ mod tests {
         fn any_bytes_parse_or_are_refused(b in proptest::collection::vec(any::<u8>(), 0..64)) {
             if let Some(h) = Head::parse(&b) {
                 prop_assert_eq!(&b[..4], &MAGIC[..]);
-                prop_assert!(h.kind <= BUSY);
+                prop_assert!(h.kind <= END_ACK);
             }
         }
 
