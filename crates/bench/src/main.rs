@@ -17,6 +17,7 @@ mod daemon;
 mod legacy;
 mod legacy_dns;
 mod legacy_pipes;
+mod net;
 mod pattern;
 mod pcap;
 mod pipesfs;
@@ -85,6 +86,7 @@ enum Command {
     /// Runtime adaptation (issue 19, seed 003): throughput after a mid-run cost shift with
     /// `--adapt`'s monitor moving filters vs the plan kept; blocks lost across the moves.
     Adapt(adapt::Args),
+    Net(net::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -109,6 +111,7 @@ fn main() {
         Command::LegacyDns(a) => legacy_dns::run(a, cli.quick),
         Command::Shape(a) => shape::run(a, cli.quick),
         Command::Adapt(a) => adapt::run(a, cli.quick),
+        Command::Net(a) => net::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

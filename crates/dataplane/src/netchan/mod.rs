@@ -35,15 +35,24 @@ pub const HEAD: usize = 4 + META_SIZE + 4;
 /// In a frame's flags: the last block of the sender's batch.
 pub(crate) const LAST: u8 = 1;
 
+/// The head of block `t`'s frame (`len` bytes of data); the flags byte is at [`FLAGS_AT`].
+pub(crate) fn frame_head(cx: &Ctx<'_>, t: &Tag, len: usize) -> [u8; HEAD] {
+    let mut h = [0u8; HEAD];
+    h[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    h[4..4 + META_SIZE].copy_from_slice(&Meta::of(cx, t).to_bytes());
+    h[4 + META_SIZE..6 + META_SIZE].copy_from_slice(&t.class.to_le_bytes());
+    h
+}
+
+/// Where a frame's flags byte is.
+pub(crate) const FLAGS_AT: usize = 6 + META_SIZE;
+
 /// Append block `t` (its bytes `d`) as a frame to `out`; returns where its flags byte is.
 pub(crate) fn push_frame(out: &mut Vec<u8>, cx: &Ctx<'_>, t: &Tag, d: &[u8]) -> usize {
-    out.extend_from_slice(&(d.len() as u32).to_le_bytes());
-    out.extend_from_slice(&Meta::of(cx, t).to_bytes());
-    out.extend_from_slice(&t.class.to_le_bytes());
-    let flags = out.len();
-    out.extend_from_slice(&[0, 0]);
+    let at = out.len();
+    out.extend_from_slice(&frame_head(cx, t, d.len()));
     out.extend_from_slice(d);
-    flags
+    at + FLAGS_AT
 }
 
 /// A frame's head, read from the bytes that start with it.
@@ -66,7 +75,7 @@ impl Frame {
             len: u32::from_le_bytes(b[..4].try_into().ok()?),
             meta: Meta::from_bytes(&b[4..4 + META_SIZE])?,
             class: u16::from_le_bytes(b[4 + META_SIZE..6 + META_SIZE].try_into().ok()?),
-            flags: b[6 + META_SIZE],
+            flags: b[FLAGS_AT],
         })
     }
 

@@ -16,7 +16,8 @@
 //! sender; nothing buffers without bound (the kernel's socket buffers come on top, a
 //! fixed amount).
 //!
-use super::{push_frame, Frame, HEAD, LAST};
+use super::{frame_head, Frame, FLAGS_AT, HEAD, LAST};
+use std::io::IoSlice;
 use crate::filter::{Batch, Ctx, Filter};
 use std::os::fd::AsRawFd;
 use std::io::{ErrorKind, Read, Write};
@@ -30,6 +31,8 @@ const END: u32 = u32::MAX;
 pub const MAX_BLOCK: usize = 16 << 20;
 /// Default window (bytes in flight).
 pub const DEFAULT_WINDOW: u64 = 4 << 20;
+/// The receiver's staging area (grown for a batch bigger than a quarter of it).
+const STAGE: usize = 2 << 20;
 /// How long a receiver's pull waits for data before giving its space's loop a turn.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -40,7 +43,8 @@ pub struct NetOut {
     window: u64,
     /// Frame bytes sent and not yet given back.
     outstanding: u64,
-    frames: Vec<u8>,
+    /// The heads of the batch being sent (its blocks' bytes go from where they are).
+    heads: Vec<[u8; HEAD]>,
     credit: [u8; 8],
     have: usize,
     failed: bool,
@@ -96,7 +100,7 @@ impl NetOut {
             peer,
             window,
             outstanding: 0,
-            frames: Vec::new(),
+            heads: Vec::new(),
             credit: [0; 8],
             have: 0,
             failed: false,
@@ -151,13 +155,12 @@ impl NetOut {
         }
     }
 
-    fn send(&mut self) -> std::io::Result<()> {
-        let need = self.frames.len() as u64;
+    /// Wait until `need` more bytes fit the receiver's window.
+    fn room(&mut self, need: u64) -> std::io::Result<()> {
         self.take_credits(false)?;
         while self.outstanding > 0 && self.outstanding + need > self.window {
             self.take_credits(true)?;
         }
-        self.sock.write_all(&self.frames)?;
         self.outstanding += need;
         Ok(())
     }
@@ -177,17 +180,30 @@ impl Filter for NetOut {
         if self.failed {
             return;
         }
-        self.frames.clear();
-        let mut last = None;
+        // One gather write per batch (at most IOV_MAX pieces a call): each block's head,
+        // then its bytes where they lie; nothing copied on our side.
+        self.heads.clear();
+        let mut data = Vec::with_capacity(batch.tags.len());
+        let mut need = 0u64;
         for t in &batch.tags {
             let Ok(d) = cx.data(t) else { continue };
-            last = Some(push_frame(&mut self.frames, cx, t, d));
+            self.heads.push(frame_head(cx, t, d.len()));
+            data.push(d);
+            need += (HEAD + d.len()) as u64;
             self.blocks += 1;
             self.bytes += d.len() as u64;
         }
-        let Some(last) = last else { return };
-        self.frames[last] |= LAST;
-        if let Err(e) = self.send() {
+        let Some(last) = self.heads.last_mut() else { return };
+        last[FLAGS_AT] |= LAST;
+        let r = self.room(need).and_then(|_| {
+            let mut slices = Vec::with_capacity(2 * data.len());
+            for (h, d) in self.heads.iter().zip(&data) {
+                slices.push(IoSlice::new(h));
+                slices.push(IoSlice::new(d));
+            }
+            write_all_vectored(&mut self.sock, &mut slices)
+        });
+        if let Err(e) = r {
             self.fail(cx, e);
         }
     }
@@ -196,10 +212,10 @@ impl Filter for NetOut {
         if self.failed {
             return;
         }
-        self.frames.clear();
-        self.frames.extend_from_slice(&END.to_le_bytes());
-        self.frames.extend_from_slice(&[0u8; HEAD - 4]);
-        let r = self.send().and_then(|_| {
+        let mut end = [0u8; HEAD];
+        end[..4].copy_from_slice(&END.to_le_bytes());
+        let r = self.room(HEAD as u64).and_then(|_| {
+            self.sock.write_all(&end)?;
             self.sock.shutdown(Shutdown::Write)?;
             // Wait for the receiver to close: it has then taken every frame.
             self.sock.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -226,6 +242,20 @@ impl Filter for NetOut {
     }
 }
 
+/// `write_all` for a gather list (std's is unstable), at most `IOV_MAX` (1024) pieces a call.
+fn write_all_vectored(sock: &mut TcpStream, mut bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        match sock.write_vectored(&bufs[..bufs.len().min(1024)]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// The receiving end: a source.
 pub struct NetIn {
     listener: Option<TcpListener>,
@@ -233,8 +263,12 @@ pub struct NetIn {
     at: String,
     peer: String,
     window: u64,
+    /// Bytes read and not yet handed on: `buf[start..end]` (`buf` is a fixed staging
+    /// area, grown only for a block bigger than it; no zeroing, no shifting per read).
     buf: Vec<u8>,
-    /// Bytes of `buf` parsed and handed on, not yet given back as credit.
+    start: usize,
+    end: usize,
+    /// Bytes parsed and handed on, not yet given back as credit.
     taken: u64,
     link_set: bool,
     ended: bool,
@@ -256,6 +290,8 @@ impl NetIn {
             peer: String::new(),
             window: window.max(1 << 16),
             buf: Vec::new(),
+            start: 0,
+            end: 0,
             taken: 0,
             link_set: false,
             ended: false,
@@ -310,8 +346,9 @@ impl NetIn {
     /// does not depend on how the bytes arrived. Returns the bytes used.
     fn parse(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> Result<usize, String> {
         // First: is the batch complete?
+        let buf = &self.buf[self.start..self.end];
         let (mut scan, mut frames, mut complete) = (0, 0, false);
-        while let Some(f) = Frame::parse(&self.buf[scan..]) {
+        while let Some(f) = Frame::parse(&buf[scan..]) {
             if f.len == END {
                 complete = true;
                 break;
@@ -323,7 +360,7 @@ impl NetIn {
                     self.peer
                 ));
             }
-            if self.buf.len() - scan < HEAD + len {
+            if buf.len() - scan < HEAD + len {
                 break;
             }
             scan += HEAD + len;
@@ -338,9 +375,9 @@ impl NetIn {
         }
         let mut at = 0;
         for _ in 0..frames {
-            let f = Frame::parse(&self.buf[at..]).expect("scanned above");
+            let f = Frame::parse(&buf[at..]).expect("scanned above");
             let len = f.len as usize;
-            let (t, link) = f.restore(cx, &self.buf[at + HEAD..at + HEAD + len], self.link_set);
+            let (t, link) = f.restore(cx, &buf[at + HEAD..at + HEAD + len], self.link_set);
             self.link_set = link;
             out.push(t);
             self.blocks += 1;
@@ -377,7 +414,10 @@ impl Filter for NetIn {
                 Ok(n) => n,
                 Err(why) => return fail(cx, format!("on {}: {why}", self.at)),
             };
-            self.buf.drain(..used);
+            self.start += used;
+            if self.start == self.end {
+                (self.start, self.end) = (0, 0);
+            }
             self.taken += used as u64;
             if self.taken >= self.window / 4 || (self.ended && self.taken > 0) {
                 let back = self.taken.to_le_bytes();
@@ -401,23 +441,29 @@ impl Filter for NetIn {
             let Some(s) = self.sock.as_mut() else {
                 return false;
             };
-            let at = self.buf.len();
-            self.buf.resize(at + (256 << 10), 0);
-            match s.read(&mut self.buf[at..]) {
+            // Room to read into: what is left of the staging area, after moving an
+            // unfinished batch to its front when little is; grown (once) when a batch
+            // or block does not fit it.
+            if self.buf.len() - self.end < STAGE / 4 {
+                self.buf.copy_within(self.start..self.end, 0);
+                (self.start, self.end) = (0, self.end - self.start);
+                if self.buf.len() - self.end < STAGE / 4 {
+                    let grown = (self.buf.len() * 2).max(STAGE);
+                    self.buf.resize(grown, 0);
+                }
+            }
+            match s.read(&mut self.buf[self.end..]) {
                 Ok(0) => {
-                    self.buf.truncate(at);
                     return fail(cx, format!(
                         "on {}: the sender {} went away without ending the stream ({} bytes of an unfinished block; was it killed?)",
-                        self.at, self.peer, self.buf.len()
+                        self.at, self.peer, self.end - self.start
                     ));
                 }
-                Ok(n) => self.buf.truncate(at + n),
+                Ok(n) => self.end += n,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
-                    self.buf.truncate(at);
                     return true;
                 }
                 Err(e) => {
-                    self.buf.truncate(at);
                     return fail(cx, format!(
                         "on {}: the sender {} went away mid-stream: {e}",
                         self.at, self.peer
