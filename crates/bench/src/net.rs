@@ -12,6 +12,10 @@
 //!   inflate | null`, with one engine per side (every filter in one space) and with two
 //!   (the filters replicated over spaces pinned to both CPUs, two UDP queues each side,
 //!   the receiver's spread by the kernel's flow hash over its `SO_REUSEPORT` sockets).
+//!   Both "hosts" share this machine's CPUs, so N engines a side means the application
+//!   gets N CPUs: with one, both sides run confined to CPU 0 (taskset); with two, each
+//!   side's copies are pinned to CPUs 0 and 1. (Unconfined, one engine a side already
+//!   uses two CPUs, one per side, and two a side can only win the receiver's idle share.)
 //!   The input is the sample capture repeated (real packet bytes, not a pattern). Rate:
 //!   original bytes delivered (inflated at the receiver; datagrams lost do not count) per
 //!   second from the sender's start to the receiver's end. Headline:
@@ -129,6 +133,17 @@ impl Link<'_> {
             Link::Loopback => Command::new(program),
         }
     }
+    /// `program` on the peer's side, confined to `cpus` (taskset's list) if given.
+    fn command_on(&self, program: &Path, cpus: Option<&str>) -> Command {
+        match cpus {
+            None => self.command(program),
+            Some(c) => {
+                let mut cmd = self.command(Path::new("taskset"));
+                cmd.args(["-c", c]).arg(program);
+                cmd
+            }
+        }
+    }
     /// The receiver's address.
     fn peer(&self) -> String {
         match self {
@@ -194,14 +209,15 @@ fn pair(
     link: Link<'_>,
     rx: &str,
     tx: &str,
+    cpus: Option<&str>,
     limit: Duration,
 ) -> Result<(Output, Output, f64, f64)> {
-    let mut r = link.command(bin);
+    let mut r = link.command_on(bin, cpus);
     // Not -q: the summary table's rows are what some figures read.
     r.args(["run", "--plan", "none", rx]);
     let mut rxg = spawn(r, "the receiving streamline")?;
     // netout waits (wait=10) for the receiver to listen.
-    let mut t = Command::new(bin);
+    let mut t = Link::Loopback.command_on(bin, cpus);
     t.args(["run", "-q", "--plan", "none", tx]);
     let t0 = Instant::now();
     let (to, tend) = spawn(t, "the sending streamline")?.wait(limit, "the sender")?;
@@ -262,6 +278,7 @@ fn tcp_vs_iperf3(bin: &Path, link: Link<'_>, secs: f64, reps: usize) -> Result<(
                 "gen count={blocks} size=64K | netout to={}:{port} wait=10",
                 link.peer()
             ),
+            None,
             Duration::from_secs_f64(secs * 10.0 + 30.0),
         )?;
         let got = number(&String::from_utf8_lossy(&ro.stderr), "netin: ", "bytes")?;
@@ -342,7 +359,10 @@ fn compress_encrypt(
             ),
         )
     };
-    let (_, ro, _, t) = pair(bin, link, &rx, &tx, Duration::from_secs(300))?;
+    // The two hosts share this machine's CPUs: one engine a side is the application on
+    // one CPU, two a side is it on two.
+    let cpus = (engines == 1).then_some("0");
+    let (_, ro, _, t) = pair(bin, link, &rx, &tx, cpus, Duration::from_secs(300))?;
     let text = String::from_utf8_lossy(&ro.stderr);
     let lost = number(&text, "netin: ", "of")?;
     let sent = number(&text, "netin: ", "datagrams")?;

@@ -119,7 +119,13 @@ fn why_infeasible(req: &Request, sys: &SystemModel) -> String {
             );
         }
     }
-    "the filters' cycles do not fit the CPUs they may run on (pins and capacities)".to_string()
+    match &sys.link {
+        Some(l) => format!(
+            "the filters' cycles do not fit the CPUs they may run on (pins and capacities) without more than the link between {} and {} carries ({:.3e} B/s)",
+            l.a, l.b, l.bandwidth
+        ),
+        None => "the filters' cycles do not fit the CPUs they may run on (pins and capacities)".to_string(),
+    }
 }
 
 /// The greedy "push processing down" heuristic (thesis 6.3.2): each filter, in
@@ -177,6 +183,17 @@ pub fn push_down(
         .into_iter()
         .map(|c| c.expect("every node visited"))
         .collect();
+    // The heuristic does not search cuts of the hosts' link: a placement that overloads
+    // it is infeasible for it (the ILP may still find one).
+    if let Some(l) = &sys.link {
+        let carried = evaluate(req, sys, &choice).link_bytes;
+        if carried > l.bandwidth * (1.0 + 1e-9) {
+            return Err(PlanError::Infeasible(format!(
+                "the link between {} and {} would carry {:.3e} B/s, more than its {:.3e}",
+                l.a, l.b, carried, l.bandwidth
+            )));
+        }
+    }
     let stats = SolverStats {
         method: "push-down heuristic",
         variables: 0,
@@ -372,6 +389,38 @@ pub fn ilp(
             indicator(st.rate * c.process, pairs, &mut objective);
         }
     }
+    // Two hosts: a stream whose ends are on different hosts pays the link's per-block
+    // and per-byte cycles, and the bytes of all such streams fit the link's bandwidth.
+    if let (Some(l), true) = (&sys.link, sys.hosts.len() == 2) {
+        let on_a: Vec<usize> = sys
+            .spaces
+            .iter()
+            .filter(|s| sys.host_of(s.cpu) == 0)
+            .map(|s| s.id)
+            .collect();
+        let mut carried = Expression::default();
+        let mut any = false;
+        for st in &req.streams {
+            let (ai, aj) = (group_expr(st.from, &on_a), group_expr(st.to, &on_a));
+            if ai.is_none() && aj.is_none() {
+                continue;
+            }
+            nvars += 1;
+            let v = vars.add(variable().min(0.0).max(1.0));
+            let (ai, aj) = (ai.unwrap_or_default(), aj.unwrap_or_default());
+            let rhss = vec![ai.clone() - aj.clone(), aj - ai];
+            for r in &rhss {
+                cons.push(constraint!(v >= r.clone()));
+            }
+            inds.push((v, rhss));
+            objective += (st.rate * l.per_block + st.bytes * l.per_byte) * v;
+            carried += st.bytes * v;
+            any = true;
+        }
+        if any {
+            cons.push(constraint!(carried <= l.bandwidth));
+        }
+    }
     // Per-CPU capacity, only where the options could exceed it.
     for &cpu in &sys.cpus {
         let mut e = Expression::default();
@@ -466,8 +515,7 @@ pub fn ilp(
 pub fn best(req: &Request, sys: &SystemModel) -> Result<(Vec<Choice>, SolverStats), PlanError> {
     let result = ilp(req, sys, 10.0).and_then(|(c, st)| {
         // A search stopped by the time limit may hand back an incomplete solution.
-        let load = evaluate(req, sys, &c).cpu_load;
-        if load.iter().any(|&l| l > sys.cycles_per_sec * (1.0 + 1e-9)) {
+        if !evaluate(req, sys, &c).fits(sys) {
             Err(PlanError::Solver(
                 "time limit reached before a feasible solution".into(),
             ))

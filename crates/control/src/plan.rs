@@ -22,6 +22,8 @@ pub enum Channel {
     KernelToUser,
     /// User -> kernel: a write system call.
     UserToKernel,
+    /// To another host: `netout` there, `netin` here (TCP, lossless).
+    Network,
 }
 
 impl Channel {
@@ -32,6 +34,7 @@ impl Channel {
             Channel::KernelRing => "kernel-ring",
             Channel::KernelToUser => "kernel->user-ring",
             Channel::UserToKernel => "user->kernel-write",
+            Channel::Network => "net-tcp",
         }
     }
 }
@@ -86,6 +89,12 @@ pub fn stream_cost(
         }
         (false, false) => Channel::SharedRing,
     };
+    if d == Distance::Network {
+        // Across the hosts' link: a ring's costs as between NUMA nodes (`load_cost`
+        // adds the link's per-byte cycles), plus its per-block cycles.
+        let l = sys.link.as_ref().expect("a network distance needs the model's link");
+        return (cost + rate * l.per_block, Channel::Network, d);
+    }
     (cost, ch, d)
 }
 
@@ -97,7 +106,20 @@ pub struct Costing {
     pub channels: Vec<(Channel, Distance)>,
     /// Filter cycles per CPU (indexed like `sys.cpus`).
     pub cpu_load: Vec<f64>,
+    /// Bytes per second across the hosts' link (0 in a one-host model).
+    pub link_bytes: f64,
     pub total: f64,
+}
+
+impl Costing {
+    /// Does the placement fit: no CPU over its budget, the link within its bandwidth?
+    pub fn fits(&self, sys: &SystemModel) -> bool {
+        self.cpu_load.iter().all(|&l| l <= sys.cycles_per_sec * (1.0 + 1e-9))
+            && sys
+                .link
+                .as_ref()
+                .is_none_or(|l| self.link_bytes <= l.bandwidth * (1.0 + 1e-9))
+    }
 }
 
 /// Evaluates a placement: per-filter and per-stream cycles per second, per-CPU load.
@@ -107,6 +129,7 @@ pub fn evaluate(req: &Request, sys: &SystemModel, choice: &[Choice]) -> Costing 
         .collect();
     let mut stream_cycles = Vec::new();
     let mut channels = Vec::new();
+    let mut link_bytes = 0.0;
     for s in &req.streams {
         let (c, ch, d) = stream_cost(
             sys,
@@ -117,6 +140,9 @@ pub fn evaluate(req: &Request, sys: &SystemModel, choice: &[Choice]) -> Costing 
         );
         stream_cycles.push(c);
         channels.push((ch, d));
+        if ch == Channel::Network {
+            link_bytes += s.bytes;
+        }
     }
     let mut cpu_load = vec![0.0; sys.cpus.len()];
     for (i, c) in choice.iter().enumerate() {
@@ -134,6 +160,7 @@ pub fn evaluate(req: &Request, sys: &SystemModel, choice: &[Choice]) -> Costing 
         stream_cycles,
         channels,
         cpu_load,
+        link_bytes,
         total,
     }
 }
@@ -185,6 +212,9 @@ pub struct Plan {
     /// Filter cycles per second per CPU, and the CPU's budget.
     pub cpu_load: Vec<(usize, f64)>,
     pub capacity: f64,
+    /// Two hosts: each CPU's host name (like `cpu_load`), the link's load and bandwidth.
+    pub hosts: Vec<(usize, String)>,
+    pub link: Option<(f64, f64)>,
     pub stats: SolverStats,
 }
 
@@ -229,8 +259,25 @@ impl Plan {
             cost: c.total,
             cpu_load: sys.cpus.iter().copied().zip(c.cpu_load).collect(),
             capacity: sys.cycles_per_sec,
+            hosts: if sys.hosts.is_empty() {
+                Vec::new()
+            } else {
+                sys.cpus
+                    .iter()
+                    .map(|&cpu| (cpu, sys.host_name(sys.host_of(cpu)).to_string()))
+                    .collect()
+            },
+            link: sys.link.as_ref().map(|l| (c.link_bytes, l.bandwidth)),
             stats,
         }
+    }
+
+    /// The host CPU `cpu` is on, in a two-host plan.
+    pub fn host(&self, cpu: usize) -> Option<&str> {
+        self.hosts
+            .iter()
+            .find(|(c, _)| *c == cpu)
+            .map(|(_, h)| h.as_str())
     }
 
     /// The placement only, one line per filter and stream, no timings: stable across
@@ -240,12 +287,13 @@ impl Plan {
         for n in &self.nodes {
             let _ = writeln!(
                 s,
-                "{} {} = {} in {}@cpu{}",
+                "{} {} = {} in {}@cpu{}{}",
                 n.node,
                 n.label,
                 n.implementation,
                 n.space_kind.name(),
-                n.cpu
+                n.cpu,
+                self.host(n.cpu).map(|h| format!(" on {h}")).unwrap_or_default()
             );
         }
         for st in &self.streams {
@@ -279,11 +327,12 @@ impl Plan {
         for n in &self.nodes {
             let _ = writeln!(
                 s,
-                "  {:>2} {:<w$}  {:<12} {:<8} cpu{:<3} {:>10} blocks/s in  {:>10} cycles/s",
+                "  {:>2} {:<w$}  {:<12} {:<8} {}cpu{:<3} {:>10} blocks/s in  {:>10} cycles/s",
                 n.node,
                 n.label,
                 n.implementation,
                 n.space_kind.name(),
+                self.host(n.cpu).map(|h| format!("{h}:")).unwrap_or_default(),
                 n.cpu,
                 human(n.rate_in),
                 human(n.cycles),
@@ -312,11 +361,21 @@ impl Plan {
             if *l > 0.0 {
                 let _ = writeln!(
                     s,
-                    "  cpu{cpu}: {} ({:.1}%)",
+                    "  {}cpu{cpu}: {} ({:.1}%)",
+                    self.host(*cpu).map(|h| format!("{h}:")).unwrap_or_default(),
                     human(*l),
                     100.0 * l / self.capacity
                 );
             }
+        }
+        if let Some((load, bw)) = self.link {
+            let _ = writeln!(
+                s,
+                "link between the hosts: {} B/s of {} B/s ({:.1}%)",
+                human(load),
+                human(bw),
+                100.0 * load / bw
+            );
         }
         s
     }

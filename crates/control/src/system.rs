@@ -113,6 +113,46 @@ impl Default for ChannelCosts {
     }
 }
 
+/// One host of a two-host model (`--system` files with `hosts` and a `link`): its name, the
+/// address its `netin`s listen on, and its CPUs (numbered across the whole model: one
+/// host's CPUs are not another's).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    pub name: String,
+    #[serde(default)]
+    pub address: String,
+    pub cpus: Vec<usize>,
+}
+
+/// The network link between the two hosts: what crossing it costs and how much it carries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NetLink {
+    /// The two hosts' names.
+    pub a: String,
+    pub b: String,
+    /// Payload bytes per second the link carries (the optimizer's constraint).
+    pub bandwidth: f64,
+    /// Cycles per block on the two sides together (frame head, the batch's system call
+    /// shared among its blocks).
+    #[serde(default = "NetLink::default_per_block")]
+    pub per_block: f64,
+    /// Cycles per byte on the two sides together (the kernel's copies and TCP).
+    #[serde(default = "NetLink::default_per_byte")]
+    pub per_byte: f64,
+}
+
+impl NetLink {
+    fn default_per_block() -> f64 {
+        // `streamline-bench net`: 64 KiB blocks move at about 2 GB/s over veth with each
+        // side's CPU busy; small blocks pay the head and their share of a system call.
+        150.0
+    }
+    fn default_per_byte() -> f64 {
+        // About 1.3 cycles a byte each side at 2.6 GHz (a CPU per side at 2 GB/s).
+        2.6
+    }
+}
+
 /// The whole system graph the optimizer maps requests onto.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SystemModel {
@@ -128,6 +168,11 @@ pub struct SystemModel {
     pub spaces: Vec<Space>,
     #[serde(default)]
     pub costs: ChannelCosts,
+    /// Two hosts and the link between them, or none (one host: every CPU is here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<Host>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<NetLink>,
 }
 
 /// How far apart two spaces are, for the per-byte load cost.
@@ -138,6 +183,8 @@ pub enum Distance {
     SharedLlc,
     SameNuma,
     Remote,
+    /// On another host, across the model's link.
+    Network,
 }
 
 impl Distance {
@@ -148,6 +195,7 @@ impl Distance {
             Distance::SharedLlc => "shared-LLC",
             Distance::SameNuma => "same-numa",
             Distance::Remote => "remote",
+            Distance::Network => "network",
         }
     }
 }
@@ -179,6 +227,8 @@ impl SystemModel {
             caps,
             spaces: Vec::new(),
             costs: ChannelCosts::default(),
+            hosts: Vec::new(),
+            link: None,
         };
         m.make_spaces(kinds);
         m
@@ -286,6 +336,45 @@ impl SystemModel {
                 "channel costs must be non-negative and a ring must cost at least a call".into(),
             ));
         }
+        self.check_hosts()
+    }
+
+    /// A multi-host model: exactly two hosts, every CPU on one of them, a link between
+    /// them that carries something.
+    fn check_hosts(&self) -> Result<(), SystemError> {
+        let bad = |m: String| Err(SystemError::Invalid(m));
+        match (self.hosts.len(), &self.link) {
+            (0, None) => return Ok(()),
+            (0, Some(_)) => return bad("a link but no hosts".into()),
+            (2, Some(_)) => {}
+            (2, None) => return bad("two hosts but no link between them".into()),
+            (n, _) => return bad(format!("{n} hosts: a model has one (no `hosts`) or two")),
+        }
+        let link = self.link.as_ref().expect("checked above");
+        for &cpu in &self.cpus {
+            let on = self.hosts.iter().filter(|h| h.cpus.contains(&cpu)).count();
+            if on != 1 {
+                return bad(format!("cpu {cpu} is on {on} hosts (each CPU is on exactly one)"));
+            }
+        }
+        for h in &self.hosts {
+            if let Some(c) = h.cpus.iter().find(|c| !self.cpus.contains(c)) {
+                return bad(format!("host {} lists cpu {c}, which is not in `cpus`", h.name));
+            }
+        }
+        if self.hosts[0].name == self.hosts[1].name {
+            return bad(format!("two hosts named {}", self.hosts[0].name));
+        }
+        let names = [&self.hosts[0].name, &self.hosts[1].name];
+        if !(names.contains(&&link.a) && names.contains(&&link.b) && link.a != link.b) {
+            return bad(format!(
+                "the link joins {} and {}, not the two hosts {} and {}",
+                link.a, link.b, names[0], names[1]
+            ));
+        }
+        if !(link.bandwidth > 0.0) || link.per_block < 0.0 || link.per_byte < 0.0 {
+            return bad("the link needs a positive bandwidth (bytes/s) and non-negative costs".into());
+        }
         Ok(())
     }
 
@@ -309,9 +398,24 @@ impl SystemModel {
         self.caches.iter().map(|c| c.level).max().unwrap_or(0)
     }
 
+    /// The host (index into `hosts`) a CPU belongs to; 0 in a one-host model.
+    pub fn host_of(&self, cpu: usize) -> usize {
+        self.hosts
+            .iter()
+            .position(|h| h.cpus.contains(&cpu))
+            .unwrap_or(0)
+    }
+
+    /// The name of host `h` ("" in a one-host model).
+    pub fn host_name(&self, h: usize) -> &str {
+        self.hosts.get(h).map_or("", |h| h.name.as_str())
+    }
+
     /// Cache distance between two CPUs.
     pub fn distance(&self, a: usize, b: usize) -> Distance {
-        if a == b {
+        if self.host_of(a) != self.host_of(b) {
+            Distance::Network
+        } else if a == b {
             Distance::SameCpu
         } else if self.share(a, b, |l| l <= 2) {
             Distance::SharedL2
@@ -332,6 +436,7 @@ impl SystemModel {
             Distance::SharedLlc => c.load_shared_llc,
             Distance::SameNuma => c.load_same_numa,
             Distance::Remote => c.load_remote,
+            Distance::Network => c.load_remote + self.link.as_ref().map_or(0.0, |l| l.per_byte),
         }
     }
 
@@ -477,6 +582,8 @@ impl SystemModel {
             caps: crate::probe::capabilities(),
             spaces: Vec::new(),
             costs: ChannelCosts::default(),
+            hosts: Vec::new(),
+            link: None,
         };
         m.make_spaces(&[SpaceKind::Kernel, SpaceKind::Thread, SpaceKind::Process]);
         m.check()?;

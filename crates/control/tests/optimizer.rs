@@ -256,3 +256,67 @@ proptest! {
         }
     }
 }
+
+/// Two hosts of one CPU each and a link (`tests/golden/systems/twohost.json`): a pipeline
+/// too heavy for one host is split across the link, at the one cut that fits both hosts'
+/// CPUs; the link's bandwidth is a constraint (too narrow a link makes every split
+/// infeasible, said with the link named), and its per-byte cost steers the cut to the
+/// thinner stream.
+#[test]
+fn two_hosts_split_a_pipeline_across_the_link_within_its_bandwidth() {
+    let mut p = planner("twohost");
+    p.load = Load {
+        blocks_per_sec: 700_000.0,
+        bytes_per_block: 500.0,
+    };
+    // gen 420M + grep 609M on one host, deflate 1.5G + null on the other: the only cut
+    // that fits is after grep (which passes half the blocks).
+    let pipe = "gen | grep x | deflate | null";
+    let r = p.plan(pipe, Method::Optimal).unwrap().plan;
+    let net: Vec<_> = r
+        .streams
+        .iter()
+        .filter(|s| s.channel == Channel::Network)
+        .collect();
+    assert_eq!(net.len(), 1, "{}", r.explain());
+    assert_eq!((net[0].from, net[0].to), (1, 2), "{}", r.explain());
+    let (load, bw) = r.link.expect("a two-host plan reports its link");
+    assert!((load - net[0].bytes).abs() < 1.0 && load <= bw, "{}", r.explain());
+    assert!(r.canonical().contains(" on a\n") && r.canonical().contains(" on b\n"));
+    assert!(r.explain().contains("link between the hosts"), "{}", r.explain());
+
+    // A link narrower than the thinnest feasible cut: no plan, and the error says why.
+    let mut sys = common::system("twohost");
+    sys.link.as_mut().unwrap().bandwidth = 100e6;
+    let mut narrow = Planner::new(sys, common::filters());
+    narrow.load = p.load;
+    let e = narrow.plan(pipe, Method::Optimal).err().expect("infeasible").to_string();
+    assert!(e.contains("link"), "{e}");
+
+    // At a rate one host carries alone, nothing crosses (crossing costs cycles).
+    p.load.blocks_per_sec = 100_000.0;
+    let r = p.plan(pipe, Method::Optimal).unwrap().plan;
+    assert!(
+        r.streams.iter().all(|s| s.channel != Channel::Network),
+        "{}",
+        r.explain()
+    );
+}
+
+#[test]
+fn a_two_host_model_is_checked() {
+    let base = common::system("twohost");
+    let bad = |f: &dyn Fn(&mut control::SystemModel), want: &str| {
+        let mut m = base.clone();
+        f(&mut m);
+        let e = control::SystemModel::from_json(&m.to_json()).err().expect(want).to_string();
+        assert!(e.contains(want), "{e}");
+    };
+    bad(&|m| m.link = None, "no link");
+    bad(&|m| m.hosts[1].cpus = vec![0], "cpu 0 is on 2 hosts");
+    bad(&|m| m.link.as_mut().unwrap().b = "c".into(), "the link joins");
+    bad(&|m| m.link.as_mut().unwrap().bandwidth = 0.0, "positive bandwidth");
+    bad(&|m| m.hosts.truncate(1), "1 hosts");
+    // The one-host models do not mention hosts at all (their JSON is unchanged).
+    assert!(!common::system("dual").to_json().contains("hosts"));
+}
