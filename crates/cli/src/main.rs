@@ -639,6 +639,20 @@ fn plan(pipeline: &str, o: PlanOpts) -> Result<(), String> {
     } else {
         println!("system: {}", planner.sys.summary().trim_end());
         print!("{}", chosen.plan.explain());
+        if !chosen.plan.hosts.is_empty() {
+            let atom = |k: usize| chosen.graph.atom(chosen.request.nodes[k].id);
+            match chosen.plan.per_host(&planner.sys, 7000, &atom) {
+                Some(parts) => {
+                    println!("run each part on its host, the last part first (each netout connects as it starts; or give it wait=SECS):");
+                    for (host, text) in parts {
+                        println!("  {host}: streamline run '{text}'");
+                    }
+                }
+                None => println!(
+                    "(a branching pipeline: run each host's filters as the table above places them, joined by netout/netin)"
+                ),
+            }
+        }
     }
     if o.compare {
         let h = planner

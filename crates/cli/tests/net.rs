@@ -497,3 +497,81 @@ fn udp_hostile_datagrams_are_counted_not_fatal() {
     assert!(one.status.success());
     assert_eq!(rx.stdout, one.stdout, "the sample came through changed: {rerr}");
 }
+
+/// The optimizer places a pipeline on two hosts (`streamline plan --system` with a
+/// two-host model whose link is this veth pair), prints each host's command line, and
+/// the two, run in two namespaces, give what the pipeline gives on one host.
+#[test]
+fn a_plan_across_two_hosts_runs_split_and_gives_the_one_host_result() {
+    let v = veth("netp");
+    let dir = std::env::temp_dir().join(format!("sl-netp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = format!(
+        r#"{{"cpus":[0,1],"numa":[0,0],"caches":[],"memory_mib":1024,"cycles_per_sec":2.0e9,
+        "caps":{{"bpf":true,"af_packet":true,"af_xdp":true,"fuse":true}},
+        "spaces":[{{"id":0,"kind":"thread","cpu":0}},{{"id":1,"kind":"thread","cpu":1}}],
+        "hosts":[{{"name":"here","address":"{}","cpus":[0]}},{{"name":"there","address":"{}","cpus":[1]}}],
+        "link":{{"a":"here","b":"there","bandwidth":1.0e9}}}}"#,
+        v.here_ip, v.peer_ip
+    );
+    let sys = dir.join("two.json");
+    std::fs::write(&sys, model).unwrap();
+    let out1 = dir.join("one.pcap");
+    let out2 = dir.join("split.pcap");
+    let pipe = |out: &PathBuf| {
+        format!(
+            "pcapin file={} | ip | grep x | deflate level=9 | inflate | pcapout file={}",
+            sample().display(),
+            out.display()
+        )
+    };
+    let o = Command::new(BIN)
+        .args(["plan", "--rate", "700000", "--system", sys.to_str().unwrap(), &pipe(&out2)])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{text}{}", String::from_utf8_lossy(&o.stderr));
+    // Each part on its host, in pipeline order (a part may come back to a host).
+    let parts: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let (host, rest) = l.trim_start().split_once(": streamline run '")?;
+            Some((host.to_string(), rest.strip_suffix('\'')?.to_string()))
+        })
+        .collect();
+    assert!(parts.len() >= 2, "no split in:\n{text}");
+    assert!(parts.iter().any(|(h, _)| h == "there"), "{text}");
+    assert!(parts[0].1.contains(" netout to="), "{text}");
+    assert!(parts[1..].iter().all(|(_, p)| p.starts_with("netin port=")), "{text}");
+    // On one host.
+    let one = Command::new(BIN)
+        .args(["run", "-q", "--plan", "none", &pipe(&out1)])
+        .output()
+        .unwrap();
+    assert!(one.status.success(), "{}", String::from_utf8_lossy(&one.stderr));
+    // Split as planned: the receiving ends first (each netout connects as it starts).
+    let mut reap = Reap(Vec::new());
+    let mut runs = Vec::new();
+    for (host, part) in parts.iter().rev() {
+        let part = if part.contains(" netout to=") { format!("{part} wait=10") } else { part.clone() };
+        let mut c = if host == "there" { v.command(BIN) } else { Command::new(BIN) };
+        let child = c
+            .args(["run", "-q", "--plan", "none", &part])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        reap.0.push(child.id());
+        runs.push((part, std::thread::spawn(move || child.wait_with_output().unwrap())));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for (part, r) in runs {
+        let o = r.join().unwrap();
+        assert!(o.status.success(), "`{part}`: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    reap.0.clear();
+    let (a, b) = (std::fs::read(&out1).unwrap(), std::fs::read(&out2).unwrap());
+    assert!(a.len() > 24, "the one-host run wrote no packets");
+    assert!(a == b, "split output differs: {} vs {} bytes", a.len(), b.len());
+    let _ = std::fs::remove_dir_all(&dir);
+}

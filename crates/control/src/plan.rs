@@ -280,6 +280,60 @@ impl Plan {
             .map(|(_, h)| h.as_str())
     }
 
+    /// A two-host plan of a straight pipeline as the two command lines to run, one per
+    /// host: each part's filters (node k as `atom(k)` writes it), with
+    /// `netout to=ADDRESS:PORT` where a stream leaves for the other host and
+    /// `netin port=PORT` where it arrives (ports from `port` up, one per crossing). None
+    /// for a one-host plan or a graph that is not a chain of filters.
+    pub fn per_host(
+        &self,
+        sys: &SystemModel,
+        port: u16,
+        atom: &dyn Fn(usize) -> Option<String>,
+    ) -> Option<Vec<(String, String)>> {
+        if self.hosts.is_empty() {
+            return None;
+        }
+        let n = self.nodes.len();
+        // A chain: node k feeds k + 1, nothing else.
+        let chain = self.streams.len() + 1 == n
+            && self
+                .streams
+                .iter()
+                .all(|s| s.to == s.from + 1 && s.to < n)
+            && (1..n).all(|k| self.streams.iter().filter(|s| s.to == k).count() == 1);
+        if !chain {
+            return None;
+        }
+        let host_of = |k: usize| sys.host_of(self.nodes[k].cpu);
+        let mut parts: Vec<(usize, Vec<String>)> = Vec::new();
+        let mut next_port = port;
+        for k in 0..n {
+            let h = host_of(k);
+            if k > 0 && host_of(k - 1) != h {
+                let addr = &sys.hosts[h].address;
+                let to = if addr.is_empty() { sys.hosts[h].name.as_str() } else { addr };
+                parts
+                    .last_mut()
+                    .expect("a part before")
+                    .1
+                    .push(format!("netout to={to}:{next_port}"));
+                parts.push((h, vec![format!("netin port={next_port}")]));
+                next_port += 1;
+            }
+            if parts.is_empty() {
+                parts.push((h, Vec::new()));
+            }
+            parts.last_mut().expect("a part").1.push(atom(k)?);
+        }
+        Some(
+            parts
+                .into_iter()
+                .map(|(h, f)| (sys.host_name(h).to_string(), f.join(" | ")))
+                .collect(),
+        )
+    }
+
     /// The placement only, one line per filter and stream, no timings: stable across
     /// runs and machines (golden tests compare this).
     pub fn canonical(&self) -> String {

@@ -238,6 +238,35 @@ impl Graph {
         self.edges.iter().filter(move |e| e.to == n)
     }
 
+    /// A native filter node as pipeline syntax: its name, params, then `key=value`
+    /// options (no placement, no name, no hints): what runs it elsewhere (a plan split
+    /// across hosts prints each host's part with it). A Unix node's command line. None
+    /// for template nodes (splits, joins).
+    pub fn atom(&self, n: NodeId) -> Option<String> {
+        match &self.nodes.get(n)?.kind {
+            NodeKind::Filter {
+                filter,
+                params,
+                options,
+                ..
+            } => {
+                let mut out = quote(filter);
+                for p in params {
+                    out.push(' ');
+                    out.push_str(&quote(p));
+                }
+                for (k, v) in options {
+                    out.push_str(&format!(" {k}={}", quote(v)));
+                }
+                Some(out)
+            }
+            NodeKind::Unix { argv, .. } => {
+                Some(argv.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" "))
+            }
+            NodeKind::Join { .. } | NodeKind::Split { .. } => None,
+        }
+    }
+
     /// A stable, human-readable print: one line per node in id order, then one line per
     /// edge sorted by (from, to, selector). Spans are not printed.
     ///
@@ -259,20 +288,8 @@ impl Graph {
         for n in &self.nodes {
             out.push_str(&format!("n{} = ", n.id));
             match &n.kind {
-                NodeKind::Filter {
-                    filter,
-                    params,
-                    options,
-                    place,
-                } => {
-                    out.push_str(&quote(filter));
-                    for p in params {
-                        out.push(' ');
-                        out.push_str(&quote(p));
-                    }
-                    for (k, v) in options {
-                        out.push_str(&format!(" {k}={}", quote(v)));
-                    }
+                NodeKind::Filter { place, .. } => {
+                    out.push_str(&self.atom(n.id).expect("a filter has an atom"));
                     push_place(&mut out, place);
                 }
                 NodeKind::Unix { argv, place } => {
