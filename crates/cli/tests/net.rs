@@ -313,12 +313,12 @@ fn count_before(err: &str, who: &str, word: &str) -> u64 {
         .lines()
         .find(|l| l.starts_with(who))
         .unwrap_or_else(|| panic!("no `{who}` line in: {err}"));
-    let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
-    let at = words
-        .iter()
-        .position(|w| *w == word)
+    // The number before the phrase `word` (one or more words).
+    let at = line
+        .find(&format!(" {word}"))
         .unwrap_or_else(|| panic!("no `{word}` in `{line}`"));
-    words[at - 1].parse().unwrap_or_else(|_| panic!("no number before `{word}` in `{line}`"))
+    let num = line[..at].rsplit([' ', ',']).next().unwrap_or("");
+    num.parse().unwrap_or_else(|_| panic!("no number before `{word}` in `{line}`"))
 }
 
 /// Over UDP a receiver that cannot keep up loses datagrams, and counts exactly the ones
@@ -574,4 +574,44 @@ fn a_plan_across_two_hosts_runs_split_and_gives_the_one_host_result() {
     assert!(a.len() > 24, "the one-host run wrote no packets");
     assert!(a == b, "split output differs: {} vs {} bytes", a.len(), b.len());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Credits: a receiver slower than its sender slows the sender (it waits for credit), and
+/// what is in flight stays bounded (the window, or one batch bigger than it), far below
+/// what is sent.
+#[test]
+fn a_slow_receiver_slows_the_sender_within_the_window() {
+    let v = veth("netw");
+    let port = 7798;
+    let rx = v
+        .command(BIN)
+        .args([
+            "run",
+            "-q",
+            &format!("netin port={port} window=256K | deflate level=9 | null"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reap = Reap(vec![rx.id()]);
+    let rx = std::thread::spawn(move || rx.wait_with_output().unwrap());
+    let tx = Command::new(BIN)
+        .args([
+            "run",
+            "-q",
+            &format!("gen count=64K size=1K rewrite=yes | netout to={}:{port} wait=10", v.peer_ip),
+        ])
+        .output()
+        .unwrap();
+    let rx = rx.join().unwrap();
+    reap.0.clear();
+    let terr = String::from_utf8_lossy(&tx.stderr).into_owned();
+    assert!(tx.status.success() && rx.status.success(), "{terr}\n{}", String::from_utf8_lossy(&rx.stderr));
+    let sent = count_before(&terr, "netout: ", "bytes");
+    let peak = count_before(&terr, "netout: ", "bytes in flight");
+    let waits = count_before(&terr, "netout: ", "waits");
+    assert_eq!(sent, 64 << 20, "{terr}");
+    assert!(waits > 0, "the sender never waited for credit: {terr}");
+    assert!(peak <= 4 << 20 && peak * 10 < sent, "{peak} bytes in flight: {terr}");
 }

@@ -41,8 +41,11 @@ pub struct NetOut {
     sock: TcpStream,
     peer: String,
     window: u64,
-    /// Frame bytes sent and not yet given back.
+    /// Frame bytes sent and not yet given back, and the most there ever were.
     outstanding: u64,
+    peak: u64,
+    /// Times the sender waited for credits (the receiver was slower).
+    waits: u64,
     /// The heads of the batch being sent (its blocks' bytes go from where they are).
     heads: Vec<[u8; HEAD]>,
     credit: [u8; 8],
@@ -100,6 +103,8 @@ impl NetOut {
             peer,
             window,
             outstanding: 0,
+            peak: 0,
+            waits: 0,
             heads: Vec::new(),
             credit: [0; 8],
             have: 0,
@@ -158,10 +163,14 @@ impl NetOut {
     /// Wait until `need` more bytes fit the receiver's window.
     fn room(&mut self, need: u64) -> std::io::Result<()> {
         self.take_credits(false)?;
+        if self.outstanding > 0 && self.outstanding + need > self.window {
+            self.waits += 1;
+        }
         while self.outstanding > 0 && self.outstanding + need > self.window {
             self.take_credits(true)?;
         }
         self.outstanding += need;
+        self.peak = self.peak.max(self.outstanding);
         Ok(())
     }
 
@@ -236,8 +245,8 @@ impl Filter for NetOut {
 
     fn summary(&self) -> Option<String> {
         Some(format!(
-            "netout: {} blocks, {} bytes to {}",
-            self.blocks, self.bytes, self.peer
+            "netout: {} blocks, {} bytes to {}; at most {} bytes in flight (window {}), {} waits for credit",
+            self.blocks, self.bytes, self.peer, self.peak, self.window, self.waits
         ))
     }
 }
