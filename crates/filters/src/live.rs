@@ -11,11 +11,24 @@ use dataplane::{
     Implementation, KernelForm, Kind, Needs, Param, RecordMeta, Store, Tag,
 };
 use kernel::afpacket::{Block, RxConfig, RxRing, SocketFilter};
+use kernel::batching::{Batching, Gather, RxView};
 use kernel::cbpf::compile;
 use kernel::ebpf;
 use lang::KernelAttach;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Algorithm 2's state for the adaptive scheme (seed 002; [`kernel::batching`]).
+struct Adaptive {
+    view: RxView,
+    gather: Gather,
+    /// The last pull found the view empty and returned at once, so that the space's idle
+    /// handlers (a transmitter's kick) ran before this one sleeps.
+    yielded: bool,
+    /// Gather sleeps and polls (the wake-ups this scheme spends).
+    sleeps: u64,
+    polls: u64,
+}
 
 pub struct Rx {
     dev: String,
@@ -36,6 +49,9 @@ pub struct Rx {
     packets: u64,
     kernel_seen: u64,
     kernel_drops: u64,
+    /// None: the fixed scheme (poll, the kernel's block timeout ends it).
+    adaptive: Option<Adaptive>,
+    polls: u64,
 }
 
 fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
@@ -52,7 +68,15 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         "packet" | "auto" => {}
         v => return Err(FilterError::bad("impl", v, "packet, xdp or auto")),
     }
-    let latency_ms: u64 = a.parse("latency", None, 10)?;
+    let mode = a.get("batching", None).unwrap_or("adaptive");
+    let batching = Batching::parse(mode)
+        .ok_or_else(|| FilterError::bad("batching", mode, "adaptive or fixed"))?;
+    let adaptive = batching == Batching::Adaptive;
+    let latency_ms: u64 = a.parse("latency", None, if adaptive { 100 } else { 10 })?;
+    let threshold: u32 = a.parse("threshold", None, 1024)?;
+    if threshold == 0 {
+        return Err(FilterError::bad("threshold", "0", "at least 1 frame"));
+    }
     let blocks: u32 = a.parse("blocks", None, 16)?;
     if !(2..=4096).contains(&blocks) {
         return Err(FilterError::bad("blocks", &blocks.to_string(), "2..=4096"));
@@ -70,12 +94,32 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     if !(1..=64).contains(&queues) {
         return Err(FilterError::bad("queues", &queues.to_string(), "1..=64"));
     }
-    let cfg = RxConfig {
-        latency: Duration::from_millis(latency_ms.max(1)),
-        blocks,
-        fanout,
-        ..RxConfig::default()
+    let bound = Duration::from_millis(latency_ms.max(1));
+    let cfg = if adaptive {
+        // Blocks of 256 KiB (four per MiB asked for): a block the retire timer hands over
+        // nearly empty costs less of the ring. The timer is short (a tenth of the bound,
+        // 1..=8 ms), so frames are visible soon; when to look is user space's choice.
+        RxConfig {
+            block_size: 1 << 18,
+            blocks: blocks * 4,
+            latency: (bound / 10).clamp(Duration::from_millis(1), Duration::from_millis(8)),
+            fanout,
+        }
+    } else {
+        RxConfig {
+            latency: bound,
+            blocks,
+            fanout,
+            ..RxConfig::default()
+        }
     };
+    let adaptive = adaptive.then(|| Adaptive {
+        view: RxView::new(1),
+        gather: Gather::new(threshold, bound, cfg.latency, cfg.blocks as usize),
+        yielded: false,
+        sleeps: 0,
+        polls: 0,
+    });
     // The program the kernel placement attached for the filter after this rx (typed on
     // the node: one program, so classic and eBPF exclude each other by construction).
     let (kfilter, kebpf) = match &a.place.kernel {
@@ -105,6 +149,8 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         packets: 0,
         kernel_seen: 0,
         kernel_drops: 0,
+        adaptive,
+        polls: 0,
     }))
 }
 
@@ -136,6 +182,36 @@ impl Rx {
         Ok(())
     }
 
+    /// Algorithm 2's `receive_data` with the rate-adapted gather (see [`kernel::batching`]):
+    /// the next ready block without a system call while the view has one; when it is
+    /// empty, first one empty round (the space's idle handlers run), then a sleep as long
+    /// as the measured rate needs to bring `threshold` frames (within the bound), then
+    /// `poll` only if still nothing is ready.
+    fn adaptive_next(ad: &mut Adaptive, ring: &mut RxRing) -> std::io::Result<Option<Block>> {
+        if let Some(seq) = ad.view.receive(ring) {
+            ad.yielded = false;
+            let b = ring.take(seq)?;
+            ad.gather.took(b.frames.len());
+            return Ok(Some(b));
+        }
+        if !ad.yielded {
+            ad.yielded = true;
+            return Ok(None);
+        }
+        ad.yielded = false;
+        let wait = ad.gather.wait(Instant::now());
+        if !wait.is_zero() {
+            ad.sleeps += 1;
+            std::thread::sleep(wait);
+            if kernel::batching::RxSlots::ready_from(ring, ad.view.curr, 1) > 0 {
+                return Ok(None);
+            }
+        }
+        ad.polls += 1;
+        ring.wait_readable(ad.view.curr, Duration::from_millis(50))?;
+        Ok(None)
+    }
+
     fn count_kernel(&mut self, store: &Store) {
         if let Some(Ok((p, d))) = lent::lender::<RxRing>(store, self.buf).map(RxRing::stats) {
             self.kernel_seen += p;
@@ -162,13 +238,25 @@ impl Filter for Rx {
         if self.held.is_none() {
             let ring = lent::lender_mut::<RxRing>(cx.store, self.buf)
                 .expect("the store owns the ring it was given");
-            match ring.next_block(Duration::from_millis(50)) {
+            let got = match &mut self.adaptive {
+                None => {
+                    self.polls += 1;
+                    ring.next_block(Duration::from_millis(50))
+                }
+                Some(ad) => Self::adaptive_next(ad, ring),
+            };
+            match got {
                 Ok(Some(b)) => {
                     self.blocks_seen += 1;
                     // A block retired by the timer with nothing in it goes straight back.
                     let empty = b.frames.is_empty();
                     if empty {
-                        ring.release(b.index);
+                        match &mut self.adaptive {
+                            None => ring.release(b.index),
+                            Some(ad) => ad
+                                .view
+                                .finish(b.lap * ring.blocks() as u64 + b.index as u64),
+                        }
                     } else {
                         self.held = Some((b, 0));
                     }
@@ -221,18 +309,36 @@ impl Filter for Rx {
             .take_if(|(block, next)| *next >= block.frames.len())
         {
             if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.buf) {
-                ring.release(block.index);
+                match &mut self.adaptive {
+                    None => ring.release(block.index),
+                    // Finished: it goes back with the view's next hand-back (at the
+                    // threshold, or when the view runs empty).
+                    Some(ad) => ad
+                        .view
+                        .finish(block.lap * ring.blocks() as u64 + block.index as u64),
+                }
             }
         }
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
         self.count_kernel(cx.store);
-        if let (Some(ring), Some((block, _))) = (
-            lent::lender_mut::<RxRing>(cx.store, self.buf),
-            self.held.take(),
-        ) {
-            ring.release(block.index);
+        if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.buf) {
+            let held = self.held.take();
+            match &mut self.adaptive {
+                None => {
+                    if let Some((block, _)) = held {
+                        ring.release(block.index);
+                    }
+                }
+                Some(ad) => {
+                    if let Some((block, _)) = held {
+                        ad.view
+                            .finish(block.lap * ring.blocks() as u64 + block.index as u64);
+                    }
+                    ad.view.sync(ring);
+                }
+            }
         }
     }
 
@@ -253,7 +359,16 @@ impl Filter for Rx {
             self.kernel_drops,
             self.blocks_seen,
             self.blocks_seen / self.cfg.blocks as u64
-        ))
+        ) + &match &self.adaptive {
+            None => format!("; batching fixed: {} polls", self.polls),
+            Some(ad) => format!(
+                "; batching adaptive: {} gather sleeps, {} polls, {:.0} frames per wake-up, rate {:.0}/s",
+                ad.sleeps,
+                ad.polls,
+                self.packets as f64 / (ad.sleeps + ad.polls).max(1) as f64,
+                ad.gather.rate()
+            ),
+        })
     }
 }
 
@@ -464,13 +579,18 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
 
 pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
     .privileged("CAP_NET_RAW")
-    .synopsis("rx dev=IF [impl=packet|xdp|auto] [latency=MS] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]")
+    .synopsis("rx dev=IF [impl=packet|xdp|auto] [batching=adaptive|fixed] [latency=MS] [threshold=N] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]")
     .description("Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
                   goes back to the kernel when its frames have walked the space (a filter that holds\n\
-                  a frame longer, as tcpstream holds early segments, keeps a copy). A block is handed\n\
-                  over at the latest `latency` ms after its first frame, so a quiet link does not hold\n\
-                  frames back. `bpf`, `flowcount`, `sample` or `bytecount` right after `rx` runs in\n\
+                  a frame longer, as tcpstream holds early segments, keeps a copy).\n\
+                  batching=adaptive (default; seed 002, Algorithm 2): reads retired blocks while there\n\
+                  are any, without a system call; when none is left it sleeps as long as the measured\n\
+                  rate needs to bring `threshold` frames (never past `latency` ms, default 100) and\n\
+                  polls only if still nothing came: few wake-ups at low rates or behind a kernel filter\n\
+                  that passes few frames, big batches at high rates.\n\
+                  batching=fixed: polls, and the kernel hands a block over at the latest `latency` ms\n\
+                  (default 10) after its first frame (a wake-up per 10 ms whatever the rate). `bpf`, `flowcount`, `sample` or `bytecount` right after `rx` runs in\n\
                   the kernel on the socket (eBPF for the last three; their maps pinned on bpffs). Needs\n\
                   CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count and\n\
                   how often the ring went round.\n\
@@ -479,7 +599,9 @@ pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
                   them (no ARP or ping answers on that interface while it runs).")
     .params(&[
         Param::new("dev", "interface (also positional)").at(0),
-        Param::new("latency", "longest wait for a partly filled block, ms (default 10)").kind(Kind::Count).default("10"),
+        Param::new("batching", "adaptive: seed 002's Algorithm 2, wake-ups follow the rate (default); fixed: poll, woken by the kernel's block timeout").kind(Kind::Choice(&["adaptive", "fixed"])).default("adaptive"),
+        Param::new("latency", "longest a frame waits for user space, ms (default 100 adaptive, 10 fixed: the kernel's block timeout)").kind(Kind::Count),
+        Param::new("threshold", "batching=adaptive: frames a wake-up aims to carry (default 1024)").kind(Kind::Count).default("1024"),
         Param::new("blocks", "ring blocks of 1 MiB (default 16)").kind(Kind::Count).default("16"),
         Param::new("fanout", "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)").kind(Kind::Count),
         Param::new("impl", "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet").kind(Kind::Choice(&["packet", "xdp", "auto"])).default("auto"),
