@@ -33,11 +33,8 @@ pub static NETOUT: FilterSpec = FilterSpec::new("netout", Access::Sink, make_net
     )
     .params(&[
         Param::new("to", "HOST:PORT of the netin (also positional)").at(0),
-        Param::new(
-            "wait",
-            "seconds to keep trying while the receiver refuses (default 2)",
-        )
-        .kind(Kind::Number),
+        Param::new("wait", "seconds to keep trying while the receiver refuses (default 2)")
+            .kind(Kind::Number),
     ])
     .classes("sink (no output)")
     .example("streamline run 'pcapin file=examples/sample.pcap | tcp | netout to=10.0.0.2:7000'");
