@@ -73,7 +73,7 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         .ok_or_else(|| FilterError::bad("batching", mode, "adaptive or fixed"))?;
     let adaptive = batching == Batching::Adaptive;
     let latency_ms: u64 = a.parse("latency", None, if adaptive { 100 } else { 10 })?;
-    let threshold: u32 = a.parse("threshold", None, 1024)?;
+    let threshold: u32 = a.parse("threshold", None, 4096)?;
     if threshold == 0 {
         return Err(FilterError::bad("threshold", "0", "at least 1 frame"));
     }
@@ -601,7 +601,7 @@ pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
         Param::new("dev", "interface (also positional)").at(0),
         Param::new("batching", "adaptive: seed 002's Algorithm 2, wake-ups follow the rate (default); fixed: poll, woken by the kernel's block timeout").kind(Kind::Choice(&["adaptive", "fixed"])).default("adaptive"),
         Param::new("latency", "longest a frame waits for user space, ms (default 100 adaptive, 10 fixed: the kernel's block timeout)").kind(Kind::Count),
-        Param::new("threshold", "batching=adaptive: frames a wake-up aims to carry (default 1024)").kind(Kind::Count).default("1024"),
+        Param::new("threshold", "batching=adaptive: frames a wake-up aims to carry (default 4096)").kind(Kind::Count).default("4096"),
         Param::new("blocks", "ring blocks of 1 MiB (default 16)").kind(Kind::Count).default("16"),
         Param::new("fanout", "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)").kind(Kind::Count),
         Param::new("impl", "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet").kind(Kind::Choice(&["packet", "xdp", "auto"])).default("auto"),
