@@ -83,28 +83,33 @@ fn rx_adaptive_and_fixed_capture_what_tcpdump_captures() {
         .stdout(Stdio::null());
     let (td, td_rest) = tcpdump_listening(tcpdump);
     let td = Running(Some(td));
-    let runs: Vec<(&str, std::path::PathBuf, Running)> = ["adaptive", "fixed"]
-        .into_iter()
-        .map(|mode| {
-            let out = dir.0.join(format!("{mode}.pcap"));
-            let c = Command::new(BIN)
-                .args([
-                    "run",
-                    "-q",
-                    "--no-share",
-                    &format!(
-                        "rx dev={} batching={mode} | pcapout file={}",
-                        v.here,
-                        out.display()
-                    ),
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn streamline");
-            (mode, out, Running(Some(c)))
-        })
-        .collect();
+    // Two schemes on one ring each, and the adaptive one reading two fanout members with
+    // f(n) = round-robin.
+    let runs: Vec<(&str, std::path::PathBuf, Running)> =
+        ["adaptive", "fixed", "adaptive rings=2 choose=rr"]
+            .into_iter()
+            .map(|mode| {
+                let out = dir
+                    .0
+                    .join(format!("{}.pcap", mode.replace([' ', '='], "-")));
+                let c = Command::new(BIN)
+                    .args([
+                        "run",
+                        "-q",
+                        "--no-share",
+                        &format!(
+                            "rx dev={} batching={mode} | pcapout file={}",
+                            v.here,
+                            out.display()
+                        ),
+                    ])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn streamline");
+                (mode, out, Running(Some(c)))
+            })
+            .collect();
     for (_, _, r) in &runs {
         wait_capturing(r.0.as_ref().unwrap().id(), &v.here);
     }
@@ -141,15 +146,26 @@ fn rx_adaptive_and_fixed_capture_what_tcpdump_captures() {
             want.len(),
             "batching={mode}: as many frames as tcpdump:\n{err}"
         );
-        assert!(
-            frames == &want,
-            "batching={mode}: the same frames as tcpdump, byte for byte, in order"
-        );
         let rx = err
             .lines()
             .find(|l| l.starts_with("rx "))
             .unwrap_or_else(|| panic!("{err}"));
-        assert!(rx.contains(&format!("batching {mode}")), "{rx}");
+        if mode.contains("rings") {
+            // Two rings share the traffic flow by flow: the same frames, interleaved
+            // differently across flows.
+            assert!(
+                sorted(frames.clone()) == sorted(want.clone()),
+                "batching={mode}: the same frames as tcpdump, byte for byte"
+            );
+            assert!(rx.contains("(2 rings, f(n) rr)"), "{rx}");
+        } else {
+            assert!(
+                frames == &want,
+                "batching={mode}: the same frames as tcpdump, byte for byte, in order"
+            );
+        }
+        let scheme = mode.split(' ').next().unwrap();
+        assert!(rx.contains(&format!("batching {scheme}")), "{rx}");
         assert!(rx.contains("0 dropped by the kernel"), "{rx}");
     }
 }
@@ -267,6 +283,8 @@ fn batching_parameters_are_checked() {
         ("gen count=1 | tx dev=lo queues=0", "queues=0"),
         ("rx dev=lo batching=eager | count", "batching=eager"),
         ("rx dev=lo threshold=0 | count", "threshold=0"),
+        ("rx dev=lo batching=fixed rings=2 | count", "rings=2"),
+        ("rx dev=lo rings=2 choose=flow | count", "choose=flow"),
     ] {
         let o = Command::new(BIN).args(["run", pipeline]).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);

@@ -11,7 +11,7 @@ use dataplane::{
     Implementation, KernelForm, Kind, Needs, Param, RecordMeta, Store, Tag,
 };
 use kernel::afpacket::{Block, RxConfig, RxRing, SocketFilter};
-use kernel::batching::{Batching, Gather, RxView};
+use kernel::batching::{Batching, Gather, QueueChoice, RxView};
 use kernel::cbpf::compile;
 use kernel::ebpf;
 use lang::KernelAttach;
@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 
 /// Algorithm 2's state for the adaptive scheme (seed 002; [`kernel::batching`]).
 struct Adaptive {
-    view: RxView,
+    /// One view per ring (`rings=N`).
+    views: Vec<RxView>,
+    /// f(n): which ring to read first when the last block is done.
+    choose: QueueChoice,
     gather: Gather,
     /// The last pull found the view empty and returned at once, so that the space's idle
     /// handlers (a transmitter's kick) ran before this one sleeps.
@@ -39,12 +42,14 @@ pub struct Rx {
     kebpf: Option<(ebpf::Config, Option<PathBuf>)>,
     /// The loaded program; dropping it removes its pins.
     kprog: Option<ebpf::Loaded>,
-    /// The ring, once opened: the store's DBuf `buf` (0 before), which owns it
-    /// ([`crate::lent`]).
-    buf: BufId,
+    /// The rings (one, or `rings=N` fanout members), once opened: the store's DBufs
+    /// (empty before), which own them ([`crate::lent`]).
+    bufs: Vec<BufId>,
+    /// Rings to open.
+    rings: usize,
     failed: bool,
-    /// The block being emitted and its next frame.
-    held: Option<(Block, usize)>,
+    /// The block being emitted: its ring, the block and its next frame.
+    held: Option<(usize, Block, usize)>,
     blocks_seen: u64,
     packets: u64,
     kernel_seen: u64,
@@ -94,6 +99,28 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     if !(1..=64).contains(&queues) {
         return Err(FilterError::bad("queues", &queues.to_string(), "1..=64"));
     }
+    let rings: usize = a.parse("rings", None, 1)?;
+    if !(1..=16).contains(&rings) {
+        return Err(FilterError::bad("rings", &rings.to_string(), "1..=16"));
+    }
+    if rings > 1 && !adaptive {
+        return Err(FilterError::bad(
+            "rings",
+            &rings.to_string(),
+            "1 with batching=fixed (several rings are read by the adaptive scheme's f(n))",
+        ));
+    }
+    let how = a.get("choose", None).unwrap_or("random");
+    let choose = match QueueChoice::parse(how, std::process::id() as u64 ^ 0x2545_f491_4f6c_dd1d) {
+        Some(QueueChoice::Flow) | None => {
+            return Err(FilterError::bad("choose", how, "random or rr"))
+        }
+        Some(c) => c,
+    };
+    // Several rings share the interface flow by flow: one fanout group (given, or one per
+    // run and interface).
+    let fanout = fanout
+        .or_else(|| (rings > 1).then(|| ((std::process::id() as usize * 31 + 7) % 65536) as u16));
     let bound = Duration::from_millis(latency_ms.max(1));
     let cfg = if adaptive {
         // Blocks of 256 KiB (four per MiB asked for): a block the retire timer hands over
@@ -114,7 +141,8 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         }
     };
     let adaptive = adaptive.then(|| Adaptive {
-        view: RxView::new(1),
+        views: (0..rings).map(|_| RxView::new(1)).collect(),
+        choose,
         gather: Gather::new(threshold, bound, cfg.latency, cfg.blocks as usize),
         yielded: false,
         sleeps: 0,
@@ -142,7 +170,8 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         kfilter,
         kebpf,
         kprog: None,
-        buf: 0,
+        bufs: Vec::new(),
+        rings,
         failed: false,
         held: None,
         blocks_seen: 0,
@@ -174,49 +203,83 @@ impl Rx {
             (None, Some(k)) => Some(SocketFilter::Ebpf(k.prog_fd())),
             (None, None) => None,
         };
-        let ring = RxRing::open(&self.dev, self.cfg, filter)
-            .map_err(|e| FilterError::io(self.dev.clone(), e))?;
-        self.buf = lent::lend(cx.store, ring);
-        cx.store
-            .set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
+        for _ in 0..self.rings {
+            let ring = RxRing::open(&self.dev, self.cfg, filter)
+                .map_err(|e| FilterError::io(self.dev.clone(), e))?;
+            let buf = lent::lend(cx.store, ring);
+            cx.store.set_link(buf, crate::packet::LINKTYPE_ETHERNET);
+            self.bufs.push(buf);
+        }
         Ok(())
     }
 
-    /// Algorithm 2's `receive_data` with the rate-adapted gather (see [`kernel::batching`]):
-    /// the next ready block without a system call while the view has one; when it is
-    /// empty, first one empty round (the space's idle handlers run), then a sleep as long
-    /// as the measured rate needs to bring `threshold` frames (within the bound), then
-    /// `poll` only if still nothing is ready.
-    fn adaptive_next(ad: &mut Adaptive, ring: &mut RxRing) -> std::io::Result<Option<Block>> {
-        if let Some(seq) = ad.view.receive(ring) {
-            ad.yielded = false;
-            let b = ring.take(seq)?;
-            ad.gather.took(b.frames.len());
-            return Ok(Some(b));
+    /// Algorithm 2's `receive_data_mqueue` with the rate-adapted gather (see
+    /// [`kernel::batching`]): the next ready block without a system call while a ring's
+    /// view has one (ring f(n) first, then the others in turn); when every view is empty,
+    /// first one empty round (the space's idle handlers run), then a sleep as long as the
+    /// measured rate needs to bring `threshold` frames (within the bound), then `poll` on
+    /// the rings only if still nothing is ready. Returns the ring and the block.
+    fn adaptive_next(
+        ad: &mut Adaptive,
+        store: &mut Store,
+        bufs: &[BufId],
+    ) -> std::io::Result<Option<(usize, Block)>> {
+        let n = bufs.len();
+        let first = ad.choose.pick(n, &[]);
+        for k in 0..n {
+            let i = (first + k) % n;
+            let ring = lent::lender_mut::<RxRing>(store, bufs[i])
+                .expect("the store owns the rings it was given");
+            if let Some(seq) = ad.views[i].receive(ring) {
+                ad.yielded = false;
+                let b = ring.take(seq)?;
+                ad.gather.took(b.frames.len());
+                return Ok(Some((i, b)));
+            }
         }
         if !ad.yielded {
             ad.yielded = true;
             return Ok(None);
         }
         ad.yielded = false;
+        fn rings<'a>(store: &'a Store, bufs: &[BufId], views: &[RxView]) -> Vec<(&'a RxRing, u64)> {
+            bufs.iter()
+                .zip(views)
+                .map(|(b, v)| {
+                    let r = lent::lender::<RxRing>(store, *b)
+                        .expect("the store owns the rings it was given");
+                    (r, v.curr)
+                })
+                .collect()
+        }
         let wait = ad.gather.wait(Instant::now());
         if !wait.is_zero() {
             ad.sleeps += 1;
             std::thread::sleep(wait);
-            if kernel::batching::RxSlots::ready_from(ring, ad.view.curr, 1) > 0 {
+            if rings(store, bufs, &ad.views)
+                .iter()
+                .any(|(r, curr)| kernel::batching::RxSlots::ready_from(*r, *curr, 1) > 0)
+            {
                 return Ok(None);
             }
         }
         ad.polls += 1;
-        ring.wait_readable(ad.view.curr, Duration::from_millis(50))?;
+        RxRing::wait_any(&rings(store, bufs, &ad.views), Duration::from_millis(50))?;
         Ok(None)
     }
 
     fn count_kernel(&mut self, store: &Store) {
-        if let Some(Ok((p, d))) = lent::lender::<RxRing>(store, self.buf).map(RxRing::stats) {
-            self.kernel_seen += p;
-            self.kernel_drops += d;
+        for b in &self.bufs {
+            if let Some(Ok((p, d))) = lent::lender::<RxRing>(store, *b).map(RxRing::stats) {
+                self.kernel_seen += p;
+                self.kernel_drops += d;
+            }
         }
+    }
+
+    /// The sequence number of `b` in its ring.
+    fn seq(&self, b: &Block) -> u64 {
+        b.lap * self.cfg.blocks as u64 + b.index as u64
     }
 }
 
@@ -227,7 +290,7 @@ impl Filter for Rx {
         if self.failed {
             return false;
         }
-        if self.buf == 0 {
+        if self.bufs.is_empty() {
             if let Err(e) = self.open(cx) {
                 cx.warn(e.to_string());
                 cx.stop();
@@ -236,29 +299,35 @@ impl Filter for Rx {
             }
         }
         if self.held.is_none() {
-            let ring = lent::lender_mut::<RxRing>(cx.store, self.buf)
-                .expect("the store owns the ring it was given");
             let got = match &mut self.adaptive {
                 None => {
                     self.polls += 1;
-                    ring.next_block(Duration::from_millis(50))
+                    lent::lender_mut::<RxRing>(cx.store, self.bufs[0])
+                        .expect("the store owns the ring it was given")
+                        .next_block(Duration::from_millis(50))
+                        .map(|b| b.map(|b| (0, b)))
                 }
-                Some(ad) => Self::adaptive_next(ad, ring),
+                Some(ad) => Self::adaptive_next(ad, cx.store, &self.bufs),
             };
             match got {
-                Ok(Some(b)) => {
+                Ok(Some((i, b))) => {
                     self.blocks_seen += 1;
                     // A block retired by the timer with nothing in it goes straight back.
                     let empty = b.frames.is_empty();
                     if empty {
+                        let seq = self.seq(&b);
                         match &mut self.adaptive {
-                            None => ring.release(b.index),
-                            Some(ad) => ad
-                                .view
-                                .finish(b.lap * ring.blocks() as u64 + b.index as u64),
+                            None => {
+                                if let Some(ring) =
+                                    lent::lender_mut::<RxRing>(cx.store, self.bufs[i])
+                                {
+                                    ring.release(b.index)
+                                }
+                            }
+                            Some(ad) => ad.views[i].finish(seq),
                         }
                     } else {
-                        self.held = Some((b, 0));
+                        self.held = Some((i, b, 0));
                     }
                     // The kernel's counters (a system call): now and then, and at the end.
                     if self.blocks_seen.is_multiple_of(64) {
@@ -277,16 +346,17 @@ impl Filter for Rx {
                 }
             }
         }
-        let Some((block, next)) = self.held.as_mut() else {
+        let Some((ring, block, next)) = self.held.as_mut() else {
             return true;
         };
+        let buf = self.bufs[*ring];
         let end = (*next + max).min(block.frames.len());
         let mut metas = Vec::with_capacity(end - *next);
         for f in &block.frames[*next..end] {
             out.push(Tag {
                 pos: f.pos,
                 len: f.snaplen,
-                buf: self.buf,
+                buf,
                 class: 1,
             });
             metas.push(RecordMeta::whole(f.pos, f.snaplen, f.ts_ns, f.wirelen));
@@ -294,7 +364,7 @@ impl Filter for Rx {
         // Only this batch's frames need metadata: a filter that keeps one of its blocks
         // past the batch gets a copy that carries its record (`Ctx::keep`).
         metas.sort_by_key(|m| m.pos);
-        cx.store.set_records(self.buf, metas);
+        cx.store.set_records(buf, metas);
         self.packets += (end - *next) as u64;
         *next = end;
         true
@@ -304,46 +374,51 @@ impl Filter for Rx {
         // The batch has walked the whole space: give the block back once all its frames
         // went out. Nothing read from it is in use: `cx.store`, which every slice of it
         // borrows, is ours exclusively here.
-        if let Some((block, _)) = self
+        if let Some((i, block, _)) = self
             .held
-            .take_if(|(block, next)| *next >= block.frames.len())
+            .take_if(|(_, block, next)| *next >= block.frames.len())
         {
-            if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.buf) {
-                match &mut self.adaptive {
-                    None => ring.release(block.index),
-                    // Finished: it goes back with the view's next hand-back (at the
-                    // threshold, or when the view runs empty).
-                    Some(ad) => ad
-                        .view
-                        .finish(block.lap * ring.blocks() as u64 + block.index as u64),
+            let seq = self.seq(&block);
+            match &mut self.adaptive {
+                None => {
+                    if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.bufs[i]) {
+                        ring.release(block.index);
+                    }
                 }
+                // Finished: it goes back with the view's next hand-back (at the
+                // threshold, or when the view runs empty).
+                Some(ad) => ad.views[i].finish(seq),
             }
         }
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
         self.count_kernel(cx.store);
-        if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.buf) {
-            let held = self.held.take();
-            match &mut self.adaptive {
-                None => {
-                    if let Some((block, _)) = held {
+        let held = self.held.take();
+        let held_seq = held.as_ref().map(|(i, b, _)| (*i, self.seq(b)));
+        match &mut self.adaptive {
+            None => {
+                if let Some((i, block, _)) = held {
+                    if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.bufs[i]) {
                         ring.release(block.index);
                     }
                 }
-                Some(ad) => {
-                    if let Some((block, _)) = held {
-                        ad.view
-                            .finish(block.lap * ring.blocks() as u64 + block.index as u64);
+            }
+            Some(ad) => {
+                if let Some((i, seq)) = held_seq {
+                    ad.views[i].finish(seq);
+                }
+                for (v, b) in ad.views.iter_mut().zip(&self.bufs) {
+                    if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, *b) {
+                        v.sync(ring);
                     }
-                    ad.view.sync(ring);
                 }
             }
         }
     }
 
     fn summary(&self) -> Option<String> {
-        if self.buf == 0 {
+        if self.bufs.is_empty() {
             return None;
         }
         Some(format!(
@@ -358,11 +433,16 @@ impl Filter for Rx {
             },
             self.kernel_drops,
             self.blocks_seen,
-            self.blocks_seen / self.cfg.blocks as u64
+            self.blocks_seen / (self.cfg.blocks as u64 * self.rings as u64)
         ) + &match &self.adaptive {
             None => format!("; batching fixed: {} polls", self.polls),
             Some(ad) => format!(
-                "; batching adaptive: {} gather sleeps, {} polls, {:.0} frames per wake-up, rate {:.0}/s",
+                "; batching adaptive{}: {} gather sleeps, {} polls, {:.0} frames per wake-up, rate {:.0}/s",
+                if self.rings > 1 {
+                    format!(" ({} rings, f(n) {})", self.rings, ad.choose.name())
+                } else {
+                    String::new()
+                },
                 ad.sleeps,
                 ad.polls,
                 self.packets as f64 / (ad.sleeps + ad.polls).max(1) as f64,
@@ -579,7 +659,7 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
 
 pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
     .privileged("CAP_NET_RAW")
-    .synopsis("rx dev=IF [impl=packet|xdp|auto] [batching=adaptive|fixed] [latency=MS] [threshold=N] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]")
+    .synopsis("rx dev=IF [impl=packet|xdp|auto] [batching=adaptive|fixed] [latency=MS] [threshold=N] [rings=N] [choose=random|rr] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]")
     .description("Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
                   goes back to the kernel when its frames have walked the space (a filter that holds\n\
@@ -601,6 +681,8 @@ pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
         Param::new("dev", "interface (also positional)").at(0),
         Param::new("batching", "adaptive: seed 002's Algorithm 2, wake-ups follow the rate (default); fixed: poll, woken by the kernel's block timeout").kind(Kind::Choice(&["adaptive", "fixed"])).default("adaptive"),
         Param::new("latency", "longest a frame waits for user space, ms (default 100 adaptive, 10 fixed: the kernel's block timeout)").kind(Kind::Count),
+        Param::new("rings", "batching=adaptive: N sockets in one fanout group read by this engine, f(n) = `choose` picks the ring to read first (default 1)").kind(Kind::Count).default("1"),
+        Param::new("choose", "rings=N: f(n), random (the seed's, default) or rr").kind(Kind::Choice(&["random", "rr"])).default("random"),
         Param::new("threshold", "batching=adaptive: frames a wake-up aims to carry (default 4096)").kind(Kind::Count).default("4096"),
         Param::new("blocks", "ring blocks of 1 MiB (default 16)").kind(Kind::Count).default("16"),
         Param::new("fanout", "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)").kind(Kind::Count),

@@ -509,6 +509,46 @@ impl RxRing {
         Ok(false)
     }
 
+    /// `poll` several rings at once for up to `timeout` until one of them has its block
+    /// `seq` (paired with it) ready; false if none has (timeout or signal). A socket error
+    /// on a ring with nothing ready is an error, as in [`RxRing::wait_readable`].
+    pub fn wait_any(rings: &[(&RxRing, u64)], timeout: Duration) -> io::Result<bool> {
+        let mut pfds: Vec<libc::pollfd> = rings
+            .iter()
+            .map(|(r, _)| libc::pollfd {
+                fd: r.fd.as_raw_fd(),
+                events: libc::POLLIN | libc::POLLERR,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `pfds` holds `pfds.len()` valid pollfds for the duration of the call.
+        let r = unsafe {
+            libc::poll(
+                pfds.as_mut_ptr(),
+                pfds.len() as libc::nfds_t,
+                timeout.as_millis().min(i32::MAX as u128) as i32,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        if rings.iter().any(|(r, seq)| r.ready(*seq)) {
+            return Ok(true);
+        }
+        for ((r, _), p) in rings.iter().zip(&pfds) {
+            if p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+                return Err(pending_error(r.fd.as_raw_fd()).unwrap_or_else(|| {
+                    io::Error::other("the capture socket reports an error condition (POLLERR/POLLHUP) but no error code")
+                }));
+            }
+        }
+        Ok(false)
+    }
+
     /// Blocks in the ring.
     pub fn blocks(&self) -> usize {
         self.cfg.blocks as usize
