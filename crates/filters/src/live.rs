@@ -119,8 +119,14 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     };
     // Several rings share the interface flow by flow: one fanout group (given, or one per
     // run and interface).
-    let fanout = fanout
-        .or_else(|| (rings > 1).then(|| ((std::process::id() as usize * 31 + 7) % 65536) as u16));
+    static GROUPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let fanout = fanout.or_else(|| {
+        (rings > 1).then(|| {
+            // Relaxed: only uniqueness matters, nothing is published with it.
+            let k = GROUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ((std::process::id() as usize * 31 + 7 + k * 7919) % 65536) as u16
+        })
+    });
     let bound = Duration::from_millis(latency_ms.max(1));
     let cfg = if adaptive {
         // Blocks of 256 KiB (four per MiB asked for): a block the retire timer hands over

@@ -200,7 +200,17 @@ impl Tx {
         }
         self.frames += 1;
         self.bytes += d.len() as u64;
-        self.since.get_or_insert_with(Instant::now);
+        // The latency clock runs from the oldest frame not yet kicked; a kick of the
+        // allotment (or batch) that left nothing behind stops it.
+        let left = match self.batching {
+            Batching::Adaptive => self.rings.iter().any(|r| r.view.pending > 0),
+            Batching::Fixed => self.rings.iter().any(|r| r.pending > 0),
+        };
+        if left {
+            self.since.get_or_insert_with(Instant::now);
+        } else {
+            self.since = None;
+        }
         Ok(())
     }
 
