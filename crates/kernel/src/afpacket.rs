@@ -12,6 +12,13 @@
 //! small blocks (system calls, the mapping, atomic views of status words), each with a
 //! `// SAFETY:` comment.
 //!
+//! Two ways to wait for blocks: [`RxRing::next_block`] polls whenever the next block is not
+//! ready (the fixed scheme: the kernel's retire timeout ends the wait), and the pieces
+//! seed 002's Algorithm 2 is built from ([`crate::batching::RxView`] over this ring's
+//! [`crate::batching::RxSlots`]: which blocks are ready, [`RxRing::take`],
+//! [`RxRing::wait_readable`], [`RxRing::wait_any`] over several rings); the mapping of the
+//! seed's avb/curr/limit/threshold onto blocks and status words is in [`crate::batching`].
+//!
 //! Reading held blocks is sound by construction ([`crate::LentMemory`]):
 //! [`RxRing::frame_bytes`] borrows the ring shared and [`RxRing::release`] (and
 //! [`RxRing::next_block`]) exclusively, so a slice of a block cannot outlive the block's
