@@ -676,8 +676,9 @@ pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
                   polls only if still nothing came: few wake-ups at low rates or behind a kernel filter\n\
                   that passes few frames, big batches at high rates.\n\
                   batching=fixed: polls, and the kernel hands a block over at the latest `latency` ms\n\
-                  (default 10) after its first frame (a wake-up per 10 ms whatever the rate). `bpf`, `flowcount`, `sample` or `bytecount` right after `rx` runs in\n\
-                  the kernel on the socket (eBPF for the last three; their maps pinned on bpffs). Needs\n\
+                  (default 10) after its first frame (a wake-up per 10 ms whatever the rate).\n\
+                  `bpf`, `flowcount`, `sample` or `bytecount` right after `rx` runs in the kernel on\n\
+                  the socket (eBPF for the last three; their maps pinned on bpffs). Needs\n\
                   CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count and\n\
                   how often the ring went round.\n\
                   impl=xdp reads through an AF_XDP socket into its own UMEM instead (copy mode): the\n\
@@ -686,7 +687,7 @@ pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
     .params(&[
         Param::new("dev", "interface (also positional)").at(0),
         Param::new("batching", "adaptive: seed 002's Algorithm 2, wake-ups follow the rate (default); fixed: poll, woken by the kernel's block timeout").kind(Kind::Choice(&["adaptive", "fixed"])).default("adaptive"),
-        Param::new("latency", "longest a frame waits for user space, ms (default 100 adaptive, 10 fixed: the kernel's block timeout)").kind(Kind::Count),
+        Param::new("latency", "longest a frame waits for user space, ms (default 100 with batching=adaptive; 10 with batching=fixed, the kernel's block timeout, and with impl=xdp)").kind(Kind::Count),
         Param::new("rings", "batching=adaptive: N sockets in one fanout group read by this engine, f(n) = `choose` picks the ring to read first (default 1)").kind(Kind::Count).default("1"),
         Param::new("choose", "rings=N: f(n), random (the seed's, default) or rr").kind(Kind::Choice(&["random", "rr"])).default("random"),
         Param::new("threshold", "batching=adaptive: frames a wake-up aims to carry (default 4096)").kind(Kind::Count).default("4096"),
