@@ -307,11 +307,11 @@ impl Filter for Rx {
         if self.held.is_none() {
             let got = match &mut self.adaptive {
                 None => {
-                    self.polls += 1;
-                    lent::lender_mut::<RxRing>(cx.store, self.bufs[0])
-                        .expect("the store owns the ring it was given")
-                        .next_block(Duration::from_millis(50))
-                        .map(|b| b.map(|b| (0, b)))
+                    let ring = lent::lender_mut::<RxRing>(cx.store, self.bufs[0])
+                        .expect("the store owns the ring it was given");
+                    let got = ring.next_block(Duration::from_millis(50));
+                    self.polls = ring.polls();
+                    got.map(|b| b.map(|b| (0, b)))
                 }
                 Some(ad) => Self::adaptive_next(ad, cx.store, &self.bufs),
             };

@@ -151,6 +151,8 @@ pub struct RxRing {
     /// (between `next_block` and `release`). Plain memory: only `&mut self` changes it, so
     /// no reader (`&self`) sees it change.
     held: Box<[u64]>,
+    /// `poll` calls made by [`RxRing::next_block`] (the fixed scheme's wake-ups).
+    polls: u64,
 }
 
 /// A block user space holds: its index in the ring, its lap and its frames.
@@ -347,6 +349,7 @@ impl RxRing {
             cfg,
             next: 0,
             held,
+            polls: 0,
         };
         // On loopback every packet passes twice, outgoing and incoming: keep one, as
         // libpcap does (it drops the outgoing copy), so a capture of `lo` counts what
@@ -466,10 +469,18 @@ impl RxRing {
     /// not ready, ended by the kernel's retire timer at the latest.)
     pub fn next_block(&mut self, timeout: Duration) -> io::Result<Option<Block>> {
         let seq = self.next;
-        if !self.ready(seq) && !self.wait_readable(seq, timeout)? {
-            return Ok(None);
+        if !self.ready(seq) {
+            self.polls += 1;
+            if !self.wait_readable(seq, timeout)? {
+                return Ok(None);
+            }
         }
         self.take(seq).map(Some)
+    }
+
+    /// `poll` calls [`RxRing::next_block`] has made.
+    pub fn polls(&self) -> u64 {
+        self.polls
     }
 
     /// Whether block `seq` (a sequence number: block `seq % blocks`, lap `seq / blocks`)
