@@ -56,6 +56,7 @@ pub struct Rx {
     kernel_drops: u64,
     /// None: the fixed scheme (poll, the kernel's block timeout ends it).
     adaptive: Option<Adaptive>,
+    /// Fixed scheme: the polls the ring has made (its wake-ups).
     polls: u64,
 }
 
