@@ -444,7 +444,7 @@ impl Filter for Rx {
         ) + &match &self.adaptive {
             None => format!("; batching fixed: {} polls", self.polls),
             Some(ad) => format!(
-                "; batching adaptive{}: {} gather sleeps, {} polls, {:.0} frames per wake-up, rate {:.0}/s",
+                "; batching adaptive{}: {} gather sleeps, {} polls, {:.0} frames per wake-up",
                 if self.rings > 1 {
                     format!(" ({} rings, f(n) {})", self.rings, ad.choose.name())
                 } else {
@@ -453,7 +453,6 @@ impl Filter for Rx {
                 ad.sleeps,
                 ad.polls,
                 self.packets as f64 / (ad.sleeps + ad.polls).max(1) as f64,
-                ad.gather.rate()
             ),
         })
     }
