@@ -11,6 +11,7 @@
 //! `run(&Args, quick) -> Result<()>`, plus one variant in [`Command`].
 
 mod adapt;
+mod batching;
 mod capture;
 mod child;
 mod daemon;
@@ -86,7 +87,12 @@ enum Command {
     /// Runtime adaptation (issue 19, seed 003): throughput after a mid-run cost shift with
     /// `--adapt`'s monitor moving filters vs the plan kept; blocks lost across the moves.
     Adapt(adapt::Args),
+    /// Streams between hosts (issue 21): the TCP channel vs iperf3, seed 002's compress +
+    /// encrypt over UDP with 1 and 2 engines, and the batching and kafka figures.
     Net(net::Args),
+    /// Adaptive system-call batching (seed 002, Algorithms 1-2; issue 21): CPU per packet
+    /// of `rx | tx` forwarding and `rx | count` with batching=adaptive vs fixed.
+    Batching(batching::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -112,6 +118,7 @@ fn main() {
         Command::Shape(a) => shape::run(a, cli.quick),
         Command::Adapt(a) => adapt::run(a, cli.quick),
         Command::Net(a) => net::run(a, cli.quick),
+        Command::Batching(a) => batching::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

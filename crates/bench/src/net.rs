@@ -430,6 +430,9 @@ pub fn run(_a: &Args, quick: bool) -> Result<()> {
         format!("{:.1} vs {:.1} MB/s delivered", best2 / 1e6, best1 / 1e6),
     );
     drop(v);
+
+    println!("\n== Seed 002 Algorithms 1-2: adaptive vs fixed batching (see `batching`) ==");
+    crate::batching::figures(quick, &mut summary)?;
     summary.print();
     Ok(())
 }

@@ -11,11 +11,27 @@ use dataplane::{
     Implementation, KernelForm, Kind, Needs, Param, RecordMeta, Store, Tag,
 };
 use kernel::afpacket::{Block, RxConfig, RxRing, SocketFilter};
+use kernel::batching::{Batching, Gather, QueueChoice, RxView};
 use kernel::cbpf::compile;
 use kernel::ebpf;
 use lang::KernelAttach;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Algorithm 2's state for the adaptive scheme (seed 002; [`kernel::batching`]).
+struct Adaptive {
+    /// One view per ring (`rings=N`).
+    views: Vec<RxView>,
+    /// f(n): which ring to read first when the last block is done.
+    choose: QueueChoice,
+    gather: Gather,
+    /// The last pull found the view empty and returned at once, so that the space's idle
+    /// handlers (a transmitter's kick) ran before this one sleeps.
+    yielded: bool,
+    /// Gather sleeps and polls (the wake-ups this scheme spends).
+    sleeps: u64,
+    polls: u64,
+}
 
 pub struct Rx {
     dev: String,
@@ -26,16 +42,22 @@ pub struct Rx {
     kebpf: Option<(ebpf::Config, Option<PathBuf>)>,
     /// The loaded program; dropping it removes its pins.
     kprog: Option<ebpf::Loaded>,
-    /// The ring, once opened: the store's DBuf `buf` (0 before), which owns it
-    /// ([`crate::lent`]).
-    buf: BufId,
+    /// The rings (one, or `rings=N` fanout members), once opened: the store's DBufs
+    /// (empty before), which own them ([`crate::lent`]).
+    bufs: Vec<BufId>,
+    /// Rings to open.
+    rings: usize,
     failed: bool,
-    /// The block being emitted and its next frame.
-    held: Option<(Block, usize)>,
+    /// The block being emitted: its ring, the block and its next frame.
+    held: Option<(usize, Block, usize)>,
     blocks_seen: u64,
     packets: u64,
     kernel_seen: u64,
     kernel_drops: u64,
+    /// None: the fixed scheme (poll, the kernel's block timeout ends it).
+    adaptive: Option<Adaptive>,
+    /// Fixed scheme: the polls the ring has made (its wake-ups).
+    polls: u64,
 }
 
 fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
@@ -52,7 +74,15 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         "packet" | "auto" => {}
         v => return Err(FilterError::bad("impl", v, "packet, xdp or auto")),
     }
-    let latency_ms: u64 = a.parse("latency", None, 10)?;
+    let mode = a.get("batching", None).unwrap_or("adaptive");
+    let batching = Batching::parse(mode)
+        .ok_or_else(|| FilterError::bad("batching", mode, "adaptive or fixed"))?;
+    let adaptive = batching == Batching::Adaptive;
+    let latency_ms: u64 = a.parse("latency", None, if adaptive { 100 } else { 10 })?;
+    let threshold: u32 = a.parse("threshold", None, 4096)?;
+    if threshold == 0 {
+        return Err(FilterError::bad("threshold", "0", "at least 1 frame"));
+    }
     let blocks: u32 = a.parse("blocks", None, 16)?;
     if !(2..=4096).contains(&blocks) {
         return Err(FilterError::bad("blocks", &blocks.to_string(), "2..=4096"));
@@ -70,12 +100,61 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     if !(1..=64).contains(&queues) {
         return Err(FilterError::bad("queues", &queues.to_string(), "1..=64"));
     }
-    let cfg = RxConfig {
-        latency: Duration::from_millis(latency_ms.max(1)),
-        blocks,
-        fanout,
-        ..RxConfig::default()
+    let rings: usize = a.parse("rings", None, 1)?;
+    if !(1..=16).contains(&rings) {
+        return Err(FilterError::bad("rings", &rings.to_string(), "1..=16"));
+    }
+    if rings > 1 && !adaptive {
+        return Err(FilterError::bad(
+            "rings",
+            &rings.to_string(),
+            "1 with batching=fixed (several rings are read by the adaptive scheme's f(n))",
+        ));
+    }
+    let how = a.get("choose", None).unwrap_or("random");
+    let choose = match QueueChoice::parse(how, std::process::id() as u64 ^ 0x2545_f491_4f6c_dd1d) {
+        Some(QueueChoice::Flow) | None => {
+            return Err(FilterError::bad("choose", how, "random or rr"))
+        }
+        Some(c) => c,
     };
+    // Several rings share the interface flow by flow: one fanout group (given, or one per
+    // run and interface).
+    static GROUPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let fanout = fanout.or_else(|| {
+        (rings > 1).then(|| {
+            // Relaxed: only uniqueness matters, nothing is published with it.
+            let k = GROUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ((std::process::id() as usize * 31 + 7 + k * 7919) % 65536) as u16
+        })
+    });
+    let bound = Duration::from_millis(latency_ms.max(1));
+    let cfg = if adaptive {
+        // Blocks of 256 KiB (four per MiB asked for): a block the retire timer hands over
+        // nearly empty costs less of the ring. The timer is short (a tenth of the bound,
+        // 1..=8 ms), so frames are visible soon; when to look is user space's choice.
+        RxConfig {
+            block_size: 1 << 18,
+            blocks: blocks * 4,
+            latency: (bound / 10).clamp(Duration::from_millis(1), Duration::from_millis(8)),
+            fanout,
+        }
+    } else {
+        RxConfig {
+            latency: bound,
+            blocks,
+            fanout,
+            ..RxConfig::default()
+        }
+    };
+    let adaptive = adaptive.then(|| Adaptive {
+        views: (0..rings).map(|_| RxView::new(1)).collect(),
+        choose,
+        gather: Gather::new(threshold, bound, cfg.latency, cfg.blocks as usize),
+        yielded: false,
+        sleeps: 0,
+        polls: 0,
+    });
     // The program the kernel placement attached for the filter after this rx (typed on
     // the node: one program, so classic and eBPF exclude each other by construction).
     let (kfilter, kebpf) = match &a.place.kernel {
@@ -98,13 +177,16 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         kfilter,
         kebpf,
         kprog: None,
-        buf: 0,
+        bufs: Vec::new(),
+        rings,
         failed: false,
         held: None,
         blocks_seen: 0,
         packets: 0,
         kernel_seen: 0,
         kernel_drops: 0,
+        adaptive,
+        polls: 0,
     }))
 }
 
@@ -128,19 +210,83 @@ impl Rx {
             (None, Some(k)) => Some(SocketFilter::Ebpf(k.prog_fd())),
             (None, None) => None,
         };
-        let ring = RxRing::open(&self.dev, self.cfg, filter)
-            .map_err(|e| FilterError::io(self.dev.clone(), e))?;
-        self.buf = lent::lend(cx.store, ring);
-        cx.store
-            .set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
+        for _ in 0..self.rings {
+            let ring = RxRing::open(&self.dev, self.cfg, filter)
+                .map_err(|e| FilterError::io(self.dev.clone(), e))?;
+            let buf = lent::lend(cx.store, ring);
+            cx.store.set_link(buf, crate::packet::LINKTYPE_ETHERNET);
+            self.bufs.push(buf);
+        }
         Ok(())
     }
 
-    fn count_kernel(&mut self, store: &Store) {
-        if let Some(Ok((p, d))) = lent::lender::<RxRing>(store, self.buf).map(RxRing::stats) {
-            self.kernel_seen += p;
-            self.kernel_drops += d;
+    /// Algorithm 2's `receive_data_mqueue` with the rate-adapted gather (see
+    /// [`kernel::batching`]): the next ready block without a system call while a ring's
+    /// view has one (ring f(n) first, then the others in turn); when every view is empty,
+    /// first one empty round (the space's idle handlers run), then a sleep as long as the
+    /// measured rate needs to bring `threshold` frames (within the bound), then `poll` on
+    /// the rings only if still nothing is ready. Returns the ring and the block.
+    fn adaptive_next(
+        ad: &mut Adaptive,
+        store: &mut Store,
+        bufs: &[BufId],
+    ) -> std::io::Result<Option<(usize, Block)>> {
+        let n = bufs.len();
+        let first = ad.choose.pick(n, &[]);
+        for k in 0..n {
+            let i = (first + k) % n;
+            let ring = lent::lender_mut::<RxRing>(store, bufs[i])
+                .expect("the store owns the rings it was given");
+            if let Some(seq) = ad.views[i].receive(ring) {
+                ad.yielded = false;
+                let b = ring.take(seq)?;
+                ad.gather.took(b.frames.len());
+                return Ok(Some((i, b)));
+            }
         }
+        if !ad.yielded {
+            ad.yielded = true;
+            return Ok(None);
+        }
+        ad.yielded = false;
+        fn rings<'a>(store: &'a Store, bufs: &[BufId], views: &[RxView]) -> Vec<(&'a RxRing, u64)> {
+            bufs.iter()
+                .zip(views)
+                .map(|(b, v)| {
+                    let r = lent::lender::<RxRing>(store, *b)
+                        .expect("the store owns the rings it was given");
+                    (r, v.curr)
+                })
+                .collect()
+        }
+        let wait = ad.gather.wait(Instant::now());
+        if !wait.is_zero() {
+            ad.sleeps += 1;
+            std::thread::sleep(wait);
+            if rings(store, bufs, &ad.views)
+                .iter()
+                .any(|(r, curr)| kernel::batching::RxSlots::ready_from(*r, *curr, 1) > 0)
+            {
+                return Ok(None);
+            }
+        }
+        ad.polls += 1;
+        RxRing::wait_any(&rings(store, bufs, &ad.views), Duration::from_millis(50))?;
+        Ok(None)
+    }
+
+    fn count_kernel(&mut self, store: &Store) {
+        for b in &self.bufs {
+            if let Some(Ok((p, d))) = lent::lender::<RxRing>(store, *b).map(RxRing::stats) {
+                self.kernel_seen += p;
+                self.kernel_drops += d;
+            }
+        }
+    }
+
+    /// The sequence number of `b` in its ring.
+    fn seq(&self, b: &Block) -> u64 {
+        b.lap * self.cfg.blocks as u64 + b.index as u64
     }
 }
 
@@ -151,7 +297,7 @@ impl Filter for Rx {
         if self.failed {
             return false;
         }
-        if self.buf == 0 {
+        if self.bufs.is_empty() {
             if let Err(e) = self.open(cx) {
                 cx.warn(e.to_string());
                 cx.stop();
@@ -160,17 +306,35 @@ impl Filter for Rx {
             }
         }
         if self.held.is_none() {
-            let ring = lent::lender_mut::<RxRing>(cx.store, self.buf)
-                .expect("the store owns the ring it was given");
-            match ring.next_block(Duration::from_millis(50)) {
-                Ok(Some(b)) => {
+            let got = match &mut self.adaptive {
+                None => {
+                    let ring = lent::lender_mut::<RxRing>(cx.store, self.bufs[0])
+                        .expect("the store owns the ring it was given");
+                    let got = ring.next_block(Duration::from_millis(50));
+                    self.polls = ring.polls();
+                    got.map(|b| b.map(|b| (0, b)))
+                }
+                Some(ad) => Self::adaptive_next(ad, cx.store, &self.bufs),
+            };
+            match got {
+                Ok(Some((i, b))) => {
                     self.blocks_seen += 1;
                     // A block retired by the timer with nothing in it goes straight back.
                     let empty = b.frames.is_empty();
                     if empty {
-                        ring.release(b.index);
+                        let seq = self.seq(&b);
+                        match &mut self.adaptive {
+                            None => {
+                                if let Some(ring) =
+                                    lent::lender_mut::<RxRing>(cx.store, self.bufs[i])
+                                {
+                                    ring.release(b.index)
+                                }
+                            }
+                            Some(ad) => ad.views[i].finish(seq),
+                        }
                     } else {
-                        self.held = Some((b, 0));
+                        self.held = Some((i, b, 0));
                     }
                     // The kernel's counters (a system call): now and then, and at the end.
                     if self.blocks_seen.is_multiple_of(64) {
@@ -189,16 +353,17 @@ impl Filter for Rx {
                 }
             }
         }
-        let Some((block, next)) = self.held.as_mut() else {
+        let Some((ring, block, next)) = self.held.as_mut() else {
             return true;
         };
+        let buf = self.bufs[*ring];
         let end = (*next + max).min(block.frames.len());
         let mut metas = Vec::with_capacity(end - *next);
         for f in &block.frames[*next..end] {
             out.push(Tag {
                 pos: f.pos,
                 len: f.snaplen,
-                buf: self.buf,
+                buf,
                 class: 1,
             });
             metas.push(RecordMeta::whole(f.pos, f.snaplen, f.ts_ns, f.wirelen));
@@ -206,7 +371,7 @@ impl Filter for Rx {
         // Only this batch's frames need metadata: a filter that keeps one of its blocks
         // past the batch gets a copy that carries its record (`Ctx::keep`).
         metas.sort_by_key(|m| m.pos);
-        cx.store.set_records(self.buf, metas);
+        cx.store.set_records(buf, metas);
         self.packets += (end - *next) as u64;
         *next = end;
         true
@@ -216,28 +381,51 @@ impl Filter for Rx {
         // The batch has walked the whole space: give the block back once all its frames
         // went out. Nothing read from it is in use: `cx.store`, which every slice of it
         // borrows, is ours exclusively here.
-        if let Some((block, _)) = self
+        if let Some((i, block, _)) = self
             .held
-            .take_if(|(block, next)| *next >= block.frames.len())
+            .take_if(|(_, block, next)| *next >= block.frames.len())
         {
-            if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.buf) {
-                ring.release(block.index);
+            let seq = self.seq(&block);
+            match &mut self.adaptive {
+                None => {
+                    if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.bufs[i]) {
+                        ring.release(block.index);
+                    }
+                }
+                // Finished: it goes back with the view's next hand-back (at the
+                // threshold, or when the view runs empty).
+                Some(ad) => ad.views[i].finish(seq),
             }
         }
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
         self.count_kernel(cx.store);
-        if let (Some(ring), Some((block, _))) = (
-            lent::lender_mut::<RxRing>(cx.store, self.buf),
-            self.held.take(),
-        ) {
-            ring.release(block.index);
+        let held = self.held.take();
+        let held_seq = held.as_ref().map(|(i, b, _)| (*i, self.seq(b)));
+        match &mut self.adaptive {
+            None => {
+                if let Some((i, block, _)) = held {
+                    if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, self.bufs[i]) {
+                        ring.release(block.index);
+                    }
+                }
+            }
+            Some(ad) => {
+                if let Some((i, seq)) = held_seq {
+                    ad.views[i].finish(seq);
+                }
+                for (v, b) in ad.views.iter_mut().zip(&self.bufs) {
+                    if let Some(ring) = lent::lender_mut::<RxRing>(cx.store, *b) {
+                        v.sync(ring);
+                    }
+                }
+            }
         }
     }
 
     fn summary(&self) -> Option<String> {
-        if self.buf == 0 {
+        if self.bufs.is_empty() {
             return None;
         }
         Some(format!(
@@ -252,8 +440,21 @@ impl Filter for Rx {
             },
             self.kernel_drops,
             self.blocks_seen,
-            self.blocks_seen / self.cfg.blocks as u64
-        ))
+            self.blocks_seen / (self.cfg.blocks as u64 * self.rings as u64)
+        ) + &match &self.adaptive {
+            None => format!("; batching fixed: {} polls", self.polls),
+            Some(ad) => format!(
+                "; batching adaptive{}: {} gather sleeps, {} polls, {:.0} frames per wake-up",
+                if self.rings > 1 {
+                    format!(" ({} rings, f(n) {})", self.rings, ad.choose.name())
+                } else {
+                    String::new()
+                },
+                ad.sleeps,
+                ad.polls,
+                self.packets as f64 / (ad.sleeps + ad.polls).max(1) as f64,
+            ),
+        })
     }
 }
 
@@ -464,14 +665,20 @@ pub fn multiqueue(mut g: lang::Graph) -> lang::Graph {
 
 pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
     .privileged("CAP_NET_RAW")
-    .synopsis("rx dev=IF [impl=packet|xdp|auto] [latency=MS] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]")
+    .synopsis("rx dev=IF [impl=packet|xdp|auto] [batching=adaptive|fixed] [latency=MS] [threshold=N] [rings=N] [choose=random|rr] [blocks=N] [fanout=G] [queues=N] [queue=Q] [frames=N] [batch=N]")
     .description("Captures live frames from a network interface through AF_PACKET with a TPACKET_V3\n\
                   ring: the kernel's ring is the DBuf, tags point into it, nothing is copied; a block\n\
                   goes back to the kernel when its frames have walked the space (a filter that holds\n\
-                  a frame longer, as tcpstream holds early segments, keeps a copy). A block is handed\n\
-                  over at the latest `latency` ms after its first frame, so a quiet link does not hold\n\
-                  frames back. `bpf`, `flowcount`, `sample` or `bytecount` right after `rx` runs in\n\
-                  the kernel on the socket (eBPF for the last three; their maps pinned on bpffs). Needs\n\
+                  a frame longer, as tcpstream holds early segments, keeps a copy).\n\
+                  batching=adaptive (default; seed 002, Algorithm 2): reads retired blocks while there\n\
+                  are any, without a system call; when none is left it sleeps as long as the measured\n\
+                  rate needs to bring `threshold` frames (never past `latency` ms, default 100) and\n\
+                  polls only if still nothing came: few wake-ups at low rates or behind a kernel filter\n\
+                  that passes few frames, big batches at high rates.\n\
+                  batching=fixed: polls, and the kernel hands a block over at the latest `latency` ms\n\
+                  (default 10) after its first frame (a wake-up per 10 ms whatever the rate).\n\
+                  `bpf`, `flowcount`, `sample` or `bytecount` right after `rx` runs in the kernel on\n\
+                  the socket (eBPF for the last three; their maps pinned on bpffs). Needs\n\
                   CAP_NET_RAW. Runs until interrupted; its summary gives the kernel's drop count and\n\
                   how often the ring went round.\n\
                   impl=xdp reads through an AF_XDP socket into its own UMEM instead (copy mode): the\n\
@@ -479,7 +686,11 @@ pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
                   them (no ARP or ping answers on that interface while it runs).")
     .params(&[
         Param::new("dev", "interface (also positional)").at(0),
-        Param::new("latency", "longest wait for a partly filled block, ms (default 10)").kind(Kind::Count).default("10"),
+        Param::new("batching", "adaptive: seed 002's Algorithm 2, wake-ups follow the rate (default); fixed: poll, woken by the kernel's block timeout").kind(Kind::Choice(&["adaptive", "fixed"])).default("adaptive"),
+        Param::new("latency", "longest a frame waits for user space, ms (default 100 with batching=adaptive; 10 with batching=fixed, the kernel's block timeout, and with impl=xdp)").kind(Kind::Count),
+        Param::new("rings", "batching=adaptive: N sockets in one fanout group read by this engine, f(n) = `choose` picks the ring to read first (default 1)").kind(Kind::Count).default("1"),
+        Param::new("choose", "rings=N: f(n), random (the seed's, default) or rr").kind(Kind::Choice(&["random", "rr"])).default("random"),
+        Param::new("threshold", "batching=adaptive: frames a wake-up aims to carry (default 4096)").kind(Kind::Count).default("4096"),
         Param::new("blocks", "ring blocks of 1 MiB (default 16)").kind(Kind::Count).default("16"),
         Param::new("fanout", "join PACKET_FANOUT group G in hash mode: rx instances with the same group share the interface flow by flow (one per engine)").kind(Kind::Count),
         Param::new("impl", "packet: AF_PACKET with a TPACKET_V3 ring; xdp: an AF_XDP socket with its own UMEM (copy mode); auto (default): packet").kind(Kind::Choice(&["packet", "xdp", "auto"])).default("auto"),

@@ -1,29 +1,44 @@
-//! `tx dev=IF`: transmit every block as a frame on a network interface, through an
-//! AF_PACKET transmit ring ([`kernel::tx`]) with adaptive batching of the kick system
-//! calls (seed 002, Algorithms 1-2): frames are queued in the ring as they come and the
-//! ring is kicked when the local batch is used up (`batch=` frames queued) or when the
-//! oldest queued frame has waited `latency=` microseconds (checked after every input
-//! batch), and whenever the input goes quiet. Under load one kick carries many frames; a
-//! trickle is still sent promptly.
+//! `tx dev=IF`: transmit every block as a frame on a network interface, through one or
+//! more AF_PACKET transmit rings ([`kernel::tx`]) with batched kick system calls. Two
+//! schemes: `batching=adaptive`, seed 002's Algorithm 1 ([`kernel::batching::TxView`]: a
+//! kick when the ring's allotment of free slots is used up), and `batching=fixed`, a kick
+//! per `batch=` frames. Both also kick when the oldest queued frame has waited `latency=`
+//! microseconds (checked after every input batch) and whenever the input goes quiet, so a
+//! trickle is still sent promptly. With `queues=N` the seed's f(n)
+//! ([`kernel::batching::QueueChoice`]) picks each frame's ring.
 //!
-//! Owns: the kick policy and its accounting. The ring is the kernel crate's.
+//! Owns: the kick policy, the ring choice and their accounting. The rings are the kernel
+//! crate's.
 
 use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
+use kernel::batching::{Batching, QueueChoice, Sent, TxView};
 use kernel::tx::{TxConfig, TxRing};
 use std::time::{Duration, Instant};
 
+/// One transmit ring and Algorithm 1's local view of it.
+struct Ring {
+    ring: TxRing,
+    view: TxView,
+    /// Fixed scheme: frames queued since this ring's last kick.
+    pending: usize,
+}
+
 pub struct Tx {
     dev: String,
-    ring: TxRing,
+    rings: Vec<Ring>,
+    batching: Batching,
+    /// f(n): which ring a frame goes to.
+    choose: QueueChoice,
     batch: usize,
     latency: Duration,
-    /// Frames queued since the last kick, and when the first of them was.
-    pending: usize,
+    /// When the oldest frame not yet kicked was queued.
     since: Option<Instant>,
     frames: u64,
     bytes: u64,
+    /// Kicks of the fixed scheme and latency kicks of both (Algorithm 1's own kicks are
+    /// counted in the views).
     kicks: u64,
-    /// Times the ring was full and we waited for the kernel.
+    /// Times a ring was full and we waited for the kernel.
     full_waits: u64,
     too_large: u64,
     rejected: u64,
@@ -32,9 +47,16 @@ pub struct Tx {
 
 fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let dev = a.require("dev", Some(0))?.to_string();
+    let mode = a.get("batching", None).unwrap_or("adaptive");
+    let batching = Batching::parse(mode)
+        .ok_or_else(|| FilterError::bad("batching", mode, "adaptive or fixed"))?;
     let batch: usize = a.parse("batch", None, 64)?;
     let latency_us: u64 = a.parse("latency", None, 1000)?;
     let frames: u32 = a.parse("frames", None, 1024)?;
+    let queues: usize = a.parse("queues", None, 1)?;
+    let how = a.get("choose", None).unwrap_or("flow");
+    let choose = QueueChoice::parse(how, std::process::id() as u64 ^ 0x9e37_79b9_7f4a_7c15)
+        .ok_or_else(|| FilterError::bad("choose", how, "flow, random or rr"))?;
     if !(1..=65536).contains(&batch) {
         return Err(FilterError::bad("batch", &batch.to_string(), "1..=65536"));
     }
@@ -45,27 +67,40 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
             "16..=1048576",
         ));
     }
+    if !(1..=64).contains(&queues) {
+        return Err(FilterError::bad("queues", &queues.to_string(), "1..=64"));
+    }
     let bypass = match a.get("bypass", None) {
         None | Some("no") => false,
         Some("yes") => true,
         Some(v) => return Err(FilterError::bad("bypass", v, "yes or no")),
     };
     // Opened now: a missing interface or capability is an error before the run starts.
-    let ring = TxRing::open(
-        &dev,
-        TxConfig {
-            frames,
-            qdisc_bypass: bypass,
-            ..TxConfig::default()
-        },
-    )
-    .map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
+    let rings = (0..queues)
+        .map(|_| {
+            TxRing::open(
+                &dev,
+                TxConfig {
+                    frames,
+                    qdisc_bypass: bypass,
+                    ..TxConfig::default()
+                },
+            )
+            .map(|ring| Ring {
+                ring,
+                view: TxView::default(),
+                pending: 0,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
     Ok(Box::new(Tx {
         dev,
-        ring,
+        rings,
+        batching,
+        choose,
         batch: batch.min(frames as usize),
         latency: Duration::from_micros(latency_us),
-        pending: 0,
         since: None,
         frames: 0,
         bytes: 0,
@@ -78,45 +113,109 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 }
 
 impl Tx {
-    /// Kick if anything is queued.
-    fn kick(&mut self) -> Result<(), FilterError> {
-        if self.pending == 0 {
-            return Ok(());
-        }
-        self.kicks += 1;
-        self.pending = 0;
-        self.since = None;
-        self.ring
-            .kick()
-            .map_err(|e| FilterError::io(self.dev.clone(), e))
+    fn io(&self, e: std::io::Error) -> FilterError {
+        FilterError::io(self.dev.clone(), e)
     }
 
-    /// Queue one frame (waiting for a slot if the ring is full); kick if the batch is full.
+    /// Kick every ring that holds frames not yet kicked (the latency bound, idle, end).
+    fn kick(&mut self) -> Result<(), FilterError> {
+        self.since = None;
+        for i in 0..self.rings.len() {
+            let r = &mut self.rings[i];
+            let res = match self.batching {
+                Batching::Adaptive => r.view.flush(&mut r.ring),
+                Batching::Fixed if r.pending > 0 => {
+                    r.pending = 0;
+                    self.kicks += 1;
+                    r.ring.kick()
+                }
+                Batching::Fixed => Ok(()),
+            };
+            res.map_err(|e| self.io(e))?;
+        }
+        Ok(())
+    }
+
+    /// Queue one frame on ring f(n); the fixed scheme kicks every `batch` frames, the
+    /// adaptive one (Algorithm 1) when the ring's allotment is used up.
     fn send(&mut self, d: &[u8]) -> Result<(), FilterError> {
-        if d.len() > self.ring.max_frame() {
+        if d.len() > self.rings[0].ring.max_frame() {
             self.too_large += 1;
             return Ok(());
         }
-        while !self
-            .ring
-            .put(d, &mut self.rejected)
-            .map_err(|e| FilterError::io(self.dev.clone(), e))?
-        {
-            // The ring is full: send what is queued and wait for a slot.
-            self.full_waits += 1;
-            self.kick()?;
-            self.ring
-                .wait_writable(Duration::from_millis(10))
-                .map_err(|e| FilterError::io(self.dev.clone(), e))?;
+        let n = self.rings.len();
+        let mut i = self.choose.pick(n, d);
+        match self.batching {
+            Batching::Adaptive => loop {
+                let r = &mut self.rings[i];
+                match r
+                    .view
+                    .send(&mut r.ring, d)
+                    .map_err(|e| FilterError::io(self.dev.clone(), e))?
+                {
+                    Sent::Queued | Sent::Kicked => break,
+                    Sent::Refreshed => {}
+                    Sent::Full => {
+                        // No slot free on this ring: wait for the kernel (the seed's poll).
+                        self.full_waits += 1;
+                        r.ring
+                            .wait_writable(Duration::from_millis(10))
+                            .map_err(|e| FilterError::io(self.dev.clone(), e))?;
+                    }
+                }
+                if self.choose.may_redraw() {
+                    i = self.choose.pick(n, d);
+                }
+            },
+            Batching::Fixed => {
+                loop {
+                    let r = &mut self.rings[i];
+                    if r.ring
+                        .put(d, &mut self.rejected)
+                        .map_err(|e| FilterError::io(self.dev.clone(), e))?
+                    {
+                        break;
+                    }
+                    // The ring is full: send what is queued and wait for a slot.
+                    self.full_waits += 1;
+                    r.pending = 0;
+                    self.kicks += 1;
+                    r.ring
+                        .kick()
+                        .map_err(|e| FilterError::io(self.dev.clone(), e))?;
+                    r.ring
+                        .wait_writable(Duration::from_millis(10))
+                        .map_err(|e| FilterError::io(self.dev.clone(), e))?;
+                }
+                let r = &mut self.rings[i];
+                r.pending += 1;
+                if r.pending >= self.batch {
+                    r.pending = 0;
+                    self.kicks += 1;
+                    r.ring
+                        .kick()
+                        .map_err(|e| FilterError::io(self.dev.clone(), e))?;
+                }
+            }
         }
         self.frames += 1;
         self.bytes += d.len() as u64;
-        self.pending += 1;
-        self.since.get_or_insert_with(Instant::now);
-        if self.pending >= self.batch {
-            self.kick()?;
+        // The latency clock runs from the oldest frame not yet kicked; a kick of the
+        // allotment (or batch) that left nothing behind stops it.
+        let left = match self.batching {
+            Batching::Adaptive => self.rings.iter().any(|r| r.view.pending > 0),
+            Batching::Fixed => self.rings.iter().any(|r| r.pending > 0),
+        };
+        if left {
+            self.since.get_or_insert_with(Instant::now);
+        } else {
+            self.since = None;
         }
         Ok(())
+    }
+
+    fn all_kicks(&self) -> u64 {
+        self.kicks + self.rings.iter().map(|r| r.view.kicks).sum::<u64>()
     }
 }
 
@@ -145,7 +244,8 @@ impl Filter for Tx {
     }
 
     fn idle(&mut self) {
-        if !self.failed && self.kick().is_err() {
+        // The input paused: what is queued goes now (sparse traffic keeps its latency).
+        if !self.failed && self.since.is_some() && self.kick().is_err() {
             // Reported by the next batch or at the end.
             self.failed = true;
         }
@@ -155,30 +255,45 @@ impl Filter for Tx {
         if let Err(e) = self.kick() {
             cx.warn(e);
         }
-        // Frames still in the ring when the socket closes are lost: wait for the kernel.
+        // Frames still in a ring when its socket closes are lost: wait for the kernel.
         let t0 = Instant::now();
-        while self.ring.in_flight() > 0 && t0.elapsed() < Duration::from_secs(2) {
-            let _ = self.ring.kick();
-            let _ = self.ring.wait_writable(Duration::from_millis(10));
+        for r in &mut self.rings {
+            while r.ring.in_flight() > 0 && t0.elapsed() < Duration::from_secs(2) {
+                let _ = r.ring.kick();
+                let _ = r.ring.wait_writable(Duration::from_millis(10));
+            }
+            self.rejected += r.ring.rejected_pending() + r.ring.refused();
         }
-        self.rejected += self.ring.rejected_pending();
     }
 
     fn summary(&self) -> Option<String> {
-        let per = if self.kicks > 0 {
-            self.frames as f64 / self.kicks as f64
+        let kicks = self.all_kicks();
+        let per = if kicks > 0 {
+            self.frames as f64 / kicks as f64
         } else {
             0.0
         };
         let mut s = format!(
-            "tx {}: {} frames ({} bytes) in {} kicks ({per:.1} frames per kick), ring full {} times",
-            self.dev, self.frames, self.bytes, self.kicks, self.full_waits
+            "tx {}: {} frames ({} bytes) in {} kicks ({per:.1} frames per kick), ring full {} times; batching {}",
+            self.dev,
+            self.frames,
+            self.bytes,
+            kicks,
+            self.full_waits,
+            self.batching.name()
         );
+        if self.rings.len() > 1 {
+            s += &format!(
+                ", {} rings chosen by {}",
+                self.rings.len(),
+                self.choose.name()
+            );
+        }
         if self.too_large > 0 {
             s += &format!(
                 ", {} blocks too large for a frame slot ({} bytes) dropped",
                 self.too_large,
-                self.ring.max_frame()
+                self.rings[0].ring.max_frame()
             );
         }
         if self.rejected > 0 {
@@ -193,16 +308,24 @@ impl Filter for Tx {
 
 pub static TX: FilterSpec = FilterSpec::new("tx", Access::Sink, make)
     .privileged("CAP_NET_RAW")
-    .synopsis("tx dev=IF [batch=N] [latency=US] [frames=N] [bypass=yes|no]")
+    .synopsis("tx dev=IF [batching=adaptive|fixed] [queues=N] [choose=flow|random|rr] [batch=N] [latency=US] [frames=N] [bypass=yes|no]")
     .description("Transmits every block as one frame (it should start with an Ethernet header) through\n\
                   an AF_PACKET transmit ring. Frames are queued in the ring and sent by one system call\n\
-                  (a kick) when `batch` frames are queued, when the oldest has waited `latency`\n\
-                  microseconds (checked after every input batch), and when the input goes quiet; a full\n\
-                  ring waits for the kernel, nothing is dropped. The summary gives frames per kick.\n\
+                  (a kick). batching=adaptive (default; seed 002, Algorithm 1): a kick when the ring's\n\
+                  allotment of free slots (counted when the last one ran out) is used up;\n\
+                  batching=fixed: a kick per `batch` frames. Both kick when the oldest queued frame has\n\
+                  waited `latency` microseconds (checked after every input batch) and when the input\n\
+                  goes quiet. queues=N opens N rings on the interface and f(n) = `choose` picks one per\n\
+                  frame: flow (a hash of addresses and ports: each flow stays in order), random (the\n\
+                  seed's choice; a frame whose ring is out of room is offered to another draw) or rr.\n\
+                  A full ring waits for the kernel, nothing is dropped. The summary gives frames per kick.\n\
                   Needs CAP_NET_RAW.")
     .params(&[
         Param::new("dev", "interface (also positional)").at(0),
-        Param::new("batch", "frames per kick at most (default 64)").kind(Kind::Count).default("64"),
+        Param::new("batching", "adaptive: seed 002's Algorithm 1, a kick per allotment of free slots (default); fixed: a kick per `batch` frames").kind(Kind::Choice(&["adaptive", "fixed"])).default("adaptive"),
+        Param::new("queues", "transmit rings on the interface (default 1)").kind(Kind::Count).default("1"),
+        Param::new("choose", "f(n), the ring of each frame: flow (default), random or rr").kind(Kind::Choice(&["flow", "random", "rr"])).default("flow"),
+        Param::new("batch", "batching=fixed: frames per kick at most (default 64)").kind(Kind::Count).default("64"),
         Param::new("latency", "longest a queued frame waits for its kick, microseconds (default 1000)").kind(Kind::Count).default("1000"),
         Param::new("frames", "frame slots in the ring, 2 KiB each (default 1024)").kind(Kind::Count).default("1024"),
         Param::new("bypass", "yes: skip the qdisc layer (PACKET_QDISC_BYPASS)").kind(Kind::Choice(&["yes", "no"])).default("no"),

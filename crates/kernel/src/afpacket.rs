@@ -12,6 +12,13 @@
 //! small blocks (system calls, the mapping, atomic views of status words), each with a
 //! `// SAFETY:` comment.
 //!
+//! Two ways to wait for blocks: [`RxRing::next_block`] polls whenever the next block is not
+//! ready (the fixed scheme: the kernel's retire timeout ends the wait), and the pieces
+//! seed 002's Algorithm 2 is built from ([`crate::batching::RxView`] over this ring's
+//! [`crate::batching::RxSlots`]: which blocks are ready, [`RxRing::take`],
+//! [`RxRing::wait_readable`], [`RxRing::wait_any`] over several rings); the mapping of the
+//! seed's avb/curr/limit/threshold onto blocks and status words is in [`crate::batching`].
+//!
 //! Reading held blocks is sound by construction ([`crate::LentMemory`]):
 //! [`RxRing::frame_bytes`] borrows the ring shared and [`RxRing::release`] (and
 //! [`RxRing::next_block`]) exclusively, so a slice of a block cannot outlive the block's
@@ -144,6 +151,8 @@ pub struct RxRing {
     /// (between `next_block` and `release`). Plain memory: only `&mut self` changes it, so
     /// no reader (`&self`) sees it change.
     held: Box<[u64]>,
+    /// `poll` calls made by [`RxRing::next_block`] (the fixed scheme's wake-ups).
+    polls: u64,
 }
 
 /// A block user space holds: its index in the ring, its lap and its frames.
@@ -340,6 +349,7 @@ impl RxRing {
             cfg,
             next: 0,
             held,
+            polls: 0,
         };
         // On loopback every packet passes twice, outgoing and incoming: keep one, as
         // libpcap does (it drops the outgoing copy), so a capture of `lo` counts what
@@ -455,45 +465,125 @@ impl RxRing {
 
     /// Wait up to `timeout` for the next block the kernel has handed over; returns it (its
     /// frames' positions carry its lap), or None on timeout. The block is user space's
-    /// until [`RxRing::release`].
+    /// until [`RxRing::release`]. (The fixed scheme: a `poll` whenever the next block is
+    /// not ready, ended by the kernel's retire timer at the latest.)
     pub fn next_block(&mut self, timeout: Duration) -> io::Result<Option<Block>> {
         let seq = self.next;
-        let b = (seq % self.cfg.blocks as u64) as usize;
-        let lap = seq / self.cfg.blocks as u64;
-        // Acquire (here and after the poll) pairs with the kernel's write barrier before
-        // it sets TP_STATUS_USER on a block it retires: seeing the bit, we see its frames.
-        if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
-            let mut pfd = libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN | libc::POLLERR,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd for the duration of the call.
-            let r = unsafe {
-                libc::poll(
-                    &mut pfd,
-                    1,
-                    timeout.as_millis().min(i32::MAX as u128) as i32,
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    return Ok(None);
-                }
-                return Err(e);
-            }
-            if self.status(b).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
-                if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-                    // The interface went down or away (the socket reports ENETDOWN); a
-                    // poll that returns at once with nothing to read would spin.
-                    return Err(pending_error(self.fd.as_raw_fd()).unwrap_or_else(|| {
-                        io::Error::other("the capture socket reports an error condition (POLLERR/POLLHUP) but no error code")
-                    }));
-                }
+        if !self.ready(seq) {
+            self.polls += 1;
+            if !self.wait_readable(seq, timeout)? {
                 return Ok(None);
             }
         }
+        self.take(seq).map(Some)
+    }
+
+    /// `poll` calls [`RxRing::next_block`] has made.
+    pub fn polls(&self) -> u64 {
+        self.polls
+    }
+
+    /// Whether block `seq` (a sequence number: block `seq % blocks`, lap `seq / blocks`)
+    /// has been handed to user space by the kernel and is not held from an earlier lap.
+    fn ready(&self, seq: u64) -> bool {
+        let b = (seq % self.cfg.blocks as u64) as usize;
+        // Acquire pairs with the kernel's write barrier before it sets TP_STATUS_USER on a
+        // block it retires: seeing the bit, we see its frames.
+        self.held[b] == 0 && self.status(b).load(Ordering::Acquire) & TP_STATUS_USER != 0
+    }
+
+    /// `poll` the socket for up to `timeout` until block `seq` is ready; false if it is not
+    /// (timeout or signal). A socket error (the interface went down or away) is an error:
+    /// a poll that returns at once with nothing to read would spin.
+    pub fn wait_readable(&self, seq: u64, timeout: Duration) -> io::Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN | libc::POLLERR,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let r = unsafe {
+            libc::poll(
+                &mut pfd,
+                1,
+                timeout.as_millis().min(i32::MAX as u128) as i32,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        if self.ready(seq) {
+            return Ok(true);
+        }
+        if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            return Err(pending_error(self.fd.as_raw_fd()).unwrap_or_else(|| {
+                io::Error::other("the capture socket reports an error condition (POLLERR/POLLHUP) but no error code")
+            }));
+        }
+        Ok(false)
+    }
+
+    /// `poll` several rings at once for up to `timeout` until one of them has its block
+    /// `seq` (paired with it) ready; false if none has (timeout or signal). A socket error
+    /// on a ring with nothing ready is an error, as in [`RxRing::wait_readable`].
+    pub fn wait_any(rings: &[(&RxRing, u64)], timeout: Duration) -> io::Result<bool> {
+        let mut pfds: Vec<libc::pollfd> = rings
+            .iter()
+            .map(|(r, _)| libc::pollfd {
+                fd: r.fd.as_raw_fd(),
+                events: libc::POLLIN | libc::POLLERR,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `pfds` holds `pfds.len()` valid pollfds for the duration of the call.
+        let r = unsafe {
+            libc::poll(
+                pfds.as_mut_ptr(),
+                pfds.len() as libc::nfds_t,
+                timeout.as_millis().min(i32::MAX as u128) as i32,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        if rings.iter().any(|(r, seq)| r.ready(*seq)) {
+            return Ok(true);
+        }
+        for ((r, _), p) in rings.iter().zip(&pfds) {
+            if p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+                return Err(pending_error(r.fd.as_raw_fd()).unwrap_or_else(|| {
+                    io::Error::other("the capture socket reports an error condition (POLLERR/POLLHUP) but no error code")
+                }));
+            }
+        }
+        Ok(false)
+    }
+
+    /// Blocks in the ring.
+    pub fn blocks(&self) -> usize {
+        self.cfg.blocks as usize
+    }
+
+    /// Take block `seq`, which must be ready ([`RxSlots::ready_from`] said so, or
+    /// [`RxRing::wait_readable`]): read its frames; it is user space's until
+    /// [`RxRing::release`]. The next block is `seq + 1`. A block not ready is an error
+    /// (nothing is read from it).
+    pub fn take(&mut self, seq: u64) -> io::Result<Block> {
+        if !self.ready(seq) {
+            return Err(io::Error::other(format!(
+                "capture ring: block {seq} taken before the kernel handed it over"
+            )));
+        }
+        let b = (seq % self.cfg.blocks as u64) as usize;
+        let lap = seq / self.cfg.blocks as u64;
         let base = b * self.cfg.block_size as usize;
         let bs = self.cfg.block_size as usize;
         let bh = self.block_header(base);
@@ -537,12 +627,12 @@ impl RxRing {
         // User space holds block `b` in this lap from now on (`frame_bytes` reads it
         // through a later `&self` borrow: the exclusive borrow here orders the two).
         self.held[b] = lap + 1;
-        self.next += 1;
-        Ok(Some(Block {
+        self.next = seq + 1;
+        Ok(Block {
             index: b,
             lap,
             frames,
-        }))
+        })
     }
 
     /// Hand block `b` back to the kernel. From now on positions in it are refused by
@@ -666,6 +756,19 @@ impl Drop for RxRing {
         unsafe {
             libc::munmap(self.map as *mut libc::c_void, self.len);
         }
+    }
+}
+
+/// Algorithm 2's view of the ring ([`crate::batching::RxView`]): its slots are blocks.
+impl crate::batching::RxSlots for RxRing {
+    fn ready_from(&self, seq: u64, max: usize) -> usize {
+        (0..max as u64).take_while(|&k| self.ready(seq + k)).count()
+    }
+    fn hand_back(&mut self, seq: u64) {
+        self.release((seq % self.cfg.blocks as u64) as usize);
+    }
+    fn slots(&self) -> usize {
+        self.cfg.blocks as usize
     }
 }
 

@@ -2,7 +2,8 @@
 //! Here so far: classic BPF ([`cbpf`]), compiled from pcap-filter expressions by libpcap
 //! and run by our interpreter in user space or attached to a capture socket; live capture
 //! with AF_PACKET and a TPACKET_V3 ring ([`afpacket`]); transmit through a PACKET_TX_RING
-//! with batched kicks ([`tx`]); veth pairs in throw-away namespaces for tests ([`netns`]).
+//! with batched kicks ([`tx`]); adaptive system-call batching for both, seed 002's
+//! Algorithms 1-2, as pure logic over the two rings ([`batching`]); veth pairs in throw-away namespaces for tests ([`netns`]).
 //! Live capture with AF_XDP into our own UMEM ([`xdp`]). eBPF socket filters with their
 //! state in BPF maps, the NIC-FIX filters of thesis 7.3.1 ([`ebpf`]: C sources in `bpf/`,
 //! compiled by `build.rs` with clang, loaded with libbpf-rs, maps pinned on bpffs).
@@ -15,6 +16,7 @@
 #![deny(unsafe_code)]
 
 pub mod afpacket;
+pub mod batching;
 pub mod cbpf;
 pub mod ebpf;
 pub mod netns;

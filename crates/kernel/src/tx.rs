@@ -62,6 +62,8 @@ pub struct TxRing {
     cfg: TxConfig,
     /// Next slot to fill.
     next: usize,
+    /// Frames the kernel refused (wrong format) whose slots [`TxSlots::fill`] reused.
+    refused: u64,
 }
 
 // SAFETY: the mapping is owned by this value and lives until drop; frames are written
@@ -147,6 +149,7 @@ impl TxRing {
             len,
             cfg: TxConfig { frames, ..cfg },
             next: 0,
+            refused: 0,
         };
         // SAFETY: all-zero is a valid sockaddr_ll.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -293,6 +296,41 @@ impl TxRing {
         (0..self.cfg.frames as usize)
             .filter(|&s| self.status(s).load(Ordering::Acquire) == TP_STATUS_WRONG_FORMAT)
             .count() as u64
+    }
+}
+
+impl TxRing {
+    /// Frames the kernel refused (wrong format) whose slots [`TxSlots::fill`] reused.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+}
+
+/// Algorithm 1's view of the ring ([`crate::batching::TxView`]): one frame per slot.
+impl crate::batching::TxSlots for TxRing {
+    fn free_ahead(&self, max: usize) -> usize {
+        let n = self.cfg.frames as usize;
+        // Acquire, as in `put`: pairs with the kernel handing slots back.
+        (0..max.min(n))
+            .take_while(|&k| {
+                matches!(
+                    self.status((self.next + k) % n).load(Ordering::Acquire),
+                    TP_STATUS_AVAILABLE | TP_STATUS_WRONG_FORMAT
+                )
+            })
+            .count()
+    }
+    fn fill(&mut self, frame: &[u8]) -> io::Result<bool> {
+        let mut r = 0;
+        let ok = self.put(frame, &mut r)?;
+        self.refused += r;
+        Ok(ok)
+    }
+    fn kick(&mut self) -> io::Result<()> {
+        TxRing::kick(self)
+    }
+    fn slots(&self) -> usize {
+        self.cfg.frames as usize
     }
 }
 
