@@ -211,62 +211,72 @@ impl Drop for Reap {
 #[test]
 fn a_peer_killed_mid_stream_ends_the_run_naming_it() {
     let v = veth("netk");
-    let mut reap = Reap(Vec::new());
-    for kill_receiver in [true, false] {
-        let port = if kill_receiver { 7790 } else { 7791 };
-        let mut rx = v
-            .command(BIN)
-            .args(["run", "-q", &format!("netin port={port} | null")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut tx = Command::new(BIN)
-            .args([
-                "run",
-                "-q",
-                &format!("gen count=100G size=1K | netout to={}:{port} wait=10", v.peer_ip),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        reap.0.extend([rx.id(), tx.id()]);
-        std::thread::sleep(Duration::from_millis(1500));
-        let (victim, survivor) = if kill_receiver {
-            (&mut rx, &mut tx)
-        } else {
-            (&mut tx, &mut rx)
-        };
-        // SIGKILL, as a crash or the OOM killer would.
-        let _ = Command::new("kill")
-            .args(["-9", &victim.id().to_string()])
-            .status();
-        let _ = victim.wait();
-        let t0 = Instant::now();
-        let st = loop {
-            if let Some(st) = survivor.try_wait().unwrap() {
-                break st;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(20), "the survivor hangs");
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut err = String::new();
-        std::io::Read::read_to_string(survivor.stderr.as_mut().unwrap(), &mut err).unwrap();
-        assert_eq!(st.code(), Some(1), "{st:?} {err}");
-        // Named by address; a reset or a close without the stream's end, as the kernel
-        // tells it.
-        let want = if kill_receiver {
-            format!("the receiver {}:{port}", v.peer_ip)
-        } else {
-            format!("the sender {}:", v.here_ip)
-        };
-        assert!(
-            err.contains(&want)
-                && (err.contains("went away mid-stream") || err.contains("without ending the stream")),
-            "{err}"
+    for (kill_receiver, port) in [(true, 7790), (false, 7791)] {
+        kill_mid_stream(
+            &v,
+            &format!("netin port={port} | null"),
+            &format!("gen count=100G size=1K | netout to={}:{port} wait=10", v.peer_ip),
+            kill_receiver,
+            port,
+            // A reset or a close without the stream's end, as the kernel tells it.
+            &["went away mid-stream", "without ending the stream"],
         );
     }
+}
+
+/// Start `rx` in the namespace and `tx` here, SIGKILL one of them after a moment (as a
+/// crash or the OOM killer would) and check that the other ends, within 20 s, with exit
+/// status 1 and a warning naming its peer by address and saying one of `why`.
+fn kill_mid_stream(
+    v: &kernel::netns::Veth,
+    rx: &str,
+    tx: &str,
+    kill_receiver: bool,
+    port: u16,
+    why: &[&str],
+) {
+    let mut reap = Reap(Vec::new());
+    let mut rx = v
+        .command(BIN)
+        .args(["run", "-q", rx])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut tx = Command::new(BIN)
+        .args(["run", "-q", tx])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    reap.0.extend([rx.id(), tx.id()]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (victim, survivor) = if kill_receiver {
+        (&mut rx, &mut tx)
+    } else {
+        (&mut tx, &mut rx)
+    };
+    let _ = Command::new("kill")
+        .args(["-9", &victim.id().to_string()])
+        .status();
+    let _ = victim.wait();
+    let t0 = Instant::now();
+    let st = loop {
+        if let Some(st) = survivor.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the survivor hangs");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(survivor.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(st.code(), Some(1), "{st:?} {err}");
+    let want = if kill_receiver {
+        format!("the receiver {}:{port}", v.peer_ip)
+    } else {
+        format!("the sender {}:", v.here_ip)
+    };
+    assert!(err.contains(&want) && why.iter().any(|w| err.contains(w)), "{err}");
 }
 
 /// A client that is not a netout, and one that sends a corrupt stream: the run ends with
@@ -388,59 +398,17 @@ fn udp_peers_that_are_missing_or_killed_are_named() {
     assert!(t0.elapsed() < Duration::from_secs(10));
 
     let v = veth("netuk");
-    let mut reap = Reap(Vec::new());
-    for kill_receiver in [true, false] {
-        let port = if kill_receiver { 7792 } else { 7793 };
-        let mut rx = v
-            .command(BIN)
-            .args(["run", "-q", &format!("netin port={port} proto=udp idle=1 | null")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut tx = Command::new(BIN)
-            .args([
-                "run",
-                "-q",
-                &format!(
-                    "gen count=100G size=1K rate=20K | netout to={}:{port} proto=udp wait=10",
-                    v.peer_ip
-                ),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        reap.0.extend([rx.id(), tx.id()]);
-        std::thread::sleep(Duration::from_millis(1500));
-        let (victim, survivor) = if kill_receiver {
-            (&mut rx, &mut tx)
-        } else {
-            (&mut tx, &mut rx)
-        };
-        let _ = Command::new("kill")
-            .args(["-9", &victim.id().to_string()])
-            .status();
-        let _ = victim.wait();
-        let t0 = Instant::now();
-        let st = loop {
-            if let Some(st) = survivor.try_wait().unwrap() {
-                break st;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(20), "the survivor hangs");
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut err = String::new();
-        std::io::Read::read_to_string(survivor.stderr.as_mut().unwrap(), &mut err).unwrap();
-        assert_eq!(st.code(), Some(1), "{st:?} {err}");
-        let want = if kill_receiver {
-            format!("the receiver {}:{port}", v.peer_ip)
-        } else {
-            format!("the sender {}:", v.here_ip)
-        };
-        assert!(
-            err.contains(&want) && (err.contains("went away mid-stream") || err.contains("went silent")),
-            "{err}"
+    for (kill_receiver, port) in [(true, 7792), (false, 7793)] {
+        kill_mid_stream(
+            &v,
+            &format!("netin port={port} proto=udp idle=1 | null"),
+            &format!(
+                "gen count=100G size=1K rate=20K | netout to={}:{port} proto=udp wait=10",
+                v.peer_ip
+            ),
+            kill_receiver,
+            port,
+            &["went away mid-stream", "went silent"],
         );
     }
 }

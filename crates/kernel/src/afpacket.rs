@@ -496,35 +496,7 @@ impl RxRing {
     /// (timeout or signal). A socket error (the interface went down or away) is an error:
     /// a poll that returns at once with nothing to read would spin.
     pub fn wait_readable(&self, seq: u64, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN | libc::POLLERR,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let r = unsafe {
-            libc::poll(
-                &mut pfd,
-                1,
-                timeout.as_millis().min(i32::MAX as u128) as i32,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(e);
-        }
-        if self.ready(seq) {
-            return Ok(true);
-        }
-        if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-            return Err(pending_error(self.fd.as_raw_fd()).unwrap_or_else(|| {
-                io::Error::other("the capture socket reports an error condition (POLLERR/POLLHUP) but no error code")
-            }));
-        }
-        Ok(false)
+        RxRing::wait_any(&[(self, seq)], timeout)
     }
 
     /// `poll` several rings at once for up to `timeout` until one of them has its block
