@@ -583,3 +583,65 @@ fn a_slow_receiver_slows_the_sender_within_the_window() {
     assert!(waits > 0, "the sender never waited for credit: {terr}");
     assert!(peak <= 4 << 20 && peak * 10 < sent, "{peak} bytes in flight: {terr}");
 }
+
+/// Big blocks (read straight into the receiver's store as their bytes come, a window
+/// smaller than a batch, blocks bigger than the staging area's reads) cross whole and in
+/// order: the file comes out as it went in.
+#[test]
+fn big_blocks_cross_whole() {
+    let v = veth("netb");
+    let dir = std::env::temp_dir().join(format!("sl-netb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.bin");
+    // 24 MB of a pattern that never repeats within a block.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let data: Vec<u8> = (0..24_000_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&input, &data).unwrap();
+    for (k, (size, window)) in [("300000", "256K"), ("3M", "4M"), ("20000", "64K")].iter().enumerate() {
+        let port = 7760 + k as u16;
+        let out = dir.join(format!("out{k}.bin"));
+        let rx = v
+            .command(BIN)
+            .args([
+                "run",
+                "-q",
+                &format!("netin port={port} window={window} | outfile {}", out.display()),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut reap = Reap(vec![rx.id()]);
+        let rx = std::thread::spawn(move || rx.wait_with_output().unwrap());
+        let tx = Command::new(BIN)
+            .args([
+                "run",
+                "-q",
+                &format!(
+                    "file {} split=fixed size={size} | netout to={}:{port} wait=10",
+                    input.display(),
+                    v.peer_ip
+                ),
+            ])
+            .output()
+            .unwrap();
+        let rx = rx.join().unwrap();
+        reap.0.clear();
+        assert!(
+            tx.status.success() && rx.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&tx.stderr),
+            String::from_utf8_lossy(&rx.stderr)
+        );
+        let got = std::fs::read(&out).unwrap();
+        assert!(got == data, "blocks of {size}: {} bytes came out, differently", got.len());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

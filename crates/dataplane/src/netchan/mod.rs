@@ -79,6 +79,19 @@ impl Frame {
         })
     }
 
+    /// Make room for the frame's block of `len` bytes in the run's store, with its class
+    /// and metadata; its bytes are written into it afterwards. Returns the tag and the
+    /// new `link_set` (see [`Frame::restore`]).
+    pub(crate) fn reserve(&self, cx: &mut Ctx<'_>, len: usize, link_set: bool) -> (Tag, bool) {
+        let (t, _) = cx.store.alloc(len);
+        let t = Tag {
+            class: self.class,
+            ..t
+        };
+        let set = self.meta.restore(cx.store, &t, link_set);
+        (t, link_set | set)
+    }
+
     /// Put the frame's block (`data`) into the run's store with its class and metadata;
     /// `link_set` says whether the store's buffer has its link type already (returns the
     /// new value).

@@ -31,8 +31,11 @@ const END: u32 = u32::MAX;
 pub const MAX_BLOCK: usize = 16 << 20;
 /// Default window (bytes in flight).
 pub const DEFAULT_WINDOW: u64 = 4 << 20;
-/// The receiver's staging area (grown for a batch bigger than a quarter of it).
+/// The receiver's staging area (grown for a small frame bigger than a quarter of it).
 const STAGE: usize = 2 << 20;
+/// Blocks at least this big are read straight into their place in the store once their
+/// head has come (no copy out of the staging area).
+const DIRECT: usize = 16 << 10;
 /// How long a receiver's pull waits for data before giving its space's loop a turn.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -277,7 +280,13 @@ pub struct NetIn {
     buf: Vec<u8>,
     start: usize,
     end: usize,
-    /// Bytes parsed and handed on, not yet given back as credit.
+    /// The sender's current batch so far: blocks in the store, their frames' bytes.
+    pending: Vec<beltway::Tag>,
+    pending_bytes: u64,
+    /// A big block being read straight into its place in the store: its tag, the bytes
+    /// in it so far, whether it ends the sender's batch.
+    partial: Option<(beltway::Tag, usize, bool)>,
+    /// Bytes handed on, not yet given back as credit.
     taken: u64,
     link_set: bool,
     ended: bool,
@@ -301,6 +310,9 @@ impl NetIn {
             buf: Vec::new(),
             start: 0,
             end: 0,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            partial: None,
             taken: 0,
             link_set: false,
             ended: false,
@@ -350,17 +362,41 @@ impl NetIn {
         Ok(true)
     }
 
-    /// Hand on the sender's next batch once all of it is in `buf` (at most `max` blocks
-    /// of it at a time), so batches here are the sender's: what a filter after a join sees
-    /// does not depend on how the bytes arrived. Returns the bytes used.
-    fn parse(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> Result<usize, String> {
-        // First: is the batch complete?
-        let buf = &self.buf[self.start..self.end];
-        let (mut scan, mut frames, mut complete) = (0, 0, false);
-        while let Some(f) = Frame::parse(&buf[scan..]) {
+    /// Take what `buf` holds: whole frames become blocks of the sender's current batch
+    /// (`pending`); a big block whose bytes are still coming gets its place in the store
+    /// now (`partial`), so the rest is read straight into it. Returns whether the batch is
+    /// complete (its last block, `max` blocks, or the end of the stream).
+    fn parse(&mut self, cx: &mut Ctx<'_>, max: usize) -> Result<bool, String> {
+        loop {
+            if self.partial.is_some() {
+                // Bytes of the partial block already staged go to it first.
+                let avail = self.end - self.start;
+                if avail > 0 {
+                    let (t, filled, _) = self.partial.as_mut().expect("checked");
+                    let n = avail.min(t.len as usize - *filled);
+                    let (dst, _) = cx.store.writable(t, true).map_err(|e| e.to_string())?;
+                    dst[*filled..*filled + n].copy_from_slice(&self.buf[self.start..self.start + n]);
+                    *filled += n;
+                    self.start += n;
+                }
+                let (t, filled, last) = self.partial.expect("checked");
+                if filled < t.len as usize {
+                    return Ok(false);
+                }
+                self.partial = None;
+                if self.complete(t, last, max) {
+                    return Ok(true);
+                }
+                continue;
+            }
+            let Some(f) = Frame::parse(&self.buf[self.start..self.end]) else {
+                return Ok(false);
+            };
             if f.len == END {
-                complete = true;
-                break;
+                self.ended = true;
+                self.start += HEAD;
+                self.pending_bytes += HEAD as u64;
+                return Ok(true);
             }
             let len = f.len as usize;
             if len > MAX_BLOCK {
@@ -369,37 +405,37 @@ impl NetIn {
                     self.peer
                 ));
             }
-            if buf.len() - scan < HEAD + len {
-                break;
+            let last = f.flags & LAST != 0;
+            let staged = self.end - self.start - HEAD;
+            if staged >= len {
+                let at = self.start + HEAD;
+                let (t, link) = f.restore(cx, &self.buf[at..at + len], self.link_set);
+                self.link_set = link;
+                self.start = at + len;
+                if self.complete(t, last, max) {
+                    return Ok(true);
+                }
+            } else if len >= DIRECT {
+                // Its place in the store now; the bytes follow (staged ones first).
+                let (t, link) = f.reserve(cx, len, self.link_set);
+                self.link_set = link;
+                self.start += HEAD;
+                self.partial = Some((t, 0, last));
+            } else {
+                return Ok(false);
             }
-            scan += HEAD + len;
-            frames += 1;
-            if f.flags & LAST != 0 || frames == max {
-                complete = true;
-                break;
-            }
         }
-        if !complete {
-            return Ok(0);
-        }
-        let mut at = 0;
-        for _ in 0..frames {
-            let f = Frame::parse(&buf[at..]).expect("scanned above");
-            let len = f.len as usize;
-            let (t, link) = f.restore(cx, &buf[at + HEAD..at + HEAD + len], self.link_set);
-            self.link_set = link;
-            out.push(t);
-            self.blocks += 1;
-            self.bytes += len as u64;
-            at += HEAD + len;
-        }
-        if frames == 0 {
-            // Complete with no block: the frame that ends the stream.
-            self.ended = true;
-            at += HEAD;
-        }
-        Ok(at)
     }
+
+    /// A whole block of the current batch; whether the batch is complete.
+    fn complete(&mut self, t: beltway::Tag, last: bool, max: usize) -> bool {
+        self.pending_bytes += (HEAD + t.len as usize) as u64;
+        self.blocks += 1;
+        self.bytes += t.len as u64;
+        self.pending.push(t);
+        last || self.pending.len() >= max
+    }
+
 }
 
 impl Filter for NetIn {
@@ -419,15 +455,19 @@ impl Filter for NetIn {
             }
         }
         loop {
-            let used = match self.parse(cx, out, max) {
-                Ok(n) => n,
+            match self.parse(cx, max) {
+                Ok(true) => {
+                    for t in self.pending.drain(..) {
+                        out.push(t);
+                    }
+                    self.taken += std::mem::take(&mut self.pending_bytes);
+                }
+                Ok(false) => {}
                 Err(why) => return fail(cx, format!("on {}: {why}", self.at)),
-            };
-            self.start += used;
+            }
             if self.start == self.end {
                 (self.start, self.end) = (0, 0);
             }
-            self.taken += used as u64;
             if self.taken >= self.window / 4 || (self.ended && self.taken > 0) {
                 let back = self.taken.to_le_bytes();
                 self.taken = 0;
@@ -450,25 +490,36 @@ impl Filter for NetIn {
             let Some(s) = self.sock.as_mut() else {
                 return false;
             };
-            // Room to read into: what is left of the staging area, after moving an
-            // unfinished batch to its front when little is; grown (once) when a batch
-            // or block does not fit it.
-            if self.buf.len() - self.end < STAGE / 4 {
-                self.buf.copy_within(self.start..self.end, 0);
-                (self.start, self.end) = (0, self.end - self.start);
-                if self.buf.len() - self.end < STAGE / 4 {
-                    let grown = (self.buf.len() * 2).max(STAGE);
-                    self.buf.resize(grown, 0);
+            // Into the partial block's place (the staging area is empty then: `parse`
+            // moved what it held), else into the staging area.
+            let r = match self.partial.as_mut() {
+                Some((t, filled, _)) => match cx.store.writable(t, true) {
+                    Ok((dst, _)) => s.read(&mut dst[*filled..]).inspect(|&n| *filled += n),
+                    Err(e) => return fail(cx, format!("on {}: {e}", self.at)),
+                },
+                None => {
+                    // Room: what is left of the staging area, after moving an unfinished
+                    // frame to its front when little is; grown (once) for a small frame
+                    // that does not fit.
+                    if self.buf.len() - self.end < STAGE / 4 {
+                        self.buf.copy_within(self.start..self.end, 0);
+                        (self.start, self.end) = (0, self.end - self.start);
+                        if self.buf.len() - self.end < STAGE / 4 {
+                            let grown = (self.buf.len() * 2).max(STAGE);
+                            self.buf.resize(grown, 0);
+                        }
+                    }
+                    s.read(&mut self.buf[self.end..]).inspect(|&n| self.end += n)
                 }
-            }
-            match s.read(&mut self.buf[self.end..]) {
+            };
+            match r {
                 Ok(0) => {
                     return fail(cx, format!(
                         "on {}: the sender {} went away without ending the stream ({} bytes of an unfinished block; was it killed?)",
-                        self.at, self.peer, self.end - self.start
+                        self.at, self.peer, self.end - self.start + self.partial.map_or(0, |p| p.1)
                     ));
                 }
-                Ok(n) => self.end += n,
+                Ok(_) => {}
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
                     return true;
                 }
