@@ -347,6 +347,9 @@ impl Spaces {
                     {
                         space.store().share_rings();
                     }
+                    if cross.iter().any(|e| placement.space[e.from] == id) {
+                        space.store().set_feeds_channel();
+                    }
                     b.spaces.push((id, space));
                     Ok(id)
                 },

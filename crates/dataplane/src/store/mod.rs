@@ -137,6 +137,9 @@ pub struct Store {
     pub kept: u64,
     /// New rings go to shared memory (the space feeds spaces in this process).
     share: bool,
+    /// The space sends blocks on to another space (a channel's egress is in its graph):
+    /// the end of a source batch's walk here is not the end of its journey.
+    feeds: bool,
     /// Facts derived from blocks, cached for the filters downstream (see [`Store::memo`]).
     memo: std::cell::RefCell<Option<Box<dyn MemoAny>>>,
 }
@@ -290,6 +293,20 @@ impl Store {
     /// spaces of this process that get their tags read the blocks in place.
     pub fn share_rings(&mut self) {
         self.share = true;
+    }
+
+    /// Mark the space as one that sends blocks on through a channel to another space
+    /// (thread or process; set when the run is built).
+    pub fn set_feeds_channel(&mut self) {
+        self.feeds = true;
+    }
+
+    /// Whether the space sends blocks on to another space: then a source batch that has
+    /// walked this space (`Filter::epoch_end`) has reached that channel, not necessarily
+    /// a sink. A source that acknowledges its input to someone (kafkain's offset commits)
+    /// must not take the end of the walk here for delivery.
+    pub fn feeds_channel(&self) -> bool {
+        self.feeds
     }
 
     /// The key another space of this process finds ring `id` by ([`shared_ring`]), if it
