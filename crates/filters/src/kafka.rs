@@ -310,6 +310,16 @@ fn create_topic(brokers: &str, topic: &str, n: usize, wait: f64) -> Result<(), B
     Ok(())
 }
 
+/// When `kafkaout` sends the [`HEADER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Meta {
+    /// For blocks with record metadata or a link type (captured packets), not for plain
+    /// data (the header costs librdkafka an allocation per message).
+    Auto,
+    Always,
+    Never,
+}
+
 /// The sink.
 pub struct KafkaOut {
     producer: BaseProducer<Counting>,
@@ -319,6 +329,7 @@ pub struct KafkaOut {
     key: KeyBy,
     partition: PartitionBy,
     partitions: usize,
+    meta: Meta,
     timeout: f64,
     sent: u64,
     bytes: u64,
@@ -337,6 +348,12 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let wait = secs(a, "wait", 5.0)?;
     let timeout = secs(a, "timeout", 60.0)?;
     let linger = a.parse::<u32>("linger", None, 5)?;
+    let meta = match a.get("meta", None).unwrap_or("auto") {
+        "auto" => Meta::Auto,
+        "yes" => Meta::Always,
+        "no" => Meta::Never,
+        m => return Err(FilterError::bad("meta", m, "auto, yes or no")),
+    };
     let reports = Counting::default();
     let producer: BaseProducer<Counting> = ClientConfig::new()
         .set("bootstrap.servers", &brokers)
@@ -374,6 +391,7 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         partition,
         // A topic auto-created on first use gets the broker's default (1 here).
         partitions: partitions.unwrap_or(1).max(1),
+        meta,
         timeout,
         sent: 0,
         bytes: 0,
@@ -410,12 +428,20 @@ impl Filter for KafkaOut {
                 }
                 KeyBy::Field { off, len } => d.get(off..off + len),
             };
+            let mut rec = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(d);
             let h = header_of(cx, t);
-            let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
-                key: HEADER,
-                value: Some(&h[..]),
-            });
-            let mut rec = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(d).headers(headers);
+            let with_header = match self.meta {
+                Meta::Always => true,
+                Meta::Never => false,
+                // The flags: record metadata or a link type to carry.
+                Meta::Auto => h[22..24] != [0, 0],
+            };
+            if with_header {
+                rec = rec.headers(OwnedHeaders::new_with_capacity(1).insert(Header {
+                    key: HEADER,
+                    value: Some(&h[..]),
+                }));
+            }
             if let Some(k) = key_bytes {
                 rec = rec.key(k);
             }
@@ -534,7 +560,6 @@ pub struct KafkaIn {
     link_set: bool,
     received: u64,
     bytes: u64,
-    committed: u64,
 }
 
 fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
@@ -568,10 +593,17 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", from)
         .set("enable.partition.eof", "true")
-        .set("fetch.wait.max.ms", "50");
-    if let Some(g) = &group {
-        cfg.set("group.id", g).set("session.timeout.ms", "10000");
-    }
+        // Prefetch deeper than librdkafka's default (100000): with the default, a consumer
+        // as fast as this one drains the queue and waits on every refill (measured: 2.4M
+        // messages of 100 bytes in 9.5 s against 1.9 s with this; bounded by
+        // queued.max.messages.kbytes, 64 MiB, all the same).
+        .set("queued.min.messages", "1000000");
+    match &group {
+        Some(g) => cfg.set("group.id", g).set("session.timeout.ms", "10000"),
+        // librdkafka assigns partitions only to a consumer with a group id; this one never
+        // joins the group nor commits to it.
+        None => cfg.set("group.id", format!("streamline-kafkain-{}", std::process::id())),
+    };
     let consumer: BaseConsumer = cfg.create().map_err(|e| BrokerError::Refused {
         brokers: brokers.clone(),
         what: "cannot make a consumer".into(),
@@ -626,7 +658,6 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         link_set: false,
         received: 0,
         bytes: 0,
-        committed: 0,
     }))
 }
 
@@ -644,7 +675,6 @@ impl KafkaIn {
         self.consumer.commit(&tpl, mode).map_err(|e| {
             format!("cannot commit offsets of topic {} to {}: {e}", self.topic, self.brokers)
         })?;
-        self.committed += 1;
         self.done.clear();
         self.last_commit = Instant::now();
         Ok(())
@@ -689,7 +719,9 @@ impl Filter for KafkaIn {
                 }
             };
             let p = m.partition();
-            self.at_end.insert(p, false);
+            if let Some(e) = self.at_end.get_mut(&p) {
+                *e = false;
+            }
             let payload = m.payload().unwrap_or(&[]);
             let mut t = cx.store.push(payload);
             t.class = (p as u16).wrapping_add(1);
@@ -747,7 +779,7 @@ impl Filter for KafkaIn {
             self.topic,
             self.brokers,
             match &self.group {
-                Some(g) => format!(" (group {g}, {} commits)", self.committed),
+                Some(g) => format!(" (group {g})"),
                 None => String::new(),
             }
         ))
@@ -800,6 +832,9 @@ pub static KAFKAOUT: FilterSpec = FilterSpec::new("kafkaout", Access::Sink, make
         Param::new("linger", "milliseconds librdkafka gathers messages into a request")
             .kind(Kind::Count)
             .default("5"),
+        Param::new("meta", "send the streamline header (class, capture time, wire length, link type): auto (blocks with capture metadata), yes, no")
+            .kind(Kind::Choice(&["auto", "yes", "no"]))
+            .default("auto"),
     ])
     .classes("sink (no output)")
     .example("streamline run 'pcapin file=examples/sample.pcap | kafkaout topic=packets key=flow brokers=127.0.0.1:9092'");
