@@ -268,8 +268,11 @@ fn partitions_of<C: ClientContext>(
     topic: &str,
     wait: f64,
 ) -> Result<Option<usize>, BrokerError> {
+    // Every topic's metadata, not the one topic's: asking for a topic by name makes a
+    // broker with auto-creation create it (with the default partitions, before
+    // `partitions=` could).
     let md = client
-        .fetch_metadata(Some(topic), Duration::from_secs_f64(wait))
+        .fetch_metadata(None, Duration::from_secs_f64(wait))
         .map_err(|e| BrokerError::Unreachable {
             brokers: brokers.into(),
             secs: wait,
