@@ -14,6 +14,7 @@ mod adapt;
 mod capture;
 mod child;
 mod daemon;
+mod kafka;
 mod legacy;
 mod legacy_dns;
 mod legacy_pipes;
@@ -85,6 +86,9 @@ enum Command {
     /// Runtime adaptation (issue 19, seed 003): throughput after a mid-run cost shift with
     /// `--adapt`'s monitor moving filters vs the plan kept; blocks lost across the moves.
     Adapt(adapt::Args),
+    /// Kafka at the edges (issue 21): kafkaout and kafkain vs kcat producing and consuming
+    /// on one real broker, and messages lost across a broker restart mid-produce.
+    Kafka(kafka::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -109,6 +113,7 @@ fn main() {
         Command::LegacyDns(a) => legacy_dns::run(a, cli.quick),
         Command::Shape(a) => shape::run(a, cli.quick),
         Command::Adapt(a) => adapt::run(a, cli.quick),
+        Command::Kafka(a) => kafka::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };
