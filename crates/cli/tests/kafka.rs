@@ -264,6 +264,18 @@ fn keyed_by_flow_a_flow_stays_in_one_partition_in_its_order() {
     }
     assert_eq!(total, packets.len());
     assert!(partition_of_key.len() > 1);
+    // kafkain's classes (partition + 1) and kafkaout partition=class are inverses: a topic
+    // copied through a pipeline keeps each message in its partition, in order.
+    let copy = format!("flows-copy-{}", std::process::id());
+    ok(&format!(
+        "kafkain topic={topic} brokers={a} eof=yes | kafkaout topic={copy} brokers={a} partitions=4 partition=class",
+        a = b.addr
+    ));
+    let c = read_topic(&b.addr, &copy);
+    let payloads = |t: &BTreeMap<i32, Vec<(i64, Option<Vec<u8>>, Vec<u8>)>>| -> BTreeMap<i32, Vec<Vec<u8>>> {
+        t.iter().map(|(p, m)| (*p, m.iter().map(|x| x.2.clone()).collect())).collect()
+    };
+    assert!(payloads(&c) == payloads(&t), "the copy's partitions differ from the original's");
 }
 
 #[test]
