@@ -47,6 +47,24 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
+/// A test's scratch directory, removed however the test ends.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        Scratch(tmp(name))
+    }
+    fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A broker started by `scripts/kafka-broker`, stopped (and its directory removed) on drop.
 struct Broker {
     dir: PathBuf,
@@ -203,7 +221,7 @@ fn sample_packets() -> Vec<Vec<u8>> {
 #[test]
 fn the_sample_through_a_topic_and_back_is_byte_identical() {
     let b = broker();
-    let d = tmp("roundtrip");
+    let d = Scratch::new("roundtrip");
     let topic = format!("roundtrip-{}", std::process::id());
     let (want, got) = (d.join("want.pcap"), d.join("got.pcap"));
     let s = sample();
@@ -281,7 +299,7 @@ fn keyed_by_flow_a_flow_stays_in_one_partition_in_its_order() {
 #[test]
 fn a_group_commits_only_what_its_sink_had() {
     let b = broker();
-    let d = tmp("group");
+    let d = Scratch::new("group");
     let topic = format!("group-{}", std::process::id());
     let group = format!("g-{}", std::process::id());
     ok(&format!(
@@ -465,10 +483,10 @@ fn unreachable_brokers_and_bad_parameters_are_named() {
 #[test]
 fn the_broker_script_says_what_is_missing() {
     // PATH without java: the script names it (CI has java; this checks the message).
-    let d = tmp("nojava");
+    let d = Scratch::new("nojava");
     let out = Command::new("/bin/bash")
         .arg(root().join("scripts/kafka-broker"))
-        .args(["start", d.to_str().unwrap(), "1"])
+        .args(["start", d.0.to_str().unwrap(), "1"])
         .env("PATH", "/nonexistent")
         .env("STREAMLINE_KAFKA_CACHE", d.join("cache"))
         .output()
@@ -476,5 +494,4 @@ fn the_broker_script_says_what_is_missing() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("java is not installed"), "{err}");
-    let _ = std::fs::remove_dir_all(&d);
 }
