@@ -601,6 +601,13 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         // messages of 100 bytes in 9.5 s against 1.9 s with this; bounded by
         // queued.max.messages.kbytes, 64 MiB, all the same).
         .set("queued.min.messages", "1000000");
+    if eof {
+        // The end of a partition shows as a fetch that finds nothing new, which the broker
+        // holds for fetch.wait.max.ms (librdkafka's default 500 ms) before it answers: a
+        // shorter wait notices the end sooner (measured: an empty topic read with eof=yes
+        // in 0.52 s with the default).
+        cfg.set("fetch.wait.max.ms", "100");
+    }
     match &group {
         Some(g) => cfg.set("group.id", g).set("session.timeout.ms", "10000"),
         // librdkafka assigns partitions only to a consumer with a group id; this one never
