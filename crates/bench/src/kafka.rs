@@ -190,12 +190,12 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
             return Err(err(format!("kafkaout did not deliver {n} messages: {e}")));
         }
         ours_p = ours_p.min(s);
-        let (op, mut kp, mut oc, mut kc) = (s, 0.0, 0.0, 0.0);
+        let op = s;
         let mut k = Command::new("kcat");
         k.args(["-P", "-b", &b.addr, "-t", &tk, "-l"]).arg(&file);
         let (s, _, _) = timed(k, "kcat -P")?;
         kcat_p = kcat_p.min(s);
-        kp = s;
+        let kp = s;
         // Consume ours{r} both ways.
         let (s, bytes, e) = timed(
             ours(&sl, &format!("kafkain topic={to} brokers={} eof=yes | stdout", b.addr)),
@@ -205,7 +205,7 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
             return Err(err(format!("kafkain read {bytes} bytes, not {n} messages: {e}")));
         }
         ours_c = ours_c.min(s);
-        oc = s;
+        let oc = s;
         let mut k = Command::new("kcat");
         k.args(["-C", "-b", &b.addr, "-t", &to, "-e", "-o", "beginning", "-q"]);
         let (s, bytes, _) = timed(k, "kcat -C")?;
@@ -213,7 +213,7 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
             return Err(err(format!("kcat -C wrote {bytes} bytes, not {n} messages")));
         }
         kcat_c = kcat_c.min(s);
-        kc = s;
+        let kc = s;
         // kcat's topic holds what it produced.
         let (_, _, e) = timed(
             ours(&sl, &format!("kafkain topic={tk} brokers={} eof=yes | null", b.addr)),
