@@ -810,7 +810,7 @@ impl Drop for KafkaIn {
 }
 
 pub static KAFKAOUT: FilterSpec = FilterSpec::new("kafkaout", Access::Sink, make_kafkaout)
-    .synopsis("kafkaout topic=TOPIC [brokers=HOST:PORT,..] [key=none|flow|class|OFF:LEN] [partition=key|class|N] [partitions=N] [timeout=SECS] [wait=SECS] [linger=MS]")
+    .synopsis("kafkaout topic=TOPIC [brokers=HOST:PORT,..] [key=none|flow|class|OFF:LEN] [partition=key|class|N] [partitions=N] [timeout=SECS] [wait=SECS] [linger=MS] [meta=auto|yes|no]")
     .description(
         "Produces every block as a message of a Kafka topic, with a header carrying its class,\n\
          capture time, wire length and link type (so kafkain restores what pcapout and the\n\
@@ -818,7 +818,8 @@ pub static KAFKAOUT: FilterSpec = FilterSpec::new("kafkaout", Access::Sink, make
          `timeout` seconds (a broker restart loses nothing); at the end it waits for every\n\
          delivery report and stops the run with an error naming the brokers if any message\n\
          was not delivered. Keys: `flow` puts a packet's flow (both directions) in one\n\
-         partition, `class` the block's class, `OFF:LEN` bytes of the block. `partition=class`\n\
+         partition (a block that is no packet has no key), `class` the block's class,\n\
+         `OFF:LEN` bytes of the block (none if the block is shorter). `partition=class`\n\
          sends class c to partition (c - 1) mod the topic's partitions, the inverse of kafkain.\n\
          A broker that does not answer within `wait` seconds fails the build, named.",
     )
