@@ -30,14 +30,17 @@
 //! the batch has walked the whole space (`Filter::epoch_end`: every filter of the space,
 //! sinks included, has had it), at most every 100 ms, and the last ones when the source is
 //! dropped, after every filter of the run has finished. When the space sends the stream on
-//! to another space (`Store::feeds_channel`), the end of a walk here is only the channel,
-//! so offsets are committed once, at the end, and only if the source ended by itself
-//! (`count=`, `eof=yes`): the run's spaces have all finished by then. A run that is killed
+//! to another space (`Store::feeds`), the end of a walk here is only the channel, so
+//! offsets are committed once, at the end, and only if the source ended by itself
+//! (`count=`, `eof=yes`) and the run's other spaces have all finished by then
+//! (`Feeds::AwaitedSpaces`: kafkain in the run's own process); from a process space
+//! (`space=pN`) that sends the stream on, never (with a warning). A run that is killed
 //! commits nothing after what its sinks had, so the group re-reads the rest. Without
 //! `group=`, `kafkain` reads every partition itself and commits nothing.
 
 use dataplane::{
-    Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param, RecordMeta, Tag,
+    Access, Args, Batch, Ctx, Feeds, Filter, FilterError, FilterSpec, Kind, Param, RecordMeta,
+    Tag,
 };
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
@@ -558,8 +561,8 @@ pub struct KafkaIn {
     last_commit: Instant,
     /// The source ended by itself (count, eof), not by an interrupt.
     ended: bool,
-    /// The space sends the stream on to another space (see the module doc).
-    feeds: Option<bool>,
+    /// Where the space sends the stream (see the module doc); known at the first pull.
+    feeds: Option<Feeds>,
     link_set: bool,
     received: u64,
     bytes: u64,
@@ -705,7 +708,16 @@ impl Filter for KafkaIn {
 
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if self.feeds.is_none() {
-            self.feeds = Some(cx.store.feeds_channel());
+            let f = cx.store.feeds();
+            if f == Feeds::OtherSpaces && self.group.is_some() {
+                cx.warn(format!(
+                    "commits no offsets of group {}: it runs in a process space that sends the \
+                     stream on, and cannot see when the sinks have it (place kafkain in the \
+                     run's own process, e.g. without space=pN)",
+                    self.group.as_deref().unwrap_or_default()
+                ));
+            }
+            self.feeds = Some(f);
         }
         let mut wait = POLL;
         while out.len() < max {
@@ -774,7 +786,7 @@ impl Filter for KafkaIn {
         // The batch pulled last has walked the whole space: its offsets are done here.
         let batch = std::mem::take(&mut self.batch);
         self.done.extend(batch);
-        if self.feeds == Some(false) && self.last_commit.elapsed() >= COMMIT_EVERY {
+        if self.feeds == Some(Feeds::Nothing) && self.last_commit.elapsed() >= COMMIT_EVERY {
             if let Err(why) = self.commit(CommitMode::Async) {
                 cx.warn(why);
             }
@@ -800,8 +812,13 @@ impl Drop for KafkaIn {
     /// Every filter of the run has finished: commit what the run delivered, synchronously.
     /// A space that sent the stream on commits only if the source ended by itself.
     fn drop(&mut self) {
-        if self.feeds == Some(true) && !self.ended {
-            return;
+        match self.feeds {
+            // Nothing pulled, or every batch reached the sinks.
+            None | Some(Feeds::Nothing) => {}
+            // The run's other spaces have finished: what the source handed out reached the
+            // sinks, if it ended by itself (an interrupt may have cut the channels' drain).
+            Some(Feeds::AwaitedSpaces) if self.ended => {}
+            Some(Feeds::AwaitedSpaces) | Some(Feeds::OtherSpaces) => return,
         }
         if let Err(why) = self.commit(CommitMode::Sync) {
             eprintln!("warning: kafkain: {why}");
