@@ -386,6 +386,17 @@ fn a_group_commits_only_what_its_sink_had() {
     assert_eq!(received(&err), 3000, "{err}");
     let err = ok(&format!("kafkain topic={topic2} brokers={} group={group} eof=yes | count space=1", b.addr));
     assert_eq!(received(&err), 0, "{err}");
+    // From a process space whose stream goes on to the run's process: nothing committed,
+    // and it says so.
+    let g2 = format!("{group}-p");
+    for _ in 0..2 {
+        let err = ok(&format!(
+            "kafkain topic={topic2} brokers={} group={g2} eof=yes space=p1 | count space=local",
+            b.addr
+        ));
+        assert_eq!(received(&err), 3000, "{err}");
+        assert!(err.contains("commits no offsets of group"), "{err}");
+    }
 }
 
 #[test]
