@@ -30,7 +30,10 @@ pub struct Args {
 }
 
 fn script() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/kafka-broker"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/kafka-broker"
+    ))
 }
 
 /// The run's broker, stopped and its directory removed on drop (and, should this program
@@ -61,7 +64,9 @@ fn broker_cmd(args: &[&str]) -> Result<String> {
 
 impl Broker {
     fn start() -> Result<Broker> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let dir = std::env::temp_dir().join(format!("slbench-kafka-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let addr = broker_cmd(&["start", dir.to_str().unwrap_or("/tmp"), &port.to_string()])?;
@@ -100,7 +105,9 @@ fn need(tool: &str, package: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(err(format!("{tool} is not installed (Debian package {package}; scripts/setup installs it)")))
+        Err(err(format!(
+            "{tool} is not installed (Debian package {package}; scripts/setup installs it)"
+        )))
     }
 }
 
@@ -184,7 +191,13 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
     for r in 0..reps {
         let (to, tk) = (format!("ours{r}"), format!("kcat{r}"));
         let (s, _, e) = timed(
-            ours(&sl, &format!("gen count={n} size={size} | kafkaout topic={to} brokers={} partitions=1", b.addr)),
+            ours(
+                &sl,
+                &format!(
+                    "gen count={n} size={size} | kafkaout topic={to} brokers={} partitions=1",
+                    b.addr
+                ),
+            ),
             "streamline gen | kafkaout",
         )?;
         if summary_number(&e, "kafkaout: ", Some("delivered")) != Some(n) {
@@ -199,39 +212,78 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
         let kp = s;
         // Consume ours{r} both ways.
         let (s, bytes, e) = timed(
-            ours(&sl, &format!("kafkain topic={to} brokers={} eof=yes | stdout", b.addr)),
+            ours(
+                &sl,
+                &format!("kafkain topic={to} brokers={} eof=yes | stdout", b.addr),
+            ),
             "streamline kafkain | stdout",
         )?;
         if summary_number(&e, "kafkain: ", None) != Some(n) || bytes != n * size as u64 {
-            return Err(err(format!("kafkain read {bytes} bytes, not {n} messages: {e}")));
+            return Err(err(format!(
+                "kafkain read {bytes} bytes, not {n} messages: {e}"
+            )));
         }
         ours_c = ours_c.min(s);
         let oc = s;
         let mut k = Command::new("kcat");
-        k.args(["-C", "-b", &b.addr, "-t", &to, "-e", "-o", "beginning", "-q"]);
+        k.args([
+            "-C",
+            "-b",
+            &b.addr,
+            "-t",
+            &to,
+            "-e",
+            "-o",
+            "beginning",
+            "-q",
+        ]);
         let (s, bytes, _) = timed(k, "kcat -C")?;
         if bytes != n * (size as u64 + 1) {
-            return Err(err(format!("kcat -C wrote {bytes} bytes, not {n} messages")));
+            return Err(err(format!(
+                "kcat -C wrote {bytes} bytes, not {n} messages"
+            )));
         }
         kcat_c = kcat_c.min(s);
         let kc = s;
         // kcat given the librdkafka settings kafkain uses (deeper prefetch; with eof, a
         // 100 ms fetch wait): what is configuration, and what is the filter.
         let mut k = Command::new("kcat");
-        k.args(["-C", "-b", &b.addr, "-t", &to, "-e", "-o", "beginning", "-q"]);
-        k.args(["-X", "queued.min.messages=1000000", "-X", "fetch.wait.max.ms=100"]);
+        k.args([
+            "-C",
+            "-b",
+            &b.addr,
+            "-t",
+            &to,
+            "-e",
+            "-o",
+            "beginning",
+            "-q",
+        ]);
+        k.args([
+            "-X",
+            "queued.min.messages=1000000",
+            "-X",
+            "fetch.wait.max.ms=100",
+        ]);
         let (ks, bytes, _) = timed(k, "kcat -C (kafkain's settings)")?;
         if bytes != n * (size as u64 + 1) {
-            return Err(err(format!("kcat -C wrote {bytes} bytes, not {n} messages")));
+            return Err(err(format!(
+                "kcat -C wrote {bytes} bytes, not {n} messages"
+            )));
         }
         kcat_c_same = kcat_c_same.min(ks);
         // kcat's topic holds what it produced.
         let (_, _, e) = timed(
-            ours(&sl, &format!("kafkain topic={tk} brokers={} eof=yes | null", b.addr)),
+            ours(
+                &sl,
+                &format!("kafkain topic={tk} brokers={} eof=yes | null", b.addr),
+            ),
             "streamline kafkain (count kcat's topic)",
         )?;
         if summary_number(&e, "kafkain: ", None) != Some(n) {
-            return Err(err(format!("kcat -P's topic does not hold {n} messages: {e}")));
+            return Err(err(format!(
+                "kcat -P's topic does not hold {n} messages: {e}"
+            )));
         }
         println!(
             "  run {r}: produce ours {:.2} s, kcat {:.2} s; consume ours {:.2} s, kcat {:.2} s (with kafkain's settings {:.2} s)",
@@ -267,8 +319,18 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
     );
 
     // A broker restart in the middle of a paced stream.
-    let (m, rate_r) = if quick { (40_000u64, 20_000) } else { (100_000, 25_000) };
-    let mut c = ours(&sl, &format!("gen count={m} size=200 rate={rate_r} | kafkaout topic=restart brokers={} partitions=2", b.addr));
+    let (m, rate_r) = if quick {
+        (40_000u64, 20_000)
+    } else {
+        (100_000, 25_000)
+    };
+    let mut c = ours(
+        &sl,
+        &format!(
+            "gen count={m} size=200 rate={rate_r} | kafkaout topic=restart brokers={} partitions=2",
+            b.addr
+        ),
+    );
     let t0 = Instant::now();
     let child = c
         .env("STREAMLINE_SOCKET", "none")
@@ -285,7 +347,10 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
     let produced_in = t0.elapsed().as_secs_f64();
     let delivered = summary_number(&e, "kafkaout: ", Some("delivered")).unwrap_or(0);
     let (_, _, ce) = timed(
-        ours(&sl, &format!("kafkain topic=restart brokers={} eof=yes | null", b.addr)),
+        ours(
+            &sl,
+            &format!("kafkain topic=restart brokers={} eof=yes | null", b.addr),
+        ),
         "streamline kafkain (count after the restart)",
     )?;
     let got = summary_number(&ce, "kafkain: ", None).unwrap_or(0);
@@ -297,7 +362,10 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
         "kafka_lost_after_broker_restart",
         m.saturating_sub(got) as f64,
         Some(Target::AtMost(0.0)),
-        format!("of {m} messages produced across a broker restart ({} duplicates)", got.saturating_sub(m)),
+        format!(
+            "of {m} messages produced across a broker restart ({} duplicates)",
+            got.saturating_sub(m)
+        ),
     );
     Ok(())
 }

@@ -89,7 +89,11 @@ impl Broker {
     }
     fn restart(&self) {
         let out = script(&["restart", self.dir.to_str().unwrap()]);
-        assert!(out.status.success(), "restart: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "restart: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     fn stop(&self) {
         let _ = script(&["stop", self.dir.to_str().unwrap()]);
@@ -162,7 +166,12 @@ fn received(err: &str) -> u64 {
         .lines()
         .find(|l| l.starts_with("kafkain: "))
         .unwrap_or_else(|| panic!("no kafkain summary in {err}"));
-    l["kafkain: ".len()..].split(' ').next().unwrap().parse().unwrap()
+    l["kafkain: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// Every message of `topic`: per partition, (offset, key, payload) in offset order, read
@@ -175,19 +184,25 @@ fn read_topic(addr: &str, topic: &str) -> BTreeMap<i32, Vec<(i64, Option<Vec<u8>
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();
-    let md = c.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
     let n = md.topics()[0].partitions().len() as i32;
     assert!(n > 0, "topic {topic} has no partitions");
     let mut tpl = TopicPartitionList::new();
     for p in 0..n {
-        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
     }
     c.assign(&tpl).unwrap();
     let mut out: BTreeMap<i32, Vec<_>> = BTreeMap::new();
     let mut at_end = std::collections::BTreeSet::new();
     let t0 = Instant::now();
     while at_end.len() < n as usize {
-        assert!(t0.elapsed() < Duration::from_secs(60), "reading {topic} took over 60 s");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "reading {topic} took over 60 s"
+        );
         match c.poll(Duration::from_millis(200)) {
             None => {}
             Some(Ok(m)) => {
@@ -225,13 +240,20 @@ fn the_sample_through_a_topic_and_back_is_byte_identical() {
     let topic = format!("roundtrip-{}", std::process::id());
     let (want, got) = (d.join("want.pcap"), d.join("got.pcap"));
     let s = sample();
-    ok(&format!("pcapin file={} | pcapout file={}", s.display(), want.display()));
+    ok(&format!(
+        "pcapin file={} | pcapout file={}",
+        s.display(),
+        want.display()
+    ));
     let err = ok(&format!(
         "pcapin file={} | kafkaout topic={topic} brokers={} partitions=1",
         s.display(),
         b.addr
     ));
-    assert!(err.contains("5247 messages") && err.contains("5247 delivered"), "{err}");
+    assert!(
+        err.contains("5247 messages") && err.contains("5247 delivered"),
+        "{err}"
+    );
     let err = ok(&format!(
         "kafkain topic={topic} brokers={} eof=yes | pcapout file={}",
         b.addr,
@@ -239,7 +261,10 @@ fn the_sample_through_a_topic_and_back_is_byte_identical() {
     ));
     assert_eq!(received(&err), 5247);
     let (w, g) = (std::fs::read(&want).unwrap(), std::fs::read(&got).unwrap());
-    assert!(w == g, "pcapout of the consumed topic differs from pcapout of the capture");
+    assert!(
+        w == g,
+        "pcapout of the consumed topic differs from pcapout of the capture"
+    );
     // What another client reads from the topic: the packets, in order, in one partition.
     let t = read_topic(&b.addr, &topic);
     let payloads: Vec<Vec<u8>> = t[&0].iter().map(|m| m.2.clone()).collect();
@@ -256,7 +281,11 @@ fn keyed_by_flow_a_flow_stays_in_one_partition_in_its_order() {
         b.addr
     ));
     let t = read_topic(&b.addr, &topic);
-    assert!(t.len() > 1, "every flow landed in one partition of 4: {:?}", t.keys());
+    assert!(
+        t.len() > 1,
+        "every flow landed in one partition of 4: {:?}",
+        t.keys()
+    );
     let packets = sample_packets();
     let mut partition_of_key: BTreeMap<Vec<u8>, i32> = BTreeMap::new();
     let mut total = 0;
@@ -290,10 +319,16 @@ fn keyed_by_flow_a_flow_stays_in_one_partition_in_its_order() {
         a = b.addr
     ));
     let c = read_topic(&b.addr, &copy);
-    let payloads = |t: &BTreeMap<i32, Vec<(i64, Option<Vec<u8>>, Vec<u8>)>>| -> BTreeMap<i32, Vec<Vec<u8>>> {
-        t.iter().map(|(p, m)| (*p, m.iter().map(|x| x.2.clone()).collect())).collect()
-    };
-    assert!(payloads(&c) == payloads(&t), "the copy's partitions differ from the original's");
+    let payloads =
+        |t: &BTreeMap<i32, Vec<(i64, Option<Vec<u8>>, Vec<u8>)>>| -> BTreeMap<i32, Vec<Vec<u8>>> {
+            t.iter()
+                .map(|(p, m)| (*p, m.iter().map(|x| x.2.clone()).collect()))
+                .collect()
+        };
+    assert!(
+        payloads(&c) == payloads(&t),
+        "the copy's partitions differ from the original's"
+    );
 }
 
 #[test]
@@ -310,7 +345,11 @@ fn a_group_commits_only_what_its_sink_had() {
     // A sink that blocks: a FIFO that the test opens and never reads. Its pipe takes 64 KiB,
     // outfile's buffer 8 KiB more; the batch after that never ends its walk.
     let fifo = d.join("fifo");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     use std::os::unix::fs::OpenOptionsExt;
     let mut reader = std::fs::OpenOptions::new()
         .read(true)
@@ -321,7 +360,11 @@ fn a_group_commits_only_what_its_sink_had() {
         .args([
             "run",
             "-q",
-            &format!("kafkain topic={topic} brokers={} group={group} | outfile {}", b.addr, fifo.display()),
+            &format!(
+                "kafkain topic={topic} brokers={} group={group} | outfile {}",
+                b.addr,
+                fifo.display()
+            ),
         ])
         .env("STREAMLINE_SOCKET", "none")
         .stdin(Stdio::null())
@@ -331,7 +374,10 @@ fn a_group_commits_only_what_its_sink_had() {
         .unwrap();
     // Let it join the group, fill the pipe and block (well past the 100 ms commit period).
     std::thread::sleep(Duration::from_secs(4));
-    assert!(c.try_wait().unwrap().is_none(), "the consumer ended with its sink blocked");
+    assert!(
+        c.try_wait().unwrap().is_none(),
+        "the consumer ended with its sink blocked"
+    );
     c.kill().unwrap();
     let _ = c.wait();
     // What the sink had passed on before it blocked: the start of the topic, in order.
@@ -348,8 +394,14 @@ fn a_group_commits_only_what_its_sink_had() {
     }
     let packets = sample_packets();
     let all: Vec<u8> = packets.concat();
-    assert!(!piped.is_empty(), "the consumer delivered nothing before its sink blocked");
-    assert!(all.starts_with(&piped), "the sink's output is not the start of the topic");
+    assert!(
+        !piped.is_empty(),
+        "the consumer delivered nothing before its sink blocked"
+    );
+    assert!(
+        all.starts_with(&piped),
+        "the sink's output is not the start of the topic"
+    );
     // The sink had taken at most what the pipe got and outfile's 8 KiB buffer held (lost
     // with the process): the first `had` messages.
     let mut bytes = 0;
@@ -375,16 +427,31 @@ fn a_group_commits_only_what_its_sink_had() {
     assert!(again <= packets.len());
     // The rest, in order, to the end of the topic.
     let rest: Vec<u8> = packets[packets.len() - again..].concat();
-    assert!(std::fs::read(&out).unwrap() == rest, "the re-read messages are not the topic's last {again}");
+    assert!(
+        std::fs::read(&out).unwrap() == rest,
+        "the re-read messages are not the topic's last {again}"
+    );
     // That run ended by itself and committed: the group has nothing more to read.
-    let err = ok(&format!("kafkain topic={topic} brokers={} group={group} eof=yes | count", b.addr));
+    let err = ok(&format!(
+        "kafkain topic={topic} brokers={} group={group} eof=yes | count",
+        b.addr
+    ));
     assert_eq!(received(&err), 0, "{err}");
     // Also when the stream goes on to another space (commits at the end of the run).
     let topic2 = format!("group2-{}", std::process::id());
-    ok(&format!("gen count=3000 size=64 | kafkaout topic={topic2} brokers={}", b.addr));
-    let err = ok(&format!("kafkain topic={topic2} brokers={} group={group} eof=yes | count space=1", b.addr));
+    ok(&format!(
+        "gen count=3000 size=64 | kafkaout topic={topic2} brokers={}",
+        b.addr
+    ));
+    let err = ok(&format!(
+        "kafkain topic={topic2} brokers={} group={group} eof=yes | count space=1",
+        b.addr
+    ));
     assert_eq!(received(&err), 3000, "{err}");
-    let err = ok(&format!("kafkain topic={topic2} brokers={} group={group} eof=yes | count space=1", b.addr));
+    let err = ok(&format!(
+        "kafkain topic={topic2} brokers={} group={group} eof=yes | count space=1",
+        b.addr
+    ));
     assert_eq!(received(&err), 0, "{err}");
     // From a process space whose stream goes on to the run's process: nothing committed,
     // and it says so.
@@ -434,7 +501,10 @@ fn a_broker_restart_mid_produce_loses_nothing() {
     };
     let out = c.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(st.success(), "producer across a restart ({restarted_in:?}) failed: {err}");
+    assert!(
+        st.success(),
+        "producer across a restart ({restarted_in:?}) failed: {err}"
+    );
     assert!(err.contains(&format!("{n} delivered")), "{err}");
     // Every message exactly once (idempotence: no duplicates from retries either).
     let t = read_topic(&b.addr, topic);
@@ -454,7 +524,10 @@ fn a_broker_restart_mid_produce_loses_nothing() {
         .args([
             "run",
             "-q",
-            &format!("gen count=20000 size=200 rate=10000 | kafkaout topic={topic} brokers={} timeout=3", b.addr),
+            &format!(
+                "gen count=20000 size=200 rate=10000 | kafkaout topic={topic} brokers={} timeout=3",
+                b.addr
+            ),
         ])
         .env("STREAMLINE_SOCKET", "none")
         .stdin(Stdio::null())
@@ -475,7 +548,10 @@ fn a_broker_restart_mid_produce_loses_nothing() {
     let out = c.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("not delivered") && err.contains(&b.addr), "{err}");
+    assert!(
+        err.contains("not delivered") && err.contains(&b.addr),
+        "{err}"
+    );
 }
 
 #[test]
@@ -489,7 +565,10 @@ fn unreachable_brokers_and_bad_parameters_are_named() {
         let out = run(&p, Duration::from_secs(30));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success());
-        assert!(err.contains(&addr) && err.contains("cannot reach") && err.contains("within 1 s"), "{p}: {err}");
+        assert!(
+            err.contains(&addr) && err.contains("cannot reach") && err.contains("within 1 s"),
+            "{p}: {err}"
+        );
     }
     for (p, key) in [
         ("gen | kafkaout topic=t brokers=nohost", "brokers=nohost"),

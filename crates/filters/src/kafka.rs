@@ -39,8 +39,7 @@
 //! `group=`, `kafkain` reads every partition itself and commits nothing.
 
 use dataplane::{
-    Access, Args, Batch, Ctx, Feeds, Filter, FilterError, FilterSpec, Kind, Param, RecordMeta,
-    Tag,
+    Access, Args, Batch, Ctx, Feeds, Filter, FilterError, FilterSpec, Kind, Param, RecordMeta, Tag,
 };
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
@@ -98,13 +97,22 @@ impl From<BrokerError> for FilterError {
 /// `brokers=HOST:PORT[,HOST:PORT...]`, checked before librdkafka sees it (which would
 /// otherwise only log a bad address and wait).
 pub fn parse_brokers(v: &str) -> Result<String, FilterError> {
-    let bad = || FilterError::bad("brokers", v, "HOST:PORT[,HOST:PORT...] (e.g. 127.0.0.1:9092)");
+    let bad = || {
+        FilterError::bad(
+            "brokers",
+            v,
+            "HOST:PORT[,HOST:PORT...] (e.g. 127.0.0.1:9092)",
+        )
+    };
     if v.is_empty() {
         return Err(bad());
     }
     for b in v.split(',') {
         let (host, port) = b.rsplit_once(':').ok_or_else(bad)?;
-        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
         if host.is_empty()
             || !host
                 .chars()
@@ -126,11 +134,16 @@ pub fn parse_topic(key: &str, v: &str) -> Result<String, FilterError> {
         && v.len() <= 249
         && v != "."
         && v != ".."
-        && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     if ok {
         Ok(v.to_string())
     } else {
-        Err(FilterError::bad(key, v, "a topic name: 1 to 249 of A-Z a-z 0-9 . _ -"))
+        Err(FilterError::bad(
+            key,
+            v,
+            "a topic name: 1 to 249 of A-Z a-z 0-9 . _ -",
+        ))
     }
 }
 
@@ -149,7 +162,13 @@ pub enum KeyBy {
 
 impl KeyBy {
     pub fn parse(v: &str) -> Result<KeyBy, FilterError> {
-        let bad = || FilterError::bad("key", v, "none, flow, class or OFFSET:LENGTH (bytes of the block, LENGTH 1..=1024)");
+        let bad = || {
+            FilterError::bad(
+                "key",
+                v,
+                "none, flow, class or OFFSET:LENGTH (bytes of the block, LENGTH 1..=1024)",
+            )
+        };
         Ok(match v {
             "none" => KeyBy::None,
             "flow" => KeyBy::Flow,
@@ -185,7 +204,11 @@ impl PartitionBy {
             "class" => Ok(PartitionBy::Class),
             n => match n.parse::<i32>() {
                 Ok(p) if p >= 0 => Ok(PartitionBy::Fixed(p)),
-                _ => Err(FilterError::bad("partition", v, "key, class or a partition number")),
+                _ => Err(FilterError::bad(
+                    "partition",
+                    v,
+                    "key, class or a partition number",
+                )),
             },
         }
     }
@@ -195,7 +218,11 @@ impl PartitionBy {
 fn secs(a: &Args, key: &str, default: f64) -> Result<f64, FilterError> {
     let s: f64 = a.parse(key, None, default)?;
     if !(s.is_finite() && s > 0.0 && s <= 3600.0) {
-        return Err(FilterError::bad(key, a.get(key, None).unwrap_or(""), "seconds, more than 0 and at most 3600"));
+        return Err(FilterError::bad(
+            key,
+            a.get(key, None).unwrap_or(""),
+            "seconds, more than 0 and at most 3600",
+        ));
     }
     Ok(s)
 }
@@ -227,7 +254,11 @@ pub fn parse_header(h: &[u8]) -> Option<Parsed> {
     let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
     let flags = u16::from_le_bytes([h[22], h[23]]);
     let rec = (flags & HAS_RECORD != 0).then(|| {
-        (u64::from_le_bytes(h[..8].try_into().expect("8 bytes")), u32_at(8), u32_at(12))
+        (
+            u64::from_le_bytes(h[..8].try_into().expect("8 bytes")),
+            u32_at(8),
+            u32_at(12),
+        )
     });
     let link = (flags & HAS_LINK != 0).then(|| u32_at(16));
     Some((rec, link, u16::from_le_bytes([h[20], h[21]])))
@@ -349,7 +380,11 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let partition = PartitionBy::parse(a.get("partition", None).unwrap_or("key"))?;
     let create = a.parse::<usize>("partitions", None, 0)?;
     if create > 100_000 {
-        return Err(FilterError::bad("partitions", &create.to_string(), "at most 100000"));
+        return Err(FilterError::bad(
+            "partitions",
+            &create.to_string(),
+            "at most 100000",
+        ));
     }
     let wait = secs(a, "wait", 5.0)?;
     let timeout = secs(a, "timeout", 60.0)?;
@@ -365,7 +400,10 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         .set("bootstrap.servers", &brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("message.timeout.ms", format!("{}", (timeout * 1000.0) as u64))
+        .set(
+            "message.timeout.ms",
+            format!("{}", (timeout * 1000.0) as u64),
+        )
         .set("linger.ms", linger.to_string())
         .set("partitioner", "murmur2_random")
         .set("queue.buffering.max.kbytes", "262144")
@@ -379,13 +417,19 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     if create > 0 && partitions.is_none() {
         create_topic(&brokers, &topic, create, wait)?;
         let t0 = Instant::now();
+        // The new topic's metadata reaches every broker a moment after it is created.
         while partitions.is_none() && t0.elapsed() < Duration::from_secs_f64(wait) {
+            std::thread::sleep(Duration::from_millis(20));
             partitions = partitions_of(producer.client(), &brokers, &topic, wait)?;
         }
     }
     if let PartitionBy::Fixed(p) = partition {
         if let Some(n) = partitions.filter(|&n| p as usize >= n) {
-            return Err(FilterError::bad("partition", &p.to_string(), &format!("a partition of topic {topic}, which has {n} (0..{n})")));
+            return Err(FilterError::bad(
+                "partition",
+                &p.to_string(),
+                &format!("a partition of topic {topic}, which has {n} (0..{n})"),
+            ));
         }
     }
     Ok(Box::new(KafkaOut {
@@ -455,20 +499,27 @@ impl Filter for KafkaOut {
                 PartitionBy::Key => {}
                 PartitionBy::Fixed(p) => rec = rec.partition(p),
                 PartitionBy::Class => {
-                    rec = rec.partition((t.class.saturating_sub(1) as usize % self.partitions) as i32)
+                    rec =
+                        rec.partition((t.class.saturating_sub(1) as usize % self.partitions) as i32)
                 }
             }
             let mut rec = rec;
             loop {
                 match self.producer.send(rec) {
                     Ok(()) => break,
-                    Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                    Err((
+                        KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                        r,
+                    )) => {
                         // librdkafka's queue is full: serve delivery reports until there is room.
                         rec = r;
                         self.producer.poll(Duration::from_millis(10));
                     }
                     Err((e, _)) => {
-                        let why = format!("cannot produce to topic {} at {}: {e}", self.topic, self.brokers);
+                        let why = format!(
+                            "cannot produce to topic {} at {}: {e}",
+                            self.topic, self.brokers
+                        );
                         return self.fail(cx, why);
                     }
                 }
@@ -489,7 +540,9 @@ impl Filter for KafkaOut {
         }
         // Every message delivered or failed: librdkafka gives up on one after `timeout`,
         // so this wait is bounded; a little more for the reports to come.
-        let r = self.producer.flush(Duration::from_secs_f64(self.timeout + 5.0));
+        let r = self
+            .producer
+            .flush(Duration::from_secs_f64(self.timeout + 5.0));
         if r.is_err() || self.reports.failed.load(Ordering::Relaxed) > 0 {
             let mut why = self.undelivered();
             if let Err(e) = r {
@@ -576,7 +629,13 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         Some(g) if !g.is_empty() && g.len() <= 255 && !g.chars().any(char::is_control) => {
             Some(g.to_string())
         }
-        Some(g) => return Err(FilterError::bad("group", g, "a consumer group name (1 to 255 printable characters)")),
+        Some(g) => {
+            return Err(FilterError::bad(
+                "group",
+                g,
+                "a consumer group name (1 to 255 printable characters)",
+            ))
+        }
     };
     let from = match a.get("from", None).unwrap_or("earliest") {
         f @ ("earliest" | "latest") => f,
@@ -615,7 +674,10 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         Some(g) => cfg.set("group.id", g).set("session.timeout.ms", "10000"),
         // librdkafka assigns partitions only to a consumer with a group id; this one never
         // joins the group nor commits to it.
-        None => cfg.set("group.id", format!("streamline-kafkain-{}", std::process::id())),
+        None => cfg.set(
+            "group.id",
+            format!("streamline-kafkain-{}", std::process::id()),
+        ),
     };
     let consumer: BaseConsumer = cfg.create().map_err(|e| BrokerError::Refused {
         brokers: brokers.clone(),
@@ -624,11 +686,13 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     })?;
     let partitions = partitions_of(consumer.client(), &brokers, &topic, wait)?;
     match (&group, partitions) {
-        (Some(_), _) => consumer.subscribe(&[&topic]).map_err(|e| BrokerError::Refused {
-            brokers: brokers.clone(),
-            what: format!("cannot subscribe to topic {topic}"),
-            why: e.to_string(),
-        })?,
+        (Some(_), _) => consumer
+            .subscribe(&[&topic])
+            .map_err(|e| BrokerError::Refused {
+                brokers: brokers.clone(),
+                what: format!("cannot subscribe to topic {topic}"),
+                why: e.to_string(),
+            })?,
         (None, None) => {
             return Err(BrokerError::Refused {
                 brokers,
@@ -640,12 +704,17 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         (None, Some(n)) => {
             let mut tpl = TopicPartitionList::new();
             for p in 0..n as i32 {
-                let o = if from == "earliest" { Offset::Beginning } else { Offset::End };
-                tpl.add_partition_offset(&topic, p, o).map_err(|e| BrokerError::Refused {
-                    brokers: brokers.clone(),
-                    what: format!("partition {p} of topic {topic}"),
-                    why: e.to_string(),
-                })?;
+                let o = if from == "earliest" {
+                    Offset::Beginning
+                } else {
+                    Offset::End
+                };
+                tpl.add_partition_offset(&topic, p, o)
+                    .map_err(|e| BrokerError::Refused {
+                        brokers: brokers.clone(),
+                        what: format!("partition {p} of topic {topic}"),
+                        why: e.to_string(),
+                    })?;
             }
             consumer.assign(&tpl).map_err(|e| BrokerError::Refused {
                 brokers: brokers.clone(),
@@ -686,7 +755,10 @@ impl KafkaIn {
                 .map_err(|e| e.to_string())?;
         }
         self.consumer.commit(&tpl, mode).map_err(|e| {
-            format!("cannot commit offsets of topic {} to {}: {e}", self.topic, self.brokers)
+            format!(
+                "cannot commit offsets of topic {} to {}: {e}",
+                self.topic, self.brokers
+            )
         })?;
         self.done.clear();
         self.last_commit = Instant::now();
@@ -725,7 +797,9 @@ impl Filter for KafkaIn {
                 self.ended = true;
                 return !out.is_empty();
             }
-            let Some(r) = self.consumer.poll(wait) else { break };
+            let Some(r) = self.consumer.poll(wait) else {
+                break;
+            };
             wait = Duration::ZERO;
             let m = match r {
                 Ok(m) => m,
@@ -905,7 +979,7 @@ mod tests {
     #[test]
     fn bad_parameters_are_named() {
         for (f, v) in [
-            (parse_brokers("") .unwrap_err(), ""),
+            (parse_brokers("").unwrap_err(), ""),
             (parse_brokers("localhost").unwrap_err(), "localhost"),
             (parse_brokers("h:0").unwrap_err(), "h:0"),
             (parse_brokers("h:99999").unwrap_err(), "h:99999"),
@@ -919,14 +993,31 @@ mod tests {
                 e => panic!("{e:?}"),
             }
         }
-        assert_eq!(parse_brokers("127.0.0.1:9092,[::1]:9093").unwrap(), "127.0.0.1:9092,[::1]:9093");
-        assert!(matches!(parse_topic("topic", "a b"), Err(FilterError::BadValue { key, .. }) if key == "topic"));
-        assert!(matches!(parse_topic("topic", ".."), Err(FilterError::BadValue { .. })));
-        assert_eq!(KeyBy::parse("4:2").unwrap(), KeyBy::Field { off: 4, len: 2 });
-        assert!(matches!(KeyBy::parse("4:0"), Err(FilterError::BadValue { key, .. }) if key == "key"));
-        assert!(matches!(KeyBy::parse("flows"), Err(FilterError::BadValue { key, .. }) if key == "key"));
+        assert_eq!(
+            parse_brokers("127.0.0.1:9092,[::1]:9093").unwrap(),
+            "127.0.0.1:9092,[::1]:9093"
+        );
+        assert!(
+            matches!(parse_topic("topic", "a b"), Err(FilterError::BadValue { key, .. }) if key == "topic")
+        );
+        assert!(matches!(
+            parse_topic("topic", ".."),
+            Err(FilterError::BadValue { .. })
+        ));
+        assert_eq!(
+            KeyBy::parse("4:2").unwrap(),
+            KeyBy::Field { off: 4, len: 2 }
+        );
+        assert!(
+            matches!(KeyBy::parse("4:0"), Err(FilterError::BadValue { key, .. }) if key == "key")
+        );
+        assert!(
+            matches!(KeyBy::parse("flows"), Err(FilterError::BadValue { key, .. }) if key == "key")
+        );
         assert_eq!(PartitionBy::parse("3").unwrap(), PartitionBy::Fixed(3));
-        assert!(matches!(PartitionBy::parse("-1"), Err(FilterError::BadValue { key, .. }) if key == "partition"));
+        assert!(
+            matches!(PartitionBy::parse("-1"), Err(FilterError::BadValue { key, .. }) if key == "partition")
+        );
     }
 
     #[test]
