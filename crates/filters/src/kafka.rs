@@ -44,9 +44,10 @@ use dataplane::{
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, DefaultConsumerContext};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -596,7 +597,12 @@ enum ClassBy {
 
 /// The source.
 pub struct KafkaIn {
-    consumer: BaseConsumer,
+    consumer: Arc<BaseConsumer>,
+    /// Without a group: each partition's own queue, read directly (one librdkafka call a
+    /// message instead of two: the consumer's poll also serves its main queue each time),
+    /// and the one to read first at the next pull.
+    queues: Vec<PartitionQueue<DefaultConsumerContext>>,
+    next_queue: usize,
     brokers: String,
     topic: String,
     group: Option<String>,
@@ -679,11 +685,12 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
             format!("streamline-kafkain-{}", std::process::id()),
         ),
     };
-    let consumer: BaseConsumer = cfg.create().map_err(|e| BrokerError::Refused {
+    let consumer: Arc<BaseConsumer> = Arc::new(cfg.create().map_err(|e| BrokerError::Refused {
         brokers: brokers.clone(),
         what: "cannot make a consumer".into(),
         why: e.to_string(),
-    })?;
+    })?);
+    let mut queues = Vec::new();
     let partitions = partitions_of(consumer.client(), &brokers, &topic, wait)?;
     match (&group, partitions) {
         (Some(_), _) => consumer
@@ -704,6 +711,14 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         (None, Some(n)) => {
             let mut tpl = TopicPartitionList::new();
             for p in 0..n as i32 {
+                // Before the assignment, so no message goes to the consumer's queue.
+                queues.push(consumer.split_partition_queue(&topic, p).ok_or_else(|| {
+                    BrokerError::Refused {
+                        brokers: brokers.clone(),
+                        what: format!("partition {p} of topic {topic}"),
+                        why: "librdkafka gives no queue of its own for it".into(),
+                    }
+                })?);
                 let o = if from == "earliest" {
                     Offset::Beginning
                 } else {
@@ -725,6 +740,8 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     }
     Ok(Box::new(KafkaIn {
         consumer,
+        queues,
+        next_queue: 0,
         brokers,
         topic,
         group,
@@ -765,6 +782,57 @@ impl KafkaIn {
         Ok(())
     }
 
+    fn count_reached(&self) -> bool {
+        self.count.is_some_and(|n| self.received >= n)
+    }
+
+    /// Hand on one message as a block of `out` (or note a partition's end, or warn).
+    fn take(&mut self, cx: &mut Ctx<'_>, r: KafkaResult<BorrowedMessage<'_>>, out: &mut Batch) {
+        let m = match r {
+            Ok(m) => m,
+            Err(KafkaError::PartitionEOF(p)) => {
+                self.at_end.insert(p, true);
+                return;
+            }
+            Err(e) => {
+                // librdkafka reports transient broker trouble here and retries itself;
+                // tell the user once and go on.
+                cx.warn(format!("topic {} at {}: {e}", self.topic, self.brokers));
+                return;
+            }
+        };
+        let p = m.partition();
+        if let Some(e) = self.at_end.get_mut(&p) {
+            *e = false;
+        }
+        let payload = m.payload().unwrap_or(&[]);
+        let mut t = cx.store.push(payload);
+        t.class = (p as u16).wrapping_add(1);
+        let header = m
+            .headers()
+            .and_then(|h| h.iter().find(|h| h.key == HEADER))
+            .and_then(|h| h.value)
+            .and_then(parse_header);
+        if let Some((rec, link, class)) = header {
+            if let Some((ts_ns, orig_len, skip)) = rec {
+                let mut r = RecordMeta::whole(t.pos, t.len, ts_ns, orig_len);
+                r.skip = skip;
+                cx.store.add_record(t.buf, r);
+            }
+            if let (Some(l), false) = (link, self.link_set) {
+                cx.store.set_link(t.buf, l);
+                self.link_set = true;
+            }
+            if self.class == ClassBy::Sent {
+                t.class = class;
+            }
+        }
+        self.batch.insert(p, m.offset() + 1);
+        self.received += 1;
+        self.bytes += payload.len() as u64;
+        out.push(t);
+    }
+
     /// Whether every partition assigned to us is at its end.
     fn all_at_end(&self) -> bool {
         let Ok(assigned) = self.consumer.assignment() else {
@@ -791,65 +859,50 @@ impl Filter for KafkaIn {
             }
             self.feeds = Some(f);
         }
-        let mut wait = POLL;
-        while out.len() < max {
-            if self.count.is_some_and(|n| self.received >= n) {
-                self.ended = true;
-                return !out.is_empty();
+        let consumer = Arc::clone(&self.consumer);
+        let queues = std::mem::take(&mut self.queues);
+        if queues.is_empty() {
+            let mut wait = POLL;
+            while out.len() < max && !self.count_reached() {
+                let Some(r) = consumer.poll(wait) else { break };
+                wait = Duration::ZERO;
+                self.take(cx, r, out);
             }
-            let Some(r) = self.consumer.poll(wait) else {
-                break;
-            };
-            wait = Duration::ZERO;
-            let m = match r {
-                Ok(m) => m,
-                Err(KafkaError::PartitionEOF(p)) => {
-                    self.at_end.insert(p, true);
-                    continue;
-                }
-                Err(e) => {
-                    // librdkafka reports transient broker trouble here and retries itself;
-                    // tell the user once and go on.
-                    cx.warn(format!("topic {} at {}: {e}", self.topic, self.brokers));
-                    continue;
-                }
-            };
-            let p = m.partition();
-            if let Some(e) = self.at_end.get_mut(&p) {
-                *e = false;
+        } else {
+            // The main queue's events (errors); the messages come by the partitions' queues.
+            if let Some(r) = consumer.poll(Duration::ZERO) {
+                self.take(cx, r, out);
             }
-            let payload = m.payload().unwrap_or(&[]);
-            let mut t = cx.store.push(payload);
-            t.class = (p as u16).wrapping_add(1);
-            let header = m
-                .headers()
-                .and_then(|h| h.iter().find(|h| h.key == HEADER))
-                .and_then(|h| h.value)
-                .and_then(parse_header);
-            if let Some((rec, link, class)) = header {
-                if let Some((ts_ns, orig_len, skip)) = rec {
-                    let mut r = RecordMeta::whole(t.pos, t.len, ts_ns, orig_len);
-                    r.skip = skip;
-                    cx.store.add_record(t.buf, r);
-                }
-                if let (Some(l), false) = (link, self.link_set) {
-                    cx.store.set_link(t.buf, l);
-                    self.link_set = true;
-                }
-                if self.class == ClassBy::Sent {
-                    t.class = class;
+            let n = queues.len();
+            let (mut i, mut idle) = (self.next_queue % n, 0);
+            while out.len() < max && !self.count_reached() && idle < n {
+                match queues[i].poll(Duration::ZERO) {
+                    Some(r) => {
+                        idle = 0;
+                        self.take(cx, r, out);
+                    }
+                    None => {
+                        idle += 1;
+                        i = (i + 1) % n;
+                    }
                 }
             }
-            self.batch.insert(p, m.offset() + 1);
-            self.received += 1;
-            self.bytes += payload.len() as u64;
-            out.push(t);
+            if out.is_empty() && !self.count_reached() {
+                // Nothing anywhere: wait a little on one queue (each in turn) before the
+                // space's loop gets its turn.
+                if let Some(r) = queues[i].poll(Duration::from_millis(10)) {
+                    self.take(cx, r, out);
+                }
+            }
+            // The next pull starts at the next partition: none waits behind a busy one.
+            self.next_queue = (i + 1) % n;
         }
+        self.queues = queues;
         if self.eof && out.is_empty() && self.all_at_end() {
             self.ended = true;
             return false;
         }
-        if self.count.is_some_and(|n| self.received >= n) {
+        if self.count_reached() {
             self.ended = true;
             return !out.is_empty();
         }
