@@ -311,6 +311,27 @@ fn keyed_by_flow_a_flow_stays_in_one_partition_in_its_order() {
     }
     assert_eq!(total, packets.len());
     assert!(partition_of_key.len() > 1);
+    // A session filter replicated after kafkain (a hash split on the class, partition + 1:
+    // each partition, and so each flow, on one replica) gives what one copy gives.
+    let counts = |p: &str| -> String {
+        let err = ok(p);
+        err.lines()
+            .filter(|l| l.starts_with("count: "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let one = counts(&format!(
+        "kafkain topic={topic} brokers={} eof=yes | tcpstream | count",
+        b.addr
+    ));
+    let two = counts(&format!(
+        "kafkain topic={topic} brokers={} eof=yes | tcpstream space=1,2 | count",
+        b.addr
+    ));
+    assert!(
+        !one.is_empty() && one == two,
+        "one copy: {one}; two replicas: {two}"
+    );
     // kafkain's classes (partition + 1) and kafkaout partition=class are inverses: a topic
     // copied through a pipeline keeps each message in its partition, in order.
     let copy = format!("flows-copy-{}", std::process::id());
