@@ -859,6 +859,16 @@ impl Filter for KafkaIn {
             }
             self.feeds = Some(f);
         }
+        // Offsets done since the last commit, on a quiet topic (no batch ends to commit them
+        // at) or after a burst: the space's loop comes back here at least every poll.
+        if self.feeds == Some(Feeds::Nothing)
+            && !self.done.is_empty()
+            && self.last_commit.elapsed() >= COMMIT_EVERY
+        {
+            if let Err(why) = self.commit(CommitMode::Async) {
+                cx.warn(why);
+            }
+        }
         let consumer = Arc::clone(&self.consumer);
         let queues = std::mem::take(&mut self.queues);
         if queues.is_empty() {
