@@ -922,6 +922,9 @@ impl Filter for KafkaIn {
     fn epoch_end(&mut self, cx: &mut Ctx<'_>) {
         // The batch pulled last has walked the whole space: its offsets are done here.
         let batch = std::mem::take(&mut self.batch);
+        if self.group.is_none() {
+            return;
+        }
         self.done.extend(batch);
         if self.feeds == Some(Feeds::Nothing) && self.last_commit.elapsed() >= COMMIT_EVERY {
             if let Err(why) = self.commit(CommitMode::Async) {
