@@ -424,6 +424,13 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
             partitions = partitions_of(producer.client(), &brokers, &topic, wait)?;
         }
     }
+    if partitions.is_some() {
+        // Into librdkafka's cache, as kafkain does (see there): the first batch goes out
+        // without waiting for a refresh.
+        let _ = producer
+            .client()
+            .fetch_metadata(Some(&topic), Duration::from_secs_f64(wait));
+    }
     if let PartitionBy::Fixed(p) = partition {
         if let Some(n) = partitions.filter(|&n| p as usize >= n) {
             return Err(FilterError::bad(
@@ -714,6 +721,11 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
             .into())
         }
         (None, Some(n)) => {
+            // The topic by name (it exists, so no broker creates it): librdkafka keeps this
+            // answer, not the one for every topic, and a partition whose leader it does not
+            // know yet starts fetching only at its next metadata refresh (measured: the first
+            // message after 0.5 s in 4 of 10 runs without this, after 0.02 s in 10 of 10).
+            let _ = consumer.fetch_metadata(Some(&topic), Duration::from_secs_f64(wait));
             let mut tpl = TopicPartitionList::new();
             for p in 0..n as i32 {
                 // Before the assignment, so no message goes to the consumer's queue.
