@@ -264,8 +264,6 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
             "queued.min.messages=1000000",
             "-X",
             "fetch.wait.max.ms=100",
-            "-X",
-            "fetch.error.backoff.ms=20",
         ]);
         let (ks, bytes, _) = timed(k, "kcat -C (kafkain's settings)")?;
         if bytes != n * (size as u64 + 1) {
@@ -317,7 +315,7 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
         "kafka_consume_vs_kcat_same_settings",
         kcat_c_same / ours_c,
         None,
-        "the same, kcat given kafkain's settings (-X queued.min.messages=1000000 fetch.wait.max.ms=100 fetch.error.backoff.ms=20)",
+        "the same, kcat given kafkain's settings (-X queued.min.messages=1000000 -X fetch.wait.max.ms=100)",
     );
 
     // A broker restart in the middle of a paced stream.

@@ -675,12 +675,7 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         // as fast as this one drains the queue and waits on every refill (measured: 2.4M
         // messages of 100 bytes in 9.5 s against 1.9 s with this; bounded by
         // queued.max.messages.kbytes, 64 MiB, all the same).
-        .set("queued.min.messages", "1000000")
-        // librdkafka 2.0 waits fetch.error.backoff.ms (500 ms by default) before fetching
-        // again when its queue is full (2.1 has fetch.queue.backoff.ms for that): a
-        // consumer this fast finds the queue full now and then, and stalled half a second
-        // each time (measured: 1M messages read in 0.5 s or in 1.0 s, at random).
-        .set("fetch.error.backoff.ms", "20");
+        .set("queued.min.messages", "1000000");
     if eof {
         // The end of a partition shows as a fetch that finds nothing new, which the broker
         // holds for fetch.wait.max.ms (librdkafka's default 500 ms) before it answers: a
