@@ -15,6 +15,7 @@ mod batching;
 mod capture;
 mod child;
 mod daemon;
+mod kafka;
 mod legacy;
 mod legacy_dns;
 mod legacy_pipes;
@@ -93,6 +94,9 @@ enum Command {
     /// Adaptive system-call batching (seed 002, Algorithms 1-2; issue 21): CPU per packet
     /// of `rx | tx` forwarding and `rx | count` with batching=adaptive vs fixed.
     Batching(batching::Args),
+    /// Kafka at the edges (issue 21): kafkaout and kafkain vs kcat producing and consuming
+    /// on one real broker, and messages lost across a broker restart mid-produce.
+    Kafka(kafka::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -119,6 +123,7 @@ fn main() {
         Command::Adapt(a) => adapt::run(a, cli.quick),
         Command::Net(a) => net::run(a, cli.quick),
         Command::Batching(a) => batching::run(a, cli.quick),
+        Command::Kafka(a) => kafka::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

@@ -21,8 +21,8 @@
 //!   original bytes delivered (inflated at the receiver; datagrams lost do not count) per
 //!   second from the sender's start to the receiver's end. Headline:
 //!   `compress_encrypt_udp_2_engines_vs_1`.
-//! - The figures of `batching` (seed 002's Algorithms 1-2) and `kafka` are taken in the
-//!   same run.
+//! - The figures of `batching` (seed 002's Algorithms 1-2) and `kafka` (kafkaout and
+//!   kafkain against kcat on one real broker) are taken in the same run.
 
 use crate::util::{err, watchdog, Result, Summary, Target, TempDir};
 use kernel::netns::Veth;
@@ -433,6 +433,9 @@ pub fn run(_a: &Args, quick: bool) -> Result<()> {
 
     println!("\n== Seed 002 Algorithms 1-2: adaptive vs fixed batching (see `batching`) ==");
     crate::batching::figures(quick, &mut summary)?;
+
+    println!("\n== Kafka at the edges: kafkaout / kafkain vs kcat (see `kafka`) ==");
+    crate::kafka::figures(quick, &mut summary)?;
     summary.print();
     Ok(())
 }

@@ -56,4 +56,4 @@ pub use filter::{
 pub use runtime::{
     export_name, BuildError, BuildErrorKind, Counters, Factory, NodeReport, Space, BATCH,
 };
-pub use store::{BufId, External, RecordMeta, ResolveError, Resolver, Store};
+pub use store::{BufId, External, Feeds, RecordMeta, ResolveError, Resolver, Store};

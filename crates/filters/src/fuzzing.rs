@@ -18,6 +18,14 @@ pub fn run_capture(data: &[u8]) {
     }
     let _ = crate::app::http_method(data);
     let _ = crate::app::dns_kind(data);
+    // kafkain's record header and kafkaout's/kafkain's parameter parsers (text from a user).
+    let _ = crate::kafka::parse_header(data);
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = crate::kafka::parse_brokers(text);
+        let _ = crate::kafka::parse_topic("topic", text);
+        let _ = crate::kafka::KeyBy::parse(text);
+        let _ = crate::kafka::PartitionBy::parse(text);
+    }
     // As a capture file: pcap magic + header prepended when the input has none, so the
     // fuzzer explores records rather than the magic check.
     let mut file = Vec::new();

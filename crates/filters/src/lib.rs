@@ -5,7 +5,7 @@
 //! hist, inspect, grep, regex, match, dedup), [`nicfix`] (flowcount, sample, bytecount:
 //! each also an eBPF program run on the capture socket right after `rx`), [`edit`] (strip, deflate, inflate,
 //! encrypt, decrypt, xor), [`shaping`] (shape: pacing by token/leaky buckets), [`control`] (for, join, split, hash), [`sinks`] (outfile, stdout,
-//! pcapout, null), [`net`] (netout, netin: streams between hosts). [`packet`] holds the zero-copy frame parsing they share, [`savefile`] the
+//! pcapout, null), [`net`] (netout, netin: streams between hosts), [`kafka`] (kafkaout, kafkain: Kafka topics at the edges). [`packet`] holds the zero-copy frame parsing they share, [`savefile`] the
 //! capture-file reader `pcapin` walks files with (libpcap's rules).
 //!
 //! Every filter is declared once, as one [`FilterSpec`] where the filter is written, listed in
@@ -23,6 +23,7 @@ pub mod edit;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod inspect;
+pub mod kafka;
 mod lent;
 pub mod live;
 pub mod net;
@@ -87,6 +88,8 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &sinks::NULL,
     &net::NETOUT,
     &net::NETIN,
+    &kafka::KAFKAOUT,
+    &kafka::KAFKAIN,
     &shaping::SHAPE,
     &transmit::TX,
 ];

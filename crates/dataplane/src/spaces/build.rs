@@ -347,6 +347,11 @@ impl Spaces {
                     {
                         space.store().share_rings();
                     }
+                    if cross.iter().any(|e| placement.space[e.from] == id) {
+                        // Every space of the run has finished before this process drops
+                        // its spaces (`Spaces::run`).
+                        space.store().set_feeds(crate::store::Feeds::AwaitedSpaces);
+                    }
                     b.spaces.push((id, space));
                     Ok(id)
                 },

@@ -128,6 +128,10 @@ pub fn run_process_space(
         Ok(s) => s,
         Err(e) => return fail_build(e),
     };
+    if !mine.is_empty() {
+        // Its consumers may still be working when this process ends.
+        space.store().set_feeds(crate::store::Feeds::OtherSpaces);
+    }
     if let Err(e) = apply_schedule(&schedule_of(g, &placement, id)) {
         return fail(e);
     }

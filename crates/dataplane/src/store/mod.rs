@@ -137,6 +137,8 @@ pub struct Store {
     pub kept: u64,
     /// New rings go to shared memory (the space feeds spaces in this process).
     share: bool,
+    /// Whether the space sends blocks on to other spaces (see [`Feeds`]).
+    feeds: Feeds,
     /// Facts derived from blocks, cached for the filters downstream (see [`Store::memo`]).
     memo: std::cell::RefCell<Option<Box<dyn MemoAny>>>,
 }
@@ -148,6 +150,21 @@ pub enum ResolveError {
     UnknownBuffer(BufId),
     #[error("block at position {pos} of buffer {buf} was overwritten, given back to its lender, or lies outside it")]
     Gone { buf: BufId, pos: u64 },
+}
+
+/// Where a space's stream goes after it: what the end of a source batch's walk through
+/// the space means (see [`Store::feeds`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Feeds {
+    /// Nowhere: every filter after the space's sources runs in it.
+    #[default]
+    Nothing,
+    /// To other spaces that have all finished before this space is dropped: the spaces of
+    /// a run's own process (threads are joined, process spaces have reported, first).
+    AwaitedSpaces,
+    /// To spaces that may still be working when this one is dropped: a process space's
+    /// consumers are in the run's process or in other process spaces.
+    OtherSpaces,
 }
 
 impl Store {
@@ -290,6 +307,19 @@ impl Store {
     /// spaces of this process that get their tags read the blocks in place.
     pub fn share_rings(&mut self) {
         self.share = true;
+    }
+
+    /// Say where the space's stream goes after it (set when the run is built).
+    pub fn set_feeds(&mut self, feeds: Feeds) {
+        self.feeds = feeds;
+    }
+
+    /// Where the space's stream goes after it. With [`Feeds::Nothing`], a source batch
+    /// that has walked this space (`Filter::epoch_end`) has reached every sink; otherwise
+    /// only a channel, and a source that acknowledges its input to someone (kafkain's
+    /// offset commits) must not take the end of the walk for delivery.
+    pub fn feeds(&self) -> Feeds {
+        self.feeds
     }
 
     /// The key another space of this process finds ring `id` by ([`shared_ring`]), if it
