@@ -5,7 +5,7 @@
 //! naming the peer, in bounded time. Needs root (namespaces), as CI has.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -114,40 +114,14 @@ fn split_corpus(tag: &str, out_args: &str, in_args: &str, base_port: u16, keep: 
         // Split: the tail runs in the namespace, the head here.
         let port = base_port + k as u16;
         let out2 = dir.join(format!("split-{k}"));
-        let rx = v
-            .command(BIN)
-            .args([
-                "run",
-                "-q",
-                "--plan",
-                "none",
-                &fill(&format!("netin port={port}{in_args} | {tail}"), &out2),
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Drain the receiver's output while the sender runs (a full pipe would stop it).
-        let rx = std::thread::spawn(move || rx.wait_with_output().unwrap());
-        let tx = Command::new(BIN)
-            .args([
-                "run",
-                "-q",
-                "--plan",
-                "none",
-                &fill(
-                    &format!("{head} netout to={}:{port} wait=10{out_args}", v.peer_ip),
-                    &out2,
-                ),
-            ])
-            .output()
-            .unwrap();
-        let rx = rx.join().unwrap();
-        assert!(
-            tx.status.success() && rx.status.success(),
-            "split `{head} netout` / `netin | {tail}`:\n{}\n{}",
-            String::from_utf8_lossy(&tx.stderr),
-            String::from_utf8_lossy(&rx.stderr)
+        let (tx, rx) = split_run(
+            &v,
+            &fill(&format!("netin port={port}{in_args} | {tail}"), &out2),
+            &fill(
+                &format!("{head} netout to={}:{port} wait=10{out_args}", v.peer_ip),
+                &out2,
+            ),
+            &format!("`{line}` split"),
         );
         if in_args.contains("udp") {
             let err = String::from_utf8_lossy(&rx.stderr);
@@ -202,9 +176,46 @@ struct Reap(Vec<u32>);
 impl Drop for Reap {
     fn drop(&mut self) {
         for pid in &self.0 {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
         }
     }
+}
+
+/// Run `rx` (a pipeline starting with netin) in the namespace and `tx` here, each as
+/// `streamline run -q --plan none`, the receiver first, its output drained while the
+/// sender runs (a full pipe would stop it). Returns (sender, receiver) outputs, both
+/// checked to have succeeded (`what` names the case). A sender that fails takes the
+/// receiver down with it (killed), so no test waits for a sender that never comes.
+fn split_run(v: &kernel::netns::Veth, rx: &str, tx: &str, what: &str) -> (Output, Output) {
+    let child = v
+        .command(BIN)
+        .args(["run", "-q", "--plan", "none", rx])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reap = Reap(vec![child.id()]);
+    let rxo = std::thread::spawn(move || child.wait_with_output().unwrap());
+    let txo = Command::new(BIN)
+        .args(["run", "-q", "--plan", "none", tx])
+        .output()
+        .unwrap();
+    if !txo.status.success() {
+        drop(reap);
+        reap = Reap(Vec::new());
+    }
+    let rxo = rxo.join().unwrap();
+    reap.0.clear();
+    assert!(
+        txo.status.success() && rxo.status.success(),
+        "{what}: `{tx}` / `{rx}`:\n{}\n{}",
+        String::from_utf8_lossy(&txo.stderr),
+        String::from_utf8_lossy(&rxo.stderr)
+    );
+    (txo, rxo)
 }
 
 /// Kill one end mid-stream: the other ends with an error naming its peer, not a hang.
@@ -339,37 +350,19 @@ fn udp_counts_what_it_loses() {
     let v = veth("netl");
     let port = 7780;
     // A receive buffer of a few datagrams and a slow filter: loss is certain.
-    let rx = v
-        .command(BIN)
-        .args([
-            "run",
-            "-q",
-            &format!("netin port={port} proto=udp rcvbuf=4K queues=2 | deflate level=9 | count"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut reap = Reap(vec![rx.id()]);
-    let rx = std::thread::spawn(move || rx.wait_with_output().unwrap());
-    let tx = Command::new(BIN)
-        .args([
-            "run",
-            "-q",
-            &format!(
-                "gen count=100K size=1K | netout to={}:{port} proto=udp queues=2 wait=10",
-                v.peer_ip
-            ),
-        ])
-        .output()
-        .unwrap();
-    let rx = rx.join().unwrap();
-    reap.0.clear();
+    let (tx, rx) = split_run(
+        &v,
+        &format!("netin port={port} proto=udp rcvbuf=4K queues=2 | deflate level=9 | count"),
+        &format!(
+            "gen count=100K size=1K | netout to={}:{port} proto=udp queues=2 wait=10",
+            v.peer_ip
+        ),
+        "loss",
+    );
     let (terr, rerr) = (
         String::from_utf8_lossy(&tx.stderr).into_owned(),
         String::from_utf8_lossy(&rx.stderr).into_owned(),
     );
-    assert!(tx.status.success() && rx.status.success(), "{terr}\n{rerr}");
     let sent = count_before(&terr, "netout: ", "datagrams");
     let sent_blocks = count_before(&terr, "netout: ", "blocks");
     let (lost, of) = (count_before(&rerr, "netin: ", "of"), count_before(&rerr, "netin: ", "datagrams"));
@@ -551,31 +544,13 @@ fn a_plan_across_two_hosts_runs_split_and_gives_the_one_host_result() {
 fn a_slow_receiver_slows_the_sender_within_the_window() {
     let v = veth("netw");
     let port = 7798;
-    let rx = v
-        .command(BIN)
-        .args([
-            "run",
-            "-q",
-            &format!("netin port={port} window=256K | deflate level=9 | null"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut reap = Reap(vec![rx.id()]);
-    let rx = std::thread::spawn(move || rx.wait_with_output().unwrap());
-    let tx = Command::new(BIN)
-        .args([
-            "run",
-            "-q",
-            &format!("gen count=64K size=1K rewrite=yes | netout to={}:{port} wait=10", v.peer_ip),
-        ])
-        .output()
-        .unwrap();
-    let rx = rx.join().unwrap();
-    reap.0.clear();
+    let (tx, _) = split_run(
+        &v,
+        &format!("netin port={port} window=256K | deflate level=9 | null"),
+        &format!("gen count=64K size=1K rewrite=yes | netout to={}:{port} wait=10", v.peer_ip),
+        "slow receiver",
+    );
     let terr = String::from_utf8_lossy(&tx.stderr).into_owned();
-    assert!(tx.status.success() && rx.status.success(), "{terr}\n{}", String::from_utf8_lossy(&rx.stderr));
     let sent = count_before(&terr, "netout: ", "bytes");
     let peak = count_before(&terr, "netout: ", "bytes in flight");
     let waits = count_before(&terr, "netout: ", "waits");
@@ -607,38 +582,15 @@ fn big_blocks_cross_whole() {
     for (k, (size, window)) in [("300000", "256K"), ("3M", "4M"), ("20000", "64K")].iter().enumerate() {
         let port = 7760 + k as u16;
         let out = dir.join(format!("out{k}.bin"));
-        let rx = v
-            .command(BIN)
-            .args([
-                "run",
-                "-q",
-                &format!("netin port={port} window={window} | outfile {}", out.display()),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut reap = Reap(vec![rx.id()]);
-        let rx = std::thread::spawn(move || rx.wait_with_output().unwrap());
-        let tx = Command::new(BIN)
-            .args([
-                "run",
-                "-q",
-                &format!(
-                    "file {} split=fixed size={size} | netout to={}:{port} wait=10",
-                    input.display(),
-                    v.peer_ip
-                ),
-            ])
-            .output()
-            .unwrap();
-        let rx = rx.join().unwrap();
-        reap.0.clear();
-        assert!(
-            tx.status.success() && rx.status.success(),
-            "{}\n{}",
-            String::from_utf8_lossy(&tx.stderr),
-            String::from_utf8_lossy(&rx.stderr)
+        split_run(
+            &v,
+            &format!("netin port={port} window={window} | outfile {}", out.display()),
+            &format!(
+                "file {} split=fixed size={size} | netout to={}:{port} wait=10",
+                input.display(),
+                v.peer_ip
+            ),
+            &format!("blocks of {size}"),
         );
         let got = std::fs::read(&out).unwrap();
         assert!(got == data, "blocks of {size}: {} bytes came out, differently", got.len());
