@@ -10,11 +10,14 @@
 //!
 //! # Flow control: credits
 //!
-//! The sender may have at most a window of frame bytes the receiver has not yet handed
-//! to its pipeline; the receiver gives bytes back (a u64 on the same connection) as its
-//! pipeline takes them, a quarter of the window at a time. A slow receiver slows the
-//! sender; nothing buffers without bound (the kernel's socket buffers come on top, a
-//! fixed amount).
+//! The sender may have at most a window of frame bytes the receiver has not yet taken
+//! into its store; the receiver gives bytes back (a u64 on the same connection) as it
+//! takes them, a quarter of the window at a time. The sender sends a batch in chunks of
+//! at most half the window, each when it fits, so a batch bigger than the window streams.
+//! The receiver hands a batch on when all of it has come, so its store holds at most one
+//! sender batch beyond the window. A slow receiver slows the sender (its pipeline not
+//! pulling, nothing is taken); nothing buffers without bound (the kernel's socket buffers
+//! come on top, a fixed amount).
 //!
 use super::{frame_head, Frame, FLAGS_AT, HEAD, LAST};
 use std::io::IoSlice;
@@ -192,31 +195,41 @@ impl Filter for NetOut {
         if self.failed {
             return;
         }
-        // One gather write per batch (at most IOV_MAX pieces a call): each block's head,
-        // then its bytes where they lie; nothing copied on our side.
+        // Gather writes (at most IOV_MAX pieces a call): each block's head, then its bytes
+        // where they lie; nothing copied on our side.
         self.heads.clear();
         let mut data = Vec::with_capacity(batch.tags.len());
-        let mut need = 0u64;
         for t in &batch.tags {
             let Ok(d) = cx.data(t) else { continue };
             self.heads.push(frame_head(cx, t, d.len()));
             data.push(d);
-            need += (HEAD + d.len()) as u64;
             self.blocks += 1;
             self.bytes += d.len() as u64;
         }
         let Some(last) = self.heads.last_mut() else { return };
         last[FLAGS_AT] |= LAST;
-        let r = self.room(need).and_then(|_| {
-            let mut slices = Vec::with_capacity(2 * data.len());
-            for (h, d) in self.heads.iter().zip(&data) {
-                slices.push(IoSlice::new(h));
-                slices.push(IoSlice::new(d));
+        // In chunks of at most half the window, each sent when it fits: a batch bigger
+        // than the window streams instead of waiting for the receiver to drain.
+        let chunk_max = (self.window / 2).max(1);
+        let mut from = 0;
+        while from < data.len() {
+            let (mut to, mut bytes) = (from, 0u64);
+            while to < data.len() && (to == from || bytes + (HEAD + data[to].len()) as u64 <= chunk_max) {
+                bytes += (HEAD + data[to].len()) as u64;
+                to += 1;
             }
-            write_all_vectored(&mut self.sock, &mut slices)
-        });
-        if let Err(e) = r {
-            self.fail(cx, e);
+            let r = self.room(bytes).and_then(|_| {
+                let mut slices = Vec::with_capacity(2 * (to - from));
+                for (h, d) in self.heads[from..to].iter().zip(&data[from..to]) {
+                    slices.push(IoSlice::new(h));
+                    slices.push(IoSlice::new(d));
+                }
+                write_all_vectored(&mut self.sock, &mut slices)
+            });
+            if let Err(e) = r {
+                return self.fail(cx, e);
+            }
+            from = to;
         }
     }
 
@@ -280,9 +293,8 @@ pub struct NetIn {
     buf: Vec<u8>,
     start: usize,
     end: usize,
-    /// The sender's current batch so far: blocks in the store, their frames' bytes.
+    /// The sender's current batch so far: blocks in the store.
     pending: Vec<beltway::Tag>,
-    pending_bytes: u64,
     /// A big block being read straight into its place in the store: its tag, the bytes
     /// in it so far, whether it ends the sender's batch.
     partial: Option<(beltway::Tag, usize, bool)>,
@@ -311,7 +323,6 @@ impl NetIn {
             start: 0,
             end: 0,
             pending: Vec::new(),
-            pending_bytes: 0,
             partial: None,
             taken: 0,
             link_set: false,
@@ -395,7 +406,7 @@ impl NetIn {
             if f.len == END {
                 self.ended = true;
                 self.start += HEAD;
-                self.pending_bytes += HEAD as u64;
+                self.taken += HEAD as u64;
                 return Ok(true);
             }
             let len = f.len as usize;
@@ -429,7 +440,9 @@ impl NetIn {
 
     /// A whole block of the current batch; whether the batch is complete.
     fn complete(&mut self, t: beltway::Tag, last: bool, max: usize) -> bool {
-        self.pending_bytes += (HEAD + t.len as usize) as u64;
+        // Its frame has left the socket and the staging area: credit for it (the store
+        // holds at most the sender's batch until it is handed on).
+        self.taken += (HEAD + t.len as usize) as u64;
         self.blocks += 1;
         self.bytes += t.len as u64;
         self.pending.push(t);
@@ -460,7 +473,6 @@ impl Filter for NetIn {
                     for t in self.pending.drain(..) {
                         out.push(t);
                     }
-                    self.taken += std::mem::take(&mut self.pending_bytes);
                 }
                 Ok(false) => {}
                 Err(why) => return fail(cx, format!("on {}: {why}", self.at)),
