@@ -538,8 +538,7 @@ fn a_plan_across_two_hosts_runs_split_and_gives_the_one_host_result() {
 }
 
 /// Credits: a receiver slower than its sender slows the sender (it waits for credit), and
-/// what is in flight stays bounded (the window, or one batch bigger than it), far below
-/// what is sent.
+/// what is in flight stays within the window, however big the sender's batches.
 #[test]
 fn a_slow_receiver_slows_the_sender_within_the_window() {
     let v = veth("netw");
@@ -556,7 +555,8 @@ fn a_slow_receiver_slows_the_sender_within_the_window() {
     let waits = count_before(&terr, "netout: ", "waits");
     assert_eq!(sent, 64 << 20, "{terr}");
     assert!(waits > 0, "the sender never waited for credit: {terr}");
-    assert!(peak <= 4 << 20 && peak * 10 < sent, "{peak} bytes in flight: {terr}");
+    // Never more than the window (256K): a batch bigger than it goes in chunks.
+    assert!(peak <= 256 << 10, "{peak} bytes in flight: {terr}");
 }
 
 /// Big blocks (read straight into the receiver's store as their bytes come, a window
