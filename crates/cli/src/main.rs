@@ -238,9 +238,6 @@ enum Cmd {
         /// The exported streams' modes (`ID=OCTAL,...`), as the run computed them.
         #[arg(long, default_value = "")]
         export_modes: String,
-        /// The identity a daemon's client runs with (`UID:GID:GROUPS`).
-        #[arg(long = "as")]
-        run_as: Option<String>,
     },
     /// Print the BPF maps of running runs' kernel (eBPF) filters, decoded.
     Maps {
@@ -385,7 +382,6 @@ fn main() -> ExitCode {
             assign,
             share,
             export_modes,
-            run_as,
         } => process_space(
             &pipeline,
             ring,
@@ -394,7 +390,6 @@ fn main() -> ExitCode {
             &assign,
             share.as_deref(),
             &export_modes,
-            run_as.as_deref(),
         ),
         Cmd::Plan {
             pipeline,
@@ -525,13 +520,12 @@ fn process_space(
     assign: &str,
     share: Option<&str>,
     export_modes: &str,
-    run_as: Option<&str>,
 ) -> ExitCode {
-    if let Some(who) = run_as {
-        if let Err(e) = worker::parse_as(who).and_then(|(u, g, gs)| worker::assume(u, g, &gs)) {
-            eprintln!("streamline __space: {e}");
-            return ExitCode::from(2);
-        }
+    // A non-root client's process space: the sockets its worker was lent decide, here
+    // as there, which programs the graph passes may place on them.
+    if let Err(e) = kernel::lend::install_from_env() {
+        eprintln!("streamline __space: {e}");
+        return ExitCode::from(2);
     }
     ignore_stop_signals();
     let sock = match beltway::sys::inherited_unix_stream(fd) {

@@ -3,9 +3,10 @@
 //! the client's identity, reports the build's verdict, waits for `go`, runs, sends the
 //! counters now and then, applies live edits, and reports the exit status.
 //!
-//! Owns: taking the client's identity (supplementary groups and file-system ids, so every
-//! file the run opens is opened as the client, whose permissions the kernel checks; Unix
-//! commands run with the client's real ids), and the worker's side of the protocol
+//! Owns: checking that it runs with its client's identity and nothing more (the daemon
+//! executes it so, `daemon::spawn`: every file the run opens, socket it binds and command
+//! it starts is checked by the kernel against the client's rights), taking the sockets the
+//! daemon lent it (`kernel::lend`), and the worker's side of the protocol
 //! (`daemon::proto::{ToWorker, FromWorker}`).
 
 use crate::{exit_status, prepare, print_report, Prepared};
@@ -16,64 +17,84 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The client's identity, taken for file access and Unix commands. Root clients keep
-/// root's. Must run before any thread is started (file-system ids are per thread, and
-/// threads inherit them).
+/// Check that this worker runs as its client holds it (issue 33): the daemon executed it
+/// with the client's real, effective and saved ids and groups, no capability in any set
+/// and `no_new_privs` (`daemon::spawn`), so every file the run opens, every socket it
+/// binds and every command it starts is checked by the kernel against the client's
+/// rights. A root client's worker keeps root. Refuses to run when the demotion did not
+/// take, rather than run with more than the client has.
 pub fn assume(uid: u32, gid: u32, groups: &[u32]) -> Result<(), String> {
     if uid == 0 {
         return Ok(());
     }
-    let gs: Vec<nix::unistd::Gid> = groups
-        .iter()
-        .map(|g| nix::unistd::Gid::from_raw(*g))
-        .collect();
-    nix::unistd::setgroups(&gs).map_err(|e| format!("setgroups: {e}"))?;
-    nix::unistd::setfsgid(nix::unistd::Gid::from_raw(gid));
-    nix::unistd::setfsuid(nix::unistd::Uid::from_raw(uid));
-    // setfs*id report no error: check they took.
-    if nix::unistd::setfsuid(nix::unistd::Uid::from_raw(u32::MAX)).as_raw() != uid {
-        return Err(format!("setfsuid({uid}) did not take"));
+    let r = nix::unistd::getresuid().map_err(|e| format!("getresuid: {e}"))?;
+    let g = nix::unistd::getresgid().map_err(|e| format!("getresgid: {e}"))?;
+    let ids = [r.real.as_raw(), r.effective.as_raw(), r.saved.as_raw()];
+    let gids = [g.real.as_raw(), g.effective.as_raw(), g.saved.as_raw()];
+    if ids != [uid; 3] || gids != [gid; 3] {
+        return Err(format!(
+            "the worker runs with uids {ids:?} and gids {gids:?}, not the client's {uid}/{gid}"
+        ));
     }
-    dataplane::builtin::run_unix_commands_as(dataplane::builtin::RunAs {
-        uid,
-        gid,
-        groups: groups.to_vec(),
-    })
-    .map_err(|was| format!("Unix commands already run as uid {}", was.uid))?;
+    let mut mine: Vec<u32> = nix::unistd::getgroups()
+        .map_err(|e| format!("getgroups: {e}"))?
+        .iter()
+        .map(|g| g.as_raw())
+        .collect();
+    let mut want = groups.to_vec();
+    mine.sort_unstable();
+    want.sort_unstable();
+    mine.dedup();
+    want.dedup();
+    if mine != want {
+        return Err(format!(
+            "the worker has groups {mine:?}, not the client's {want:?}"
+        ));
+    }
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| format!("/proc/self/status: {e}"))?;
+    for (key, want) in [
+        ("CapInh:", "0000000000000000"),
+        ("CapPrm:", "0000000000000000"),
+        ("CapEff:", "0000000000000000"),
+        ("CapAmb:", "0000000000000000"),
+        ("NoNewPrivs:", "1"),
+    ] {
+        let got = status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(str::trim)
+            .unwrap_or("?");
+        if got != want {
+            return Err(format!("the worker's {key} is {got}, not {want}"));
+        }
+    }
     Ok(())
 }
 
-/// `--as UID:GID:G1,G2` for process spaces (they take the identity too).
-pub fn as_arg(uid: u32, gid: u32, groups: &[u32]) -> String {
-    format!(
-        "{uid}:{gid}:{}",
-        groups
-            .iter()
-            .map(|g| g.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    )
-}
-
-pub fn parse_as(s: &str) -> Result<(u32, u32, Vec<u32>), String> {
-    let mut it = s.splitn(3, ':');
-    let num = |v: Option<&str>| {
-        v.and_then(|v| v.parse::<u32>().ok())
-            .ok_or_else(|| format!("--as {s}: expected UID:GID:GROUPS"))
-    };
-    let uid = num(it.next())?;
-    let gid = num(it.next())?;
-    let groups = it
-        .next()
-        .unwrap_or("")
-        .split(',')
-        .filter(|g| !g.is_empty())
-        .map(|g| {
-            g.parse::<u32>()
-                .map_err(|_| format!("--as {s}: bad group {g}"))
+/// The sockets the daemon lent this run (`kernel::lend`): a non-root client's worker
+/// takes its privileged sockets from there only, and its graph passes place on them only
+/// the filters locked there already.
+fn take_lent(uid: u32, lent: Vec<proto::LentSocket>) -> Result<(), String> {
+    if uid == 0 {
+        return Ok(());
+    }
+    let lent = lent
+        .into_iter()
+        .map(|l| {
+            let kind = kernel::lend::Kind::parse(&l.kind)
+                .ok_or_else(|| format!("a lent socket of kind {:?}", l.kind))?;
+            Ok((
+                kernel::lend::Described {
+                    kind,
+                    dev: l.dev,
+                    filter: l.filter,
+                },
+                l.fd,
+            ))
         })
-        .collect::<Result<_, _>>()?;
-    Ok((uid, gid, groups))
+        .collect::<Result<Vec<_>, String>>()?;
+    kernel::lend::install(lent).map_err(|e| format!("the lent sockets: {e}"))
 }
 
 fn counters(nodes: &[dataplane::runtime::NodeReport]) -> Vec<NodeCounters> {
@@ -134,7 +155,7 @@ pub fn worker(fd: i32) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (run, pipeline, options, uid, gid, groups, modes) = match proto::recv::<ToWorker>(&sock) {
+    let (run, pipeline, options, uid, gid, groups, modes, lent) = match proto::recv::<ToWorker>(&sock) {
         Ok((
             Msg {
                 body:
@@ -146,11 +167,12 @@ pub fn worker(fd: i32) -> ExitCode {
                         gid,
                         groups,
                         modes,
+                        lent,
                     },
                 ..
             },
             _,
-        )) => (run, pipeline, options, uid, gid, groups, modes),
+        )) => (run, pipeline, options, uid, gid, groups, modes, lent),
         Ok(_) | Err(_) => return ExitCode::from(2),
     };
     let out = Arc::new(Mutex::new(
@@ -160,21 +182,17 @@ pub fn worker(fd: i32) -> ExitCode {
         let s = out.lock().expect("not poisoned");
         proto::send(&s, &Msg { id: run, body: m }, &[])
     };
-    if let Err(e) = assume(uid, gid, &groups) {
+    if let Err(e) = assume(uid, gid, &groups).and_then(|()| take_lent(uid, lent)) {
         let _ = tell(
             &out,
             FromWorker::Failed {
-                message: format!("streamline: cannot take the identity of uid {uid}: {e}"),
+                message: format!("streamline: the worker of uid {uid} refuses to run: {e}"),
                 errno: libc::EPERM,
             },
         );
         return ExitCode::from(1);
     }
-    let extra = if uid == 0 {
-        vec![]
-    } else {
-        vec!["--as".to_string(), as_arg(uid, gid, &groups)]
-    };
+    let extra: Vec<String> = vec![];
     let Prepared {
         spaces,
         placement,

@@ -15,3 +15,4 @@ pub mod policy;
 pub use protocol::proto;
 pub mod reclaim;
 pub mod server;
+pub mod spawn;

@@ -55,6 +55,9 @@ fn main() -> ExitCode {
         },
         None => Policy::default(),
     };
+    for w in policy.warnings() {
+        eprintln!("streamlined: {w}");
+    }
     let worker = a
         .worker
         .clone()

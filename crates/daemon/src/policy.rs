@@ -272,6 +272,150 @@ impl Policy {
     }
 }
 
+/// A privileged resource the daemon opens for a granted node and lends the worker
+/// (`kernel::lend`): what for, on which device, with which kernel filter locked on it, how
+/// many sockets (an `rx` with `rings=`/`queues=` reads several).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lend {
+    pub node: usize,
+    pub kind: kernel::lend::Kind,
+    pub dev: String,
+    pub filter: Option<String>,
+    pub count: usize,
+}
+
+/// Most sockets lent for one node (64 queues or 16 rings at most, as `rx` and `tx` check).
+const MAX_LENT_PER_NODE: usize = 64;
+
+impl Policy {
+    /// What the daemon must open and lend for the privileged nodes of `g`, a graph
+    /// [`Policy::check`] allowed for `who` (not root): per node, its device and the
+    /// template's kernel part, the pcap-filter expressions of the template's `bpf` nodes
+    /// right after the granted `rx` (ANDed), which the kernel then enforces whatever the
+    /// worker does. Errors name a node the grant does not explain.
+    pub fn lends(
+        &self,
+        g: &Graph,
+        who: &Cred,
+        privileged: &dyn Fn(&str) -> Option<&'static str>,
+    ) -> Result<Vec<Lend>, Denied> {
+        let mut out = Vec::new();
+        for n in &g.nodes {
+            let NodeKind::Filter {
+                filter,
+                params,
+                options,
+                ..
+            } = &n.kind
+            else {
+                continue;
+            };
+            if privileged(filter).is_none() {
+                continue;
+            }
+            let denied = |why: String| Denied {
+                node: dataplane::runtime::base_name(n),
+                span: n.span,
+                why,
+            };
+            let kind = kernel::lend::Kind::parse(filter).ok_or_else(|| {
+                denied(format!("needs {}; the daemon lends sockets only for rx and tx", privileged(filter).unwrap_or("a privilege")))
+            })?;
+            let found = self
+                .grants
+                .iter()
+                .filter(|gr| {
+                    gr.uids.contains(&who.uid) || gr.gids.iter().any(|x| who.groups.contains(x))
+                })
+                .find_map(|gr| covers_at(&gr.chain, g, n.id).map(|k| (gr, k)));
+            let Some((gr, k)) = found else {
+                return Err(denied("no template grants it".into()));
+            };
+            let opt = |key: &str| options.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+            let dev = opt("dev")
+                .or_else(|| params.first().cloned())
+                .ok_or_else(|| denied("names no device (dev=)".into()))?;
+            let num = |key: &str| opt(key).and_then(|v| v.parse::<usize>().ok()).unwrap_or(1).max(1);
+            let count = match kind {
+                kernel::lend::Kind::Rx => num("rings") * num("queues"),
+                kernel::lend::Kind::Tx => num("queues"),
+            };
+            if count > MAX_LENT_PER_NODE {
+                return Err(denied(format!(
+                    "asks for {count} sockets (rings x queues); at most {MAX_LENT_PER_NODE} are lent for one node"
+                )));
+            }
+            let filter = match kind {
+                kernel::lend::Kind::Rx => {
+                    let order = chain_order(&gr.chain);
+                    let exprs: Vec<String> = order[k + 1..]
+                        .iter()
+                        .map_while(|&ti| bpf_expr(&gr.chain.nodes[ti].kind))
+                        .collect();
+                    match exprs.len() {
+                        0 => None,
+                        1 => exprs.into_iter().next(),
+                        _ => Some(
+                            exprs
+                                .iter()
+                                .map(|e| format!("({e})"))
+                                .collect::<Vec<_>>()
+                                .join(" and "),
+                        ),
+                    }
+                }
+                kernel::lend::Kind::Tx => None,
+            };
+            out.push(Lend {
+                node: n.id,
+                kind,
+                dev,
+                filter,
+                count,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Templates whose filters after a granted `rx` are not all kernel filters (`bpf`):
+    /// what those filters hide, a client who subverts its own worker can see (it runs as
+    /// the client). The daemon says so when it loads the policy.
+    pub fn warnings(&self) -> Vec<String> {
+        self.grants
+            .iter()
+            .filter_map(|gr| {
+                let order = chain_order(&gr.chain);
+                let rx = order.iter().position(|&i| {
+                    matches!(&gr.chain.nodes[i].kind, NodeKind::Filter { filter, .. } if filter == "rx")
+                })?;
+                let user: Vec<String> = order[rx + 1..]
+                    .iter()
+                    .skip_while(|&&i| bpf_expr(&gr.chain.nodes[i].kind).is_some())
+                    .map(|&i| dataplane::runtime::base_name(&gr.chain.nodes[i]))
+                    .collect();
+                (!user.is_empty()).then(|| format!("policy: template `{}`: {} run in user space, in the client's own worker, after the kernel's filter; a client can read what reaches them (the kernel enforces the device and the template's bpf filters only)", gr.template, user.join(", ")))
+            })
+            .collect()
+    }
+}
+
+/// The pcap-filter expression of a `bpf` node (`expr=` or its first parameter).
+fn bpf_expr(k: &NodeKind) -> Option<String> {
+    match k {
+        NodeKind::Filter {
+            filter,
+            params,
+            options,
+            ..
+        } if filter == "bpf" => options
+            .iter()
+            .find(|(k, _)| k == "expr")
+            .map(|(_, v)| v.clone())
+            .or_else(|| params.first().cloned()),
+        _ => None,
+    }
+}
+
 fn is_chain(g: &Graph) -> bool {
     g.nodes
         .iter()
@@ -292,8 +436,13 @@ fn chain_order(t: &Graph) -> Vec<usize> {
 
 /// Whether the template chain covers node `at` of `g` (see the module docs).
 fn covers(t: &Graph, g: &Graph, at: usize) -> bool {
+    covers_at(t, g, at).is_some()
+}
+
+/// Where in the template chain (its k-th node) node `at` of `g` is covered, if it is.
+fn covers_at(t: &Graph, g: &Graph, at: usize) -> Option<usize> {
     let order = chain_order(t);
-    order.iter().enumerate().any(|(k, &ti)| {
+    order.iter().enumerate().position(|(k, &ti)| {
         if !same(&t.nodes[ti].kind, &g.nodes[at].kind) {
             return false;
         }

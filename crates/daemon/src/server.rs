@@ -811,13 +811,32 @@ impl Daemon {
                     ),
                 )
             })?;
+        // The privileged sockets a non-root client's grants need, opened here with their
+        // kernel filters locked: its worker holds no capability to open them itself.
+        let (lent_fds, lent) = if who.root() {
+            (Vec::new(), Vec::new())
+        } else {
+            self.lend(&g, who).map_err(|why| {
+                refuse(libc::EPERM, lang::render(&format!("error: {why}"), why.span, &pipeline, None))
+            })?
+        };
         let (mine, theirs) =
             UnixStream::pair().map_err(|e| refuse(libc::EIO, format!("socketpair: {e}")))?;
-        beltway::sys::inherit_across_exec(&theirs).map_err(|e| refuse(libc::EIO, e.to_string()))?;
         let mut cmd = Command::new(&self.cfg.worker);
         cmd.arg("__worker")
             .arg("--fd")
             .arg(theirs.as_raw_fd().to_string());
+        let mut inherit = vec![theirs.as_raw_fd()];
+        inherit.extend(lent_fds.iter().map(|f| f.as_raw_fd()));
+        crate::spawn::prepare(
+            &mut cmd,
+            Some(crate::spawn::Identity {
+                uid: who.uid,
+                gid: who.gid,
+                groups: who.groups.clone(),
+            }),
+            inherit,
+        );
         let mut it = fds.into_iter();
         match (it.next(), it.next(), it.next()) {
             (Some(i), Some(o), Some(e)) => {
@@ -838,6 +857,7 @@ impl Daemon {
             )
         })?;
         drop(theirs);
+        drop(lent_fds);
         let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
         let start = ToWorker::Start {
             run: run_id,
@@ -847,6 +867,7 @@ impl Daemon {
             gid: who.gid,
             groups: who.groups.clone(),
             modes,
+            lent,
         };
         let reader = mine
             .try_clone()
@@ -925,6 +946,40 @@ impl Daemon {
                 kill(format!("the worker died while building: {e}")),
             )),
         }
+    }
+
+    /// Open the sockets the grants of `who` lend for the privileged nodes of `g`
+    /// (`Policy::lends`): the descriptors (kept open until the worker has inherited them)
+    /// and their description for the worker's `start`.
+    fn lend(&self, g: &lang::Graph, who: &Cred) -> Result<(Vec<OwnedFd>, Vec<proto::LentSocket>), LendError> {
+        let lends = self
+            .cfg
+            .policy
+            .lends(g, who, &|f| filters::find(f).and_then(|s| s.privilege))
+            .map_err(|d| LendError { node: d.node, span: d.span, why: d.why })?;
+        let mut fds = Vec::new();
+        let mut lent = Vec::new();
+        for l in lends {
+            for _ in 0..l.count {
+                let fd = match l.kind {
+                    kernel::lend::Kind::Rx => kernel::lend::lend_rx(&l.dev, l.filter.as_deref()),
+                    kernel::lend::Kind::Tx => kernel::lend::lend_tx(&l.dev),
+                }
+                .map_err(|e| LendError {
+                    node: l.kind.name().to_string(),
+                    span: g.nodes[l.node].span,
+                    why: format!("the daemon cannot open the granted socket on {}: {e}", l.dev),
+                })?;
+                lent.push(proto::LentSocket {
+                    kind: l.kind.name().to_string(),
+                    dev: l.dev.clone(),
+                    fd: fd.as_raw_fd(),
+                    filter: l.filter.clone(),
+                });
+                fds.push(fd);
+            }
+        }
+        Ok((fds, lent))
     }
 
     /// Read a run's worker until it ends: counters, edit answers, the end.
@@ -1047,6 +1102,20 @@ impl Daemon {
             )
             .is_ok()
         });
+    }
+}
+
+/// Why a grant's socket could not be lent: the node, where it is, why.
+#[derive(Debug)]
+struct LendError {
+    node: String,
+    span: lang::Span,
+    why: String,
+}
+
+impl std::fmt::Display for LendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.node, self.why)
     }
 }
 

@@ -151,27 +151,6 @@ impl Filter for SplitFilter {
     }
 }
 
-/// Whose identity Unix commands of this process's runs take (see [`run_unix_commands_as`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunAs {
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-}
-
-static RUN_AS: std::sync::OnceLock<RunAs> = std::sync::OnceLock::new();
-
-/// From now on, Unix commands this process starts run as `who` (a daemon's worker runs
-/// its client's commands with the client's uid and groups). Set once; a second call with
-/// another identity is refused.
-pub fn run_unix_commands_as(who: RunAs) -> Result<(), RunAs> {
-    match RUN_AS.set(who.clone()) {
-        Ok(()) => Ok(()),
-        Err(_) if RUN_AS.get() == Some(&who) => Ok(()),
-        Err(_) => Err(RUN_AS.get().cloned().expect("set")),
-    }
-}
-
 /// A Unix process as a filter: blocks are written to its stdin, its stdout becomes a byte
 /// stream of new blocks. Threads feed and drain the pipes so the depth-first scheduler
 /// never blocks on a full pipe.
@@ -190,29 +169,8 @@ impl UnixProc {
     /// Start the process. A `source` reads nothing from us; a `sink` (last in the
     /// pipeline) writes to our standard output, as in a shell.
     pub fn spawn(argv: &[String], source: bool, sink: bool) -> std::io::Result<UnixProc> {
-        let mut cmd = match RUN_AS.get() {
-            // Through util-linux's setpriv: real, effective and saved ids and the groups
-            // all become the client's before the command is executed.
-            Some(who) => {
-                let mut c = Command::new("setpriv");
-                c.arg(format!("--reuid={}", who.uid))
-                    .arg(format!("--regid={}", who.gid));
-                match who.groups.is_empty() {
-                    true => c.arg("--clear-groups"),
-                    false => c.arg(format!(
-                        "--groups={}",
-                        who.groups
-                            .iter()
-                            .map(|g| g.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    )),
-                };
-                c.arg("--").arg(&argv[0]);
-                c
-            }
-            None => Command::new(&argv[0]),
-        };
+        // A daemon's worker runs as its client (`daemon::spawn`), so its commands do too.
+        let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .stdout(if sink {
                 Stdio::inherit()

@@ -211,8 +211,21 @@ impl Rx {
             (None, None) => None,
         };
         for _ in 0..self.rings {
-            let ring = RxRing::open(&self.dev, self.cfg, filter)
+            // A non-root client's worker takes the socket the daemon lent it, with the
+            // template's filter locked on it (the graph passes placed on it only that one
+            // program, `kernel_filter_allowed`); anyone else opens its own.
+            let lent = kernel::lend::take(kernel::lend::Kind::Rx, &self.dev)
                 .map_err(|e| FilterError::io(self.dev.clone(), e))?;
+            let ring = match lent {
+                Some((d, fd)) => {
+                    if self.kprog.is_some() || self.kfilter.is_some() && self.kfilter != d.filter {
+                        return Err(FilterError::io(self.dev.clone(), std::io::Error::new(std::io::ErrorKind::PermissionDenied, format!("the capture socket the daemon lent carries the filter {:?}; another program cannot be attached to it", d.filter))));
+                    }
+                    RxRing::open_lent(fd, &self.dev, self.cfg)
+                }
+                None => RxRing::open(&self.dev, self.cfg, filter),
+            }
+            .map_err(|e| FilterError::io(self.dev.clone(), e))?;
             let buf = lent::lend(cx.store, ring);
             cx.store.set_link(buf, crate::packet::LINKTYPE_ETHERNET);
             self.bufs.push(buf);
@@ -467,6 +480,19 @@ impl Filter for Rx {
 /// and its counters show what the kernel let through. Not for `rx impl=xdp`, a filter the
 /// user or the planner placed (its side already said, `placed=user`), one pinned to
 /// another space than the `rx`, or `sample prob=`.
+/// The device of an `rx` node (`dev=` or its first parameter).
+fn rx_dev(options: &[(String, String)], kind: &lang::NodeKind) -> String {
+    options
+        .iter()
+        .find(|(k, _)| k == "dev")
+        .map(|(_, v)| v.clone())
+        .or_else(|| match kind {
+            lang::NodeKind::Filter { params, .. } => params.first().cloned(),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
 pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
     use lang::{NodeKind, Selector, Side};
     let edges = g.edges.clone();
@@ -492,6 +518,12 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
                 },
             ) if a == "rx"
                 && crate::find(b).is_some_and(FilterSpec::runs_after_rx_in_kernel)
+                && kernel::lend::kernel_filter_allowed(
+                    &rx_dev(ao, &g.nodes[e.from].kind),
+                    (b == "bpf")
+                        .then(|| bo.iter().find(|(k, _)| k == "expr").map(|(_, v)| v.as_str()).or_else(|| params.first().map(String::as_str)))
+                        .flatten(),
+                )
                 && ap.kernel.is_none()
                 && !ao.iter().any(|(k, v)| k == "impl" && v == "xdp")
                 && bp.side.is_none() =>

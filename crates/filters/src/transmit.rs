@@ -78,14 +78,16 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     // Opened now: a missing interface or capability is an error before the run starts.
     let rings = (0..queues)
         .map(|_| {
-            TxRing::open(
-                &dev,
-                TxConfig {
-                    frames,
-                    qdisc_bypass: bypass,
-                    ..TxConfig::default()
-                },
-            )
+            let cfg = TxConfig {
+                frames,
+                qdisc_bypass: bypass,
+                ..TxConfig::default()
+            };
+            // A non-root client's worker takes the socket the daemon lent it.
+            match kernel::lend::take(kernel::lend::Kind::Tx, &dev)? {
+                Some((_, fd)) => TxRing::open_lent(fd, &dev, cfg),
+                None => TxRing::open(&dev, cfg),
+            }
             .map(|ring| Ring {
                 ring,
                 view: TxView::default(),

@@ -203,6 +203,109 @@ pub(crate) fn setsockopt<T>(
     cvt(r, what).map(|_| ())
 }
 
+/// `SO_LOCK_FILTER` (asm-generic/socket.h): once set, nobody holding the descriptor can
+/// detach or replace the socket's filter, nor take the lock off (EPERM).
+pub const SO_LOCK_FILTER: i32 = 44;
+
+/// The ring's shape, checked before any socket exists: the positions' arithmetic
+/// (`frame_bytes`) relies on a non-empty ring of whole blocks that each hold a frame slot;
+/// the kernel would refuse the rest less clearly.
+fn check_ring(cfg: &RxConfig) -> io::Result<()> {
+    if cfg.blocks == 0 || !cfg.block_size.is_power_of_two() || cfg.block_size < 4096 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("capture ring: {} blocks of {} bytes: need at least one block, of a power of two >= 4096 bytes", cfg.blocks, cfg.block_size)));
+    }
+    Ok(())
+}
+
+/// A fresh AF_PACKET raw socket with protocol 0 (it receives nothing until bound with a
+/// protocol). Creating one needs CAP_NET_RAW: `doing` names what for in the error.
+pub(crate) fn packet_socket(doing: &str) -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) call; the result is checked and owned below.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        let e = io::Error::last_os_error();
+        let hint = if e.raw_os_error() == Some(libc::EPERM) {
+            format!(" ({doing} needs CAP_NET_RAW: run as root, or through streamlined with a policy template that grants it)")
+        } else {
+            String::new()
+        };
+        return Err(io::Error::new(
+            e.kind(),
+            format!("AF_PACKET socket: {e}{hint}"),
+        ));
+    }
+    // SAFETY: `raw` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// A packet socket for someone else to use (issue 33, [`crate::lend`]): `prog` is attached
+/// as its classic BPF filter and locked (`SO_LOCK_FILTER`), so whoever receives the
+/// descriptor sees only what `prog` accepts, whatever it binds the socket to.
+pub fn locked_socket(prog: &[crate::cbpf::Insn]) -> io::Result<OwnedFd> {
+    let fd = packet_socket("lending a packet socket")?;
+    attach_classic(&fd, prog)?;
+    setsockopt(
+        &fd,
+        libc::SOL_SOCKET,
+        SO_LOCK_FILTER,
+        &1i32,
+        "locking the socket's filter (SO_LOCK_FILTER)",
+    )?;
+    Ok(fd)
+}
+
+/// Attach `insns` as the socket's classic BPF filter (`SO_ATTACH_FILTER`; the kernel
+/// checks the program).
+pub fn attach_classic(fd: &OwnedFd, insns: &[crate::cbpf::Insn]) -> io::Result<()> {
+    let mut raw: Vec<libc::sock_filter> = insns
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let prog = libc::sock_fprog {
+        len: raw.len() as u16,
+        filter: raw.as_mut_ptr(),
+    };
+    setsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_ATTACH_FILTER,
+        &prog,
+        "attaching the BPF program to the socket (SO_ATTACH_FILTER)",
+    )
+}
+
+/// A descriptor this process inherited, if it is an AF_PACKET socket (checked with
+/// `SO_DOMAIN`): the daemon's lent sockets arrive so ([`crate::lend`]).
+pub fn inherited_packet_socket(fd: i32) -> io::Result<OwnedFd> {
+    let mut domain: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: `domain` and `len` are live for the call; a bad descriptor is an error.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            &mut domain as *mut i32 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    cvt(r, &format!("descriptor {fd}"))?;
+    if domain != libc::AF_PACKET {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("descriptor {fd} is not a packet socket (domain {domain})"),
+        ));
+    }
+    // SAFETY: the descriptor was inherited for this purpose and nothing else in this
+    // process owns it (the daemon names each lent descriptor once).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Index of a network interface, or a clear error naming it.
 pub fn ifindex(dev: &str) -> io::Result<u32> {
     let c = std::ffi::CString::new(dev).map_err(|_| {
@@ -229,28 +332,9 @@ impl RxRing {
     /// arrive only at `bind` (protocol ETH_P_ALL, this interface), after the filter is
     /// attached and the ring is set up, so no frame slips past the filter.
     pub fn open(dev: &str, cfg: RxConfig, filter: Option<SocketFilter<'_>>) -> io::Result<RxRing> {
-        // The positions' arithmetic (`frame_bytes`) relies on a non-empty ring of whole
-        // blocks that each hold a frame slot; the kernel would refuse the rest less clearly.
-        if cfg.blocks == 0 || !cfg.block_size.is_power_of_two() || cfg.block_size < 4096 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("capture ring: {} blocks of {} bytes: need at least one block, of a power of two >= 4096 bytes", cfg.blocks, cfg.block_size)));
-        }
-        let idx = ifindex(dev)?;
-        // SAFETY: plain socket(2) call; the result is checked and owned below.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            let e = io::Error::last_os_error();
-            let hint = if e.raw_os_error() == Some(libc::EPERM) {
-                " (capturing needs CAP_NET_RAW: run as root or grant the capability)"
-            } else {
-                ""
-            };
-            return Err(io::Error::new(
-                e.kind(),
-                format!("AF_PACKET socket: {e}{hint}"),
-            ));
-        }
-        // SAFETY: `raw` is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        check_ring(&cfg)?;
+        ifindex(dev)?;
+        let fd = packet_socket("capturing")?;
         match filter {
             None => {}
             Some(SocketFilter::Ebpf(prog)) => {
@@ -263,30 +347,23 @@ impl RxRing {
                     "attaching the eBPF program to the socket (SO_ATTACH_BPF)",
                 )?;
             }
-            Some(SocketFilter::Classic(p)) => {
-                let mut insns: Vec<libc::sock_filter> = p
-                    .insns()
-                    .iter()
-                    .map(|i| libc::sock_filter {
-                        code: i.code,
-                        jt: i.jt,
-                        jf: i.jf,
-                        k: i.k,
-                    })
-                    .collect();
-                let prog = libc::sock_fprog {
-                    len: insns.len() as u16,
-                    filter: insns.as_mut_ptr(),
-                };
-                setsockopt(
-                    &fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_ATTACH_FILTER,
-                    &prog,
-                    "attaching the BPF program to the socket (SO_ATTACH_FILTER)",
-                )?;
-            }
+            Some(SocketFilter::Classic(p)) => attach_classic(&fd, p.insns())?,
         }
+        Self::setup(fd, dev, cfg)
+    }
+
+    /// Set up the ring on a capture socket the daemon lent (issue 33; [`crate::lend`]):
+    /// its filter is attached and locked already, so none is attached here. Everything
+    /// else is as [`RxRing::open`] does it, none of it privileged.
+    pub fn open_lent(fd: OwnedFd, dev: &str, cfg: RxConfig) -> io::Result<RxRing> {
+        check_ring(&cfg)?;
+        Self::setup(fd, dev, cfg)
+    }
+
+    /// The ring, the mapping, the binding and the fanout group on socket `fd` (which
+    /// receives nothing yet: protocol 0 until `bind`).
+    fn setup(fd: OwnedFd, dev: &str, cfg: RxConfig) -> io::Result<RxRing> {
+        let idx = ifindex(dev)?;
         setsockopt(
             &fd,
             SOL_PACKET,

@@ -4,7 +4,8 @@
 //! with AF_PACKET and a TPACKET_V3 ring ([`afpacket`]); transmit through a PACKET_TX_RING
 //! with batched kicks ([`tx`]); adaptive system-call batching for both, seed 002's
 //! Algorithms 1-2, as pure logic over the two rings ([`batching`]); veth pairs in throw-away namespaces for tests ([`netns`]).
-//! Live capture with AF_XDP into our own UMEM ([`xdp`]). eBPF socket filters with their
+//! Live capture with AF_XDP into our own UMEM ([`xdp`]). Packet sockets the daemon opens
+//! with a locked filter and lends to an unprivileged run's worker ([`lend`]). eBPF socket filters with their
 //! state in BPF maps, the NIC-FIX filters of thesis 7.3.1 ([`ebpf`]: C sources in `bpf/`,
 //! compiled by `build.rs` with clang, loaded with libbpf-rs, maps pinned on bpffs).
 //! `unsafe` lives in `afpacket`, `ebpf`, `tx` and `xdp` only.
@@ -19,6 +20,7 @@ pub mod afpacket;
 pub mod batching;
 pub mod cbpf;
 pub mod ebpf;
+pub mod lend;
 pub mod netns;
 pub mod tx;
 pub mod xdp;

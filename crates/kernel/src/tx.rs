@@ -11,7 +11,7 @@
 
 use crate::afpacket::{cvt, setsockopt};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -82,24 +82,29 @@ impl TxRing {
                 ),
             ));
         }
-        let idx = crate::afpacket::ifindex(dev)?;
+        crate::afpacket::ifindex(dev)?;
         // Protocol 0: a transmit-only socket, the kernel delivers nothing to it.
-        // SAFETY: plain socket(2) call; the result is checked and owned below.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            let e = io::Error::last_os_error();
-            let hint = if e.raw_os_error() == Some(libc::EPERM) {
-                " (transmitting needs CAP_NET_RAW: run as root or grant the capability)"
-            } else {
-                ""
-            };
+        let fd = crate::afpacket::packet_socket("transmitting")?;
+        Self::setup(fd, dev, cfg)
+    }
+
+    /// Set up the ring on a transmit socket the daemon lent (issue 33; [`crate::lend`]:
+    /// its locked filter accepts nothing, so it can never capture).
+    pub fn open_lent(fd: OwnedFd, dev: &str, cfg: TxConfig) -> io::Result<TxRing> {
+        Self::setup(fd, dev, cfg)
+    }
+
+    fn setup(fd: OwnedFd, dev: &str, cfg: TxConfig) -> io::Result<TxRing> {
+        if !cfg.frame_size.is_power_of_two() || cfg.frame_size < 2048 || cfg.frames == 0 {
             return Err(io::Error::new(
-                e.kind(),
-                format!("AF_PACKET socket: {e}{hint}"),
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "tx ring: frame size {} must be a power of two >= 2048, frames > 0",
+                    cfg.frame_size
+                ),
             ));
         }
-        // SAFETY: `raw` is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let idx = crate::afpacket::ifindex(dev)?;
         setsockopt(
             &fd,
             SOL_PACKET,

@@ -346,6 +346,10 @@ pub enum ToWorker {
         gid: u32,
         groups: Vec<u32>,
         modes: Vec<(usize, u32)>,
+        /// The privileged sockets the daemon opened for the nodes a policy template
+        /// grants (the worker of a non-root client holds no capability to open them).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        lent: Vec<LentSocket>,
     },
     /// Start the built run.
     Go {},
@@ -365,6 +369,20 @@ pub enum ToWorker {
     },
     /// Take a tap off (its last reader closed).
     Untap { tap: u64 },
+}
+
+/// A packet socket the daemon lent a worker (`kernel::lend`): inherited as descriptor
+/// `fd`, for `kind` (`rx` or `tx`) on `dev`, with the pcap-filter expression `filter`
+/// attached and locked (an `rx` socket also passes only `dev`'s frames; a `tx` socket
+/// receives nothing).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LentSocket {
+    pub kind: String,
+    pub dev: String,
+    pub fd: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
 }
 
 /// A node of a running graph, as the worker's `graph` message carries it.
