@@ -107,6 +107,16 @@ pub(crate) struct Daemon {
 impl Daemon {
     /// Start it with PipesFS mounted at `mount`, or none.
     pub(crate) fn start(bin: &Path, dir: &Path, mount: Option<&Path>) -> Result<Daemon> {
+        Self::start_with_policy(bin, dir, mount, None)
+    }
+
+    /// [`Daemon::start`] with a policy file (`--policy`).
+    pub(crate) fn start_with_policy(
+        bin: &Path,
+        dir: &Path,
+        mount: Option<&Path>,
+        policy: Option<&Path>,
+    ) -> Result<Daemon> {
         let socket = dir.join("control");
         let log = dir.join("streamlined.log");
         let logf = std::fs::File::create(&log)
@@ -116,6 +126,9 @@ impl Daemon {
             Some(m) => cmd.arg("--mount").arg(m),
             None => cmd.arg("--no-mount"),
         };
+        if let Some(p) = policy {
+            cmd.arg("--policy").arg(p);
+        }
         cmd.arg("--socket")
             .arg(&socket)
             .arg("--foreground")
@@ -964,6 +977,8 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         let rt = roundtrip(&s, rounds, calls)?;
         let (lost, lost_note) = edits(&s, edit_secs, quick)?;
         let (wall, own, tp_note) = throughput(&s, rounds, run_secs, quick)?;
+        let (granted, granted_note) =
+            crate::granted::granted_vs_root(&streamlined, &s.streamline, &s.dir, quick)?;
         let mut summary = Summary::default();
         for (k, (metric, v, note)) in rt.into_iter().enumerate() {
             summary.add(&metric, v, (k == 0).then_some(Target::AtMost(2.0)), note);
@@ -979,6 +994,12 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             wall,
             Some(Target::AtLeast(0.95)),
             tp_note,
+        );
+        summary.add(
+            "granted_capture_cpu_vs_root_capture",
+            granted,
+            Some(Target::AtMost(1.1)),
+            granted_note,
         );
         summary.add(
             "daemon_run_vs_standalone_run_elapsed",

@@ -113,7 +113,7 @@ fn stop_reader(r: Reader) -> (u64, u64) {
 
 /// One measured window of sending at `pps`: (packets sent, seconds, machine busy CPU
 /// seconds, CPU seconds of `pids`).
-fn window(
+pub(crate) fn window(
     here: &str,
     peer: &str,
     pps: u64,

@@ -15,6 +15,7 @@ mod batching;
 mod capture;
 mod child;
 mod daemon;
+mod granted;
 mod kafka;
 mod legacy;
 mod legacy_dns;

@@ -306,6 +306,45 @@ pub fn inherited_packet_socket(fd: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Take the socket's filter off (`SO_DETACH_FILTER`): what a holder of a lent socket
+/// would try in order to see more; the kernel refuses it (EPERM) once the filter is
+/// locked ([`locked_socket`]).
+pub fn detach_filter(fd: &OwnedFd) -> io::Result<()> {
+    setsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_DETACH_FILTER,
+        &0i32,
+        "detaching the socket's filter (SO_DETACH_FILTER)",
+    )
+}
+
+/// Take the lock off the socket's filter (`SO_LOCK_FILTER` 0; EPERM while locked).
+pub fn unlock_filter(fd: &OwnedFd) -> io::Result<()> {
+    setsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        SO_LOCK_FILTER,
+        &0i32,
+        "unlocking the socket's filter (SO_LOCK_FILTER 0)",
+    )
+}
+
+/// A copy of descriptor `fd` of process `pid` (`pidfd_getfd`; needs the right to ptrace
+/// it): how the trust tests act as a worker's own code would on its lent sockets.
+pub fn take_descriptor(pid: u32, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain system calls on integers; results are checked and owned below.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0) } as i32;
+    cvt(pidfd, &format!("pidfd_open({pid})"))?;
+    // SAFETY: `pidfd` is a fresh descriptor nobody else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    // SAFETY: as above.
+    let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) } as i32;
+    cvt(got, &format!("pidfd_getfd({pid}, {fd})"))?;
+    // SAFETY: `got` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(got) })
+}
+
 /// Index of a network interface, or a clear error naming it.
 pub fn ifindex(dev: &str) -> io::Result<u32> {
     let c = std::ffi::CString::new(dev).map_err(|_| {
