@@ -58,6 +58,7 @@ pub fn assume(uid: u32, gid: u32, groups: &[u32]) -> Result<(), String> {
         ("CapPrm:", "0000000000000000"),
         ("CapEff:", "0000000000000000"),
         ("CapAmb:", "0000000000000000"),
+        ("CapBnd:", "0000000000000000"),
         ("NoNewPrivs:", "1"),
     ] {
         let got = status

@@ -616,6 +616,12 @@ mod tests {
                 gid: 0,
                 groups: vec![],
                 modes: vec![(0, 0o640)],
+                lent: vec![LentSocket {
+                    kind: "rx".into(),
+                    dev: "lo".into(),
+                    fd: 4,
+                    filter: Some("udp port 53".into()),
+                }],
             },
             ToWorker::Go {},
             ToWorker::Stop { signal: 2 },
