@@ -332,8 +332,8 @@ impl Policy {
                 return Err(denied("no template grants it".into()));
             };
             let opt = |key: &str| options.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-            let dev = opt("dev")
-                .or_else(|| params.first().cloned())
+            let dev = filters::live::arg(params, options, "dev")
+                .map(str::to_string)
                 .ok_or_else(|| denied("names no device (dev=)".into()))?;
             let num = |key: &str| opt(key).and_then(|v| v.parse::<usize>().ok()).unwrap_or(1).max(1);
             let count = match kind {
@@ -399,7 +399,7 @@ impl Policy {
     }
 }
 
-/// The pcap-filter expression of a `bpf` node (`expr=` or its first parameter).
+/// The pcap-filter expression of a `bpf` node.
 fn bpf_expr(k: &NodeKind) -> Option<String> {
     match k {
         NodeKind::Filter {
@@ -407,11 +407,7 @@ fn bpf_expr(k: &NodeKind) -> Option<String> {
             params,
             options,
             ..
-        } if filter == "bpf" => options
-            .iter()
-            .find(|(k, _)| k == "expr")
-            .map(|(_, v)| v.clone())
-            .or_else(|| params.first().cloned()),
+        } if filter == "bpf" => filters::live::arg(params, options, "expr").map(str::to_string),
         _ => None,
     }
 }

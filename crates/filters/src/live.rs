@@ -471,6 +471,16 @@ impl Filter for Rx {
     }
 }
 
+/// The `key=` option of a node, or else its first parameter: the pcap-filter
+/// expression of a `bpf` node (`key` "expr"), the device of an `rx` (`key` "dev").
+pub fn arg<'a>(params: &'a [String], options: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    options
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .or_else(|| params.first().map(String::as_str))
+}
+
 /// Kernel placement (thesis 6.3.2, push processing down): `rx | bpf "E"` runs E on the
 /// capture socket, so frames it rejects are never handed to user space; `rx | flowcount`,
 /// `rx | sample N` and `rx | bytecount` run their eBPF program there, with the program's
@@ -479,20 +489,10 @@ impl Filter for Rx {
 /// pin for the NIC-FIX filters to read the maps at the end), so the graph keeps its shape
 /// and its counters show what the kernel let through. Not for `rx impl=xdp`, a filter the
 /// user or the planner placed (its side already said, `placed=user`), one pinned to
-/// another space than the `rx`, or `sample prob=`.
-/// The device of an `rx` node (`dev=` or its first parameter).
-fn rx_dev(options: &[(String, String)], kind: &lang::NodeKind) -> String {
-    options
-        .iter()
-        .find(|(k, _)| k == "dev")
-        .map(|(_, v)| v.clone())
-        .or_else(|| match kind {
-            lang::NodeKind::Filter { params, .. } => params.first().cloned(),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
+/// another space than the `rx`, or `sample prob=`. In a non-root client's worker, whose
+/// capture socket the daemon lent with the template's filter locked on it, only that
+/// same expression is placed (nothing is attached then), never an eBPF program
+/// ([`kernel::lend::kernel_filter_allowed`]); the rest runs in user space, same output.
 pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
     use lang::{NodeKind, Selector, Side};
     let edges = g.edges.clone();
@@ -519,23 +519,19 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
             ) if a == "rx"
                 && crate::find(b).is_some_and(FilterSpec::runs_after_rx_in_kernel)
                 && kernel::lend::kernel_filter_allowed(
-                    &rx_dev(ao, &g.nodes[e.from].kind),
-                    (b == "bpf")
-                        .then(|| bo.iter().find(|(k, _)| k == "expr").map(|(_, v)| v.as_str()).or_else(|| params.first().map(String::as_str)))
-                        .flatten(),
+                    match &g.nodes[e.from].kind {
+                        NodeKind::Filter { params: rp, .. } => arg(rp, ao, "dev").unwrap_or(""),
+                        _ => "",
+                    },
+                    (b == "bpf").then(|| arg(params, bo, "expr")).flatten(),
                 )
                 && ap.kernel.is_none()
                 && !ao.iter().any(|(k, v)| k == "impl" && v == "xdp")
                 && bp.side.is_none() =>
             {
                 if b == "bpf" {
-                    match bo
-                        .iter()
-                        .find(|(k, _)| k == "expr")
-                        .map(|(_, v)| v.clone())
-                        .or_else(|| params.first().cloned())
-                    {
-                        Some(x) => (KernelAttach::Cbpf(x), None),
+                    match arg(params, bo, "expr") {
+                        Some(x) => (KernelAttach::Cbpf(x.to_string()), None),
                         None => continue,
                     }
                 } else {
