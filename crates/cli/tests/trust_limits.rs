@@ -179,10 +179,9 @@ fn idle_connections_of_one_user_leave_room_for_root_and_others() {
 
 #[test]
 fn unactivated_opens_beyond_the_limit_are_refused_and_start_no_worker() {
-    let d = Daemon::start(
-        "lim-opens",
-        Some("[limits]\nunactivated_runs_per_user = 3\n"),
-    );
+    // The default limit: 8 (the policy file's `[limits]` is tried in
+    // `limits_come_from_the_policy_file`).
+    let d = Daemon::start("lim-opens", None);
     // Over two connections: the limit is the user's, not the connection's.
     let c = connect_as(NOBODY, 2, &d.socket);
     for s in &c {
@@ -190,7 +189,7 @@ fn unactivated_opens_beyond_the_limit_are_refused_and_start_no_worker() {
     }
     let mut opened = Vec::new();
     let mut refused = Vec::new();
-    for k in 0..6u64 {
+    for k in 0..12u64 {
         match open(
             &c[(k % 2) as usize],
             10 + k,
@@ -201,19 +200,18 @@ fn unactivated_opens_beyond_the_limit_are_refused_and_start_no_worker() {
             r => refused.push(r),
         }
     }
-    assert_eq!(opened.len(), 3, "refused: {refused:?}");
+    assert_eq!(opened.len(), 8, "refused: {refused:?}");
     let (code, why) = error(&refused[0]);
     assert_eq!(code, "EAGAIN");
     assert!(
-        why.contains("uid 65534 has 3 runs opened and not activated")
-            && why.contains("limit unactivated_runs_per_user = 3 in the policy")
-            && why.contains("policy.toml"),
+        why.contains("uid 65534 has 8 runs opened and not activated")
+            && why.contains("limit unactivated_runs_per_user = 8"),
         "{why}"
     );
     let w = workers(&d);
     assert!(
-        w.len() <= 3,
-        "{} worker processes for 3 runs allowed: {w:?}",
+        w.len() <= 8,
+        "{} worker processes for 8 runs allowed: {w:?}",
         w.len()
     );
     // Activating one makes room for one more.
@@ -291,7 +289,8 @@ fn a_huge_ring_or_buffer_is_refused_naming_the_limit() {
 
 #[test]
 fn a_frame_started_and_never_finished_is_closed_after_the_timeout() {
-    let d = Daemon::start("lim-frame", Some("[limits]\nframe_timeout_s = 1\n"));
+    // The default frame timeout (10 s).
+    let d = Daemon::start("lim-frame", None);
     let c = connect_as(NOBODY, 2, &d.socket);
     let (idle, stalled) = (&c[0], &c[1]);
     assert!(matches!(hello(idle), Reply::Welcome { .. }));
@@ -299,14 +298,14 @@ fn a_frame_started_and_never_finished_is_closed_after_the_timeout() {
     // Two bytes of a length word, and nothing more.
     std::io::Write::write_all(&mut &*stalled, &[0x20, 0]).unwrap();
     // Others are served meanwhile.
-    assert!(d.cli().arg("ps").status().unwrap().success());
+    assert!(d.cli().arg("ps").output().unwrap().status.success());
     let r = answer(stalled).unwrap_or_else(|e| {
         panic!("the stalled connection was not answered within {WATCHDOG:?}: {e}")
     });
     let (code, why) = error(&r);
     assert_eq!(code, "EPROTO");
     assert!(
-        why.contains("frame timeout") && why.contains("limit frame_timeout_s = 1"),
+        why.contains("frame timeout") && why.contains("limit frame_timeout_s = 10"),
         "{why}"
     );
     assert!(
@@ -322,6 +321,51 @@ fn a_frame_started_and_never_finished_is_closed_after_the_timeout() {
         !audit_lines(&d, "protocol_error", &["uid=65534 ", "frame timeout"]).is_empty(),
         "{}",
         d.log()
+    );
+}
+
+#[test]
+fn limits_come_from_the_policy_file() {
+    let d = Daemon::start(
+        "lim-policy",
+        Some("[limits]\nconnections_per_user = 2\nunactivated_runs_per_user = 1\nmax_ring = \"16M\"\n"),
+    );
+    let policy = d.dir.join("policy.toml").display().to_string();
+    let c = connect_as(NOBODY, 3, &d.socket);
+    assert!(matches!(hello(&c[0]), Reply::Welcome { .. }));
+    assert!(matches!(hello(&c[1]), Reply::Welcome { .. }));
+    let r = hello(&c[2]);
+    let (code, why) = error(&r);
+    assert_eq!(code, "EAGAIN");
+    assert!(
+        why.contains(&format!(
+            "uid 65534 has 2 connections open (limit connections_per_user = 2 in the policy {policy})"
+        )),
+        "{why}"
+    );
+    assert!(matches!(
+        open(&c[0], 2, "gen | count", RunOptions::default()),
+        Reply::Opened { .. }
+    ));
+    let r = open(&c[1], 2, "gen | count", RunOptions::default());
+    let (code, why) = error(&r);
+    assert_eq!(code, "EAGAIN");
+    assert!(
+        why.contains(&format!(
+            "limit unactivated_runs_per_user = 1 in the policy {policy}"
+        )),
+        "{why}"
+    );
+    let big = RunOptions {
+        ring: 32 << 20,
+        ..RunOptions::default()
+    };
+    let r = open(&c[1], 3, "gen | count", big);
+    let (code, why) = error(&r);
+    assert_eq!(code, "E2BIG");
+    assert!(
+        why.contains(&format!("limit max_ring = \"16M\" in the policy {policy}")),
+        "{why}"
     );
 }
 
