@@ -507,13 +507,17 @@ fn recv_frame_by(
     timeout: Option<std::time::Duration>,
 ) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtoError> {
     let mut len = [0u8; 4];
-    let (n, fds) = beltway::sys::recv_fds(sock, &mut len[..1], MAX_FDS).map_err(|e| {
-        if e.kind() == io::ErrorKind::InvalidData {
-            ProtoError::TooManyFds(MAX_FDS + 1)
-        } else {
-            ProtoError::Io(e)
+    // A signal handled while waiting is no reason to give up the connection.
+    let (n, fds) = loop {
+        match beltway::sys::recv_fds(sock, &mut len[..1], MAX_FDS) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                return Err(ProtoError::TooManyFds(MAX_FDS + 1))
+            }
+            Err(e) => return Err(ProtoError::Io(e)),
+            Ok(r) => break r,
         }
-    })?;
+    };
     if n == 0 {
         return Err(ProtoError::Closed);
     }
