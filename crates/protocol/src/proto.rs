@@ -525,13 +525,13 @@ fn recv_frame_by(
         at: std::time::Instant::now() + t,
         timeout: t,
     });
-    read_exact(sock, &mut len[1..], 4, by.map(|d| (d, 1)))?;
+    read_exact(sock, &mut len[1..], 4, by.map(|d| (d, 1, 4)))?;
     let want = u32::from_le_bytes(len) as usize;
     if want == 0 || want > MAX_FRAME {
         return Err(ProtoError::Length(want as u64));
     }
     let mut body = vec![0u8; want];
-    read_exact(sock, &mut body, want, by.map(|d| (d, 4)))?;
+    read_exact(sock, &mut body, want, by.map(|d| (d, 4, 4 + want)))?;
     Ok((body, fds))
 }
 
@@ -543,12 +543,12 @@ struct Deadline {
 }
 
 /// Fill `buf` (`want` bytes of a frame's part; with a deadline, `before` bytes of the
-/// frame came before this part).
+/// frame came before this part, and the frame has `total`).
 fn read_exact(
     sock: &UnixStream,
     buf: &mut [u8],
     want: usize,
-    by: Option<(Deadline, usize)>,
+    by: Option<(Deadline, usize, usize)>,
 ) -> Result<(), ProtoError> {
     let mut got = 0;
     while got < buf.len() {
@@ -566,11 +566,11 @@ fn read_exact(
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && by.is_some() => {
-                let (d, before) = by.expect("checked");
+                let (d, before, total) = by.expect("checked");
                 let left = d.at.saturating_duration_since(std::time::Instant::now());
                 let late = ProtoError::FrameTimeout {
                     got: before + got,
-                    want: if before == 0 { 4 } else { 4 + want },
+                    want: total,
                     timeout: d.timeout,
                 };
                 if left.is_zero() {
