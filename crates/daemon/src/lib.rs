@@ -7,8 +7,9 @@
 //! Modules: `proto` and `client` (the control protocol and its client side, from the
 //! `protocol` crate, re-exported), `policy` (who may run what), `server` (the daemon itself),
 //! `reclaim` (what a killed daemon left behind), `pipesfs` (the live graph as a FUSE
-//! filesystem).
+//! filesystem), `audit` (the daemon's record: a log line for everything done to a run).
 
+pub mod audit;
 pub use protocol::client;
 pub mod pipesfs;
 pub mod policy;

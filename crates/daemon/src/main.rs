@@ -31,7 +31,8 @@ struct Args {
     /// this program).
     #[arg(long)]
     worker: Option<PathBuf>,
-    /// Most client connections at once.
+    /// Most connections of unprivileged users at once, all users together (root's are
+    /// not counted, nor ever refused); per user, the policy's `connections_per_user`.
     #[arg(long, default_value_t = 256)]
     max_clients: usize,
     /// Where to mount PipesFS, the live graph as a filesystem.

@@ -24,6 +24,25 @@
 //! template = 'rx dev=veth0 | bpf "udp port 53"'
 //! mode = "0640"                   # the captured stream's mode (default 0600)
 //! ```
+//!
+//! The `[limits]` table bounds what one unprivileged user can take of the daemon (root is
+//! not limited). Every key is optional; without a policy file, or without the key, the
+//! default below holds. A refusal names the key, its value and where it came from.
+//!
+//! ```toml
+//! [limits]
+//! connections_per_user = 32       # connections open at once (EAGAIN beyond)
+//! unactivated_runs_per_user = 8   # runs opened and not yet activated (EAGAIN beyond)
+//! runs_per_user = 64              # runs built or running, detached ones too (EAGAIN)
+//! max_ring = "1G"                 # largest ring or buffer one value may ask for (E2BIG):
+//!                                 # the run's ring (`--ring`), a node's `size=`, and every
+//!                                 # filter parameter declared as memory (`Param::memory`)
+//! frame_timeout_s = 10            # a frame's bytes must all arrive within this many
+//!                                 # seconds of its first byte (EPROTO, connection closed)
+//! ```
+//!
+//! The daemon's `--max-clients` caps unprivileged connections of all users together;
+//! root's connections are never refused, so one user at its limit cannot lock root out.
 
 use lang::{Graph, NodeKind};
 use serde::Deserialize;
@@ -34,6 +53,56 @@ use std::path::{Path, PathBuf};
 struct File {
     #[serde(default)]
     grant: Vec<RawGrant>,
+    #[serde(default)]
+    limits: Option<RawLimits>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    connections_per_user: Option<toml::Value>,
+    unactivated_runs_per_user: Option<toml::Value>,
+    runs_per_user: Option<toml::Value>,
+    max_ring: Option<toml::Value>,
+    frame_timeout_s: Option<toml::Value>,
+}
+
+/// What one unprivileged user may take of the daemon (the `[limits]` table; see the module
+/// docs). Root is not limited.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Connections one user may have open at once.
+    pub connections_per_user: usize,
+    /// Runs one user may have opened and not yet activated (each is a worker process).
+    pub unactivated_runs_per_user: usize,
+    /// Runs one user may have built or running (detached ones included).
+    pub runs_per_user: usize,
+    /// The largest ring or buffer, in bytes, one value of a run may ask for.
+    pub max_ring: u64,
+    /// How long a frame may take to arrive once its first byte has.
+    pub frame_timeout: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            connections_per_user: 32,
+            unactivated_runs_per_user: 8,
+            runs_per_user: 64,
+            max_ring: 1 << 30,
+            frame_timeout: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+/// A byte count as people write it: 1073741824, 1G, 512M, 64K.
+pub fn show_bytes(n: u64) -> String {
+    for (unit, shift) in [("G", 30), ("M", 20), ("K", 10)] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -58,11 +127,14 @@ pub struct Grant {
     pub mode: u32,
 }
 
-/// The policy: where it came from and its grants.
+/// The policy: where it came from, its grants and its limits.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     pub path: Option<PathBuf>,
     pub grants: Vec<Grant>,
+    pub limits: Limits,
+    /// The name the text was parsed under (the file's path), for refusals.
+    origin: Option<String>,
 }
 
 /// The client, as access control sees it.
@@ -121,6 +193,79 @@ pub enum PolicyError {
         template: String,
         why: String,
     },
+    #[error("policy {path}: [limits] {key} = {value}: {why}")]
+    Limit {
+        path: String,
+        key: &'static str,
+        value: String,
+        why: String,
+    },
+}
+
+impl RawLimits {
+    /// Check every key given and fill in the defaults of the others.
+    fn check(&self, path: &str) -> Result<Limits, PolicyError> {
+        let bad = |key: &'static str, v: &toml::Value, why: &str| PolicyError::Limit {
+            path: path.into(),
+            key,
+            value: v.to_string(),
+            why: why.into(),
+        };
+        let count = |key: &'static str, v: &Option<toml::Value>, default: usize| match v {
+            None => Ok(default),
+            Some(x) => x
+                .as_integer()
+                .filter(|n| (1..=1 << 20).contains(n))
+                .map(|n| n as usize)
+                .ok_or_else(|| bad(key, x, "expected a whole number from 1 to 1048576")),
+        };
+        let d = Limits::default();
+        let max_ring = match &self.max_ring {
+            None => d.max_ring,
+            Some(x) => {
+                let n = match x {
+                    toml::Value::Integer(n) => u64::try_from(*n).ok(),
+                    toml::Value::String(t) => dataplane::filter::parse_size(t),
+                    _ => None,
+                };
+                n.filter(|n| *n >= 1 << 16).ok_or_else(|| {
+                    bad(
+                        "max_ring",
+                        x,
+                        "expected a size of at least 64K, as bytes or with a suffix (\"1G\", \"512M\")",
+                    )
+                })?
+            }
+        };
+        let frame_timeout = match &self.frame_timeout_s {
+            None => d.frame_timeout,
+            Some(x) => {
+                let secs = match x {
+                    toml::Value::Integer(n) => Some(*n as f64),
+                    toml::Value::Float(f) => Some(*f),
+                    _ => None,
+                };
+                secs.filter(|s| (0.1..=3600.0).contains(s))
+                    .map(std::time::Duration::from_secs_f64)
+                    .ok_or_else(|| bad("frame_timeout_s", x, "expected seconds from 0.1 to 3600"))?
+            }
+        };
+        Ok(Limits {
+            connections_per_user: count(
+                "connections_per_user",
+                &self.connections_per_user,
+                d.connections_per_user,
+            )?,
+            unactivated_runs_per_user: count(
+                "unactivated_runs_per_user",
+                &self.unactivated_runs_per_user,
+                d.unactivated_runs_per_user,
+            )?,
+            runs_per_user: count("runs_per_user", &self.runs_per_user, d.runs_per_user)?,
+            max_ring,
+            frame_timeout,
+        })
+    }
 }
 
 fn resolve_user(s: &str) -> Option<u32> {
@@ -210,7 +355,100 @@ impl Policy {
                 mode,
             });
         }
-        Ok(Policy { path: None, grants })
+        let limits = match &f.limits {
+            Some(l) => l.check(path)?,
+            None => Limits::default(),
+        };
+        Ok(Policy {
+            path: None,
+            grants,
+            limits,
+            origin: Some(path.to_string()),
+        })
+    }
+
+    /// Where a limit's value comes from, for a refusal: `limit KEY = VALUE in the policy
+    /// PATH` (set there, or its default: the administrator changes it there), or `...,
+    /// the default: no policy file`.
+    pub fn limit_note(&self, key: &str, value: impl std::fmt::Display) -> String {
+        match &self.origin {
+            Some(p) => format!("limit {key} = {value} in the policy {p}"),
+            None => format!("limit {key} = {value}, the default: no policy file"),
+        }
+    }
+
+    /// Why `bytes` asked for by `what` exceed `max_ring` for `who`.
+    fn too_big(&self, what: &str, bytes: u64, who: &Cred) -> String {
+        let max = self.limits.max_ring;
+        format!(
+            "{what} asks for {bytes} bytes ({}); uid {} may ask for at most {} per ring or buffer ({})",
+            show_bytes(bytes),
+            who.uid,
+            show_bytes(max),
+            self.limit_note("max_ring", format!("\"{}\"", show_bytes(max)))
+        )
+    }
+
+    /// Check a run's ring (`RunOptions::ring`, `--ring`) against `max_ring` (root is not
+    /// limited).
+    pub fn check_ring(&self, ring: u64, who: &Cred) -> Result<(), String> {
+        if who.root() || ring <= self.limits.max_ring {
+            return Ok(());
+        }
+        Err(self.too_big("the run's ring (ring, --ring)", ring, who))
+    }
+
+    /// Check the sizes a graph asks for against `max_ring`: every node's `size=` option (an
+    /// exported stream's ring) and every filter parameter declared as memory
+    /// (`Param::memory`; `params` answers a filter's declared parameters). Root is not
+    /// limited. Call it on the graph of a new run and on the graph an edit would make.
+    pub fn check_sizes(
+        &self,
+        g: &Graph,
+        who: &Cred,
+        params: &dyn Fn(&str) -> Option<&'static [dataplane::Param]>,
+    ) -> Result<(), Denied> {
+        if who.root() {
+            return Ok(());
+        }
+        let max = self.limits.max_ring;
+        for n in &g.nodes {
+            let NodeKind::Filter {
+                filter,
+                params: pos,
+                options: opts,
+                ..
+            } = &n.kind
+            else {
+                continue;
+            };
+            let deny = |what: String, bytes: u64| Denied {
+                node: dataplane::runtime::base_name(n),
+                span: n.span,
+                why: self.too_big(&what, bytes, who),
+            };
+            if let Some(v) = opts.iter().find(|(k, _)| k == "size").map(|(_, v)| v) {
+                if let Some(b) = dataplane::filter::parse_size(v).filter(|b| *b > max) {
+                    return Err(deny(format!("size={v} (its stream's ring)"), b));
+                }
+            }
+            let Some(decl) = params(filter) else {
+                continue;
+            };
+            for p in decl.iter().filter(|p| p.memory > 0) {
+                let given = opts
+                    .iter()
+                    .find(|(k, _)| k == p.name)
+                    .map(|(_, v)| v.as_str())
+                    .or_else(|| p.position.and_then(|i| pos.get(i)).map(|v| v.as_str()));
+                if let Some(v) = given {
+                    if let Some(b) = p.memory_of(v).filter(|b| *b > max) {
+                        return Err(deny(format!("{}={v}", p.name), b));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn source(&self) -> String {
@@ -616,6 +854,105 @@ mode = "0640"
                 .to_string();
             assert!(e.contains(want) && e.contains("p.toml"), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn limits_have_defaults_and_bad_ones_are_refused_naming_the_key() {
+        let p = Policy::parse("", "p.toml", &filters::Natives).unwrap();
+        assert_eq!(p.limits, Limits::default());
+        let p = Policy::parse(
+            "[limits]\nconnections_per_user = 4\nunactivated_runs_per_user = 2\nruns_per_user = 3\nmax_ring = \"256M\"\nframe_timeout_s = 1.5\n",
+            "p.toml",
+            &filters::Natives,
+        )
+        .unwrap();
+        assert_eq!(
+            p.limits,
+            Limits {
+                connections_per_user: 4,
+                unactivated_runs_per_user: 2,
+                runs_per_user: 3,
+                max_ring: 256 << 20,
+                frame_timeout: std::time::Duration::from_millis(1500),
+            }
+        );
+        assert_eq!(
+            Policy::parse("[limits]\nmax_ring = 1048576\n", "p", &filters::Natives)
+                .unwrap()
+                .limits
+                .max_ring,
+            1 << 20
+        );
+        for (text, want) in [
+            (
+                "[limits]\nconnections_per_user = 0\n",
+                "connections_per_user = 0: expected a whole number",
+            ),
+            (
+                "[limits]\nruns_per_user = \"many\"\n",
+                "runs_per_user = \"many\"",
+            ),
+            (
+                "[limits]\nmax_ring = \"huge\"\n",
+                "max_ring = \"huge\": expected a size",
+            ),
+            ("[limits]\nmax_ring = 100\n", "at least 64K"),
+            (
+                "[limits]\nframe_timeout_s = 0\n",
+                "frame_timeout_s = 0: expected seconds",
+            ),
+            ("[limits]\nconections_per_user = 3\n", "unknown field"),
+        ] {
+            let e = Policy::parse(text, "p.toml", &filters::Natives)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want) && e.contains("p.toml"), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn sizes_beyond_max_ring_are_refused_naming_the_limit() {
+        let p = Policy::parse(
+            "[limits]\nmax_ring = \"64M\"\n",
+            "p.toml",
+            &filters::Natives,
+        )
+        .unwrap();
+        let params = |f: &str| filters::find(f).map(|s| s.params);
+        let sizes = |t: &str, who: &Cred| p.check_sizes(&parse(t), who, &params);
+        // The run's ring.
+        let e = p.check_ring(1 << 62, &nobody()).unwrap_err();
+        assert!(
+            e.contains("4611686018427387904 bytes")
+                && e.contains("limit max_ring = \"64M\"")
+                && e.contains("uid 65534"),
+            "{e}"
+        );
+        assert!(p.check_ring(64 << 20, &nobody()).is_ok());
+        // A stream's ring, a declared memory parameter (by key and by position).
+        for (t, node, what) in [
+            ("gen | count size=1G", "count", "size=1G"),
+            ("rx dev=lo blocks=4096 | count", "rx", "blocks=4096"),
+            ("stdin size=2G | count", "stdin", "size=2G"),
+            ("netin port=7000 window=1G | count", "netin", "window=1G"),
+        ] {
+            let e = sizes(t, &nobody()).unwrap_err();
+            assert_eq!(e.node, node, "{t}");
+            assert!(
+                e.why.contains(what) && e.why.contains("max_ring"),
+                "{t}: {e}"
+            );
+        }
+        assert!(sizes("gen size=1500 | count size=16M", &nobody()).is_ok());
+        assert!(sizes("rx dev=lo blocks=64 | count", &nobody()).is_ok());
+        // Root is not limited.
+        let root = Cred {
+            uid: 0,
+            gid: 0,
+            groups: vec![0],
+        };
+        assert!(p.check_ring(1 << 40, &root).is_ok());
+        assert!(sizes("gen | count size=1G", &root).is_ok());
     }
 
     #[test]

@@ -8,17 +8,18 @@
 //! it with the client's identity and talks to us over a socket pair), the policy's
 //! rules (`policy`), the wire format (`proto`).
 
+use crate::audit;
 use crate::policy::{Cred, Policy};
 use crate::proto::{
     self, BpfInsn, FromWorker, GraphNode, Msg, NodeCounters, Peer, ProtoError, Reply, Request,
     RunInfo, RunOptions, TapFilter, ToWorker,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,8 @@ pub struct Config {
     pub policy: Policy,
     /// The `streamline` program that runs a pipeline (`__worker`).
     pub worker: PathBuf,
-    /// Most client connections at once; more are told EAGAIN and closed.
+    /// Most unprivileged client connections at once, of all users together; more are told
+    /// EAGAIN and closed. Root's connections are not counted and never refused.
     pub max_clients: usize,
     /// How long a new connection may take to say hello.
     pub hello_timeout: Duration,
@@ -162,7 +164,11 @@ pub struct Daemon {
     runs: Mutex<BTreeMap<u64, Arc<Run>>>,
     next_run: AtomicU64,
     next_conn: AtomicU64,
-    clients: AtomicUsize,
+    /// Connections open, per user (the limits: `connections_per_user`, `--max-clients`).
+    conns: Mutex<Conns>,
+    /// Opens under way per user, not yet in `runs` (counted with the runs it has, so two
+    /// opens at once cannot both take the last place).
+    opening: Mutex<BTreeMap<u32, usize>>,
     /// Set when the daemon is told to stop.
     pub quit: Arc<AtomicBool>,
     /// Shared captures (`capture` of an interface): per device, the run capturing it and
@@ -173,11 +179,55 @@ pub struct Daemon {
     subs: Mutex<BTreeMap<u64, Vec<Subscription>>>,
 }
 
-fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map_or_else(|| uid.to_string(), |u| u.name)
+/// The connections open: per uid, and the unprivileged ones together.
+#[derive(Default)]
+struct Conns {
+    per_user: BTreeMap<u32, usize>,
+    unprivileged: usize,
+    /// Users whose refusal is in the log already (once until one of theirs closes).
+    logged: BTreeSet<u32>,
+}
+
+/// A connection's place in the count, given back when it ends.
+struct ConnSlot {
+    d: Arc<Daemon>,
+    uid: u32,
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        let mut c = self.d.conns.lock().expect("not poisoned");
+        if let Some(n) = c.per_user.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                c.per_user.remove(&self.uid);
+            }
+        }
+        if self.uid != 0 {
+            c.unprivileged -= 1;
+        }
+        c.logged.remove(&self.uid);
+    }
+}
+
+/// An open under way (counted in `Daemon::opening` until it is in the table or failed).
+struct OpenSlot<'a> {
+    d: &'a Daemon,
+    uid: Option<u32>,
+}
+
+impl Drop for OpenSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(uid) = self.uid {
+            let mut o = self.d.opening.lock().expect("not poisoned");
+            if let Some(n) = o.get_mut(&uid) {
+                *n -= 1;
+                if *n == 0 {
+                    o.remove(&uid);
+                }
+            }
+        }
+    }
 }
 
 /// A legacy reader's subscription: (run, subscription id, the shared capture's device if
@@ -198,7 +248,8 @@ impl Daemon {
             runs: Mutex::new(BTreeMap::new()),
             next_run: AtomicU64::new(1),
             next_conn: AtomicU64::new(1),
-            clients: AtomicUsize::new(0),
+            conns: Mutex::new(Conns::default()),
+            opening: Mutex::new(BTreeMap::new()),
             quit: Arc::new(AtomicBool::new(false)),
             captures: Mutex::new(BTreeMap::new()),
             subs: Mutex::new(BTreeMap::new()),
@@ -218,36 +269,33 @@ impl Daemon {
             let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(200u16));
             match listener.accept() {
                 Ok((sock, _)) => {
-                    let _ = sock.set_nonblocking(false);
-                    if self.clients.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_clients {
-                        self.clients.fetch_sub(1, Ordering::AcqRel);
-                        let _ = proto::send(
-                            &sock,
-                            &Msg {
-                                id: 0,
-                                body: refuse(
-                                    libc::EAGAIN,
-                                    format!(
-                                        "too many clients (at most {} at once); try again",
-                                        self.cfg.max_clients
-                                    ),
-                                ),
-                            },
-                            &[],
-                        );
+                    // Who it is, as the kernel says, decides which count it joins.
+                    let Ok(peer) = proto::peer(&sock) else {
                         continue;
-                    }
+                    };
+                    let slot = match self.admit(peer.uid) {
+                        Ok(s) => s,
+                        Err(why) => {
+                            // Still non-blocking: a refusal never waits for its reader.
+                            let _ = proto::send(
+                                &sock,
+                                &Msg {
+                                    id: 0,
+                                    body: refuse(libc::EAGAIN, why),
+                                },
+                                &[],
+                            );
+                            continue;
+                        }
+                    };
+                    let _ = sock.set_nonblocking(false);
                     let d = self.clone();
-                    let spawned =
-                        std::thread::Builder::new()
-                            .name("sl-client".into())
-                            .spawn(move || {
-                                d.connection(sock);
-                                d.clients.fetch_sub(1, Ordering::AcqRel);
-                            });
-                    if spawned.is_err() {
-                        self.clients.fetch_sub(1, Ordering::AcqRel);
-                    }
+                    let _ = std::thread::Builder::new()
+                        .name("sl-client".into())
+                        .spawn(move || {
+                            d.connection(sock, peer);
+                            drop(slot);
+                        });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -261,6 +309,94 @@ impl Daemon {
         Ok(())
     }
 
+    /// Count a new connection of `uid`, or say which limit turns it away. Root is never
+    /// refused (nor counted against `--max-clients`): one user at its limit, or many users
+    /// together, cannot lock the administrator out.
+    fn admit(self: &Arc<Self>, uid: u32) -> Result<ConnSlot, String> {
+        let lim = &self.cfg.policy.limits;
+        let mut c = self.conns.lock().expect("not poisoned");
+        let mine = c.per_user.get(&uid).copied().unwrap_or(0);
+        if uid != 0 {
+            let why = if mine >= lim.connections_per_user {
+                Some(format!(
+                    "uid {uid} has {mine} connections open ({})",
+                    self.cfg
+                        .policy
+                        .limit_note("connections_per_user", lim.connections_per_user)
+                ))
+            } else if c.unprivileged >= self.cfg.max_clients {
+                Some(format!(
+                    "too many clients: {} connections of unprivileged users are open (at most {} at once, streamlined --max-clients; root's are not counted); try again",
+                    c.unprivileged, self.cfg.max_clients
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                if c.logged.insert(uid) {
+                    audit::connection_refused(uid, &why);
+                }
+                return Err(why);
+            }
+            c.unprivileged += 1;
+        }
+        *c.per_user.entry(uid).or_default() += 1;
+        Ok(ConnSlot {
+            d: self.clone(),
+            uid,
+        })
+    }
+
+    /// Count an open by `who` under way, or say which limit refuses it: the runs it has
+    /// opened and not activated, and all its runs (root is not limited).
+    fn reserve_open(&self, who: &Cred) -> Result<OpenSlot<'_>, Reply> {
+        if who.root() {
+            return Ok(OpenSlot { d: self, uid: None });
+        }
+        let lim = &self.cfg.policy.limits;
+        let mut opening = self.opening.lock().expect("not poisoned");
+        let pending = opening.get(&who.uid).copied().unwrap_or(0);
+        let (mut built, mut live) = (pending, pending);
+        for r in self.runs.lock().expect("not poisoned").values() {
+            if r.owner.uid == who.uid {
+                match r.state() {
+                    State::Built => {
+                        built += 1;
+                        live += 1
+                    }
+                    State::Running => live += 1,
+                    State::Finished(_) => {}
+                }
+            }
+        }
+        let pol = &self.cfg.policy;
+        if built >= lim.unactivated_runs_per_user {
+            return Err(refuse(
+                libc::EAGAIN,
+                format!(
+                    "uid {} has {built} runs opened and not activated ({}); activate or close them first",
+                    who.uid,
+                    pol.limit_note("unactivated_runs_per_user", lim.unactivated_runs_per_user)
+                ),
+            ));
+        }
+        if live >= lim.runs_per_user {
+            return Err(refuse(
+                libc::EAGAIN,
+                format!(
+                    "uid {} has {live} runs ({}); stop some first",
+                    who.uid,
+                    pol.limit_note("runs_per_user", lim.runs_per_user)
+                ),
+            ));
+        }
+        *opening.entry(who.uid).or_default() += 1;
+        Ok(OpenSlot {
+            d: self,
+            uid: Some(who.uid),
+        })
+    }
+
     /// Stop every run (the daemon is going away).
     pub fn shutdown(&self) {
         let runs: Vec<Arc<Run>> = self
@@ -271,18 +407,23 @@ impl Daemon {
             .cloned()
             .collect();
         for r in runs {
+            if r.state() == State::Running {
+                audit::stopped(
+                    r.owner.uid,
+                    r.id,
+                    &r.pipeline,
+                    0,
+                    "the daemon is shutting down",
+                );
+            }
             r.stop(libc::SIGTERM, Duration::from_secs(5));
         }
     }
 
     /// One client connection: handshake, then requests until it closes. Whatever the
     /// connection left half-built is rolled back at the end.
-    fn connection(self: &Arc<Self>, sock: UnixStream) {
+    fn connection(self: &Arc<Self>, sock: UnixStream, peer: Peer) {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let peer = match proto::peer(&sock) {
-            Ok(p) => p,
-            Err(_) => return,
-        };
         let cred = Cred::of(peer.uid, peer.gid);
         let out = match sock.try_clone() {
             Ok(s) => Arc::new(Mutex::new(s)),
@@ -293,10 +434,14 @@ impl Daemon {
             let s = out.lock().expect("not poisoned");
             proto::send(&s, m, &raw)
         };
-        // The handshake, with a deadline (a client that connects and says nothing does not
-        // keep a thread forever).
+        // The handshake, with a deadline (a client that connects and says nothing, or
+        // trickles its hello, does not keep a thread forever). A reply the client does not
+        // read within the frame timeout fails (and the connection ends) rather than
+        // holding this thread, or a run's events, forever.
+        let timeout = self.cfg.policy.limits.frame_timeout;
+        let _ = sock.set_write_timeout(Some(timeout));
         let _ = sock.set_read_timeout(Some(self.cfg.hello_timeout));
-        match proto::recv::<Request>(&sock) {
+        match proto::recv_within::<Request>(&sock, self.cfg.hello_timeout) {
             Ok((
                 Msg {
                     id,
@@ -347,17 +492,29 @@ impl Daemon {
             }
         }
         let _ = sock.set_read_timeout(None);
+        // Between frames a client may be idle as long as it likes; a frame once started
+        // must arrive whole within the frame timeout.
         loop {
-            let (msg, fds) = match proto::recv::<Request>(&sock) {
+            let (msg, fds) = match proto::recv_within::<Request>(&sock, timeout) {
                 Ok(m) => m,
                 Err(ProtoError::Closed) | Err(ProtoError::Io(_)) => break,
                 Err(e) => {
-                    // Garbage, truncated or oversized: say why and close (the stream can no
-                    // longer be trusted to be at a frame boundary).
+                    // Garbage, truncated, oversized or stalled: say why and close (the
+                    // stream can no longer be trusted to be at a frame boundary).
+                    let why = match &e {
+                        ProtoError::FrameTimeout { timeout, .. } => format!(
+                            "{e} ({}); closing the connection",
+                            self.cfg
+                                .policy
+                                .limit_note("frame_timeout_s", timeout.as_secs_f64())
+                        ),
+                        _ => e.to_string(),
+                    };
+                    audit::protocol_error(peer.uid, &why);
                     let _ = send(
                         &Msg {
                             id: 0,
-                            body: refuse(libc::EPROTO, e.to_string()),
+                            body: refuse(libc::EPROTO, why),
                         },
                         &[],
                     );
@@ -401,6 +558,15 @@ impl Daemon {
             .collect();
         for r in mine {
             let built = r.state() == State::Built;
+            if !built {
+                audit::stopped(
+                    r.owner.uid,
+                    r.id,
+                    &r.pipeline,
+                    r.owner.uid,
+                    "its client's connection ended (an attached run)",
+                );
+            }
             r.stop(if built { 0 } else { libc::SIGHUP }, Duration::from_secs(5));
             if built {
                 // Never activated: the transaction is undone; the worker's rollback has run
@@ -478,7 +644,18 @@ impl Daemon {
                 pipeline,
                 options,
                 fds: n,
-            } => self.open(conn, who, pipeline, options, n, fds),
+            } => {
+                let text = pipeline.clone();
+                let r = self.open(conn, who, pipeline, options, n, fds);
+                match &r {
+                    Ok((Reply::Opened { run, .. }, _)) => audit::opened(who, *run, &text),
+                    Err(Reply::Error { errno, message, .. }) => {
+                        audit::refused(who, &text, *errno, message)
+                    }
+                    _ => {}
+                }
+                r
+            }
             Request::Activate { run, detach } => {
                 let r = self.run_for(run, who)?;
                 activate(&r, conn, detach)?;
@@ -488,6 +665,13 @@ impl Daemon {
                 let r = self.run_for(run, who)?;
                 r.tell(ToWorker::Stop { signal })
                     .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
+                audit::stopped(
+                    r.owner.uid,
+                    run,
+                    &r.pipeline,
+                    who.uid,
+                    &format!("a stop request (signal {signal})"),
+                );
                 Ok((Reply::Done {}, vec![]))
             }
             Request::Attach { run } => {
@@ -665,6 +849,13 @@ impl Daemon {
                 let run = *run;
                 caps.remove(device);
                 if let Some(r) = self.run(run) {
+                    audit::stopped(
+                        r.owner.uid,
+                        run,
+                        &r.pipeline,
+                        0,
+                        "the last reader of the shared capture left",
+                    );
                     let _ = r.tell(ToWorker::Stop { signal: 0 });
                 }
             }
@@ -693,7 +884,7 @@ impl Daemon {
             edit: edit.to_string(),
         })
         .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
-        match rx.recv_timeout(Duration::from_secs(30)) {
+        let answer = match rx.recv_timeout(Duration::from_secs(30)) {
             Ok((true, text, _)) => Ok(text),
             Ok((false, text, errno)) => {
                 Err(refuse(if errno == 0 { libc::EINVAL } else { errno }, text))
@@ -705,7 +896,9 @@ impl Daemon {
                     format!("run {run} did not apply the edit `{edit}` (it ended, or is stalled)"),
                 ))
             }
-        }
+        };
+        audit::edited(who, run, edit, &answer);
+        answer
     }
 
     /// Tap a node of run `run` (PipesFS opened its `all`). The access check is the
@@ -765,7 +958,15 @@ impl Daemon {
     pub(crate) fn stop_run(&self, run: u64, who: &Cred) -> Result<(), Reply> {
         let r = self.run_for(run, who)?;
         r.tell(ToWorker::Stop { signal: 0 })
-            .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))
+            .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
+        audit::stopped(
+            r.owner.uid,
+            run,
+            &r.pipeline,
+            who.uid,
+            "stop written to its .ctl (PipesFS)",
+        );
+        Ok(())
     }
 
     /// The construction transaction: check access, start a worker that builds the run
@@ -796,6 +997,24 @@ impl Daemon {
         }
         let g = lang::parse(&pipeline, &lang::WithPath(filters::Natives))
             .map_err(|d| refuse(libc::EINVAL, d.to_string()))?;
+        // The limits: sizes first (no worker for a run that could not be allowed), then
+        // the user's runs (held as one more until this open is in the table or failed).
+        let pol = &self.cfg.policy;
+        pol.check_ring(options.ring as u64, who)
+            .map_err(|why| refuse(libc::E2BIG, why))?;
+        pol.check_sizes(&g, who, &|f| filters::find(f).map(|s| s.params))
+            .map_err(|d| {
+                refuse(
+                    libc::E2BIG,
+                    lang::render(
+                        &format!("error: {}: {}", d.node, d.why),
+                        d.span,
+                        &pipeline,
+                        None,
+                    ),
+                )
+            })?;
+        let _slot = self.reserve_open(who)?;
         let modes = self
             .cfg
             .policy
@@ -875,7 +1094,7 @@ impl Daemon {
         let run = Arc::new(Run {
             id: run_id,
             owner: who.clone(),
-            user: user_name(who.uid),
+            user: audit::user_name(who.uid),
             pipeline,
             placement: Mutex::new(String::new()),
             started: Instant::now(),
@@ -1074,12 +1293,24 @@ impl Daemon {
             }
         }
         let status = run.child.lock().expect("not poisoned").wait();
+        let reported = code;
         let code = code.unwrap_or_else(|| match status {
             Ok(s) => s.code().unwrap_or_else(|| {
                 128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)
             }),
             Err(_) => 1,
         });
+        let signal = status
+            .as_ref()
+            .ok()
+            .and_then(std::os::unix::process::ExitStatusExt::signal);
+        let end = match (run.state(), reported, signal) {
+            (_, _, Some(sig)) => audit::End::Signal(sig),
+            (State::Built, _, None) if code == 0 => audit::End::RolledBack,
+            (_, Some(c), None) => audit::End::Finished(c),
+            (_, None, None) => audit::End::Exited(code),
+        };
+        audit::ended(run.owner.uid, run.id, &run.pipeline, end);
         *run.state.lock().expect("not poisoned") = State::Finished(code);
         run.changed.notify_all();
         run.edits.lock().expect("not poisoned").clear();
@@ -1092,15 +1323,20 @@ impl Daemon {
         let mut w = run.watchers.lock().expect("not poisoned");
         w.retain(|(sock, id)| {
             let s = sock.lock().expect("not poisoned");
-            proto::send(
+            let sent = proto::send(
                 &s,
                 &Msg {
                     id: *id,
                     body: event(run.id),
                 },
                 &[],
-            )
-            .is_ok()
+            );
+            if sent.is_err() {
+                // A watcher that does not read (the send timed out, maybe mid-frame): its
+                // connection ends rather than hold the run's events back.
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+            sent.is_ok()
         });
     }
 }
@@ -1206,6 +1442,7 @@ fn activate(r: &Run, conn: u64, detach: bool) -> Result<(), Reply> {
     r.tell(ToWorker::Go {})
         .map_err(|e| refuse(libc::EIO, format!("run {}: its worker is gone: {e}", r.id)))?;
     *r.state.lock().expect("not poisoned") = State::Running;
+    audit::started(r.owner.uid, r.id, &r.pipeline, detach);
     Ok(())
 }
 

@@ -101,6 +101,11 @@ pub struct Param {
     pub variadic: bool,
     pub kind: Kind,
     pub default: Option<&'static str>,
+    /// Bytes of memory each unit of its value makes the filter allocate (0: none): a ring
+    /// of `blocks=N` blocks of 1 MiB declares `1 << 20`, a buffer of `limit=BYTES` declares
+    /// 1. The daemon refuses a value whose memory exceeds its limit (`max_ring`) before
+    /// anything is built.
+    pub memory: u64,
 }
 
 impl Param {
@@ -113,6 +118,7 @@ impl Param {
             variadic: false,
             kind: Kind::Text,
             default: None,
+            memory: 0,
         }
     }
     /// Also the positional parameter at `pos`.
@@ -138,6 +144,21 @@ impl Param {
             default: Some(default),
             ..self
         }
+    }
+    /// Each unit of its value is `bytes` of memory the filter allocates (see `memory`).
+    pub const fn memory(self, bytes: u64) -> Param {
+        Param {
+            memory: bytes,
+            ..self
+        }
+    }
+    /// The memory a value asks for, in bytes, if the value is a size or a count (with
+    /// K/M/G suffixes); saturates rather than wraps.
+    pub fn memory_of(&self, value: &str) -> Option<u64> {
+        if self.memory == 0 {
+            return None;
+        }
+        parse_size(value).map(|n| n.saturating_mul(self.memory))
     }
 }
 

@@ -263,7 +263,7 @@ pub static TCPSTREAM: FilterSpec = FilterSpec::new("tcpstream", Access::Reorderi
     .synopsis("tcpstream [limit=BYTES]")
     .description("Zero-copy TCP reassembly: crops each segment to its payload (a metadata edit) and\nreorders tags so that each connection's bytes leave in sequence order; retransmitted\nbytes are trimmed, early segments wait as tags (up to limit per direction, default 4M).")
     .params(&[
-        Param::new("limit", "bytes of out-of-order data held per direction").kind(Kind::Size).default("4M"),
+        Param::new("limit", "bytes of out-of-order data held per direction").kind(Kind::Size).default("4M").memory(1),
     ])
     .classes("the connection's flow hash (as `flow`)")
     .example("streamline run 'pcapin file=examples/sample.pcap | tcpstream | http | outfile requests.txt'");

@@ -320,7 +320,7 @@ pub static INFLATE: FilterSpec = FilterSpec::new("inflate", Access::Editing, mak
     .synopsis("inflate [max=BYTES]")
     .description("Decompresses blocks made by deflate; blocks that are not valid deflate data\n(or would exceed max, default 1M) are dropped with a warning.")
     .params(&[
-        Param::new("max", "largest decompressed block").kind(Kind::Size).default("1M"),
+        Param::new("max", "largest decompressed block").kind(Kind::Size).default("1M").memory(1),
     ])
     .classes("the block's class (at least 1); 0 for invalid input")
     .example("streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'");

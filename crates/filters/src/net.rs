@@ -104,12 +104,13 @@ pub static NETIN: FilterSpec = FilterSpec::new("netin", Access::Source, make_net
             .kind(Kind::Count),
         Param::new("bind", "address to listen on (default 0.0.0.0)"),
         Param::new("window", "tcp: bytes the sender may have in flight (default 4M)")
-            .kind(Kind::Size),
+            .kind(Kind::Size)
+            .memory(1),
         Param::new("proto", "tcp (the default) or udp"),
         Param::new("queues", "udp: sockets on the port (default 1)").kind(Kind::Count),
         Param::new("idle", "udp: seconds of silence mid-stream that end the run with an error (default 5)")
             .kind(Kind::Number),
-        Param::new("rcvbuf", "udp: receive buffer per socket (default 8M)").kind(Kind::Size),
+        Param::new("rcvbuf", "udp: receive buffer per socket (default 8M)").kind(Kind::Size).memory(1),
     ])
     .classes("the class each block had at the sender")
     .example("streamline run 'netin port=7000 | http | inspect'");

@@ -329,7 +329,7 @@ pub static TX: FilterSpec = FilterSpec::new("tx", Access::Sink, make)
         Param::new("choose", "f(n), the ring of each frame: flow (default), random or rr").kind(Kind::Choice(&["flow", "random", "rr"])).default("flow"),
         Param::new("batch", "batching=fixed: frames per kick at most (default 64)").kind(Kind::Count).default("64"),
         Param::new("latency", "longest a queued frame waits for its kick, microseconds (default 1000)").kind(Kind::Count).default("1000"),
-        Param::new("frames", "frame slots in the ring, 2 KiB each (default 1024)").kind(Kind::Count).default("1024"),
+        Param::new("frames", "frame slots in the ring, 2 KiB each (default 1024)").kind(Kind::Count).default("1024").memory(2048),
         Param::new("bypass", "yes: skip the qdisc layer (PACKET_QDISC_BYPASS)").kind(Kind::Choice(&["yes", "no"])).default("no"),
     ])
     .classes("sink (no output)")

@@ -61,6 +61,15 @@ pub enum ProtoError {
     },
     #[error("{0} descriptors arrived with one frame; at most {MAX_FDS} are accepted")]
     TooManyFds(usize),
+    /// A frame was started and not finished in time (see [`recv_frame_within`]).
+    #[error("frame timeout: {got} of the frame's {want} bytes arrived within {} s of its first byte", timeout.as_secs_f64())]
+    FrameTimeout {
+        got: usize,
+        /// The frame's length (its 4-byte prefix included), or 4 while the prefix itself
+        /// is incomplete.
+        want: usize,
+        timeout: std::time::Duration,
+    },
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -496,34 +505,109 @@ pub fn send<T: Serialize>(
 /// Read one frame: its body and the descriptors that came with it. A length outside
 /// 1..=MAX_FRAME is refused before the body is read.
 pub fn recv_frame(sock: &UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtoError> {
+    recv_frame_by(sock, None)
+}
+
+/// Read one frame as [`recv_frame`] does, waiting for its first byte as long as it takes
+/// (an idle peer is no fault) but for the rest of it at most `timeout` after the first
+/// byte came: a peer that starts a frame and stalls gets [`ProtoError::FrameTimeout`]
+/// instead of holding the reader forever. Costs nothing while the frame's bytes are
+/// there to read (non-blocking reads; `poll` only when they are not).
+pub fn recv_frame_within(
+    sock: &UnixStream,
+    timeout: std::time::Duration,
+) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtoError> {
+    recv_frame_by(sock, Some(timeout))
+}
+
+fn recv_frame_by(
+    sock: &UnixStream,
+    timeout: Option<std::time::Duration>,
+) -> Result<(Vec<u8>, Vec<OwnedFd>), ProtoError> {
     let mut len = [0u8; 4];
-    let (n, fds) = beltway::sys::recv_fds(sock, &mut len[..1], MAX_FDS).map_err(|e| {
-        if e.kind() == io::ErrorKind::InvalidData {
-            ProtoError::TooManyFds(MAX_FDS + 1)
-        } else {
-            ProtoError::Io(e)
+    // A signal handled while waiting is no reason to give up the connection.
+    let (n, fds) = loop {
+        match beltway::sys::recv_fds(sock, &mut len[..1], MAX_FDS) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                return Err(ProtoError::TooManyFds(MAX_FDS + 1))
+            }
+            Err(e) => return Err(ProtoError::Io(e)),
+            Ok(r) => break r,
         }
-    })?;
+    };
     if n == 0 {
         return Err(ProtoError::Closed);
     }
-    read_exact(sock, &mut len[1..], 4)?;
+    let by = timeout.map(|t| Deadline {
+        at: std::time::Instant::now() + t,
+        timeout: t,
+    });
+    read_exact(sock, &mut len[1..], 4, by.map(|d| (d, 1, 4)))?;
     let want = u32::from_le_bytes(len) as usize;
     if want == 0 || want > MAX_FRAME {
         return Err(ProtoError::Length(want as u64));
     }
     let mut body = vec![0u8; want];
-    read_exact(sock, &mut body, want)?;
+    read_exact(sock, &mut body, want, by.map(|d| (d, 4, 4 + want)))?;
     Ok((body, fds))
 }
 
-fn read_exact(sock: &UnixStream, buf: &mut [u8], want: usize) -> Result<(), ProtoError> {
+/// When a started frame must be complete.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: std::time::Instant,
+    timeout: std::time::Duration,
+}
+
+/// Fill `buf` (`want` bytes of a frame's part; with a deadline, `before` bytes of the
+/// frame came before this part, and the frame has `total`).
+fn read_exact(
+    sock: &UnixStream,
+    buf: &mut [u8],
+    want: usize,
+    by: Option<(Deadline, usize, usize)>,
+) -> Result<(), ProtoError> {
     let mut got = 0;
     while got < buf.len() {
-        match (&*sock).read(&mut buf[got..]) {
+        let r = match by {
+            None => (&*sock).read(&mut buf[got..]),
+            Some(_) => nix::sys::socket::recv(
+                sock.as_raw_fd(),
+                &mut buf[got..],
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            )
+            .map_err(io::Error::from),
+        };
+        match r {
             Ok(0) => return Err(ProtoError::Truncated { got, want }),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && by.is_some() => {
+                let (d, before, total) = by.expect("checked");
+                let left = d.at.saturating_duration_since(std::time::Instant::now());
+                let late = ProtoError::FrameTimeout {
+                    got: before + got,
+                    want: total,
+                    timeout: d.timeout,
+                };
+                if left.is_zero() {
+                    return Err(late);
+                }
+                // Wait for more (or the deadline); a wake-up of any kind re-reads.
+                let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+                let mut fds = [nix::poll::PollFd::new(
+                    std::os::fd::AsFd::as_fd(sock),
+                    nix::poll::PollFlags::POLLIN,
+                )];
+                match nix::poll::poll(
+                    &mut fds,
+                    nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX),
+                ) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return Err(io::Error::from(e).into()),
+                }
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -535,6 +619,16 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
     sock: &UnixStream,
 ) -> Result<(Msg<T>, Vec<OwnedFd>), ProtoError> {
     let (body, fds) = recv_frame(sock)?;
+    Ok((decode(&body)?, fds))
+}
+
+/// Receive and decode one message, its frame complete within `timeout` of its first byte
+/// (see [`recv_frame_within`]).
+pub fn recv_within<T: for<'de> Deserialize<'de>>(
+    sock: &UnixStream,
+    timeout: std::time::Duration,
+) -> Result<(Msg<T>, Vec<OwnedFd>), ProtoError> {
+    let (body, fds) = recv_frame_within(sock, timeout)?;
     Ok((decode(&body)?, fds))
 }
 
@@ -824,6 +918,60 @@ mod tests {
             recv_frame(&b),
             Err(ProtoError::Truncated { got: 5, want: 10 })
         ));
+    }
+
+    #[test]
+    fn a_started_frame_must_finish_within_the_timeout() {
+        let t = std::time::Duration::from_millis(100);
+        // Stalled inside the length word.
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(&[5, 0]).unwrap();
+        match recv_frame_within(&b, t) {
+            Err(ProtoError::FrameTimeout {
+                got: 2, want: 4, ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        // Stalled inside the body; the message names the timeout.
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(&10u32.to_le_bytes()).unwrap();
+        (&a).write_all(b"{\"id\"").unwrap();
+        let e = recv_frame_within(&b, t).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ProtoError::FrameTimeout {
+                    got: 9,
+                    want: 14,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("0.1 s"), "{e}");
+        // A whole frame, and one that comes in pieces within the bound, are read.
+        let (a, b) = UnixStream::pair().unwrap();
+        let f = encode(&Msg {
+            id: 1,
+            body: Request::Ping { token: 2 },
+        });
+        (&a).write_all(&f).unwrap();
+        assert_eq!(recv_within::<Request>(&b, t).unwrap().0.id, 1);
+        let (a, b) = UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || {
+            (&a).write_all(&f[..3]).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            (&a).write_all(&f[3..]).unwrap();
+            a
+        });
+        assert_eq!(
+            recv_within::<Request>(&b, std::time::Duration::from_secs(30))
+                .unwrap()
+                .0
+                .id,
+            1
+        );
+        let _ = writer.join();
     }
 
     #[test]

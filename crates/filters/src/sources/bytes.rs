@@ -112,7 +112,7 @@ pub static FILE: FilterSpec = FilterSpec::new("file", Access::Source, FileIn::ma
     .params(&[
         Param::new("file", "the file (also the first positional parameter)").at(0).kind(Kind::Path),
         Param::new("split", "bytes (default), lines or fixed").kind(Kind::Choice(&["bytes", "lines", "fixed"])).default("bytes"),
-        Param::new("size", "block size for bytes/fixed (suffixes K, M)").kind(Kind::Size).default("64K"),
+        Param::new("size", "block size for bytes/fixed (suffixes K, M)").kind(Kind::Size).default("64K").memory(1),
     ])
     .classes("1 for every block")
     .example("streamline run 'file /var/log/syslog split=lines | grep error | count'");
@@ -204,7 +204,8 @@ pub static STDIN: FilterSpec = FilterSpec::new("stdin", Access::Source, StdinIn:
             .default("bytes"),
         Param::new("size", "block size for bytes/fixed")
             .kind(Kind::Size)
-            .default("64K"),
+            .default("64K")
+            .memory(1),
     ])
     .classes("1 for every block")
     .example("cat access.log | streamline run 'stdin split=lines | grep GET | count'");
