@@ -49,7 +49,12 @@ pub(crate) struct Run {
     pub(crate) id: u64,
     pub(crate) owner: Cred,
     pub(crate) user: String,
+    /// The pipeline as it may be shown (`ps`, PipesFS, the log): secret parameters
+    /// redacted (`filters::shown`). Only the worker gets it as written.
     pub(crate) pipeline: String,
+    /// The redaction of the pipeline, to scrub what the worker says (its messages may
+    /// quote a secret value).
+    shown: lang::Redacted,
     pub(crate) placement: Mutex<String>,
     pub(crate) started: Instant,
     state: Mutex<State>,
@@ -685,6 +690,8 @@ impl Daemon {
         if r.state() == State::Built {
             return Err(refuse(libc::EBUSY, format!("run {run} is not active yet")));
         }
+        // What is said about the edit says it with its secrets redacted.
+        let shown = filters::shown(edit);
         let eid = r.next_edit.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
         r.edits.lock().expect("not poisoned").insert(eid, tx);
@@ -694,15 +701,19 @@ impl Daemon {
         })
         .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
         match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok((true, text, _)) => Ok(text),
-            Ok((false, text, errno)) => {
-                Err(refuse(if errno == 0 { libc::EINVAL } else { errno }, text))
-            }
+            Ok((true, text, _)) => Ok(shown.scrub(&text)),
+            Ok((false, text, errno)) => Err(refuse(
+                if errno == 0 { libc::EINVAL } else { errno },
+                shown.scrub(&text),
+            )),
             Err(_) => {
                 r.edits.lock().expect("not poisoned").remove(&eid);
                 Err(refuse(
                     libc::EBUSY,
-                    format!("run {run} did not apply the edit `{edit}` (it ended, or is stalled)"),
+                    format!(
+                        "run {run} did not apply the edit `{}` (it ended, or is stalled)",
+                        shown.text()
+                    ),
                 ))
             }
         }
@@ -794,8 +805,12 @@ impl Daemon {
                 format!("pipeline of {} bytes (at most 65536)", pipeline.len()),
             ));
         }
-        let g = lang::parse(&pipeline, &lang::WithPath(filters::Natives))
-            .map_err(|d| refuse(libc::EINVAL, d.to_string()))?;
+        // Whatever is said about the pipeline (answers, `ps`, PipesFS, the log) is said
+        // of it with its secrets redacted.
+        let shown = filters::shown(&pipeline);
+        let resolver = lang::WithPath(filters::Natives);
+        let g = lang::parse(&pipeline, &resolver)
+            .map_err(|d| refuse(libc::EINVAL, d.redacted(&resolver).to_string()))?;
         let modes = self
             .cfg
             .policy
@@ -803,12 +818,7 @@ impl Daemon {
             .map_err(|d| {
                 refuse(
                     libc::EACCES,
-                    lang::render(
-                        &format!("error: {}: {}", d.node, d.why),
-                        d.span,
-                        &pipeline,
-                        None,
-                    ),
+                    shown.render(&format!("error: {}: {}", d.node, d.why), d.span, None),
                 )
             })?;
         let (mine, theirs) =
@@ -855,7 +865,8 @@ impl Daemon {
             id: run_id,
             owner: who.clone(),
             user: user_name(who.uid),
-            pipeline,
+            pipeline: shown.text().to_string(),
+            shown,
             placement: Mutex::new(String::new()),
             started: Instant::now(),
             state: Mutex::new(State::Built),
@@ -888,6 +899,7 @@ impl Daemon {
                 },
                 _,
             )) => {
+                let placement = run.shown.scrub(&placement);
                 *run.placement.lock().expect("not poisoned") = placement.clone();
                 self.runs
                     .lock()
@@ -914,7 +926,7 @@ impl Daemon {
                 _,
             )) => {
                 let _ = run.child.lock().expect("not poisoned").wait();
-                Err(refuse(errno, message))
+                Err(refuse(errno, run.shown.scrub(&message)))
             }
             Ok((m, _)) => Err(refuse(
                 libc::EIO,
@@ -979,10 +991,12 @@ impl Daemon {
                     errno,
                 } => {
                     if let Some(tx) = run.edits.lock().expect("not poisoned").remove(&id) {
-                        let _ = tx.send((ok, text, errno));
+                        let _ = tx.send((ok, run.shown.scrub(&text), errno));
                     }
                 }
                 FromWorker::Graph { nodes, mode } => {
+                    // Kept as shown: nothing reads the graph but PipesFS and `ps`.
+                    let nodes = nodes.iter().map(filters::shown_node).collect();
                     *run.graph.lock().expect("not poisoned") = (nodes, mode)
                 }
                 FromWorker::Tapped {

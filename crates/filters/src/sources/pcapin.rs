@@ -3,6 +3,7 @@
 
 use crate::savefile::{swap_pseudo_header, Savefile};
 use dataplane::{
+    Origin,
     Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Param, RecordMeta, Tag,
 };
 use std::path::PathBuf;
@@ -379,6 +380,7 @@ impl Filter for PcapIn {
 }
 
 pub static PCAPIN: FilterSpec = FilterSpec::new("pcapin", Access::Source, PcapIn::make)
+    .origin(Origin::Files)
     .synopsis("pcapin file=FILE")
     .description("Reads a capture file as libpcap (tcpdump -r) reads it: the same packets, bytes,\n\
                   lengths, times and link type. The file is mapped into memory and serves as the\n\
