@@ -136,7 +136,10 @@ mod tests {
         std::fs::write(&d, b"x").unwrap();
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o640)).unwrap();
         let p = d.display();
-        assert_eq!(origins(&format!("file {p} | count"))[0], Origin::Known(0o640));
+        assert_eq!(
+            origins(&format!("file {p} | count"))[0],
+            Origin::Known(0o640)
+        );
         assert_eq!(
             origins(&format!("gen | regex file={p} | count"))[1],
             Origin::Known(0o640)

@@ -136,7 +136,10 @@ fn a_0600_file_piped_in_by_root_stays_root_s_unless_root_says_mode() {
         &file,
     );
     let first = run_after(&d, 0);
-    let node = d.mount().join(first.to_string()).join(format!("stdin/count:{name}"));
+    let node = d
+        .mount()
+        .join(first.to_string())
+        .join(format!("stdin/count:{name}"));
     let ring = wait_published(&name, &node);
     assert_eq!(ring & 0o777, 0o600, "the exported ring of stdin data");
     let r = raw_as_nobody(&d, &["hello", &format!("stream:{name}")]);
@@ -167,7 +170,10 @@ fn a_0600_file_piped_in_by_root_stays_root_s_unless_root_says_mode() {
         &file,
     );
     let id = run_after(&d, first);
-    let node = d.mount().join(id.to_string()).join(format!("stdin/count:{name}"));
+    let node = d
+        .mount()
+        .join(id.to_string())
+        .join(format!("stdin/count:{name}"));
     let ring = wait_published(&name, &node);
     assert_eq!(ring & 0o777, 0o644);
     let r = raw_as_nobody(&d, &["hello", &format!("stream:{name}")]);
@@ -208,7 +214,10 @@ fn a_unix_command_s_output_is_the_clients_alone_unless_it_says_mode() {
     // As a source, and in the middle of a pipeline fed by a synthetic source (what a
     // command reads is not what flows into it).
     for (tag, pipeline) in [
-        ("src", format!("sh -c 'cat {f}; exec sleep 60' | count name=NAME export=yes")),
+        (
+            "src",
+            format!("sh -c 'cat {f}; exec sleep 60' | count name=NAME export=yes"),
+        ),
         (
             "mid",
             format!("gen count=1 | sh -c 'cat {f}; exec sleep 60' | count name=NAME export=yes"),
@@ -298,16 +307,21 @@ fn secret_options_are_never_shown() {
         ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // ps, as root and as the owner.
     let ps = d.ps();
-    assert!(ps.contains("key=<secret>") && ps.contains("xor <secret>"), "{ps}");
+    assert!(
+        ps.contains("key=<secret>") && ps.contains("xor <secret>"),
+        "{ps}"
+    );
     assert_hidden("root's ps", &ps, &all);
-    let ps_nobody = String::from_utf8_lossy(
-        &d.cli_as_nobody().arg("ps").output().unwrap().stdout,
-    )
-    .into_owned();
+    let ps_nobody =
+        String::from_utf8_lossy(&d.cli_as_nobody().arg("ps").output().unwrap().stdout).into_owned();
     assert!(ps_nobody.contains("decrypt key=<secret>"), "{ps_nobody}");
     assert_hidden("nobody's ps", &ps_nobody, &all);
 
@@ -371,16 +385,34 @@ fn secret_options_are_never_shown() {
         .unwrap();
     assert_hidden(
         "the edit's answer",
-        &format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+        &format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
         &all,
     );
     let w = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", "sh", "-c"])
-        .arg(format!("echo key={k4} > '{}'", enc.join(".options").display()))
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "echo key={k4} > '{}'",
+            enc.join(".options").display()
+        ))
         .output()
         .unwrap();
     assert!(!w.status.success(), "nobody changed root's option");
-    assert_hidden("the refused write", &String::from_utf8_lossy(&w.stderr), &all);
+    assert_hidden(
+        "the refused write",
+        &String::from_utf8_lossy(&w.stderr),
+        &all,
+    );
     let shown = std::fs::read_to_string(enc.join(".options")).unwrap()
         + &std::fs::read_to_string(enc.join(".filter")).unwrap();
     assert_hidden("PipesFS after the edit", &shown, &all);
@@ -392,17 +424,30 @@ fn secret_options_are_never_shown() {
     // policy (in the daemon), or does not parse: the caret is there, the key is not.
     for (who, pipeline) in [
         ("root", format!("gen | encrypt key={k5}zz | count")),
-        ("root", format!("gen | encrypt key={k5} | outfile /nonexistent/dir/x")),
+        (
+            "root",
+            format!("gen | encrypt key={k5} | outfile /nonexistent/dir/x"),
+        ),
         ("nobody", format!("rx dev=lo | encrypt key={k5} | count")),
         ("root", format!("gen | encrypt key={k5} | nosuchfilterzz")),
         ("root", format!("gen | encryt key={k5} | count")),
         ("root", format!("gen | xor {k5} | count name='")),
     ] {
-        let mut c = if who == "root" { d.cli() } else { d.cli_as_nobody() };
-        let out = c.args(["run", "-q", "--plan", "none", &pipeline]).output().unwrap();
+        let mut c = if who == "root" {
+            d.cli()
+        } else {
+            d.cli_as_nobody()
+        };
+        let out = c
+            .args(["run", "-q", "--plan", "none", &pipeline])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{pipeline}: {err}");
-        assert!(err.contains('^') || err.contains("error"), "{pipeline}: {err}");
+        assert!(
+            err.contains('^') || err.contains("error"),
+            "{pipeline}: {err}"
+        );
         assert_hidden(&format!("the error of `{pipeline}`"), &err, &all);
     }
 

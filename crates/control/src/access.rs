@@ -201,15 +201,26 @@ mod tests {
         // ... but it cannot widen what is known: a 0640 file joined in stays 0640.
         let g = parse("(gen name=a + gen name=f) | count name=c export=yes mode=0666");
         let m = stream_modes(&g, &unseen_a);
-        let c = g.nodes.iter().find(|n| n.name.as_deref() == Some("c")).unwrap().id;
+        let c = g
+            .nodes
+            .iter()
+            .find(|n| n.name.as_deref() == Some("c"))
+            .unwrap()
+            .id;
         assert_eq!(m[c], 0o640);
         // Unseen data joined after the vouching node is unseen again.
-        let g = parse("(gen name=a | count name=c mode=0644 export=yes) + gen name=b | count name=d");
+        let g =
+            parse("(gen name=a | count name=c mode=0644 export=yes) + gen name=b | count name=d");
         let m = stream_modes(&g, &|n| match n.name.as_deref() {
             Some("a") | Some("b") => Origin::Unseen,
             _ => Origin::Known(0o777),
         });
-        let d = g.nodes.iter().find(|n| n.name.as_deref() == Some("d")).unwrap().id;
+        let d = g
+            .nodes
+            .iter()
+            .find(|n| n.name.as_deref() == Some("d"))
+            .unwrap()
+            .id;
         assert_eq!(m[d], 0o600);
     }
 }

@@ -167,7 +167,6 @@ pub enum Origin {
     Unseen,
 }
 
-
 /// A requirement an implementation has of the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Needs {

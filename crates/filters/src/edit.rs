@@ -326,7 +326,9 @@ pub static INFLATE: FilterSpec = FilterSpec::new("inflate", Access::Editing, mak
     .example("streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'");
 /// encrypt's and decrypt's parameters: the key, given or in a file.
 const KEY_PARAMS: &[Param] = &[
-    Param::new("key", "256-bit key as 64 hex digits").kind(Kind::Hex).secret(),
+    Param::new("key", "256-bit key as 64 hex digits")
+        .kind(Kind::Hex)
+        .secret(),
     Param::new("keyfile", "file holding the key"),
 ];
 

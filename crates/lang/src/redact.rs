@@ -132,10 +132,7 @@ fn is_secret(resolver: &dyn Resolver, head: Option<&str>, key: Option<&str>, pos
 }
 
 /// The spans (of `input`) of the secret values among `tokens`, and the values as read.
-fn secret_words(
-    tokens: &[crate::lexer::Token],
-    resolver: &dyn Resolver,
-) -> Vec<(Span, String)> {
+fn secret_words(tokens: &[crate::lexer::Token], resolver: &dyn Resolver) -> Vec<(Span, String)> {
     let mut out = Vec::new();
     // The current atom's filter name (None before one, or for a group); whether the next
     // word is one; whether it is a `@hints` word; positional parameters seen.
@@ -236,7 +233,10 @@ pub fn redact(input: &str, resolver: &dyn Resolver) -> Redacted {
             let word_secret = s.last().is_some_and(|(sp, _)| sp.end == at + 1);
             if word_secret {
                 let (sp, _) = s.pop().expect("checked");
-                s.push((Span::new(sp.start, input.len()), input[sp.start..].to_string()));
+                s.push((
+                    Span::new(sp.start, input.len()),
+                    input[sp.start..].to_string(),
+                ));
             } else if tokens.is_empty()
                 || resolver
                     .secret_keys()
@@ -330,7 +330,10 @@ mod tests {
         assert_eq!(redact("encryt key=1", &r()).text(), "encryt key=<secret>");
         assert_eq!(redact("key=1 | count", &r()).text(), "key=<secret> | count");
         // The key of a known filter whose `key` is not secret stays.
-        assert_eq!(redact("kafkaout key=flow", &r()).text(), "kafkaout key=flow");
+        assert_eq!(
+            redact("kafkaout key=flow", &r()).text(),
+            "kafkaout key=flow"
+        );
     }
 
     #[test]

@@ -2,8 +2,7 @@
 //! or by a delimiter.
 
 use dataplane::{
-    Origin,
-    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Param, Tag,
+    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Origin, Param, Tag,
 };
 use std::io::Read;
 use std::path::PathBuf;

@@ -1,8 +1,7 @@
 //! `gen`: synthetic blocks for benchmarks and tests, in a ring of their own.
 
 use dataplane::{
-    Origin,
-    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Param, Tag,
+    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Origin, Param, Tag,
 };
 
 pub struct Gen {

@@ -3,8 +3,8 @@
 
 use crate::savefile::{swap_pseudo_header, Savefile};
 use dataplane::{
-    Origin,
-    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Param, RecordMeta, Tag,
+    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Origin, Param,
+    RecordMeta, Tag,
 };
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
