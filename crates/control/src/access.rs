@@ -184,7 +184,7 @@ mod tests {
         // Unseen, and everything computed from it: 0600; exports too.
         let g = parse("gen name=a | count name=c export=yes | count name=d");
         let m = stream_modes(&g, &unseen_a);
-        assert!(m.iter().all(|&x| x == 0o600), "{m:o?}");
+        assert!(m.iter().all(|&x| x == 0o600), "{m:?}");
         assert_eq!(
             mode_of(&apply_export_modes(&g, &m), "c").as_deref(),
             Some("0600")
