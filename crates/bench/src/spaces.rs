@@ -78,6 +78,7 @@ fn run_counting(text: &str, cfg: ChannelConfig, sink: &str) -> Result<(f64, u64)
             "--ring".into(),
             SCRATCH.to_string(),
         ],
+        env: vec![],
     };
     let spaces = Spaces::build_with(&g, &BenchFactory, SCRATCH, cfg, Some(&launcher))
         .map_err(|e| err(format!("building `{text}`: {e}")))?;

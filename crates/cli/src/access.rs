@@ -1,20 +1,31 @@
-//! The CLI's part of stream modes (`control::access` propagates them): what a source's
-//! stream mode is, and carrying the exported nodes' modes to process spaces.
+//! The CLI's part of stream modes (`control::access` propagates them): what each node
+//! adds to its stream's mode, and carrying the exported nodes' modes to process spaces.
 //!
-//! Owns: source modes (a file's permission bits for the parameters its declaration says
-//! are paths, `Kind::Path`; the policy's grant for a privileged source run through the
-//! daemon; 0600 for a privileged source run by root itself and for Unix commands, whose
-//! input is unknown; 0666 for a synthetic or pipe-fed source) and the `--export-modes`
-//! argument of `streamline __space`.
+//! Owns: reading a node's [`control::access::Origin`] off its filter's declaration
+//! (`FilterSpec::origin`, `dataplane::Origin`): the policy's grant for a privileged
+//! source run through the daemon, 0600 for a privileged source run by root itself; a
+//! file's permission bits for the parameters its declaration says are paths
+//! (`Kind::Path`) and for a `file=` control option; unseen for a source the daemon cannot
+//! see into (stdin, the network) and for every Unix command (its output is whatever the
+//! program reads); 0666 for a synthetic source; nothing beyond its inputs for the rest.
+//! Also the `--export-modes` argument of `streamline __space`.
 
+use control::access::Origin;
 use dataplane::Kind;
 use lang::{Node, NodeKind};
 use std::os::unix::fs::PermissionsExt;
 
-/// The mode of the stream source node `n` produces.
-pub fn source_mode(n: &Node, grants: &[(usize, u32)]) -> u32 {
+/// The permission bits of a file the caller reads (a daemon's worker has taken the
+/// client's identity); a file it cannot see gives the narrowest mode, and the filter's
+/// own open reports why.
+fn file_mode(path: &str) -> u32 {
+    std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o666)
+}
+
+/// What node `n` adds to its stream's mode.
+pub fn origin(n: &Node, grants: &[(usize, u32)]) -> Origin {
     if let Some((_, m)) = grants.iter().find(|(id, _)| *id == n.id) {
-        return *m;
+        return Origin::Known(*m);
     }
     match &n.kind {
         NodeKind::Filter {
@@ -24,30 +35,40 @@ pub fn source_mode(n: &Node, grants: &[(usize, u32)]) -> u32 {
             ..
         } => {
             let Some(spec) = filters::find(filter) else {
-                return 0o600;
+                return Origin::Unseen;
             };
             if spec.privilege.is_some() {
-                return 0o600;
+                return Origin::Known(0o600);
             }
-            let mut mode = 0o666;
-            for p in spec.params.iter().filter(|p| p.kind == Kind::Path) {
-                let value = options
+            let value = |key: &str, position: Option<usize>| {
+                options
                     .iter()
-                    .find(|(k, _)| k == p.name)
+                    .find(|(k, _)| k == key)
                     .map(|(_, v)| v.as_str())
-                    .or_else(|| p.position.and_then(|i| params.get(i)).map(String::as_str));
-                if let Some(path) = value {
-                    // Read with the caller's identity (a daemon's worker has taken the
-                    // client's); a file it cannot see gives the narrowest mode, and the
-                    // filter's own open reports why.
-                    mode &=
-                        std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o666);
+                    .or_else(|| position.and_then(|i| params.get(i)).map(String::as_str))
+            };
+            let mut mode = match spec.origin {
+                dataplane::Origin::Inputs => 0o777,
+                dataplane::Origin::Synthetic => 0o666,
+                dataplane::Origin::Unseen => return Origin::Unseen,
+                dataplane::Origin::Files => spec
+                    .params
+                    .iter()
+                    .filter(|p| p.kind == Kind::Path)
+                    .filter_map(|p| value(p.name, p.position))
+                    .fold(0o666, |m, path| m & file_mode(path)),
+            };
+            // `file=F` (a parameter read from a file, when the filter has no `file` of
+            // its own): what F holds may end up in the stream.
+            if spec.param("file").is_none() {
+                if let Some(path) = value("file", None) {
+                    mode &= file_mode(path);
                 }
             }
-            mode
+            Origin::Known(mode)
         }
-        NodeKind::Unix { .. } => 0o600,
-        _ => 0o666,
+        NodeKind::Unix { .. } => Origin::Unseen,
+        NodeKind::Join { .. } | NodeKind::Split { .. } => Origin::Known(0o777),
     }
 }
 
@@ -90,4 +111,50 @@ pub fn apply_export_modes_arg(g: &lang::Graph, arg: &str) -> Result<lang::Graph,
         options.push(("mode".into(), format!("{mode:04o}")));
     }
     Ok(g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origins(text: &str) -> Vec<Origin> {
+        let g = lang::parse(text, &lang::WithPath(filters::Natives)).unwrap();
+        g.nodes.iter().map(|n| origin(n, &[])).collect()
+    }
+
+    #[test]
+    fn origins_follow_the_declarations() {
+        assert_eq!(
+            origins("gen | count"),
+            [Origin::Known(0o666), Origin::Known(0o777)]
+        );
+        assert_eq!(origins("stdin | count")[0], Origin::Unseen);
+        assert_eq!(origins("netin port=9 | count")[0], Origin::Unseen);
+        assert_eq!(origins("gen | cat | count")[1], Origin::Unseen);
+        assert_eq!(origins("rx dev=lo | count")[0], Origin::Known(0o600));
+        let d = std::env::temp_dir().join(format!("sl-origin-{}", std::process::id()));
+        std::fs::write(&d, b"x").unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let p = d.display();
+        assert_eq!(
+            origins(&format!("file {p} | count"))[0],
+            Origin::Known(0o640)
+        );
+        assert_eq!(
+            origins(&format!("gen | regex file={p} | count"))[1],
+            Origin::Known(0o640)
+        );
+        let _ = std::fs::remove_file(&d);
+    }
+
+    #[test]
+    fn stdin_is_0600_unless_the_client_says() {
+        let modes = |t: &str| {
+            let g = lang::parse(t, &lang::WithPath(filters::Natives)).unwrap();
+            control::access::stream_modes(&g, &|n| origin(n, &[]))
+        };
+        assert_eq!(modes("stdin | count"), [0o600, 0o600]);
+        assert_eq!(modes("stdin mode=0644 | count"), [0o644, 0o644]);
+        assert_eq!(modes("gen | count"), [0o666, 0o666]);
+    }
 }

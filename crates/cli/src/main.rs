@@ -221,8 +221,9 @@ enum Cmd {
     /// A process space of a run (started by `streamline run` itself).
     #[command(name = "__space", hide = true)]
     Space {
+        /// The pipeline (by default from the environment, `STREAMLINE_SPACE_PIPELINE`).
         #[arg(long)]
-        pipeline: String,
+        pipeline: Option<String>,
         #[arg(long)]
         ring: usize,
         #[arg(long)]
@@ -383,7 +384,7 @@ fn main() -> ExitCode {
             share,
             export_modes,
         } => process_space(
-            &pipeline,
+            pipeline,
             ring,
             space,
             fd,
@@ -511,9 +512,12 @@ fn signal_name(sig: i32) -> &'static str {
 
 /// A process space: the parent coordinates stopping, so Ctrl-C (sent to the whole process
 /// group) is left to it.
+/// Where a process space finds its run's pipeline (see `prepare`).
+const SPACE_PIPELINE_ENV: &str = "STREAMLINE_SPACE_PIPELINE";
+
 #[allow(clippy::too_many_arguments)]
 fn process_space(
-    pipeline: &str,
+    pipeline: Option<String>,
     ring: usize,
     space: usize,
     fd: i32,
@@ -527,6 +531,13 @@ fn process_space(
         eprintln!("streamline __space: {e}");
         return ExitCode::from(2);
     }
+    // Taken out of the environment before any thread or Unix command starts.
+    let from_env = std::env::var(SPACE_PIPELINE_ENV).ok();
+    std::env::remove_var(SPACE_PIPELINE_ENV);
+    let Some(pipeline) = pipeline.or(from_env) else {
+        eprintln!("streamline __space: no pipeline (--pipeline or {SPACE_PIPELINE_ENV})");
+        return ExitCode::from(2);
+    };
     ignore_stop_signals();
     let sock = match beltway::sys::inherited_unix_stream(fd) {
         Ok(s) => s,
@@ -535,10 +546,10 @@ fn process_space(
             return ExitCode::from(2);
         }
     };
-    let g = match lang::parse(pipeline, &resolver()) {
+    let g = match lang::parse(&pipeline, &resolver()) {
         Ok(g) => g,
         Err(d) => {
-            eprintln!("{d}");
+            eprintln!("{}", d.redacted(&resolver()));
             return ExitCode::from(2);
         }
     };
@@ -815,8 +826,15 @@ pub(crate) fn prepare(
     grants: &[(usize, u32)],
     extra: &[String],
 ) -> Result<Prepared, NotPrepared> {
-    let fail = |message: String, code: u8| NotPrepared { message, code };
-    let g = lang::parse(pipeline, &resolver()).map_err(|d| fail(d.to_string(), 2))?;
+    // Every message goes out with the secrets the declarations name redacted (they reach
+    // the daemon's client and log); the run itself gets them as written.
+    let shown = filters::shown(pipeline);
+    let fail = |message: String, code: u8| NotPrepared {
+        message: shown.scrub(&message),
+        code,
+    };
+    let g = lang::parse(pipeline, &resolver())
+        .map_err(|d| fail(d.redacted(&resolver()).to_string(), 2))?;
     if !(o.rate.is_finite() && o.rate > 0.0 && o.bytes.is_finite() && o.bytes >= 0.0) {
         return Err(fail(
             "streamline: --rate must be positive and --bytes non-negative".into(),
@@ -824,7 +842,7 @@ pub(crate) fn prepare(
         ));
     }
     // Exported streams are no more readable than what they were computed from.
-    let modes = control::access::stream_modes(&g, &|n| access::source_mode(n, grants));
+    let modes = control::access::stream_modes(&g, &|n| access::origin(n, grants));
     // What PipesFS shows for every stream of the run: no more than its narrowest source
     // allows, and at most 0644 (as exports).
     let mode = modes.iter().fold(0o644, |m, x| m & x);
@@ -868,8 +886,6 @@ pub(crate) fn prepare(
     let launcher = std::env::current_exe().ok().map(|exe| {
         let mut args = vec![
             "__space".into(),
-            "--pipeline".into(),
-            pipeline.into(),
             "--ring".into(),
             o.ring.to_string(),
             "--assign".into(),
@@ -882,7 +898,13 @@ pub(crate) fn prepare(
             args.extend(["--export-modes".to_string(), export_modes.clone()]);
         }
         args.extend(extra.iter().cloned());
-        Launcher { exe, args }
+        // The pipeline goes in the environment, which only its user and root can read
+        // (a command line is everyone's, and the pipeline may hold secrets).
+        Launcher {
+            exe,
+            args,
+            env: vec![(SPACE_PIPELINE_ENV.into(), pipeline.into())],
+        }
     });
     // Fault injection for the rollback tests: fail construction step K (from 0).
     let fail_at = std::env::var("STREAMLINE_FAIL_STEP")
@@ -897,10 +919,19 @@ pub(crate) fn prepare(
         fail_at,
     )
     // Under the pipeline with a caret at the node that failed, like a parse error.
-    .map_err(|e| fail(e.render("streamline: ", pipeline), 2))?;
+    .map_err(|e| {
+        let head = format!("streamline: {e}");
+        fail(
+            match e.span {
+                Some(span) => shown.render(&head, span, None),
+                None => head,
+            },
+            2,
+        )
+    })?;
     Ok(Prepared {
         spaces,
-        placement,
+        placement: shown.scrub(&placement),
         mode,
     })
 }

@@ -51,7 +51,12 @@ pub(crate) struct Run {
     pub(crate) id: u64,
     pub(crate) owner: Cred,
     pub(crate) user: String,
+    /// The pipeline as it may be shown (`ps`, PipesFS, the log): secret parameters
+    /// redacted (`filters::shown`). Only the worker gets it as written.
     pub(crate) pipeline: String,
+    /// The redaction of the pipeline, to scrub what the worker says (its messages may
+    /// quote a secret value).
+    shown: lang::Redacted,
     pub(crate) placement: Mutex<String>,
     pub(crate) started: Instant,
     state: Mutex<State>,
@@ -645,7 +650,8 @@ impl Daemon {
                 options,
                 fds: n,
             } => {
-                let text = pipeline.clone();
+                // The log says it with its secrets redacted, as everything else does.
+                let text = filters::shown(&pipeline).text().to_string();
                 let r = self.open(conn, who, pipeline, options, n, fds);
                 match &r {
                     Ok((Reply::Opened { run, .. }, _)) => audit::opened(who, *run, &text),
@@ -876,6 +882,8 @@ impl Daemon {
         if r.state() == State::Built {
             return Err(refuse(libc::EBUSY, format!("run {run} is not active yet")));
         }
+        // What is said about the edit says it with its secrets redacted.
+        let shown = filters::shown(edit);
         let eid = r.next_edit.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
         r.edits.lock().expect("not poisoned").insert(eid, tx);
@@ -885,19 +893,23 @@ impl Daemon {
         })
         .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
         let answer = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok((true, text, _)) => Ok(text),
-            Ok((false, text, errno)) => {
-                Err(refuse(if errno == 0 { libc::EINVAL } else { errno }, text))
-            }
+            Ok((true, text, _)) => Ok(shown.scrub(&text)),
+            Ok((false, text, errno)) => Err(refuse(
+                if errno == 0 { libc::EINVAL } else { errno },
+                shown.scrub(&text),
+            )),
             Err(_) => {
                 r.edits.lock().expect("not poisoned").remove(&eid);
                 Err(refuse(
                     libc::EBUSY,
-                    format!("run {run} did not apply the edit `{edit}` (it ended, or is stalled)"),
+                    format!(
+                        "run {run} did not apply the edit `{}` (it ended, or is stalled)",
+                        shown.text()
+                    ),
                 ))
             }
         };
-        audit::edited(who, run, edit, &answer);
+        audit::edited(who, run, shown.text(), &answer);
         answer
     }
 
@@ -995,8 +1007,12 @@ impl Daemon {
                 format!("pipeline of {} bytes (at most 65536)", pipeline.len()),
             ));
         }
-        let g = lang::parse(&pipeline, &lang::WithPath(filters::Natives))
-            .map_err(|d| refuse(libc::EINVAL, d.to_string()))?;
+        // Whatever is said about the pipeline (answers, `ps`, PipesFS, the log) is said
+        // of it with its secrets redacted.
+        let shown = filters::shown(&pipeline);
+        let resolver = lang::WithPath(filters::Natives);
+        let g = lang::parse(&pipeline, &resolver)
+            .map_err(|d| refuse(libc::EINVAL, d.redacted(&resolver).to_string()))?;
         // The limits: sizes first (no worker for a run that could not be allowed), then
         // the user's runs (held as one more until this open is in the table or failed).
         let pol = &self.cfg.policy;
@@ -1006,12 +1022,7 @@ impl Daemon {
             .map_err(|d| {
                 refuse(
                     libc::E2BIG,
-                    lang::render(
-                        &format!("error: {}: {}", d.node, d.why),
-                        d.span,
-                        &pipeline,
-                        None,
-                    ),
+                    shown.render(&format!("error: {}: {}", d.node, d.why), d.span, None),
                 )
             })?;
         let _slot = self.reserve_open(who)?;
@@ -1022,12 +1033,7 @@ impl Daemon {
             .map_err(|d| {
                 refuse(
                     libc::EACCES,
-                    lang::render(
-                        &format!("error: {}: {}", d.node, d.why),
-                        d.span,
-                        &pipeline,
-                        None,
-                    ),
+                    shown.render(&format!("error: {}: {}", d.node, d.why), d.span, None),
                 )
             })?;
         // The privileged sockets a non-root client's grants need, opened here with their
@@ -1036,7 +1042,7 @@ impl Daemon {
             (Vec::new(), Vec::new())
         } else {
             self.lend(&g, who).map_err(|why| {
-                refuse(libc::EPERM, lang::render(&format!("error: {why}"), why.span, &pipeline, None))
+                refuse(libc::EPERM, shown.render(&format!("error: {why}"), why.span, None))
             })?
         };
         let (mine, theirs) =
@@ -1095,7 +1101,8 @@ impl Daemon {
             id: run_id,
             owner: who.clone(),
             user: audit::user_name(who.uid),
-            pipeline,
+            pipeline: shown.text().to_string(),
+            shown,
             placement: Mutex::new(String::new()),
             started: Instant::now(),
             state: Mutex::new(State::Built),
@@ -1128,6 +1135,7 @@ impl Daemon {
                 },
                 _,
             )) => {
+                let placement = run.shown.scrub(&placement);
                 *run.placement.lock().expect("not poisoned") = placement.clone();
                 self.runs
                     .lock()
@@ -1154,7 +1162,7 @@ impl Daemon {
                 _,
             )) => {
                 let _ = run.child.lock().expect("not poisoned").wait();
-                Err(refuse(errno, message))
+                Err(refuse(errno, run.shown.scrub(&message)))
             }
             Ok((m, _)) => Err(refuse(
                 libc::EIO,
@@ -1253,10 +1261,12 @@ impl Daemon {
                     errno,
                 } => {
                     if let Some(tx) = run.edits.lock().expect("not poisoned").remove(&id) {
-                        let _ = tx.send((ok, text, errno));
+                        let _ = tx.send((ok, run.shown.scrub(&text), errno));
                     }
                 }
                 FromWorker::Graph { nodes, mode } => {
+                    // Kept as shown: nothing reads the graph but PipesFS and `ps`.
+                    let nodes = nodes.iter().map(filters::shown_node).collect();
                     *run.graph.lock().expect("not poisoned") = (nodes, mode)
                 }
                 FromWorker::Tapped {

@@ -106,6 +106,9 @@ pub struct Param {
     /// 1. The daemon refuses a value whose memory exceeds its limit (`max_ring`) before
     /// anything is built.
     pub memory: u64,
+    /// Its value is a secret (a key, a password, a token): never shown in `ps`, PipesFS,
+    /// logs or error messages (`lang::redact`), only given to the filter.
+    pub secret: bool,
 }
 
 impl Param {
@@ -119,6 +122,7 @@ impl Param {
             kind: Kind::Text,
             default: None,
             memory: 0,
+            secret: false,
         }
     }
     /// Also the positional parameter at `pos`.
@@ -160,6 +164,28 @@ impl Param {
         }
         parse_size(value).map(|n| n.saturating_mul(self.memory))
     }
+    /// Its value is secret (see [`Param::secret`]).
+    pub const fn secret(self) -> Param {
+        Param {
+            secret: true,
+            ..self
+        }
+    }
+}
+
+/// Where the data a filter adds to its output comes from, besides its inputs: what its
+/// stream's mode follows (`control::access`; thesis 6.5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Nothing but its inputs (most filters): its stream is as readable as they are.
+    Inputs,
+    /// Made up by the filter itself (`gen`): readable by anyone (0666).
+    Synthetic,
+    /// The files its [`Kind::Path`] parameters name: no more readable than they are.
+    Files,
+    /// Something the daemon cannot see (standard input, the network, a broker, a device):
+    /// readable by the client alone (0600) unless the client says `mode=`.
+    Unseen,
 }
 
 /// A requirement an implementation has of the machine.
@@ -296,6 +322,9 @@ pub struct FilterSpec {
     /// and transmission). The daemon lets an unprivileged client instantiate such a filter
     /// only through a template its policy grants (thesis 6.5.3).
     pub privilege: Option<&'static str>,
+    /// Where the data it adds comes from (its stream's mode follows it). A source is
+    /// [`Origin::Unseen`] unless it says otherwise; any other filter [`Origin::Inputs`].
+    pub origin: Origin,
     pub make: fn(&Args) -> Result<Box<dyn Filter>, FilterError>,
 }
 
@@ -321,6 +350,11 @@ impl FilterSpec {
             source: matches!(access, Access::Source),
             implementations: &[Implementation::NATIVE],
             privilege: None,
+            origin: if matches!(access, Access::Source) {
+                Origin::Unseen
+            } else {
+                Origin::Inputs
+            },
             make,
         }
     }
@@ -365,6 +399,23 @@ impl FilterSpec {
             privilege: Some(capability),
             ..self
         }
+    }
+
+    pub const fn origin(self, origin: Origin) -> FilterSpec {
+        FilterSpec { origin, ..self }
+    }
+
+    /// Whether option `key` is secret (see [`Param::secret`]).
+    pub fn is_secret(&self, key: &str) -> bool {
+        self.param(key).is_some_and(|p| p.secret)
+    }
+
+    /// Its secret parameters: key, and position if it also takes one.
+    pub fn secrets(&self) -> impl Iterator<Item = (&'static str, Option<usize>)> + '_ {
+        self.params
+            .iter()
+            .filter(|p| p.secret)
+            .map(|p| (p.name, p.position))
     }
 
     /// Whether it keeps per-session state (its copies need a hash split on the class).
@@ -483,6 +534,9 @@ impl FilterSpec {
                     s += &format!(" (default {d})");
                 }
             }
+            if p.secret {
+                s += " (secret: shown as <secret> in ps, PipesFS, logs and errors)";
+            }
             s += "\n";
         }
         s += &format!("\nCLASSES\n    {}\n", self.classes);
@@ -556,7 +610,12 @@ impl FilterSpec {
         opt("size=BYTES", "bytes of its output's buffer where it has one: a channel to another space, an exported stream".into());
         opt(
             "mode=PERM",
-            "permission bits (octal) of its exported stream; needs export=yes".into(),
+            if self.origin == Origin::Unseen {
+                "how readable what it reads is (octal permission bits; 0600 unless said: the daemon cannot see where it comes from), and of its exported stream"
+            } else {
+                "permission bits (octal) of its exported stream, at most what its inputs allow (what comes from where the daemon cannot see counts as 0600 unless said); needs export=yes"
+            }
+            .into(),
         );
         opt("share=yes|no|auto", "prefix sharing between runs: no ends the shared prefix here, yes admits a filter that keeps state (auto, the default: stateless filters after rx)".into());
         match self.positional(0) {

@@ -46,7 +46,7 @@ pub mod tap;
 pub mod txn;
 
 pub use beltway::Tag;
-pub use decl::{Cost, Implementation, KernelForm, Kind, Needs, Space as ImplSpace};
+pub use decl::{Cost, Implementation, KernelForm, Kind, Needs, Origin, Space as ImplSpace};
 pub use edit::{Applied, Edit, EditError, EditHandle, GraphNode, Refusal, Where};
 pub use error::FilterError;
 pub use filter::{

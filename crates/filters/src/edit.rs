@@ -326,7 +326,9 @@ pub static INFLATE: FilterSpec = FilterSpec::new("inflate", Access::Editing, mak
     .example("streamline run 'file big.log split=fixed size=64K | deflate | inflate | outfile copy.log'");
 /// encrypt's and decrypt's parameters: the key, given or in a file.
 const KEY_PARAMS: &[Param] = &[
-    Param::new("key", "256-bit key as 64 hex digits").kind(Kind::Hex),
+    Param::new("key", "256-bit key as 64 hex digits")
+        .kind(Kind::Hex)
+        .secret(),
     Param::new("keyfile", "file holding the key"),
 ];
 
@@ -346,7 +348,7 @@ pub static XOR: FilterSpec = FilterSpec::new("xor", Access::Editing, make_xor)
     .synopsis("xor KEYHEX")
     .description("XORs each block in place with a repeating key. Edits through write isolation:\nthe block is copied first only if another branch still reads it or it lives in a\nread-only file.")
     .params(&[
-        Param::new("key", "key bytes in hex (also positional)").at(0).kind(Kind::Hex),
+        Param::new("key", "key bytes in hex (also positional)").at(0).kind(Kind::Hex).secret(),
     ])
     .classes("the block's class (at least 1)")
     .example("streamline run 'gen count=10 | xor 5a | stdout'");

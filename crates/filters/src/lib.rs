@@ -121,13 +121,54 @@ impl lang::Resolver for Natives {
                 .collect()
         })
     }
+    fn secrets(&self, name: &str) -> Vec<lang::SecretParam> {
+        find(name)
+            .map(|s| {
+                s.secrets()
+                    .map(|(key, position)| lang::SecretParam {
+                        key: key.to_string(),
+                        position,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    fn secret_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = REGISTRY
+            .iter()
+            .flat_map(|s| s.secrets().map(|(k, _)| k.to_string()))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+}
+
+/// Pipeline text as it may be shown to anyone (`ps`, PipesFS, logs, error messages): the
+/// values of the parameters the declarations say are secret replaced by `<secret>`
+/// (`lang::redact` with the declarations as its judge). The run itself gets the text as
+/// written.
+pub fn shown(text: &str) -> lang::Redacted {
+    lang::redact(text, &Natives)
+}
+
+/// A node of a run's graph as it may be shown (PipesFS `.filter`, `.options`): its text
+/// redacted as [`shown`] does, and each secret option's value `<secret>`.
+pub fn shown_node(n: &dataplane::GraphNode) -> dataplane::GraphNode {
+    let name = n.filter.split_whitespace().next().unwrap_or("");
+    dataplane::GraphNode {
+        filter: shown(&n.filter).text().to_string(),
+        options: lang::redact_options(name, &n.options, &Natives),
+        ..n.clone()
+    }
 }
 
 /// The control options of thesis Table 3.2 that concern the filter's construction, for a
 /// filter that does not declare a key of the same name itself: `file=F` passes the
 /// contents of F as its first parameter (`regex file=patterns.txt`); `reuse=` and
 /// `binary=` are refused, saying why (nothing here gives them a meaning yet); `mode=`
-/// needs an exported stream whose permissions it sets.
+/// needs an exported stream whose permissions it sets, or a source of
+/// [`dataplane::Origin::Unseen`] data, whose mode the client declares with it.
 pub fn control_options(spec: &FilterSpec, args: &Args) -> Result<Args, FilterError> {
     let declared = |k: &str| spec.params.iter().any(|p| p.name == k);
     let mut args = args.clone();
@@ -142,8 +183,10 @@ pub fn control_options(spec: &FilterSpec, args: &Args) -> Result<Args, FilterErr
             let exported = ["export", "exportdata"]
                 .iter()
                 .any(|k| args.options.get(*k).is_some_and(|v| v == "yes"));
-            if !exported {
-                return Err(FilterError::Rule(format!("mode={m}: sets the permissions of the stream the filter exports; give export=yes too")));
+            // On a source whose data the daemon cannot see, the client says how readable
+            // what it reads is (`control::access`).
+            if !exported && spec.origin != dataplane::Origin::Unseen {
+                return Err(FilterError::Rule(format!("mode={m}: sets the permissions of the stream the filter exports (or of what a source reads from where the daemon cannot see); give export=yes too")));
             }
         }
     }

@@ -23,6 +23,8 @@
 //!   parsed at resolve time, and what the kernel push-down sets).
 //! - [`graph`]: the result, [`Graph`], and its [`Graph::canonical`] print.
 //! - [`diag`]: [`Diagnostic`], errors rendered with a caret under the offending span.
+//! - [`redact`](mod@redact): secret parameters (as the resolver says) out of text that is
+//!   shown: [`redact()`], [`redact_options`], [`Diagnostic::redacted`].
 //!
 //! What a graph from [`parse`] guarantees (the runtime may rely on it):
 //!
@@ -61,6 +63,7 @@ pub mod graph;
 mod lexer;
 mod parser;
 pub mod place;
+pub mod redact;
 pub mod resolve;
 mod span;
 pub mod template;
@@ -69,6 +72,7 @@ mod validate;
 pub use diag::{render, DiagKind, Diagnostic};
 pub use graph::{Edge, Graph, Hint, JoinMode, Node, NodeId, NodeKind, Selector, SplitMode};
 pub use place::{KernelAttach, PinKind, Placement, Side, SpaceName, SpaceSpec};
+pub use redact::{redact, redact_options, Redacted, SecretParam, SECRET};
 pub use resolve::{FilterKind, PathResolver, Resolver, StaticResolver, WithPath, CONTROL_OPTIONS};
 pub use span::Span;
 pub use template::parallelize;

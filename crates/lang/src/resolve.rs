@@ -7,6 +7,7 @@ use crate::diag::{closest, did_you_mean, DiagKind, Diagnostic};
 use crate::graph::{quote, NodeKind};
 use crate::lexer::Word;
 use crate::place::{Placement, Side, SpaceSpec};
+use crate::redact::SecretParam;
 use crate::span::Span;
 
 /// Whether a name is a native filter or a Unix command.
@@ -43,6 +44,18 @@ pub trait Resolver {
     fn class_names(&self, _native: &str) -> Option<Vec<(String, u16)>> {
         None
     }
+
+    /// The parameters of a native filter that are secret (keys, passwords, tokens): never
+    /// shown, see [`crate::redact()`]. Default: none.
+    fn secrets(&self, _native: &str) -> Vec<SecretParam> {
+        Vec::new()
+    }
+
+    /// Every option key some native filter declares secret (words of a filter that is not
+    /// known as native are redacted by these). Default: none.
+    fn secret_keys(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl<R: Resolver + ?Sized> Resolver for &R {
@@ -60,6 +73,12 @@ impl<R: Resolver + ?Sized> Resolver for &R {
     }
     fn class_names(&self, native: &str) -> Option<Vec<(String, u16)>> {
         (**self).class_names(native)
+    }
+    fn secrets(&self, native: &str) -> Vec<SecretParam> {
+        (**self).secrets(native)
+    }
+    fn secret_keys(&self) -> Vec<String> {
+        (**self).secret_keys()
     }
 }
 
@@ -93,6 +112,7 @@ pub const PLACED: &str = "placed";
 pub struct StaticResolver {
     natives: BTreeMap<String, Option<Vec<String>>>,
     unix: Vec<String>,
+    secrets: BTreeMap<String, Vec<SecretParam>>,
 }
 
 impl StaticResolver {
@@ -120,6 +140,19 @@ impl StaticResolver {
         self.unix.push(name.to_string());
         self
     }
+
+    /// Declares parameter `key` of native filter `name` secret (also positional parameter
+    /// `position`).
+    pub fn secret(mut self, name: &str, key: &str, position: Option<usize>) -> Self {
+        self.secrets
+            .entry(name.to_string())
+            .or_default()
+            .push(SecretParam {
+                key: key.to_string(),
+                position,
+            });
+        self
+    }
 }
 
 impl Resolver for StaticResolver {
@@ -137,6 +170,16 @@ impl Resolver for StaticResolver {
     }
     fn params(&self, native: &str) -> Option<Vec<String>> {
         self.natives.get(native).cloned().flatten()
+    }
+    fn secrets(&self, native: &str) -> Vec<SecretParam> {
+        self.secrets.get(native).cloned().unwrap_or_default()
+    }
+    fn secret_keys(&self) -> Vec<String> {
+        self.secrets
+            .values()
+            .flatten()
+            .map(|s| s.key.clone())
+            .collect()
     }
 }
 
@@ -208,6 +251,12 @@ impl<R: Resolver> Resolver for WithPath<R> {
     }
     fn class_names(&self, native: &str) -> Option<Vec<(String, u16)>> {
         self.0.class_names(native)
+    }
+    fn secrets(&self, native: &str) -> Vec<SecretParam> {
+        self.0.secrets(native)
+    }
+    fn secret_keys(&self) -> Vec<String> {
+        self.0.secret_keys()
     }
 }
 

@@ -41,8 +41,11 @@
 //!
 //! Permissions: a run's directories belong to its owner (0755: others may look, only the
 //! owner and root may change); streams have the run's stream mode (its narrowest
-//! source's, at most 0644, read-only); the kernel enforces them (`default_permissions`)
-//! and every change is checked again here against the run's owner.
+//! source's, at most 0644, read-only), and so do `.pipeline`, `.filter` and `.options`
+//! (what the run is says something of what it reads); the kernel enforces them
+//! (`default_permissions`) and every change is checked again here against the run's
+//! owner. Text shows secret parameters as `<secret>` (`filters::shown`), and so does
+//! the log.
 
 mod stream;
 
@@ -444,8 +447,15 @@ impl PipesFs {
             Entry::ShapeGroup(_) => (FileType::RegularFile, 0o644),
             Entry::Run(_) | Entry::Node(..) | Entry::Class(..) => (FileType::Directory, 0o755),
             Entry::RunFile(_, RunFile::Ctl) => (FileType::RegularFile, 0o200),
+            // What the run is (its text, each filter's, with secrets redacted) is as
+            // readable as what it computes: the run's stream mode.
+            Entry::RunFile(_, RunFile::Pipeline) | Entry::NodeFile(_, _, NodeFile::Filter) => {
+                (FileType::RegularFile, (mode & 0o444) as u16)
+            }
+            Entry::NodeFile(_, _, NodeFile::Options) => {
+                (FileType::RegularFile, (mode & 0o444 | 0o200) as u16)
+            }
             Entry::RunFile(..) => (FileType::RegularFile, 0o444),
-            Entry::NodeFile(_, _, NodeFile::Options) => (FileType::RegularFile, 0o644),
             Entry::NodeFile(..) => (FileType::RegularFile, 0o444),
             Entry::Stream(..) => (FileType::RegularFile, (mode & 0o444) as u16),
             Entry::Link(..) => (FileType::Symlink, 0o777),
@@ -575,13 +585,15 @@ impl PipesFs {
         })
     }
 
-    /// Log a refusal and say its errno.
+    /// Log a refusal and say its errno (what was asked, secrets redacted).
     fn refused(&self, req: &Request, op: &str, what: &str, e: i32, why: &str) -> Errno {
+        let shown = filters::shown(what);
         eprintln!(
-            "streamlined: pipesfs: uid {} {op} {what}: refused ({}): {}",
+            "streamlined: pipesfs: uid {} {op} {}: refused ({}): {}",
             req.uid(),
+            shown.text(),
             errno_name(e),
-            why.lines().next().unwrap_or("")
+            shown.scrub(why.lines().next().unwrap_or(""))
         );
         errno(e)
     }

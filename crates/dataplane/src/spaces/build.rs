@@ -19,12 +19,14 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 
-/// How to start a process space: this program with arguments that make it call
+/// How to start a process space: this program with arguments (and environment variables,
+/// for what must not be on a command line everyone can read) that make it call
 /// [`run_process_space`] on the same pipeline; `--space ID --fd FD` are appended.
 #[derive(Debug, Clone)]
 pub struct Launcher {
     pub exe: std::path::PathBuf,
     pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
 }
 
 /// What a build holds while it is under way: each construction step adds to it, and its
@@ -216,6 +218,7 @@ impl Spaces {
                         .map_err(|x| err("fcntl".into(), x))?;
                     let proc = std::process::Command::new(&l.exe)
                         .args(&l.args)
+                        .envs(l.env.iter().map(|(k, v)| (k, v)))
                         .arg("--space")
                         .arg(id.to_string())
                         .arg("--fd")

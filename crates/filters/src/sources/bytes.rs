@@ -2,7 +2,7 @@
 //! or by a delimiter.
 
 use dataplane::{
-    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Param, Tag,
+    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Origin, Param, Tag,
 };
 use std::io::Read;
 use std::path::PathBuf;
@@ -105,6 +105,7 @@ impl Filter for FileIn {
 }
 
 pub static FILE: FilterSpec = FilterSpec::new("file", Access::Source, FileIn::make)
+    .origin(Origin::Files)
     .synopsis("file FILE [split=bytes|lines|fixed] [size=N]")
     .description("Reads a file, mapped into memory as a DBuf (no copies), as blocks: chunks of\n\
                   64 KiB (split=bytes, size=N to change), one block per line including its newline\n\

@@ -1,7 +1,7 @@
 //! `gen`: synthetic blocks for benchmarks and tests, in a ring of their own.
 
 use dataplane::{
-    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Param, Tag,
+    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Origin, Param, Tag,
 };
 
 pub struct Gen {
@@ -192,6 +192,7 @@ impl Filter for Gen {
 }
 
 pub static GEN: FilterSpec = FilterSpec::new("gen", Access::Source, Gen::make)
+    .origin(Origin::Synthetic)
     .synopsis("gen [count=N] [size=BYTES] [rewrite=yes|no]")
     .description(
         "Generates N synthetic blocks (default 1000) of the given size (default 1024)\n\

@@ -3,7 +3,8 @@
 
 use crate::savefile::{swap_pseudo_header, Savefile};
 use dataplane::{
-    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Param, RecordMeta, Tag,
+    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Origin, Param,
+    RecordMeta, Tag,
 };
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -379,6 +380,7 @@ impl Filter for PcapIn {
 }
 
 pub static PCAPIN: FilterSpec = FilterSpec::new("pcapin", Access::Source, PcapIn::make)
+    .origin(Origin::Files)
     .synopsis("pcapin file=FILE")
     .description("Reads a capture file as libpcap (tcpdump -r) reads it: the same packets, bytes,\n\
                   lengths, times and link type. The file is mapped into memory and serves as the\n\
