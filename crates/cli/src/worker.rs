@@ -134,25 +134,29 @@ pub fn worker(fd: i32) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (run, pipeline, options, uid, gid, groups, modes) = match proto::recv::<ToWorker>(&sock) {
-        Ok((
-            Msg {
-                body:
-                    ToWorker::Start {
-                        run,
-                        pipeline,
-                        options,
-                        uid,
-                        gid,
-                        groups,
-                        modes,
-                    },
-                ..
-            },
-            _,
-        )) => (run, pipeline, options, uid, gid, groups, modes),
-        Ok(_) | Err(_) => return ExitCode::from(2),
-    };
+    let (run, pipeline, options, uid, gid, groups, modes, context, mut fds) =
+        match proto::recv::<ToWorker>(&sock) {
+            Ok((
+                Msg {
+                    body:
+                        ToWorker::Start {
+                            run,
+                            pipeline,
+                            options,
+                            uid,
+                            gid,
+                            groups,
+                            modes,
+                            context,
+                        },
+                    ..
+                },
+                fds,
+            )) => (
+                run, pipeline, options, uid, gid, groups, modes, context, fds,
+            ),
+            Ok(_) | Err(_) => return ExitCode::from(2),
+        };
     let out = Arc::new(Mutex::new(
         sock.try_clone().expect("clone the daemon's socket"),
     ));
@@ -166,6 +170,16 @@ pub fn worker(fd: i32) -> ExitCode {
             FromWorker::Failed {
                 message: format!("streamline: cannot take the identity of uid {uid}: {e}"),
                 errno: libc::EPERM,
+            },
+        );
+        return ExitCode::from(1);
+    }
+    if let Err(e) = crate::context::take(&context, fds.pop(), uid) {
+        let _ = tell(
+            &out,
+            FromWorker::Failed {
+                message: format!("streamline: the client's context: {e}"),
+                errno: e.errno(),
             },
         );
         return ExitCode::from(1);

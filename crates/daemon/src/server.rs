@@ -84,6 +84,11 @@ pub(crate) type TapAnswer = Result<(u64, Vec<OwnedFd>), (i32, String)>;
 
 impl Run {
     fn tell(&self, m: ToWorker) -> Result<(), ProtoError> {
+        self.tell_fds(m, &[])
+    }
+
+    /// [`Run::tell`] with descriptors (the client's working directory with `start`).
+    fn tell_fds(&self, m: ToWorker, fds: &[std::os::fd::RawFd]) -> Result<(), ProtoError> {
         let s = self.ctl.lock().expect("not poisoned");
         proto::send(
             &s,
@@ -91,7 +96,7 @@ impl Run {
                 id: self.id,
                 body: m,
             },
-            &[],
+            fds,
         )
     }
 
@@ -478,7 +483,8 @@ impl Daemon {
                 pipeline,
                 options,
                 fds: n,
-            } => self.open(conn, who, pipeline, options, n, fds),
+                context,
+            } => self.open(conn, who, pipeline, options, n, fds, context),
             Request::Activate { run, detach } => {
                 let r = self.run_for(run, who)?;
                 activate(&r, conn, detach)?;
@@ -644,7 +650,15 @@ impl Daemon {
             no_share: true,
             ..RunOptions::default()
         };
-        let (reply, _) = self.open(0, &root, capture_pipeline(device), opts, 0, vec![])?;
+        let (reply, _) = self.open(
+            0,
+            &root,
+            capture_pipeline(device),
+            opts,
+            0,
+            vec![],
+            Default::default(),
+        )?;
         let Reply::Opened { run, .. } = reply else {
             return Err(refuse(libc::EIO, "the capture run did not open"));
         };
@@ -770,6 +784,7 @@ impl Daemon {
 
     /// The construction transaction: check access, start a worker that builds the run
     /// paused, and wait for its verdict.
+    #[allow(clippy::too_many_arguments)]
     fn open(
         self: &Arc<Self>,
         conn: u64,
@@ -777,24 +792,30 @@ impl Daemon {
         pipeline: String,
         options: RunOptions,
         n: u32,
-        fds: Vec<OwnedFd>,
+        mut fds: Vec<OwnedFd>,
+        context: proto::ClientContext,
     ) -> CallResult {
-        if n as usize != fds.len() || !(n == 0 || n == 3) {
+        let streams = n.wrapping_sub(u32::from(context.cwd));
+        if n as usize != fds.len() || !(streams == 0 || streams == 3) {
             return Err(refuse(
                 libc::EINVAL,
                 format!(
-                    "open: {} descriptors came, {n} announced (0, or 3: stdin, stdout, stderr)",
+                    "open: {} descriptors came, {n} announced (0, or 3: stdin, stdout, stderr; and 1 more, the working directory, with context.cwd)",
                     fds.len()
                 ),
             ));
         }
+        // The client's working directory goes to the worker, which enters it as the client.
+        let cwd = if context.cwd { fds.pop() } else { None };
         if pipeline.len() > 64 * 1024 {
             return Err(refuse(
                 libc::E2BIG,
                 format!("pipeline of {} bytes (at most 65536)", pipeline.len()),
             ));
         }
-        let g = lang::parse(&pipeline, &lang::WithPath(filters::Natives))
+        // Unix commands are the worker's to find, on the client's PATH and in its
+        // directory (they need no grant).
+        let g = lang::parse(&pipeline, &lang::OrCommand(filters::Natives))
             .map_err(|d| refuse(libc::EINVAL, d.to_string()))?;
         let modes = self
             .cfg
@@ -847,6 +868,7 @@ impl Daemon {
             gid: who.gid,
             groups: who.groups.clone(),
             modes,
+            context,
         };
         let reader = mine
             .try_clone()
@@ -877,8 +899,10 @@ impl Daemon {
             let _ = run.child.lock().expect("not poisoned").wait();
             why
         };
-        run.tell(start)
+        let cwd_fd: Vec<_> = cwd.iter().map(|f| f.as_raw_fd()).collect();
+        run.tell_fds(start, &cwd_fd)
             .map_err(|e| refuse(libc::EIO, kill(format!("the worker died at once: {e}"))))?;
+        drop(cwd);
         // The build's verdict.
         match proto::recv::<FromWorker>(&reader) {
             Ok((

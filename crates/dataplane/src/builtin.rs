@@ -161,6 +161,17 @@ pub struct RunAs {
 
 static RUN_AS: std::sync::OnceLock<RunAs> = std::sync::OnceLock::new();
 
+/// util-linux's `setpriv`, looked for in the system's directories only: a worker runs
+/// with its client's environment, and a client's PATH never chooses the program that
+/// changes identities.
+fn setpriv_path() -> &'static std::path::Path {
+    ["/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv", "/sbin/setpriv"]
+        .iter()
+        .map(std::path::Path::new)
+        .find(|p| p.is_file())
+        .unwrap_or(std::path::Path::new("/usr/bin/setpriv"))
+}
+
 /// From now on, Unix commands this process starts run as `who` (a daemon's worker runs
 /// its client's commands with the client's uid and groups). Set once; a second call with
 /// another identity is refused.
@@ -194,7 +205,7 @@ impl UnixProc {
             // Through util-linux's setpriv: real, effective and saved ids and the groups
             // all become the client's before the command is executed.
             Some(who) => {
-                let mut c = Command::new("setpriv");
+                let mut c = Command::new(setpriv_path());
                 c.arg(format!("--reuid={}", who.uid))
                     .arg(format!("--regid={}", who.gid));
                 match who.groups.is_empty() {
