@@ -78,9 +78,8 @@ pub fn open_path(
 /// file that stands under its name, never as what a link there points to.
 pub fn open_existing_nofollow(path: &str, write: bool) -> io::Result<OwnedFd> {
     let cpath = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let flags = libc::O_CLOEXEC
-        | libc::O_NOFOLLOW
-        | if write { libc::O_RDWR } else { libc::O_RDONLY };
+    let flags =
+        libc::O_CLOEXEC | libc::O_NOFOLLOW | if write { libc::O_RDWR } else { libc::O_RDONLY };
     // SAFETY: cpath is NUL-terminated and lives across the call; no O_CREAT, so open(2)
     // reads no mode argument.
     let fd = cvt(unsafe { libc::open(cpath.as_ptr(), flags) })?;

@@ -47,10 +47,17 @@ fn a_ring_is_trusted_by_the_owner_of_its_files_and_mapped_read_only() {
     assert!(!writable(fds[0]), "the data segment is mapped read-only");
     assert!(writable(fds[1]), "the control segment holds reader slots");
     let observer = RingRef::open_owned(&name, 0, false).unwrap();
-    assert_eq!(observer.shared().fds().len(), 1, "an observer maps no control segment");
+    assert_eq!(
+        observer.shared().fds().len(),
+        1,
+        "an observer maps no control segment"
+    );
     match RingRef::open_owned(&name, 65534, false) {
         Err(Error::Permission { what, .. }) => {
-            assert!(what.contains("belongs to uid 0, not to uid 65534"), "{what}")
+            assert!(
+                what.contains("belongs to uid 0, not to uid 65534"),
+                "{what}"
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -61,7 +68,10 @@ fn a_ring_is_trusted_by_the_owner_of_its_files_and_mapped_read_only() {
     }
     match RingRef::open_owned(&name, 0, true) {
         Err(Error::Permission { what, .. }) => {
-            assert!(what.contains("belongs to uid 65534, not to uid 0"), "{what}")
+            assert!(
+                what.contains("belongs to uid 65534, not to uid 0"),
+                "{what}"
+            )
         }
         other => panic!("{other:?}"),
     }

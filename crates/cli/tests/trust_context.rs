@@ -166,7 +166,13 @@ fn files_the_run_creates_get_the_clients_umask() {
         .arg("-c")
         .arg("umask 077; exec \"$@\"")
         .arg("sh")
-        .args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ])
         .arg(BIN)
         .args(["run", "-q", "gen count=10 size=100 | outfile file=made"])
         .current_dir(&s.0)
@@ -206,10 +212,7 @@ fn a_lowered_file_size_limit_holds_for_the_run() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{:?}", text(&out));
-    assert_eq!(
-        std::fs::metadata(s.0.join("big")).unwrap().len(),
-        1_000_000
-    );
+    assert_eq!(std::fs::metadata(s.0.join("big")).unwrap().len(), 1_000_000);
 }
 
 #[test]

@@ -72,21 +72,25 @@ fn wait_running(d: &Daemon, n: usize) {
 /// counters the workers report; a run interrupted earlier would drop what its capture
 /// ring still holds).
 fn wait_counted(d: &Daemon, n: usize) {
-    wait_for("every run counts the datagrams", Duration::from_secs(20), || {
-        let r = d.raw(&["hello", "ps"]);
-        let runs = r
-            .iter()
-            .find_map(|m| m.get("runs").and_then(|v| v.as_array()).cloned())
-            .unwrap_or_default();
-        runs.len() == n
-            && runs.iter().all(|run| {
-                run["nodes"].as_array().is_some_and(|nodes| {
-                    nodes
-                        .iter()
-                        .any(|c| c["label"] == "count" && c["blocks_in"].as_u64() >= Some(SENT))
+    wait_for(
+        "every run counts the datagrams",
+        Duration::from_secs(20),
+        || {
+            let r = d.raw(&["hello", "ps"]);
+            let runs = r
+                .iter()
+                .find_map(|m| m.get("runs").and_then(|v| v.as_array()).cloned())
+                .unwrap_or_default();
+            runs.len() == n
+                && runs.iter().all(|run| {
+                    run["nodes"].as_array().is_some_and(|nodes| {
+                        nodes
+                            .iter()
+                            .any(|c| c["label"] == "count" && c["blocks_in"].as_u64() >= Some(SENT))
+                    })
                 })
-            })
-    });
+        },
+    );
 }
 
 fn send_dns_datagrams() {

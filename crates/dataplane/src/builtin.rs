@@ -165,11 +165,16 @@ static RUN_AS: std::sync::OnceLock<RunAs> = std::sync::OnceLock::new();
 /// with its client's environment, and a client's PATH never chooses the program that
 /// changes identities.
 fn setpriv_path() -> &'static std::path::Path {
-    ["/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv", "/sbin/setpriv"]
-        .iter()
-        .map(std::path::Path::new)
-        .find(|p| p.is_file())
-        .unwrap_or(std::path::Path::new("/usr/bin/setpriv"))
+    [
+        "/usr/bin/setpriv",
+        "/bin/setpriv",
+        "/usr/sbin/setpriv",
+        "/sbin/setpriv",
+    ]
+    .iter()
+    .map(std::path::Path::new)
+    .find(|p| p.is_file())
+    .unwrap_or(std::path::Path::new("/usr/bin/setpriv"))
 }
 
 /// From now on, Unix commands this process starts run as `who` (a daemon's worker runs

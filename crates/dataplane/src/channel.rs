@@ -197,7 +197,10 @@ pub fn publish(key: &str, cfg: ChannelConfig) -> beltway::Result<Egress> {
             if m.uid() != me {
                 return Err(beltway::Error::Permission {
                     name: name.clone(),
-                    what: format!("{path} exists and belongs to uid {}, not to uid {me}", m.uid()),
+                    what: format!(
+                        "{path} exists and belongs to uid {}, not to uid {me}",
+                        m.uid()
+                    ),
                 });
             }
         }
@@ -259,7 +262,9 @@ fn find_published(key: &str, register: bool) -> beltway::Result<(String, RingRef
         match found {
             Ok((t, d)) if t.writer().1 => return Ok((name, t, d)),
             Ok((t, _)) => {
-                last = Some(beltway::Error::Closed { name: t.shared().name().to_string() })
+                last = Some(beltway::Error::Closed {
+                    name: t.shared().name().to_string(),
+                })
             }
             Err(e) => last = Some(e),
         }
@@ -273,7 +278,9 @@ fn find_published(key: &str, register: bool) -> beltway::Result<(String, RingRef
 /// A live run's published stream under `key` this process may subscribe to (see
 /// [`subscribe`]): its process id, if there is one.
 pub fn published(key: &str) -> Option<u32> {
-    find_published(key, false).ok().map(|(_, t, _)| t.writer().0)
+    find_published(key, false)
+        .ok()
+        .map(|(_, t, _)| t.writer().0)
 }
 
 /// Subscribe to the stream published under `key`, from now on (what was published before

@@ -167,8 +167,21 @@ pub struct Limit {
 /// The resource limits a client sends, by the names `getrlimit(2)` gives them (without
 /// `RLIMIT_`).
 pub const LIMITS: &[&str] = &[
-    "CPU", "FSIZE", "DATA", "STACK", "CORE", "AS", "NOFILE", "NPROC", "MEMLOCK", "LOCKS",
-    "SIGPENDING", "MSGQUEUE", "NICE", "RTPRIO", "RTTIME",
+    "CPU",
+    "FSIZE",
+    "DATA",
+    "STACK",
+    "CORE",
+    "AS",
+    "NOFILE",
+    "NPROC",
+    "MEMLOCK",
+    "LOCKS",
+    "SIGPENDING",
+    "MSGQUEUE",
+    "NICE",
+    "RTPRIO",
+    "RTTIME",
 ];
 
 /// Environment variables a run never takes from its client: those the dynamic loader and
