@@ -90,6 +90,12 @@ impl Segment {
         Self::map_fd(fd, Backing::Path(path.to_string()))
     }
 
+    /// Map a segment at `path` opened by the caller (e.g. with its owner checked), read-only
+    /// unless `fd` was opened for writing.
+    pub fn from_path_fd(fd: OwnedFd, path: &str) -> io::Result<Segment> {
+        Self::map_fd(fd, Backing::Path(path.to_string()))
+    }
+
     /// Map a segment received as a descriptor (e.g. over a Unix socket).
     pub fn from_fd(fd: OwnedFd) -> io::Result<Segment> {
         Self::map_fd(fd, Backing::Memfd)

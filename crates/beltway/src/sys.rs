@@ -73,6 +73,37 @@ pub fn open_path(
     Ok(fd)
 }
 
+/// Open an existing file for reading (or reading and writing) without following a
+/// symbolic link in its last component: a ring someone else published is opened as the
+/// file that stands under its name, never as what a link there points to.
+pub fn open_existing_nofollow(path: &str, write: bool) -> io::Result<OwnedFd> {
+    let cpath = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let flags =
+        libc::O_CLOEXEC | libc::O_NOFOLLOW | if write { libc::O_RDWR } else { libc::O_RDONLY };
+    // SAFETY: cpath is NUL-terminated and lives across the call; no O_CREAT, so open(2)
+    // reads no mode argument.
+    let fd = cvt(unsafe { libc::open(cpath.as_ptr(), flags) })?;
+    // SAFETY: open returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The uid that owns the file behind `fd`.
+pub fn fd_owner(fd: &OwnedFd) -> io::Result<u32> {
+    // SAFETY: stat is plain data; fstat fills it completely on success.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid, writable stat buffer.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st.st_uid)
+}
+
+/// The uid files are created and opened with by this thread (the file-system uid: the
+/// effective uid, unless a daemon's worker took its client's with `setfsuid`).
+pub fn fsuid() -> u32 {
+    // SAFETY: setfsuid with an invalid id (-1) changes nothing and returns the current
+    // file-system uid; it takes a plain integer.
+    unsafe { libc::setfsuid(u32::MAX) as u32 }
+}
+
 /// Size of the file behind `fd`.
 pub fn fd_size(fd: &OwnedFd) -> io::Result<u64> {
     // SAFETY: stat is plain data; fstat fills it completely on success.

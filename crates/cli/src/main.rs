@@ -15,6 +15,7 @@
 
 mod access;
 mod compat;
+mod context;
 mod edits;
 mod preload;
 mod remote;

@@ -86,17 +86,36 @@ pub fn run(
         },
         None => None,
     };
+    // The run works where we are, with our environment, umask and limits.
+    let (context, cwd) = match crate::context::gather() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("streamline: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let fds = match (&detach, &log) {
-        (None, _) => [0, 1, 2],
-        (Some(_), Some(f)) => [devnull.as_raw_fd(), f.as_raw_fd(), f.as_raw_fd()],
-        (Some(_), None) => [devnull.as_raw_fd(); 3],
+        (None, _) => [0, 1, 2, cwd.as_raw_fd()],
+        (Some(_), Some(f)) => [
+            devnull.as_raw_fd(),
+            f.as_raw_fd(),
+            f.as_raw_fd(),
+            cwd.as_raw_fd(),
+        ],
+        (Some(_), None) => [
+            devnull.as_raw_fd(),
+            devnull.as_raw_fd(),
+            devnull.as_raw_fd(),
+            cwd.as_raw_fd(),
+        ],
     };
     let detach = detach.is_some();
     let run = match c.call_fds(
         Request::Open {
             pipeline: pipeline.to_string(),
             options,
-            fds: 3,
+            fds: fds.len() as u32,
+            context,
         },
         &fds,
     ) {

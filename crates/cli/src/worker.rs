@@ -156,26 +156,30 @@ pub fn worker(fd: i32) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (run, pipeline, options, uid, gid, groups, modes, lent) = match proto::recv::<ToWorker>(&sock) {
-        Ok((
-            Msg {
-                body:
-                    ToWorker::Start {
-                        run,
-                        pipeline,
-                        options,
-                        uid,
-                        gid,
-                        groups,
-                        modes,
-                        lent,
-                    },
-                ..
-            },
-            _,
-        )) => (run, pipeline, options, uid, gid, groups, modes, lent),
-        Ok(_) | Err(_) => return ExitCode::from(2),
-    };
+    let (run, pipeline, options, uid, gid, groups, modes, lent, context, mut fds) =
+        match proto::recv::<ToWorker>(&sock) {
+            Ok((
+                Msg {
+                    body:
+                        ToWorker::Start {
+                            run,
+                            pipeline,
+                            options,
+                            uid,
+                            gid,
+                            groups,
+                            modes,
+                            lent,
+                            context,
+                        },
+                    ..
+                },
+                fds,
+            )) => (
+                run, pipeline, options, uid, gid, groups, modes, lent, context, fds,
+            ),
+            Ok(_) | Err(_) => return ExitCode::from(2),
+        };
     let out = Arc::new(Mutex::new(
         sock.try_clone().expect("clone the daemon's socket"),
     ));
@@ -189,6 +193,16 @@ pub fn worker(fd: i32) -> ExitCode {
             FromWorker::Failed {
                 message: format!("streamline: the worker of uid {uid} refuses to run: {e}"),
                 errno: libc::EPERM,
+            },
+        );
+        return ExitCode::from(1);
+    }
+    if let Err(e) = crate::context::take(&context, fds.pop(), uid) {
+        let _ = tell(
+            &out,
+            FromWorker::Failed {
+                message: format!("streamline: the client's context: {e}"),
+                errno: e.errno(),
             },
         );
         return ExitCode::from(1);

@@ -187,6 +187,7 @@ fn open_run(d: &Daemon, pipeline: &str) -> Opened {
                 pipeline: pipeline.into(),
                 options,
                 fds: 3,
+                context: Default::default(),
             },
             &[null_in.as_raw_fd(), null_out.as_raw_fd(), err.as_raw_fd()],
         )

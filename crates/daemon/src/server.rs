@@ -91,6 +91,11 @@ pub(crate) type TapAnswer = Result<(u64, Vec<OwnedFd>), (i32, String)>;
 
 impl Run {
     fn tell(&self, m: ToWorker) -> Result<(), ProtoError> {
+        self.tell_fds(m, &[])
+    }
+
+    /// [`Run::tell`] with descriptors (the client's working directory with `start`).
+    fn tell_fds(&self, m: ToWorker, fds: &[std::os::fd::RawFd]) -> Result<(), ProtoError> {
         let s = self.ctl.lock().expect("not poisoned");
         proto::send(
             &s,
@@ -98,7 +103,7 @@ impl Run {
                 id: self.id,
                 body: m,
             },
-            &[],
+            fds,
         )
     }
 
@@ -649,10 +654,11 @@ impl Daemon {
                 pipeline,
                 options,
                 fds: n,
+                context,
             } => {
                 // The log says it with its secrets redacted, as everything else does.
                 let text = filters::shown(&pipeline).text().to_string();
-                let r = self.open(conn, who, pipeline, options, n, fds);
+                let r = self.open(conn, who, pipeline, options, n, fds, context);
                 match &r {
                     Ok((Reply::Opened { run, .. }, _)) => audit::opened(who, *run, &text),
                     Err(Reply::Error { errno, message, .. }) => {
@@ -834,7 +840,15 @@ impl Daemon {
             no_share: true,
             ..RunOptions::default()
         };
-        let (reply, _) = self.open(0, &root, capture_pipeline(device), opts, 0, vec![])?;
+        let (reply, _) = self.open(
+            0,
+            &root,
+            capture_pipeline(device),
+            opts,
+            0,
+            vec![],
+            Default::default(),
+        )?;
         let Reply::Opened { run, .. } = reply else {
             return Err(refuse(libc::EIO, "the capture run did not open"));
         };
@@ -983,6 +997,7 @@ impl Daemon {
 
     /// The construction transaction: check access, start a worker that builds the run
     /// paused, and wait for its verdict.
+    #[allow(clippy::too_many_arguments)]
     fn open(
         self: &Arc<Self>,
         conn: u64,
@@ -990,27 +1005,33 @@ impl Daemon {
         pipeline: String,
         options: RunOptions,
         n: u32,
-        fds: Vec<OwnedFd>,
+        mut fds: Vec<OwnedFd>,
+        context: proto::ClientContext,
     ) -> CallResult {
-        if n as usize != fds.len() || !(n == 0 || n == 3) {
+        let streams = n.wrapping_sub(u32::from(context.cwd));
+        if n as usize != fds.len() || !(streams == 0 || streams == 3) {
             return Err(refuse(
                 libc::EINVAL,
                 format!(
-                    "open: {} descriptors came, {n} announced (0, or 3: stdin, stdout, stderr)",
+                    "open: {} descriptors came, {n} announced (0, or 3: stdin, stdout, stderr; and 1 more, the working directory, with context.cwd)",
                     fds.len()
                 ),
             ));
         }
+        // The client's working directory goes to the worker, which enters it as the client.
+        let cwd = if context.cwd { fds.pop() } else { None };
         if pipeline.len() > 64 * 1024 {
             return Err(refuse(
                 libc::E2BIG,
                 format!("pipeline of {} bytes (at most 65536)", pipeline.len()),
             ));
         }
+        // Unix commands are the worker's to find, on the client's PATH and in its
+        // directory (they need no grant).
         // Whatever is said about the pipeline (answers, `ps`, PipesFS, the log) is said
         // of it with its secrets redacted.
         let shown = filters::shown(&pipeline);
-        let resolver = lang::WithPath(filters::Natives);
+        let resolver = lang::OrCommand(filters::Natives);
         let g = lang::parse(&pipeline, &resolver)
             .map_err(|d| refuse(libc::EINVAL, d.redacted(&resolver).to_string()))?;
         // The limits: sizes first (no worker for a run that could not be allowed), then
@@ -1093,6 +1114,7 @@ impl Daemon {
             groups: who.groups.clone(),
             modes,
             lent,
+            context,
         };
         let reader = mine
             .try_clone()
@@ -1124,8 +1146,10 @@ impl Daemon {
             let _ = run.child.lock().expect("not poisoned").wait();
             why
         };
-        run.tell(start)
+        let cwd_fd: Vec<_> = cwd.iter().map(|f| f.as_raw_fd()).collect();
+        run.tell_fds(start, &cwd_fd)
             .map_err(|e| refuse(libc::EIO, kill(format!("the worker died at once: {e}"))))?;
+        drop(cwd);
         // The build's verdict.
         match proto::recv::<FromWorker>(&reader) {
             Ok((

@@ -155,21 +155,56 @@ pub fn egress_to(
     ))
 }
 
-/// Name under /dev/shm of the stream published under `key` (`.tags` and `.data`).
+/// Name under /dev/shm of the stream this process publishes under `key` (`.tags` and
+/// `.data`): see [`share_name_of`].
 pub fn share_name(key: &str) -> String {
-    format!("streamline.share.{key}")
+    share_name_of(beltway::sys::fsuid(), key)
+}
+
+/// Name under /dev/shm of the stream uid `uid` publishes under `key`. The uid in the name
+/// keeps users' streams of the same prefix apart; it proves nothing (anyone may create any
+/// name), so a subscriber also checks who owns the files (see [`subscribe`]).
+pub fn share_name_of(uid: u32, key: &str) -> String {
+    format!("streamline.share.{uid}.{key}")
+}
+
+/// Whose published streams this process may subscribe to, in the order they are looked
+/// for: its own user's (the identity it opens files with), then root's.
+fn publishers() -> Vec<u32> {
+    match beltway::sys::fsuid() {
+        0 => vec![0],
+        me => vec![me, 0],
+    }
 }
 
 /// Prefix sharing across runs (thesis 6.4): offer this arc's stream under `key` to other
-/// runs of the same user. Two named rings, mode 0600: a tag ring with fast reader
-/// preference (thesis 4.5.4, FRP: subscribers come and go, each with its own reader slot;
-/// the publisher never waits for one, and with none attached this costs one check per
-/// batch) and a data ring every block is written through to, one tag per block, files
-/// never named (a subscriber does not map what another run names). Both rings are
-/// overwritten at the publisher's pace; a subscriber that falls behind loses blocks (see
-/// [`subscribe`]). `InUse`: a live run publishes this key already.
+/// runs of the same user (and to root's). Two named rings, mode 0600, owned by this
+/// process's user and named by it ([`share_name`]): a tag ring with fast reader preference
+/// (thesis 4.5.4, FRP: subscribers come and go, each with its own reader slot; the
+/// publisher never waits for one, and with none attached this costs one check per batch)
+/// and a data ring every block is written through to, one tag per block, files never named
+/// (a subscriber does not map what another run names). Both rings are overwritten at the
+/// publisher's pace; a subscriber that falls behind loses blocks (see [`subscribe`]).
+/// `InUse`: a live run publishes this key already. `Permission`: a file under one of the
+/// names belongs to another user (a name taken by someone else is never used or removed).
 pub fn publish(key: &str, cfg: ChannelConfig) -> beltway::Result<Egress> {
     let name = share_name(key);
+    let me = beltway::sys::fsuid();
+    for seg in [".tags", ".tags.ctl", ".data", ".data.ctl"] {
+        let path = format!("/dev/shm/{name}{seg}");
+        if let Ok(m) = std::fs::symlink_metadata(&path) {
+            use std::os::unix::fs::MetadataExt;
+            if m.uid() != me {
+                return Err(beltway::Error::Permission {
+                    name: name.clone(),
+                    what: format!(
+                        "{path} exists and belongs to uid {}, not to uid {me}",
+                        m.uid()
+                    ),
+                });
+            }
+        }
+    }
     let tags = Writer::create_named(
         &format!("{name}.tags"),
         RingConfig {
@@ -211,25 +246,57 @@ pub fn publish(key: &str, cfg: ChannelConfig) -> beltway::Result<Egress> {
     })
 }
 
-/// A live run's published stream under `key`: its process id, if there is one.
+/// The rings of the stream a live run publishes under `key` that this process may read:
+/// published by its own user or by root ([`publishers`]), every file of them owned by that
+/// user (not only named for it), and opened with this process's rights (the kernel checks
+/// it may read them). The tag ring's control segment is mapped writable with `register`
+/// (a subscriber's reader slot), the rest read-only.
+fn find_published(key: &str, register: bool) -> beltway::Result<(String, RingRef, RingRef)> {
+    let mut last = None;
+    for uid in publishers() {
+        let name = share_name_of(uid, key);
+        let found = RingRef::open_owned(&format!("{name}.tags"), uid, register).and_then(|t| {
+            let d = RingRef::open_owned(&format!("{name}.data"), uid, false)?;
+            Ok((t, d))
+        });
+        match found {
+            Ok((t, d)) if t.writer().1 => return Ok((name, t, d)),
+            Ok((t, _)) => {
+                last = Some(beltway::Error::Closed {
+                    name: t.shared().name().to_string(),
+                })
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| beltway::Error::BadRing {
+        name: share_name(key),
+        why: "nobody publishes it".into(),
+    }))
+}
+
+/// A live run's published stream under `key` this process may subscribe to (see
+/// [`subscribe`]): its process id, if there is one.
 pub fn published(key: &str) -> Option<u32> {
-    let r = RingRef::open(&format!("{}.tags", share_name(key))).ok()?;
-    let (pid, alive) = r.writer();
-    alive.then_some(pid)
+    find_published(key, false)
+        .ok()
+        .map(|(_, t, _)| t.writer().0)
 }
 
 /// Subscribe to the stream published under `key`, from now on (what was published before
-/// is not replayed). Untrusted: the publisher names no files for us to map. The stream
-/// ends when the publishing run ends.
+/// is not replayed): this user's, else root's, and only if every file of it belongs to
+/// that user (a name under /dev/shm can be taken by anyone). Untrusted all the same: the
+/// publisher names no files for us to map, and its rings are mapped read-only but for the
+/// tag ring's control segment, where the subscriber's reader slot lives (the publisher
+/// counts its readers there to know whether anyone reads, and finds dead ones; it never
+/// waits for one). The stream ends when the publishing run ends.
 ///
 /// Lossy: the publisher overwrites its rings at its own pace. Each block is copied into a
 /// ring of the subscribing space and used only if the publisher's data ring still held it
 /// after the copy; a subscriber that fell behind skips what was overwritten, tags and data
 /// alike, and counts those blocks as lost (its summary line says how many).
 pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
-    let name = share_name(key);
-    let tags = RingRef::open(&format!("{name}.tags"))?;
-    let data = RingRef::open(&format!("{name}.data"))?;
+    let (name, tags, data) = find_published(key, true)?;
     if tags.shared().layout() != Layout::Tags || data.shared().layout() != Layout::Bytes {
         return Err(beltway::Error::BadRing {
             name,

@@ -73,7 +73,9 @@ pub use diag::{render, DiagKind, Diagnostic};
 pub use graph::{Edge, Graph, Hint, JoinMode, Node, NodeId, NodeKind, Selector, SplitMode};
 pub use place::{KernelAttach, PinKind, Placement, Side, SpaceName, SpaceSpec};
 pub use redact::{redact, redact_options, Redacted, SecretParam, SECRET};
-pub use resolve::{FilterKind, PathResolver, Resolver, StaticResolver, WithPath, CONTROL_OPTIONS};
+pub use resolve::{
+    FilterKind, OrCommand, PathResolver, Resolver, StaticResolver, WithPath, CONTROL_OPTIONS,
+};
 pub use span::Span;
 pub use template::parallelize;
 

@@ -260,6 +260,38 @@ impl<R: Resolver> Resolver for WithPath<R> {
     }
 }
 
+/// Native filters, and every other name as a Unix command, not looked up: for a party
+/// that checks a pipeline on behalf of another who runs it (the daemon, for its client),
+/// where the command will be found is the runner's to say (its PATH and working
+/// directory). Native filters resolve first here as in [`WithPath`], so a name means a
+/// native filter to both or to neither.
+#[derive(Clone, Debug, Default)]
+pub struct OrCommand<R>(pub R);
+
+impl<R: Resolver> Resolver for OrCommand<R> {
+    fn resolve(&self, name: &str) -> Option<FilterKind> {
+        self.0.resolve(name).or(Some(FilterKind::Unix))
+    }
+    fn native_names(&self) -> Vec<String> {
+        self.0.native_names()
+    }
+    fn params(&self, native: &str) -> Option<Vec<String>> {
+        self.0.params(native)
+    }
+    fn bounds_loops(&self, native: &str) -> bool {
+        self.0.bounds_loops(native)
+    }
+    fn class_names(&self, native: &str) -> Option<Vec<(String, u16)>> {
+        self.0.class_names(native)
+    }
+    fn secrets(&self, native: &str) -> Vec<SecretParam> {
+        self.0.secrets(native)
+    }
+    fn secret_keys(&self) -> Vec<String> {
+        self.0.secret_keys()
+    }
+}
+
 /// A resolved atom.
 pub(crate) struct Resolved {
     pub kind: NodeKind,

@@ -138,6 +138,93 @@ impl Default for RunOptions {
     }
 }
 
+/// What a run started from a shell inherits from it, sent with `open` so that a run
+/// through the daemon behaves as the same run stand-alone (ARCHITECTURE.md "The daemon").
+/// Every field has a default: a client that sends none gets a run in `/`, with a minimal
+/// environment (HOME, USER, LOGNAME and SHELL from the password database, a default PATH),
+/// umask 022 and the daemon's resource limits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ClientContext {
+    /// The frame's last descriptor is the client's working directory (opened `O_PATH |
+    /// O_DIRECTORY`, so it names the directory the client is in whatever happens to its
+    /// path). The worker enters it as the client; relative paths resolve there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cwd: bool,
+    /// The client's environment, every variable whose name and value are UTF-8. The
+    /// worker drops the dynamic loader's variables ([`LOADER_ENV`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<(String, String)>>,
+    /// The client's umask (0..=0o777).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
+    /// The client's resource limits, by name ([`LIMITS`]). The worker only lowers: a
+    /// limit above the daemon's hard limit becomes the daemon's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<Limit>,
+}
+
+/// One resource limit as `getrlimit` reports it; `u64::MAX` is unlimited.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Limit {
+    pub resource: String,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// The resource limits a client sends, by the names `getrlimit(2)` gives them (without
+/// `RLIMIT_`).
+pub const LIMITS: &[&str] = &[
+    "CPU",
+    "FSIZE",
+    "DATA",
+    "STACK",
+    "CORE",
+    "AS",
+    "NOFILE",
+    "NPROC",
+    "MEMLOCK",
+    "LOCKS",
+    "SIGPENDING",
+    "MSGQUEUE",
+    "NICE",
+    "RTPRIO",
+    "RTTIME",
+];
+
+/// Environment variables a run never takes from its client: those the dynamic loader and
+/// the C library read at a program's start (glibc drops the same ones for set-user-ID
+/// programs), and every `LD_*`. The worker and its process spaces are the daemon's
+/// program; a client's variables must not load code into them.
+pub const LOADER_ENV: &[&str] = &[
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_ARENA_MAX",
+    "MALLOC_ARENA_TEST",
+    "MALLOC_CHECK_",
+    "MALLOC_MMAP_MAX_",
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_PERTURB_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_TRACE",
+    "MALLOC_TRIM_THRESHOLD_",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TZDIR",
+];
+
+/// Whether the environment variable `name` is one a run never takes from its client.
+pub fn loader_env(name: &str) -> bool {
+    name.starts_with("LD_") || LOADER_ENV.contains(&name)
+}
+
 /// A client's request (thesis Tables 6.4-6.8; ARCHITECTURE.md maps each micro-call).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -161,13 +248,17 @@ pub enum Request {
     /// The construction transaction (MSG_FUNC_OPEN, CONNECT, EXPORT for a whole graph):
     /// parse, check access, plan and build the run, paused. It belongs to this connection
     /// until `activate`: if the connection ends first, it is rolled back. With `fds: 3`
-    /// the frame carries the run's stdin, stdout and stderr.
+    /// the frame carries the run's stdin, stdout and stderr; with `context.cwd` one more
+    /// descriptor follows them, the client's working directory (`fds: 4`, or 1 without
+    /// standard streams). `context`: what the run inherits from the client's shell.
     Open {
         pipeline: String,
         #[serde(default)]
         options: RunOptions,
         #[serde(default)]
         fds: u32,
+        #[serde(default, skip_serializing_if = "is_default")]
+        context: ClientContext,
     },
     /// MSG_FUNC_ACTIVATE: commit the transaction and start the run. A `detach`ed run
     /// outlives the connection; otherwise it is stopped when the connection ends.
@@ -208,6 +299,10 @@ pub enum Request {
     },
     /// End subscription `sub` of this connection (its reader sees the end of its stream).
     Release { sub: u64 },
+}
+
+fn is_default(c: &ClientContext) -> bool {
+    *c == ClientContext::default()
 }
 
 /// One classic BPF instruction as `struct bpf_insn` has it: `[code, jt, jf, k]`.
@@ -346,7 +441,9 @@ pub fn errno_name(errno: i32) -> &'static str {
 pub enum ToWorker {
     /// Build this run (paused) with the client's identity: files are opened with it, Unix
     /// commands run as it. `modes`: the stream mode of each privileged source node (by
-    /// node id), from the policy grant that allowed it.
+    /// node id), from the policy grant that allowed it. `context`: the client's working
+    /// directory (with `context.cwd`, the frame's one descriptor), environment, umask and
+    /// limits, which the worker takes before it builds.
     Start {
         run: u64,
         pipeline: String,
@@ -359,6 +456,8 @@ pub enum ToWorker {
         /// grants (the worker of a non-root client holds no capability to open them).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         lent: Vec<LentSocket>,
+        #[serde(default, skip_serializing_if = "is_default")]
+        context: ClientContext,
     },
     /// Start the built run.
     Go {},
@@ -668,6 +767,7 @@ mod tests {
                 pipeline: "gen | count".into(),
                 options: RunOptions::default(),
                 fds: 3,
+                context: ClientContext::default(),
             },
         };
         let f = encode(&m);
@@ -689,9 +789,15 @@ mod tests {
                 pipeline,
                 options,
                 fds,
+                context,
             } => assert_eq!(
-                (pipeline.as_str(), options, fds),
-                ("gen count=5 | count", RunOptions::default(), 0)
+                (pipeline.as_str(), options, fds, context),
+                (
+                    "gen count=5 | count",
+                    RunOptions::default(),
+                    0,
+                    ClientContext::default()
+                )
             ),
             other => panic!("{other:?}"),
         }
@@ -716,6 +822,27 @@ mod tests {
                     fd: 4,
                     filter: Some("udp port 53".into()),
                 }],
+                context: ClientContext::default(),
+            },
+            ToWorker::Start {
+                run: 1,
+                pipeline: "gen".into(),
+                options: opts.clone(),
+                uid: 65534,
+                gid: 65534,
+                groups: vec![],
+                modes: vec![],
+                lent: vec![],
+                context: ClientContext {
+                    cwd: true,
+                    env: Some(vec![("HOME".into(), "/home/u".into())]),
+                    umask: Some(0o077),
+                    limits: vec![Limit {
+                        resource: "NOFILE".into(),
+                        soft: 64,
+                        hard: u64::MAX,
+                    }],
+                },
             },
             ToWorker::Go {},
             ToWorker::Stop { signal: 2 },
@@ -813,6 +940,7 @@ mod tests {
                 pipeline: "gen".into(),
                 options: opts,
                 fds: 3,
+                context: ClientContext::default(),
             },
             Request::Activate {
                 run: 1,

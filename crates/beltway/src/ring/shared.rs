@@ -347,6 +347,32 @@ impl Shared {
         Self::from_segments(name, data, ctl)
     }
 
+    /// Open a named ring another process publishes, trusting it only if uid `owner` owns
+    /// every segment this opens (a name under /dev/shm can be taken by anyone; its owner
+    /// cannot be forged). The data segment is mapped read-only; the control segment is
+    /// mapped read-write with `register` (a reader slot there is how the writer knows it
+    /// is read), else not at all (an observer). Links are not followed.
+    pub(crate) fn open_owned(name: &str, owner: u32, register: bool) -> Result<Arc<Shared>> {
+        let path = shm_path(name)?;
+        let open = |p: &str, write: bool, op: &'static str| -> Result<Segment> {
+            let fd = sys::open_existing_nofollow(p, write).map_err(|e| Error::os(name, op, e))?;
+            let uid = sys::fd_owner(&fd).map_err(|e| Error::os(name, op, e))?;
+            if uid != owner {
+                return Err(Error::Permission {
+                    name: name.to_string(),
+                    what: format!("{p} belongs to uid {uid}, not to uid {owner}"),
+                });
+            }
+            Segment::from_path_fd(fd, p).map_err(|e| Error::os(name, op, e))
+        };
+        let data = open(&path, false, "open data segment")?;
+        let ctl = match register {
+            true => Some(open(&format!("{path}.ctl"), true, "open control segment")?),
+            false => None,
+        };
+        Self::from_segments(name, data, ctl)
+    }
+
     /// Current epochs (previous, current) from the seqlocked table.
     pub(crate) fn load_epochs(&self) -> (Option<Epoch>, Epoch, u64) {
         let t = &self.hdr().epochs.0;
@@ -531,6 +557,11 @@ impl RingRef {
     /// Open a named ring (under /dev/shm) for reading.
     pub fn open(name: &str) -> Result<RingRef> {
         Ok(RingRef(Shared::open_named(name, false)?))
+    }
+    /// Open a named ring only if uid `owner` owns it, its data segment read-only (see
+    /// `Shared::open_owned`): `register` maps its control segment too, for a reader slot.
+    pub fn open_owned(name: &str, owner: u32, register: bool) -> Result<RingRef> {
+        Ok(RingRef(Shared::open_owned(name, owner, register)?))
     }
     pub fn reader(&self, start: Start) -> Result<Reader> {
         Reader::attach(self.0.clone(), start)

@@ -21,7 +21,8 @@ pub const PUBLISH: &str = "__publish";
 pub const SUBSCRIBE: &str = "__subscribe";
 
 /// Stands in for `__publish` when another live run publishes the same key already (two
-/// runs started at once): this run's stream simply is not offered.
+/// runs started at once), or the stream cannot be published (a name taken by another
+/// user): this run's stream simply is not offered.
 struct Unpublished;
 
 impl Filter for Unpublished {
@@ -129,10 +130,12 @@ impl Factory for WithChannels<'_> {
                 return match crate::channel::publish(key, ChannelConfig::default()) {
                     Ok(e) => Ok(Box::new(e)),
                     Err(beltway::Error::InUse { .. }) => Ok(Box::new(Unpublished)),
-                    Err(e) => Err(crate::FilterError::Ring {
-                        what: "cannot publish the shared prefix".into(),
-                        source: e,
-                    }),
+                    // Publishing is an offer to other runs: whatever stands in its way (a
+                    // name another user took, /dev/shm full), this run goes on unshared.
+                    Err(e) => {
+                        eprintln!("streamline: not publishing the shared prefix ({e}); this run goes on without offering it to others");
+                        Ok(Box::new(Unpublished))
+                    }
                 };
             }
             SUBSCRIBE => {
