@@ -91,3 +91,34 @@ pub fn apply_export_modes_arg(g: &lang::Graph, arg: &str) -> Result<lang::Graph,
     }
     Ok(g)
 }
+
+/// The run's stream mode from the sources of its graph as it runs now (after a live edit
+/// changed one): at most 0644, narrowed by each source's mode as [`source_mode`] gives it
+/// for its filter text (`granted` for a privileged source: the policy's grant), and by
+/// `hidden`, the mode of sources the graph does not show (in process spaces). A source
+/// whose text is not a filter of the library (a shared prefix's `__subscribe`) is one of
+/// those too.
+pub fn graph_mode(nodes: &[dataplane::GraphNode], granted: u32, hidden: u32) -> u32 {
+    let mut mode = DEFAULT_RUN_MODE & hidden;
+    for n in nodes.iter().filter(|n| n.source) {
+        let Ok(g) = lang::parse(&n.filter, &crate::resolver()) else {
+            continue;
+        };
+        let Some(node) = g.nodes.first() else {
+            continue;
+        };
+        let m = match &node.kind {
+            NodeKind::Filter { filter, .. } => match filters::find(filter) {
+                None => continue,
+                Some(spec) if spec.privilege.is_some() => granted,
+                Some(_) => source_mode(node, &[]),
+            },
+            _ => source_mode(node, &[]),
+        };
+        mode &= m;
+    }
+    mode
+}
+
+/// The widest mode of a run's streams (as exports).
+pub const DEFAULT_RUN_MODE: u32 = 0o644;

@@ -7,7 +7,8 @@
 //! Modules: `proto` and `client` (the control protocol and its client side, from the
 //! `protocol` crate, re-exported), `policy` (who may run what), `server` (the daemon itself),
 //! `reclaim` (what a killed daemon left behind), `pipesfs` (the live graph as a FUSE
-//! filesystem).
+//! filesystem), `view` (the daemon's own view of a run's graph, against which edits are
+//! checked).
 
 pub use protocol::client;
 pub mod pipesfs;
@@ -15,3 +16,4 @@ pub mod policy;
 pub use protocol::proto;
 pub mod reclaim;
 pub mod server;
+pub mod view;
