@@ -85,12 +85,18 @@ impl View {
         (0..self.g.nodes.len()).find(|&i| !self.removed[i] && self.labels[i] == l)
     }
 
-    /// Another live node with the same filter text as node `i` (which a label of the
-    /// runtime's could name in place of `i`'s when runtime and view number differently).
+    /// Another live node with the same filter text as node `i`, both unnamed (a numbered
+    /// label of the runtime's, `count#2`, could name it in place of `i` when runtime and
+    /// view number differently; a name is the same everywhere).
     pub fn twin(&self, i: usize) -> Option<usize> {
         let t = self.text(i);
+        let unnamed = |j: usize| self.g.nodes[j].name.is_none();
+        if !unnamed(i) {
+            return None;
+        }
         (0..self.g.nodes.len()).find(|&j| {
             j != i
+                && unnamed(j)
                 && !self.removed[j]
                 && base_name(&self.g.nodes[j]) == base_name(&self.g.nodes[i])
                 && self.text(j) == t
@@ -474,12 +480,12 @@ mod tests {
             v.text_now(),
             "gen | sample every=3 | bytecount | count name=tail; sample | count"
         );
-        let (v, _) = v.after(&edit("move count#2 sample gen")).unwrap();
+        let (v, _) = v.after(&edit("move count#3 sample gen")).unwrap();
         assert_eq!(
             v.text_now(),
             "gen | sample every=3 | bytecount | count name=tail; gen | count"
         );
-        let (v, _) = v.after(&edit("disconnect gen count#2")).unwrap();
+        let (v, _) = v.after(&edit("disconnect gen count#3")).unwrap();
         assert!(!v.text_now().contains("gen | count"), "{}", v.text_now());
         assert!(v.after(&edit("remove nothing")).is_err());
     }
