@@ -257,6 +257,8 @@ fn with_a_granted_template_every_widening_edit_is_refused() {
         "{}",
         text(&o)
     );
+    let tail = run.join("rx/bpf/count/sample/count:tail");
+    wait_exists(&tail);
     let o = sh_as_nobody(&format!("mkdir '{}'", tail.join("count name=z").display()));
     assert!(o.status.success(), "{}", text(&o));
     // ps and .pipeline show the graph as it now is.
