@@ -118,7 +118,10 @@ fn assert_refused(o: &Output, what: &str, names: &[&str]) {
         text(o)
     );
     for n in names {
-        assert!(err.contains(n), "{what}: the refusal does not name {n}: {err}");
+        assert!(
+            err.contains(n),
+            "{what}: the refusal does not name {n}: {err}"
+        );
     }
 }
 
@@ -202,7 +205,10 @@ fn with_a_granted_template_every_widening_edit_is_refused() {
         ("set bpf expr=udp", &["node rx", "follows none"]),
         ("remove bpf", &["node rx", "follows none"]),
         ("insert after rx count name=x", &["node rx", "follows none"]),
-        ("insert before bpf count name=x", &["node rx", "follows none"]),
+        (
+            "insert before bpf count name=x",
+            &["node rx", "follows none"],
+        ),
         ("branch rx count name=x", &["node rx", "follows none"]),
         ("connect rx count:tail", &["node rx", "follows none"]),
         ("move count:tail count rx", &["node rx", "follows none"]),
@@ -219,24 +225,48 @@ fn with_a_granted_template_every_widening_edit_is_refused() {
         id,
         r#"{"kind":"replace","node":"rx","filter":"rx dev=lo"}"#,
     );
-    assert_eq!((r["reply"].as_str(), r["errno"].as_i64()), (Some("error"), Some(libc::EPERM as i64)), "{r}");
+    assert_eq!(
+        (r["reply"].as_str(), r["errno"].as_i64()),
+        (Some("error"), Some(libc::EPERM as i64)),
+        "{r}"
+    );
     let r = raw_edit_as_nobody(&d, id, r#"{"kind":"remove","node":"bpf"}"#);
-    assert_eq!((r["reply"].as_str(), r["errno"].as_i64()), (Some("error"), Some(libc::EACCES as i64)), "{r}");
-    assert!(r["message"].as_str().unwrap().contains("udp port 53"), "{r}");
+    assert_eq!(
+        (r["reply"].as_str(), r["errno"].as_i64()),
+        (Some("error"), Some(libc::EACCES as i64)),
+        "{r}"
+    );
+    assert!(
+        r["message"].as_str().unwrap().contains("udp port 53"),
+        "{r}"
+    );
     // PipesFS: a filter under rx, a link from rx, a move under rx, rmdir of the bpf.
     for (cmd, errno) in [
-        (format!("mkdir '{}'", run.join("rx/count").display()), "Permission denied"),
+        (
+            format!("mkdir '{}'", run.join("rx/count").display()),
+            "Permission denied",
+        ),
         (
             format!("ln -s x '{}'", run.join("rx/count:tail").display()),
             "Permission denied",
         ),
         (
-            format!("mv '{}' '{}'", tail.display(), run.join("rx/count:tail").display()),
+            format!(
+                "mv '{}' '{}'",
+                tail.display(),
+                run.join("rx/count:tail").display()
+            ),
             "Permission denied",
         ),
-        (format!("rmdir '{}'", run.join("rx/bpf").display()), "Permission denied"),
         (
-            format!("echo expr=udp > '{}'", run.join("rx/bpf/.options").display()),
+            format!("rmdir '{}'", run.join("rx/bpf").display()),
+            "Permission denied",
+        ),
+        (
+            format!(
+                "echo expr=udp > '{}'",
+                run.join("rx/bpf/.options").display()
+            ),
             "Permission denied",
         ),
     ] {
@@ -253,7 +283,8 @@ fn with_a_granted_template_every_widening_edit_is_refused() {
     let o = edit_as_nobody(&d, id, "insert after count sample every=1");
     assert!(o.status.success(), "{}", text(&o));
     assert!(
-        String::from_utf8_lossy(&o.stdout).starts_with("applied `insert after count sample every=1`: sample"),
+        String::from_utf8_lossy(&o.stdout)
+            .starts_with("applied `insert after count sample every=1`: sample"),
         "{}",
         text(&o)
     );
@@ -262,9 +293,7 @@ fn with_a_granted_template_every_widening_edit_is_refused() {
     let o = sh_as_nobody(&format!("mkdir '{}'", tail.join("count name=z").display()));
     assert!(o.status.success(), "{}", text(&o));
     // ps and .pipeline show the graph as it now is.
-    let now = format!(
-        "{TEMPLATE} | count | sample every=1 | count name=tail | count name=z"
-    );
+    let now = format!("{TEMPLATE} | count | sample every=1 | count name=tail | count name=z");
     let row = ps_row(&d, id);
     assert!(row.contains(&now), "{row}");
     let pipeline = std::fs::read_to_string(run.join(".pipeline")).unwrap();
@@ -301,7 +330,10 @@ fn after_an_edit_the_mode_follows_the_new_inputs() {
     let d = Daemon::start("te-mode", None);
     let secret = private_pcap("mode");
     // Paced, so the capture file lasts a while once it is the source.
-    let id = detach_as_nobody(&d, "gen count=100G size=64 | shape rate=1MB/s | count name=m");
+    let id = detach_as_nobody(
+        &d,
+        "gen count=100G size=64 | shape rate=1MB/s | count name=m",
+    );
     let run = d.mount().join(id.to_string());
     let all = run.join("gen/shape/count:m/all");
     wait_exists(&all);
@@ -311,12 +343,17 @@ fn after_an_edit_the_mode_follows_the_new_inputs() {
     let o = edit_as_nobody(&d, id, &e);
     assert!(o.status.success(), "{}", text(&o));
     let all = run.join("pcapin/shape/count:m/all");
-    common::wait_for("the stream's mode to follow the new source", Duration::from_secs(20), || {
-        all.exists() && perm(&all) & 0o077 == 0
-    });
+    common::wait_for(
+        "the stream's mode to follow the new source",
+        Duration::from_secs(20),
+        || all.exists() && perm(&all) & 0o077 == 0,
+    );
     let row = ps_row(&d, id);
     assert!(
-        row.contains(&format!("pcapin file={} | shape rate=1MB/s | count name=m", secret.display())),
+        row.contains(&format!(
+            "pcapin file={} | shape rate=1MB/s | count name=m",
+            secret.display()
+        )),
         "{row}"
     );
     let pipeline = std::fs::read_to_string(run.join(".pipeline")).unwrap();

@@ -838,19 +838,17 @@ impl Daemon {
                             }
                         }
                     }
-                    policy
-                        .check(after.graph(), who, &privileged)
-                        .map_err(|d| {
-                            denied(
-                                libc::EACCES,
-                                format!(
-                                    "after it, node {} ({}) {}",
-                                    after.label(d.id),
-                                    after.text(d.id),
-                                    d.why
-                                ),
-                            )
-                        })?;
+                    policy.check(after.graph(), who, &privileged).map_err(|d| {
+                        denied(
+                            libc::EACCES,
+                            format!(
+                                "after it, node {} ({}) {}",
+                                after.label(d.id),
+                                after.text(d.id),
+                                d.why
+                            ),
+                        )
+                    })?;
                 }
                 Some(after)
             }

@@ -142,7 +142,11 @@ impl View {
                 }
                 vec![i]
             }
-            Edit::Insert { node, at: w, filter } => {
+            Edit::Insert {
+                node,
+                at: w,
+                filter,
+            } => {
                 let i = at(node)?;
                 let n = v.push(filter);
                 match w {
@@ -462,9 +466,14 @@ mod tests {
     fn each_edit_kind_changes_the_view_as_the_runtime_does() {
         let v = view("gen | count | count name=tail");
         let (v, _) = v.after(&edit("insert after gen sample every=2")).unwrap();
-        assert_eq!(v.text_now(), "gen | sample every=2 | count | count name=tail");
+        assert_eq!(
+            v.text_now(),
+            "gen | sample every=2 | count | count name=tail"
+        );
         let (v, _) = v.after(&edit("set sample every=3")).unwrap();
-        let (v, _) = v.after(&edit("insert before count:tail count name=pre")).unwrap();
+        let (v, _) = v
+            .after(&edit("insert before count:tail count name=pre"))
+            .unwrap();
         assert_eq!(
             v.text_now(),
             "gen | sample every=3 | count | count name=pre | count name=tail"
@@ -523,9 +532,7 @@ mod tests {
             "replace rx rx dev=eth0",
         ] {
             let (after, _) = v.after(&edit(e)).unwrap();
-            let d = policy
-                .check(after.graph(), &who, &privileged)
-                .expect_err(e);
+            let d = policy.check(after.graph(), &who, &privileged).expect_err(e);
             assert_eq!(after.label(d.id), "rx", "{e}");
         }
         for e in [
@@ -535,7 +542,10 @@ mod tests {
             "connect count count:tail",
         ] {
             let (after, _) = v.after(&edit(e)).unwrap();
-            assert!(policy.check(after.graph(), &who, &privileged).is_ok(), "{e}");
+            assert!(
+                policy.check(after.graph(), &who, &privileged).is_ok(),
+                "{e}"
+            );
         }
     }
 }

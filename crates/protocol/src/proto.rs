@@ -275,7 +275,10 @@ fn edit_word(w: &str) -> String {
 impl EditOp {
     /// Parse an edit's text form (`dataplane::Edit::parse`, the one parser of edits);
     /// errors carry the caret under the problem.
-    pub fn parse(text: &str, resolver: &dyn lang::Resolver) -> Result<EditOp, dataplane::EditError> {
+    pub fn parse(
+        text: &str,
+        resolver: &dyn lang::Resolver,
+    ) -> Result<EditOp, dataplane::EditError> {
         let e = dataplane::Edit::parse(text, resolver)?;
         Ok(EditOp::from_edit(&e, text))
     }
@@ -324,7 +327,10 @@ impl EditOp {
 
     /// The dataplane's edit: the new filter's text parsed as one filter, `set`'s options
     /// checked (the text of the edit is not parsed again).
-    pub fn to_edit(&self, resolver: &dyn lang::Resolver) -> Result<dataplane::Edit, dataplane::EditError> {
+    pub fn to_edit(
+        &self,
+        resolver: &dyn lang::Resolver,
+    ) -> Result<dataplane::Edit, dataplane::EditError> {
         use dataplane::Edit as E;
         let f = |t: &str| dataplane::Edit::new_filter(t, resolver);
         Ok(match self {
@@ -533,7 +539,10 @@ pub enum Reply {
     },
     Done {},
     /// The edit is applied: what it did, in fields.
-    Edited { run: u64, applied: EditApplied },
+    Edited {
+        run: u64,
+        applied: EditApplied,
+    },
     /// The descriptors of an exported stream follow with the frame (tags, then data).
     Stream {
         name: String,
@@ -1115,7 +1124,10 @@ mod tests {
         let hand = br#"{"id":1,"op":"edit","run":2,"edit":"remove count"}"#;
         assert!(matches!(
             decode::<Request>(hand).unwrap().body,
-            Request::Edit { edit: EditRequest::Text(_), .. }
+            Request::Edit {
+                edit: EditRequest::Text(_),
+                ..
+            }
         ));
         // A mistake in the text form is shown with its caret.
         let e = EditOp::parse("insert sideways gen count", &r).unwrap_err();
