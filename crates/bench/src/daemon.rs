@@ -745,10 +745,10 @@ fn edited_run(s: &Setup, n: u64, secs: f64, attempt: usize) -> Result<EditRun> {
         }
         match c.call(Request::Edit {
             run,
-            edit: e.to_string(),
+            edit: daemon::proto::EditRequest::Text(e.to_string()),
         }) {
-            Ok(Reply::Edited { applied: text, .. }) => {
-                applied.push((t0.elapsed().as_secs_f64(), text))
+            Ok(Reply::Edited { applied: a, .. }) => {
+                applied.push((t0.elapsed().as_secs_f64(), a.to_string()))
             }
             Ok(other) => return Err(err(format!("edit `{e}`: unexpected answer {other:?}"))),
             Err(ClientError::Refused { errno, message, .. })

@@ -113,6 +113,42 @@ pub fn apply_export_modes_arg(g: &lang::Graph, arg: &str) -> Result<lang::Graph,
     Ok(g)
 }
 
+/// The run's stream mode from the sources of its graph as it runs now (after a live edit
+/// changed one): at most 0644, narrowed by each source's mode as [`origin`] and the
+/// source's own `mode=` give it (`granted` for a privileged source: the policy's grant),
+/// and by `hidden`, the mode of sources the graph does not show (in process spaces). A
+/// source whose text is not a filter of the library (a shared prefix's `__subscribe`) is
+/// one of those too.
+pub fn graph_mode(nodes: &[dataplane::GraphNode], granted: u32, hidden: u32) -> u32 {
+    let mut mode = DEFAULT_RUN_MODE & hidden;
+    for n in nodes.iter().filter(|n| n.source) {
+        let Ok(g) = lang::parse(&n.filter, &crate::resolver()) else {
+            continue;
+        };
+        let Some(node) = g.nodes.first() else {
+            continue;
+        };
+        if let NodeKind::Filter { filter, .. } = &node.kind {
+            if filters::find(filter).is_none() {
+                continue;
+            }
+        }
+        let modes = control::access::stream_modes(&g, &|x| match &x.kind {
+            NodeKind::Filter { filter, .. }
+                if filters::find(filter).is_some_and(|s| s.privilege.is_some()) =>
+            {
+                control::access::Origin::Known(granted)
+            }
+            _ => origin(x, &[]),
+        });
+        mode &= modes.first().copied().unwrap_or(0o600);
+    }
+    mode
+}
+
+/// The widest mode of a run's streams (as exports).
+pub const DEFAULT_RUN_MODE: u32 = 0o644;
+
 #[cfg(test)]
 mod tests {
     use super::*;

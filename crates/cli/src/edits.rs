@@ -1,12 +1,14 @@
-//! Live edits of a worker's run (the daemon's `edit`): the text the client sent, parsed
-//! and handed to the run loop, which applies it at its next quiescent point
-//! (`dataplane::edit`).
+//! Live edits of a worker's run (the daemon's `edit`): the typed edit the daemon checked,
+//! turned into the dataplane's and handed to the run loop, which applies it at its next
+//! quiescent point (`dataplane::edit`).
 //!
-//! Owns: the worker's side of an edit (parse, hand over, answer in words). Does not own:
-//! applying it to a running space (`dataplane::edit`).
+//! Owns: the worker's side of an edit (make the dataplane's edit, check it names the
+//! nodes the daemon checked, hand over, answer in fields). Does not own: checking it
+//! against the policy (the daemon's), applying it to a running space (`dataplane::edit`).
 
+use daemon::proto::{EditApplied, EditOp};
 use dataplane::spaces::{Spaces, SpacesReport};
-use dataplane::{Edit, EditHandle, Space};
+use dataplane::{EditHandle, Space};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -28,38 +30,70 @@ impl Edits {
         })
     }
 
-    /// Apply one edit: (applied, what was done or why not in words, and the errno that
-    /// says why not: EINVAL for an edit that does not parse or build, ENOENT for no such
-    /// node, EBUSY for one the run's shape or state refuses).
-    pub fn apply(&self, text: &str) -> (bool, String, i32) {
+    /// Apply one edit, typed (the daemon checked it): what was applied, or the errno and
+    /// why not (EINVAL: the new filter does not parse or build; ENOENT: no such node;
+    /// EBUSY: the run's shape or state refuses it; EACCES: a node it names is not the
+    /// filter `expect` says the daemon checked).
+    pub fn apply(
+        &self,
+        op: &EditOp,
+        expect: &[(String, String)],
+    ) -> Result<EditApplied, (i32, String)> {
         let Some(h) = self.handle.get() else {
-            return (false, "the run is not running yet".into(), libc::EBUSY);
+            return Err((libc::EBUSY, "the run is not running yet".into()));
         };
-        let edit = match Edit::parse(text, &crate::resolver()) {
-            Ok(e) => e,
-            Err(e) => return (false, e.to_string(), libc::EINVAL),
-        };
-        match h.apply(edit, EDIT_TIMEOUT) {
-            Ok(a) => {
-                let mut said = format!("applied `{text}`: {}", a.label);
-                if let Some(r) = &a.retired {
-                    said += &format!(
-                        " (the instance it replaced passed {} blocks",
-                        r.counters.blocks_out.max(r.counters.blocks_in)
-                    );
-                    if a.flushed > 0 {
-                        said += &format!(", flushed {} it held", a.flushed);
+        let edit = op
+            .to_edit(&crate::resolver())
+            .map_err(|e| (libc::EINVAL, e.to_string()))?;
+        if !expect.is_empty() {
+            let graph = h.graph();
+            for (label, text) in expect {
+                let bare = dataplane::edit::split_space(label).0;
+                let mut found = graph.iter().filter(|n| &n.label == label);
+                let n = found.next().or_else(|| {
+                    let mut by = graph
+                        .iter()
+                        .filter(|n| dataplane::edit::split_space(&n.label).0 == bare);
+                    match (by.next(), by.next()) {
+                        (Some(n), None) => Some(n),
+                        _ => None,
                     }
-                    said += ")";
+                });
+                match n {
+                    Some(n) if &n.filter == text => {}
+                    Some(n) => {
+                        return Err((
+                            libc::EACCES,
+                            format!(
+                                "{label} is `{}` in the running graph, not `{text}` as the daemon checked it; nothing changed",
+                                n.filter
+                            ),
+                        ))
+                    }
+                    None => {
+                        return Err((
+                            libc::ENOENT,
+                            format!("no node labelled '{label}' in the running graph; nothing changed"),
+                        ))
+                    }
                 }
-                (true, said, 0)
             }
-            // A filter that failed to build: the caret under the edit's text.
-            Err(dataplane::EditError::Build(b)) => (false, b.render("error: ", text), libc::EINVAL),
-            Err(e) => {
-                let errno = errno_of(&e);
-                (false, e.to_string(), errno)
+        }
+        match h.apply(edit, EDIT_TIMEOUT) {
+            Ok(a) => Ok(EditApplied {
+                edit: op.clone(),
+                node: a.label,
+                retired_blocks: a
+                    .retired
+                    .as_ref()
+                    .map(|r| r.counters.blocks_out.max(r.counters.blocks_in)),
+                flushed: a.flushed as u64,
+            }),
+            // A filter that failed to build: the caret under its text.
+            Err(dataplane::EditError::Build(b)) => {
+                Err((libc::EINVAL, b.render("error: ", &op.source_text())))
             }
+            Err(e) => Err((errno_of(&e), e.to_string())),
         }
     }
 

@@ -272,9 +272,18 @@ pub fn edit(socket: Option<&str>, run: u64, edit: &str) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    // Parsed here, once, into the typed edit (a mistake is shown with its caret before
+    // anything is sent); the daemon checks it, the worker applies it.
+    let op = match daemon::proto::EditOp::parse(edit, &crate::resolver()) {
+        Ok(op) => op,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
     match c.call(Request::Edit {
         run,
-        edit: edit.to_string(),
+        edit: op.into(),
     }) {
         Ok(Reply::Edited { applied, .. }) => {
             println!("{applied}");

@@ -13,7 +13,7 @@ use crate::{exit_status, prepare, print_report, Prepared};
 use daemon::proto::{self, FromWorker, Msg, NodeCounters, ToWorker};
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -119,10 +119,11 @@ fn send_graph(
     out: &Arc<Mutex<UnixStream>>,
     run: u64,
     edits: &crate::edits::Edits,
-    mode: u32,
+    mode: &AtomicU32,
     shown: &mut Option<Vec<proto::GraphNode>>,
 ) {
     let nodes = edits.graph();
+    let mode = mode.load(Ordering::Relaxed);
     if shown.as_ref() == Some(&nodes) || nodes.is_empty() {
         return;
     }
@@ -257,13 +258,23 @@ pub fn worker(fd: i32) -> ExitCode {
     let interrupt = Arc::new(AtomicBool::new(false));
     let signal = Arc::new(AtomicI32::new(0));
     let edits = crate::edits::Edits::new();
+    // The streams' mode, recomputed from the sources after each edit: a privileged
+    // source's is its grant's; sources the graph does not show keep narrowing it.
+    let mode = Arc::new(AtomicU32::new(mode));
+    let granted = if modes.is_empty() {
+        0o600
+    } else {
+        modes.iter().fold(0o777, |m, (_, g)| m & g)
+    };
     {
-        let (interrupt, signal, out, edits) = (
+        let (interrupt, signal, out, edits, mode) = (
             interrupt.clone(),
             signal.clone(),
             out.clone(),
             edits.clone(),
+            mode.clone(),
         );
+        let mut hidden = None;
         std::thread::Builder::new()
             .name("sl-worker-ctl".into())
             .spawn(move || loop {
@@ -281,19 +292,44 @@ pub fn worker(fd: i32) -> ExitCode {
                     }
                     Ok((
                         Msg {
-                            body: ToWorker::Edit { edit_id, edit },
+                            body:
+                                ToWorker::Edit {
+                                    edit_id,
+                                    edit,
+                                    expect,
+                                },
                             ..
                         },
                         _,
                     )) => {
-                        let (ok, text, errno) = edits.apply(&edit);
+                        // What the sources the graph does not show narrow the mode to.
+                        let hidden = *hidden.get_or_insert_with(|| {
+                            let now = mode.load(Ordering::Relaxed);
+                            let seen = crate::access::graph_mode(&edits.graph(), granted, 0o777);
+                            if seen == now {
+                                0o777
+                            } else {
+                                now
+                            }
+                        });
+                        let answer = edits.apply(&edit, &expect);
+                        if answer.is_ok() {
+                            mode.store(
+                                crate::access::graph_mode(&edits.graph(), granted, hidden),
+                                Ordering::Relaxed,
+                            );
+                        }
                         // The graph first: whoever sees the answer sees the graph it made.
-                        send_graph(&out, run, &edits, mode, &mut None);
+                        send_graph(&out, run, &edits, &mode, &mut None);
+                        let (applied, text, errno) = match answer {
+                            Ok(a) => (Some(a), String::new(), 0),
+                            Err((errno, text)) => (None, text, errno),
+                        };
                         let _ = tell(
                             &out,
                             FromWorker::Edited {
                                 edit_id,
-                                ok,
+                                applied,
                                 text,
                                 errno,
                             },
@@ -389,7 +425,7 @@ pub fn worker(fd: i32) -> ExitCode {
                     nodes: counters(&s.report()),
                 },
             );
-            send_graph(&out, run, &edits, mode, &mut shown);
+            send_graph(&out, run, &edits, &mode, &mut shown);
         }
     });
     filters::nicfix::remove_run_pins();

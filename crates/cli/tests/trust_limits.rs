@@ -77,6 +77,7 @@ fn open(s: &UnixStream, id: u64, pipeline: &str, options: RunOptions) -> Reply {
             pipeline: pipeline.into(),
             options,
             fds: 0,
+            context: Default::default(),
         },
     )
 }

@@ -7,7 +7,8 @@
 //! Modules: `proto` and `client` (the control protocol and its client side, from the
 //! `protocol` crate, re-exported), `policy` (who may run what), `server` (the daemon itself),
 //! `reclaim` (what a killed daemon left behind), `pipesfs` (the live graph as a FUSE
-//! filesystem), `audit` (the daemon's record: a log line for everything done to a run).
+//! filesystem), `audit` (the daemon's record: a log line for everything done to a run),
+//! `view` (the daemon's own view of a run's graph, against which edits are checked).
 
 pub mod audit;
 pub use protocol::client;
@@ -17,3 +18,4 @@ pub use protocol::proto;
 pub mod reclaim;
 pub mod server;
 pub mod spawn;
+pub mod view;

@@ -173,6 +173,8 @@ impl Cred {
 #[error("{node}: {why}")]
 pub struct Denied {
     pub node: String,
+    /// The node's id in the graph checked.
+    pub id: usize,
     pub span: lang::Span,
     pub why: String,
 }
@@ -424,6 +426,7 @@ impl Policy {
             };
             let deny = |what: String, bytes: u64| Denied {
                 node: dataplane::runtime::base_name(n),
+                id: n.id,
                 span: n.span,
                 why: self.too_big(&what, bytes, who),
             };
@@ -451,7 +454,19 @@ impl Policy {
         Ok(())
     }
 
-    fn source(&self) -> String {
+    /// The templates granted to `who` (to its user or one of its groups).
+    pub fn templates_for(&self, who: &Cred) -> Vec<&str> {
+        self.grants
+            .iter()
+            .filter(|gr| {
+                gr.uids.contains(&who.uid) || gr.gids.iter().any(|x| who.groups.contains(x))
+            })
+            .map(|gr| gr.template.as_str())
+            .collect()
+    }
+
+    /// Where the policy came from, for messages (`the policy PATH`, `no policy file`).
+    pub fn source(&self) -> String {
         match &self.path {
             Some(p) => format!("the policy {}", p.display()),
             None => "no policy file".into(),
@@ -500,6 +515,7 @@ impl Policy {
                     };
                     return Err(Denied {
                         node: dataplane::runtime::base_name(n),
+                        id: n.id,
                         span: n.span,
                         why,
                     });
@@ -553,6 +569,7 @@ impl Policy {
             }
             let denied = |why: String| Denied {
                 node: dataplane::runtime::base_name(n),
+                id: n.id,
                 span: n.span,
                 why,
             };

@@ -11,9 +11,11 @@
 use crate::audit;
 use crate::policy::{Cred, Policy};
 use crate::proto::{
-    self, BpfInsn, FromWorker, GraphNode, Msg, NodeCounters, Peer, ProtoError, Reply, Request,
-    RunInfo, RunOptions, TapFilter, ToWorker,
+    self, BpfInsn, EditApplied, EditOp, EditRequest, FromWorker, GraphNode, Msg, NodeCounters,
+    Peer, ProtoError, Reply, Request, RunInfo, RunOptions, TapFilter, ToWorker,
 };
+use crate::view::View;
+use lang::NodeKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -74,17 +76,21 @@ pub(crate) struct Run {
     pub(crate) rates: Mutex<Vec<(String, f64)>>,
     /// Connections attached to it: where to send events, and the attach request's id.
     watchers: Mutex<Vec<(Arc<Mutex<UnixStream>>, u64)>>,
-    /// Edits sent to the worker, waiting for its answer (applied, text, errno).
+    /// Edits sent to the worker, waiting for its answer.
     edits: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<EditAnswer>>>,
     next_edit: AtomicU64,
+    /// The daemon's own view of the run's graph (what edits are checked against), and
+    /// the lock that makes each edit one transaction: checked, applied, followed.
+    pub(crate) view: Mutex<View>,
+    editing: Mutex<()>,
     /// The graph as the worker last described it, and its streams' mode.
     pub(crate) graph: Mutex<(Vec<GraphNode>, u32)>,
     /// Taps asked of the worker, waiting for its answer.
     taps: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<TapAnswer>>>,
 }
 
-/// A worker's answer to an edit: applied, what it did or why not, the refusal's errno.
-type EditAnswer = (bool, String, i32);
+/// A worker's answer to an edit: what it applied, or the refusal's errno and why.
+type EditAnswer = Result<EditApplied, (i32, String)>;
 
 /// A worker's answer to `tap`: the tap's id and its two data segments, or errno and why.
 pub(crate) type TapAnswer = Result<(u64, Vec<OwnedFd>), (i32, String)>;
@@ -109,6 +115,19 @@ impl Run {
 
     pub(crate) fn state(&self) -> State {
         *self.state.lock().expect("not poisoned")
+    }
+
+    /// The pipeline as it runs now: as given, or rendered from the daemon's view of the
+    /// graph once an edit changed it.
+    pub(crate) fn pipeline_now(&self) -> String {
+        let v = self.view.lock().expect("not poisoned");
+        if v.edited && !v.lost {
+            v.text_now()
+        } else if v.edited {
+            format!("{} (edited since)", self.pipeline)
+        } else {
+            self.pipeline.clone()
+        }
     }
 
     pub(crate) fn info(&self) -> RunInfo {
@@ -140,7 +159,7 @@ impl Run {
             uid: self.owner.uid,
             user: self.user.clone(),
             state,
-            pipeline: self.pipeline.clone(),
+            pipeline: self.pipeline_now(),
             placement: self.placement.lock().expect("not poisoned").clone(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             rate,
@@ -705,9 +724,15 @@ impl Daemon {
                     vec![],
                 ))
             }
-            Request::Edit { run, edit } => self
-                .edit(run, who, &edit)
-                .map(|applied| (Reply::Edited { run, applied }, vec![])),
+            Request::Edit { run, edit } => {
+                let op = match edit {
+                    EditRequest::Op(op) => op,
+                    EditRequest::Text(t) => EditOp::parse(&t, &lang::WithPath(filters::Natives))
+                        .map_err(|e| refuse(libc::EINVAL, e.to_string()))?,
+                };
+                self.edit(run, who, op)
+                    .map(|applied| (Reply::Edited { run, applied }, vec![]))
+            }
             Request::OpenStream { name } => open_stream(&name, who),
             Request::Capture {
                 device,
@@ -890,30 +915,55 @@ impl Daemon {
     }
 
     /// One live edit of run `run` by `who` (the protocol's `edit`, and PipesFS's mkdir,
-    /// rmdir, mv, ln -s and option writes): what was applied, or the refusal with its errno.
-    pub(crate) fn edit(&self, run: u64, who: &Cred, edit: &str) -> Result<String, Reply> {
+    /// rmdir, mv, ln -s and option writes), as one transaction: the graph as it would be
+    /// after the edit is checked against the policy as `open` checks a new run (for a
+    /// client other than root), then the worker applies it, then the daemon's view
+    /// follows. What was applied, or the refusal with its errno.
+    pub(crate) fn edit(&self, run: u64, who: &Cred, op: EditOp) -> Result<EditApplied, Reply> {
         let r = self.run_for(run, who)?;
         if r.state() == State::Built {
             return Err(refuse(libc::EBUSY, format!("run {run} is not active yet")));
         }
         // What is said about the edit says it with its secrets redacted.
-        let shown = filters::shown(edit);
+        let shown = filters::shown(&op.to_string());
+        let e = op
+            .to_edit(&lang::WithPath(filters::Natives))
+            .map_err(|e| refuse(libc::EINVAL, e.to_string()))?;
+        let _one_at_a_time = r.editing.lock().expect("not poisoned");
+        let (after, expect) = {
+            let view = r.view.lock().expect("not poisoned");
+            self.check_edit(&view, who, &op, &e)?
+        };
         let eid = r.next_edit.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
         r.edits.lock().expect("not poisoned").insert(eid, tx);
         r.tell(ToWorker::Edit {
             edit_id: eid,
-            edit: edit.to_string(),
+            edit: op.clone(),
+            expect,
         })
         .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;
-        let answer = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok((true, text, _)) => Ok(shown.scrub(&text)),
-            Ok((false, text, errno)) => Err(refuse(
-                if errno == 0 { libc::EINVAL } else { errno },
-                shown.scrub(&text),
-            )),
+        let answer = rx.recv_timeout(Duration::from_secs(30));
+        let mut view = r.view.lock().expect("not poisoned");
+        let result = match answer {
+            Ok(Ok(applied)) => {
+                match after {
+                    Some(v) => *view = v,
+                    None => {
+                        view.edited = true;
+                        view.lost = true;
+                    }
+                }
+                Ok(applied)
+            }
+            Ok(Err((errno, text))) => {
+                Err(refuse(if errno == 0 { libc::EINVAL } else { errno }, shown.scrub(&text)))
+            }
             Err(_) => {
                 r.edits.lock().expect("not poisoned").remove(&eid);
+                // It may yet apply: the view no longer knows the graph.
+                view.edited = true;
+                view.lost = true;
                 Err(refuse(
                     libc::EBUSY,
                     format!(
@@ -923,8 +973,117 @@ impl Daemon {
                 ))
             }
         };
-        audit::edited(who, run, shown.text(), &answer);
-        answer
+        audit::edited(
+            who,
+            run,
+            shown.text(),
+            &result.as_ref().map(|a| shown.scrub(&a.to_string())).map_err(Clone::clone),
+        );
+        result
+    }
+
+    /// Check edit `op` (parsed: `e`) of the run whose view is `view` for `who`: the view
+    /// after it (None where the view cannot follow it), and the filter text of each node
+    /// it names, for the worker to check it edits the nodes the daemon checked.
+    ///
+    /// For a client other than root: a new instance of a filter that needs a privilege
+    /// (insert, replace, branch, or `set` on one) is refused with EPERM (the daemon lends
+    /// privileged sockets only when a run starts); the graph after the edit must pass
+    /// `Policy::check` (EACCES otherwise, naming the node and the templates). In a run
+    /// that holds a privileged filter the edit must name nodes the view knows, each with
+    /// no other node of the same filter text (a label the runtime numbers otherwise
+    /// could name it).
+    fn check_edit(
+        &self,
+        view: &View,
+        who: &Cred,
+        op: &EditOp,
+        e: &dataplane::Edit,
+    ) -> Result<(Option<View>, Vec<(String, String)>), Reply> {
+        let privileged = |f: &str| filters::find(f).and_then(|s| s.privilege);
+        let policy = &self.cfg.policy;
+        let guarded = !who.root() && view.privileged(&privileged);
+        let templates = || {
+            let t = policy.templates_for(who);
+            if t.is_empty() {
+                format!("{} grants uid {} no template", policy.source(), who.uid)
+            } else {
+                format!(
+                    "{} grants uid {} these templates: {}",
+                    policy.source(),
+                    who.uid,
+                    t.join("; ")
+                )
+            }
+        };
+        let denied = |errno: i32, why: String| refuse(errno, format!("edit `{op}` refused: {why}"));
+        // The new filter an edit makes, whatever the view knows.
+        let new_filter = match e {
+            dataplane::Edit::Insert { filter, .. }
+            | dataplane::Edit::Replace { filter, .. }
+            | dataplane::Edit::Branch { filter, .. } => Some(filter),
+            _ => None,
+        };
+        if !who.root() {
+            if let Some(NodeKind::Filter { filter, .. }) = new_filter.map(|f| &f.kind) {
+                if let Some(cap) = privileged(filter) {
+                    return Err(denied(libc::EPERM, format!("the new {filter} needs {cap}, which no live edit can add: the daemon lends privileged sockets to a run only when it starts, so start a run with it instead ({})", templates())));
+                }
+            }
+        }
+        if guarded && view.lost {
+            return Err(denied(libc::EACCES, format!("the daemon lost track of the run's graph (an earlier edit did not answer), so it cannot check edits of a run with a privileged filter ({})", templates())));
+        }
+        let mut expect = Vec::new();
+        for l in op.labels() {
+            match view.resolve(l) {
+                Some(i) => {
+                    if guarded {
+                        if let Some(j) = view.twin(i) {
+                            return Err(denied(libc::EACCES, format!("{l} has the same filter as {} ({}), and in a run with a privileged filter an edit must name one node for certain; give the node a name= when the run starts", view.label(j), view.text(i))));
+                        }
+                    }
+                    expect.push((l.to_string(), view.text(i)));
+                }
+                None if guarded => {
+                    return Err(denied(libc::EACCES, format!("no node {l} in the graph the daemon checked for this run (there: {}), so the edit cannot be checked against {}", view.text_now(), templates())));
+                }
+                None => {}
+            }
+        }
+        let after = match view.after(e) {
+            Ok((after, made)) => {
+                if !who.root() {
+                    for m in made {
+                        if let NodeKind::Filter { filter, .. } = &after.graph().nodes[m].kind {
+                            if let Some(cap) = privileged(filter) {
+                                return Err(denied(libc::EPERM, format!("it makes {} ({}) afresh, which needs {cap}, which no live edit can add: the daemon lends privileged sockets to a run only when it starts ({})", after.label(m), after.text(m), templates())));
+                            }
+                        }
+                    }
+                    policy.check(after.graph(), who, &privileged).map_err(|d| {
+                        denied(
+                            libc::EACCES,
+                            format!(
+                                "after it, node {} ({}) {}",
+                                after.label(d.id),
+                                after.text(d.id),
+                                d.why
+                            ),
+                        )
+                    })?;
+                }
+                Some(after)
+            }
+            Err(u) if guarded => return Err(denied(libc::EACCES, u.0)),
+            Err(_) => None,
+        };
+        // Only a run with a privileged filter needs its worker to edit exactly the nodes
+        // checked; elsewhere labels of several spaces may number otherwise, harmlessly.
+        if !guarded {
+            expect.clear();
+        }
+        Ok((after, expect))
     }
 
     /// Tap a node of run `run` (PipesFS opened its `all`). The access check is the
@@ -1138,6 +1297,8 @@ impl Daemon {
             watchers: Mutex::new(vec![]),
             edits: Mutex::new(BTreeMap::new()),
             next_edit: AtomicU64::new(1),
+            view: Mutex::new(View::new(g)),
+            editing: Mutex::new(()),
             graph: Mutex::new((Vec::new(), 0o600)),
             taps: Mutex::new(BTreeMap::new()),
         });
@@ -1280,12 +1441,12 @@ impl Daemon {
                 }
                 FromWorker::Edited {
                     edit_id: id,
-                    ok,
+                    applied,
                     text,
                     errno,
                 } => {
                     if let Some(tx) = run.edits.lock().expect("not poisoned").remove(&id) {
-                        let _ = tx.send((ok, run.shown.scrub(&text), errno));
+                        let _ = tx.send(applied.ok_or((errno, run.shown.scrub(&text))));
                     }
                 }
                 FromWorker::Graph { nodes, mode } => {

@@ -204,73 +204,7 @@ impl Edit {
                 let base = base_of(&node);
                 let f = parse_filter(text, nspan.end, Some(base), nspan, resolver)?;
                 let span = Span::new(skip_space(text, nspan.end), text.len());
-                let NodeKind::Filter {
-                    filter,
-                    params,
-                    options,
-                    place,
-                } = &f.kind
-                else {
-                    return Err(syntax(
-                        DiagKind::UnexpectedToken,
-                        format!(
-                            "set: {node} is not a native filter; only native filters take options"
-                        ),
-                        nspan,
-                    ));
-                };
-                if filter != base {
-                    return Err(syntax(
-                        DiagKind::UnexpectedToken,
-                        format!(
-                            "set: {node} is not a native filter; only native filters take options"
-                        ),
-                        nspan,
-                    ));
-                }
-                if !params.is_empty() {
-                    return Err(syntax(DiagKind::BadOption, format!("set takes KEY=VALUE options; name the parameter of '{}' (e.g. every=5)", params[0]), span));
-                }
-                if options.is_empty() {
-                    return Err(syntax(
-                        DiagKind::MissingOperand,
-                        "set: expected KEY=VALUE options after the node".into(),
-                        span,
-                    ));
-                }
-                if f.name.is_some() {
-                    return Err(syntax(
-                        DiagKind::BadOption,
-                        "set: name= renames a node; names are fixed when the run is built".into(),
-                        span,
-                    ));
-                }
-                if !place.is_empty() {
-                    return Err(syntax(
-                        DiagKind::BadOption,
-                        "set: space= and placed= are fixed when the run is built".into(),
-                        span,
-                    ));
-                }
-                if let Some((k, _)) = options.iter().find(|(k, _)| FIXED.contains(&k.as_str())) {
-                    return Err(syntax(
-                        DiagKind::BadOption,
-                        format!("set: {k}= is fixed when the node is built (its exported stream)"),
-                        span,
-                    ));
-                }
-                if !f.hints.is_empty() {
-                    return Err(syntax(
-                        DiagKind::UnknownHint,
-                        "set: @hints take effect when a run is built".into(),
-                        span,
-                    ));
-                }
-                Ok(Edit::Set {
-                    node,
-                    options: options.clone(),
-                    span,
-                })
+                set_edit(node, nspan, f, span, text)
             }
             "insert" => {
                 let (wspan, w) = node_after(vspan.end, "'after' or 'before'")?;
@@ -339,6 +273,119 @@ impl Edit {
                 format!("unknown edit '{verb}': expected {VERBS}"),
                 vspan,
             )),
+        }
+    }
+}
+
+/// The `set` edit of NODE (its word at `nspan`) with the filter `f` parsed from its
+/// name and the options (at `span` in `text`), checked: KEY=VALUE options only, none of
+/// those fixed when a node is built.
+fn set_edit(node: String, nspan: Span, f: Node, span: Span, text: &str) -> Result<Edit, EditError> {
+    let syntax =
+        |kind, message: String, span| EditError::Syntax(diag(kind, message, span, text));
+    let base = base_of(&node);
+    let NodeKind::Filter {
+        filter,
+        params,
+        options,
+        place,
+    } = &f.kind
+    else {
+        return Err(syntax(
+            DiagKind::UnexpectedToken,
+            format!(
+                "set: {node} is not a native filter; only native filters take options"
+            ),
+            nspan,
+        ));
+    };
+    if filter != base {
+        return Err(syntax(
+            DiagKind::UnexpectedToken,
+            format!(
+                "set: {node} is not a native filter; only native filters take options"
+            ),
+            nspan,
+        ));
+    }
+    if !params.is_empty() {
+        return Err(syntax(DiagKind::BadOption, format!("set takes KEY=VALUE options; name the parameter of '{}' (e.g. every=5)", params[0]), span));
+    }
+    if options.is_empty() {
+        return Err(syntax(
+            DiagKind::MissingOperand,
+            "set: expected KEY=VALUE options after the node".into(),
+            span,
+        ));
+    }
+    if f.name.is_some() {
+        return Err(syntax(
+            DiagKind::BadOption,
+            "set: name= renames a node; names are fixed when the run is built".into(),
+            span,
+        ));
+    }
+    if !place.is_empty() {
+        return Err(syntax(
+            DiagKind::BadOption,
+            "set: space= and placed= are fixed when the run is built".into(),
+            span,
+        ));
+    }
+    if let Some((k, _)) = options.iter().find(|(k, _)| FIXED.contains(&k.as_str())) {
+        return Err(syntax(
+            DiagKind::BadOption,
+            format!("set: {k}= is fixed when the node is built (its exported stream)"),
+            span,
+        ));
+    }
+    if !f.hints.is_empty() {
+        return Err(syntax(
+            DiagKind::UnknownHint,
+            "set: @hints take effect when a run is built".into(),
+            span,
+        ));
+    }
+    Ok(Edit::Set {
+        node,
+        options: options.clone(),
+        span,
+    })
+}
+
+impl Edit {
+    /// `set NODE KEY=VALUE...` from its typed parts (the control protocol's form): the
+    /// options are checked as the text form's are, and errors point into them written as
+    /// `KEY=VALUE` words.
+    pub fn set_options(
+        node: &str,
+        options: &[(String, String)],
+        resolver: &dyn lang::Resolver,
+    ) -> Result<Edit, EditError> {
+        let text = options
+            .iter()
+            .map(|(k, v)| format!("{k}={}", quoted(v)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let base = base_of(node);
+        let f = parse_filter(&text, 0, Some(base), Span::new(0, 0), resolver)?;
+        set_edit(node.to_string(), Span::new(0, 0), f, Span::new(0, text.len()), &text)
+    }
+
+    /// The one new filter of an insert, replace or branch from its text (`sample
+    /// every=5`), checked as the text form's is; errors point into `text`.
+    pub fn new_filter(text: &str, resolver: &dyn lang::Resolver) -> Result<Node, EditError> {
+        new_filter(text, Span::new(0, 0), resolver)
+    }
+
+    /// The text of the new filter of an insert, replace or branch, as written in `text`
+    /// (the edit's text this edit was parsed from); None for the other kinds.
+    pub fn filter_text<'a>(&self, text: &'a str) -> Option<&'a str> {
+        match self {
+            Edit::Insert { filter, .. }
+            | Edit::Replace { filter, .. }
+            | Edit::Branch { filter, .. } => text.get(filter.span.start..).map(str::trim),
+            _ => None,
         }
     }
 }
@@ -1435,7 +1482,7 @@ fn quoted(w: &str) -> String {
 }
 
 /// A node's filter text and options (see [`GraphNode::filter`]).
-fn filter_text(n: &Node) -> (String, Vec<(String, String)>) {
+pub fn filter_text(n: &Node) -> (String, Vec<(String, String)>) {
     let (words, options): (Vec<String>, Vec<(String, String)>) = match &n.kind {
         NodeKind::Filter {
             filter,

@@ -267,8 +267,11 @@ pub enum Request {
         #[serde(default)]
         detach: bool,
     },
-    /// MSG_FUNC_UPDATE / CM_SET_INST_DATA / CONNECT / DISCONNECT: one live edit.
-    Edit { run: u64, edit: String },
+    /// MSG_FUNC_UPDATE / CM_SET_INST_DATA / CONNECT / DISCONNECT: one live edit, typed
+    /// ([`EditOp`]) or in its text form (`"insert after gen count"`), which the daemon
+    /// parses into the typed value with the same parser. The daemon checks the graph as
+    /// it would be after the edit against the policy before the run's worker applies it.
+    Edit { run: u64, edit: EditRequest },
     /// MSG_FUNC_CLOSE: stop a run (its sources stop; what is in flight drains). `signal`
     /// is the signal that made a client ask (its exit status becomes 128 + signal).
     Stop {
@@ -303,6 +306,274 @@ pub enum Request {
 
 fn is_default(c: &ClientContext) -> bool {
     *c == ClientContext::default()
+}
+
+/// Where `insert` puts its new filter, relative to its node.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum InsertAt {
+    After,
+    Before,
+}
+
+/// One live edit as a typed value (ARCHITECTURE.md "Live edits"): a node is named by its
+/// label as `ps` and PipesFS show it (`count`, `count#2`, `count:tail`, `count@1`); a new
+/// filter is its text in the pipeline language (`sample every=5`), one native filter.
+/// In JSON: `{"kind": "insert", "at": "after", "node": "gen", "filter": "count"}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum EditOp {
+    /// Re-make NODE's filter with these options changed (SET_INST_DATA).
+    Set {
+        node: String,
+        options: Vec<(String, String)>,
+    },
+    /// A new filter after (between NODE and all its successors) or before NODE.
+    Insert {
+        node: String,
+        at: InsertAt,
+        filter: String,
+    },
+    /// NODE's inputs connect to its outputs.
+    Remove { node: String },
+    /// A new filter in NODE's place, same arcs.
+    Replace { node: String, filter: String },
+    /// A new leaf filter reading NODE's output (a fork).
+    Branch { node: String, filter: String },
+    /// A new arc FROM -> TO.
+    Connect { from: String, to: String },
+    /// Take the arc FROM -> TO away.
+    Disconnect { from: String, to: String },
+    /// NODE reads from TO instead of FROM.
+    Move {
+        node: String,
+        from: String,
+        to: String,
+    },
+}
+
+/// An edit as a request carries it: typed, or the text form for clients that write it by
+/// hand (`"edit": "remove sample"`), parsed by the daemon.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum EditRequest {
+    Text(String),
+    Op(EditOp),
+}
+
+impl From<EditOp> for EditRequest {
+    fn from(op: EditOp) -> Self {
+        EditRequest::Op(op)
+    }
+}
+
+/// A word of an edit's text form, quoted if the language would not read it as one word.
+fn edit_word(w: &str) -> String {
+    if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '"' || c == '|') {
+        format!("\"{}\"", w.replace('"', "\\\""))
+    } else {
+        w.to_string()
+    }
+}
+
+impl EditOp {
+    /// Parse an edit's text form (`dataplane::Edit::parse`, the one parser of edits);
+    /// errors carry the caret under the problem.
+    pub fn parse(
+        text: &str,
+        resolver: &dyn lang::Resolver,
+    ) -> Result<EditOp, dataplane::EditError> {
+        let e = dataplane::Edit::parse(text, resolver)?;
+        Ok(EditOp::from_edit(&e, text))
+    }
+
+    /// The typed form of `e`, parsed from `text`.
+    pub fn from_edit(e: &dataplane::Edit, text: &str) -> EditOp {
+        use dataplane::Edit as E;
+        let filter = || e.filter_text(text).unwrap_or_default().to_string();
+        match e {
+            E::Set { node, options, .. } => EditOp::Set {
+                node: node.clone(),
+                options: options.clone(),
+            },
+            E::Insert { node, at, .. } => EditOp::Insert {
+                node: node.clone(),
+                at: match at {
+                    dataplane::Where::After => InsertAt::After,
+                    dataplane::Where::Before => InsertAt::Before,
+                },
+                filter: filter(),
+            },
+            E::Remove { node } => EditOp::Remove { node: node.clone() },
+            E::Replace { node, .. } => EditOp::Replace {
+                node: node.clone(),
+                filter: filter(),
+            },
+            E::Branch { node, .. } => EditOp::Branch {
+                node: node.clone(),
+                filter: filter(),
+            },
+            E::Connect { from, to } => EditOp::Connect {
+                from: from.clone(),
+                to: to.clone(),
+            },
+            E::Disconnect { from, to } => EditOp::Disconnect {
+                from: from.clone(),
+                to: to.clone(),
+            },
+            E::Move { node, from, to } => EditOp::Move {
+                node: node.clone(),
+                from: from.clone(),
+                to: to.clone(),
+            },
+        }
+    }
+
+    /// The dataplane's edit: the new filter's text parsed as one filter, `set`'s options
+    /// checked (the text of the edit is not parsed again).
+    pub fn to_edit(
+        &self,
+        resolver: &dyn lang::Resolver,
+    ) -> Result<dataplane::Edit, dataplane::EditError> {
+        use dataplane::Edit as E;
+        let f = |t: &str| dataplane::Edit::new_filter(t, resolver);
+        Ok(match self {
+            EditOp::Set { node, options } => E::set_options(node, options, resolver)?,
+            EditOp::Insert { node, at, filter } => E::Insert {
+                node: node.clone(),
+                at: match at {
+                    InsertAt::After => dataplane::Where::After,
+                    InsertAt::Before => dataplane::Where::Before,
+                },
+                filter: f(filter)?,
+            },
+            EditOp::Remove { node } => E::Remove { node: node.clone() },
+            EditOp::Replace { node, filter } => E::Replace {
+                node: node.clone(),
+                filter: f(filter)?,
+            },
+            EditOp::Branch { node, filter } => E::Branch {
+                node: node.clone(),
+                filter: f(filter)?,
+            },
+            EditOp::Connect { from, to } => E::Connect {
+                from: from.clone(),
+                to: to.clone(),
+            },
+            EditOp::Disconnect { from, to } => E::Disconnect {
+                from: from.clone(),
+                to: to.clone(),
+            },
+            EditOp::Move { node, from, to } => E::Move {
+                node: node.clone(),
+                from: from.clone(),
+                to: to.clone(),
+            },
+        })
+    }
+
+    /// The text a refusal's caret points into: `set`'s options as `KEY=VALUE` words, the
+    /// new filter's text, or the edit's text form.
+    pub fn source_text(&self) -> String {
+        match self {
+            EditOp::Set { options, .. } => options
+                .iter()
+                .map(|(k, v)| format!("{k}={}", edit_word(v)))
+                .collect::<Vec<_>>()
+                .join(" "),
+            EditOp::Insert { filter, .. }
+            | EditOp::Replace { filter, .. }
+            | EditOp::Branch { filter, .. } => filter.clone(),
+            _ => self.to_string(),
+        }
+    }
+
+    /// The edit's verb (`set`, `insert`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EditOp::Set { .. } => "set",
+            EditOp::Insert { .. } => "insert",
+            EditOp::Remove { .. } => "remove",
+            EditOp::Replace { .. } => "replace",
+            EditOp::Branch { .. } => "branch",
+            EditOp::Connect { .. } => "connect",
+            EditOp::Disconnect { .. } => "disconnect",
+            EditOp::Move { .. } => "move",
+        }
+    }
+
+    /// Every node label the edit names, in the order its text form writes them.
+    pub fn labels(&self) -> Vec<&str> {
+        match self {
+            EditOp::Set { node, .. }
+            | EditOp::Insert { node, .. }
+            | EditOp::Remove { node }
+            | EditOp::Replace { node, .. }
+            | EditOp::Branch { node, .. } => vec![node],
+            EditOp::Connect { from, to } | EditOp::Disconnect { from, to } => vec![from, to],
+            EditOp::Move { node, from, to } => vec![node, from, to],
+        }
+    }
+}
+
+/// The text form (what `streamline edit` takes).
+impl std::fmt::Display for EditOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EditOp::Set { node, options } => {
+                write!(f, "set {node}")?;
+                for (k, v) in options {
+                    write!(f, " {k}={}", edit_word(v))?;
+                }
+                Ok(())
+            }
+            EditOp::Insert { node, at, filter } => {
+                let w = match at {
+                    InsertAt::After => "after",
+                    InsertAt::Before => "before",
+                };
+                write!(f, "insert {w} {node} {filter}")
+            }
+            EditOp::Remove { node } => write!(f, "remove {node}"),
+            EditOp::Replace { node, filter } => write!(f, "replace {node} {filter}"),
+            EditOp::Branch { node, filter } => write!(f, "branch {node} {filter}"),
+            EditOp::Connect { from, to } => write!(f, "connect {from} {to}"),
+            EditOp::Disconnect { from, to } => write!(f, "disconnect {from} {to}"),
+            EditOp::Move { node, from, to } => write!(f, "move {node} {from} {to}"),
+        }
+    }
+}
+
+/// What an applied edit did, in fields (the worker's and the daemon's `edited`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EditApplied {
+    /// The edit as applied (its `kind` says which).
+    pub edit: EditOp,
+    /// The node made or changed: insert, replace, branch: the new node's label; set: the
+    /// node's; remove: the label it had; connect, disconnect, move: the node whose inputs
+    /// changed.
+    pub node: String,
+    /// Blocks the instance it dropped had passed (set, replace, remove).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_blocks: Option<u64>,
+    /// Blocks that instance flushed from its `finish` (routed on along its arcs).
+    #[serde(default)]
+    pub flushed: u64,
+}
+
+impl std::fmt::Display for EditApplied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "applied `{}`: {}", self.edit, self.node)?;
+        if let Some(b) = self.retired_blocks {
+            write!(f, " (the instance it replaced passed {b} blocks")?;
+            if self.flushed > 0 {
+                write!(f, ", flushed {} it held", self.flushed)?;
+            }
+            write!(f, ")")?;
+        }
+        Ok(())
+    }
 }
 
 /// One classic BPF instruction as `struct bpf_insn` has it: `[code, jt, jf, k]`.
@@ -371,9 +642,10 @@ pub enum Reply {
         placement: String,
     },
     Done {},
+    /// The edit is applied: what it did, in fields.
     Edited {
         run: u64,
-        applied: String,
+        applied: EditApplied,
     },
     /// The descriptors of an exported stream follow with the frame (tags, then data).
     Stream {
@@ -463,8 +735,16 @@ pub enum ToWorker {
     Go {},
     /// Stop (as a stop signal would; `signal` 0: stopped by a request).
     Stop { signal: i32 },
-    /// Apply one live edit (answered with `edited`).
-    Edit { edit_id: u64, edit: String },
+    /// Apply one live edit (answered with `edited`), checked by the daemon. `expect`:
+    /// (label, filter text) of each node the edit names, as the daemon's view of the run
+    /// has it; the worker refuses the edit if its node of that label is another filter
+    /// (the daemon checked the edit against the graph it knows, and no other).
+    Edit {
+        edit_id: u64,
+        edit: EditOp,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        expect: Vec<(String, String)>,
+    },
     /// Tap NODE's output (PipesFS: someone opened its `all`); answered with `tapped`.
     /// With `filter`, a subscription to the node's shared tap (`dataplane::tap`: the
     /// reader's own tag ring over one data ring), answered with `tapped` carrying the
@@ -508,11 +788,14 @@ pub enum FromWorker {
         elapsed_s: f64,
         nodes: Vec<NodeCounters>,
     },
-    /// `errno`: why an edit was refused (EINVAL: it does not parse or build; ENOENT: no
-    /// such node; EBUSY: refused for the run's shape or state).
+    /// The answer to `edit`: `applied`, or why not (`text`, and `errno`: EINVAL: it does
+    /// not parse or build; ENOENT: no such node; EBUSY: refused for the run's shape or
+    /// state).
     Edited {
         edit_id: u64,
-        ok: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        applied: Option<EditApplied>,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         text: String,
         #[serde(default)]
         errno: i32,
@@ -848,7 +1131,8 @@ mod tests {
             ToWorker::Stop { signal: 2 },
             ToWorker::Edit {
                 edit_id: 4,
-                edit: "remove x".into(),
+                edit: EditOp::Remove { node: "x".into() },
+                expect: vec![("x".into(), "count".into())],
             },
             ToWorker::Tap {
                 tap_req: 5,
@@ -893,9 +1177,23 @@ mod tests {
             },
             FromWorker::Edited {
                 edit_id: 4,
-                ok: false,
+                applied: None,
                 text: "t".into(),
                 errno: 16,
+            },
+            FromWorker::Edited {
+                edit_id: 5,
+                applied: Some(EditApplied {
+                    edit: EditOp::Branch {
+                        node: "count".into(),
+                        filter: "sample every=5".into(),
+                    },
+                    node: "sample#2".into(),
+                    retired_blocks: None,
+                    flushed: 0,
+                }),
+                text: String::new(),
+                errno: 0,
             },
             FromWorker::Graph {
                 nodes: vec![GraphNode {
@@ -948,7 +1246,16 @@ mod tests {
             },
             Request::Edit {
                 run: 1,
-                edit: "remove x".into(),
+                edit: EditRequest::Text("remove x".into()),
+            },
+            Request::Edit {
+                run: 1,
+                edit: EditOp::Insert {
+                    node: "gen".into(),
+                    at: InsertAt::After,
+                    filter: "sample every=2".into(),
+                }
+                .into(),
             },
             Request::Stop { run: 1, signal: 2 },
             Request::Attach { run: 1 },
@@ -987,7 +1294,15 @@ mod tests {
             Reply::Done {},
             Reply::Edited {
                 run: 1,
-                applied: "a".into(),
+                applied: EditApplied {
+                    edit: EditOp::Set {
+                        node: "sample".into(),
+                        options: vec![("every".into(), "3".into())],
+                    },
+                    node: "sample".into(),
+                    retired_blocks: Some(10),
+                    flushed: 2,
+                },
             },
             Reply::Stream {
                 name: "s".into(),
@@ -1013,6 +1328,67 @@ mod tests {
             });
             assert_eq!(decode::<Reply>(&f[4..]).unwrap(), Msg { id: 9, body: m });
         }
+    }
+
+    #[test]
+    fn edits_are_typed_once_and_read_back_in_both_forms() {
+        let r = lang::StaticResolver::new()
+            .native_any("gen")
+            .native_any("count")
+            .native_any("sample");
+        for text in [
+            "set sample every=3",
+            "insert after gen sample every=2",
+            "insert before count:tail count name=pre",
+            "remove count#2",
+            "replace count:mid sample every=1",
+            "branch count@1 count",
+            "connect gen count:tail",
+            "disconnect gen count:tail",
+            "move count:tail count gen",
+        ] {
+            let op = EditOp::parse(text, &r).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(op.to_string(), text);
+            // The typed form makes the same dataplane edit as the text.
+            let e = op.to_edit(&r).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let again = EditOp::from_edit(&e, &op.source_text());
+            assert_eq!(again.kind(), op.kind());
+        }
+        // What a client writes by hand: typed, or text.
+        let hand = br#"{"id":1,"op":"edit","run":2,"edit":{"kind":"branch","node":"gen","filter":"count"}}"#;
+        assert_eq!(
+            decode::<Request>(hand).unwrap().body,
+            Request::Edit {
+                run: 2,
+                edit: EditOp::Branch {
+                    node: "gen".into(),
+                    filter: "count".into()
+                }
+                .into()
+            }
+        );
+        let hand = br#"{"id":1,"op":"edit","run":2,"edit":"remove count"}"#;
+        assert!(matches!(
+            decode::<Request>(hand).unwrap().body,
+            Request::Edit {
+                edit: EditRequest::Text(_),
+                ..
+            }
+        ));
+        // A mistake in the text form is shown with its caret.
+        let e = EditOp::parse("insert sideways gen count", &r).unwrap_err();
+        assert!(e.to_string().contains('^'), "{e}");
+        // A typed edit's filter is checked as the text form's is.
+        let bad = EditOp::Branch {
+            node: "gen".into(),
+            filter: "count | count".into(),
+        };
+        assert!(bad.to_edit(&r).is_err());
+        let bad = EditOp::Set {
+            node: "count".into(),
+            options: vec![("export".into(), "yes".into())],
+        };
+        assert!(bad.to_edit(&r).unwrap_err().to_string().contains("fixed"));
     }
 
     #[test]
@@ -1149,7 +1525,7 @@ mod tests {
         /// Valid requests cut or mutated anywhere decode or fail with a located error.
         #[test]
         fn mutated_requests_fail_cleanly(cut in 0usize..200, at in 0usize..200, byte in any::<u8>()) {
-            let m = Msg { id: 9, body: Request::Edit { run: 4, edit: "set sample every=3".into() } };
+            let m = Msg { id: 9, body: Request::Edit { run: 4, edit: EditRequest::Text("set sample every=3".into()) } };
             let f = encode(&m);
             let mut body = f[4..].to_vec();
             let at = at % body.len();

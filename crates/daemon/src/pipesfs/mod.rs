@@ -50,7 +50,7 @@
 mod stream;
 
 use crate::policy::Cred;
-use crate::proto::{errno_name, GraphNode, Reply};
+use crate::proto::{errno_name, EditApplied, EditOp, GraphNode, Reply};
 use crate::server::{Daemon, Run, State};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, OpenFlags, ReplyAttr,
@@ -501,7 +501,7 @@ impl PipesFs {
             Entry::RunFile(run, f) => {
                 let r = self.d.run(*run)?;
                 match f {
-                    RunFile::Pipeline => format!("{}\n", r.pipeline),
+                    RunFile::Pipeline => format!("{}\n", r.pipeline_now()),
                     RunFile::Placement => {
                         format!("{}\n", r.placement.lock().expect("not poisoned"))
                     }
@@ -611,11 +611,12 @@ impl PipesFs {
         Cred::of(req.uid(), req.gid())
     }
 
-    /// Apply one edit for `req`'s user.
-    fn edit(&self, req: &Request, op: &str, run: u64, text: &str) -> Result<String, Errno> {
+    /// Apply one edit for `req`'s user (checked by the daemon as the protocol's are).
+    fn edit(&self, req: &Request, op: &str, run: u64, edit: EditOp) -> Result<EditApplied, Errno> {
+        let text = edit.to_string();
         self.d
-            .edit(run, &Self::who(req), text)
-            .map_err(|r| self.reply_err(req, op, text, r))
+            .edit(run, &Self::who(req), edit)
+            .map_err(|r| self.reply_err(req, op, &text, r))
     }
 
     /// Open a stream file: share the node's tap (made for its first reader), start a
@@ -725,12 +726,6 @@ impl PipesFs {
     }
 }
 
-/// The label an applied edit made (`applied `...`: LABEL (...)`).
-fn applied_label(text: &str) -> Option<String> {
-    let rest = text.split_once("`: ")?.1;
-    Some(rest.split(" (").next().unwrap_or(rest).trim().to_string())
-}
-
 impl fuser::Filesystem for PipesFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.child(parent, name) {
@@ -808,9 +803,13 @@ impl fuser::Filesystem for PipesFs {
             return reply.error(self.refused(req, "mkdir", &what, libc::EPERM, "filters are made only inside a filter's directory (a run's sources are fixed when it starts)"));
         };
         let filter = what.replace(',', " ");
-        match self.edit(req, "mkdir", run, &format!("branch {label} {filter}")) {
-            Ok(text) => {
-                let new = applied_label(&text).unwrap_or(what);
+        let branch = EditOp::Branch {
+            node: label,
+            filter,
+        };
+        match self.edit(req, "mkdir", run, branch) {
+            Ok(applied) => {
+                let new = applied.node;
                 let mut p = self.path_of(parent).unwrap_or_default();
                 p.push(new.clone());
                 let ino = self.ino_of(&p);
@@ -824,7 +823,7 @@ impl fuser::Filesystem for PipesFs {
         let what = name.to_string_lossy().to_string();
         match self.child(parent, name) {
             Some((_, Entry::Node(run, label))) => {
-                match self.edit(req, "rmdir", run, &format!("remove {label}")) {
+                match self.edit(req, "rmdir", run, EditOp::Remove { node: label }) {
                     Ok(_) => reply.ok(),
                     Err(e) => reply.error(e),
                 }
@@ -844,7 +843,7 @@ impl fuser::Filesystem for PipesFs {
         let what = name.to_string_lossy().to_string();
         match (self.node_dir(parent), self.child(parent, name)) {
             (Some((run, from)), Some((_, Entry::Link(_, to)))) => {
-                match self.edit(req, "rm", run, &format!("disconnect {from} {to}")) {
+                match self.edit(req, "rm", run, EditOp::Disconnect { from, to }) {
                     Ok(_) => reply.ok(),
                     Err(e) => reply.error(e),
                 }
@@ -878,7 +877,11 @@ impl fuser::Filesystem for PipesFs {
                 "links join filters, inside a filter's directory",
             ));
         };
-        match self.edit(req, "ln -s", run, &format!("connect {from} {what}")) {
+        let connect = EditOp::Connect {
+            from,
+            to: what.clone(),
+        };
+        match self.edit(req, "ln -s", run, connect) {
             Ok(_) => {
                 let mut p = self.path_of(parent).unwrap_or_default();
                 p.push(what.clone());
@@ -932,7 +935,7 @@ impl fuser::Filesystem for PipesFs {
                         "filters move only within their run",
                     ));
                 }
-                match self.edit(req, "mv", run, &format!("move {x} {from} {to}")) {
+                match self.edit(req, "mv", run, EditOp::Move { node: x, from, to }) {
                     Ok(_) => reply.ok(),
                     Err(e) => reply.error(e),
                 }
@@ -1070,13 +1073,19 @@ impl fuser::Filesystem for PipesFs {
                 if words.is_empty() {
                     return reply.written(data.len() as u32);
                 }
-                self.edit(
-                    req,
-                    "write .options",
-                    *run,
-                    &format!("set {label} {}", words.join(" ")),
-                )
-                .map(|_| ())
+                // What is written is the text of options (quotes and all): parsed as the
+                // text form of `set` is, into the typed edit.
+                let text = format!("set {label} {}", words.join(" "));
+                match EditOp::parse(&text, &lang::WithPath(filters::Natives)) {
+                    Ok(op) => self.edit(req, "write .options", *run, op).map(|_| ()),
+                    Err(e) => Err(self.refused(
+                        req,
+                        "write .options",
+                        &text,
+                        libc::EINVAL,
+                        &e.to_string(),
+                    )),
+                }
             }
             Entry::ShapeGroup(g) => {
                 let attr = self.attr(ino.0, &e);
@@ -1347,22 +1356,6 @@ pub fn unmount(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_label_an_edit_made_is_read_from_its_answer() {
-        assert_eq!(
-            applied_label("applied `branch count:a sample every=5`: sample#2").as_deref(),
-            Some("sample#2")
-        );
-        assert_eq!(
-            applied_label(
-                "applied `set sample every=50`: sample (the instance it replaced passed 10 blocks)"
-            )
-            .as_deref(),
-            Some("sample")
-        );
-        assert_eq!(applied_label("something else"), None);
-    }
 
     fn attr(uid: u32, gid: u32, perm: u16) -> FileAttr {
         let t = SystemTime::UNIX_EPOCH;
