@@ -277,7 +277,8 @@ pub fn edit(socket: Option<&str>, run: u64, edit: &str) -> ExitCode {
     let op = match daemon::proto::EditOp::parse(edit, &crate::resolver()) {
         Ok(op) => op,
         Err(e) => {
-            eprintln!("{e}");
+            // Said with its secrets redacted, as every message about a pipeline is.
+            eprintln!("{}", filters::shown(edit).scrub(&e.to_string()));
             return ExitCode::from(2);
         }
     };

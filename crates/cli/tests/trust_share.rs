@@ -18,6 +18,10 @@ use std::time::Duration;
 use common::daemon::Daemon;
 use common::wait_for;
 
+/// One test at a time: they all capture on `lo` with the same template, so a run of one
+/// would share the prefix another test's run publishes (the same user, the same key).
+static LO: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 const PIPELINE: &str = "rx dev=lo | bpf \"udp port 53\" | count";
 const POLICY: &str = "[[grant]]\nusers = [\"65534\"]\ntemplate = 'rx dev=lo | bpf \"udp port 53\"'\nmode = \"0640\"\n";
 /// Datagrams sent while every run captures: each run counts at least this many.
@@ -131,6 +135,7 @@ fn assert_counted(err: &str, who: &str) {
 
 #[test]
 fn root_never_subscribes_to_a_stream_of_uid_65534_even_under_roots_names() {
+    let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
     let d = Daemon::start("shrsq", Some(POLICY));
     let key = common::share_key(PIPELINE);
     let nobody = spawn(d.cli_as_nobody());
@@ -167,6 +172,7 @@ fn root_never_subscribes_to_a_stream_of_uid_65534_even_under_roots_names() {
 
 #[test]
 fn a_run_of_uid_65534_started_after_roots_captures_on_its_own() {
+    let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
     let d = Daemon::start("shrrf", Some(POLICY));
     let key = common::share_key(PIPELINE);
     let root = spawn(d.cli());
@@ -190,6 +196,7 @@ fn a_run_of_uid_65534_started_after_roots_captures_on_its_own() {
 
 #[test]
 fn runs_of_one_user_share_and_the_subscriber_maps_the_stream_read_only() {
+    let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
     let d = Daemon::start("shrsame", Some(POLICY));
     let key = common::share_key(PIPELINE);
     let first = spawn(d.cli_as_nobody());
