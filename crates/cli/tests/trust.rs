@@ -185,13 +185,14 @@ fn the_kernel_refuses_a_nonroot_run_what_its_user_may_not_do() {
     let d = Daemon::start("trust-port", None);
     // Binding a privileged port needs CAP_NET_BIND_SERVICE, which uid 65534 lacks; a
     // worker holding root's capabilities would bind it.
+    // Detached: where the bind succeeds the run would wait for a connection forever.
     let o = d
         .cli_as_nobody()
-        .args(["run", "netin port=80 | count"])
+        .args(["run", "--detach", "-q", "netin port=80 | count"])
         .output()
         .unwrap();
     let (_, err) = text(&o);
-    assert!(!o.status.success(), "uid 65534 bound port 80: {err}");
+    assert!(!o.status.success(), "uid 65534 bound port 80: {:?}", text(&o));
     assert!(
         err.contains("80") && err.to_lowercase().contains("permission denied"),
         "{err}"
