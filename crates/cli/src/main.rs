@@ -703,7 +703,15 @@ fn choose_placement(
         "heuristic" => Method::Heuristic,
         _ => Method::Optimal,
     };
-    let sys = control::SystemModel::discover().map_err(|e| e.to_string())?;
+    let mut sys = control::SystemModel::discover().map_err(|e| e.to_string())?;
+    // A non-root client's worker probes no capability of its own: what the kernel offers
+    // its run is what the daemon lent it (a capture socket, never eBPF).
+    if kernel::lend::lending() {
+        use control::SpaceKind as K;
+        sys.caps.af_packet = kernel::lend::lent_any(kernel::lend::Kind::Rx);
+        sys.caps.bpf = false;
+        sys.make_spaces(&[K::Kernel, K::Thread, K::Process]);
+    }
     let mut planner = control::Planner::new(sys, FILTERS);
     planner.load = load;
     let mut scaled = 1.0;

@@ -157,6 +157,15 @@ pub fn lending() -> bool {
     REGISTRY.lock().expect("not poisoned").is_some()
 }
 
+/// Whether this process (or its worker) was lent a socket for `kind`.
+pub fn lent_any(kind: Kind) -> bool {
+    REGISTRY
+        .lock()
+        .expect("not poisoned")
+        .as_ref()
+        .is_some_and(|r| r.described.iter().any(|d| d.kind == kind))
+}
+
 /// A lent socket for `kind` on `dev`: `Ok(None)` when this process is not in lending mode
 /// (open one yourself); an error naming what is missing when it is and none is left.
 pub fn take(kind: Kind, dev: &str) -> io::Result<Option<(Described, OwnedFd)>> {
