@@ -9,7 +9,7 @@ mod common;
 
 use common::daemon::{Daemon, PYTHON, RAW};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 fn text(o: &Output) -> String {
@@ -22,16 +22,8 @@ fn text(o: &Output) -> String {
 }
 
 fn sh_as_nobody(cmd: &str) -> Output {
-    Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-            "bash",
-            "-c",
-            cmd,
-        ])
+    common::daemon::as_nobody("bash")
+            .args(["-c", cmd])
         .output()
         .unwrap()
 }
@@ -60,15 +52,8 @@ fn edit_as_nobody(d: &Daemon, id: u64, e: &str) -> Output {
 /// The raw protocol client as uid 65534: hello, then one `edit` request with this body.
 fn raw_edit_as_nobody(d: &Daemon, id: u64, edit: &str) -> serde_json::Value {
     let body = format!(r#"{{"id":2,"op":"edit","run":{id},"edit":{edit}}}"#);
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-            PYTHON,
-            RAW,
-        ])
+    let out = common::daemon::as_nobody(PYTHON)
+            .args([RAW])
         .arg(&d.socket)
         .args(["hello", &format!("send:{body}")])
         .output()

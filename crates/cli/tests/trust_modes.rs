@@ -21,15 +21,8 @@ fn key(tag: u8) -> String {
 
 /// Run `steps` of the raw protocol client as uid 65534.
 fn raw_as_nobody(d: &Daemon, steps: &[&str]) -> String {
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-            PYTHON,
-            RAW,
-        ])
+    let out = common::daemon::as_nobody(PYTHON)
+            .args([RAW])
         .arg(&d.socket)
         .args(steps)
         .output()
@@ -39,8 +32,8 @@ fn raw_as_nobody(d: &Daemon, steps: &[&str]) -> String {
 
 /// What opening `path` for reading as uid 65534 gives: "opened" or the errno's name.
 fn open_as_nobody(path: &Path) -> String {
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", PYTHON, "-c"])
+    let out = common::daemon::as_nobody(PYTHON)
+            .args(["-c"])
         .arg(
             "import errno, sys\ntry:\n    open(sys.argv[1], 'rb').close(); print('opened')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])",
         )
@@ -392,15 +385,8 @@ fn secret_options_are_never_shown() {
         ),
         &all,
     );
-    let w = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-            "sh",
-            "-c",
-        ])
+    let w = common::daemon::as_nobody("sh")
+            .args(["-c"])
         .arg(format!(
             "echo key={k4} > '{}'",
             enc.join(".options").display()

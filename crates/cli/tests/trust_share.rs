@@ -117,9 +117,8 @@ impl Drop for Squatted {
 }
 
 fn as_nobody(args: &[&str]) {
-    let ok = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .args(args)
+    let ok = common::daemon::as_nobody(args[0])
+        .args(&args[1..])
         .status()
         .unwrap()
         .success();

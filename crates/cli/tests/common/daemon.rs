@@ -28,6 +28,16 @@ pub fn require_root(why: &str) {
     assert_eq!(euid, "0", "these tests need root ({why})");
 }
 
+/// `program` to be run as uid/gid 65534 with no supplementary groups (util-linux setpriv;
+/// add its arguments).
+#[allow(dead_code)]
+pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(program);
+    c
+}
+
 /// A daemon on a socket of its own, stopped (SIGTERM) when dropped.
 pub struct Daemon {
     pub child: Option<Child>,
@@ -97,10 +107,8 @@ impl Daemon {
 
     /// The CLI as uid/gid 65534 with no supplementary groups.
     pub fn cli_as_nobody(&self) -> Command {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(BIN)
-            .env("STREAMLINE_SOCKET", &self.socket);
+        let mut c = as_nobody(BIN);
+        c.env("STREAMLINE_SOCKET", &self.socket);
         c
     }
 
