@@ -318,6 +318,6 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         None,
         "filters the monitor moved",
     );
-    summary.print();
+    summary.print()?;
     Ok(())
 }

@@ -310,6 +310,6 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(600));
     let mut summary = Summary::default();
     figures_with(a, quick, &mut summary)?;
-    summary.print();
+    summary.print()?;
     Ok(())
 }

@@ -495,7 +495,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         None,
         "CPU per packet counted of AF_PACKET over AF_XDP (copy mode, veth); above 1: AF_XDP is cheaper",
     );
-    summary.print();
+    summary.print()?;
     drop(v);
     Ok(())
 }

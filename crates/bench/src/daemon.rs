@@ -1011,7 +1011,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     })();
     match res {
         Ok(summary) => {
-            summary.print();
+            summary.print()?;
             Ok(())
         }
         Err(e) => {

@@ -373,6 +373,6 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(600));
     let mut summary = Summary::default();
     figures_with(quick, a.messages, &mut summary)?;
-    summary.print();
+    summary.print()?;
     Ok(())
 }

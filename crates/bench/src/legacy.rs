@@ -314,7 +314,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             a.load * 100.0
         ),
     );
-    s.print();
+    s.print()?;
     Ok(())
 }
 

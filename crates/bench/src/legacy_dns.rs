@@ -490,7 +490,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         None,
         "dnsmasq's own CPU, no softirq",
     );
-    s.print();
+    s.print()?;
     if !bad.is_empty() {
         return Err(err(format!("answers lost or wrong: {}", bad.join("; "))));
     }

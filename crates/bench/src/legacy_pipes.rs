@@ -269,6 +269,6 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         None,
         "cat FILE | wc -c, cached file",
     );
-    sum.print();
+    sum.print()?;
     Ok(())
 }

@@ -436,6 +436,6 @@ pub fn run(_a: &Args, quick: bool) -> Result<()> {
 
     println!("\n== Kafka at the edges: kafkaout / kafkain vs kcat (see `kafka`) ==");
     crate::kafka::figures(quick, &mut summary)?;
-    summary.print();
+    summary.print()?;
     Ok(())
 }

@@ -368,7 +368,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         None,
         format!("tcp | dport |80: tcpdump {p:.3} s / ours {o:.3} s"),
     );
-    summary.print();
+    summary.print()?;
     drop(dir);
     Ok(())
 }

@@ -494,7 +494,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         "mean of the small fetches",
     );
 
-    sum.print();
+    sum.print()?;
     Ok(())
 }
 

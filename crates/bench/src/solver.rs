@@ -311,6 +311,6 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             "geometric mean over 4 pipelines of one-thread time / optimizer-plan time",
         );
     }
-    s.print();
+    s.print()?;
     Ok(())
 }

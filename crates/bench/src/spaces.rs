@@ -126,7 +126,7 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
         }
     }
     if a.only.is_some() {
-        summary.print();
+        summary.print()?;
         return Ok(());
     }
 
@@ -318,7 +318,7 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
             ),
         );
     }
-    summary.print();
+    summary.print()?;
     Ok(())
 }
 

@@ -612,7 +612,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             }
         }
     }
-    summary.print();
+    summary.print()?;
     Ok(())
 }
 

@@ -146,7 +146,10 @@ impl Summary {
         });
     }
 
-    pub fn print(&self) {
+    /// Prints the verdict table and the SUMMARY lines, then fails if any figure is not a
+    /// finite number (a NaN or infinity means the run measured nothing, or divided by
+    /// nothing: it is printed as it is, never as a plausible 0).
+    pub fn print(&self) -> Result<()> {
         println!("\n== Headline figures ==");
         for h in &self.lines {
             let verdict = match h.target {
@@ -165,13 +168,31 @@ impl Summary {
         for h in &self.lines {
             println!("SUMMARY {} {}", h.metric, fmt_value(h.value));
         }
+        let broken: Vec<&str> = self
+            .lines
+            .iter()
+            .filter(|h| !h.value.is_finite())
+            .map(|h| h.metric.as_str())
+            .collect();
+        if broken.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "figures that are not numbers (nothing measured, or a division by zero): {}",
+                broken.join(", ")
+            )
+            .into())
+        }
     }
 }
 
 /// A plain float for SUMMARY lines: no exponent, a sensible number of digits.
 fn fmt_value(v: f64) -> String {
-    if !v.is_finite() {
-        return "0".into();
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if v.abs() >= 100.0 {
         format!("{v:.1}")
@@ -351,5 +372,23 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_figure_that_is_not_a_number_prints_as_such_and_fails_the_run() {
+        assert_eq!(fmt_value(f64::NAN), "NaN");
+        assert_eq!(fmt_value(f64::INFINITY), "inf");
+        assert_eq!(fmt_value(0.0), "0.000");
+        let mut s = Summary::default();
+        s.add("ok_figure", 1.5, None, "");
+        assert!(s.print().is_ok());
+        s.add("lost_figure", f64::NAN, Some(Target::AtMost(0.0)), "");
+        let err = s.print().unwrap_err().to_string();
+        assert!(err.contains("lost_figure"), "{err}");
     }
 }

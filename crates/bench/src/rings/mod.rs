@@ -73,6 +73,6 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     if selected(Experiment::Deckcut) {
         deckcut::run(&plan, &mut summary)?;
     }
-    summary.print();
+    summary.print()?;
     Ok(())
 }
