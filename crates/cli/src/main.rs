@@ -983,7 +983,8 @@ pub(crate) fn print_report(
 }
 
 /// The exit status of a finished run: 1 if a space died or a filter failed, 128 + the
-/// signal that stopped it, else 0.
+/// signal that stopped it, else its last command's when that is a Unix command that
+/// failed (as a shell pipeline's), else 0.
 pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8 {
     if let Some(d) = &rep.died {
         eprintln!("streamline: {d}");
@@ -993,7 +994,10 @@ pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8
         eprintln!("interrupted ({})", signal_name(sig));
         return (128 + sig) as u8;
     }
-    u8::from(rep.failed)
+    if rep.failed {
+        return 1;
+    }
+    rep.status.unwrap_or(0)
 }
 
 fn run(pipeline: &str, o: &daemon::proto::RunOptions) -> ExitCode {

@@ -188,6 +188,9 @@ impl lang::Resolver for PlanResolver<'_> {
     fn class_names(&self, name: &str) -> Option<Vec<(String, u16)>> {
         self.0.resolver.class_names(name)
     }
+    fn unix_tool(&self, name: &str) -> bool {
+        self.0.resolver.unix_tool(name)
+    }
 }
 
 /// Where a `space=` option pins a filter.

@@ -246,7 +246,11 @@ impl Filter for UnixProc {
             for t in &batch.tags {
                 if let Ok(d) = cx.data(t) {
                     if tx.send(d.to_vec()).is_err() {
-                        cx.warn(format!("'{}' stopped reading its input", self.argv[0]));
+                        // It closed its input (`head -3` read what it needed): as the
+                        // shell's writers get SIGPIPE, what feeds it ends, so the run
+                        // ends; what it and those after it still make drains.
+                        self.input = None;
+                        cx.end_run();
                         break;
                     }
                 }
@@ -285,9 +289,7 @@ impl Filter for UnixProc {
                         }
                         self.finished = true;
                         if let Ok(st) = self.child.wait() {
-                            if !st.success() {
-                                cx.warn(format!("'{}' exited with {st}", self.argv.join(" ")));
-                            }
+                            self.exited(cx, st);
                         }
                         return false;
                     }
@@ -324,12 +326,25 @@ impl UnixProc {
                 let _ = h.join();
             }
             if let Ok(st) = self.child.wait() {
-                if !st.success() {
-                    cx.warn(format!("'{}' exited with {st}", self.argv.join(" ")));
-                }
+                self.exited(cx, st);
             }
         }
         false
+    }
+
+    /// Its exit status: the run's if it is the last command (as in a shell pipeline);
+    /// else a warning when it failed.
+    fn exited(&self, cx: &mut Ctx<'_>, st: std::process::ExitStatus) {
+        use std::os::unix::process::ExitStatusExt;
+        if st.success() {
+            return;
+        }
+        if self.sink {
+            let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
+            cx.exit_status(code.clamp(1, 255) as u8);
+        } else {
+            cx.warn(format!("'{}' exited with {st}", self.argv.join(" ")));
+        }
     }
 }
 
@@ -350,7 +365,7 @@ mod tests {
 
     /// Run `f` with a context over `store`; returns the warnings.
     fn with_ctx(store: &mut Store, f: impl FnOnce(&mut Ctx<'_>)) -> Vec<String> {
-        let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
+        let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), crate::filter::Stop::No);
         let mut cx = Ctx {
             store,
             name: "join",

@@ -1387,7 +1387,7 @@ mod tests {
     use crate::store::Store;
 
     fn cx_run<R>(store: &mut Store, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
-        let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
+        let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), crate::filter::Stop::No);
         let mut cx = Ctx {
             store,
             name: "test",
@@ -1866,7 +1866,7 @@ mod tests {
             }
             tx.w.close();
             let mut st = Store::new(1 << 16);
-            let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
+            let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), crate::filter::Stop::No);
             for _ in 0..100 {
                 let mut b = Batch::default();
                 let more = {

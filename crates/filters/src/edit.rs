@@ -289,6 +289,7 @@ fn make_decrypt(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 }
 
 pub static STRIP: FilterSpec = FilterSpec::new("strip", Access::Metadata, make_strip)
+    .unix_tool()
     .synopsis("strip [N|payload]")
     .description("Crops blocks by moving the tag's start: N bytes, or (default) up to the\ntransport payload of a whole frame. A metadata edit: no data is copied.")
     .params(&[

@@ -116,6 +116,9 @@ pub(super) fn report_text(space: &Space) -> String {
     if space.failed() {
         t += "failed\n";
     }
+    if let Some(st) = space.exit_status() {
+        t += &format!("status\t{st}\n");
+    }
     t
 }
 
@@ -146,6 +149,7 @@ pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
             }
             ["warn", w] => rep.warnings.push(unescape(w)),
             ["failed"] => rep.failed = true,
+            ["status", st] if st.parse::<u8>().is_ok() => rep.status = st.parse().ok(),
             _ => rep
                 .warnings
                 .push(format!("unreadable report line from a process space: {l}")),

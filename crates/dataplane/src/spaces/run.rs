@@ -23,6 +23,9 @@ pub struct SpacesReport {
     /// A space that died: which one, its filters, and why.
     pub died: Option<String>,
     pub failed: bool,
+    /// The non-zero status the run's last command (a Unix command) exited with: the run's
+    /// exit status, as a shell pipeline's.
+    pub status: Option<u8>,
     /// Filters moved between spaces while the run ran, by `--chaos` (see
     /// [`Spaces::set_chaos`]): down, up, and moves refused.
     pub chaos_moves: (u64, u64, u64),
@@ -123,6 +126,7 @@ impl Spaces {
             warnings: vec![],
             died: None,
             failed: false,
+            status: None,
             chaos_moves: (0, 0, 0),
         };
         let died = Mutex::new(Vec::<String>::new());
@@ -275,6 +279,7 @@ impl Spaces {
                         warnings: vec![],
                         died: None,
                         failed: false,
+            status: None,
                         chaos_moves: (0, 0, 0),
                     };
                     parse_report(&report_text(&space), &mut part, &suffix);
@@ -291,6 +296,7 @@ impl Spaces {
                     rep.nodes.extend(part.nodes);
                     rep.warnings.extend(space.warnings().iter().cloned());
                     rep.failed |= space.failed();
+                    rep.status = rep.status.or(space.exit_status());
                     if let Some(c) = &space.chaos {
                         rep.chaos_moves.0 += c.moves.0;
                         rep.chaos_moves.1 += c.moves.1;
@@ -311,12 +317,14 @@ impl Spaces {
                 warnings: vec![],
                 died: None,
                 failed: false,
+            status: None,
                 chaos_moves: (0, 0, 0),
             };
             parse_report(&text, &mut part, &format!("@p{id}"));
             rep.nodes.extend(part.nodes);
             rep.warnings.extend(part.warnings);
             rep.failed |= part.failed;
+            rep.status = rep.status.or(part.status);
         }
         let died = died.into_inner().expect("not poisoned");
         if !died.is_empty() {
