@@ -13,7 +13,8 @@
 //!
 //! - re-planning from scratch (`adaptive_vs_replanned_after_shift`): after the shift, one
 //!   measurement window as long as the monitor's, the costs measured there (ns per block
-//!   of every filter but the source, as the monitor measures them) given to the optimizer
+//!   of every filter but the source, as the monitor measures them; `gen` keeps the
+//!   catalog's estimate, its measured time being mostly waiting) given to the optimizer
 //!   (`control::Planner`, as `streamline run` plans a load that does not fit: the
 //!   highest rate that fits, the ILP there), the run stopped and a new one started with
 //!   that plan; the window counts the blocks of both runs, the gap between them included;
