@@ -290,7 +290,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     );
     let run_sl = |pipeline: String| {
         let mut c = Command::new(&sl);
-        c.args(["run", "-q", &pipeline]);
+        c.args(["--socket", "none", "run", "-q", &pipeline]);
         c
     };
 
@@ -452,6 +452,8 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let in_ns = |imp: &str| {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &v.ns]).arg(&sl).args([
+            "--socket",
+            "none",
             "run",
             "-q",
             &format!("rx dev={} impl={imp} | count", v.there),

@@ -176,7 +176,7 @@ impl Setup<'_> {
         let q = if table { "" } else { " -q" };
         let what = format!("`streamline run{q} '{text}'`");
         let mut cmd = Command::new(&self.streamline);
-        cmd.arg("run");
+        cmd.args(["--socket", "none", "run"]);
         if !table {
             cmd.arg("-q");
         }

@@ -276,6 +276,35 @@ fn abnormal_cleanup() {
     }
 }
 
+/// Wait for `child` to end: its exit status and the CPU time (user + system, ns) it used,
+/// all its threads and the children it waited for (wait4's resource usage). The child is
+/// reaped: do not wait for it again.
+pub fn wait_with_cpu(
+    child: &mut std::process::Child,
+) -> Result<(std::process::ExitStatus, u64)> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waits for our own child `pid`; both out-pointers are valid for writes.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err(format!("waiting for process {pid}: {e}")));
+        }
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    Ok((
+        std::process::ExitStatus::from_raw(status),
+        ns(ru.ru_utime) + ns(ru.ru_stime),
+    ))
+}
+
 /// Spin for `ns` nanoseconds (stand-in work of a producer or consumer).
 pub fn busy(ns: u64) {
     let until = beltway::sys::now_ns() + ns;

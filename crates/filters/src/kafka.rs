@@ -67,6 +67,31 @@ const COMMIT_EVERY: Duration = Duration::from_millis(100);
 /// How long one pull waits for the first message before giving its space's loop a turn.
 const POLL: Duration = Duration::from_millis(50);
 
+/// The librdkafka settings of `kafkaout`'s producer besides `bootstrap.servers` and those
+/// its parameters set (`linger.ms`, `message.timeout.ms`; see [`DEFAULT_LINGER_MS`],
+/// [`DEFAULT_TIMEOUT_SECS`]). Public so that a peer measured beside it (the benchmark's
+/// `kcat -P`) is given the same.
+pub const PRODUCER_SETTINGS: [(&str, &str); 4] = [
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("partitioner", "murmur2_random"),
+    ("queue.buffering.max.kbytes", "262144"),
+];
+/// `kafkaout linger=`'s default (librdkafka's `linger.ms`).
+pub const DEFAULT_LINGER_MS: u32 = 5;
+/// `kafkaout timeout=`'s default, seconds (librdkafka's `message.timeout.ms`).
+pub const DEFAULT_TIMEOUT_SECS: f64 = 60.0;
+/// `kafkain`'s prefetch (librdkafka's default is 100000): with the default, a consumer
+/// as fast as this one drains the queue and waits on every refill (measured: 2.4M
+/// messages of 100 bytes in 9.5 s against 1.9 s with this; bounded by
+/// queued.max.messages.kbytes, 64 MiB, all the same).
+pub const CONSUMER_PREFETCH: (&str, &str) = ("queued.min.messages", "1000000");
+/// `kafkain eof=yes`'s fetch wait: the end of a partition shows as a fetch that finds
+/// nothing new, which the broker holds for fetch.wait.max.ms (librdkafka's default
+/// 500 ms) before it answers; a shorter wait notices the end sooner (measured: an empty
+/// topic read with eof=yes in 0.52 s with the default).
+pub const EOF_FETCH_WAIT: (&str, &str) = ("fetch.wait.max.ms", "100");
+
 /// What went wrong talking to the brokers (the `make` of either filter).
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -388,8 +413,8 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         ));
     }
     let wait = secs(a, "wait", 5.0)?;
-    let timeout = secs(a, "timeout", 60.0)?;
-    let linger = a.parse::<u32>("linger", None, 5)?;
+    let timeout = secs(a, "timeout", DEFAULT_TIMEOUT_SECS)?;
+    let linger = a.parse::<u32>("linger", None, DEFAULT_LINGER_MS)?;
     let meta = match a.get("meta", None).unwrap_or("auto") {
         "auto" => Meta::Auto,
         "yes" => Meta::Always,
@@ -397,17 +422,17 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         m => return Err(FilterError::bad("meta", m, "auto, yes or no")),
     };
     let reports = Counting::default();
-    let producer: BaseProducer<Counting> = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &brokers)
         .set(
             "message.timeout.ms",
             format!("{}", (timeout * 1000.0) as u64),
         )
-        .set("linger.ms", linger.to_string())
-        .set("partitioner", "murmur2_random")
-        .set("queue.buffering.max.kbytes", "262144")
+        .set("linger.ms", linger.to_string());
+    for (k, v) in PRODUCER_SETTINGS {
+        cfg.set(k, v);
+    }
+    let producer: BaseProducer<Counting> = cfg
         .create_with_context(reports.clone())
         .map_err(|e| BrokerError::Refused {
             brokers: brokers.clone(),
@@ -671,17 +696,11 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", from)
         .set("enable.partition.eof", "true")
-        // Prefetch deeper than librdkafka's default (100000): with the default, a consumer
-        // as fast as this one drains the queue and waits on every refill (measured: 2.4M
-        // messages of 100 bytes in 9.5 s against 1.9 s with this; bounded by
-        // queued.max.messages.kbytes, 64 MiB, all the same).
-        .set("queued.min.messages", "1000000");
+        // Prefetch deeper than librdkafka's default (see there).
+        .set(CONSUMER_PREFETCH.0, CONSUMER_PREFETCH.1);
     if eof {
-        // The end of a partition shows as a fetch that finds nothing new, which the broker
-        // holds for fetch.wait.max.ms (librdkafka's default 500 ms) before it answers: a
-        // shorter wait notices the end sooner (measured: an empty topic read with eof=yes
-        // in 0.52 s with the default).
-        cfg.set("fetch.wait.max.ms", "100");
+        // Notice the end sooner (see there).
+        cfg.set(EOF_FETCH_WAIT.0, EOF_FETCH_WAIT.1);
     }
     match &group {
         Some(g) => cfg.set("group.id", g).set("session.timeout.ms", "10000"),
