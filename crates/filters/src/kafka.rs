@@ -249,7 +249,7 @@ fn header_of(cx: &Ctx<'_>, t: &Tag) -> ([u8; HEADER_LEN_CAPTURE], usize) {
     if let Some(l) = cx.store.link(t) {
         h[16..20].copy_from_slice(&l.to_le_bytes());
         flags |= HAS_LINK;
-        if let Some(c) = cx.store.capture(t) {
+        if let Some(c) = cx.store.capture(t).filter(|_| flags & HAS_RECORD != 0) {
             flags |= HAS_CAPTURE
                 | if c.big_endian { CAPTURE_BIG_ENDIAN } else { 0 }
                 | if c.nanos { CAPTURE_NANOS } else { 0 };

@@ -66,7 +66,9 @@ impl PcapOut {
             datalink: DataLink::from(link),
             ..Default::default()
         };
-        if let Some(h) = cx.store.capture(t) {
+        // Only a block that is (part of) a capture's record has that capture's header: a
+        // block made by a filter (inflate, gen) may lie in a ring that also holds records.
+        if let Some(h) = cx.store.record(t).and(cx.store.capture(t)) {
             header.endianness = if h.big_endian {
                 Endianness::Big
             } else {
