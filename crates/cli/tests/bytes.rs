@@ -133,7 +133,10 @@ fn deflate_writes_what_gzip_and_inflate_read_in_every_placement() {
     }
     // Placement changes nothing: the same bytes each time.
     for (p, o) in &outputs[1..] {
-        assert!(o == &outputs[0].1, "`{p}` wrote other bytes than one deflate in one space");
+        assert!(
+            o == &outputs[0].1,
+            "`{p}` wrote other bytes than one deflate in one space"
+        );
     }
 }
 
@@ -142,7 +145,11 @@ fn zlib_and_raw_formats_round_trip() {
     let dir = Scratch::new("formats");
     let big = input(&dir);
     let data = std::fs::read(&big).unwrap();
-    for (format, inflate) in [("zlib", "inflate"), ("zlib", "inflate format=zlib"), ("raw", "inflate format=raw")] {
+    for (format, inflate) in [
+        ("zlib", "inflate"),
+        ("zlib", "inflate format=zlib"),
+        ("raw", "inflate format=raw"),
+    ] {
         let z = dir.join("big.z");
         run(&format!(
             "file {} split=fixed size=64K | deflate format={format} space=1,2 | outfile {}",
@@ -200,7 +207,10 @@ fn inflate_reads_what_gzip_writes() {
     let g = std::fs::read(&gz).unwrap();
     std::fs::write(&two, [g.clone(), g].concat()).unwrap();
     let back = dir.join("back");
-    for (file, want) in [(&gz, data.clone()), (&two, [data.clone(), data.clone()].concat())] {
+    for (file, want) in [
+        (&gz, data.clone()),
+        (&two, [data.clone(), data.clone()].concat()),
+    ] {
         for split in ["", " split=fixed size=10", " size=1M"] {
             let p = format!(
                 "file {}{split} | inflate | outfile {}",
@@ -208,7 +218,10 @@ fn inflate_reads_what_gzip_writes() {
                 back.display()
             );
             let err = run(&p);
-            assert!(std::fs::read(&back).unwrap() == want, "`{p}`: other bytes\n{err}");
+            assert!(
+                std::fs::read(&back).unwrap() == want,
+                "`{p}`: other bytes\n{err}"
+            );
         }
     }
     // From standard input too (gzip -c | streamline ...), as a shell pipeline would.
@@ -238,7 +251,11 @@ fn inflate_reads_what_gzip_writes() {
 fn deflate_then_inflate_keeps_the_blocks() {
     // Each member's data is one block: `deflate | inflate` gives back deflate's blocks,
     // counted, replicated or not.
-    for (d, i) in [("", ""), (" space=1,2", " space=3,4"), (" space=p1", " space=2")] {
+    for (d, i) in [
+        ("", ""),
+        (" space=1,2", " space=3,4"),
+        (" space=p1", " space=2"),
+    ] {
         let place = format!("deflate{d} | inflate{i}");
         let err = run(&format!("gen count=1000 size=3000 | {place} | count"));
         let line = err
@@ -281,9 +298,17 @@ fn odd_capture(path: &Path, big_endian: bool, nanos: bool) {
     while let Some(p) = r.next_packet() {
         let p = p.unwrap();
         let n = p.data.len().min(96);
-        let extra = if nanos { std::time::Duration::from_nanos(u64::from(i % 997)) } else { Default::default() };
-        w.write_packet(&PcapPacket::new(p.timestamp + extra, p.orig_len, &p.data[..n]))
-            .unwrap();
+        let extra = if nanos {
+            std::time::Duration::from_nanos(u64::from(i % 997))
+        } else {
+            Default::default()
+        };
+        w.write_packet(&PcapPacket::new(
+            p.timestamp + extra,
+            p.orig_len,
+            &p.data[..n],
+        ))
+        .unwrap();
         i += 1;
     }
 }
@@ -304,7 +329,11 @@ const PCAP_PLACEMENTS: &[(&str, &str, &str)] = &[
 fn pcapin_pcapout_gives_the_capture_back_byte_for_byte() {
     let dir = Scratch::new("pcap");
     let mut captures = vec![sample()];
-    for (name, be, ns) in [("be-ns.pcap", true, true), ("le-ns.pcap", false, true), ("be-us.pcap", true, false)] {
+    for (name, be, ns) in [
+        ("be-ns.pcap", true, true),
+        ("le-ns.pcap", false, true),
+        ("be-us.pcap", true, false),
+    ] {
         let p = dir.join(name);
         odd_capture(&p, be, ns);
         captures.push(p);

@@ -235,7 +235,10 @@ fn gzip_header_len(h: &[u8]) -> Result<Option<usize>, Bad> {
 /// Whether two bytes open a zlib stream (RFC 1950 2.2: deflate, a window of at most
 /// 32 KiB, the header check, no preset dictionary).
 fn is_zlib(b0: u8, b1: u8) -> bool {
-    b0 & 0x0f == 8 && b0 >> 4 <= 7 && (u16::from(b0) << 8 | u16::from(b1)) % 31 == 0 && b1 & 0x20 == 0
+    b0 & 0x0f == 8
+        && b0 >> 4 <= 7
+        && (u16::from(b0) << 8 | u16::from(b1)) % 31 == 0
+        && b1 & 0x20 == 0
 }
 
 impl Inflate {
@@ -418,7 +421,8 @@ impl Filter for Inflate {
                 let mut r = self.feed(data);
                 if r.is_err() && mid && self.ends.len() == ends {
                     self.abandon();
-                    warned[0] = Some("a member cut short (its end never came); its data dropped".into());
+                    warned[0] =
+                        Some("a member cut short (its end never came); its data dropped".into());
                     r = self.feed(data);
                 }
                 if let Err(why) = r {
@@ -606,8 +610,8 @@ fn make_deflate(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     if level > 9 {
         return Err(FilterError::bad("level", &level.to_string(), "0..=9"));
     }
-    let framing = Framing::parse(a.get("format", None).unwrap_or("gzip"), false)?
-        .unwrap_or(Framing::Gzip);
+    let framing =
+        Framing::parse(a.get("format", None).unwrap_or("gzip"), false)?.unwrap_or(Framing::Gzip);
     Ok(Box::new(Deflate {
         level,
         framing,

@@ -1142,14 +1142,25 @@ mod tests {
         h[16..20].copy_from_slice(&1u32.to_le_bytes());
         h[20..22].copy_from_slice(&9u16.to_le_bytes());
         h[22..24].copy_from_slice(&(HAS_RECORD | HAS_LINK).to_le_bytes());
-        assert_eq!(parse_header(&h[..HEADER_LEN]), Some((Some((7, 1500, 0)), Some(1), 9, None)));
+        assert_eq!(
+            parse_header(&h[..HEADER_LEN]),
+            Some((Some((7, 1500, 0)), Some(1), 9, None))
+        );
         assert_eq!(parse_header(&h[..23]), None);
         // Capture flags without the snap length, or the snap length without the flag.
-        h[22..24].copy_from_slice(&(HAS_RECORD | HAS_LINK | HAS_CAPTURE | CAPTURE_NANOS).to_le_bytes());
+        h[22..24]
+            .copy_from_slice(&(HAS_RECORD | HAS_LINK | HAS_CAPTURE | CAPTURE_NANOS).to_le_bytes());
         assert_eq!(parse_header(&h[..HEADER_LEN]), None);
         h[24..28].copy_from_slice(&96u32.to_le_bytes());
-        let c = dataplane::CaptureHeader { big_endian: false, nanos: true, snaplen: 96 };
-        assert_eq!(parse_header(&h), Some((Some((7, 1500, 0)), Some(1), 9, Some(c))));
+        let c = dataplane::CaptureHeader {
+            big_endian: false,
+            nanos: true,
+            snaplen: 96,
+        };
+        assert_eq!(
+            parse_header(&h),
+            Some((Some((7, 1500, 0)), Some(1), 9, Some(c)))
+        );
     }
 
     proptest::proptest! {

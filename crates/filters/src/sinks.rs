@@ -84,7 +84,8 @@ impl PcapOut {
         self.nanos = header.ts_resolution == TsResolution::NanoSecond;
         self.snaplen = header.snaplen;
         let f = File::create(&self.path).map_err(|e| e.to_string())?;
-        self.w = Some(PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| pcap_error(&e))?);
+        self.w =
+            Some(PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| pcap_error(&e))?);
         Ok(())
     }
 }
@@ -126,7 +127,9 @@ impl Filter for PcapOut {
                 ));
             }
             let Ok(ts_sec) = u32::try_from(ts / 1_000_000_000) else {
-                cx.warn("a packet's time is past 2106 (a pcap record holds 32-bit seconds); skipped");
+                cx.warn(
+                    "a packet's time is past 2106 (a pcap record holds 32-bit seconds); skipped",
+                );
                 continue;
             };
             let ns = (ts % 1_000_000_000) as u32;
@@ -138,7 +141,12 @@ impl Filter for PcapOut {
                 orig_len: orig,
                 data: std::borrow::Cow::Borrowed(d),
             };
-            if let Err(e) = self.w.as_mut().expect("created above").write_raw_packet(&pkt) {
+            if let Err(e) = self
+                .w
+                .as_mut()
+                .expect("created above")
+                .write_raw_packet(&pkt)
+            {
                 cx.warn(format!("cannot write {}: {}", self.path, pcap_error(&e)));
                 // Nothing more can be written: drop the writer without a last flush.
                 self.w = None;
