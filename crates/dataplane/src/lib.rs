@@ -56,4 +56,6 @@ pub use filter::{
 pub use runtime::{
     export_name, BuildError, BuildErrorKind, Counters, Factory, NodeReport, Space, BATCH,
 };
-pub use store::{BufId, External, Feeds, RecordMeta, ResolveError, Resolver, Store};
+pub use store::{
+    BufId, CaptureHeader, External, Feeds, RecordMeta, ResolveError, Resolver, Store,
+};
