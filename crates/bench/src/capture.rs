@@ -55,7 +55,8 @@ pub struct Args {
 }
 
 /// A veth pair into a fresh namespace (the kernel crate's helper); the far end answers
-/// nothing, so no ICMP comes back to disturb the counts.
+/// nothing (no ICMP comes back to disturb the counts: a capture of everything on the pair
+/// sees what was sent and little else).
 pub(crate) fn veth() -> Result<Veth> {
     let v = Veth::new("cb").map_err(|e| {
         err(format!(
@@ -65,7 +66,18 @@ pub(crate) fn veth() -> Result<Veth> {
     // Destructors do not run when a signal or the watchdog ends the run: remove the
     // namespace then too.
     crate::util::remove_netns_on_abnormal_exit(&v.ns);
-    let _ = v.exec(&["sh", "-c", "echo 0 > /proc/sys/net/ipv4/icmp_ratelimit"]);
+    // No ICMP port unreachable from the far end: `icmp_ratelimit` 0 (what this did until
+    // 2026-11-27) lifts the per-destination limit but leaves the namespace's global one,
+    // and about 1000 unreachables a second came back into every capture of the pair.
+    // With no global credit the far end sends none.
+    v.exec(&[
+        "sysctl",
+        "-q",
+        "-w",
+        "net.ipv4.icmp_msgs_per_sec=0",
+        "net.ipv4.icmp_msgs_burst=0",
+    ])
+    .map_err(|e| err(format!("silencing ICMP in {}: {e}", v.ns)))?;
     Ok(v)
 }
 

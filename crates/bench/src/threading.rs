@@ -637,7 +637,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             // wall clock gains from cores ours leaves idle (and loses to other load); CPU
             // per block is the work each side does for the same blocks out.
             ("vs_unix_pipeline", r.unix_cpu, r.ours_rewrite_cpu, t_unix, format!("CPU per block: Unix {:.0} ns vs ours/rw {:.0} ns (both write every byte; same {} blocks out); wall: ours/rw {:.3} vs Unix {:.3} Mblk/s", r.unix_cpu * 1e9, r.ours_rewrite_cpu * 1e9, k, r.ours_rewrite / 1e6, r.unix / 1e6)),
-            ("vs_unix_pipeline_wall", r.ours_rewrite, r.unix, None, format!("wall clock, blocks/s: ours/rw {:.3} (1 thread) vs Unix {:.3} Mblk/s ({} processes + 2 threads)", r.ours_rewrite / 1e6, r.unix / 1e6, r.n)),
+            ("vs_unix_pipeline_wall", r.ours_rewrite, r.unix, None, format!("wall clock, blocks/s: ours/rw {:.3} (1 thread) vs Unix {:.3} Mblk/s ({} filter processes + feeder and drain threads)", r.ours_rewrite / 1e6, r.unix / 1e6, r.n)),
             ("vs_single_loop", r.ours, r.single_gen, t_loop, format!("ours {:.1} vs loop+gen {:.1} Mblk/s (same work: gen's blocks, N checks)", r.ours / 1e6, r.single_gen / 1e6)),
             (
                 "file_vs_loop_in_memory",
