@@ -261,9 +261,7 @@ fn measure(v: &Veth, mut cmd: Command, a: &Load, flows: u16) -> Result<Run> {
     let status = loop {
         match child.try_wait() {
             Ok(Some(st)) => break Ok(st),
-            Ok(None) if t0.elapsed() < STOP_WITHIN => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
+            Ok(None) if t0.elapsed() < STOP_WITHIN => std::thread::sleep(Duration::from_millis(20)),
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -513,7 +511,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             let port7 = r.sent.div_ceil(100);
             let what = format!(
                 "bpf placed {}{opt}",
-                if kernel { "in the kernel" } else { "in user space" }
+                if kernel {
+                    "in the kernel"
+                } else {
+                    "in user space"
+                }
             );
             if kernel {
                 if matched + dropped != port7 {
@@ -531,12 +533,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let mut picked = all.into_iter().map(|runs| median_of(runs, base, taken));
     let pairs: Vec<_> = settings
         .iter()
-        .map(|_| {
-            (
-                picked.next().expect("pairs"),
-                picked.next().expect("pairs"),
-            )
-        })
+        .map(|_| (picked.next().expect("pairs"), picked.next().expect("pairs")))
         .collect();
     for ((opt, _, _), (k, u)) in settings.iter().zip(&pairs) {
         println!(
@@ -671,7 +668,10 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     }
     let drops = |i: usize| {
         if per[1].1 + per[i].1 > 0 {
-            format!("; DROPS: tcpdump {}, ours {} (per packet captured)", per[1].1, per[i].1)
+            format!(
+                "; DROPS: tcpdump {}, ours {} (per packet captured)",
+                per[1].1, per[i].1
+            )
         } else {
             "; no drops".to_string()
         }
@@ -686,7 +686,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         "capture_cpu_tcpdump_over_streamline_fixed",
         per[1].0 / per[2].0,
         None,
-        format!("the same with ours at batching=fixed (today's 10 ms block timeout): ours {:.0} ns{}", per[2].0, drops(2)),
+        format!(
+            "the same with ours at batching=fixed (today's 10 ms block timeout): ours {:.0} ns{}",
+            per[2].0,
+            drops(2)
+        ),
     );
 
     println!("\n== Multi-queue receive: `rx queues=1` and `rx queues=2` (PACKET_FANOUT hash, one engine per queue), deflate per packet, 16 flows ==");
@@ -780,7 +784,13 @@ mod tests {
         check_all("x", 1000, 1000, 0).unwrap();
         check_all("x", 1000, 990, 10).unwrap();
         check_all("x", 1000, 1003, 0).unwrap(); // ARP and the like
-        assert!(check_all("x", 1000, 980, 10).is_err(), "10 lost unaccounted");
-        assert!(check_all("x", 1000, 2000, 0).is_err(), "far more than was sent");
+        assert!(
+            check_all("x", 1000, 980, 10).is_err(),
+            "10 lost unaccounted"
+        );
+        assert!(
+            check_all("x", 1000, 2000, 0).is_err(),
+            "far more than was sent"
+        );
     }
 }

@@ -340,10 +340,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         s.streamline.display(),
         s.pipeline(Ours::Protocol)
     );
-    println!(
-        "peer: {} -r BIG --count '{FILTER}'",
-        s.tcpdump.display()
-    );
+    println!("peer: {} -r BIG --count '{FILTER}'", s.tcpdump.display());
     println!("matching packets: {expected} (lines of `tcpdump -nn -r BIG '{FILTER}'`; every run's count, ours and the peer's, checked against it)");
     println!("CPU (user+sys, the whole command) and wall clock of each whole command; one untimed run of each first (page cache warm for all), then best of {reps} of each, alternating");
     // Warm-up: every command reads the whole file once. Ours without -q, for the tables.
@@ -411,7 +408,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         "pcap_count_protocol_filters_vs_tcpdump",
         pc / oc,
         None,
-        format!("CPU, tcp | dport |80: tcpdump {pc:.3} s / ours {oc:.3} s (wall {p:.3} / {o:.3} s)"),
+        format!(
+            "CPU, tcp | dport |80: tcpdump {pc:.3} s / ours {oc:.3} s (wall {p:.3} / {o:.3} s)"
+        ),
     );
     summary.print()?;
     drop(dir);

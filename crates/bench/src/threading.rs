@@ -495,7 +495,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         pipeline(&gen_source(k), 2)
     );
     println!("loop+gen:  the single loop doing ours' work: makes each block as gen does, N checks (upper bound)");
-    println!("matched pair against the Unix pipeline (both sides write every byte of every block):");
+    println!(
+        "matched pair against the Unix pipeline (both sides write every byte of every block):"
+    );
     println!(
         "ours/rw:   ours with `{}`: the source writes every byte of every block",
         gen_rewrite_source(k)

@@ -248,7 +248,10 @@ pub fn remove_netns_on_abnormal_exit(ns: &str) {
     let Ok(path) = std::ffi::CString::new(format!("/run/netns/{ns}")) else {
         return;
     };
-    if ABNORMAL_NETNS.iter().any(|slot| slot.set(path.clone()).is_ok()) {
+    if ABNORMAL_NETNS
+        .iter()
+        .any(|slot| slot.set(path.clone()).is_ok())
+    {
         install_fatal_signal_handlers();
     }
 }
