@@ -259,7 +259,7 @@ fn attach_ends_at_the_first_sigint_and_redraws_in_place_on_a_terminal() {
     // On a terminal (script(1) gives it one), ended by `timeout -s INT` as in the report.
     let script = Command::new("script")
         .args(["-qfec"])
-        .arg(format!("timeout -s INT 2 {BIN} attach {id}"))
+        .arg(format!("timeout --preserve-status -s INT 2 {BIN} attach {id}"))
         .arg("/dev/null")
         .env("STREAMLINE_SOCKET", &d.socket)
         .stdin(Stdio::null())
