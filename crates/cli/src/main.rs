@@ -137,7 +137,9 @@ enum Cmd {
         #[arg(long)]
         no_share: bool,
         /// Start the run in the daemon and print its id instead of waiting for its end
-        /// (needs a daemon; `streamline ps`, `attach`, `edit`, `stop` take the id).
+        /// (needs a daemon; `streamline ps`, `attach`, `edit`, `stop` take the id). The id
+        /// comes once the run is in `ps` and PipesFS. A pipeline reading `stdin` is
+        /// refused: a detached run has no standard input.
         #[arg(long)]
         detach: bool,
         /// With --detach: the run's standard output and error go to this file (opened by
@@ -156,11 +158,14 @@ enum Cmd {
         chaos: Option<u64>,
     },
     /// List the daemon's runs (yours; all of them for root): owner, state, uptime, rate,
-    /// placement.
+    /// placement. A run that died or failed stays listed for an hour with the state
+    /// `failed: REASON` (the daemon's log says it too).
     Ps,
     /// Stop a daemon run (its sources stop, what is in flight drains).
     Stop { run: u64 },
-    /// Print a daemon run's counters as they change, until it ends (Ctrl-C detaches).
+    /// Print a daemon run's counters as they change, until it ends (the first Ctrl-C,
+    /// SIGTERM or SIGHUP detaches at once, status 0; the run goes on). On a terminal the
+    /// table is redrawn in place; on a pipe or file each refresh is printed after the last.
     Attach { run: u64 },
     /// Change a running daemon run without stopping it: `set NODE KEY=VALUE`, `insert
     /// after NODE FILTER ...`, `insert before NODE FILTER ...`, `remove NODE`, `replace

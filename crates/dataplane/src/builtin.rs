@@ -262,12 +262,22 @@ impl Filter for UnixProc {
 
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if self.sink {
-            // Nothing comes back from a sink; it ends only when the run drains it.
-            return if max == usize::MAX {
-                self.end(cx)
-            } else {
-                !self.finished
-            };
+            if max == usize::MAX {
+                return self.end(cx);
+            }
+            if self.input.is_none() && !self.finished {
+                // Both source and sink (a one-command pipeline: `true`, `echo hi`, `cat
+                // FILE`): nothing feeds it and nothing comes back, so it ends when the
+                // process does. Until then, wait for that a little (as a source process
+                // that has not produced yet does, below) instead of returning at once:
+                // the scheduler would call again straight away, spinning a CPU.
+                return match self.wait_exit(std::time::Duration::from_millis(50)) {
+                    true => self.end(cx),
+                    false => true,
+                };
+            }
+            // Nothing comes back from a sink fed by the run; it ends when the run drains it.
+            return !self.finished;
         }
         let block = |cx: &mut Ctx<'_>, out: &mut Batch, chunk: Vec<u8>| {
             let mut t: Tag = cx.store.push(&chunk);
@@ -317,6 +327,20 @@ impl Filter for UnixProc {
 }
 
 impl UnixProc {
+    /// Whether the process has exited, waiting up to `limit` for it (a pidfd would wake
+    /// at once; checking every 5 ms keeps this free of unsafe code and costs nothing
+    /// measurable). A process that cannot be waited for counts as exited.
+    fn wait_exit(&mut self, limit: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + limit;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => return true,
+                Ok(None) if std::time::Instant::now() >= until => return false,
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+    }
+
     fn end(&mut self, cx: &mut Ctx<'_>) -> bool {
         if !self.finished {
             self.finished = true;

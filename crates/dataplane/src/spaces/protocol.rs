@@ -122,6 +122,30 @@ pub(super) fn report_text(space: &Space) -> String {
     t
 }
 
+/// The first line of a process space's counters sent while it runs (the lines after are
+/// [`report_text`]'s `node` records, summaries left out); its last message, the report,
+/// never starts so.
+pub(super) const COUNTERS: &str = "counters\n";
+
+/// A running space's counters as protocol text (see [`COUNTERS`]).
+pub(super) fn counters_text(space: &Space) -> String {
+    let mut t = String::from(COUNTERS);
+    for n in space.report() {
+        let c = n.counters;
+        t += &format!(
+            "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t-\n",
+            one_line(&n.label),
+            c.blocks_in,
+            c.bytes_in,
+            c.blocks_out,
+            c.bytes_out,
+            c.drops,
+            c.nanos,
+        );
+    }
+    t
+}
+
 pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
     for l in text.lines() {
         let f: Vec<&str> = l.split('\t').collect();
