@@ -197,9 +197,9 @@ struct Soak {
     audit: Mutex<AuditView>,
     /// Every process seen below the daemon: pid -> (start time, command).
     seen: Mutex<HashMap<u32, (u64, String)>>,
-    /// Processes below the daemon before any run (its own helpers, e.g. the mount's
-    /// fusermount3 watcher): they may stay while it runs.
-    base_procs: HashMap<u32, (u64, String)>,
+    /// The daemon's own helpers below it (the mount's fusermount3 watcher: processes
+    /// other than `streamline` there after the warm-up): they may stay while it runs.
+    base_procs: Mutex<HashMap<u32, (u64, String)>>,
     done: AtomicBool,
 }
 
@@ -622,9 +622,18 @@ impl Soak {
         let text = std::fs::read_to_string(&r.log).unwrap_or_default();
         let check = || -> Result<u64> {
             let rep = parse_report(&text)?;
+            // A node in another space is labelled with it (`count:tail@p2`).
+            let label = |want: &str| -> String {
+                rep.rows
+                    .iter()
+                    .map(|r| r.label.as_str())
+                    .find(|l| *l == want || l.split('@').next() == Some(want))
+                    .unwrap_or(want)
+                    .to_string()
+            };
             match expect {
                 Expect::Finite(n) => {
-                    let (src, tail) = (rep.source_blocks()?, rep.count_of("count:tail")?);
+                    let (src, tail) = (rep.source_blocks()?, rep.count_of(&label("count:tail"))?);
                     if src != n || tail != n {
                         return Err(err(format!(
                             "the source emitted {src} and the tail counted {tail}, of {n}"
@@ -633,7 +642,7 @@ impl Soak {
                     Ok(n)
                 }
                 Expect::Lossless => {
-                    let (src, tail) = (rep.source_blocks()?, rep.count_of("count:tail")?);
+                    let (src, tail) = (rep.source_blocks()?, rep.count_of(&label("count:tail"))?);
                     if src != tail {
                         return Err(err(format!(
                             "the source emitted {src} but the tail counted {tail}"
@@ -642,7 +651,7 @@ impl Soak {
                     Ok(src)
                 }
                 Expect::Captured(n) => {
-                    let got = rep.count_of("count:cap")?;
+                    let got = rep.count_of(&label("count:cap"))?;
                     if got != n {
                         return Err(err(format!(
                             "counted {got} of the {n} datagrams sent while it ran"
@@ -826,7 +835,7 @@ impl Soak {
         while !self.past_deadline() {
             match k % 4 {
                 0 => self.edited_finite(user, quick),
-                1 => self.endless_with_reader(user, k),
+                1 => self.endless_with_reader(user),
                 2 => self.across_spaces(user),
                 _ => self.short_ones(user),
             }
@@ -856,12 +865,12 @@ impl Soak {
     }
 
     /// An endless run with an exported node, a stalled PipesFS reader, edits, then stop.
-    fn endless_with_reader(&self, user: User, k: usize) {
+    fn endless_with_reader(&self, user: User) {
         let ex = format!(
             "{}{}x{}",
             self.tag,
             if user == User::Root { "r" } else { "n" },
-            k
+            self.next.fetch_add(1, Ordering::Relaxed)
         );
         let p = format!(
             "gen count=100G size=256 rate={GEN_RATE} | count name=a | count name={ex} export=yes | count name=tail"
@@ -901,7 +910,7 @@ impl Soak {
     fn across_spaces(&self, user: User) {
         let n = GEN_RATE;
         let p = format!(
-            "gen count={n} size=64 rate={GEN_RATE} | count name=a space=1 | count name=tail space=p1"
+            "gen count={n} size=64 rate={GEN_RATE} | count name=a space=1 | count name=tail space=p2"
         );
         let Some(r) = self.start(user, &p, &[]) else { return };
         self.finish(&r, false, Duration::from_secs(40), Expect::Finite(n));
@@ -987,9 +996,11 @@ fn captures(s: &Soak, v: &kernel::netns::Veth, quiet: f64, burst: f64) -> Result
         sent += n;
         let quiet_from = Instant::now();
         println!(
-            "[{:>4.0} s left] burst {c}: {n} datagrams ({sent} in all); {} captures running; quiet for {quiet} s",
+            "[{:>4.0} s left] burst {c}: {n} datagrams ({sent} in all); {} captures running; daemon {} kB resident, {} descriptors; quiet for {quiet} s",
             s.deadline().saturating_duration_since(quiet_from).as_secs_f64(),
-            caps.len()
+            caps.len(),
+            status_field(s.daemon_pid, "VmRSS:").unwrap_or(0),
+            fd_count(s.daemon_pid)
         );
         // In the quiet: the long captures edited; a reader blocked in its read, killed.
         std::thread::sleep(Duration::from_secs(1));
@@ -997,7 +1008,18 @@ fn captures(s: &Soak, v: &kernel::netns::Veth, quiet: f64, burst: f64) -> Result
             s.edit(&cap.run, &format!("insert after bpf count name=e{c}"), false);
         }
         if let Some(cap) = caps.iter().find(|cap| cap.stop_after == Some(c + 1)) {
-            let file = s.mount.join(cap.run.id.to_string()).join("rx/all.pcap");
+            // The source's directory: `rx`, or `__subscribe` for a run sharing a capture.
+            let top = s.mount.join(cap.run.id.to_string());
+            let mut src = None;
+            wait_until(Duration::from_secs(10), || {
+                src = std::fs::read_dir(&top).ok().and_then(|d| {
+                    d.flatten()
+                        .map(|e| e.path())
+                        .find(|p| p.is_dir() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+                });
+                src.is_some()
+            });
+            let file = src.unwrap_or_else(|| top.join("rx")).join("all.pcap");
             s.stalled_reader(
                 cap.run.user,
                 &file,
@@ -1012,23 +1034,32 @@ fn captures(s: &Soak, v: &kernel::netns::Veth, quiet: f64, burst: f64) -> Result
         if left > 0.0 {
             std::thread::sleep(Duration::from_secs_f64(left));
         }
-        // The end of the quiet spell: every capture must still run; those due stop.
+        // The end of the quiet spell: every capture must still run; those due stop, the
+        // latest first (a run sharing another's capture ends when that one does, and it
+        // started later).
         let mut keep = Vec::new();
+        let mut due = Vec::new();
         for cap in caps.drain(..) {
             let alive = s.check_running(&cap.run, &format!("after quiet spell {c} ({quiet} s)"));
             if cap.stop_after == Some(c) || !alive {
-                stop_cap(s, &cap, sent, alive);
+                due.push((cap, alive));
             } else {
                 keep.push(cap);
             }
+        }
+        for (cap, alive) in due.iter().rev() {
+            stop_cap(s, cap, sent, *alive);
         }
         caps = keep;
         c += 1;
     }
     std::thread::sleep(Duration::from_secs(1));
-    for cap in caps.drain(..) {
-        let alive = s.check_running(&cap.run, "at the end");
-        stop_cap(s, &cap, sent, alive);
+    let alive: Vec<bool> = caps
+        .iter()
+        .map(|cap| s.check_running(&cap.run, "at the end"))
+        .collect();
+    for (cap, alive) in caps.iter().zip(alive).rev() {
+        stop_cap(s, cap, sent, alive);
     }
     Ok(())
 }
@@ -1064,7 +1095,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let secs = a.secs.unwrap_or(if quick { 90.0 } else { 600.0 });
     let quiet = a.quiet_secs.unwrap_or(if quick { 25.0 } else { 30.0 });
     let burst = a.burst_secs.unwrap_or(if quick { 2.0 } else { 3.0 });
-    watchdog(Duration::from_secs_f64(secs + 150.0));
+    // The warm-up before the baselines of descriptors, threads and memory are taken.
+    let warm = if quick { 10.0 } else { 30.0 };
+    watchdog(Duration::from_secs_f64(warm + secs + 150.0));
     let uid = euid()?;
     if uid != 0 {
         return Err(err(format!("the soak must run as root (effective uid is {uid}): it starts its own streamlined, mounts PipesFS (FUSE), makes a network namespace and runs as uid 65534 through setpriv")));
@@ -1146,17 +1179,14 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         ledger: Mutex::new(Ledger::default()),
         audit: Mutex::new(AuditView::default()),
         seen: Mutex::new(HashMap::new()),
-        base_procs: descendants(daemon_pid),
+        base_procs: Mutex::new(HashMap::new()),
         done: AtomicBool::new(false),
     };
-    println!(
-        "processes below the daemon before any run: {:?}",
-        s.base_procs.values().map(|(_, c)| c).collect::<Vec<_>>()
-    );
     let workers = |s: &Soak| -> HashMap<u32, (u64, String)> {
+        let base = s.base_procs.lock().expect("not poisoned").clone();
         descendants(daemon_pid)
             .into_iter()
-            .filter(|(p, v)| s.base_procs.get(p) != Some(v))
+            .filter(|(p, v)| base.get(p) != Some(v))
             .collect()
     };
     let settle = |what: &str| {
@@ -1175,14 +1205,29 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let t_start = Instant::now();
     let res = std::thread::scope(|scope| -> Result<()> {
         let mon = scope.spawn(|| s.monitor());
-        // Warm-up: a run of each user, so the baselines include what a first client makes.
-        for user in [User::Root, User::Nobody] {
-            let p = "gen count=1000 size=64 | count name=a | count name=tail";
-            if let Some(r) = s.start(user, p, &[]) {
-                s.finish(&r, false, Duration::from_secs(30), Expect::Finite(1000));
+        // Warm-up: the clients' work for a while, so the baselines include what the
+        // first clients make (connection threads, their allocator arenas, caches).
+        *s.deadline.lock().expect("not poisoned") = Instant::now() + Duration::from_secs_f64(warm);
+        std::thread::scope(|warmup| {
+            for k in 0..root_threads {
+                let s = &s;
+                warmup.spawn(move || s.user_loop(User::Root, k, quick));
             }
-        }
-        base = settle("after the warm-up");
+            for k in 0..nobody_threads {
+                let s = &s;
+                warmup.spawn(move || s.user_loop(User::Nobody, k + 1, quick));
+            }
+        });
+        let helpers: HashMap<u32, (u64, String)> = descendants(daemon_pid)
+            .into_iter()
+            .filter(|(_, (_, comm))| comm != "streamline")
+            .collect();
+        println!(
+            "the daemon's own helpers: {:?}",
+            helpers.values().map(|(_, c)| c).collect::<Vec<_>>()
+        );
+        *s.base_procs.lock().expect("not poisoned") = helpers;
+        base = settle(&format!("after a warm-up of {warm} s"));
         *s.deadline.lock().expect("not poisoned") = Instant::now() + Duration::from_secs_f64(secs);
         let mut users = Vec::new();
         for k in 0..root_threads {
@@ -1250,9 +1295,10 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             .map(|(pid, (_, comm))| format!("{pid} ({comm})"))
             .collect()
     };
+    let helpers = s.base_procs.lock().expect("not poisoned").clone();
     let runs_procs: HashMap<u32, (u64, String)> = seen
         .iter()
-        .filter(|(p, v)| s.base_procs.get(p) != Some(v))
+        .filter(|(p, v)| helpers.get(p) != Some(v))
         .map(|(p, v)| (*p, v.clone()))
         .collect();
     let procs = leaked(&runs_procs);
@@ -1413,7 +1459,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(&mount).status();
     }
     let all: HashMap<u32, (u64, String)> =
-        seen.clone().into_iter().chain(s.base_procs.clone()).collect();
+        seen.clone().into_iter().chain(helpers).collect();
     let procs = leaked(&all);
     if !procs.is_empty() {
         s.fail("processes leaked after the daemon's exit", procs.join(", "));
