@@ -26,10 +26,12 @@
 //!   after bpf, then removed); in every quiet spell more captures start (root's shared
 //!   and with `--no-share`, uid 65534's), each lives through one burst and the following
 //!   quiet spell, is checked to be still running at its end (a capture that died in the
-//!   quiet is a failure, whatever `ps` or the daemon's log say), and is stopped; a `cat`
-//!   of a capture's `rx/all.pcap` blocks in its read through the quiet spell and is then
-//!   killed. Captures start and stop only in quiet spells, so the datagrams each one must
-//!   count are exactly those sent while it ran.
+//!   quiet is a failure, whatever `ps` or the daemon's log say), and is stopped, the
+//!   latest first (a run that shares another's capture, `__subscribe`, ends when that
+//!   one does: ARCHITECTURE.md, "Prefix sharing between runs"); a `cat` of a capture's
+//!   `all.pcap` (of its source, `rx` or `__subscribe`) blocks in its read through a
+//!   third of the quiet spell and is then killed. Captures start and stop only in quiet
+//!   spells, so the datagrams each one must count are exactly those sent while it ran.
 //!
 //! Every run is followed to its end: its `finished` line in the daemon's log (status 0:
 //! whether it ended by itself or was stopped) and its report in its `--log` file, whose
@@ -43,10 +45,13 @@
 //! 0.5 s while the soak ran); no /dev/shm `streamline.*` object made by this soak (named
 //! with our prefix, or written by one of those processes); no run directory in PipesFS
 //! and, after exit, no mount; the daemon's descriptors (`/proc/PID/fd`) at most
-//! [`FD_SLACK`] above their count after a warm-up run of each user, and its threads at
-//! most [`THREAD_SLACK`] above theirs; its resident memory (VmRSS) at most
-//! [`RSS_GROWTH_TARGET_PCT`] % above its count after the warm-up. The daemon's log must
-//! hold no panic.
+//! [`FD_SLACK`] above their count after a warm-up (the same clients' work for 30 s,
+//! with --quick 10 s, before the soak proper; its runs count as soak runs), and its
+//! threads at most [`THREAD_SLACK`] above theirs; its resident memory (VmRSS) at most
+//! [`RSS_GROWTH_TARGET_PCT`] % above its count after the warm-up (each burst line also
+//! prints it, so a steady climb shows from a step). The daemon's log must hold no
+//! panic; the daemon must exit 0 on SIGTERM and its helpers (the mount's fusermount3
+//! watcher) go within 10 s.
 //!
 //! Each failure is printed by name with its cause as it happens and again in a list at
 //! the end. SUMMARY: `soak_runs` (runs started), `soak_failures` (target 0),
@@ -1460,7 +1465,12 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     }
     let all: HashMap<u32, (u64, String)> =
         seen.clone().into_iter().chain(helpers).collect();
-    let procs = leaked(&all);
+    // The mount's watcher (fusermount3) leaves once the mount is gone.
+    let mut procs = Vec::new();
+    wait_until(Duration::from_secs(10), || {
+        procs = leaked(&all);
+        procs.is_empty()
+    });
     if !procs.is_empty() {
         s.fail("processes leaked after the daemon's exit", procs.join(", "));
     }
