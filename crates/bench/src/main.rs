@@ -27,6 +27,7 @@ mod pipesfs;
 mod proc;
 mod rings;
 mod shape;
+mod soak;
 mod solver;
 mod spaces;
 mod spsc;
@@ -98,6 +99,11 @@ enum Command {
     /// Kafka at the edges (issue 21): kafkaout and kafkain vs kcat producing and consuming
     /// on one real broker, and messages lost across a broker restart mid-produce.
     Kafka(kafka::Args),
+    /// A soak test (issue 34): a daemon of its own serving root and uid 65534 for minutes
+    /// (runs started, edited live, stopped; captures through bursts and long quiet spells;
+    /// PipesFS readers that stall and vanish), then checked for leaked processes, rings,
+    /// mounts, descriptors and memory, and for counts that do not add up.
+    Soak(soak::Args),
     /// The far side of a cross-process experiment (started by the benchmark itself).
     #[command(name = "__child", hide = true)]
     Child(child::Args),
@@ -125,6 +131,7 @@ fn main() {
         Command::Net(a) => net::run(a, cli.quick),
         Command::Batching(a) => batching::run(a, cli.quick),
         Command::Kafka(a) => kafka::run(a, cli.quick),
+        Command::Soak(a) => soak::run(a, cli.quick),
         Command::Child(a) => child::run(a),
         Command::Byte0(a) => threading::byte0_main(a),
     };

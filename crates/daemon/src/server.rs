@@ -242,12 +242,18 @@ pub struct Daemon {
     /// REASON`, newest last: a run that dies leaves the table, but not without a word.
     /// Kept [`FAILED_KEPT`] long, at most [`FAILED_MAX`] of them.
     failed: Mutex<std::collections::VecDeque<(Instant, RunInfo)>>,
+    /// Called with a run's id once it has left the table (ended, or rolled back): what
+    /// others keep per run (PipesFS's inodes, homes, reader counters) is given back here.
+    run_gone: Mutex<Vec<RunGoneHook>>,
 }
 
 /// How long `ps` lists a run that failed.
 const FAILED_KEPT: Duration = Duration::from_secs(3600);
 /// How many failed runs `ps` lists at most (the oldest go first).
 const FAILED_MAX: usize = 64;
+
+/// See `Daemon::on_run_gone`.
+type RunGoneHook = Box<dyn Fn(&Daemon, u64) + Send + Sync>;
 
 /// The connections open: per uid, and the unprivileged ones together.
 #[derive(Default)]
@@ -324,6 +330,7 @@ impl Daemon {
             captures: Mutex::new(BTreeMap::new()),
             subs: Mutex::new(BTreeMap::new()),
             failed: Mutex::new(std::collections::VecDeque::new()),
+            run_gone: Mutex::new(Vec::new()),
         })
     }
 
@@ -642,7 +649,7 @@ impl Daemon {
             if built {
                 // Never activated: the transaction is undone; the worker's rollback has run
                 // (it tears down what it built when told to stop before `go`).
-                self.runs.lock().expect("not poisoned").remove(&r.id);
+                self.forget_run(r.id);
             }
         }
     }
@@ -1598,7 +1605,25 @@ impl Daemon {
         run.edits.lock().expect("not poisoned").clear();
         run.taps.lock().expect("not poisoned").clear();
         self.notify(&run, |r| Reply::Finished { run: r, code });
-        self.runs.lock().expect("not poisoned").remove(&run.id);
+        self.forget_run(run.id);
+    }
+
+    /// Take run `id` out of the table and tell those who keep something per run.
+    pub(crate) fn forget_run(&self, id: u64) {
+        self.runs.lock().expect("not poisoned").remove(&id);
+        for hook in self.run_gone.lock().expect("not poisoned").iter() {
+            hook(self, id);
+        }
+    }
+
+    /// Call `hook` with each run's id once the run has left the table (`run(id)` is then
+    /// `None`). Hooks run on the thread that ends the run, with no lock of ours held but
+    /// the hooks' list: a hook may look at the table, not register another hook.
+    pub(crate) fn on_run_gone(&self, hook: impl Fn(&Daemon, u64) + Send + Sync + 'static) {
+        self.run_gone
+            .lock()
+            .expect("not poisoned")
+            .push(Box::new(hook));
     }
 
     fn notify(&self, run: &Run, event: impl Fn(u64) -> Reply) {

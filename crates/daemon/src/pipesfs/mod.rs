@@ -244,23 +244,141 @@ struct Shared {
     stats: Arc<ReaderStats>,
 }
 
-/// Inode numbers by path (components below the mount), and paths by number.
-type Inodes = (HashMap<Vec<String>, u64>, HashMap<u64, Vec<String>>);
+/// The inode table: a number for each path (components below the mount) the kernel was
+/// told of, and the kernel's lookup count of each (its `nlookup`: every successful
+/// lookup, mkdir or symlink reply adds one, `forget` takes away what it says). A number is
+/// dropped only when the kernel holds none of it (count 0) and its run is gone: the
+/// kernel may still ask about a number it holds, and a path of a live run may be looked
+/// up again. Numbers handed out by `readdir` (not a reference: plain readdir, not
+/// readdirplus) start at 0. Numbers are never reused: a number the kernel still holds
+/// for a gone path stays unknown.
+struct Inodes {
+    by_path: HashMap<Vec<String>, u64>,
+    /// Path and lookup count by number.
+    by_ino: HashMap<u64, (Vec<String>, u64)>,
+    next: u64,
+}
 
-/// The filesystem.
-pub struct PipesFs {
-    d: Arc<Daemon>,
-    /// Inode numbers by path (components below the mount), and back.
+/// The root's number (never dropped).
+const ROOT_INO: u64 = 1;
+
+/// The run a path belongs to (its first component, a run's directory), if any.
+fn run_of(path: &[String]) -> Option<u64> {
+    path.first()?.parse().ok()
+}
+
+impl Inodes {
+    fn new() -> Inodes {
+        let mut t = Inodes {
+            by_path: HashMap::new(),
+            by_ino: HashMap::new(),
+            next: ROOT_INO + 1,
+        };
+        t.by_path.insert(Vec::new(), ROOT_INO);
+        t.by_ino.insert(ROOT_INO, (Vec::new(), 0));
+        t
+    }
+
+    /// `path`'s number, made if it has none; the kernel holds no reference by this.
+    fn number(&mut self, path: &[String]) -> u64 {
+        if let Some(i) = self.by_path.get(path) {
+            return *i;
+        }
+        let i = self.next;
+        self.next += 1;
+        self.by_path.insert(path.to_vec(), i);
+        self.by_ino.insert(i, (path.to_vec(), 0));
+        i
+    }
+
+    /// `path`'s number for an entry reply: one more reference the kernel holds.
+    fn looked_up(&mut self, path: &[String]) -> u64 {
+        let i = self.number(path);
+        if let Some((_, n)) = self.by_ino.get_mut(&i) {
+            *n += 1;
+        }
+        i
+    }
+
+    fn path(&self, ino: u64) -> Option<&Vec<String>> {
+        self.by_ino.get(&ino).map(|(p, _)| p)
+    }
+
+    /// The kernel forgets `nlookup` references to `ino`; dropped at 0 if its run is gone.
+    fn forget(&mut self, ino: u64, nlookup: u64, gone: impl Fn(u64) -> bool) {
+        let Some((p, n)) = self.by_ino.get_mut(&ino) else {
+            return;
+        };
+        *n = n.saturating_sub(nlookup);
+        if *n == 0 && ino != ROOT_INO && run_of(p).is_some_and(gone) {
+            self.drop_ino(ino);
+        }
+    }
+
+    /// Drop every number of a gone run that the kernel holds no reference to.
+    fn prune(&mut self, gone: impl Fn(u64) -> bool) {
+        let dead: Vec<u64> = self
+            .by_ino
+            .iter()
+            .filter(|(i, (p, n))| **i != ROOT_INO && *n == 0 && run_of(p).is_some_and(&gone))
+            .map(|(i, _)| *i)
+            .collect();
+        for i in dead {
+            self.drop_ino(i);
+        }
+    }
+
+    fn drop_ino(&mut self, ino: u64) {
+        if let Some((p, _)) = self.by_ino.remove(&ino) {
+            if self.by_path.get(&p) == Some(&ino) {
+                self.by_path.remove(&p);
+            }
+        }
+    }
+}
+
+/// What PipesFS keeps per path and per run, given back when the run is gone (the
+/// daemon's `on_run_gone`, and again at every listing of the root for what a race left).
+struct Kept {
     inos: Mutex<Inodes>,
-    /// Never reused: a number the kernel still holds for a gone path stays unknown.
-    next_ino: AtomicU64,
-    handles: Mutex<HashMap<u64, Handle>>,
-    next_fh: AtomicU64,
-    taps: Mutex<HashMap<(u64, String), Shared>>,
     /// Where each filter's directory is (see `Tree::of`).
     homes: Mutex<HashMap<(u64, String), String>>,
     /// Reader counters by node, kept after the last reader goes (for `.stats`).
     reader_stats: Mutex<HashMap<(u64, String), Arc<ReaderStats>>>,
+}
+
+impl Kept {
+    fn new() -> Kept {
+        Kept {
+            inos: Mutex::new(Inodes::new()),
+            homes: Mutex::new(HashMap::new()),
+            reader_stats: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Give back what gone runs left: their filters' homes, their readers' counters (a
+    /// reader still open keeps its own), the numbers of their paths the kernel does not
+    /// hold.
+    fn prune(&self, gone: impl Fn(u64) -> bool) {
+        self.homes
+            .lock()
+            .expect("not poisoned")
+            .retain(|(r, _), _| !gone(*r));
+        self.reader_stats
+            .lock()
+            .expect("not poisoned")
+            .retain(|(r, _), _| !gone(*r));
+        self.inos.lock().expect("not poisoned").prune(gone);
+    }
+}
+
+/// The filesystem.
+pub struct PipesFs {
+    d: Arc<Daemon>,
+    kept: Arc<Kept>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    taps: Mutex<HashMap<(u64, String), Shared>>,
     mounted: SystemTime,
 }
 
@@ -270,40 +388,39 @@ fn errno(e: i32) -> Errno {
 
 impl PipesFs {
     pub fn new(d: Arc<Daemon>) -> PipesFs {
-        let mut by_path = HashMap::new();
-        let mut by_ino = HashMap::new();
-        by_path.insert(Vec::new(), 1);
-        by_ino.insert(1, Vec::new());
+        let kept = Arc::new(Kept::new());
+        let weak = Arc::downgrade(&kept);
+        d.on_run_gone(move |d, _| {
+            if let Some(k) = weak.upgrade() {
+                k.prune(|r| d.run(r).is_none());
+            }
+        });
         PipesFs {
             d,
-            inos: Mutex::new((by_path, by_ino)),
-            next_ino: AtomicU64::new(2),
+            kept,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             taps: Mutex::new(HashMap::new()),
-            homes: Mutex::new(HashMap::new()),
-            reader_stats: Mutex::new(HashMap::new()),
             mounted: SystemTime::now(),
         }
     }
 
+    /// `path`'s inode number (no reference for the kernel: see `Inodes`).
     fn ino_of(&self, path: &[String]) -> u64 {
-        let mut t = self.inos.lock().expect("not poisoned");
-        if let Some(i) = t.0.get(path) {
-            return *i;
-        }
-        let i = self.next_ino.fetch_add(1, Ordering::Relaxed);
-        t.0.insert(path.to_vec(), i);
-        t.1.insert(i, path.to_vec());
-        i
+        self.kept.inos.lock().expect("not poisoned").number(path)
+    }
+
+    /// `path`'s inode number for an entry reply (one more reference for the kernel).
+    fn ino_looked_up(&self, path: &[String]) -> u64 {
+        self.kept.inos.lock().expect("not poisoned").looked_up(path)
     }
 
     fn path_of(&self, ino: INodeNo) -> Option<Vec<String>> {
-        self.inos
+        self.kept
+            .inos
             .lock()
             .expect("not poisoned")
-            .1
-            .get(&ino.0)
+            .path(ino.0)
             .cloned()
     }
 
@@ -339,7 +456,7 @@ impl PipesFs {
                 return Some(Entry::RunFile(run, f));
             }
         }
-        let tree = Tree::of(&r, &self.homes);
+        let tree = Tree::of(&r, &self.kept.homes);
         // Walk the filters' directories.
         if tree.home.get(second.as_str()) != Some(&None) {
             return None;
@@ -517,7 +634,7 @@ impl PipesFs {
             }
             Entry::NodeFile(run, label, f) => {
                 let r = self.d.run(*run)?;
-                let tree = Tree::of(&r, &self.homes);
+                let tree = Tree::of(&r, &self.kept.homes);
                 let g = tree.node(label)?;
                 match f {
                     NodeFile::Options => g
@@ -553,7 +670,8 @@ impl PipesFs {
                                 },
                             );
                         let rs = self
-                            .reader_stats
+                            .kept
+                    .reader_stats
                             .lock()
                             .expect("not poisoned")
                             .get(&key)
@@ -662,6 +780,7 @@ impl PipesFs {
                 self.d.untap(run, id);
             } else {
                 let stats = self
+                    .kept
                     .reader_stats
                     .lock()
                     .expect("not poisoned")
@@ -730,11 +849,21 @@ impl fuser::Filesystem for PipesFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.child(parent, name) {
             Some((p, e)) => {
-                let ino = self.ino_of(&p);
+                let ino = self.ino_looked_up(&p);
                 reply.entry(&TTL, &self.attr(ino, &e), Generation(0));
             }
             None => reply.error(Errno::ENOENT),
         }
+    }
+
+    /// The kernel forgets `nlookup` references to `ino` (fuser's default `batch_forget`
+    /// calls this for each of a batch: its `ForgetOne` is not public in fuser 0.18).
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.kept
+            .inos
+            .lock()
+            .expect("not poisoned")
+            .forget(ino.0, nlookup, |r| self.d.run(r).is_none());
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -785,7 +914,7 @@ impl fuser::Filesystem for PipesFs {
         // down to the target's home.
         let depth = p.len() - 2;
         let mut s = "../".repeat(depth);
-        s += &Tree::of(&r, &self.homes).path(&target).join("/");
+        s += &Tree::of(&r, &self.kept.homes).path(&target).join("/");
         reply.data(s.as_bytes());
     }
 
@@ -812,7 +941,7 @@ impl fuser::Filesystem for PipesFs {
                 let new = applied.node;
                 let mut p = self.path_of(parent).unwrap_or_default();
                 p.push(new.clone());
-                let ino = self.ino_of(&p);
+                let ino = self.ino_looked_up(&p);
                 reply.entry(&TTL, &self.attr(ino, &Entry::Node(run, new)), Generation(0));
             }
             Err(e) => reply.error(e),
@@ -885,7 +1014,7 @@ impl fuser::Filesystem for PipesFs {
             Ok(_) => {
                 let mut p = self.path_of(parent).unwrap_or_default();
                 p.push(what.clone());
-                let ino = self.ino_of(&p);
+                let ino = self.ino_looked_up(&p);
                 reply.entry(
                     &TTL,
                     &self.attr(ino, &Entry::Link(run, what)),
@@ -1206,23 +1335,9 @@ impl fuser::Filesystem for PipesFs {
                 list.push(file(".available"));
                 list.push((SHAPE_DIR.to_string(), FileType::Directory));
                 let runs = self.d.visible_runs();
-                // What ended runs left: their directories' places and inode numbers.
-                self.homes
-                    .lock()
-                    .expect("not poisoned")
-                    .retain(|(id, _), _| runs.iter().any(|r| r.id == *id));
-                {
-                    let live = |p: &Vec<String>| {
-                        p.first().is_none_or(|c| {
-                            c == ".available"
-                                || c == SHAPE_DIR
-                                || runs.iter().any(|r| r.id.to_string() == *c)
-                        })
-                    };
-                    let mut t = self.inos.lock().expect("not poisoned");
-                    t.0.retain(|p, _| live(p));
-                    t.1.retain(|_, p| live(p));
-                }
+                // What a run that ended while one of its paths was being resolved left
+                // (the daemon's `on_run_gone` gave back the rest).
+                self.kept.prune(|r| self.d.run(r).is_none());
                 for r in runs {
                     if r.state() != State::Built {
                         list.push((r.id.to_string(), FileType::Directory));
@@ -1232,7 +1347,7 @@ impl fuser::Filesystem for PipesFs {
             Entry::Run(run) => {
                 list.extend([".pipeline", ".placement", ".stats", ".ctl"].map(file));
                 if let Some(r) = self.d.run(*run) {
-                    let mut c = Tree::of(&r, &self.homes).children(None);
+                    let mut c = Tree::of(&r, &self.kept.homes).children(None);
                     c.sort();
                     list.extend(c.into_iter().map(|(l, _)| (l, FileType::Directory)));
                 }
@@ -1245,7 +1360,7 @@ impl fuser::Filesystem for PipesFs {
                             .into_iter()
                             .map(|c| (c.to_string(), FileType::Directory)),
                     );
-                    let mut c = Tree::of(&r, &self.homes).children(Some(label));
+                    let mut c = Tree::of(&r, &self.kept.homes).children(Some(label));
                     c.sort();
                     list.extend(c.into_iter().map(|(l, home)| {
                         (
@@ -1407,5 +1522,92 @@ mod tests {
         assert!(may(&f, &root, 0o4) && may(&f, &root, 0o2));
         // The owner's bits decide for the owner, even where others' would allow.
         assert!(!may(&attr(1000, 1000, 0o044), &owner, 0o4));
+    }
+
+    fn path(p: &[&str]) -> Vec<String> {
+        p.iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn an_ended_runs_inodes_go_once_the_kernel_forgets_them() {
+        let mut t = Inodes::new();
+        let run = path(&["5"]);
+        let gen = path(&["5", "gen"]);
+        let all = path(&["5", "gen", "all"]);
+        let other = path(&["6", "gen"]);
+        let shape = path(&[SHAPE_DIR]);
+        let r = t.looked_up(&run);
+        let g = t.looked_up(&gen);
+        assert_eq!(t.looked_up(&gen), g, "a path keeps its number");
+        let a = t.number(&all); // listed by readdir: no reference
+        let o = t.looked_up(&other);
+        let s = t.looked_up(&shape);
+        let gone = |r: u64| r == 5;
+        // A live run's path the kernel forgot stays (it may be looked up again).
+        t.forget(o, 1, gone);
+        assert_eq!(t.path(o), Some(&other));
+        // Run 5 ends: only what the kernel holds no reference to goes.
+        t.prune(gone);
+        assert_eq!(t.path(a), None, "readdir's number of a gone run must go");
+        assert!(!t.by_path.contains_key(&all));
+        assert_eq!(t.path(r), Some(&run), "the kernel still holds the run's directory");
+        assert_eq!(t.path(g), Some(&gen));
+        // The kernel forgets: at 0 the number goes, not before.
+        t.forget(r, 1, gone);
+        assert_eq!(t.path(r), None);
+        t.forget(g, 1, gone);
+        assert_eq!(t.path(g), Some(&gen), "looked up twice, forgotten once");
+        t.forget(g, 1, gone);
+        assert_eq!(t.path(g), None);
+        // What is not a run's stays, and so does the root, whatever the kernel says.
+        t.forget(s, 1, gone);
+        t.forget(ROOT_INO, 1, |_| true);
+        t.prune(|_| true);
+        assert_eq!(t.path(s), Some(&shape));
+        assert_eq!(t.path(ROOT_INO), Some(&Vec::new()));
+        // Only the root, `.shape` and the live run's path are left; numbers are not reused.
+        assert_eq!(t.by_ino.len(), 2, "{:?}", t.by_ino);
+        assert_eq!(t.by_path.len(), 2);
+        assert!(t.looked_up(&gen) > s);
+    }
+
+    #[test]
+    fn a_gone_runs_homes_and_reader_counters_are_given_back() {
+        let d = Daemon::new(crate::server::Config {
+            socket: "/nonexistent/streamline.sock".into(),
+            policy: crate::policy::Policy::parse("", "test", &filters::Natives).unwrap(),
+            worker: "/nonexistent/streamline".into(),
+            max_clients: 1,
+            hello_timeout: Duration::from_secs(1),
+        });
+        let fs = PipesFs::new(d.clone());
+        for run in [5, 6] {
+            let k = (run, "count".to_string());
+            fs.kept
+                .homes
+                .lock()
+                .unwrap()
+                .insert(k.clone(), "gen".into());
+            fs.kept.reader_stats.lock().unwrap().insert(k, Arc::default());
+            fs.ino_of(&path(&[&run.to_string(), "gen"]));
+        }
+        let held = |run: u64| {
+            let k = (run, "count".to_string());
+            (
+                fs.kept.homes.lock().unwrap().contains_key(&k),
+                fs.kept.reader_stats.lock().unwrap().contains_key(&k),
+                fs.kept.inos.lock().unwrap().by_path.contains_key(&path(&[&run.to_string(), "gen"])),
+            )
+        };
+        // What one gone run left goes; a live one's stays.
+        fs.kept.prune(|r| r == 5);
+        assert_eq!(held(5), (false, false, false));
+        assert_eq!(held(6), (true, true, true));
+        // Neither run is in the daemon's table: when a run leaves it (its monitor's end,
+        // `forget_run`), what every gone run left is given back.
+        d.forget_run(7);
+        assert_eq!(held(6), (false, false, false));
+        let inos = fs.kept.inos.lock().unwrap();
+        assert_eq!(inos.by_ino.len(), 1, "only the root: {:?}", inos.by_ino);
     }
 }
