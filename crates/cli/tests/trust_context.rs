@@ -205,7 +205,12 @@ fn a_lowered_file_size_limit_holds_for_the_run() {
         "{size} bytes written under a {limit}-byte RLIMIT_FSIZE: {:?}",
         text(&out)
     );
-    assert!(!out.status.success(), "{:?}", text(&out));
+    assert!(
+        !out.status.success(),
+        "{size} bytes written, {:?}\ndaemon log:\n{}",
+        text(&out),
+        d.log()
+    );
     // The same run without the limit writes it all (the limit, not the run, stopped it).
     let out = nobody_in(&d, &s.0, &[("PATH", "/usr/bin:/bin")], &[])
         .args(["run", "-q", "gen count=1000 size=1000 | outfile file=big"])

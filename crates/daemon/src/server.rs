@@ -242,6 +242,10 @@ pub struct Daemon {
     /// REASON`, newest last: a run that dies leaves the table, but not without a word.
     /// Kept [`FAILED_KEPT`] long, at most [`FAILED_MAX`] of them.
     failed: Mutex<std::collections::VecDeque<(Instant, RunInfo)>>,
+    /// The exit codes of runs that ended, newest last: (when, run, owner's uid, code),
+    /// kept [`FAILED_KEPT`] long, at most [`ENDED_MAX`]. An attached client whose run
+    /// ended before its `attach` arrived (a worker killed at once) learns the code here.
+    ended: Mutex<std::collections::VecDeque<(Instant, u64, u32, i32)>>,
     /// Called with a run's id once it has left the table (ended, or rolled back): what
     /// others keep per run (PipesFS's inodes, homes, reader counters) is given back here.
     run_gone: Mutex<Vec<RunGoneHook>>,
@@ -251,6 +255,9 @@ pub struct Daemon {
 const FAILED_KEPT: Duration = Duration::from_secs(3600);
 /// How many failed runs `ps` lists at most (the oldest go first).
 const FAILED_MAX: usize = 64;
+
+/// How many ended runs' exit codes the daemon keeps for late `attach` requests.
+const ENDED_MAX: usize = 1024;
 
 /// See `Daemon::on_run_gone`.
 type RunGoneHook = Box<dyn Fn(&Daemon, u64) + Send + Sync>;
@@ -330,6 +337,7 @@ impl Daemon {
             captures: Mutex::new(BTreeMap::new()),
             subs: Mutex::new(BTreeMap::new()),
             failed: Mutex::new(std::collections::VecDeque::new()),
+            ended: Mutex::new(std::collections::VecDeque::new()),
             run_gone: Mutex::new(Vec::new()),
         })
     }
@@ -767,7 +775,20 @@ impl Daemon {
                 Ok((Reply::Done {}, vec![]))
             }
             Request::Attach { run } => {
-                let r = self.run_for(run, who)?;
+                let r = match self.run_for(run, who) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        // Ended before this request came: its code, if it was the asker's.
+                        let ended = self.ended.lock().expect("not poisoned");
+                        let code = ended.iter().rev().find_map(|&(_, id, uid, code)| {
+                            (id == run && (uid == who.uid || who.root())).then_some(code)
+                        });
+                        return match code {
+                            Some(code) => Ok((Reply::Finished { run, code }, vec![])),
+                            None => Err(e),
+                        };
+                    }
+                };
                 if let State::Finished(code) = r.state() {
                     return Ok((Reply::Finished { run, code }, vec![]));
                 }
@@ -1598,6 +1619,14 @@ impl Daemon {
             failed.push_back((Instant::now(), info));
             while failed.len() > FAILED_MAX {
                 failed.pop_front();
+            }
+        }
+        {
+            let mut ended = self.ended.lock().expect("not poisoned");
+            ended.retain(|(at, ..)| at.elapsed() < FAILED_KEPT);
+            ended.push_back((Instant::now(), run.id, run.owner.uid, code));
+            while ended.len() > ENDED_MAX {
+                ended.pop_front();
             }
         }
         *run.state.lock().expect("not poisoned") = State::Finished(code);
