@@ -127,7 +127,7 @@ fn in_ns(sl: &std::path::Path, v: &Veth, pipeline: String) -> Result<Child> {
     Command::new("ip")
         .args(["netns", "exec", &v.ns])
         .arg(sl)
-        .args(["run", "-q", "--no-share", &pipeline])
+        .args(["--socket", "none", "run", "-q", "--no-share", &pipeline])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

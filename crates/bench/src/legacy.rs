@@ -15,7 +15,7 @@
 //! sending costs with no reader: what the readers and their capture path cost. Needs root.
 
 use crate::capture::{cpu_ns, max_rate, send_sized, veth};
-use crate::proc::kill_with_us;
+use crate::proc::{kill_with_us, machine_busy_secs};
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -42,23 +42,6 @@ pub struct Args {
     /// Measure only one side: `linux` or `streamline` (for profiling one of them).
     #[arg(long)]
     only: Option<String>,
-}
-
-/// Busy and total CPU time of the machine so far, in seconds (/proc/stat's first line).
-fn machine_cpu() -> (f64, f64) {
-    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<f64> = s
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let hz = 100.0; // USER_HZ
-    let total: f64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0.0) + v.get(4).copied().unwrap_or(0.0);
-    ((total - idle) / hz, total / hz)
 }
 
 /// A started tcpdump, listening.
@@ -121,12 +104,25 @@ pub(crate) fn window(
     size: usize,
     pids: &[u32],
 ) -> Result<(u64, f64, f64, f64)> {
+    window_flows(here, peer, pps, secs, size, 1, pids)
+}
+
+/// [`window`] with the traffic from `flows` source ports.
+pub(crate) fn window_flows(
+    here: &str,
+    peer: &str,
+    pps: u64,
+    secs: f64,
+    size: usize,
+    flows: u16,
+    pids: &[u32],
+) -> Result<(u64, f64, f64, f64)> {
     let p0: u64 = pids.iter().map(|&p| cpu_ns(p)).sum();
-    let (b0, _) = machine_cpu();
-    let (sent, took) = send_sized(here, peer, pps, secs, 1, size)?;
+    let b0 = machine_busy_secs()?;
+    let (sent, took) = send_sized(here, peer, pps, secs, flows, size)?;
     // What was sent is still being read: let the readers finish it inside the window.
     std::thread::sleep(Duration::from_millis(300));
-    let (b1, _) = machine_cpu();
+    let b1 = machine_busy_secs()?;
     let p1: u64 = pids.iter().map(|&p| cpu_ns(p)).sum();
     Ok((sent, took, b1 - b0, (p1 - p0) as f64 / 1e9))
 }

@@ -460,6 +460,13 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             per.entry(label).or_default().push(r.qpcs());
         }
     }
+    // Counts before figures: a run that lost or garbled answers prints no ratio.
+    if !bad.is_empty() {
+        return Err(err(format!(
+            "answers lost or wrong (no figure printed): {}",
+            bad.join("; ")
+        )));
+    }
     let lin = median(per.remove("linux").unwrap_or_default());
     let mm = median(per.remove("mmsg").unwrap_or_default());
     let ring = median(per.remove("ring").unwrap_or_default());
@@ -491,8 +498,5 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         "dnsmasq's own CPU, no softirq",
     );
     s.print()?;
-    if !bad.is_empty() {
-        return Err(err(format!("answers lost or wrong: {}", bad.join("; "))));
-    }
     Ok(())
 }

@@ -215,11 +215,11 @@ fn pair(
 ) -> Result<(Output, Output, f64, f64)> {
     let mut r = link.command_on(bin, cpus);
     // Not -q: the summary table's rows are what some figures read.
-    r.args(["run", "--plan", "none", rx]);
+    r.args(["--socket", "none", "run", "--plan", "none", rx]);
     let mut rxg = spawn(r, "the receiving streamline")?;
     // netout waits (wait=10) for the receiver to listen.
     let mut t = Link::Loopback.command_on(bin, cpus);
-    t.args(["run", "-q", "--plan", "none", tx]);
+    t.args(["--socket", "none", "run", "-q", "--plan", "none", tx]);
     let t0 = Instant::now();
     let (to, tend) = spawn(t, "the sending streamline")?.wait(limit, "the sender")?;
     let (ro, rend) = rxg.wait(limit, "the receiver")?;

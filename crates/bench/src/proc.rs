@@ -291,3 +291,82 @@ pub fn send_many(
     }
     Ok(n as usize)
 }
+
+/// Set a pipe's capacity (F_SETPIPE_SZ) to at least `size` bytes; returns the capacity the
+/// kernel gave it (a power-of-two number of pages).
+pub fn set_pipe_size(fd: &impl std::os::fd::AsRawFd, size: usize) -> Result<usize> {
+    let arg = libc::c_int::try_from(size)
+        .map_err(|_| err(format!("pipe size {size} does not fit F_SETPIPE_SZ")))?;
+    // SAFETY: F_SETPIPE_SZ takes an integer argument, no pointer; the descriptor is
+    // borrowed and open.
+    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, arg) };
+    if n < 0 {
+        return Err(err(format!(
+            "fcntl(F_SETPIPE_SZ, {size}): {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(n as usize)
+}
+
+/// The largest pipe an unprivileged user may ask for (/proc/sys/fs/pipe-max-size).
+pub fn pipe_max_size() -> Result<usize> {
+    let s = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+        .map_err(|e| err(format!("reading /proc/sys/fs/pipe-max-size: {e}")))?;
+    s.trim()
+        .parse()
+        .map_err(|_| err(format!("/proc/sys/fs/pipe-max-size holds `{}`", s.trim())))
+}
+
+/// CPU time (user + system, seconds) of this process (`RUSAGE_SELF`: all its threads) or
+/// of its waited-for children and their waited-for descendants (`RUSAGE_CHILDREN`).
+fn rusage_secs(who: libc::c_int) -> f64 {
+    // SAFETY: rusage is a plain C struct for which all-zero is valid; getrusage writes
+    // only into the struct it is given, which lives for the call.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(who, &mut ru) != 0 {
+            return f64::NAN; // never for these `who`; a NaN figure fails the run
+        }
+        ru
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// User + system CPU seconds of this process so far (all threads).
+pub fn self_cpu_secs() -> f64 {
+    rusage_secs(libc::RUSAGE_SELF)
+}
+
+/// User + system CPU seconds of this process' children that have been waited for (and of
+/// their waited-for descendants). The difference across a `wait` is what that child cost.
+pub fn children_cpu_secs() -> f64 {
+    rusage_secs(libc::RUSAGE_CHILDREN)
+}
+
+/// Busy CPU time of the whole machine so far, in seconds, from the first line of
+/// /proc/stat: every kind of time (user, nice, system, irq, softirq, steal) except idle
+/// and iowait, summed over all CPUs. The kernel's per-packet work in softirq, charged to
+/// no process, is in it.
+pub fn machine_busy_secs() -> Result<f64> {
+    let s = std::fs::read_to_string("/proc/stat")
+        .map_err(|e| err(format!("reading /proc/stat: {e}")))?;
+    let v: Vec<f64> = s
+        .lines()
+        .next()
+        .filter(|l| l.starts_with("cpu "))
+        .ok_or_else(|| err("/proc/stat does not start with the `cpu` line"))?
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse::<f64>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| err(format!("/proc/stat: {e}")))?;
+    if v.len() < 8 {
+        return Err(err("/proc/stat: fewer than 8 fields on the `cpu` line"));
+    }
+    // user nice system idle iowait irq softirq steal (guest time is inside user already).
+    let hz = 100.0; // USER_HZ
+    let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+    Ok(busy / hz)
+}

@@ -42,6 +42,8 @@ fn run_once(
     let t0 = Instant::now();
     let out = std::process::Command::new(exe)
         .args([
+            "--socket",
+            "none",
             "run",
             "--plan",
             how,

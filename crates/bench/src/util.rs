@@ -234,6 +234,44 @@ pub fn watchdog(limit: std::time::Duration) {
 
 /// Paths to remove when the run ends abnormally, in order (files, then their directory).
 static ABNORMAL_CLEANUP: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
+/// Network namespaces to remove when the run ends abnormally: their /run/netns paths.
+static ABNORMAL_NETNS: [std::sync::OnceLock<std::ffi::CString>; 4] =
+    [const { std::sync::OnceLock::new() }; 4];
+
+/// Remove the network namespace `ns` (made with `ip netns add`) if the run is ended by
+/// SIGINT, SIGTERM or SIGHUP, or by the [`watchdog`], where destructors (`Veth`'s drop) do
+/// not run: its bind mount under /run/netns is detached and removed (what `ip netns del`
+/// does, in async-signal-safe system calls). The namespace, and the veth pair with an end
+/// in it, go once no process is left in it (our children die with us). Up to four
+/// namespaces per process (the rest are left to their destructors).
+pub fn remove_netns_on_abnormal_exit(ns: &str) {
+    let Ok(path) = std::ffi::CString::new(format!("/run/netns/{ns}")) else {
+        return;
+    };
+    if ABNORMAL_NETNS
+        .iter()
+        .any(|slot| slot.set(path.clone()).is_ok())
+    {
+        install_fatal_signal_handlers();
+    }
+}
+
+/// Install [`on_fatal_signal`] for SIGINT, SIGTERM and SIGHUP (once per process).
+fn install_fatal_signal_handlers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: installs a handler that only calls async-signal-safe functions
+            // (umount2, unlink, rmdir, _exit) on data initialized before it was installed.
+            unsafe {
+                libc::signal(
+                    sig,
+                    on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                )
+            };
+        }
+    });
+}
 
 /// Remove `paths` (files, then empty directories, in this order) if the run is ended by
 /// SIGINT, SIGTERM or SIGHUP, or by the [`watchdog`]: destructors do not run then, and
@@ -247,16 +285,7 @@ pub fn cleanup_on_abnormal_exit(paths: &[&std::path::Path]) {
     if ABNORMAL_CLEANUP.set(v).is_err() {
         return;
     }
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: installs a handler that only calls async-signal-safe functions (unlink,
-        // rmdir, _exit) on data initialized before the handler was installed.
-        unsafe {
-            libc::signal(
-                sig,
-                on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-            )
-        };
-    }
+    install_fatal_signal_handlers();
 }
 
 extern "C" fn on_fatal_signal(sig: libc::c_int) {
@@ -266,6 +295,14 @@ extern "C" fn on_fatal_signal(sig: libc::c_int) {
 }
 
 fn abnormal_cleanup() {
+    for p in ABNORMAL_NETNS.iter().filter_map(|slot| slot.get()) {
+        // SAFETY: `p` is a NUL-terminated path that lives as long as the program; umount2
+        // and unlink are async-signal-safe and touch no memory of ours.
+        unsafe {
+            libc::umount2(p.as_ptr(), libc::MNT_DETACH);
+            libc::unlink(p.as_ptr());
+        }
+    }
     for p in ABNORMAL_CLEANUP.get().map_or(&[][..], |v| v.as_slice()) {
         // SAFETY: `p` is a NUL-terminated path that lives as long as the program.
         unsafe {
@@ -274,6 +311,35 @@ fn abnormal_cleanup() {
             }
         }
     }
+}
+
+/// Wait for `child` to end: its exit status and the CPU time (user + system, ns) it used,
+/// all its threads and the children it waited for (wait4's resource usage). The child is
+/// reaped: do not wait for it again.
+pub fn wait_with_cpu(
+    child: &mut std::process::Child,
+) -> Result<(std::process::ExitStatus, u64)> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waits for our own child `pid`; both out-pointers are valid for writes.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err(format!("waiting for process {pid}: {e}")));
+        }
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    Ok((
+        std::process::ExitStatus::from_raw(status),
+        ns(ru.ru_utime) + ns(ru.ru_stime),
+    ))
 }
 
 /// Spin for `ns` nanoseconds (stand-in work of a producer or consumer).

@@ -147,6 +147,23 @@ impl Edits {
     }
 
     /// The graph as it runs now (empty before the run starts).
+    /// Whether the run has started (its edit handle exists).
+    pub fn started(&self) -> bool {
+        self.handle.get().is_some()
+    }
+
+    /// Whether any filter of the run runs in this process (else its graph, which shows
+    /// only these, stays empty).
+    pub fn has_local_nodes(&self) -> bool {
+        self.handle.get().is_some_and(|h| h.has_local_nodes())
+    }
+
+    /// Every node's counters as the run's spaces last published them (thread spaces and
+    /// process spaces included; empty before the run starts).
+    pub fn report(&self) -> Vec<dataplane::runtime::NodeReport> {
+        self.handle.get().map(|h| h.report()).unwrap_or_default()
+    }
+
     pub fn graph(&self) -> Vec<dataplane::edit::GraphNode> {
         self.handle.get().map(|h| h.graph()).unwrap_or_default()
     }

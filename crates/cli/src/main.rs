@@ -137,7 +137,9 @@ enum Cmd {
         #[arg(long)]
         no_share: bool,
         /// Start the run in the daemon and print its id instead of waiting for its end
-        /// (needs a daemon; `streamline ps`, `attach`, `edit`, `stop` take the id).
+        /// (needs a daemon; `streamline ps`, `attach`, `edit`, `stop` take the id). The id
+        /// comes once the run is in `ps` and PipesFS. A pipeline reading `stdin` is
+        /// refused: a detached run has no standard input.
         #[arg(long)]
         detach: bool,
         /// With --detach: the run's standard output and error go to this file (opened by
@@ -156,11 +158,14 @@ enum Cmd {
         chaos: Option<u64>,
     },
     /// List the daemon's runs (yours; all of them for root): owner, state, uptime, rate,
-    /// placement.
+    /// placement. A run that died or failed stays listed for an hour with the state
+    /// `failed: REASON` (the daemon's log says it too).
     Ps,
     /// Stop a daemon run (its sources stop, what is in flight drains).
     Stop { run: u64 },
-    /// Print a daemon run's counters as they change, until it ends (Ctrl-C detaches).
+    /// Print a daemon run's counters as they change, until it ends (the first Ctrl-C,
+    /// SIGTERM or SIGHUP detaches at once, status 0; the run goes on). On a terminal the
+    /// table is redrawn in place; on a pipe or file each refresh is printed after the last.
     Attach { run: u64 },
     /// Change a running daemon run without stopping it: `set NODE KEY=VALUE`, `insert
     /// after NODE FILTER ...`, `insert before NODE FILTER ...`, `remove NODE`, `replace
@@ -988,7 +993,8 @@ pub(crate) fn print_report(
 }
 
 /// The exit status of a finished run: 1 if a space died or a filter failed, 128 + the
-/// signal that stopped it, else 0.
+/// signal that stopped it, else its last command's when that is a Unix command that
+/// failed (as a shell pipeline's), else 0.
 pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8 {
     if let Some(d) = &rep.died {
         eprintln!("streamline: {d}");
@@ -998,7 +1004,10 @@ pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8
         eprintln!("interrupted ({})", signal_name(sig));
         return (128 + sig) as u8;
     }
-    u8::from(rep.failed)
+    if rep.failed {
+        return 1;
+    }
+    rep.status.unwrap_or(0)
 }
 
 fn run(pipeline: &str, o: &daemon::proto::RunOptions) -> ExitCode {

@@ -67,6 +67,12 @@ pub fn run(
     detach: Option<Option<std::path::PathBuf>>,
 ) -> ExitCode {
     let quiet = options.quiet;
+    if detach.is_some() {
+        if let Some(why) = reads_terminal_stdin(pipeline) {
+            eprintln!("{why}");
+            return ExitCode::from(2);
+        }
+    }
     let devnull = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -161,6 +167,20 @@ pub fn run(
     wait_finished(&mut c, run, |_| {})
 }
 
+/// Why a pipeline cannot run detached, if it reads this command's standard input (a
+/// `stdin` source): a detached run outlives this command and gets /dev/null there, so it
+/// would end at once with nothing read. A pipeline that does not parse is left to the
+/// daemon to refuse (with its caret).
+fn reads_terminal_stdin(pipeline: &str) -> Option<String> {
+    let g = lang::parse(pipeline, &crate::resolver()).ok()?;
+    g.nodes.iter().find_map(|n| match &n.kind {
+        lang::NodeKind::Filter { filter, .. } if filter == "stdin" => Some(
+            "streamline: --detach: this pipeline reads standard input (`stdin`), which a detached run does not have (it would read nothing and end at once); run it attached, or read from a file (`file PATH`)".to_string(),
+        ),
+        _ => None,
+    })
+}
+
 /// Attach to `run` and wait for its end, passing each counter snapshot to `each`.
 fn wait_finished(c: &mut Client, run: u64, mut each: impl FnMut(&Reply)) -> ExitCode {
     if let Err(e) = c.send(Request::Attach { run }, &[]) {
@@ -236,33 +256,79 @@ pub fn stop(socket: Option<&str>, run: u64) -> ExitCode {
     }
 }
 
-fn print_counters(nodes: &[NodeCounters], elapsed: f64) {
-    println!(
+/// The counters table, one string per line.
+fn counters_table(nodes: &[NodeCounters], elapsed: f64) -> Vec<String> {
+    let mut lines = vec![format!(
         "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10}   ({elapsed:.1} s)",
         "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops"
-    );
+    )];
     for n in nodes {
-        println!(
+        lines.push(format!(
             "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10}",
             n.label, n.blocks_in, n.bytes_in, n.blocks_out, n.bytes_out, n.drops
-        );
+        ));
     }
+    lines
+}
+
+/// How `attach` shows each refresh: on a terminal, the table is redrawn in place as `top`
+/// does (cursor home, each line cleared to its end, the rest of the screen cleared), the
+/// screen cleared once before the first; anywhere else (a pipe, a file) each refresh is
+/// printed as a plain table after the one before, no control sequences: a log of the
+/// run's counters that scripts read.
+fn render(table: &[String], terminal: bool, first: bool) -> String {
+    if !terminal {
+        return table.iter().map(|l| format!("{l}\n")).collect();
+    }
+    let mut s = String::from(if first { "\x1b[H\x1b[2J" } else { "\x1b[H" });
+    for l in table {
+        s += l;
+        s += "\x1b[K\n";
+    }
+    s + "\x1b[J"
 }
 
 /// `streamline attach ID`: the run's counters as they come, until it ends (its exit
-/// status is ours) or Ctrl-C (which detaches; the run goes on).
+/// status is ours) or a stop signal: the first SIGINT (Ctrl-C), SIGTERM or SIGHUP
+/// detaches at once with status 0, and the run goes on. See [`render`] for the screen.
 pub fn attach(socket: Option<&str>, run: u64) -> ExitCode {
     let mut c = match need(socket) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let _ = crate::watch_stop_signals(|_| std::process::exit(0));
+    // The receive below blocks until the next counters: the signal ends the process from
+    // a thread of its own, at once (nothing of ours needs undoing; the daemon sees the
+    // connection close and keeps the run).
+    match signal_hook::iterator::Signals::new(crate::STOP_SIGNALS) {
+        Ok(mut signals) => {
+            let spawned = std::thread::Builder::new()
+                .name("signals".into())
+                .spawn(move || {
+                    if signals.forever().next().is_some() {
+                        use std::io::Write;
+                        let _ = std::io::stdout().flush();
+                        std::process::exit(0);
+                    }
+                });
+            if let Err(e) = spawned {
+                eprintln!("streamline: warning: cannot watch for stop signals: {e}");
+            }
+        }
+        Err(e) => eprintln!("streamline: warning: cannot watch for stop signals: {e}"),
+    }
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut first = true;
     wait_finished(&mut c, run, |r| {
         if let Reply::Counters {
             nodes, elapsed_s, ..
         } = r
         {
-            print_counters(nodes, *elapsed_s);
+            use std::io::Write;
+            let text = render(&counters_table(nodes, *elapsed_s), terminal, first);
+            first = false;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
         }
     })
 }

@@ -413,21 +413,55 @@ pub fn worker(fd: i32) -> ExitCode {
             .expect("start the worker's control thread");
     }
     let start = Instant::now();
-    let mut last = start;
-    let mut shown = None;
-    let rep = edits.run_adapting(spaces, &options, &interrupt, |s| {
-        if last.elapsed() >= Duration::from_millis(200) {
-            last = Instant::now();
-            let _ = tell(
-                &out,
-                FromWorker::Counters {
-                    elapsed_s: start.elapsed().as_secs_f64(),
-                    nodes: counters(&s.report()),
-                },
-            );
-            send_graph(&out, run, &edits, &mode, &mut shown);
-        }
-    });
+    // The reporter: the run's graph as soon as its spaces publish it (the daemon answers
+    // `run --detach` once it has it: PipesFS shows the run's filters from it), then every
+    // space's counters and any change of the graph every 200 ms until the run ends. A
+    // thread of its own, so that it reports whichever spaces the run has (a run placed
+    // wholly in process spaces included).
+    let (done, ended) = std::sync::mpsc::channel::<()>();
+    let reporter = {
+        let (out, edits, mode) = (out.clone(), edits.clone(), mode.clone());
+        std::thread::Builder::new()
+            .name("sl-worker-report".into())
+            .spawn(move || {
+                let mut shown = None;
+                let wait = |d: Duration| {
+                    !matches!(
+                        ended.recv_timeout(d),
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                    )
+                };
+                // The first graph: its spaces publish it as their run loops start
+                // (within milliseconds); a run with no filter in this process has none.
+                let first = Instant::now() + Duration::from_secs(5);
+                while shown.is_none() && Instant::now() < first {
+                    if edits.started() && !edits.has_local_nodes() {
+                        break;
+                    }
+                    send_graph(&out, run, &edits, &mode, &mut shown);
+                    if shown.is_none() && wait(Duration::from_millis(2)) {
+                        return;
+                    }
+                }
+                loop {
+                    let _ = tell(
+                        &out,
+                        FromWorker::Counters {
+                            elapsed_s: start.elapsed().as_secs_f64(),
+                            nodes: counters(&edits.report()),
+                        },
+                    );
+                    send_graph(&out, run, &edits, &mode, &mut shown);
+                    if wait(Duration::from_millis(200)) {
+                        return;
+                    }
+                }
+            })
+            .expect("start the worker's reporter thread")
+    };
+    let rep = edits.run_adapting(spaces, &options, &interrupt, |_| {});
+    drop(done);
+    let _ = reporter.join();
     filters::nicfix::remove_run_pins();
     let elapsed = start.elapsed();
     print_report(&rep, elapsed, options.quiet);
@@ -439,6 +473,24 @@ pub fn worker(fd: i32) -> ExitCode {
             nodes: counters(&rep.nodes),
         },
     );
+    if code == 1 {
+        // The run failed (a space died, a filter failed): the daemon shows why in `ps`
+        // (`failed: REASON`) and its log, whoever reads this run's standard error.
+        let why = rep.died.clone().unwrap_or_else(|| {
+            if rep.warnings.is_empty() {
+                "a filter failed".to_string()
+            } else {
+                rep.warnings.join("; ")
+            }
+        });
+        let _ = tell(
+            &out,
+            FromWorker::Failed {
+                message: why,
+                errno: libc::EIO,
+            },
+        );
+    }
     let _ = tell(&out, FromWorker::Finished { code: code as i32 });
     ExitCode::from(code)
 }

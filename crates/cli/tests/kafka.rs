@@ -265,6 +265,12 @@ fn the_sample_through_a_topic_and_back_is_byte_identical() {
         w == g,
         "pcapout of the consumed topic differs from pcapout of the capture"
     );
+    // And both are the capture itself (`cmp`): its header (byte order, time precision,
+    // snap length, link type) travels with the packets through the topic.
+    assert!(
+        g == std::fs::read(&s).unwrap(),
+        "pcapout of the consumed topic is not the capture byte for byte"
+    );
     // What another client reads from the topic: the packets, in order, in one partition.
     let t = read_topic(&b.addr, &topic);
     let payloads: Vec<Vec<u8>> = t[&0].iter().map(|m| m.2.clone()).collect();

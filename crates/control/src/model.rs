@@ -188,6 +188,9 @@ impl lang::Resolver for PlanResolver<'_> {
     fn class_names(&self, name: &str) -> Option<Vec<(String, u16)>> {
         self.0.resolver.class_names(name)
     }
+    fn unix_tool(&self, name: &str) -> bool {
+        self.0.resolver.unix_tool(name)
+    }
 }
 
 /// Where a `space=` option pins a filter.
@@ -359,14 +362,37 @@ impl Request {
                             .ok_or_else(|| bad(key, value, "expected a non-negative number".into()))
                     };
                     let mut src = load;
+                    // A filter that declares a key of the planner's (`shape rate=20KB/s`,
+                    // `gen rate=`, `strip bytes=`) keeps it (dataplane::decl::PLANNER_OPTIONS):
+                    // its value is the filter's, in the filter's units. The planner reads it
+                    // as its estimate only when it is a plain number, and never refuses it.
+                    let declared = catalog
+                        .filters
+                        .resolver
+                        .params(filter)
+                        .unwrap_or_default();
                     for (key, value) in options {
+                        let own = declared.iter().any(|p| p == key);
+                        let num = |key: &str, value: &str| match num(key, value) {
+                            Err(_) if own => Ok(None),
+                            r => r.map(Some),
+                        };
                         match key.as_str() {
                             "sel" => {
-                                let s = num(key, value)?;
-                                impls.iter_mut().for_each(|i| i.cost.forward = s);
+                                if let Some(s) = num(key, value)? {
+                                    impls.iter_mut().for_each(|i| i.cost.forward = s);
+                                }
                             }
-                            "rate" => src.blocks_per_sec = num(key, value)?,
-                            "bytes" => src.bytes_per_block = num(key, value)?,
+                            "rate" => {
+                                if let Some(r) = num(key, value)? {
+                                    src.blocks_per_sec = r;
+                                }
+                            }
+                            "bytes" => {
+                                if let Some(b) = num(key, value)? {
+                                    src.bytes_per_block = b;
+                                }
+                            }
                             _ => {}
                         }
                     }
@@ -582,6 +608,29 @@ mod tests {
         request_from_text(text, &Catalog::new(native()), Load::default())
             .unwrap()
             .1
+    }
+
+    /// Issue 34: the planner refused `shape rate=20KB/s` (it read shape's own `rate=`, a
+    /// byte rate with units, as its estimate of blocks per second). A key the filter
+    /// declares is the filter's; a planner key on a filter that does not declare it is
+    /// still the planner's, and still checked.
+    #[test]
+    fn a_filter_keeps_its_own_rate_key() {
+        let r = req("gen count=10 | shape rate=20KB/s | count");
+        assert_eq!(r.nodes.len(), 3);
+        request_from_text(
+            "gen count=10 | shape rate=20KB/s burst=4KB | null",
+            &Catalog::new(native()),
+            Load::default(),
+        )
+        .unwrap();
+        // `count` declares no `rate`: there it is the planner's estimate, checked.
+        let e = request_from_text("gen | count rate=fast | null", &Catalog::new(native()), Load::default())
+            .unwrap_err();
+        assert!(e.to_string().contains("rate"), "{e}");
+        // A plain number on a source's own `rate=` is still the planner's estimate.
+        let r = req("gen count=10 rate=5000 | count");
+        assert_eq!(r.nodes[0].rate_in, 5000.0, "{:?}", r.nodes[0]);
     }
 
     #[test]

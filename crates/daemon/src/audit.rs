@@ -17,7 +17,8 @@
 //!
 //! Events: `opened` (built, paused: a worker exists), `started` (activated), `refused`
 //! (an `open` turned down: `errno`, `why`), `edited` (`outcome=applied|refused`, `edit`,
-//! and `applied` or `errno`/`why`), `stopped` (`why`), `finished` (`status`), `crashed`
+//! and `applied` or `errno`/`why`), `stopped` (`why`), `finished` (`status`), `failed`
+//! (the run ended with `status` and said `why`: a space died, a filter failed), `crashed`
 //! (the worker died by `signal`, or exited with `status` without reporting its end),
 //! `rolled_back` (opened, never activated, undone), `connection_refused` (`why`) and
 //! `protocol_error` (a connection closed for a bad or stalled frame: `why`).
@@ -207,22 +208,26 @@ pub enum End {
     Signal(i32),
     /// Exited without reporting its end.
     Exited(i32),
+    /// It reported its end with this exit status, and why it failed (a space died, a
+    /// filter failed).
+    Failed(i32, String),
 }
 
 /// A run's end.
 pub fn ended(owner: u32, run: u64, pipeline: &str, end: End) {
-    let (event, status, signal, why) = match end {
-        End::Finished(code) => ("finished", Some(code), None, None),
+    let (event, status, signal, why) = match &end {
+        End::Finished(code) => ("finished", Some(*code), None, None),
+        End::Failed(code, why) => ("failed", Some(*code), None, Some(why.as_str())),
         End::RolledBack => ("rolled_back", None, None, None),
         End::Signal(sig) => (
             "crashed",
             None,
-            Some(sig),
+            Some(*sig),
             Some("the worker was killed by a signal"),
         ),
         End::Exited(code) => (
             "crashed",
-            Some(code),
+            Some(*code),
             None,
             Some("the worker exited without reporting the run's end"),
         ),
@@ -252,7 +257,7 @@ pub fn protocol_error(uid: u32, why: &str) {
     record("protocol_error", uid, &[("why", why.into())]);
 }
 
-fn signal_name(sig: i32) -> String {
+pub fn signal_name(sig: i32) -> String {
     nix::sys::signal::Signal::try_from(sig)
         .map_or_else(|_| format!("signal {sig}"), |s| s.as_str().to_string())
 }

@@ -87,6 +87,11 @@ pub(crate) struct Run {
     pub(crate) graph: Mutex<(Vec<GraphNode>, u32)>,
     /// Taps asked of the worker, waiting for its answer.
     taps: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<TapAnswer>>>,
+    /// The worker has reported on the running run (graph or counters).
+    reported: AtomicBool,
+    /// Why the run failed, as its worker said before it ended (a space died, a filter
+    /// failed), scrubbed of secrets.
+    failure: Mutex<Option<String>>,
 }
 
 /// A worker's answer to an edit: what it applied, or the refusal's errno and why.
@@ -167,6 +172,33 @@ impl Run {
         }
     }
 
+    /// Wait until the worker has reported on the running run (its graph or counters) or
+    /// the run ended, at most `limit`.
+    fn wait_reported(&self, limit: Duration) {
+        let until = Instant::now() + limit;
+        let mut st = self.state.lock().expect("not poisoned");
+        while !matches!(*st, State::Finished(_)) && !self.reported.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, until - now)
+                .expect("not poisoned")
+                .0;
+        }
+    }
+
+    /// The worker reported: wake whoever waits in [`Run::wait_reported`].
+    fn mark_reported(&self) {
+        if !self.reported.swap(true, Ordering::SeqCst) {
+            // Under the state's lock, so a waiter between its check and its wait is woken.
+            let _st = self.state.lock().expect("not poisoned");
+            self.changed.notify_all();
+        }
+    }
+
     /// Stop the worker: ask, then kill after `grace`.
     fn stop(&self, signal: i32, grace: Duration) {
         let _ = self.tell(ToWorker::Stop { signal });
@@ -206,7 +238,16 @@ pub struct Daemon {
     captures: Mutex<BTreeMap<String, (u64, usize)>>,
     /// Subscriptions per connection.
     subs: Mutex<BTreeMap<u64, Vec<Subscription>>>,
+    /// Runs that died or failed, as `ps` last showed them and with state `failed:
+    /// REASON`, newest last: a run that dies leaves the table, but not without a word.
+    /// Kept [`FAILED_KEPT`] long, at most [`FAILED_MAX`] of them.
+    failed: Mutex<std::collections::VecDeque<(Instant, RunInfo)>>,
 }
+
+/// How long `ps` lists a run that failed.
+const FAILED_KEPT: Duration = Duration::from_secs(3600);
+/// How many failed runs `ps` lists at most (the oldest go first).
+const FAILED_MAX: usize = 64;
 
 /// The connections open: per uid, and the unprivileged ones together.
 #[derive(Default)]
@@ -282,6 +323,7 @@ impl Daemon {
             quit: Arc::new(AtomicBool::new(false)),
             captures: Mutex::new(BTreeMap::new()),
             subs: Mutex::new(BTreeMap::new()),
+            failed: Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
@@ -659,7 +701,7 @@ impl Daemon {
                 vec![],
             )),
             Request::Ps {} => {
-                let runs = self
+                let mut runs: Vec<RunInfo> = self
                     .runs
                     .lock()
                     .expect("not poisoned")
@@ -667,6 +709,15 @@ impl Daemon {
                     .filter(|r| who.root() || r.owner.uid == who.uid)
                     .map(|r| r.info())
                     .collect();
+                let mut failed = self.failed.lock().expect("not poisoned");
+                failed.retain(|(at, _)| at.elapsed() < FAILED_KEPT);
+                runs.extend(
+                    failed
+                        .iter()
+                        .filter(|(_, i)| who.root() || i.uid == who.uid)
+                        .map(|(_, i)| i.clone()),
+                );
+                runs.sort_by_key(|i| i.run);
                 Ok((Reply::Runs { runs }, vec![]))
             }
             Request::Open {
@@ -690,6 +741,9 @@ impl Daemon {
             Request::Activate { run, detach } => {
                 let r = self.run_for(run, who)?;
                 activate(&r, conn, detach)?;
+                // The answer once the run is visible: in `ps` it is already; PipesFS shows
+                // its filters from the graph its worker reports first thing (or it ended).
+                r.wait_reported(Duration::from_secs(5));
                 Ok((Reply::Done {}, vec![]))
             }
             Request::Stop { run, signal } => {
@@ -1301,6 +1355,8 @@ impl Daemon {
             editing: Mutex::new(()),
             graph: Mutex::new((Vec::new(), 0o600)),
             taps: Mutex::new(BTreeMap::new()),
+            failure: Mutex::new(None),
+            reported: AtomicBool::new(false),
         });
         let kill = |why: String| {
             let _ = run.child.lock().expect("not poisoned").kill();
@@ -1438,6 +1494,7 @@ impl Daemon {
                         elapsed_s,
                         nodes: nodes.clone(),
                     });
+                    run.mark_reported();
                 }
                 FromWorker::Edited {
                     edit_id: id,
@@ -1452,7 +1509,8 @@ impl Daemon {
                 FromWorker::Graph { nodes, mode } => {
                     // Kept as shown: nothing reads the graph but PipesFS and `ps`.
                     let nodes = nodes.iter().map(filters::shown_node).collect();
-                    *run.graph.lock().expect("not poisoned") = (nodes, mode)
+                    *run.graph.lock().expect("not poisoned") = (nodes, mode);
+                    run.mark_reported();
                 }
                 FromWorker::Tapped {
                     tap_req,
@@ -1484,7 +1542,11 @@ impl Daemon {
                     }
                 }
                 FromWorker::Finished { code: c } => code = Some(c),
-                FromWorker::Built { .. } | FromWorker::Failed { .. } => {}
+                FromWorker::Failed { message, .. } => {
+                    // After `go`: why the run failed (it ends next).
+                    *run.failure.lock().expect("not poisoned") = Some(run.shown.scrub(&message));
+                }
+                FromWorker::Built { .. } => {}
             }
         }
         let status = run.child.lock().expect("not poisoned").wait();
@@ -1499,13 +1561,38 @@ impl Daemon {
             .as_ref()
             .ok()
             .and_then(std::os::unix::process::ExitStatusExt::signal);
+        let failure = run.failure.lock().expect("not poisoned").take();
         let end = match (run.state(), reported, signal) {
             (_, _, Some(sig)) => audit::End::Signal(sig),
             (State::Built, _, None) if code == 0 => audit::End::RolledBack,
-            (_, Some(c), None) => audit::End::Finished(c),
+            (_, Some(c), None) => match failure {
+                Some(why) => audit::End::Failed(c, why),
+                None => audit::End::Finished(c),
+            },
             (_, None, None) => audit::End::Exited(code),
         };
+        // A run that died or failed stays listed a while, saying why.
+        let why = match &end {
+            audit::End::Signal(sig) => Some(format!(
+                "its worker was killed by signal {sig} ({})",
+                audit::signal_name(*sig)
+            )),
+            audit::End::Exited(c) if run.state() == State::Running => Some(format!(
+                "its worker exited with status {c} without reporting the run's end"
+            )),
+            audit::End::Failed(_, why) => Some(why.clone()),
+            _ => None,
+        };
         audit::ended(run.owner.uid, run.id, &run.pipeline, end);
+        if let Some(why) = why {
+            let mut info = run.info();
+            info.state = format!("failed: {}", one_line_cut(&why, 400));
+            let mut failed = self.failed.lock().expect("not poisoned");
+            failed.push_back((Instant::now(), info));
+            while failed.len() > FAILED_MAX {
+                failed.pop_front();
+            }
+        }
         *run.state.lock().expect("not poisoned") = State::Finished(code);
         run.changed.notify_all();
         run.edits.lock().expect("not poisoned").clear();
@@ -1622,6 +1709,23 @@ pub fn may_read_mode(uid: u32, gid: u32, m: u32, who: &Cred) -> bool {
         || (uid == who.uid && m & 0o400 != 0)
         || (uid != who.uid && who.groups.contains(&gid) && m & 0o040 != 0)
         || (uid != who.uid && !who.groups.contains(&gid) && m & 0o004 != 0)
+}
+
+/// `text` on one line (line breaks and tabs become spaces), cut to `max` bytes with `...`.
+fn one_line_cut(text: &str, max: usize) -> String {
+    let mut s: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s += "...";
+    }
+    s
 }
 
 /// MSG_FUNC_ACTIVATE: start built run `r`, now belonging to connection `conn`.

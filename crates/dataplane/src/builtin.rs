@@ -246,7 +246,11 @@ impl Filter for UnixProc {
             for t in &batch.tags {
                 if let Ok(d) = cx.data(t) {
                     if tx.send(d.to_vec()).is_err() {
-                        cx.warn(format!("'{}' stopped reading its input", self.argv[0]));
+                        // It closed its input (`head -3` read what it needed): as the
+                        // shell's writers get SIGPIPE, what feeds it ends, so the run
+                        // ends; what it and those after it still make drains.
+                        self.input = None;
+                        cx.end_run();
                         break;
                     }
                 }
@@ -258,12 +262,22 @@ impl Filter for UnixProc {
 
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if self.sink {
-            // Nothing comes back from a sink; it ends only when the run drains it.
-            return if max == usize::MAX {
-                self.end(cx)
-            } else {
-                !self.finished
-            };
+            if max == usize::MAX {
+                return self.end(cx);
+            }
+            if self.input.is_none() && !self.finished {
+                // Both source and sink (a one-command pipeline: `true`, `echo hi`, `cat
+                // FILE`): nothing feeds it and nothing comes back, so it ends when the
+                // process does. Until then, wait for that a little (as a source process
+                // that has not produced yet does, below) instead of returning at once:
+                // the scheduler would call again straight away, spinning a CPU.
+                return match self.wait_exit(std::time::Duration::from_millis(50)) {
+                    true => self.end(cx),
+                    false => true,
+                };
+            }
+            // Nothing comes back from a sink fed by the run; it ends when the run drains it.
+            return !self.finished;
         }
         let block = |cx: &mut Ctx<'_>, out: &mut Batch, chunk: Vec<u8>| {
             let mut t: Tag = cx.store.push(&chunk);
@@ -285,9 +299,7 @@ impl Filter for UnixProc {
                         }
                         self.finished = true;
                         if let Ok(st) = self.child.wait() {
-                            if !st.success() {
-                                cx.warn(format!("'{}' exited with {st}", self.argv.join(" ")));
-                            }
+                            self.exited(cx, st);
                         }
                         return false;
                     }
@@ -315,6 +327,20 @@ impl Filter for UnixProc {
 }
 
 impl UnixProc {
+    /// Whether the process has exited, waiting up to `limit` for it (a pidfd would wake
+    /// at once; checking every 5 ms keeps this free of unsafe code and costs nothing
+    /// measurable). A process that cannot be waited for counts as exited.
+    fn wait_exit(&mut self, limit: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + limit;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => return true,
+                Ok(None) if std::time::Instant::now() >= until => return false,
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+    }
+
     fn end(&mut self, cx: &mut Ctx<'_>) -> bool {
         if !self.finished {
             self.finished = true;
@@ -324,12 +350,25 @@ impl UnixProc {
                 let _ = h.join();
             }
             if let Ok(st) = self.child.wait() {
-                if !st.success() {
-                    cx.warn(format!("'{}' exited with {st}", self.argv.join(" ")));
-                }
+                self.exited(cx, st);
             }
         }
         false
+    }
+
+    /// Its exit status: the run's if it is the last command (as in a shell pipeline);
+    /// else a warning when it failed.
+    fn exited(&self, cx: &mut Ctx<'_>, st: std::process::ExitStatus) {
+        use std::os::unix::process::ExitStatusExt;
+        if st.success() {
+            return;
+        }
+        if self.sink {
+            let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
+            cx.exit_status(code.clamp(1, 255) as u8);
+        } else {
+            cx.warn(format!("'{}' exited with {st}", self.argv.join(" ")));
+        }
     }
 }
 
@@ -350,7 +389,7 @@ mod tests {
 
     /// Run `f` with a context over `store`; returns the warnings.
     fn with_ctx(store: &mut Store, f: impl FnOnce(&mut Ctx<'_>)) -> Vec<String> {
-        let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
+        let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), crate::filter::Stop::No);
         let mut cx = Ctx {
             store,
             name: "join",

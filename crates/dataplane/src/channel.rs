@@ -393,6 +393,9 @@ pub(crate) struct Meta {
     skip: u32,
     link: u16,
     flags: u16,
+    /// With [`CAPTURE`]: the capture header's snap length (its byte order and time
+    /// precision are flags).
+    snaplen: u32,
 }
 
 /// Bytes of a [`Meta`] header.
@@ -408,6 +411,11 @@ const SHARED: u16 = 16;
 /// A marker (`ts_ns` its number): a filter moves across the channel here (see
 /// [`ChannelEnd`]); only from a space of this process.
 const MARK: u16 = 32;
+/// With LINK: the frames came with a capture file header ([`crate::CaptureHeader`]):
+/// `snaplen` and these two flags.
+const CAPTURE: u16 = 64;
+const CAPTURE_BIG_ENDIAN: u16 = 128;
+const CAPTURE_NANOS: u16 = 256;
 /// Tags that point into a producer's file carry its buffer id with this bit set.
 const FILE_BIT: u16 = 0x8000;
 
@@ -418,21 +426,30 @@ impl Meta {
         skip: 0,
         link: 0,
         flags: 0,
+        snaplen: 0,
     };
 
     pub(crate) fn of(cx: &Ctx<'_>, t: &Tag) -> Meta {
         match cx.store.record_of(t) {
             Some(r) => {
-                let (link, lf) = match cx.store.link(t).and_then(|l| u16::try_from(l).ok()) {
+                let (link, mut lf) = match cx.store.link(t).and_then(|l| u16::try_from(l).ok()) {
                     Some(l) => (l, LINK),
                     None => (0, 0),
                 };
+                let mut snaplen = 0;
+                if let Some(h) = cx.store.capture(t).filter(|_| lf != 0) {
+                    snaplen = h.snaplen;
+                    lf |= CAPTURE
+                        | if h.big_endian { CAPTURE_BIG_ENDIAN } else { 0 }
+                        | if h.nanos { CAPTURE_NANOS } else { 0 };
+                }
                 Meta {
                     ts_ns: r.ts_ns,
                     orig_len: r.orig_len,
                     skip: r.skip,
                     link,
                     flags: RECORD | lf,
+                    snaplen,
                 }
             }
             None => Meta::NONE,
@@ -445,6 +462,7 @@ impl Meta {
         b[12..16].copy_from_slice(&self.skip.to_le_bytes());
         b[16..18].copy_from_slice(&self.link.to_le_bytes());
         b[18..20].copy_from_slice(&self.flags.to_le_bytes());
+        b[20..24].copy_from_slice(&self.snaplen.to_le_bytes());
         b
     }
     pub(crate) fn from_bytes(b: &[u8]) -> Option<Meta> {
@@ -455,7 +473,23 @@ impl Meta {
             skip: u32::from_le_bytes(b[12..16].try_into().ok()?),
             link: u16::from_le_bytes(b[16..18].try_into().ok()?),
             flags: u16::from_le_bytes(b[18..20].try_into().ok()?),
+            snaplen: u32::from_le_bytes(b[20..24].try_into().ok()?),
         })
+    }
+
+    /// Declare the link type (and capture header) this header carries for buffer `buf`.
+    fn set_link(self, store: &mut crate::Store, buf: BufId) {
+        store.set_link(buf, self.link as u32);
+        if self.flags & CAPTURE != 0 {
+            store.set_capture(
+                buf,
+                crate::CaptureHeader {
+                    big_endian: self.flags & CAPTURE_BIG_ENDIAN != 0,
+                    nanos: self.flags & CAPTURE_NANOS != 0,
+                    snaplen: self.snaplen,
+                },
+            );
+        }
     }
 }
 
@@ -478,7 +512,7 @@ impl Meta {
             },
         );
         if self.flags & LINK != 0 && !link {
-            store.set_link(t.buf, self.link as u32);
+            self.set_link(store, t.buf);
             return true;
         }
         false
@@ -1270,7 +1304,7 @@ impl Ingress {
                     },
                 );
                 if meta.flags & LINK != 0 {
-                    cx.store.set_link(ring, meta.link as u32);
+                    meta.set_link(cx.store, ring);
                 }
             }
             return Ok(Some(local));
@@ -1291,7 +1325,7 @@ impl Ingress {
                 },
             );
             if meta.flags & LINK != 0 && (t.buf != self.local || !self.link_set) {
-                cx.store.set_link(t.buf, meta.link as u32);
+                meta.set_link(cx.store, t.buf);
                 self.link_set |= t.buf == self.local;
             }
         }
@@ -1387,7 +1421,7 @@ mod tests {
     use crate::store::Store;
 
     fn cx_run<R>(store: &mut Store, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
-        let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
+        let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), crate::filter::Stop::No);
         let mut cx = Ctx {
             store,
             name: "test",
@@ -1831,6 +1865,7 @@ mod tests {
                         skip: 0,
                         link: 1,
                         flags: f,
+                        snaplen: 0,
                     }
                     .to_bytes()
                     .to_vec();
@@ -1867,7 +1902,7 @@ mod tests {
             }
             tx.w.close();
             let mut st = Store::new(1 << 16);
-            let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), false);
+            let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), crate::filter::Stop::No);
             for _ in 0..100 {
                 let mut b = Batch::default();
                 let more = {

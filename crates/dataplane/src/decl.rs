@@ -325,6 +325,9 @@ pub struct FilterSpec {
     /// Where the data it adds comes from (its stream's mode follows it). A source is
     /// [`Origin::Unseen`] unless it says otherwise; any other filter [`Origin::Inputs`].
     pub origin: Origin,
+    /// Whether its name is also a standard Unix tool's (`grep`, `file`, ...): next to a
+    /// Unix command in a pipeline, the name means the tool (`lang::Resolver::unix_tool`).
+    pub unix_tool: bool,
     pub make: fn(&Args) -> Result<Box<dyn Filter>, FilterError>,
 }
 
@@ -355,6 +358,7 @@ impl FilterSpec {
             } else {
                 Origin::Inputs
             },
+            unix_tool: false,
             make,
         }
     }
@@ -403,6 +407,14 @@ impl FilterSpec {
 
     pub const fn origin(self, origin: Origin) -> FilterSpec {
         FilterSpec { origin, ..self }
+    }
+
+    /// Declares that its name is also a standard Unix tool's (see the field).
+    pub const fn unix_tool(self) -> FilterSpec {
+        FilterSpec {
+            unix_tool: true,
+            ..self
+        }
     }
 
     /// Whether option `key` is secret (see [`Param::secret`]).

@@ -1932,6 +1932,9 @@ struct Directory {
     remote: Vec<(usize, Vec<String>)>,
     /// Labels carry their space (`count@1`), as in a multi-space report.
     multi: bool,
+    /// Process spaces' counters as they last sent them while running (every ~200 ms),
+    /// labelled as in the run's report (`count@p1`), by space id.
+    remote_counters: Mutex<Vec<(usize, Vec<NodeReport>)>>,
 }
 
 impl Default for EditHandle {
@@ -1962,7 +1965,29 @@ impl EditHandle {
                 local,
                 remote,
                 multi,
+                remote_counters: Mutex::new(Vec::new()),
             }),
+        }
+    }
+
+    /// Whether any space of this process has a filter (endpoints of channels aside).
+    pub fn has_local_nodes(&self) -> bool {
+        self.dir
+            .local
+            .iter()
+            .any(|(_, m)| m.snapshot().iter().any(|r| !endpoint(&r.label)))
+    }
+
+    /// Process space `space`'s counters as it sent them (labels already suffixed
+    /// `@pN`), replacing the ones before (see [`EditHandle::report`]).
+    pub(crate) fn publish_remote(&self, space: usize, nodes: Vec<NodeReport>) {
+        let mut all = self.dir.remote_counters.lock().expect("not poisoned");
+        match all.iter_mut().find(|(id, _)| *id == space) {
+            Some(e) => e.1 = nodes,
+            None => {
+                all.push((space, nodes));
+                all.sort_by_key(|e| e.0);
+            }
         }
     }
 
@@ -2274,7 +2299,8 @@ impl EditHandle {
     /// The counters of every space of this process as their run loops last published
     /// them (every ~100 ms while running, after each edit, and at the end); labelled as
     /// in the run's report (`count@1` in a run of several spaces). Process spaces'
-    /// counters are not here (they report when they end).
+    /// counters follow, as each last sent them while running (about every 200 ms;
+    /// labelled `count@p1` as in the report; absent until the first).
     pub fn report(&self) -> Vec<NodeReport> {
         let mut v = Vec::new();
         for (id, m) in &self.dir.local {
@@ -2287,6 +2313,9 @@ impl EditHandle {
                 }
                 v.push(r);
             }
+        }
+        for (_, nodes) in self.dir.remote_counters.lock().expect("not poisoned").iter() {
+            v.extend(nodes.iter().cloned());
         }
         v
     }

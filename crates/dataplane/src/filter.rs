@@ -109,7 +109,7 @@ pub struct Ctx<'a> {
     /// The node's session state, owned by the runtime (see [`Ctx::sessions`]).
     pub(crate) sessions: &'a mut Option<Box<dyn std::any::Any + Send>>,
     pub(crate) warnings: &'a mut Vec<String>,
-    pub(crate) stop: &'a mut bool,
+    pub(crate) stop: &'a mut Stop,
 }
 
 impl Ctx<'_> {
@@ -188,9 +188,47 @@ impl Ctx<'_> {
             self.warnings.push(m);
         }
     }
-    /// Ask the run to stop (e.g. a sink that cannot write).
+    /// Ask the run to stop because something failed (e.g. a sink that cannot write).
     pub fn stop(&mut self) {
-        *self.stop = true;
+        *self.stop = Stop::Failed;
+    }
+    /// Ask the run to end because it is complete: a consumer wants no more input (a Unix
+    /// command that read what it needed and exited, as `head -3` does; the shell's
+    /// writers then get SIGPIPE). What is on its way downstream still drains.
+    pub fn end_run(&mut self) {
+        if *self.stop == Stop::No {
+            *self.stop = Stop::Done;
+        }
+    }
+    /// The run's last command (a Unix command as the sink) exited with `status`: the run
+    /// ends with it, as a shell pipeline does (`cat f | grep x` is 1 when nothing matched).
+    pub fn exit_status(&mut self, status: u8) {
+        if status != 0 && matches!(*self.stop, Stop::No | Stop::Done) {
+            *self.stop = Stop::Status(status);
+        }
+    }
+}
+
+/// Whether a filter asked its run to stop, and why.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Stop {
+    /// Not asked.
+    #[default]
+    No,
+    /// Something failed ([`Ctx::stop`]): the run ends and says it failed.
+    Failed,
+    /// The run is complete ([`Ctx::end_run`]): it ends as if its sources had.
+    Done,
+    /// The run's last command, a Unix command, exited with this non-zero status
+    /// ([`Ctx::exit_status`]): the run's status, as a shell pipeline's is its last
+    /// command's.
+    Status(u8),
+}
+
+impl Stop {
+    /// Whether the run should stop.
+    pub fn asked(self) -> bool {
+        self != Stop::No
     }
 }
 

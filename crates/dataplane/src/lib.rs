@@ -51,9 +51,11 @@ pub use edit::{Applied, Edit, EditError, EditHandle, GraphNode, Refusal, Where};
 pub use error::FilterError;
 pub use filter::{
     Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, FilterSpec,
-    Param, Replication, Sessions,
+    Param, Replication, Sessions, Stop,
 };
 pub use runtime::{
     export_name, BuildError, BuildErrorKind, Counters, Factory, NodeReport, Space, BATCH,
 };
-pub use store::{BufId, External, Feeds, RecordMeta, ResolveError, Resolver, Store};
+pub use store::{
+    BufId, CaptureHeader, External, Feeds, RecordMeta, ResolveError, Resolver, Store,
+};

@@ -339,7 +339,7 @@ pub struct Space {
     pub(crate) nodes: Vec<RtNode>,
     store: Store,
     warnings: Vec<String>,
-    stop: bool,
+    stop: crate::filter::Stop,
     names: Vec<(String, u16)>,
     /// The allocation of the classifier path's resolved batch, kept between batches.
     spare: Vec<&'static [u8]>,
@@ -407,7 +407,7 @@ impl Space {
             nodes,
             store: Store::new(scratch),
             warnings: Vec::new(),
-            stop: false,
+            stop: crate::filter::Stop::No,
             names: Vec::new(),
             spare: Vec::with_capacity(BATCH),
             spare_batch: None,
@@ -827,7 +827,7 @@ impl Space {
             let draining = drain_until.is_some_and(|d| Instant::now() < d);
             for &s in &sources {
                 if self.nodes[s].done
-                    || self.stop
+                    || self.stop.asked()
                     || (interrupted && !(draining && self.nodes[s].filter.drains()))
                 {
                     continue;
@@ -867,7 +867,7 @@ impl Space {
                 }
                 last_tick = Instant::now();
             }
-            if !active || self.stop || (interrupted && !draining) {
+            if !active || self.stop.asked() || (interrupted && !draining) {
                 break;
             }
         }
@@ -1005,7 +1005,16 @@ impl Space {
 
     /// Whether a filter stopped the run because of an error (e.g. a sink could not write).
     pub fn failed(&self) -> bool {
-        self.stop
+        self.stop == crate::filter::Stop::Failed
+    }
+
+    /// The non-zero status its last command, a Unix command, exited with (see
+    /// [`crate::Ctx::exit_status`]).
+    pub fn exit_status(&self) -> Option<u8> {
+        match self.stop {
+            crate::filter::Stop::Status(s) => Some(s),
+            _ => None,
+        }
     }
 
     /// Progress of file sources: (done, total) bytes summed.

@@ -67,6 +67,21 @@ fn a_panicking_space_stops_the_run_and_is_named() {
     assert!(rep.failed);
 }
 
+/// Issue 34: a filter panicking in space 0 (the caller's thread: where a daemon worker
+/// runs `rx`) unwound out of `Spaces::run` and killed the process, so a daemon's run
+/// vanished without saying why. It is now caught and named as a thread space's is.
+#[test]
+fn a_panic_in_space_0_is_reported_not_propagated() {
+    let g = graph("src 4000000000 | boom at=5000 | pass space=1 | sink");
+    let spaces = Spaces::build(&g, &F, 1 << 20, ChannelConfig::default()).unwrap();
+    let t0 = Instant::now();
+    let rep = spaces.run(&AtomicBool::new(false), |_| {});
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    let died = rep.died.expect("the death is reported");
+    assert!(died.contains("space 0 (src, boom) died: boom after"), "{died}");
+    assert!(rep.failed);
+}
+
 /// Run `spaces` and set the interrupt after `after`; a run that does not end within 30 s
 /// of it is a hang, reported by name instead of blocking the test run.
 fn run_interrupted(spaces: Spaces, after: Duration, text: &str) -> dataplane::spaces::SpacesReport {

@@ -99,6 +99,7 @@ pub static FOR: FilterSpec = FilterSpec::new("for", Access::Metadata, make_for)
     .example("streamline run 'gen count=5 | for name=L 3 | count | for name=L |! null'")
     .replication(dataplane::Replication::Never("it shapes the graph itself"));
 pub static JOIN: FilterSpec = FilterSpec::new("join", Access::Metadata, make_join)
+    .unix_tool()
     .synopsis("join [mode=all|first|N]")
     .description("Joins parallel branches: all copies (default), the first copy of each block, or\nthe Nth. Templates insert it for `+`, `++` and `+*`.")
     .params(&[
@@ -108,6 +109,7 @@ pub static JOIN: FilterSpec = FilterSpec::new("join", Access::Metadata, make_joi
     .example("streamline run 'pcapin file=examples/sample.pcap | (tcp + udp) | join | count'")
     .replication(dataplane::Replication::Never("it shapes the graph itself"));
 pub static SPLIT: FilterSpec = FilterSpec::new("split", Access::Metadata, make_split)
+    .unix_tool()
     .synopsis("split [ways=N] [mode=rr|hash]")
     .description("Sends each block down exactly one of its N outgoing arcs: round-robin, or by\nthe hash of its class (sessions stay together). Used for data parallelism.")
     .params(&[

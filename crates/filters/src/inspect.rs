@@ -329,6 +329,7 @@ const GREP_PARAMS: &[Param] = &[
 ];
 
 pub static GREP: FilterSpec = FilterSpec::new("grep", Access::Inspection, make_grep)
+    .unix_tool()
     .synopsis("grep PATTERN [icase=yes] [invert=yes]")
     .description("Passes blocks whose contents match a regular expression (Rust regex syntax,\nmatched against bytes).")
     .params(GREP_PARAMS)

@@ -57,15 +57,46 @@ use std::time::{Duration, Instant};
 
 /// The header a block's class and capture metadata travel in (24 bytes, little-endian):
 /// capture time (ns), wire length, bytes of the record before the block, link type, class,
-/// flags (1: the block has record metadata; 2: a link type).
+/// flags (1: the block has record metadata; 2: a link type; 4: the capture file header it
+/// came with, then 8: big-endian, 16: nanosecond times, and 4 more bytes: its snap
+/// length, 28 bytes in all).
 pub const HEADER: &str = "streamline";
 const HEADER_LEN: usize = 24;
+const HEADER_LEN_CAPTURE: usize = 28;
 const HAS_RECORD: u16 = 1;
 const HAS_LINK: u16 = 2;
+const HAS_CAPTURE: u16 = 4;
+const CAPTURE_BIG_ENDIAN: u16 = 8;
+const CAPTURE_NANOS: u16 = 16;
 /// How often a consumer commits offsets while it runs.
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
 /// How long one pull waits for the first message before giving its space's loop a turn.
 const POLL: Duration = Duration::from_millis(50);
+
+/// The librdkafka settings of `kafkaout`'s producer besides `bootstrap.servers` and those
+/// its parameters set (`linger.ms`, `message.timeout.ms`; see [`DEFAULT_LINGER_MS`],
+/// [`DEFAULT_TIMEOUT_SECS`]). Public so that a peer measured beside it (the benchmark's
+/// `kcat -P`) is given the same.
+pub const PRODUCER_SETTINGS: [(&str, &str); 4] = [
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("partitioner", "murmur2_random"),
+    ("queue.buffering.max.kbytes", "262144"),
+];
+/// `kafkaout linger=`'s default (librdkafka's `linger.ms`).
+pub const DEFAULT_LINGER_MS: u32 = 5;
+/// `kafkaout timeout=`'s default, seconds (librdkafka's `message.timeout.ms`).
+pub const DEFAULT_TIMEOUT_SECS: f64 = 60.0;
+/// `kafkain`'s prefetch (librdkafka's default is 100000): with the default, a consumer
+/// as fast as this one drains the queue and waits on every refill (measured: 2.4M
+/// messages of 100 bytes in 9.5 s against 1.9 s with this; bounded by
+/// queued.max.messages.kbytes, 64 MiB, all the same).
+pub const CONSUMER_PREFETCH: (&str, &str) = ("queued.min.messages", "1000000");
+/// `kafkain eof=yes`'s fetch wait: the end of a partition shows as a fetch that finds
+/// nothing new, which the broker holds for fetch.wait.max.ms (librdkafka's default
+/// 500 ms) before it answers; a shorter wait notices the end sooner (measured: an empty
+/// topic read with eof=yes in 0.52 s with the default).
+pub const EOF_FETCH_WAIT: (&str, &str) = ("fetch.wait.max.ms", "100");
 
 /// What went wrong talking to the brokers (the `make` of either filter).
 #[derive(Debug, thiserror::Error)]
@@ -228,10 +259,12 @@ fn secs(a: &Args, key: &str, default: f64) -> Result<f64, FilterError> {
     Ok(s)
 }
 
-/// The header for block `t`.
-fn header_of(cx: &Ctx<'_>, t: &Tag) -> [u8; HEADER_LEN] {
-    let mut h = [0u8; HEADER_LEN];
+/// The header for block `t` (its first `HEADER_LEN` bytes, or all of them with a
+/// capture header).
+fn header_of(cx: &Ctx<'_>, t: &Tag) -> ([u8; HEADER_LEN_CAPTURE], usize) {
+    let mut h = [0u8; HEADER_LEN_CAPTURE];
     let mut flags = 0;
+    let mut len = HEADER_LEN;
     if let Some(r) = cx.store.record_of(t) {
         h[..8].copy_from_slice(&r.ts_ns.to_le_bytes());
         h[8..12].copy_from_slice(&r.orig_len.to_le_bytes());
@@ -241,17 +274,32 @@ fn header_of(cx: &Ctx<'_>, t: &Tag) -> [u8; HEADER_LEN] {
     if let Some(l) = cx.store.link(t) {
         h[16..20].copy_from_slice(&l.to_le_bytes());
         flags |= HAS_LINK;
+        if let Some(c) = cx.store.capture(t).filter(|_| flags & HAS_RECORD != 0) {
+            flags |= HAS_CAPTURE
+                | if c.big_endian { CAPTURE_BIG_ENDIAN } else { 0 }
+                | if c.nanos { CAPTURE_NANOS } else { 0 };
+            h[24..28].copy_from_slice(&c.snaplen.to_le_bytes());
+            len = HEADER_LEN_CAPTURE;
+        }
     }
     h[20..22].copy_from_slice(&t.class.to_le_bytes());
     h[22..24].copy_from_slice(&flags.to_le_bytes());
-    h
+    (h, len)
 }
 
-/// The header's fields: (record metadata as (ts_ns, orig_len, skip), link, class).
-type Parsed = (Option<(u64, u32, u32)>, Option<u32>, u16);
+/// The header's fields: (record metadata as (ts_ns, orig_len, skip), link, class, the
+/// capture header).
+type Parsed = (
+    Option<(u64, u32, u32)>,
+    Option<u32>,
+    u16,
+    Option<dataplane::CaptureHeader>,
+);
 
 pub fn parse_header(h: &[u8]) -> Option<Parsed> {
-    let h: &[u8; HEADER_LEN] = h.try_into().ok()?;
+    if h.len() != HEADER_LEN && h.len() != HEADER_LEN_CAPTURE {
+        return None;
+    }
     let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
     let flags = u16::from_le_bytes([h[22], h[23]]);
     let rec = (flags & HAS_RECORD != 0).then(|| {
@@ -262,7 +310,16 @@ pub fn parse_header(h: &[u8]) -> Option<Parsed> {
         )
     });
     let link = (flags & HAS_LINK != 0).then(|| u32_at(16));
-    Some((rec, link, u16::from_le_bytes([h[20], h[21]])))
+    let capture = match (flags & HAS_CAPTURE != 0, h.len()) {
+        (false, HEADER_LEN) => None,
+        (true, HEADER_LEN_CAPTURE) => Some(dataplane::CaptureHeader {
+            big_endian: flags & CAPTURE_BIG_ENDIAN != 0,
+            nanos: flags & CAPTURE_NANOS != 0,
+            snaplen: u32_at(24),
+        }),
+        _ => return None,
+    };
+    Some((rec, link, u16::from_le_bytes([h[20], h[21]]), capture))
 }
 
 /// Delivery reports, counted by librdkafka's thread as they come.
@@ -388,8 +445,8 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         ));
     }
     let wait = secs(a, "wait", 5.0)?;
-    let timeout = secs(a, "timeout", 60.0)?;
-    let linger = a.parse::<u32>("linger", None, 5)?;
+    let timeout = secs(a, "timeout", DEFAULT_TIMEOUT_SECS)?;
+    let linger = a.parse::<u32>("linger", None, DEFAULT_LINGER_MS)?;
     let meta = match a.get("meta", None).unwrap_or("auto") {
         "auto" => Meta::Auto,
         "yes" => Meta::Always,
@@ -397,17 +454,17 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         m => return Err(FilterError::bad("meta", m, "auto, yes or no")),
     };
     let reports = Counting::default();
-    let producer: BaseProducer<Counting> = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &brokers)
         .set(
             "message.timeout.ms",
             format!("{}", (timeout * 1000.0) as u64),
         )
-        .set("linger.ms", linger.to_string())
-        .set("partitioner", "murmur2_random")
-        .set("queue.buffering.max.kbytes", "262144")
+        .set("linger.ms", linger.to_string());
+    for (k, v) in PRODUCER_SETTINGS {
+        cfg.set(k, v);
+    }
+    let producer: BaseProducer<Counting> = cfg
         .create_with_context(reports.clone())
         .map_err(|e| BrokerError::Refused {
             brokers: brokers.clone(),
@@ -487,7 +544,8 @@ impl Filter for KafkaOut {
                 KeyBy::Field { off, len } => d.get(off..off + len),
             };
             let mut rec = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(d);
-            let h = header_of(cx, t);
+            let (h, hlen) = header_of(cx, t);
+            let h = &h[..hlen];
             let with_header = match self.meta {
                 Meta::Always => true,
                 Meta::Never => false,
@@ -497,7 +555,7 @@ impl Filter for KafkaOut {
             if with_header {
                 rec = rec.headers(OwnedHeaders::new_with_capacity(1).insert(Header {
                     key: HEADER,
-                    value: Some(&h[..]),
+                    value: Some(h),
                 }));
             }
             if let Some(k) = key_bytes {
@@ -671,17 +729,11 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", from)
         .set("enable.partition.eof", "true")
-        // Prefetch deeper than librdkafka's default (100000): with the default, a consumer
-        // as fast as this one drains the queue and waits on every refill (measured: 2.4M
-        // messages of 100 bytes in 9.5 s against 1.9 s with this; bounded by
-        // queued.max.messages.kbytes, 64 MiB, all the same).
-        .set("queued.min.messages", "1000000");
+        // Prefetch deeper than librdkafka's default (see there).
+        .set(CONSUMER_PREFETCH.0, CONSUMER_PREFETCH.1);
     if eof {
-        // The end of a partition shows as a fetch that finds nothing new, which the broker
-        // holds for fetch.wait.max.ms (librdkafka's default 500 ms) before it answers: a
-        // shorter wait notices the end sooner (measured: an empty topic read with eof=yes
-        // in 0.52 s with the default).
-        cfg.set("fetch.wait.max.ms", "100");
+        // Notice the end sooner (see there).
+        cfg.set(EOF_FETCH_WAIT.0, EOF_FETCH_WAIT.1);
     }
     match &group {
         Some(g) => cfg.set("group.id", g).set("session.timeout.ms", "10000"),
@@ -825,7 +877,7 @@ impl KafkaIn {
             .and_then(|h| h.iter().find(|h| h.key == HEADER))
             .and_then(|h| h.value)
             .and_then(parse_header);
-        if let Some((rec, link, class)) = header {
+        if let Some((rec, link, class, capture)) = header {
             if let Some((ts_ns, orig_len, skip)) = rec {
                 let mut r = RecordMeta::whole(t.pos, t.len, ts_ns, orig_len);
                 r.skip = skip;
@@ -833,6 +885,9 @@ impl KafkaIn {
             }
             if let (Some(l), false) = (link, self.link_set) {
                 cx.store.set_link(t.buf, l);
+                if let Some(c) = capture {
+                    cx.store.set_capture(t.buf, c);
+                }
                 self.link_set = true;
             }
             if self.class == ClassBy::Sent {
@@ -1100,14 +1155,31 @@ mod tests {
 
     #[test]
     fn header_round_trips() {
-        let mut h = [0u8; HEADER_LEN];
+        let mut h = [0u8; HEADER_LEN_CAPTURE];
         h[..8].copy_from_slice(&7u64.to_le_bytes());
         h[8..12].copy_from_slice(&1500u32.to_le_bytes());
         h[16..20].copy_from_slice(&1u32.to_le_bytes());
         h[20..22].copy_from_slice(&9u16.to_le_bytes());
         h[22..24].copy_from_slice(&(HAS_RECORD | HAS_LINK).to_le_bytes());
-        assert_eq!(parse_header(&h), Some((Some((7, 1500, 0)), Some(1), 9)));
+        assert_eq!(
+            parse_header(&h[..HEADER_LEN]),
+            Some((Some((7, 1500, 0)), Some(1), 9, None))
+        );
         assert_eq!(parse_header(&h[..23]), None);
+        // Capture flags without the snap length, or the snap length without the flag.
+        h[22..24]
+            .copy_from_slice(&(HAS_RECORD | HAS_LINK | HAS_CAPTURE | CAPTURE_NANOS).to_le_bytes());
+        assert_eq!(parse_header(&h[..HEADER_LEN]), None);
+        h[24..28].copy_from_slice(&96u32.to_le_bytes());
+        let c = dataplane::CaptureHeader {
+            big_endian: false,
+            nanos: true,
+            snaplen: 96,
+        };
+        assert_eq!(
+            parse_header(&h),
+            Some((Some((7, 1500, 0)), Some(1), 9, Some(c)))
+        );
     }
 
     proptest::proptest! {

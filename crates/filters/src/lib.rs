@@ -121,6 +121,9 @@ impl lang::Resolver for Natives {
                 .collect()
         })
     }
+    fn unix_tool(&self, name: &str) -> bool {
+        find(name).is_some_and(|s| s.unix_tool)
+    }
     fn secrets(&self, name: &str) -> Vec<lang::SecretParam> {
         find(name)
             .map(|s| {

@@ -149,6 +149,7 @@ pub static ETH: FilterSpec = FilterSpec::new("eth", Access::Classification, eth)
     .classes("1 for matching frames, 0 otherwise")
     .example("streamline run 'pcapin file=examples/sample.pcap | eth 86dd | count'");
 pub static IP: FilterSpec = FilterSpec::new("ip", Access::Classification, ip)
+    .unix_tool()
     .synopsis("ip [version=4|6]")
     .description("Passes IP packets (IPv4 and IPv6, or one version).")
     .params(&[Param::new("version", "4 or 6 (also positional)")

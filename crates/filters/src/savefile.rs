@@ -612,6 +612,25 @@ impl Savefile {
     pub fn dlt(&self) -> u32 {
         self.dlt
     }
+    /// The file header as a pcap writer needs it to write the file back as it was: byte
+    /// order, time precision and the snap length as stated (before libpcap adjusts it).
+    /// None for pcapng and for Kuznetzov's patched records, which a pcap writer does not
+    /// write. `file` must be the bytes given to [`Savefile::open`].
+    pub fn pcap_header(&self, file: &[u8]) -> Option<dataplane::CaptureHeader> {
+        let Kind::Pcap { record, nanos, .. } = self.kind else {
+            return None;
+        };
+        if record != field::pcap::RECORD {
+            return None;
+        }
+        // The magic number's first byte is 0xa1 in a big-endian file.
+        let big_endian = *file.first()? == 0xa1;
+        Some(dataplane::CaptureHeader {
+            big_endian,
+            nanos,
+            snaplen: rd32(file, field::pcap::SNAPLEN, self.swapped),
+        })
+    }
     /// Whether this is a pcapng file.
     pub fn is_pcapng(&self) -> bool {
         matches!(self.kind, Kind::Ng { .. })

@@ -1,11 +1,10 @@
 //! Sinks: outfile, stdout, pcapout, null.
 
 use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-use pcap_file::DataLink;
+use pcap_file::pcap::{PcapHeader, PcapWriter, RawPcapPacket};
+use pcap_file::{DataLink, Endianness, TsResolution};
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::time::Duration;
 
 /// Writes block contents, back to back (optionally one per line).
 pub struct Out {
@@ -42,60 +41,112 @@ fn pcap_error(e: &pcap_file::PcapError) -> String {
     }
 }
 
-/// Writes packets as a pcap file that tcpdump and Wireshark read.
+/// Writes packets as a pcap file that tcpdump and Wireshark read. The file header is the
+/// one the first packet came with (its capture's byte order, time precision, snap length
+/// and link type, [`dataplane::CaptureHeader`]), so `pcapin | pcapout` gives the capture
+/// back byte for byte; blocks that came from no capture file get a big-endian,
+/// microsecond header with snap length 65535.
 pub struct PcapOut {
     w: Option<PcapWriter<BufWriter<File>>>,
     path: String,
     link: Option<u32>,
+    /// The header's time precision and snap length.
+    nanos: bool,
+    snaplen: u32,
     /// Writing failed: nothing more is written (the run stops).
     failed: bool,
 }
+
+impl PcapOut {
+    /// Create the file with the header block `t` came with.
+    fn create(&mut self, cx: &mut Ctx<'_>, t: &dataplane::Tag) -> Result<(), String> {
+        let link = cx.store.link(t).unwrap_or(1);
+        self.link = Some(link);
+        let mut header = PcapHeader {
+            datalink: DataLink::from(link),
+            ..Default::default()
+        };
+        // Only a block that is (part of) a capture's record has that capture's header: a
+        // block made by a filter (inflate, gen) may lie in a ring that also holds records.
+        if let Some(h) = cx.store.record(t).and(cx.store.capture(t)) {
+            header.endianness = if h.big_endian {
+                Endianness::Big
+            } else {
+                Endianness::Little
+            };
+            header.ts_resolution = if h.nanos {
+                TsResolution::NanoSecond
+            } else {
+                TsResolution::MicroSecond
+            };
+            header.snaplen = h.snaplen;
+        }
+        self.nanos = header.ts_resolution == TsResolution::NanoSecond;
+        self.snaplen = header.snaplen;
+        let f = File::create(&self.path).map_err(|e| e.to_string())?;
+        self.w =
+            Some(PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| pcap_error(&e))?);
+        Ok(())
+    }
+}
+
 impl Filter for PcapOut {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         if self.failed {
             return;
         }
         for t in &batch.tags {
-            let Ok(d) = cx.data(t) else { continue };
+            if cx.data(t).is_err() {
+                continue;
+            }
             if self.w.is_none() {
-                let link = cx.store.link(t).unwrap_or(1);
-                self.link = Some(link);
-                let header = PcapHeader {
-                    datalink: DataLink::from(link),
-                    ..Default::default()
-                };
-                match File::create(&self.path)
-                    .map_err(|e| e.to_string())
-                    .and_then(|f| {
-                        PcapWriter::with_header(BufWriter::new(f), header)
-                            .map_err(|e| e.to_string())
-                    }) {
-                    Ok(w) => self.w = Some(w),
-                    Err(e) => {
-                        cx.warn(format!("cannot create {}: {e}", self.path));
-                        cx.stop();
-                        return;
-                    }
+                if let Err(e) = self.create(cx, t) {
+                    cx.warn(format!("cannot create {}: {e}", self.path));
+                    cx.stop();
+                    return;
                 }
             }
+            let len = t.len;
             // A whole record keeps its time and wire length; a cropped block its record's
             // time and its own length; a block made here (gen, an editor) has no capture
             // time and gets 0, so the file depends only on the blocks, never on when or
             // where they were written.
             let (ts, orig) = match cx.store.record(t) {
-                Some((m, true)) => (
-                    Duration::from_nanos(m.ts_ns),
-                    m.orig_len.max(d.len() as u32),
-                ),
-                Some((m, false)) => (Duration::from_nanos(m.ts_ns), d.len() as u32),
-                None => (Duration::ZERO, d.len() as u32),
+                Some((m, true)) => (m.ts_ns, m.orig_len.max(len)),
+                Some((m, false)) => (m.ts_ns, len),
+                None => (0, len),
             };
             if cx.store.link(t).unwrap_or(1) != self.link.unwrap_or(1) {
                 cx.warn("packets of another link type than the first one were skipped");
                 continue;
             }
-            let pkt = PcapPacket::new(ts, orig, d);
-            if let Err(e) = self.w.as_mut().expect("created above").write_packet(&pkt) {
+            if self.snaplen > 0 && len > self.snaplen {
+                cx.warn(format!(
+                    "a block longer than the snap length {} was written whole (readers cut it to the snap length)",
+                    self.snaplen
+                ));
+            }
+            let Ok(ts_sec) = u32::try_from(ts / 1_000_000_000) else {
+                cx.warn(
+                    "a packet's time is past 2106 (a pcap record holds 32-bit seconds); skipped",
+                );
+                continue;
+            };
+            let ns = (ts % 1_000_000_000) as u32;
+            let Ok(d) = cx.data(t) else { continue };
+            let pkt = RawPcapPacket {
+                ts_sec,
+                ts_frac: if self.nanos { ns } else { ns / 1000 },
+                incl_len: len,
+                orig_len: orig,
+                data: std::borrow::Cow::Borrowed(d),
+            };
+            if let Err(e) = self
+                .w
+                .as_mut()
+                .expect("created above")
+                .write_raw_packet(&pkt)
+            {
                 cx.warn(format!("cannot write {}: {}", self.path, pcap_error(&e)));
                 // Nothing more can be written: drop the writer without a last flush.
                 self.w = None;
@@ -152,6 +203,8 @@ fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         w: None,
         path,
         link: None,
+        nanos: false,
+        snaplen: 0,
         failed: false,
     }))
 }
@@ -179,7 +232,13 @@ pub static STDOUT: FilterSpec = FilterSpec::new("stdout", Access::Sink, make_std
     .example("streamline run 'file a.txt split=lines | grep x | stdout'");
 pub static PCAPOUT: FilterSpec = FilterSpec::new("pcapout", Access::Sink, make_pcapout)
     .synopsis("pcapout file=FILE")
-    .description("Writes packets to a pcap file (readable by tcpdump and Wireshark), with the\noriginal timestamps and wire lengths when the packets came from a capture (a block\ncropped from a packet keeps its time; a block made by a filter gets time 0).")
+    .description("Writes packets to a pcap file (readable by tcpdump and Wireshark), with the\n\
+                  original timestamps and wire lengths when the packets came from a capture (a\n\
+                  block cropped from a packet keeps its time; a block made by a filter gets time 0).\n\
+                  The file header is the one the first packet's capture file had (byte order,\n\
+                  microsecond or nanosecond times, snap length, link type), so `pcapin | pcapout`\n\
+                  writes a pcap file (version 2.4, time zone 0) back byte for byte; blocks from no\n\
+                  pcap file (gen, rx, pcapng) get a big-endian microsecond header, snap length 65535.")
     .params(&[
         Param::new("file", "output file (also positional)").at(0),
     ])

@@ -349,20 +349,39 @@ impl Gather {
         }
         // Time for `threshold` frames to come, within the bound (less the retire timer,
         // which a frame may spend before it is visible) and half the ring's time: a slot
-        // lasts the retire timer or the time to fill it, whichever is shorter.
-        let want = Duration::from_secs_f64(self.threshold as f64 / self.rate);
+        // lasts the retire timer or the time to fill it, whichever is shorter. After a
+        // burst and a long quiet spell the smoothed rate decays towards zero, so these
+        // quotients grow without bound (to infinity once the rate is subnormal): each is
+        // capped in floating point before it becomes a Duration.
+        let cap = self.bound.saturating_sub(self.retire);
+        let want = secs_at_most(self.threshold as f64 / self.rate, cap);
         let per_slot = if self.per_slot > 0.0 {
-            Duration::from_secs_f64(self.per_slot / self.rate).min(self.retire)
+            secs_at_most(self.per_slot / self.rate, self.retire)
         } else {
             self.retire
         };
-        let ring = per_slot * (self.slots as u32 / 2);
-        let w = want.min(self.bound.saturating_sub(self.retire)).min(ring);
+        let half = u32::try_from(self.slots / 2).unwrap_or(u32::MAX);
+        let ring = per_slot.saturating_mul(half);
+        let w = want.min(cap).min(ring);
         if w < MIN_SLEEP {
             Duration::ZERO
         } else {
             w
         }
+    }
+}
+
+/// `secs` seconds as a Duration, at most `cap`: a quotient that is NaN, infinite, or
+/// larger than `cap` is `cap`; one that is not positive is zero. Never panics (the
+/// conversion `Duration::from_secs_f64` panics on a negative, NaN or huge value).
+fn secs_at_most(secs: f64, cap: Duration) -> Duration {
+    if secs.is_nan() || secs >= cap.as_secs_f64() {
+        cap
+    } else if secs > 0.0 {
+        // Finite, positive and below `cap` (itself a Duration): it converts.
+        Duration::try_from_secs_f64(secs).unwrap_or(cap).min(cap)
+    } else {
+        Duration::ZERO
     }
 }
 
@@ -731,6 +750,50 @@ mod tests {
         g.wait(t0);
         g.took(10);
         assert_eq!(g.wait(t0 + ms(100)), ms(10));
+    }
+
+    /// Issue 34: `rx` panicked (`cannot convert float seconds to Duration`) after a burst
+    /// and ~20 s of quiet, as each empty wake-up decays the smoothed rate towards zero
+    /// until `threshold / rate` no longer fits a Duration. Driven on a simulated clock
+    /// (the instants handed to `wait`), as the capture loop calls it: a second-long burst,
+    /// then a minute of wake-ups that find nothing (each sleeps the wait, then polls up to
+    /// 50 ms), then traffic again. Every wait stays within the bound, the quiet ones wait
+    /// the whole bound (less the retire timer), and the rate follows the new traffic.
+    #[test]
+    fn gather_wait_survives_a_burst_then_a_long_quiet_spell() {
+        let ms = Duration::from_millis;
+        let (bound, retire) = (ms(100), ms(4));
+        let mut g = Gather::new(64, bound, retire, 64);
+        let t0 = Instant::now();
+        let mut t = t0;
+        g.wait(t);
+        // The burst: 500 frames a millisecond (500k frames/s) for a second.
+        for _ in 0..1000 {
+            g.took(500);
+            t += ms(1);
+            let w = g.wait(t);
+            assert!(w <= bound, "{w:?} during the burst");
+        }
+        assert!(g.rate() > 100_000.0, "{}", g.rate());
+        // The quiet: nothing comes for a minute.
+        let quiet_from = t;
+        let mut wakes = 0;
+        while t - quiet_from < Duration::from_secs(60) {
+            let w = g.wait(t);
+            assert!(w <= bound - retire, "{w:?} after {:?} of quiet", t - quiet_from);
+            t += w + ms(50);
+            wakes += 1;
+        }
+        assert!(wakes > 300, "only {wakes} wake-ups simulated");
+        assert_eq!(g.wait(t), bound - retire, "a quiet ring waits the whole bound");
+        // Traffic again: the rate follows it, the wait shortens below the bound.
+        for _ in 0..200 {
+            g.took(500);
+            t += ms(1);
+            g.wait(t);
+        }
+        assert!(g.rate() > 100_000.0, "{}", g.rate());
+        assert!(g.wait(t + ms(1)) < bound - retire);
     }
 
     #[test]

@@ -1,6 +1,17 @@
 //! From the syntax tree to the Boolean-augmented [`Request`] graph: resolves every atom,
 //! merges named nodes into one vertex, and wires the arcs of pipes, parallels and
 //! negations.
+//!
+//! **Names shared with Unix tools.** Some native filters carry the name of a standard Unix
+//! tool ([`Resolver::unix_tool`]: `grep`, `file`, `split`, `join`, `strip`, `ip`). Native
+//! names win (thesis 3.3), except where the pipeline is shell: such a name means the Unix
+//! tool when the atom is joined by a plain `|` to a Unix command (directly, or through
+//! other such names), or when it is the whole pipeline. So
+//! `cat /etc/services | grep tcp | wc -l` gives what the shell gives, and
+//! `pcapin file=x | grep GET | count` keeps the native filter. To have the native filter
+//! next to a Unix command, put a native filter between them or use its other name
+//! (`regex` for `grep`); to have the tool among native filters, give its path
+//! (`/usr/bin/grep`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -8,7 +19,7 @@ use crate::diag::{DiagKind, Diagnostic};
 use crate::graph::{Hint, NodeId, NodeKind, Selector};
 use crate::lexer::ParOp;
 use crate::parser::Expr;
-use crate::resolve::{resolve_atom, Resolver};
+use crate::resolve::{resolve_atom, FilterKind, Resolver};
 use crate::span::Span;
 use crate::template::{ParKind, RKind, Request};
 
@@ -24,6 +35,8 @@ struct Builder<'a> {
     names: HashMap<String, NodeId>,
     /// Every vertex made or referenced so far, in order (group hints apply to a suffix).
     touched: Vec<NodeId>,
+    /// Atoms (by their first byte) whose native name means the Unix tool here.
+    as_tool: HashSet<usize>,
     resolver: &'a dyn Resolver,
     input: &'a str,
 }
@@ -33,6 +46,7 @@ pub(crate) fn build(e: &Expr, resolver: &dyn Resolver, input: &str) -> Result<Re
         r: Request::new(),
         names: HashMap::new(),
         touched: Vec::new(),
+        as_tool: tools_by_neighbours(e, resolver),
         resolver,
         input,
     };
@@ -130,7 +144,11 @@ impl Builder<'_> {
     }
 
     fn atom(&mut self, words: &[crate::lexer::Word], span: Span) -> Result<NodeId, Diagnostic> {
-        let res = resolve_atom(words, self.resolver, self.input)?;
+        let forced = self
+            .as_tool
+            .contains(&span.start)
+            .then_some(FilterKind::Unix);
+        let res = resolve_atom(words, forced, self.resolver, self.input)?;
         let Some(name) = res.name else {
             return Ok(self.r.add(RKind::Base(res.kind), span));
         };
@@ -201,6 +219,92 @@ impl Builder<'_> {
             format!("column {col}")
         } else {
             format!("line {line}, column {col}")
+        }
+    }
+}
+
+/// The atoms whose native name means the Unix tool of that name (see the module's
+/// documentation), by their first byte: native filters that [`Resolver::unix_tool`] says
+/// share a tool's name, joined by plain `|` arcs to a Unix command (transitively), or
+/// standing alone as the whole pipeline.
+fn tools_by_neighbours(e: &Expr, resolver: &dyn Resolver) -> HashSet<usize> {
+    struct Walk<'r> {
+        resolver: &'r dyn Resolver,
+        /// Atom start -> Some(true) a Unix command, Some(false) a candidate, None neither.
+        kind: HashMap<usize, Option<bool>>,
+        arcs: Vec<(usize, usize)>,
+    }
+    impl Walk<'_> {
+        /// The atoms an expression is entered by and left from, through plain arcs.
+        fn ends(&mut self, e: &Expr) -> (Vec<usize>, Vec<usize>) {
+            match e {
+                Expr::Atom { words, span, .. } => {
+                    let name = words.first().map(|w| w.text.as_str()).unwrap_or("");
+                    let k = match self.resolver.resolve(name) {
+                        Some(FilterKind::Unix) => Some(true),
+                        Some(FilterKind::Native) if self.resolver.unix_tool(name) => Some(false),
+                        _ => None,
+                    };
+                    self.kind.insert(span.start, k);
+                    (vec![span.start], vec![span.start])
+                }
+                Expr::Group { inner, .. } => self.ends(inner),
+                Expr::Pipe { stages, pipes } => {
+                    let ends: Vec<_> = stages.iter().map(|s| self.ends(s)).collect();
+                    for (i, (sel, _)) in pipes.iter().enumerate() {
+                        if *sel != Selector::Default {
+                            continue;
+                        }
+                        for &a in &ends[i].1 {
+                            for &b in &ends[i + 1].0 {
+                                self.arcs.push((a, b));
+                            }
+                        }
+                    }
+                    let entries = ends[0].0.clone();
+                    let exits = ends[ends.len() - 1].1.clone();
+                    (entries, exits)
+                }
+                // A parallel's join and a negation are Streamline's own: nothing after
+                // them is joined to a Unix command by a shell pipe.
+                Expr::Par { branches, .. } => {
+                    let entries = branches.iter().flat_map(|b| self.ends(b).0).collect();
+                    (entries, Vec::new())
+                }
+                Expr::Not { inner, .. } => (self.ends(inner).0, Vec::new()),
+            }
+        }
+    }
+    let mut w = Walk {
+        resolver,
+        kind: HashMap::new(),
+        arcs: Vec::new(),
+    };
+    w.ends(e);
+    let mut tools: HashSet<usize> = HashSet::new();
+    if let Expr::Atom { span, .. } = e {
+        if w.kind.get(&span.start) == Some(&Some(false)) {
+            tools.insert(span.start);
+        }
+    }
+    let is_unix = |a: usize, tools: &HashSet<usize>| {
+        w.kind.get(&a) == Some(&Some(true)) || tools.contains(&a)
+    };
+    loop {
+        let mut grew = false;
+        for &(a, b) in &w.arcs {
+            for (me, other) in [(a, b), (b, a)] {
+                if w.kind.get(&me) == Some(&Some(false))
+                    && !tools.contains(&me)
+                    && is_unix(other, &tools)
+                {
+                    tools.insert(me);
+                    grew = true;
+                }
+            }
+        }
+        if !grew {
+            return tools;
         }
     }
 }

@@ -57,6 +57,9 @@ pub fn test_resolver() -> StaticResolver {
     for u in ["gzip", "cat", "wc", "sort", "head", "tr"] {
         r = r.unix(u);
     }
+    for t in ["grep", "file", "split", "join", "strip", "ip"] {
+        r = r.unix_tool(t);
+    }
     r
 }
 

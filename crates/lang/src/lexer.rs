@@ -108,6 +108,9 @@ pub(crate) fn lex(input: &str) -> Result<Vec<Token>, Diagnostic> {
                     span: Span::new(i, end),
                 });
             }
+            // Glued to the word after it, a '+' or '*' starts that word, as in the shell
+            // (`date +%s`, `ls *.txt`); operators stand apart from the words they join.
+            '+' | '*' if glued_to_word(input, i + 1) => toks.push(word(input, &mut it)?),
             '+' => {
                 it.next();
                 match it.peek() {
@@ -140,6 +143,15 @@ pub(crate) fn lex(input: &str) -> Result<Vec<Token>, Diagnostic> {
     Ok(toks)
 }
 
+/// Whether the character at byte `at` continues a word: not the end, a space, or an
+/// operator.
+fn glued_to_word(input: &str, at: usize) -> bool {
+    input[at..]
+        .chars()
+        .next()
+        .is_some_and(|c| !c.is_whitespace() && !is_operator_char(c))
+}
+
 fn word(
     input: &str,
     it: &mut std::iter::Peekable<std::str::CharIndices<'_>>,
@@ -150,7 +162,9 @@ fn word(
     let mut quoted = false;
     let mut end = start;
     while let Some(&(i, c)) = it.peek() {
-        if c.is_whitespace() || is_operator_char(c) {
+        // Inside a word '+' and '*' are the word's, as the shell reads them (`paste -sd+`,
+        // `a*b`); the other operators end it (`tcp@busy` is a filter with a hint).
+        if c.is_whitespace() || (is_operator_char(c) && !matches!(c, '+' | '*')) {
             break;
         }
         it.next();
@@ -247,7 +261,7 @@ mod tests {
         assert_eq!(words(r"a\|b"), ["a|b"]);
         assert_eq!(words("a |!80 b|c"), ["a", "|!80", "b", "|c"]);
         assert_eq!(
-            words("a+b++c+*d*e&f"),
+            words("a + b ++ c +* d * e&f"),
             [
                 "a",
                 "Par(Plus)",
@@ -261,6 +275,17 @@ mod tests {
                 "Par(And)",
                 "f"
             ]
+        );
+        // Glued to words, + and * are the words' (as the shell reads them); between
+        // parentheses they are operators.
+        assert_eq!(words("a+b++c x*y"), ["a+b++c", "x*y"]);
+        assert_eq!(
+            words("paste -sd+ | date +%s | ls *.txt | tcp@busy"),
+            ["paste", "-sd+", "|", "date", "+%s", "|", "ls", "*.txt", "|", "tcp", "At", "busy"]
+        );
+        assert_eq!(
+            words("(a)+(b)"),
+            ["LParen", "a", "RParen", "Par(Plus)", "LParen", "b", "RParen"]
         );
         let t = lex("k=v \"k=v\" k\\=v").unwrap();
         let eqs: Vec<Option<usize>> = t

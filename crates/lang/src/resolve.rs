@@ -45,6 +45,14 @@ pub trait Resolver {
         None
     }
 
+    /// Whether a native filter shares its name with a standard Unix tool (`grep`, `file`,
+    /// `split`, `join`, `strip`, `ip`). Next to a Unix command (or alone) such a name
+    /// means the tool, so that a pipeline that is also a shell pipeline gives the shell's
+    /// answer; see [`crate::build`]'s rule. Default: no.
+    fn unix_tool(&self, _native: &str) -> bool {
+        false
+    }
+
     /// The parameters of a native filter that are secret (keys, passwords, tokens): never
     /// shown, see [`crate::redact()`]. Default: none.
     fn secrets(&self, _native: &str) -> Vec<SecretParam> {
@@ -73,6 +81,9 @@ impl<R: Resolver + ?Sized> Resolver for &R {
     }
     fn class_names(&self, native: &str) -> Option<Vec<(String, u16)>> {
         (**self).class_names(native)
+    }
+    fn unix_tool(&self, native: &str) -> bool {
+        (**self).unix_tool(native)
     }
     fn secrets(&self, native: &str) -> Vec<SecretParam> {
         (**self).secrets(native)
@@ -112,6 +123,7 @@ pub const PLACED: &str = "placed";
 pub struct StaticResolver {
     natives: BTreeMap<String, Option<Vec<String>>>,
     unix: Vec<String>,
+    unix_tools: Vec<String>,
     secrets: BTreeMap<String, Vec<SecretParam>>,
 }
 
@@ -138,6 +150,13 @@ impl StaticResolver {
 
     pub fn unix(mut self, name: &str) -> Self {
         self.unix.push(name.to_string());
+        self
+    }
+
+    /// Declares native filter `name` to share its name with a Unix tool (see
+    /// [`Resolver::unix_tool`]).
+    pub fn unix_tool(mut self, name: &str) -> Self {
+        self.unix_tools.push(name.to_string());
         self
     }
 
@@ -170,6 +189,9 @@ impl Resolver for StaticResolver {
     }
     fn params(&self, native: &str) -> Option<Vec<String>> {
         self.natives.get(native).cloned().flatten()
+    }
+    fn unix_tool(&self, native: &str) -> bool {
+        self.unix_tools.iter().any(|u| u == native)
     }
     fn secrets(&self, native: &str) -> Vec<SecretParam> {
         self.secrets.get(native).cloned().unwrap_or_default()
@@ -252,6 +274,9 @@ impl<R: Resolver> Resolver for WithPath<R> {
     fn class_names(&self, native: &str) -> Option<Vec<(String, u16)>> {
         self.0.class_names(native)
     }
+    fn unix_tool(&self, native: &str) -> bool {
+        self.0.unix_tool(native)
+    }
     fn secrets(&self, native: &str) -> Vec<SecretParam> {
         self.0.secrets(native)
     }
@@ -284,6 +309,9 @@ impl<R: Resolver> Resolver for OrCommand<R> {
     fn class_names(&self, native: &str) -> Option<Vec<(String, u16)>> {
         self.0.class_names(native)
     }
+    fn unix_tool(&self, native: &str) -> bool {
+        self.0.unix_tool(native)
+    }
     fn secrets(&self, native: &str) -> Vec<SecretParam> {
         self.0.secrets(native)
     }
@@ -304,9 +332,12 @@ fn is_key(k: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-/// Turns an atom's words into a node kind, checking names and options.
+/// Turns an atom's words into a node kind, checking names and options; its kind is the
+/// resolver's, or the caller's when `forced` is given (a native name that means the Unix
+/// tool of that name, see [`crate::build`]).
 pub(crate) fn resolve_atom(
     words: &[Word],
+    forced: Option<FilterKind>,
     resolver: &dyn Resolver,
     input: &str,
 ) -> Result<Resolved, Diagnostic> {
@@ -324,7 +355,7 @@ pub(crate) fn resolve_atom(
         )));
     }
     let name = &head.text;
-    let kind = match resolver.resolve(name) {
+    let kind = match forced.or_else(|| resolver.resolve(name)) {
         Some(k) => k,
         None => {
             let natives = resolver.native_names();

@@ -459,3 +459,39 @@ fn space_is_typed_at_parse_time_and_a_bad_value_points_at_the_node() {
     .unwrap_err();
     assert!(d.message.contains("an empty space in the list"), "{d}");
 }
+
+/// The kinds of a linear pipeline's nodes: the filter's name, or `unix:argv0`.
+fn kinds(s: &str) -> Vec<String> {
+    p(s).nodes
+        .iter()
+        .map(|n| match &n.kind {
+            NodeKind::Filter { filter, .. } => filter.clone(),
+            NodeKind::Unix { argv, .. } => format!("unix:{}", argv.join(" ")),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_native_name_shared_with_a_unix_tool_means_the_tool_next_to_a_unix_command() {
+    // Beside a Unix command, on either side, and through a run of such names.
+    assert_eq!(
+        kinds("cat /etc/services | grep tcp | wc -l"),
+        ["unix:cat /etc/services", "unix:grep tcp", "unix:wc -l"]
+    );
+    assert_eq!(kinds("grep -v x f | sort"), ["unix:grep -v x f", "unix:sort"]);
+    assert_eq!(
+        kinds("cat f | grep a | grep b | split -l 10"),
+        ["unix:cat f", "unix:grep a", "unix:grep b", "unix:split -l 10"]
+    );
+    // Alone, it is the whole pipeline: the tool.
+    assert_eq!(kinds("grep tcp /etc/services"), ["unix:grep tcp /etc/services"]);
+    // Among native filters, the native filter.
+    assert_eq!(kinds("gen | grep x | count"), ["gen", "grep", "count"]);
+    assert_eq!(kinds("file big.bin | deflate | outfile x"), ["file", "deflate", "outfile"]);
+    // A native filter between stops it; so does a selector (Streamline's own arc).
+    assert_eq!(kinds("cat f | count | grep x | null"), ["unix:cat f", "count", "grep", "null"]);
+    assert_eq!(kinds("cat f |5 grep x | null"), ["unix:cat f", "grep", "null"]);
+    // A name that is not a Unix tool's stays native next to a Unix command.
+    assert_eq!(kinds("cat f | count | wc"), ["unix:cat f", "count", "unix:wc"]);
+}

@@ -250,8 +250,10 @@ proptest! {
         prop_assert_eq!(joins, model_joins(&e, true), "joins of {}\n{}", src, g.canonical());
     }
 
+    // How much whitespace parts tokens does not matter (a '+' or '*' glued to a word is
+    // the word's, as in the shell: `date +%s`, so some whitespace must part them).
     #[test]
-    fn whitespace_does_not_matter(e in expr(), ws in prop::sample::select(&["", "  ", "\n", "\t \n "][..])) {
+    fn whitespace_does_not_matter(e in expr(), ws in prop::sample::select(&["  ", "\n", "\t \n "][..])) {
         let a = render(&e, " ");
         let b = render(&e, ws);
         let r = test_resolver();

@@ -8,6 +8,13 @@
 //! included. The size the
 //! ring spent its bytes at and its final size show what the policy did; when the size was
 //! stable for the last quarter of the stream, the throughput over that stretch is shown too.
+//!
+//! Both figures are ours vs ours (Beltway rings of different sizes): `deckcut_vs_best_fixed`
+//! against the best static size of the sweep (what a user who measured would pick),
+//! `deckcut_vs_static_median` against the median of the sweep (a size picked without
+//! measuring). The static 64 MiB ring the self-scaling one starts at (the old
+//! `deckcut_vs_static_64MiB`, among the slowest sizes of the sweep in the recorded runs)
+//! is printed, not a headline.
 
 use super::transfer::{via_ring, RingRun, StreamSpec};
 use crate::util::{fmt_size, Plan, Result, Summary, Target, Verify, GIB, KIB, MIB};
@@ -63,23 +70,43 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
         .copied()
         .fold((0, 0.0), |b, (s, v)| if v > b.1 { (s, v) } else { b });
     let static_max = fixed.last().map_or(0.0, |f| f.1);
-    summary.add(
-        "deckcut_vs_static_64MiB",
-        scaling / static_max,
-        Some(Target::AtLeast(2.0)),
-        format!("self-scaling {scaling:.0} MB/s vs static 64MiB {static_max:.0} MB/s"),
+    let median = median_of(fixed.iter().map(|f| f.1).collect());
+    println!(
+        "  self-scaling over: the best static size {:.2}x, the median {:.2}x, static 64MiB (its start size) {:.2}x",
+        scaling / best,
+        scaling / median,
+        scaling / static_max
     );
     summary.add(
         "deckcut_vs_best_fixed",
         scaling / best,
         Some(Target::AtLeast(0.95)),
         format!(
-            "vs best static size {} ({best:.0} MB/s); ring ended at {}",
+            "ours vs ours: self-scaling {scaling:.0} MB/s vs the best static size {} ({best:.0} MB/s); ring ended at {}",
             fmt_size(best_size as u64),
             fmt_size(run.final_size)
         ),
     );
+    summary.add(
+        "deckcut_vs_static_median",
+        scaling / median,
+        None,
+        format!(
+            "ours vs ours: vs the median of the static sweep 64KiB..64MiB ({median:.0} MB/s); replaces deckcut_vs_static_64MiB, its start size"
+        ),
+    );
     Ok(())
+}
+
+/// The median of `v` (the mean of the middle two for an even count; NaN when empty, which
+/// fails the run's summary).
+fn median_of(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// How the self-scaling ring behaved in its fastest run.

@@ -12,6 +12,10 @@
 //! identically for every method), then drain and check the output (untimed) — for splicing
 //! by resolving every tag back to its bytes in A, which proves the tags are right. Rings are
 //! cache-sized so the comparison is the thesis' "cached" case.
+//!
+//! The figures `splice_vs_copy_*` are ours vs ours: splicing over peek+write, the competent
+//! way to forward through Beltway without splicing (one copy, what a filter that writes its
+//! input out does); the two-copy read+write path is shown in the table only.
 
 use super::transfer::{prefault, WRITER_CPU};
 use crate::pattern::Blocks;
@@ -46,12 +50,12 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
     println!("A and B: {} SRP byte rings; IBuf: tag ring with A registered; one thread, batches of one ring-full", fmt_size(RING_SIZE as u64));
     println!("MB/s of forwarded payload, forwarding time only (best run)");
     println!(
-        "{:>7} {:>20} {:>20} {:>20} {:>14}",
+        "{:>7} {:>20} {:>20} {:>20} {:>18}",
         "block",
         Method::Copy.label(),
         Method::PeekWrite.label(),
         Method::Splice.label(),
-        "splice/copy"
+        "splice/peek+write"
     );
     for (block, base) in BLOCKS {
         let base = if plan.quick { base / QUICK_DIV } else { base };
@@ -64,12 +68,13 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
                 .mbps(bytes);
             print!(" {:>20.0}", rate[i]);
         }
-        let ratio = rate[2] / rate[0];
-        println!(" {ratio:>13.2}x");
+        // Against the one-copy peek+write, not the two-copy read+write.
+        let ratio = rate[2] / rate[1];
+        println!(" {ratio:>17.2}x");
         let name = format!("splice_vs_copy_{}", fmt_size(block as u64));
         let note = format!(
-            "splice {:.0} MB/s vs read+write copy {:.0} MB/s",
-            rate[2], rate[0]
+            "ours vs ours: splice {:.0} MB/s vs peek+write (one copy) {:.0} MB/s (read+write {:.0})",
+            rate[2], rate[1], rate[0]
         );
         let target = (block == 64 * KIB).then_some(Target::AtLeast(3.0));
         summary.add(&name, ratio, target, note);

@@ -5,7 +5,7 @@
 //! page faults of the ring, and the final end-of-stream check are outside that window.
 
 use crate::pattern::Blocks;
-use crate::proc::{pipe_size, ChildProc};
+use crate::proc::{pipe_size, set_pipe_size, ChildProc};
 use crate::spsc;
 use crate::util::{busy, err, pin, ring_name, Result, Verify};
 use beltway::{Layout, RingConfig, RingStats, Writer};
@@ -116,15 +116,25 @@ pub fn via_ring(cfg: RingConfig, s: &StreamSpec) -> Result<RingRun> {
     })
 }
 
-/// Stream `s` through a Unix pipe (the child's stdin, default size) to a reader process.
-/// Returns the seconds and the pipe's capacity.
-pub fn via_pipe(s: &StreamSpec) -> Result<(f64, usize)> {
+/// Stream `s` through a Unix pipe (the child's stdin) to a reader process; the pipe resized
+/// to `size` bytes with F_SETPIPE_SZ first, or of the default size with `None`. Returns the
+/// seconds and the pipe's capacity.
+pub fn via_pipe(s: &StreamSpec, size: Option<usize>) -> Result<(f64, usize)> {
     pin(WRITER_CPU)?;
     let mut child = ChildProc::spawn(&child_args("pipe-read", None, s), true)?;
     let mut pipe = child
         .take_stdin()
         .ok_or_else(|| err("child has no stdin pipe"))?;
+    if let Some(size) = size {
+        set_pipe_size(&pipe, size)?;
+    }
     let capacity = pipe_size(&pipe)?;
+    if size.is_some_and(|size| capacity != size) {
+        return Err(err(format!(
+            "asked for a pipe of {} bytes, got {capacity}",
+            size.unwrap_or(0)
+        )));
+    }
     child.wait_ready()?;
     let mut blocks = Blocks::new(s.block);
     let start_ns = beltway::sys::now_ns();

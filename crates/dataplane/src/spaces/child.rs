@@ -5,7 +5,7 @@
 
 use super::place::{check_joins, place, replicate, schedule_of, SpaceId};
 use super::protocol::{
-    error_text, one_line, recv_msg, recv_ring, report_text, send_msg, send_ring,
+    counters_text, error_text, one_line, recv_msg, recv_ring, report_text, send_msg, send_ring,
 };
 use super::run::apply_schedule;
 use super::split::{channel_config, split, WithChannels};
@@ -151,7 +151,15 @@ pub fn run_process_space(
             flag.store(true, Ordering::Relaxed);
         });
     }
-    space.run(&interrupt, |_| {});
+    // Counters while it runs (the parent shows them with its own: `ps`, `attach`), at
+    // most every 200 ms; a send that fails is the parent gone, which the stop thread sees.
+    let mut last = std::time::Instant::now();
+    space.run(&interrupt, |s| {
+        if last.elapsed() >= std::time::Duration::from_millis(200) {
+            last = std::time::Instant::now();
+            let _ = send_msg(&sock, &counters_text(s));
+        }
+    });
     drop(f);
     if send_msg(&sock, &report_text(&space)).is_err() {
         return 3;

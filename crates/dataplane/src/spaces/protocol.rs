@@ -116,6 +116,33 @@ pub(super) fn report_text(space: &Space) -> String {
     if space.failed() {
         t += "failed\n";
     }
+    if let Some(st) = space.exit_status() {
+        t += &format!("status\t{st}\n");
+    }
+    t
+}
+
+/// The first line of a process space's counters sent while it runs (the lines after are
+/// [`report_text`]'s `node` records, summaries left out); its last message, the report,
+/// never starts so.
+pub(super) const COUNTERS: &str = "counters\n";
+
+/// A running space's counters as protocol text (see [`COUNTERS`]).
+pub(super) fn counters_text(space: &Space) -> String {
+    let mut t = String::from(COUNTERS);
+    for n in space.report() {
+        let c = n.counters;
+        t += &format!(
+            "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t-\n",
+            one_line(&n.label),
+            c.blocks_in,
+            c.bytes_in,
+            c.blocks_out,
+            c.bytes_out,
+            c.drops,
+            c.nanos,
+        );
+    }
     t
 }
 
@@ -146,6 +173,7 @@ pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
             }
             ["warn", w] => rep.warnings.push(unescape(w)),
             ["failed"] => rep.failed = true,
+            ["status", st] if st.parse::<u8>().is_ok() => rep.status = st.parse().ok(),
             _ => rep
                 .warnings
                 .push(format!("unreadable report line from a process space: {l}")),

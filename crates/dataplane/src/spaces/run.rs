@@ -5,7 +5,7 @@
 
 use super::build::{ChildSpace, Spaces};
 use super::place::{space_name, SpaceId};
-use super::protocol::{parse_report, recv_msg, report_text, send_msg};
+use super::protocol::{parse_report, recv_msg, report_text, send_msg, COUNTERS};
 use super::split::{EGRESS, INGRESS};
 use crate::edit::EditHandle;
 use crate::runtime::{Factory, NodeReport, Space};
@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// The outcome of a multi-space run.
+#[derive(Default)]
 pub struct SpacesReport {
     /// Per node, labelled with its space (`tcp@1`, `deflate@p2`) when the run had more
     /// than one.
@@ -23,6 +24,9 @@ pub struct SpacesReport {
     /// A space that died: which one, its filters, and why.
     pub died: Option<String>,
     pub failed: bool,
+    /// The non-zero status the run's last command (a Unix command) exited with: the run's
+    /// exit status, as a shell pipeline's.
+    pub status: Option<u8>,
     /// Filters moved between spaces while the run ran, by `--chaos` (see
     /// [`Spaces::set_chaos`]): down, up, and moves refused.
     pub chaos_moves: (u64, u64, u64),
@@ -123,6 +127,7 @@ impl Spaces {
             warnings: vec![],
             died: None,
             failed: false,
+            status: None,
             chaos_moves: (0, 0, 0),
         };
         let died = Mutex::new(Vec::<String>::new());
@@ -205,12 +210,30 @@ impl Spaces {
                     }
                 });
             }
-            // One watcher per process space: its report, or how it died.
+            // One watcher per process space: its counters while it runs (to the edit
+            // handle, whose report the daemon's `ps` shows), then its report, or how it
+            // died.
+            let handle = edits.map(|(h, _)| h);
             for c in children.iter_mut() {
                 let (died, child_reports, who) = (&died, &child_reports, &who);
                 scope.spawn(move || {
                     let _done = Decrement(watching);
-                    let msg = recv_msg(&c.sock);
+                    let msg = loop {
+                        match recv_msg(&c.sock) {
+                            Ok(text) if text.starts_with(COUNTERS) => {
+                                if let Some(h) = handle {
+                                    let mut part = SpacesReport::default();
+                                    parse_report(
+                                        &text[COUNTERS.len()..],
+                                        &mut part,
+                                        &format!("@p{}", c.id),
+                                    );
+                                    h.publish_remote(c.id, part.nodes);
+                                }
+                            }
+                            other => break other,
+                        }
+                    };
                     match msg {
                         Ok(text) => {
                             let _ = c.proc.wait();
@@ -250,8 +273,18 @@ impl Spaces {
                     died.lock().expect("not poisoned").push(e);
                     interrupt.store(true, Ordering::Relaxed);
                 }
-                space.run_loop(interrupt, mailbox(0), &mut tick);
-                results.push((0, Ok(space)));
+                // A panicking filter here ends the run as one in a thread space does
+                // (named in the report) instead of unwinding through the caller: a
+                // daemon's worker then reports why its run died.
+                let tick = &mut tick;
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    space.run_loop(interrupt, mailbox(0), tick);
+                    space
+                }));
+                if r.is_err() {
+                    interrupt.store(true, Ordering::Relaxed);
+                }
+                results.push((0, r.map_err(|p| panic_text(&p))));
             }
             for (id, h) in handles {
                 let r = match h.join() {
@@ -275,6 +308,7 @@ impl Spaces {
                         warnings: vec![],
                         died: None,
                         failed: false,
+            status: None,
                         chaos_moves: (0, 0, 0),
                     };
                     parse_report(&report_text(&space), &mut part, &suffix);
@@ -291,6 +325,7 @@ impl Spaces {
                     rep.nodes.extend(part.nodes);
                     rep.warnings.extend(space.warnings().iter().cloned());
                     rep.failed |= space.failed();
+                    rep.status = rep.status.or(space.exit_status());
                     if let Some(c) = &space.chaos {
                         rep.chaos_moves.0 += c.moves.0;
                         rep.chaos_moves.1 += c.moves.1;
@@ -311,12 +346,14 @@ impl Spaces {
                 warnings: vec![],
                 died: None,
                 failed: false,
+            status: None,
                 chaos_moves: (0, 0, 0),
             };
             parse_report(&text, &mut part, &format!("@p{id}"));
             rep.nodes.extend(part.nodes);
             rep.warnings.extend(part.warnings);
             rep.failed |= part.failed;
+            rep.status = rep.status.or(part.status);
         }
         let died = died.into_inner().expect("not poisoned");
         if !died.is_empty() {

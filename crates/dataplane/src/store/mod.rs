@@ -34,7 +34,7 @@ pub use external::External;
 #[cfg(test)]
 pub(crate) use external::Lender;
 pub use local::LocalRing;
-pub use records::RecordMeta;
+pub use records::{CaptureHeader, RecordMeta};
 pub use resolver::Resolver;
 pub use shared::{shared_ring, SharedRing};
 
@@ -221,6 +221,7 @@ impl Store {
         let data = self.data(t)?.to_vec();
         let meta = self.record_of(t);
         let link = self.link(t);
+        let capture = self.capture(t);
         let id = self.scratch();
         let low = self.low_water(id);
         let Store { regions, notes, .. } = self;
@@ -233,6 +234,9 @@ impl Store {
         }
         if note.link.is_none() {
             note.link = link;
+        }
+        if note.capture.is_none() {
+            note.capture = capture;
         }
         Ok((
             Tag {

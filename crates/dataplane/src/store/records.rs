@@ -43,10 +43,27 @@ impl RecordMeta {
     }
 }
 
-/// Per-buffer annotations: link type of its frames (pcap LINKTYPE_*), record metadata.
+/// The file header of the pcap capture a buffer's frames were read from, what a capture
+/// writer needs to give the file back as it was: byte order, time precision and snap
+/// length (the link type is [`Store::link`]). Version 2.4, time zone 0 and accuracy 0 go
+/// without saying (what libpcap, tcpdump and Wireshark write). It travels with the frames
+/// as the link type does: copies of a block and channels to other spaces carry it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CaptureHeader {
+    /// The file's integers are big-endian (magic `a1 b2 c3 d4` / `a1 b2 3c 4d`).
+    pub big_endian: bool,
+    /// Record times are in nanoseconds (magic `a1b23c4d`), not microseconds.
+    pub nanos: bool,
+    /// The snap length as the file states it (0 included).
+    pub snaplen: u32,
+}
+
+/// Per-buffer annotations: link type of its frames (pcap LINKTYPE_*), the capture header
+/// they came with, record metadata.
 #[derive(Debug, Default)]
 pub(super) struct Annotations {
     pub(super) link: Option<u32>,
+    pub(super) capture: Option<CaptureHeader>,
     pub(super) records: Records,
     /// Index of the last record found (lookups are mostly sequential).
     pub(super) hint: std::cell::Cell<usize>,
@@ -179,6 +196,17 @@ impl Store {
     /// Declare the link type (pcap LINKTYPE_*) of the frames in buffer `id`.
     pub fn set_link(&mut self, id: BufId, link: u32) {
         self.note_mut(id).link = Some(link);
+    }
+
+    /// Declare the capture file header the frames in buffer `id` were read with.
+    pub fn set_capture(&mut self, id: BufId, h: CaptureHeader) {
+        self.note_mut(id).capture = Some(h);
+    }
+
+    /// The capture file header of the buffer a tag points into, if declared.
+    #[inline]
+    pub fn capture(&self, t: &Tag) -> Option<CaptureHeader> {
+        self.notes.get(index(t.buf)?)?.capture
     }
 
     /// Attach record metadata (sorted by position) to buffer `id`.

@@ -105,6 +105,7 @@ impl Filter for FileIn {
 }
 
 pub static FILE: FilterSpec = FilterSpec::new("file", Access::Source, FileIn::make)
+    .unix_tool()
     .origin(Origin::Files)
     .synopsis("file FILE [split=bytes|lines|fixed] [size=N]")
     .description("Reads a file, mapped into memory as a DBuf (no copies), as blocks: chunks of\n\

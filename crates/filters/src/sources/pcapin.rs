@@ -88,6 +88,8 @@ pub struct PcapIn {
     /// The file's link type, and libpcap's DLT for it (for pseudo-header rewrites).
     link: u32,
     dlt: u32,
+    /// The pcap file header (None for pcapng).
+    header: Option<dataplane::CaptureHeader>,
     /// A ring of this source's own for the few packets whose bytes libpcap rewrites
     /// (created on the first one; its link type is the file's).
     fixed: Option<BufId>,
@@ -133,6 +135,7 @@ impl PcapIn {
             buf: 0,
             link: 0,
             dlt: 0,
+            header: None,
             fixed: None,
             size: 0,
             opened: false,
@@ -163,6 +166,12 @@ impl PcapIn {
             .map_err(|e| FilterError::invalid(self.path.display().to_string(), e))?;
         let start = sf.offset();
         cx.store.set_link(buf, sf.link());
+        // The file header travels with the frames as the link type does (pcapout writes
+        // the file back with it).
+        self.header = sf.pcap_header(map.bytes());
+        if let Some(h) = self.header {
+            cx.store.set_capture(buf, h);
+        }
         (self.link, self.dlt) = (sf.link(), sf.dlt());
         let (tx, rx) = std::sync::mpsc::sync_channel(CHUNKS_AHEAD);
         let (recycle, back) = std::sync::mpsc::channel();
@@ -313,6 +322,9 @@ impl PcapIn {
             None => {
                 let id = cx.store.add_ring(FIXED_RING);
                 cx.store.set_link(id, self.link);
+                if let Some(h) = self.header {
+                    cx.store.set_capture(id, h);
+                }
                 self.fixed = Some(id);
                 id
             }

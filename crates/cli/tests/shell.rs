@@ -1,0 +1,124 @@
+//! A pipeline that is also a shell pipeline gives the shell's answer: every line of
+//! `tests/shell/corpus.txt` is run by `streamline run` and by `bash -c`, in a scratch
+//! directory with the same inputs, and their standard output, exit status and the files
+//! they leave must be identical (native filters that share a Unix tool's name, `grep`,
+//! `split`, `file`, `join`, mean the tool next to Unix commands: `lang`'s `build` module).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_streamline");
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A scratch directory with the corpus' inputs.
+fn scratch() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sl-shell-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(root().join("ARCHITECTURE.md"), dir.join("text.txt")).unwrap();
+    let nums: String = (1..=5000).map(|i| format!("{i}\n")).collect();
+    std::fs::write(dir.join("nums.txt"), nums).unwrap();
+    let words: String = (0..3000u64)
+        .map(|i| format!("w{}\n", (i * 7919) % 1013))
+        .collect();
+    std::fs::write(dir.join("words.txt"), words).unwrap();
+    let table: String = (0..200u64)
+        .map(|i| format!("k{:03} {}\n", (i * 37) % 200, i % 17))
+        .collect();
+    std::fs::write(dir.join("table.txt"), table).unwrap();
+    dir
+}
+
+/// The files in `dir` besides the inputs, with their bytes; removed afterwards.
+fn made(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let inputs = ["text.txt", "nums.txt", "words.txt", "table.txt"];
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if inputs.contains(&name.as_str()) {
+            continue;
+        }
+        out.insert(name, std::fs::read(e.path()).unwrap());
+        std::fs::remove_file(e.path()).unwrap();
+    }
+    out
+}
+
+fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+    // A pipeline that never ends fails the test instead of hanging it.
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let guard = std::thread::spawn(move || {
+        if rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    });
+    let _ = &mut child;
+    let out = child.wait_with_output().unwrap();
+    let _ = tx.send(());
+    guard.join().unwrap();
+    out
+}
+
+#[test]
+fn shell_pipelines_give_the_shells_answer_byte_for_byte() {
+    let corpus = std::fs::read_to_string(root().join("crates/cli/tests/shell/corpus.txt")).unwrap();
+    let dir = scratch();
+    let mut failures = Vec::new();
+    let mut compared = 0;
+    for line in corpus.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bash = run(&dir, "bash", &["-c", line]);
+        let bash_made = made(&dir);
+        let ours = run(&dir, BIN, &["run", "-q", "--socket", "none", line]);
+        let ours_made = made(&dir);
+        compared += 1;
+        if ours.stdout != bash.stdout {
+            failures.push(format!(
+                "{line}\n  bash printed {} bytes, streamline {}:\n  bash:       {:?}\n  streamline: {:?}\n  stderr: {}",
+                bash.stdout.len(),
+                ours.stdout.len(),
+                String::from_utf8_lossy(&bash.stdout[..bash.stdout.len().min(200)]),
+                String::from_utf8_lossy(&ours.stdout[..ours.stdout.len().min(200)]),
+                String::from_utf8_lossy(&ours.stderr)
+            ));
+        } else if ours.status.code() != bash.status.code() {
+            failures.push(format!(
+                "{line}\n  bash exited {:?}, streamline {:?}: {}",
+                bash.status.code(),
+                ours.status.code(),
+                String::from_utf8_lossy(&ours.stderr)
+            ));
+        } else if ours_made != bash_made {
+            failures.push(format!(
+                "{line}\n  files made differ: bash {:?}, streamline {:?}",
+                bash_made.keys().collect::<Vec<_>>(),
+                ours_made.keys().collect::<Vec<_>>()
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(compared >= 40, "the corpus has only {compared} pipelines");
+    assert!(
+        failures.is_empty(),
+        "{} of {compared} shell pipelines differ from bash:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
