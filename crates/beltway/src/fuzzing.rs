@@ -27,12 +27,14 @@ pub fn run_hostile_ring(data: &[u8]) {
         cfg.scaling_window = 0;
         cfg.calm_laps = 1;
     }
-    let Ok(mut w) = Writer::create("fuzz", cfg) else {
-        return;
-    };
-    let Ok(mut r) = w.ring().reader(Start::Oldest) else {
-        return;
-    };
+    // Setting up is not under test: every configuration above is valid, so a failure here
+    // is the environment's (or a bug), and says so instead of passing the input unread.
+    let mut w = Writer::create("fuzz", cfg.clone())
+        .unwrap_or_else(|e| panic!("setup: creating a ring {cfg:?}: {e}"));
+    let mut r = w
+        .ring()
+        .reader(Start::Oldest)
+        .unwrap_or_else(|e| panic!("setup: a reader of a fresh ring {cfg:?}: {e}"));
     let n = data[2] as usize % 48;
     let rec = [0x5Au8; 700];
     // At most half the ring: a lossless writer must not block on our own idle reader.
@@ -90,16 +92,17 @@ pub fn run_hostile_ring(data: &[u8]) {
     }
     // Arbitrary tags against the (scribbled) ring: resolve must refuse what is not valid.
     let mut table = BufTable::new();
-    if table.register(&w.ring()).is_ok() {
-        for chunk in data.chunks(16) {
-            if let Some(t) = Tag::from_bytes(chunk) {
-                let t = Tag {
-                    buf: w.shared().buf_id(),
-                    ..t
-                };
-                if let Ok(bytes) = table.resolve(&t) {
-                    assert_eq!(bytes.len(), t.len as usize);
-                }
+    table
+        .register(&w.ring())
+        .unwrap_or_else(|e| panic!("setup: registering the ring's buffer: {e}"));
+    for chunk in data.chunks(16) {
+        if let Some(t) = Tag::from_bytes(chunk) {
+            let t = Tag {
+                buf: w.shared().buf_id(),
+                ..t
+            };
+            if let Ok(bytes) = table.resolve(&t) {
+                assert_eq!(bytes.len(), t.len as usize);
             }
         }
     }

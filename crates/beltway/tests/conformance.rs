@@ -380,7 +380,7 @@ fn threaded_many_laps_every_reader() {
                             Err(e) => panic!("{}: reader {i}: {e}", spec.name),
                         }
                     }
-                    (got, overruns, last_seq)
+                    (got, overruns, last_seq, r.position(), r.lost())
                 })
             })
             .collect();
@@ -391,16 +391,30 @@ fn threaded_many_laps_every_reader() {
             stream += u.len() as u64;
         }
         w.close();
+        let wend = w.stats().write_pos;
         for h in handles {
-            let (got, overruns, last) = h.join().unwrap();
+            let (got, overruns, last, end, lost) = h.join().unwrap();
+            // Every reader, lossy or not, reads up to the writer's end.
+            assert_eq!(end, wend, "{}: reader stopped short of the end", spec.name);
             if lossless(spec) {
                 assert_eq!(got, stream, "{}: lossless reader missed data", spec.name);
                 assert_eq!(overruns, 0);
-                if !is_bytes(spec) {
-                    assert_eq!(last, Some(total_units - 1));
-                }
             } else {
-                assert!(got <= stream);
+                // A lossy reader loses only what it was told it lost (an overrun), and
+                // loses something whenever it is told so.
+                assert_eq!(
+                    got == stream,
+                    overruns == 0,
+                    "{}: got {got} of {stream} bytes with {overruns} overruns",
+                    spec.name
+                );
+            }
+            assert_eq!(lost == 0, overruns == 0, "{}: lost {lost} bytes in {overruns} overruns", spec.name);
+            if is_bytes(spec) {
+                // What was read and what was skipped add up to the stream.
+                assert_eq!(got + lost, stream, "{}: got {got} + lost {lost}", spec.name);
+            } else if lossless(spec) {
+                assert_eq!(last, Some(total_units - 1), "{}: the last record", spec.name);
             }
         }
     });

@@ -223,31 +223,77 @@ fn select_over_several_rings() {
 #[test]
 fn moderation_batches_but_bounds_latency() {
     let _w = watchdog("moderation_batches_but_bounds_latency", 30);
-    let mut w = Writer::create("mod", RingConfig::bytes(1 << 20).slots(64).threshold(32)).unwrap();
+    // A reader's deep sleep lasts the liveness period unless a writer wakes it: an hour
+    // here, so a record that reaches it within the test's wait was delivered by the bound
+    // (the writer waking a sleeping reader at once), not by the reader's own next look.
+    let mut cfg = RingConfig::bytes(1 << 20).slots(64).threshold(32);
+    cfg.liveness = Duration::from_secs(3600);
+    let mut w = Writer::create("mod", cfg).unwrap();
     let mut r = w.ring().reader(Start::Oldest).unwrap();
-    let t = std::thread::spawn(move || {
-        let mut buf = [0u8; 64];
-        let mut n = 0;
-        while r.read(&mut buf).unwrap() > 0 {
-            n += 1;
-        }
-        n
+    let got = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = got.clone();
+    let t = std::thread::Builder::new()
+        .name("mod-reader".into())
+        .spawn(move || {
+            let mut buf = [0u8; 64];
+            while r.read(&mut buf).unwrap() > 0 {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+        .unwrap();
+    // The reader is asleep (blocked in the kernel, not spinning) before the record comes.
+    // Past its first, short sleep (1 ms, then it looks again) into the deep one: asleep,
+    // and not switched back in over the last 5 polls (5 ms).
+    let (mut last, mut stable) = (None, 0);
+    wait_until("the reader's deep sleep", || {
+        let now = thread_status("mod-reader");
+        stable = if now.is_some() && now == last { stable + 1 } else { 0 };
+        last = now;
+        stable >= 5 && last.as_ref().is_some_and(|(st, _)| st.starts_with('S'))
     });
-    std::thread::sleep(Duration::from_millis(50)); // the reader is asleep now
     w.write(b"one").unwrap();
-    // Without the latency bound this record would wait for 31 more; the reader gets it
-    // and goes back to sleep.
-    std::thread::sleep(Duration::from_millis(50));
+    // Without the latency bound this record would wait for 31 more: nothing else is
+    // written until the reader has it.
+    wait_until("the single record to reach the sleeping reader", || {
+        got.load(std::sync::atomic::Ordering::SeqCst) == 1
+    });
     for _ in 0..10_000 {
         w.write(b"burst").unwrap();
     }
     let wakeups = w.stats().wakeups;
     w.close();
-    assert_eq!(t.join().unwrap(), 10_001);
+    t.join().unwrap();
+    assert_eq!(got.load(std::sync::atomic::Ordering::SeqCst), 10_001);
     assert!(
         wakeups < 10_000 / 4,
         "{wakeups} wake-ups for 10001 records: batching did not happen"
     );
+}
+
+/// Waits (polling every millisecond) until `cond` holds; fails naming `what` after 10 s, a
+/// bound for a hang, not a measurement.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(std::time::Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// This process's thread named `name`: its state and its count of voluntary context
+/// switches (/proc/self/task/TID/status).
+fn thread_status(name: &str) -> Option<(String, u64)> {
+    std::fs::read_dir("/proc/self/task").ok()?.flatten().find_map(|t| {
+        let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+        };
+        (field("Name:")? == name).then_some(())?;
+        Some((field("State:")?, field("voluntary_ctxt_switches:")?.parse().ok()?))
+    })
 }
 
 /// Self-scaling: a calm ring shrinks to its minimum; data stays intact across resizes.

@@ -292,6 +292,19 @@ fn descriptors_are_reused_lowest_first() {
     }
 }
 
+/// Waits until thread `tid` of this process sleeps (state S: blocked in the kernel, as
+/// in a select or block call); fails after 30 s.
+fn wait_asleep(tid: libc::pid_t) {
+    let until = Instant::now() + Duration::from_secs(30);
+    let stat = format!("/proc/self/task/{tid}/stat");
+    while !std::fs::read_to_string(&stat)
+        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('S')))
+    {
+        assert!(Instant::now() < until, "thread {tid} never blocked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn a_nonblocking_reader_gets_eagain_and_block_and_select_wake_for_data() {
     let _turn = setup();
@@ -313,9 +326,11 @@ fn a_nonblocking_reader_gets_eagain_and_block_and_select_wake_for_data() {
         EBADF,
         "a writer in the set"
     );
-    // Data for b only, written by another thread while select waits.
+    // Data for b only, written by another thread once select waits (this thread asleep).
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() };
     let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(100));
+        wait_asleep(me);
         write(wb, b"for b").unwrap();
     });
     // Woken by the write (a timeout would leave both at 0).
@@ -324,7 +339,7 @@ fn a_nonblocking_reader_gets_eagain_and_block_and_select_wake_for_data() {
     let n = read(rb, &mut buf).unwrap() as usize;
     assert_eq!(&buf[..n], b"for b");
     let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(100));
+        wait_asleep(me);
         write(wa, b"for a").unwrap();
     });
     assert_eq!(sl::slfile_block(ra, -1), 1);

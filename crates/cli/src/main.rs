@@ -920,10 +920,15 @@ pub(crate) fn prepare(
             env: vec![(SPACE_PIPELINE_ENV.into(), pipeline.into())],
         }
     });
-    // Fault injection for the rollback tests: fail construction step K (from 0).
+    // Fault injection for the rollback tests (tests/spaces.rs): fail construction step K
+    // (from 0). A test hook only: debug builds (what `cargo test` runs) read it, a release
+    // binary has no such variable.
+    #[cfg(debug_assertions)]
     let fail_at = std::env::var("STREAMLINE_FAIL_STEP")
         .ok()
         .and_then(|v| v.parse().ok());
+    #[cfg(not(debug_assertions))]
+    let fail_at = None;
     let spaces = Spaces::build_steps(
         &g,
         &filters::Library,

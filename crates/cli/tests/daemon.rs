@@ -25,6 +25,25 @@ fn run_ids(ps: &str) -> Vec<u64> {
         .collect()
 }
 
+/// The BLOCKS/S figure `ps` shows for run `id` (the number after the uptime, which
+/// ends in `s`; `k`, `M`, `G` scale it), or None when the run is not listed.
+fn rate_in_ps(ps: &str, id: u64) -> Option<f64> {
+    let line = ps
+        .lines()
+        .skip(1)
+        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))?;
+    let mut words = line.split_whitespace();
+    words.find(|w| w.strip_suffix('s').is_some_and(|n| n.parse::<f64>().is_ok()))?;
+    let rate = words.next()?;
+    let (n, scale) = match rate.char_indices().last()? {
+        (i, 'k') => (&rate[..i], 1e3),
+        (i, 'M') => (&rate[..i], 1e6),
+        (i, 'G') => (&rate[..i], 1e9),
+        _ => (rate, 1.0),
+    };
+    Some(n.parse::<f64>().ok()? * scale)
+}
+
 #[test]
 fn a_run_through_the_daemon_prints_and_exits_as_a_standalone_run() {
     let d = Daemon::start("same", None);
@@ -91,13 +110,35 @@ fn detached_runs_are_listed_attached_and_stopped() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(900));
+    // What attach draws, read as it comes; stop once it has shown the count grow.
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let shown = shown.clone();
+        let mut out = attach.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut buf) {
+                shown.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let counts_in = |shown: &str| -> Vec<u64> {
+        shown
+            .lines()
+            .filter(|l| l.starts_with("count "))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .collect()
+    };
+    common::wait_for("attach to show the count grow", Duration::from_secs(20), || {
+        let c = counts_in(&shown.lock().unwrap());
+        c.len() >= 2 && c.last() > c.first()
+    });
     let st = d.cli().args(["stop", &id.to_string()]).output().unwrap();
     assert!(st.status.success(), "{:?}", text(&st));
     let t0 = Instant::now();
-    let out = loop {
-        if let Some(_s) = attach.try_wait().unwrap() {
-            break attach.wait_with_output().unwrap();
+    let status = loop {
+        if let Some(s) = attach.try_wait().unwrap() {
+            break s;
         }
         assert!(
             t0.elapsed() < Duration::from_secs(20),
@@ -105,12 +146,9 @@ fn detached_runs_are_listed_attached_and_stopped() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    let shown = String::from_utf8_lossy(&out.stdout);
-    let counts: Vec<u64> = shown
-        .lines()
-        .filter(|l| l.starts_with("count "))
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .collect();
+    reader.join().unwrap();
+    let shown = shown.lock().unwrap().clone();
+    let counts = counts_in(&shown);
     assert!(
         counts.len() >= 2
             && counts.windows(2).all(|w| w[0] <= w[1])
@@ -118,7 +156,7 @@ fn detached_runs_are_listed_attached_and_stopped() {
         "{shown}"
     );
     assert_eq!(
-        out.status.code(),
+        status.code(),
         Some(0),
         "a run stopped by request ends with status 0"
     );
@@ -143,10 +181,13 @@ fn ctrl_c_stops_a_run_through_the_daemon_like_a_standalone_one() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    common::wait_for("the run in ps", Duration::from_secs(10), || {
-        !run_ids(&d.ps()).is_empty()
+    // Blocks flow (ps shows a rate above 0) before Ctrl-C, so the totals count some.
+    common::wait_for("the run in ps with blocks flowing", Duration::from_secs(10), || {
+        let ps = d.ps();
+        run_ids(&ps)
+            .first()
+            .is_some_and(|id| rate_in_ps(&ps, *id).is_some_and(|r| r > 0.0))
     });
-    std::thread::sleep(Duration::from_millis(300));
     let err = common::interrupt(c);
     assert!(
         common::count_of(&err) > 0 && err.contains("interrupted (SIGINT)"),

@@ -226,8 +226,21 @@ fn scheduling_hints_set_the_policy_of_the_filters_thread() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
-    let p = policies(child.id());
+    // SCHED_RR (2) at 10, SCHED_IDLE (5), SCHED_FIFO (1) at 50: one space thread each,
+    // waited for (a thread takes its policy as it starts); none within 20 s fails.
+    let expected = [(2, 10), (5, 0), (1, 50)];
+    let mut p = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        p = policies(child.id());
+        if expected.iter().all(|(policy, prio)| {
+            p.iter()
+                .any(|t| t.0.starts_with("sl-space") && t.1 == *policy && t.2 == *prio)
+        }) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
@@ -236,8 +249,7 @@ fn scheduling_hints_set_the_policy_of_the_filters_thread() {
     assert_eq!(out.status.code(), Some(130), "{err}");
     let spaces: Vec<&(String, u32, u32)> =
         p.iter().filter(|t| t.0.starts_with("sl-space")).collect();
-    // SCHED_RR (2) at 10, SCHED_IDLE (5), SCHED_FIFO (1) at 50: one thread each.
-    for (policy, prio) in [(2, 10), (5, 0), (1, 50)] {
+    for (policy, prio) in expected {
         assert!(
             spaces.iter().any(|t| t.1 == policy && t.2 == prio),
             "no space thread with policy {policy} priority {prio}: {p:?}"

@@ -36,12 +36,9 @@ fn libpcap_count(file: &Path) -> Result<u64, String> {
     Ok(String::from_utf8_lossy(&o.stdout).lines().count() as u64)
 }
 
-/// Tests that compare /dev/shm before and after run one at a time (another test's live
-/// run would look like a leak).
-static SHM: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Objects this process tree may have left in /dev/shm (runs name theirs `streamline.*`,
-/// beltway's `bt-*`).
+/// Objects in /dev/shm (runs name theirs `streamline.*`, beltway's `bt-*`). The tests
+/// judge only those their own run made (held while it ran, or its share names): a daemon
+/// or another run beside them has objects of its own.
 fn shm_objects() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
         .map(|d| {
@@ -55,10 +52,12 @@ fn shm_objects() -> Vec<String> {
     v
 }
 
-/// Send UDP datagrams to the peer until told to stop (a steady stream the capture sees).
-fn traffic(
+/// Send UDP datagrams to the peer until told to stop (a steady stream the capture sees);
+/// `sent` counts them as they go.
+fn traffic_counted(
     peer: &str,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) -> std::thread::JoinHandle<u64> {
     let peer = format!("{peer}:9");
     std::thread::spawn(move || {
@@ -67,11 +66,33 @@ fn traffic(
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             if s.send_to(&n.to_le_bytes(), &peer).is_ok() {
                 n += 1;
+                sent.store(n, std::sync::atomic::Ordering::Relaxed);
             }
             std::thread::sleep(Duration::from_micros(200));
         }
         n
     })
+}
+
+fn traffic(
+    peer: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    traffic_counted(peer, stop, Default::default())
+}
+
+/// What the run made and left: objects present now that were not before and that the
+/// run held while it ran (`held`) or that carry its share name (`share`, if it shares).
+fn left_behind(
+    before: &[String],
+    held: &std::collections::BTreeSet<String>,
+    share: Option<&str>,
+) -> Vec<String> {
+    shm_objects()
+        .into_iter()
+        .filter(|n| !before.contains(n))
+        .filter(|n| held.contains(n) || share.is_some_and(|s| n.starts_with(s)))
+        .collect()
 }
 
 fn wait_with_timeout(mut c: Child, limit: Duration) -> std::process::Output {
@@ -118,9 +139,14 @@ fn stop_by_signal(signal: &str, number: i32, pipeline_of: impl Fn(&str, &Path) -
             .unwrap()
     };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    std::thread::sleep(Duration::from_millis(800));
-    let sender = traffic(&v.peer_ip, stop.clone());
-    std::thread::sleep(Duration::from_millis(700));
+    common::wait_capturing(child.id(), &v.here);
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sender = traffic_counted(&v.peer_ip, stop.clone(), sent.clone());
+    common::wait_for("1000 datagrams sent", Duration::from_secs(30), || {
+        sent.load(std::sync::atomic::Ordering::Relaxed) >= 1000
+    });
+    let share = dataplane::channel::share_name(&common::share_key(&pipeline));
+    let held = common::shm_held_by_tree(child.id());
     // To the whole group: process spaces get it too and must leave stopping to the run.
     assert!(Command::new("kill")
         .args([&format!("-{signal}"), "--", &format!("-{}", child.id())])
@@ -148,8 +174,7 @@ fn stop_by_signal(signal: &str, number: i32, pipeline_of: impl Fn(&str, &Path) -
         )
     });
     assert_eq!(read, counted, "{pipeline} stopped by SIG{signal}: libpcap reads {read} packets of the {counted} the run counted\n{err}");
-    let after = shm_objects();
-    let left: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
+    let left = left_behind(&before, &held, Some(&share));
     assert!(
         left.is_empty(),
         "{pipeline} stopped by SIG{signal} left shared memory behind: {left:?}"
@@ -177,7 +202,6 @@ fn three_spaces(dev: &str, file: &Path) -> String {
 /// sharing, `streamline.share.*` in /dev/shm, which must be gone after each).
 #[test]
 fn sigterm_sighup_and_sigint_flush_every_sink_and_remove_what_the_run_made() {
-    let _one_at_a_time = SHM.lock().unwrap_or_else(|e| e.into_inner());
     for (signal, number) in [("TERM", 15), ("HUP", 1), ("INT", 2)] {
         stop_by_signal(signal, number, one_space);
         stop_by_signal(signal, number, three_spaces);
@@ -221,7 +245,6 @@ fn timeout_stops_a_capture_as_it_stops_tcpdump() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
     let sender = traffic(&v.peer_ip, stop.clone());
     let out = wait_with_timeout(run, Duration::from_secs(20));
     let _ = wait_with_timeout(td, Duration::from_secs(20));
@@ -245,7 +268,6 @@ fn a_closed_output_pipe_ends_the_run_with_its_totals() {
     // `streamline run '... | inspect' | head -1`: inspect finds its output closed; the run
     // stops (as tcpdump does), prints its totals and leaves nothing behind.
     let v = veth("stpi");
-    let _one_at_a_time = SHM.lock().unwrap_or_else(|e| e.into_inner());
     let before = shm_objects();
     let mut child = Command::new(BIN)
         .args([
@@ -259,7 +281,8 @@ fn a_closed_output_pipe_ends_the_run_with_its_totals() {
         .spawn()
         .unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    std::thread::sleep(Duration::from_millis(800));
+    common::wait_capturing(child.id(), &v.here);
+    let held = common::shm_held_by_tree(child.id());
     let sender = traffic(&v.peer_ip, stop.clone());
     {
         use std::io::BufRead;
@@ -284,10 +307,7 @@ fn a_closed_output_pipe_ends_the_run_with_its_totals() {
         "{err}"
     );
     assert!(count_of(&err) >= 1, "{err}");
-    let left: Vec<String> = shm_objects()
-        .into_iter()
-        .filter(|n| !before.contains(n))
-        .collect();
+    let left = left_behind(&before, &held, None);
     assert!(left.is_empty(), "left shared memory behind: {left:?}");
 }
 

@@ -100,11 +100,88 @@ fn bpf_prog_load() -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::process::Command;
+
+    /// Set in the environment of the copy of this test binary that probes as nobody.
+    const AS_NOBODY: &str = "STREAMLINE_PROBE_TEST_CHILD";
+
+    /// The probes say what the process may do: as root (with every capability, as these
+    /// tests run here) each operation is allowed; the same binary run as nobody without
+    /// capabilities is refused AF_PACKET and AF_XDP sockets, and bpf(2) and /dev/fuse as
+    /// the sysctl and the device's mode say. A probe that always answered the same would fail one of the two.
     #[test]
-    fn probes_do_not_panic_and_agree_with_a_second_run() {
-        let a = super::capabilities();
-        let b = super::capabilities();
-        assert_eq!(a, b);
+    fn probes_say_what_the_process_may_do() {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(
+            euid, 0,
+            "this test needs root (CAP_BPF/CAP_SYS_ADMIN for bpf(2), CAP_NET_RAW for AF_PACKET and AF_XDP)"
+        );
+        let fuse_mode = std::fs::metadata("/dev/fuse")
+            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))
+            .expect("/dev/fuse is missing: PipesFS needs the fuse module");
+        // Unprivileged users may load socket filters only where the sysctl allows it.
+        let unpriv_bpf = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
+            .is_ok_and(|v| v.trim() == "0");
+        let root = super::capabilities();
+        assert_eq!(
+            root,
+            super::Capabilities {
+                bpf: true,
+                af_packet: true,
+                af_xdp: true,
+                fuse: true
+            },
+            "as root"
+        );
+        let exe = std::env::current_exe().unwrap();
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+            ])
+            .arg(&exe)
+            .args(["--exact", "probe::tests::probe_child", "--nocapture", "--test-threads=1"])
+            .env(AS_NOBODY, "1")
+            .output()
+            .expect("running setpriv (util-linux)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            // libtest prints the test's name on the same line before what the test prints.
+            .find_map(|l| l.split_once("CAPS ").map(|(_, caps)| caps))
+            .unwrap_or_else(|| {
+                panic!(
+                    "the probe as nobody printed nothing: {text}{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+        let nobody: super::Capabilities = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            nobody,
+            super::Capabilities {
+                bpf: unpriv_bpf,
+                af_packet: false,
+                af_xdp: false,
+                // rw for others: anyone may mount with fusermount3
+                fuse: fuse_mode & 0o006 == 0o006,
+            },
+            "as nobody without capabilities"
+        );
+    }
+
+    /// The probing half of the test above, run as nobody (does nothing otherwise).
+    #[test]
+    fn probe_child() {
+        if std::env::var_os(AS_NOBODY).is_some() {
+            println!(
+                "CAPS {}",
+                serde_json::to_string(&super::capabilities()).unwrap()
+            );
+        }
     }
 
     /// The cheap AF_PACKET check agrees with the real operation.

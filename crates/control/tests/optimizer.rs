@@ -248,11 +248,34 @@ proptest! {
         text += " | null";
         let sys = common::system(system);
         let (_, req) = request_from_text(&text, &Catalog::new(common::filters()), Load { blocks_per_sec: rate, bytes_per_block: 500.0 }).unwrap();
-        if let Ok((h, _)) = push_down(&req, &sys) {
-            let (o, _) = ilp(&req, &sys, 30.0).unwrap();
-            let (co, ch) = (cost(&req, &sys, &o), cost(&req, &sys, &h));
-            // Equal up to the optimizer's tie-break (under one cycle per second in total).
-            prop_assert!(co <= ch + 1.0, "{text} on {system}: ilp {co} > heuristic {ch}");
+        match push_down(&req, &sys) {
+            Ok((h, _)) => {
+                let (o, _) = ilp(&req, &sys, 30.0).unwrap();
+                let (co, ch) = (cost(&req, &sys, &o), cost(&req, &sys, &h));
+                // Equal up to the optimizer's tie-break (under one cycle per second in total).
+                prop_assert!(co <= ch + 1.0, "{text} on {system}: ilp {co} > heuristic {ch}");
+            }
+            // The heuristic found nothing: the ILP must prove that nothing fits. A plan
+            // from the ILP is either one that overloads a CPU (an ILP bug) or one the
+            // greedy order missed; both fail (a push_down that always gave up would
+            // otherwise pass).
+            Err(e) => {
+                prop_assert!(matches!(e, control::PlanError::Infeasible(_)), "{text} on {system}: {e}");
+                match ilp(&req, &sys, 30.0) {
+                    Err(control::PlanError::Infeasible(_)) => {}
+                    Err(e) => prop_assert!(false, "{text} on {system}: {e}"),
+                    Ok((o, _)) => {
+                        let mut load = std::collections::HashMap::<usize, f64>::new();
+                        for (i, c) in o.iter().enumerate() {
+                            *load.entry(sys.spaces[c.space].cpu).or_default() += req.node_cycles(i, c.imp);
+                        }
+                        for (cpu, l) in load {
+                            prop_assert!(l <= sys.cycles_per_sec * (1.0 + 1e-9), "{text} on {system}: the ILP loads CPU {cpu} with {l:.3e} cycles/s of {:.3e}", sys.cycles_per_sec);
+                        }
+                        prop_assert!(false, "{text} on {system}: push_down found no plan, the ILP found one that fits every CPU: {o:?}");
+                    }
+                }
+            }
         }
     }
 }

@@ -6,8 +6,9 @@ use dataplane::Space;
 use std::sync::atomic::AtomicBool;
 
 /// Parse `data` as a frame of each link type, then as a capture file through a pipeline of
-/// every protocol filter. Panics only on a bug.
-pub fn run_capture(data: &[u8]) {
+/// every protocol filter. Panics only on a bug. Returns whether the pipeline ran (the
+/// file's header was valid), so a replay can tell that its inputs reach the filters.
+pub fn run_capture(data: &[u8]) -> bool {
     for &link in LINKTYPES {
         if let Some(p) = parse(data, Some(link)) {
             assert!(
@@ -40,6 +41,7 @@ pub fn run_capture(data: &[u8]) {
     }
     file.extend_from_slice(data);
     // The reader itself: every record lies inside the file, rewrites stay in the copy.
+    let header_ok = crate::savefile::Savefile::open(&file).is_ok();
     if let Ok(mut sf) = crate::savefile::Savefile::open(&file) {
         while let Ok(Some(r)) = sf.next(&file) {
             assert!(
@@ -53,16 +55,37 @@ pub fn run_capture(data: &[u8]) {
         }
     }
     let path = std::env::temp_dir().join(format!("sl-fuzz-capture-{}.pcap", std::process::id()));
-    if std::fs::write(&path, &file).is_err() {
-        return;
-    }
+    // Setting up is not under test: a file that cannot be written is the environment's
+    // failure, said as such, never an input passed unread.
+    std::fs::write(&path, &file)
+        .unwrap_or_else(|e| panic!("setup: writing {}: {e}", path.display()));
+    let _cleanup = RemoveOnDrop(&path);
     let pipeline = format!(
         "pcapin file={} | eth + ip + tcp + udp + icmp + dport + sport + proto + flow + http + dns + tcpstream + strip + (inspect format=json file=/dev/null)",
         path.display()
     );
     let g = lang::parse(&pipeline, &crate::Natives).expect("fixed pipeline parses");
-    if let Ok(mut s) = Space::build(&g, &crate::Library, 1 << 20) {
-        s.run(&AtomicBool::new(false), |_| {});
+    // pcapin refuses at build exactly the files whose header libpcap refuses (the reader
+    // above): any other build failure is a bug, not an input to skip.
+    let built = Space::build(&g, &crate::Library, 1 << 20);
+    match built {
+        Ok(mut s) => {
+            assert!(header_ok, "pcapin accepted a file the savefile reader refuses");
+            s.run(&AtomicBool::new(false), |_| {});
+        }
+        Err(e) => assert!(
+            !header_ok,
+            "building the fixed pipeline failed on a capture file with a valid header: {e}"
+        ),
     }
-    let _ = std::fs::remove_file(&path);
+    header_ok
+}
+
+/// Removes the scratch capture file however the harness ends (a panic included).
+struct RemoveOnDrop<'a>(&'a std::path::Path);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
 }

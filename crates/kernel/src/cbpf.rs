@@ -631,5 +631,87 @@ mod tests {
                 let _ = p.run(&pkt, pkt.len() as u32);
             }
         }
+
+        /// Random programs made only of valid instructions (every load, store, ALU
+        /// operation, jump, return and misc opcode, jumps inside the program) are all
+        /// accepted, and our interpreter's verdict on random packets is libpcap's
+        /// (`bpf_filter`, the reference interpreter), so the run path is what is tested.
+        #[test]
+        fn valid_random_programs_run_as_libpcap_runs_them(
+            ins in proptest::collection::vec((0usize..VALID.len(), any::<u32>(), any::<u8>(), any::<u8>()), 1..24),
+            pkt in proptest::collection::vec(any::<u8>(), 0..80),
+            extra in 0u32..100,
+        ) {
+            let n = ins.len();
+            let insns: Vec<Insn> = ins.iter().enumerate().map(|(i, &(op, k, jt, jf))| {
+                let code = if i == n - 1 { RET | [0, RVAL_A][op % 2] } else { VALID[op] };
+                // Room ahead of this instruction (the last one is a return).
+                let ahead = (n - i - 1).saturating_sub(1) as u32;
+                let k = match code & 0x07 {
+                    // Offsets around the packet's length (some loads fall outside).
+                    LD | LDX if code & 0xe0 != IMM => if code & 0xe0 == MEM { k % MEMWORDS } else { k % 96 },
+                    ST | STX => k % MEMWORDS,
+                    // No constant zero divisor; shifts by a constant below 32 (as the kernel).
+                    ALU if matches!(code & 0xf0, 0x30 | 0x90) && code & SRC_X == 0 => k.max(1),
+                    ALU if matches!(code & 0xf0, 0x60 | 0x70) && code & SRC_X == 0 => k % 32,
+                    JMP if code & 0xf0 == 0 => k % (ahead + 1),
+                    RET => if k % 2 == 0 { k % 200 } else { k },
+                    _ => if k % 3 == 0 { k % 40 } else { k },
+                };
+                let (jt, jf) = ((jt as u32 % (ahead + 1)) as u8, (jf as u32 % (ahead + 1)) as u8);
+                Insn { code, jt, jf, k }
+            }).collect();
+            // Every scratch word stored first (A is 0): libpcap leaves them uninitialized,
+            // and the kernel refuses programs that load one before a store.
+            let insns: Vec<Insn> = (0..MEMWORDS).map(|k| Insn { code: ST, jt: 0, jf: 0, k }).chain(insns).collect();
+            let p = Program::new(insns.clone()).map_err(|e| TestCaseError::fail(format!("{e}: {insns:?}")))?;
+            let wirelen = pkt.len() as u32 + extra;
+            prop_assert_eq!(p.run(&pkt, wirelen), libpcap::verdict(&insns, &pkt, wirelen), "{:?} on {:?}", insns, pkt);
+        }
+    }
+
+    /// Every valid opcode (the generator also ends programs with a return).
+    const VALID: &[u16] = &[
+        LD | W | ABS, LD | H | ABS, LD | B | ABS, LD | W | IND, LD | H | IND, LD | B | IND,
+        LD | IMM, LD | LEN, LD | MEM, LDX | IMM, LDX | LEN, LDX | MEM, LDX | B | MSH,
+        ST, STX,
+        ALU, ALU | 0x10, ALU | 0x20, ALU | 0x30, ALU | 0x40, ALU | 0x50, ALU | 0x60, ALU | 0x70,
+        ALU | 0x80, ALU | 0x90, ALU | 0xa0,
+        ALU | SRC_X, ALU | 0x10 | SRC_X, ALU | 0x20 | SRC_X, ALU | 0x30 | SRC_X, ALU | 0x40 | SRC_X,
+        ALU | 0x50 | SRC_X, ALU | 0x60 | SRC_X, ALU | 0x70 | SRC_X, ALU | 0x90 | SRC_X, ALU | 0xa0 | SRC_X,
+        JMP, JMP | 0x10, JMP | 0x20, JMP | 0x30, JMP | 0x40,
+        JMP | 0x10 | SRC_X, JMP | 0x20 | SRC_X, JMP | 0x30 | SRC_X, JMP | 0x40 | SRC_X,
+        RET, RET | RVAL_A, MISC, MISC | 0x80,
+    ];
+    // Not `RET | RVAL_X`: our validator accepts it, libpcap's interpreter aborts on it
+    // and the kernel's checker refuses it (classic BPF returns a constant or A).
+
+    /// libpcap's reference interpreter, through its C interface.
+    #[allow(unsafe_code)]
+    mod libpcap {
+        #[repr(C)]
+        struct BpfInsn {
+            code: u16,
+            jt: u8,
+            jf: u8,
+            k: u32,
+        }
+
+        #[link(name = "pcap")]
+        extern "C" {
+            fn bpf_filter(pc: *const BpfInsn, p: *const u8, wirelen: u32, buflen: u32) -> u32;
+        }
+
+        /// libpcap's verdict for `insns` (a validated program) on `pkt`.
+        pub fn verdict(insns: &[super::Insn], pkt: &[u8], wirelen: u32) -> u32 {
+            let prog: Vec<BpfInsn> = insns
+                .iter()
+                .map(|i| BpfInsn { code: i.code, jt: i.jt, jf: i.jf, k: i.k })
+                .collect();
+            // SAFETY: `prog` is a program that ends in a return with every jump inside it
+            // (validated by the caller), as bpf_filter requires; it reads `buflen` bytes
+            // of `pkt`, which holds them, and both outlive the call.
+            unsafe { bpf_filter(prog.as_ptr(), pkt.as_ptr(), wirelen, pkt.len() as u32) }
+        }
     }
 }

@@ -194,3 +194,88 @@ pub fn share_key(pipeline: &str) -> String {
         .key
         .clone()
 }
+
+/// The names under /dev/shm that process `root` and its descendants hold now (mapped or
+/// open): what a run made and uses, as opposed to what other runs on the machine made.
+/// Tests that check a run leaves nothing behind judge only these (and its own share
+/// names), so a daemon or another test's run beside them is not taken for a leak.
+#[allow(dead_code)]
+pub fn shm_held_by_tree(root: u32) -> std::collections::BTreeSet<String> {
+    let procs: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                    let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                    let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+                    Some((pid, ppid))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        tree.extend(procs.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for pid in tree {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| Some(std::fs::read_link(e.path()).ok()?.to_str()?.to_string()))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        for path in maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5).map(str::to_string))
+            .chain(fds)
+        {
+            if let Some(n) = path.strip_prefix("/dev/shm/") {
+                names.insert(n.trim_end_matches(" (deleted)").to_string());
+            }
+        }
+    }
+    names
+}
+
+/// The names under /dev/shm that any process holds now (mapped or open).
+#[allow(dead_code)]
+pub fn shm_held_by_anyone() -> std::collections::BTreeSet<String> {
+    shm_held_by_tree(1)
+}
+
+/// Waits until every object that is in /dev/shm now but not in `before` is held by some
+/// process (another run's, live), and fails naming those held by none, what a run that
+/// ended left behind, if they remain after 10 s. Objects of other runs on the machine
+/// are not taken for leaks: they are held by their runs, or gone when they end.
+#[allow(dead_code)]
+pub fn assert_no_orphans_since(before: &[String], what: &str) {
+    let orphans = || {
+        let held = shm_held_by_anyone();
+        std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| !before.contains(n) && !held.contains(n))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let left = orphans();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{what}: left in /dev/shm, held by no process: {left:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
