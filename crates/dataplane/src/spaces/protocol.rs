@@ -93,22 +93,27 @@ fn unescape(s: &str) -> String {
     out
 }
 
+/// One `node` record: label, counters, summary (`-` for none).
+fn node_line(n: &NodeReport, summary: &str) -> String {
+    let c = n.counters;
+    format!(
+        "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{summary}\n",
+        one_line(&n.label),
+        c.blocks_in,
+        c.bytes_in,
+        c.blocks_out,
+        c.bytes_out,
+        c.drops,
+        c.nanos,
+    )
+}
+
 /// A space's report as protocol text.
 pub(super) fn report_text(space: &Space) -> String {
     let mut t = String::new();
     for n in space.report() {
-        let c = n.counters;
-        t += &format!(
-            "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
-            one_line(&n.label),
-            c.blocks_in,
-            c.bytes_in,
-            c.blocks_out,
-            c.bytes_out,
-            c.drops,
-            c.nanos,
-            n.summary.as_deref().map_or("-".to_string(), one_line)
-        );
+        let summary = n.summary.as_deref().map_or("-".to_string(), one_line);
+        t += &node_line(&n, &summary);
     }
     for w in space.warnings() {
         t += &format!("warn\t{}\n", one_line(w));
@@ -131,17 +136,7 @@ pub(super) const COUNTERS: &str = "counters\n";
 pub(super) fn counters_text(space: &Space) -> String {
     let mut t = String::from(COUNTERS);
     for n in space.report() {
-        let c = n.counters;
-        t += &format!(
-            "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t-\n",
-            one_line(&n.label),
-            c.blocks_in,
-            c.bytes_in,
-            c.blocks_out,
-            c.bytes_out,
-            c.drops,
-            c.nanos,
-        );
+        t += &node_line(&n, "-");
     }
     t
 }
