@@ -740,7 +740,10 @@ fn bad_devices_filters_daemons_and_readers() {
     let mut c = on_streamline(&d, "tcpdump");
     c.env("STREAMLINE_SOCKET", "/nonexistent/control")
         .env("STREAMLINE_PCAP_FALLBACK", "1");
-    let fb = tcpdump(c, &v.here, "udp", &dir.join("fb.pcap"));
+    // The system's libpcap in immediate mode makes frames of the snap length (256 KiB by
+    // default): its default 2 MB ring then holds 8 packets, and a loaded machine drops.
+    // A competent user gives it a snap length and a buffer.
+    let fb = tcpdump_with(c, &["-s", "2048", "-B", "16384"], &v.here, "udp", &dir.join("fb.pcap"));
     // A reader killed mid-capture: the others and the daemon carry on.
     let victim = tcpdump(
         on_streamline(&d, "tcpdump"),

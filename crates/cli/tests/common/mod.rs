@@ -154,9 +154,23 @@ pub fn wait_capturing(pid: u32, dev: &str) {
         if bound {
             return;
         }
+        // A process that ended (or is a zombie) will never capture: say so at once.
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next().unwrap_or('?')));
+        assert!(
+            !matches!(state, None | Some('Z') | Some('X')),
+            "process {pid} ended before it captured on {dev}"
+        );
         assert!(
             std::time::Instant::now() < until,
-            "process {pid} did not start capturing on {dev} within 30 s"
+            "process {pid} did not start capturing on {dev} within 30 s (state {state:?}; its threads: {:?})",
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map(|d| d
+                    .flatten()
+                    .filter_map(|t| std::fs::read_to_string(t.path().join("wchan")).ok())
+                    .collect::<Vec<_>>())
+                .unwrap_or_default()
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

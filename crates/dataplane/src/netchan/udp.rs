@@ -54,6 +54,9 @@ pub const DEFAULT_DGRAM: usize = 1472;
 /// Default seconds of silence after which a receiver gives its sender up.
 pub const DEFAULT_IDLE: f64 = 5.0;
 
+/// How long a receiver holding part of a sender's batch waits for the rest (ms).
+const BATCH_REST_MS: u16 = 200;
+
 const DATA: u8 = 0;
 const END: u8 = 1;
 const HELLO: u8 = 2;
@@ -702,9 +705,13 @@ impl Filter for UdpIn {
                 .map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN))
                 .collect();
             if !out.is_empty() {
-                // Part of a sender's batch: wait a moment for the rest (its last datagram
-                // may be lost: never longer), so batches here are the sender's.
-                if batch_end || out.len() >= max || nix::poll::poll(&mut fds, 5u16).unwrap_or(0) == 0 {
+                // Part of a sender's batch: wait for the rest, so batches here are the
+                // sender's (a `+` after netin passes its branches' blocks batch by batch:
+                // other cuts would give another order than on one host). The sender sends
+                // a batch back to back; the wait is long enough for a loaded machine to
+                // finish it (5 ms was not: a descheduled sender cut batches), and costs
+                // only when the batch's last datagram was lost.
+                if batch_end || out.len() >= max || nix::poll::poll(&mut fds, BATCH_REST_MS).unwrap_or(0) == 0 {
                     return true;
                 }
                 continue;
