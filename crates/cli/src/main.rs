@@ -17,6 +17,7 @@ mod access;
 mod compat;
 mod context;
 mod edits;
+mod help;
 mod preload;
 mod remote;
 mod shaping;
@@ -93,7 +94,8 @@ pub(crate) fn ignore_stop_signals() {
 #[command(
     name = "streamline",
     version,
-    about = "Extended Unix pipelines over shared-memory rings"
+    about = "Extended Unix pipelines over shared-memory rings",
+    disable_help_subcommand = true
 )]
 struct Cli {
     /// The daemon's control socket (default: $STREAMLINE_SOCKET, else
@@ -222,6 +224,9 @@ enum Cmd {
     },
     /// Parse a pipeline and print its graph (or the error).
     Check { pipeline: String },
+    /// Print a command's help, or a topic: `pipelines` (the language, with examples),
+    /// `options` (what every filter takes), `policy` (the daemon's policy file).
+    Help { topic: Option<String> },
     /// List native filters, or print one filter's documentation.
     Filters { name: Option<String> },
     /// A process space of a run (started by `streamline run` itself).
@@ -302,15 +307,23 @@ fn resolver() -> lang::WithPath<filters::Natives> {
     lang::WithPath(filters::Natives)
 }
 
+/// The command line's definition, with the help topics listed after the commands.
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().after_help(help::topics_text())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::FromArgMatches;
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     match cli.cmd {
         Cmd::Filters { name: None } => {
             for s in filters::REGISTRY {
-                println!("{:<10} {}", s.name, s.synopsis);
+                println!("{:<10} {}", s.name, s.summary());
             }
             ExitCode::SUCCESS
         }
+        Cmd::Help { topic } => help_topic(topic.as_deref()),
         Cmd::Filters { name: Some(n) } => {
             match filters::find(&n) {
                 Some(s) => {
@@ -357,7 +370,9 @@ fn main() -> ExitCode {
                 chaos,
             };
             match remote::connect(cli.socket.as_deref()) {
-                Some(Ok(c)) => remote::run(c, &pipeline, o, detach.then_some(log)),
+                Some(Ok(c)) => {
+                    remote::run(c, cli.socket.as_deref(), &pipeline, o, detach.then_some(log))
+                }
                 Some(Err(e)) => {
                     eprintln!("streamline: {e} (run stand-alone with --socket none)");
                     ExitCode::from(1)
@@ -368,7 +383,13 @@ fn main() -> ExitCode {
                     eprintln!("streamline: --detach needs a daemon, and none answers on {p} (start one with `streamlined`)");
                     ExitCode::from(2)
                 }
-                None => run(&pipeline, &o),
+                None => {
+                    let why = match daemon::client::socket_path(cli.socket.as_deref()) {
+                        Some(p) => format!("no daemon answers on {}", p.display()),
+                        None => "--socket none".to_string(),
+                    };
+                    run(&pipeline, &o, &why)
+                }
             }
         }
         Cmd::Ps => remote::ps(cli.socket.as_deref()),
@@ -432,6 +453,34 @@ fn main() -> ExitCode {
     }
 }
 
+/// `streamline help [TOPIC]`: a topic of `help`, a command's long help, or the list.
+fn help_topic(topic: Option<&str>) -> ExitCode {
+    let mut cmd = command();
+    let Some(t) = topic else {
+        let _ = cmd.print_long_help();
+        return ExitCode::SUCCESS;
+    };
+    if let Some(text) = help::topic(t) {
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    match cmd.find_subcommand_mut(t) {
+        Some(sub) if !sub.is_hide_set() => {
+            let mut sub = sub.clone().bin_name(format!("streamline {t}"));
+            let _ = sub.print_long_help();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let topics: Vec<&str> = help::TOPICS.iter().map(|(n, _)| *n).collect();
+            eprintln!(
+                "streamline: error: no command or help topic '{t}' (topics: {}; `streamline help` lists the commands)",
+                topics.join(", ")
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// `streamline maps`: every pinned program of a running run, its maps decoded as the
 /// filter prints its totals.
 fn maps(watch: Option<f64>, top: usize) -> ExitCode {
@@ -479,6 +528,53 @@ fn maps(watch: Option<f64>, top: usize) -> ExitCode {
         println!();
     }
     ExitCode::SUCCESS
+}
+
+/// Where each filter of a built graph runs, by space, in the runtime's names:
+/// `kernel:bpf local:rx,count t1:deflate t2:deflate p3:gzip` (kernel first, then by
+/// space id; a filter on the capture socket is `kernel`; the `split` and `join` a
+/// replicated filter makes, and the run's internal nodes (`__publish`), are left out).
+/// The same pure placement the build applies (`dataplane::spaces::{replicate, place}`);
+/// empty if it cannot be computed (the build then says why).
+fn layout(g: &lang::Graph) -> String {
+    use dataplane::spaces::SpaceKind;
+    let Ok(g) = dataplane::spaces::replicate(g, &filters::Library) else {
+        return String::new();
+    };
+    let Ok(p) = dataplane::spaces::place(&g) else {
+        return String::new();
+    };
+    let mut groups: std::collections::BTreeMap<(u8, usize), Vec<String>> = Default::default();
+    for n in &g.nodes {
+        let (name, kernel) = match &n.kind {
+            lang::NodeKind::Filter { filter, place, .. } => (
+                filter.clone(),
+                matches!(place.side, Some(lang::Side::Kernel { .. })),
+            ),
+            lang::NodeKind::Unix { argv, .. } => {
+                (argv.first().cloned().unwrap_or_default(), false)
+            }
+            _ => continue,
+        };
+        if name.starts_with("__") {
+            continue;
+        }
+        let key = if kernel { (0, 0) } else { (1, p.space[n.id]) };
+        groups.entry(key).or_default().push(name);
+    }
+    groups
+        .into_iter()
+        .map(|((k, id), names)| {
+            let space = match (k, p.kind(id)) {
+                (0, _) => "kernel".to_string(),
+                (_, SpaceKind::Local) => "local".to_string(),
+                (_, SpaceKind::Thread) => format!("t{id}"),
+                (_, SpaceKind::Process) => format!("p{id}"),
+            };
+            format!("{space}:{}", names.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `deflate space=2,3; bpf placed=user`: the plan's choices, by filter.
@@ -821,6 +917,8 @@ pub(crate) struct Prepared {
     pub placement: String,
     /// The permission bits of the run's streams (the narrowest source's, at most 0644).
     pub mode: u32,
+    /// Where each filter runs, by space ([`layout`]; `ps`'s PLACEMENT column).
+    pub layout: String,
 }
 
 /// A run that could not be prepared: the message (with the caret) and the exit status.
@@ -929,6 +1027,7 @@ pub(crate) fn prepare(
         .and_then(|v| v.parse().ok());
     #[cfg(not(debug_assertions))]
     let fail_at = None;
+    let layout = layout(&g);
     let spaces = Spaces::build_steps(
         &g,
         &filters::Library,
@@ -952,6 +1051,7 @@ pub(crate) fn prepare(
         spaces,
         placement: shown.scrub(&placement),
         mode,
+        layout: shown.scrub(&layout),
     })
 }
 
@@ -1010,7 +1110,8 @@ pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8
     rep.status.unwrap_or(0)
 }
 
-fn run(pipeline: &str, o: &daemon::proto::RunOptions) -> ExitCode {
+/// A run without the daemon (`why`: why not through one, for the line saying so).
+fn run(pipeline: &str, o: &daemon::proto::RunOptions, why: &str) -> ExitCode {
     let Prepared {
         spaces, placement, ..
     } = match prepare(pipeline, o, &[], &[]) {
@@ -1021,6 +1122,9 @@ fn run(pipeline: &str, o: &daemon::proto::RunOptions) -> ExitCode {
         }
     };
     let quiet = o.quiet;
+    if !quiet {
+        eprintln!("streamline: running stand-alone ({why})");
+    }
     if !quiet && !placement.is_empty() {
         eprintln!("{placement}");
     }

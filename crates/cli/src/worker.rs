@@ -213,6 +213,7 @@ pub fn worker(fd: i32) -> ExitCode {
         spaces,
         placement,
         mode,
+        layout,
     } = match prepare(&pipeline, &options, &modes, &extra) {
         Ok(p) => p,
         Err(e) => {
@@ -230,6 +231,7 @@ pub fn worker(fd: i32) -> ExitCode {
         &out,
         FromWorker::Built {
             placement: placement.clone(),
+            layout,
         },
     )
     .is_err()
