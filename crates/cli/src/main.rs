@@ -31,6 +31,35 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
+/// Every error `streamline` prints has one style: `streamline: error: WHAT`, then, for an
+/// error about pipeline text, the pipeline and a caret under the place (`lang::render`).
+/// A message that comes with a prefix of its own (a lang `Diagnostic`'s `error: `, the
+/// `streamline: ` of a message made by `prepare`, in a worker or here) gets this one
+/// instead; a warning is `streamline: warning: WHAT`.
+pub(crate) fn error_text(m: &str) -> String {
+    let mut rest = m;
+    loop {
+        let before = rest;
+        for p in ["streamline: ", "error: "] {
+            if let Some(r) = rest.strip_prefix(p) {
+                rest = r;
+            }
+        }
+        if rest == before {
+            break;
+        }
+    }
+    format!("streamline: error: {rest}")
+}
+
+/// Print an error in the one style ([`error_text`]).
+macro_rules! error {
+    ($($t:tt)*) => {
+        eprintln!("{}", $crate::error_text(&format!($($t)*)))
+    };
+}
+pub(crate) use error;
+
 /// The signals that tell a run to stop: SIGINT (Ctrl-C), SIGTERM (`timeout`, `kill`,
 /// systemd, container runtimes) and SIGHUP (the terminal went away). The first one stops
 /// the run as its sources ending would (every sink flushed into a valid file, totals
@@ -315,7 +344,18 @@ fn command() -> clap::Command {
 
 fn main() -> ExitCode {
     use clap::FromArgMatches;
-    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    let cli = match command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(c) => c,
+        // Help and version as clap prints them; its errors in our one style.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprint!("{}", error_text(&e.render().to_string()));
+            std::process::exit(2);
+        }
+    };
     match cli.cmd {
         Cmd::Filters { name: None } => {
             for s in filters::REGISTRY {
@@ -331,7 +371,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 None => {
-                    eprintln!("streamline: no native filter named '{n}' (`streamline filters` lists them)");
+                    error!("no native filter named '{n}' (`streamline filters` lists them)");
                     ExitCode::from(2)
                 }
             }
@@ -342,7 +382,7 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(d) => {
-                eprintln!("{d}");
+                error!("{d}");
                 ExitCode::from(2)
             }
         },
@@ -374,13 +414,13 @@ fn main() -> ExitCode {
                     remote::run(c, cli.socket.as_deref(), &pipeline, o, detach.then_some(log))
                 }
                 Some(Err(e)) => {
-                    eprintln!("streamline: {e} (run stand-alone with --socket none)");
+                    error!("{e} (run stand-alone with --socket none)");
                     ExitCode::from(1)
                 }
                 None if detach => {
                     let p = daemon::client::socket_path(cli.socket.as_deref())
                         .map_or("none".into(), |p| p.display().to_string());
-                    eprintln!("streamline: --detach needs a daemon, and none answers on {p} (start one with `streamlined`)");
+                    error!("--detach needs a daemon, and none answers on {p} (start one with `streamlined`)");
                     ExitCode::from(2)
                 }
                 None => {
@@ -445,7 +485,7 @@ fn main() -> ExitCode {
             match plan(&pipeline, opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("streamline plan: {e}");
+                    error!("plan: {e}");
                     ExitCode::from(2)
                 }
             }
@@ -472,8 +512,8 @@ fn help_topic(topic: Option<&str>) -> ExitCode {
         }
         _ => {
             let topics: Vec<&str> = help::TOPICS.iter().map(|(n, _)| *n).collect();
-            eprintln!(
-                "streamline: error: no command or help topic '{t}' (topics: {}; `streamline help` lists the commands)",
+            error!(
+                "no command or help topic '{t}' (topics: {}; `streamline help` lists the commands)",
                 topics.join(", ")
             );
             ExitCode::from(2)
@@ -486,7 +526,7 @@ fn help_topic(topic: Option<&str>) -> ExitCode {
 fn maps(watch: Option<f64>, top: usize) -> ExitCode {
     if let Some(w) = watch {
         if !(w.is_finite() && w > 0.0) {
-            eprintln!("streamline maps: --watch {w}: expected a positive number of seconds");
+            error!("maps: --watch {w}: expected a positive number of seconds");
             return ExitCode::from(2);
         }
     }
@@ -630,49 +670,49 @@ fn process_space(
     // A non-root client's process space: the sockets its worker was lent decide, here
     // as there, which programs the graph passes may place on them.
     if let Err(e) = kernel::lend::install_from_env() {
-        eprintln!("streamline __space: {e}");
+        error!("process space: {e}");
         return ExitCode::from(2);
     }
     // Taken out of the environment before any thread or Unix command starts.
     let from_env = std::env::var(SPACE_PIPELINE_ENV).ok();
     std::env::remove_var(SPACE_PIPELINE_ENV);
     let Some(pipeline) = pipeline.or(from_env) else {
-        eprintln!("streamline __space: no pipeline (--pipeline or {SPACE_PIPELINE_ENV})");
+        error!("process space: no pipeline (--pipeline or {SPACE_PIPELINE_ENV})");
         return ExitCode::from(2);
     };
     ignore_stop_signals();
     let sock = match beltway::sys::inherited_unix_stream(fd) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("streamline __space: descriptor {fd}: {e} (this command is started by `streamline run`)");
+            error!("process space: descriptor {fd}: {e} (this command is started by `streamline run`)");
             return ExitCode::from(2);
         }
     };
     let g = match lang::parse(&pipeline, &resolver()) {
         Ok(g) => g,
         Err(d) => {
-            eprintln!("{}", d.redacted(&resolver()));
+            error!("{}", d.redacted(&resolver()));
             return ExitCode::from(2);
         }
     };
     let assignment = match control::Assignment::parse(assign) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("streamline __space: --assign: {e}");
+            error!("process space: --assign: {e}");
             return ExitCode::from(2);
         }
     };
     let share = match share.map(control::prefix::Share::parse).transpose() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("streamline __space: --share: {e}");
+            error!("process space: --share: {e}");
             return ExitCode::from(2);
         }
     };
     let g = match access::apply_export_modes_arg(&g, export_modes) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("streamline __space: {e}");
+            error!("process space: {e}");
             return ExitCode::from(2);
         }
     };
@@ -687,7 +727,7 @@ fn process_space(
     ) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("streamline __space: {e}");
+            error!("process space: {e}");
             return ExitCode::from(2);
         }
     };
@@ -1088,7 +1128,7 @@ pub(crate) fn print_report(
         }
     }
     for w in &rep.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("streamline: warning: {w}");
     }
 }
 
@@ -1097,7 +1137,7 @@ pub(crate) fn print_report(
 /// failed (as a shell pipeline's), else 0.
 pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8 {
     if let Some(d) = &rep.died {
-        eprintln!("streamline: {d}");
+        error!("{d}");
         return 1;
     }
     if sig != 0 {
@@ -1117,7 +1157,7 @@ fn run(pipeline: &str, o: &daemon::proto::RunOptions, why: &str) -> ExitCode {
     } = match prepare(pipeline, o, &[], &[]) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("{}", e.message);
+            error!("{}", e.message);
             return ExitCode::from(e.code);
         }
     };

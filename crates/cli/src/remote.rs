@@ -25,34 +25,25 @@ fn need(socket: Option<&str>) -> Result<Client, ExitCode> {
     match connect(socket) {
         Some(Ok(c)) => Ok(c),
         Some(Err(e)) => {
-            eprintln!("streamline: {e}");
+            crate::error!("{e}");
             Err(ExitCode::from(1))
         }
         None => {
             let p = daemon::client::socket_path(socket)
                 .map_or("none".to_string(), |p| p.display().to_string());
-            eprintln!("streamline: no daemon answers on {p} (start one with `streamlined`, or name its socket with --socket or STREAMLINE_SOCKET)");
+            crate::error!("no daemon answers on {p} (start one with `streamlined`, or name its socket with --socket or STREAMLINE_SOCKET)");
             Err(ExitCode::from(1))
         }
     }
 }
 
 fn refused(e: ClientError) -> ExitCode {
-    eprintln!("{}", prefixed(&e.to_string()));
+    crate::error!("{e}");
     match e {
         ClientError::Refused { errno, .. } if errno == libc::EINVAL || errno == libc::EACCES => {
             ExitCode::from(2)
         }
         _ => ExitCode::from(1),
-    }
-}
-
-/// Messages from the daemon that are not already a rendered diagnostic get our prefix.
-fn prefixed(m: &str) -> String {
-    if m.starts_with("error:") || m.starts_with("streamline") {
-        m.to_string()
-    } else {
-        format!("streamline: {m}")
     }
 }
 
@@ -70,7 +61,7 @@ pub fn run(
     let quiet = options.quiet;
     if detach.is_some() {
         if let Some(why) = reads_terminal_stdin(pipeline) {
-            eprintln!("{why}");
+            crate::error!("{why}");
             return ExitCode::from(2);
         }
     }
@@ -87,7 +78,7 @@ pub fn run(
         {
             Ok(f) => Some(f),
             Err(e) => {
-                eprintln!("streamline: --log {}: {e}", p.display());
+                crate::error!("--log {}: {e}", p.display());
                 return ExitCode::from(2);
             }
         },
@@ -97,7 +88,7 @@ pub fn run(
     let (context, cwd) = match crate::context::gather() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("streamline: {e}");
+            crate::error!("{e}");
             return ExitCode::from(1);
         }
     };
@@ -136,7 +127,7 @@ pub fn run(
             run
         }
         Ok((other, _)) => {
-            eprintln!("streamline: unexpected answer {other:?}");
+            crate::error!("unexpected answer {other:?}");
             return ExitCode::from(1);
         }
         Err(e) => return refused(e),
@@ -277,7 +268,7 @@ pub fn ps(socket: Option<&str>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(other) => {
-            eprintln!("streamline: unexpected answer {other:?}");
+            crate::error!("unexpected answer {other:?}");
             ExitCode::from(1)
         }
         Err(e) => refused(e),
@@ -401,7 +392,7 @@ pub fn edit(socket: Option<&str>, run: u64, edit: &str) -> ExitCode {
         Ok(op) => op,
         Err(e) => {
             // Said with its secrets redacted, as every message about a pipeline is.
-            eprintln!("{}", filters::shown(edit).scrub(&e.to_string()));
+            crate::error!("{}", filters::shown(edit).scrub(&e.to_string()));
             return ExitCode::from(2);
         }
     };
@@ -414,7 +405,7 @@ pub fn edit(socket: Option<&str>, run: u64, edit: &str) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(other) => {
-            eprintln!("streamline: unexpected answer {other:?}");
+            crate::error!("unexpected answer {other:?}");
             ExitCode::from(1)
         }
         Err(e) => refused(e),

@@ -395,7 +395,7 @@ impl Daemon {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    eprintln!("streamlined: accept: {e}");
+                    eprintln!("streamlined: error: accept: {e}");
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }

@@ -597,7 +597,7 @@ impl FilterSpec {
                     ')' => depth -= 1,
                     _ => {}
                 }
-                depth == 0 && c == sep && i >= 30
+                depth == 0 && c == sep && i >= 15
             });
             if let Some((i, _)) = cut {
                 s = &s[..i];
