@@ -182,6 +182,13 @@ fn filters_name_puts_the_shared_control_options_behind_one_line() {
     // What is the filter's own stays: gen's space=A,B refusal, count's summary.
     let gen = stdout_of(&["filters", "gen"]);
     assert!(gen.contains("space=A,B") && gen.contains("refused"), "{gen}");
+    // gen lists rate= in its synopsis, and where a count is read its suffixes are said.
+    assert!(gen.contains("[rate=N]"), "{gen}");
+    let count_line = gen
+        .lines()
+        .find(|l| l.trim_start().starts_with("count "))
+        .unwrap_or_else(|| panic!("{gen}"));
+    assert!(count_line.contains("20M = 20,971,520"), "{gen}");
 }
 
 #[test]

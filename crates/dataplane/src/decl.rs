@@ -633,6 +633,10 @@ impl FilterSpec {
             if p.secret {
                 s += " (secret: shown as <secret> in ps, PipesFS, logs and errors)";
             }
+            // Where a count or size is read, its suffixes are said (one home: the kind).
+            if matches!(p.kind, Kind::Size) {
+                s += " [K, M, G are binary: 2K = 2,048, 20M = 20,971,520]";
+            }
             s += "\n";
         }
         s += &format!("\nCLASSES\n    {}\n", self.classes);
