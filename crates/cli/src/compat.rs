@@ -78,7 +78,7 @@ pub fn run(print_dir: bool, cmd: &[String], socket: Option<&str>) -> ExitCode {
     let dir = match directory() {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("streamline compat: {e}");
+            crate::error!("compat: {e}");
             return ExitCode::from(2);
         }
     };
@@ -87,7 +87,7 @@ pub fn run(print_dir: bool, cmd: &[String], socket: Option<&str>) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let Some((prog, args)) = cmd.split_first() else {
-        eprintln!("streamline compat: which program? e.g. streamline compat -- tcpdump -i eth0");
+        crate::error!("compat: which program? e.g. streamline compat -- tcpdump -i eth0");
         return ExitCode::from(2);
     };
     // The loader ignores LD_LIBRARY_PATH for setuid/setgid programs (and for programs with
@@ -107,7 +107,7 @@ pub fn run(print_dir: bool, cmd: &[String], socket: Option<&str>) -> ExitCode {
         c.env("STREAMLINE_SOCKET", s);
     }
     let e = c.exec();
-    eprintln!("streamline compat: cannot run {prog}: {e}");
+    crate::error!("compat: cannot run {prog}: {e}");
     ExitCode::from(127)
 }
 

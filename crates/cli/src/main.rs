@@ -17,6 +17,7 @@ mod access;
 mod compat;
 mod context;
 mod edits;
+mod help;
 mod preload;
 mod remote;
 mod shaping;
@@ -29,6 +30,35 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
+
+/// Every error `streamline` prints has one style: `streamline: error: WHAT`, then, for an
+/// error about pipeline text, the pipeline and a caret under the place (`lang::render`).
+/// A message that comes with a prefix of its own (a lang `Diagnostic`'s `error: `, the
+/// `streamline: ` of a message made by `prepare`, in a worker or here) gets this one
+/// instead; a warning is `streamline: warning: WHAT`.
+pub(crate) fn error_text(m: &str) -> String {
+    let mut rest = m;
+    loop {
+        let before = rest;
+        for p in ["streamline: ", "error: "] {
+            if let Some(r) = rest.strip_prefix(p) {
+                rest = r;
+            }
+        }
+        if rest == before {
+            break;
+        }
+    }
+    format!("streamline: error: {rest}")
+}
+
+/// Print an error in the one style ([`error_text`]).
+macro_rules! error {
+    ($($t:tt)*) => {
+        eprintln!("{}", $crate::error_text(&format!($($t)*)))
+    };
+}
+pub(crate) use error;
 
 /// The signals that tell a run to stop: SIGINT (Ctrl-C), SIGTERM (`timeout`, `kill`,
 /// systemd, container runtimes) and SIGHUP (the terminal went away). The first one stops
@@ -93,7 +123,8 @@ pub(crate) fn ignore_stop_signals() {
 #[command(
     name = "streamline",
     version,
-    about = "Extended Unix pipelines over shared-memory rings"
+    about = "Extended Unix pipelines over shared-memory rings",
+    disable_help_subcommand = true
 )]
 struct Cli {
     /// The daemon's control socket (default: $STREAMLINE_SOCKET, else
@@ -222,6 +253,9 @@ enum Cmd {
     },
     /// Parse a pipeline and print its graph (or the error).
     Check { pipeline: String },
+    /// Print a command's help, or a topic: `pipelines` (the language, with examples),
+    /// `options` (what every filter takes), `policy` (the daemon's policy file).
+    Help { topic: Option<String> },
     /// List native filters, or print one filter's documentation.
     Filters { name: Option<String> },
     /// A process space of a run (started by `streamline run` itself).
@@ -302,15 +336,34 @@ fn resolver() -> lang::WithPath<filters::Natives> {
     lang::WithPath(filters::Natives)
 }
 
+/// The command line's definition, with the help topics listed after the commands.
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().after_help(help::topics_text())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::FromArgMatches;
+    let cli = match command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(c) => c,
+        // Help and version as clap prints them; its errors in our one style.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprint!("{}", error_text(&e.render().to_string()));
+            std::process::exit(2);
+        }
+    };
     match cli.cmd {
         Cmd::Filters { name: None } => {
             for s in filters::REGISTRY {
-                println!("{:<10} {}", s.name, s.synopsis);
+                println!("{:<10} {}", s.name, s.summary());
             }
             ExitCode::SUCCESS
         }
+        Cmd::Help { topic } => help_topic(topic.as_deref()),
         Cmd::Filters { name: Some(n) } => {
             match filters::find(&n) {
                 Some(s) => {
@@ -318,7 +371,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 None => {
-                    eprintln!("streamline: no native filter named '{n}' (`streamline filters` lists them)");
+                    error!("no native filter named '{n}' (`streamline filters` lists them)");
                     ExitCode::from(2)
                 }
             }
@@ -329,7 +382,7 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(d) => {
-                eprintln!("{d}");
+                error!("{d}");
                 ExitCode::from(2)
             }
         },
@@ -357,18 +410,26 @@ fn main() -> ExitCode {
                 chaos,
             };
             match remote::connect(cli.socket.as_deref()) {
-                Some(Ok(c)) => remote::run(c, &pipeline, o, detach.then_some(log)),
+                Some(Ok(c)) => {
+                    remote::run(c, cli.socket.as_deref(), &pipeline, o, detach.then_some(log))
+                }
                 Some(Err(e)) => {
-                    eprintln!("streamline: {e} (run stand-alone with --socket none)");
+                    error!("{e} (run stand-alone with --socket none)");
                     ExitCode::from(1)
                 }
                 None if detach => {
                     let p = daemon::client::socket_path(cli.socket.as_deref())
                         .map_or("none".into(), |p| p.display().to_string());
-                    eprintln!("streamline: --detach needs a daemon, and none answers on {p} (start one with `streamlined`)");
+                    error!("--detach needs a daemon, and none answers on {p} (start one with `streamlined`)");
                     ExitCode::from(2)
                 }
-                None => run(&pipeline, &o),
+                None => {
+                    let why = match daemon::client::socket_path(cli.socket.as_deref()) {
+                        Some(p) => format!("no daemon answers on {}", p.display()),
+                        None => "--socket none".to_string(),
+                    };
+                    run(&pipeline, &o, &why)
+                }
             }
         }
         Cmd::Ps => remote::ps(cli.socket.as_deref()),
@@ -424,10 +485,38 @@ fn main() -> ExitCode {
             match plan(&pipeline, opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("streamline plan: {e}");
+                    error!("plan: {e}");
                     ExitCode::from(2)
                 }
             }
+        }
+    }
+}
+
+/// `streamline help [TOPIC]`: a topic of `help`, a command's long help, or the list.
+fn help_topic(topic: Option<&str>) -> ExitCode {
+    let mut cmd = command();
+    let Some(t) = topic else {
+        let _ = cmd.print_long_help();
+        return ExitCode::SUCCESS;
+    };
+    if let Some(text) = help::topic(t) {
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    match cmd.find_subcommand_mut(t) {
+        Some(sub) if !sub.is_hide_set() => {
+            let mut sub = sub.clone().bin_name(format!("streamline {t}"));
+            let _ = sub.print_long_help();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let topics: Vec<&str> = help::TOPICS.iter().map(|(n, _)| *n).collect();
+            error!(
+                "no command or help topic '{t}' (topics: {}; `streamline help` lists the commands)",
+                topics.join(", ")
+            );
+            ExitCode::from(2)
         }
     }
 }
@@ -437,7 +526,7 @@ fn main() -> ExitCode {
 fn maps(watch: Option<f64>, top: usize) -> ExitCode {
     if let Some(w) = watch {
         if !(w.is_finite() && w > 0.0) {
-            eprintln!("streamline maps: --watch {w}: expected a positive number of seconds");
+            error!("maps: --watch {w}: expected a positive number of seconds");
             return ExitCode::from(2);
         }
     }
@@ -479,6 +568,53 @@ fn maps(watch: Option<f64>, top: usize) -> ExitCode {
         println!();
     }
     ExitCode::SUCCESS
+}
+
+/// Where each filter of a built graph runs, by space, in the runtime's names:
+/// `kernel:bpf local:rx,count t1:deflate t2:deflate p3:gzip` (kernel first, then by
+/// space id; a filter on the capture socket is `kernel`; the `split` and `join` a
+/// replicated filter makes, and the run's internal nodes (`__publish`), are left out).
+/// The same pure placement the build applies (`dataplane::spaces::{replicate, place}`);
+/// empty if it cannot be computed (the build then says why).
+fn layout(g: &lang::Graph) -> String {
+    use dataplane::spaces::SpaceKind;
+    let Ok(g) = dataplane::spaces::replicate(g, &filters::Library) else {
+        return String::new();
+    };
+    let Ok(p) = dataplane::spaces::place(&g) else {
+        return String::new();
+    };
+    let mut groups: std::collections::BTreeMap<(u8, usize), Vec<String>> = Default::default();
+    for n in &g.nodes {
+        let (name, kernel) = match &n.kind {
+            lang::NodeKind::Filter { filter, place, .. } => (
+                filter.clone(),
+                matches!(place.side, Some(lang::Side::Kernel { .. })),
+            ),
+            lang::NodeKind::Unix { argv, .. } => {
+                (argv.first().cloned().unwrap_or_default(), false)
+            }
+            _ => continue,
+        };
+        if name.starts_with("__") {
+            continue;
+        }
+        let key = if kernel { (0, 0) } else { (1, p.space[n.id]) };
+        groups.entry(key).or_default().push(name);
+    }
+    groups
+        .into_iter()
+        .map(|((k, id), names)| {
+            let space = match (k, p.kind(id)) {
+                (0, _) => "kernel".to_string(),
+                (_, SpaceKind::Local) => "local".to_string(),
+                (_, SpaceKind::Thread) => format!("t{id}"),
+                (_, SpaceKind::Process) => format!("p{id}"),
+            };
+            format!("{space}:{}", names.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `deflate space=2,3; bpf placed=user`: the plan's choices, by filter.
@@ -534,49 +670,49 @@ fn process_space(
     // A non-root client's process space: the sockets its worker was lent decide, here
     // as there, which programs the graph passes may place on them.
     if let Err(e) = kernel::lend::install_from_env() {
-        eprintln!("streamline __space: {e}");
+        error!("process space: {e}");
         return ExitCode::from(2);
     }
     // Taken out of the environment before any thread or Unix command starts.
     let from_env = std::env::var(SPACE_PIPELINE_ENV).ok();
     std::env::remove_var(SPACE_PIPELINE_ENV);
     let Some(pipeline) = pipeline.or(from_env) else {
-        eprintln!("streamline __space: no pipeline (--pipeline or {SPACE_PIPELINE_ENV})");
+        error!("process space: no pipeline (--pipeline or {SPACE_PIPELINE_ENV})");
         return ExitCode::from(2);
     };
     ignore_stop_signals();
     let sock = match beltway::sys::inherited_unix_stream(fd) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("streamline __space: descriptor {fd}: {e} (this command is started by `streamline run`)");
+            error!("process space: descriptor {fd}: {e} (this command is started by `streamline run`)");
             return ExitCode::from(2);
         }
     };
     let g = match lang::parse(&pipeline, &resolver()) {
         Ok(g) => g,
         Err(d) => {
-            eprintln!("{}", d.redacted(&resolver()));
+            error!("{}", d.redacted(&resolver()));
             return ExitCode::from(2);
         }
     };
     let assignment = match control::Assignment::parse(assign) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("streamline __space: --assign: {e}");
+            error!("process space: --assign: {e}");
             return ExitCode::from(2);
         }
     };
     let share = match share.map(control::prefix::Share::parse).transpose() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("streamline __space: --share: {e}");
+            error!("process space: --share: {e}");
             return ExitCode::from(2);
         }
     };
     let g = match access::apply_export_modes_arg(&g, export_modes) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("streamline __space: {e}");
+            error!("process space: {e}");
             return ExitCode::from(2);
         }
     };
@@ -591,7 +727,7 @@ fn process_space(
     ) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("streamline __space: {e}");
+            error!("process space: {e}");
             return ExitCode::from(2);
         }
     };
@@ -821,6 +957,8 @@ pub(crate) struct Prepared {
     pub placement: String,
     /// The permission bits of the run's streams (the narrowest source's, at most 0644).
     pub mode: u32,
+    /// Where each filter runs, by space ([`layout`]; `ps`'s PLACEMENT column).
+    pub layout: String,
 }
 
 /// A run that could not be prepared: the message (with the caret) and the exit status.
@@ -929,6 +1067,7 @@ pub(crate) fn prepare(
         .and_then(|v| v.parse().ok());
     #[cfg(not(debug_assertions))]
     let fail_at = None;
+    let layout = layout(&g);
     let spaces = Spaces::build_steps(
         &g,
         &filters::Library,
@@ -952,6 +1091,7 @@ pub(crate) fn prepare(
         spaces,
         placement: shown.scrub(&placement),
         mode,
+        layout: shown.scrub(&layout),
     })
 }
 
@@ -988,7 +1128,7 @@ pub(crate) fn print_report(
         }
     }
     for w in &rep.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("streamline: warning: {w}");
     }
 }
 
@@ -997,7 +1137,7 @@ pub(crate) fn print_report(
 /// failed (as a shell pipeline's), else 0.
 pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8 {
     if let Some(d) = &rep.died {
-        eprintln!("streamline: {d}");
+        error!("{d}");
         return 1;
     }
     if sig != 0 {
@@ -1010,17 +1150,21 @@ pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8
     rep.status.unwrap_or(0)
 }
 
-fn run(pipeline: &str, o: &daemon::proto::RunOptions) -> ExitCode {
+/// A run without the daemon (`why`: why not through one, for the line saying so).
+fn run(pipeline: &str, o: &daemon::proto::RunOptions, why: &str) -> ExitCode {
     let Prepared {
         spaces, placement, ..
     } = match prepare(pipeline, o, &[], &[]) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("{}", e.message);
+            error!("{}", e.message);
             return ExitCode::from(e.code);
         }
     };
     let quiet = o.quiet;
+    if !quiet {
+        eprintln!("streamline: running stand-alone ({why})");
+    }
     if !quiet && !placement.is_empty() {
         eprintln!("{placement}");
     }

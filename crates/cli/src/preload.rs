@@ -26,13 +26,13 @@ pub struct Options {
 
 pub fn exec(opts: &Options, cmd: &[String]) -> ExitCode {
     let Some((prog, args)) = cmd.split_first() else {
-        eprintln!("streamline exec: which program? e.g. streamline exec -- sh -c 'tar c . | gzip > x.tgz'");
+        crate::error!("exec: which program? e.g. streamline exec -- sh -c 'tar c . | gzip > x.tgz'");
         return ExitCode::from(2);
     };
     let lib = match find_library("libslpreload.so", "STREAMLINE_PRELOAD_LIB", "preload") {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("streamline exec: {e}");
+            crate::error!("exec: {e}");
             return ExitCode::from(2);
         }
     };
@@ -57,7 +57,7 @@ pub fn exec(opts: &Options, cmd: &[String]) -> ExitCode {
         c.env("STREAMLINE_UDP_PORTS", p);
     }
     let e = c.exec();
-    eprintln!("streamline exec: cannot run {prog}: {e}");
+    crate::error!("exec: cannot run {prog}: {e}");
     ExitCode::from(127)
 }
 

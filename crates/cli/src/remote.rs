@@ -25,34 +25,25 @@ fn need(socket: Option<&str>) -> Result<Client, ExitCode> {
     match connect(socket) {
         Some(Ok(c)) => Ok(c),
         Some(Err(e)) => {
-            eprintln!("streamline: {e}");
+            crate::error!("{e}");
             Err(ExitCode::from(1))
         }
         None => {
             let p = daemon::client::socket_path(socket)
                 .map_or("none".to_string(), |p| p.display().to_string());
-            eprintln!("streamline: no daemon answers on {p} (start one with `streamlined`, or name its socket with --socket or STREAMLINE_SOCKET)");
+            crate::error!("no daemon answers on {p} (start one with `streamlined`, or name its socket with --socket or STREAMLINE_SOCKET)");
             Err(ExitCode::from(1))
         }
     }
 }
 
 fn refused(e: ClientError) -> ExitCode {
-    eprintln!("{}", prefixed(&e.to_string()));
+    crate::error!("{e}");
     match e {
         ClientError::Refused { errno, .. } if errno == libc::EINVAL || errno == libc::EACCES => {
             ExitCode::from(2)
         }
         _ => ExitCode::from(1),
-    }
-}
-
-/// Messages from the daemon that are not already a rendered diagnostic get our prefix.
-fn prefixed(m: &str) -> String {
-    if m.starts_with("error:") || m.starts_with("streamline") {
-        m.to_string()
-    } else {
-        format!("streamline: {m}")
     }
 }
 
@@ -62,6 +53,7 @@ fn prefixed(m: &str) -> String {
 /// output, so `id=$(streamline run --detach ...)` returns at once.
 pub fn run(
     mut c: Client,
+    socket: Option<&str>,
     pipeline: &str,
     options: RunOptions,
     detach: Option<Option<std::path::PathBuf>>,
@@ -69,7 +61,7 @@ pub fn run(
     let quiet = options.quiet;
     if detach.is_some() {
         if let Some(why) = reads_terminal_stdin(pipeline) {
-            eprintln!("{why}");
+            crate::error!("{why}");
             return ExitCode::from(2);
         }
     }
@@ -86,7 +78,7 @@ pub fn run(
         {
             Ok(f) => Some(f),
             Err(e) => {
-                eprintln!("streamline: --log {}: {e}", p.display());
+                crate::error!("--log {}: {e}", p.display());
                 return ExitCode::from(2);
             }
         },
@@ -96,7 +88,7 @@ pub fn run(
     let (context, cwd) = match crate::context::gather() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("streamline: {e}");
+            crate::error!("{e}");
             return ExitCode::from(1);
         }
     };
@@ -126,13 +118,16 @@ pub fn run(
         &fds,
     ) {
         Ok((Reply::Opened { run, placement }, _)) => {
+            if !quiet {
+                eprintln!("{}", through(&c, socket, run));
+            }
             if !quiet && !placement.is_empty() && detach {
                 eprintln!("{placement}");
             }
             run
         }
         Ok((other, _)) => {
-            eprintln!("streamline: unexpected answer {other:?}");
+            crate::error!("unexpected answer {other:?}");
             return ExitCode::from(1);
         }
         Err(e) => return refused(e),
@@ -167,6 +162,19 @@ pub fn run(
     wait_finished(&mut c, run, |_| {})
 }
 
+/// The line `run` prints when the daemon took the run: which run, which daemon (its
+/// version and process id, from its `welcome`), on which socket.
+fn through(c: &Client, socket: Option<&str>, run: u64) -> String {
+    let path = daemon::client::socket_path(socket)
+        .map_or_else(|| "?".to_string(), |p| p.display().to_string());
+    match &c.welcome {
+        Reply::Welcome { server, pid, .. } => {
+            format!("streamline: run {run} goes through the daemon ({server}, pid {pid}, socket {path})")
+        }
+        _ => format!("streamline: run {run} goes through the daemon on {path}"),
+    }
+}
+
 /// Why a pipeline cannot run detached, if it reads this command's standard input (a
 /// `stdin` source): a detached run outlives this command and gets /dev/null there, so it
 /// would end at once with nothing read. A pipeline that does not parse is left to the
@@ -182,21 +190,30 @@ fn reads_terminal_stdin(pipeline: &str) -> Option<String> {
 }
 
 /// Attach to `run` and wait for its end, passing each counter snapshot to `each`.
-fn wait_finished(c: &mut Client, run: u64, mut each: impl FnMut(&Reply)) -> ExitCode {
-    if let Err(e) = c.send(Request::Attach { run }, &[]) {
-        return refused(e);
+fn wait_finished(c: &mut Client, run: u64, each: impl FnMut(&Reply)) -> ExitCode {
+    match wait_end(c, run, each) {
+        Ok(code) => ExitCode::from(code.unwrap_or(0).clamp(0, 255) as u8),
+        Err(e) => refused(e),
     }
+}
+
+/// Attach to `run` and wait for its end: its exit status, or None when the daemon no
+/// longer knows the run (it ended long ago, or was never the asker's).
+fn wait_end(
+    c: &mut Client,
+    run: u64,
+    mut each: impl FnMut(&Reply),
+) -> Result<Option<i32>, ClientError> {
+    c.send(Request::Attach { run }, &[])?;
     loop {
         match c.recv() {
             Ok((m, _)) => match m.body {
-                Reply::Finished { code, .. } => return ExitCode::from(code.clamp(0, 255) as u8),
+                Reply::Finished { code, .. } => return Ok(Some(code)),
                 r @ Reply::Counters { .. } => each(&r),
                 _ => {}
             },
-            Err(ClientError::Refused { errno, .. }) if errno == libc::ESRCH => {
-                return ExitCode::SUCCESS
-            }
-            Err(e) => return refused(e),
+            Err(ClientError::Refused { errno, .. }) if errno == libc::ESRCH => return Ok(None),
+            Err(e) => return Err(e),
         }
     }
 }
@@ -217,28 +234,41 @@ pub fn ps(socket: Option<&str>) -> ExitCode {
     };
     match c.call(Request::Ps {}) {
         Ok(Reply::Runs { runs }) => {
+            // PLACEMENT is as wide as its widest value, so PIPELINE starts in one column.
+            let width = runs
+                .iter()
+                .map(|r| r.layout.len().max(1))
+                .max()
+                .unwrap_or(0)
+                .max("PLACEMENT".len());
             println!(
-                "{:<5} {:<10} {:<20} {:>9} {:>10}  PIPELINE",
-                "ID", "USER", "STATE", "UPTIME", "BLOCKS/S"
+                "{:<5} {:<10} {:<20} {:>9} {:>10} {:>5}  {:<width$}  PIPELINE",
+                "ID", "USER", "STATE", "UPTIME", "BLOCKS/S", "EDITS", "PLACEMENT"
             );
             for r in runs {
+                let layout = if r.layout.is_empty() { "-" } else { &r.layout };
                 println!(
-                    "{:<5} {:<10} {:<20} {:>8.1}s {:>10}  {}",
+                    "{:<5} {:<10} {:<20} {:>8.1}s {:>10} {:>5}  {:<width$}  {}",
                     r.run,
                     r.user,
                     r.state,
                     r.uptime_s,
                     human(r.rate),
+                    r.edits,
+                    layout,
                     r.pipeline
                 );
                 if !r.placement.is_empty() {
                     println!("{:<5} {}", "", r.placement);
                 }
+                if !r.last_edit.is_empty() {
+                    println!("{:<5} last edit: {}", "", r.last_edit);
+                }
             }
             ExitCode::SUCCESS
         }
         Ok(other) => {
-            eprintln!("streamline: unexpected answer {other:?}");
+            crate::error!("unexpected answer {other:?}");
             ExitCode::from(1)
         }
         Err(e) => refused(e),
@@ -250,10 +280,28 @@ pub fn stop(socket: Option<&str>, run: u64) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    match c.call(Request::Stop { run, signal: 0 }) {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => refused(e),
+    // What is stopped, as `ps` shows it (the pipeline as it runs now).
+    let shown = match c.call(Request::Ps {}) {
+        Ok(Reply::Runs { runs }) => runs
+            .into_iter()
+            .find(|r| r.run == run)
+            .map(|r| r.pipeline),
+        _ => None,
+    };
+    if let Err(e) = c.call(Request::Stop { run, signal: 0 }) {
+        return refused(e);
     }
+    // Return once the run has ended: `ps` no longer shows it running.
+    let code = match wait_end(&mut c, run, |_| {}) {
+        Ok(code) => code,
+        Err(e) => return refused(e),
+    };
+    let what = shown.map_or(String::new(), |p| format!(" `{p}`"));
+    match code {
+        Some(code) => println!("stopped run {run}{what}: it ended with status {code}"),
+        None => println!("stopped run {run}{what}"),
+    }
+    ExitCode::SUCCESS
 }
 
 /// The counters table, one string per line.
@@ -344,7 +392,7 @@ pub fn edit(socket: Option<&str>, run: u64, edit: &str) -> ExitCode {
         Ok(op) => op,
         Err(e) => {
             // Said with its secrets redacted, as every message about a pipeline is.
-            eprintln!("{}", filters::shown(edit).scrub(&e.to_string()));
+            crate::error!("{}", filters::shown(edit).scrub(&e.to_string()));
             return ExitCode::from(2);
         }
     };
@@ -357,7 +405,7 @@ pub fn edit(socket: Option<&str>, run: u64, edit: &str) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(other) => {
-            eprintln!("streamline: unexpected answer {other:?}");
+            crate::error!("unexpected answer {other:?}");
             ExitCode::from(1)
         }
         Err(e) => refused(e),

@@ -83,7 +83,7 @@ enum Mechanism {
 
 pub fn run(o: &Options, cmd: &[String]) -> ExitCode {
     let fail = |m: String| {
-        eprintln!("streamline shape: {m}");
+        crate::error!("shape: {m}");
         ExitCode::from(2)
     };
     let Some(prog) = cmd.first() else {

@@ -153,7 +153,7 @@ pub fn worker(fd: i32) -> ExitCode {
     let sock = match beltway::sys::inherited_unix_stream(fd) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("streamline __worker: descriptor {fd}: {e} (this command is started by streamlined)");
+            crate::error!("worker: descriptor {fd}: {e} (this command is started by streamlined)");
             return ExitCode::from(2);
         }
     };
@@ -213,6 +213,7 @@ pub fn worker(fd: i32) -> ExitCode {
         spaces,
         placement,
         mode,
+        layout,
     } = match prepare(&pipeline, &options, &modes, &extra) {
         Ok(p) => p,
         Err(e) => {
@@ -230,6 +231,7 @@ pub fn worker(fd: i32) -> ExitCode {
         &out,
         FromWorker::Built {
             placement: placement.clone(),
+            layout,
         },
     )
     .is_err()

@@ -281,8 +281,8 @@ fn check(
         .map(|((_, f), _)| f)
         .collect();
     let names_moved = moved.iter().any(|f| {
-        err.contains(&format!("streamline: {f}: "))
-            || err.contains(&format!("streamline: {f} (its copies): "))
+        err.contains(&format!("streamline: error: {f}: "))
+            || err.contains(&format!("streamline: error: {f} (its copies): "))
     });
     let joins = [" + ", " ++ ", " +* "].iter().any(|op| text.contains(op));
     if got.code == Some(2) && names_moved {

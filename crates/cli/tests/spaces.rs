@@ -422,7 +422,7 @@ fn build_errors_point_at_the_failing_filter_in_every_kind_of_space() {
     ] {
         let (code, _, err) = run(pipeline);
         assert_eq!(code, 2, "{pipeline}: {err}");
-        assert!(err.starts_with("streamline: strip: "), "{pipeline}: {err}");
+        assert!(err.starts_with("streamline: error: strip: "), "{pipeline}: {err}");
         assert_eq!(under_caret(&err, pipeline), node, "{pipeline}: {err}");
     }
     // A placement rule: the caret is under the filter the rule names.

@@ -50,14 +50,14 @@ fn main() -> ExitCode {
         Some(p) => match Policy::load(p, &filters::Natives) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("streamlined: {e}");
+                eprintln!("streamlined: error: {e}");
                 return ExitCode::from(2);
             }
         },
         None => Policy::default(),
     };
     for w in policy.warnings() {
-        eprintln!("streamlined: {w}");
+        eprintln!("streamlined: warning: {w}");
     }
     let worker = a
         .worker
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
         })
         .unwrap_or_else(|| "streamline".into());
     if !worker.exists() {
-        eprintln!("streamlined: the worker program {} does not exist (--worker PATH names the `streamline` program)", worker.display());
+        eprintln!("streamlined: error: the worker program {} does not exist (--worker PATH names the `streamline` program)", worker.display());
         return ExitCode::from(2);
     }
     for gone in daemon::reclaim::sweep() {
@@ -77,7 +77,7 @@ fn main() -> ExitCode {
     }
     if let Some(dir) = a.socket.parent() {
         if let Err(e) = std::fs::create_dir_all(dir) {
-            eprintln!("streamlined: cannot create {}: {e}", dir.display());
+            eprintln!("streamlined: error: cannot create {}: {e}", dir.display());
             return ExitCode::from(1);
         }
     }
@@ -85,7 +85,7 @@ fn main() -> ExitCode {
     if a.socket.exists() {
         if std::os::unix::net::UnixStream::connect(&a.socket).is_ok() {
             eprintln!(
-                "streamlined: another daemon answers on {}",
+                "streamlined: error: another daemon answers on {}",
                 a.socket.display()
             );
             return ExitCode::from(1);
@@ -95,7 +95,7 @@ fn main() -> ExitCode {
     let listener = match std::os::unix::net::UnixListener::bind(&a.socket) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("streamlined: cannot listen on {}: {e}", a.socket.display());
+            eprintln!("streamlined: error: cannot listen on {}: {e}", a.socket.display());
             return ExitCode::from(1);
         }
     };
@@ -126,7 +126,7 @@ fn main() -> ExitCode {
                 Some(s)
             }
             Err(e) => {
-                eprintln!("streamlined: cannot mount PipesFS on {}: {e} (needs /dev/fuse and fusermount3, package fuse3; --no-mount runs without it)", a.mount.display());
+                eprintln!("streamlined: error: cannot mount PipesFS on {}: {e} (needs /dev/fuse and fusermount3, package fuse3; --no-mount runs without it)", a.mount.display());
                 return ExitCode::from(1);
             }
         }
@@ -149,7 +149,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("streamlined: {e}");
+            eprintln!("streamlined: error: {e}");
             ExitCode::from(1)
         }
     }

@@ -17,36 +17,67 @@
 //! `placed=`) and node names aside. With no policy file, unprivileged users get no
 //! privileged filter at all.
 //!
-//! ```toml
-//! [[grant]]
-//! users = ["nobody"]              # names or numeric uids
-//! groups = ["netdev"]             # names or numeric gids
-//! template = 'rx dev=veth0 | bpf "udp port 53"'
-//! mode = "0640"                   # the captured stream's mode (default 0600)
-//! ```
-//!
-//! The `[limits]` table bounds what one unprivileged user can take of the daemon (root is
-//! not limited). Every key is optional; without a policy file, or without the key, the
-//! default below holds. A refusal names the key, its value and where it came from.
-//!
-//! ```toml
-//! [limits]
-//! connections_per_user = 32       # connections open at once (EAGAIN beyond)
-//! unactivated_runs_per_user = 8   # runs opened and not yet activated (EAGAIN beyond)
-//! runs_per_user = 64              # runs built or running, detached ones too (EAGAIN)
-//! max_ring = "1G"                 # largest ring or buffer one value may ask for (E2BIG):
-//!                                 # the run's ring (`--ring`), a node's `size=`, and every
-//!                                 # filter parameter declared as memory (`Param::memory`)
-//! frame_timeout_s = 10            # a frame's bytes must all arrive within this many
-//!                                 # seconds of its first byte (EPROTO, connection closed)
-//! ```
-//!
-//! The daemon's `--max-clients` caps unprivileged connections of all users together;
-//! root's connections are never refused, so one user at its limit cannot lock root out.
+//! The file's format is [`FORMAT`] (what `streamline help policy` prints; its example is
+//! parsed by this module's tests, so the two cannot drift apart).
 
 use lang::{Graph, NodeKind};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+
+/// The policy file's format, as `streamline help policy` prints it. Its example is checked
+/// by this module's tests: it parses, and it names every key the parser takes.
+pub const FORMAT: &str = r#"THE POLICY FILE (streamlined --policy FILE)
+
+A TOML file read when the daemon starts (change it, then restart the daemon). Root
+clients need no policy. Without a policy file, unprivileged users get no privileged
+filter (rx, tx: CAP_NET_RAW) at all, and the limits below take their defaults.
+
+[[grant]]: one template some users or groups may run (as many tables as you like)
+  users      names or numeric uids (optional, but users or groups must be given)
+  groups     names or numeric gids (optional)
+  template   a chain `t0 | t1 | ... | tk` holding the privileged filter. The client's
+             pipeline must contain it exactly: each node's filter, parameters and
+             options equal (space=, placed= and node names aside), the chain going on
+             as written in both directions with no other way out of a node before the
+             last, so raw data reaches the client only through the template's filters.
+  mode       the captured stream's permission bits, octal (default "0600")
+
+[limits]: what one unprivileged user may take of the daemon (root is not limited;
+every key is optional, the default is given)
+  connections_per_user       connections open at once (32; EAGAIN beyond)
+  unactivated_runs_per_user  runs opened and not yet activated (8; EAGAIN beyond)
+  runs_per_user              runs built or running, detached ones too (64; EAGAIN)
+  max_ring                   the largest ring or buffer one value may ask for ("1G";
+                             E2BIG): --ring, a node's size=, every memory parameter;
+                             bytes, or a string with K, M, G (binary: "1G" =
+                             1,073,741,824); at least 64K
+  frame_timeout_s            seconds a frame's bytes may take once its first byte came
+                             (10; EPROTO, the connection is closed)
+
+The daemon's --max-clients caps unprivileged connections of all users together.
+
+Example (/etc/streamline/policy.toml):
+
+[[grant]]
+users = ["nobody"]
+groups = ["0"]
+template = 'rx dev=veth0 | bpf "udp port 53"'
+mode = "0640"
+
+[limits]
+connections_per_user = 32
+unactivated_runs_per_user = 8
+runs_per_user = 64
+max_ring = "1G"
+frame_timeout_s = 10
+"#;
+
+/// The example of [`FORMAT`]: everything after its `Example` line.
+pub fn format_example() -> &'static str {
+    let at = FORMAT.find("\n[[grant]]\nusers").expect("FORMAT has an example");
+    &FORMAT[at + 1..]
+}
+
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -782,6 +813,35 @@ mode = "0640"
             gid: 65534,
             groups: vec![65534],
         }
+    }
+
+    #[test]
+    fn the_documented_format_parses_and_names_every_key() {
+        let ex = format_example();
+        let p = Policy::parse(ex, "FORMAT", &filters::Natives).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.grants.len(), 1);
+        assert_eq!(p.grants[0].mode, 0o640);
+        assert_eq!(p.limits, Limits::default(), "the example gives the defaults");
+        // Every key the parser takes is in the example (the file's structs deny unknown
+        // keys, so a misspelt one fails the parse above), and described above it.
+        let doc = &FORMAT[..FORMAT.len() - ex.len()];
+        for key in [
+            "users",
+            "groups",
+            "template",
+            "mode",
+            "connections_per_user",
+            "unactivated_runs_per_user",
+            "runs_per_user",
+            "max_ring",
+            "frame_timeout_s",
+        ] {
+            assert!(ex.contains(&format!("\n{key} = ")), "the example lacks {key}");
+            assert!(doc.contains(&format!("  {key} ")), "the format does not describe {key}");
+        }
+        // A key the parser does not take is refused: the example is checked, not skimmed.
+        let bad = ex.replace("runs_per_user = 64", "runs_per_usr = 64");
+        assert!(Policy::parse(&bad, "bad", &filters::Natives).is_err());
     }
 
     #[test]

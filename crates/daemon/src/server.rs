@@ -60,6 +60,10 @@ pub(crate) struct Run {
     /// quote a secret value).
     shown: lang::Redacted,
     pub(crate) placement: Mutex<String>,
+    /// Where its filters were placed when it started, by space (`ps`'s PLACEMENT).
+    layout: Mutex<String>,
+    /// Live edits applied, and the last one (as shown: secrets redacted).
+    edited: Mutex<(u64, String)>,
     pub(crate) started: Instant,
     state: Mutex<State>,
     changed: Condvar,
@@ -159,6 +163,8 @@ impl Run {
             State::Running => "running".to_string(),
             State::Finished(c) => format!("finished ({c})"),
         };
+        // One lock at a time: a guard in the struct below would live to its end.
+        let (edits, last_edit) = self.edited.lock().expect("not poisoned").clone();
         RunInfo {
             run: self.id,
             uid: self.owner.uid,
@@ -166,6 +172,9 @@ impl Run {
             state,
             pipeline: self.pipeline_now(),
             placement: self.placement.lock().expect("not poisoned").clone(),
+            layout: self.layout.lock().expect("not poisoned").clone(),
+            edits,
+            last_edit,
             uptime_s: self.started.elapsed().as_secs_f64(),
             rate,
             nodes,
@@ -386,7 +395,7 @@ impl Daemon {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    eprintln!("streamlined: accept: {e}");
+                    eprintln!("streamlined: error: accept: {e}");
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
@@ -789,13 +798,16 @@ impl Daemon {
                         };
                     }
                 };
-                if let State::Finished(code) = r.state() {
-                    return Ok((Reply::Finished { run, code }, vec![]));
+                // The state is read under the watchers' lock: a run that ends after this
+                // check finds this watcher when it tells its watchers (the end sets the
+                // state first, then takes the lock), so `finished` is never missed.
+                {
+                    let mut watchers = r.watchers.lock().expect("not poisoned");
+                    if let State::Finished(code) = r.state() {
+                        return Ok((Reply::Finished { run, code }, vec![]));
+                    }
+                    watchers.push((out.clone(), id));
                 }
-                r.watchers
-                    .lock()
-                    .expect("not poisoned")
-                    .push((out.clone(), id));
                 let (elapsed_s, nodes, _) = r.counters.lock().expect("not poisoned").clone();
                 Ok((
                     Reply::Counters {
@@ -1036,6 +1048,9 @@ impl Daemon {
                         view.lost = true;
                     }
                 }
+                let mut edited = r.edited.lock().expect("not poisoned");
+                edited.0 += 1;
+                edited.1 = shown.scrub(&applied.edit.to_string());
                 Ok(applied)
             }
             Ok(Err((errno, text))) => {
@@ -1367,6 +1382,8 @@ impl Daemon {
             pipeline: shown.text().to_string(),
             shown,
             placement: Mutex::new(String::new()),
+            layout: Mutex::new(String::new()),
+            edited: Mutex::new((0, String::new())),
             started: Instant::now(),
             state: Mutex::new(State::Built),
             changed: Condvar::new(),
@@ -1399,13 +1416,14 @@ impl Daemon {
         match proto::recv::<FromWorker>(&reader) {
             Ok((
                 Msg {
-                    body: FromWorker::Built { placement },
+                    body: FromWorker::Built { placement, layout },
                     ..
                 },
                 _,
             )) => {
                 let placement = run.shown.scrub(&placement);
                 *run.placement.lock().expect("not poisoned") = placement.clone();
+                *run.layout.lock().expect("not poisoned") = run.shown.scrub(&layout);
                 self.runs
                     .lock()
                     .expect("not poisoned")

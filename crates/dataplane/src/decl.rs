@@ -331,6 +331,55 @@ pub struct FilterSpec {
     pub make: fn(&Args) -> Result<Box<dyn Filter>, FilterError>,
 }
 
+/// The control options every filter takes (thesis Table 3.2, `lang::CONTROL_OPTIONS`),
+/// as [`control_options_doc`] explains them. A filter's own page ([`FilterSpec::doc`])
+/// points here and adds only what is its own (`space=A,B`, `file=`, a source's `mode=`).
+pub const COMMON_OPTIONS: &[(&str, &str)] = &[
+    ("name=X", "names the node; every occurrence of the name is this one node (two branches into one filter, loops)"),
+    ("space=S", "where it runs: local (the calling thread), N or tN (a thread pinned to CPU N mod the CPUs), pN (a process of its own)"),
+    ("space=A,B", "copies in each space (data parallelism), where the filter allows it: `streamline filters NAME` says"),
+    ("export=yes", "its output also goes to a named IBuf /dev/shm/streamline.NAME other processes read"),
+    ("exportdata=yes", "the same (exported blocks are always written through with their data)"),
+    ("size=BYTES", "bytes of its output's buffer where it has one: a channel to another space, an exported stream (K, M, G: binary)"),
+    ("mode=PERM", "permission bits (octal) of its exported stream, at most what its inputs allow (what comes from where the daemon cannot see counts as 0600 unless said); needs export=yes"),
+    ("share=yes|no|auto", "prefix sharing between runs: no ends the shared prefix here, yes admits a filter that keeps state (auto, the default: stateless filters after rx)"),
+    ("file=F", "the contents of F as its first parameter, where it takes one"),
+    ("reuse=", "refused: runs are not reconfigured while they run yet"),
+    ("binary=", "refused: there is no blob repository; use file="),
+];
+
+/// The scheduling hints (thesis Table 3.3), written `@hint` after a filter or a
+/// parenthesized group.
+pub const HINTS: &[(&str, &str)] = &[
+    ("throughput", "channels into it wake it for large batches"),
+    ("latency", "channels into it wake it for every block"),
+    ("lockstep", "the channel into it is a queue of 4 batches its consumer polls: an assembly line whose stations stay a few batches apart"),
+    ("single", "never replicated (space=A,B and the optimizer's copies are refused)"),
+    ("private", "a process space of its own"),
+    ("realtime", "a thread of its own scheduled SCHED_RR (priority 10)"),
+    ("hrealtime", "a thread of its own scheduled SCHED_FIFO (priority 50), memory locked"),
+    ("background", "a thread of its own scheduled SCHED_IDLE (lowest priority)"),
+    ("quiet", "a silent part: channels into it batch wake-ups up to their latency bound"),
+    ("busy", "a hotspot: channels into it are polled instead of slept on"),
+];
+
+/// `streamline help options`: the control options and hints every filter takes.
+pub fn control_options_doc() -> String {
+    let mut s = String::from(
+        "CONTROL OPTIONS (thesis Table 3.2): key=value words every filter takes\n",
+    );
+    for (k, text) in COMMON_OPTIONS {
+        s += &format!("    {k:<20} {text}\n");
+    }
+    s += "\nA filter that declares a parameter of the same name (gen's size=) keeps its own.\n";
+    s += "\nHINTS (thesis Table 3.3): @hint after a filter, or after a (group) for every filter in it\n";
+    for (k, text) in HINTS {
+        s += &format!("    @{k:<19} {text}\n");
+    }
+    s += "\nSee `streamline help pipelines` for examples.\n";
+    s
+}
+
 impl FilterSpec {
     /// A declaration with the defaults of its access class: replicated as
     /// [`Replication::of`] says, a source if the class is [`Access::Source`], one native
@@ -526,6 +575,41 @@ impl FilterSpec {
         (self.make)(args)
     }
 
+    /// Its one-line description, as `streamline filters` lists it: the first sentence of
+    /// its description (the declaration is its one home), cut at its first `:`, `;` or
+    /// `,` outside parentheses while longer than 100 characters.
+    pub fn summary(&self) -> String {
+        let text = self.description.split_whitespace().collect::<Vec<_>>().join(" ");
+        let end = text
+            .match_indices(". ")
+            .map(|(i, _)| i)
+            .find(|&i| !(text[..i].ends_with("e.g") || text[..i].ends_with("i.e")))
+            .unwrap_or(text.len());
+        let mut s = text[..end].trim_end_matches('.');
+        for sep in [':', ';', ','] {
+            if s.chars().count() <= 100 {
+                break;
+            }
+            let mut depth = 0i32;
+            let cut = s.char_indices().find(|&(i, c)| {
+                match c {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    _ => {}
+                }
+                depth == 0 && c == sep && i >= 15
+            });
+            if let Some((i, _)) = cut {
+                s = &s[..i];
+            }
+        }
+        if s.is_empty() {
+            self.synopsis.to_string()
+        } else {
+            format!("{s}.")
+        }
+    }
+
     /// The documentation as `streamline filters NAME` prints it.
     pub fn doc(&self) -> String {
         let mut s = format!(
@@ -548,6 +632,10 @@ impl FilterSpec {
             }
             if p.secret {
                 s += " (secret: shown as <secret> in ps, PipesFS, logs and errors)";
+            }
+            // Where a count or size is read, its suffixes are said (one home: the kind).
+            if matches!(p.kind, Kind::Size) {
+                s += " [K, M, G are binary: 2K = 2,048, 20M = 20,971,520]";
             }
             s += "\n";
         }
@@ -589,72 +677,39 @@ impl FilterSpec {
                 s += &format!("    {:<12} {space}{needs}\n", i.name);
             }
         }
-        s += "\nCONTROL OPTIONS (thesis Table 3.2)\n";
-        let declared = |k: &str| self.params.iter().any(|p| p.name == k);
+        // What every filter takes is said once (`streamline help options`,
+        // [`control_options_doc`]); here only what is this filter's own.
+        s += "\nCONTROL OPTIONS\n";
+        let shadowed: Vec<&str> = COMMON_OPTIONS
+            .iter()
+            .map(|(k, _)| k.split('=').next().unwrap_or(k))
+            .filter(|k| self.param(k).is_some())
+            .collect();
+        s += "    name=, space=, export=, size=, mode=, share=, file= and the @hints every filter\n    takes: `streamline help options`";
+        if !shadowed.is_empty() {
+            s += &format!(" ({} is its own parameter here)", shadowed.join(", "));
+        }
+        s += "\n";
         let mut opt = |k: &str, text: String| {
-            if !declared(k) {
-                s += &format!("    {:<18} {}\n", k, text);
-            }
+            s += &format!("    {:<18} {}\n", k, text);
         };
-        opt(
-            "name=X",
-            "names the node; every occurrence of the name is this one node (loops)".into(),
-        );
-        opt(
-            "space=S",
-            "where it runs: local, N (a thread pinned to CPU N mod the CPUs), pN (a process)"
-                .into(),
-        );
         match self.replication {
             Replication::Blocks => opt("space=A,B", "copies in each space, a round-robin split and a join that keeps the order".into()),
             Replication::Sessions => opt("space=A,B", "copies in each space, split by the hash of the class (sessions stay on one copy); refused when what follows sees the order".into()),
             Replication::Never(why) => opt("space=A,B", format!("refused: {why}")),
         }
-        opt(
-            "export=yes",
-            "its output also goes to a named IBuf /dev/shm/streamline.NAME other processes read"
-                .into(),
-        );
-        opt(
-            "exportdata=yes",
-            "the same (exported blocks are always written through with their data)".into(),
-        );
-        opt("size=BYTES", "bytes of its output's buffer where it has one: a channel to another space, an exported stream".into());
-        opt(
-            "mode=PERM",
-            if self.origin == Origin::Unseen {
-                "how readable what it reads is (octal permission bits; 0600 unless said: the daemon cannot see where it comes from), and of its exported stream"
-            } else {
-                "permission bits (octal) of its exported stream, at most what its inputs allow (what comes from where the daemon cannot see counts as 0600 unless said); needs export=yes"
-            }
-            .into(),
-        );
-        opt("share=yes|no|auto", "prefix sharing between runs: no ends the shared prefix here, yes admits a filter that keeps state (auto, the default: stateless filters after rx)".into());
-        match self.positional(0) {
-            Some(p) => opt(
-                "file=F",
-                format!("the contents of F as its first parameter ({})", p.name),
-            ),
-            None => opt("file=F", "refused: it takes no parameter".into()),
+        if self.origin == Origin::Unseen && self.param("mode").is_none() {
+            opt("mode=PERM", "how readable what it reads is (octal permission bits; 0600 unless said: the daemon cannot see where it comes from), and of its exported stream".into());
         }
-        opt(
-            "reuse=",
-            "refused: runs are not reconfigured while they run yet".into(),
-        );
-        opt(
-            "binary=",
-            "refused: there is no blob repository; use file=".into(),
-        );
-        s += "\nHINTS (thesis Table 3.3, after @)\n";
-        s += "    throughput         channels into it wake it for large batches\n";
-        s += "    latency            channels into it wake it for every block\n";
-        s += "    single             never replicated (space=A,B and the optimizer's copies are refused)\n";
-        s += "    private            a process space of its own\n";
-        s += "    realtime           a thread of its own scheduled SCHED_RR (priority 10)\n";
-        s += "    hrealtime          a thread of its own scheduled SCHED_FIFO (priority 50), memory locked\n";
-        s += "    background         a thread of its own scheduled SCHED_IDLE (lowest priority)\n";
-        s += "    quiet              a silent part: channels into it batch wake-ups up to their latency bound\n";
-        s += "    busy               a hotspot: channels into it are polled instead of slept on\n";
+        if self.param("file").is_none() {
+            match self.positional(0) {
+                Some(p) => opt(
+                    "file=F",
+                    format!("the contents of F as its first parameter ({})", p.name),
+                ),
+                None => opt("file=F", "refused: it takes no parameter".into()),
+            }
+        }
         s += &format!("\nEXAMPLE\n    {}\n", self.example);
         s
     }
@@ -663,6 +718,40 @@ impl FilterSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shared_options_page_names_every_control_option_and_hint() {
+        let doc = control_options_doc();
+        for k in lang::CONTROL_OPTIONS {
+            assert!(
+                COMMON_OPTIONS.iter().any(|(o, _)| o.split('=').next() == Some(k)),
+                "control option {k} is not documented"
+            );
+        }
+        for h in lang::Hint::ALL {
+            assert!(
+                HINTS.iter().any(|(n, _)| *n == h.name()) && doc.contains(&format!("@{}", h.name())),
+                "hint @{} is not documented",
+                h.name()
+            );
+        }
+    }
+
+    #[test]
+    fn a_summary_is_the_first_sentence_cut_short() {
+        let spec = |d: &'static str| FilterSpec::new("t", Access::Inspection, make).description(d);
+        assert_eq!(spec("Counts blocks.\nThen more.").summary(), "Counts blocks.");
+        assert_eq!(
+            spec("Passes frames (e.g. IPv4). More.").summary(),
+            "Passes frames (e.g. IPv4)."
+        );
+        let long = spec("Writes packets to a pcap file (readable by tcpdump, and others), with the original timestamps and wire lengths when the packets came from a capture.");
+        assert_eq!(
+            long.summary(),
+            "Writes packets to a pcap file (readable by tcpdump, and others)."
+        );
+        assert_eq!(FilterSpec::new("t", Access::Inspection, make).summary(), "t");
+    }
     use crate::filter::{Batch, Ctx};
     use proptest::prelude::*;
 

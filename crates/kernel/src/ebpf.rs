@@ -317,21 +317,50 @@ pub fn sweep_stale() {
 
 /// The pinned programs of running runs: (pid, label, directory), sorted. A label is
 /// `n<node>-<filter>`.
+///
+/// Runs in other mount namespaces are listed too: `ip netns exec` gives the command a
+/// mount namespace of its own with a fresh sysfs on /sys, so a run started under it
+/// mounts a bpffs of its own at /sys/fs/bpf (`ensure_bpffs`) that this namespace does not
+/// see. Such a run's pins are reached through its `/proc/PID/root` (the process's view
+/// of the file system), where a run's directory is named by its own pid.
 pub fn list_pinned() -> Vec<(u32, String, PathBuf)> {
     sweep_stale();
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(PIN_ROOT) else {
-        return out;
-    };
-    for run in rd.flatten() {
-        let Ok(pid) = run.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(inner) = std::fs::read_dir(run.path()) else {
-            continue;
+    let mut list = |pid: u32, dir: &Path| {
+        let Ok(inner) = std::fs::read_dir(dir) else {
+            return;
         };
         for p in inner.flatten() {
-            out.push((pid, p.file_name().to_string_lossy().into_owned(), p.path()));
+            let label = p.file_name().to_string_lossy().into_owned();
+            if !out.iter().any(|(q, l, _)| *q == pid && *l == label) {
+                out.push((pid, label, p.path()));
+            }
+        }
+    };
+    if let Ok(rd) = std::fs::read_dir(PIN_ROOT) {
+        for run in rd.flatten() {
+            if let Ok(pid) = run.file_name().to_string_lossy().parse::<u32>() {
+                list(pid, &run.path());
+            }
+        }
+    }
+    let ours = std::fs::read_link("/proc/self/ns/mnt").ok();
+    if let Ok(procs) = std::fs::read_dir("/proc") {
+        for p in procs.flatten() {
+            let Ok(pid) = p.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            // Only processes in another mount namespace (ours were listed above).
+            match std::fs::read_link(p.path().join("ns/mnt")) {
+                Ok(ns) if Some(&ns) != ours.as_ref() => {}
+                _ => continue,
+            }
+            let dir = p
+                .path()
+                .join("root")
+                .join(PIN_ROOT.trim_start_matches('/'))
+                .join(pid.to_string());
+            list(pid, &dir);
         }
     }
     out.sort();

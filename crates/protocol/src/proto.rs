@@ -610,6 +610,15 @@ pub struct RunInfo {
     pub state: String,
     pub pipeline: String,
     pub placement: String,
+    /// Where the run's filters were placed when it started, by space (`local:gen,null
+    /// t1:deflate t2:deflate p3:count kernel:bpf`); empty from an older worker.
+    #[serde(default)]
+    pub layout: String,
+    /// Live edits applied to it, and the last one as applied (secrets redacted).
+    #[serde(default)]
+    pub edits: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_edit: String,
     pub uptime_s: f64,
     /// Blocks per second into the sinks over the last interval, and the total so far.
     pub rate: f64,
@@ -780,8 +789,14 @@ pub use dataplane::GraphNode;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FromWorker {
-    /// Built and paused; `placement` says where each filter runs.
-    Built { placement: String },
+    /// Built and paused; `placement` is the plan's note (empty when the plan changed
+    /// nothing), `layout` where each filter runs (`ps`'s PLACEMENT column: `local:gen,null
+    /// t1:deflate kernel:bpf`).
+    Built {
+        placement: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        layout: String,
+    },
     /// The build failed: the message (with the caret under the pipeline) and the exit code.
     Failed { message: String, errno: i32 },
     Counters {
@@ -1159,6 +1174,7 @@ mod tests {
         let from_worker = [
             FromWorker::Built {
                 placement: "p".into(),
+                layout: "local:gen t1:count".into(),
             },
             FromWorker::Failed {
                 message: "m".into(),

@@ -193,7 +193,7 @@ impl Filter for Gen {
 
 pub static GEN: FilterSpec = FilterSpec::new("gen", Access::Source, Gen::make)
     .origin(Origin::Synthetic)
-    .synopsis("gen [count=N] [size=BYTES] [rewrite=yes|no]")
+    .synopsis("gen [count=N] [size=BYTES] [rate=N] [rewrite=yes|no]")
     .description(
         "Generates N synthetic blocks (default 1000) of the given size (default 1024)\n\
                   for benchmarks and tests: an 8-byte sequence number (little endian), then a\n\
