@@ -327,7 +327,7 @@ fn checks() -> Vec<(&'static str, Check)> {
         }),
         ("group=ids eof=yes | ip | tcp | count", |o, _, _| count_is(o, 4565)),
         ("topic=packets eof=yes | pcapout", |_, s, _| {
-            let n = pcap_packets(&s.dir.join("x.pcap"));
+            let n = pcap_packets(&s.dir.join("k.pcap"));
             (n == 5247).then_some(()).ok_or(format!("x.pcap has {n} packets, want 5247"))
         }),
         ("gen count=10M | count'  ", |o, _, _| count_is(o, 10 * 1024 * 1024)),
@@ -369,8 +369,8 @@ fn checks() -> Vec<(&'static str, Check)> {
             has(&o.out, "net 10")
         }),
         ("tcpdump -i sl-lab0 -c 20", |_, s, _| {
-            let n = pcap_packets(&s.dir.join("x.pcap"));
-            (n == 20).then_some(()).ok_or(format!("x.pcap has {n} packets, want 20"))
+            let n = pcap_packets(&s.dir.join("http.pcap"));
+            (n == 20).then_some(()).ok_or(format!("http.pcap has {n} packets, want 20"))
         }),
         ("tshark", |o, _, _| {
             let n = o.out.lines().count();
@@ -389,6 +389,28 @@ fn checks() -> Vec<(&'static str, Check)> {
             (!o.out.is_empty()).then_some(()).ok_or("slcat read nothing of slwrite's stream".into())
         }),
     ]
+}
+
+/// The files an example writes, as far as its words say: after `>`, `-w`, `-o`,
+/// `file=` of a sink (`pcapout`, `outfile`).
+fn written(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c == '\'' || c == '|')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut out = Vec::new();
+    for (k, w) in words.iter().enumerate() {
+        let next = words.get(k + 1).map(|s| s.to_string());
+        match *w {
+            ">" | "-w" | "-o" => out.extend(next.filter(|n| !n.starts_with('/'))),
+            "outfile" => out.extend(next),
+            _ if k > 0 && words[k - 1] == "pcapout" => {
+                out.extend(w.strip_prefix("file=").map(str::to_string))
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Processes started by this session (they carry its marker in their environment).
@@ -480,6 +502,20 @@ fn every_readme_example_runs_as_written_and_does_what_it_says() {
         );
     }
 
+    // A check reads what its example wrote after the whole session: no later example may
+    // write the same file (`> F`, `-w F`, `file=F`, `-o F`).
+    for (i, e) in &run {
+        for (_, later) in run.iter().filter(|(j, _)| j > i) {
+            for w in written(&e.text) {
+                assert!(
+                    !written(&later.text).contains(&w),
+                    "README.md lines {} and {} both write {w}: a check of the first would read the second's",
+                    e.line,
+                    later.line
+                );
+            }
+        }
+    }
     let dir = scratch();
     let state = dir.join(".readme-test");
     std::fs::create_dir_all(&state).unwrap();
