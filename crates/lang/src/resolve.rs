@@ -339,7 +339,8 @@ pub(crate) fn sh_quote(s: &str) -> String {
 
 /// The first character of a word as written (quotes and escapes included) that the shell
 /// would not take literally and the pipeline language does: an unquoted redirection
-/// (`<`, `>`), `;`, glob (`*`, `?`, `[`), or a leading `~` or `#`; a `$` or backquote
+/// (`<`, `>`), `;`, glob (`*`, `?`, `[`), brace expansion (`{a,b}`, `{1..3}`), or a
+/// leading `~` or `#`; a `$` or backquote
 /// unquoted or in double quotes. Its byte offset and the character.
 pub(crate) fn shell_syntax(raw: &str) -> Option<(usize, char)> {
     let (mut single, mut double, mut escaped) = (false, false, false);
@@ -355,6 +356,17 @@ pub(crate) fn shell_syntax(raw: &str) -> Option<(usize, char)> {
             '$' | '`' if !single => return Some((i, c)),
             '<' | '>' | ';' | '*' | '?' | '[' if !single && !double => return Some((i, c)),
             '~' | '#' if i == 0 => return Some((i, c)),
+            // Brace expansion: `{a,b}`, `{1..3}` (not `{}` as find's -exec takes it).
+            '{' if !single && !double => {
+                if let Some(close) = raw[i..].find('}') {
+                    let inner = &raw[i + 1..i + close];
+                    if !inner.contains(['\'', '"', '\\'])
+                        && (inner.contains(',') || inner.contains(".."))
+                    {
+                        return Some((i, c));
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -416,6 +428,7 @@ pub(crate) fn resolve_atom(
                         '$' => "'$' (an expansion)",
                         '`' => "a backquote (command substitution)",
                         '~' => "'~' (a home directory)",
+                        '{' => "a brace expansion",
                         _ => "'#' (a comment)",
                     };
                     return Err(Diagnostic::new(

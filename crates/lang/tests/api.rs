@@ -294,13 +294,15 @@ fn shell_syntax_in_unix_words_is_refused() {
         ("gen | gzip ~", 11),
         ("gen | gzip # note", 11),
         ("gen | gzip `x`", 11),
+        ("gen | gzip x{a,b}", 12),
+        ("gen | gzip {1..3}", 11),
     ] {
         let d = parse(src, &r).unwrap_err();
         assert_eq!(d.kind, DiagKind::ShellSyntax, "{src}: {d}");
         assert_eq!(d.span.start, at, "{src}: {d}");
         assert!(d.help.as_deref().unwrap_or("").contains("bash -c"), "{src}: {d}");
     }
-    for src in ["gen | gzip '>' '*.txt' '$HOME' \\; a#b", "gen | gzip \"*\" '~'"] {
+    for src in ["gen | gzip '>' '*.txt' '$HOME' \\; a#b", "gen | gzip \"*\" '~' {} '{a,b}'"] {
         parse(src, &r).unwrap_or_else(|e| panic!("{src}: {e}"));
     }
     for src in ["gen | gzip && gzip", "gen | gzip || gzip"] {
