@@ -3,6 +3,10 @@
 //! directory with the same inputs, and their standard output, exit status and the files
 //! they leave must be identical (native filters that share a Unix tool's name, `grep`,
 //! `split`, `file`, `join`, mean the tool next to Unix commands: `lang`'s `build` module).
+//! A line `refuse: PIPELINE` is shell syntax `streamline run` does not give the shell's
+//! meaning (redirections, `;`, `&&`, globs, `$`): it must be refused before anything
+//! runs, with a caret under the place and `bash -c` suggested, never run with another
+//! meaning.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -79,9 +83,33 @@ fn shell_pipelines_give_the_shells_answer_byte_for_byte() {
     let dir = scratch();
     let mut failures = Vec::new();
     let mut compared = 0;
+    let mut refused = 0;
     for line in corpus.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        // A refusal: shell syntax the language does not give the shell's meaning must stop
+        // the run before it starts (exit 2), with a caret under it and the way to bash.
+        if let Some(pipeline) = line.strip_prefix("refuse: ") {
+            let ours = run(&dir, BIN, &["run", "-q", "--socket", "none", pipeline]);
+            let ours_made = made(&dir);
+            let err = String::from_utf8_lossy(&ours.stderr);
+            refused += 1;
+            let caret = err.lines().any(|l| l.trim() == "^" || (l.trim_start().starts_with('^') && l.trim().chars().all(|c| c == '^')));
+            if ours.status.code() != Some(2)
+                || !ours.stdout.is_empty()
+                || !ours_made.is_empty()
+                || !caret
+                || !err.contains("bash -c")
+            {
+                failures.push(format!(
+                    "{pipeline}\n  should be refused (exit 2, nothing run, a caret, `bash -c` suggested); exited {:?}, printed {} bytes, made {:?}:\n{err}",
+                    ours.status.code(),
+                    ours.stdout.len(),
+                    ours_made.keys().collect::<Vec<_>>()
+                ));
+            }
             continue;
         }
         let bash = run(&dir, "bash", &["-c", line]);
@@ -115,6 +143,7 @@ fn shell_pipelines_give_the_shells_answer_byte_for_byte() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(compared >= 40, "the corpus has only {compared} pipelines");
+    assert!(refused >= 10, "the corpus has only {refused} refusals");
     assert!(
         failures.is_empty(),
         "{} of {compared} shell pipelines differ from bash:\n\n{}",

@@ -242,6 +242,13 @@ fn feed(mut stdin: ChildStdin, rx: Receiver<Vec<u8>>) {
 
 impl Filter for UnixProc {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        if self.finished && !self.sink && !batch.is_empty() {
+            // It exited (its output ended: `head -3` printed its lines) before its input
+            // was closed, and still blocks come: the shell's writer would get SIGPIPE, so
+            // what feeds it ends (`end` cleared `input`, so nothing else would say so and
+            // the run would feed it forever).
+            cx.end_run();
+        }
         if let Some(tx) = &self.input {
             for t in &batch.tags {
                 if let Ok(d) = cx.data(t) {

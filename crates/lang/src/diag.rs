@@ -34,6 +34,10 @@ pub enum DiagKind {
     BadOption,
     /// A control option (Table 3.2) given to a Unix command.
     OptionOnUnix,
+    /// Shell syntax the pipeline language does not give the shell's meaning (a
+    /// redirection, `;`, a glob, `$`, a backquote, `~`, `#`) unquoted in a Unix command's
+    /// words: refused rather than passed on as a literal word.
+    ShellSyntax,
     /// A `@` annotation that is not a Table 3.3 hint.
     UnknownHint,
     /// Two occurrences of one `name=X` disagree (other filter, other parameters).

@@ -351,6 +351,24 @@ impl<'a> Parser<'a> {
         {
             d.message = "empty parentheses".to_string();
         }
+        // The shell's `&&` and `||` read here as two operators; say so, and where to go.
+        if let (Some(p), Some(f)) = (prev, &found) {
+            let text = |t: &Token| &self.input[t.span.start..t.span.end];
+            let pair = match (&p.tok, &f.tok) {
+                (Tok::Par(_), Tok::Par(_)) if text(p) == "&" && text(f) == "&" => Some("&&"),
+                (Tok::Pipe { sel: a, .. }, Tok::Pipe { .. }) if a.is_empty() && text(f).starts_with('|') && f.span.start == p.span.end => Some("||"),
+                _ => None,
+            };
+            if let Some(op) = pair {
+                d.message = format!(
+                    "'{op}' is the shell's (run the next command if this one succeeds or fails): the pipeline language has no command lists"
+                );
+                d = d.help(format!(
+                    "for the shell's meaning, give it to the shell: bash -c {}",
+                    crate::resolve::sh_quote(self.input.trim())
+                ));
+            }
+        }
         d
     }
 

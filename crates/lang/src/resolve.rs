@@ -332,6 +332,47 @@ fn is_key(k: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
+/// `s` as one word of a POSIX shell: single-quoted, `'` written `'\\''`.
+pub(crate) fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The first character of a word as written (quotes and escapes included) that the shell
+/// would not take literally and the pipeline language does: an unquoted redirection
+/// (`<`, `>`), `;`, glob (`*`, `?`, `[`), brace expansion (`{a,b}`, `{1..3}`), or a
+/// leading `~` or `#`; a `$` or backquote
+/// unquoted or in double quotes. Its byte offset and the character.
+pub(crate) fn shell_syntax(raw: &str) -> Option<(usize, char)> {
+    let (mut single, mut double, mut escaped) = (false, false, false);
+    for (i, c) in raw.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' if !single => escaped = true,
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            '$' | '`' if !single => return Some((i, c)),
+            '<' | '>' | ';' | '*' | '?' | '[' if !single && !double => return Some((i, c)),
+            '~' | '#' if i == 0 => return Some((i, c)),
+            // Brace expansion: `{a,b}`, `{1..3}` (not `{}` as find's -exec takes it).
+            '{' if !single && !double => {
+                if let Some(close) = raw[i..].find('}') {
+                    let inner = &raw[i + 1..i + close];
+                    if !inner.contains(['\'', '"', '\\'])
+                        && (inner.contains(',') || inner.contains(".."))
+                    {
+                        return Some((i, c));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// Turns an atom's words into a node kind, checking names and options; its kind is the
 /// resolver's, or the caller's when `forced` is given (a native name that means the Unix
 /// tool of that name, see [`crate::build`]).
@@ -378,6 +419,32 @@ pub(crate) fn resolve_atom(
     };
     match kind {
         FilterKind::Unix => {
+            for w in words {
+                if let Some((at, c)) = shell_syntax(&input[w.span.start..w.span.end]) {
+                    let what = match c {
+                        '<' | '>' => "a redirection",
+                        ';' => "';' (a command list)",
+                        '*' | '?' | '[' => "a glob",
+                        '$' => "'$' (an expansion)",
+                        '`' => "a backquote (command substitution)",
+                        '~' => "'~' (a home directory)",
+                        '{' => "a brace expansion",
+                        _ => "'#' (a comment)",
+                    };
+                    return Err(Diagnostic::new(
+                        DiagKind::ShellSyntax,
+                        format!(
+                            "{what} in the words of Unix command '{name}': streamline run passes words as they are and does not expand, redirect or sequence them"
+                        ),
+                        Span::new(w.span.start + at, w.span.start + at + c.len_utf8()),
+                        input,
+                    )
+                    .help(format!(
+                        "for the shell's meaning, give it to the shell: bash -c {} (alone, or as one stage: streamline run \"bash -c '...' | count\"); to pass the character to the command, quote it",
+                        sh_quote(input.trim())
+                    )));
+                }
+            }
             let mut argv = vec![head.text.clone()];
             let mut place = Placement::default();
             let mut node_name = None;

@@ -278,6 +278,39 @@ fn error_kinds() {
     }
 }
 
+/// Shell syntax in a Unix command's words (the shell would redirect, sequence, glob or
+/// expand it) is refused with a caret on the character and `bash -c` in the help, never
+/// passed on as a literal word; quoted, it is the command's.
+#[test]
+fn shell_syntax_in_unix_words_is_refused() {
+    let r = test_resolver();
+    for (src, at) in [
+        ("gen | gzip > out.gz", 11),
+        ("gen | gzip -c 2>/dev/null", 15),
+        ("gen | gzip *.txt", 11),
+        ("gen | gzip x; echo", 12),
+        ("gen | gzip $HOME", 11),
+        ("gen | gzip \"$HOME\"", 12),
+        ("gen | gzip ~", 11),
+        ("gen | gzip # note", 11),
+        ("gen | gzip `x`", 11),
+        ("gen | gzip x{a,b}", 12),
+        ("gen | gzip {1..3}", 11),
+    ] {
+        let d = parse(src, &r).unwrap_err();
+        assert_eq!(d.kind, DiagKind::ShellSyntax, "{src}: {d}");
+        assert_eq!(d.span.start, at, "{src}: {d}");
+        assert!(d.help.as_deref().unwrap_or("").contains("bash -c"), "{src}: {d}");
+    }
+    for src in ["gen | gzip '>' '*.txt' '$HOME' \\; a#b", "gen | gzip \"*\" '~' {} '{a,b}'"] {
+        parse(src, &r).unwrap_or_else(|e| panic!("{src}: {e}"));
+    }
+    for src in ["gen | gzip && gzip", "gen | gzip || gzip"] {
+        let d = parse(src, &r).unwrap_err();
+        assert!(d.help.as_deref().unwrap_or("").contains("bash -c"), "{src}: {d}");
+    }
+}
+
 #[test]
 fn loops_need_for() {
     // A cycle through a for is fine, also when the for is not where the cycle was closed.
