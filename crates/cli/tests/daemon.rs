@@ -33,7 +33,10 @@ fn rate_in_ps(ps: &str, id: u64) -> Option<f64> {
         .skip(1)
         .find(|l| l.split_whitespace().next() == Some(&id.to_string()))?;
     let mut words = line.split_whitespace();
-    words.find(|w| w.strip_suffix('s').is_some_and(|n| n.parse::<f64>().is_ok()))?;
+    words.find(|w| {
+        w.strip_suffix('s')
+            .is_some_and(|n| n.parse::<f64>().is_ok())
+    })?;
     let rate = words.next()?;
     let (n, scale) = match rate.char_indices().last()? {
         (i, 'k') => (&rate[..i], 1e3),
@@ -169,7 +172,10 @@ fn detached_runs_are_listed_attached_and_stopped() {
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut buf) {
-                shown.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                shown
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         })
     };
@@ -180,10 +186,14 @@ fn detached_runs_are_listed_attached_and_stopped() {
             .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
             .collect()
     };
-    common::wait_for("attach to show the count grow", Duration::from_secs(20), || {
-        let c = counts_in(&shown.lock().unwrap());
-        c.len() >= 2 && c.last() > c.first()
-    });
+    common::wait_for(
+        "attach to show the count grow",
+        Duration::from_secs(20),
+        || {
+            let c = counts_in(&shown.lock().unwrap());
+            c.len() >= 2 && c.last() > c.first()
+        },
+    );
     let st = d.cli().args(["stop", &id.to_string()]).output().unwrap();
     assert!(st.status.success(), "{:?}", text(&st));
     let t0 = Instant::now();
@@ -233,12 +243,16 @@ fn ctrl_c_stops_a_run_through_the_daemon_like_a_standalone_one() {
         .spawn()
         .unwrap();
     // Blocks flow (ps shows a rate above 0) before Ctrl-C, so the totals count some.
-    common::wait_for("the run in ps with blocks flowing", Duration::from_secs(10), || {
-        let ps = d.ps();
-        run_ids(&ps)
-            .first()
-            .is_some_and(|id| rate_in_ps(&ps, *id).is_some_and(|r| r > 0.0))
-    });
+    common::wait_for(
+        "the run in ps with blocks flowing",
+        Duration::from_secs(10),
+        || {
+            let ps = d.ps();
+            run_ids(&ps)
+                .first()
+                .is_some_and(|id| rate_in_ps(&ps, *id).is_some_and(|r| r > 0.0))
+        },
+    );
     let err = common::interrupt(c);
     assert!(
         common::count_of(&err) > 0 && err.contains("interrupted (SIGINT)"),
@@ -865,7 +879,14 @@ fn live_edits_on_replayed_traffic_keep_the_totals_of_an_unedited_capture() {
         .expect("tcpdump -r");
     let sent = 2 * String::from_utf8_lossy(&listed.stdout).lines().count() as u64;
     assert!(SAMPLE_LOOPS.ends_with("=2") && sent > 0, "{sent} packets");
-    wait_counter_above(&d, id, "count:tail", "blocks_in", sent - 1, Duration::from_secs(20));
+    wait_counter_above(
+        &d,
+        id,
+        "count:tail",
+        "blocks_in",
+        sent - 1,
+        Duration::from_secs(20),
+    );
     assert!(d
         .cli()
         .args(["stop", &id.to_string()])

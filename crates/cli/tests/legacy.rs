@@ -583,9 +583,8 @@ fn tshark_on_streamline_counts_what_plain_tshark_counts() {
             .find_map(|l| l.strip_prefix("Number of packets:"))
             .and_then(|n| n.trim().parse::<u64>().ok())
     };
-    let count = |p: &Path| {
-        count_now(p).unwrap_or_else(|| panic!("capinfos cannot read {}", p.display()))
-    };
+    let count =
+        |p: &Path| count_now(p).unwrap_or_else(|| panic!("capinfos cannot read {}", p.display()));
     // dumpcap writes in its own time: wait until both files hold the replayed packets.
     wait_for(
         &format!("both tsharks (on streamline, on the system's libpcap) to write the {want} packets replayed"),

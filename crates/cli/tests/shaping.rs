@@ -644,9 +644,7 @@ fn nonsense_policies_are_refused_with_a_reason() {
         assert!(err.contains(says), "{args:?}: expected '{says}' in: {err}");
     }
     assert!(
-        !shm_segments()
-            .iter()
-            .any(|s| s.ends_with(&unfounded)),
+        !shm_segments().iter().any(|s| s.ends_with(&unfounded)),
         "a refused group left its segment"
     );
     // a missing program: the launcher says so

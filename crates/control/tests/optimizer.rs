@@ -355,16 +355,28 @@ fn two_hosts_split_a_pipeline_across_the_link_within_its_bandwidth() {
     assert_eq!(net.len(), 1, "{}", r.explain());
     assert_eq!((net[0].from, net[0].to), (1, 2), "{}", r.explain());
     let (load, bw) = r.link.expect("a two-host plan reports its link");
-    assert!((load - net[0].bytes).abs() < 1.0 && load <= bw, "{}", r.explain());
+    assert!(
+        (load - net[0].bytes).abs() < 1.0 && load <= bw,
+        "{}",
+        r.explain()
+    );
     assert!(r.canonical().contains(" on a\n") && r.canonical().contains(" on b\n"));
-    assert!(r.explain().contains("link between the hosts"), "{}", r.explain());
+    assert!(
+        r.explain().contains("link between the hosts"),
+        "{}",
+        r.explain()
+    );
 
     // A link narrower than the thinnest feasible cut: no plan, and the error says why.
     let mut sys = common::system("twohost");
     sys.link.as_mut().unwrap().bandwidth = 100e6;
     let mut narrow = Planner::new(sys, common::filters());
     narrow.load = p.load;
-    let e = narrow.plan(pipe, Method::Optimal).err().expect("infeasible").to_string();
+    let e = narrow
+        .plan(pipe, Method::Optimal)
+        .err()
+        .expect("infeasible")
+        .to_string();
     assert!(e.contains("link"), "{e}");
 
     // At a rate one host carries alone, nothing crosses (crossing costs cycles).
@@ -383,13 +395,22 @@ fn a_two_host_model_is_checked() {
     let bad = |f: &dyn Fn(&mut control::SystemModel), want: &str| {
         let mut m = base.clone();
         f(&mut m);
-        let e = control::SystemModel::from_json(&m.to_json()).err().expect(want).to_string();
+        let e = control::SystemModel::from_json(&m.to_json())
+            .err()
+            .expect(want)
+            .to_string();
         assert!(e.contains(want), "{e}");
     };
     bad(&|m| m.link = None, "no link");
     bad(&|m| m.hosts[1].cpus = vec![0], "cpu 0 is on 2 hosts");
-    bad(&|m| m.link.as_mut().unwrap().b = "c".into(), "the link joins");
-    bad(&|m| m.link.as_mut().unwrap().bandwidth = 0.0, "positive bandwidth");
+    bad(
+        &|m| m.link.as_mut().unwrap().b = "c".into(),
+        "the link joins",
+    );
+    bad(
+        &|m| m.link.as_mut().unwrap().bandwidth = 0.0,
+        "positive bandwidth",
+    );
     bad(&|m| m.hosts.truncate(1), "1 hosts");
     // The one-host models do not mention hosts at all (their JSON is unchanged).
     assert!(!common::system("dual").to_json().contains("hosts"));

@@ -556,7 +556,11 @@ mod tests {
                 jf: 0,
                 k: 0,
             };
-            let prog = if at_end { vec![ret_x] } else { vec![ret_x, ret] };
+            let prog = if at_end {
+                vec![ret_x]
+            } else {
+                vec![ret_x, ret]
+            };
             let e = Program::new(prog).unwrap_err();
             assert_eq!(
                 e,
@@ -569,7 +573,10 @@ mod tests {
         }
         // The returns classic BPF has are accepted.
         for code in [RET, RET | RVAL_A] {
-            assert!(Program::new(vec![Insn { code, ..ret }]).is_ok(), "{code:#x}");
+            assert!(
+                Program::new(vec![Insn { code, ..ret }]).is_ok(),
+                "{code:#x}"
+            );
         }
     }
 

@@ -45,8 +45,13 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = |k: usize| u32::from(b[i + k] - b'0');
+            // Octal of a byte (the kernel escapes only bytes; a larger value is kept low).
+            out.push((v(1) * 64 + v(2) * 8 + v(3)) as u8);
             i += 4;
         } else {
             out.push(b[i]);
