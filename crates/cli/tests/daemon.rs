@@ -33,7 +33,10 @@ fn rate_in_ps(ps: &str, id: u64) -> Option<f64> {
         .skip(1)
         .find(|l| l.split_whitespace().next() == Some(&id.to_string()))?;
     let mut words = line.split_whitespace();
-    words.find(|w| w.strip_suffix('s').is_some_and(|n| n.parse::<f64>().is_ok()))?;
+    words.find(|w| {
+        w.strip_suffix('s')
+            .is_some_and(|n| n.parse::<f64>().is_ok())
+    })?;
     let rate = words.next()?;
     let (n, scale) = match rate.char_indices().last()? {
         (i, 'k') => (&rate[..i], 1e3),
@@ -42,6 +45,57 @@ fn rate_in_ps(ps: &str, id: u64) -> Option<f64> {
         _ => (rate, 1.0),
     };
     Some(n.parse::<f64>().ok()? * scale)
+}
+
+/// Counter `key` of the filter labelled `label` in run `id`, from its PipesFS `.stats`
+/// (found anywhere under the run's directory), or None while it is not there.
+fn node_counter(d: &Daemon, id: u64, label: &str, key: &str) -> Option<u64> {
+    fn find(dir: &Path, label: &str, key: &str) -> Option<u64> {
+        let stats = std::fs::read_to_string(dir.join(".stats")).ok();
+        if let Some(s) = stats {
+            if s.lines().any(|l| l.strip_prefix("label ") == Some(label)) {
+                return s
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok());
+            }
+        }
+        for e in std::fs::read_dir(dir).ok()?.flatten() {
+            let p = e.path();
+            // Real directories only: a filter with several inputs is a link under the others.
+            if e.file_type().ok()?.is_dir() {
+                if let Some(v) = find(&p, label, key) {
+                    return Some(v);
+                }
+            }
+        }
+        None
+    }
+    find(&d.mount().join(id.to_string()), label, key)
+}
+
+/// Wait until `label`'s counter `key` in run `id` is above `than` (at most `limit`, then
+/// fail saying what was awaited and what was last seen); its new value.
+fn wait_counter_above(
+    d: &Daemon,
+    id: u64,
+    label: &str,
+    key: &str,
+    than: u64,
+    limit: Duration,
+) -> u64 {
+    let t0 = Instant::now();
+    loop {
+        let now = node_counter(d, id, label, key);
+        if let Some(n) = now.filter(|&n| n > than) {
+            return n;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "{label}'s {key} in run {id} did not pass {than} within {limit:?} (last seen {now:?}); daemon log:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -118,7 +172,10 @@ fn detached_runs_are_listed_attached_and_stopped() {
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut buf) {
-                shown.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                shown
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         })
     };
@@ -129,10 +186,14 @@ fn detached_runs_are_listed_attached_and_stopped() {
             .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
             .collect()
     };
-    common::wait_for("attach to show the count grow", Duration::from_secs(20), || {
-        let c = counts_in(&shown.lock().unwrap());
-        c.len() >= 2 && c.last() > c.first()
-    });
+    common::wait_for(
+        "attach to show the count grow",
+        Duration::from_secs(20),
+        || {
+            let c = counts_in(&shown.lock().unwrap());
+            c.len() >= 2 && c.last() > c.first()
+        },
+    );
     let st = d.cli().args(["stop", &id.to_string()]).output().unwrap();
     assert!(st.status.success(), "{:?}", text(&st));
     let t0 = Instant::now();
@@ -182,12 +243,16 @@ fn ctrl_c_stops_a_run_through_the_daemon_like_a_standalone_one() {
         .spawn()
         .unwrap();
     // Blocks flow (ps shows a rate above 0) before Ctrl-C, so the totals count some.
-    common::wait_for("the run in ps with blocks flowing", Duration::from_secs(10), || {
-        let ps = d.ps();
-        run_ids(&ps)
-            .first()
-            .is_some_and(|id| rate_in_ps(&ps, *id).is_some_and(|r| r > 0.0))
-    });
+    common::wait_for(
+        "the run in ps with blocks flowing",
+        Duration::from_secs(10),
+        || {
+            let ps = d.ps();
+            run_ids(&ps)
+                .first()
+                .is_some_and(|id| rate_in_ps(&ps, *id).is_some_and(|r| r > 0.0))
+        },
+    );
     let err = common::interrupt(c);
     assert!(
         common::count_of(&err) > 0 && err.contains("interrupted (SIGINT)"),
@@ -307,7 +372,19 @@ fn hostile_clients_get_an_error_or_a_closed_connection_and_nothing_else_changes(
         .collect();
     assert!(held.len() >= 256, "only {} connections", held.len());
     drop(held);
-    std::thread::sleep(Duration::from_millis(300));
+    // The daemon serves again once it has seen the 300 connections close.
+    common::wait_for(
+        "a ping answered after the held connections closed",
+        Duration::from_secs(20),
+        || {
+            Command::new(PYTHON)
+                .arg(RAW)
+                .arg(&d.socket)
+                .args(["hello", "ping"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("pong"))
+        },
+    );
     let r = d.raw(&["hello", "ping"]);
     assert_eq!(r[1]["reply"], "pong", "{r:?}");
     assert_eq!(
@@ -491,7 +568,15 @@ fn access_control_matrix_as_uid_65534() {
         ])
         .unwrap();
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Stopped once the run has counted the 20 queries to port 53.
+    wait_counter_above(
+        &d,
+        id,
+        &format!("count:{dns}"),
+        "blocks_in",
+        19,
+        Duration::from_secs(20),
+    );
     let ps =
         String::from_utf8_lossy(&d.cli_as_nobody().arg("ps").output().unwrap().stdout).into_owned();
     assert!(ps.contains("nobody") || ps.contains("65534"), "{ps}");
@@ -586,9 +671,9 @@ fn a_daemon_killed_with_sigkill_leaves_nothing_a_restart_does_not_reclaim() {
         Path::new(&ring).exists(),
         "SIGKILL leaves the ring (this is what a restart must reclaim)"
     );
-    // Its PipesFS mount goes with it (fusermount3's auto_unmount watcher sees it die). Once,
-    // under CI load, the watcher left it: the test then detaches it itself, saying so, so
-    // that no test leaves a dead mount behind whatever the watcher does.
+    // Its PipesFS mount goes with it: the daemon's mount guard (daemon::pipesfs::guard)
+    // sees it die and detaches the mount (fusermount3's auto_unmount watcher alone missed
+    // this under load).
     let mount = d.mount().display().to_string();
     let mounted = || {
         std::fs::read_to_string("/proc/mounts")
@@ -598,13 +683,17 @@ fn a_daemon_killed_with_sigkill_leaves_nothing_a_restart_does_not_reclaim() {
     };
     let until = std::time::Instant::now() + Duration::from_secs(10);
     while mounted() && std::time::Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
     }
     if mounted() {
-        eprintln!("note: {mount} was still mounted 10 s after its daemon's SIGKILL; detaching it");
+        // Detached here so that no dead mount stays behind the failure.
         let _ = Command::new("fusermount3")
             .args(["-u", "-z", &mount])
             .status();
+        panic!(
+            "{mount} was still mounted 10 s after its daemon's SIGKILL; the daemon's log:\n{}",
+            d.log()
+        );
     }
     // A sweep leaves rings younger than 2 s alone (they may be being set up).
     std::thread::sleep(Duration::from_millis(2100));
@@ -659,6 +748,7 @@ fn live_edits_through_the_daemon_lose_no_block() {
         .parse()
         .unwrap_or_else(|_| panic!("{:?}", text(&out)));
     // Each edit is a transaction of its own, applied between two source batches.
+    let mut seen = 0;
     for e in [
         "insert after count count name=mid",
         "replace count:mid sample every=1",
@@ -667,7 +757,8 @@ fn live_edits_through_the_daemon_lose_no_block() {
         "remove sample",
         "remove count:pre",
     ] {
-        std::thread::sleep(Duration::from_millis(150));
+        // Blocks flow between two edits: gen has made more since the last one.
+        seen = wait_counter_above(&d, id, "gen", "blocks_out", seen, Duration::from_secs(20));
         let o = edit(&d, id, e);
         assert!(o.status.success(), "{e}: {:?}", text(&o));
         assert!(
@@ -694,7 +785,8 @@ fn live_edits_through_the_daemon_lose_no_block() {
         vec![id],
         "a refused edit leaves the run running"
     );
-    std::thread::sleep(Duration::from_millis(200));
+    // Blocks flow after the last edit too.
+    wait_counter_above(&d, id, "gen", "blocks_out", seen, Duration::from_secs(20));
     assert!(d
         .cli()
         .args(["stop", &id.to_string()])
@@ -765,20 +857,36 @@ fn live_edits_on_replayed_traffic_keep_the_totals_of_an_unedited_capture() {
         .spawn()
         .expect("tcpreplay");
     let mut applied = 0;
+    let mut seen = 0;
     for e in [
         "insert after count count name=mid",
         "replace count:mid sample every=1",
         "set sample every=1",
         "remove sample",
     ] {
-        std::thread::sleep(Duration::from_millis(400));
+        // Replayed packets come in between two edits: rx has delivered more since the last.
+        seen = wait_counter_above(&d, id, "rx", "blocks_out", seen, Duration::from_secs(20));
         let o = edit(&d, id, e);
         assert!(o.status.success(), "{e}: {:?}", text(&o));
         applied += 1;
     }
     let o = replay.wait_with_output().unwrap();
     assert!(o.status.success(), "tcpreplay: {:?}", text(&o));
-    std::thread::sleep(Duration::from_millis(800));
+    // Stopped once the tail has counted every packet replayed: the sample's, twice.
+    let listed = Command::new("tcpdump")
+        .args(["-n", "-q", "-r", sample])
+        .output()
+        .expect("tcpdump -r");
+    let sent = 2 * String::from_utf8_lossy(&listed.stdout).lines().count() as u64;
+    assert!(SAMPLE_LOOPS.ends_with("=2") && sent > 0, "{sent} packets");
+    wait_counter_above(
+        &d,
+        id,
+        "count:tail",
+        "blocks_in",
+        sent - 1,
+        Duration::from_secs(20),
+    );
     assert!(d
         .cli()
         .args(["stop", &id.to_string()])
@@ -833,6 +941,8 @@ fn a_connection_that_ends_at_any_step_leaves_only_what_it_committed() {
     );
     let r = d.raw(&["hello", &format!("open:{p}"), "activate:last"]);
     let kept = r[1]["run"].as_u64().unwrap();
+    // A quiet spell, the thing tested: the detached run is still there after the daemon
+    // has had time to act on its connection's end (nothing to wait for: it must not go).
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
         run_ids(&d.ps()),

@@ -569,9 +569,10 @@ fn tshark_on_streamline_counts_what_plain_tshark_counts() {
     let ours = start(on_streamline(&d, "tshark"), &dir.join("ours.pcapng"));
     let plain = start(Command::new("tshark"), &dir.join("plain.pcapng"));
     replay(&v, 3000, 1);
-    // dumpcap writes in its own time: no settling on file sizes here.
-    std::thread::sleep(Duration::from_millis(3000));
-    let count = |p: &Path| {
+    let want = offline_count("udp or arp");
+    // The packets in a file so far (capinfos reads a file being written; a half-written
+    // last block reads as nothing yet).
+    let count_now = |p: &Path| -> Option<u64> {
         let o = Command::new("capinfos")
             .args(["-M", "-c"])
             .arg(p)
@@ -581,14 +582,19 @@ fn tshark_on_streamline_counts_what_plain_tshark_counts() {
             .lines()
             .find_map(|l| l.strip_prefix("Number of packets:"))
             .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| {
-                panic!(
-                    "capinfos {}: {}",
-                    p.display(),
-                    String::from_utf8_lossy(&o.stderr)
-                )
-            })
     };
+    let count =
+        |p: &Path| count_now(p).unwrap_or_else(|| panic!("capinfos cannot read {}", p.display()));
+    // dumpcap writes in its own time: wait until both files hold the replayed packets.
+    wait_for(
+        &format!("both tsharks (on streamline, on the system's libpcap) to write the {want} packets replayed"),
+        Duration::from_secs(60),
+        || {
+            [dir.join("ours.pcapng"), dir.join("plain.pcapng")]
+                .iter()
+                .all(|f| count_now(f).is_some_and(|n| n >= want))
+        },
+    );
     for r in [ours, plain] {
         let (status, err) = r.interrupt();
         assert!(status.success(), "tshark: {err}");
@@ -601,7 +607,7 @@ fn tshark_on_streamline_counts_what_plain_tshark_counts() {
         a, b,
         "tshark on streamline captured {a}, on the system's libpcap {b}"
     );
-    assert_eq!(a, offline_count("udp or arp"));
+    assert_eq!(a, want);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

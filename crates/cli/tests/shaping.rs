@@ -622,6 +622,8 @@ fn a_killed_member_blocks_nobody_and_leaks_nothing() {
 
 #[test]
 fn nonsense_policies_are_refused_with_a_reason() {
+    // A group name of this run's own: another run's group on the machine is none of ours.
+    let unfounded = format!("nobody-founded-this-{}", std::process::id());
     for (args, says) in [
         (
             vec!["--net", "10 furlongs"],
@@ -643,7 +645,7 @@ fn nonsense_policies_are_refused_with_a_reason() {
             "fifo, latency or throughput",
         ),
         (vec!["--group", "../etc", "--net", "1M"], "is not allowed"),
-        (vec!["--group", "nobody-founded-this"], "has no policy yet"),
+        (vec!["--group", unfounded.as_str()], "has no policy yet"),
         (vec![], "no budget"),
         (
             vec!["--net", "1M", "--mechanism", "magic"],
@@ -656,9 +658,7 @@ fn nonsense_policies_are_refused_with_a_reason() {
         assert!(err.contains(says), "{args:?}: expected '{says}' in: {err}");
     }
     assert!(
-        !shm_segments()
-            .iter()
-            .any(|s| s.contains("nobody-founded-this")),
+        !shm_segments().iter().any(|s| s.ends_with(&unfounded)),
         "a refused group left its segment"
     );
     // a missing program: the launcher says so

@@ -5,7 +5,8 @@
 //! and whichever of root and uid 65534 starts first, neither run fails nor reads the
 //! other's data, even when uid 65534 squats the names root's run would use.
 //!
-//! Against a real daemon whose policy grants uid 65534 `rx dev=lo | bpf "udp port 53"`,
+//! Against a real daemon whose policy grants uid 65534 `rx dev=lo | bpf "udp port 53 or
+//! udp port N"` (N this process's own),
 //! with UDP datagrams the test sends to 127.0.0.1:53 (a bounded number; nothing needs
 //! to listen there). Needs root (the daemon, captures) and /dev/fuse (PipesFS).
 
@@ -22,8 +23,27 @@ use common::wait_for;
 /// would share the prefix another test's run publishes (the same user, the same key).
 static LO: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-const PIPELINE: &str = "rx dev=lo | bpf \"udp port 53\" | count";
-const POLICY: &str = "[[grant]]\nusers = [\"65534\"]\ntemplate = 'rx dev=lo | bpf \"udp port 53\"'\nmode = \"0640\"\n";
+/// The capture of this test process's runs: port 53 (where the test sends), or a port of
+/// its own that nothing sends to, so that the prefix's share key is this process's own: a
+/// daemon or another test on the machine capturing port 53 on lo publishes under another
+/// key, and no run here subscribes to it or is taken for one of ours.
+fn prefix() -> String {
+    format!(
+        "rx dev=lo | bpf \"udp port 53 or udp port {}\"",
+        1024 + std::process::id() % 60000
+    )
+}
+
+fn pipeline() -> String {
+    format!("{} | count", prefix())
+}
+
+fn policy() -> String {
+    format!(
+        "[[grant]]\nusers = [\"65534\"]\ntemplate = '{}'\nmode = \"0640\"\n",
+        prefix()
+    )
+}
 /// Datagrams sent while every run captures: each run counts at least this many.
 const SENT: u64 = 100;
 
@@ -55,7 +75,7 @@ fn wait_published(key: &str, uid: u32) {
 }
 
 fn spawn(mut c: Command) -> Child {
-    c.args(["run", "--plan", "none", PIPELINE])
+    c.args(["run", "--plan", "none", &pipeline()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -135,8 +155,8 @@ fn assert_counted(err: &str, who: &str) {
 #[test]
 fn root_never_subscribes_to_a_stream_of_uid_65534_even_under_roots_names() {
     let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
-    let d = Daemon::start("shrsq", Some(POLICY));
-    let key = common::share_key(PIPELINE);
+    let d = Daemon::start("shrsq", Some(&policy()));
+    let key = common::share_key(&pipeline());
     let nobody = spawn(d.cli_as_nobody());
     wait_published(&key, 65534);
     // uid 65534 also puts its live stream under the names root's run would publish and
@@ -172,8 +192,8 @@ fn root_never_subscribes_to_a_stream_of_uid_65534_even_under_roots_names() {
 #[test]
 fn a_run_of_uid_65534_started_after_roots_captures_on_its_own() {
     let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
-    let d = Daemon::start("shrrf", Some(POLICY));
-    let key = common::share_key(PIPELINE);
+    let d = Daemon::start("shrrf", Some(&policy()));
+    let key = common::share_key(&pipeline());
     let root = spawn(d.cli());
     wait_published(&key, 0);
     let nobody = spawn(d.cli_as_nobody());
@@ -196,8 +216,8 @@ fn a_run_of_uid_65534_started_after_roots_captures_on_its_own() {
 #[test]
 fn runs_of_one_user_share_and_the_subscriber_maps_the_stream_read_only() {
     let _lo = LO.lock().unwrap_or_else(|e| e.into_inner());
-    let d = Daemon::start("shrsame", Some(POLICY));
-    let key = common::share_key(PIPELINE);
+    let d = Daemon::start("shrsame", Some(&policy()));
+    let key = common::share_key(&pipeline());
     let first = spawn(d.cli_as_nobody());
     wait_published(&key, 65534);
     let second = spawn(d.cli_as_nobody());

@@ -167,23 +167,7 @@ fn plan_is_consistent_and_prints() {
         .unwrap();
     let plan = &r.plan;
     assert!(plan.stats.variables > 0 && plan.stats.constraints > 0);
-    for s in &plan.streams {
-        let (a, b) = (&plan.nodes[s.from], &plan.nodes[s.to]);
-        let want = if a.space == b.space {
-            Channel::Call
-        } else {
-            match (a.space_kind, b.space_kind) {
-                (SpaceKind::Kernel, SpaceKind::Kernel) => Channel::KernelRing,
-                (SpaceKind::Kernel, _) => Channel::KernelToUser,
-                (_, SpaceKind::Kernel) => Channel::UserToKernel,
-                _ => Channel::SharedRing,
-            }
-        };
-        assert_eq!(s.channel, want);
-    }
-    let total: f64 = plan.nodes.iter().map(|n| n.cycles).sum::<f64>()
-        + plan.streams.iter().map(|s| s.cycles).sum::<f64>();
-    assert!((total - plan.cost).abs() < 1e-6 * plan.cost.max(1.0));
+    // (That the plan is the model's cheapest is ilp_finds_the_cheapest_placement_of_all.)
     let text = plan.explain();
     assert!(
         text.contains("variables") && text.contains("cbpf-socket"),
@@ -279,6 +263,74 @@ proptest! {
     }
 }
 
+/// The cheapest placement by enumeration: every combination of each filter's admissible
+/// choices (implementation and space), costed by the model (`plan::evaluate`), kept if it
+/// fits every CPU (and the link). None when nothing fits; also how many were tried.
+fn cheapest_by_enumeration(
+    req: &control::model::Request,
+    sys: &control::SystemModel,
+) -> (Option<f64>, usize) {
+    let opts = control::optimize::options(req, sys).unwrap();
+    let mut pick = vec![0usize; opts.len()];
+    let (mut best, mut tried) = (None::<f64>, 0usize);
+    loop {
+        let choice: Vec<control::Choice> = pick.iter().zip(&opts).map(|(&k, o)| o[k]).collect();
+        let c = control::plan::evaluate(req, sys, &choice);
+        tried += 1;
+        if c.fits(sys) && best.is_none_or(|b| c.total < b) {
+            best = Some(c.total);
+        }
+        // The next combination (an odometer over the options).
+        let mut i = 0;
+        loop {
+            if i == pick.len() {
+                return (best, tried);
+            }
+            pick[i] += 1;
+            if pick[i] < opts[i].len() {
+                break;
+            }
+            pick[i] = 0;
+            i += 1;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// On graphs small enough to enumerate, the ILP's plan costs what the cheapest of all
+    /// fitting placements costs (up to its tie-break, under one cycle per second), and it
+    /// says infeasible exactly when no placement fits.
+    #[test]
+    fn ilp_finds_the_cheapest_placement_of_all(
+        mids in proptest::collection::vec(0..MIDDLE.len(), 1..4),
+        system in prop::sample::select(vec!["dual", "dual_threads_only", "quad"]),
+        rate in prop::sample::select(vec![1_000.0, 300_000.0, 900_000.0]),
+        source in prop::sample::select(vec!["rx", "gen"]),
+    ) {
+        let mut text = source.to_string();
+        for m in &mids {
+            text += " | ";
+            text += MIDDLE[*m];
+        }
+        text += " | null";
+        let sys = common::system(system);
+        let (_, req) = request_from_text(&text, &Catalog::new(common::filters()), Load { blocks_per_sec: rate, bytes_per_block: 500.0 }).unwrap();
+        let (truth, tried) = cheapest_by_enumeration(&req, &sys);
+        prop_assert!(tried > 1, "{text} on {system}: {tried} placements");
+        match (truth, ilp(&req, &sys, 30.0)) {
+            (None, Err(control::PlanError::Infeasible(_))) => {}
+            (None, r) => prop_assert!(false, "{text} on {system}: none of {tried} placements fits, the ILP says {:?}", r.map(|(c, _)| c)),
+            (Some(t), Err(e)) => prop_assert!(false, "{text} on {system}: the cheapest of {tried} placements costs {t:.6e}, the ILP says {e}"),
+            (Some(t), Ok((o, _))) => {
+                let c = control::plan::evaluate(&req, &sys, &o);
+                prop_assert!(c.fits(&sys), "{text} on {system}: the ILP's plan does not fit");
+                prop_assert!(c.total <= t + 1.0, "{text} on {system}: ilp {:.6e}, cheapest of {tried} placements {t:.6e}", c.total);
+            }
+        }
+    }
+}
+
 /// Two hosts of one CPU each and a link (`tests/golden/systems/twohost.json`): a pipeline
 /// too heavy for one host is split across the link, at the one cut that fits both hosts'
 /// CPUs; the link's bandwidth is a constraint (too narrow a link makes every split
@@ -303,16 +355,28 @@ fn two_hosts_split_a_pipeline_across_the_link_within_its_bandwidth() {
     assert_eq!(net.len(), 1, "{}", r.explain());
     assert_eq!((net[0].from, net[0].to), (1, 2), "{}", r.explain());
     let (load, bw) = r.link.expect("a two-host plan reports its link");
-    assert!((load - net[0].bytes).abs() < 1.0 && load <= bw, "{}", r.explain());
+    assert!(
+        (load - net[0].bytes).abs() < 1.0 && load <= bw,
+        "{}",
+        r.explain()
+    );
     assert!(r.canonical().contains(" on a\n") && r.canonical().contains(" on b\n"));
-    assert!(r.explain().contains("link between the hosts"), "{}", r.explain());
+    assert!(
+        r.explain().contains("link between the hosts"),
+        "{}",
+        r.explain()
+    );
 
     // A link narrower than the thinnest feasible cut: no plan, and the error says why.
     let mut sys = common::system("twohost");
     sys.link.as_mut().unwrap().bandwidth = 100e6;
     let mut narrow = Planner::new(sys, common::filters());
     narrow.load = p.load;
-    let e = narrow.plan(pipe, Method::Optimal).err().expect("infeasible").to_string();
+    let e = narrow
+        .plan(pipe, Method::Optimal)
+        .err()
+        .expect("infeasible")
+        .to_string();
     assert!(e.contains("link"), "{e}");
 
     // At a rate one host carries alone, nothing crosses (crossing costs cycles).
@@ -331,13 +395,22 @@ fn a_two_host_model_is_checked() {
     let bad = |f: &dyn Fn(&mut control::SystemModel), want: &str| {
         let mut m = base.clone();
         f(&mut m);
-        let e = control::SystemModel::from_json(&m.to_json()).err().expect(want).to_string();
+        let e = control::SystemModel::from_json(&m.to_json())
+            .err()
+            .expect(want)
+            .to_string();
         assert!(e.contains(want), "{e}");
     };
     bad(&|m| m.link = None, "no link");
     bad(&|m| m.hosts[1].cpus = vec![0], "cpu 0 is on 2 hosts");
-    bad(&|m| m.link.as_mut().unwrap().b = "c".into(), "the link joins");
-    bad(&|m| m.link.as_mut().unwrap().bandwidth = 0.0, "positive bandwidth");
+    bad(
+        &|m| m.link.as_mut().unwrap().b = "c".into(),
+        "the link joins",
+    );
+    bad(
+        &|m| m.link.as_mut().unwrap().bandwidth = 0.0,
+        "positive bandwidth",
+    );
     bad(&|m| m.hosts.truncate(1), "1 hosts");
     // The one-host models do not mention hosts at all (their JSON is unchanged).
     assert!(!common::system("dual").to_json().contains("hosts"));

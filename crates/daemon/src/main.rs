@@ -44,6 +44,10 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // This program started again as PipesFS's mount guard (daemon::pipesfs::guard).
+    if let Ok(dev) = std::env::var(daemon::pipesfs::guard::ENV) {
+        return daemon::pipesfs::guard::run(&dev);
+    }
     let a = Args::parse();
     let _ = a.foreground;
     let policy = match &a.policy {
@@ -115,15 +119,22 @@ fn main() -> ExitCode {
     ] {
         let _ = signal_hook::flag::register(sig, d.quit.clone());
     }
-    // PipesFS: unmounted when `fs` is dropped (at exit), or by fusermount3's auto_unmount
-    // watcher if the daemon is killed.
+    // PipesFS: unmounted when `fs` is dropped (at exit), or by its guard process if the
+    // daemon is killed (daemon::pipesfs::guard).
     let fs = if a.no_mount {
         None
     } else {
         match daemon::pipesfs::mount(d.clone(), &a.mount) {
             Ok(s) => {
                 eprintln!("streamlined: PipesFS mounted on {}", a.mount.display());
-                Some(s)
+                let guard = match daemon::pipesfs::guard::start(&a.mount) {
+                    Ok(g) => Some(g),
+                    Err(e) => {
+                        eprintln!("streamlined: no guard for the PipesFS mount ({e}): if this daemon is killed, `fusermount3 -u -z {}` may be needed", a.mount.display());
+                        None
+                    }
+                };
+                Some((s, guard))
             }
             Err(e) => {
                 eprintln!("streamlined: error: cannot mount PipesFS on {}: {e} (needs /dev/fuse and fusermount3, package fuse3; --no-mount runs without it)", a.mount.display());
@@ -140,9 +151,11 @@ fn main() -> ExitCode {
         )
     );
     let r = d.serve(listener);
-    if fs.is_some() {
-        drop(fs);
+    if let Some((session, guard)) = fs {
+        drop(session);
         daemon::pipesfs::unmount(&a.mount);
+        // Told after the unmount: it finds nothing to do and exits.
+        drop(guard);
     }
     let _ = std::fs::remove_file(&a.socket);
     let _ = d.quit.load(Ordering::Relaxed);

@@ -46,7 +46,6 @@ enum Op {
     Jmp(u8, bool, u32, u8, u8),
     RetK(u32),
     RetA,
-    RetX,
     Tax,
     Txa,
 }
@@ -79,7 +78,6 @@ fn decode(i: &Insn) -> Op {
         JMP => Op::Jmp((c & 0xf0) as u8, c & SRC_X != 0, i.k, i.jt, i.jf),
         RET => match c & 0x18 {
             RVAL_A => Op::RetA,
-            RVAL_X => Op::RetX,
             _ => Op::RetK(i.k),
         },
         _ if c & 0xf8 == 0x80 => Op::Txa,
@@ -303,7 +301,14 @@ impl Program {
                     }
                 }
                 RET => {
-                    if !matches!(c & 0x18, 0x00 | RVAL_X | RVAL_A) || c & !0x1f != 0 {
+                    // Classic BPF returns a constant or A: `ret x` is refused by the
+                    // kernel's checker and aborts libpcap's interpreter.
+                    if c & 0x18 == RVAL_X && c & !0x1f == 0 {
+                        return bad(&format!(
+                            "return of X ({c:#06x}): classic BPF returns a constant or A"
+                        ));
+                    }
+                    if !matches!(c & 0x18, 0x00 | RVAL_A) || c & !0x1f != 0 {
                         return bad(&format!("unknown return {c:#06x}"));
                     }
                 }
@@ -408,7 +413,6 @@ impl Program {
                 }
                 Op::RetK(k) => return k,
                 Op::RetA => return a,
-                Op::RetX => return x,
                 Op::Tax => x = a,
                 Op::Txa => a = x,
             }
@@ -544,6 +548,36 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.to_string().contains("scratch memory"), "{e}");
+        // `ret x`: refused by name, wherever it is (libpcap's interpreter aborts on it).
+        for at_end in [true, false] {
+            let ret_x = Insn {
+                code: RET | RVAL_X,
+                jt: 0,
+                jf: 0,
+                k: 0,
+            };
+            let prog = if at_end {
+                vec![ret_x]
+            } else {
+                vec![ret_x, ret]
+            };
+            let e = Program::new(prog).unwrap_err();
+            assert_eq!(
+                e,
+                BpfError::Invalid {
+                    at: 0,
+                    why: "return of X (0x000e): classic BPF returns a constant or A".into()
+                },
+                "{e}"
+            );
+        }
+        // The returns classic BPF has are accepted.
+        for code in [RET, RET | RVAL_A] {
+            assert!(
+                Program::new(vec![Insn { code, ..ret }]).is_ok(),
+                "{code:#x}"
+            );
+        }
     }
 
     /// Capture files name link types by LINKTYPE: raw IP (101) compiles as libpcap's
@@ -683,8 +717,8 @@ mod tests {
         JMP | 0x10 | SRC_X, JMP | 0x20 | SRC_X, JMP | 0x30 | SRC_X, JMP | 0x40 | SRC_X,
         RET, RET | RVAL_A, MISC, MISC | 0x80,
     ];
-    // Not `RET | RVAL_X`: our validator accepts it, libpcap's interpreter aborts on it
-    // and the kernel's checker refuses it (classic BPF returns a constant or A).
+    // Not `RET | RVAL_X`: the validator refuses it (libpcap's interpreter aborts on it and
+    // the kernel's checker refuses it; see bad_expressions_and_programs_are_refused_with_reasons).
 
     /// libpcap's reference interpreter, through its C interface.
     #[allow(unsafe_code)]

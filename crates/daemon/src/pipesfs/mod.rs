@@ -47,6 +47,7 @@
 //! owner. Text shows secret parameters as `<secret>` (`filters::shown`), and so does
 //! the log.
 
+pub mod guard;
 mod stream;
 
 use crate::policy::Cred;
@@ -1432,7 +1433,8 @@ fn may(attr: &FileAttr, who: &Cred, bit: u16) -> bool {
 /// Mount PipesFS at `dir` (made if missing; a stale mount left by a daemon that died is
 /// detached first) and serve it in the background until the returned session is dropped
 /// (which unmounts it). The mount is `allow_other` with `default_permissions` (the kernel
-/// enforces the modes) and `auto_unmount` (a daemon that is killed leaves no stale mount).
+/// enforces the modes) and `auto_unmount`; what detaches the mount of a daemon that is
+/// killed is [`guard`] (fusermount3's watcher misses some deaths: see there).
 pub fn mount(d: Arc<Daemon>, dir: &Path) -> std::io::Result<fuser::BackgroundSession> {
     if let Err(e) = std::fs::metadata(dir) {
         if e.raw_os_error() == Some(libc::ENOTCONN) {
