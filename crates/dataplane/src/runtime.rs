@@ -144,9 +144,22 @@ impl RtNode {
         NodeReport {
             label: self.label.clone(),
             counters: Counters { nanos, ..self.c },
-            summary: self.filter.summary(),
+            summary: self
+                .filter
+                .summary()
+                .map(|s| summary_named(s, &self.label, &base_name(&self.spec))),
             classes: self.watch.classes(),
         }
+    }
+}
+
+/// A summary as its node's label says it: a filter writes `count: ...` whatever its node
+/// is called, so a second `count` (or a named one) would print a line no one could tell
+/// from the first's; its summary starts `count#2: ` (`count:c: `) instead.
+fn summary_named(s: String, label: &str, base: &str) -> String {
+    match s.strip_prefix(base).and_then(|r| r.strip_prefix(": ")) {
+        Some(rest) if label != base => format!("{label}: {rest}"),
+        _ => s,
     }
 }
 
@@ -1113,11 +1126,15 @@ impl Space {
             .collect()
     }
 
-    /// Per-filter counters and summaries.
+    /// Per-filter counters and summaries. A prefix-sharing `__publish` is the run's own
+    /// node, not the user's: left out (its input is counted out of the node before it).
     pub fn report(&self) -> Vec<NodeReport> {
         self.nodes
             .iter()
             .filter(|n| !n.removed)
+            .filter(|n| {
+                !matches!(&n.spec.kind, NodeKind::Filter { filter, .. } if filter == crate::spaces::PUBLISH)
+            })
             .map(|n| n.report(self.clock.delta_as_nanos(0, n.ticks)))
             .collect()
     }
