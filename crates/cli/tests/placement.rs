@@ -191,7 +191,7 @@ fn run(text: &str, args: &[&str]) -> Outcome {
     let counters = match std::fs::read_to_string(&stats) {
         Ok(json) => counters_add_up(&json).err().map(|v| {
             format!(
-                "the counters do not add up in\n  {text} {args:?}\n  {}\n--stats:\n{json}",
+                "the counters do not add up in\n  {text} {args:?}\n  {}",
                 v.join("\n  ")
             )
         }),
