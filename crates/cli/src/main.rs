@@ -1023,8 +1023,8 @@ pub(crate) fn print_report(
 /// between them (`dataplane::spaces::SpacesReport::arcs`):
 /// `{"elapsed_s": S, "nodes": [{"label", "blocks_in", "bytes_in", "blocks_out",
 /// "bytes_out", "drops", "made", "ended"}], "arcs": [{"from", "to", "blocks", "bytes"}]}`;
-/// an arc's `to` is null when it leads to none of the nodes (a prefix shared with other
-/// runs, a channel whose consumer reported nothing).
+/// an arc's `to` is null when it leads to none of the nodes (a channel whose consuming
+/// space reported nothing: it died).
 pub(crate) fn stats_json(rep: &dataplane::spaces::SpacesReport, elapsed: std::time::Duration) -> String {
     use serde_json::json;
     let nodes: Vec<_> = rep

@@ -1071,7 +1071,9 @@ impl Space {
     /// The arcs out of this space's nodes, the run's own nodes looked through (channel
     /// endpoints, the pass-throughs moves and edits leave, a `__publish`): each arc of a
     /// node the user wrote, what it carried and the node (or channel) it leads to. With
-    /// [`Space::channel_heads`], the run's report joins them into the user's graph.
+    /// [`Space::channel_heads`], the run's report joins them into the user's graph. Arcs
+    /// into a prefix-sharing `__publish` are left out: it offers the stream to other
+    /// runs and is no node of this one.
     pub fn arcs(&self) -> Vec<ArcReport> {
         let mut v = Vec::new();
         for n in &self.nodes {
@@ -1079,7 +1081,12 @@ impl Space {
                 continue;
             }
             for a in &n.out {
-                for to in self.targets(a.to, 0) {
+                // A prefix shared with other runs is not an arc of this pipeline.
+                for to in self
+                    .targets(a.to, 0)
+                    .into_iter()
+                    .filter(|t| *t != ArcTarget::Internal)
+                {
                     v.push(ArcReport {
                         from: n.label.clone(),
                         to,
