@@ -243,8 +243,8 @@ pub fn parse_report(text: &str) -> Result<RunReport> {
             break;
         }
         let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() != 7 {
-            return Err(err(format!("line {}: a table row has 7 columns (filter, blocks in, bytes in, blocks out, bytes out, drops, time ms); got `{l}`", i + 1)));
+        if f.len() != 9 {
+            return Err(err(format!("line {}: a table row has 9 columns (filter, blocks in, bytes in, blocks out, bytes out, drops, made, ended, time ms); got `{l}`", i + 1)));
         }
         let num = |k: usize, what: &str| {
             f[k].parse::<u64>()
@@ -262,7 +262,12 @@ pub fn parse_report(text: &str) -> Result<RunReport> {
     })?;
     let mut counts = Vec::new();
     for (i, l) in lines {
-        if let Some(rest) = l.strip_prefix("count: ") {
+        // `count: ...`, or a second or named count's `count#2: ...`, `count:tail: ...`.
+        let summary = l
+            .split_once(": ")
+            .filter(|(label, _)| !label.contains(' ') && base_of(label) == "count")
+            .map(|(_, rest)| rest);
+        if let Some(rest) = summary {
             let n = rest
                 .split_whitespace()
                 .next()
@@ -1032,15 +1037,15 @@ mod tests {
     /// What `streamline run` printed for `gen | count | count name=tail` after the edits
     /// (an inserted count after the tail in report order, a sample with its summary).
     const LOG: &str = "plan (none): one space\n\
-filter              blocks in       bytes in   blocks out      bytes out      drops    time ms\n\
-gen                         0              0       100000        6400000          0        0.8\n\
-count                  100000        6400000       100000        6400000          0        0.1\n\
-count:tail              99990        6399360            0              0          0        0.1\n\
-count:mid              100000        6400000       100000        6400000          0        0.2\n\
+filter              blocks in       bytes in   blocks out      bytes out      drops       made      ended    time ms\n\
+gen                         0              0       100000        6400000          0     100000          0        0.8\n\
+count                  100000        6400000       100000        6400000          0          0          0        0.1\n\
+count:tail              99990        6399360            0              0          0          0      99990        0.1\n\
+count:mid              100000        6400000       100000        6400000          0          0          0        0.2\n\
 (0.012 s)\n\
 count: 100000 blocks, 6400000 bytes\n\
-count: 99990 blocks, 6399360 bytes\n\
-count: 100000 blocks, 6400000 bytes\n";
+count:tail: 99990 blocks, 6399360 bytes\n\
+count:mid: 100000 blocks, 6400000 bytes\n";
 
     #[test]
     fn the_tail_is_found_by_label_not_by_position() {
@@ -1059,14 +1064,16 @@ count: 100000 blocks, 6400000 bytes\n";
 
     #[test]
     fn a_summary_that_disagrees_with_its_row_is_an_error() {
-        let bad = LOG.replace("count: 99990 blocks", "count: 99991 blocks");
+        let bad = LOG.replace("count:tail: 99990 blocks", "count:tail: 99991 blocks");
         let e = parse_report(&bad)
             .unwrap()
             .count_of("count:tail")
             .unwrap_err()
             .to_string();
         assert!(e.contains("99990") && e.contains("99991"), "{e}");
-        let missing = LOG.replace("count: 100000 blocks, 6400000 bytes\n", "");
+        let missing = LOG
+            .replace("count: 100000 blocks, 6400000 bytes\n", "")
+            .replace("count:mid: 100000 blocks, 6400000 bytes\n", "");
         let e = parse_report(&missing)
             .unwrap()
             .count_of("count:tail")
@@ -1094,8 +1101,8 @@ count: 100000 blocks, 6400000 bytes\n";
         let e = parse_report(&LOG.replace("(0.012 s)\n", ""))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("line 7") && e.contains("7 columns"), "{e}");
-        let e = parse_report(&LOG.replace("count: 99990 blocks", "count: many blocks"))
+        assert!(e.contains("line 7") && e.contains("9 columns"), "{e}");
+        let e = parse_report(&LOG.replace("count:tail: 99990 blocks", "count:tail: many blocks"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 9"), "{e}");

@@ -187,6 +187,13 @@ enum Cmd {
         /// the same as without it.
         #[arg(long, value_name = "SEED")]
         chaos: Option<u64>,
+        /// Write the run's counters to FILE as JSON when it ends: per node (the nodes the
+        /// pipeline names, as the table lists them) blocks and bytes in and out, drops,
+        /// made and ended, and per arc between two of them the blocks and bytes it
+        /// carried (see ARCHITECTURE.md, "Counters"). The run is stand-alone (not
+        /// through a daemon).
+        #[arg(long, value_name = "FILE")]
+        stats: Option<std::path::PathBuf>,
     },
     /// List the daemon's runs (yours; all of them for root): owner, state, uptime, rate,
     /// placement. A run that died or failed stays listed for an hour with the state
@@ -398,6 +405,7 @@ fn main() -> ExitCode {
             log,
             adapt,
             chaos,
+            stats,
         } => {
             let o = daemon::proto::RunOptions {
                 plan,
@@ -409,6 +417,13 @@ fn main() -> ExitCode {
                 adapt,
                 chaos,
             };
+            if stats.is_some() && detach {
+                error!("--stats is written by a run this command waits for; it cannot be --detach'ed");
+                return ExitCode::from(2);
+            }
+            if let Some(file) = &stats {
+                return run(&pipeline, &o, "--stats", Some(file));
+            }
             match remote::connect(cli.socket.as_deref()) {
                 Some(Ok(c)) => {
                     remote::run(c, cli.socket.as_deref(), &pipeline, o, detach.then_some(log))
@@ -428,7 +443,7 @@ fn main() -> ExitCode {
                         Some(p) => format!("no daemon answers on {}", p.display()),
                         None => "--socket none".to_string(),
                     };
-                    run(&pipeline, &o, &why)
+                    run(&pipeline, &o, &why, None)
                 }
             }
         }
@@ -1103,20 +1118,32 @@ pub(crate) fn print_report(
 ) {
     let report = &rep.nodes;
     if !quiet {
+        // The columns add up per row: blocks out = blocks in - drops + made - ended
+        // (`dataplane::Counters`).
         eprintln!(
-            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10}",
-            "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops", "time ms"
+            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10}",
+            "filter",
+            "blocks in",
+            "bytes in",
+            "blocks out",
+            "bytes out",
+            "drops",
+            "made",
+            "ended",
+            "time ms"
         );
         for r in report {
             let c = r.counters;
             eprintln!(
-                "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10.1}",
+                "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10.1}",
                 r.label,
                 c.blocks_in,
                 c.bytes_in,
                 c.blocks_out,
                 c.bytes_out,
                 c.drops,
+                c.made,
+                c.ended,
                 c.nanos as f64 / 1e6
             );
         }
@@ -1130,6 +1157,46 @@ pub(crate) fn print_report(
     for w in &rep.warnings {
         eprintln!("streamline: warning: {w}");
     }
+}
+
+/// `--stats`: the run's counters as JSON, the nodes as the table lists them and the arcs
+/// between them (`dataplane::spaces::SpacesReport::arcs`):
+/// `{"elapsed_s": S, "nodes": [{"label", "blocks_in", "bytes_in", "blocks_out",
+/// "bytes_out", "drops", "made", "ended"}], "arcs": [{"from", "to", "blocks", "bytes"}]}`;
+/// an arc's `to` is null when it leads to none of the nodes (a channel whose consuming
+/// space reported nothing: it died).
+pub(crate) fn stats_json(rep: &dataplane::spaces::SpacesReport, elapsed: std::time::Duration) -> String {
+    use serde_json::json;
+    let nodes: Vec<_> = rep
+        .nodes
+        .iter()
+        .map(|n| {
+            let c = n.counters;
+            json!({
+                "label": n.label,
+                "blocks_in": c.blocks_in,
+                "bytes_in": c.bytes_in,
+                "blocks_out": c.blocks_out,
+                "bytes_out": c.bytes_out,
+                "drops": c.drops,
+                "made": c.made,
+                "ended": c.ended,
+            })
+        })
+        .collect();
+    let arcs: Vec<_> = rep
+        .arcs
+        .iter()
+        .map(|a| {
+            let to = match &a.to {
+                dataplane::ArcTarget::Node(l) => Some(l.as_str()),
+                _ => None,
+            };
+            json!({"from": a.from, "to": to, "blocks": a.carried.blocks, "bytes": a.carried.bytes})
+        })
+        .collect();
+    let v = json!({"elapsed_s": elapsed.as_secs_f64(), "nodes": nodes, "arcs": arcs});
+    format!("{v:#}\n")
 }
 
 /// The exit status of a finished run: 1 if a space died or a filter failed, 128 + the
@@ -1150,8 +1217,14 @@ pub(crate) fn exit_status(rep: &dataplane::spaces::SpacesReport, sig: i32) -> u8
     rep.status.unwrap_or(0)
 }
 
-/// A run without the daemon (`why`: why not through one, for the line saying so).
-fn run(pipeline: &str, o: &daemon::proto::RunOptions, why: &str) -> ExitCode {
+/// A run without the daemon (`why`: why not through one, for the line saying so; `stats`:
+/// where `--stats` writes the table as JSON).
+fn run(
+    pipeline: &str,
+    o: &daemon::proto::RunOptions,
+    why: &str,
+    stats: Option<&std::path::Path>,
+) -> ExitCode {
     let Prepared {
         spaces, placement, ..
     } = match prepare(pipeline, o, &[], &[]) {
@@ -1206,6 +1279,12 @@ fn run(pipeline: &str, o: &daemon::proto::RunOptions, why: &str) -> ExitCode {
     }
     let elapsed = start.elapsed();
     print_report(&rep, elapsed, quiet);
+    if let Some(file) = stats {
+        if let Err(e) = std::fs::write(file, stats_json(&rep, elapsed)) {
+            error!("--stats {}: {e}", file.display());
+            return ExitCode::from(1);
+        }
+    }
     // Pairs with the SeqCst store of the signal number in `watch_stop_signals`.
     ExitCode::from(exit_status(&rep, signal.load(Ordering::SeqCst)))
 }

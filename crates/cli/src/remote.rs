@@ -307,13 +307,20 @@ pub fn stop(socket: Option<&str>, run: u64) -> ExitCode {
 /// The counters table, one string per line.
 fn counters_table(nodes: &[NodeCounters], elapsed: f64) -> Vec<String> {
     let mut lines = vec![format!(
-        "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10}   ({elapsed:.1} s)",
-        "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops"
+        "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10}   ({elapsed:.1} s)",
+        "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops", "made", "ended"
     )];
     for n in nodes {
         lines.push(format!(
-            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10}",
-            n.label, n.blocks_in, n.bytes_in, n.blocks_out, n.bytes_out, n.drops
+            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10}",
+            n.label,
+            n.blocks_in,
+            n.bytes_in,
+            n.blocks_out,
+            n.bytes_out,
+            n.drops,
+            n.made,
+            n.ended
         ));
     }
     lines

@@ -108,6 +108,8 @@ fn counters(nodes: &[dataplane::runtime::NodeReport]) -> Vec<NodeCounters> {
             blocks_out: r.counters.blocks_out,
             bytes_out: r.counters.bytes_out,
             drops: r.counters.drops,
+            made: r.counters.made,
+            ended: r.counters.ended,
             classes: r.classes.clone(),
         })
         .collect()

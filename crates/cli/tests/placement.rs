@@ -11,6 +11,12 @@
 //! same summary lines and exit the same way, or be refused with an error naming the filter
 //! that cannot keep its meaning there (a filter declared `Replication::Never`, or session
 //! replicas whose interleaving something downstream would see).
+//!
+//! Every run here also writes its counters (`--stats`), and they must add up in every
+//! placement and through migrations ([`counters_add_up`]): per node, blocks out = blocks
+//! in - drops + made - ended; a node's blocks and bytes in are the sum of what the arcs
+//! into it carried; a node with one arc out sent down it exactly its blocks out; and the
+//! table lists only the pipeline's own nodes (no channel endpoints or other internals).
 
 use lang::NodeKind;
 use proptest::prelude::*;
@@ -22,7 +28,7 @@ use std::sync::{Mutex, OnceLock};
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 /// What a run produced, everything that placement must not change.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 struct Outcome {
     code: Option<i32>,
     stdout: Vec<u8>,
@@ -31,6 +37,80 @@ struct Outcome {
     /// Standard error with `-q`: the filters' summaries and warnings, sorted (spaces
     /// report in their own order).
     stderr: Vec<String>,
+    /// Where the run's counters (`--stats`) do not add up, in words (None: they do, or
+    /// the run was refused before it ran). Not part of what placement must keep: the
+    /// labels and times differ by placement.
+    counters: Option<String>,
+}
+
+impl PartialEq for Outcome {
+    fn eq(&self, o: &Outcome) -> bool {
+        (self.code, &self.stdout, &self.out, &self.stderr)
+            == (o.code, &o.stdout, &o.out, &o.stderr)
+    }
+}
+impl Eq for Outcome {}
+
+/// Where the counters of `--stats` output `json` fail to add up (see the module
+/// documentation), each finding naming the node or arc and its numbers.
+fn counters_add_up(json: &str) -> Result<(), Vec<String>> {
+    let v: serde_json::Value = match serde_json::from_str(json) {
+        Ok(v) => v,
+        Err(e) => return Err(vec![format!("--stats is not JSON: {e}")]),
+    };
+    let num = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap_or(u64::MAX) as i128;
+    let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
+    let arcs = v["arcs"].as_array().cloned().unwrap_or_default();
+    let mut bad = Vec::new();
+    let labels: Vec<&str> = nodes.iter().filter_map(|n| n["label"].as_str()).collect();
+    for n in &nodes {
+        let l = n["label"].as_str().unwrap_or("?");
+        if l.starts_with("__") || l.contains("~") {
+            bad.push(format!("node {l}: a run's own node is listed as the pipeline's"));
+        }
+        let (i, o, d, m, e) = (
+            num(n, "blocks_in"),
+            num(n, "blocks_out"),
+            num(n, "drops"),
+            num(n, "made"),
+            num(n, "ended"),
+        );
+        if o != i - d + m - e {
+            bad.push(format!("node {l}: blocks in {i} - drops {d} + made {m} - ended {e} = {}, but blocks out {o}", i - d + m - e));
+        }
+        let into: Vec<&serde_json::Value> = arcs.iter().filter(|a| a["to"].as_str() == Some(l)).collect();
+        let (sb, sy): (i128, i128) = into.iter().fold((0, 0), |s, a| (s.0 + num(a, "blocks"), s.1 + num(a, "bytes")));
+        if sb != i || sy != num(n, "bytes_in") {
+            let from: Vec<String> = into.iter().map(|a| format!("{} {}", a["from"].as_str().unwrap_or("?"), num(a, "blocks"))).collect();
+            bad.push(format!("node {l}: blocks in {i} (bytes {}), but its in-arcs carried {sb} (bytes {sy}): {from:?}", num(n, "bytes_in")));
+        }
+        let out: Vec<&serde_json::Value> = arcs.iter().filter(|a| a["from"].as_str() == Some(l)).collect();
+        match out[..] {
+            [] if o != 0 => bad.push(format!("node {l}: blocks out {o}, but no arc leaves it")),
+            [a] if num(a, "blocks") != o || num(a, "bytes") != num(n, "bytes_out") => bad.push(format!(
+                "node {l}: blocks out {o} (bytes {}), but its one arc, to {}, carried {} (bytes {})",
+                num(n, "bytes_out"), a["to"], num(a, "blocks"), num(a, "bytes")
+            )),
+            _ => {
+                for a in &out {
+                    if num(a, "blocks") > o {
+                        bad.push(format!("node {l}: blocks out {o}, but its arc to {} carried {}", a["to"], num(a, "blocks")));
+                    }
+                }
+            }
+        }
+    }
+    for a in &arcs {
+        let known = |k: &str| a[k].as_str().is_some_and(|x| labels.contains(&x));
+        if !known("from") || !known("to") {
+            bad.push(format!("arc {} -> {} ({} blocks) joins no two nodes of the table {labels:?}", a["from"], a["to"], num(a, "blocks")));
+        }
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(bad)
+    }
 }
 
 impl Outcome {
@@ -98,13 +178,28 @@ fn run(text: &str, args: &[&str]) -> Outcome {
         N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let text = text.replace("{out}", out.to_str().unwrap());
+    let stats = out.with_extension("stats.json");
     let o = Command::new(BIN)
         .arg("run")
         .arg("-q")
+        .arg("--stats")
+        .arg(&stats)
         .args(args)
         .arg(&text)
         .output()
         .expect("run streamline");
+    let counters = match std::fs::read_to_string(&stats) {
+        Ok(json) => counters_add_up(&json).err().map(|v| {
+            format!(
+                "the counters do not add up in\n  {text} {args:?}\n  {}",
+                v.join("\n  ")
+            )
+        }),
+        // Refused before it ran (status 2): nothing was counted.
+        Err(_) if o.status.code() == Some(2) => None,
+        Err(e) => Some(format!("{text} {args:?}: no --stats file ({e})")),
+    };
+    let _ = std::fs::remove_file(&stats);
     // `--chaos` counts its moves on a line of its own: tallied here, not compared.
     let mut stderr: Vec<String> = String::from_utf8_lossy(&o.stderr)
         .lines()
@@ -119,6 +214,7 @@ fn run(text: &str, args: &[&str]) -> Outcome {
         stdout: o.stdout,
         out: written,
         stderr,
+        counters,
     }
 }
 
@@ -255,6 +351,9 @@ fn check(
 ) -> Result<bool, String> {
     let t = placed(text, spaces);
     let got = run(&t, args);
+    if let Some(why) = &got.counters {
+        return Err(why.clone());
+    }
     let (never, maybe) = must_refuse(text, spaces);
     let err = got.stderr.join("\n");
     if got.code == Some(2) && (!never.is_empty() || !maybe.is_empty()) {
@@ -504,6 +603,9 @@ fn reference(text: &str) -> Outcome {
         "corpus pipeline fails in one space:\n  {text}\n{}",
         o.stderr.join("\n")
     );
+    if let Some(why) = &o.counters {
+        panic!("{why}");
+    }
     assert!(
         !o.stdout.is_empty()
             || o.out.as_ref().is_some_and(|f| !f.is_empty())

@@ -808,7 +808,7 @@ impl Space {
         self.charge(i);
         let flushed = out.len();
         if flushed > 0 {
-            self.route(i, out, 0);
+            self.emit(i, out, 0);
         }
         self.poll_unix_node(i, true);
         // What was flushed has finished its walk, like a source batch.
@@ -929,6 +929,7 @@ impl Space {
                     to: new,
                     sel: Selector::Default,
                     in_index: 0,
+                    carried: Default::default(),
                 });
                 out
             }
@@ -942,6 +943,7 @@ impl Space {
                     to: i,
                     sel: Selector::Default,
                     in_index,
+                    carried: Default::default(),
                 }]
             }
             (Where::Before, None) => unreachable!("checked above: one input"),
@@ -1053,6 +1055,7 @@ impl Space {
             to: new,
             sel: Selector::Default,
             in_index: 0,
+            carried: Default::default(),
         });
         Ok(Applied {
             label,
@@ -1267,6 +1270,7 @@ impl Space {
             to: t,
             sel: Selector::Default,
             in_index,
+            carried: Default::default(),
         });
         Ok(Applied {
             label: to.to_string(),
@@ -1326,6 +1330,7 @@ impl Space {
             to: n,
             sel: Selector::Default,
             in_index,
+            carried: Default::default(),
         });
         Ok(Applied {
             label: node.to_string(),

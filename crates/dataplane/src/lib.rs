@@ -54,7 +54,8 @@ pub use filter::{
     Param, Replication, Sessions, Stop,
 };
 pub use runtime::{
-    export_name, BuildError, BuildErrorKind, Counters, Factory, NodeReport, Space, BATCH,
+    export_name, ArcReport, ArcTarget, BuildError, BuildErrorKind, Carried, Counters, Factory,
+    NodeReport, Space, BATCH,
 };
 pub use store::{
     BufId, CaptureHeader, External, Feeds, RecordMeta, ResolveError, Resolver, Store,

@@ -42,7 +42,7 @@
 
 use crate::edit::{EditError, Refusal};
 use crate::filter::Filter;
-use crate::runtime::{Arc_, Counters, Factory, RtNode, Space};
+use crate::runtime::{Arc_, Carried, Counters, Factory, RtNode, Space};
 use crate::spaces::{EGRESS, INGRESS};
 use lang::{Node, NodeKind, Selector};
 use std::collections::HashMap;
@@ -55,6 +55,12 @@ use std::time::Duration;
 pub(crate) struct Moved {
     node: RtNode,
     sels: Vec<Selector>,
+    /// The selector of its own output arc when it moves up (the arc it leaves behind
+    /// passes all): it goes on the arc out of the filter in its new space, so what the
+    /// selector drops is counted as the filter's drops wherever the filter runs.
+    after: Vec<Selector>,
+    /// What its output arc carried so far (its arc in the new space goes on counting).
+    carried: Carried,
     /// The channel it crosses.
     ch: usize,
 }
@@ -140,7 +146,7 @@ fn pass_through(label: String, spec: Node, out: Vec<Arc_>) -> RtNode {
 }
 
 /// The channel an endpoint node serves: (egress?, number).
-fn endpoint_of(n: &RtNode) -> Option<(bool, usize)> {
+pub(crate) fn endpoint_of(n: &RtNode) -> Option<(bool, usize)> {
     let egress = n.label.starts_with(EGRESS);
     if !egress && !n.label.starts_with(INGRESS) {
         return None;
@@ -234,6 +240,7 @@ impl Space {
                 to: next,
                 sel,
                 in_index: idx,
+                carried: Carried::default(),
             });
             at = next;
         }
@@ -287,14 +294,30 @@ impl Space {
             .iter()
             .map(|&(f, k)| std::mem::replace(&mut self.nodes[f].out[k].sel, Selector::All))
             .collect();
-        let (label, spec, out) = (
+        let (label, spec, mut out) = (
             self.nodes[x].label.clone(),
             self.nodes[x].spec.clone(),
             std::mem::take(&mut self.nodes[x].out),
         );
+        // The filter's output selector and its arc's count go with it; the arc left to
+        // the pass-through passes all and counts afresh (a movable filter has one output).
+        let mut carried = Carried::default();
+        let mut after = Vec::new();
+        for a in &mut out {
+            carried.blocks += a.carried.blocks;
+            carried.bytes += a.carried.bytes;
+            a.carried = Carried::default();
+            after.push(std::mem::replace(&mut a.sel, Selector::All));
+        }
         let node = std::mem::replace(&mut self.nodes[x], pass_through(label, spec, out));
         self.bypass(x);
-        Moved { node, sels, ch }
+        Moved {
+            node,
+            sels,
+            after,
+            carried,
+            ch,
+        }
     }
 
     /// Take the pass-through a move left at `t` out of the way when one arc can say what
@@ -313,20 +336,33 @@ impl Space {
             _ => return,
         };
         let (to, in_index) = (b.to, b.in_index);
-        self.nodes[p].out[k] = Arc_ { to, sel, in_index };
+        // The arc stays the sender's (its count goes on); only where it leads changes.
+        let a = &mut self.nodes[p].out[k];
+        a.to = to;
+        a.sel = sel;
+        a.in_index = in_index;
         self.nodes[t].out.clear();
     }
 
     /// Put a filter that came down channel `ch` right after its ingress.
     fn attach_after_ingress(&mut self, i: usize, m: Moved) {
-        let Moved { mut node, sels, .. } = m;
+        let Moved {
+            mut node,
+            sels,
+            after,
+            carried,
+            ..
+        } = m;
         node.label = self.arrival_label(&node);
         node.done = false;
         node.out.clear();
-        // The ingress's arc may carry a selector (a filter that moved up left its
-        // output's selector there): it reads the moved filter's output, after `sels`.
-        let Arc_ { to, in_index, sel } = self.nodes[i].out.remove(0);
+        // The ingress's arc may carry a selector (one a move left there): it reads the
+        // moved filter's output, after `sels`.
+        let Arc_ {
+            to, in_index, sel, ..
+        } = self.nodes[i].out.remove(0);
         let mut sels = sels;
+        sels.extend(after);
         sels.push(sel);
         self.nodes.push(node);
         let x = self.nodes.len() - 1;
@@ -336,9 +372,11 @@ impl Space {
                 to: x,
                 sel: Selector::All,
                 in_index: 0,
+                carried: Carried::default(),
             },
         );
         self.link(x, sels, to, in_index);
+        self.nodes[x].out[0].carried = carried;
     }
 
     /// Take the filter after ingress `i` out for the producer (up), leaving a
@@ -385,6 +423,7 @@ impl Space {
         mut node: RtNode,
         before: Vec<Selector>,
         after: Vec<Selector>,
+        carried: Carried,
     ) -> String {
         node.label = self.arrival_label(&node);
         node.out.clear();
@@ -392,7 +431,12 @@ impl Space {
         let [(z, k)] = self.in_arcs(e)[..] else {
             unreachable!("an egress has one input (checked before the marker was written)")
         };
-        let Arc_ { sel, in_index, .. } = self.nodes[z].out.remove(k);
+        let Arc_ {
+            sel,
+            in_index,
+            carried: z_carried,
+            ..
+        } = self.nodes[z].out.remove(k);
         self.nodes.push(node);
         let y = self.nodes.len() - 1;
         let mut all = vec![sel];
@@ -400,9 +444,12 @@ impl Space {
         // Keep z's arc order: the new first arc takes the old one's place.
         let at = self.nodes[z].out.len();
         self.link(z, all, y, 0);
-        let arc = self.nodes[z].out.remove(at);
+        let mut arc = self.nodes[z].out.remove(at);
+        // Still z's arc: its count goes on.
+        arc.carried = z_carried;
         self.nodes[z].out.insert(k, arc);
         self.link(y, after, e, in_index);
+        self.nodes[y].out[0].carried = carried;
         label
     }
 
@@ -443,8 +490,16 @@ impl Space {
         if let Err(why) = self.mark(e, id) {
             // The channel is dead: the filter stays here, before it, its output's
             // selectors after it (where they were).
-            if let Some(Deposit::Down(Moved { node, sels, .. })) = board.take(id) {
-                self.attach_before_egress(e, node, vec![], sels);
+            if let Some(Deposit::Down(Moved {
+                node,
+                mut sels,
+                after,
+                carried,
+                ..
+            })) = board.take(id)
+            {
+                sels.extend(after);
+                self.attach_before_egress(e, node, vec![], sels, carried);
             }
             return Err(refused(&label, format!("channel {ch}: {why}")));
         }
@@ -492,9 +547,15 @@ impl Space {
                 }
             }
         };
-        let Moved { node, sels, .. } = got?;
+        let Moved {
+            node,
+            sels,
+            after,
+            carried,
+            ..
+        } = got?;
         let label = node.label.clone();
-        self.attach_before_egress(e, node, sels, vec![]);
+        self.attach_before_egress(e, node, sels, after, carried);
         self.restart_clock();
         Ok(label)
     }

@@ -50,7 +50,20 @@ pub trait Factory {
     }
 }
 
-/// Per-filter counters.
+/// Per-filter counters. They add up: `blocks_out = blocks_in - drops + made - ended`.
+///
+/// - `blocks_in`: blocks the filter was handed (the sum of what its in-arcs carried).
+/// - `blocks_out`: distinct blocks it passed on, each counted once however many arcs it
+///   went down (a stream shared by two consumers is not counted twice; the arcs carry
+///   their own counts, [`ArcReport`]).
+/// - `drops`: blocks it emitted that no out-arc's selector admits (class 0 on a plain
+///   `|`), and blocks lost to a runaway loop.
+/// - `made`: blocks it emitted beyond those it was handed: a source's every block, and a
+///   filter that emits more than it takes in a batch (`tcpstream`'s reassembled runs, a
+///   flush at the end).
+/// - `ended`: blocks it took and did not emit: a sink's input, blocks a filter merges or
+///   holds. Per batch, the difference between what it emitted and what it took is `made`
+///   or `ended`, never both.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counters {
     pub blocks_in: u64,
@@ -58,7 +71,16 @@ pub struct Counters {
     pub blocks_out: u64,
     pub bytes_out: u64,
     pub drops: u64,
+    pub made: u64,
+    pub ended: u64,
     pub nanos: u64,
+}
+
+/// Blocks and bytes an arc carried.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Carried {
+    pub blocks: u64,
+    pub bytes: u64,
 }
 
 pub(crate) struct Arc_ {
@@ -66,6 +88,28 @@ pub(crate) struct Arc_ {
     pub(crate) sel: Selector,
     /// This arc's index among the in-arcs of `to` (what `Batch::from` says).
     pub(crate) in_index: usize,
+    /// What went down this arc (kept with the sending node's arc when a move rewires it).
+    pub(crate) carried: Carried,
+}
+
+/// Where an arc of a node leads once the run's own nodes (channel endpoints, the
+/// pass-throughs moves and edits leave) are looked through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArcTarget {
+    /// A node of this space, by label.
+    Node(String),
+    /// Channel `k` to another space (resolved by the run's report to the node behind it).
+    Channel(usize),
+    /// An internal sink (a prefix-sharing `__publish`): not a node of the user's.
+    Internal,
+}
+
+/// One arc out of a node as the report gives it: where it leads, what it carried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArcReport {
+    pub from: String,
+    pub to: ArcTarget,
+    pub carried: Carried,
 }
 
 pub(crate) struct RtNode {
@@ -100,9 +144,22 @@ impl RtNode {
         NodeReport {
             label: self.label.clone(),
             counters: Counters { nanos, ..self.c },
-            summary: self.filter.summary(),
+            summary: self
+                .filter
+                .summary()
+                .map(|s| summary_named(s, &self.label, &base_name(&self.spec))),
             classes: self.watch.classes(),
         }
+    }
+}
+
+/// A summary as its node's label says it: a filter writes `count: ...` whatever its node
+/// is called, so a second `count` (or a named one) would print a line no one could tell
+/// from the first's; its summary starts `count#2: ` (`count:c: `) instead.
+fn summary_named(s: String, label: &str, base: &str) -> String {
+    match s.strip_prefix(base).and_then(|r| r.strip_prefix(": ")) {
+        Some(rest) if label != base => format!("{label}: {rest}"),
+        _ => s,
     }
 }
 
@@ -398,6 +455,7 @@ impl Space {
                 to: e.to,
                 sel: e.sel.clone(),
                 in_index: in_count[e.to],
+                carried: Carried::default(),
             });
             in_count[e.to] += 1;
         }
@@ -457,7 +515,10 @@ impl Space {
         if depth > MAX_DEPTH {
             let l = self.nodes[i].label.clone();
             self.warnings.push(format!("{l}: blocks went round a loop more than {MAX_DEPTH} times; dropped (a loop without a bounding `for`?)"));
-            self.nodes[i].c.drops += batch.len() as u64;
+            let c = &mut self.nodes[i].c;
+            c.blocks_in += batch.len() as u64;
+            c.bytes_in += bytes;
+            c.drops += batch.len() as u64;
             return;
         }
         if self.nodes[i].classifier {
@@ -476,8 +537,15 @@ impl Space {
             c.blocks_in += batch.len() as u64;
             c.bytes_in += bytes;
         }
+        let took = batch.len();
         self.with_filter(i, |f, cx| f.process(cx, &mut batch));
         self.charge(i);
+        let c = &mut self.nodes[i].c;
+        match batch.len().cmp(&took) {
+            std::cmp::Ordering::Greater => c.made += (batch.len() - took) as u64,
+            std::cmp::Ordering::Less => c.ended += (took - batch.len()) as u64,
+            std::cmp::Ordering::Equal => {}
+        }
         self.route(i, batch, depth);
     }
 
@@ -562,6 +630,8 @@ impl Space {
             node.c.drops += (before - kept) as u64;
             node.c.blocks_out += kept as u64;
             node.c.bytes_out += bytes;
+            node.out[0].carried.blocks += kept as u64;
+            node.out[0].carried.bytes += bytes;
             charge_to(clock, last, &mut node.ticks);
             if kept == 0 {
                 *spare = recycle(data);
@@ -622,11 +692,15 @@ impl Space {
                 .flat_map(|b| b.tags.iter())
                 .map(|t| t.len as u64)
                 .sum();
-            self.count_out(i, per.iter().map(|b| b.len()).sum(), bytes);
+            let routed: usize = per.iter().map(|b| b.len()).sum();
+            // A block whose branch names no arc goes nowhere: a drop.
+            self.nodes[i].c.drops += (batch.len() - routed) as u64;
+            self.count_out(i, routed, bytes);
             for (k, b) in per.into_iter().enumerate() {
                 if !b.is_empty() {
                     let (to, from) = (self.nodes[i].out[k].to, self.nodes[i].out[k].in_index);
                     let bytes = b.tags.iter().map(|t| t.len as u64).sum();
+                    self.carry(i, k, b.len(), bytes);
                     self.push(to, b, depth + 1, bytes, from);
                 }
             }
@@ -634,6 +708,7 @@ impl Space {
         }
         if n_out == 0 {
             // A sink: everything ends here.
+            self.nodes[i].c.ended += batch.len() as u64;
             self.recycle_batch(batch);
             return;
         }
@@ -670,6 +745,7 @@ impl Space {
             self.count_out(i, kept, bytes);
             if kept > 0 {
                 let (to, from) = (self.nodes[i].out[only].to, self.nodes[i].out[only].in_index);
+                self.carry(i, only, kept, bytes);
                 self.push(to, batch, depth + 1, bytes, from);
             } else {
                 self.recycle_batch(batch);
@@ -696,14 +772,16 @@ impl Space {
             .collect();
         let dropped = remaining.iter().filter(|r| **r == 0).count();
         self.nodes[i].c.drops += dropped as u64;
-        let total: usize = remaining.iter().sum();
+        // Each block out counts once, however many arcs it goes down (the arcs count
+        // their own).
         let bytes = batch
             .tags
             .iter()
             .zip(&remaining)
-            .map(|(t, r)| t.len as u64 * *r as u64)
+            .filter(|(_, r)| **r > 0)
+            .map(|(t, _)| t.len as u64)
             .sum();
-        self.count_out(i, total, bytes);
+        self.count_out(i, batch.len() - dropped, bytes);
         for (k, adm) in admits.iter().enumerate() {
             let mut sub = Batch::with_capacity(batch.len());
             let mut sub_bytes = 0;
@@ -717,6 +795,7 @@ impl Space {
             }
             if !sub.is_empty() {
                 let (to, from) = (self.nodes[i].out[k].to, self.nodes[i].out[k].in_index);
+                self.carry(i, k, sub.len(), sub_bytes);
                 self.push(to, sub, depth + 1, sub_bytes, from);
             }
         }
@@ -741,6 +820,21 @@ impl Space {
             batch.clear();
             self.spare_batch = Some(batch);
         }
+    }
+
+    /// Count `blocks` (`bytes`) down node `i`'s arc `k`.
+    #[inline]
+    fn carry(&mut self, i: usize, k: usize, blocks: usize, bytes: u64) {
+        let c = &mut self.nodes[i].out[k].carried;
+        c.blocks += blocks as u64;
+        c.bytes += bytes;
+    }
+
+    /// Node `i` emits blocks it was not handed (a source's batch, a flush, a Unix
+    /// command's output): counted as made, then routed.
+    pub(crate) fn emit(&mut self, i: usize, batch: Batch, depth: usize) {
+        self.nodes[i].c.made += batch.len() as u64;
+        self.route(i, batch, depth);
     }
 
     fn count_out(&mut self, i: usize, blocks: usize, bytes: u64) {
@@ -844,7 +938,7 @@ impl Space {
                         .take()
                         .unwrap_or_else(|| Batch::with_capacity(BATCH));
                     let b = std::mem::replace(&mut batch, next);
-                    self.route(s, b, 0);
+                    self.emit(s, b, 0);
                     self.epoch_end();
                 }
                 if !more {
@@ -900,7 +994,7 @@ impl Space {
             self.with_filter(i, |f, cx| f.finish(cx, &mut out));
             self.charge(i);
             if !out.is_empty() {
-                self.route(i, out, 0);
+                self.emit(i, out, 0);
             }
             self.poll_unix_node(i, true);
         }
@@ -958,7 +1052,7 @@ impl Space {
         });
         if !out.is_empty() {
             self.restart_clock();
-            self.route(i, out, 0);
+            self.emit(i, out, 0);
         }
     }
 
@@ -974,11 +1068,80 @@ impl Space {
         self.clock.delta_as_nanos(0, ticks)
     }
 
-    /// Per-filter counters and summaries.
+    /// The arcs out of this space's nodes, the run's own nodes looked through (channel
+    /// endpoints, the pass-throughs moves and edits leave, a `__publish`): each arc of a
+    /// node the user wrote, what it carried and the node (or channel) it leads to. With
+    /// [`Space::channel_heads`], the run's report joins them into the user's graph. Arcs
+    /// into a prefix-sharing `__publish` are left out: it offers the stream to other
+    /// runs and is no node of this one.
+    pub fn arcs(&self) -> Vec<ArcReport> {
+        let mut v = Vec::new();
+        for n in &self.nodes {
+            if n.removed || crate::migrate::endpoint_of(n).is_some() {
+                continue;
+            }
+            for a in &n.out {
+                // A prefix shared with other runs is not an arc of this pipeline.
+                for to in self
+                    .targets(a.to, 0)
+                    .into_iter()
+                    .filter(|t| *t != ArcTarget::Internal)
+                {
+                    v.push(ArcReport {
+                        from: n.label.clone(),
+                        to,
+                        carried: a.carried,
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    /// Per channel arriving in this space, where its blocks go: a node, or on down
+    /// another channel (a space every user node moved out of).
+    pub fn channel_heads(&self) -> Vec<(usize, ArcTarget)> {
+        let mut v = Vec::new();
+        for n in &self.nodes {
+            let Some((false, ch)) = crate::migrate::endpoint_of(n) else {
+                continue;
+            };
+            for a in &n.out {
+                for t in self.targets(a.to, 0) {
+                    v.push((ch, t));
+                }
+            }
+        }
+        v
+    }
+
+    /// Where an arc into node `i` leads, looking through the run's own nodes.
+    fn targets(&self, i: usize, depth: usize) -> Vec<ArcTarget> {
+        let n = &self.nodes[i];
+        if let Some((true, ch)) = crate::migrate::endpoint_of(n) {
+            return vec![ArcTarget::Channel(ch)];
+        }
+        if matches!(&n.spec.kind, NodeKind::Filter { filter, .. } if filter == crate::spaces::PUBLISH) {
+            return vec![ArcTarget::Internal];
+        }
+        if !n.removed || depth > self.nodes.len() {
+            return vec![ArcTarget::Node(n.label.clone())];
+        }
+        n.out
+            .iter()
+            .flat_map(|a| self.targets(a.to, depth + 1))
+            .collect()
+    }
+
+    /// Per-filter counters and summaries. A prefix-sharing `__publish` is the run's own
+    /// node, not the user's: left out (its input is counted out of the node before it).
     pub fn report(&self) -> Vec<NodeReport> {
         self.nodes
             .iter()
             .filter(|n| !n.removed)
+            .filter(|n| {
+                !matches!(&n.spec.kind, NodeKind::Filter { filter, .. } if filter == crate::spaces::PUBLISH)
+            })
             .map(|n| n.report(self.clock.delta_as_nanos(0, n.ticks)))
             .collect()
     }

@@ -85,7 +85,17 @@ fn idle_arc_among_several_live_ones_is_skipped() {
         .find(|r| r.label.starts_with("src"))
         .unwrap()
         .counters;
-    assert_eq!(src.blocks_out, 6000, "two live arcs, 3000 blocks each");
+    assert_eq!(
+        src.blocks_out, 3000,
+        "two live arcs, 3000 blocks each, each block counted once out of src"
+    );
+    let carried: Vec<u64> = s
+        .arcs()
+        .iter()
+        .filter(|a| a.from.starts_with("src"))
+        .map(|a| a.carried.blocks)
+        .collect();
+    assert_eq!(carried, vec![3000, 0, 3000], "what each arc carried (the idle one none)");
 }
 
 #[test]

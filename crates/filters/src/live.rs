@@ -457,7 +457,7 @@ impl Filter for Rx {
         ) + &match &self.adaptive {
             None => format!("; batching fixed: {} polls", self.polls),
             Some(ad) => format!(
-                "; batching adaptive{}: {} gather sleeps, {} polls, {:.0} frames per wake-up",
+                "; batching adaptive{}: {} gather sleeps, {} polls, {} frames per wake-up",
                 if self.rings > 1 {
                     format!(" ({} rings, f(n) {})", self.rings, ad.choose.name())
                 } else {
@@ -465,9 +465,21 @@ impl Filter for Rx {
                 },
                 ad.sleeps,
                 ad.polls,
-                self.packets as f64 / (ad.sleeps + ad.polls).max(1) as f64,
+                per_wakeup(self.packets, ad.sleeps + ad.polls),
             ),
         })
+    }
+}
+
+/// Frames per wake-up, as a figure that never reads 0 beside frames delivered: two
+/// significant digits below 10 (`0.33`, `2.5`), whole numbers above.
+fn per_wakeup(frames: u64, wakeups: u64) -> String {
+    let x = frames as f64 / wakeups.max(1) as f64;
+    match x {
+        x if x == 0.0 => "0".into(),
+        x if x >= 10.0 => format!("{x:.0}"),
+        x if x >= 1.0 => format!("{x:.1}"),
+        x => format!("{:.*}", (1 - x.log10().floor() as i32) as usize, x),
     }
 }
 
@@ -736,3 +748,18 @@ pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
         needs: Needs::AfPacket,
         cost: Cost::DEFAULT.per_call(400.0).per_byte(0.2),
     }]);
+
+#[cfg(test)]
+mod per_wakeup_tests {
+    use super::per_wakeup;
+
+    #[test]
+    fn frames_per_wake_up_never_reads_zero_beside_frames_delivered() {
+        assert_eq!(per_wakeup(10, 30), "0.33");
+        assert_eq!(per_wakeup(1, 200), "0.0050");
+        assert_eq!(per_wakeup(25, 10), "2.5");
+        assert_eq!(per_wakeup(5000, 10), "500");
+        assert_eq!(per_wakeup(0, 10), "0");
+        assert_eq!(per_wakeup(7, 0), "7.0");
+    }
+}

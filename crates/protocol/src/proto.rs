@@ -596,6 +596,12 @@ pub struct NodeCounters {
     pub blocks_out: u64,
     pub bytes_out: u64,
     pub drops: u64,
+    /// Blocks the node emitted beyond those it took, and took without emitting (see
+    /// `dataplane::Counters`): `blocks_out = blocks_in - drops + made - ended`.
+    #[serde(default)]
+    pub made: u64,
+    #[serde(default)]
+    pub ended: u64,
     /// Classes seen leaving the node (sampled).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<u16>,

@@ -5,7 +5,7 @@
 
 use super::run::SpacesReport;
 use super::split::{EGRESS, INGRESS};
-use crate::runtime::{BuildError, BuildErrorKind, NodeReport, Space};
+use crate::runtime::{ArcReport, ArcTarget, BuildError, BuildErrorKind, Carried, NodeReport, Space};
 use beltway::RingRef;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -97,14 +97,47 @@ fn unescape(s: &str) -> String {
 fn node_line(n: &NodeReport, summary: &str) -> String {
     let c = n.counters;
     format!(
-        "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{summary}\n",
+        "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{summary}\n",
         one_line(&n.label),
         c.blocks_in,
         c.bytes_in,
         c.blocks_out,
         c.bytes_out,
         c.drops,
+        c.made,
+        c.ended,
         c.nanos,
+    )
+}
+
+fn target_field(to: &ArcTarget) -> String {
+    match to {
+        ArcTarget::Node(l) => format!("n:{}", one_line(l)),
+        ArcTarget::Channel(k) => format!("c:{k}"),
+        ArcTarget::Internal => "i".into(),
+    }
+}
+
+fn parse_target(t: &str, suffix: &str) -> ArcTarget {
+    match t {
+        "i" => ArcTarget::Internal,
+        t if t.starts_with("c:") => ArcTarget::Channel(t[2..].parse().unwrap_or(usize::MAX)),
+        t => ArcTarget::Node(format!(
+            "{}{suffix}",
+            unescape(t.strip_prefix("n:").unwrap_or(t))
+        )),
+    }
+}
+
+/// One `arc` record: from, to (`n:LABEL`, `c:CHANNEL` or `i` for an internal sink),
+/// blocks, bytes.
+fn arc_line(a: &ArcReport) -> String {
+    let to = target_field(&a.to);
+    format!(
+        "arc\t{}\t{to}\t{}\t{}\n",
+        one_line(&a.from),
+        a.carried.blocks,
+        a.carried.bytes
     )
 }
 
@@ -114,6 +147,12 @@ pub(super) fn report_text(space: &Space) -> String {
     for n in space.report() {
         let summary = n.summary.as_deref().map_or("-".to_string(), one_line);
         t += &node_line(&n, &summary);
+    }
+    for a in space.arcs() {
+        t += &arc_line(&a);
+    }
+    for (ch, to) in space.channel_heads() {
+        t += &format!("head\t{ch}\t{}\n", target_field(&to));
     }
     for w in space.warnings() {
         t += &format!("warn\t{}\n", one_line(w));
@@ -145,7 +184,7 @@ pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
     for l in text.lines() {
         let f: Vec<&str> = l.split('\t').collect();
         match f.as_slice() {
-            ["node", label, nums @ .., summary] if nums.len() == 6 => {
+            ["node", label, nums @ .., summary] if nums.len() == 8 => {
                 if label.starts_with(EGRESS) || label.starts_with(INGRESS) {
                     continue;
                 }
@@ -156,7 +195,9 @@ pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
                     blocks_out: v[2],
                     bytes_out: v[3],
                     drops: v[4],
-                    nanos: v[5],
+                    made: v[5],
+                    ended: v[6],
+                    nanos: v[7],
                 };
                 let summary = (*summary != "-").then(|| unescape(summary));
                 rep.nodes.push(NodeReport {
@@ -165,6 +206,22 @@ pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
                     summary,
                     classes: Vec::new(),
                 });
+            }
+            ["arc", from, to, blocks, bytes] => {
+                let to = parse_target(to, suffix);
+                rep.arcs.push(ArcReport {
+                    from: format!("{}{suffix}", unescape(from)),
+                    to,
+                    carried: Carried {
+                        blocks: blocks.parse().unwrap_or(0),
+                        bytes: bytes.parse().unwrap_or(0),
+                    },
+                });
+            }
+            ["head", ch, to] => {
+                if let Ok(ch) = ch.parse() {
+                    rep.heads.push((ch, parse_target(to, suffix)));
+                }
             }
             ["warn", w] => rep.warnings.push(unescape(w)),
             ["failed"] => rep.failed = true,

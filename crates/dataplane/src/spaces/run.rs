@@ -20,6 +20,13 @@ pub struct SpacesReport {
     /// Per node, labelled with its space (`tcp@1`, `deflate@p2`) when the run had more
     /// than one.
     pub nodes: Vec<NodeReport>,
+    /// The arcs between the nodes of `nodes`, each with what it carried (the run's own
+    /// nodes looked through, channels joined: see [`crate::Space::arcs`]). An arc into a
+    /// channel whose consumer reported nothing keeps [`crate::ArcTarget::Channel`].
+    pub arcs: Vec<crate::ArcReport>,
+    /// Per channel, the node its blocks reach in the consuming space (joined into
+    /// `arcs` at the end of the run).
+    pub heads: Vec<(usize, crate::ArcTarget)>,
     pub warnings: Vec<String>,
     /// A space that died: which one, its filters, and why.
     pub died: Option<String>,
@@ -124,6 +131,8 @@ impl Spaces {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut rep = SpacesReport {
             nodes: vec![],
+            arcs: vec![],
+            heads: vec![],
             warnings: vec![],
             died: None,
             failed: false,
@@ -305,6 +314,8 @@ impl Spaces {
                     };
                     let mut part = SpacesReport {
                         nodes: vec![],
+                        arcs: vec![],
+                        heads: vec![],
                         warnings: vec![],
                         died: None,
                         failed: false,
@@ -323,6 +334,8 @@ impl Spaces {
                         n.summary = s;
                     }
                     rep.nodes.extend(part.nodes);
+                    rep.arcs.extend(part.arcs);
+                    rep.heads.extend(part.heads);
                     rep.warnings.extend(space.warnings().iter().cloned());
                     rep.failed |= space.failed();
                     rep.status = rep.status.or(space.exit_status());
@@ -343,6 +356,8 @@ impl Spaces {
         for (id, text) in reports {
             let mut part = SpacesReport {
                 nodes: vec![],
+                arcs: vec![],
+                heads: vec![],
                 warnings: vec![],
                 died: None,
                 failed: false,
@@ -351,16 +366,57 @@ impl Spaces {
             };
             parse_report(&text, &mut part, &format!("@p{id}"));
             rep.nodes.extend(part.nodes);
+            rep.arcs.extend(part.arcs);
+            rep.heads.extend(part.heads);
             rep.warnings.extend(part.warnings);
             rep.failed |= part.failed;
             rep.status = rep.status.or(part.status);
         }
+        rep.join_channels();
         let died = died.into_inner().expect("not poisoned");
         if !died.is_empty() {
             rep.died = Some(died.join("; "));
             rep.failed = true;
         }
         rep
+    }
+}
+
+impl SpacesReport {
+    /// Arcs into a channel lead to the node behind it, in the consuming space, through
+    /// any spaces that only pass the blocks on (one arc per such node; a channel whose
+    /// consumer reported nothing is left as it is).
+    fn join_channels(&mut self) {
+        let mut out = Vec::with_capacity(self.arcs.len());
+        let mut todo = std::mem::take(&mut self.arcs);
+        let mut rounds = 0;
+        while !todo.is_empty() && rounds <= self.heads.len() {
+            rounds += 1;
+            for a in std::mem::take(&mut todo) {
+                let crate::ArcTarget::Channel(k) = a.to else {
+                    out.push(a);
+                    continue;
+                };
+                let heads: Vec<&crate::ArcTarget> = self
+                    .heads
+                    .iter()
+                    .filter(|h| h.0 == k)
+                    .map(|h| &h.1)
+                    .collect();
+                if heads.is_empty() {
+                    out.push(a);
+                    continue;
+                }
+                for h in heads {
+                    todo.push(crate::ArcReport {
+                        to: h.clone(),
+                        ..a.clone()
+                    });
+                }
+            }
+        }
+        out.extend(todo);
+        self.arcs = out;
     }
 }
 
