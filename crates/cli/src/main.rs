@@ -1149,14 +1149,38 @@ pub(crate) fn print_report(
         }
         eprintln!("({:.3} s)", elapsed.as_secs_f64());
     }
-    for r in report {
-        if let Some(s) = &r.summary {
-            eprintln!("{s}");
-        }
+    for line in summary_lines(report) {
+        eprintln!("{line}");
     }
     for w in &rep.warnings {
         eprintln!("streamline: warning: {w}");
     }
+}
+
+/// The filters' summary lines, each as its filter wrote it (`count: N blocks, ...`), but
+/// where two lines would start alike (`count | count name=tail`), each starts with its
+/// node's label instead (`count: ...`, `count:tail: ...`, `count#2: ...`), so no two
+/// identical prefixes leave the reader guessing which node said what.
+fn summary_lines(report: &[dataplane::runtime::NodeReport]) -> Vec<String> {
+    let prefix = |s: &str| s.split_once(": ").map(|(p, _)| p.to_string());
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    for s in report.iter().filter_map(|r| r.summary.as_deref()) {
+        if let Some(p) = prefix(s) {
+            *seen.entry(p).or_default() += 1;
+        }
+    }
+    report
+        .iter()
+        .filter_map(|r| {
+            let s = r.summary.as_deref()?;
+            Some(match s.split_once(": ") {
+                Some((p, rest)) if seen.get(p).is_some_and(|&n| n > 1) && r.label != p => {
+                    format!("{}: {rest}", r.label)
+                }
+                _ => s.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// `--stats`: the run's counters as JSON, the nodes as the table lists them and the arcs

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 /// Examples the README may mark `not run:`; more than this fails the test.
-const MAX_NOT_RUN: usize = 5;
+const MAX_NOT_RUN: usize = 3;
 /// The whole session; an example that hangs fails the test naming it.
 const SESSION_LIMIT: Duration = Duration::from_secs(420);
 
@@ -76,14 +76,18 @@ fn examples(readme: &str) -> Vec<Example> {
     let mut out = Vec::new();
     let mut i = 0;
     let mut in_sh = false;
+    // The first block is the newcomer's two commands (set up and run the main job; run
+    // the tests): `.ci/run` runs those itself (the setup, the test command, the main job).
+    let mut blocks = 0;
     while i < lines.len() {
         let l = lines[i];
         if l.trim_start().starts_with("```") {
             in_sh = !in_sh && l.trim() == "```sh";
+            blocks += usize::from(in_sh);
             i += 1;
             continue;
         }
-        if !in_sh || l.trim().is_empty() || l.trim_start().starts_with('#') {
+        if !in_sh || blocks == 1 || l.trim().is_empty() || l.trim_start().starts_with('#') {
             i += 1;
             continue;
         }
@@ -653,7 +657,8 @@ fn every_readme_example_runs_as_written_and_does_what_it_says() {
 
 #[test]
 fn the_parser_finds_continuations_heredocs_and_markers() {
-    let md = "text\n```sh\na 'x # y' # one\n# only a comment\nb \\\n  c   # two # not run: why\ncat <<'EOF'\nl1\nEOF\nd &\n```\n```rust\nnot shell\n```\n";
+    // The first block (the newcomer's two commands) is .ci/run's, not this test's.
+    let md = "```sh\nbash scripts/setup\n```\ntext\n```sh\na 'x # y' # one\n# only a comment\nb \\\n  c   # two # not run: why\ncat <<'EOF'\nl1\nEOF\nd &\n```\n```rust\nnot shell\n```\n";
     let ex = examples(md);
     assert_eq!(ex.len(), 4, "{ex:?}");
     assert_eq!(ex[0].text, "a 'x # y' # one\n");

@@ -144,22 +144,9 @@ impl RtNode {
         NodeReport {
             label: self.label.clone(),
             counters: Counters { nanos, ..self.c },
-            summary: self
-                .filter
-                .summary()
-                .map(|s| summary_named(s, &self.label, &base_name(&self.spec))),
+            summary: self.filter.summary(),
             classes: self.watch.classes(),
         }
-    }
-}
-
-/// A summary as its node's label says it: a filter writes `count: ...` whatever its node
-/// is called, so a second `count` (or a named one) would print a line no one could tell
-/// from the first's; its summary starts `count#2: ` (`count:c: `) instead.
-fn summary_named(s: String, label: &str, base: &str) -> String {
-    match s.strip_prefix(base).and_then(|r| r.strip_prefix(": ")) {
-        Some(rest) if label != base => format!("{label}: {rest}"),
-        _ => s,
     }
 }
 
