@@ -298,8 +298,8 @@ pub fn stop(socket: Option<&str>, run: u64) -> ExitCode {
     };
     let what = shown.map_or(String::new(), |p| format!(" `{p}`"));
     match code {
-        Some(code) => println!("stopped run {run}{what}: it ended with status {code}"),
-        None => println!("stopped run {run}{what}"),
+        Some(code) => eprintln!("streamline: stopped run {run}{what}: it ended with status {code}"),
+        None => eprintln!("streamline: stopped run {run}{what}"),
     }
     ExitCode::SUCCESS
 }

@@ -108,8 +108,8 @@ fn stop_says_what_it_stopped_and_returns_when_the_run_no_longer_runs() {
         let (out, err) = text(&st);
         assert!(st.status.success(), "{out}{err}");
         assert!(
-            out.starts_with(&format!("stopped run {id} `{p}`: it ended with status ")),
-            "{out}"
+            err.starts_with(&format!("streamline: stopped run {id} `{p}`: it ended with status ")),
+            "{err}"
         );
         let ps = d.ps();
         assert!(

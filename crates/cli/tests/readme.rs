@@ -165,9 +165,15 @@ impl Session {
 }
 
 /// The count of `count`'s summary line, or an error naming the output.
+/// The totals of every `count` summary line: `count: N blocks, ...`, or, where two count
+/// lines would start alike, labelled by node (`count@1: `, `count:tail: `, `count#2: `).
 fn counts(err: &str) -> Vec<u64> {
     err.lines()
-        .filter_map(|l| l.strip_prefix("count: "))
+        .filter_map(|l| {
+            let (label, rest) = l.split_once(": ")?;
+            let tail = label.strip_prefix("count")?;
+            (tail.is_empty() || tail.starts_with(['@', '#', ':'])).then_some(rest)
+        })
         .filter_map(|l| l.split_whitespace().next())
         .filter_map(|n| n.parse().ok())
         .collect()
