@@ -91,7 +91,12 @@ fn stop_reader(r: Reader) -> (u64, u64) {
             .and_then(|l| l.split_whitespace().next()?.parse().ok())
             .unwrap_or(0)
     };
-    (n("packets captured"), n("dropped by kernel"))
+    // What the kernel passed to the reader's socket: "received by filter" (the kernel's
+    // tp_packets, dropped ones included); a reader stopped with frames still in a ring
+    // block it had not read counts them there but not as captured.
+    let received: u64 = n("packets received by filter");
+    let (captured, dropped) = (n("packets captured"), n("dropped by kernel"));
+    (captured, dropped.max(received.saturating_sub(captured)))
 }
 
 /// One measured window of sending at `pps`: (packets sent, seconds, machine busy CPU
@@ -252,11 +257,13 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
                 // make its side look cheaper than it is.
                 for (k, (f, t)) in filters.iter().cycle().zip(&totals).enumerate() {
                     let want = matching(f, sent, size);
+                    // Captured, plus what the kernel took for it but it did not read (dropped,
+                    // or still in its ring when stopped).
                     let got = t.0 + t.1;
                     // Stray frames (ARP, IPv6 neighbour discovery) match the broad filters.
                     if got < want || got > want + want / 100 + 20 {
                         return Err(err(format!(
-                            "{} libpcap, {n} readers: reader {k} ('{f}') saw {got} packets ({} captured, {} dropped) where its filter matches {want} of the {sent} sent",
+                            "{} libpcap, {n} readers: reader {k} ('{f}') saw {got} packets ({} captured, {} dropped or unread) where its filter matches {want} of the {sent} sent",
                             if on_streamline { "our" } else { "the system's" },
                             t.0,
                             t.1
@@ -269,15 +276,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
                         sent as f64 / took
                     );
                 }
+                // May come out at or below zero in a round: the configuration cost less
+                // than the sender's own noise. Judged over the rounds, below.
                 let x = busy / took - base;
-                if x <= 0.0 {
-                    return Err(err(format!(
-                        "{n} readers on {} libpcap: the machine was no busier with them than with the sender alone ({:.1}% vs {:.1}% of one CPU): too noisy to measure",
-                        if on_streamline { "our" } else { "the system's" },
-                        busy / took * 100.0,
-                        base * 100.0
-                    )));
-                }
                 let captured: u64 = totals.iter().map(|t| t.0).sum();
                 let dropped: u64 = totals.iter().map(|t| t.1).sum();
                 println!(
@@ -306,25 +307,47 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             m(true)
         );
     }
-    let at = |n: usize, sl: bool| {
-        extra
-            .get(&(n, sl))
-            .map_or(f64::NAN, |v| median(v))
-    };
+    // A configuration whose median extra CPU is not above zero cost less than the sender's
+    // own run-to-run noise: no ratio can be taken from it. A full run fails naming it; a
+    // quick run (a smoke test) says so and leaves out the figures that need it.
+    let mut unmeasured = Vec::new();
+    for (&(n, sl), v) in &extra {
+        if median(v) <= 0.0 {
+            unmeasured.push((n, sl));
+            let what = format!(
+                "{n} readers on {} libpcap: the machine was no busier with them than with the sender alone (extra CPU per round: {}): too noisy to measure",
+                if sl { "our" } else { "the system's" },
+                v.iter().map(|x| format!("{:.1}%", x * 100.0)).collect::<Vec<_>>().join(", ")
+            );
+            if !quick {
+                return Err(err(what));
+            }
+            println!("{what}; quick mode leaves out the figures that need it");
+        }
+    }
+    let at = |n: usize, sl: bool| extra.get(&(n, sl)).map_or(f64::NAN, |v| median(v));
+    let measured =
+        |a: (usize, bool), b: (usize, bool)| !unmeasured.contains(&a) && !unmeasured.contains(&b);
     let mut s = Summary::default();
-    s.add("tcpdump_10_readers_linux_cpu_over_streamline", at(10, false) / at(10, true), Some(Target::AtLeast(4.0)), format!("CPU of 10 tcpdump readers plus their capture path (system-wide, the sender's own cost taken out) at {pps} packets/s of {size}-byte datagrams: system libpcap over ours"));
-    s.add(
-        "tcpdump_10_vs_1_readers_cpu_streamline",
-        at(10, true) / at(1, true),
-        Some(Target::AtMost(2.0)),
-        "ours: 10 readers' CPU over 1 reader's",
-    );
-    s.add(
-        "tcpdump_1_reader_linux_cpu_over_streamline",
-        at(1, false) / at(1, true),
-        Some(Target::AtLeast(1.5)),
-        "one reader: system libpcap over ours",
-    );
+    if measured((10, false), (10, true)) {
+        s.add("tcpdump_10_readers_linux_cpu_over_streamline", at(10, false) / at(10, true), Some(Target::AtLeast(4.0)), format!("CPU of 10 tcpdump readers plus their capture path (system-wide, the sender's own cost taken out) at {pps} packets/s of {size}-byte datagrams: system libpcap over ours"));
+    }
+    if measured((10, true), (1, true)) {
+        s.add(
+            "tcpdump_10_vs_1_readers_cpu_streamline",
+            at(10, true) / at(1, true),
+            Some(Target::AtMost(2.0)),
+            "ours: 10 readers' CPU over 1 reader's",
+        );
+    }
+    if measured((1, false), (1, true)) {
+        s.add(
+            "tcpdump_1_reader_linux_cpu_over_streamline",
+            at(1, false) / at(1, true),
+            Some(Target::AtLeast(1.5)),
+            "one reader: system libpcap over ours",
+        );
+    }
     s.add(
         "tcpdump_offered_pps",
         pps as f64,
