@@ -66,7 +66,7 @@
 //! Each failure is printed by name with its cause as it happens and again in a list at
 //! the end. SUMMARY: `soak_runs` (runs started), `soak_failures` (target 0),
 //! `soak_rss_growth_pct` (target <= 10, not a failure), `soak_rss_late_growth_pct`
-//! (target <= 3, a failure above); the command exits non-zero when a failure was
+//! (target <= 3, 10 with --quick, a failure above); the command exits non-zero when a failure was
 //! seen (after printing). Root only (it starts a daemon, mounts FUSE, makes a network
 //! namespace); needs setpriv (util-linux), iproute2 and /dev/fuse.
 
@@ -102,6 +102,10 @@ const THREAD_SLACK: usize = 2;
 /// soak (from the burst line nearest its middle to its end), in percent of its resident
 /// memory after the warm-up. See the module doc for why it is this and not the total.
 const RSS_LATE_GROWTH_PCT: f64 = 3.0;
+/// The same bound for `--quick` (90 s, ~230 runs: CI's smoke test), where the allocator's
+/// warm-up still shows in the second half (2.97 % seen on a quiet machine, dev build): a
+/// leak of 10 kB per run still crosses it (~20 % over ~230 runs).
+const RSS_LATE_GROWTH_PCT_QUICK: f64 = 10.0;
 /// Blocks per second of the rate-limited `gen` runs.
 const GEN_RATE: u64 = 20_000;
 /// The lossless live edits of a `gen` run (`{k}` makes names unique within the run).
@@ -1422,10 +1426,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         "daemon resident: {rss0} kB after the warm-up, {} kB half-way, {rss1} kB after the soak: {growth:+.1} % in all, {late:+.1} % in the second half",
         mid.map_or("?".to_string(), |m| m.to_string())
     );
-    if !(late <= RSS_LATE_GROWTH_PCT) {
+    let rss_bound = if quick { RSS_LATE_GROWTH_PCT_QUICK } else { RSS_LATE_GROWTH_PCT };
+    if !(late <= rss_bound) {
         s.fail(
             "daemon memory",
-            format!("resident {rss0} kB after the warm-up, {} kB half-way, {rss1} kB after the soak: {late:+.1} % of the warm-up's in the second half (bound {RSS_LATE_GROWTH_PCT} %; {growth:+.1} % in all)", mid.map_or("?".to_string(), |m| m.to_string())),
+            format!("resident {rss0} kB after the warm-up, {} kB half-way, {rss1} kB after the soak: {late:+.1} % of the warm-up's in the second half (bound {rss_bound} %; {growth:+.1} % in all)", mid.map_or("?".to_string(), |m| m.to_string())),
         );
     }
     // The books.
@@ -1536,7 +1541,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     summary.add(
         "soak_rss_late_growth_pct",
         late,
-        Some(Target::AtMost(RSS_LATE_GROWTH_PCT)),
+        Some(Target::AtMost(rss_bound)),
         format!("daemon VmRSS {} -> {rss1} kB in the second half, of {rss0} kB", mid.map_or("?".to_string(), |m| m.to_string())),
     );
     summary.print()?;
