@@ -215,6 +215,16 @@ const MIDDLE: [&str; 12] = [
     "encrypt",
 ];
 
+/// `SOURCE | MIDDLE[m] | ... | null`: the random pipelines of the properties below.
+fn pipeline_text(source: &str, mids: &[usize]) -> String {
+    let mut text = source.to_string();
+    for m in mids {
+        text += " | ";
+        text += MIDDLE[*m];
+    }
+    text + " | null"
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
     #[test]
@@ -224,12 +234,7 @@ proptest! {
         rate in prop::sample::select(vec![1_000.0, 100_000.0, 600_000.0]),
         source in prop::sample::select(vec!["rx", "gen"]),
     ) {
-        let mut text = source.to_string();
-        for m in &mids {
-            text += " | ";
-            text += MIDDLE[*m];
-        }
-        text += " | null";
+        let text = pipeline_text(source, &mids);
         let sys = common::system(system);
         let (_, req) = request_from_text(&text, &Catalog::new(common::filters()), Load { blocks_per_sec: rate, bytes_per_block: 500.0 }).unwrap();
         match push_down(&req, &sys) {
@@ -308,12 +313,7 @@ proptest! {
         rate in prop::sample::select(vec![1_000.0, 300_000.0, 900_000.0]),
         source in prop::sample::select(vec!["rx", "gen"]),
     ) {
-        let mut text = source.to_string();
-        for m in &mids {
-            text += " | ";
-            text += MIDDLE[*m];
-        }
-        text += " | null";
+        let text = pipeline_text(source, &mids);
         let sys = common::system(system);
         let (_, req) = request_from_text(&text, &Catalog::new(common::filters()), Load { blocks_per_sec: rate, bytes_per_block: 500.0 }).unwrap();
         let (truth, tried) = cheapest_by_enumeration(&req, &sys);
