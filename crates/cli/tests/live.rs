@@ -244,7 +244,12 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
     // Each engine is its own rx in its own space, and the hash spread the flows over both.
     let engines: Vec<u64> = err
         .lines()
-        .filter(|l| l.starts_with("rx@"))
+        // Table rows only: an engine's summary line starts `rx@N:` too.
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|t| t.starts_with("rx@") && !t.ends_with(':'))
+        })
         .map(|l| {
             l.split_whitespace()
                 .nth(3)

@@ -223,7 +223,19 @@ fn tcpdump_reads_all_pcap_of_a_live_capture_and_counts_what_tcpdump_on_the_inter
         .output()
         .expect("tcpreplay");
     assert!(replay.status.success(), "{}", text(&replay));
-    std::thread::sleep(Duration::from_millis(800));
+    // Stop once the run has counted every packet sent and its tap has handed each one to
+    // the reader (or counted it lost, which the comparison below then shows).
+    let sent: u64 = String::from_utf8_lossy(&replay.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Actual: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("tcpreplay said: {}", text(&replay)));
+    let stats = node.join(".stats");
+    common::wait_for("the run to count and pass on every packet sent", Duration::from_secs(30), || {
+        let seen = stat(&stats, "blocks_in");
+        seen >= sent && stat(&stats, "readers_delivered") + stat(&stats, "readers_lost") >= seen
+    });
     stop(&d, id);
     let r = reader.wait_with_output().unwrap();
     assert!(r.status.success(), "tcpdump -r all.pcap: {}", text(&r));

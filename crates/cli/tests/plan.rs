@@ -141,7 +141,7 @@ fn rows<'a>(err: &'a str, name: &str) -> Vec<&'a str> {
         .filter(|l| {
             l.split_whitespace()
                 .next()
-                .is_some_and(|w| w.starts_with(&format!("{name}@")))
+                .is_some_and(|w| w.starts_with(&format!("{name}@")) && !w.ends_with(':'))
         })
         .collect()
 }
