@@ -456,6 +456,8 @@ fn udp_hostile_datagrams_are_counted_not_fatal() {
         .output()
         .unwrap();
     assert!(one.status.success());
+    // `pcapout -` writes to standard output: the sample's own bytes.
+    assert_eq!(one.stdout, std::fs::read(sample()).unwrap());
     assert_eq!(rx.stdout, one.stdout, "the sample came through changed: {rerr}");
 }
 

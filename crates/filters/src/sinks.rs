@@ -11,6 +11,9 @@ pub struct Out {
     w: Box<dyn Write + Send>,
     newline: bool,
     what: String,
+    /// Hand each batch on when it is written (standard output: a reader downstream sees
+    /// blocks as they come, one write per batch, not when 8 KiB have gathered).
+    flush_each_batch: bool,
 }
 impl Filter for Out {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
@@ -23,6 +26,10 @@ impl Filter for Out {
                 cx.stop();
                 return;
             }
+        }
+        if self.flush_each_batch && self.w.flush().is_err() {
+            cx.warn(format!("cannot write to {}", self.what));
+            cx.stop();
         }
     }
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
@@ -47,7 +54,8 @@ fn pcap_error(e: &pcap_file::PcapError) -> String {
 /// back byte for byte; blocks that came from no capture file get a big-endian,
 /// microsecond header with snap length 65535.
 pub struct PcapOut {
-    w: Option<PcapWriter<BufWriter<File>>>,
+    w: Option<PcapWriter<BufWriter<Box<dyn Write + Send>>>>,
+    /// The file, or `-` for standard output (as `tcpdump -w -`).
     path: String,
     link: Option<u32>,
     /// The header's time precision and snap length.
@@ -83,7 +91,11 @@ impl PcapOut {
         }
         self.nanos = header.ts_resolution == TsResolution::NanoSecond;
         self.snaplen = header.snaplen;
-        let f = File::create(&self.path).map_err(|e| e.to_string())?;
+        let f: Box<dyn Write + Send> = if self.path == "-" {
+            Box::new(std::io::stdout())
+        } else {
+            Box::new(File::create(&self.path).map_err(|e| e.to_string())?)
+        };
         self.w =
             Some(PcapWriter::with_header(BufWriter::new(f), header).map_err(|e| pcap_error(&e))?);
         Ok(())
@@ -185,6 +197,7 @@ fn make_outfile(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         w: Box::new(BufWriter::new(f)),
         newline: a.flag("lines")?,
         what: path.to_string(),
+        flush_each_batch: false,
     }))
 }
 fn make_stdout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
@@ -192,13 +205,16 @@ fn make_stdout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         w: Box::new(BufWriter::new(std::io::stdout())),
         newline: a.flag("lines")?,
         what: "standard output".into(),
+        flush_each_batch: true,
     }))
 }
 fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let path = a.require("file", Some(0))?.to_string();
     // Fail early if the file cannot be created; the header is written on the first packet
-    // (its link type comes from the packets).
-    File::create(&path).map_err(|e| FilterError::io(format!("cannot create {path}"), e))?;
+    // (its link type comes from the packets). `-` is standard output.
+    if path != "-" {
+        File::create(&path).map_err(|e| FilterError::io(format!("cannot create {path}"), e))?;
+    }
     Ok(Box::new(PcapOut {
         w: None,
         path,
@@ -240,7 +256,7 @@ pub static PCAPOUT: FilterSpec = FilterSpec::new("pcapout", Access::Sink, make_p
                   writes a pcap file (version 2.4, time zone 0) back byte for byte; blocks from no\n\
                   pcap file (gen, rx, pcapng) get a big-endian microsecond header, snap length 65535.")
     .params(&[
-        Param::new("file", "output file (also positional)").at(0),
+        Param::new("file", "output file (also positional); - for standard output").at(0),
     ])
     .classes("sink (no output)")
     .example("streamline run 'pcapin file=examples/sample.pcap | udp | pcapout file=udp.pcap'");
