@@ -17,6 +17,7 @@ mod child;
 mod daemon;
 mod granted;
 mod kafka;
+mod latency;
 mod legacy;
 mod legacy_dns;
 mod legacy_pipes;

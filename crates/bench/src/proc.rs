@@ -370,3 +370,14 @@ pub fn machine_busy_secs() -> Result<f64> {
     let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
     Ok(busy / hz)
 }
+
+/// Clock ticks per second, the unit of the CPU times in /proc/PID/stat.
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}

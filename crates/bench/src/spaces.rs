@@ -41,7 +41,7 @@ pub struct Args {
     /// what this machine keeps up with).
     #[arg(long)]
     rate: Option<u64>,
-    /// Run only one experiment: `moderation`, `cache` or `lockstep`.
+    /// Run only one experiment: `moderation`, `cache`, `lockstep`, `idle` or `latency`.
     #[arg(long)]
     only: Option<String>,
 }
@@ -119,9 +119,11 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
         Some("moderation") => moderation(&plan, quick, a.rate, &mut summary)?,
         Some("cache") => cache_sized(&plan, quick, &mut summary)?,
         Some("lockstep") => lockstep(&plan, quick, &mut summary)?,
+        Some("idle") => crate::latency::idle(quick, &mut summary)?,
+        Some("latency") => crate::latency::latency(quick, &mut summary)?,
         Some(x) => {
             return Err(err(format!(
-                "--only {x}: expected moderation, cache or lockstep"
+                "--only {x}: expected moderation, cache, lockstep, idle or latency"
             )))
         }
     }
@@ -318,6 +320,9 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
             ),
         );
     }
+    // What a run costs idle, and one block's latency at a low rate (the readiness figures).
+    crate::latency::idle(quick, &mut summary)?;
+    crate::latency::latency(quick, &mut summary)?;
     summary.print()?;
     Ok(())
 }

@@ -1,0 +1,253 @@
+//! Part of the `spaces` subcommand: what a run costs while nothing happens, and how long one
+//! block takes to get through at a low rate (issue 39's readiness figures, measured before
+//! and after the readiness core replaces the per-source timed waits).
+//!
+//! - **Idle CPU** (`idle_run_cpu_pct`): `streamline run 'netin port=P | count space=1 | null
+//!   space=p1'` with no sender: an idle network source, a channel to a worker thread and
+//!   one to a process space. The CPU time of the run's whole process tree (every thread of
+//!   the run and of its process spaces, read from /proc) over a quiet window, as a
+//!   percentage of one CPU. Target: below 0.5 %.
+//! - **One block's latency** (`single_block_latency_us_channel`, `..._netin`): one 64-byte
+//!   block at a time, 200 a second, written to a run's standard input and timed until its
+//!   bytes come out of the run's standard output (`stdout` writes each batch as it comes).
+//!   `stdin | stdout` in one space is the floor; `stdin | stdout space=1` adds a channel
+//!   between two spaces; `stdin | netout` → `netin | stdout` (two runs, TCP over loopback)
+//!   adds a network channel. Medians (99th percentiles beside them). Target: below 50 µs.
+//!
+//! Every run is checked: every block comes back, byte for byte, and the runs end cleanly.
+
+use crate::util::{err, Result, Summary, Target};
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `streamline` binary next to this one.
+fn streamline() -> Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()
+        .map_err(|e| err(format!("locating own executable: {e}")))?
+        .with_file_name("streamline");
+    if !exe.is_file() {
+        return Err(err(format!(
+            "{} not found next to this benchmark; build it with `cargo build --release -p streamline`",
+            exe.display()
+        )));
+    }
+    Ok(exe)
+}
+
+/// `streamline run --socket none -q TEXT` (stand-alone: no daemon in between), killed if
+/// this benchmark dies.
+fn start(text: &str, stdin: Stdio, stdout: Stdio) -> Result<Child> {
+    let mut c = Command::new(streamline()?);
+    c.args(["run", "--socket", "none", "-q", text])
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(Stdio::piped());
+    crate::proc::kill_with_us(&mut c);
+    c.spawn()
+        .map_err(|e| err(format!("starting `streamline run '{text}'`: {e}")))
+}
+
+/// End `child` with SIGINT (as Ctrl-C would) and check it ended cleanly.
+fn interrupt(child: Child, what: &str) -> Result<()> {
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .map_err(|e| err(format!("kill -INT: {e}")))?;
+    if !sent.success() {
+        return Err(err(format!("`{what}` could not be interrupted (kill -INT: {sent})")));
+    }
+    // An interrupted run ends with 130, as a shell command interrupted by Ctrl-C does.
+    finish_with(child.wait_with_output(), what, Some(130))
+}
+
+fn finish(out: std::io::Result<std::process::Output>, what: &str) -> Result<()> {
+    finish_with(out, what, None)
+}
+
+fn finish_with(
+    out: std::io::Result<std::process::Output>,
+    what: &str,
+    also_ok: Option<i32>,
+) -> Result<()> {
+    let out = out.map_err(|e| err(format!("waiting for `{what}`: {e}")))?;
+    if !out.status.success() && out.status.code() != also_ok {
+        return Err(err(format!(
+            "`{what}` ended with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
+}
+
+/// User + system CPU seconds of process `root` and all its descendants, now (from /proc:
+/// live processes' own counters, every thread included), and how many processes those are.
+fn tree_cpu_secs(root: u32) -> Result<(f64, usize)> {
+    let tick = crate::proc::clock_ticks() as f64;
+    let mut stats = Vec::new();
+    for e in std::fs::read_dir("/proc").map_err(|e| err(format!("reading /proc: {e}")))? {
+        let Ok(e) = e else { continue };
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        // A process may end between the listing and the read: skip it.
+        let Ok(s) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        // Fields after the command (which may hold spaces) start after the last ')'.
+        let Some(rest) = s.rfind(')').map(|i| &s[i + 2..]) else { continue };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // rest[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
+        let num = |i: usize| f.get(i - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        stats.push((pid, num(4) as u32, num(14) + num(15)));
+    }
+    let mut tree = vec![root];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for &(pid, ppid, _) in &stats {
+            if tree.contains(&ppid) && !tree.contains(&pid) {
+                tree.push(pid);
+                grew = true;
+            }
+        }
+    }
+    let secs = stats
+        .iter()
+        .filter(|(pid, _, _)| tree.contains(pid))
+        .map(|&(_, _, t)| t as f64 / tick)
+        .sum();
+    Ok((secs, tree.len()))
+}
+
+/// A TCP port on loopback nobody listens on now.
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| err(format!("finding a free port: {e}")))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| err(format!("finding a free port: {e}")))
+}
+
+/// Idle CPU of a run with an idle network source, a thread channel and a process channel.
+pub fn idle(quick: bool, summary: &mut Summary) -> Result<()> {
+    let port = free_port()?;
+    let text = format!("netin port={port} bind=127.0.0.1 | count space=1 | null space=p2");
+    println!("\n== Idle: `{text}` with no sender ==");
+    let child = start(&text, Stdio::null(), Stdio::null())?;
+    let pid = child.id();
+    // Let it start (the process space up, and a second for the start-up work to end), then
+    // measure a quiet window.
+    let settle = Instant::now();
+    while tree_cpu_secs(pid)?.1 < 2 || settle.elapsed() < Duration::from_secs(1) {
+        if settle.elapsed() > Duration::from_secs(20) {
+            return Err(err(format!("`{text}` did not start within 20 s")));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let window = Duration::from_secs(if quick { 2 } else { 10 });
+    let (c0, t0) = (tree_cpu_secs(pid)?.0, Instant::now());
+    // A quiet window is what is measured: this benchmark does nothing meanwhile.
+    std::thread::sleep(window);
+    let (c1, wall) = (tree_cpu_secs(pid)?.0, t0.elapsed().as_secs_f64());
+    interrupt(child, &text)?;
+    let pct = (c1 - c0) / wall * 100.0;
+    println!(
+        "{:<44} {:>10.2} % of a CPU ({:.3} s CPU in {wall:.1} s; clock tick {} ms)",
+        "idle run, whole process tree",
+        pct,
+        c1 - c0,
+        1000 / crate::proc::clock_ticks()
+    );
+    summary.add(
+        "idle_run_cpu_pct",
+        pct,
+        Some(Target::AtMost(0.5)),
+        "% of one CPU a run with an idle netin, a thread channel and a process channel uses (target < 0.5)",
+    );
+    Ok(())
+}
+
+/// Write `n` 64-byte blocks one at a time into `input`, 200 a second, timing each until its
+/// bytes come out of `output`; the latencies in µs, after checking every byte came back.
+fn echo(input: &mut impl Write, output: &mut impl Read, n: usize, what: &str) -> Result<Vec<f64>> {
+    let mut lat = Vec::with_capacity(n);
+    let mut back = [0u8; 64];
+    for i in 0..n {
+        let mut block = [b'.'; 64];
+        let tag = format!("{i:>12}");
+        block[..12].copy_from_slice(tag.as_bytes());
+        block[63] = b'\n';
+        let t0 = Instant::now();
+        input
+            .write_all(&block)
+            .map_err(|e| err(format!("{what}: writing block {i}: {e}")))?;
+        output
+            .read_exact(&mut back)
+            .map_err(|e| err(format!("{what}: reading block {i} back: {e}")))?;
+        lat.push(t0.elapsed().as_secs_f64() * 1e6);
+        if back != block {
+            return Err(err(format!(
+                "{what}: block {i} came back as {:?}",
+                String::from_utf8_lossy(&back)
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(lat)
+}
+
+fn median_p99(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// One block's latency through one space, a channel between spaces, and netout → netin.
+pub fn latency(quick: bool, summary: &mut Summary) -> Result<()> {
+    let n = if quick { 100 } else { 1000 };
+    println!("\n== One 64-byte block at a time, 200/s, stdin to stdout ({n} blocks) ==");
+    let mut medians = Vec::new();
+    for (label, text) in [
+        ("one space: stdin | stdout", "stdin | stdout"),
+        ("a channel: stdin | stdout space=1", "stdin | stdout space=1"),
+    ] {
+        let mut child = start(text, Stdio::piped(), Stdio::piped())?;
+        let mut i = child.stdin.take().expect("piped");
+        let mut o = child.stdout.take().expect("piped");
+        let lat = echo(&mut i, &mut o, n, text)?;
+        drop(i);
+        finish(child.wait_with_output(), text)?;
+        let (m, p99) = median_p99(lat);
+        println!("{label:<44} {m:>10.1} µs median, {p99:.1} µs p99");
+        medians.push(m);
+    }
+    let port = free_port()?;
+    let rx_text = format!("netin port={port} bind=127.0.0.1 | stdout");
+    let tx_text = format!("stdin | netout to=127.0.0.1:{port} wait=10");
+    let mut rx = start(&rx_text, Stdio::null(), Stdio::piped())?;
+    let mut tx = start(&tx_text, Stdio::piped(), Stdio::null())?;
+    let mut i = tx.stdin.take().expect("piped");
+    let mut o = rx.stdout.take().expect("piped");
+    let lat = echo(&mut i, &mut o, n, "stdin | netout → netin | stdout")?;
+    drop(i);
+    finish(tx.wait_with_output(), &tx_text)?;
+    finish(rx.wait_with_output(), &rx_text)?;
+    let (m, p99) = median_p99(lat);
+    println!(
+        "{:<44} {m:>10.1} µs median, {p99:.1} µs p99",
+        "netout → netin over TCP loopback"
+    );
+    summary.add(
+        "single_block_latency_us_channel",
+        medians[1],
+        Some(Target::AtMost(50.0)),
+        "µs for one block from stdin to stdout through a channel between two spaces, median at 200 blocks/s (target < 50)",
+    );
+    summary.add(
+        "single_block_latency_us_netin",
+        m,
+        Some(Target::AtMost(50.0)),
+        "µs for one block from stdin | netout to netin | stdout over TCP loopback, median at 200 blocks/s (target < 50)",
+    );
+    Ok(())
+}
