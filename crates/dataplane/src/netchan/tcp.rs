@@ -342,10 +342,20 @@ impl NetIn {
             match l.accept() {
                 Ok(x) => break x,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if t0.elapsed() >= POLL {
+                    let left = POLL.saturating_sub(t0.elapsed());
+                    if left.is_zero() {
                         return Ok(false);
                     }
-                    std::thread::sleep(Duration::from_millis(5));
+                    // Asleep until a sender connects or the poll interval ends (not a
+                    // wake-up every few ms while nobody comes).
+                    use std::os::fd::AsFd;
+                    let mut fds = [nix::poll::PollFd::new(l.as_fd(), nix::poll::PollFlags::POLLIN)];
+                    let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
+                    if let Err(e) = nix::poll::poll(&mut fds, ms) {
+                        if e != nix::errno::Errno::EINTR {
+                            return Err(format!("on {}: cannot wait for a sender: {e}", self.at));
+                        }
+                    }
                 }
                 Err(e) => return Err(format!("on {}: cannot accept: {e}", self.at)),
             }
