@@ -42,8 +42,7 @@ impl Edits {
         let Some(h) = self.handle.get() else {
             return Err((libc::EBUSY, "the run is not running yet".into()));
         };
-        let edit = op
-            .to_edit(&crate::resolver())
+        let edit = dataplane::Edit::from_op(op, &crate::resolver())
             .map_err(|e| (libc::EINVAL, e.to_string()))?;
         if !expect.is_empty() {
             let graph = h.graph();

@@ -395,7 +395,7 @@ pub fn edit(socket: Option<&str>, run: u64, edit: &str) -> ExitCode {
     };
     // Parsed here, once, into the typed edit (a mistake is shown with its caret before
     // anything is sent); the daemon checks it, the worker applies it.
-    let op = match daemon::proto::EditOp::parse(edit, &crate::resolver()) {
+    let op = match dataplane::Edit::parse_op(edit, &crate::resolver()) {
         Ok(op) => op,
         Err(e) => {
             // Said with its secrets redacted, as every message about a pipeline is.

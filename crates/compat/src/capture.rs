@@ -9,7 +9,7 @@
 //! not own: libpcap's handle, its options or its C types (`ffi`).
 
 use beltway::{BufTable, IbufReader, Ready, RingRef, Start, Tag};
-use dataplane::tap::RecordHeader;
+use protocol::tap::RecordHeader;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use protocol::client::{Client, ClientError};
 use protocol::proto::{BpfInsn, Reply, Request};

@@ -560,7 +560,7 @@ on_handle!(pcap_major_version(p) -> c_int, |_, _i| 2);
 on_handle!(pcap_minor_version(p) -> c_int, |_, _i| 4);
 on_handle!(pcap_file(p) -> *mut FILE, |_, _i| std::ptr::null_mut());
 on_handle!(pcap_bufsize(p) -> c_int, |_, i| match i.state {
-    State::Live(_) => dataplane::tap::DATA_BYTES as c_int,
+    State::Live(_) => protocol::tap::DATA_BYTES as c_int,
     _ => PCAP_ERROR_NOT_ACTIVATED,
 });
 on_handle!(pcap_get_required_select_timeout(p) -> *const libc::timeval, |_, _i| std::ptr::null());

@@ -17,8 +17,9 @@ const BANNED: &[&str] = &[
     "xsk-rs",
 ];
 
-#[test]
-fn control_s_normal_dependencies_reach_neither_filters_nor_the_kernel_plane() {
+/// The crates `package`'s normal dependencies pull in (itself included), from cargo
+/// itself, with the text cargo printed.
+fn normal_dependencies(package: &str) -> (BTreeSet<String>, String) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     let out = Command::new(&cargo)
@@ -28,7 +29,7 @@ fn control_s_normal_dependencies_reach_neither_filters_nor_the_kernel_plane() {
             "--manifest-path",
             manifest,
             "-p",
-            "control",
+            package,
             "-e",
             "normal",
             "--prefix",
@@ -45,16 +46,45 @@ fn control_s_normal_dependencies_reach_neither_filters_nor_the_kernel_plane() {
     );
     let text = String::from_utf8(out.stdout).expect("cargo tree prints UTF-8");
     // One package a line: `name vX.Y.Z [(path)] [(*)]`.
-    let crates: BTreeSet<&str> = text
+    let crates = text
         .lines()
         .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
         .collect();
+    (crates, text)
+}
+
+#[test]
+fn control_s_normal_dependencies_reach_neither_filters_nor_the_kernel_plane() {
+    let (crates, text) = normal_dependencies("control");
     assert!(
         ["control", "dataplane", "lang"]
             .iter()
-            .all(|c| crates.contains(c)),
+            .all(|c| crates.contains(*c)),
         "cargo tree did not list control's own dependencies:\n{text}"
     );
-    let banned: Vec<_> = BANNED.iter().filter(|b| crates.contains(*b)).collect();
+    let banned: Vec<_> = BANNED.iter().filter(|b| crates.contains(**b)).collect();
     assert!(banned.is_empty(), "control's normal dependencies pull in {banned:?} (hand the library in with control::Filters instead):\n{text}");
+}
+
+/// The protocol is a leaf above the platform crates, and the libraries loaded into other
+/// programs (libstreamline.so, the libpcap stand-in) link it without the dataplane or the
+/// language: what they share with the daemon is wire types only.
+#[test]
+fn the_protocol_and_the_libraries_in_other_programs_link_neither_dataplane_nor_lang() {
+    for package in ["protocol", "capi", "compat"] {
+        let (crates, text) = normal_dependencies(package);
+        assert!(
+            crates.contains(package) && (package == "protocol" || crates.contains("protocol")),
+            "cargo tree did not list {package}'s own dependencies:\n{text}"
+        );
+        let banned: Vec<_> = ["dataplane", "lang", "filters", "kernel", "control", "daemon"]
+            .into_iter()
+            .filter(|b| crates.contains(*b))
+            .collect();
+        assert!(
+            banned.is_empty(),
+            "{package}'s normal dependencies pull in {banned:?} (wire types belong in protocol):\n{text}"
+        );
+    }
 }

@@ -821,7 +821,7 @@ impl Daemon {
             Request::Edit { run, edit } => {
                 let op = match edit {
                     EditRequest::Op(op) => op,
-                    EditRequest::Text(t) => EditOp::parse(&t, &lang::WithPath(filters::Natives))
+                    EditRequest::Text(t) => dataplane::Edit::parse_op(&t, &lang::WithPath(filters::Natives))
                         .map_err(|e| refuse(libc::EINVAL, e.to_string()))?,
                 };
                 self.edit(run, who, op)
@@ -1020,8 +1020,7 @@ impl Daemon {
         }
         // What is said about the edit says it with its secrets redacted.
         let shown = filters::shown(&op.to_string());
-        let e = op
-            .to_edit(&lang::WithPath(filters::Natives))
+        let e = dataplane::Edit::from_op(&op, &lang::WithPath(filters::Natives))
             .map_err(|e| refuse(libc::EINVAL, e.to_string()))?;
         let _one_at_a_time = r.editing.lock().expect("not poisoned");
         let (after, expect) = {

@@ -31,6 +31,7 @@ pub mod builtin;
 pub mod channel;
 pub mod decl;
 pub mod edit;
+mod edit_wire;
 pub mod error;
 pub mod filter;
 pub mod hash;

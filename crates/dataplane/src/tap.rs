@@ -37,51 +37,10 @@
 use crate::store::Store;
 use beltway::{IbufWriter, Layout, RingConfig, RingRef, SyncMode, Tag, Writer};
 
-/// Bytes of the header in front of each tapped block.
-pub const HEADER: usize = 16;
-/// Default size of a tap's data ring; its tag ring has `DATA_BYTES / 16` bytes (a tag per 256
-/// bytes of data: 65536 tags for the default).
-pub const DATA_BYTES: usize = 16 << 20;
-
-/// The header of a tapped record: `ts_ns: u64 LE | orig_len: u32 LE | link_type: u16 LE |
-/// reserved: u16 (0)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordHeader {
-    /// Capture time in ns since the epoch (0 for a block made in the run, e.g. by `gen`).
-    pub ts_ns: u64,
-    /// Bytes the record had on the wire (at least the block's length).
-    pub orig_len: u32,
-    /// pcap LINKTYPE_* of the block (1, Ethernet, when the run does not say).
-    pub link_type: u16,
-}
-
-impl RecordHeader {
-    pub fn encode(&self) -> [u8; HEADER] {
-        let mut b = [0u8; HEADER];
-        b[..8].copy_from_slice(&self.ts_ns.to_le_bytes());
-        b[8..12].copy_from_slice(&self.orig_len.to_le_bytes());
-        b[12..14].copy_from_slice(&self.link_type.to_le_bytes());
-        b
-    }
-
-    /// The header at the start of `rec`, and the block after it; `None` if `rec` is
-    /// shorter than a header (a record not written by a tap).
-    pub fn decode(rec: &[u8]) -> Option<(RecordHeader, &[u8])> {
-        if rec.len() < HEADER {
-            return None;
-        }
-        let u =
-            |r: std::ops::Range<usize>| rec[r].iter().rev().fold(0u64, |a, b| a << 8 | *b as u64);
-        Some((
-            RecordHeader {
-                ts_ns: u(0..8),
-                orig_len: u(8..12) as u32,
-                link_type: u(12..14) as u16,
-            },
-            &rec[HEADER..],
-        ))
-    }
-}
+/// The record format (header size, default ring size, [`RecordHeader`]) is the wire format
+/// readers in other processes decode: it lives in `protocol` (which the libraries loaded
+/// into legacy programs link without this crate).
+pub use protocol::tap::{RecordHeader, DATA_BYTES, HEADER};
 
 /// The rings of a tap, for the process that reads it: send each ring's data segment
 /// (`ring.shared().fds()[0]`) and nothing else.

@@ -5,7 +5,14 @@
 //! definition of every message, and so that the libraries loaded into other programs pull
 //! in nothing heavier than this (above all not libpcap: the stand-in *is* libpcap).
 //!
-//! Modules: `proto` (wire format, messages), `client` (connect, handshake, calls).
+//! A leaf of the workspace above the platform crates: it links neither the dataplane nor
+//! the language (`control/tests/layering.rs` checks), and owns the wire types the others
+//! build and read.
+//!
+//! Modules: `proto` (wire format, messages), `client` (connect, handshake, calls), `graph`
+//! (a run's graph as the protocol carries it), `tap` (the record format of a tap's rings).
 
 pub mod client;
+pub mod graph;
 pub mod proto;
+pub mod tap;

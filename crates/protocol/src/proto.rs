@@ -377,101 +377,6 @@ fn edit_word(w: &str) -> String {
 }
 
 impl EditOp {
-    /// Parse an edit's text form (`dataplane::Edit::parse`, the one parser of edits);
-    /// errors carry the caret under the problem.
-    pub fn parse(
-        text: &str,
-        resolver: &dyn lang::Resolver,
-    ) -> Result<EditOp, dataplane::EditError> {
-        let e = dataplane::Edit::parse(text, resolver)?;
-        Ok(EditOp::from_edit(&e, text))
-    }
-
-    /// The typed form of `e`, parsed from `text`.
-    pub fn from_edit(e: &dataplane::Edit, text: &str) -> EditOp {
-        use dataplane::Edit as E;
-        let filter = || e.filter_text(text).unwrap_or_default().to_string();
-        match e {
-            E::Set { node, options, .. } => EditOp::Set {
-                node: node.clone(),
-                options: options.clone(),
-            },
-            E::Insert { node, at, .. } => EditOp::Insert {
-                node: node.clone(),
-                at: match at {
-                    dataplane::Where::After => InsertAt::After,
-                    dataplane::Where::Before => InsertAt::Before,
-                },
-                filter: filter(),
-            },
-            E::Remove { node } => EditOp::Remove { node: node.clone() },
-            E::Replace { node, .. } => EditOp::Replace {
-                node: node.clone(),
-                filter: filter(),
-            },
-            E::Branch { node, .. } => EditOp::Branch {
-                node: node.clone(),
-                filter: filter(),
-            },
-            E::Connect { from, to } => EditOp::Connect {
-                from: from.clone(),
-                to: to.clone(),
-            },
-            E::Disconnect { from, to } => EditOp::Disconnect {
-                from: from.clone(),
-                to: to.clone(),
-            },
-            E::Move { node, from, to } => EditOp::Move {
-                node: node.clone(),
-                from: from.clone(),
-                to: to.clone(),
-            },
-        }
-    }
-
-    /// The dataplane's edit: the new filter's text parsed as one filter, `set`'s options
-    /// checked (the text of the edit is not parsed again).
-    pub fn to_edit(
-        &self,
-        resolver: &dyn lang::Resolver,
-    ) -> Result<dataplane::Edit, dataplane::EditError> {
-        use dataplane::Edit as E;
-        let f = |t: &str| dataplane::Edit::new_filter(t, resolver);
-        Ok(match self {
-            EditOp::Set { node, options } => E::set_options(node, options, resolver)?,
-            EditOp::Insert { node, at, filter } => E::Insert {
-                node: node.clone(),
-                at: match at {
-                    InsertAt::After => dataplane::Where::After,
-                    InsertAt::Before => dataplane::Where::Before,
-                },
-                filter: f(filter)?,
-            },
-            EditOp::Remove { node } => E::Remove { node: node.clone() },
-            EditOp::Replace { node, filter } => E::Replace {
-                node: node.clone(),
-                filter: f(filter)?,
-            },
-            EditOp::Branch { node, filter } => E::Branch {
-                node: node.clone(),
-                filter: f(filter)?,
-            },
-            EditOp::Connect { from, to } => E::Connect {
-                from: from.clone(),
-                to: to.clone(),
-            },
-            EditOp::Disconnect { from, to } => E::Disconnect {
-                from: from.clone(),
-                to: to.clone(),
-            },
-            EditOp::Move { node, from, to } => E::Move {
-                node: node.clone(),
-                from: from.clone(),
-                to: to.clone(),
-            },
-        })
-    }
-
     /// The text a refusal's caret points into: `set`'s options as `KEY=VALUE` words, the
     /// new filter's text, or the edit's text form.
     pub fn source_text(&self) -> String {
@@ -789,7 +694,7 @@ pub struct LentSocket {
 }
 
 /// A node of a running graph, as the worker's `graph` message carries it.
-pub use dataplane::GraphNode;
+pub use crate::graph::GraphNode;
 
 /// From a run's worker to the daemon.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -1353,29 +1258,7 @@ mod tests {
     }
 
     #[test]
-    fn edits_are_typed_once_and_read_back_in_both_forms() {
-        let r = lang::StaticResolver::new()
-            .native_any("gen")
-            .native_any("count")
-            .native_any("sample");
-        for text in [
-            "set sample every=3",
-            "insert after gen sample every=2",
-            "insert before count:tail count name=pre",
-            "remove count#2",
-            "replace count:mid sample every=1",
-            "branch count@1 count",
-            "connect gen count:tail",
-            "disconnect gen count:tail",
-            "move count:tail count gen",
-        ] {
-            let op = EditOp::parse(text, &r).unwrap_or_else(|e| panic!("{text}: {e}"));
-            assert_eq!(op.to_string(), text);
-            // The typed form makes the same dataplane edit as the text.
-            let e = op.to_edit(&r).unwrap_or_else(|e| panic!("{text}: {e}"));
-            let again = EditOp::from_edit(&e, &op.source_text());
-            assert_eq!(again.kind(), op.kind());
-        }
+    fn edits_come_typed_or_as_text() {
         // What a client writes by hand: typed, or text.
         let hand = br#"{"id":1,"op":"edit","run":2,"edit":{"kind":"branch","node":"gen","filter":"count"}}"#;
         assert_eq!(
@@ -1397,20 +1280,6 @@ mod tests {
                 ..
             }
         ));
-        // A mistake in the text form is shown with its caret.
-        let e = EditOp::parse("insert sideways gen count", &r).unwrap_err();
-        assert!(e.to_string().contains('^'), "{e}");
-        // A typed edit's filter is checked as the text form's is.
-        let bad = EditOp::Branch {
-            node: "gen".into(),
-            filter: "count | count".into(),
-        };
-        assert!(bad.to_edit(&r).is_err());
-        let bad = EditOp::Set {
-            node: "count".into(),
-            options: vec![("export".into(), "yes".into())],
-        };
-        assert!(bad.to_edit(&r).unwrap_err().to_string().contains("fixed"));
     }
 
     #[test]

@@ -1206,7 +1206,7 @@ impl fuser::Filesystem for PipesFs {
                 // What is written is the text of options (quotes and all): parsed as the
                 // text form of `set` is, into the typed edit.
                 let text = format!("set {label} {}", words.join(" "));
-                match EditOp::parse(&text, &lang::WithPath(filters::Natives)) {
+                match dataplane::Edit::parse_op(&text, &lang::WithPath(filters::Natives)) {
                     Ok(op) => self.edit(req, "write .options", *run, op).map(|_| ()),
                     Err(e) => Err(self.refused(
                         req,
