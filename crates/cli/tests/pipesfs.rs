@@ -223,7 +223,15 @@ fn tcpdump_reads_all_pcap_of_a_live_capture_and_counts_what_tcpdump_on_the_inter
         .output()
         .expect("tcpreplay");
     assert!(replay.status.success(), "{}", text(&replay));
-    std::thread::sleep(Duration::from_millis(800));
+    // Until the capture has counted every frame tcpreplay sent (its `.stats`).
+    let sent: u64 = text(&replay)
+        .lines()
+        .find_map(|l| l.split("Actual: ").nth(1))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("tcpreplay said: {}", text(&replay)));
+    common::wait_for("the capture to count what was sent", Duration::from_secs(30), || {
+        stat(&node.join(".stats"), "blocks_in") >= sent
+    });
     stop(&d, id);
     let r = reader.wait_with_output().unwrap();
     assert!(r.status.success(), "tcpdump -r all.pcap: {}", text(&r));
