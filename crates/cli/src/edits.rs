@@ -30,6 +30,12 @@ impl Edits {
         })
     }
 
+    /// The handle to `spaces`' counters and edits, made once: the one
+    /// [`Edits::run_adapting`] then runs them with (so what it reads is that run's).
+    pub fn handle_of(&self, spaces: &Spaces) -> EditHandle {
+        self.handle.get_or_init(|| spaces.edit_handle()).clone()
+    }
+
     /// Apply one edit, typed (the daemon checked it): what was applied, or the errno and
     /// why not (EINVAL: the new filter does not parse or build; ENOENT: no such node;
     /// EBUSY: the run's shape or state refuses it; EACCES: a node it names is not the

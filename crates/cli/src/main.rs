@@ -190,8 +190,10 @@ enum Cmd {
         /// Write the run's counters to FILE as JSON when it ends: per node (the nodes the
         /// pipeline names, as the table lists them) blocks and bytes in and out, drops,
         /// made and ended, and per arc between two of them the blocks and bytes it
-        /// carried (see ARCHITECTURE.md, "Counters"). The run is stand-alone (not
-        /// through a daemon).
+        /// carried (see ARCHITECTURE.md, "Counters"). While it runs, FILE is rewritten
+        /// about every 100 ms (replaced whole, by rename) with the nodes' counters so far,
+        /// `"running": true` and no arcs; the last write, at the end, says
+        /// `"running": false`. The run is stand-alone (not through a daemon).
         #[arg(long, value_name = "FILE")]
         stats: Option<std::path::PathBuf>,
     },
@@ -1189,7 +1191,11 @@ fn summary_lines(report: &[dataplane::runtime::NodeReport]) -> Vec<String> {
 /// "bytes_out", "drops", "made", "ended"}], "arcs": [{"from", "to", "blocks", "bytes"}]}`;
 /// an arc's `to` is null when it leads to none of the nodes (a channel whose consuming
 /// space reported nothing: it died).
-pub(crate) fn stats_json(rep: &dataplane::spaces::SpacesReport, elapsed: std::time::Duration) -> String {
+pub(crate) fn stats_json(
+    rep: &dataplane::spaces::SpacesReport,
+    elapsed: std::time::Duration,
+    running: bool,
+) -> String {
     use serde_json::json;
     let nodes: Vec<_> = rep
         .nodes
@@ -1219,8 +1225,40 @@ pub(crate) fn stats_json(rep: &dataplane::spaces::SpacesReport, elapsed: std::ti
             json!({"from": a.from, "to": to, "blocks": a.carried.blocks, "bytes": a.carried.bytes})
         })
         .collect();
-    let v = json!({"elapsed_s": elapsed.as_secs_f64(), "nodes": nodes, "arcs": arcs});
+    let v = json!({"running": running, "elapsed_s": elapsed.as_secs_f64(), "nodes": nodes, "arcs": arcs});
     format!("{v:#}\n")
+}
+
+/// Write `text` to `file` whole: into `FILE.part` beside it, then renamed over it, so a
+/// reader never sees half of it.
+fn write_whole(file: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let mut part = file.as_os_str().to_owned();
+    part.push(".part");
+    std::fs::write(&part, text)?;
+    std::fs::rename(&part, file)
+}
+
+/// `--stats FILE` while the run runs: every ~100 ms, the counters its spaces last
+/// published (`EditHandle::report`; no arcs, `"running": true`), until `done`. The
+/// run's own end writes the final table after this has stopped.
+fn live_stats(
+    file: &std::path::Path,
+    h: &dataplane::EditHandle,
+    start: std::time::Instant,
+    done: &AtomicBool,
+) {
+    // Pairs with the Release store after the run.
+    while !done.load(Ordering::Acquire) {
+        let rep = dataplane::spaces::SpacesReport {
+            nodes: h.report(),
+            ..Default::default()
+        };
+        if let Err(e) = write_whole(file, &stats_json(&rep, start.elapsed(), true)) {
+            error!("--stats {}: {e}", file.display());
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// The exit status of a finished run: 1 if a space died or a filter failed, 128 + the
@@ -1291,11 +1329,24 @@ fn run(
             b.set_position(done);
         }
     };
-    let rep = if o.adapt || o.chaos.is_some() {
-        edits::Edits::new().run_adapting(spaces, o, &interrupt, tick)
-    } else {
-        spaces.run(&interrupt, tick)
-    };
+    let edits = edits::Edits::new();
+    let done = AtomicBool::new(false);
+    let rep = std::thread::scope(|s| {
+        if let Some(file) = stats {
+            // --stats while running: the counters the spaces publish, through the handle
+            // the run itself is run with.
+            let (h, done) = (edits.handle_of(&spaces), &done);
+            s.spawn(move || live_stats(file, &h, start, done));
+        }
+        let rep = if o.adapt || o.chaos.is_some() || stats.is_some() {
+            edits.run_adapting(spaces, o, &interrupt, tick)
+        } else {
+            spaces.run(&interrupt, tick)
+        };
+        // Pairs with the Acquire load in `live_stats`.
+        done.store(true, Ordering::Release);
+        rep
+    });
     // The kernel filters' pins go with their programs; whatever a failure left, goes now.
     filters::nicfix::remove_run_pins();
     if let Some(b) = bar {
@@ -1304,7 +1355,7 @@ fn run(
     let elapsed = start.elapsed();
     print_report(&rep, elapsed, quiet);
     if let Some(file) = stats {
-        if let Err(e) = std::fs::write(file, stats_json(&rep, elapsed)) {
+        if let Err(e) = write_whole(file, &stats_json(&rep, elapsed, false)) {
             error!("--stats {}: {e}", file.display());
             return ExitCode::from(1);
         }

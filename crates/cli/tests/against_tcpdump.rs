@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 fn sample() -> PathBuf {
@@ -229,12 +231,22 @@ fn unix_commands_and_edits_round_trip() {
 
 #[test]
 fn ctrl_c_stops_the_run_and_still_prints_totals() {
+    let dir = std::env::temp_dir().join(format!("sl-ctrlc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stats = dir.join("stats.json");
     let child = Command::new(BIN)
-        .args(["run", "-q", "gen count=100G size=64 | count"])
+        .args(["run", "-q", "--stats"])
+        .arg(&stats)
+        .arg("gen count=100G size=64 | count")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Interrupted while blocks flow (its counters, written as it runs, show some).
+    common::wait_for(
+        "the run to count blocks",
+        std::time::Duration::from_secs(20),
+        || common::stats_counter(&stats, "count", "blocks_in").is_some_and(|n| n > 0),
+    );
     // SIGINT, as Ctrl-C sends.
     let pid = child.id().to_string();
     assert!(Command::new("kill")
@@ -257,6 +269,7 @@ fn ctrl_c_stops_the_run_and_still_prints_totals() {
         .unwrap();
     assert!(n > 0, "{line}");
     assert!(err.contains("interrupted"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

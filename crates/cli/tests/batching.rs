@@ -204,9 +204,11 @@ fn tx_with_every_queue_choice_sends_every_frame_once() {
     ] {
         let got = dir.0.join(format!("{batching}-{choose}.pcap"));
         let mut tcpdump = v.command("tcpdump");
+        // -U: each frame is in the file as soon as it is captured (the wait below reads it).
         tcpdump
             .args([
                 "--immediate-mode",
+                "-U",
                 "-s",
                 "4096",
                 "-B",
@@ -233,7 +235,18 @@ fn tx_with_every_queue_choice_sends_every_frame_once() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "{batching}/{choose}: {err}");
-        std::thread::sleep(Duration::from_millis(1000));
+        // Until the peer's tcpdump has written as many frames as were sent (checked
+        // exactly below, once it has stopped).
+        common::wait_until(
+            &format!("batching={batching} choose={choose}: the peer's tcpdump writes every frame"),
+            Duration::from_secs(30),
+            || {
+                let n = common::pcap_packets(&got, "");
+                (n >= sent.len() as u64)
+                    .then_some(())
+                    .ok_or(format!("{n} of {} frames", sent.len()))
+            },
+        );
         let _ = td.interrupt_tcpdump();
         let _ = td_rest.join();
         let received = frames_of(&got);

@@ -695,8 +695,22 @@ fn a_daemon_killed_with_sigkill_leaves_nothing_a_restart_does_not_reclaim() {
             d.log()
         );
     }
-    // A sweep leaves rings younger than 2 s alone (they may be being set up).
-    std::thread::sleep(Duration::from_millis(2100));
+    // A sweep leaves rings younger than 2 s alone (they may be being set up): until every
+    // segment of the run's is older (by its modification time, as the sweep judges).
+    common::wait_for(
+        "the killed run's segments to be 2 s old",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_dir("/dev/shm").unwrap().flatten().all(|e| {
+                !e.file_name().to_string_lossy().contains(&name)
+                    || e.metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > Duration::from_millis(2100))
+            })
+        },
+    );
     let d2 = Daemon::start("kill2", None);
     let left: Vec<String> = std::fs::read_dir("/dev/shm")
         .unwrap()

@@ -9,7 +9,9 @@ use std::time::Duration;
 use kernel::netns::Veth;
 
 mod common;
-use common::{count_of, tcpdump_listening, wait_capturing, wait_for};
+use common::{
+    count_of, pcap_packets, stats_counter, tcpdump_listening, wait_capturing, wait_for, wait_until,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
@@ -34,10 +36,13 @@ fn veth() -> Veth {
     Veth::new("lv").unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A run with its own capture (no prefix sharing between the runs of one test).
-fn start(pipeline: &str) -> Child {
+/// A run with its own capture (no prefix sharing between the runs of one test), its
+/// counters in `stats` while it runs (`--stats`: see [`stats_counter`]).
+fn start(pipeline: &str, stats: &std::path::Path) -> Child {
     Command::new(BIN)
-        .args(["run", "-q", "--no-share", pipeline])
+        .args(["run", "-q", "--no-share", "--stats"])
+        .arg(stats)
+        .arg(pipeline)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -78,12 +83,17 @@ fn live_counts_equal_tcpdump_on_the_same_interface() {
     let dir = std::env::temp_dir().join(format!("sl-live-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("td.pcap");
-    let all = start(&format!("rx dev={} | count", v.here));
-    let icmp_kernel = start(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
-    let icmp_user = start(&format!("rx dev={} | icmp 4 | count", v.here));
+    let stats = ["all", "kernel", "user"].map(|n| dir.join(format!("{n}.json")));
+    let all = start(&format!("rx dev={} | count", v.here), &stats[0]);
+    let icmp_kernel = start(
+        &format!("rx dev={} | bpf \"icmp\" | count", v.here),
+        &stats[1],
+    );
+    let icmp_user = start(&format!("rx dev={} | icmp 4 | count", v.here), &stats[2]);
     let mut tcpdump = Command::new("tcpdump");
+    // -U: each packet is in the file as soon as it is captured (the wait below reads it).
     tcpdump
-        .args(["--immediate-mode", "-i", &v.here, "-w"])
+        .args(["--immediate-mode", "-U", "-i", &v.here, "-w"])
         .arg(&pcap)
         .arg("icmp")
         .stdout(Stdio::null());
@@ -97,7 +107,22 @@ fn live_counts_equal_tcpdump_on_the_same_interface() {
         let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
         let _ = s.send_to(b"streamline", format!("{}:9", v.peer_ip));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Until every run has counted what tcpdump captured (the property checked below,
+    // once it holds it holds: nothing more is sent).
+    wait_until(
+        "the runs count what tcpdump captured",
+        Duration::from_secs(30),
+        || {
+            let td = pcap_packets(&pcap, "");
+            let [a, k, u] = stats
+                .each_ref()
+                .map(|f| stats_counter(f, "count", "blocks_in"));
+            let seen = format!("tcpdump {td}, all {a:?}, bpf {k:?}, icmp {u:?}");
+            (td >= 400 && k == Some(td) && u == Some(td) && a >= Some(td + 50))
+                .then_some(())
+                .ok_or(seen)
+        },
+    );
     let (n_all, rx_all) = stop(all);
     let (n_kernel, rx_kernel) = stop(icmp_kernel);
     let (n_user, _) = stop(icmp_user);
@@ -166,22 +191,25 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
     let dir = std::env::temp_dir().join(format!("sl-mq-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("td.pcap");
+    let stats = dir.join("stats.json");
     // Two engines (rx + bpf each, in one fanout group), a join, one count for both.
     let sl = Command::new(BIN)
-        .args([
-            "run",
-            &format!("rx dev={} queues=2 | bpf \"udp\" | count", v.here),
-        ])
+        .arg("run")
+        .arg("--stats")
+        .arg(&stats)
+        .arg(format!("rx dev={} queues=2 | bpf \"udp\" | count", v.here))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut tcpdump = Command::new("tcpdump");
     // Immediate mode: at SIGINT nothing waits in a half-filled ring block; short slots
-    // (immediate mode sizes them by the snap length) so bursts of 64 datagrams fit.
+    // (immediate mode sizes them by the snap length) so bursts of 64 datagrams fit; -U:
+    // each packet is in the file at once (the wait below reads it).
     tcpdump
         .args([
             "--immediate-mode",
+            "-U",
             "-s",
             "256",
             "-B",
@@ -206,10 +234,24 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
                 format!("{}:9", v.peer_ip),
             );
         }
+        // Paces the sender: bursts of 64 (the capture buffers are sized for one burst).
         std::thread::sleep(Duration::from_millis(2));
     }
     ok(&["ping", "-c", "20", "-i", "0.005", "-q", &v.peer_ip]);
-    std::thread::sleep(Duration::from_millis(500));
+    // Until the run has counted what tcpdump captured (the property checked below).
+    wait_until(
+        "the run counts the datagrams tcpdump captured",
+        Duration::from_secs(30),
+        || {
+            let (td, n) = (
+                pcap_packets(&pcap, ""),
+                stats_counter(&stats, "count", "blocks_in"),
+            );
+            (td >= 64 * 20 && n == Some(td))
+                .then_some(())
+                .ok_or(format!("tcpdump {td}, count {n:?}"))
+        },
+    );
     assert!(Command::new("kill")
         .args(["-INT", &sl.id().to_string()])
         .status()
@@ -288,6 +330,19 @@ fn spawn_run(pipeline: &str) -> Child {
         .unwrap()
 }
 
+/// [`spawn_run`] with its counters in `stats` while it runs (`--stats`).
+fn spawn_run_stats(pipeline: &str, stats: &std::path::Path) -> Child {
+    Command::new(BIN)
+        .arg("run")
+        .arg("--stats")
+        .arg(stats)
+        .arg(pipeline)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn interrupt(c: Child) -> (Option<i32>, String) {
     assert!(Command::new("kill")
         .args(["-INT", &c.id().to_string()])
@@ -313,7 +368,11 @@ fn a_second_run_shares_the_running_capture_prefix() {
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("td.pcap");
     let key = common::share_key(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
-    let first = spawn_run(&format!("rx dev={} | bpf \"icmp\" | count", v.here));
+    let (stats1, stats2) = (dir.join("first.json"), dir.join("second.json"));
+    let first = spawn_run_stats(
+        &format!("rx dev={} | bpf \"icmp\" | count", v.here),
+        &stats1,
+    );
     wait_for(
         "the first run publishes its capture",
         Duration::from_secs(30),
@@ -324,10 +383,10 @@ fn a_second_run_shares_the_running_capture_prefix() {
         packet_sockets_on(ifindex) == 1
     });
     // Same capture and filter, then more filters of its own: it takes the first run's stream.
-    let second = spawn_run(&format!(
-        "rx dev={} | bpf \"icmp\" | icmp 4 | count",
-        v.here
-    ));
+    let second = spawn_run_stats(
+        &format!("rx dev={} | bpf \"icmp\" | icmp 4 | count", v.here),
+        &stats2,
+    );
     let tags =
         beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
     wait_for("the second run subscribes", Duration::from_secs(30), || {
@@ -340,21 +399,38 @@ fn a_second_run_shares_the_running_capture_prefix() {
         "the second run opened no capture of its own"
     );
     let mut tcpdump = Command::new("tcpdump");
-    // Immediate mode: at SIGINT nothing waits in a half-filled ring block.
+    // Immediate mode: at SIGINT nothing waits in a half-filled ring block; -U: each
+    // packet is in the file at once (the waits below read it).
     tcpdump
-        .args(["--immediate-mode", "-i", &v.here, "-w"])
+        .args(["--immediate-mode", "-U", "-i", &v.here, "-w"])
         .arg(&pcap)
         .arg("icmp")
         .stdout(Stdio::null());
     let (mut td, _) = tcpdump_listening(tcpdump);
     ok(&["ping", "-c", "100", "-i", "0.005", "-q", &v.peer_ip]);
-    std::thread::sleep(Duration::from_millis(500));
+    // Until both runs have counted what tcpdump captured (checked below, from their ends).
+    let counted = |f: &std::path::Path| stats_counter(f, "count", "blocks_in");
+    wait_until("both runs count the pings", Duration::from_secs(30), || {
+        let (td, n1, n2) = (pcap_packets(&pcap, ""), counted(&stats1), counted(&stats2));
+        (td >= 200 && n1 == Some(td) && n2 == Some(td))
+            .then_some(())
+            .ok_or(format!("tcpdump {td}, first {n1:?}, second {n2:?}"))
+    });
     let (code2, err2) = interrupt(second);
     // The first run goes on alone: larger pings only it sees.
     ok(&[
         "ping", "-c", "10", "-i", "0.01", "-s", "500", "-q", &v.peer_ip,
     ]);
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until(
+        "the first run counts the larger pings",
+        Duration::from_secs(30),
+        || {
+            let (td, n1) = (pcap_packets(&pcap, ""), counted(&stats1));
+            (td >= 220 && n1 == Some(td))
+                .then_some(())
+                .ok_or(format!("tcpdump {td}, first {n1:?}"))
+        },
+    );
     let (code1, err1) = interrupt(first);
     let _ = Command::new("kill")
         .args(["-INT", &td.id().to_string()])
@@ -464,10 +540,12 @@ fn tx_sends_every_record_byte_for_byte_with_batched_kicks() {
     let got = dir.join("peer.pcap");
     let mut tcpdump = v.command("tcpdump");
     // The sample arrives in one burst of 4 MB: a 64 MiB capture buffer of 4 KiB slots
-    // (immediate mode sizes slots by the snap length) holds all of it.
+    // (immediate mode sizes slots by the snap length) holds all of it. -U: each frame is
+    // in the file as soon as it is captured (the wait below reads it).
     tcpdump
         .args([
             "--immediate-mode",
+            "-U",
             "-s",
             "4096",
             "-B",
@@ -494,12 +572,24 @@ fn tx_sends_every_record_byte_for_byte_with_batched_kicks() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
-    std::thread::sleep(Duration::from_millis(1000));
+    let sent = frames_of(sample);
+    // Until tcpdump has written as many frames as were sent (which they are, checked
+    // below once it has stopped).
+    wait_until(
+        "the peer's tcpdump writes every frame",
+        Duration::from_secs(30),
+        || {
+            let n = pcap_packets(&got, "");
+            (n >= sent.len() as u64)
+                .then_some(())
+                .ok_or(format!("{n} of {} frames", sent.len()))
+        },
+    );
     let _ = Command::new("kill")
         .args(["-INT", &td.id().to_string()])
         .status();
     let _ = td.wait();
-    let (sent, received) = (frames_of(sample), frames_of(&got));
+    let received = frames_of(&got);
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(
         received.len(),
@@ -581,21 +671,41 @@ fn af_xdp_rx_counts_what_the_peer_sends() {
     let dir = std::env::temp_dir().join(format!("sl-xdp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("sent.pcap");
-    let sl = spawn_run(&format!("rx dev={} impl=xdp | icmp 4 | count", v.here));
+    let stats = dir.join("stats.json");
+    let sl = spawn_run_stats(
+        &format!("rx dev={} impl=xdp | icmp 4 | count", v.here),
+        &stats,
+    );
     let mut tcpdump = v.command("tcpdump");
+    // -U: each packet is in the file at once (the wait below reads it).
     tcpdump
-        .args(["--immediate-mode", "-Q", "out", "-i", &v.there, "-w"])
+        .args(["--immediate-mode", "-U", "-Q", "out", "-i", &v.there, "-w"])
         .arg(&pcap)
         .stdout(Stdio::null());
     let (mut td, _) = tcpdump_listening(tcpdump);
-    // AF_XDP has no packet socket to wait for: its run says when it is attached.
-    std::thread::sleep(Duration::from_millis(1500));
+    // AF_XDP has no packet socket to wait for: the run captures once a probe from the
+    // peer reaches its rx (UDP, which `icmp 4` drops and the ICMP count below leaves out).
+    wait_receiving(&v, &stats, "rx");
     // Echo requests nobody answers: ping runs to its deadline.
     let _ = v
         .command("ping")
         .args(["-c", "200", "-i", "0.005", "-w", "2", "-q", &v.here_ip])
         .output();
-    std::thread::sleep(Duration::from_millis(500));
+    // Until the run has counted every echo request tcpdump saw leave the peer (checked
+    // below from its end).
+    wait_until(
+        "the run counts the echo requests",
+        Duration::from_secs(30),
+        || {
+            let (sent, n) = (
+                pcap_packets(&pcap, "icmp"),
+                stats_counter(&stats, "count", "blocks_in"),
+            );
+            (sent >= 100 && n == Some(sent))
+                .then_some(())
+                .ok_or(format!("tcpdump {sent}, count {n:?}"))
+        },
+    );
     let (code, err) = interrupt(sl);
     let _ = Command::new("kill")
         .args(["-INT", &td.id().to_string()])
@@ -649,6 +759,31 @@ fn af_xdp_rx_counts_what_the_peer_sends() {
     assert!(err.contains("parameter batch=65: expected 1..=64"), "{err}");
 }
 
+/// Wait until the run writing `stats` has taken a frame from the peer of `v` into its
+/// node `label` (a capture with no packet socket to look for, AF_XDP, is receiving then):
+/// a UDP probe from the peer every second (to the discard port; an ARP request first when
+/// the peer knows no address for ours), for at most 30 s.
+fn wait_receiving(v: &Veth, stats: &std::path::Path, label: &str) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let probe = format!("echo probe > /dev/udp/{}/9", v.here_ip);
+        let _ = v.exec(&["bash", "-c", &probe]);
+        let until = std::time::Instant::now() + Duration::from_secs(1);
+        while std::time::Instant::now() < until {
+            if stats_counter(stats, label, "blocks_out").is_some_and(|n| n > 0) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the run's {label} received none of the peer's probes within 30 s ({} says {:?})",
+            stats.display(),
+            std::fs::read_to_string(stats).ok()
+        );
+    }
+}
+
 /// An interface removed under a running capture ends the run by itself: exit status 1, a
 /// warning naming the interface, and the totals of what was captured before, with both
 /// implementations. (AF_PACKET's poll used to return at once forever, so the run spun a
@@ -658,8 +793,12 @@ fn a_capture_ends_when_its_interface_is_removed() {
     use std::io::Read;
     for imp in ["packet", "xdp"] {
         let v = veth();
-        let mut c = start(&format!("rx dev={} impl={imp} | count", v.here));
-        std::thread::sleep(Duration::from_millis(1500));
+        let dir = std::env::temp_dir().join(format!("sl-gone-{imp}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stats = dir.join("stats.json");
+        let mut c = start(&format!("rx dev={} impl={imp} | count", v.here), &stats);
+        // Capturing (AF_XDP has no packet socket to look for: a probe says it).
+        wait_receiving(&v, &stats, "rx");
         let _ = sh(&["ping", "-c", "5", "-i", "0.01", "-w", "1", "-q", &v.peer_ip]);
         ok(&["ip", "link", "del", &v.here]);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -684,5 +823,6 @@ fn a_capture_ends_when_its_interface_is_removed() {
             err.lines().any(|l| l.starts_with("count: ")),
             "impl={imp}: totals are still printed:\n{err}"
         );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

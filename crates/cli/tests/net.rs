@@ -247,21 +247,32 @@ fn kill_mid_stream(
     why: &[&str],
 ) {
     let mut reap = Reap(Vec::new());
+    let dir = std::env::temp_dir().join(format!("sl-net-kill-{port}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (rx_stats, tx_stats) = (dir.join("rx.json"), dir.join("tx.json"));
     let mut rx = v
         .command(BIN)
-        .args(["run", "-q", rx])
+        .args(["run", "-q", "--stats"])
+        .arg(&rx_stats)
+        .arg(rx)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut tx = Command::new(BIN)
-        .args(["run", "-q", tx])
+        .args(["run", "-q", "--stats"])
+        .arg(&tx_stats)
+        .arg(tx)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     reap.0.extend([rx.id(), tx.id()]);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Killed mid-stream: once blocks cross (the receiver's netin has passed some on).
+    common::wait_for("blocks to cross the connection", Duration::from_secs(20), || {
+        common::stats_counter(&rx_stats, "netin", "blocks_out").is_some_and(|n| n > 0)
+    });
+    let _ = std::fs::remove_dir_all(&dir);
     let (victim, survivor) = if kill_receiver {
         (&mut rx, &mut tx)
     } else {
@@ -423,7 +434,14 @@ fn udp_hostile_datagrams_are_counted_not_fatal() {
         .unwrap();
     let mut reap = Reap(vec![rx.id()]);
     let rx = std::thread::spawn(move || rx.wait_with_output().unwrap());
-    std::thread::sleep(Duration::from_millis(500));
+    // Until its socket is bound (a UDP socket on 127.0.0.1:port in /proc/net/udp).
+    let bound = format!("0100007F:{port:04X}");
+    common::wait_for("netin to bind its port", Duration::from_secs(20), || {
+        std::fs::read_to_string("/proc/net/udp")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(bound.as_str()))
+    });
     let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let to = ("127.0.0.1", port);
     // Garbage, then a head with a frame claiming more bytes than the datagram holds.

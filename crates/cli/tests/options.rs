@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::count_of;
+use common::{count_of, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
@@ -295,8 +295,11 @@ fn busy_polls_its_channels_instead_of_sleeping() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        wait_for("space 1's thread", Duration::from_secs(20), || {
+            sleeps(child.id(), "sl-space1").is_some()
+        });
         let a = sleeps(child.id(), "sl-space1").expect("space 1's thread");
+        // The window the thread's sleeps are counted over (nothing is awaited here).
         std::thread::sleep(Duration::from_millis(1000));
         let b = sleeps(child.id(), "sl-space1").expect("space 1's thread");
         drop(child.stdin.take());

@@ -544,7 +544,10 @@ fn killed_idle_and_many_readers_finds_and_unmounts_leave_the_daemon_and_the_run_
     common::wait_for("the blocked reader", Duration::from_secs(20), || {
         stat(&node.join(".stats"), "readers") == 1
     });
-    std::thread::sleep(Duration::from_millis(200));
+    // Until it sleeps in its read (state S), the case tested.
+    common::wait_for("the reader to block in read", Duration::from_secs(20), || {
+        proc_state(blocked.id()) == Some('S')
+    });
     assert!(Command::new("kill")
         .args(["-KILL", &blocked.id().to_string()])
         .status()
@@ -775,6 +778,7 @@ fn shaping_groups_are_visible_in_pipesfs_and_their_policy_changes_live() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    // A first phase at the old budget (part of what is measured; nothing is awaited).
     std::thread::sleep(Duration::from_millis(500));
     let o = sh(&format!("echo net=4MB/s > {}", g.display()));
     assert!(o.status.success(), "{}", text(&o));

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use kernel::netns::Veth;
 
 mod common;
-use common::{count_of, tcpdump_listening, wait_for};
+use common::{count_of, tcpdump_listening, wait_for, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
@@ -67,6 +67,19 @@ fn quiet_veth() -> Veth {
 fn spawn_run(pipeline: &str) -> Child {
     Command::new(BIN)
         .args(["run", pipeline])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn streamline")
+}
+
+/// [`spawn_run`] with its counters in `stats` while it runs (`--stats`).
+fn spawn_run_stats(pipeline: &str, stats: &std::path::Path) -> Child {
+    Command::new(BIN)
+        .arg("run")
+        .arg("--stats")
+        .arg(stats)
+        .arg(pipeline)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -136,13 +149,17 @@ fn a_stopped_subscriber_loses_its_own_packets_and_stalls_no_one() {
     // The publisher's capture ring is small (4 blocks of 1 MiB, about a second of this
     // replay): a publisher held back by a stopped subscriber would overflow it and lose
     // frames in the kernel, and the live subscriber with it.
-    let publisher = spawn_run(&format!("rx dev={} blocks=4 | bpf \"tcp\" | count", v.here));
+    let (stats_p, stats_l) = (dir.join("publisher.json"), dir.join("live.json"));
+    let publisher = spawn_run_stats(
+        &format!("rx dev={} blocks=4 | bpf \"tcp\" | count", v.here),
+        &stats_p,
+    );
     wait_for(
         "the first run publishes its capture",
         Duration::from_secs(10),
         || dataplane::channel::published(&key).is_some(),
     );
-    let live = spawn_run(&sub_pipeline);
+    let live = spawn_run_stats(&sub_pipeline, &stats_l);
     let stopped = spawn_run(&sub_pipeline);
     let tags =
         beltway::RingRef::open(&format!("{}.tags", dataplane::channel::share_name(&key))).unwrap();
@@ -153,8 +170,9 @@ fn a_stopped_subscriber_loses_its_own_packets_and_stalls_no_one() {
     signal(&stopped, "-STOP");
 
     let mut tcpdump = Command::new("tcpdump");
+    // -U: each packet is in the file at once (the wait below reads it).
     tcpdump
-        .args(["--immediate-mode", "-B", "65536", "-i", &v.here, "-w"])
+        .args(["--immediate-mode", "-U", "-B", "65536", "-i", &v.here, "-w"])
         .arg(&pcap)
         .arg("tcp")
         .stdout(Stdio::null());
@@ -167,9 +185,30 @@ fn a_stopped_subscriber_loses_its_own_packets_and_stalls_no_one() {
         .expect("run tcpreplay");
     let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "tcpreplay failed:\n{out}");
-    std::thread::sleep(Duration::from_millis(500));
+    // Until the publisher and the live subscriber have counted what tcpdump captured
+    // (checked below from their ends), the stopped one still stopped.
+    wait_until(
+        "the publisher and the live subscriber count what tcpdump captured",
+        Duration::from_secs(30),
+        || {
+            let td = common::pcap_packets(&pcap, "");
+            let (p, l) = (
+                common::stats_counter(&stats_p, "count", "blocks_in"),
+                common::stats_counter(&stats_l, "count", "blocks_in"),
+            );
+            (td > 2 * SLOTS && p == Some(td) && l == Some(td))
+                .then_some(())
+                .ok_or(format!("tcpdump {td}, publisher {p:?}, live {l:?}"))
+        },
+    );
     signal(&stopped, "-CONT");
-    std::thread::sleep(Duration::from_millis(500));
+    // Until it runs again (it reads the rest as its publisher ends, below).
+    wait_for("the stopped subscriber to resume", Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{}/stat", stopped.id()))
+            .ok()
+            .and_then(|s| Some(s.rsplit_once(") ")?.1.chars().next()? != 'T'))
+            .unwrap_or(true)
+    });
 
     // The publisher ends; its subscribers read what it published, then end too.
     signal(&publisher, "-INT");

@@ -234,12 +234,12 @@ fn replicas_restore_the_order_and_keep_sessions_together() {
 
 #[test]
 fn a_killed_process_space_ends_the_run_with_an_error_naming_it() {
+    let dir = Scratch::new("killed");
+    let stats = dir.file("stats.json");
     let mut child = Command::new(BIN)
-        .args([
-            "run",
-            "-q",
-            "gen count=100G size=1K | deflate space=p1 | count",
-        ])
+        .args(["run", "-q", "--stats"])
+        .arg(&stats)
+        .arg("gen count=100G size=1K | deflate space=p1 | count")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -259,7 +259,12 @@ fn a_killed_process_space_ends_the_run_with_an_error_naming_it() {
         assert!(Instant::now() < deadline, "no process space started");
         std::thread::sleep(Duration::from_millis(50));
     };
-    std::thread::sleep(Duration::from_millis(500));
+    // Killed while it works: once its counters (sent to the run as it runs) show blocks.
+    common::wait_for(
+        "the process space deflates",
+        Duration::from_secs(20),
+        || common::stats_counter(&stats, "deflate", "blocks_out").is_some_and(|n| n > 0),
+    );
     assert!(Command::new("kill")
         .args(["-KILL", &space_pid])
         .status()
@@ -290,13 +295,26 @@ fn a_killed_process_space_ends_the_run_with_an_error_naming_it() {
 
 #[test]
 fn ctrl_c_stops_process_spaces_and_prints_their_totals() {
+    let dir = Scratch::new("ctrl-c");
+    let stats = dir.file("stats.json");
     let child = Command::new(BIN)
-        .args(["run", "-q", "gen count=100G size=1K space=p1 | count"])
+        .args(["run", "-q", "--stats"])
+        .arg(&stats)
+        .arg("gen count=100G size=1K space=p1 | count")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    std::thread::sleep(Duration::from_millis(800));
+    // Stopped while blocks flow: the process space's generator has sent some (its
+    // counters, sent to the run as it runs) and the count has taken some.
+    common::wait_for(
+        "blocks flow from the process space",
+        Duration::from_secs(20),
+        || {
+            common::stats_counter(&stats, "gen", "blocks_out").is_some_and(|n| n > 0)
+                && common::stats_counter(&stats, "count", "blocks_in").is_some_and(|n| n > 0)
+        },
+    );
     assert!(Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

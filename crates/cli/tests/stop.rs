@@ -68,6 +68,7 @@ fn traffic_counted(
                 n += 1;
                 sent.store(n, std::sync::atomic::Ordering::Relaxed);
             }
+            // Paces the sender (a steady stream, not a flood the capture drops).
             std::thread::sleep(Duration::from_micros(200));
         }
         n

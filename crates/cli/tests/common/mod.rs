@@ -189,6 +189,65 @@ pub fn wait_for(what: &str, limit: std::time::Duration, mut cond: impl FnMut() -
     }
 }
 
+/// Polls `cond` every 50 ms for at most `limit` until it says `Ok`; panics with `what`
+/// and the last thing `cond` reported (`Err(what it saw)`) if it never did.
+#[allow(dead_code)]
+pub fn wait_until(
+    what: &str,
+    limit: std::time::Duration,
+    mut cond: impl FnMut() -> Result<(), String>,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let seen = match cond() {
+            Ok(()) => return,
+            Err(seen) => seen,
+        };
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} within {limit:?}; last seen: {seen}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Counter `key` (`blocks_in`, `blocks_out`, ...) of the nodes labelled `label` (or
+/// `label@SPACE`; summed over them) in the JSON a run's `--stats FILE` holds: while the
+/// run runs, the counters its spaces last published (rewritten about every 100 ms).
+/// None while the file or such a node is not there yet.
+#[allow(dead_code)]
+pub fn stats_counter(file: &std::path::Path, label: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let nodes: Vec<&serde_json::Value> = v["nodes"]
+        .as_array()?
+        .iter()
+        .filter(|n| {
+            n["label"]
+                .as_str()
+                .is_some_and(|l| l.split('@').next() == Some(label))
+        })
+        .collect();
+    if nodes.is_empty() {
+        return None;
+    }
+    nodes.iter().map(|n| n[key].as_u64()).sum()
+}
+
+/// The packets in the pcap file a running `tcpdump -U -w FILE` writes (it flushes each
+/// packet), that match `filter` (tcpdump's syntax; "" for all); a record half-written at
+/// the end is not counted.
+#[allow(dead_code)]
+pub fn pcap_packets(pcap: &std::path::Path, filter: &str) -> u64 {
+    let mut c = std::process::Command::new("tcpdump");
+    c.args(["-n", "-r"]).arg(pcap);
+    if !filter.is_empty() {
+        c.arg(filter);
+    }
+    let o = c.output().expect("tcpdump -r");
+    String::from_utf8_lossy(&o.stdout).lines().count() as u64
+}
+
 /// The key a run of `pipeline` publishes its longest shareable prefix under (what
 /// `streamline run` computes, with the same filter library handed to the control plane).
 #[allow(dead_code)]
