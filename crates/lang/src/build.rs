@@ -3,7 +3,7 @@
 //! negations.
 //!
 //! **Names shared with Unix tools.** Some native filters carry the name of a standard Unix
-//! tool ([`Resolver::unix_tool`]: `grep`, `file`, `split`, `join`, `strip`, `ip`). Native
+//! tool ([`Resolver::unix_tool`]: `grep`, `file`, `split`, `join`, `strip`, `ip`, `hash`). Native
 //! names win (thesis 3.3), except where the pipeline is shell: such a name means the Unix
 //! tool when the atom is joined by a plain `|` to a Unix command (directly, or through
 //! other such names), or when it is the whole pipeline. So

@@ -92,6 +92,24 @@ pub(crate) fn parse_expr(input: &str) -> Result<Expr, Diagnostic> {
                 input,
             )
             .help("'!' negates a whole operand ('!grep x'); to pass a literal '!', quote the word"),
+            // `<(cmd)`, `>(cmd)`, `$(cmd)`: a word ending in `<`, `>` or `$` glued to a `(`.
+            Tok::LParen
+                if p.pos > 0
+                    && p.toks[p.pos - 1].span.end == t.span.start
+                    && matches!(p.toks[p.pos - 1].tok, Tok::Word(_))
+                    && input[..t.span.start].ends_with(['<', '>', '$']) =>
+            {
+                Diagnostic::new(
+                    DiagKind::ShellSyntax,
+                    "a substitution ('<(...)', '>(...)', '$(...)') is the shell's: the pipeline language has none",
+                    t.span,
+                    input,
+                )
+                .help(format!(
+                    "for the shell's meaning, give it to the shell: bash -c {}",
+                    crate::resolve::sh_quote(input.trim())
+                ))
+            }
             _ => Diagnostic::new(
                 DiagKind::UnexpectedToken,
                 format!(
