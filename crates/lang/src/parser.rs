@@ -492,8 +492,15 @@ fn parse_hints(w: &Word, input: &str) -> Result<Vec<Hint>, Diagnostic> {
                 } else {
                     format!("unknown hint '{piece}'")
                 };
-                let help = did_you_mean(&closest(piece, names))
-                    .unwrap_or_else(|| format!("hints are: {}", hint_list()));
+                // No hint's near miss: perhaps the shell's word (`date -d @0`, `user@host`);
+                // say how to pass it.
+                let help = did_you_mean(&closest(piece, names)).unwrap_or_else(|| {
+                    format!(
+                        "hints are: {}; to pass '@{piece}' to a command, quote the word ('@{piece}'), or give the pipeline to the shell: bash -c {}",
+                        hint_list(),
+                        crate::resolve::sh_quote(input.trim())
+                    )
+                });
                 return Err(Diagnostic::new(DiagKind::UnknownHint, msg, span, input).help(help));
             }
         }

@@ -461,6 +461,22 @@ pub(crate) fn resolve_atom(
             } else {
                 format!("'{}'", name)
             };
+            const KEYWORDS: &[&str] = &[
+                "if", "then", "else", "elif", "fi", "while", "until", "do", "done", "case",
+                "esac", "function", "select", "time", "{", "}", "[[", "]]",
+            ];
+            if KEYWORDS.contains(&name.as_str()) && !head.quoted {
+                return Err(Diagnostic::new(
+                    DiagKind::ShellSyntax,
+                    format!("'{name}' is a shell keyword: the pipeline language has no compound commands"),
+                    head.span,
+                    input,
+                )
+                .help(format!(
+                    "for the shell's meaning, give it to the shell: bash -c {} (alone, or as one stage: streamline run \"bash -c '...' | count\")",
+                    sh_quote(input.trim())
+                )));
+            }
             return Err(Diagnostic::new(
                 DiagKind::UnknownFilter,
                 format!(

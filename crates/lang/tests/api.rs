@@ -561,3 +561,20 @@ fn shell_builtins_resolve_as_unix_commands() {
     }
     assert_eq!(PathResolver.resolve("surely-no-such-builtin"), None);
 }
+
+/// A parallel operator next to a bare Unix command is a word (or `&`, background) to the
+/// shell: refused at the operator with both spellings; a branch in parentheses is the
+/// language's parallel.
+#[test]
+fn a_parallel_operator_beside_a_unix_command_is_refused() {
+    let r = test_resolver();
+    for (src, at) in [("gen | gzip 1 + 2", 13), ("gen | gzip 3 * 4", 13), ("gzip a & gzip b", 7), ("gen | tcp + gzip", 10)] {
+        let d = parse(src, &r).unwrap_err();
+        assert_eq!((d.kind, d.span.start), (DiagKind::ShellSyntax, at), "{src}: {d}");
+        let help = d.help.as_deref().unwrap_or("");
+        assert!(help.contains("bash -c") && help.contains("parentheses"), "{src}: {d}");
+    }
+    for src in ["gen | (gzip) + (gzip -9) | count", "gen | gzip '+' 2 | count", "gen | tcp + udp | count"] {
+        parse(src, &r).unwrap_or_else(|e| panic!("{src}: {e}"));
+    }
+}
