@@ -61,9 +61,12 @@ tool's name (grep, file, split, join, strip, ip, hash) means the tool when a pla
 `|` joins it to a Unix command, or when it is the whole pipeline. A Unix command gets
 the words bash would give it (quotes and backslashes as bash reads them; key=value
 words are its arguments, except space= and name=, which place and name it); a shell
-builtin with no program on PATH (type, ulimit, umask, hash, :) runs in bash. Shell
-syntax that would redirect, sequence, glob or expand (`<`, `>`, `;`, `&&`, `*`, `$`,
-`~`, `{a,b}`) is refused with a caret under it and the `bash -c` spelling.
+builtin with no program on PATH (type, ulimit, umask, hash, :) runs in bash; the
+first command reads the run's standard input. Shell syntax that would redirect,
+sequence, glob or expand (`<`, `>`, `;`, `&&`, `*`, `$`, `~`, `{a,b}`, `<(...)`) is
+refused with a caret under it and the `bash -c` spelling; so is `+`, `*` or `&` right
+beside a Unix command (`echo 1 + 2`: a word to the shell): put branches of Unix
+commands in parentheses, `(gzip -c) + (bzip2 -c)`.
 
   $ streamline run 'printf "a\nb\na\n" | grep a | wc -l'
     2

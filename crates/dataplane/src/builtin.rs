@@ -168,7 +168,7 @@ pub struct UnixProc {
 }
 
 impl UnixProc {
-    /// Start the process. A `source` reads nothing from us; a `sink` (last in the
+    /// Start the process. A `source` reads our standard input; a `sink` (last in the
     /// pipeline) writes to our standard output, as in a shell.
     pub fn spawn(argv: &[String], source: bool, sink: bool) -> std::io::Result<UnixProc> {
         // A daemon's worker runs as its client (`daemon::spawn`), so its commands do too.
@@ -189,8 +189,10 @@ impl UnixProc {
             } else {
                 Stdio::piped()
             })
+            // A source reads what the run reads, as the first command of a shell
+            // pipeline does (`seq 3 | streamline run 'tr 1 x'`).
             .stdin(if source {
-                Stdio::null()
+                Stdio::inherit()
             } else {
                 Stdio::piped()
             });
