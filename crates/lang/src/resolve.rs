@@ -355,7 +355,9 @@ pub(crate) fn shell_word(raw: &str) -> String {
     while let Some(c) = it.next() {
         match c {
             '\\' => match it.next() {
-                Some('\n') | None => {}
+                Some('\n') => {}
+                // A backslash that ends the text stays, as bash leaves it.
+                None => out.push('\\'),
                 Some(d) => out.push(d),
             },
             '\'' => {

@@ -542,6 +542,7 @@ fn unix_commands_get_the_shells_words() {
     assert_eq!(argv(r#"gen | gzip "\$x" "\"" "\\" "\q""#), ["gzip", "$x", "\"", "\\", r"\q"]);
     assert_eq!(argv(r#"gen | gzip a\ b 'c\n' x"y"'z'"#), ["gzip", "a b", r"c\n", "xyz"]);
     assert_eq!(argv("gen | gzip [ -f x ]"), ["gzip", "[", "-f", "x", "]"]);
+    assert_eq!(argv(r"gen | gzip x\"), ["gzip", r"x\"]);
     assert_eq!(argv("gen | gzip size=3 export=yes mode=x"), ["gzip", "size=3", "export=yes", "mode=x"]);
     assert_eq!(parse("gen | gzip [ab]", &test_resolver()).unwrap_err().kind, DiagKind::ShellSyntax);
     // Substitutions are the shell's: refused at their `(`, with the way to bash.
