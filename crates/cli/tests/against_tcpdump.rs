@@ -146,7 +146,10 @@ fn hist_after_a_parallel_shows_each_branch_as_tcpdump_counts_it() {
     assert!(err.contains(&format!("hist: {total} blocks")), "{err}");
     // The names tcp and udp publish select one branch after the join.
     let by_name = |name: &str| {
-        count_of(&format!("pcapin file={} | tcp + udp |{name} count", f.display()))
+        count_of(&format!(
+            "pcapin file={} | tcp + udp |{name} count",
+            f.display()
+        ))
     };
     assert_eq!((by_name("tcp"), by_name("udp")), (tcp, udp));
 }

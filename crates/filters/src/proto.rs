@@ -68,10 +68,22 @@ fn ip(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 // protocol number (6, 17), as `proto` does, so their classes stay apart where branches
 // meet: a `+` join keeps each block's class, and `tcp + udp | hist` shows two rows.
 fn tcp(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
-    boxed(|p| if p.and_then(|p| p.ip_proto_field) == Some(6) { 6 } else { 0 })
+    boxed(|p| {
+        if p.and_then(|p| p.ip_proto_field) == Some(6) {
+            6
+        } else {
+            0
+        }
+    })
 }
 fn udp(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
-    boxed(|p| if p.and_then(|p| p.ip_proto_field) == Some(17) { 17 } else { 0 })
+    boxed(|p| {
+        if p.and_then(|p| p.ip_proto_field) == Some(17) {
+            17
+        } else {
+            0
+        }
+    })
 }
 fn icmp(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let version: u8 = a.parse("version", Some(0), 0)?;

@@ -464,8 +464,8 @@ pub(crate) fn resolve_atom(
                 format!("'{}'", name)
             };
             const KEYWORDS: &[&str] = &[
-                "if", "then", "else", "elif", "fi", "while", "until", "do", "done", "case",
-                "esac", "function", "select", "time", "{", "}", "[[", "]]",
+                "if", "then", "else", "elif", "fi", "while", "until", "do", "done", "case", "esac",
+                "function", "select", "time", "{", "}", "[[", "]]",
             ];
             if KEYWORDS.contains(&name.as_str()) && !head.quoted {
                 return Err(Diagnostic::new(
