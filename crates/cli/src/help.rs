@@ -57,11 +57,21 @@ key=value; `streamline filters NAME` says which.
     count: 3481 blocks, 2742397 bytes
 
 A plain shell pipeline gives the shell's output: a native filter that shares a Unix
-tool's name (grep, file, split, join, strip, ip) means the tool when a plain `|`
-joins it to a Unix command, or when it is the whole pipeline.
+tool's name (grep, file, split, join, strip, ip, hash) means the tool when a plain
+`|` joins it to a Unix command, or when it is the whole pipeline. A Unix command gets
+the words bash would give it (quotes and backslashes as bash reads them; key=value
+words are its arguments, except space= and name=, which place and name it); a shell
+builtin with no program on PATH (type, ulimit, umask, hash, :) runs in bash; the
+first command reads the run's standard input. Shell syntax that would redirect,
+sequence, glob or expand (`<`, `>`, `;`, `&&`, `*`, `$`, `~`, `{a,b}`, `<(...)`) is
+refused with a caret under it and the `bash -c` spelling; so is `+`, `*` or `&` right
+beside a Unix command (`echo 1 + 2`: a word to the shell): put branches of Unix
+commands in parentheses, `(gzip -c) + (bzip2 -c)`.
 
   $ streamline run 'printf "a\nb\na\n" | grep a | wc -l'
     2
+  $ streamline run 'seq 1 200000 | grep 7 | tr -d "\n" | wc -c'
+    446731
 
 COUNTS AND SIZES
 
@@ -116,6 +126,19 @@ what A drops. Different operators in one chain need parentheses:
     count: 4565 blocks, 3786573 bytes
   $ streamline run 'pcapin file=examples/sample.pcap | !tcp | count'
     count: 682 blocks, 467559 bytes
+
+A join keeps each block's class: after `A + B`, a block carries the class the filter
+of its branch gave it, so `hist` (and a selector) tells the branches apart where their
+filters classify differently. tcp and udp classify by IP protocol number (6 and 17,
+as `proto` does, and publish the names tcp and udp); their shares are tcpdump's
+counts of `tcp` (4,565 packets) and `udp` (601) in the sample:
+
+  $ streamline run 'pcapin file=examples/sample.pcap | tcp + udp | hist'
+    hist: 5166 blocks
+    class        6:       4565 (88.4%)
+    class       17:        601 (11.6%)
+  $ streamline run 'pcapin file=examples/sample.pcap | tcp + udp |udp count'
+    count: 601 blocks, 431911 bytes
 
 NAMED NODES AND LOOPS
 

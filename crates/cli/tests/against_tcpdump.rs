@@ -118,6 +118,44 @@ fn counts_equal_tcpdump_on_shipped_capture() {
     assert_eq!(checked, cases.len());
 }
 
+/// `A + B | hist`: a join keeps each block's class, and tcp and udp classify by protocol
+/// number, so hist shows the two branches apart, each with tcpdump's count and share.
+#[test]
+fn hist_after_a_parallel_shows_each_branch_as_tcpdump_counts_it() {
+    let f = sample();
+    let (tcp, udp) = (tcpdump_count(&f, "tcp"), tcpdump_count(&f, "udp"));
+    assert!(tcp > 0 && udp > 0, "the sample has tcp {tcp} and udp {udp}");
+    let pipeline = format!("pcapin file={} | tcp + udp | hist", f.display());
+    let (code, _, err) = streamline(&["run", "-q", "--socket", "none", &pipeline]);
+    assert_eq!(code, 0, "{pipeline}:\n{err}");
+    // `  class        6:       4565 (88.4%)`
+    let rows: Vec<(u64, u64, String)> = err
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("class")?;
+            let (class, rest) = rest.split_once(':')?;
+            let (n, pct) = rest.trim().split_once(' ')?;
+            Some((class.trim().parse().ok()?, n.parse().ok()?, pct.to_string()))
+        })
+        .collect();
+    let total = tcp + udp;
+    let share = |n: u64| format!("({:.1}%)", 100.0 * n as f64 / total as f64);
+    assert_eq!(
+        rows,
+        vec![(6, tcp, share(tcp)), (17, udp, share(udp))],
+        "hist rows (class, blocks, share) against tcpdump's tcp {tcp} and udp {udp}:\n{err}"
+    );
+    assert!(err.contains(&format!("hist: {total} blocks")), "{err}");
+    // The names tcp and udp publish select one branch after the join.
+    let by_name = |name: &str| {
+        count_of(&format!(
+            "pcapin file={} | tcp + udp |{name} count",
+            f.display()
+        ))
+    };
+    assert_eq!((by_name("tcp"), by_name("udp")), (tcp, udp));
+}
+
 #[test]
 fn pcapout_is_read_back_by_tcpdump_packet_for_packet() {
     let f = sample();

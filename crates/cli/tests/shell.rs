@@ -151,3 +151,41 @@ fn shell_pipelines_give_the_shells_answer_byte_for_byte() {
         failures.join("\n\n")
     );
 }
+
+/// The first command of a pipeline reads the run's standard input, as in the shell:
+/// `seq 10 | streamline run 'tr 1 x | wc -c'` is `seq 10 | bash -c 'tr 1 x | wc -c'`,
+/// wherever the plan puts the reader (a `stdin` filter beside a Unix command was planned
+/// into a process of its own, which read nothing).
+#[test]
+fn the_first_command_reads_the_runs_standard_input() {
+    use std::io::Write;
+    let feed = |program: &str, args: &[&str]| -> Vec<u8> {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+        let input: String = (1..=2000).map(|i| format!("{i}\n")).collect();
+        let mut stdin = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(input.as_bytes());
+        });
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    for pipeline in ["wc -l", "tr 1 x | md5sum", "sort -rn | head -3", "cat | grep 7 | wc -c"] {
+        let bash = feed("bash", &["-c", pipeline]);
+        let ours = feed(BIN, &["run", "-q", "--socket", "none", pipeline]);
+        assert_eq!(
+            String::from_utf8_lossy(&ours),
+            String::from_utf8_lossy(&bash),
+            "{pipeline} fed 1..2000 on its standard input"
+        );
+    }
+    let ours = feed(BIN, &["run", "-q", "--socket", "none", "stdin | wc -l"]);
+    assert_eq!(String::from_utf8_lossy(&ours).trim(), "2000", "stdin | wc -l");
+}

@@ -7,7 +7,7 @@ use lang::{JoinMode, SplitMode};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 
 /// Join of parallel branches (thesis 3.3.2): `+` keeps every copy, Or (`++`) passes the
 /// first copy of each block, And (`+*`) the Nth (N = number of branches). Blocks are
@@ -159,6 +159,8 @@ pub struct UnixProc {
     child: Child,
     input: Option<SyncSender<Vec<u8>>>,
     output: Receiver<Vec<u8>>,
+    /// What it wrote while the run waited to give it input (see `give`), passed on first.
+    pending: std::collections::VecDeque<Vec<u8>>,
     feeder: Option<std::thread::JoinHandle<()>>,
     /// Writes to our standard output (last in the pipeline): it produces no blocks.
     sink: bool,
@@ -166,19 +168,31 @@ pub struct UnixProc {
 }
 
 impl UnixProc {
-    /// Start the process. A `source` reads nothing from us; a `sink` (last in the
+    /// Start the process. A `source` reads our standard input; a `sink` (last in the
     /// pipeline) writes to our standard output, as in a shell.
     pub fn spawn(argv: &[String], source: bool, sink: bool) -> std::io::Result<UnixProc> {
         // A daemon's worker runs as its client (`daemon::spawn`), so its commands do too.
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..])
+        // A shell builtin with no program of its name (`type`, `ulimit`, `hash`): bash's.
+        let builtin = !argv[0].contains('/')
+            && lang::SHELL_BUILTINS.contains(&argv[0].as_str())
+            && lang::PathResolver::find(&argv[0]).is_none();
+        let mut cmd = if builtin {
+            let mut c = Command::new("bash");
+            c.arg("-c").arg("\"$0\" \"$@\"");
+            c
+        } else {
+            Command::new(&argv[0])
+        };
+        cmd.args(&argv[usize::from(!builtin)..])
             .stdout(if sink {
                 Stdio::inherit()
             } else {
                 Stdio::piped()
             })
+            // A source reads what the run reads, as the first command of a shell
+            // pipeline does (`seq 3 | streamline run 'tr 1 x'`).
             .stdin(if source {
-                Stdio::null()
+                Stdio::inherit()
             } else {
                 Stdio::piped()
             });
@@ -225,6 +239,7 @@ impl UnixProc {
             child,
             input,
             output,
+            pending: Default::default(),
             feeder,
             sink,
             finished: false,
@@ -249,10 +264,10 @@ impl Filter for UnixProc {
             // the run would feed it forever).
             cx.end_run();
         }
-        if let Some(tx) = &self.input {
+        if let Some(tx) = self.input.clone() {
             for t in &batch.tags {
                 if let Ok(d) = cx.data(t) {
-                    if tx.send(d.to_vec()).is_err() {
+                    if !self.give(&tx, d.to_vec()) {
                         // It closed its input (`head -3` read what it needed): as the
                         // shell's writers get SIGPIPE, what feeds it ends, so the run
                         // ends; what it and those after it still make drains.
@@ -292,17 +307,23 @@ impl Filter for UnixProc {
             out.push(t);
         };
         while out.len() < max {
+            if let Some(chunk) = self.pending.pop_front() {
+                block(cx, out, chunk);
+                continue;
+            }
             match self.output.try_recv() {
                 Ok(chunk) => block(cx, out, chunk),
                 Err(TryRecvError::Empty) => {
                     if max == usize::MAX {
-                        // Draining at the end: close stdin, then wait for all output.
+                        // Draining at the end: close stdin, then take all output (its
+                        // writer may still be feeding it, and it may have to write to
+                        // read on: so the output is read before the writer is joined).
                         self.input = None;
+                        for chunk in self.pending.drain(..).chain(self.output.iter()) {
+                            block(cx, out, chunk);
+                        }
                         if let Some(h) = self.feeder.take() {
                             let _ = h.join();
-                        }
-                        for chunk in self.output.iter() {
-                            block(cx, out, chunk);
                         }
                         self.finished = true;
                         if let Ok(st) = self.child.wait() {
@@ -334,6 +355,41 @@ impl Filter for UnixProc {
 }
 
 impl UnixProc {
+    /// Hands `chunk` to the thread writing the process' input, waiting while that is full;
+    /// false if the process closed its input. While it waits it takes in what the process
+    /// writes (kept in `pending` for `pull`): a process that must write before it reads on
+    /// (`tr`, `grep`, `gzip` on a few megabytes) would otherwise wait for the run, which
+    /// waits for it, and the pipeline would hang, as it did between a full output channel
+    /// and a full input one.
+    fn give(&mut self, tx: &SyncSender<Vec<u8>>, chunk: Vec<u8>) -> bool {
+        let mut chunk = chunk;
+        loop {
+            match tx.try_send(chunk) {
+                Ok(()) => return true,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(c)) => {
+                    chunk = c;
+                    match self
+                        .output
+                        .recv_timeout(std::time::Duration::from_millis(1))
+                    {
+                        Ok(o) => {
+                            self.pending.push_back(o);
+                            while let Ok(o) = self.output.try_recv() {
+                                self.pending.push_back(o);
+                            }
+                        }
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        // A sink, or its output closed: only its input can move.
+                        Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            std::thread::sleep(std::time::Duration::from_millis(1))
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether the process has exited, waiting up to `limit` for it (a pidfd would wake
     /// at once; checking every 5 ms keeps this free of unsafe code and costs nothing
     /// measurable). A process that cannot be waited for counts as exited.

@@ -120,6 +120,7 @@ pub static SPLIT: FilterSpec = FilterSpec::new("split", Access::Metadata, make_s
     .example("streamline run 'gen count=100 | split 2 | count + count'")
     .replication(dataplane::Replication::Never("it shapes the graph itself"));
 pub static HASH: FilterSpec = FilterSpec::new("hash", Access::Classification, make_hash)
+    .unix_tool()
     .synopsis("hash [ways=N] [by=flow|data]")
     .description("Classifies blocks into N classes by flow (5-tuple) or by contents.")
     .params(&[

@@ -64,12 +64,26 @@ fn ip(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 }
 
 // tcp, udp and icmp test the IP header's protocol field, as libpcap does: every fragment
-// of a TCP segment is "tcp", even those without a TCP header.
+// of a TCP segment is "tcp", even those without a TCP header. tcp and udp classify by the
+// protocol number (6, 17), as `proto` does, so their classes stay apart where branches
+// meet: a `+` join keeps each block's class, and `tcp + udp | hist` shows two rows.
 fn tcp(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
-    boxed(|p| (p.and_then(|p| p.ip_proto_field) == Some(6)) as u16)
+    boxed(|p| {
+        if p.and_then(|p| p.ip_proto_field) == Some(6) {
+            6
+        } else {
+            0
+        }
+    })
 }
 fn udp(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
-    boxed(|p| (p.and_then(|p| p.ip_proto_field) == Some(17)) as u16)
+    boxed(|p| {
+        if p.and_then(|p| p.ip_proto_field) == Some(17) {
+            17
+        } else {
+            0
+        }
+    })
 }
 fn icmp(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let version: u8 = a.parse("version", Some(0), 0)?;
@@ -161,12 +175,14 @@ pub static IP: FilterSpec = FilterSpec::new("ip", Access::Classification, ip)
 pub static TCP: FilterSpec = FilterSpec::new("tcp", Access::Classification, tcp)
     .synopsis("tcp")
     .description("Passes TCP over IPv4 or IPv6: packets whose IP protocol field is 6, fragments\nincluded (libpcap's `tcp`).")
-    .classes("1 for TCP, 0 otherwise")
+    .classes("6 for TCP (its IP protocol number, as proto's), 0 otherwise")
+    .class_names(&[("tcp", 6)])
     .example("streamline run 'pcapin file=examples/sample.pcap | tcp | count'");
 pub static UDP: FilterSpec = FilterSpec::new("udp", Access::Classification, udp)
     .synopsis("udp")
     .description("Passes UDP over IPv4 or IPv6: IP protocol field 17, fragments included.")
-    .classes("1 for UDP, 0 otherwise")
+    .classes("17 for UDP (its IP protocol number, as proto's), 0 otherwise")
+    .class_names(&[("udp", 17)])
     .example("streamline run 'pcapin file=examples/sample.pcap | udp | count'");
 pub static ICMP: FilterSpec = FilterSpec::new("icmp", Access::Classification, icmp)
     .synopsis("icmp [version=4|6]")

@@ -3,7 +3,7 @@
 //! negations.
 //!
 //! **Names shared with Unix tools.** Some native filters carry the name of a standard Unix
-//! tool ([`Resolver::unix_tool`]: `grep`, `file`, `split`, `join`, `strip`, `ip`). Native
+//! tool ([`Resolver::unix_tool`]: `grep`, `file`, `split`, `join`, `strip`, `ip`, `hash`). Native
 //! names win (thesis 3.3), except where the pipeline is shell: such a name means the Unix
 //! tool when the atom is joined by a plain `|` to a Unix command (directly, or through
 //! other such names), or when it is the whole pipeline. So
@@ -107,6 +107,7 @@ impl Builder<'_> {
                 ops,
                 span,
             } => {
+                self.no_shell_word_as_operator(*op, branches, ops)?;
                 let mut frags = Vec::with_capacity(branches.len());
                 for b in branches {
                     frags.push(self.expr(b)?);
@@ -206,6 +207,49 @@ impl Builder<'_> {
             }
         }
         Ok(n)
+    }
+
+    /// A parallel operator next to a bare Unix command (`echo 1 + 2 | bc`, `expr 3 * 4`,
+    /// `sleep 1 & echo b`) is a word or `&` to the shell, an operator here: refused, with
+    /// the spellings of both meanings. A branch in parentheses (`(gzip -c) + (bzip2 -c)`)
+    /// is no shell syntax, so a parallel of Unix commands is written that way.
+    fn no_shell_word_as_operator(
+        &self,
+        op: ParOp,
+        branches: &[Expr],
+        ops: &[Span],
+    ) -> Result<(), Diagnostic> {
+        for (i, b) in branches.iter().enumerate() {
+            let Expr::Atom { words, span, .. } = b else {
+                continue;
+            };
+            let name = words.first().map(|w| w.text.as_str()).unwrap_or("");
+            let unix = self.as_tool.contains(&span.start)
+                || self.resolver.resolve(name) == Some(FilterKind::Unix);
+            if !unix {
+                continue;
+            }
+            let at = ops[i.saturating_sub(1).min(ops.len() - 1)];
+            let text = &self.input[at.start..at.end];
+            let shell = if op == ParOp::And && text == "&" {
+                "the shell runs the command before it in the background"
+            } else {
+                "the shell passes it to the command as a word"
+            };
+            return Err(Diagnostic::new(
+                DiagKind::ShellSyntax,
+                format!(
+                    "'{text}' next to Unix command '{name}': {shell}; the pipeline language runs the branches in parallel"
+                ),
+                at,
+                self.input,
+            )
+            .help(format!(
+                "to pass it to the command, quote it ('{text}'); for branches in parallel, put each in parentheses: ({name} ...) {text} (...); for the shell's meaning, give it to the shell: bash -c {}",
+                crate::resolve::sh_quote(self.input.trim())
+            )));
+        }
+        Ok(())
     }
 
     fn line_col(&self, pos: usize) -> String {

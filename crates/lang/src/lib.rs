@@ -75,6 +75,7 @@ pub use place::{KernelAttach, PinKind, Placement, Side, SpaceName, SpaceSpec};
 pub use redact::{redact, redact_options, Redacted, SecretParam, SECRET};
 pub use resolve::{
     FilterKind, OrCommand, PathResolver, Resolver, StaticResolver, WithPath, CONTROL_OPTIONS,
+    SHELL_BUILTINS,
 };
 pub use span::Span;
 pub use template::parallelize;

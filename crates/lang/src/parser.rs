@@ -92,6 +92,24 @@ pub(crate) fn parse_expr(input: &str) -> Result<Expr, Diagnostic> {
                 input,
             )
             .help("'!' negates a whole operand ('!grep x'); to pass a literal '!', quote the word"),
+            // `<(cmd)`, `>(cmd)`, `$(cmd)`: a word ending in `<`, `>` or `$` glued to a `(`.
+            Tok::LParen
+                if p.pos > 0
+                    && p.toks[p.pos - 1].span.end == t.span.start
+                    && matches!(p.toks[p.pos - 1].tok, Tok::Word(_))
+                    && input[..t.span.start].ends_with(['<', '>', '$']) =>
+            {
+                Diagnostic::new(
+                    DiagKind::ShellSyntax,
+                    "a substitution ('<(...)', '>(...)', '$(...)') is the shell's: the pipeline language has none",
+                    t.span,
+                    input,
+                )
+                .help(format!(
+                    "for the shell's meaning, give it to the shell: bash -c {}",
+                    crate::resolve::sh_quote(input.trim())
+                ))
+            }
             _ => Diagnostic::new(
                 DiagKind::UnexpectedToken,
                 format!(
@@ -474,8 +492,15 @@ fn parse_hints(w: &Word, input: &str) -> Result<Vec<Hint>, Diagnostic> {
                 } else {
                     format!("unknown hint '{piece}'")
                 };
-                let help = did_you_mean(&closest(piece, names))
-                    .unwrap_or_else(|| format!("hints are: {}", hint_list()));
+                // No hint's near miss: perhaps the shell's word (`date -d @0`, `user@host`);
+                // say how to pass it.
+                let help = did_you_mean(&closest(piece, names)).unwrap_or_else(|| {
+                    format!(
+                        "hints are: {}; to pass '@{piece}' to a command, quote the word ('@{piece}'), or give the pipeline to the shell: bash -c {}",
+                        hint_list(),
+                        crate::resolve::sh_quote(input.trim())
+                    )
+                });
                 return Err(Diagnostic::new(DiagKind::UnknownHint, msg, span, input).help(help));
             }
         }

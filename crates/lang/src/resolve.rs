@@ -244,9 +244,16 @@ fn is_executable(p: &std::path::Path) -> bool {
     }
 }
 
+/// Shell builtins with no program of their name on PATH whose output a pipeline may
+/// take: they resolve as Unix commands, and run as `bash -c '"$0" "$@"' NAME ARGS...`
+/// (`type ls`, `ulimit -n`, `: | sort`, `hash`), so they print what `bash -c` prints.
+pub const SHELL_BUILTINS: &[&str] = &[":", "exit", "hash", "help", "type", "ulimit", "umask"];
+
 impl Resolver for PathResolver {
     fn resolve(&self, name: &str) -> Option<FilterKind> {
-        PathResolver::find(name).map(|_| FilterKind::Unix)
+        PathResolver::find(name)
+            .map(|_| FilterKind::Unix)
+            .or_else(|| SHELL_BUILTINS.contains(&name).then_some(FilterKind::Unix))
     }
     fn native_names(&self) -> Vec<String> {
         Vec::new()
@@ -337,6 +344,54 @@ pub(crate) fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// A word as the shell reads it, from its text as written (`raw`): quotes removed, a
+/// backslash outside quotes taking the next character literally, and inside double quotes
+/// only before `$`, `` ` ``, `"`, `\\` or a newline (`"a\nb"` stays four characters, as
+/// `bash` passes it). A Unix command's argv is made with it, so it gets the shell's words
+/// even where the pipeline language reads a native filter's differently.
+pub(crate) fn shell_word(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut it = raw.chars().peekable();
+    while let Some(c) = it.next() {
+        match c {
+            '\\' => match it.next() {
+                Some('\n') => {}
+                // A backslash that ends the text stays, as bash leaves it.
+                None => out.push('\\'),
+                Some(d) => out.push(d),
+            },
+            '\'' => {
+                for d in it.by_ref() {
+                    if d == '\'' {
+                        break;
+                    }
+                    out.push(d);
+                }
+            }
+            '"' => {
+                while let Some(d) = it.next() {
+                    match d {
+                        '"' => break,
+                        '\\' => match it.peek() {
+                            Some(&e) if matches!(e, '$' | '`' | '"' | '\\') => {
+                                out.push(e);
+                                it.next();
+                            }
+                            Some('\n') => {
+                                it.next();
+                            }
+                            _ => out.push('\\'),
+                        },
+                        d => out.push(d),
+                    }
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The first character of a word as written (quotes and escapes included) that the shell
 /// would not take literally and the pipeline language does: an unquoted redirection
 /// (`<`, `>`), `;`, glob (`*`, `?`, `[`), brace expansion (`{a,b}`, `{1..3}`), or a
@@ -354,7 +409,9 @@ pub(crate) fn shell_syntax(raw: &str) -> Option<(usize, char)> {
             '\'' if !double => single = !single,
             '"' if !single => double = !double,
             '$' | '`' if !single => return Some((i, c)),
-            '<' | '>' | ';' | '*' | '?' | '[' if !single && !double => return Some((i, c)),
+            '<' | '>' | ';' | '*' | '?' if !single && !double => return Some((i, c)),
+            // `[` opens a glob only with a `]` after it in the word (`[ -f x ]` is test).
+            '[' if !single && !double && raw[i..].contains(']') => return Some((i, c)),
             '~' | '#' if i == 0 => return Some((i, c)),
             // Brace expansion: `{a,b}`, `{1..3}` (not `{}` as find's -exec takes it).
             '{' if !single && !double => {
@@ -406,6 +463,22 @@ pub(crate) fn resolve_atom(
             } else {
                 format!("'{}'", name)
             };
+            const KEYWORDS: &[&str] = &[
+                "if", "then", "else", "elif", "fi", "while", "until", "do", "done", "case", "esac",
+                "function", "select", "time", "{", "}", "[[", "]]",
+            ];
+            if KEYWORDS.contains(&name.as_str()) && !head.quoted {
+                return Err(Diagnostic::new(
+                    DiagKind::ShellSyntax,
+                    format!("'{name}' is a shell keyword: the pipeline language has no compound commands"),
+                    head.span,
+                    input,
+                )
+                .help(format!(
+                    "for the shell's meaning, give it to the shell: bash -c {} (alone, or as one stage: streamline run \"bash -c '...' | count\")",
+                    sh_quote(input.trim())
+                )));
+            }
             return Err(Diagnostic::new(
                 DiagKind::UnknownFilter,
                 format!(
@@ -445,12 +518,13 @@ pub(crate) fn resolve_atom(
                     )));
                 }
             }
-            let mut argv = vec![head.text.clone()];
+            let word = |w: &Word| shell_word(&input[w.span.start..w.span.end]);
+            let mut argv = vec![word(head)];
             let mut place = Placement::default();
             let mut node_name = None;
             for w in &words[1..] {
                 let Some(eq) = w.eq else {
-                    argv.push(w.text.clone());
+                    argv.push(word(w));
                     continue;
                 };
                 let (key, value) = (&w.text[..eq], &w.text[eq + 1..]);
@@ -482,19 +556,8 @@ pub(crate) fn resolve_atom(
                     } else {
                         place.space = Some(space_spec(name, value, words, input)?);
                     }
-                } else if CONTROL_OPTIONS.contains(&key) {
-                    return Err(Diagnostic::new(
-                        DiagKind::OptionOnUnix,
-                        format!("control option '{key}' on Unix command '{name}'"),
-                        w.span,
-                        input,
-                    )
-                    .help(format!(
-                        "a Unix command takes only space= and name=; to pass the word to the command, quote it: {}",
-                        quote(&w.text)
-                    )));
                 } else {
-                    argv.push(w.text.clone());
+                    argv.push(word(w));
                 }
             }
             Ok(Resolved {

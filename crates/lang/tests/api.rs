@@ -256,7 +256,6 @@ fn error_kinds() {
         ("gen |5:3 count", DiagKind::SelectorOutOfRange),
         ("gen |5:x count", DiagKind::BadSelector),
         ("gen |:3 count", DiagKind::BadSelector),
-        ("gen | gzip export=yes", DiagKind::OptionOnUnix),
         ("gen | count name=A | count name=A", DiagKind::UnboundedLoop),
         ("gen \"x", DiagKind::UnterminatedQuote),
         ("", DiagKind::EmptyPipeline),
@@ -527,4 +526,56 @@ fn a_native_name_shared_with_a_unix_tool_means_the_tool_next_to_a_unix_command()
     assert_eq!(kinds("cat f |5 grep x | null"), ["unix:cat f", "grep", "null"]);
     // A name that is not a Unix tool's stays native next to a Unix command.
     assert_eq!(kinds("cat f | count | wc"), ["unix:cat f", "count", "unix:wc"]);
+}
+
+/// A Unix command gets the words `bash` would give it: inside double quotes a backslash
+/// escapes only `$`, `` ` ``, `"` and `\` (`"a\nb"` stays four characters), `[` without a
+/// `]` is no glob (`[ -f x ]`), and a key=value word that is no control option of a Unix
+/// command (`size=3`, `export=yes`) is its argument, as in the shell.
+#[test]
+fn unix_commands_get_the_shells_words() {
+    let argv = |s: &str| match &parse(s, &test_resolver()).unwrap_or_else(|e| panic!("{s}: {e}")).nodes[1].kind {
+        NodeKind::Unix { argv, .. } => argv.clone(),
+        other => panic!("{s}: {other:?}"),
+    };
+    assert_eq!(argv(r#"gen | gzip "a\nb" "c\td""#), ["gzip", r"a\nb", r"c\td"]);
+    assert_eq!(argv(r#"gen | gzip "\$x" "\"" "\\" "\q""#), ["gzip", "$x", "\"", "\\", r"\q"]);
+    assert_eq!(argv(r#"gen | gzip a\ b 'c\n' x"y"'z'"#), ["gzip", "a b", r"c\n", "xyz"]);
+    assert_eq!(argv("gen | gzip [ -f x ]"), ["gzip", "[", "-f", "x", "]"]);
+    assert_eq!(argv(r"gen | gzip x\"), ["gzip", r"x\"]);
+    assert_eq!(argv("gen | gzip size=3 export=yes mode=x"), ["gzip", "size=3", "export=yes", "mode=x"]);
+    assert_eq!(parse("gen | gzip [ab]", &test_resolver()).unwrap_err().kind, DiagKind::ShellSyntax);
+    // Substitutions are the shell's: refused at their `(`, with the way to bash.
+    for (src, at) in [("gen | gzip <(x)", 12), ("gen | gzip >(x) | gzip", 12), ("gen | gzip $(x)", 12)] {
+        let d = parse(src, &test_resolver()).unwrap_err();
+        assert_eq!((d.kind, d.span.start), (DiagKind::ShellSyntax, at), "{src}: {d}");
+        assert!(d.help.as_deref().unwrap_or("").contains("bash -c"), "{src}: {d}");
+    }
+}
+
+/// A shell builtin with no program on PATH (`type`, `ulimit`, `:`) is a Unix command
+/// (the runtime runs it through bash); a name that is neither stays unknown.
+#[test]
+fn shell_builtins_resolve_as_unix_commands() {
+    for b in ["type", "ulimit", ":", "umask"] {
+        assert_eq!(PathResolver.resolve(b), Some(FilterKind::Unix), "{b}");
+    }
+    assert_eq!(PathResolver.resolve("surely-no-such-builtin"), None);
+}
+
+/// A parallel operator next to a bare Unix command is a word (or `&`, background) to the
+/// shell: refused at the operator with both spellings; a branch in parentheses is the
+/// language's parallel.
+#[test]
+fn a_parallel_operator_beside_a_unix_command_is_refused() {
+    let r = test_resolver();
+    for (src, at) in [("gen | gzip 1 + 2", 13), ("gen | gzip 3 * 4", 13), ("gzip a & gzip b", 7), ("gen | tcp + gzip", 10)] {
+        let d = parse(src, &r).unwrap_err();
+        assert_eq!((d.kind, d.span.start), (DiagKind::ShellSyntax, at), "{src}: {d}");
+        let help = d.help.as_deref().unwrap_or("");
+        assert!(help.contains("bash -c") && help.contains("parentheses"), "{src}: {d}");
+    }
+    for src in ["gen | (gzip) + (gzip -9) | count", "gen | gzip '+' 2 | count", "gen | tcp + udp | count"] {
+        parse(src, &r).unwrap_or_else(|e| panic!("{src}: {e}"));
+    }
 }

