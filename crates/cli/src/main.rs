@@ -1119,9 +1119,10 @@ pub(crate) fn print_report(
     let report = &rep.nodes;
     if !quiet {
         // The columns add up per row: blocks out = blocks in - drops + made - ended
-        // (`dataplane::Counters`).
+        // (`dataplane::Counters`). One row per node the user wrote, labelled as in one
+        // space; `space` says where it ran (`1,2`: replicas, summed in the row).
         eprintln!(
-            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10}",
+            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10}  space",
             "filter",
             "blocks in",
             "bytes in",
@@ -1135,7 +1136,7 @@ pub(crate) fn print_report(
         for r in report {
             let c = r.counters;
             eprintln!(
-                "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10.1}",
+                "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10.1}  {}",
                 r.label,
                 c.blocks_in,
                 c.bytes_in,
@@ -1144,7 +1145,8 @@ pub(crate) fn print_report(
                 c.drops,
                 c.made,
                 c.ended,
-                c.nanos as f64 / 1e6
+                c.nanos as f64 / 1e6,
+                if r.space.is_empty() { "-" } else { &r.space }
             );
         }
         eprintln!("({:.3} s)", elapsed.as_secs_f64());
@@ -1186,7 +1188,7 @@ fn summary_lines(report: &[dataplane::runtime::NodeReport]) -> Vec<String> {
 /// `--stats`: the run's counters as JSON, the nodes as the table lists them and the arcs
 /// between them (`dataplane::spaces::SpacesReport::arcs`):
 /// `{"elapsed_s": S, "nodes": [{"label", "blocks_in", "bytes_in", "blocks_out",
-/// "bytes_out", "drops", "made", "ended"}], "arcs": [{"from", "to", "blocks", "bytes"}]}`;
+/// "bytes_out", "drops", "made", "ended", "space"}], "arcs": [{"from", "to", "blocks", "bytes"}]}`;
 /// an arc's `to` is null when it leads to none of the nodes (a channel whose consuming
 /// space reported nothing: it died).
 pub(crate) fn stats_json(rep: &dataplane::spaces::SpacesReport, elapsed: std::time::Duration) -> String {
@@ -1205,6 +1207,7 @@ pub(crate) fn stats_json(rep: &dataplane::spaces::SpacesReport, elapsed: std::ti
                 "drops": c.drops,
                 "made": c.made,
                 "ended": c.ended,
+                "space": n.space,
             })
         })
         .collect();

@@ -373,6 +373,14 @@ impl Spaces {
             rep.status = rep.status.or(part.status);
         }
         rep.join_channels();
+        if !multi {
+            for n in &mut rep.nodes {
+                n.space = "0".into();
+            }
+        }
+        let (nodes, arcs) = crate::runtime::fold_internal(&rep.nodes, &rep.arcs);
+        rep.nodes = nodes;
+        rep.arcs = arcs;
         let died = died.into_inner().expect("not poisoned");
         if !died.is_empty() {
             rep.died = Some(died.join("; "));
