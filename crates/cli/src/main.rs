@@ -189,7 +189,8 @@ enum Cmd {
         chaos: Option<u64>,
         /// Write the run's counters to FILE as JSON when it ends: per node (the nodes the
         /// pipeline names, as the table lists them) blocks and bytes in and out, drops,
-        /// made and ended, and per arc between two of them the blocks and bytes it
+        /// made and ended, the spaces it ran in (a replicated filter's copies summed in its
+        /// one row), and per arc between two of them the blocks and bytes it
         /// carried (see ARCHITECTURE.md, "Counters"). The run is stand-alone (not
         /// through a daemon).
         #[arg(long, value_name = "FILE")]

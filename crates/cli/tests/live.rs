@@ -241,21 +241,23 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
         count, n_td,
         "both engines together count what tcpdump counts:\n{err}"
     );
-    // Each engine is its own rx in its own space, and the hash spread the flows over both.
-    let engines: Vec<u64> = err
+    // Each engine is its own rx in its own space, folded into the one rx the user wrote:
+    // its row names both spaces and adds up (out = made, the frames captured).
+    let rx: Vec<&str> = err
         .lines()
-        .filter(|l| l.starts_with("rx@"))
-        .map(|l| {
-            l.split_whitespace()
-                .nth(3)
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0)
-        })
+        .find(|l| l.split_whitespace().next() == Some("rx"))
+        .unwrap_or_else(|| panic!("no rx row:\n{err}"))
+        .split_whitespace()
         .collect();
-    assert_eq!(engines.len(), 2, "two rx engines in the table:\n{err}");
+    assert_eq!(rx.len(), 10, "{err}");
+    assert_eq!(rx[9].split(',').count(), 2, "rx ran in two spaces:\n{err}");
     assert!(
-        engines.iter().all(|&n| n > 0),
-        "every engine got flows ({engines:?}):\n{err}"
+        rx[3] == rx[6] && rx[3].parse::<u64>().unwrap() > 0,
+        "rx's blocks out are the frames both engines made:\n{err}"
+    );
+    assert!(
+        !err.lines().any(|l| l.starts_with("rx@") || l.starts_with("bpf@") || l.starts_with("join")),
+        "no engine's own rows:\n{err}"
     );
 }
 

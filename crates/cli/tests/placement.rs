@@ -16,7 +16,10 @@
 //! placement and through migrations ([`counters_add_up`]): per node, blocks out = blocks
 //! in - drops + made - ended; a node's blocks and bytes in are the sum of what the arcs
 //! into it carried; a node with one arc out sent down it exactly its blocks out; and the
-//! table lists only the pipeline's own nodes (no channel endpoints or other internals).
+//! table lists only the pipeline's own nodes (no channel endpoints or other internals),
+//! each once, labelled as in one space: the same rows in every placement (a replicated
+//! filter's copies, split and join are its one row, whose space says `1,2`). Summary
+//! lines (`count: ...`, `count#2: ...`) are part of what must not change.
 
 use lang::NodeKind;
 use proptest::prelude::*;
@@ -41,6 +44,9 @@ struct Outcome {
     /// the run was refused before it ran). Not part of what placement must keep: the
     /// labels and times differ by placement.
     counters: Option<String>,
+    /// The table's rows (`--stats` labels), in order: the nodes the user wrote, labelled
+    /// as in one space, whatever the placement (empty: refused before it ran).
+    labels: Vec<String>,
 }
 
 impl PartialEq for Outcome {
@@ -65,8 +71,11 @@ fn counters_add_up(json: &str) -> Result<(), Vec<String>> {
     let labels: Vec<&str> = nodes.iter().filter_map(|n| n["label"].as_str()).collect();
     for n in &nodes {
         let l = n["label"].as_str().unwrap_or("?");
-        if l.starts_with("__") || l.contains("~") {
-            bad.push(format!("node {l}: a run's own node is listed as the pipeline's"));
+        if l.starts_with("__") || l.contains('~') || l.contains('@') || l.starts_with("split") {
+            bad.push(format!("node {l}: a run's own node (or a copy, or a space) is listed as the pipeline's"));
+        }
+        if n["space"].as_str().is_none_or(str::is_empty) {
+            bad.push(format!("node {l}: no space"));
         }
         let (i, o, d, m, e) = (
             num(n, "blocks_in"),
@@ -132,6 +141,12 @@ impl Outcome {
                 (a, b) => format!("{{out}} written: {} vs {}", a.is_some(), b.is_some()),
             });
         }
+        if self.labels != other.labels {
+            return Some(format!(
+                "the table lists other nodes:\n  reference: {:?}\n  placed:    {:?}",
+                self.labels, other.labels
+            ));
+        }
         if self.stderr != other.stderr {
             return Some(format!(
                 "summary lines differ:\n  reference: {:?}\n  placed:    {:?}",
@@ -188,7 +203,21 @@ fn run(text: &str, args: &[&str]) -> Outcome {
         .arg(&text)
         .output()
         .expect("run streamline");
-    let counters = match std::fs::read_to_string(&stats) {
+    let json = std::fs::read_to_string(&stats);
+    let mut labels: Vec<String> = json
+        .as_ref()
+        .ok()
+        .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
+        .and_then(|v| {
+            v["nodes"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|n| n["label"].as_str().map(str::to_string))
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    labels.sort();
+    let counters = match json {
         Ok(json) => counters_add_up(&json).err().map(|v| {
             format!(
                 "the counters do not add up in\n  {text} {args:?}\n  {}",
@@ -215,6 +244,7 @@ fn run(text: &str, args: &[&str]) -> Outcome {
         out: written,
         stderr,
         counters,
+        labels,
     }
 }
 
