@@ -896,4 +896,80 @@ fn named_classes_resolve_or_are_refused_with_a_caret() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// Kernel placements (a filter right after `rx` runs on the capture socket: `bpf` as
+/// classic BPF, `bytecount` as an eBPF program; `rx queues=2` as two capture engines whose
+/// copies are folded into the user's nodes): live captures on a veth pair into a network
+/// namespace, 200 UDP datagrams sent. Each run's counters add up by the same property as
+/// the corpus's, its table lists the nodes the pipeline names (no `rx@2001`, `bpf~2`,
+/// `bpf~join`), and the filters in the kernel count what the same filter counts in user
+/// space. Needs root (network namespaces, AF_PACKET): without it the test fails saying so.
+#[test]
+fn kernel_placements_add_up_and_count_as_in_user_space() {
+    use std::process::Stdio;
+    let v = kernel::netns::Veth::new("pk")
+        .unwrap_or_else(|e| panic!("kernel placements need a veth pair (root): {e}"));
+    let dev = &v.here;
+    let cases: [(String, &[&str], Option<u64>); 4] = [
+        (format!("rx dev={dev} | bpf \"udp\" | count"), &["bpf", "count", "rx"], Some(200)),
+        (format!("rx dev={dev} | bpf \"udp\" placed=user | count"), &["bpf", "count", "rx"], Some(200)),
+        (format!("rx dev={dev} queues=2 | bpf \"udp\" | count"), &["bpf", "count", "rx"], Some(200)),
+        (format!("rx dev={dev} | bytecount | count"), &["bytecount", "count", "rx"], None),
+    ];
+    let runs: Vec<(String, PathBuf, std::process::Child)> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, (t, _, _))| {
+            let stats = dir().join(format!("kernel-{i}.stats.json"));
+            let c = Command::new(BIN)
+                .args(["run", "-q", "--no-share", "--plan", "none", "--stats"])
+                .arg(&stats)
+                .arg(t)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            common::wait_capturing(c.id(), dev);
+            (t.clone(), stats, c)
+        })
+        .collect();
+    // The peer's address resolved first, so no datagram waits on ARP (or is dropped there).
+    let ping = Command::new("ping").args(["-c", "1", "-W", "5", &v.peer_ip]).output().unwrap();
+    assert!(ping.status.success(), "ping {}: {:?}", v.peer_ip, ping);
+    for _ in 0..200 {
+        let s = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
+        s.send_to(b"streamline", format!("{}:9", v.peer_ip)).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut bad = Vec::new();
+    for ((text, stats, c), (_, names, want)) in runs.into_iter().zip(&cases) {
+        let _ = Command::new("kill").args(["-INT", &c.id().to_string()]).status();
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let json = std::fs::read_to_string(&stats)
+            .unwrap_or_else(|e| panic!("{text}: no --stats ({e}):\n{err}"));
+        let _ = std::fs::remove_file(&stats);
+        if let Err(v) = counters_add_up(&json) {
+            bad.push(format!("{text}: the counters do not add up:\n  {}", v.join("\n  ")));
+        }
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let mut labels: Vec<&str> = v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n["label"].as_str())
+            .collect();
+        labels.sort();
+        if labels != *names {
+            bad.push(format!("{text}: the table lists {labels:?}, not {names:?}"));
+        }
+        let n = common::count_of(&err);
+        match want {
+            Some(w) if n != *w => bad.push(format!("{text}: count {n}, not {w}:\n{err}")),
+            None if n < 200 => bad.push(format!("{text}: count {n} of at least 200:\n{err}")),
+            _ => {}
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n\n"));
+}
+
 mod common;
