@@ -1101,7 +1101,7 @@ count:mid: 100000 blocks, 6400000 bytes\n";
         let e = parse_report(&LOG.replace("(0.012 s)\n", ""))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("line 7") && e.contains("9 columns"), "{e}");
+        assert!(e.contains("line 7") && e.contains("10 columns"), "{e}");
         let e = parse_report(&LOG.replace("count:tail: 99990 blocks", "count:tail: many blocks"))
             .unwrap_err()
             .to_string();
