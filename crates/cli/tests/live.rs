@@ -259,6 +259,12 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
         !err.lines().any(|l| l.starts_with("rx@") || l.starts_with("bpf@") || l.starts_with("join")),
         "no engine's own rows:\n{err}"
     );
+    // Each engine's socket still says what it delivered: two `rx IF:` lines.
+    let delivered = err
+        .lines()
+        .filter(|l| l.starts_with(&format!("rx {}: ", v.here)) && l.contains("packets delivered"))
+        .count();
+    assert_eq!(delivered, 2, "{err}");
 }
 
 /// Packet sockets bound to interface `ifindex` (column Iface of /proc/net/packet).
@@ -369,7 +375,17 @@ fn a_second_run_shares_the_running_capture_prefix() {
         err2.contains("sharing `rx dev=") && err2.contains("bpf \"icmp\"`"),
         "{err2}"
     );
-    assert!(err2.lines().any(|l| l.starts_with("__subscribe")), "{err2}");
+    assert!(err2.lines().any(|l| l.starts_with("__subscribe: ")), "{err2}");
+    // In the table the subscription is the shared prefix's last node, bpf (the node the
+    // user wrote), not a `__subscribe` row; its row adds up (out = made, what it received).
+    assert!(!err2.lines().any(|l| l.starts_with("__subscribe ")), "{err2}");
+    let bpf: Vec<&str> = err2
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("bpf"))
+        .unwrap_or_else(|| panic!("no bpf row:\n{err2}"))
+        .split_whitespace()
+        .collect();
+    assert!(bpf[3] == bpf[6] && bpf[1] == "0", "{err2}");
     assert!(
         small >= 200 && all >= small + 20,
         "tcpdump saw {small} small and {all} ICMP packets"

@@ -207,7 +207,15 @@ pub fn run_labels(g: &Graph) -> Vec<String> {
                 format!("{}~{role}", labels[m.id])
             }
             None => {
-                let base = base_name(n);
+                // A shared prefix's subscription stands for the prefix's last node
+                // (`__subscribe key=K as=tcp`, `control::prefix`).
+                let base = match &n.kind {
+                    NodeKind::Filter { filter, options, .. } if filter == crate::spaces::SUBSCRIBE => options
+                        .iter()
+                        .find(|(k, _)| k == "as")
+                        .map_or_else(|| base_name(n), |(_, v)| v.clone()),
+                    _ => base_name(n),
+                };
                 let k = seen.entry(base.clone()).or_insert(0);
                 *k += 1;
                 // A replicated named node's first copy is `NAME.0`: its user's name.
@@ -270,8 +278,12 @@ pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeRepor
                 if !space.is_empty() && !r.space.split(',').any(|s| s == space) {
                     r.space = if r.space.is_empty() { space.to_string() } else { format!("{},{space}", r.space) };
                 }
-                if r.summary.is_none() {
-                    r.summary = n.summary.clone();
+                // Each copy's own summary (a capture engine's socket statistics) is kept,
+                // one line each.
+                match (&mut r.summary, &n.summary) {
+                    (None, s) => r.summary = s.clone(),
+                    (Some(a), Some(b)) if !a.lines().any(|l| l == b) => *a = format!("{a}\n{b}"),
+                    _ => {}
                 }
                 for k in &n.classes {
                     if !r.classes.contains(k) {
