@@ -435,9 +435,19 @@ impl View {
                     used.push((i, o));
                     more = true;
                     if shown[o] {
-                        parts.push(format!("{} {} {}", self.labels[i], self.pipe(i, o), self.labels[o]));
+                        parts.push(format!(
+                            "{} {} {}",
+                            self.labels[i],
+                            self.pipe(i, o),
+                            self.labels[o]
+                        ));
                     } else {
-                        parts.push(walk(o, Some((self.labels[i].clone(), i)), &mut shown, &mut used));
+                        parts.push(walk(
+                            o,
+                            Some((self.labels[i].clone(), i)),
+                            &mut shown,
+                            &mut used,
+                        ));
                     }
                 }
             }
@@ -494,7 +504,9 @@ mod tests {
     /// `placed=`), hints and selectors kept, the edit applied.
     #[test]
     fn the_text_after_an_edit_keeps_placements_hints_and_selectors() {
-        let v = view("gen | tcp space=1 | deflate space=2,3 @background | dport |80 count space=p4 name=web");
+        let v = view(
+            "gen | tcp space=1 | deflate space=2,3 @background | dport |80 count space=p4 name=web",
+        );
         let (v, _) = v.after(&edit("insert after gen sample every=2")).unwrap();
         assert_eq!(
             v.text_now(),
@@ -506,8 +518,20 @@ mod tests {
             "gen | sample every=2 | tcp space=1 | deflate space=2,3 @background | dport |80 count space=p4 name=web; dport | count"
         );
         // What it shows parses back to the same graph text.
-        let again = View::new(lang::parse(&v.text_now().replace("; dport | count", ""), &filters::Natives).unwrap());
-        assert!(again.text_now().starts_with("gen | sample every=2 | tcp space=1"), "{}", again.text_now());
+        let again = View::new(
+            lang::parse(
+                &v.text_now().replace("; dport | count", ""),
+                &filters::Natives,
+            )
+            .unwrap(),
+        );
+        assert!(
+            again
+                .text_now()
+                .starts_with("gen | sample every=2 | tcp space=1"),
+            "{}",
+            again.text_now()
+        );
     }
 
     #[test]
