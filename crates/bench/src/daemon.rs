@@ -243,8 +243,8 @@ pub fn parse_report(text: &str) -> Result<RunReport> {
             break;
         }
         let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() != 9 {
-            return Err(err(format!("line {}: a table row has 9 columns (filter, blocks in, bytes in, blocks out, bytes out, drops, made, ended, time ms); got `{l}`", i + 1)));
+        if f.len() != 10 {
+            return Err(err(format!("line {}: a table row has 10 columns (filter, blocks in, bytes in, blocks out, bytes out, drops, made, ended, time ms, space); got `{l}`", i + 1)));
         }
         let num = |k: usize, what: &str| {
             f[k].parse::<u64>()
@@ -1037,11 +1037,11 @@ mod tests {
     /// What `streamline run` printed for `gen | count | count name=tail` after the edits
     /// (an inserted count after the tail in report order, a sample with its summary).
     const LOG: &str = "plan (none): one space\n\
-filter              blocks in       bytes in   blocks out      bytes out      drops       made      ended    time ms\n\
-gen                         0              0       100000        6400000          0     100000          0        0.8\n\
-count                  100000        6400000       100000        6400000          0          0          0        0.1\n\
-count:tail              99990        6399360            0              0          0          0      99990        0.1\n\
-count:mid              100000        6400000       100000        6400000          0          0          0        0.2\n\
+filter              blocks in       bytes in   blocks out      bytes out      drops       made      ended    time ms  space\n\
+gen                         0              0       100000        6400000          0     100000          0        0.8  0\n\
+count                  100000        6400000       100000        6400000          0          0          0        0.1  0\n\
+count:tail              99990        6399360            0              0          0          0      99990        0.1  0\n\
+count:mid              100000        6400000       100000        6400000          0          0          0        0.2  0\n\
 (0.012 s)\n\
 count: 100000 blocks, 6400000 bytes\n\
 count:tail: 99990 blocks, 6399360 bytes\n\
@@ -1101,7 +1101,7 @@ count:mid: 100000 blocks, 6400000 bytes\n";
         let e = parse_report(&LOG.replace("(0.012 s)\n", ""))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("line 7") && e.contains("9 columns"), "{e}");
+        assert!(e.contains("line 7") && e.contains("10 columns"), "{e}");
         let e = parse_report(&LOG.replace("count:tail: 99990 blocks", "count:tail: many blocks"))
             .unwrap_err()
             .to_string();

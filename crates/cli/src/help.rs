@@ -160,7 +160,9 @@ worker thread pinned to CPU N, `space=pN` in a process of its own, `space=local`
 the calling thread; a filter without space= runs where its first input runs.
 `space=A,B` replicates a filter, one copy per space, and keeps the order. The
 results are the same in every placement (a placement that would change them is
-refused, naming the filter).
+refused, naming the filter), and so is the table at the end: one row per filter you
+wrote, labelled as in one space (count, count#2), its last column the spaces it ran
+in (a replicated filter's row sums its copies: space 1,2).
 
   $ streamline run 'pcapin file=examples/sample.pcap | tcp space=1 | count'
     count: 4565 blocks, 3786573 bytes

@@ -189,11 +189,12 @@ enum Cmd {
         chaos: Option<u64>,
         /// Write the run's counters to FILE as JSON when it ends: per node (the nodes the
         /// pipeline names, as the table lists them) blocks and bytes in and out, drops,
-        /// made and ended, and per arc between two of them the blocks and bytes it
-        /// carried (see ARCHITECTURE.md, "Counters"). While it runs, FILE is rewritten
-        /// about every 100 ms (replaced whole, by rename) with the nodes' counters so far,
-        /// `"running": true` and no arcs; the last write, at the end, says
-        /// `"running": false`. The run is stand-alone (not through a daemon).
+        /// made and ended, the spaces it ran in (a replicated filter's copies summed in its
+        /// one row), and per arc between two of them the blocks and bytes it carried (see
+        /// ARCHITECTURE.md, "Counters"). While it runs, FILE is rewritten about every 100 ms
+        /// (replaced whole, by rename) with the nodes' counters so far, `"running": true`
+        /// and no arcs; the last write, at the end, says `"running": false`. The run is
+        /// stand-alone (not through a daemon).
         #[arg(long, value_name = "FILE")]
         stats: Option<std::path::PathBuf>,
     },
@@ -1121,9 +1122,10 @@ pub(crate) fn print_report(
     let report = &rep.nodes;
     if !quiet {
         // The columns add up per row: blocks out = blocks in - drops + made - ended
-        // (`dataplane::Counters`).
+        // (`dataplane::Counters`). One row per node the user wrote, labelled as in one
+        // space; `space` says where it ran (`1,2`: replicas, summed in the row).
         eprintln!(
-            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10}",
+            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10}  space",
             "filter",
             "blocks in",
             "bytes in",
@@ -1137,7 +1139,7 @@ pub(crate) fn print_report(
         for r in report {
             let c = r.counters;
             eprintln!(
-                "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10.1}",
+                "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10} {:>10.1}  {}",
                 r.label,
                 c.blocks_in,
                 c.bytes_in,
@@ -1146,7 +1148,8 @@ pub(crate) fn print_report(
                 c.drops,
                 c.made,
                 c.ended,
-                c.nanos as f64 / 1e6
+                c.nanos as f64 / 1e6,
+                if r.space.is_empty() { "-" } else { &r.space }
             );
         }
         eprintln!("({:.3} s)", elapsed.as_secs_f64());
@@ -1188,7 +1191,7 @@ fn summary_lines(report: &[dataplane::runtime::NodeReport]) -> Vec<String> {
 /// `--stats`: the run's counters as JSON, the nodes as the table lists them and the arcs
 /// between them (`dataplane::spaces::SpacesReport::arcs`):
 /// `{"elapsed_s": S, "nodes": [{"label", "blocks_in", "bytes_in", "blocks_out",
-/// "bytes_out", "drops", "made", "ended"}], "arcs": [{"from", "to", "blocks", "bytes"}]}`;
+/// "bytes_out", "drops", "made", "ended", "space"}], "arcs": [{"from", "to", "blocks", "bytes"}]}`;
 /// an arc's `to` is null when it leads to none of the nodes (a channel whose consuming
 /// space reported nothing: it died).
 pub(crate) fn stats_json(
@@ -1211,6 +1214,7 @@ pub(crate) fn stats_json(
                 "drops": c.drops,
                 "made": c.made,
                 "ended": c.ended,
+                "space": n.space,
             })
         })
         .collect();

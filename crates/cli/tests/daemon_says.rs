@@ -163,5 +163,10 @@ fn ps_shows_placement_and_live_edits() {
         ps.lines().any(|l| l.trim() == "last edit: insert after gen dedup"),
         "{ps}"
     );
+    // The pipeline as it runs now: the edit in it, the placements kept.
+    assert!(
+        ps.contains("gen count=100G size=64 | dedup | count | dedup space=1 | sample 2 space=p2 | null"),
+        "{ps}"
+    );
     let _ = d.cli().args(["stop", &id.to_string()]).output();
 }

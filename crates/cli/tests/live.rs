@@ -283,27 +283,30 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
         count, n_td,
         "both engines together count what tcpdump counts:\n{err}"
     );
-    // Each engine is its own rx in its own space, and the hash spread the flows over both.
-    let engines: Vec<u64> = err
+    // Each engine is its own rx in its own space, folded into the one rx the user wrote:
+    // its row names both spaces and adds up (out = made, the frames captured).
+    let rx: Vec<&str> = err
         .lines()
-        // Table rows only: an engine's summary line starts `rx@N:` too.
-        .filter(|l| {
-            l.split_whitespace()
-                .next()
-                .is_some_and(|t| t.starts_with("rx@") && !t.ends_with(':'))
-        })
-        .map(|l| {
-            l.split_whitespace()
-                .nth(3)
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0)
-        })
+        .find(|l| l.split_whitespace().next() == Some("rx"))
+        .unwrap_or_else(|| panic!("no rx row:\n{err}"))
+        .split_whitespace()
         .collect();
-    assert_eq!(engines.len(), 2, "two rx engines in the table:\n{err}");
+    assert_eq!(rx.len(), 10, "{err}");
+    assert_eq!(rx[9].split(',').count(), 2, "rx ran in two spaces:\n{err}");
     assert!(
-        engines.iter().all(|&n| n > 0),
-        "every engine got flows ({engines:?}):\n{err}"
+        rx[3] == rx[6] && rx[3].parse::<u64>().unwrap() > 0,
+        "rx's blocks out are the frames both engines made:\n{err}"
     );
+    assert!(
+        !err.lines().any(|l| l.starts_with("rx@") || l.starts_with("bpf@") || l.starts_with("join")),
+        "no engine's own rows:\n{err}"
+    );
+    // Each engine's socket still says what it delivered: two `rx IF:` lines.
+    let delivered = err
+        .lines()
+        .filter(|l| l.starts_with(&format!("rx {}: ", v.here)) && l.contains("packets delivered"))
+        .count();
+    assert_eq!(delivered, 2, "{err}");
 }
 
 /// Packet sockets bound to interface `ifindex` (column Iface of /proc/net/packet).
@@ -448,7 +451,17 @@ fn a_second_run_shares_the_running_capture_prefix() {
         err2.contains("sharing `rx dev=") && err2.contains("bpf \"icmp\"`"),
         "{err2}"
     );
-    assert!(err2.lines().any(|l| l.starts_with("__subscribe")), "{err2}");
+    assert!(err2.lines().any(|l| l.starts_with("__subscribe: ")), "{err2}");
+    // In the table the subscription is the shared prefix's last node, bpf (the node the
+    // user wrote), not a `__subscribe` row; its row adds up (out = made, what it received).
+    assert!(!err2.lines().any(|l| l.starts_with("__subscribe ")), "{err2}");
+    let bpf: Vec<&str> = err2
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("bpf"))
+        .unwrap_or_else(|| panic!("no bpf row:\n{err2}"))
+        .split_whitespace()
+        .collect();
+    assert!(bpf[3] == bpf[6] && bpf[1] == "0", "{err2}");
     assert!(
         small >= 200 && all >= small + 20,
         "tcpdump saw {small} small and {all} ICMP packets"

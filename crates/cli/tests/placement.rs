@@ -16,7 +16,10 @@
 //! placement and through migrations ([`counters_add_up`]): per node, blocks out = blocks
 //! in - drops + made - ended; a node's blocks and bytes in are the sum of what the arcs
 //! into it carried; a node with one arc out sent down it exactly its blocks out; and the
-//! table lists only the pipeline's own nodes (no channel endpoints or other internals).
+//! table lists only the pipeline's own nodes (no channel endpoints or other internals),
+//! each once, labelled as in one space: the same rows in every placement (a replicated
+//! filter's copies, split and join are its one row, whose space says `1,2`). Summary
+//! lines (`count: ...`, `count#2: ...`) are part of what must not change.
 
 use lang::NodeKind;
 use proptest::prelude::*;
@@ -41,6 +44,9 @@ struct Outcome {
     /// the run was refused before it ran). Not part of what placement must keep: the
     /// labels and times differ by placement.
     counters: Option<String>,
+    /// The table's rows (`--stats` labels), in order: the nodes the user wrote, labelled
+    /// as in one space, whatever the placement (empty: refused before it ran).
+    labels: Vec<String>,
 }
 
 impl PartialEq for Outcome {
@@ -65,8 +71,11 @@ fn counters_add_up(json: &str) -> Result<(), Vec<String>> {
     let labels: Vec<&str> = nodes.iter().filter_map(|n| n["label"].as_str()).collect();
     for n in &nodes {
         let l = n["label"].as_str().unwrap_or("?");
-        if l.starts_with("__") || l.contains("~") {
-            bad.push(format!("node {l}: a run's own node is listed as the pipeline's"));
+        if l.starts_with("__") || l.contains('~') || l.contains('@') || l.starts_with("split") {
+            bad.push(format!("node {l}: a run's own node (or a copy, or a space) is listed as the pipeline's"));
+        }
+        if n["space"].as_str().is_none_or(str::is_empty) {
+            bad.push(format!("node {l}: no space"));
         }
         let (i, o, d, m, e) = (
             num(n, "blocks_in"),
@@ -132,6 +141,12 @@ impl Outcome {
                 (a, b) => format!("{{out}} written: {} vs {}", a.is_some(), b.is_some()),
             });
         }
+        if self.labels != other.labels {
+            return Some(format!(
+                "the table lists other nodes:\n  reference: {:?}\n  placed:    {:?}",
+                self.labels, other.labels
+            ));
+        }
         if self.stderr != other.stderr {
             return Some(format!(
                 "summary lines differ:\n  reference: {:?}\n  placed:    {:?}",
@@ -188,7 +203,21 @@ fn run(text: &str, args: &[&str]) -> Outcome {
         .arg(&text)
         .output()
         .expect("run streamline");
-    let counters = match std::fs::read_to_string(&stats) {
+    let json = std::fs::read_to_string(&stats);
+    let mut labels: Vec<String> = json
+        .as_ref()
+        .ok()
+        .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
+        .and_then(|v| {
+            v["nodes"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|n| n["label"].as_str().map(str::to_string))
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    labels.sort();
+    let counters = match json {
         Ok(json) => counters_add_up(&json).err().map(|v| {
             format!(
                 "the counters do not add up in\n  {text} {args:?}\n  {}",
@@ -215,6 +244,7 @@ fn run(text: &str, args: &[&str]) -> Outcome {
         out: written,
         stderr,
         counters,
+        labels,
     }
 }
 
@@ -864,6 +894,82 @@ fn named_classes_resolve_or_are_refused_with_a_caret() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// Kernel placements (a filter right after `rx` runs on the capture socket: `bpf` as
+/// classic BPF, `bytecount` as an eBPF program; `rx queues=2` as two capture engines whose
+/// copies are folded into the user's nodes): live captures on a veth pair into a network
+/// namespace, 200 UDP datagrams sent. Each run's counters add up by the same property as
+/// the corpus's, its table lists the nodes the pipeline names (no `rx@2001`, `bpf~2`,
+/// `bpf~join`), and the filters in the kernel count what the same filter counts in user
+/// space. Needs root (network namespaces, AF_PACKET): without it the test fails saying so.
+#[test]
+fn kernel_placements_add_up_and_count_as_in_user_space() {
+    use std::process::Stdio;
+    let v = kernel::netns::Veth::new("pk")
+        .unwrap_or_else(|e| panic!("kernel placements need a veth pair (root): {e}"));
+    let dev = &v.here;
+    let cases: [(String, &[&str], Option<u64>); 4] = [
+        (format!("rx dev={dev} | bpf \"udp\" | count"), &["bpf", "count", "rx"], Some(200)),
+        (format!("rx dev={dev} | bpf \"udp\" placed=user | count"), &["bpf", "count", "rx"], Some(200)),
+        (format!("rx dev={dev} queues=2 | bpf \"udp\" | count"), &["bpf", "count", "rx"], Some(200)),
+        (format!("rx dev={dev} | bytecount | count"), &["bytecount", "count", "rx"], None),
+    ];
+    let runs: Vec<(String, PathBuf, std::process::Child)> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, (t, _, _))| {
+            let stats = dir().join(format!("kernel-{i}.stats.json"));
+            let c = Command::new(BIN)
+                .args(["run", "-q", "--no-share", "--plan", "none", "--stats"])
+                .arg(&stats)
+                .arg(t)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            common::wait_capturing(c.id(), dev);
+            (t.clone(), stats, c)
+        })
+        .collect();
+    // The peer's address resolved first, so no datagram waits on ARP (or is dropped there).
+    let ping = Command::new("ping").args(["-c", "1", "-W", "5", &v.peer_ip]).output().unwrap();
+    assert!(ping.status.success(), "ping {}: {:?}", v.peer_ip, ping);
+    for _ in 0..200 {
+        let s = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
+        s.send_to(b"streamline", format!("{}:9", v.peer_ip)).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut bad = Vec::new();
+    for ((text, stats, c), (_, names, want)) in runs.into_iter().zip(&cases) {
+        let _ = Command::new("kill").args(["-INT", &c.id().to_string()]).status();
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let json = std::fs::read_to_string(&stats)
+            .unwrap_or_else(|e| panic!("{text}: no --stats ({e}):\n{err}"));
+        let _ = std::fs::remove_file(&stats);
+        if let Err(v) = counters_add_up(&json) {
+            bad.push(format!("{text}: the counters do not add up:\n  {}", v.join("\n  ")));
+        }
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let mut labels: Vec<&str> = v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n["label"].as_str())
+            .collect();
+        labels.sort();
+        if labels != *names {
+            bad.push(format!("{text}: the table lists {labels:?}, not {names:?}"));
+        }
+        let n = common::count_of(&err);
+        match want {
+            Some(w) if n != *w => bad.push(format!("{text}: count {n}, not {w}:\n{err}")),
+            None if n < 200 => bad.push(format!("{text}: count {n} of at least 200:\n{err}")),
+            _ => {}
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n\n"));
 }
 
 mod common;

@@ -166,7 +166,7 @@ impl Session {
 
 /// The count of `count`'s summary line, or an error naming the output.
 /// The totals of every `count` summary line: `count: N blocks, ...`, or, where two count
-/// lines would start alike, labelled by node (`count@1: `, `count:tail: `, `count#2: `).
+/// lines would start alike, labelled by node (`count:tail: `, `count#2: `, the same in every placement).
 fn counts(err: &str) -> Vec<u64> {
     err.lines()
         .filter_map(|l| {

@@ -380,6 +380,13 @@ pub fn apply(filters: &Filters, g: &lang::Graph, share: &Share) -> Result<lang::
                 let mut n = n.clone();
                 if n.id == first {
                     n.kind = filter("__subscribe", key);
+                    // The run's table shows the subscription as the prefix's last node,
+                    // whose stream it receives (`dataplane::runtime::run_labels`).
+                    if let (NodeKind::Filter { options, .. }, NodeKind::Filter { filter: f, .. }) =
+                        (&mut n.kind, &g.nodes[last].kind)
+                    {
+                        options.push(("as".into(), f.clone()));
+                    }
                     n.name = None;
                 }
                 n.id = map(n.id);

@@ -341,10 +341,36 @@ impl View {
     fn node_text(&self, i: usize) -> String {
         let n = &self.g.nodes[i];
         let mut t = filter_text(n).0;
+        // Where it runs, as written or as an edit set it: `space=`, `placed=`, hints.
+        let place = match &n.kind {
+            NodeKind::Filter { place, .. } | NodeKind::Unix { place, .. } => Some(place),
+            _ => None,
+        };
+        if let Some(p) = place {
+            if let Some(sp) = &p.space {
+                t += &format!(" space={sp}");
+            }
+            if let Some(side) = &p.side {
+                t += &format!(" placed={side}");
+            }
+        }
         if let Some(name) = &n.name {
             t += &format!(" name={name}");
         }
+        if !n.hints.is_empty() {
+            let h: Vec<String> = n.hints.iter().map(|h| h.to_string()).collect();
+            t += &format!(" @{}", h.join(","));
+        }
         t
+    }
+
+    /// The pipe from node `i` to node `o` as text: `|` and the arc's selector (`|80`,
+    /// `|!tcp`), if a direct arc has one.
+    fn pipe(&self, i: usize, o: usize) -> String {
+        match self.g.edges.iter().find(|e| e.from == i && e.to == o) {
+            Some(e) if e.sel != Selector::Default => format!("|{}", e.sel),
+            _ => "|".to_string(),
+        }
     }
 
     /// The graph as pipeline text: a chain as `a | b | c`; a graph with forks or joins
@@ -364,12 +390,13 @@ impl View {
         let mut used: Vec<(usize, usize)> = Vec::new();
         let mut parts: Vec<String> = Vec::new();
         let walk = |start: usize,
-                    head: Option<String>,
+                    head: Option<(String, usize)>,
                     shown: &mut Vec<bool>,
                     used: &mut Vec<(usize, usize)>| {
             let mut words = Vec::new();
-            if let Some(h) = head {
+            if let Some((h, from)) = head {
                 words.push(h);
+                words.push(self.pipe(from, start));
             }
             let mut at = start;
             loop {
@@ -382,12 +409,13 @@ impl View {
                 match next {
                     Some(o) => {
                         used.push((at, o));
+                        words.push(self.pipe(at, o));
                         at = o;
                     }
                     None => break,
                 }
             }
-            words.join(" | ")
+            words.join(" ")
         };
         for &s in live.iter().filter(|&&i| ins[i] == 0) {
             parts.push(walk(s, None, &mut shown, &mut used));
@@ -407,9 +435,19 @@ impl View {
                     used.push((i, o));
                     more = true;
                     if shown[o] {
-                        parts.push(format!("{} | {}", self.labels[i], self.labels[o]));
+                        parts.push(format!(
+                            "{} {} {}",
+                            self.labels[i],
+                            self.pipe(i, o),
+                            self.labels[o]
+                        ));
                     } else {
-                        parts.push(walk(o, Some(self.labels[i].clone()), &mut shown, &mut used));
+                        parts.push(walk(
+                            o,
+                            Some((self.labels[i].clone(), i)),
+                            &mut shown,
+                            &mut used,
+                        ));
                     }
                 }
             }
@@ -460,6 +498,40 @@ mod tests {
         let (v, made) = v.after(&edit("insert after gen count")).unwrap();
         // The removed count#4 still counts, as the runtime's label does.
         assert_eq!(v.label(made[0]), "count#5");
+    }
+
+    /// What `ps` shows after an edit is the pipeline as it runs: placements (`space=`,
+    /// `placed=`), hints and selectors kept, the edit applied.
+    #[test]
+    fn the_text_after_an_edit_keeps_placements_hints_and_selectors() {
+        let v = view(
+            "gen | tcp space=1 | deflate space=2,3 @background | dport |80 count space=p4 name=web",
+        );
+        let (v, _) = v.after(&edit("insert after gen sample every=2")).unwrap();
+        assert_eq!(
+            v.text_now(),
+            "gen | sample every=2 | tcp space=1 | deflate space=2,3 @background | dport |80 count space=p4 name=web"
+        );
+        let (v, _) = v.after(&edit("branch dport count")).unwrap();
+        assert_eq!(
+            v.text_now(),
+            "gen | sample every=2 | tcp space=1 | deflate space=2,3 @background | dport |80 count space=p4 name=web; dport | count"
+        );
+        // What it shows parses back to the same graph text.
+        let again = View::new(
+            lang::parse(
+                &v.text_now().replace("; dport | count", ""),
+                &filters::Natives,
+            )
+            .unwrap(),
+        );
+        assert!(
+            again
+                .text_now()
+                .starts_with("gen | sample every=2 | tcp space=1"),
+            "{}",
+            again.text_now()
+        );
     }
 
     #[test]

@@ -146,6 +146,7 @@ impl RtNode {
             counters: Counters { nanos, ..self.c },
             summary: self.filter.summary(),
             classes: self.watch.classes(),
+            space: String::new(),
         }
     }
 }
@@ -167,6 +168,173 @@ pub(crate) fn label_of(base: &str, name: Option<&str>, k: usize) -> String {
         None if k > 1 => format!("{base}#{k}"),
         None => base.to_string(),
     }
+}
+
+/// The labels of a run's nodes, placement-independent (see ARCHITECTURE.md, "Counters"):
+/// the nodes the user wrote are labelled as [`label_of`] labels them in one space
+/// (`count`, `count#2`, `count:tail`), counted over the whole graph; a node the rewrites
+/// made for one of them (a copy of a replicated filter or of a capture engine's filter,
+/// the split and join around replicas or engines) says whose it is: `deflate~2` (the
+/// second copy), `deflate~split`, `bpf~join`. The report folds them into their user's
+/// node ([`fold_internal`]). A derived node shares the span of the node it was made for
+/// and comes after it (copies and template nodes are appended).
+pub fn run_labels(g: &Graph) -> Vec<String> {
+    let mut labels: Vec<String> = Vec::with_capacity(g.nodes.len());
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let mut copies = std::collections::HashMap::<usize, usize>::new();
+    for n in &g.nodes {
+        let derived_of = (n.span != lang::Span::default())
+            .then(|| {
+                g.nodes[..n.id.min(g.nodes.len())].iter().find(|m| {
+                    m.span == n.span
+                        && matches!(m.kind, NodeKind::Filter { .. } | NodeKind::Unix { .. })
+                        && (base_name(m) == base_name(n)
+                            || matches!(n.kind, NodeKind::Split { .. } | NodeKind::Join { .. }))
+                })
+            })
+            .flatten();
+        let label = match derived_of {
+            Some(m) => {
+                let role = match n.kind {
+                    NodeKind::Split { .. } => "split".to_string(),
+                    NodeKind::Join { .. } => "join".to_string(),
+                    _ => {
+                        let k = copies.entry(m.id).or_insert(1);
+                        *k += 1;
+                        k.to_string()
+                    }
+                };
+                format!("{}~{role}", labels[m.id])
+            }
+            None => {
+                // A shared prefix's subscription stands for the prefix's last node
+                // (`__subscribe key=K as=tcp`, `control::prefix`).
+                let base = match &n.kind {
+                    NodeKind::Filter { filter, options, .. } if filter == crate::spaces::SUBSCRIBE => options
+                        .iter()
+                        .find(|(k, _)| k == "as")
+                        .map_or_else(|| base_name(n), |(_, v)| v.clone()),
+                    _ => base_name(n),
+                };
+                let k = seen.entry(base.clone()).or_insert(0);
+                *k += 1;
+                // A replicated named node's first copy is `NAME.0`: its user's name.
+                let name = n.name.as_deref().map(|x| x.strip_suffix(".0").unwrap_or(x));
+                label_of(&base, name, *k)
+            }
+        };
+        labels.push(label);
+    }
+    labels
+}
+
+/// The user's node a report label stands for: the label without its space (`@1`, `@p2`)
+/// and without what says which internal node of it it is (`~2`, `~split`, a move's
+/// pass-through `~0`), and the space.
+pub fn user_label(label: &str) -> (&str, &str) {
+    let (l, space) = match label.rfind('@') {
+        Some(at) if at > 0 => (&label[..at], &label[at + 1..]),
+        _ => (label, ""),
+    };
+    (l.split('~').next().unwrap_or(l), space)
+}
+
+/// Fold the rows of a run's internal nodes into the node the user wrote ([`run_labels`],
+/// [`user_label`]): one row per user node, in the order of the first row, labelled as in
+/// one space with the spaces it ran in (`1,2`). Its counters are the sums of its members'
+/// minus what went down the arcs among them (a replica's split to the copies, the copies
+/// to the join): blocks in = what arcs from other nodes carried into it, blocks out = what
+/// left it, and drops, made, ended the members' sums, so every row still adds up. A
+/// join's made and ended that cancel (blocks it held and then let go) are netted. Arcs
+/// are relabelled and summed per pair of user nodes; arcs among one node's members drop.
+pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeReport>, Vec<ArcReport>) {
+    let user = |l: &str| user_label(l).0.to_string();
+    let mut out: Vec<NodeReport> = Vec::new();
+    let mut index = std::collections::HashMap::<String, usize>::new();
+    for n in nodes {
+        let (u, space) = user_label(&n.label);
+        let u = u.to_string();
+        let mut c = n.counters;
+        // The split and join around copies run where the stream is, not the user's filter.
+        let around = n.label.contains("~join") || n.label.contains("~split");
+        let space = if around { "" } else { space };
+        if around {
+            let both = c.made.min(c.ended);
+            c.made -= both;
+            c.ended -= both;
+        }
+        match index.get(&u) {
+            Some(&i) => {
+                let r = &mut out[i];
+                let a = &mut r.counters;
+                a.blocks_in += c.blocks_in;
+                a.bytes_in += c.bytes_in;
+                a.blocks_out += c.blocks_out;
+                a.bytes_out += c.bytes_out;
+                a.drops += c.drops;
+                a.made += c.made;
+                a.ended += c.ended;
+                a.nanos += c.nanos;
+                if !space.is_empty() && !r.space.split(',').any(|s| s == space) {
+                    r.space = if r.space.is_empty() { space.to_string() } else { format!("{},{space}", r.space) };
+                }
+                // Each copy's own summary (a capture engine's socket statistics) is kept,
+                // one line each.
+                match (&mut r.summary, &n.summary) {
+                    (None, s) => r.summary = s.clone(),
+                    (Some(a), Some(b)) if !a.lines().any(|l| l == b) => *a = format!("{a}\n{b}"),
+                    _ => {}
+                }
+                for k in &n.classes {
+                    if !r.classes.contains(k) {
+                        r.classes.push(*k);
+                    }
+                }
+                r.classes.sort_unstable();
+            }
+            None => {
+                index.insert(u.clone(), out.len());
+                out.push(NodeReport {
+                    label: u,
+                    counters: c,
+                    summary: n.summary.clone(),
+                    classes: n.classes.clone(),
+                    space: if space.is_empty() && !around { n.space.clone() } else { space.to_string() },
+                });
+            }
+        }
+    }
+    let mut folded: Vec<ArcReport> = Vec::new();
+    for a in arcs {
+        let from = user(&a.from);
+        let to = match &a.to {
+            ArcTarget::Node(l) => ArcTarget::Node(user(l)),
+            t => t.clone(),
+        };
+        if to == ArcTarget::Node(from.clone()) {
+            // Among one node's members: neither into nor out of it.
+            if let Some(&i) = index.get(&from) {
+                let c = &mut out[i].counters;
+                c.blocks_in = c.blocks_in.saturating_sub(a.carried.blocks);
+                c.bytes_in = c.bytes_in.saturating_sub(a.carried.bytes);
+                c.blocks_out = c.blocks_out.saturating_sub(a.carried.blocks);
+                c.bytes_out = c.bytes_out.saturating_sub(a.carried.bytes);
+            }
+            continue;
+        }
+        match folded.iter_mut().find(|b| b.from == from && b.to == to) {
+            Some(b) => {
+                b.carried.blocks += a.carried.blocks;
+                b.carried.bytes += a.carried.bytes;
+            }
+            None => folded.push(ArcReport {
+                from,
+                to,
+                carried: a.carried,
+            }),
+        }
+    }
+    (out, folded)
 }
 
 /// Instantiate node `n` labelled `label`, with `in_degree` arcs into it; `sink`: no arc
@@ -285,6 +453,8 @@ pub struct NodeReport {
     pub summary: Option<String>,
     /// Classes seen leaving the node, ascending (sampled; see `tap::Watch`).
     pub classes: Vec<u16>,
+    /// The spaces it ran in (`0`, `1,2`, `p3`; empty: not known, a space's own report).
+    pub space: String,
 }
 
 pub use crate::error::{BuildError, BuildErrorKind, Rollback};
@@ -403,6 +573,18 @@ pub struct Space {
 impl Space {
     /// Instantiate every node of `g`. `scratch` sizes the space's default data ring.
     pub fn build(g: &Graph, factory: &dyn Factory, scratch: usize) -> Result<Space, BuildError> {
+        Space::build_labelled(g, factory, scratch, &run_labels(g))
+    }
+
+    /// [`Space::build`], node `i` labelled `labels[i]` where given (a space of a run
+    /// labels its nodes as the whole run does, [`run_labels`]; an empty label: as
+    /// [`label_of`] counts in this graph).
+    pub fn build_labelled(
+        g: &Graph,
+        factory: &dyn Factory,
+        scratch: usize,
+        labels: &[String],
+    ) -> Result<Space, BuildError> {
         let mut nodes = Vec::with_capacity(g.nodes.len());
         let mut seen = std::collections::HashMap::<String, usize>::new();
         let in_degree = |id| g.edges.iter().filter(|e| e.to == id).count();
@@ -410,7 +592,10 @@ impl Space {
             let base = base_name(n);
             let k = seen.entry(base.clone()).or_insert(0);
             *k += 1;
-            let label = label_of(&base, n.name.as_deref(), *k);
+            let label = match labels.get(n.id) {
+                Some(l) if !l.is_empty() => l.clone(),
+                _ => label_of(&base, n.name.as_deref(), *k),
+            };
             let sink = !g.edges.iter().any(|e| e.from == n.id);
             let Made {
                 mut filter,
@@ -1186,6 +1371,71 @@ impl Space {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `tcp | deflate space=1,2 |1 count`: the split, the two copies and the join fold
+    /// into one `deflate` row whose blocks in are what tcp sent it, whose out is what
+    /// reached count, whose drops include what the selector after the join dropped (the
+    /// loss an earlier fold made), and which adds up.
+    #[test]
+    fn replicas_split_and_join_fold_into_the_users_node() {
+        let row = |label: &str, i: u64, o: u64, d: u64, m: u64, e: u64| NodeReport {
+            label: label.into(),
+            counters: Counters {
+                blocks_in: i,
+                bytes_in: i * 10,
+                blocks_out: o,
+                bytes_out: o * 10,
+                drops: d,
+                made: m,
+                ended: e,
+                nanos: 1,
+            },
+            summary: None,
+            classes: vec![],
+            space: String::new(),
+        };
+        let arc = |from: &str, to: &str, b: u64| ArcReport {
+            from: from.into(),
+            to: ArcTarget::Node(to.into()),
+            carried: Carried { blocks: b, bytes: b * 10 },
+        };
+        let nodes = [
+            row("tcp@0", 100, 90, 10, 0, 0),
+            row("deflate~split@0", 90, 90, 0, 0, 0),
+            row("deflate@1", 45, 45, 0, 0, 0),
+            row("deflate~2@2", 45, 45, 0, 0, 0),
+            row("deflate~join@1", 90, 60, 30, 7, 7),
+            row("count@1", 60, 0, 0, 0, 60),
+        ];
+        let arcs = [
+            arc("tcp@0", "deflate~split@0", 90),
+            arc("deflate~split@0", "deflate@1", 45),
+            arc("deflate~split@0", "deflate~2@2", 45),
+            arc("deflate@1", "deflate~join@1", 45),
+            arc("deflate~2@2", "deflate~join@1", 45),
+            arc("deflate~join@1", "count@1", 60),
+        ];
+        let (rows, arcs) = fold_internal(&nodes, &arcs);
+        let labels: Vec<(&str, &str)> = rows.iter().map(|r| (r.label.as_str(), r.space.as_str())).collect();
+        assert_eq!(labels, [("tcp", "0"), ("deflate", "1,2"), ("count", "1")]);
+        let d = rows[1].counters;
+        assert_eq!(
+            (d.blocks_in, d.bytes_in, d.blocks_out, d.bytes_out, d.drops, d.made, d.ended, d.nanos),
+            (90, 900, 60, 600, 30, 0, 0, 4)
+        );
+        assert_eq!(d.blocks_out, d.blocks_in - d.drops + d.made - d.ended);
+        let arcs: Vec<(&str, String, u64)> = arcs
+            .iter()
+            .map(|a| (a.from.as_str(), format!("{:?}", a.to), a.carried.blocks))
+            .collect();
+        assert_eq!(
+            arcs,
+            [
+                ("tcp", format!("{:?}", ArcTarget::Node("deflate".into())), 90),
+                ("deflate", format!("{:?}", ArcTarget::Node("count".into())), 60)
+            ]
+        );
+    }
 
     #[test]
     fn recycling_keeps_the_allocation() {

@@ -46,9 +46,14 @@ fn blocks_cross_thread_spaces_in_order_and_intact() {
     let sink = rep
         .nodes
         .iter()
-        .find(|n| n.label == "sink@2")
+        .find(|n| n.label == "sink")
         .expect("sink reported");
     assert_eq!(sink.summary.as_deref(), Some("sink: 100000"));
+    // The report's rows are the pipeline's nodes, labelled as in one space, with the
+    // space each ran in.
+    assert_eq!(sink.space, "2");
+    let labels: Vec<&str> = rep.nodes.iter().map(|n| n.label.as_str()).collect();
+    assert_eq!(labels, ["src", "pass", "pass#2", "sink"]);
 }
 
 #[test]

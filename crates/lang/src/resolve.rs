@@ -440,7 +440,32 @@ pub(crate) fn resolve_atom(
     input: &str,
 ) -> Result<Resolved, Diagnostic> {
     let head = &words[0];
-    if head.eq.is_some() {
+    if let Some(eq) = head.eq {
+        // `VAR=x cmd`: the shell's environment assignment before a command (the command
+        // not a native filter, whose options these would be).
+        let var = &head.text[..eq];
+        let shell_var = var.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let command = words[1..]
+            .iter()
+            .find(|w| w.eq.is_none())
+            .filter(|w| resolver.resolve(&w.text) != Some(FilterKind::Native));
+        if let (true, Some(cmd)) = (shell_var, command) {
+            return Err(Diagnostic::new(
+                DiagKind::ShellSyntax,
+                format!(
+                    "an environment assignment '{}' before Unix command '{}': streamline run passes words as they are and does not set variables",
+                    head.text, cmd.text
+                ),
+                head.span,
+                input,
+            )
+            .help(format!(
+                "for the shell's meaning, give it to the shell: bash -c {} (alone, or as one stage: streamline run \"bash -c '...' | count\"); or let env set it: env {}",
+                sh_quote(input.trim()),
+                input[head.span.start..words.last().expect("a head").span.end].trim()
+            )));
+        }
         return Err(Diagnostic::new(
             DiagKind::BadOption,
             format!("expected a filter name, found option '{}'", head.text),

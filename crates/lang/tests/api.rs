@@ -310,6 +310,32 @@ fn shell_syntax_in_unix_words_is_refused() {
     }
 }
 
+/// `VAR=x cmd` (the shell's environment assignment before a command) is refused as shell
+/// syntax, with the caret on the assignment and `bash -c` and `env` in the help; before a
+/// native filter, a misplaced option stays an option error.
+#[test]
+fn environment_assignment_before_a_unix_command_is_refused_as_shell_syntax() {
+    let r = test_resolver();
+    for (src, at, env) in [
+        ("LC_ALL=C sort", 0, "env LC_ALL=C sort"),
+        ("gen | LC_ALL=C sort -r", 6, "env LC_ALL=C sort -r"),
+        ("gen | A=1 _B=2 gzip -c | count", 6, "env A=1 _B=2 gzip -c"),
+    ] {
+        let d = parse(src, &r).unwrap_err();
+        assert_eq!(d.kind, DiagKind::ShellSyntax, "{src}: {d}");
+        assert_eq!(d.span.start, at, "{src}: {d}");
+        assert!(d.message.contains("environment assignment"), "{src}: {d}");
+        let help = d.help.as_deref().unwrap_or("");
+        assert!(help.contains(&format!("bash -c '{}'", src)), "{src}: {d}");
+        assert!(help.contains(env), "{src}: {d}");
+    }
+    // Before a native filter it is an option in the wrong place, as before.
+    let d = parse("gen | size=3 count", &r).unwrap_err();
+    assert_eq!(d.kind, DiagKind::BadOption, "{d}");
+    // Quoted or after the command, the word is the command's.
+    p("gen | cat A=1");
+}
+
 #[test]
 fn loops_need_for() {
     // A cycle through a for is fine, also when the for is not where the cycle was closed.

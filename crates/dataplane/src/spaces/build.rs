@@ -113,6 +113,7 @@ impl Spaces {
         let placement = place(g)?;
         check_joins(g, &placement, factory)?;
         let (parts, cross) = split(g, &placement);
+        let run_labels = crate::runtime::run_labels(g);
         let here = |s: SpaceId| placement.kind(s) != SpaceKind::Process;
         // Channel errors name the consuming node.
         let at = |e: &Edge| (base_name(&g.nodes[e.to]), span_of(&g.nodes[e.to]));
@@ -343,7 +344,12 @@ impl Spaces {
                 format!("build space {}", space_name(&placement, id)),
                 |b| {
                     inject((labels_of(g, &placement, id), None))?;
-                    let mut space = Space::build(&parts[&id].graph, &b.chans, scratch)?;
+                    let mut space = Space::build_labelled(
+                        &parts[&id].graph,
+                        &b.chans,
+                        scratch,
+                        &parts[&id].labels(&run_labels),
+                    )?;
                     // A space that feeds another space of this process keeps its rings in
                     // shared memory, so the consumer reads its blocks in place.
                     if cross

@@ -124,7 +124,8 @@ pub fn run_process_space(
         inner: factory,
         endpoints: Mutex::new(endpoints),
     };
-    let mut space = match Space::build(&part.graph, &f, scratch) {
+    let labels = part.labels(&crate::runtime::run_labels(g));
+    let mut space = match Space::build_labelled(&part.graph, &f, scratch, &labels) {
         Ok(s) => s,
         Err(e) => return fail_build(e),
     };

@@ -205,6 +205,7 @@ pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
                     counters,
                     summary,
                     classes: Vec::new(),
+                    space: String::new(),
                 });
             }
             ["arc", from, to, blocks, bytes] => {

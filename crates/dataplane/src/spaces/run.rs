@@ -373,6 +373,22 @@ impl Spaces {
             rep.status = rep.status.or(part.status);
         }
         rep.join_channels();
+        if !multi {
+            for n in &mut rep.nodes {
+                n.space = "0".into();
+            }
+        }
+        let (nodes, arcs) = crate::runtime::fold_internal(&rep.nodes, &rep.arcs);
+        rep.nodes = nodes;
+        rep.arcs = arcs;
+        // A warning a copy gave names the user's node (`tcpstream: ...`, not `tcpstream~2`).
+        for w in &mut rep.warnings {
+            if let Some((head, rest)) = w.split_once(": ") {
+                if head.contains('~') && !head.contains(' ') {
+                    *w = format!("{}: {rest}", crate::runtime::user_label(head).0);
+                }
+            }
+        }
         let died = died.into_inner().expect("not poisoned");
         if !died.is_empty() {
             rep.died = Some(died.join("; "));

@@ -36,6 +36,17 @@ pub(super) struct Part {
     pub(super) origin: Vec<Option<usize>>,
 }
 
+impl Part {
+    /// Its nodes' labels as the whole run labels them ([`crate::runtime::run_labels`] of
+    /// the run's graph, `run`); empty for the channel endpoints (labelled in the space).
+    pub(super) fn labels(&self, run: &[String]) -> Vec<String> {
+        self.origin
+            .iter()
+            .map(|o| o.and_then(|i| run.get(i).cloned()).unwrap_or_default())
+            .collect()
+    }
+}
+
 fn endpoint(kind: &str, ch: usize) -> Node {
     Node {
         id: 0,
