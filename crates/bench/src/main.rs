@@ -20,6 +20,7 @@ mod kafka;
 mod legacy;
 mod legacy_dns;
 mod legacy_pipes;
+mod meter;
 mod net;
 mod pattern;
 mod pcap;
