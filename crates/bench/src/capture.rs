@@ -329,7 +329,11 @@ fn judge<T>(
     if v.resolved() {
         return Ok(Some(v));
     }
-    let why = format!("{what}: its extra CPU ({:.0} ns/packet, median of {} rounds, standard error {:.0}) cannot be told from the sender's own noise: too noisy to measure", v.ns, xs.len(), v.se);
+    let why = if xs.len() < 2 {
+        format!("{what}: one round gives no estimate of the noise")
+    } else {
+        format!("{what}: its extra CPU ({:.0} ns/packet, median of {} rounds, standard error {:.0}) cannot be told from the sender's own noise: too noisy to measure", v.ns, xs.len(), v.se)
+    };
     if quick {
         println!("  {why}; quick mode leaves out the figures that need it");
         Ok(None)

@@ -337,7 +337,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             ));
         }
     }
-    if !unmeasured.is_empty() {
+    if !unmeasured.is_empty() && quick && all.iter().all(|s| s.len() < 2) {
+        println!("quick mode: one round gives no estimate of the noise; the ratios are left out");
+    } else if !unmeasured.is_empty() {
         let what = format!(
             "cannot be told from the sender's own noise (too noisy to measure): {}",
             unmeasured.join("; ")

@@ -509,7 +509,11 @@ mod tests {
     fn the_sender_thread_and_a_childs_tree_are_charged() {
         let m = Meter::new();
         // A grandchild that spins: the tree must reach it.
-        let mut c = std::process::Command::new("sh")
+        // In a process group of its own, killed whole at the end (a tree that missed the
+        // grandchild must not leave it spinning).
+        let mut c = std::process::Command::new("sh");
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
+        let mut c = c
             .args(["-c", "sh -c 'while :; do :; done' & wait"])
             .spawn()
             .unwrap();
@@ -525,9 +529,9 @@ mod tests {
             r1 = m.read(&[pid]).unwrap();
         }
         let grandchildren = tree(&[pid]);
-        for p in &grandchildren {
-            let _ = std::process::Command::new("kill").args(["-KILL", &p.to_string()]).status();
-        }
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .status();
         let _ = c.wait();
         assert_eq!(grandchildren.len(), 2, "sh and its child: {grandchildren:?}");
         assert!(r1.sender > r0.sender, "this thread's CPU is read");
