@@ -19,23 +19,28 @@
 //! - **AF_XDP vs AF_PACKET**: `rx impl=xdp | count` and `rx impl=packet | count` run in
 //!   the namespace on its end of the pair (where the traffic arrives): CPU per packet.
 //!
-//! CPU of the first two (the figures against a peer) is system-wide, as `legacy` measures
-//! it: busy time of all CPUs from /proc/stat (softirq and irq included: the kernel's
-//! per-packet work, the socket filter and the copy into a capture ring, runs there or in
-//! the sender's system calls, charged to no capturing process) over the window, minus the
-//! sender alone at the same rate (measured before each round, the median counts). Counts
-//! are checked first (captured + dropped = sent, plus a little background traffic, for
-//! every run; the bpf placements against the port-7 packets sent); drops, if any, are
-//! named in the figure's note, and CPU is per packet taken. Until 2026-11-27 these figures
-//! used the capturing process' own CPU per packet sent, drops unchecked. The CPU of the
-//! capturing process alone (/proc/PID/task/*/schedstat) is printed beside it, and is what
-//! the last two measure. Needs root (namespaces, CAP_NET_RAW).
+//! CPU of the first two (the figures against a peer) is measured by [`crate::meter`]: the
+//! CPU time charged to the sending thread (whose system calls run the transmit path, the
+//! capture sockets' taps and the receive softirq), the capturing process and its
+//! descendants, and the softirq threads (plus /proc/stat's irq and softirq time on a
+//! kernel that accounts it apart), in windows interleaved with the sender alone at the
+//! same rate (A B1 A B2 ... A); a configuration's extra CPU is its window's minus the
+//! sender alone's per packet sent around it, per packet it took; the median over rounds,
+//! rounds added until it is settled. Counts are checked first (captured + dropped = sent,
+//! plus a little background traffic, for every run; the bpf placements against the port-7
+//! packets sent); drops, if any, are named in the figure's note. A median that cannot be
+//! told from noise (not twice its standard error) fails a full run. Until 2026-11-27 these
+//! figures used the capturing process' own CPU per packet sent, drops unchecked; until
+//! 2026-11-28 /proc/stat's machine-wide busy time, which other load moved by more than the
+//! cheap configurations cost. The capturing process' own CPU is printed beside it, and is
+//! what the last two measure. Needs root (namespaces, CAP_NET_RAW).
 //!
 //! Every capture is a child killed if the benchmark dies, stopped with SIGINT and killed
 //! (failing the run) if it has not stopped 10 s later; the namespace is removed on every
 //! exit (errors by its destructor; signals and the watchdog by
 //! [`crate::util::remove_netns_on_abnormal_exit`]).
 
+use crate::meter::{Budget, Meter, Window};
 use crate::proc;
 use crate::util::{err, watchdog, Result, Summary, Target};
 use kernel::netns::Veth;
@@ -50,7 +55,7 @@ pub struct Args {
     #[arg(long)]
     pps: Option<u64>,
     /// Seconds of traffic per configuration.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 2.0)]
     secs: f64,
 }
 
@@ -101,6 +106,20 @@ pub(crate) fn send_sized(
     flows: u16,
     size: usize,
 ) -> Result<(u64, f64)> {
+    send_paced(src, dst, pps, secs, flows, size, Duration::from_micros(200))
+}
+
+/// [`send_sized`] waking every `tick` (what is due goes in `sendmmsg` batches of up to 64):
+/// a longer tick costs the sender fewer wake-ups per packet.
+pub(crate) fn send_paced(
+    src: &str,
+    dst: &str,
+    pps: u64,
+    secs: f64,
+    flows: u16,
+    size: usize,
+    tick: Duration,
+) -> Result<(u64, f64)> {
     let socks: Vec<UdpSocket> = (0..flows)
         .map(|_| UdpSocket::bind(format!("{src}:0")))
         .collect::<std::io::Result<_>>()
@@ -130,7 +149,7 @@ pub(crate) fn send_sized(
                 Err(e) => return Err(err(format!("sendmmsg to {dst}: {e}"))),
             }
         }
-        std::thread::sleep(Duration::from_micros(200));
+        std::thread::sleep(tick);
     }
     Ok((sent, t0.elapsed().as_secs_f64()))
 }
@@ -195,35 +214,21 @@ struct Load {
 
 /// One capture's measured window.
 struct Run {
-    /// Packets sent in the window, and the seconds the sending took.
-    sent: u64,
-    took: f64,
-    /// CPU seconds of the capturing process (all its threads) over the window.
-    proc_cpu: f64,
-    /// Busy CPU seconds of the whole machine over the window (/proc/stat, softirq and irq
-    /// included).
-    busy: f64,
+    /// Packets sent, seconds, CPU charged and the capture's own (see [`crate::meter`]).
+    w: Window,
     /// What the capture printed on stderr (its counts).
     stderr: String,
-}
-
-impl Run {
-    /// CPU seconds the capture cost the machine: busy time over the window minus what the
-    /// sender alone costs at the same rate (`base`, busy seconds per second of sending).
-    fn extra(&self, base: f64) -> f64 {
-        self.busy - base * self.took
-    }
 }
 
 /// How long a capture may take to stop after SIGINT.
 const STOP_WITHIN: Duration = Duration::from_secs(10);
 
-/// One capture: start `cmd` (killed if we die), send traffic in a window measured as
-/// `legacy` measures its readers ([`crate::legacy::window_flows`]: machine-wide busy CPU
-/// and the capture's own), stop it with SIGINT. A capture that has not stopped
+/// One capture: start `cmd` (killed if we die), send traffic in a measured window
+/// ([`crate::meter::window`]: the CPU charged to the sender, the capture's processes and
+/// the softirq threads), stop it with SIGINT. A capture that has not stopped
 /// [`STOP_WITHIN`] after SIGINT is killed and fails the run (it used to be waited for
 /// without bound).
-fn measure(v: &Veth, mut cmd: Command, a: &Load, flows: u16) -> Result<Run> {
+fn measure(v: &Veth, m: &Meter, mut cmd: Command, a: &Load, flows: u16) -> Result<Run> {
     proc::kill_with_us(&mut cmd);
     let mut child: Child = cmd
         .stdout(Stdio::null())
@@ -239,7 +244,8 @@ fn measure(v: &Veth, mut cmd: Command, a: &Load, flows: u16) -> Result<Run> {
     });
     let timed = (|| {
         std::thread::sleep(Duration::from_millis(800));
-        let (sent, took, busy, proc_cpu) = crate::legacy::window_flows(
+        let w = crate::meter::window(
+            m,
             &v.here_ip,
             &v.peer_ip,
             a.pps,
@@ -247,11 +253,15 @@ fn measure(v: &Veth, mut cmd: Command, a: &Load, flows: u16) -> Result<Run> {
             64,
             flows,
             &[child.id()],
+            DRAIN,
         )?;
-        if took > a.secs * 1.1 {
-            return Err(err(format!("the sender kept only {:.0} of the {} packets/s offered (with {:?} capturing); give a lower --pps", sent as f64 / took, a.pps, cmd.get_program())));
+        // Figures are per packet sent or taken in the window, so a sender a little behind
+        // (the capture takes CPU from it, or other load does) is measured fairly; one that
+        // kept under 80% of the rate changed the load under test.
+        if w.took > a.secs * 1.25 {
+            return Err(err(format!("the sender kept only {:.0} of the {} packets/s offered (with {:?} capturing); give a lower --pps", w.sent as f64 / w.took, a.pps, cmd.get_program())));
         }
-        Ok((sent, took, busy, proc_cpu))
+        Ok(w)
     })();
     // Stopped however the measurement went: a failed one must not leave it capturing.
     let _ = Command::new("kill")
@@ -273,7 +283,7 @@ fn measure(v: &Veth, mut cmd: Command, a: &Load, flows: u16) -> Result<Run> {
         }
     };
     let stderr = said.join().unwrap_or_default();
-    let (sent, took, busy, proc_cpu) = timed?;
+    let w = timed?;
     let status = status.map_err(|e| err(format!("{e}; its stderr:\n{stderr}")))?;
     // Stopped by our SIGINT: `streamline run` exits 130 then, tcpdump 0.
     if !(status.success() || status.code() == Some(128 + libc::SIGINT)) {
@@ -281,51 +291,55 @@ fn measure(v: &Veth, mut cmd: Command, a: &Load, flows: u16) -> Result<Run> {
             "{cmd:?} failed ({status}); its stderr:\n{stderr}"
         )));
     }
-    Ok(Run {
-        sent,
-        took,
-        proc_cpu,
-        busy,
-        stderr,
-    })
+    Ok(Run { w, stderr })
 }
 
-/// Runs each capture `reps` times, alternating between them, each round after a window of
-/// the sender alone (the baseline). Returns per capture its runs, and the median baseline
-/// (busy CPU seconds per second of sending with no capture). A single 3 s run varied by a
-/// third on our VMs.
-fn rounds(
-    v: &Veth,
-    a: &Load,
-    reps: usize,
-    makers: &[&dyn Fn() -> Command],
-) -> Result<(Vec<Vec<Run>>, f64)> {
-    let mut runs: Vec<Vec<Run>> = makers.iter().map(|_| Vec::new()).collect();
-    let mut bases = Vec::new();
-    for _ in 0..reps.max(1) {
-        let (_, took, busy, _) =
-            crate::legacy::window(&v.here_ip, &v.peer_ip, a.pps, a.secs, 64, &[])?;
-        bases.push(busy / took);
-        for (k, make) in makers.iter().enumerate() {
-            runs[k].push(measure(v, make(), a, 1)?);
-        }
+/// The sender alone, measured as a capture is (the same rate, length and pause).
+fn alone(v: &Veth, m: &Meter, a: &Load) -> Result<Window> {
+    crate::meter::window(m, &v.here_ip, &v.peer_ip, a.pps, a.secs, 64, 1, &[], DRAIN)
+}
+
+/// The pause after the sending inside every window: longer than the 1000 ms block timeout
+/// of tcpdump and of `latency=1000`, so what was sent is read inside the window (a
+/// capture stopped with frames in a block it had not been handed yet counted fewer than
+/// were sent).
+const DRAIN: Duration = Duration::from_millis(1100);
+
+/// Each configuration's rounds: the samples' figures, sorted, for the log; and the
+/// verdict. A configuration that cannot be told from noise fails a full run; a quick run
+/// (CI's smoke test) says so and the figures that need it are left out (None).
+fn judge<T>(
+    what: &str,
+    s: &[crate::meter::Sample<T>],
+    quick: bool,
+) -> Result<Option<crate::meter::Verdict>> {
+    let xs: Vec<f64> = s.iter().map(|x| x.extra_ns).collect();
+    let v = crate::meter::Verdict::of(&xs);
+    let mut sorted = xs.clone();
+    sorted.sort_by(f64::total_cmp);
+    let busy = crate::meter::median(&s.iter().map(|x| x.extra_busy_ns).collect::<Vec<_>>());
+    let own = crate::meter::median(&s.iter().map(|x| x.own_ns).collect::<Vec<_>>());
+    println!(
+        "  {what}: extra {:.0} +- {:.0} ns/packet (median +- its standard error over {} rounds: {}); its processes' own {own:.0}; machine-wide busy {busy:.0}",
+        v.ns,
+        v.se,
+        xs.len(),
+        sorted.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" ")
+    );
+    if v.resolved() {
+        return Ok(Some(v));
     }
-    bases.sort_by(f64::total_cmp);
-    Ok((runs, bases[bases.len() / 2]))
-}
-
-/// The run with the median system-wide CPU per packet (`per` gives each run's packets),
-/// and all runs' figures in ns/packet, sorted.
-fn median_of(mut r: Vec<Run>, base: f64, per: impl Fn(&Run) -> u64) -> (Run, String) {
-    let ns = |x: &Run| x.extra(base) * 1e9 / per(x).max(1) as f64;
-    r.sort_by(|x, y| ns(x).total_cmp(&ns(y)));
-    let all = r
-        .iter()
-        .map(|x| format!("{:.0}", ns(x)))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mid = r.swap_remove(r.len() / 2);
-    (mid, all)
+    let why = if xs.len() < 2 {
+        format!("{what}: one round gives no estimate of the noise")
+    } else {
+        format!("{what}: its extra CPU ({:.0} ns/packet, median of {} rounds, standard error {:.0}) cannot be told from the sender's own noise: too noisy to measure", v.ns, xs.len(), v.se)
+    };
+    if quick {
+        println!("  {why}; quick mode leaves out the figures that need it");
+        Ok(None)
+    } else {
+        Err(err(why))
+    }
 }
 
 /// Packets that background traffic (ARP, IPv6 neighbour discovery) may add to a capture
@@ -418,15 +432,17 @@ fn dropped_in(stderr: &str) -> u64 {
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
-    watchdog(Duration::from_secs(600));
+    watchdog(Duration::from_secs(if quick { 600 } else { 1500 }));
+    crate::meter::favour()?;
     let sl = streamline()?;
     let v = veth()?;
+    let m = Meter::new();
     let dev = v.here.clone();
     let secs = if quick { 1.0 } else { a.secs };
     // The offered rate: what this machine's sender keeps with nothing else running, a third
     // of it (the capture under test shares the 2 CPUs with the sender), unless given.
-    let alone = max_rate(&v.here_ip, &v.peer_ip, if quick { 0.5 } else { 1.0 }, 64)?;
-    let pps = a.pps.unwrap_or((alone / 3.0) as u64).max(1000);
+    let alone_pps = max_rate(&v.here_ip, &v.peer_ip, if quick { 0.5 } else { 1.0 }, 64)?;
+    let pps = a.pps.unwrap_or((alone_pps / 3.0) as u64).max(1000);
     println!(
         "streamline-bench capture ({} mode): {} packets/s of 64-byte UDP for {} s on veth {dev}",
         if quick { "quick" } else { "full" },
@@ -436,7 +452,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let given = a.pps.is_some();
     let a = Load { pps, secs };
     println!(
-        "offered rate: {} packets/s ({}; the sender alone keeps {alone:.0})",
+        "offered rate: {} packets/s ({}; the sender alone keeps {alone_pps:.0})",
         a.pps,
         if given {
             "--pps"
@@ -444,13 +460,15 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             "a third of what the sender keeps"
         }
     );
+    println!("{}", m.describe());
+    println!("each round: the sender alone, then each configuration followed by the sender alone again (A B1 A B2 ... A); a configuration's extra CPU is its window's minus the sender alone's per packet sent (the two windows around it) times its packets sent, per packet it took");
     let mut summary = Summary::default();
     summary.add(
         "capture_offered_pps",
         a.pps as f64,
         None,
         format!(
-            "the offered rate ({}; the sender alone keeps {alone:.0} packets/s)",
+            "the offered rate ({}; the sender alone keeps {alone_pps:.0} packets/s)",
             if given {
                 "--pps"
             } else {
@@ -463,124 +481,114 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         c.args(["--socket", "none", "run", "-q", &pipeline]);
         c
     };
+    // Rounds: at least 3 (1 quick), more until every configuration's median is settled,
+    // up to 15 or the section's time.
+    let budget = |configs: usize| Budget {
+        min_rounds: if quick { 1 } else { 3 },
+        max_rounds: if quick { 1 } else { 15 },
+        time: Duration::from_secs_f64(if quick { 0.0 } else { configs as f64 * 45.0 }),
+    };
 
     println!("\n== bpf \"udp dst port 7\" (1% of the traffic): kernel vs user placement ==");
-    println!("CPU: system-wide busy time (/proc/stat: user, system, irq, softirq, ...) over the window, minus the sender alone at the same rate (measured each round),");
     println!("per packet the capture took (sent - dropped); the counts must add up: matched + dropped = port-7 packets sent (kernel),");
     println!("handed to user space + dropped = sent (+ background) and matched = port-7 packets sent unless some were dropped (user)");
-    let reps = if quick { 1 } else { 3 };
-    // Both placements under each receive scheme, alternating round by round: the default
-    // (batching=adaptive, seed 002's Algorithm 2), today's fixed 10 ms block timeout, and
-    // the fixed scheme at tcpdump's 1000 ms.
+    // Both placements under each receive scheme: the default (batching=adaptive, seed
+    // 002's Algorithm 2), today's fixed 10 ms block timeout, and the fixed scheme at
+    // tcpdump's 1000 ms.
     let settings = [
         ("", "", Some(Target::AtLeast(5.0))),
         (" batching=fixed", "_fixed", None),
         (" batching=fixed latency=1000", "_1000ms", None),
     ];
-    let makers: Vec<Box<dyn Fn() -> Command>> = settings
-        .iter()
-        .flat_map(|(opt, _, _)| {
-            let run_sl = &run_sl;
-            let dev = &dev;
-            [
-                Box::new(move || {
-                    run_sl(format!(
-                        "rx dev={dev}{opt} | bpf \"udp dst port 7\" | count"
-                    ))
-                }) as Box<dyn Fn() -> Command>,
-                Box::new(move || {
-                    run_sl(format!(
-                        "rx dev={dev}{opt} | bpf \"udp dst port 7\" placed=user | count"
-                    ))
-                }),
-            ]
-        })
-        .collect();
-    let refs: Vec<&dyn Fn() -> Command> = makers.iter().map(|m| m.as_ref()).collect();
-    let (all, base) = rounds(&v, &a, reps, &refs)?;
-    println!(
-        "the sender alone (median of {reps} round(s)): {:.1}% of one CPU busy, machine-wide",
-        base * 100.0
-    );
-    // Check every run's counts before any figure.
-    for (k, runs) in all.iter().enumerate() {
+    let mut pipelines = Vec::new();
+    let mut names = Vec::new();
+    for (opt, suffix, _) in &settings {
+        pipelines.push(format!("rx dev={dev}{opt} | bpf \"udp dst port 7\" | count"));
+        pipelines.push(format!(
+            "rx dev={dev}{opt} | bpf \"udp dst port 7\" placed=user | count"
+        ));
+        names.push(format!("kernel{suffix}"));
+        names.push(format!("user{suffix}"));
+    }
+    let taken = |r: &Run| r.w.sent - dropped_in(&r.stderr).min(r.w.sent);
+    // Every run's counts are checked as it comes, before any figure.
+    let check_bpf = |k: usize, r: &Run| -> Result<u64> {
         let (opt, _, _) = settings[k / 2];
         let kernel = k % 2 == 0;
-        for r in runs {
-            let (matched, delivered, dropped) = ours_counts(&r.stderr)?;
-            let port7 = r.sent.div_ceil(100);
-            let what = format!(
-                "bpf placed {}{opt}",
-                if kernel {
-                    "in the kernel"
-                } else {
-                    "in user space"
-                }
-            );
+        let (matched, delivered, dropped) = ours_counts(&r.stderr)?;
+        let port7 = r.w.sent.div_ceil(100);
+        let what = format!(
+            "bpf placed {}{opt}",
             if kernel {
-                if matched + dropped != port7 {
-                    return Err(err(format!("{what}: {matched} matched + {dropped} dropped, but {port7} packets to port 7 were sent: the counts do not add up")));
-                }
+                "in the kernel"
             } else {
-                check_all(&what, r.sent, delivered, dropped)?;
-                if matched > port7 || (dropped == 0 && matched != port7) {
-                    return Err(err(format!("{what}: {matched} matched of {port7} packets to port 7 sent ({dropped} dropped): the counts do not add up")));
-                }
+                "in user space"
+            }
+        );
+        if kernel {
+            if matched + dropped != port7 {
+                return Err(err(format!("{what}: {matched} matched + {dropped} dropped, but {port7} packets to port 7 were sent: the counts do not add up")));
+            }
+        } else {
+            check_all(&what, r.w.sent, delivered, dropped)?;
+            if matched > port7 || (dropped == 0 && matched != port7) {
+                return Err(err(format!("{what}: {matched} matched of {port7} packets to port 7 sent ({dropped} dropped): the counts do not add up")));
             }
         }
-    }
-    let taken = |r: &Run| r.sent - dropped_in(&r.stderr).min(r.sent);
-    let mut picked = all.into_iter().map(|runs| median_of(runs, base, taken));
-    let pairs: Vec<_> = settings
-        .iter()
-        .map(|_| (picked.next().expect("pairs"), picked.next().expect("pairs")))
-        .collect();
-    for ((opt, _, _), (k, u)) in settings.iter().zip(&pairs) {
-        println!(
-            "system CPU ns/packet of each round, sorted{}: kernel {}; user {} (the median run is shown)",
-            if opt.is_empty() {
-                " (batching=adaptive, the default)".to_string()
-            } else {
-                format!(" ({})", opt.trim())
-            },
-            k.1,
-            u.1
-        );
+        Ok(taken(r))
+    };
+    let all = crate::meter::interleave(
+        &names,
+        &budget(pipelines.len()),
+        || alone(&v, &m, &a),
+        |k| {
+            let cmd = crate::meter::on_capture_cpus(run_sl(pipelines[k].clone()));
+            let r = measure(&v, &m, cmd, &a, 1)?;
+            Ok((r.w, r))
+        },
+        |k, _, r| check_bpf(k, r),
+    )?;
+    println!("extra CPU per packet taken, per configuration:");
+    let mut verdicts = Vec::new();
+    for (k, s) in all.iter().enumerate() {
+        verdicts.push(judge(&format!("`{}`", pipelines[k]), s, quick)?);
     }
     println!(
-        "{:<10} {:>10} {:>9} {:>14} {:>9} {:>12} {:>12}",
-        "placement", "sent", "matched", "to user space", "dropped", "sys ns/pkt", "proc ns/pkt"
+        "{:<10} {:>10} {:>9} {:>14} {:>9} {:>12} {:>12}   (the round with the median figure)",
+        "placement", "sent", "matched", "to user space", "dropped", "ns/pkt", "own ns/pkt"
     );
-    for ((opt, suffix, target), ((k, _), (u, _))) in settings.iter().zip(&pairs) {
+    for (i, (opt, suffix, target)) in settings.iter().enumerate() {
         let tail = if opt.is_empty() {
             String::new()
         } else {
             format!("   ({})", opt.trim())
         };
-        let mut per = Vec::new();
-        for (name, r) in [("kernel", k), ("user", u)] {
-            let (matched, delivered, dropped) = ours_counts(&r.stderr)?;
-            let n = taken(r).max(1) as f64;
-            let (sys_ns, proc_ns) = (r.extra(base) * 1e9 / n, r.proc_cpu * 1e9 / n);
+        let mut drops = Vec::new();
+        for (j, name) in ["kernel", "user"].iter().enumerate() {
+            let s = &all[2 * i + j];
+            let mut order: Vec<usize> = (0..s.len()).collect();
+            order.sort_by(|&x, &y| s[x].extra_ns.total_cmp(&s[y].extra_ns));
+            let mid = &s[order[order.len() / 2]];
+            let (matched, delivered, dropped) = ours_counts(&mid.data.stderr)?;
             println!(
-                "{name:<10} {:>10} {matched:>9} {delivered:>14} {dropped:>9} {sys_ns:>12.0} {proc_ns:>12.0}{tail}",
-                r.sent
+                "{name:<10} {:>10} {matched:>9} {delivered:>14} {dropped:>9} {:>12.0} {:>12.0}{tail}",
+                mid.w.sent, mid.extra_ns, mid.own_ns
             );
-            if r.extra(base) <= 0.0 {
-                return Err(err(format!("bpf placed {name}{opt}: the machine was no busier with the capture than with the sender alone ({:.3} s vs {:.3} s over {:.2} s): too noisy to measure", r.busy, base * r.took, r.took)));
-            }
-            per.push((sys_ns, dropped));
+            drops.push(s.iter().map(|x| dropped_in(&x.data.stderr)).sum::<u64>());
         }
-        let ((kernel_ns, kd), (user_ns, ud)) = (per[0], per[1]);
-        let drops = if kd + ud > 0 {
-            format!("; DROPS: kernel {kd}, user {ud} (per packet taken)")
+        let (Some(kv), Some(uv)) = (verdicts[2 * i], verdicts[2 * i + 1]) else {
+            continue;
+        };
+        let (kernel_ns, user_ns) = (kv.ns, uv.ns);
+        let drops = if drops[0] + drops[1] > 0 {
+            format!("; DROPS over all rounds: kernel {}, user {} (figures per packet taken)", drops[0], drops[1])
         } else {
             "; no drops".to_string()
         };
         let note = if opt.is_empty() {
-            format!("system-wide CPU per packet, sender's own cost taken out, batching=adaptive (the default): user {user_ns:.0} ns vs kernel {kernel_ns:.0} ns{drops}")
+            format!("CPU per packet taken (sender, capture, softirq; the sender alone's cost per packet sent taken out), median of {} interleaved rounds, batching=adaptive (the default): user {user_ns:.0} +- {:.0} ns vs kernel {kernel_ns:.0} +- {:.0} ns{drops}", all[2 * i].len(), uv.se, kv.se)
         } else {
-            format!("the same with{opt} for both placements: user {user_ns:.0} ns vs kernel {kernel_ns:.0} ns{drops}")
+            format!("the same with{opt} for both placements: user {user_ns:.0} +- {:.0} ns vs kernel {kernel_ns:.0} +- {:.0} ns{drops}", uv.se, kv.se)
         };
         summary.add(
             &format!("kernel_vs_user_bpf_user_cycles_per_packet{suffix}"),
@@ -591,114 +599,100 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     }
 
     println!("\n== Capturing everything: rx | count vs tcpdump -w /dev/null ==");
-    println!("CPU: system-wide, minus the sender alone, per packet captured; captured + dropped must equal sent (+ background) for each");
+    println!("per packet captured; captured + dropped must equal sent (+ background) for each");
+    let names = [
+        "streamline".to_string(),
+        "tcpdump".to_string(),
+        "streamline batching=fixed".to_string(),
+    ];
     let td = || {
         let mut c = Command::new("tcpdump");
         c.args(["-i", &dev, "-w", "/dev/null", "-q"]);
         c
     };
-    let (all, base) = rounds(
-        &v,
-        &a,
-        reps,
-        &[&|| run_sl(format!("rx dev={dev} | count")), &td, &|| {
-            run_sl(format!("rx dev={dev} batching=fixed | count"))
-        }],
-    )?;
-    println!(
-        "the sender alone (median of {reps} round(s)): {:.1}% of one CPU busy, machine-wide",
-        base * 100.0
-    );
+    let make = |k: usize| match k {
+        0 => run_sl(format!("rx dev={dev} | count")),
+        1 => td(),
+        _ => run_sl(format!("rx dev={dev} batching=fixed | count")),
+    };
     // (captured, dropped) of a run, checked against what was sent.
-    let counts = |r: &Run, tcpdump: bool, what: &str| -> Result<(u64, u64)> {
-        let (c, d) = if tcpdump {
+    let counts = |r: &Run, k: usize| -> Result<(u64, u64)> {
+        let (c, d) = if k == 1 {
             tcpdump_counts(&r.stderr)?
         } else {
             let (c, _, d) = ours_counts(&r.stderr)?;
             (c, d)
         };
-        check_all(what, r.sent, c, d)?;
+        check_all(&names[k], r.w.sent, c, d)?;
         Ok((c, d))
     };
-    let names = ["streamline", "tcpdump", "streamline batching=fixed"];
-    for (k, runs) in all.iter().enumerate() {
-        for r in runs {
-            counts(r, k == 1, names[k])?;
-        }
-    }
-    let mut picked = Vec::new();
-    for (k, runs) in all.into_iter().enumerate() {
-        let tcpdump = k == 1;
-        let captured = |r: &Run| {
-            if tcpdump {
-                tcpdump_counts(&r.stderr).map_or(0, |x| x.0)
-            } else {
-                count_in(&r.stderr)
-            }
-        };
-        picked.push(median_of(runs, base, captured));
-    }
-    println!(
-        "system CPU ns/packet of each round, sorted: streamline {}; tcpdump {}; streamline batching=fixed {}",
-        picked[0].1, picked[1].1, picked[2].1
-    );
+    let all = crate::meter::interleave(
+        &names,
+        &budget(names.len()),
+        || alone(&v, &m, &a),
+        |k| {
+            let r = measure(&v, &m, crate::meter::on_capture_cpus(make(k)), &a, 1)?;
+            Ok((r.w, r))
+        },
+        |k, _, r| Ok(counts(r, k)?.0),
+    )?;
+    println!("extra CPU per packet captured, per configuration:");
     let mut per = Vec::new();
     for (k, label) in [
-        "streamline (batching=adaptive, default):",
-        "tcpdump (1000 ms timeout):              ",
-        "streamline (batching=fixed, 10 ms):     ",
+        "streamline (batching=adaptive, default)",
+        "tcpdump (1000 ms timeout)",
+        "streamline (batching=fixed, 10 ms)",
     ]
     .iter()
     .enumerate()
     {
-        let r = &picked[k].0;
-        let (c, d) = counts(r, k == 1, names[k])?;
-        let (sys_ns, proc_ns) = (
-            r.extra(base) * 1e9 / c.max(1) as f64,
-            r.proc_cpu * 1e9 / c.max(1) as f64,
-        );
-        println!(
-            "{label} {c} of {} packets captured, {d} dropped by the kernel, {sys_ns:.0} ns system CPU/packet ({proc_ns:.0} ns of its own process)",
-            r.sent
-        );
-        if r.extra(base) <= 0.0 {
-            return Err(err(format!("{}: the machine was no busier with the capture than with the sender alone ({:.3} s vs {:.3} s over {:.2} s): too noisy to measure", names[k], r.busy, base * r.took, r.took)));
-        }
-        per.push((sys_ns, d));
+        let s = &all[k];
+        let v = judge(label, s, quick)?;
+        let (c, d) = s.iter().try_fold((0, 0), |acc, r| {
+            counts(&r.data, k).map(|(c, d)| (acc.0 + c, acc.1 + d))
+        })?;
+        let sent: u64 = s.iter().map(|r| r.w.sent).sum();
+        println!("  {label}: {c} of {sent} packets captured over the rounds, {d} dropped by the kernel");
+        per.push((v, d));
     }
     let drops = |i: usize| {
         if per[1].1 + per[i].1 > 0 {
             format!(
-                "; DROPS: tcpdump {}, ours {} (per packet captured)",
+                "; DROPS over all rounds: tcpdump {}, ours {} (figures per packet captured)",
                 per[1].1, per[i].1
             )
         } else {
             "; no drops".to_string()
         }
     };
-    summary.add(
-        "capture_cpu_tcpdump_over_streamline",
-        per[1].0 / per[0].0,
-        Some(Target::AtLeast(1.5)),
-        format!("system-wide CPU (softirq included, the sender's own cost taken out) per packet captured at the same offered rate: tcpdump {:.0} ns (1000 ms timeout) vs ours {:.0} ns (batching=adaptive){}", per[1].0, per[0].0, drops(0)),
-    );
-    summary.add(
-        "capture_cpu_tcpdump_over_streamline_fixed",
-        per[1].0 / per[2].0,
-        None,
-        format!(
-            "the same with ours at batching=fixed (today's 10 ms block timeout): ours {:.0} ns{}",
-            per[2].0,
-            drops(2)
-        ),
-    );
+    if let (Some(o), Some(t)) = (per[0].0, per[1].0) {
+        summary.add(
+            "capture_cpu_tcpdump_over_streamline",
+            t.ns / o.ns,
+            Some(Target::AtLeast(1.5)),
+            format!("CPU per packet captured at the same offered rate (sender, capture, softirq; the sender alone's cost per packet sent taken out), median of {} interleaved rounds: tcpdump {:.0} +- {:.0} ns (1000 ms timeout) vs ours {:.0} +- {:.0} ns (batching=adaptive){}", all[0].len(), t.ns, t.se, o.ns, o.se, drops(0)),
+        );
+    }
+    if let (Some(o), Some(t)) = (per[2].0, per[1].0) {
+        summary.add(
+            "capture_cpu_tcpdump_over_streamline_fixed",
+            t.ns / o.ns,
+            None,
+            format!(
+                "the same with ours at batching=fixed (today's 10 ms block timeout): ours {:.0} +- {:.0} ns{}",
+                o.ns,
+                o.se,
+                drops(2)
+            ),
+        );
+    }
 
     println!("\n== Multi-queue receive: `rx queues=1` and `rx queues=2` (PACKET_FANOUT hash, one engine per queue), deflate per packet, 16 flows ==");
     let engines = |q: usize| run_sl(format!("rx dev={dev} queues={q} | deflate level=9 | count"));
-    let r1 = measure(&v, engines(1), &a, 16)?;
-    let (so, one) = (r1.sent, count_in(&r1.stderr));
-    let r2 = measure(&v, engines(2), &a, 16)?;
-    let (st, two) = (r2.sent, count_in(&r2.stderr));
+    let r1 = measure(&v, &m, engines(1), &a, 16)?;
+    let (so, one) = (r1.w.sent, count_in(&r1.stderr));
+    let r2 = measure(&v, &m, engines(2), &a, 16)?;
+    let (st, two) = (r2.w.sent, count_in(&r2.stderr));
     println!("1 engine:  {one} of {so} packets processed");
     println!("2 engines: {two} of {st} packets processed");
     summary.add("multiqueue_2_vs_1", two as f64 / one.max(1) as f64, None, format!("packets processed with 2 engines vs 1 at {} packets/s offered (2 CPUs, the sender shares them)", a.pps));
@@ -715,10 +709,10 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         ]);
         c
     };
-    let rx = measure(&v, in_ns("xdp"), &a, 1)?;
-    let rp = measure(&v, in_ns("packet"), &a, 1)?;
-    let (sx, cx, ex) = (rx.sent, rx.proc_cpu, rx.stderr);
-    let (sp, cp, ep) = (rp.sent, rp.proc_cpu, rp.stderr);
+    let rx = measure(&v, &m, in_ns("xdp"), &a, 1)?;
+    let rp = measure(&v, &m, in_ns("packet"), &a, 1)?;
+    let (sx, cx, ex) = (rx.w.sent, rx.w.own, rx.stderr);
+    let (sp, cp, ep) = (rp.w.sent, rp.w.own, rp.stderr);
     for (name, e) in [("AF_XDP", &ex), ("AF_PACKET", &ep)] {
         if count_in(e) == 0 {
             return Err(err(format!("{name}: nothing counted; its output:\n{e}")));

@@ -8,13 +8,17 @@
 //! 1472 bytes: 1514-byte frames; `--size` changes it). The offered rate comes from the
 //! machine: the sender (through a veth pair, `capture::send_sized`) is measured alone
 //! first, and the benchmark offers a share of what it keeps (`--load`, 5%), so that the
-//! readers' cost never throttles it and no reader drops. Each configuration runs `--reps` times (3), all
-//! configurations taking turns, and the median counts. CPU is measured
-//! system-wide (/proc/stat, all CPUs, all kinds of time: the kernel's per-socket copies
-//! run in the sender's context and in softirqs, not in the readers), minus what the same
-//! sending costs with no reader: what the readers and their capture path cost. Needs root.
+//! readers' cost never throttles it and no reader drops. CPU is measured by
+//! [`crate::meter`]: the CPU time charged to the sending thread (the kernel's per-socket
+//! copies and filters run in its system calls and the softirqs they raise), the readers,
+//! the daemon and its workers, and the softirq threads, in windows interleaved with the
+//! sender alone (A B1 A B2 ... A, at least `--reps` rounds, more until every median is
+//! settled); a configuration's extra CPU is its window's minus the sender alone's per
+//! packet sent around it, per packet sent. A median that cannot be told from noise fails a
+//! full run. Needs root.
 
 use crate::capture::{cpu_ns, max_rate, send_sized, veth};
+use crate::meter::{median, Budget, Meter};
 use crate::proc::{kill_with_us, machine_busy_secs};
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
 use std::io::BufRead;
@@ -23,8 +27,8 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Seconds of traffic per configuration.
-    #[arg(long, default_value_t = 3.0)]
+    /// Seconds of traffic per window.
+    #[arg(long, default_value_t = 2.0)]
     secs: f64,
     /// Share of the sender's measured rate to offer (the thesis' "moderate datastream":
     /// 5% of what one sender pushes through a veth pair, several hundred Mbit/s here).
@@ -133,12 +137,13 @@ pub(crate) fn window_flows(
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
-    watchdog(Duration::from_secs(900));
+    watchdog(Duration::from_secs(1500));
     if crate::daemon::euid()? != 0 {
         return Err(err(
             "this benchmark must run as root: it makes a veth pair and captures on it",
         ));
     }
+    crate::meter::favour()?;
     let (streamlined, streamline) = crate::daemon::binaries()?;
     let out = Command::new(&streamline)
         .args(["compat", "--print-dir"])
@@ -201,149 +206,166 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     } else {
         &[1, 2, 5, 10]
     };
-    // Per (readers, streamline?): the extra CPU of each round.
-    let mut extra: std::collections::BTreeMap<(usize, bool), Vec<f64>> = Default::default();
-    let mut bases = Vec::new();
-    println!(
-        "\n{:<5} {:<11} {:>7} {:>10} {:>14} {:>14} {:>12} {:>10} {:>9}",
-        "round",
-        "libpcap",
-        "readers",
-        "sent",
-        "readers+path",
-        "readers only",
-        "captured",
-        "dropped",
-        "ns/pkt"
-    );
-    for round in 0..reps {
-        // The sender alone, each round: what the configurations' CPU is measured above.
-        let (_, took, busy, _) = window(&here, &peer, pps, secs, size, &[])?;
-        bases.push(busy / took);
-        let base = median(&bases);
-        println!(
-            "{round:<5} {:<11} {:>7} {:>10} {:>13.1}%   (the sender alone; median so far {:.1}%)",
-            "-",
-            0,
-            "",
-            busy / took * 100.0,
-            base * 100.0
-        );
-        for &n in counts {
-            for on_streamline in [false, true] {
-                if a.only
-                    .as_deref()
-                    .is_some_and(|o| o != if on_streamline { "streamline" } else { "linux" })
-                {
-                    continue;
+    // The configurations: (readers, on ours?).
+    let configs: Vec<(usize, bool)> = counts
+        .iter()
+        .flat_map(|&n| [(n, false), (n, true)])
+        .filter(|&(_, sl)| {
+            a.only
+                .as_deref()
+                .is_none_or(|o| o == if sl { "streamline" } else { "linux" })
+        })
+        .collect();
+    let side = |sl: bool| if sl { "streamline" } else { "linux" };
+    let names: Vec<String> = configs
+        .iter()
+        .map(|&(n, sl)| format!("{n}/{}", side(sl)))
+        .collect();
+    let m = Meter::new();
+    let daemon_pid = daemon.child.as_ref().map_or(0, |c| c.id());
+    // The daemon and the workers it starts on the readers' CPUs, as the readers.
+    crate::meter::move_to_capture_cpus(daemon_pid)?;
+    println!("{}", m.describe());
+    // After the sending, longer than tcpdump's 1000 ms block timeout: what was sent is read
+    // inside the window.
+    let drain = Duration::from_millis(1100);
+
+    println!("(the daemon and its workers are charged in every window, the sender alone's too: idle on the system's libpcap)");
+    println!("each round: the sender alone, then each configuration followed by the sender alone again (A B1 A B2 ... A); a configuration's extra CPU is its window's minus the sender alone's per packet sent (the two windows around it) times its packets sent, per packet sent");
+    println!("\nextra CPU of readers and capture path per packet sent (ns), per round (readers/libpcap):");
+    let budget = Budget {
+        min_rounds: reps,
+        max_rounds: if quick { 1 } else { reps.max(15) },
+        time: Duration::from_secs_f64(if quick { 0.0 } else { configs.len() as f64 * 40.0 }),
+    };
+    let all = crate::meter::interleave(
+        &names,
+        &budget,
+        || crate::meter::window(&m, &here, &peer, pps, secs, size, 1, &[daemon_pid], drain),
+        |k| {
+            let (n, on_streamline) = configs[k];
+            let mut readers = Vec::new();
+            for f in filters.iter().cycle().take(n) {
+                let mut c = Command::new("tcpdump");
+                c.args(["-Z", "root", "-n", "-i", &dev, "-w", "/dev/null", f]);
+                if on_streamline {
+                    c.env("LD_LIBRARY_PATH", &compat)
+                        .env("STREAMLINE_SOCKET", &daemon.socket);
                 }
-                let mut readers = Vec::new();
-                for f in filters.iter().cycle().take(n) {
-                    let mut c = Command::new("tcpdump");
-                    c.args(["-Z", "root", "-n", "-i", &dev, "-w", "/dev/null", f]);
-                    if on_streamline {
-                        c.env("LD_LIBRARY_PATH", &compat)
-                            .env("STREAMLINE_SOCKET", &daemon.socket);
-                    }
-                    readers.push(start_reader(c)?);
-                }
-                std::thread::sleep(Duration::from_millis(300));
-                let pids: Vec<u32> = readers.iter().map(|r| r.child.id()).collect();
-                let measured = window(&here, &peer, pps, secs, size, &pids);
-                let totals: Vec<(u64, u64)> = readers.into_iter().map(stop_reader).collect();
-                let (sent, took, busy, own) = measured?;
-                // Every reader saw (captured or had dropped) what its filter matches of
-                // what was sent, on either libpcap; a reader that missed packets would
-                // make its side look cheaper than it is.
-                for (k, (f, t)) in filters.iter().cycle().zip(&totals).enumerate() {
-                    let want = matching(f, sent, size);
-                    // Captured, plus what the kernel took for it but it did not read (dropped,
-                    // or still in its ring when stopped).
-                    let got = t.0 + t.1;
-                    // Stray frames (ARP, IPv6 neighbour discovery) match the broad filters.
-                    if got < want || got > want + want / 100 + 20 {
-                        return Err(err(format!(
-                            "{} libpcap, {n} readers: reader {k} ('{f}') saw {got} packets ({} captured, {} dropped or unread) where its filter matches {want} of the {sent} sent",
-                            if on_streamline { "our" } else { "the system's" },
-                            t.0,
-                            t.1
-                        )));
-                    }
-                }
-                if took > secs * 1.15 {
-                    println!(
-                        "(the sender kept only {:.0} of {pps} packets/s here)",
-                        sent as f64 / took
-                    );
-                }
-                // May come out at or below zero in a round: the configuration cost less
-                // than the sender's own noise. Judged over the rounds, below.
-                let x = busy / took - base;
-                let captured: u64 = totals.iter().map(|t| t.0).sum();
-                let dropped: u64 = totals.iter().map(|t| t.1).sum();
+                readers.push(start_reader(crate::meter::on_capture_cpus(c))?);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            let mut roots: Vec<u32> = readers.iter().map(|r| r.child.id()).collect();
+            roots.push(daemon_pid);
+            let measured =
+                crate::meter::window(&m, &here, &peer, pps, secs, size, 1, &roots, drain);
+            let totals: Vec<(u64, u64)> = readers.into_iter().map(stop_reader).collect();
+            // Let a shared capture whose readers all left stop before the next window.
+            std::thread::sleep(Duration::from_millis(500));
+            let w = measured?;
+            if w.took > secs * 1.15 {
                 println!(
-                    "{round:<5} {:<11} {:>7} {:>10} {:>13.1}% {:>13.1}% {:>12} {:>10} {:>9.0}",
-                    if on_streamline { "streamline" } else { "linux" },
-                    n,
-                    sent,
-                    x * 100.0,
-                    own / took * 100.0,
-                    captured,
-                    dropped,
-                    x * took * 1e9 / sent.max(1) as f64
+                    "(the sender kept only {:.0} of {pps} packets/s here)",
+                    w.sent as f64 / w.took
                 );
-                extra.entry((n, on_streamline)).or_default().push(x);
-                // Let a shared capture whose readers all left stop before the next one.
-                std::thread::sleep(Duration::from_millis(500));
             }
-        }
-    }
-    println!("\nmedian CPU of readers and capture path (% of one CPU):");
-    for &n in counts {
-        let m = |sl: bool| extra.get(&(n, sl)).map_or(f64::NAN, |v| median(v) * 100.0);
-        println!(
-            "  {n:>2} readers: linux {:>6.1}%   streamline {:>6.1}%",
-            m(false),
-            m(true)
-        );
-    }
-    // A configuration whose median extra CPU is not above zero cost less than the sender's
-    // own run-to-run noise: no ratio can be taken from it. A full run fails naming it; a
-    // quick run (a smoke test) says so and leaves out the figures that need it.
+            Ok((w, totals))
+        },
+        |k, w, totals| {
+            let (n, on_streamline) = configs[k];
+            // Every reader saw (captured or had dropped) what its filter matches of
+            // what was sent, on either libpcap; a reader that missed packets would
+            // make its side look cheaper than it is.
+            for (i, (f, t)) in filters.iter().cycle().zip(totals).enumerate() {
+                let want = matching(f, w.sent, size);
+                // Captured, plus what the kernel took for it but it did not read (dropped,
+                // or still in its ring when stopped).
+                let got = t.0 + t.1;
+                // Stray frames (ARP, IPv6 neighbour discovery) match the broad filters.
+                if got < want || got > want + want / 100 + 20 {
+                    return Err(err(format!(
+                        "{} libpcap, {n} readers: reader {i} ('{f}') saw {got} packets ({} captured, {} dropped or unread) where its filter matches {want} of the {} sent",
+                        if on_streamline { "our" } else { "the system's" },
+                        t.0,
+                        t.1,
+                        w.sent
+                    )));
+                }
+            }
+            // The figure is per packet sent: the same traffic for every configuration.
+            Ok(w.sent)
+        },
+    )?;
+    println!(
+        "\n{:<7} {:<11} {:>14} {:>10} {:>12} {:>12} {:>10} {:>12}",
+        "readers", "libpcap", "ns/pkt", "+-", "% of a CPU", "own ns/pkt", "captured", "dropped"
+    );
+    // A configuration whose extra CPU cannot be told from the sender's own noise gives no
+    // ratio. A full run fails naming it; a quick run (a smoke test) says so and leaves
+    // out the figures that need it.
+    let mut at: std::collections::BTreeMap<(usize, bool), f64> = Default::default();
     let mut unmeasured = Vec::new();
-    for (&(n, sl), v) in &extra {
-        if median(v) <= 0.0 {
-            unmeasured.push((n, sl));
-            let what = format!(
-                "{n} readers on {} libpcap: the machine was no busier with them than with the sender alone (extra CPU per round: {}): too noisy to measure",
+    for (k, &(n, sl)) in configs.iter().enumerate() {
+        let s = &all[k];
+        let xs: Vec<f64> = s.iter().map(|x| x.extra_ns).collect();
+        let v = crate::meter::Verdict::of(&xs);
+        let own = median(&s.iter().map(|x| x.own_ns).collect::<Vec<_>>());
+        let captured: u64 = s.iter().flat_map(|x| x.data.iter()).map(|t| t.0).sum();
+        let dropped: u64 = s.iter().flat_map(|x| x.data.iter()).map(|t| t.1).sum();
+        println!(
+            "{n:<7} {:<11} {:>14.0} {:>10.0} {:>11.1}% {:>12.0} {:>10} {:>12}   rounds: {}; machine-wide busy {:.0}",
+            side(sl),
+            v.ns,
+            v.se,
+            v.ns * pps as f64 / 1e9 * 100.0,
+            own,
+            captured,
+            dropped,
+            xs.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" "),
+            median(&s.iter().map(|x| x.extra_busy_ns).collect::<Vec<_>>())
+        );
+        if v.resolved() {
+            at.insert((n, sl), v.ns);
+        } else {
+            unmeasured.push(format!(
+                "{n} readers on {} libpcap: extra CPU {:.0} ns per packet sent, standard error {:.0} over {} rounds ({})",
                 if sl { "our" } else { "the system's" },
-                v.iter().map(|x| format!("{:.1}%", x * 100.0)).collect::<Vec<_>>().join(", ")
-            );
-            if !quick {
-                return Err(err(what));
-            }
-            println!("{what}; quick mode leaves out the figures that need it");
+                v.ns,
+                v.se,
+                xs.len(),
+                xs.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", ")
+            ));
         }
     }
-    let at = |n: usize, sl: bool| extra.get(&(n, sl)).map_or(f64::NAN, |v| median(v));
-    let measured =
-        |a: (usize, bool), b: (usize, bool)| !unmeasured.contains(&a) && !unmeasured.contains(&b);
-    let mut s = Summary::default();
-    if measured((10, false), (10, true)) {
-        s.add("tcpdump_10_readers_linux_cpu_over_streamline", at(10, false) / at(10, true), Some(Target::AtLeast(4.0)), format!("CPU of 10 tcpdump readers plus their capture path (system-wide, the sender's own cost taken out) at {pps} packets/s of {size}-byte datagrams: system libpcap over ours"));
+    if !unmeasured.is_empty() && quick && all.iter().all(|s| s.len() < 2) {
+        println!("quick mode: one round gives no estimate of the noise; the ratios are left out");
+    } else if !unmeasured.is_empty() {
+        let what = format!(
+            "cannot be told from the sender's own noise (too noisy to measure): {}",
+            unmeasured.join("; ")
+        );
+        if !quick {
+            return Err(err(what));
+        }
+        println!("{what}; quick mode leaves out the figures that need it");
     }
-    if measured((10, true), (1, true)) {
+    let ratio = |x: (usize, bool), y: (usize, bool)| Some(at.get(&x)? / at.get(&y)?);
+    let mut s = Summary::default();
+    if let Some(r) = ratio((10, false), (10, true)) {
+        s.add("tcpdump_10_readers_linux_cpu_over_streamline", r, Some(Target::AtLeast(4.0)), format!("CPU of 10 tcpdump readers plus their capture path (sender, readers, daemon, softirq; the sender alone's cost per packet taken out; median of {} interleaved rounds) at {pps} packets/s of {size}-byte datagrams: system libpcap over ours", all[0].len()));
+    }
+    if let Some(r) = ratio((10, true), (1, true)) {
         s.add(
             "tcpdump_10_vs_1_readers_cpu_streamline",
-            at(10, true) / at(1, true),
+            r,
             Some(Target::AtMost(2.0)),
             "ours: 10 readers' CPU over 1 reader's",
         );
     }
-    if measured((1, false), (1, true)) {
+    if let Some(r) = ratio((1, false), (1, true)) {
         s.add(
             "tcpdump_1_reader_linux_cpu_over_streamline",
-            at(1, false) / at(1, true),
+            r,
             Some(Target::AtLeast(1.5)),
             "one reader: system libpcap over ours",
         );
@@ -371,16 +393,5 @@ fn matching(f: &str, sent: u64, size: usize) -> u64 {
         // Ethernet + IPv4 + UDP headers: 42 bytes.
         "len > 60" if size + 42 <= 60 => 0,
         _ => sent,
-    }
-}
-
-/// The median (the mean of the middle two for an even count).
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }

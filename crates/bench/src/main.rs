@@ -21,6 +21,7 @@ mod latency;
 mod legacy;
 mod legacy_dns;
 mod legacy_pipes;
+mod meter;
 mod net;
 mod pattern;
 mod pcap;
