@@ -3253,17 +3253,18 @@ mod tests {
         drop(go);
         let rep = t.join().unwrap();
         assert!(rep.died.is_none(), "{:?}", rep.died);
+        // The run's final table: one row per node, labelled as in one space.
         assert_eq!(
-            summary(&rep.nodes, "tally:mid@1"),
+            summary(&rep.nodes, "tally:mid"),
             (200, 200 * SIZE as u64, 0)
         );
         assert_eq!(
-            summary(&rep.nodes, "tally:tail@1"),
+            summary(&rep.nodes, "tally:tail"),
             (150, 150 * SIZE as u64, 0),
             "the held hundred, then one in two"
         );
         assert_eq!(
-            summary(&rep.nodes, "tally:side@1"),
+            summary(&rep.nodes, "tally:side"),
             (100, 100 * SIZE as u64, 0),
             "the branch saw the second hundred"
         );
