@@ -21,24 +21,10 @@ use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The `streamline` binary next to this one.
-fn streamline() -> Result<std::path::PathBuf> {
-    let exe = std::env::current_exe()
-        .map_err(|e| err(format!("locating own executable: {e}")))?
-        .with_file_name("streamline");
-    if !exe.is_file() {
-        return Err(err(format!(
-            "{} not found next to this benchmark; build it with `cargo build --release -p streamline`",
-            exe.display()
-        )));
-    }
-    Ok(exe)
-}
-
 /// `streamline run --socket none -q TEXT` (stand-alone: no daemon in between), killed if
 /// this benchmark dies.
 fn start(text: &str, stdin: Stdio, stdout: Stdio) -> Result<Child> {
-    let mut c = Command::new(streamline()?);
+    let mut c = Command::new(crate::capture::streamline()?);
     c.args(["run", "--socket", "none", "-q", text])
         .stdin(stdin)
         .stdout(stdout)
@@ -81,44 +67,6 @@ fn finish_with(
     Ok(())
 }
 
-/// User + system CPU seconds of process `root` and all its descendants, now (from /proc:
-/// live processes' own counters, every thread included), and how many processes those are.
-fn tree_cpu_secs(root: u32) -> Result<(f64, usize)> {
-    let tick = crate::proc::clock_ticks() as f64;
-    let mut stats = Vec::new();
-    for e in std::fs::read_dir("/proc").map_err(|e| err(format!("reading /proc: {e}")))? {
-        let Ok(e) = e else { continue };
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        // A process may end between the listing and the read: skip it.
-        let Ok(s) = std::fs::read_to_string(e.path().join("stat")) else { continue };
-        // Fields after the command (which may hold spaces) start after the last ')'.
-        let Some(rest) = s.rfind(')').map(|i| &s[i + 2..]) else { continue };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // rest[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
-        let num = |i: usize| f.get(i - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        stats.push((pid, num(4) as u32, num(14) + num(15)));
-    }
-    let mut tree = vec![root];
-    let mut grew = true;
-    while grew {
-        grew = false;
-        for &(pid, ppid, _) in &stats {
-            if tree.contains(&ppid) && !tree.contains(&pid) {
-                tree.push(pid);
-                grew = true;
-            }
-        }
-    }
-    let secs = stats
-        .iter()
-        .filter(|(pid, _, _)| tree.contains(pid))
-        .map(|&(_, _, t)| t as f64 / tick)
-        .sum();
-    Ok((secs, tree.len()))
-}
-
 /// A TCP port on loopback nobody listens on now.
 fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")
@@ -138,25 +86,23 @@ pub fn idle(quick: bool, summary: &mut Summary) -> Result<()> {
     // Let it start (the process space up, and a second for the start-up work to end), then
     // measure a quiet window.
     let settle = Instant::now();
-    while tree_cpu_secs(pid)?.1 < 2 || settle.elapsed() < Duration::from_secs(1) {
+    while crate::meter::tree_ns(&[pid]).1 < 2 || settle.elapsed() < Duration::from_secs(1) {
         if settle.elapsed() > Duration::from_secs(20) {
             return Err(err(format!("`{text}` did not start within 20 s")));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     let window = Duration::from_secs(if quick { 2 } else { 10 });
-    let (c0, t0) = (tree_cpu_secs(pid)?.0, Instant::now());
+    let (c0, t0) = (crate::meter::tree_ns(&[pid]).0, Instant::now());
     // A quiet window is what is measured: this benchmark does nothing meanwhile.
     std::thread::sleep(window);
-    let (c1, wall) = (tree_cpu_secs(pid)?.0, t0.elapsed().as_secs_f64());
+    let (c1, wall) = (crate::meter::tree_ns(&[pid]).0, t0.elapsed().as_secs_f64());
     interrupt(child, &text)?;
-    let pct = (c1 - c0) / wall * 100.0;
+    let cpu = c1.saturating_sub(c0) as f64 / 1e9;
+    let pct = cpu / wall * 100.0;
     println!(
-        "{:<44} {:>10.2} % of a CPU ({:.3} s CPU in {wall:.1} s; clock tick {} ms)",
-        "idle run, whole process tree",
-        pct,
-        c1 - c0,
-        1000 / crate::proc::clock_ticks()
+        "{:<44} {:>10.2} % of a CPU ({cpu:.4} s CPU in {wall:.1} s)",
+        "idle run, whole process tree", pct
     );
     summary.add(
         "idle_run_cpu_pct",

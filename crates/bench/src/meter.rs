@@ -95,6 +95,13 @@ fn tree(roots: &[u32]) -> Vec<u32> {
     out
 }
 
+/// CPU ns so far of `roots` and all their descendants (every thread, from schedstat), and
+/// how many processes those are.
+pub(crate) fn tree_ns(roots: &[u32]) -> (u64, usize) {
+    let t = tree(roots);
+    (tasks_ns(&t).values().sum(), t.len())
+}
+
 /// CPU ns of every thread of `pids`, by thread id.
 fn tasks_ns(pids: &[u32]) -> HashMap<u32, u64> {
     let mut m = HashMap::new();
@@ -148,21 +155,7 @@ fn irq_time_accounted() -> Option<bool> {
 
 /// /proc/stat's first line: (busy seconds without steal, irq + softirq seconds).
 fn proc_stat() -> Result<(f64, f64)> {
-    let s = std::fs::read_to_string("/proc/stat")
-        .map_err(|e| err(format!("reading /proc/stat: {e}")))?;
-    let v: Vec<f64> = s
-        .lines()
-        .next()
-        .filter(|l| l.starts_with("cpu "))
-        .ok_or_else(|| err("/proc/stat does not start with the `cpu` line"))?
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse::<f64>())
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| err(format!("/proc/stat: {e}")))?;
-    if v.len() < 8 {
-        return Err(err("/proc/stat: fewer than 8 fields on the `cpu` line"));
-    }
+    let v = crate::proc::stat_cpu_fields()?;
     // user nice system idle iowait irq softirq steal; USER_HZ is 100.
     Ok(((v[0] + v[1] + v[2] + v[5] + v[6]) / 100.0, (v[5] + v[6]) / 100.0))
 }

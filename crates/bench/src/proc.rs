@@ -345,11 +345,9 @@ pub fn children_cpu_secs() -> f64 {
     rusage_secs(libc::RUSAGE_CHILDREN)
 }
 
-/// Busy CPU time of the whole machine so far, in seconds, from the first line of
-/// /proc/stat: every kind of time (user, nice, system, irq, softirq, steal) except idle
-/// and iowait, summed over all CPUs. The kernel's per-packet work in softirq, charged to
-/// no process, is in it.
-pub fn machine_busy_secs() -> Result<f64> {
+/// The numbers of /proc/stat's first (`cpu`) line, in USER_HZ ticks: user nice system idle
+/// iowait irq softirq steal ... (at least those 8).
+pub fn stat_cpu_fields() -> Result<Vec<f64>> {
     let s = std::fs::read_to_string("/proc/stat")
         .map_err(|e| err(format!("reading /proc/stat: {e}")))?;
     let v: Vec<f64> = s
@@ -365,19 +363,18 @@ pub fn machine_busy_secs() -> Result<f64> {
     if v.len() < 8 {
         return Err(err("/proc/stat: fewer than 8 fields on the `cpu` line"));
     }
+    Ok(v)
+}
+
+/// Busy CPU time of the whole machine so far, in seconds, from the first line of
+/// /proc/stat: every kind of time (user, nice, system, irq, softirq, steal) except idle
+/// and iowait, summed over all CPUs. The kernel's per-packet work in softirq, charged to
+/// no process, is in it.
+pub fn machine_busy_secs() -> Result<f64> {
+    let v = stat_cpu_fields()?;
     // user nice system idle iowait irq softirq steal (guest time is inside user already).
     let hz = 100.0; // USER_HZ
     let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
     Ok(busy / hz)
 }
 
-/// Clock ticks per second, the unit of the CPU times in /proc/PID/stat.
-pub fn clock_ticks() -> u64 {
-    // SAFETY: sysconf reads a constant of the system; no memory is passed.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as u64
-    } else {
-        100
-    }
-}
