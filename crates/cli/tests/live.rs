@@ -9,7 +9,7 @@ use std::time::Duration;
 use kernel::netns::Veth;
 
 mod common;
-use common::{
+use common::{spawn_run_stats, 
     count_of, pcap_packets, stats_counter, tcpdump_listening, wait_capturing, wait_for, wait_until,
 };
 
@@ -327,19 +327,6 @@ fn packet_sockets_on(ifindex: u32) -> usize {
 fn spawn_run(pipeline: &str) -> Child {
     Command::new(BIN)
         .args(["run", pipeline])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// [`spawn_run`] with its counters in `stats` while it runs (`--stats`).
-fn spawn_run_stats(pipeline: &str, stats: &std::path::Path) -> Child {
-    Command::new(BIN)
-        .arg("run")
-        .arg("--stats")
-        .arg(stats)
-        .arg(pipeline)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

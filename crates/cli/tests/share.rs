@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use kernel::netns::Veth;
 
 mod common;
-use common::{count_of, tcpdump_listening, wait_for, wait_until};
+use common::{spawn_run_stats, count_of, tcpdump_listening, wait_for, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
@@ -67,19 +67,6 @@ fn quiet_veth() -> Veth {
 fn spawn_run(pipeline: &str) -> Child {
     Command::new(BIN)
         .args(["run", pipeline])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn streamline")
-}
-
-/// [`spawn_run`] with its counters in `stats` while it runs (`--stats`).
-fn spawn_run_stats(pipeline: &str, stats: &std::path::Path) -> Child {
-    Command::new(BIN)
-        .arg("run")
-        .arg("--stats")
-        .arg(stats)
-        .arg(pipeline)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

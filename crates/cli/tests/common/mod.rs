@@ -352,3 +352,18 @@ pub fn assert_no_orphans_since(before: &[String], what: &str) {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// `streamline run --stats STATS PIPELINE` started, stdout to /dev/null, stderr piped: its
+/// counters in `stats` while it runs (see [`stats_counter`]).
+#[allow(dead_code)]
+pub fn spawn_run_stats(pipeline: &str, stats: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_streamline"))
+        .arg("run")
+        .arg("--stats")
+        .arg(stats)
+        .arg(pipeline)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn streamline")
+}
