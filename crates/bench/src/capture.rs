@@ -303,7 +303,7 @@ fn alone(v: &Veth, m: &Meter, a: &Load) -> Result<Window> {
 /// of tcpdump and of `latency=1000`, so what was sent is read inside the window (a
 /// capture stopped with frames in a block it had not been handed yet counted fewer than
 /// were sent).
-const DRAIN: Duration = Duration::from_millis(1100);
+pub(crate) const DRAIN: Duration = Duration::from_millis(1100);
 
 /// Each configuration's rounds: the samples' figures, sorted, for the log; and the
 /// verdict. A configuration that cannot be told from noise fails a full run; a quick run

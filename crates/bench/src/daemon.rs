@@ -409,19 +409,7 @@ impl Setup {
     }
 }
 
-/// Median of `v` (sorted in place).
-pub(crate) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+pub(crate) use crate::util::median;
 
 /// A thread echoing length-prefixed frames on its end of a socket pair until the other
 /// end closes. It moves itself to the CPU it is sent on `cpus` whenever one comes (the
@@ -607,7 +595,7 @@ fn roundtrip_placed(
     let (mut all_d, mut all_e) = (Vec::new(), Vec::new());
     for r in 0..rounds {
         let token0 = 1_000_000 + (r as u64 + 1) * calls as u64;
-        let (mut d, mut e) = if r % 2 == 0 {
+        let (d, e) = if r % 2 == 0 {
             let d = ping_daemon(c, calls, token0)?;
             (d, ping_echo(echo, calls, token0, *ids)?)
         } else {
@@ -617,7 +605,7 @@ fn roundtrip_placed(
         *ids += calls as u64;
         all_d.extend_from_slice(&d);
         all_e.extend_from_slice(&e);
-        let (md, me) = (median(&mut d), median(&mut e));
+        let (md, me) = (median(&d), median(&e));
         println!(
             "{r:<6} {:>14.2} {:>14.2} {:>8.3}",
             md / 1e3,
@@ -626,13 +614,13 @@ fn roundtrip_placed(
         );
         ratios.push(md / me);
     }
-    let (md, me) = (median(&mut all_d), median(&mut all_e));
+    let (md, me) = (median(&all_d), median(&all_e));
     println!(
         "all rounds: daemon median {:.2} us, echo median {:.2} us",
         md / 1e3,
         me / 1e3
     );
-    Ok((median(&mut ratios), md, me))
+    Ok((median(&ratios), md, me))
 }
 
 /// Experiment 1, on one CPU (client, daemon thread and echo thread together: the software
@@ -924,7 +912,7 @@ fn throughput(s: &Setup, rounds: usize, secs: f64, quick: bool) -> Result<(f64, 
     }
     let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let (bdw, baw, bde, bae) = (best(&dw), best(&aw), best(&de), best(&ae));
-    let (mdw, maw) = (median(&mut dw.clone()), median(&mut aw.clone()));
+    let (mdw, maw) = (median(&dw), median(&aw));
     println!(
         "best wall: daemon {bdw:.3} s ({:.1} M blocks/s), stand-alone {baw:.3} s ({:.1} M blocks/s); medians {mdw:.3} / {maw:.3} s",
         n as f64 / bdw / 1e6,

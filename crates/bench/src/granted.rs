@@ -5,20 +5,21 @@
 //! root running the same pipeline through the same daemon (its worker opens its own
 //! socket and attaches the filter itself).
 //!
-//! Both run `rx dev=VETH | bpf "udp" | count` detached, taking turns, while a sender in
-//! this process pushes UDP datagrams through a veth pair at a fifth of what the sender
-//! keeps alone (measured first: the load follows the machine). The kernel's side of a
-//! capture on a veth's sending end (the socket filter and the copy into the ring, run by
-//! the device's tap for every frame sent) runs in the sending thread's context, so the
-//! cost of a capture is measured as the CPU time of the sending thread plus every thread
-//! of the run's worker, minus what the sending thread alone costs for the same packets
-//! (measured in each round), per packet captured. Unlike /proc/stat's machine-wide busy
-//! time, that stays true on a machine where other work runs. Each run's count must equal
+//! Both run `rx dev=VETH | bpf "udp" | count` detached, while a sender in this process
+//! pushes UDP datagrams through a veth pair at a fifth of what the sender keeps alone
+//! (measured first: the load follows the machine). The cost of a capture is measured as
+//! `capture` and `legacy` measure theirs ([`crate::meter`]): the CPU charged to the sending
+//! thread (the kernel's side of a capture on a veth's sending end, the socket filter and
+//! the copy into the ring, runs in its context), the daemon and every process it started
+//! (the run's worker), and the softirq threads; in interleaved windows with the sender
+//! alone (A root A granted A, each round), minus what the sender alone costs for the same
+//! packets, per packet captured; the median over rounds until it settles (3 to 15), and a
+//! full run fails when a median cannot be told from its noise. Each run's count must equal
 //! the datagrams sent (nothing dropped, nothing extra) before a figure is printed.
 
-use crate::capture::{max_rate, veth};
-use crate::daemon::{median, Daemon};
-use crate::legacy::window;
+use crate::capture::{max_rate, veth, DRAIN};
+use crate::daemon::Daemon;
+use crate::meter::{interleave, Budget, Meter, Verdict, Window};
 use crate::util::{err, Result};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -55,23 +56,6 @@ fn capturing_worker(daemon_pid: u32, ifindex: u32) -> Result<u32> {
     }
 }
 
-/// Nanoseconds on CPU of the calling thread (its schedstat: the kernel's work done in
-/// its context included).
-fn thread_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Send through the window from this thread: (sent, CPU seconds of this thread, CPU
-/// seconds of `pids`).
-fn measured(v: &kernel::netns::Veth, pps: u64, secs: f64, pids: &[u32]) -> Result<(u64, f64, f64)> {
-    let t0 = thread_ns();
-    let (sent, _, _, pid_cpu) = window(&v.here_ip, &v.peer_ip, pps, secs, SIZE, pids)?;
-    Ok((sent, (thread_ns() - t0) as f64 / 1e9, pid_cpu))
-}
-
 /// `count: N blocks` of a run's report.
 fn count_of(log: &str) -> Option<u64> {
     log.lines()
@@ -79,9 +63,11 @@ fn count_of(log: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix("count: ")?.split_whitespace().next()?.parse().ok())
 }
 
-/// One measured capture: CPU seconds per packet above the sender alone, and the count.
+/// One measured capture: its window (started, measured with the daemon's tree charged,
+/// stopped) and the run's count.
 #[allow(clippy::too_many_arguments)]
 fn one(
+    m: &Meter,
     streamline: &Path,
     daemon: &Daemon,
     daemon_pid: u32,
@@ -92,8 +78,7 @@ fn one(
     pps: u64,
     secs: f64,
     log: &Path,
-    alone_per_pkt: f64,
-) -> Result<(f64, u64)> {
+) -> Result<(Window, u64)> {
     let _ = std::fs::remove_file(log);
     let mut cmd = if as_nobody {
         let mut c = Command::new("setpriv");
@@ -119,8 +104,11 @@ fn one(
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    let worker = capturing_worker(daemon_pid, ifindex)?;
-    let (sent, sender, run) = measured(v, pps, secs, &[worker])?;
+    capturing_worker(daemon_pid, ifindex)?;
+    // The daemon's tree: the worker and anything it started.
+    let measured = crate::meter::window(
+        m, &v.here_ip, &v.peer_ip, pps, secs, SIZE, 1, &[daemon_pid], DRAIN,
+    );
     let st = Command::new(streamline)
         .env("STREAMLINE_SOCKET", &daemon.socket)
         .args(["stop", &id])
@@ -139,13 +127,7 @@ fn one(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    if count != sent {
-        return Err(err(format!(
-            "`{pipeline}`{} counted {count} of the {sent} datagrams sent: the figure would compare unequal work",
-            if as_nobody { " as uid 65534" } else { "" }
-        )));
-    }
-    Ok(((sender + run - alone_per_pkt * sent as f64) / sent as f64, count))
+    Ok((measured?, count))
 }
 
 /// The ratio granted / root of CPU per captured packet, and a note with both figures.
@@ -178,40 +160,65 @@ pub(crate) fn granted_vs_root(
     let daemon = Daemon::start_with_policy(streamlined, &ddir, None, Some(&policy))?;
     let daemon_pid = daemon.child.as_ref().map_or(0, |c| c.id());
     let secs = if quick { 1.0 } else { 3.0 };
-    let reps = if quick { 1 } else { 3 };
     let max = max_rate(&v.here_ip, &v.peer_ip, if quick { 0.5 } else { 1.0 }, SIZE)?;
     let pps = ((max * LOAD) as u64).max(1000);
+    let m = Meter::new();
+    // The daemon and the workers it starts on the captures' CPUs, away from the sender.
+    crate::meter::move_to_capture_cpus(daemon_pid)?;
     println!(
-        "granted capture: sender alone keeps {max:.0} packets/s ({SIZE}-byte UDP); offering {pps}/s for {secs} s, {reps} round(s)"
+        "granted capture: sender alone keeps {max:.0} packets/s ({SIZE}-byte UDP); offering {pps}/s for {secs} s per window, A root A granted A per round"
     );
+    println!("{}", m.describe());
     let pipeline = format!("rx dev={} | bpf \"udp\" | count", v.here);
     let log = ddir.join("run.log");
-    let (mut root, mut granted) = (Vec::new(), Vec::new());
-    for _ in 0..reps {
-        let (sent, alone, _) = measured(&v, pps, secs, &[])?;
-        let alone_per_pkt = alone / sent.max(1) as f64;
-        for nobody in [false, true] {
-            let (cpu, _) = one(
-                streamline, &daemon, daemon_pid, nobody, &pipeline, &v, ifindex, pps, secs,
-                &log, alone_per_pkt,
-            )?;
-            if nobody {
-                granted.push(cpu);
-            } else {
-                root.push(cpu);
+    let names = ["root".to_string(), "granted".to_string()];
+    let budget = Budget {
+        min_rounds: if quick { 1 } else { 3 },
+        max_rounds: if quick { 1 } else { 15 },
+        time: Duration::from_secs_f64(if quick { 0.0 } else { 90.0 }),
+    };
+    let all = interleave(
+        &names,
+        &budget,
+        || crate::meter::window(&m, &v.here_ip, &v.peer_ip, pps, secs, SIZE, 1, &[daemon_pid], DRAIN),
+        |k| {
+            one(
+                &m, streamline, &daemon, daemon_pid, k == 1, &pipeline, &v, ifindex, pps, secs,
+                &log,
+            )
+        },
+        |k, w, &count| {
+            if count != w.sent {
+                return Err(err(format!(
+                    "`{pipeline}`{} counted {count} of the {} datagrams sent: the figure would compare unequal work",
+                    if k == 1 { " as uid 65534" } else { "" },
+                    w.sent
+                )));
             }
+            Ok(count)
+        },
+    )?;
+    let verdict = |k: usize| Verdict::of(&all[k].iter().map(|x| x.extra_ns).collect::<Vec<_>>());
+    let (r, g) = (verdict(0), verdict(1));
+    for (name, v) in [("root", r), ("granted", g)] {
+        if !v.resolved() && !quick {
+            return Err(err(format!(
+                "the {name} capture's extra CPU ({:.0} ns per packet, standard error {:.0}) cannot be told from the sender's own noise: rerun on a quieter machine",
+                v.ns, v.se
+            )));
         }
     }
-    let (r, g) = (median(&mut root), median(&mut granted));
+    let (r, g) = (r.ns * 1e-9, g.ns * 1e-9);
     if !(r > 0.0 && g.is_finite()) {
         return Err(err(format!(
             "CPU per packet above the sender alone: root {r:e} s, granted {g:e} s; cannot form a ratio"
         )));
     }
     let note = format!(
-        "CPU per captured packet (sending thread + the run's worker, above the sender alone): granted (uid 65534, lent socket) {:.0} ns, root {:.0} ns",
+        "CPU per captured packet (sending thread, the daemon and its worker, softirq threads; above the sender alone): granted (uid 65534, lent socket) {:.0} ns, root {:.0} ns{}",
         g * 1e9,
-        r * 1e9
+        r * 1e9,
+        if quick { " (quick: one round, no noise estimate)" } else { "" }
     );
     Ok((g / r, note))
 }

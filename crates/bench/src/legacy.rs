@@ -17,9 +17,9 @@
 //! packet sent around it, per packet sent. A median that cannot be told from noise fails a
 //! full run. Needs root.
 
-use crate::capture::{cpu_ns, max_rate, send_sized, veth};
+use crate::capture::{max_rate, veth};
 use crate::meter::{median, Budget, Meter};
-use crate::proc::{kill_with_us, machine_busy_secs};
+use crate::proc::kill_with_us;
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -101,39 +101,6 @@ fn stop_reader(r: Reader) -> (u64, u64) {
     let received: u64 = n("packets received by filter");
     let (captured, dropped) = (n("packets captured"), n("dropped by kernel"));
     (captured, dropped.max(received.saturating_sub(captured)))
-}
-
-/// One measured window of sending at `pps`: (packets sent, seconds, machine busy CPU
-/// seconds, CPU seconds of `pids`).
-pub(crate) fn window(
-    here: &str,
-    peer: &str,
-    pps: u64,
-    secs: f64,
-    size: usize,
-    pids: &[u32],
-) -> Result<(u64, f64, f64, f64)> {
-    window_flows(here, peer, pps, secs, size, 1, pids)
-}
-
-/// [`window`] with the traffic from `flows` source ports.
-pub(crate) fn window_flows(
-    here: &str,
-    peer: &str,
-    pps: u64,
-    secs: f64,
-    size: usize,
-    flows: u16,
-    pids: &[u32],
-) -> Result<(u64, f64, f64, f64)> {
-    let p0: u64 = pids.iter().map(|&p| cpu_ns(p)).sum();
-    let b0 = machine_busy_secs()?;
-    let (sent, took) = send_sized(here, peer, pps, secs, flows, size)?;
-    // What was sent is still being read: let the readers finish it inside the window.
-    std::thread::sleep(Duration::from_millis(300));
-    let b1 = machine_busy_secs()?;
-    let p1: u64 = pids.iter().map(|&p| cpu_ns(p)).sum();
-    Ok((sent, took, b1 - b0, (p1 - p0) as f64 / 1e9))
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
@@ -384,7 +351,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
 }
 
 /// How many of `sent` datagrams (`size` bytes of UDP payload, every 100th to port 7 and the
-/// rest to port 9, as [`send_sized`] sends them) the reader filter `f` matches.
+/// rest to port 9, as [`crate::capture::send_sized`] sends them) the reader filter `f` matches.
 fn matching(f: &str, sent: u64, size: usize) -> u64 {
     let to_port7 = sent.div_ceil(100);
     match f {

@@ -24,7 +24,7 @@
 
 use crate::capture::cpu_ns;
 use crate::proc::kill_with_us;
-use crate::util::{err, watchdog, Result, Summary, Target};
+use crate::util::{err, watchdog, Result, Summary, Target, median};
 use std::collections::HashMap;
 use std::net::UdpSocket;
 use std::path::PathBuf;
@@ -361,14 +361,6 @@ fn load(
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        0.0
-    } else {
-        v[v.len() / 2]
-    }
-}
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(900));
@@ -467,9 +459,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             bad.join("; ")
         )));
     }
-    let lin = median(per.remove("linux").unwrap_or_default());
-    let mm = median(per.remove("mmsg").unwrap_or_default());
-    let ring = median(per.remove("ring").unwrap_or_default());
+    let lin = median(&per.remove("linux").unwrap_or_default());
+    let mm = median(&per.remove("mmsg").unwrap_or_default());
+    let ring = median(&per.remove("ring").unwrap_or_default());
     println!("\nmedian queries per CPU second: linux {lin:.0}, mmsg {mm:.0}, ring {ring:.0}");
     let mut s = Summary::default();
     s.add(
@@ -484,7 +476,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         None,
         "STREAMLINE_UDP_RX=ring",
     );
-    let own = |k: &str| median(per_own.get(k).cloned().unwrap_or_default());
+    let own = |k: &str| median(&per_own.get(k).cloned().unwrap_or_default());
     s.add(
         "dns_dnsmasq_only_mmsg_over_linux",
         own("mmsg") / own("linux"),

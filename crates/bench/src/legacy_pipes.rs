@@ -16,7 +16,7 @@
 //! Figures are throughput ratios (wall time of the same transfer).
 
 use crate::capture::streamline;
-use crate::util::{err, Result, Summary, Target, TempDir};
+use crate::util::{err, Result, Summary, Target, TempDir, median};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -122,10 +122,6 @@ fn timed(script: &str, ours: bool) -> Result<(f64, String)> {
     ))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// The Rust API's pipe (a Beltway byte ring, writer and reader threads): seconds to move
 /// `count` blocks of `size` bytes.
@@ -196,7 +192,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             k.push(tk);
             s.push(ts);
         }
-        let (tk, ts) = (median(k), median(s));
+        let (tk, ts) = (median(&k), median(&s));
         let gbs = |t: f64| bytes as f64 / t / 1e9;
         println!("  writer|reader {:>6} B blocks, {:>6.0} MB: kernel pipe {:7.3} s ({:6.2} GB/s)  streamline {:7.3} s ({:6.2} GB/s)  ratio {:6.2}", size, bytes as f64 / 1e6, tk, gbs(tk), ts, gbs(ts), tk / ts);
         ratios.push((size, tk / ts, ts, bytes));
@@ -221,18 +217,18 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         k.push(tk);
         s.push(ts);
     }
-    let cat_ratio = median(k.clone()) / median(s.clone());
+    let cat_ratio = median(&k.clone()) / median(&s.clone());
     println!(
         "  cat {mb} MiB | wc -c: kernel pipe {:.3} s  streamline {:.3} s  ratio {:.2}",
-        median(k),
-        median(s),
+        median(&k),
+        median(&s),
         cat_ratio
     );
 
     // The Rust API at 1 KiB, against the library's 1 KiB figure.
     let (_, _, lib_1k, bytes_1k) = ratios[1];
     let count = bytes_1k / 1024;
-    let nat = median(
+    let nat = median(&
         (0..reps)
             .map(|_| native(1024, count))
             .collect::<Result<Vec<f64>>>()?,

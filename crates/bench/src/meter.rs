@@ -363,16 +363,7 @@ pub(crate) struct Sample<T> {
     pub own_ns: f64,
 }
 
-/// Median (mean of the middle two for an even count); NaN for none.
-pub(crate) fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
+pub(crate) use crate::util::median;
 
 /// Standard error of the median of `v`, from the median absolute deviation (1.4826 MAD
 /// estimates the spread of normal data; the median's error is 1.2533 sigma / sqrt(n)).

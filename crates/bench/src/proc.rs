@@ -366,15 +366,4 @@ pub fn stat_cpu_fields() -> Result<Vec<f64>> {
     Ok(v)
 }
 
-/// Busy CPU time of the whole machine so far, in seconds, from the first line of
-/// /proc/stat: every kind of time (user, nice, system, irq, softirq, steal) except idle
-/// and iowait, summed over all CPUs. The kernel's per-packet work in softirq, charged to
-/// no process, is in it.
-pub fn machine_busy_secs() -> Result<f64> {
-    let v = stat_cpu_fields()?;
-    // user nice system idle iowait irq softirq steal (guest time is inside user already).
-    let hz = 100.0; // USER_HZ
-    let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-    Ok(busy / hz)
-}
 

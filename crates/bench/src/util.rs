@@ -458,3 +458,15 @@ mod tests {
         assert!(err.contains("lost_figure"), "{err}");
     }
 }
+
+/// The median of `v` (the mean of the middle two for an even count; NaN when empty, which
+/// fails the run's summary). The one median every benchmark uses.
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}

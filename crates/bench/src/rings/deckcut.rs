@@ -70,7 +70,7 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
         .copied()
         .fold((0, 0.0), |b, (s, v)| if v > b.1 { (s, v) } else { b });
     let static_max = fixed.last().map_or(0.0, |f| f.1);
-    let median = median_of(fixed.iter().map(|f| f.1).collect());
+    let median = crate::util::median(&fixed.iter().map(|f| f.1).collect::<Vec<_>>());
     println!(
         "  self-scaling over: the best static size {:.2}x, the median {:.2}x, static 64MiB (its start size) {:.2}x",
         scaling / best,
@@ -98,16 +98,6 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
     Ok(())
 }
 
-/// The median of `v` (the mean of the middle two for an even count; NaN when empty, which
-/// fails the run's summary).
-fn median_of(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
 
 /// How the self-scaling ring behaved in its fastest run.
 fn describe_scaling(run: &RingRun, bytes: u64) {
