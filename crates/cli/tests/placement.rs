@@ -216,7 +216,6 @@ fn run(text: &str, args: &[&str]) -> Outcome {
             })
         })
         .unwrap_or_default();
-    labels.sort();
     let counters = match json {
         Ok(json) => counters_add_up(&json).err().map(|v| {
             format!(

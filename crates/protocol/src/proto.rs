@@ -510,6 +510,10 @@ pub struct NodeCounters {
     /// Classes seen leaving the node (sampled).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<u16>,
+    /// The spaces it runs in, as the run's table says (`0`, `p3`, `1,2`: replicas,
+    /// summed in the row); empty from an older worker.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub space: String,
 }
 
 /// A run as `ps` lists it.
