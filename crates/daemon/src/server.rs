@@ -144,6 +144,18 @@ pub(crate) fn layout_now(rows: &[NodeCounters], built: &str) -> String {
             groups.entry((id, shown)).or_default().push(name.clone());
         }
     }
+    // A process space's counters come with its first report (within 200 ms): until then
+    // its filters are as built (edits do not reach into process spaces).
+    for g in built.split(' ') {
+        if let Some((sp, names)) = g.split_once(':') {
+            let id = sp.strip_prefix('p').and_then(|n| n.parse::<usize>().ok());
+            if let Some(id) = id {
+                if !groups.keys().any(|(_, s)| s == sp) {
+                    groups.insert((id, sp.to_string()), names.split(',').map(str::to_string).collect());
+                }
+            }
+        }
+    }
     let mut parts = Vec::new();
     if !in_kernel.is_empty() {
         parts.push(format!("kernel:{}", in_kernel.join(",")));
