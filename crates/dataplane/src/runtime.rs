@@ -1465,6 +1465,45 @@ mod tests {
     /// reached count, whose drops include what the selector after the join dropped (the
     /// loss an earlier fold made), and which adds up.
     #[test]
+    fn rows_follow_the_pipeline_and_an_inserted_node_its_input() {
+        let row = |label: &str| NodeReport {
+            label: label.into(),
+            counters: Counters::default(),
+            summary: None,
+            classes: vec![],
+            space: String::new(),
+        };
+        let arc = |from: &str, to: &str| ArcReport {
+            from: from.into(),
+            to: ArcTarget::Node(to.into()),
+            carried: Carried::default(),
+        };
+        // Space 0 (gen, count, an inserted dedup#2 after gen), then space 1 (dedup).
+        let rows = vec![row("gen"), row("count"), row("dedup#2"), row("dedup")];
+        let arcs = [arc("gen", "dedup#2"), arc("dedup#2", "count"), arc("count", "dedup")];
+        let order = user_order(&["gen".into(), "count".into(), "dedup".into(), "dedup~2".into(), "__publish".into()]);
+        assert_eq!(order, ["gen", "count", "dedup"]);
+        let got: Vec<String> = in_order(rows, &arcs, &order).into_iter().map(|r| r.label).collect();
+        assert_eq!(got, ["gen", "dedup#2", "count", "dedup"]);
+    }
+
+    #[test]
+    fn an_internal_nodes_summary_is_said_by_the_users_node() {
+        let n = NodeReport {
+            label: "bpf".into(),
+            counters: Counters::default(),
+            summary: Some("__subscribe: 10 blocks received, lost 0 blocks to a full ring (subscriber fell behind)".into()),
+            classes: vec![],
+            space: String::new(),
+        };
+        let (rows, _) = fold_internal(&[n], &[]);
+        assert_eq!(
+            rows[0].summary.as_deref(),
+            Some("bpf: 10 blocks received, lost 0 blocks to a full ring (subscriber fell behind)")
+        );
+    }
+
+    #[test]
     fn replicas_split_and_join_fold_into_the_users_node() {
         let row = |label: &str, i: u64, o: u64, d: u64, m: u64, e: u64| NodeReport {
             label: label.into(),
