@@ -525,8 +525,9 @@ pub struct RunInfo {
     pub state: String,
     pub pipeline: String,
     pub placement: String,
-    /// Where the run's filters were placed when it started, by space (`local:gen,null
-    /// t1:deflate t2:deflate p3:count kernel:bpf`); empty from an older worker.
+    /// Where the run's filters run now, by space (`kernel:bpf local:gen,null t1:deflate
+    /// t2:deflate p3:count`), from its live rows (`NodeCounters::space`; an edit shows at
+    /// the next counters), as built until they come; empty from an older worker.
     #[serde(default)]
     pub layout: String,
     /// Live edits applied to it, and the last one as applied (secrets redacted).
