@@ -1922,3 +1922,37 @@ fn interface_link_type(device: &str) -> Result<u32, Reply> {
         t => Err(refuse(libc::ENOTSUP, format!("device {device} has link type ARPHRD {t}; streamline captures Ethernet-framed devices"))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(label: &str, space: &str) -> NodeCounters {
+        NodeCounters {
+            label: label.into(),
+            space: space.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn placement_is_read_from_the_live_rows() {
+        let built = "kernel:bpf local:rx,count t1:deflate t2:deflate p3:sample,null";
+        // Before any row says where it runs: as built.
+        assert_eq!(layout_now(&[], built), built);
+        // An inserted dedup#2 on space 0, count removed; bpf stays in the kernel; the
+        // process space's filters as built until its first counters.
+        let rows = [
+            row("rx", "0"),
+            row("bpf", "0"),
+            row("dedup#2", "0"),
+            row("deflate", "1,2"),
+        ];
+        assert_eq!(
+            layout_now(&rows, built),
+            "kernel:bpf local:rx,dedup t1:deflate t2:deflate p3:sample,null"
+        );
+        let rows = [row("rx", "0"), row("bpf", "0"), row("deflate", "1,2"), row("sample", "p3"), row("null:end", "p3")];
+        assert_eq!(layout_now(&rows, built), "kernel:bpf local:rx t1:deflate t2:deflate p3:sample,null");
+    }
+}
