@@ -27,9 +27,9 @@
 //!   and with `--no-share`, uid 65534's), each lives through one burst and the following
 //!   quiet spell, is checked to be still running at its end (a capture that died in the
 //!   quiet is a failure, whatever `ps` or the daemon's log say), and is stopped, the
-//!   latest first (a run that shares another's capture, `__subscribe`, ends when that
+//!   latest first (a run that shares another's capture, through a subscription, ends when that
 //!   one does: ARCHITECTURE.md, "Prefix sharing between runs"); a `cat` of a capture's
-//!   `all.pcap` (of its source, `rx` or `__subscribe`) blocks in its read through a
+//!   `all.pcap` (of its source, `rx` or the shared prefix's `bpf`) blocks in its read through a
 //!   third of the quiet spell and is then killed. Captures start and stop only in quiet
 //!   spells, so the datagrams each one must count are exactly those sent while it ran.
 //!
@@ -1033,7 +1033,8 @@ fn captures(s: &Soak, v: &kernel::netns::Veth, quiet: f64, burst: f64) -> Result
             s.edit(&cap.run, &format!("insert after bpf count name=e{c}"), false);
         }
         if let Some(cap) = caps.iter().find(|cap| cap.stop_after == Some(c + 1)) {
-            // The source's directory: `rx`, or `__subscribe` for a run sharing a capture.
+            // The source's directory: `rx`, or the shared prefix's last node (`bpf`) for a
+            // run sharing a capture (its subscription, folded as the table folds it).
             let top = s.mount.join(cap.run.id.to_string());
             let mut src = None;
             wait_until(Duration::from_secs(10), || {

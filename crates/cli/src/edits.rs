@@ -163,10 +163,10 @@ impl Edits {
         self.handle.get().is_some_and(|h| h.has_local_nodes())
     }
 
-    /// Every node's counters as the run's spaces last published them (thread spaces and
-    /// process spaces included; empty before the run starts).
-    pub fn report(&self) -> Vec<dataplane::runtime::NodeReport> {
-        self.handle.get().map(|h| h.report()).unwrap_or_default()
+    /// The run's table as it runs (`dataplane::EditHandle::table`: one row per node the
+    /// user wrote, as the table at the end has them; empty before the run starts).
+    pub fn table(&self) -> dataplane::spaces::SpacesReport {
+        self.handle.get().map(|h| h.table()).unwrap_or_default()
     }
 
     pub fn graph(&self) -> Vec<dataplane::edit::GraphNode> {

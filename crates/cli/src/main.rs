@@ -1242,9 +1242,9 @@ fn write_whole(file: &std::path::Path, text: &str) -> std::io::Result<()> {
     std::fs::rename(&part, file)
 }
 
-/// `--stats FILE` while the run runs: every ~100 ms, the counters its spaces last
-/// published (`EditHandle::report`; no arcs, `"running": true`), until `done`. The
-/// run's own end writes the final table after this has stopped.
+/// `--stats FILE` while the run runs: every ~100 ms, the table as its spaces last
+/// published it (`EditHandle::table`: the rows and arcs of the final table, `"running":
+/// true`), until `done`. The run's own end writes the final table after this has stopped.
 fn live_stats(
     file: &std::path::Path,
     h: &dataplane::EditHandle,
@@ -1253,10 +1253,7 @@ fn live_stats(
 ) {
     // Pairs with the Release store after the run.
     while !done.load(Ordering::Acquire) {
-        let rep = dataplane::spaces::SpacesReport {
-            nodes: h.report(),
-            ..Default::default()
-        };
+        let rep = h.table();
         if let Err(e) = write_whole(file, &stats_json(&rep, start.elapsed(), true)) {
             error!("--stats {}: {e}", file.display());
             return;

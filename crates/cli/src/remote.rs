@@ -304,15 +304,17 @@ pub fn stop(socket: Option<&str>, run: u64) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The counters table, one string per line.
+/// The counters table, one string per line: the rows of the table a run prints at its
+/// end (one per node the user wrote, labelled as in one space, in the pipeline's order),
+/// with its last column, `space`.
 fn counters_table(nodes: &[NodeCounters], elapsed: f64) -> Vec<String> {
     let mut lines = vec![format!(
-        "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10}   ({elapsed:.1} s)",
+        "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10}  space   ({elapsed:.1} s)",
         "filter", "blocks in", "bytes in", "blocks out", "bytes out", "drops", "made", "ended"
     )];
     for n in nodes {
         lines.push(format!(
-            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10}",
+            "{:<16} {:>12} {:>14} {:>12} {:>14} {:>10} {:>10} {:>10}  {}",
             n.label,
             n.blocks_in,
             n.bytes_in,
@@ -320,7 +322,8 @@ fn counters_table(nodes: &[NodeCounters], elapsed: f64) -> Vec<String> {
             n.bytes_out,
             n.drops,
             n.made,
-            n.ended
+            n.ended,
+            if n.space.is_empty() { "-" } else { &n.space }
         ));
     }
     lines

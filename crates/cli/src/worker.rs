@@ -111,6 +111,7 @@ fn counters(nodes: &[dataplane::runtime::NodeReport]) -> Vec<NodeCounters> {
             made: r.counters.made,
             ended: r.counters.ended,
             classes: r.classes.clone(),
+            space: r.space.clone(),
         })
         .collect()
 }
@@ -452,7 +453,7 @@ pub fn worker(fd: i32) -> ExitCode {
                         &out,
                         FromWorker::Counters {
                             elapsed_s: start.elapsed().as_secs_f64(),
-                            nodes: counters(&edits.report()),
+                            nodes: counters(&edits.table().nodes),
                         },
                     );
                     send_graph(&out, run, &edits, &mode, &mut shown);

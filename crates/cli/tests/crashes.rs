@@ -387,15 +387,19 @@ fn process_spaces_counters_reach_ps() {
         if out.read_line(&mut l).unwrap() == 0 {
             break;
         }
-        if let Some(rest) = l.strip_prefix("count@p1 ") {
-            counts.push(rest.split_whitespace().next().unwrap().parse::<u64>().unwrap());
+        // The row as the table at the end has it: `count`, its space in the last column.
+        assert!(!l.contains("@p1"), "a label with its space: {l}");
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        if cols.first() == Some(&"count") {
+            assert_eq!(cols.last(), Some(&"p1"), "{l}");
+            counts.push(cols[1].parse::<u64>().unwrap());
         }
     }
     let _ = attach.kill();
     let _ = attach.wait();
     assert!(
         counts.len() >= 2 && counts[counts.len() - 1] > counts[0] && counts[0] > 0,
-        "count@p1's blocks in, as attach showed them: {counts:?}"
+        "count's blocks in, as attach showed them: {counts:?}"
     );
     let _ = d.cli().args(["stop", &id.to_string()]).output();
 }

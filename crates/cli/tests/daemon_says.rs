@@ -155,6 +155,9 @@ fn ps_shows_placement_and_live_edits() {
         .output()
         .unwrap();
     assert!(e.status.success(), "{:?}", text(&e));
+    // The new node's label is the run's second dedup's, as in one space (it was `dedup`
+    // in its space, which space 1's dedup has: the table folded the two into one row).
+    assert!(text(&e).0.trim_end().ends_with(": dedup#2@0"), "{:?}", text(&e));
     let ps = d.ps();
     let line = ps_line(&ps, id).unwrap();
     let cols: Vec<&str> = line.split_whitespace().collect();
@@ -168,5 +171,28 @@ fn ps_shows_placement_and_live_edits() {
         ps.contains("gen count=100G size=64 | dedup | count | dedup space=1 | sample 2 space=p2 | null"),
         "{ps}"
     );
+    // PLACEMENT as it runs now: the inserted dedup where it runs (with gen, in the
+    // worker's thread), in the pipeline's order (it said what the build placed).
+    let mut ps = String::new();
+    common::wait_until("ps's PLACEMENT to show the edit", std::time::Duration::from_secs(20), || {
+        ps = d.ps();
+        ps_line(&ps, id)
+            .filter(|l| l.contains("local:gen,dedup,count t1:dedup p2:sample,null"))
+            .map(|_| ())
+            .ok_or(ps.clone())
+    });
+    let e = d
+        .cli()
+        .args(["edit", &id.to_string(), "remove dedup#2"])
+        .output()
+        .unwrap();
+    assert!(e.status.success(), "{:?}", text(&e));
+    common::wait_until("ps's PLACEMENT to show the removal", std::time::Duration::from_secs(20), || {
+        ps = d.ps();
+        ps_line(&ps, id)
+            .filter(|l| l.contains("local:gen,count t1:dedup p2:sample,null"))
+            .map(|_| ())
+            .ok_or(ps.clone())
+    });
     let _ = d.cli().args(["stop", &id.to_string()]).output();
 }

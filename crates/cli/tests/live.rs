@@ -438,7 +438,12 @@ fn a_second_run_shares_the_running_capture_prefix() {
         err2.contains("sharing `rx dev=") && err2.contains("bpf \"icmp\"`"),
         "{err2}"
     );
-    assert!(err2.lines().any(|l| l.starts_with("__subscribe: ")), "{err2}");
+    // The subscription's summary is said by the node it stands for, as its row is.
+    assert!(
+        err2.lines().any(|l| l.starts_with("bpf: ") && l.contains(" blocks received, lost ")),
+        "{err2}"
+    );
+    assert!(!err2.contains("__subscribe"), "{err2}");
     // In the table the subscription is the shared prefix's last node, bpf (the node the
     // user wrote), not a `__subscribe` row; its row adds up (out = made, what it received).
     assert!(!err2.lines().any(|l| l.starts_with("__subscribe ")), "{err2}");

@@ -204,7 +204,7 @@ fn run(text: &str, args: &[&str]) -> Outcome {
         .output()
         .expect("run streamline");
     let json = std::fs::read_to_string(&stats);
-    let mut labels: Vec<String> = json
+    let labels: Vec<String> = json
         .as_ref()
         .ok()
         .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
@@ -216,7 +216,6 @@ fn run(text: &str, args: &[&str]) -> Outcome {
             })
         })
         .unwrap_or_default();
-    labels.sort();
     let counters = match json {
         Ok(json) => counters_add_up(&json).err().map(|v| {
             format!(

@@ -107,19 +107,22 @@ fn wait_bounded(mut c: Child, what: &str, limit: Duration) -> (Option<i32>, Stri
     )
 }
 
-/// A subscriber's summary line: (blocks received, blocks lost).
+/// A subscriber's summary line: (blocks received, blocks lost). Said by the node the
+/// user wrote that the subscription stands for, the shared prefix's last (`bpf: 10 blocks
+/// received, lost 0 ...`), as the table's row is; never by the internal `__subscribe`.
 fn subscription(err: &str) -> (u64, u64) {
+    assert!(!err.contains("__subscribe"), "an internal node's name shown:\n{err}");
     let line = err
         .lines()
-        .find(|l| l.starts_with("__subscribe: "))
-        .unwrap_or_else(|| panic!("no __subscribe summary:\n{err}"));
+        .find(|l| l.starts_with("bpf: ") && l.contains(" blocks received, lost "))
+        .unwrap_or_else(|| panic!("no subscription summary (bpf: ... received):\n{err}"));
     let num = |s: Option<&str>| {
         s.and_then(|r| r.split_whitespace().next())
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("{line}"))
     };
     (
-        num(line.strip_prefix("__subscribe: ")),
+        num(line.strip_prefix("bpf: ")),
         num(line.split("lost ").nth(1)),
     )
 }

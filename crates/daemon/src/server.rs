@@ -87,8 +87,11 @@ pub(crate) struct Run {
     /// the lock that makes each edit one transaction: checked, applied, followed.
     pub(crate) view: Mutex<View>,
     editing: Mutex<()>,
-    /// The graph as the worker last described it, and its streams' mode.
+    /// The graph as the worker last described it, folded as its table is
+    /// (`dataplane::edit::fold_graph`), and its streams' mode.
     pub(crate) graph: Mutex<(Vec<GraphNode>, u32)>,
+    /// Per node of the folded graph, the worker's node a tap on it taps.
+    tap_at: Mutex<Vec<(String, String)>>,
     /// Taps asked of the worker, waiting for its answer.
     taps: Mutex<BTreeMap<u64, std::sync::mpsc::Sender<TapAnswer>>>,
     /// The worker has reported on the running run (graph or counters).
@@ -96,6 +99,69 @@ pub(crate) struct Run {
     /// Why the run failed, as its worker said before it ended (a space died, a filter
     /// failed), scrubbed of secrets.
     failure: Mutex<Option<String>>,
+}
+
+/// `ps`'s PLACEMENT: where each filter runs now, by space, from the run's live rows (one
+/// per node the user wrote, with the spaces it runs in: the worker's table, so an edit
+/// that inserts, removes or moves a filter shows at the next counters): `kernel:bpf
+/// local:gen,count t1:deflate t2:deflate p3:sample` (kernel first, then by space id; space
+/// 0 is the worker's own thread, `local`). Which filters run on the capture socket, the
+/// kernel, is fixed when the run is built: the names `built` (the layout the worker gave
+/// then) lists under `kernel:`. Before any row says where it runs: `built`.
+pub(crate) fn layout_now(rows: &[NodeCounters], built: &str) -> String {
+    if rows.is_empty() || rows.iter().all(|r| r.space.is_empty()) {
+        return built.to_string();
+    }
+    // A row's filter: its label without `:name` or `#k`.
+    let base = |l: &str| {
+        let l = l.split(':').next().unwrap_or(l);
+        l.split('#').next().unwrap_or(l).to_string()
+    };
+    let mut kernel: Vec<String> = built
+        .split(' ')
+        .filter_map(|g| g.strip_prefix("kernel:"))
+        .flat_map(|names| names.split(','))
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect();
+    let in_kernel = kernel.clone();
+    let mut groups: BTreeMap<(usize, String), Vec<String>> = BTreeMap::new();
+    for r in rows {
+        let name = base(&r.label);
+        if let Some(i) = kernel.iter().position(|k| *k == name) {
+            kernel.remove(i);
+            continue;
+        }
+        for sp in r.space.split(',').filter(|s| !s.is_empty()) {
+            let (id, shown) = match sp.strip_prefix('p') {
+                Some(n) => (n.parse().unwrap_or(usize::MAX), sp.to_string()),
+                None => match sp.parse::<usize>() {
+                    Ok(0) => (0, "local".to_string()),
+                    Ok(n) => (n, format!("t{n}")),
+                    Err(_) => (usize::MAX, sp.to_string()),
+                },
+            };
+            groups.entry((id, shown)).or_default().push(name.clone());
+        }
+    }
+    // A process space's counters come with its first report (within 200 ms): until then
+    // its filters are as built (edits do not reach into process spaces).
+    for g in built.split(' ') {
+        if let Some((sp, names)) = g.split_once(':') {
+            let id = sp.strip_prefix('p').and_then(|n| n.parse::<usize>().ok());
+            if let Some(id) = id {
+                if !groups.keys().any(|(_, s)| s == sp) {
+                    groups.insert((id, sp.to_string()), names.split(',').map(str::to_string).collect());
+                }
+            }
+        }
+    }
+    let mut parts = Vec::new();
+    if !in_kernel.is_empty() {
+        parts.push(format!("kernel:{}", in_kernel.join(",")));
+    }
+    parts.extend(groups.into_iter().map(|((_, s), names)| format!("{s}:{}", names.join(","))));
+    parts.join(" ")
 }
 
 /// A worker's answer to an edit: what it applied, or the refusal's errno and why.
@@ -172,7 +238,7 @@ impl Run {
             state,
             pipeline: self.pipeline_now(),
             placement: self.placement.lock().expect("not poisoned").clone(),
-            layout: self.layout.lock().expect("not poisoned").clone(),
+            layout: layout_now(&nodes, &self.layout.lock().expect("not poisoned")),
             edits,
             last_edit,
             uptime_s: self.started.elapsed().as_secs_f64(),
@@ -1195,9 +1261,17 @@ impl Daemon {
         let req = r.next_edit.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = std::sync::mpsc::channel();
         r.taps.lock().expect("not poisoned").insert(req, tx);
+        // A node the user wrote: the member its blocks leave from (a replica's join).
+        let at = r
+            .tap_at
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .find(|(u, _)| u == node)
+            .map_or_else(|| node.to_string(), |(_, t)| t.clone());
         r.tell(ToWorker::Tap {
             tap_req: req,
-            node: node.to_string(),
+            node: at,
             filter: filter.cloned(),
         })
         .map_err(|e| (libc::EIO, format!("run {run}: {e}")))?;
@@ -1398,6 +1472,7 @@ impl Daemon {
             view: Mutex::new(View::new(g)),
             editing: Mutex::new(()),
             graph: Mutex::new((Vec::new(), 0o600)),
+            tap_at: Mutex::new(Vec::new()),
             taps: Mutex::new(BTreeMap::new()),
             failure: Mutex::new(None),
             reported: AtomicBool::new(false),
@@ -1552,8 +1627,12 @@ impl Daemon {
                     }
                 }
                 FromWorker::Graph { nodes, mode } => {
-                    // Kept as shown: nothing reads the graph but PipesFS and `ps`.
-                    let nodes = nodes.iter().map(filters::shown_node).collect();
+                    // Kept as shown: nothing reads the graph but PipesFS and `ps`. Folded
+                    // as the table is (one node per node the user wrote, named as the
+                    // user wrote it); a tap on one taps the member its output leaves from.
+                    let nodes: Vec<GraphNode> = nodes.iter().map(filters::shown_node).collect();
+                    let (nodes, taps) = dataplane::edit::fold_graph(&nodes);
+                    *run.tap_at.lock().expect("not poisoned") = taps;
                     *run.graph.lock().expect("not poisoned") = (nodes, mode);
                     run.mark_reported();
                 }
@@ -1841,5 +1920,39 @@ fn interface_link_type(device: &str) -> Result<u32, Reply> {
         // ARPHRD_ETHER, ARPHRD_LOOPBACK: Ethernet headers (DLT_EN10MB).
         "1" | "772" => Ok(1),
         t => Err(refuse(libc::ENOTSUP, format!("device {device} has link type ARPHRD {t}; streamline captures Ethernet-framed devices"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(label: &str, space: &str) -> NodeCounters {
+        NodeCounters {
+            label: label.into(),
+            space: space.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn placement_is_read_from_the_live_rows() {
+        let built = "kernel:bpf local:rx,count t1:deflate t2:deflate p3:sample,null";
+        // Before any row says where it runs: as built.
+        assert_eq!(layout_now(&[], built), built);
+        // An inserted dedup#2 on space 0, count removed; bpf stays in the kernel; the
+        // process space's filters as built until its first counters.
+        let rows = [
+            row("rx", "0"),
+            row("bpf", "0"),
+            row("dedup#2", "0"),
+            row("deflate", "1,2"),
+        ];
+        assert_eq!(
+            layout_now(&rows, built),
+            "kernel:bpf local:rx,dedup t1:deflate t2:deflate p3:sample,null"
+        );
+        let rows = [row("rx", "0"), row("bpf", "0"), row("deflate", "1,2"), row("sample", "p3"), row("null:end", "p3")];
+        assert_eq!(layout_now(&rows, built), "kernel:bpf local:rx t1:deflate t2:deflate p3:sample,null");
     }
 }

@@ -777,7 +777,7 @@ impl Space {
                 .filter(move |(j, _)| Some(*j) != except)
                 .map(|(_, m)| m)
         };
-        let taken = |l: &str| others().any(|m| !m.removed && m.label == l);
+        let taken = |l: &str| others().any(|m| !m.removed && m.label == l) || self.elsewhere.iter().any(|e| e == l);
         let base = base_name(n);
         if let Some(name) = &n.name {
             let l = label_of(&base, Some(name), 0);
@@ -1629,6 +1629,71 @@ pub(crate) fn resolve(parts: &[(usize, Vec<SnapNode>)], multi: bool) -> Vec<Grap
     nodes.into_iter().map(|(_, g)| g).collect()
 }
 
+/// A run's graph ([`EditHandle::graph`]) as its table shows it ([`crate::runtime::fold_internal`]):
+/// one node per node the user wrote, labelled as in one space (`deflate`, not `deflate@1`,
+/// `deflate~2@2`, `deflate~split@0`), its inputs and outputs the user's nodes on the
+/// other side of its members' arcs, its filter the user's node's (the member whose label
+/// has no `~`), `space` the spaces it runs in (`1,2`; the split and join around copies
+/// aside, as in the table). With each, the label of the member whose output is the user
+/// node's output (a replica's or capture engine's join; else the node itself): what a tap
+/// on the user's node taps. In the order of the nodes' first members.
+pub fn fold_graph(nodes: &[GraphNode]) -> (Vec<GraphNode>, Vec<(String, String)>) {
+    use crate::runtime::user_label;
+    let user = |l: &str| user_label(l).0.to_string();
+    let mut out: Vec<GraphNode> = Vec::new();
+    let mut taps: Vec<(String, String)> = Vec::new();
+    for n in nodes {
+        let u = user(&n.label);
+        let around = n.label.contains("~split") || n.label.contains("~join");
+        let primary = !n.label.contains('~');
+        // Arcs among one node's members are neither into nor out of it.
+        let mapped = |v: &[String]| -> Vec<String> { v.iter().map(|l| user(l)).filter(|l| *l != u).collect() };
+        let (inputs, outputs) = (mapped(&n.inputs), mapped(&n.outputs));
+        let exit = !outputs.is_empty() || n.outputs.is_empty();
+        let i = match out.iter().position(|g| g.label == u) {
+            Some(i) => i,
+            None => {
+                out.push(GraphNode {
+                    label: u.clone(),
+                    filter: n.filter.clone(),
+                    options: n.options.clone(),
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                    source: false,
+                    space: String::new(),
+                });
+                taps.push((u.clone(), n.label.clone()));
+                out.len() - 1
+            }
+        };
+        let g = &mut out[i];
+        if primary {
+            g.filter = n.filter.clone();
+            g.options = n.options.clone();
+        }
+        for l in inputs {
+            if !g.inputs.contains(&l) {
+                g.inputs.push(l);
+            }
+        }
+        for l in outputs {
+            if !g.outputs.contains(&l) {
+                g.outputs.push(l);
+            }
+        }
+        g.source |= n.source;
+        if !around && !g.space.split(',').any(|s| s == n.space) {
+            g.space = if g.space.is_empty() { n.space.clone() } else { format!("{},{}", g.space, n.space) };
+        }
+        // The tap: the member the user node's blocks leave from, a join before a copy.
+        let t = &mut taps[i].1;
+        if exit && (n.label.contains("~join") || (primary && !t.contains("~join"))) {
+            *t = n.label.clone();
+        }
+    }
+    (out, taps)
+}
+
 /// A space's mailbox: edits posted by other threads, taken by the run loop at its
 /// quiescent point, and the counters it last published.
 pub(crate) struct Mailbox {
@@ -1639,6 +1704,9 @@ pub(crate) struct Mailbox {
     pending: AtomicBool,
     state: Mutex<State>,
     snapshot: Mutex<Vec<NodeReport>>,
+    /// The same counters with the space's arcs and channel heads, as a process space
+    /// sends them (`spaces::protocol::live_text`).
+    live: Mutex<String>,
     /// The graph as the run loop last published it (at the start and after each edit).
     graph: Mutex<Vec<SnapNode>>,
     /// The run's filters in transit between spaces (shared by its mailboxes).
@@ -1684,7 +1752,8 @@ struct MoveJob {
 }
 
 struct State {
-    queue: Vec<(u64, Edit, Reply)>,
+    /// Edits with the labels of the run's other spaces when each was posted.
+    queue: Vec<(u64, Edit, Reply, Vec<String>)>,
     taps: Vec<TapJob>,
     moves: Vec<MoveJob>,
     ended: bool,
@@ -1710,6 +1779,7 @@ impl Mailbox {
                 next: 0,
             }),
             snapshot: Mutex::new(snapshot),
+            live: Mutex::new(String::new()),
             graph: Mutex::new(Vec::new()),
         }
     }
@@ -1772,11 +1842,12 @@ impl Mailbox {
                 TapJob::Unsubscribe { id } => space.unsubscribe(id),
             }
         }
-        for (_, edit, reply) in edits {
+        for (_, edit, reply, elsewhere) in edits {
+            space.elsewhere = elsewhere;
             let r = space.edit(&edit, factory);
             // The edit's time is nobody's.
             space.restart_clock();
-            self.publish(space.report());
+            self.publish(space);
             if r.is_ok() {
                 self.publish_graph(space);
             }
@@ -1784,9 +1855,11 @@ impl Mailbox {
         }
     }
 
-    /// The run loop's counters, for [`EditHandle::report`].
-    pub(crate) fn publish(&self, report: Vec<NodeReport>) {
-        *lock(&self.snapshot) = report;
+    /// The run loop's counters, for [`EditHandle::report`], and its nodes, arcs and
+    /// channel heads as protocol text, for [`EditHandle::table`].
+    pub(crate) fn publish(&self, space: &Space) {
+        *lock(&self.snapshot) = space.report();
+        *lock(&self.live) = crate::spaces::protocol::live_text(space);
     }
 
     /// The space's graph, for [`EditHandle::graph`] (the run loop publishes it when the
@@ -1821,7 +1894,7 @@ impl Mailbox {
                 _ => {}
             }
         }
-        for (_, _, reply) in edits {
+        for (_, _, reply, _) in edits {
             let _ = reply.send(Err(EditError::Ended));
         }
     }
@@ -1840,7 +1913,7 @@ impl Mailbox {
     /// Post `edit` and wait for its answer. On timeout an edit the run loop has not taken
     /// yet is withdrawn (nothing changed); one it has taken is waited for, so the caller
     /// never sees a timeout for an edit that applied.
-    fn post(&self, edit: Edit, timeout: Duration) -> Result<Applied, EditError> {
+    fn post(&self, edit: Edit, elsewhere: Vec<String>, timeout: Duration) -> Result<Applied, EditError> {
         let (tx, rx) = mpsc::channel();
         let id = {
             let mut st = lock(&self.state);
@@ -1849,7 +1922,7 @@ impl Mailbox {
             }
             let id = st.next;
             st.next += 1;
-            st.queue.push((id, edit, tx));
+            st.queue.push((id, edit, tx, elsewhere));
             self.pending.store(true, Ordering::Relaxed);
             id
         };
@@ -1919,8 +1992,12 @@ struct Directory {
     /// Labels carry their space (`count@1`), as in a multi-space report.
     multi: bool,
     /// Process spaces' counters as they last sent them while running (every ~200 ms),
-    /// labelled as in the run's report (`count@p1`), by space id.
-    remote_counters: Mutex<Vec<(usize, Vec<NodeReport>)>>,
+    /// labelled as in the run's report (`count@p1`), with their arcs and channel heads,
+    /// by space id.
+    remote_counters: Mutex<Vec<(usize, crate::spaces::SpacesReport)>>,
+    /// The nodes the user wrote, in the order the pipeline reads (see
+    /// [`crate::spaces::SpacesReport::finish`]).
+    order: Vec<String>,
 }
 
 impl Default for EditHandle {
@@ -1932,13 +2009,14 @@ impl Default for EditHandle {
 impl EditHandle {
     /// A handle for one space (space 0), to pass to [`Space::run_with`].
     pub fn new() -> EditHandle {
-        Self::for_spaces(vec![(0, Vec::new())], Vec::new(), false)
+        Self::for_spaces(vec![(0, Vec::new())], Vec::new(), false, Vec::new())
     }
 
     pub(crate) fn for_spaces(
         local: Vec<(usize, Vec<NodeReport>)>,
         remote: Vec<(usize, Vec<String>)>,
         multi: bool,
+        order: Vec<String>,
     ) -> EditHandle {
         let board = Arc::new(crate::migrate::Board::default());
         let local = local
@@ -1952,6 +2030,7 @@ impl EditHandle {
                 remote,
                 multi,
                 remote_counters: Mutex::new(Vec::new()),
+                order,
             }),
         }
     }
@@ -1966,12 +2045,12 @@ impl EditHandle {
 
     /// Process space `space`'s counters as it sent them (labels already suffixed
     /// `@pN`), replacing the ones before (see [`EditHandle::report`]).
-    pub(crate) fn publish_remote(&self, space: usize, nodes: Vec<NodeReport>) {
+    pub(crate) fn publish_remote(&self, space: usize, part: crate::spaces::SpacesReport) {
         let mut all = self.dir.remote_counters.lock().expect("not poisoned");
         match all.iter_mut().find(|(id, _)| *id == space) {
-            Some(e) => e.1 = nodes,
+            Some(e) => e.1 = part,
             None => {
-                all.push((space, nodes));
+                all.push((space, part));
                 all.sort_by_key(|e| e.0);
             }
         }
@@ -2008,7 +2087,19 @@ impl EditHandle {
             target = other;
         }
         let (id, mailbox) = (self.dir.local[target].0, &self.dir.local[target].1);
-        let mut applied = mailbox.post(edit, timeout)?;
+        // The labels of the run's other spaces, that a new node here must not take.
+        let mut elsewhere: Vec<String> = self
+            .dir
+            .local
+            .iter()
+            .filter(|(i, _)| *i != id)
+            .flat_map(|(_, m)| m.snapshot().into_iter().map(|r| r.label))
+            .filter(|l| !endpoint(l))
+            .collect();
+        for (_, part) in self.dir.remote_counters.lock().expect("not poisoned").iter() {
+            elsewhere.extend(part.nodes.iter().map(|r| split_space(&r.label).0.to_string()));
+        }
+        let mut applied = mailbox.post(edit, elsewhere, timeout)?;
         if self.dir.multi {
             applied.label = format!("{}@{id}", applied.label);
         }
@@ -2300,10 +2391,42 @@ impl EditHandle {
                 v.push(r);
             }
         }
-        for (_, nodes) in self.dir.remote_counters.lock().expect("not poisoned").iter() {
-            v.extend(nodes.iter().cloned());
+        for (_, part) in self.dir.remote_counters.lock().expect("not poisoned").iter() {
+            v.extend(part.nodes.iter().cloned());
         }
         v
+    }
+
+    /// The run's table as it runs: what its spaces last published ([`EditHandle::report`],
+    /// with their arcs), joined across channels and folded as the report at the end
+    /// folds it ([`crate::spaces::SpacesReport::finish`]): one row per node the user wrote,
+    /// labelled as in one space, in the pipeline's order, with the spaces it runs in; the
+    /// arcs between them. No summaries, warnings or status (those come at the end).
+    pub fn table(&self) -> crate::spaces::SpacesReport {
+        use crate::spaces::protocol::parse_report;
+        let mut rep = crate::spaces::SpacesReport::default();
+        for (id, m) in &self.dir.local {
+            let suffix = if self.dir.multi { format!("@{id}") } else { String::new() };
+            let from = rep.nodes.len();
+            parse_report(&lock(&m.live), &mut rep, &suffix);
+            // The classes seen leaving each node (the text does not carry them).
+            let snap = m.snapshot();
+            for n in &mut rep.nodes[from..] {
+                if let Some(r) = snap.iter().find(|r| format!("{}{suffix}", r.label) == n.label) {
+                    n.classes = r.classes.clone();
+                }
+            }
+        }
+        for (_, part) in self.dir.remote_counters.lock().expect("not poisoned").iter() {
+            rep.nodes.extend(part.nodes.iter().cloned());
+            rep.arcs.extend(part.arcs.iter().cloned());
+            rep.heads.extend(part.heads.iter().cloned());
+        }
+        rep.warnings.clear();
+        rep.failed = false;
+        rep.status = None;
+        rep.finish(self.dir.multi, &self.dir.order);
+        rep
     }
 
     /// The graph of the spaces of this process as their run loops last published it
@@ -2547,6 +2670,43 @@ mod tests {
             .map(|x| x.parse().unwrap())
             .collect();
         (v[0], v[1], v[2])
+    }
+
+    #[test]
+    fn a_replicated_node_is_one_node_of_the_folded_graph() {
+        let g = |label: &str, filter: &str, inputs: &[&str], outputs: &[&str], space: &str| GraphNode {
+            label: label.into(),
+            filter: filter.into(),
+            options: vec![],
+            inputs: inputs.iter().map(|x| x.to_string()).collect(),
+            outputs: outputs.iter().map(|x| x.to_string()).collect(),
+            source: inputs.is_empty(),
+            space: space.into(),
+        };
+        let nodes = [
+            g("gen@0", "gen", &[], &["deflate~split@0"], "0"),
+            g("deflate~split@0", "split", &["gen@0"], &["deflate@1", "deflate~2@2"], "0"),
+            g("deflate@1", "deflate", &["deflate~split@0"], &["deflate~join@1"], "1"),
+            g("deflate~2@2", "deflate", &["deflate~split@0"], &["deflate~join@1"], "2"),
+            g("deflate~join@1", "join", &["deflate@1", "deflate~2@2"], &["count@1"], "1"),
+            g("count@1", "count", &["deflate~join@1"], &[], "1"),
+        ];
+        let (folded, taps) = fold_graph(&nodes);
+        let short: Vec<(&str, &str, Vec<String>, Vec<String>, &str)> = folded
+            .iter()
+            .map(|n| (n.label.as_str(), n.filter.as_str(), n.inputs.clone(), n.outputs.clone(), n.space.as_str()))
+            .collect();
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            short,
+            [
+                ("gen", "gen", s(&[]), s(&["deflate"]), "0"),
+                ("deflate", "deflate", s(&["gen"]), s(&["count"]), "1,2"),
+                ("count", "count", s(&["deflate"]), s(&[]), "1"),
+            ]
+        );
+        let taps: Vec<(&str, &str)> = taps.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        assert_eq!(taps, [("gen", "gen@0"), ("deflate", "deflate~join@1"), ("count", "count@1")]);
     }
 
     #[test]

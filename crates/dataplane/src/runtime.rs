@@ -228,6 +228,67 @@ pub fn run_labels(g: &Graph) -> Vec<String> {
     labels
 }
 
+/// The nodes the user wrote, in the order of `labels` ([`run_labels`] of a run's graph:
+/// the order the pipeline reads, the order of a run in one space), each once: the
+/// internal nodes (`deflate~2`, `bpf~join`, `__publish`) left out.
+pub fn user_order(labels: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for l in labels {
+        if l.contains('~') || l.starts_with("__") || v.contains(l) {
+            continue;
+        }
+        v.push(l.clone());
+    }
+    v
+}
+
+/// `rows` (one per user node, [`fold_internal`]) in `order` ([`user_order`]): a row
+/// `order` does not list (a node an edit inserted) follows the row an arc into it comes
+/// from (`arcs`, folded), else the row it followed in `rows`. An empty `order` leaves
+/// `rows` as they are.
+pub fn in_order(rows: Vec<NodeReport>, arcs: &[ArcReport], order: &[String]) -> Vec<NodeReport> {
+    if order.is_empty() {
+        return rows;
+    }
+    // Sort keys, compared as sequences: a listed row's place; an unlisted row's input's
+    // key and one more step.
+    let mut keys: Vec<Option<Vec<usize>>> = rows
+        .iter()
+        .map(|r| order.iter().position(|l| *l == r.label).map(|i| vec![i + 1]))
+        .collect();
+    let input = |r: &NodeReport| -> Option<usize> {
+        arcs.iter()
+            .filter(|a| a.to == ArcTarget::Node(r.label.clone()))
+            .find_map(|a| rows.iter().position(|x| x.label == a.from))
+    };
+    for _ in 0..rows.len() {
+        for k in 0..rows.len() {
+            if keys[k].is_none() {
+                if let Some(mut key) = input(&rows[k]).and_then(|i| keys[i].clone()) {
+                    key.push(1);
+                    keys[k] = Some(key);
+                }
+            }
+        }
+    }
+    let mut prev = vec![0];
+    let mut keyed: Vec<(Vec<usize>, NodeReport)> = rows
+        .into_iter()
+        .zip(keys)
+        .map(|(r, k)| {
+            let k = k.unwrap_or_else(|| {
+                let mut p = prev.clone();
+                p.push(1);
+                p
+            });
+            prev = k.clone();
+            (k, r)
+        })
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.into_iter().map(|(_, r)| r).collect()
+}
+
 /// The user's node a report label stands for: the label without its space (`@1`, `@p2`)
 /// and without what says which internal node of it it is (`~2`, `~split`, a move's
 /// pass-through `~0`), and the space.
@@ -255,6 +316,17 @@ pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeRepor
         let (u, space) = user_label(&n.label);
         let u = u.to_string();
         let mut c = n.counters;
+        // A line an internal node wrote (`__subscribe: 10 blocks received, ...`) is said
+        // by the user's node it stands for (`bpf: 10 blocks received, ...`).
+        let summary = n.summary.as_deref().map(|s| {
+            s.lines()
+                .map(|l| match l.split_once(": ") {
+                    Some((head, rest)) if head.starts_with("__") && !head.contains(' ') => format!("{u}: {rest}"),
+                    _ => l.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
         // The split and join around copies run where the stream is, not the user's filter.
         let around = n.label.contains("~join") || n.label.contains("~split");
         let space = if around { "" } else { space };
@@ -280,7 +352,7 @@ pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeRepor
                 }
                 // Each copy's own summary (a capture engine's socket statistics) is kept,
                 // one line each.
-                match (&mut r.summary, &n.summary) {
+                match (&mut r.summary, &summary) {
                     (None, s) => r.summary = s.clone(),
                     (Some(a), Some(b)) if !a.lines().any(|l| l == b) => *a = format!("{a}\n{b}"),
                     _ => {}
@@ -297,7 +369,7 @@ pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeRepor
                 out.push(NodeReport {
                     label: u,
                     counters: c,
-                    summary: n.summary.clone(),
+                    summary,
                     classes: n.classes.clone(),
                     space: if space.is_empty() && !around { n.space.clone() } else { space.to_string() },
                 });
@@ -568,6 +640,13 @@ pub struct Space {
     /// `--chaos`: random source batch sizes and random moves of filters across this
     /// space's channels at batch boundaries (see `crate::migrate`).
     pub(crate) chaos: Option<crate::migrate::Chaos>,
+    /// The labels the run's other spaces give their nodes now (set with each edit by
+    /// `EditHandle::apply`): a node an edit makes here takes none of them, so each label
+    /// names one node of the whole run (the table folds rows by label).
+    pub(crate) elsewhere: Vec<String>,
+    /// The run loop has ended (its last `tick` call says so: a process space sends its
+    /// counters then, whenever it last did).
+    pub(crate) ending: bool,
 }
 
 impl Space {
@@ -644,6 +723,8 @@ impl Space {
             clock,
             last,
             chaos: None,
+            elsewhere: Vec::new(),
+            ending: false,
         })
     }
 
@@ -1053,7 +1134,7 @@ impl Space {
         // producers end (they stop their own sources and close), at most DRAIN_GRACE.
         let mut drain_until: Option<Instant> = None;
         if let Some((mailbox, _)) = edits {
-            mailbox.publish(self.report());
+            mailbox.publish(self);
             mailbox.publish_graph(self);
         }
         // Channels from other spaces of this process: where filters arrive and leave by
@@ -1129,7 +1210,7 @@ impl Space {
             if last_tick.elapsed() > Duration::from_millis(100) {
                 tick(self);
                 if let Some((mailbox, _)) = edits {
-                    mailbox.publish(self.report());
+                    mailbox.publish(self);
                 }
                 last_tick = Instant::now();
             }
@@ -1142,9 +1223,16 @@ impl Space {
             mailbox.close();
             self.end_moves(&ingresses, mailbox.board(), factory);
         }
+        // The counters as the loop ended, before the flushes and the wait for Unix
+        // commands (which may take long: the live views show these meanwhile).
+        self.ending = true;
+        tick(self);
+        if let Some((mailbox, _)) = edits {
+            mailbox.publish(self);
+        }
         self.finish_all();
         if let Some((mailbox, _)) = edits {
-            mailbox.publish(self.report());
+            mailbox.publish(self);
         }
     }
 
@@ -1376,6 +1464,45 @@ mod tests {
     /// into one `deflate` row whose blocks in are what tcp sent it, whose out is what
     /// reached count, whose drops include what the selector after the join dropped (the
     /// loss an earlier fold made), and which adds up.
+    #[test]
+    fn rows_follow_the_pipeline_and_an_inserted_node_its_input() {
+        let row = |label: &str| NodeReport {
+            label: label.into(),
+            counters: Counters::default(),
+            summary: None,
+            classes: vec![],
+            space: String::new(),
+        };
+        let arc = |from: &str, to: &str| ArcReport {
+            from: from.into(),
+            to: ArcTarget::Node(to.into()),
+            carried: Carried::default(),
+        };
+        // Space 0 (gen, count, an inserted dedup#2 after gen), then space 1 (dedup).
+        let rows = vec![row("gen"), row("count"), row("dedup#2"), row("dedup")];
+        let arcs = [arc("gen", "dedup#2"), arc("dedup#2", "count"), arc("count", "dedup")];
+        let order = user_order(&["gen".into(), "count".into(), "dedup".into(), "dedup~2".into(), "__publish".into()]);
+        assert_eq!(order, ["gen", "count", "dedup"]);
+        let got: Vec<String> = in_order(rows, &arcs, &order).into_iter().map(|r| r.label).collect();
+        assert_eq!(got, ["gen", "dedup#2", "count", "dedup"]);
+    }
+
+    #[test]
+    fn an_internal_nodes_summary_is_said_by_the_users_node() {
+        let n = NodeReport {
+            label: "bpf".into(),
+            counters: Counters::default(),
+            summary: Some("__subscribe: 10 blocks received, lost 0 blocks to a full ring (subscriber fell behind)".into()),
+            classes: vec![],
+            space: String::new(),
+        };
+        let (rows, _) = fold_internal(&[n], &[]);
+        assert_eq!(
+            rows[0].summary.as_deref(),
+            Some("bpf: 10 blocks received, lost 0 blocks to a full ring (subscriber fell behind)")
+        );
+    }
+
     #[test]
     fn replicas_split_and_join_fold_into_the_users_node() {
         let row = |label: &str, i: u64, o: u64, d: u64, m: u64, e: u64| NodeReport {

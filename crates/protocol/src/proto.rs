@@ -510,6 +510,10 @@ pub struct NodeCounters {
     /// Classes seen leaving the node (sampled).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<u16>,
+    /// The spaces it runs in, as the run's table says (`0`, `p3`, `1,2`: replicas,
+    /// summed in the row); empty from an older worker.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub space: String,
 }
 
 /// A run as `ps` lists it.
@@ -521,8 +525,9 @@ pub struct RunInfo {
     pub state: String,
     pub pipeline: String,
     pub placement: String,
-    /// Where the run's filters were placed when it started, by space (`local:gen,null
-    /// t1:deflate t2:deflate p3:count kernel:bpf`); empty from an older worker.
+    /// Where the run's filters run now, by space (`kernel:bpf local:gen,null t1:deflate
+    /// t2:deflate p3:count`), from its live rows (`NodeCounters::space`; an edit shows at
+    /// the next counters), as built until they come; empty from an older worker.
     #[serde(default)]
     pub layout: String,
     /// Live edits applied to it, and the last one as applied (secrets redacted).

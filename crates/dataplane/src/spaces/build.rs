@@ -67,6 +67,9 @@ pub struct Spaces {
     pub(super) labels: Vec<(SpaceId, String)>,
     /// Per space, the scheduling its hints ask for.
     pub(super) sched: HashMap<SpaceId, Option<(beltway::sys::Policy, &'static str, String)>>,
+    /// The nodes the user wrote, as the pipeline reads ([`crate::runtime::user_order`]):
+    /// the order of the report's rows whatever the placement.
+    pub(super) order: Vec<String>,
 }
 
 impl Spaces {
@@ -427,6 +430,7 @@ impl Spaces {
             channels: cross.len(),
             labels,
             sched,
+            order: crate::runtime::user_order(&run_labels),
         })
     }
 

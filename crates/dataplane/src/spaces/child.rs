@@ -153,10 +153,10 @@ pub fn run_process_space(
         });
     }
     // Counters while it runs (the parent shows them with its own: `ps`, `attach`), at
-    // most every 200 ms; a send that fails is the parent gone, which the stop thread sees.
+    // most every 200 ms, and as its loop ends (before it waits for its Unix commands); a send that fails is the parent gone, which the stop thread sees.
     let mut last = std::time::Instant::now();
     space.run(&interrupt, |s| {
-        if last.elapsed() >= std::time::Duration::from_millis(200) {
+        if s.ending || last.elapsed() >= std::time::Duration::from_millis(200) {
             last = std::time::Instant::now();
             let _ = send_msg(&sock, &counters_text(s));
         }

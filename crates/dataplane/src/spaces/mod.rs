@@ -29,7 +29,7 @@
 mod build;
 mod child;
 mod place;
-mod protocol;
+pub(crate) mod protocol;
 mod run;
 mod split;
 

@@ -173,14 +173,27 @@ pub(super) const COUNTERS: &str = "counters\n";
 
 /// A running space's counters as protocol text (see [`COUNTERS`]).
 pub(super) fn counters_text(space: &Space) -> String {
-    let mut t = String::from(COUNTERS);
+    format!("{COUNTERS}{}", live_text(space))
+}
+
+/// What a running space publishes of its counters: [`report_text`]'s `node` records
+/// (summaries left out), `arc` and `head` records, so that the live table folds and
+/// joins as the report at the end does ([`SpacesReport::finish`]).
+pub(crate) fn live_text(space: &Space) -> String {
+    let mut t = String::new();
     for n in space.report() {
         t += &node_line(&n, "-");
+    }
+    for a in space.arcs() {
+        t += &arc_line(&a);
+    }
+    for (ch, to) in space.channel_heads() {
+        t += &format!("head\t{ch}\t{}\n", target_field(&to));
     }
     t
 }
 
-pub(super) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
+pub(crate) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
     for l in text.lines() {
         let f: Vec<&str> = l.split('\t').collect();
         match f.as_slice() {

@@ -100,7 +100,12 @@ impl Spaces {
                 )
             })
             .collect();
-        EditHandle::for_spaces(local, remote, self.spaces.len() + self.children.len() > 1)
+        EditHandle::for_spaces(
+            local,
+            remote,
+            self.spaces.len() + self.children.len() > 1,
+            self.order.clone(),
+        )
     }
 
     /// [`Spaces::run`], with live edits: each space of this process takes the edits
@@ -237,7 +242,7 @@ impl Spaces {
                                         &mut part,
                                         &format!("@p{}", c.id),
                                     );
-                                    h.publish_remote(c.id, part.nodes);
+                                    h.publish_remote(c.id, part);
                                 }
                             }
                             other => break other,
@@ -245,6 +250,12 @@ impl Spaces {
                     };
                     match msg {
                         Ok(text) => {
+                            // Its final counters, for the live views until the run ends.
+                            if let Some(h) = handle {
+                                let mut part = SpacesReport::default();
+                                parse_report(&text, &mut part, &format!("@p{}", c.id));
+                                h.publish_remote(c.id, part);
+                            }
                             let _ = c.proc.wait();
                             child_reports
                                 .lock()
@@ -372,23 +383,7 @@ impl Spaces {
             rep.failed |= part.failed;
             rep.status = rep.status.or(part.status);
         }
-        rep.join_channels();
-        if !multi {
-            for n in &mut rep.nodes {
-                n.space = "0".into();
-            }
-        }
-        let (nodes, arcs) = crate::runtime::fold_internal(&rep.nodes, &rep.arcs);
-        rep.nodes = nodes;
-        rep.arcs = arcs;
-        // A warning a copy gave names the user's node (`tcpstream: ...`, not `tcpstream~2`).
-        for w in &mut rep.warnings {
-            if let Some((head, rest)) = w.split_once(": ") {
-                if head.contains('~') && !head.contains(' ') {
-                    *w = format!("{}: {rest}", crate::runtime::user_label(head).0);
-                }
-            }
-        }
+        rep.finish(multi, &self.order);
         let died = died.into_inner().expect("not poisoned");
         if !died.is_empty() {
             rep.died = Some(died.join("; "));
@@ -399,6 +394,34 @@ impl Spaces {
 }
 
 impl SpacesReport {
+    /// The table as the user reads it, from what the spaces reported (their nodes
+    /// labelled `count@1` in a run of several, arcs, channel heads): the arcs into
+    /// channels joined to the nodes behind them, the internal nodes folded into the node
+    /// the user wrote ([`crate::runtime::fold_internal`]), the rows in `order` (the
+    /// nodes the user wrote as the pipeline reads, [`crate::runtime::user_order`]; a row
+    /// it does not list, a node an edit inserted, follows the row before it as the
+    /// spaces listed them), warnings naming the user's node. The one mechanism behind the
+    /// report at the end and the live table ([`crate::EditHandle::table`]).
+    pub(crate) fn finish(&mut self, multi: bool, order: &[String]) {
+        self.join_channels();
+        if !multi {
+            for n in &mut self.nodes {
+                n.space = "0".into();
+            }
+        }
+        let (nodes, arcs) = crate::runtime::fold_internal(&self.nodes, &self.arcs);
+        self.nodes = crate::runtime::in_order(nodes, &arcs, order);
+        self.arcs = arcs;
+        // A warning a copy gave names the user's node (`tcpstream: ...`, not `tcpstream~2`).
+        for w in &mut self.warnings {
+            if let Some((head, rest)) = w.split_once(": ") {
+                if head.contains('~') && !head.contains(' ') {
+                    *w = format!("{}: {rest}", crate::runtime::user_label(head).0);
+                }
+            }
+        }
+    }
+
     /// Arcs into a channel lead to the node behind it, in the consuming space, through
     /// any spaces that only pass the blocks on (one arc per such node; a channel whose
     /// consumer reported nothing is left as it is).
