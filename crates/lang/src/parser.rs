@@ -4,8 +4,9 @@
 //! pipeline := par ( PIPE par )*                 PIPE = '|' selector?
 //! par      := unary ( OP unary )*               OP = '+' | '++' | '*' | '+*' | '&', one kind per chain
 //! unary    := '!'* primary
-//! primary  := ( atom | '(' pipeline ')' ) ( '@' hint(,hint)* )*
+//! primary  := ( atom | '(' pipeline ')' ) ( '@' ( hint(,hint)* | KEY=VALUE ) )*
 //! atom     := WORD+
+//! KEY      := 'space' | 'name'                  (on an atom only: the node's own options)
 //! selector := '!'* ( 'all' | N | N:M | NAME )?
 //! ```
 //!
@@ -13,7 +14,7 @@
 //! input can exhaust the stack.
 
 use crate::diag::{closest, did_you_mean, DiagKind, Diagnostic};
-use crate::graph::{Hint, Selector};
+use crate::graph::{Hint, Selector, UNIX_CONTROL_OPTIONS};
 use crate::lexer::{lex, ParOp, Tok, Token, Word};
 use crate::span::Span;
 
@@ -23,6 +24,10 @@ pub(crate) enum Expr {
         words: Vec<Word>,
         span: Span,
         hints: Vec<Hint>,
+        /// `@space=S`, `@name=X` after the atom: the node's own options, written so that
+        /// no command could take them for an argument (a Unix command's words are all
+        /// its own, as in the shell).
+        opts: Vec<Word>,
     },
     Group {
         inner: Box<Expr>,
@@ -259,6 +264,7 @@ impl<'a> Parser<'a> {
                     words,
                     span,
                     hints: Vec::new(),
+                    opts: Vec::new(),
                 }
             }
             Some(Token {
@@ -314,6 +320,10 @@ impl<'a> Parser<'a> {
                     .help(format!("hints are: {}", hint_list())));
             };
             self.pos += 1;
+            if let Some(eq) = w.eq {
+                self.node_option(&mut e, w, eq)?;
+                continue;
+            }
             let new = parse_hints(&w, self.input)?;
             let hints = match &mut e {
                 Expr::Atom { hints, .. } | Expr::Group { hints, .. } => hints,
@@ -326,6 +336,47 @@ impl<'a> Parser<'a> {
             }
         }
         Ok(e)
+    }
+
+    /// `@KEY=VALUE` after `e`: one of [`UNIX_CONTROL_OPTIONS`] (`gzip -c @space=1,2`,
+    /// `wc -l @name=w`), on an atom.
+    fn node_option(&self, e: &mut Expr, w: Word, eq: usize) -> Result<(), Diagnostic> {
+        let key = &w.text[..eq];
+        let key_span = Span::new(w.span.start, w.span.start + eq);
+        if !UNIX_CONTROL_OPTIONS.contains(&key) {
+            let (msg, help) = match key.rsplit_once(',') {
+                Some((hints, k)) if UNIX_CONTROL_OPTIONS.contains(&k) => (
+                    format!("'@{}' mixes hints and the option '{k}='", w.text),
+                    format!("give each after its own '@': @{hints} @{}", &w.text[hints.len() + 1..]),
+                ),
+                _ => (
+                    format!("unknown node option '@{key}='"),
+                    format!(
+                        "after '@' come hints ({}) or the node options {}; to pass '@{}' to a command, quote the word",
+                        hint_list(),
+                        UNIX_CONTROL_OPTIONS.map(|o| format!("@{o}=")).join(" and "),
+                        w.text
+                    ),
+                ),
+            };
+            return Err(self.err(DiagKind::UnknownHint, msg, key_span).help(help));
+        }
+        match e {
+            Expr::Atom { opts, .. } => {
+                opts.push(w);
+                Ok(())
+            }
+            _ => Err(self
+                .err(
+                    DiagKind::BadOption,
+                    format!("'@{key}=' places or names one filter or command, not a group"),
+                    key_span,
+                )
+                .help(format!(
+                    "put it inside the parentheses, after the filter or command it is for: (... CMD ARGS @{})",
+                    w.text
+                ))),
+        }
     }
 
     fn missing_operand(&self, found: Option<Token>) -> Diagnostic {
