@@ -68,12 +68,15 @@ bash reads them; key=value words too: `echo name=x` prints name=x). Streamline's
 own options for the command follow an `@`, like hints: `gzip -c @space=1,2` places
 it, `wc -l @name=w` names it (native filters take `@space=` and `@name=` too). Beside
 native filters or operators, `space=` or `name=` after a Unix command is refused
-(write `@space=` to place it, quote the word to pass it); a shell builtin with no program on PATH (type, ulimit, umask, hash, :) runs in bash; the
+(write `@space=` to place it, quote the word to pass it). A shell builtin with no
+program on PATH (read, cd, eval, type, ulimit, hash, :, ...) runs in bash; the
 first command reads the run's standard input. Shell syntax that would redirect,
 sequence, glob or expand (`<`, `>`, `;`, `&&`, `*`, `$`, `~`, `{a,b}`, `<(...)`) is
 refused with a caret under it and the `bash -c` spelling; so is `+`, `*` or `&` right
-beside a Unix command (`echo 1 + 2`: a word to the shell): put branches of Unix
-commands in parentheses, `(gzip -c) + (bzip2 -c)`.
+beside a Unix command (`echo 1 + 2`: a word to the shell), and `!` before one (the
+shell negates its exit status): put branches of Unix commands in parentheses,
+`(gzip -c) + (bzip2 -c)`. After a Unix command, a program's name glued to `|` is the
+command piped into, as in the shell (`seq 10|wc -l`); elsewhere `|name` is a selector.
 
   $ streamline run 'printf "a\nb\na\n" | grep a | wc -l'
     2

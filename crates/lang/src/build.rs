@@ -141,6 +141,7 @@ impl Builder<'_> {
                 })
             }
             Expr::Not { inner, bang, span } => {
+                self.no_shell_negation(inner, *bang)?;
                 let f = self.expr(inner)?;
                 let not = self.r.add(RKind::Not, *span);
                 self.touched.push(not);
@@ -319,6 +320,33 @@ impl Builder<'_> {
             )));
         }
         Ok(())
+    }
+
+    /// `! cmd` before a bare Unix command is the shell's negation of its exit status; the
+    /// language's `!` inverts a filter's selection, which a command has none of: refused,
+    /// with the way to bash (`! true` exited 0 where bash exits 1).
+    fn no_shell_negation(&self, inner: &Expr, bang: Span) -> Result<(), Diagnostic> {
+        let Expr::Atom { words, span, .. } = inner else {
+            return Ok(());
+        };
+        let unix = self.as_tool.contains(&span.start)
+            || kind_of(self.resolver, &words[0]) == Some(FilterKind::Unix);
+        if !unix {
+            return Ok(());
+        }
+        Err(Diagnostic::new(
+            DiagKind::ShellSyntax,
+            format!(
+                "'!' before Unix command '{}': the shell negates its exit status; the pipeline language's '!' inverts what a filter selects, and a command selects nothing",
+                words[0].text
+            ),
+            bang,
+            self.input,
+        )
+        .help(format!(
+            "for the shell's meaning, give it to the shell: bash -c {}; to pass '!' to a command, quote it",
+            crate::resolve::sh_quote(self.input.trim())
+        )))
     }
 
     fn line_col(&self, pos: usize) -> String {

@@ -47,7 +47,9 @@
 //!   Every cycle contains a filter for which [`Resolver::bounds_loops`] holds (`for`).
 //! - `@hints` after a parenthesized group go on every node inside it, joins included;
 //!   to annotate a whole pipeline, parenthesize it: `(rx | ip | snort) @throughput`.
-//! - A selector is glued to its `|`: `a |80 b`, `a |! b`; `a|b` reads `b` as a class name.
+//! - A selector is glued to its `|`: `a |80 b`, `a |! b`; `a|b` reads `b` as a class name,
+//!   except after a bare Unix command when `b` is a program or a Unix tool's name: then it
+//!   is the command piped into, as in the shell (`seq 10|wc -l`).
 //!
 //! ```
 //! use lang::{parse, StaticResolver, NodeKind, JoinMode};
@@ -106,6 +108,6 @@ pub fn parse_request(
     input: &str,
     resolver: &dyn Resolver,
 ) -> Result<template::Request, Diagnostic> {
-    let expr = parser::parse_expr(input)?;
+    let expr = parser::parse_expr(input, resolver)?;
     build::build(&expr, resolver, input)
 }

@@ -244,10 +244,18 @@ fn is_executable(p: &std::path::Path) -> bool {
     }
 }
 
-/// Shell builtins with no program of their name on PATH whose output a pipeline may
-/// take: they resolve as Unix commands, and run as `bash -c '"$0" "$@"' NAME ARGS...`
-/// (`type ls`, `ulimit -n`, `: | sort`, `hash`), so they print what `bash -c` prints.
-pub const SHELL_BUILTINS: &[&str] = &[":", "exit", "hash", "help", "type", "ulimit", "umask"];
+/// Shell builtins (bash's `compgen -b` less those that are programs too: `echo`, `test`,
+/// `kill`, ...): with no program of their name on PATH they resolve as Unix commands, and
+/// run as `bash -c '"$0" "$@"' NAME ARGS...` (`type ls`, `ulimit -n`, `: | sort`, `hash`,
+/// `read x`, `cd /`), so they print and exit as `bash -c` does (not `command not found`).
+pub const SHELL_BUILTINS: &[&str] = &[
+    ".", ":", "alias", "bg", "bind", "break", "builtin", "caller", "cd", "command", "compgen",
+    "complete", "compopt", "continue", "declare", "dirs", "disown", "enable", "eval", "exec",
+    "exit", "export", "fc", "fg", "getopts", "hash", "help", "history", "jobs", "let", "local",
+    "logout", "mapfile", "popd", "pushd", "read", "readarray", "readonly", "return", "set",
+    "shift", "shopt", "source", "suspend", "times", "trap", "type", "typeset", "ulimit",
+    "umask", "unalias", "unset", "wait",
+];
 
 impl Resolver for PathResolver {
     fn resolve(&self, name: &str) -> Option<FilterKind> {

@@ -583,7 +583,7 @@ fn unix_commands_get_the_shells_words() {
 /// (the runtime runs it through bash); a name that is neither stays unknown.
 #[test]
 fn shell_builtins_resolve_as_unix_commands() {
-    for b in ["type", "ulimit", ":", "umask"] {
+    for b in ["type", "ulimit", ":", "umask", "read", "cd", "eval", "export", "."] {
         assert_eq!(PathResolver.resolve(b), Some(FilterKind::Unix), "{b}");
     }
     assert_eq!(PathResolver.resolve("surely-no-such-builtin"), None);
@@ -680,4 +680,33 @@ fn an_unknown_word_is_a_command_unless_it_is_a_near_miss_of_a_native_filter() {
     assert_eq!(err("while x").kind, DiagKind::ShellSyntax);
     // Beside a parallel operator it is a bare Unix command like any other.
     assert_eq!(err("nosuchcmd 1 + 2").kind, DiagKind::ShellSyntax);
+}
+
+/// A name glued to `|` after a bare Unix command is the command piped into, as the shell
+/// reads it (`echo a|wc -c` ran `-c` as a command after a `|wc` selector); after a native
+/// filter, or as a number, range or negation, it stays a selector.
+#[test]
+fn a_command_glued_to_the_pipe_after_a_unix_command_is_piped_into() {
+    assert_eq!(kinds("cat x|wc -l"), ["unix:cat x", "unix:wc -l"]);
+    assert_eq!(kinds("cat x|sort|head -3"), ["unix:cat x", "unix:sort", "unix:head -3"]);
+    assert_eq!(kinds("cat x|grep y|wc"), ["unix:cat x", "unix:grep y", "unix:wc"]);
+    let g = p("cat x|wc -l");
+    assert_eq!(g.edges[0].sel, Selector::Default);
+    // After a native filter, a class name (the test resolver says nothing of gen's).
+    let g = p("gen|wc -l");
+    assert_eq!(g.edges[0].sel, Selector::Named("wc".into()));
+    let g = p("pcapin file=x | dport |80 wc -l");
+    assert_eq!(g.edges[1].sel, Selector::Class(80));
+}
+
+/// `!` before a bare Unix command is the shell's negation of its exit status (`! true`
+/// exited 0 where bash exits 1): refused with the way to bash.
+#[test]
+fn a_bang_before_a_unix_command_is_refused() {
+    for src in ["! cat x", "cat x | ! wc -l", "!gzip"] {
+        let d = err(src);
+        assert_eq!(d.kind, DiagKind::ShellSyntax, "{src}: {d}");
+        assert!(d.help.as_deref().unwrap_or("").contains("bash -c"), "{src}: {d}");
+    }
+    p("gen | !grep x | count");
 }
