@@ -536,6 +536,20 @@ mod tests {
         );
     }
 
+    /// A Unix command's words are all its own: its placement and name are shown after
+    /// `@` (`space=1` after it would read back as its argument), and the text parses back
+    /// to the same graph.
+    #[test]
+    fn a_unix_commands_options_are_shown_after_at() {
+        let r = lang::OrCommand(filters::Natives);
+        let text = "gen | gzip -c 'name=x' @space=1 @name=z | count";
+        let v = View::new(lang::parse(text, &r).unwrap());
+        let shown = v.text_now();
+        assert_eq!(shown, "gen | gzip -c \"name=x\" @space=1 @name=z | count");
+        let again = View::new(lang::parse(&shown, &r).unwrap());
+        assert_eq!(again.graph().canonical(), v.graph().canonical());
+    }
+
     #[test]
     fn each_edit_kind_changes_the_view_as_the_runtime_does() {
         let v = view("gen | count | count name=tail");
