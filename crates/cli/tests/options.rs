@@ -160,7 +160,10 @@ fn unix_commands_take_space_and_name_after_at() {
     // before anything runs, with a caret under it and both spellings.
     let (code, out, err) = run("gen count=3 | wc -l space=1");
     assert_eq!(code, Some(2), "{out}{err}");
-    assert!(err.contains("^^^^^^^") && err.contains("@space=1") && err.contains("'space=1'"), "{err}");
+    assert!(
+        err.contains("^^^^^^^") && err.contains("@space=1") && err.contains("'space=1'"),
+        "{err}"
+    );
     let (code, out, err) = run("gen count=3 size=2 | wc -c @space=1 @name=w");
     assert_eq!((code, out.trim()), (Some(0), "6"), "{err}");
 }

@@ -205,10 +205,11 @@ impl UnixProc {
             // on standard error and exits 127 (126), and the rest of the pipeline runs
             // (`nosuchcmd | wc -l` prints 0). Its stage is a process, as the shell's is
             // (a child that could not exec), so input and output end as they would.
-            Err(e) if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
-            ) =>
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                ) =>
             {
                 let (why, code) = match e.kind() {
                     std::io::ErrorKind::PermissionDenied => ("Permission denied", 126),
@@ -218,12 +219,25 @@ impl UnixProc {
                 let mut failed = Command::new("/bin/sh");
                 failed
                     .arg("-c")
-                    .arg(format!("printf 'streamline: %s: {why}\\n' \"$0\" >&2; exit {code}"))
+                    .arg(format!(
+                        "printf 'streamline: %s: {why}\\n' \"$0\" >&2; exit {code}"
+                    ))
                     .arg(&argv[0])
-                    .stdout(if sink { Stdio::inherit() } else { Stdio::piped() })
-                    .stdin(if source { Stdio::inherit() } else { Stdio::piped() });
+                    .stdout(if sink {
+                        Stdio::inherit()
+                    } else {
+                        Stdio::piped()
+                    })
+                    .stdin(if source {
+                        Stdio::inherit()
+                    } else {
+                        Stdio::piped()
+                    });
                 let c = failed.spawn().map_err(|e2| {
-                    std::io::Error::new(e.kind(), format!("cannot start '{}': {e} (nor report it: {e2})", argv[0]))
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("cannot start '{}': {e} (nor report it: {e2})", argv[0]),
+                    )
                 })?;
                 (c, true)
             }

@@ -239,7 +239,10 @@ impl Builder<'_> {
             ) => {
                 if a0[0] != argv[0] {
                     return Err(conflict(
-                        format!("'@name={name}' names Unix command '{}', not '{}'", a0[0], argv[0]),
+                        format!(
+                            "'@name={name}' names Unix command '{}', not '{}'",
+                            a0[0], argv[0]
+                        ),
                         &a0[0].clone(),
                         words[0].span,
                         self.input,
@@ -261,8 +264,12 @@ impl Builder<'_> {
             }
             (first, _) => {
                 let (was, this) = match first {
-                    NodeKind::Unix { argv, .. } => (format!("Unix command '{}'", argv[0]), "a native filter"),
-                    NodeKind::Filter { filter, .. } => (format!("native filter '{filter}'"), "a Unix command"),
+                    NodeKind::Unix { argv, .. } => {
+                        (format!("Unix command '{}'", argv[0]), "a native filter")
+                    }
+                    NodeKind::Filter { filter, .. } => {
+                        (format!("native filter '{filter}'"), "a Unix command")
+                    }
                     _ => unreachable!("named nodes are filters or commands"),
                 };
                 return Err(Diagnostic::new(

@@ -129,7 +129,10 @@ fn render(e: &E, ws: &str) -> String {
             let r = render(inner, ws);
             // `!` right before a bare Unix command is the shell's (refused); before
             // parentheses it is the language's.
-            if matches!(**inner, E::Pipe(..) | E::Par(..) | E::Atom("cat -n" | "grep 'x y'", _)) {
+            if matches!(
+                **inner,
+                E::Pipe(..) | E::Par(..) | E::Atom("cat -n" | "grep 'x y'", _)
+            ) {
                 format!("!{}", paren(r))
             } else {
                 format!("!{r}")
