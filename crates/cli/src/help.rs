@@ -48,8 +48,12 @@ repository root (examples/sample.pcap is a capture of 5,247 packets).
 FILTERS AND PARAMETERS
 
 A word is a native filter (`streamline filters` lists them, `streamline filters
-NAME` documents one) or else a Unix command on PATH. Parameters are positional or
-key=value; `streamline filters NAME` says which.
+NAME` documents one) or else a Unix command, as the shell runs it. Parameters are
+positional or key=value; `streamline filters NAME` says which. A command that is not
+on PATH fails as in the shell: `NAME: command not found` on standard error, exit
+status 127, the rest of the pipeline runs (`nosuchcmd | wc -l` prints 0); only a
+near miss of a native filter's name with no program of that name (`cuont`) is
+refused before anything runs, with the filter it meant.
 
   $ streamline run 'pcapin file=examples/sample.pcap | count'
     count: 5247 blocks, 4254132 bytes
@@ -58,20 +62,33 @@ key=value; `streamline filters NAME` says which.
 
 A plain shell pipeline gives the shell's output: a native filter that shares a Unix
 tool's name (grep, file, split, join, strip, ip, hash) means the tool when a plain
-`|` joins it to a Unix command, or when it is the whole pipeline. A Unix command gets
-the words bash would give it (quotes and backslashes as bash reads them; key=value
-words are its arguments, except space= and name=, which place and name it); a shell
-builtin with no program on PATH (type, ulimit, umask, hash, :) runs in bash; the
+`|` joins it to a Unix command, or when it is the whole pipeline. Every word after a
+Unix command's name is its argument, as bash gives it (quotes and backslashes as
+bash reads them; key=value words too: `echo name=x` prints name=x). Streamline's
+own options for the command follow an `@`, like hints: `gzip -c @space=1,2` places
+it, `wc -l @name=w` names it (native filters take `@space=` and `@name=` too). Beside
+native filters or operators, `space=` or `name=` after a Unix command is refused
+(write `@space=` to place it, quote the word to pass it). A shell builtin with no
+program on PATH (read, cd, eval, type, ulimit, hash, :, ...) runs in bash; the
 first command reads the run's standard input. Shell syntax that would redirect,
 sequence, glob or expand (`<`, `>`, `;`, `&&`, `*`, `$`, `~`, `{a,b}`, `<(...)`) is
 refused with a caret under it and the `bash -c` spelling; so is `+`, `*` or `&` right
-beside a Unix command (`echo 1 + 2`: a word to the shell): put branches of Unix
-commands in parentheses, `(gzip -c) + (bzip2 -c)`.
+beside a Unix command (`echo 1 + 2`: a word to the shell), and `!` before one (the
+shell negates its exit status): put branches of Unix commands in parentheses,
+`(gzip -c) + (bzip2 -c)`. After a Unix command, a program's name glued to `|` is the
+command piped into, as in the shell (`seq 10|wc -l`); elsewhere `|name` is a selector.
 
   $ streamline run 'printf "a\nb\na\n" | grep a | wc -l'
     2
   $ streamline run 'seq 1 200000 | grep 7 | tr -d "\n" | wc -c'
     446731
+  $ streamline run 'echo name=x space=1 | wc -c'
+    15
+  $ streamline run 'nosuchcmd | wc -l'
+    0
+    streamline: nosuchcmd: command not found
+  $ streamline run 'seq 1 100000 | gzip -1 @space=1 | gzip -dc | wc -l'
+    100000
 
 COUNTS AND SIZES
 
@@ -155,7 +172,8 @@ body N times per block (class 1 while iterations remain), then `|!` lets it out.
 WHERE FILTERS RUN: space= AND @hints
 
 By default the planner places filters (`streamline plan 'PIPELINE'` explains its
-choice; `run --plan none` runs them as written). `space=N` puts a filter on a
+choice; `run --plan none` runs them as written). `space=N` (on a Unix command
+`@space=N`, its words being all its own) puts a filter on a
 worker thread pinned to CPU N, `space=pN` in a process of its own, `space=local` in
 the calling thread; a filter without space= runs where its first input runs.
 `space=A,B` replicates a filter, one copy per space, and keeps the order. The

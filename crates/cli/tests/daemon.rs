@@ -126,12 +126,12 @@ fn a_run_through_the_daemon_prints_and_exits_as_a_standalone_run() {
     // A pipeline that does not parse: the same caret, exit status 2.
     let bad = d
         .cli()
-        .args(["run", "gen count=3 | nosuchfilterxyz"])
+        .args(["run", "gen count=3 | countt"])
         .output()
         .unwrap();
     let (_, be) = text(&bad);
     assert_eq!(bad.status.code(), Some(2), "{be}");
-    assert!(be.contains("nosuchfilterxyz") && be.contains('^'), "{be}");
+    assert!(be.contains("countt") && be.contains('^'), "{be}");
     assert!(run_ids(&d.ps()).is_empty(), "{}", d.ps());
 }
 

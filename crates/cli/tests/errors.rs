@@ -50,11 +50,12 @@ fn alone(args: &[&str]) -> Output {
 
 #[test]
 fn streamline_errors_have_one_prefix_and_pipeline_errors_a_caret() {
-    // The parser's error (unknown filter), stand-alone.
-    let o = alone(&["run", "gen count=3 | nosuchfilterxyz"]);
+    // The parser's error (unknown filter: a near miss of `count`, no program of that
+    // name; a word that is no near miss is a command, as in the shell), stand-alone.
+    let o = alone(&["run", "gen count=3 | countt"]);
     let e = failure(&o, 2, "unknown filter");
-    assert!(e.starts_with("streamline: error: unknown filter 'nosuchfilterxyz'"), "{e}");
-    assert_eq!(under_caret(&e), "nosuchfilterxyz", "{e}");
+    assert!(e.starts_with("streamline: error: unknown filter 'countt'"), "{e}");
+    assert_eq!(under_caret(&e), "countt", "{e}");
     // check says it the same way.
     let o = alone(&["check", "gen count=3 | | count"]);
     failure(&o, 2, "check");
@@ -83,13 +84,13 @@ fn errors_through_the_daemon_look_the_same() {
     // The same parse error through the daemon: the same first line and caret.
     let o = d
         .cli()
-        .args(["run", "gen count=3 | nosuchfilterxyz"])
+        .args(["run", "gen count=3 | countt"])
         .output()
         .unwrap();
     let e = failure(&o, 2, "unknown filter via the daemon");
-    let a = err(&alone(&["run", "gen count=3 | nosuchfilterxyz"]));
+    let a = err(&alone(&["run", "gen count=3 | countt"]));
     assert_eq!(e.lines().next(), a.lines().next(), "{e}\n{a}");
-    assert_eq!(under_caret(&e), "nosuchfilterxyz", "{e}");
+    assert_eq!(under_caret(&e), "countt", "{e}");
     // A build error made in the worker.
     let o = d
         .cli()

@@ -60,7 +60,7 @@ fn every_example_of_help_pipelines_runs_and_prints_what_it_says() {
     for needed in [
         "|53 ", "|!1:1023 ", "|http ", "|dns ", " + ", " ++ ", " +* ", "| !tcp", "@private",
         "@lockstep", "@latency", "space=1 ", "space=p1", "space=1,2", "for name=L",
-        "name=c", "rate=", "count=20M", "count=2K",
+        "name=c", "rate=", "count=20M", "count=2K", "@space=1 ", "echo name=x", "nosuchcmd",
     ] {
         assert!(
             ex.iter().any(|(c, _)| c.contains(needed)),

@@ -119,35 +119,53 @@ fn options_without_a_meaning_here_are_refused_saying_why() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// Every word after a Unix command's name is its argument, as in bash (`echo name=x`
+/// printed an empty line when `name=` was taken for Streamline's option); Streamline's
+/// options for the command follow `@` (`wc -l @space=1`), and the old spelling beside
+/// native filters is refused with both spellings.
 #[test]
-fn unix_commands_take_space_and_name() {
+fn unix_commands_take_space_and_name_after_at() {
     let lines = std::fs::read_to_string("/etc/services")
         .unwrap()
         .lines()
         .count();
-    let (code, out, err) = run("cat /etc/services | wc -l space=1");
+    let (code, out, err) = run("cat /etc/services | wc -l @space=1");
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out.trim().parse::<usize>().unwrap(), lines);
-    let (code, out, err) = run("cat /etc/services space=p1 | wc -l");
+    let (code, out, err) = run("cat /etc/services @space=p1 @name=src | wc -l");
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out.trim().parse::<usize>().unwrap(), lines);
-    // Other control options mean nothing to a Unix command: the word is its argument, as
-    // in the shell (wc looks for a file named export=yes, and fails as it does in bash).
-    let o = Command::new(BIN)
-        .args(["run", "cat /etc/services | wc -l export=yes"])
-        .output()
-        .unwrap();
-    let bash = Command::new("bash")
-        .args(["-c", "cat /etc/services | wc -l export=yes"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), bash.status.code());
-    assert_eq!(o.stdout, bash.stdout);
+    // key=value words are the command's arguments, as in the shell: echo prints them, wc
+    // looks for a file of that name and fails as it does in bash.
+    for p in [
+        "echo name=x",
+        "echo space=1",
+        "echo name=x space=p1 export=yes | cat",
+        "cat /etc/services | wc -l export=yes",
+        "cat /etc/services | wc -l space=1",
+    ] {
+        let o = Command::new(BIN)
+            .args(["run", "-q", "--plan", "none", p])
+            .output()
+            .unwrap();
+        let bash = Command::new("bash").args(["-c", p]).output().unwrap();
+        assert_eq!(
+            (o.status.code(), String::from_utf8_lossy(&o.stdout)),
+            (bash.status.code(), String::from_utf8_lossy(&bash.stdout)),
+            "{p}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // Beside a native filter, the spelling that once placed the command is refused
+    // before anything runs, with a caret under it and both spellings.
+    let (code, out, err) = run("gen count=3 | wc -l space=1");
+    assert_eq!(code, Some(2), "{out}{err}");
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("export=yes"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
+        err.contains("^^^^^^^") && err.contains("@space=1") && err.contains("'space=1'"),
+        "{err}"
     );
+    let (code, out, err) = run("gen count=3 size=2 | wc -c @space=1 @name=w");
+    assert_eq!((code, out.trim()), (Some(0), "6"), "{err}");
 }
 
 /// `ls -l`-style checks on the exported stream of a run that is still going.

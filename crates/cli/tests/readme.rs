@@ -279,6 +279,13 @@ fn checks() -> Vec<(&'static str, Check)> {
                 .then_some(())
                 .ok_or(format!("printed {:?}, bash prints {:?}", o.out, r.services_tcp))
         }),
+        ("gzip -1 @space=p1", |o, _, _| {
+            (o.out == "100000\n").then_some(()).ok_or(format!("printed {:?}, bash prints 100000", o.out))
+        }),
+        ("nosuchcmd | wc -l", |o, _, _| {
+            (o.out == "0\n").then_some(()).ok_or(format!("printed {:?}, bash prints 0", o.out))?;
+            has(&o.err, "nosuchcmd: command not found")
+        }),
         ("http space=p2 | inspect", |o, _, r| {
             (o.out == r.http).then_some(()).ok_or("output differs from one space's".into())
         }),

@@ -415,7 +415,7 @@ fn secret_options_are_never_shown() {
             format!("gen | encrypt key={k5} | outfile /nonexistent/dir/x"),
         ),
         ("nobody", format!("rx dev=lo | encrypt key={k5} | count")),
-        ("root", format!("gen | encrypt key={k5} | nosuchfilterzz")),
+        ("root", format!("gen | encrypt key={k5} | cuont")),
         ("root", format!("gen | encryt key={k5} | count")),
         ("root", format!("gen | xor {k5} | count name='")),
     ] {

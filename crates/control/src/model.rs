@@ -721,8 +721,8 @@ mod tests {
             "{e}"
         );
         let e =
-            request_from_text("rx | nosuch", &Catalog::new(native()), Load::default()).unwrap_err();
-        assert!(e.to_string().contains("nosuch"), "{e}");
+            request_from_text("rx | cuont", &Catalog::new(native()), Load::default()).unwrap_err();
+        assert!(e.to_string().contains("cuont"), "{e}");
     }
 
     #[test]

@@ -341,21 +341,23 @@ impl View {
     fn node_text(&self, i: usize) -> String {
         let n = &self.g.nodes[i];
         let mut t = filter_text(n).0;
-        // Where it runs, as written or as an edit set it: `space=`, `placed=`, hints.
-        let place = match &n.kind {
-            NodeKind::Filter { place, .. } | NodeKind::Unix { place, .. } => Some(place),
-            _ => None,
+        // Where it runs, as written or as an edit set it: `space=`, `placed=`, hints. A
+        // Unix command's words are all its own: its options follow '@' (`@space=1`).
+        let (place, at) = match &n.kind {
+            NodeKind::Filter { place, .. } => (Some(place), ""),
+            NodeKind::Unix { place, .. } => (Some(place), "@"),
+            _ => (None, ""),
         };
         if let Some(p) = place {
             if let Some(sp) = &p.space {
-                t += &format!(" space={sp}");
+                t += &format!(" {at}space={sp}");
             }
             if let Some(side) = &p.side {
                 t += &format!(" placed={side}");
             }
         }
         if let Some(name) = &n.name {
-            t += &format!(" name={name}");
+            t += &format!(" {at}name={name}");
         }
         if !n.hints.is_empty() {
             let h: Vec<String> = n.hints.iter().map(|h| h.to_string()).collect();
@@ -532,6 +534,20 @@ mod tests {
             "{}",
             again.text_now()
         );
+    }
+
+    /// A Unix command's words are all its own: its placement and name are shown after
+    /// `@` (`space=1` after it would read back as its argument), and the text parses back
+    /// to the same graph.
+    #[test]
+    fn a_unix_commands_options_are_shown_after_at() {
+        let r = lang::OrCommand(filters::Natives);
+        let text = "gen | gzip -c 'name=x' @space=1 @name=z | count";
+        let v = View::new(lang::parse(text, &r).unwrap());
+        let shown = v.text_now();
+        assert_eq!(shown, "gen | gzip -c \"name=x\" @space=1 @name=z | count");
+        let again = View::new(lang::parse(&shown, &r).unwrap());
+        assert_eq!(again.graph().canonical(), v.graph().canonical());
     }
 
     #[test]

@@ -164,6 +164,9 @@ pub struct UnixProc {
     feeder: Option<std::thread::JoinHandle<()>>,
     /// Writes to our standard output (last in the pipeline): it produces no blocks.
     sink: bool,
+    /// The command could not be started (not found, not executable): its stage said so
+    /// and exits 127 or 126, as the shell's does.
+    missing: bool,
     finished: bool,
 }
 
@@ -196,13 +199,59 @@ impl UnixProc {
             } else {
                 Stdio::piped()
             });
-        let mut child = cmd.spawn().map_err(|e| {
-            std::io::Error::new(e.kind(), format!("cannot start '{}': {e}", argv[0]))
-        })?;
+        let (mut child, missing) = match cmd.spawn() {
+            Ok(c) => (c, false),
+            // Not there, or not runnable: as in the shell, the command's stage reports it
+            // on standard error and exits 127 (126), and the rest of the pipeline runs
+            // (`nosuchcmd | wc -l` prints 0). Its stage is a process, as the shell's is
+            // (a child that could not exec), so input and output end as they would.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                let (why, code) = match e.kind() {
+                    std::io::ErrorKind::PermissionDenied => ("Permission denied", 126),
+                    _ if argv[0].contains('/') => ("No such file or directory", 127),
+                    _ => ("command not found", 127),
+                };
+                let mut failed = Command::new("/bin/sh");
+                failed
+                    .arg("-c")
+                    .arg(format!(
+                        "printf 'streamline: %s: {why}\\n' \"$0\" >&2; exit {code}"
+                    ))
+                    .arg(&argv[0])
+                    .stdout(if sink {
+                        Stdio::inherit()
+                    } else {
+                        Stdio::piped()
+                    })
+                    .stdin(if source {
+                        Stdio::inherit()
+                    } else {
+                        Stdio::piped()
+                    });
+                let c = failed.spawn().map_err(|e2| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("cannot start '{}': {e} (nor report it: {e2})", argv[0]),
+                    )
+                })?;
+                (c, true)
+            }
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot start '{}': {e}", argv[0]),
+                ))
+            }
+        };
         let (otx, orx) = mpsc::sync_channel::<Vec<u8>>(64);
         let Some(mut stdout) = child.stdout.take() else {
             drop(otx);
-            return Ok(Self::assemble(argv, child, orx, sink));
+            return Ok(Self::assemble(argv, child, orx, sink, missing));
         };
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 * 1024];
@@ -217,7 +266,7 @@ impl UnixProc {
                 }
             }
         });
-        Ok(Self::assemble(argv, child, orx, sink))
+        Ok(Self::assemble(argv, child, orx, sink, missing))
     }
 
     fn assemble(
@@ -225,6 +274,7 @@ impl UnixProc {
         mut child: Child,
         output: Receiver<Vec<u8>>,
         sink: bool,
+        missing: bool,
     ) -> UnixProc {
         let (input, feeder) = match child.stdin.take() {
             Some(stdin) => {
@@ -242,6 +292,7 @@ impl UnixProc {
             pending: Default::default(),
             feeder,
             sink,
+            missing,
             finished: false,
         }
     }
@@ -429,7 +480,7 @@ impl UnixProc {
         if self.sink {
             let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
             cx.exit_status(code.clamp(1, 255) as u8);
-        } else {
+        } else if !self.missing {
             cx.warn(format!("'{}' exited with {st}", self.argv.join(" ")));
         }
     }

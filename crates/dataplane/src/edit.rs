@@ -1458,9 +1458,10 @@ pub(crate) struct SnapNode {
     out: Vec<usize>,
 }
 
-/// A word of a filter's text, quoted if the language would not read it back as one word.
+/// A word of a filter's text, quoted if the language would not read it back as one word
+/// (or, with a `=`, as an option: a Unix command's `name=x` is its argument).
 fn quoted(w: &str) -> String {
-    if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '"' || c == '|') {
+    if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '"' || c == '|' || c == '=') {
         format!("\"{}\"", w.replace('"', "\\\""))
     } else {
         w.to_string()

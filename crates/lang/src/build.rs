@@ -19,7 +19,7 @@ use crate::diag::{DiagKind, Diagnostic};
 use crate::graph::{Hint, NodeId, NodeKind, Selector};
 use crate::lexer::ParOp;
 use crate::parser::Expr;
-use crate::resolve::{resolve_atom, FilterKind, Resolver};
+use crate::resolve::{kind_of, resolve_atom, FilterKind, Resolver};
 use crate::span::Span;
 use crate::template::{ParKind, RKind, Request};
 
@@ -37,16 +37,20 @@ struct Builder<'a> {
     touched: Vec<NodeId>,
     /// Atoms (by their first byte) whose native name means the Unix tool here.
     as_tool: HashSet<usize>,
+    /// The whole pipeline is also a shell pipeline: Unix commands joined by plain `|`.
+    shell: bool,
     resolver: &'a dyn Resolver,
     input: &'a str,
 }
 
 pub(crate) fn build(e: &Expr, resolver: &dyn Resolver, input: &str) -> Result<Request, Diagnostic> {
+    let as_tool = tools_by_neighbours(e, resolver);
     let mut b = Builder {
         r: Request::new(),
         names: HashMap::new(),
         touched: Vec::new(),
-        as_tool: tools_by_neighbours(e, resolver),
+        shell: shell_pipeline(e, resolver, &as_tool),
+        as_tool,
         resolver,
         input,
     };
@@ -66,8 +70,13 @@ impl Builder<'_> {
 
     fn expr(&mut self, e: &Expr) -> Result<Frag, Diagnostic> {
         match e {
-            Expr::Atom { words, span, hints } => {
-                let n = self.atom(words, *span)?;
+            Expr::Atom {
+                words,
+                span,
+                hints,
+                opts,
+            } => {
+                let n = self.atom(words, opts, *span)?;
                 self.add_hints(n, hints);
                 self.touched.push(n);
                 Ok(Frag {
@@ -132,6 +141,7 @@ impl Builder<'_> {
                 })
             }
             Expr::Not { inner, bang, span } => {
+                self.no_shell_negation(inner, *bang)?;
                 let f = self.expr(inner)?;
                 let not = self.r.add(RKind::Not, *span);
                 self.touched.push(not);
@@ -144,12 +154,17 @@ impl Builder<'_> {
         }
     }
 
-    fn atom(&mut self, words: &[crate::lexer::Word], span: Span) -> Result<NodeId, Diagnostic> {
+    fn atom(
+        &mut self,
+        words: &[crate::lexer::Word],
+        opts: &[crate::lexer::Word],
+        span: Span,
+    ) -> Result<NodeId, Diagnostic> {
         let forced = self
             .as_tool
             .contains(&span.start)
             .then_some(FilterKind::Unix);
-        let res = resolve_atom(words, forced, self.resolver, self.input)?;
+        let res = resolve_atom(words, opts, forced, self.shell, self.resolver, self.input)?;
         let Some(name) = res.name else {
             return Ok(self.r.add(RKind::Base(res.kind), span));
         };
@@ -161,48 +176,110 @@ impl Builder<'_> {
         };
         let at = self.line_col(self.r.nodes[n].as_ref().unwrap().span.start);
         let first = self.r.nodes[n].as_mut().unwrap();
-        let (
-            RKind::Base(NodeKind::Filter {
-                filter: f0,
-                params: p0,
-                options: o0,
-                place: pl0,
-            }),
-            NodeKind::Filter {
-                filter,
-                params,
-                options,
-                place,
-            },
-        ) = (&mut first.kind, res.kind)
-        else {
-            unreachable!("named nodes are native filters")
+        let RKind::Base(first_kind) = &mut first.kind else {
+            unreachable!("named nodes are atoms")
         };
-        if *f0 != filter {
-            return Err(Diagnostic::new(
-                DiagKind::NameConflict,
-                format!("'name={name}' names a '{f0}' filter, not '{filter}'"),
-                words[0].span,
-                self.input,
-            )
-            .help(format!(
-                "a name is one vertex: it was first given to '{f0}' at {at}; use another name for a second filter"
-            )));
-        }
-        if !params.is_empty() || !options.is_empty() || !place.is_empty() {
-            if p0.is_empty() && o0.is_empty() && pl0.is_empty() {
-                *p0 = params;
-                *o0 = options;
-                *pl0 = place;
-            } else if *p0 != params || *o0 != options || *pl0 != place {
+        let conflict = |what: String, this: &str, span: Span, input: &str| {
+            Diagnostic::new(DiagKind::NameConflict, what, span, input).help(format!(
+                "the first occurrence (at {at}) carries the words; repeat only '{this}' with the name here"
+            ))
+        };
+        match (first_kind, res.kind) {
+            (
+                NodeKind::Filter {
+                    filter: f0,
+                    params: p0,
+                    options: o0,
+                    place: pl0,
+                },
+                NodeKind::Filter {
+                    filter,
+                    params,
+                    options,
+                    place,
+                },
+            ) => {
+                if *f0 != filter {
+                    return Err(Diagnostic::new(
+                        DiagKind::NameConflict,
+                        format!("'name={name}' names a '{f0}' filter, not '{filter}'"),
+                        words[0].span,
+                        self.input,
+                    )
+                    .help(format!(
+                        "a name is one vertex: it was first given to '{f0}' at {at}; use another name for a second filter"
+                    )));
+                }
+                if !params.is_empty() || !options.is_empty() || !place.is_empty() {
+                    if p0.is_empty() && o0.is_empty() && pl0.is_empty() {
+                        *p0 = params;
+                        *o0 = options;
+                        *pl0 = place;
+                    } else if *p0 != params || *o0 != options || *pl0 != place {
+                        return Err(Diagnostic::new(
+                            DiagKind::NameConflict,
+                            format!("conflicting parameters for 'name={name}'"),
+                            span,
+                            self.input,
+                        )
+                        .help(format!(
+                            "the first occurrence (at {at}) carries the parameters; repeat only '{filter} name={name}' here"
+                        )));
+                    }
+                }
+            }
+            // A named Unix command (`wc -l @name=w`): a later occurrence repeats its
+            // command name, alone or with the same words.
+            (
+                NodeKind::Unix {
+                    argv: a0,
+                    place: pl0,
+                },
+                NodeKind::Unix { argv, place },
+            ) => {
+                if a0[0] != argv[0] {
+                    return Err(conflict(
+                        format!(
+                            "'@name={name}' names Unix command '{}', not '{}'",
+                            a0[0], argv[0]
+                        ),
+                        &a0[0].clone(),
+                        words[0].span,
+                        self.input,
+                    ));
+                }
+                if argv.len() > 1 || !place.is_empty() {
+                    if a0.len() == 1 && pl0.is_empty() {
+                        *a0 = argv;
+                        *pl0 = place;
+                    } else if *a0 != argv || *pl0 != place {
+                        return Err(conflict(
+                            format!("conflicting words for '@name={name}'"),
+                            &a0[0].clone(),
+                            span,
+                            self.input,
+                        ));
+                    }
+                }
+            }
+            (first, _) => {
+                let (was, this) = match first {
+                    NodeKind::Unix { argv, .. } => {
+                        (format!("Unix command '{}'", argv[0]), "a native filter")
+                    }
+                    NodeKind::Filter { filter, .. } => {
+                        (format!("native filter '{filter}'"), "a Unix command")
+                    }
+                    _ => unreachable!("named nodes are filters or commands"),
+                };
                 return Err(Diagnostic::new(
                     DiagKind::NameConflict,
-                    format!("conflicting parameters for 'name={name}'"),
-                    span,
+                    format!("'{name}' names {was}, not {this}"),
+                    words[0].span,
                     self.input,
                 )
                 .help(format!(
-                    "the first occurrence (at {at}) carries the parameters; repeat only '{filter} name={name}' here"
+                    "a name is one vertex: it was first given at {at}; use another name here"
                 )));
             }
         }
@@ -225,7 +302,7 @@ impl Builder<'_> {
             };
             let name = words.first().map(|w| w.text.as_str()).unwrap_or("");
             let unix = self.as_tool.contains(&span.start)
-                || self.resolver.resolve(name) == Some(FilterKind::Unix);
+                || kind_of(self.resolver, &words[0]) == Some(FilterKind::Unix);
             if !unix {
                 continue;
             }
@@ -250,6 +327,33 @@ impl Builder<'_> {
             )));
         }
         Ok(())
+    }
+
+    /// `! cmd` before a bare Unix command is the shell's negation of its exit status; the
+    /// language's `!` inverts a filter's selection, which a command has none of: refused,
+    /// with the way to bash (`! true` exited 0 where bash exits 1).
+    fn no_shell_negation(&self, inner: &Expr, bang: Span) -> Result<(), Diagnostic> {
+        let Expr::Atom { words, span, .. } = inner else {
+            return Ok(());
+        };
+        let unix = self.as_tool.contains(&span.start)
+            || kind_of(self.resolver, &words[0]) == Some(FilterKind::Unix);
+        if !unix {
+            return Ok(());
+        }
+        Err(Diagnostic::new(
+            DiagKind::ShellSyntax,
+            format!(
+                "'!' before Unix command '{}': the shell negates its exit status; the pipeline language's '!' inverts what a filter selects, and a command selects nothing",
+                words[0].text
+            ),
+            bang,
+            self.input,
+        )
+        .help(format!(
+            "for the shell's meaning, give it to the shell: bash -c {}; to pass '!' to a command, quote it",
+            crate::resolve::sh_quote(self.input.trim())
+        )))
     }
 
     fn line_col(&self, pos: usize) -> String {
@@ -284,7 +388,7 @@ fn tools_by_neighbours(e: &Expr, resolver: &dyn Resolver) -> HashSet<usize> {
             match e {
                 Expr::Atom { words, span, .. } => {
                     let name = words.first().map(|w| w.text.as_str()).unwrap_or("");
-                    let k = match self.resolver.resolve(name) {
+                    let k = match kind_of(self.resolver, &words[0]) {
                         Some(FilterKind::Unix) => Some(true),
                         Some(FilterKind::Native) if self.resolver.unix_tool(name) => Some(false),
                         _ => None,
@@ -350,5 +454,33 @@ fn tools_by_neighbours(e: &Expr, resolver: &dyn Resolver) -> HashSet<usize> {
         if !grew {
             return tools;
         }
+    }
+}
+
+/// Whether the pipeline is also a shell pipeline: one Unix command, or Unix commands
+/// (native names that mean the tool here included, `as_tool`) joined by plain `|`, with
+/// no hints, node options, selectors, parentheses or parallels. There a Unix command's
+/// words are all its own without a word said; elsewhere its `space=` and `name=` words,
+/// once Streamline's options, are refused (`resolve::resolve_atom`).
+fn shell_pipeline(e: &Expr, resolver: &dyn Resolver, as_tool: &HashSet<usize>) -> bool {
+    let command = |e: &Expr| match e {
+        Expr::Atom {
+            words,
+            span,
+            hints,
+            opts,
+        } => {
+            hints.is_empty()
+                && opts.is_empty()
+                && (as_tool.contains(&span.start)
+                    || kind_of(resolver, &words[0]) == Some(FilterKind::Unix))
+        }
+        _ => false,
+    };
+    match e {
+        Expr::Pipe { stages, pipes } => {
+            stages.iter().all(command) && pipes.iter().all(|(sel, _)| *sel == Selector::Default)
+        }
+        e => command(e),
     }
 }

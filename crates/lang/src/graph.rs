@@ -44,9 +44,9 @@ pub enum NodeKind {
         /// rewrites decided); never among `options`.
         place: Placement,
     },
-    /// A Unix process: `argv[0]` is the command. Its control options
-    /// ([`UNIX_CONTROL_OPTIONS`]: `wc -l space=1`) are not passed to it: `space=` is in
-    /// `place`, `name=` is [`Node::name`].
+    /// A Unix process: `argv[0]` is the command, then every word after it, as the shell
+    /// gives them. Its node options ([`UNIX_CONTROL_OPTIONS`], written after `@`: `wc -l
+    /// @space=1`) are not among them: `@space=` is in `place`, `@name=` is [`Node::name`].
     Unix { argv: Vec<String>, place: Placement },
     /// Template-generated join: passes the Nth copy of each block.
     Join { mode: JoinMode },
@@ -91,8 +91,10 @@ pub struct Edge {
     pub span: Span,
 }
 
-/// The control options a Unix command takes (thesis Table 3.1: `wc space=1`): where it
-/// runs, and its node name. Any other `key=value` word is the command's argument.
+/// The node options a Unix command takes, written after `@` (`wc -l @space=1`,
+/// `gzip -c @name=z`): where it runs, and its node name. Every word after the command's
+/// name is its argument, as in the shell (`echo name=x` prints `name=x`). Native filters
+/// take them the same way, besides as their option words (`count space=1`).
 pub const UNIX_CONTROL_OPTIONS: [&str; 2] = [crate::resolve::SPACE, "name"];
 
 /// Which classes an arc forwards (Table 3.1, "Selector").
@@ -297,7 +299,13 @@ impl Graph {
                     let words: Vec<String> = argv.iter().map(|a| quote(a)).collect();
                     out.push_str(&words.join(" "));
                     out.push(')');
-                    push_place(&mut out, place);
+                    // A Unix command's options follow '@': its words are all its own.
+                    if let Some(space) = &place.space {
+                        out.push_str(&format!(" @space={}", quote(&space.to_string())));
+                    }
+                    if let Some(name) = &n.name {
+                        out.push_str(&format!(" @name={}", quote(name)));
+                    }
                 }
                 NodeKind::Join { mode } => match mode {
                     JoinMode::All => out.push_str("join(all)"),
@@ -314,7 +322,7 @@ impl Graph {
                     out.push_str(&format!("split({m}, {ways})"));
                 }
             }
-            if let Some(name) = &n.name {
+            if let (Some(name), false) = (&n.name, matches!(n.kind, NodeKind::Unix { .. })) {
                 out.push_str(&format!(" name={}", quote(name)));
             }
             if !n.hints.is_empty() {

@@ -11,8 +11,11 @@
 //!   Different parallel operators in one chain need parentheses (`a + b ++ c` is an
 //!   error); a chain of one operator is one n-way parallel (`a +* b +* c` is a 3-way And).
 //! - [`resolve`]: the caller's [`Resolver`] says whether a name is a native filter or a
-//!   Unix command; options (`key=value`, Table 3.2 control options and the filter's own)
-//!   are checked here, and `space=` / `placed=` become the node's typed [`Placement`]. [`StaticResolver`], [`PathResolver`] and [`WithPath`] are ready made.
+//!   Unix command (a name that is neither, and no near miss of a native name, is a Unix
+//!   command that is not there, as in the shell); options (`key=value`, Table 3.2 control
+//!   options and the filter's own) are checked here, and `space=` / `placed=` become the
+//!   node's typed [`Placement`]. Every word after a Unix command's name is its argument;
+//!   its options follow `@` (`gzip -c @space=1,2`, `wc -l @name=w`). [`StaticResolver`], [`PathResolver`] and [`WithPath`] are ready made.
 //! - `build` (private): the syntax tree becomes a [`template::Request`], the
 //!   Boolean-augmented graph; named nodes (`name=X`) are merged into one vertex.
 //! - [`template`]: rewrite passes from the Boolean grammar to the base grammar (Not →
@@ -44,7 +47,9 @@
 //!   Every cycle contains a filter for which [`Resolver::bounds_loops`] holds (`for`).
 //! - `@hints` after a parenthesized group go on every node inside it, joins included;
 //!   to annotate a whole pipeline, parenthesize it: `(rx | ip | snort) @throughput`.
-//! - A selector is glued to its `|`: `a |80 b`, `a |! b`; `a|b` reads `b` as a class name.
+//! - A selector is glued to its `|`: `a |80 b`, `a |! b`; `a|b` reads `b` as a class name,
+//!   except after a bare Unix command when `b` is a program or a Unix tool's name: then it
+//!   is the command piped into, as in the shell (`seq 10|wc -l`).
 //!
 //! ```
 //! use lang::{parse, StaticResolver, NodeKind, JoinMode};
@@ -103,6 +108,6 @@ pub fn parse_request(
     input: &str,
     resolver: &dyn Resolver,
 ) -> Result<template::Request, Diagnostic> {
-    let expr = parser::parse_expr(input)?;
+    let expr = parser::parse_expr(input, resolver)?;
     build::build(&expr, resolver, input)
 }

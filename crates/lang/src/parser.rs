@@ -4,8 +4,9 @@
 //! pipeline := par ( PIPE par )*                 PIPE = '|' selector?
 //! par      := unary ( OP unary )*               OP = '+' | '++' | '*' | '+*' | '&', one kind per chain
 //! unary    := '!'* primary
-//! primary  := ( atom | '(' pipeline ')' ) ( '@' hint(,hint)* )*
+//! primary  := ( atom | '(' pipeline ')' ) ( '@' ( hint(,hint)* | KEY=VALUE ) )*
 //! atom     := WORD+
+//! KEY      := 'space' | 'name'                  (on an atom only: the node's own options)
 //! selector := '!'* ( 'all' | N | N:M | NAME )?
 //! ```
 //!
@@ -13,8 +14,9 @@
 //! input can exhaust the stack.
 
 use crate::diag::{closest, did_you_mean, DiagKind, Diagnostic};
-use crate::graph::{Hint, Selector};
+use crate::graph::{Hint, Selector, UNIX_CONTROL_OPTIONS};
 use crate::lexer::{lex, ParOp, Tok, Token, Word};
+use crate::resolve::{kind_of, FilterKind, Resolver};
 use crate::span::Span;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +25,10 @@ pub(crate) enum Expr {
         words: Vec<Word>,
         span: Span,
         hints: Vec<Hint>,
+        /// `@space=S`, `@name=X` after the atom: the node's own options, written so that
+        /// no command could take them for an argument (a Unix command's words are all
+        /// its own, as in the shell).
+        opts: Vec<Word>,
     },
     Group {
         inner: Box<Expr>,
@@ -60,7 +66,7 @@ impl Expr {
     }
 }
 
-pub(crate) fn parse_expr(input: &str) -> Result<Expr, Diagnostic> {
+pub(crate) fn parse_expr(input: &str, resolver: &dyn Resolver) -> Result<Expr, Diagnostic> {
     let toks = lex(input)?;
     if toks.is_empty() {
         return Err(Diagnostic::new(
@@ -73,6 +79,7 @@ pub(crate) fn parse_expr(input: &str) -> Result<Expr, Diagnostic> {
     }
     let mut p = Parser {
         input,
+        resolver,
         toks,
         pos: 0,
         depth: 0,
@@ -91,7 +98,10 @@ pub(crate) fn parse_expr(input: &str) -> Result<Expr, Diagnostic> {
                 t.span,
                 input,
             )
-            .help("'!' negates a whole operand ('!grep x'); to pass a literal '!', quote the word"),
+            .help(format!(
+                "'!' negates a whole operand ('!grep x'); to pass a literal '!', quote the word; for the shell's meaning, give it to the shell: bash -c {}",
+                crate::resolve::sh_quote(input.trim())
+            )),
             // `<(cmd)`, `>(cmd)`, `$(cmd)`: a word ending in `<`, `>` or `$` glued to a `(`.
             Tok::LParen
                 if p.pos > 0
@@ -126,6 +136,7 @@ pub(crate) fn parse_expr(input: &str) -> Result<Expr, Diagnostic> {
 
 struct Parser<'a> {
     input: &'a str,
+    resolver: &'a dyn Resolver,
     toks: Vec<Token>,
     pos: usize,
     depth: usize,
@@ -150,6 +161,20 @@ impl<'a> Parser<'a> {
         }) = self.peek()
         {
             let (sel, sel_span, span) = (sel.clone(), *sel_span, *span);
+            if let Some(w) = self.glued_command(&sel, sel_span, &stages[stages.len() - 1]) {
+                // `seq 10|wc -l`: a plain pipe into the command, as the shell reads it.
+                self.toks.insert(
+                    self.pos + 1,
+                    Token {
+                        tok: Tok::Word(w),
+                        span: sel_span,
+                    },
+                );
+                self.pos += 1;
+                pipes.push((Selector::Default, Span::new(span.start, span.start + 1)));
+                stages.push(self.par()?);
+                continue;
+            }
             self.pos += 1;
             let selector = self.selector(&sel, sel_span)?;
             pipes.push((selector, span));
@@ -160,6 +185,36 @@ impl<'a> Parser<'a> {
         } else {
             Ok(Expr::Pipe { stages, pipes })
         }
+    }
+
+    /// A name glued to `|` after a bare Unix command (`seq 10|wc -l`, `cat f|grep x`) is
+    /// the command the shell pipes into, not a class name: a Unix command publishes no
+    /// classes. So when the stage before is a bare Unix command (or a native name of a Unix
+    /// tool) and the name is a program on PATH or a Unix tool's name, the name is the
+    /// first word of the next stage. Numbers, ranges, `all` and `!` stay selectors.
+    fn glued_command(&self, sel: &str, span: Span, prev: &Expr) -> Option<Word> {
+        let Expr::Atom {
+            words, hints, opts, ..
+        } = prev
+        else {
+            return None;
+        };
+        if !hints.is_empty() || !opts.is_empty() || sel.is_empty() || sel == "all" {
+            return None;
+        }
+        if sel.starts_with(|c: char| c == '!' || c.is_ascii_digit()) {
+            return None;
+        }
+        let r = self.resolver;
+        let head = &words[0];
+        let unix = |name: &str| r.resolve(name) == Some(FilterKind::Unix) || r.unix_tool(name);
+        let up = unix(&head.text) || kind_of(r, head) == Some(FilterKind::Unix);
+        (up && unix(sel)).then(|| Word {
+            text: sel.to_string(),
+            span,
+            eq: None,
+            quoted: false,
+        })
     }
 
     fn par(&mut self) -> Result<Expr, Diagnostic> {
@@ -259,6 +314,7 @@ impl<'a> Parser<'a> {
                     words,
                     span,
                     hints: Vec::new(),
+                    opts: Vec::new(),
                 }
             }
             Some(Token {
@@ -311,9 +367,17 @@ impl<'a> Parser<'a> {
             else {
                 return Err(self
                     .err(DiagKind::UnknownHint, "expected a hint after '@'", at)
-                    .help(format!("hints are: {}", hint_list())));
+                    .help(format!(
+                        "hints are: {}; to pass '@' to a command, quote it, or give the pipeline to the shell: bash -c {}",
+                        hint_list(),
+                        crate::resolve::sh_quote(self.input.trim())
+                    )));
             };
             self.pos += 1;
+            if let Some(eq) = w.eq {
+                self.node_option(&mut e, w, eq)?;
+                continue;
+            }
             let new = parse_hints(&w, self.input)?;
             let hints = match &mut e {
                 Expr::Atom { hints, .. } | Expr::Group { hints, .. } => hints,
@@ -326,6 +390,47 @@ impl<'a> Parser<'a> {
             }
         }
         Ok(e)
+    }
+
+    /// `@KEY=VALUE` after `e`: one of [`UNIX_CONTROL_OPTIONS`] (`gzip -c @space=1,2`,
+    /// `wc -l @name=w`), on an atom.
+    fn node_option(&self, e: &mut Expr, w: Word, eq: usize) -> Result<(), Diagnostic> {
+        let key = &w.text[..eq];
+        let key_span = Span::new(w.span.start, w.span.start + eq);
+        if !UNIX_CONTROL_OPTIONS.contains(&key) {
+            let (msg, help) = match key.rsplit_once(',') {
+                Some((hints, k)) if UNIX_CONTROL_OPTIONS.contains(&k) => (
+                    format!("'@{}' mixes hints and the option '{k}='", w.text),
+                    format!("give each after its own '@': @{hints} @{}", &w.text[hints.len() + 1..]),
+                ),
+                _ => (
+                    format!("unknown node option '@{key}='"),
+                    format!(
+                        "after '@' come hints ({}) or the node options {}; to pass '@{}' to a command, quote the word",
+                        hint_list(),
+                        UNIX_CONTROL_OPTIONS.map(|o| format!("@{o}=")).join(" and "),
+                        w.text
+                    ),
+                ),
+            };
+            return Err(self.err(DiagKind::UnknownHint, msg, key_span).help(help));
+        }
+        match e {
+            Expr::Atom { opts, .. } => {
+                opts.push(w);
+                Ok(())
+            }
+            _ => Err(self
+                .err(
+                    DiagKind::BadOption,
+                    format!("'@{key}=' places or names one filter or command, not a group"),
+                    key_span,
+                )
+                .help(format!(
+                    "put it inside the parentheses, after the filter or command it is for: (... CMD ARGS @{})",
+                    w.text
+                ))),
+        }
     }
 
     fn missing_operand(&self, found: Option<Token>) -> Diagnostic {

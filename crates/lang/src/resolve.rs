@@ -244,10 +244,65 @@ fn is_executable(p: &std::path::Path) -> bool {
     }
 }
 
-/// Shell builtins with no program of their name on PATH whose output a pipeline may
-/// take: they resolve as Unix commands, and run as `bash -c '"$0" "$@"' NAME ARGS...`
-/// (`type ls`, `ulimit -n`, `: | sort`, `hash`), so they print what `bash -c` prints.
-pub const SHELL_BUILTINS: &[&str] = &[":", "exit", "hash", "help", "type", "ulimit", "umask"];
+/// Shell builtins (bash's `compgen -b` less those that are programs too: `echo`, `test`,
+/// `kill`, ...): with no program of their name on PATH they resolve as Unix commands, and
+/// run as `bash -c '"$0" "$@"' NAME ARGS...` (`type ls`, `ulimit -n`, `: | sort`, `hash`,
+/// `read x`, `cd /`), so they print and exit as `bash -c` does (not `command not found`).
+pub const SHELL_BUILTINS: &[&str] = &[
+    ".",
+    ":",
+    "alias",
+    "bg",
+    "bind",
+    "break",
+    "builtin",
+    "caller",
+    "cd",
+    "command",
+    "compgen",
+    "complete",
+    "compopt",
+    "continue",
+    "declare",
+    "dirs",
+    "disown",
+    "enable",
+    "eval",
+    "exec",
+    "exit",
+    "export",
+    "fc",
+    "fg",
+    "getopts",
+    "hash",
+    "help",
+    "history",
+    "jobs",
+    "let",
+    "local",
+    "logout",
+    "mapfile",
+    "popd",
+    "pushd",
+    "read",
+    "readarray",
+    "readonly",
+    "return",
+    "set",
+    "shift",
+    "shopt",
+    "source",
+    "suspend",
+    "times",
+    "trap",
+    "type",
+    "typeset",
+    "ulimit",
+    "umask",
+    "unalias",
+    "unset",
+    "wait",
+];
 
 impl Resolver for PathResolver {
     fn resolve(&self, name: &str) -> Option<FilterKind> {
@@ -430,12 +485,44 @@ pub(crate) fn shell_syntax(raw: &str) -> Option<(usize, char)> {
     None
 }
 
-/// Turns an atom's words into a node kind, checking names and options; its kind is the
-/// resolver's, or the caller's when `forced` is given (a native name that means the Unix
-/// tool of that name, see [`crate::build`]).
+/// Shell keywords: no command of theirs runs, the pipeline language has no compound
+/// commands (refused, pointing to `bash -c`).
+const KEYWORDS: &[&str] = &[
+    "if", "then", "else", "elif", "fi", "while", "until", "do", "done", "case", "esac", "function",
+    "select", "time", "{", "}", "[[", "]]",
+];
+
+/// What the first word of an atom names: the resolver's answer (a native filter, or a
+/// program on PATH); else, as in the shell, a Unix command that is not there, which runs
+/// as the shell runs it (`command not found` on standard error, exit status 127, the rest
+/// of the pipeline runs on). None, an error, only for an unquoted shell keyword and for a
+/// near miss of a native filter's name (`cuont`, `ipp`: the filter was meant).
+pub(crate) fn kind_of(resolver: &dyn Resolver, head: &Word) -> Option<FilterKind> {
+    let name = head.text.as_str();
+    if let Some(k) = resolver.resolve(name) {
+        return Some(k);
+    }
+    if KEYWORDS.contains(&name) && !head.quoted {
+        return None;
+    }
+    let natives = resolver.native_names();
+    if !closest(name, natives.iter().map(String::as_str)).is_empty() {
+        return None;
+    }
+    Some(FilterKind::Unix)
+}
+
+/// Turns an atom's words (and its `@space=` / `@name=` node options, `opts`) into a node
+/// kind, checking names and options; its kind is [`kind_of`], or the caller's when
+/// `forced` is given (a native name that means the Unix tool of that name, see
+/// [`crate::build`]). `shell`: the whole pipeline is also a shell pipeline (Unix commands
+/// joined by plain `|`), where a Unix command's `space=` word is its argument without a
+/// word said; elsewhere that spelling is refused, since it once placed the command.
 pub(crate) fn resolve_atom(
     words: &[Word],
+    opts: &[Word],
     forced: Option<FilterKind>,
+    shell: bool,
     resolver: &dyn Resolver,
     input: &str,
 ) -> Result<Resolved, Diagnostic> {
@@ -478,7 +565,7 @@ pub(crate) fn resolve_atom(
         )));
     }
     let name = &head.text;
-    let kind = match forced.or_else(|| resolver.resolve(name)) {
+    let kind = match forced.or_else(|| kind_of(resolver, head)) {
         Some(k) => k,
         None => {
             let natives = resolver.native_names();
@@ -488,10 +575,6 @@ pub(crate) fn resolve_atom(
             } else {
                 format!("'{}'", name)
             };
-            const KEYWORDS: &[&str] = &[
-                "if", "then", "else", "elif", "fi", "while", "until", "do", "done", "case", "esac",
-                "function", "select", "time", "{", "}", "[[", "]]",
-            ];
             if KEYWORDS.contains(&name.as_str()) && !head.quoted {
                 return Err(Diagnostic::new(
                     DiagKind::ShellSyntax,
@@ -547,44 +630,17 @@ pub(crate) fn resolve_atom(
             let mut argv = vec![word(head)];
             let mut place = Placement::default();
             let mut node_name = None;
+            // Every word after the command's name is its own, as in the shell.
             for w in &words[1..] {
-                let Some(eq) = w.eq else {
-                    argv.push(word(w));
-                    continue;
-                };
-                let (key, value) = (&w.text[..eq], &w.text[eq + 1..]);
-                if crate::graph::UNIX_CONTROL_OPTIONS.contains(&key) {
-                    if value.is_empty() {
-                        return Err(Diagnostic::new(
-                            DiagKind::BadOption,
-                            format!("option '{key}' has an empty value"),
-                            w.span,
-                            input,
-                        ));
+                if let Some(eq) = w.eq {
+                    let key = &w.text[..eq];
+                    if !shell && crate::graph::UNIX_CONTROL_OPTIONS.contains(&key) {
+                        return Err(old_node_option(name, w, input));
                     }
-                    if key == "name" {
-                        if node_name.replace(value.to_string()).is_some() {
-                            return Err(Diagnostic::new(
-                                DiagKind::BadOption,
-                                format!("option '{key}' given twice"),
-                                w.span,
-                                input,
-                            ));
-                        }
-                    } else if place.space.is_some() {
-                        return Err(Diagnostic::new(
-                            DiagKind::BadOption,
-                            format!("option '{key}' given twice"),
-                            w.span,
-                            input,
-                        ));
-                    } else {
-                        place.space = Some(space_spec(name, value, words, input)?);
-                    }
-                } else {
-                    argv.push(word(w));
                 }
+                argv.push(word(w));
             }
+            node_options(name, words, opts, &mut place, &mut node_name, input)?;
             Ok(Resolved {
                 kind: NodeKind::Unix { argv, place },
                 name: node_name,
@@ -690,6 +746,18 @@ pub(crate) fn resolve_atom(
                     options.push((key.to_string(), value.to_string()));
                 }
             }
+            if let Some(w) = opts.iter().find(|o| {
+                let key = &o.text[..o.eq.expect("a node option has '='")];
+                seen.contains(&key) && !known.as_ref().is_some_and(|k| k.iter().any(|p| p == key))
+            }) {
+                return Err(Diagnostic::new(
+                    DiagKind::BadOption,
+                    format!("option '{}' given twice", &w.text[..w.eq.unwrap_or(0)]),
+                    w.span,
+                    input,
+                ));
+            }
+            node_options(name, words, opts, &mut place, &mut node_name, input)?;
             Ok(Resolved {
                 kind: NodeKind::Filter {
                     filter: name.clone(),
@@ -701,6 +769,69 @@ pub(crate) fn resolve_atom(
             })
         }
     }
+}
+
+/// `space=` or `name=` after a Unix command, in a pipeline that is no shell pipeline:
+/// the command's argument by the rule (every word after a command's name is its own),
+/// but the spelling that placed or named the command before `@space=` did, so refused
+/// rather than passed on with a meaning the writer may not have meant.
+fn old_node_option(name: &str, w: &Word, input: &str) -> Diagnostic {
+    let raw = &input[w.span.start..w.span.end];
+    Diagnostic::new(
+        DiagKind::BadOption,
+        format!(
+            "'{raw}' after Unix command '{name}' is the command's argument, as in the shell (every word after a command's name is its own), not Streamline's option"
+        ),
+        w.span,
+        input,
+    )
+    .help(format!(
+        "to place or name the command, write the option after '@': {name} ... @{raw}; to pass the word to '{name}', quote it: {}",
+        sh_quote(&w.text)
+    ))
+}
+
+/// Applies the `@space=` / `@name=` node options of an atom (`words`) to its placement
+/// and name: empty values and a second one refused.
+fn node_options(
+    name: &str,
+    words: &[Word],
+    opts: &[Word],
+    place: &mut Placement,
+    node_name: &mut Option<String>,
+    input: &str,
+) -> Result<(), Diagnostic> {
+    for w in opts {
+        let eq = w.eq.expect("a node option has '='");
+        let (key, value) = (&w.text[..eq], &w.text[eq + 1..]);
+        if value.is_empty() {
+            return Err(Diagnostic::new(
+                DiagKind::BadOption,
+                format!("option '@{key}=' has an empty value"),
+                w.span,
+                input,
+            )
+            .help(format!("'{key}' takes {}", control_values(key))));
+        }
+        let twice = if key == SPACE {
+            let had = place.space.is_some();
+            if !had {
+                place.space = Some(space_spec(name, value, words, input)?);
+            }
+            had
+        } else {
+            node_name.replace(value.to_string()).is_some()
+        };
+        if twice {
+            return Err(Diagnostic::new(
+                DiagKind::BadOption,
+                format!("option '{key}' given twice"),
+                w.span,
+                input,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The control option that places a node: parsed into [`crate::Placement::space`].

@@ -473,7 +473,7 @@ fn space_is_typed_at_parse_time_and_a_bad_value_points_at_the_node() {
         .native("deflate", &[])
         .unix("wc");
     let g = parse(
-        "count space=1,p2 | deflate space=thread:3 | wc -l space=local",
+        "count space=1,p2 | deflate space=thread:3 | wc -l @space=local",
         &r,
     )
     .unwrap();
@@ -511,7 +511,7 @@ fn space_is_typed_at_parse_time_and_a_bad_value_points_at_the_node() {
     );
     assert_eq!(&text[d.span.start..d.span.end], "deflate level=1 space=x9");
     let d = parse(
-        "count | wc space=1,,2",
+        "count | wc @space=1,,2",
         &StaticResolver::new().native("count", &[]).unix("wc"),
     )
     .unwrap_err();
@@ -583,7 +583,7 @@ fn unix_commands_get_the_shells_words() {
 /// (the runtime runs it through bash); a name that is neither stays unknown.
 #[test]
 fn shell_builtins_resolve_as_unix_commands() {
-    for b in ["type", "ulimit", ":", "umask"] {
+    for b in ["type", "ulimit", ":", "umask", "read", "cd", "eval", "export", "."] {
         assert_eq!(PathResolver.resolve(b), Some(FilterKind::Unix), "{b}");
     }
     assert_eq!(PathResolver.resolve("surely-no-such-builtin"), None);
@@ -604,4 +604,109 @@ fn a_parallel_operator_beside_a_unix_command_is_refused() {
     for src in ["gen | (gzip) + (gzip -9) | count", "gen | gzip '+' 2 | count", "gen | tcp + udp | count"] {
         parse(src, &r).unwrap_or_else(|e| panic!("{src}: {e}"));
     }
+}
+
+/// Every word after a Unix command's name is its argument, as in the shell (`echo
+/// name=x` prints `name=x`); Streamline's options for the command follow `@`: `@space=`
+/// places it, `@name=` names it. Beside native filters or operators, the spelling that
+/// once placed the command (`gzip space=1`) is refused with both spellings.
+#[test]
+fn a_unix_commands_words_are_its_own_and_its_options_follow_at() {
+    let r = test_resolver();
+    let g = p("cat x | sort name=S space=1 -r");
+    assert_eq!(
+        g.nodes[1].kind,
+        NodeKind::Unix {
+            argv: ["sort", "name=S", "space=1", "-r"].map(String::from).to_vec(),
+            place: Default::default()
+        }
+    );
+    assert_eq!(g.nodes[1].name, None);
+    let g = p("cat x | sort -r @space=1 @name=S | gzip -c @space=p2");
+    let NodeKind::Unix { argv, place } = &g.nodes[1].kind else { panic!("{g:?}") };
+    assert_eq!(argv, &["sort", "-r"]);
+    assert_eq!(place.space.as_ref().map(|s| s.to_string()).as_deref(), Some("1"));
+    assert_eq!(g.nodes[1].name.as_deref(), Some("S"));
+    // Native filters take them after '@' too; one option, however written.
+    let g = p("gen | count @space=1 @name=c | null");
+    assert_eq!(g.nodes[1].name.as_deref(), Some("c"));
+    for src in ["gen | count space=1 @space=2", "gen | count name=a @name=b", "gen | gzip @name=a @name=b"] {
+        assert_eq!(err(src).kind, DiagKind::BadOption, "{src}");
+    }
+    // The old spelling beside native filters: refused at the word, both spellings given.
+    for (src, word) in [
+        ("gen | gzip -c space=1,2 | null", "space=1,2"),
+        ("gen | wc -l name=w", "name=w"),
+        ("(cat x) + (cat y) | sort space=1", "space=1"),
+        ("cat x | sort space=1 @busy", "space=1"),
+    ] {
+        let d = parse(src, &r).unwrap_err();
+        assert_eq!(d.kind, DiagKind::BadOption, "{src}: {d}");
+        assert_eq!(&src[d.span.start..d.span.end], word, "{src}: {d}");
+        let help = d.help.as_deref().unwrap_or("");
+        assert!(help.contains(&format!("@{word}")) && help.contains(&format!("'{word}'")), "{src}: {d}");
+    }
+    // Quoted, it is the command's word there too.
+    let g = p("gen | gzip -c 'space=1,2' | null");
+    assert!(matches!(&g.nodes[1].kind, NodeKind::Unix { argv, .. } if argv[2] == "space=1,2"));
+    // On a group, or mixed into a hint list: refused, saying where it goes.
+    assert_eq!(err("gen | (count | null) @space=1").kind, DiagKind::BadOption);
+    let d = err("gen | gzip @busy,space=1 | null");
+    assert!(d.help.as_deref().unwrap_or("").contains("@busy @space=1"), "{d}");
+    assert_eq!(err("gen | gzip @size=1 | null").kind, DiagKind::UnknownHint);
+    // The canonical print and a named command's later occurrence.
+    let g = p("gen | (tcp | wc -l @name=w) + (udp | wc @name=w)");
+    let w: Vec<_> = g.nodes.iter().filter(|n| n.name.as_deref() == Some("w")).collect();
+    assert_eq!(w.len(), 1, "{}", g.canonical());
+    assert!(g.canonical().contains("unix(wc -l) @name=w"), "{}", g.canonical());
+    assert_eq!(err("gen | (tcp | wc -l @name=w) + (udp | wc -c @name=w)").kind, DiagKind::NameConflict);
+    assert_eq!(err("gen | (tcp | wc -l @name=w) + (udp | count name=w)").kind, DiagKind::NameConflict);
+}
+
+/// A word that is neither a native filter nor a program is a Unix command, as in the
+/// shell, which runs it and reports `command not found` (exit status 127); only a near
+/// miss of a native filter's name (the filter was meant) and a shell keyword are refused.
+#[test]
+fn an_unknown_word_is_a_command_unless_it_is_a_near_miss_of_a_native_filter() {
+    assert_eq!(kinds("nosuchcmd | wc -l"), ["unix:nosuchcmd", "unix:wc -l"]);
+    assert_eq!(kinds("gen | frobnicate x=1 | count"), ["gen", "unix:frobnicate x=1", "count"]);
+    // Next to it, a native name of a Unix tool is the tool.
+    assert_eq!(kinds("nosuchcmd | grep x"), ["unix:nosuchcmd", "unix:grep x"]);
+    for (src, near) in [("gen | cuont", "count"), ("tcp | ipp | count", "ip"), ("gen | deflte", "deflate")] {
+        let d = err(src);
+        assert_eq!(d.kind, DiagKind::UnknownFilter, "{src}");
+        assert!(d.help.as_deref().unwrap_or("").contains(near), "{src}: {d}");
+    }
+    assert_eq!(err("while x").kind, DiagKind::ShellSyntax);
+    // Beside a parallel operator it is a bare Unix command like any other.
+    assert_eq!(err("nosuchcmd 1 + 2").kind, DiagKind::ShellSyntax);
+}
+
+/// A name glued to `|` after a bare Unix command is the command piped into, as the shell
+/// reads it (`echo a|wc -c` ran `-c` as a command after a `|wc` selector); after a native
+/// filter, or as a number, range or negation, it stays a selector.
+#[test]
+fn a_command_glued_to_the_pipe_after_a_unix_command_is_piped_into() {
+    assert_eq!(kinds("cat x|wc -l"), ["unix:cat x", "unix:wc -l"]);
+    assert_eq!(kinds("cat x|sort|head -3"), ["unix:cat x", "unix:sort", "unix:head -3"]);
+    assert_eq!(kinds("cat x|grep y|wc"), ["unix:cat x", "unix:grep y", "unix:wc"]);
+    let g = p("cat x|wc -l");
+    assert_eq!(g.edges[0].sel, Selector::Default);
+    // After a native filter, a class name (the test resolver says nothing of gen's).
+    let g = p("gen|wc -l");
+    assert_eq!(g.edges[0].sel, Selector::Named("wc".into()));
+    let g = p("pcapin file=x | dport |80 wc -l");
+    assert_eq!(g.edges[1].sel, Selector::Class(80));
+}
+
+/// `!` before a bare Unix command is the shell's negation of its exit status (`! true`
+/// exited 0 where bash exits 1): refused with the way to bash.
+#[test]
+fn a_bang_before_a_unix_command_is_refused() {
+    for src in ["! cat x", "cat x | ! wc -l", "!gzip"] {
+        let d = err(src);
+        assert_eq!(d.kind, DiagKind::ShellSyntax, "{src}: {d}");
+        assert!(d.help.as_deref().unwrap_or("").contains("bash -c"), "{src}: {d}");
+    }
+    p("gen | !grep x | count");
 }

