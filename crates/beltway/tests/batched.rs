@@ -110,12 +110,15 @@ fn a_sleeping_reader_is_woken_after_threshold_staged_tags() {
     .unwrap();
     let mut r = w.ring().reader(Start::Oldest).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let t = std::thread::spawn(move || {
+        tid_tx.send(beltway::testing::this_thread()).unwrap();
         // Sleeps (its latency bound is 20 s): only the writer can wake it in time.
         let got = r.block(Some(Duration::from_secs(10))).unwrap();
         tx.send((got, r.readable())).unwrap();
     });
-    std::thread::sleep(Duration::from_millis(200));
+    // The reader is asleep on the ring's futex before anything is staged.
+    beltway::testing::wait_asleep(std::process::id(), tid_rx.recv().unwrap(), "futex");
     w.set_deferred(true);
     for i in 0..8 {
         w.append_record(&tag(i).to_bytes()).unwrap();

@@ -364,7 +364,8 @@ fn threaded_many_laps_every_reader() {
                                     last_seq = Some(seq);
                                 }
                                 got += n as u64;
-                                // Reader 2 is slow, so lossy rings overrun it.
+                                // Reader 2 is slow, so lossy rings overrun it (the
+                                // pause is the behaviour under test, not a wait).
                                 if i == 2 && got % 7 == 0 {
                                     std::thread::sleep(Duration::from_micros(50));
                                 }
@@ -431,15 +432,21 @@ fn block_wakes_on_write_and_times_out() {
             beltway::Ready::TimedOut
         );
         let u = unit(spec, 0, 64, 0);
+        let (me, pid) = (beltway::testing::this_thread(), std::process::id());
+        let (read_tx, read_rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
+            // Written once this thread's reader is blocked, dropped once it blocks again
+            // after reading it: both wake-ups are tested, not a reader that never slept.
+            beltway::testing::wait_asleep(pid, me, "futex");
             w.write(&u).unwrap();
-            std::thread::sleep(Duration::from_millis(30));
+            read_rx.recv().unwrap();
+            beltway::testing::wait_asleep(pid, me, "futex");
             drop(w);
         });
         assert_eq!(r.block(None).unwrap(), beltway::Ready::Data);
         let mut buf = vec![0u8; 4096];
         assert!(Source::read(&mut r, &mut buf).unwrap() > 0);
+        read_tx.send(()).unwrap();
         assert_eq!(
             Source::read(&mut r, &mut buf).unwrap(),
             0,

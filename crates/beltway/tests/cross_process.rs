@@ -77,6 +77,11 @@ impl Peer {
         (status.code().unwrap_or(-1), kv(&last))
     }
 
+    /// Waits until the peer (single-threaded) is asleep on a ring's futex word.
+    fn wait_asleep(&self) {
+        beltway::testing::wait_asleep(self.child.id(), self.child.id(), "futex");
+    }
+
     fn kill9(&mut self) {
         let _ = self.child.kill(); // SIGKILL
         let _ = self.child.wait();
@@ -87,6 +92,25 @@ impl Drop for Peer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Waits until writer `w` is blocked on a reader other than `good`: `w` asleep on the
+/// ring's futex while `good` is asleep waiting for data (it has read all there is, so it
+/// is not what `w` waits for), seen in that order, then `w` still asleep.
+fn blocked_on_sleeper(w: &Peer, good: &Peer) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        w.wait_asleep();
+        good.wait_asleep();
+        let now = beltway::testing::task_state(w.child.id(), w.child.id());
+        if matches!(&now, Some(('S', wchan)) if wchan.contains("futex")) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer never stayed blocked while the good reader waited; last seen {now:?}"
+        );
     }
 }
 
@@ -282,13 +306,15 @@ fn multi_producer_processes_interleave_whole_records() {
     ]);
     assert_eq!(owner.line(), "created");
     assert_eq!(owner.line(), "ready");
-    let r = Peer::spawn(&[
+    let mut r = Peer::spawn(&[
         "read",
         &name,
         "--limit",
         &(3 * 20_000 * 1_000_000u64).to_string(),
     ]);
-    std::thread::sleep(Duration::from_millis(100));
+    // The reader is attached before any producer writes.
+    let said = r.line();
+    assert!(said.starts_with("attached"), "the reader said {said:?}");
     let ps: Vec<Peer> = (1..=3)
         .map(|id| Peer::spawn(&["mp-write", &name, &id.to_string(), "20000"]))
         .collect();
@@ -326,8 +352,9 @@ fn writer_blocked_on_killed_reader_is_released() {
     assert_eq!(sleeper.line(), "attached");
     let good = Peer::spawn(&["read", &name]);
     assert_eq!(w.line(), "ready");
-    // The writer fills the ring and blocks on the sleeper.
-    std::thread::sleep(Duration::from_millis(300));
+    // The writer fills the ring and blocks on the sleeper: it is asleep on the ring's
+    // futex while the good reader, having read all there is, waits for more.
+    blocked_on_sleeper(&w, &good);
     sleeper.kill9();
     let (wc, wrote) = w.finish();
     assert_eq!(
@@ -362,7 +389,8 @@ fn writer_gets_broken_pipe_when_only_reader_is_killed() {
     let mut sleeper = Peer::spawn(&["attach-sleep", &name]);
     assert_eq!(sleeper.line(), "attached");
     assert_eq!(w.line(), "ready");
-    std::thread::sleep(Duration::from_millis(200));
+    // The writer filled the ring and blocks on the only reader, which never reads.
+    w.wait_asleep();
     sleeper.kill9();
     let (wc, out) = w.finish();
     assert_eq!(wc, 3, "expected the broken-pipe exit");
@@ -385,11 +413,13 @@ fn killed_writer_reads_as_eof_and_name_is_reusable() {
         "1M",
         "--readers",
         "1",
+        "--tell-first",
     ]);
     assert_eq!(w.line(), "created");
     let r = Peer::spawn(&["read", &name]);
     assert_eq!(w.line(), "ready");
-    std::thread::sleep(Duration::from_millis(300));
+    // Killed once it has written (and committed) something, so the reader has data to drain.
+    assert_eq!(w.line(), "first");
     w.kill9();
     let (rc, read) = r.finish();
     assert_eq!(rc, 0);

@@ -98,6 +98,8 @@ fn double_ring_is_lossless_with_small_data_ring() {
             }
             assert_eq!(parse_record(&buf[..n]).unwrap(), n_read);
             n_read += 1;
+            // A slow reader (the pause is the behaviour under test, not a wait): the
+            // writer catches up with the unread headers in the small data ring.
             if n_read.is_multiple_of(100) {
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -202,8 +204,10 @@ fn select_over_several_rings() {
         select(&mut [&mut ra, &mut rb], Some(Duration::from_millis(20))).unwrap(),
         None
     );
+    let (me, pid) = (beltway::testing::this_thread(), std::process::id());
     let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
+        // Written once select sleeps on the rings' futex words.
+        beltway::testing::wait_asleep(pid, me, "futex");
         let mut b = b;
         b.write(b"hello").unwrap();
         b

@@ -292,17 +292,10 @@ fn descriptors_are_reused_lowest_first() {
     }
 }
 
-/// Waits until thread `tid` of this process sleeps (state S: blocked in the kernel, as
-/// in a select or block call); fails after 30 s.
+/// Waits until thread `tid` of this process is blocked in the kernel on a futex (in a
+/// select or block call); fails after 30 s saying what it was last seen doing.
 fn wait_asleep(tid: libc::pid_t) {
-    let until = Instant::now() + Duration::from_secs(30);
-    let stat = format!("/proc/self/task/{tid}/stat");
-    while !std::fs::read_to_string(&stat)
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('S')))
-    {
-        assert!(Instant::now() < until, "thread {tid} never blocked");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    beltway::testing::wait_asleep(std::process::id(), tid as u32, "futex");
 }
 
 #[test]

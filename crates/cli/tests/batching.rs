@@ -97,6 +97,8 @@ fn rx_adaptive_and_fixed_capture_what_tcpdump_captures() {
                         "run",
                         "-q",
                         "--no-share",
+                        "--stats",
+                        out.with_extension("json").to_str().unwrap(),
                         &format!(
                             "rx dev={} batching={mode} | pcapout file={}",
                             v.here,
@@ -125,8 +127,18 @@ fn rx_adaptive_and_fixed_capture_what_tcpdump_captures() {
         said.contains(&format!("Actual: {FRAMES} packets")),
         "tcpreplay sent every frame:\n{said}"
     );
-    // Past the adaptive scheme's latency bound (100 ms) several times over.
-    std::thread::sleep(Duration::from_millis(800));
+    // Each run stopped once its pcapout has had every frame (the adaptive scheme holds a
+    // batch up to its latency bound, 100 ms, before passing it on).
+    for (mode, out, _) in &runs {
+        common::wait_until(
+            &format!("batching={mode}: pcapout to get the {FRAMES} frames"),
+            Duration::from_secs(60),
+            || match common::stats_counter(&out.with_extension("json"), "pcapout", "blocks_in") {
+                Some(n) if n >= FRAMES as u64 => Ok(()),
+                n => Err(format!("pcapout has {n:?}")),
+            },
+        );
+    }
     let mut got = Vec::new();
     for (mode, out, r) in runs {
         let err = r.interrupt();

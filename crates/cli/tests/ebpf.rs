@@ -25,18 +25,51 @@ fn quiet_veth(tag: &str) -> Veth {
     )
 }
 
-fn start(pipeline: &str) -> Child {
-    Command::new(BIN)
-        .args(["run", "-q", "--no-share", pipeline])
+/// A run, with the file its `--stats` counters are in while it runs.
+struct Run {
+    child: Child,
+    stats: std::path::PathBuf,
+}
+
+fn start(pipeline: &str) -> Run {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let stats = std::env::temp_dir().join(format!(
+        "sl-ebpf-{}-{}.json",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let child = Command::new(BIN)
+        .args(["run", "-q", "--no-share", "--stats"])
+        .arg(&stats)
+        .arg(pipeline)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn streamline")
+        .expect("spawn streamline");
+    Run { child, stats }
 }
 
 /// SIGINT (Ctrl-C), then standard error.
-fn stop(c: Child) -> String {
-    common::interrupt(c)
+fn stop(r: Run) -> String {
+    let Run { child, stats } = r;
+    let err = common::interrupt(child);
+    let _ = std::fs::remove_file(&stats);
+    err
+}
+
+/// Waits until `count` at the end of each run has had its blocks (`runs`: the run and
+/// what its count gets): everything replayed went through before the run is stopped.
+fn wait_counted(runs: &[(&Run, u64)]) {
+    for (r, want) in runs {
+        common::wait_until(
+            &format!("run {}'s count to get {want} frames", r.child.id()),
+            Duration::from_secs(60),
+            || match common::stats_counter(&r.stats, "count", "blocks_in") {
+                Some(n) if n == *want => Ok(()),
+                n => Err(format!("count has {n:?}")),
+            },
+        );
+    }
 }
 
 /// Replays the sample from the namespace's end of the pair at a modest rate (so no ring
@@ -53,7 +86,6 @@ fn replay(v: &Veth) {
         out.contains(&format!("Actual: {FRAMES} packets")),
         "tcpreplay sent every frame:\n{out}"
     );
-    std::thread::sleep(Duration::from_millis(300));
 }
 
 /// The lines a filter prints as its totals: the one starting with `name:` and the
@@ -105,11 +137,13 @@ fn kernel_flowcount_equals_user_space_and_its_maps_are_readable_while_it_runs() 
         "rx dev={} | flowcount top=1000 placed=user | count",
         v.here
     ));
-    let kpid = kernel.id();
+    let kpid = kernel.child.id();
     for c in [&kernel, &user] {
-        wait_capturing(c.id(), &v.here);
+        wait_capturing(c.child.id(), &v.here);
     }
     replay(&v);
+    // The kernel's flowcount passes every frame on.
+    wait_counted(&[(&kernel, FRAMES), (&user, FRAMES)]);
     // While it runs: `streamline maps` shows the run's flows with their counters.
     let o = Command::new(BIN)
         .args(["maps", "--top", "3"])
@@ -182,9 +216,10 @@ fn kernel_bytecount_equals_user_space() {
     ));
     let short = start(&format!("rx dev={} | bytecount 35 top=256 | count", v.here));
     for c in [&kernel, &user, &short] {
-        wait_capturing(c.id(), &v.here);
+        wait_capturing(c.child.id(), &v.here);
     }
     replay(&v);
+    wait_counted(&[(&kernel, FRAMES), (&user, FRAMES), (&short, FRAMES)]);
     let (k, u, s) = (stop(kernel), stop(user), stop(short));
     assert!(
         rx_line(&k).contains("after its eBPF program (bytecount)"),
@@ -229,11 +264,12 @@ fn kernel_sample_passes_the_same_count_and_keeps_the_rest_out_of_user_space() {
         v.here
     ));
     for c in [&kernel, &user] {
-        wait_capturing(c.id(), &v.here);
+        wait_capturing(c.child.id(), &v.here);
     }
     replay(&v);
-    let (k, u) = (stop(kernel), stop(user));
     let expect = FRAMES / 10;
+    wait_counted(&[(&kernel, expect), (&user, expect)]);
+    let (k, u) = (stop(kernel), stop(user));
     let line = format!("sample: 1 in 10: {FRAMES} seen, {expect} passed");
     assert_eq!(totals(&k, "sample"), line, "{k}");
     assert_eq!(totals(&u, "sample"), line, "{u}");

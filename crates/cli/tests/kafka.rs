@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
+mod common;
+
 fn root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
@@ -172,6 +174,24 @@ fn received(err: &str) -> u64 {
         .unwrap()
         .parse()
         .unwrap()
+}
+
+/// The offset group `group` has committed on partition 0 of `topic` (-1: none yet), asked
+/// of the broker with librdkafka directly.
+fn committed(addr: &str, group: &str, topic: &str) -> i64 {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    let got = c.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
+    match got.find_partition(topic, 0).map(|p| p.offset()) {
+        Some(Offset::Offset(n)) => n,
+        _ => -1,
+    }
 }
 
 /// Every message of `topic`: per partition, (offset, key, payload) in offset order, read
@@ -420,8 +440,15 @@ fn a_group_commits_only_what_its_sink_had() {
             Err(e) => panic!("reading the FIFO: {e}"),
         }
     }
-    // Past the 100 ms commit period, for the commits of the batches that got through.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Until the batches that got through are committed (every 100 ms, by the consumer).
+    common::wait_until(
+        "the consumer to commit the batches its sink passed on",
+        Duration::from_secs(60),
+        || match committed(&b.addr, &group, &topic) {
+            n if n > 0 => Ok(()),
+            n => Err(format!("committed offset {n}")),
+        },
+    );
     assert!(
         c.try_wait().unwrap().is_none(),
         "the consumer ended with its sink blocked"

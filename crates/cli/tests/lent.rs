@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use etherparse::PacketBuilder;
 use kernel::netns::Veth;
@@ -217,13 +217,53 @@ fn packets(path: &Path) -> Vec<(Duration, Vec<u8>)> {
     v
 }
 
-fn start(pipeline: &str) -> Child {
+fn start(pipeline: &str, stats: &Path) -> Child {
     Command::new(BIN)
-        .args(["run", "-q", "--no-share", "--plan", "none", pipeline])
+        .args(["run", "-q", "--no-share", "--plan", "none", "--stats"])
+        .arg(stats)
+        .arg(pipeline)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn streamline")
+}
+
+/// Waits until run `pid` (`--plan none`: its pipeline in its main thread) captures on
+/// `dev` through AF_XDP: an XDP program is attached to `dev`, the run holds an AF_XDP
+/// socket (a socket none of /proc/PID/net's tables of other families lists), and its
+/// main thread sleeps in poll (the socket's fill ring stocked, waiting for frames).
+fn wait_xdp_capturing(pid: u32, dev: &str) {
+    common::wait_until(
+        &format!("run {pid} to capture on {dev} with AF_XDP"),
+        Duration::from_secs(30),
+        || {
+            let link = Command::new("ip").args(["-o", "link", "show", "dev", dev]).output().unwrap();
+            let attached = String::from_utf8_lossy(&link.stdout).contains("prog/xdp");
+            let known: String = ["unix", "netlink", "packet", "tcp", "tcp6", "udp", "udp6", "raw", "raw6"]
+                .iter()
+                .map(|t| std::fs::read_to_string(format!("/proc/{pid}/net/{t}")).unwrap_or_default())
+                .collect();
+            let known: std::collections::HashSet<&str> = known.split_whitespace().collect();
+            let xsk = std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .map(|d| {
+                    d.flatten().any(|e| {
+                        std::fs::read_link(e.path()).ok().is_some_and(|l| {
+                            l.to_str()
+                                .and_then(|l| l.strip_prefix("socket:[")?.strip_suffix(']'))
+                                .is_some_and(|ino| !known.contains(ino))
+                        })
+                    })
+                })
+                .unwrap_or(false);
+            let main = beltway::testing::task_state(pid, pid);
+            let polling = matches!(&main, Some(('S', w)) if w.contains("poll"));
+            if attached && xsk && polling {
+                Ok(())
+            } else {
+                Err(format!("XDP program attached: {attached}, AF_XDP socket: {xsk}, main thread (state, wchan): {main:?}"))
+            }
+        },
+    );
 }
 
 /// SIGINT (Ctrl-C), then standard error.
@@ -244,7 +284,6 @@ fn replay(v: &Veth, cap: &Path, frames: usize, pps: u64) {
         out.contains(&format!("Actual: {frames} packets")),
         "tcpreplay sent every frame:\n{out}"
     );
-    std::thread::sleep(Duration::from_millis(500));
 }
 
 fn rx_line(err: &str) -> String {
@@ -315,20 +354,41 @@ fn live_equals_file(name: &str, rx_opts: &str, middle: &str, fill: usize) -> (St
     let (live, rx, t0, t1) = loop {
         let v = quiet_veth(name);
         let from_rx = dir.join("rx.pcap");
-        let run = start(&format!(
-            "rx dev={} {rx_opts} | {middle}tcpstream | http | pcapout file={}",
-            v.here,
-            from_rx.display()
-        ));
+        let stats = dir.join("stats.json");
+        let _ = std::fs::remove_file(&stats);
+        let run = start(
+            &format!(
+                "rx dev={} {rx_opts} | {middle}tcpstream | http | pcapout file={}",
+                v.here,
+                from_rx.display()
+            ),
+            &stats,
+        );
         if rx_opts.contains("impl=xdp") {
             // An AF_XDP socket has no bound packet socket to wait for.
-            std::thread::sleep(Duration::from_millis(1500));
+            wait_xdp_capturing(run.id(), &v.here);
         } else {
             common::wait_capturing(run.id(), &v.here);
         }
         let t0 = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
         replay(&v, &cap, c.frames, pps);
         let t1 = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        // Stopped once every frame came through rx and every request reached pcapout. A
+        // frame the kernel dropped never comes: then, after 30 s, the drop check below
+        // tells a drop (again, slower) from a loss.
+        let through = || {
+            (
+                common::stats_counter(&stats, "rx", "blocks_out"),
+                common::stats_counter(&stats, "pcapout", "blocks_in"),
+            )
+        };
+        let all = (Some(c.frames as u64), Some(want.len() as u64));
+        let waited = Instant::now();
+        let mut seen = through();
+        while seen != all && waited.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(20));
+            seen = through();
+        }
         let err = stop(run);
         let rx = rx_line(&err);
         let drops = number_before(&rx, "dropped by the kernel");
@@ -344,6 +404,10 @@ fn live_equals_file(name: &str, rx_opts: &str, middle: &str, fill: usize) -> (St
         assert!(
             !err.contains("overwritten before their gap filled"),
             "{err}"
+        );
+        assert_eq!(
+            seen, all,
+            "(rx's frames, pcapout's requests) while it ran, within 30 s of the replay's end, with no drop: {rx}"
         );
         break (packets(&from_rx), rx, t0, t1);
     };

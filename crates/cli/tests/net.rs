@@ -451,7 +451,16 @@ fn udp_hostile_datagrams_are_counted_not_fatal() {
     bad.extend_from_slice(&[0xff, 0xff, 0, 0]);
     bad.extend_from_slice(&[0u8; 28]);
     s.send_to(&bad, to).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // Both read by netin (its socket's receive queue empty again) before the real sender
+    // greets: they come before any greeting, whatever the scheduling.
+    common::wait_until("netin to read the two datagrams", Duration::from_secs(30), || {
+        let socks = common::sockets_on_port(std::process::id(), port, true);
+        // tx_queue:rx_queue, in hex.
+        match socks.first().and_then(|l| l.split_whitespace().nth(4)) {
+            Some(q) if q.ends_with(":00000000") => Ok(()),
+            _ => Err(format!("{socks:?}")),
+        }
+    });
     let tx = Command::new(BIN)
         .args([
             "run",
@@ -543,8 +552,12 @@ fn a_plan_across_two_hosts_runs_split_and_gives_the_one_host_result() {
             .spawn()
             .unwrap();
         reap.0.push(child.id());
+        // A receiving end listens before the part that sends to it starts.
+        if let Some(port) = part.strip_prefix("netin port=") {
+            let port: u16 = port.split(' ').next().unwrap().parse().unwrap();
+            common::wait_listening(child.id(), port, false);
+        }
         runs.push((part, std::thread::spawn(move || child.wait_with_output().unwrap())));
-        std::thread::sleep(Duration::from_millis(200));
     }
     for (part, r) in runs {
         let o = r.join().unwrap();

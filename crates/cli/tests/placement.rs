@@ -938,7 +938,17 @@ fn kernel_placements_add_up_and_count_as_in_user_space() {
         let s = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
         s.send_to(b"streamline", format!("{}:9", v.peer_ip)).unwrap();
     }
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Each run stopped once its count has the 200 datagrams.
+    for (text, stats, _) in &runs {
+        common::wait_until(
+            &format!("`{text}`'s count to get the 200 datagrams"),
+            std::time::Duration::from_secs(60),
+            || match common::stats_counter(stats, "count", "blocks_in") {
+                Some(n) if n >= 200 => Ok(()),
+                n => Err(format!("count has {n:?}")),
+            },
+        );
+    }
     let mut bad = Vec::new();
     for ((text, stats, c), (_, names, want)) in runs.into_iter().zip(&cases) {
         let _ = Command::new("kill").args(["-INT", &c.id().to_string()]).status();

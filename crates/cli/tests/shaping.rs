@@ -604,7 +604,23 @@ fn a_killed_member_blocks_nobody_and_leaks_nothing() {
         c.stdout(Stdio::piped()).stdin(Stdio::null());
         c.spawn().unwrap()
     };
-    std::thread::sleep(Duration::from_millis(200));
+    // a is killed while the fetch from b is under way (its connection to b established).
+    let established = format!(":{pb:04X}");
+    let conns = || {
+        ["/proc/net/tcp", "/proc/net/tcp6"]
+            .iter()
+            .flat_map(|f| std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).map(str::to_string).collect::<Vec<_>>())
+            .filter(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && f[1].ends_with(&established) && f[3] == "01"
+            })
+            .count()
+    };
+    let t = Instant::now();
+    while conns() == 0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "the fetch never connected to member b (port {pb}) within 30 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let _ = Command::new("pkill")
         .args(["-9", "-P", &a.id().to_string()])
         .status();
@@ -900,7 +916,8 @@ fn a_signal_still_interrupts_a_supervised_read_and_a_kill_ends_the_run() {
         .unwrap();
     assert_eq!(line.trim(), "waiting");
     let prog = child_of(child.id()).expect("the launcher's child");
-    std::thread::sleep(Duration::from_millis(200));
+    // Its read is held by the supervisor (the program asleep in the seccomp notification).
+    beltway::testing::wait_asleep(prog, prog, "seccomp");
     assert!(Command::new("kill")
         .args(["-USR1", &prog.to_string()])
         .status()
@@ -924,7 +941,7 @@ fn a_signal_still_interrupts_a_supervised_read_and_a_kill_ends_the_run() {
     let child = c.spawn().unwrap();
     let (_conn2, _) = l.accept().unwrap();
     let prog = child_of(child.id()).expect("the launcher's child");
-    std::thread::sleep(Duration::from_millis(200));
+    beltway::testing::wait_asleep(prog, prog, "seccomp");
     assert!(Command::new("kill")
         .args(["-9", &prog.to_string()])
         .status()

@@ -47,21 +47,7 @@ fn require_root_and_tools() {
 /// what crosses it is exactly the replay.
 fn quiet_veth() -> Veth {
     require_root_and_tools();
-    let v = Veth::new("sh").unwrap_or_else(|e| panic!("{e}"));
-    kernel::netns::run(&[
-        "sysctl",
-        "-qw",
-        &format!("net.ipv6.conf.{}.disable_ipv6=1", v.here),
-    ])
-    .unwrap();
-    v.exec(&[
-        "sysctl",
-        "-qw",
-        &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there),
-    ])
-    .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    v
+    common::quiet_pair("sh")
 }
 
 fn spawn_run(pipeline: &str) -> Child {

@@ -87,15 +87,56 @@ fn a_panic_in_space_0_is_reported_not_propagated() {
     assert!(rep.failed);
 }
 
-/// Run `spaces` and set the interrupt after `after`; a run that does not end within 30 s
-/// of it is a hang, reported by name instead of blocking the test run.
-fn run_interrupted(spaces: Spaces, after: Duration, text: &str) -> dataplane::spaces::SpacesReport {
+/// When [`run_interrupted`] sets the interrupt.
+enum When {
+    /// Once the producer in space `N` (0: the thread that runs the spaces) is blocked on
+    /// its full channel: asleep in the kernel (a full channel's writer sleeps in
+    /// nanosleep between its looks, not on a futex).
+    Blocked(u32),
+    /// After a while of running (the interrupt may come at any point: none is awaited).
+    After(Duration),
+}
+
+/// Run `spaces` and set the interrupt `when`; a run that does not end within 30 s of it
+/// is a hang, reported by name instead of blocking the test run.
+fn run_interrupted(spaces: Spaces, when: When, text: &str) -> dataplane::spaces::SpacesReport {
     let interrupt = AtomicBool::new(false);
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let int = &interrupt;
+    let runner = beltway::testing::this_thread();
     std::thread::scope(|s| {
         s.spawn(move || {
-            std::thread::sleep(after);
+            // A wait that fails still interrupts the run (else the scope would hang on it).
+            let waited = std::panic::catch_unwind(|| match when {
+                When::After(d) => std::thread::sleep(d),
+                When::Blocked(space) => {
+                    let pid = std::process::id();
+                    let tid = if space == 0 {
+                        runner
+                    } else {
+                        let name = format!("sl-space{space}");
+                        let t0 = std::time::Instant::now();
+                        loop {
+                            let found = std::fs::read_dir("/proc/self/task").ok().and_then(|d| {
+                                d.flatten().find_map(|t| {
+                                    let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+                                    (comm.trim() == name).then(|| t.file_name().to_str()?.parse().ok())?
+                                })
+                            });
+                            if let Some(t) = found {
+                                break t;
+                            }
+                            assert!(t0.elapsed() < Duration::from_secs(30), "{text}: no thread {name} within 30 s");
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    };
+                    beltway::testing::wait_asleep(pid, tid, "");
+                }
+            });
+            if let Err(e) = waited {
+                int.store(true, std::sync::atomic::Ordering::Relaxed);
+                std::panic::resume_unwind(e);
+            }
             int.store(true, std::sync::atomic::Ordering::Relaxed);
             if done_rx.recv_timeout(Duration::from_secs(30)).is_err() {
                 eprintln!("{text}: the run did not end within 30 s of the interrupt (a producer blocked on a channel nobody reads)");
@@ -130,7 +171,9 @@ fn interrupt_releases_a_producer_blocked_on_a_full_channel() {
             },
         )
         .unwrap();
-        let rep = run_interrupted(spaces, Duration::from_millis(300), text);
+        // The producer: xsrc, in space 1 in the first, in space 0 (this thread) in the second.
+        let producer = if text.starts_with("xsrc 4000000000 space=1") { 1 } else { 0 };
+        let rep = run_interrupted(spaces, When::Blocked(producer), text);
         assert!(rep.died.is_none(), "{text}: {:?}", rep.died);
         assert!(
             rep.warnings.is_empty(),
@@ -160,7 +203,7 @@ fn interrupt_drains_what_producers_already_sent() {
             },
         )
         .unwrap();
-        let rep = run_interrupted(spaces, Duration::from_millis(300), text);
+        let rep = run_interrupted(spaces, When::After(Duration::from_millis(300)), text);
         assert!(
             rep.died.is_none() && rep.warnings.is_empty(),
             "{text}: {:?} {:?}",

@@ -325,9 +325,11 @@ fn a_killed_program_does_not_hang_run_nor_keep_its_socket() {
     let seg = segment("1MB/s", "unlimited");
     // the server sends a little, then nothing: the program blocks in a receive that the
     // supervisor is carrying out for it
+    let (sent_tx, sent_rx) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
         let (mut c, _) = l.accept().unwrap();
         c.write_all(&[1u8; 10_000]).unwrap();
+        let _ = sent_tx.send(c.peer_addr().unwrap().port());
         c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut b = [0u8; 16];
         // EOF once the program is dead and the supervisor let go of its copy of the socket
@@ -343,7 +345,30 @@ fn a_killed_program_does_not_hang_run_nor_keep_its_socket() {
             .stdout(Stdio::null()),
         |pid| {
             std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(300));
+                // Killed while its receive is held by the supervisor (the program asleep
+                // in the seccomp notification).
+                // Killed in the receive that waits for more: the server sent its bytes,
+                // the program's socket holds none of them unread, and the program sleeps
+                // in the seccomp notification of its next receive.
+                let local = sent_rx.recv().unwrap();
+                let unread = || {
+                    let want = format!(":{local:04X}");
+                    std::fs::read_to_string("/proc/net/tcp")
+                        .unwrap_or_default()
+                        .lines()
+                        .find(|l| l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(&want)))
+                        .and_then(|l| l.split_whitespace().nth(4).map(str::to_string))
+                };
+                let t = Instant::now();
+                loop {
+                    beltway::testing::wait_asleep(pid, pid, "seccomp");
+                    let q = unread();
+                    if q.as_deref().is_some_and(|q| q.ends_with(":00000000")) {
+                        break;
+                    }
+                    assert!(t.elapsed() < Duration::from_secs(30), "the program never read all it was sent (tx:rx queue {q:?})");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 // SAFETY: signalling our own child.
                 unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             });
@@ -375,9 +400,16 @@ fn signals_interrupt_or_restart_a_supervised_receive() {
     ] {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port().to_string();
+        let said = tempfile(&format!("sig_recv.{mode}.err"));
+        let heard = said.clone();
         let server = std::thread::spawn(move || {
             let (mut c, _) = l.accept().unwrap();
-            std::thread::sleep(Duration::from_millis(600));
+            // The answer comes once the handler has run (it says so on stderr).
+            let t0 = Instant::now();
+            while !std::fs::read_to_string(&heard).unwrap_or_default().contains("fired") {
+                assert!(t0.elapsed() < Duration::from_secs(30), "sig_recv's SIGALRM handler did not run within 30 s");
+                std::thread::sleep(Duration::from_millis(5));
+            }
             let _ = c.write_all(b"hello");
             let mut b = [0u8; 1];
             let _ = c.read(&mut b);
@@ -388,7 +420,8 @@ fn signals_interrupt_or_restart_a_supervised_receive() {
             &seg,
             Command::new(prog("sig_recv"))
                 .args([&port, mode])
-                .stdout(std::fs::File::create(&out).unwrap()),
+                .stdout(std::fs::File::create(&out).unwrap())
+                .stderr(std::fs::File::create(&said).unwrap()),
             |_| {},
         );
         assert!(st.success(), "{st:?}");

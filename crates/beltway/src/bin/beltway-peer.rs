@@ -5,6 +5,7 @@
 //! ```text
 //! beltway-peer write NAME BYTES BLOCK [--layout bytes|records|slots] [--sync srp|frp|mrp]
 //!              [--size N] [--readers R] [--mode OCTAL] [--ctl-mode OCTAL] [--hold]
+//!              [--tell-first]   (prints `first` once the first block is written)
 //! beltway-peer read NAME [--slow-us N] [--start oldest|latest] [--limit BYTES]
 //! beltway-peer attach-sleep NAME        attach a reader, never read (to be killed)
 //! beltway-peer mp-write NAME ID COUNT   write COUNT records as producer ID
@@ -154,6 +155,9 @@ fn cmd_write(args: &[String]) {
         crc.update(&buf);
         written += buf.len() as u64;
         seq += 1;
+        if seq == 1 && args.iter().any(|a| a == "--tell-first") {
+            println!("first");
+        }
     }
     let hold = args.iter().any(|a| a == "--hold");
     if !hold {

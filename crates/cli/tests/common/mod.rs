@@ -41,6 +41,12 @@ pub fn require_replay_and_root(needs: &str) {
 #[allow(dead_code)]
 pub fn quiet_veth(tag: &str, needs: &str) -> kernel::netns::Veth {
     require_replay_and_root(needs);
+    quiet_pair(tag)
+}
+
+/// [`quiet_veth`] for tests that need root but not tcpreplay.
+#[allow(dead_code)]
+pub fn quiet_pair(tag: &str) -> kernel::netns::Veth {
     let v = kernel::netns::Veth::new(tag).unwrap_or_else(|e| panic!("{e}"));
     kernel::netns::run(&[
         "sysctl",
@@ -54,7 +60,27 @@ pub fn quiet_veth(tag: &str, needs: &str) -> kernel::netns::Veth {
         &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there),
     ])
     .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Up with a queue of its own at both ends: the kernel attaches the device's qdisc
+    // (`noqueue` for a veth) when its link watch sees the carrier, a moment after `up`;
+    // until then the device has `qdisc noop`, which drops every frame sent.
+    let link = |c: &mut std::process::Command| {
+        let o = c.output().expect("ip link show");
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    wait_until(
+        "both ends of the veth pair up, with a qdisc",
+        std::time::Duration::from_secs(30),
+        || {
+            let here = link(std::process::Command::new("ip").args(["-o", "link", "show", "dev", &v.here]));
+            let there = link(v.command("ip").args(["-o", "link", "show", "dev", &v.there]));
+            let ready = |l: &str| l.contains("state UP") && !l.contains("qdisc noop");
+            if ready(&here) && ready(&there) {
+                Ok(())
+            } else {
+                Err(format!("{here}\n{there}"))
+            }
+        },
+    );
     v
 }
 
@@ -366,4 +392,51 @@ pub fn spawn_run_stats(pipeline: &str, stats: &std::path::Path) -> std::process:
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn streamline")
+}
+
+/// The sockets of process `pid`'s network namespace on local `port` (TCP listening, or
+/// UDP bound when `udp`) as /proc/PID/net/{tcp,tcp6,udp,udp6} list them: each one's
+/// line. Empty while nothing is there.
+#[allow(dead_code)]
+pub fn sockets_on_port(pid: u32, port: u16, udp: bool) -> Vec<String> {
+    let (files, state) = if udp {
+        (["udp", "udp6"], "07")
+    } else {
+        (["tcp", "tcp6"], "0A")
+    };
+    let want = format!(":{port:04X}");
+    files
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(format!("/proc/{pid}/net/{f}"))
+                .unwrap_or_default()
+                .lines()
+                .skip(1)
+                .filter(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    f.len() > 3 && f[1].ends_with(&want) && f[3] == state
+                })
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Waits until process `pid` listens on TCP `port` (or has bound UDP `port`) in its
+/// network namespace; fails after 30 s, at once if the process ended.
+#[allow(dead_code)]
+pub fn wait_listening(pid: u32, port: u16, udp: bool) {
+    wait_until(
+        &format!("process {pid} to listen on port {port}"),
+        std::time::Duration::from_secs(30),
+        || {
+            if !sockets_on_port(pid, port, udp).is_empty() {
+                return Ok(());
+            }
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = state.rsplit_once(") ").map_or("gone", |(_, r)| &r[..1]);
+            assert!(!matches!(state, "gone" | "Z" | "X"), "process {pid} ended before it listened on port {port}");
+            Err(format!("process {pid} in state {state}, nothing on port {port}"))
+        },
+    );
 }
