@@ -162,6 +162,9 @@ pub struct UnixProc {
     /// What it wrote while the run waited to give it input (see `give`), passed on first.
     pending: std::collections::VecDeque<Vec<u8>>,
     feeder: Option<std::thread::JoinHandle<()>>,
+    /// Signalled by the thread reading the process' output after each chunk and at its
+    /// end: what the space sleeps on for this process (see `arm`).
+    made: std::sync::Arc<beltway::sys::EventFd>,
     /// Writes to our standard output (last in the pipeline): it produces no blocks.
     sink: bool,
     finished: bool,
@@ -200,10 +203,12 @@ impl UnixProc {
             std::io::Error::new(e.kind(), format!("cannot start '{}': {e}", argv[0]))
         })?;
         let (otx, orx) = mpsc::sync_channel::<Vec<u8>>(64);
+        let made = std::sync::Arc::new(beltway::sys::EventFd::new()?);
         let Some(mut stdout) = child.stdout.take() else {
             drop(otx);
-            return Ok(Self::assemble(argv, child, orx, sink));
+            return Ok(Self::assemble(argv, child, orx, made, sink));
         };
+        let signal = made.clone();
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 * 1024];
             loop {
@@ -213,17 +218,22 @@ impl UnixProc {
                         if otx.send(buf[..n].to_vec()).is_err() {
                             break;
                         }
+                        signal.signal();
                     }
                 }
             }
+            // The end too wakes the space (the channel is closed before the signal).
+            drop(otx);
+            signal.signal();
         });
-        Ok(Self::assemble(argv, child, orx, sink))
+        Ok(Self::assemble(argv, child, orx, made, sink))
     }
 
     fn assemble(
         argv: &[String],
         mut child: Child,
         output: Receiver<Vec<u8>>,
+        made: std::sync::Arc<beltway::sys::EventFd>,
         sink: bool,
     ) -> UnixProc {
         let (input, feeder) = match child.stdin.take() {
@@ -241,6 +251,7 @@ impl UnixProc {
             output,
             pending: Default::default(),
             feeder,
+            made,
             sink,
             finished: false,
         }
@@ -280,6 +291,10 @@ impl Filter for UnixProc {
         }
         // The blocks went into the process; what comes out is new data (see pull).
         batch.clear();
+    }
+
+    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
+        self.arm_output(w);
     }
 
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
@@ -331,20 +346,7 @@ impl Filter for UnixProc {
                         }
                         return false;
                     }
-                    // A source process that has not produced yet: wait a little.
-                    if self.input.is_none() && out.is_empty() {
-                        match self
-                            .output
-                            .recv_timeout(std::time::Duration::from_millis(50))
-                        {
-                            Ok(chunk) => {
-                                block(cx, out, chunk);
-                                continue;
-                            }
-                            Err(mpsc::RecvTimeoutError::Timeout) => return true,
-                            Err(mpsc::RecvTimeoutError::Disconnected) => return self.end(cx),
-                        }
-                    }
+                    // Nothing yet: the space sleeps on `made` (see `arm`).
                     return true;
                 }
                 Err(TryRecvError::Disconnected) => return self.end(cx),
@@ -355,6 +357,35 @@ impl Filter for UnixProc {
 }
 
 impl UnixProc {
+    /// What the space waits for from this process (as a source, or in the middle of a
+    /// pipeline): output, which its reading thread signals.
+    fn arm_output(&mut self, w: &mut crate::readiness::Arm<'_>) {
+        use std::os::fd::AsFd;
+        if self.finished {
+            return;
+        }
+        if self.sink {
+            if self.input.is_none() {
+                // Both source and sink: `pull` waits for its exit itself.
+                w.poll();
+            }
+            return;
+        }
+        if !self.pending.is_empty() {
+            w.ready();
+            return;
+        }
+        // Signalled after each chunk: take one now, or sleep until the next signal.
+        match self.output.try_recv() {
+            Ok(chunk) => {
+                self.pending.push_back(chunk);
+                w.ready();
+            }
+            Err(TryRecvError::Disconnected) => w.ready(),
+            Err(TryRecvError::Empty) => w.signal(self.made.as_fd()),
+        }
+    }
+
     /// Hands `chunk` to the thread writing the process' input, waiting while that is full;
     /// false if the process closed its input. While it waits it takes in what the process
     /// writes (kept in `pending` for `pull`): a process that must write before it reads on

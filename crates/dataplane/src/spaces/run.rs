@@ -158,6 +158,7 @@ impl Spaces {
                     .expect("not poisoned")
                     .push(format!("{} died before it started: {e}", who(c.id)));
                 interrupt.store(true, Ordering::Relaxed);
+                crate::readiness::wake_all_spaces();
             }
         }
         let mut results: Vec<(SpaceId, Result<Space, String>)> = Vec::new();
@@ -183,6 +184,7 @@ impl Spaces {
                         if let Err(e) = apply_schedule(&sched) {
                             died.lock().expect("not poisoned").push(e);
                             interrupt.store(true, Ordering::Relaxed);
+                            crate::readiness::wake_all_spaces();
                         }
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             space.run_loop(
@@ -196,6 +198,7 @@ impl Spaces {
                             // A dead space stops the others (its channels end when the
                             // unwinding drops them, so none stays blocked).
                             interrupt.store(true, Ordering::Relaxed);
+                            crate::readiness::wake_all_spaces();
                         }
                         r
                     })
@@ -267,6 +270,7 @@ impl Spaces {
                                 .expect("not poisoned")
                                 .push(format!("{} died: {why}", who(c.id)));
                             interrupt.store(true, Ordering::Relaxed);
+                            crate::readiness::wake_all_spaces();
                         }
                     }
                 });
@@ -281,6 +285,7 @@ impl Spaces {
                 if let Err(e) = apply_schedule(&self.sched.get(&0).cloned().flatten()) {
                     died.lock().expect("not poisoned").push(e);
                     interrupt.store(true, Ordering::Relaxed);
+                    crate::readiness::wake_all_spaces();
                 }
                 // A panicking filter here ends the run as one in a thread space does
                 // (named in the report) instead of unwinding through the caller: a
@@ -292,6 +297,7 @@ impl Spaces {
                 }));
                 if r.is_err() {
                     interrupt.store(true, Ordering::Relaxed);
+                    crate::readiness::wake_all_spaces();
                 }
                 results.push((0, r.map_err(|p| panic_text(&p))));
             }
