@@ -123,6 +123,8 @@ pub fn egress_to(
             ..RingConfig::bytes(cfg.slots * Tag::SIZE)
                 .layout(Layout::Tags)
                 .threshold(cfg.threshold)
+                // The consumer's space sleeps on it (`Ingress::arm`).
+                .wake_fd(true)
         },
     )?;
     let data = Writer::create(

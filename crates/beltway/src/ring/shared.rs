@@ -200,7 +200,7 @@ impl Shared {
             liveness: cfg.liveness,
             detachable: cfg.detachable,
             unlink_on_drop: named,
-            wake: if named {
+            wake: if named || !cfg.wake_fd {
                 None
             } else {
                 Some(sys::EventFd::new().map_err(os("create the wake-up eventfd"))?)
