@@ -1570,6 +1570,65 @@ mod tests {
         }
     }
 
+    /// An ingress armed on a readiness handle, and the space's decision.
+    fn arm_ingress(rx: &mut Ingress, ready: &mut crate::readiness::Readiness) -> (crate::readiness::Decision, Option<Instant>) {
+        let mut arm = ready.begin();
+        rx.arm(&mut arm, true);
+        crate::readiness::Readiness::decide(&arm)
+    }
+
+    /// One block sent through `tx` as a batch of its own (committed at its end).
+    fn send_one(tx: &mut Egress, st: &mut Store) {
+        let mut b = Batch::default();
+        b.push(st.push(b"one block"));
+        cx_run(st, |cx| tx.process(cx, &mut b));
+    }
+
+    #[test]
+    fn a_deeply_asleep_ingress_is_woken_through_its_eventfd_by_one_commit() {
+        use std::os::fd::AsRawFd;
+        let (mut tx, mut rx) = channel("t-ready-deep", ChannelConfig::default()).unwrap();
+        let mut ready = crate::readiness::Readiness::new().unwrap();
+        // Long past its shallow sleep: it arms deep (the producer wakes it at once).
+        rx.wait.shallow_until = Some(Instant::now());
+        let (d, deadline) = arm_ingress(&mut rx, &mut ready);
+        assert_eq!(d, crate::readiness::Decision::Sleep);
+        assert_eq!(deadline, None, "a deep sleep has no deadline of its own");
+        let wake = rx.r.as_ref().unwrap().wake_fd().unwrap().as_raw_fd();
+        let producer = std::thread::spawn(move || {
+            let mut st = Store::new(1 << 16);
+            send_one(&mut tx, &mut st);
+            tx
+        });
+        // The limit is a watchdog, not a figure: the wake-up must come from the eventfd.
+        ready.sleep(None, Duration::from_secs(60)).unwrap();
+        assert_eq!(ready.fired(), &[wake], "woken by the channel's eventfd");
+        let _tx = producer.join().unwrap();
+        let mut st = Store::new(1 << 16);
+        let mut b = Batch::default();
+        assert!(cx_run(&mut st, |cx| rx.pull(cx, &mut b, 16)));
+        assert_eq!(b.len(), 1);
+    }
+
+    #[test]
+    fn a_shallow_sleeper_is_not_woken_per_block_but_by_its_latency_bound() {
+        let (mut tx, mut rx) = channel("t-ready-shallow", ChannelConfig::default()).unwrap();
+        let mut ready = crate::readiness::Readiness::new().unwrap();
+        let (d, deadline) = arm_ingress(&mut rx, &mut ready);
+        assert_eq!(d, crate::readiness::Decision::Sleep);
+        let deadline = deadline.expect("a shallow sleep ends at the channel's latency bound");
+        // One block is below the threshold (32): the producer commits without a wake-up.
+        let mut st = Store::new(1 << 16);
+        send_one(&mut tx, &mut st);
+        ready.sleep(Some(deadline), Duration::from_secs(60)).unwrap();
+        assert!(ready.fired().is_empty(), "no wake-up for one block: {:?}", ready.fired());
+        // The block is there for the pull the deadline brings.
+        let mut st2 = Store::new(1 << 16);
+        let mut b = Batch::default();
+        assert!(cx_run(&mut st2, |cx| rx.pull(cx, &mut b, 16)));
+        assert_eq!(b.len(), 1);
+    }
+
     #[test]
     fn blocks_cross_between_threads_with_classes_and_bytes_intact() {
         let (mut tx, mut rx) = channel(

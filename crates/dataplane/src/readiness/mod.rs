@@ -131,6 +131,9 @@ pub struct Readiness {
     registered: Vec<(RawFd, bool)>,
     wanted: Vec<(RawFd, bool)>,
     fired: Vec<RawFd>,
+    /// Declared descriptors epoll refuses (regular files, /dev/null): always ready, so
+    /// while one is declared the space does not sleep.
+    unpollable: Vec<RawFd>,
     events: Vec<EpollEvent>,
     /// Sleeps so far, and those a descriptor (not a deadline) ended.
     pub sleeps: u64,
@@ -161,6 +164,7 @@ impl Readiness {
             registered: Vec::new(),
             wanted: Vec::new(),
             fired: Vec::new(),
+            unpollable: Vec::new(),
             events: vec![EpollEvent::empty(); 16],
             sleeps: 0,
         })
@@ -169,6 +173,11 @@ impl Readiness {
     /// What wakes this space from another thread.
     pub fn waker(&self) -> Waker {
         Waker(self.waker.clone())
+    }
+
+    /// The descriptors that ended the last sleep.
+    pub fn fired(&self) -> &[RawFd] {
+        &self.fired
     }
 
     /// Start a round of arming: each source declares what it waits for into the [`Arm`].
@@ -203,7 +212,10 @@ impl Readiness {
         // timerfd (one settime when it changes).
         let left = at.saturating_duration_since(now);
         let fine = deadline.is_some_and(|d| d < bound) && left < Duration::from_millis(20);
-        let timeout = if fine {
+        let timeout = if !self.unpollable.is_empty() {
+            self.fired.clone_from(&self.unpollable);
+            EpollTimeout::ZERO
+        } else if fine {
             if self.timer_at != Some(at) {
                 let ts = TimeSpec::from_duration(left.max(Duration::from_nanos(1)));
                 self.timer.set(Expiration::OneShot(ts), TimerSetTimeFlags::empty())?;
@@ -214,7 +226,9 @@ impl Readiness {
             let ms = left.as_micros().div_ceil(1000).min(u16::MAX as u128) as u16;
             EpollTimeout::from(ms)
         };
-        self.fired.clear();
+        if self.unpollable.is_empty() {
+            self.fired.clear();
+        }
         self.sleeps += 1;
         let n = match self.ep.wait(&mut self.events, timeout) {
             Ok(n) => n,
@@ -245,6 +259,7 @@ impl Readiness {
         if self.wanted == self.registered {
             return Ok(());
         }
+        self.unpollable.clear();
         let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         ep.add(
             self.waker.as_fd(),
@@ -260,8 +275,8 @@ impl Readiness {
             match sys::add_declared(&ep, fd, EpollEvent::new(flags, fd as u64)) {
                 Ok(()) => {}
                 // A regular file (or /dev/null) cannot be waited on: it is always ready,
-                // and the source reads it without waiting; count it as fired.
-                Err(nix::errno::Errno::EPERM) => self.fired.push(fd),
+                // and the source reads it without waiting.
+                Err(nix::errno::Errno::EPERM) => self.unpollable.push(fd),
                 Err(e) => return Err(e.into()),
             }
         }
