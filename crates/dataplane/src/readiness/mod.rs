@@ -119,6 +119,35 @@ pub fn wake_all_spaces() {
     });
 }
 
+/// A thread outside the spaces that waits for the run to stop (the one that tells
+/// process spaces to stop): rung by [`wake_all_spaces`] like a space, and by [`StopWaiter::ring`]
+/// for its own news, instead of looking every few milliseconds.
+pub struct StopWaiter(Arc<EventFd>);
+
+impl StopWaiter {
+    pub fn new() -> std::io::Result<StopWaiter> {
+        let e = Arc::new(EventFd::new()?);
+        SPACES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&e));
+        Ok(StopWaiter(e))
+    }
+
+    pub fn ring(&self) {
+        self.0.signal();
+    }
+
+    /// Until rung, or `limit` passed.
+    pub fn wait(&self, limit: Duration) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let ms = limit.as_millis().min(u16::MAX as u128) as u16;
+        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, PollTimeout::from(ms));
+        self.0.drain();
+    }
+}
+
 /// One space's readiness handle: an epoll set, its timerfd and its waker.
 pub struct Readiness {
     ep: Epoll,

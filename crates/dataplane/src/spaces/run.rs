@@ -166,6 +166,9 @@ impl Spaces {
         let mut children = self.children;
         let stop_socks = children_socks(&children);
         let watching = std::sync::atomic::AtomicUsize::new(children.len());
+        // What the stop forwarder below sleeps on (rung by a stop and by each watcher that
+        // ends); without it, it looks every 20 ms.
+        let stop_waiter = crate::readiness::StopWaiter::new().ok();
         std::thread::scope(|scope| {
             let mut handles = Vec::new();
             let mut local = None;
@@ -208,6 +211,7 @@ impl Spaces {
             // Tell the process spaces to stop when the run is cut short (otherwise they
             // end by themselves when their inputs end).
             let watching = &watching;
+            let stop_waiter = stop_waiter.as_ref();
             if !stop_socks.is_empty() {
                 let stop_socks = &stop_socks;
                 scope.spawn(move || {
@@ -218,7 +222,11 @@ impl Spaces {
                             }
                             return;
                         }
-                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        match stop_waiter {
+                            // Bounded: an interrupt set where nobody rings still counts.
+                            Some(w) => w.wait(std::time::Duration::from_millis(100)),
+                            None => std::thread::sleep(std::time::Duration::from_millis(20)),
+                        }
                     }
                 });
             }
@@ -229,7 +237,7 @@ impl Spaces {
             for c in children.iter_mut() {
                 let (died, child_reports, who) = (&died, &child_reports, &who);
                 scope.spawn(move || {
-                    let _done = Decrement(watching);
+                    let _done = Decrement(watching, stop_waiter);
                     let msg = loop {
                         match recv_msg(&c.sock) {
                             Ok(text) if text.starts_with(COUNTERS) => {
@@ -443,11 +451,17 @@ impl SpacesReport {
 }
 
 /// Counts a watcher out when it ends, however it ends.
-struct Decrement<'a>(&'a std::sync::atomic::AtomicUsize);
+struct Decrement<'a>(
+    &'a std::sync::atomic::AtomicUsize,
+    Option<&'a crate::readiness::StopWaiter>,
+);
 
 impl Drop for Decrement<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+        if let Some(w) = self.1 {
+            w.ring();
+        }
     }
 }
 
