@@ -1,6 +1,7 @@
 //! Thin, checked wrappers over the Linux system calls beltway needs: memfd, named shared
-//! memory under /dev/shm, mmap, futex (wait, wake, waitv), process liveness, and fd passing
-//! over Unix sockets (SCM_RIGHTS).
+//! memory under /dev/shm, mmap, futex (wait, wake, waitv), eventfd (a ring's wake-up for
+//! a consumer that waits on many things at once), process liveness, and fd passing over
+//! Unix sockets (SCM_RIGHTS).
 //!
 //! This module and [`crate::shm`] are the only places with `unsafe`; every block carries a
 //! `// SAFETY:` comment. Everything returns `io::Result` so callers can add ring context.
@@ -320,6 +321,68 @@ pub fn futex_waitv(
         Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(Some(0)),
         _ => Err(e),
     }
+}
+
+/// An eventfd: a wake-up another party can wait for with `poll`/`epoll` (a ring's
+/// producer signals it when it wakes its sleeping readers, so a consumer can sleep on one
+/// readiness handle for all its inputs; see `dataplane::readiness`). Non-blocking and
+/// close-on-exec; passed to another process with the ring's segments.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: plain syscall with constant flags; no pointers.
+        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: eventfd returned a fresh descriptor that nothing else owns.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// An eventfd received from another process (e.g. with a ring's descriptors).
+    pub fn from_fd(fd: OwnedFd) -> EventFd {
+        EventFd(fd)
+    }
+
+    /// Make it readable (wake whoever waits on it). A counter already at its maximum
+    /// (EAGAIN) is readable anyway, so that error is no error.
+    pub fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to a descriptor we own.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Reset it; whether it had been signalled since the last drain.
+    pub fn drain(&self) -> bool {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64; the descriptor is non-blocking.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        n == 8 && v > 0
+    }
+}
+
+impl std::os::fd::AsFd for EventFd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// A pidfd for process `pid` (readable once it exits): a peer's liveness as something
+/// to wait on, instead of reading /proc now and then. The caller checks that `pid` is
+/// still the process it means (its start time) after opening, against pid reuse.
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments; no pointers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pidfd_open returned a fresh descriptor (close-on-exec) that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// Time since an arbitrary fixed point (CLOCK_MONOTONIC).

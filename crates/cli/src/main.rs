@@ -97,6 +97,8 @@ pub(crate) fn watch_stop_signals(
                             // loop, the exit code in `run`), so whoever sees `stop` sees `which`.
                             which.store(sig, Ordering::SeqCst);
                             stop.store(true, Ordering::SeqCst);
+                            // Spaces asleep on their readiness handles look at once.
+                            dataplane::readiness::wake_all_spaces();
                         }
                     }
                 });

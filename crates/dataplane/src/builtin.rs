@@ -162,6 +162,9 @@ pub struct UnixProc {
     /// What it wrote while the run waited to give it input (see `give`), passed on first.
     pending: std::collections::VecDeque<Vec<u8>>,
     feeder: Option<std::thread::JoinHandle<()>>,
+    /// Signalled by the thread reading the process' output after each chunk and at its
+    /// end: what the space sleeps on for this process (see `arm`).
+    made: std::sync::Arc<beltway::sys::EventFd>,
     /// Writes to our standard output (last in the pipeline): it produces no blocks.
     sink: bool,
     /// The command could not be started (not found, not executable): its stage said so
@@ -249,10 +252,12 @@ impl UnixProc {
             }
         };
         let (otx, orx) = mpsc::sync_channel::<Vec<u8>>(64);
+        let made = std::sync::Arc::new(beltway::sys::EventFd::new()?);
         let Some(mut stdout) = child.stdout.take() else {
             drop(otx);
-            return Ok(Self::assemble(argv, child, orx, sink, missing));
+            return Ok(Self::assemble(argv, child, orx, made, sink, missing));
         };
+        let signal = made.clone();
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 * 1024];
             loop {
@@ -262,17 +267,22 @@ impl UnixProc {
                         if otx.send(buf[..n].to_vec()).is_err() {
                             break;
                         }
+                        signal.signal();
                     }
                 }
             }
+            // The end too wakes the space (the channel is closed before the signal).
+            drop(otx);
+            signal.signal();
         });
-        Ok(Self::assemble(argv, child, orx, sink, missing))
+        Ok(Self::assemble(argv, child, orx, made, sink, missing))
     }
 
     fn assemble(
         argv: &[String],
         mut child: Child,
         output: Receiver<Vec<u8>>,
+        made: std::sync::Arc<beltway::sys::EventFd>,
         sink: bool,
         missing: bool,
     ) -> UnixProc {
@@ -291,6 +301,7 @@ impl UnixProc {
             output,
             pending: Default::default(),
             feeder,
+            made,
             sink,
             missing,
             finished: false,
@@ -331,6 +342,10 @@ impl Filter for UnixProc {
         }
         // The blocks went into the process; what comes out is new data (see pull).
         batch.clear();
+    }
+
+    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
+        self.arm_output(w);
     }
 
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
@@ -382,20 +397,7 @@ impl Filter for UnixProc {
                         }
                         return false;
                     }
-                    // A source process that has not produced yet: wait a little.
-                    if self.input.is_none() && out.is_empty() {
-                        match self
-                            .output
-                            .recv_timeout(std::time::Duration::from_millis(50))
-                        {
-                            Ok(chunk) => {
-                                block(cx, out, chunk);
-                                continue;
-                            }
-                            Err(mpsc::RecvTimeoutError::Timeout) => return true,
-                            Err(mpsc::RecvTimeoutError::Disconnected) => return self.end(cx),
-                        }
-                    }
+                    // Nothing yet: the space sleeps on `made` (see `arm`).
                     return true;
                 }
                 Err(TryRecvError::Disconnected) => return self.end(cx),
@@ -406,6 +408,35 @@ impl Filter for UnixProc {
 }
 
 impl UnixProc {
+    /// What the space waits for from this process (as a source, or in the middle of a
+    /// pipeline): output, which its reading thread signals.
+    fn arm_output(&mut self, w: &mut crate::readiness::Arm<'_>) {
+        use std::os::fd::AsFd;
+        if self.finished {
+            return;
+        }
+        if self.sink {
+            if self.input.is_none() {
+                // Both source and sink: `pull` waits for its exit itself.
+                w.poll();
+            }
+            return;
+        }
+        if !self.pending.is_empty() {
+            w.ready();
+            return;
+        }
+        // Signalled after each chunk: take one now, or sleep until the next signal.
+        match self.output.try_recv() {
+            Ok(chunk) => {
+                self.pending.push_back(chunk);
+                w.ready();
+            }
+            Err(TryRecvError::Disconnected) => w.ready(),
+            Err(TryRecvError::Empty) => w.signal(self.made.as_fd()),
+        }
+    }
+
     /// Hands `chunk` to the thread writing the process' input, waiting while that is full;
     /// false if the process closed its input. While it waits it takes in what the process
     /// writes (kept in `pending` for `pull`): a process that must write before it reads on

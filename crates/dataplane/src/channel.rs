@@ -123,6 +123,8 @@ pub fn egress_to(
             ..RingConfig::bytes(cfg.slots * Tag::SIZE)
                 .layout(Layout::Tags)
                 .threshold(cfg.threshold)
+                // The consumer's space sleeps on it (`Ingress::arm`).
+                .wake_fd(true)
         },
     )?;
     let data = Writer::create(
@@ -330,6 +332,7 @@ pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
         sub: Some(sub),
         busy: false,
         marker: None,
+        wait: IngressWait::default(),
     })
 }
 
@@ -372,6 +375,7 @@ fn attach(
         sub: None,
         busy: false,
         marker: None,
+        wait: IngressWait::default(),
     })
 }
 
@@ -945,6 +949,20 @@ pub struct Ingress {
     busy: bool,
     /// The marker it stopped at (see [`ChannelEnd`]): nothing is delivered until resumed.
     marker: Option<u64>,
+    /// How it sleeps on the space's readiness handle (see [`Ingress::arm`]).
+    wait: IngressWait,
+}
+
+/// An ingress asleep on its space's readiness handle: first within the channel's latency
+/// bound (the producer batches its wake-ups), then deeply (woken at the next commit); the
+/// producer's process watched through a pidfd when it is another process.
+#[derive(Default)]
+struct IngressWait {
+    /// When the shallow sleep ends (set by the first arming after data).
+    shallow_until: Option<Instant>,
+    /// The producer's pidfd; `peer_checked` once looked for (none in this process).
+    pidfd: Option<std::os::fd::OwnedFd>,
+    peer_checked: bool,
 }
 
 /// A subscriber's side of a published stream: the publisher's data ring (read by copying,
@@ -964,8 +982,8 @@ struct Subscription {
     lost_bytes: u64,
 }
 
-/// How long a pull waits for the first tag before giving the space's loop a turn (so an
-/// interrupt is noticed).
+/// How often a subscriber of another run's published stream looks for new tags (it reads
+/// a ring opened by name, whose producer cannot wake it).
 const POLL: Duration = Duration::from_millis(50);
 
 impl Ingress {
@@ -1355,6 +1373,61 @@ impl Filter for Ingress {
         Some(format!("__subscribe: {} blocks received, lost {} blocks to a full ring (subscriber fell behind){bytes}", s.received, s.lost))
     }
 
+    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
+        if self.busy || self.marker.is_some() {
+            // `@busy` polls; a marker waits for the space's quiescent point.
+            w.ready();
+            return;
+        }
+        let Some(r) = self.r.as_mut() else {
+            w.ready();
+            return;
+        };
+        let now = Instant::now();
+        let wait = &mut self.wait;
+        if !wait.peer_checked {
+            wait.peer_checked = true;
+            let pid = r.writer_pid();
+            if pid != std::process::id() {
+                // Watch the producer's process; then make sure the pid is still the one
+                // that made the ring (not a new process that reused the number).
+                wait.pidfd = beltway::sys::pidfd_open(pid).ok();
+                r.check_writer();
+            }
+        }
+        if let Some(p) = &wait.pidfd {
+            use std::os::fd::AsFd;
+            if w.fired(p.as_fd()) {
+                // The producer's process ended: the stream ends after what it committed.
+                r.check_writer();
+            }
+        }
+        let deep = wait.shallow_until.is_some_and(|t| now >= t);
+        match r.arm(deep) {
+            Ok(beltway::Armed::Asleep) => {
+                use std::os::fd::AsFd;
+                if let Some(fd) = r.wake_fd() {
+                    w.signal(fd);
+                }
+                if let Some(p) = &wait.pidfd {
+                    w.fd(p.as_fd());
+                }
+                if !deep {
+                    w.deadline(*wait.shallow_until.get_or_insert(now + r.latency()));
+                }
+            }
+            Ok(beltway::Armed::Unsupported) => {
+                // A subscription's ring (opened by name) or an observer: look again soon.
+                w.deadline(now + POLL);
+                if wait.pidfd.is_none() && r.writer_pid() != std::process::id() {
+                    r.check_writer();
+                }
+            }
+            // Data, the end, or an error: the next pull sees it.
+            Ok(beltway::Armed::Data) | Ok(beltway::Armed::Eof) | Err(_) => w.ready(),
+        }
+    }
+
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if let Some(v) = self.data.take() {
             self.local = cx.store.map_dbuf(v);
@@ -1365,35 +1438,19 @@ impl Filter for Ingress {
             // Held at a marker until the space has served it (it is not over).
             return true;
         }
-        let name = self.name.clone();
-        let fail = |cx: &mut Ctx<'_>, e: beltway::Error| {
-            cx.warn(format!("channel {name}: {e}"));
-            false
-        };
         let mut bytes = 0u64;
-        while out.len() < max && bytes < self.max_bytes && self.marker.is_none() {
-            match self.next_run(cx, out, max, &mut bytes) {
-                Ok(true) => {}
-                Ok(false) if !out.is_empty() => break,
-                Ok(false) => match self.r.as_mut().map_or(Ok(beltway::Ready::Eof), |r| {
-                    r.block(Some(if self.busy { Duration::ZERO } else { POLL }))
-                }) {
-                    Ok(beltway::Ready::Data) => {}
-                    Ok(beltway::Ready::TimedOut) => return true,
-                    Ok(beltway::Ready::Eof) => {
-                        // Drain what was committed before the close.
-                        match self.next_run(cx, out, max, &mut bytes) {
-                            Ok(true) => {}
-                            Ok(false) => return !out.is_empty(),
-                            Err(e) => return fail(cx, e),
-                        }
-                    }
-                    Err(e) => return fail(cx, e),
-                },
-                Err(e) => return fail(cx, e),
+        let before = out.len();
+        let more = self.pull_runs(cx, out, max, &mut bytes);
+        if out.len() > before || !more {
+            // Data came (or the end): the next sleep starts shallow again, and until then
+            // this reader is no sleeper (the producer batches its wake-ups again). With
+            // nothing, it stays armed: arming again costs no fence.
+            self.wait.shallow_until = None;
+            if let Some(r) = self.r.as_mut() {
+                r.disarm();
             }
         }
-        true
+        more
     }
 
     fn epoch_end(&mut self, _cx: &mut Ctx<'_>) {
@@ -1406,6 +1463,43 @@ impl Filter for Ingress {
     fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
         self.release();
         self.r = None;
+    }
+}
+
+impl Ingress {
+    /// [`Filter::pull`]'s reading: runs of tags until `max` blocks or the byte budget, or
+    /// nothing more is committed now; false at the end of the stream.
+    fn pull_runs(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize, bytes: &mut u64) -> bool {
+        let name = self.name.clone();
+        let fail = |cx: &mut Ctx<'_>, e: beltway::Error| {
+            cx.warn(format!("channel {name}: {e}"));
+            false
+        };
+        while out.len() < max && *bytes < self.max_bytes && self.marker.is_none() {
+            match self.next_run(cx, out, max, bytes) {
+                Ok(true) => {}
+                Ok(false) if !out.is_empty() => break,
+                // Never waits here: the space sleeps on its readiness handle (`arm`); a
+                // look tells the end of the stream from no data yet.
+                Ok(false) => match self.r.as_mut().map_or(Ok(beltway::Ready::Eof), |r| {
+                    Ok(r.ready_now())
+                }) {
+                    Ok(beltway::Ready::Data) => {}
+                    Ok(beltway::Ready::TimedOut) => return true,
+                    Ok(beltway::Ready::Eof) => {
+                        // Drain what was committed before the close.
+                        match self.next_run(cx, out, max, bytes) {
+                            Ok(true) => {}
+                            Ok(false) => return !out.is_empty(),
+                            Err(e) => return fail(cx, e),
+                        }
+                    }
+                    Err(e) => return fail(cx, e),
+                },
+                Err(e) => return fail(cx, e),
+            }
+        }
+        true
     }
 }
 
@@ -1474,6 +1568,65 @@ mod tests {
                 return i;
             }
         }
+    }
+
+    /// An ingress armed on a readiness handle, and the space's decision.
+    fn arm_ingress(rx: &mut Ingress, ready: &mut crate::readiness::Readiness) -> (crate::readiness::Decision, Option<Instant>) {
+        let mut arm = ready.begin();
+        rx.arm(&mut arm, true);
+        crate::readiness::Readiness::decide(&arm)
+    }
+
+    /// One block sent through `tx` as a batch of its own (committed at its end).
+    fn send_one(tx: &mut Egress, st: &mut Store) {
+        let mut b = Batch::default();
+        b.push(st.push(b"one block"));
+        cx_run(st, |cx| tx.process(cx, &mut b));
+    }
+
+    #[test]
+    fn a_deeply_asleep_ingress_is_woken_through_its_eventfd_by_one_commit() {
+        use std::os::fd::AsRawFd;
+        let (mut tx, mut rx) = channel("t-ready-deep", ChannelConfig::default()).unwrap();
+        let mut ready = crate::readiness::Readiness::new().unwrap();
+        // Long past its shallow sleep: it arms deep (the producer wakes it at once).
+        rx.wait.shallow_until = Some(Instant::now());
+        let (d, deadline) = arm_ingress(&mut rx, &mut ready);
+        assert_eq!(d, crate::readiness::Decision::Sleep);
+        assert_eq!(deadline, None, "a deep sleep has no deadline of its own");
+        let wake = rx.r.as_ref().unwrap().wake_fd().unwrap().as_raw_fd();
+        let producer = std::thread::spawn(move || {
+            let mut st = Store::new(1 << 16);
+            send_one(&mut tx, &mut st);
+            tx
+        });
+        // The limit is a watchdog, not a figure: the wake-up must come from the eventfd.
+        ready.sleep(None, Duration::from_secs(60)).unwrap();
+        assert_eq!(ready.fired(), &[wake], "woken by the channel's eventfd");
+        let _tx = producer.join().unwrap();
+        let mut st = Store::new(1 << 16);
+        let mut b = Batch::default();
+        assert!(cx_run(&mut st, |cx| rx.pull(cx, &mut b, 16)));
+        assert_eq!(b.len(), 1);
+    }
+
+    #[test]
+    fn a_shallow_sleeper_is_not_woken_per_block_but_by_its_latency_bound() {
+        let (mut tx, mut rx) = channel("t-ready-shallow", ChannelConfig::default()).unwrap();
+        let mut ready = crate::readiness::Readiness::new().unwrap();
+        let (d, deadline) = arm_ingress(&mut rx, &mut ready);
+        assert_eq!(d, crate::readiness::Decision::Sleep);
+        let deadline = deadline.expect("a shallow sleep ends at the channel's latency bound");
+        // One block is below the threshold (32): the producer commits without a wake-up.
+        let mut st = Store::new(1 << 16);
+        send_one(&mut tx, &mut st);
+        ready.sleep(Some(deadline), Duration::from_secs(60)).unwrap();
+        assert!(ready.fired().is_empty(), "no wake-up for one block: {:?}", ready.fired());
+        // The block is there for the pull the deadline brings.
+        let mut st2 = Store::new(1 << 16);
+        let mut b = Batch::default();
+        assert!(cx_run(&mut st2, |cx| rx.pull(cx, &mut b, 16)));
+        assert_eq!(b.len(), 1);
     }
 
     #[test]

@@ -1712,6 +1712,8 @@ pub(crate) struct Mailbox {
     graph: Mutex<Vec<SnapNode>>,
     /// The run's filters in transit between spaces (shared by its mailboxes).
     board: Arc<crate::migrate::Board>,
+    /// Wakes the space while it sleeps on its readiness handle (set by its run loop).
+    waker: Mutex<Option<crate::readiness::Waker>>,
 }
 
 type Reply = mpsc::Sender<Result<Applied, EditError>>;
@@ -1782,6 +1784,19 @@ impl Mailbox {
             snapshot: Mutex::new(snapshot),
             live: Mutex::new(String::new()),
             graph: Mutex::new(Vec::new()),
+            waker: Mutex::new(None),
+        }
+    }
+
+    /// The run loop sleeps on its readiness handle: `w` wakes it when a job is posted.
+    pub(crate) fn set_waker(&self, w: crate::readiness::Waker) {
+        *lock(&self.waker) = Some(w);
+    }
+
+    /// A job was posted: wake the space if it sleeps.
+    fn ring(&self) {
+        if let Some(w) = lock(&self.waker).as_ref() {
+            w.wake();
         }
     }
 
@@ -1908,6 +1923,8 @@ impl Mailbox {
         }
         st.taps.push(job);
         self.pending.store(true, Ordering::Relaxed);
+        drop(st);
+        self.ring();
         Ok(())
     }
 
@@ -1927,6 +1944,7 @@ impl Mailbox {
             self.pending.store(true, Ordering::Relaxed);
             id
         };
+        self.ring();
         self.answer(&rx, timeout, |st| {
             let k = st.queue.iter().position(|(i, ..)| *i == id)?;
             st.queue.remove(k);
@@ -2172,6 +2190,7 @@ impl EditHandle {
             });
             mailbox.pending.store(true, Ordering::Relaxed);
         }
+        mailbox.ring();
         mailbox.answer(&rx, timeout, |st| {
             let k = st.moves.iter().position(|m| m.ch == ch && m.label == base)?;
             st.moves.remove(k);

@@ -277,10 +277,24 @@ pub trait Filter: Send {
         true
     }
 
-    /// Called when a round of the space's loop found no source with data (at most every
-    /// source poll interval, tens of milliseconds): a filter holding work back for a
-    /// batch (a transmitter's frames) lets it go here.
+    /// Called when a round of the space's loop found no source with data (before the
+    /// space sleeps): a filter holding work back for a batch (a transmitter's frames)
+    /// lets it go here.
     fn idle(&mut self) {}
+
+    /// What this source waits for when its `pull` found nothing (see
+    /// [`crate::readiness`]): descriptors that become readable, wake-up signals, a
+    /// deadline, or [`Arm::ready`](crate::readiness::Arm::ready) when something is there
+    /// now. A source that declares its readiness never waits in `pull`; the space sleeps
+    /// once for all of them. The default, [`Arm::poll`](crate::readiness::Arm::poll), is
+    /// for a source that waits in its own `pull` (the space then does not sleep). Filters
+    /// that are not sources are asked too; the default for them declares nothing (only
+    /// one that makes blocks on its own, a Unix process, overrides it).
+    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, source: bool) {
+        if source {
+            w.poll();
+        }
+    }
 
     /// End of stream: emit held blocks (reassembly, sampling windows), print totals.
     fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {}

@@ -19,6 +19,9 @@
 //!   between source batches through a mailbox ([`edit::EditHandle`]).
 //! - [`netchan`]: channels between hosts (`netout` / `netin`): TCP, credits, the same
 //!   per-block header as channels between spaces.
+//! - [`readiness`]: how a space waits: one epoll set per space over its channels'
+//!   wake-ups, its sources' descriptors, peers' pidfds and one timer, instead of a timed
+//!   wait per source.
 //! - `migrate`: a running filter moved between two spaces of this process at batch
 //!   boundaries, by markers in the channel ([`edit::EditHandle::migrate`]).
 //!
@@ -38,6 +41,7 @@ pub mod hash;
 mod migrate;
 mod mmap;
 pub mod netchan;
+pub mod readiness;
 pub use mmap::FileMap;
 pub mod runtime;
 pub mod session;

@@ -1,4 +1,4 @@
-//! Read-only file mappings (the only unsafe code of this crate).
+//! Read-only file mappings (with `readiness::sys`, the only unsafe code of this crate).
 #![allow(unsafe_code)]
 
 use std::fs::File;

@@ -22,6 +22,10 @@ const MAX_DEPTH: usize = 4096;
 /// waiting for their producers to stop and close (what they captured is still counted).
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
+/// How often the loop calls its `tick` (progress, the counters an edit handle shows),
+/// also the longest a space sleeps on its readiness handle.
+const TICK: Duration = Duration::from_millis(100);
+
 /// Builds filter instances by name (implemented by the filter library).
 pub trait Factory {
     fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, crate::FilterError>;
@@ -647,6 +651,9 @@ pub struct Space {
     /// The run loop has ended (its last `tick` call says so: a process space sends its
     /// counters then, whenever it last did).
     pub(crate) ending: bool,
+    /// What the space sleeps on when a round of its loop found nothing (made when the
+    /// loop starts; see [`crate::readiness`]).
+    ready: Option<crate::readiness::Readiness>,
 }
 
 impl Space {
@@ -725,6 +732,7 @@ impl Space {
             chaos: None,
             elsewhere: Vec::new(),
             ending: false,
+            ready: None,
         })
     }
 
@@ -1144,6 +1152,17 @@ impl Space {
         } else {
             Vec::new()
         };
+        if self.ready.is_none() {
+            match crate::readiness::Readiness::new() {
+                Ok(r) => self.ready = Some(r),
+                Err(e) => self.warnings.push(format!(
+                    "cannot make the space's readiness handle ({e}): idle rounds sleep 1 ms"
+                )),
+            }
+        }
+        if let (Some((mailbox, _)), Some(r)) = (edits, &self.ready) {
+            mailbox.set_waker(r.waker());
+        }
         loop {
             // The quiescent point: every batch pulled so far has finished its walk. One
             // relaxed load per round when nobody edits (the mailbox's lock orders the rest).
@@ -1206,8 +1225,8 @@ impl Space {
                 }
             }
             // Unix processes in the middle of a pipeline produce output asynchronously.
-            self.poll_unix(false);
-            if last_tick.elapsed() > Duration::from_millis(100) {
+            let made = self.poll_unix(false);
+            if last_tick.elapsed() > TICK {
                 tick(self);
                 if let Some((mailbox, _)) = edits {
                     mailbox.publish(self);
@@ -1216,6 +1235,16 @@ impl Space {
             }
             if !active || self.stop.asked() || (interrupted && !draining) {
                 break;
+            }
+            let edit_waits = edits.is_some_and(|(m, _)| m.pending());
+            if !produced && !made && !edit_waits {
+                // Asleep until a source or an edit wakes it, the next tick at the latest
+                // (and the end of the drain grace).
+                let mut limit = TICK.saturating_sub(last_tick.elapsed());
+                if let Some(d) = drain_until {
+                    limit = limit.min(d.saturating_duration_since(Instant::now()));
+                }
+                self.sleep_until_ready(&sources, interrupted, draining, limit);
             }
         }
         // Edits that arrive from here on are refused: the run is ending.
@@ -1294,25 +1323,62 @@ impl Space {
         order
     }
 
-    fn poll_unix(&mut self, wait: bool) {
+    /// Whether any made blocks.
+    fn poll_unix(&mut self, wait: bool) -> bool {
+        let mut made = false;
         for i in 0..self.nodes.len() {
-            self.poll_unix_node(i, wait);
+            made |= self.poll_unix_node(i, wait);
         }
+        made
     }
 
-    pub(crate) fn poll_unix_node(&mut self, i: usize, wait: bool) {
+    pub(crate) fn poll_unix_node(&mut self, i: usize, wait: bool) -> bool {
         let mut out = Batch::default();
         // Sources handle their own output through pull; others (mid-pipeline Unix
         // processes) are drained here.
         if self.nodes[i].source {
-            return;
+            return false;
         }
         self.with_filter(i, |f, cx| {
             f.pull(cx, &mut out, if wait { usize::MAX } else { BATCH * 16 })
         });
-        if !out.is_empty() {
-            self.restart_clock();
-            self.emit(i, out, 0);
+        if out.is_empty() {
+            return false;
+        }
+        self.restart_clock();
+        self.emit(i, out, 0);
+        true
+    }
+
+    /// A round found nothing: ask every live source (and every filter that makes blocks
+    /// on its own) what it waits for, and sleep once, on the space's readiness handle,
+    /// until one of them is ready, a deadline passes or `limit` (see [`crate::readiness`]).
+    /// A source that waits in its own `pull` keeps the space from sleeping here.
+    fn sleep_until_ready(&mut self, sources: &[usize], interrupted: bool, draining: bool, limit: Duration) {
+        let Some(ready) = self.ready.as_mut() else {
+            std::thread::sleep(Duration::from_millis(1).min(limit));
+            return;
+        };
+        let stopping = self.stop.asked();
+        let mut arm = ready.begin();
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            if sources.contains(&i) {
+                if n.done || stopping || (interrupted && !(draining && n.filter.drains())) {
+                    continue;
+                }
+                n.filter.arm(&mut arm, true);
+            } else if !n.source {
+                n.filter.arm(&mut arm, false);
+            }
+        }
+        let (decision, deadline) = crate::readiness::Readiness::decide(&arm);
+        drop(arm);
+        if decision == crate::readiness::Decision::Sleep {
+            if let Err(e) = ready.sleep(deadline, limit) {
+                let why = format!("the space's readiness handle failed ({e}): idle rounds sleep 1 ms");
+                self.ready = None;
+                self.warnings.push(why);
+            }
         }
     }
 

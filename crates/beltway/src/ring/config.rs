@@ -110,6 +110,11 @@ pub struct RingConfig {
     /// last one leaves). For a lossless stream offered to whoever attaches (a stream that
     /// must not wait for its readers, like a published capture, is FRP instead).
     pub detachable: bool,
+    /// Give the ring a wake-up eventfd (anonymous rings only; it travels with the segments):
+    /// signalled with every wake of sleeping readers, for a consumer that sleeps on a
+    /// readiness handle ([`crate::Reader::arm`]) instead of the futex. Off: a wake costs
+    /// the futex wake alone.
+    pub wake_fd: bool,
 }
 
 impl Default for RingConfig {
@@ -132,6 +137,7 @@ impl Default for RingConfig {
             buf_id: 1,
             liveness: Duration::from_millis(100),
             detachable: false,
+            wake_fd: false,
         }
     }
 }
@@ -161,6 +167,11 @@ impl RingConfig {
     }
     pub fn threshold(mut self, t: u32) -> Self {
         self.threshold = t;
+        self
+    }
+    /// See [`RingConfig::wake_fd`].
+    pub fn wake_fd(mut self, on: bool) -> Self {
+        self.wake_fd = on;
         self
     }
     pub fn self_scaling(mut self, min: usize, initial: usize) -> Self {

@@ -62,7 +62,7 @@ mod shared;
 mod writer;
 
 pub use config::{Layout, RingConfig, Start, SyncMode};
-pub use reader::{Peeked, Reader, Ready};
+pub use reader::{Armed, Peeked, Reader, Ready};
 pub use release::ReleaseCache;
 pub use select::select;
 pub use shared::{RingRef, RingStats, Shared};

@@ -40,5 +40,10 @@ pub(crate) fn wake_all(sh: &Shared) {
     // which is what actually publishes the data.
     r.data_seq.store((s | 1).wrapping_add(1), Release);
     sys::futex_wake(&r.data_seq, i32::MAX);
+    // A consumer asleep on a readiness handle (`Reader::arm`) waits on the eventfd, not
+    // the futex word. Its readiness is ordered after our commits like a futex wake-up.
+    if let Some(w) = &sh.wake {
+        w.signal();
+    }
     sh.hdr().m.0.wakeups.fetch_add(1, Relaxed);
 }

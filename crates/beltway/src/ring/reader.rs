@@ -25,6 +25,21 @@ pub enum Ready {
     TimedOut,
 }
 
+/// What [`Reader::arm`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Armed {
+    /// Data is there: read instead of sleeping.
+    Data,
+    /// The stream ended (closed, or the writer died) with nothing left to read.
+    Eof,
+    /// Nothing to read: the ring's wake-up descriptor ([`Reader::wake_fd`]) becomes
+    /// readable when the producer wakes its readers.
+    Asleep,
+    /// This reader cannot sleep on a descriptor (an observer, or a ring opened by name,
+    /// whose wake-up no descriptor carries): it waits in [`Reader::block`].
+    Unsupported,
+}
+
 /// One unit found by `next_unit`: bytes consumed, payload offset in the data area, length.
 #[derive(Debug, Clone, Copy)]
 struct Unit {
@@ -60,6 +75,9 @@ pub struct Reader {
     /// The writer's process died without closing the stream (seen by this reader; readers
     /// never write the data segment, which they may have mapped read-only).
     pub(super) writer_dead: bool,
+    /// Registered as a sleeper on a readiness handle ([`Reader::arm`]): deep or not, and
+    /// the eventcount word the sleep bit was set in, with the time the arming began.
+    armed: Option<(bool, u32, u64)>,
     lost: u64,
     /// Manual release: reads advance the position privately; the writer sees it only at
     /// [`Reader::release`] (a consumer that processes what it read in batches).
@@ -110,6 +128,7 @@ impl Reader {
             held: None,
             deferred: false,
             writer_dead: false,
+            armed: None,
             lost: 0,
             manual: false,
             gap_ns: SPIN_BUDGET_NS / 2,
@@ -477,6 +496,137 @@ impl Reader {
                 }
                 deep = true;
             }
+        }
+    }
+
+    /// Whether data or the end of the stream is there now, without waiting or spinning
+    /// (`TimedOut`: neither yet).
+    pub fn ready_now(&mut self) -> Ready {
+        self.flush_deferred();
+        if self.available() > 0 {
+            return Ready::Data;
+        }
+        if self.ended() {
+            // The state bit is set after the final publish: re-check, then EOF.
+            return if self.refresh() > 0 { Ready::Data } else { Ready::Eof };
+        }
+        Ready::TimedOut
+    }
+
+    /// The ring's wake-up descriptor, when this reader may sleep on it ([`Reader::arm`]).
+    pub fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.sh.ctl()?;
+        self.sh.wake.as_ref().map(|w| w.as_fd())
+    }
+
+    /// Get ready to sleep on a readiness handle (an epoll set holding [`Reader::wake_fd`]
+    /// among a space's other inputs) instead of in [`Reader::block`]: the sleeping side of
+    /// the handshake of `wait` without the futex wait. First the same spin (when recent
+    /// waits were short), then the sleep bit, the heavy fence and the re-check: either this
+    /// finds the data, or the producer sees the bit and signals the descriptor when it
+    /// wakes its readers (a `deep` sleeper at once; otherwise after its threshold or latency
+    /// bound, the caller's own latency bound, [`Reader::latency`], bringing it back first).
+    /// Arming again while the bit is still ours costs no fence. Ends with [`Reader::disarm`]
+    /// (or any read), which the caller does after it woke.
+    pub fn arm(&mut self, deep: bool) -> Result<Armed> {
+        self.flush_deferred();
+        if self.wake_fd().is_none() || self.sh.sync == SyncMode::Mrp || self.slot.is_none() {
+            return Ok(Armed::Unsupported);
+        }
+        if self.available() > 0 {
+            self.disarm();
+            return Ok(Armed::Data);
+        }
+        if self.ended() {
+            self.disarm();
+            // The state bit is set after the final publish: re-check, then EOF.
+            return Ok(if self.refresh() > 0 { Armed::Data } else { Armed::Eof });
+        }
+        let sh = self.sh.clone();
+        let ctl = sh.ctl().expect("checked by wake_fd");
+        let r = &ctl.r.0;
+        if let Some((was_deep, seq, _)) = self.armed {
+            // SYNC POINT: Relaxed: only whether the word still holds our sleep bit. If it
+            // does, the fence after we set it has already made the bit visible to every
+            // producer that publishes later, so the re-check below needs no new fence.
+            if was_deep == deep && r.data_seq.load(Relaxed) == seq {
+                return Ok(if self.refresh() > 0 { Armed::Data } else { Armed::Asleep });
+            }
+        }
+        let since = self.armed.map_or_else(sys::now_ns, |a| a.2);
+        self.disarm();
+        if self.gap_ns < SPIN_BUDGET_NS && self.no_spin == 0 {
+            if self.spin_until(sys::now_ns() + SPIN_BUDGET_NS) {
+                self.note_wait(since);
+                return Ok(Armed::Data);
+            }
+            self.no_spin = SPIN_BACKOFF;
+        }
+        self.no_spin = self.no_spin.saturating_sub(1);
+        let counter = if deep { &r.deep_sleepers } else { &r.sleepers };
+        // SYNC POINT: register as a sleeper, as in `wait_inner` (a hint for the producers'
+        // moderation; the sleep bit is the handshake).
+        counter.fetch_add(1, SeqCst);
+        // SYNC POINT: set the sleep bit (SeqCst RMW), heavy fence, then re-check write_pos
+        // (SeqCst): the slow side of the sleep handshake, as in `wait_inner`, against the
+        // producer's `fences::publish` of write_pos then Relaxed load of `data_seq`. Either
+        // we see the position or the producer sees the bit and signals the wake-up fd.
+        let seq = r.data_seq.fetch_or(1, SeqCst) | 1;
+        fences::heavy();
+        self.armed = Some((deep, seq, since));
+        // SYNC POINT: the re-check loads (see above).
+        let h = sh.hdr();
+        if h.p.0.write_pos.load(SeqCst) > self.pos || h.p.0.state.load(SeqCst) != 0 {
+            return Ok(if self.refresh() > 0 {
+                self.disarm();
+                Armed::Data
+            } else {
+                self.disarm();
+                Armed::Eof
+            });
+        }
+        Ok(Armed::Asleep)
+    }
+
+    /// No longer asleep on a readiness handle (see [`Reader::arm`]): leaves the sleeper
+    /// count, and remembers how long the wait lasted when data came (what decides whether
+    /// the next one spins first).
+    pub fn disarm(&mut self) {
+        let Some((deep, _, since)) = self.armed.take() else {
+            return;
+        };
+        if let Some(ctl) = self.sh.ctl() {
+            let r = &ctl.r.0;
+            let counter = if deep { &r.deep_sleepers } else { &r.sleepers };
+            counter.fetch_sub(1, Relaxed);
+        }
+        if self.refresh() > 0 {
+            self.note_wait(since);
+        }
+    }
+
+    fn note_wait(&mut self, since_ns: u64) {
+        let took = sys::now_ns().saturating_sub(since_ns).min(1 << 40);
+        self.gap_ns = (self.gap_ns * 3 + took) / 4;
+    }
+
+    /// The latency bound a sleeping reader keeps itself (the ring's moderation config).
+    pub fn latency(&self) -> Duration {
+        self.latency
+    }
+
+    /// The writer's process id (whose death a consumer may watch, e.g. with a pidfd).
+    pub fn writer_pid(&self) -> u32 {
+        self.sh.hdr().c.0.writer_pid.load(Relaxed)
+    }
+
+    /// Look whether the writer's process still runs (a /proc read: call it when told the
+    /// process ended, e.g. by its pidfd). A dead writer ends the stream after what was
+    /// committed ([`Reader::writer_died`]).
+    pub fn check_writer(&mut self) {
+        if !self.writer_dead && !self.sh.writer_alive() {
+            self.writer_dead = true;
         }
     }
 
@@ -879,6 +1029,7 @@ impl Reader {
 
 impl Drop for Reader {
     fn drop(&mut self) {
+        self.disarm();
         if let Some(i) = self.slot {
             if let Some(s) = self.sh.slot(i) {
                 self.sh.release_slot(s);

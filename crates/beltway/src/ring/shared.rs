@@ -38,6 +38,11 @@ pub struct Shared {
     pub(super) detachable: bool,
     /// Remove the names from /dev/shm when this (creating) handle set is dropped.
     unlink_on_drop: bool,
+    /// The ring's wake-up as a descriptor (anonymous rings only: it travels with the
+    /// segments in [`Shared::send`]): signalled with every wake of the sleeping readers
+    /// (`notify::wake_all`), so a consumer can sleep on it among other things in one
+    /// readiness handle instead of on the eventcount futex ([`Reader::arm`]).
+    pub(crate) wake: Option<sys::EventFd>,
 }
 
 impl Drop for Shared {
@@ -195,6 +200,11 @@ impl Shared {
             liveness: cfg.liveness,
             detachable: cfg.detachable,
             unlink_on_drop: named,
+            wake: if named || !cfg.wake_fd {
+                None
+            } else {
+                Some(sys::EventFd::new().map_err(os("create the wake-up eventfd"))?)
+            },
         }))
     }
 
@@ -231,7 +241,12 @@ impl Shared {
     }
 
     /// Validate a mapped data segment (it may come from a hostile or corrupt peer).
-    fn from_segments(name: &str, data: Segment, ctl: Option<Segment>) -> Result<Arc<Shared>> {
+    fn from_segments(
+        name: &str,
+        data: Segment,
+        ctl: Option<Segment>,
+        wake: Option<sys::EventFd>,
+    ) -> Result<Arc<Shared>> {
         fences::init();
         let bad = |why: String| {
             Err(Error::BadRing {
@@ -319,6 +334,8 @@ impl Shared {
             liveness: Duration::from_micros((latency_us as u64 * 100).clamp(20_000, 200_000)),
             detachable: false,
             unlink_on_drop: false,
+            // Only with the control segment: a reader that cannot register cannot sleep.
+            wake: wake.filter(|_| ctl.is_some()),
             data,
             ctl,
         }))
@@ -344,7 +361,7 @@ impl Shared {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::ENOENT)) => None,
             Err(e) => return Err(Error::os(name, "open control segment", e)),
         };
-        Self::from_segments(name, data, ctl)
+        Self::from_segments(name, data, ctl, None)
     }
 
     /// Open a named ring another process publishes, trusting it only if uid `owner` owns
@@ -370,7 +387,7 @@ impl Shared {
             true => Some(open(&format!("{path}.ctl"), true, "open control segment")?),
             false => None,
         };
-        Self::from_segments(name, data, ctl)
+        Self::from_segments(name, data, ctl, None)
     }
 
     /// Current epochs (previous, current) from the seqlocked table.
@@ -454,7 +471,12 @@ impl Shared {
 
     /// Send this ring to another process over a Unix socket (SCM_RIGHTS).
     pub fn send(&self, sock: &UnixStream) -> Result<()> {
-        let fds: Vec<_> = self.fds().iter().map(|f| f.as_raw_fd()).collect();
+        let mut fds: Vec<_> = self.fds().iter().map(|f| f.as_raw_fd()).collect();
+        // The wake-up third, and only after the control segment (two descriptors are the
+        // data and control segments).
+        if let (Some(w), Some(_)) = (&self.wake, &self.ctl) {
+            fds.push(w.as_raw_fd());
+        }
         let mut payload = Vec::from(self.name.as_bytes());
         payload.truncate(200);
         payload.insert(0, payload.len() as u8);
@@ -465,7 +487,7 @@ impl Shared {
     /// Receive a ring sent with [`Shared::send`].
     pub fn recv(sock: &UnixStream) -> Result<Arc<Shared>> {
         let mut buf = [0u8; 256];
-        let (n, fds) = sys::recv_fds(sock, &mut buf, 2)
+        let (n, fds) = sys::recv_fds(sock, &mut buf, 3)
             .map_err(|e| Error::os("<socket>", "receive ring descriptors", e))?;
         if n == 0 {
             return Err(Error::BadRing {
@@ -490,7 +512,11 @@ impl Shared {
             }
             None => None,
         };
-        Self::from_segments(&name, data, ctl)
+        // A third descriptor is the ring's wake-up (an eventfd; a consumer only waits on
+        // it, so a peer that sent something else can only withhold wake-ups, as it could
+        // by not writing).
+        let wake = fds.next().map(sys::EventFd::from_fd);
+        Self::from_segments(&name, data, ctl, wake)
     }
 }
 
@@ -551,7 +577,7 @@ impl RingRef {
             }
             None => None,
         };
-        Ok(RingRef(Shared::from_segments(name, data, ctl)?))
+        Ok(RingRef(Shared::from_segments(name, data, ctl, None)?))
     }
 
     /// Open a named ring (under /dev/shm) for reading.

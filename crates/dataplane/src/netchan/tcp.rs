@@ -39,8 +39,6 @@ const STAGE: usize = 2 << 20;
 /// Blocks at least this big are read straight into their place in the store once their
 /// head has come (no copy out of the staging area).
 const DIRECT: usize = 16 << 10;
-/// How long a receiver's pull waits for data before giving its space's loop a turn.
-const POLL: Duration = Duration::from_millis(50);
 
 /// The sending end: a sink.
 pub struct NetOut {
@@ -332,33 +330,18 @@ impl NetIn {
         })
     }
 
-    /// Accept the sender (waiting at most a poll interval) and greet it.
+    /// Accept the sender if one is waiting (never waits: the space sleeps on the
+    /// listener, see `arm`) and greet it.
     fn accept(&mut self) -> Result<bool, String> {
         let Some(l) = &self.listener else {
             return Ok(true);
         };
-        let t0 = Instant::now();
-        let (mut s, addr) = loop {
-            match l.accept() {
-                Ok(x) => break x,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let left = POLL.saturating_sub(t0.elapsed());
-                    if left.is_zero() {
-                        return Ok(false);
-                    }
-                    // Asleep until a sender connects or the poll interval ends (not a
-                    // wake-up every few ms while nobody comes).
-                    use std::os::fd::AsFd;
-                    let mut fds = [nix::poll::PollFd::new(l.as_fd(), nix::poll::PollFlags::POLLIN)];
-                    let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
-                    if let Err(e) = nix::poll::poll(&mut fds, ms) {
-                        if e != nix::errno::Errno::EINTR {
-                            return Err(format!("on {}: cannot wait for a sender: {e}", self.at));
-                        }
-                    }
-                }
-                Err(e) => return Err(format!("on {}: cannot accept: {e}", self.at)),
+        let (mut s, addr) = match l.accept() {
+            Ok(x) => x,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                return Ok(false)
             }
+            Err(e) => return Err(format!("on {}: cannot accept: {e}", self.at)),
         };
         self.peer = addr.to_string();
         let greet = |s: &mut TcpStream| -> std::io::Result<()> {
@@ -375,7 +358,8 @@ impl NetIn {
             }
             s.write_all(&GREETING)?;
             s.write_all(&self.window.to_le_bytes())?;
-            s.set_read_timeout(Some(POLL))
+            // From here on reads never wait (`recv_now`): the space sleeps on the socket.
+            s.set_read_timeout(None)
         };
         greet(&mut s).map_err(|e| format!("on {}: the sender {}: {e}", self.at, self.peer))?;
         self.sock = Some(s);
@@ -461,8 +445,36 @@ impl NetIn {
 
 }
 
+/// Read what the socket holds now, without waiting (the socket itself stays blocking, for
+/// the credits written back).
+fn recv_now(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    use nix::sys::socket::{recv, MsgFlags};
+    recv(s.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).map_err(std::io::Error::from)
+}
+
 impl Filter for NetIn {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+
+    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
+        use std::os::fd::AsFd;
+        if self.ended {
+            w.ready();
+        } else if let Some(s) = &self.sock {
+            // Whole frames already staged (more than a batch came at once) go first.
+            let staged = &self.buf[self.start..self.end];
+            let whole = Frame::parse(staged)
+                .is_some_and(|f| f.len == END || staged.len() - HEAD >= f.len as usize);
+            if !staged.is_empty() && (self.partial.is_some() || whole) {
+                w.ready();
+            } else {
+                w.fd(s.as_fd());
+            }
+        } else if let Some(l) = &self.listener {
+            w.fd(l.as_fd());
+        } else {
+            w.ready();
+        }
+    }
 
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         let fail = |cx: &mut Ctx<'_>, why: String| {
@@ -516,7 +528,7 @@ impl Filter for NetIn {
             // moved what it held), else into the staging area.
             let r = match self.partial.as_mut() {
                 Some((t, filled, _)) => match cx.store.writable(t, true) {
-                    Ok((dst, _)) => s.read(&mut dst[*filled..]).inspect(|&n| *filled += n),
+                    Ok((dst, _)) => recv_now(s, &mut dst[*filled..]).inspect(|&n| *filled += n),
                     Err(e) => return fail(cx, format!("on {}: {e}", self.at)),
                 },
                 None => {
@@ -531,7 +543,7 @@ impl Filter for NetIn {
                             self.buf.resize(grown, 0);
                         }
                     }
-                    s.read(&mut self.buf[self.end..]).inspect(|&n| self.end += n)
+                    recv_now(s, &mut self.buf[self.end..]).inspect(|&n| self.end += n)
                 }
             };
             match r {

@@ -150,6 +150,7 @@ pub fn run_process_space(
         std::thread::spawn(move || {
             let _ = recv_msg(&s);
             flag.store(true, Ordering::Relaxed);
+            crate::readiness::wake_all_spaces();
         });
     }
     // Counters while it runs (the parent shows them with its own: `ps`, `attach`), at

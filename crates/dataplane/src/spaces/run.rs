@@ -163,6 +163,7 @@ impl Spaces {
                     .expect("not poisoned")
                     .push(format!("{} died before it started: {e}", who(c.id)));
                 interrupt.store(true, Ordering::Relaxed);
+                crate::readiness::wake_all_spaces();
             }
         }
         let mut results: Vec<(SpaceId, Result<Space, String>)> = Vec::new();
@@ -170,6 +171,9 @@ impl Spaces {
         let mut children = self.children;
         let stop_socks = children_socks(&children);
         let watching = std::sync::atomic::AtomicUsize::new(children.len());
+        // What the stop forwarder below sleeps on (rung by a stop and by each watcher that
+        // ends); without it, it looks every 20 ms.
+        let stop_waiter = crate::readiness::StopWaiter::new().ok();
         std::thread::scope(|scope| {
             let mut handles = Vec::new();
             let mut local = None;
@@ -188,6 +192,7 @@ impl Spaces {
                         if let Err(e) = apply_schedule(&sched) {
                             died.lock().expect("not poisoned").push(e);
                             interrupt.store(true, Ordering::Relaxed);
+                            crate::readiness::wake_all_spaces();
                         }
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             space.run_loop(
@@ -201,6 +206,7 @@ impl Spaces {
                             // A dead space stops the others (its channels end when the
                             // unwinding drops them, so none stays blocked).
                             interrupt.store(true, Ordering::Relaxed);
+                            crate::readiness::wake_all_spaces();
                         }
                         r
                     })
@@ -210,6 +216,7 @@ impl Spaces {
             // Tell the process spaces to stop when the run is cut short (otherwise they
             // end by themselves when their inputs end).
             let watching = &watching;
+            let stop_waiter = stop_waiter.as_ref();
             if !stop_socks.is_empty() {
                 let stop_socks = &stop_socks;
                 scope.spawn(move || {
@@ -220,7 +227,11 @@ impl Spaces {
                             }
                             return;
                         }
-                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        match stop_waiter {
+                            // Bounded: an interrupt set where nobody rings still counts.
+                            Some(w) => w.wait(std::time::Duration::from_millis(100)),
+                            None => std::thread::sleep(std::time::Duration::from_millis(20)),
+                        }
                     }
                 });
             }
@@ -231,7 +242,7 @@ impl Spaces {
             for c in children.iter_mut() {
                 let (died, child_reports, who) = (&died, &child_reports, &who);
                 scope.spawn(move || {
-                    let _done = Decrement(watching);
+                    let _done = Decrement(watching, stop_waiter);
                     let msg = loop {
                         match recv_msg(&c.sock) {
                             Ok(text) if text.starts_with(COUNTERS) => {
@@ -278,6 +289,7 @@ impl Spaces {
                                 .expect("not poisoned")
                                 .push(format!("{} died: {why}", who(c.id)));
                             interrupt.store(true, Ordering::Relaxed);
+                            crate::readiness::wake_all_spaces();
                         }
                     }
                 });
@@ -292,6 +304,7 @@ impl Spaces {
                 if let Err(e) = apply_schedule(&self.sched.get(&0).cloned().flatten()) {
                     died.lock().expect("not poisoned").push(e);
                     interrupt.store(true, Ordering::Relaxed);
+                    crate::readiness::wake_all_spaces();
                 }
                 // A panicking filter here ends the run as one in a thread space does
                 // (named in the report) instead of unwinding through the caller: a
@@ -303,6 +316,7 @@ impl Spaces {
                 }));
                 if r.is_err() {
                     interrupt.store(true, Ordering::Relaxed);
+                    crate::readiness::wake_all_spaces();
                 }
                 results.push((0, r.map_err(|p| panic_text(&p))));
             }
@@ -460,11 +474,17 @@ impl SpacesReport {
 }
 
 /// Counts a watcher out when it ends, however it ends.
-struct Decrement<'a>(&'a std::sync::atomic::AtomicUsize);
+struct Decrement<'a>(
+    &'a std::sync::atomic::AtomicUsize,
+    Option<&'a crate::readiness::StopWaiter>,
+);
 
 impl Drop for Decrement<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+        if let Some(w) = self.1 {
+            w.ring();
+        }
     }
 }
 

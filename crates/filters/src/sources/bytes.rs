@@ -123,7 +123,7 @@ pub struct StdinIn {
     split: Split,
     pending: Vec<u8>,
     eof: bool,
-    rx: Option<std::sync::mpsc::Receiver<Vec<u8>>>,
+    buf: Vec<u8>,
 }
 
 impl StdinIn {
@@ -132,48 +132,57 @@ impl StdinIn {
             split: split_mode(a)?,
             pending: Vec::new(),
             eof: false,
-            rx: None,
+            buf: Vec::new(),
         }))
+    }
+
+    /// Whether `pending` holds a whole block (or the last, at the end of input).
+    fn block_ready(&self) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
+        if self.eof {
+            return true;
+        }
+        match self.split {
+            Split::Lines => self.pending.contains(&b'\n'),
+            Split::Fixed(s) => self.pending.len() >= s,
+            Split::Chunk(_) => true,
+        }
     }
 }
 
 impl Filter for StdinIn {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+
+    /// Standard input is read in the space's own thread, only when it can be read without
+    /// waiting (it stays blocking: the shell that started the run shares it), and the
+    /// space sleeps on it with its other inputs.
+    fn arm(&mut self, w: &mut dataplane::readiness::Arm<'_>, _source: bool) {
+        use std::os::fd::AsFd;
+        if self.eof || self.block_ready() {
+            w.ready();
+        } else {
+            w.fd(std::io::stdin().as_fd());
+        }
+    }
+
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
-        let rx = self.rx.get_or_insert_with(|| {
-            let (tx, rx) = std::sync::mpsc::sync_channel(16);
-            std::thread::spawn(move || {
-                let mut stdin = std::io::stdin().lock();
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    match stdin.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            if tx.send(buf[..n].to_vec()).is_err() {
-                                break;
-                            }
-                        }
-                    }
+        use std::os::fd::AsFd;
+        // With whole blocks still pending (more than a batch came at once), they go out
+        // first; otherwise one read of what is there now.
+        if !self.eof && !self.block_ready() {
+            let stdin = std::io::stdin();
+            if dataplane::readiness::readable_now(stdin.as_fd()) {
+                if self.buf.is_empty() {
+                    self.buf = vec![0u8; 64 * 1024];
                 }
-            });
-            rx
-        });
-        if !self.eof {
-            // With blocks still pending (more than a batch came at once), take what is
-            // there without waiting: those blocks go out now, not when more input comes.
-            use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
-            let got = match self.pending.is_empty() {
-                true => rx.recv_timeout(std::time::Duration::from_millis(50)),
-                false => rx.try_recv().map_err(|e| match e {
-                    TryRecvError::Empty => RecvTimeoutError::Timeout,
-                    TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
-                }),
-            };
-            match got {
-                Ok(chunk) => self.pending.extend_from_slice(&chunk),
-                Err(RecvTimeoutError::Timeout) if self.pending.is_empty() => return true,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => self.eof = true,
+                match stdin.lock().read(&mut self.buf) {
+                    Ok(0) => self.eof = true,
+                    Ok(n) => self.pending.extend_from_slice(&self.buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => self.eof = true,
+                }
             }
         }
         let mut off = 0;
