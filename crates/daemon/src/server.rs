@@ -144,11 +144,14 @@ pub(crate) fn layout_now(rows: &[NodeCounters], built: &str) -> String {
             groups.entry((id, shown)).or_default().push(name.clone());
         }
     }
-    // A process space's counters come with its first report (within 200 ms): until then
-    // its filters are as built (edits do not reach into process spaces).
+    // A space's rows come with its first report (a thread space's within ~100 ms, a
+    // process space's within 200 ms): until then its filters are as built.
     for g in built.split(' ') {
         if let Some((sp, names)) = g.split_once(':') {
-            let id = sp.strip_prefix('p').and_then(|n| n.parse::<usize>().ok());
+            let id = sp
+                .strip_prefix('p')
+                .or_else(|| sp.strip_prefix('t'))
+                .and_then(|n| n.parse::<usize>().ok());
             if let Some(id) = id {
                 if !groups.keys().any(|(_, s)| s == sp) {
                     groups.insert((id, sp.to_string()), names.split(',').map(str::to_string).collect());
@@ -1954,5 +1957,8 @@ mod tests {
         );
         let rows = [row("rx", "0"), row("bpf", "0"), row("deflate", "1,2"), row("sample", "p3"), row("null:end", "p3")];
         assert_eq!(layout_now(&rows, built), "kernel:bpf local:rx t1:deflate t2:deflate p3:sample,null");
+        // A thread space that has not reported yet (ps right after the start): as built.
+        let rows = [row("rx", "0"), row("bpf", "0"), row("count", "0")];
+        assert_eq!(layout_now(&rows, built), built);
     }
 }

@@ -9,6 +9,15 @@ use std::time::{Duration, Instant};
 mod common;
 use common::{graph, F};
 
+/// One run at a time in this binary: `interrupt_releases_...` finds a space's thread by its
+/// name (`sl-space1`), which every run's space 1 has; runs of other tests at the same time
+/// would be found too.
+static ONE_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_run() -> std::sync::MutexGuard<'static, ()> {
+    ONE_RUN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn placement_rule() {
     let g = graph("src 5 | pass space=2 | pass | sink space=p3");
@@ -23,6 +32,7 @@ fn placement_rule() {
 
 #[test]
 fn blocks_cross_thread_spaces_in_order_and_intact() {
+    let _one = one_run();
     let g = graph("src 100000 | pass space=1 | pass space=2 | sink");
     let spaces = Spaces::build(
         &g,
@@ -58,6 +68,7 @@ fn blocks_cross_thread_spaces_in_order_and_intact() {
 
 #[test]
 fn a_panicking_space_stops_the_run_and_is_named() {
+    let _one = one_run();
     // An endless source feeding a space that dies: the run must still end.
     let g = graph("src 4000000000 | pass | boom at=5000 space=1 | sink");
     let spaces = Spaces::build(&g, &F, 1 << 20, ChannelConfig::default()).unwrap();
@@ -77,6 +88,7 @@ fn a_panicking_space_stops_the_run_and_is_named() {
 /// vanished without saying why. It is now caught and named as a thread space's is.
 #[test]
 fn a_panic_in_space_0_is_reported_not_propagated() {
+    let _one = one_run();
     let g = graph("src 4000000000 | boom at=5000 | pass space=1 | sink");
     let spaces = Spaces::build(&g, &F, 1 << 20, ChannelConfig::default()).unwrap();
     let t0 = Instant::now();
@@ -117,11 +129,15 @@ fn run_interrupted(spaces: Spaces, when: When, text: &str) -> dataplane::spaces:
                         let name = format!("sl-space{space}");
                         let t0 = std::time::Instant::now();
                         loop {
+                            // The space's own thread: the first of its name (threads it
+                            // starts, e.g. a Unix process' output reader, inherit its name).
                             let found = std::fs::read_dir("/proc/self/task").ok().and_then(|d| {
-                                d.flatten().find_map(|t| {
-                                    let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-                                    (comm.trim() == name).then(|| t.file_name().to_str()?.parse().ok())?
-                                })
+                                d.flatten()
+                                    .filter_map(|t| {
+                                        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+                                        (comm.trim() == name).then(|| t.file_name().to_str()?.parse::<u32>().ok())?
+                                    })
+                                    .min()
                             });
                             if let Some(t) = found {
                                 break t;
@@ -156,6 +172,7 @@ fn run_interrupted(spaces: Spaces, when: When, text: &str) -> dataplane::spaces:
 /// The blocks live in lent (External) memory, as rx's do, so the channel copies them.
 #[test]
 fn interrupt_releases_a_producer_blocked_on_a_full_channel() {
+    let _one = one_run();
     for text in [
         "xsrc 4000000000 space=1 | slow",
         "xsrc 4000000000 | pass space=1 | slow space=2",
@@ -188,6 +205,7 @@ fn interrupt_releases_a_producer_blocked_on_a_full_channel() {
 /// until their producers close), so the last filter sees every block the first let out.
 #[test]
 fn interrupt_drains_what_producers_already_sent() {
+    let _one = one_run();
     for text in [
         "xsrc 4000000000 space=1 | pass space=2 | pass",
         "xsrc 4000000000 | pass space=1 | slow space=2 | pass",
