@@ -189,19 +189,15 @@ impl UnixProc {
         } else {
             Command::new(&argv[0])
         };
-        cmd.args(&argv[usize::from(!builtin)..])
-            .stdout(if sink {
-                Stdio::inherit()
-            } else {
-                Stdio::piped()
-            })
-            // A source reads what the run reads, as the first command of a shell
-            // pipeline does (`seq 3 | streamline run 'tr 1 x'`).
-            .stdin(if source {
-                Stdio::inherit()
-            } else {
-                Stdio::piped()
-            });
+        // The stage's ends, for the command or the stage that reports it missing: a sink
+        // writes to our standard output; a source reads what the run reads, as the first
+        // command of a shell pipeline does (`seq 3 | streamline run 'tr 1 x'`).
+        let wire = |c: &mut Command| {
+            c.stdout(if sink { Stdio::inherit() } else { Stdio::piped() })
+                .stdin(if source { Stdio::inherit() } else { Stdio::piped() });
+        };
+        cmd.args(&argv[usize::from(!builtin)..]);
+        wire(&mut cmd);
         let (mut child, missing) = match cmd.spawn() {
             Ok(c) => (c, false),
             // Not there, or not runnable: as in the shell, the command's stage reports it
@@ -225,17 +221,8 @@ impl UnixProc {
                     .arg(format!(
                         "printf 'streamline: %s: {why}\\n' \"$0\" >&2; exit {code}"
                     ))
-                    .arg(&argv[0])
-                    .stdout(if sink {
-                        Stdio::inherit()
-                    } else {
-                        Stdio::piped()
-                    })
-                    .stdin(if source {
-                        Stdio::inherit()
-                    } else {
-                        Stdio::piped()
-                    });
+                    .arg(&argv[0]);
+                wire(&mut failed);
                 let c = failed.spawn().map_err(|e2| {
                     std::io::Error::new(
                         e.kind(),
