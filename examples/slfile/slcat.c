@@ -17,7 +17,7 @@
  * (EOVERFLOW: an observer that fell behind; a registered reader never loses any).
  * An error prints the call, errno's name and the library's reason, and exits 1.
  *
- *   cc -O2 -I crates/capi/include slcat.c -L target/release -lstreamline -Wl,-rpath,$PWD/target/release -o slcat
+ *   cc -O2 -I crates/legacy/capi/include slcat.c -L target/release -lstreamline -Wl,-rpath,$PWD/target/release -o slcat
  */
 #define _GNU_SOURCE
 #include <errno.h>

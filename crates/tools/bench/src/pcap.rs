@@ -1,0 +1,461 @@
+//! The `pcap` subcommand: read a large capture, keep TCP packets to port 80, count them;
+//! the `streamline` command against `tcpdump`.
+//!
+//! - The capture: `examples/sample.pcap` (real traffic, Ethernet) repeated until about
+//!   500 MB (20 MB with --quick), packets and timestamps kept (each repetition shifted
+//!   past the previous one), written with `pcap-file` into a scratch directory that is
+//!   removed at the end.
+//! - Ours, two ways, both the real `target/release/streamline` next to this binary:
+//!   `pcapin file=BIG | bpf "tcp dst port 80" | count` (the peer's own expression, compiled
+//!   by libpcap, run by our interpreter: the headline) and
+//!   `pcapin file=BIG | tcp | dport |80 count` (our protocol filters, which parse each
+//!   frame). Each `count: N blocks` line must equal the number of lines of
+//!   `tcpdump -nn -r BIG 'tcp dst port 80'` (computed once).
+//! - Peer: `tcpdump -r BIG --count 'tcp dst port 80'` (BPF filter; prints only the number
+//!   of matching packets, as ours does): its `N packets` line is checked against the same
+//!   number every run. Until 2026-11-27 the peer wrote the matches to /dev/null.
+//!
+//! Both are measured as whole commands, each run once first so the file is in the page
+//! cache for both; then alternately, best of `reps`. Two measures: CPU time (user + system
+//! of the whole command and every process it waited for, from `RUSAGE_CHILDREN`) and wall
+//! clock (start to exit). The headline is CPU: ours reads the file on one thread and
+//! filters on another, tcpdump does both on one, so on a machine with a spare core wall
+//! clock credits ours with a second CPU; CPU time is the work each does for the same count
+//! (the wall-clock ratio is printed beside it, `..._wall`).
+
+use crate::proc::{children_cpu_secs, kill_with_us};
+use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir, MIB};
+use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The BPF expression of the peer and the meaning of our pipeline.
+const FILTER: &str = "tcp dst port 80";
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Timed runs of each command (the fastest counts); ignored with --quick (1).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// The capture to repeat.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../examples/sample.pcap"))]
+    sample: PathBuf,
+    /// Size of the large capture in MB (10^6 bytes); default 500, with --quick 20.
+    #[arg(long)]
+    mb: Option<u64>,
+}
+
+/// The large capture as written.
+pub(crate) struct Big {
+    pub(crate) path: PathBuf,
+    pub(crate) bytes: u64,
+    pub(crate) packets: u64,
+    pub(crate) repeats: u64,
+}
+
+/// Write `sample` repeated until the file holds at least `target` bytes.
+pub(crate) fn build_capture(sample: &Path, path: &Path, target: u64) -> Result<Big> {
+    let f = std::fs::File::open(sample)
+        .map_err(|e| err(format!("opening {}: {e}", sample.display())))?;
+    let mut r = PcapReader::new(std::io::BufReader::new(f))
+        .map_err(|e| err(format!("{}: {e}", sample.display())))?;
+    let header = r.header();
+    let mut pkts: Vec<PcapPacket<'static>> = Vec::new();
+    while let Some(p) = r.next_packet() {
+        pkts.push(
+            p.map_err(|e| err(format!("{}: {e}", sample.display())))?
+                .into_owned(),
+        );
+    }
+    if pkts.is_empty() {
+        return Err(err(format!("{} holds no packets", sample.display())));
+    }
+    let first = pkts.iter().map(|p| p.timestamp).min().expect("non-empty");
+    let last = pkts.iter().map(|p| p.timestamp).max().expect("non-empty");
+    // Each repetition starts one second after the previous one ended.
+    let shift = last - first + Duration::from_secs(1);
+    let out = std::fs::File::create(path)
+        .map_err(|e| err(format!("creating {}: {e}", path.display())))?;
+    let mut w = PcapWriter::with_header(std::io::BufWriter::with_capacity(MIB, out), header)
+        .map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    let mut bytes = 24u64; // the file header
+    let (mut packets, mut repeats) = (0u64, 0u64);
+    while bytes < target {
+        for p in &pkts {
+            let q = PcapPacket::new(p.timestamp + shift * repeats as u32, p.orig_len, &p.data);
+            bytes += w
+                .write_packet(&q)
+                .map_err(|e| err(format!("writing {}: {e}", path.display())))?
+                as u64;
+            packets += 1;
+        }
+        repeats += 1;
+    }
+    use std::io::Write;
+    let mut out = w.into_writer();
+    out.flush()
+        .map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    // The pages just written sit in the page cache as written (small folios, in this
+    // kernel); a capture a user analyses usually comes from disk, and readahead brings it
+    // in as large folios, which both tools map or copy faster. Drop the written pages, so
+    // the untimed first runs read the file as from disk and the timed runs find that state.
+    let file = out
+        .into_inner()
+        .map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    crate::proc::drop_from_page_cache(&file)
+        .map_err(|e| err(format!("{}: {e}", path.display())))?;
+    let on_disk = std::fs::metadata(path)?.len();
+    if on_disk != bytes {
+        return Err(err(format!(
+            "{}: wrote {bytes} bytes but the file has {on_disk}",
+            path.display()
+        )));
+    }
+    Ok(Big {
+        path: path.to_path_buf(),
+        bytes,
+        packets,
+        repeats,
+    })
+}
+
+/// An executable on PATH.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    lang::PathResolver::find(name)
+}
+
+/// Wall-clock and CPU seconds of one whole command.
+#[derive(Debug, Clone, Copy)]
+struct Cost {
+    wall: f64,
+    /// User + system of the command and the processes it waited for.
+    cpu: f64,
+}
+
+/// Run `cmd` to completion (killed if we die), timed; fail unless it exits 0. This
+/// process must have no other child that ends meanwhile (the CPU is the growth of
+/// `RUSAGE_CHILDREN` across the wait).
+fn timed(cmd: &mut Command, what: &str) -> Result<(Cost, Output)> {
+    kill_with_us(cmd);
+    let c0 = children_cpu_secs();
+    let t0 = Instant::now();
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| err(format!("starting {what}: {e}")))?;
+    let secs = t0.elapsed().as_secs_f64();
+    let cost = Cost {
+        wall: secs,
+        cpu: children_cpu_secs() - c0,
+    };
+    if !out.status.success() {
+        return Err(err(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok((cost, out))
+}
+
+/// The tools and the file, with the commands built the same way every time.
+struct Setup<'a> {
+    streamline: PathBuf,
+    tcpdump: PathBuf,
+    big: &'a Big,
+    expected: u64,
+}
+
+/// Our two ways to say the peer's filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ours {
+    /// The same pcap-filter expression as the peer, through `bpf` (libpcap's compiler,
+    /// our interpreter).
+    Bpf,
+    /// The native protocol filters: `tcp | dport |80`.
+    Protocol,
+}
+
+impl Setup<'_> {
+    fn pipeline(&self, which: Ours) -> String {
+        match which {
+            Ours::Bpf => format!(
+                "pcapin file={} | bpf \"{FILTER}\" | count",
+                self.big.path.display()
+            ),
+            Ours::Protocol => format!(
+                "pcapin file={} | tcp | dport |80 count",
+                self.big.path.display()
+            ),
+        }
+    }
+
+    /// Ours: the whole `streamline run -q ...` command (without `-q` when `table`, to see
+    /// the per-filter table); checks the count it prints. Returns the cost and its stderr.
+    fn ours(&self, which: Ours, table: bool) -> Result<(Cost, String)> {
+        let text = self.pipeline(which);
+        let q = if table { "" } else { " -q" };
+        let what = format!("`streamline run{q} '{text}'`");
+        let mut cmd = Command::new(&self.streamline);
+        cmd.args(["--socket", "none", "run"]);
+        if !table {
+            cmd.arg("-q");
+        }
+        let (secs, out) = timed(cmd.arg(&text).stdout(Stdio::null()), &what)?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let count = stderr
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("count: ")?
+                    .split_once(" blocks")?
+                    .0
+                    .parse::<u64>()
+                    .ok()
+            })
+            .ok_or_else(|| {
+                err(format!(
+                    "{what} printed no `count: N blocks` line; its stderr:\n{stderr}"
+                ))
+            })?;
+        if count != self.expected {
+            return Err(err(format!(
+                "{what} counted {count} packets where `tcpdump -nn -r BIG '{FILTER}'` prints {} lines: the results differ",
+                self.expected
+            )));
+        }
+        if let Some(w) = stderr.lines().find(|l| l.starts_with("warning:")) {
+            return Err(err(format!("{what}: {w}")));
+        }
+        Ok((secs, stderr.into_owned()))
+    }
+
+    /// The peer: `tcpdump -r BIG --count 'tcp dst port 80'`; checks the count it prints.
+    fn tcpdump(&self) -> Result<Cost> {
+        let mut cmd = Command::new(&self.tcpdump);
+        cmd.arg("-r")
+            .arg(&self.big.path)
+            .args(["--count", FILTER])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let what = format!(
+            "`tcpdump -r {} --count '{FILTER}'`",
+            self.big.path.display()
+        );
+        let (cost, out) = timed(&mut cmd, &what)?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let count = stdout
+            .lines()
+            .find_map(|l| l.strip_suffix(" packets")?.trim().parse::<u64>().ok())
+            .ok_or_else(|| {
+                err(format!(
+                    "{what} printed no `N packets` line; its output:\n{stdout}"
+                ))
+            })?;
+        if count != self.expected {
+            return Err(err(format!(
+                "{what} counted {count} packets where `tcpdump -nn -r BIG '{FILTER}'` prints {} lines: the results differ",
+                self.expected
+            )));
+        }
+        Ok(cost)
+    }
+}
+
+/// Packets tcpdump's filter matches: lines of `tcpdump -nn -r BIG 'tcp dst port 80'`.
+fn tcpdump_count(tcpdump: &Path, big: &Path) -> Result<u64> {
+    let mut cmd = Command::new(tcpdump);
+    cmd.args(["-nn", "-r"])
+        .arg(big)
+        .arg(FILTER)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped());
+    let (_, out) = timed(&mut cmd, "`tcpdump -nn -r BIG` (counting matches)")?;
+    Ok(out.stdout.iter().filter(|&&b| b == b'\n').count() as u64)
+}
+
+pub fn run(a: &Args, quick: bool) -> Result<()> {
+    watchdog(if quick {
+        Duration::from_secs(120)
+    } else {
+        Duration::from_secs(15 * 60)
+    });
+    let reps = if quick { 1 } else { a.reps.max(1) };
+    let tcpdump = find_on_path("tcpdump")
+        .ok_or_else(|| err("tcpdump is not installed (not found on PATH); install it, e.g. `apt-get install tcpdump`"))?;
+    let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
+    let streamline = exe.with_file_name("streamline");
+    if !streamline.is_file() {
+        return Err(err(format!(
+            "{} not found next to this benchmark; build it with `cargo build --release -p streamline`",
+            streamline.display()
+        )));
+    }
+    let sample = std::fs::canonicalize(&a.sample).map_err(|e| {
+        err(format!(
+            "sample capture {}: {e} (give one with --sample)",
+            a.sample.display()
+        ))
+    })?;
+    let target = a.mb.unwrap_or(if quick { 20 } else { 500 }) * 1_000_000;
+    println!(
+        "streamline-bench pcap ({} mode)",
+        if quick { "quick" } else { "full" }
+    );
+    println!("\n== Reading a large capture: `tcp dst port 80`, count (ours vs tcpdump) ==");
+    let dir = TempDir::new("pcap")?;
+    let big_path = dir.path().join("big.pcap");
+    cleanup_on_abnormal_exit(&[&big_path, dir.path()]);
+    let t0 = Instant::now();
+    let big = build_capture(&sample, &big_path, target)?;
+    println!(
+        "capture: {} = {} x {} ({} packets, {:.1} MB), written in {:.1} s",
+        big.path.display(),
+        big.repeats,
+        sample.display(),
+        big.packets,
+        big.bytes as f64 / 1e6,
+        t0.elapsed().as_secs_f64()
+    );
+    let expected = tcpdump_count(&tcpdump, &big.path)?;
+    if expected == 0 {
+        return Err(err(format!(
+            "tcpdump matches no packet of {} with '{FILTER}': nothing to compare",
+            big.path.display()
+        )));
+    }
+    let s = Setup {
+        streamline,
+        tcpdump,
+        big: &big,
+        expected,
+    };
+    println!(
+        "ours (same expression): {} run -q '{}'",
+        s.streamline.display(),
+        s.pipeline(Ours::Bpf)
+    );
+    println!(
+        "ours (protocol filters): {} run -q '{}'",
+        s.streamline.display(),
+        s.pipeline(Ours::Protocol)
+    );
+    println!("peer: {} -r BIG --count '{FILTER}'", s.tcpdump.display());
+    println!("matching packets: {expected} (lines of `tcpdump -nn -r BIG '{FILTER}'`; every run's count, ours and the peer's, checked against it)");
+    println!("CPU (user+sys, the whole command) and wall clock of each whole command; one untimed run of each first (page cache warm for all), then best of {reps} of each, alternating");
+    // Warm-up: every command reads the whole file once. Ours without -q, for the tables.
+    let (_, table_bpf) = s.ours(Ours::Bpf, true)?;
+    let (_, table_proto) = s.ours(Ours::Protocol, true)?;
+    s.tcpdump()?;
+    let (mut bpf, mut proto, mut peer) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps {
+        bpf.push(s.ours(Ours::Bpf, false)?.0);
+        proto.push(s.ours(Ours::Protocol, false)?.0);
+        peer.push(s.tcpdump()?);
+    }
+    let best = |v: &[Cost], f: fn(&Cost) -> f64| v.iter().map(f).fold(f64::INFINITY, f64::min);
+    let wall = |c: &Cost| c.wall;
+    let cpu = |c: &Cost| c.cpu;
+    let (b, o, p) = (best(&bpf, wall), best(&proto, wall), best(&peer, wall));
+    let (bc, oc, pc) = (best(&bpf, cpu), best(&proto, cpu), best(&peer, cpu));
+    let runs = |v: &[Cost]| {
+        v.iter()
+            .map(|x| format!("{:.3}/{:.3}", x.cpu, x.wall))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "{:<22} {:>9} {:>9} {:>12} {:>9}   runs (CPU s/wall s)",
+        "", "best CPU", "best wall", "Mpackets/s", "MB/s"
+    );
+    for (name, c, t, v) in [
+        ("streamline bpf", bc, b, &bpf),
+        ("streamline tcp|dport", oc, o, &proto),
+        ("tcpdump --count", pc, p, &peer),
+    ] {
+        println!(
+            "{name:<22} {c:>9.3} {t:>9.3} {:>12.3} {:>9.0}   {}",
+            big.packets as f64 / t / 1e6,
+            big.bytes as f64 / t / 1e6,
+            runs(v)
+        );
+    }
+    println!("where our time goes: the per-filter tables of the warm-up runs (`streamline run` without -q):");
+    for l in table_bpf
+        .lines()
+        .chain(table_proto.lines())
+        .filter(|l| !l.starts_with("count:"))
+    {
+        println!("  {l}");
+    }
+    let mut summary = Summary::default();
+    summary.add(
+        "pcap_count_vs_tcpdump",
+        pc / bc,
+        Some(Target::AtLeast(2.0)),
+        format!(
+            "CPU (user+sys), the same expression, the same count: tcpdump {pc:.3} s / ours (bpf, 2 threads) {bc:.3} s, {:.0} MB",
+            big.bytes as f64 / 1e6
+        ),
+    );
+    summary.add(
+        "pcap_count_vs_tcpdump_wall",
+        p / b,
+        None,
+        format!("wall clock: tcpdump {p:.3} s (1 thread) / ours (bpf) {b:.3} s (2 threads)"),
+    );
+    summary.add(
+        "pcap_count_protocol_filters_vs_tcpdump",
+        pc / oc,
+        None,
+        format!(
+            "CPU, tcp | dport |80: tcpdump {pc:.3} s / ours {oc:.3} s (wall {p:.3} / {o:.3} s)"
+        ),
+    );
+    summary.print()?;
+    drop(dir);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_capture_repeats_the_sample_with_shifted_timestamps() {
+        let sample = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../examples/sample.pcap"
+        ));
+        let dir = TempDir::new("pcap-test").unwrap();
+        let size = std::fs::metadata(sample).unwrap().len();
+        let big = build_capture(sample, &dir.path().join("big.pcap"), size + 1).unwrap();
+        assert_eq!(big.repeats, 2);
+        let read = |p: &Path| {
+            let mut r = PcapReader::new(std::fs::File::open(p).unwrap()).unwrap();
+            let mut v = Vec::new();
+            while let Some(p) = r.next_packet() {
+                v.push(p.unwrap().into_owned());
+            }
+            (r.header(), v)
+        };
+        let (h0, orig) = read(sample);
+        let (h1, copy) = read(&big.path);
+        assert_eq!(
+            (h0.datalink, h0.snaplen, h0.ts_resolution),
+            (h1.datalink, h1.snaplen, h1.ts_resolution)
+        );
+        assert_eq!(copy.len(), 2 * orig.len());
+        assert_eq!(big.packets, copy.len() as u64);
+        let (second, first) = (&copy[orig.len()..], &copy[..orig.len()]);
+        let latest = orig.iter().map(|p| p.timestamp).max().unwrap();
+        for ((a, b), o) in first.iter().zip(second).zip(&orig) {
+            assert_eq!(
+                (&a.data, a.orig_len, a.timestamp),
+                (&o.data, o.orig_len, o.timestamp)
+            );
+            assert_eq!((&b.data, b.orig_len), (&o.data, o.orig_len));
+            assert!(b.timestamp > latest);
+        }
+    }
+}
