@@ -1,7 +1,11 @@
-//! The control plane builds without the filter library and the kernel plane: what it
-//! needs of the library its caller hands in (`control::Filters`). This asks cargo itself
-//! for the crates control's normal dependencies pull in on this machine
-//! (`cargo tree -p control -e normal`, offline).
+//! The layers of the workspace, checked against what cargo itself resolves on this machine
+//! (`cargo tree`, offline): every crate lives in the folder of its layer
+//! (`crates/<layer>/<crate>`), and a crate's normal dependencies are crates of its own layer
+//! or of a layer below it: platform < core < plan < service < legacy < tools. Beside that
+//! rule, a few edges that the rule allows are refused on purpose: the control plane builds
+//! without the filter library and the kernel plane (what it needs of the library its caller
+//! hands in, `control::Filters`), and the protocol and the libraries loaded into other
+//! programs link neither the dataplane nor the language.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -51,6 +55,91 @@ fn normal_dependencies(package: &str) -> (BTreeSet<String>, String) {
         .filter_map(|l| l.split_whitespace().next())
         .map(str::to_string)
         .collect();
+    (crates, text)
+}
+
+/// The layers, lowest first: a crate's folder under `crates/` names its layer.
+const LAYERS: &[&str] = &["platform", "core", "plan", "service", "legacy", "tools"];
+
+/// The workspace's own crates and the folder each lives in, from `cargo metadata`'s member
+/// list as `cargo tree` prints it: (name, path).
+fn workspace_crates() -> Vec<(String, String)> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let out = Command::new(&cargo)
+        .args([
+            "tree", "--offline", "--manifest-path", manifest, "--workspace", "-e", "normal",
+            "--depth", "0", "--prefix", "none", "--format", "{p}",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("running {cargo} tree: {e}"));
+    assert!(out.status.success(), "cargo tree failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("cargo tree prints UTF-8");
+    let crates: Vec<_> = text.lines().filter_map(local_crate).collect();
+    assert!(crates.len() >= 14, "cargo tree listed fewer workspace crates than exist:\n{text}");
+    crates
+}
+
+/// `name vX.Y.Z (/path/to/crate)` of a crate of this workspace: (name, path).
+fn local_crate(line: &str) -> Option<(String, String)> {
+    let (name, rest) = line.split_once(' ')?;
+    let path = rest.split_once(" (")?.1.split(')').next()?;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../..");
+    let root = std::fs::canonicalize(root).expect("the workspace root exists");
+    let rel = std::path::Path::new(path).strip_prefix(&root).ok()?;
+    Some((name.to_string(), rel.to_string_lossy().into_owned()))
+}
+
+/// The layer a crate's path names: `crates/<layer>/<crate>`.
+fn layer_of(name: &str, path: &str) -> usize {
+    let parts: Vec<_> = path.split('/').collect();
+    let layer = match parts.as_slice() {
+        ["crates", layer, _crate] => *layer,
+        _ => panic!("crate {name} lives at {path}, not at crates/<layer>/<crate>"),
+    };
+    LAYERS
+        .iter()
+        .position(|l| *l == layer)
+        .unwrap_or_else(|| panic!("crate {name} lives in {path}: `{layer}` is none of the layers {LAYERS:?}"))
+}
+
+#[test]
+fn every_crate_depends_only_on_its_own_layer_or_those_below() {
+    let crates = workspace_crates();
+    let layer: std::collections::BTreeMap<_, _> =
+        crates.iter().map(|(n, p)| (n.clone(), (layer_of(n, p), p.clone()))).collect();
+    let mut climbs = Vec::new();
+    for (name, (own, _)) in &layer {
+        let (deps, text) = normal_dependencies_direct(name);
+        assert!(deps.contains(name), "cargo tree did not list {name}:\n{text}");
+        for dep in deps.iter().filter(|d| *d != name) {
+            if let Some((theirs, path)) = layer.get(dep) {
+                if theirs > own {
+                    climbs.push(format!(
+                        "{name} ({}) depends on {dep} ({}, {path})",
+                        LAYERS[*own], LAYERS[*theirs]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(climbs.is_empty(), "dependencies that climb a layer (order {LAYERS:?}):\n{}", climbs.join("\n"));
+}
+
+/// A crate's direct normal dependencies (itself included).
+fn normal_dependencies_direct(package: &str) -> (BTreeSet<String>, String) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let out = Command::new(&cargo)
+        .args([
+            "tree", "--offline", "--manifest-path", manifest, "-p", package, "-e", "normal",
+            "--depth", "1", "--prefix", "none", "--format", "{p}",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("running {cargo} tree: {e}"));
+    assert!(out.status.success(), "cargo tree -p {package} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("cargo tree prints UTF-8");
+    let crates = text.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect();
     (crates, text)
 }
 
