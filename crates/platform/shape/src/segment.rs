@@ -9,13 +9,17 @@
 //! slot is swept by whoever looks next, so a member killed with SIGKILL neither keeps the
 //! segment alive nor blocks anybody (nothing in the segment is a lock).
 //!
-//! `unsafe`: mapping the file and viewing it as [`Shared`] (atomics only, so every bit
-//! pattern is valid and all concurrent access is through atomics).
+//! The mapping itself is beltway's shared-memory layer ([`beltway::shm::Segment`]): this
+//! module places [`Shared`] in it as a [`ShmSafe`] type (atomics only, so every bit pattern
+//! is valid and all concurrent access is through atomics; the orderings are the SYNC POINTs
+//! below). What is left `unsafe` here is a descriptor handed in as a number
+//! ([`Segment::from_fd`], [`Segment::inheritable_fd`]), `flock` and `kill(pid, 0)`.
 
 use crate::config::{Config, LEVELS};
+use beltway::shm::{Segment as Shm, ShmSafe};
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -136,6 +140,11 @@ pub struct Shared {
     pub stats: [Stats; 2],
 }
 
+// SAFETY: `#[repr(C)]`, no pointers or references, every field an atomic (so every bit
+// pattern is valid, all-zero being an empty segment without its magic) and all mutation
+// after creation goes through those atomics (the policy through its sequence lock).
+unsafe impl ShmSafe for Shared {}
+
 impl Shared {
     /// The policy now (a copy: it may change while the segment is in use).
     pub fn config(&self) -> Config {
@@ -164,40 +173,27 @@ pub enum SegmentError {
     NotASegment(RawFd),
 }
 
-/// A mapped segment.
+/// A mapped segment: [`Shared`] at offset 0 of a beltway segment.
 pub struct Segment {
-    ptr: *mut Shared,
+    shm: Shm,
+    /// The group file (for `flock`, its owner and link count); the mapping's own descriptor
+    /// for a private segment.
     file: File,
     path: Option<PathBuf>,
 }
-
-// SAFETY: Shared is only atomics and a config written before publication and never after;
-// sharing it between threads is what it is for.
-unsafe impl Send for Segment {}
-// SAFETY: as above.
-unsafe impl Sync for Segment {}
 
 const SIZE: usize = std::mem::size_of::<Shared>();
 
 impl Segment {
     /// A private segment (memfd) for one program tree, inheritable by its children.
     pub fn create_private(config: Config) -> Result<Segment, SegmentError> {
-        let name = c"streamline-shape";
-        // SAFETY: plain memfd_create with a valid C string.
-        let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
-        if fd < 0 {
-            return Err(SegmentError::Io {
-                path: "memfd".into(),
-                source: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: fd was just created and is owned by nobody else.
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        file.set_len(SIZE as u64).map_err(|e| SegmentError::Io {
+        let io = |e| SegmentError::Io {
             path: "memfd".into(),
             source: e,
-        })?;
-        let seg = Segment::map(file, None)?;
+        };
+        let shm = Shm::create_memfd("streamline-shape", SIZE).map_err(io)?;
+        let file = File::from(shm.fd().try_clone_to_owned().map_err(io)?);
+        let seg = Segment { shm, file, path: None };
         seg.publish(config);
         Ok(seg)
     }
@@ -285,16 +281,14 @@ impl Segment {
 
     /// Map an inherited segment fd (a member process after fork/exec).
     pub fn from_fd(fd: RawFd) -> Result<Segment, SegmentError> {
-        // SAFETY: dup of a caller-given fd; the original stays with its owner.
-        let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if d < 0 {
-            return Err(SegmentError::Io {
-                path: format!("fd {fd}"),
-                source: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: d is a fresh descriptor we own.
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(d) });
+        // SAFETY: the caller hands in a descriptor open for the duration of this call (an
+        // inherited STREAMLINE_SHAPE_FD, or a live segment's); it is only duplicated here
+        // (F_DUPFD_CLOEXEC), the original stays with its owner.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        let file = File::from(borrowed.try_clone_to_owned().map_err(|e| SegmentError::Io {
+            path: format!("fd {fd}"),
+            source: e,
+        })?);
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         if len < SIZE as u64 {
             return Err(SegmentError::NotASegment(fd));
@@ -306,31 +300,24 @@ impl Segment {
         Ok(seg)
     }
 
+    /// Map `file` (at least [`SIZE`] bytes long: the callers check) through beltway.
     fn map(file: File, path: Option<PathBuf>) -> Result<Segment, SegmentError> {
-        // SAFETY: mapping SIZE bytes of a file at least that long, shared, read-write.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
+        let name = path
+            .as_ref()
+            .map_or("memfd".into(), |p| p.display().to_string());
+        let io = |e| SegmentError::Io {
+            path: name.clone(),
+            source: e,
         };
-        if p == libc::MAP_FAILED {
-            return Err(SegmentError::Io {
-                path: path
-                    .map(|p| p.display().to_string())
-                    .unwrap_or("memfd".into()),
-                source: io::Error::last_os_error(),
-            });
+        let fd = file.as_fd().try_clone_to_owned().map_err(io)?;
+        let shm = Shm::from_path_fd(fd, &name).map_err(io)?;
+        if !shm.writable() {
+            return Err(io(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the segment maps read-only",
+            )));
         }
-        Ok(Segment {
-            ptr: p.cast(),
-            file,
-            path,
-        })
+        Ok(Segment { shm, file, path })
     }
 
     fn publish(&self, config: Config) {
@@ -458,9 +445,7 @@ impl Segment {
 
     /// The shared contents.
     pub fn shared(&self) -> &Shared {
-        // SAFETY: ptr maps SIZE bytes for the life of self; Shared is atomics plus a
-        // config that is never written after publication.
-        unsafe { &*self.ptr }
+        self.shm.get::<Shared>(0)
     }
 
     /// The segment's fd (to pass to children).
@@ -527,13 +512,6 @@ impl Segment {
                 let _ = lock(&self.file, false);
             }
         }
-    }
-}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping; no reference outlives self.
-        unsafe { libc::munmap(self.ptr.cast(), SIZE) };
     }
 }
 
