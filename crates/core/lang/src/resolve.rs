@@ -528,247 +528,295 @@ pub(crate) fn resolve_atom(
 ) -> Result<Resolved, Diagnostic> {
     let head = &words[0];
     if let Some(eq) = head.eq {
-        // `VAR=x cmd`: the shell's environment assignment before a command (the command
-        // not a native filter, whose options these would be).
-        let var = &head.text[..eq];
-        let shell_var = var.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        let command = words[1..]
-            .iter()
-            .find(|w| w.eq.is_none())
-            .filter(|w| resolver.resolve(&w.text) != Some(FilterKind::Native));
-        if let (true, Some(cmd)) = (shell_var, command) {
-            return Err(Diagnostic::new(
-                DiagKind::ShellSyntax,
-                format!(
-                    "an environment assignment '{}' before Unix command '{}': streamline run passes words as they are and does not set variables",
-                    head.text, cmd.text
-                ),
-                head.span,
-                input,
-            )
-            .help(format!(
-                "for the shell's meaning, give it to the shell: bash -c {} (alone, or as one stage: streamline run \"bash -c '...' | count\"); or let env set it: env {}",
-                sh_quote(input.trim()),
-                input[head.span.start..words.last().expect("a head").span.end].trim()
-            )));
-        }
-        return Err(Diagnostic::new(
-            DiagKind::BadOption,
-            format!("expected a filter name, found option '{}'", head.text),
+        return Err(option_as_head(words, eq, resolver, input));
+    }
+    match forced.or_else(|| kind_of(resolver, head)) {
+        Some(FilterKind::Unix) => resolve_unix(words, opts, shell, input),
+        Some(FilterKind::Native) => resolve_native(words, opts, resolver, input),
+        None => Err(unresolved(head, resolver, input)),
+    }
+}
+
+/// An atom whose first word is `key=value`: the shell's environment assignment before a
+/// Unix command (`VAR=x cmd`), or an option written before its filter.
+fn option_as_head(words: &[Word], eq: usize, resolver: &dyn Resolver, input: &str) -> Diagnostic {
+    let head = &words[0];
+    // `VAR=x cmd`: the shell's environment assignment before a command (the command
+    // not a native filter, whose options these would be).
+    let var = &head.text[..eq];
+    let shell_var = var.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let command = words[1..]
+        .iter()
+        .find(|w| w.eq.is_none())
+        .filter(|w| resolver.resolve(&w.text) != Some(FilterKind::Native));
+    if let (true, Some(cmd)) = (shell_var, command) {
+        return Diagnostic::new(
+            DiagKind::ShellSyntax,
+            format!(
+                "an environment assignment '{}' before Unix command '{}': streamline run passes words as they are and does not set variables",
+                head.text, cmd.text
+            ),
             head.span,
             input,
         )
         .help(format!(
-            "options follow the filter they configure: write 'FILTER {}'",
-            head.text
-        )));
+            "for the shell's meaning, give it to the shell: bash -c {} (alone, or as one stage: streamline run \"bash -c '...' | count\"); or let env set it: env {}",
+            sh_quote(input.trim()),
+            input[head.span.start..words.last().expect("a head").span.end].trim()
+        ));
     }
+    Diagnostic::new(
+        DiagKind::BadOption,
+        format!("expected a filter name, found option '{}'", head.text),
+        head.span,
+        input,
+    )
+    .help(format!(
+        "options follow the filter they configure: write 'FILTER {}'",
+        head.text
+    ))
+}
+
+/// A head word that names neither a native filter nor a command: a shell keyword, or an
+/// unknown name (with the native names it is close to).
+fn unresolved(head: &Word, resolver: &dyn Resolver, input: &str) -> Diagnostic {
     let name = &head.text;
-    let kind = match forced.or_else(|| kind_of(resolver, head)) {
-        Some(k) => k,
-        None => {
-            let natives = resolver.native_names();
-            let near = closest(name, natives.iter().map(String::as_str));
-            let shown = if name.is_empty() {
-                "''".to_string()
-            } else {
-                format!("'{}'", name)
+    let natives = resolver.native_names();
+    let near = closest(name, natives.iter().map(String::as_str));
+    let shown = if name.is_empty() {
+        "''".to_string()
+    } else {
+        format!("'{}'", name)
+    };
+    if KEYWORDS.contains(&name.as_str()) && !head.quoted {
+        return Diagnostic::new(
+            DiagKind::ShellSyntax,
+            format!("'{name}' is a shell keyword: the pipeline language has no compound commands"),
+            head.span,
+            input,
+        )
+        .help(format!(
+            "for the shell's meaning, give it to the shell: bash -c {} (alone, or as one stage: streamline run \"bash -c '...' | count\")",
+            sh_quote(input.trim())
+        ));
+    }
+    Diagnostic::new(
+        DiagKind::UnknownFilter,
+        format!("unknown filter {shown} (not a native filter, and not found on PATH either)"),
+        head.span,
+        input,
+    )
+    .maybe_help(did_you_mean(&near))
+}
+
+/// A Unix command's atom: its words are its argv (checked for shell syntax streamline run
+/// does not perform); `@space=`/`@name=` place and name it.
+fn resolve_unix(
+    words: &[Word],
+    opts: &[Word],
+    shell: bool,
+    input: &str,
+) -> Result<Resolved, Diagnostic> {
+    let head = &words[0];
+    let name = &head.text;
+    for w in words {
+        if let Some((at, c)) = shell_syntax(&input[w.span.start..w.span.end]) {
+            let what = match c {
+                '<' | '>' => "a redirection",
+                ';' => "';' (a command list)",
+                '*' | '?' | '[' => "a glob",
+                '$' => "'$' (an expansion)",
+                '`' => "a backquote (command substitution)",
+                '~' => "'~' (a home directory)",
+                '{' => "a brace expansion",
+                _ => "'#' (a comment)",
             };
-            if KEYWORDS.contains(&name.as_str()) && !head.quoted {
-                return Err(Diagnostic::new(
-                    DiagKind::ShellSyntax,
-                    format!("'{name}' is a shell keyword: the pipeline language has no compound commands"),
-                    head.span,
-                    input,
-                )
-                .help(format!(
-                    "for the shell's meaning, give it to the shell: bash -c {} (alone, or as one stage: streamline run \"bash -c '...' | count\")",
-                    sh_quote(input.trim())
-                )));
-            }
             return Err(Diagnostic::new(
-                DiagKind::UnknownFilter,
+                DiagKind::ShellSyntax,
                 format!(
-                    "unknown filter {shown} (not a native filter, and not found on PATH either)"
+                    "{what} in the words of Unix command '{name}': streamline run passes words as they are and does not expand, redirect or sequence them"
                 ),
-                head.span,
+                Span::new(w.span.start + at, w.span.start + at + c.len_utf8()),
                 input,
             )
-            .maybe_help(did_you_mean(&near)));
-        }
-    };
-    match kind {
-        FilterKind::Unix => {
-            for w in words {
-                if let Some((at, c)) = shell_syntax(&input[w.span.start..w.span.end]) {
-                    let what = match c {
-                        '<' | '>' => "a redirection",
-                        ';' => "';' (a command list)",
-                        '*' | '?' | '[' => "a glob",
-                        '$' => "'$' (an expansion)",
-                        '`' => "a backquote (command substitution)",
-                        '~' => "'~' (a home directory)",
-                        '{' => "a brace expansion",
-                        _ => "'#' (a comment)",
-                    };
-                    return Err(Diagnostic::new(
-                        DiagKind::ShellSyntax,
-                        format!(
-                            "{what} in the words of Unix command '{name}': streamline run passes words as they are and does not expand, redirect or sequence them"
-                        ),
-                        Span::new(w.span.start + at, w.span.start + at + c.len_utf8()),
-                        input,
-                    )
-                    .help(format!(
-                        "for the shell's meaning, give it to the shell: bash -c {} (alone, or as one stage: streamline run \"bash -c '...' | count\"); to pass the character to the command, quote it",
-                        sh_quote(input.trim())
-                    )));
-                }
-            }
-            let word = |w: &Word| shell_word(&input[w.span.start..w.span.end]);
-            let mut argv = vec![word(head)];
-            let mut place = Placement::default();
-            let mut node_name = None;
-            // Every word after the command's name is its own, as in the shell.
-            for w in &words[1..] {
-                if let Some(eq) = w.eq {
-                    let key = &w.text[..eq];
-                    if !shell && crate::graph::UNIX_CONTROL_OPTIONS.contains(&key) {
-                        return Err(old_node_option(name, w, input));
-                    }
-                }
-                argv.push(word(w));
-            }
-            node_options(name, words, opts, &mut place, &mut node_name, input)?;
-            Ok(Resolved {
-                kind: NodeKind::Unix { argv, place },
-                name: node_name,
-            })
-        }
-        FilterKind::Native => {
-            let known = resolver.params(name);
-            let mut params = Vec::new();
-            let mut options: Vec<(String, String)> = Vec::new();
-            let mut node_name = None;
-            let mut place = Placement::default();
-            let mut seen: std::collections::HashSet<&str> = Default::default();
-            for w in &words[1..] {
-                let Some(eq) = w.eq else {
-                    params.push(w.text.clone());
-                    continue;
-                };
-                let (key, value) = (&w.text[..eq], &w.text[eq + 1..]);
-                let key_span = Span::new(w.span.start, w.span.start + eq);
-                if !is_key(key) {
-                    let msg = if key.is_empty() {
-                        format!("malformed option '{}': no key before '='", w.text)
-                    } else {
-                        format!("malformed option '{}': '{key}' is not a key", w.text)
-                    };
-                    return Err(Diagnostic::new(DiagKind::BadOption, msg, w.span, input).help(format!(
-                        "an option is key=value with a key of letters, digits, '_', '-', '.'; to pass the word as a parameter, quote it: {}",
-                        quote(&w.text)
-                    )));
-                }
-                let control = CONTROL_OPTIONS.contains(&key);
-                // `key=` with nothing after it; `key=""` is an explicit empty value.
-                let bare_empty = value.is_empty() && !w.quoted;
-                if bare_empty || (control && value.is_empty()) {
-                    return Err(Diagnostic::new(
-                        DiagKind::BadOption,
-                        format!("empty value for option '{key}'"),
-                        w.span,
-                        input,
-                    )
-                    .help(if control {
-                        format!("'{key}' takes {}", control_values(key))
-                    } else {
-                        format!("write {key}=VALUE, or {key}=\"\" for an empty value")
-                    }));
-                }
-                if !seen.insert(key) {
-                    return Err(Diagnostic::new(
-                        DiagKind::BadOption,
-                        format!("option '{key}' given twice"),
-                        key_span,
-                        input,
-                    ));
-                }
-                let own = known.as_ref().is_some_and(|k| k.iter().any(|p| p == key));
-                if !control && !own {
-                    if let Some(k) = &known {
-                        let mut cands: Vec<&str> = k.iter().map(String::as_str).collect();
-                        cands.extend(CONTROL_OPTIONS);
-                        let takes = if k.is_empty() {
-                            format!("'{name}' takes no options of its own")
-                        } else {
-                            format!("'{name}' takes {}", k.join(", "))
-                        };
-                        let help = match did_you_mean(&closest(key, cands)) {
-                            Some(d) => format!("{d} ({takes}, besides the control options)"),
-                            None => format!(
-                                "{takes}, besides the control options {}",
-                                CONTROL_OPTIONS.join(", ")
-                            ),
-                        };
-                        return Err(Diagnostic::new(
-                            DiagKind::BadOption,
-                            format!("unknown option '{key}' for filter '{name}'"),
-                            key_span,
-                            input,
-                        )
-                        .help(help));
-                    }
-                }
-                if control && !own {
-                    check_control(key, value).map_err(|m| {
-                        Diagnostic::new(
-                            DiagKind::BadOption,
-                            m,
-                            Span::new(key_span.end + 1, w.span.end),
-                            input,
-                        )
-                        .help(format!("'{key}' takes {}", control_values(key)))
-                    })?;
-                }
-                if key == "name" && !own {
-                    node_name = Some(value.to_string());
-                } else if key == SPACE && !own {
-                    place.space = Some(space_spec(name, value, words, input)?);
-                } else if key == PLACED {
-                    // The one user-writable placement word, typed here (crate::place).
-                    place.side = Some(Side::parse(value).map_err(|m| {
-                        Diagnostic::new(DiagKind::BadOption, m, Span::new(key_span.end + 1, w.span.end), input)
-                            .help("'placed' takes user (or kernel, which the kernel placement sets after `rx`)")
-                    })?);
-                } else {
-                    options.push((key.to_string(), value.to_string()));
-                }
-            }
-            if let Some(w) = opts.iter().find(|o| {
-                let key = &o.text[..o.eq.expect("a node option has '='")];
-                seen.contains(&key) && !known.as_ref().is_some_and(|k| k.iter().any(|p| p == key))
-            }) {
-                return Err(Diagnostic::new(
-                    DiagKind::BadOption,
-                    format!("option '{}' given twice", &w.text[..w.eq.unwrap_or(0)]),
-                    w.span,
-                    input,
-                ));
-            }
-            node_options(name, words, opts, &mut place, &mut node_name, input)?;
-            Ok(Resolved {
-                kind: NodeKind::Filter {
-                    filter: name.clone(),
-                    params,
-                    options,
-                    place,
-                },
-                name: node_name,
-            })
+            .help(format!(
+                "for the shell's meaning, give it to the shell: bash -c {} (alone, or as one stage: streamline run \"bash -c '...' | count\"); to pass the character to the command, quote it",
+                sh_quote(input.trim())
+            )));
         }
     }
+    let word = |w: &Word| shell_word(&input[w.span.start..w.span.end]);
+    let mut argv = vec![word(head)];
+    let mut place = Placement::default();
+    let mut node_name = None;
+    // Every word after the command's name is its own, as in the shell.
+    for w in &words[1..] {
+        if let Some(eq) = w.eq {
+            let key = &w.text[..eq];
+            if !shell && crate::graph::UNIX_CONTROL_OPTIONS.contains(&key) {
+                return Err(old_node_option(name, w, input));
+            }
+        }
+        argv.push(word(w));
+    }
+    node_options(name, words, opts, &mut place, &mut node_name, input)?;
+    Ok(Resolved {
+        kind: NodeKind::Unix { argv, place },
+        name: node_name,
+    })
+}
+
+/// A native filter's atom: positional parameters, its own options (checked against the
+/// keys it declares), the control options and the placement word.
+fn resolve_native(
+    words: &[Word],
+    opts: &[Word],
+    resolver: &dyn Resolver,
+    input: &str,
+) -> Result<Resolved, Diagnostic> {
+    let name = &words[0].text;
+    let known = resolver.params(name);
+    let mut params = Vec::new();
+    let mut options: Vec<(String, String)> = Vec::new();
+    let mut node_name = None;
+    let mut place = Placement::default();
+    let mut seen: std::collections::HashSet<&str> = Default::default();
+    for w in &words[1..] {
+        let Some(eq) = w.eq else {
+            params.push(w.text.clone());
+            continue;
+        };
+        let (key, value, own, key_span) =
+            native_option(name, w, eq, known.as_deref(), &mut seen, input)?;
+        if key == "name" && !own {
+            node_name = Some(value.to_string());
+        } else if key == SPACE && !own {
+            place.space = Some(space_spec(name, value, words, input)?);
+        } else if key == PLACED {
+            // The one user-writable placement word, typed here (crate::place).
+            place.side = Some(Side::parse(value).map_err(|m| {
+                Diagnostic::new(
+                    DiagKind::BadOption,
+                    m,
+                    Span::new(key_span.end + 1, w.span.end),
+                    input,
+                )
+                .help("'placed' takes user (or kernel, which the kernel placement sets after `rx`)")
+            })?);
+        } else {
+            options.push((key.to_string(), value.to_string()));
+        }
+    }
+    if let Some(w) = opts.iter().find(|o| {
+        let key = &o.text[..o.eq.expect("a node option has '='")];
+        seen.contains(&key) && !known.as_ref().is_some_and(|k| k.iter().any(|p| p == key))
+    }) {
+        return Err(Diagnostic::new(
+            DiagKind::BadOption,
+            format!("option '{}' given twice", &w.text[..w.eq.unwrap_or(0)]),
+            w.span,
+            input,
+        ));
+    }
+    node_options(name, words, opts, &mut place, &mut node_name, input)?;
+    Ok(Resolved {
+        kind: NodeKind::Filter {
+            filter: name.clone(),
+            params,
+            options,
+            place,
+        },
+        name: node_name,
+    })
+}
+
+/// Checks one `key=value` word of native filter `name` (a key, a value, given once, one
+/// the filter or the control options know, a valid control value): the key, the value,
+/// whether the key is the filter's own, and the key's span.
+fn native_option<'w>(
+    name: &str,
+    w: &'w Word,
+    eq: usize,
+    known: Option<&[String]>,
+    seen: &mut std::collections::HashSet<&'w str>,
+    input: &str,
+) -> Result<(&'w str, &'w str, bool, Span), Diagnostic> {
+    let (key, value) = (&w.text[..eq], &w.text[eq + 1..]);
+    let key_span = Span::new(w.span.start, w.span.start + eq);
+    if !is_key(key) {
+        let msg = if key.is_empty() {
+            format!("malformed option '{}': no key before '='", w.text)
+        } else {
+            format!("malformed option '{}': '{key}' is not a key", w.text)
+        };
+        return Err(Diagnostic::new(DiagKind::BadOption, msg, w.span, input).help(format!(
+                "an option is key=value with a key of letters, digits, '_', '-', '.'; to pass the word as a parameter, quote it: {}",
+                quote(&w.text)
+            )));
+    }
+    let control = CONTROL_OPTIONS.contains(&key);
+    // `key=` with nothing after it; `key=""` is an explicit empty value.
+    let bare_empty = value.is_empty() && !w.quoted;
+    if bare_empty || (control && value.is_empty()) {
+        return Err(Diagnostic::new(
+            DiagKind::BadOption,
+            format!("empty value for option '{key}'"),
+            w.span,
+            input,
+        )
+        .help(if control {
+            format!("'{key}' takes {}", control_values(key))
+        } else {
+            format!("write {key}=VALUE, or {key}=\"\" for an empty value")
+        }));
+    }
+    if !seen.insert(key) {
+        return Err(Diagnostic::new(
+            DiagKind::BadOption,
+            format!("option '{key}' given twice"),
+            key_span,
+            input,
+        ));
+    }
+    let own = known.as_ref().is_some_and(|k| k.iter().any(|p| p == key));
+    if !control && !own {
+        if let Some(k) = &known {
+            let mut cands: Vec<&str> = k.iter().map(String::as_str).collect();
+            cands.extend(CONTROL_OPTIONS);
+            let takes = if k.is_empty() {
+                format!("'{name}' takes no options of its own")
+            } else {
+                format!("'{name}' takes {}", k.join(", "))
+            };
+            let help = match did_you_mean(&closest(key, cands)) {
+                Some(d) => format!("{d} ({takes}, besides the control options)"),
+                None => format!(
+                    "{takes}, besides the control options {}",
+                    CONTROL_OPTIONS.join(", ")
+                ),
+            };
+            return Err(Diagnostic::new(
+                DiagKind::BadOption,
+                format!("unknown option '{key}' for filter '{name}'"),
+                key_span,
+                input,
+            )
+            .help(help));
+        }
+    }
+    if control && !own {
+        check_control(key, value).map_err(|m| {
+            Diagnostic::new(
+                DiagKind::BadOption,
+                m,
+                Span::new(key_span.end + 1, w.span.end),
+                input,
+            )
+            .help(format!("'{key}' takes {}", control_values(key)))
+        })?;
+    }
+    Ok((key, value, own, key_span))
 }
 
 /// `space=` or `name=` after a Unix command, in a pipeline that is no shell pipeline:
