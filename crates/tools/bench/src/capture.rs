@@ -86,6 +86,21 @@ pub(crate) fn veth() -> Result<Veth> {
     Ok(v)
 }
 
+/// IPv6 turned off on both ends of the pair, so neither sends anything of its own (no
+/// neighbour discovery): what a capture of the pair sees is what was sent.
+pub(crate) fn ipv6_off(v: &Veth) -> Result<()> {
+    for (here, dev) in [(true, &v.here), (false, &v.there)] {
+        let arg = format!("net.ipv6.conf.{dev}.disable_ipv6=1");
+        let r = if here {
+            kernel::netns::run(&["sysctl", "-qw", &arg])
+        } else {
+            v.exec(&["sysctl", "-qw", &arg])
+        };
+        r.map_err(|e| err(format!("turning IPv6 off on {dev}: {e}")))?;
+    }
+    Ok(())
+}
+
 /// Send `pps` UDP datagrams (64 bytes) per second for `secs` from `flows` source ports,
 /// in `sendmmsg` batches of up to 64 (a socket per flow, batches taking turns); every 100th
 /// goes to port 7 (packet i when i % 100 == 0). Returns the number sent and the seconds it
@@ -179,27 +194,17 @@ pub(crate) fn max_rate(src: &str, dst: &str, secs: f64, size: usize) -> Result<f
 
 /// Nanoseconds on CPU of every thread of `pid`.
 pub(crate) fn cpu_ns(pid: u32) -> u64 {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
-        .filter_map(|s| {
-            s.split_whitespace()
-                .next()
-                .and_then(|x| x.parse::<u64>().ok())
-        })
-        .sum()
+    crate::meter::tasks_ns(&[pid]).values().sum()
 }
 
 /// The `streamline` program beside this benchmark (target/<profile>/).
 pub(crate) fn streamline() -> Result<std::path::PathBuf> {
     let exe = std::env::current_exe()
-        .map_err(|e| err(format!("own executable: {e}")))?
+        .map_err(|e| err(format!("locating own executable: {e}")))?
         .with_file_name("streamline");
     if !exe.is_file() {
         return Err(err(format!(
-            "{} not found; build it with `cargo build --release -p streamline`",
+            "{} not found next to this benchmark; build it with `cargo build --release -p streamline`",
             exe.display()
         )));
     }
@@ -431,9 +436,82 @@ fn dropped_in(stderr: &str) -> u64 {
         .sum()
 }
 
+/// What every section of the capture benchmark shares: the veth pair, the CPU meter, the
+/// `streamline` program, the offered load, the mode.
+struct Bench {
+    v: Veth,
+    m: Meter,
+    sl: std::path::PathBuf,
+    /// Our end of the pair, where the captures run.
+    dev: String,
+    a: Load,
+    quick: bool,
+}
+
+impl Bench {
+    /// `streamline --socket none run -q PIPELINE`.
+    fn run_sl(&self, pipeline: String) -> Command {
+        let mut c = Command::new(&self.sl);
+        c.args(["--socket", "none", "run", "-q", &pipeline]);
+        c
+    }
+
+    /// Rounds: at least 3 (1 quick), more until every configuration's median is settled,
+    /// up to 15 or the section's time.
+    fn budget(&self, configs: usize) -> Budget {
+        let quick = self.quick;
+        Budget {
+            min_rounds: if quick { 1 } else { 3 },
+            max_rounds: if quick { 1 } else { 15 },
+            time: Duration::from_secs_f64(if quick { 0.0 } else { configs as f64 * 45.0 }),
+        }
+    }
+
+    fn alone(&self) -> Result<Window> {
+        alone(&self.v, &self.m, &self.a)
+    }
+
+    fn measure(&self, cmd: Command, flows: u16) -> Result<Run> {
+        measure(&self.v, &self.m, cmd, &self.a, flows)
+    }
+}
+
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(if quick { 600 } else { 1500 }));
     crate::meter::favour()?;
+    let Setup { bench: b, alone_pps } = setup(a, quick)?;
+    let mut summary = Summary::default();
+    summary.add(
+        "capture_offered_pps",
+        b.a.pps as f64,
+        None,
+        format!(
+            "the offered rate ({}; the sender alone keeps {alone_pps:.0} packets/s)",
+            if a.pps.is_some() {
+                "--pps"
+            } else {
+                "a third of what it keeps"
+            }
+        ),
+    );
+    bpf_placement(&b, &mut summary)?;
+    against_tcpdump(&b, &mut summary)?;
+    multiqueue(&b, &mut summary)?;
+    xdp_vs_packet(&b, &mut summary)?;
+    summary.print()?;
+    drop(b);
+    Ok(())
+}
+
+/// The bench and the rate the sender kept alone.
+struct Setup {
+    bench: Bench,
+    alone_pps: f64,
+}
+
+/// The veth pair, the meter and the offered rate (what this machine's sender keeps with
+/// nothing else running, a third of it, unless given), printed.
+fn setup(a: &Args, quick: bool) -> Result<Setup> {
     let sl = streamline()?;
     let v = veth()?;
     let m = Meter::new();
@@ -449,12 +527,11 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         pps,
         secs
     );
-    let given = a.pps.is_some();
-    let a = Load { pps, secs };
+    let load = Load { pps, secs };
     println!(
         "offered rate: {} packets/s ({}; the sender alone keeps {alone_pps:.0})",
-        a.pps,
-        if given {
+        load.pps,
+        if a.pps.is_some() {
             "--pps"
         } else {
             "a third of what the sender keeps"
@@ -462,47 +539,58 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     );
     println!("{}", m.describe());
     println!("each round: the sender alone, then each configuration followed by the sender alone again (A B1 A B2 ... A); a configuration's extra CPU is its window's minus the sender alone's per packet sent (the two windows around it) times its packets sent, per packet it took");
-    let mut summary = Summary::default();
-    summary.add(
-        "capture_offered_pps",
-        a.pps as f64,
-        None,
-        format!(
-            "the offered rate ({}; the sender alone keeps {alone_pps:.0} packets/s)",
-            if given {
-                "--pps"
-            } else {
-                "a third of what it keeps"
-            }
-        ),
-    );
-    let run_sl = |pipeline: String| {
-        let mut c = Command::new(&sl);
-        c.args(["--socket", "none", "run", "-q", &pipeline]);
-        c
-    };
-    // Rounds: at least 3 (1 quick), more until every configuration's median is settled,
-    // up to 15 or the section's time.
-    let budget = |configs: usize| Budget {
-        min_rounds: if quick { 1 } else { 3 },
-        max_rounds: if quick { 1 } else { 15 },
-        time: Duration::from_secs_f64(if quick { 0.0 } else { configs as f64 * 45.0 }),
-    };
+    Ok(Setup {
+        bench: Bench { v, m, sl, dev, a: load, quick },
+        alone_pps,
+    })
+}
 
+/// The receive schemes both bpf placements are measured under: the pipeline option, the
+/// figure's suffix and its target. The default (batching=adaptive, seed 002's Algorithm
+/// 2), today's fixed 10 ms block timeout, and the fixed scheme at tcpdump's 1000 ms.
+const BPF_SETTINGS: [(&str, &str, Option<Target>); 3] = [
+    ("", "", Some(Target::AtLeast(5.0))),
+    (" batching=fixed", "_fixed", None),
+    (" batching=fixed latency=1000", "_1000ms", None),
+];
+
+/// A bpf run's counts, checked as it comes, before any figure: placed in the kernel,
+/// matched + dropped = port-7 packets sent; in user space, handed to user space + dropped
+/// = sent (+ background) and matched = port-7 packets sent unless some were dropped.
+/// Returns the packets it took (sent - dropped).
+fn check_bpf(opt: &str, kernel: bool, r: &Run) -> Result<u64> {
+    let (matched, delivered, dropped) = ours_counts(&r.stderr)?;
+    let port7 = r.w.sent.div_ceil(100);
+    let what = format!(
+        "bpf placed {}{opt}",
+        if kernel {
+            "in the kernel"
+        } else {
+            "in user space"
+        }
+    );
+    if kernel {
+        if matched + dropped != port7 {
+            return Err(err(format!("{what}: {matched} matched + {dropped} dropped, but {port7} packets to port 7 were sent: the counts do not add up")));
+        }
+    } else {
+        check_all(&what, r.w.sent, delivered, dropped)?;
+        if matched > port7 || (dropped == 0 && matched != port7) {
+            return Err(err(format!("{what}: {matched} matched of {port7} packets to port 7 sent ({dropped} dropped): the counts do not add up")));
+        }
+    }
+    Ok(r.w.sent - dropped_in(&r.stderr).min(r.w.sent))
+}
+
+/// Kernel vs user placement of `bpf "udp dst port 7"` under each receive scheme.
+fn bpf_placement(b: &Bench, summary: &mut Summary) -> Result<()> {
+    let dev = &b.dev;
     println!("\n== bpf \"udp dst port 7\" (1% of the traffic): kernel vs user placement ==");
     println!("per packet the capture took (sent - dropped); the counts must add up: matched + dropped = port-7 packets sent (kernel),");
     println!("handed to user space + dropped = sent (+ background) and matched = port-7 packets sent unless some were dropped (user)");
-    // Both placements under each receive scheme: the default (batching=adaptive, seed
-    // 002's Algorithm 2), today's fixed 10 ms block timeout, and the fixed scheme at
-    // tcpdump's 1000 ms.
-    let settings = [
-        ("", "", Some(Target::AtLeast(5.0))),
-        (" batching=fixed", "_fixed", None),
-        (" batching=fixed latency=1000", "_1000ms", None),
-    ];
     let mut pipelines = Vec::new();
     let mut names = Vec::new();
-    for (opt, suffix, _) in &settings {
+    for (opt, suffix, _) in &BPF_SETTINGS {
         pipelines.push(format!("rx dev={dev}{opt} | bpf \"udp dst port 7\" | count"));
         pipelines.push(format!(
             "rx dev={dev}{opt} | bpf \"udp dst port 7\" placed=user | count"
@@ -510,54 +598,37 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         names.push(format!("kernel{suffix}"));
         names.push(format!("user{suffix}"));
     }
-    let taken = |r: &Run| r.w.sent - dropped_in(&r.stderr).min(r.w.sent);
-    // Every run's counts are checked as it comes, before any figure.
-    let check_bpf = |k: usize, r: &Run| -> Result<u64> {
-        let (opt, _, _) = settings[k / 2];
-        let kernel = k % 2 == 0;
-        let (matched, delivered, dropped) = ours_counts(&r.stderr)?;
-        let port7 = r.w.sent.div_ceil(100);
-        let what = format!(
-            "bpf placed {}{opt}",
-            if kernel {
-                "in the kernel"
-            } else {
-                "in user space"
-            }
-        );
-        if kernel {
-            if matched + dropped != port7 {
-                return Err(err(format!("{what}: {matched} matched + {dropped} dropped, but {port7} packets to port 7 were sent: the counts do not add up")));
-            }
-        } else {
-            check_all(&what, r.w.sent, delivered, dropped)?;
-            if matched > port7 || (dropped == 0 && matched != port7) {
-                return Err(err(format!("{what}: {matched} matched of {port7} packets to port 7 sent ({dropped} dropped): the counts do not add up")));
-            }
-        }
-        Ok(taken(r))
-    };
     let all = crate::meter::interleave(
         &names,
-        &budget(pipelines.len()),
-        || alone(&v, &m, &a),
+        &b.budget(pipelines.len()),
+        || b.alone(),
         |k| {
-            let cmd = crate::meter::on_capture_cpus(run_sl(pipelines[k].clone()));
-            let r = measure(&v, &m, cmd, &a, 1)?;
+            let cmd = crate::meter::on_capture_cpus(b.run_sl(pipelines[k].clone()));
+            let r = b.measure(cmd, 1)?;
             Ok((r.w, r))
         },
-        |k, _, r| check_bpf(k, r),
+        |k, _, r| check_bpf(BPF_SETTINGS[k / 2].0, k % 2 == 0, r),
     )?;
     println!("extra CPU per packet taken, per configuration:");
     let mut verdicts = Vec::new();
     for (k, s) in all.iter().enumerate() {
-        verdicts.push(judge(&format!("`{}`", pipelines[k]), s, quick)?);
+        verdicts.push(judge(&format!("`{}`", pipelines[k]), s, b.quick)?);
     }
+    bpf_figures(&all, &verdicts, summary)
+}
+
+/// The bpf placements' table (the round with the median figure of each) and figures:
+/// user over kernel CPU per packet taken, per receive scheme.
+fn bpf_figures(
+    all: &[Vec<crate::meter::Sample<Run>>],
+    verdicts: &[Option<crate::meter::Verdict>],
+    summary: &mut Summary,
+) -> Result<()> {
     println!(
         "{:<10} {:>10} {:>9} {:>14} {:>9} {:>12} {:>12}   (the round with the median figure)",
         "placement", "sent", "matched", "to user space", "dropped", "ns/pkt", "own ns/pkt"
     );
-    for (i, (opt, suffix, target)) in settings.iter().enumerate() {
+    for (i, (opt, suffix, target)) in BPF_SETTINGS.iter().enumerate() {
         let tail = if opt.is_empty() {
             String::new()
         } else {
@@ -597,44 +668,51 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             note,
         );
     }
+    Ok(())
+}
 
+/// The configurations captured against tcpdump, in order: ours (default), tcpdump, ours
+/// at batching=fixed.
+const TCPDUMP_NAMES: [&str; 3] = ["streamline", "tcpdump", "streamline batching=fixed"];
+
+/// (captured, dropped) of a run of configuration `k` of [`TCPDUMP_NAMES`], checked against
+/// what was sent.
+fn tcpdump_run_counts(r: &Run, k: usize) -> Result<(u64, u64)> {
+    let (c, d) = if k == 1 {
+        tcpdump_counts(&r.stderr)?
+    } else {
+        let (c, _, d) = ours_counts(&r.stderr)?;
+        (c, d)
+    };
+    check_all(TCPDUMP_NAMES[k], r.w.sent, c, d)?;
+    Ok((c, d))
+}
+
+/// Capturing everything: `rx | count` against `tcpdump -w /dev/null`.
+fn against_tcpdump(b: &Bench, summary: &mut Summary) -> Result<()> {
+    let dev = &b.dev;
     println!("\n== Capturing everything: rx | count vs tcpdump -w /dev/null ==");
     println!("per packet captured; captured + dropped must equal sent (+ background) for each");
-    let names = [
-        "streamline".to_string(),
-        "tcpdump".to_string(),
-        "streamline batching=fixed".to_string(),
-    ];
+    let names = TCPDUMP_NAMES.map(String::from);
     let td = || {
         let mut c = Command::new("tcpdump");
-        c.args(["-i", &dev, "-w", "/dev/null", "-q"]);
+        c.args(["-i", dev, "-w", "/dev/null", "-q"]);
         c
     };
     let make = |k: usize| match k {
-        0 => run_sl(format!("rx dev={dev} | count")),
+        0 => b.run_sl(format!("rx dev={dev} | count")),
         1 => td(),
-        _ => run_sl(format!("rx dev={dev} batching=fixed | count")),
-    };
-    // (captured, dropped) of a run, checked against what was sent.
-    let counts = |r: &Run, k: usize| -> Result<(u64, u64)> {
-        let (c, d) = if k == 1 {
-            tcpdump_counts(&r.stderr)?
-        } else {
-            let (c, _, d) = ours_counts(&r.stderr)?;
-            (c, d)
-        };
-        check_all(&names[k], r.w.sent, c, d)?;
-        Ok((c, d))
+        _ => b.run_sl(format!("rx dev={dev} batching=fixed | count")),
     };
     let all = crate::meter::interleave(
         &names,
-        &budget(names.len()),
-        || alone(&v, &m, &a),
+        &b.budget(names.len()),
+        || b.alone(),
         |k| {
-            let r = measure(&v, &m, crate::meter::on_capture_cpus(make(k)), &a, 1)?;
+            let r = b.measure(crate::meter::on_capture_cpus(make(k)), 1)?;
             Ok((r.w, r))
         },
-        |k, _, r| Ok(counts(r, k)?.0),
+        |k, _, r| Ok(tcpdump_run_counts(r, k)?.0),
     )?;
     println!("extra CPU per packet captured, per configuration:");
     let mut per = Vec::new();
@@ -647,9 +725,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     .enumerate()
     {
         let s = &all[k];
-        let v = judge(label, s, quick)?;
+        let v = judge(label, s, b.quick)?;
         let (c, d) = s.iter().try_fold((0, 0), |acc, r| {
-            counts(&r.data, k).map(|(c, d)| (acc.0 + c, acc.1 + d))
+            tcpdump_run_counts(&r.data, k).map(|(c, d)| (acc.0 + c, acc.1 + d))
         })?;
         let sent: u64 = s.iter().map(|r| r.w.sent).sum();
         println!("  {label}: {c} of {sent} packets captured over the rounds, {d} dropped by the kernel");
@@ -686,21 +764,30 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             ),
         );
     }
+    Ok(())
+}
 
+/// Multi-queue receive: packets processed by `rx queues=1` and `rx queues=2`.
+fn multiqueue(b: &Bench, summary: &mut Summary) -> Result<()> {
     println!("\n== Multi-queue receive: `rx queues=1` and `rx queues=2` (PACKET_FANOUT hash, one engine per queue), deflate per packet, 16 flows ==");
-    let engines = |q: usize| run_sl(format!("rx dev={dev} queues={q} | deflate level=9 | count"));
-    let r1 = measure(&v, &m, engines(1), &a, 16)?;
+    let engines = |q: usize| b.run_sl(format!("rx dev={} queues={q} | deflate level=9 | count", b.dev));
+    let r1 = b.measure(engines(1), 16)?;
     let (so, one) = (r1.w.sent, count_in(&r1.stderr));
-    let r2 = measure(&v, &m, engines(2), &a, 16)?;
+    let r2 = b.measure(engines(2), 16)?;
     let (st, two) = (r2.w.sent, count_in(&r2.stderr));
     println!("1 engine:  {one} of {so} packets processed");
     println!("2 engines: {two} of {st} packets processed");
-    summary.add("multiqueue_2_vs_1", two as f64 / one.max(1) as f64, None, format!("packets processed with 2 engines vs 1 at {} packets/s offered (2 CPUs, the sender shares them)", a.pps));
+    summary.add("multiqueue_2_vs_1", two as f64 / one.max(1) as f64, None, format!("packets processed with 2 engines vs 1 at {} packets/s offered (2 CPUs, the sender shares them)", b.a.pps));
+    Ok(())
+}
 
+/// AF_XDP vs AF_PACKET on the receiving end (in the namespace): CPU per packet counted.
+fn xdp_vs_packet(b: &Bench, summary: &mut Summary) -> Result<()> {
+    let v = &b.v;
     println!("\n== AF_XDP vs AF_PACKET: `rx impl=xdp | count` vs `rx impl=packet | count` on the receiving end (in the namespace) ==");
     let in_ns = |imp: &str| {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &v.ns]).arg(&sl).args([
+        c.args(["netns", "exec", &v.ns]).arg(&b.sl).args([
             "--socket",
             "none",
             "run",
@@ -709,8 +796,8 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         ]);
         c
     };
-    let rx = measure(&v, &m, in_ns("xdp"), &a, 1)?;
-    let rp = measure(&v, &m, in_ns("packet"), &a, 1)?;
+    let rx = b.measure(in_ns("xdp"), 1)?;
+    let rp = b.measure(in_ns("packet"), 1)?;
     let (sx, cx, ex) = (rx.w.sent, rx.w.own, rx.stderr);
     let (sp, cp, ep) = (rp.w.sent, rp.w.own, rp.stderr);
     for (name, e) in [("AF_XDP", &ex), ("AF_PACKET", &ep)] {
@@ -748,8 +835,6 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         None,
         "CPU per packet counted of AF_PACKET over AF_XDP (copy mode, veth); above 1: AF_XDP is cheaper",
     );
-    summary.print()?;
-    drop(v);
     Ok(())
 }
 

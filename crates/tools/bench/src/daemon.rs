@@ -104,6 +104,18 @@ pub(crate) struct Daemon {
     pub(crate) log: PathBuf,
 }
 
+/// A daemon policy in `dir/policy.toml` granting uid 65534 the capture template
+/// `rx dev=DEV | bpf "udp"`; its path.
+pub(crate) fn udp_grant_policy(dir: &Path, dev: &str) -> Result<PathBuf> {
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!("[[grant]]\nusers = [\"65534\"]\ntemplate = 'rx dev={dev} | bpf \"udp\"'\n"),
+    )
+    .map_err(|e| err(format!("{}: {e}", policy.display())))?;
+    Ok(policy)
+}
+
 impl Daemon {
     /// Start it with PipesFS mounted at `mount`, or none.
     pub(crate) fn start(bin: &Path, dir: &Path, mount: Option<&Path>) -> Result<Daemon> {

@@ -148,15 +148,7 @@ pub(crate) fn granted_vs_root(
     // Logs are opened by the client (uid 65534 too).
     std::fs::set_permissions(&ddir, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
         .map_err(|e| err(format!("{}: {e}", ddir.display())))?;
-    let policy = ddir.join("policy.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "[[grant]]\nusers = [\"65534\"]\ntemplate = 'rx dev={} | bpf \"udp\"'\n",
-            v.here
-        ),
-    )
-    .map_err(|e| err(format!("{}: {e}", policy.display())))?;
+    let policy = crate::daemon::udp_grant_policy(&ddir, &v.here)?;
     let daemon = Daemon::start_with_policy(streamlined, &ddir, None, Some(&policy))?;
     let daemon_pid = daemon.child.as_ref().map_or(0, |c| c.id());
     let secs = if quick { 1.0 } else { 3.0 };

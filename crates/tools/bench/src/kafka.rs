@@ -35,6 +35,7 @@
 //! `--quick` one run of smaller volume. Owns: these experiments; the broker script is the
 //! project's.
 
+use crate::capture::streamline;
 use crate::util::{err, wait_with_cpu, watchdog, Result, Summary, Target};
 use filters::kafka::{
     CONSUMER_PREFETCH, DEFAULT_LINGER_MS, DEFAULT_TIMEOUT_SECS, PRODUCER_SETTINGS,
@@ -106,17 +107,6 @@ impl Drop for Broker {
     }
 }
 
-fn streamline() -> Result<PathBuf> {
-    let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
-    let s = exe.with_file_name("streamline");
-    if !s.is_file() {
-        return Err(err(format!(
-            "{} not found next to this benchmark; build it with `cargo build --release -p streamline`",
-            s.display()
-        )));
-    }
-    Ok(s)
-}
 
 fn need(tool: &str, package: &str) -> Result<()> {
     let ok = Command::new("sh")
@@ -401,12 +391,50 @@ pub fn figures(quick: bool, summary: &mut Summary) -> Result<()> {
     figures_with(quick, None, summary)
 }
 
+/// What the rounds share: our program, the broker, the messages (count, size, the file
+/// they are produced from) and kcat's settings matched to ours.
+struct Session {
+    sl: PathBuf,
+    b: Broker,
+    n: u64,
+    size: usize,
+    file: PathBuf,
+    /// kcat's `-X` arguments: kafkaout's producer settings, kafkain's consumer settings.
+    px: Vec<String>,
+    cx: Vec<String>,
+}
+
 fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Result<()> {
     need("kcat", "kcat")?;
     need("java", "openjdk-17-jre-headless")?;
+    let reps = if quick { 1 } else { 3 };
+    let s = session(quick, messages, reps)?;
+    let (mut ours_p, mut kcat_p, mut ours_c, mut kcat_c) =
+        (Best::new(), Best::new(), Best::new(), Best::new());
+    for r in 0..reps {
+        let (to, tk) = (format!("ours{r}"), format!("kcat{r}"));
+        create_topic(&s.sl, &s.b.addr, &to)?;
+        create_topic(&s.sl, &s.b.addr, &tk)?;
+        let (op, kp) = s.produce(r, &to, &tk)?;
+        ours_p.add(&op);
+        kcat_p.add(&kp);
+        let (oc, kc) = s.consume(r, &to)?;
+        ours_c.add(&oc);
+        kcat_c.add(&kc);
+        let ms = |r: &Ran| r.cpu_ns as f64 / 1e6;
+        println!(
+            "  run {r}: produce ours {:.2} s ({:.0} ms CPU), kcat {:.2} s ({:.0} ms CPU); consume ours {:.2} s ({:.0} ms CPU), kcat {:.2} s ({:.0} ms CPU); counts checked",
+            op.secs, ms(&op), kp.secs, ms(&kp), oc.secs, ms(&oc), kc.secs, ms(&kc)
+        );
+    }
+    s.head_to_head([ours_p, kcat_p, ours_c, kcat_c], summary);
+    s.broker_restart(quick, summary)
+}
+
+/// The broker started, the messages' file written, kcat's settings printed.
+fn session(quick: bool, messages: Option<u64>, reps: usize) -> Result<Session> {
     let sl = streamline()?;
     let n = messages.unwrap_or(if quick { 100_000 } else { 1_000_000 });
-    let reps = if quick { 1 } else { 3 };
     let size = 100;
     let b = Broker::start()?;
     println!("streamline-bench kafka: broker {} (Apache Kafka 3.9.1, KRaft, one node); {n} messages of {size} bytes, best of {reps}", b.addr);
@@ -416,21 +444,22 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
     let cx = consumer_x();
     println!("  kcat -P gets kafkaout's settings: {}", px.join(" "));
     println!("  kcat -C gets kafkain's settings: {}", cx.join(" "));
-    let (mut ours_p, mut kcat_p, mut ours_c, mut kcat_c) =
-        (Best::new(), Best::new(), Best::new(), Best::new());
-    for r in 0..reps {
-        let (to, tk) = (format!("ours{r}"), format!("kcat{r}"));
-        create_topic(&sl, &b.addr, &to)?;
-        create_topic(&sl, &b.addr, &tk)?;
-        // Producing: each side into its own (empty, existing) topic; who goes first
-        // alternates.
+    Ok(Session { sl, b, n, size, file, px, cx })
+}
+
+impl Session {
+    /// Producing: each side into its own (empty, existing) topic, `to` ours and `tk`
+    /// kcat's; who goes first alternates with the round `r`. Counts before figures: every
+    /// line of the file in each topic, once. Returns (ours, kcat's).
+    fn produce(&self, r: usize, to: &str, tk: &str) -> Result<(Ran, Ran)> {
+        let (n, b) = (self.n, &self.b);
         let produce_ours = || -> Result<Ran> {
             let ran = timed(
                 ours(
-                    &sl,
+                    &self.sl,
                     &format!(
                         "file {} split=lines | strip 1 | kafkaout topic={to} brokers={}",
-                        file.display(),
+                        self.file.display(),
                         b.addr
                     ),
                 ),
@@ -447,9 +476,9 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
         };
         let produce_kcat = || -> Result<Ran> {
             let mut k = Command::new("kcat");
-            k.args(["-P", "-b", &b.addr, "-t", &tk, "-l"])
-                .arg(&file)
-                .args(&px);
+            k.args(["-P", "-b", &b.addr, "-t", tk, "-l"])
+                .arg(&self.file)
+                .args(&self.px);
             timed(k, "kcat -P", 0)
         };
         let (op, kp) = if r % 2 == 0 {
@@ -459,22 +488,25 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
             let k = produce_kcat()?;
             (produce_ours()?, k)
         };
-        // Counts before figures: every line of the file in each topic, once.
-        for (who, topic) in [("kafkaout", &to), ("kcat -P", &tk)] {
-            let t = read_back(&sl, &b.addr, &b.dir, topic, n, size, decimal_seq)?;
+        for (who, topic) in [("kafkaout", to), ("kcat -P", tk)] {
+            let t = read_back(&self.sl, &b.addr, &b.dir, topic, n, self.size, decimal_seq)?;
             if !t.exact(n) {
                 return Err(err(format!(
                     "{who} sent {n} messages; its topic {topic} holds {t}"
                 )));
             }
         }
-        ours_p.add(&op);
-        kcat_p.add(&kp);
-        // Consuming ours{r} both ways, each to the known count, each output checked.
+        Ok((op, kp))
+    }
+
+    /// Consuming topic `to` both ways, each to the known count (who goes first alternates
+    /// with the round `r`), each output checked. Returns (ours, kcat's).
+    fn consume(&self, r: usize, to: &str) -> Result<(Ran, Ran)> {
+        let (n, size, b) = (self.n, self.size, &self.b);
         let consume_ours = || {
             timed(
                 ours(
-                    &sl,
+                    &self.sl,
                     &format!("kafkain topic={to} brokers={} count={n} | stdout", b.addr),
                 ),
                 "streamline kafkain | stdout",
@@ -483,9 +515,9 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
         };
         let consume_kcat = || {
             let mut k = Command::new("kcat");
-            k.args(["-C", "-b", &b.addr, "-t", &to, "-o", "beginning", "-q"])
+            k.args(["-C", "-b", &b.addr, "-t", to, "-o", "beginning", "-q"])
                 .args(["-c", &n.to_string(), "-D", ""])
-                .args(&cx);
+                .args(&self.cx);
             timed(k, "kcat -C", n as usize * size)
         };
         let (oc, kc) = if r % 2 == 0 {
@@ -504,98 +536,101 @@ fn figures_with(quick: bool, messages: Option<u64>, summary: &mut Summary) -> Re
                 )));
             }
         }
-        ours_c.add(&oc);
-        kcat_c.add(&kc);
-        let ms = |r: &Ran| r.cpu_ns as f64 / 1e6;
+        Ok((oc, kc))
+    }
+
+    /// The rates and the figures against kcat from each side's best: produce ours,
+    /// kcat; consume ours, kcat.
+    fn head_to_head(&self, [ours_p, kcat_p, ours_c, kcat_c]: [Best; 4], summary: &mut Summary) {
+        let (n, size) = (self.n, self.size);
+        let rate = |s: f64| n as f64 / s;
         println!(
-            "  run {r}: produce ours {:.2} s ({:.0} ms CPU), kcat {:.2} s ({:.0} ms CPU); consume ours {:.2} s ({:.0} ms CPU), kcat {:.2} s ({:.0} ms CPU); counts checked",
-            op.secs, ms(&op), kp.secs, ms(&kp), oc.secs, ms(&oc), kc.secs, ms(&kc)
+            "  produce: ours {:.0} msg/s, kcat {:.0} msg/s; consume: ours {:.0} msg/s, kcat {:.0} msg/s",
+            rate(ours_p.secs),
+            rate(kcat_p.secs),
+            rate(ours_c.secs),
+            rate(kcat_c.secs)
+        );
+        summary.add(
+            "kafka_produce_vs_kcat",
+            kcat_p.secs / ours_p.secs,
+            Some(Target::AtLeast(1.0)),
+            format!("messages/s of file | strip 1 | kafkaout vs kcat -P -l with kafkaout's settings, same file, {n} x {size} B, topics made before, whole processes"),
+        );
+        summary.add(
+            "kafka_consume_vs_kcat",
+            kcat_c.secs / ours_c.secs,
+            Some(Target::AtLeast(1.0)),
+            format!("messages/s of kafkain count=N | stdout vs kcat -C -c N -D '' with kafkain's settings, same topic, {n} x {size} B"),
+        );
+        summary.add(
+            "kafka_produce_cpu_kcat_over_ours",
+            kcat_p.cpu_ns as f64 / ours_p.cpu_ns as f64,
+            None,
+            "CPU time (user + system, all threads) of the same produce runs, kcat's over ours",
+        );
+        summary.add(
+            "kafka_consume_cpu_kcat_over_ours",
+            kcat_c.cpu_ns as f64 / ours_c.cpu_ns as f64,
+            None,
+            "CPU time (user + system, all threads) of the same consume runs, kcat's over ours",
         );
     }
-    let rate = |s: f64| n as f64 / s;
-    println!(
-        "  produce: ours {:.0} msg/s, kcat {:.0} msg/s; consume: ours {:.0} msg/s, kcat {:.0} msg/s",
-        rate(ours_p.secs),
-        rate(kcat_p.secs),
-        rate(ours_c.secs),
-        rate(kcat_c.secs)
-    );
-    summary.add(
-        "kafka_produce_vs_kcat",
-        kcat_p.secs / ours_p.secs,
-        Some(Target::AtLeast(1.0)),
-        format!("messages/s of file | strip 1 | kafkaout vs kcat -P -l with kafkaout's settings, same file, {n} x {size} B, topics made before, whole processes"),
-    );
-    summary.add(
-        "kafka_consume_vs_kcat",
-        kcat_c.secs / ours_c.secs,
-        Some(Target::AtLeast(1.0)),
-        format!("messages/s of kafkain count=N | stdout vs kcat -C -c N -D '' with kafkain's settings, same topic, {n} x {size} B"),
-    );
-    summary.add(
-        "kafka_produce_cpu_kcat_over_ours",
-        kcat_p.cpu_ns as f64 / ours_p.cpu_ns as f64,
-        None,
-        "CPU time (user + system, all threads) of the same produce runs, kcat's over ours",
-    );
-    summary.add(
-        "kafka_consume_cpu_kcat_over_ours",
-        kcat_c.cpu_ns as f64 / ours_c.cpu_ns as f64,
-        None,
-        "CPU time (user + system, all threads) of the same consume runs, kcat's over ours",
-    );
 
-    // A broker restart in the middle of a paced stream.
-    let (m, rate_r) = if quick {
-        (40_000u64, 20_000)
-    } else {
-        (100_000, 25_000)
-    };
-    let gen_size = 200;
-    let mut c = ours(
-        &sl,
-        &format!(
-            "gen count={m} size={gen_size} rate={rate_r} | kafkaout topic=restart brokers={} partitions=2",
-            b.addr
-        ),
-    );
-    let t0 = Instant::now();
-    let child = c
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    std::thread::sleep(Duration::from_millis(800));
-    let r0 = Instant::now();
-    b.restart()?;
-    let down = r0.elapsed().as_secs_f64();
-    let out = child.wait_with_output()?;
-    let e = String::from_utf8_lossy(&out.stderr).to_string();
-    let produced_in = t0.elapsed().as_secs_f64();
-    let delivered = summary_number(&e, "kafkaout: ", Some("delivered")).unwrap_or(0);
-    let t = read_back(&sl, &b.addr, &b.dir, "restart", m, gen_size, gen_seq)?;
-    println!(
-        "  restart: {m} messages paced at {rate_r}/s, the broker restarted 0.8 s in (took {down:.1} s); producer {} after {produced_in:.1} s, {delivered} delivered; the topic holds {t}",
-        if out.status.success() { "ended" } else { "FAILED" }
-    );
-    if t.wrong != 0 {
-        return Err(err(format!(
-            "the restart topic holds messages gen did not send: {t}"
-        )));
+    /// A broker restart in the middle of a paced stream: nothing lost, nothing twice.
+    fn broker_restart(&self, quick: bool, summary: &mut Summary) -> Result<()> {
+        let b = &self.b;
+        let (m, rate_r) = if quick {
+            (40_000u64, 20_000)
+        } else {
+            (100_000, 25_000)
+        };
+        let gen_size = 200;
+        let mut c = ours(
+            &self.sl,
+            &format!(
+                "gen count={m} size={gen_size} rate={rate_r} | kafkaout topic=restart brokers={} partitions=2",
+                b.addr
+            ),
+        );
+        let t0 = Instant::now();
+        let child = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        std::thread::sleep(Duration::from_millis(800));
+        let r0 = Instant::now();
+        b.restart()?;
+        let down = r0.elapsed().as_secs_f64();
+        let out = child.wait_with_output()?;
+        let e = String::from_utf8_lossy(&out.stderr).to_string();
+        let produced_in = t0.elapsed().as_secs_f64();
+        let delivered = summary_number(&e, "kafkaout: ", Some("delivered")).unwrap_or(0);
+        let t = read_back(&self.sl, &b.addr, &b.dir, "restart", m, gen_size, gen_seq)?;
+        println!(
+            "  restart: {m} messages paced at {rate_r}/s, the broker restarted 0.8 s in (took {down:.1} s); producer {} after {produced_in:.1} s, {delivered} delivered; the topic holds {t}",
+            if out.status.success() { "ended" } else { "FAILED" }
+        );
+        if t.wrong != 0 {
+            return Err(err(format!(
+                "the restart topic holds messages gen did not send: {t}"
+            )));
+        }
+        summary.add(
+            "kafka_lost_after_broker_restart",
+            t.lost as f64,
+            Some(Target::AtMost(0.0)),
+            format!("of {m} messages produced across a broker restart: sequence numbers missing"),
+        );
+        summary.add(
+            "kafka_duplicates_after_broker_restart",
+            t.duplicates as f64,
+            Some(Target::AtMost(0.0)),
+            format!("of {m} messages produced across a broker restart: messages beyond the first of their sequence number"),
+        );
+        Ok(())
     }
-    summary.add(
-        "kafka_lost_after_broker_restart",
-        t.lost as f64,
-        Some(Target::AtMost(0.0)),
-        format!("of {m} messages produced across a broker restart: sequence numbers missing"),
-    );
-    summary.add(
-        "kafka_duplicates_after_broker_restart",
-        t.duplicates as f64,
-        Some(Target::AtMost(0.0)),
-        format!("of {m} messages produced across a broker restart: messages beyond the first of their sequence number"),
-    );
-    Ok(())
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {

@@ -18,9 +18,10 @@
 //! full run. Needs root.
 
 use crate::capture::{max_rate, veth};
-use crate::meter::{median, Budget, Meter};
+use crate::meter::{median, Budget, Meter, Sample, Window};
 use crate::proc::kill_with_us;
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -103,6 +104,31 @@ fn stop_reader(r: Reader) -> (u64, u64) {
     (captured, dropped.max(received.saturating_sub(captured)))
 }
 
+/// What the steps of the legacy benchmark share: the veth pair and its addresses, our
+/// libpcap's directory, our daemon, the meter and the traffic offered.
+struct Rig {
+    /// Our daemon (declared first: it goes before the pair).
+    daemon: crate::daemon::Daemon,
+    /// The pair: `here_ip` our end's address, `peer_ip` the far end's, `here` our device.
+    v: kernel::netns::Veth,
+    /// The directory of our libpcap (`streamline compat --print-dir`).
+    compat: String,
+    daemon_pid: u32,
+    m: Meter,
+    /// Datagrams per second offered, seconds per window, UDP payload bytes.
+    pps: u64,
+    secs: f64,
+    size: usize,
+    /// The most the sender keeps alone.
+    max: f64,
+    /// Reader k's filter is the k-th (cycled).
+    filters: [String; 10],
+}
+
+/// After the sending, longer than tcpdump's 1000 ms block timeout: what was sent is read
+/// inside the window.
+const DRAIN: Duration = Duration::from_millis(1100);
+
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(1500));
     if crate::daemon::euid()? != 0 {
@@ -111,6 +137,40 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         ));
     }
     crate::meter::favour()?;
+    let dir = TempDir::new("legacy")?;
+    let rig = setup(a, quick, &dir)?;
+    let configs = configs(a, quick);
+    let names: Vec<String> = configs
+        .iter()
+        .map(|&(n, sl)| format!("{n}/{}", side(sl)))
+        .collect();
+    // The daemon and the workers it starts on the readers' CPUs, as the readers.
+    crate::meter::move_to_capture_cpus(rig.daemon_pid)?;
+    println!("{}", rig.m.describe());
+    println!("(the daemon and its workers are charged in every window, the sender alone's too: idle on the system's libpcap)");
+    println!("each round: the sender alone, then each configuration followed by the sender alone again (A B1 A B2 ... A); a configuration's extra CPU is its window's minus the sender alone's per packet sent (the two windows around it) times its packets sent, per packet sent");
+    println!("\nextra CPU of readers and capture path per packet sent (ns), per round (readers/libpcap):");
+    let reps = if quick { 1 } else { a.reps.max(1) };
+    let budget = Budget {
+        min_rounds: reps,
+        max_rounds: if quick { 1 } else { reps.max(15) },
+        time: Duration::from_secs_f64(if quick { 0.0 } else { configs.len() as f64 * 40.0 }),
+    };
+    let r = &rig;
+    let all = crate::meter::interleave(
+        &names,
+        &budget,
+        || crate::meter::window(&r.m, &r.v.here_ip, &r.v.peer_ip, r.pps, r.secs, r.size, 1, &[r.daemon_pid], DRAIN),
+        |k| readers_window(r, configs[k]),
+        |k, w, totals| check_readers(r, configs[k], w, totals),
+    )?;
+    let at = table(&rig, &configs, &all, quick)?;
+    figures(&rig, a, &at, all[0].len())
+}
+
+/// Our libpcap's directory, the veth pair, our daemon (its files in `dir`) and the offered
+/// rate, printed.
+fn setup(a: &Args, quick: bool, dir: &TempDir) -> Result<Rig> {
     let (streamlined, streamline) = crate::daemon::binaries()?;
     let out = Command::new(&streamline)
         .args(["compat", "--print-dir"])
@@ -126,7 +186,6 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let secs = if quick { 1.0 } else { a.secs };
     let v = veth()?;
     let (here, peer, dev) = (v.here_ip.clone(), v.peer_ip.clone(), v.here.clone());
-    let dir = TempDir::new("legacy")?;
     cleanup_on_abnormal_exit(&[
         &dir.path().join("control"),
         &dir.path().join("streamlined.log"),
@@ -140,13 +199,37 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let reps = if quick { 1 } else { a.reps.max(1) };
     println!("streamline-bench legacy ({} mode): tcpdump readers on veth {dev}, {secs} s per configuration, {reps} round(s)", if quick { "quick" } else { "full" });
     println!("sender alone keeps {max:.0} packets/s ({size}-byte UDP payloads); offering {pps} packets/s ({:.0}% of it, {:.0} Mbit/s)", a.load * 100.0, pps as f64 * (size + 42) as f64 * 8.0 / 1e6);
+    let daemon_pid = daemon.child.as_ref().map_or(0, |c| c.id());
     println!(
-        "our libpcap: {compat}/libpcap.so.0.8; our daemon: {} (pid {})",
+        "our libpcap: {compat}/libpcap.so.0.8; our daemon: {} (pid {daemon_pid})",
         streamlined.display(),
-        daemon.child.as_ref().map_or(0, |c| c.id())
     );
+    let filters = filters(&here, &peer);
+    println!(
+        "filters (reader k has the k-th): {}",
+        filters
+            .iter()
+            .map(|f| format!("'{f}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(Rig {
+        daemon,
+        v,
+        compat,
+        daemon_pid,
+        m: Meter::new(),
+        pps,
+        secs,
+        size,
+        max,
+        filters,
+    })
+}
 
-    let filters = [
+/// The readers' filters: reader k has the k-th.
+fn filters(here: &str, peer: &str) -> [String; 10] {
+    [
         "udp".to_string(),
         "udp dst port 9".to_string(),
         "ip".to_string(),
@@ -157,15 +240,12 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         "len > 60".to_string(),
         "udp dst port 7".to_string(),
         "not tcp".to_string(),
-    ];
-    println!(
-        "filters (reader k has the k-th): {}",
-        filters
-            .iter()
-            .map(|f| format!("'{f}'"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    ]
+}
+
+/// The configurations: (readers, on ours?), each reader count on both sides (or the one
+/// `--only` names).
+fn configs(a: &Args, quick: bool) -> Vec<(usize, bool)> {
     let counts: &[usize] = if !a.readers.is_empty() {
         &a.readers
     } else if quick {
@@ -173,104 +253,97 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     } else {
         &[1, 2, 5, 10]
     };
-    // The configurations: (readers, on ours?).
-    let configs: Vec<(usize, bool)> = counts
+    counts
         .iter()
         .flat_map(|&n| [(n, false), (n, true)])
         .filter(|&(_, sl)| {
             a.only
                 .as_deref()
-                .is_none_or(|o| o == if sl { "streamline" } else { "linux" })
+                .is_none_or(|o| o == side(sl))
         })
-        .collect();
-    let side = |sl: bool| if sl { "streamline" } else { "linux" };
-    let names: Vec<String> = configs
-        .iter()
-        .map(|&(n, sl)| format!("{n}/{}", side(sl)))
-        .collect();
-    let m = Meter::new();
-    let daemon_pid = daemon.child.as_ref().map_or(0, |c| c.id());
-    // The daemon and the workers it starts on the readers' CPUs, as the readers.
-    crate::meter::move_to_capture_cpus(daemon_pid)?;
-    println!("{}", m.describe());
-    // After the sending, longer than tcpdump's 1000 ms block timeout: what was sent is read
-    // inside the window.
-    let drain = Duration::from_millis(1100);
+        .collect()
+}
 
-    println!("(the daemon and its workers are charged in every window, the sender alone's too: idle on the system's libpcap)");
-    println!("each round: the sender alone, then each configuration followed by the sender alone again (A B1 A B2 ... A); a configuration's extra CPU is its window's minus the sender alone's per packet sent (the two windows around it) times its packets sent, per packet sent");
-    println!("\nextra CPU of readers and capture path per packet sent (ns), per round (readers/libpcap):");
-    let budget = Budget {
-        min_rounds: reps,
-        max_rounds: if quick { 1 } else { reps.max(15) },
-        time: Duration::from_secs_f64(if quick { 0.0 } else { configs.len() as f64 * 40.0 }),
-    };
-    let all = crate::meter::interleave(
-        &names,
-        &budget,
-        || crate::meter::window(&m, &here, &peer, pps, secs, size, 1, &[daemon_pid], drain),
-        |k| {
-            let (n, on_streamline) = configs[k];
-            let mut readers = Vec::new();
-            for f in filters.iter().cycle().take(n) {
-                let mut c = Command::new("tcpdump");
-                c.args(["-Z", "root", "-n", "-i", &dev, "-w", "/dev/null", f]);
-                if on_streamline {
-                    c.env("LD_LIBRARY_PATH", &compat)
-                        .env("STREAMLINE_SOCKET", &daemon.socket);
-                }
-                readers.push(start_reader(crate::meter::on_capture_cpus(c))?);
-            }
-            std::thread::sleep(Duration::from_millis(300));
-            let mut roots: Vec<u32> = readers.iter().map(|r| r.child.id()).collect();
-            roots.push(daemon_pid);
-            let measured =
-                crate::meter::window(&m, &here, &peer, pps, secs, size, 1, &roots, drain);
-            let totals: Vec<(u64, u64)> = readers.into_iter().map(stop_reader).collect();
-            // Let a shared capture whose readers all left stop before the next window.
-            std::thread::sleep(Duration::from_millis(500));
-            let w = measured?;
-            if w.took > secs * 1.15 {
-                println!(
-                    "(the sender kept only {:.0} of {pps} packets/s here)",
-                    w.sent as f64 / w.took
-                );
-            }
-            Ok((w, totals))
-        },
-        |k, w, totals| {
-            let (n, on_streamline) = configs[k];
-            // Every reader saw (captured or had dropped) what its filter matches of
-            // what was sent, on either libpcap; a reader that missed packets would
-            // make its side look cheaper than it is.
-            for (i, (f, t)) in filters.iter().cycle().zip(totals).enumerate() {
-                let want = matching(f, w.sent, size);
-                // Captured, plus what the kernel took for it but it did not read (dropped,
-                // or still in its ring when stopped).
-                let got = t.0 + t.1;
-                // Stray frames (ARP, IPv6 neighbour discovery) match the broad filters.
-                if got < want || got > want + want / 100 + 20 {
-                    return Err(err(format!(
-                        "{} libpcap, {n} readers: reader {i} ('{f}') saw {got} packets ({} captured, {} dropped or unread) where its filter matches {want} of the {} sent",
-                        if on_streamline { "our" } else { "the system's" },
-                        t.0,
-                        t.1,
-                        w.sent
-                    )));
-                }
-            }
-            // The figure is per packet sent: the same traffic for every configuration.
-            Ok(w.sent)
-        },
-    )?;
+fn side(sl: bool) -> &'static str {
+    if sl {
+        "streamline"
+    } else {
+        "linux"
+    }
+}
+
+/// One configuration's window: `n` tcpdump readers started (on our libpcap and daemon or
+/// the system's), the traffic sent and measured, the readers stopped; their totals.
+fn readers_window(r: &Rig, (n, on_streamline): (usize, bool)) -> Result<(Window, Vec<(u64, u64)>)> {
+    let mut readers = Vec::new();
+    for f in r.filters.iter().cycle().take(n) {
+        let mut c = Command::new("tcpdump");
+        c.args(["-Z", "root", "-n", "-i", &r.v.here, "-w", "/dev/null", f]);
+        if on_streamline {
+            c.env("LD_LIBRARY_PATH", &r.compat)
+                .env("STREAMLINE_SOCKET", &r.daemon.socket);
+        }
+        readers.push(start_reader(crate::meter::on_capture_cpus(c))?);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut roots: Vec<u32> = readers.iter().map(|r| r.child.id()).collect();
+    roots.push(r.daemon_pid);
+    let measured =
+        crate::meter::window(&r.m, &r.v.here_ip, &r.v.peer_ip, r.pps, r.secs, r.size, 1, &roots, DRAIN);
+    let totals: Vec<(u64, u64)> = readers.into_iter().map(stop_reader).collect();
+    // Let a shared capture whose readers all left stop before the next window.
+    std::thread::sleep(Duration::from_millis(500));
+    let w = measured?;
+    if w.took > r.secs * 1.15 {
+        println!(
+            "(the sender kept only {:.0} of {} packets/s here)",
+            w.sent as f64 / w.took,
+            r.pps
+        );
+    }
+    Ok((w, totals))
+}
+
+/// Every reader saw (captured or had dropped) what its filter matches of what was sent,
+/// on either libpcap; a reader that missed packets would make its side look cheaper than
+/// it is. Returns the packets the figure is per: those sent, the same traffic for every
+/// configuration.
+fn check_readers(r: &Rig, (n, on_streamline): (usize, bool), w: &Window, totals: &[(u64, u64)]) -> Result<u64> {
+    for (i, (f, t)) in r.filters.iter().cycle().zip(totals).enumerate() {
+        let want = matching(f, w.sent, r.size);
+        // Captured, plus what the kernel took for it but it did not read (dropped,
+        // or still in its ring when stopped).
+        let got = t.0 + t.1;
+        // Stray frames (ARP, IPv6 neighbour discovery) match the broad filters.
+        if got < want || got > want + want / 100 + 20 {
+            return Err(err(format!(
+                "{} libpcap, {n} readers: reader {i} ('{f}') saw {got} packets ({} captured, {} dropped or unread) where its filter matches {want} of the {} sent",
+                if on_streamline { "our" } else { "the system's" },
+                t.0,
+                t.1,
+                w.sent
+            )));
+        }
+    }
+    Ok(w.sent)
+}
+
+/// The table of every configuration's extra CPU (median and standard error), and those
+/// that can be told from noise: (readers, on ours?) -> ns per packet sent. A configuration
+/// whose extra CPU cannot be told from the sender's own noise gives no ratio: a full run
+/// fails naming it; a quick run (a smoke test) says so and leaves out the figures that
+/// need it.
+fn table(
+    r: &Rig,
+    configs: &[(usize, bool)],
+    all: &[Vec<Sample<Vec<(u64, u64)>>>],
+    quick: bool,
+) -> Result<BTreeMap<(usize, bool), f64>> {
     println!(
         "\n{:<7} {:<11} {:>14} {:>10} {:>12} {:>12} {:>10} {:>12}",
         "readers", "libpcap", "ns/pkt", "+-", "% of a CPU", "own ns/pkt", "captured", "dropped"
     );
-    // A configuration whose extra CPU cannot be told from the sender's own noise gives no
-    // ratio. A full run fails naming it; a quick run (a smoke test) says so and leaves
-    // out the figures that need it.
-    let mut at: std::collections::BTreeMap<(usize, bool), f64> = Default::default();
+    let mut at = BTreeMap::new();
     let mut unmeasured = Vec::new();
     for (k, &(n, sl)) in configs.iter().enumerate() {
         let s = &all[k];
@@ -284,7 +357,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             side(sl),
             v.ns,
             v.se,
-            v.ns * pps as f64 / 1e9 * 100.0,
+            v.ns * r.pps as f64 / 1e9 * 100.0,
             own,
             captured,
             dropped,
@@ -316,10 +389,16 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         }
         println!("{what}; quick mode leaves out the figures that need it");
     }
+    Ok(at)
+}
+
+/// The SUMMARY: the ratios between configurations measured (`rounds`: of the first).
+fn figures(r: &Rig, a: &Args, at: &BTreeMap<(usize, bool), f64>, rounds: usize) -> Result<()> {
+    let (pps, size, max) = (r.pps, r.size, r.max);
     let ratio = |x: (usize, bool), y: (usize, bool)| Some(at.get(&x)? / at.get(&y)?);
     let mut s = Summary::default();
     if let Some(r) = ratio((10, false), (10, true)) {
-        s.add("tcpdump_10_readers_linux_cpu_over_streamline", r, Some(Target::AtLeast(4.0)), format!("CPU of 10 tcpdump readers plus their capture path (sender, readers, daemon, softirq; the sender alone's cost per packet taken out; median of {} interleaved rounds) at {pps} packets/s of {size}-byte datagrams: system libpcap over ours", all[0].len()));
+        s.add("tcpdump_10_readers_linux_cpu_over_streamline", r, Some(Target::AtLeast(4.0)), format!("CPU of 10 tcpdump readers plus their capture path (sender, readers, daemon, softirq; the sender alone's cost per packet taken out; median of {rounds} interleaved rounds) at {pps} packets/s of {size}-byte datagrams: system libpcap over ours"));
     }
     if let Some(r) = ratio((10, true), (1, true)) {
         s.add(

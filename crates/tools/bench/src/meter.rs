@@ -61,17 +61,8 @@ fn parents() -> HashMap<u32, u32> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The name is in parentheses and may contain anything: ppid is the second field
-        // after the last ')'.
-        if let Some(ppid) = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
-            .and_then(|p| p.parse().ok())
-        {
-            m.insert(pid, ppid);
+        if let Some(st) = crate::proc::stat_of(pid) {
+            m.insert(pid, st.ppid);
         }
     }
     m
@@ -103,7 +94,7 @@ pub(crate) fn tree_ns(roots: &[u32]) -> (u64, usize) {
 }
 
 /// CPU ns of every thread of `pids`, by thread id.
-fn tasks_ns(pids: &[u32]) -> HashMap<u32, u64> {
+pub(crate) fn tasks_ns(pids: &[u32]) -> HashMap<u32, u64> {
     let mut m = HashMap::new();
     for pid in pids {
         let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {

@@ -101,10 +101,7 @@ fn spawn(mut c: Command, what: &str) -> Result<Guard> {
 /// The veth pair, quiet: no IPv6 chatter on either end.
 fn veth() -> Result<Veth> {
     let v = Veth::new("bnet").map_err(|e| err(format!("{e} (the net benchmark needs root)")))?;
-    let quiet = |args: &[&str]| kernel::netns::run(args).map_err(|e| err(e.to_string()));
-    quiet(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.here)])?;
-    v.exec(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", v.there)])
-        .map_err(|e| err(e.to_string()))?;
+    crate::capture::ipv6_off(&v)?;
     // The far end must really be in the namespace: a route to it through our end.
     let o = Command::new("ip")
         .args(["-o", "link", "show", &v.there])

@@ -283,14 +283,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let reps = if quick { 1 } else { a.reps.max(1) };
     let tcpdump = find_on_path("tcpdump")
         .ok_or_else(|| err("tcpdump is not installed (not found on PATH); install it, e.g. `apt-get install tcpdump`"))?;
-    let exe = std::env::current_exe().map_err(|e| err(format!("locating own executable: {e}")))?;
-    let streamline = exe.with_file_name("streamline");
-    if !streamline.is_file() {
-        return Err(err(format!(
-            "{} not found next to this benchmark; build it with `cargo build --release -p streamline`",
-            streamline.display()
-        )));
-    }
+    let streamline = crate::capture::streamline()?;
     let sample = std::fs::canonicalize(&a.sample).map_err(|e| {
         err(format!(
             "sample capture {}: {e} (give one with --sample)",

@@ -366,4 +366,28 @@ pub fn stat_cpu_fields() -> Result<Vec<f64>> {
     Ok(v)
 }
 
+/// What /proc/PID/stat says of a process.
+pub(crate) struct ProcStat {
+    /// `R`, `S`, `Z`, ...
+    pub state: String,
+    pub ppid: u32,
+    /// Start time, in clock ticks after boot (with the pid, names one process).
+    pub start: u64,
+    /// The command name (between the parentheses, which it may itself contain).
+    pub comm: String,
+}
 
+/// /proc/PID/stat of `pid`, if it is there.
+pub(crate) fn stat_of(pid: u32) -> Option<ProcStat> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = s.find('(')?;
+    let close = s.rfind(')')?;
+    let comm = s[open + 1..close].to_string();
+    let f: Vec<&str> = s[close + 1..].split_whitespace().collect();
+    Some(ProcStat {
+        state: f.first()?.to_string(),
+        ppid: f.get(1)?.parse().ok()?,
+        start: f.get(19)?.parse().ok()?,
+        comm,
+    })
+}

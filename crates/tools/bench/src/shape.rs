@@ -286,6 +286,16 @@ fn write_file(path: &Path, bytes: usize) -> Result<()> {
     Ok(())
 }
 
+/// What the sections share: the `streamline` program, a scratch directory, seconds per
+/// transfer, rounds of the overhead comparison, the mode.
+struct Ctx {
+    sl: PathBuf,
+    dir: TempDir,
+    secs: f64,
+    reps: usize,
+    quick: bool,
+}
+
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     for (t, p) in [
         ("iperf3", "iperf3"),
@@ -295,90 +305,60 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     ] {
         need(t, p)?;
     }
-    let sl = streamline()?;
-    let secs = if quick { 1.0 } else { a.secs };
-    let reps = if quick { 3 } else { a.reps.max(1) };
-    let dir = TempDir::new("shape")?;
+    let c = Ctx {
+        sl: streamline()?,
+        secs: if quick { 1.0 } else { a.secs },
+        reps: if quick { 3 } else { a.reps.max(1) },
+        dir: TempDir::new("shape")?,
+        quick,
+    };
     let mut sum = Summary::default();
     crate::util::watchdog(Duration::from_secs(900));
+    let tcp_cap = rates(&c, &mut sum)?;
+    overhead(&c, &mut sum)?;
+    // ---- two servers in one group, rising connection rate ----
+    println!("\n== Two epoll servers in one shaping group, connections at rising rates ==");
+    let (ratio, table) = two_servers(&c.sl, c.dir.path(), c.secs.max(2.0), tcp_cap)?;
+    println!("{table}");
+    sum.add(
+        "shaped_two_servers_overload_vs_peak",
+        ratio,
+        Some(Target::AtLeast(0.95)),
+        "combined throughput, 2x peak rate / peak",
+    );
+    // ---- priorities: small files behind large ones ----
+    println!(
+        "\n== Priorities: a small file fetched beside four large downloads, fifo vs latency =="
+    );
+    let (fifo, lat) = priorities(&c.sl, c.dir.path(), if quick { 8 } else { 20 })?;
+    println!(
+        "small file (32 KiB) mean fetch time: fifo {:.1} ms, latency {:.1} ms",
+        fifo * 1e3,
+        lat * 1e3
+    );
+    sum.add(
+        "latency_policy_small_file_speedup_vs_fifo",
+        fifo / lat,
+        Some(Target::AtLeast(2.0)),
+        "mean of the small fetches",
+    );
+    sum.print()?;
+    Ok(())
+}
 
-    // ---- rates: TCP and UDP (iperf3), disk (dd) ----
-    let wrap_plain = |c: &[String]| plain(c);
+/// Rates: TCP and UDP (iperf3, ours against trickle), disk (dd), and the kernel mechanism
+/// (a static sender); their worst errors added to the summary. Returns the unshaped TCP
+/// rate (the later sections take their load from it).
+fn rates(c: &Ctx, sum: &mut Summary) -> Result<f64> {
     println!(
-        "== Rates: iperf3 TCP and UDP (sender shaped), dd read of a cached file; {secs} s each =="
+        "== Rates: iperf3 TCP and UDP (sender shaped), dd read of a cached file; {} s each ==",
+        c.secs
     );
-    let tcp_cap = iperf(&wrap_plain, false, 1.0)?;
-    let udp_cap = iperf(&wrap_plain, true, 1.0)?;
-    println!(
-        "unshaped: TCP {}, UDP {} (the targets are taken from these)",
-        mb(tcp_cap),
-        mb(udp_cap)
-    );
-    println!(
-        "{:<6} {:>12} {:>16} {:>8} {:>16} {:>8}",
-        "", "target", "streamline", "error", "trickle", "error"
-    );
-    let mut worst = [0f64; 4]; // ours tcp, ours udp, trickle tcp, trickle udp
-    for (i, (name, udp, cap)) in [("TCP", false, tcp_cap), ("UDP", true, udp_cap)]
-        .into_iter()
-        .enumerate()
-    {
-        for r in targets(cap) {
-            let pol = strings(&["--net", &format!("{r}")]);
-            let ours = iperf(&|c: &[String]| shaped(&sl, &pol, c), udp, secs)?;
-            let tr = iperf(&|c: &[String]| trickled(r, c), udp, secs)?;
-            let (eo, et) = (pct(ours, r), pct(tr, r));
-            worst[i] = worst[i].max(eo);
-            worst[i + 2] = worst[i + 2].max(et);
-            println!(
-                "{name:<6} {:>12} {:>16} {:>7.2}% {:>16} {:>7.2}%",
-                mb(r),
-                mb(ours),
-                eo,
-                mb(tr),
-                et
-            );
-        }
-    }
-    // disk: a cached file read by dd in 64 KiB calls, bytes for `secs` at each rate
-    let dd_cap = {
-        let f = dir.path().join("probe");
-        write_file(&f, 256 << 20)?;
-        let _ = dd(&wrap_plain, &f, 1 << 16, None)?;
-        let (b, s) = dd(&wrap_plain, &f, 1 << 16, None)?;
-        b / s
-    };
-    let disk_file = dir.path().join("disk");
-    let biggest = targets(dd_cap)[2];
-    write_file(
-        &disk_file,
-        ((biggest * secs) as usize).max(1 << 20) + (1 << 20),
-    )?;
-    let mut worst_disk = 0f64;
-    println!("unshaped dd read: {}", mb(dd_cap));
-    for r in targets(dd_cap) {
-        let pol = strings(&["--disk", &format!("{r}")]);
-        let count = ((r * secs) as u64 / 65536).max(4);
-        let (b, s) = dd(
-            &|c: &[String]| shaped(&sl, &pol, c),
-            &disk_file,
-            65536,
-            Some(count),
-        )?;
-        let e = pct(b / s, r);
-        worst_disk = worst_disk.max(e);
-        println!(
-            "{:<6} {:>12} {:>16} {:>7.2}% {:>16}",
-            "disk",
-            mb(r),
-            mb(b / s),
-            e,
-            "(cannot)"
-        );
-    }
+    let (tcp_cap, worst) = net_rates(c)?;
+    let worst_disk = disk_rates(c)?;
     // the kernel mechanism: a static sender (no LD_PRELOAD reaches it) at the middle TCP rate
     let r = targets(tcp_cap)[1];
-    let got = static_sender(&sl, dir.path(), r, secs)?;
+    let got = static_sender(&c.sl, c.dir.path(), r, c.secs)?;
     let static_err = pct(got, r);
     println!(
         "{:<6} {:>12} {:>16} {:>7.2}% {:>16}   (a static C sender: seccomp supervisor)",
@@ -424,20 +404,108 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         None,
         "trickle shapes no UDP",
     );
+    Ok(tcp_cap)
+}
 
-    // ---- overhead: dd of a cached file in 4 KiB and 32 KiB calls, shaping that never waits ----
+/// iperf3 TCP and UDP at three rates below the unshaped ones, shaped by us and by
+/// trickle. Returns the unshaped TCP rate and the worst errors: ours TCP, ours UDP,
+/// trickle TCP, trickle UDP.
+fn net_rates(c: &Ctx) -> Result<(f64, [f64; 4])> {
+    let wrap_plain = |c: &[String]| plain(c);
+    let tcp_cap = iperf(&wrap_plain, false, 1.0)?;
+    let udp_cap = iperf(&wrap_plain, true, 1.0)?;
+    println!(
+        "unshaped: TCP {}, UDP {} (the targets are taken from these)",
+        mb(tcp_cap),
+        mb(udp_cap)
+    );
+    println!(
+        "{:<6} {:>12} {:>16} {:>8} {:>16} {:>8}",
+        "", "target", "streamline", "error", "trickle", "error"
+    );
+    let mut worst = [0f64; 4]; // ours tcp, ours udp, trickle tcp, trickle udp
+    for (i, (name, udp, cap)) in [("TCP", false, tcp_cap), ("UDP", true, udp_cap)]
+        .into_iter()
+        .enumerate()
+    {
+        for r in targets(cap) {
+            let pol = strings(&["--net", &format!("{r}")]);
+            let ours = iperf(&|cmd: &[String]| shaped(&c.sl, &pol, cmd), udp, c.secs)?;
+            let tr = iperf(&|cmd: &[String]| trickled(r, cmd), udp, c.secs)?;
+            let (eo, et) = (pct(ours, r), pct(tr, r));
+            worst[i] = worst[i].max(eo);
+            worst[i + 2] = worst[i + 2].max(et);
+            println!(
+                "{name:<6} {:>12} {:>16} {:>7.2}% {:>16} {:>7.2}%",
+                mb(r),
+                mb(ours),
+                eo,
+                mb(tr),
+                et
+            );
+        }
+    }
+    Ok((tcp_cap, worst))
+}
+
+/// Disk: a cached file read by dd in 64 KiB calls, bytes for `secs` at each of three rates
+/// below the unshaped read. Returns the worst error.
+fn disk_rates(c: &Ctx) -> Result<f64> {
+    let wrap_plain = |c: &[String]| plain(c);
+    let dd_cap = {
+        let f = c.dir.path().join("probe");
+        write_file(&f, 256 << 20)?;
+        let _ = dd(&wrap_plain, &f, 1 << 16, None)?;
+        let (b, s) = dd(&wrap_plain, &f, 1 << 16, None)?;
+        b / s
+    };
+    let disk_file = c.dir.path().join("disk");
+    let biggest = targets(dd_cap)[2];
+    write_file(
+        &disk_file,
+        ((biggest * c.secs) as usize).max(1 << 20) + (1 << 20),
+    )?;
+    let mut worst_disk = 0f64;
+    println!("unshaped dd read: {}", mb(dd_cap));
+    for r in targets(dd_cap) {
+        let pol = strings(&["--disk", &format!("{r}")]);
+        let count = ((r * c.secs) as u64 / 65536).max(4);
+        let (b, s) = dd(
+            &|cmd: &[String]| shaped(&c.sl, &pol, cmd),
+            &disk_file,
+            65536,
+            Some(count),
+        )?;
+        let e = pct(b / s, r);
+        worst_disk = worst_disk.max(e);
+        println!(
+            "{:<6} {:>12} {:>16} {:>7.2}% {:>16}",
+            "disk",
+            mb(r),
+            mb(b / s),
+            e,
+            "(cannot)"
+        );
+    }
+    Ok(worst_disk)
+}
+
+/// Overhead: dd of a cached file in 4 KiB and 32 KiB calls, bare and under shaping that
+/// never waits; the fastest of each.
+fn overhead(c: &Ctx, sum: &mut Summary) -> Result<()> {
     println!("\n== Overhead: dd of a cached file to /dev/null, bare vs `streamline shape` with unreachable budgets ==");
-    let big = dir.path().join("cached");
-    let size = if quick { 256usize << 20 } else { 1usize << 30 };
+    let wrap_plain = |c: &[String]| plain(c);
+    let big = c.dir.path().join("cached");
+    let size = if c.quick { 256usize << 20 } else { 1usize << 30 };
     write_file(&big, size)?;
     let _ = dd(&wrap_plain, &big, 1 << 20, None)?;
     let never = strings(&["--disk", "1000TB/s", "--net", "1000TB/s"]);
     let mut overhead = Vec::new();
     for bs in [4096usize, 32768] {
         let (mut bare, mut ours) = (Vec::new(), Vec::new());
-        for _ in 0..reps {
+        for _ in 0..c.reps {
             bare.push(dd(&wrap_plain, &big, bs, None)?.1);
-            ours.push(dd(&|c: &[String]| shaped(&sl, &never, c), &big, bs, None)?.1);
+            ours.push(dd(&|cmd: &[String]| shaped(&c.sl, &never, cmd), &big, bs, None)?.1);
         }
         // the fastest of each (other load only ever slows a run down), as util::Plan does
         let best = |v: Vec<f64>| v.into_iter().fold(f64::INFINITY, f64::min);
@@ -465,36 +533,6 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         None,
         "dd bs=32K, fastest of each",
     );
-
-    // ---- two servers in one group, rising connection rate ----
-    println!("\n== Two epoll servers in one shaping group, connections at rising rates ==");
-    let (ratio, table) = two_servers(&sl, dir.path(), secs.max(2.0), tcp_cap)?;
-    println!("{table}");
-    sum.add(
-        "shaped_two_servers_overload_vs_peak",
-        ratio,
-        Some(Target::AtLeast(0.95)),
-        "combined throughput, 2x peak rate / peak",
-    );
-
-    // ---- priorities: small files behind large ones ----
-    println!(
-        "\n== Priorities: a small file fetched beside four large downloads, fifo vs latency =="
-    );
-    let (fifo, lat) = priorities(&sl, dir.path(), if quick { 8 } else { 20 })?;
-    println!(
-        "small file (32 KiB) mean fetch time: fifo {:.1} ms, latency {:.1} ms",
-        fifo * 1e3,
-        lat * 1e3
-    );
-    sum.add(
-        "latency_policy_small_file_speedup_vs_fifo",
-        fifo / lat,
-        Some(Target::AtLeast(2.0)),
-        "mean of the small fetches",
-    );
-
-    sum.print()?;
     Ok(())
 }
 

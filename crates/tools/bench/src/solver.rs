@@ -80,15 +80,7 @@ fn run_once(
 /// Plan quality: throughput of the three placements of each pipeline; returns the
 /// geometric means of (ilp over heuristic, ilp over one thread).
 fn plan_quality(reps: usize, quick: bool) -> Result<(f64, f64)> {
-    let exe = std::env::current_exe()
-        .map_err(|e| err(format!("own executable: {e}")))?
-        .with_file_name("streamline");
-    if !exe.is_file() {
-        return Err(err(format!(
-            "{} not found; build it with `cargo build --release -p streamline`",
-            exe.display()
-        )));
-    }
+    let exe = crate::capture::streamline()?;
     let dir = crate::util::TempDir::new("plan-quality")?;
     let sample = std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),

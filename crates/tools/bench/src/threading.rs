@@ -467,6 +467,27 @@ struct Row {
     unix_cpu: f64,
 }
 
+/// What every chain length's measurement shares: the arguments, the timing plan, the
+/// block count, the blocks in memory and in a memfd for `file`.
+struct Bench<'a> {
+    a: &'a Args,
+    plan: Plan,
+    /// Blocks every variant moves.
+    k: u64,
+    /// The K blocks in memory (empty unless a variant over made blocks runs).
+    blocks: Vec<u8>,
+    /// The same blocks in a memfd (gone with this process however it ends), opened by the
+    /// space through its /proc/self/fd path: `file`.
+    file: std::path::PathBuf,
+    memfile: std::fs::File,
+}
+
+impl Bench<'_> {
+    fn selected(&self, x: Variant) -> bool {
+        self.a.only.is_empty() || self.a.only.contains(&x)
+    }
+}
+
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(if quick {
         Duration::from_secs(120)
@@ -476,10 +497,23 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     if a.filters.is_empty() || a.filters.contains(&0) {
         return Err(err("--filters: chain lengths must be at least 1"));
     }
-    let selected = |x| a.only.is_empty() || a.only.contains(&x);
     let plan = Plan::new(quick, a.reps);
-    let v = Volumes::new(quick);
-    let k = v.blocks;
+    let k = Volumes::new(quick).blocks;
+    describe(&plan, k, quick);
+    let b = made_blocks(a, plan, k)?;
+    let mut rows = Vec::new();
+    for &n in &a.filters {
+        rows.push(row(&b, n)?);
+    }
+    let Bench { blocks, memfile, .. } = b;
+    drop(blocks);
+    drop(memfile);
+    figures(&rows, k).print()?;
+    Ok(())
+}
+
+/// What is measured and how, and the table's header.
+fn describe(plan: &Plan, k: u64, quick: bool) {
     println!(
         "streamline-bench threading ({} mode): {} CPUs",
         if quick { "quick" } else { "full" },
@@ -532,102 +566,118 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         "cpu x",
         "vs loop"
     );
-    let need_blocks = selected(Variant::OursMore) || selected(Variant::Loop);
-    let mut blocks = vec![0u8; if need_blocks { k as usize * BLOCK } else { 0 }];
-    for (seq, b) in blocks.chunks_exact_mut(BLOCK).enumerate() {
-        gen_block(seq as u64, b);
+}
+
+/// The K blocks made once, in memory and (for `file`) in a memfd, when a variant over
+/// made blocks runs.
+fn made_blocks(a: &Args, plan: Plan, k: u64) -> Result<Bench<'_>> {
+    let mut b = Bench {
+        a,
+        plan,
+        k,
+        blocks: Vec::new(),
+        file: Default::default(),
+        memfile: std::fs::File::from(
+            beltway::sys::memfd_create("slbench-threading", 0)
+                .map_err(|e| err(format!("memfd_create: {e}")))?,
+        ),
+    };
+    let need_blocks = b.selected(Variant::OursMore) || b.selected(Variant::Loop);
+    b.blocks = vec![0u8; if need_blocks { k as usize * BLOCK } else { 0 }];
+    for (seq, blk) in b.blocks.chunks_exact_mut(BLOCK).enumerate() {
+        gen_block(seq as u64, blk);
     }
-    // The blocks for `file`: a memfd (gone with this process however it ends), opened by
-    // the space through its /proc/self/fd path.
-    let memfd = beltway::sys::memfd_create("slbench-threading", 0)
-        .map_err(|e| err(format!("memfd_create: {e}")))?;
-    let file = std::path::PathBuf::from(format!("/proc/self/fd/{}", memfd.as_raw_fd()));
-    let mut memfile = std::fs::File::from(memfd);
-    if selected(Variant::OursMore) {
-        memfile
-            .write_all(&blocks)
+    b.file = std::path::PathBuf::from(format!("/proc/self/fd/{}", b.memfile.as_raw_fd()));
+    if b.selected(Variant::OursMore) {
+        b.memfile
+            .write_all(&b.blocks)
             .map_err(|e| err(format!("writing the blocks to a memfd: {e}")))?;
     }
-    let mut rows = Vec::new();
-    for &n in &a.filters {
-        let mut row = Row {
-            n,
-            ours: f64::NAN,
-            ours_file: f64::NAN,
-            ours_rewrite: f64::NAN,
-            unix: f64::NAN,
-            single: f64::NAN,
-            single_gen: f64::NAN,
-            ours_rewrite_cpu: f64::NAN,
-            unix_cpu: f64::NAN,
-        };
-        print!("{n:>3}");
-        flush();
-        if selected(Variant::Ours) {
-            row.ours = k as f64
-                / plan
-                    .measure_with(|_| run_ours(&gen_source(k), n, k))?
-                    .0
-                    .best();
-        }
-        print!(" {:>9}", cell(row.ours / 1e6, 3));
-        flush();
-        if selected(Variant::OursMore) || selected(Variant::Unix) {
-            let (t, cpu) = plan.measure_with(|_| run_ours(&gen_rewrite_source(k), n, k))?;
-            row.ours_rewrite = k as f64 / t.best();
-            row.ours_rewrite_cpu = cpu / k as f64;
-        }
-        print!(" {:>9}", cell(row.ours_rewrite / 1e6, 3));
-        flush();
-        if selected(Variant::Unix) {
-            let (t, (cpu, out)) = plan.measure_with(|_| {
-                let (secs, cpu, out) = run_unix(n, k)?;
-                Ok((secs, (cpu, out)))
-            })?;
-            // run_unix checked every block in order; and ours' counters showed K at the
-            // sink: the same blocks out of both, or no ratio.
-            if out != k {
-                return Err(err(format!(
-                    "the Unix pipeline delivered {out} blocks where ours delivered {k}: no ratio"
-                )));
-            }
-            row.unix = k as f64 / t.best();
-            row.unix_cpu = cpu / k as f64;
-        }
-        print!(" {:>9}", cell(row.unix / 1e6, 3));
-        flush();
-        if selected(Variant::Loop) {
-            row.single = k as f64 / plan.measure(|_| run_loop(n, &blocks))?.best();
-        }
-        print!(" {:>9}", cell(row.single / 1e6, 1));
-        flush();
-        if selected(Variant::OursMore) {
-            row.ours_file = k as f64
-                / plan
-                    .measure_with(|_| run_ours(&file_source(&file), n, k))?
-                    .0
-                    .best();
-        }
-        print!(" {:>9}", cell(row.ours_file / 1e6, 3));
-        flush();
-        if selected(Variant::Loop) {
-            row.single_gen = k as f64 / plan.measure(|_| run_loop_gen(n, k))?.best();
-        }
-        println!(
-            " {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}",
-            cell(row.single_gen / 1e6, 3),
-            cell(row.ours_rewrite_cpu * 1e9, 1),
-            cell(row.unix_cpu * 1e9, 1),
-            cell(row.ours_rewrite / row.unix, 2),
-            cell(row.unix_cpu / row.ours_rewrite_cpu, 2),
-            cell(row.ours / row.single_gen, 3)
-        );
-        rows.push(row);
+    Ok(b)
+}
+
+/// One chain length: each selected variant measured, its cell printed as it comes.
+fn row(b: &Bench, n: usize) -> Result<Row> {
+    let (plan, k) = (&b.plan, b.k);
+    let mut row = Row {
+        n,
+        ours: f64::NAN,
+        ours_file: f64::NAN,
+        ours_rewrite: f64::NAN,
+        unix: f64::NAN,
+        single: f64::NAN,
+        single_gen: f64::NAN,
+        ours_rewrite_cpu: f64::NAN,
+        unix_cpu: f64::NAN,
+    };
+    print!("{n:>3}");
+    flush();
+    if b.selected(Variant::Ours) {
+        row.ours = k as f64
+            / plan
+                .measure_with(|_| run_ours(&gen_source(k), n, k))?
+                .0
+                .best();
     }
-    drop(blocks);
-    drop(memfile);
+    print!(" {:>9}", cell(row.ours / 1e6, 3));
+    flush();
+    if b.selected(Variant::OursMore) || b.selected(Variant::Unix) {
+        let (t, cpu) = plan.measure_with(|_| run_ours(&gen_rewrite_source(k), n, k))?;
+        row.ours_rewrite = k as f64 / t.best();
+        row.ours_rewrite_cpu = cpu / k as f64;
+    }
+    print!(" {:>9}", cell(row.ours_rewrite / 1e6, 3));
+    flush();
+    if b.selected(Variant::Unix) {
+        let (t, (cpu, out)) = plan.measure_with(|_| {
+            let (secs, cpu, out) = run_unix(n, k)?;
+            Ok((secs, (cpu, out)))
+        })?;
+        // run_unix checked every block in order; and ours' counters showed K at the
+        // sink: the same blocks out of both, or no ratio.
+        if out != k {
+            return Err(err(format!(
+                "the Unix pipeline delivered {out} blocks where ours delivered {k}: no ratio"
+            )));
+        }
+        row.unix = k as f64 / t.best();
+        row.unix_cpu = cpu / k as f64;
+    }
+    print!(" {:>9}", cell(row.unix / 1e6, 3));
+    flush();
+    if b.selected(Variant::Loop) {
+        row.single = k as f64 / plan.measure(|_| run_loop(n, &b.blocks))?.best();
+    }
+    print!(" {:>9}", cell(row.single / 1e6, 1));
+    flush();
+    if b.selected(Variant::OursMore) {
+        row.ours_file = k as f64
+            / plan
+                .measure_with(|_| run_ours(&file_source(&b.file), n, k))?
+                .0
+                .best();
+    }
+    print!(" {:>9}", cell(row.ours_file / 1e6, 3));
+    flush();
+    if b.selected(Variant::Loop) {
+        row.single_gen = k as f64 / plan.measure(|_| run_loop_gen(n, k))?.best();
+    }
+    println!(
+        " {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}",
+        cell(row.single_gen / 1e6, 3),
+        cell(row.ours_rewrite_cpu * 1e9, 1),
+        cell(row.unix_cpu * 1e9, 1),
+        cell(row.ours_rewrite / row.unix, 2),
+        cell(row.unix_cpu / row.ours_rewrite_cpu, 2),
+        cell(row.ours / row.single_gen, 3)
+    );
+    Ok(row)
+}
+
+/// The SUMMARY: each row's ratios whose two variants were both measured (see --only).
+fn figures(rows: &[Row], k: u64) -> Summary {
     let mut summary = Summary::default();
-    for r in &rows {
+    for r in rows {
         let (t_unix, t_loop) = if r.n == 10 {
             (Some(Target::AtLeast(100.0)), Some(Target::AtLeast(0.5)))
         } else {
@@ -661,8 +711,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             }
         }
     }
-    summary.print()?;
-    Ok(())
+    summary
 }
 
 /// The hidden `__byte0` mode: one filter process of the Unix pipeline. Reads up to 64 KiB
