@@ -31,7 +31,7 @@ use beltway::{
 use std::time::{Duration, Instant};
 
 /// How a channel batches its wake-ups and how much it buffers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ChannelConfig {
     /// Tags committed per wake-up of a sleeping consumer (1: wake for every tag).
     pub threshold: u32,

@@ -3,7 +3,7 @@
 //! descriptors it counts are its own.
 
 use dataplane::channel::ChannelConfig;
-use dataplane::spaces::Spaces;
+use dataplane::spaces::{Layout, Spaces};
 use std::sync::atomic::AtomicBool;
 
 mod common;
@@ -30,7 +30,8 @@ fn a_failure_at_any_construction_step_rolls_back_everything() {
         slots: 256,
         ..Default::default()
     };
-    let all = match Spaces::build_steps(&g, &F, 1 << 20, cfg, None, Some(usize::MAX)) {
+    let layout = Layout::place(&g, &F, cfg).unwrap();
+    let all = match Spaces::build_steps(&layout, &F, 1 << 20, None, Some(usize::MAX)) {
         Err(e) => e.why(),
         Ok(_) => panic!("a failure past the last step still fails"),
     };
@@ -45,7 +46,7 @@ fn a_failure_at_any_construction_step_rolls_back_everything() {
     // The only test of this binary: nothing else maps rings meanwhile.
     for k in 0..n {
         let before = held();
-        let e = match Spaces::build_steps(&g, &F, 1 << 20, cfg, None, Some(k)) {
+        let e = match Spaces::build_steps(&layout, &F, 1 << 20, None, Some(k)) {
             Err(e) => e,
             Ok(_) => panic!("step {k} was to fail"),
         };
@@ -66,7 +67,7 @@ fn a_failure_at_any_construction_step_rolls_back_everything() {
         );
     }
     // And the same build without a fault runs.
-    let rep = Spaces::build_steps(&g, &F, 1 << 20, cfg, None, None)
+    let rep = Spaces::build_steps(&layout, &F, 1 << 20, None, None)
         .unwrap()
         .run(&AtomicBool::new(false), |_| {});
     assert!(rep

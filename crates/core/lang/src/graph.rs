@@ -13,12 +13,14 @@ pub type NodeId = usize;
 /// unique by `(from, to, sel)`. Cycles exist only through named nodes and only when the
 /// cycle contains a loop-bounding filter (`for`, see [`crate::Resolver::bounds_loops`]).
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Graph {
     pub nodes: Vec<Node>,
     pub edges: Vec<Edge>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Node {
     pub id: NodeId,
     pub kind: NodeKind,
@@ -33,6 +35,7 @@ pub struct Node {
 }
 
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum NodeKind {
     /// A native filter: name, positional params (quotes removed), key=value options in
     /// order (control options of Table 3.2 included, except `name`, which is Node::name).
@@ -56,6 +59,7 @@ pub enum NodeKind {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum JoinMode {
     /// `+`: pass every copy (duplicates kept).
     All,
@@ -75,12 +79,14 @@ pub enum JoinMode {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum SplitMode {
     RoundRobin,
     Hash,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Edge {
     pub from: NodeId,
     pub to: NodeId,
@@ -99,6 +105,7 @@ pub const UNIX_CONTROL_OPTIONS: [&str; 2] = [crate::resolve::SPACE, "name"];
 
 /// Which classes an arc forwards (Table 3.1, "Selector").
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Selector {
     /// `|`: all non-zero classes.
     Default,
@@ -155,6 +162,7 @@ impl fmt::Display for Selector {
 
 /// Optimization hints (Table 3.3), written `@hint,hint`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Hint {
     Throughput,
     Latency,

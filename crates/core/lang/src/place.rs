@@ -14,6 +14,7 @@ use std::path::PathBuf;
 /// A filter node's placement decisions. Every field is `None` until the user or a
 /// rewrite pass decides it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Placement {
     /// Where it runs (`space=`).
     pub space: Option<SpaceSpec>,
@@ -32,6 +33,7 @@ impl Placement {
 /// A space in the runtime's own names: `local` (or `0`: the calling thread), `N` or `tN`
 /// (a thread space, pinned to CPU N mod the CPU count), `pN` (a process space), N >= 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum SpaceName {
     Local,
     Thread(usize),
@@ -66,6 +68,7 @@ impl fmt::Display for SpaceName {
 /// `user`: thread or process). The language only names it; `control` maps it onto the
 /// system model's kinds of space (`control::system::SpaceKind`, which has no `user`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PinKind {
     Kernel,
     Thread,
@@ -89,6 +92,7 @@ impl PinKind {
 /// space) or a pin in the planner's terms (`kernel`, `thread`, `process`, `user`, each
 /// optionally `:CPU`, or `cpuN`), which the plan honours and translates.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum SpaceSpec {
     Runtime(Vec<SpaceName>),
     Planner {
@@ -191,6 +195,7 @@ impl fmt::Display for SpaceSpec {
 
 /// Which implementation of a filter with a kernel and a user one runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Side {
     /// On the capture socket before it (set by the kernel push-down, which says where the
     /// program's maps are pinned when it has maps; a user's `placed=kernel` has no pin).
@@ -230,6 +235,7 @@ impl fmt::Display for Side {
 
 /// A program a capture source attaches to its socket for the filter after it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum KernelAttach {
     /// A pcap-filter expression, compiled to classic BPF (`rx | bpf "E"`).
     Cbpf(String),

@@ -4,6 +4,7 @@
 /// on `char` boundaries; an empty span (`start == end`) points between two characters,
 /// e.g. at the end of the input when an operand is missing there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Span {
     pub start: usize,
     pub end: usize,

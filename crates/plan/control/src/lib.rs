@@ -24,11 +24,11 @@
 //!   substitution (data-parallel split/join alternatives) when the request as written
 //!   does not fit.
 //! * [`realize`] owns the translation of a plan into the runtime's terms (space names,
-//!   `placed=`), as one line a run hands its process spaces.
+//!   `placed=`).
 //! * [`rewrite`] owns the graph rewrites between the parsed request and the graph the
 //!   runtime builds: one pass list in one order (templates, space assignment, prefix
 //!   sharing, multiqueue engines, kernel push-down, replication), one entry point that a
-//!   run and its process spaces call.
+//!   run's plan (`runplan`) calls once.
 //! * [`txn`] (re-exported from `dataplane`, whose `spaces` builds every run through it)
 //!   is construction as transactions (6.4): every step has an inverse, a failure rolls
 //!   back in reverse order. [`prefix`] owns prefix sharing of running

@@ -4,9 +4,9 @@
 //! [`lang::SpaceName`]s) and, for filters with a kernel and a user implementation, which
 //! one ([`lang::Side`], `placed=` in the text form).
 //!
-//! An [`Assignment`] is plain data: it prints as one line and parses back, so the parent
-//! of a run and its process spaces (which re-read the pipeline text) apply the same
-//! placement with [`Assignment::apply`]. A request where the user placed filters in the
+//! An [`Assignment`] is plain data (it prints as one line and parses back, for tests and
+//! messages), applied once per run with [`Assignment::apply`] by the run's plan
+//! (`runplan`); process spaces receive the placed graph, not the assignment. A request where the user placed filters in the
 //! runtime's own terms (`space=local|N|tN|pN|A,B`, `@private`, `@background`) runs as
 //! written ([`user_placed`]); pins in the planner's terms (`space=kernel|thread|cpuN`)
 //! are honoured by the plan and translated.

@@ -1,7 +1,8 @@
 //! The one home of the graph rewrites between a parsed request and the graph the runtime
 //! builds: the pass list and its order ([`PASSES`]), run from one entry point
-//! ([`rewrite`]) by a run and by each of its process spaces (which re-read the pipeline
-//! text and must arrive at the same graph, node ids included).
+//! ([`rewrite`]), once per run, by the run's plan (`runplan::plan`); its process spaces
+//! receive their part of the rewritten, placed graph (`dataplane::spaces::Share`) and
+//! rewrite nothing.
 //!
 //! A pass whose code needs a lower crate's types stays there; a pass written in the filter
 //! library is handed in by the caller with the library itself ([`Filters`]), since this
@@ -27,8 +28,9 @@
 //!    [`lang::KernelAttach`].
 //! 6. **replication** (`dataplane::spaces::replicate`, in dataplane because the build
 //!    must never see a space list and reports it with a build error's span): a filter with
-//!    `space=A,B,...` becomes `split | copies | join`, one copy per space. The build runs
-//!    it too, for callers that build without this module (tests, benchmarks); on a graph
+//!    `space=A,B,...` becomes `split | copies | join`, one copy per space. It runs with the
+//!    placement rule in `dataplane::spaces::Layout::place`, once per run (`runplan`), or
+//!    for callers that build a graph without a plan (tests, benchmarks); on a graph
 //!    already replicated it changes nothing.
 //!
 //! Each pass reads only what the earlier ones wrote (see ARCHITECTURE.md, "Graph

@@ -177,3 +177,41 @@ fn the_protocol_and_the_libraries_in_other_programs_link_neither_dataplane_nor_l
         );
     }
 }
+
+/// A run is derived in one library (`runplan`, the plan layer): the command and the
+/// daemon's worker call it, it calls neither of them.
+#[test]
+fn the_run_plan_links_neither_the_command_nor_the_daemon() {
+    let (crates, text) = normal_dependencies("runplan");
+    assert!(
+        ["runplan", "control", "dataplane", "lang", "filters"]
+            .iter()
+            .all(|c| crates.contains(*c)),
+        "cargo tree did not list runplan's own dependencies:\n{text}"
+    );
+    let banned: Vec<_> = ["streamline", "daemon"]
+        .into_iter()
+        .filter(|b| crates.contains(*b))
+        .collect();
+    assert!(
+        banned.is_empty(),
+        "runplan's normal dependencies pull in {banned:?} (the plan layer sits below the command and the daemon):\n{text}"
+    );
+}
+
+/// The daemon's worker (`streamline-worker`, a binary of the daemon package) runs a plan
+/// with the plan library and the dataplane: neither it nor the daemon links the command.
+#[test]
+fn the_daemon_and_its_worker_link_the_plan_library_not_the_command() {
+    let (crates, text) = normal_dependencies("daemon");
+    assert!(
+        ["daemon", "runplan", "dataplane"]
+            .iter()
+            .all(|c| crates.contains(*c)),
+        "cargo tree did not list the daemon package's own dependencies:\n{text}"
+    );
+    assert!(
+        !crates.contains("streamline"),
+        "the daemon package (and so its worker) pulls in the `streamline` command:\n{text}"
+    );
+}

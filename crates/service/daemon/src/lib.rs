@@ -8,9 +8,11 @@
 //! `protocol` crate, re-exported), `policy` (who may run what), `server` (the daemon itself),
 //! `reclaim` (what a killed daemon left behind), `pipesfs` (the live graph as a FUSE
 //! filesystem), `audit` (the daemon's record: a log line for everything done to a run),
-//! `view` (the daemon's own view of a run's graph, against which edits are checked).
+//! `view` (the daemon's own view of a run's graph, against which edits are checked),
+//! `context` (the client's context, gathered by the command, taken by the worker).
 
 pub mod audit;
+pub mod context;
 pub use protocol::client;
 pub mod pipesfs;
 pub mod policy;

@@ -27,8 +27,8 @@ struct Args {
     /// users may run no filter that needs a privilege (raw capture, transmission).
     #[arg(long)]
     policy: Option<PathBuf>,
-    /// The `streamline` program whose `__worker` runs each pipeline (default: next to
-    /// this program).
+    /// The worker program that runs each pipeline, `streamline-worker __worker` (default:
+    /// next to this program).
     #[arg(long)]
     worker: Option<PathBuf>,
     /// Most connections of unprivileged users at once, all users together (root's are
@@ -69,11 +69,11 @@ fn main() -> ExitCode {
         .or_else(|| {
             std::env::current_exe()
                 .ok()
-                .and_then(|e| e.parent().map(|d| d.join("streamline")))
+                .and_then(|e| e.parent().map(|d| d.join("streamline-worker")))
         })
-        .unwrap_or_else(|| "streamline".into());
+        .unwrap_or_else(|| "streamline-worker".into());
     if !worker.exists() {
-        eprintln!("streamlined: error: the worker program {} does not exist (--worker PATH names the `streamline` program)", worker.display());
+        eprintln!("streamlined: error: the worker program {} does not exist (--worker PATH names the `streamline-worker` program; `cargo build -p daemon` builds it)", worker.display());
         return ExitCode::from(2);
     }
     for gone in daemon::reclaim::sweep() {

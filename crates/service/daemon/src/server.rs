@@ -4,7 +4,7 @@
 //! transactions of connections (a run opened and not yet activated belongs to its
 //! connection and is rolled back when the connection ends), access checks per call, and
 //! the limits that keep hostile clients from hurting others. Does not own: running a
-//! pipeline (each run is a worker process, `streamline __worker`, that builds and runs
+//! pipeline (each run is a worker process, `streamline-worker __worker`, that builds and runs
 //! it with the client's identity and talks to us over a socket pair), the policy's
 //! rules (`policy`), the wire format (`proto`).
 
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 pub struct Config {
     pub socket: PathBuf,
     pub policy: Policy,
-    /// The `streamline` program that runs a pipeline (`__worker`).
+    /// The worker program that runs a pipeline (`streamline-worker __worker`).
     pub worker: PathBuf,
     /// Most unprivileged client connections at once, of all users together; more are told
     /// EAGAIN and closed. Root's connections are not counted and never refused.

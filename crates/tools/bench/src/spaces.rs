@@ -71,13 +71,8 @@ fn run_counting(text: &str, cfg: ChannelConfig, sink: &str) -> Result<(f64, u64)
     }
     let launcher = Launcher {
         exe,
-        args: vec![
-            "__space".into(),
-            "--pipeline".into(),
-            text.into(),
-            "--ring".into(),
-            SCRATCH.to_string(),
-        ],
+        // The space receives its part of the run over its socket (`dataplane::spaces::Share`).
+        args: vec!["__space".into()],
         env: vec![],
     };
     let spaces = Spaces::build_with(&g, &BenchFactory, SCRATCH, cfg, Some(&launcher))

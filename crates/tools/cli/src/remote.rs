@@ -85,7 +85,7 @@ pub fn run(
         None => None,
     };
     // The run works where we are, with our environment, umask and limits.
-    let (context, cwd) = match crate::context::gather() {
+    let (context, cwd) = match daemon::context::gather() {
         Ok(c) => c,
         Err(e) => {
             crate::error!("{e}");

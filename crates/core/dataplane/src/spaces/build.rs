@@ -2,26 +2,23 @@
 //! process spaces started and handed their rings, every space of this process built; a
 //! failing step undoes the earlier ones. What a built run holds ([`Spaces`]) until it runs.
 
-use super::place::{
-    check_joins, labels_of, place, replicate, schedule_of, space_name, Placement, SpaceId,
-    SpaceKind,
-};
-use super::protocol::{child_error, recv_msg, recv_ring, send_ring};
-use super::split::{channel_config, split, WithChannels};
+use super::place::{schedule_of, Placement, SpaceId, SpaceKind};
+use super::protocol::{child_error, recv_msg, recv_ring, send_ring, send_share, ProtocolError};
+use super::split::{Channel, Layout, WithChannels};
 use crate::channel::{egress, ingress, ChannelConfig};
 use crate::filter::Filter;
-use crate::runtime::{base_name, span_of, BuildError, BuildErrorKind, Factory, Rollback, Space};
+use crate::runtime::{base_name, BuildError, BuildErrorKind, Factory, Rollback, Space};
 use crate::txn::{StepFailed, Transaction};
 use beltway::RingRef;
-use lang::{Edge, Graph, Hint};
+use lang::Graph;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 
-/// How to start a process space: this program with arguments (and environment variables,
-/// for what must not be on a command line everyone can read) that make it call
-/// [`run_process_space`] on the same pipeline; `--space ID --fd FD` are appended.
+/// How to start a process space: this program with arguments (and environment variables)
+/// that make it call [`super::run_process_space`]; `--space ID --fd FD` are appended, and
+/// the space receives its [`super::Share`] of the run over that descriptor.
 #[derive(Debug, Clone)]
 pub struct Launcher {
     pub exe: std::path::PathBuf,
@@ -72,10 +69,48 @@ pub struct Spaces {
     pub(super) order: Vec<String>,
 }
 
+/// The steps of one build: numbered (for injected failures), each a step of the
+/// transaction, a failure turned into a build error that says what was undone.
+struct Steps<'f> {
+    t: Transaction<Building<'f>>,
+    next: usize,
+    fail_at: Option<usize>,
+}
+
+impl<'f> Steps<'f> {
+    /// Step `name` (about the node or space `at`): `act`, with `undo` as its inverse.
+    fn step<T: Clone + 'static>(
+        &mut self,
+        name: String,
+        at: (String, Option<lang::Span>),
+        act: impl FnOnce(&mut Building<'f>) -> Result<T, BuildError>,
+        undo: impl FnOnce(&mut Building<'f>, T) + 'static,
+    ) -> Result<T, BuildError> {
+        let k = self.next;
+        self.next += 1;
+        let inject = self.fail_at == Some(k);
+        let act = move |b: &mut Building<'f>| match inject {
+            true => Err(BuildError::new(at.0, at.1, BuildErrorKind::Injected { step: k })),
+            false => act(b),
+        };
+        self.t.step(name, act, undo).map_err(|f: StepFailed<BuildError>| {
+            let mut e = f.error;
+            if !f.undone.is_empty() {
+                e.rollback = Some(Rollback {
+                    step: f.step,
+                    undone: f.undone,
+                });
+            }
+            e
+        })
+    }
+}
+
 impl Spaces {
-    /// Place `g`, split it, create the channels, start the process spaces (if any, with
-    /// `launcher`) and build every space; nothing runs yet. A build error anywhere stops
-    /// and reaps the process spaces started so far, and names the filter.
+    /// Place `g` ([`Layout::place`]), split it, create the channels, start the process
+    /// spaces (if any, with `launcher`) and build every space; nothing runs yet. For
+    /// callers that build a graph without a run's plan (tests, benchmarks); a run builds
+    /// from its plan's [`Layout`] ([`Spaces::build_steps`]).
     pub fn build(
         g: &Graph,
         factory: &dyn Factory,
@@ -92,41 +127,27 @@ impl Spaces {
         cfg: ChannelConfig,
         launcher: Option<&Launcher>,
     ) -> Result<Spaces, BuildError> {
-        Self::build_steps(g, factory, scratch, cfg, launcher, None)
+        let layout = Layout::place(g, factory, cfg)?;
+        Self::build_steps(&layout, factory, scratch, launcher, None)
     }
 
-    /// The build as a transaction (thesis 6.4, [`crate::txn`]): creating each channel,
-    /// starting each process space, receiving and handing over each channel's rings,
-    /// attaching each consumer, building each space and each process space's `ready` is
-    /// one step with its inverse (dropping a ring unmaps it, dropping a process space
-    /// kills and reaps it, dropping a space unmaps its store). A failing step undoes the
-    /// earlier ones, last first, and the error names the step and what was undone.
+    /// Realize `layout` as a transaction (thesis 6.4, [`crate::txn`]): creating each
+    /// channel, starting each process space (handing it its [`super::Share`]), receiving and
+    /// handing over each channel's rings, attaching each consumer, building each space and
+    /// each process space's `ready` is one step with its inverse (dropping a ring unmaps
+    /// it, dropping a process space kills and reaps it, dropping a space unmaps its
+    /// store). A failing step undoes the earlier ones, last first, and the error names the
+    /// step and what was undone. Nothing is placed here: the layout says where.
     ///
     /// `fail_at = Some(k)` injects a failure into step k (from 0), for tests of the
     /// rollback; past the last step it fails after all of them, saying how many there were.
     pub fn build_steps(
-        g: &Graph,
+        layout: &Layout,
         factory: &dyn Factory,
         scratch: usize,
-        cfg: ChannelConfig,
         launcher: Option<&Launcher>,
         fail_at: Option<usize>,
     ) -> Result<Spaces, BuildError> {
-        let g = &replicate(g, factory)?;
-        let placement = place(g)?;
-        check_joins(g, &placement, factory)?;
-        let (parts, cross) = split(g, &placement);
-        let run_labels = crate::runtime::run_labels(g);
-        let here = |s: SpaceId| placement.kind(s) != SpaceKind::Process;
-        // Channel errors name the consuming node.
-        let at = |e: &Edge| (base_name(&g.nodes[e.to]), span_of(&g.nodes[e.to]));
-        let chan_err = |e: &Edge, kind: BuildErrorKind| {
-            BuildError::new(base_name(&g.nodes[e.to]), span_of(&g.nodes[e.to]), kind)
-        };
-        let ring_err =
-            |e: &Edge, what: String, source| chan_err(e, BuildErrorKind::Channel { what, source });
-        let handover_err =
-            |e: &Edge, what: String, source| chan_err(e, BuildErrorKind::Handover { what, source });
         let building = Building {
             chans: WithChannels {
                 inner: factory,
@@ -136,232 +157,46 @@ impl Spaces {
             children: Vec::new(),
             spaces: Vec::new(),
         };
-        let mut t = Transaction::new(building);
-        let step_no = std::cell::Cell::new(0usize);
-        let inject = |(label, span): (String, Option<lang::Span>)| -> Result<(), BuildError> {
-            let k = step_no.get();
-            step_no.set(k + 1);
-            if fail_at == Some(k) {
-                return Err(BuildError::new(
-                    label,
-                    span,
-                    BuildErrorKind::Injected { step: k },
-                ));
-            }
-            Ok(())
+        let mut s = Steps {
+            t: Transaction::new(building),
+            next: 0,
+            fail_at,
         };
-        let failed = |f: StepFailed<BuildError>| {
-            let mut e = f.error;
-            if !f.undone.is_empty() {
-                e.rollback = Some(Rollback {
-                    step: f.step,
-                    undone: f.undone,
-                });
-            }
-            e
-        };
-        for (k, e) in cross.iter().enumerate() {
-            if here(placement.space[e.from]) {
-                let same = here(placement.space[e.to]);
-                t.step(
-                    format!("create channel {k}"),
-                    |b| {
-                        inject(at(e))?;
-                        let (tx, tr, d) =
-                            egress(&format!("sl-ch{k}"), channel_config(g, e, cfg), same).map_err(
-                                |x| ring_err(e, "cannot create a channel into it".into(), x),
-                            )?;
-                        b.chans
-                            .endpoints
-                            .lock()
-                            .expect("not poisoned")
-                            .insert((true, k), Box::new(tx) as Box<dyn Filter>);
-                        b.rings.insert(k, (tr, d));
-                        Ok(k)
-                    },
-                    |b, k| {
-                        b.chans
-                            .endpoints
-                            .lock()
-                            .expect("not poisoned")
-                            .remove(&(true, k));
-                        b.rings.remove(&k);
-                    },
-                )
-                .map_err(failed)?;
+        for (k, c) in layout.channels.iter().enumerate() {
+            if layout.here(c.from) {
+                create_channel(&mut s, k, c, layout.here(c.to))?;
             }
         }
         // Start the process spaces; each first sends the rings of the channels it feeds.
-        for (&id, _) in placement
-            .kinds
-            .iter()
-            .filter(|(_, &k)| k == SpaceKind::Process)
-        {
-            let label = labels_of(g, &placement, id);
-            let err = |what: String, source| {
-                BuildError::new(
-                    label.clone(),
-                    None,
-                    BuildErrorKind::Process { what, source },
-                )
-            };
-            t.step(
-                format!("start process space p{id}"),
-                |b| {
-                    inject((label.clone(), None))?;
-                    let Some(l) = launcher else {
-                        return Err(BuildError::new(
-                            label.clone(),
-                            None,
-                            BuildErrorKind::NoLauncher(id),
-                        ));
-                    };
-                    let (mine, theirs) =
-                        UnixStream::pair().map_err(|x| err("socketpair".into(), x))?;
-                    beltway::sys::inherit_across_exec(&theirs)
-                        .map_err(|x| err("fcntl".into(), x))?;
-                    let proc = std::process::Command::new(&l.exe)
-                        .args(&l.args)
-                        .envs(l.env.iter().map(|(k, v)| (k, v)))
-                        .arg("--space")
-                        .arg(id.to_string())
-                        .arg("--fd")
-                        .arg(theirs.as_raw_fd().to_string())
-                        // The run's standard input: a `stdin` filter or a Unix command
-                        // the plan puts in this process reads it there.
-                        .stdin(std::process::Stdio::inherit())
-                        .spawn()
-                        .map_err(|x| {
-                            err(
-                                format!("cannot start process space p{id} ({})", l.exe.display()),
-                                x,
-                            )
-                        })?;
-                    drop(theirs);
-                    let child = ChildSpace {
-                        id,
-                        proc,
-                        sock: mine,
-                    };
-                    let first = recv_msg(&child.sock).map_err(|x| {
-                        err(format!("process space p{id} ended before it started"), x)
-                    })?;
-                    if let Some(why) = first.strip_prefix("error ") {
-                        return Err(child_error(why, &label));
-                    }
-                    b.children.push(child);
-                    Ok(id)
-                },
-                // Dropping the child kills and reaps it; its mappings go with it.
-                |b, id| b.children.retain(|c| c.id != id),
-            )
-            .map_err(failed)?;
-            for (k, e) in cross
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| placement.space[e.from] == id)
-            {
-                t.step(
-                    format!("receive channel {k} from p{id}"),
-                    |b| {
-                        inject(at(e))?;
-                        let c = b
-                            .children
-                            .iter()
-                            .find(|c| c.id == id)
-                            .expect("started above");
-                        let tr = recv_ring(&c.sock).map_err(|x| {
-                            handover_err(e, format!("channel from process space p{id}"), x)
-                        })?;
-                        let d = recv_ring(&c.sock).map_err(|x| {
-                            handover_err(e, format!("channel from process space p{id}"), x)
-                        })?;
-                        b.rings.insert(k, (tr, d));
-                        Ok(k)
-                    },
-                    |b, k| {
-                        b.rings.remove(&k);
-                    },
-                )
-                .map_err(failed)?;
-            }
+        for (&id, _) in layout.parts.iter().filter(|(&id, _)| !layout.here(id)) {
+            start_process_space(&mut s, layout, id, scratch, launcher)?;
         }
         // Consumers attach before anyone writes: here, or in the process spaces.
-        for (k, e) in cross.iter().enumerate() {
-            let to = placement.space[e.to];
-            t.step(
-                format!("attach channel {k}"),
-                |b| {
-                    inject(at(e))?;
-                    let (tr, d) = &b.rings[&k];
-                    if here(to) {
-                        // A process space feeding us may not name files for us to map.
-                        let trusted = here(placement.space[e.from]);
-                        let mut rx = ingress(&format!("sl-ch{k}"), tr, d, trusted)
-                            .map_err(|x| ring_err(e, "cannot attach to its channel".into(), x))?;
-                        rx.set_busy(
-                            g.nodes[e.to]
-                                .hints
-                                .iter()
-                                .any(|h| matches!(h, Hint::Busy | Hint::Lockstep)),
-                        );
-                        b.chans
-                            .endpoints
-                            .lock()
-                            .expect("not poisoned")
-                            .insert((false, k), Box::new(rx) as Box<dyn Filter>);
-                    } else {
-                        let c = b
-                            .children
-                            .iter()
-                            .find(|c| c.id == to)
-                            .expect("process space started");
-                        send_ring(&c.sock, tr)
-                            .and_then(|_| send_ring(&c.sock, d))
-                            .map_err(|x| {
-                                handover_err(
-                                    e,
-                                    format!("cannot hand its channel to process space p{to}"),
-                                    x,
-                                )
-                            })?;
-                    }
-                    Ok(k)
-                },
-                // Here: drop the consumer's endpoint. In a process space: the mapping is
-                // the child's, undone when the start step's inverse stops it.
-                |b, k| {
-                    b.chans
-                        .endpoints
-                        .lock()
-                        .expect("not poisoned")
-                        .remove(&(false, k));
-                },
-            )
-            .map_err(failed)?;
+        for (k, c) in layout.channels.iter().enumerate() {
+            attach_channel(&mut s, layout, k, c)?;
         }
-        let mut ids: Vec<SpaceId> = parts.keys().copied().filter(|&s| here(s)).collect();
-        ids.sort_unstable();
-        for id in ids {
-            t.step(
-                format!("build space {}", space_name(&placement, id)),
+        for (&id, part) in layout.parts.iter().filter(|(&id, _)| layout.here(id)) {
+            let name = match layout.placement.kind(id) {
+                SpaceKind::Process => format!("p{id}"),
+                _ => id.to_string(),
+            };
+            let feeds = |here: bool| {
+                let mut out = layout.channels.iter().filter(|c| c.from == id);
+                out.any(|c| !here || layout.here(c.to))
+            };
+            let (shares, awaited) = (feeds(true), feeds(false));
+            s.step(
+                format!("build space {name}"),
+                (part.names.clone(), None),
                 |b| {
-                    inject((labels_of(g, &placement, id), None))?;
-                    let mut space = Space::build_labelled(
-                        &parts[&id].graph,
-                        &b.chans,
-                        scratch,
-                        &parts[&id].labels(&run_labels),
-                    )?;
+                    let mut space =
+                        Space::build_labelled(&part.graph, &b.chans, scratch, &part.labels)?;
                     // A space that feeds another space of this process keeps its rings in
                     // shared memory, so the consumer reads its blocks in place.
-                    if cross
-                        .iter()
-                        .any(|e| placement.space[e.from] == id && here(placement.space[e.to]))
-                    {
+                    if shares {
                         space.store().share_rings();
                     }
-                    if cross.iter().any(|e| placement.space[e.from] == id) {
+                    if awaited {
                         // Every space of the run has finished before this process drops
                         // its spaces (`Spaces::run`).
                         space.store().set_feeds(crate::store::Feeds::AwaitedSpaces);
@@ -370,67 +205,32 @@ impl Spaces {
                     Ok(id)
                 },
                 |b, id| b.spaces.retain(|(s, _)| *s != id),
-            )
-            .map_err(failed)?;
+            )?;
         }
-        let child_ids: Vec<SpaceId> = t.context().children.iter().map(|c| c.id).collect();
+        let child_ids: Vec<SpaceId> = s.t.context().children.iter().map(|c| c.id).collect();
         for id in child_ids {
-            let label = labels_of(g, &placement, id);
-            t.step(
-                format!("process space p{id} ready"),
-                |b| {
-                    inject((label.clone(), None))?;
-                    let c = b
-                        .children
-                        .iter()
-                        .find(|c| c.id == id)
-                        .expect("started above");
-                    match recv_msg(&c.sock) {
-                        Ok(m) if m == "ready" => Ok(id),
-                        Ok(m) => Err(child_error(m.strip_prefix("error ").unwrap_or(&m), &label)),
-                        Err(e) => Err(BuildError::new(
-                            label.clone(),
-                            None,
-                            BuildErrorKind::Process {
-                                what: format!("process space p{id} ended while building"),
-                                source: e,
-                            },
-                        )),
-                    }
-                },
-                // Nothing to take back: the start step's inverse stops the space.
-                |_, _| {},
-            )
-            .map_err(failed)?;
+            await_ready(&mut s, &layout.parts[&id].names, id)?;
         }
-        if let Some(k) = fail_at.filter(|&k| k >= step_no.get()) {
-            let n = step_no.get();
-            drop(t.rollback());
+        if let Some(k) = fail_at.filter(|&k| k >= s.next) {
+            let n = s.next;
+            drop(s.t.rollback());
             return Err(BuildError::new(
                 "build",
                 None,
                 BuildErrorKind::InjectedPast { step: k, steps: n },
             ));
         }
-        let b = t.commit();
-        let labels = g
-            .nodes
-            .iter()
-            .map(|n| (placement.space[n.id], base_name(n)))
-            .collect();
-        let sched = placement
-            .spaces()
-            .into_iter()
-            .map(|s| (s, schedule_of(g, &placement, s)))
-            .collect();
+        let b = s.t.commit();
+        let g = &layout.graph;
+        let p = &layout.placement;
         Ok(Spaces {
             spaces: b.spaces,
             children: b.children,
-            placement,
-            channels: cross.len(),
-            labels,
-            sched,
-            order: crate::runtime::user_order(&run_labels),
+            placement: p.clone(),
+            channels: layout.channels.len(),
+            labels: g.nodes.iter().map(|n| (p.space[n.id], base_name(n))).collect(),
+            sched: p.spaces().into_iter().map(|s| (s, schedule_of(g, p, s))).collect(),
+            order: crate::runtime::user_order(&layout.labels),
         })
     }
 
@@ -438,4 +238,174 @@ impl Spaces {
     pub fn process_ids(&self) -> Vec<(SpaceId, u32)> {
         self.children.iter().map(|c| (c.id, c.proc.id())).collect()
     }
+}
+
+/// Channel errors name the consuming node.
+fn ring_err(c: &Channel, what: String, source: beltway::Error) -> BuildError {
+    let (label, span) = c.consumer.clone();
+    BuildError::new(label, span, BuildErrorKind::Channel { what, source })
+}
+
+fn handover_err(c: &Channel, what: String, source: ProtocolError) -> BuildError {
+    let (label, span) = c.consumer.clone();
+    BuildError::new(label, span, BuildErrorKind::Handover { what, source })
+}
+
+/// Create channel `k` in this process (its producer runs here); `same`: its consumer too.
+fn create_channel(s: &mut Steps<'_>, k: usize, c: &Channel, same: bool) -> Result<(), BuildError> {
+    s.step(
+        format!("create channel {k}"),
+        c.consumer.clone(),
+        |b| {
+            let (tx, tr, d) = egress(&format!("sl-ch{k}"), c.config, same)
+                .map_err(|x| ring_err(c, "cannot create a channel into it".into(), x))?;
+            let mut ends = b.chans.endpoints.lock().expect("not poisoned");
+            ends.insert((true, k), Box::new(tx) as Box<dyn Filter>);
+            b.rings.insert(k, (tr, d));
+            Ok(k)
+        },
+        |b, k| {
+            b.chans.endpoints.lock().expect("not poisoned").remove(&(true, k));
+            b.rings.remove(&k);
+        },
+    )
+    .map(drop)
+}
+
+/// Start process space `id`, hand it its share of `layout`, and receive the rings of the
+/// channels it feeds.
+fn start_process_space(
+    s: &mut Steps<'_>,
+    layout: &Layout,
+    id: SpaceId,
+    scratch: usize,
+    launcher: Option<&Launcher>,
+) -> Result<(), BuildError> {
+    let label = layout.parts[&id].names.clone();
+    let err = |what: String, source| {
+        BuildError::new(label.clone(), None, BuildErrorKind::Process { what, source })
+    };
+    let share = layout.share(id, scratch).expect("a placed space");
+    s.step(
+        format!("start process space p{id}"),
+        (label.clone(), None),
+        |b| {
+            let Some(l) = launcher else {
+                return Err(BuildError::new(label.clone(), None, BuildErrorKind::NoLauncher(id)));
+            };
+            let (mine, theirs) = UnixStream::pair().map_err(|x| err("socketpair".into(), x))?;
+            beltway::sys::inherit_across_exec(&theirs).map_err(|x| err("fcntl".into(), x))?;
+            let proc = std::process::Command::new(&l.exe)
+                .args(&l.args)
+                .envs(l.env.iter().map(|(k, v)| (k, v)))
+                .arg("--space")
+                .arg(id.to_string())
+                .arg("--fd")
+                .arg(theirs.as_raw_fd().to_string())
+                // The run's standard input: a `stdin` filter or a Unix command the plan
+                // puts in this process reads it there.
+                .stdin(std::process::Stdio::inherit())
+                .spawn()
+                .map_err(|x| {
+                    let what = format!("cannot start process space p{id} ({})", l.exe.display());
+                    err(what, x)
+                })?;
+            drop(theirs);
+            let child = ChildSpace {
+                id,
+                proc,
+                sock: mine,
+            };
+            let first = send_share(&child.sock, &share)
+                .and_then(|()| recv_msg(&child.sock))
+                .map_err(|x| err(format!("process space p{id} ended before it started"), x))?;
+            if let Some(why) = first.strip_prefix("error ") {
+                return Err(child_error(why, &label));
+            }
+            b.children.push(child);
+            Ok(id)
+        },
+        // Dropping the child kills and reaps it; its mappings go with it.
+        |b, id| b.children.retain(|c| c.id != id),
+    )?;
+    for (k, c) in layout.channels.iter().enumerate().filter(|(_, c)| c.from == id) {
+        s.step(
+            format!("receive channel {k} from p{id}"),
+            c.consumer.clone(),
+            |b| {
+                let child = b.children.iter().find(|c| c.id == id).expect("started above");
+                let what = || format!("channel from process space p{id}");
+                let tr = recv_ring(&child.sock).map_err(|x| handover_err(c, what(), x))?;
+                let d = recv_ring(&child.sock).map_err(|x| handover_err(c, what(), x))?;
+                b.rings.insert(k, (tr, d));
+                Ok(k)
+            },
+            |b, k| {
+                b.rings.remove(&k);
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Attach channel `k`'s consumer: here, or hand its rings to the process space.
+fn attach_channel(s: &mut Steps<'_>, layout: &Layout, k: usize, c: &Channel) -> Result<(), BuildError> {
+    let (here, trusted) = (layout.here(c.to), layout.here(c.from));
+    s.step(
+        format!("attach channel {k}"),
+        c.consumer.clone(),
+        |b| {
+            let (tr, d) = &b.rings[&k];
+            if here {
+                // A process space feeding us may not name files for us to map.
+                let mut rx = ingress(&format!("sl-ch{k}"), tr, d, trusted)
+                    .map_err(|x| ring_err(c, "cannot attach to its channel".into(), x))?;
+                rx.set_busy(c.busy);
+                let mut ends = b.chans.endpoints.lock().expect("not poisoned");
+                ends.insert((false, k), Box::new(rx) as Box<dyn Filter>);
+            } else {
+                let to = c.to;
+                let child = b.children.iter().find(|x| x.id == to).expect("started");
+                send_ring(&child.sock, tr)
+                    .and_then(|_| send_ring(&child.sock, d))
+                    .map_err(|x| {
+                        let what = format!("cannot hand its channel to process space p{to}");
+                        handover_err(c, what, x)
+                    })?;
+            }
+            Ok(k)
+        },
+        // Here: drop the consumer's endpoint. In a process space: the mapping is the
+        // child's, undone when the start step's inverse stops it.
+        |b, k| {
+            b.chans.endpoints.lock().expect("not poisoned").remove(&(false, k));
+        },
+    )
+    .map(drop)
+}
+
+/// Wait for process space `id` to say it is built (`ready`), or why not.
+fn await_ready(s: &mut Steps<'_>, label: &str, id: SpaceId) -> Result<(), BuildError> {
+    s.step(
+        format!("process space p{id} ready"),
+        (label.to_string(), None),
+        |b| {
+            let c = b.children.iter().find(|c| c.id == id).expect("started above");
+            match recv_msg(&c.sock) {
+                Ok(m) if m == "ready" => Ok(id),
+                Ok(m) => Err(child_error(m.strip_prefix("error ").unwrap_or(&m), label)),
+                Err(e) => Err(BuildError::new(
+                    label,
+                    None,
+                    BuildErrorKind::Process {
+                        what: format!("process space p{id} ended while building"),
+                        source: e,
+                    },
+                )),
+            }
+        },
+        // Nothing to take back: the start step's inverse stops the space.
+        |_, _| {},
+    )
+    .map(drop)
 }

@@ -1,34 +1,28 @@
 //! The process-space side of a run: started by the parent (through a [`super::Launcher`]),
-//! it builds its share of the same graph, exchanges channel rings with the parent, runs
-//! when told and sends its report; its build errors go back as protocol text that keeps
-//! the failing node's span.
+//! it receives its [`Share`] of the run (its part of the placed graph and its channels, as
+//! a typed value: nothing is parsed, rewritten or placed here), exchanges channel rings
+//! with the parent, runs when told and sends its report; its build errors go back as
+//! protocol text that keeps the failing node's span.
 
-use super::place::{check_joins, place, replicate, schedule_of, SpaceId};
+use super::place::{schedule_in, SpaceId};
 use super::protocol::{
-    counters_text, error_text, one_line, recv_msg, recv_ring, report_text, send_msg, send_ring,
+    counters_text, error_text, one_line, recv_msg, recv_ring, recv_share, report_text,
+    send_msg, send_ring,
 };
 use super::run::apply_schedule;
-use super::split::{channel_config, split, WithChannels};
-use crate::channel::{egress_to, ingress, ChannelConfig};
+use super::split::{Share, WithChannels};
+use crate::channel::{egress_to, ingress};
 use crate::filter::Filter;
-use crate::runtime::{base_name, span_of, BuildError, BuildErrorKind, Factory, Space};
-use lang::{Graph, Hint};
+use crate::runtime::{BuildError, BuildErrorKind, Factory, Space};
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// The process-space side (started by [`Launcher`]): build this space's share of `g`,
-/// exchange channel rings with the parent over `sock`, run when told, send the report.
-/// Returns the exit status.
-pub fn run_process_space(
-    g: &Graph,
-    factory: &dyn Factory,
-    scratch: usize,
-    cfg: ChannelConfig,
-    id: SpaceId,
-    sock: UnixStream,
-) -> i32 {
+/// The process-space side (started by [`super::Launcher`] as space `id`): receive this
+/// space's share of the run over `sock`, exchange channel rings with the parent, build,
+/// run when told, send the report. Returns the exit status.
+pub fn run_process_space(factory: &dyn Factory, id: SpaceId, sock: UnixStream) -> i32 {
     // Errors of the whole space, in words (the parent lays them on the space's filters).
     let fail = |why: String| {
         let _ = send_msg(&sock, &format!("error {}", one_line(&why)));
@@ -39,35 +33,31 @@ pub fn run_process_space(
         let _ = send_msg(&sock, &error_text(&e));
         2
     };
-    let g = &match replicate(g, factory) {
-        Ok(g) => g,
-        Err(e) => return fail_build(e),
+    let Share {
+        space,
+        part,
+        channels,
+        scratch,
+    } = match recv_share(&sock) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("process space p{id}: its share of the run: {e}")),
     };
-    let placement = match place(g).and_then(|p| check_joins(g, &p, factory).map(|_| p)) {
-        Ok(p) => p,
-        Err(e) => return fail_build(e),
-    };
-    let (mut parts, cross) = split(g, &placement);
-    let Some(part) = parts.remove(&id) else {
-        return fail(format!("no filter is placed in space p{id}"));
-    };
+    if space != id {
+        return fail(format!("process space p{id} was sent the share of space {space}"));
+    }
     let mut endpoints = HashMap::new();
     let mut mine = Vec::new();
-    for (k, e) in cross
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| placement.space[e.from] == id)
-    {
-        match egress_to(&format!("sl-ch{k}"), channel_config(g, e, cfg), false, true) {
+    for (k, c) in channels.iter().filter(|(_, c)| c.from == id) {
+        match egress_to(&format!("sl-ch{k}"), c.config, false, true) {
             Ok((tx, t, d)) => {
-                endpoints.insert((true, k), Box::new(tx) as Box<dyn Filter>);
+                endpoints.insert((true, *k), Box::new(tx) as Box<dyn Filter>);
                 mine.push((t, d));
             }
             Err(x) => {
-                let n = &g.nodes[e.from];
+                let (label, span) = c.producer.clone();
                 return fail_build(BuildError::new(
-                    base_name(n),
-                    span_of(n),
+                    label,
+                    span,
                     BuildErrorKind::Channel {
                         what: "cannot create a channel".into(),
                         source: x,
@@ -87,13 +77,9 @@ pub fn run_process_space(
             return 3;
         }
     }
-    for (k, e) in cross
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| placement.space[e.to] == id)
-    {
-        let n = &g.nodes[e.to];
-        let err = |kind: BuildErrorKind| BuildError::new(base_name(n), span_of(n), kind);
+    for (k, c) in channels.iter().filter(|(_, c)| c.to == id) {
+        let (label, span) = c.consumer.clone();
+        let err = |kind: BuildErrorKind| BuildError::new(label.clone(), span, kind);
         let (t, d) = match recv_ring(&sock).and_then(|t| recv_ring(&sock).map(|d| (t, d))) {
             Ok(rings) => rings,
             Err(x) => {
@@ -105,12 +91,8 @@ pub fn run_process_space(
         };
         match ingress(&format!("sl-ch{k}"), &t, &d, true) {
             Ok(mut rx) => {
-                rx.set_busy(
-                    n.hints
-                        .iter()
-                        .any(|h| matches!(h, Hint::Busy | Hint::Lockstep)),
-                );
-                endpoints.insert((false, k), Box::new(rx) as Box<dyn Filter>);
+                rx.set_busy(c.busy);
+                endpoints.insert((false, *k), Box::new(rx) as Box<dyn Filter>);
             }
             Err(x) => {
                 return fail_build(err(BuildErrorKind::Channel {
@@ -124,8 +106,7 @@ pub fn run_process_space(
         inner: factory,
         endpoints: Mutex::new(endpoints),
     };
-    let labels = part.labels(&crate::runtime::run_labels(g));
-    let mut space = match Space::build_labelled(&part.graph, &f, scratch, &labels) {
+    let mut space = match Space::build_labelled(&part.graph, &f, scratch, &part.labels) {
         Ok(s) => s,
         Err(e) => return fail_build(e),
     };
@@ -133,7 +114,7 @@ pub fn run_process_space(
         // Its consumers may still be working when this process ends.
         space.store().set_feeds(crate::store::Feeds::OtherSpaces);
     }
-    if let Err(e) = apply_schedule(&schedule_of(g, &placement, id)) {
+    if let Err(e) = apply_schedule(&schedule_in(&part.graph.nodes.iter().collect::<Vec<_>>())) {
         return fail(e);
     }
     if send_msg(&sock, "ready").is_err() {

@@ -22,8 +22,8 @@
 //! inside a space (runtime) or the channel protocol (channel).
 //!
 //! One file per concern: `place` (pure placement and its rules), `split`
-//! (per-space graphs and the channel-endpoint factory), `build` (the build as a
-//! transaction), `run` (running the spaces and collecting reports), `protocol` (what
+//! (the [`Layout`]: a placed graph cut into per-space parts, made once per run, and the
+//! channel-endpoint factory), `build` (realizing a layout as a transaction), `run` (running the spaces and collecting reports), `protocol` (what
 //! parent and process spaces say to each other), `child` (the process-space side).
 
 mod build;
@@ -36,10 +36,10 @@ mod split;
 pub use build::{Launcher, Spaces};
 pub use child::run_process_space;
 pub use place::{
-    check_joins, parallel_sections, place, replicate, schedule_of, ParallelSection, Placement,
-    SpaceId, SpaceKind,
+    check_joins, parallel_sections, place, replicate, schedule_in, schedule_of, ParallelSection,
+    Placement, SpaceId, SpaceKind,
 };
 pub use protocol::ProtocolError;
 pub use run::SpacesReport;
 pub(crate) use split::{EGRESS, INGRESS};
-pub use split::{PUBLISH, SUBSCRIBE};
+pub use split::{Channel, Layout, Part, Share, PUBLISH, SUBSCRIBE};

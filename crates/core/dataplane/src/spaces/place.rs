@@ -12,7 +12,7 @@ use lang::{Edge, Graph, Hint, Node, NodeKind, SpaceName, SpaceSpec};
 pub type SpaceId = usize;
 
 /// What executes a space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SpaceKind {
     /// The calling thread (space 0).
     Local,
@@ -23,7 +23,7 @@ pub enum SpaceKind {
 }
 
 /// Where each node of a graph runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Placement {
     pub space: Vec<SpaceId>,
     pub kinds: std::collections::BTreeMap<SpaceId, SpaceKind>,
@@ -278,8 +278,14 @@ pub fn schedule_of(
     p: &Placement,
     id: SpaceId,
 ) -> Option<(beltway::sys::Policy, &'static str, String)> {
+    schedule_in(&g.nodes.iter().filter(|n| p.space[n.id] == id).collect::<Vec<_>>())
+}
+
+/// How a space holding `nodes` is scheduled ([`schedule_of`]; a process space asks it of
+/// its part's nodes, whose channel endpoints carry no hints).
+pub fn schedule_in(nodes: &[&Node]) -> Option<(beltway::sys::Policy, &'static str, String)> {
     use beltway::sys::Policy;
-    let here = || g.nodes.iter().filter(move |n| p.space[n.id] == id);
+    let here = || nodes.iter().copied();
     for (hint, policy, name) in [
         (Hint::HRealtime, Policy::Fifo(50), "@hrealtime"),
         (Hint::Realtime, Policy::RoundRobin(10), "@realtime"),

@@ -1,10 +1,10 @@
 //! The parent <-> process-space protocol: length-prefixed text messages over a Unix
-//! socket, rings passed with SCM_RIGHTS (each acknowledged before the next is sent: one
+//! socket, the space's [`Share`] of the run first (JSON), rings passed with SCM_RIGHTS (each acknowledged before the next is sent: one
 //! message in flight), a space's report as tab-separated text, and a build error as
 //! `error SPAN\tLABEL\tWHY` so a failing node keeps its caret across the process boundary.
 
 use super::run::SpacesReport;
-use super::split::{EGRESS, INGRESS};
+use super::split::{Share, EGRESS, INGRESS};
 use crate::runtime::{ArcReport, ArcTarget, BuildError, BuildErrorKind, Carried, NodeReport, Space};
 use beltway::RingRef;
 use std::io::{Read, Write};
@@ -30,6 +30,20 @@ pub(super) fn recv_msg(sock: &UnixStream) -> std::io::Result<String> {
     let mut b = vec![0u8; n];
     r.read_exact(&mut b)?;
     String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Hand a process space its share of the run (the first message it reads): the typed
+/// value as JSON, so that it builds what the parent placed, node ids included, without
+/// deriving anything again.
+pub(super) fn send_share(sock: &UnixStream, share: &Share) -> std::io::Result<()> {
+    send_msg(sock, &serde_json::to_string(share).map_err(std::io::Error::other)?)
+}
+
+/// The share a process space's parent sent ([`send_share`]).
+pub(super) fn recv_share(sock: &UnixStream) -> std::io::Result<Share> {
+    let text = recv_msg(sock)?;
+    serde_json::from_str(&text)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// What went wrong handing a ring to or from a process space.
@@ -248,8 +262,8 @@ pub(crate) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
 }
 
 /// A process space's build error as protocol text: `error START:END\tLABEL\tWHY`, the
-/// span of the failing node (`-` without one; parent and child parse the same pipeline
-/// text, so the span means the same to both), its label, and the message.
+/// span of the failing node (`-` without one; the child's part keeps the spans of the
+/// parent's graph, so the span means the same to both), its label, and the message.
 pub(super) fn error_text(e: &BuildError) -> String {
     let span = e
         .span

@@ -4,13 +4,15 @@
 //! client's identity, so that a run through the daemon behaves as the same run
 //! stand-alone.
 //!
-//! Owns: which parts travel and how (`daemon::proto::ClientContext`), and applying them.
+//! Owns: which parts travel and how (`proto::ClientContext`), and applying them. In the
+//! daemon's library because both ends link it: the command (`gather`) and the worker
+//! (`streamline-worker`, `take`); the daemon itself only forwards the context.
 //! The working directory travels as a descriptor (`O_PATH | O_DIRECTORY`, SCM_RIGHTS),
 //! not as a path: it names the directory the client is in even if its path changed or
 //! means something else in the daemon's mount namespace, and entering it is checked by
 //! the kernel against the worker's (the client's) identity with no path to race on.
 
-use daemon::proto::{self, ClientContext, Limit};
+use crate::proto::{self, ClientContext, Limit};
 use nix::sys::resource::Resource;
 use std::fs::File;
 use std::os::fd::OwnedFd;

@@ -1,12 +1,12 @@
-//! Live edits of a worker's run (the daemon's `edit`): the typed edit the daemon checked,
-//! turned into the dataplane's and handed to the run loop, which applies it at its next
-//! quiescent point (`dataplane::edit`).
+//! A built run while it runs: live edits (the daemon's `edit`: the typed edit the daemon
+//! checked, turned into the dataplane's and handed to the run loop, which applies it at
+//! its next quiescent point, `dataplane::edit`), taps, counters, and `--adapt`/`--chaos`.
 //!
 //! Owns: the worker's side of an edit (make the dataplane's edit, check it names the
 //! nodes the daemon checked, hand over, answer in fields). Does not own: checking it
 //! against the policy (the daemon's), applying it to a running space (`dataplane::edit`).
 
-use daemon::proto::{EditApplied, EditOp};
+use protocol::proto::{EditApplied, EditOp};
 use dataplane::spaces::{Spaces, SpacesReport};
 use dataplane::{EditHandle, Space};
 use std::sync::atomic::AtomicBool;
@@ -116,7 +116,7 @@ impl Edits {
     pub fn subscribe(
         &self,
         node: &str,
-        f: &daemon::proto::TapFilter,
+        f: &protocol::proto::TapFilter,
     ) -> Result<dataplane::tap::TapRings, (i32, String)> {
         let Some(h) = self.handle.get() else {
             return Err((libc::EBUSY, "the run is not running yet".into()));
@@ -179,7 +179,7 @@ impl Edits {
     pub fn run_adapting(
         &self,
         mut spaces: Spaces,
-        o: &daemon::proto::RunOptions,
+        o: &protocol::proto::RunOptions,
         interrupt: &AtomicBool,
         tick: impl FnMut(&Space),
     ) -> SpacesReport {

@@ -1,5 +1,6 @@
-//! The CLI's part of stream modes (`control::access` propagates them): what each node
-//! adds to its stream's mode, and carrying the exported nodes' modes to process spaces.
+//! A run's part of stream modes (`control::access` propagates them): what each node adds
+//! to its stream's mode (the exported nodes' modes reach process spaces in their part of
+//! the plan, as every option does).
 //!
 //! Owns: reading a node's [`control::access::Origin`] off its filter's declaration
 //! (`FilterSpec::origin`, `dataplane::Origin`): the policy's grant for a privileged
@@ -8,7 +9,6 @@
 //! (`Kind::Path`) and for a `file=` control option; unseen for a source the daemon cannot
 //! see into (stdin, the network) and for every Unix command (its output is whatever the
 //! program reads); 0666 for a synthetic source; nothing beyond its inputs for the rest.
-//! Also the `--export-modes` argument of `streamline __space`.
 
 use control::access::Origin;
 use dataplane::Kind;
@@ -70,47 +70,6 @@ pub fn origin(n: &Node, grants: &[(usize, u32)]) -> Origin {
         NodeKind::Unix { .. } => Origin::Unseen,
         NodeKind::Join { .. } | NodeKind::Split { .. } => Origin::Known(0o777),
     }
-}
-
-/// `ID=MODE,...` for every exported node of `g` whose mode was set (for process spaces,
-/// which parse the pipeline text again).
-pub fn export_modes_arg(g: &lang::Graph) -> String {
-    g.nodes
-        .iter()
-        .filter_map(|n| match &n.kind {
-            NodeKind::Filter { options, .. }
-                if options
-                    .iter()
-                    .any(|(k, v)| (k == "export" || k == "exportdata") && v == "yes") =>
-            {
-                dataplane::runtime::mode_option(options).map(|m| format!("{}={m:o}", n.id))
-            }
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Apply an `--export-modes` argument to the graph a process space parsed.
-pub fn apply_export_modes_arg(g: &lang::Graph, arg: &str) -> Result<lang::Graph, String> {
-    let mut g = g.clone();
-    for item in arg.split(',').filter(|s| !s.is_empty()) {
-        let (id, mode) = item
-            .split_once('=')
-            .ok_or_else(|| format!("--export-modes {item}: expected ID=OCTAL"))?;
-        let id: usize = id
-            .parse()
-            .map_err(|_| format!("--export-modes {item}: bad node id"))?;
-        let mode =
-            u32::from_str_radix(mode, 8).map_err(|_| format!("--export-modes {item}: bad mode"))?;
-        let Some(NodeKind::Filter { options, .. }) = g.nodes.get_mut(id).map(|n| &mut n.kind)
-        else {
-            return Err(format!("--export-modes {item}: no filter node {id}"));
-        };
-        options.retain(|(k, _)| k != "mode");
-        options.push(("mode".into(), format!("{mode:04o}")));
-    }
-    Ok(g)
 }
 
 /// The run's stream mode from the sources of its graph as it runs now (after a live edit
