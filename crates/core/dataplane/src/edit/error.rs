@@ -108,3 +108,10 @@ pub struct Applied {
     /// Blocks the dropped instance flushed from its `finish` (routed on along its arcs).
     pub flushed: usize,
 }
+
+impl From<Diagnostic> for EditError {
+    /// The edit's text did not parse (`lang::edit`).
+    fn from(d: Diagnostic) -> EditError {
+        EditError::Syntax(d)
+    }
+}

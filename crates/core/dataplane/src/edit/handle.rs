@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 use super::*;
+use lang::edit::base_of;
 
 
 /// Edits a running run from another thread, and reads its counters while it runs.

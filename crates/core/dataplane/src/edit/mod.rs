@@ -95,18 +95,20 @@
 //! connect is checked first, so a node's only input may move).
 
 
-mod parse;
-mod error;
+pub(crate) mod error;
 mod surgery;
 mod taps;
 mod snapshot;
 mod mailbox;
 mod handle;
+mod quiet;
+mod wire;
 #[cfg(test)]
 mod tests;
 
-#[allow(unused_imports)]
-pub use parse::*;
+pub use lang::edit::{split_space, Edit, Where};
+pub use wire::EditWire;
+
 #[allow(unused_imports)]
 pub use error::*;
 #[allow(unused_imports)]

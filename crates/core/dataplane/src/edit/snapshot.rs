@@ -3,9 +3,10 @@
 use crate::runtime::{
     Space,
 };
-use crate::spaces::EGRESS;
+use crate::runtime::EGRESS;
 use lang::{Node, NodeKind};
 use super::*;
+use lang::edit::quoted;
 
 /// One node of a running run's graph (the type is the wire's: `protocol::graph`), as
 /// [`EditHandle::graph`] and [`Space::graph`] give it.
@@ -24,15 +25,6 @@ pub(crate) struct SnapNode {
     pub(super) out: Vec<usize>,
 }
 
-/// A word of a filter's text, quoted if the language would not read it back as one word
-/// (or, with a `=`, as an option: a Unix command's `name=x` is its argument).
-pub(super) fn quoted(w: &str) -> String {
-    if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '"' || c == '|' || c == '=') {
-        format!("\"{}\"", w.replace('"', "\\\""))
-    } else {
-        w.to_string()
-    }
-}
 
 /// A node's filter text and options (see [`GraphNode::filter`]).
 pub fn filter_text(n: &Node) -> (String, Vec<(String, String)>) {

@@ -1,19 +1,12 @@
 //! Graph surgery on a built space: applying an [`Edit`] as a transaction.
 
-use crate::filter::{Batch, Ctx, Filter};
+use crate::filter::Batch;
 use crate::runtime::{
     base_name, instantiate, label_of, Counters, Factory, Made, NodeReport, Space,
 };
-use crate::spaces::{EGRESS, INGRESS};
+use crate::runtime::{EGRESS, INGRESS};
 use lang::{Node, NodeKind, Selector, Span};
 use super::*;
-
-/// What a removed node becomes: blocks pass with their classes unchanged.
-pub(super) struct Removed;
-
-impl Filter for Removed {
-    fn process(&mut self, _: &mut Ctx<'_>, _: &mut Batch) {}
-}
 
 pub(super) fn endpoint(label: &str) -> bool {
     label.starts_with(EGRESS) || label.starts_with(INGRESS)
@@ -270,14 +263,8 @@ impl Space {
         };
         let label = self.new_label(n, None)?;
         let sink = at == Where::After && self.nodes[i].out.is_empty();
-        let Made {
-            mut filter,
-            source,
-            routes_by_class,
-            export,
-        } = instantiate(n, &label, factory, 1, sink).map_err(EditError::Build)?;
+        let made = instantiate(n, &label, factory, 1, sink).map_err(EditError::Build)?;
         let new = self.nodes.len();
-        let classifier = filter.as_classifier().is_some();
         let out = match (at, input) {
             // X's out-arcs now leave the new node, selectors and in-arc indices kept.
             (Where::After, _) => {
@@ -305,22 +292,7 @@ impl Space {
             }
             (Where::Before, None) => unreachable!("checked above: one input"),
         };
-        self.nodes.push(crate::runtime::RtNode {
-            label: label.clone(),
-            spec: n.clone(),
-            filter,
-            export,
-            sessions: None,
-            out,
-            source,
-            routes_by_class,
-            classifier,
-            removed: false,
-            done: false,
-            watch: Default::default(),
-            c: Counters::default(),
-            ticks: 0,
-        });
+        self.nodes.push(crate::runtime::RtNode::new(label.clone(), n.clone(), made, out));
         Ok(Applied {
             label,
             retired: None,
@@ -353,7 +325,7 @@ impl Space {
         if let Some(mut ex) = node.export.take() {
             ex.close();
         }
-        node.filter = Box::new(Removed);
+        node.filter = Box::new(crate::runtime::PassThrough);
         node.removed = true;
         node.classifier = false;
         node.sessions = None;
@@ -382,30 +354,9 @@ impl Space {
         }
         let label = self.new_label(n, None)?;
         // A leaf, until something is added below it: its output ends there (a sink).
-        let Made {
-            mut filter,
-            source,
-            routes_by_class,
-            export,
-        } = instantiate(n, &label, factory, 1, true).map_err(EditError::Build)?;
+        let made = instantiate(n, &label, factory, 1, true).map_err(EditError::Build)?;
         let new = self.nodes.len();
-        let classifier = filter.as_classifier().is_some();
-        self.nodes.push(crate::runtime::RtNode {
-            label: label.clone(),
-            spec: n.clone(),
-            filter,
-            export,
-            sessions: None,
-            out: Vec::new(),
-            source,
-            routes_by_class,
-            classifier,
-            removed: false,
-            done: false,
-            c: Counters::default(),
-            ticks: 0,
-            watch: Default::default(),
-        });
+        self.nodes.push(crate::runtime::RtNode::new(label.clone(), n.clone(), made, Vec::new()));
         // One more out-arc: `route` multicasts to every arc, so the existing successors
         // get what they got, and the new node a copy-on-write share of it.
         self.nodes[i].out.push(crate::runtime::Arc_ {
