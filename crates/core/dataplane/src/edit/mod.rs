@@ -109,15 +109,10 @@ mod tests;
 pub use lang::edit::{split_space, Edit, Where};
 pub use wire::EditWire;
 
-#[allow(unused_imports)]
-pub use error::*;
-#[allow(unused_imports)]
-pub use surgery::*;
-#[allow(unused_imports)]
-pub use taps::*;
-#[allow(unused_imports)]
-pub use snapshot::*;
-#[allow(unused_imports)]
-pub use mailbox::*;
-#[allow(unused_imports)]
-pub use handle::*;
+pub use error::{Applied, EditError, Refusal};
+pub use handle::EditHandle;
+pub(crate) use mailbox::Mailbox;
+pub use snapshot::{filter_text, fold_graph, GraphNode};
+use mailbox::{lock, MoveJob, SubscribeJob, TapJob};
+use snapshot::{resolve, SnapNode};
+use surgery::endpoint;
