@@ -777,19 +777,7 @@ impl Egress {
     }
 }
 
-/// The markers of `crate::migrate`, on a channel between two spaces of this process: the
-/// producer writes one after every block sent so far; the consumer delivers the blocks
-/// before it and then nothing until its space has done what the marker asks.
-pub trait ChannelEnd {
-    /// Producer: write marker `id` behind every block sent so far, and wake the consumer.
-    fn mark(&mut self, id: u64) -> beltway::Result<()>;
-    /// Consumer: the marker it stopped at, if any.
-    fn marker(&self) -> Option<u64>;
-    /// Consumer: go on past the marker.
-    fn resume(&mut self);
-    /// Producer: whether the consumer has left the channel (its space ended).
-    fn consumer_gone(&self) -> bool;
-}
+pub use crate::filter::ChannelEnd;
 
 impl ChannelEnd for Egress {
     fn mark(&mut self, id: u64) -> beltway::Result<()> {

@@ -170,7 +170,7 @@ pub enum BuildErrorKind {
     Handover {
         what: String,
         #[source]
-        source: crate::spaces::ProtocolError,
+        source: ProtocolError,
     },
     /// Starting a process space, or one that ended before it was ready.
     #[error("{what}: {source}")]
@@ -309,4 +309,18 @@ mod tests {
             BuildErrorKind::Filter(FilterError::Rule(_))
         ));
     }
+}
+
+/// What went wrong handing a ring to or from a process space.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// Passing the ring's descriptor, or mapping the one received.
+    #[error(transparent)]
+    Ring(#[from] beltway::Error),
+    /// The socket: the other side went away, or the message could not be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The other side said something else than the protocol's next message.
+    #[error("expected {expected}, got '{got}'")]
+    Unexpected { expected: &'static str, got: String },
 }

@@ -1,11 +1,10 @@
 //! The `Filter` trait, the context a filter runs in, and filter metadata.
 //!
 //! Filters are small (Click style): parse parameters through [`Args`], implement
-//! [`Filter::process`] over a batch of tags, register with one [`FilterSpec`]. Most filters
+//! [`Filter::process`] over a batch of tags, register with one [`FilterSpec`](crate::FilterSpec). Most filters
 //! only read data and set each tag's class (0 = drop); nothing is copied. Editing filters
 //! ask [`Ctx::writable`], which copies only when someone else may still read the block.
 
-pub use crate::decl::{FilterSpec, Param};
 pub use crate::error::FilterError;
 use crate::session::SessionTable;
 use crate::store::{ResolveError, Store};
@@ -319,9 +318,23 @@ pub trait Filter: Send {
 
     /// Channel endpoints only: the in-band markers by which a filter moves across the
     /// channel while the run runs (`crate::migrate`).
-    fn as_channel_end(&mut self) -> Option<&mut dyn crate::channel::ChannelEnd> {
+    fn as_channel_end(&mut self) -> Option<&mut dyn ChannelEnd> {
         None
     }
+}
+
+/// The markers of `crate::migrate`, on a channel between two spaces of this process: the
+/// producer writes one after every block sent so far; the consumer delivers the blocks
+/// before it and then nothing until its space has done what the marker asks.
+pub trait ChannelEnd {
+    /// Producer: write marker `id` behind every block sent so far, and wake the consumer.
+    fn mark(&mut self, id: u64) -> beltway::Result<()>;
+    /// Consumer: the marker it stopped at, if any.
+    fn marker(&self) -> Option<u64>;
+    /// Consumer: go on past the marker.
+    fn resume(&mut self);
+    /// Producer: whether the consumer has left the channel (its space ended).
+    fn consumer_gone(&self) -> bool;
 }
 
 /// Classifier filters: one pure decision per block (Click's `simple_action`).

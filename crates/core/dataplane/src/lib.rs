@@ -34,10 +34,10 @@ pub mod builtin;
 pub mod channel;
 pub mod decl;
 pub mod edit;
-mod edit_wire;
 pub mod error;
 pub mod filter;
 pub mod hash;
+mod chaos;
 mod migrate;
 mod mmap;
 pub mod netchan;
@@ -51,12 +51,14 @@ pub mod tap;
 pub mod txn;
 
 pub use beltway::Tag;
-pub use decl::{Cost, Implementation, KernelForm, Kind, Needs, Origin, Space as ImplSpace};
-pub use edit::{Applied, Edit, EditError, EditHandle, GraphNode, Refusal, Where};
+pub use decl::{
+    Cost, FilterSpec, Implementation, KernelForm, Kind, Needs, Origin, Param, Space as ImplSpace,
+};
+pub use edit::{Applied, Edit, EditError, EditHandle, EditWire, GraphNode, Refusal, Where};
 pub use error::FilterError;
 pub use filter::{
-    Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, FilterSpec,
-    Param, Replication, Sessions, Stop,
+    Access, Args, Batch, Class, Classifier, Classify, ClassifyBatch, Ctx, Filter, Replication,
+    Sessions, Stop,
 };
 pub use runtime::{
     export_name, ArcReport, ArcTarget, BuildError, BuildErrorKind, Carried, Counters, Factory,

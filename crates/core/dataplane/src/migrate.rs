@@ -40,11 +40,10 @@
 //! `--chaos` (random moves at random batch boundaries, for the placement-invariance test).
 //! Does not own: the marker's encoding (`channel`), deciding what to move (`control::adapt`).
 
-use crate::edit::{EditError, Refusal};
-use crate::filter::Filter;
-use crate::runtime::{Arc_, Carried, Counters, Factory, RtNode, Space};
-use crate::spaces::{EGRESS, INGRESS};
-use lang::{Node, NodeKind, Selector};
+use crate::edit::error::{EditError, Refusal};
+use crate::chaos::Chaos;
+use crate::runtime::{endpoint_of, Arc_, Carried, Factory, RtNode, Space};
+use lang::{NodeKind, Selector};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
@@ -115,49 +114,6 @@ impl Board {
                 _ => None,
             })
             .collect()
-    }
-}
-
-/// A pass-through in place of a moved filter, or carrying a selector (blocks pass with
-/// their classes unchanged; reports leave it out).
-struct PassThrough;
-
-impl Filter for PassThrough {
-    fn process(&mut self, _: &mut crate::filter::Ctx<'_>, _: &mut crate::filter::Batch) {}
-}
-
-fn pass_through(label: String, spec: Node, out: Vec<Arc_>) -> RtNode {
-    RtNode {
-        label,
-        spec,
-        filter: Box::new(PassThrough),
-        export: None,
-        sessions: None,
-        out,
-        source: false,
-        routes_by_class: false,
-        classifier: false,
-        removed: true,
-        done: false,
-        c: Counters::default(),
-        ticks: 0,
-        watch: Default::default(),
-    }
-}
-
-/// The channel an endpoint node serves: (egress?, number).
-pub(crate) fn endpoint_of(n: &RtNode) -> Option<(bool, usize)> {
-    let egress = n.label.starts_with(EGRESS);
-    if !egress && !n.label.starts_with(INGRESS) {
-        return None;
-    }
-    match &n.spec.kind {
-        NodeKind::Filter { options, .. } => options
-            .iter()
-            .find(|(k, _)| k == "ch")
-            .and_then(|(_, v)| v.parse().ok())
-            .map(|ch| (egress, ch)),
-        _ => None,
     }
 }
 
@@ -233,7 +189,7 @@ impl Space {
             } else {
                 let spec = self.nodes[from].spec.clone();
                 let label = format!("{}~{k}", self.nodes[from].label);
-                self.nodes.push(pass_through(label, spec, Vec::new()));
+                self.nodes.push(RtNode::pass_through(label, spec, Vec::new()));
                 (self.nodes.len() - 1, 0)
             };
             self.nodes[at].out.push(Arc_ {
@@ -309,7 +265,7 @@ impl Space {
             a.carried = Carried::default();
             after.push(std::mem::replace(&mut a.sel, Selector::All));
         }
-        let node = std::mem::replace(&mut self.nodes[x], pass_through(label, spec, out));
+        let node = std::mem::replace(&mut self.nodes[x], RtNode::pass_through(label, spec, out));
         self.bypass(x);
         Moved {
             node,
@@ -618,45 +574,6 @@ impl Space {
             n.out.clear();
             n.label = self.arrival_label(&n);
             self.nodes.push(n);
-        }
-    }
-}
-
-/// `--chaos`: random moves at random batch boundaries (for the placement-invariance test).
-/// A small xorshift generator per space, seeded from the run's seed and the space.
-pub(crate) struct Chaos {
-    state: u64,
-    /// Moves made (down, up) and refused.
-    pub(crate) moves: (u64, u64, u64),
-}
-
-impl Chaos {
-    pub(crate) fn new(seed: u64, space: usize) -> Chaos {
-        // splitmix64 of (seed, space): distinct seeds give distinct, non-zero states.
-        let mut z = seed
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(space as u64 + 1);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Chaos {
-            state: (z ^ (z >> 31)) | 1,
-            moves: (0, 0, 0),
-        }
-    }
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.state;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.state = x;
-        x
-    }
-    /// A source batch size for this round: 1 to `max`, small ones often.
-    pub(crate) fn batch(&mut self, max: usize) -> usize {
-        match self.next() % 4 {
-            0 => 1 + (self.next() % 4) as usize,
-            1 => 1 + (self.next() % 32) as usize,
-            _ => 1 + (self.next() % max as u64) as usize,
         }
     }
 }

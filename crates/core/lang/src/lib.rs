@@ -63,6 +63,7 @@
 
 mod build;
 pub mod diag;
+pub mod edit;
 pub mod fuzzing;
 pub mod graph;
 mod lexer;

@@ -8,7 +8,7 @@
 
 use protocol::proto::{EditApplied, EditOp};
 use dataplane::spaces::{Spaces, SpacesReport};
-use dataplane::{EditHandle, Space};
+use dataplane::{EditHandle, EditWire, Space};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -15,6 +15,7 @@ use crate::proto::{
     Peer, ProtoError, Reply, Request, RunInfo, RunOptions, TapFilter, ToWorker,
 };
 use crate::view::View;
+use dataplane::EditWire;
 use lang::NodeKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, OwnedFd};

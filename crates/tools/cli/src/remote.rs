@@ -6,6 +6,7 @@
 
 use daemon::client::{Client, ClientError};
 use daemon::proto::{NodeCounters, Reply, Request, RunOptions};
+use dataplane::EditWire;
 use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;

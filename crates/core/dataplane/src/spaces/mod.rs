@@ -29,6 +29,7 @@
 mod build;
 mod child;
 mod place;
+mod report;
 pub(crate) mod protocol;
 mod run;
 mod split;
@@ -40,6 +41,5 @@ pub use place::{
     Placement, SpaceId, SpaceKind,
 };
 pub use protocol::ProtocolError;
-pub use run::SpacesReport;
-pub(crate) use split::{EGRESS, INGRESS};
+pub use report::SpacesReport;
 pub use split::{Channel, Layout, Part, Share, PUBLISH, SUBSCRIBE};

@@ -3,7 +3,7 @@
 //! message in flight), a space's report as tab-separated text, and a build error as
 //! `error SPAN\tLABEL\tWHY` so a failing node keeps its caret across the process boundary.
 
-use super::run::SpacesReport;
+use super::report::SpacesReport;
 use super::split::{Share, EGRESS, INGRESS};
 use crate::runtime::{ArcReport, ArcTarget, BuildError, BuildErrorKind, Carried, NodeReport, Space};
 use beltway::RingRef;
@@ -46,19 +46,7 @@ pub(super) fn recv_share(sock: &UnixStream) -> std::io::Result<Share> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// What went wrong handing a ring to or from a process space.
-#[derive(Debug, thiserror::Error)]
-pub enum ProtocolError {
-    /// Passing the ring's descriptor, or mapping the one received.
-    #[error(transparent)]
-    Ring(#[from] beltway::Error),
-    /// The socket: the other side went away, or the message could not be read.
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-    /// The other side said something else than the protocol's next message.
-    #[error("expected {expected}, got '{got}'")]
-    Unexpected { expected: &'static str, got: String },
-}
+pub use crate::error::ProtocolError;
 
 pub(super) fn send_ring(sock: &UnixStream, r: &RingRef) -> Result<(), ProtocolError> {
     r.send(sock)?;

@@ -7,37 +7,13 @@ use super::build::{ChildSpace, Spaces};
 use super::place::{space_name, SpaceId};
 use super::protocol::{parse_report, recv_msg, report_text, send_msg, COUNTERS};
 use super::split::{EGRESS, INGRESS};
+use super::report::SpacesReport;
 use crate::edit::EditHandle;
-use crate::runtime::{Factory, NodeReport, Space};
+use crate::runtime::{Factory, Hooks, Quiet, Space};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-
-/// The outcome of a multi-space run.
-#[derive(Default)]
-pub struct SpacesReport {
-    /// Per node, labelled with its space (`tcp@1`, `deflate@p2`) when the run had more
-    /// than one.
-    pub nodes: Vec<NodeReport>,
-    /// The arcs between the nodes of `nodes`, each with what it carried (the run's own
-    /// nodes looked through, channels joined: see [`crate::Space::arcs`]). An arc into a
-    /// channel whose consumer reported nothing keeps [`crate::ArcTarget::Channel`].
-    pub arcs: Vec<crate::ArcReport>,
-    /// Per channel, the node its blocks reach in the consuming space (joined into
-    /// `arcs` at the end of the run).
-    pub heads: Vec<(usize, crate::ArcTarget)>,
-    pub warnings: Vec<String>,
-    /// A space that died: which one, its filters, and why.
-    pub died: Option<String>,
-    pub failed: bool,
-    /// The non-zero status the run's last command (a Unix command) exited with: the run's
-    /// exit status, as a shell pipeline's.
-    pub status: Option<u8>,
-    /// Filters moved between spaces while the run ran, by `--chaos` (see
-    /// [`Spaces::set_chaos`]): down, up, and moves refused.
-    pub chaos_moves: (u64, u64, u64),
-}
 
 /// Give the calling thread the scheduling its space's hints ask for; an error names the
 /// filter and the hint (the system may refuse real-time policies without CAP_SYS_NICE).
@@ -65,7 +41,7 @@ impl Spaces {
     /// ([`Spaces::run_with`]) move filters.
     pub fn set_chaos(&mut self, seed: u64) {
         for (id, space) in &mut self.spaces {
-            space.chaos = Some(crate::migrate::Chaos::new(seed, *id));
+            space.chaos = Some(crate::chaos::Chaos::new(seed, *id));
         }
     }
 
@@ -128,22 +104,12 @@ impl Spaces {
         edits: Option<(&EditHandle, &(dyn Factory + Sync))>,
         mut tick: impl FnMut(&Space),
     ) -> SpacesReport {
-        let mailbox =
-            |id: SpaceId| edits.and_then(|(h, f)| h.mailbox(id).map(|m| (m, f as &dyn Factory)));
+        let hook = |id: SpaceId| edits.and_then(|(h, f)| h.hook(id, f as &dyn Factory));
         let multi = self.spaces.len() + self.children.len() > 1;
         let labels = self.labels;
         let placement = self.placement;
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut rep = SpacesReport {
-            nodes: vec![],
-            arcs: vec![],
-            heads: vec![],
-            warnings: vec![],
-            died: None,
-            failed: false,
-            status: None,
-            chaos_moves: (0, 0, 0),
-        };
+        let mut rep = SpacesReport::default();
         let died = Mutex::new(Vec::<String>::new());
         let who = |id: SpaceId| {
             let filters: Vec<&str> = labels
@@ -162,8 +128,7 @@ impl Spaces {
                 died.lock()
                     .expect("not poisoned")
                     .push(format!("{} died before it started: {e}", who(c.id)));
-                interrupt.store(true, Ordering::Relaxed);
-                crate::readiness::wake_all_spaces();
+                stop_run(interrupt);
             }
         }
         let mut results: Vec<(SpaceId, Result<Space, String>)> = Vec::new();
@@ -177,38 +142,23 @@ impl Spaces {
         std::thread::scope(|scope| {
             let mut handles = Vec::new();
             let mut local = None;
-            for (id, mut space) in self.spaces {
+            for (id, space) in self.spaces {
                 if id == 0 {
                     local = Some(space);
                     continue;
                 }
                 let sched = self.sched.get(&id).cloned().flatten();
                 let died = &died;
-                let edits = edits.and_then(|(h, f)| h.mailbox(id).map(|m| (m, f)));
+                let hook = &hook;
                 let h = std::thread::Builder::new()
                     .name(format!("sl-space{id}"))
                     .spawn_scoped(scope, move || {
                         let _ = beltway::sys::pin_to_cpu(id % cpus);
                         if let Err(e) = apply_schedule(&sched) {
                             died.lock().expect("not poisoned").push(e);
-                            interrupt.store(true, Ordering::Relaxed);
-                            crate::readiness::wake_all_spaces();
+                            stop_run(interrupt);
                         }
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            space.run_loop(
-                                interrupt,
-                                edits.map(|(m, f)| (m, f as &dyn Factory)),
-                                |_| {},
-                            );
-                            space
-                        }));
-                        if r.is_err() {
-                            // A dead space stops the others (its channels end when the
-                            // unwinding drops them, so none stays blocked).
-                            interrupt.store(true, Ordering::Relaxed);
-                            crate::readiness::wake_all_spaces();
-                        }
-                        r
+                        run_caught(space, interrupt, hook(id), |_| {})
                     })
                     .expect("spawn a space thread");
                 handles.push((id, h));
@@ -219,21 +169,7 @@ impl Spaces {
             let stop_waiter = stop_waiter.as_ref();
             if !stop_socks.is_empty() {
                 let stop_socks = &stop_socks;
-                scope.spawn(move || {
-                    while watching.load(Ordering::Relaxed) > 0 {
-                        if interrupt.load(Ordering::Relaxed) {
-                            for c in stop_socks {
-                                let _ = send_msg(c, "stop");
-                            }
-                            return;
-                        }
-                        match stop_waiter {
-                            // Bounded: an interrupt set where nobody rings still counts.
-                            Some(w) => w.wait(std::time::Duration::from_millis(100)),
-                            None => std::thread::sleep(std::time::Duration::from_millis(20)),
-                        }
-                    }
-                });
+                scope.spawn(move || forward_stop(interrupt, watching, stop_socks, stop_waiter));
             }
             // One watcher per process space: its counters while it runs (to the edit
             // handle, whose report the daemon's `ps` shows), then its report, or how it
@@ -243,58 +179,10 @@ impl Spaces {
                 let (died, child_reports, who) = (&died, &child_reports, &who);
                 scope.spawn(move || {
                     let _done = Decrement(watching, stop_waiter);
-                    let msg = loop {
-                        match recv_msg(&c.sock) {
-                            Ok(text) if text.starts_with(COUNTERS) => {
-                                if let Some(h) = handle {
-                                    let mut part = SpacesReport::default();
-                                    parse_report(
-                                        &text[COUNTERS.len()..],
-                                        &mut part,
-                                        &format!("@p{}", c.id),
-                                    );
-                                    h.publish_remote(c.id, part);
-                                }
-                            }
-                            other => break other,
-                        }
-                    };
-                    match msg {
-                        Ok(text) => {
-                            // Its final counters, for the live views until the run ends.
-                            if let Some(h) = handle {
-                                let mut part = SpacesReport::default();
-                                parse_report(&text, &mut part, &format!("@p{}", c.id));
-                                h.publish_remote(c.id, part);
-                            }
-                            let _ = c.proc.wait();
-                            child_reports
-                                .lock()
-                                .expect("not poisoned")
-                                .push((c.id, text));
-                        }
-                        Err(_) => {
-                            let st = c.proc.wait();
-                            let why = match st {
-                                Ok(st) => match st.signal() {
-                                    Some(sig) => format!(
-                                        "killed by signal {sig}{}",
-                                        if sig == 9 { " (SIGKILL)" } else { "" }
-                                    ),
-                                    None => format!("exited with {st} without a report"),
-                                },
-                                Err(e) => format!("lost: {e}"),
-                            };
-                            died.lock()
-                                .expect("not poisoned")
-                                .push(format!("{} died: {why}", who(c.id)));
-                            interrupt.store(true, Ordering::Relaxed);
-                            crate::readiness::wake_all_spaces();
-                        }
-                    }
+                    watch_child(c, handle, interrupt, died, child_reports, who);
                 });
             }
-            if let Some(mut space) = local {
+            if let Some(space) = local {
                 // Space 0 runs on this thread: on CPU 0 while it does, as space N runs on
                 // CPU N mod CPUs, so two spaces never share a CPU the scheduler happened
                 // to give both (each would then wait for the other's time slice).
@@ -303,21 +191,12 @@ impl Spaces {
                     .flatten();
                 if let Err(e) = apply_schedule(&self.sched.get(&0).cloned().flatten()) {
                     died.lock().expect("not poisoned").push(e);
-                    interrupt.store(true, Ordering::Relaxed);
-                    crate::readiness::wake_all_spaces();
+                    stop_run(interrupt);
                 }
                 // A panicking filter here ends the run as one in a thread space does
                 // (named in the report) instead of unwinding through the caller: a
                 // daemon's worker then reports why its run died.
-                let tick = &mut tick;
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    space.run_loop(interrupt, mailbox(0), tick);
-                    space
-                }));
-                if r.is_err() {
-                    interrupt.store(true, Ordering::Relaxed);
-                    crate::readiness::wake_all_spaces();
-                }
+                let r = run_caught(space, interrupt, hook(0), &mut tick);
                 results.push((0, r.map_err(|p| panic_text(&p))));
             }
             for (id, h) in handles {
@@ -331,45 +210,7 @@ impl Spaces {
         results.sort_by_key(|r| r.0);
         for (id, r) in results {
             match r {
-                Ok(space) => {
-                    let suffix = if multi {
-                        format!("@{id}")
-                    } else {
-                        String::new()
-                    };
-                    let mut part = SpacesReport {
-                        nodes: vec![],
-                        arcs: vec![],
-                        heads: vec![],
-                        warnings: vec![],
-                        died: None,
-                        failed: false,
-            status: None,
-                        chaos_moves: (0, 0, 0),
-                    };
-                    parse_report(&report_text(&space), &mut part, &suffix);
-                    // Keep the summaries' exact text (parse_report flattens lines).
-                    let summaries: Vec<Option<String>> = space
-                        .report()
-                        .into_iter()
-                        .filter(|n| !n.label.starts_with(EGRESS) && !n.label.starts_with(INGRESS))
-                        .map(|n| n.summary)
-                        .collect();
-                    for (n, s) in part.nodes.iter_mut().zip(summaries) {
-                        n.summary = s;
-                    }
-                    rep.nodes.extend(part.nodes);
-                    rep.arcs.extend(part.arcs);
-                    rep.heads.extend(part.heads);
-                    rep.warnings.extend(space.warnings().iter().cloned());
-                    rep.failed |= space.failed();
-                    rep.status = rep.status.or(space.exit_status());
-                    if let Some(c) = &space.chaos {
-                        rep.chaos_moves.0 += c.moves.0;
-                        rep.chaos_moves.1 += c.moves.1;
-                        rep.chaos_moves.2 += c.moves.2;
-                    }
-                }
+                Ok(space) => add_space(&mut rep, id, &space, multi),
                 Err(why) => died
                     .lock()
                     .expect("not poisoned")
@@ -379,16 +220,7 @@ impl Spaces {
         let mut reports = child_reports.into_inner().expect("not poisoned");
         reports.sort_by_key(|r| r.0);
         for (id, text) in reports {
-            let mut part = SpacesReport {
-                nodes: vec![],
-                arcs: vec![],
-                heads: vec![],
-                warnings: vec![],
-                died: None,
-                failed: false,
-            status: None,
-                chaos_moves: (0, 0, 0),
-            };
+            let mut part = SpacesReport::default();
             parse_report(&text, &mut part, &format!("@p{id}"));
             rep.nodes.extend(part.nodes);
             rep.arcs.extend(part.arcs);
@@ -407,69 +239,143 @@ impl Spaces {
     }
 }
 
-impl SpacesReport {
-    /// The table as the user reads it, from what the spaces reported (their nodes
-    /// labelled `count@1` in a run of several, arcs, channel heads): the arcs into
-    /// channels joined to the nodes behind them, the internal nodes folded into the node
-    /// the user wrote ([`crate::runtime::fold_internal`]), the rows in `order` (the
-    /// nodes the user wrote as the pipeline reads, [`crate::runtime::user_order`]; a row
-    /// it does not list, a node an edit inserted, follows the row before it as the
-    /// spaces listed them), warnings naming the user's node. The one mechanism behind the
-    /// report at the end and the live table ([`crate::EditHandle::table`]).
-    pub(crate) fn finish(&mut self, multi: bool, order: &[String]) {
-        self.join_channels();
-        if !multi {
-            for n in &mut self.nodes {
-                n.space = "0".into();
+/// Stop every space of the run (a space died, or could not start as asked).
+fn stop_run(interrupt: &AtomicBool) {
+    interrupt.store(true, Ordering::Relaxed);
+    crate::readiness::wake_all_spaces();
+}
+
+/// Run `space` until it ends, a panic caught: a panicking filter ends the run as one in a
+/// thread space does, named in the report (a dead space stops the others; its channels
+/// end when the unwinding drops them, so none stays blocked).
+fn run_caught<'a>(
+    mut space: Space,
+    interrupt: &AtomicBool,
+    hook: Option<Box<dyn Quiet + 'a>>,
+    tick: impl FnMut(&Space),
+) -> std::thread::Result<Space> {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        space.run_loop(interrupt, hook, tick);
+        space
+    }));
+    if r.is_err() {
+        stop_run(interrupt);
+    }
+    r
+}
+
+/// Tell the process spaces to stop when the run is cut short (otherwise they end by
+/// themselves when their inputs end), while any of their watchers runs.
+fn forward_stop(
+    interrupt: &AtomicBool,
+    watching: &std::sync::atomic::AtomicUsize,
+    stop_socks: &[UnixStream],
+    stop_waiter: Option<&crate::readiness::StopWaiter>,
+) {
+    while watching.load(Ordering::Relaxed) > 0 {
+        if interrupt.load(Ordering::Relaxed) {
+            for c in stop_socks {
+                let _ = send_msg(c, "stop");
             }
+            return;
         }
-        let (nodes, arcs) = crate::runtime::fold_internal(&self.nodes, &self.arcs);
-        self.nodes = crate::runtime::in_order(nodes, &arcs, order);
-        self.arcs = arcs;
-        // A warning a copy gave names the user's node (`tcpstream: ...`, not `tcpstream~2`).
-        for w in &mut self.warnings {
-            if let Some((head, rest)) = w.split_once(": ") {
-                if head.contains('~') && !head.contains(' ') {
-                    *w = format!("{}: {rest}", crate::runtime::user_label(head).0);
-                }
-            }
+        match stop_waiter {
+            // Bounded: an interrupt set where nobody rings still counts.
+            Some(w) => w.wait(std::time::Duration::from_millis(100)),
+            None => std::thread::sleep(std::time::Duration::from_millis(20)),
         }
     }
+}
 
-    /// Arcs into a channel lead to the node behind it, in the consuming space, through
-    /// any spaces that only pass the blocks on (one arc per such node; a channel whose
-    /// consumer reported nothing is left as it is).
-    fn join_channels(&mut self) {
-        let mut out = Vec::with_capacity(self.arcs.len());
-        let mut todo = std::mem::take(&mut self.arcs);
-        let mut rounds = 0;
-        while !todo.is_empty() && rounds <= self.heads.len() {
-            rounds += 1;
-            for a in std::mem::take(&mut todo) {
-                let crate::ArcTarget::Channel(k) = a.to else {
-                    out.push(a);
-                    continue;
+/// One process space's watcher: its counters while it runs (to the edit handle, whose
+/// report the daemon's `ps` shows), then its report, or how it died (which stops the run).
+fn watch_child(
+    c: &mut ChildSpace,
+    handle: Option<&EditHandle>,
+    interrupt: &AtomicBool,
+    died: &Mutex<Vec<String>>,
+    child_reports: &Mutex<Vec<(SpaceId, String)>>,
+    who: &dyn Fn(SpaceId) -> String,
+) {
+        let msg = loop {
+            match recv_msg(&c.sock) {
+                Ok(text) if text.starts_with(COUNTERS) => {
+                    if let Some(h) = handle {
+                        let mut part = SpacesReport::default();
+                        parse_report(
+                            &text[COUNTERS.len()..],
+                            &mut part,
+                            &format!("@p{}", c.id),
+                        );
+                        h.publish_remote(c.id, part);
+                    }
+                }
+                other => break other,
+            }
+        };
+        match msg {
+            Ok(text) => {
+                // Its final counters, for the live views until the run ends.
+                if let Some(h) = handle {
+                    let mut part = SpacesReport::default();
+                    parse_report(&text, &mut part, &format!("@p{}", c.id));
+                    h.publish_remote(c.id, part);
+                }
+                let _ = c.proc.wait();
+                child_reports
+                    .lock()
+                    .expect("not poisoned")
+                    .push((c.id, text));
+            }
+            Err(_) => {
+                let st = c.proc.wait();
+                let why = match st {
+                    Ok(st) => match st.signal() {
+                        Some(sig) => format!(
+                            "killed by signal {sig}{}",
+                            if sig == 9 { " (SIGKILL)" } else { "" }
+                        ),
+                        None => format!("exited with {st} without a report"),
+                    },
+                    Err(e) => format!("lost: {e}"),
                 };
-                let heads: Vec<&crate::ArcTarget> = self
-                    .heads
-                    .iter()
-                    .filter(|h| h.0 == k)
-                    .map(|h| &h.1)
-                    .collect();
-                if heads.is_empty() {
-                    out.push(a);
-                    continue;
-                }
-                for h in heads {
-                    todo.push(crate::ArcReport {
-                        to: h.clone(),
-                        ..a.clone()
-                    });
-                }
+                died.lock()
+                    .expect("not poisoned")
+                    .push(format!("{} died: {why}", who(c.id)));
+                stop_run(interrupt);
             }
         }
-        out.extend(todo);
-        self.arcs = out;
+}
+
+/// Space `id`'s report (a thread space of this process, or space 0) into `rep`.
+fn add_space(rep: &mut SpacesReport, id: SpaceId, space: &Space, multi: bool) {
+    let suffix = if multi {
+        format!("@{id}")
+    } else {
+        String::new()
+    };
+    let mut part = SpacesReport::default();
+    parse_report(&report_text(space), &mut part, &suffix);
+    // Keep the summaries' exact text (parse_report flattens lines).
+    let summaries: Vec<Option<String>> = space
+        .report()
+        .into_iter()
+        .filter(|n| !n.label.starts_with(EGRESS) && !n.label.starts_with(INGRESS))
+        .map(|n| n.summary)
+        .collect();
+    for (n, s) in part.nodes.iter_mut().zip(summaries) {
+        n.summary = s;
+    }
+    rep.nodes.extend(part.nodes);
+    rep.arcs.extend(part.arcs);
+    rep.heads.extend(part.heads);
+    rep.warnings.extend(space.warnings().iter().cloned());
+    rep.failed |= space.failed();
+    rep.status = rep.status.or(space.exit_status());
+    if let Some(c) = &space.chaos {
+        rep.chaos_moves.0 += c.moves.0;
+        rep.chaos_moves.1 += c.moves.1;
+        rep.chaos_moves.2 += c.moves.2;
     }
 }
 

@@ -11,14 +11,8 @@ use lang::{Edge, Graph, Hint, Node, NodeKind, Selector, Span};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-/// Name of the synthetic endpoint filters in per-space graphs.
-pub(crate) const EGRESS: &str = "__egress";
-pub(crate) const INGRESS: &str = "__ingress";
-/// Prefix sharing between runs: `__publish key=K` offers its input stream under K,
-/// `__subscribe key=K` is a source reading the stream a live run publishes under K
-/// (see `channel::publish`, `control::prefix`).
-pub const PUBLISH: &str = "__publish";
-pub const SUBSCRIBE: &str = "__subscribe";
+pub(crate) use crate::runtime::{EGRESS, INGRESS};
+pub use crate::runtime::{PUBLISH, SUBSCRIBE};
 
 /// Stands in for `__publish` when another live run publishes the same key already (two
 /// runs started at once), or the stream cannot be published (a name taken by another

@@ -56,6 +56,7 @@ mod tree;
 use crate::policy::Cred;
 use crate::proto::{errno_name, EditApplied, EditOp, GraphNode, Reply};
 use crate::server::{Daemon, Run, State};
+use dataplane::EditWire;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, OpenFlags, ReplyAttr,
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,

@@ -2,18 +2,28 @@
 //! [`Edit`] and the wire's typed form (`protocol::proto::EditOp`), kept here so the
 //! protocol crate links neither the dataplane nor the language.
 
-use crate::edit::{Edit, EditError, Where};
+use super::error::EditError;
+use lang::edit::{Edit, Where};
 use protocol::proto::{EditOp, InsertAt};
 
-impl Edit {
+/// An [`Edit`] (the language's, `lang::edit`) in the protocol's typed form and back.
+pub trait EditWire: Sized {
     /// Parse an edit's text form ([`Edit::parse`], the one parser of edits) into the
     /// protocol's typed form; errors carry the caret under the problem.
-    pub fn parse_op(text: &str, resolver: &dyn lang::Resolver) -> Result<EditOp, EditError> {
+    fn parse_op(text: &str, resolver: &dyn lang::Resolver) -> Result<EditOp, EditError>;
+    /// The protocol's typed form of this edit, parsed from `text`.
+    fn to_op(&self, text: &str) -> EditOp;
+    /// The edit a typed request asks for: the new filter's text parsed as one filter,
+    /// `set`'s options checked (the text of the edit is not parsed again).
+    fn from_op(op: &EditOp, resolver: &dyn lang::Resolver) -> Result<Self, EditError>;
+}
+
+impl EditWire for Edit {
+    fn parse_op(text: &str, resolver: &dyn lang::Resolver) -> Result<EditOp, EditError> {
         Ok(Edit::parse(text, resolver)?.to_op(text))
     }
 
-    /// The protocol's typed form of this edit, parsed from `text`.
-    pub fn to_op(&self, text: &str) -> EditOp {
+    fn to_op(&self, text: &str) -> EditOp {
         use Edit as E;
         let filter = || self.filter_text(text).unwrap_or_default().to_string();
         match self {
@@ -54,9 +64,7 @@ impl Edit {
         }
     }
 
-    /// The edit a typed request asks for: the new filter's text parsed as one filter,
-    /// `set`'s options checked (the text of the edit is not parsed again).
-    pub fn from_op(op: &EditOp, resolver: &dyn lang::Resolver) -> Result<Edit, EditError> {
+    fn from_op(op: &EditOp, resolver: &dyn lang::Resolver) -> Result<Edit, EditError> {
         use Edit as E;
         let f = |t: &str| Edit::new_filter(t, resolver);
         Ok(match op {
