@@ -25,6 +25,9 @@
 
 use crate::filter::{Batch, Ctx, Filter};
 use crate::store::BufId;
+use crate::transport::{
+    header_of, Fields, Header, HeaderError, ANNOUNCE, HEADER_LEN, MARK, METAS, RECORD, SHARED,
+};
 use beltway::{
     DbufView, IbufWriter, Layout, Reader, RingConfig, RingRef, Start, SyncMode, Tag, Writer,
 };
@@ -379,149 +382,34 @@ fn attach(
     })
 }
 
-/// What travels with each block: its record metadata (capture time, wire length, and for
-/// a block a filter cropped, how many bytes of its record lie before it) and link type,
-/// so filters and sinks in the consuming space (protocol parsers, `http` after
-/// `tcpstream`, pcapout) see the block exactly as the producer did: placement never
-/// changes what a filter observes. A [`META_SIZE`]-byte header written through into the
-/// data ring: ahead of the block's bytes (the consumer crops it off the tag); or, for the
-/// blocks that cross as tags only (into a file or shared ring both spaces map), one per
-/// block in a `METAS` block that precedes the run of their tags (one write per batch, not
-/// one per block; a run without any metadata has none); or ahead of a file's path or a
-/// shared ring's key (`ANNOUNCE`, once per buffer and channel).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Meta {
-    ts_ns: u64,
-    orig_len: u32,
-    /// Bytes of the record before the block (0: the block starts the record).
-    skip: u32,
-    link: u16,
-    flags: u16,
-    /// With [`CAPTURE`]: the capture header's snap length (its byte order and time
-    /// precision are flags).
-    snaplen: u32,
+/// What travels with each block: its [`crate::transport`] header (capture time, wire
+/// length, and for a block a filter cropped, how many bytes of its record lie before it;
+/// link type and capture file header), so filters and sinks in the consuming space
+/// (protocol parsers, `http` after `tcpstream`, pcapout) see the block exactly as the
+/// producer did: placement never changes what a filter observes. A [`HEADER_LEN`]-byte
+/// header written through into the data ring: ahead of the block's bytes (the consumer
+/// crops it off the tag); or, for the blocks that cross as tags only (into a file or
+/// shared ring both spaces map), one per block in a [`METAS`] block that precedes the run
+/// of their tags (one write per batch, not one per block; a run without any metadata has
+/// none); or ahead of a file's path or a shared ring's key ([`ANNOUNCE`], once per buffer
+/// and channel). A block without record metadata carries an empty header (so a run of
+/// such blocks by reference carries no METAS block at all).
+pub(crate) fn meta_of(cx: &Ctx<'_>, t: &Tag) -> Fields {
+    let f = header_of(cx.store, t);
+    if f.has(RECORD) {
+        f
+    } else {
+        Fields::default()
+    }
 }
 
-/// Bytes of a [`Meta`] header.
-pub(crate) const META_SIZE: usize = 24;
+/// The header at the start of `data`, or why there is none.
+fn meta_at(data: &[u8]) -> Result<Fields, HeaderError> {
+    Header::new_checked(data).map(|h| h.fields())
+}
 
-const RECORD: u16 = 1;
-const LINK: u16 = 2;
-/// A block of [`Meta`]s, `orig_len` of them, for the run of tags that follows it.
-const METAS: u16 = 4;
-const ANNOUNCE: u16 = 8;
-/// With ANNOUNCE: the payload is the key of a shared ring of the producer's process.
-const SHARED: u16 = 16;
-/// A marker (`ts_ns` its number): a filter moves across the channel here (see
-/// [`ChannelEnd`]); only from a space of this process.
-const MARK: u16 = 32;
-/// With LINK: the frames came with a capture file header ([`crate::CaptureHeader`]):
-/// `snaplen` and these two flags.
-const CAPTURE: u16 = 64;
-const CAPTURE_BIG_ENDIAN: u16 = 128;
-const CAPTURE_NANOS: u16 = 256;
 /// Tags that point into a producer's file carry its buffer id with this bit set.
 const FILE_BIT: u16 = 0x8000;
-
-impl Meta {
-    const NONE: Meta = Meta {
-        ts_ns: 0,
-        orig_len: 0,
-        skip: 0,
-        link: 0,
-        flags: 0,
-        snaplen: 0,
-    };
-
-    pub(crate) fn of(cx: &Ctx<'_>, t: &Tag) -> Meta {
-        match cx.store.record_of(t) {
-            Some(r) => {
-                let (link, mut lf) = match cx.store.link(t).and_then(|l| u16::try_from(l).ok()) {
-                    Some(l) => (l, LINK),
-                    None => (0, 0),
-                };
-                let mut snaplen = 0;
-                if let Some(h) = cx.store.capture(t).filter(|_| lf != 0) {
-                    snaplen = h.snaplen;
-                    lf |= CAPTURE
-                        | if h.big_endian { CAPTURE_BIG_ENDIAN } else { 0 }
-                        | if h.nanos { CAPTURE_NANOS } else { 0 };
-                }
-                Meta {
-                    ts_ns: r.ts_ns,
-                    orig_len: r.orig_len,
-                    skip: r.skip,
-                    link,
-                    flags: RECORD | lf,
-                    snaplen,
-                }
-            }
-            None => Meta::NONE,
-        }
-    }
-    pub(crate) fn to_bytes(self) -> [u8; META_SIZE] {
-        let mut b = [0u8; META_SIZE];
-        b[..8].copy_from_slice(&self.ts_ns.to_le_bytes());
-        b[8..12].copy_from_slice(&self.orig_len.to_le_bytes());
-        b[12..16].copy_from_slice(&self.skip.to_le_bytes());
-        b[16..18].copy_from_slice(&self.link.to_le_bytes());
-        b[18..20].copy_from_slice(&self.flags.to_le_bytes());
-        b[20..24].copy_from_slice(&self.snaplen.to_le_bytes());
-        b
-    }
-    pub(crate) fn from_bytes(b: &[u8]) -> Option<Meta> {
-        let b: &[u8; META_SIZE] = b.get(..META_SIZE)?.try_into().ok()?;
-        Some(Meta {
-            ts_ns: u64::from_le_bytes(b[..8].try_into().ok()?),
-            orig_len: u32::from_le_bytes(b[8..12].try_into().ok()?),
-            skip: u32::from_le_bytes(b[12..16].try_into().ok()?),
-            link: u16::from_le_bytes(b[16..18].try_into().ok()?),
-            flags: u16::from_le_bytes(b[18..20].try_into().ok()?),
-            snaplen: u32::from_le_bytes(b[20..24].try_into().ok()?),
-        })
-    }
-
-    /// Declare the link type (and capture header) this header carries for buffer `buf`.
-    fn set_link(self, store: &mut crate::Store, buf: BufId) {
-        store.set_link(buf, self.link as u32);
-        if self.flags & CAPTURE != 0 {
-            store.set_capture(
-                buf,
-                crate::CaptureHeader {
-                    big_endian: self.flags & CAPTURE_BIG_ENDIAN != 0,
-                    nanos: self.flags & CAPTURE_NANOS != 0,
-                    snaplen: self.snaplen,
-                },
-            );
-        }
-    }
-}
-
-impl Meta {
-    /// Give block `t` (in `store`) the record metadata this header carries; its link
-    /// type too, unless `link` says the buffer has it already. Returns whether a link
-    /// type was set.
-    pub(crate) fn restore(self, store: &mut crate::Store, t: &Tag, link: bool) -> bool {
-        if self.flags & RECORD == 0 {
-            return false;
-        }
-        store.add_record(
-            t.buf,
-            crate::store::RecordMeta {
-                pos: t.pos,
-                len: t.len,
-                skip: self.skip,
-                ts_ns: self.ts_ns,
-                orig_len: self.orig_len,
-            },
-        );
-        if self.flags & LINK != 0 && !link {
-            self.set_link(store, t.buf);
-            return true;
-        }
-        false
-    }
-}
 
 /// The producer's end: a sink that writes each block it receives into the channel.
 pub struct Egress {
@@ -591,17 +479,17 @@ impl Egress {
             } else {
                 ANNOUNCE
             };
-            let a = Meta {
+            let a = Fields {
                 ts_ns: t.buf as u64,
                 flags,
-                ..Meta::NONE
+                ..Fields::default()
             };
             match r {
                 Ref::Shared(key) => self
                     .w
-                    .write_through_parts(&[&a.to_bytes(), &key.to_le_bytes()], 1)?,
+                    .write_through_parts(&[&a.encode(), &key.to_le_bytes()], 1)?,
                 Ref::File(path) => self.w.write_through_parts(
-                    &[&a.to_bytes(), path.as_os_str().as_encoded_bytes()],
+                    &[&a.encode(), path.as_os_str().as_encoded_bytes()],
                     1,
                 )?,
                 Ref::Copy => unreachable!("blocks that are copied are not sent by reference"),
@@ -609,7 +497,7 @@ impl Egress {
             self.announced.push(t.buf);
         }
         // A block without record metadata (made by gen, an editor, ...) is its tag alone.
-        let meta = if records { Meta::of(cx, t) } else { Meta::NONE };
+        let meta = if records { meta_of(cx, t) } else { Fields::default() };
         self.queue(t, meta);
         if matches!(r, Ref::Shared(_)) {
             // The consumer reads this ring in place, and the ring keeps the block until the
@@ -624,15 +512,15 @@ impl Egress {
 
     /// Queue a block's tag in the run, and its metadata if the run carries any.
     #[inline(always)]
-    fn queue(&mut self, t: &Tag, meta: Meta) {
+    fn queue(&mut self, t: &Tag, meta: Fields) {
         if meta.flags != 0 && !self.metas_any {
             // The first block of the run with metadata: the ones before it had none (a
             // run without any carries no METAS block at all).
             self.metas_any = true;
-            self.metas.resize(self.run.len() / Tag::SIZE * META_SIZE, 0);
+            self.metas.resize(self.run.len() / Tag::SIZE * HEADER_LEN, 0);
         }
         if self.metas_any {
-            self.metas.extend_from_slice(&meta.to_bytes());
+            self.metas.extend_from_slice(&meta.encode());
         }
         self.run.extend_from_slice(
             &Tag {
@@ -651,7 +539,7 @@ impl Egress {
         if self.metas_any {
             let mut n = 0;
             for t in s.iter().take_while(|t| t.buf == buf) {
-                self.queue(t, Meta::NONE);
+                self.queue(t, Fields::default());
                 widen(&mut self.guards[g], t);
                 n += 1;
             }
@@ -689,13 +577,13 @@ impl Egress {
         }
         if self.metas_any {
             let n = (self.run.len() / Tag::SIZE) as u32;
-            let h = Meta {
+            let h = Fields {
                 orig_len: n,
                 flags: METAS,
-                ..Meta::NONE
+                ..Fields::default()
             };
             self.w
-                .write_through_parts(&[&h.to_bytes(), &self.metas], 1)?;
+                .write_through_parts(&[&h.encode(), &self.metas], 1)?;
         }
         self.w.write_tag_run(&self.run)?;
         self.run.clear();
@@ -724,9 +612,9 @@ impl Egress {
     /// A block that is copied: written through into the channel's data ring behind its
     /// header.
     fn send(&mut self, cx: &Ctx<'_>, t: &Tag, d: &[u8]) -> beltway::Result<()> {
-        let meta = Meta::of(cx, t);
+        let meta = meta_of(cx, t);
         self.w
-            .write_through_parts(&[&meta.to_bytes(), d], t.class)
+            .write_through_parts(&[&meta.encode(), d], t.class)
             .map(|_| ())
     }
 }
@@ -794,12 +682,12 @@ pub trait ChannelEnd {
 impl ChannelEnd for Egress {
     fn mark(&mut self, id: u64) -> beltway::Result<()> {
         self.write_run()?;
-        let m = Meta {
+        let m = Fields {
             ts_ns: id,
             flags: MARK,
-            ..Meta::NONE
+            ..Fields::default()
         };
-        self.w.write_through_parts(&[&m.to_bytes()], 1)?;
+        self.w.write_through_parts(&[&m.encode()], 1)?;
         self.w.flush();
         Ok(())
     }
@@ -942,7 +830,7 @@ pub struct Ingress {
     files: Vec<(BufId, BufId)>,
     /// Metadata of the blocks of a run sent by reference, from its METAS block, for its
     /// tags in order.
-    metas: std::collections::VecDeque<Meta>,
+    metas: std::collections::VecDeque<Fields>,
     /// A subscription to another run's published prefix (not a channel of this run).
     sub: Option<Subscription>,
     /// `@busy` on the consumer: poll the channel instead of sleeping on it.
@@ -1019,7 +907,7 @@ impl Ingress {
         if self.sub.is_some() {
             return match self.next_copied(cx)? {
                 Some(t) => {
-                    *budget += t.len as u64 + META_SIZE as u64;
+                    *budget += t.len as u64 + HEADER_LEN as u64;
                     out.push(t);
                     Ok(true)
                 }
@@ -1097,7 +985,7 @@ impl Ingress {
                 Ok(Some(t)) => {
                     self.held = true;
                     if t.buf == self.local {
-                        *budget += t.len as u64 + META_SIZE as u64;
+                        *budget += t.len as u64 + HEADER_LEN as u64;
                     }
                     out.push(t);
                 }
@@ -1132,7 +1020,7 @@ impl Ingress {
         if t.buf & FILE_BIT != 0 {
             // A tag into a file or shared ring this space maps too, with its metadata from
             // the run's METAS block (none: a run without record metadata).
-            let meta = self.metas.pop_front().unwrap_or(Meta::NONE);
+            let meta = self.metas.pop_front().unwrap_or(Fields::default());
             let Some(&(_, local)) = self.files.iter().find(|f| f.0 == t.buf & !FILE_BIT) else {
                 return Err(corrupt(
                     t.pos,
@@ -1154,15 +1042,10 @@ impl Ingress {
             .store
             .data(&whole)
             .map_err(|e| corrupt(t.pos, e.to_string()))?;
-        let Some(meta) = Meta::from_bytes(data) else {
-            return Err(corrupt(
-                t.pos,
-                format!("a block without its {META_SIZE}-byte header"),
-            ));
-        };
+        let meta = meta_at(data).map_err(|e| corrupt(t.pos, format!("a block without its header: {e}")))?;
         if meta.flags & ANNOUNCE != 0 && meta.flags & SHARED != 0 {
             let key = data
-                .get(META_SIZE..META_SIZE + 8)
+                .get(HEADER_LEN..HEADER_LEN + 8)
                 .and_then(|b| b.try_into().ok())
                 .map(u64::from_le_bytes)
                 .unwrap_or(0);
@@ -1181,7 +1064,7 @@ impl Ingress {
         }
         if meta.flags & ANNOUNCE != 0 {
             let path =
-                std::path::PathBuf::from(String::from_utf8_lossy(&data[META_SIZE..]).into_owned());
+                std::path::PathBuf::from(String::from_utf8_lossy(&data[HEADER_LEN..]).into_owned());
             let (local, _) = cx
                 .store
                 .add_file(&path)
@@ -1201,19 +1084,24 @@ impl Ingress {
         }
         if meta.flags & METAS != 0 {
             let n = meta.orig_len as usize;
-            if !self.metas.is_empty() || data.len() != META_SIZE * (n + 1) {
+            if !self.metas.is_empty() || data.len() != HEADER_LEN * (n + 1) {
                 return Err(corrupt(t.pos, format!("a metadata block of {} bytes for {n} blocks (or before the last one's tags were read)", data.len())));
             }
-            self.metas.extend(
-                data[META_SIZE..]
-                    .chunks_exact(META_SIZE)
-                    .map(|b| Meta::from_bytes(b).expect("a whole header")),
-            );
+            for b in data[HEADER_LEN..].chunks_exact(HEADER_LEN) {
+                let m = meta_at(b).map_err(|e| corrupt(t.pos, format!("in a metadata block: {e}")));
+                match m {
+                    Ok(m) => self.metas.push_back(m),
+                    Err(e) => {
+                        self.metas.clear();
+                        return Err(e);
+                    }
+                }
+            }
             return Ok(None);
         }
         let local = Tag {
-            pos: t.pos + META_SIZE as u64,
-            len: t.len - META_SIZE as u32,
+            pos: t.pos + HEADER_LEN as u64,
+            len: t.len - HEADER_LEN as u32,
             ..whole
         };
         self.restore(cx, &local, meta);
@@ -1262,10 +1150,10 @@ impl Ingress {
                     "a published stream named a file or ring to map; refused".into(),
                 ));
             }
-            let Some(n) = (t.len as usize).checked_sub(META_SIZE) else {
+            let Some(n) = (t.len as usize).checked_sub(HEADER_LEN) else {
                 return Err(corrupt(
                     t.pos,
-                    format!("a block without its {META_SIZE}-byte header"),
+                    format!("a block without its {HEADER_LEN}-byte header"),
                 ));
             };
             if n as u64 > sub.size / 4 {
@@ -1281,12 +1169,12 @@ impl Ingress {
                 buf: sub.view.id(),
                 ..t
             };
-            let mut head = [0u8; META_SIZE];
+            let mut head = [0u8; HEADER_LEN];
             let copied = match sub.view.resolve(&src) {
                 Ok(d) => {
-                    head.copy_from_slice(&d[..META_SIZE]);
+                    head.copy_from_slice(&d[..HEADER_LEN]);
                     let (local, dst) = cx.store.alloc_in(ring, n);
-                    dst.copy_from_slice(&d[META_SIZE..]);
+                    dst.copy_from_slice(&d[HEADER_LEN..]);
                     Some(local)
                 }
                 Err(e) if e.is_overrun() => None,
@@ -1298,7 +1186,7 @@ impl Ingress {
                 sub.lost_bytes += n as u64;
                 continue;
             };
-            let meta = Meta::from_bytes(&head).expect("a whole header");
+            let meta = meta_at(&head).map_err(|e| corrupt(t.pos, format!("a block without its header: {e}")))?;
             if meta.flags & (ANNOUNCE | METAS) != 0 {
                 return Err(corrupt(
                     t.pos,
@@ -1310,42 +1198,22 @@ impl Ingress {
                 class: t.class,
                 ..local
             };
-            if meta.flags & RECORD != 0 {
-                cx.store.add_record(
-                    ring,
-                    crate::store::RecordMeta {
-                        pos: local.pos,
-                        len: local.len,
-                        skip: meta.skip,
-                        ts_ns: meta.ts_ns,
-                        orig_len: meta.orig_len,
-                    },
-                );
-                if meta.flags & LINK != 0 {
-                    meta.set_link(cx.store, ring);
-                }
+            if meta.has(RECORD) {
+                crate::transport::restore(cx.store, &local, &meta, false);
             }
             return Ok(Some(local));
         }
     }
 
-    /// Record metadata and link type of a block, as the producer had them.
-    fn restore(&mut self, cx: &mut Ctx<'_>, t: &Tag, meta: Meta) {
-        if meta.flags & RECORD != 0 {
-            cx.store.add_record(
-                t.buf,
-                crate::store::RecordMeta {
-                    pos: t.pos,
-                    len: t.len,
-                    skip: meta.skip,
-                    ts_ns: meta.ts_ns,
-                    orig_len: meta.orig_len,
-                },
-            );
-            if meta.flags & LINK != 0 && (t.buf != self.local || !self.link_set) {
-                meta.set_link(cx.store, t.buf);
-                self.link_set |= t.buf == self.local;
-            }
+    /// Record metadata and link type of a block, as the producer had them (a block
+    /// without record metadata carries none).
+    fn restore(&mut self, cx: &mut Ctx<'_>, t: &Tag, meta: Fields) {
+        if !meta.has(RECORD) {
+            return;
+        }
+        let known = t.buf == self.local && self.link_set;
+        if crate::transport::restore(cx.store, t, &meta, known) {
+            self.link_set |= t.buf == self.local;
         }
     }
 }
@@ -2020,15 +1888,14 @@ mod tests {
                     .prop_map(|(p, l, b, c)| Msg::Tag(p, l, b, c)),
                 // Well-formed headers with random flags, followed by data.
                 (any::<u16>(), proptest::collection::vec(any::<u8>(), 0..32)).prop_map(|(f, d)| {
-                    let mut b = Meta {
+                    let mut b = Fields {
                         ts_ns: 1,
                         orig_len: 2,
-                        skip: 0,
                         link: 1,
                         flags: f,
-                        snaplen: 0,
+                        ..Fields::default()
                     }
-                    .to_bytes()
+                    .encode()
                     .to_vec();
                     b.extend(d);
                     Msg::Through(b, 1)

@@ -18,8 +18,9 @@
 //!
 //! # Record format
 //!
-//! Each block is one record in the data ring: a 16-byte [`RecordHeader`] (capture time,
-//! wire length, link type) followed by the block's bytes; its tag (in the tag ring) carries
+//! Each block is one record in the data ring: a block header (`protocol::block`, the one
+//! every transport carries: here capture time, wire length, link type, the block's length
+//! and class) followed by the block's bytes; its tag (in the tag ring) carries
 //! the block's class. The header is what a pcap stream of the tap (`all.pcap`) needs.
 //!
 //! # Subscribers: N readers for the price of one (thesis 3.4, 7.5)
@@ -248,7 +249,9 @@ impl Tap {
             self.unwanted += 1;
             return Ok(());
         }
-        let tag = self.writer.write_through_parts(&[&h.encode(), d], class)?;
+        let tag = self
+            .writer
+            .write_through_parts(&[&h.encode(d.len() as u32, class), d], class)?;
         for g in self.groups.iter_mut().filter(|g| g.verdict != 0) {
             for s in &mut g.subs {
                 let keep = g.verdict.min(s.snap).min(d.len() as u32);
@@ -342,19 +345,6 @@ impl Watch {
 mod tests {
     use super::*;
     use beltway::{BufTable, IbufReader, Start};
-
-    #[test]
-    fn header_round_trip() {
-        let h = RecordHeader {
-            ts_ns: 1_700_000_000_123_456_789,
-            orig_len: 1514,
-            link_type: 113,
-        };
-        let mut rec = h.encode().to_vec();
-        rec.extend_from_slice(b"frame");
-        assert_eq!(RecordHeader::decode(&rec), Some((h, &b"frame"[..])));
-        assert_eq!(RecordHeader::decode(&rec[..15]), None);
-    }
 
     /// Map rings as a reader process does: data segments only.
     fn observer(rings: &TapRings) -> IbufReader {
@@ -530,7 +520,7 @@ mod tests {
                 link_type: 1,
             };
             tap.writer
-                .write_through_parts(&[&h.encode(), &b], 1)
+                .write_through_parts(&[&h.encode(b.len() as u32, 1), &b], 1)
                 .unwrap();
         }
         tap.writer.flush();
