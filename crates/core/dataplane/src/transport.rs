@@ -147,44 +147,77 @@ impl Outgoing<'_> {
 }
 
 /// A transport's writing end: what it does with a batch's blocks once each has its header.
+/// Its sink's `process` is [`BlockOut::send_batch`].
 pub trait BlockOut {
-    /// Whether a block of `len` bytes can go at all (a datagram transport: whether it fits
-    /// one); a block refused is not sent, not counted, and the transport says why itself.
-    fn takes(&mut self, _len: usize) -> bool {
+    /// The transport's counts and failure (see [`Outlet`]).
+    fn outlet(&mut self) -> &mut Outlet;
+    /// Whether block `t` (`len` bytes) goes at all (a datagram transport: whether it fits
+    /// one; a tap: whether it leaves the node); a block refused is not sent, not counted,
+    /// and the transport says why itself.
+    fn takes(&mut self, _t: &Tag, _len: usize) -> bool {
         true
+    }
+    /// The header block `t` (its bytes `data`) carries: [`header_of`], unless the
+    /// transport's readers want other values in its fields (a tap's pcap readers).
+    fn head(&self, store: &Store, t: &Tag, data: &[u8]) -> Fields {
+        Fields {
+            len: data.len() as u32,
+            ..header_of(store, t)
+        }
     }
     /// Send one batch's blocks. An error ends the transport: its words for the run's
     /// warning.
-    fn write(&mut self, cx: &Ctx<'_>, blocks: &mut [Outgoing<'_>]) -> Result<(), String>;
+    fn write(&mut self, store: &Store, blocks: &mut [Outgoing<'_>]) -> Result<(), String>;
+
+    /// Send the blocks of `tags` ([`Outlet::send`]).
+    fn send_tags(&mut self, store: &Store, tags: &[Tag]) -> Result<(), String> {
+        let mut outlet = std::mem::take(self.outlet());
+        let r = outlet.send(self, store, tags);
+        *self.outlet() = outlet;
+        r
+    }
+
+    /// A sink's `process`: send `batch`; a transport that fails warns, stops the run and
+    /// sends nothing more. Returns whether the transport still works.
+    fn send_batch(&mut self, cx: &mut Ctx<'_>, batch: &Batch) -> bool {
+        if !self.outlet().failed {
+            if let Err(why) = self.send_tags(cx.store, &batch.tags) {
+                self.outlet().fail(cx, why);
+            }
+        }
+        !self.outlet().failed
+    }
 }
 
 /// The sending side a transport's sink shares: a batch's blocks resolved and given their
-/// headers once, what went out counted.
+/// headers once, what went out counted, and whether the transport failed.
 #[derive(Debug, Default)]
 pub struct Outlet {
     /// Blocks and bytes sent.
     pub blocks: u64,
     pub bytes: u64,
+    /// The transport failed (its receiver went away, its broker refused): it sends nothing
+    /// more.
+    pub failed: bool,
 }
 
 impl Outlet {
-    /// Send `batch` through `out`: every block whose bytes the store has, behind its header.
+    /// Send the blocks of `tags` through `out`: every block whose bytes the store has and
+    /// the transport takes, behind its header.
     pub fn send<O: BlockOut + ?Sized>(
         &mut self,
         out: &mut O,
-        cx: &Ctx<'_>,
-        batch: &Batch,
+        store: &Store,
+        tags: &[Tag],
     ) -> Result<(), String> {
-        let mut blocks = Vec::with_capacity(batch.tags.len());
-        for t in &batch.tags {
-            let Ok(data) = cx.data(t) else { continue };
-            if !out.takes(data.len()) {
+        let mut blocks = Vec::with_capacity(tags.len());
+        for t in tags {
+            let Ok(data) = store.data(t) else { continue };
+            if !out.takes(t, data.len()) {
                 continue;
             }
-            let mut head = header_of(cx.store, t);
-            head.len = data.len() as u32;
             blocks.push(Outgoing {
-                head,
+                head: out.head(store, t, data),
                 data,
                 tag: *t,
             });
@@ -194,25 +227,36 @@ impl Outlet {
         if blocks.is_empty() {
             return Ok(());
         }
-        out.write(cx, &mut blocks)
+        out.write(store, &mut blocks)
     }
+
+    /// The transport failed: the run is told `why` and stops.
+    pub fn fail(&mut self, cx: &mut Ctx<'_>, why: String) {
+        cx.warn(why);
+        self.failed = true;
+        cx.stop();
+    }
+}
+
+/// Test help: `f` run with a context over `store`; no warnings allowed.
+#[cfg(test)]
+pub(crate) fn cx_run<R>(store: &mut Store, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
+    let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), crate::filter::Stop::No);
+    let mut cx = Ctx {
+        store,
+        name: "test",
+        sessions: &mut sessions,
+        warnings: &mut warnings,
+        stop: &mut stop,
+    };
+    let r = f(&mut cx);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    r
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cx_run<R>(store: &mut Store, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
-        let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), crate::filter::Stop::No);
-        let mut cx = Ctx {
-            store,
-            name: "test",
-            sessions: &mut sessions,
-            warnings: &mut warnings,
-            stop: &mut stop,
-        };
-        f(&mut cx)
-    }
 
     /// A block's record, link type and capture header go into its header and come back
     /// out of it in another store, as they were.

@@ -39,7 +39,9 @@
 //! `group=`, `kafkain` reads every partition itself and commits nothing.
 
 use dataplane::transport::{BlockOut, Fields, HeaderError, Inlet, Outgoing, Outlet};
-use dataplane::{Access, Args, Batch, Ctx, Feeds, Filter, FilterError, FilterSpec, Kind, Param};
+use dataplane::{
+    Access, Args, Batch, Ctx, Feeds, Filter, FilterError, FilterSpec, Kind, Param, Store,
+};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
@@ -360,9 +362,8 @@ pub struct KafkaOut {
     partitions: usize,
     meta: Meta,
     timeout: f64,
-    /// Messages and bytes produced.
+    /// Messages and bytes produced; whether a message could not be.
     outlet: Outlet,
-    failed: bool,
 }
 
 fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
@@ -443,27 +444,22 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         meta,
         timeout,
         outlet: Outlet::default(),
-        failed: false,
     }))
 }
 
-impl KafkaOut {
-    fn fail(&mut self, cx: &mut Ctx<'_>, why: String) {
-        cx.warn(why);
-        self.failed = true;
-        cx.stop();
-    }
-}
-
 impl BlockOut for KafkaOut {
-    fn write(&mut self, cx: &Ctx<'_>, blocks: &mut [Outgoing<'_>]) -> Result<(), String> {
+    fn outlet(&mut self) -> &mut Outlet {
+        &mut self.outlet
+    }
+
+    fn write(&mut self, store: &Store, blocks: &mut [Outgoing<'_>]) -> Result<(), String> {
         for b in blocks.iter() {
             let (t, d) = (&b.tag, b.data);
             let key: Option<[u8; 2]>;
             let key_bytes: Option<&[u8]> = match self.key {
                 KeyBy::None => None,
                 KeyBy::Flow => {
-                    key = crate::packet::parse_tag(cx, t)
+                    key = crate::packet::parse_in(store, t)
                         .map(|p| crate::packet::flow_hash(&p).to_be_bytes());
                     key.as_ref().map(|k| &k[..])
                 }
@@ -525,24 +521,18 @@ impl BlockOut for KafkaOut {
 
 impl Filter for KafkaOut {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
-        if self.failed {
+        if !self.send_batch(cx, batch) {
             return;
-        }
-        let mut outlet = std::mem::take(&mut self.outlet);
-        let r = outlet.send(self, cx, batch);
-        self.outlet = outlet;
-        if let Err(why) = r {
-            return self.fail(cx, why);
         }
         self.producer.poll(Duration::ZERO);
         if self.reports.failed.load(Ordering::Relaxed) > 0 {
             let why = self.undelivered();
-            self.fail(cx, why);
+            self.outlet.fail(cx, why);
         }
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
-        if self.failed {
+        if self.outlet.failed {
             return;
         }
         // Every message delivered or failed: librdkafka gives up on one after `timeout`,
@@ -555,7 +545,7 @@ impl Filter for KafkaOut {
             if let Err(e) = r {
                 why.push_str(&format!(" (flush: {e})"));
             }
-            self.fail(cx, why);
+            self.outlet.fail(cx, why);
         }
     }
 

@@ -23,7 +23,7 @@ pub struct RecordHeader {
 
 impl RecordHeader {
     /// The block header of a record of `len` bytes of class `class`.
-    pub fn encode(&self, len: u32, class: u16) -> [u8; HEADER] {
+    pub fn fields(&self, len: u32, class: u16) -> crate::block::Fields {
         crate::block::Fields {
             ts_ns: self.ts_ns,
             orig_len: self.orig_len,
@@ -33,7 +33,11 @@ impl RecordHeader {
             class,
             ..Default::default()
         }
-        .encode()
+    }
+
+    /// [`RecordHeader::fields`]' bytes.
+    pub fn encode(&self, len: u32, class: u16) -> [u8; HEADER] {
+        self.fields(len, class).encode()
     }
 
     /// The header at the start of `rec`, and the block after it; the header's error if

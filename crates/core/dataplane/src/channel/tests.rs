@@ -4,21 +4,8 @@
 use super::*;
 use crate::filter::{Batch, Filter};
 use crate::store::Store;
-use crate::transport::Fields;
+use crate::transport::{cx_run, Fields};
 
-fn cx_run<R>(store: &mut Store, f: impl FnOnce(&mut Ctx<'_>) -> R) -> R {
-    let (mut sessions, mut warnings, mut stop) = (None, Vec::new(), crate::filter::Stop::No);
-    let mut cx = Ctx {
-        store,
-        name: "test",
-        sessions: &mut sessions,
-        warnings: &mut warnings,
-        stop: &mut stop,
-    };
-    let r = f(&mut cx);
-    assert!(warnings.is_empty(), "{warnings:?}");
-    r
-}
 
 /// Block `i` of a test stream: `(i % modulo) + 1` bytes derived from `i`, and its class.
 fn test_block(i: u32, modulo: u32) -> (Vec<u8>, u16) {

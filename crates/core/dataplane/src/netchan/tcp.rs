@@ -20,6 +20,7 @@
 //! come on top, a fixed amount).
 //!
 use super::{frame_at, HEAD};
+use crate::store::Store;
 use crate::transport::{BlockOut, HeaderError, Inlet, Outgoing, Outlet, END_OF_STREAM, LAST};
 use std::io::IoSlice;
 use crate::filter::{Batch, Ctx, Filter};
@@ -56,8 +57,7 @@ pub struct NetOut {
     heads: Vec<[u8; HEAD]>,
     credit: [u8; 8],
     have: usize,
-    failed: bool,
-    /// Blocks and bytes sent.
+    /// Blocks and bytes sent; whether the receiver went away.
     outlet: Outlet,
 }
 
@@ -114,7 +114,6 @@ impl NetOut {
             heads: Vec::new(),
             credit: [0; 8],
             have: 0,
-            failed: false,
             outlet: Outlet::default(),
         })
     }
@@ -183,18 +182,16 @@ impl NetOut {
     fn gone(&self, e: std::io::Error) -> String {
         format!("the receiver {} went away mid-stream: {e}", self.peer)
     }
-
-    fn fail(&mut self, cx: &mut Ctx<'_>, why: String) {
-        cx.warn(why);
-        self.failed = true;
-        cx.stop();
-    }
 }
 
 impl BlockOut for NetOut {
+    fn outlet(&mut self) -> &mut Outlet {
+        &mut self.outlet
+    }
+
     /// Gather writes (at most IOV_MAX pieces a call): each block's head, then its bytes
     /// where they lie; nothing copied on our side.
-    fn write(&mut self, _cx: &Ctx<'_>, blocks: &mut [Outgoing<'_>]) -> Result<(), String> {
+    fn write(&mut self, _store: &Store, blocks: &mut [Outgoing<'_>]) -> Result<(), String> {
         if let Some(last) = blocks.last_mut() {
             last.head.frame |= LAST;
         }
@@ -229,19 +226,11 @@ impl BlockOut for NetOut {
 
 impl Filter for NetOut {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
-        if self.failed {
-            return;
-        }
-        let mut outlet = std::mem::take(&mut self.outlet);
-        let r = outlet.send(self, cx, batch);
-        self.outlet = outlet;
-        if let Err(why) = r {
-            self.fail(cx, why);
-        }
+        self.send_batch(cx, batch);
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
-        if self.failed {
+        if self.outlet.failed {
             return;
         }
         let end = crate::transport::Fields {
@@ -266,7 +255,7 @@ impl Filter for NetOut {
         });
         if let Err(e) = r {
             let why = self.gone(e);
-            self.fail(cx, why);
+            self.outlet.fail(cx, why);
         }
     }
 

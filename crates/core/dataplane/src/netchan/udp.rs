@@ -37,6 +37,7 @@
 //! (`ECONNREFUSED`) and stops the run, naming the receiver.
 
 use super::{frame_at, HEAD};
+use crate::store::Store;
 use crate::transport::{BlockOut, Header, Inlet, Outgoing, Outlet, LAST};
 use crate::filter::{Batch, Ctx, Filter};
 use nix::sys::socket::{self as nsock, sockopt, AddressFamily, SockFlag, SockType};
@@ -140,8 +141,7 @@ pub struct UdpOut {
     seq: Vec<u64>,
     rr: usize,
     rng: u64,
-    failed: bool,
-    /// Blocks and bytes sent.
+    /// Blocks and bytes sent; whether the receiver went away.
     outlet: Outlet,
     datagrams: u64,
     /// Datagrams the kernel refused to queue (ENOBUFS, EAGAIN): counted as sent, so the
@@ -260,7 +260,6 @@ impl UdpOut {
             seq: vec![0; queues],
             rr: 0,
             rng: seed | 1,
-            failed: false,
             outlet: Outlet::default(),
             datagrams: 0,
             dropped: 0,
@@ -328,16 +327,14 @@ impl UdpOut {
         };
         format!("the receiver {} went away mid-stream: {why}", self.peer)
     }
-
-    fn fail(&mut self, cx: &mut Ctx<'_>, why: String) {
-        cx.warn(why);
-        self.failed = true;
-        cx.stop();
-    }
 }
 
 impl BlockOut for UdpOut {
-    fn takes(&mut self, len: usize) -> bool {
+    fn outlet(&mut self) -> &mut Outlet {
+        &mut self.outlet
+    }
+
+    fn takes(&mut self, _t: &beltway::Tag, len: usize) -> bool {
         if DG_HEAD + HEAD + len > MAX_DGRAM {
             if self.oversize == 0 {
                 self.oversize_first = Some(len);
@@ -348,7 +345,7 @@ impl BlockOut for UdpOut {
         true
     }
 
-    fn write(&mut self, _cx: &Ctx<'_>, blocks: &mut [Outgoing<'_>]) -> Result<(), String> {
+    fn write(&mut self, _store: &Store, blocks: &mut [Outgoing<'_>]) -> Result<(), String> {
         let mut last: [Option<usize>; 256] = [None; 256];
         for b in blocks.iter() {
             let q = self.choose(b.tag.class);
@@ -377,31 +374,23 @@ impl BlockOut for UdpOut {
 
 impl Filter for UdpOut {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
-        if self.failed {
-            return;
-        }
-        let mut outlet = std::mem::take(&mut self.outlet);
-        let r = outlet.send(self, cx, batch);
-        self.outlet = outlet;
+        self.send_batch(cx, batch);
         if let Some(len) = self.oversize_first.take() {
             cx.warn(format!(
                 "netout proto=udp: a block of {len} bytes does not fit a datagram ({} at most); such blocks are dropped (proto=tcp carries any size)",
                 MAX_DGRAM - DG_HEAD - HEAD
             ));
         }
-        if let Err(why) = r {
-            self.fail(cx, why);
-        }
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
-        if self.failed {
+        if self.outlet.failed {
             return;
         }
         for q in 0..self.socks.len() {
             if let Err(e) = self.flush(q) {
                 let why = self.gone(e);
-                return self.fail(cx, why);
+                return self.outlet.fail(cx, why);
             }
         }
         let n = self.socks.len();
