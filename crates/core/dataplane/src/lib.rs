@@ -17,6 +17,10 @@
 //! - [`edit`]: live edits of a running run (insert, remove, replace, set options, branch,
 //!   connect, disconnect, move) and its graph snapshot, applied
 //!   between source batches through a mailbox ([`edit::EditHandle`]).
+//! - [`transport`]: how a block leaves or enters a space, for every transport: the one
+//!   block header (`protocol::block`) filled from and restored into the store, and the
+//!   shared sending ([`transport::Outlet`], [`transport::BlockOut`]) and receiving
+//!   ([`transport::Inlet`]) code.
 //! - [`netchan`]: channels between hosts (`netout` / `netin`): TCP, credits, the same
 //!   per-block header as channels between spaces.
 //! - [`readiness`]: how a space waits: one epoll set per space over its channels'
@@ -48,6 +52,7 @@ pub mod session;
 pub mod spaces;
 pub mod store;
 pub mod tap;
+pub mod transport;
 pub mod txn;
 
 pub use beltway::Tag;

@@ -18,8 +18,9 @@
 //!
 //! # Record format
 //!
-//! Each block is one record in the data ring: a 16-byte [`RecordHeader`] (capture time,
-//! wire length, link type) followed by the block's bytes; its tag (in the tag ring) carries
+//! Each block is one record in the data ring: a block header (`protocol::block`, the one
+//! every transport carries: here capture time, wire length, link type, the block's length
+//! and class) followed by the block's bytes; its tag (in the tag ring) carries
 //! the block's class. The header is what a pcap stream of the tap (`all.pcap`) needs.
 //!
 //! # Subscribers: N readers for the price of one (thesis 3.4, 7.5)
@@ -35,6 +36,7 @@
 //! own tags, and nobody else notices.
 
 use crate::store::Store;
+use crate::transport::{BlockOut, Fields, Outgoing, Outlet};
 use beltway::{IbufWriter, Layout, RingConfig, RingRef, SyncMode, Tag, Writer};
 
 /// The record format (header size, default ring size, [`RecordHeader`]) is the wire format
@@ -130,6 +132,8 @@ pub struct Tap {
     /// Blocks the classifier looked at, and those nobody wanted (not copied).
     pub classified: u64,
     pub unwanted: u64,
+    /// Blocks and bytes that left the node while tapped.
+    outlet: Outlet,
 }
 
 impl Tap {
@@ -168,6 +172,7 @@ impl Tap {
                 groups: Vec::new(),
                 classified: 0,
                 unwanted: 0,
+                outlet: Outlet::default(),
             },
             rings,
         ))
@@ -215,29 +220,14 @@ impl Tap {
 
     /// Copy the blocks of `tags` that leave the node (class not 0) into the tap: every
     /// one for a plain tap, those a subscriber wants for a shared one (one classifier pass:
-    /// each distinct filter once per block).
-    pub(crate) fn write(&mut self, store: &Store, tags: &[Tag]) -> beltway::Result<()> {
-        for t in tags.iter().filter(|t| t.class != 0) {
-            let Ok(d) = store.data(t) else { continue };
-            let (ts_ns, orig_len) = match store.record(t) {
-                Some((m, true)) => (m.ts_ns, m.orig_len.max(d.len() as u32)),
-                Some((m, false)) => (m.ts_ns, d.len() as u32),
-                None => (0, d.len() as u32),
-            };
-            let h = RecordHeader {
-                ts_ns,
-                orig_len,
-                link_type: store.link(t).unwrap_or(1) as u16,
-            };
-            self.put(&h, d, t.class)?;
-        }
-        self.flush();
-        Ok(())
+    /// each distinct filter once per block). An error stops the tap (its words).
+    pub(crate) fn write(&mut self, store: &Store, tags: &[Tag]) -> Result<(), String> {
+        self.send_tags(store, tags)
     }
 
     /// One block: classified (shared taps), copied once if anybody wants it, a tag for each
     /// subscriber that does. Flushed by the caller, once per batch.
-    fn put(&mut self, h: &RecordHeader, d: &[u8], class: u16) -> beltway::Result<()> {
+    fn put(&mut self, h: &Fields, d: &[u8]) -> beltway::Result<()> {
         let mut wanted = self.plain;
         for g in &mut self.groups {
             g.verdict = (g.want)(d, h.orig_len);
@@ -248,7 +238,9 @@ impl Tap {
             self.unwanted += 1;
             return Ok(());
         }
-        let tag = self.writer.write_through_parts(&[&h.encode(), d], class)?;
+        let tag = self
+            .writer
+            .write_through_parts(&[&h.encode(), d], h.class)?;
         for g in self.groups.iter_mut().filter(|g| g.verdict != 0) {
             for s in &mut g.subs {
                 let keep = g.verdict.min(s.snap).min(d.len() as u32);
@@ -281,6 +273,42 @@ impl Tap {
                 s.tags.close();
             }
         }
+    }
+}
+
+impl BlockOut for Tap {
+    fn outlet(&mut self) -> &mut Outlet {
+        &mut self.outlet
+    }
+
+    /// Only blocks that leave the node.
+    fn takes(&mut self, t: &Tag, _len: usize) -> bool {
+        t.class != 0
+    }
+
+    /// What a pcap stream of the tap needs: the capture time (0 for a block made in the
+    /// run), the wire length (at least the block's; the block's own for a cropped one),
+    /// the link type (Ethernet when the run does not say).
+    fn head(&self, store: &Store, t: &Tag, d: &[u8]) -> Fields {
+        let (ts_ns, orig_len) = match store.record(t) {
+            Some((m, true)) => (m.ts_ns, m.orig_len.max(d.len() as u32)),
+            Some((m, false)) => (m.ts_ns, d.len() as u32),
+            None => (0, d.len() as u32),
+        };
+        RecordHeader {
+            ts_ns,
+            orig_len,
+            link_type: store.link(t).unwrap_or(1) as u16,
+        }
+        .fields(d.len() as u32, t.class)
+    }
+
+    fn write(&mut self, _store: &Store, blocks: &mut [Outgoing<'_>]) -> Result<(), String> {
+        for b in blocks.iter() {
+            self.put(&b.head, b.data).map_err(|e| e.to_string())?;
+        }
+        self.flush();
+        Ok(())
     }
 }
 
@@ -342,19 +370,6 @@ impl Watch {
 mod tests {
     use super::*;
     use beltway::{BufTable, IbufReader, Start};
-
-    #[test]
-    fn header_round_trip() {
-        let h = RecordHeader {
-            ts_ns: 1_700_000_000_123_456_789,
-            orig_len: 1514,
-            link_type: 113,
-        };
-        let mut rec = h.encode().to_vec();
-        rec.extend_from_slice(b"frame");
-        assert_eq!(RecordHeader::decode(&rec), Some((h, &b"frame"[..])));
-        assert_eq!(RecordHeader::decode(&rec[..15]), None);
-    }
 
     /// Map rings as a reader process does: data segments only.
     fn observer(rings: &TapRings) -> IbufReader {
@@ -421,9 +436,9 @@ mod tests {
                     ts_ns: i as u64,
                     orig_len: 60,
                     link_type: 1,
-                },
+                }
+                .fields(6, 1),
                 &[i, 1, 2, 3, 4, 5],
-                1,
             )
             .unwrap();
         }
@@ -480,9 +495,9 @@ mod tests {
                     ts_ns: i,
                     orig_len: 500,
                     link_type: 1,
-                },
+                }
+                .fields(block.len() as u32, 1),
                 &block,
-                1,
             )
             .unwrap();
             if i % 16 == 15 {
@@ -530,7 +545,7 @@ mod tests {
                 link_type: 1,
             };
             tap.writer
-                .write_through_parts(&[&h.encode(), &b], 1)
+                .write_through_parts(&[&h.encode(b.len() as u32, 1), &b], 1)
                 .unwrap();
         }
         tap.writer.flush();

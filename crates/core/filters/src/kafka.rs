@@ -38,8 +38,9 @@
 //! commits nothing after what its sinks had, so the group re-reads the rest. Without
 //! `group=`, `kafkain` reads every partition itself and commits nothing.
 
+use dataplane::transport::{BlockOut, Fields, HeaderError, Inlet, Outgoing, Outlet};
 use dataplane::{
-    Access, Args, Batch, Ctx, Feeds, Filter, FilterError, FilterSpec, Kind, Param, RecordMeta, Tag,
+    Access, Args, Batch, Ctx, Feeds, Filter, FilterError, FilterSpec, Kind, Param, Store,
 };
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
@@ -55,19 +56,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The header a block's class and capture metadata travel in (24 bytes, little-endian):
-/// capture time (ns), wire length, bytes of the record before the block, link type, class,
-/// flags (1: the block has record metadata; 2: a link type; 4: the capture file header it
-/// came with, then 8: big-endian, 16: nanosecond times, and 4 more bytes: its snap
-/// length, 28 bytes in all).
+/// The key of the message header a block's class and capture metadata travel in: the
+/// block header every transport carries (`dataplane::transport`, `protocol::block`:
+/// capture time, wire length, crop, link type, capture file header, class, length).
+/// Messages written before this header (a 24- or 28-byte header of Kafka's own) do not
+/// read as one: their blocks come without metadata, classed by partition.
 pub const HEADER: &str = "streamline";
-const HEADER_LEN: usize = 24;
-const HEADER_LEN_CAPTURE: usize = 28;
-const HAS_RECORD: u16 = 1;
-const HAS_LINK: u16 = 2;
-const HAS_CAPTURE: u16 = 4;
-const CAPTURE_BIG_ENDIAN: u16 = 8;
-const CAPTURE_NANOS: u16 = 16;
 /// How often a consumer commits offsets while it runs.
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
 /// How long one pull waits for the first message before giving its space's loop a turn.
@@ -259,67 +253,9 @@ fn secs(a: &Args, key: &str, default: f64) -> Result<f64, FilterError> {
     Ok(s)
 }
 
-/// The header for block `t` (its first `HEADER_LEN` bytes, or all of them with a
-/// capture header).
-fn header_of(cx: &Ctx<'_>, t: &Tag) -> ([u8; HEADER_LEN_CAPTURE], usize) {
-    let mut h = [0u8; HEADER_LEN_CAPTURE];
-    let mut flags = 0;
-    let mut len = HEADER_LEN;
-    if let Some(r) = cx.store.record_of(t) {
-        h[..8].copy_from_slice(&r.ts_ns.to_le_bytes());
-        h[8..12].copy_from_slice(&r.orig_len.to_le_bytes());
-        h[12..16].copy_from_slice(&r.skip.to_le_bytes());
-        flags |= HAS_RECORD;
-    }
-    if let Some(l) = cx.store.link(t) {
-        h[16..20].copy_from_slice(&l.to_le_bytes());
-        flags |= HAS_LINK;
-        if let Some(c) = cx.store.capture(t).filter(|_| flags & HAS_RECORD != 0) {
-            flags |= HAS_CAPTURE
-                | if c.big_endian { CAPTURE_BIG_ENDIAN } else { 0 }
-                | if c.nanos { CAPTURE_NANOS } else { 0 };
-            h[24..28].copy_from_slice(&c.snaplen.to_le_bytes());
-            len = HEADER_LEN_CAPTURE;
-        }
-    }
-    h[20..22].copy_from_slice(&t.class.to_le_bytes());
-    h[22..24].copy_from_slice(&flags.to_le_bytes());
-    (h, len)
-}
-
-/// The header's fields: (record metadata as (ts_ns, orig_len, skip), link, class, the
-/// capture header).
-type Parsed = (
-    Option<(u64, u32, u32)>,
-    Option<u32>,
-    u16,
-    Option<dataplane::CaptureHeader>,
-);
-
-pub fn parse_header(h: &[u8]) -> Option<Parsed> {
-    if h.len() != HEADER_LEN && h.len() != HEADER_LEN_CAPTURE {
-        return None;
-    }
-    let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-    let flags = u16::from_le_bytes([h[22], h[23]]);
-    let rec = (flags & HAS_RECORD != 0).then(|| {
-        (
-            u64::from_le_bytes(h[..8].try_into().expect("8 bytes")),
-            u32_at(8),
-            u32_at(12),
-        )
-    });
-    let link = (flags & HAS_LINK != 0).then(|| u32_at(16));
-    let capture = match (flags & HAS_CAPTURE != 0, h.len()) {
-        (false, HEADER_LEN) => None,
-        (true, HEADER_LEN_CAPTURE) => Some(dataplane::CaptureHeader {
-            big_endian: flags & CAPTURE_BIG_ENDIAN != 0,
-            nanos: flags & CAPTURE_NANOS != 0,
-            snaplen: u32_at(24),
-        }),
-        _ => return None,
-    };
-    Some((rec, link, u16::from_le_bytes([h[20], h[21]]), capture))
+/// The block header a message's [`HEADER`] holds, or why it is none.
+pub fn parse_header(h: &[u8]) -> Result<Fields, HeaderError> {
+    dataplane::transport::Header::new_checked(h).map(|h| h.fields())
 }
 
 /// Delivery reports, counted by librdkafka's thread as they come.
@@ -426,9 +362,8 @@ pub struct KafkaOut {
     partitions: usize,
     meta: Meta,
     timeout: f64,
-    sent: u64,
-    bytes: u64,
-    failed: bool,
+    /// Messages and bytes produced; whether a message could not be.
+    outlet: Outlet,
 }
 
 fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
@@ -508,32 +443,23 @@ fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         partitions: partitions.unwrap_or(1).max(1),
         meta,
         timeout,
-        sent: 0,
-        bytes: 0,
-        failed: false,
+        outlet: Outlet::default(),
     }))
 }
 
-impl KafkaOut {
-    fn fail(&mut self, cx: &mut Ctx<'_>, why: String) {
-        cx.warn(why);
-        self.failed = true;
-        cx.stop();
+impl BlockOut for KafkaOut {
+    fn outlet(&mut self) -> &mut Outlet {
+        &mut self.outlet
     }
-}
 
-impl Filter for KafkaOut {
-    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
-        if self.failed {
-            return;
-        }
-        for t in &batch.tags {
-            let Ok(d) = cx.data(t) else { continue };
+    fn write(&mut self, store: &Store, blocks: &mut [Outgoing<'_>]) -> Result<(), String> {
+        for b in blocks.iter() {
+            let (t, d) = (&b.tag, b.data);
             let key: Option<[u8; 2]>;
             let key_bytes: Option<&[u8]> = match self.key {
                 KeyBy::None => None,
                 KeyBy::Flow => {
-                    key = crate::packet::parse_tag(cx, t)
+                    key = crate::packet::parse_in(store, t)
                         .map(|p| crate::packet::flow_hash(&p).to_be_bytes());
                     key.as_ref().map(|k| &k[..])
                 }
@@ -544,18 +470,17 @@ impl Filter for KafkaOut {
                 KeyBy::Field { off, len } => d.get(off..off + len),
             };
             let mut rec = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(d);
-            let (h, hlen) = header_of(cx, t);
-            let h = &h[..hlen];
+            let h = b.head_bytes();
             let with_header = match self.meta {
                 Meta::Always => true,
                 Meta::Never => false,
                 // The flags: record metadata or a link type to carry.
-                Meta::Auto => h[22..24] != [0, 0],
+                Meta::Auto => b.head.flags != 0,
             };
             if with_header {
                 rec = rec.headers(OwnedHeaders::new_with_capacity(1).insert(Header {
                     key: HEADER,
-                    value: Some(h),
+                    value: Some(&h[..]),
                 }));
             }
             if let Some(k) = key_bytes {
@@ -582,26 +507,32 @@ impl Filter for KafkaOut {
                         self.producer.poll(Duration::from_millis(10));
                     }
                     Err((e, _)) => {
-                        let why = format!(
+                        return Err(format!(
                             "cannot produce to topic {} at {}: {e}",
                             self.topic, self.brokers
-                        );
-                        return self.fail(cx, why);
+                        ));
                     }
                 }
             }
-            self.sent += 1;
-            self.bytes += d.len() as u64;
+        }
+        Ok(())
+    }
+}
+
+impl Filter for KafkaOut {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        if !self.send_batch(cx, batch) {
+            return;
         }
         self.producer.poll(Duration::ZERO);
         if self.reports.failed.load(Ordering::Relaxed) > 0 {
             let why = self.undelivered();
-            self.fail(cx, why);
+            self.outlet.fail(cx, why);
         }
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
-        if self.failed {
+        if self.outlet.failed {
             return;
         }
         // Every message delivered or failed: librdkafka gives up on one after `timeout`,
@@ -614,15 +545,15 @@ impl Filter for KafkaOut {
             if let Err(e) = r {
                 why.push_str(&format!(" (flush: {e})"));
             }
-            self.fail(cx, why);
+            self.outlet.fail(cx, why);
         }
     }
 
     fn summary(&self) -> Option<String> {
         Some(format!(
             "kafkaout: {} messages, {} bytes to topic {} at {}, {} delivered",
-            self.sent,
-            self.bytes,
+            self.outlet.blocks,
+            self.outlet.bytes,
             self.topic,
             self.brokers,
             self.reports.delivered.load(Ordering::Relaxed)
@@ -645,8 +576,8 @@ impl KafkaOut {
             "messages not delivered to topic {} at {}: {} of {} failed or unconfirmed ({first})",
             self.topic,
             self.brokers,
-            (self.sent - delivered).max(failed),
-            self.sent
+            (self.outlet.blocks - delivered).max(failed),
+            self.outlet.blocks
         )
     }
 }
@@ -687,9 +618,8 @@ pub struct KafkaIn {
     ended: bool,
     /// Where the space sends the stream (see the module doc); known at the first pull.
     feeds: Option<Feeds>,
-    link_set: bool,
-    received: u64,
-    bytes: u64,
+    /// Messages and bytes received, with their metadata.
+    inlet: Inlet,
 }
 
 fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
@@ -818,9 +748,7 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         last_commit: Instant::now(),
         ended: false,
         feeds: None,
-        link_set: false,
-        received: 0,
-        bytes: 0,
+        inlet: Inlet::default(),
     }))
 }
 
@@ -847,7 +775,7 @@ impl KafkaIn {
     }
 
     fn count_reached(&self) -> bool {
-        self.count.is_some_and(|n| self.received >= n)
+        self.count.is_some_and(|n| self.inlet.blocks >= n)
     }
 
     /// Hand on one message as a block of `out` (or note a partition's end, or warn).
@@ -870,33 +798,17 @@ impl KafkaIn {
             *e = false;
         }
         let payload = m.payload().unwrap_or(&[]);
-        let mut t = cx.store.push(payload);
-        t.class = (p as u16).wrapping_add(1);
         let header = m
             .headers()
             .and_then(|h| h.iter().find(|h| h.key == HEADER))
             .and_then(|h| h.value)
-            .and_then(parse_header);
-        if let Some((rec, link, class, capture)) = header {
-            if let Some((ts_ns, orig_len, skip)) = rec {
-                let mut r = RecordMeta::whole(t.pos, t.len, ts_ns, orig_len);
-                r.skip = skip;
-                cx.store.add_record(t.buf, r);
-            }
-            if let (Some(l), false) = (link, self.link_set) {
-                cx.store.set_link(t.buf, l);
-                if let Some(c) = capture {
-                    cx.store.set_capture(t.buf, c);
-                }
-                self.link_set = true;
-            }
-            if self.class == ClassBy::Sent {
-                t.class = class;
-            }
-        }
+            .and_then(|h| parse_header(h).ok());
+        let class = match (self.class, &header) {
+            (ClassBy::Sent, Some(h)) => h.class,
+            _ => (p as u16).wrapping_add(1),
+        };
+        let t = self.inlet.admit(cx, &header.unwrap_or_default(), payload, class);
         self.batch.insert(p, m.offset() + 1);
-        self.received += 1;
-        self.bytes += payload.len() as u64;
         out.push(t);
     }
 
@@ -1003,8 +915,8 @@ impl Filter for KafkaIn {
     fn summary(&self) -> Option<String> {
         Some(format!(
             "kafkain: {} messages, {} bytes from topic {} at {}{}",
-            self.received,
-            self.bytes,
+            self.inlet.blocks,
+            self.inlet.bytes,
             self.topic,
             self.brokers,
             match &self.group {
@@ -1155,31 +1067,20 @@ mod tests {
 
     #[test]
     fn header_round_trips() {
-        let mut h = [0u8; HEADER_LEN_CAPTURE];
-        h[..8].copy_from_slice(&7u64.to_le_bytes());
-        h[8..12].copy_from_slice(&1500u32.to_le_bytes());
-        h[16..20].copy_from_slice(&1u32.to_le_bytes());
-        h[20..22].copy_from_slice(&9u16.to_le_bytes());
-        h[22..24].copy_from_slice(&(HAS_RECORD | HAS_LINK).to_le_bytes());
-        assert_eq!(
-            parse_header(&h[..HEADER_LEN]),
-            Some((Some((7, 1500, 0)), Some(1), 9, None))
-        );
-        assert_eq!(parse_header(&h[..23]), None);
-        // Capture flags without the snap length, or the snap length without the flag.
-        h[22..24]
-            .copy_from_slice(&(HAS_RECORD | HAS_LINK | HAS_CAPTURE | CAPTURE_NANOS).to_le_bytes());
-        assert_eq!(parse_header(&h[..HEADER_LEN]), None);
-        h[24..28].copy_from_slice(&96u32.to_le_bytes());
-        let c = dataplane::CaptureHeader {
-            big_endian: false,
-            nanos: true,
-            snaplen: 96,
+        let f = Fields {
+            ts_ns: 7,
+            orig_len: 1500,
+            link: 1,
+            class: 9,
+            flags: dataplane::transport::RECORD | dataplane::transport::LINK,
+            ..Fields::default()
         };
-        assert_eq!(
-            parse_header(&h),
-            Some((Some((7, 1500, 0)), Some(1), 9, Some(c)))
-        );
+        assert_eq!(parse_header(&f.encode()), Ok(f));
+        // An older version's 24-byte header is not one.
+        assert!(matches!(
+            parse_header(&f.encode()[..24]),
+            Err(HeaderError::Truncated { got: 24, .. })
+        ));
     }
 
     proptest::proptest! {

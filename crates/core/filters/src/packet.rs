@@ -273,13 +273,18 @@ pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
 /// The result is memoized with the block in the space's store, so a chain of protocol
 /// filters (`tcp | dport |80`) parses each frame once, while its bytes are still in cache.
 pub fn parse_tag(cx: &Ctx<'_>, t: &Tag) -> Option<Pkt> {
-    cx.store.memo(t, || {
-        if let Some((_, whole)) = cx.store.record(t) {
+    parse_in(cx.store, t)
+}
+
+/// [`parse_tag`] for a block of `store` (a sink that holds no context, e.g. a transport).
+pub fn parse_in(store: &dataplane::Store, t: &Tag) -> Option<Pkt> {
+    store.memo(t, || {
+        if let Some((_, whole)) = store.record(t) {
             if !whole {
                 return None;
             }
         }
-        parse(cx.data(t).ok()?, cx.store.link(t))
+        parse(store.data(t).ok()?, store.link(t))
     })
 }
 

@@ -405,12 +405,12 @@ impl Capture {
         self.count_lost();
         let (_, p) = self.sub.reader.held().expect("held just above");
         Ok(Next::Packet(match RecordHeader::decode(p.data) {
-            Some((h, block)) => Packet {
+            Ok((h, block)) => Packet {
                 ts_ns: h.ts_ns,
                 orig_len: h.orig_len.max(block.len() as u32),
                 data: block,
             },
-            None => Packet {
+            Err(_) => Packet {
                 ts_ns: 0,
                 orig_len: p.data.len() as u32,
                 data: p.data,

@@ -10,8 +10,10 @@
 //! build and read.
 //!
 //! Modules: `proto` (wire format, messages), `client` (connect, handshake, calls), `graph`
-//! (a run's graph as the protocol carries it), `tap` (the record format of a tap's rings).
+//! (a run's graph as the protocol carries it), `block` (the block header every transport
+//! carries), `tap` (the record format of a tap's rings).
 
+pub mod block;
 pub mod client;
 pub mod graph;
 pub mod proto;

@@ -1,16 +1,16 @@
 //! The record format of a tap's rings: what a reader in another process (the daemon's
 //! PipesFS, the libpcap stand-in) decodes from the data ring a run's tap writes
-//! (`dataplane::tap` writes it). Each block is one record: a 16-byte [`RecordHeader`]
-//! followed by the block's bytes.
+//! (`dataplane::tap` writes it). Each block is one record: a block header
+//! ([`crate::block::Header`], [`HEADER`] bytes) followed by the block's bytes.
 
-/// Bytes of the header in front of each tapped block.
-pub const HEADER: usize = 16;
+/// Bytes of the header in front of each tapped block: a [`crate::block::Header`].
+pub const HEADER: usize = crate::block::HEADER_LEN;
 /// Default size of a tap's data ring; its tag ring has `DATA_BYTES / 16` bytes (a tag per 256
 /// bytes of data: 65536 tags for the default).
 pub const DATA_BYTES: usize = 16 << 20;
 
-/// The header of a tapped record: `ts_ns: u64 LE | orig_len: u32 LE | link_type: u16 LE |
-/// reserved: u16 (0)`.
+/// The fields of a tapped record's [`crate::block::Header`] a reader of a tap uses (the
+/// header's codec is the block header's; this is the value it holds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
     /// Capture time in ns since the epoch (0 for a block made in the run, e.g. by `gen`).
@@ -22,27 +22,33 @@ pub struct RecordHeader {
 }
 
 impl RecordHeader {
-    pub fn encode(&self) -> [u8; HEADER] {
-        let mut b = [0u8; HEADER];
-        b[..8].copy_from_slice(&self.ts_ns.to_le_bytes());
-        b[8..12].copy_from_slice(&self.orig_len.to_le_bytes());
-        b[12..14].copy_from_slice(&self.link_type.to_le_bytes());
-        b
+    /// The block header of a record of `len` bytes of class `class`.
+    pub fn fields(&self, len: u32, class: u16) -> crate::block::Fields {
+        crate::block::Fields {
+            ts_ns: self.ts_ns,
+            orig_len: self.orig_len,
+            link: self.link_type,
+            flags: crate::block::RECORD | crate::block::LINK,
+            len,
+            class,
+            ..Default::default()
+        }
     }
 
-    /// The header at the start of `rec`, and the block after it; `None` if `rec` is
-    /// shorter than a header (a record not written by a tap).
-    pub fn decode(rec: &[u8]) -> Option<(RecordHeader, &[u8])> {
-        if rec.len() < HEADER {
-            return None;
-        }
-        let u =
-            |r: std::ops::Range<usize>| rec[r].iter().rev().fold(0u64, |a, b| a << 8 | *b as u64);
-        Some((
+    /// [`RecordHeader::fields`]' bytes.
+    pub fn encode(&self, len: u32, class: u16) -> [u8; HEADER] {
+        self.fields(len, class).encode()
+    }
+
+    /// The header at the start of `rec`, and the block after it; the header's error if
+    /// `rec` does not start with one (a record not written by a tap).
+    pub fn decode(rec: &[u8]) -> Result<(RecordHeader, &[u8]), crate::block::HeaderError> {
+        let h = crate::block::Header::new_checked(rec)?;
+        Ok((
             RecordHeader {
-                ts_ns: u(0..8),
-                orig_len: u(8..12) as u32,
-                link_type: u(12..14) as u16,
+                ts_ns: h.ts_ns(),
+                orig_len: h.orig_len(),
+                link_type: h.link(),
             },
             &rec[HEADER..],
         ))
@@ -54,15 +60,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_record_header_reads_back_and_a_short_record_is_none() {
+    fn a_record_header_reads_back_and_a_short_record_is_an_error() {
         let h = RecordHeader {
             ts_ns: 1_700_000_000_123_456_789,
             orig_len: 1514,
             link_type: 1,
         };
-        let mut rec = h.encode().to_vec();
+        let mut rec = h.encode(5, 3).to_vec();
         rec.extend_from_slice(b"frame");
-        assert_eq!(RecordHeader::decode(&rec), Some((h, &b"frame"[..])));
-        assert_eq!(RecordHeader::decode(&rec[..HEADER - 1]), None);
+        assert_eq!(RecordHeader::decode(&rec), Ok((h, &b"frame"[..])));
+        assert!(RecordHeader::decode(&rec[..HEADER - 1]).is_err());
     }
 }

@@ -310,8 +310,9 @@ fn hostile_senders_get_an_error_naming_them() {
         (7795u16, b"HELLO!!!".to_vec(), "not as a netout does"),
         (
             7796,
-            // The greeting, then a frame claiming a 4 GiB - 2 block.
-            [b"SLNET\x00\x01\x00".as_slice(), &[0xfe, 0xff, 0xff, 0xff], &[0u8; 28]].concat(),
+            // The greeting, then a frame (a block header) claiming a 4 GiB - 2 block: its
+            // `len` at offset 24.
+            [b"SLNET\x00\x02\x00".as_slice(), &[0u8; 24], &[0xfe, 0xff, 0xff, 0xff], &[0u8; 4]].concat(),
             "more than netin takes",
         ),
     ] {
@@ -446,10 +447,12 @@ fn udp_hostile_datagrams_are_counted_not_fatal() {
     let to = ("127.0.0.1", port);
     // Garbage, then a head with a frame claiming more bytes than the datagram holds.
     s.send_to(b"not a netout datagram at all", to).unwrap();
-    let mut bad = b"SLU\x01\x00\x00\x01\x00\x07\x00\x00\x00".to_vec();
+    let mut bad = b"SLU\x02\x00\x00\x01\x00\x07\x00\x00\x00".to_vec();
     bad.extend_from_slice(&[0u8; 8]);
+    // The frame's block header, its `len` (offset 24) 65535.
+    bad.extend_from_slice(&[0u8; 24]);
     bad.extend_from_slice(&[0xff, 0xff, 0, 0]);
-    bad.extend_from_slice(&[0u8; 28]);
+    bad.extend_from_slice(&[0u8; 4]);
     s.send_to(&bad, to).unwrap();
     // Both read by netin (its socket's receive queue empty again) before the real sender
     // greets: they come before any greeting, whatever the scheduling.

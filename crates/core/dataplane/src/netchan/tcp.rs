@@ -2,7 +2,7 @@
 //!
 //! # Wire format
 //!
-//! The sender opens the connection with an 8-byte greeting (`SLNET`, 0, version 1, 0);
+//! The sender opens the connection with an 8-byte greeting (`SLNET`, 0, version 2, 0);
 //! the receiver answers with the same greeting and its window (u64, bytes). Then a batch
 //! of blocks is one write of frames (see the parent module). A frame with `len` = `END` ends the
 //! stream: a connection that closes without it was cut (a peer killed, a host gone), and
@@ -19,7 +19,9 @@
 //! pulling, nothing is taken); nothing buffers without bound (the kernel's socket buffers
 //! come on top, a fixed amount).
 //!
-use super::{frame_head, Frame, FLAGS_AT, HEAD, LAST};
+use super::{frame_at, HEAD};
+use crate::store::Store;
+use crate::transport::{BlockOut, HeaderError, Inlet, Outgoing, Outlet, END_OF_STREAM, LAST};
 use std::io::IoSlice;
 use crate::filter::{Batch, Ctx, Filter};
 use std::os::fd::AsRawFd;
@@ -27,9 +29,10 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-const GREETING: [u8; 8] = *b"SLNET\x00\x01\x00";
+/// Version 2: frames are block headers (`protocol::block`); version 1 had a header of its own.
+const GREETING: [u8; 8] = *b"SLNET\x00\x02\x00";
 /// `len` of the frame that ends the stream.
-const END: u32 = u32::MAX;
+const END: u32 = END_OF_STREAM;
 /// The largest block a receiver takes.
 pub const MAX_BLOCK: usize = 16 << 20;
 /// Default window (bytes in flight).
@@ -54,9 +57,8 @@ pub struct NetOut {
     heads: Vec<[u8; HEAD]>,
     credit: [u8; 8],
     have: usize,
-    failed: bool,
-    blocks: u64,
-    bytes: u64,
+    /// Blocks and bytes sent; whether the receiver went away.
+    outlet: Outlet,
 }
 
 impl NetOut {
@@ -112,9 +114,7 @@ impl NetOut {
             heads: Vec::new(),
             credit: [0; 8],
             have: 0,
-            failed: false,
-            blocks: 0,
-            bytes: 0,
+            outlet: Outlet::default(),
         })
     }
 
@@ -178,65 +178,66 @@ impl NetOut {
         Ok(())
     }
 
-    fn fail(&mut self, cx: &mut Ctx<'_>, e: std::io::Error) {
-        cx.warn(format!(
-            "the receiver {} went away mid-stream: {e}",
-            self.peer
-        ));
-        self.failed = true;
-        cx.stop();
+    /// What the run is told when the receiver went away.
+    fn gone(&self, e: std::io::Error) -> String {
+        format!("the receiver {} went away mid-stream: {e}", self.peer)
+    }
+}
+
+impl BlockOut for NetOut {
+    fn outlet(&mut self) -> &mut Outlet {
+        &mut self.outlet
+    }
+
+    /// Gather writes (at most IOV_MAX pieces a call): each block's head, then its bytes
+    /// where they lie; nothing copied on our side.
+    fn write(&mut self, _store: &Store, blocks: &mut [Outgoing<'_>]) -> Result<(), String> {
+        if let Some(last) = blocks.last_mut() {
+            last.head.frame |= LAST;
+        }
+        self.heads.clear();
+        self.heads.extend(blocks.iter().map(|b| b.head_bytes()));
+        // In chunks of at most half the window, each sent when it fits: a batch bigger
+        // than the window streams instead of waiting for the receiver to drain.
+        let chunk_max = (self.window / 2).max(1);
+        let mut from = 0;
+        while from < blocks.len() {
+            let (mut to, mut bytes) = (from, 0u64);
+            while to < blocks.len()
+                && (to == from || bytes + (HEAD + blocks[to].data.len()) as u64 <= chunk_max)
+            {
+                bytes += (HEAD + blocks[to].data.len()) as u64;
+                to += 1;
+            }
+            let r = self.room(bytes).and_then(|_| {
+                let mut slices = Vec::with_capacity(2 * (to - from));
+                for (h, b) in self.heads[from..to].iter().zip(&blocks[from..to]) {
+                    slices.push(IoSlice::new(h));
+                    slices.push(IoSlice::new(b.data));
+                }
+                write_all_vectored(&mut self.sock, &mut slices)
+            });
+            r.map_err(|e| self.gone(e))?;
+            from = to;
+        }
+        Ok(())
     }
 }
 
 impl Filter for NetOut {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
-        if self.failed {
-            return;
-        }
-        // Gather writes (at most IOV_MAX pieces a call): each block's head, then its bytes
-        // where they lie; nothing copied on our side.
-        self.heads.clear();
-        let mut data = Vec::with_capacity(batch.tags.len());
-        for t in &batch.tags {
-            let Ok(d) = cx.data(t) else { continue };
-            self.heads.push(frame_head(cx, t, d.len()));
-            data.push(d);
-            self.blocks += 1;
-            self.bytes += d.len() as u64;
-        }
-        let Some(last) = self.heads.last_mut() else { return };
-        last[FLAGS_AT] |= LAST;
-        // In chunks of at most half the window, each sent when it fits: a batch bigger
-        // than the window streams instead of waiting for the receiver to drain.
-        let chunk_max = (self.window / 2).max(1);
-        let mut from = 0;
-        while from < data.len() {
-            let (mut to, mut bytes) = (from, 0u64);
-            while to < data.len() && (to == from || bytes + (HEAD + data[to].len()) as u64 <= chunk_max) {
-                bytes += (HEAD + data[to].len()) as u64;
-                to += 1;
-            }
-            let r = self.room(bytes).and_then(|_| {
-                let mut slices = Vec::with_capacity(2 * (to - from));
-                for (h, d) in self.heads[from..to].iter().zip(&data[from..to]) {
-                    slices.push(IoSlice::new(h));
-                    slices.push(IoSlice::new(d));
-                }
-                write_all_vectored(&mut self.sock, &mut slices)
-            });
-            if let Err(e) = r {
-                return self.fail(cx, e);
-            }
-            from = to;
-        }
+        self.send_batch(cx, batch);
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
-        if self.failed {
+        if self.outlet.failed {
             return;
         }
-        let mut end = [0u8; HEAD];
-        end[..4].copy_from_slice(&END.to_le_bytes());
+        let end = crate::transport::Fields {
+            len: END,
+            ..Default::default()
+        }
+        .encode();
         let r = self.room(HEAD as u64).and_then(|_| {
             self.sock.write_all(&end)?;
             self.sock.shutdown(Shutdown::Write)?;
@@ -253,14 +254,15 @@ impl Filter for NetOut {
             }
         });
         if let Err(e) = r {
-            self.fail(cx, e);
+            let why = self.gone(e);
+            self.outlet.fail(cx, why);
         }
     }
 
     fn summary(&self) -> Option<String> {
         Some(format!(
             "netout: {} blocks, {} bytes to {}; at most {} bytes in flight (window {}), {} waits for credit",
-            self.blocks, self.bytes, self.peer, self.peak, self.window, self.waits
+            self.outlet.blocks, self.outlet.bytes, self.peer, self.peak, self.window, self.waits
         ))
     }
 }
@@ -298,10 +300,9 @@ pub struct NetIn {
     partial: Option<(beltway::Tag, usize, bool)>,
     /// Bytes handed on, not yet given back as credit.
     taken: u64,
-    link_set: bool,
     ended: bool,
-    blocks: u64,
-    bytes: u64,
+    /// Blocks taken in, with their metadata.
+    inlet: Inlet,
 }
 
 impl NetIn {
@@ -323,10 +324,8 @@ impl NetIn {
             pending: Vec::new(),
             partial: None,
             taken: 0,
-            link_set: false,
             ended: false,
-            blocks: 0,
-            bytes: 0,
+            inlet: Inlet::default(),
         })
     }
 
@@ -394,8 +393,15 @@ impl NetIn {
                 }
                 continue;
             }
-            let Some(f) = Frame::parse(&self.buf[self.start..self.end]) else {
-                return Ok(false);
+            let f = match frame_at(&self.buf[self.start..self.end]) {
+                Ok(f) => f,
+                Err(HeaderError::Truncated { .. }) => return Ok(false),
+                Err(e) => {
+                    return Err(format!(
+                        "the sender {} sent a frame that is not one ({e}); the stream is corrupt",
+                        self.peer
+                    ))
+                }
             };
             if f.len == END {
                 self.ended = true;
@@ -410,20 +416,18 @@ impl NetIn {
                     self.peer
                 ));
             }
-            let last = f.flags & LAST != 0;
+            let last = f.frame & LAST != 0;
             let staged = self.end - self.start - HEAD;
             if staged >= len {
                 let at = self.start + HEAD;
-                let (t, link) = f.restore(cx, &self.buf[at..at + len], self.link_set);
-                self.link_set = link;
+                let t = self.inlet.admit(cx, &f, &self.buf[at..at + len], f.class);
                 self.start = at + len;
                 if self.complete(t, last, max) {
                     return Ok(true);
                 }
             } else if len >= DIRECT {
                 // Its place in the store now; the bytes follow (staged ones first).
-                let (t, link) = f.reserve(cx, len, self.link_set);
-                self.link_set = link;
+                let t = self.inlet.reserve(cx, &f, len);
                 self.start += HEAD;
                 self.partial = Some((t, 0, last));
             } else {
@@ -437,8 +441,6 @@ impl NetIn {
         // Its frame has left the socket and the staging area: credit for it (the store
         // holds at most the sender's batch until it is handed on).
         self.taken += (HEAD + t.len as usize) as u64;
-        self.blocks += 1;
-        self.bytes += t.len as u64;
         self.pending.push(t);
         last || self.pending.len() >= max
     }
@@ -462,8 +464,12 @@ impl Filter for NetIn {
         } else if let Some(s) = &self.sock {
             // Whole frames already staged (more than a batch came at once) go first.
             let staged = &self.buf[self.start..self.end];
-            let whole = Frame::parse(staged)
-                .is_some_and(|f| f.len == END || staged.len() - HEAD >= f.len as usize);
+            // (A frame that is not one: the pull says so.)
+            let whole = match frame_at(staged) {
+                Ok(f) => f.len == END || staged.len() - HEAD >= f.len as usize,
+                Err(HeaderError::Truncated { .. }) => false,
+                Err(HeaderError::Invalid { .. }) => true,
+            };
             if !staged.is_empty() && (self.partial.is_some() || whole) {
                 w.ready();
             } else {
@@ -570,8 +576,8 @@ impl Filter for NetIn {
     fn summary(&self) -> Option<String> {
         Some(format!(
             "netin: {} blocks, {} bytes from {}",
-            self.blocks,
-            self.bytes,
+            self.inlet.blocks,
+            self.inlet.bytes,
             if self.peer.is_empty() { "no sender" } else { &self.peer }
         ))
     }

@@ -15,7 +15,7 @@
 //!
 //! # Datagrams
 //!
-//! A 20-byte head: `SLU` and version 1; the kind ([`DATA`], [`END`], [`HELLO`],
+//! A 20-byte head: `SLU` and version 2; the kind ([`DATA`], [`END`], [`HELLO`],
 //! [`WELCOME`], [`BUSY`], [`END_ACK`]); the sender's queue and its number of queues (u8 each); a
 //! reserved byte; the stream (u32, chosen at random by each sender); `seq` (u64). In DATA,
 //! `seq` numbers the datagram on its queue (0, 1, ...) and frames follow (see the parent
@@ -36,7 +36,9 @@
 //! receiver went away learns it from the ICMP port-unreachable its connected sockets get
 //! (`ECONNREFUSED`) and stops the run, naming the receiver.
 
-use super::{push_frame, Frame, HEAD, LAST};
+use super::{frame_at, HEAD};
+use crate::store::Store;
+use crate::transport::{BlockOut, Header, Inlet, Outgoing, Outlet, LAST};
 use crate::filter::{Batch, Ctx, Filter};
 use nix::sys::socket::{self as nsock, sockopt, AddressFamily, SockFlag, SockType};
 use std::io::ErrorKind;
@@ -44,7 +46,8 @@ use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-const MAGIC: [u8; 4] = *b"SLU\x01";
+/// Version 2: frames are block headers (`protocol::block`); version 1 had a header of its own.
+const MAGIC: [u8; 4] = *b"SLU\x02";
 /// Bytes of a datagram's head.
 pub const DG_HEAD: usize = 20;
 /// The largest UDP payload over IPv4.
@@ -138,14 +141,15 @@ pub struct UdpOut {
     seq: Vec<u64>,
     rr: usize,
     rng: u64,
-    failed: bool,
-    blocks: u64,
-    bytes: u64,
+    /// Blocks and bytes sent; whether the receiver went away.
+    outlet: Outlet,
     datagrams: u64,
     /// Datagrams the kernel refused to queue (ENOBUFS, EAGAIN): counted as sent, so the
     /// receiver counts them as lost.
     dropped: u64,
     oversize: u64,
+    /// The size of the first block too big for a datagram, until the run is told.
+    oversize_first: Option<usize>,
 }
 
 fn resolve(to: &str) -> Result<SocketAddr, String> {
@@ -256,12 +260,11 @@ impl UdpOut {
             seq: vec![0; queues],
             rr: 0,
             rng: seed | 1,
-            failed: false,
-            blocks: 0,
-            bytes: 0,
+            outlet: Outlet::default(),
             datagrams: 0,
             dropped: 0,
             oversize: 0,
+            oversize_first: None,
         })
     }
 
@@ -315,47 +318,44 @@ impl UdpOut {
         r
     }
 
-    fn fail(&mut self, cx: &mut Ctx<'_>, e: std::io::Error) {
+    /// What the run is told when the receiver went away.
+    fn gone(&self, e: std::io::Error) -> String {
         let why = if e.kind() == ErrorKind::ConnectionRefused {
             "its port is unreachable (the netin is gone)".to_string()
         } else {
             e.to_string()
         };
-        cx.warn(format!("the receiver {} went away mid-stream: {why}", self.peer));
-        self.failed = true;
-        cx.stop();
+        format!("the receiver {} went away mid-stream: {why}", self.peer)
     }
 }
 
-impl Filter for UdpOut {
-    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
-        if self.failed {
-            return;
-        }
-        let mut last: [Option<usize>; 256] = [None; 256];
-        for t in &batch.tags {
-            let Ok(d) = cx.data(t) else { continue };
-            if DG_HEAD + HEAD + d.len() > MAX_DGRAM {
-                if self.oversize == 0 {
-                    cx.warn(format!(
-                        "netout proto=udp: a block of {} bytes does not fit a datagram ({} at most); such blocks are dropped (proto=tcp carries any size)",
-                        d.len(),
-                        MAX_DGRAM - DG_HEAD - HEAD
-                    ));
-                }
-                self.oversize += 1;
-                continue;
+impl BlockOut for UdpOut {
+    fn outlet(&mut self) -> &mut Outlet {
+        &mut self.outlet
+    }
+
+    fn takes(&mut self, _t: &beltway::Tag, len: usize) -> bool {
+        if DG_HEAD + HEAD + len > MAX_DGRAM {
+            if self.oversize == 0 {
+                self.oversize_first = Some(len);
             }
-            let q = self.choose(t.class);
-            if self.bufs[q].len() + HEAD + d.len() > self.dgram {
-                if let Err(e) = self.flush(q) {
-                    return self.fail(cx, e);
-                }
+            self.oversize += 1;
+            return false;
+        }
+        true
+    }
+
+    fn write(&mut self, _store: &Store, blocks: &mut [Outgoing<'_>]) -> Result<(), String> {
+        let mut last: [Option<usize>; 256] = [None; 256];
+        for b in blocks.iter() {
+            let q = self.choose(b.tag.class);
+            if self.bufs[q].len() + HEAD + b.data.len() > self.dgram {
+                self.flush(q).map_err(|e| self.gone(e))?;
                 last[q] = None;
             }
-            last[q] = Some(push_frame(&mut self.bufs[q], cx, t, d));
-            self.blocks += 1;
-            self.bytes += d.len() as u64;
+            last[q] = Some(self.bufs[q].len());
+            self.bufs[q].extend_from_slice(&b.head_bytes());
+            self.bufs[q].extend_from_slice(b.data);
         }
         // A batch's end sends what it filled (latency is bounded by the batch), its last
         // block on each queue marked: a receiver of one queue that lost nothing hands on
@@ -363,22 +363,34 @@ impl Filter for UdpOut {
         for q in 0..self.socks.len() {
             if let Some(at) = last[q] {
                 if self.bufs[q].len() > at {
-                    self.bufs[q][at] |= LAST;
+                    Header::new_unchecked(&mut self.bufs[q][at..at + HEAD]).set_frame(LAST);
                 }
             }
-            if let Err(e) = self.flush(q) {
-                return self.fail(cx, e);
-            }
+            self.flush(q).map_err(|e| self.gone(e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Filter for UdpOut {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        self.send_batch(cx, batch);
+        if let Some(len) = self.oversize_first.take() {
+            cx.warn(format!(
+                "netout proto=udp: a block of {len} bytes does not fit a datagram ({} at most); such blocks are dropped (proto=tcp carries any size)",
+                MAX_DGRAM - DG_HEAD - HEAD
+            ));
         }
     }
 
     fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
-        if self.failed {
+        if self.outlet.failed {
             return;
         }
         for q in 0..self.socks.len() {
             if let Err(e) = self.flush(q) {
-                return self.fail(cx, e);
+                let why = self.gone(e);
+                return self.outlet.fail(cx, why);
             }
         }
         let n = self.socks.len();
@@ -427,8 +439,8 @@ impl Filter for UdpOut {
     fn summary(&self) -> Option<String> {
         let mut s = format!(
             "netout: {} blocks, {} bytes to {} in {} datagrams on {} queues",
-            self.blocks,
-            self.bytes,
+            self.outlet.blocks,
+            self.outlet.bytes,
             self.peer,
             self.datagrams,
             self.socks.len()
@@ -466,10 +478,9 @@ pub struct UdpIn {
     queues: Vec<QueueState>,
     next_sock: usize,
     last: Instant,
-    link_set: bool,
     ended: bool,
-    blocks: u64,
-    bytes: u64,
+    /// Blocks taken in, with their metadata.
+    inlet: Inlet,
     malformed: u64,
     foreign: u64,
 }
@@ -523,10 +534,8 @@ impl UdpIn {
             queues: Vec::new(),
             next_sock: 0,
             last: Instant::now(),
-            link_set: false,
             ended: false,
-            blocks: 0,
-            bytes: 0,
+            inlet: Inlet::default(),
             malformed: 0,
             foreign: 0,
         })
@@ -617,23 +626,21 @@ impl UdpIn {
                 st.next = st.next.max(h.seq + 1);
                 let mut at = DG_HEAD;
                 let mut batch_end = false;
-                while let Some(f) = Frame::parse(&self.buf[at..n]) {
+                while at < n {
+                    // Bytes after the last whole frame that are not a frame, or a frame
+                    // longer than the datagram: counted, the rest of it ignored.
+                    let f = match frame_at(&self.buf[at..n]) {
+                        Ok(f) if at + HEAD + f.len as usize <= n => f,
+                        _ => {
+                            self.malformed += 1;
+                            break;
+                        }
+                    };
                     let len = f.len as usize;
-                    if at + HEAD + len > n {
-                        self.malformed += 1;
-                        break;
-                    }
-                    let (t, link) = f.restore(cx, &self.buf[at + HEAD..at + HEAD + len], self.link_set);
-                    self.link_set = link;
+                    let t = self.inlet.admit(cx, &f, &self.buf[at + HEAD..at + HEAD + len], f.class);
                     out.push(t);
-                    self.blocks += 1;
-                    self.bytes += len as u64;
                     at += HEAD + len;
-                    batch_end = f.flags & LAST != 0;
-                }
-                if at != n && at + HEAD > n {
-                    // Bytes after the last whole frame that are not a frame.
-                    self.malformed += 1;
+                    batch_end = f.frame & LAST != 0;
                 }
                 return batch_end;
             }
@@ -737,8 +744,8 @@ impl Filter for UdpIn {
         let (lost, sent) = self.loss();
         let mut s = format!(
             "netin: {} blocks, {} bytes from {} over UDP on {} queues, {lost} of {sent} datagrams lost",
-            self.blocks,
-            self.bytes,
+            self.inlet.blocks,
+            self.inlet.bytes,
             self.sender(),
             self.socks.len()
         );
@@ -787,8 +794,8 @@ mod tests {
             let mut u = UdpIn {
                 socks: Vec::new(), at: String::new(), idle: Duration::from_secs(1), buf: Vec::new(),
                 stream: Some(1), peer: None, queues: vec![QueueState::default(); sent.len()],
-                next_sock: 0, last: Instant::now(), link_set: false, ended: false,
-                blocks: 0, bytes: 0, malformed: 0, foreign: 0,
+                next_sock: 0, last: Instant::now(), ended: false,
+                inlet: Inlet::default(), malformed: 0, foreign: 0,
             };
             let mut lost = 0;
             for (q, &n) in sent.iter().enumerate() {

@@ -242,7 +242,7 @@ impl Stream {
                 Ok(Some((tag, p))) => {
                     if self.class.is_some_and(|c| c != tag.class) {
                         Step::Record(false)
-                    } else if let Some((h, block)) = RecordHeader::decode(p.data) {
+                    } else if let Ok((h, block)) = RecordHeader::decode(p.data) {
                         // Copied out of the ring here; checked intact just below.
                         Step::Record(emit(
                             &self.out,
