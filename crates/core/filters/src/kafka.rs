@@ -70,8 +70,12 @@ const CAPTURE_BIG_ENDIAN: u16 = 8;
 const CAPTURE_NANOS: u16 = 16;
 /// How often a consumer commits offsets while it runs.
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
-/// How long one pull waits for the first message before giving its space's loop a turn.
+/// How long one pull waits for the first message before giving its space's loop a turn
+/// (a consumer group's main queue, which has no wake-up signal here).
 const POLL: Duration = Duration::from_millis(50);
+/// How often a consumer of partition queues, asleep on their signal, still serves the
+/// consumer's main queue (errors, which come with no signal).
+const MAIN_QUEUE_EVERY: Duration = Duration::from_secs(1);
 
 /// The librdkafka settings of `kafkaout`'s producer besides `bootstrap.servers` and those
 /// its parameters set (`linger.ms`, `message.timeout.ms`; see [`DEFAULT_LINGER_MS`],
@@ -668,6 +672,11 @@ pub struct KafkaIn {
     /// and the one to read first at the next pull.
     queues: Vec<PartitionQueue<DefaultConsumerContext>>,
     next_queue: usize,
+    /// Signalled by librdkafka when one of `queues` goes from empty to not empty: what
+    /// the space sleeps on (see `arm`).
+    arrived: dataplane::readiness::Signal,
+    /// When the main queue was last served.
+    main_served: Instant,
     brokers: String,
     topic: String,
     group: Option<String>,
@@ -750,6 +759,7 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         why: e.to_string(),
     })?);
     let mut queues = Vec::new();
+    let arrived = dataplane::readiness::Signal::new().map_err(|e| FilterError::io("kafkain", e))?;
     let partitions = partitions_of(consumer.client(), &brokers, &topic, wait)?;
     match (&group, partitions) {
         (Some(_), _) => consumer
@@ -795,6 +805,10 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
                         why: e.to_string(),
                     })?;
             }
+            for q in &mut queues {
+                let signal = arrived.clone();
+                q.set_nonempty_callback(move || signal.signal());
+            }
             consumer.assign(&tpl).map_err(|e| BrokerError::Refused {
                 brokers: brokers.clone(),
                 what: format!("cannot read topic {topic}"),
@@ -806,6 +820,8 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         consumer,
         queues,
         next_queue: 0,
+        arrived,
+        main_served: Instant::now(),
         brokers,
         topic,
         group,
@@ -913,6 +929,25 @@ impl KafkaIn {
 impl Filter for KafkaIn {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
 
+    /// Partition queues: their signal (librdkafka's non-empty callback), the main queue's
+    /// turn and the next commit on a quiet topic. A group's consumer waits in `pull`.
+    fn arm(&mut self, w: &mut dataplane::readiness::Arm<'_>, _source: bool) {
+        if self.queues.is_empty() {
+            w.poll();
+            return;
+        }
+        if self.ended {
+            w.ready();
+            return;
+        }
+        use std::os::fd::AsFd;
+        w.signal(self.arrived.as_fd());
+        w.deadline(self.main_served + MAIN_QUEUE_EVERY);
+        if self.feeds == Some(Feeds::Nothing) && !self.done.is_empty() {
+            w.deadline(self.last_commit + COMMIT_EVERY);
+        }
+    }
+
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if self.feeds.is_none() {
             let f = cx.store.feeds();
@@ -947,6 +982,7 @@ impl Filter for KafkaIn {
             }
         } else {
             // The main queue's events (errors); the messages come by the partitions' queues.
+            self.main_served = Instant::now();
             if let Some(r) = consumer.poll(Duration::ZERO) {
                 self.take(cx, r, out);
             }
@@ -964,13 +1000,7 @@ impl Filter for KafkaIn {
                     }
                 }
             }
-            if out.is_empty() && !self.count_reached() {
-                // Nothing anywhere: wait a little on one queue (each in turn) before the
-                // space's loop gets its turn.
-                if let Some(r) = queues[i].poll(Duration::from_millis(10)) {
-                    self.take(cx, r, out);
-                }
-            }
+            // Nothing anywhere: the space sleeps until librdkafka signals a queue (`arm`).
             // The next pull starts at the next partition: none waits behind a busy one.
             self.next_queue = (i + 1) % n;
         }
