@@ -71,11 +71,10 @@ const CAPTURE_NANOS: u16 = 16;
 /// How often a consumer commits offsets while it runs.
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
 /// How long one pull waits for the first message before giving its space's loop a turn
-/// (a consumer group's main queue, which has no wake-up signal here).
+/// (a group's consumer: see `wait`).
 const POLL: Duration = Duration::from_millis(50);
-/// How often a consumer of partition queues, asleep on their signal, still serves the
-/// consumer's main queue (errors, which come with no signal).
-const MAIN_QUEUE_EVERY: Duration = Duration::from_secs(1);
+
+mod wait;
 
 /// The librdkafka settings of `kafkaout`'s producer besides `bootstrap.servers` and those
 /// its parameters set (`linger.ms`, `message.timeout.ms`; see [`DEFAULT_LINGER_MS`],
@@ -672,10 +671,8 @@ pub struct KafkaIn {
     /// and the one to read first at the next pull.
     queues: Vec<PartitionQueue<DefaultConsumerContext>>,
     next_queue: usize,
-    /// Signalled by librdkafka when one of `queues` goes from empty to not empty: what
-    /// the space sleeps on (see `arm`).
+    /// What the space sleeps on, and when the main queue was last served (see `wait`).
     arrived: dataplane::readiness::Signal,
-    /// When the main queue was last served.
     main_served: Instant,
     brokers: String,
     topic: String,
@@ -805,10 +802,7 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
                         why: e.to_string(),
                     })?;
             }
-            for q in &mut queues {
-                let signal = arrived.clone();
-                q.set_nonempty_callback(move || signal.signal());
-            }
+            wait::signal_arrivals(&mut queues, &arrived);
             consumer.assign(&tpl).map_err(|e| BrokerError::Refused {
                 brokers: brokers.clone(),
                 what: format!("cannot read topic {topic}"),
@@ -915,37 +909,13 @@ impl KafkaIn {
         self.bytes += payload.len() as u64;
         out.push(t);
     }
-
-    /// Whether every partition assigned to us is at its end.
-    fn all_at_end(&self) -> bool {
-        let Ok(assigned) = self.consumer.assignment() else {
-            return false;
-        };
-        let parts: Vec<i32> = assigned.elements().iter().map(|e| e.partition()).collect();
-        !parts.is_empty() && parts.iter().all(|p| self.at_end.get(p) == Some(&true))
-    }
 }
 
 impl Filter for KafkaIn {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
 
-    /// Partition queues: their signal (librdkafka's non-empty callback), the main queue's
-    /// turn and the next commit on a quiet topic. A group's consumer waits in `pull`.
     fn arm(&mut self, w: &mut dataplane::readiness::Arm<'_>, _source: bool) {
-        if self.queues.is_empty() {
-            w.poll();
-            return;
-        }
-        if self.ended {
-            w.ready();
-            return;
-        }
-        use std::os::fd::AsFd;
-        w.signal(self.arrived.as_fd());
-        w.deadline(self.main_served + MAIN_QUEUE_EVERY);
-        if self.feeds == Some(Feeds::Nothing) && !self.done.is_empty() {
-            w.deadline(self.last_commit + COMMIT_EVERY);
-        }
+        self.arm_queues(w);
     }
 
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
