@@ -70,10 +70,8 @@ const CAPTURE_BIG_ENDIAN: u16 = 8;
 const CAPTURE_NANOS: u16 = 16;
 /// How often a consumer commits offsets while it runs.
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
-/// How long one pull waits for the first message before giving its space's loop a turn
-/// (a group's consumer: see `wait`).
+/// How long one pull of a group's consumer waits for the first message (see `wait`).
 const POLL: Duration = Duration::from_millis(50);
-
 mod wait;
 
 /// The librdkafka settings of `kafkaout`'s producer besides `bootstrap.servers` and those
