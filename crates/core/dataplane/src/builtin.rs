@@ -171,6 +171,11 @@ pub struct UnixProc {
     /// and exits 127 or 126, as the shell's does.
     missing: bool,
     finished: bool,
+    /// A pidfd of the process (readable once it exited): what the space sleeps on for a
+    /// process that is both source and sink. None: not opened yet, or pidfds unavailable
+    /// (`exit_fd_tried`), and then `pull` waits for the exit a little itself.
+    exit_fd: Option<std::os::fd::OwnedFd>,
+    exit_fd_tried: bool,
 }
 
 impl UnixProc {
@@ -289,6 +294,8 @@ impl UnixProc {
             pending: Default::default(),
             feeder,
             made,
+            exit_fd: None,
+            exit_fd_tried: false,
             sink,
             missing,
             finished: false,
@@ -346,7 +353,17 @@ impl Filter for UnixProc {
                 // process does. Until then, wait for that a little (as a source process
                 // that has not produced yet does, below) instead of returning at once:
                 // the scheduler would call again straight away, spinning a CPU.
-                return match self.wait_exit(std::time::Duration::from_millis(50)) {
+                // With a pidfd the space sleeps on it (`arm`): no wait here.
+                if !self.exit_fd_tried {
+                    self.exit_fd_tried = true;
+                    self.exit_fd = beltway::sys::pidfd_open(self.child.id()).ok();
+                }
+                let limit = if self.exit_fd.is_some() {
+                    std::time::Duration::ZERO
+                } else {
+                    std::time::Duration::from_millis(50)
+                };
+                return match self.wait_exit(limit) {
                     true => self.end(cx),
                     false => true,
                 };
@@ -404,8 +421,12 @@ impl UnixProc {
         }
         if self.sink {
             if self.input.is_none() {
-                // Both source and sink: `pull` waits for its exit itself.
-                w.poll();
+                // Both source and sink: it ends when the process does; sleep on its pidfd
+                // (without one, `pull` waits for the exit a little itself).
+                match &self.exit_fd {
+                    Some(fd) => w.fd(fd.as_fd()),
+                    None => w.poll(),
+                }
             }
             return;
         }

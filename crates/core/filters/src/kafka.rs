@@ -64,8 +64,9 @@ use std::time::{Duration, Instant};
 pub const HEADER: &str = "streamline";
 /// How often a consumer commits offsets while it runs.
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
-/// How long one pull waits for the first message before giving its space's loop a turn.
+/// How long one pull of a group's consumer waits for the first message (see `wait`).
 const POLL: Duration = Duration::from_millis(50);
+mod wait;
 
 /// The librdkafka settings of `kafkaout`'s producer besides `bootstrap.servers` and those
 /// its parameters set (`linger.ms`, `message.timeout.ms`; see [`DEFAULT_LINGER_MS`],
@@ -599,6 +600,9 @@ pub struct KafkaIn {
     /// and the one to read first at the next pull.
     queues: Vec<PartitionQueue<DefaultConsumerContext>>,
     next_queue: usize,
+    /// What the space sleeps on, and when the main queue was last served (see `wait`).
+    arrived: dataplane::readiness::Signal,
+    main_served: Instant,
     brokers: String,
     topic: String,
     group: Option<String>,
@@ -680,6 +684,7 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         why: e.to_string(),
     })?);
     let mut queues = Vec::new();
+    let arrived = dataplane::readiness::Signal::new().map_err(|e| FilterError::io("kafkain", e))?;
     let partitions = partitions_of(consumer.client(), &brokers, &topic, wait)?;
     match (&group, partitions) {
         (Some(_), _) => consumer
@@ -725,6 +730,7 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
                         why: e.to_string(),
                     })?;
             }
+            wait::signal_arrivals(&mut queues, &arrived);
             consumer.assign(&tpl).map_err(|e| BrokerError::Refused {
                 brokers: brokers.clone(),
                 what: format!("cannot read topic {topic}"),
@@ -736,6 +742,8 @@ fn make_kafkain(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         consumer,
         queues,
         next_queue: 0,
+        arrived,
+        main_served: Instant::now(),
         brokers,
         topic,
         group,
@@ -811,19 +819,14 @@ impl KafkaIn {
         self.batch.insert(p, m.offset() + 1);
         out.push(t);
     }
-
-    /// Whether every partition assigned to us is at its end.
-    fn all_at_end(&self) -> bool {
-        let Ok(assigned) = self.consumer.assignment() else {
-            return false;
-        };
-        let parts: Vec<i32> = assigned.elements().iter().map(|e| e.partition()).collect();
-        !parts.is_empty() && parts.iter().all(|p| self.at_end.get(p) == Some(&true))
-    }
 }
 
 impl Filter for KafkaIn {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+
+    fn arm(&mut self, w: &mut dataplane::readiness::Arm<'_>, _source: bool) {
+        self.arm_queues(w);
+    }
 
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if self.feeds.is_none() {
@@ -859,6 +862,7 @@ impl Filter for KafkaIn {
             }
         } else {
             // The main queue's events (errors); the messages come by the partitions' queues.
+            self.main_served = Instant::now();
             if let Some(r) = consumer.poll(Duration::ZERO) {
                 self.take(cx, r, out);
             }
@@ -876,13 +880,7 @@ impl Filter for KafkaIn {
                     }
                 }
             }
-            if out.is_empty() && !self.count_reached() {
-                // Nothing anywhere: wait a little on one queue (each in turn) before the
-                // space's loop gets its turn.
-                if let Some(r) = queues[i].poll(Duration::from_millis(10)) {
-                    self.take(cx, r, out);
-                }
-            }
+            // Nothing anywhere: the space sleeps until librdkafka signals a queue (`arm`).
             // The next pull starts at the next partition: none waits behind a busy one.
             self.next_queue = (i + 1) % n;
         }

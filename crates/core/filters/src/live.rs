@@ -28,6 +28,11 @@ struct Adaptive {
     /// The last pull found the view empty and returned at once, so that the space's idle
     /// handlers (a transmitter's kick) ran before this one sleeps.
     yielded: bool,
+    /// Gathering: the space sleeps until then before it looks at the rings again (the
+    /// rate-adapted gather, a deadline on the space's readiness handle).
+    until: Option<Instant>,
+    /// The gather is over and nothing was ready: the space sleeps on the rings' sockets.
+    armed: bool,
     /// Gather sleeps and polls (the wake-ups this scheme spends).
     sleeps: u64,
     polls: u64,
@@ -45,6 +50,9 @@ pub struct Rx {
     /// The rings (one, or `rings=N` fanout members), once opened: the store's DBufs
     /// (empty before), which own them ([`crate::lent`]).
     bufs: Vec<BufId>,
+    /// The rings' sockets (duplicates: the rings themselves are the store's), what the
+    /// space's readiness handle waits on.
+    fds: Vec<std::os::fd::OwnedFd>,
     /// Rings to open.
     rings: usize,
     failed: bool,
@@ -152,6 +160,8 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         choose,
         gather: Gather::new(threshold, bound, cfg.latency, cfg.blocks as usize),
         yielded: false,
+        until: None,
+        armed: false,
         sleeps: 0,
         polls: 0,
     });
@@ -178,6 +188,7 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         kebpf,
         kprog: None,
         bufs: Vec::new(),
+        fds: Vec::new(),
         rings,
         failed: false,
         held: None,
@@ -226,6 +237,12 @@ impl Rx {
                 None => RxRing::open(&self.dev, self.cfg, filter),
             }
             .map_err(|e| FilterError::io(self.dev.clone(), e))?;
+            use std::os::fd::AsFd;
+            let fd = ring
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| FilterError::io(self.dev.clone(), e))?;
+            self.fds.push(fd);
             let buf = lent::lend(cx.store, ring);
             cx.store.set_link(buf, crate::packet::LINKTYPE_ETHERNET);
             self.bufs.push(buf);
@@ -237,8 +254,9 @@ impl Rx {
     /// [`kernel::batching`]): the next ready block without a system call while a ring's
     /// view has one (ring f(n) first, then the others in turn); when every view is empty,
     /// first one empty round (the space's idle handlers run), then a sleep as long as the
-    /// measured rate needs to bring `threshold` frames (within the bound), then `poll` on
-    /// the rings only if still nothing is ready. Returns the ring and the block.
+    /// measured rate needs to bring `threshold` frames (within the bound; a deadline on
+    /// the space's readiness handle, [`Rx::arm`]), then a sleep on the rings' sockets only
+    /// if still nothing is ready. Never waits itself. Returns the ring and the block.
     fn adaptive_next(
         ad: &mut Adaptive,
         store: &mut Store,
@@ -252,6 +270,8 @@ impl Rx {
                 .expect("the store owns the rings it was given");
             if let Some(seq) = ad.views[i].receive(ring) {
                 ad.yielded = false;
+                ad.until = None;
+                ad.armed = false;
                 let b = ring.take(seq)?;
                 ad.gather.took(b.frames.len());
                 return Ok(Some((i, b)));
@@ -261,30 +281,34 @@ impl Rx {
             ad.yielded = true;
             return Ok(None);
         }
-        ad.yielded = false;
-        fn rings<'a>(store: &'a Store, bufs: &[BufId], views: &[RxView]) -> Vec<(&'a RxRing, u64)> {
-            bufs.iter()
-                .zip(views)
+        if ad.armed {
+            // Woken on the sockets with nothing ready: an error on one (the interface went
+            // down or away) surfaces here (a `poll` that returns at once), not as a spin.
+            let rings: Vec<(&RxRing, u64)> = bufs
+                .iter()
+                .zip(&ad.views)
                 .map(|(b, v)| {
                     let r = lent::lender::<RxRing>(store, *b)
                         .expect("the store owns the rings it was given");
                     (r, v.curr)
                 })
-                .collect()
+                .collect();
+            RxRing::wait_any(&rings, Duration::ZERO)?;
+            return Ok(None);
         }
-        let wait = ad.gather.wait(Instant::now());
-        if !wait.is_zero() {
+        if ad.until.is_some() {
+            // Gathering: `arm` turns to the sockets once the deadline has passed.
+            return Ok(None);
+        }
+        let now = Instant::now();
+        let wait = ad.gather.wait(now);
+        if wait.is_zero() {
+            ad.polls += 1;
+            ad.armed = true;
+        } else {
             ad.sleeps += 1;
-            std::thread::sleep(wait);
-            if rings(store, bufs, &ad.views)
-                .iter()
-                .any(|(r, curr)| kernel::batching::RxSlots::ready_from(*r, *curr, 1) > 0)
-            {
-                return Ok(None);
-            }
+            ad.until = Some(now + wait);
         }
-        ad.polls += 1;
-        RxRing::wait_any(&rings(store, bufs, &ad.views), Duration::from_millis(50))?;
         Ok(None)
     }
 
@@ -306,6 +330,46 @@ impl Rx {
 impl Filter for Rx {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
 
+    /// The rings' sockets (readable once the kernel hands a block over, its retire timer
+    /// ending a block at a low rate), or the gather's deadline (adaptive scheme).
+    fn arm(&mut self, w: &mut dataplane::readiness::Arm<'_>, _source: bool) {
+        if self.failed || self.bufs.is_empty() || self.held.is_some() {
+            // Not open yet, a block half emitted, or done: the next pull acts.
+            w.ready();
+            return;
+        }
+        if let Some(ad) = &mut self.adaptive {
+            if !ad.yielded {
+                w.ready();
+                return;
+            }
+            match ad.until {
+                Some(t) if Instant::now() < t => {
+                    w.deadline(t);
+                    return;
+                }
+                Some(_) => {
+                    // The gather is over: the next pull looks at the rings, and if they
+                    // are still empty sleeps on their sockets.
+                    ad.until = None;
+                    ad.armed = true;
+                    ad.polls += 1;
+                    w.ready();
+                    return;
+                }
+                None if !ad.armed => {
+                    w.ready();
+                    return;
+                }
+                None => {}
+            }
+        }
+        for fd in &self.fds {
+            use std::os::fd::AsFd;
+            w.fd(fd.as_fd());
+        }
+    }
+
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if self.failed {
             return false;
@@ -323,7 +387,9 @@ impl Filter for Rx {
                 None => {
                     let ring = lent::lender_mut::<RxRing>(cx.store, self.bufs[0])
                         .expect("the store owns the ring it was given");
-                    let got = ring.next_block(Duration::from_millis(50));
+                    // Never waits (a `poll` with no timeout when nothing is ready, which
+                    // reports a socket error): the space sleeps on the socket (`arm`).
+                    let got = ring.next_block(Duration::ZERO);
                     self.polls = ring.polls();
                     got.map(|b| b.map(|b| (0, b)))
                 }

@@ -26,6 +26,8 @@ pub struct XdpSource {
     /// The socket's drop counters, read at the end.
     drops: Option<XdpDrops>,
     failed: bool,
+    /// A duplicate of the socket's descriptor, what the space's readiness handle waits on.
+    fd: Option<std::os::fd::OwnedFd>,
 }
 
 pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, FilterError> {
@@ -76,6 +78,7 @@ pub fn make(a: &Args, dev: String) -> Result<Box<dyn Filter>, FilterError> {
         packets: 0,
         drops: None,
         failed: false,
+        fd: None,
     }))
 }
 
@@ -91,6 +94,18 @@ impl XdpSource {
 impl Filter for XdpSource {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
 
+    /// The socket: readable while its RX ring holds frames.
+    fn arm(&mut self, w: &mut dataplane::readiness::Arm<'_>, _source: bool) {
+        match &self.fd {
+            Some(fd) if !self.failed && self.sent >= self.pending.len() => {
+                use std::os::fd::AsFd;
+                w.fd(fd.as_fd());
+            }
+            // Not open yet, gathered frames still to emit, or done: the next pull acts.
+            _ => w.ready(),
+        }
+    }
+
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if self.failed {
             return false;
@@ -98,6 +113,10 @@ impl Filter for XdpSource {
         if self.buf == 0 {
             match XdpRx::open(&self.dev, self.cfg) {
                 Ok(s) => {
+                    match s.dup_fd() {
+                        Ok(fd) => self.fd = Some(fd),
+                        Err(e) => return self.fail(cx, format!("{}: AF_XDP: {e}", self.dev)),
+                    }
                     self.buf = lent::lend(cx.store, s);
                     cx.store
                         .set_link(self.buf, crate::packet::LINKTYPE_ETHERNET);
@@ -110,7 +129,9 @@ impl Filter for XdpSource {
             let sock = lent::lender_mut::<XdpRx>(cx.store, self.buf)
                 .expect("the store owns the socket it was given");
             self.pending =
-                match sock.next_batch(self.gather, Duration::from_millis(50), self.latency) {
+                // Never waits for the first frame (the space sleeps on the socket, `arm`);
+                // once one came, up to `latency` for the batch to fill.
+                match sock.next_batch(self.gather, Duration::ZERO, self.latency) {
                     Ok(f) => f,
                     Err(e) => {
                         let msg = format!("{}: AF_XDP: {e}", self.dev);

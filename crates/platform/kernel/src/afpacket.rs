@@ -29,7 +29,7 @@
 
 use crate::cbpf::Program;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -835,6 +835,14 @@ const PREFETCH_AHEAD: usize = 4096;
 fn unsafe_zeroed<T>() -> T {
     // SAFETY: only used for plain C structs (sockaddr_ll) for which all-zero is valid.
     unsafe { std::mem::zeroed() }
+}
+
+/// The capture socket: readable when the kernel has handed a block over (what a space's
+/// readiness handle waits on instead of [`RxRing::next_block`]'s timed `poll`).
+impl AsFd for RxRing {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 impl Drop for RxRing {

@@ -124,6 +124,20 @@ impl XdpDrops {
 pub const GATHER_STEP: Duration = Duration::from_micros(200);
 
 impl XdpRx {
+    /// A duplicate of the socket's descriptor: readable while its RX ring holds frames
+    /// (what a space's readiness handle waits on instead of a timed `poll`).
+    pub fn dup_fd(&self) -> io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: dup of the socket's open descriptor (owned by `self.rx` for as long as
+        // this call borrows it); the new descriptor is ours alone and owned at once.
+        let fd = unsafe { libc::fcntl(self.rx.fd().as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by fcntl(F_DUPFD_CLOEXEC) and nothing else owns it.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    }
+
     /// Bind an AF_XDP socket to `dev`'s queue, in copy mode.
     pub fn open(dev: &str, cfg: XdpConfig) -> io::Result<XdpRx> {
         crate::afpacket::ifindex(dev)?;

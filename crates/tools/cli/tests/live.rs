@@ -831,3 +831,55 @@ fn a_capture_ends_when_its_interface_is_removed() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// Voluntary context switches (sleeps) of `pid`'s main thread, which runs its first space.
+fn main_thread_sleeps(pid: u32) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/task/{pid}/status: {e}"));
+    st.lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches in /proc")
+}
+
+/// A capture on an interface where nothing arrives sleeps on its socket (AF_PACKET in
+/// both batching schemes, AF_XDP) through the space's readiness handle: it wakes for the
+/// space's tick (10 a second) and nothing else, where a timed wait in the source woke
+/// every 50 ms besides (at least 40 sleeps in the 2 s counted). Counts wake-ups, not time.
+#[test]
+fn an_idle_capture_sleeps_on_its_socket() {
+    // Nothing arrives: no IPv6 autoconfiguration chatter on either side.
+    let v = common::quiet_pair("idle");
+    for how in ["", " batching=fixed", " impl=xdp"] {
+        let pipeline = format!("rx dev={}{how} | null", v.here);
+        let mut c = Command::new(BIN)
+            .args(["run", "-q", "--no-share", &pipeline])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn streamline");
+        let pid = c.id();
+        // Up once its space has slept a few times (the capture is open by then).
+        wait_for("the run to start", Duration::from_secs(30), || {
+            main_thread_sleeps(pid) >= 5
+        });
+        let a = main_thread_sleeps(pid);
+        // The window the sleeps are counted over (nothing is awaited here).
+        std::thread::sleep(Duration::from_secs(2));
+        let b = main_thread_sleeps(pid);
+        let running = c.try_wait().unwrap().is_none();
+        assert!(Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(running, "`{pipeline}` ended by itself: {err}");
+        assert!(
+            b - a < 30,
+            "`{pipeline}` on an idle interface slept {} times in 2 s (its space's tick: 20; a 50 ms wait in the source: 40 more): {err}",
+            b - a
+        );
+    }
+}

@@ -633,3 +633,54 @@ fn big_blocks_cross_whole() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Voluntary context switches (sleeps) of `pid`'s main thread, which runs its first space.
+fn main_thread_sleeps(pid: u32) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/task/{pid}/status: {e}"));
+    st.lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("voluntary_ctxt_switches in /proc")
+}
+
+/// A UDP netin nobody sends to sleeps on its sockets through the space's readiness handle:
+/// it wakes for the space's tick (10 a second) and nothing else, where a timed `poll` in
+/// the source woke every 50 ms besides (at least 40 sleeps in the 2 s counted). Counts
+/// wake-ups, not time.
+#[test]
+fn an_idle_udp_netin_sleeps_on_its_sockets() {
+    for queues in [1, 3] {
+        let port = 7811 + queues as u16;
+        let pipeline = format!("netin port={port} bind=127.0.0.1 proto=udp queues={queues} | null");
+        let mut c = Command::new(BIN)
+            .args(["run", "-q", "--socket", "none", &pipeline])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn streamline");
+        let pid = c.id();
+        // Up once its space has slept a few times (listening by then).
+        common::wait_for("the run to start", Duration::from_secs(30), || {
+            main_thread_sleeps(pid) >= 5
+        });
+        let a = main_thread_sleeps(pid);
+        // The window the sleeps are counted over (nothing is awaited here).
+        std::thread::sleep(Duration::from_secs(2));
+        let b = main_thread_sleeps(pid);
+        let running = c.try_wait().unwrap().is_none();
+        assert!(Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(running, "`{pipeline}` ended by itself: {err}");
+        assert!(
+            b - a < 30,
+            "`{pipeline}` with no sender slept {} times in 2 s (its space's tick: 20; a 50 ms poll in the source: 40 more): {err}",
+            b - a
+        );
+    }
+}

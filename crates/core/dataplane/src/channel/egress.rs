@@ -366,6 +366,15 @@ impl Filter for Egress {
     fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
         self.w.close();
     }
+    /// The space found nothing more to send: a consumer asleep within its latency bound
+    /// (whose wake-up the ring's moderation held back for a batch) is woken now, not at its
+    /// deadline. Blocks sent back to back still share a wake-up: this runs only once the
+    /// sources ran dry.
+    fn idle(&mut self) {
+        if !self.failed {
+            self.w.flush();
+        }
+    }
 }
 
 impl Drop for Egress {

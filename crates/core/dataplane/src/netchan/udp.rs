@@ -660,6 +660,20 @@ impl UdpIn {
 impl Filter for UdpIn {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
 
+    /// The sockets (readable when a datagram came), and the sender's silence limit.
+    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
+        if self.ended {
+            w.ready();
+            return;
+        }
+        for s in &self.socks {
+            w.fd(s.as_fd());
+        }
+        if self.stream.is_some() && !self.queues.is_empty() {
+            w.deadline(self.last + self.idle);
+        }
+    }
+
     fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
         if self.ended {
             return false;
@@ -723,20 +737,19 @@ impl Filter for UdpIn {
                 }
                 continue;
             }
-            let ready = nix::poll::poll(&mut fds, 50u16).unwrap_or(0);
-            if ready == 0 {
-                if self.stream.is_some() && !self.queues.is_empty() && self.last.elapsed() >= self.idle {
-                    let (lost, sent) = self.loss();
-                    let why = format!(
-                        "on {} (UDP): the sender {} went silent for {:.1} s without ending its stream (killed, or its host gone?); {lost} of {sent} datagrams lost",
-                        self.at,
-                        self.sender(),
-                        self.idle.as_secs_f64()
-                    );
-                    return self.stop(cx, why);
-                }
-                return true;
+            // Nothing on any socket: the space sleeps on them (`arm`), until the sender's
+            // silence limit at the latest.
+            if self.stream.is_some() && !self.queues.is_empty() && self.last.elapsed() >= self.idle {
+                let (lost, sent) = self.loss();
+                let why = format!(
+                    "on {} (UDP): the sender {} went silent for {:.1} s without ending its stream (killed, or its host gone?); {lost} of {sent} datagrams lost",
+                    self.at,
+                    self.sender(),
+                    self.idle.as_secs_f64()
+                );
+                return self.stop(cx, why);
             }
+            return true;
         }
     }
 

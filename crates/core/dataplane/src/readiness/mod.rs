@@ -103,6 +103,28 @@ impl Waker {
     }
 }
 
+/// A wake-up signal a source hands to whatever fills it from another thread (a library's
+/// callback, a reading thread): that side calls [`Signal::signal`], the source declares it
+/// with [`Arm::signal`]. Clones share the signal.
+#[derive(Clone, Debug)]
+pub struct Signal(Arc<EventFd>);
+
+impl Signal {
+    pub fn new() -> std::io::Result<Signal> {
+        Ok(Signal(Arc::new(EventFd::new()?)))
+    }
+
+    pub fn signal(&self) {
+        self.0.signal();
+    }
+}
+
+impl AsFd for Signal {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 /// The wakers of the spaces of this process, rung when the run is interrupted.
 static SPACES: Mutex<Vec<Weak<EventFd>>> = Mutex::new(Vec::new());
 
