@@ -1,0 +1,170 @@
+//! A run's worker watched: its messages (built, counters, graph, answers, finished) read
+//! until it ends, and the run's end recorded.
+
+use super::*;
+
+impl Daemon {
+    /// Read a run's worker until it ends: counters, edit answers, the end.
+    pub(super) fn monitor(self: Arc<Self>, run: Arc<Run>, reader: UnixStream) {
+        let mut code = None;
+        let mut last: Option<(f64, u64)> = None;
+        while let Ok((Msg { body, .. }, fds)) = proto::recv::<FromWorker>(&reader) {
+            match body {
+                FromWorker::Counters { elapsed_s, nodes } => {
+                    // Rate: blocks into the sinks (nodes without output) per second.
+                    let sunk: u64 = nodes
+                        .iter()
+                        .filter(|n| n.blocks_out == 0)
+                        .map(|n| n.blocks_in)
+                        .sum();
+                    let rate = match last {
+                        Some((t, b)) if elapsed_s > t => {
+                            (sunk.saturating_sub(b)) as f64 / (elapsed_s - t)
+                        }
+                        _ => 0.0,
+                    };
+                    last = Some((elapsed_s, sunk));
+                    {
+                        let mut c = run.counters.lock().expect("not poisoned");
+                        let dt = elapsed_s - c.0;
+                        let per = |n: &NodeCounters| n.blocks_in.max(n.blocks_out);
+                        let rates = nodes
+                            .iter()
+                            .map(|n| {
+                                (
+                                    n.label.clone(),
+                                    c.1.iter()
+                                        .find(|o| o.label == n.label)
+                                        .filter(|_| dt > 0.0)
+                                        .map_or(0.0, |o| per(n).saturating_sub(per(o)) as f64 / dt),
+                                )
+                            })
+                            .collect();
+                        *c = (elapsed_s, nodes.clone(), rate);
+                        *run.rates.lock().expect("not poisoned") = rates;
+                    }
+                    self.notify(&run, |r| Reply::Counters {
+                        run: r,
+                        elapsed_s,
+                        nodes: nodes.clone(),
+                    });
+                    run.mark_reported();
+                }
+                FromWorker::Edited {
+                    edit_id: id,
+                    applied,
+                    text,
+                    errno,
+                } => {
+                    if let Some(tx) = run.edits.lock().expect("not poisoned").remove(&id) {
+                        let _ = tx.send(applied.ok_or((errno, run.shown.scrub(&text))));
+                    }
+                }
+                FromWorker::Graph { nodes, mode } => {
+                    // Kept as shown: nothing reads the graph but PipesFS and `ps`. Folded
+                    // as the table is (one node per node the user wrote, named as the
+                    // user wrote it); a tap on one taps the member its output leaves from.
+                    let nodes: Vec<GraphNode> = nodes.iter().map(filters::shown_node).collect();
+                    let (nodes, taps) = dataplane::edit::fold_graph(&nodes);
+                    *run.tap_at.lock().expect("not poisoned") = taps;
+                    *run.graph.lock().expect("not poisoned") = (nodes, mode);
+                    run.mark_reported();
+                }
+                FromWorker::Tapped {
+                    tap_req,
+                    tap,
+                    ok,
+                    text,
+                    errno,
+                } => {
+                    let answer = match (ok, fds.len()) {
+                        (true, 2) => Ok((tap, fds)),
+                        (true, n) => Err((
+                            libc::EIO,
+                            format!("the worker sent {n} descriptors with a tap (2 expected)"),
+                        )),
+                        (false, _) => Err((if errno == 0 { libc::EIO } else { errno }, text)),
+                    };
+                    match run.taps.lock().expect("not poisoned").remove(&tap_req) {
+                        Some(tx) => {
+                            if let Err(std::sync::mpsc::SendError(Ok((tap, _)))) = tx.send(answer) {
+                                // Nobody waits any more: take the tap off again.
+                                let _ = run.tell(ToWorker::Untap { tap });
+                            }
+                        }
+                        None => {
+                            if let Ok((tap, _)) = answer {
+                                let _ = run.tell(ToWorker::Untap { tap });
+                            }
+                        }
+                    }
+                }
+                FromWorker::Finished { code: c } => code = Some(c),
+                FromWorker::Failed { message, .. } => {
+                    // After `go`: why the run failed (it ends next).
+                    *run.failure.lock().expect("not poisoned") = Some(run.shown.scrub(&message));
+                }
+                FromWorker::Built { .. } => {}
+            }
+        }
+        let status = run.child.lock().expect("not poisoned").wait();
+        let reported = code;
+        let code = code.unwrap_or_else(|| match status {
+            Ok(s) => s.code().unwrap_or_else(|| {
+                128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)
+            }),
+            Err(_) => 1,
+        });
+        let signal = status
+            .as_ref()
+            .ok()
+            .and_then(std::os::unix::process::ExitStatusExt::signal);
+        let failure = run.failure.lock().expect("not poisoned").take();
+        let end = match (run.state(), reported, signal) {
+            (_, _, Some(sig)) => audit::End::Signal(sig),
+            (State::Built, _, None) if code == 0 => audit::End::RolledBack,
+            (_, Some(c), None) => match failure {
+                Some(why) => audit::End::Failed(c, why),
+                None => audit::End::Finished(c),
+            },
+            (_, None, None) => audit::End::Exited(code),
+        };
+        // A run that died or failed stays listed a while, saying why.
+        let why = match &end {
+            audit::End::Signal(sig) => Some(format!(
+                "its worker was killed by signal {sig} ({})",
+                audit::signal_name(*sig)
+            )),
+            audit::End::Exited(c) if run.state() == State::Running => Some(format!(
+                "its worker exited with status {c} without reporting the run's end"
+            )),
+            audit::End::Failed(_, why) => Some(why.clone()),
+            _ => None,
+        };
+        audit::ended(run.owner.uid, run.id, &run.pipeline, end);
+        if let Some(why) = why {
+            let mut info = run.info();
+            info.state = format!("failed: {}", one_line_cut(&why, 400));
+            let mut failed = self.failed.lock().expect("not poisoned");
+            failed.push_back((Instant::now(), info));
+            while failed.len() > FAILED_MAX {
+                failed.pop_front();
+            }
+        }
+        {
+            let mut ended = self.ended.lock().expect("not poisoned");
+            ended.retain(|(at, ..)| at.elapsed() < FAILED_KEPT);
+            ended.push_back((Instant::now(), run.id, run.owner.uid, code));
+            while ended.len() > ENDED_MAX {
+                ended.pop_front();
+            }
+        }
+        *run.state.lock().expect("not poisoned") = State::Finished(code);
+        run.changed.notify_all();
+        run.edits.lock().expect("not poisoned").clear();
+        run.taps.lock().expect("not poisoned").clear();
+        self.notify(&run, |r| Reply::Finished { run: r, code });
+        self.forget_run(run.id);
+    }
+
+}

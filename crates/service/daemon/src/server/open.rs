@@ -1,0 +1,267 @@
+//! Opening a run: the request checked (parse, policy, sizes, grants), the privileged
+//! sockets its grants need lent, and its worker started with the client's identity.
+
+use super::*;
+
+impl Daemon {
+    /// The construction transaction: check access, start a worker that builds the run
+    /// paused, and wait for its verdict.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn open(
+        self: &Arc<Self>,
+        conn: u64,
+        who: &Cred,
+        pipeline: String,
+        options: RunOptions,
+        n: u32,
+        mut fds: Vec<OwnedFd>,
+        context: proto::ClientContext,
+    ) -> CallResult {
+        let streams = n.wrapping_sub(u32::from(context.cwd));
+        if n as usize != fds.len() || !(streams == 0 || streams == 3) {
+            return Err(refuse(
+                libc::EINVAL,
+                format!(
+                    "open: {} descriptors came, {n} announced (0, or 3: stdin, stdout, stderr; and 1 more, the working directory, with context.cwd)",
+                    fds.len()
+                ),
+            ));
+        }
+        // The client's working directory goes to the worker, which enters it as the client.
+        let cwd = if context.cwd { fds.pop() } else { None };
+        if pipeline.len() > 64 * 1024 {
+            return Err(refuse(
+                libc::E2BIG,
+                format!("pipeline of {} bytes (at most 65536)", pipeline.len()),
+            ));
+        }
+        // Unix commands are the worker's to find, on the client's PATH and in its
+        // directory (they need no grant).
+        // Whatever is said about the pipeline (answers, `ps`, PipesFS, the log) is said
+        // of it with its secrets redacted.
+        let shown = filters::shown(&pipeline);
+        let resolver = lang::OrCommand(filters::Natives);
+        let g = lang::parse(&pipeline, &resolver)
+            .map_err(|d| refuse(libc::EINVAL, d.redacted(&resolver).to_string()))?;
+        // The limits: sizes first (no worker for a run that could not be allowed), then
+        // the user's runs (held as one more until this open is in the table or failed).
+        let pol = &self.cfg.policy;
+        pol.check_ring(options.ring as u64, who)
+            .map_err(|why| refuse(libc::E2BIG, why))?;
+        pol.check_sizes(&g, who, &|f| filters::find(f).map(|s| s.params))
+            .map_err(|d| {
+                refuse(
+                    libc::E2BIG,
+                    shown.render(&format!("error: {}: {}", d.node, d.why), d.span, None),
+                )
+            })?;
+        let _slot = self.reserve_open(who)?;
+        let modes = self
+            .cfg
+            .policy
+            .check(&g, who, &|f| filters::find(f).and_then(|s| s.privilege))
+            .map_err(|d| {
+                refuse(
+                    libc::EACCES,
+                    shown.render(&format!("error: {}: {}", d.node, d.why), d.span, None),
+                )
+            })?;
+        // The privileged sockets a non-root client's grants need, opened here with their
+        // kernel filters locked: its worker holds no capability to open them itself.
+        let (lent_fds, lent) = if who.root() {
+            (Vec::new(), Vec::new())
+        } else {
+            self.lend(&g, who).map_err(|why| {
+                refuse(libc::EPERM, shown.render(&format!("error: {why}"), why.span, None))
+            })?
+        };
+        let (mine, theirs) =
+            UnixStream::pair().map_err(|e| refuse(libc::EIO, format!("socketpair: {e}")))?;
+        let mut cmd = Command::new(&self.cfg.worker);
+        cmd.arg("__worker")
+            .arg("--fd")
+            .arg(theirs.as_raw_fd().to_string());
+        let mut inherit = vec![theirs.as_raw_fd()];
+        inherit.extend(lent_fds.iter().map(|f| f.as_raw_fd()));
+        crate::spawn::prepare(
+            &mut cmd,
+            Some(crate::spawn::Identity {
+                uid: who.uid,
+                gid: who.gid,
+                groups: who.groups.clone(),
+            }),
+            inherit,
+        );
+        let mut it = fds.into_iter();
+        match (it.next(), it.next(), it.next()) {
+            (Some(i), Some(o), Some(e)) => {
+                cmd.stdin(Stdio::from(i))
+                    .stdout(Stdio::from(o))
+                    .stderr(Stdio::from(e));
+            }
+            _ => {
+                cmd.stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+            }
+        }
+        let child = cmd.spawn().map_err(|e| {
+            refuse(
+                libc::EIO,
+                format!("cannot start the worker {}: {e}", self.cfg.worker.display()),
+            )
+        })?;
+        drop(theirs);
+        drop(lent_fds);
+        let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
+        let start = ToWorker::Start {
+            run: run_id,
+            pipeline: pipeline.clone(),
+            options,
+            uid: who.uid,
+            gid: who.gid,
+            groups: who.groups.clone(),
+            modes,
+            lent,
+            context,
+        };
+        let reader = mine
+            .try_clone()
+            .map_err(|e| refuse(libc::EIO, e.to_string()))?;
+        let run = Arc::new(Run {
+            id: run_id,
+            owner: who.clone(),
+            user: audit::user_name(who.uid),
+            pipeline: shown.text().to_string(),
+            shown,
+            placement: Mutex::new(String::new()),
+            layout: Mutex::new(String::new()),
+            edited: Mutex::new((0, String::new())),
+            started: Instant::now(),
+            state: Mutex::new(State::Built),
+            changed: Condvar::new(),
+            ctl: Mutex::new(mine),
+            child: Mutex::new(child),
+            conn: AtomicU64::new(conn),
+            detached: AtomicBool::new(false),
+            counters: Mutex::new((0.0, vec![], 0.0)),
+            rates: Mutex::new(vec![]),
+            watchers: Mutex::new(vec![]),
+            edits: Mutex::new(BTreeMap::new()),
+            next_edit: AtomicU64::new(1),
+            view: Mutex::new(View::new(g)),
+            editing: Mutex::new(()),
+            graph: Mutex::new((Vec::new(), 0o600)),
+            tap_at: Mutex::new(Vec::new()),
+            taps: Mutex::new(BTreeMap::new()),
+            failure: Mutex::new(None),
+            reported: AtomicBool::new(false),
+        });
+        let kill = |why: String| {
+            let _ = run.child.lock().expect("not poisoned").kill();
+            let _ = run.child.lock().expect("not poisoned").wait();
+            why
+        };
+        let cwd_fd: Vec<_> = cwd.iter().map(|f| f.as_raw_fd()).collect();
+        run.tell_fds(start, &cwd_fd)
+            .map_err(|e| refuse(libc::EIO, kill(format!("the worker died at once: {e}"))))?;
+        drop(cwd);
+        // The build's verdict.
+        match proto::recv::<FromWorker>(&reader) {
+            Ok((
+                Msg {
+                    body: FromWorker::Built { placement, layout },
+                    ..
+                },
+                _,
+            )) => {
+                let placement = run.shown.scrub(&placement);
+                *run.placement.lock().expect("not poisoned") = placement.clone();
+                *run.layout.lock().expect("not poisoned") = run.shown.scrub(&layout);
+                self.runs
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(run_id, run.clone());
+                let d = self.clone();
+                std::thread::Builder::new()
+                    .name(format!("sl-run{run_id}"))
+                    .spawn(move || d.monitor(run, reader))
+                    .map_err(|e| refuse(libc::EIO, e.to_string()))?;
+                Ok((
+                    Reply::Opened {
+                        run: run_id,
+                        placement,
+                    },
+                    vec![],
+                ))
+            }
+            Ok((
+                Msg {
+                    body: FromWorker::Failed { message, errno },
+                    ..
+                },
+                _,
+            )) => {
+                let _ = run.child.lock().expect("not poisoned").wait();
+                Err(refuse(errno, run.shown.scrub(&message)))
+            }
+            Ok((m, _)) => Err(refuse(
+                libc::EIO,
+                kill(format!("the worker said {:?} before building", m.body)),
+            )),
+            Err(e) => Err(refuse(
+                libc::EIO,
+                kill(format!("the worker died while building: {e}")),
+            )),
+        }
+    }
+
+    /// Open the sockets the grants of `who` lend for the privileged nodes of `g`
+    /// (`Policy::lends`): the descriptors (kept open until the worker has inherited them)
+    /// and their description for the worker's `start`.
+    pub(super) fn lend(&self, g: &lang::Graph, who: &Cred) -> Result<(Vec<OwnedFd>, Vec<proto::LentSocket>), LendError> {
+        let lends = self
+            .cfg
+            .policy
+            .lends(g, who, &|f| filters::find(f).and_then(|s| s.privilege))
+            .map_err(|d| LendError { node: d.node, span: d.span, why: d.why })?;
+        let mut fds = Vec::new();
+        let mut lent = Vec::new();
+        for l in lends {
+            for _ in 0..l.count {
+                let fd = match l.kind {
+                    kernel::lend::Kind::Rx => kernel::lend::lend_rx(&l.dev, l.filter.as_deref()),
+                    kernel::lend::Kind::Tx => kernel::lend::lend_tx(&l.dev),
+                }
+                .map_err(|e| LendError {
+                    node: l.kind.name().to_string(),
+                    span: g.nodes[l.node].span,
+                    why: format!("the daemon cannot open the granted socket on {}: {e}", l.dev),
+                })?;
+                lent.push(proto::LentSocket {
+                    kind: l.kind.name().to_string(),
+                    dev: l.dev.clone(),
+                    fd: fd.as_raw_fd(),
+                    filter: l.filter.clone(),
+                });
+                fds.push(fd);
+            }
+        }
+        Ok((fds, lent))
+    }
+
+}
+
+/// Why a grant's socket could not be lent: the node, where it is, why.
+#[derive(Debug)]
+pub(super) struct LendError {
+    node: String,
+    span: lang::Span,
+    why: String,
+}
+
+impl std::fmt::Display for LendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.node, self.why)
+    }
+}
