@@ -239,12 +239,32 @@ fn counter(h: &EditHandle, base: &str, out: bool) -> u64 {
         .sum()
 }
 
-/// Blocks/s into the sink over `secs`, from the published counters.
+/// Blocks/s into the sink over `secs`, from the published counters. With `--chaos` the
+/// sink itself moves between spaces, and for a moment the published reports may miss it
+/// (it left one space, the other has not published it yet): a reading waits until the
+/// sink is in the report; a count that still went back (read mid-move) gives NaN, which
+/// the runs whose rates are figures refuse (`Summary::print`) and the chaos run prints.
 fn rate(h: &EditHandle, secs: f64) -> f64 {
-    let (t0, n0) = (Instant::now(), counter(h, "seqcheck", false));
+    let read = || {
+        let t = Instant::now();
+        loop {
+            let present = h
+                .report()
+                .iter()
+                .any(|n| n.label.split('@').next() == Some("seqcheck"));
+            if present || t.elapsed() > Duration::from_secs(1) {
+                return (Instant::now(), counter(h, "seqcheck", false));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let (t0, n0) = read();
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let (t1, n1) = (Instant::now(), counter(h, "seqcheck", false));
-    (n1 - n0) as f64 / (t1 - t0).as_secs_f64()
+    let (t1, n1) = read();
+    match n1.checked_sub(n0) {
+        Some(d) => d as f64 / (t1 - t0).as_secs_f64(),
+        None => f64::NAN,
+    }
 }
 
 fn build(g: &lang::Graph, what: &str) -> Result<Spaces> {
