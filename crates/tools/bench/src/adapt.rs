@@ -239,11 +239,22 @@ fn counter(h: &EditHandle, base: &str, out: bool) -> u64 {
         .sum()
 }
 
+/// A rate as the run lines print it: a reading taken while `--chaos` moved the sink
+/// (NaN, see [`rate`]) says so instead of printing NaN.
+fn shown_rate(r: f64) -> String {
+    if r.is_nan() {
+        "unmeasured (the sink was moving while sampled)".to_string()
+    } else {
+        format!("{r:.0} blocks/s")
+    }
+}
+
 /// Blocks/s into the sink over `secs`, from the published counters. With `--chaos` the
 /// sink itself moves between spaces, and for a moment the published reports may miss it
 /// (it left one space, the other has not published it yet): a reading waits until the
 /// sink is in the report; a count that still went back (read mid-move) gives NaN, which
-/// the runs whose rates are figures refuse (`Summary::print`) and the chaos run prints.
+/// the runs whose rates are figures refuse (`Summary::print`) and the chaos run's line says
+/// so ([`shown_rate`]).
 fn rate(h: &EditHandle, secs: f64) -> f64 {
     let read = || {
         let t = Instant::now();
@@ -704,9 +715,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         println!("  {name}:");
         let o = run_once(&g, adapt, chaos, true, warm, after)?;
         println!(
-            "    before the shift {:.0} blocks/s, after it {:.0} blocks/s; gen sent {}, the sink received {}; {}; {} moves",
-            o.before,
-            o.after,
+            "    before the shift {}, after it {}; gen sent {}, the sink received {}; {}; {} moves",
+            shown_rate(o.before),
+            shown_rate(o.after),
             o.sent,
             o.received,
             o.checked,
