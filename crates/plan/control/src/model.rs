@@ -330,6 +330,105 @@ impl Request {
     /// Builds the request model from a parsed graph: implementations through `catalog`,
     /// pins from `space=`, selectivity from `sel=`, source rates from `load` or the
     /// source's own `rate=`/`bytes=`; then propagates rates downstream.
+    /// A native filter's part of the model: its implementations (through `catalog`, the
+    /// kernel forms only where the kernel can run them), its pin (`space=` or a hint), the
+    /// planner's estimates it was given (`sel=`, and `rate=`/`bytes=` for a source's load).
+    fn filter_model(
+        g: &Graph,
+        n: &lang::Node,
+        label: &str,
+        (filter, options, place): (&String, &[(String, String)], &lang::Placement),
+        catalog: &Catalog,
+        load: Load,
+    ) -> Result<FilterModel, RequestError> {
+        let has_in = g.edges.iter().any(|e| e.to == n.id);
+        let mut pin = Pin::default();
+        let mut impls = catalog
+            .implementations(filter)
+            .ok_or_else(|| RequestError::UnknownFilter(filter.clone()))?;
+        let bad = |key: &str, value: &str, why: String| RequestError::BadOption {
+            filter: label.to_string(),
+            node: n.id,
+            key: key.to_string(),
+            value: value.to_string(),
+            why,
+        };
+        let num = |key: &str, value: &str| {
+            value
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| bad(key, value, "expected a non-negative number".into()))
+        };
+        let mut src = load;
+        // A filter that declares a key of the planner's (`shape rate=20KB/s`,
+        // `gen rate=`, `strip bytes=`) keeps it (dataplane::decl::PLANNER_OPTIONS):
+        // its value is the filter's, in the filter's units. The planner reads it
+        // as its estimate only when it is a plain number, and never refuses it.
+        let declared = catalog.filters.resolver.params(filter).unwrap_or_default();
+        for (key, value) in options {
+            let own = declared.iter().any(|p| p == key);
+            let num = |key: &str, value: &str| match num(key, value) {
+                Err(_) if own => Ok(None),
+                r => r.map(Some),
+            };
+            match key.as_str() {
+                "sel" => {
+                    if let Some(s) = num(key, value)? {
+                        impls.iter_mut().for_each(|i| i.cost.forward = s);
+                    }
+                }
+                "rate" => {
+                    if let Some(r) = num(key, value)? {
+                        src.blocks_per_sec = r;
+                    }
+                }
+                "bytes" => {
+                    if let Some(b) = num(key, value)? {
+                        src.bytes_per_block = b;
+                    }
+                }
+                _ => {}
+            }
+        }
+        // `space=` pins; without it, the runtime's hints that choose a space kind.
+        if let Some(spec) = &place.space {
+            pin = Pin::of(spec);
+        } else if n.hints.contains(&Hint::Private) {
+            pin = Pin {
+                kinds: Some(&[SpaceKind::Process]),
+                cpu: None,
+            };
+        } else if n.hints.contains(&Hint::Background) {
+            pin = Pin {
+                kinds: Some(&[SpaceKind::Thread]),
+                cpu: None,
+            };
+        }
+        let is_source = !has_in;
+        // A socket program (classic BPF, eBPF) runs only on `rx`'s socket, and a
+        // socket holds one: the kernel form exists only for the filter right after
+        // `rx` (its only input, `rx`'s only output; the kernel push-down,
+        // `Filters::kernel_placement`), and not for `sample prob=` (random draws
+        // the kernel would not repeat).
+        if catalog.filters.runs_after_rx_in_kernel(filter) && !kernel_after_rx(g, n.id) {
+            impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
+        }
+        if filter == "sample" && options.iter().any(|(k, _)| k == "prob") {
+            impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
+        }
+        Ok(FilterModel {
+            role: if is_source {
+                Role::Source
+            } else {
+                Role::Filter
+            },
+            impls,
+            pin,
+            load: is_source.then_some(src),
+        })
+    }
+
     pub fn from_graph(g: &Graph, catalog: &Catalog, load: Load) -> Result<Request, RequestError> {
         let mut nodes = Vec::with_capacity(g.nodes.len());
         let mut source_load = vec![None; g.nodes.len()];
@@ -344,96 +443,11 @@ impl Request {
                     place,
                     ..
                 } => {
-                    let mut impls = catalog
-                        .implementations(filter)
-                        .ok_or_else(|| RequestError::UnknownFilter(filter.clone()))?;
-                    let bad = |key: &str, value: &str, why: String| RequestError::BadOption {
-                        filter: label.clone(),
-                        node: n.id,
-                        key: key.to_string(),
-                        value: value.to_string(),
-                        why,
-                    };
-                    let num = |key: &str, value: &str| {
-                        value
-                            .parse::<f64>()
-                            .ok()
-                            .filter(|v| v.is_finite() && *v >= 0.0)
-                            .ok_or_else(|| bad(key, value, "expected a non-negative number".into()))
-                    };
-                    let mut src = load;
-                    // A filter that declares a key of the planner's (`shape rate=20KB/s`,
-                    // `gen rate=`, `strip bytes=`) keeps it (dataplane::decl::PLANNER_OPTIONS):
-                    // its value is the filter's, in the filter's units. The planner reads it
-                    // as its estimate only when it is a plain number, and never refuses it.
-                    let declared = catalog
-                        .filters
-                        .resolver
-                        .params(filter)
-                        .unwrap_or_default();
-                    for (key, value) in options {
-                        let own = declared.iter().any(|p| p == key);
-                        let num = |key: &str, value: &str| match num(key, value) {
-                            Err(_) if own => Ok(None),
-                            r => r.map(Some),
-                        };
-                        match key.as_str() {
-                            "sel" => {
-                                if let Some(s) = num(key, value)? {
-                                    impls.iter_mut().for_each(|i| i.cost.forward = s);
-                                }
-                            }
-                            "rate" => {
-                                if let Some(r) = num(key, value)? {
-                                    src.blocks_per_sec = r;
-                                }
-                            }
-                            "bytes" => {
-                                if let Some(b) = num(key, value)? {
-                                    src.bytes_per_block = b;
-                                }
-                            }
-                            _ => {}
-                        }
-                    }
-                    // `space=` pins; without it, the runtime's hints that choose a space kind.
-                    if let Some(spec) = &place.space {
-                        pin = Pin::of(spec);
-                    } else if n.hints.contains(&Hint::Private) {
-                        pin = Pin {
-                            kinds: Some(&[SpaceKind::Process]),
-                            cpu: None,
-                        };
-                    } else if n.hints.contains(&Hint::Background) {
-                        pin = Pin {
-                            kinds: Some(&[SpaceKind::Thread]),
-                            cpu: None,
-                        };
-                    }
-                    let is_source = !has_in;
-                    if is_source {
-                        source_load[n.id] = Some(src);
-                    }
-                    // A socket program (classic BPF, eBPF) runs only on `rx`'s socket, and a
-                    // socket holds one: the kernel form exists only for the filter right after
-                    // `rx` (its only input, `rx`'s only output; the kernel push-down,
-                    // `Filters::kernel_placement`), and not for `sample prob=` (random draws
-                    // the kernel would not repeat).
-                    if catalog.filters.runs_after_rx_in_kernel(filter) && !kernel_after_rx(g, n.id)
-                    {
-                        impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
-                    }
-                    if filter == "sample" && options.iter().any(|(k, _)| k == "prob") {
-                        impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
-                    }
-                    (
-                        if is_source {
-                            Role::Source
-                        } else {
-                            Role::Filter
-                        },
-                        impls,
-                    )
+                    let m =
+                        Self::filter_model(g, n, &label, (filter, options, place), catalog, load)?;
+                    pin = m.pin;
+                    source_load[n.id] = m.load;
+                    (m.role, m.impls)
                 }
                 NodeKind::Unix { .. } => {
                     let cost = FilterCost::for_access(Access::Reordering);
@@ -494,83 +508,8 @@ impl Request {
         if source_load.iter().all(|s| s.is_none()) {
             return Err(RequestError::NoSource);
         }
-        // Topological order (Kahn); a leftover node sits on a cycle.
-        let n = nodes.len();
-        let mut indeg = vec![0usize; n];
-        for e in &g.edges {
-            indeg[e.to] += 1;
-        }
-        let mut ready: Vec<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
-        ready.reverse();
-        let mut order = Vec::with_capacity(n);
-        while let Some(i) = ready.pop() {
-            order.push(i);
-            let mut next: Vec<usize> = Vec::new();
-            for e in g.edges.iter().filter(|e| e.from == i) {
-                indeg[e.to] -= 1;
-                if indeg[e.to] == 0 {
-                    next.push(e.to);
-                }
-            }
-            next.sort_unstable();
-            next.reverse();
-            // Keep a stable, mostly-id order: smaller ids come out first.
-            ready.extend(next);
-            ready.sort_unstable_by(|a, b| b.cmp(a));
-        }
-        if order.len() < n {
-            let stuck = (0..n).find(|i| !order.contains(i)).unwrap_or(0);
-            return Err(RequestError::Cycle(nodes[stuck].label.clone()));
-        }
-        // Rates: a walk from the sources downstream (thesis 6.3.3, "Cycles").
-        let mut streams: Vec<RStream> = g
-            .edges
-            .iter()
-            .map(|e| RStream {
-                from: e.from,
-                to: e.to,
-                rate: 0.0,
-                bytes: 0.0,
-            })
-            .collect();
-        for &i in &order {
-            let (rate_in, bytes_in) = match source_load[i] {
-                Some(l) => (l.blocks_per_sec, l.blocks_per_sec * l.bytes_per_block),
-                None => streams
-                    .iter()
-                    .filter(|s| s.to == i)
-                    .fold((0.0, 0.0), |a, s| (a.0 + s.rate, a.1 + s.bytes)),
-            };
-            nodes[i].rate_in = rate_in;
-            nodes[i].bytes_in = bytes_in;
-            // The forward ratios of the first implementation (all implementations of one
-            // filter compute the same function).
-            let c = nodes[i].impls[0].cost;
-            let per_block = if rate_in > 0.0 {
-                bytes_in / rate_in
-            } else {
-                0.0
-            };
-            let (out_rate, out_bytes_per_block) = match nodes[i].role {
-                Role::Source => (rate_in, per_block),
-                Role::Split { .. } | Role::Join => (rate_in, per_block),
-                Role::Filter => (
-                    rate_in * (c.forward + c.created),
-                    per_block * c.bytes_forward + c.bytes_created,
-                ),
-            };
-            let outs: Vec<usize> = (0..streams.len())
-                .filter(|&k| streams[k].from == i)
-                .collect();
-            let share = match nodes[i].role {
-                Role::Split { .. } if !outs.is_empty() => 1.0 / outs.len() as f64,
-                _ => 1.0,
-            };
-            for k in outs {
-                streams[k].rate = out_rate * share;
-                streams[k].bytes = out_rate * share * out_bytes_per_block;
-            }
-        }
+        let order = topological_order(g, &nodes)?;
+        let streams = propagate_rates(g, &mut nodes, &order, &source_load);
         Ok(Request {
             nodes,
             streams,
@@ -584,6 +523,107 @@ impl Request {
         let c = n.impls[imp].cost;
         n.rate_in * c.per_call * c.processed + n.bytes_in * c.per_byte * c.bytes_read
     }
+}
+
+/// The nodes in topological order (Kahn), smaller ids first where the graph allows; a
+/// node left over sits on a cycle.
+fn topological_order(g: &Graph, nodes: &[RNode]) -> Result<Vec<usize>, RequestError> {
+    let n = nodes.len();
+    let mut indeg = vec![0usize; n];
+    for e in &g.edges {
+        indeg[e.to] += 1;
+    }
+    let mut ready: Vec<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
+    ready.reverse();
+    let mut order = Vec::with_capacity(n);
+    while let Some(i) = ready.pop() {
+        order.push(i);
+        let mut next: Vec<usize> = Vec::new();
+        for e in g.edges.iter().filter(|e| e.from == i) {
+            indeg[e.to] -= 1;
+            if indeg[e.to] == 0 {
+                next.push(e.to);
+            }
+        }
+        next.sort_unstable();
+        next.reverse();
+        // Keep a stable, mostly-id order: smaller ids come out first.
+        ready.extend(next);
+        ready.sort_unstable_by(|a, b| b.cmp(a));
+    }
+    if order.len() < n {
+        let stuck = (0..n).find(|i| !order.contains(i)).unwrap_or(0);
+        return Err(RequestError::Cycle(nodes[stuck].label.clone()));
+    }
+    Ok(order)
+}
+
+/// Rates: a walk from the sources downstream (thesis 6.3.3, "Cycles"): each node's input
+/// rate and bytes, and each stream's.
+fn propagate_rates(
+    g: &Graph,
+    nodes: &mut [RNode],
+    order: &[usize],
+    source_load: &[Option<Load>],
+) -> Vec<RStream> {
+    let mut streams: Vec<RStream> = g
+        .edges
+        .iter()
+        .map(|e| RStream {
+            from: e.from,
+            to: e.to,
+            rate: 0.0,
+            bytes: 0.0,
+        })
+        .collect();
+    for &i in order {
+        let (rate_in, bytes_in) = match source_load[i] {
+            Some(l) => (l.blocks_per_sec, l.blocks_per_sec * l.bytes_per_block),
+            None => streams
+                .iter()
+                .filter(|s| s.to == i)
+                .fold((0.0, 0.0), |a, s| (a.0 + s.rate, a.1 + s.bytes)),
+        };
+        nodes[i].rate_in = rate_in;
+        nodes[i].bytes_in = bytes_in;
+        // The forward ratios of the first implementation (all implementations of one
+        // filter compute the same function).
+        let c = nodes[i].impls[0].cost;
+        let per_block = if rate_in > 0.0 {
+            bytes_in / rate_in
+        } else {
+            0.0
+        };
+        let (out_rate, out_bytes_per_block) = match nodes[i].role {
+            Role::Source => (rate_in, per_block),
+            Role::Split { .. } | Role::Join => (rate_in, per_block),
+            Role::Filter => (
+                rate_in * (c.forward + c.created),
+                per_block * c.bytes_forward + c.bytes_created,
+            ),
+        };
+        let outs: Vec<usize> = (0..streams.len())
+            .filter(|&k| streams[k].from == i)
+            .collect();
+        let share = match nodes[i].role {
+            Role::Split { .. } if !outs.is_empty() => 1.0 / outs.len() as f64,
+            _ => 1.0,
+        };
+        for k in outs {
+            streams[k].rate = out_rate * share;
+            streams[k].bytes = out_rate * share * out_bytes_per_block;
+        }
+    }
+    streams
+}
+
+/// What [`Request::from_graph`] makes of a native filter.
+struct FilterModel {
+    role: Role,
+    impls: Vec<Implementation>,
+    pin: Pin,
+    /// A source's load (`rate=`/`bytes=`, or the caller's).
+    load: Option<Load>,
 }
 
 /// Parses a pipeline with [`PlanResolver`] and builds its request model. Parse errors
@@ -625,8 +665,12 @@ mod tests {
         )
         .unwrap();
         // `count` declares no `rate`: there it is the planner's estimate, checked.
-        let e = request_from_text("gen | count rate=fast | null", &Catalog::new(native()), Load::default())
-            .unwrap_err();
+        let e = request_from_text(
+            "gen | count rate=fast | null",
+            &Catalog::new(native()),
+            Load::default(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("rate"), "{e}");
         // A plain number on a source's own `rate=` is still the planner's estimate.
         let r = req("gen count=10 rate=5000 | count");
