@@ -161,7 +161,6 @@ impl Daemon {
             self.release_capture(dev);
         }
     }
-
 }
 
 /// The pipeline of an interface's shared capture: the device's frames, tapped at `rx`.

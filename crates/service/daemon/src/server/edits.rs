@@ -48,9 +48,10 @@ impl Daemon {
                 edited.1 = shown.scrub(&applied.edit.to_string());
                 Ok(applied)
             }
-            Ok(Err((errno, text))) => {
-                Err(refuse(if errno == 0 { libc::EINVAL } else { errno }, shown.scrub(&text)))
-            }
+            Ok(Err((errno, text))) => Err(refuse(
+                if errno == 0 { libc::EINVAL } else { errno },
+                shown.scrub(&text),
+            )),
             Err(_) => {
                 r.edits.lock().expect("not poisoned").remove(&eid);
                 // It may yet apply: the view no longer knows the graph.
@@ -69,7 +70,10 @@ impl Daemon {
             who,
             run,
             shown.text(),
-            &result.as_ref().map(|a| shown.scrub(&a.to_string())).map_err(Clone::clone),
+            &result
+                .as_ref()
+                .map(|a| shown.scrub(&a.to_string()))
+                .map_err(Clone::clone),
         );
         result
     }
@@ -223,5 +227,4 @@ impl Daemon {
             let _ = r.tell(ToWorker::Untap { tap });
         }
     }
-
 }

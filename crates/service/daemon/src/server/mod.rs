@@ -160,7 +160,10 @@ pub(crate) fn layout_now(rows: &[NodeCounters], built: &str) -> String {
                 .and_then(|n| n.parse::<usize>().ok());
             if let Some(id) = id {
                 if !groups.keys().any(|(_, s)| s == sp) {
-                    groups.insert((id, sp.to_string()), names.split(',').map(str::to_string).collect());
+                    groups.insert(
+                        (id, sp.to_string()),
+                        names.split(',').map(str::to_string).collect(),
+                    );
                 }
             }
         }
@@ -169,7 +172,11 @@ pub(crate) fn layout_now(rows: &[NodeCounters], built: &str) -> String {
     if !in_kernel.is_empty() {
         parts.push(format!("kernel:{}", in_kernel.join(",")));
     }
-    parts.extend(groups.into_iter().map(|((_, s), names)| format!("{s}:{}", names.join(","))));
+    parts.extend(
+        groups
+            .into_iter()
+            .map(|((_, s), names)| format!("{s}:{}", names.join(","))),
+    );
     parts.join(" ")
 }
 
@@ -799,26 +806,7 @@ impl Daemon {
                 },
                 vec![],
             )),
-            Request::Ps {} => {
-                let mut runs: Vec<RunInfo> = self
-                    .runs
-                    .lock()
-                    .expect("not poisoned")
-                    .values()
-                    .filter(|r| who.root() || r.owner.uid == who.uid)
-                    .map(|r| r.info())
-                    .collect();
-                let mut failed = self.failed.lock().expect("not poisoned");
-                failed.retain(|(at, _)| at.elapsed() < FAILED_KEPT);
-                runs.extend(
-                    failed
-                        .iter()
-                        .filter(|(_, i)| who.root() || i.uid == who.uid)
-                        .map(|(_, i)| i.clone()),
-                );
-                runs.sort_by_key(|i| i.run);
-                Ok((Reply::Runs { runs }, vec![]))
-            }
+            Request::Ps {} => Ok((Reply::Runs { runs: self.ps(who) }, vec![])),
             Request::Open {
                 pipeline,
                 options,
@@ -858,46 +846,14 @@ impl Daemon {
                 );
                 Ok((Reply::Done {}, vec![]))
             }
-            Request::Attach { run } => {
-                let r = match self.run_for(run, who) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        // Ended before this request came: its code, if it was the asker's.
-                        let ended = self.ended.lock().expect("not poisoned");
-                        let code = ended.iter().rev().find_map(|&(_, id, uid, code)| {
-                            (id == run && (uid == who.uid || who.root())).then_some(code)
-                        });
-                        return match code {
-                            Some(code) => Ok((Reply::Finished { run, code }, vec![])),
-                            None => Err(e),
-                        };
-                    }
-                };
-                // The state is read under the watchers' lock: a run that ends after this
-                // check finds this watcher when it tells its watchers (the end sets the
-                // state first, then takes the lock), so `finished` is never missed.
-                {
-                    let mut watchers = r.watchers.lock().expect("not poisoned");
-                    if let State::Finished(code) = r.state() {
-                        return Ok((Reply::Finished { run, code }, vec![]));
-                    }
-                    watchers.push((out.clone(), id));
-                }
-                let (elapsed_s, nodes, _) = r.counters.lock().expect("not poisoned").clone();
-                Ok((
-                    Reply::Counters {
-                        run,
-                        elapsed_s,
-                        nodes,
-                    },
-                    vec![],
-                ))
-            }
+            Request::Attach { run } => self.attach(run, who, out, id),
             Request::Edit { run, edit } => {
                 let op = match edit {
                     EditRequest::Op(op) => op,
-                    EditRequest::Text(t) => dataplane::Edit::parse_op(&t, &lang::WithPath(filters::Natives))
-                        .map_err(|e| refuse(libc::EINVAL, e.to_string()))?,
+                    EditRequest::Text(t) => {
+                        dataplane::Edit::parse_op(&t, &lang::WithPath(filters::Natives))
+                            .map_err(|e| refuse(libc::EINVAL, e.to_string()))?
+                    }
                 };
                 self.edit(run, who, op)
                     .map(|applied| (Reply::Edited { run, applied }, vec![]))
@@ -923,6 +879,66 @@ impl Daemon {
                 Ok((Reply::Done {}, vec![]))
             }
         }
+    }
+
+    /// `ps`: the runs `who` may see (all for root), the failed ones kept a while included.
+    fn ps(&self, who: &Cred) -> Vec<RunInfo> {
+        let mut runs: Vec<RunInfo> = self
+            .runs
+            .lock()
+            .expect("not poisoned")
+            .values()
+            .filter(|r| who.root() || r.owner.uid == who.uid)
+            .map(|r| r.info())
+            .collect();
+        let mut failed = self.failed.lock().expect("not poisoned");
+        failed.retain(|(at, _)| at.elapsed() < FAILED_KEPT);
+        runs.extend(
+            failed
+                .iter()
+                .filter(|(_, i)| who.root() || i.uid == who.uid)
+                .map(|(_, i)| i.clone()),
+        );
+        runs.sort_by_key(|i| i.run);
+        runs
+    }
+
+    /// `attach`: the run's counters now, and `out` told of its end (or its code at once,
+    /// if it ended already).
+    fn attach(&self, run: u64, who: &Cred, out: &Arc<Mutex<UnixStream>>, id: u64) -> CallResult {
+        let r = match self.run_for(run, who) {
+            Ok(r) => r,
+            Err(e) => {
+                // Ended before this request came: its code, if it was the asker's.
+                let ended = self.ended.lock().expect("not poisoned");
+                let code = ended.iter().rev().find_map(|&(_, id, uid, code)| {
+                    (id == run && (uid == who.uid || who.root())).then_some(code)
+                });
+                return match code {
+                    Some(code) => Ok((Reply::Finished { run, code }, vec![])),
+                    None => Err(e),
+                };
+            }
+        };
+        // The state is read under the watchers' lock: a run that ends after this
+        // check finds this watcher when it tells its watchers (the end sets the
+        // state first, then takes the lock), so `finished` is never missed.
+        {
+            let mut watchers = r.watchers.lock().expect("not poisoned");
+            if let State::Finished(code) = r.state() {
+                return Ok((Reply::Finished { run, code }, vec![]));
+            }
+            watchers.push((out.clone(), id));
+        }
+        let (elapsed_s, nodes, _) = r.counters.lock().expect("not poisoned").clone();
+        Ok((
+            Reply::Counters {
+                run,
+                elapsed_s,
+                nodes,
+            },
+            vec![],
+        ))
     }
 
     /// Every run, by id (PipesFS shows them all; their modes decide what others may read).
@@ -1132,8 +1148,17 @@ mod tests {
             layout_now(&rows, built),
             "kernel:bpf local:rx,dedup t1:deflate t2:deflate p3:sample,null"
         );
-        let rows = [row("rx", "0"), row("bpf", "0"), row("deflate", "1,2"), row("sample", "p3"), row("null:end", "p3")];
-        assert_eq!(layout_now(&rows, built), "kernel:bpf local:rx t1:deflate t2:deflate p3:sample,null");
+        let rows = [
+            row("rx", "0"),
+            row("bpf", "0"),
+            row("deflate", "1,2"),
+            row("sample", "p3"),
+            row("null:end", "p3"),
+        ];
+        assert_eq!(
+            layout_now(&rows, built),
+            "kernel:bpf local:rx t1:deflate t2:deflate p3:sample,null"
+        );
         // A thread space that has not reported yet (ps right after the start): as built.
         let rows = [row("rx", "0"), row("bpf", "0"), row("count", "0")];
         assert_eq!(layout_now(&rows, built), built);

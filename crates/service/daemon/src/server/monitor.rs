@@ -166,5 +166,4 @@ impl Daemon {
         self.notify(&run, |r| Reply::Finished { run: r, code });
         self.forget_run(run.id);
     }
-
 }

@@ -72,7 +72,10 @@ impl Daemon {
             (Vec::new(), Vec::new())
         } else {
             self.lend(&g, who).map_err(|why| {
-                refuse(libc::EPERM, shown.render(&format!("error: {why}"), why.span, None))
+                refuse(
+                    libc::EPERM,
+                    shown.render(&format!("error: {why}"), why.span, None),
+                )
             })?
         };
         let (mine, theirs) =
@@ -219,12 +222,20 @@ impl Daemon {
     /// Open the sockets the grants of `who` lend for the privileged nodes of `g`
     /// (`Policy::lends`): the descriptors (kept open until the worker has inherited them)
     /// and their description for the worker's `start`.
-    pub(super) fn lend(&self, g: &lang::Graph, who: &Cred) -> Result<(Vec<OwnedFd>, Vec<proto::LentSocket>), LendError> {
+    pub(super) fn lend(
+        &self,
+        g: &lang::Graph,
+        who: &Cred,
+    ) -> Result<(Vec<OwnedFd>, Vec<proto::LentSocket>), LendError> {
         let lends = self
             .cfg
             .policy
             .lends(g, who, &|f| filters::find(f).and_then(|s| s.privilege))
-            .map_err(|d| LendError { node: d.node, span: d.span, why: d.why })?;
+            .map_err(|d| LendError {
+                node: d.node,
+                span: d.span,
+                why: d.why,
+            })?;
         let mut fds = Vec::new();
         let mut lent = Vec::new();
         for l in lends {
@@ -236,7 +247,10 @@ impl Daemon {
                 .map_err(|e| LendError {
                     node: l.kind.name().to_string(),
                     span: g.nodes[l.node].span,
-                    why: format!("the daemon cannot open the granted socket on {}: {e}", l.dev),
+                    why: format!(
+                        "the daemon cannot open the granted socket on {}: {e}",
+                        l.dev
+                    ),
                 })?;
                 lent.push(proto::LentSocket {
                     kind: l.kind.name().to_string(),
@@ -249,7 +263,6 @@ impl Daemon {
         }
         Ok((fds, lent))
     }
-
 }
 
 /// Why a grant's socket could not be lent: the node, where it is, why.
