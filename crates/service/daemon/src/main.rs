@@ -69,9 +69,9 @@ fn main() -> ExitCode {
         .or_else(|| {
             std::env::current_exe()
                 .ok()
-                .and_then(|e| e.parent().map(|d| d.join("streamline-worker")))
+                .and_then(|e| e.parent().map(|d| d.join(daemon::spawn::WORKER)))
         })
-        .unwrap_or_else(|| "streamline-worker".into());
+        .unwrap_or_else(|| daemon::spawn::WORKER.into());
     if !worker.exists() {
         eprintln!("streamlined: error: the worker program {} does not exist (--worker PATH names the `streamline-worker` program; `cargo build -p daemon` builds it)", worker.display());
         return ExitCode::from(2);

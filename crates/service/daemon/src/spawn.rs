@@ -14,6 +14,15 @@
 //! The daemon's only `unsafe` code: the `pre_exec` hook, which runs in the forked child
 //! and makes only async-signal-safe system calls on memory prepared before the fork.
 
+/// The worker program's file name, beside `streamlined` (what the daemon starts for a run).
+pub const WORKER: &str = "streamline-worker";
+
+/// The worker's process name as /proc/PID/comm and `pgrep -x` give it: [`WORKER`] cut to
+/// the kernel's 15 characters (a run's process spaces under the daemon have it too).
+pub fn worker_comm() -> &'static str {
+    &WORKER[..WORKER.len().min(15)]
+}
+
 use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;

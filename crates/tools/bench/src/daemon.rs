@@ -57,10 +57,6 @@ pub struct Args {
 
 /// The live edits applied to the running pipeline, in order. Each keeps every block:
 /// counts pass everything, `sample every=1` keeps every block.
-/// A daemon's worker (and a run's process spaces under it) as /proc/PID/comm and
-/// `pgrep -x` name it: `streamline-worker` cut to the kernel's 15 characters.
-pub const WORKER_COMM: &str = "streamline-work";
-
 pub const EDITS: [&str; 7] = [
     "insert after count count name=mid",
     "replace count:mid sample every=1",

@@ -35,7 +35,7 @@ fn capturing_worker(daemon_pid: u32, ifindex: u32) -> Result<u32> {
     let t0 = Instant::now();
     loop {
         let out = Command::new("pgrep")
-            .args(["-x", crate::daemon::WORKER_COMM, "-P", &daemon_pid.to_string()])
+            .args(["-x", daemon::spawn::worker_comm(), "-P", &daemon_pid.to_string()])
             .output()
             .map_err(|e| err(format!("pgrep: {e}")))?;
         for p in String::from_utf8_lossy(&out.stdout).split_whitespace() {

@@ -118,9 +118,9 @@ fn a_run_that_dies_says_so_in_ps_and_in_the_log() {
     // The worker itself dies.
     let id = detach(&d, "gen count=100G size=64 | count");
     common::wait_for("its worker", LIMIT, || {
-        children(d.pid(), common::WORKER).len() == 1
+        children(d.pid(), common::worker()).len() == 1
     });
-    kill("-KILL", children(d.pid(), common::WORKER)[0]);
+    kill("-KILL", children(d.pid(), common::worker())[0]);
     common::wait_for("the dead run in ps as failed", LIMIT, || {
         ps_line(&d, id).is_some_and(|l| {
             l.contains("failed: its worker was killed by signal 9 (SIGKILL)")
@@ -137,10 +137,10 @@ fn a_run_that_dies_says_so_in_ps_and_in_the_log() {
     let id = detach(&d, "gen count=100G size=1K | deflate space=p1 | count");
     let mut space = 0;
     common::wait_for("its process space", LIMIT, || {
-        let workers = children(d.pid(), common::WORKER);
+        let workers = children(d.pid(), common::worker());
         space = workers
             .iter()
-            .flat_map(|w| children(*w, common::WORKER))
+            .flat_map(|w| children(*w, common::worker()))
             .next()
             .unwrap_or(0);
         space != 0

@@ -551,7 +551,7 @@ fn access_control_matrix_as_uid_65534() {
         meta.uid()
     );
     let worker = Command::new("pgrep")
-        .args(["-x", common::WORKER, "-P", &d.pid().to_string()])
+        .args(["-x", common::worker(), "-P", &d.pid().to_string()])
         .output()
         .unwrap();
     for p in String::from_utf8_lossy(&worker.stdout).split_whitespace() {
@@ -650,7 +650,7 @@ fn a_daemon_killed_with_sigkill_leaves_nothing_a_restart_does_not_reclaim() {
     // first: alone, it would see the daemon's socket close and stop cleanly).
     let workers = String::from_utf8_lossy(
         &Command::new("pgrep")
-            .args(["-x", common::WORKER, "-P", &d.pid().to_string()])
+            .args(["-x", common::worker(), "-P", &d.pid().to_string()])
             .output()
             .unwrap()
             .stdout,

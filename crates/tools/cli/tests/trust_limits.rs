@@ -93,7 +93,7 @@ fn error(r: &Reply) -> (&str, &str) {
 /// The daemon's worker processes (its children running `streamline`).
 fn workers(d: &Daemon) -> Vec<u32> {
     let out = Command::new("pgrep")
-        .args(["-x", common::WORKER, "-P", &d.pid().to_string()])
+        .args(["-x", common::worker(), "-P", &d.pid().to_string()])
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout)

@@ -232,7 +232,7 @@ fn runs_of_one_user_share_and_the_subscriber_maps_the_stream_read_only() {
     drop(ring);
     // The subscriber is the daemon's newest worker; what it maps of the stream.
     let out = Command::new("pgrep")
-        .args(["-n", "-x", common::WORKER, "-P", &d.pid().to_string()])
+        .args(["-n", "-x", common::worker(), "-P", &d.pid().to_string()])
         .output()
         .unwrap();
     let sub = String::from_utf8_lossy(&out.stdout).trim().to_string();

@@ -444,7 +444,7 @@ fn drive(s: &Soak, plan: &Plan, v: &kernel::netns::Veth) -> Result<Phases> {
         });
         let helpers: Procs = checks::descendants(s.daemon_pid)
             .into_iter()
-            .filter(|(_, (_, comm))| comm != crate::daemon::WORKER_COMM)
+            .filter(|(_, (_, comm))| comm != daemon::spawn::worker_comm())
             .collect();
         println!(
             "the daemon's own helpers: {:?}",

@@ -148,7 +148,7 @@ impl Daemon {
     pub fn wait_workers_capturing(&self, dev: &str) {
         let workers = String::from_utf8_lossy(
             &Command::new("pgrep")
-                .args(["-x", super::WORKER, "-P", &self.pid().to_string()])
+                .args(["-x", super::worker(), "-P", &self.pid().to_string()])
                 .output()
                 .unwrap()
                 .stdout,

@@ -2,10 +2,11 @@
 
 pub mod daemon;
 
-/// A daemon's worker as `pgrep -x` and /proc/PID/comm name it: `streamline-worker`, cut to
-/// the kernel's 15 characters (a run's process spaces under the daemon have it too).
+/// A daemon's worker as `pgrep -x` and /proc/PID/comm name it.
 #[allow(dead_code)]
-pub const WORKER: &str = "streamline-work";
+pub fn worker() -> &'static str {
+    ::daemon::spawn::worker_comm()
+}
 
 /// The block total of `count`'s summary line (`count: N blocks, M bytes`) in a run's
 /// stderr; panics with the whole output when there is none.
