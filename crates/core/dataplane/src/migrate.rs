@@ -171,37 +171,6 @@ impl Space {
             .expect("a free label")
     }
 
-    /// Link `from` to `to` (arriving there as in-arc `in_index`) through one arc per
-    /// selector in `sels` (pass-through nodes between them); a plain arc if there is none.
-    fn link(&mut self, from: usize, sels: Vec<Selector>, to: usize, in_index: usize) {
-        let mut sels: Vec<Selector> = sels
-            .into_iter()
-            .filter(|s| *s != Selector::All)
-            .collect();
-        if sels.is_empty() {
-            sels.push(Selector::All);
-        }
-        let last = sels.len() - 1;
-        let mut at = from;
-        for (k, sel) in sels.into_iter().enumerate() {
-            let (next, idx) = if k == last {
-                (to, in_index)
-            } else {
-                let spec = self.nodes[from].spec.clone();
-                let label = format!("{}~{k}", self.nodes[from].label);
-                self.nodes.push(RtNode::pass_through(label, spec, Vec::new()));
-                (self.nodes.len() - 1, 0)
-            };
-            self.nodes[at].out.push(Arc_ {
-                to: next,
-                sel,
-                in_index: idx,
-                carried: Carried::default(),
-            });
-            at = next;
-        }
-    }
-
     /// Take the filter before channel `ch`'s egress out for the consumer (down), leaving
     /// a pass-through; `expect`: the label it must have.
     fn detach_before_egress(
@@ -276,30 +245,6 @@ impl Space {
         }
     }
 
-    /// Take the pass-through a move left at `t` out of the way when one arc can say what
-    /// its two did (one of their selectors is `All`): its input's arc goes straight on,
-    /// with the in-arc index of its output, and `t` is left with no arcs. Moving back and
-    /// forth then never lengthens the way blocks take.
-    fn bypass(&mut self, t: usize) {
-        let ins = self.in_arcs(t);
-        let ([(p, k)], [ref b]) = (&ins[..], &self.nodes[t].out[..]) else {
-            return;
-        };
-        let (p, k) = (*p, *k);
-        let a = &self.nodes[p].out[k];
-        let sel = match (&a.sel, &b.sel) {
-            (Selector::All, s) | (s, Selector::All) => s.clone(),
-            _ => return,
-        };
-        let (to, in_index) = (b.to, b.in_index);
-        // The arc stays the sender's (its count goes on); only where it leads changes.
-        let a = &mut self.nodes[p].out[k];
-        a.to = to;
-        a.sel = sel;
-        a.in_index = in_index;
-        self.nodes[t].out.clear();
-    }
-
     /// Put a filter that came down channel `ch` right after its ingress.
     fn attach_after_ingress(&mut self, i: usize, m: Moved) {
         let Moved {
@@ -313,24 +258,14 @@ impl Space {
         node.done = false;
         node.out.clear();
         // The ingress's arc may carry a selector (one a move left there): it reads the
-        // moved filter's output, after `sels`.
+        // moved filter's output, after `sels`. The ingress feeds the filter first.
+        let x = self.add_node(node);
         let Arc_ {
             to, in_index, sel, ..
-        } = self.nodes[i].out.remove(0);
+        } = self.replace_arc(i, 0, x, Selector::All, 0);
         let mut sels = sels;
         sels.extend(after);
         sels.push(sel);
-        self.nodes.push(node);
-        let x = self.nodes.len() - 1;
-        self.nodes[i].out.insert(
-            0,
-            Arc_ {
-                to: x,
-                sel: Selector::All,
-                in_index: 0,
-                carried: Carried::default(),
-            },
-        );
         self.link(x, sels, to, in_index);
         self.nodes[x].out[0].carried = carried;
     }
@@ -387,23 +322,13 @@ impl Space {
         let [(z, k)] = self.in_arcs(e)[..] else {
             unreachable!("an egress has one input (checked before the marker was written)")
         };
-        let Arc_ {
-            sel,
-            in_index,
-            carried: z_carried,
-            ..
-        } = self.nodes[z].out.remove(k);
-        self.nodes.push(node);
-        let y = self.nodes.len() - 1;
+        // z's arc into the egress now leads to the node, through its old selector and
+        // `before` (in its place among z's arcs, its count going on).
+        let (sel, in_index) = (self.nodes[z].out[k].sel.clone(), self.nodes[z].out[k].in_index);
+        let y = self.add_node(node);
         let mut all = vec![sel];
         all.extend(before);
-        // Keep z's arc order: the new first arc takes the old one's place.
-        let at = self.nodes[z].out.len();
-        self.link(z, all, y, 0);
-        let mut arc = self.nodes[z].out.remove(at);
-        // Still z's arc: its count goes on.
-        arc.carried = z_carried;
-        self.nodes[z].out.insert(k, arc);
+        self.relink(z, k, all, y, 0);
         self.link(y, after, e, in_index);
         self.nodes[y].out[0].carried = carried;
         label
@@ -573,7 +498,7 @@ impl Space {
         for mut n in board.stranded(&chs) {
             n.out.clear();
             n.label = self.arrival_label(&n);
-            self.nodes.push(n);
+            self.add_node(n);
         }
     }
 }

@@ -84,19 +84,6 @@ impl Space {
             })
     }
 
-    /// The arcs into node `i`: (from, index among `from`'s out-arcs).
-    pub(crate) fn in_arcs(&self, i: usize) -> Vec<(usize, usize)> {
-        let mut v = Vec::new();
-        for (f, n) in self.nodes.iter().enumerate() {
-            for (k, a) in n.out.iter().enumerate() {
-                if a.to == i {
-                    v.push((f, k));
-                }
-            }
-        }
-        v
-    }
-
     /// Whether a channel to another space enters or leaves at node `i`, in words.
     pub(super) fn channel_next_to(&self, i: usize) -> Option<&'static str> {
         if self.nodes[i]
@@ -264,35 +251,21 @@ impl Space {
         let label = self.new_label(n, None)?;
         let sink = at == Where::After && self.nodes[i].out.is_empty();
         let made = instantiate(n, &label, factory, 1, sink).map_err(EditError::Build)?;
-        let new = self.nodes.len();
-        let out = match (at, input) {
-            // X's out-arcs now leave the new node, selectors and in-arc indices kept.
+        // The new node takes X's out-arcs (After: selectors and in-arc indices kept, X
+        // then feeds it alone) or X's one in-arc (Before: the new node then feeds X).
+        let new = self.add_node(crate::runtime::RtNode::new(label.clone(), n.clone(), made, Vec::new()));
+        match (at, input) {
             (Where::After, _) => {
                 let out = std::mem::take(&mut self.nodes[i].out);
-                self.nodes[i].out.push(crate::runtime::Arc_ {
-                    to: new,
-                    sel: Selector::Default,
-                    in_index: 0,
-                    carried: Default::default(),
-                });
-                out
+                self.nodes[new].out = out;
+                self.add_arc(i, new, Selector::Default, 0);
             }
-            // X's one in-arc now enters the new node (selector kept); new -> X is plain.
             (Where::Before, Some((from, k))) => {
-                let arc = &mut self.nodes[from].out[k];
-                let in_index = arc.in_index;
-                arc.to = new;
-                arc.in_index = 0;
-                vec![crate::runtime::Arc_ {
-                    to: i,
-                    sel: Selector::Default,
-                    in_index,
-                    carried: Default::default(),
-                }]
+                let in_index = self.redirect(from, k, new, 0);
+                self.add_arc(new, i, Selector::Default, in_index);
             }
             (Where::Before, None) => unreachable!("checked above: one input"),
-        };
-        self.nodes.push(crate::runtime::RtNode::new(label.clone(), n.clone(), made, out));
+        }
         Ok(Applied {
             label,
             retired: None,
@@ -355,16 +328,10 @@ impl Space {
         let label = self.new_label(n, None)?;
         // A leaf, until something is added below it: its output ends there (a sink).
         let made = instantiate(n, &label, factory, 1, true).map_err(EditError::Build)?;
-        let new = self.nodes.len();
-        self.nodes.push(crate::runtime::RtNode::new(label.clone(), n.clone(), made, Vec::new()));
+        let new = self.add_node(crate::runtime::RtNode::new(label.clone(), n.clone(), made, Vec::new()));
         // One more out-arc: `route` multicasts to every arc, so the existing successors
         // get what they got, and the new node a copy-on-write share of it.
-        self.nodes[i].out.push(crate::runtime::Arc_ {
-            to: new,
-            sel: Selector::Default,
-            in_index: 0,
-            carried: Default::default(),
-        });
+        self.add_arc(i, new, Selector::Default, 0);
         Ok(Applied {
             label,
             retired: None,
@@ -405,49 +372,6 @@ impl Space {
         Ok(i)
     }
 
-    /// The live nodes that node `i`'s output reaches (`forward`) or that reach its input
-    /// (`!forward`), looking through removed nodes, which pass blocks on: the arcs as the
-    /// graph snapshot shows them. In arc order, each once.
-    pub(super) fn live_next(&self, i: usize, forward: bool) -> Vec<usize> {
-        fn walk(s: &Space, j: usize, forward: bool, seen: &mut [bool], found: &mut Vec<usize>) {
-            let next: Vec<usize> = if forward {
-                s.nodes[j].out.iter().map(|a| a.to).collect()
-            } else {
-                s.in_arcs(j).into_iter().map(|(f, _)| f).collect()
-            };
-            for k in next {
-                if std::mem::replace(&mut seen[k], true) {
-                    continue;
-                }
-                if s.nodes[k].removed {
-                    walk(s, k, forward, seen, found);
-                } else {
-                    found.push(k);
-                }
-            }
-        }
-        let mut found = Vec::new();
-        let mut seen = vec![false; self.nodes.len()];
-        seen[i] = true;
-        walk(self, i, forward, &mut seen, &mut found);
-        found
-    }
-
-    /// Whether blocks from node `a` can reach node `b` (or `a` is `b`).
-    pub(super) fn reaches(&self, a: usize, b: usize) -> bool {
-        let mut seen = vec![false; self.nodes.len()];
-        let mut stack = vec![a];
-        while let Some(j) = stack.pop() {
-            if j == b {
-                return true;
-            }
-            if !std::mem::replace(&mut seen[j], true) {
-                stack.extend(self.nodes[j].out.iter().map(|a| a.to));
-            }
-        }
-        false
-    }
-
     /// Why an arc `from -> to` cannot be added, if it cannot (labels for the refusal).
     pub(super) fn cannot_connect(&self, from: usize, to: usize) -> Option<EditError> {
         let (fl, tl) = (&self.nodes[from].label, &self.nodes[to].label);
@@ -476,16 +400,6 @@ impl Space {
             );
         }
         None
-    }
-
-    /// The next free in-arc index of node `to` (a taken-away arc's index is not reused,
-    /// so every other arc keeps what `Batch::from` says).
-    pub(super) fn next_in_index(&self, to: usize) -> usize {
-        self.in_arcs(to)
-            .iter()
-            .map(|&(f, k)| self.nodes[f].out[k].in_index + 1)
-            .max()
-            .unwrap_or(0)
     }
 
     /// The raw arcs (node, index among its out-arcs) to take away so that `from` no longer
@@ -553,33 +467,13 @@ impl Space {
         Ok(arcs)
     }
 
-    /// Take the arcs `cut` chose away; the in-arc index the one into `to` had, if one
-    /// went straight into it.
-    pub(super) fn take_arcs(&mut self, mut arcs: Vec<(usize, usize)>, to: usize) -> Option<usize> {
-        // Highest index first, so the others' indices stay valid.
-        arcs.sort_by_key(|a| std::cmp::Reverse(a.1));
-        let mut index = None;
-        for (u, k) in arcs {
-            let a = self.nodes[u].out.remove(k);
-            if a.to == to {
-                index = Some(a.in_index);
-            }
-        }
-        index
-    }
-
     pub(super) fn connect(&mut self, from: &str, to: &str) -> Result<Applied, EditError> {
         let (f, t) = (self.arc_end(from)?, self.arc_end(to)?);
         if let Some(e) = self.cannot_connect(f, t) {
             return Err(e);
         }
         let in_index = self.next_in_index(t);
-        self.nodes[f].out.push(crate::runtime::Arc_ {
-            to: t,
-            sel: Selector::Default,
-            in_index,
-            carried: Default::default(),
-        });
+        self.add_arc(f, t, Selector::Default, in_index);
         Ok(Applied {
             label: to.to_string(),
             retired: None,
@@ -634,12 +528,7 @@ impl Space {
         let in_index = self
             .take_arcs(arcs, n)
             .unwrap_or_else(|| self.next_in_index(n));
-        self.nodes[t].out.push(crate::runtime::Arc_ {
-            to: n,
-            sel: Selector::Default,
-            in_index,
-            carried: Default::default(),
-        });
+        self.add_arc(t, n, Selector::Default, in_index);
         Ok(Applied {
             label: node.to_string(),
             retired: None,

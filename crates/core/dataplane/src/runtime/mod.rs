@@ -11,6 +11,7 @@ use crate::filter::{Args, Batch, Filter, Replication};
 use crate::store::Store;
 use std::time::Duration;
 
+mod graph;
 mod labels;
 mod node;
 mod route;
