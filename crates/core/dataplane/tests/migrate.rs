@@ -178,3 +178,63 @@ fn a_filter_moves_down_and_back_with_its_counters() {
     assert_eq!(tallies[0], tallies[1], "{s:?}");
     assert!(tallies[0].starts_with(&format!("tally: {n} blocks")), "{s:?}");
 }
+
+/// A filter moving back and forth is counted once in the run's table as it runs: its
+/// count never goes back (a space that gave it away shows it no more before the space that
+/// takes it shows it), whatever moment the table is read at.
+#[test]
+fn a_moving_filter_is_never_counted_twice() {
+    let g = graph("src 4000000000 | tally | pass | tally space=1 | sink");
+    let spaces = Spaces::build(&g, &F, 1 << 20, cfg()).unwrap();
+    let h = spaces.edit_handle();
+    let h2 = h.clone();
+    let stop = AtomicBool::new(false);
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let moving = AtomicBool::new(true);
+    let rep = std::thread::scope(|s| {
+        let (stop, moving) = (&stop, &moving);
+        let _stop = Stop(stop);
+        let run = s.spawn(move || spaces.run_with(stop, &h2, &F, |_| {}));
+        wait_for(&h, "blocks to flow", |h| {
+            h.report().iter().any(|n| n.label == "sink@1" && n.counters.blocks_in > 0)
+        });
+        // The table, read as fast as it can be while pass moves: (samples, pass's
+        // counts in order where it was shown).
+        let reader = s.spawn(|| {
+            let mut seen = Vec::new();
+            while moving.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(n) = h.table().nodes.iter().find(|n| n.label == "pass") {
+                    seen.push(n.counters.blocks_in);
+                }
+            }
+            seen
+        });
+        let mut moves = 0;
+        for k in 0..40 {
+            let (from, to) = if k % 2 == 0 { ("pass@0", 1) } else { ("pass@1", 0) };
+            assert_eq!(h.migrate(from, to, Duration::from_secs(5)).unwrap(), "pass");
+            let there = format!("pass@{to}");
+            wait_for(&h, "pass to arrive", |h| label_space(h, "pass").as_deref() == Some(there.as_str()));
+            moves += 1;
+        }
+        moving.store(false, std::sync::atomic::Ordering::Relaxed);
+        let seen = reader.join().unwrap();
+        assert!(seen.len() > 100, "the table was read {} times", seen.len());
+        for w in seen.windows(2) {
+            assert!(
+                w[1] >= w[0],
+                "after {moves} moves, pass's count in the table went back from {} to {} (counted in two spaces at once?)",
+                w[0],
+                w[1]
+            );
+        }
+        drop(_stop);
+        run.join().unwrap()
+    });
+    assert!(rep.died.is_none(), "{:?} {:?}", rep.died, rep.warnings);
+}
