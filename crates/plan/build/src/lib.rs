@@ -8,13 +8,17 @@
 //! and each process space receives its part of it as a typed value
 //! (`dataplane::spaces::Share`, [`process_space`]), never the text to derive again.
 //!
-//! Used by the `streamline` command (`run`, `__space`) and by the daemon's worker
+//! `streamline plan` explains the placement through the same derivation ([`derive`]:
+//! the planner's choice beside the plan), so it cannot disagree with what a run places.
+//!
+//! Used by the `streamline` command (`run`, `plan`, `__space`) and by the daemon's worker
 //! (`streamline-worker`), which runs a plan for a client; it links neither of them.
 //! Also here, because both run what they planned: the run's live side ([`live`]: edits,
 //! taps, `--adapt`), and what a run prints when it ends ([`report`]).
 
 pub mod access;
 mod choose;
+pub use choose::{system_model, Chosen};
 pub mod live;
 pub mod report;
 
@@ -61,9 +65,40 @@ pub struct Refused {
     pub code: u8,
 }
 
+/// What a placement is planned on, beside the run's options: a model of the machine
+/// (None: this one, as discovered), the filters' measured costs
+/// (`NAME:CYCLES_PER_CALL,CYCLES_PER_BYTE[,FORWARD_RATIO]`, over the catalog's
+/// estimates), and what becomes of a pipeline the planner cannot place: run as written
+/// with a note (a run), or refused (`refuse_unplaced`: `streamline plan`, whose answer is
+/// the planner's choice).
+#[derive(Default)]
+pub struct Planning {
+    pub system: Option<control::SystemModel>,
+    pub costs: Vec<String>,
+    pub refuse_unplaced: bool,
+}
+
+/// A run derived, with what the planner chose for it (None: nothing was planned,
+/// `--plan none`, or the planner could not place it and it runs as written).
+pub struct Derived {
+    pub plan: Plan,
+    pub chosen: Option<Chosen>,
+}
+
 /// Derive the run of `pipeline` with options `o`. `grants`: the stream mode of privileged
 /// sources by node id, as the daemon's policy granted them (empty when run stand-alone).
 pub fn plan(pipeline: &str, o: &RunOptions, grants: &[(usize, u32)]) -> Result<Plan, Refused> {
+    derive(pipeline, o, grants, &Planning::default()).map(|d| d.plan)
+}
+
+/// [`plan`], planned as `planning` says, with the planner's choice beside the plan: the
+/// one path from text to placement (`streamline run` and `streamline plan` both take it).
+pub fn derive(
+    pipeline: &str,
+    o: &RunOptions,
+    grants: &[(usize, u32)],
+    planning: &Planning,
+) -> Result<Derived, Refused> {
     // Every message goes out with the secrets the declarations name redacted (they reach
     // the daemon's client and log); the run itself gets them as written.
     let shown = filters::shown(pipeline);
@@ -90,20 +125,23 @@ pub fn plan(pipeline: &str, o: &RunOptions, grants: &[(usize, u32)]) -> Result<P
         bytes_per_block: o.bytes,
     };
     let mut placement = String::new();
-    let assign = match choose::choose_placement(&g, &o.plan, load) {
-        Ok((a, why)) => {
-            if !a.is_empty() {
-                placement = format!("plan ({why}): {}", choose::describe(&g, &a));
+    let chosen = match choose::choose_placement(&g, &o.plan, load, planning) {
+        Ok(c) => {
+            if !c.assignment.is_empty() {
+                placement = format!("plan ({}): {}", c.why, choose::describe(&g, &c.assignment));
             }
-            a
+            Some(c)
         }
+        Err(e) if planning.refuse_unplaced => return Err(fail(format!("plan: {e}"), 2)),
         Err(e) => {
             placement = format!(
                 "note: the planner could not place this pipeline ({e}); running it as written"
             );
-            control::Assignment::default()
+            None
         }
     };
+    let unplaced = control::Assignment::default();
+    let assign = chosen.as_ref().map_or(&unplaced, |c| &c.assignment);
     // Sharing is chosen on the graph as the plan places it (pass 2 of control::rewrite),
     // then every rewrite runs in its one order.
     let share = match (!o.no_share, assign.apply(&g)) {
@@ -115,7 +153,7 @@ pub fn plan(pipeline: &str, o: &RunOptions, grants: &[(usize, u32)]) -> Result<P
         &FILTERS,
         &g,
         control::rewrite::Decisions {
-            assignment: &assign,
+            assignment: assign,
             share: share.as_ref(),
         },
     )
@@ -123,14 +161,15 @@ pub fn plan(pipeline: &str, o: &RunOptions, grants: &[(usize, u32)]) -> Result<P
     // Replication, the placement rule and the cut: the one placement of this run.
     let layout = Layout::place(&g, &filters::Library, ChannelConfig::default())
         .map_err(|e| build_refused(&shown, e))?;
-    Ok(Plan {
+    let plan = Plan {
         layout_text: shown.scrub(&choose::layout_text(&layout)),
         layout,
         placement: shown.scrub(&placement),
         mode,
         scratch: o.ring,
         shown,
-    })
+    };
+    Ok(Derived { plan, chosen })
 }
 
 /// A build error under the pipeline with a caret at the node that failed, like a parse

@@ -109,42 +109,72 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
         if quick { "quick" } else { "full" }
     );
     let mut summary = Summary::default();
-    match a.only.as_deref() {
-        None => {}
-        Some("moderation") => moderation(&plan, quick, a.rate, &mut summary)?,
-        Some("cache") => cache_sized(&plan, quick, &mut summary)?,
-        Some("lockstep") => lockstep(&plan, quick, &mut summary)?,
-        Some("idle") => crate::latency::idle(quick, &mut summary)?,
-        Some("latency") => crate::latency::latency(quick, &mut summary)?,
-        Some(x) => {
-            return Err(err(format!(
-                "--only {x}: expected moderation, cache, lockstep, idle or latency"
-            )))
-        }
-    }
-    if a.only.is_some() {
+    if let Some(only) = a.only.as_deref() {
+        one_experiment(only, a, &plan, quick, &mut summary)?;
         summary.print()?;
         return Ok(());
     }
-
-    // Cross-space cost: what a channel between two threads costs against calls in one.
     let k: u64 = if quick { 2_000_000 } else { 20_000_000 };
+    crossing_spaces(&plan, k, &mut summary)?;
+    channel_alone(&plan, k, &mut summary)?;
+    cache_sized(&plan, quick, &mut summary)?;
+    lockstep(&plan, quick, &mut summary)?;
+    // Event moderation (thesis 5.2.2) as CPU per block at a fixed offered rate below
+    // saturation: a reader that spins at saturation hides what wake-ups cost, so the
+    // source offers a steady rate and both spaces sleep when idle.
+    moderation(&plan, quick, a.rate, &mut summary)?;
+    data_parallelism(&plan, quick, cpus, &a.replicas, &mut summary)?;
+    // What a run costs idle, and one block's latency at a low rate (the readiness figures).
+    crate::latency::idle(quick, &mut summary)?;
+    crate::latency::latency(quick, &mut summary)?;
+    summary.print()?;
+    Ok(())
+}
+
+/// `--only NAME`: the one experiment named.
+fn one_experiment(
+    only: &str,
+    a: &Args,
+    plan: &Plan,
+    quick: bool,
+    summary: &mut Summary,
+) -> Result<()> {
+    match only {
+        "moderation" => moderation(plan, quick, a.rate, summary),
+        "cache" => cache_sized(plan, quick, summary),
+        "lockstep" => lockstep(plan, quick, summary),
+        "idle" => crate::latency::idle(quick, summary),
+        "latency" => crate::latency::latency(quick, summary),
+        x => Err(err(format!(
+            "--only {x}: expected moderation, cache, lockstep, idle or latency"
+        ))),
+    }
+}
+
+/// Millions of blocks per second: `k` blocks in `t` seconds.
+fn mblks(k: u64, t: f64) -> f64 {
+    k as f64 / t / 1e6
+}
+
+/// Cross-space cost: what a channel between two threads costs against calls in one
+/// space, and a process space against a thread (`k` blocks of 1 KiB; a tenth of them
+/// through the process space, its time scaled up).
+fn crossing_spaces(plan: &Plan, k: u64, summary: &mut Summary) -> Result<()> {
     println!("\n== Crossing spaces: `gen count={k} size=1K | count | count | null` ==");
     let one = format!("gen count={k} size=1K | count | count | null");
     let two = format!("gen count={k} size=1K | count | count space=1 | null");
     let proc = format!("gen count={k} size=1K | count | count space=p1 | null");
-    let mblks = |t: f64| k as f64 / t / 1e6;
     let t_one = plan
         .measure(|_| run(&one, ChannelConfig::default(), k, "null"))?
         .best();
-    println!("{:<44} {:>10.2} Mblk/s", "one space", mblks(t_one));
+    println!("{:<44} {:>10.2} Mblk/s", "one space", mblks(k, t_one));
     let t_two = plan
         .measure(|_| run(&two, ChannelConfig::default(), k, "null"))?
         .best();
     println!(
         "{:<44} {:>10.2} Mblk/s",
         "second half on a worker thread",
-        mblks(t_two)
+        mblks(k, t_two)
     );
     let kp = k / 10;
     let t_proc = plan
@@ -161,7 +191,7 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
     println!(
         "{:<44} {:>10.2} Mblk/s",
         "second half in a process space",
-        mblks(t_proc)
+        mblks(k, t_proc)
     );
     summary.add(
         "cross_space_two_threads_vs_one_space",
@@ -169,8 +199,8 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
         Some(Target::AtLeast(0.5)),
         format!(
             "two threads {:.1} vs one space {:.1} Mblk/s",
-            mblks(t_two),
-            mblks(t_one)
+            mblks(k, t_two),
+            mblks(k, t_one)
         ),
     );
     summary.add(
@@ -179,12 +209,16 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
         None,
         format!(
             "thread {:.2} vs process {:.2} Mblk/s (>1: the thread channel is faster)",
-            mblks(t_two),
-            mblks(t_proc)
+            mblks(k, t_two),
+            mblks(k, t_proc)
         ),
     );
+    Ok(())
+}
 
-    // A channel alone: tags from the same source through one thread channel, no filters.
+/// A channel alone: `k` tags from the same source through one thread channel, no
+/// filters, against source and sink in one space.
+fn channel_alone(plan: &Plan, k: u64, summary: &mut Summary) -> Result<()> {
     println!("\n== A channel alone: `gen count={k} size=1K | null [space=1]` ==");
     let src_one = format!("gen count={k} size=1K | null");
     let src_two = format!("gen count={k} size=1K | null space=1");
@@ -197,12 +231,12 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
     println!(
         "{:<44} {:>10.2} Mblk/s",
         "source and sink in one space",
-        mblks(t_src)
+        mblks(k, t_src)
     );
     println!(
         "{:<44} {:>10.2} Mblk/s",
         "through one thread channel",
-        mblks(t_chan)
+        mblks(k, t_chan)
     );
     summary.add(
         "channel_tags_mblk_per_s_vs_one_space",
@@ -210,20 +244,23 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
         Some(Target::AtLeast(0.5)),
         format!(
             "{:.1} Mblk/s through the channel vs {:.1} in one space",
-            mblks(t_chan),
-            mblks(t_src)
+            mblks(k, t_chan),
+            mblks(k, t_src)
         ),
     );
+    Ok(())
+}
 
-    cache_sized(&plan, quick, &mut summary)?;
-    lockstep(&plan, quick, &mut summary)?;
-
-    // Event moderation (thesis 5.2.2) as CPU per block at a fixed offered rate below
-    // saturation: a reader that spins at saturation hides what wake-ups cost, so the
-    // source offers a steady rate and both spaces sleep when idle.
-    moderation(&plan, quick, a.rate, &mut summary)?;
-
-    // Data parallelism.
+/// Data parallelism: `deflate` on 64 KiB blocks once, then replicated on R worker threads
+/// for each R of `replicas` (2 and more), each speedup set against what the machine gives
+/// two independent copies ([`parallel_ceiling`]).
+fn data_parallelism(
+    plan: &Plan,
+    quick: bool,
+    cpus: usize,
+    replicas: &[usize],
+    summary: &mut Summary,
+) -> Result<()> {
     let kb: u64 = if quick { 100 } else { 1000 };
     println!("\n== Data parallelism: deflate on 64 KiB blocks, {kb} blocks ==");
     // The input is a file the spaces map (its blocks cross as tags only), so the source
@@ -249,16 +286,53 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
         "1 replica",
         kb as f64 * 65536.0 / t_single / 1e6
     );
-    // What this machine allows: two independent copies of the one-replica pipeline at
-    // once, each pinned to its own CPU (shared caches, memory and, on VMs, host cores limit
-    // it below 2).
+    let ceiling = parallel_ceiling(plan, &single, kb, t_single, cpus, summary)?;
+    for &r in replicas.iter().filter(|&&r| r >= 2) {
+        let spaces: Vec<String> = (1..=r).map(|i| i.to_string()).collect();
+        let text = format!("{src} | deflate space={} | null", spaces.join(","));
+        let t = plan
+            .measure(|_| run(&text, ChannelConfig::default(), kb, "null"))?
+            .best();
+        println!(
+            "{:<44} {:>10.1} MB/s",
+            format!("{r} replicas"),
+            kb as f64 * 65536.0 / t / 1e6
+        );
+        summary.add(
+            &format!("parallel_speedup_{r}_replicas"),
+            t_single / t,
+            if r == 2 {
+                Some(Target::AtLeast(1.8))
+            } else {
+                None
+            },
+            format!(
+                "{cpus} CPUs; {:.0}% of the machine's ceiling; `{text}`",
+                100.0 * t_single / t / ceiling
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// What this machine allows: two independent copies of the one-replica pipeline
+/// `single` (`kb` blocks, `t_single` seconds alone) at once, each pinned to its own CPU
+/// (shared caches, memory and, on VMs, host cores limit it below 2). The speedup they
+/// reach.
+fn parallel_ceiling(
+    plan: &Plan,
+    single: &str,
+    kb: u64,
+    t_single: f64,
+    cpus: usize,
+    summary: &mut Summary,
+) -> Result<f64> {
     let t_pair = plan
         .measure(|_| {
             let t0 = Instant::now();
             let r: Vec<Result<f64>> = std::thread::scope(|sc| {
                 let h: Vec<_> = (0..2)
                     .map(|cpu| {
-                        let single = &single;
                         sc.spawn(move || {
                             let _ = beltway::sys::pin_to_cpu(cpu % cpus);
                             run(single, ChannelConfig::default(), kb, "null")
@@ -290,36 +364,7 @@ pub fn run_main(a: &Args, quick: bool) -> Result<()> {
         None,
         "what 2 CPUs of this machine give two unrelated copies of the pipeline",
     );
-    for &r in a.replicas.iter().filter(|&&r| r >= 2) {
-        let spaces: Vec<String> = (1..=r).map(|i| i.to_string()).collect();
-        let text = format!("{src} | deflate space={} | null", spaces.join(","));
-        let t = plan
-            .measure(|_| run(&text, ChannelConfig::default(), kb, "null"))?
-            .best();
-        println!(
-            "{:<44} {:>10.1} MB/s",
-            format!("{r} replicas"),
-            kb as f64 * 65536.0 / t / 1e6
-        );
-        summary.add(
-            &format!("parallel_speedup_{r}_replicas"),
-            t_single / t,
-            if r == 2 {
-                Some(Target::AtLeast(1.8))
-            } else {
-                None
-            },
-            format!(
-                "{cpus} CPUs; {:.0}% of the machine's ceiling; `{text}`",
-                100.0 * t_single / t / ceiling
-            ),
-        );
-    }
-    // What a run costs idle, and one block's latency at a low rate (the readiness figures).
-    crate::latency::idle(quick, &mut summary)?;
-    crate::latency::latency(quick, &mut summary)?;
-    summary.print()?;
-    Ok(())
+    Ok(ceiling)
 }
 
 /// Model-T's experiment (seed 003): a header-processing chain over real packets (the

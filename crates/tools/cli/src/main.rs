@@ -10,6 +10,7 @@
 //! - `streamline plan 'PIPELINE'` chooses where every filter runs and how every stream is
 //!   carried (control crate: ILP solved by HiGHS, push-down heuristic as baseline) and
 //!   prints why; `--dot FILE` writes Graphviz, `--compare` puts the heuristic beside it.
+//!   It derives the placement as `run` does (`runplan::derive`), so the two agree.
 //! - `streamline maps [--watch SECS]` prints the BPF maps of running runs' kernel filters
 //!   (flowcount, sample, bytecount right after `rx`), pinned under /sys/fs/bpf/streamline.
 
@@ -270,7 +271,7 @@ enum Cmd {
     },
 }
 
-use runplan::{resolver, FILTERS};
+use runplan::resolver;
 
 /// The command line's definition, with the help topics listed after the commands.
 fn command() -> clap::Command {
@@ -412,8 +413,8 @@ fn main() -> ExitCode {
             match plan(&pipeline, opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    error!("plan: {e}");
-                    ExitCode::from(2)
+                    error!("{}", e.message);
+                    ExitCode::from(e.code)
                 }
             }
         }
@@ -509,38 +510,48 @@ struct PlanOpts {
     canonical: bool,
 }
 
-fn plan(pipeline: &str, o: PlanOpts) -> Result<(), String> {
-    use control::planner::Method;
-    let sys = match &o.system {
-        Some(p) => control::SystemModel::load(p).map_err(|e| e.to_string())?,
-        None => control::SystemModel::discover().map_err(|e| e.to_string())?,
+/// `streamline plan`: the placement `streamline run` would choose, derived as a run
+/// derives it (`runplan::derive`), explained.
+fn plan(pipeline: &str, o: PlanOpts) -> Result<(), runplan::Refused> {
+    let refused = |e: String| runplan::Refused {
+        message: format!("plan: {e}"),
+        code: 2,
+    };
+    let planning = runplan::Planning {
+        system: match &o.system {
+            Some(p) => Some(control::SystemModel::load(p).map_err(|e| refused(e.to_string()))?),
+            None => None,
+        },
+        costs: o.costs.clone(),
+        refuse_unplaced: true,
     };
     if o.show_system {
-        println!("{}", sys.to_json());
+        println!("{}", runplan::system_model(&planning).map_err(refused)?.to_json());
         return Ok(());
     }
-    if !(o.rate.is_finite() && o.rate > 0.0 && o.bytes.is_finite() && o.bytes >= 0.0) {
-        return Err("--rate must be positive and --bytes non-negative".into());
-    }
-    let mut planner = control::Planner::new(sys, FILTERS);
-    planner.load = control::Load {
-        blocks_per_sec: o.rate,
-        bytes_per_block: o.bytes,
+    // What the planner chose for `streamline run --plan how` (which it does not run, so
+    // it neither shares a prefix with a live run nor offers one).
+    let choose = |how: &str| -> Result<(control::Planner, control::Planned), runplan::Refused> {
+        let run = daemon::proto::RunOptions {
+            plan: how.into(),
+            rate: o.rate,
+            bytes: o.bytes,
+            no_share: true,
+            quiet: true,
+            ..Default::default()
+        };
+        let derived = runplan::derive(pipeline, &run, &[], &planning)?;
+        derived
+            .chosen
+            .and_then(|c| c.planned)
+            .ok_or_else(|| refused("the planner made no plan".into()))
     };
-    for c in &o.costs {
-        planner.catalog.parse_override(c)?;
-    }
-    let method = if o.heuristic {
-        Method::Heuristic
-    } else {
-        Method::Optimal
-    };
-    let chosen = planner.plan(pipeline, method).map_err(|e| e.to_string())?;
+    let (planner, chosen) = choose(if o.heuristic { "heuristic" } else { "ilp" })?;
     if o.canonical {
         print!("{}", chosen.plan.canonical());
     } else {
         println!("system: {}", planner.sys.summary().trim_end());
-        print!("{}", chosen.plan.explain());
+        print!("{}{}", scaled_note(&planner, o.rate), chosen.plan.explain());
         if !chosen.plan.hosts.is_empty() {
             let atom = |k: usize| chosen.graph.atom(chosen.request.nodes[k].id);
             match chosen.plan.per_host(&planner.sys, 7000, &atom) {
@@ -557,11 +568,9 @@ fn plan(pipeline: &str, o: PlanOpts) -> Result<(), String> {
         }
     }
     if o.compare {
-        let h = planner
-            .plan(pipeline, Method::Heuristic)
-            .map_err(|e| e.to_string())?;
+        let (hp, h) = choose("heuristic")?;
         println!();
-        print!("{}", h.plan.explain());
+        print!("{}{}", scaled_note(&hp, o.rate), h.plan.explain());
         let (a, b) = (chosen.plan.cost, h.plan.cost);
         println!();
         println!(
@@ -571,17 +580,39 @@ fn plan(pipeline: &str, o: PlanOpts) -> Result<(), String> {
             if a > 0.0 { b / a } else { 1.0 },
             if chosen.plan.canonical() == h.plan.canonical() { " (same placement)" } else { "" }
         );
+        let (ra, rb) = (planner.load.blocks_per_sec, hp.load.blocks_per_sec);
+        if ra != rb {
+            println!(
+                "(planned for different rates: the optimizer {} blocks/s, the heuristic {})",
+                control::plan::human(ra),
+                control::plan::human(rb)
+            );
+        }
     }
     if let Some(path) = &o.dot {
         let text = chosen.plan.dot();
         if path == "-" {
             print!("{text}");
         } else {
-            std::fs::write(path, text).map_err(|e| format!("cannot write {path}: {e}"))?;
+            std::fs::write(path, text).map_err(|e| refused(format!("cannot write {path}: {e}")))?;
             eprintln!("wrote {path}");
         }
     }
     Ok(())
+}
+
+/// A line saying that `planner` planned for less than the offered `rate` (blocks/s at
+/// each source), as `streamline run` does when that rate does not fit; empty if not.
+fn scaled_note(planner: &control::Planner, rate: f64) -> String {
+    let planned = planner.load.blocks_per_sec;
+    if planned >= rate {
+        return String::new();
+    }
+    format!(
+        "note: the offered {} blocks/s does not fit: planned for {} blocks/s, the highest rate that fits (as `streamline run` places it)\n",
+        control::plan::human(rate),
+        control::plan::human(planned)
+    )
 }
 
 /// `--stats`: the run's counters as JSON, the nodes as the table lists them and the arcs

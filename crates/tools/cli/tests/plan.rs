@@ -242,3 +242,33 @@ fn run_translates_the_planners_own_pins() {
     assert_eq!(code, 2);
     assert!(err.contains("--rate must be positive"), "{err}");
 }
+
+/// The rate in `planned for RATE blocks/s` (what `streamline run` prints, and `streamline
+/// plan`'s note, when the offered load does not fit), if it says so.
+fn planned_for(text: &str) -> Option<String> {
+    let (_, rest) = text.split_once("planned for ")?;
+    Some(rest.split_once(" blocks/s")?.0.to_string())
+}
+
+/// `streamline plan` derives its plan as `streamline run` does (`runplan::derive`): at a
+/// load the machine cannot carry (deflating 400k blocks of 4 KiB a second), both plan for
+/// the same highest rate that fits, instead of `plan` refusing what `run` places.
+#[test]
+fn plan_and_run_agree_on_a_load_that_does_not_fit() {
+    let pipeline = "gen count=2000 size=4096 | deflate | count";
+    let load = ["--rate", "400000", "--bytes", "4096"];
+    let (code, out, err) = plan(&[&load[..], &[pipeline]].concat());
+    assert_eq!(code, 0, "plan refused what run places:\n{out}{err}");
+    let (code, ran) = run(&[&load[..], &[pipeline]].concat());
+    assert_eq!(code, 0, "{ran}");
+    let line = ran
+        .lines()
+        .find(|l| l.starts_with("plan ("))
+        .unwrap_or_else(|| panic!("no plan line:\n{ran}"));
+    let note = out.lines().find(|l| l.starts_with("note: the offered"));
+    assert_eq!(
+        note.and_then(planned_for),
+        planned_for(line),
+        "plan says {note:?}, run placed {line}"
+    );
+}

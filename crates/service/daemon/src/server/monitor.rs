@@ -11,38 +11,7 @@ impl Daemon {
         while let Ok((Msg { body, .. }, fds)) = proto::recv::<FromWorker>(&reader) {
             match body {
                 FromWorker::Counters { elapsed_s, nodes } => {
-                    // Rate: blocks into the sinks (nodes without output) per second.
-                    let sunk: u64 = nodes
-                        .iter()
-                        .filter(|n| n.blocks_out == 0)
-                        .map(|n| n.blocks_in)
-                        .sum();
-                    let rate = match last {
-                        Some((t, b)) if elapsed_s > t => {
-                            (sunk.saturating_sub(b)) as f64 / (elapsed_s - t)
-                        }
-                        _ => 0.0,
-                    };
-                    last = Some((elapsed_s, sunk));
-                    {
-                        let mut c = run.counters.lock().expect("not poisoned");
-                        let dt = elapsed_s - c.0;
-                        let per = |n: &NodeCounters| n.blocks_in.max(n.blocks_out);
-                        let rates = nodes
-                            .iter()
-                            .map(|n| {
-                                (
-                                    n.label.clone(),
-                                    c.1.iter()
-                                        .find(|o| o.label == n.label)
-                                        .filter(|_| dt > 0.0)
-                                        .map_or(0.0, |o| per(n).saturating_sub(per(o)) as f64 / dt),
-                                )
-                            })
-                            .collect();
-                        *c = (elapsed_s, nodes.clone(), rate);
-                        *run.rates.lock().expect("not poisoned") = rates;
-                    }
+                    run.take_counters(&mut last, elapsed_s, &nodes);
                     self.notify(&run, |r| Reply::Counters {
                         run: r,
                         elapsed_s,
@@ -60,45 +29,14 @@ impl Daemon {
                         let _ = tx.send(applied.ok_or((errno, run.shown.scrub(&text))));
                     }
                 }
-                FromWorker::Graph { nodes, mode } => {
-                    // Kept as shown: nothing reads the graph but PipesFS and `ps`. Folded
-                    // as the table is (one node per node the user wrote, named as the
-                    // user wrote it); a tap on one taps the member its output leaves from.
-                    let nodes: Vec<GraphNode> = nodes.iter().map(filters::shown_node).collect();
-                    let (nodes, taps) = dataplane::edit::fold_graph(&nodes);
-                    *run.tap_at.lock().expect("not poisoned") = taps;
-                    *run.graph.lock().expect("not poisoned") = (nodes, mode);
-                    run.mark_reported();
-                }
+                FromWorker::Graph { nodes, mode } => run.take_graph(&nodes, mode),
                 FromWorker::Tapped {
                     tap_req,
                     tap,
                     ok,
                     text,
                     errno,
-                } => {
-                    let answer = match (ok, fds.len()) {
-                        (true, 2) => Ok((tap, fds)),
-                        (true, n) => Err((
-                            libc::EIO,
-                            format!("the worker sent {n} descriptors with a tap (2 expected)"),
-                        )),
-                        (false, _) => Err((if errno == 0 { libc::EIO } else { errno }, text)),
-                    };
-                    match run.taps.lock().expect("not poisoned").remove(&tap_req) {
-                        Some(tx) => {
-                            if let Err(std::sync::mpsc::SendError(Ok((tap, _)))) = tx.send(answer) {
-                                // Nobody waits any more: take the tap off again.
-                                let _ = run.tell(ToWorker::Untap { tap });
-                            }
-                        }
-                        None => {
-                            if let Ok((tap, _)) = answer {
-                                let _ = run.tell(ToWorker::Untap { tap });
-                            }
-                        }
-                    }
-                }
+                } => run.answer_tap(tap_req, tap, ok, fds, text, errno),
                 FromWorker::Finished { code: c } => code = Some(c),
                 FromWorker::Failed { message, .. } => {
                     // After `go`: why the run failed (it ends next).
@@ -108,27 +46,14 @@ impl Daemon {
             }
         }
         let status = run.child.lock().expect("not poisoned").wait();
-        let reported = code;
-        let code = code.unwrap_or_else(|| match status {
-            Ok(s) => s.code().unwrap_or_else(|| {
-                128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)
-            }),
-            Err(_) => 1,
-        });
-        let signal = status
-            .as_ref()
-            .ok()
-            .and_then(std::os::unix::process::ExitStatusExt::signal);
-        let failure = run.failure.lock().expect("not poisoned").take();
-        let end = match (run.state(), reported, signal) {
-            (_, _, Some(sig)) => audit::End::Signal(sig),
-            (State::Built, _, None) if code == 0 => audit::End::RolledBack,
-            (_, Some(c), None) => match failure {
-                Some(why) => audit::End::Failed(c, why),
-                None => audit::End::Finished(c),
-            },
-            (_, None, None) => audit::End::Exited(code),
-        };
+        let (code, end) = run.ending(code, status);
+        self.record_end(&run, code, end);
+    }
+
+    /// A run has ended with `code` (`end`, as the log says it): logged; kept listed a
+    /// while if it died or failed, saying why; its end remembered; its waiters and
+    /// watchers told; and out of the table.
+    fn record_end(&self, run: &Arc<Run>, code: i32, end: audit::End) {
         // A run that died or failed stays listed a while, saying why.
         let why = match &end {
             audit::End::Signal(sig) => Some(format!(
@@ -163,7 +88,118 @@ impl Daemon {
         run.changed.notify_all();
         run.edits.lock().expect("not poisoned").clear();
         run.taps.lock().expect("not poisoned").clear();
-        self.notify(&run, |r| Reply::Finished { run: r, code });
+        self.notify(run, |r| Reply::Finished { run: r, code });
         self.forget_run(run.id);
+    }
+}
+
+impl Run {
+    /// The worker's counters: kept (with when they came), and the rates since the last
+    /// ones: the sinks' blocks per second (nodes without output; `last`: the sinks'
+    /// count and time before) and each node's.
+    fn take_counters(&self, last: &mut Option<(f64, u64)>, elapsed_s: f64, nodes: &[NodeCounters]) {
+        // Rate: blocks into the sinks (nodes without output) per second.
+        let sunk: u64 = nodes
+            .iter()
+            .filter(|n| n.blocks_out == 0)
+            .map(|n| n.blocks_in)
+            .sum();
+        let rate = match *last {
+            Some((t, b)) if elapsed_s > t => (sunk.saturating_sub(b)) as f64 / (elapsed_s - t),
+            _ => 0.0,
+        };
+        *last = Some((elapsed_s, sunk));
+        let mut c = self.counters.lock().expect("not poisoned");
+        let dt = elapsed_s - c.0;
+        let per = |n: &NodeCounters| n.blocks_in.max(n.blocks_out);
+        let rates = nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.label.clone(),
+                    c.1.iter()
+                        .find(|o| o.label == n.label)
+                        .filter(|_| dt > 0.0)
+                        .map_or(0.0, |o| per(n).saturating_sub(per(o)) as f64 / dt),
+                )
+            })
+            .collect();
+        *c = (elapsed_s, nodes.to_vec(), rate);
+        *self.rates.lock().expect("not poisoned") = rates;
+    }
+
+    /// The worker's description of the run's graph, kept as shown: nothing reads it but
+    /// PipesFS and `ps`. Folded as the table is (one node per node the user wrote, named
+    /// as the user wrote it); a tap on one taps the member its output leaves from.
+    fn take_graph(&self, nodes: &[GraphNode], mode: u32) {
+        let nodes: Vec<GraphNode> = nodes.iter().map(filters::shown_node).collect();
+        let (nodes, taps) = dataplane::edit::fold_graph(&nodes);
+        *self.tap_at.lock().expect("not poisoned") = taps;
+        *self.graph.lock().expect("not poisoned") = (nodes, mode);
+        self.mark_reported();
+    }
+
+    /// The worker's answer to tap request `tap_req`: the tap and its two descriptors, or
+    /// why not, to whoever waits for it. A tap nobody waits for any more is taken off.
+    fn answer_tap(
+        &self,
+        tap_req: u64,
+        tap: u64,
+        ok: bool,
+        fds: Vec<OwnedFd>,
+        text: String,
+        errno: i32,
+    ) {
+        let answer = match (ok, fds.len()) {
+            (true, 2) => Ok((tap, fds)),
+            (true, n) => Err((
+                libc::EIO,
+                format!("the worker sent {n} descriptors with a tap (2 expected)"),
+            )),
+            (false, _) => Err((if errno == 0 { libc::EIO } else { errno }, text)),
+        };
+        match self.taps.lock().expect("not poisoned").remove(&tap_req) {
+            Some(tx) => {
+                if let Err(std::sync::mpsc::SendError(Ok((tap, _)))) = tx.send(answer) {
+                    // Nobody waits any more: take the tap off again.
+                    let _ = self.tell(ToWorker::Untap { tap });
+                }
+            }
+            None => {
+                if let Ok((tap, _)) = answer {
+                    let _ = self.tell(ToWorker::Untap { tap });
+                }
+            }
+        }
+    }
+
+    /// How the run ended, from the code its worker reported (`reported`, if it did) and
+    /// how the worker exited: the exit code and the end as the log says it.
+    fn ending(
+        &self,
+        reported: Option<i32>,
+        status: std::io::Result<std::process::ExitStatus>,
+    ) -> (i32, audit::End) {
+        let code = reported.unwrap_or_else(|| match status {
+            Ok(s) => s.code().unwrap_or_else(|| {
+                128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0)
+            }),
+            Err(_) => 1,
+        });
+        let signal = status
+            .as_ref()
+            .ok()
+            .and_then(std::os::unix::process::ExitStatusExt::signal);
+        let failure = self.failure.lock().expect("not poisoned").take();
+        let end = match (self.state(), reported, signal) {
+            (_, _, Some(sig)) => audit::End::Signal(sig),
+            (State::Built, _, None) if code == 0 => audit::End::RolledBack,
+            (_, Some(c), None) => match failure {
+                Some(why) => audit::End::Failed(c, why),
+                None => audit::End::Finished(c),
+            },
+            (_, None, None) => audit::End::Exited(code),
+        };
+        (code, end)
     }
 }
