@@ -321,6 +321,11 @@ pub trait Filter: Send {
     fn as_channel_end(&mut self) -> Option<&mut dyn ChannelEnd> {
         None
     }
+
+    /// Tap nodes only (`crate::tap::TapNode`): the tap, for its subscriptions.
+    fn as_tap(&mut self) -> Option<&mut crate::tap::Tap> {
+        None
+    }
 }
 
 /// The markers of `crate::migrate`, on a channel between two spaces of this process: the

@@ -318,15 +318,59 @@ impl Drop for Tap {
     }
 }
 
-/// What the run keeps per node for its observers: its taps, and the classes seen leaving
-/// it (PipesFS shows one directory per class).
+/// A tap as a node of the graph (label `__tap` and the tap's id): a sink on an out-arc of
+/// the node it taps, which sends every block leaving that node, whichever arc or branch
+/// the block takes, to the tap's rings ([`BlockOut`]). Put on and taken off at a quiet
+/// point by the edit mailbox (`Space::tap_on`, `tap_off`), like any edit. A tap that
+/// fails (its readers went away) warns and takes nothing more; the run goes on.
+#[derive(Debug)]
+pub(crate) struct TapNode {
+    pub(crate) tap: Tap,
+    stopped: bool,
+}
+
+/// The label prefix of tap nodes (the run's own, as channel endpoints are).
+pub(crate) const TAP: &str = "__tap";
+
+impl TapNode {
+    pub(crate) fn new(tap: Tap) -> TapNode {
+        TapNode {
+            tap,
+            stopped: false,
+        }
+    }
+}
+
+impl crate::filter::Filter for TapNode {
+    fn process(&mut self, cx: &mut crate::filter::Ctx<'_>, batch: &mut crate::filter::Batch) {
+        if self.stopped {
+            return;
+        }
+        if let Err(e) = self.tap.write(cx.store, &batch.tags) {
+            cx.warn(format!("tap stopped: {e}"));
+            self.stopped = true;
+        }
+    }
+
+    fn accepts(&self) -> bool {
+        !self.stopped
+    }
+
+    fn as_tap(&mut self) -> Option<&mut Tap> {
+        Some(&mut self.tap)
+    }
+}
+
+/// What the run keeps per node for its observers: how many taps read it, and the classes
+/// seen leaving it (PipesFS shows one directory per class).
 ///
 /// Classes are sampled, not counted per block: every batch for a node's first 1024
 /// batches, every 64th after that, and every batch while a tap is on. A class that only
 /// ever appears inside later, unsampled batches shows up late.
 #[derive(Debug, Default)]
 pub(crate) struct Watch {
-    pub(crate) taps: Vec<Tap>,
+    /// Tap nodes on the node's out-arcs now.
+    pub(crate) tapped: usize,
     batches: u64,
     classes: Vec<u16>,
 }
@@ -339,7 +383,7 @@ impl Watch {
     #[inline]
     pub(crate) fn observe(&mut self, tags: &[Tag]) {
         self.batches += 1;
-        if self.taps.is_empty() && self.batches > 1024 && !self.batches.is_multiple_of(64) {
+        if self.tapped == 0 && self.batches > 1024 && !self.batches.is_multiple_of(64) {
             return;
         }
         self.note(tags);

@@ -146,6 +146,8 @@ impl Mailbox {
             }
             let _ = job.reply.send(r);
         }
+        // Taps are nodes of the graph: it changes as they go on and off.
+        let tapped = !taps.is_empty();
         for job in taps {
             match job {
                 TapJob::On { label, tap, reply } => {
@@ -170,6 +172,9 @@ impl Mailbox {
                 }
                 TapJob::Unsubscribe { id } => space.unsubscribe(id),
             }
+        }
+        if tapped {
+            self.publish_graph(space);
         }
         for (_, edit, reply, elsewhere) in edits {
             space.elsewhere = elsewhere;
@@ -212,6 +217,8 @@ impl Mailbox {
         for job in moves {
             let _ = job.reply.send(Err(EditError::Ended));
         }
+        // Taps are nodes of the graph: it changes as they go on and off.
+        let tapped = !taps.is_empty();
         for job in taps {
             match job {
                 TapJob::On { reply, .. } => {

@@ -1,21 +1,46 @@
 //! Taps and subscriptions put on a running space's nodes.
 
 use crate::runtime::Space;
+use crate::tap::TAP;
+use lang::Selector;
 use super::*;
 
 impl Space {
     /// Put `tap` on the live node labelled `label` (a batch boundary: the next batch the
-    /// node emits is the tap's first).
+    /// node emits is the tap's first): a tap node on a new out-arc of it, in a slot an
+    /// earlier tap left if there is one.
     pub(super) fn tap_on(&mut self, label: &str, tap: crate::tap::Tap) -> Result<(), EditError> {
         let i = self.live(split_space(label).0)?;
-        if endpoint(&self.nodes[i].label) {
+        if endpoint(&self.nodes[i].label) || self.nodes[i].label.starts_with(TAP) {
             return Err(EditError::Refused {
                 label: label.to_string(),
                 why: Refusal::Endpoint,
             });
         }
-        self.nodes[i].watch.taps.push(tap);
+        let node = tap_node(tap);
+        let free = (0..self.nodes.len()).find(|&j| {
+            self.nodes[j].removed && self.nodes[j].label.starts_with(TAP) && self.in_arcs(j).is_empty()
+        });
+        let t = match free {
+            Some(j) => {
+                self.nodes[j] = node;
+                j
+            }
+            None => self.add_node(node),
+        };
+        self.add_arc(i, t, Selector::All, 0);
+        self.nodes[i].watch.tapped += 1;
         Ok(())
+    }
+
+    /// The tap nodes' indices and their taps; `working`: only taps that have not
+    /// stopped (a stopped tap takes no subscriber: the next one makes a new tap).
+    fn taps(&mut self, working: bool) -> impl Iterator<Item = (usize, &mut crate::tap::Tap)> {
+        self.nodes
+            .iter_mut()
+            .enumerate()
+            .filter(move |(_, n)| !n.removed && (!working || n.filter.accepts()))
+            .filter_map(|(j, n)| n.filter.as_tap().map(|t| (j, t)))
     }
 
     /// Add a subscriber to shared tap `tap` (wherever it is); `Err` if the tap is gone.
@@ -26,29 +51,60 @@ impl Space {
         want: crate::tap::Want,
         sub: crate::tap::Subscriber,
     ) -> Result<(), EditError> {
-        for n in &mut self.nodes {
-            if let Some(t) = n.watch.taps.iter_mut().find(|t| t.id == tap) {
+        match self.taps(true).find(|(_, t)| t.id == tap) {
+            Some((_, t)) => {
                 t.subscribe(key, want, sub);
-                return Ok(());
+                Ok(())
             }
+            None => Err(EditError::Tap(format!(
+                "tap {tap} is gone (its node was removed, or it stopped)"
+            ))),
         }
-        Err(EditError::Tap(format!(
-            "tap {tap} is gone (its node was removed)"
-        )))
     }
 
     pub(super) fn unsubscribe(&mut self, sub: u64) {
-        for n in &mut self.nodes {
-            for t in &mut n.watch.taps {
-                t.unsubscribe(sub);
-            }
+        for (_, t) in self.taps(false) {
+            t.unsubscribe(sub);
         }
     }
 
-    /// Take tap `id` off whichever node has it (its readers see the end of the stream).
+    /// Take tap `id` off the node it reads (its readers see the end of the stream): its
+    /// arc goes, and its node is left a removed slot the next tap may take.
     pub(super) fn tap_off(&mut self, id: u64) {
-        for n in &mut self.nodes {
-            n.watch.taps.retain(|t| t.id != id);
+        let Some(j) = self.taps(false).find(|(_, t)| t.id == id).map(|(j, _)| j) else {
+            return;
+        };
+        let arcs = self.in_arcs(j);
+        for &(from, _) in &arcs {
+            self.nodes[from].watch.tapped = self.nodes[from].watch.tapped.saturating_sub(1);
         }
+        self.take_arcs(arcs, j);
+        let n = &mut self.nodes[j];
+        n.filter = Box::new(crate::runtime::PassThrough);
+        n.removed = true;
     }
+}
+
+/// A node for `tap` (see [`crate::tap::TapNode`]).
+fn tap_node(tap: crate::tap::Tap) -> crate::runtime::RtNode {
+    let spec = lang::Node {
+        id: 0,
+        kind: lang::NodeKind::Filter {
+            filter: "tap".into(),
+            params: vec![],
+            options: vec![("id".into(), tap.id.to_string())],
+            place: Default::default(),
+        },
+        span: lang::Span::default(),
+        hints: vec![],
+        name: None,
+    };
+    let label = format!("{TAP}{}", tap.id);
+    let made = crate::runtime::Made {
+        filter: Box::new(crate::tap::TapNode::new(tap)),
+        source: false,
+        routes_by_class: false,
+        export: None,
+    };
+    crate::runtime::RtNode::new(label, spec, made, Vec::new())
 }

@@ -1142,3 +1142,75 @@ fn removing_a_leaf_ends_its_input_arcs_there() {
         "head goes on counting into the removed leaf"
     );
 }
+
+/// The blocks a tap's reader can read now, by their sequence numbers (mapped as a reader
+/// process maps them: data segments only).
+fn tap_seqs(rings: &crate::tap::TapRings) -> Vec<u32> {
+    use beltway::{BufTable, IbufReader, RingRef, Start};
+    let fd = |r: &RingRef| r.shared().fds()[0].try_clone_to_owned().unwrap();
+    let tags = RingRef::from_fds("t", fd(&rings.tags), None).unwrap();
+    let data = RingRef::from_fds("t.data", fd(&rings.data), None).unwrap();
+    let mut table = BufTable::new();
+    table.register(&data).unwrap();
+    let mut r = IbufReader::new(tags.reader(Start::Oldest).unwrap(), table).unwrap();
+    let mut seqs = Vec::new();
+    while let Ok(Some((_, p))) = r.try_peek_acquire() {
+        let (_, b) = protocol::tap::RecordHeader::decode(p.data).unwrap();
+        seqs.push(u32::from_le_bytes(b[..4].try_into().unwrap()));
+        r.peek_complete().unwrap();
+    }
+    seqs
+}
+
+/// Until the graph the handle shows satisfies `cond` (published after each edit and tap);
+/// a watchdog, not a time limit on the code under test.
+fn graph_until(h: &EditHandle, what: &str, cond: impl Fn(&[GraphNode]) -> bool) -> Vec<GraphNode> {
+    let end = std::time::Instant::now() + WAIT;
+    loop {
+        let g = h.graph();
+        if cond(&g) {
+            return g;
+        }
+        assert!(std::time::Instant::now() < end, "{what}: the graph stayed {:?}", graph_shape(&g));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A tap is a node of the graph reading the node it taps: the graph shows it while it is
+/// on, the counters leave it out, it reads every block the node passes on (a split's
+/// whole output, whichever branch each block takes), and untapped it is gone.
+#[test]
+fn a_tap_is_a_node_the_graph_shows() {
+    let (h, go, ack, t) = running("gate | tally | split | pass + hold | tally name=tail");
+    batch(&go, &ack, 4);
+    let rings = h.tap("split", 1 << 20, WAIT).unwrap();
+    let label = format!("{}{}", crate::tap::TAP, rings.id);
+    let g = graph_until(&h, "the tap shown", |g| g.iter().any(|n| n.label == label));
+    let shape = graph_shape(&g);
+    assert!(
+        shape.contains(&format!("{label} [tap id={}] <- split -> ", rings.id)),
+        "{shape:?}"
+    );
+    assert!(
+        shape.iter().any(|l| l.starts_with("split [split] <- tally -> ") && l.ends_with(&label)),
+        "{shape:?}"
+    );
+    // Blocks 4..14 leave the split down two branches; the tap reads all ten.
+    batch(&go, &ack, 10);
+    assert_eq!(tap_seqs(&rings), (4..14).collect::<Vec<u32>>());
+    assert!(
+        h.report().iter().all(|n| !n.label.starts_with(crate::tap::TAP)),
+        "the counters leave taps out"
+    );
+    h.untap(rings.id);
+    batch(&go, &ack, 1);
+    graph_until(&h, "the tap gone", |g| g.iter().all(|n| !n.label.starts_with(crate::tap::TAP)));
+    // Another tap, on another node; the run's blocks all reach the end.
+    let again = h.tap("tally", 1 << 20, WAIT).unwrap();
+    batch(&go, &ack, 5);
+    assert_eq!(tap_seqs(&again), (15..20).collect::<Vec<u32>>());
+    drop(go);
+    let rep = t.join().unwrap();
+    assert_eq!(summary(&rep, "tally:tail").0, 20);
+    assert!(rep.iter().all(|n| !n.label.starts_with(crate::tap::TAP)));
+}

@@ -125,6 +125,14 @@ impl RtNode {
 
     /// A pass-through in place of a moved filter, or carrying a selector (see
     /// [`PassThrough`]).
+    /// One of the run's own nodes that stand for no filter of the user's and are left out
+    /// of the counters: a prefix-sharing `__publish`, a tap (`crate::tap::TapNode`).
+    /// (Channel endpoints are told apart by [`endpoint_of`].)
+    pub(crate) fn internal(&self) -> bool {
+        self.label.starts_with(crate::tap::TAP)
+            || matches!(&self.spec.kind, NodeKind::Filter { filter, .. } if filter == PUBLISH)
+    }
+
     pub(crate) fn pass_through(label: String, spec: Node, out: Vec<Arc_>) -> RtNode {
         let made = Made {
             filter: Box::new(PassThrough),

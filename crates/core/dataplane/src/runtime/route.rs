@@ -171,7 +171,6 @@ impl Space {
             let node = &nodes[cur];
             let next = match node.out.as_slice() {
                 [a] if node.export.is_none()
-                    && node.watch.taps.is_empty()
                     && !node.routes_by_class
                     && nodes[a.to].classifier
                     && depth < MAX_DEPTH =>
@@ -247,23 +246,11 @@ impl Space {
         }
     }
 
-    /// What watches node `i`'s output before it is routed: the classes seen, its taps,
-    /// its exported stream.
+    /// What watches node `i`'s output before it is routed: the classes seen, its
+    /// exported stream. (Taps are nodes on its arcs.)
     fn watch_out(&mut self, i: usize, batch: &Batch) {
         let node = &mut self.nodes[i];
         node.watch.observe(&batch.tags);
-        if !node.watch.taps.is_empty() {
-            let mut k = 0;
-            while k < self.nodes[i].watch.taps.len() {
-                if let Err(e) = self.nodes[i].watch.taps[k].write(&self.store, &batch.tags) {
-                    let l = self.nodes[i].label.clone();
-                    self.warnings.push(format!("{l}: tap stopped: {e}"));
-                    self.nodes[i].watch.taps.remove(k);
-                    continue;
-                }
-                k += 1;
-            }
-        }
         if let Some(ex) = self.nodes[i].export.as_mut() {
             for t in batch.tags.iter().filter(|t| t.class != 0) {
                 if let Ok(d) = self.store.data(t) {
@@ -294,6 +281,13 @@ impl Space {
             .map(|t| t.len as u64)
             .sum();
         let routed: usize = per.iter().map(|b| b.len()).sum();
+        // A tap on the split reads all of its output, whichever branch each block takes.
+        for (k, b) in per.iter_mut().enumerate() {
+            if self.nodes[self.nodes[i].out[k].to].label.starts_with(crate::tap::TAP) {
+                b.tags.clone_from(&batch.tags);
+                b.shared = vec![true; batch.len()];
+            }
+        }
         // A block whose branch names no arc goes nowhere: a drop.
         self.nodes[i].c.drops += (batch.len() - routed) as u64;
         self.count_out(i, routed, bytes);

@@ -1,7 +1,7 @@
 //! A space built from a graph, and what it reports while and after it runs.
 
 use crate::store::Store;
-use lang::{Graph, NodeKind};
+use lang::Graph;
 use std::time::Duration;
 use super::*;
 
@@ -129,7 +129,7 @@ impl Space {
         if let Some((true, ch)) = endpoint_of(n) {
             return vec![ArcTarget::Channel(ch)];
         }
-        if matches!(&n.spec.kind, NodeKind::Filter { filter, .. } if filter == PUBLISH) {
+        if n.internal() {
             return vec![ArcTarget::Internal];
         }
         if !n.removed || depth > self.nodes.len() {
@@ -141,15 +141,13 @@ impl Space {
             .collect()
     }
 
-    /// Per-filter counters and summaries. A prefix-sharing `__publish` is the run's own
-    /// node, not the user's: left out (its input is counted out of the node before it).
+    /// Per-filter counters and summaries. A prefix-sharing `__publish` and a tap are the
+    /// run's own nodes, not the user's: left out (their input is counted out of the node
+    /// before them).
     pub fn report(&self) -> Vec<NodeReport> {
         self.nodes
             .iter()
-            .filter(|n| !n.removed)
-            .filter(|n| {
-                !matches!(&n.spec.kind, NodeKind::Filter { filter, .. } if filter == PUBLISH)
-            })
+            .filter(|n| !n.removed && !n.internal())
             .map(|n| n.report(self.clock.delta_as_nanos(0, n.ticks)))
             .collect()
     }
