@@ -93,4 +93,7 @@ pub struct Space {
     /// What the space sleeps on when a round of its loop found nothing (made when the
     /// loop starts; see [`crate::readiness`]).
     ready: Option<crate::readiness::Readiness>,
+    /// When the earliest wake-up a tap's subscriber is owed falls due (its moderation's
+    /// latency bound; `Tap::wake_if_due`): the loop comes back by then, even idle.
+    tap_wake: Option<std::time::Instant>,
 }

@@ -261,6 +261,9 @@ impl Space {
                     self.nodes[i].watch.taps.remove(k);
                     continue;
                 }
+                if let Some(at) = self.nodes[i].watch.taps[k].wake_if_due() {
+                    self.tap_wake = Some(self.tap_wake.map_or(at, |w| w.min(at)));
+                }
                 k += 1;
             }
         }

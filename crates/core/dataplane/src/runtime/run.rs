@@ -127,6 +127,9 @@ impl Space {
                     n.filter.idle();
                 }
             }
+            if self.tap_wake.is_some_and(|at| Instant::now() >= at) {
+                self.wake_taps();
+            }
             // Unix processes in the middle of a pipeline produce output asynchronously.
             let made = self.poll_unix(false);
             if last_tick.elapsed() > TICK {
@@ -273,6 +276,9 @@ impl Space {
                 n.filter.arm(&mut arm, false);
             }
         }
+        if let Some(at) = self.tap_wake {
+            arm.deadline(at);
+        }
         let (decision, deadline) = crate::readiness::Readiness::decide(&arm);
         drop(arm);
         if decision == crate::readiness::Decision::Sleep {
@@ -280,6 +286,19 @@ impl Space {
                 let why = format!("the space's readiness handle failed ({e}): idle rounds sleep 1 ms");
                 self.ready = None;
                 self.warnings.push(why);
+            }
+        }
+    }
+
+    /// Wake the taps' subscribers whose moderation's latency bound ran out, and note when
+    /// the next wake-up owed falls due.
+    fn wake_taps(&mut self) {
+        self.tap_wake = None;
+        for n in &mut self.nodes {
+            for t in &mut n.watch.taps {
+                if let Some(at) = t.wake_if_due() {
+                    self.tap_wake = Some(self.tap_wake.map_or(at, |w| w.min(at)));
+                }
             }
         }
     }

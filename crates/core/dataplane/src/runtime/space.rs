@@ -61,6 +61,7 @@ impl Space {
             elsewhere: Vec::new(),
             ending: false,
             ready: None,
+            tap_wake: None,
         })
     }
 

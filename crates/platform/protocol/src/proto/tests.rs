@@ -108,6 +108,7 @@ fn every_message_round_trips_through_its_envelope() {
             filter: Some(TapFilter {
                 program: vec![(6, 0, 0, 262144)],
                 snaplen: 96,
+                wake: Wake { packets: 1, us: 0 },
             }),
         },
         ToWorker::Untap { tap: 6 },
@@ -228,6 +229,10 @@ fn every_message_round_trips_through_its_envelope() {
             device: "eth0".into(),
             program: vec![(0x28, 0, 0, 12), (6, 0, 0, 0)],
             snaplen: 262144,
+            wake: Wake {
+                packets: 256,
+                us: 20_000,
+            },
         },
         Request::Release { sub: 4 },
     ];
