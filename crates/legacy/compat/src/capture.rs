@@ -15,7 +15,7 @@
 //! when the ring is empty, sleeps in `poll` on the ring's wake-up eventfd after setting
 //! the ring's sleep bit (`beltway::Reader::arm`). The capture wakes it per the ring's
 //! moderation: once [`Params::wake`]'s packets wait, or its latency bound after the first
-//! of them (libpcap's timeout, at most 20 ms), whichever first; in immediate mode the
+//! of them (libpcap's timeout), whichever first; in immediate mode the
 //! reader sleeps as a deep sleeper, woken at every batch. Nothing wakes an idle reader:
 //! the same `poll` waits on `pcap_breakloop`'s eventfd and on a pidfd of the capture's
 //! process (its death ends the stream). The eventfd is `pcap_get_selectable_fd`.
@@ -74,18 +74,18 @@ pub struct Params {
     pub immediate: bool,
 }
 
-/// The moderation a libpcap reader asks for: its timeout (`pcap_set_timeout`, ms; 0 or
-/// less: none) bounds the batching delay as libpcap's TPACKET_V3 block timeout does, at
-/// most `$STREAMLINE_PCAP_WAKE_US` (default 20,000 µs); a wake-up per
-/// `$STREAMLINE_PCAP_WAKE_PACKETS` packets at most (default: the capture's, 256); one per
-/// packet in immediate mode.
+/// The moderation a libpcap reader asks for: its timeout (`pcap_set_timeout`, ms) bounds
+/// the batching delay as libpcap's TPACKET_V3 block timeout does (0 or less, libpcap's
+/// "no timeout": the capture's default, 20 ms), at most `$STREAMLINE_PCAP_WAKE_US` µs if
+/// set (the capture clamps it to 1 s); a wake-up once `$STREAMLINE_PCAP_WAKE_PACKETS`
+/// packets wait (default: the capture's, 256); one per packet in immediate mode.
 pub fn wake_for(timeout_ms: i32, immediate: bool) -> Wake {
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
-    let cap = env("STREAMLINE_PCAP_WAKE_US").unwrap_or(20_000).max(1);
-    let us = if timeout_ms > 0 {
-        (timeout_ms as u64 * 1000).min(cap as u64) as u32
-    } else {
-        cap
+    let cap = env("STREAMLINE_PCAP_WAKE_US").map(|c| c.max(1));
+    let us = match (timeout_ms, cap) {
+        (t, Some(c)) if t > 0 => (t as u64 * 1000).min(c as u64) as u32,
+        (t, None) if t > 0 => (t as u64 * 1000).min(u32::MAX as u64) as u32,
+        (_, c) => c.unwrap_or(0),
     };
     let packets = if immediate {
         1
