@@ -222,12 +222,21 @@ fn an_owed_wake_up_is_given_when_its_latency_bound_runs_out() {
     w.commit();
     let fd = r.wake_fd().expect("the ring has a wake-up");
     assert!(!readable_now(fd), "woken for 1 tag of a threshold of 8");
-    assert!(w.wake_owed().is_some(), "a wake-up is owed for the tag committed");
+    assert!(
+        w.wake_owed().is_some(),
+        "a wake-up is owed for the tag committed"
+    );
     while let Some(left) = w.wake_if_due() {
-        assert!(!readable_now(r.wake_fd().unwrap()), "woken before the bound ran out");
+        assert!(
+            !readable_now(r.wake_fd().unwrap()),
+            "woken before the bound ran out"
+        );
         std::thread::sleep(left);
     }
-    assert!(readable_now(r.wake_fd().unwrap()), "not woken once the bound ran out");
+    assert!(
+        readable_now(r.wake_fd().unwrap()),
+        "not woken once the bound ran out"
+    );
     assert_eq!(w.wake_owed(), None);
     r.disarm();
     assert_eq!(r.readable(), 16);

@@ -888,7 +888,11 @@ fn an_idle_reader_sleeps_and_wakes_for_one_packet() {
         .args(["-q", "-i", &v.there, "--limit", "1", SAMPLE])
         .output()
         .expect("tcpreplay");
-    assert!(o.status.success(), "tcpreplay: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "tcpreplay: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     wait_for(
         "the one packet sent after the quiet spell in tcpdump's file",
         Duration::from_secs(10),

@@ -597,10 +597,9 @@ impl RingRef {
         wake: OwnedFd,
     ) -> Result<RingRef> {
         let data = Segment::from_fd(data).map_err(|e| Error::os(name, "map data segment", e))?;
-        let ctl = Some(
-            Segment::from_fd(ctl).map_err(|e| Error::os(name, "map control segment", e))?,
-        )
-        .filter(|s| s.writable());
+        let ctl =
+            Some(Segment::from_fd(ctl).map_err(|e| Error::os(name, "map control segment", e))?)
+                .filter(|s| s.writable());
         Ok(RingRef(Shared::from_segments(
             name,
             data,

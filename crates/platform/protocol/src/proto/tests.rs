@@ -302,7 +302,8 @@ fn every_message_round_trips_through_its_envelope() {
 #[test]
 fn edits_come_typed_or_as_text() {
     // What a client writes by hand: typed, or text.
-    let hand = br#"{"id":1,"op":"edit","run":2,"edit":{"kind":"branch","node":"gen","filter":"count"}}"#;
+    let hand =
+        br#"{"id":1,"op":"edit","run":2,"edit":{"kind":"branch","node":"gen","filter":"count"}}"#;
     assert_eq!(
         decode::<Request>(hand).unwrap().body,
         Request::Edit {
