@@ -33,7 +33,11 @@
 //! subscriber that wants it gets a 16-byte tag pointing at that copy (zero copies per
 //! reader), its length cut to what the filter's verdict and the subscriber's snap length
 //! keep. Subscribers' tag rings are FRP like the tap's own: a reader that stops loses its
-//! own tags, and nobody else notices.
+//! own tags, and nobody else notices. A subscriber's reader registers on its own tag ring
+//! (it gets that ring's control segment and wake-up eventfd, never the shared data ring's)
+//! and sleeps until woken by the ring's moderation ([`Moderation`]): its tags are
+//! committed once per batch, and a wake-up owed when no more packets come is kept by the
+//! run loop ([`Tap::wake_if_due`]).
 
 use crate::store::Store;
 use crate::transport::{BlockOut, Fields, Outgoing, Outlet};
@@ -53,8 +57,42 @@ pub struct TapRings {
     pub data: RingRef,
 }
 
-/// How often a subscriber's reader looks for new tags while its ring is empty.
-pub const SUBSCRIBER_LATENCY: std::time::Duration = std::time::Duration::from_millis(5);
+/// How a subscriber's reader, asleep on its tag ring, is woken (thesis 5.2.2, event
+/// moderation, the ring's own: `beltway::Writer`'s threshold and latency bound): once
+/// `packets` tags wait for it, or `latency` after the first of them, whichever comes first
+/// (the run loop keeps the latency bound when no more packets come: [`Tap::wake_if_due`]).
+/// A reader that asks to be woken at once sleeps as a deep sleeper (libpcap's immediate
+/// mode): woken at every batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moderation {
+    pub packets: u32,
+    pub latency: std::time::Duration,
+}
+
+impl Moderation {
+    /// Tags per wake-up when the reader does not say: a busy reader is woken about as
+    /// often as libpcap's TPACKET_V3 block of 256 KiB fills with full-sized frames.
+    pub const PACKETS: u32 = 256;
+    /// The latency bound when the reader does not say (a libpcap reader asks for its
+    /// timeout, at most this).
+    pub const LATENCY: std::time::Duration = std::time::Duration::from_millis(20);
+
+    /// From a request's numbers (0: the default), clamped to what the tag ring holds
+    /// (`tag_slots`) and to 1 s.
+    pub fn of(packets: u32, us: u32, tag_slots: usize) -> Moderation {
+        let cap = (tag_slots / 4).clamp(1, u32::MAX as usize) as u32;
+        let packets = if packets == 0 { Self::PACKETS } else { packets };
+        let latency = if us == 0 {
+            Self::LATENCY
+        } else {
+            std::time::Duration::from_micros(us.min(1_000_000) as u64)
+        };
+        Moderation {
+            packets: packets.min(cap),
+            latency,
+        }
+    }
+}
 
 /// Which blocks a subscriber wants: called with a block and its wire length, it returns
 /// how many bytes of the block to keep, 0 for none (a classic BPF program's verdict).
@@ -72,21 +110,27 @@ impl Subscriber {
     /// Make subscriber `id`'s tag ring (`tag_slots` tags, FRP) over `tap_rings`' data
     /// ring; `snap`: most bytes of a block it keeps. Returns it and the rings its reader
     /// maps (its tag ring, the tap's data ring).
+    /// `wake`: how its reader is woken. The ring is FRP (its writer never waits for the
+    /// reader, which may therefore register on it and sleep) with a wake-up eventfd, and
+    /// its tags are committed once per batch (deferred).
     pub fn create(
         id: u64,
         tap_rings: &TapRings,
         tag_slots: usize,
         snap: u32,
+        wake: Moderation,
     ) -> beltway::Result<(Subscriber, TapRings)> {
-        // A reader of another process cannot be woken (it maps no control segment): it
-        // looks every `latency`. 5 ms batches a busy link's packets into few looks, well
-        // inside libpcap's usual timeouts (tcpdump: 1000 ms).
         let cfg = RingConfig {
             sync: SyncMode::Frp,
-            latency: SUBSCRIBER_LATENCY,
+            threshold: wake.packets.max(1),
+            latency: wake.latency,
+            // One registered reader (the subscriber); a spare for one that re-attaches.
+            max_readers: 2,
+            wake_fd: true,
             ..RingConfig::bytes((tag_slots * Tag::SIZE).max(1 << 12)).layout(Layout::Tags)
         };
-        let tags = Writer::create(&format!("sub.{id}"), cfg)?;
+        let mut tags = Writer::create(&format!("sub.{id}"), cfg)?;
+        tags.set_deferred(true);
         let rings = TapRings {
             id,
             tags: tags.ring(),
@@ -256,13 +300,31 @@ impl Tap {
         Ok(())
     }
 
+    /// End of a batch: the tap's own ring wakes its readers now; each subscriber's tags
+    /// are committed and its reader woken per its moderation (a wake-up still owed is
+    /// [`Tap::wake_if_due`]'s).
     fn flush(&mut self) {
         self.writer.flush();
         for g in &mut self.groups {
             for s in &mut g.subs {
-                s.tags.flush();
+                s.tags.commit();
             }
         }
+    }
+
+    /// Wake the subscribers whose moderation's latency bound ran out (their packets came,
+    /// fewer than the threshold, and no more came since). Returns when the next wake-up
+    /// owed falls due, for the run loop to come back by then.
+    pub(crate) fn wake_if_due(&mut self) -> Option<std::time::Instant> {
+        let mut next: Option<std::time::Duration> = None;
+        for g in &mut self.groups {
+            for s in &mut g.subs {
+                if let Some(left) = s.tags.wake_if_due() {
+                    next = Some(next.map_or(left, |n| n.min(left)));
+                }
+            }
+        }
+        next.map(|d| std::time::Instant::now() + d)
     }
 
     /// The tap is taken away: its readers (and its subscribers') see the end of the stream.
@@ -327,6 +389,9 @@ impl Drop for Tap {
 pub(crate) struct TapNode {
     pub(crate) tap: Tap,
     stopped: bool,
+    /// When a wake-up its subscribers are owed falls due ([`Tap::wake_if_due`]): declared
+    /// to the space's readiness handle, so the loop comes back by then even idle.
+    due: Option<std::time::Instant>,
 }
 
 /// The label prefix of tap nodes (the run's own, as channel endpoints are).
@@ -337,6 +402,14 @@ impl TapNode {
         TapNode {
             tap,
             stopped: false,
+            due: None,
+        }
+    }
+
+    /// Give the wake-ups owed whose time came; note when the next falls due.
+    fn wake_owed(&mut self) {
+        if self.due.is_some_and(|at| std::time::Instant::now() >= at) {
+            self.due = self.tap.wake_if_due();
         }
     }
 }
@@ -349,6 +422,24 @@ impl crate::filter::Filter for TapNode {
         if let Err(e) = self.tap.write(cx.store, &batch.tags) {
             cx.warn(format!("tap stopped: {e}"));
             self.stopped = true;
+            return;
+        }
+        if let Some(at) = self.tap.wake_if_due() {
+            self.due = Some(self.due.map_or(at, |d| d.min(at)));
+        }
+    }
+
+    fn epoch_end(&mut self, _cx: &mut crate::filter::Ctx<'_>) {
+        self.wake_owed();
+    }
+
+    fn idle(&mut self) {
+        self.wake_owed();
+    }
+
+    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
+        if let Some(at) = self.due {
+            w.deadline(at);
         }
     }
 
@@ -415,6 +506,11 @@ mod tests {
     use super::*;
     use beltway::{BufTable, IbufReader, Start};
 
+    const WAKE: Moderation = Moderation {
+        packets: Moderation::PACKETS,
+        latency: Moderation::LATENCY,
+    };
+
     /// Map rings as a reader process does: data segments only.
     fn observer(rings: &TapRings) -> IbufReader {
         let fd = |r: &RingRef| r.shared().fds()[0].try_clone_to_owned().unwrap();
@@ -462,9 +558,9 @@ mod tests {
                 }
             })
         };
-        let (a, ra) = Subscriber::create(10, &rings, 1024, u32::MAX).unwrap();
-        let (b, rb) = Subscriber::create(11, &rings, 1024, 3).unwrap();
-        let (c, rc) = Subscriber::create(12, &rings, 1024, u32::MAX).unwrap();
+        let (a, ra) = Subscriber::create(10, &rings, 1024, u32::MAX, WAKE).unwrap();
+        let (b, rb) = Subscriber::create(11, &rings, 1024, 3, WAKE).unwrap();
+        let (c, rc) = Subscriber::create(12, &rings, 1024, u32::MAX, WAKE).unwrap();
         tap.subscribe(b"even".to_vec(), even(evals.clone()), a);
         // Same key: shares the first one's verdict (its own closure is never called).
         tap.subscribe(b"even".to_vec(), even(Arc::new(AtomicU64::new(0))), b);
@@ -526,8 +622,8 @@ mod tests {
     #[test]
     fn a_subscriber_that_stops_loses_only_its_own() {
         let (mut tap, rings) = Tap::shared(2, "t", 1 << 16).unwrap();
-        let (slow, rs) = Subscriber::create(20, &rings, 4096, u32::MAX).unwrap();
-        let (fast, rf) = Subscriber::create(21, &rings, 4096, u32::MAX).unwrap();
+        let (slow, rs) = Subscriber::create(20, &rings, 4096, u32::MAX, WAKE).unwrap();
+        let (fast, rf) = Subscriber::create(21, &rings, 4096, u32::MAX, WAKE).unwrap();
         tap.subscribe(Vec::new(), Box::new(|_: &[u8], _| u32::MAX), slow);
         tap.subscribe(Vec::new(), Box::new(|_: &[u8], _| u32::MAX), fast);
         let (mut rs, mut rf) = (observer(&rs), observer(&rf));

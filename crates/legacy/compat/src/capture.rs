@@ -5,18 +5,28 @@
 //! subscriber's own tag ring and the capture's shared data ring, mapped as an observer:
 //! the reader can never hold the capture back), delivering packets in place with libpcap's
 //! header, counting what the reader lost (`pcap_stats`'s `ps_drop`), changing the filter
-//! (a new subscription replaces the old one) and reconnecting after a daemon restart. Does
-//! not own: libpcap's handle, its options or its C types (`ffi`).
+//! (a new subscription replaces the old one), sleeping until the capture wakes the reader,
+//! and reconnecting after a daemon restart. Does not own: libpcap's handle, its options or
+//! its C types (`ffi`).
+//!
+//! # Wake-ups in batches (thesis 5.2.2)
+//!
+//! The reader registers on its own tag ring (FRP: the capture never waits for it) and,
+//! when the ring is empty, sleeps in `poll` on the ring's wake-up eventfd after setting
+//! the ring's sleep bit (`beltway::Reader::arm`). The capture wakes it per the ring's
+//! moderation: once [`Params::wake`]'s packets wait, or its latency bound after the first
+//! of them (libpcap's timeout), whichever first; in immediate mode the
+//! reader sleeps as a deep sleeper, woken at every batch. Nothing wakes an idle reader:
+//! the same `poll` waits on `pcap_breakloop`'s eventfd and on a pidfd of the capture's
+//! process (its death ends the stream). The eventfd is `pcap_get_selectable_fd`.
 
-use beltway::{BufTable, IbufReader, Ready, RingRef, Start, Tag};
-use protocol::tap::RecordHeader;
-use nix::sys::eventfd::{EfdFlags, EventFd};
+use beltway::{Armed, BufTable, IbufReader, Ready, RingRef, Start, Tag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use protocol::client::{Client, ClientError};
-use protocol::proto::{BpfInsn, Reply, Request};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use protocol::proto::{BpfInsn, Reply, Request, Wake};
+use protocol::tap::RecordHeader;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Why a capture failed, with libpcap's status code for it.
@@ -57,6 +67,32 @@ pub struct Params {
     pub device: String,
     pub snaplen: u32,
     pub program: Vec<BpfInsn>,
+    /// How the capture wakes this reader (see [`wake_for`]).
+    pub wake: Wake,
+    /// libpcap's immediate mode: a wake-up at every batch (the reader sleeps as a deep
+    /// sleeper).
+    pub immediate: bool,
+}
+
+/// The moderation a libpcap reader asks for: its timeout (`pcap_set_timeout`, ms) bounds
+/// the batching delay as libpcap's TPACKET_V3 block timeout does (0 or less, libpcap's
+/// "no timeout": the capture's default, 20 ms), at most `$STREAMLINE_PCAP_WAKE_US` µs if
+/// set (the capture clamps it to 1 s); a wake-up once `$STREAMLINE_PCAP_WAKE_PACKETS`
+/// packets wait (default: the capture's, 256); one per packet in immediate mode.
+pub fn wake_for(timeout_ms: i32, immediate: bool) -> Wake {
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+    let cap = env("STREAMLINE_PCAP_WAKE_US").map(|c| c.max(1));
+    let us = match (timeout_ms, cap) {
+        (t, Some(c)) if t > 0 => (t as u64 * 1000).min(c as u64) as u32,
+        (t, None) if t > 0 => (t as u64 * 1000).min(u32::MAX as u64) as u32,
+        (_, c) => c.unwrap_or(0),
+    };
+    let packets = if immediate {
+        1
+    } else {
+        env("STREAMLINE_PCAP_WAKE_PACKETS").unwrap_or(0)
+    };
+    Wake { packets, us }
 }
 
 /// One packet in place: its header fields and its bytes (valid until the next call on the
@@ -76,16 +112,24 @@ pub enum Next<'a> {
     End,
 }
 
-/// A subscription's rings, read as an observer.
+/// A subscription's rings: its own tag ring (registered, to be woken), the shared data
+/// ring (observed).
 struct Sub {
     client: Client,
     id: u64,
-    /// Its tag ring (for the selectable descriptor's watcher).
-    tags: RingRef,
     reader: IbufReader,
     /// Tags the subscription's ring had lost when last looked at.
     lost_seen: u64,
+    /// The tag ring's wake-up (a descriptor of its eventfd; None from a daemon that sent
+    /// none: the reader then looks every [`LOOK`]).
+    wake: Option<OwnedFd>,
+    /// The capture's process (the tag ring's writer): readable when it ends.
+    writer: Option<OwnedFd>,
 }
+
+/// How often a reader that cannot be woken looks for packets (and a reader that cannot
+/// watch the capture's process for its end looks whether it lives).
+const LOOK: Duration = Duration::from_millis(50);
 
 /// A live capture for one legacy reader.
 pub struct Capture {
@@ -99,7 +143,8 @@ pub struct Capture {
     pub dropped: u64,
     /// A packet handed out in place and not yet completed.
     held: bool,
-    waker: Option<Waker>,
+    /// The program has the selectable descriptor: keep it readable while packets wait.
+    selectable: bool,
 }
 
 /// The daemon's socket: `$STREAMLINE_SOCKET`, else the default.
@@ -121,30 +166,46 @@ fn subscribe_on(mut client: Client, p: &Params) -> Result<(Sub, u32), ClientErro
             device: p.device.clone(),
             program: p.program.clone(),
             snaplen: p.snaplen,
+            wake: p.wake,
         },
         &[],
     )?;
     let Reply::Captured { sub, link_type, .. } = reply else {
         return Err(ClientError::Unexpected(Box::new(reply)));
     };
-    let (tags, reader) = map(&p.device, fds).map_err(|e| ClientError::Refused {
-        code: "EIO".into(),
-        errno: libc::EIO,
-        message: format!("mapping the capture's rings: {e}"),
-    })?;
-    Ok((
-        Sub {
+    let sub = map(&p.device, fds)
+        .map(|(reader, wake, writer)| Sub {
             client,
             id: sub,
-            tags,
             reader,
             lost_seen: 0,
-        },
-        link_type,
-    ))
+            wake,
+            writer,
+        })
+        .map_err(|e| ClientError::Refused {
+            code: "EIO".into(),
+            errno: libc::EIO,
+            message: format!("mapping the capture's rings: {e}"),
+        })?;
+    Ok((sub, link_type))
 }
 
-fn map(device: &str, fds: Vec<OwnedFd>) -> beltway::Result<(RingRef, IbufReader)> {
+type Mapped = (IbufReader, Option<OwnedFd>, Option<OwnedFd>);
+
+/// Make an eventfd readable.
+fn signal(fd: &OwnedFd) {
+    let _ = nix::unistd::write(fd, &1u64.to_ne_bytes());
+}
+
+/// Reset an eventfd (non-blocking: the capture's side made it so).
+fn drain(fd: &OwnedFd) {
+    let mut b = [0u8; 8];
+    let _ = nix::unistd::read(fd, &mut b);
+}
+
+/// The rings of a `captured` answer (see `Request::Capture`): the tag ring's and the data
+/// ring's data segments, then the tag ring's control segment and wake-up.
+fn map(device: &str, fds: Vec<OwnedFd>) -> beltway::Result<Mapped> {
     let mut it = fds.into_iter();
     let (Some(t), Some(d)) = (it.next(), it.next()) else {
         return Err(beltway::Error::Unsupported {
@@ -152,61 +213,25 @@ fn map(device: &str, fds: Vec<OwnedFd>) -> beltway::Result<(RingRef, IbufReader)
             what: "a capture answer without its two ring descriptors",
         });
     };
-    let tags = RingRef::from_fds(&format!("{device}.tags"), t, None)?;
+    let name = format!("{device}.tags");
+    let (tags, wake) = match (it.next(), it.next()) {
+        (Some(ctl), Some(wake)) => {
+            let mine = wake.try_clone().map_err(|e| beltway::Error::BadRing {
+                name: name.clone(),
+                why: format!("keeping its wake-up descriptor: {e}"),
+            })?;
+            let tags = RingRef::from_fds_with_wake(&name, t, ctl, wake)?;
+            (tags, Some(mine))
+        }
+        _ => (RingRef::from_fds(&name, t, None)?, None),
+    };
     let data = RingRef::from_fds(&format!("{device}.data"), d, None)?;
     let mut table = BufTable::new();
     table.register(&data)?;
     let reader = IbufReader::new(tags.reader(Start::Oldest)?, table)?;
-    Ok((tags, reader))
-}
-
-/// `pcap_get_selectable_fd`: an eventfd that is readable while packets wait. A watcher
-/// thread sleeps on the subscription's tag ring (its own observer position, woken by the
-/// capture's batch flushes) and signals the eventfd; the reader clears it when it has read
-/// everything and signals it again when it left packets behind.
-pub struct Waker {
-    fd: EventFd,
-    stop: Arc<AtomicBool>,
-}
-
-impl Waker {
-    fn start(tags: &RingRef) -> std::io::Result<Waker> {
-        let fd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ring, flag, signal) = (tags.clone(), stop.clone(), fd.as_fd().try_clone_to_owned()?);
-        std::thread::Builder::new()
-            .name("sl-pcap-waker".into())
-            .spawn(move || {
-                let Ok(mut r) = ring.reader(Start::Latest) else {
-                    return;
-                };
-                let poke = |fd: &OwnedFd| nix::unistd::write(fd, &1u64.to_ne_bytes());
-                while !flag.load(Ordering::Relaxed) {
-                    match r.block(Some(Duration::from_millis(100))) {
-                        Ok(Ready::Data) => {
-                            let _ = poke(&signal);
-                            while r.readable() > 0 {
-                                if !matches!(r.peek(1 << 20), Ok(Some(_))) {
-                                    break;
-                                }
-                            }
-                        }
-                        Ok(Ready::Eof) | Err(_) => {
-                            let _ = poke(&signal);
-                            return;
-                        }
-                        Ok(Ready::TimedOut) => {}
-                    }
-                }
-            })?;
-        Ok(Waker { fd, stop })
-    }
-}
-
-impl Drop for Waker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
+    // Without a pidfd (another pid namespace), liveness is looked at every LOOK.
+    let writer = beltway::sys::pidfd_open(reader.tags().writer_pid()).ok();
+    Ok((reader, wake, writer))
 }
 
 fn error_of(device: &str, e: ClientError) -> CaptureError {
@@ -236,7 +261,7 @@ impl Capture {
                 delivered: 0,
                 dropped: 0,
                 held: false,
-                waker: None,
+                selectable: false,
             }),
             Err(ClientError::Refused { errno, message, .. }) if errno == libc::ENOTSUP => {
                 Err(OpenError::NotOurs(message))
@@ -264,6 +289,7 @@ impl Capture {
                     device: p.device.clone(),
                     program: p.program.clone(),
                     snaplen: p.snaplen,
+                    wake: p.wake,
                 },
                 &[],
             )
@@ -274,7 +300,7 @@ impl Capture {
                 format!("{}: unexpected answer to capture: {reply:?}", p.device),
             ));
         };
-        let (tags, reader) = map(&p.device, fds).map_err(|e| {
+        let (reader, wake, writer) = map(&p.device, fds).map_err(|e| {
             CaptureError::new(
                 PCAP_ERROR,
                 format!("{}: mapping the capture's rings: {e}", p.device),
@@ -282,40 +308,40 @@ impl Capture {
         })?;
         self.complete();
         let old = std::mem::replace(&mut self.sub.id, sub);
-        self.sub.tags = tags;
         self.sub.reader = reader;
         self.sub.lost_seen = 0;
+        self.sub.writer = writer;
+        // The descriptor the program may hold (`pcap_get_selectable_fd`) stays the same
+        // number: the new ring's wake-up takes its place.
+        keep_number(&mut self.sub.wake, wake);
         let _ = self.sub.client.call(Request::Release { sub: old });
         self.params = p;
-        self.rewake();
+        self.rearm();
         Ok(())
     }
 
-    /// The selectable descriptor (made on first use).
+    /// The selectable descriptor: the tag ring's wake-up eventfd, readable once the
+    /// capture woke this reader (per its moderation) and kept readable while packets wait
+    /// ([`Capture::rearm`]).
     pub fn selectable_fd(&mut self) -> std::io::Result<RawFd> {
-        if self.waker.is_none() {
-            self.waker = Some(Waker::start(&self.sub.tags)?);
-            self.rearm();
-        }
-        Ok(self.waker.as_ref().expect("made above").fd.as_raw_fd())
+        let fd = self.sub.wake.as_ref().map(|w| w.as_raw_fd());
+        let fd = fd.ok_or_else(|| std::io::Error::other("the daemon sent no wake-up descriptor with the capture"))?;
+        self.selectable = true;
+        self.rearm();
+        Ok(fd)
     }
 
-    /// After reading: the selectable descriptor is readable exactly while packets wait.
+    /// After reading: the selectable descriptor is readable while packets wait (we signal
+    /// it ourselves) or, when none wait, once the capture wakes us (the ring's sleep bit is
+    /// set, as before a sleep).
     pub fn rearm(&mut self) {
-        let ready = self.ready();
-        if let Some(w) = &self.waker {
-            if ready {
-                let _ = w.fd.write(1);
-            } else {
-                let _ = w.fd.read();
-            }
-        }
-    }
-
-    /// The subscription changed: the watcher follows the new tag ring.
-    fn rewake(&mut self) {
-        if self.waker.take().is_some() {
-            let _ = self.selectable_fd();
+        let Some(w) = self.sub.wake.as_ref().filter(|_| self.selectable) else {
+            return;
+        };
+        drain(w);
+        let tags = self.sub.reader.tags_mut();
+        if !matches!(tags.arm(self.params.immediate), Ok(Armed::Asleep)) {
+            signal(w);
         }
     }
 
@@ -339,15 +365,18 @@ impl Capture {
         self.sub.lost_seen = lost;
     }
 
-    /// The next packet, waiting at most `timeout` (`None`: until one comes) in slices of
-    /// at most `slice` (so the caller can look at a break flag between them: `stop`).
+    /// The next packet, waiting at most `timeout` (`None`: until one comes) or until
+    /// `stop_fd` is signalled and `stop` says so (`pcap_breakloop`).
     pub fn next(
         &mut self,
         timeout: Option<Duration>,
-        slice: Duration,
+        stop_fd: BorrowedFd<'_>,
         stop: &dyn Fn() -> bool,
     ) -> Result<Next<'_>, CaptureError> {
         self.complete();
+        // Awake now: no longer a sleeper the capture must wake (a deep one would be woken
+        // at every batch while we read).
+        self.sub.reader.tags_mut().disarm();
         // Made only when the ring is empty: the fast path reads no clock.
         let mut deadline: Option<Option<Instant>> = None;
         loop {
@@ -379,17 +408,10 @@ impl Capture {
                 return Ok(Next::TimedOut);
             }
             let deadline = *deadline.get_or_insert_with(|| timeout.map(|t| Instant::now() + t));
-            let wait = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Ok(Next::TimedOut);
-                    }
-                    (d - now).min(slice)
-                }
-                None => slice,
-            };
-            match self.sub.reader.tags_mut().block(Some(wait)) {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(Next::TimedOut);
+            }
+            match self.sleep(deadline, stop_fd) {
                 Ok(Ready::Eof) if self.sub.reader.tags_mut().readable() == 0 => {
                     return self.ended()
                 }
@@ -418,6 +440,65 @@ impl Capture {
         }))
     }
 
+    /// Sleep until the capture wakes us (see the module's notes), the stream ends,
+    /// `deadline` passes or `stop_fd` is signalled. `Data`/`Eof` when arming found them;
+    /// else `TimedOut` (the caller looks again).
+    fn sleep(&mut self, deadline: Option<Instant>, stop_fd: BorrowedFd<'_>) -> std::io::Result<Ready> {
+        let left = |cap: Option<Duration>| {
+            let d = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            match (d, cap) {
+                (Some(d), Some(c)) => Some(d.min(c)),
+                (d, c) => d.or(c),
+            }
+        };
+        let tags = self.sub.reader.tags_mut();
+        let armed = tags
+            .arm(self.params.immediate)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let wake = match (armed, &self.sub.wake) {
+            (Armed::Data, _) => return Ok(Ready::Data),
+            (Armed::Eof, _) => return Ok(Ready::Eof),
+            (Armed::Asleep, Some(w)) => w,
+            // A ring we cannot sleep on: look again after a while.
+            (_, _) => {
+                return tags
+                    .block(left(Some(LOOK)))
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+            }
+        };
+        let mut fds = vec![
+            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stop_fd, PollFlags::POLLIN),
+        ];
+        if let Some(p) = &self.sub.writer {
+            fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+        }
+        let cap = self.sub.writer.is_none().then_some(LOOK);
+        let timeout = left(cap).map_or(PollTimeout::NONE, |d| {
+            PollTimeout::try_from(d.as_millis().max(1).min(i32::MAX as u128) as i32)
+                .unwrap_or(PollTimeout::MAX)
+        });
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let fired = |f: Option<&PollFd>| f.is_some_and(|f| f.any().unwrap_or(false));
+        let (died, stopped) = (fired(fds.get(2)), fired(fds.get(1)));
+        drop(fds);
+        drain(wake);
+        if stopped {
+            // The caller looks at the flag next; a signal the flag no longer backs would
+            // otherwise end every sleep at once.
+            let mut b = [0u8; 8];
+            let _ = nix::unistd::read(stop_fd, &mut b);
+        }
+        if died || self.sub.writer.is_none() {
+            tags.check_writer();
+        }
+        tags.disarm();
+        Ok(Ready::TimedOut)
+    }
+
     /// The stream ended: a run's node ends for good; an interface's capture ended because
     /// the daemon went (restart): subscribe again for a while before giving up.
     fn ended(&mut self) -> Result<Next<'_>, CaptureError> {
@@ -429,8 +510,11 @@ impl Capture {
             match subscribe(&self.socket, &self.params) {
                 Ok((sub, _)) => {
                     self.held = false;
-                    self.sub = sub;
-                    self.rewake();
+                    let mut old = std::mem::replace(&mut self.sub, sub);
+                    // The program's selectable descriptor keeps its number.
+                    keep_number(&mut old.wake, self.sub.wake.take());
+                    self.sub.wake = old.wake.take();
+                    self.rearm();
                     return Ok(Next::TimedOut);
                 }
                 Err(e) if Instant::now() >= until => {
@@ -439,6 +523,19 @@ impl Capture {
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
+    }
+}
+
+/// A new subscription's wake-up takes the place of the old one's descriptor number, which
+/// the program may hold (`pcap_get_selectable_fd`); `held` keeps that number.
+fn keep_number(held: &mut Option<OwnedFd>, new: Option<OwnedFd>) {
+    match (held.as_mut(), new) {
+        (Some(h), Some(n)) => {
+            if nix::unistd::dup2(&n, h).is_err() {
+                *held = Some(n);
+            }
+        }
+        (_, n) => *held = n,
     }
 }
 

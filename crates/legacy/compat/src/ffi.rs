@@ -20,6 +20,8 @@
 #![allow(non_camel_case_types, clippy::missing_safety_doc)]
 
 use crate::capture::{self, Capture, Next, OpenError, Params};
+use beltway::sys::EventFd;
+use std::os::fd::AsFd;
 use protocol::proto::BpfInsn;
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_long, c_uint, c_void, CStr, CString};
@@ -86,8 +88,6 @@ const PCAP_D_INOUT: c_int = 0;
 pub const MAGIC: u64 = 0x5354_524d_4c4e_5043;
 // Canonical user addresses (48-bit) are below 2^47: no function pointer equals MAGIC.
 const _: () = assert!(MAGIC > (1u64 << 47));
-/// How long a blocked read sleeps before it looks at `pcap_breakloop`'s flag.
-const SLICE: Duration = Duration::from_millis(50);
 
 /// The real libpcap's function `$name` with the given C signature (looked up once).
 macro_rules! real {
@@ -190,6 +190,8 @@ enum State {
 pub struct Handle {
     magic: u64,
     brk: AtomicBool,
+    /// Signalled with `brk`: ends a reader's sleep (an eventfd, as libpcap's on Linux).
+    brk_fd: EventFd,
     inner: UnsafeCell<Inner>,
 }
 
@@ -322,6 +324,14 @@ pub unsafe extern "C" fn pcap_create(source: *const c_char, errbuf: *mut c_char)
     let dev = unsafe { cstr(source) };
     match dev {
         Some(d) if serve(d) => {
+            let brk_fd = match EventFd::new() {
+                Ok(f) => f,
+                Err(e) => {
+                    // SAFETY: the caller's error buffer of PCAP_ERRBUF_SIZE bytes.
+                    unsafe { errbuf_set(errbuf, &format!("streamline: an eventfd for pcap_breakloop: {e}")) };
+                    return std::ptr::null_mut();
+                }
+            };
             let opts = Opts {
                 snaplen: MAXIMUM_SNAPLEN,
                 promisc: 0,
@@ -352,6 +362,7 @@ pub unsafe extern "C" fn pcap_create(source: *const c_char, errbuf: *mut c_char)
             Box::into_raw(Box::new(Handle {
                 magic: MAGIC,
                 brk: AtomicBool::new(false),
+                brk_fd,
                 inner: UnsafeCell::new(inner),
             })) as *mut pcap_t
         }
@@ -476,7 +487,9 @@ on_handle!(pcap_activate(p) -> c_int, |_, i| {
     }
     let snaplen = if i.opts.snaplen <= 0 || i.opts.snaplen > MAXIMUM_SNAPLEN { MAXIMUM_SNAPLEN } else { i.opts.snaplen };
     i.opts.snaplen = snaplen;
-    let params = Params { device: i.device.to_string_lossy().into_owned(), snaplen: snaplen as u32, program: Vec::new() };
+    let immediate = i.opts.immediate != 0;
+    let wake = capture::wake_for(i.opts.timeout_ms, immediate);
+    let params = Params { device: i.device.to_string_lossy().into_owned(), snaplen: snaplen as u32, program: Vec::new(), wake, immediate };
     let fallback = std::env::var("STREAMLINE_PCAP_FALLBACK").is_ok_and(|v| v == "1");
     match Capture::open(capture::socket(), params) {
         Ok(c) => {
@@ -592,7 +605,11 @@ on_handle!(pcap_fileno(p) -> c_int, |_, i| match i.live() {
     None => -1,
 });
 
-on_handle!(pcap_breakloop(p) -> (), |hd, _i| hd.brk.store(true, Ordering::SeqCst));
+// The flag first: a sleeper the signal wakes finds it set. (A write(2): signal-safe.)
+on_handle!(pcap_breakloop(p) -> (), |hd, _i| {
+    hd.brk.store(true, Ordering::SeqCst);
+    hd.brk_fd.signal();
+});
 
 on_handle!(pcap_compile(p, program: *mut bpf_program, buf: *const c_char, optimize: c_int, mask: u32) -> c_int, |_, i| {
     // The real compiler, on a dead handle with this capture's link type and snap length.
@@ -645,6 +662,21 @@ on_handle!(pcap_setfilter(p, fp: *mut bpf_program) -> c_int, |_, i| {
     }
 });
 
+/// How long a read waits for its first packet, as libpcap on Linux: not at all when
+/// non-blocking; in immediate mode (libpcap's TPACKET_V2) up to the timeout (none: 0);
+/// else (TPACKET_V3) until packets come, however long: the timeout bounds only how long
+/// the first of them may wait for its batch (see `capture::wake_for`), so an idle reader
+/// is never woken.
+fn first_wait(nonblock: bool, immediate: bool, timeout_ms: c_int) -> Option<Duration> {
+    if nonblock {
+        Some(Duration::ZERO)
+    } else if immediate && timeout_ms > 0 {
+        Some(Duration::from_millis(timeout_ms as u64))
+    } else {
+        None
+    }
+}
+
 /// Deliver up to `cnt` packets (all waiting, at least one unless the wait times out; `cnt
 /// <= 0`: all waiting) to `cb`. Returns the count, PCAP_ERROR_BREAK, PCAP_ERROR, or `None`
 /// at the end of a `streamline:` stream.
@@ -684,14 +716,8 @@ fn dispatch(
                 break;
             }
             // The first packet may be waited for; the rest are what is there already.
-            let wait = if n > 0 || nonblock {
-                Some(Duration::ZERO)
-            } else if timeout_ms > 0 && !immediate {
-                Some(Duration::from_millis(timeout_ms as u64))
-            } else {
-                None
-            };
-            match c.next(wait, SLICE, &brk) {
+            let wait = if n > 0 { Some(Duration::ZERO) } else { first_wait(nonblock, immediate, timeout_ms) };
+            match c.next(wait, hd.brk_fd.as_fd(), &brk) {
                 Ok(Next::Packet(pkt)) => {
                     let hdr = header(
                         pkt.ts_ns,
@@ -764,18 +790,12 @@ on_handle!(pcap_next_ex(p, hdr: *mut *mut pcap_pkthdr, data: *mut *const u8) -> 
     if hd.brk.swap(false, Ordering::SeqCst) {
         return PCAP_ERROR_BREAK;
     }
-    let wait = if nonblock {
-        Some(Duration::ZERO)
-    } else if timeout_ms > 0 && !immediate {
-        Some(Duration::from_millis(timeout_ms as u64))
-    } else {
-        None
-    };
+    let wait = first_wait(nonblock, immediate, timeout_ms);
     let brk = || hd.brk.load(Ordering::SeqCst);
     let State::Live(c) = &mut i.state else {
         return PCAP_ERROR_NOT_ACTIVATED;
     };
-    let got = match c.next(wait, SLICE, &brk) {
+    let got = match c.next(wait, hd.brk_fd.as_fd(), &brk) {
         Ok(Next::Packet(pkt)) => Ok(Some((header(pkt.ts_ns, pkt.orig_len, pkt.data.len().min(snaplen) as u32, nano), pkt.data.as_ptr()))),
         Ok(Next::TimedOut) => Ok(None),
         Ok(Next::End) => Err(PCAP_ERROR_BREAK),

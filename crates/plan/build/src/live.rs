@@ -141,7 +141,8 @@ impl Edits {
                 .collect();
             (key, Box::new(move |d: &[u8], wire: u32| prog.run(d, wire)))
         };
-        h.subscribe(node, key, want, snap, SUBSCRIBER_TAGS, EDIT_TIMEOUT)
+        let wake = dataplane::tap::Moderation::of(f.wake.packets, f.wake.us, SUBSCRIBER_TAGS);
+        h.subscribe(node, key, want, snap, SUBSCRIBER_TAGS, wake, EDIT_TIMEOUT)
             .map_err(|e| (errno_of(&e), e.to_string()))
     }
 

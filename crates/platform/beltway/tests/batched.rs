@@ -184,3 +184,60 @@ proptest! {
         prop_assert_eq!(next, total);
     }
 }
+
+/// Whether `fd` is readable now.
+fn readable_now(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on our stack, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+/// Moderation's latency bound when the commits stop: fewer tags than the threshold do
+/// not wake an armed reader at their commit; the wake-up is owed (`wake_owed`) and
+/// `wake_if_due` gives it once the bound ran out, through the ring's wake-up eventfd.
+#[test]
+fn an_owed_wake_up_is_given_when_its_latency_bound_runs_out() {
+    let _w = watchdog("an_owed_wake_up", 30);
+    let mut w = Writer::create(
+        "b-owed",
+        RingConfig {
+            latency: Duration::from_millis(30),
+            ..RingConfig::bytes(4096 * 16)
+                .layout(Layout::Tags)
+                .threshold(8)
+                .wake_fd(true)
+        },
+    )
+    .unwrap();
+    w.set_deferred(true);
+    let mut r = w.ring().reader(Start::Oldest).unwrap();
+    assert_eq!(r.arm(false).unwrap(), beltway::Armed::Asleep);
+    assert_eq!(w.wake_owed(), None, "nothing committed, nothing owed");
+    w.append_record(&tag(0).to_bytes()).unwrap();
+    w.commit();
+    let fd = r.wake_fd().expect("the ring has a wake-up");
+    assert!(!readable_now(fd), "woken for 1 tag of a threshold of 8");
+    assert!(
+        w.wake_owed().is_some(),
+        "a wake-up is owed for the tag committed"
+    );
+    while let Some(left) = w.wake_if_due() {
+        assert!(
+            !readable_now(r.wake_fd().unwrap()),
+            "woken before the bound ran out"
+        );
+        std::thread::sleep(left);
+    }
+    assert!(
+        readable_now(r.wake_fd().unwrap()),
+        "not woken once the bound ran out"
+    );
+    assert_eq!(w.wake_owed(), None);
+    r.disarm();
+    assert_eq!(r.readable(), 16);
+}

@@ -290,15 +290,21 @@ pub enum Request {
     /// dev=DEVICE`) or `streamline:RUN/NODE` (a node of a running run). The reader
     /// subscribes to the capture's shared tap with its classic BPF `program` (empty: every
     /// packet), run in the capture's one classifier pass; `snaplen` bytes at most per
-    /// packet (0: all). Answered with `captured` and 2 descriptors (the subscriber's tag
-    /// ring and the shared data ring, data segments only: the reader is an observer). The
-    /// subscription ends with the connection or with `release`.
+    /// packet (0: all); `wake`: how the reader is woken. Answered with `captured` and 4
+    /// descriptors: the subscriber's tag ring's data segment, the shared data ring's data
+    /// segment (the reader observes the shared ring, so it can never hold the capture
+    /// back), then the tag ring's control segment and wake-up eventfd (the reader
+    /// registers on its own tag ring, a fast-reader-preference ring whose writer never
+    /// waits, and sleeps until the capture wakes it). The subscription ends with the
+    /// connection or with `release`.
     Capture {
         device: String,
         #[serde(default)]
         program: Vec<BpfInsn>,
         #[serde(default)]
         snaplen: u32,
+        #[serde(default)]
+        wake: Wake,
     },
     /// End subscription `sub` of this connection (its reader sees the end of its stream).
     Release { sub: u64 },
@@ -490,6 +496,21 @@ pub type BpfInsn = (u16, u8, u8, u32);
 pub struct TapFilter {
     pub program: Vec<BpfInsn>,
     pub snaplen: u32,
+    #[serde(default)]
+    pub wake: Wake,
+}
+
+/// How a subscriber asleep on its tag ring is woken (thesis 5.2.2, event moderation): once
+/// `packets` packets wait for it, or `us` microseconds after the first of them, whichever
+/// comes first. 0: the capture's default. (A reader in libpcap's immediate mode sleeps as
+/// a deep sleeper instead: woken at every batch.)
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Wake {
+    #[serde(default)]
+    pub packets: u32,
+    #[serde(default)]
+    pub us: u32,
 }
 
 /// A node's counters (CM_GET_INST_DATA).

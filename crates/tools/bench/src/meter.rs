@@ -93,6 +93,28 @@ pub(crate) fn tree_ns(roots: &[u32]) -> (u64, usize) {
     (tasks_ns(&t).values().sum(), t.len())
 }
 
+/// Context switches so far (voluntary and not, /proc's `*_ctxt_switches`) of every thread
+/// of `roots` and all their descendants.
+pub(crate) fn tree_switches(roots: &[u32]) -> u64 {
+    let mut n = 0;
+    for pid in tree(roots) {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for e in dir.flatten() {
+            let Ok(st) = std::fs::read_to_string(e.path().join("status")) else {
+                continue;
+            };
+            n += st
+                .lines()
+                .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+    }
+    n
+}
+
 /// CPU ns of every thread of `pids`, by thread id.
 pub(crate) fn tasks_ns(pids: &[u32]) -> HashMap<u32, u64> {
     let mut m = HashMap::new();

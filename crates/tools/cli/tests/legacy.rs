@@ -840,3 +840,65 @@ fn bad_devices_filters_daemons_and_readers() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Context switches (voluntary and not) of every thread of process `pid` so far.
+fn context_switches(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the reader's /proc");
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// An idle reader sleeps until the capture wakes it: a tcpdump on our libpcap with no
+/// traffic for 2 s is switched out at most a handful of times (a count from /proc, not a
+/// time; a reader that looks every 5-200 ms for packets, as one that is never woken
+/// must, switches dozens of times). Then a single packet reaches its `-w` file: the
+/// capture's moderation wakes it within its latency bound although no more packets
+/// come (tcpdump's defaults: no immediate mode, a 1000 ms timeout).
+#[test]
+fn an_idle_reader_sleeps_and_wakes_for_one_packet() {
+    let v = quiet_veth("lgi", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgi", None);
+    let dir = tmpdir("i");
+    let out = dir.join("idle.pcap");
+    let mut c = on_streamline(&d, "tcpdump");
+    // -U: each packet written to the file as tcpdump gets it (no stdio buffering).
+    c.args(["-Z", "root", "-n", "-U", "-i", &v.here, "-w"])
+        .arg(&out)
+        .stdout(Stdio::null());
+    let r = Reader::listening(tcpdump_listening(c));
+    d.wait_workers_capturing(&v.here);
+    let before = context_switches(r.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let idle = context_switches(r.id()) - before;
+    eprintln!("an idle tcpdump on Streamline's libpcap: {idle} context switches in 2 s");
+    assert!(
+        idle < 10,
+        "an idle tcpdump on Streamline's libpcap was switched out {idle} times in 2 s (it polls)"
+    );
+    assert_eq!(common::pcap_packets(&out, ""), 0, "no traffic was sent");
+    let o = v
+        .command("tcpreplay")
+        .args(["-q", "-i", &v.there, "--limit", "1", SAMPLE])
+        .output()
+        .expect("tcpreplay");
+    assert!(
+        o.status.success(),
+        "tcpreplay: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    wait_for(
+        "the one packet sent after the quiet spell in tcpdump's file",
+        Duration::from_secs(10),
+        || common::pcap_packets(&out, "") == 1,
+    );
+    let (got, _, _, err) = stop(r);
+    assert_eq!(got, 1, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -292,7 +292,9 @@ impl EditHandle {
     /// the subscriber's own tag ring, pointing at the one copy in the shared data ring.
     /// `key` identifies the filter (subscribers with equal keys share one evaluation per
     /// block); `snap`: most bytes kept per block; `tag_slots`: the size of the
-    /// subscriber's tag ring. The returned rings' `id` ends it ([`EditHandle::untap`]).
+    /// subscriber's tag ring; `wake`: how its reader is woken. The returned rings' `id`
+    /// ends it ([`EditHandle::untap`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn subscribe(
         &self,
         label: &str,
@@ -300,6 +302,7 @@ impl EditHandle {
         want: crate::tap::Want,
         snap: u32,
         tag_slots: usize,
+        wake: crate::tap::Moderation,
         timeout: Duration,
     ) -> Result<crate::tap::TapRings, EditError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 32);
@@ -319,7 +322,7 @@ impl EditHandle {
             }
         };
         let (sub, sub_rings) =
-            crate::tap::Subscriber::create(id, &rings, tag_slots, snap).map_err(tap_err)?;
+            crate::tap::Subscriber::create(id, &rings, tag_slots, snap, wake).map_err(tap_err)?;
         let (tx, rx) = mpsc::channel();
         let fresh = tap.is_some();
         mailbox.post_tap(TapJob::Subscribe(Box::new(SubscribeJob {

@@ -217,8 +217,6 @@ impl Mailbox {
         for job in moves {
             let _ = job.reply.send(Err(EditError::Ended));
         }
-        // Taps are nodes of the graph: it changes as they go on and off.
-        let tapped = !taps.is_empty();
         for job in taps {
             match job {
                 TapJob::On { reply, .. } => {

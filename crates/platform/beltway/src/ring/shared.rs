@@ -461,6 +461,13 @@ impl Shared {
     }
 
     /// Descriptors of both segments (for passing to another process).
+    /// The ring's wake-up eventfd (anonymous rings made with [`RingConfig::wake_fd`]), for
+    /// passing it beside [`Shared::fds`] by other means than [`Shared::send`].
+    pub fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.wake.as_ref().map(|w| w.as_fd())
+    }
+
     pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
         let mut v = vec![self.data.fd()];
         if let Some(c) = &self.ctl {
@@ -578,6 +585,27 @@ impl RingRef {
             None => None,
         };
         Ok(RingRef(Shared::from_segments(name, data, ctl, None)?))
+    }
+
+    /// [`RingRef::from_fds`] with the ring's wake-up eventfd ([`Shared::wake_fd`]) too, so
+    /// that a registered reader may sleep on it ([`Reader::arm`]). The wake-up is kept only
+    /// with a writable control segment (the sleep bit lives there).
+    pub fn from_fds_with_wake(
+        name: &str,
+        data: OwnedFd,
+        ctl: OwnedFd,
+        wake: OwnedFd,
+    ) -> Result<RingRef> {
+        let data = Segment::from_fd(data).map_err(|e| Error::os(name, "map data segment", e))?;
+        let ctl =
+            Some(Segment::from_fd(ctl).map_err(|e| Error::os(name, "map control segment", e))?)
+                .filter(|s| s.writable());
+        Ok(RingRef(Shared::from_segments(
+            name,
+            data,
+            ctl,
+            Some(sys::EventFd::from_fd(wake)),
+        )?))
     }
 
     /// Open a named ring (under /dev/shm) for reading.

@@ -333,6 +333,29 @@ impl Writer {
         }
     }
 
+    /// How long until the wake-up the moderation owes sleeping readers falls due: commits
+    /// they were not woken for (fewer than the threshold, no deep sleeper) wait at most the
+    /// latency bound, counted from the first of them, and only a later commit looks at the
+    /// clock. A producer whose commits stop (its input went quiet) calls
+    /// [`Writer::wake_if_due`] when this runs out. `None`: nothing is owed.
+    pub fn wake_owed(&self) -> Option<Duration> {
+        (self.pending > 0).then(|| {
+            let due = self.first_pending_ns.saturating_add(self.latency_ns);
+            Duration::from_nanos(due.saturating_sub(sys::now_ns()))
+        })
+    }
+
+    /// Wake the sleeping readers if the wake-up owed them ([`Writer::wake_owed`]) is due;
+    /// returns how long until it is, if it is still owed.
+    pub fn wake_if_due(&mut self) -> Option<Duration> {
+        let left = self.wake_owed()?;
+        if left.is_zero() {
+            self.wake_readers();
+            return None;
+        }
+        Some(left)
+    }
+
     fn wake_readers(&mut self) {
         self.pending = 0;
         wake_all(&self.sh);

@@ -108,6 +108,7 @@ fn every_message_round_trips_through_its_envelope() {
             filter: Some(TapFilter {
                 program: vec![(6, 0, 0, 262144)],
                 snaplen: 96,
+                wake: Wake { packets: 1, us: 0 },
             }),
         },
         ToWorker::Untap { tap: 6 },
@@ -228,6 +229,10 @@ fn every_message_round_trips_through_its_envelope() {
             device: "eth0".into(),
             program: vec![(0x28, 0, 0, 12), (6, 0, 0, 0)],
             snaplen: 262144,
+            wake: Wake {
+                packets: 256,
+                us: 20_000,
+            },
         },
         Request::Release { sub: 4 },
     ];
@@ -297,7 +302,8 @@ fn every_message_round_trips_through_its_envelope() {
 #[test]
 fn edits_come_typed_or_as_text() {
     // What a client writes by hand: typed, or text.
-    let hand = br#"{"id":1,"op":"edit","run":2,"edit":{"kind":"branch","node":"gen","filter":"count"}}"#;
+    let hand =
+        br#"{"id":1,"op":"edit","run":2,"edit":{"kind":"branch","node":"gen","filter":"count"}}"#;
     assert_eq!(
         decode::<Request>(hand).unwrap().body,
         Request::Edit {

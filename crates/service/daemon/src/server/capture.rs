@@ -11,19 +11,17 @@ impl Daemon {
         conn: u64,
         who: &Cred,
         device: &str,
-        program: Vec<BpfInsn>,
-        snaplen: u32,
+        filter: TapFilter,
     ) -> CallResult {
-        if program.len() > 4096 {
+        if filter.program.len() > 4096 {
             return Err(refuse(
                 libc::EINVAL,
                 format!(
                     "a filter program of {} instructions (at most 4096, BPF_MAXINSNS)",
-                    program.len()
+                    filter.program.len()
                 ),
             ));
         }
-        let filter = TapFilter { program, snaplen };
         let (run, node, link_type, shared) = match device.strip_prefix("streamline:") {
             Some(rest) => {
                 let bad = || {

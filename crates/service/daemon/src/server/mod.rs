@@ -16,7 +16,7 @@ mod open;
 use crate::audit;
 use crate::policy::{Cred, Policy};
 use crate::proto::{
-    self, BpfInsn, EditApplied, EditOp, EditRequest, FromWorker, GraphNode, Msg, NodeCounters,
+    self, EditApplied, EditOp, EditRequest, FromWorker, GraphNode, Msg, NodeCounters,
     Peer, ProtoError, Reply, Request, RunInfo, RunOptions, TapFilter, ToWorker,
 };
 use crate::view::View;
@@ -863,7 +863,8 @@ impl Daemon {
                 device,
                 program,
                 snaplen,
-            } => self.capture(conn, who, &device, program, snaplen),
+                wake,
+            } => self.capture(conn, who, &device, TapFilter { program, snaplen, wake }),
             Request::Release { sub } => {
                 let mut all = self.subs.lock().expect("not poisoned");
                 let mine = all.entry(conn).or_default();

@@ -150,11 +150,13 @@ impl Run {
         text: String,
         errno: i32,
     ) {
+        // A plain tap: its two data segments; a subscription: those and its tag ring's
+        // control segment and wake-up (see `Request::Capture`).
         let answer = match (ok, fds.len()) {
-            (true, 2) => Ok((tap, fds)),
+            (true, 2 | 4) => Ok((tap, fds)),
             (true, n) => Err((
                 libc::EIO,
-                format!("the worker sent {n} descriptors with a tap (2 expected)"),
+                format!("the worker sent {n} descriptors with a tap (2 or 4 expected)"),
             )),
             (false, _) => Err((if errno == 0 { libc::EIO } else { errno }, text)),
         };

@@ -140,8 +140,10 @@ fn listen(sock: &UnixStream, sh: &Shared, granted: u32) {
 }
 
 /// A tap or a subscription: its two data segments go with the answer; the reader gets no
-/// control segment, so it can never hold the run back. The tap first (it waits for the
-/// run loop, whose ticks send on the socket), then the answer.
+/// control segment of the shared rings, so it can never hold the run back. A subscriber
+/// gets its own tag ring's control segment and wake-up eventfd too (that ring is FRP: its
+/// writer never waits, so a registered reader only asks to be woken). The tap first (it
+/// waits for the run loop, whose ticks send on the socket), then the answer.
 fn tap(sh: &Shared, tap_req: u64, node: &str, filter: Option<&proto::TapFilter>) {
     let tapped = match filter {
         None => sh.edits.tap(node),
@@ -150,10 +152,14 @@ fn tap(sh: &Shared, tap_req: u64, node: &str, filter: Option<&proto::TapFilter>)
     let _ = match tapped {
         Ok(rings) => {
             use std::os::fd::AsRawFd;
-            let fds = [
-                rings.tags.shared().fds()[0].as_raw_fd(),
+            let tags = rings.tags.shared();
+            let mut fds = vec![
+                tags.fds()[0].as_raw_fd(),
                 rings.data.shared().fds()[0].as_raw_fd(),
             ];
+            if let (Some(_), Some(ctl), Some(wake)) = (filter, tags.fds().get(1), tags.wake_fd()) {
+                fds.extend([ctl.as_raw_fd(), wake.as_raw_fd()]);
+            }
             let ok = FromWorker::Tapped { tap_req, tap: rings.id, ok: true, text: String::new(), errno: 0 };
             sh.out.send(ok, &fds)
         }
