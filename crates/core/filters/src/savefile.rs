@@ -639,6 +639,10 @@ impl Savefile {
     pub fn offset(&self) -> usize {
         self.off
     }
+    /// Continue at byte `off` as if a record started there (pcapin's lanes guess where).
+    pub fn seek(&mut self, off: usize) {
+        (self.off, self.failed) = (off, None);
+    }
 
     /// The next packet (`pcap_next_ex`): `Ok(None)` at the end of the file, an error for
     /// a record libpcap refuses (the walk cannot go on past it). `file` must be the bytes

@@ -391,3 +391,38 @@ pub(crate) fn stat_of(pid: u32) -> Option<ProcStat> {
         comm,
     })
 }
+
+/// Bytes of memory available for new work without swapping (`MemAvailable` of
+/// /proc/meminfo: free memory plus the page cache the kernel may reclaim).
+pub fn mem_available() -> Result<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo")
+        .map_err(|e| err(format!("reading /proc/meminfo: {e}")))?;
+    s.lines()
+        .find_map(|l| {
+            let kb = l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?;
+            kb.trim().parse::<u64>().ok()
+        })
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| err("/proc/meminfo has no `MemAvailable: N kB` line"))
+}
+
+/// Bytes an unprivileged user may still write on the file system holding `dir` (statvfs).
+pub fn free_space(dir: &std::path::Path) -> Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    // SAFETY: statvfs reads the NUL-terminated path, which lives for the call, and writes
+    // only into the struct it is given; all-zero is a valid statvfs.
+    let st = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return Err(err(format!(
+                "statvfs {}: {}",
+                dir.display(),
+                std::io::Error::last_os_error()
+            )));
+        }
+        st
+    };
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}

@@ -1,7 +1,9 @@
 //! `pcapin`: a capture file mapped once as the DBuf, walked by an indexer thread with
-//! libpcap's rules ([`crate::savefile`]).
+//! libpcap's rules ([`crate::savefile`]); pcap files in lanes ([`lanes`]).
 
-use crate::savefile::{swap_pseudo_header, Savefile};
+mod lanes;
+
+use crate::savefile::{swap_pseudo_header, Record, Savefile};
 use dataplane::{
     Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Origin, Param,
     RecordMeta, Tag,
@@ -17,6 +19,16 @@ struct Rec {
     len: u32,
     /// libpcap rewrites its pseudo-header (a byte-swapped file): deliver a fixed copy.
     rewrite: bool,
+}
+
+impl Rec {
+    fn of(r: &Record) -> Rec {
+        Rec {
+            meta: RecordMeta::whole(r.pos as u64, r.caplen, r.ts_ns(), r.orig_len),
+            len: r.caplen,
+            rewrite: r.rewrite,
+        }
+    }
 }
 
 /// What the indexer thread sends to the reading space, in file order. The channel closes
@@ -185,7 +197,14 @@ impl PcapIn {
         self.map = map.clone();
         let indexer = std::thread::Builder::new()
             .name("pcapin-index".into())
-            .spawn(move || index(&map, sf, &shared, &tx, &back))
+            .spawn(move || {
+                // pcap records are walked in lanes; pcapng's blocks one after another.
+                if sf.is_pcapng() {
+                    index(&map, sf, &shared, &tx, &back)
+                } else {
+                    lanes::index(&map, sf, &shared, &tx, &back)
+                }
+            })
             .map_err(|e| FilterError::io("cannot start the indexer thread", e))?;
         self.rx = Some(rx);
         self.recycle = Some(recycle);
@@ -282,11 +301,7 @@ fn index(
                 break;
             }
         };
-        chunk.push(Rec {
-            meta: RecordMeta::whole(r.pos as u64, r.caplen, r.ts_ns(), r.orig_len),
-            len: r.caplen,
-            rewrite: r.rewrite,
-        });
+        chunk.push(Rec::of(&r));
         if chunk.len() == CHUNK {
             let next = back.try_recv().map(|mut v| {
                 v.clear();
