@@ -141,7 +141,11 @@ impl Edits {
                 .collect();
             (key, Box::new(move |d: &[u8], wire: u32| prog.run(d, wire)))
         };
-        h.subscribe(node, key, want, snap, SUBSCRIBER_TAGS, EDIT_TIMEOUT)
+        let tags = match f.tags {
+            0 => SUBSCRIBER_TAGS,
+            n => n as usize,
+        };
+        h.subscribe(node, key, want, snap, tags, EDIT_TIMEOUT)
             .map_err(|e| (errno_of(&e), e.to_string()))
     }
 

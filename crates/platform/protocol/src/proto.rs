@@ -292,13 +292,23 @@ pub enum Request {
     /// packet), run in the capture's one classifier pass; `snaplen` bytes at most per
     /// packet (0: all). Answered with `captured` and 2 descriptors (the subscriber's tag
     /// ring and the shared data ring, data segments only: the reader is an observer). The
-    /// subscription ends with the connection or with `release`.
+    /// subscription ends with the connection or with `release`. libpcap's options:
+    /// `buffer` bytes for the reader's share of the capture (`pcap_set_buffer_size`: its
+    /// tag ring; 0: the default; more than the shared data ring is refused), `promisc`
+    /// (the daemon puts the interface in promiscuous mode while any reader asks for it)
+    /// and `direction` (`pcap_setdirection`: `in`, `out`, or empty for both).
     Capture {
         device: String,
         #[serde(default)]
         program: Vec<BpfInsn>,
         #[serde(default)]
         snaplen: u32,
+        #[serde(default)]
+        buffer: u32,
+        #[serde(default)]
+        promisc: bool,
+        #[serde(default)]
+        direction: String,
     },
     /// End subscription `sub` of this connection (its reader sees the end of its stream).
     Release { sub: u64 },
@@ -490,6 +500,9 @@ pub type BpfInsn = (u16, u8, u8, u32);
 pub struct TapFilter {
     pub program: Vec<BpfInsn>,
     pub snaplen: u32,
+    /// Slots of the subscriber's tag ring (0: the default).
+    #[serde(default)]
+    pub tags: u32,
 }
 
 /// A node's counters (CM_GET_INST_DATA).

@@ -108,6 +108,7 @@ fn every_message_round_trips_through_its_envelope() {
             filter: Some(TapFilter {
                 program: vec![(6, 0, 0, 262144)],
                 snaplen: 96,
+                tags: 4096,
             }),
         },
         ToWorker::Untap { tap: 6 },
@@ -228,6 +229,9 @@ fn every_message_round_trips_through_its_envelope() {
             device: "eth0".into(),
             program: vec![(0x28, 0, 0, 12), (6, 0, 0, 0)],
             snaplen: 262144,
+            buffer: 1 << 20,
+            promisc: true,
+            direction: "in".into(),
         },
         Request::Release { sub: 4 },
     ];
