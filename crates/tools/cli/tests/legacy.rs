@@ -863,16 +863,6 @@ fn buffer_size_sizes_the_readers_share_and_an_impossible_one_is_refused() {
     let v = quiet_veth("lgB", "veth pairs, namespaces, packet capture");
     let d = Daemon::start("lgB", None);
     let dir = tmpdir("B");
-    let o = on_streamline(&d, "tcpdump")
-        .args(["-B", "20000", "-c", "1", "-i", &v.here])
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains("a buffer of 20480000 bytes") && err.contains("at most"),
-        "tcpdump -B 20000 on streamline: {err}"
-    );
     let small = ["-B", "256"];
     let readers = [
         tcpdump_with(on_streamline(&d, "tcpdump"), &small, &v.here, "", &dir.join("small.pcap")),
@@ -902,6 +892,17 @@ fn buffer_size_sizes_the_readers_share_and_an_impossible_one_is_refused() {
         // 256 KiB hold a few hundred frames (ours: a ring of 256 tags).
         assert!(got < total / 4, "-B 256 on {what} kept {got} of {total}");
     }
+    // At most 10 s: a library that took the size would wait for a packet.
+    let o = on_streamline(&d, "timeout")
+        .args(["10", "tcpdump", "-B", "20000", "-c", "1", "-i", &v.here])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("a buffer of 20480000 bytes") && err.contains("at most"),
+        "tcpdump -B 20000 on streamline: {err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1053,6 +1054,15 @@ fn dumpcap_writes_what_plain_dumpcap_writes() {
         Reader::listening(common::tcpdump_listening_on(c, "Capturing on"))
     };
     let ours = start(on_streamline(&d, "dumpcap"), "ours.pcap");
+    // dumpcap says "Capturing on" before it has opened the device, and the first reader
+    // on ours starts the daemon's capture: replay once that captures.
+    wait_for("the daemon's capture worker", Duration::from_secs(30), || {
+        Command::new("pgrep")
+            .args(["-x", common::worker(), "-P", &d.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    d.wait_workers_capturing(&v.here);
     let plain = start(Command::new("dumpcap"), "plain.pcap");
     replay(&v, 3000, 1);
     let want = offline_count("udp or arp");
