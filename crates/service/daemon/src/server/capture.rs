@@ -82,10 +82,12 @@ impl Daemon {
             snaplen: o.snaplen,
             tags: share_tags(device, o.buffer, o.snaplen)?,
         };
-        if device.starts_with("streamline:") && (o.promisc || !o.direction.is_empty()) {
+        // A run's stream has no interface to make promiscuous (asked for, it is nothing
+        // to do, as libpcap's `any` device takes it) and no direction.
+        if device.starts_with("streamline:") && !o.direction.is_empty() {
             return Err(refuse(
-                libc::ENOTSUP,
-                format!("device {device}: a run's stream has no interface to make promiscuous and no direction"),
+                libc::EINVAL,
+                format!("device {device}: a run's stream has no direction (in or out)"),
             ));
         }
         let (run, node, link_type, shared) = match device.strip_prefix("streamline:") {
@@ -145,7 +147,7 @@ impl Daemon {
                 }
             }
         };
-        if o.promisc {
+        if o.promisc && shared.is_some() {
             if let Err(why) = self.promisc_on(device, run, sub) {
                 self.end_subscription(run, sub, shared.as_deref());
                 return Err(refuse(
