@@ -72,6 +72,28 @@ pub struct Params {
     /// libpcap's immediate mode: a wake-up at every batch (the reader sleeps as a deep
     /// sleeper).
     pub immediate: bool,
+    /// Bytes of the reader's share (`pcap_set_buffer_size`; 0: the daemon's default).
+    pub buffer: u32,
+    /// Promiscuous mode (`pcap_set_promisc`): the daemon holds the interface in it while
+    /// this reader is subscribed.
+    pub promisc: bool,
+    /// `pcap_setdirection`: `in`, `out`, or empty for both.
+    pub direction: String,
+}
+
+impl Params {
+    /// The daemon's `capture` request for these parameters.
+    fn request(&self) -> Request {
+        Request::Capture {
+            device: self.device.clone(),
+            program: self.program.clone(),
+            snaplen: self.snaplen,
+            wake: self.wake,
+            buffer: self.buffer,
+            promisc: self.promisc,
+            direction: self.direction.clone(),
+        }
+    }
 }
 
 /// The moderation a libpcap reader asks for: its timeout (`pcap_set_timeout`, ms) bounds
@@ -161,15 +183,7 @@ fn subscribe(socket: &std::path::Path, p: &Params) -> Result<(Sub, u32), ClientE
 /// privileges keeps the identity it was made with (as a descriptor opened before does),
 /// so a reader that sets its filter after dropping root still may.
 fn subscribe_on(mut client: Client, p: &Params) -> Result<(Sub, u32), ClientError> {
-    let (reply, fds) = client.call_fds(
-        Request::Capture {
-            device: p.device.clone(),
-            program: p.program.clone(),
-            snaplen: p.snaplen,
-            wake: p.wake,
-        },
-        &[],
-    )?;
+    let (reply, fds) = client.call_fds(p.request(), &[])?;
     let Reply::Captured { sub, link_type, .. } = reply else {
         return Err(ClientError::Unexpected(Box::new(reply)));
     };
@@ -277,22 +291,31 @@ impl Capture {
     /// What the old one held unread is dropped, as libpcap drops what its buffer held
     /// when a filter is set (so no packet the new filter rejects is ever seen).
     pub fn set_filter(&mut self, program: Vec<BpfInsn>) -> Result<(), CaptureError> {
-        let p = Params {
+        self.resubscribe(Params {
             program,
             ..self.params.clone()
-        };
+        })
+    }
+
+    /// Capture only the packets of one direction (`in`, `out`; empty: both), from the
+    /// next packet on, as libpcap's `pcap_setdirection`: a new subscription to the
+    /// daemon's capture of that direction replaces the old one.
+    pub fn set_direction(&mut self, direction: &str) -> Result<(), CaptureError> {
+        if self.params.direction == direction {
+            return Ok(());
+        }
+        self.resubscribe(Params {
+            direction: direction.to_string(),
+            ..self.params.clone()
+        })
+    }
+
+    /// A new subscription with `p`, then the old one released.
+    fn resubscribe(&mut self, p: Params) -> Result<(), CaptureError> {
         let (reply, fds) = self
             .sub
             .client
-            .call_fds(
-                Request::Capture {
-                    device: p.device.clone(),
-                    program: p.program.clone(),
-                    snaplen: p.snaplen,
-                    wake: p.wake,
-                },
-                &[],
-            )
+            .call_fds(p.request(), &[])
             .map_err(|e| error_of(&p.device, e))?;
         let Reply::Captured { sub, .. } = reply else {
             return Err(CaptureError::new(

@@ -1,4 +1,4 @@
-//! libpcap's C interface (every symbol libpcap 1.10 exports but its data tables), served
+//! libpcap's C interface (every symbol libpcap 1.10 exports but `eproto_db`), served
 //! by Streamline where it can and by the system's libpcap (`real`) where it cannot.
 //!
 //! Owns: the `pcap_t` handles this library makes (a [`Handle`], told from a real libpcap
@@ -418,7 +418,16 @@ macro_rules! option {
 option!(pcap_set_snaplen, snaplen);
 option!(pcap_set_promisc, promisc);
 option!(pcap_set_timeout, timeout_ms);
-option!(pcap_set_buffer_size, buffer_size);
+on_handle!(pcap_set_buffer_size(p, size: c_int) -> c_int, |_, i| {
+    if !matches!(i.state, State::Created) {
+        return PCAP_ERROR_ACTIVATED;
+    }
+    // As libpcap: a size that is not positive is ignored.
+    if size > 0 {
+        i.opts.buffer_size = size;
+    }
+    0
+});
 option!(pcap_set_immediate_mode, immediate);
 option!(pcap_set_rfmon, rfmon);
 option!(pcap_set_protocol_linux, protocol);
@@ -489,7 +498,16 @@ on_handle!(pcap_activate(p) -> c_int, |_, i| {
     i.opts.snaplen = snaplen;
     let immediate = i.opts.immediate != 0;
     let wake = capture::wake_for(i.opts.timeout_ms, immediate);
-    let params = Params { device: i.device.to_string_lossy().into_owned(), snaplen: snaplen as u32, program: Vec::new(), wake, immediate };
+    let params = Params {
+        device: i.device.to_string_lossy().into_owned(),
+        snaplen: snaplen as u32,
+        program: Vec::new(),
+        wake,
+        immediate,
+        buffer: i.opts.buffer_size.max(0) as u32,
+        promisc: i.opts.promisc != 0,
+        direction: String::new(),
+    };
     let fallback = std::env::var("STREAMLINE_PCAP_FALLBACK").is_ok_and(|v| v == "1");
     match Capture::open(capture::socket(), params) {
         Ok(c) => {
@@ -588,12 +606,31 @@ on_handle!(pcap_getnonblock(p, errbuf: *mut c_char) -> c_int, |_, i| {
     i.opts.nonblock as c_int
 });
 
+/// libpcap's directions (pcap_direction_t): both, received, sent.
+const PCAP_D_IN: c_int = 1;
+const PCAP_D_OUT: c_int = 2;
+
 on_handle!(pcap_setdirection(p, d: c_int) -> c_int, |_, i| {
-    if d == PCAP_D_INOUT {
-        return 0;
+    let direction = match d {
+        PCAP_D_INOUT => "",
+        PCAP_D_IN => "in",
+        PCAP_D_OUT => "out",
+        _ => {
+            i.set_err(&format!("Invalid direction {d}"));
+            return PCAP_ERROR;
+        }
+    };
+    let Some(c) = i.live() else {
+        i.set_err("This handle hasn't been activated yet");
+        return PCAP_ERROR_NOT_ACTIVATED;
+    };
+    match c.set_direction(direction) {
+        Ok(()) => 0,
+        Err(e) => {
+            i.set_err(&e.message);
+            PCAP_ERROR
+        }
     }
-    i.set_err("streamline: a shared capture delivers both directions; setting the direction is not supported");
-    PCAP_ERROR
 });
 
 on_handle!(pcap_get_selectable_fd(p) -> c_int, |_, i| match i.live() {
@@ -1021,6 +1058,15 @@ pub unsafe extern "C" fn pcap_findalldevs(
     }
 }
 
+/// The libpcap release whose interface this library follows (every function symbol it
+/// exports, and its behaviour on Linux).
+const FOLLOWS: &str = "1.10";
+
+/// libpcap's `pcap_version` data symbol: the version this library follows.
+#[no_mangle]
+pub static pcap_version: [c_char; 5] = [b'1' as c_char, b'.' as c_char, b'1' as c_char, b'0' as c_char, 0];
+const _: () = assert!(FOLLOWS.len() + 1 == 5);
+
 #[no_mangle]
 pub extern "C" fn pcap_lib_version() -> *const c_char {
     static V: OnceLock<CString> = OnceLock::new();
@@ -1030,7 +1076,7 @@ pub extern "C" fn pcap_lib_version() -> *const c_char {
             .unwrap_or("libpcap")
             .to_string();
         CString::new(format!(
-            "{real} (with Streamline {} shared capture)",
+            "libpcap version {FOLLOWS} (Streamline {} libslpcap, the shared capture; filters compiled and files read by the system's {real})",
             env!("CARGO_PKG_VERSION")
         ))
         .expect("no NUL")

@@ -141,8 +141,12 @@ impl Edits {
                 .collect();
             (key, Box::new(move |d: &[u8], wire: u32| prog.run(d, wire)))
         };
-        let wake = dataplane::tap::Moderation::of(f.wake.packets, f.wake.us, SUBSCRIBER_TAGS);
-        h.subscribe(node, key, want, snap, SUBSCRIBER_TAGS, wake, EDIT_TIMEOUT)
+        let tags = match f.tags {
+            0 => SUBSCRIBER_TAGS,
+            n => n as usize,
+        };
+        let wake = dataplane::tap::Moderation::of(f.wake.packets, f.wake.us, tags);
+        h.subscribe(node, key, want, snap, tags, wake, EDIT_TIMEOUT)
             .map_err(|e| (errno_of(&e), e.to_string()))
     }
 

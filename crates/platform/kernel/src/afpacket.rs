@@ -345,6 +345,32 @@ pub fn take_descriptor(pid: u32, fd: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(got) })
 }
 
+/// A packet socket that receives nothing (protocol 0, never bound), for holding
+/// interfaces in promiscuous mode with [`promisc_membership`] (the daemon's, for legacy
+/// readers that ask for it). Closing it ends every membership it holds.
+pub fn membership_socket() -> io::Result<OwnedFd> {
+    packet_socket("putting an interface in promiscuous mode")
+}
+
+/// One more (`on`) or one less PACKET_MR_PROMISC membership of `fd` on interface
+/// `ifindex` (PACKET_ADD_MEMBERSHIP / PACKET_DROP_MEMBERSHIP). The kernel counts a
+/// socket's equal memberships: the interface's promiscuity goes up with the first and
+/// down with the last one dropped, as libpcap's readers each add their own.
+pub fn promisc_membership(fd: &OwnedFd, ifindex: u32, on: bool) -> io::Result<()> {
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex as i32,
+        mr_type: libc::PACKET_MR_PROMISC as u16,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    let (name, what) = if on {
+        (libc::PACKET_ADD_MEMBERSHIP, "PACKET_ADD_MEMBERSHIP (promiscuous)")
+    } else {
+        (libc::PACKET_DROP_MEMBERSHIP, "PACKET_DROP_MEMBERSHIP (promiscuous)")
+    };
+    setsockopt(fd, libc::SOL_PACKET, name, &mreq, what)
+}
+
 /// Index of a network interface, or a clear error naming it.
 pub fn ifindex(dev: &str) -> io::Result<u32> {
     let c = std::ffi::CString::new(dev).map_err(|_| {

@@ -296,7 +296,11 @@ pub enum Request {
     /// back), then the tag ring's control segment and wake-up eventfd (the reader
     /// registers on its own tag ring, a fast-reader-preference ring whose writer never
     /// waits, and sleeps until the capture wakes it). The subscription ends with the
-    /// connection or with `release`.
+    /// connection or with `release`. libpcap's options: `buffer` bytes for the reader's
+    /// share of the capture (`pcap_set_buffer_size`: its tag ring; 0: the default; more
+    /// than the shared data ring is refused), `promisc` (the daemon puts the interface in
+    /// promiscuous mode while any reader asks for it) and `direction`
+    /// (`pcap_setdirection`: `in`, `out`, or empty for both).
     Capture {
         device: String,
         #[serde(default)]
@@ -305,6 +309,12 @@ pub enum Request {
         snaplen: u32,
         #[serde(default)]
         wake: Wake,
+        #[serde(default)]
+        buffer: u32,
+        #[serde(default)]
+        promisc: bool,
+        #[serde(default)]
+        direction: String,
     },
     /// End subscription `sub` of this connection (its reader sees the end of its stream).
     Release { sub: u64 },
@@ -498,6 +508,9 @@ pub struct TapFilter {
     pub snaplen: u32,
     #[serde(default)]
     pub wake: Wake,
+    /// Slots of the subscriber's tag ring (0: the default).
+    #[serde(default)]
+    pub tags: u32,
 }
 
 /// How a subscriber asleep on its tag ring is woken (thesis 5.2.2, event moderation): once

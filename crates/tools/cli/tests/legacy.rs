@@ -9,7 +9,7 @@
 mod common;
 
 use common::daemon::{Daemon, BIN};
-use common::{quiet_veth, tcpdump_listening, wait_for};
+use common::{quiet_veth, tcpdump_listening, tcpdump_listening_on, wait_for};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -900,5 +900,241 @@ fn an_idle_reader_sleeps_and_wakes_for_one_packet() {
     );
     let (got, _, _, err) = stop(r);
     assert_eq!(got, 1, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An interface's promiscuity count (`ip -d link`: how many holders keep it promiscuous).
+fn promiscuity(dev: &str) -> u64 {
+    let o = Command::new("ip")
+        .args(["-d", "link", "show", "dev", dev])
+        .output()
+        .expect("ip (iproute2)");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut words = text.split_whitespace();
+    words
+        .find(|w| *w == "promiscuity")
+        .and_then(|_| words.next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no promiscuity in `ip -d link show dev {dev}`:\n{text}"))
+}
+
+/// `tcpdump -B` sizes a reader's share: a stopped reader with a small buffer loses what
+/// does not fit, as on the system's libpcap, while one with the default loses nothing;
+/// a buffer larger than the shared capture can give is an error naming it.
+#[test]
+fn buffer_size_sizes_the_readers_share_and_an_impossible_one_is_refused() {
+    let v = quiet_veth("lgB", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgB", None);
+    let dir = tmpdir("B");
+    let small = ["-B", "256"];
+    let readers = [
+        tcpdump_with(on_streamline(&d, "tcpdump"), &small, &v.here, "", &dir.join("small.pcap")),
+        tcpdump_with(Command::new("tcpdump"), &small, &v.here, "", &dir.join("plain.pcap")),
+        tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("default.pcap")),
+    ];
+    for r in &readers {
+        assert!(Command::new("kill").args(["-STOP", &r.id().to_string()]).status().unwrap().success());
+    }
+    replay(&v, 8000, 1);
+    for r in &readers {
+        assert!(Command::new("kill").args(["-CONT", &r.id().to_string()]).status().unwrap().success());
+    }
+    let total = offline_count("");
+    caught_up(&[(dir.join("default.pcap"), total)]);
+    settle(&[dir.join("small.pcap"), dir.join("plain.pcap")]);
+    let [small, plain, default] = readers;
+    let (got, _, drop, err) = stop(default);
+    assert_eq!((got, drop), (total, 0), "the default share: {err}");
+    for (what, r) in [("streamline", small), ("the system's libpcap", plain)] {
+        let (got, recv, drop, err) = stop(r);
+        assert!(
+            got < total && drop > 0 && got > 0,
+            "-B 256 on {what}: captured {got} of {total}, {drop} dropped:\n{err}"
+        );
+        assert_eq!(recv, got + drop, "-B 256 on {what}:\n{err}");
+        // 256 KiB hold a few hundred frames (ours: a ring of 256 tags).
+        assert!(got < total / 4, "-B 256 on {what} kept {got} of {total}");
+    }
+    // At most 10 s: a library that took the size would wait for a packet.
+    let o = on_streamline(&d, "timeout")
+        .args(["10", "tcpdump", "-B", "20000", "-c", "1", "-i", &v.here])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("a buffer of 20480000 bytes") && err.contains("at most"),
+        "tcpdump -B 20000 on streamline: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Promiscuous mode (tcpdump without -p) is held while a reader asks for it, counted
+/// across readers, and given back with the last; `-p` leaves the interface alone.
+#[test]
+fn promiscuous_mode_is_held_for_its_readers_and_p_leaves_the_interface_alone() {
+    let v = quiet_veth("lgP", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgP", None);
+    let dir = tmpdir("P");
+    let base = promiscuity(&v.here);
+    let p = tcpdump_with(on_streamline(&d, "tcpdump"), &["-p"], &v.here, "", &dir.join("p.pcap"));
+    assert_eq!(promiscuity(&v.here), base, "tcpdump -p made the interface promiscuous");
+    let a = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("a.pcap"));
+    assert_eq!(promiscuity(&v.here), base + 1, "a promiscuous reader");
+    let b = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "udp", &dir.join("b.pcap"));
+    assert_eq!(promiscuity(&v.here), base + 1, "two promiscuous readers");
+    // As the system's libpcap does for its reader.
+    let plain = tcpdump(Command::new("tcpdump"), &v.here, "", &dir.join("plain.pcap"));
+    assert_eq!(promiscuity(&v.here), base + 2, "and the system's tcpdump");
+    stop(plain);
+    stop(a);
+    wait_for("the first promiscuous reader's end", Duration::from_secs(10), || {
+        promiscuity(&v.here) == base + 1
+    });
+    stop(b);
+    wait_for("the interface out of promiscuous mode with the last reader", Duration::from_secs(10), || {
+        promiscuity(&v.here) == base
+    });
+    stop(p);
+    assert_eq!(promiscuity(&v.here), base);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `tcpdump -Q in` and `-Q out`, and readers without immediate mode (libpcap's 1 s
+/// timeout), write what the system's libpcap writes, packet for packet.
+#[test]
+fn direction_and_timeout_as_libpcap_gives_them() {
+    let v = quiet_veth("lgQ", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgQ", None);
+    let dir = tmpdir("Q");
+    // No --immediate-mode: what libpcap delivers when its timeout ends a block.
+    let start = |mut c: Command, q: &str, out: &str| {
+        c.args(["-Z", "root", "-n", "-U", "-B", "16384", "-Q", q, "-i", &v.here, "-w"])
+            .arg(dir.join(out))
+            .stdout(Stdio::null());
+        Reader::listening(tcpdump_listening(c))
+    };
+    let mut readers = Vec::new();
+    for q in ["in", "out", "inout"] {
+        readers.push((q, start(on_streamline(&d, "tcpdump"), q, &format!("ours-{q}.pcap"))));
+        readers.push((q, start(Command::new("tcpdump"), q, &format!("plain-{q}.pcap"))));
+    }
+    // In from the namespace, then out from here: the same packets both ways.
+    replay(&v, 4000, 1);
+    let o = Command::new("tcpreplay")
+        .args(["-q", "-i", &v.here, "--pps", "4000", SAMPLE])
+        .output()
+        .expect("tcpreplay");
+    assert!(o.status.success(), "tcpreplay: {}", String::from_utf8_lossy(&o.stderr));
+    let total = offline_count("");
+    caught_up(
+        &[("in", total), ("out", total), ("inout", 2 * total)]
+            .iter()
+            .flat_map(|(q, n)| {
+                [
+                    (dir.join(format!("ours-{q}.pcap")), *n),
+                    (dir.join(format!("plain-{q}.pcap")), *n),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    );
+    for (q, r) in readers {
+        let (_, _, drop, err) = stop(r);
+        assert_eq!(drop, 0, "-Q {q}: {err}");
+    }
+    for q in ["in", "out", "inout"] {
+        let (a, b) = (
+            packets(&dir.join(format!("ours-{q}.pcap"))),
+            packets(&dir.join(format!("plain-{q}.pcap"))),
+        );
+        let want = if q == "inout" { 2 * total } else { total };
+        assert_eq!((a.len() as u64, b.len() as u64), (want, want), "-Q {q}: (ours, plain)");
+        let same = a.iter().zip(&b).position(|(x, y)| x != y);
+        assert_eq!(same, None, "-Q {q}: the first packet that differs");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A C program reading with pcap_loop, pcap_next_ex and poll() on the selectable
+/// descriptor in non-blocking mode (tests/c/pcap_reader.c) reads the same packets in the
+/// same order on ours as on the system's libpcap, and both say which library they are.
+#[test]
+fn a_c_reader_reads_as_on_the_systems_libpcap() {
+    let v = quiet_veth("lgr", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgr", None);
+    let dir = tmpdir("r");
+    let exe = dir.join("pcap_reader");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/pcap_reader.c");
+    let cc = Command::new("cc")
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg("-lpcap")
+        .output()
+        .expect("cc (build-essential)");
+    assert!(cc.status.success(), "compiling {src} (needs libpcap-dev): {}", String::from_utf8_lossy(&cc.stderr));
+    let udp = offline_count("udp");
+    let n = [udp / 3, udp / 3, udp - 2 * (udp / 3)].map(|k| k.to_string());
+    let start = |mut c: Command| {
+        c.arg(&v.here).arg("udp").args(&n).stdout(Stdio::piped());
+        tcpdump_listening_on(c, "listening")
+    };
+    let mut ours = Command::new(&exe);
+    ours.env("LD_LIBRARY_PATH", compat_dir()).env("STREAMLINE_SOCKET", &d.socket);
+    let (ours, our_err) = start(ours);
+    let (theirs, their_err) = start(Command::new(&exe));
+    replay(&v, 3000, 1);
+    let finish = |c: Child, err: std::thread::JoinHandle<String>| {
+        let o = c.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = err.join().unwrap();
+        assert!(o.status.success(), "pcap_reader: {out}{err}");
+        (out, err)
+    };
+    let (ours, our_lib) = finish(ours, our_err);
+    let (theirs, their_lib) = finish(theirs, their_err);
+    assert!(
+        our_lib.contains("Streamline") && our_lib.contains("libpcap version 1.10") && !their_lib.contains("Streamline"),
+        "ours: {our_lib}\nthe system's: {their_lib}"
+    );
+    assert!(our_lib.contains("pcap_version 1.10") && their_lib.contains("pcap_version 1.10"), "ours: {our_lib}\nthe system's: {their_lib}");
+    assert!(theirs.contains(&format!("poll: {} packets", n[2])), "{theirs}");
+    assert_eq!(ours, theirs, "ours:\n{ours}\nthe system's:\n{theirs}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// dumpcap (Wireshark's capture program) on our libpcap writes what it writes on the
+/// system's, packet for packet.
+#[test]
+fn dumpcap_writes_what_plain_dumpcap_writes() {
+    let v = quiet_veth("lgd", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgd", None);
+    let dir = tmpdir("d");
+    let start = |mut c: Command, out: &str| {
+        c.args(["-q", "-P", "-B", "16", "-i", &v.here, "-f", "udp or arp", "-w"])
+            .arg(dir.join(out))
+            .stdout(Stdio::null());
+        Reader::listening(common::tcpdump_listening_on(c, "Capturing on"))
+    };
+    let ours = start(on_streamline(&d, "dumpcap"), "ours.pcap");
+    // dumpcap says "Capturing on" before it has opened the device, and the first reader
+    // on ours starts the daemon's capture: replay once that captures.
+    wait_for("the daemon's capture worker", Duration::from_secs(30), || {
+        Command::new("pgrep")
+            .args(["-x", common::worker(), "-P", &d.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    d.wait_workers_capturing(&v.here);
+    let plain = start(Command::new("dumpcap"), "plain.pcap");
+    replay(&v, 3000, 1);
+    let want = offline_count("udp or arp");
+    caught_up(&[(dir.join("ours.pcap"), want), (dir.join("plain.pcap"), want)]);
+    for r in [ours, plain] {
+        let (status, err) = r.interrupt();
+        assert!(status.success(), "dumpcap: {err}");
+    }
+    let (a, b) = (packets(&dir.join("ours.pcap")), packets(&dir.join("plain.pcap")));
+    assert_eq!((a.len() as u64, b.len() as u64), (want, want), "(ours, plain)");
+    assert_eq!(a.iter().zip(&b).position(|(x, y)| x != y), None, "the first packet that differs");
     let _ = std::fs::remove_dir_all(&dir);
 }

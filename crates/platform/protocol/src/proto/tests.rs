@@ -109,6 +109,7 @@ fn every_message_round_trips_through_its_envelope() {
                 program: vec![(6, 0, 0, 262144)],
                 snaplen: 96,
                 wake: Wake { packets: 1, us: 0 },
+                tags: 4096,
             }),
         },
         ToWorker::Untap { tap: 6 },
@@ -233,6 +234,9 @@ fn every_message_round_trips_through_its_envelope() {
                 packets: 256,
                 us: 20_000,
             },
+            buffer: 1 << 20,
+            promisc: true,
+            direction: "in".into(),
         },
         Request::Release { sub: 4 },
     ];

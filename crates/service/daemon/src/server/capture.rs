@@ -1,25 +1,95 @@
-//! The shared capture: one `rx` per device that subscribers of any user share, started on
-//! the first subscription and stopped with the last.
+//! The shared capture: one `rx` per device (and direction) that subscribers of any user
+//! share, started on the first subscription and stopped with the last; and the libpcap
+//! options a reader asks for that the daemon acts on: the size of its share
+//! (`pcap_set_buffer_size`), promiscuous mode and the direction.
 
 use super::*;
 
+/// A reader's libpcap options, as its `capture` request gives them.
+pub(super) struct Options {
+    pub snaplen: u32,
+    /// Bytes of the reader's share (0: the default).
+    pub buffer: u32,
+    pub promisc: bool,
+    /// `in`, `out` or empty (both).
+    pub direction: String,
+}
+
+/// What the daemon holds for its readers' options: the socket that holds interfaces in
+/// promiscuous mode (one PACKET_MR_PROMISC membership per promiscuous reader: the kernel
+/// counts them, and the interface leaves promiscuous mode with the last), and which
+/// subscriptions hold one.
+#[derive(Default)]
+pub(super) struct Held {
+    socket: Option<OwnedFd>,
+    /// (run, subscription) -> interface index.
+    promisc: BTreeMap<(u64, u64), u32>,
+}
+
+/// Bytes a frame takes in libpcap's capture ring for the reader's share: a full-sized
+/// Ethernet frame (or the snap length, if shorter) and the ring's per-frame header
+/// (tpacket3_hdr and sockaddr_ll), 16-byte aligned.
+fn frame_slot(snaplen: u32) -> u32 {
+    let keep = if snaplen == 0 { 1514 } else { snaplen.min(1514) };
+    (keep + 68).div_ceil(16) * 16
+}
+
+/// The reader's tag ring for a share of `buffer` bytes (0: the default): as many tags as
+/// the buffer would hold frames in libpcap's ring, a power of two. More than the shared
+/// data ring holds cannot be anyone's share: refused, naming the size.
+fn share_tags(device: &str, buffer: u32, snaplen: u32) -> Result<u32, Reply> {
+    if buffer == 0 {
+        return Ok(0);
+    }
+    let most = protocol::tap::DATA_BYTES;
+    if buffer as usize > most {
+        return Err(refuse(
+            libc::EINVAL,
+            format!("device {device}: a buffer of {buffer} bytes (pcap_set_buffer_size, tcpdump -B {}): a reader's share of the shared capture is at most {most} bytes (tcpdump -B {}), the capture's data ring", buffer / 1024, most / 1024),
+        ));
+    }
+    Ok((buffer / frame_slot(snaplen)).max(1).next_power_of_two())
+}
+
 impl Daemon {
     /// `capture`: subscribe a legacy reader to an interface's shared capture (made on
-    /// first use) or to a node of a run, with its filter program.
+    /// first use) or to a node of a run, with its filter program and options.
     pub(super) fn capture(
         self: &Arc<Self>,
         conn: u64,
         who: &Cred,
         device: &str,
-        filter: TapFilter,
+        program: Vec<protocol::proto::BpfInsn>,
+        wake: protocol::proto::Wake,
+        o: Options,
     ) -> CallResult {
-        if filter.program.len() > 4096 {
+        if program.len() > 4096 {
             return Err(refuse(
                 libc::EINVAL,
                 format!(
                     "a filter program of {} instructions (at most 4096, BPF_MAXINSNS)",
-                    filter.program.len()
+                    program.len()
                 ),
+            ));
+        }
+        if !matches!(o.direction.as_str(), "" | "in" | "out") {
+            return Err(refuse(
+                libc::EINVAL,
+                format!("device {device}: direction {:?}: expected in, out or nothing (both)", o.direction),
+            ));
+        }
+        let filter = TapFilter {
+            program,
+            snaplen: o.snaplen,
+            wake,
+            tags: share_tags(device, o.buffer, o.snaplen)?,
+        };
+        // A run's stream has no interface to make promiscuous (asked for, it is nothing
+        // to do, as libpcap's `any` device takes it) and no direction.
+        if device.starts_with("streamline:") && !o.direction.is_empty() {
+            return Err(refuse(
+                libc::EINVAL,
+                format!("device {device}: a run's stream has no direction (in or out)"),
             ));
         }
         let (run, node, link_type, shared) = match device.strip_prefix("streamline:") {
@@ -40,7 +110,8 @@ impl Daemon {
             }
             None => {
                 let link_type = interface_link_type(device)?;
-                let g = lang::parse(&capture_pipeline(device), &lang::WithPath(filters::Natives))
+                let key = capture_key(device, &o.direction);
+                let g = lang::parse(&capture_pipeline(&key), &lang::WithPath(filters::Natives))
                     .map_err(|d| refuse(libc::ENODEV, format!("device {device}: {d}")))?;
                 self.cfg
                     .policy
@@ -55,10 +126,10 @@ impl Daemon {
                         )
                     })?;
                 (
-                    self.shared_capture(device)?,
+                    self.shared_capture(&key)?,
                     "rx".to_string(),
                     link_type,
-                    Some(device.to_string()),
+                    Some(key),
                 )
             }
         };
@@ -78,6 +149,15 @@ impl Daemon {
                 }
             }
         };
+        if o.promisc && shared.is_some() {
+            if let Err(why) = self.promisc_on(device, run, sub) {
+                self.end_subscription(run, sub, shared.as_deref());
+                return Err(refuse(
+                    libc::EPERM,
+                    format!("device {device}: promiscuous mode: {why}"),
+                ));
+            }
+        }
         self.subs
             .lock()
             .expect("not poisoned")
@@ -94,9 +174,43 @@ impl Daemon {
         ))
     }
 
-    /// The run capturing `device` for legacy readers, started if there is none, with one
-    /// more user counted.
-    pub(super) fn shared_capture(self: &Arc<Self>, device: &str) -> Result<u64, Reply> {
+    /// Put `device` in promiscuous mode for subscription `sub` of `run` (one more
+    /// membership of the daemon's socket).
+    fn promisc_on(&self, device: &str, run: u64, sub: u64) -> std::io::Result<()> {
+        let ifindex = kernel::afpacket::ifindex(device)?;
+        let mut held = self.capture_opts.lock().expect("not poisoned");
+        if held.socket.is_none() {
+            held.socket = Some(kernel::afpacket::membership_socket()?);
+        }
+        kernel::afpacket::promisc_membership(
+            held.socket.as_ref().expect("made above"),
+            ifindex,
+            true,
+        )?;
+        held.promisc.insert((run, sub), ifindex);
+        Ok(())
+    }
+
+    /// The membership of subscription `sub` of `run`, if it held one, dropped (the last
+    /// one on an interface takes it out of promiscuous mode).
+    fn promisc_off(&self, run: u64, sub: u64) {
+        let mut held = self.capture_opts.lock().expect("not poisoned");
+        let Some(ifindex) = held.promisc.remove(&(run, sub)) else {
+            return;
+        };
+        if let Some(fd) = &held.socket {
+            // An interface that went away took its memberships with it.
+            let _ = kernel::afpacket::promisc_membership(fd, ifindex, false);
+        }
+        if held.promisc.is_empty() {
+            held.socket = None;
+        }
+    }
+
+    /// The run capturing `key` (a device, and a direction: [`capture_key`]) for legacy
+    /// readers, started if there is none, with one more user counted.
+    pub(super) fn shared_capture(self: &Arc<Self>, key: &str) -> Result<u64, Reply> {
+        let device = key;
         let mut caps = self.captures.lock().expect("not poisoned");
         if let Some((run, users)) = caps.get_mut(device) {
             if self.run(*run).is_some_and(|r| r.state() == State::Running) {
@@ -155,15 +269,33 @@ impl Daemon {
 
     pub(super) fn end_subscription(&self, run: u64, sub: u64, device: Option<&str>) {
         self.untap(run, sub);
+        self.promisc_off(run, sub);
         if let Some(dev) = device {
             self.release_capture(dev);
         }
     }
 }
 
-/// The pipeline of an interface's shared capture: the device's frames, tapped at `rx`.
-pub(super) fn capture_pipeline(device: &str) -> String {
-    format!("rx dev={device} | null")
+/// The key of a shared capture: the device, with `/in` or `/out` for a direction (no
+/// interface name has a `/`).
+fn capture_key(device: &str, direction: &str) -> String {
+    match direction {
+        "" => device.to_string(),
+        d => format!("{device}/{d}"),
+    }
+}
+
+/// The pipeline of the shared capture of `key` ([`capture_key`]): the device's frames,
+/// tapped at `rx`. A direction is libpcap's `inbound`/`outbound` program, which the
+/// kernel runs on the capture socket (placed there, `filters::live::kernel_placement`):
+/// a packet is outgoing when its sll_pkttype is PACKET_OUTGOING, the test libpcap's
+/// `pcap_setdirection` makes on Linux.
+pub(super) fn capture_pipeline(key: &str) -> String {
+    match key.split_once('/') {
+        Some((device, "in")) => format!("rx dev={device} | bpf \"inbound\" | null"),
+        Some((device, _)) => format!("rx dev={device} | bpf \"outbound\" | null"),
+        None => format!("rx dev={key} | null"),
+    }
 }
 
 /// The pcap LINKTYPE of what `rx` captures on `device` (Ethernet framing: Ethernet

@@ -329,6 +329,8 @@ pub struct Daemon {
     captures: Mutex<BTreeMap<String, (u64, usize)>>,
     /// Subscriptions per connection.
     subs: Mutex<BTreeMap<u64, Vec<Subscription>>>,
+    /// What the daemon holds for its readers' libpcap options (promiscuous mode).
+    capture_opts: Mutex<capture::Held>,
     /// Runs that died or failed, as `ps` last showed them and with state `failed:
     /// REASON`, newest last: a run that dies leaves the table, but not without a word.
     /// Kept [`FAILED_KEPT`] long, at most [`FAILED_MAX`] of them.
@@ -427,6 +429,7 @@ impl Daemon {
             quit: Arc::new(AtomicBool::new(false)),
             captures: Mutex::new(BTreeMap::new()),
             subs: Mutex::new(BTreeMap::new()),
+            capture_opts: Mutex::new(capture::Held::default()),
             failed: Mutex::new(std::collections::VecDeque::new()),
             ended: Mutex::new(std::collections::VecDeque::new()),
             run_gone: Mutex::new(Vec::new()),
@@ -864,7 +867,22 @@ impl Daemon {
                 program,
                 snaplen,
                 wake,
-            } => self.capture(conn, who, &device, TapFilter { program, snaplen, wake }),
+                buffer,
+                promisc,
+                direction,
+            } => self.capture(
+                conn,
+                who,
+                &device,
+                program,
+                wake,
+                capture::Options {
+                    snaplen,
+                    buffer,
+                    promisc,
+                    direction,
+                },
+            ),
             Request::Release { sub } => {
                 let mut all = self.subs.lock().expect("not poisoned");
                 let mine = all.entry(conn).or_default();
