@@ -502,7 +502,7 @@ impl Watch {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use beltway::{BufTable, IbufReader, Start};
 
@@ -512,7 +512,7 @@ mod tests {
     };
 
     /// Map rings as a reader process does: data segments only.
-    fn observer(rings: &TapRings) -> IbufReader {
+    pub(crate) fn observer(rings: &TapRings) -> IbufReader {
         let fd = |r: &RingRef| r.shared().fds()[0].try_clone_to_owned().unwrap();
         let tags = RingRef::from_fds("t", fd(&rings.tags), None).unwrap();
         let data = RingRef::from_fds("t.data", fd(&rings.data), None).unwrap();
@@ -668,12 +668,7 @@ mod tests {
     #[test]
     fn an_observer_that_never_reads_never_slows_the_writer() {
         let (mut tap, rings) = Tap::create(7, "t", 1 << 16).unwrap();
-        let fd = |r: &RingRef| r.shared().fds()[0].try_clone_to_owned().unwrap();
-        let tags = RingRef::from_fds("t", fd(&rings.tags), None).unwrap();
-        let data = RingRef::from_fds("t.data", fd(&rings.data), None).unwrap();
-        let mut table = BufTable::new();
-        table.register(&data).unwrap();
-        let mut r = IbufReader::new(tags.reader(Start::Oldest).unwrap(), table).unwrap();
+        let mut r = observer(&rings);
         let block = [0xabu8; 1000];
         // 20 x the data ring through the tap, nobody reading: must not block.
         for i in 0..1300u32 {

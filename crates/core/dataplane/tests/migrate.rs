@@ -95,6 +95,14 @@ fn wait_for(h: &EditHandle, what: &str, cond: impl Fn(&EditHandle) -> bool) {
     }
 }
 
+/// Stops the run however the test's thread leaves the scope (a failed assertion too).
+struct Stop<'a>(&'a AtomicBool);
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Moves asked for by name: down, then back up; its counters go with it; moves that
 /// cannot be made are refused saying why, and change nothing.
 #[test]
@@ -104,13 +112,6 @@ fn a_filter_moves_down_and_back_with_its_counters() {
     let h = spaces.edit_handle();
     let h2 = h.clone();
     let stop = AtomicBool::new(false);
-    /// Stops the run however the test's thread leaves the scope (a failed assertion too).
-    struct Stop<'a>(&'a AtomicBool);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     let rep = std::thread::scope(|s| {
         let stop = &stop;
         let _stop = Stop(stop);
@@ -189,12 +190,6 @@ fn a_moving_filter_is_never_counted_twice() {
     let h = spaces.edit_handle();
     let h2 = h.clone();
     let stop = AtomicBool::new(false);
-    struct Stop<'a>(&'a AtomicBool);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     let moving = AtomicBool::new(true);
     let rep = std::thread::scope(|s| {
         let (stop, moving) = (&stop, &moving);

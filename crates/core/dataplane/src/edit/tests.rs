@@ -1146,13 +1146,7 @@ fn removing_a_leaf_ends_its_input_arcs_there() {
 /// The blocks a tap's reader can read now, by their sequence numbers (mapped as a reader
 /// process maps them: data segments only).
 fn tap_seqs(rings: &crate::tap::TapRings) -> Vec<u32> {
-    use beltway::{BufTable, IbufReader, RingRef, Start};
-    let fd = |r: &RingRef| r.shared().fds()[0].try_clone_to_owned().unwrap();
-    let tags = RingRef::from_fds("t", fd(&rings.tags), None).unwrap();
-    let data = RingRef::from_fds("t.data", fd(&rings.data), None).unwrap();
-    let mut table = BufTable::new();
-    table.register(&data).unwrap();
-    let mut r = IbufReader::new(tags.reader(Start::Oldest).unwrap(), table).unwrap();
+    let mut r = crate::tap::tests::observer(rings);
     let mut seqs = Vec::new();
     while let Ok(Some((_, p))) = r.try_peek_acquire() {
         let (_, b) = protocol::tap::RecordHeader::decode(p.data).unwrap();

@@ -266,9 +266,14 @@ impl Run {
     /// Wait until the worker has reported on the running run (its graph or counters) or
     /// the run ended, at most `limit`.
     fn wait_reported(&self, limit: Duration) {
-        let until = Instant::now() + limit;
+        self.wait_until(Instant::now() + limit, || self.reported.load(Ordering::SeqCst));
+    }
+
+    /// Wait until the run finished or `also` holds (checked under the state's lock, where
+    /// `changed` is notified), at most until `until`; whether the run finished.
+    fn wait_until(&self, until: Instant, also: impl Fn() -> bool) -> bool {
         let mut st = self.state.lock().expect("not poisoned");
-        while !matches!(*st, State::Finished(_)) && !self.reported.load(Ordering::SeqCst) {
+        while !matches!(*st, State::Finished(_)) && !also() {
             let now = Instant::now();
             if now >= until {
                 break;
@@ -279,6 +284,7 @@ impl Run {
                 .expect("not poisoned")
                 .0;
         }
+        matches!(*st, State::Finished(_))
     }
 
     /// The worker reported: wake whoever waits in [`Run::wait_reported`].
@@ -293,19 +299,8 @@ impl Run {
     /// Stop the worker: ask, then kill after `grace`.
     fn stop(&self, signal: i32, grace: Duration) {
         let _ = self.tell(ToWorker::Stop { signal });
-        let until = Instant::now() + grace;
-        let mut st = self.state.lock().expect("not poisoned");
-        while !matches!(*st, State::Finished(_)) {
-            let now = Instant::now();
-            if now >= until {
-                let _ = self.child.lock().expect("not poisoned").kill();
-                break;
-            }
-            st = self
-                .changed
-                .wait_timeout(st, until - now)
-                .expect("not poisoned")
-                .0;
+        if !self.wait_until(Instant::now() + grace, || false) {
+            let _ = self.child.lock().expect("not poisoned").kill();
         }
     }
 }
