@@ -194,10 +194,11 @@ pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeRepor
                     r.space = if r.space.is_empty() { space.to_string() } else { format!("{},{space}", r.space) };
                 }
                 // Each copy's own summary (a capture engine's socket statistics) is kept,
-                // one line each.
+                // one line each, even when two copies say the same (two engines that got
+                // the same share of the flows).
                 match (&mut r.summary, &summary) {
                     (None, s) => r.summary = s.clone(),
-                    (Some(a), Some(b)) if !a.lines().any(|l| l == b) => *a = format!("{a}\n{b}"),
+                    (Some(a), Some(b)) => *a = format!("{a}\n{b}"),
                     _ => {}
                 }
                 for k in &n.classes {

@@ -44,6 +44,23 @@ fn an_internal_nodes_summary_is_said_by_the_users_node() {
     );
 }
 
+/// Two capture engines that got the same share of the flows say the same words: the
+/// user's row keeps both lines (one per engine), not one (the `live` test
+/// `multiqueue_engines_share_the_interface_flow_by_flow` counts them).
+#[test]
+fn copies_that_say_the_same_keep_a_line_each() {
+    let engine = |label: &str| NodeReport {
+        label: label.into(),
+        counters: Counters::default(),
+        summary: Some("rx veth0: 640 packets delivered, 640 seen by the kernel socket".into()),
+        classes: vec![],
+        space: String::new(),
+    };
+    let (rows, _) = fold_internal(&[engine("rx@1"), engine("rx~2@2")], &[]);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].summary.as_deref().map(|s| s.lines().count()), Some(2));
+}
+
 #[test]
 fn replicas_split_and_join_fold_into_the_users_node() {
     let row = |label: &str, i: u64, o: u64, d: u64, m: u64, e: u64| NodeReport {
