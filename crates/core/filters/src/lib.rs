@@ -22,6 +22,7 @@ pub mod control;
 pub mod edit;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod ids;
 pub mod inspect;
 pub mod kafka;
 mod lent;

@@ -1,0 +1,16 @@
+//! Intrusion detection and prevention (thesis 001 §7.3.1 SafeCard, §7.3.2 Kernel Snort):
+//! rules as users write them for Snort 3 and Suricata, and their evaluation.
+//!
+//! - [`rules`]: the rule language's common subset, parsed into typed [`rules::Rule`]s
+//!   (header, contents with their modifiers, pcre, flow, flowbits, HTTP sticky buffers,
+//!   threshold). A rule the loader does not understand is an error naming its line and
+//!   keyword, never skipped in silence.
+//! - [`eval`]: one rule's payload checks against the buffers of one packet or stream
+//!   (offset/depth/distance/within with Snort's backtracking over earlier matches).
+//!
+//! Owns: the rule language and what a rule's checks mean. Does not own: reassembly
+//! (`app::tcpstream`), HTTP parsing (`app::http`), the multi-pattern prefilter that picks
+//! the candidate rules, or where alerts are written.
+
+pub mod eval;
+pub mod rules;
