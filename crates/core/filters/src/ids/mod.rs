@@ -13,4 +13,5 @@
 //! the candidate rules, or where alerts are written.
 
 pub mod eval;
+pub mod prefilter;
 pub mod rules;
