@@ -15,3 +15,4 @@
 pub mod eval;
 pub mod prefilter;
 pub mod rules;
+pub mod stream;
