@@ -12,6 +12,7 @@
 //! (`app::tcpstream`), HTTP parsing (`app::http`), the multi-pattern prefilter that picks
 //! the candidate rules, or where alerts are written.
 
+pub mod engine;
 pub mod eval;
 pub mod prefilter;
 pub mod rules;
