@@ -70,6 +70,7 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &inspect::HIST,
     &inspect::INSPECT,
     &inspect::DEDUP,
+    &ids::filter::IPS,
     &nicfix::SAMPLE,
     &nicfix::FLOWCOUNT,
     &nicfix::BYTECOUNT,

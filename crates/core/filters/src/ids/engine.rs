@@ -7,7 +7,8 @@
 //!   seen. Stream rules (TCP and `http` rules without `flow:no_stream`) are evaluated over
 //!   the direction's reassembled bytes each time new bytes become contiguous, and alert
 //!   once per connection direction (per request, for rules reading HTTP buffers), at the
-//!   packet that completed the match. Packet rules (UDP, ICMP, IP, and `no_stream`) are
+//!   packet that completed the match; the requests new bytes complete are judged before
+//!   the stream rules on those bytes (a request's flowbits count for them). Packet rules (UDP, ICMP, IP, and `no_stream`) are
 //!   evaluated on each packet's payload.
 //! - Candidates come from the prefilter ([`super::prefilter`]), scanning only the new
 //!   bytes of a stream; full evaluation ([`super::eval`]) only for them. Rules are applied
@@ -337,16 +338,19 @@ impl Engine {
         if to <= from || from >= kept {
             return Verdict::Pass;
         }
-        // The new contiguous bytes through the prefilter, from where the last scan ended.
         let mut cand = std::mem::take(&mut self.cand);
-        cand.clear();
-        {
+        // The requests the new bytes complete first (their flowbits count for the stream
+        // rules on the same bytes), then the new contiguous bytes through the prefilter,
+        // from where the last scan ended.
+        let mut verdict = Verdict::Pass;
+        if d == 0 && self.stream_http {
+            verdict = self.http_requests(p, f, &mut cand, alerts);
+        }
+        if verdict == Verdict::Pass {
+            cand.clear();
             let bytes = &f.dirs[d].bytes()[from as usize..to.min(kept) as usize];
             self.stream.0.scan(Buffer::Payload, bytes, &mut f.scans[d], &mut cand);
-        }
-        let mut verdict = self.stream_candidates(p, d, f, &cand, None, alerts);
-        if verdict == Verdict::Pass && d == 0 && self.stream_http {
-            verdict = self.http_requests(p, f, &mut cand, alerts);
+            verdict = self.stream_candidates(p, d, f, &cand, None, alerts);
         }
         self.cand = cand;
         verdict

@@ -14,6 +14,7 @@
 
 pub mod engine;
 pub mod eval;
+pub mod filter;
 pub mod prefilter;
 pub mod rules;
 pub mod stream;

@@ -1,0 +1,285 @@
+//! The `ips` filter: frames in, the clean ones out, alerts written where users read them
+//! (Suricata's `eve.json`, Snort's and Suricata's `fast.log`).
+//!
+//! Owns: turning frames into engine packets, the verdict as the block's class (0: dropped),
+//! and the alert formats. The rules, the reassembly and the matching are the engine's.
+
+use super::engine::{Alert, Engine, Mode, Packet, Settings, Tcp, Verdict};
+use super::rules::{self, Options, Vars};
+use crate::packet::{parse_tag, L4};
+use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::IpAddr;
+
+pub struct Ips {
+    engine: Engine,
+    eve: Option<BufWriter<File>>,
+    fast: Option<BufWriter<File>>,
+    /// Neither file given: fast.log lines to standard error (Snort's `-A console`).
+    console: bool,
+    alerts: Vec<Alert>,
+    /// Frames that were not IP (passed uninspected).
+    not_ip: u64,
+    skipped_rules: usize,
+    failed: Option<String>,
+}
+
+impl Filter for Ips {
+    fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
+        for t in batch.tags.iter_mut() {
+            let Some(pk) = parse_tag(cx, t) else {
+                self.not_ip += 1;
+                continue;
+            };
+            let (Some((_, src, dst, proto)), Ok(data)) = (pk.ip, cx.data(t)) else {
+                self.not_ip += 1;
+                continue;
+            };
+            let (sport, dport) = pk.ports().unwrap_or((0, 0));
+            let tcp = match pk.l4 {
+                L4::Tcp { seq, syn, fin, rst, .. } => Some(Tcp { seq, syn, fin, rst }),
+                _ => None,
+            };
+            let (off, len) = pk.payload;
+            let payload = data.get(off..off + len).unwrap_or(&[]);
+            let ts_ns = cx.store.record_of(t).map_or(0, |r| r.ts_ns);
+            let p = Packet {
+                ts_ns,
+                src,
+                dst,
+                proto,
+                sport,
+                dport,
+                tcp,
+                payload,
+            };
+            if self.engine.packet(&p, &mut self.alerts) == Verdict::Drop {
+                t.class = 0;
+            }
+        }
+        self.write_alerts(cx);
+    }
+
+    fn finish(&mut self, cx: &mut Ctx<'_>, _out: &mut Batch) {
+        self.write_alerts(cx);
+        for w in [&mut self.eve, &mut self.fast].into_iter().flatten() {
+            if let Err(e) = w.flush() {
+                cx.warn(format!("ips: writing alerts: {e}"));
+            }
+        }
+    }
+
+    fn summary(&self) -> Option<String> {
+        let s = &self.engine.stats;
+        Some(format!(
+            "ips: {} packets, {} alerts, {} dropped; {} rules{}; {} candidates evaluated, {} undecided (backtracking budget), {} overlaps, {} directions past the depth, {} given up (held too much), {} connections evicted, {} frames not IP{}",
+            s.packets,
+            s.alerts,
+            s.dropped,
+            self.engine.rules().len(),
+            if self.skipped_rules > 0 { format!(" ({} skipped as unsupported)", self.skipped_rules) } else { String::new() },
+            s.candidates,
+            s.exhausted,
+            s.overlaps,
+            s.past_depth,
+            s.gave_up,
+            s.evicted,
+            self.not_ip,
+            self.failed.as_ref().map(|f| format!("; alerts not written: {f}")).unwrap_or_default(),
+        ))
+    }
+}
+
+impl Ips {
+    fn write_alerts(&mut self, cx: &mut Ctx<'_>) {
+        if self.alerts.is_empty() || self.failed.is_some() {
+            self.alerts.clear();
+            return;
+        }
+        let mut err = None;
+        for a in self.alerts.drain(..) {
+            if let Some(w) = &mut self.eve {
+                if let Err(e) = writeln!(w, "{}", eve_line(&a)) {
+                    err = Some(e);
+                }
+            }
+            if let Some(w) = &mut self.fast {
+                if let Err(e) = writeln!(w, "{}", fast_line(&a)) {
+                    err = Some(e);
+                }
+            }
+            if self.console {
+                eprintln!("{}", fast_line(&a));
+            }
+        }
+        for w in [&mut self.eve, &mut self.fast].into_iter().flatten() {
+            if let Err(e) = w.flush() {
+                err = Some(e);
+            }
+        }
+        if let Some(e) = err {
+            let why = e.to_string();
+            cx.warn(format!("ips: writing alerts failed ({why}); no more alerts are written, inspection goes on"));
+            self.failed = Some(why);
+        }
+    }
+}
+
+fn proto_name(p: u8) -> String {
+    match p {
+        1 => "ICMP".into(),
+        6 => "TCP".into(),
+        17 => "UDP".into(),
+        58 => "IPv6-ICMP".into(),
+        n => format!("{n:03}"),
+    }
+}
+
+fn utc(ts_ns: u64) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp_nanos(ts_ns as i128).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
+/// What Suricata prints of a payload: printable ASCII as it is, other bytes as `.`.
+fn printable(b: &[u8]) -> String {
+    b.iter()
+        .map(|&c| if (0x20..0x7f).contains(&c) || c == b'\n' || c == b'\r' { c as char } else { '.' })
+        .collect()
+}
+
+/// One alert as a line of Suricata's eve.json.
+pub fn eve_line(a: &Alert) -> String {
+    let t = utc(a.ts_ns);
+    let ts = t
+        .format(time::macros::format_description!(
+            "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]+0000"
+        ))
+        .unwrap_or_default();
+    serde_json::json!({
+        "timestamp": ts,
+        "flow_id": a.flow_id,
+        "event_type": "alert",
+        "src_ip": a.src.to_string(),
+        "src_port": a.sport,
+        "dest_ip": a.dst.to_string(),
+        "dest_port": a.dport,
+        "proto": proto_name(a.proto),
+        "alert": {
+            "action": if a.blocked { "blocked" } else { "allowed" },
+            "gid": a.gid,
+            "signature_id": a.sid,
+            "rev": a.rev,
+            "signature": a.msg,
+            "category": a.classtype.clone().unwrap_or_default(),
+            "severity": a.priority,
+        },
+        "payload_printable": printable(&a.payload),
+    })
+    .to_string()
+}
+
+fn endpoint(ip: IpAddr, port: u16) -> String {
+    format!("{ip}:{port}")
+}
+
+/// One alert as a line of fast.log (Suricata's form; Snort's is the same but for the year).
+pub fn fast_line(a: &Alert) -> String {
+    let t = utc(a.ts_ns);
+    let ts = t
+        .format(time::macros::format_description!(
+            "[month]/[day]/[year repr:last_two]-[hour]:[minute]:[second].[subsecond digits:6]"
+        ))
+        .unwrap_or_default();
+    format!(
+        "{ts}  {}[**] [{}:{}:{}] {} [**] [Classification: {}] [Priority: {}] {{{}}} {} -> {}",
+        if a.blocked { "[Drop] " } else { "" },
+        a.gid,
+        a.sid,
+        a.rev,
+        a.msg,
+        a.classtype.as_deref().unwrap_or("(null)"),
+        a.priority,
+        proto_name(a.proto),
+        endpoint(a.src, a.sport),
+        endpoint(a.dst, a.dport),
+    )
+}
+
+fn create(a: &Args, key: &str) -> Result<Option<BufWriter<File>>, FilterError> {
+    match a.get(key, None) {
+        None => Ok(None),
+        Some(path) => File::create(path)
+            .map(|f| Some(BufWriter::new(f)))
+            .map_err(|e| FilterError::io(format!("cannot create {path}"), e)),
+    }
+}
+
+fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+    let path = a.require("rules", Some(0))?;
+    let mut vars = Vars::default();
+    if let Some(h) = a.get("home", None) {
+        vars.addr("HOME_NET", h);
+    }
+    if let Some(x) = a.get("external", None) {
+        vars.addr("EXTERNAL_NET", x);
+    }
+    let opts = Options {
+        skip_unsupported: a.flag("skip_unsupported")?,
+    };
+    let set = rules::load(std::path::Path::new(path), &vars, &opts)
+        .map_err(|e| FilterError::invalid("the rules do not load", e))?;
+    let mode = match a.get("mode", None).unwrap_or("ips") {
+        "ids" => Mode::Detect,
+        _ => Mode::Prevent,
+    };
+    let settings = Settings {
+        mode,
+        depth: a.size("depth", None, 1 << 20)? as usize,
+        max_flows: a.size("flows", None, 1 << 16)?.max(1) as usize,
+    };
+    let skipped_rules = set.skipped.len();
+    let engine = Engine::new(set.rules, settings).map_err(|e| FilterError::invalid("the rules' automaton", std::io::Error::other(e)))?;
+    let (eve, fast) = (create(a, "eve")?, create(a, "fast")?);
+    Ok(Box::new(Ips {
+        engine,
+        console: eve.is_none() && fast.is_none(),
+        eve,
+        fast,
+        alerts: Vec::new(),
+        not_ip: 0,
+        skipped_rules,
+        failed: None,
+    }))
+}
+
+pub static IPS: FilterSpec = FilterSpec::new("ips", Access::Classification, make)
+    .synopsis("ips rules=FILE [eve=FILE] [fast=FILE] [mode=ips|ids] [home=NET] [external=NET]")
+    .description(
+        "Intrusion detection and prevention with rules users already write (the common subset of\n\
+         Snort 3 and Suricata rules: contents and their modifiers, pcre, flow, flowbits, HTTP\n\
+         buffers, threshold). TCP connections are reassembled conservatively: data overlapping\n\
+         earlier data with other bytes drops the connection with an alert (gid 129). Alerts go to\n\
+         Suricata's eve.json and fast.log (standard error when neither file is given). Inline\n\
+         (mode=ips, the default) a matching drop rule drops the packet and the rest of its\n\
+         connection; mode=ids only alerts.",
+    )
+    .params(&[
+        Param::new("rules", "the rule file (also positional)").at(0).kind(Kind::Path),
+        Param::new("eve", "write alerts as eve.json lines to this file"),
+        Param::new("fast", "write alerts as fast.log lines to this file"),
+        Param::new("mode", "ips drops what drop rules match; ids only alerts")
+            .kind(Kind::Choice(&["ips", "ids"]))
+            .default("ips"),
+        Param::new("home", "$HOME_NET (default any)"),
+        Param::new("external", "$EXTERNAL_NET (default any)"),
+        Param::new("skip_unsupported", "yes: skip (and count) rules with keywords not supported, instead of failing")
+            .kind(Kind::Flag)
+            .default("no"),
+        Param::new("depth", "bytes of each connection direction inspected").kind(Kind::Size).default("1M"),
+        Param::new("flows", "connections followed at once (the oldest go first)").kind(Kind::Size).default("64K"),
+    ])
+    .classes("the block's class for packets let through; 0 for dropped ones")
+    .example("streamline run 'pcapin file=examples/sample.pcap | ips rules=examples/ips.rules eve=eve.json | null'")
+    .replication(dataplane::Replication::Never(
+        "its connection table, thresholds and alert log span the whole stream",
+    ));
