@@ -16,6 +16,7 @@ mod capture;
 mod child;
 mod daemon;
 mod granted;
+mod ids;
 mod kafka;
 mod latency;
 mod legacy;
@@ -62,6 +63,8 @@ enum Command {
     Threading(threading::Args),
     /// Reading a large capture with a port filter and counting, vs. tcpdump.
     Pcap(pcap::Args),
+    /// Intrusion detection (`ips`) on a traffic mix: 10 vs 1000 rules, one pattern vs ngrep.
+    Ids(ids::Args),
     /// Many spaces: cross-space cost, batched wake-ups across spaces, data parallelism.
     Spaces(spaces::Args),
     /// Live capture on a veth pair: kernel vs user bpf, capture cost vs tcpdump, multi-queue.
@@ -120,6 +123,7 @@ fn main() {
         Command::Rings(a) => rings::run(a, cli.quick),
         Command::Threading(a) => threading::run(a, cli.quick),
         Command::Pcap(a) => pcap::run(a, cli.quick),
+        Command::Ids(a) => ids::run(a, cli.quick),
         Command::Spaces(a) => spaces::run_main(a, cli.quick),
         Command::Capture(a) => capture::run(a, cli.quick),
         Command::Solver(a) => solver::run(a, cli.quick),
