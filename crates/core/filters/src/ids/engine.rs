@@ -174,6 +174,9 @@ pub struct Engine {
     stream: (Prefilter, Vec<usize>),
     packet: (Prefilter, Vec<usize>),
     stream_http: bool,
+    /// Whether any rule needs connection state (stream rules, `flow:`, flowbits): without
+    /// one, packets are judged alone and no table is kept.
+    needs_flows: bool,
     cand: Candidates,
     flows: HashMap<Key, Flow>,
     next_id: u64,
@@ -206,7 +209,13 @@ impl Engine {
         let stream_http = [Buffer::HttpUri, Buffer::HttpHeader, Buffer::HttpMethod]
             .iter()
             .any(|&b| stream.0.reads(b));
+        let needs_flows = !stream.1.is_empty()
+            || rules.iter().any(|r| {
+                let f = &r.flow;
+                f.to_server.is_some() || f.established.is_some() || !r.flowbits.is_empty()
+            });
         Ok(Engine {
+            needs_flows,
             cand: Candidates::new(rules.len()),
             rules,
             settings,
@@ -228,7 +237,7 @@ impl Engine {
     pub fn packet(&mut self, p: &Packet<'_>, alerts: &mut Vec<Alert>) -> Verdict {
         self.stats.packets += 1;
         let v = match p.proto {
-            6 | 17 => self.with_flow(p, alerts),
+            6 | 17 if self.needs_flows => self.with_flow(p, alerts),
             _ => self.packet_rules(p, None, alerts),
         };
         if v == Verdict::Drop {
@@ -308,6 +317,10 @@ impl Engine {
         }
         if t.fin {
             f.fins[d] = true;
+        }
+        if self.stream.1.is_empty() {
+            // No stream rules: the connection's state is all that is needed.
+            return Verdict::Pass;
         }
         let (from, to) = match f.dirs[d].segment(t.seq, p.payload) {
             Step::Data { from, to } => (from, to),

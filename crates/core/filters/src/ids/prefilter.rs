@@ -34,6 +34,8 @@ struct Part {
     /// Rules with no positive content in this buffer but checks in it: always candidates
     /// when the buffer is inspected.
     always: Vec<u32>,
+    /// Bytes of the longest pattern.
+    longest: usize,
 }
 
 /// The prefilter of one rule set.
@@ -142,6 +144,7 @@ impl Prefilter {
             };
             parts.push(Part {
                 dfa,
+                longest: patterns.iter().map(Vec::len).max().unwrap_or(0),
                 rules: by_pattern,
                 always,
             });
@@ -178,13 +181,30 @@ impl Prefilter {
                 Err(_) => return,
             },
         };
-        for &byte in data {
-            sid = dfa.next_state(Anchored::No, sid, byte);
-            if dfa.is_special(sid) && dfa.is_match(sid) {
+        let pre = dfa.prefilter();
+        // Bytes at the end a pattern that goes on in the next part may start in (the
+        // prefilter only finds patterns wholly inside what it is given).
+        let tail = data.len().saturating_sub(p.longest.saturating_sub(1));
+        let mut at = 0;
+        while at < data.len() {
+            sid = dfa.next_state(Anchored::No, sid, data[at]);
+            at += 1;
+            if !dfa.is_special(sid) {
+                continue;
+            }
+            if dfa.is_match(sid) {
                 for k in 0..dfa.match_len(sid) {
                     for &r in &p.rules[dfa.match_pattern(sid, k).as_usize()] {
                         out.add(r);
                     }
+                }
+            } else if let (Some(pre), true) = (pre, dfa.is_start(sid)) {
+                // In the start state (no partial match under way): skip to where the
+                // prefilter (memchr and friends) says a pattern may start, or, if none
+                // does, to the tail.
+                match pre.find_in(data, aho_corasick::Span::from(at..data.len())).into_option() {
+                    Some(i) => at = i.max(at),
+                    None => at = tail.max(at),
                 }
             }
         }
@@ -239,6 +259,44 @@ alert tcp any any -> any any (content:!"absent"; sid:6;)"#,
         assert_eq!(found(&p, Buffer::Payload, &[b"xxat", b"ta", b"ck"]), [0]);
         assert!(found(&p, Buffer::Payload, &[b"xxat", b"tack"]).len() == 1);
         assert!(found(&p, Buffer::Payload, &[b"xxat", b"xtack"]).is_empty());
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Scanned in parts cut anywhere (the prefilter's skips included), the candidates
+        /// are exactly the rules whose pattern occurs in the whole, ignoring ASCII case.
+        #[test]
+        fn parts_find_what_the_whole_holds(
+            // Patterns sharing a byte that is rare in the traffic (`z`, either case) make
+            // the automaton's prefilter look for it (memchr), so a pattern cut before its
+            // `z` at the end of a part is what the skips must not lose.
+            pats in proptest::collection::vec("[ab]{1,3}z[ab]{0,2}", 1..12),
+            hay in proptest::collection::vec(any::<u8>().prop_map(|b| b"abABababxyzZ"[b as usize % 12]), 0..300),
+            cuts in proptest::collection::vec(0usize..300, 0..6),
+        ) {
+            let text: String = pats
+                .iter()
+                .enumerate()
+                .map(|(i, p)| format!("alert tcp any any -> any any (content:\"{p}\"; sid:{};)\n", i + 1))
+                .collect();
+            let r = rules(&text);
+            let p = Prefilter::new(&r).unwrap();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(hay.len())).collect();
+            cuts.sort();
+            let mut parts: Vec<&[u8]> = Vec::new();
+            let mut last = 0;
+            for c in cuts.into_iter().chain([hay.len()]) {
+                parts.push(&hay[last..c]);
+                last = c;
+            }
+            let got = found(&p, Buffer::Payload, &parts);
+            let lower = hay.to_ascii_lowercase();
+            let want: Vec<u32> = (0..pats.len() as u32)
+                .filter(|&i| lower.windows(pats[i as usize].len()).any(|w| w == pats[i as usize].as_bytes()))
+                .collect();
+            prop_assert_eq!(got, want);
+        }
     }
 
     #[test]
