@@ -12,8 +12,12 @@
 //! - evasion: a retransmission that overlaps earlier bytes with other bytes drops the
 //!   connection with the overlap alert, and nothing after it leaves the filter.
 //!
-//! Needs ngrep, tcpflow and tshark (scripts/setup installs them); without one the test
-//! fails naming it.
+//! - inline, in network namespaces: a client fetches pages from a web server through
+//!   `rx | ips | tx`; clean pages arrive byte for byte, a request a drop rule matches does
+//!   not get through, and the client's next connection works.
+//!
+//! Needs root, ngrep, tcpflow, tshark, curl and ethtool (scripts/setup installs them);
+//! without one the test fails naming it.
 
 use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapPacket, PcapWriter};
@@ -319,6 +323,7 @@ fn http_uri_rules_alert_per_request_where_tshark_sees_the_uri() {
         assert_eq!(have, want, "uri {u}: ours {have}, tshark {want}\n{err}");
         assert!(want > 0, "the capture has requests for {u}");
     }
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
@@ -362,4 +367,133 @@ fn an_overlap_with_other_bytes_drops_the_connection_inline() {
         n += 1;
     }
     assert_eq!(n, 8, "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Two network namespaces (a client and a web server on one /24) joined only through
+/// this namespace: the client's frames go `rx | ips | tx` to the server's side, the
+/// server's go back by a plain `rx | tx`. Removed (processes, namespaces, links) on drop.
+struct Inline {
+    tag: String,
+    runs: Vec<std::process::Child>,
+}
+
+impl Inline {
+    fn sh(args: &[&str]) {
+        let o = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    fn ns(&self, side: &str) -> String {
+        format!("{}{side}", self.tag)
+    }
+
+    fn new() -> Inline {
+        let tag = format!("sli{}", std::process::id() % 100_000);
+        let me = Inline { tag, runs: Vec::new() };
+        for (side, ip) in [("c", "1"), ("s", "2")] {
+            let ns = me.ns(side);
+            let (inner, outer) = (format!("{ns}i"), format!("{ns}o"));
+            Inline::sh(&["ip", "netns", "add", &ns]);
+            Inline::sh(&["ip", "link", "add", &inner, "type", "veth", "peer", "name", &outer]);
+            Inline::sh(&["ip", "link", "set", &inner, "netns", &ns]);
+            Inline::sh(&["ip", "netns", "exec", &ns, "ip", "addr", "add", &format!("10.67.1.{ip}/24"), "dev", &inner]);
+            Inline::sh(&["ip", "netns", "exec", &ns, "ip", "link", "set", &inner, "up"]);
+            Inline::sh(&["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
+            // Frames leave with their checksums filled in and no larger than the MTU, as on
+            // a wire (veth would otherwise hand over partial checksums and 64 KB segments).
+            Inline::sh(&["ip", "netns", "exec", &ns, "ethtool", "-K", &inner, "tx", "off", "tso", "off", "gso", "off"]);
+            Inline::sh(&["ip", "link", "set", &outer, "up"]);
+        }
+        me
+    }
+
+    fn outer(&self, side: &str) -> String {
+        format!("{}o", self.ns(side))
+    }
+
+    fn curl(&self, path: &str, out: &Path) -> bool {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns("c"), "curl", "-s", "-m", "4", "-o"])
+            .arg(out)
+            .arg(format!("http://10.67.1.2:8080{path}"))
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Inline {
+    fn drop(&mut self) {
+        for r in &mut self.runs {
+            let _ = Command::new("kill").args(["-INT", &r.id().to_string()]).status();
+            let _ = r.wait();
+        }
+        for side in ["c", "s"] {
+            let _ = Command::new("ip").args(["link", "del", &self.outer(side)]).output();
+            let _ = Command::new("ip").args(["netns", "del", &self.ns(side)]).output();
+        }
+    }
+}
+
+#[test]
+fn inline_clean_pages_pass_byte_for_byte_and_a_dropped_request_breaks_only_its_connection() {
+    need("curl");
+    need("ethtool");
+    let d = dir("inline");
+    let web = d.join("web");
+    std::fs::create_dir_all(&web).unwrap();
+    let page: Vec<u8> = {
+        let mut r = Rng(0xfeed | std::process::id() as u64);
+        (0..300_000).map(|_| r.next() as u8).collect()
+    };
+    std::fs::write(web.join("clean.bin"), &page).unwrap();
+    std::fs::write(web.join("forbidden.txt"), "secret\n").unwrap();
+    let rules = d.join("inline.rules");
+    std::fs::write(&rules, "drop http any any -> any any (msg:\"forbidden fetch\"; flow:to_server; http.uri; content:\"/forbidden\"; sid:9001;)\n").unwrap();
+    let eve = d.join("eve.json");
+    let mut net = Inline::new();
+    // impl=xdp: each rx takes only the frames that arrive on its interface (AF_PACKET would
+    // also see the other run's transmissions and send them round again).
+    let spawn = |p: String| {
+        Command::new(BIN)
+            .args(["run", &p])
+            .stderr(std::fs::File::create(d.join(format!("run{}.log", p.len()))).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    net.runs.push(spawn(format!(
+        "rx dev={} impl=xdp | ips rules={} eve={} | tx dev={}",
+        net.outer("c"),
+        rules.display(),
+        eve.display(),
+        net.outer("s")
+    )));
+    net.runs.push(spawn(format!("rx dev={} impl=xdp | tx dev={}", net.outer("s"), net.outer("c"))));
+    let server = Command::new("ip")
+        .args(["netns", "exec", &net.ns("s"), "python3", "-m", "http.server", "8080", "--bind", "10.67.1.2", "--directory"])
+        .arg(&web)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    net.runs.push(server);
+    let got = d.join("got.bin");
+    // The path works once both runs capture and the server listens.
+    let t0 = std::time::Instant::now();
+    while !net.curl("/clean.bin", &got) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no page through the inline path in 30 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(std::fs::read(&got).unwrap(), page, "a clean page arrives byte for byte");
+    let _ = std::fs::remove_file(&got);
+    assert!(!net.curl("/forbidden.txt", &got), "the request a drop rule matches does not get through");
+    assert!(net.curl("/clean.bin", &got), "another connection of the same client is unaffected");
+    assert_eq!(std::fs::read(&got).unwrap(), page);
+    let alerts = std::fs::read_to_string(&eve).unwrap();
+    let lines: Vec<serde_json::Value> = alerts.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 1, "{alerts}");
+    assert_eq!(lines[0]["alert"]["signature_id"], 9001);
+    assert_eq!(lines[0]["alert"]["action"], "blocked");
+    drop(net);
+    let _ = std::fs::remove_dir_all(&d);
 }
