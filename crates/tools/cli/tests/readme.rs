@@ -258,6 +258,12 @@ fn checks() -> Vec<(&'static str, Check)> {
             Ok(())
         }),
         ("lab.sh up", |o, _, _| has(&o.out, "lab: sl-lab")),
+        ("ips rules=examples/ips.rules", |o, s, _| {
+            has(&o.err, "ips: 5245 packets")?;
+            let eve = String::from_utf8_lossy(&s.file("eve.json")).into_owned();
+            has(&eve, "\"signature_id\":1000001")?;
+            has(&String::from_utf8_lossy(&s.file("fast.log")), "[1:1000001:1] WEB robots.txt fetched")
+        }),
         // count DNS queries: tcpdump counts 48 frames to port 53 in the sample.
         ("dport |53 count", |o, _, _| count_is(o, 48)),
         ("dport |http count", |o, _, _| count_is(o, 519)),
