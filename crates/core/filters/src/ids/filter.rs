@@ -178,8 +178,12 @@ pub fn eve_line(a: &Alert) -> String {
     .to_string()
 }
 
+/// `ADDR:PORT`, an IPv6 address in brackets (`[fd99::1]:80`).
 fn endpoint(ip: IpAddr, port: u16) -> String {
-    format!("{ip}:{port}")
+    match ip {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
 }
 
 /// One alert as a line of fast.log (Suricata's form; Snort's is the same but for the year).
@@ -283,3 +287,49 @@ pub static IPS: FilterSpec = FilterSpec::new("ips", Access::Classification, make
     .replication(dataplane::Replication::Never(
         "its connection table, thresholds and alert log span the whole stream",
     ));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alert(src: &str, blocked: bool) -> Alert {
+        Alert {
+            ts_ns: 1_700_000_000_123_456_789,
+            flow_id: 7,
+            src: src.parse().unwrap(),
+            sport: 40000,
+            dst: "10.0.0.2".parse().unwrap(),
+            dport: 80,
+            proto: 6,
+            gid: 1,
+            sid: 1000001,
+            rev: 2,
+            msg: "a \"quoted\" message".into(),
+            classtype: Some("web-application-attack".into()),
+            priority: 1,
+            blocked,
+            payload: b"GET /x\r\n\x00\x01".to_vec(),
+        }
+    }
+
+    #[test]
+    fn fast_log_lines_are_suricatas() {
+        assert_eq!(
+            fast_line(&alert("10.0.0.1", false)),
+            "11/14/23-22:13:20.123456  [**] [1:1000001:2] a \"quoted\" message [**] [Classification: web-application-attack] [Priority: 1] {TCP} 10.0.0.1:40000 -> 10.0.0.2:80"
+        );
+        assert!(fast_line(&alert("fd99::1", true)).contains("[Drop] [**]"));
+        assert!(fast_line(&alert("fd99::1", true)).ends_with("{TCP} [fd99::1]:40000 -> 10.0.0.2:80"));
+    }
+
+    #[test]
+    fn eve_lines_are_json_objects_with_suricatas_fields() {
+        let v: serde_json::Value = serde_json::from_str(&eve_line(&alert("10.0.0.1", true))).unwrap();
+        assert_eq!(v["timestamp"], "2023-11-14T22:13:20.123456+0000");
+        assert_eq!(v["event_type"], "alert");
+        assert_eq!((v["src_ip"].as_str(), v["dest_port"].as_u64()), (Some("10.0.0.1"), Some(80)));
+        assert_eq!(v["alert"]["action"], "blocked");
+        assert_eq!(v["alert"]["signature"], "a \"quoted\" message");
+        assert_eq!(v["payload_printable"], "GET /x\r\n..");
+    }
+}
