@@ -10,7 +10,9 @@
 //! - HTTP buffer rules against tshark's `http.request.uri`: one alert per request whose
 //!   URI holds the pattern;
 //! - evasion: a retransmission that overlaps earlier bytes with other bytes drops the
-//!   connection with the overlap alert, and nothing after it leaves the filter.
+//!   connection with the overlap alert, and nothing after it leaves the filter; a pattern
+//!   split across IPv4 fragments is found (ngrep, packet by packet, does not), and
+//!   fragments that overlap with other bytes are refused with their alert;
 //!
 //! - inline, in network namespaces: a client fetches pages from a web server through
 //!   `rx | ips | tx`; clean pages arrive byte for byte, a request a drop rule matches does
@@ -495,5 +497,74 @@ fn inline_clean_pages_pass_byte_for_byte_and_a_dropped_request_breaks_only_its_c
     assert_eq!(lines[0]["alert"]["signature_id"], 9001);
     assert_eq!(lines[0]["alert"]["action"], "blocked");
     drop(net);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// IPv4 fragments of one UDP datagram (8-byte UDP header, then `payload`), cut at the
+/// given byte offsets of the IP payload (multiples of 8), each `(offset, bytes)` as sent.
+fn fragments(id: u16, payload: &[u8], cuts: &[usize]) -> Vec<(usize, Vec<u8>)> {
+    let mut dgram = Vec::new();
+    dgram.extend_from_slice(&5353u16.to_be_bytes());
+    dgram.extend_from_slice(&53u16.to_be_bytes());
+    dgram.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    dgram.extend_from_slice(&[0, 0]);
+    dgram.extend_from_slice(payload);
+    let mut bounds: Vec<usize> = cuts.to_vec();
+    bounds.push(dgram.len());
+    let mut out = Vec::new();
+    let mut at = 0;
+    for b in bounds {
+        out.push((at, dgram[at..b].to_vec()));
+        at = b;
+    }
+    let _ = id;
+    out
+}
+
+fn frame_of_fragment(id: u16, offset: usize, more: bool, data: &[u8]) -> Vec<u8> {
+    let mut h = etherparse::Ipv4Header::new(data.len() as u16, 64, etherparse::IpNumber::UDP, [10, 1, 4, 1], [10, 2, 0, 53]).unwrap();
+    h.identification = id;
+    h.more_fragments = more;
+    h.fragment_offset = etherparse::IpFragOffset::try_new((offset / 8) as u16).unwrap();
+    h.header_checksum = h.calc_header_checksum();
+    let mut v = Vec::new();
+    etherparse::Ethernet2Header {
+        source: CLIENT_MAC,
+        destination: SERVER_MAC,
+        ether_type: etherparse::EtherType::IPV4,
+    }
+    .write(&mut v)
+    .unwrap();
+    h.write(&mut v).unwrap();
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn a_pattern_split_across_ip_fragments_is_found_and_differing_overlaps_are_refused() {
+    let d = dir("frag");
+    let mut cap = Cap { frames: Vec::new() };
+    // Datagram 1: "....fragmented-attack...." cut inside the pattern, sent last part first.
+    let payload = b"0123456789abcdeffragmented-attack-in-two-parts--".to_vec();
+    let parts = fragments(1, &payload, &[32]);
+    for (i, (off, data)) in parts.iter().enumerate().rev() {
+        cap.frames.push(frame_of_fragment(1, *off, i + 1 < parts.len(), data));
+    }
+    // Datagram 2: its last fragment sent twice before the first, the copy with other
+    // bytes (which copy a receiver keeps differs between systems: the evasion).
+    let parts = fragments(2, b"harmless harmless harmless harmless", &[16]);
+    cap.frames.push(frame_of_fragment(2, parts[1].0, false, &parts[1].1));
+    let mut evil = parts[1].1.clone();
+    evil[..6].copy_from_slice(b"attack");
+    cap.frames.push(frame_of_fragment(2, parts[1].0, false, &evil));
+    cap.frames.push(frame_of_fragment(2, parts[0].0, true, &parts[0].1));
+    let pcap = d.join("frag.pcap");
+    cap.write(&pcap);
+    // ngrep sees no packet with the whole pattern: it is only in the datagram.
+    assert_eq!(ngrep_count(&pcap, b"fragmented-attack", "udp or ip"), 0);
+    let (got, err) = alerts(&d, &pcap, "alert udp any any -> any 53 (msg:\"split\"; content:\"fragmented-attack\"; sid:61;)\n", "mode=ids", "null");
+    assert_eq!(got, [(61, 5353, 53), (8, 0, 0)], "the split pattern, then the overlap (gid 123 sid 8)\n{err}");
+    // The datagram whose fragments differed is never made whole.
+    assert!(err.contains("5 IPv4 fragments made 1 datagrams"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }

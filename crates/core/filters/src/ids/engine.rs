@@ -19,8 +19,8 @@
 //!   the connection too, with an alert of its own ([`OVERLAP_SID`]).
 //!
 //! Owns: flow state (direction, establishment, flowbits, dropped), thresholds, the order
-//! of rule evaluation and the alerts' contents. Not yet: IP defragmentation (fragments
-//! are inspected one by one), UDP/ICMP flow state beyond flowbits.
+//! of rule evaluation and the alerts' contents. IPv4 fragments are made whole before they
+//! get here (`ids::defrag`, in the filter). Not yet: UDP/ICMP flow state beyond flowbits.
 
 use super::eval::{evaluate, Buffers, Outcome};
 use super::prefilter::{Candidates, Prefilter, Scan};
@@ -33,6 +33,9 @@ use std::net::IpAddr;
 /// is Snort's stream preprocessor's).
 pub const OVERLAP_GID: u32 = 129;
 pub const OVERLAP_SID: u32 = 3;
+/// The same for IP fragments that overlap with other bytes (gid 123, Snort's frag3).
+pub const FRAG_OVERLAP_GID: u32 = 123;
+pub const FRAG_OVERLAP_SID: u32 = 8;
 
 /// Whether verdicts drop packets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +110,8 @@ pub struct Stats {
     pub candidates: u64,
     /// Rule evaluations whose backtracking budget ran out (undecided, taken as no match).
     pub exhausted: u64,
-    /// Connections whose overlapping data differed (dropped or alerted).
+    /// Connections whose overlapping data differed, and datagrams whose fragments did
+    /// (dropped or alerted).
     pub overlaps: u64,
     /// Connection directions no longer inspected: past the depth, or too much held.
     pub past_depth: u64,
@@ -325,18 +329,15 @@ impl Engine {
         let (from, to) = match f.dirs[d].segment(t.seq, p.payload) {
             Step::Data { from, to } => (from, to),
             Step::Overlap(_) => {
-                self.stats.overlaps += 1;
-                let blocked = self.settings.mode == Mode::Prevent;
-                f.dropped |= blocked;
-                self.alert_raw(
+                let v = self.evasion(
                     p,
                     f.id,
-                    (OVERLAP_GID, OVERLAP_SID, 1),
+                    (OVERLAP_GID, OVERLAP_SID),
                     "STREAM overlapping TCP data differs from data already seen (evasion attempt)",
-                    blocked,
                     alerts,
                 );
-                return if blocked { Verdict::Drop } else { Verdict::Pass };
+                f.dropped |= v == Verdict::Drop;
+                return v;
             }
             Step::Gave => {
                 self.stats.gave_up += 1;
@@ -563,6 +564,19 @@ impl Engine {
             }
         }
         blocked.then_some(Verdict::Drop)
+    }
+
+    /// An evasion attempt the engine itself found (overlapping TCP data or IP fragments
+    /// that differ): counted, alerted (`gid:sid`), and dropped inline.
+    pub fn evasion(&mut self, p: &Packet<'_>, flow_id: u64, (gid, sid): (u32, u32), msg: &str, alerts: &mut Vec<Alert>) -> Verdict {
+        self.stats.overlaps += 1;
+        let blocked = self.settings.mode == Mode::Prevent;
+        self.alert_raw(p, flow_id, (gid, sid, 1), msg, blocked, alerts);
+        if blocked {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
     }
 
     fn threshold_allows(&mut self, r: usize, p: &Packet<'_>) -> bool {

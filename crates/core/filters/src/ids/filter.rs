@@ -4,7 +4,8 @@
 //! Owns: turning frames into engine packets, the verdict as the block's class (0: dropped),
 //! and the alert formats. The rules, the reassembly and the matching are the engine's.
 
-use super::engine::{Alert, Engine, Mode, Packet, Settings, Tcp, Verdict};
+use super::defrag::{Defrag, Step};
+use super::engine::{Alert, Engine, Mode, Packet, Settings, Tcp, Verdict, FRAG_OVERLAP_GID, FRAG_OVERLAP_SID};
 use super::rules::{self, Options, Vars};
 use crate::packet::{parse_tag, L4};
 use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
@@ -23,6 +24,15 @@ pub struct Ips {
     not_ip: u64,
     skipped_rules: usize,
     failed: Option<String>,
+    defrag: Defrag,
+    /// IPv4 fragments taken, datagrams made whole from them, fragments dropped for
+    /// overlapping (a whole datagram's drop is the engine's), refused as impossible, and
+    /// fragments passed uninspected (IPv6, VLAN-tagged).
+    fragments: u64,
+    datagrams: u64,
+    frags_dropped: u64,
+    frags_bad: u64,
+    frags_uninspected: u64,
 }
 
 impl Filter for Ips {
@@ -41,9 +51,16 @@ impl Filter for Ips {
                 L4::Tcp { seq, syn, fin, rst, .. } => Some(Tcp { seq, syn, fin, rst }),
                 _ => None,
             };
+            let ts_ns = cx.store.record_of(t).map_or(0, |r| r.ts_ns);
+            if pk.fragmented {
+                let link = cx.store.link(t).unwrap_or(1);
+                if self.fragment(data, link, ts_ns) == Verdict::Drop {
+                    t.class = 0;
+                }
+                continue;
+            }
             let (off, len) = pk.payload;
             let payload = data.get(off..off + len).unwrap_or(&[]);
-            let ts_ns = cx.store.record_of(t).map_or(0, |r| r.ts_ns);
             let p = Packet {
                 ts_ns,
                 src,
@@ -73,10 +90,10 @@ impl Filter for Ips {
     fn summary(&self) -> Option<String> {
         let s = &self.engine.stats;
         Some(format!(
-            "ips: {} packets, {} alerts, {} dropped; {} rules{}; {} candidates evaluated, {} undecided (backtracking budget), {} overlaps, {} directions past the depth, {} given up (held too much), {} connections evicted, {} frames not IP{}",
+            "ips: {} packets, {} alerts, {} dropped; {} rules{}; {} candidates evaluated, {} undecided (backtracking budget), {} overlaps, {} directions past the depth, {} given up (held too much), {} connections evicted, {} frames not IP{}{}",
             s.packets,
             s.alerts,
-            s.dropped,
+            s.dropped + self.frags_dropped,
             self.engine.rules().len(),
             if self.skipped_rules > 0 { format!(" ({} skipped as unsupported)", self.skipped_rules) } else { String::new() },
             s.candidates,
@@ -86,12 +103,100 @@ impl Filter for Ips {
             s.gave_up,
             s.evicted,
             self.not_ip,
+            if self.fragments + self.frags_uninspected > 0 {
+                format!(
+                    "; {} IPv4 fragments made {} datagrams ({} fragments dropped for overlapping, {} impossible, {} datagrams expired), {} fragments uninspected (IPv6, VLAN)",
+                    self.fragments, self.datagrams, self.frags_dropped, self.frags_bad, self.defrag.expired, self.frags_uninspected
+                )
+            } else {
+                String::new()
+            },
             self.failed.as_ref().map(|f| format!("; alerts not written: {f}")).unwrap_or_default(),
         ))
     }
 }
 
 impl Ips {
+    /// An IP fragment: kept until its datagram is whole, which is then inspected as one
+    /// packet (the fragment that completes it gets the verdict: dropping it leaves the
+    /// receiver nothing to reassemble). IPv6 fragments and fragments under VLAN tags pass
+    /// uninspected (counted).
+    fn fragment(&mut self, data: &[u8], link: u32, ts_ns: u64) -> Verdict {
+        use etherparse::{Ipv4HeaderSlice, TcpHeaderSlice, UdpHeaderSlice};
+        let ip = crate::packet::link_layer(data, link)
+            .filter(|&(ethertype, _)| ethertype == 0x0800)
+            .and_then(|(_, off)| Some((off, Ipv4HeaderSlice::from_slice(data.get(off..)?).ok()?)));
+        let Some((off, h)) = ip else {
+            self.frags_uninspected += 1;
+            return Verdict::Pass;
+        };
+        self.fragments += 1;
+        let start = off + h.slice().len();
+        let end = (off + h.total_len() as usize).min(data.len());
+        let body = data.get(start..end).unwrap_or(&[]);
+        let (src, dst, proto) = (h.source_addr(), h.destination_addr(), h.protocol().0);
+        let offset = h.fragments_offset().value() as usize * 8;
+        let step = self.defrag.fragment(src, dst, proto, h.identification(), offset, h.more_fragments(), body, ts_ns);
+        let mut p = Packet {
+            ts_ns,
+            src: src.into(),
+            dst: dst.into(),
+            proto,
+            sport: 0,
+            dport: 0,
+            tcp: None,
+            payload: body,
+        };
+        match step {
+            Step::Pending => Verdict::Pass,
+            Step::Bad => {
+                self.frags_bad += 1;
+                Verdict::Pass
+            }
+            Step::Overlap(_) => {
+                let v = self.engine.evasion(
+                    &p,
+                    0,
+                    (FRAG_OVERLAP_GID, FRAG_OVERLAP_SID),
+                    "FRAG overlapping IP fragments differ from bytes already seen (evasion attempt)",
+                    &mut self.alerts,
+                );
+                if v == Verdict::Drop {
+                    self.frags_dropped += 1;
+                }
+                v
+            }
+            Step::Whole(whole) => {
+                let mut payload: &[u8] = &whole;
+                match proto {
+                    6 => {
+                        if let Ok(t) = TcpHeaderSlice::from_slice(&whole) {
+                            (p.sport, p.dport) = (t.source_port(), t.destination_port());
+                            p.tcp = Some(Tcp {
+                                seq: t.sequence_number(),
+                                syn: t.syn(),
+                                fin: t.fin(),
+                                rst: t.rst(),
+                            });
+                            payload = &whole[t.slice().len()..];
+                        }
+                    }
+                    17 => {
+                        if let Ok(u) = UdpHeaderSlice::from_slice(&whole) {
+                            (p.sport, p.dport) = (u.source_port(), u.destination_port());
+                            payload = &whole[8..];
+                        }
+                    }
+                    _ => {}
+                }
+                p.payload = payload;
+                self.datagrams += 1;
+                // A drop here is the engine's (counted in its packets dropped).
+                self.engine.packet(&p, &mut self.alerts)
+            }
+        }
+    }
+
     fn write_alerts(&mut self, cx: &mut Ctx<'_>) {
         if self.alerts.is_empty() || self.failed.is_some() {
             self.alerts.clear();
@@ -253,6 +358,12 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         not_ip: 0,
         skipped_rules,
         failed: None,
+        defrag: Defrag::default(),
+        fragments: 0,
+        datagrams: 0,
+        frags_dropped: 0,
+        frags_bad: 0,
+        frags_uninspected: 0,
     }))
 }
 

@@ -5,6 +5,9 @@
 //!   (header, contents with their modifiers, pcre, flow, flowbits, HTTP sticky buffers,
 //!   threshold). A rule the loader does not understand is an error naming its line and
 //!   keyword, never skipped in silence.
+//! - [`prefilter`], [`stream`], [`defrag`], [`engine`], [`filter`]: the fast-pattern
+//!   automaton, conservative TCP reassembly, IPv4 defragmentation, the engine that judges
+//!   packets, and the `ips` filter (see ARCHITECTURE.md, "Intrusion detection").
 //! - [`eval`]: one rule's payload checks against the buffers of one packet or stream
 //!   (offset/depth/distance/within with Snort's backtracking over earlier matches).
 //!
@@ -12,6 +15,7 @@
 //! (`app::tcpstream`), HTTP parsing (`app::http`), the multi-pattern prefilter that picks
 //! the candidate rules, or where alerts are written.
 
+pub mod defrag;
 pub mod engine;
 pub mod eval;
 pub mod filter;
