@@ -502,7 +502,7 @@ fn inline_clean_pages_pass_byte_for_byte_and_a_dropped_request_breaks_only_its_c
 
 /// IPv4 fragments of one UDP datagram (8-byte UDP header, then `payload`), cut at the
 /// given byte offsets of the IP payload (multiples of 8), each `(offset, bytes)` as sent.
-fn fragments(id: u16, payload: &[u8], cuts: &[usize]) -> Vec<(usize, Vec<u8>)> {
+fn fragments(payload: &[u8], cuts: &[usize]) -> Vec<(usize, Vec<u8>)> {
     let mut dgram = Vec::new();
     dgram.extend_from_slice(&5353u16.to_be_bytes());
     dgram.extend_from_slice(&53u16.to_be_bytes());
@@ -517,7 +517,6 @@ fn fragments(id: u16, payload: &[u8], cuts: &[usize]) -> Vec<(usize, Vec<u8>)> {
         out.push((at, dgram[at..b].to_vec()));
         at = b;
     }
-    let _ = id;
     out
 }
 
@@ -546,13 +545,13 @@ fn a_pattern_split_across_ip_fragments_is_found_and_differing_overlaps_are_refus
     let mut cap = Cap { frames: Vec::new() };
     // Datagram 1: "....fragmented-attack...." cut inside the pattern, sent last part first.
     let payload = b"0123456789abcdeffragmented-attack-in-two-parts--".to_vec();
-    let parts = fragments(1, &payload, &[32]);
+    let parts = fragments(&payload, &[32]);
     for (i, (off, data)) in parts.iter().enumerate().rev() {
         cap.frames.push(frame_of_fragment(1, *off, i + 1 < parts.len(), data));
     }
     // Datagram 2: its last fragment sent twice before the first, the copy with other
     // bytes (which copy a receiver keeps differs between systems: the evasion).
-    let parts = fragments(2, b"harmless harmless harmless harmless", &[16]);
+    let parts = fragments(b"harmless harmless harmless harmless", &[16]);
     cap.frames.push(frame_of_fragment(2, parts[1].0, false, &parts[1].1));
     let mut evil = parts[1].1.clone();
     evil[..6].copy_from_slice(b"attack");
