@@ -263,3 +263,40 @@ mod tests {
         assert_eq!(evaluate(&c, &Buffers::payload(&payload)), Outcome::Exhausted);
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use super::super::rules::{parse, Options, Vars};
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any checks the parser accepts, on any payload: an outcome, never a panic, and a
+        /// match only if every positive content occurs somewhere in the payload.
+        #[test]
+        fn evaluation_is_total_and_sound(
+            opts in proptest::collection::vec(proptest::sample::select(vec![
+                "content:\"ab\";", "content:\"b\"; distance:0; within:3;", "content:!\"zz\";", "content:\"a\"; offset:2; depth:4;",
+                "content:\"B\"; nocase; distance:-2;", "pcre:\"/a.b/R\";", "pcre:!\"/^b/\";", "content:\"aa\"; within:2;",
+            ]), 1..6),
+            payload in proptest::collection::vec(proptest::sample::select(vec![b'a', b'b', b'z', b'A', b'B']), 0..200),
+        ) {
+            let text = format!("alert tcp any any -> any any ({} sid:1;)", opts.join(" "));
+            let Ok(r) = parse(&text, "t", &Vars::default(), &Options::default()) else { return Ok(()) };
+            let checks = &r.rules[0].checks;
+            let out = evaluate(checks, &Buffers::payload(&payload));
+            if out == Outcome::Match {
+                for c in checks {
+                    if let Check::Content(c) = c {
+                        if !c.negated {
+                            let found = payload.windows(c.bytes.len()).any(|w| {
+                                if c.nocase { w.eq_ignore_ascii_case(&c.bytes) } else { w == c.bytes.as_slice() }
+                            });
+                            prop_assert!(found, "{text} matched {:?}", String::from_utf8_lossy(&payload));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -139,3 +139,24 @@ fn flowbits_and_threshold() {
     let e = fails("alert tcp any any -> any any (flowbits:isset,a|b; sid:5;)");
     assert_eq!(e.keyword.as_deref(), Some("flowbits"));
 }
+
+proptest::proptest! {
+    /// Hostile rule text (rules cut anywhere, keywords and punctuation shuffled) never
+    /// panics: it loads, or the error names a line of the text.
+    #[test]
+    fn any_text_loads_or_names_its_line(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "alert ", "drop ", "tcp ", "udp ", "http ", "any ", "$HOME_NET ", "[1.2.3.0/24,!1.2.3.4] ", "80:90 ", "!:1023 ", "-> ", "<> ",
+            "(", ")", ";", ":", "\"", "\\", "|", "|41 4", "content:\"a|42|c\"; ", "nocase; ", "depth:3; ", "within:2; ", "distance:-1; ",
+            "pcre:\"/a(b)\\1/\"; ", "pcre:\"/x+/Ri\"; ", "http.uri; ", "flowbits:set,x; ", "threshold:type both, track by_dst, count 2, seconds 1; ",
+            "sid:1; ", "sid:2; ", "msg:\"m\"; ", "\n", "\\\n", "# c\n", "ipvar A [1.1.1.1] \n", "portvar P [1,2]\n",
+        ]), 0..40),
+    ) {
+        let text: String = pieces.concat();
+        let lines = text.lines().count().max(1);
+        match parse(&text, "f", &Vars::default(), &Options::default()) {
+            Ok(_) => {}
+            Err(e) => proptest::prop_assert!(e.line <= lines, "{e} (text has {lines} lines)"),
+        }
+    }
+}
