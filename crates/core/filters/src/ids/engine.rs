@@ -33,6 +33,10 @@ use std::net::IpAddr;
 /// is Snort's stream preprocessor's).
 pub const OVERLAP_GID: u32 = 129;
 pub const OVERLAP_SID: u32 = 3;
+/// gid and sid of the limiter's alert (a service refused new connections; gid 135 is
+/// Snort's rate filter's).
+pub const FLOOD_GID: u32 = 135;
+pub const FLOOD_SID: u32 = 1;
 /// The same for IP fragments that overlap with other bytes (gid 123, Snort's frag3).
 pub const FRAG_OVERLAP_GID: u32 = 123;
 pub const FRAG_OVERLAP_SID: u32 = 8;
@@ -118,6 +122,8 @@ pub struct Stats {
     pub gave_up: u64,
     /// Connections forgotten because the table was full (oldest first).
     pub evicted: u64,
+    /// New connections the flood limiter refused.
+    pub limited: u64,
 }
 
 /// Settings.
@@ -128,6 +134,11 @@ pub struct Settings {
     pub depth: usize,
     /// Connections followed at once.
     pub max_flows: usize,
+    /// Stage 6 (SafeCard's flow-based limiter against flash crowds): new TCP connections
+    /// per second, and the burst, each service (destination address and port) admits; the
+    /// SYNs beyond are dropped inline. A token bucket of `shape`'s, on capture time (so a
+    /// capture replayed gives the same verdicts).
+    pub flood: Option<(u64, u64)>,
 }
 
 impl Default for Settings {
@@ -136,6 +147,7 @@ impl Default for Settings {
             mode: Mode::Prevent,
             depth: 1 << 20,
             max_flows: 1 << 16,
+            flood: None,
         }
     }
 }
@@ -186,6 +198,9 @@ pub struct Engine {
     next_id: u64,
     /// (rule, tracked address) -> (window start, matches in it).
     thresholds: HashMap<(usize, IpAddr), (u64, u32)>,
+    /// The flood limiter's bucket per service (its arrival time, `shape::bucket`), and
+    /// whether the service is being limited now (one alert per spell).
+    services: HashMap<(IpAddr, u16), (std::sync::atomic::AtomicU64, bool)>,
     pub stats: Stats,
 }
 
@@ -229,6 +244,7 @@ impl Engine {
             flows: HashMap::new(),
             next_id: 1,
             thresholds: HashMap::new(),
+            services: HashMap::new(),
             stats: Stats::default(),
         })
     }
@@ -278,6 +294,11 @@ impl Engine {
             );
         }
         let mut flow = self.flows.remove(&k).expect("inserted above");
+        if flow.syn == [false, false] && p.tcp.is_some_and(|t| t.syn) && !self.admit(p, flow.id, alerts) {
+            // Refused by the limiter: this SYN is dropped and the attempt forgotten (a
+            // retry is a new attempt).
+            return Verdict::Drop;
+        }
         flow.last_ns = p.ts_ns;
         let d = usize::from((p.src, p.sport) != flow.client);
         let mut verdict = if flow.dropped { Verdict::Drop } else { Verdict::Pass };
@@ -564,6 +585,41 @@ impl Engine {
             }
         }
         blocked.then_some(Verdict::Drop)
+    }
+
+    /// Stage 6: whether the service `p` opens a connection to admits one more now.
+    fn admit(&mut self, p: &Packet<'_>, flow_id: u64, alerts: &mut Vec<Alert>) -> bool {
+        let Some((rate, burst)) = self.settings.flood else {
+            return true;
+        };
+        let (tat, limiting) = self
+            .services
+            .entry((p.dst, p.dport))
+            .or_insert_with(|| (std::sync::atomic::AtomicU64::new(0), false));
+        let bucket = shape::bucket::Bucket {
+            p: shape::bucket::Params {
+                rate: rate.max(1),
+                depth: burst.max(1),
+            },
+            tat,
+        };
+        let ok = matches!(bucket.take(p.ts_ns, 1, 1), shape::bucket::Take::Got(_));
+        let first = !ok && !*limiting;
+        *limiting = !ok;
+        if ok {
+            return true;
+        }
+        self.stats.limited += 1;
+        if self.settings.mode == Mode::Detect {
+            if first {
+                self.alert_raw(p, flow_id, (FLOOD_GID, FLOOD_SID, 1), "FLOOD new connections to the service beyond its limit", false, alerts);
+            }
+            return true;
+        }
+        if first {
+            self.alert_raw(p, flow_id, (FLOOD_GID, FLOOD_SID, 1), "FLOOD new connections to the service beyond its limit (refused)", true, alerts);
+        }
+        false
     }
 
     /// An evasion attempt the engine itself found (overlapping TCP data or IP fragments

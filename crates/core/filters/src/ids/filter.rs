@@ -90,12 +90,13 @@ impl Filter for Ips {
     fn summary(&self) -> Option<String> {
         let s = &self.engine.stats;
         Some(format!(
-            "ips: {} packets, {} alerts, {} dropped; {} rules{}; {} candidates evaluated, {} undecided (backtracking budget), {} overlaps, {} directions past the depth, {} given up (held too much), {} connections evicted, {} frames not IP{}{}",
+            "ips: {} packets, {} alerts, {} dropped; {} rules{}; {} connections refused by the flood limiter; {} candidates evaluated, {} undecided (backtracking budget), {} overlaps, {} directions past the depth, {} given up (held too much), {} connections evicted, {} frames not IP{}{}",
             s.packets,
             s.alerts,
             s.dropped + self.frags_dropped,
             self.engine.rules().len(),
             if self.skipped_rules > 0 { format!(" ({} skipped as unsupported)", self.skipped_rules) } else { String::new() },
+            s.limited,
             s.candidates,
             s.exhausted,
             s.overlaps,
@@ -341,7 +342,20 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         "ids" => Mode::Detect,
         _ => Mode::Prevent,
     };
+    let flood = match a.get("flood", None) {
+        None => None,
+        Some(v) => {
+            let bad = || FilterError::bad("flood", v, "RATE or RATE/BURST: new connections per second per service, whole numbers above 0");
+            let (r, b) = v.split_once('/').unwrap_or((v, v));
+            let (r, b): (u64, u64) = (r.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+            if r == 0 || b == 0 {
+                return Err(bad());
+            }
+            Some((r, b))
+        }
+    };
     let settings = Settings {
+        flood,
         mode,
         depth: a.size("depth", None, 1 << 20)? as usize,
         max_flows: a.size("flows", None, 1 << 16)?.max(1) as usize,
@@ -368,7 +382,7 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 }
 
 pub static IPS: FilterSpec = FilterSpec::new("ips", Access::Classification, make)
-    .synopsis("ips rules=FILE [eve=FILE] [fast=FILE] [mode=ips|ids] [home=NET] [external=NET]")
+    .synopsis("ips rules=FILE [eve=FILE] [fast=FILE] [mode=ips|ids] [home=NET] [external=NET] [flood=RATE/BURST]")
     .description(
         "Intrusion detection and prevention with rules users already write (the common subset of\n\
          Snort 3 and Suricata rules: contents and their modifiers, pcre, flow, flowbits, HTTP\n\
@@ -390,6 +404,7 @@ pub static IPS: FilterSpec = FilterSpec::new("ips", Access::Classification, make
         Param::new("skip_unsupported", "yes: skip (and count) rules with keywords not supported, instead of failing")
             .kind(Kind::Flag)
             .default("no"),
+        Param::new("flood", "RATE[/BURST]: new TCP connections per second each service (address and port) admits; more are refused (alert 135:1)"),
         Param::new("depth", "bytes of each connection direction inspected").kind(Kind::Size).default("1M"),
         Param::new("flows", "connections followed at once (the oldest go first)").kind(Kind::Size).default("64K"),
     ])

@@ -198,3 +198,40 @@ alert udp any any -> any 53 (msg:"dns"; content:"evil"; threshold:type limit, tr
     }
     assert_eq!(a.iter().filter(|a| a.sid == 52).count(), 2);
 }
+
+#[test]
+fn the_flood_limiter_refuses_a_services_excess_connections_only() {
+    let r = parse("alert tcp any any -> any any (content:\"x\"; sid:1;)", "t", &Vars::default(), &Options::default()).unwrap();
+    let mut e = Engine::new(
+        r.rules,
+        Settings {
+            flood: Some((2, 3)),
+            ..Settings::default()
+        },
+    )
+    .unwrap();
+    let mut a = Vec::new();
+    let syn = |port: u16, dport: u16, ts: u64| Packet {
+        ts_ns: ts,
+        src: C.parse().unwrap(),
+        dst: S.parse().unwrap(),
+        proto: 6,
+        sport: port,
+        dport,
+        tcp: Some(Tcp {
+            seq: 1,
+            syn: true,
+            fin: false,
+            rst: false,
+        }),
+        payload: b"",
+    };
+    // Ten connections to :80 within a millisecond: the burst of 3 gets through.
+    let v: Vec<Verdict> = (0..10).map(|i| e.packet(&syn(50_000 + i, 80, 1_000 + i as u64), &mut a)).collect();
+    assert_eq!(v.iter().filter(|&&v| v == Verdict::Pass).count(), 3);
+    assert_eq!(e.stats.limited, 7);
+    assert_eq!(a.iter().map(|a| (a.gid, a.sid)).collect::<Vec<_>>(), [(FLOOD_GID, FLOOD_SID)], "one alert per spell");
+    // Another service is not limited; :80 admits again once its bucket refilled (2/s).
+    assert_eq!(e.packet(&syn(51_000, 443, 2_000), &mut a), Verdict::Pass);
+    assert_eq!(e.packet(&syn(51_001, 80, 1_000_000_000), &mut a), Verdict::Pass);
+}
