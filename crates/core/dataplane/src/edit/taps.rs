@@ -11,10 +11,10 @@ impl Space {
     /// earlier tap left if there is one.
     pub(super) fn tap_on(&mut self, label: &str, tap: crate::tap::Tap) -> Result<(), EditError> {
         let i = self.live(split_space(label).0)?;
-        if endpoint(&self.nodes[i].label) || self.nodes[i].label.starts_with(TAP) {
+        if endpoint(&self.nodes[i].label) || self.nodes[i].filter.observes() {
             return Err(EditError::Refused {
                 label: label.to_string(),
-                why: Refusal::Endpoint,
+                why: if endpoint(&self.nodes[i].label) { Refusal::Endpoint } else { Refusal::Observer },
             });
         }
         let node = tap_node(tap);
