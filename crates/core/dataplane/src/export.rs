@@ -169,26 +169,8 @@ impl Space {
     /// Hang exported stream `export` on node `i`: its node on a new out-arc of `i`, after
     /// `i`'s others.
     pub(crate) fn hang_export(&mut self, i: usize, export: ExportNode) {
-        let spec = lang::Node {
-            id: 0,
-            kind: lang::NodeKind::Filter {
-                filter: "export".into(),
-                params: vec![],
-                options: vec![("name".into(), export.name.clone())],
-                place: Default::default(),
-            },
-            span: lang::Span::default(),
-            hints: vec![],
-            name: None,
-        };
-        let label = export.label();
-        let made = Made {
-            filter: Box::new(export),
-            source: false,
-            routes_by_class: false,
-            export: None,
-        };
-        let x = self.add_node(RtNode::new(label, spec, made, Vec::new()));
+        let (label, options) = (export.label(), vec![("name".into(), export.name.clone())]);
+        let x = self.add_node(RtNode::own(label, "export", options, Box::new(export)));
         self.add_arc(i, x, Selector::All, 0);
     }
 

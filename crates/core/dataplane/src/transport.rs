@@ -178,6 +178,23 @@ pub trait BlockIn {
     }
 }
 
+/// The `Filter` methods every [`BlockIn`] source has alike, in its `impl Filter`: `process`
+/// (a source takes no input), `arm` ([`BlockIn::arm_in`]) and `pull` ([`BlockIn::pull_in`]).
+#[macro_export]
+macro_rules! block_in_source {
+    () => {
+        fn process(&mut self, _cx: &mut $crate::filter::Ctx<'_>, _b: &mut $crate::filter::Batch) {}
+
+        fn arm(&mut self, w: &mut $crate::readiness::Arm<'_>, _source: bool) {
+            $crate::transport::BlockIn::arm_in(self, w);
+        }
+
+        fn pull(&mut self, cx: &mut $crate::filter::Ctx<'_>, out: &mut $crate::filter::Batch, max: usize) -> bool {
+            $crate::transport::BlockIn::pull_in(self, cx, out, max)
+        }
+    };
+}
+
 /// One block on its way out: its header (from [`header_of`]), its bytes, its tag.
 #[derive(Debug, Clone, Copy)]
 pub struct Outgoing<'a> {

@@ -902,15 +902,7 @@ impl BlockIn for KafkaIn {
 }
 
 impl Filter for KafkaIn {
-    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
-
-    fn arm(&mut self, w: &mut dataplane::readiness::Arm<'_>, _source: bool) {
-        self.arm_in(w);
-    }
-
-    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
-        self.pull_in(cx, out, max)
-    }
+    dataplane::block_in_source!();
 
     fn epoch_end(&mut self, cx: &mut Ctx<'_>) {
         // The batch pulled last has walked the whole space: its offsets are done here.

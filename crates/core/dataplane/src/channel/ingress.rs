@@ -324,7 +324,7 @@ impl ChannelEnd for Ingress {
 }
 
 impl Filter for Ingress {
-    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+    crate::block_in_source!();
 
     fn as_channel_end(&mut self) -> Option<&mut dyn ChannelEnd> {
         (self.sub.is_none()).then_some(self as &mut dyn ChannelEnd)
@@ -344,14 +344,6 @@ impl Filter for Ingress {
             String::new()
         };
         Some(format!("__subscribe: {} blocks received, lost {} blocks to a full ring (subscriber fell behind){bytes}", s.received, s.lost))
-    }
-
-    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
-        self.arm_in(w);
-    }
-
-    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
-        self.pull_in(cx, out, max)
     }
 
     fn epoch_end(&mut self, _cx: &mut Ctx<'_>) {

@@ -566,15 +566,7 @@ impl BlockIn for NetIn {
 }
 
 impl Filter for NetIn {
-    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
-
-    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
-        self.arm_in(w);
-    }
-
-    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
-        self.pull_in(cx, out, max)
-    }
+    crate::block_in_source!();
 
     fn summary(&self) -> Option<String> {
         Some(format!(

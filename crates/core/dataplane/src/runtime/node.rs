@@ -134,6 +134,30 @@ impl RtNode {
             || matches!(&self.spec.kind, NodeKind::Filter { filter, .. } if filter == PUBLISH)
     }
 
+    /// One of the run's own nodes (a tap, an exported stream), running `filter`: its spec
+    /// names the filter `name` with `options` (what the graph shows), and it has no arcs.
+    pub(crate) fn own(label: String, name: &str, options: Vec<(String, String)>, filter: Box<dyn Filter>) -> RtNode {
+        let spec = Node {
+            id: 0,
+            kind: NodeKind::Filter {
+                filter: name.into(),
+                params: vec![],
+                options,
+                place: Default::default(),
+            },
+            span: lang::Span::default(),
+            hints: vec![],
+            name: None,
+        };
+        let made = Made {
+            filter,
+            source: false,
+            routes_by_class: false,
+            export: None,
+        };
+        RtNode::new(label, spec, made, Vec::new())
+    }
+
     pub(crate) fn pass_through(label: String, spec: Node, out: Vec<Arc_>) -> RtNode {
         let made = Made {
             filter: Box::new(PassThrough),
