@@ -5,7 +5,7 @@
 //! A filter moves across a channel it is next to: the last live node before a channel
 //! moves *down* into the consuming space, the first live node after one moves *up* into
 //! the producing space. The filter instance moves, not a copy: its state, its session
-//! slots, its counters, taps and exported stream go with it, so the run is the run it
+//! slots, its counters and exported stream go with it, so the run is the run it
 //! would have been had the filter been placed there from the start.
 //!
 //! # How: an in-band marker
@@ -32,7 +32,8 @@
 //! # What may move
 //!
 //! A native filter (not a source, a split, a join or a Unix command) with one input and
-//! one output, next to a channel between two thread spaces of this process, that holds no
+//! one output (its exported streams' nodes aside: they move with it, `crate::export`; a
+//! tap is an output, so a tapped filter stays), next to a channel between two thread spaces of this process, that holds no
 //! blocks across batches ([`Factory::keeps_blocks`]: its held tags name the old space's
 //! memory). Anything else is refused with [`Refusal::Immovable`], and nothing changes.
 //!
