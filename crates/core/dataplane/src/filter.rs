@@ -326,6 +326,20 @@ pub trait Filter: Send {
     fn as_tap(&mut self) -> Option<&mut crate::tap::Tap> {
         None
     }
+
+    /// Observers only (a tap, an exported stream): the node reads the whole output of the
+    /// node whose out-arc leads to it, handed to it before that output is routed
+    /// (`Space::observe`), and counts in nobody's counters: not in that node's (its blocks
+    /// out, drops and ended are what they would be without it) and not in the run's
+    /// table (`RtNode::internal`).
+    fn observes(&self) -> bool {
+        false
+    }
+
+    /// Exported streams' nodes only (`crate::export::ExportNode`).
+    fn as_export(&mut self) -> Option<&mut crate::export::ExportNode> {
+        None
+    }
 }
 
 /// The markers of `crate::migrate`, on a channel between two spaces of this process: the

@@ -39,6 +39,7 @@ pub mod channel;
 pub mod decl;
 pub mod edit;
 pub mod error;
+pub mod export;
 pub mod filter;
 pub mod hash;
 mod chaos;

@@ -5,7 +5,7 @@
 //! A filter moves across a channel it is next to: the last live node before a channel
 //! moves *down* into the consuming space, the first live node after one moves *up* into
 //! the producing space. The filter instance moves, not a copy: its state, its session
-//! slots, its counters, taps and exported stream go with it, so the run is the run it
+//! slots, its counters and exported stream go with it, so the run is the run it
 //! would have been had the filter been placed there from the start.
 //!
 //! # How: an in-band marker
@@ -32,7 +32,8 @@
 //! # What may move
 //!
 //! A native filter (not a source, a split, a join or a Unix command) with one input and
-//! one output, next to a channel between two thread spaces of this process, that holds no
+//! one output (its exported streams' nodes aside: they move with it, `crate::export`; a
+//! tap is an output, so a tapped filter stays), next to a channel between two thread spaces of this process, that holds no
 //! blocks across batches ([`Factory::keeps_blocks`]: its held tags name the old space's
 //! memory). Anything else is refused with [`Refusal::Immovable`], and nothing changes.
 //!
@@ -62,6 +63,8 @@ pub(crate) struct Moved {
     carried: Carried,
     /// The channel it crosses.
     ch: usize,
+    /// Its exported streams' nodes (`crate::export`): they go with it.
+    exports: Vec<RtNode>,
 }
 
 type UpReply = mpsc::Sender<Result<Moved, EditError>>;
@@ -101,7 +104,7 @@ impl Board {
     /// Filters sent down channels `chs` whose consumer ended before it reached their
     /// markers (an interrupted run): the consumer takes them in, to finish and report
     /// them.
-    pub(crate) fn stranded(&self, chs: &[usize]) -> Vec<RtNode> {
+    pub(crate) fn stranded(&self, chs: &[usize]) -> Vec<(RtNode, Vec<RtNode>)> {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let ids: Vec<u64> = slots
             .iter()
@@ -110,7 +113,7 @@ impl Board {
             .collect();
         ids.into_iter()
             .filter_map(|id| match slots.remove(&id) {
-                Some(Deposit::Down(m)) => Some(m.node),
+                Some(Deposit::Down(m)) => Some((m.node, m.exports)),
                 _ => None,
             })
             .collect()
@@ -146,7 +149,11 @@ impl Space {
             NodeKind::Join { .. } => Some("it is a template's join".into()),
             NodeKind::Split { .. } => Some("it is a template's split".into()),
         }
-        .or_else(|| (n.out.len() != 1).then(|| format!("it has {} outputs", n.out.len())))
+        .or_else(|| {
+            // Its exported streams go with it (`take_out`); a tap does not.
+            let outs = n.out.len() - self.exports_of(x).len();
+            (outs != 1).then(|| format!("it has {outs} outputs"))
+        })
         .or_else(|| {
             let ins = self.in_arcs(x).len();
             (ins != 1).then(|| format!("it has {ins} inputs"))
@@ -215,6 +222,7 @@ impl Space {
     /// its place (bypassed where it can be); the selectors of the arcs `path` (between it
     /// and the channel, in the order blocks take them) go with it, the arcs pass all.
     fn take_out(&mut self, x: usize, path: &[(usize, usize)], ch: usize) -> Moved {
+        let exports = self.take_exports(x);
         let sels = path
             .iter()
             .map(|&(f, k)| std::mem::replace(&mut self.nodes[f].out[k].sel, Selector::All))
@@ -242,6 +250,7 @@ impl Space {
             after,
             carried,
             ch,
+            exports,
         }
     }
 
@@ -252,6 +261,7 @@ impl Space {
             sels,
             after,
             carried,
+            exports,
             ..
         } = m;
         node.label = self.arrival_label(&node);
@@ -268,6 +278,7 @@ impl Space {
         sels.push(sel);
         self.link(x, sels, to, in_index);
         self.nodes[x].out[0].carried = carried;
+        self.put_exports(x, exports);
     }
 
     /// Take the filter after ingress `i` out for the producer (up), leaving a
@@ -311,7 +322,7 @@ impl Space {
     fn attach_before_egress(
         &mut self,
         e: usize,
-        mut node: RtNode,
+        (mut node, exports): (RtNode, Vec<RtNode>),
         before: Vec<Selector>,
         after: Vec<Selector>,
         carried: Carried,
@@ -331,6 +342,7 @@ impl Space {
         self.relink(z, k, all, y, 0);
         self.link(y, after, e, in_index);
         self.nodes[y].out[0].carried = carried;
+        self.put_exports(y, exports);
         label
     }
 
@@ -376,11 +388,12 @@ impl Space {
                 mut sels,
                 after,
                 carried,
+                exports,
                 ..
             })) = board.take(id)
             {
                 sels.extend(after);
-                self.attach_before_egress(e, node, vec![], sels, carried);
+                self.attach_before_egress(e, (node, exports), vec![], sels, carried);
             }
             return Err(refused(&label, format!("channel {ch}: {why}")));
         }
@@ -433,10 +446,11 @@ impl Space {
             sels,
             after,
             carried,
+            exports,
             ..
         } = got?;
         let label = node.label.clone();
-        self.attach_before_egress(e, node, sels, after, carried);
+        self.attach_before_egress(e, (node, exports), sels, after, carried);
         self.restart_clock();
         Ok(label)
     }
@@ -495,10 +509,11 @@ impl Space {
             .iter()
             .filter_map(|&i| endpoint_of(&self.nodes[i]).map(|e| e.1))
             .collect();
-        for mut n in board.stranded(&chs) {
+        for (mut n, exports) in board.stranded(&chs) {
             n.out.clear();
             n.label = self.arrival_label(&n);
-            self.add_node(n);
+            let x = self.add_node(n);
+            self.put_exports(x, exports);
         }
     }
 }

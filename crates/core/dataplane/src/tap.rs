@@ -450,6 +450,10 @@ impl crate::filter::Filter for TapNode {
     fn as_tap(&mut self) -> Option<&mut Tap> {
         Some(&mut self.tap)
     }
+
+    fn observes(&self) -> bool {
+        true
+    }
 }
 
 /// What the run keeps per node for its observers: how many taps read it, and the classes

@@ -131,6 +131,70 @@ impl Inlet {
     }
 }
 
+/// A transport's receiving end: a source that takes in blocks from outside its space (a
+/// channel from another space or run, a network channel, a Kafka topic). What they all do
+/// alike is written here once, and their sources' `Filter::pull` and `Filter::arm` are
+/// [`BlockIn::pull_in`] and [`BlockIn::arm_in`]:
+///
+/// - **Waiting**: a source never waits in `pull`; it declares on the space's readiness
+///   handle what it waits for ([`BlockIn::wait`]), and a stream that has ended is ready
+///   (its next pull says so).
+/// - **End of stream**: [`BlockIn::receive`] answers `Ok(false)` once nothing more will
+///   come (after handing on what came before the end); the source is then done.
+/// - **Failure**: `Err(why)`: the run is told `why` in the transport's words and stops (a
+///   transport whose failure ends only its own stream, a channel whose producer reports
+///   its own end, warns itself and answers `Ok(false)`).
+///
+/// Taking a block in (its header's class and metadata restored into the store, counted) is
+/// [`Inlet`]'s, or the channel's own for blocks read in place.
+pub trait BlockIn {
+    /// Whether the stream has ended (nothing more will come).
+    fn ended(&self) -> bool;
+    /// What the open stream waits for, on the space's readiness handle.
+    fn wait(&mut self, w: &mut crate::readiness::Arm<'_>);
+    /// Take what has come, without waiting, into `out` (at most `max` blocks): whether
+    /// more may come, or why the stream failed.
+    fn receive(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> Result<bool, String>;
+
+    /// The source's `Filter::arm`.
+    fn arm_in(&mut self, w: &mut crate::readiness::Arm<'_>) {
+        if self.ended() {
+            w.ready();
+        } else {
+            self.wait(w);
+        }
+    }
+
+    /// The source's `Filter::pull`: [`BlockIn::receive`]; a failure warns and stops the run.
+    fn pull_in(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+        match self.receive(cx, out, max) {
+            Ok(more) => more,
+            Err(why) => {
+                cx.warn(why);
+                cx.stop();
+                false
+            }
+        }
+    }
+}
+
+/// The `Filter` methods every [`BlockIn`] source has alike, in its `impl Filter`: `process`
+/// (a source takes no input), `arm` ([`BlockIn::arm_in`]) and `pull` ([`BlockIn::pull_in`]).
+#[macro_export]
+macro_rules! block_in_source {
+    () => {
+        fn process(&mut self, _cx: &mut $crate::filter::Ctx<'_>, _b: &mut $crate::filter::Batch) {}
+
+        fn arm(&mut self, w: &mut $crate::readiness::Arm<'_>, _source: bool) {
+            $crate::transport::BlockIn::arm_in(self, w);
+        }
+
+        fn pull(&mut self, cx: &mut $crate::filter::Ctx<'_>, out: &mut $crate::filter::Batch, max: usize) -> bool {
+            $crate::transport::BlockIn::pull_in(self, cx, out, max)
+        }
+    };
+}
+
 /// One block on its way out: its header (from [`header_of`]), its bytes, its tag.
 #[derive(Debug, Clone, Copy)]
 pub struct Outgoing<'a> {

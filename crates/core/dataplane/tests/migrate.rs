@@ -233,3 +233,60 @@ fn a_moving_filter_is_never_counted_twice() {
     });
     assert!(rep.died.is_none(), "{:?} {:?}", rep.died, rep.warnings);
 }
+
+/// An exported filter moves with its exported stream (`crate::export`'s node goes along):
+/// down and back up, the graph shows the stream's node on the filter in whichever space it
+/// runs, and the stream's reader reads every block the filter passed on, in order, none
+/// twice, until the run ends the stream.
+#[test]
+fn an_exported_filter_moves_with_its_stream() {
+    let name = format!("mvexp{}", std::process::id());
+    let g = graph(&format!("src 4000000000 | pass name={name} export=yes | tally space=1 | sink"));
+    let spaces = Spaces::build(&g, &F, 1 << 20, cfg()).unwrap();
+    // Attached before the first block: the stream is lossless from its start.
+    let tags = beltway::Reader::open(&dataplane::export_name(&name), beltway::Start::Oldest)
+        .expect("the exported stream");
+    let h = spaces.edit_handle();
+    let h2 = h.clone();
+    let stop = AtomicBool::new(false);
+    let (label, export) = (format!("pass:{name}"), format!("__export.{name}"));
+    let (seqs, rep) = std::thread::scope(|s| {
+        let stop = &stop;
+        let _stop = Stop(stop);
+        let reader = s.spawn(move || {
+            let mut r = beltway::IbufReader::new(tags, beltway::BufTable::new()).unwrap();
+            let (mut seqs, mut buf) = (Vec::new(), [0u8; 256]);
+            while r.read(&mut buf).expect("read through") > 0 {
+                seqs.push(u32::from_le_bytes(buf[..4].try_into().unwrap()));
+            }
+            seqs
+        });
+        let run = s.spawn(move || spaces.run_with(stop, &h2, &F, |_| {}));
+        wait_for(&h, "blocks to flow", |h| {
+            h.report().iter().any(|n| n.label == "sink@1" && n.counters.blocks_in > 0)
+        });
+        for (from, to) in [(0, 1), (1, 0)] {
+            let at = format!("{label}@{from}");
+            assert_eq!(h.migrate(&at, to, Duration::from_secs(5)).unwrap(), label);
+            let there = format!("{label}@{to}");
+            wait_for(&h, "the move", |h| label_space(h, &label).as_deref() == Some(there.as_str()));
+            let (node, from) = (format!("{export}@{to}"), there.clone());
+            wait_for(&h, "the export shown on the moved filter", |h| {
+                h.graph().iter().any(|n| n.label == node && n.inputs == [from.clone()])
+            });
+        }
+        drop(_stop);
+        let rep = run.join().unwrap();
+        (reader.join().unwrap(), rep)
+    });
+    assert!(rep.died.is_none(), "{:?} {:?}", rep.died, rep.warnings);
+    assert!(seqs.len() > 1000, "{} blocks exported", seqs.len());
+    assert!(
+        seqs.iter().enumerate().all(|(k, s)| *s == k as u32),
+        "blocks missing, twice or out of order in the stream of {} blocks",
+        seqs.len()
+    );
+    let pass = rep.nodes.iter().find(|n| n.label == label).expect("its row");
+    assert_eq!(pass.counters.blocks_out, seqs.len() as u64, "the stream is what it passed on");
+    assert!(rep.nodes.iter().all(|n| !n.label.starts_with("__")), "no row of the run's own");
+}

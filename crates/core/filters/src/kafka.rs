@@ -38,7 +38,7 @@
 //! commits nothing after what its sinks had, so the group re-reads the rest. Without
 //! `group=`, `kafkain` reads every partition itself and commits nothing.
 
-use dataplane::transport::{BlockOut, Fields, HeaderError, Inlet, Outgoing, Outlet};
+use dataplane::transport::{BlockIn, BlockOut, Fields, HeaderError, Inlet, Outgoing, Outlet};
 use dataplane::{
     Access, Args, Batch, Ctx, Feeds, Filter, FilterError, FilterSpec, Kind, Param, Store,
 };
@@ -821,14 +821,18 @@ impl KafkaIn {
     }
 }
 
-impl Filter for KafkaIn {
-    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+/// Its stream ends at `count=` or, with `eof=yes`, at the partitions' ends; it fails
+/// nothing by itself (a broker's errors are warnings, and librdkafka retries).
+impl BlockIn for KafkaIn {
+    fn ended(&self) -> bool {
+        self.ended
+    }
 
-    fn arm(&mut self, w: &mut dataplane::readiness::Arm<'_>, _source: bool) {
+    fn wait(&mut self, w: &mut dataplane::readiness::Arm<'_>) {
         self.arm_queues(w);
     }
 
-    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+    fn receive(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> Result<bool, String> {
         if self.feeds.is_none() {
             let f = cx.store.feeds();
             if f == Feeds::OtherSpaces && self.group.is_some() {
@@ -887,14 +891,18 @@ impl Filter for KafkaIn {
         self.queues = queues;
         if self.eof && out.is_empty() && self.all_at_end() {
             self.ended = true;
-            return false;
+            return Ok(false);
         }
         if self.count_reached() {
             self.ended = true;
-            return !out.is_empty();
+            return Ok(!out.is_empty());
         }
-        true
+        Ok(true)
     }
+}
+
+impl Filter for KafkaIn {
+    dataplane::block_in_source!();
 
     fn epoch_end(&mut self, cx: &mut Ctx<'_>) {
         // The batch pulled last has walked the whole space: its offsets are done here.

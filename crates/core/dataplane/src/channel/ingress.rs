@@ -6,7 +6,7 @@ use super::share::Subscription;
 use super::{meta_at, ChannelEnd, FILE_BIT};
 use crate::filter::{Batch, Ctx, Filter};
 use crate::store::BufId;
-use crate::transport::{Fields, ANNOUNCE, HEADER_LEN, MARK, METAS, RECORD, SHARED};
+use crate::transport::{BlockIn, Fields, ANNOUNCE, HEADER_LEN, MARK, METAS, RECORD, SHARED};
 use beltway::{DbufView, Reader, Tag};
 use std::time::{Duration, Instant};
 
@@ -324,7 +324,7 @@ impl ChannelEnd for Ingress {
 }
 
 impl Filter for Ingress {
-    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+    crate::block_in_source!();
 
     fn as_channel_end(&mut self) -> Option<&mut dyn ChannelEnd> {
         (self.sub.is_none()).then_some(self as &mut dyn ChannelEnd)
@@ -346,7 +346,28 @@ impl Filter for Ingress {
         Some(format!("__subscribe: {} blocks received, lost {} blocks to a full ring (subscriber fell behind){bytes}", s.received, s.lost))
     }
 
-    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
+    fn epoch_end(&mut self, _cx: &mut Ctx<'_>) {
+        self.release();
+    }
+
+    /// The space is done (its inputs ended, or it was interrupted or stopped): leave the
+    /// channel, so a producer blocked on a full ring is released (it sees a broken pipe and
+    /// stops) instead of waiting for a consumer that will read no more.
+    fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
+        self.release();
+        self.r = None;
+    }
+}
+
+/// A channel's stream ends when its producer closed it and what it committed was read
+/// (`r` is then gone); a channel that fails ends its own stream with a warning and does
+/// not stop the run (its producer, or the space that died, reports why).
+impl BlockIn for Ingress {
+    fn ended(&self) -> bool {
+        self.r.is_none()
+    }
+
+    fn wait(&mut self, w: &mut crate::readiness::Arm<'_>) {
         if self.busy || self.marker.is_some() {
             // `@busy` polls; a marker waits for the space's quiescent point.
             w.ready();
@@ -409,7 +430,7 @@ impl Filter for Ingress {
         }
     }
 
-    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+    fn receive(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> Result<bool, String> {
         if let Some(v) = self.data.take() {
             self.local = cx.store.map_dbuf(v);
         }
@@ -417,7 +438,7 @@ impl Filter for Ingress {
         self.release();
         if self.marker.is_some() {
             // Held at a marker until the space has served it (it is not over).
-            return true;
+            return Ok(true);
         }
         let mut bytes = 0u64;
         let before = out.len();
@@ -431,19 +452,7 @@ impl Filter for Ingress {
                 r.disarm();
             }
         }
-        more
-    }
-
-    fn epoch_end(&mut self, _cx: &mut Ctx<'_>) {
-        self.release();
-    }
-
-    /// The space is done (its inputs ended, or it was interrupted or stopped): leave the
-    /// channel, so a producer blocked on a full ring is released (it sees a broken pipe and
-    /// stops) instead of waiting for a consumer that will read no more.
-    fn finish(&mut self, _cx: &mut Ctx<'_>, _out: &mut Batch) {
-        self.release();
-        self.r = None;
+        Ok(more)
     }
 }
 

@@ -25,6 +25,8 @@ pub enum Refusal {
     Template,
     #[error("it is a channel endpoint between spaces")]
     Endpoint,
+    #[error("it is the run's own observer of another node (a tap, an exported stream); edit the node it reads instead")]
+    Observer,
     #[error("busy: it {0} a channel to another space, whose placement and channel were built for the graph as it is; only `set` may change it while it runs")]
     Channel(&'static str),
     #[error(

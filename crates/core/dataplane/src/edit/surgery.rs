@@ -51,6 +51,9 @@ impl Space {
         if endpoint(label) {
             return refuse(Refusal::Endpoint);
         }
+        if self.nodes[i].filter.observes() {
+            return refuse(Refusal::Observer);
+        }
         if !matches!(edit, Edit::Set { .. }) {
             if let Some(why) = self.channel_next_to(i) {
                 return refuse(Refusal::Channel(why));
@@ -253,11 +256,15 @@ impl Space {
         let made = instantiate(n, &label, factory, 1, sink).map_err(EditError::Build)?;
         // The new node takes X's out-arcs (After: selectors and in-arc indices kept, X
         // then feeds it alone) or X's one in-arc (Before: the new node then feeds X).
-        let new = self.add_node(crate::runtime::RtNode::new(label.clone(), n.clone(), made, Vec::new()));
+        let new = self.add_made(label.clone(), n.clone(), made);
         match (at, input) {
             (Where::After, _) => {
-                let out = std::mem::take(&mut self.nodes[i].out);
-                self.nodes[new].out = out;
+                // X's observers (taps, its exported stream) stay X's.
+                let (watch, out): (Vec<_>, Vec<_>) = std::mem::take(&mut self.nodes[i].out)
+                    .into_iter()
+                    .partition(|a| self.nodes[a.to].filter.observes());
+                self.nodes[i].out = watch;
+                self.nodes[new].out.splice(0..0, out);
                 self.add_arc(i, new, Selector::Default, 0);
             }
             (Where::Before, Some((from, k))) => {
@@ -294,10 +301,8 @@ impl Space {
             return refuse(Refusal::Template);
         }
         let (retired, flushed) = self.retire(i);
+        self.drop_exports(i);
         let node = &mut self.nodes[i];
-        if let Some(mut ex) = node.export.take() {
-            ex.close();
-        }
         node.filter = Box::new(crate::runtime::PassThrough);
         node.removed = true;
         node.classifier = false;
@@ -328,7 +333,7 @@ impl Space {
         let label = self.new_label(n, None)?;
         // A leaf, until something is added below it: its output ends there (a sink).
         let made = instantiate(n, &label, factory, 1, true).map_err(EditError::Build)?;
-        let new = self.add_node(crate::runtime::RtNode::new(label.clone(), n.clone(), made, Vec::new()));
+        let new = self.add_made(label.clone(), n.clone(), made);
         // One more out-arc: `route` multicasts to every arc, so the existing successors
         // get what they got, and the new node a copy-on-write share of it.
         self.add_arc(i, new, Selector::Default, 0);
@@ -365,6 +370,9 @@ impl Space {
         };
         if endpoint(label) {
             return refuse(Refusal::Endpoint);
+        }
+        if self.nodes[i].filter.observes() {
+            return refuse(Refusal::Observer);
         }
         if let Some(why) = self.channel_next_to(i) {
             return refuse(Refusal::Channel(why));
@@ -567,13 +575,13 @@ impl Space {
             ..
         } = instantiate(n, &label, factory, in_degree, sink).map_err(EditError::Build)?;
         let (retired, flushed) = self.retire(i);
-        let node = &mut self.nodes[i];
-        if let Some(mut ex) = node.export.take() {
-            ex.close();
+        self.drop_exports(i);
+        if let Some(e) = export {
+            self.hang_export(i, e);
         }
+        let node = &mut self.nodes[i];
         node.classifier = !source && filter.as_classifier().is_some();
         node.filter = filter;
-        node.export = export;
         node.label = label.clone();
         node.spec = n.clone();
         node.sessions = None;

@@ -11,10 +11,10 @@ impl Space {
     /// earlier tap left if there is one.
     pub(super) fn tap_on(&mut self, label: &str, tap: crate::tap::Tap) -> Result<(), EditError> {
         let i = self.live(split_space(label).0)?;
-        if endpoint(&self.nodes[i].label) || self.nodes[i].label.starts_with(TAP) {
+        if endpoint(&self.nodes[i].label) || self.nodes[i].filter.observes() {
             return Err(EditError::Refused {
                 label: label.to_string(),
-                why: Refusal::Endpoint,
+                why: if endpoint(&self.nodes[i].label) { Refusal::Endpoint } else { Refusal::Observer },
             });
         }
         let node = tap_node(tap);
@@ -87,24 +87,6 @@ impl Space {
 
 /// A node for `tap` (see [`crate::tap::TapNode`]).
 fn tap_node(tap: crate::tap::Tap) -> crate::runtime::RtNode {
-    let spec = lang::Node {
-        id: 0,
-        kind: lang::NodeKind::Filter {
-            filter: "tap".into(),
-            params: vec![],
-            options: vec![("id".into(), tap.id.to_string())],
-            place: Default::default(),
-        },
-        span: lang::Span::default(),
-        hints: vec![],
-        name: None,
-    };
-    let label = format!("{TAP}{}", tap.id);
-    let made = crate::runtime::Made {
-        filter: Box::new(crate::tap::TapNode::new(tap)),
-        source: false,
-        routes_by_class: false,
-        export: None,
-    };
-    crate::runtime::RtNode::new(label, spec, made, Vec::new())
+    let (label, options) = (format!("{TAP}{}", tap.id), vec![("id".into(), tap.id.to_string())]);
+    crate::runtime::RtNode::own(label, "tap", options, Box::new(crate::tap::TapNode::new(tap)))
 }

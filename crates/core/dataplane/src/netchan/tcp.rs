@@ -21,7 +21,7 @@
 //!
 use super::{frame_at, HEAD};
 use crate::store::Store;
-use crate::transport::{BlockOut, HeaderError, Inlet, Outgoing, Outlet, END_OF_STREAM, LAST};
+use crate::transport::{BlockIn, BlockOut, HeaderError, Inlet, Outgoing, Outlet, END_OF_STREAM, LAST};
 use std::io::IoSlice;
 use crate::filter::{Batch, Ctx, Filter};
 use std::os::fd::AsRawFd;
@@ -454,14 +454,14 @@ fn recv_now(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
     recv(s.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).map_err(std::io::Error::from)
 }
 
-impl Filter for NetIn {
-    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+impl BlockIn for NetIn {
+    fn ended(&self) -> bool {
+        self.ended
+    }
 
-    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
+    fn wait(&mut self, w: &mut crate::readiness::Arm<'_>) {
         use std::os::fd::AsFd;
-        if self.ended {
-            w.ready();
-        } else if let Some(s) = &self.sock {
+        if let Some(s) = &self.sock {
             // Whole frames already staged (more than a batch came at once) go first.
             let staged = &self.buf[self.start..self.end];
             // (A frame that is not one: the pull says so.)
@@ -482,18 +482,9 @@ impl Filter for NetIn {
         }
     }
 
-    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
-        let fail = |cx: &mut Ctx<'_>, why: String| {
-            cx.warn(why);
-            cx.stop();
-            false
-        };
-        if self.sock.is_none() {
-            match self.accept() {
-                Ok(true) => {}
-                Ok(false) => return true,
-                Err(why) => return fail(cx, why),
-            }
+    fn receive(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> Result<bool, String> {
+        if self.sock.is_none() && !self.accept()? {
+            return Ok(true);
         }
         loop {
             match self.parse(cx, max) {
@@ -503,7 +494,7 @@ impl Filter for NetIn {
                     }
                 }
                 Ok(false) => {}
-                Err(why) => return fail(cx, format!("on {}: {why}", self.at)),
+                Err(why) => return Err(format!("on {}: {why}", self.at)),
             }
             if self.start == self.end {
                 (self.start, self.end) = (0, 0);
@@ -515,27 +506,27 @@ impl Filter for NetIn {
                     // A sender that ended may have closed already: nothing to tell it.
                     if let Err(e) = s.write_all(&back) {
                         if !self.ended {
-                            return fail(cx, format!("on {}: the sender {} went away mid-stream: {e}", self.at, self.peer));
+                            return Err(format!("on {}: the sender {} went away mid-stream: {e}", self.at, self.peer));
                         }
                     }
                 }
             }
             if self.ended {
                 self.sock = None;
-                return !out.is_empty();
+                return Ok(!out.is_empty());
             }
             if !out.is_empty() {
-                return true;
+                return Ok(true);
             }
             let Some(s) = self.sock.as_mut() else {
-                return false;
+                return Ok(false);
             };
             // Into the partial block's place (the staging area is empty then: `parse`
             // moved what it held), else into the staging area.
             let r = match self.partial.as_mut() {
                 Some((t, filled, _)) => match cx.store.writable(t, true) {
                     Ok((dst, _)) => recv_now(s, &mut dst[*filled..]).inspect(|&n| *filled += n),
-                    Err(e) => return fail(cx, format!("on {}: {e}", self.at)),
+                    Err(e) => return Err(format!("on {}: {e}", self.at)),
                 },
                 None => {
                     // Room: what is left of the staging area, after moving an unfinished
@@ -554,17 +545,17 @@ impl Filter for NetIn {
             };
             match r {
                 Ok(0) => {
-                    return fail(cx, format!(
+                    return Err(format!(
                         "on {}: the sender {} went away without ending the stream ({} bytes of an unfinished block; was it killed?)",
                         self.at, self.peer, self.end - self.start + self.partial.map_or(0, |p| p.1)
                     ));
                 }
                 Ok(_) => {}
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
-                    return true;
+                    return Ok(true);
                 }
                 Err(e) => {
-                    return fail(cx, format!(
+                    return Err(format!(
                         "on {}: the sender {} went away mid-stream: {e}",
                         self.at, self.peer
                     ));
@@ -572,6 +563,10 @@ impl Filter for NetIn {
             }
         }
     }
+}
+
+impl Filter for NetIn {
+    crate::block_in_source!();
 
     fn summary(&self) -> Option<String> {
         Some(format!(

@@ -38,7 +38,7 @@
 
 use super::{frame_at, HEAD};
 use crate::store::Store;
-use crate::transport::{BlockOut, Header, Inlet, Outgoing, Outlet, LAST};
+use crate::transport::{BlockIn, BlockOut, Header, Inlet, Outgoing, Outlet, LAST};
 use crate::filter::{Batch, Ctx, Filter};
 use nix::sys::socket::{self as nsock, sockopt, AddressFamily, SockFlag, SockType};
 use std::io::ErrorKind;
@@ -649,23 +649,20 @@ impl UdpIn {
         false
     }
 
-    fn stop(&mut self, cx: &mut Ctx<'_>, why: String) -> bool {
-        cx.warn(why);
-        cx.stop();
+    /// The stream failed: it has ended, and the run is told `why` ([`BlockIn::pull_in`]).
+    fn stop(&mut self, why: String) -> Result<bool, String> {
         self.ended = true;
-        false
+        Err(why)
     }
 }
 
-impl Filter for UdpIn {
-    fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+impl BlockIn for UdpIn {
+    fn ended(&self) -> bool {
+        self.ended
+    }
 
     /// The sockets (readable when a datagram came), and the sender's silence limit.
-    fn arm(&mut self, w: &mut crate::readiness::Arm<'_>, _source: bool) {
-        if self.ended {
-            w.ready();
-            return;
-        }
+    fn wait(&mut self, w: &mut crate::readiness::Arm<'_>) {
         for s in &self.socks {
             w.fd(s.as_fd());
         }
@@ -674,9 +671,9 @@ impl Filter for UdpIn {
         }
     }
 
-    fn pull(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> bool {
+    fn receive(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize) -> Result<bool, String> {
         if self.ended {
-            return false;
+            return Ok(false);
         }
         loop {
             // f(n): the sockets in turn, each drained before the next, no system call
@@ -704,7 +701,7 @@ impl Filter for UdpIn {
                     Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::ConnectionRefused) => {}
                     Err(e) => {
                         let why = format!("on {} (UDP): cannot receive: {e}", self.at);
-                        return self.stop(cx, why);
+                        return self.stop(why);
                     }
                 }
             }
@@ -718,7 +715,7 @@ impl Filter for UdpIn {
                         100.0 * lost as f64 / sent.max(1) as f64
                     ));
                 }
-                return !out.is_empty();
+                return Ok(!out.is_empty());
             }
             let mut fds: Vec<_> = self
                 .socks
@@ -733,7 +730,7 @@ impl Filter for UdpIn {
                 // finish it (5 ms was not: a descheduled sender cut batches), and costs
                 // only when the batch's last datagram was lost.
                 if batch_end || out.len() >= max || nix::poll::poll(&mut fds, BATCH_REST_MS).unwrap_or(0) == 0 {
-                    return true;
+                    return Ok(true);
                 }
                 continue;
             }
@@ -747,11 +744,15 @@ impl Filter for UdpIn {
                     self.sender(),
                     self.idle.as_secs_f64()
                 );
-                return self.stop(cx, why);
+                return self.stop(why);
             }
-            return true;
+            return Ok(true);
         }
     }
+}
+
+impl Filter for UdpIn {
+    crate::block_in_source!();
 
     fn summary(&self) -> Option<String> {
         let (lost, sent) = self.loss();

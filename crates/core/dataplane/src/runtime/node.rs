@@ -74,8 +74,6 @@ pub(crate) struct RtNode {
     /// what new labels are counted by).
     pub(crate) spec: Node,
     pub(crate) filter: Box<dyn Filter>,
-    /// `export=yes`: the node's output also goes to a named IBuf other processes can read.
-    pub(crate) export: Option<beltway::IbufWriter>,
     /// The filter's session state (runtime-owned, see `Ctx::sessions`).
     pub(crate) sessions: Option<Box<dyn std::any::Any + Send>>,
     pub(crate) out: Vec<Arc_>,
@@ -96,7 +94,9 @@ pub(crate) struct RtNode {
 
 impl RtNode {
     /// A node of `spec` labelled `label`, running what [`instantiate`] made, with the arcs
-    /// `out`: the one place a node is put together (the build, live edits, moves).
+    /// `out`: the one place a node is put together (the build, live edits, moves). Its
+    /// exported stream, if `made` has one, is a node of its own, the caller's to hang on
+    /// it ([`Space::add_made`], [`Space::hang_export`]).
     pub(crate) fn new(label: String, spec: Node, made: Made, out: Vec<Arc_>) -> RtNode {
         let Made {
             mut filter,
@@ -104,12 +104,12 @@ impl RtNode {
             routes_by_class,
             export,
         } = made;
+        debug_assert!(export.is_none(), "{label}: its exported stream was not hung");
         let classifier = !source && filter.as_classifier().is_some();
         RtNode {
             label,
             spec,
             filter,
-            export,
             sessions: None,
             out,
             source,
@@ -126,11 +126,36 @@ impl RtNode {
     /// A pass-through in place of a moved filter, or carrying a selector (see
     /// [`PassThrough`]).
     /// One of the run's own nodes that stand for no filter of the user's and are left out
-    /// of the counters: a prefix-sharing `__publish`, a tap (`crate::tap::TapNode`).
+    /// of the counters: a prefix-sharing `__publish`, an observer (a tap,
+    /// `crate::tap::TapNode`; an exported stream, `crate::export::ExportNode`).
     /// (Channel endpoints are told apart by [`endpoint_of`].)
     pub(crate) fn internal(&self) -> bool {
-        self.label.starts_with(crate::tap::TAP)
+        self.filter.observes()
             || matches!(&self.spec.kind, NodeKind::Filter { filter, .. } if filter == PUBLISH)
+    }
+
+    /// One of the run's own nodes (a tap, an exported stream), running `filter`: its spec
+    /// names the filter `name` with `options` (what the graph shows), and it has no arcs.
+    pub(crate) fn own(label: String, name: &str, options: Vec<(String, String)>, filter: Box<dyn Filter>) -> RtNode {
+        let spec = Node {
+            id: 0,
+            kind: NodeKind::Filter {
+                filter: name.into(),
+                params: vec![],
+                options,
+                place: Default::default(),
+            },
+            span: lang::Span::default(),
+            hints: vec![],
+            name: None,
+        };
+        let made = Made {
+            filter,
+            source: false,
+            routes_by_class: false,
+            export: None,
+        };
+        RtNode::new(label, spec, made, Vec::new())
     }
 
     pub(crate) fn pass_through(label: String, spec: Node, out: Vec<Arc_>) -> RtNode {
@@ -192,12 +217,13 @@ pub(crate) fn endpoint_of(n: &RtNode) -> Option<(bool, usize)> {
 }
 
 /// What instantiating one node gives: its filter, whether it is a source, whether it
-/// routes by branch (a split), and its exported stream.
+/// routes by branch (a split), and its exported stream (a node of its own once hung on
+/// it, [`Space::add_made`]).
 pub(crate) struct Made {
     pub(crate) filter: Box<dyn Filter>,
     pub(crate) source: bool,
     pub(crate) routes_by_class: bool,
-    pub(crate) export: Option<beltway::IbufWriter>,
+    pub(crate) export: Option<crate::export::ExportNode>,
 }
 
 
@@ -315,45 +341,8 @@ pub(super) fn without_name(e: crate::FilterError, base: &str) -> crate::FilterEr
     }
 }
 
-/// Name under /dev/shm of a node's exported stream: `streamline.NAME` (tags, an IBuf) and
-/// `streamline.NAME.data` (the data its tags point to).
-pub fn export_name(node: &str) -> String {
-    format!("streamline.{node}")
-}
-
-/// Create the named IBuf (and its DBuf) for an exported stream. A space's own data lives
-/// in private memory, so exported blocks are written through into the shared DBuf once;
-/// readers in other processes map both by name (`beltway::IbufReader`). Lossless: a reader
-/// that stops reading holds the pipeline back, like a Unix pipe.
-///
-/// `size=` (thesis Table 3.2) sets the data ring's bytes (default 16 MiB) and `mode=` the
-/// permission bits of both rings (default 0644).
-pub(super) fn export_stream(
-    node: &str,
-    size: Option<u64>,
-    mode: Option<u32>,
-) -> beltway::Result<beltway::IbufWriter> {
-    use beltway::{Layout, RingConfig, Writer};
-    let name = export_name(node).replace(['/', ' '], "_");
-    let mode = mode.unwrap_or(0o644);
-    let bytes = size.map_or(16 << 20, |s| (s as usize).next_power_of_two().max(1 << 16));
-    let tags = Writer::create_named(
-        &name,
-        RingConfig {
-            mode,
-            ..RingConfig::bytes(1 << 20).layout(Layout::Tags)
-        },
-    )?;
-    let data = Writer::create_named(
-        &format!("{name}.data"),
-        RingConfig {
-            mode,
-            buf_id: 1,
-            ..RingConfig::bytes(bytes)
-        },
-    )?;
-    beltway::IbufWriter::new(tags)?.with_default(data)
-}
+pub use crate::export::export_name;
+use crate::export::export_stream;
 
 /// A node's `size=` control option in bytes (K/M/G suffixes), if given.
 pub fn size_option(options: &[(String, String)]) -> Option<u64> {

@@ -1,5 +1,6 @@
 //! A batch's walk: a node's filter runs, and its output is routed along its arcs (the
-//! classifier fast path, taps and exports on the way), with the counters and clock kept.
+//! classifier fast path; observers, taps and exported streams, handed the whole output
+//! first), with the counters and clock kept.
 
 use crate::filter::{Batch, Ctx, Filter};
 use lang::Selector;
@@ -170,8 +171,7 @@ impl Space {
             // The run goes on through this node's only arc into the next classifier.
             let node = &nodes[cur];
             let next = match node.out.as_slice() {
-                [a] if node.export.is_none()
-                    && !node.routes_by_class
+                [a] if !node.routes_by_class
                     && nodes[a.to].classifier
                     && depth < MAX_DEPTH =>
                 {
@@ -208,10 +208,12 @@ impl Space {
         Some((cur, batch, depth))
     }
 
-    /// Forward a node's output batch along its arcs.
+    /// Forward a node's output batch along its arcs: first to its observers (taps,
+    /// exported streams), then down the others as their selectors say.
     pub(crate) fn route(&mut self, i: usize, batch: Batch, depth: usize) {
-        self.watch_out(i, &batch);
-        let n_out = self.nodes[i].out.len();
+        self.nodes[i].watch.observe(&batch.tags);
+        let observers = self.observe(i, &batch, depth);
+        let n_out = self.nodes[i].out.len() - observers;
         if self.nodes[i].routes_by_class {
             self.route_by_branch(i, batch, depth);
             return;
@@ -226,10 +228,11 @@ impl Space {
         // are skipped; with one arc left the batch moves on in place.
         let mut live = n_out;
         let mut only = 0;
-        if n_out > 1 {
+        if n_out > 1 || observers > 0 {
             live = 0;
             for (k, a) in self.nodes[i].out.iter().enumerate() {
-                if self.nodes[a.to].filter.accepts() {
+                let to = &self.nodes[a.to].filter;
+                if !to.observes() && (n_out == 1 || to.accepts()) {
                     live += 1;
                     only = k;
                 }
@@ -246,23 +249,28 @@ impl Space {
         }
     }
 
-    /// What watches node `i`'s output before it is routed: the classes seen, its
-    /// exported stream. (Taps are nodes on its arcs.)
-    fn watch_out(&mut self, i: usize, batch: &Batch) {
-        let node = &mut self.nodes[i];
-        node.watch.observe(&batch.tags);
-        if let Some(ex) = self.nodes[i].export.as_mut() {
-            for t in batch.tags.iter().filter(|t| t.class != 0) {
-                if let Ok(d) = self.store.data(t) {
-                    if let Err(e) = ex.write_class(d, t.class) {
-                        let l = self.nodes[i].label.clone();
-                        self.warnings.push(format!("{l}: export stopped: {e}"));
-                        self.nodes[i].export = None;
-                        break;
-                    }
-                }
+    /// Hand node `i`'s whole output to the observers on its arcs (taps, exported streams:
+    /// `Filter::observes`), each a copy of the tags, every block shared; counted on their
+    /// arcs only, not as the node's output. Returns how many arcs lead to observers.
+    fn observe(&mut self, i: usize, batch: &Batch, depth: usize) -> usize {
+        let mut observers = 0;
+        for k in 0..self.nodes[i].out.len() {
+            let (to, from) = (self.nodes[i].out[k].to, self.nodes[i].out[k].in_index);
+            if !self.nodes[to].filter.observes() {
+                continue;
             }
+            observers += 1;
+            if batch.is_empty() || !self.nodes[to].filter.accepts() {
+                continue;
+            }
+            let mut b = self.spare_batch.take().unwrap_or_default();
+            b.tags.extend_from_slice(&batch.tags);
+            b.shared.resize(batch.len(), true);
+            let bytes = batch.tags.iter().map(|t| t.len as u64).sum();
+            self.carry(i, k, b.len(), bytes);
+            self.push(to, b, depth + 1, bytes, from);
         }
+        observers
     }
 
     /// Split: each block goes down the arc its branch names, and no other.
@@ -280,14 +288,14 @@ impl Space {
             .flat_map(|b| b.tags.iter())
             .map(|t| t.len as u64)
             .sum();
-        let routed: usize = per.iter().map(|b| b.len()).sum();
-        // A tap on the split reads all of its output, whichever branch each block takes.
+        // A block whose branch names an observer's arc (which had the whole output) goes
+        // no further.
         for (k, b) in per.iter_mut().enumerate() {
-            if self.nodes[self.nodes[i].out[k].to].label.starts_with(crate::tap::TAP) {
-                b.tags.clone_from(&batch.tags);
-                b.shared = vec![true; batch.len()];
+            if self.nodes[self.nodes[i].out[k].to].filter.observes() {
+                b.clear();
             }
         }
+        let routed: usize = per.iter().map(|b| b.len()).sum();
         // A block whose branch names no arc goes nowhere: a drop.
         self.nodes[i].c.drops += (batch.len() - routed) as u64;
         self.count_out(i, routed, bytes);
@@ -328,7 +336,8 @@ impl Space {
     }
 
     /// Multicast: each arc gets the tags its selector admits (arcs into filters that take
-    /// nothing now get none, unless `all_live`). A block that goes down more than one arc
+    /// nothing now get none, unless `all_live`; arcs into observers none: they had the
+    /// whole output). A block that goes down more than one arc
     /// is shared until its last arc (write isolation).
     fn multicast(&mut self, i: usize, batch: Batch, depth: usize, all_live: bool) {
         let names = &self.names;
@@ -338,7 +347,8 @@ impl Space {
             .out
             .iter()
             .map(|a| {
-                let on = all_live || nodes[a.to].filter.accepts();
+                let to = &nodes[a.to].filter;
+                let on = !to.observes() && (all_live || to.accepts());
                 batch
                     .tags
                     .iter()

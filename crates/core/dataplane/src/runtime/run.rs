@@ -171,11 +171,7 @@ impl Space {
     /// processes; exported streams end (their readers see end of stream).
     pub(super) fn finish_all(&mut self) {
         self.finish_filters();
-        for n in &mut self.nodes {
-            if let Some(ex) = n.export.as_mut() {
-                ex.close();
-            }
-        }
+        self.close_exports();
     }
 
     pub(super) fn finish_filters(&mut self) {

@@ -2,7 +2,6 @@
 
 use crate::store::Store;
 use lang::Graph;
-use std::time::Duration;
 use super::*;
 
 impl Space {
@@ -21,6 +20,7 @@ impl Space {
         labels: &[String],
     ) -> Result<Space, BuildError> {
         let mut nodes = Vec::with_capacity(g.nodes.len());
+        let mut exports = Vec::new();
         let mut seen = std::collections::HashMap::<String, usize>::new();
         let in_degree = |id| g.edges.iter().filter(|e| e.to == id).count();
         for n in &g.nodes {
@@ -32,7 +32,8 @@ impl Space {
                 _ => label_of(&base, n.name.as_deref(), *k),
             };
             let sink = !g.edges.iter().any(|e| e.from == n.id);
-            let made = instantiate(n, &label, factory, in_degree(n.id), sink)?;
+            let mut made = instantiate(n, &label, factory, in_degree(n.id), sink)?;
+            exports.extend(made.export.take().map(|e| (nodes.len(), e)));
             nodes.push(RtNode::new(label, n.clone(), made, Vec::new()));
         }
         let mut in_count = vec![0usize; nodes.len()];
@@ -47,7 +48,7 @@ impl Space {
         }
         let clock = quanta::Clock::new();
         let last = clock.raw();
-        Ok(Space {
+        let mut space = Space {
             nodes,
             store: Store::new(scratch),
             warnings: Vec::new(),
@@ -61,7 +62,13 @@ impl Space {
             elsewhere: Vec::new(),
             ending: false,
             ready: None,
-        })
+        };
+        // Exported streams are nodes after the graph's (whose indices are their ids), on
+        // arcs after their nodes' others (a split's branches keep their arcs' numbers).
+        for (i, e) in exports {
+            space.hang_export(i, e);
+        }
+        Ok(space)
     }
 
     /// Named classes for `|name` selectors.
@@ -154,17 +161,6 @@ impl Space {
 
     pub fn warnings(&self) -> &[String] {
         &self.warnings
-    }
-
-    /// Wait until every exported stream has `n` readers attached (a FIFO's open), so a
-    /// reader started before the run misses nothing.
-    pub fn wait_for_export_readers(&self, n: u32, timeout: Duration) -> Result<(), beltway::Error> {
-        for node in &self.nodes {
-            if let Some(ex) = &node.export {
-                ex.tags().wait_for_readers(n, timeout)?;
-            }
-        }
-        Ok(())
     }
 
     /// Blocks copied by write isolation so far.

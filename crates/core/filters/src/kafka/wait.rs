@@ -25,14 +25,11 @@ pub(super) fn signal_arrivals(queues: &mut [PartitionQueue<DefaultConsumerContex
 
 impl KafkaIn {
     /// Partition queues: their signal, the main queue's turn and the next commit on a
-    /// quiet topic. A group's consumer waits in `pull`.
+    /// quiet topic. A group's consumer waits in `pull`. (A stream that ended is ready:
+    /// [`dataplane::transport::BlockIn::arm_in`].)
     pub(super) fn arm_queues(&mut self, w: &mut Arm<'_>) {
         if self.queues.is_empty() {
             w.poll();
-            return;
-        }
-        if self.ended {
-            w.ready();
             return;
         }
         w.signal(self.arrived.as_fd());
