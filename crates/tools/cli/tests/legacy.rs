@@ -373,7 +373,7 @@ fn packets_no_reader_wants_stay_in_the_kernel() {
     let id = d
         .ps()
         .lines()
-        .find(|l| l.contains("keep=readers"))
+        .find(|l| l.contains(&format!("rx dev={}", v.here)))
         .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
         .unwrap_or_else(|| panic!("no shared capture in ps:\n{}", d.ps()));
     let mut attach = d
