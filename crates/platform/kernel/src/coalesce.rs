@@ -72,6 +72,12 @@ fn guard(ins: &Insn, free: Option<u32>) -> Result<Vec<Insn>, ()> {
     let reject = insn(JA, 0, 0, REJECT);
     let ld_len = insn(0x80, 0, 0, 0);
     Ok(match (c & 0x07, c & 0xe0) {
+        // The kernel's ancillary data (SKF_AD_OFF + n: the packet type, the protocol...):
+        // no packet bytes, never fails.
+        (0x00, 0x20) if ins.k >= SKF_AD_OFF => Vec::new(),
+        // Other negative offsets (from the network or link header, SKF_NET_OFF,
+        // SKF_LL_OFF): not guarded here; such a program is not laid with others.
+        (0x00, 0x20 | 0x40) if (ins.k as i32) < 0 => return Err(()),
         // ld [k]: A is overwritten by the load, so free to use.
         (0x00, 0x20) => match ins.k.checked_add(size) {
             Some(need) => vec![ld_len, insn(0x35, 1, 0, need), reject],
@@ -117,6 +123,9 @@ fn guard(ins: &Insn, free: Option<u32>) -> Result<Vec<Insn>, ()> {
         _ => Vec::new(),
     })
 }
+
+/// Where the kernel's ancillary loads begin (linux/filter.h SKF_AD_OFF, -0x1000).
+const SKF_AD_OFF: u32 = 0xffff_f000;
 
 /// In a guard, `ja` to the program's reject ([`guard`]).
 const REJECT: u32 = u32::MAX;
@@ -763,6 +772,10 @@ mod tests {
         let u = union(&refs).unwrap();
         let inbound = compile("inbound", 1, 262144).unwrap();
         let both = and_then(inbound.insns(), &u).unwrap();
+        // The direction's ancillary load (the packet type) is not guarded as a packet
+        // load: a guard against `len` would reject every packet.
+        assert_eq!(both[0], inbound.insns()[0], "{both:?}");
+        assert!(inbound.insns()[0].k >= SKF_AD_OFF);
         for p in [&u, &both] {
             let sock: std::os::fd::OwnedFd = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().into();
             crate::afpacket::attach_classic(&sock, p).unwrap_or_else(|e| panic!("{e}: {} instructions", p.len()));
