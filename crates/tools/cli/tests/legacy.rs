@@ -356,9 +356,9 @@ fn tcpdump_on_streamline_writes_what_plain_tcpdump_writes() {
 /// keeps; a reader without a filter opens the socket to everything again.
 #[test]
 fn packets_no_reader_wants_stay_in_the_kernel() {
-    let v = quiet_veth("lgk", "veth pairs, namespaces, packet capture");
-    let d = Daemon::start("lgk", None);
-    let dir = tmpdir("k");
+    let v = quiet_veth("lgu", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgu", None);
+    let dir = tmpdir("u");
     let filters = ["tcp and port 80", "udp port 53"];
     let readers: Vec<Reader> = filters
         .iter()
