@@ -27,9 +27,10 @@
 //!
 //! A shared tap ([`Tap::shared`]) serves readers that each want a part of the stream (a
 //! libpcap reader's `pcap_setfilter`). Each [`Subscriber`] has a tag ring of its own over
-//! the tap's one data ring. Per block, one classifier pass asks each distinct filter once
-//! (subscribers with the same filter share its verdict): a block nobody wants is not
-//! copied at all; a block somebody wants is copied once into the data ring, and each
+//! the tap's one data ring. Per block, one classifier pass ([`Classify`], which the
+//! subscription's [`Classifier`] builds for the distinct programs, e.g. merged into one
+//! decision structure) gives every distinct filter its verdict (subscribers with the same
+//! program share one): a block nobody wants is not copied at all; a block somebody wants is copied once into the data ring, and each
 //! subscriber that wants it gets a 16-byte tag pointing at that copy (zero copies per
 //! reader), its length cut to what the filter's verdict and the subscriber's snap length
 //! keep. Subscribers' tag rings are FRP like the tap's own: a reader that stops loses its
@@ -330,8 +331,8 @@ impl Tap {
     }
 
     /// Copy the blocks of `tags` that leave the node (class not 0) into the tap: every
-    /// one for a plain tap, those a subscriber wants for a shared one (one classifier pass:
-    /// each distinct filter once per block). An error stops the tap (its words).
+    /// one for a plain tap, those a subscriber wants for a shared one (one classifier pass
+    /// per block for all distinct filters). An error stops the tap (its words).
     pub(crate) fn write(&mut self, store: &Store, tags: &[Tag]) -> Result<(), String> {
         self.send_tags(store, tags)
     }
