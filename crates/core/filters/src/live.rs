@@ -192,6 +192,13 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         "readers" => Some(Some(vec![kernel::cbpf::Insn { code: 0x06, jt: 0, jf: 0, k: 0 }])),
         v => return Err(FilterError::bad("keep", v, "all or readers")),
     };
+    if readers.is_some() && kebpf.is_some() {
+        return Err(FilterError::bad(
+            "keep",
+            "readers",
+            "all when an eBPF program goes onto the socket (one program per socket)",
+        ));
+    }
     // The interface must exist now (a clear error before the run).
     kernel::afpacket::ifindex(&dev).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
     Ok(Box::new(Rx {
