@@ -340,6 +340,13 @@ pub trait Filter: Send {
     fn as_export(&mut self) -> Option<&mut crate::export::ExportNode> {
         None
     }
+
+    /// The readers of the shared taps on this node's output want only what one of
+    /// `programs` (classic BPF; none: nothing) accepts; `None`: everything. Told at a batch
+    /// boundary whenever a subscriber comes, goes or changes its filter. A source that
+    /// serves only them (`rx keep=readers`, the daemon's shared capture) may leave the rest
+    /// in the kernel; any other filter ignores it.
+    fn readers_want(&mut self, _programs: Option<&[&[protocol::proto::BpfInsn]]>) {}
 }
 
 /// The markers of `crate::migrate`, on a channel between two spaces of this process: the

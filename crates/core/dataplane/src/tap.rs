@@ -27,9 +27,10 @@
 //!
 //! A shared tap ([`Tap::shared`]) serves readers that each want a part of the stream (a
 //! libpcap reader's `pcap_setfilter`). Each [`Subscriber`] has a tag ring of its own over
-//! the tap's one data ring. Per block, one classifier pass asks each distinct filter once
-//! (subscribers with the same filter share its verdict): a block nobody wants is not
-//! copied at all; a block somebody wants is copied once into the data ring, and each
+//! the tap's one data ring. Per block, one classifier pass ([`Classify`], which the
+//! subscription's [`Classifier`] builds for the distinct programs, e.g. merged into one
+//! decision structure) gives every distinct filter its verdict (subscribers with the same
+//! program share one): a block nobody wants is not copied at all; a block somebody wants is copied once into the data ring, and each
 //! subscriber that wants it gets a 16-byte tag pointing at that copy (zero copies per
 //! reader), its length cut to what the filter's verdict and the subscriber's snap length
 //! keep. Subscribers' tag rings are FRP like the tap's own: a reader that stops loses its
@@ -94,9 +95,23 @@ impl Moderation {
     }
 }
 
-/// Which blocks a subscriber wants: called with a block and its wire length, it returns
-/// how many bytes of the block to keep, 0 for none (a classic BPF program's verdict).
-pub type Want = Box<dyn FnMut(&[u8], u32) -> u32 + Send>;
+/// A classic BPF program (`struct sock_filter`'s fields), as a libpcap reader gives it;
+/// empty: no filter (every block, whole).
+pub type Program = Vec<protocol::proto::BpfInsn>;
+
+/// The subscribers' distinct filters, evaluated together (built by a [`Classifier`] for
+/// the programs the tap's subscribers have now): each program's verdict on a block, as
+/// many bytes of it to keep, 0 for none (a classic BPF program's return).
+pub trait Classify: Send {
+    /// `out[i]`: the verdict of the `i`th program it was built for on `block`, whose length
+    /// on the wire is `wire`.
+    fn verdicts(&mut self, block: &[u8], wire: u32, out: &mut [u32]);
+}
+
+/// Builds the [`Classify`] of a set of distinct, non-empty programs (the tap rebuilds it
+/// when a subscriber with a new program comes or the last with one goes).
+pub type Classifier =
+    std::sync::Arc<dyn Fn(&[&[protocol::proto::BpfInsn]]) -> Box<dyn Classify> + Send + Sync>;
 
 /// One reader of a shared tap: its own tag ring over the tap's data ring.
 #[derive(Debug)]
@@ -148,18 +163,26 @@ impl Subscriber {
 }
 
 /// Subscribers that share a filter, and that filter's verdict on the current block.
+#[derive(Debug)]
 struct Group {
-    key: Vec<u8>,
-    want: Want,
+    program: Program,
     subs: Vec<Subscriber>,
     verdict: u32,
 }
 
-impl std::fmt::Debug for Group {
+/// The subscribers' filters in one evaluation: what builds it, and what it built for the
+/// groups' programs now (`None` while no group has a filter).
+struct Joint {
+    make: Classifier,
+    now: Option<Box<dyn Classify>>,
+    /// Per group with a filter, in group order: its verdict from `now`.
+    verdicts: Vec<u32>,
+}
+
+impl std::fmt::Debug for Joint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Group")
-            .field("key", &self.key.len())
-            .field("subs", &self.subs)
+        f.debug_struct("Joint")
+            .field("programs", &self.verdicts.len())
             .finish()
     }
 }
@@ -173,6 +196,8 @@ pub struct Tap {
     /// shared tap copies only what a subscriber wants.
     plain: bool,
     groups: Vec<Group>,
+    /// A shared tap's classifier.
+    joint: Option<Joint>,
     /// Blocks the classifier looked at, and those nobody wanted (not copied).
     pub classified: u64,
     pub unwanted: u64,
@@ -214,6 +239,7 @@ impl Tap {
                 writer,
                 plain: true,
                 groups: Vec::new(),
+                joint: None,
                 classified: 0,
                 unwanted: 0,
                 outlet: Outlet::default(),
@@ -223,25 +249,63 @@ impl Tap {
     }
 
     /// A shared tap for [`Subscriber`]s: like [`Tap::create`], but a block is copied only
-    /// when a subscriber wants it.
-    pub fn shared(id: u64, label: &str, data_bytes: usize) -> beltway::Result<(Tap, TapRings)> {
+    /// when a subscriber wants it, as `classifier`'s evaluation of their programs says.
+    pub fn shared(
+        id: u64,
+        label: &str,
+        data_bytes: usize,
+        classifier: Classifier,
+    ) -> beltway::Result<(Tap, TapRings)> {
         let (mut tap, rings) = Tap::create(id, label, data_bytes)?;
         tap.plain = false;
+        tap.joint = Some(Joint {
+            make: classifier,
+            now: None,
+            verdicts: Vec::new(),
+        });
         Ok((tap, rings))
     }
 
-    /// Add a subscriber whose filter is `want`; `key` names the filter (its program's
-    /// bytes): subscribers with equal keys share one evaluation per block.
-    pub fn subscribe(&mut self, key: Vec<u8>, want: Want, sub: Subscriber) {
-        match self.groups.iter_mut().find(|g| g.key == key) {
+    /// Add a subscriber whose filter is `program` (empty: none): subscribers with equal
+    /// programs share one verdict per block.
+    pub fn subscribe(&mut self, program: Program, sub: Subscriber) {
+        match self.groups.iter_mut().find(|g| g.program == program) {
             Some(g) => g.subs.push(sub),
-            None => self.groups.push(Group {
-                key,
-                want,
-                subs: vec![sub],
-                verdict: 0,
-            }),
+            None => {
+                self.groups.push(Group {
+                    program,
+                    subs: vec![sub],
+                    verdict: 0,
+                });
+                self.rebuild();
+            }
         }
+    }
+
+    /// The classifier for the groups' programs now.
+    fn rebuild(&mut self) {
+        let Some(j) = &mut self.joint else {
+            return;
+        };
+        let programs: Vec<&[protocol::proto::BpfInsn]> = self
+            .groups
+            .iter()
+            .filter(|g| !g.program.is_empty())
+            .map(|g| g.program.as_slice())
+            .collect();
+        j.verdicts = vec![0; programs.len()];
+        j.now = (!programs.is_empty()).then(|| (j.make)(&programs));
+    }
+
+    /// What its readers want: `None` for everything (a plain tap's readers, or a
+    /// subscriber without a filter), else the distinct programs of its subscribers (none:
+    /// nothing). For the tapped node, which may leave the rest in the kernel
+    /// ([`crate::Filter::readers_want`]).
+    pub fn wants(&self) -> Option<Vec<&[protocol::proto::BpfInsn]>> {
+        if self.plain || self.groups.iter().any(|g| g.program.is_empty()) {
+            return None;
+        }
+        Some(self.groups.iter().map(|g| g.program.as_slice()).collect())
     }
 
     /// Remove subscriber `id` (its reader sees the end of its stream). Whether it was here.
@@ -253,7 +317,11 @@ impl Tap {
                 found = true;
             }
         }
+        let before = self.groups.len();
         self.groups.retain(|g| !g.subs.is_empty());
+        if self.groups.len() != before {
+            self.rebuild();
+        }
         found
     }
 
@@ -263,8 +331,8 @@ impl Tap {
     }
 
     /// Copy the blocks of `tags` that leave the node (class not 0) into the tap: every
-    /// one for a plain tap, those a subscriber wants for a shared one (one classifier pass:
-    /// each distinct filter once per block). An error stops the tap (its words).
+    /// one for a plain tap, those a subscriber wants for a shared one (one classifier pass
+    /// per block for all distinct filters). An error stops the tap (its words).
     pub(crate) fn write(&mut self, store: &Store, tags: &[Tag]) -> Result<(), String> {
         self.send_tags(store, tags)
     }
@@ -273,8 +341,21 @@ impl Tap {
     /// subscriber that does. Flushed by the caller, once per batch.
     fn put(&mut self, h: &Fields, d: &[u8]) -> beltway::Result<()> {
         let mut wanted = self.plain;
+        if let Some(Joint {
+            now: Some(c),
+            verdicts,
+            ..
+        }) = &mut self.joint
+        {
+            c.verdicts(d, h.orig_len, verdicts);
+        }
+        let mut v = self.joint.iter().flat_map(|j| j.verdicts.iter());
         for g in &mut self.groups {
-            g.verdict = (g.want)(d, h.orig_len);
+            g.verdict = if g.program.is_empty() {
+                u32::MAX
+            } else {
+                *v.next().expect("a verdict per group with a filter")
+            };
             wanted |= g.verdict != 0;
         }
         self.classified += 1;
@@ -543,36 +624,56 @@ pub(crate) mod tests {
         (got, lost + r.tags().lost() / Tag::SIZE as u64)
     }
 
-    /// One classifier pass per block and distinct filter; a block nobody wants is not
+    /// A classifier for these tests: program `[(0, 0, 0, m), (6, 0, 0, v)]` keeps `v`
+    /// bytes of a block whose first byte is a multiple of `m`. Counts its passes and the
+    /// programs it was built for.
+    fn test_classifier(
+        passes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        built: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    ) -> Classifier {
+        struct Modulo(Vec<(u8, u32)>, std::sync::Arc<std::sync::atomic::AtomicU64>);
+        impl Classify for Modulo {
+            fn verdicts(&mut self, block: &[u8], _wire: u32, out: &mut [u32]) {
+                self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                for (o, &(m, v)) in out.iter_mut().zip(&self.0) {
+                    *o = if block[0].is_multiple_of(m) { v } else { 0 };
+                }
+            }
+        }
+        std::sync::Arc::new(move |programs: &[&[protocol::proto::BpfInsn]]| {
+            built.lock().unwrap().push(programs.len());
+            Box::new(Modulo(
+                programs.iter().map(|p| (p[0].3 as u8, p[1].3)).collect(),
+                passes.clone(),
+            )) as Box<dyn Classify>
+        })
+    }
+
+    fn modulo(m: u8, v: u32) -> Program {
+        vec![(0, 0, 0, m as u32), (6, 0, 0, v)]
+    }
+
+    /// One classifier pass per block for all distinct filters; a block nobody wants is not
     /// copied; each subscriber reads exactly what its filter keeps, cut to its verdict and
     /// snap length, from the one copy.
     #[test]
     fn subscribers_get_what_their_filters_keep_from_one_copy() {
         use std::sync::atomic::{AtomicU64, Ordering};
-        use std::sync::Arc;
-        let (mut tap, rings) = Tap::shared(1, "t", 1 << 20).unwrap();
-        let evals = Arc::new(AtomicU64::new(0));
-        let even = |e: Arc<AtomicU64>| -> Want {
-            Box::new(move |d: &[u8], _| {
-                e.fetch_add(1, Ordering::Relaxed);
-                if d[0].is_multiple_of(2) {
-                    u32::MAX
-                } else {
-                    0
-                }
-            })
-        };
+        use std::sync::{Arc, Mutex};
+        let passes = Arc::new(AtomicU64::new(0));
+        let built = Arc::new(Mutex::new(Vec::new()));
+        let (mut tap, rings) =
+            Tap::shared(1, "t", 1 << 20, test_classifier(passes.clone(), built.clone())).unwrap();
         let (a, ra) = Subscriber::create(10, &rings, 1024, u32::MAX, WAKE).unwrap();
         let (b, rb) = Subscriber::create(11, &rings, 1024, 3, WAKE).unwrap();
         let (c, rc) = Subscriber::create(12, &rings, 1024, u32::MAX, WAKE).unwrap();
-        tap.subscribe(b"even".to_vec(), even(evals.clone()), a);
-        // Same key: shares the first one's verdict (its own closure is never called).
-        tap.subscribe(b"even".to_vec(), even(Arc::new(AtomicU64::new(0))), b);
-        tap.subscribe(
-            b"five".to_vec(),
-            Box::new(|d: &[u8], _| if d[0].is_multiple_of(5) { 2 } else { 0 }),
-            c,
-        );
+        assert_eq!(tap.wants(), Some(vec![]), "no subscriber wants nothing");
+        tap.subscribe(modulo(2, u32::MAX), a);
+        // The same program: the same group, no new classifier.
+        tap.subscribe(modulo(2, u32::MAX), b);
+        tap.subscribe(modulo(5, 2), c);
+        assert_eq!(*built.lock().unwrap(), vec![1, 2], "rebuilt per new program only");
+        assert_eq!(tap.wants().map(|w| w.len()), Some(2));
         let (mut ra, mut rb, mut rc) = (observer(&ra), observer(&rb), observer(&rc));
         for i in 0..100u8 {
             tap.put(
@@ -588,9 +689,9 @@ pub(crate) mod tests {
         }
         tap.flush();
         assert_eq!(
-            evals.load(Ordering::Relaxed),
+            passes.load(Ordering::Relaxed),
             100,
-            "one evaluation per block for both 'even' subscribers"
+            "one classifier pass per block for all three subscribers"
         );
         // Neither even nor a multiple of five: 40 of 100 blocks, never copied.
         assert_eq!((tap.classified, tap.unwanted), (100, 40));
@@ -616,20 +717,28 @@ pub(crate) mod tests {
             (0..100).step_by(5).map(|i| vec![i, 1]).collect::<Vec<_>>(),
             "verdict 2 keeps 2 bytes"
         );
-        // Unsubscribed: its reader sees the end; the others go on.
+        // Unsubscribed: its reader sees the end; the others go on. The last of a program
+        // gone, the classifier is rebuilt without it.
         assert!(tap.unsubscribe(11));
         assert_eq!(tap.subscribers(), 2);
+        assert!(tap.unsubscribe(12));
+        assert_eq!(*built.lock().unwrap(), vec![1, 2, 1]);
+        // A subscriber without a filter: its readers want everything.
+        let (d, _rd) = Subscriber::create(13, &rings, 1024, u32::MAX, WAKE).unwrap();
+        tap.subscribe(Vec::new(), d);
+        assert_eq!(tap.wants(), None);
     }
 
     /// A subscriber that does not read loses its own tags and records, counted; one that
     /// reads loses nothing, and the writer never waits.
     #[test]
     fn a_subscriber_that_stops_loses_only_its_own() {
-        let (mut tap, rings) = Tap::shared(2, "t", 1 << 16).unwrap();
+        let none = test_classifier(Default::default(), Default::default());
+        let (mut tap, rings) = Tap::shared(2, "t", 1 << 16, none).unwrap();
         let (slow, rs) = Subscriber::create(20, &rings, 4096, u32::MAX, WAKE).unwrap();
         let (fast, rf) = Subscriber::create(21, &rings, 4096, u32::MAX, WAKE).unwrap();
-        tap.subscribe(Vec::new(), Box::new(|_: &[u8], _| u32::MAX), slow);
-        tap.subscribe(Vec::new(), Box::new(|_: &[u8], _| u32::MAX), fast);
+        tap.subscribe(Vec::new(), slow);
+        tap.subscribe(modulo(1, u32::MAX), fast);
         let (mut rs, mut rf) = (observer(&rs), observer(&rf));
         let block = [7u8; 500];
         let mut fast_got = 0;

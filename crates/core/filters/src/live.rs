@@ -66,6 +66,13 @@ pub struct Rx {
     adaptive: Option<Adaptive>,
     /// Fixed scheme: the polls the ring has made (its wake-ups).
     polls: u64,
+    /// `keep=readers`: the socket keeps only what the readers of the shared taps on this
+    /// node want (the union of their programs, after `kfilter`'s), told by
+    /// [`Filter::readers_want`]; the program on the socket now (`None`: all).
+    readers: Option<Option<Vec<kernel::cbpf::Insn>>>,
+    /// Times the readers' union was attached, and why the last attach failed.
+    unions: u64,
+    union_error: Option<String>,
 }
 
 fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
@@ -179,6 +186,19 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
             Some((crate::nicfix::decode(program)?, Some(pin.clone()))),
         ),
     };
+    let readers = match a.get("keep", None).unwrap_or("all") {
+        "all" => None,
+        // Until a reader subscribes, nobody wants anything.
+        "readers" => Some(Some(vec![kernel::cbpf::Insn { code: 0x06, jt: 0, jf: 0, k: 0 }])),
+        v => return Err(FilterError::bad("keep", v, "all or readers")),
+    };
+    if readers.is_some() && kebpf.is_some() {
+        return Err(FilterError::bad(
+            "keep",
+            "readers",
+            "all when an eBPF program goes onto the socket (one program per socket)",
+        ));
+    }
     // The interface must exist now (a clear error before the run).
     kernel::afpacket::ifindex(&dev).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
     Ok(Box::new(Rx {
@@ -198,6 +218,9 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         kernel_drops: 0,
         adaptive,
         polls: 0,
+        readers,
+        unions: 0,
+        union_error: None,
     }))
 }
 
@@ -216,10 +239,19 @@ impl Rx {
                     .map_err(|e| FilterError::invalid(self.dev.clone(), e))?,
             );
         }
-        let filter = match (&prog, &self.kprog) {
-            (Some(p), _) => Some(SocketFilter::Classic(p)),
-            (None, Some(k)) => Some(SocketFilter::Ebpf(k.prog_fd())),
-            (None, None) => None,
+        // keep=readers: what the readers want, after the capture's own program.
+        let coalesced = match (&self.readers, &prog) {
+            (Some(Some(u)), p) => Some(
+                kernel::cbpf::Program::new(self.with_own(p.as_ref(), u))
+                    .map_err(|x| FilterError::invalid("", x))?,
+            ),
+            _ => None,
+        };
+        let filter = match (&coalesced, &prog, &self.kprog) {
+            (Some(c), _, _) => Some(SocketFilter::Classic(c)),
+            (None, Some(p), _) => Some(SocketFilter::Classic(p)),
+            (None, None, Some(k)) => Some(SocketFilter::Ebpf(k.prog_fd())),
+            (None, None, None) => None,
         };
         for _ in 0..self.rings {
             // A non-root client's worker takes the socket the daemon lent it, with the
@@ -321,6 +353,21 @@ impl Rx {
         }
     }
 
+    /// The program for the socket under `keep=readers`: the capture's own (`own`, e.g. its
+    /// direction) and then the readers' union; the union alone if it has none, and its own
+    /// alone if both do not fit in one program (more passes, never less).
+    fn with_own(
+        &self,
+        own: Option<&kernel::cbpf::Program>,
+        union: &[kernel::cbpf::Insn],
+    ) -> Vec<kernel::cbpf::Insn> {
+        match own {
+            None => union.to_vec(),
+            Some(p) => kernel::coalesce::and_then(p.insns(), union)
+                .unwrap_or_else(|| p.insns().to_vec()),
+        }
+    }
+
     /// The sequence number of `b` in its ring.
     fn seq(&self, b: &Block) -> u64 {
         b.lap * self.cfg.blocks as u64 + b.index as u64
@@ -329,6 +376,53 @@ impl Rx {
 
 impl Filter for Rx {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
+
+    /// `keep=readers`: the union of the readers' programs goes onto the socket (after the
+    /// capture's own), so that packets none of them wants stay in the kernel. The kernel
+    /// swaps the program at once; frames already in the ring passed the old one (the tap
+    /// asks each reader's program again). An attach that fails leaves the socket taking
+    /// everything (its own program only), never less than a reader wants.
+    fn readers_want(&mut self, programs: Option<&[&[protocol::proto::BpfInsn]]>) {
+        if self.readers.is_none() {
+            return;
+        }
+        let insns = |p: &[protocol::proto::BpfInsn]| -> Vec<kernel::cbpf::Insn> {
+            p.iter()
+                .map(|&(code, jt, jf, k)| kernel::cbpf::Insn { code, jt, jf, k })
+                .collect()
+        };
+        let progs: Option<Vec<Vec<kernel::cbpf::Insn>>> =
+            programs.map(|ps| ps.iter().map(|p| insns(p)).collect());
+        let union = progs.and_then(|ps| {
+            let refs: Vec<&[kernel::cbpf::Insn]> = ps.iter().map(|p| p.as_slice()).collect();
+            kernel::coalesce::union(&refs)
+        });
+        let own = match &self.kfilter {
+            Some(e) => match compile(e, crate::packet::LINKTYPE_ETHERNET, 262144) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    self.union_error = Some(e.to_string());
+                    return;
+                }
+            },
+            None => None,
+        };
+        let all = [kernel::cbpf::Insn { code: 0x06, jt: 0, jf: 0, k: kernel::coalesce::ACCEPT }];
+        let program = match &union {
+            Some(u) => self.with_own(own.as_ref(), u),
+            None => own.as_ref().map_or(all.to_vec(), |p| p.insns().to_vec()),
+        };
+        self.readers = Some(union);
+        for fd in &self.fds {
+            if let Err(e) = kernel::afpacket::attach_classic(fd, &program) {
+                self.union_error = Some(e.to_string());
+                let fallback = own.as_ref().map_or(&all[..], |p| p.insns());
+                let _ = kernel::afpacket::attach_classic(fd, fallback);
+                continue;
+            }
+            self.unions += 1;
+        }
+    }
 
     /// The rings' sockets (readable once the kernel hands a block over, its retire timer
     /// ending a block at a low rate), or the gather's deadline (adaptive scheme).
@@ -520,7 +614,11 @@ impl Filter for Rx {
             self.kernel_drops,
             self.blocks_seen,
             self.blocks_seen / (self.cfg.blocks as u64 * self.rings as u64)
-        ) + &match &self.adaptive {
+        ) + &match (&self.readers, &self.union_error) {
+            (None, _) => String::new(),
+            (Some(_), None) => format!("; the readers' union attached {} times", self.unions),
+            (Some(_), Some(e)) => format!("; the readers' union attached {} times, the last failure: {e}", self.unions),
+        } + &match &self.adaptive {
             None => format!("; batching fixed: {} polls", self.polls),
             Some(ad) => format!(
                 "; batching adaptive{}: {} gather sleeps, {} polls, {} frames per wake-up",
@@ -804,6 +902,7 @@ pub static RX: FilterSpec = FilterSpec::new("rx", Access::Source, make)
         Param::new("frames", "impl=xdp: UMEM chunks of 2 KiB, a power of two (default 16384: 32 MiB, the kernel gets half to fill)").kind(Kind::Count).default("16384").memory(2048),
         Param::new("batch", "impl=xdp: frames gathered per wake-up, at most (and by default) frames/4; the latency bound still holds").kind(Kind::Count),
         Param::new("xdpmode", "impl=xdp: auto (libxdp picks) or skb (generic XDP)").kind(Kind::Choice(&["auto", "skb"])).default("auto"),
+        Param::new("keep", "all (default) or readers: the socket keeps only what the readers of the shared taps on this node want, the union of their filter programs (the daemon's shared capture, whose other successors want nothing)").kind(Kind::Choice(&["all", "readers"])).default("all"),
         Param::new("queues", "N engines: N rx in one fanout group, each with its own copy of the filters after it on its own pinned thread; a join feeds the rest (a sink after them totals all queues)").kind(Kind::Count).default("1"),
     ])
     .classes("1 for every frame")

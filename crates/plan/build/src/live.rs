@@ -122,31 +122,24 @@ impl Edits {
             return Err((libc::EBUSY, "the run is not running yet".into()));
         };
         let snap = if f.snaplen == 0 { u32::MAX } else { f.snaplen };
-        let (key, want): (Vec<u8>, dataplane::tap::Want) = if f.program.is_empty() {
-            (Vec::new(), Box::new(|_: &[u8], _: u32| u32::MAX))
-        } else {
-            let insns = f
-                .program
-                .iter()
-                .map(|&(code, jt, jf, k)| kernel::cbpf::Insn { code, jt, jf, k })
-                .collect();
-            let prog = kernel::cbpf::Program::new(insns)
+        if !f.program.is_empty() {
+            kernel::cbpf::Program::new(insns(&f.program))
                 .map_err(|e| (libc::EINVAL, format!("the filter program: {e}")))?;
-            let key = f
-                .program
-                .iter()
-                .flat_map(|&(c, t, j, k)| {
-                    [c.to_le_bytes().as_slice(), &[t, j], &k.to_le_bytes()].concat()
-                })
-                .collect();
-            (key, Box::new(move |d: &[u8], wire: u32| prog.run(d, wire)))
-        };
+        }
         let tags = match f.tags {
             0 => SUBSCRIBER_TAGS,
             n => n as usize,
         };
         let wake = dataplane::tap::Moderation::of(f.wake.packets, f.wake.us, tags);
-        h.subscribe(node, key, want, snap, tags, wake, EDIT_TIMEOUT)
+        h.subscribe(
+            node,
+            f.program.clone(),
+            std::sync::Arc::new(classifier),
+            snap,
+            tags,
+            wake,
+            EDIT_TIMEOUT,
+        )
             .map_err(|e| (errno_of(&e), e.to_string()))
     }
 
@@ -223,5 +216,31 @@ fn errno_of(e: &dataplane::EditError) -> i32 {
         E::Refused { .. } | E::Timeout(_) => libc::EBUSY,
         E::Ended => libc::ESRCH,
         E::Tap(_) => libc::EIO,
+    }
+}
+
+/// The kernel's instructions of a request's program.
+fn insns(p: &[protocol::proto::BpfInsn]) -> Vec<kernel::cbpf::Insn> {
+    p.iter()
+        .map(|&(code, jt, jf, k)| kernel::cbpf::Insn { code, jt, jf, k })
+        .collect()
+}
+
+/// A shared tap's classifier ([`dataplane::tap::Classifier`]): the subscribers' programs
+/// (validated when they subscribed) merged into one pass that evaluates their common
+/// prefixes once (`kernel::coalesce::Merged`).
+fn classifier(programs: &[&[protocol::proto::BpfInsn]]) -> Box<dyn dataplane::tap::Classify> {
+    let progs: Vec<kernel::cbpf::Program> = programs
+        .iter()
+        .map(|p| kernel::cbpf::Program::new(insns(p)).expect("validated on subscription"))
+        .collect();
+    Box::new(Merged(kernel::coalesce::Merged::new(&progs)))
+}
+
+struct Merged(kernel::coalesce::Merged);
+
+impl dataplane::tap::Classify for Merged {
+    fn verdicts(&mut self, block: &[u8], wire: u32, out: &mut [u32]) {
+        self.0.run(block, wire, out)
     }
 }

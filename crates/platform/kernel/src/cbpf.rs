@@ -28,8 +28,8 @@ pub struct Program {
 
 /// A decoded instruction: the interpreter dispatches on one enum instead of re-reading
 /// opcode bits at every step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Op {
     LdAbs(u8, u32),
     LdInd(u8, u32),
     LdImm(u32),
@@ -334,89 +334,127 @@ impl Program {
         &self.insns
     }
 
+    /// The decoded instructions (for [`crate::coalesce`]).
+    pub(crate) fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
     /// Run the program on a packet whose captured bytes are `pkt` and whose length on the
     /// wire is `wirelen`: the number of bytes to accept (0 = reject).
     pub fn run(&self, pkt: &[u8], wirelen: u32) -> u32 {
-        let (mut a, mut x) = (0u32, 0u32);
-        let mut mem = [0u32; MEMWORDS as usize];
+        let mut r = Regs::default();
         let mut pc = 0usize;
-        #[inline(always)]
-        fn load(pkt: &[u8], off: u32, size: u8) -> Option<u32> {
-            let off = off as usize;
-            match size {
-                4 => pkt
-                    .get(off..off.checked_add(4)?)
-                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
-                2 => pkt
-                    .get(off..off.checked_add(2)?)
-                    .map(|b| u16::from_be_bytes([b[0], b[1]]) as u32),
-                _ => pkt.get(off).map(|&b| b as u32),
-            }
-        }
         loop {
             // Validation guarantees pc stays inside and the last instruction returns.
             let op = self.ops[pc];
             pc += 1;
             match op {
-                Op::LdAbs(size, k) => match load(pkt, k, size) {
-                    Some(v) => a = v,
-                    None => return 0,
-                },
-                Op::LdInd(size, k) => match x.checked_add(k).and_then(|o| load(pkt, o, size)) {
-                    Some(v) => a = v,
-                    None => return 0,
-                },
-                Op::LdImm(k) => a = k,
-                Op::LdLen => a = wirelen,
-                Op::LdMem(i) => a = mem[i],
-                Op::LdxImm(k) => x = k,
-                Op::LdxLen => x = wirelen,
-                Op::LdxMem(i) => x = mem[i],
-                Op::LdxMsh(k) => match load(pkt, k, 1) {
-                    Some(v) => x = (v & 0xf) << 2,
-                    None => return 0,
-                },
-                Op::St(i) => mem[i] = a,
-                Op::Stx(i) => mem[i] = x,
-                Op::Alu(o, src_x, k) => {
-                    let v = if src_x { x } else { k };
-                    a = match o {
-                        0x00 => a.wrapping_add(v),
-                        0x10 => a.wrapping_sub(v),
-                        0x20 => a.wrapping_mul(v),
-                        0x30 => match a.checked_div(v) {
-                            Some(r) => r,
-                            None => return 0,
-                        },
-                        0x40 => a | v,
-                        0x50 => a & v,
-                        0x60 => a.checked_shl(v).unwrap_or(0),
-                        0x70 => a.checked_shr(v).unwrap_or(0),
-                        0x80 => a.wrapping_neg(),
-                        0x90 => match a.checked_rem(v) {
-                            Some(r) => r,
-                            None => return 0,
-                        },
-                        _ => a ^ v,
-                    }
-                }
                 Op::Ja(k) => pc += k as usize,
                 Op::Jmp(o, src_x, k, jt, jf) => {
-                    let v = if src_x { x } else { k };
-                    let taken = match o {
-                        0x10 => a == v,
-                        0x20 => a > v,
-                        0x30 => a >= v,
-                        _ => a & v != 0,
-                    };
-                    pc += if taken { jt } else { jf } as usize;
+                    pc += if taken(o, src_x, k, &r) { jt } else { jf } as usize;
                 }
                 Op::RetK(k) => return k,
-                Op::RetA => return a,
-                Op::Tax => x = a,
-                Op::Txa => a = x,
+                Op::RetA => return r.a,
+                op => {
+                    if !r.exec(op, pkt, wirelen) {
+                        return 0;
+                    }
+                }
             }
         }
+    }
+}
+
+/// The machine's registers: A, X and the scratch words.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Regs {
+    pub(crate) a: u32,
+    x: u32,
+    mem: [u32; MEMWORDS as usize],
+}
+
+#[inline(always)]
+fn load(pkt: &[u8], off: u32, size: u8) -> Option<u32> {
+    let off = off as usize;
+    match size {
+        4 => pkt
+            .get(off..off.checked_add(4)?)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+        2 => pkt
+            .get(off..off.checked_add(2)?)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]) as u32),
+        _ => pkt.get(off).map(|&b| b as u32),
+    }
+}
+
+/// Whether conditional jump `o` (with X or `k`) is taken.
+#[inline(always)]
+pub(crate) fn taken(o: u8, src_x: bool, k: u32, r: &Regs) -> bool {
+    let v = if src_x { r.x } else { k };
+    match o {
+        0x10 => r.a == v,
+        0x20 => r.a > v,
+        0x30 => r.a >= v,
+        _ => r.a & v != 0,
+    }
+}
+
+impl Regs {
+    /// Do `op`, an instruction that neither jumps nor returns; false: the packet is
+    /// rejected (a load outside it, a division by zero).
+    #[inline(always)]
+    pub(crate) fn exec(&mut self, op: Op, pkt: &[u8], wirelen: u32) -> bool {
+        let r = self;
+        match op {
+            Op::LdAbs(size, k) => match load(pkt, k, size) {
+                Some(v) => r.a = v,
+                None => return false,
+            },
+            Op::LdInd(size, k) => match r.x.checked_add(k).and_then(|o| load(pkt, o, size)) {
+                Some(v) => r.a = v,
+                None => return false,
+            },
+            Op::LdImm(k) => r.a = k,
+            Op::LdLen => r.a = wirelen,
+            Op::LdMem(i) => r.a = r.mem[i],
+            Op::LdxImm(k) => r.x = k,
+            Op::LdxLen => r.x = wirelen,
+            Op::LdxMem(i) => r.x = r.mem[i],
+            Op::LdxMsh(k) => match load(pkt, k, 1) {
+                Some(v) => r.x = (v & 0xf) << 2,
+                None => return false,
+            },
+            Op::St(i) => r.mem[i] = r.a,
+            Op::Stx(i) => r.mem[i] = r.x,
+            Op::Alu(o, src_x, k) => {
+                let v = if src_x { r.x } else { k };
+                r.a = match o {
+                    0x00 => r.a.wrapping_add(v),
+                    0x10 => r.a.wrapping_sub(v),
+                    0x20 => r.a.wrapping_mul(v),
+                    0x30 => match r.a.checked_div(v) {
+                        Some(q) => q,
+                        None => return false,
+                    },
+                    0x40 => r.a | v,
+                    0x50 => r.a & v,
+                    0x60 => r.a.checked_shl(v).unwrap_or(0),
+                    0x70 => r.a.checked_shr(v).unwrap_or(0),
+                    0x80 => r.a.wrapping_neg(),
+                    0x90 => match r.a.checked_rem(v) {
+                        Some(q) => q,
+                        None => return false,
+                    },
+                    _ => r.a ^ v,
+                }
+            }
+            Op::Tax => r.x = r.a,
+            Op::Txa => r.a = r.x,
+            Op::Ja(_) | Op::Jmp(..) | Op::RetK(_) | Op::RetA => {
+                unreachable!("jumps and returns are the caller's")
+            }
+        }
+        true
     }
 }
 

@@ -19,6 +19,7 @@
 pub mod afpacket;
 pub mod batching;
 pub mod cbpf;
+pub mod coalesce;
 pub mod ebpf;
 pub mod lend;
 pub mod netns;

@@ -350,6 +350,93 @@ fn tcpdump_on_streamline_writes_what_plain_tcpdump_writes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The readers' filters, coalesced, go onto the capture socket: packets no reader wants
+/// never leave the kernel, so the capture's `rx` delivers exactly the packets one of the
+/// readers wants (the sample has many more), and each reader still gets what its filter
+/// keeps; a reader without a filter opens the socket to everything again.
+#[test]
+fn packets_no_reader_wants_stay_in_the_kernel() {
+    let v = quiet_veth("lgu", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgu", None);
+    let dir = tmpdir("u");
+    let filters = ["tcp and port 80", "udp port 53"];
+    let readers: Vec<Reader> = filters
+        .iter()
+        .enumerate()
+        .map(|(k, f)| tcpdump(on_streamline(&d, "tcpdump"), &v.here, f, &dir.join(format!("k{k}.pcap"))))
+        .collect();
+    let owed: Vec<u64> = filters.iter().map(|f| offline_count(f)).collect();
+    let wanted = offline_count("(tcp and port 80) or (udp port 53)");
+    let all = offline_count("");
+    assert!(wanted > 0 && wanted * 2 < all, "the sample: {wanted} of {all} packets wanted");
+    // The capture run's counters, as `streamline attach` prints them.
+    let id = d
+        .ps()
+        .lines()
+        .find(|l| l.contains(&format!("rx dev={}", v.here)))
+        .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no shared capture in ps:\n{}", d.ps()));
+    let mut attach = d
+        .cli()
+        .args(["attach", &id.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let tail = {
+        let shown = shown.clone();
+        let mut out = attach.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut buf) {
+                shown.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    // rx's blocks out in the last table attach printed.
+    let delivered = || -> Option<u64> {
+        shown
+            .lock()
+            .unwrap()
+            .lines()
+            .rfind(|l| l.starts_with("rx "))
+            .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
+    };
+    replay(&v, 3000, 1);
+    caught_up(
+        &(0..filters.len())
+            .map(|k| (dir.join(format!("k{k}.pcap")), owed[k]))
+            .collect::<Vec<_>>(),
+    );
+    wait_for("attach to show rx's count", Duration::from_secs(20), || {
+        delivered().is_some_and(|n| n >= wanted)
+    });
+    // A refresh or two more: nothing else arrives.
+    std::thread::sleep(Duration::from_millis(1500));
+    let got = delivered().unwrap();
+    assert_eq!(
+        got, wanted,
+        "the capture's rx delivered {got} packets; the readers want {wanted} of the sample's {all}"
+    );
+    // A reader without a filter: every packet leaves the kernel again.
+    let everything = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("all.pcap"));
+    replay(&v, 3000, 1);
+    caught_up(&[(dir.join("all.pcap"), all)]);
+    wait_for("rx to deliver the whole sample", Duration::from_secs(20), || {
+        delivered().is_some_and(|n| n >= wanted + all)
+    });
+    for (k, r) in readers.into_iter().enumerate() {
+        let (n, _, drop, err) = stop(r);
+        assert_eq!((n, drop), (2 * owed[k], 0), "filter '{}': {err}", filters[k]);
+    }
+    let (n, _, _, err) = stop(everything);
+    assert_eq!(n, all, "{err}");
+    let _ = attach.kill();
+    let _ = attach.wait();
+    let _ = tail.join();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Snap length and nanosecond time stamps as libpcap gives them: the same cut packets,
 /// a nanosecond file, times within a few milliseconds of the system's capture.
 #[test]

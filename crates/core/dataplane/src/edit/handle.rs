@@ -288,18 +288,19 @@ impl EditHandle {
     }
 
     /// Subscribe to the output of node `label` through its shared tap (made on first use):
-    /// from the next batch, every block `want` keeps (see `crate::tap::Want`) gets a tag in
+    /// from the next batch, every block its `program` keeps gets a tag in
     /// the subscriber's own tag ring, pointing at the one copy in the shared data ring.
-    /// `key` identifies the filter (subscribers with equal keys share one evaluation per
-    /// block); `snap`: most bytes kept per block; `tag_slots`: the size of the
+    /// `program` is its classic BPF filter (empty: none; subscribers with equal programs
+    /// share one verdict), and `classifier` evaluates the tap's programs together (used
+    /// when this subscription makes the tap); `snap`: most bytes kept per block; `tag_slots`: the size of the
     /// subscriber's tag ring; `wake`: how its reader is woken. The returned rings' `id`
     /// ends it ([`EditHandle::untap`]).
     #[allow(clippy::too_many_arguments)]
     pub fn subscribe(
         &self,
         label: &str,
-        key: Vec<u8>,
-        want: crate::tap::Want,
+        program: crate::tap::Program,
+        classifier: crate::tap::Classifier,
         snap: u32,
         tag_slots: usize,
         wake: crate::tap::Moderation,
@@ -316,8 +317,13 @@ impl EditHandle {
             None => {
                 let tap_id = NEXT.fetch_add(1, Ordering::Relaxed);
                 let (tap, rings) =
-                    crate::tap::Tap::shared(tap_id, split_space(label).0, crate::tap::DATA_BYTES)
-                        .map_err(tap_err)?;
+                    crate::tap::Tap::shared(
+                        tap_id,
+                        split_space(label).0,
+                        crate::tap::DATA_BYTES,
+                        classifier,
+                    )
+                    .map_err(tap_err)?;
                 (Some(Box::new(tap)), rings)
             }
         };
@@ -329,8 +335,7 @@ impl EditHandle {
             label: label.to_string(),
             tap,
             tap_id: rings.id,
-            key,
-            want,
+            program,
             sub,
             reply: tx,
         })))?;

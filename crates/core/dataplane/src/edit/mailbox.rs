@@ -52,8 +52,7 @@ pub(super) struct SubscribeJob {
     pub(super) label: String,
     pub(super) tap: Option<Box<crate::tap::Tap>>,
     pub(super) tap_id: u64,
-    pub(super) key: Vec<u8>,
-    pub(super) want: crate::tap::Want,
+    pub(super) program: crate::tap::Program,
     pub(super) sub: crate::tap::Subscriber,
     pub(super) reply: mpsc::Sender<Result<(), EditError>>,
 }
@@ -159,8 +158,7 @@ impl Mailbox {
                         label,
                         tap,
                         tap_id,
-                        key,
-                        want,
+                        program,
                         sub,
                         reply,
                     } = *job;
@@ -168,7 +166,7 @@ impl Mailbox {
                         Some(t) => space.tap_on(&label, *t),
                         None => Ok(()),
                     };
-                    let _ = reply.send(r.and_then(|_| space.subscribe(tap_id, key, want, sub)));
+                    let _ = reply.send(r.and_then(|_| space.subscribe(tap_id, program, sub)));
                 }
                 TapJob::Unsubscribe { id } => space.unsubscribe(id),
             }

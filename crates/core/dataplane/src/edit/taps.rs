@@ -44,16 +44,22 @@ impl Space {
     }
 
     /// Add a subscriber to shared tap `tap` (wherever it is); `Err` if the tap is gone.
+    /// The node it taps learns what its readers want now ([`Space::tell_readers`]).
     pub(super) fn subscribe(
         &mut self,
         tap: u64,
-        key: Vec<u8>,
-        want: crate::tap::Want,
+        program: crate::tap::Program,
         sub: crate::tap::Subscriber,
     ) -> Result<(), EditError> {
-        match self.taps(true).find(|(_, t)| t.id == tap) {
-            Some((_, t)) => {
-                t.subscribe(key, want, sub);
+        let found = self.taps(true).find(|(_, t)| t.id == tap).map(|(j, t)| {
+            t.subscribe(program, sub);
+            j
+        });
+        match found {
+            Some(j) => {
+                for (from, _) in self.in_arcs(j) {
+                    self.tell_readers(from);
+                }
                 Ok(())
             }
             None => Err(EditError::Tap(format!(
@@ -63,9 +69,42 @@ impl Space {
     }
 
     pub(super) fn unsubscribe(&mut self, sub: u64) {
-        for (_, t) in self.taps(false) {
-            t.unsubscribe(sub);
+        let mut from = Vec::new();
+        let taps: Vec<usize> = self
+            .taps(false)
+            .filter_map(|(j, t)| t.unsubscribe(sub).then_some(j))
+            .collect();
+        for j in taps {
+            from.extend(self.in_arcs(j).into_iter().map(|(f, _)| f));
         }
+        for f in from {
+            self.tell_readers(f);
+        }
+    }
+
+    /// Tell node `i` what the readers of the taps on its output want now (the union of
+    /// their programs, `None` for everything; [`crate::Filter::readers_want`]): a capture
+    /// that serves only them leaves the rest in the kernel. A stopped tap's readers get
+    /// nothing more and want nothing.
+    pub(super) fn tell_readers(&mut self, i: usize) {
+        let outs: Vec<usize> = self.nodes[i].out.iter().map(|a| a.to).collect();
+        let mut programs: Option<Vec<crate::tap::Program>> = Some(Vec::new());
+        for j in outs {
+            let n = &mut self.nodes[j];
+            if n.removed || !n.filter.accepts() {
+                continue;
+            }
+            if let Some(t) = n.filter.as_tap() {
+                match (t.wants(), &mut programs) {
+                    (Some(w), Some(p)) => p.extend(w.into_iter().map(|x| x.to_vec())),
+                    _ => programs = None,
+                }
+            }
+        }
+        let refs: Option<Vec<&[protocol::proto::BpfInsn]>> = programs
+            .as_ref()
+            .map(|p| p.iter().map(|x| x.as_slice()).collect());
+        self.nodes[i].filter.readers_want(refs.as_deref());
     }
 
     /// Take tap `id` off the node it reads (its readers see the end of the stream): its
@@ -78,10 +117,13 @@ impl Space {
         for &(from, _) in &arcs {
             self.nodes[from].watch.tapped = self.nodes[from].watch.tapped.saturating_sub(1);
         }
-        self.take_arcs(arcs, j);
+        self.take_arcs(arcs.clone(), j);
         let n = &mut self.nodes[j];
         n.filter = Box::new(crate::runtime::PassThrough);
         n.removed = true;
+        for (from, _) in arcs {
+            self.tell_readers(from);
+        }
     }
 }
 

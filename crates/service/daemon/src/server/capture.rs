@@ -289,12 +289,14 @@ fn capture_key(device: &str, direction: &str) -> String {
 /// tapped at `rx`. A direction is libpcap's `inbound`/`outbound` program, which the
 /// kernel runs on the capture socket (placed there, `filters::live::kernel_placement`):
 /// a packet is outgoing when its sll_pkttype is PACKET_OUTGOING, the test libpcap's
-/// `pcap_setdirection` makes on Linux.
+/// `pcap_setdirection` makes on Linux. `keep=readers`: the socket keeps only what the
+/// readers want (the union of their programs, after the direction's), so that packets
+/// nobody wants never leave the kernel (`null` wants nothing).
 pub(super) fn capture_pipeline(key: &str) -> String {
     match key.split_once('/') {
-        Some((device, "in")) => format!("rx dev={device} | bpf \"inbound\" | null"),
-        Some((device, _)) => format!("rx dev={device} | bpf \"outbound\" | null"),
-        None => format!("rx dev={key} | null"),
+        Some((device, "in")) => format!("rx dev={device} keep=readers | bpf \"inbound\" | null"),
+        Some((device, _)) => format!("rx dev={device} keep=readers | bpf \"outbound\" | null"),
+        None => format!("rx dev={key} keep=readers | null"),
     }
 }
 
