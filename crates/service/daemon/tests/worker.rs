@@ -132,7 +132,7 @@ fn a_start_with_an_unknown_field_in_its_graph_is_refused_saying_so() {
     let text = "gen count=3 | count";
     let mut graph = serde_json::to_value(checked(text)).unwrap();
     graph["nodes"][0]["privileged"] = serde_json::Value::Bool(true);
-    let body = proto::ToWorker::Start {
+    let body: proto::ToWorker<serde_json::Value, serde_json::Value> = proto::ToWorker::Start {
         run: 1,
         pipeline: text.to_string(),
         graph,
