@@ -6,7 +6,6 @@
 //! tests' business): needs root.
 
 use daemon::proto::{self, ClientContext, FromWorker, Msg, RunOptions};
-use daemon::ToWorker;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
@@ -40,8 +39,10 @@ fn start_worker() -> (Child, UnixStream) {
     (child, mine)
 }
 
-fn start(pipeline: &str, graph: lang::Graph) -> ToWorker {
-    ToWorker::Start {
+/// A root client's `start` of `graph` (with its text `pipeline`). `G`, `E`: the graph's
+/// and edits' types (`daemon::ToWorker`'s, or JSON values to send what no type allows).
+fn start<G, E>(pipeline: &str, graph: G) -> proto::ToWorker<G, E> {
+    proto::ToWorker::Start {
         run: 1,
         pipeline: pipeline.into(),
         graph,
@@ -84,12 +85,12 @@ fn the_worker_builds_the_graph_it_is_given_not_the_text() {
     // The text says 3 blocks; the graph the daemon checked says 7. Same length, so the
     // graph's spans lie in the text (what messages quote).
     let (text, graph) = ("gen count=3 | count", checked("gen count=7 | count"));
-    proto::send(&sock, &Msg { id: 1, body: start(text, graph) }, &[]).expect("send start");
+    proto::send(&sock, &Msg { id: 1, body: start::<_, lang::edit::Edit>(text, graph) }, &[]).expect("send start");
     match next(&sock) {
         FromWorker::Built { .. } => {}
         other => panic!("not built: {other:?}"),
     }
-    proto::send(&sock, &Msg { id: 1, body: ToWorker::Go {} }, &[]).expect("send go");
+    proto::send(&sock, &Msg { id: 1, body: daemon::ToWorker::Go {} }, &[]).expect("send go");
     let mut last = None;
     let code = loop {
         match next(&sock) {
@@ -117,7 +118,7 @@ fn a_graph_with_an_arc_to_no_node_is_refused_saying_so() {
     let text = "gen count=3 | count";
     let mut graph = checked(text);
     graph.edges[0].to = 5;
-    proto::send(&sock, &Msg { id: 1, body: start(text, graph) }, &[]).expect("send start");
+    proto::send(&sock, &Msg { id: 1, body: start::<_, lang::edit::Edit>(text, graph) }, &[]).expect("send start");
     let (message, errno, status) = refusal(child, &sock);
     assert!(
         message.contains("the run's graph from the daemon is malformed: arc 0 goes from node 0 to node 5, of 2 nodes"),
@@ -132,18 +133,7 @@ fn a_start_with_an_unknown_field_in_its_graph_is_refused_saying_so() {
     let text = "gen count=3 | count";
     let mut graph = serde_json::to_value(checked(text)).unwrap();
     graph["nodes"][0]["privileged"] = serde_json::Value::Bool(true);
-    let body: proto::ToWorker<serde_json::Value, serde_json::Value> = proto::ToWorker::Start {
-        run: 1,
-        pipeline: text.to_string(),
-        graph,
-        options: RunOptions::default(),
-        uid: 0,
-        gid: 0,
-        groups: vec![],
-        modes: vec![],
-        lent: vec![],
-        context: ClientContext::default(),
-    };
+    let body: proto::ToWorker<serde_json::Value, serde_json::Value> = start(text, graph);
     proto::send(&sock, &Msg { id: 1, body }, &[]).expect("send start");
     let (message, errno, status) = refusal(child, &sock);
     assert!(
