@@ -67,8 +67,12 @@ fn next(sock: &UnixStream) -> FromWorker {
 }
 
 /// The worker's verdict on a `start`, and its exit status when it refused.
-fn refusal(child: Child, sock: &UnixStream) -> (String, i32, Option<i32>) {
+fn refusal(mut child: Child, sock: &UnixStream) -> (String, i32, Option<i32>) {
     let verdict = next(sock);
+    if !matches!(verdict, FromWorker::Failed { .. }) {
+        // Built (or worse): it would wait for `go` for ever.
+        let _ = child.kill();
+    }
     let out = child.wait_with_output().expect("the worker's end");
     match verdict {
         FromWorker::Failed { message, errno } => (message, errno, out.status.code()),
