@@ -22,13 +22,19 @@ use crate::{DiagKind, Diagnostic, Node, NodeKind, Span};
 
 /// Where `insert` puts the new filter relative to its NODE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum Where {
     After,
     Before,
 }
 
 /// One live edit of a running run (see the module documentation for the text form).
+/// With `serde`, the typed value the daemon hands its worker (`ToWorker::Edit`'s
+/// `checked`), so the worker applies the edit the daemon checked without parsing it again.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum Edit {
     /// Re-make NODE's filter with these options changed (SET_INST_DATA). `span` is where
     /// the options are in the edit's text.
@@ -294,6 +300,33 @@ impl Edit {
         new_filter(text, Span::new(0, 0), resolver)
     }
 
+    /// An edit made elsewhere (the daemon parsed and checked it; its worker applies it),
+    /// checked where it is applied as [`Edit::parse`] would have made it with `resolver`:
+    /// a new filter is one native filter known here, not `split`, with no `space=` and no
+    /// hints; `set`'s options are ones the text form takes ([`Edit::set_options`]). The
+    /// first thing wrong, in words.
+    pub fn check_made(&self, resolver: &dyn crate::Resolver) -> Result<(), String> {
+        let new = match self {
+            Edit::Set { node, options, .. } => {
+                return Edit::set_options(node, options, resolver)
+                    .map(|_| ())
+                    .map_err(|d| d.message.clone())
+            }
+            Edit::Insert { filter, .. } | Edit::Replace { filter, .. } | Edit::Branch { filter, .. } => filter,
+            _ => return Ok(()),
+        };
+        let NodeKind::Filter { filter, place, .. } = &new.kind else {
+            return Err("the new filter is not one native filter".into());
+        };
+        if resolver.resolve(filter) != Some(crate::FilterKind::Native) {
+            Err(format!("the new filter '{filter}' is no native filter here"))
+        } else if filter == "split" || place.space.is_some() || !new.hints.is_empty() {
+            Err(format!("the new filter '{filter}' is a split, or has space= or hints, which no edit takes"))
+        } else {
+            Ok(())
+        }
+    }
+
     /// The text of the new filter of an insert, replace or branch, as written in `text`
     /// (the edit's text this edit was parsed from); None for the other kinds.
     pub fn filter_text<'a>(&self, text: &'a str) -> Option<&'a str> {
@@ -478,6 +511,28 @@ pub fn quoted(w: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_edit_made_elsewhere_is_checked_as_a_parse_makes_one() {
+        let r = resolver();
+        let made = Edit::parse("insert after pass hold n=2", &r).unwrap();
+        made.check_made(&r).expect("a parsed edit");
+        Edit::parse("set hold n=3", &r).unwrap().check_made(&r).expect("a parsed set");
+        // A command, a filter this side does not know, a split: no parse makes them.
+        let Edit::Insert { node, at, filter } = made else { unreachable!() };
+        let with = |kind: NodeKind| Edit::Insert {
+            node: node.clone(),
+            at,
+            filter: Node { kind, ..filter.clone() },
+        };
+        let unix = with(NodeKind::Unix { argv: vec!["cat".into()], place: Default::default() });
+        assert_eq!(unix.check_made(&r).unwrap_err(), "the new filter is not one native filter");
+        let NodeKind::Filter { params, options, place, .. } = filter.kind.clone() else { unreachable!() };
+        let unknown = with(NodeKind::Filter { filter: "nosuch".into(), params, options, place });
+        assert!(unknown.check_made(&r).unwrap_err().contains("'nosuch' is no native filter here"));
+        let set = Edit::Set { node: "hold".into(), options: vec![("export".into(), "yes".into())], span: Span::new(0, 0) };
+        assert!(set.check_made(&r).is_err(), "set may not change a fixed option");
+    }
 
     fn resolver() -> crate::StaticResolver {
         crate::StaticResolver::new()

@@ -1,7 +1,7 @@
 //! Shared by the fuzz target (`fuzz/`), the replay of its regressions and the tests: the
 //! fixed test resolver and the invariants every parse must keep.
 
-use crate::graph::{Graph, NodeKind};
+use crate::graph::Graph;
 use crate::resolve::StaticResolver;
 use crate::{parallelize, parse, SplitMode};
 
@@ -94,31 +94,9 @@ pub fn run_parse(data: &[u8]) {
     }
 }
 
-/// Structural invariants of a graph from [`parse`] or [`parallelize`].
+/// Structural invariants of a graph from [`parse`] or [`parallelize`] ([`Graph::check`]).
 pub fn check_graph(g: &Graph, input: &str) {
-    for (i, n) in g.nodes.iter().enumerate() {
-        assert_eq!(n.id, i, "node ids are indices");
-        assert!(n.span.start <= n.span.end && n.span.end <= input.len());
-        match &n.kind {
-            NodeKind::Unix { argv, .. } => assert!(!argv.is_empty()),
-            NodeKind::Split { ways, .. } => assert!(*ways >= 2),
-            _ => {}
-        }
-        let mut hints = n.hints.clone();
-        hints.dedup();
-        assert_eq!(hints.len(), n.hints.len());
-    }
-    for (i, e) in g.edges.iter().enumerate() {
-        assert!(
-            e.from < g.nodes.len() && e.to < g.nodes.len(),
-            "edge out of range"
-        );
-        assert!(e.span.end <= input.len());
-        for f in &g.edges[..i] {
-            assert!(
-                !(f.from == e.from && f.to == e.to && f.sel == e.sel),
-                "duplicate edge"
-            );
-        }
+    if let Err(why) = g.check(input) {
+        panic!("{why}");
     }
 }

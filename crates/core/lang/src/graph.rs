@@ -14,6 +14,7 @@ pub type NodeId = usize;
 /// cycle contains a loop-bounding filter (`for`, see [`crate::Resolver::bounds_loops`]).
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Graph {
     pub nodes: Vec<Node>,
     pub edges: Vec<Edge>,
@@ -21,6 +22,7 @@ pub struct Graph {
 
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Node {
     pub id: NodeId,
     pub kind: NodeKind,
@@ -36,6 +38,7 @@ pub struct Node {
 
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum NodeKind {
     /// A native filter: name, positional params (quotes removed), key=value options in
     /// order (control options of Table 3.2 included, except `name`, which is Node::name).
@@ -60,6 +63,7 @@ pub enum NodeKind {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum JoinMode {
     /// `+`: pass every copy (duplicates kept).
     All,
@@ -80,6 +84,7 @@ pub enum JoinMode {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum SplitMode {
     RoundRobin,
     Hash,
@@ -87,6 +92,7 @@ pub enum SplitMode {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Edge {
     pub from: NodeId,
     pub to: NodeId,
@@ -106,6 +112,7 @@ pub const UNIX_CONTROL_OPTIONS: [&str; 2] = [crate::resolve::SPACE, "name"];
 /// Which classes an arc forwards (Table 3.1, "Selector").
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum Selector {
     /// `|`: all non-zero classes.
     Default,
@@ -163,6 +170,7 @@ impl fmt::Display for Selector {
 /// Optimization hints (Table 3.3), written `@hint,hint`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum Hint {
     Throughput,
     Latency,
@@ -246,6 +254,63 @@ impl Graph {
     /// Incoming edges of `n`, in edge order.
     pub fn in_edges(&self, n: NodeId) -> impl Iterator<Item = &Edge> {
         self.edges.iter().filter(move |e| e.to == n)
+    }
+
+    /// The structural invariants every graph of [`crate::parse`] keeps, checked on one
+    /// that came from elsewhere (the daemon's checked graph, as its worker decodes it):
+    /// node ids are their indices, every arc joins two of the nodes and no arc is there
+    /// twice, every span lies in `input` (the text it was parsed from) on `char`
+    /// boundaries, a Unix node names a command, a split goes at least two ways, no node
+    /// repeats a hint. The first invariant broken, said in words.
+    pub fn check(&self, input: &str) -> Result<(), String> {
+        let span = |what: &str, s: Span| {
+            let inside = s.start <= s.end && s.end <= input.len();
+            if inside && input.is_char_boundary(s.start) && input.is_char_boundary(s.end) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what}'s span {}..{} is not a range of the {}-byte text",
+                    s.start,
+                    s.end,
+                    input.len()
+                ))
+            }
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.id != i {
+                return Err(format!("node {i} says it is node {}", n.id));
+            }
+            span(&format!("node {i}"), n.span)?;
+            match &n.kind {
+                NodeKind::Unix { argv, .. } if argv.is_empty() => {
+                    return Err(format!("node {i} is a Unix command with no command"))
+                }
+                NodeKind::Split { ways, .. } if *ways < 2 => {
+                    return Err(format!("node {i} splits {ways} ways (at least 2)"))
+                }
+                _ => {}
+            }
+            let mut seen = std::collections::HashSet::new();
+            if !n.hints.iter().all(|h| seen.insert(*h)) {
+                return Err(format!("node {i} repeats a hint"));
+            }
+        }
+        let mut arcs = std::collections::HashSet::new();
+        for (i, e) in self.edges.iter().enumerate() {
+            if e.from >= self.nodes.len() || e.to >= self.nodes.len() {
+                return Err(format!(
+                    "arc {i} goes from node {} to node {}, of {} nodes",
+                    e.from,
+                    e.to,
+                    self.nodes.len()
+                ));
+            }
+            span(&format!("arc {i}"), e.span)?;
+            if !arcs.insert((e.from, e.to, &e.sel)) {
+                return Err(format!("arc {i} ({} -> {}) is there twice", e.from, e.to));
+            }
+        }
+        Ok(())
     }
 
     /// A native filter node as pipeline syntax: its name, params, then `key=value`

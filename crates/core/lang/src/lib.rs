@@ -80,8 +80,8 @@ pub use graph::{Edge, Graph, Hint, JoinMode, Node, NodeId, NodeKind, Selector, S
 pub use place::{KernelAttach, PinKind, Placement, Side, SpaceName, SpaceSpec};
 pub use redact::{redact, redact_options, Redacted, SecretParam, SECRET};
 pub use resolve::{
-    FilterKind, OrCommand, PathResolver, Resolver, StaticResolver, WithPath, CONTROL_OPTIONS,
-    SHELL_BUILTINS,
+    recheck_commands, FilterKind, OrCommand, PathResolver, Resolver, StaticResolver, WithPath,
+    CONTROL_OPTIONS, SHELL_BUILTINS,
 };
 pub use span::Span;
 pub use template::parallelize;
@@ -101,6 +101,16 @@ pub fn parse(input: &str, resolver: &dyn Resolver) -> Result<Graph, Diagnostic> 
     validate::loops(&graph, resolver, input)?;
     let graph = validate::named_classes(graph, resolver, input)?;
     Ok(graph)
+}
+
+/// What [`parse`] decides with the resolver, decided again where a graph parsed elsewhere
+/// runs (the daemon parses with [`OrCommand`] for its checks; its worker, with the
+/// client's PATH, runs the graph it was given): its commands ([`recheck_commands`]) and
+/// its loops (every cycle through a loop-bounding filter). On a graph whose structure
+/// [`Graph::check`] accepted; `input` is the text it was parsed from.
+pub fn recheck(graph: &Graph, input: &str, resolver: &dyn Resolver) -> Result<(), Diagnostic> {
+    recheck_commands(graph, input, resolver)?;
+    validate::loops(graph, resolver, input)
 }
 
 /// Parses and resolves a pipeline into the Boolean-augmented request graph, before

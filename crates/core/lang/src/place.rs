@@ -15,6 +15,7 @@ use std::path::PathBuf;
 /// rewrite pass decides it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Placement {
     /// Where it runs (`space=`).
     pub space: Option<SpaceSpec>,
@@ -34,6 +35,7 @@ impl Placement {
 /// (a thread space, pinned to CPU N mod the CPU count), `pN` (a process space), N >= 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum SpaceName {
     Local,
     Thread(usize),
@@ -69,6 +71,7 @@ impl fmt::Display for SpaceName {
 /// system model's kinds of space (`control::system::SpaceKind`, which has no `user`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum PinKind {
     Kernel,
     Thread,
@@ -93,6 +96,7 @@ impl PinKind {
 /// optionally `:CPU`, or `cpuN`), which the plan honours and translates.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum SpaceSpec {
     Runtime(Vec<SpaceName>),
     Planner {
@@ -196,6 +200,7 @@ impl fmt::Display for SpaceSpec {
 /// Which implementation of a filter with a kernel and a user one runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum Side {
     /// On the capture socket before it (set by the kernel push-down, which says where the
     /// program's maps are pinned when it has maps; a user's `placed=kernel` has no pin).
@@ -236,6 +241,7 @@ impl fmt::Display for Side {
 /// A program a capture source attaches to its socket for the filter after it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub enum KernelAttach {
     /// A pcap-filter expression, compiled to classic BPF (`rx | bpf "E"`).
     Cbpf(String),

@@ -581,7 +581,17 @@ fn option_as_head(words: &[Word], eq: usize, resolver: &dyn Resolver, input: &st
 /// A head word that names neither a native filter nor a command: a shell keyword, or an
 /// unknown name (with the native names it is close to).
 fn unresolved(head: &Word, resolver: &dyn Resolver, input: &str) -> Diagnostic {
-    let name = &head.text;
+    unresolved_name(&head.text, head.quoted, head.span, resolver, input)
+}
+
+/// [`unresolved`] of a name (`quoted`: written with quotes or escapes) at `span`.
+fn unresolved_name(
+    name: &str,
+    quoted: bool,
+    span: Span,
+    resolver: &dyn Resolver,
+    input: &str,
+) -> Diagnostic {
     let natives = resolver.native_names();
     let near = closest(name, natives.iter().map(String::as_str));
     let shown = if name.is_empty() {
@@ -589,11 +599,11 @@ fn unresolved(head: &Word, resolver: &dyn Resolver, input: &str) -> Diagnostic {
     } else {
         format!("'{}'", name)
     };
-    if KEYWORDS.contains(&name.as_str()) && !head.quoted {
+    if KEYWORDS.contains(&name) && !quoted {
         return Diagnostic::new(
             DiagKind::ShellSyntax,
             format!("'{name}' is a shell keyword: the pipeline language has no compound commands"),
-            head.span,
+            span,
             input,
         )
         .help(format!(
@@ -604,10 +614,55 @@ fn unresolved(head: &Word, resolver: &dyn Resolver, input: &str) -> Diagnostic {
     Diagnostic::new(
         DiagKind::UnknownFilter,
         format!("unknown filter {shown} (not a native filter, and not found on PATH either)"),
-        head.span,
+        span,
         input,
     )
     .maybe_help(did_you_mean(&near))
+}
+
+/// The Unix commands of a graph another party checked, resolved where it runs. A party
+/// that checks a pipeline for another ([`OrCommand`]: the daemon, for its client) takes
+/// every name that is not a native filter for a command; the runner, with its own PATH
+/// and directory (`resolver`, a [`WithPath`]), refuses what [`crate::parse`] would have
+/// refused there, with the same message: a name that is no program there and no command
+/// at all (an unquoted shell keyword, or a name close to a native filter's: a typo); and a
+/// name that is a native filter here but was taken there for a command (other than a
+/// native filter that means the Unix tool of its name, which the neighbours decided).
+/// `input`: the text the graph was parsed from (its spans point into it).
+pub fn recheck_commands(
+    g: &crate::Graph,
+    input: &str,
+    resolver: &dyn Resolver,
+) -> Result<(), Diagnostic> {
+    for n in &g.nodes {
+        let NodeKind::Unix { argv, .. } = &n.kind else {
+            continue;
+        };
+        let Some(name) = argv.first() else { continue };
+        // The command's word as written: from the node's start to the first blank.
+        let written = input.get(n.span.start..n.span.end).unwrap_or("");
+        let head = written.find(char::is_whitespace).unwrap_or(written.len());
+        let span = Span::new(n.span.start, n.span.start + head);
+        let quoted = written[..head].contains(['\'', '"', '\\']);
+        match resolver.resolve(name) {
+            Some(FilterKind::Native) if !resolver.unix_tool(name) => {
+                return Err(Diagnostic::new(
+                    DiagKind::UnknownFilter,
+                    format!("'{name}' was checked as a Unix command, but here it is a native filter"),
+                    span,
+                    input,
+                ))
+            }
+            Some(_) => {}
+            None if (KEYWORDS.contains(&name.as_str()) && !quoted)
+                || !closest(name, resolver.native_names().iter().map(String::as_str)).is_empty() =>
+            {
+                return Err(unresolved_name(name, quoted, span, resolver, input))
+            }
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 /// A Unix command's atom: its words are its argv (checked for shell syntax streamline run

@@ -5,6 +5,7 @@
 /// e.g. at the end of the input when an operand is missing there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Span {
     pub start: usize,
     pub end: usize,

@@ -20,6 +20,7 @@ pub mod access;
 mod choose;
 pub use choose::{system_model, Chosen};
 pub mod live;
+pub mod received;
 pub mod report;
 
 use dataplane::channel::ChannelConfig;
@@ -91,9 +92,48 @@ pub fn plan(pipeline: &str, o: &RunOptions, grants: &[(usize, u32)]) -> Result<P
     derive(pipeline, o, grants, &Planning::default()).map(|d| d.plan)
 }
 
+/// The run of a graph parsed and checked elsewhere: the daemon parsed `pipeline` for its
+/// policy check and hands its worker that graph (`ToWorker::Start`), which the worker
+/// validates ([`received::accept`]: a malformed value, or a command that does not resolve
+/// here as the daemon took it, is refused) and derives from without parsing the text;
+/// `pipeline` is only what messages quote. `grants` and `lent` (the nodes the daemon's
+/// sockets were lent for, with their kind) name nodes of `graph`.
+pub fn plan_checked(
+    graph: lang::Graph,
+    pipeline: &str,
+    o: &RunOptions,
+    grants: &[(usize, u32)],
+    lent: &[(usize, &str)],
+) -> Result<Plan, Refused> {
+    received::accept(&graph, pipeline, grants, lent)?;
+    derive_graph(graph, pipeline, o, grants, &Planning::default()).map(|d| d.plan)
+}
+
+/// The first step of a derivation: `pipeline` parsed and resolved where the run runs
+/// (native filters from the library, commands from PATH, [`resolver`]). A mistake with
+/// its caret, secrets redacted.
+pub fn parse(pipeline: &str) -> Result<lang::Graph, Refused> {
+    lang::parse(pipeline, &resolver()).map_err(|d| Refused {
+        message: filters::shown(pipeline).scrub(&d.redacted(&resolver()).to_string()),
+        code: 2,
+    })
+}
+
 /// [`plan`], planned as `planning` says, with the planner's choice beside the plan: the
 /// one path from text to placement (`streamline run` and `streamline plan` both take it).
 pub fn derive(
+    pipeline: &str,
+    o: &RunOptions,
+    grants: &[(usize, u32)],
+    planning: &Planning,
+) -> Result<Derived, Refused> {
+    derive_graph(parse(pipeline)?, pipeline, o, grants, planning)
+}
+
+/// The derivation after the parse, from the graph `g` of `pipeline` (parsed here, or
+/// checked by the daemon): the stream modes, the placement, the rewrites, the layout.
+fn derive_graph(
+    g: lang::Graph,
     pipeline: &str,
     o: &RunOptions,
     grants: &[(usize, u32)],
@@ -106,8 +146,6 @@ pub fn derive(
         message: shown.scrub(&message),
         code,
     };
-    let g = lang::parse(pipeline, &resolver())
-        .map_err(|d| fail(d.redacted(&resolver()).to_string(), 2))?;
     if !(o.rate.is_finite() && o.rate > 0.0 && o.bytes.is_finite() && o.bytes >= 0.0) {
         return Err(fail(
             "streamline: --rate must be positive and --bytes non-negative".into(),

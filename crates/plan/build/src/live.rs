@@ -8,7 +8,7 @@
 
 use protocol::proto::{EditApplied, EditOp};
 use dataplane::spaces::{Spaces, SpacesReport};
-use dataplane::{EditHandle, EditWire, Space};
+use dataplane::{EditHandle, Space};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -36,20 +36,23 @@ impl Edits {
         self.handle.get_or_init(|| spaces.edit_handle()).clone()
     }
 
-    /// Apply one edit, typed (the daemon checked it): what was applied, or the errno and
-    /// why not (EINVAL: the new filter does not parse or build; ENOENT: no such node;
-    /// EBUSY: the run's shape or state refuses it; EACCES: a node it names is not the
-    /// filter `expect` says the daemon checked).
+    /// Apply one edit as the daemon parsed and checked it (`edit`; `op`, its protocol
+    /// form, is what the answer says), parsing nothing: what was applied, or the errno
+    /// and why not (EINVAL: the edit is not one a parse makes here
+    /// (`lang::edit::Edit::check_made`), or its new filter does not build; ENOENT: no
+    /// such node; EBUSY: the run's shape or state refuses it; EACCES: a node it names is
+    /// not the filter `expect` says the daemon checked).
     pub fn apply(
         &self,
         op: &EditOp,
+        edit: dataplane::Edit,
         expect: &[(String, String)],
     ) -> Result<EditApplied, (i32, String)> {
         let Some(h) = self.handle.get() else {
             return Err((libc::EBUSY, "the run is not running yet".into()));
         };
-        let edit = dataplane::Edit::from_op(op, &crate::resolver())
-            .map_err(|e| (libc::EINVAL, e.to_string()))?;
+        edit.check_made(&crate::resolver())
+            .map_err(|why| (libc::EINVAL, format!("the edit from the daemon is malformed: {why}")))?;
         if !expect.is_empty() {
             let graph = h.graph();
             for (label, text) in expect {

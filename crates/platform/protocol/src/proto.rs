@@ -665,19 +665,37 @@ pub fn errno_name(errno: i32) -> &'static str {
     }
 }
 
-/// From the daemon to a run's worker (`streamline __worker`), over the socket pair the
-/// worker inherits. Internal: not part of the client protocol, same framing.
+/// The most nodes and arcs a run's graph may have when the daemon hands it to its worker
+/// (`ToWorker::Start`'s `graph`): the daemon refuses a bigger pipeline (E2BIG) before it
+/// starts a worker, and the worker refuses a bigger graph. Bounds the frame too: a graph
+/// this size is well under [`MAX_FRAME`] in JSON.
+pub const MAX_GRAPH_NODES: usize = 1024;
+pub const MAX_GRAPH_ARCS: usize = 2048;
+/// The longest pipeline text `open` takes (bytes).
+pub const MAX_PIPELINE: usize = 64 * 1024;
+
+/// From the daemon to a run's worker (`streamline-worker __worker`), over the socket pair
+/// the worker inherits. Internal: not part of the client protocol, same framing. `G`: the
+/// run's graph and `E` an edit, as the pipeline language types them (`lang::Graph`,
+/// `lang::edit::Edit`, with their own serde form, unknown fields refused); the protocol,
+/// a leaf, links no language, so the daemon and the worker name the types
+/// (`daemon::ToWorker`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-pub enum ToWorker {
+pub enum ToWorker<G, E> {
     /// Build this run (paused) with the client's identity: files are opened with it, Unix
-    /// commands run as it. `modes`: the stream mode of each privileged source node (by
-    /// node id), from the policy grant that allowed it. `context`: the client's working
-    /// directory (with `context.cwd`, the frame's one descriptor), environment, umask and
-    /// limits, which the worker takes before it builds.
+    /// commands run as it. `graph`: the run as the daemon parsed and checked it, which
+    /// the worker validates and derives from (placement, rewrites, build) without parsing
+    /// anything; `pipeline`: its text, for what is said about the run (messages with
+    /// their carets: the graph's spans point into it), never built. `modes`: the stream
+    /// mode of each privileged source node (by node id of `graph`), from the policy grant
+    /// that allowed it. `context`: the client's working directory (with `context.cwd`, the
+    /// frame's one descriptor), environment, umask and limits, which the worker takes
+    /// before it builds.
     Start {
         run: u64,
         pipeline: String,
+        graph: G,
         options: RunOptions,
         uid: u32,
         gid: u32,
@@ -694,13 +712,17 @@ pub enum ToWorker {
     Go {},
     /// Stop (as a stop signal would; `signal` 0: stopped by a request).
     Stop { signal: i32 },
-    /// Apply one live edit (answered with `edited`), checked by the daemon. `expect`:
+    /// Apply one live edit (answered with `edited`), checked by the daemon: `checked`, the
+    /// edit as the daemon parsed and checked it, which the worker applies (checking it
+    /// was made as a parse makes one, and parsing nothing); `edit`, its protocol form, for
+    /// the answer and what is said about it. `expect`:
     /// (label, filter text) of each node the edit names, as the daemon's view of the run
     /// has it; the worker refuses the edit if its node of that label is another filter
     /// (the daemon checked the edit against the graph it knows, and no other).
     Edit {
         edit_id: u64,
         edit: EditOp,
+        checked: E,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         expect: Vec<(String, String)>,
     },
@@ -719,12 +741,14 @@ pub enum ToWorker {
 }
 
 /// A packet socket the daemon lent a worker (`kernel::lend`): inherited as descriptor
-/// `fd`, for `kind` (`rx` or `tx`) on `dev`, with the pcap-filter expression `filter`
+/// `fd`, for node `node`, a `kind` (`rx` or `tx`) on `dev`, with the pcap-filter expression `filter`
 /// attached and locked (an `rx` socket also passes only `dev`'s frames; a `tx` socket
 /// receives nothing).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LentSocket {
+    /// The node of the run's graph (`ToWorker::Start`'s `graph`) it is lent for.
+    pub node: usize,
     pub kind: String,
     pub dev: String,
     pub fd: i32,
@@ -813,7 +837,7 @@ pub fn decode_stream(mut data: &[u8]) -> usize {
         let body = &data[4..4 + want];
         let any = decode::<Request>(body).is_ok()
             | decode::<Reply>(body).is_ok()
-            | decode::<ToWorker>(body).is_ok()
+            | decode::<ToWorker<serde::de::IgnoredAny, serde::de::IgnoredAny>>(body).is_ok()
             | decode::<FromWorker>(body).is_ok();
         ok += usize::from(any);
         data = &data[4 + want..];

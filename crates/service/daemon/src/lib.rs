@@ -17,6 +17,10 @@ pub use protocol::client;
 pub mod pipesfs;
 pub mod policy;
 pub use protocol::proto;
+/// What the daemon tells a run's worker: the protocol's `ToWorker` with the run's graph
+/// and its edits as the pipeline language types them (what the daemon parsed and
+/// checked, which the worker derives the run from and applies).
+pub type ToWorker = protocol::proto::ToWorker<lang::Graph, lang::edit::Edit>;
 pub mod reclaim;
 pub mod server;
 pub mod spawn;

@@ -57,12 +57,14 @@ fn every_message_round_trips_through_its_envelope() {
         ToWorker::Start {
             run: 1,
             pipeline: "gen".into(),
+            graph: serde_json::json!({"nodes": [], "edges": []}),
             options: opts.clone(),
             uid: 0,
             gid: 0,
             groups: vec![],
             modes: vec![(0, 0o640)],
             lent: vec![LentSocket {
+                node: 0,
                 kind: "rx".into(),
                 dev: "lo".into(),
                 fd: 4,
@@ -73,6 +75,7 @@ fn every_message_round_trips_through_its_envelope() {
         ToWorker::Start {
             run: 1,
             pipeline: "gen".into(),
+            graph: serde_json::json!({"nodes": [], "edges": []}),
             options: opts.clone(),
             uid: 65534,
             gid: 65534,
@@ -95,6 +98,7 @@ fn every_message_round_trips_through_its_envelope() {
         ToWorker::Edit {
             edit_id: 4,
             edit: EditOp::Remove { node: "x".into() },
+            checked: serde_json::json!({"Remove": {"node": "x"}}),
             expect: vec![("x".into(), "count".into())],
         },
         ToWorker::Tap {
@@ -119,7 +123,10 @@ fn every_message_round_trips_through_its_envelope() {
             id: 9,
             body: m.clone(),
         });
-        assert_eq!(decode::<ToWorker>(&f[4..]).unwrap(), Msg { id: 9, body: m });
+        assert_eq!(
+            decode::<ToWorker<serde_json::Value, serde_json::Value>>(&f[4..]).unwrap(),
+            Msg { id: 9, body: m }
+        );
     }
     let from_worker = [
         FromWorker::Built {

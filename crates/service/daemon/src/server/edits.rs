@@ -16,7 +16,9 @@ impl Daemon {
         }
         // What is said about the edit says it with its secrets redacted.
         let shown = filters::shown(&op.to_string());
-        let e = dataplane::Edit::from_op(&op, &lang::WithPath(filters::Natives))
+        // Parsed once, here, as `open` parses (a name that is not a native filter is a
+        // command, which no edit may add): the worker applies this value.
+        let e = dataplane::Edit::from_op(&op, &lang::OrCommand(filters::Natives))
             .map_err(|e| refuse(libc::EINVAL, e.to_string()))?;
         let _one_at_a_time = r.editing.lock().expect("not poisoned");
         let (after, expect) = {
@@ -29,6 +31,7 @@ impl Daemon {
         r.tell(ToWorker::Edit {
             edit_id: eid,
             edit: op.clone(),
+            checked: e,
             expect,
         })
         .map_err(|e| refuse(libc::EIO, format!("run {run}: {e}")))?;

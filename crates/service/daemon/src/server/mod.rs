@@ -17,8 +17,9 @@ use crate::audit;
 use crate::policy::{Cred, Policy};
 use crate::proto::{
     self, EditApplied, EditOp, EditRequest, FromWorker, GraphNode, Msg, NodeCounters,
-    Peer, ProtoError, Reply, Request, RunInfo, RunOptions, TapFilter, ToWorker,
+    Peer, ProtoError, Reply, Request, RunInfo, RunOptions, TapFilter,
 };
+use crate::ToWorker;
 use crate::view::View;
 use dataplane::EditWire;
 use lang::NodeKind;

@@ -18,15 +18,17 @@ impl Daemon {
         context: proto::ClientContext,
     ) -> CallResult {
         let (streams, cwd) = client_descriptors(n, fds, &context)?;
-        if pipeline.len() > 64 * 1024 {
+        if pipeline.len() > proto::MAX_PIPELINE {
             return Err(refuse(
                 libc::E2BIG,
-                format!("pipeline of {} bytes (at most 65536)", pipeline.len()),
+                format!("pipeline of {} bytes (at most {})", pipeline.len(), proto::MAX_PIPELINE),
             ));
         }
         // Whatever is said about the pipeline (answers, `ps`, PipesFS, the log) is said
         // of it with its secrets redacted.
         let shown = filters::shown(&pipeline);
+        // The graph checked here is the graph the worker runs: it goes to the worker
+        // typed, in `start`, and the worker parses nothing.
         let g = parse_request(&pipeline)?;
         // Held until this open is in the table or failed.
         let (modes, _slot) = self.check_access(&g, who, &options, &shown)?;
@@ -40,6 +42,7 @@ impl Daemon {
         let start = ToWorker::Start {
             run: run_id,
             pipeline: pipeline.clone(),
+            graph: g.clone(),
             options,
             uid: who.uid,
             gid: who.gid,
@@ -172,7 +175,12 @@ impl Daemon {
         };
         let cwd_fd: Vec<_> = cwd.iter().map(|f| f.as_raw_fd()).collect();
         run.tell_fds(start, &cwd_fd)
-            .map_err(|e| refuse(libc::EIO, kill(format!("the worker died at once: {e}"))))?;
+            .map_err(|e| match e {
+                // A graph within the node and arc bounds whose words still make `start`
+                // over a frame: the client's pipeline is too big, not the worker broken.
+                ProtoError::Length(_) => refuse(libc::E2BIG, kill(format!("the pipeline's graph does not fit in one message to the worker: {e}"))),
+                e => refuse(libc::EIO, kill(format!("the worker died at once: {e}"))),
+            })?;
         drop(cwd);
         match proto::recv::<FromWorker>(&reader) {
             Ok((
@@ -258,6 +266,7 @@ impl Daemon {
                     ),
                 })?;
                 lent.push(proto::LentSocket {
+                    node: l.node,
                     kind: l.kind.name().to_string(),
                     dev: l.dev.clone(),
                     fd: fd.as_raw_fd(),
@@ -306,13 +315,29 @@ fn client_descriptors(
     Ok((fds, cwd))
 }
 
-/// The pipeline parsed for the daemon's checks: native filters from the library, any
-/// other name a Unix command (the worker finds it on the client's PATH and in its
-/// directory; commands need no grant). A syntax error, secrets redacted.
+/// The pipeline parsed for the daemon's checks, the first step of the run's derivation
+/// (the worker derives the rest from this graph, `runplan::plan_checked`): native filters
+/// from the library, any other name a Unix command (the worker finds it on the client's
+/// PATH and in its directory, and refuses one that means a native filter or a typo there;
+/// commands need no grant). A syntax error, secrets redacted; a graph over the protocol's
+/// bounds (`proto::MAX_GRAPH_NODES`, `MAX_GRAPH_ARCS`) refused with E2BIG.
 fn parse_request(pipeline: &str) -> Result<lang::Graph, Reply> {
     let resolver = lang::OrCommand(filters::Natives);
-    lang::parse(pipeline, &resolver)
-        .map_err(|d| refuse(libc::EINVAL, d.redacted(&resolver).to_string()))
+    let g = lang::parse(pipeline, &resolver)
+        .map_err(|d| refuse(libc::EINVAL, d.redacted(&resolver).to_string()))?;
+    if g.nodes.len() > proto::MAX_GRAPH_NODES || g.edges.len() > proto::MAX_GRAPH_ARCS {
+        return Err(refuse(
+            libc::E2BIG,
+            format!(
+                "a pipeline of {} nodes and {} arcs (at most {} nodes and {} arcs)",
+                g.nodes.len(),
+                g.edges.len(),
+                proto::MAX_GRAPH_NODES,
+                proto::MAX_GRAPH_ARCS
+            ),
+        ));
+    }
+    Ok(g)
 }
 
 impl Run {

@@ -3,7 +3,8 @@
 
 use crate::report::{counters, send_graph};
 use crate::Out;
-use daemon::proto::{self, FromWorker, Msg, ToWorker};
+use daemon::proto::{self, FromWorker, Msg};
+use daemon::ToWorker;
 use dataplane::spaces::Spaces;
 use runplan::live::Edits;
 use std::os::unix::net::UnixStream;
@@ -108,7 +109,7 @@ fn listen(sock: &UnixStream, sh: &Shared, granted: u32) {
                 sh.signal.store(signal, Ordering::SeqCst);
                 sh.interrupt.store(true, Ordering::SeqCst);
             }
-            ToWorker::Edit { edit_id, edit, expect } => {
+            ToWorker::Edit { edit_id, edit, checked, expect } => {
                 // What the sources the graph does not show narrow the mode to.
                 let hidden = *hidden.get_or_insert_with(|| {
                     let now = sh.mode.load(Ordering::Relaxed);
@@ -119,7 +120,7 @@ fn listen(sock: &UnixStream, sh: &Shared, granted: u32) {
                         now
                     }
                 });
-                let answer = sh.edits.apply(&edit, &expect);
+                let answer = sh.edits.apply(&edit, checked, &expect);
                 if answer.is_ok() {
                     let m = runplan::access::graph_mode(&sh.edits.graph(), granted, hidden);
                     sh.mode.store(m, Ordering::Relaxed);

@@ -1,7 +1,8 @@
 //! `streamline-worker __worker --fd N`: one run of the daemon. The daemon starts it
 //! (`daemon::spawn`) with the client's identity, the client's standard streams and a
-//! socket pair; over the socket it learns the pipeline and the client's context, derives
-//! and builds the run (`runplan`), reports the build's verdict, waits for `go`, runs,
+//! socket pair; over the socket it learns the run's graph as the daemon checked it (typed,
+//! with the text for messages) and the client's context, derives and builds the run from
+//! that graph (`runplan::plan_checked`, no parse), reports the build's verdict, waits for `go`, runs,
 //! sends the counters now and then, applies live edits and taps, and reports the exit
 //! status. `streamline-worker __space --space ID --fd N` is one of its run's process
 //! spaces (`runplan::process_space`).
@@ -15,7 +16,8 @@ mod control;
 mod identity;
 mod report;
 
-use daemon::proto::{self, FromWorker, Msg, ToWorker};
+use daemon::proto::{self, FromWorker, Msg};
+use daemon::ToWorker;
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -63,6 +65,15 @@ impl Out {
     }
 }
 
+/// A `start` the worker cannot take: refused to the daemon (EPROTO) and on its stderr.
+fn refuse_start(sock: UnixStream, why: String) -> ExitCode {
+    let why = runplan::report::error_text(&format!("worker: {why}"));
+    eprintln!("{why}");
+    let out = Out { sock: Arc::new(Mutex::new(sock)), run: 0 };
+    out.failed(why, libc::EPROTO);
+    ExitCode::from(2)
+}
+
 fn worker(fd: i32) -> ExitCode {
     runplan::report::ignore_stop_signals();
     // No PR_SET_PDEATHSIG: it fires when the daemon's *thread* that started us ends (the
@@ -78,9 +89,13 @@ fn worker(fd: i32) -> ExitCode {
     };
     let (start, mut fds) = match proto::recv::<ToWorker>(&sock) {
         Ok((Msg { body: start @ ToWorker::Start { .. }, .. }, fds)) => (start, fds),
-        Ok(_) | Err(_) => return ExitCode::from(2),
+        Ok(_) => return refuse_start(sock, "the daemon's first message is not `start`".into()),
+        // A value that does not decode (an unknown field, a wrong type, a frame too big):
+        // said, not just died of.
+        Err(e) => return refuse_start(sock, format!("the daemon's `start` does not decode: {e}")),
     };
-    let ToWorker::Start { run, pipeline, options, uid, gid, groups, modes, lent, context } = start
+    let ToWorker::Start { run, pipeline, graph, options, uid, gid, groups, modes, lent, context } =
+        start
     else {
         unreachable!("matched above")
     };
@@ -88,7 +103,7 @@ fn worker(fd: i32) -> ExitCode {
         sock: Arc::new(Mutex::new(sock.try_clone().expect("clone the daemon's socket"))),
         run,
     };
-    if let Err(e) = identity::assume(uid, gid, &groups).and_then(|()| identity::take_lent(uid, lent)) {
+    if let Err(e) = identity::assume(uid, gid, &groups).and_then(|()| identity::take_lent(uid, lent.clone())) {
         out.failed(format!("streamline: the worker of uid {uid} refuses to run: {e}"), libc::EPERM);
         return ExitCode::from(1);
     }
@@ -96,7 +111,10 @@ fn worker(fd: i32) -> ExitCode {
         out.failed(format!("streamline: the client's context: {e}"), e.errno());
         return ExitCode::from(1);
     }
-    let built = runplan::plan(&pipeline, &options, &modes)
+    // The graph the daemon checked, derived from as it is (the nodes the sockets were lent
+    // for checked against it): the text is for messages only.
+    let lent: Vec<(usize, &str)> = lent.iter().map(|l| (l.node, l.kind.as_str())).collect();
+    let built = runplan::plan_checked(graph, &pipeline, &options, &modes, &lent)
         .and_then(|p| Ok((p.build()?, p)));
     let (spaces, plan) = match built {
         Ok(b) => b,
