@@ -715,21 +715,10 @@ impl FilterSpec {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    static TOY: FilterSpec = FilterSpec::new("toy", Access::Classification).params(&[
-        Param::new("count", "how many")
-            .at(0)
-            .kind(Kind::Count)
-            .default("1"),
-        Param::new("mode", "how")
-            .at(1)
-            .kind(Kind::Choice(&["fast", "slow"])),
-        Param::new("icase", "ignore case").kind(Kind::Flag),
-    ]);
     static MANY: FilterSpec = FilterSpec::new("many", Access::Inspection)
         .params(&[Param::new("pattern", "patterns").from(0)]);
 
@@ -788,7 +777,8 @@ mod tests {
 
     #[test]
     fn declared_facts_are_queries() {
-        assert!(!TOY.runs_after_rx_in_kernel() && !TOY.keeps_sessions() && !TOY.source);
+        let toy = FilterSpec::new("toy", Access::Classification);
+        assert!(!toy.runs_after_rx_in_kernel() && !toy.keeps_sessions() && !toy.source);
         let sieve = FilterSpec::new("sieve", Access::Classification).implementations(&[
             Implementation {
                 name: "cbpf-socket",

@@ -103,17 +103,6 @@ pub fn native(name: &str) -> Option<(&'static FilterSpec, Make)> {
     CONSTRUCTORS.iter().copied().find(|(s, _)| s.name == name)
 }
 
-/// A node of a run's graph as it may be shown (PipesFS `.filter`, `.options`): its text
-/// redacted as [`shown`] does, and each secret option's value `<secret>`.
-pub fn shown_node(n: &dataplane::GraphNode) -> dataplane::GraphNode {
-    let name = n.filter.split_whitespace().next().unwrap_or("");
-    dataplane::GraphNode {
-        filter: shown(&n.filter).text().to_string(),
-        options: lang::redact_options(name, &n.options, &Natives),
-        ..n.clone()
-    }
-}
-
 /// The control options of thesis Table 3.2 that concern the filter's construction, for a
 /// filter that does not declare a key of the same name itself: `file=F` passes the
 /// contents of F as its first parameter (`regex file=patterns.txt`); `reuse=` and

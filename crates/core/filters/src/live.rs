@@ -548,15 +548,7 @@ fn per_wakeup(frames: u64, wakeups: u64) -> String {
     }
 }
 
-/// The `key=` option of a node, or else its first parameter: the pcap-filter
-/// expression of a `bpf` node (`key` "expr"), the device of an `rx` (`key` "dev").
-pub fn arg<'a>(params: &'a [String], options: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    options
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
-        .or_else(|| params.first().map(String::as_str))
-}
+pub use lang::label::arg;
 
 /// Kernel placement (thesis 6.3.2, push processing down): `rx | bpf "E"` runs E on the
 /// capture socket, so frames it rejects are never handed to user space; `rx | flowcount`,

@@ -284,16 +284,7 @@ pub struct NodeReport {
 
 pub use crate::error::{BuildError, BuildErrorKind, Rollback};
 
-/// A node's base name, the filter it runs (`strip`, `join`, a Unix command's program):
-/// what its label is made of (`strip#2`, `count:c`) and what messages name it by.
-pub fn base_name(n: &Node) -> String {
-    match &n.kind {
-        NodeKind::Filter { filter, .. } => filter.clone(),
-        NodeKind::Unix { argv, .. } => argv.first().cloned().unwrap_or_default(),
-        NodeKind::Join { .. } => "join".into(),
-        NodeKind::Split { .. } => "split".into(),
-    }
-}
+pub use lang::label::base_name;
 
 /// A node's span in the pipeline text, if it has one (nodes the build makes up, such as
 /// channel endpoints, carry the default empty span).
@@ -315,11 +306,7 @@ pub(super) fn without_name(e: crate::FilterError, base: &str) -> crate::FilterEr
     }
 }
 
-/// Name under /dev/shm of a node's exported stream: `streamline.NAME` (tags, an IBuf) and
-/// `streamline.NAME.data` (the data its tags point to).
-pub fn export_name(node: &str) -> String {
-    format!("streamline.{node}")
-}
+pub use protocol::graph::export_name;
 
 /// Create the named IBuf (and its DBuf) for an exported stream. A space's own data lives
 /// in private memory, so exported blocks are written through into the shared DBuf once;

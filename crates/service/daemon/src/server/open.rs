@@ -26,7 +26,7 @@ impl Daemon {
         }
         // Whatever is said about the pipeline (answers, `ps`, PipesFS, the log) is said
         // of it with its secrets redacted.
-        let shown = filters::shown(&pipeline);
+        let shown = catalog::shown(&pipeline);
         let g = parse_request(&pipeline)?;
         // Held until this open is in the table or failed.
         let (modes, _slot) = self.check_access(&g, who, &options, &shown)?;
@@ -69,7 +69,7 @@ impl Daemon {
         let pol = &self.cfg.policy;
         pol.check_ring(options.ring as u64, who)
             .map_err(|why| refuse(libc::E2BIG, why))?;
-        pol.check_sizes(g, who, &|f| filters::find(f).map(|s| s.params))
+        pol.check_sizes(g, who, &|f| catalog::find(f).map(|s| s.params))
             .map_err(|d| {
                 refuse(
                     libc::E2BIG,
@@ -78,7 +78,7 @@ impl Daemon {
             })?;
         let slot = self.reserve_open(who)?;
         let modes = pol
-            .check(g, who, &|f| filters::find(f).and_then(|s| s.privilege))
+            .check(g, who, &|f| catalog::find(f).and_then(|s| s.privilege))
             .map_err(|d| {
                 refuse(
                     libc::EACCES,
@@ -235,7 +235,7 @@ impl Daemon {
         let lends = self
             .cfg
             .policy
-            .lends(g, who, &|f| filters::find(f).and_then(|s| s.privilege))
+            .lends(g, who, &|f| catalog::find(f).and_then(|s| s.privilege))
             .map_err(|d| LendError {
                 node: d.node,
                 span: d.span,
@@ -310,7 +310,7 @@ fn client_descriptors(
 /// other name a Unix command (the worker finds it on the client's PATH and in its
 /// directory; commands need no grant). A syntax error, secrets redacted.
 fn parse_request(pipeline: &str) -> Result<lang::Graph, Reply> {
-    let resolver = lang::OrCommand(filters::Natives);
+    let resolver = lang::OrCommand(catalog::Natives);
     lang::parse(pipeline, &resolver)
         .map_err(|d| refuse(libc::EINVAL, d.redacted(&resolver).to_string()))
 }
