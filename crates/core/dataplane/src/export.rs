@@ -25,11 +25,9 @@ use lang::Selector;
 /// The label prefix of export nodes (the run's own, as channel endpoints and taps are).
 pub(crate) const EXPORT: &str = "__export";
 
-/// Name under /dev/shm of a node's exported stream: `streamline.NAME` (tags, an IBuf) and
-/// `streamline.NAME.data` (the data its tags point to).
-pub fn export_name(node: &str) -> String {
-    format!("streamline.{node}")
-}
+/// Name under /dev/shm of a node's exported stream (its one home is `protocol::graph`,
+/// which the daemon and readers link without this crate).
+pub use protocol::graph::export_name;
 
 /// Create the named IBuf (and its DBuf) for an exported stream. A space's own data lives
 /// in private memory, so exported blocks are written through into the shared DBuf once;

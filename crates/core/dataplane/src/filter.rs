@@ -408,50 +408,9 @@ impl<C: Classify> Filter for Classifier<C> {
     }
 }
 
-/// Table 5.1 data-access classes (used by the optimizer later).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    Metadata,
-    Statistics,
-    Inspection,
-    Classification,
-    Reordering,
-    Editing,
-    Source,
-    Sink,
-}
-
-/// Whether copies of a filter, each given part of the stream, together do what one copy
-/// does with all of it (thesis 5.4, data parallelism). Placement must never change a
-/// result, so `space=A,B` and the optimizer's data-parallel template replicate only
-/// filters that say so, and split the stream the way the filter needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replication {
-    /// Each block is handled on its own: any split works (round-robin, an ordered join
-    /// restores the order).
-    Blocks,
-    /// State per session (class): copies agree with one copy if each session stays on one
-    /// copy (a hash split on the class).
-    Sessions,
-    /// Needs the whole stream (it counts, samples, reads or writes it): never replicated;
-    /// the text says why.
-    Never(&'static str),
-}
-
-impl Replication {
-    /// What a filter of access class `a` needs, unless it declares otherwise.
-    pub const fn of(a: Access) -> Replication {
-        match a {
-            Access::Source => {
-                Replication::Never("a source produces the stream; replicate the filters after it")
-            }
-            Access::Sink => Replication::Never("a sink writes the whole stream in order"),
-            Access::Statistics => Replication::Never("its totals are over the whole stream"),
-            Access::Reordering => Replication::Sessions,
-            _ => Replication::Blocks,
-        }
-    }
-}
+/// The data-access classes (thesis Table 5.1) and how a filter may be replicated are part
+/// of its declaration, in the catalog.
+pub use catalog::{Access, Replication};
 
 /// Typed access to a filter's parameters: positional words and key=value options, and
 /// the node's typed placement decisions ([`lang::Placement`]: side, kernel attachment).
@@ -536,15 +495,7 @@ pub(crate) fn type_words<T>() -> &'static str {
     }
 }
 
-pub fn parse_size(v: &str) -> Option<u64> {
-    let (num, mul) = match v.chars().last()? {
-        'k' | 'K' => (&v[..v.len() - 1], 1u64 << 10),
-        'm' | 'M' => (&v[..v.len() - 1], 1 << 20),
-        'g' | 'G' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mul)
-}
+pub use catalog::parse_size;
 
 /// Session state helper re-exported for filters.
 pub type Sessions<T> = SessionTable<T>;

@@ -1,7 +1,7 @@
 //! Application-level filters: tcpstream (zero-copy reassembly), http, dns.
 
 use crate::packet::{app_payload, flow_hash, parse_tag, L4};
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param, Tag};
+use dataplane::{Args, Batch, Ctx, Filter, FilterError, Tag};
 use std::collections::{BTreeMap, HashMap};
 
 /// Per-direction reassembly state: the next expected sequence number and the segments
@@ -229,12 +229,12 @@ pub fn dns_kind(d: &[u8]) -> u16 {
     }
 }
 
-fn make_tcpstream(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_tcpstream(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(TcpStream {
         limit: a.size("limit", None, 4 << 20)? as usize,
     }))
 }
-fn make_http(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_http(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let only = match a.get("method", Some(0)) {
         None => None,
         Some(m) => Some(
@@ -253,35 +253,12 @@ fn make_http(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     };
     Ok(Box::new(Http { only }))
 }
-fn make_dns(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_dns(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(Dns {
         port: a.parse("port", None, 53)?,
     }))
 }
 
-pub static TCPSTREAM: FilterSpec = FilterSpec::new("tcpstream", Access::Reordering, make_tcpstream)
-    .synopsis("tcpstream [limit=BYTES]")
-    .description("Zero-copy TCP reassembly: crops each segment to its payload (a metadata edit) and\nreorders tags so that each connection's bytes leave in sequence order; retransmitted\nbytes are trimmed, early segments wait as tags (up to limit per direction, default 4M).")
-    .params(&[
-        Param::new("limit", "bytes of out-of-order data held per direction").kind(Kind::Size).default("4M").memory(1),
-    ])
-    .classes("the connection's flow hash (as `flow`)")
-    .example("streamline run 'pcapin file=examples/sample.pcap | tcpstream | http | outfile requests.txt'");
-pub static HTTP: FilterSpec = FilterSpec::new("http", Access::Classification, make_http)
-    .synopsis("http [method=NAME]")
-    .description("Detects HTTP requests (a request line at the start of the payload) in whole\nframes or in reassembled/cropped payloads.")
-    .params(&[
-        Param::new("method", "pass only this method (also positional)").at(0),
-    ])
-    .classes("1 GET, 2 POST, 3 HEAD, 4 PUT, 5 DELETE, 6 OPTIONS, 7 PATCH, 8 CONNECT, 9 TRACE; 0 otherwise")
-    .class_names(&[("get", 1), ("post", 2), ("head", 3), ("put", 4), ("delete", 5), ("options", 6), ("patch", 7), ("connect", 8), ("trace", 9)])
-    .example("streamline run 'pcapin file=examples/sample.pcap | tcp | http |1 inspect'");
-pub static DNS: FilterSpec = FilterSpec::new("dns", Access::Classification, make_dns)
-    .synopsis("dns [port=N]")
-    .description("Detects DNS messages on port 53 (UDP, or TCP with its length prefix).")
-    .params(&[Param::new("port", "DNS port (default 53)")
-        .kind(Kind::Count)
-        .default("53")])
-    .classes("1 for queries, 2 for responses, 0 otherwise")
-    .class_names(&[("query", 1), ("response", 2)])
-    .example("streamline run 'pcapin file=examples/sample.pcap | dns |2 count'");
+// The declarations of this file's filters are data in the catalog
+// (`catalog::app::{TCPSTREAM, HTTP, DNS}`); their constructors are below, paired with them
+// in `filters::CONSTRUCTORS`.

@@ -4,8 +4,7 @@
 //! program attached to a capture socket) joins it with live capture.
 
 use dataplane::{
-    Access, Args, Batch, Cost, Ctx, Filter, FilterError, FilterSpec, ImplSpace, Implementation,
-    KernelForm, Kind, Needs, Param,
+    Args, Batch, Ctx, Filter, FilterError,
 };
 use kernel::cbpf::{compile, compile_for_file, Program};
 
@@ -19,7 +18,7 @@ pub struct Bpf {
     progs: Vec<(u32, Program)>,
 }
 
-fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let expr = a.require("expr", Some(0))?.to_string();
     // Compile once now so a bad expression is a build error, not a runtime one.
     let p = compile(&expr, crate::packet::LINKTYPE_ETHERNET, 262144)
@@ -79,31 +78,6 @@ impl Filter for Bpf {
 /// Packets ahead of the one being filtered whose first bytes are prefetched.
 const PREFETCH_AHEAD: usize = 4;
 
-/// bpf's cost on the capture socket: a few instructions per frame, most frames rejected.
-const SIEVE: Cost = Cost::DEFAULT
-    .per_call(40.0)
-    .forward(0.1)
-    .per_byte(0.0)
-    .bytes_read(0.0);
+// The declarations of this file's filters are data in the catalog (`catalog::bpf::BPF`);
+// their constructors are below, paired with them in `filters::CONSTRUCTORS`.
 
-pub static BPF: FilterSpec = FilterSpec::new("bpf", Access::Classification, make)
-    .synopsis("bpf \"EXPRESSION\"")
-    .description("Passes the frames a pcap-filter expression (tcpdump's language, see pcap-filter(7))\n\
-       accepts. libpcap compiles the expression to classic BPF for each link type seen (the\n\
-       capture's own: Ethernet, Linux cooked, raw IP, BSD loopback, ..., so it keeps what\n\
-       `tcpdump -r FILE EXPR` prints); the program runs in this space, or, right after `rx`,\n\
-       in the kernel on the capture socket (frames it rejects never reach user space; this\n\
-       node then passes everything). An expression libpcap refuses is an error before the\n\
-       run starts; one it refuses for a capture's link type (`ip6` on raw IPv4) drops that\n\
-       capture's frames with a warning.")
-    .params(&[
-        Param::new("expr", "the expression (also the first positional parameter; quote it)").at(0),
-        Param::new(lang::resolve::PLACED, "kernel when the program runs on the capture socket (set for `rx | bpf`); user keeps it in this space").kind(Kind::Choice(&["user", "kernel"])).default("user"),
-    ])
-    .classes("1 for accepted frames, 0 otherwise")
-    .example("streamline run 'pcapin file=examples/sample.pcap | bpf \"tcp dst port 80\" | count'")
-    // A packet filter: selective by default (a tight sieve, thesis 7.3.2).
-    .implementations(&[
-        Implementation { name: "cbpf-socket", space: ImplSpace::Kernel(KernelForm::SocketFilter), needs: Needs::AfPacket, cost: SIEVE },
-        Implementation { name: "cbpf-interp", space: ImplSpace::User, needs: Needs::Nothing, cost: SIEVE.per_call(120.0) },
-    ]);

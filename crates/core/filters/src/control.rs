@@ -2,7 +2,7 @@
 
 use crate::packet::{flow_hash, parse_tag};
 use dataplane::builtin::{JoinFilter, SplitFilter};
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
+use dataplane::{Args, Batch, Ctx, Filter, FilterError};
 use std::collections::HashMap;
 
 /// Bounded loop (thesis 3.3.2): the first N times a block is seen it gets class 1 (the
@@ -49,14 +49,14 @@ impl Filter for Hash {
     }
 }
 
-fn make_for(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_for(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let limit: u32 = a.parse("count", Some(0), 1)?;
     Ok(Box::new(For {
         limit,
         left: HashMap::new(),
     }))
 }
-fn make_join(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_join(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let mode = match a.get("mode", Some(0)).unwrap_or("all") {
         "all" => lang::JoinMode::All,
         "first" | "or" => lang::JoinMode::First,
@@ -67,7 +67,7 @@ fn make_join(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     };
     Ok(Box::new(JoinFilter::new(mode, 0)))
 }
-fn make_split(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_split(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let ways: usize = a.parse("ways", Some(0), 2)?;
     let mode = match a.get("mode", None).unwrap_or("rr") {
         "rr" | "roundrobin" => lang::SplitMode::RoundRobin,
@@ -76,7 +76,7 @@ fn make_split(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     };
     Ok(Box::new(SplitFilter::new(mode, ways)))
 }
-fn make_hash(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_hash(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let ways: u16 = a.parse("ways", Some(0), 2)?;
     if ways == 0 {
         return Err(FilterError::bad("ways", "0", "at least 1"));
@@ -89,48 +89,6 @@ fn make_hash(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(Hash { ways, by_flow }))
 }
 
-pub static FOR: FilterSpec = FilterSpec::new("for", Access::Metadata, make_for)
-    .synopsis("for N name=X")
-    .description("Bounds a loop: `pre | for name=L 10 | body | for name=L |! post` runs body ten\ntimes per block, then passes the block on to post.")
-    .params(&[
-        Param::new("count", "iterations (also positional; default 1)").at(0).kind(Kind::Count).default("1"),
-    ])
-    .classes("1 while iterations remain, then 0")
-    .example("streamline run 'gen count=5 | for name=L 3 | count | for name=L |! null'")
-    .replication(dataplane::Replication::Never("it shapes the graph itself"));
-pub static JOIN: FilterSpec = FilterSpec::new("join", Access::Metadata, make_join)
-    .unix_tool()
-    .synopsis("join [mode=all|first|N]")
-    .description("Joins parallel branches: all copies (default), the first copy of each block, or\nthe Nth. Templates insert it for `+`, `++` and `+*`.")
-    .params(&[
-        Param::new("mode", "all, first, or N (also positional)").at(0).default("all"),
-    ])
-    .classes("the class the copy arrived with")
-    .example("streamline run 'pcapin file=examples/sample.pcap | (tcp + udp) | join | count'")
-    .replication(dataplane::Replication::Never("it shapes the graph itself"));
-pub static SPLIT: FilterSpec = FilterSpec::new("split", Access::Metadata, make_split)
-    .unix_tool()
-    .synopsis("split [ways=N] [mode=rr|hash]")
-    .description("Sends each block down exactly one of its N outgoing arcs: round-robin, or by\nthe hash of its class (sessions stay together). Used for data parallelism.")
-    .params(&[
-        Param::new("ways", "number of branches (also positional)").at(0).kind(Kind::Count).default("2"),
-        Param::new("mode", "rr (default) or hash").kind(Kind::Choice(&["rr", "roundrobin", "hash"])).default("rr"),
-    ])
-    .classes("the branch number 1..=N")
-    .example("streamline run 'gen count=100 | split 2 | count + count'")
-    .replication(dataplane::Replication::Never("it shapes the graph itself"));
-pub static HASH: FilterSpec = FilterSpec::new("hash", Access::Classification, make_hash)
-    .unix_tool()
-    .synopsis("hash [ways=N] [by=flow|data]")
-    .description("Classifies blocks into N classes by flow (5-tuple) or by contents.")
-    .params(&[
-        Param::new("ways", "number of classes (also positional)")
-            .at(0)
-            .kind(Kind::Count)
-            .default("2"),
-        Param::new("by", "flow (default) or data")
-            .kind(Kind::Choice(&["flow", "data", "content"]))
-            .default("flow"),
-    ])
-    .classes("1..=N")
-    .example("streamline run 'pcapin file=examples/sample.pcap | hash 4 | hist'");
+// The declarations of this file's filters are data in the catalog (`catalog::control::{FOR,
+// JOIN, SPLIT, HASH}`); their constructors are below, paired with them in
+// `filters::CONSTRUCTORS`.

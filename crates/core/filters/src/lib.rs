@@ -8,10 +8,10 @@
 //! pcapout, null), [`net`] (netout, netin: streams between hosts), [`kafka`] (kafkaout, kafkain: Kafka topics at the edges). [`packet`] holds the zero-copy frame parsing they share, [`savefile`] the
 //! capture-file reader `pcapin` walks files with (libpcap's rules).
 //!
-//! Every filter is declared once, as one [`FilterSpec`] where the filter is written, listed in
-//! [`REGISTRY`]: its documentation in fixed sections, its parameters (position, kind,
-//! default), its implementations and their spaces, and its constructor (see
-//! `dataplane::decl` and "Adding a filter" in ARCHITECTURE.md). Parsing (pcap, Ethernet/IP/TCP, regex, Aho-Corasick,
+//! Every filter is declared once, as data, in the catalog (`catalog`: its documentation in
+//! fixed sections, its parameters (position, kind, default), its implementations and their
+//! spaces, listed in [`REGISTRY`]); its constructor is here, beside its code, paired with
+//! the declaration in [`CONSTRUCTORS`] (see "Adding a filter" in ARCHITECTURE.md). Parsing (pcap, Ethernet/IP/TCP, regex, Aho-Corasick,
 //! deflate, AES-GCM) uses the crates the field uses; the filter logic is ours.
 
 #![forbid(unsafe_code)]
@@ -38,134 +38,71 @@ pub mod sources;
 pub mod transmit;
 pub mod xdp;
 
+use dataplane::decl::Make;
 use dataplane::{Args, Factory, Filter, FilterError, FilterSpec};
 
-/// Every native filter, in the order `streamline filters` lists them: the one line a new
-/// filter adds outside the file that declares it (a registration the linker gathers, as the
-/// `linkme` crate does, needs `link_section`, which this crate's `forbid(unsafe_code)`
-/// refuses; `tests/library.rs` checks every declaration here).
-pub static REGISTRY: &[&FilterSpec] = &[
-    &sources::PCAPIN,
-    &sources::FILE,
-    &sources::STDIN,
-    &sources::GEN,
-    &live::RX,
-    &proto::ETH,
-    &proto::IP,
-    &proto::TCP,
-    &proto::UDP,
-    &proto::ICMP,
-    &proto::DPORT,
-    &proto::SPORT,
-    &proto::PROTO,
-    &bpf::BPF,
-    &proto::FLOW,
-    &app::TCPSTREAM,
-    &app::HTTP,
-    &app::DNS,
-    &inspect::GREP,
-    &inspect::REGEX,
-    &inspect::MATCH,
-    &inspect::COUNT,
-    &inspect::HIST,
-    &inspect::INSPECT,
-    &inspect::DEDUP,
-    &ids::filter::IPS,
-    &nicfix::SAMPLE,
-    &nicfix::FLOWCOUNT,
-    &nicfix::BYTECOUNT,
-    &edit::STRIP,
-    &edit::DEFLATE,
-    &edit::INFLATE,
-    &edit::ENCRYPT,
-    &edit::DECRYPT,
-    &edit::XOR,
-    &control::FOR,
-    &control::JOIN,
-    &control::SPLIT,
-    &control::HASH,
-    &sinks::OUTFILE,
-    &sinks::STDOUT,
-    &sinks::PCAPOUT,
-    &sinks::NULL,
-    &net::NETOUT,
-    &net::NETIN,
-    &kafka::KAFKAOUT,
-    &kafka::KAFKAIN,
-    &shaping::SHAPE,
-    &transmit::TX,
+pub use catalog::{find, shown, Natives, REGISTRY};
+
+/// Every native filter's constructor beside its declaration in the catalog
+/// ([`catalog::REGISTRY`], where the data is): the one line a new filter adds here (a
+/// registration the linker gathers, as the `linkme` crate does, needs `link_section`,
+/// which this crate's `forbid(unsafe_code)` refuses). A test checks that every
+/// declaration has exactly one constructor here and every constructor a declaration.
+pub static CONSTRUCTORS: &[(&FilterSpec, Make)] = &[
+    (&catalog::sources::PCAPIN, sources::PcapIn::make),
+    (&catalog::sources::FILE, sources::FileIn::make),
+    (&catalog::sources::STDIN, sources::StdinIn::make),
+    (&catalog::sources::GEN, sources::Gen::make),
+    (&catalog::live::RX, live::make),
+    (&catalog::proto::ETH, proto::eth),
+    (&catalog::proto::IP, proto::ip),
+    (&catalog::proto::TCP, proto::tcp),
+    (&catalog::proto::UDP, proto::udp),
+    (&catalog::proto::ICMP, proto::icmp),
+    (&catalog::proto::DPORT, proto::dport),
+    (&catalog::proto::SPORT, proto::sport),
+    (&catalog::proto::PROTO, proto::proto),
+    (&catalog::bpf::BPF, bpf::make),
+    (&catalog::proto::FLOW, proto::flow),
+    (&catalog::app::TCPSTREAM, app::make_tcpstream),
+    (&catalog::app::HTTP, app::make_http),
+    (&catalog::app::DNS, app::make_dns),
+    (&catalog::inspect::GREP, inspect::make_grep),
+    (&catalog::inspect::REGEX, inspect::make_grep),
+    (&catalog::inspect::MATCH, inspect::make_match),
+    (&catalog::inspect::COUNT, inspect::make_count),
+    (&catalog::inspect::HIST, inspect::make_hist),
+    (&catalog::inspect::INSPECT, inspect::make_inspect),
+    (&catalog::inspect::DEDUP, inspect::make_dedup),
+    (&catalog::ids::IPS, ids::filter::make),
+    (&catalog::nicfix::SAMPLE, nicfix::make_sample),
+    (&catalog::nicfix::FLOWCOUNT, nicfix::make_flowcount),
+    (&catalog::nicfix::BYTECOUNT, nicfix::make_bytecount),
+    (&catalog::edit::STRIP, edit::make_strip),
+    (&catalog::edit::DEFLATE, edit::make_deflate),
+    (&catalog::edit::INFLATE, edit::make_inflate),
+    (&catalog::edit::ENCRYPT, edit::make_encrypt),
+    (&catalog::edit::DECRYPT, edit::make_decrypt),
+    (&catalog::edit::XOR, edit::make_xor),
+    (&catalog::control::FOR, control::make_for),
+    (&catalog::control::JOIN, control::make_join),
+    (&catalog::control::SPLIT, control::make_split),
+    (&catalog::control::HASH, control::make_hash),
+    (&catalog::sinks::OUTFILE, sinks::make_outfile),
+    (&catalog::sinks::STDOUT, sinks::make_stdout),
+    (&catalog::sinks::PCAPOUT, sinks::make_pcapout),
+    (&catalog::sinks::NULL, sinks::make_null),
+    (&catalog::net::NETOUT, net::make_netout),
+    (&catalog::net::NETIN, net::make_netin),
+    (&catalog::kafka::KAFKAOUT, kafka::make_kafkaout),
+    (&catalog::kafka::KAFKAIN, kafka::make_kafkain),
+    (&catalog::shaping::SHAPE, shaping::make),
+    (&catalog::transmit::TX, transmit::make),
 ];
 
-pub fn find(name: &str) -> Option<&'static FilterSpec> {
-    REGISTRY.iter().copied().find(|s| s.name == name)
-}
-
-/// The library as a name resolver for the language: native names and, per filter, the
-/// parameter keys it accepts (so `pcapin fil=x` is an error with a caret at parse time).
-/// Wrap it in `lang::WithPath` to also accept Unix commands on PATH.
-pub struct Natives;
-
-impl lang::Resolver for Natives {
-    fn resolve(&self, name: &str) -> Option<lang::FilterKind> {
-        find(name).map(|_| lang::FilterKind::Native)
-    }
-    fn native_names(&self) -> Vec<String> {
-        REGISTRY.iter().map(|s| s.name.to_string()).collect()
-    }
-    fn params(&self, name: &str) -> Option<Vec<String>> {
-        find(name).map(|s| s.params.iter().map(|p| p.name.to_string()).collect())
-    }
-    fn class_names(&self, name: &str) -> Option<Vec<(String, u16)>> {
-        find(name).map(|s| {
-            s.class_names
-                .iter()
-                .map(|&(n, c)| (n.to_string(), c))
-                .collect()
-        })
-    }
-    fn unix_tool(&self, name: &str) -> bool {
-        find(name).is_some_and(|s| s.unix_tool)
-    }
-    fn secrets(&self, name: &str) -> Vec<lang::SecretParam> {
-        find(name)
-            .map(|s| {
-                s.secrets()
-                    .map(|(key, position)| lang::SecretParam {
-                        key: key.to_string(),
-                        position,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-    fn secret_keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = REGISTRY
-            .iter()
-            .flat_map(|s| s.secrets().map(|(k, _)| k.to_string()))
-            .collect();
-        keys.sort();
-        keys.dedup();
-        keys
-    }
-}
-
-/// Pipeline text as it may be shown to anyone (`ps`, PipesFS, logs, error messages): the
-/// values of the parameters the declarations say are secret replaced by `<secret>`
-/// (`lang::redact` with the declarations as its judge). The run itself gets the text as
-/// written.
-pub fn shown(text: &str) -> lang::Redacted {
-    lang::redact(text, &Natives)
-}
-
-/// A node of a run's graph as it may be shown (PipesFS `.filter`, `.options`): its text
-/// redacted as [`shown`] does, and each secret option's value `<secret>`.
-pub fn shown_node(n: &dataplane::GraphNode) -> dataplane::GraphNode {
-    let name = n.filter.split_whitespace().next().unwrap_or("");
-    dataplane::GraphNode {
-        filter: shown(&n.filter).text().to_string(),
-        options: lang::redact_options(name, &n.options, &Natives),
-        ..n.clone()
-    }
+/// The declaration of the native filter `name` and its constructor.
+pub fn native(name: &str) -> Option<(&'static FilterSpec, Make)> {
+    CONSTRUCTORS.iter().copied().find(|(s, _)| s.name == name)
 }
 
 /// The control options of thesis Table 3.2 that concern the filter's construction, for a
@@ -224,9 +161,9 @@ pub struct Library;
 
 impl Factory for Library {
     fn make(&self, name: &str, args: &Args) -> Result<Box<dyn Filter>, dataplane::FilterError> {
-        let spec = find(name)
+        let (spec, make) = native(name)
             .ok_or_else(|| FilterError::Rule(format!("no native filter named '{name}'")))?;
-        spec.build(&control_options(spec, args)?)
+        dataplane::decl::build(spec, make, &control_options(spec, args)?)
     }
     fn is_source(&self, name: &str) -> bool {
         find(name).is_some_and(|s| s.source)
@@ -242,5 +179,28 @@ impl Factory for Library {
     }
     fn keeps_blocks(&self, name: &str) -> bool {
         find(name).is_some_and(|s| s.access == dataplane::Access::Reordering)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every declaration has exactly one constructor, and every constructor is paired with
+    /// a declaration of the registry (not a stray copy of one).
+    #[test]
+    fn every_declaration_has_exactly_one_constructor_and_every_constructor_a_declaration() {
+        for spec in REGISTRY {
+            let n = CONSTRUCTORS.iter().filter(|(s, _)| std::ptr::eq(*s, *spec)).count();
+            assert_eq!(n, 1, "{} has {n} constructors in filters::CONSTRUCTORS", spec.name);
+        }
+        for (spec, _) in CONSTRUCTORS {
+            assert!(
+                REGISTRY.iter().any(|r| std::ptr::eq(*r, *spec)),
+                "filters::CONSTRUCTORS builds {}, which catalog::REGISTRY does not list",
+                spec.name
+            );
+        }
+        assert_eq!(CONSTRUCTORS.len(), REGISTRY.len());
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! The filter changes no data and no class; it only decides when blocks move on.
 
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
+use dataplane::{Args, Batch, Ctx, Filter, FilterError};
 use shape::config::{Kind as BucketKind, Limit};
 use shape::{Config, Segment, Shaper};
 
@@ -22,7 +22,7 @@ pub struct Shape {
     bytes: u64,
 }
 
-fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let kind: BucketKind = a.get("policy", None).unwrap_or("token").parse().map_err(
         |e: shape::config::ConfigError| {
             FilterError::bad(
@@ -108,44 +108,9 @@ impl Drop for Shape {
     }
 }
 
-pub static SHAPE: FilterSpec = FilterSpec::new("shape", Access::Metadata, make)
-    .synopsis("shape rate=R [burst=B] [policy=token|leaky|token-leaky] [peak=P] [group=NAME]")
-    .description(
-        "Paces the stream to a byte rate with a token bucket (bursts up to burst=), a leaky\n\
-         bucket (a steady stream) or both (bursts drained at peak=): each block waits for its\n\
-         bytes' tokens. The buckets are those of `streamline shape`; group=NAME shares the\n\
-         budget of `streamline shape --group NAME` programs (rate= may then be left out).\n\
-         Rates: 10MB/s, 80Mbit, 1.5GiB/s, 500k. Data and classes pass unchanged.",
-    )
-    .params(&[
-        Param::new(
-            "rate",
-            "bytes per second, e.g. 10MB/s or 80Mbit (also positional)",
-        )
-        .at(0),
-        Param::new(
-            "burst",
-            "bucket depth, e.g. 64KiB (default 20 ms of the rate, at least 16 KiB)",
-        ),
-        Param::new(
-            "policy",
-            "token (default), leaky or token-leaky (also \"token+leaky\")",
-        )
-        .kind(Kind::Choice(&[
-            "token",
-            "leaky",
-            "token-leaky",
-            "token+leaky",
-        ]))
-        .default("token"),
-        Param::new("peak", "peak rate of token-leaky (default twice the rate)"),
-        Param::new("group", "share the budget of a shaping group"),
-    ])
-    .classes("unchanged")
-    .example("streamline run 'gen count=1000 size=1K | shape rate=100KB/s | count'")
-    .replication(dataplane::Replication::Never(
-        "one budget paces the whole stream",
-    ));
+// The declarations of this file's filters are data in the catalog
+// (`catalog::shaping::SHAPE`); their constructors are below, paired with them in
+// `filters::CONSTRUCTORS`.
 
 #[cfg(test)]
 mod tests {
@@ -162,28 +127,25 @@ mod tests {
                     .collect(),
             )
         };
-        let e = SHAPE
-            .build(&args(&[("rate", "10 furlongs")]))
+        let build = |a: &Args| dataplane::decl::build(&catalog::shaping::SHAPE, make, a);
+        let e = build(&args(&[("rate", "10 furlongs")]))
             .err()
             .unwrap()
             .to_string();
         assert!(e.contains("furlongs"), "{e}");
-        let e = SHAPE.build(&args(&[])).err().unwrap().to_string();
+        let e = build(&args(&[])).err().unwrap().to_string();
         assert!(e.contains("rate"), "{e}");
-        let e = SHAPE
-            .build(&args(&[("rate", "1M"), ("burst", "10")]))
+        let e = build(&args(&[("rate", "1M"), ("burst", "10")]))
             .err()
             .unwrap()
             .to_string();
         assert!(e.contains("quantum"), "{e}");
-        let e = SHAPE
-            .build(&args(&[("group", "../x")]))
+        let e = build(&args(&[("group", "../x")]))
             .err()
             .unwrap()
             .to_string();
         assert!(e.contains("not allowed"), "{e}");
-        assert!(SHAPE
-            .build(&args(&[("rate", "1MB/s"), ("policy", "leaky")]))
+        assert!(build(&args(&[("rate", "1MB/s"), ("policy", "leaky")]))
             .is_ok());
     }
 }

@@ -1,6 +1,6 @@
 //! Sinks: outfile, stdout, pcapout, null.
 
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
+use dataplane::{Args, Batch, Ctx, Filter, FilterError};
 use pcap_file::pcap::{PcapHeader, PcapWriter, RawPcapPacket};
 use pcap_file::{DataLink, Endianness, TsResolution};
 use std::fs::File;
@@ -183,7 +183,7 @@ impl Filter for Null {
     fn process(&mut self, _cx: &mut Ctx<'_>, _b: &mut Batch) {}
 }
 
-fn make_outfile(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_outfile(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let path = a.require("file", Some(0))?;
     let mode_append = a.flag("append")?;
     let f = std::fs::OpenOptions::new()
@@ -200,7 +200,7 @@ fn make_outfile(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         flush_each_batch: false,
     }))
 }
-fn make_stdout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_stdout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(Out {
         w: Box::new(BufWriter::new(std::io::stdout())),
         newline: a.flag("lines")?,
@@ -208,7 +208,7 @@ fn make_stdout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         flush_each_batch: true,
     }))
 }
-fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let path = a.require("file", Some(0))?.to_string();
     // Fail early if the file cannot be created; the header is written on the first packet
     // (its link type comes from the packets). `-` is standard output.
@@ -224,44 +224,10 @@ fn make_pcapout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         failed: false,
     }))
 }
-fn make_null(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make_null(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
     Ok(Box::new(Null))
 }
 
-pub static OUTFILE: FilterSpec = FilterSpec::new("outfile", Access::Sink, make_outfile)
-    .synopsis("outfile FILE [append=yes] [lines=yes]")
-    .description("Writes block contents to a file, back to back (lines=yes adds a newline after\neach block).")
-    .params(&[
-        Param::new("file", "the file (also positional)").at(0),
-        Param::new("append", "yes to append instead of truncating").kind(Kind::Flag).default("no"),
-        Param::new("lines", "yes for one block per line").kind(Kind::Flag).default("no"),
-    ])
-    .classes("sink (no output)")
-    .example("streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 strip | outfile http.raw'");
-pub static STDOUT: FilterSpec = FilterSpec::new("stdout", Access::Sink, make_stdout)
-    .synopsis("stdout [lines=yes]")
-    .description("Writes block contents to standard output.")
-    .params(&[Param::new("lines", "yes for one block per line")
-        .kind(Kind::Flag)
-        .default("no")])
-    .classes("sink (no output)")
-    .example("streamline run 'file a.txt split=lines | grep x | stdout'");
-pub static PCAPOUT: FilterSpec = FilterSpec::new("pcapout", Access::Sink, make_pcapout)
-    .synopsis("pcapout file=FILE")
-    .description("Writes packets to a pcap file (readable by tcpdump and Wireshark), with the\n\
-                  original timestamps and wire lengths when the packets came from a capture (a\n\
-                  block cropped from a packet keeps its time; a block made by a filter gets time 0).\n\
-                  The file header is the one the first packet's capture file had (byte order,\n\
-                  microsecond or nanosecond times, snap length, link type), so `pcapin | pcapout`\n\
-                  writes a pcap file (version 2.4, time zone 0) back byte for byte; blocks from no\n\
-                  pcap file (gen, rx, pcapng) get a big-endian microsecond header, snap length 65535.")
-    .params(&[
-        Param::new("file", "output file (also positional); - for standard output").at(0),
-    ])
-    .classes("sink (no output)")
-    .example("streamline run 'pcapin file=examples/sample.pcap | udp | pcapout file=udp.pcap'");
-pub static NULL: FilterSpec = FilterSpec::new("null", Access::Sink, make_null)
-    .synopsis("null")
-    .description("Discards everything.")
-    .classes("sink (no output)")
-    .example("streamline run 'gen count=1M | null'");
+// The declarations of this file's filters are data in the catalog
+// (`catalog::sinks::{OUTFILE, STDOUT, PCAPOUT, NULL}`); their constructors are below,
+// paired with them in `filters::CONSTRUCTORS`.

@@ -66,6 +66,7 @@ pub mod diag;
 pub mod edit;
 pub mod fuzzing;
 pub mod graph;
+pub mod label;
 mod lexer;
 mod parser;
 pub mod place;
@@ -73,6 +74,8 @@ pub mod redact;
 pub mod resolve;
 mod span;
 pub mod template;
+#[cfg(feature = "wire")]
+pub mod wire;
 mod validate;
 
 pub use diag::{render, DiagKind, Diagnostic};

@@ -12,12 +12,12 @@
 //! This module owns only that value and the questions asked of it; what the answers mean
 //! lives where they are used (`model`, `prefix`, `realize`, `planner`, `rewrite`).
 
-use dataplane::FilterSpec;
+use catalog::FilterSpec;
 use lang::Graph;
 
 /// The filter library as the control plane sees it: the declarations, the language
 /// resolver over the same names, and the library's graph passes. In the `streamline`
-/// command: `filters::REGISTRY`, `filters::Natives`, `filters::live::multiqueue` and
+/// command: `catalog::REGISTRY`, `catalog::Natives`, `filters::live::multiqueue` and
 /// `filters::live::kernel_placement`.
 #[derive(Clone, Copy)]
 pub struct Filters {
@@ -79,7 +79,7 @@ mod tests {
         assert!(lib.runs_after_rx_in_kernel("bpf") && lib.runs_after_rx_in_kernel("flowcount"));
         assert!(!lib.runs_after_rx_in_kernel("grep") && !lib.runs_after_rx_in_kernel("nosuch"));
         // A registry handed in is all the control plane knows: without `grep`, no `grep`.
-        static ONLY_BPF: [&FilterSpec; 1] = [&filters::bpf::BPF];
+        static ONLY_BPF: [&FilterSpec; 1] = [&catalog::bpf::BPF];
         let small = Filters {
             registry: &ONLY_BPF,
             ..lib

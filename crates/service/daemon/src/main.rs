@@ -51,7 +51,7 @@ fn main() -> ExitCode {
     let a = Args::parse();
     let _ = a.foreground;
     let policy = match &a.policy {
-        Some(p) => match Policy::load(p, &filters::Natives) {
+        Some(p) => match Policy::load(p, &catalog::Natives) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("streamlined: error: {e}");
@@ -73,7 +73,7 @@ fn main() -> ExitCode {
         })
         .unwrap_or_else(|| daemon::spawn::WORKER.into());
     if !worker.exists() {
-        eprintln!("streamlined: error: the worker program {} does not exist (--worker PATH names the `streamline-worker` program; `cargo build -p daemon` builds it)", worker.display());
+        eprintln!("streamlined: error: the worker program {} does not exist (--worker PATH names the `streamline-worker` program; `cargo build -p worker` builds it)", worker.display());
         return ExitCode::from(2);
     }
     for gone in daemon::reclaim::sweep() {

@@ -258,7 +258,7 @@ impl RawLimits {
             Some(x) => {
                 let n = match x {
                     toml::Value::Integer(n) => u64::try_from(*n).ok(),
-                    toml::Value::String(t) => dataplane::filter::parse_size(t),
+                    toml::Value::String(t) => catalog::parse_size(t),
                     _ => None,
                 };
                 n.filter(|n| *n >= 1 << 16).ok_or_else(|| {
@@ -439,7 +439,7 @@ impl Policy {
         &self,
         g: &Graph,
         who: &Cred,
-        params: &dyn Fn(&str) -> Option<&'static [dataplane::Param]>,
+        params: &dyn Fn(&str) -> Option<&'static [catalog::Param]>,
     ) -> Result<(), Denied> {
         if who.root() {
             return Ok(());
@@ -456,13 +456,13 @@ impl Policy {
                 continue;
             };
             let deny = |what: String, bytes: u64| Denied {
-                node: dataplane::runtime::base_name(n),
+                node: lang::label::base_name(n),
                 id: n.id,
                 span: n.span,
                 why: self.too_big(&what, bytes, who),
             };
             if let Some(v) = opts.iter().find(|(k, _)| k == "size").map(|(_, v)| v) {
-                if let Some(b) = dataplane::filter::parse_size(v).filter(|b| *b > max) {
+                if let Some(b) = catalog::parse_size(v).filter(|b| *b > max) {
                     return Err(deny(format!("size={v} (its stream's ring)"), b));
                 }
             }
@@ -545,7 +545,7 @@ impl Policy {
                         format!("needs {cap}; {} grants uid {} only these templates, and this pipeline follows none of them: {}", self.source(), who.uid, list.join("; "))
                     };
                     return Err(Denied {
-                        node: dataplane::runtime::base_name(n),
+                        node: lang::label::base_name(n),
                         id: n.id,
                         span: n.span,
                         why,
@@ -599,7 +599,7 @@ impl Policy {
                 continue;
             }
             let denied = |why: String| Denied {
-                node: dataplane::runtime::base_name(n),
+                node: lang::label::base_name(n),
                 id: n.id,
                 span: n.span,
                 why,
@@ -618,7 +618,7 @@ impl Policy {
                 return Err(denied("no template grants it".into()));
             };
             let opt = |key: &str| options.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-            let dev = filters::live::arg(params, options, "dev")
+            let dev = lang::label::arg(params, options, "dev")
                 .map(str::to_string)
                 .ok_or_else(|| denied("names no device (dev=)".into()))?;
             let num = |key: &str| opt(key).and_then(|v| v.parse::<usize>().ok()).unwrap_or(1).max(1);
@@ -677,7 +677,7 @@ impl Policy {
                 let user: Vec<String> = order[rx + 1..]
                     .iter()
                     .skip_while(|&&i| bpf_expr(&gr.chain.nodes[i].kind).is_some())
-                    .map(|&i| dataplane::runtime::base_name(&gr.chain.nodes[i]))
+                    .map(|&i| lang::label::base_name(&gr.chain.nodes[i]))
                     .collect();
                 (!user.is_empty()).then(|| format!("policy: template `{}`: {} run in user space, in the client's own worker, after the kernel's filter; a client can read what reaches them (the kernel enforces the device and the template's bpf filters only)", gr.template, user.join(", ")))
             })
@@ -693,7 +693,7 @@ fn bpf_expr(k: &NodeKind) -> Option<String> {
             params,
             options,
             ..
-        } if filter == "bpf" => filters::live::arg(params, options, "expr").map(str::to_string),
+        } if filter == "bpf" => lang::label::arg(params, options, "expr").map(str::to_string),
         _ => None,
     }
 }
@@ -793,11 +793,11 @@ mod tests {
     use super::*;
 
     fn parse(t: &str) -> Graph {
-        lang::parse(t, &filters::Natives).unwrap_or_else(|d| panic!("{d}"))
+        lang::parse(t, &catalog::Natives).unwrap_or_else(|d| panic!("{d}"))
     }
 
     fn privileged(f: &str) -> Option<&'static str> {
-        filters::find(f).and_then(|s| s.privilege)
+        catalog::find(f).and_then(|s| s.privilege)
     }
 
     const POLICY: &str = r#"
@@ -818,7 +818,7 @@ mode = "0640"
     #[test]
     fn the_documented_format_parses_and_names_every_key() {
         let ex = format_example();
-        let p = Policy::parse(ex, "FORMAT", &filters::Natives).unwrap_or_else(|e| panic!("{e}"));
+        let p = Policy::parse(ex, "FORMAT", &catalog::Natives).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.grants.len(), 1);
         assert_eq!(p.grants[0].mode, 0o640);
         assert_eq!(p.limits, Limits::default(), "the example gives the defaults");
@@ -841,12 +841,12 @@ mode = "0640"
         }
         // A key the parser does not take is refused: the example is checked, not skimmed.
         let bad = ex.replace("runs_per_user = 64", "runs_per_usr = 64");
-        assert!(Policy::parse(&bad, "bad", &filters::Natives).is_err());
+        assert!(Policy::parse(&bad, "bad", &catalog::Natives).is_err());
     }
 
     #[test]
     fn a_granted_template_is_the_only_way_to_raw_data() {
-        let p = Policy::parse(POLICY, "test", &filters::Natives).unwrap();
+        let p = Policy::parse(POLICY, "test", &catalog::Natives).unwrap();
         let ok = |t: &str| p.check(&parse(t), &nobody(), &privileged);
         assert_eq!(
             ok(r#"rx dev=veth0 | bpf "udp port 53" | count"#).unwrap(),
@@ -926,7 +926,7 @@ mode = "0640"
             ("[[grunt]]\n", "unknown field"),
         ];
         for (text, want) in cases {
-            let e = Policy::parse(text, "p.toml", &filters::Natives)
+            let e = Policy::parse(text, "p.toml", &catalog::Natives)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(want) && e.contains("p.toml"), "{text}: {e}");
@@ -935,12 +935,12 @@ mode = "0640"
 
     #[test]
     fn limits_have_defaults_and_bad_ones_are_refused_naming_the_key() {
-        let p = Policy::parse("", "p.toml", &filters::Natives).unwrap();
+        let p = Policy::parse("", "p.toml", &catalog::Natives).unwrap();
         assert_eq!(p.limits, Limits::default());
         let p = Policy::parse(
             "[limits]\nconnections_per_user = 4\nunactivated_runs_per_user = 2\nruns_per_user = 3\nmax_ring = \"256M\"\nframe_timeout_s = 1.5\n",
             "p.toml",
-            &filters::Natives,
+            &catalog::Natives,
         )
         .unwrap();
         assert_eq!(
@@ -954,7 +954,7 @@ mode = "0640"
             }
         );
         assert_eq!(
-            Policy::parse("[limits]\nmax_ring = 1048576\n", "p", &filters::Natives)
+            Policy::parse("[limits]\nmax_ring = 1048576\n", "p", &catalog::Natives)
                 .unwrap()
                 .limits
                 .max_ring,
@@ -980,7 +980,7 @@ mode = "0640"
             ),
             ("[limits]\nconections_per_user = 3\n", "unknown field"),
         ] {
-            let e = Policy::parse(text, "p.toml", &filters::Natives)
+            let e = Policy::parse(text, "p.toml", &catalog::Natives)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(want) && e.contains("p.toml"), "{text}: {e}");
@@ -992,10 +992,10 @@ mode = "0640"
         let p = Policy::parse(
             "[limits]\nmax_ring = \"64M\"\n",
             "p.toml",
-            &filters::Natives,
+            &catalog::Natives,
         )
         .unwrap();
-        let params = |f: &str| filters::find(f).map(|s| s.params);
+        let params = |f: &str| catalog::find(f).map(|s| s.params);
         let sizes = |t: &str, who: &Cred| p.check_sizes(&parse(t), who, &params);
         // The run's ring.
         let e = p.check_ring(1 << 62, &nobody()).unwrap_err();
@@ -1037,7 +1037,7 @@ mode = "0640"
         let p = Policy::parse(
             "[[grant]]\ngroups=['65534']\ntemplate='strip payload | tx dev=veth0'\n",
             "t",
-            &filters::Natives,
+            &catalog::Natives,
         )
         .unwrap();
         assert!(p

@@ -47,7 +47,7 @@ pub fn sweep() -> Vec<String> {
     }
     // Listing the pins removes those of dead runs.
     let before: Vec<_> = pin_dirs();
-    let _ = filters::nicfix::pinned();
+    let _ = kernel::ebpf::list_pinned();
     for d in before {
         if !std::path::Path::new(&d).exists() {
             gone.push(d);
@@ -67,7 +67,7 @@ fn young(name: &str) -> bool {
 }
 
 fn pin_dirs() -> Vec<String> {
-    std::fs::read_dir(filters::nicfix::PIN_ROOT)
+    std::fs::read_dir(kernel::ebpf::PIN_ROOT)
         .map(|rd| {
             rd.flatten()
                 .map(|e| e.path().display().to_string())

@@ -19,9 +19,10 @@
 //! filter. A removed node stays in the view as a pass-through (`__removed`), as it stays
 //! in the running space, so a removal inside a template's chain breaks the chain.
 
-use dataplane::edit::{filter_text, split_space};
-use dataplane::runtime::base_name;
-use dataplane::{Edit, Where};
+use lang::edit::split_space;
+use lang::label::{filter_text, label_of};
+use lang::label::base_name;
+use lang::edit::{Edit, Where};
 use lang::{Edge, Graph, Node, NodeKind, Selector};
 
 /// The filter a removed node becomes in the view (no filter has this name).
@@ -57,7 +58,7 @@ impl View {
                 let base = base_name(n);
                 let k = seen.entry(base.clone()).or_insert(0);
                 *k += 1;
-                label(&base, n.name.as_deref(), *k)
+                label_of(&base, n.name.as_deref(), *k)
             })
             .collect();
         let removed = vec![false; g.nodes.len()];
@@ -241,7 +242,7 @@ impl View {
     fn new_label(&self, n: &Node, except: usize) -> String {
         let base = base_name(n);
         if let Some(name) = &n.name {
-            return label(&base, Some(name), 0);
+            return label_of(&base, Some(name), 0);
         }
         let others = || (0..self.g.nodes.len()).filter(move |&j| j != except);
         let taken = |l: &str| others().any(|j| !self.removed[j] && self.labels[j] == l);
@@ -250,7 +251,7 @@ impl View {
             .count()
             + 1;
         loop {
-            let l = label(&base, None, k);
+            let l = label_of(&base, None, k);
             if !taken(&l) {
                 return l;
             }
@@ -461,15 +462,6 @@ impl View {
     }
 }
 
-/// A node's label (`dataplane::runtime::label_of`).
-fn label(base: &str, name: Option<&str>, k: usize) -> String {
-    match name {
-        Some(name) => format!("{base}:{name}"),
-        None if k > 1 => format!("{base}#{k}"),
-        None => base.to_string(),
-    }
-}
-
 /// The filter a label names (`count#2`, `count:c` -> `count`).
 fn split_base(label: &str) -> &str {
     let end = label.find([':', '#']).unwrap_or(label.len());
@@ -481,11 +473,11 @@ mod tests {
     use super::*;
 
     fn view(t: &str) -> View {
-        View::new(lang::parse(t, &filters::Natives).unwrap())
+        View::new(lang::parse(t, &catalog::Natives).unwrap())
     }
 
     fn edit(t: &str) -> Edit {
-        Edit::parse(t, &filters::Natives).unwrap_or_else(|e| panic!("{e}"))
+        Edit::parse(t, &catalog::Natives).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
@@ -523,7 +515,7 @@ mod tests {
         let again = View::new(
             lang::parse(
                 &v.text_now().replace("; dport | count", ""),
-                &filters::Natives,
+                &catalog::Natives,
             )
             .unwrap(),
         );
@@ -541,7 +533,7 @@ mod tests {
     /// to the same graph.
     #[test]
     fn a_unix_commands_options_are_shown_after_at() {
-        let r = lang::OrCommand(filters::Natives);
+        let r = lang::OrCommand(catalog::Natives);
         let text = "gen | gzip -c 'name=x' @space=1 @name=z | count";
         let v = View::new(lang::parse(text, &r).unwrap());
         let shown = v.text_now();
@@ -595,7 +587,7 @@ mod tests {
         let policy = crate::policy::Policy::parse(
             "[[grant]]\nusers = ['65534']\ntemplate = 'rx dev=lo | bpf \"udp port 53\"'\n",
             "t",
-            &filters::Natives,
+            &catalog::Natives,
         )
         .unwrap();
         let who = crate::policy::Cred {
@@ -603,7 +595,7 @@ mod tests {
             gid: 65534,
             groups: vec![65534],
         };
-        let privileged = |f: &str| filters::find(f).and_then(|s| s.privilege);
+        let privileged = |f: &str| catalog::find(f).and_then(|s| s.privilege);
         let v = view(r#"rx dev=lo | bpf "udp port 53" | count | count name=tail"#);
         assert!(policy.check(v.graph(), &who, &privileged).is_ok());
         for e in [

@@ -394,21 +394,14 @@ fn run_once(
 // filters have names of their own; the plan is then applied, node by node, to the chain
 // the runtime runs (the same nodes in the same order).
 
-fn planning_only(_: &FilterArgs) -> std::result::Result<Box<dyn Filter>, dataplane::FilterError> {
-    Err(dataplane::FilterError::bad(
-        "name",
-        "",
-        "a declaration for the planner only (the runtime runs `work`)",
-    ))
-}
 
 static PLAN_WORK: [FilterSpec; 4] = [
-    FilterSpec::new("worka", Access::Metadata, planning_only),
-    FilterSpec::new("workb", Access::Metadata, planning_only),
-    FilterSpec::new("workc", Access::Metadata, planning_only),
-    FilterSpec::new("workd", Access::Metadata, planning_only),
+    FilterSpec::new("worka", Access::Metadata),
+    FilterSpec::new("workb", Access::Metadata),
+    FilterSpec::new("workc", Access::Metadata),
+    FilterSpec::new("workd", Access::Metadata),
 ];
-static PLAN_SEQCHECK: FilterSpec = FilterSpec::new("seqcheck", Access::Statistics, planning_only);
+static PLAN_SEQCHECK: FilterSpec = FilterSpec::new("seqcheck", Access::Statistics);
 
 /// The planner's names: the library's, the four `work` copies and `seqcheck`.
 struct PlanNames;

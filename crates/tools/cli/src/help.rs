@@ -2,8 +2,9 @@
 //! teaches the language (its examples run from the repository root on
 //! examples/sample.pcap; tests/help.rs runs every `  $ ` line and checks the lines shown
 //! under it), `options` lists the control options and hints every filter takes (their one
-//! home: `dataplane::decl::control_options_doc`), `policy` is the daemon's policy file
-//! (`daemon::policy::FORMAT`, whose example the daemon's tests parse).
+//! home: `catalog::control_options_doc`, re-exported by `dataplane::decl`), `policy` is
+//! the daemon's policy file (`daemon::policy::FORMAT`, whose example the daemon's tests
+//! parse).
 //!
 //! The source of truth for the syntax is the `lang` crate (its module documentation) and
 //! ARCHITECTURE.md, "A pipeline, from text to results".

@@ -102,12 +102,11 @@ mod snapshot;
 mod mailbox;
 mod handle;
 mod quiet;
-mod wire;
 #[cfg(test)]
 mod tests;
 
 pub use lang::edit::{split_space, Edit, Where};
-pub use wire::EditWire;
+pub use lang::wire::EditWire;
 
 pub use error::{Applied, EditError, Refusal};
 pub use handle::EditHandle;

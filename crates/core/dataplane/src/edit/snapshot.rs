@@ -4,9 +4,7 @@ use crate::runtime::{
     Space,
 };
 use crate::runtime::EGRESS;
-use lang::{Node, NodeKind};
 use super::*;
-use lang::edit::quoted;
 
 /// One node of a running run's graph (the type is the wire's: `protocol::graph`), as
 /// [`EditHandle::graph`] and [`Space::graph`] give it.
@@ -26,49 +24,7 @@ pub(crate) struct SnapNode {
 }
 
 
-/// A node's filter text and options (see [`GraphNode::filter`]).
-pub fn filter_text(n: &Node) -> (String, Vec<(String, String)>) {
-    let (words, options): (Vec<String>, Vec<(String, String)>) = match &n.kind {
-        NodeKind::Filter {
-            filter,
-            params,
-            options,
-            ..
-        } => (
-            std::iter::once(filter.clone())
-                .chain(params.iter().map(|p| quoted(p)))
-                .collect(),
-            options.clone(),
-        ),
-        NodeKind::Unix { argv, .. } => (argv.iter().map(|a| quoted(a)).collect(), Vec::new()),
-        NodeKind::Join { mode } => {
-            let m = match mode {
-                lang::JoinMode::All => "all".to_string(),
-                lang::JoinMode::First => "first".to_string(),
-                lang::JoinMode::Nth(k) => format!("nth{k}"),
-                lang::JoinMode::Ordered => "ordered".to_string(),
-                lang::JoinMode::Merge => "merge".to_string(),
-            };
-            (vec!["join".into()], vec![("mode".into(), m)])
-        }
-        NodeKind::Split { mode, ways } => {
-            let m = match mode {
-                lang::SplitMode::RoundRobin => "roundrobin",
-                lang::SplitMode::Hash => "hash",
-            };
-            (
-                vec!["split".into()],
-                vec![("mode".into(), m.into()), ("ways".into(), ways.to_string())],
-            )
-        }
-    };
-    let text = words
-        .into_iter()
-        .chain(options.iter().map(|(k, v)| format!("{k}={}", quoted(v))))
-        .collect::<Vec<_>>()
-        .join(" ");
-    (text, options)
-}
+pub use lang::label::filter_text;
 
 impl Space {
     /// This space's graph now (see [`GraphNode`]): labels without a space, space `0`;
@@ -188,67 +144,4 @@ pub(crate) fn resolve(parts: &[(usize, Vec<SnapNode>)], multi: bool) -> Vec<Grap
     nodes.into_iter().map(|(_, g)| g).collect()
 }
 
-/// A run's graph ([`EditHandle::graph`]) as its table shows it ([`crate::runtime::fold_internal`]):
-/// one node per node the user wrote, labelled as in one space (`deflate`, not `deflate@1`,
-/// `deflate~2@2`, `deflate~split@0`), its inputs and outputs the user's nodes on the
-/// other side of its members' arcs, its filter the user's node's (the member whose label
-/// has no `~`), `space` the spaces it runs in (`1,2`; the split and join around copies
-/// aside, as in the table). With each, the label of the member whose output is the user
-/// node's output (a replica's or capture engine's join; else the node itself): what a tap
-/// on the user's node taps. In the order of the nodes' first members.
-pub fn fold_graph(nodes: &[GraphNode]) -> (Vec<GraphNode>, Vec<(String, String)>) {
-    use crate::runtime::user_label;
-    let user = |l: &str| user_label(l).0.to_string();
-    let mut out: Vec<GraphNode> = Vec::new();
-    let mut taps: Vec<(String, String)> = Vec::new();
-    for n in nodes {
-        let u = user(&n.label);
-        let around = n.label.contains("~split") || n.label.contains("~join");
-        let primary = !n.label.contains('~');
-        // Arcs among one node's members are neither into nor out of it.
-        let mapped = |v: &[String]| -> Vec<String> { v.iter().map(|l| user(l)).filter(|l| *l != u).collect() };
-        let (inputs, outputs) = (mapped(&n.inputs), mapped(&n.outputs));
-        let exit = !outputs.is_empty() || n.outputs.is_empty();
-        let i = match out.iter().position(|g| g.label == u) {
-            Some(i) => i,
-            None => {
-                out.push(GraphNode {
-                    label: u.clone(),
-                    filter: n.filter.clone(),
-                    options: n.options.clone(),
-                    inputs: Vec::new(),
-                    outputs: Vec::new(),
-                    source: false,
-                    space: String::new(),
-                });
-                taps.push((u.clone(), n.label.clone()));
-                out.len() - 1
-            }
-        };
-        let g = &mut out[i];
-        if primary {
-            g.filter = n.filter.clone();
-            g.options = n.options.clone();
-        }
-        for l in inputs {
-            if !g.inputs.contains(&l) {
-                g.inputs.push(l);
-            }
-        }
-        for l in outputs {
-            if !g.outputs.contains(&l) {
-                g.outputs.push(l);
-            }
-        }
-        g.source |= n.source;
-        if !around && !g.space.split(',').any(|s| s == n.space) {
-            g.space = if g.space.is_empty() { n.space.clone() } else { format!("{},{}", g.space, n.space) };
-        }
-        // The tap: the member the user node's blocks leave from, a join before a copy.
-        let t = &mut taps[i].1;
-        if exit && (n.label.contains("~join") || (primary && !t.contains("~join"))) {
-            *t = n.label.clone();
-        }
-    }
-    (out, taps)
-}
+pub use protocol::graph::fold_graph;

@@ -222,43 +222,6 @@ fn summary(r: &[NodeReport], label: &str) -> (u64, u64, u64) {
 }
 
 #[test]
-fn a_replicated_node_is_one_node_of_the_folded_graph() {
-    let g = |label: &str, filter: &str, inputs: &[&str], outputs: &[&str], space: &str| GraphNode {
-        label: label.into(),
-        filter: filter.into(),
-        options: vec![],
-        inputs: inputs.iter().map(|x| x.to_string()).collect(),
-        outputs: outputs.iter().map(|x| x.to_string()).collect(),
-        source: inputs.is_empty(),
-        space: space.into(),
-    };
-    let nodes = [
-        g("gen@0", "gen", &[], &["deflate~split@0"], "0"),
-        g("deflate~split@0", "split", &["gen@0"], &["deflate@1", "deflate~2@2"], "0"),
-        g("deflate@1", "deflate", &["deflate~split@0"], &["deflate~join@1"], "1"),
-        g("deflate~2@2", "deflate", &["deflate~split@0"], &["deflate~join@1"], "2"),
-        g("deflate~join@1", "join", &["deflate@1", "deflate~2@2"], &["count@1"], "1"),
-        g("count@1", "count", &["deflate~join@1"], &[], "1"),
-    ];
-    let (folded, taps) = fold_graph(&nodes);
-    let short: Vec<(&str, &str, Vec<String>, Vec<String>, &str)> = folded
-        .iter()
-        .map(|n| (n.label.as_str(), n.filter.as_str(), n.inputs.clone(), n.outputs.clone(), n.space.as_str()))
-        .collect();
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    assert_eq!(
-        short,
-        [
-            ("gen", "gen", s(&[]), s(&["deflate"]), "0"),
-            ("deflate", "deflate", s(&["gen"]), s(&["count"]), "1,2"),
-            ("count", "count", s(&["deflate"]), s(&[]), "1"),
-        ]
-    );
-    let taps: Vec<(&str, &str)> = taps.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-    assert_eq!(taps, [("gen", "gen@0"), ("deflate", "deflate~join@1"), ("count", "count@1")]);
-}
-
-#[test]
 fn inserts_rewire_as_the_pipeline_would_be_written_and_label_by_the_build_rule() {
     let (f, _go, _ack) = gate();
     let mut s = build("gate | tally |1 hold + pass | tally name=tail", &f);

@@ -3,15 +3,7 @@
 use lang::{Graph, NodeKind};
 use super::*;
 
-/// A node's label: `base:name` for a named node, else `base` for the first node of its
-/// base name and `base#k` for the k-th (the count includes named nodes).
-pub(crate) fn label_of(base: &str, name: Option<&str>, k: usize) -> String {
-    match name {
-        Some(name) => format!("{base}:{name}"),
-        None if k > 1 => format!("{base}#{k}"),
-        None => base.to_string(),
-    }
-}
+pub(crate) use lang::label::label_of;
 
 /// The labels of a run's nodes, placement-independent (see ARCHITECTURE.md, "Counters"):
 /// the nodes the user wrote are labelled as [`label_of`] labels them in one space
@@ -132,16 +124,7 @@ pub fn in_order(rows: Vec<NodeReport>, arcs: &[ArcReport], order: &[String]) -> 
     keyed.into_iter().map(|(_, r)| r).collect()
 }
 
-/// The user's node a report label stands for: the label without its space (`@1`, `@p2`)
-/// and without what says which internal node of it it is (`~2`, `~split`, a move's
-/// pass-through `~0`), and the space.
-pub fn user_label(label: &str) -> (&str, &str) {
-    let (l, space) = match label.rfind('@') {
-        Some(at) if at > 0 => (&label[..at], &label[at + 1..]),
-        _ => (label, ""),
-    };
-    (l.split('~').next().unwrap_or(l), space)
-}
+pub use protocol::graph::user_label;
 
 /// Fold the rows of a run's internal nodes into the node the user wrote ([`run_labels`],
 /// [`user_label`]): one row per user node, in the order of the first row, labelled as in

@@ -310,16 +310,7 @@ pub struct NodeReport {
 
 pub use crate::error::{BuildError, BuildErrorKind, Rollback};
 
-/// A node's base name, the filter it runs (`strip`, `join`, a Unix command's program):
-/// what its label is made of (`strip#2`, `count:c`) and what messages name it by.
-pub fn base_name(n: &Node) -> String {
-    match &n.kind {
-        NodeKind::Filter { filter, .. } => filter.clone(),
-        NodeKind::Unix { argv, .. } => argv.first().cloned().unwrap_or_default(),
-        NodeKind::Join { .. } => "join".into(),
-        NodeKind::Split { .. } => "split".into(),
-    }
-}
+pub use lang::label::base_name;
 
 /// A node's span in the pipeline text, if it has one (nodes the build makes up, such as
 /// channel endpoints, carry the default empty span).

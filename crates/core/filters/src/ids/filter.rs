@@ -8,7 +8,7 @@ use super::defrag::{Defrag, Step};
 use super::engine::{Alert, Engine, Mode, Packet, Settings, Tcp, Verdict, FRAG_OVERLAP_GID, FRAG_OVERLAP_SID};
 use super::rules::{self, Options, Vars};
 use crate::packet::{parse_tag, L4};
-use dataplane::{Access, Args, Batch, Ctx, Filter, FilterError, FilterSpec, Kind, Param};
+use dataplane::{Args, Batch, Ctx, Filter, FilterError};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::net::IpAddr;
@@ -324,7 +324,7 @@ fn create(a: &Args, key: &str) -> Result<Option<BufWriter<File>>, FilterError> {
     }
 }
 
-fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let path = a.require("rules", Some(0))?;
     let mut vars = Vars::default();
     if let Some(h) = a.get("home", None) {
@@ -381,38 +381,8 @@ fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     }))
 }
 
-pub static IPS: FilterSpec = FilterSpec::new("ips", Access::Classification, make)
-    .synopsis("ips rules=FILE [eve=FILE] [fast=FILE] [mode=ips|ids] [home=NET] [external=NET] [flood=RATE/BURST]")
-    .description(
-        "Intrusion detection and prevention with rules users already write (the common subset of\n\
-         Snort 3 and Suricata rules: contents and their modifiers, pcre, flow, flowbits, HTTP\n\
-         buffers, threshold). TCP connections are reassembled conservatively: data overlapping\n\
-         earlier data with other bytes drops the connection with an alert (gid 129). Alerts go to\n\
-         Suricata's eve.json and fast.log (standard error when neither file is given). Inline\n\
-         (mode=ips, the default) a matching drop rule drops the packet and the rest of its\n\
-         connection; mode=ids only alerts.",
-    )
-    .params(&[
-        Param::new("rules", "the rule file (also positional)").at(0).kind(Kind::Path),
-        Param::new("eve", "write alerts as eve.json lines to this file"),
-        Param::new("fast", "write alerts as fast.log lines to this file"),
-        Param::new("mode", "ips drops what drop rules match; ids only alerts")
-            .kind(Kind::Choice(&["ips", "ids"]))
-            .default("ips"),
-        Param::new("home", "$HOME_NET (default any)"),
-        Param::new("external", "$EXTERNAL_NET (default any)"),
-        Param::new("skip_unsupported", "yes: skip (and count) rules with keywords not supported, instead of failing")
-            .kind(Kind::Flag)
-            .default("no"),
-        Param::new("flood", "RATE[/BURST]: new TCP connections per second each service (address and port) admits; more are refused (alert 135:1)"),
-        Param::new("depth", "bytes of each connection direction inspected").kind(Kind::Size).default("1M"),
-        Param::new("flows", "connections followed at once (the oldest go first)").kind(Kind::Size).default("64K"),
-    ])
-    .classes("the block's class for packets let through; 0 for dropped ones")
-    .example("streamline run 'pcapin file=examples/sample.pcap | ips rules=examples/ips.rules eve=eve.json | null'")
-    .replication(dataplane::Replication::Never(
-        "its connection table, thresholds and alert log span the whole stream",
-    ));
+// The declaration of `ips` is data in the catalog (`catalog::ids::IPS`); its
+// constructor, `make`, is paired with it in `filters::CONSTRUCTORS`.
 
 #[cfg(test)]
 mod tests {

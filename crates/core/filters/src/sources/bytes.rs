@@ -2,7 +2,7 @@
 //! or by a delimiter.
 
 use dataplane::{
-    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Origin, Param, Tag,
+    Args, Batch, BufId, Ctx, Filter, FilterError, Tag,
 };
 use std::io::Read;
 use std::path::PathBuf;
@@ -54,7 +54,7 @@ pub struct FileIn {
 }
 
 impl FileIn {
-    fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+    pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         let path = PathBuf::from(a.require("file", Some(0))?);
         std::fs::metadata(&path)
             .map_err(|e| FilterError::io(format!("cannot open {}", path.display()), e))?;
@@ -104,20 +104,9 @@ impl Filter for FileIn {
     }
 }
 
-pub static FILE: FilterSpec = FilterSpec::new("file", Access::Source, FileIn::make)
-    .unix_tool()
-    .origin(Origin::Files)
-    .synopsis("file FILE [split=bytes|lines|fixed] [size=N]")
-    .description("Reads a file, mapped into memory as a DBuf (no copies), as blocks: chunks of\n\
-                  64 KiB (split=bytes, size=N to change), one block per line including its newline\n\
-                  (split=lines), or fixed-size records (split=fixed size=N; the last may be shorter).")
-    .params(&[
-        Param::new("file", "the file (also the first positional parameter)").at(0).kind(Kind::Path),
-        Param::new("split", "bytes (default), lines or fixed").kind(Kind::Choice(&["bytes", "lines", "fixed"])).default("bytes"),
-        Param::new("size", "block size for bytes/fixed (suffixes K, M)").kind(Kind::Size).default("64K").memory(1),
-    ])
-    .classes("1 for every block")
-    .example("streamline run 'file /var/log/syslog split=lines | grep error | count'");
+// The declarations of this file's filters are data in the catalog
+// (`catalog::sources::{FILE, STDIN}`); their constructors are below, paired with them in
+// `filters::CONSTRUCTORS`.
 
 pub struct StdinIn {
     split: Split,
@@ -127,7 +116,7 @@ pub struct StdinIn {
 }
 
 impl StdinIn {
-    fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+    pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         Ok(Box::new(StdinIn {
             split: split_mode(a)?,
             pending: Vec::new(),
@@ -206,17 +195,3 @@ impl Filter for StdinIn {
     }
 }
 
-pub static STDIN: FilterSpec = FilterSpec::new("stdin", Access::Source, StdinIn::make)
-    .synopsis("stdin [split=bytes|lines|fixed] [size=N]")
-    .description("Reads standard input into the space's data ring, cut into blocks as `file` does.")
-    .params(&[
-        Param::new("split", "bytes (default), lines or fixed")
-            .kind(Kind::Choice(&["bytes", "lines", "fixed"]))
-            .default("bytes"),
-        Param::new("size", "block size for bytes/fixed")
-            .kind(Kind::Size)
-            .default("64K")
-            .memory(1),
-    ])
-    .classes("1 for every block")
-    .example("cat access.log | streamline run 'stdin split=lines | grep GET | count'");

@@ -1,7 +1,7 @@
 //! `gen`: synthetic blocks for benchmarks and tests, in a ring of their own.
 
 use dataplane::{
-    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Origin, Param, Tag,
+    Args, Batch, BufId, Ctx, Filter, FilterError, Tag,
 };
 
 pub struct Gen {
@@ -63,7 +63,7 @@ impl GenRing {
 }
 
 impl Gen {
-    fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+    pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         let count = a.size("count", Some(0), 1000)?;
         let size = a.size("size", None, 1024)? as usize;
         if size == 0 || size > 1 << 20 {
@@ -191,37 +191,6 @@ impl Filter for Gen {
     }
 }
 
-pub static GEN: FilterSpec = FilterSpec::new("gen", Access::Source, Gen::make)
-    .origin(Origin::Synthetic)
-    .synopsis("gen [count=N] [size=BYTES] [rate=N] [rewrite=yes|no]")
-    .description(
-        "Generates N synthetic blocks (default 1000) of the given size (default 1024)\n\
-                  for benchmarks and tests: an 8-byte sequence number (little endian), then a\n\
-                  pattern (byte i is i*31 XOR the sequence number's low byte). Blocks go to a\n\
-                  ring of their own, one cache line apart beyond their size when the size is a\n\
-                  multiple of 512 (so a batch's first lines spread over the L1 cache's sets).\n\
-                  A lap of the ring is a multiple of 256 blocks, so a slot's pattern repeats\n\
-                  from lap to lap and after the first lap only the sequence number is written\n\
-                  (rewrite=yes writes every byte of every block; after a filter edited blocks\n\
-                  in place, a whole lap is written again). rate=N offers N blocks per second,\n\
-                  each made when its time comes (a fixed offered load below saturation).",
-    )
-    .params(&[
-        Param::new("count", "number of blocks (also positional; suffixes K, M)")
-            .at(0)
-            .kind(Kind::Size)
-            .default("1000"),
-        Param::new("size", "block size in bytes")
-            .kind(Kind::Size)
-            .default("1024"),
-        Param::new(
-            "rate",
-            "blocks per second, evenly spaced (suffixes K, M; default: as fast as it can)",
-        )
-        .kind(Kind::Size),
-        Param::new("rewrite", "yes: write every block in full (default no)")
-            .kind(Kind::Choice(&["yes", "no"]))
-            .default("no"),
-    ])
-    .classes("1 for every block")
-    .example("streamline run 'gen count=1M size=64 | count'");
+// The declarations of this file's filters are data in the catalog
+// (`catalog::sources::GEN`); their constructors are below, paired with them in
+// `filters::CONSTRUCTORS`.

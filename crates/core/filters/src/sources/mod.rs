@@ -7,6 +7,6 @@ pub mod bytes;
 pub mod gen;
 pub mod pcapin;
 
-pub use bytes::{FileIn, StdinIn, FILE, STDIN};
-pub use gen::{Gen, GenRing, GEN};
-pub use pcapin::{PcapIn, PCAPIN};
+pub use bytes::{FileIn, StdinIn};
+pub use gen::{Gen, GenRing};
+pub use pcapin::PcapIn;

@@ -5,7 +5,7 @@ mod lanes;
 
 use crate::savefile::{swap_pseudo_header, Record, Savefile};
 use dataplane::{
-    Access, Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, Kind, Origin, Param,
+    Args, Batch, BufId, Ctx, Filter, FilterError,
     RecordMeta, Tag,
 };
 use std::path::PathBuf;
@@ -137,7 +137,7 @@ fn open_capture(path: &std::path::Path) -> Result<(dataplane::FileMap, Savefile)
 const FIXED_RING: usize = 16 << 20;
 
 impl PcapIn {
-    fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+    pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         let path = PathBuf::from(a.require("file", Some(0))?);
         // A file libpcap refuses is a build error (the check maps the file and reads its
         // header; the run maps it again).
@@ -406,28 +406,6 @@ impl Filter for PcapIn {
     }
 }
 
-pub static PCAPIN: FilterSpec = FilterSpec::new("pcapin", Access::Source, PcapIn::make)
-    .origin(Origin::Files)
-    .synopsis("pcapin file=FILE")
-    .description("Reads a capture file as libpcap (tcpdump -r) reads it: the same packets, bytes,\n\
-                  lengths, times and link type. The file is mapped into memory and serves as the\n\
-                  DBuf itself: each packet becomes a tag pointing into the file, nothing is copied.\n\
-                  Timestamps (nanoseconds) and wire lengths travel out of band (for inspect and\n\
-                  pcapout); the link type goes with the frames (for the protocol filters and bpf).\n\
-                  Reads pcap (microsecond and nanosecond, either byte order, versions 2.0-2.4,\n\
-                  Kuznetzov's patched records) and pcapng (sections, interfaces with if_tsresol and\n\
-                  if_tsoffset, enhanced, simple and obsolete packet blocks; other blocks and options\n\
-                  are skipped). A snap length cuts packets (tcpdump -s 96): their wire length is\n\
-                  kept; a record holding more than the snap length is cut to it, as libpcap does.\n\
-                  Any link type is read; the protocol filters understand Ethernet (VLAN tags\n\
-                  included), Linux cooked v1/v2 (tcpdump -i any), raw IP and BSD loopback.\n\
-                  A file libpcap refuses is an error before the run (naming the byte and the\n\
-                  problem); a record libpcap refuses ends the input with a warning naming its\n\
-                  byte offset, after every packet before it. As libpcap, a pcapng file's\n\
-                  interfaces must share one link type and snap length. A helper thread\n\
-                  (pcapin-index) walks the records ahead of the space.")
-    .params(&[
-        Param::new("file", "capture file (also the first positional parameter)").at(0).kind(Kind::Path),
-    ])
-    .classes("1 for every packet")
-    .example("streamline run 'pcapin file=examples/sample.pcap | tcp | dport |80 count'");
+// The declarations of this file's filters are data in the catalog
+// (`catalog::sources::PCAPIN`); their constructors are below, paired with them in
+// `filters::CONSTRUCTORS`.

@@ -44,7 +44,7 @@
 //! source's, at most 0644, read-only), and so do `.pipeline`, `.filter` and `.options`
 //! (what the run is says something of what it reads); the kernel enforces them
 //! (`default_permissions`) and every change is checked again here against the run's
-//! owner. Text shows secret parameters as `<secret>` (`filters::shown`), and so does
+//! owner. Text shows secret parameters as `<secret>` (`catalog::shown`), and so does
 //! the log.
 
 pub mod guard;
@@ -56,7 +56,7 @@ mod tree;
 use crate::policy::Cred;
 use crate::proto::{errno_name, EditApplied, EditOp, GraphNode, Reply};
 use crate::server::{Daemon, Run, State};
-use dataplane::EditWire;
+use lang::wire::EditWire;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, OpenFlags, ReplyAttr,
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
@@ -192,7 +192,7 @@ impl PipesFs {
 
     /// Log a refusal and say its errno (what was asked, secrets redacted).
     fn refused(&self, req: &Request, op: &str, what: &str, e: i32, why: &str) -> Errno {
-        let shown = filters::shown(what);
+        let shown = catalog::shown(what);
         eprintln!(
             "streamlined: pipesfs: uid {} {op} {}: refused ({}): {}",
             req.uid(),
@@ -692,7 +692,7 @@ impl fuser::Filesystem for PipesFs {
                 // What is written is the text of options (quotes and all): parsed as the
                 // text form of `set` is, into the typed edit.
                 let text = format!("set {label} {}", words.join(" "));
-                match dataplane::Edit::parse_op(&text, &lang::WithPath(filters::Natives)) {
+                match lang::edit::Edit::parse_op(&text, &lang::WithPath(catalog::Natives)) {
                     Ok(op) => self.edit(req, "write .options", *run, op).map(|_| ()),
                     Err(e) => Err(self.refused(
                         req,
@@ -1091,7 +1091,7 @@ mod tests {
     fn a_gone_runs_homes_and_reader_counters_are_given_back() {
         let d = Daemon::new(crate::server::Config {
             socket: "/nonexistent/streamline.sock".into(),
-            policy: crate::policy::Policy::parse("", "test", &filters::Natives).unwrap(),
+            policy: crate::policy::Policy::parse("", "test", &catalog::Natives).unwrap(),
             worker: "/nonexistent/streamline".into(),
             max_clients: 1,
             hello_timeout: Duration::from_secs(1),

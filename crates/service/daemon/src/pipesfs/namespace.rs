@@ -187,7 +187,7 @@ impl PipesFs {
     /// The text of a read-only file.
     pub(super) fn text(&self, e: &Entry) -> Option<String> {
         Some(match e {
-            Entry::Available => filters::REGISTRY
+            Entry::Available => catalog::REGISTRY
                 .iter()
                 .map(|s| format!("{}\t{}\n", s.name, s.synopsis))
                 .collect(),

@@ -8,7 +8,7 @@
 //! and class a file means (`super`).
 
 use beltway::{BufTable, IbufReader, Ready, RingRef, Start};
-use dataplane::tap::RecordHeader;
+use protocol::tap::RecordHeader;
 use fuser::{Errno, PollEvents, PollNotifier, ReplyData, ReplyPoll};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::{DataLink, TsResolution};

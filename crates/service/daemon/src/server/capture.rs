@@ -111,11 +111,11 @@ impl Daemon {
             None => {
                 let link_type = interface_link_type(device)?;
                 let key = capture_key(device, &o.direction);
-                let g = lang::parse(&capture_pipeline(&key), &lang::WithPath(filters::Natives))
+                let g = lang::parse(&capture_pipeline(&key), &lang::WithPath(catalog::Natives))
                     .map_err(|d| refuse(libc::ENODEV, format!("device {device}: {d}")))?;
                 self.cfg
                     .policy
-                    .check(&g, who, &|f| filters::find(f).and_then(|s| s.privilege))
+                    .check(&g, who, &|f| catalog::find(f).and_then(|s| s.privilege))
                     .map_err(|d| {
                         refuse(
                             libc::EPERM,

@@ -15,10 +15,10 @@ impl Daemon {
             return Err(refuse(libc::EBUSY, format!("run {run} is not active yet")));
         }
         // What is said about the edit says it with its secrets redacted.
-        let shown = filters::shown(&op.to_string());
+        let shown = catalog::shown(&op.to_string());
         // Parsed once, here, as `open` parses (a name that is not a native filter is a
         // command, which no edit may add): the worker applies this value.
-        let e = dataplane::Edit::from_op(&op, &lang::OrCommand(filters::Natives))
+        let e = lang::edit::Edit::from_op(&op, &lang::OrCommand(catalog::Natives))
             .map_err(|e| refuse(libc::EINVAL, e.to_string()))?;
         let _one_at_a_time = r.editing.lock().expect("not poisoned");
         let (after, expect) = {
@@ -97,9 +97,9 @@ impl Daemon {
         view: &View,
         who: &Cred,
         op: &EditOp,
-        e: &dataplane::Edit,
+        e: &lang::edit::Edit,
     ) -> Result<(Option<View>, Vec<(String, String)>), Reply> {
-        let privileged = |f: &str| filters::find(f).and_then(|s| s.privilege);
+        let privileged = |f: &str| catalog::find(f).and_then(|s| s.privilege);
         let policy = &self.cfg.policy;
         let guarded = !who.root() && view.privileged(&privileged);
         let templates = || {
@@ -118,9 +118,9 @@ impl Daemon {
         let denied = |errno: i32, why: String| refuse(errno, format!("edit `{op}` refused: {why}"));
         // The new filter an edit makes, whatever the view knows.
         let new_filter = match e {
-            dataplane::Edit::Insert { filter, .. }
-            | dataplane::Edit::Replace { filter, .. }
-            | dataplane::Edit::Branch { filter, .. } => Some(filter),
+            lang::edit::Edit::Insert { filter, .. }
+            | lang::edit::Edit::Replace { filter, .. }
+            | lang::edit::Edit::Branch { filter, .. } => Some(filter),
             _ => None,
         };
         if !who.root() {

@@ -21,7 +21,7 @@ use crate::proto::{
 };
 use crate::ToWorker;
 use crate::view::View;
-use dataplane::EditWire;
+use lang::wire::EditWire;
 use lang::NodeKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -61,7 +61,7 @@ pub(crate) struct Run {
     pub(crate) owner: Cred,
     pub(crate) user: String,
     /// The pipeline as it may be shown (`ps`, PipesFS, the log): secret parameters
-    /// redacted (`filters::shown`). Only the worker gets it as written.
+    /// redacted (`catalog::shown`). Only the worker gets it as written.
     pub(crate) pipeline: String,
     /// The redaction of the pipeline, to scrub what the worker says (its messages may
     /// quote a secret value).
@@ -95,7 +95,7 @@ pub(crate) struct Run {
     pub(crate) view: Mutex<View>,
     editing: Mutex<()>,
     /// The graph as the worker last described it, folded as its table is
-    /// (`dataplane::edit::fold_graph`), and its streams' mode.
+    /// (`protocol::graph::fold_graph`), and its streams' mode.
     pub(crate) graph: Mutex<(Vec<GraphNode>, u32)>,
     /// Per node of the folded graph, the worker's node a tap on it taps.
     tap_at: Mutex<Vec<(String, String)>>,
@@ -798,7 +798,7 @@ impl Daemon {
             Request::Ping { token } => Ok((Reply::Pong { token }, vec![])),
             Request::Filters {} => Ok((
                 Reply::Filters {
-                    filters: filters::REGISTRY
+                    filters: catalog::REGISTRY
                         .iter()
                         .map(|s| (s.name.to_string(), s.synopsis.to_string()))
                         .collect(),
@@ -813,7 +813,7 @@ impl Daemon {
                 context,
             } => {
                 // The log says it with its secrets redacted, as everything else does.
-                let text = filters::shown(&pipeline).text().to_string();
+                let text = catalog::shown(&pipeline).text().to_string();
                 let r = self.open(conn, who, pipeline, options, n, fds, context);
                 match &r {
                     Ok((Reply::Opened { run, .. }, _)) => audit::opened(who, *run, &text),
@@ -850,7 +850,7 @@ impl Daemon {
                 let op = match edit {
                     EditRequest::Op(op) => op,
                     EditRequest::Text(t) => {
-                        dataplane::Edit::parse_op(&t, &lang::WithPath(filters::Natives))
+                        lang::edit::Edit::parse_op(&t, &lang::WithPath(catalog::Natives))
                             .map_err(|e| refuse(libc::EINVAL, e.to_string()))?
                     }
                 };
@@ -1044,7 +1044,7 @@ fn open_stream(name: &str, who: &Cred) -> CallResult {
             format!("stream name `{name}`: expected a node name (no '/')"),
         ));
     }
-    let tags = format!("/dev/shm/{}", dataplane::runtime::export_name(name));
+    let tags = format!("/dev/shm/{}", protocol::graph::export_name(name));
     let data = format!("{tags}.data");
     let mut fds = Vec::new();
     for path in [&tags, &data] {

@@ -132,8 +132,8 @@ impl Run {
     /// PipesFS and `ps`. Folded as the table is (one node per node the user wrote, named
     /// as the user wrote it); a tap on one taps the member its output leaves from.
     fn take_graph(&self, nodes: &[GraphNode], mode: u32) {
-        let nodes: Vec<GraphNode> = nodes.iter().map(filters::shown_node).collect();
-        let (nodes, taps) = dataplane::edit::fold_graph(&nodes);
+        let nodes: Vec<GraphNode> = nodes.iter().map(shown_node).collect();
+        let (nodes, taps) = protocol::graph::fold_graph(&nodes);
         *self.tap_at.lock().expect("not poisoned") = taps;
         *self.graph.lock().expect("not poisoned") = (nodes, mode);
         self.mark_reported();
@@ -203,5 +203,16 @@ impl Run {
             (_, None, None) => audit::End::Exited(code),
         };
         (code, end)
+    }
+}
+
+/// A node of a run's graph as it may be shown (PipesFS `.filter`, `.options`): its text
+/// redacted as `catalog::shown` does, and each secret option's value `<secret>`.
+fn shown_node(n: &GraphNode) -> GraphNode {
+    let name = n.filter.split_whitespace().next().unwrap_or("");
+    GraphNode {
+        filter: catalog::shown(&n.filter).text().to_string(),
+        options: lang::redact_options(name, &n.options, &catalog::Natives),
+        ..n.clone()
     }
 }

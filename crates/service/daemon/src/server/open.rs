@@ -26,7 +26,7 @@ impl Daemon {
         }
         // Whatever is said about the pipeline (answers, `ps`, PipesFS, the log) is said
         // of it with its secrets redacted.
-        let shown = filters::shown(&pipeline);
+        let shown = catalog::shown(&pipeline);
         // The graph checked here is the graph the worker runs: it goes to the worker
         // typed, in `start`, and the worker parses nothing.
         let g = parse_request(&pipeline)?;
@@ -72,7 +72,7 @@ impl Daemon {
         let pol = &self.cfg.policy;
         pol.check_ring(options.ring as u64, who)
             .map_err(|why| refuse(libc::E2BIG, why))?;
-        pol.check_sizes(g, who, &|f| filters::find(f).map(|s| s.params))
+        pol.check_sizes(g, who, &|f| catalog::find(f).map(|s| s.params))
             .map_err(|d| {
                 refuse(
                     libc::E2BIG,
@@ -81,7 +81,7 @@ impl Daemon {
             })?;
         let slot = self.reserve_open(who)?;
         let modes = pol
-            .check(g, who, &|f| filters::find(f).and_then(|s| s.privilege))
+            .check(g, who, &|f| catalog::find(f).and_then(|s| s.privilege))
             .map_err(|d| {
                 refuse(
                     libc::EACCES,
@@ -243,7 +243,7 @@ impl Daemon {
         let lends = self
             .cfg
             .policy
-            .lends(g, who, &|f| filters::find(f).and_then(|s| s.privilege))
+            .lends(g, who, &|f| catalog::find(f).and_then(|s| s.privilege))
             .map_err(|d| LendError {
                 node: d.node,
                 span: d.span,
@@ -322,7 +322,7 @@ fn client_descriptors(
 /// commands need no grant). A syntax error, secrets redacted; a graph over the protocol's
 /// bounds (`proto::MAX_GRAPH_NODES`, `MAX_GRAPH_ARCS`) refused with E2BIG.
 fn parse_request(pipeline: &str) -> Result<lang::Graph, Reply> {
-    let resolver = lang::OrCommand(filters::Natives);
+    let resolver = lang::OrCommand(catalog::Natives);
     let g = lang::parse(pipeline, &resolver)
         .map_err(|d| refuse(libc::EINVAL, d.redacted(&resolver).to_string()))?;
     if g.nodes.len() > proto::MAX_GRAPH_NODES || g.edges.len() > proto::MAX_GRAPH_ARCS {

@@ -14,6 +14,9 @@ pub const PYTHON: &str = "/usr/bin/python3";
 pub fn daemon_bin() -> PathBuf {
     let p = Path::new(BIN).with_file_name("streamlined");
     assert!(p.exists(), "{} is missing: build the daemon (`cargo build -p daemon`; `cargo test --workspace` builds it)", p.display());
+    // The program it starts for each run, found beside it (a package of its own).
+    let w = p.with_file_name("streamline-worker");
+    assert!(w.exists(), "{} is missing: build the daemon's worker (`cargo build -p worker`; `cargo test --workspace` builds it)", w.display());
     p
 }
 

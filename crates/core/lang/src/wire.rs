@@ -1,25 +1,27 @@
-//! Edits as the daemon's protocol carries them: the conversions between the dataplane's
-//! [`Edit`] and the wire's typed form (`protocol::proto::EditOp`), kept here so the
-//! protocol crate links neither the dataplane nor the language.
+//! Edits as the daemon's protocol carries them: the conversions between the edit language's
+//! [`Edit`] and the wire's typed form (`protocol::proto::EditOp`), kept here (behind the
+//! `wire` feature, the language's one dependency on another crate of the workspace) so the
+//! protocol crate links no language, and the daemon, its worker and the command convert
+//! the same way without linking the dataplane.
 
-use super::error::EditError;
-use lang::edit::{Edit, Where};
+use crate::edit::{Edit, Where};
+use crate::Diagnostic;
 use protocol::proto::{EditOp, InsertAt};
 
-/// An [`Edit`] (the language's, `lang::edit`) in the protocol's typed form and back.
+/// An [`Edit`] in the protocol's typed form and back.
 pub trait EditWire: Sized {
     /// Parse an edit's text form ([`Edit::parse`], the one parser of edits) into the
     /// protocol's typed form; errors carry the caret under the problem.
-    fn parse_op(text: &str, resolver: &dyn lang::Resolver) -> Result<EditOp, EditError>;
+    fn parse_op(text: &str, resolver: &dyn crate::Resolver) -> Result<EditOp, Diagnostic>;
     /// The protocol's typed form of this edit, parsed from `text`.
     fn to_op(&self, text: &str) -> EditOp;
     /// The edit a typed request asks for: the new filter's text parsed as one filter,
     /// `set`'s options checked (the text of the edit is not parsed again).
-    fn from_op(op: &EditOp, resolver: &dyn lang::Resolver) -> Result<Self, EditError>;
+    fn from_op(op: &EditOp, resolver: &dyn crate::Resolver) -> Result<Self, Diagnostic>;
 }
 
 impl EditWire for Edit {
-    fn parse_op(text: &str, resolver: &dyn lang::Resolver) -> Result<EditOp, EditError> {
+    fn parse_op(text: &str, resolver: &dyn crate::Resolver) -> Result<EditOp, Diagnostic> {
         Ok(Edit::parse(text, resolver)?.to_op(text))
     }
 
@@ -64,7 +66,7 @@ impl EditWire for Edit {
         }
     }
 
-    fn from_op(op: &EditOp, resolver: &dyn lang::Resolver) -> Result<Edit, EditError> {
+    fn from_op(op: &EditOp, resolver: &dyn crate::Resolver) -> Result<Edit, Diagnostic> {
         use Edit as E;
         let f = |t: &str| Edit::new_filter(t, resolver);
         Ok(match op {
@@ -109,7 +111,7 @@ mod tests {
 
     #[test]
     fn edits_are_typed_once_and_read_back_in_both_forms() {
-        let r = lang::StaticResolver::new()
+        let r = crate::StaticResolver::new()
             .native_any("gen")
             .native_any("count")
             .native_any("sample");
@@ -126,7 +128,7 @@ mod tests {
         ] {
             let op = Edit::parse_op(text, &r).unwrap_or_else(|e| panic!("{text}: {e}"));
             assert_eq!(op.to_string(), text);
-            // The typed form makes the same dataplane edit as the text.
+            // The typed form makes the same edit as the text.
             let e = Edit::from_op(&op, &r).unwrap_or_else(|e| panic!("{text}: {e}"));
             let again = e.to_op(&op.source_text());
             assert_eq!(again.kind(), op.kind());
