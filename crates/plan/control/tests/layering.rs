@@ -159,7 +159,7 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
     ("lang", &["protocol"], "the language; `protocol` only for the edit language's wire form (its `wire` feature)"),
     ("catalog", &["lang"], "the filters as data: a leaf on the language, read without the filters or the kernel plane"),
     ("dataplane", &["beltway", "lang", "catalog", "protocol"], "the computation plane"),
-    ("filters", &["kernel", "dataplane", "catalog", "lang", "shape"], "the filters' code and constructors"),
+    ("filters", &["kernel", "dataplane", "catalog", "lang", "shape", "protocol"], "the filters' code and constructors (protocol: the wire form of a reader's classic BPF program, `Filter::readers_want`)"),
     ("control", &["lang", "catalog", "dataplane"], "the control plane: the catalog handed in, never the filters or the kernel plane"),
     ("runplan", &["lang", "dataplane", "filters", "control", "kernel", "beltway", "protocol"], "a run derived once"),
     ("daemon", &["lang", "catalog", "protocol", "kernel", "beltway", "shape"], "streamlined: reads the catalog, never links the dataplane or the filters (the worker does)"),
