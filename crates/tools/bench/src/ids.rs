@@ -152,9 +152,13 @@ impl Setup {
         };
         let inspected = num(" packets,").ok_or_else(|| err(format!("no packet count in: {line}")))?;
         let not_ip = num(" frames not IP").unwrap_or(0);
-        if inspected + not_ip != self.big.packets {
+        // IPv4 fragments are inspected as the datagrams they make; others pass uninspected.
+        let fragments = num(" IPv4 fragments made").unwrap_or(0);
+        let datagrams = num(" datagrams (").unwrap_or(0);
+        let uninspected = num(" fragments uninspected").unwrap_or(0);
+        if inspected - datagrams + fragments + uninspected + not_ip != self.big.packets {
             return Err(err(format!(
-                "ours inspected {inspected} packets and passed {not_ip} non-IP frames, but the capture holds {}: {line}",
+                "ours inspected {inspected} packets ({datagrams} of them datagrams made of {fragments} fragments) and passed {uninspected} fragments and {not_ip} non-IP frames uninspected, but the capture holds {} frames: {line}",
                 self.big.packets
             )));
         }
