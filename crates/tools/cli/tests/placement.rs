@@ -299,7 +299,9 @@ fn corpus(captures: &[PathBuf]) -> Vec<String> {
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
     {
-        let line = line.replace("{text}", text_file.to_str().unwrap());
+        let line = line
+            .replace("{text}", text_file.to_str().unwrap())
+            .replace("{root}", concat!(env!("CARGO_MANIFEST_DIR"), "/../../.."));
         if line.contains("{pcap}") {
             for c in captures {
                 v.push(line.replace("{pcap}", c.to_str().unwrap()));
