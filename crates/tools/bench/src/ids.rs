@@ -22,13 +22,12 @@
 //! Not measured yet: `ids_kernel_pushdown_cpu_vs_user_only` (the header stage in the
 //! kernel is not built).
 
-use crate::pcap::{build_capture, Big};
-use crate::proc::{children_cpu_secs, kill_with_us};
+use crate::pcap::{build_capture, Big, Cost};
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// CPU seconds the 10-rule run should take on the full-size capture.
 const CPU_GOAL: f64 = 3.0;
@@ -97,31 +96,14 @@ fn rules(n: usize) -> String {
     out
 }
 
-struct Cost {
-    cpu: f64,
-    wall: f64,
-}
-
+/// A whole command run and timed (`crate::pcap::timed`), its output as text.
 fn timed(cmd: &mut Command, what: &str) -> Result<(Cost, String, String)> {
-    kill_with_us(cmd);
-    let c0 = children_cpu_secs();
-    let t0 = Instant::now();
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| err(format!("starting {what}: {e}")))?;
-    let cost = Cost {
-        wall: t0.elapsed().as_secs_f64(),
-        cpu: children_cpu_secs() - c0,
-    };
-    let (so, se) = (
+    let (cost, out) = crate::pcap::timed(cmd, what)?;
+    Ok((
+        cost,
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    if !out.status.success() {
-        return Err(err(format!("{what} failed ({}): {}", out.status, se.trim())));
-    }
-    Ok((cost, so, se))
+    ))
 }
 
 struct Setup {

@@ -132,16 +132,16 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
 
 /// Wall-clock and CPU seconds of one whole command.
 #[derive(Debug, Clone, Copy)]
-struct Cost {
-    wall: f64,
+pub(crate) struct Cost {
+    pub(crate) wall: f64,
     /// User + system of the command and the processes it waited for.
-    cpu: f64,
+    pub(crate) cpu: f64,
 }
 
 /// Run `cmd` to completion (killed if we die), timed; fail unless it exits 0. This
 /// process must have no other child that ends meanwhile (the CPU is the growth of
 /// `RUSAGE_CHILDREN` across the wait).
-fn timed(cmd: &mut Command, what: &str) -> Result<(Cost, Output)> {
+pub(crate) fn timed(cmd: &mut Command, what: &str) -> Result<(Cost, Output)> {
     kill_with_us(cmd);
     let c0 = children_cpu_secs();
     let t0 = Instant::now();
