@@ -443,18 +443,38 @@ impl Engine {
         }
         let mut order: Vec<usize> = cand.list.iter().map(|&c| self.stream.1[c as usize]).collect();
         order.sort_by_key(|&r| (action_rank(self.rules[r].action), r));
+        // The direction is lent out of the connection while its rules are judged (they
+        // change the connection's bits and verdict, never its bytes): no copy of the stream.
+        let dir = std::mem::replace(&mut f.dirs[d], Direction::new(0));
+        let verdict = self.judge(p, d, f, &order, dir.bytes(), http, alerts);
+        f.dirs[d] = dir;
+        verdict
+    }
+
+    /// [`Engine::stream_candidates`]' rules in `order`, on `payload` (and the request's
+    /// buffers).
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn judge(
+        &mut self,
+        p: &Packet<'_>,
+        d: usize,
+        f: &mut Flow,
+        order: &[usize],
+        payload: &[u8],
+        http: Option<((&[u8], &[u8], &[u8]), u32)>,
+        alerts: &mut Vec<Alert>,
+    ) -> Verdict {
         let request = http.map_or(0, |h| h.1);
-        let payload = f.dirs[d].bytes().to_vec();
         let bufs = match http {
             Some(((uri, header, method), _)) => Buffers {
-                payload: &payload,
+                payload,
                 uri: Some(uri),
                 header: Some(header),
                 method: Some(method),
             },
-            None => Buffers::payload(&payload),
+            None => Buffers::payload(payload),
         };
-        for r in order {
+        for &r in order {
             let reads_http = self.rules[r].checks.iter().any(|c| c.buffer() != Buffer::Payload);
             // Payload-only rules are judged on the stream; HTTP rules per request.
             if reads_http != http.is_some() || f.fired.contains(&(d as u8, r as u32, request)) {
