@@ -76,19 +76,10 @@ fn split_corpus(tag: &str, out_args: &str, in_args: &str, base_port: u16, keep: 
     let v = veth(tag);
     let dir = std::env::temp_dir().join(format!("sl-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let corpus = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/placement/corpus.txt"
-    ))
-    .unwrap();
     let pcap = sample();
     let mut done = 0;
-    for (k, line) in corpus
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .enumerate()
-    {
+    for (k, line) in common::placement_corpus().iter().enumerate() {
+        let line = line.as_str();
         if line.contains("{text}") || !keep(line) {
             continue;
         }

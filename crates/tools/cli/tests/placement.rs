@@ -288,20 +288,9 @@ fn corpus(captures: &[PathBuf]) -> Vec<String> {
         }
         std::fs::write(&text_file, s).unwrap();
     }
-    let src = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/placement/corpus.txt"
-    ))
-    .expect("the corpus file");
     let mut v = Vec::new();
-    for line in src
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-    {
-        let line = line
-            .replace("{text}", text_file.to_str().unwrap())
-            .replace("{root}", concat!(env!("CARGO_MANIFEST_DIR"), "/../../.."));
+    for line in common::placement_corpus() {
+        let line = line.replace("{text}", text_file.to_str().unwrap());
         if line.contains("{pcap}") {
             for c in captures {
                 v.push(line.replace("{pcap}", c.to_str().unwrap()));
@@ -649,16 +638,7 @@ fn reference(text: &str) -> Outcome {
 
 #[test]
 fn the_corpus_has_thirty_pipelines_that_all_produce_something() {
-    let src = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/placement/corpus.txt"
-    ))
-    .unwrap();
-    let n = src
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .count();
+    let n = common::placement_corpus().len();
     assert!(n >= 30, "the corpus has {n} pipelines");
     for t in corpus(&captures()) {
         reference(&t);

@@ -446,3 +446,21 @@ pub fn wait_listening(pid: u32, port: u16, udp: bool) {
         },
     );
 }
+
+/// The placement-invariance corpus (`tests/placement/corpus.txt`): its pipelines, one per
+/// line, comments and blank lines dropped and `{root}` (the repository, for its
+/// `examples/`) substituted. The other placeholders (`{pcap}`, `{text}`, `{out}`) are the
+/// caller's to fill. The placement and the network tests both read it from here.
+#[allow(dead_code)]
+pub fn placement_corpus() -> Vec<String> {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/placement/corpus.txt"
+    ))
+    .expect("tests/placement/corpus.txt");
+    src.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.replace("{root}", concat!(env!("CARGO_MANIFEST_DIR"), "/../../..")))
+        .collect()
+}
