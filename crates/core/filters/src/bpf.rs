@@ -9,26 +9,68 @@ use dataplane::{
 use kernel::cbpf::{compile, compile_for_file, Program};
 
 pub struct Bpf {
-    expr: String,
     /// Its side is the kernel ([`lang::Side::Kernel`]): the program already ran on the
     /// capture socket; pass everything.
     in_kernel: bool,
-    /// The program per link type seen (frames of each link type need their own):
-    /// Ethernet's compiled as for a live capture, the others as for a capture file.
+    prog: PerLink,
+}
+
+/// A pcap-filter expression compiled per link type seen (frames of each link type need
+/// their own program): Ethernet's compiled as for a live capture, the others as for a
+/// capture file. The `bpf` filter runs it, and so does `ips`'s header stage when it is
+/// not on the capture socket.
+pub(crate) struct PerLink {
+    expr: String,
     progs: Vec<(u32, Program)>,
 }
 
+impl PerLink {
+    /// Compiled for Ethernet now, so a bad expression is a build error, not a runtime one.
+    pub(crate) fn new(expr: &str) -> Result<PerLink, kernel::cbpf::BpfError> {
+        let p = compile(expr, crate::packet::LINKTYPE_ETHERNET, 262144)?;
+        Ok(PerLink {
+            expr: expr.to_string(),
+            progs: vec![(crate::packet::LINKTYPE_ETHERNET, p)],
+        })
+    }
+
+    /// Whether the program accepts the block `t`; a block of a link type the expression
+    /// cannot be compiled for, or whose data is gone, is refused (the first error of
+    /// each link type is warned about).
+    pub(crate) fn accepts(&mut self, cx: &mut Ctx<'_>, t: &dataplane::Tag) -> bool {
+        let link = cx.store.link(t).unwrap_or(crate::packet::LINKTYPE_ETHERNET);
+        let prog = match self.progs.iter().position(|p| p.0 == link) {
+            Some(i) => &self.progs[i].1,
+            // Frames of other link types come from capture files (live capture is
+            // Ethernet): compiled as libpcap compiles for reading a file.
+            None => match compile_for_file(&self.expr, link) {
+                Ok(p) => {
+                    self.progs.push((link, p));
+                    &self.progs.last().expect("just pushed").1
+                }
+                Err(e) => {
+                    cx.warn(format!("for link type {link}: {e}; those frames are dropped"));
+                    return false;
+                }
+            },
+        };
+        let Ok(data) = cx.store.data(t) else {
+            return false;
+        };
+        // The wire length of a whole captured frame; a cropped block is its own length.
+        let wire = match cx.store.record(t) {
+            Some((r, true)) if r.orig_len >= data.len() as u32 => r.orig_len,
+            _ => data.len() as u32,
+        };
+        prog.run(data, wire) != 0
+    }
+}
+
 pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
-    let expr = a.require("expr", Some(0))?.to_string();
-    // Compile once now so a bad expression is a build error, not a runtime one.
-    let p = compile(&expr, crate::packet::LINKTYPE_ETHERNET, 262144)
-        .map_err(|e| FilterError::invalid("", e))?;
+    let expr = a.require("expr", Some(0))?;
+    let prog = PerLink::new(expr).map_err(|e| FilterError::invalid("", e))?;
     let in_kernel = a.place.side.as_ref().is_some_and(lang::Side::is_kernel);
-    Ok(Box::new(Bpf {
-        expr,
-        in_kernel,
-        progs: vec![(crate::packet::LINKTYPE_ETHERNET, p)],
-    }))
+    Ok(Box::new(Bpf { in_kernel, prog }))
 }
 
 impl Filter for Bpf {
@@ -41,36 +83,8 @@ impl Filter for Bpf {
             if let Some(u) = batch.tags.get(i + PREFETCH_AHEAD) {
                 cx.store.prefetch(u.buf, u.pos as usize, u.pos as usize + 64);
             }
-            let t = &mut batch.tags[i];
-            let link = cx.store.link(t).unwrap_or(crate::packet::LINKTYPE_ETHERNET);
-            let prog = match self.progs.iter().position(|p| p.0 == link) {
-                Some(i) => &self.progs[i].1,
-                // Frames of other link types come from capture files (live capture is
-                // Ethernet): compiled as libpcap compiles for reading a file.
-                None => match compile_for_file(&self.expr, link) {
-                    Ok(p) => {
-                        self.progs.push((link, p));
-                        &self.progs.last().expect("just pushed").1
-                    }
-                    Err(e) => {
-                        cx.warn(format!(
-                            "for link type {link}: {e}; those frames are dropped"
-                        ));
-                        t.class = 0;
-                        continue;
-                    }
-                },
-            };
-            let Ok(data) = cx.store.data(t) else {
-                t.class = 0;
-                continue;
-            };
-            // The wire length of a whole captured frame; a cropped block is its own length.
-            let wire = match cx.store.record(t) {
-                Some((r, true)) if r.orig_len >= data.len() as u32 => r.orig_len,
-                _ => data.len() as u32,
-            };
-            t.class = (prog.run(data, wire) != 0) as u16;
+            let ok = self.prog.accepts(cx, &batch.tags[i]);
+            batch.tags[i].class = ok as u16;
         }
     }
 }

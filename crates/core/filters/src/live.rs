@@ -649,7 +649,9 @@ fn per_wakeup(frames: u64, wakeups: u64) -> String {
 pub use lang::label::arg;
 
 /// Kernel placement (thesis 6.3.2, push processing down): `rx | bpf "E"` runs E on the
-/// capture socket, so frames it rejects are never handed to user space; `rx | flowcount`,
+/// capture socket, so frames it rejects are never handed to user space; so does the
+/// header stage of an `ips` that ends its pipeline (`crate::ids::header`: Kernel Snort's
+/// push-down, what no rule can match stays in the kernel); `rx | flowcount`,
 /// `rx | sample N` and `rx | bytecount` run their eBPF program there, with the program's
 /// maps pinned in this process's run directory on bpffs (typed on the `rx` node:
 /// [`lang::Placement::kernel`]). The node stays (its side [`lang::Side::Kernel`], with the
@@ -669,60 +671,56 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
         if outs != 1 || ins != 1 || e.sel != Selector::Default {
             continue;
         }
-        let (attach, pin) = match (&g.nodes[e.from].kind, &g.nodes[e.to].kind) {
-            (
-                NodeKind::Filter {
-                    filter: a,
-                    options: ao,
-                    place: ap,
-                    ..
-                },
-                NodeKind::Filter {
-                    filter: b,
-                    params,
-                    options: bo,
-                    place: bp,
-                },
-            ) if a == "rx"
-                && crate::find(b).is_some_and(FilterSpec::runs_after_rx_in_kernel)
-                && kernel::lend::kernel_filter_allowed(
-                    match &g.nodes[e.from].kind {
-                        NodeKind::Filter { params: rp, .. } => arg(rp, ao, "dev").unwrap_or(""),
-                        _ => "",
-                    },
-                    (b == "bpf").then(|| arg(params, bo, "expr")).flatten(),
-                )
-                && ap.kernel.is_none()
-                && !ao.iter().any(|(k, v)| k == "impl" && v == "xdp")
-                && bp.side.is_none() =>
-            {
-                if b == "bpf" {
-                    match arg(params, bo, "expr") {
-                        Some(x) => (KernelAttach::Cbpf(x.to_string()), None),
-                        None => continue,
-                    }
-                } else {
-                    if ap.space != bp.space {
-                        continue;
-                    }
-                    let Ok(config) = crate::nicfix::kernel_config(&dataplane::Args::new(
-                        b,
-                        params.clone(),
-                        bo.clone(),
-                    )) else {
-                        continue;
-                    };
-                    let pin = ebpf::run_dir().join(format!("n{}-{b}", e.to));
-                    (
-                        KernelAttach::Ebpf {
-                            program: crate::nicfix::encode(config),
-                            pin: pin.clone(),
-                        },
-                        Some(pin),
-                    )
+        let (NodeKind::Filter { filter: a, options: ao, place: ap, params: rp }, NodeKind::Filter { filter: b, params, options: bo, place: bp }) =
+            (&g.nodes[e.from].kind, &g.nodes[e.to].kind)
+        else {
+            continue;
+        };
+        if a != "rx"
+            || !crate::find(b).is_some_and(FilterSpec::runs_after_rx_in_kernel)
+            || ap.kernel.is_some()
+            || ao.iter().any(|(k, v)| k == "impl" && v == "xdp")
+            || bp.side.is_some()
+        {
+            continue;
+        }
+        let args = dataplane::Args::new(b, params.clone(), bo.clone());
+        // The classic BPF program a filter puts on the socket, if that is its kernel form.
+        let cbpf = match b.as_str() {
+            "bpf" => match arg(params, bo, "expr") {
+                Some(x) => Some(x.to_string()),
+                None => continue,
+            },
+            // `ips`'s header stage, when nothing reads its output: the frames it refuses
+            // would be missing downstream, where `ips` passes them on unjudged.
+            "ips" if !edges.iter().any(|x| x.from == e.to) => match crate::ids::filter::kernel_header(&args) {
+                Some(x) => Some(x),
+                None => continue,
+            },
+            "ips" => continue,
+            _ => None,
+        };
+        if !kernel::lend::kernel_filter_allowed(arg(rp, ao, "dev").unwrap_or(""), cbpf.as_deref()) {
+            continue;
+        }
+        let (attach, pin) = match cbpf {
+            Some(x) => (KernelAttach::Cbpf(x), None),
+            None => {
+                if ap.space != bp.space {
+                    continue;
                 }
+                let Ok(config) = crate::nicfix::kernel_config(&args) else {
+                    continue;
+                };
+                let pin = ebpf::run_dir().join(format!("n{}-{b}", e.to));
+                (
+                    KernelAttach::Ebpf {
+                        program: crate::nicfix::encode(config),
+                        pin: pin.clone(),
+                    },
+                    Some(pin),
+                )
             }
-            _ => continue,
         };
         if let NodeKind::Filter { place, .. } = &mut g.nodes[e.from].kind {
             place.kernel = Some(attach);

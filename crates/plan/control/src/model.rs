@@ -417,6 +417,11 @@ impl Request {
         if filter == "sample" && options.iter().any(|(k, _)| k == "prob") {
             impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
         }
+        // `ips`'s kernel form is its header stage on the socket, which leaves frames out
+        // of its output: only when nothing reads that output.
+        if filter == "ips" && g.edges.iter().any(|e| e.from == n.id) {
+            impls.retain(|i| !i.kinds.contains(&SpaceKind::Kernel));
+        }
         Ok(FilterModel {
             role: if is_source {
                 Role::Source

@@ -671,6 +671,84 @@ fn bpf_figures(
     Ok(())
 }
 
+/// `ips`'s `N packets` (judged) from its summary line.
+fn ips_judged(stderr: &str) -> Result<u64> {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("ips: "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| err(format!("no `ips:` summary line; its stderr:\n{stderr}")))
+}
+
+/// An ips run's counts, before any figure: `ips` judged every port-7 packet that was not
+/// dropped (the rules name port 7 only) and nothing else; in the kernel, that is all the
+/// socket handed over; in user space, the socket handed over everything sent (+
+/// background). Returns the packets it took (sent - dropped).
+fn check_ips(kernel: bool, r: &Run) -> Result<u64> {
+    let judged = ips_judged(&r.stderr)?;
+    let (delivered, dropped) = (delivered_in(&r.stderr).unwrap_or(0), dropped_in(&r.stderr));
+    let port7 = r.w.sent.div_ceil(100);
+    let what = if kernel { "ips, header stage in the kernel" } else { "ips placed=user" };
+    if kernel {
+        if judged + dropped < port7 || judged != delivered {
+            return Err(err(format!("{what}: {judged} judged, {delivered} handed to user space, {dropped} dropped, but {port7} packets to port 7 were sent: the counts do not add up")));
+        }
+    } else {
+        check_all(what, r.w.sent, delivered, dropped)?;
+        if judged > port7 || (dropped == 0 && judged != port7) {
+            return Err(err(format!("{what}: {judged} judged of {port7} packets to port 7 sent ({dropped} dropped): the counts do not add up")));
+        }
+    }
+    Ok(r.w.sent - dropped.min(r.w.sent))
+}
+
+/// Kernel Snort's push-down (issue 36, `streamline-bench ids`): `rx | ips rules=R
+/// mode=ids`, whose header stage runs on the capture socket, against the same with
+/// `placed=user` (every frame handed to user space and refused there by the same
+/// program), on this benchmark's traffic (1% to port 7, which `rules` names; the rest to
+/// port 9, which no rule does). Returns user over kernel extra CPU per packet taken and
+/// the figure's note; None in a quick run whose figures cannot be told from noise.
+pub(crate) fn ips_pushdown(rules: &std::path::Path, quick: bool) -> Result<Option<(f64, String)>> {
+    crate::meter::favour()?;
+    let a = Args { pps: None, secs: 2.0 };
+    let Setup { bench: b, .. } = setup(&a, quick)?;
+    let base = format!("rx dev={} | ips rules={} mode=ids", b.dev, rules.display());
+    let pipelines = [base.clone(), format!("{base} placed=user")];
+    let names = vec!["kernel".to_string(), "user".to_string()];
+    let all = crate::meter::interleave(
+        &names,
+        &b.budget(pipelines.len()),
+        || b.alone(),
+        |k| {
+            let cmd = crate::meter::on_capture_cpus(b.run_sl(pipelines[k].clone()));
+            let r = b.measure(cmd, 1)?;
+            Ok((r.w, r))
+        },
+        |k, _, r| check_ips(k == 0, r),
+    )?;
+    let mut v = Vec::new();
+    for (k, s) in all.iter().enumerate() {
+        v.push(judge(&format!("`{}`", pipelines[k]), s, b.quick)?);
+    }
+    let (Some(kv), Some(uv)) = (v[0], v[1]) else {
+        return Ok(None);
+    };
+    let drops: u64 = all.iter().flatten().map(|x| dropped_in(&x.data.stderr)).sum();
+    Ok(Some((
+        uv.ns / kv.ns,
+        format!(
+            "extra CPU per packet taken (sender, capture, softirq), median of {} interleaved rounds at {} packets/s, 1% of them to the port the rules name: user {:.0} +- {:.0} ns vs kernel {:.0} +- {:.0} ns; {}",
+            all[0].len(),
+            b.a.pps,
+            uv.ns,
+            uv.se,
+            kv.ns,
+            kv.se,
+            if drops > 0 { format!("DROPS over all rounds: {drops}") } else { "no drops".into() }
+        ),
+    )))
+}
+
 /// The configurations captured against tcpdump, in order: ours (default), tcpdump, ours
 /// at batching=fixed.
 const TCPDUMP_NAMES: [&str; 3] = ["streamline", "tcpdump", "streamline batching=fixed"];

@@ -6,7 +6,9 @@
 
 use super::defrag::{Defrag, Step};
 use super::engine::{Alert, Engine, Mode, Packet, Settings, Tcp, Verdict, FRAG_OVERLAP_GID, FRAG_OVERLAP_SID};
+use super::header;
 use super::rules::{self, Options, Vars};
+use crate::bpf::PerLink;
 use crate::packet::{parse_tag, L4};
 use dataplane::{Args, Batch, Ctx, Filter, FilterError};
 use std::fs::File;
@@ -33,11 +35,23 @@ pub struct Ips {
     frags_dropped: u64,
     frags_bad: u64,
     frags_uninspected: u64,
+    /// The rule set's header stage ([`super::header`]) when it runs here: frames it
+    /// refuses are passed on unjudged and uncounted. None when it ran on the capture
+    /// socket (this node's side is the kernel) or keeps everything.
+    header: Option<PerLink>,
+    /// Frames the header stage refused here.
+    unjudged: u64,
 }
 
 impl Filter for Ips {
     fn process(&mut self, cx: &mut Ctx<'_>, batch: &mut Batch) {
         for t in batch.tags.iter_mut() {
+            if let Some(h) = &mut self.header {
+                if !h.accepts(cx, t) {
+                    self.unjudged += 1;
+                    continue;
+                }
+            }
             let Some(pk) = parse_tag(cx, t) else {
                 self.not_ip += 1;
                 continue;
@@ -90,7 +104,7 @@ impl Filter for Ips {
     fn summary(&self) -> Option<String> {
         let s = &self.engine.stats;
         Some(format!(
-            "ips: {} packets, {} alerts, {} dropped; {} rules{}; {} connections refused by the flood limiter; {} candidates evaluated, {} undecided (backtracking budget), {} overlaps, {} directions past the depth, {} given up (held too much), {} connections evicted, {} frames not IP{}{}",
+            "ips: {} packets, {} alerts, {} dropped; {} rules{}; {} connections refused by the flood limiter; {} candidates evaluated, {} undecided (backtracking budget), {} overlaps, {} directions past the depth, {} given up (held too much), {} connections evicted, {} frames not IP{}{}{}",
             s.packets,
             s.alerts,
             s.dropped + self.frags_dropped,
@@ -104,6 +118,11 @@ impl Filter for Ips {
             s.gave_up,
             s.evicted,
             self.not_ip,
+            if self.unjudged > 0 {
+                format!("; {} frames no rule looks at passed unjudged (the header stage)", self.unjudged)
+            } else {
+                String::new()
+            },
             if self.fragments + self.frags_uninspected > 0 {
                 format!(
                     "; {} IPv4 fragments made {} datagrams ({} fragments dropped for overlapping, {} impossible, {} datagrams expired), {} fragments uninspected (IPv6, VLAN)",
@@ -324,7 +343,8 @@ fn create(a: &Args, key: &str) -> Result<Option<BufWriter<File>>, FilterError> {
     }
 }
 
-pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+/// The rule file of an `ips` node's arguments, loaded with its variables and options.
+fn load_rules(a: &Args) -> Result<rules::Rules, FilterError> {
     let path = a.require("rules", Some(0))?;
     let mut vars = Vars::default();
     if let Some(h) = a.get("home", None) {
@@ -336,8 +356,30 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let opts = Options {
         skip_unsupported: a.flag("skip_unsupported")?,
     };
-    let set = rules::load(std::path::Path::new(path), &vars, &opts)
-        .map_err(|e| FilterError::invalid("the rules do not load", e))?;
+    rules::load(std::path::Path::new(path), &vars, &opts)
+        .map_err(|e| FilterError::invalid("the rules do not load", e))
+}
+
+/// The header stage of an `ips` node ([`super::header`]; None: it keeps every frame).
+/// None with the flood limiter, which counts every new connection to a service.
+fn header_of(a: &Args, set: &rules::Rules) -> Option<String> {
+    a.get("flood", None).is_none().then(|| header::expression(&set.rules)).flatten()
+}
+
+/// The expression the kernel push-down puts on `rx`'s socket for an `ips` node with
+/// these arguments (`live::kernel_placement`); None when there is no header stage or the
+/// rules do not load (the build then says why).
+pub fn kernel_header(a: &Args) -> Option<String> {
+    header_of(a, &load_rules(a).ok()?)
+}
+
+pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
+    let set = load_rules(a)?;
+    let in_kernel = a.place.side.as_ref().is_some_and(lang::Side::is_kernel);
+    let header = match header_of(a, &set) {
+        Some(x) if !in_kernel => Some(PerLink::new(&x).map_err(|e| FilterError::invalid("the rules' header stage", e))?),
+        _ => None,
+    };
     let mode = match a.get("mode", None).unwrap_or("ips") {
         "ids" => Mode::Detect,
         _ => Mode::Prevent,
@@ -378,6 +420,8 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         frags_dropped: 0,
         frags_bad: 0,
         frags_uninspected: 0,
+        header,
+        unjudged: 0,
     }))
 }
 

@@ -8,6 +8,8 @@
 //! - [`prefilter`], [`stream`], [`defrag`], [`engine`], [`filter`]: the fast-pattern
 //!   automaton, conservative TCP reassembly, IPv4 defragmentation, the engine that judges
 //!   packets, and the `ips` filter (see ARCHITECTURE.md, "Intrusion detection").
+//! - [`header`]: the rule set's header stage, one pcap-filter expression of what any rule
+//!   could be decided on, run on the capture socket after `rx` or first thing in `ips`.
 //! - [`eval`]: one rule's payload checks against the buffers of one packet or stream
 //!   (offset/depth/distance/within with Snort's backtracking over earlier matches).
 //!
@@ -19,6 +21,7 @@ pub mod defrag;
 pub mod engine;
 pub mod eval;
 pub mod filter;
+pub mod header;
 pub mod prefilter;
 pub mod rules;
 pub mod stream;
