@@ -488,8 +488,19 @@ fn a_full_table_exports_what_it_evicts_and_counts_it() {
     let err = run(&format!("pcapin file={} | ipfix to={} out={} {OURS_LONG} flows=8 | null", p.display(), col.to(), file.display()));
     let mine = col.flows();
     let theirs = softflowd(p, "full", &[]);
-    // Each conversation's records add up to softflowd's single flow of it.
-    assert_eq!(per_conversation(&mine), per_conversation(&theirs), "packets and bytes per conversation differ");
+    // Each conversation's records add up to softflowd's single flow of it (softflowd's
+    // IPv6 later fragments, protocol 0, matched to ours by addresses and totals).
+    let (ours_c, mut theirs_c) = (per_conversation(&mine), per_conversation(&theirs));
+    for (k, v) in theirs_c.clone() {
+        let f: Vec<&str> = k.split(' ').collect();
+        if f[0].contains(':') && f[1] == "0" && f[3] == "0" && f[4] == "0" && !ours_c.contains_key(&k) {
+            if let Some((ok, _)) = ours_c.iter().find(|(ok, ov)| **ov == v && ok.starts_with(&f[..4].join(" ")) && !theirs_c.contains_key(*ok)) {
+                theirs_c.remove(&k);
+                theirs_c.insert(ok.clone(), v);
+            }
+        }
+    }
+    assert_eq!(ours_c, theirs_c, "packets and bytes per conversation differ");
     assert!(mine.len() > theirs.len(), "{} records with a full table, {} without: nothing was split", mine.len(), theirs.len());
     // The summary's count is the number of flows exported as lackOfResources (5): the two
     // directions of one flow are consecutive records, mirrored, with the same times.
@@ -577,14 +588,9 @@ fn ipfixin_collects_softflowds_export_as_nfdump_reads_it() {
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
             let port = |k: &str| v[k].as_u64().unwrap();
-            let proto = match v["proto"].as_u64().unwrap() {
-                1 => "ICMP".to_string(),
-                58 => "ICMP6".to_string(),
-                6 => "TCP".to_string(),
-                17 => "UDP".to_string(),
-                n => n.to_string(),
-            };
-            let dport = if matches!(proto.as_str(), "ICMP" | "ICMP6") { format!("{}.{}", port("dport") >> 8, port("dport") & 255) } else { port("dport").to_string() };
+            // nfdump -N prints protocols as numbers.
+            let proto = v["proto"].as_u64().unwrap().to_string();
+            let dport = if matches!(proto.as_str(), "1" | "58") { format!("{}.{}", port("dport") >> 8, port("dport") & 255) } else { port("dport").to_string() };
             (format!("{} {} {} {} {proto}", v["src"].as_str().unwrap(), port("sport"), v["dst"].as_str().unwrap(), dport), v["packets"].as_u64().unwrap(), v["bytes"].as_u64().unwrap())
         })
         .collect();

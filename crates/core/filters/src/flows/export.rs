@@ -22,7 +22,7 @@ pub enum Transport {
 }
 
 enum Dest {
-    Udp(UdpSocket, SocketAddr),
+    Udp(UdpSocket),
     Tcp(Option<TcpStream>, SocketAddr),
     File(BufWriter<File>, String),
 }
@@ -54,7 +54,7 @@ impl Exporter {
                     let bind: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("literal");
                     let s = UdpSocket::bind(bind).map_err(|e| FilterError::io(format!("a UDP socket for {addr}"), e))?;
                     s.connect(addr).map_err(|e| FilterError::io(format!("collector {addr}"), e))?;
-                    Dest::Udp(s, addr)
+                    Dest::Udp(s)
                 }
                 Transport::Tcp => {
                     let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
@@ -75,7 +75,7 @@ impl Exporter {
     pub fn send(&mut self, msg: &[u8]) {
         for d in &mut self.dests {
             match d {
-                Dest::Udp(s, _) => {
+                Dest::Udp(s) => {
                     if s.send(msg).is_err() {
                         self.lost += 1;
                     }
@@ -111,7 +111,7 @@ impl Exporter {
                         let _ = stream.shutdown(std::net::Shutdown::Write);
                     }
                 }
-                Dest::Udp(..) => {}
+                Dest::Udp(_) => {}
             }
         }
     }

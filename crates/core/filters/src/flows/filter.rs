@@ -145,3 +145,48 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         reported: 0,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(opts: &[(&str, &str)]) -> Args {
+        Args::new("ipfix", vec![], opts.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    fn bad_key(e: FilterError) -> (String, String) {
+        match e {
+            FilterError::BadValue { key, value, .. } => (key, value),
+            FilterError::Missing { key, .. } => (key, String::new()),
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn each_refused_parameter_is_named() {
+        let cases: &[(&[(&str, &str)], (&str, &str))] = &[
+            (&[], ("to", "")),
+            (&[("to", "nowhere")], ("to", "nowhere")),
+            (&[("to", "127.0.0.1:4739,127.0.0.1")], ("to", "127.0.0.1")),
+            (&[("to", "127.0.0.1:4739"), ("transport", "sctp")], ("transport", "sctp")),
+            (&[("to", "127.0.0.1:4739"), ("active", "0")], ("active", "0")),
+            (&[("to", "127.0.0.1:4739"), ("idle", "-1")], ("idle", "-1")),
+            (&[("to", "127.0.0.1:4739"), ("mtu", "100")], ("mtu", "100")),
+            (&[("to", "127.0.0.1:4739"), ("flows", "0")], ("flows", "0")),
+            (&[("to", "127.0.0.1:4739"), ("times", "both")], ("times", "both")),
+        ];
+        for (opts, (k, v)) in cases {
+            let e = make(&args(opts)).err().unwrap_or_else(|| panic!("{opts:?} was accepted"));
+            assert_eq!(bad_key(e), (k.to_string(), v.to_string()), "{opts:?}");
+        }
+    }
+
+    #[test]
+    fn a_tcp_collector_that_refuses_is_an_error_naming_it() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        match make(&args(&[("to", &format!("127.0.0.1:{port}")), ("transport", "tcp")])) {
+            Err(FilterError::Io { what, .. }) => assert!(what.contains(&format!("127.0.0.1:{port}")), "{what}"),
+            other => panic!("{:?}", other.err()),
+        }
+    }
+}

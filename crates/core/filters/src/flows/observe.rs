@@ -254,4 +254,31 @@ mod tests {
         assert_eq!(observe(&arp, 1, 42), None);
         assert_eq!(observe(&[], 1, 0), None);
     }
+
+    proptest::proptest! {
+        /// Any bytes of any link type: an observation or None, never a panic.
+        #[test]
+        fn arbitrary_frames_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200), link in proptest::sample::select(crate::packet::LINKTYPES.to_vec())) {
+            let _ = observe(&data, link, data.len() as u64);
+        }
+
+        /// Both directions of any TCP or UDP exchange, IPv4 or IPv6, share one key, and
+        /// each says its own direction.
+        #[test]
+        fn both_directions_share_a_key(a in proptest::prelude::any::<[u8; 16]>(), b in proptest::prelude::any::<[u8; 16]>(), sp in 1u16.., dp in 1u16.., v6 in proptest::prelude::any::<bool>(), udp in proptest::prelude::any::<bool>()) {
+            proptest::prop_assume!(a != b && (v6 || a[..4] != b[..4]));
+            let mk = |s: [u8; 16], d: [u8; 16], sp: u16, dp: u16| {
+                let e = PacketBuilder::ethernet2([1; 6], [2; 6]);
+                let ip = if v6 { e.ipv6(s, d, 64) } else { e.ipv4([s[0], s[1], s[2], s[3]], [d[0], d[1], d[2], d[3]], 64) };
+                let mut v = Vec::new();
+                if udp { ip.udp(sp, dp).write(&mut v, b"x").unwrap() } else { ip.tcp(sp, dp, 1, 10).write(&mut v, b"x").unwrap() }
+                v
+            };
+            let (f, r) = (mk(a, b, sp, dp), mk(b, a, dp, sp));
+            let (of, or) = (observe(&f, 1, f.len() as u64).unwrap(), observe(&r, 1, r.len() as u64).unwrap());
+            proptest::prop_assert_eq!(of.key, or.key);
+            proptest::prop_assert_eq!(of.dir ^ 1, or.dir);
+            proptest::prop_assert_eq!(of.key.port[of.dir], sp);
+        }
+    }
 }
