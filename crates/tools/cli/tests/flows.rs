@@ -145,7 +145,7 @@ fn summary<'a>(err: &'a str, filter: &str) -> &'a str {
 /// The number before `word` in a summary line (`4 flows evicted` -> 4 for "flows evicted").
 fn number_before(line: &str, word: &str) -> u64 {
     let at = line.find(word).unwrap_or_else(|| panic!("no '{word}' in {line}"));
-    line[..at].split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no number before '{word}' in {line}"))
+    line[..at].split_whitespace().last().and_then(|n| n.trim_start_matches('(').parse().ok()).unwrap_or_else(|| panic!("no number before '{word}' in {line}"))
 }
 
 /// softflowd's flows of `pcap` as nfcapd collects them (IPFIX, absolute milliseconds).
@@ -268,7 +268,7 @@ fn tcp_conn(r: &mut Rng, ip: Ip, vlan: Option<u16>) -> Frames {
     let mut t = 0;
     let mut out = Frames::new();
     let (mut cs, mut ss) = (r.next() as u32, r.next() as u32);
-    let mut seg = |r: &mut Rng, fwd: bool, flags: &str, len: usize, cs: &mut u32, ss: &mut u32, out: &mut Frames, t: &mut u64| {
+    let seg = |r: &mut Rng, fwd: bool, flags: &str, len: usize, cs: &mut u32, ss: &mut u32, out: &mut Frames, t: &mut u64| {
         let (s, a, from, to) = if fwd { (*cs, *ss, cp, sp) } else { (*ss, *cs, sp, cp) };
         let mut b = base(ip, fwd, vlan).tcp(from, to, s, 65535);
         for c in flags.chars() {
@@ -303,7 +303,10 @@ fn tcp_conn(r: &mut Rng, ip: Ip, vlan: Option<u16>) -> Frames {
             seg(r, false, "FA", 0, &mut cs, &mut ss, &mut out, &mut t);
             seg(r, true, "A", 0, &mut cs, &mut ss, &mut out, &mut t);
         }
-        1 => seg(r, r.below(2) == 0, "R", 0, &mut cs, &mut ss, &mut out, &mut t),
+        1 => {
+            let fwd = r.below(2) == 0;
+            seg(r, fwd, "R", 0, &mut cs, &mut ss, &mut out, &mut t)
+        }
         _ => {}
     }
     out
@@ -334,14 +337,15 @@ fn ping(r: &mut Rng, ip: Ip) -> Frames {
     for seq in 0..1 + r.below(4) as u16 {
         for fwd in [true, false] {
             let b = base(ip, fwd, None);
-            let b = match (ip, fwd) {
-                (Ip::V4(..), true) => b.icmpv4_echo_request(id, seq),
-                (Ip::V4(..), false) => b.icmpv4_echo_reply(id, seq),
-                (Ip::V6(..), true) => b.icmpv6_echo_request(id, seq),
-                (Ip::V6(..), false) => b.icmpv6_echo_reply(id, seq),
-            };
             let mut v = Vec::new();
-            b.write(&mut v, &[9; 56]).unwrap();
+            let payload = [9u8; 56];
+            match (ip, fwd) {
+                (Ip::V4(..), true) => b.icmpv4_echo_request(id, seq).write(&mut v, &payload),
+                (Ip::V4(..), false) => b.icmpv4_echo_reply(id, seq).write(&mut v, &payload),
+                (Ip::V6(..), true) => b.icmpv6_echo_request(id, seq).write(&mut v, &payload),
+                (Ip::V6(..), false) => b.icmpv6_echo_reply(id, seq).write(&mut v, &payload),
+            }
+            .unwrap();
             t += 1 + r.below(20_000);
             out.push((t, v));
         }
