@@ -120,7 +120,7 @@ pub fn observe(data: &[u8], link: u32, wire_len: u64) -> Option<Obs> {
                 len,
                 tc,
                 p.ip_number.0,
-                first_fragment(v6.extensions()),
+                first_fragment(h.next_header().0, v6.extensions().slice()),
                 p.payload,
             )
         }
@@ -151,15 +151,20 @@ fn widen(a: [u8; 4]) -> [u8; 16] {
 }
 
 /// Whether the IPv6 packet is not a later fragment (its payload starts with the
-/// transport header).
-fn first_fragment(exts: &etherparse::Ipv6ExtensionsSlice<'_>) -> bool {
-    if !exts.is_fragmenting_payload() {
-        return true;
+/// transport header): the extension headers (`exts`, after a fixed header whose next
+/// header is `next`) walked to a fragment header, whose offset must be 0.
+fn first_fragment(next: u8, exts: &[u8]) -> bool {
+    let (mut nh, mut at) = (next, 0usize);
+    while let Some(h) = exts.get(at..).filter(|h| h.len() >= 2) {
+        match nh {
+            0 | 43 | 60 => at += (h[1] as usize + 1) * 8,
+            51 => at += (h[1] as usize + 2) * 4,
+            44 => return h.get(2..4).is_none_or(|b| u16::from_be_bytes([b[0], b[1]]) >> 3 == 0),
+            _ => break,
+        }
+        nh = h[0];
     }
-    exts.clone().into_iter().all(|h| match h {
-        etherparse::Ipv6ExtensionSlice::Fragment(f) => f.fragment_offset().value() == 0,
-        _ => true,
-    })
+    true
 }
 
 /// Source port, destination port and TCP flags of a transport header (ICMP: 0 and
