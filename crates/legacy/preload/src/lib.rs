@@ -25,6 +25,7 @@ pub mod exec;
 pub mod ffi;
 pub mod pipe;
 pub mod shape;
+pub mod signal;
 pub mod stdio;
 pub mod sys;
 pub mod udp;
