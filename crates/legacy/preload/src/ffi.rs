@@ -586,6 +586,40 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_i
     sys::c_ret(r) as c_int
 }
 
+// --- fstat: the library's own descriptors (a ring's memfd, its doorbell) are not the
+// program's. A program that finds its open descriptors by probing each number (Python's
+// subprocess tests, close-everything loops) sees EBADF there, as without the library.
+
+fn hidden(fd: c_int) -> bool {
+    pipe::is_ours(fd) && !pipe::is_internal()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+    if hidden(fd) {
+        return sys::c_ret(Err(libc::EBADF)) as c_int;
+    }
+    // SAFETY: st is a writable struct stat, as fstat's caller vouches.
+    sys::c_ret(unsafe { raw3(libc::SYS_fstat, fd as usize, st as usize, 0) }) as c_int
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int {
+    // (struct stat64 is struct stat on 64-bit Linux.)
+    unsafe { fstat(fd, st) }
+}
+
+/// glibc before 2.33 compiled `fstat` into calls of these.
+#[no_mangle]
+pub unsafe extern "C" fn __fxstat(_ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
+    unsafe { fstat(fd, st) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstat64(_ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
+    unsafe { fstat(fd, st) }
+}
+
 // --- open: a program that opens /dev/fd/N or /proc/self/fd/N of a ring pipe end.
 
 fn after_open(fd: c_int) -> c_int {

@@ -287,7 +287,13 @@ impl Pipe {
                 }
                 return Err(libc::EAGAIN);
             }
-            // A handler interrupting the wait: the kernel restarts a pipe read if it was
+            // Nothing to read and a handler without SA_RESTART ran while this read
+            // waited (in the spin, or deferred): the kernel would say EINTR before it
+            // slept again.
+            if signal::since(marks) == signal::Since::Interrupt {
+                return Err(libc::EINTR);
+            }
+            // A handler interrupting the sleep: the kernel restarts a pipe read if it was
             // installed with SA_RESTART, and fails it with EINTR otherwise.
             let gone = match self.wait_readable(fd) {
                 Ok(g) => g,
@@ -297,9 +303,6 @@ impl Pipe {
                 }
                 Err(e) => return Err(e),
             };
-            if signal::since(marks) == signal::Since::Interrupt {
-                return Err(libc::EINTR);
-            }
             if gone && self.stream.available() == 0 && !self.kernel() && !self.kernel_side(fd).0 {
                 return Ok(0);
             }

@@ -491,8 +491,8 @@ impl Stream {
 
     /// Give the stream a capacity of `cap` bytes (a power of two of at least a page, at
     /// most [`Stream::room`]) keeping what is buffered, in order. The caller holds both
-    /// locks (`w`, `r`); every mapping sees the new capacity at its next call.
-    pub fn resize(&self, _w: &Guard<'_>, r: &Guard<'_>, cap: u64) -> Result<(), ResizeError> {
+    /// locks (`_w`, `_r`); every mapping sees the new capacity at its next call.
+    pub fn resize(&self, _w: &Guard<'_>, _r: &Guard<'_>, cap: u64) -> Result<(), ResizeError> {
         if !cap.is_power_of_two() || cap < MIN_CAPACITY {
             return Err(ResizeError::Invalid);
         }
@@ -514,7 +514,6 @@ impl Stream {
                 buffered: used as usize,
             });
         }
-        let _ = r;
         // The positions stay (every mapping's cached ones stay true); the bytes move to
         // where the new capacity puts them.
         let mut bytes = vec![0u8; used as usize];
