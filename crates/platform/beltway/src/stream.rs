@@ -720,13 +720,15 @@ mod tests {
         assert_eq!(t.capacity(), 32768);
         assert_eq!(t.space(), 32768 - 3000);
         let (w, r) = (t.lock_write(), t.lock_read());
+        assert_eq!(t.put(&w, &[9u8; 5000]), Ok(5000));
         assert_eq!(
-            t.resize(&w, &r, 2048 * 2),
-            Err(ResizeError::Busy { buffered: 3000 }),
+            t.resize(&w, &r, 4096),
+            Err(ResizeError::Busy { buffered: 8000 }),
         );
-        let mut got = vec![0u8; 5000];
-        assert_eq!(t.take(&r, &mut got), Ok(3000));
+        let mut got = vec![0u8; 9000];
+        assert_eq!(t.take(&r, &mut got), Ok(8000));
         assert_eq!(&got[..3000], &data[..]);
+        assert!(got[3000..8000].iter().all(|&b| b == 9));
         assert_eq!(t.resize(&w, &r, 4096), Ok(()));
         assert_eq!(t.put(&w, &[7u8; 5000]), Ok(4096));
     }
