@@ -257,6 +257,10 @@ impl Pipe {
 
     /// read(2) on a read end.
     pub fn read(&self, fd: i32, buf: &mut [u8]) -> sys::Res {
+        // Not open for reading (the pipe's write end): the kernel's EBADF.
+        if role(fd) & READER == 0 {
+            return Err(libc::EBADF);
+        }
         let marks = signal::marks();
         loop {
             if self.kernel() {
@@ -383,6 +387,9 @@ impl Pipe {
     /// write(2) on a write end: all of `data` unless non-blocking (or interrupted after
     /// some was written); writes of up to PIPE_BUF bytes land whole.
     pub fn write(&self, fd: i32, data: &[u8]) -> sys::Res {
+        if role(fd) & WRITER == 0 {
+            return Err(libc::EBADF);
+        }
         let atomic = data.len() <= PIPE_BUF;
         let mut off = 0;
         let marks = signal::marks();
