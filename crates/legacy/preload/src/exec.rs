@@ -185,6 +185,90 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
     unsafe { execvpe(file, argv, environ) }
 }
 
+// --- execl, execlp, execle: C-variadic, which stable Rust cannot define. Each entry
+// point (x86-64) stores the six argument registers in an array beside the stack
+// arguments and hands both to `exec_list`, which reads the list as the System V ABI lays
+// it out (integer arguments in rdi, rsi, rdx, rcx, r8, r9, then on the stack) and goes on
+// through execv, execvp or execve above, so the target is checked as for those.
+
+const LIST_L: c_int = 0;
+const LIST_LP: c_int = 1;
+const LIST_LE: c_int = 2;
+
+/// The list of an execl-style call: `regs` holds the six argument registers (path first),
+/// `stack` the arguments after them.
+///
+/// # Safety
+/// `regs` points at six words and `stack` at the caller's stack arguments, which hold the
+/// rest of a NULL-terminated list (and, for execle, the environment after the NULL).
+unsafe extern "C" fn exec_list(regs: *const usize, stack: *const usize, kind: c_int) -> c_int {
+    // SAFETY: as the caller vouches: word i of the argument list.
+    let word = |i: usize| unsafe {
+        if i < 6 {
+            *regs.add(i)
+        } else {
+            *stack.add(i - 6)
+        }
+    };
+    let path = word(0) as *const c_char;
+    let mut argv: Vec<*const c_char> = Vec::new();
+    let mut i = 1;
+    loop {
+        let a = word(i) as *const c_char;
+        i += 1;
+        argv.push(a);
+        if a.is_null() {
+            break;
+        }
+    }
+    // SAFETY: execv's family with the list collected (NULL-terminated) and a live
+    // environment.
+    unsafe {
+        match kind {
+            LIST_LP => execvp(path, argv.as_ptr()),
+            LIST_LE => execve(path, argv.as_ptr(), word(i) as *const *const c_char),
+            _ => execv(path, argv.as_ptr()),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! list_entry {
+    ($name:ident, $kind:expr) => {
+        /// A C-variadic exec (`execl(path, arg0, ..., NULL)`): see `exec_list`.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(_path: *const c_char, _arg0: *const c_char) -> c_int {
+            // Entry: rsp is 8 mod 16 (the return address); 56 bytes keep the call aligned.
+            // The stack arguments start above the return address: entry rsp + 8.
+            std::arch::naked_asm!(
+                "sub rsp, 56",
+                "mov [rsp], rdi",
+                "mov [rsp + 8], rsi",
+                "mov [rsp + 16], rdx",
+                "mov [rsp + 24], rcx",
+                "mov [rsp + 32], r8",
+                "mov [rsp + 40], r9",
+                "mov rdi, rsp",
+                "lea rsi, [rsp + 64]",
+                "mov edx, {kind}",
+                "call {f}",
+                "add rsp, 56",
+                "ret",
+                kind = const $kind,
+                f = sym exec_list,
+            )
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+list_entry!(execl, LIST_L);
+#[cfg(target_arch = "x86_64")]
+list_entry!(execlp, LIST_LP);
+#[cfg(target_arch = "x86_64")]
+list_entry!(execle, LIST_LE);
+
 #[no_mangle]
 pub unsafe extern "C" fn posix_spawn(
     pid: *mut libc::pid_t,

@@ -15,16 +15,19 @@
 //! Modules: `sys` (raw system calls; the library never calls libc's versions of the calls
 //! it replaces), `vfd` (which fds are ours, and the interface the generic calls use),
 //! `pipe` (ring pipes), `wait` (poll/select/epoll over both kinds of fd), `ffi` (the
-//! interposed calls), `exec` (exec and spawn), `stdio` (FILE streams), `udp` (batched UDP
-//! sockets), `shape` (shaped network and disk calls).
+//! interposed calls), `exec` (exec and spawn, execl's family), `stdio` (FILE streams,
+//! dprintf), `signal` (handlers behind a trampoline: SA_RESTART, no handler inside the
+//! library's locks), `udp` (batched UDP sockets), `shape` (shaped network and disk calls).
 //!
 //! Switches: `STREAMLINE_PIPES=off` leaves pipes to the kernel; `STREAMLINE_PIPE_SIZE`
-//! sets the ring size of new pipes (bytes, default 256 KiB).
+//! sets the ring size of new pipes (bytes, 4096 to 2^30, default 256 KiB; anything else is
+//! refused with a line on stderr and the program's pipes stay kernel pipes).
 
 pub mod exec;
 pub mod ffi;
 pub mod pipe;
 pub mod shape;
+pub mod signal;
 pub mod stdio;
 pub mod sys;
 pub mod udp;

@@ -37,7 +37,7 @@
 //!   setuid, or without LD_PRELOAD), before an end is sent over a socket, and for calls it
 //!   does not serve on rings (`tee`).
 
-use crate::{sys, vfd};
+use crate::{signal, sys, vfd};
 use beltway::stream::Stream;
 use std::cell::Cell;
 use std::ffi::CString;
@@ -126,14 +126,60 @@ fn enabled() -> bool {
     })
 }
 
-fn capacity() -> usize {
-    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CAP.get_or_init(|| {
-        std::env::var("STREAMLINE_PIPE_SIZE")
+/// The longest a sleeping reader waits before it looks at the ring again anyway (ms).
+pub const HEAL_MS: u64 = 1000;
+
+/// The size the kernel gives a pipe for F_SETPIPE_SZ(`size`) (fs/pipe.c,
+/// `round_pipe_size`): at least a page, rounded up to a power of two; None above 2^31.
+pub fn round_pipe_size(size: u32) -> Option<usize> {
+    if size > 1 << 31 {
+        return None;
+    }
+    Some((size as usize).max(4096).next_power_of_two())
+}
+
+/// The data area a new ring maps: room to grow to what an unprivileged program may ask
+/// of F_SETPIPE_SZ (/proc/sys/fs/pipe-max-size), or its own size if larger. Pages are only
+/// allocated when used.
+fn room(cap: usize) -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let max = *MAX.get_or_init(|| {
+        let mut b = [0u8; 32];
+        let n = sys::open(
+            c"/proc/sys/fs/pipe-max-size",
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+        .ok()
+        .and_then(|fd| {
+            let r = sys::read(fd as i32, &mut b).ok();
+            let _ = sys::close(fd as i32);
+            r
+        })
+        .unwrap_or(0);
+        std::str::from_utf8(&b[..n])
             .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| (4096..=1 << 30).contains(&n))
-            .unwrap_or(DEFAULT_CAPACITY)
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(1 << 20)
+    });
+    cap.max(max.min(beltway::stream::MAX_CAPACITY as usize))
+}
+
+/// Ring size of new pipes; None when `STREAMLINE_PIPE_SIZE` is refused (said once on
+/// stderr: this process's new pipes stay kernel pipes).
+fn capacity() -> Option<usize> {
+    static CAP: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| match std::env::var("STREAMLINE_PIPE_SIZE") {
+        Err(_) => Some(DEFAULT_CAPACITY),
+        Ok(v) => match beltway::stream::parse_capacity(&v) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                let msg = format!(
+                    "libslpreload: STREAMLINE_PIPE_SIZE={v}: {e}; this program's new pipes stay kernel pipes\n"
+                );
+                let _ = sys::write(2, msg.as_bytes());
+                None
+            }
+        },
     })
 }
 
@@ -211,16 +257,23 @@ impl Pipe {
 
     /// read(2) on a read end.
     pub fn read(&self, fd: i32, buf: &mut [u8]) -> sys::Res {
+        // Not open for reading (the pipe's write end): the kernel's EBADF.
+        if role(fd) & READER == 0 {
+            return Err(libc::EBADF);
+        }
+        let marks = signal::marks();
         loop {
             if self.kernel() {
                 return sys::read(fd, buf);
             }
             {
+                let _c = signal::crit();
                 let g = self.stream.lock_read_as(me());
                 if self.kernel() {
                     continue;
                 }
-                let n = self.stream.take(&g, buf);
+                // A header no stream could have (a hostile or broken party): EIO.
+                let n = self.stream.take(&g, buf).map_err(|_| libc::EIO)?;
                 if n > 0 || buf.is_empty() {
                     return Ok(n);
                 }
@@ -238,14 +291,59 @@ impl Pipe {
                 }
                 return Err(libc::EAGAIN);
             }
-            if self.wait_readable(fd)?
-                && self.stream.available() == 0
-                && !self.kernel()
-                && !self.kernel_side(fd).0
-            {
+            // Nothing to read and a handler without SA_RESTART ran while this read
+            // waited (in the spin, or deferred): the kernel would say EINTR before it
+            // slept again.
+            if signal::since(marks) == signal::Since::Interrupt {
+                return Err(libc::EINTR);
+            }
+            // A handler interrupting the sleep: the kernel restarts a pipe read if it was
+            // installed with SA_RESTART, and fails it with EINTR otherwise.
+            let gone = match self.wait_readable(fd) {
+                Ok(g) => g,
+                Err(libc::EINTR) => {
+                    signal::restart_after_eintr(marks)?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if gone && self.stream.available() == 0 && !self.kernel() && !self.kernel_side(fd).0 {
                 return Ok(0);
             }
         }
+    }
+
+    /// fcntl(F_GETPIPE_SZ): the ring's size (None once the kernel pipe carries the bytes).
+    pub fn size(&self) -> Option<usize> {
+        (!self.kernel()).then(|| self.stream.capacity())
+    }
+
+    /// fcntl(F_SETPIPE_SZ, arg) on end `fd`: the ring gets the size the kernel would give
+    /// its pipe (rounded up to a power-of-two number of pages, at least one; EINVAL above
+    /// 2^31; EBUSY below what is buffered). The kernel pipe underneath is sized alike
+    /// first, so its limits apply as they are (EPERM above /proc/sys/fs/pipe-max-size
+    /// without CAP_SYS_RESOURCE, the per-user page limits). A size beyond the ring's
+    /// mapping turns the pipe into the kernel's, which then holds what was asked.
+    pub fn set_size(&self, fd: i32, arg: usize) -> sys::Res {
+        let want = round_pipe_size(arg as u32).ok_or(libc::EINVAL)?;
+        {
+            let _c = signal::crit();
+            let w = self.stream.lock_write_as(me());
+            let r = self.stream.lock_read_as(me());
+            if !self.kernel() && want <= self.stream.room() {
+                if self.stream.available() > want {
+                    return Err(libc::EBUSY);
+                }
+                let got = sys::fcntl(fd, libc::F_SETPIPE_SZ, want)?;
+                return match self.stream.resize(&w, &r, got as u64) {
+                    Ok(()) => Ok(got),
+                    Err(beltway::stream::ResizeError::Busy { .. }) => Err(libc::EBUSY),
+                    Err(_) => Err(libc::EIO),
+                };
+            }
+        }
+        self.demote(fd);
+        sys::fcntl(fd, libc::F_SETPIPE_SZ, arg as u32 as usize)
     }
 
     /// FIONREAD.
@@ -278,7 +376,9 @@ impl Pipe {
                     revents: 0,
                 },
             ];
-            sys::poll(&mut p, None).map(|_| p[0].revents & libc::POLLHUP != 0)
+            // Bounded: a wake-up lost to a garbage header (`bell` stuck) costs a second,
+            // not the pipe.
+            sys::poll(&mut p, Some(HEAL_MS)).map(|_| p[0].revents & libc::POLLHUP != 0)
         };
         self.disarm(fd, libc::POLLIN);
         r
@@ -287,8 +387,12 @@ impl Pipe {
     /// write(2) on a write end: all of `data` unless non-blocking (or interrupted after
     /// some was written); writes of up to PIPE_BUF bytes land whole.
     pub fn write(&self, fd: i32, data: &[u8]) -> sys::Res {
+        if role(fd) & WRITER == 0 {
+            return Err(libc::EBADF);
+        }
         let atomic = data.len() <= PIPE_BUF;
         let mut off = 0;
+        let marks = signal::marks();
         loop {
             if self.kernel() {
                 return match sys::write(fd, &data[off..]) {
@@ -299,6 +403,7 @@ impl Pipe {
             }
             self.check_broken(fd)?;
             {
+                let _c = signal::crit();
                 let g = self.stream.lock_write_as(me());
                 if self.kernel() {
                     continue;
@@ -311,7 +416,11 @@ impl Pipe {
                 } else {
                     (data.len() - off).min(self.stream.capacity() / 4)
                 };
-                let n = self.stream.put_min(&g, &data[off..], piece);
+                let n = match self.stream.put_min(&g, &data[off..], piece) {
+                    Ok(n) => n,
+                    Err(_) if off > 0 => return Ok(off),
+                    Err(_) => return Err(libc::EIO),
+                };
                 off += n;
                 if n > 0 {
                     self.ring_bell(fd);
@@ -338,6 +447,11 @@ impl Pipe {
             }
             vfd::before_block();
             self.stream.wait_space(want, Duration::from_millis(50));
+            // A handler without SA_RESTART ran while we waited: the kernel returns what was
+            // written, or EINTR.
+            if signal::since(marks) == signal::Since::Interrupt {
+                return if off > 0 { Ok(off) } else { Err(libc::EINTR) };
+            }
             if self.stream.space() < need && self.readers_gone(fd) {
                 return self.broken(off);
             }
@@ -413,17 +527,22 @@ impl Pipe {
         if self.kernel() {
             return;
         }
+        let _c = signal::crit();
         let w = self.stream.lock_write_as(me());
         let r = self.stream.lock_read_as(me());
         if self.kernel() {
             return;
         }
         let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
-        let bytes = self.stream.drain_all(&r);
+        // A corrupt ring's bytes are lost; the pipe goes on as the kernel's.
+        let bytes = self.stream.drain_all(&r).unwrap_or_default();
         if !bytes.is_empty() {
-            // The kernel pipe must hold them all at once: nobody may be reading yet.
+            // The kernel pipe must hold them all at once: nobody may be reading yet. (Only
+            // ever enlarged: the program may have sized it.)
             let want = bytes.len().next_power_of_two().max(65536);
-            let _ = sys::fcntl(fd, libc::F_SETPIPE_SZ, want);
+            if sys::fcntl(fd, libc::F_GETPIPE_SZ, 0).is_ok_and(|n| n < want) {
+                let _ = sys::fcntl(fd, libc::F_SETPIPE_SZ, want);
+            }
             // Write through a write end of our own, blocking, whichever end `fd` is.
             // (Non-blocking open: with no reader left it fails, and the bytes go where a
             // pipe's bytes go when nobody reads them; then blocking writes.)
@@ -456,11 +575,7 @@ impl Pipe {
 
     /// Our fds of this pipe.
     pub fn fds(&self) -> Vec<i32> {
-        self.local
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .fds
-            .clone()
+        signal::lock(&self.local).fds.clone()
     }
 
     /// One of our descriptors sits on `fd`, which the program wants: move it elsewhere.
@@ -583,17 +698,13 @@ impl vfd::Virtual for Pipe {
 
     fn dup(&self, old: i32, new: i32) {
         ROLE[new as usize].store(role(old), Ordering::Relaxed);
-        self.local
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .fds
-            .push(new);
+        signal::lock(&self.local).fds.push(new);
     }
 
     fn close(&self, fd: i32) {
         let was = role(fd);
         ROLE[fd as usize].store(0, Ordering::Relaxed);
-        let mut l = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        let mut l = signal::lock(&self.local);
         l.fds.retain(|&f| f != fd);
         let readers_here = l.fds.iter().any(|&f| role(f) & READER != 0);
         if was & READER != 0 && !readers_here {
@@ -604,7 +715,7 @@ impl vfd::Virtual for Pipe {
                 .readers_left
                 .fetch_add(1, Ordering::Release);
             self.stream.wake_writers();
-            l = self.local.lock().unwrap_or_else(|p| p.into_inner());
+            l = signal::lock(&self.local);
         }
         if l.fds.is_empty() {
             drop(l);
@@ -615,7 +726,7 @@ impl vfd::Virtual for Pipe {
 
 /// Drop a pipe this process no longer holds any end of (its memfd and doorbell close).
 fn forget(ino: u64) {
-    let mut p = PIPES.lock().unwrap_or_else(|p| p.into_inner());
+    let mut p = signal::lock(&PIPES);
     if let Some(i) = p.iter().position(|x| x.ino == ino) {
         let pipe = p.swap_remove(i);
         drop(p);
@@ -633,11 +744,7 @@ fn forget(ino: u64) {
 /// Make `fd` an end of `pipe` in this process.
 fn adopt(fd: i32, pipe: &Arc<Pipe>, role_bits: u8) {
     ROLE[fd as usize].store(role_bits, Ordering::Relaxed);
-    pipe.local
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .fds
-        .push(fd);
+    signal::lock(&pipe.local).fds.push(fd);
     vfd::register(fd, pipe.clone());
 }
 
@@ -658,12 +765,14 @@ fn role_of(fd: i32) -> u8 {
 pub fn pipe2(flags: i32) -> Result<[i32; 2], i32> {
     let fds = sys::pipe2(flags)?;
     if enabled() && !foreign() && fds.iter().all(|&f| (f as usize) < vfd::MAX_FD) {
-        internal(|| attach_new(fds, flags));
+        if let Some(cap) = internal(capacity) {
+            internal(|| attach_new(fds, flags, cap));
+        }
     }
     Ok(fds)
 }
 
-fn attach_new(fds: [i32; 2], flags: i32) {
+fn attach_new(fds: [i32; 2], flags: i32, cap: usize) {
     let Ok(st) = sys::fstat(fds[0]) else { return };
     let ino = st.st_ino;
     let Ok(bell) = sys::pipe2(libc::O_NONBLOCK) else {
@@ -681,7 +790,7 @@ fn attach_new(fds: [i32; 2], flags: i32) {
             let _ = sys::close(m);
         }
     };
-    let Ok(stream) = Stream::create(&format!("slpipe:{ino}"), capacity(), ino) else {
+    let Ok(stream) = Stream::create_with_room(&format!("slpipe:{ino}"), cap, room(cap), ino) else {
         return fail(None);
     };
     // The memfd goes high and inheritable; map it again from there.
@@ -716,7 +825,7 @@ fn attach_new(fds: [i32; 2], flags: i32) {
     };
     adopt(fds[0], &pipe, READER | nb);
     adopt(fds[1], &pipe, WRITER | nb);
-    PIPES.lock().unwrap_or_else(|p| p.into_inner()).push(pipe);
+    signal::lock(&PIPES).push(pipe);
 }
 
 /// At load: find the rings of the pipes this program inherited (memfds named
@@ -815,19 +924,14 @@ pub fn discover() {
             for fd in ends {
                 adopt(fd, &pipe, role_of(fd));
             }
-            PIPES.lock().unwrap_or_else(|p| p.into_inner()).push(pipe);
+            signal::lock(&PIPES).push(pipe);
         }
     });
 }
 
 /// The pipe whose kernel inode is `ino`, if this process holds it as a ring.
 pub fn by_inode(ino: u64) -> Option<Arc<Pipe>> {
-    PIPES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .find(|p| p.ino == ino)
-        .cloned()
+    signal::lock(&PIPES).iter().find(|p| p.ino == ino).cloned()
 }
 
 /// A descriptor the program just opened (e.g. /dev/fd/N, /proc/self/fd/N): if it is an
@@ -870,9 +974,7 @@ pub fn clear_target(fd: i32) {
     if !is_ours(fd) {
         return;
     }
-    let p = PIPES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+    let p = signal::lock(&PIPES)
         .iter()
         .find(|p| p.own_fds().contains(&fd))
         .cloned();
@@ -883,9 +985,7 @@ pub fn clear_target(fd: i32) {
 
 /// The library's own descriptors, sorted (for close_range).
 pub fn own_fds() -> Vec<i32> {
-    let mut v: Vec<i32> = PIPES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+    let mut v: Vec<i32> = signal::lock(&PIPES)
         .iter()
         .flat_map(|p| p.own_fds())
         .collect();
@@ -898,7 +998,7 @@ pub fn own_fds() -> Vec<i32> {
 /// an end that survives the exec goes back to the kernel; memfds of pipes with no such end
 /// are not inherited.
 pub fn before_foreign_exec() {
-    let pipes: Vec<Arc<Pipe>> = PIPES.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let pipes: Vec<Arc<Pipe>> = signal::lock(&PIPES).clone();
     for p in pipes {
         let fds = p.fds();
         let inherited = fds.iter().find(|&&f| {
@@ -957,5 +1057,20 @@ fn spin_until(cond: impl Fn() -> bool) -> bool {
         if start.elapsed() >= SPIN {
             return cond();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipe_sizes_round_as_the_kernel_rounds_them() {
+        assert_eq!(round_pipe_size(0), Some(4096));
+        assert_eq!(round_pipe_size(1), Some(4096));
+        assert_eq!(round_pipe_size(4097), Some(8192));
+        assert_eq!(round_pipe_size(100_000), Some(131072));
+        assert_eq!(round_pipe_size(1 << 31), Some(1 << 31));
+        assert_eq!(round_pipe_size((1 << 31) + 1), None);
     }
 }

@@ -174,3 +174,103 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
     static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     unsafe { fopen_with(c"fopen64", &P, path, mode) }
 }
+
+// --- dprintf and vdprintf: glibc formats into a FILE of its own over the fd and writes
+// it with an internal call, past the interposed `write`; on a ring pipe end those bytes
+// would land in the kernel pipe, behind ring bytes written later. Here the text is
+// formatted by glibc (`vasprintf`) and written through the ring.
+
+extern "C" {
+    fn vasprintf(out: *mut *mut c_char, fmt: *const c_char, ap: *mut c_void) -> c_int;
+}
+
+type VdprintfFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void) -> c_int;
+
+/// vdprintf(3). `ap` is the caller's `va_list` (on x86-64 and aarch64 a pointer to it).
+#[no_mangle]
+pub unsafe extern "C" fn vdprintf(fd: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int {
+    if pipe::is_internal() || pipe::get(fd).is_none() {
+        static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let p = *P.get_or_init(|| real(c"vdprintf"));
+        // SAFETY: libc's vdprintf with the caller's arguments.
+        return unsafe { std::mem::transmute::<usize, VdprintfFn>(p)(fd, fmt, ap) };
+    }
+    let mut text: *mut c_char = std::ptr::null_mut();
+    // SAFETY: fmt and ap are the caller's format and arguments; vasprintf allocates.
+    let n = unsafe { vasprintf(&mut text, fmt, ap) };
+    if n < 0 {
+        return n;
+    }
+    // SAFETY: vasprintf made n bytes at text.
+    let r = unsafe { c_write(fd as usize as *mut c_void, text, n as usize) };
+    // SAFETY: vasprintf's allocation.
+    unsafe { libc::free(text.cast()) };
+    if r < 0 {
+        -1
+    } else {
+        r as c_int
+    }
+}
+
+/// glibc's fortified vdprintf (`_FORTIFY_SOURCE`).
+#[no_mangle]
+pub unsafe extern "C" fn __vdprintf_chk(
+    fd: c_int,
+    _flag: c_int,
+    fmt: *const c_char,
+    ap: *mut c_void,
+) -> c_int {
+    unsafe { vdprintf(fd, fmt, ap) }
+}
+
+/// dprintf(3), C-variadic: the entry point makes the `va_list` a C compiler would (x86-64
+/// System V: the six integer and eight vector argument registers saved in a register
+/// area, `gp_offset` past the named arguments, `fp_offset` 48, the stack arguments
+/// above the return address) and calls `vdprintf`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! printf_entry {
+    ($name:ident, $named:expr, $fmt_from:literal) => {
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(_fd: c_int, _fmt: *const c_char) -> c_int {
+            // Frame (rsp 16-aligned after the sub): [0, 48) integer registers, [48, 176)
+            // xmm0-7, [176, 200) the va_list {gp_offset, fp_offset, overflow_arg_area,
+            // reg_save_area}. Entry rsp = rsp + 216; stack arguments at entry rsp + 8.
+            std::arch::naked_asm!(
+                "sub rsp, 216",
+                "mov [rsp], rdi",
+                "mov [rsp + 8], rsi",
+                "mov [rsp + 16], rdx",
+                "mov [rsp + 24], rcx",
+                "mov [rsp + 32], r8",
+                "mov [rsp + 40], r9",
+                "movaps [rsp + 48], xmm0",
+                "movaps [rsp + 64], xmm1",
+                "movaps [rsp + 80], xmm2",
+                "movaps [rsp + 96], xmm3",
+                "movaps [rsp + 112], xmm4",
+                "movaps [rsp + 128], xmm5",
+                "movaps [rsp + 144], xmm6",
+                "movaps [rsp + 160], xmm7",
+                "mov dword ptr [rsp + 176], {gp}",
+                "mov dword ptr [rsp + 180], 48",
+                "lea rax, [rsp + 224]",
+                "mov [rsp + 184], rax",
+                "mov [rsp + 192], rsp",
+                $fmt_from,
+                "lea rdx, [rsp + 176]",
+                "call {f}",
+                "add rsp, 216",
+                "ret",
+                gp = const 8 * $named,
+                f = sym vdprintf,
+            )
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+printf_entry!(dprintf, 2, "nop");
+// __dprintf_chk(fd, flag, fmt, ...): the format is the third argument.
+#[cfg(target_arch = "x86_64")]
+printf_entry!(__dprintf_chk, 3, "mov rsi, rdx");

@@ -70,6 +70,8 @@ pub fn get(fd: i32) -> Option<Arc<dyn Virtual>> {
     if !is_virtual(fd) {
         return None;
     }
+    // A signal handler that comes while this thread holds the table must not wait for it.
+    let _c = crate::signal::crit();
     let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
     t.get(fd as usize).and_then(|o| o.clone())
 }
@@ -79,6 +81,7 @@ pub fn register(fd: i32, obj: Arc<dyn Virtual>) -> bool {
     if fd < 0 || fd as usize >= MAX_FD {
         return false;
     }
+    let _c = crate::signal::crit();
     let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
     if t.len() <= fd as usize {
         t.resize(fd as usize + 1, None);
@@ -93,6 +96,7 @@ pub fn unregister(fd: i32) -> Option<Arc<dyn Virtual>> {
     if !is_virtual(fd) {
         return None;
     }
+    let _c = crate::signal::crit();
     let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
     MARK[fd as usize].store(0, Ordering::Release);
     t.get_mut(fd as usize).and_then(Option::take)
@@ -100,6 +104,7 @@ pub fn unregister(fd: i32) -> Option<Arc<dyn Virtual>> {
 
 /// Every fd of ours with its object (for exec and exit handling).
 pub fn all() -> Vec<(i32, Arc<dyn Virtual>)> {
+    let _c = crate::signal::crit();
     let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
     t.iter()
         .enumerate()

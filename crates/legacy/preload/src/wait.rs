@@ -10,7 +10,7 @@
 //! under a tagged data word so its kernel events are recognised and replaced by the
 //! object's readiness; the program's own data word is kept here.
 
-use crate::{sys, vfd};
+use crate::{signal, sys, vfd};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -44,6 +44,7 @@ pub unsafe fn poll(
     }
     let objs: Vec<Option<Arc<dyn vfd::Virtual>>> = fds.iter().map(|p| vfd::get(p.fd)).collect();
     let deadline = timeout.map(|t| Instant::now() + t);
+    let marks = signal::marks();
     // Nothing ready among ours and the caller will wait: the kernel's fds are asked by the
     // wait itself, not by a zero-timeout poll first.
     let mut n = check(fds, &objs, timeout != Some(Duration::ZERO))?;
@@ -51,6 +52,11 @@ pub unsafe fn poll(
         let left = remaining(deadline);
         if n > 0 || left == Some(Duration::ZERO) {
             return Ok(n);
+        }
+        // A handler ran while we waited (between two slices, say): poll is never
+        // restarted (man 7 signal), whatever its SA_RESTART says.
+        if signal::since(marks) != signal::Since::Nothing {
+            return Err(libc::EINTR);
         }
         for (p, o) in fds.iter().zip(&objs) {
             if let Some(o) = o {
@@ -294,7 +300,7 @@ const TAG: u64 = 0x534c_5046_0000_0000;
 const TAG_MASK: u64 = 0xffff_ffff_0000_0000;
 
 fn with_epoll<R>(f: impl FnOnce(&mut HashMap<(i32, i32), Reg>) -> R) -> R {
-    let mut g = EPOLL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut g = crate::signal::lock(&EPOLL);
     f(g.get_or_insert_with(HashMap::new))
 }
 
@@ -349,7 +355,7 @@ pub unsafe fn epoll_ctl(
         });
         // The extra fd (a doorbell, shared by every end of one pipe) is in the set while
         // any registration names it.
-        let mut b = BELLS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = crate::signal::lock(&BELLS);
         let b = b.get_or_insert_with(HashMap::new);
         if let Some(f) = old.and_then(|o| o.extra) {
             let c = b.entry((epfd, f)).or_insert(1);
@@ -381,7 +387,7 @@ pub unsafe fn epoll_ctl(
 
 /// The program closes `fd`: forget its registrations (and the set's, if it is an epoll fd).
 pub fn forget(fd: i32) {
-    let mut g = EPOLL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut g = crate::signal::lock(&EPOLL);
     if let Some(m) = g.as_mut() {
         if !m.is_empty() {
             m.retain(|&(e, f), _| e != fd && f != fd);
@@ -400,7 +406,7 @@ pub unsafe fn epoll_wait(
     sigmask: *const libc::sigset_t,
 ) -> Option<sys::Res> {
     let regs: Vec<(i32, Reg)> = {
-        let g = EPOLL.lock().unwrap_or_else(|p| p.into_inner());
+        let g = crate::signal::lock(&EPOLL);
         let m = g.as_ref()?;
         m.iter()
             .filter(|((e, _), _)| *e == epfd)
@@ -416,6 +422,7 @@ pub unsafe fn epoll_wait(
         .collect();
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut kbuf = vec![libc::epoll_event { events: 0, u64: 0 }; out.len()];
+    let marks = signal::marks();
     loop {
         let mut n = ready(epfd, &objs, out);
         let left = remaining(deadline);
@@ -431,6 +438,9 @@ pub unsafe fn epoll_wait(
                 }
             }
             return Some(Ok(n));
+        }
+        if signal::since(marks) != signal::Since::Nothing {
+            return Some(Err(libc::EINTR));
         }
         for (f, r, o) in &objs {
             o.arm(*f, r.events as i16);

@@ -84,12 +84,47 @@ unsafe impl ShmSafe for StreamHeader {}
 /// is not enough, a reader re-reads the writers' only when the bytes it knows of are used
 /// up, so in a stream the two sides do not trade cache lines on every call. (Both are
 /// lower bounds of the real positions, so what they allow is always allowed.)
+///
+/// The header is shared with every process that maps the stream, any of which may write
+/// anything into it: every size and position read from it is checked against this
+/// mapping's own length (`room`) before it addresses a byte, and what no stream could
+/// hold is [`Corrupt`], never an access outside the data area.
 #[derive(Debug)]
 pub struct Stream {
     seg: Segment,
-    cap: u64,
+    /// Bytes of data area this process mapped (the capacity may be less, never more).
+    room: u64,
     tail_seen: AtomicU64,
     head_seen: AtomicU64,
+}
+
+/// The shared header says what no stream could be (written by a broken or hostile
+/// process): which field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Corrupt(pub &'static str);
+
+impl std::fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stream header corrupt: {}", self.0)
+    }
+}
+
+impl std::error::Error for Corrupt {}
+
+/// Why a stream cannot take a new capacity ([`Stream::resize`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeError {
+    /// More than this mapping's data area (bytes).
+    TooLarge {
+        room: usize,
+    },
+    /// Fewer bytes than are buffered now.
+    Busy {
+        buffered: usize,
+    },
+    /// Not a power of two of at least a page.
+    Invalid,
+    Corrupt(Corrupt),
 }
 
 /// Why a segment is not a stream.
@@ -97,20 +132,79 @@ fn invalid(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what)
 }
 
+/// Smallest capacity (a page).
+pub const MIN_CAPACITY: u64 = 4096;
+/// Largest capacity a stream is made with from a size given as text ([`parse_capacity`]).
+pub const MAX_CAPACITY: u64 = 1 << 30;
+
+/// A stream size given as text that no stream can have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapacityError {
+    /// Not a decimal number of bytes (the text as given).
+    NotANumber(String),
+    /// Outside MIN_CAPACITY..=MAX_CAPACITY.
+    OutOfRange(u128),
+}
+
+impl std::fmt::Display for CapacityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CapacityError::NotANumber(v) => write!(
+                f,
+                "{v:?} is not a number of bytes (a stream holds {MIN_CAPACITY} to {MAX_CAPACITY})"
+            ),
+            CapacityError::OutOfRange(n) => write!(
+                f,
+                "{n} is out of range: a stream holds {MIN_CAPACITY} to {MAX_CAPACITY} bytes"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CapacityError {}
+
+/// A stream size given as text (a decimal number of bytes; a size between the limits is
+/// rounded up to a power of two when the stream is made). The one check of the preload
+/// library's `STREAMLINE_PIPE_SIZE`, also made by `streamline exec` before it starts
+/// anything.
+pub fn parse_capacity(v: &str) -> Result<usize, CapacityError> {
+    let n: u128 = v
+        .trim()
+        .parse()
+        .map_err(|_| CapacityError::NotANumber(v.to_string()))?;
+    if n < MIN_CAPACITY as u128 || n > MAX_CAPACITY as u128 {
+        return Err(CapacityError::OutOfRange(n));
+    }
+    Ok(n as usize)
+}
+
 impl Stream {
     /// Create a stream of `capacity` bytes (rounded up to a power of two, at least a page)
     /// in a fresh memfd called `name`.
     pub fn create(name: &str, capacity: usize, ident: u64) -> io::Result<Stream> {
-        let cap = capacity.max(4096).next_power_of_two();
+        Self::create_with_room(name, capacity, capacity, ident)
+    }
+
+    /// [`Stream::create`] with a data area of `room` bytes (at least the capacity, rounded
+    /// up to a power of two), so that [`Stream::resize`] can grow it that far. The memfd's
+    /// pages are only allocated when touched.
+    pub fn create_with_room(
+        name: &str,
+        capacity: usize,
+        room: usize,
+        ident: u64,
+    ) -> io::Result<Stream> {
+        let cap = capacity.max(MIN_CAPACITY as usize).next_power_of_two();
+        let room = room.max(cap).next_power_of_two();
         fences::init();
-        let seg = Segment::create_memfd(name, DATA_OFFSET + cap)?;
+        let seg = Segment::create_memfd(name, DATA_OFFSET + room)?;
         let h: &StreamHeader = seg.get(0);
         h.capacity.store(cap as u64, Ordering::Relaxed);
         h.ident.store(ident, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(Stream {
             seg,
-            cap: cap as u64,
+            room: room as u64,
             tail_seen: AtomicU64::new(0),
             head_seen: AtomicU64::new(0),
         })
@@ -131,10 +225,11 @@ impl Stream {
         if h.magic.load(Ordering::Acquire) != MAGIC {
             return Err(invalid("not a stream segment (bad magic)".into()));
         }
+        let room = (seg.len() - DATA_OFFSET) as u64;
         let cap = h.capacity.load(Ordering::Relaxed);
-        if !cap.is_power_of_two() || DATA_OFFSET as u64 + cap != seg.len() as u64 {
+        if !cap.is_power_of_two() || cap < MIN_CAPACITY || cap > room {
             return Err(invalid(format!(
-                "stream capacity {cap} does not match its segment of {} bytes",
+                "stream capacity {cap} does not fit its segment of {} bytes",
                 seg.len()
             )));
         }
@@ -145,7 +240,7 @@ impl Stream {
         );
         Ok(Stream {
             seg,
-            cap,
+            room,
             tail_seen: AtomicU64::new(t),
             head_seen: AtomicU64::new(hd),
         })
@@ -154,24 +249,66 @@ impl Stream {
     pub fn header(&self) -> &StreamHeader {
         self.seg.get(0)
     }
-    pub fn capacity(&self) -> usize {
-        self.cap as usize
+
+    /// The capacity now, checked against this mapping (a resize may change it).
+    pub fn cap(&self) -> Result<u64, Corrupt> {
+        // SYNC POINT: Acquire pairs with the Release in `resize` (which holds both locks,
+        // so a holder of either sees a capacity and the bytes placed for it).
+        let c = self.header().capacity.load(Ordering::Acquire);
+        if c.is_power_of_two() && c >= MIN_CAPACITY && c <= self.room {
+            Ok(c)
+        } else {
+            Err(Corrupt("capacity"))
+        }
     }
+
+    /// The capacity now (0 when the header is corrupt).
+    pub fn capacity(&self) -> usize {
+        self.cap().unwrap_or(0) as usize
+    }
+
+    /// The largest capacity this mapping can hold ([`Stream::resize`]).
+    pub fn room(&self) -> usize {
+        self.room as usize
+    }
+
     pub fn segment(&self) -> &Segment {
         &self.seg
     }
 
-    /// Bytes a reader could take now.
+    /// Bytes a reader could take now (a lock-free estimate; at most the capacity).
     pub fn available(&self) -> usize {
         let h = self.header();
         // SYNC POINT: Acquire on head pairs with the Release in `put_min`.
         let head = h.head.load(Ordering::Acquire);
-        (head - h.tail.load(Ordering::Acquire).min(head)) as usize
+        let used = head - h.tail.load(Ordering::Acquire).min(head);
+        used.min(self.capacity() as u64) as usize
     }
 
     /// Bytes a writer could put now.
     pub fn space(&self) -> usize {
         self.capacity() - self.available()
+    }
+
+    /// Copy `data` into the ring at position `pos` (wrapping), `data.len() <= cap`.
+    fn store(&self, pos: u64, cap: u64, data: &[u8]) {
+        let off = (pos % cap) as usize;
+        let first = data.len().min(cap as usize - off);
+        self.seg.write_at(DATA_OFFSET + off, &data[..first]);
+        if first < data.len() {
+            self.seg.write_at(DATA_OFFSET, &data[first..]);
+        }
+    }
+
+    /// Copy `buf.len() <= cap` bytes out of the ring from position `pos` (wrapping).
+    fn load(&self, pos: u64, cap: u64, buf: &mut [u8]) {
+        let off = (pos % cap) as usize;
+        let n = buf.len();
+        let first = n.min(cap as usize - off);
+        buf[..first].copy_from_slice(self.seg.bytes(DATA_OFFSET + off, first));
+        if first < n {
+            buf[first..].copy_from_slice(self.seg.bytes(DATA_OFFSET, n - first));
+        }
     }
 
     /// Take the writers' lock.
@@ -184,10 +321,32 @@ impl Stream {
         self.lock_read_as(sys::getpid())
     }
 
+    /// Does process `pid` map this stream? (Asked of a lock's holder that has held it for
+    /// long: a word no party of the stream wrote is garbage, and the lock is free.)
+    fn party(&self, pid: i32) -> bool {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let me = format!("/proc/self/fd/{}", self.seg.fd().as_raw_fd());
+        let Ok(ino) = std::fs::metadata(me).map(|m| m.ino()) else {
+            return true;
+        };
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            // Gone, or not ours to read: not a party we can see.
+            return false;
+        };
+        maps.lines().any(|l| {
+            l.split_whitespace()
+                .nth(4)
+                .and_then(|i| i.parse::<u64>().ok())
+                == Some(ino)
+                && l.contains("/memfd:")
+        })
+    }
+
     /// Take the writers' lock as process `me` (a caller that knows its pid saves the
     /// system call; the pid only serves to take the lock over if its holder dies).
     pub fn lock_write_as(&self, me: u32) -> Guard<'_> {
-        lock(&self.header().wlock, me);
+        lock(&self.header().wlock, me, &|pid| self.party(pid));
         Guard {
             word: &self.header().wlock,
         }
@@ -195,7 +354,7 @@ impl Stream {
 
     /// Take the readers' lock as process `me`.
     pub fn lock_read_as(&self, me: u32) -> Guard<'_> {
-        lock(&self.header().rlock, me);
+        lock(&self.header().rlock, me, &|pid| self.party(pid));
         Guard {
             word: &self.header().rlock,
         }
@@ -203,90 +362,91 @@ impl Stream {
 
     /// Append up to `data.len()` bytes (what fits), publish them, return how many.
     /// The caller holds the writers' lock.
-    pub fn put(&self, w: &Guard<'_>, data: &[u8]) -> usize {
+    pub fn put(&self, w: &Guard<'_>, data: &[u8]) -> Result<usize, Corrupt> {
         self.put_min(w, data, 1)
     }
 
     /// Append up to `data.len()` bytes if at least `min` of them fit (all of them if
     /// fewer), else nothing; publish; return how many. The caller holds the writers' lock.
-    pub fn put_min(&self, _w: &Guard<'_>, data: &[u8], min: usize) -> usize {
+    pub fn put_min(&self, _w: &Guard<'_>, data: &[u8], min: usize) -> Result<usize, Corrupt> {
         if data.is_empty() {
-            return 0;
+            return Ok(0);
         }
+        let cap = self.cap()?;
         let min = min.clamp(1, data.len()) as u64;
         let h = self.header();
         let head = h.head.load(Ordering::Relaxed);
+        let used = |tail: u64| head.checked_sub(tail).filter(|&u| u <= cap);
         let mut tail = self.tail_seen.load(Ordering::Relaxed);
         // (Another process's writers may have moved head past what our stale tail allows.)
-        if head.saturating_sub(tail) > self.cap || self.cap - (head - tail) < data.len() as u64 {
+        let mut free = used(tail).map_or(0, |u| cap - u);
+        if free < data.len() as u64 {
             // SYNC POINT: Acquire on tail pairs with the Release in `consume`: the bytes
             // below it have been copied out and may be overwritten.
             tail = h.tail.load(Ordering::Acquire);
             self.tail_seen.store(tail, Ordering::Relaxed);
-            if self.cap - (head - tail) < min {
-                return 0;
+            free = cap - used(tail).ok_or(Corrupt("positions"))?;
+            if free < min {
+                return Ok(0);
             }
         }
-        let n = data.len().min((self.cap - (head - tail)) as usize);
-        let off = (head % self.cap) as usize;
-        let first = n.min(self.cap as usize - off);
-        self.seg.write_at(DATA_OFFSET + off, &data[..first]);
-        if first < n {
-            self.seg.write_at(DATA_OFFSET, &data[first..n]);
-        }
+        let n = data.len().min(free as usize);
+        let end = head.checked_add(n as u64).ok_or(Corrupt("head"))?;
+        self.store(head, cap, &data[..n]);
         // SYNC POINT: Release publishes the bytes to readers (Acquire in `peek`/`available`);
         // the fast half of the asymmetric fence orders it before the caller's load of
         // `pollers` (slow half: `sleeper_fence`).
-        fences::publish(&h.head, head + n as u64);
-        n
+        fences::publish(&h.head, end);
+        Ok(n)
     }
 
     /// Copy out up to `buf.len()` bytes (what is there), consume them, return how many.
     /// The caller holds the readers' lock.
-    pub fn take(&self, _r: &Guard<'_>, buf: &mut [u8]) -> usize {
-        let n = self.peek(buf);
+    pub fn take(&self, _r: &Guard<'_>, buf: &mut [u8]) -> Result<usize, Corrupt> {
+        let n = self.peek(buf)?;
         if n > 0 {
-            self.consume(n);
+            self.consume(n)?;
         }
-        n
+        Ok(n)
     }
 
     /// Copy out up to `buf.len()` bytes without consuming them.
-    pub fn peek(&self, buf: &mut [u8]) -> usize {
+    pub fn peek(&self, buf: &mut [u8]) -> Result<usize, Corrupt> {
+        let cap = self.cap()?;
         let h = self.header();
         let tail = h.tail.load(Ordering::Relaxed);
         let mut head = self.head_seen.load(Ordering::Relaxed);
-        if head < tail + buf.len() as u64 {
+        let used = |head: u64| head.checked_sub(tail).filter(|&u| u <= cap);
+        if used(head).is_none_or(|u| u < buf.len() as u64) {
             // SYNC POINT: Acquire on head pairs with the Release in `put_min`.
             head = h.head.load(Ordering::Acquire);
             self.head_seen.store(head, Ordering::Relaxed);
         }
-        let n = buf.len().min((head - tail) as usize);
-        let off = (tail % self.cap) as usize;
-        let first = n.min(self.cap as usize - off);
-        buf[..first].copy_from_slice(self.seg.bytes(DATA_OFFSET + off, first));
-        if first < n {
-            buf[first..n].copy_from_slice(self.seg.bytes(DATA_OFFSET, n - first));
-        }
-        n
+        let n = buf
+            .len()
+            .min(used(head).ok_or(Corrupt("positions"))? as usize);
+        self.load(tail, cap, &mut buf[..n]);
+        Ok(n)
     }
 
     /// Consume `n` bytes a reader copied out (at most what is available), and wake writers
     /// that wait for space.
-    pub fn consume(&self, n: usize) {
+    pub fn consume(&self, n: usize) -> Result<(), Corrupt> {
         let h = self.header();
         let tail = h.tail.load(Ordering::Relaxed);
+        let end = tail.checked_add(n as u64).ok_or(Corrupt("tail"))?;
         // SYNC POINT: Release orders our copies before the space is handed back (Acquire
         // on tail in `put_min`); the fast half of the asymmetric fence orders it before our
         // load of writers_waiting, against the writer's increment of writers_waiting, slow
         // half, and re-check of space in `wait_space` (a Dekker handshake: either the
         // writer sees the new tail, or we see it waiting).
-        fences::publish(&h.tail, tail + n as u64);
+        fences::publish(&h.tail, end);
         if h.writers_waiting.load(Ordering::SeqCst) > 0
             && self.space() >= h.space_wanted.load(Ordering::Relaxed) as usize
         {
             self.wake_writers();
         }
+        Ok(())
     }
 
     /// The slow half of the sleep handshake: a party that announced it will sleep (raised
@@ -322,11 +482,46 @@ impl Stream {
 
     /// Move everything unread out (for handing the stream's content to someone else):
     /// returns the bytes and empties the stream. The caller holds both locks.
-    pub fn drain_all(&self, r: &Guard<'_>) -> Vec<u8> {
+    pub fn drain_all(&self, r: &Guard<'_>) -> Result<Vec<u8>, Corrupt> {
         let mut v = vec![0u8; self.available()];
-        let n = self.take(r, &mut v);
+        let n = self.take(r, &mut v)?;
         v.truncate(n);
-        v
+        Ok(v)
+    }
+
+    /// Give the stream a capacity of `cap` bytes (a power of two of at least a page, at
+    /// most [`Stream::room`]) keeping what is buffered, in order. The caller holds both
+    /// locks (`_w`, `_r`); every mapping sees the new capacity at its next call.
+    pub fn resize(&self, _w: &Guard<'_>, _r: &Guard<'_>, cap: u64) -> Result<(), ResizeError> {
+        if !cap.is_power_of_two() || cap < MIN_CAPACITY {
+            return Err(ResizeError::Invalid);
+        }
+        if cap > self.room {
+            return Err(ResizeError::TooLarge {
+                room: self.room as usize,
+            });
+        }
+        let old = self.cap().map_err(ResizeError::Corrupt)?;
+        let h = self.header();
+        let tail = h.tail.load(Ordering::Acquire);
+        let head = h.head.load(Ordering::Acquire);
+        let used = head
+            .checked_sub(tail)
+            .filter(|&u| u <= old)
+            .ok_or(ResizeError::Corrupt(Corrupt("positions")))?;
+        if used > cap {
+            return Err(ResizeError::Busy {
+                buffered: used as usize,
+            });
+        }
+        // The positions stay (every mapping's cached ones stay true); the bytes move to
+        // where the new capacity puts them.
+        let mut bytes = vec![0u8; used as usize];
+        self.load(tail, old, &mut bytes);
+        // SYNC POINT: Release pairs with the Acquire in `cap`.
+        h.capacity.store(cap, Ordering::Release);
+        self.store(tail, cap, &bytes);
+        Ok(())
     }
 }
 
@@ -350,14 +545,19 @@ impl Drop for Guard<'_> {
     }
 }
 
-/// Is the process that holds a lock word gone? (A lock taken over from a dead holder is
-/// consistent: the stream only publishes a position after the bytes are in place.)
+/// Is the process that holds a lock word gone, or the word no pid at all? (A lock taken
+/// over from a dead holder is consistent: the stream only publishes a position after the
+/// bytes are in place.)
 fn holder_dead(word: u32) -> bool {
     let pid = (word & !CONTENDED) as i32;
-    pid > 0 && sys::process_gone(pid)
+    pid <= 0 || sys::process_gone(pid)
 }
 
-fn lock(word: &AtomicU32, me: u32) {
+/// Rounds of waiting (50 ms each) after which a holder that is not a party of the stream
+/// (or is this process, which never holds a lock across a wait) is taken for garbage.
+const STALE_ROUNDS: u32 = 40;
+
+fn lock(word: &AtomicU32, me: u32, party: &dyn Fn(i32) -> bool) {
     // SYNC POINT: Acquire on taking the lock pairs with the Release of the previous holder.
     if word
         .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
@@ -366,6 +566,7 @@ fn lock(word: &AtomicU32, me: u32) {
         return;
     }
     let mut spins = 0;
+    let (mut last, mut rounds) = (0u32, 0u32);
     loop {
         let v = word.load(Ordering::Relaxed);
         if v == 0 {
@@ -382,7 +583,9 @@ fn lock(word: &AtomicU32, me: u32) {
             std::hint::spin_loop();
             continue;
         }
-        if holder_dead(v) {
+        let pid = (v & !CONTENDED) as i32;
+        let stale = rounds >= STALE_ROUNDS && (pid == me as i32 || !party(pid));
+        if holder_dead(v) || stale {
             if word
                 .compare_exchange(v, me | CONTENDED, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
@@ -400,6 +603,11 @@ fn lock(word: &AtomicU32, me: u32) {
         }
         // Bounded: a holder killed while holding it is noticed on the next round.
         sys::futex_wait(word, v | CONTENDED, Some(Duration::from_millis(50)));
+        if v | CONTENDED == last {
+            rounds += 1;
+        } else {
+            (last, rounds) = (v | CONTENDED, 0);
+        }
     }
 }
 
@@ -418,11 +626,11 @@ mod tests {
         let t = Stream::open(fd).unwrap();
         assert_eq!(t.header().ident.load(Ordering::Relaxed), 42);
         let w = s.lock_write();
-        assert_eq!(s.put(&w, b"hello"), 5);
+        assert_eq!(s.put(&w, b"hello"), Ok(5));
         drop(w);
         let r = t.lock_read();
         let mut buf = [0u8; 16];
-        assert_eq!(t.take(&r, &mut buf), 5);
+        assert_eq!(t.take(&r, &mut buf), Ok(5));
         assert_eq!(&buf[..5], b"hello");
         assert_eq!(t.available(), 0);
     }
@@ -461,7 +669,7 @@ mod tests {
                     let mut off = 0;
                     while off < chunk.len() {
                         let g = s.lock_write();
-                        let n = s.put(&g, &chunk[off..]);
+                        let n = s.put(&g, &chunk[off..]).unwrap();
                         drop(g);
                         off += n;
                         if n == 0 {
@@ -476,7 +684,7 @@ mod tests {
         let mut buf = vec![0u8; 1000];
         while got < total {
             let g = s.lock_read();
-            let n = s.take(&g, &mut buf);
+            let n = s.take(&g, &mut buf).unwrap();
             drop(g);
             for (k, b) in buf[..n].iter().enumerate() {
                 assert_eq!(*b, (got + k) as u8, "byte {}", got + k);
@@ -487,6 +695,123 @@ mod tests {
             }
         }
         w.join().unwrap();
+    }
+
+    #[test]
+    fn resize_keeps_buffered_bytes_in_order_and_refuses_what_cannot_be() {
+        let s = Stream::create_with_room("t", 8192, 65536, 1).unwrap();
+        let t = Stream::open(s.segment().fd().try_clone_to_owned().unwrap()).unwrap();
+        assert_eq!((s.capacity(), s.room()), (8192, 65536));
+        // Wrap the positions first, so the bytes sit across the end of the ring.
+        let (w, r) = (s.lock_write(), s.lock_read());
+        let mut sink = vec![0u8; 7000];
+        s.put(&w, &[0u8; 7000]).unwrap();
+        s.take(&r, &mut sink).unwrap();
+        let data: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        assert_eq!(s.put(&w, &data), Ok(3000));
+        assert_eq!(s.resize(&w, &r, 32768), Ok(()));
+        assert_eq!(
+            s.resize(&w, &r, 131072),
+            Err(ResizeError::TooLarge { room: 65536 })
+        );
+        assert_eq!(s.resize(&w, &r, 12288), Err(ResizeError::Invalid));
+        drop((w, r));
+        // The other mapping sees the new capacity and the same bytes.
+        assert_eq!(t.capacity(), 32768);
+        assert_eq!(t.space(), 32768 - 3000);
+        let (w, r) = (t.lock_write(), t.lock_read());
+        assert_eq!(t.put(&w, &[9u8; 5000]), Ok(5000));
+        assert_eq!(
+            t.resize(&w, &r, 4096),
+            Err(ResizeError::Busy { buffered: 8000 }),
+        );
+        let mut got = vec![0u8; 9000];
+        assert_eq!(t.take(&r, &mut got), Ok(8000));
+        assert_eq!(&got[..3000], &data[..]);
+        assert!(got[3000..8000].iter().all(|&b| b == 9));
+        assert_eq!(t.resize(&w, &r, 4096), Ok(()));
+        assert_eq!(t.put(&w, &[7u8; 5000]), Ok(4096));
+    }
+
+    #[test]
+    fn sizes_given_as_text_are_refused_outside_the_limits_and_named() {
+        assert_eq!(parse_capacity("65536"), Ok(65536));
+        assert_eq!(parse_capacity(" 4096\n"), Ok(4096));
+        assert_eq!(parse_capacity("1073741824"), Ok(1 << 30));
+        assert_eq!(parse_capacity("4095"), Err(CapacityError::OutOfRange(4095)));
+        assert_eq!(
+            parse_capacity("99999999999999999999"),
+            Err(CapacityError::OutOfRange(99999999999999999999))
+        );
+        let e = parse_capacity("64k").unwrap_err();
+        assert_eq!(e, CapacityError::NotANumber("64k".into()));
+        assert_eq!(
+            e.to_string(),
+            "\"64k\" is not a number of bytes (a stream holds 4096 to 1073741824)"
+        );
+        assert_eq!(
+            CapacityError::OutOfRange(1).to_string(),
+            "1 is out of range: a stream holds 4096 to 1073741824 bytes"
+        );
+    }
+
+    #[test]
+    fn garbage_lock_words_are_taken_over() {
+        let s = Stream::create("t", 4096, 1).unwrap();
+        // No pid at all.
+        s.header().rlock.store(CONTENDED, Ordering::Relaxed);
+        drop(s.lock_read());
+        // A live process that does not map the stream (init), and this process, which
+        // holds no lock: taken for garbage after STALE_ROUNDS rounds.
+        for holder in [1, sys::getpid()] {
+            s.header().wlock.store(holder, Ordering::Relaxed);
+            let t = std::time::Instant::now();
+            drop(s.lock_write());
+            assert!(t.elapsed() >= Duration::from_millis(50) * (STALE_ROUNDS - 1));
+        }
+    }
+
+    proptest! {
+        /// A header overwritten with anything: every call returns (bytes, nothing, or
+        /// Corrupt), never panics, never reads or writes outside the data area.
+        #[test]
+        fn a_garbage_header_is_corrupt_never_a_crash(
+            words in proptest::collection::vec(any::<u64>(), 40),
+            ops in proptest::collection::vec((any::<bool>(), 0usize..20000), 1..20),
+        ) {
+            let s = Stream::create_with_room("g", 4096, 16384, 1).unwrap();
+            {
+                let (w, _r) = (s.lock_write(), s.lock_read());
+                s.put(&w, b"before").unwrap();
+            }
+            let h = s.header();
+            // Everything but the two lock words (a garbage lock is the test above).
+            for (i, v) in words.iter().enumerate() {
+                let at = i * 8;
+                if at == 128 || at == 256 {
+                    continue;
+                }
+                s.segment().write_at(at, &v.to_ne_bytes());
+            }
+            h.wlock.store(0, Ordering::Relaxed);
+            h.rlock.store(0, Ordering::Relaxed);
+            for (is_put, len) in ops {
+                if is_put {
+                    let w = s.lock_write();
+                    if let Ok(n) = s.put(&w, &vec![1u8; len]) {
+                        prop_assert!(n <= len);
+                    }
+                } else {
+                    let r = s.lock_read();
+                    let mut buf = vec![0u8; len];
+                    if let Ok(n) = s.take(&r, &mut buf) {
+                        prop_assert!(n <= len && n <= s.room());
+                    }
+                }
+                prop_assert!(s.available() <= s.room());
+                let _ = s.space();
+            }
+        }
     }
 
     proptest! {
@@ -504,7 +829,7 @@ mod tests {
                 if is_put {
                     let data: Vec<u8> = (0..len).map(|_| { next = next.wrapping_add(1); next }).collect();
                     let g = s.lock_write();
-                    let n = s.put(&g, &data);
+                    let n = s.put(&g, &data).unwrap();
                     prop_assert_eq!(n, len.min(4096 - model.len()));
                     model.extend(&data[..n]);
                     // What did not fit is not part of the stream.
@@ -512,7 +837,7 @@ mod tests {
                 } else {
                     let mut buf = vec![0u8; len];
                     let g = s.lock_read();
-                    let n = s.take(&g, &mut buf);
+                    let n = s.take(&g, &mut buf).unwrap();
                     prop_assert_eq!(n, len.min(model.len()));
                     let want: Vec<u8> = model.drain(..n).collect();
                     prop_assert_eq!(&buf[..n], &want[..]);

@@ -16,7 +16,8 @@ pub struct Options {
     /// Leave pipes to the kernel (the library still batches the UDP ports named).
     #[arg(long)]
     pub no_pipes: bool,
-    /// Ring size of new pipes, bytes (default 256 KiB).
+    /// Ring size of new pipes, bytes (4096 to 1073741824, rounded up to a power of two;
+    /// default 256 KiB).
     #[arg(long)]
     pub pipe_size: Option<usize>,
     /// Batch the UDP sockets bound to these ports (e.g. 53,5353).
@@ -26,7 +27,9 @@ pub struct Options {
 
 pub fn exec(opts: &Options, cmd: &[String]) -> ExitCode {
     let Some((prog, args)) = cmd.split_first() else {
-        crate::error!("exec: which program? e.g. streamline exec -- sh -c 'tar c . | gzip > x.tgz'");
+        crate::error!(
+            "exec: which program? e.g. streamline exec -- sh -c 'tar c . | gzip > x.tgz'"
+        );
         return ExitCode::from(2);
     };
     let lib = match find_library("libslpreload.so", "STREAMLINE_PRELOAD_LIB", "preload") {
@@ -36,6 +39,17 @@ pub fn exec(opts: &Options, cmd: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A ring size the library would refuse is refused here, before anything runs.
+    let size = opts
+        .pipe_size
+        .map(|n| n.to_string())
+        .or_else(|| std::env::var("STREAMLINE_PIPE_SIZE").ok());
+    if let Some(v) = size {
+        if let Err(e) = beltway::stream::parse_capacity(&v) {
+            crate::error!("exec: STREAMLINE_PIPE_SIZE={v}: {e}");
+            return ExitCode::from(2);
+        }
+    }
     if let Some(path) = which(prog) {
         if std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o6000 != 0) {
             eprintln!("streamline exec: warning: {} is setuid/setgid: the loader will not preload into it, so it gets kernel pipes", path.display());
