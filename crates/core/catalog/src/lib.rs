@@ -27,6 +27,7 @@ pub mod app;
 pub mod bpf;
 pub mod control;
 pub mod edit;
+pub mod httplog;
 pub mod ids;
 pub mod inspect;
 pub mod kafka;
@@ -74,6 +75,7 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &inspect::INSPECT,
     &inspect::DEDUP,
     &ids::IPS,
+    &httplog::HTTPLOG,
     &nicfix::SAMPLE,
     &nicfix::FLOWCOUNT,
     &nicfix::BYTECOUNT,

@@ -22,6 +22,7 @@ pub mod control;
 pub mod edit;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod httplog;
 pub mod ids;
 pub mod inspect;
 pub mod kafka;
@@ -75,6 +76,7 @@ pub static CONSTRUCTORS: &[(&FilterSpec, Make)] = &[
     (&catalog::inspect::INSPECT, inspect::make_inspect),
     (&catalog::inspect::DEDUP, inspect::make_dedup),
     (&catalog::ids::IPS, ids::filter::make),
+    (&catalog::httplog::HTTPLOG, httplog::make),
     (&catalog::nicfix::SAMPLE, nicfix::make_sample),
     (&catalog::nicfix::FLOWCOUNT, nicfix::make_flowcount),
     (&catalog::nicfix::BYTECOUNT, nicfix::make_bytecount),

@@ -16,6 +16,7 @@ mod capture;
 mod child;
 mod daemon;
 mod granted;
+mod httplog;
 mod ids;
 mod kafka;
 mod latency;
@@ -65,6 +66,9 @@ enum Command {
     Pcap(pcap::Args),
     /// Intrusion detection (`ips`) on a traffic mix: 10 vs 1000 rules, one pattern vs ngrep.
     Ids(ids::Args),
+    /// The weblog generator (issue 37): `httplog` vs tshark's HTTP fields on one large
+    /// capture of HTTP requests, requests per CPU second.
+    Httplog(httplog::Args),
     /// Many spaces: cross-space cost, batched wake-ups across spaces, data parallelism.
     Spaces(spaces::Args),
     /// Live capture on a veth pair: kernel vs user bpf, capture cost vs tcpdump, multi-queue.
@@ -124,6 +128,7 @@ fn main() {
         Command::Threading(a) => threading::run(a, cli.quick),
         Command::Pcap(a) => pcap::run(a, cli.quick),
         Command::Ids(a) => ids::run(a, cli.quick),
+        Command::Httplog(a) => httplog::run(a, cli.quick),
         Command::Spaces(a) => spaces::run_main(a, cli.quick),
         Command::Capture(a) => capture::run(a, cli.quick),
         Command::Solver(a) => solver::run(a, cli.quick),

@@ -264,6 +264,12 @@ fn checks() -> Vec<(&'static str, Check)> {
             has(&eve, "\"signature_id\":1000001")?;
             has(&String::from_utf8_lossy(&s.file("fast.log")), "[1:1000001:1] WEB robots.txt fetched")
         }),
+        ("httplog flush=10s", |o, s, _| {
+            let log = String::from_utf8_lossy(&s.file("access.log")).into_owned();
+            let n = log.lines().count();
+            has(&o.err, &format!("httplog: {n} requests"))?;
+            (n > 0).then_some(()).ok_or("access.log is empty".into())
+        }),
         // count DNS queries: tcpdump counts 48 frames to port 53 in the sample.
         ("dport |53 count", |o, _, _| count_is(o, 48)),
         ("dport |http count", |o, _, _| count_is(o, 519)),
