@@ -123,7 +123,7 @@ fn ours(cap: &Path, d: &Path) -> (Conns, Vec<serde_json::Value>, String) {
 /// `-d` rules (HTTP on a port tshark does not know).
 fn tshark(cap: &Path, decode: &[&str]) -> Conns {
     const SEP: &str = "\u{1f}";
-    let fields = ["ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "http.request.method", "http.host", "http.request.uri", "http.user_agent", "http.response.code"];
+    let fields = ["ip.src", "ipv6.src", "tcp.srcport", "ip.dst", "ipv6.dst", "tcp.dstport", "http.request.method", "http.host", "http.request.uri", "http.user_agent", "http.response.code"];
     let mut c = Command::new("tshark");
     c.arg("-r").arg(cap).args(["-n", "-Y", "http", "-T", "fields", "-E", "occurrence=a", "-E", &format!("aggregator={SEP}"), "-E", "separator=\t"]);
     for d in decode {
@@ -138,20 +138,22 @@ fn tshark(cap: &Path, decode: &[&str]) -> Conns {
     for row in String::from_utf8_lossy(&out.stdout).lines() {
         let f: Vec<&str> = row.split('\t').collect();
         let list = |i: usize| -> Vec<String> { f.get(i).filter(|s| !s.is_empty()).map_or(Vec::new(), |s| s.split(SEP).map(str::to_string).collect()) };
-        let (methods, hosts, uris, uas) = (list(4), list(5), list(6), list(7));
+        // IPv4 or IPv6: one of the two address columns is empty.
+        let (src, dst) = (format!("{}{}", f[0], f[1]), format!("{}{}", f[3], f[4]));
+        let (methods, hosts, uris, uas) = (list(6), list(7), list(8), list(9));
         if !methods.is_empty() {
             assert!(hosts.len() == methods.len() && uris.len() == methods.len() && uas.len() == methods.len(), "every request of the test has a host and an agent: {row}");
-            let e = conns.entry((f[0].to_string(), f[1].parse().unwrap())).or_default();
+            let e = conns.entry((src, f[2].parse().unwrap())).or_default();
             for i in 0..methods.len() {
                 e.0.push((methods[i].clone(), hosts[i].clone(), uris[i].clone(), uas[i].clone()));
             }
         }
-        for code in list(8) {
+        for code in list(10) {
             let code: u16 = code.parse().unwrap();
             if (100..200).contains(&code) && code != 101 {
                 continue;
             }
-            conns.entry((f[2].to_string(), f[3].parse().unwrap())).or_default().1.push(code);
+            conns.entry((dst.clone(), f[5].parse().unwrap())).or_default().1.push(code);
         }
     }
     conns

@@ -218,6 +218,12 @@ fn can_wait(dir: &Direction, have: usize) -> bool {
 }
 
 impl Exchange {
+    /// Whether side `d` (0 the client's, 1 the server's) is still read: once it stopped
+    /// (not HTTP, a tunnel, the connection closed), its bytes need not be kept.
+    pub fn reads(&self, d: usize) -> bool {
+        !self.sides[d].stopped
+    }
+
     /// New bytes of the client's side (`dir`), seen at `ts_ns`.
     pub fn client(&mut self, dir: &mut Direction, ts_ns: u64, stats: &mut Stats) {
         let s = &mut self.sides[0];

@@ -228,7 +228,7 @@ impl HttpLog {
 
     /// The segment's payload into its direction, and what the new bytes complete.
     fn data(&mut self, c: &mut Conn, d: usize, s: &Segment<'_>) {
-        if s.payload.is_empty() {
+        if s.payload.is_empty() || !c.exchange.reads(d) {
             return;
         }
         match c.dirs[d].segment(s.seq, s.payload) {
@@ -248,6 +248,13 @@ impl HttpLog {
         } else {
             c.exchange.server(&mut c.dirs[1], s.ts_ns, &mut self.stats, &mut self.records);
             self.lines(c.ends);
+        }
+        for side in 0..2 {
+            if !c.exchange.reads(side) && !c.dirs[side].bytes().is_empty() {
+                // Read no more (not HTTP, or a tunnel): its bytes are let go, and no more
+                // segments come to it.
+                c.dirs[side].consume(u64::MAX >> 1);
+            }
         }
     }
 
