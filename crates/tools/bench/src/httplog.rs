@@ -321,7 +321,7 @@ mod tests {
                 Some(etherparse::TransportSlice::Tcp(t)) => t.payload().to_vec(),
                 _ => panic!("not TCP"),
             };
-            requests += METHODS.iter().filter(|m| payload.starts_with(format!("{m} /wiki/").as_bytes())).count().min(1);
+            requests += METHODS.iter().filter(|m| payload.starts_with(format!("{m} /wiki/").as_bytes())).count().min(1) as u64;
         }
         assert_eq!((seen, requests), (frames, n));
     }

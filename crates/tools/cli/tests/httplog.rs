@@ -243,7 +243,8 @@ fn stretch(cap: &Path, out: &Path, secs: u64) {
     let header = r.header();
     let mut packets = Vec::new();
     while let Some(p) = r.next_packet() {
-        packets.push(p.unwrap().into_owned());
+        let p = p.unwrap();
+        packets.push((p.timestamp, p.orig_len, p.data.to_vec()));
     }
     let mut starts: Vec<((Vec<u8>, Vec<u8>), std::time::Duration)> = Vec::new();
     let conn_of = |data: &[u8]| {
@@ -253,16 +254,19 @@ fn stretch(cap: &Path, out: &Path, secs: u64) {
         let b = [&ip[16..20], &ip[hl + 2..hl + 4]].concat();
         if a < b { (a, b) } else { (b, a) }
     };
-    let t0 = packets[0].timestamp;
+    let t0 = packets[0].0;
     let mut moved = Vec::new();
-    for p in packets {
-        let k = conn_of(&p.data);
-        let i = starts.iter().position(|s| s.0 == k).unwrap_or_else(|| {
-            starts.push((k.clone(), p.timestamp));
-            starts.len() - 1
-        });
-        let ts = t0 + std::time::Duration::from_secs(secs * i as u64) + (p.timestamp - starts[i].1);
-        moved.push(pcap_file::pcap::PcapPacket::new_owned(ts, p.orig_len, p.data.into_owned()));
+    for (at, orig_len, data) in packets {
+        let k = conn_of(&data[..]);
+        let i = match starts.iter().position(|s| s.0 == k) {
+            Some(i) => i,
+            None => {
+                starts.push((k, at));
+                starts.len() - 1
+            }
+        };
+        let ts = t0 + std::time::Duration::from_secs(secs * i as u64) + (at - starts[i].1);
+        moved.push(pcap_file::pcap::PcapPacket::new_owned(ts, orig_len, data));
     }
     moved.sort_by_key(|p| p.timestamp);
     let mut w = PcapWriter::with_header(std::fs::File::create(out).unwrap(), header).unwrap();
