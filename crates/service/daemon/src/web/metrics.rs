@@ -120,7 +120,7 @@ pub fn render(runs: &[RunView]) -> String {
         let id = r.run.to_string();
         let run = [("run", id.as_str()), ("user", r.user.as_str())];
         info.add(
-            &[run[0], run[1], ("state", st), ("pipeline", &r.pipeline)],
+            &[run[0], run[1], ("state", st), ("pipeline", r.pipeline.as_str())],
             1,
         );
         uptime.add(&run, format!("{:.3}", r.uptime_s));

@@ -28,7 +28,7 @@ use crate::proto::{EditRequest, Reply};
 use crate::server::Daemon;
 use session::{Sessions, Who};
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -104,7 +104,7 @@ impl Answer {
     }
 }
 
-fn header<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
+fn header<'a>(req: &'a Request, name: &'static str) -> Option<&'a str> {
     req.headers()
         .iter()
         .find(|h| h.field.equiv(name))
@@ -232,10 +232,7 @@ pub fn start(d: &Arc<Daemon>, addr: SocketAddr, token_file: &Path) -> Result<Arc
         addr,
         why: e.to_string(),
     })?;
-    let bound = match server.server_addr() {
-        tiny_http::ListenAddr::IP(a) => a,
-        _ => addr,
-    };
+    let bound = server.server_addr().to_ip().unwrap_or(addr);
     let scrape = session::secret().map_err(WebError::Random)?;
     write_token_file(token_file, &scrape)?;
     let w = Arc::new(Web {
@@ -336,7 +333,7 @@ fn handle(d: &Arc<Daemon>, w: &Web, mut req: Request) {
         return respond(req, no);
     }
     let url = req.url().to_string();
-    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
+    let (path, query) = url.split_once('?').unwrap_or((url.as_str(), ""));
     let method = req.method().clone();
     let who = w.who(&req);
     let user = match &who {
@@ -486,7 +483,7 @@ fn edit(d: &Daemon, req: &mut Request, who: &Cred, run: u64) -> Answer {
             )
         }
     };
-    match d.web_edit(run, who, e) {
+    match d.edit_request(run, who, e) {
         Ok(applied) => Answer::json(200, &serde_json::json!({"run": run, "applied": applied})),
         Err(Reply::Error {
             code,
