@@ -294,7 +294,8 @@ fn tcp_conn(r: &mut Rng, ip: Ip, vlan: Option<u16>) -> Frames {
     seg(r, true, "A", 0, &mut cs, &mut ss, &mut out, &mut t);
     for _ in 0..r.below(8) {
         let fwd = r.below(2) == 0;
-        seg(r, fwd, "PA", 1 + r.below(1400) as usize, &mut cs, &mut ss, &mut out, &mut t);
+        let len = 1 + r.below(1400) as usize;
+        seg(r, fwd, "PA", len, &mut cs, &mut ss, &mut out, &mut t);
         seg(r, !fwd, "A", 0, &mut cs, &mut ss, &mut out, &mut t);
     }
     match r.below(3) {
@@ -428,13 +429,13 @@ fn wiresharks_ipfix_dissector_finds_nothing_malformed_and_every_record() {
     let err = run(&format!("pcapin file={} | ipfix to={} {OURS_LONG} refresh=1 mtu=600 | null", pcap.display(), col.to()));
     std::thread::sleep(Duration::from_millis(500));
     td.stop();
+    let decode = format!("udp.port=={},cflow", col.port);
     let flows = col.flows();
     let s = summary(&err, "ipfix");
     let records = number_before(s, "records in");
     let templates = number_before(s, "template sets");
     assert_eq!(flows.len() as u64, records, "nfcapd has {} flows, we sent {records} records", flows.len());
     assert!(templates > 1, "one template set only: {s}");
-    let decode = format!("udp.port=={},cflow", col.port);
     let tshark = |filter: &str, field: &str| -> Vec<String> {
         let o = Command::new("tshark")
             .args(["-r", cap.to_str().unwrap(), "-d", &decode, "-Y", filter, "-T", "fields", "-e", field])
