@@ -28,7 +28,6 @@ pub mod bpf;
 pub mod control;
 pub mod edit;
 pub mod flows;
-pub mod httplog;
 pub mod ids;
 pub mod inspect;
 pub mod kafka;
@@ -76,7 +75,6 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &inspect::INSPECT,
     &inspect::DEDUP,
     &ids::IPS,
-    &httplog::HTTPLOG,
     &nicfix::SAMPLE,
     &nicfix::FLOWCOUNT,
     &nicfix::BYTECOUNT,
