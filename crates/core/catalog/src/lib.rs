@@ -27,7 +27,6 @@ pub mod app;
 pub mod bpf;
 pub mod control;
 pub mod edit;
-pub mod flows;
 pub mod ids;
 pub mod inspect;
 pub mod kafka;
@@ -78,8 +77,6 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &nicfix::SAMPLE,
     &nicfix::FLOWCOUNT,
     &nicfix::BYTECOUNT,
-    &flows::IPFIX,
-    &flows::IPFIXIN,
     &edit::STRIP,
     &edit::DEFLATE,
     &edit::INFLATE,
