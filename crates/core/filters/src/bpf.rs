@@ -21,7 +21,12 @@ pub struct Bpf {
 /// not on the capture socket.
 pub(crate) struct PerLink {
     expr: String,
-    progs: Vec<(u32, Program)>,
+    /// Per link type, its program; None where the expression does not compile for it.
+    progs: Vec<(u32, Option<Program>)>,
+    /// What a frame of a link type the expression does not compile for gets: refused
+    /// with a warning (`bpf`), or accepted in silence (`ips`'s header stage, which may
+    /// only ever keep more than the rules need).
+    accept_uncompiled: bool,
 }
 
 impl PerLink {
@@ -30,8 +35,15 @@ impl PerLink {
         let p = compile(expr, crate::packet::LINKTYPE_ETHERNET, 262144)?;
         Ok(PerLink {
             expr: expr.to_string(),
-            progs: vec![(crate::packet::LINKTYPE_ETHERNET, p)],
+            progs: vec![(crate::packet::LINKTYPE_ETHERNET, Some(p))],
+            accept_uncompiled: false,
         })
+    }
+
+    /// As [`PerLink::new`], but frames of a link type the expression does not compile
+    /// for are accepted, without a warning.
+    pub(crate) fn superset(expr: &str) -> Result<PerLink, kernel::cbpf::BpfError> {
+        Ok(PerLink { accept_uncompiled: true, ..PerLink::new(expr)? })
     }
 
     /// Whether the program accepts the block `t`; a block of a link type the expression
@@ -39,20 +51,26 @@ impl PerLink {
     /// each link type is warned about).
     pub(crate) fn accepts(&mut self, cx: &mut Ctx<'_>, t: &dataplane::Tag) -> bool {
         let link = cx.store.link(t).unwrap_or(crate::packet::LINKTYPE_ETHERNET);
-        let prog = match self.progs.iter().position(|p| p.0 == link) {
-            Some(i) => &self.progs[i].1,
+        let i = match self.progs.iter().position(|p| p.0 == link) {
+            Some(i) => i,
             // Frames of other link types come from capture files (live capture is
             // Ethernet): compiled as libpcap compiles for reading a file.
-            None => match compile_for_file(&self.expr, link) {
-                Ok(p) => {
-                    self.progs.push((link, p));
-                    &self.progs.last().expect("just pushed").1
-                }
-                Err(e) => {
-                    cx.warn(format!("for link type {link}: {e}; those frames are dropped"));
-                    return false;
-                }
-            },
+            None => {
+                let p = match compile_for_file(&self.expr, link) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        if !self.accept_uncompiled {
+                            cx.warn(format!("for link type {link}: {e}; those frames are dropped"));
+                        }
+                        None
+                    }
+                };
+                self.progs.push((link, p));
+                self.progs.len() - 1
+            }
+        };
+        let Some(prog) = &self.progs[i].1 else {
+            return self.accept_uncompiled;
         };
         let Ok(data) = cx.store.data(t) else {
             return false;

@@ -377,7 +377,7 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let set = load_rules(a)?;
     let in_kernel = a.place.side.as_ref().is_some_and(lang::Side::is_kernel);
     let header = match header_of(a, &set) {
-        Some(x) if !in_kernel => Some(PerLink::new(&x).map_err(|e| FilterError::invalid("the rules' header stage", e))?),
+        Some(x) if !in_kernel => Some(PerLink::superset(&x).map_err(|e| FilterError::invalid("the rules' header stage", e))?),
         _ => None,
     };
     let mode = match a.get("mode", None).unwrap_or("ips") {
