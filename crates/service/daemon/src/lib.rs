@@ -9,8 +9,7 @@
 //! `reclaim` (what a killed daemon left behind), `pipesfs` (the live graph as a FUSE
 //! filesystem), `audit` (the daemon's record: a log line for everything done to a run),
 //! `view` (the daemon's own view of a run's graph, against which edits are checked),
-//! `context` (the client's context, gathered by the command, taken by the worker), `web`
-//! (the web view, `/metrics` and their sessions: `streamlined --http`).
+//! `context` (the client's context, gathered by the command, taken by the worker).
 
 pub mod audit;
 pub mod context;
@@ -26,4 +25,3 @@ pub mod reclaim;
 pub mod server;
 pub mod spawn;
 pub mod view;
-pub mod web;

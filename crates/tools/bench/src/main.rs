@@ -36,7 +36,6 @@ mod spaces;
 mod spsc;
 mod threading;
 mod util;
-mod webview;
 
 use clap::{Parser, Subcommand};
 
