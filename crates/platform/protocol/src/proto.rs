@@ -318,6 +318,11 @@ pub enum Request {
     },
     /// End subscription `sub` of this connection (its reader sees the end of its stream).
     Release { sub: u64 },
+    /// A one-time token for the daemon's web view (`streamlined --http`), bound to the
+    /// asking user (the kernel's credentials of this connection): answered with `web`,
+    /// the URL that exchanges it for a session (ENOTSUP when the daemon serves no web
+    /// view).
+    Web {},
 }
 
 fn is_default(c: &ClientContext) -> bool {
@@ -633,6 +638,9 @@ pub enum Reply {
         errno: i32,
         message: String,
     },
+    /// The answer to `web`: the URL (with its one-time token) that opens a session of
+    /// the asking user in the daemon's web view.
+    Web { url: String },
 }
 
 impl Reply {

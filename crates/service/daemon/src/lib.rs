@@ -9,7 +9,8 @@
 //! `reclaim` (what a killed daemon left behind), `pipesfs` (the live graph as a FUSE
 //! filesystem), `audit` (the daemon's record: a log line for everything done to a run),
 //! `view` (the daemon's own view of a run's graph, against which edits are checked),
-//! `context` (the client's context, gathered by the command, taken by the worker).
+//! `context` (the client's context, gathered by the command, taken by the worker), `web`
+//! (the web view, `/metrics` and their sessions: `streamlined --http`).
 
 pub mod audit;
 pub mod context;
@@ -25,3 +26,4 @@ pub mod reclaim;
 pub mod server;
 pub mod spawn;
 pub mod view;
+pub mod web;

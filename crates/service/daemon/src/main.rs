@@ -41,6 +41,15 @@ struct Args {
     /// Serve no PipesFS.
     #[arg(long)]
     no_mount: bool,
+    /// Serve the web view and Prometheus metrics on this address (off by default; keep it
+    /// on loopback, `127.0.0.1:PORT`: sessions come from `streamline web`, a one-time token
+    /// per user; `:0` picks a free port, which the log names).
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// Where `--http` writes the scrape token for `/metrics` (mode 0600, root's; it sees
+    /// every run). Default: `metrics.token` beside the socket.
+    #[arg(long, value_name = "PATH")]
+    metrics_token: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -112,6 +121,28 @@ fn main() -> ExitCode {
         max_clients: a.max_clients,
         hello_timeout: std::time::Duration::from_secs(10),
     });
+    if let Some(addr) = a.http {
+        if !addr.ip().is_loopback() {
+            eprintln!("streamlined: warning: the web view listens on {addr}, beyond loopback: anyone who can reach it may try tokens (sessions still need one from `streamline web`)");
+        }
+        let token = a.metrics_token.clone().unwrap_or_else(|| {
+            a.socket
+                .parent()
+                .unwrap_or(std::path::Path::new("/"))
+                .join("metrics.token")
+        });
+        match daemon::web::start(&d, addr, &token) {
+            Ok(w) => eprintln!(
+                "streamlined: web view on http://{} (`streamline web` opens a session; /metrics takes the bearer token in {})",
+                w.addr(),
+                token.display()
+            ),
+            Err(e) => {
+                eprintln!("streamlined: error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     for sig in [
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,

@@ -27,6 +27,9 @@
 //!    headline is the ratio of the best wall-clock throughputs (start of the command to
 //!    its exit, so the daemon's connection, worker start and build are in it); the ratio
 //!    of the runs' own elapsed times (data plane only) is printed next to it.
+//! 4. The web view open against closed (`webview.rs`): the same run through a daemon
+//!    serving `--http`, with pages open on it (event streams read by curl) and `/metrics`
+//!    scraped every second, against no page open; `web_view_open_vs_closed`.
 
 use crate::proc::kill_with_us;
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
@@ -129,6 +132,17 @@ impl Daemon {
         mount: Option<&Path>,
         policy: Option<&Path>,
     ) -> Result<Daemon> {
+        Self::start_with_args(bin, dir, mount, policy, &[])
+    }
+
+    /// [`Daemon::start_with_policy`] with more arguments (`--http 127.0.0.1:0`).
+    pub(crate) fn start_with_args(
+        bin: &Path,
+        dir: &Path,
+        mount: Option<&Path>,
+        policy: Option<&Path>,
+        extra: &[&str],
+    ) -> Result<Daemon> {
         let socket = dir.join("control");
         let log = dir.join("streamlined.log");
         let logf = std::fs::File::create(&log)
@@ -144,6 +158,7 @@ impl Daemon {
         cmd.arg("--socket")
             .arg(&socket)
             .arg("--foreground")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(logf);
@@ -347,10 +362,10 @@ impl RunReport {
 }
 
 /// The two `streamline` programs and our daemon.
-struct Setup {
-    streamline: PathBuf,
-    daemon: Daemon,
-    dir: PathBuf,
+pub(crate) struct Setup {
+    pub(crate) streamline: PathBuf,
+    pub(crate) daemon: Daemon,
+    pub(crate) dir: PathBuf,
 }
 
 /// Run a command to its end; fail unless it exits 0. Returns wall seconds and stderr.
@@ -391,7 +406,7 @@ impl Setup {
     }
 
     /// `STREAMLINE_SOCKET=OURS streamline run PIPELINE` (attached to the daemon).
-    fn through_daemon(&self, pipeline: &str) -> Result<(f64, RunReport)> {
+    pub(crate) fn through_daemon(&self, pipeline: &str) -> Result<(f64, RunReport)> {
         let mut cmd = Command::new(&self.streamline);
         cmd.env("STREAMLINE_SOCKET", &self.daemon.socket)
             .args(["run", pipeline]);
@@ -409,7 +424,7 @@ impl Setup {
 
     /// Blocks per second of `pipeline(n)` run stand-alone, doubling n from `n0` until a
     /// run's own elapsed time reaches `min_secs`.
-    fn calibrate(&self, pipeline: impl Fn(u64) -> String, n0: u64, min_secs: f64) -> Result<f64> {
+    pub(crate) fn calibrate(&self, pipeline: impl Fn(u64) -> String, n0: u64, min_secs: f64) -> Result<f64> {
         let mut n = n0;
         loop {
             let (_, rep) = self.standalone(&pipeline(n))?;
@@ -984,6 +999,8 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         let (wall, own, tp_note) = throughput(&s, rounds, run_secs, quick)?;
         let (granted, granted_note) =
             crate::granted::granted_vs_root(&streamlined, &s.streamline, &s.dir, quick)?;
+        let (web, web_note) =
+            crate::webview::open_vs_closed(&streamlined, &s.streamline, &s.dir, rounds, run_secs, quick)?;
         let mut summary = Summary::default();
         for (k, (metric, v, note)) in rt.into_iter().enumerate() {
             summary.add(&metric, v, (k == 0).then_some(Target::AtMost(2.0)), note);
@@ -1005,6 +1022,12 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
             granted,
             Some(Target::AtMost(1.1)),
             granted_note,
+        );
+        summary.add(
+            "web_view_open_vs_closed",
+            web,
+            Some(Target::AtLeast(0.98)),
+            web_note,
         );
         summary.add(
             "daemon_run_vs_standalone_run_elapsed",

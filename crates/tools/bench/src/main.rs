@@ -36,6 +36,7 @@ mod spaces;
 mod spsc;
 mod threading;
 mod util;
+mod webview;
 
 use clap::{Parser, Subcommand};
 

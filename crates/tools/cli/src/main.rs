@@ -19,6 +19,7 @@ mod help;
 mod preload;
 mod remote;
 mod shaping;
+mod top;
 
 use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
@@ -166,6 +167,22 @@ enum Cmd {
     /// SIGTERM or SIGHUP detaches at once, status 0; the run goes on). On a terminal the
     /// table is redrawn in place; on a pipe or file each refresh is printed after the last.
     Attach { run: u64 },
+    /// Open the daemon's web view as yourself: asks the daemon (over its socket, which
+    /// knows your uid) for a one-time token and prints the URL that carries it. The
+    /// daemon serves the view only when started with `--http 127.0.0.1:PORT`.
+    Web,
+    /// The daemon's runs in the terminal, updating in place: the runs, then (Enter) a
+    /// run's nodes sorted by load. Keys: up/down or k/j, Enter, b or Esc back, q quit.
+    Top {
+        /// Start on this run's nodes.
+        run: Option<u64>,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        delay: f64,
+        /// Stop after this many refreshes (off a terminal: prints each).
+        #[arg(long, short = 'n')]
+        iterations: Option<u64>,
+    },
     /// Change a running daemon run without stopping it: `set NODE KEY=VALUE`, `insert
     /// after NODE FILTER ...`, `insert before NODE FILTER ...`, `remove NODE`, `replace
     /// NODE FILTER ...` (one transaction: applied whole, or not at all).
@@ -381,6 +398,20 @@ fn main() -> ExitCode {
         Cmd::Stop { run } => remote::stop(cli.socket.as_deref(), run),
         Cmd::Attach { run } => remote::attach(cli.socket.as_deref(), run),
         Cmd::Edit { run, edit } => remote::edit(cli.socket.as_deref(), run, &edit),
+        Cmd::Web => remote::web(cli.socket.as_deref()),
+        Cmd::Top {
+            run,
+            delay,
+            iterations,
+        } => match remote::need(cli.socket.as_deref()) {
+            Ok(c) => top::top(
+                c,
+                run,
+                std::time::Duration::from_secs_f64(delay.clamp(0.1, 3600.0)),
+                iterations,
+            ),
+            Err(code) => code,
+        },
         Cmd::Compat { print_dir, cmd } => compat::run(print_dir, &cmd, cli.socket.as_deref()),
         Cmd::Exec { opts, cmd } => preload::exec(&opts, &cmd),
         Cmd::Sh { opts, script, args } => preload::sh(&opts, &script, &args),

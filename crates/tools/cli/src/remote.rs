@@ -1,5 +1,5 @@
 //! The `streamline` command as the daemon's client: `run` through the daemon (attached or
-//! `--detach`ed), `ps`, `stop`, `attach`, `edit`.
+//! `--detach`ed), `ps`, `stop`, `attach`, `edit`, `web`.
 //!
 //! Owns: turning those commands into protocol calls and printing the answers. Does not
 //! own: the protocol (`daemon::proto`, `daemon::client`).
@@ -22,7 +22,7 @@ pub fn connect(socket: Option<&str>) -> Option<Result<Client, ClientError>> {
 }
 
 /// Connect or say why not (for the commands that need a daemon).
-fn need(socket: Option<&str>) -> Result<Client, ExitCode> {
+pub(crate) fn need(socket: Option<&str>) -> Result<Client, ExitCode> {
     match connect(socket) {
         Some(Ok(c)) => Ok(c),
         Some(Err(e)) => {
@@ -413,6 +413,27 @@ pub fn edit(socket: Option<&str>, run: u64, edit: &str) -> ExitCode {
     }) {
         Ok(Reply::Edited { applied, .. }) => {
             println!("{applied}");
+            ExitCode::SUCCESS
+        }
+        Ok(other) => {
+            crate::error!("unexpected answer {other:?}");
+            ExitCode::from(1)
+        }
+        Err(e) => refused(e),
+    }
+}
+
+/// `streamline web`: a one-time token for the daemon's web view, bound to this user by
+/// the daemon (the kernel's credentials of this connection), and the URL that carries it.
+pub fn web(socket: Option<&str>) -> ExitCode {
+    let mut c = match need(socket) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match c.call(Request::Web {}) {
+        Ok(Reply::Web { url }) => {
+            eprintln!("streamline: open this URL in a browser on this host (it opens a session as you, once; the token in it is yours alone):");
+            println!("{url}");
             ExitCode::SUCCESS
         }
         Ok(other) => {

@@ -246,6 +246,7 @@ fn every_message_round_trips_through_its_envelope() {
             direction: "in".into(),
         },
         Request::Release { sub: 4 },
+        Request::Web {},
     ];
     for m in requests {
         let f = encode(&Msg {
@@ -263,6 +264,9 @@ fn every_message_round_trips_through_its_envelope() {
             pid: 1,
         },
         Reply::Pong { token: 3 },
+        Reply::Web {
+            url: "http://127.0.0.1:9/?token=ab".into(),
+        },
         Reply::Filters {
             filters: vec![("gen".into(), "gen".into())],
         },

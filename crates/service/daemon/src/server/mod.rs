@@ -338,6 +338,8 @@ pub struct Daemon {
     /// Called with a run's id once it has left the table (ended, or rolled back): what
     /// others keep per run (PipesFS's inodes, homes, reader counters) is given back here.
     run_gone: Mutex<Vec<RunGoneHook>>,
+    /// The web view, when the daemon serves one (`--http`; `crate::web`).
+    web: std::sync::OnceLock<Arc<crate::web::Web>>,
 }
 
 /// How long `ps` lists a run that failed.
@@ -429,6 +431,7 @@ impl Daemon {
             failed: Mutex::new(std::collections::VecDeque::new()),
             ended: Mutex::new(std::collections::VecDeque::new()),
             run_gone: Mutex::new(Vec::new()),
+            web: std::sync::OnceLock::new(),
         })
     }
 
@@ -846,16 +849,21 @@ impl Daemon {
                 Ok((Reply::Done {}, vec![]))
             }
             Request::Attach { run } => self.attach(run, who, out, id),
-            Request::Edit { run, edit } => {
-                let op = match edit {
-                    EditRequest::Op(op) => op,
-                    EditRequest::Text(t) => {
-                        lang::edit::Edit::parse_op(&t, &lang::WithPath(catalog::Natives))
-                            .map_err(|e| refuse(libc::EINVAL, e.to_string()))?
-                    }
-                };
-                self.edit(run, who, op)
-                    .map(|applied| (Reply::Edited { run, applied }, vec![]))
+            Request::Edit { run, edit } => self
+                .edit_request(run, who, edit)
+                .map(|applied| (Reply::Edited { run, applied }, vec![])),
+            Request::Web {} => {
+                let w = self.web().ok_or_else(|| {
+                    refuse(
+                        libc::ENOTSUP,
+                        "this daemon serves no web view (start it with --http 127.0.0.1:PORT)",
+                    )
+                })?;
+                let token = w
+                    .sessions
+                    .issue(who)
+                    .map_err(|e| refuse(libc::EIO, format!("no random token: {e}")))?;
+                Ok((Reply::Web { url: w.url(&token) }, vec![]))
             }
             Request::OpenStream { name } => open_stream(&name, who),
             Request::Capture {
@@ -896,8 +904,43 @@ impl Daemon {
         }
     }
 
+    /// An edit as the protocol carries it (typed, or its text form parsed here), made as
+    /// `who` through [`Daemon::edit`]: the control socket's `edit` and the web view's.
+    pub(crate) fn edit_request(
+        &self,
+        run: u64,
+        who: &Cred,
+        edit: EditRequest,
+    ) -> Result<EditApplied, Reply> {
+        let op = match edit {
+            EditRequest::Op(op) => op,
+            EditRequest::Text(t) => {
+                lang::edit::Edit::parse_op(&t, &lang::WithPath(catalog::Natives))
+                    .map_err(|e| refuse(libc::EINVAL, e.to_string()))?
+            }
+        };
+        self.edit(run, who, op)
+    }
+
+    /// The web view is served from now on (`web::start`).
+    pub(crate) fn set_web(&self, w: Arc<crate::web::Web>) {
+        let _ = self.web.set(w);
+    }
+
+    /// The web view, if the daemon serves one.
+    pub(crate) fn web(&self) -> Option<Arc<crate::web::Web>> {
+        self.web.get().cloned()
+    }
+
+    /// Run `id`'s graph as its worker last described it (folded as its table is).
+    pub(crate) fn run_graph(&self, id: u64) -> Option<Vec<GraphNode>> {
+        let r = self.run(id)?;
+        let g = r.graph.lock().expect("not poisoned").0.clone();
+        Some(g)
+    }
+
     /// `ps`: the runs `who` may see (all for root), the failed ones kept a while included.
-    fn ps(&self, who: &Cred) -> Vec<RunInfo> {
+    pub(crate) fn ps(&self, who: &Cred) -> Vec<RunInfo> {
         let mut runs: Vec<RunInfo> = self
             .runs
             .lock()

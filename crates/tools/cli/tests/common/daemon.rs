@@ -50,6 +50,11 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(tag: &str, policy: Option<&str>) -> Daemon {
+        Daemon::start_with(tag, policy, &[])
+    }
+
+    /// [`Daemon::start`] with more arguments for `streamlined` (`--http 127.0.0.1:0`).
+    pub fn start_with(tag: &str, policy: Option<&str>, extra: &[&str]) -> Daemon {
         require_root("the daemon runs captures and takes its clients' identities");
         let dir = std::env::temp_dir().join(format!("sld-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -78,6 +83,7 @@ impl Daemon {
             .arg("--mount")
             .arg(dir.join("pipes"))
             .arg("--foreground")
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("log")).unwrap());
         if let Some(text) = policy {

@@ -1,5 +1,6 @@
 //! Helpers shared by the end-to-end tests of the `streamline` command.
 
+pub mod browser;
 pub mod daemon;
 
 /// A daemon's worker as `pgrep -x` and /proc/PID/comm name it.

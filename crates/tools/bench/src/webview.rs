@@ -1,0 +1,194 @@
+//! `streamline-bench daemon`, its `web_view_open_vs_closed`: what an open web view costs
+//! a run (issue 38). A daemon of its own serves `--http 127.0.0.1:0`; the same run
+//! (`gen count=N size=1K | count | count`, attached, through the daemon) is timed with no
+//! page open and with pages open: each page is what the browser keeps open, an event
+//! stream (`/api/events`, the runs once a second) read by curl with the session's cookie,
+//! and Prometheus's share, `/metrics` scraped every second with the scrape token, alternating
+//! rounds. The figure is the best open round's throughput over the best closed round's,
+//! each the run's own (blocks over the run's elapsed time, as its report says); counts are
+//! checked before it prints. The browser's own drawing is not in it: it runs wherever the
+//! browser does, not in the daemon or the run.
+
+use crate::daemon::{Daemon, RunReport, Setup};
+use crate::proc::kill_with_us;
+use crate::util::{err, Result};
+use daemon::proto::{Reply, Request};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The session cookie the token URL gives.
+fn session_cookie(url: &str) -> Result<String> {
+    let out = Command::new("curl")
+        .args(["-s", "-D", "-", "-o", "/dev/null", url])
+        .output()
+        .map_err(|e| err(format!("curl (Debian package curl): {e}")))?;
+    let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    head.lines()
+        .find_map(|l| l.strip_prefix("Set-Cookie: "))
+        .and_then(|c| c.split(';').next())
+        .map(str::to_string)
+        .ok_or_else(|| err(format!("no session cookie from {url}: {head}")))
+}
+
+/// Pages open on the web view while they live: event streams and a scraper.
+struct Pages {
+    streams: Vec<Child>,
+    stop: Arc<AtomicBool>,
+    scraper: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Pages {
+    fn open(base: &str, cookie: &str, token: &str, n: usize) -> Result<Pages> {
+        let mut streams = Vec::new();
+        for _ in 0..n {
+            let mut c = Command::new("curl");
+            c.args(["-sN", "-H", &format!("Cookie: {cookie}"), &format!("{base}/api/events")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            kill_with_us(&mut c);
+            streams.push(c.spawn().map_err(|e| err(format!("curl: {e}")))?);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, url, auth) = (
+            stop.clone(),
+            format!("{base}/metrics"),
+            format!("Authorization: Bearer {token}"),
+        );
+        let scraper = std::thread::spawn(move || {
+            let mut scrapes = 0;
+            while !s.load(Ordering::Relaxed) {
+                let ok = Command::new("curl")
+                    .args(["-sf", "-o", "/dev/null", "-H", &auth, &url])
+                    .status()
+                    .is_ok_and(|st| st.success());
+                scrapes += ok as u64;
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            scrapes
+        });
+        // The streams connect and get their first event.
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(Pages {
+            streams,
+            stop,
+            scraper: Some(scraper),
+        })
+    }
+
+    /// Close them: the scrapes that succeeded, and whether every stream was still open.
+    fn close(mut self) -> (u64, bool) {
+        let mut open = true;
+        for c in &mut self.streams {
+            open &= matches!(c.try_wait(), Ok(None));
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        let scrapes = self.scraper.take().map_or(0, |h| h.join().unwrap_or(0));
+        (scrapes, open)
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        for c in &mut self.streams {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The figure and its note.
+pub fn open_vs_closed(
+    streamlined: &Path,
+    streamline: &Path,
+    dir: &Path,
+    rounds: usize,
+    secs: f64,
+    quick: bool,
+) -> Result<(f64, String)> {
+    println!("\n== The same run with the web view open and closed ==");
+    let ddir = dir.join("web");
+    std::fs::create_dir_all(&ddir).map_err(|e| err(format!("{}: {e}", ddir.display())))?;
+    let daemon = Daemon::start_with_args(streamlined, &ddir, None, None, &["--http", "127.0.0.1:0"])?;
+    let url = match daemon.client()?.call(Request::Web {}) {
+        Ok(Reply::Web { url }) => url,
+        other => return Err(err(format!("asking for a web token: {other:?}"))),
+    };
+    let base = url.split("/?").next().unwrap_or(&url).to_string();
+    let cookie = session_cookie(&url)?;
+    let token = std::fs::read_to_string(ddir.join("metrics.token"))
+        .map_err(|e| err(format!("the scrape token: {e}")))?;
+    let s = Setup {
+        streamline: streamline.to_path_buf(),
+        daemon,
+        dir: ddir.clone(),
+    };
+    let pipe = |n: u64| format!("gen count={n} size=1K | count | count");
+    let rate = s.calibrate(pipe, 1 << 20, if quick { 0.05 } else { 0.2 })?;
+    // Long enough that every open round sees events and scrapes.
+    let secs = secs.max(if quick { 1.0 } else { 2.0 });
+    let n = ((rate * secs) as u64).max(1 << 20);
+    let p = pipe(n);
+    let pages = if quick { 1 } else { 2 };
+    println!("web view: {base} ({pages} pages open: event streams by curl, /metrics scraped every second)");
+    println!("run:      STREAMLINE_SOCKET={} {} run '{p}'", s.daemon.socket.display(), s.streamline.display());
+    s.through_daemon(&p)?;
+    let check = |rep: &RunReport, how: &str| -> Result<()> {
+        if rep.counts.len() != 2 || rep.counts.iter().any(|&c| c != n) {
+            return Err(err(format!("{how}: counts {:?}, expected 2 x {n}", rep.counts)));
+        }
+        Ok(())
+    };
+    println!("{:<6} {:>14} {:>14} {:>8}", "round", "closed run s", "open run s", "scrapes");
+    let (mut closed, mut open) = (Vec::new(), Vec::new());
+    for r in 0..rounds.max(2) {
+        let time_open = || -> Result<(f64, u64)> {
+            let pg = Pages::open(&base, &cookie, token.trim(), pages)?;
+            let (_, rep) = s.through_daemon(&p)?;
+            check(&rep, "with the web view open")?;
+            let (scrapes, still) = pg.close();
+            if !still {
+                return Err(err("an event stream ended while the run ran (see the daemon's log)"));
+            }
+            Ok((rep.elapsed, scrapes))
+        };
+        let time_closed = || -> Result<f64> {
+            let (_, rep) = s.through_daemon(&p)?;
+            check(&rep, "with the web view closed")?;
+            Ok(rep.elapsed)
+        };
+        let (c, (o, scrapes)) = if r % 2 == 0 {
+            let c = time_closed()?;
+            (c, time_open()?)
+        } else {
+            let o = time_open()?;
+            (time_closed()?, o)
+        };
+        if scrapes == 0 {
+            return Err(err("no /metrics scrape succeeded while the page was open"));
+        }
+        println!("{r:<6} {c:>14.3} {o:>14.3} {scrapes:>8}");
+        closed.push(c);
+        open.push(o);
+    }
+    let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (bc, bo) = (best(&closed), best(&open));
+    println!(
+        "best run: closed {bc:.3} s ({:.2} M blocks/s), open {bo:.3} s ({:.2} M blocks/s)",
+        n as f64 / bc / 1e6,
+        n as f64 / bo / 1e6
+    );
+    Ok((
+        bc / bo,
+        format!(
+            "best run {:.2} vs {:.2} M blocks/s, {pages} pages open + /metrics each second, {n} x 1KiB",
+            n as f64 / bo / 1e6,
+            n as f64 / bc / 1e6
+        ),
+    ))
+}
