@@ -49,8 +49,10 @@ fn wait_screen(s: &Session, what: &str, ok: impl Fn(&str) -> bool) -> String {
 
 /// The BLOCKS/S column of a node's line on the run screen.
 fn node_rate(text: &str, node: &str) -> Option<f64> {
+    // Below the table's header (the run's pipeline above it starts with a node's name too).
     let l = text
         .lines()
+        .skip_while(|l| !l.trim_start().starts_with("NODE"))
         .find(|l| l.split_whitespace().next() == Some(node))?;
     let w = l.split_whitespace().nth(1)?;
     let (n, mul) = match w.strip_suffix('k') {
@@ -85,9 +87,16 @@ fn top_shows_the_runs_then_a_runs_nodes_by_load_updating_in_place() {
     tmux(&["new-session", "-d", "-s", &s.0, "-x", "160", "-y", "40", &cmd]);
     // The runs.
     let text = wait_screen(&s, "both runs", |t| {
+        // Each run's line by its ID, with its pipeline (shortened to the column's width).
+        let line = |id: u64| {
+            t.lines()
+                .find(|l| l.trim_start_matches('>').split_whitespace().next() == Some(&id.to_string()))
+                .unwrap_or("")
+                .to_string()
+        };
         t.contains("streamline top: 2 runs")
-            && t.lines().any(|l| l.trim_start_matches('>').split_whitespace().next() == Some(&quiet.to_string()))
-            && t.contains("count name=busy")
+            && line(quiet).contains("| count name=quiet |")
+            && line(busy).contains("rate=400 | sample every=2 |")
     });
     assert!(text.lines().any(|l| l.starts_with('>')), "a run is chosen:\n{text}");
     // Down to the second run, Enter: its nodes, busiest first.

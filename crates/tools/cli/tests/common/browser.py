@@ -13,6 +13,7 @@ import time
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
@@ -42,11 +43,15 @@ def wait(d, c):
     until = time.time() + float(c.get("timeout", 10))
     last = []
     while time.time() < until:
-        es = d.find_elements(By.CSS_SELECTOR, c["css"])
-        last = [(e.text, e.get_attribute(c["attr"]) if "attr" in c else None) for e in es]
-        for e in es:
-            if matches(e, c):
-                return {"ok": True, "text": e.text}
+        try:
+            es = d.find_elements(By.CSS_SELECTOR, c["css"])
+            last = [(e.text, e.get_attribute(c["attr"]) if "attr" in c else None) for e in es]
+            for e in es:
+                if matches(e, c):
+                    return {"ok": True, "text": e.text}
+        except StaleElementReferenceException:
+            # The page re-rendered between finding an element and reading it: look again.
+            pass
         time.sleep(0.1)
     return {"ok": False, "error": "timed out waiting for %s; found %r" % (json.dumps(c), last[:8])}
 
