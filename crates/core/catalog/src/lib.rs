@@ -27,6 +27,7 @@ pub mod app;
 pub mod bpf;
 pub mod control;
 pub mod edit;
+pub mod flows;
 pub mod ids;
 pub mod inspect;
 pub mod kafka;
@@ -77,6 +78,8 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &nicfix::SAMPLE,
     &nicfix::FLOWCOUNT,
     &nicfix::BYTECOUNT,
+    &flows::IPFIX,
+    &flows::IPFIXIN,
     &edit::STRIP,
     &edit::DEFLATE,
     &edit::INFLATE,

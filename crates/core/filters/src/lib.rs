@@ -5,7 +5,7 @@
 //! hist, inspect, grep, regex, match, dedup), [`nicfix`] (flowcount, sample, bytecount:
 //! each also an eBPF program run on the capture socket right after `rx`), [`edit`] (strip, deflate, inflate,
 //! encrypt, decrypt, xor), [`shaping`] (shape: pacing by token/leaky buckets), [`control`] (for, join, split, hash), [`sinks`] (outfile, stdout,
-//! pcapout, null), [`net`] (netout, netin: streams between hosts), [`kafka`] (kafkaout, kafkain: Kafka topics at the edges). [`packet`] holds the zero-copy frame parsing they share, [`savefile`] the
+//! pcapout, null), [`net`] (netout, netin: streams between hosts), [`flows`] (ipfix, ipfixin: flow records), [`kafka`] (kafkaout, kafkain: Kafka topics at the edges). [`packet`] holds the zero-copy frame parsing they share, [`savefile`] the
 //! capture-file reader `pcapin` walks files with (libpcap's rules).
 //!
 //! Every filter is declared once, as data, in the catalog (`catalog`: its documentation in
@@ -20,6 +20,7 @@ pub mod app;
 pub mod bpf;
 pub mod control;
 pub mod edit;
+pub mod flows;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ids;
@@ -78,6 +79,8 @@ pub static CONSTRUCTORS: &[(&FilterSpec, Make)] = &[
     (&catalog::nicfix::SAMPLE, nicfix::make_sample),
     (&catalog::nicfix::FLOWCOUNT, nicfix::make_flowcount),
     (&catalog::nicfix::BYTECOUNT, nicfix::make_bytecount),
+    (&catalog::flows::IPFIX, flows::filter::make),
+    (&catalog::flows::IPFIXIN, flows::collect::IpfixIn::make),
     (&catalog::edit::STRIP, edit::make_strip),
     (&catalog::edit::DEFLATE, edit::make_deflate),
     (&catalog::edit::INFLATE, edit::make_inflate),

@@ -15,6 +15,7 @@ mod batching;
 mod capture;
 mod child;
 mod daemon;
+mod flows;
 mod granted;
 mod ids;
 mod kafka;
@@ -66,6 +67,8 @@ enum Command {
     Pcap(pcap::Args),
     /// Intrusion detection (`ips`) on a traffic mix: 10 vs 1000 rules, one pattern vs ngrep.
     Ids(ids::Args),
+    /// Flow export (`ipfix`) against softflowd: CPU per packet, both reading one big capture.
+    Flows(flows::Args),
     /// Many spaces: cross-space cost, batched wake-ups across spaces, data parallelism.
     Spaces(spaces::Args),
     /// Live capture on a veth pair: kernel vs user bpf, capture cost vs tcpdump, multi-queue.
@@ -125,6 +128,7 @@ fn main() {
         Command::Threading(a) => threading::run(a, cli.quick),
         Command::Pcap(a) => pcap::run(a, cli.quick),
         Command::Ids(a) => ids::run(a, cli.quick),
+        Command::Flows(a) => flows::run(a, cli.quick),
         Command::Spaces(a) => spaces::run_main(a, cli.quick),
         Command::Capture(a) => capture::run(a, cli.quick),
         Command::Solver(a) => solver::run(a, cli.quick),

@@ -426,3 +426,20 @@ pub fn free_space(dir: &std::path::Path) -> Result<u64> {
     };
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
+
+/// Gives a socket a receive buffer of `bytes` (SO_RCVBUFFORCE as root, else SO_RCVBUF up
+/// to the system's limit), so a sink of bursts loses nothing while its reader catches up.
+pub fn set_rcvbuf(fd: &impl std::os::fd::AsRawFd, bytes: usize) -> std::io::Result<()> {
+    let v: libc::c_int = bytes.min(i32::MAX as usize) as libc::c_int;
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&v`, which lives for the
+        // call; the descriptor is borrowed from an open socket.
+        let rc = unsafe {
+            libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t)
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+    }
+    Err(std::io::Error::last_os_error())
+}

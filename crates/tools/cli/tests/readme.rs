@@ -266,6 +266,17 @@ fn checks() -> Vec<(&'static str, Check)> {
             has(&eve, "\"signature_id\":1000001")?;
             has(&String::from_utf8_lossy(&s.file("fast.log")), "[1:1000001:1] WEB robots.txt fetched")
         }),
+        ("ipfix out=flows.ipfix", |o, s, _| {
+            // 5247 frames, 2 of them ARP.
+            has(&o.err, "ipfix: 5245 packets")?;
+            let f = s.file("flows.ipfix");
+            (f.starts_with(&[0, 10])).then_some(()).ok_or("flows.ipfix does not start with an IPFIX message header".into())
+        }),
+        ("ipfixin port=4739", |o, s, _| {
+            has(&o.err, "ipfixin: ")?;
+            let json = String::from_utf8_lossy(&s.file("flows.json")).into_owned();
+            has(&json, "\"src\":\"10.99.0.1\"")
+        }),
         // count DNS queries: tcpdump counts 48 frames to port 53 in the sample.
         ("dport |53 count", |o, _, _| count_is(o, 48)),
         ("dport |http count", |o, _, _| count_is(o, 519)),
