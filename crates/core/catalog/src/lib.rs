@@ -28,6 +28,7 @@ pub mod bpf;
 pub mod control;
 pub mod edit;
 pub mod flows;
+pub mod httplog;
 pub mod ids;
 pub mod inspect;
 pub mod kafka;
@@ -75,6 +76,7 @@ pub static REGISTRY: &[&FilterSpec] = &[
     &inspect::INSPECT,
     &inspect::DEDUP,
     &ids::IPS,
+    &httplog::HTTPLOG,
     &nicfix::SAMPLE,
     &nicfix::FLOWCOUNT,
     &nicfix::BYTECOUNT,

@@ -118,7 +118,7 @@ impl Filter for Inspect {
                     Some((v, src, dst, _)) => {
                         let fam = if v == 4 { "IP" } else { "IP6" };
                         match p.l4 {
-                            L4::Tcp { sport, dport, seq, syn, fin, rst } => {
+                            L4::Tcp { sport, dport, seq, syn, fin, rst, .. } => {
                                 let mut f = String::new();
                                 if syn {
                                     f.push('S');

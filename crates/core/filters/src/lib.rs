@@ -23,6 +23,7 @@ pub mod edit;
 pub mod flows;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod httplog;
 pub mod ids;
 pub mod inspect;
 pub mod kafka;
@@ -76,6 +77,7 @@ pub static CONSTRUCTORS: &[(&FilterSpec, Make)] = &[
     (&catalog::inspect::INSPECT, inspect::make_inspect),
     (&catalog::inspect::DEDUP, inspect::make_dedup),
     (&catalog::ids::IPS, ids::filter::make),
+    (&catalog::httplog::HTTPLOG, httplog::make),
     (&catalog::nicfix::SAMPLE, nicfix::make_sample),
     (&catalog::nicfix::FLOWCOUNT, nicfix::make_flowcount),
     (&catalog::nicfix::BYTECOUNT, nicfix::make_bytecount),

@@ -66,6 +66,7 @@ pub enum L4 {
         syn: bool,
         fin: bool,
         rst: bool,
+        ack: bool,
     },
     Udp {
         sport: u16,
@@ -218,6 +219,7 @@ pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
                 syn: t.syn(),
                 fin: t.fin(),
                 rst: t.rst(),
+                ack: t.ack(),
             },
             t.payload(),
         ),

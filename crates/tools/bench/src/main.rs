@@ -17,6 +17,7 @@ mod child;
 mod daemon;
 mod flows;
 mod granted;
+mod httplog;
 mod ids;
 mod kafka;
 mod latency;
@@ -69,6 +70,9 @@ enum Command {
     Ids(ids::Args),
     /// Flow export (`ipfix`) against softflowd: CPU per packet, both reading one big capture.
     Flows(flows::Args),
+    /// The weblog generator (issue 37): `httplog` vs tshark's HTTP fields on one large
+    /// capture of HTTP requests, requests per CPU second.
+    Httplog(httplog::Args),
     /// Many spaces: cross-space cost, batched wake-ups across spaces, data parallelism.
     Spaces(spaces::Args),
     /// Live capture on a veth pair: kernel vs user bpf, capture cost vs tcpdump, multi-queue.
@@ -129,6 +133,7 @@ fn main() {
         Command::Pcap(a) => pcap::run(a, cli.quick),
         Command::Ids(a) => ids::run(a, cli.quick),
         Command::Flows(a) => flows::run(a, cli.quick),
+        Command::Httplog(a) => httplog::run(a, cli.quick),
         Command::Spaces(a) => spaces::run_main(a, cli.quick),
         Command::Capture(a) => capture::run(a, cli.quick),
         Command::Solver(a) => solver::run(a, cli.quick),

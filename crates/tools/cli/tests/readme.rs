@@ -277,6 +277,12 @@ fn checks() -> Vec<(&'static str, Check)> {
             let json = String::from_utf8_lossy(&s.file("flows.json")).into_owned();
             has(&json, "\"src\":\"10.99.0.1\"")
         }),
+        ("httplog flush=10s", |o, s, _| {
+            let log = String::from_utf8_lossy(&s.file("access.log")).into_owned();
+            let n = log.lines().count();
+            has(&o.err, &format!("httplog: {n} requests"))?;
+            (n > 0).then_some(()).ok_or("access.log is empty".into())
+        }),
         // count DNS queries: tcpdump counts 48 frames to port 53 in the sample.
         ("dport |53 count", |o, _, _| count_is(o, 48)),
         ("dport |http count", |o, _, _| count_is(o, 519)),

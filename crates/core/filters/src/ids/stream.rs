@@ -10,6 +10,11 @@
 //! Suricata's `stream.reassembly.depth`; past it the direction is followed but not
 //! inspected (counted by the caller). Early segments wait (copied) up to a bound.
 //!
+//! A reader that is done with a prefix of the bytes (the `httplog` filter, which parses
+//! requests and skips bodies) gives it back with [`Direction::consume`]: the kept bytes
+//! then start at [`Direction::base`], bytes before it are not kept when they arrive, and
+//! the depth bounds the bytes kept at once rather than the stream's length.
+//!
 //! Owns: sequence arithmetic, overlap checks and the held segments of one direction.
 
 use std::collections::BTreeMap;
@@ -43,8 +48,10 @@ pub struct Direction {
     isn: Option<u32>,
     /// Stream offset of the next byte expected.
     next: u64,
-    /// The stream's bytes from offset 0, up to `depth`.
+    /// The stream's bytes from offset `base`, up to `depth` of them.
     bytes: Vec<u8>,
+    /// Stream offset of `bytes[0]` (0 unless the reader consumed a prefix).
+    base: u64,
     depth: usize,
     /// Early segments by stream offset.
     held: BTreeMap<u64, Vec<u8>>,
@@ -59,6 +66,7 @@ impl Direction {
             isn: None,
             next: 0,
             bytes: Vec::new(),
+            base: 0,
             depth,
             held: BTreeMap::new(),
             held_bytes: 0,
@@ -73,9 +81,33 @@ impl Direction {
         }
     }
 
-    /// The contiguous bytes kept so far (stream offsets `0..len`, capped at the depth).
+    /// The contiguous bytes kept so far (stream offsets `base..base + len`, at most the
+    /// depth of them).
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
+    }
+
+    /// Stream offset of the first byte of [`Direction::bytes`].
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The reader is done with the stream before offset `upto`: those bytes are no longer
+    /// kept (nor, past what has arrived, kept when they come), and no longer compared
+    /// with retransmissions.
+    pub fn consume(&mut self, upto: u64) {
+        if upto <= self.base {
+            return;
+        }
+        let n = ((upto - self.base) as usize).min(self.bytes.len());
+        self.bytes.drain(..n);
+        self.base = upto;
+    }
+
+    /// Whether bytes were lost between what is kept and what has arrived (the kept bytes
+    /// reached the depth): the stream after `base + bytes().len()` is not readable.
+    pub fn truncated(&self) -> bool {
+        self.base + (self.bytes.len() as u64) < self.next
     }
 
     /// Stream offset of the next byte expected.
@@ -167,8 +199,15 @@ impl Direction {
     }
 
     fn append(&mut self, data: &[u8]) {
-        let room = self.depth.saturating_sub(self.bytes.len());
-        self.bytes.extend_from_slice(&data[..data.len().min(room)]);
+        // Bytes before `base` were consumed before they came: not kept.
+        let skip = (self.base.saturating_sub(self.next) as usize).min(data.len());
+        let kept_end = self.base + self.bytes.len() as u64;
+        // Only contiguous bytes are kept: none once some were lost to the depth.
+        if kept_end == self.next.max(self.base) {
+            let data = &data[skip..];
+            let room = self.depth.saturating_sub(self.bytes.len());
+            self.bytes.extend_from_slice(&data[..data.len().min(room)]);
+        }
         self.next += data.len() as u64;
     }
 
@@ -176,7 +215,8 @@ impl Direction {
     fn differs(&self, at: u64, data: &[u8]) -> Option<Overlap> {
         for (k, &b) in data.iter().enumerate() {
             let o = at + k as u64;
-            match self.bytes.get(o as usize) {
+            let Some(i) = o.checked_sub(self.base) else { continue };
+            match self.bytes.get(i as usize) {
                 Some(&old) if old != b => return Some(Overlap { at: o }),
                 // Past the depth the bytes are not kept: nothing to compare.
                 _ => {}
@@ -271,5 +311,22 @@ mod tests {
         d.segment(100, &big);
         assert_eq!(d.segment(100 + HELD_MAX as u32, b"x"), Step::Gave);
         assert!(d.gave_up);
+    }
+
+    #[test]
+    fn a_consumed_prefix_is_not_kept_and_bytes_consumed_ahead_are_skipped() {
+        let mut d = Direction::new(8);
+        d.syn(0);
+        d.segment(1, b"abcdef");
+        d.consume(4);
+        assert_eq!((d.base(), d.bytes()), (4, &b"ef"[..]));
+        // Consumed ahead of what arrived: the next 4 bytes are skipped, the rest kept.
+        d.consume(10);
+        assert_eq!(data(&d.segment(7, b"ghijklmn")), (6, 14));
+        assert_eq!((d.base(), d.bytes()), (10, &b"klmn"[..]));
+        // The depth bounds what is kept at once, not the stream's length.
+        d.segment(15, b"opqrst");
+        assert_eq!(d.bytes(), b"klmnopqr");
+        assert!(d.truncated());
     }
 }
