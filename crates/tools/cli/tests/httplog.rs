@@ -65,6 +65,9 @@ fn record_traffic(d: &Path) -> PathBuf {
     });
     let curl = |args: &[&str]| {
         let st = Command::new("curl").args(["-s", "-o", "/dev/null", "-m", "10"]).args(args).status().unwrap();
+        // Every exchange but the dropped one must have happened, or the capture lacks it.
+        let dropped = args.iter().any(|a| a.ends_with("/drop"));
+        assert!(dropped || st.success(), "curl {args:?}: {st}");
         st.code()
     };
     // Keep-alive: several URLs on one connection, with a host, agent and referer of their own.
@@ -79,8 +82,10 @@ fn record_traffic(d: &Path) -> PathBuf {
     curl(&["-A", "big", "-H", "Host: big.example", &url("/status/304"), &url("/chunked/0"), &url("/len/0")]);
     // A request never answered: the server closes the connection.
     curl(&["-A", "dropped", &url("/drop")]);
-    // Pipelining: five requests in one write on one connection.
-    let reqs = ["GET|/p/1|pipe.example|pipe/1", "HEAD|/len/100|pipe.example|pipe/2", "POST|/p/3?q=1|other.example|pipe/3", "GET|/chunked/1234|pipe.example|pipe/4", "GET|/len/3|pipe.example|pipe/5"];
+    // Pipelining: five requests in one write on one connection. No HEAD among them:
+    // tshark, not knowing a HEAD's answer has no body, takes the next response for its
+    // body (HEAD is covered by `curl -I` above, alone on its connection).
+    let reqs = ["GET|/p/1|pipe.example|pipe/1", "GET|/len/100|pipe.example|pipe/2", "POST|/p/3?q=1|other.example|pipe/3", "GET|/chunked/1234|pipe.example|pipe/4", "GET|/len/3|pipe.example|pipe/5"];
     let st = Command::new("python3").arg(script("pipeline.py")).args([&v.peer_ip, &PORT.to_string()]).args(reqs).status().unwrap();
     assert!(st.success(), "the pipelining client failed");
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -173,7 +178,7 @@ fn requests_and_responses_equal_tsharks_on_real_traffic() {
     let dropped: Vec<_> = lines.iter().filter(|v| v["uri"] == "/drop").collect();
     assert_eq!(dropped.len(), 1);
     assert!(dropped[0]["status"].is_null() && dropped[0]["size"].is_null(), "{}", dropped[0]);
-    for (uri, size) in [("/len/70000", 70000), ("/chunked/3500", 3500), ("/close/2500", 2500), ("/chunked/1234", 1234), ("/len/100", 0)] {
+    for (uri, size) in [("/len/70000", 70000), ("/chunked/3500", 3500), ("/close/2500", 2500), ("/chunked/1234", 1234), ("/len/100", 100), ("/len/5000", 0)] {
         let v = lines.iter().find(|v| v["uri"] == uri).unwrap_or_else(|| panic!("no line for {uri}"));
         assert_eq!(v["size"].as_u64(), Some(size), "{v}");
         assert_eq!(v["complete"], true, "{v}");
