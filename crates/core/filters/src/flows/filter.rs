@@ -34,8 +34,13 @@ impl Filter for Ipfix {
                 Some(o) => self.cache.packet(&o, ts_ns / 1_000_000, &mut self.ended),
                 None => self.not_ip += 1,
             }
+            // The flows this packet ended go out at its time, not at the batch's end: the
+            // messages (their export time, which flows share one) must not depend on where
+            // batches happen to end, or placement would change the output.
+            if !self.ended.is_empty() {
+                self.export();
+            }
         }
-        self.export();
         self.report(cx);
     }
 
