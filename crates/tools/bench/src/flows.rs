@@ -168,7 +168,6 @@ fn before(line: &str, word: &str) -> Option<u64> {
 struct Setup {
     streamline: PathBuf,
     big: Big,
-    dir: PathBuf,
     sink: Sink,
 }
 
@@ -247,7 +246,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let dir = TempDir::new("flows")?;
     let big_path = dir.path().join("big.pcap");
     cleanup_on_abnormal_exit(&[&big_path, dir.path()]);
-    let mut s = Setup { streamline, big: build(&a.sample, &big_path, PROBE_BYTES)?, dir: dir.path().to_path_buf(), sink: Sink::start()? };
+    let mut s = Setup { streamline, big: build(&a.sample, &big_path, PROBE_BYTES)?, sink: Sink::start()? };
     if !quick || a.mb.is_some() {
         let target = match a.mb {
             Some(mb) => mb * 1_000_000,

@@ -129,8 +129,10 @@ fn ps_shows_placement_and_live_edits() {
         &d,
         "gen count=100G size=64 | count | dedup space=1 | sample 2 space=p2 | null",
     );
+    // Running, and the worker's own space has reported its filters too (a run seen 0.1 s
+    // after it started showed the other spaces' placement only).
     common::wait_for("the run to be running", std::time::Duration::from_secs(20), || {
-        ps_line(&d.ps(), id).is_some_and(|l| l.contains("running"))
+        ps_line(&d.ps(), id).is_some_and(|l| l.contains("running") && l.contains("local:"))
     });
     let ps = d.ps();
     let header = ps.lines().next().unwrap();

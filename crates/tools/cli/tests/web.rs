@@ -197,6 +197,82 @@ fn as_uid_65534_a_forbidden_edit_is_refused_on_the_page_and_only_its_runs_are_se
     stop(&d, mine);
 }
 
+/// Datagrams to 127.0.0.1:`port` every 5 ms until dropped.
+struct Traffic(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>);
+
+impl Traffic {
+    fn start(port: u16) -> Traffic {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let t = std::thread::spawn(move || {
+            let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = sock.send_to(b"sample-12345", ("127.0.0.1", port));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Traffic(stop, Some(t))
+    }
+}
+
+impl Drop for Traffic {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.1.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn a_nodes_sample_shows_what_passes_it_as_lines_and_as_a_pcap_to_its_user_only() {
+    let policy = format!("[[grant]]\nusers = [\"65534\"]\ntemplate = '{TEMPLATE}'\n");
+    let d = web_daemon("web-sample", Some(&policy));
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _traffic = Traffic::start(port);
+    let id = detach(&d, false, &format!("rx dev=lo | bpf \"udp dst port {port}\" | count name=c | null"));
+    // The page: the node's panel, its sample as tcpdump-style lines.
+    let u = url(&d, false);
+    let mut b = Browser::start();
+    b.get(&format!("{u}#run={id}"));
+    b.wait("g.node[data-node='count:c']", "count:c", 15.0);
+    b.click("g.node[data-node='count:c']");
+    b.wait("#panel-title", "count:c", 5.0);
+    b.click("#sample-take");
+    let want = "IP 127.0.0.1.";
+    let lines = b.wait("#sample-lines", &format!(" > 127.0.0.1.{port}: UDP, length 12"), 20.0);
+    let shown: Vec<&str> = lines.lines().collect();
+    assert!(shown.len() >= 2 && shown.iter().all(|l| l.contains(want) && l.ends_with(&format!(".{port}: UDP, length 12"))), "{lines}");
+    b.shot("web-sample-lines");
+    // The download: a pcap of the node's next packets that tcpdump reads.
+    let cookie = session_cookie(&url(&d, false));
+    let dir = std::env::temp_dir().join(format!("sl-web-sample-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c.pcap");
+    let path = format!("{}/api/runs/{id}/nodes/count%3Ac/sample.pcap?count=5&secs=10", base(&u));
+    let got = Command::new("curl")
+        .args(["-s", "-o", file.to_str().unwrap(), "-w", "%{http_code}", "--max-time", "20"])
+        .args(["-H", &format!("Cookie: {cookie}"), &path])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&got.stdout), "200", "{}", std::fs::read_to_string(&file).unwrap_or_default());
+    let out = Command::new("tcpdump").args(["-n", "-r"]).arg(&file).output().expect("tcpdump");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "tcpdump -r: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.lines().count(), 5, "{text}");
+    assert!(text.lines().all(|l| l.contains(&format!("127.0.0.1.{port}: UDP, length 12"))), "{text}");
+    // Another user learns nothing of the run; a bad parameter is named.
+    let theirs = session_cookie(&url(&d, true));
+    let (code, msg) = curl(&["-H", &format!("Cookie: {theirs}"), &path]);
+    assert_eq!(code, 404, "{msg}");
+    assert!(msg.contains("not one you can see"), "{msg}");
+    let (code, msg) = curl(&["-H", &format!("Cookie: {cookie}"), &format!("{}/api/runs/{id}/nodes/null/sample?count=0", base(&u))]);
+    assert_eq!(code, 400, "{msg}");
+    assert!(msg.contains("count=0"), "{msg}");
+    let _ = std::fs::remove_dir_all(&dir);
+    stop(&d, id);
+}
+
 #[test]
 fn sessions_need_a_token_and_foreign_origins_and_hosts_are_refused() {
     let d = web_daemon("web-guard", None);
@@ -337,7 +413,6 @@ fn prometheus_scrapes_the_metrics_and_promql_gives_the_runs_rate() {
     );
     let api = format!("http://127.0.0.1:{port}/api/v1/query");
     let start = Instant::now();
-    let mut last = String::new();
     let rate = loop {
         let (code, body) = curl(&["-G", &api, "--data-urlencode", &format!("query={query}")]);
         if code == 200 {
@@ -353,7 +428,7 @@ fn prometheus_scrapes_the_metrics_and_promql_gives_the_runs_rate() {
                 }
             }
         }
-        last = body;
+        let last = body;
         assert!(
             start.elapsed() < Duration::from_secs(40),
             "Prometheus gave no rate near the run's 500/s for {query}: {last}\n{}",

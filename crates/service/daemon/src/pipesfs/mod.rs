@@ -50,7 +50,7 @@
 pub mod guard;
 mod inodes;
 mod namespace;
-mod stream;
+pub(crate) mod stream;
 mod tree;
 
 use crate::policy::Cred;

@@ -128,6 +128,64 @@ pub(super) fn spawn(
     Ok(())
 }
 
+/// A tap read outside FUSE (the web view's sample of a node): the records since the tap
+/// went on, as a pcap stream (its file header first; a header alone when none came), until
+/// `max` records are in, `wait` has passed, or the stream ends. Returns the bytes and the
+/// number of records in them. The same reader as a PipesFS `all.pcap` (an observer: the
+/// run never waits for it; what it misses while behind is counted, not held).
+pub(crate) fn sample_pcap(
+    tags: &RingRef,
+    data: &RingRef,
+    max: u64,
+    wait: Duration,
+) -> std::io::Result<(Vec<u8>, u64)> {
+    let r = observe(tags, data, Start::Oldest).map_err(std::io::Error::other)?;
+    let stats = Arc::new(ReaderStats::default());
+    let out = Rc::new(RefCell::new(Vec::new()));
+    let mut s = Stream {
+        r,
+        class: None,
+        format: Format::Pcap,
+        out: out.clone(),
+        pcap: None,
+        link: None,
+        overruns: 0,
+        errors: 0,
+        lost_seen: 0,
+        stats: stats.clone(),
+        eof: false,
+    };
+    let until = Instant::now() + wait;
+    while stats.delivered.load(Ordering::Relaxed) < max && !s.eof {
+        // One record at a time (a byte more than there is), so no more than `max` go in.
+        let before = out.borrow().len();
+        s.fill(before + 1);
+        if out.borrow().len() > before || s.eof {
+            continue;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        if let Ok(Ready::Eof) | Err(_) = s.r.tags_mut().block(Some(left.min(TICK))) {
+            s.eof = true;
+        }
+    }
+    let n = stats.delivered.load(Ordering::Relaxed);
+    let mut bytes = out.take();
+    if bytes.is_empty() {
+        let header = PcapHeader {
+            datalink: DataLink::ETHERNET,
+            ts_resolution: TsResolution::NanoSecond,
+            snaplen: 262_144,
+            endianness: pcap_file::Endianness::native(),
+            ..Default::default()
+        };
+        PcapWriter::with_header(&mut bytes, header).map_err(std::io::Error::other)?;
+    }
+    Ok((bytes, n))
+}
+
 /// What one look at the next record found.
 enum Step {
     /// A record: whether it was kept (its class, its link type).

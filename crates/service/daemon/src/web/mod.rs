@@ -20,6 +20,7 @@
 //! SameSite=Strict` named by the port, or as `Authorization: Bearer SESSION`.
 
 pub mod metrics;
+pub mod sample;
 pub mod session;
 pub mod snapshot;
 
@@ -72,12 +73,12 @@ pub struct Web {
 struct Answer {
     status: u16,
     kind: &'static str,
-    body: String,
+    body: Vec<u8>,
     headers: Vec<(String, String)>,
 }
 
 impl Answer {
-    fn new(status: u16, kind: &'static str, body: impl Into<String>) -> Answer {
+    fn new(status: u16, kind: &'static str, body: impl Into<Vec<u8>>) -> Answer {
         Answer {
             status,
             kind,
@@ -86,7 +87,7 @@ impl Answer {
         }
     }
 
-    fn text(status: u16, body: impl Into<String>) -> Answer {
+    fn text(status: u16, body: impl Into<Vec<u8>>) -> Answer {
         Answer::new(status, "text/plain; charset=utf-8", body)
     }
 
@@ -281,7 +282,7 @@ fn accept(d: Arc<Daemon>, w: Arc<Web>, server: tiny_http::Server) {
 }
 
 fn respond(req: Request, a: Answer) {
-    let mut r = Response::from_string(a.body).with_status_code(StatusCode(a.status));
+    let mut r = Response::from_data(a.body).with_status_code(StatusCode(a.status));
     let mut hs = vec![
         ("Content-Type".to_string(), a.kind.to_string()),
         ("Cache-Control".to_string(), "no-store".to_string()),
@@ -340,6 +341,14 @@ fn handle(d: &Arc<Daemon>, w: &Web, mut req: Request) {
         Some(Who::User(c)) => Some(c.clone()),
         _ => None,
     };
+    if let (Method::Get, Some(ask)) = (&method, sample::parse(path, query)) {
+        let a = match (user, ask) {
+            (None, _) => unauthorized(),
+            (Some(_), Err(why)) => Answer::text(400, format!("{why}\n")),
+            (Some(c), Ok(ask)) => sample_of(d, w, &c, &ask),
+        };
+        return respond(req, a);
+    }
     let a = match (&method, path) {
         (Method::Get, "/") => match query.split('&').find_map(|q| q.strip_prefix("token=")) {
             Some(t) => redeem(w, t),
@@ -494,6 +503,34 @@ fn edit(d: &Daemon, req: &mut Request, who: &Cred, run: u64) -> Answer {
             &serde_json::json!({"errno": errno, "code": code, "message": message}),
         ),
         Err(other) => Answer::json(500, &other),
+    }
+}
+
+/// `GET /api/runs/N/nodes/LABEL/sample[.pcap]`: what passes the node, as `who` may see
+/// it; one of the user's stream slots while it gathers.
+fn sample_of(d: &Daemon, w: &Web, who: &Cred, ask: &sample::Ask) -> Answer {
+    let Some(_slot) = w.open_stream(who.uid) else {
+        return Answer::text(
+            429,
+            format!("too many streams open (at most {STREAMS_PER_USER} per user, {STREAMS_MAX} in all)\n"),
+        );
+    };
+    match sample::take(d, who, ask) {
+        Err((status, why)) => Answer::text(status, format!("{why}\n")),
+        Ok((pcap, n)) if ask.pcap => {
+            let name: String = ask
+                .node
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+                .collect();
+            Answer::new(200, "application/vnd.tcpdump.pcap", pcap)
+                .header("Content-Disposition", format!("attachment; filename=\"run{}-{name}.pcap\"", ask.run))
+                .header("X-Streamline-Packets", n.to_string())
+        }
+        Ok((pcap, n)) => Answer::json(
+            200,
+            &serde_json::json!({"run": ask.run, "node": ask.node, "packets": n, "lines": sample::lines(&pcap)}),
+        ),
     }
 }
 

@@ -190,6 +190,12 @@ function drawPanel(r) {
   $("panel-counters").replaceChildren(...rows.map(([k, v]) => { const tr = el("tr"); tr.append(el("td", {}, k), el("td", { class: "n" }, String(v))); return tr; }));
   const series = rates(r.run, n.label);
   $("plots").replaceChildren(plot(series, "blocks", "blocks/s"), plot(series, "bytes", "bytes/s"));
+  const base = "/api/runs/" + r.run + "/nodes/" + encodeURIComponent(n.label);
+  $("sample-pcap").href = base + "/sample.pcap?secs=10&count=10000";
+  if ($("sample-lines").dataset.node !== nodeKey(r.run, n.label)) {
+    $("sample-lines").dataset.node = nodeKey(r.run, n.label);
+    $("sample-lines").textContent = "";
+  }
   $("panel-options").replaceChildren(...(n.options.length ? n.options : [["(none)", ""]]).map(([k, v]) => { const tr = el("tr"); tr.append(el("td", { class: "mono" }, k), el("td", { class: "mono" }, v)); return tr; }));
 }
 
@@ -233,6 +239,20 @@ async function submitEdit(ev) {
   }
   draw();
 }
+// A sample of what passes the chosen node, through its tap: tcpdump-style lines.
+async function takeSample() {
+  const run = st.sel, node = st.node, out = $("sample-lines");
+  out.className = "mono"; out.textContent = "tapping " + node + "\u2026";
+  try {
+    const r = await fetch("/api/runs/" + run + "/nodes/" + encodeURIComponent(node) + "/sample?count=20&secs=3", { credentials: "same-origin" });
+    if (!r.ok) { out.className = "mono refused"; out.textContent = "refused: " + (await r.text()); return; }
+    const body = await r.json();
+    out.dataset.packets = String(body.packets);
+    out.textContent = body.lines.length ? body.lines.join("\n") : "nothing passed " + node + " in 3 s";
+  } catch (e) {
+    out.className = "mono refused"; out.textContent = "no answer: " + e;
+  }
+}
 function describe(e) {
   const parts = [e.kind, e.at, e.node, e.filter, e.from, e.to].filter(Boolean);
   if (e.options) parts.push(e.options.map(([k, v]) => k + "=" + v).join(" "));
@@ -266,5 +286,6 @@ async function loadFilters() {
 fromHash();
 window.addEventListener("hashchange", () => { fromHash(); st.sig = ""; draw(); });
 $("edit-form").addEventListener("submit", submitEdit);
+$("sample-take").addEventListener("click", takeSample);
 loadFilters();
 connect();
