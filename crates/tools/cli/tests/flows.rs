@@ -434,8 +434,24 @@ fn wiresharks_ipfix_dissector_finds_nothing_malformed_and_every_record() {
     // Templates every second of stream time: several template sets in the export (short
     // timeouts, so flows are exported all through the capture's 20 s, not all at its end).
     let err = run(&format!("pcapin file={} | ipfix to={} idle=1 active=5 fin=1 refresh=1 mtu=600 | null", pcap.display(), col.to()));
-    std::thread::sleep(Duration::from_millis(500));
+    // tcpdump writes each datagram as it reads it (-U): stop it once the file holds every
+    // message the run sent (a busy machine can keep it behind for a while).
+    let sent = number_before(summary(&err, "ipfix"), "messages");
+    let in_file = || -> u64 {
+        let Ok(f) = std::fs::File::open(&cap) else { return 0 };
+        let Ok(mut r) = pcap_file::pcap::PcapReader::new(f) else { return 0 };
+        let mut n = 0;
+        while let Some(Ok(_)) = r.next_packet() {
+            n += 1;
+        }
+        n
+    };
+    let waited = std::time::Instant::now();
+    while in_file() < sent && waited.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     td.stop();
+    assert_eq!(in_file(), sent, "tcpdump captured {} of the {sent} messages sent", in_file());
     let decode = format!("udp.port=={},cflow", col.port);
     let flows = col.flows();
     let s = summary(&err, "ipfix");
