@@ -23,28 +23,10 @@ use std::time::{Duration, Instant};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../..");
 
-/// Where libstreamline.so is: the test binary's directory (<target>/<profile>/deps, where
-/// `cargo test` builds it) or its parent (where `cargo build -p capi` puts it), the newer.
+/// Where libstreamline.so is (see `common::built_library`).
 fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe
-        .parent()
-        .expect("the test binary lies in <target>/<profile>/deps")
-        .to_path_buf();
-    let profile = deps.parent().expect("<target>/<profile>").to_path_buf();
-    let newest = [profile.clone(), deps.clone()]
-        .into_iter()
-        .filter_map(|d| {
-            Some((
-                std::fs::metadata(d.join("libstreamline.so"))
-                    .ok()?
-                    .modified()
-                    .ok()?,
-                d,
-            ))
-        })
-        .max_by_key(|(t, _)| *t);
-    newest.map(|(_, d)| d).unwrap_or_else(|| panic!("libstreamline.so is in neither {} nor {}: build it (`cargo build -p capi`; `cargo test --workspace` builds it)", profile.display(), deps.display()))
+    let lib = common::built_library("libstreamline.so", "capi");
+    lib.parent().expect("a file has a directory").to_path_buf()
 }
 
 /// slcat and slwrite, compiled once per test process into the target directory (which

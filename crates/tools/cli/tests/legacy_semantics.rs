@@ -5,6 +5,8 @@
 //! write(2)s, handlers that write to a ring, F_GETPIPE_SZ/F_SETPIPE_SZ, the ring size
 //! switch, and a ring whose shared header is written with garbage.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -250,15 +252,8 @@ fn an_out_of_range_pipe_size_is_refused_with_a_message() {
         text(&o.stderr)
     );
     // The library alone (LD_PRELOAD set by hand): says so, and leaves pipes to the kernel.
-    // Where `streamline exec` finds it: beside the program or in deps/ (a `cargo test`
-    // build leaves the dev-dependency's cdylib only there), the newest of the two.
-    let dir = Path::new(BIN).parent().unwrap();
-    let lib = [dir.join("libslpreload.so"), dir.join("deps/libslpreload.so")]
-        .into_iter()
-        .filter_map(|c| Some((std::fs::metadata(&c).ok()?.modified().ok()?, c)))
-        .max_by_key(|(t, _)| *t)
-        .map(|(_, c)| c)
-        .unwrap_or_else(|| panic!("libslpreload.so is built neither in {} nor in its deps/", dir.display()));
+    // Where `streamline exec` finds it (a `cargo test` build leaves it only in deps/).
+    let lib = common::built_library("libslpreload.so", "preload");
     let o = Command::new("/bin/sh")
         .args(["-c", "ls -l /proc/self/fd | grep -c memfd:slpipe"])
         .env("LD_PRELOAD", &lib)

@@ -465,3 +465,26 @@ pub fn placement_corpus() -> Vec<String> {
         .map(|l| l.replace("{root}", concat!(env!("CARGO_MANIFEST_DIR"), "/../../..")))
         .collect()
 }
+
+/// A cdylib of this build (`libslpreload.so`, `libstreamline.so`): the newer of
+/// target/<profile>/ (where `cargo build -p KRATE` puts it) and target/<profile>/deps/ (where
+/// `cargo test` leaves a dev-dependency's), as `streamline` itself looks
+/// (`compat::find_library`). Panics naming both places when it is in neither.
+#[allow(dead_code)]
+pub fn built_library(file: &str, krate: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().expect("the test binary lies in <target>/<profile>/deps").to_path_buf();
+    let profile = deps.parent().expect("<target>/<profile>").to_path_buf();
+    [profile.join(file), deps.join(file)]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p)
+        .unwrap_or_else(|| {
+            panic!(
+                "{file} is in neither {} nor {}: build it (`cargo build -p {krate}`; `cargo test --workspace` builds it)",
+                profile.display(),
+                deps.display()
+            )
+        })
+}
