@@ -474,6 +474,27 @@ impl Bench {
     fn measure(&self, cmd: Command, flows: u16) -> Result<Run> {
         measure(&self.v, &self.m, cmd, &self.a, flows)
     }
+
+    /// The commands `make(k)`, one per name, each on the capture CPUs and measured in rounds
+    /// interleaved with the sender alone (`meter::interleave`); `per` checks a run's counts
+    /// and says how many packets it took.
+    fn interleave(
+        &self,
+        names: &[String],
+        make: impl Fn(usize) -> Command,
+        per: impl Fn(usize, &Window, &Run) -> Result<u64>,
+    ) -> Result<Vec<Vec<crate::meter::Sample<Run>>>> {
+        crate::meter::interleave(
+            names,
+            &self.budget(names.len()),
+            || self.alone(),
+            |k| {
+                let r = self.measure(crate::meter::on_capture_cpus(make(k)), 1)?;
+                Ok((r.w, r))
+            },
+            per,
+        )
+    }
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
@@ -598,15 +619,9 @@ fn bpf_placement(b: &Bench, summary: &mut Summary) -> Result<()> {
         names.push(format!("kernel{suffix}"));
         names.push(format!("user{suffix}"));
     }
-    let all = crate::meter::interleave(
+    let all = b.interleave(
         &names,
-        &b.budget(pipelines.len()),
-        || b.alone(),
-        |k| {
-            let cmd = crate::meter::on_capture_cpus(b.run_sl(pipelines[k].clone()));
-            let r = b.measure(cmd, 1)?;
-            Ok((r.w, r))
-        },
+        |k| b.run_sl(pipelines[k].clone()),
         |k, _, r| check_bpf(BPF_SETTINGS[k / 2].0, k % 2 == 0, r),
     )?;
     println!("extra CPU per packet taken, per configuration:");
@@ -715,17 +730,9 @@ pub(crate) fn ips_pushdown(rules: &std::path::Path, quick: bool) -> Result<Optio
     let base = format!("rx dev={} | ips rules={} mode=ids", b.dev, rules.display());
     let pipelines = [base.clone(), format!("{base} placed=user")];
     let names = vec!["kernel".to_string(), "user".to_string()];
-    let all = crate::meter::interleave(
-        &names,
-        &b.budget(pipelines.len()),
-        || b.alone(),
-        |k| {
-            let cmd = crate::meter::on_capture_cpus(b.run_sl(pipelines[k].clone()));
-            let r = b.measure(cmd, 1)?;
-            Ok((r.w, r))
-        },
-        |k, _, r| check_ips(k == 0, r),
-    )?;
+    let all = b.interleave(&names, |k| b.run_sl(pipelines[k].clone()), |k, _, r| {
+        check_ips(k == 0, r)
+    })?;
     let mut v = Vec::new();
     for (k, s) in all.iter().enumerate() {
         v.push(judge(&format!("`{}`", pipelines[k]), s, b.quick)?);
@@ -782,16 +789,7 @@ fn against_tcpdump(b: &Bench, summary: &mut Summary) -> Result<()> {
         1 => td(),
         _ => b.run_sl(format!("rx dev={dev} batching=fixed | count")),
     };
-    let all = crate::meter::interleave(
-        &names,
-        &b.budget(names.len()),
-        || b.alone(),
-        |k| {
-            let r = b.measure(crate::meter::on_capture_cpus(make(k)), 1)?;
-            Ok((r.w, r))
-        },
-        |k, _, r| Ok(tcpdump_run_counts(r, k)?.0),
-    )?;
+    let all = b.interleave(&names, make, |k, _, r| Ok(tcpdump_run_counts(r, k)?.0))?;
     println!("extra CPU per packet captured, per configuration:");
     let mut per = Vec::new();
     for (k, label) in [
