@@ -308,6 +308,12 @@ pub trait Filter: Send {
         None
     }
 
+    /// The producing end of a channel: how full its rings are now (the web view's edge
+    /// gauges; see `Space::channel_rings`).
+    fn ring(&self) -> Option<protocol::graph::RingGauge> {
+        None
+    }
+
     /// Classifiers only (see [`Classifier`]): the filter as one the runtime may hand
     /// blocks it has already resolved. A run of classifiers joined by single arcs then
     /// shares one resolution per batch, and each classifier's pass is a tight loop over

@@ -185,6 +185,9 @@ impl Factory for Library {
     fn keeps_blocks(&self, name: &str) -> bool {
         find(name).is_some_and(|s| s.access == dataplane::Access::Reordering)
     }
+    fn declares(&self, name: &str, key: &str) -> bool {
+        find(name).is_some_and(|s| s.param(key).is_some())
+    }
 }
 
 #[cfg(test)]

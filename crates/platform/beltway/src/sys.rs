@@ -574,6 +574,24 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// The CPU the calling thread runs on now, and whether its affinity allows only that one
+/// (it is pinned); `None` where the kernel does not say.
+pub fn current_cpu() -> Option<(u32, bool)> {
+    // SAFETY: sched_getcpu takes no arguments and only returns a number.
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu < 0 {
+        return None;
+    }
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size into it,
+    // and CPU_COUNT reads within it.
+    let pinned = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0
+            && libc::CPU_COUNT(&set) == 1
+    };
+    Some((cpu as u32, pinned))
+}
+
 /// The calling thread pinned to one CPU until the guard drops, when its former CPU set
 /// comes back (a thread that runs a space for a while, then goes on with other work).
 pub struct Pinned(Box<libc::cpu_set_t>);

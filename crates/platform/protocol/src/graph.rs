@@ -25,6 +25,69 @@ pub struct GraphNode {
 }
 
 
+/// How full a channel's rings are, as its producer sees them (the thesis' per-stream
+/// state the page draws on an edge): its tag ring and its data ring, in bytes written and
+/// not yet released by every lossless reader, and their sizes; the readers attached; how
+/// often the producer waited for room (back-pressure) and woke a sleeping consumer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RingGauge {
+    pub tags_used: u64,
+    pub tags_size: u64,
+    #[serde(default)]
+    pub data_used: u64,
+    #[serde(default)]
+    pub data_size: u64,
+    pub readers: u32,
+    #[serde(default)]
+    pub writer_waits: u64,
+    #[serde(default)]
+    pub wakeups: u64,
+}
+
+impl RingGauge {
+    /// The fuller of the two rings, 0.0 to 1.0.
+    pub fn fill(&self) -> f64 {
+        let f = |used: u64, size: u64| if size == 0 { 0.0 } else { (used as f64 / size as f64).min(1.0) };
+        f(self.tags_used, self.tags_size).max(f(self.data_used, self.data_size))
+    }
+
+    /// Two channels on one arc (an arc through a space that only passes blocks on): the
+    /// fuller one's fill, every reader, every wait.
+    pub fn merge(&mut self, o: &RingGauge) {
+        if o.fill() > self.fill() {
+            (self.tags_used, self.tags_size, self.data_used, self.data_size) =
+                (o.tags_used, o.tags_size, o.data_used, o.data_size);
+        }
+        self.readers = self.readers.max(o.readers);
+        self.writer_waits += o.writer_waits;
+        self.wakeups += o.wakeups;
+    }
+}
+
+/// An arc of a running run between two nodes the user wrote (labelled as the table labels
+/// them), with what it carried so far and, where it crosses spaces, its channel's rings.
+/// Within one space an arc is a function call and has no ring.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ArcCounters {
+    pub from: String,
+    pub to: String,
+    pub blocks: u64,
+    pub bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring: Option<RingGauge>,
+}
+
+/// Where a space of a running run is: the CPU its thread last ran on, whether it is pinned
+/// there, and the host (thesis: spaces grouped by CPU and host).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SpaceSite {
+    /// As `GraphNode::space` names it (`0`, `1`, `p2`).
+    pub space: String,
+    pub cpu: Option<u32>,
+    #[serde(default)]
+    pub pinned: bool,
+}
+
 /// The user's node a report label stands for: the label without its space (`@1`, `@p2`)
 /// and without what says which internal node of it it is (`~2`, `~split`, a move's
 /// pass-through `~0`), and the space.

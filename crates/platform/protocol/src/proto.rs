@@ -765,7 +765,7 @@ pub struct LentSocket {
 }
 
 /// A node of a running graph, as the worker's `graph` message carries it.
-pub use crate::graph::GraphNode;
+pub use crate::graph::{ArcCounters, GraphNode, RingGauge, SpaceSite};
 
 /// From a run's worker to the daemon.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -784,6 +784,13 @@ pub enum FromWorker {
     Counters {
         elapsed_s: f64,
         nodes: Vec<NodeCounters>,
+        /// The arcs between them, with what each carried and its channel's rings (see
+        /// `graph::ArcCounters`); empty from an older worker.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        arcs: Vec<ArcCounters>,
+        /// Where each space runs now.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        sites: Vec<SpaceSite>,
     },
     /// The answer to `edit`: `applied`, or why not (`text`, and `errno`: EINVAL: it does
     /// not parse or build; ENOENT: no such node; EBUSY: refused for the run's shape or

@@ -1,7 +1,7 @@
 //! The worker's run once the daemon said `go`: the control thread (stop, live edits,
 //! taps), the reporter (graph and counters), the run itself, and its end.
 
-use crate::report::{counters, send_graph};
+use crate::report::{arcs, counters, send_graph};
 use crate::Out;
 use daemon::proto::{self, FromWorker, Msg};
 use daemon::ToWorker;
@@ -73,6 +73,8 @@ pub fn run(
     let _ = sh.out.tell(FromWorker::Counters {
         elapsed_s: elapsed.as_secs_f64(),
         nodes: counters(&rep.nodes),
+        arcs: arcs(&rep),
+        sites: Vec::new(),
     });
     if code == 1 {
         // The run failed (a space died, a filter failed): the daemon shows why in `ps`
@@ -193,9 +195,12 @@ fn report(sh: &Shared, start: Instant, ended: std::sync::mpsc::Receiver<()>) {
         }
     }
     loop {
+        let table = sh.edits.table();
         let _ = sh.out.tell(FromWorker::Counters {
             elapsed_s: start.elapsed().as_secs_f64(),
-            nodes: counters(&sh.edits.table().nodes),
+            nodes: counters(&table.nodes),
+            arcs: arcs(&table),
+            sites: table.sites.clone(),
         });
         send_graph(&sh.out, &sh.edits, &sh.mode, &mut shown);
         if wait(Duration::from_millis(200)) {

@@ -23,6 +23,25 @@ pub fn counters(nodes: &[dataplane::runtime::NodeReport]) -> Vec<NodeCounters> {
         .collect()
 }
 
+/// The arcs of a run's table between the nodes the user wrote, each with what it carried
+/// and, where it crosses spaces, its channel's rings (see `proto::ArcCounters`); arcs
+/// into the run's own sinks and into channels nobody reported the other side of left out.
+pub fn arcs(t: &dataplane::spaces::SpacesReport) -> Vec<proto::ArcCounters> {
+    t.arcs
+        .iter()
+        .filter_map(|a| match &a.to {
+            dataplane::ArcTarget::Node(to) => Some(proto::ArcCounters {
+                from: a.from.clone(),
+                to: to.clone(),
+                blocks: a.carried.blocks,
+                bytes: a.carried.bytes,
+                ring: t.gauge_of(a),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Send the graph if it changed since `shown` (always, with `shown` None and no memory:
 /// after an edit).
 pub fn send_graph(

@@ -150,6 +150,13 @@ fn counts_agree_across_spaces_and_data_parallel_replicas() {
         par.starts_with("count: 3000 blocks, 12288000 bytes"),
         "{par}"
     );
+    // A filter's own `size=` (gen's block size) is not the stream's buffer size (the
+    // control option of that name): 64 KiB blocks cross into a process space as into a
+    // thread space, and count as in one space.
+    let big = count("gen count=200 size=64K | count");
+    for p in ["gen count=200 size=64K | count space=1", "gen count=200 size=64K | count space=p1"] {
+        assert_eq!(count(p), big, "`{p}`");
+    }
     // Connection scaling: a hash split on the flow class keeps each flow on one replica.
     let flows = count(&format!("pcapin file={} | tcp | flow | split 2 mode=hash | (tcpstream space=1 + tcpstream space=2) | count", cap.display()));
     let single = count(&format!(

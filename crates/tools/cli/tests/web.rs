@@ -153,6 +153,82 @@ fn the_page_shows_every_filter_a_rising_rate_and_inserts_through_the_daemon() {
     stop(&d, id);
 }
 
+/// This host's name, as the page's host box names it.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string()
+}
+
+#[test]
+fn edges_show_their_rates_and_across_spaces_their_rings_fill_and_readers_grouped_by_cpu_and_host() {
+    let d = web_daemon("web-edges", None);
+    // gen makes 64 KiB blocks far faster than deflate (in process space 1) packs them:
+    // the channel between them fills, and the producer waits for room.
+    let id = detach(&d, false, "gen size=64K count=1G | deflate space=p1 | null");
+    let u = url(&d, false);
+    let mut b = Browser::start();
+    b.get(&format!("{u}#run={id}"));
+    // Every filter, the process space's included, with its arcs (the worker's graph has
+    // no process space's nodes; the counted arcs bring them).
+    b.wait("g.node[data-node='null']", "null", 15.0);
+    b.wait("path.edge.call[data-from='deflate'][data-to='null']", "", 15.0);
+    let mut nodes = b.attrs("g.node", "data-node");
+    nodes.sort();
+    assert_eq!(nodes, ["deflate", "gen", "null"]);
+    let mut spaces = b.texts("text.space-name");
+    spaces.sort();
+    assert_eq!(spaces, ["process space 1", "space 0 (local)"]);
+    assert_eq!(b.texts("#host-name"), [format!("host {}", hostname())]);
+    let cpus = b.texts("text.cpu-name");
+    assert!(!cpus.is_empty() && cpus.iter().all(|c| c.starts_with("cpu ")), "{cpus:?}");
+    // The arc across spaces is a ring: it fills (back-pressure) and has its one reader.
+    assert_eq!(b.attrs("path.edge.ring", "data-to"), ["deflate"]);
+    b.cmd(serde_json::json!({"op": "wait", "css": "text.edge-ring[data-from='gen'][data-to='deflate']",
+        "attr": "data-fill", "above": 0.5, "timeout": 20}));
+    let ring = b.wait("text.edge-ring[data-from='gen'][data-to='deflate']", "reader", 5.0);
+    assert!(ring.starts_with("ring ") && ring.ends_with("% \u{b7} 1 reader"), "{ring}");
+    let rate = b.wait("text.edge-rate[data-from='gen'][data-to='deflate']", "/s", 5.0);
+    assert!(!rate.contains("call"), "{rate}");
+    // The arc within a space is a call, with its rate.
+    let call = b.wait("text.edge-rate[data-from='deflate'][data-to='null']", "call", 5.0);
+    assert!(call.ends_with("/s \u{b7} call"), "{call}");
+    // The producer's panel lists its arc with the ring's waits for room.
+    b.click("g.node[data-node='gen']");
+    b.wait("#panel-title", "gen", 5.0);
+    let rows = b.texts("#panel-counters td");
+    let arc = rows.iter().position(|t| t == "\u{2192} deflate").expect("gen's arc in its panel");
+    assert!(rows[arc + 1].contains("waits for room"), "{rows:?}");
+    b.shot("web-edges-rings");
+    stop(&d, id);
+}
+
+#[test]
+fn a_run_of_100_filters_is_drawn_whole_and_updates() {
+    let d = web_daemon("web-100", None);
+    // gen, 98 counts (half of them in thread space 1), null: 100 nodes, 99 arcs.
+    let mut p = String::from("gen count=1G size=64 rate=500");
+    for k in 0..98 {
+        p += if k < 49 { " | count" } else { " | count space=1" };
+    }
+    p += " | null";
+    let id = detach(&d, false, &p);
+    let u = url(&d, false);
+    let mut b = Browser::start();
+    b.get(&format!("{u}#run={id}"));
+    b.wait("g.node[data-node='null']", "", 20.0);
+    assert_eq!(b.attrs("g.node", "data-node").len(), 100);
+    b.wait("path.edge.ring", "", 15.0);
+    assert_eq!(b.attrs("path.edge", "data-from").len(), 99);
+    assert_eq!(b.attrs("path.edge.ring", "data-from").len(), 1);
+    // The last node's rate, updated from the live counters.
+    b.cmd(serde_json::json!({"op": "wait", "css": "g.node[data-node='null'] .rate",
+        "attr": "data-rate", "above": 200, "timeout": 20}));
+    // What an update of the page cost, printed (a figure, not a check: no timing in tests).
+    let ms = b.cmd(serde_json::json!({"op": "js", "script": "return document.body.dataset.drawMs"}));
+    eprintln!("web view: one update of a 100-node run took {} ms in headless chromium", ms["value"]);
+    b.shot("web-100-nodes");
+    stop(&d, id);
+}
+
 const TEMPLATE: &str = r#"rx dev=lo | bpf "udp port 53""#;
 
 #[test]
@@ -354,7 +430,8 @@ fn prometheus_scrapes_the_metrics_and_promql_gives_the_runs_rate() {
         );
     }
     let d = web_daemon("web-prom", None);
-    let id = detach(&d, false, "gen count=1G size=64 rate=500 | count name=c | null");
+    // count in a thread space of its own: an arc across spaces, whose channel has series.
+    let id = detach(&d, false, "gen count=1G size=64 rate=500 | count name=c space=1 | null");
     let u = url(&d, false);
     let base = base(&u);
     let token = d.dir.join("metrics.token");
@@ -365,10 +442,15 @@ fn prometheus_scrapes_the_metrics_and_promql_gives_the_runs_rate() {
     common::wait_for("the run's counters", Duration::from_secs(10), || {
         curl(&["-H", &auth, &format!("{base}/metrics")])
             .1
-            .contains("node=\"count:c\"")
+            .contains("streamline_channel_fill_ratio{")
     });
     // promtool finds nothing to complain about.
     let (_, text) = curl(&["-H", &auth, &format!("{base}/metrics")]);
+    assert!(
+        text.contains(&format!("streamline_arc_blocks_total{{run=\"{id}\",user=\"root\",from=\"gen\",to=\"count:c\"}}"))
+            && text.contains(&format!("streamline_channel_readers{{run=\"{id}\",user=\"root\",from=\"gen\",to=\"count:c\"}} 1\n")),
+        "{text}"
+    );
     let mut check = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())

@@ -284,7 +284,34 @@ impl ChannelEnd for Egress {
     }
 }
 
+/// A ring's bytes written and not yet released by every lossless reader, and its size.
+fn held(r: &RingRef) -> (u64, u64, beltway::RingStats) {
+    let s = r.stats();
+    let released = r.released();
+    let used = if released == u64::MAX { 0 } else { s.write_pos.saturating_sub(released) };
+    (used.min(s.active_size), s.active_size, s)
+}
+
 impl Filter for Egress {
+    fn ring(&self) -> Option<protocol::graph::RingGauge> {
+        let (tags_used, tags_size, s) = held(&self.tags);
+        let (data_used, data_size) = self
+            .w
+            .default_ring()
+            .map_or((0, 0), |d| {
+                let (u, z, _) = held(&d);
+                (u, z)
+            });
+        Some(protocol::graph::RingGauge {
+            tags_used,
+            tags_size,
+            data_used,
+            data_size,
+            readers: s.readers,
+            writer_waits: s.writer_waits,
+            wakeups: s.wakeups,
+        })
+    }
     fn as_channel_end(&mut self) -> Option<&mut dyn ChannelEnd> {
         (!self.published).then_some(self as &mut dyn ChannelEnd)
     }

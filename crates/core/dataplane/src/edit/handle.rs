@@ -475,6 +475,8 @@ impl EditHandle {
             rep.nodes.extend(part.nodes.iter().cloned());
             rep.arcs.extend(part.arcs.iter().cloned());
             rep.heads.extend(part.heads.iter().cloned());
+            rep.rings.extend(part.rings.iter().cloned());
+            rep.sites.extend(part.sites.iter().cloned());
         }
         rep.warnings.clear();
         rep.failed = false;

@@ -225,11 +225,17 @@ pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeRepor
             Some(b) => {
                 b.carried.blocks += a.carried.blocks;
                 b.carried.bytes += a.carried.bytes;
+                for k in &a.rings {
+                    if !b.rings.contains(k) {
+                        b.rings.push(*k);
+                    }
+                }
             }
             None => folded.push(ArcReport {
                 from,
                 to,
                 carried: a.carried,
+                rings: a.rings.clone(),
             }),
         }
     }

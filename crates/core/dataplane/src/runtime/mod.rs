@@ -62,6 +62,12 @@ pub trait Factory {
     fn keeps_blocks(&self, _name: &str) -> bool {
         false
     }
+    /// Whether the filter declares an option `key` of its own (`gen`'s `size=`, its block
+    /// size): then a control option of that name (thesis Table 3.2's `size=`, the bytes its
+    /// stream buffers) is not the runtime's but the filter's.
+    fn declares(&self, _name: &str, _key: &str) -> bool {
+        false
+    }
 }
 
 /// A graph instantiated in one space.

@@ -66,6 +66,9 @@ pub struct ArcReport {
     pub from: String,
     pub to: ArcTarget,
     pub carried: Carried,
+    /// The channels it passes through, from one space to another (none: a call within
+    /// one space), as the spaces' reports are joined ([`crate::spaces::SpacesReport`]).
+    pub rings: Vec<usize>,
 }
 
 pub(crate) struct RtNode {
@@ -280,7 +283,7 @@ pub(crate) fn instantiate(
             Some(
                 export_stream(
                     n.name.as_deref().unwrap_or(label),
-                    size_option(options),
+                    size_option(n, factory),
                     mode_option(options),
                 )
                 .map_err(|e| err(BuildErrorKind::Export(e)))?,
@@ -335,8 +338,15 @@ pub(super) fn without_name(e: crate::FilterError, base: &str) -> crate::FilterEr
 pub use crate::export::export_name;
 use crate::export::export_stream;
 
-/// A node's `size=` control option in bytes (K/M/G suffixes), if given.
-pub fn size_option(options: &[(String, String)]) -> Option<u64> {
+/// A node's `size=` control option in bytes (K/M/G suffixes), if given and the filter
+/// does not declare a `size` of its own (see [`Factory::declares`]).
+pub fn size_option(n: &Node, factory: &dyn Factory) -> Option<u64> {
+    let NodeKind::Filter { filter, options, .. } = &n.kind else {
+        return None;
+    };
+    if factory.declares(filter, "size") {
+        return None;
+    }
     options
         .iter()
         .find(|(k, _)| k == "size")

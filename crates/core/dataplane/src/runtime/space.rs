@@ -106,6 +106,7 @@ impl Space {
                         from: n.label.clone(),
                         to,
                         carried: a.carried,
+                        rings: Vec::new(),
                     });
                 }
             }
@@ -128,6 +129,18 @@ impl Space {
             }
         }
         v
+    }
+
+    /// Per channel this space produces into, how full its rings are now.
+    pub fn channel_rings(&self) -> Vec<(usize, protocol::graph::RingGauge)> {
+        self.nodes
+            .iter()
+            .filter(|n| !n.removed)
+            .filter_map(|n| match endpoint_of(n) {
+                Some((true, ch)) => n.filter.ring().map(|g| (ch, g)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Where an arc into node `i` leads, looking through the run's own nodes.

@@ -18,6 +18,7 @@ fn rows_follow_the_pipeline_and_an_inserted_node_its_input() {
         from: from.into(),
         to: ArcTarget::Node(to.into()),
         carried: Carried::default(),
+        rings: vec![],
     };
     // Space 0 (gen, count, an inserted dedup#2 after gen), then space 1 (dedup).
     let rows = vec![row("gen"), row("count"), row("dedup#2"), row("dedup")];
@@ -83,6 +84,7 @@ fn replicas_split_and_join_fold_into_the_users_node() {
         from: from.into(),
         to: ArcTarget::Node(to.into()),
         carried: Carried { blocks: b, bytes: b * 10 },
+        rings: vec![],
     };
     let nodes = [
         row("tcp@0", 100, 90, 10, 0, 0),

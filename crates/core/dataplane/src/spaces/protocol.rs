@@ -156,6 +156,7 @@ pub(super) fn report_text(space: &Space) -> String {
     for (ch, to) in space.channel_heads() {
         t += &format!("head\t{ch}\t{}\n", target_field(&to));
     }
+    t += &sites_text(space);
     for w in space.warnings() {
         t += &format!("warn\t{}\n", one_line(w));
     }
@@ -164,6 +165,23 @@ pub(super) fn report_text(space: &Space) -> String {
     }
     if let Some(st) = space.exit_status() {
         t += &format!("status\t{st}\n");
+    }
+    t
+}
+
+/// `ring` records (per channel this space produces into: its rings' fill, as
+/// `RingGauge`'s fields in order) and the `cpu` record (where the calling thread, the
+/// space's run loop, runs now, and whether it is pinned there).
+fn sites_text(space: &Space) -> String {
+    let mut t = String::new();
+    for (ch, g) in space.channel_rings() {
+        t += &format!(
+            "ring\t{ch}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            g.tags_used, g.tags_size, g.data_used, g.data_size, g.readers, g.writer_waits, g.wakeups
+        );
+    }
+    if let Some((cpu, pinned)) = beltway::sys::current_cpu() {
+        t += &format!("cpu\t{cpu}\t{}\n", u8::from(pinned));
     }
     t
 }
@@ -192,6 +210,7 @@ pub(crate) fn live_text(space: &Space) -> String {
     for (ch, to) in space.channel_heads() {
         t += &format!("head\t{ch}\t{}\n", target_field(&to));
     }
+    t += &sites_text(space);
     t
 }
 
@@ -232,11 +251,39 @@ pub(crate) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
                         blocks: blocks.parse().unwrap_or(0),
                         bytes: bytes.parse().unwrap_or(0),
                     },
+                    rings: Vec::new(),
                 });
             }
             ["head", ch, to] => {
                 if let Ok(ch) = ch.parse() {
                     rep.heads.push((ch, parse_target(to, suffix)));
+                }
+            }
+            ["ring", ch, nums @ ..] if nums.len() == 7 => {
+                let v: Vec<u64> = nums.iter().map(|x| x.parse().unwrap_or(0)).collect();
+                if let Ok(ch) = ch.parse() {
+                    rep.rings.push((
+                        ch,
+                        protocol::graph::RingGauge {
+                            tags_used: v[0],
+                            tags_size: v[1],
+                            data_used: v[2],
+                            data_size: v[3],
+                            readers: u32::try_from(v[4]).unwrap_or(u32::MAX),
+                            writer_waits: v[5],
+                            wakeups: v[6],
+                        },
+                    ));
+                }
+            }
+            ["cpu", cpu, pinned] => {
+                if let Ok(cpu) = cpu.parse() {
+                    let space = suffix.strip_prefix('@').unwrap_or("0").to_string();
+                    rep.sites.push(protocol::graph::SpaceSite {
+                        space,
+                        cpu: Some(cpu),
+                        pinned: *pinned == "1",
+                    });
                 }
             }
             ["warn", w] => rep.warnings.push(unescape(w)),

@@ -16,6 +16,12 @@ pub struct SpacesReport {
     /// Per channel, the node its blocks reach in the consuming space (joined into
     /// `arcs` at the end of the run).
     pub heads: Vec<(usize, crate::ArcTarget)>,
+    /// Per channel, how full its rings were when its producer last published (live
+    /// tables; see [`crate::Space::channel_rings`]). An arc through channel `k` names
+    /// `k` in [`crate::ArcReport::rings`].
+    pub rings: Vec<(usize, protocol::graph::RingGauge)>,
+    /// Where each space's run loop ran when it last published (live tables).
+    pub sites: Vec<protocol::graph::SpaceSite>,
     pub warnings: Vec<String>,
     /// A space that died: which one, its filters, and why.
     pub died: Option<String>,
@@ -82,8 +88,13 @@ impl SpacesReport {
                     continue;
                 }
                 for h in heads {
+                    let mut rings = a.rings.clone();
+                    if !rings.contains(&k) {
+                        rings.push(k);
+                    }
                     todo.push(crate::ArcReport {
                         to: h.clone(),
+                        rings,
                         ..a.clone()
                     });
                 }
@@ -91,5 +102,20 @@ impl SpacesReport {
         }
         out.extend(todo);
         self.arcs = out;
+    }
+
+    /// How full the rings of an arc's channels are (see [`crate::ArcReport::rings`]):
+    /// the fullest, every reader; `None` for an arc within one space (a call).
+    pub fn gauge_of(&self, a: &crate::ArcReport) -> Option<protocol::graph::RingGauge> {
+        let mut g: Option<protocol::graph::RingGauge> = None;
+        for k in &a.rings {
+            for (_, r) in self.rings.iter().filter(|(ch, _)| ch == k) {
+                match &mut g {
+                    Some(g) => g.merge(r),
+                    None => g = Some(*r),
+                }
+            }
+        }
+        g
     }
 }

@@ -101,7 +101,7 @@ impl Layout {
         let g = replicate(g, factory)?;
         let placement = place(&g)?;
         check_joins(&g, &placement, factory)?;
-        Ok(Layout::cut(g, placement, cfg))
+        Ok(Layout::cut(g, placement, cfg, factory))
     }
 
     /// Whether space `s` runs in this process (not a process space).
@@ -124,7 +124,7 @@ impl Layout {
     }
 
     /// Split `g` by `p`: per space its graph; channel k joins the k-th cross-space arc.
-    fn cut(g: Graph, p: Placement, cfg: ChannelConfig) -> Layout {
+    fn cut(g: Graph, p: Placement, cfg: ChannelConfig, factory: &dyn Factory) -> Layout {
         let labels = crate::runtime::run_labels(&g);
         let mut parts: BTreeMap<SpaceId, Part> = BTreeMap::new();
         let mut local_id = vec![0usize; g.nodes.len()];
@@ -164,7 +164,7 @@ impl Layout {
                 edge: e.clone(),
                 from: a,
                 to: b,
-                config: channel_config(&g, e, cfg),
+                config: channel_config(&g, e, cfg, factory),
                 producer: (base_name(from), span_of(from)),
                 consumer: (base_name(to), span_of(to)),
                 busy: to
@@ -268,7 +268,7 @@ impl Factory for WithChannels<'_> {
 }
 
 /// The channel configuration of arc `e`: set by the consuming node's hints.
-fn channel_config(g: &Graph, e: &Edge, default: ChannelConfig) -> ChannelConfig {
+fn channel_config(g: &Graph, e: &Edge, default: ChannelConfig, factory: &dyn Factory) -> ChannelConfig {
     let to = &g.nodes[e.to];
     let mut cfg = if to.hints.contains(&Hint::Lockstep) {
         ChannelConfig::lockstep()
@@ -280,11 +280,10 @@ fn channel_config(g: &Graph, e: &Edge, default: ChannelConfig) -> ChannelConfig 
     } else {
         default
     };
-    // `size=` on the producing filter (thesis Table 3.2): the bytes its stream buffers.
-    if let NodeKind::Filter { options, .. } = &g.nodes[e.from].kind {
-        if let Some(s) = crate::runtime::size_option(options) {
-            cfg.data = (s as usize).next_power_of_two().max(1 << 16);
-        }
+    // `size=` on the producing filter (thesis Table 3.2): the bytes its stream buffers
+    // (unless the filter's own `size=`, as `gen`'s block size, is meant).
+    if let Some(s) = crate::runtime::size_option(&g.nodes[e.from], factory) {
+        cfg.data = (s as usize).next_power_of_two().max(1 << 16);
     }
     cfg
 }

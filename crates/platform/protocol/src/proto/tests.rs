@@ -147,6 +147,23 @@ fn every_message_round_trips_through_its_envelope() {
                     ..Default::default()
                 },
             ],
+            arcs: vec![ArcCounters {
+                from: "ip".into(),
+                to: "tcp".into(),
+                blocks: 3,
+                bytes: 180,
+                ring: Some(RingGauge {
+                    tags_used: 48,
+                    tags_size: 4096,
+                    readers: 1,
+                    ..Default::default()
+                }),
+            }],
+            sites: vec![SpaceSite {
+                space: "1".into(),
+                cpu: Some(1),
+                pinned: true,
+            }],
         },
         FromWorker::Edited {
             edit_id: 4,

@@ -16,7 +16,7 @@ mod open;
 use crate::audit;
 use crate::policy::{Cred, Policy};
 use crate::proto::{
-    self, EditApplied, EditOp, EditRequest, FromWorker, GraphNode, Msg, NodeCounters,
+    self, ArcCounters, EditApplied, EditOp, EditRequest, FromWorker, GraphNode, Msg, NodeCounters, SpaceSite,
     Peer, ProtoError, Reply, Request, RunInfo, RunOptions, TapFilter,
 };
 use crate::ToWorker;
@@ -85,6 +85,9 @@ pub(crate) struct Run {
     pub(crate) counters: Mutex<(f64, Vec<NodeCounters>, f64)>,
     /// Each node's blocks per second (in, or out for a source) since the counters before.
     pub(crate) rates: Mutex<Vec<(String, f64)>>,
+    /// With the latest counters: the arcs between the nodes with what each carried and
+    /// its channel's rings, and where each space runs.
+    pub(crate) arcs: Mutex<(Vec<ArcCounters>, Vec<SpaceSite>)>,
     /// Connections attached to it: where to send events, and the attach request's id.
     watchers: Mutex<Vec<(Arc<Mutex<UnixStream>>, u64)>>,
     /// Edits sent to the worker, waiting for its answer.
@@ -937,6 +940,13 @@ impl Daemon {
         let r = self.run(id)?;
         let g = r.graph.lock().expect("not poisoned").0.clone();
         Some(g)
+    }
+
+    /// A run's arcs as its worker last counted them, and where its spaces run.
+    pub(crate) fn run_arcs(&self, id: u64) -> Option<(Vec<ArcCounters>, Vec<SpaceSite>)> {
+        let r = self.run(id)?;
+        let a = r.arcs.lock().expect("not poisoned").clone();
+        Some(a)
     }
 
     /// `ps`: the runs `who` may see (all for root), the failed ones kept a while included.

@@ -10,8 +10,16 @@ impl Daemon {
         let mut last: Option<(f64, u64)> = None;
         while let Ok((Msg { body, .. }, fds)) = proto::recv::<FromWorker>(&reader) {
             match body {
-                FromWorker::Counters { elapsed_s, nodes } => {
+                FromWorker::Counters {
+                    elapsed_s,
+                    nodes,
+                    arcs,
+                    sites,
+                } => {
                     run.take_counters(&mut last, elapsed_s, &nodes);
+                    if !arcs.is_empty() || !sites.is_empty() {
+                        *run.arcs.lock().expect("not poisoned") = (arcs, sites);
+                    }
                     self.notify(&run, |r| Reply::Counters {
                         run: r,
                         elapsed_s,

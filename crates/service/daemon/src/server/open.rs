@@ -371,6 +371,7 @@ impl Run {
             detached: AtomicBool::new(false),
             counters: Mutex::new((0.0, vec![], 0.0)),
             rates: Mutex::new(vec![]),
+            arcs: Mutex::new((vec![], vec![])),
             watchers: Mutex::new(vec![]),
             edits: Mutex::new(BTreeMap::new()),
             next_edit: AtomicU64::new(1),

@@ -110,6 +110,31 @@ pub fn render(runs: &[RunView]) -> String {
         "counter",
         "Blocks a node took and did not pass on (filtered out or lost).",
     );
+    let mut arc_blocks = Family::new(
+        "streamline_arc_blocks_total",
+        "counter",
+        "Blocks an arc carried from node `from` to node `to`.",
+    );
+    let mut arc_bytes = Family::new(
+        "streamline_arc_bytes_total",
+        "counter",
+        "Bytes of the blocks an arc carried.",
+    );
+    let mut fill = Family::new(
+        "streamline_channel_fill_ratio",
+        "gauge",
+        "How full the channel of an arc between two spaces is (its fuller ring, 0 to 1).",
+    );
+    let mut readers = Family::new(
+        "streamline_channel_readers",
+        "gauge",
+        "Readers attached to the channel of an arc between two spaces.",
+    );
+    let mut waits = Family::new(
+        "streamline_channel_writer_waits_total",
+        "counter",
+        "Times the producer of a channel waited for room (back-pressure).",
+    );
     let mut states: std::collections::BTreeMap<&str, u64> = Default::default();
     for r in runs {
         let st = state_word(&r.state);
@@ -144,12 +169,35 @@ pub fn render(runs: &[RunView]) -> String {
             bytes.add(&with("out"), n.bytes_out);
             drops.add(&node, n.drops);
         }
+        for e in &r.edges {
+            let arc = [run[0], run[1], ("from", e.from.as_str()), ("to", e.to.as_str())];
+            arc_blocks.add(&arc, e.blocks);
+            arc_bytes.add(&arc, e.bytes);
+            if let Some(g) = &e.ring {
+                fill.add(&arc, format!("{:.4}", g.fill()));
+                readers.add(&arc, g.readers);
+                waits.add(&arc, g.writer_waits);
+            }
+        }
     }
     for (st, n) in states {
         runs_by_state.add(&[("state", st)], n);
     }
     let mut out = String::new();
-    for f in [&runs_by_state, &info, &uptime, &edits, &blocks, &bytes, &drops] {
+    for f in [
+        &runs_by_state,
+        &info,
+        &uptime,
+        &edits,
+        &blocks,
+        &bytes,
+        &drops,
+        &arc_blocks,
+        &arc_bytes,
+        &fill,
+        &readers,
+        &waits,
+    ] {
         f.write(&mut out);
     }
     out
@@ -157,7 +205,8 @@ pub fn render(runs: &[RunView]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::snapshot::NodeView;
+    use super::super::snapshot::{EdgeView, NodeView};
+    use crate::proto::RingGauge;
     use super::*;
 
     fn run(state: &str) -> RunView {
@@ -181,6 +230,21 @@ mod tests {
                 drops: 1,
                 ..Default::default()
             }],
+            edges: vec![EdgeView {
+                from: "gen".into(),
+                to: "count:a".into(),
+                blocks: 10,
+                bytes: 640,
+                ring: Some(RingGauge {
+                    tags_used: 16,
+                    tags_size: 64,
+                    readers: 1,
+                    writer_waits: 2,
+                    ..Default::default()
+                }),
+            }],
+            sites: vec![],
+            host: "h".into(),
         }
     }
 
@@ -199,6 +263,14 @@ mod tests {
         assert_eq!(text.matches("streamline_node_blocks_total{").count(), 2);
         // Each family once, its samples right after its TYPE line.
         assert_eq!(text.matches("# TYPE streamline_node_drops_total").count(), 1);
+        // Arcs, and the channel of one between spaces.
+        assert!(text.contains(
+            "streamline_arc_blocks_total{run=\"3\",user=\"root\",from=\"gen\",to=\"count:a\"} 10\n"
+        ));
+        assert!(text.contains(
+            "streamline_channel_fill_ratio{run=\"3\",user=\"root\",from=\"gen\",to=\"count:a\"} 0.2500\n"
+        ));
+        assert!(text.contains("# TYPE streamline_channel_writer_waits_total counter\n"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! worker last described it joined with its latest counters.
 
 use crate::policy::Cred;
-use crate::proto::{GraphNode, NodeCounters, RunInfo};
+use crate::proto::{ArcCounters, GraphNode, NodeCounters, RingGauge, RunInfo, SpaceSite};
 use crate::server::Daemon;
 use serde::Serialize;
 
@@ -23,6 +23,23 @@ pub struct RunView {
     pub edits: u64,
     pub last_edit: String,
     pub nodes: Vec<NodeView>,
+    /// The arcs between them: what each carried, and its channel's rings where it crosses
+    /// spaces.
+    pub edges: Vec<EdgeView>,
+    /// Where its spaces run (the CPU each last ran on), on `host`.
+    pub sites: Vec<SpaceSite>,
+    pub host: String,
+}
+
+/// An arc of a run's graph.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EdgeView {
+    pub from: String,
+    pub to: String,
+    pub blocks: u64,
+    pub bytes: u64,
+    /// `None`: within one space, a function call.
+    pub ring: Option<RingGauge>,
 }
 
 /// A node of a run: its place in the graph and its counters.
@@ -103,9 +120,67 @@ pub fn join(graph: &[GraphNode], counters: &[NodeCounters]) -> Vec<NodeView> {
     out
 }
 
-fn view_of(info: RunInfo, graph: &[GraphNode]) -> RunView {
+/// The edges of a run: the graph's arcs with the counts and rings of the worker's arcs
+/// between the same nodes, and the worker's arcs the graph lacks (to and from process
+/// spaces, whose graphs stay in their processes) added to `nodes`' inputs and outputs.
+pub fn edges(nodes: &mut [NodeView], arcs: &[ArcCounters]) -> Vec<EdgeView> {
+    let mut out: Vec<EdgeView> = Vec::new();
+    for n in nodes.iter() {
+        for o in &n.outputs {
+            out.push(EdgeView {
+                from: n.label.clone(),
+                to: o.clone(),
+                blocks: 0,
+                bytes: 0,
+                ring: None,
+            });
+        }
+    }
+    for a in arcs {
+        let k = match out.iter().position(|e| e.from == a.from && e.to == a.to) {
+            Some(k) => k,
+            None => {
+                let (Some(f), Some(t)) = (
+                    nodes.iter().position(|n| n.label == a.from),
+                    nodes.iter().position(|n| n.label == a.to),
+                ) else {
+                    continue;
+                };
+                nodes[f].outputs.push(a.to.clone());
+                nodes[t].inputs.push(a.from.clone());
+                out.push(EdgeView {
+                    from: a.from.clone(),
+                    to: a.to.clone(),
+                    blocks: 0,
+                    bytes: 0,
+                    ring: None,
+                });
+                out.len() - 1
+            }
+        };
+        let e = &mut out[k];
+        e.blocks += a.blocks;
+        e.bytes += a.bytes;
+        e.ring = a.ring;
+    }
+    out
+}
+
+/// This host's name, as the kernel has it.
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn view_of(info: RunInfo, graph: &[GraphNode], arcs: &[ArcCounters], sites: Vec<SpaceSite>, host: &str) -> RunView {
+    let mut nodes = join(graph, &info.nodes);
+    let edges = edges(&mut nodes, arcs);
     RunView {
-        nodes: join(graph, &info.nodes),
+        nodes,
+        edges,
+        sites,
+        host: host.to_string(),
         run: info.run,
         uid: info.uid,
         user: info.user,
@@ -122,11 +197,13 @@ fn view_of(info: RunInfo, graph: &[GraphNode]) -> RunView {
 /// The runs `who` may see, as `ps` shows them to `who` (failed ones kept a while
 /// included, without a graph).
 pub fn runs(d: &Daemon, who: &Cred) -> Vec<RunView> {
+    let host = host();
     d.ps(who)
         .into_iter()
         .map(|info| {
             let graph = d.run_graph(info.run).unwrap_or_default();
-            view_of(info, &graph)
+            let (arcs, sites) = d.run_arcs(info.run).unwrap_or_default();
+            view_of(info, &graph, &arcs, sites, &host)
         })
         .collect()
 }
@@ -176,5 +253,37 @@ mod tests {
         assert_eq!((v[1].name.as_str(), v[1].blocks_in, v[1].space.as_str()), ("count", 5, "1"));
         assert_eq!((v[2].name.as_str(), v[2].blocks_in), ("sample", 7));
         assert!(v[2].inputs.is_empty());
+    }
+
+    #[test]
+    fn arcs_count_the_graphs_edges_and_add_those_to_process_spaces() {
+        let node = |label: &str, outputs: &[&str]| NodeView {
+            label: label.into(),
+            outputs: outputs.iter().map(|s| s.to_string()).collect(),
+            inputs: vec![],
+            ..Default::default()
+        };
+        // gen -> sample in this process; sample -> count:b crosses into process space p2,
+        // whose graph the worker does not have.
+        let mut nodes = vec![node("gen", &["sample"]), node("sample", &[]), node("count:b", &[])];
+        nodes[1].inputs = vec!["gen".into()];
+        let ring = RingGauge {
+            tags_used: 1024,
+            tags_size: 4096,
+            readers: 1,
+            ..Default::default()
+        };
+        let arcs = vec![
+            ArcCounters { from: "gen".into(), to: "sample".into(), blocks: 10, bytes: 100, ring: None },
+            ArcCounters { from: "sample".into(), to: "count:b".into(), blocks: 5, bytes: 50, ring: Some(ring) },
+            ArcCounters { from: "sample".into(), to: "nobody".into(), blocks: 1, bytes: 1, ring: None },
+        ];
+        let e = edges(&mut nodes, &arcs);
+        assert_eq!(e.len(), 2);
+        assert_eq!((e[0].blocks, e[0].ring), (10, None));
+        assert_eq!((e[1].from.as_str(), e[1].to.as_str(), e[1].blocks), ("sample", "count:b", 5));
+        assert_eq!(e[1].ring.map(|r| r.fill()), Some(0.25));
+        assert_eq!(nodes[1].outputs, ["count:b"]);
+        assert_eq!(nodes[2].inputs, ["sample"]);
     }
 }

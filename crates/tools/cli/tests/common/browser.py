@@ -56,6 +56,17 @@ def wait(d, c):
     return {"ok": False, "error": "timed out waiting for %s; found %r" % (json.dumps(c), last[:8])}
 
 
+def settled(d, css, read):
+    """`read` of every element `css` finds, read between two of the page's re-renders
+    (it redraws parts every second: an element found may be gone when it is read)."""
+    for _ in range(50):
+        try:
+            return [read(e) for e in d.find_elements(By.CSS_SELECTOR, css)]
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    return [read(e) for e in d.find_elements(By.CSS_SELECTOR, css)]
+
+
 def run(d, c):
     op = c["op"]
     if op == "get":
@@ -64,9 +75,9 @@ def run(d, c):
     if op == "wait":
         return wait(d, c)
     if op == "texts":
-        return {"ok": True, "texts": [e.text for e in d.find_elements(By.CSS_SELECTOR, c["css"])]}
+        return {"ok": True, "texts": settled(d, c["css"], lambda e: e.text)}
     if op == "attrs":
-        return {"ok": True, "values": [e.get_attribute(c["name"]) for e in d.find_elements(By.CSS_SELECTOR, c["css"])]}
+        return {"ok": True, "values": settled(d, c["css"], lambda e: e.get_attribute(c["name"]))}
     if op == "click":
         e = d.find_element(By.CSS_SELECTOR, c["css"])
         try:

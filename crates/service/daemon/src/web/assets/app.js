@@ -1,12 +1,13 @@
 // The web view of streamlined: the runs this session's user sees (server-sent events from
-// /api/events, once a second), a run's graph (filters grouped by space, arcs as edges,
-// live rates), a node's counters, plots over the last minutes and options, and edits
-// posted to /api/runs/N/edit: the daemon checks each as this user, as for the CLI.
+// /api/events, once a second), a run's graph (filters grouped by host, CPU and space; arcs
+// as edges with their rates, and where an arc crosses spaces its channel's ring fill and
+// readers; live rates), a node's counters, plots over the last minutes and options, and
+// edits posted to /api/runs/N/edit: the daemon checks each as this user, as for the CLI.
 "use strict";
 const SVG = "http://www.w3.org/2000/svg";
 const KEEP = 300; // samples kept per node (one a second: five minutes)
-const NODE_W = 170, NODE_H = 52, COL_W = 215, ROW_H = 68;
-const st = { runs: new Map(), hist: new Map(), sel: null, node: null, sig: "", uid: null, refused: new Map() };
+const NODE_W = 170, NODE_H = 52, COL_W = 260, ROW_H = 68;
+const st = { runs: new Map(), hist: new Map(), ehist: new Map(), sel: null, node: null, sig: "", uid: null, refused: new Map() };
 
 const $ = (id) => document.getElementById(id);
 function el(tag, attrs, text) {
@@ -36,7 +37,26 @@ function record(doc) {
       h.push({ t: doc.t, bi: n.blocks_in, bo: n.blocks_out, yi: n.bytes_in, yo: n.bytes_out, d: n.drops, src: n.source });
       if (h.length > KEEP + 1) h.shift();
     }
+    for (const e of r.edges || []) {
+      const k = edgeKey(r.run, e.from, e.to);
+      let h = st.ehist.get(k);
+      if (!h) st.ehist.set(k, (h = []));
+      h.push({ t: doc.t, b: e.blocks, y: e.bytes });
+      if (h.length > 2) h.shift();
+    }
   }
+}
+function edgeKey(run, from, to) { return run + "\u0000" + from + "\u0000" + to; }
+// An edge's blocks per second over the last two samples.
+function edgeRate(run, from, to) {
+  const h = st.ehist.get(edgeKey(run, from, to)) || [];
+  if (h.length < 2 || h[1].t <= h[0].t) return 0;
+  return Math.max(0, (h[1].b - h[0].b) / (h[1].t - h[0].t));
+}
+// The edges of a run: the worker's arcs (counted, with rings), else the graph's.
+function edgesOf(r) {
+  if (r.edges && r.edges.length) return r.edges;
+  return r.nodes.flatMap((n) => n.outputs.map((o) => ({ from: n.label, to: o, blocks: 0, bytes: 0, ring: null })));
 }
 function rates(run, label) {
   const h = st.hist.get(nodeKey(run, label)) || [];
@@ -77,7 +97,18 @@ function drawNav() {
   }
 }
 
-// Columns by depth (longest path from a source), bands by space.
+// Where a band's spaces run: the CPUs they last ran on (`sites`), pinned or not.
+function cpusOf(r, sp) {
+  const out = [];
+  for (const one of sp.split(",")) {
+    const s = (r.sites || []).find((x) => x.space === one);
+    if (s && s.cpu !== null && s.cpu !== undefined && !out.some((o) => o.cpu === s.cpu)) out.push({ cpu: s.cpu, pinned: s.pinned });
+  }
+  return out.sort((a, b) => a.cpu - b.cpu);
+}
+function cpuName(cs) { return cs.length ? "cpu " + cs.map((c) => c.cpu + (c.pinned ? " (pinned)" : "")).join(", ") : "cpu ?"; }
+// Columns by depth (longest path from a source), bands by space, grouped by the CPUs the
+// spaces run on, all under the host.
 function layout(r) {
   const by = new Map(r.nodes.map((n) => [n.label, n]));
   const depth = new Map();
@@ -91,45 +122,78 @@ function layout(r) {
     return d;
   };
   for (const n of r.nodes) visit(n, new Set());
-  const spaces = [...new Set(r.nodes.map((n) => n.space || "?"))].sort();
-  const pos = new Map(), bands = [];
-  let y = 10;
+  const cpuKey = (sp) => cpuName(cpusOf(r, sp));
+  const spaces = [...new Set(r.nodes.map((n) => n.space || "?"))]
+    .sort((a, b) => { const ka = cpuKey(a), kb = cpuKey(b); return ka < kb ? -1 : ka > kb ? 1 : a < b ? -1 : a > b ? 1 : 0; });
+  const rowsBy = new Map();
+  for (const n of r.nodes) { const sp = n.space || "?"; if (!rowsBy.has(sp)) rowsBy.set(sp, []); rowsBy.get(sp).push(n); }
+  const pos = new Map(), bands = [], cpus = [];
+  let y = 30;
   for (const sp of spaces) {
+    const key = cpuKey(sp);
+    if (!cpus.length || cpus[cpus.length - 1].key !== key) { if (cpus.length) y += 10; cpus.push({ key, y, h: 0 }); y += 18; }
     const rows = new Map();
     let h = 0;
-    for (const n of r.nodes.filter((n) => (n.space || "?") === sp)) {
+    for (const n of rowsBy.get(sp)) {
       const d = depth.get(n.label) || 0, row = rows.get(d) || 0;
       rows.set(d, row + 1);
       h = Math.max(h, row + 1);
-      pos.set(n.label, { x: 20 + d * COL_W, y: y + 22 + row * ROW_H });
+      pos.set(n.label, { x: 28 + d * COL_W, y: y + 22 + row * ROW_H });
     }
     bands.push({ sp, y, h: 30 + h * ROW_H });
     y += 30 + h * ROW_H + 12;
+    const c = cpus[cpus.length - 1];
+    c.h = y - c.y - 4;
   }
-  const w = 40 + (Math.max(0, ...depth.values()) + 1) * COL_W;
-  return { pos, bands, w, h: y };
+  const w = 60 + (Math.max(0, ...depth.values()) + 1) * COL_W;
+  return { pos, bands, cpus, w, h: y + 6 };
 }
-function spaceName(sp) { return sp === "0" ? "space 0 (local)" : /^p/.test(sp) ? "process space " + sp.slice(1) : "space " + sp; }
+function spaceName(sp) {
+  if (sp === "0") return "space 0 (local)";
+  if (sp === "kernel") return "kernel (eBPF)";
+  return sp.split(",").map((s) => /^p/.test(s) ? "process space " + s.slice(1) : "thread space " + s).join(" + ");
+}
+// An edge's words: its rate (a call within a space), and a channel's ring fill and readers.
+function edgeRateText(run, e) { return fmt(edgeRate(run, e.from, e.to)) + "/s" + (e.ring ? "" : " \u00b7 call"); }
+function ringText(g) { return "ring " + Math.round(ringFill(g) * 100) + "% \u00b7 " + g.readers + (g.readers === 1 ? " reader" : " readers"); }
+function edgeText(run, e) { return edgeRateText(run, e) + (e.ring ? " \u00b7 " + ringText(e.ring) : ""); }
+function ringFill(g) {
+  const f = (u, z) => (z ? Math.min(1, u / z) : 0);
+  return Math.max(f(g.tags_used, g.tags_size), f(g.data_used, g.data_size));
+}
 
 function drawGraph(r) {
   const box = $("run");
-  const sig = JSON.stringify(r.nodes.map((n) => [n.label, n.inputs, n.outputs, n.space, n.filter]));
+  const edges = edgesOf(r);
+  const sig = JSON.stringify([r.nodes.map((n) => [n.label, n.space, n.filter]), edges.map((e) => [e.from, e.to, !!e.ring]),
+    (r.sites || []).map((s) => [s.space, s.cpu, s.pinned])]);
   if (sig !== st.sig || !$("graph")) {
     st.sig = sig;
     box.replaceChildren(el("h2", { id: "run-title" }, "run " + r.run + " \u00b7 " + r.user + " \u00b7 " + r.state));
     box.append(el("p", { class: "mono", id: "run-pipeline" }, r.pipeline));
     const L = layout(r);
-    const svg = el("svg:svg", { id: "graph", width: L.w + 200, height: L.h, viewBox: `0 0 ${L.w + 200} ${L.h}` });
-    for (const b of L.bands) {
-      svg.append(el("svg:rect", { class: "space-band", x: 4, y: b.y, width: L.w + 190, height: b.h, rx: 6 }));
-      svg.append(el("svg:text", { class: "space-name", x: 12, y: b.y + 14 }, spaceName(b.sp)));
+    const W = L.w + 200;
+    const svg = el("svg:svg", { id: "graph", width: W, height: L.h, viewBox: `0 0 ${W} ${L.h}` });
+    svg.append(el("svg:rect", { class: "host-box", x: 1, y: 1, width: W - 2, height: L.h - 2, rx: 8 }));
+    svg.append(el("svg:text", { class: "host-name", x: 10, y: 18, id: "host-name" }, "host " + (r.host || "?")));
+    for (const c of L.cpus) {
+      svg.append(el("svg:rect", { class: "cpu-box", x: 6, y: c.y, width: W - 12, height: c.h, rx: 7 }));
+      svg.append(el("svg:text", { class: "cpu-name", x: 14, y: c.y + 13 }, c.key));
     }
-    for (const n of r.nodes) for (const o of n.outputs) {
-      const a = L.pos.get(n.label), b = L.pos.get(o);
+    for (const b of L.bands) {
+      svg.append(el("svg:rect", { class: "space-band", x: 12, y: b.y, width: W - 24, height: b.h, rx: 6, "data-space": b.sp }));
+      svg.append(el("svg:text", { class: "space-name", x: 20, y: b.y + 14 }, spaceName(b.sp)));
+    }
+    // Edges under the nodes, their words over them (with a halo, to stay legible).
+    const words = [];
+    for (const e of edges) {
+      const a = L.pos.get(e.from), b = L.pos.get(e.to);
       if (!a || !b) continue;
-      const x1 = a.x + NODE_W, y1 = a.y + NODE_H / 2, x2 = b.x, y2 = b.y + NODE_H / 2, mx = (x1 + x2) / 2;
-      svg.append(el("svg:path", { class: "edge", d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, "data-from": n.label, "data-to": o }));
-      svg.append(el("svg:text", { class: "edge-rate", x: mx - 10, y: (y1 + y2) / 2 - 4, "data-from": n.label, "data-to": o }, ""));
+      const x1 = a.x + NODE_W, y1 = a.y + NODE_H / 2, x2 = b.x, y2 = b.y + NODE_H / 2, mx = (x1 + x2) / 2, my = (y1 + y2) / 2;
+      const cls = e.ring ? "edge ring" : "edge call";
+      svg.append(el("svg:path", { class: cls, d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, "data-from": e.from, "data-to": e.to }));
+      words.push(el("svg:text", { class: "edge-rate", x: mx, y: my - 5, "text-anchor": "middle", "data-from": e.from, "data-to": e.to }, ""));
+      if (e.ring) words.push(el("svg:text", { class: "edge-ring", x: mx, y: my + 13, "text-anchor": "middle", "data-from": e.from, "data-to": e.to }, ""));
     }
     for (const n of r.nodes) {
       const p = L.pos.get(n.label);
@@ -143,12 +207,14 @@ function drawGraph(r) {
       g.onclick = () => { st.node = n.label; toHash(); draw(); };
       svg.append(g);
     }
+    svg.append(...words);
     box.append(svg);
   }
   $("run-title").textContent = "run " + r.run + " \u00b7 " + r.user + " \u00b7 " + r.state;
   $("run-pipeline").textContent = r.pipeline;
+  const byLabel = new Map(r.nodes.map((n) => [n.label, n]));
   for (const g of $("graph").querySelectorAll("g.node")) {
-    const label = g.dataset.node, n = r.nodes.find((x) => x.label === label);
+    const label = g.dataset.node, n = byLabel.get(label);
     if (!n) continue;
     const rt = lastRate(r.run, label);
     const t = g.querySelector(".rate");
@@ -160,7 +226,24 @@ function drawGraph(r) {
     g.classList.toggle("refused", !!why);
     g.querySelector(".refusal").textContent = why ? "refused: " + (why.length > 60 ? why.slice(0, 59) + "\u2026" : why) : "";
   }
-  for (const t of $("graph").querySelectorAll("text.edge-rate")) t.textContent = fmt(lastRate(r.run, t.dataset.from).out) + "/s";
+  const byArc = new Map(edges.map((e) => [e.from + "\u0000" + e.to, e]));
+  for (const t of $("graph").querySelectorAll("text.edge-rate")) {
+    const e = byArc.get(t.dataset.from + "\u0000" + t.dataset.to);
+    if (e) t.textContent = edgeRateText(r.run, e);
+  }
+  for (const t of $("graph").querySelectorAll("text.edge-ring")) {
+    const e = byArc.get(t.dataset.from + "\u0000" + t.dataset.to);
+    if (!e || !e.ring) continue;
+    t.textContent = ringText(e.ring);
+    t.setAttribute("data-fill", ringFill(e.ring).toFixed(3));
+  }
+  for (const p of $("graph").querySelectorAll("path.edge.ring")) {
+    const e = byArc.get(p.dataset.from + "\u0000" + p.dataset.to);
+    if (!e || !e.ring) continue;
+    // Green to red as the ring fills (back-pressure ahead).
+    const f = ringFill(e.ring);
+    p.style.stroke = `hsl(${Math.round(130 - 130 * f)}, 60%, 42%)`;
+  }
 }
 
 function plot(series, key, title) {
@@ -187,6 +270,9 @@ function drawPanel(r) {
   const rows = [["blocks in", n.blocks_in], ["blocks out", n.blocks_out], ["bytes in", n.bytes_in], ["bytes out", n.bytes_out],
     ["drops", n.drops], ["blocks/s", fmt(rt.blocks)], ["bytes/s", fmt(rt.bytes)], ["classes", (n.classes || []).join(" ") || "-"],
     ["inputs", n.inputs.join(", ") || "-"], ["outputs", n.outputs.join(", ") || "-"]];
+  for (const e of edgesOf(r).filter((e) => e.from === n.label)) {
+    rows.push(["\u2192 " + e.to, edgeText(r.run, e) + (e.ring ? " \u00b7 " + e.ring.writer_waits + " waits for room" : "")]);
+  }
   $("panel-counters").replaceChildren(...rows.map(([k, v]) => { const tr = el("tr"); tr.append(el("td", {}, k), el("td", { class: "n" }, String(v))); return tr; }));
   const series = rates(r.run, n.label);
   $("plots").replaceChildren(plot(series, "blocks", "blocks/s"), plot(series, "bytes", "bytes/s"));
@@ -271,8 +357,11 @@ function connect() {
     if (st.sel === null && doc.runs.length) st.sel = doc.runs[0].run;
     record(doc);
     $("conn").textContent = "live \u00b7 " + new Date(doc.t * 1000).toLocaleTimeString();
-    document.body.dataset.updated = String(doc.t);
+    const t0 = performance.now();
     draw();
+    // What an update costs the page (the browser test with 100 nodes prints it).
+    document.body.dataset.drawMs = (performance.now() - t0).toFixed(1);
+    document.body.dataset.updated = String(doc.t);
   });
 }
 
