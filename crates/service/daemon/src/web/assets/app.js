@@ -6,7 +6,7 @@
 "use strict";
 const SVG = "http://www.w3.org/2000/svg";
 const KEEP = 300; // samples kept per node (one a second: five minutes)
-const NODE_W = 170, NODE_H = 52, COL_W = 260, ROW_H = 68;
+const NODE_W = 170, NODE_H = 52, COL_W = 260, ROW_H = 84;
 const st = { runs: new Map(), hist: new Map(), ehist: new Map(), sel: null, node: null, sig: "", uid: null, refused: new Map() };
 
 const $ = (id) => document.getElementById(id);
@@ -47,11 +47,12 @@ function record(doc) {
   }
 }
 function edgeKey(run, from, to) { return run + "\u0000" + from + "\u0000" + to; }
-// An edge's blocks per second over the last two samples.
+// An edge's blocks and bytes per second over the last two samples.
 function edgeRate(run, from, to) {
   const h = st.ehist.get(edgeKey(run, from, to)) || [];
-  if (h.length < 2 || h[1].t <= h[0].t) return 0;
-  return Math.max(0, (h[1].b - h[0].b) / (h[1].t - h[0].t));
+  if (h.length < 2 || h[1].t <= h[0].t) return { blocks: 0, bytes: 0 };
+  const dt = h[1].t - h[0].t;
+  return { blocks: Math.max(0, (h[1].b - h[0].b) / dt), bytes: Math.max(0, (h[1].y - h[0].y) / dt) };
 }
 // The edges of a run: the worker's arcs (counted, with rings), else the graph's.
 function edgesOf(r) {
@@ -107,9 +108,11 @@ function cpusOf(r, sp) {
   return out.sort((a, b) => a.cpu - b.cpu);
 }
 function cpuName(cs) { return cs.length ? "cpu " + cs.map((c) => c.cpu + (c.pinned ? " (pinned)" : "")).join(", ") : "cpu ?"; }
-// Columns by depth (longest path from a source), bands by space, grouped by the CPUs the
-// spaces run on, all under the host.
+// Columns by depth (longest path from a source), wrapped into lines as wide as the view
+// (a run of 100 filters in a chain reads as a paragraph, not a 25,000-pixel row); bands by
+// space, grouped by the CPUs the spaces run on, all under the host.
 function layout(r) {
+  const K = Math.max(3, Math.floor((($("run").clientWidth || 1200) - 80) / COL_W));
   const by = new Map(r.nodes.map((n) => [n.label, n]));
   const depth = new Map();
   const visit = (n, seen) => {
@@ -132,20 +135,29 @@ function layout(r) {
   for (const sp of spaces) {
     const key = cpuKey(sp);
     if (!cpus.length || cpus[cpus.length - 1].key !== key) { if (cpus.length) y += 10; cpus.push({ key, y, h: 0 }); y += 18; }
-    const rows = new Map();
-    let h = 0;
-    for (const n of rowsBy.get(sp)) {
-      const d = depth.get(n.label) || 0, row = rows.get(d) || 0;
-      rows.set(d, row + 1);
-      h = Math.max(h, row + 1);
-      pos.set(n.label, { x: 28 + d * COL_W, y: y + 22 + row * ROW_H });
+    const ns = rowsBy.get(sp);
+    const first = Math.floor(Math.min(...ns.map((n) => depth.get(n.label) || 0)) / K);
+    const cell = new Map(), stack = new Map(), tall = new Map();
+    for (const n of ns) {
+      const d = depth.get(n.label) || 0, line = Math.floor(d / K) - first, col = d % K, key = line + "," + col;
+      const row = stack.get(key) || 0;
+      stack.set(key, row + 1);
+      tall.set(line, Math.max(tall.get(line) || 0, row + 1));
+      cell.set(n.label, { line, col, row });
     }
-    bands.push({ sp, y, h: 30 + h * ROW_H });
-    y += 30 + h * ROW_H + 12;
+    const lineY = [];
+    let acc = 0;
+    for (let l = 0; l <= Math.max(...tall.keys()); l++) { lineY.push(acc); acc += (tall.get(l) || 1) * ROW_H; }
+    for (const n of ns) {
+      const c = cell.get(n.label);
+      pos.set(n.label, { x: 28 + c.col * COL_W, y: y + 34 + lineY[c.line] + c.row * ROW_H });
+    }
+    bands.push({ sp, y, h: 34 + acc });
+    y += 34 + acc + 12;
     const c = cpus[cpus.length - 1];
     c.h = y - c.y - 4;
   }
-  const w = 60 + (Math.max(0, ...depth.values()) + 1) * COL_W;
+  const w = 60 + Math.min(K, Math.max(0, ...depth.values()) + 1) * COL_W;
   return { pos, bands, cpus, w, h: y + 6 };
 }
 function spaceName(sp) {
@@ -154,7 +166,10 @@ function spaceName(sp) {
   return sp.split(",").map((s) => /^p/.test(s) ? "process space " + s.slice(1) : "thread space " + s).join(" + ");
 }
 // An edge's words: its rate (a call within a space), and a channel's ring fill and readers.
-function edgeRateText(run, e) { return fmt(edgeRate(run, e.from, e.to)) + "/s" + (e.ring ? "" : " \u00b7 call"); }
+function edgeRateText(run, e) {
+  const r = edgeRate(run, e.from, e.to);
+  return fmt(r.blocks) + "/s \u00b7 " + fmt(r.bytes) + "B/s" + (e.ring ? "" : " \u00b7 call");
+}
 function ringText(g) { return "ring " + Math.round(ringFill(g) * 100) + "% \u00b7 " + g.readers + (g.readers === 1 ? " reader" : " readers"); }
 function edgeText(run, e) { return edgeRateText(run, e) + (e.ring ? " \u00b7 " + ringText(e.ring) : ""); }
 function ringFill(g) {
@@ -191,9 +206,14 @@ function drawGraph(r) {
       if (!a || !b) continue;
       const x1 = a.x + NODE_W, y1 = a.y + NODE_H / 2, x2 = b.x, y2 = b.y + NODE_H / 2, mx = (x1 + x2) / 2, my = (y1 + y2) / 2;
       const cls = e.ring ? "edge ring" : "edge call";
-      svg.append(el("svg:path", { class: cls, d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, "data-from": e.from, "data-to": e.to }));
-      words.push(el("svg:text", { class: "edge-rate", x: mx, y: my - 5, "text-anchor": "middle", "data-from": e.from, "data-to": e.to }, ""));
-      if (e.ring) words.push(el("svg:text", { class: "edge-ring", x: mx, y: my + 13, "text-anchor": "middle", "data-from": e.from, "data-to": e.to }, ""));
+      // Forward: an S from side to side; back to the start of the next line: a wide S.
+      const c1 = x2 > x1 ? mx : x1 + 60, c2 = x2 > x1 ? mx : x2 - 60;
+      svg.append(el("svg:path", { class: cls, d: `M${x1},${y1} C${c1},${y1} ${c2},${y2} ${x2},${y2}`, "data-from": e.from, "data-to": e.to }));
+      // Its words in the gaps above and below the nodes it joins (a level edge), or at its middle.
+      const level = y1 === y2 && x2 > x1;
+      const ty = level ? y1 - NODE_H / 2 - 5 : my - 5, ry = level ? y1 + NODE_H / 2 + 13 : my + 13;
+      words.push(el("svg:text", { class: "edge-rate", x: mx, y: ty, "text-anchor": "middle", "data-from": e.from, "data-to": e.to }, ""));
+      if (e.ring) words.push(el("svg:text", { class: "edge-ring", x: mx, y: ry, "text-anchor": "middle", "data-from": e.from, "data-to": e.to }, ""));
     }
     for (const n of r.nodes) {
       const p = L.pos.get(n.label);
