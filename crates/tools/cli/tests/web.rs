@@ -129,7 +129,7 @@ fn the_page_shows_every_filter_a_rising_rate_and_inserts_through_the_daemon() {
     b.click("g.node[data-node='gen']");
     let opts = b.texts("#panel-options td");
     assert!(opts.iter().any(|t| t == "rate") && opts.iter().any(|t| t == "2000"), "{opts:?}");
-    assert_eq!(b.texts("#plots svg.plot polyline").len(), 2);
+    assert_eq!(b.texts("#plots svg.plot polyline").len(), 3);
     // Insert a filter from the page: the daemon's edit, seen in ps and PipesFS.
     b.click("g.node[data-node='count:a']");
     b.wait("#panel-title", "count:a", 5.0);

@@ -67,7 +67,7 @@ function rates(run, label) {
     if (dt <= 0) continue;
     const blocks = b.src ? b.bo - a.bo : b.bi - a.bi;
     const bytes = b.src ? b.yo - a.yo : b.yi - a.yi;
-    out.push({ t: b.t, blocks: Math.max(0, blocks / dt), bytes: Math.max(0, bytes / dt), out: Math.max(0, (b.bo - a.bo) / dt) });
+    out.push({ t: b.t, blocks: Math.max(0, blocks / dt), bytes: Math.max(0, bytes / dt), out: Math.max(0, (b.bo - a.bo) / dt), drops: Math.max(0, (b.d - a.d) / dt) });
   }
   return out;
 }
@@ -295,7 +295,7 @@ function drawPanel(r) {
   }
   $("panel-counters").replaceChildren(...rows.map(([k, v]) => { const tr = el("tr"); tr.append(el("td", {}, k), el("td", { class: "n" }, String(v))); return tr; }));
   const series = rates(r.run, n.label);
-  $("plots").replaceChildren(plot(series, "blocks", "blocks/s"), plot(series, "bytes", "bytes/s"));
+  $("plots").replaceChildren(plot(series, "blocks", "blocks/s"), plot(series, "bytes", "bytes/s"), plot(series, "drops", "drops/s"));
   const base = "/api/runs/" + r.run + "/nodes/" + encodeURIComponent(n.label);
   $("sample-pcap").href = base + "/sample.pcap?secs=10&count=10000";
   if ($("sample-lines").dataset.node !== nodeKey(r.run, n.label)) {
