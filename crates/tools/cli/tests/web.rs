@@ -178,8 +178,15 @@ fn edges_show_their_rates_and_across_spaces_their_rings_fill_and_readers_grouped
     spaces.sort();
     assert_eq!(spaces, ["process space 1", "space 0 (local)"]);
     assert_eq!(b.texts("#host-name"), [format!("host {}", hostname())]);
+    // Grouped by the CPU each space is pinned to; the process space is not pinned, and its
+    // band says where it last ran.
     let cpus = b.texts("text.cpu-name");
-    assert!(!cpus.is_empty() && cpus.iter().all(|c| c.starts_with("cpu ")), "{cpus:?}");
+    assert!(
+        cpus.iter().all(|c| c == "not pinned" || (c.starts_with("cpu ") && c.ends_with(" (pinned)"))),
+        "{cpus:?}"
+    );
+    assert!(cpus.iter().any(|c| c == "not pinned"), "{cpus:?}");
+    b.wait("text.space-cpu[data-space='p1']", "last ran on cpu ", 10.0);
     // The arc across spaces is a ring: it fills (back-pressure) and has its one reader.
     assert_eq!(b.attrs("path.edge.ring", "data-to"), ["deflate"]);
     b.cmd(serde_json::json!({"op": "wait", "css": "text.edge-ring[data-from='gen'][data-to='deflate']",
@@ -219,6 +226,10 @@ fn a_run_of_100_filters_is_drawn_whole_and_updates() {
     b.wait("path.edge.ring", "", 15.0);
     assert_eq!(b.attrs("path.edge", "data-from").len(), 99);
     assert_eq!(b.attrs("path.edge.ring", "data-from").len(), 1);
+    // Thread space 1 runs pinned to a CPU of its own (space k on CPU k mod CPUs).
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pinned = format!("cpu {} (pinned)", 1 % cpus);
+    b.wait("text.cpu-name", &pinned, 10.0);
     // The last node's rate, updated from the live counters.
     b.cmd(serde_json::json!({"op": "wait", "css": "g.node[data-node='null'] .rate",
         "attr": "data-rate", "above": 200, "timeout": 20}));

@@ -79,13 +79,24 @@ def run(d, c):
     if op == "attrs":
         return {"ok": True, "values": settled(d, c["css"], lambda e: e.get_attribute(c["name"]))}
     if op == "click":
-        e = d.find_element(By.CSS_SELECTOR, c["css"])
-        try:
-            e.click()
-        except Exception:
-            # An SVG group that WebDriver finds not interactable: the same event from script.
-            d.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", e)
-        return {"ok": True}
+        for _ in range(50):
+            e = d.find_element(By.CSS_SELECTOR, c["css"])
+            try:
+                e.click()
+                return {"ok": True}
+            except StaleElementReferenceException:
+                # The page redrew it between finding and clicking: find it again.
+                time.sleep(0.05)
+                continue
+            except Exception:
+                pass
+            try:
+                # An SVG group that WebDriver finds not interactable: the same event from script.
+                d.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", e)
+                return {"ok": True}
+            except StaleElementReferenceException:
+                time.sleep(0.05)
+        return {"ok": False, "error": "%s kept being redrawn before it could be clicked" % c["css"]}
     if op == "type":
         e = d.find_element(By.CSS_SELECTOR, c["css"])
         e.clear()

@@ -107,7 +107,17 @@ function cpusOf(r, sp) {
   }
   return out.sort((a, b) => a.cpu - b.cpu);
 }
-function cpuName(cs) { return cs.length ? "cpu " + cs.map((c) => c.cpu + (c.pinned ? " (pinned)" : "")).join(", ") : "cpu ?"; }
+// The group a band's spaces fall in: the CPUs they are pinned to; spaces the scheduler may
+// move are grouped together (their last CPU is said on their band, updated in place).
+function cpuName(cs) {
+  if (!cs.length) return "cpu unknown";
+  if (cs.some((c) => !c.pinned)) return "not pinned";
+  return "cpu " + cs.map((c) => c.cpu).join(", ") + " (pinned)";
+}
+function lastCpu(r, sp) {
+  const cs = cpusOf(r, sp);
+  return cs.length && cs.some((c) => !c.pinned) ? "last ran on cpu " + cs.map((c) => c.cpu).join(", ") : "";
+}
 // Columns by depth (longest path from a source), wrapped into lines as wide as the view
 // (a run of 100 filters in a chain reads as a paragraph, not a 25,000-pixel row); bands by
 // space, grouped by the CPUs the spaces run on, all under the host.
@@ -181,7 +191,7 @@ function drawGraph(r) {
   const box = $("run");
   const edges = edgesOf(r);
   const sig = JSON.stringify([r.nodes.map((n) => [n.label, n.space, n.filter]), edges.map((e) => [e.from, e.to, !!e.ring]),
-    (r.sites || []).map((s) => [s.space, s.cpu, s.pinned])]);
+    [...new Set(r.nodes.map((n) => n.space || "?"))].map((sp) => [sp, cpuName(cpusOf(r, sp))])]);
   if (sig !== st.sig || !$("graph")) {
     st.sig = sig;
     box.replaceChildren(el("h2", { id: "run-title" }, "run " + r.run + " \u00b7 " + r.user + " \u00b7 " + r.state));
@@ -198,6 +208,7 @@ function drawGraph(r) {
     for (const b of L.bands) {
       svg.append(el("svg:rect", { class: "space-band", x: 12, y: b.y, width: W - 24, height: b.h, rx: 6, "data-space": b.sp }));
       svg.append(el("svg:text", { class: "space-name", x: 20, y: b.y + 14 }, spaceName(b.sp)));
+      svg.append(el("svg:text", { class: "space-cpu", x: 220, y: b.y + 14, "data-space": b.sp }, lastCpu(r, b.sp)));
     }
     // Edges under the nodes, their words over them (with a halo, to stay legible).
     const words = [];
@@ -246,6 +257,7 @@ function drawGraph(r) {
     g.classList.toggle("refused", !!why);
     g.querySelector(".refusal").textContent = why ? "refused: " + (why.length > 60 ? why.slice(0, 59) + "\u2026" : why) : "";
   }
+  for (const t of $("graph").querySelectorAll("text.space-cpu")) t.textContent = lastCpu(r, t.dataset.space);
   const byArc = new Map(edges.map((e) => [e.from + "\u0000" + e.to, e]));
   for (const t of $("graph").querySelectorAll("text.edge-rate")) {
     const e = byArc.get(t.dataset.from + "\u0000" + t.dataset.to);
