@@ -662,6 +662,12 @@ pub use lang::label::arg;
 /// capture socket the daemon lent with the template's filter locked on it, only that
 /// same expression is placed (nothing is attached then), never an eBPF program
 /// ([`kernel::lend::kernel_filter_allowed`]); the rest runs in user space, same output.
+///
+/// A `placed=kernel` the user wrote (or a pipeline's text carried back in) is a request the
+/// push-down honours where it can; where it cannot (no `rx` right before, or one that may
+/// not take the program), a `bpf` or `ips` so marked runs in user space instead
+/// ([`lang::Side::User`]): it would otherwise pass every frame, trusting a socket filter
+/// that is not there (placement never changes results).
 pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
     use lang::{NodeKind, Selector, Side};
     let edges = g.edges.clone();
@@ -680,7 +686,7 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
             || !crate::find(b).is_some_and(FilterSpec::runs_after_rx_in_kernel)
             || ap.kernel.is_some()
             || ao.iter().any(|(k, v)| k == "impl" && v == "xdp")
-            || bp.side.is_some()
+            || matches!(bp.side, Some(Side::User))
         {
             continue;
         }
@@ -727,6 +733,22 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
         }
         if let NodeKind::Filter { place, .. } = &mut g.nodes[e.to].kind {
             place.side = Some(Side::Kernel { pin });
+        }
+    }
+    // A classic-BPF filter said to run on a socket it is not on runs here.
+    for i in 0..g.nodes.len() {
+        let on_socket = edges.iter().any(|e| {
+            e.to == i
+                && matches!(&g.nodes[e.from].kind, NodeKind::Filter { filter, place, .. }
+                    if filter == "rx" && matches!(place.kernel, Some(KernelAttach::Cbpf(_))))
+        });
+        if let NodeKind::Filter { filter, place, .. } = &mut g.nodes[i].kind {
+            if (filter == "bpf" || filter == "ips")
+                && matches!(place.side, Some(Side::Kernel { pin: None }))
+                && !on_socket
+            {
+                place.side = Some(Side::User);
+            }
         }
     }
     g

@@ -761,6 +761,25 @@ mod tests {
         let (rx, f) = placed("rx dev=lo | bpf \"udp port 53\" | count");
         assert_eq!(rx.kernel, Some(KernelAttach::Cbpf("udp port 53".into())));
         assert_eq!(f.side, Some(Side::Kernel { pin: None }));
+        // A user's placed=kernel right after rx: honoured, the program goes on the socket.
+        let (rx, f) = placed("rx dev=lo | bpf \"udp\" placed=kernel | count");
+        assert_eq!(rx.kernel, Some(KernelAttach::Cbpf("udp".into())));
+        assert_eq!(f.side, Some(Side::Kernel { pin: None }));
+        // Where no socket can take it, it runs in user space (else it would pass every
+        // frame): after a file, after another filter, after rx impl=xdp.
+        for text in [
+            "pcapin file=x.pcap | bpf \"udp\" placed=kernel | count",
+            "rx dev=lo | count | bpf \"udp\" placed=kernel | count",
+            "rx dev=lo impl=xdp | bpf \"udp\" placed=kernel | count",
+        ] {
+            let (_, f) = placed(text);
+            let g = crate::live::kernel_placement(lang::parse(text, &crate::Natives).unwrap());
+            let bpf = g.nodes.iter().find_map(|n| match &n.kind {
+                lang::NodeKind::Filter { filter, place, .. } if filter == "bpf" => Some(place.side.clone()),
+                _ => None,
+            });
+            assert_eq!(bpf, Some(Some(Side::User)), "{text}: {f:?}");
+        }
         // Not placed: AF_XDP, user placement, prob=, another space, a second filter.
         for text in [
             "rx dev=lo impl=xdp | flowcount | count",

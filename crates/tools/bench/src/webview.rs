@@ -4,9 +4,12 @@
 //! page open and with pages open: each page is what the browser keeps open, an event
 //! stream (`/api/events`, the runs once a second) read by curl with the session's cookie,
 //! and Prometheus's share, `/metrics` scraped every second with the scrape token, alternating
-//! rounds. The figure is the best open round's throughput over the best closed round's,
-//! each the run's own (blocks over the run's elapsed time, as its report says); counts are
-//! checked before it prints. The browser's own drawing is not in it: it runs wherever the
+//! rounds. Each round times a closed and an open run back to back (in alternating order);
+//! the figure is the median over the rounds of the closed run's time over the open run's
+//! (the runs' own elapsed times, as their reports say): a pair shares the machine's state of
+//! the moment, so drift on a shared machine (rounds here vary by 20%) cancels, where the best
+//! round of each side would compare two different moments. Counts are checked before it
+//! prints; the best rounds are printed beside it. The browser's own drawing is not in it: it runs wherever the
 //! browser does, not in the daemon or the run.
 
 use crate::daemon::{Daemon, RunReport, Setup};
@@ -183,10 +186,18 @@ pub fn open_vs_closed(
         n as f64 / bc / 1e6,
         n as f64 / bo / 1e6
     );
+    let mut paired: Vec<f64> = closed.iter().zip(&open).map(|(c, o)| c / o).collect();
+    paired.sort_by(f64::total_cmp);
+    let median = paired[paired.len() / 2];
+    println!(
+        "per round, closed time over open time: {} (median {median:.3})",
+        paired.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ")
+    );
     Ok((
-        bc / bo,
+        median,
         format!(
-            "best run {:.2} vs {:.2} M blocks/s, {pages} pages open + /metrics each second, {n} x 1KiB",
+            "median of {} paired rounds; best runs {:.2} (open) vs {:.2} (closed) M blocks/s, {pages} pages open + /metrics each second, {n} x 1KiB",
+            paired.len(),
             n as f64 / bo / 1e6,
             n as f64 / bc / 1e6
         ),

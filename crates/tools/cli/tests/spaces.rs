@@ -157,6 +157,12 @@ fn counts_agree_across_spaces_and_data_parallel_replicas() {
     for p in ["gen count=200 size=64K | count space=1", "gen count=200 size=64K | count space=p1"] {
         assert_eq!(count(p), big, "`{p}`");
     }
+    // `placed=kernel` where no capture socket can run the program: it runs here, and keeps
+    // what it keeps in user space (it once passed every frame, trusting a socket filter
+    // that was not there).
+    let user = count(&format!("pcapin file={} | bpf \"udp\" | count", cap.display()));
+    let kernel = count(&format!("pcapin file={} | bpf \"udp\" placed=kernel | count", cap.display()));
+    assert_eq!(kernel, user);
     // Connection scaling: a hash split on the flow class keeps each flow on one replica.
     let flows = count(&format!("pcapin file={} | tcp | flow | split 2 mode=hash | (tcpstream space=1 + tcpstream space=2) | count", cap.display()));
     let single = count(&format!(
