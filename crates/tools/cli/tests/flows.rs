@@ -427,9 +427,13 @@ fn wiresharks_ipfix_dissector_finds_nothing_malformed_and_every_record() {
     let cap = d.join("export.pcap");
     let mut tcpdump = Command::new("tcpdump");
     // --immediate-mode: each datagram handed over at once (TPACKET_V3 otherwise holds a
-    // block up to its 1 s timeout, and the stop below would end tcpdump before it).
-    tcpdump.args(["-i", "lo", "-U", "--immediate-mode", "-w", cap.to_str().unwrap(), "udp", "port", &col.port.to_string()]);
-    let (td, _rest) = common::tcpdump_listening(tcpdump);
+    // block up to its 1 s timeout, and the stop below would end tcpdump before it). In
+    // that mode libpcap's ring has a slot of the snapshot length per frame: 8 slots in its
+    // 2 MiB at the default 256 KiB, and the run's burst of datagrams overflowed them
+    // ("26 packets dropped by kernel"). A snapshot length the messages fit (mtu=600) and a
+    // bigger buffer, as a competent user would set them.
+    tcpdump.args(["-i", "lo", "-U", "--immediate-mode", "-s", "2048", "-B", "16384", "-w", cap.to_str().unwrap(), "udp", "port", &col.port.to_string()]);
+    let (td, said) = common::tcpdump_listening(tcpdump);
     let mut td = Proc(Some(td));
     // Templates every second of stream time: several template sets in the export (short
     // timeouts, so flows are exported all through the capture's 20 s, not all at its end).
@@ -451,7 +455,8 @@ fn wiresharks_ipfix_dissector_finds_nothing_malformed_and_every_record() {
         std::thread::sleep(Duration::from_millis(100));
     }
     td.stop();
-    assert_eq!(in_file(), sent, "tcpdump captured {} of the {sent} messages sent", in_file());
+    let said = said.join().unwrap_or_default();
+    assert_eq!(in_file(), sent, "tcpdump captured {} of the {sent} messages sent ({}); tcpdump: {said}", in_file(), summary(&err, "ipfix"));
     let decode = format!("udp.port=={},cflow", col.port);
     let flows = col.flows();
     let s = summary(&err, "ipfix");
