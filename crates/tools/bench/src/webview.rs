@@ -4,12 +4,14 @@
 //! page open and with pages open: each page is what the browser keeps open, an event
 //! stream (`/api/events`, the runs once a second) read by curl with the session's cookie,
 //! and Prometheus's share, `/metrics` scraped every second with the scrape token, alternating
-//! rounds. Each round times a closed and an open run back to back (in alternating order);
-//! the figure is the median over the rounds of the closed run's time over the open run's
-//! (the runs' own elapsed times, as their reports say): a pair shares the machine's state of
-//! the moment, so drift on a shared machine (rounds here vary by 20%) cancels, where the best
-//! round of each side would compare two different moments. Counts are checked before it
-//! prints; the best rounds are printed beside it. The browser's own drawing is not in it: it runs wherever the
+//! rounds. Each round runs a closed and an open run back to back (in alternating order) and
+//! reads the CPU the daemon and everything it started spent on each (its threads' scheduler
+//! time, and the workers it reaped: the run's worker, whose one busy thread makes the run's
+//! throughput; the page's event streams and scrapes are served by the daemon's threads). The
+//! figure is the median over the rounds of the closed run's CPU over the open run's: the
+//! inverse of what the open page takes of a CPU-bound run's throughput, robust against a
+//! shared machine's scheduling (the runs' wall times, printed beside it, vary by 20-50% from
+//! round to round here, the target is 2%). Counts are checked before it prints. The browser's own drawing is not in it: it runs wherever the
 //! browser does, not in the daemon or the run.
 
 use crate::daemon::{Daemon, RunReport, Setup};
@@ -105,6 +107,34 @@ impl Drop for Pages {
     }
 }
 
+/// CPU seconds the daemon `pid` has spent so far: its threads and its live descendants'
+/// (scheduler nanoseconds), and the children it has waited for (/proc/PID/stat's cutime
+/// and cstime, clock ticks). Called with no worker running: waits (up to 5 s) until the
+/// daemon has reaped the last run's.
+fn daemon_cpu(pid: u32) -> Result<f64> {
+    let waited = std::time::Instant::now();
+    let (ns, procs) = loop {
+        let (ns, procs) = crate::meter::tree_ns(&[pid]);
+        if procs <= 1 || waited.elapsed() > Duration::from_secs(5) {
+            break (ns, procs);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    if procs > 1 {
+        return Err(err("the daemon still had a worker 5 s after its run ended"));
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| err(format!("/proc/{pid}/stat: {e}")))?;
+    // After the command's closing parenthesis: field 3 (state) first; cutime and cstime
+    // are fields 16 and 17.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // /proc counts in USER_HZ clock ticks, 100 a second on Linux.
+    let children = (ticks(16) + ticks(17)) / 100.0;
+    Ok(ns as f64 / 1e9 + children)
+}
+
 /// The figure and its note.
 pub fn open_vs_closed(
     streamlined: &Path,
@@ -126,6 +156,7 @@ pub fn open_vs_closed(
     let cookie = session_cookie(&url)?;
     let token = std::fs::read_to_string(ddir.join("metrics.token"))
         .map_err(|e| err(format!("the scrape token: {e}")))?;
+    let pid = daemon.child.as_ref().map_or(0, |c| c.id());
     let s = Setup {
         streamline: streamline.to_path_buf(),
         daemon,
@@ -147,23 +178,32 @@ pub fn open_vs_closed(
         }
         Ok(())
     };
-    println!("{:<6} {:>14} {:>14} {:>8}", "round", "closed run s", "open run s", "scrapes");
-    let (mut closed, mut open) = (Vec::new(), Vec::new());
+    println!(
+        "{:<6} {:>12} {:>12} {:>13} {:>13} {:>8}",
+        "round", "closed run s", "open run s", "closed CPU s", "open CPU s", "scrapes"
+    );
+    let (mut closed, mut open, mut closed_cpu, mut open_cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for r in 0..rounds.max(2) {
-        let time_open = || -> Result<(f64, u64)> {
+        // The pages are opened before the CPU is read and closed after: the daemon's
+        // serving of them while the run runs is in the open run's CPU.
+        let time_open = || -> Result<((f64, f64), u64)> {
             let pg = Pages::open(&base, &cookie, token.trim(), pages)?;
+            let c0 = daemon_cpu(pid)?;
             let (_, rep) = s.through_daemon(&p)?;
+            let cpu = daemon_cpu(pid)? - c0;
             check(&rep, "with the web view open")?;
             let (scrapes, still) = pg.close();
             if !still {
                 return Err(err("an event stream ended while the run ran (see the daemon's log)"));
             }
-            Ok((rep.elapsed, scrapes))
+            Ok(((rep.elapsed, cpu), scrapes))
         };
-        let time_closed = || -> Result<f64> {
+        let time_closed = || -> Result<(f64, f64)> {
+            let c0 = daemon_cpu(pid)?;
             let (_, rep) = s.through_daemon(&p)?;
+            let cpu = daemon_cpu(pid)? - c0;
             check(&rep, "with the web view closed")?;
-            Ok(rep.elapsed)
+            Ok((rep.elapsed, cpu))
         };
         let (c, (o, scrapes)) = if r % 2 == 0 {
             let c = time_closed()?;
@@ -175,9 +215,12 @@ pub fn open_vs_closed(
         if scrapes == 0 {
             return Err(err("no /metrics scrape succeeded while the page was open"));
         }
-        println!("{r:<6} {c:>14.3} {o:>14.3} {scrapes:>8}");
+        let ((c, cc), (o, oc)) = (c, o);
+        println!("{r:<6} {c:>12.3} {o:>12.3} {cc:>13.3} {oc:>13.3} {scrapes:>8}");
         closed.push(c);
         open.push(o);
+        closed_cpu.push(cc);
+        open_cpu.push(oc);
     }
     let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let (bc, bo) = (best(&closed), best(&open));
@@ -186,18 +229,24 @@ pub fn open_vs_closed(
         n as f64 / bc / 1e6,
         n as f64 / bo / 1e6
     );
-    let mut paired: Vec<f64> = closed.iter().zip(&open).map(|(c, o)| c / o).collect();
-    paired.sort_by(f64::total_cmp);
-    let median = paired[paired.len() / 2];
-    println!(
-        "per round, closed time over open time: {} (median {median:.3})",
-        paired.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ")
-    );
+    let median_of = |a: &[f64], b: &[f64]| -> (f64, Vec<f64>) {
+        let mut v: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y.max(1e-9)).collect();
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v)
+    };
+    let (wall, wall_rounds) = median_of(&closed, &open);
+    let (cpu, cpu_rounds) = median_of(&closed_cpu, &open_cpu);
+    let show = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ");
+    println!("per round, closed over open: run time {} (median {wall:.3})", show(&wall_rounds));
+    println!("per round, closed over open: CPU {} (median {cpu:.3})", show(&cpu_rounds));
+    if !cpu.is_finite() || cpu <= 0.0 {
+        return Err(err("no CPU was read for the runs (is /proc mounted?)"));
+    }
     Ok((
-        median,
+        cpu,
         format!(
-            "median of {} paired rounds; best runs {:.2} (open) vs {:.2} (closed) M blocks/s, {pages} pages open + /metrics each second, {n} x 1KiB",
-            paired.len(),
+            "median of {} paired rounds of the daemon's and its worker's CPU per run; run times' median {wall:.3}, best runs {:.2} (open) vs {:.2} (closed) M blocks/s, {pages} pages open + /metrics each second, {n} x 1KiB",
+            cpu_rounds.len(),
             n as f64 / bo / 1e6,
             n as f64 / bc / 1e6
         ),
