@@ -204,6 +204,8 @@ fn edges_show_their_rates_and_across_spaces_their_rings_fill_and_readers_grouped
     let rows = b.texts("#panel-counters td");
     let arc = rows.iter().position(|t| t == "\u{2192} deflate").expect("gen's arc in its panel");
     assert!(rows[arc + 1].contains("waits for room"), "{rows:?}");
+    // And plots how full that ring was over the last minutes.
+    b.wait("#plots svg.ring-plot", "ring to deflate, % full", 5.0);
     b.shot("web-edges-rings");
     stop(&d, id);
 }

@@ -41,8 +41,8 @@ function record(doc) {
       const k = edgeKey(r.run, e.from, e.to);
       let h = st.ehist.get(k);
       if (!h) st.ehist.set(k, (h = []));
-      h.push({ t: doc.t, b: e.blocks, y: e.bytes });
-      if (h.length > 2) h.shift();
+      h.push({ t: doc.t, b: e.blocks, y: e.bytes, fill: e.ring ? 100 * ringFill(e.ring) : null });
+      if (h.length > KEEP + 1) h.shift();
     }
   }
 }
@@ -50,9 +50,10 @@ function edgeKey(run, from, to) { return run + "\u0000" + from + "\u0000" + to; 
 // An edge's blocks and bytes per second over the last two samples.
 function edgeRate(run, from, to) {
   const h = st.ehist.get(edgeKey(run, from, to)) || [];
-  if (h.length < 2 || h[1].t <= h[0].t) return { blocks: 0, bytes: 0 };
-  const dt = h[1].t - h[0].t;
-  return { blocks: Math.max(0, (h[1].b - h[0].b) / dt), bytes: Math.max(0, (h[1].y - h[0].y) / dt) };
+  const a = h[h.length - 2], b = h[h.length - 1];
+  if (!a || b.t <= a.t) return { blocks: 0, bytes: 0 };
+  const dt = b.t - a.t;
+  return { blocks: Math.max(0, (b.b - a.b) / dt), bytes: Math.max(0, (b.y - a.y) / dt) };
 }
 // The edges of a run: the worker's arcs (counted, with rings), else the graph's.
 function edgesOf(r) {
@@ -278,7 +279,7 @@ function drawGraph(r) {
   }
 }
 
-function plot(series, key, title) {
+function plot(series, key, title, unit = "/s") {
   const W = 320, H = 70, s = series.slice(-KEEP);
   const svg = el("svg:svg", { class: "plot", width: W, height: H + 14 });
   const max = Math.max(1e-9, ...s.map((p) => p[key]));
@@ -286,7 +287,7 @@ function plot(series, key, title) {
   const t1 = s.length ? s[s.length - 1].t : 0;
   const pts = s.map((p) => `${(W - (t1 - p.t) * (W / KEEP)).toFixed(1)},${(H - (p[key] / max) * (H - 4)).toFixed(1)}`).join(" ");
   svg.append(el("svg:polyline", { points: pts }));
-  svg.append(el("svg:text", { x: 2, y: H + 12 }, title + " (max " + fmt(max) + "/s, 5 min)"));
+  svg.append(el("svg:text", { x: 2, y: H + 12 }, title + " (max " + fmt(max) + unit + ", 5 min)"));
   return svg;
 }
 
@@ -307,7 +308,13 @@ function drawPanel(r) {
   }
   $("panel-counters").replaceChildren(...rows.map(([k, v]) => { const tr = el("tr"); tr.append(el("td", {}, k), el("td", { class: "n" }, String(v))); return tr; }));
   const series = rates(r.run, n.label);
-  $("plots").replaceChildren(plot(series, "blocks", "blocks/s"), plot(series, "bytes", "bytes/s"), plot(series, "drops", "drops/s"));
+  const rings = edgesOf(r).filter((e) => e.from === n.label && e.ring).map((e) => {
+    const h = (st.ehist.get(edgeKey(r.run, e.from, e.to)) || []).filter((p) => p.fill !== null);
+    const svg = plot(h, "fill", "ring to " + e.to + ", % full", "%");
+    svg.classList.add("ring-plot");
+    return svg;
+  });
+  $("plots").replaceChildren(plot(series, "blocks", "blocks/s"), plot(series, "bytes", "bytes/s"), plot(series, "drops", "drops/s"), ...rings);
   const base = "/api/runs/" + r.run + "/nodes/" + encodeURIComponent(n.label);
   $("sample-pcap").href = base + "/sample.pcap?secs=10&count=10000";
   if ($("sample-lines").dataset.node !== nodeKey(r.run, n.label)) {
