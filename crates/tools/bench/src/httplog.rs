@@ -40,19 +40,7 @@ pub struct Args {
     requests: Option<u64>,
 }
 
-/// xorshift, seeded: the same capture every run.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::util::Rng;
 
 /// Frames of one capture being written, with a clock.
 struct Writer {

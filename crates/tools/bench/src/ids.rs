@@ -66,19 +66,7 @@ fn service_rules(n: usize) -> String {
         .collect()
 }
 
-/// xorshift, seeded: the same rule set every run.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn word(&mut self, len: usize) -> String {
-        (0..len).map(|_| (b'a' + (self.next() % 26) as u8) as char).collect()
-    }
-}
+use crate::util::Rng;
 
 /// `n` rules; the first ones match the sample's traffic now and then.
 fn rules(n: usize) -> String {

@@ -470,3 +470,25 @@ pub fn median(v: &[f64]) -> f64 {
         n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
+
+/// The seeded generator the benchmarks make their inputs with (xorshift64): the same rule
+/// set and the same capture on every run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// `len` lowercase letters.
+    pub fn word(&mut self, len: usize) -> String {
+        (0..len).map(|_| (b'a' + self.below(26) as u8) as char).collect()
+    }
+}

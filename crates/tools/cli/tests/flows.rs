@@ -216,19 +216,7 @@ fn assert_same_flows(name: &str, mut theirs: Vec<String>, ours: Vec<String>) {
 // ---------------------------------------------------------------------------------------
 // Captures made from a seed.
 
-/// xorshift, seeded.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use common::rng::Rng;
 
 /// One conversation's frames, each with its offset from the conversation's start (µs).
 type Frames = Vec<(u64, Vec<u8>)>;

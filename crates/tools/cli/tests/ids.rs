@@ -45,19 +45,8 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
-/// xorshift, seeded.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+mod common;
+use common::rng::Rng;
 
 const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];

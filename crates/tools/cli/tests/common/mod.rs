@@ -2,6 +2,7 @@
 
 pub mod browser;
 pub mod daemon;
+pub mod rng;
 
 /// A daemon's worker as `pgrep -x` and /proc/PID/comm name it.
 #[allow(dead_code)]
