@@ -347,6 +347,20 @@ mod tests {
     }
 
     #[test]
+    fn ring_and_cpu_records_parse_and_a_short_one_is_named_not_taken() {
+        let mut rep = SpacesReport::default();
+        let text = "ring\t3\t16\t65536\t4096\t16777216\t1\t7\t9\ncpu\t1\t1\nring\t4\t16\n";
+        parse_report(text, &mut rep, "@p2");
+        assert_eq!(rep.rings.len(), 1);
+        let (ch, g) = rep.rings[0];
+        assert_eq!((ch, g.tags_used, g.data_size, g.readers, g.writer_waits, g.wakeups), (3, 16, 16777216, 1, 7, 9));
+        assert_eq!(rep.sites.len(), 1);
+        assert_eq!((rep.sites[0].space.as_str(), rep.sites[0].cpu, rep.sites[0].pinned), ("p2", Some(1), true));
+        assert_eq!(rep.warnings.len(), 1, "{:?}", rep.warnings);
+        assert!(rep.warnings[0].contains("unreadable report line") && rep.warnings[0].contains("ring\t4\t16"), "{:?}", rep.warnings);
+    }
+
+    #[test]
     fn an_error_without_a_node_is_laid_on_the_space() {
         let back = child_error("no filter is placed in space p3", "deflate, count");
         assert_eq!((back.label.as_str(), back.span), ("deflate, count", None));
