@@ -54,10 +54,20 @@ pub static IPFIXIN: FilterSpec = FilterSpec::new("ipfixin", Access::Source)
          `count` records, or `idle` seconds without a message once one came.",
     )
     .params(&[
-        Param::new("port", "UDP port to listen on (also positional)").at(0).kind(Kind::Count).default("4739"),
+        Param::new("port", "UDP port to listen on (also positional)")
+            .at(0)
+            .kind(Kind::Count)
+            .default("4739"),
         Param::new("bind", "address to listen on (default 0.0.0.0)"),
-        Param::new("count", "end after this many records (0: never)").kind(Kind::Size).default("0"),
-        Param::new("idle", "end after this many seconds without a message, once one came (0: never)").kind(Kind::Number).default("0"),
+        Param::new("count", "end after this many records (0: never)")
+            .kind(Kind::Size)
+            .default("0"),
+        Param::new(
+            "idle",
+            "end after this many seconds without a message, once one came (0: never)",
+        )
+        .kind(Kind::Number)
+        .default("0"),
     ])
     .classes("1 for every record")
     .example("streamline run 'ipfixin port=4739 | grep \"proto\":6 | outfile tcp-flows.json'");

@@ -1,6 +1,8 @@
 //! The declaration of `filters::ids`' filter, `ips` (its constructor is there).
 
-use crate::{Access, Cost, FilterSpec, Implementation, KernelForm, Kind, Needs, Param, Replication, Space};
+use crate::{
+    Access, Cost, FilterSpec, Implementation, KernelForm, Kind, Needs, Param, Replication, Space,
+};
 
 pub static IPS: FilterSpec = FilterSpec::new("ips", Access::Classification)
     .synopsis("ips rules=FILE [eve=FILE] [fast=FILE] [mode=ips|ids] [home=NET] [external=NET] [flood=RATE/BURST] [placed=user]")

@@ -1,6 +1,8 @@
 //! The declarations of `filters::inspect`'s filters (their constructors are there).
 
-use crate::{Access, Cost, FilterSpec, Implementation, KernelForm, Kind, Needs, Param, Replication, Space};
+use crate::{
+    Access, Cost, FilterSpec, Implementation, KernelForm, Kind, Needs, Param, Replication, Space,
+};
 
 pub static COUNT: FilterSpec = FilterSpec::new("count", Access::Statistics)
     .synopsis("count")

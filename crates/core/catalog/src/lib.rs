@@ -42,8 +42,8 @@ pub mod sources;
 pub mod transmit;
 
 pub use spec::{
-    control_options_doc, parse_size, Access, Cost, FilterSpec, Implementation, KernelForm,
-    Kind, Needs, Origin, Param, Replication, Space, COMMON_OPTIONS, HINTS, PLANNER_OPTIONS,
+    control_options_doc, parse_size, Access, Cost, FilterSpec, Implementation, KernelForm, Kind,
+    Needs, Origin, Param, Replication, Space, COMMON_OPTIONS, HINTS, PLANNER_OPTIONS,
 };
 
 /// Every native filter, in the order `streamline filters` lists them: the one line a new

@@ -1,6 +1,8 @@
 //! The declarations of `filters::nicfix`'s filters (their constructors are there).
 
-use crate::{Access, Cost, FilterSpec, Implementation, KernelForm, Kind, Needs, Param, Replication, Space};
+use crate::{
+    Access, Cost, FilterSpec, Implementation, KernelForm, Kind, Needs, Param, Replication, Space,
+};
 
 /// Where the filter runs: `placed=user` keeps it in user space; the kernel side (and its
 /// maps' pin directory) is set by the kernel placement after `rx`

@@ -37,6 +37,4 @@ pub static SHAPE: FilterSpec = FilterSpec::new("shape", Access::Metadata)
     ])
     .classes("unchanged")
     .example("streamline run 'gen count=1000 size=1K | shape rate=100KB/s | count'")
-    .replication(Replication::Never(
-        "one budget paces the whole stream",
-    ));
+    .replication(Replication::Never("one budget paces the whole stream"));

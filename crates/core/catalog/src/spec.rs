@@ -418,9 +418,8 @@ pub const HINTS: &[(&str, &str)] = &[
 
 /// `streamline help options`: the control options and hints every filter takes.
 pub fn control_options_doc() -> String {
-    let mut s = String::from(
-        "CONTROL OPTIONS (thesis Table 3.2): key=value words every filter takes\n",
-    );
+    let mut s =
+        String::from("CONTROL OPTIONS (thesis Table 3.2): key=value words every filter takes\n");
     for (k, text) in COMMON_OPTIONS {
         s += &format!("    {k:<20} {text}\n");
     }
@@ -579,7 +578,11 @@ impl FilterSpec {
     /// its description (the declaration is its one home), cut at its first `:`, `;` or
     /// `,` outside parentheses while longer than 100 characters.
     pub fn summary(&self) -> String {
-        let text = self.description.split_whitespace().collect::<Vec<_>>().join(" ");
+        let text = self
+            .description
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         let end = text
             .match_indices(". ")
             .map(|(i, _)| i)
@@ -727,13 +730,16 @@ mod tests {
         let doc = control_options_doc();
         for k in lang::CONTROL_OPTIONS {
             assert!(
-                COMMON_OPTIONS.iter().any(|(o, _)| o.split('=').next() == Some(k)),
+                COMMON_OPTIONS
+                    .iter()
+                    .any(|(o, _)| o.split('=').next() == Some(k)),
                 "control option {k} is not documented"
             );
         }
         for h in lang::Hint::ALL {
             assert!(
-                HINTS.iter().any(|(n, _)| *n == h.name()) && doc.contains(&format!("@{}", h.name())),
+                HINTS.iter().any(|(n, _)| *n == h.name())
+                    && doc.contains(&format!("@{}", h.name())),
                 "hint @{} is not documented",
                 h.name()
             );
@@ -743,7 +749,10 @@ mod tests {
     #[test]
     fn a_summary_is_the_first_sentence_cut_short() {
         let spec = |d: &'static str| FilterSpec::new("t", Access::Inspection).description(d);
-        assert_eq!(spec("Counts blocks.\nThen more.").summary(), "Counts blocks.");
+        assert_eq!(
+            spec("Counts blocks.\nThen more.").summary(),
+            "Counts blocks."
+        );
         assert_eq!(
             spec("Passes frames (e.g. IPv4). More.").summary(),
             "Passes frames (e.g. IPv4)."
@@ -789,13 +798,12 @@ mod tests {
             Implementation::NATIVE,
         ]);
         assert!(sieve.runs_after_rx_in_kernel());
-        let model =
-            FilterSpec::new("m", Access::Statistics).implementations(&[Implementation {
-                name: "ebpf-map",
-                space: Space::Kernel(KernelForm::ModelOnly),
-                needs: Needs::Bpf,
-                cost: Cost::DEFAULT,
-            }]);
+        let model = FilterSpec::new("m", Access::Statistics).implementations(&[Implementation {
+            name: "ebpf-map",
+            space: Space::Kernel(KernelForm::ModelOnly),
+            needs: Needs::Bpf,
+            cost: Cost::DEFAULT,
+        }]);
         assert!(
             !model.runs_after_rx_in_kernel(),
             "a model-only kernel form is not placed on the socket"

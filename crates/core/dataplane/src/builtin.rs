@@ -198,8 +198,16 @@ impl UnixProc {
         // writes to our standard output; a source reads what the run reads, as the first
         // command of a shell pipeline does (`seq 3 | streamline run 'tr 1 x'`).
         let wire = |c: &mut Command| {
-            c.stdout(if sink { Stdio::inherit() } else { Stdio::piped() })
-                .stdin(if source { Stdio::inherit() } else { Stdio::piped() });
+            c.stdout(if sink {
+                Stdio::inherit()
+            } else {
+                Stdio::piped()
+            })
+            .stdin(if source {
+                Stdio::inherit()
+            } else {
+                Stdio::piped()
+            });
         };
         cmd.args(&argv[usize::from(!builtin)..]);
         wire(&mut cmd);

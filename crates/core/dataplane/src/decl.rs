@@ -54,7 +54,6 @@ pub fn check(spec: &FilterSpec, args: &Args) -> Result<(), FilterError> {
     Ok(())
 }
 
-
 /// [`check`], then the filter's constructor.
 pub fn build(spec: &FilterSpec, make: Make, args: &Args) -> Result<Box<dyn Filter>, FilterError> {
     check(spec, args)?;
@@ -100,17 +99,19 @@ mod tests {
 
     #[test]
     fn declared_arguments_pass() {
-        check(&TOY, &args(&["3", "fast"], &[("icase", "yes")]))
-            .unwrap();
-        check(&TOY, &args(
-            &[],
-            &[
-                ("count", "3"),
-                ("name", "x"),
-                ("space", "1"),
-                ("sel", "0.5"),
-            ],
-        ))
+        check(&TOY, &args(&["3", "fast"], &[("icase", "yes")])).unwrap();
+        check(
+            &TOY,
+            &args(
+                &[],
+                &[
+                    ("count", "3"),
+                    ("name", "x"),
+                    ("space", "1"),
+                    ("sel", "0.5"),
+                ],
+            ),
+        )
         .unwrap();
         check(&MANY, &args(&["a", "b", "c", "d"], &[])).unwrap();
         assert!(build(&TOY, make, &args(&["3"], &[])).is_ok());
@@ -189,8 +190,6 @@ mod tests {
         // The key wins over the position (as Args::get reads it), so only the key's value counts.
         check(&TOY, &args(&["lots"], &[("count", "2")])).unwrap();
     }
-
-
 
     proptest! {
         /// Hostile arguments get an answer, never a panic, and an error always names

@@ -144,7 +144,8 @@ impl Filter for ExportNode {
             return;
         }
         if let Err(e) = self.send_tags(cx.store, &batch.tags) {
-            cx.warnings.push(format!("{}: export stopped: {e}", self.of));
+            cx.warnings
+                .push(format!("{}: export stopped: {e}", self.of));
             self.stopped = true;
             self.writer.close();
         }

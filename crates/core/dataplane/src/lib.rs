@@ -36,13 +36,13 @@
 
 pub mod builtin;
 pub mod channel;
+mod chaos;
 pub mod decl;
 pub mod edit;
 pub mod error;
 pub mod export;
 pub mod filter;
 pub mod hash;
-mod chaos;
 mod migrate;
 mod mmap;
 pub mod netchan;
@@ -70,6 +70,4 @@ pub use runtime::{
     export_name, ArcReport, ArcTarget, BuildError, BuildErrorKind, Carried, Counters, Factory,
     NodeReport, Space, BATCH,
 };
-pub use store::{
-    BufId, CaptureHeader, External, Feeds, RecordMeta, ResolveError, Resolver, Store,
-};
+pub use store::{BufId, CaptureHeader, External, Feeds, RecordMeta, ResolveError, Resolver, Store};

@@ -41,8 +41,8 @@
 //! `--chaos` (random moves at random batch boundaries, for the placement-invariance test).
 //! Does not own: the marker's encoding (`channel`), deciding what to move (`control::adapt`).
 
-use crate::edit::error::{EditError, Refusal};
 use crate::chaos::Chaos;
+use crate::edit::error::{EditError, Refusal};
 use crate::runtime::{endpoint_of, Arc_, Carried, Factory, RtNode, Space};
 use lang::{NodeKind, Selector};
 use std::collections::HashMap;
@@ -210,7 +210,10 @@ impl Space {
         if let Some(l) = expect.filter(|l| *l != self.nodes[x].label) {
             return Err(refused(
                 l,
-                format!("it does not feed channel {ch} ({} does)", self.nodes[x].label),
+                format!(
+                    "it does not feed channel {ch} ({} does)",
+                    self.nodes[x].label
+                ),
             ));
         }
         self.check_movable(x, factory)?;
@@ -302,14 +305,20 @@ impl Space {
                 break to;
             }
             if self.in_arcs(to).len() != 1 {
-                return Err(refused(what, "a removed node after the channel has other inputs"));
+                return Err(refused(
+                    what,
+                    "a removed node after the channel has other inputs",
+                ));
             }
             v = to;
         };
         if let Some(l) = expect.filter(|l| *l != self.nodes[y].label) {
             return Err(refused(
                 l,
-                format!("it does not read the channel ({} does)", self.nodes[y].label),
+                format!(
+                    "it does not read the channel ({} does)",
+                    self.nodes[y].label
+                ),
             ));
         }
         self.check_movable(y, factory)?;
@@ -335,7 +344,10 @@ impl Space {
         };
         // z's arc into the egress now leads to the node, through its old selector and
         // `before` (in its place among z's arcs, its count going on).
-        let (sel, in_index) = (self.nodes[z].out[k].sel.clone(), self.nodes[z].out[k].in_index);
+        let (sel, in_index) = (
+            self.nodes[z].out[k].sel.clone(),
+            self.nodes[z].out[k].in_index,
+        );
         let y = self.add_node(node);
         let mut all = vec![sel];
         all.extend(before);
@@ -363,9 +375,12 @@ impl Space {
         board: &Board,
         factory: &dyn Factory,
     ) -> Result<String, EditError> {
-        let e = self
-            .endpoint(true, ch)
-            .ok_or_else(|| refused(expect.unwrap_or("?"), format!("channel {ch} does not leave this space")))?;
+        let e = self.endpoint(true, ch).ok_or_else(|| {
+            refused(
+                expect.unwrap_or("?"),
+                format!("channel {ch} does not leave this space"),
+            )
+        })?;
         if self.nodes[e]
             .filter
             .as_channel_end()
@@ -457,10 +472,19 @@ impl Space {
 
     /// At a batch boundary: do what the markers this space's ingresses stopped at ask,
     /// and let them go on. Returns whether any was served.
-    pub(crate) fn serve_markers(&mut self, ingresses: &[usize], board: &Board, factory: &dyn Factory) -> bool {
+    pub(crate) fn serve_markers(
+        &mut self,
+        ingresses: &[usize],
+        board: &Board,
+        factory: &dyn Factory,
+    ) -> bool {
         let mut served = false;
         for &i in ingresses {
-            let Some(id) = self.nodes[i].filter.as_channel_end().and_then(|c| c.marker()) else {
+            let Some(id) = self.nodes[i]
+                .filter
+                .as_channel_end()
+                .and_then(|c| c.marker())
+            else {
                 continue;
             };
             match board.take(id) {

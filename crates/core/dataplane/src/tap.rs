@@ -662,8 +662,13 @@ pub(crate) mod tests {
         use std::sync::{Arc, Mutex};
         let passes = Arc::new(AtomicU64::new(0));
         let built = Arc::new(Mutex::new(Vec::new()));
-        let (mut tap, rings) =
-            Tap::shared(1, "t", 1 << 20, test_classifier(passes.clone(), built.clone())).unwrap();
+        let (mut tap, rings) = Tap::shared(
+            1,
+            "t",
+            1 << 20,
+            test_classifier(passes.clone(), built.clone()),
+        )
+        .unwrap();
         let (a, ra) = Subscriber::create(10, &rings, 1024, u32::MAX, WAKE).unwrap();
         let (b, rb) = Subscriber::create(11, &rings, 1024, 3, WAKE).unwrap();
         let (c, rc) = Subscriber::create(12, &rings, 1024, u32::MAX, WAKE).unwrap();
@@ -672,7 +677,11 @@ pub(crate) mod tests {
         // The same program: the same group, no new classifier.
         tap.subscribe(modulo(2, u32::MAX), b);
         tap.subscribe(modulo(5, 2), c);
-        assert_eq!(*built.lock().unwrap(), vec![1, 2], "rebuilt per new program only");
+        assert_eq!(
+            *built.lock().unwrap(),
+            vec![1, 2],
+            "rebuilt per new program only"
+        );
         assert_eq!(tap.wants().map(|w| w.len()), Some(2));
         let (mut ra, mut rb, mut rc) = (observer(&ra), observer(&rb), observer(&rc));
         for i in 0..100u8 {

@@ -189,7 +189,12 @@ macro_rules! block_in_source {
             $crate::transport::BlockIn::arm_in(self, w);
         }
 
-        fn pull(&mut self, cx: &mut $crate::filter::Ctx<'_>, out: &mut $crate::filter::Batch, max: usize) -> bool {
+        fn pull(
+            &mut self,
+            cx: &mut $crate::filter::Ctx<'_>,
+            out: &mut $crate::filter::Batch,
+            max: usize,
+        ) -> bool {
             $crate::transport::BlockIn::pull_in(self, cx, out, max)
         }
     };
@@ -347,7 +352,9 @@ mod tests {
         assert_eq!(back, f);
         let mut b = Store::new(1 << 16);
         let mut inlet = Inlet::default();
-        let u = cx_run(&mut b, |cx| inlet.admit(cx, &back, b"a captured frame", back.class));
+        let u = cx_run(&mut b, |cx| {
+            inlet.admit(cx, &back, b"a captured frame", back.class)
+        });
         assert_eq!(u.class, 7);
         let got = b.record_of(&u).expect("its record");
         assert_eq!((got.ts_ns, got.orig_len, got.skip), (123_456, 1514, 14));

@@ -95,7 +95,11 @@ fn idle_arc_among_several_live_ones_is_skipped() {
         .filter(|a| a.from.starts_with("src"))
         .map(|a| a.carried.blocks)
         .collect();
-    assert_eq!(carried, vec![3000, 0, 3000], "what each arc carried (the idle one none)");
+    assert_eq!(
+        carried,
+        vec![3000, 0, 3000],
+        "what each arc carried (the idle one none)"
+    );
 }
 
 #[test]

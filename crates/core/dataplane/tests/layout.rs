@@ -31,7 +31,10 @@ fn a_process_space_s_share_crosses_as_json_unchanged() {
                 assert_eq!(n.hints, layout.graph.nodes[*o].hints);
             }
         }
-        assert!(back.channels.iter().all(|(_, c)| c.from == id || c.to == id));
+        assert!(back
+            .channels
+            .iter()
+            .all(|(_, c)| c.from == id || c.to == id));
     }
     // The channel into p1 is configured by its consumer's `@latency`, in the parent.
     let into_p1 = layout.channels.iter().find(|c| c.to == 1).unwrap();

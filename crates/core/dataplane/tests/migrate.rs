@@ -90,7 +90,10 @@ fn label_space(h: &EditHandle, base: &str) -> Option<String> {
 fn wait_for(h: &EditHandle, what: &str, cond: impl Fn(&EditHandle) -> bool) {
     let t0 = Instant::now();
     while !cond(h) {
-        assert!(t0.elapsed() < Duration::from_secs(20), "waited 20 s for {what}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "waited 20 s for {what}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -117,27 +120,63 @@ fn a_filter_moves_down_and_back_with_its_counters() {
         let _stop = Stop(stop);
         let run = s.spawn(move || spaces.run_with(stop, &h2, &F, |_| {}));
         wait_for(&h, "blocks to flow", |h| {
-            h.report().iter().any(|n| n.label == "sink@1" && n.counters.blocks_in > 0)
+            h.report()
+                .iter()
+                .any(|n| n.label == "sink@1" && n.counters.blocks_in > 0)
         });
         // Not next to a channel, a source, a filter holding blocks, a space that is not.
         let e = h.migrate("tally@0", 1, Duration::from_secs(5)).unwrap_err();
-        assert!(matches!(e, EditError::Refused { why: Refusal::NoChannel(_), .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                EditError::Refused {
+                    why: Refusal::NoChannel(_),
+                    ..
+                }
+            ),
+            "{e}"
+        );
         assert!(h.migrate("src@0", 1, Duration::from_secs(5)).is_err());
-        let e = h.migrate("nothing@0", 1, Duration::from_secs(5)).unwrap_err();
+        let e = h
+            .migrate("nothing@0", 1, Duration::from_secs(5))
+            .unwrap_err();
         assert!(matches!(e, EditError::NoNode { .. }), "{e}");
         let e = h.migrate("pass@0", 7, Duration::from_secs(5)).unwrap_err();
-        assert!(matches!(e, EditError::Refused { why: Refusal::NoSpace(_), .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                EditError::Refused {
+                    why: Refusal::NoSpace(_),
+                    ..
+                }
+            ),
+            "{e}"
+        );
         // Down: pass leaves space 0 and arrives in space 1 with what it counted.
-        let before = h.report().into_iter().find(|n| n.label == "pass@0").unwrap();
-        assert_eq!(h.migrate("pass@0", 1, Duration::from_secs(5)).unwrap(), "pass");
+        let before = h
+            .report()
+            .into_iter()
+            .find(|n| n.label == "pass@0")
+            .unwrap();
+        assert_eq!(
+            h.migrate("pass@0", 1, Duration::from_secs(5)).unwrap(),
+            "pass"
+        );
         wait_for(&h, "pass to arrive in space 1", |h| {
             label_space(h, "pass").as_deref() == Some("pass@1")
         });
-        let after = h.report().into_iter().find(|n| n.label == "pass@1").unwrap();
+        let after = h
+            .report()
+            .into_iter()
+            .find(|n| n.label == "pass@1")
+            .unwrap();
         assert!(after.counters.blocks_in >= before.counters.blocks_in);
         // Up again; then the first tally of space 1 (labelled `tally` there) cannot go up:
         // pass is between it and the channel... once pass is back, it can.
-        assert_eq!(h.migrate("pass@1", 0, Duration::from_secs(5)).unwrap(), "pass");
+        assert_eq!(
+            h.migrate("pass@1", 0, Duration::from_secs(5)).unwrap(),
+            "pass"
+        );
         wait_for(&h, "pass back in space 0", |h| {
             label_space(h, "pass").as_deref() == Some("pass@0")
         });
@@ -177,7 +216,10 @@ fn a_filter_moves_down_and_back_with_its_counters() {
     let tallies: Vec<&String> = s.iter().filter(|l| l.starts_with("tally: ")).collect();
     assert_eq!(tallies.len(), 2, "{s:?}");
     assert_eq!(tallies[0], tallies[1], "{s:?}");
-    assert!(tallies[0].starts_with(&format!("tally: {n} blocks")), "{s:?}");
+    assert!(
+        tallies[0].starts_with(&format!("tally: {n} blocks")),
+        "{s:?}"
+    );
 }
 
 /// A filter moving back and forth is counted once in the run's table as it runs: its
@@ -196,7 +238,9 @@ fn a_moving_filter_is_never_counted_twice() {
         let _stop = Stop(stop);
         let run = s.spawn(move || spaces.run_with(stop, &h2, &F, |_| {}));
         wait_for(&h, "blocks to flow", |h| {
-            h.report().iter().any(|n| n.label == "sink@1" && n.counters.blocks_in > 0)
+            h.report()
+                .iter()
+                .any(|n| n.label == "sink@1" && n.counters.blocks_in > 0)
         });
         // The table, read as fast as it can be while pass moves: (samples, pass's
         // counts in order where it was shown).
@@ -211,10 +255,16 @@ fn a_moving_filter_is_never_counted_twice() {
         });
         let mut moves = 0;
         for k in 0..40 {
-            let (from, to) = if k % 2 == 0 { ("pass@0", 1) } else { ("pass@1", 0) };
+            let (from, to) = if k % 2 == 0 {
+                ("pass@0", 1)
+            } else {
+                ("pass@1", 0)
+            };
             assert_eq!(h.migrate(from, to, Duration::from_secs(5)).unwrap(), "pass");
             let there = format!("pass@{to}");
-            wait_for(&h, "pass to arrive", |h| label_space(h, "pass").as_deref() == Some(there.as_str()));
+            wait_for(&h, "pass to arrive", |h| {
+                label_space(h, "pass").as_deref() == Some(there.as_str())
+            });
             moves += 1;
         }
         moving.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -241,7 +291,9 @@ fn a_moving_filter_is_never_counted_twice() {
 #[test]
 fn an_exported_filter_moves_with_its_stream() {
     let name = format!("mvexp{}", std::process::id());
-    let g = graph(&format!("src 4000000000 | pass name={name} export=yes | tally space=1 | sink"));
+    let g = graph(&format!(
+        "src 4000000000 | pass name={name} export=yes | tally space=1 | sink"
+    ));
     let spaces = Spaces::build(&g, &F, 1 << 20, cfg()).unwrap();
     // Attached before the first block: the stream is lossless from its start.
     let tags = beltway::Reader::open(&dataplane::export_name(&name), beltway::Start::Oldest)
@@ -263,16 +315,22 @@ fn an_exported_filter_moves_with_its_stream() {
         });
         let run = s.spawn(move || spaces.run_with(stop, &h2, &F, |_| {}));
         wait_for(&h, "blocks to flow", |h| {
-            h.report().iter().any(|n| n.label == "sink@1" && n.counters.blocks_in > 0)
+            h.report()
+                .iter()
+                .any(|n| n.label == "sink@1" && n.counters.blocks_in > 0)
         });
         for (from, to) in [(0, 1), (1, 0)] {
             let at = format!("{label}@{from}");
             assert_eq!(h.migrate(&at, to, Duration::from_secs(5)).unwrap(), label);
             let there = format!("{label}@{to}");
-            wait_for(&h, "the move", |h| label_space(h, &label).as_deref() == Some(there.as_str()));
+            wait_for(&h, "the move", |h| {
+                label_space(h, &label).as_deref() == Some(there.as_str())
+            });
             let (node, from) = (format!("{export}@{to}"), there.clone());
             wait_for(&h, "the export shown on the moved filter", |h| {
-                h.graph().iter().any(|n| n.label == node && n.inputs == [from.clone()])
+                h.graph()
+                    .iter()
+                    .any(|n| n.label == node && n.inputs == [from.clone()])
             });
         }
         drop(_stop);
@@ -286,7 +344,18 @@ fn an_exported_filter_moves_with_its_stream() {
         "blocks missing, twice or out of order in the stream of {} blocks",
         seqs.len()
     );
-    let pass = rep.nodes.iter().find(|n| n.label == label).expect("its row");
-    assert_eq!(pass.counters.blocks_out, seqs.len() as u64, "the stream is what it passed on");
-    assert!(rep.nodes.iter().all(|n| !n.label.starts_with("__")), "no row of the run's own");
+    let pass = rep
+        .nodes
+        .iter()
+        .find(|n| n.label == label)
+        .expect("its row");
+    assert_eq!(
+        pass.counters.blocks_out,
+        seqs.len() as u64,
+        "the stream is what it passed on"
+    );
+    assert!(
+        rep.nodes.iter().all(|n| !n.label.starts_with("__")),
+        "no row of the run's own"
+    );
 }

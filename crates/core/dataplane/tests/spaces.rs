@@ -95,7 +95,10 @@ fn a_panic_in_space_0_is_reported_not_propagated() {
     let rep = spaces.run(&AtomicBool::new(false), |_| {});
     assert!(t0.elapsed() < Duration::from_secs(30));
     let died = rep.died.expect("the death is reported");
-    assert!(died.contains("space 0 (src, boom) died: boom after"), "{died}");
+    assert!(
+        died.contains("space 0 (src, boom) died: boom after"),
+        "{died}"
+    );
     assert!(rep.failed);
 }
 
@@ -189,7 +192,11 @@ fn interrupt_releases_a_producer_blocked_on_a_full_channel() {
         )
         .unwrap();
         // The producer: xsrc, in space 1 in the first, in space 0 (this thread) in the second.
-        let producer = if text.starts_with("xsrc 4000000000 space=1") { 1 } else { 0 };
+        let producer = if text.starts_with("xsrc 4000000000 space=1") {
+            1
+        } else {
+            0
+        };
         let rep = run_interrupted(spaces, When::Blocked(producer), text);
         assert!(rep.died.is_none(), "{text}: {:?}", rep.died);
         assert!(

@@ -3,9 +3,7 @@
 //! after any source (capture files, other filters). The kernel implementation (the same
 //! program attached to a capture socket) joins it with live capture.
 
-use dataplane::{
-    Args, Batch, Ctx, Filter, FilterError,
-};
+use dataplane::{Args, Batch, Ctx, Filter, FilterError};
 use kernel::cbpf::{compile, compile_for_file, Program};
 
 pub struct Bpf {
@@ -43,7 +41,10 @@ impl PerLink {
     /// As [`PerLink::new`], but frames of a link type the expression does not compile
     /// for are accepted, without a warning.
     pub(crate) fn superset(expr: &str) -> Result<PerLink, kernel::cbpf::BpfError> {
-        Ok(PerLink { accept_uncompiled: true, ..PerLink::new(expr)? })
+        Ok(PerLink {
+            accept_uncompiled: true,
+            ..PerLink::new(expr)?
+        })
     }
 
     /// Whether the program accepts the block `t`; a block of a link type the expression
@@ -60,7 +61,9 @@ impl PerLink {
                     Ok(p) => Some(p),
                     Err(e) => {
                         if !self.accept_uncompiled {
-                            cx.warn(format!("for link type {link}: {e}; those frames are dropped"));
+                            cx.warn(format!(
+                                "for link type {link}: {e}; those frames are dropped"
+                            ));
                         }
                         None
                     }
@@ -99,7 +102,8 @@ impl Filter for Bpf {
         for i in 0..batch.tags.len() {
             // The headers of a packet a few ahead start on their way into the cache.
             if let Some(u) = batch.tags.get(i + PREFETCH_AHEAD) {
-                cx.store.prefetch(u.buf, u.pos as usize, u.pos as usize + 64);
+                cx.store
+                    .prefetch(u.buf, u.pos as usize, u.pos as usize + 64);
             }
             let ok = self.prog.accepts(cx, &batch.tags[i]);
             batch.tags[i].class = ok as u16;
@@ -112,4 +116,3 @@ const PREFETCH_AHEAD: usize = 4;
 
 // The declarations of this file's filters are data in the catalog (`catalog::bpf::BPF`);
 // their constructors are below, paired with them in `filters::CONSTRUCTORS`.
-

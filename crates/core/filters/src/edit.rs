@@ -4,10 +4,7 @@
 use crate::packet::parse_tag;
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
-use dataplane::{
-    Args, Batch, Ctx, Filter, FilterError,
-    Tag,
-};
+use dataplane::{Args, Batch, Ctx, Filter, FilterError, Tag};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 
 /// Crops blocks: a number of bytes, or up to a protocol's payload. No copy.
@@ -645,4 +642,3 @@ pub(crate) fn make_decrypt(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 // The declarations of this file's filters are data in the catalog (`catalog::edit::{STRIP,
 // DEFLATE, INFLATE, ENCRYPT, DECRYPT, XOR}`); their constructors are below, paired with
 // them in `filters::CONSTRUCTORS`.
-

@@ -70,7 +70,10 @@ pub fn run_capture(data: &[u8]) -> bool {
     let built = Space::build(&g, &crate::Library, 1 << 20);
     match built {
         Ok(mut s) => {
-            assert!(header_ok, "pcapin accepted a file the savefile reader refuses");
+            assert!(
+                header_ok,
+                "pcapin accepted a file the savefile reader refuses"
+            );
             s.run(&AtomicBool::new(false), |_| {});
         }
         Err(e) => assert!(

@@ -3,9 +3,7 @@
 
 use crate::packet::{parse_tag, L4};
 use aho_corasick::AhoCorasick;
-use dataplane::{
-    Args, Batch, Classifier, Classify, Ctx, Filter, FilterError, Tag,
-};
+use dataplane::{Args, Batch, Classifier, Classify, Ctx, Filter, FilterError, Tag};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::Write;
 
@@ -289,4 +287,3 @@ pub(crate) fn make_dedup(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 // The declarations of this file's filters are data in the catalog
 // (`catalog::inspect::{COUNT, HIST, INSPECT, GREP, REGEX, MATCH, DEDUP}`); their
 // constructors are below, paired with them in `filters::CONSTRUCTORS`.
-

@@ -39,9 +39,7 @@
 //! `group=`, `kafkain` reads every partition itself and commits nothing.
 
 use dataplane::transport::{BlockIn, BlockOut, Fields, HeaderError, Inlet, Outgoing, Outlet};
-use dataplane::{
-    Args, Batch, Ctx, Feeds, Filter, FilterError, Store,
-};
+use dataplane::{Args, Batch, Ctx, Feeds, Filter, FilterError, Store};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
@@ -400,13 +398,13 @@ pub(crate) fn make_kafkaout(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     for (k, v) in PRODUCER_SETTINGS {
         cfg.set(k, v);
     }
-    let producer: BaseProducer<Counting> = cfg
-        .create_with_context(reports.clone())
-        .map_err(|e| BrokerError::Refused {
-            brokers: brokers.clone(),
-            what: "cannot make a producer".into(),
-            why: e.to_string(),
-        })?;
+    let producer: BaseProducer<Counting> =
+        cfg.create_with_context(reports.clone())
+            .map_err(|e| BrokerError::Refused {
+                brokers: brokers.clone(),
+                what: "cannot make a producer".into(),
+                why: e.to_string(),
+            })?;
     let mut partitions = partitions_of(producer.client(), &brokers, &topic, wait)?;
     if create > 0 && partitions.is_none() {
         create_topic(&brokers, &topic, create, wait)?;
@@ -815,7 +813,9 @@ impl KafkaIn {
             (ClassBy::Sent, Some(h)) => h.class,
             _ => (p as u16).wrapping_add(1),
         };
-        let t = self.inlet.admit(cx, &header.unwrap_or_default(), payload, class);
+        let t = self
+            .inlet
+            .admit(cx, &header.unwrap_or_default(), payload, class);
         self.batch.insert(p, m.offset() + 1);
         out.push(t);
     }

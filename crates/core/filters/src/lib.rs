@@ -199,8 +199,15 @@ mod tests {
     #[test]
     fn every_declaration_has_exactly_one_constructor_and_every_constructor_a_declaration() {
         for spec in REGISTRY {
-            let n = CONSTRUCTORS.iter().filter(|(s, _)| std::ptr::eq(*s, *spec)).count();
-            assert_eq!(n, 1, "{} has {n} constructors in filters::CONSTRUCTORS", spec.name);
+            let n = CONSTRUCTORS
+                .iter()
+                .filter(|(s, _)| std::ptr::eq(*s, *spec))
+                .count();
+            assert_eq!(
+                n, 1,
+                "{} has {n} constructors in filters::CONSTRUCTORS",
+                spec.name
+            );
         }
         for (spec, _) in CONSTRUCTORS {
             assert!(

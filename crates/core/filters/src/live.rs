@@ -6,9 +6,7 @@
 //! bytecount) as eBPF programs: [`kernel_placement`] moves the program onto the socket.
 
 use crate::lent;
-use dataplane::{
-    Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, RecordMeta, Store, Tag,
-};
+use dataplane::{Args, Batch, BufId, Ctx, Filter, FilterError, FilterSpec, RecordMeta, Store, Tag};
 use kernel::afpacket::{Block, RxConfig, RxRing, SocketFilter};
 use kernel::batching::{Batching, Gather, QueueChoice, RxView};
 use kernel::cbpf::compile;
@@ -188,7 +186,12 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let readers = match a.get("keep", None).unwrap_or("all") {
         "all" => None,
         // Until a reader subscribes, nobody wants anything.
-        "readers" => Some(Some(vec![kernel::cbpf::Insn { code: 0x06, jt: 0, jf: 0, k: 0 }])),
+        "readers" => Some(Some(vec![kernel::cbpf::Insn {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }])),
         v => return Err(FilterError::bad("keep", v, "all or readers")),
     };
     if readers.is_some() && kebpf.is_some() {
@@ -362,8 +365,9 @@ impl Rx {
     ) -> Vec<kernel::cbpf::Insn> {
         match own {
             None => union.to_vec(),
-            Some(p) => kernel::coalesce::and_then(p.insns(), union)
-                .unwrap_or_else(|| p.insns().to_vec()),
+            Some(p) => {
+                kernel::coalesce::and_then(p.insns(), union).unwrap_or_else(|| p.insns().to_vec())
+            }
         }
     }
 
@@ -406,7 +410,12 @@ impl Filter for Rx {
             },
             None => None,
         };
-        let all = [kernel::cbpf::Insn { code: 0x06, jt: 0, jf: 0, k: kernel::coalesce::ACCEPT }];
+        let all = [kernel::cbpf::Insn {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k: kernel::coalesce::ACCEPT,
+        }];
         let program = match &union {
             Some(u) => self.with_own(own.as_ref(), u),
             None => own.as_ref().map_or(all.to_vec(), |p| p.insns().to_vec()),
@@ -677,8 +686,20 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
         if outs != 1 || ins != 1 || e.sel != Selector::Default {
             continue;
         }
-        let (NodeKind::Filter { filter: a, options: ao, place: ap, params: rp }, NodeKind::Filter { filter: b, params, options: bo, place: bp }) =
-            (&g.nodes[e.from].kind, &g.nodes[e.to].kind)
+        let (
+            NodeKind::Filter {
+                filter: a,
+                options: ao,
+                place: ap,
+                params: rp,
+            },
+            NodeKind::Filter {
+                filter: b,
+                params,
+                options: bo,
+                place: bp,
+            },
+        ) = (&g.nodes[e.from].kind, &g.nodes[e.to].kind)
         else {
             continue;
         };
@@ -699,10 +720,12 @@ pub fn kernel_placement(mut g: lang::Graph) -> lang::Graph {
             },
             // `ips`'s header stage, when nothing reads its output: the frames it refuses
             // would be missing downstream, where `ips` passes them on unjudged.
-            "ips" if !edges.iter().any(|x| x.from == e.to) => match crate::ids::filter::kernel_header(&args) {
-                Some(x) => Some(x),
-                None => continue,
-            },
+            "ips" if !edges.iter().any(|x| x.from == e.to) => {
+                match crate::ids::filter::kernel_header(&args) {
+                    Some(x) => Some(x),
+                    None => continue,
+                }
+            }
             "ips" => continue,
             _ => None,
         };

@@ -14,9 +14,15 @@ fn udp(a: &Args, tcp_only: &[&str], udp_only: &[&str]) -> Result<bool, FilterErr
         "udp" => true,
         p => return Err(FilterError::Rule(format!("proto={p}: expected tcp or udp"))),
     };
-    let (wrong, proto) = if udp { (tcp_only, "udp") } else { (udp_only, "tcp") };
+    let (wrong, proto) = if udp {
+        (tcp_only, "udp")
+    } else {
+        (udp_only, "tcp")
+    };
     if let Some(k) = wrong.iter().find(|k| a.get(k, None).is_some()) {
-        return Err(FilterError::Rule(format!("{k}= does not apply to proto={proto}")));
+        return Err(FilterError::Rule(format!(
+            "{k}= does not apply to proto={proto}"
+        )));
     }
     Ok(udp)
 }
@@ -49,9 +55,15 @@ pub(crate) fn make_netin(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         let queues: usize = a.parse("queues", None, 1)?;
         let idle: f64 = a.parse("idle", None, DEFAULT_IDLE)?;
         let rcvbuf = a.size("rcvbuf", None, 8 << 20)? as usize;
-        return UdpIn::listen(bind, port, queues, rcvbuf, Duration::from_secs_f64(idle.max(0.05)))
-            .map(|i| Box::new(i) as Box<dyn Filter>)
-            .map_err(FilterError::Rule);
+        return UdpIn::listen(
+            bind,
+            port,
+            queues,
+            rcvbuf,
+            Duration::from_secs_f64(idle.max(0.05)),
+        )
+        .map(|i| Box::new(i) as Box<dyn Filter>)
+        .map_err(FilterError::Rule);
     }
     let window = a.size("window", None, DEFAULT_WINDOW)?;
     NetIn::listen(bind, port, window)
@@ -61,4 +73,3 @@ pub(crate) fn make_netin(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
 
 // The declarations of this file's filters are data in the catalog (`catalog::net::{NETOUT,
 // NETIN}`); their constructors are below, paired with them in `filters::CONSTRUCTORS`.
-

@@ -13,9 +13,7 @@
 //! [`bytes_text`]), so a run's output does not say which one ran except in `rx`'s
 //! summary; `streamline maps` prints running programs' maps with them too.
 
-use dataplane::{
-    Args, Batch, Ctx, Filter, FilterError, Tag,
-};
+use dataplane::{Args, Batch, Ctx, Filter, FilterError, Tag};
 use kernel::ebpf::{self, Config, FlowKey, Snapshot, Tally};
 use lang::Side;
 use std::collections::HashMap;
@@ -775,7 +773,9 @@ mod tests {
             let (_, f) = placed(text);
             let g = crate::live::kernel_placement(lang::parse(text, &crate::Natives).unwrap());
             let bpf = g.nodes.iter().find_map(|n| match &n.kind {
-                lang::NodeKind::Filter { filter, place, .. } if filter == "bpf" => Some(place.side.clone()),
+                lang::NodeKind::Filter { filter, place, .. } if filter == "bpf" => {
+                    Some(place.side.clone())
+                }
                 _ => None,
             });
             assert_eq!(bpf, Some(Some(Side::User)), "{text}: {f:?}");

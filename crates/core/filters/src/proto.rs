@@ -126,8 +126,6 @@ pub(crate) fn flow(_: &Args) -> Result<Box<dyn Filter>, FilterError> {
     boxed(|p| p.map_or(0, flow_hash))
 }
 
-
 // The declarations of this file's filters are data in the catalog (`catalog::proto::{ETH,
 // IP, TCP, UDP, ICMP, DPORT, SPORT, PROTO, FLOW}`); their constructors are below, paired
 // with them in `filters::CONSTRUCTORS`.
-

@@ -145,7 +145,6 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("not allowed"), "{e}");
-        assert!(build(&args(&[("rate", "1MB/s"), ("policy", "leaky")]))
-            .is_ok());
+        assert!(build(&args(&[("rate", "1MB/s"), ("policy", "leaky")])).is_ok());
     }
 }

@@ -287,7 +287,10 @@ fn a_branch_forks_a_running_pipeline_without_taking_from_it() {
     let head = r.iter().find(|n| n.label == "count:head").unwrap();
     // head's output went to the tail (all N) and, from the branch on, to sample as well:
     // a block counts once out of its node however many arcs carry it.
-    assert_eq!(head.counters.blocks_out, N, "head's blocks out, counted once each");
+    assert_eq!(
+        head.counters.blocks_out, N,
+        "head's blocks out, counted once each"
+    );
     let to_sample = r
         .iter()
         .find(|n| n.label == "sample")

@@ -11,5 +11,8 @@ fn capture_regressions() {
     assert!(n >= 10, "expected the committed fuzz inputs, found {n}");
     // Most inputs carry a valid header (one is prepended when they have none): if none
     // ran the pipeline, the replay would test only the header check.
-    assert!(ran * 2 >= n, "only {ran} of {n} inputs ran through the filters");
+    assert!(
+        ran * 2 >= n,
+        "only {ran} of {n} inputs ran through the filters"
+    );
 }

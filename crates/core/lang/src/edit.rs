@@ -97,8 +97,7 @@ impl Edit {
     /// Parse an edit's text. The filter part is parsed by `crate::parse` with `resolver`
     /// (its option keys checked there); errors carry a span into `text`.
     pub fn parse(text: &str, resolver: &dyn crate::Resolver) -> Result<Edit, Diagnostic> {
-        let syntax =
-            |kind, message: String, span| diag(kind, message, span, text);
+        let syntax = |kind, message: String, span| diag(kind, message, span, text);
         let Some((vspan, verb)) = word(text, 0) else {
             return Err(syntax(
                 DiagKind::EmptyPipeline,
@@ -202,9 +201,14 @@ impl Edit {
 /// The `set` edit of NODE (its word at `nspan`) with the filter `f` parsed from its
 /// name and the options (at `span` in `text`), checked: KEY=VALUE options only, none of
 /// those fixed when a node is built.
-fn set_edit(node: String, nspan: Span, f: Node, span: Span, text: &str) -> Result<Edit, Diagnostic> {
-    let syntax =
-        |kind, message: String, span| diag(kind, message, span, text);
+fn set_edit(
+    node: String,
+    nspan: Span,
+    f: Node,
+    span: Span,
+    text: &str,
+) -> Result<Edit, Diagnostic> {
+    let syntax = |kind, message: String, span| diag(kind, message, span, text);
     let base = base_of(&node);
     let NodeKind::Filter {
         filter,
@@ -215,23 +219,26 @@ fn set_edit(node: String, nspan: Span, f: Node, span: Span, text: &str) -> Resul
     else {
         return Err(syntax(
             DiagKind::UnexpectedToken,
-            format!(
-                "set: {node} is not a native filter; only native filters take options"
-            ),
+            format!("set: {node} is not a native filter; only native filters take options"),
             nspan,
         ));
     };
     if filter != base {
         return Err(syntax(
             DiagKind::UnexpectedToken,
-            format!(
-                "set: {node} is not a native filter; only native filters take options"
-            ),
+            format!("set: {node} is not a native filter; only native filters take options"),
             nspan,
         ));
     }
     if !params.is_empty() {
-        return Err(syntax(DiagKind::BadOption, format!("set takes KEY=VALUE options; name the parameter of '{}' (e.g. every=5)", params[0]), span));
+        return Err(syntax(
+            DiagKind::BadOption,
+            format!(
+                "set takes KEY=VALUE options; name the parameter of '{}' (e.g. every=5)",
+                params[0]
+            ),
+            span,
+        ));
     }
     if options.is_empty() {
         return Err(syntax(
@@ -291,7 +298,13 @@ impl Edit {
             .join(" ");
         let base = base_of(node);
         let f = parse_filter(&text, 0, Some(base), Span::new(0, 0), resolver)?;
-        set_edit(node.to_string(), Span::new(0, 0), f, Span::new(0, text.len()), &text)
+        set_edit(
+            node.to_string(),
+            Span::new(0, 0),
+            f,
+            Span::new(0, text.len()),
+            &text,
+        )
     }
 
     /// The one new filter of an insert, replace or branch from its text (`sample
@@ -312,16 +325,22 @@ impl Edit {
                     .map(|_| ())
                     .map_err(|d| d.message.clone())
             }
-            Edit::Insert { filter, .. } | Edit::Replace { filter, .. } | Edit::Branch { filter, .. } => filter,
+            Edit::Insert { filter, .. }
+            | Edit::Replace { filter, .. }
+            | Edit::Branch { filter, .. } => filter,
             _ => return Ok(()),
         };
         let NodeKind::Filter { filter, place, .. } = &new.kind else {
             return Err("the new filter is not one native filter".into());
         };
         if resolver.resolve(filter) != Some(crate::FilterKind::Native) {
-            Err(format!("the new filter '{filter}' is no native filter here"))
+            Err(format!(
+                "the new filter '{filter}' is no native filter here"
+            ))
         } else if filter == "split" || place.space.is_some() || !new.hints.is_empty() {
-            Err(format!("the new filter '{filter}' is a split, or has space= or hints, which no edit takes"))
+            Err(format!(
+                "the new filter '{filter}' is a split, or has space= or hints, which no edit takes"
+            ))
         } else {
             Ok(())
         }
@@ -433,12 +452,10 @@ fn parse_filter(
             )
         }
     };
-    let g = crate::parse(&src, resolver).map_err(|d| {
-        Diagnostic {
-            span: at(d.span),
-            input: text.to_string(),
-            ..d
-        }
+    let g = crate::parse(&src, resolver).map_err(|d| Diagnostic {
+        span: at(d.span),
+        input: text.to_string(),
+        ..d
     })?;
     if g.nodes.len() != 1 {
         let span = at(g
@@ -461,14 +478,7 @@ fn parse_filter(
 /// The new filter of an `insert` or `replace`: one native filter, placed by the edit.
 fn new_filter(text: &str, node: Span, resolver: &dyn crate::Resolver) -> Result<Node, Diagnostic> {
     let n = parse_filter(text, node.end, None, node, resolver)?;
-    let bad = |kind, message: &str| {
-        Err(diag(
-            kind,
-            message.to_string(),
-            n.span,
-            text,
-        ))
-    };
+    let bad = |kind, message: &str| Err(diag(kind, message.to_string(), n.span, text));
     match &n.kind {
         NodeKind::Filter { filter, place, .. } => {
             if filter == "split" {
@@ -507,7 +517,6 @@ pub fn quoted(w: &str) -> String {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,21 +526,58 @@ mod tests {
         let r = resolver();
         let made = Edit::parse("insert after pass hold n=2", &r).unwrap();
         made.check_made(&r).expect("a parsed edit");
-        Edit::parse("set hold n=3", &r).unwrap().check_made(&r).expect("a parsed set");
+        Edit::parse("set hold n=3", &r)
+            .unwrap()
+            .check_made(&r)
+            .expect("a parsed set");
         // A command, a filter this side does not know, a split: no parse makes them.
-        let Edit::Insert { node, at, filter } = made else { unreachable!() };
+        let Edit::Insert { node, at, filter } = made else {
+            unreachable!()
+        };
         let with = |kind: NodeKind| Edit::Insert {
             node: node.clone(),
             at,
-            filter: Node { kind, ..filter.clone() },
+            filter: Node {
+                kind,
+                ..filter.clone()
+            },
         };
-        let unix = with(NodeKind::Unix { argv: vec!["cat".into()], place: Default::default() });
-        assert_eq!(unix.check_made(&r).unwrap_err(), "the new filter is not one native filter");
-        let NodeKind::Filter { params, options, place, .. } = filter.kind.clone() else { unreachable!() };
-        let unknown = with(NodeKind::Filter { filter: "nosuch".into(), params, options, place });
-        assert!(unknown.check_made(&r).unwrap_err().contains("'nosuch' is no native filter here"));
-        let set = Edit::Set { node: "hold".into(), options: vec![("export".into(), "yes".into())], span: Span::new(0, 0) };
-        assert!(set.check_made(&r).is_err(), "set may not change a fixed option");
+        let unix = with(NodeKind::Unix {
+            argv: vec!["cat".into()],
+            place: Default::default(),
+        });
+        assert_eq!(
+            unix.check_made(&r).unwrap_err(),
+            "the new filter is not one native filter"
+        );
+        let NodeKind::Filter {
+            params,
+            options,
+            place,
+            ..
+        } = filter.kind.clone()
+        else {
+            unreachable!()
+        };
+        let unknown = with(NodeKind::Filter {
+            filter: "nosuch".into(),
+            params,
+            options,
+            place,
+        });
+        assert!(unknown
+            .check_made(&r)
+            .unwrap_err()
+            .contains("'nosuch' is no native filter here"));
+        let set = Edit::Set {
+            node: "hold".into(),
+            options: vec![("export".into(), "yes".into())],
+            span: Span::new(0, 0),
+        };
+        assert!(
+            set.check_made(&r).is_err(),
+            "set may not change a fixed option"
+        );
     }
 
     fn resolver() -> crate::StaticResolver {

@@ -74,7 +74,11 @@ pub fn filter_text(n: &Node) -> (String, Vec<(String, String)>) {
 
 /// The `key=` option of a node, or else its first parameter: the pcap-filter
 /// expression of a `bpf` node (`key` "expr"), the device of an `rx` (`key` "dev").
-pub fn arg<'a>(params: &'a [String], options: &'a [(String, String)], key: &str) -> Option<&'a str> {
+pub fn arg<'a>(
+    params: &'a [String],
+    options: &'a [(String, String)],
+    key: &str,
+) -> Option<&'a str> {
     options
         .iter()
         .find(|(k, _)| k == key)

@@ -285,7 +285,15 @@ mod tests {
         );
         assert_eq!(
             words("(a)+(b)"),
-            ["LParen", "a", "RParen", "Par(Plus)", "LParen", "b", "RParen"]
+            [
+                "LParen",
+                "a",
+                "RParen",
+                "Par(Plus)",
+                "LParen",
+                "b",
+                "RParen"
+            ]
         );
         let t = lex("k=v \"k=v\" k\\=v").unwrap();
         let eqs: Vec<Option<usize>> = t

@@ -74,9 +74,9 @@ pub mod redact;
 pub mod resolve;
 mod span;
 pub mod template;
+mod validate;
 #[cfg(feature = "wire")]
 pub mod wire;
-mod validate;
 
 pub use diag::{render, DiagKind, Diagnostic};
 pub use graph::{Edge, Graph, Hint, JoinMode, Node, NodeId, NodeKind, Selector, SplitMode};

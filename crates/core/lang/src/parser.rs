@@ -479,7 +479,11 @@ impl<'a> Parser<'a> {
             let text = |t: &Token| &self.input[t.span.start..t.span.end];
             let pair = match (&p.tok, &f.tok) {
                 (Tok::Par(_), Tok::Par(_)) if text(p) == "&" && text(f) == "&" => Some("&&"),
-                (Tok::Pipe { sel: a, .. }, Tok::Pipe { .. }) if a.is_empty() && text(f).starts_with('|') && f.span.start == p.span.end => Some("||"),
+                (Tok::Pipe { sel: a, .. }, Tok::Pipe { .. })
+                    if a.is_empty() && text(f).starts_with('|') && f.span.start == p.span.end =>
+                {
+                    Some("||")
+                }
                 _ => None,
             };
             if let Some(op) = pair {

@@ -648,14 +648,17 @@ pub fn recheck_commands(
             Some(FilterKind::Native) if !resolver.unix_tool(name) => {
                 return Err(Diagnostic::new(
                     DiagKind::UnknownFilter,
-                    format!("'{name}' was checked as a Unix command, but here it is a native filter"),
+                    format!(
+                        "'{name}' was checked as a Unix command, but here it is a native filter"
+                    ),
                     span,
                     input,
                 ))
             }
             Some(_) => {}
             None if (KEYWORDS.contains(&name.as_str()) && !quoted)
-                || !closest(name, resolver.native_names().iter().map(String::as_str)).is_empty() =>
+                || !closest(name, resolver.native_names().iter().map(String::as_str))
+                    .is_empty() =>
             {
                 return Err(unresolved_name(name, quoted, span, resolver, input))
             }

@@ -146,6 +146,9 @@ mod tests {
             node: "count".into(),
             options: vec![("export".into(), "yes".into())],
         };
-        assert!(Edit::from_op(&bad, &r).unwrap_err().to_string().contains("fixed"));
+        assert!(Edit::from_op(&bad, &r)
+            .unwrap_err()
+            .to_string()
+            .contains("fixed"));
     }
 }

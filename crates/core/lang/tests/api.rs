@@ -299,14 +299,23 @@ fn shell_syntax_in_unix_words_is_refused() {
         let d = parse(src, &r).unwrap_err();
         assert_eq!(d.kind, DiagKind::ShellSyntax, "{src}: {d}");
         assert_eq!(d.span.start, at, "{src}: {d}");
-        assert!(d.help.as_deref().unwrap_or("").contains("bash -c"), "{src}: {d}");
+        assert!(
+            d.help.as_deref().unwrap_or("").contains("bash -c"),
+            "{src}: {d}"
+        );
     }
-    for src in ["gen | gzip '>' '*.txt' '$HOME' \\; a#b", "gen | gzip \"*\" '~' {} '{a,b}'"] {
+    for src in [
+        "gen | gzip '>' '*.txt' '$HOME' \\; a#b",
+        "gen | gzip \"*\" '~' {} '{a,b}'",
+    ] {
         parse(src, &r).unwrap_or_else(|e| panic!("{src}: {e}"));
     }
     for src in ["gen | gzip && gzip", "gen | gzip || gzip"] {
         let d = parse(src, &r).unwrap_err();
-        assert!(d.help.as_deref().unwrap_or("").contains("bash -c"), "{src}: {d}");
+        assert!(
+            d.help.as_deref().unwrap_or("").contains("bash -c"),
+            "{src}: {d}"
+        );
     }
 }
 
@@ -537,21 +546,44 @@ fn a_native_name_shared_with_a_unix_tool_means_the_tool_next_to_a_unix_command()
         kinds("cat /etc/services | grep tcp | wc -l"),
         ["unix:cat /etc/services", "unix:grep tcp", "unix:wc -l"]
     );
-    assert_eq!(kinds("grep -v x f | sort"), ["unix:grep -v x f", "unix:sort"]);
+    assert_eq!(
+        kinds("grep -v x f | sort"),
+        ["unix:grep -v x f", "unix:sort"]
+    );
     assert_eq!(
         kinds("cat f | grep a | grep b | split -l 10"),
-        ["unix:cat f", "unix:grep a", "unix:grep b", "unix:split -l 10"]
+        [
+            "unix:cat f",
+            "unix:grep a",
+            "unix:grep b",
+            "unix:split -l 10"
+        ]
     );
     // Alone, it is the whole pipeline: the tool.
-    assert_eq!(kinds("grep tcp /etc/services"), ["unix:grep tcp /etc/services"]);
+    assert_eq!(
+        kinds("grep tcp /etc/services"),
+        ["unix:grep tcp /etc/services"]
+    );
     // Among native filters, the native filter.
     assert_eq!(kinds("gen | grep x | count"), ["gen", "grep", "count"]);
-    assert_eq!(kinds("file big.bin | deflate | outfile x"), ["file", "deflate", "outfile"]);
+    assert_eq!(
+        kinds("file big.bin | deflate | outfile x"),
+        ["file", "deflate", "outfile"]
+    );
     // A native filter between stops it; so does a selector (Streamline's own arc).
-    assert_eq!(kinds("cat f | count | grep x | null"), ["unix:cat f", "count", "grep", "null"]);
-    assert_eq!(kinds("cat f |5 grep x | null"), ["unix:cat f", "grep", "null"]);
+    assert_eq!(
+        kinds("cat f | count | grep x | null"),
+        ["unix:cat f", "count", "grep", "null"]
+    );
+    assert_eq!(
+        kinds("cat f |5 grep x | null"),
+        ["unix:cat f", "grep", "null"]
+    );
     // A name that is not a Unix tool's stays native next to a Unix command.
-    assert_eq!(kinds("cat f | count | wc"), ["unix:cat f", "count", "unix:wc"]);
+    assert_eq!(
+        kinds("cat f | count | wc"),
+        ["unix:cat f", "count", "unix:wc"]
+    );
 }
 
 /// A Unix command gets the words `bash` would give it: inside double quotes a backslash
@@ -560,22 +592,52 @@ fn a_native_name_shared_with_a_unix_tool_means_the_tool_next_to_a_unix_command()
 /// command (`size=3`, `export=yes`) is its argument, as in the shell.
 #[test]
 fn unix_commands_get_the_shells_words() {
-    let argv = |s: &str| match &parse(s, &test_resolver()).unwrap_or_else(|e| panic!("{s}: {e}")).nodes[1].kind {
+    let argv = |s: &str| match &parse(s, &test_resolver())
+        .unwrap_or_else(|e| panic!("{s}: {e}"))
+        .nodes[1]
+        .kind
+    {
         NodeKind::Unix { argv, .. } => argv.clone(),
         other => panic!("{s}: {other:?}"),
     };
-    assert_eq!(argv(r#"gen | gzip "a\nb" "c\td""#), ["gzip", r"a\nb", r"c\td"]);
-    assert_eq!(argv(r#"gen | gzip "\$x" "\"" "\\" "\q""#), ["gzip", "$x", "\"", "\\", r"\q"]);
-    assert_eq!(argv(r#"gen | gzip a\ b 'c\n' x"y"'z'"#), ["gzip", "a b", r"c\n", "xyz"]);
+    assert_eq!(
+        argv(r#"gen | gzip "a\nb" "c\td""#),
+        ["gzip", r"a\nb", r"c\td"]
+    );
+    assert_eq!(
+        argv(r#"gen | gzip "\$x" "\"" "\\" "\q""#),
+        ["gzip", "$x", "\"", "\\", r"\q"]
+    );
+    assert_eq!(
+        argv(r#"gen | gzip a\ b 'c\n' x"y"'z'"#),
+        ["gzip", "a b", r"c\n", "xyz"]
+    );
     assert_eq!(argv("gen | gzip [ -f x ]"), ["gzip", "[", "-f", "x", "]"]);
     assert_eq!(argv(r"gen | gzip x\"), ["gzip", r"x\"]);
-    assert_eq!(argv("gen | gzip size=3 export=yes mode=x"), ["gzip", "size=3", "export=yes", "mode=x"]);
-    assert_eq!(parse("gen | gzip [ab]", &test_resolver()).unwrap_err().kind, DiagKind::ShellSyntax);
+    assert_eq!(
+        argv("gen | gzip size=3 export=yes mode=x"),
+        ["gzip", "size=3", "export=yes", "mode=x"]
+    );
+    assert_eq!(
+        parse("gen | gzip [ab]", &test_resolver()).unwrap_err().kind,
+        DiagKind::ShellSyntax
+    );
     // Substitutions are the shell's: refused at their `(`, with the way to bash.
-    for (src, at) in [("gen | gzip <(x)", 12), ("gen | gzip >(x) | gzip", 12), ("gen | gzip $(x)", 12)] {
+    for (src, at) in [
+        ("gen | gzip <(x)", 12),
+        ("gen | gzip >(x) | gzip", 12),
+        ("gen | gzip $(x)", 12),
+    ] {
         let d = parse(src, &test_resolver()).unwrap_err();
-        assert_eq!((d.kind, d.span.start), (DiagKind::ShellSyntax, at), "{src}: {d}");
-        assert!(d.help.as_deref().unwrap_or("").contains("bash -c"), "{src}: {d}");
+        assert_eq!(
+            (d.kind, d.span.start),
+            (DiagKind::ShellSyntax, at),
+            "{src}: {d}"
+        );
+        assert!(
+            d.help.as_deref().unwrap_or("").contains("bash -c"),
+            "{src}: {d}"
+        );
     }
 }
 
@@ -583,7 +645,9 @@ fn unix_commands_get_the_shells_words() {
 /// (the runtime runs it through bash); a name that is neither stays unknown.
 #[test]
 fn shell_builtins_resolve_as_unix_commands() {
-    for b in ["type", "ulimit", ":", "umask", "read", "cd", "eval", "export", "."] {
+    for b in [
+        "type", "ulimit", ":", "umask", "read", "cd", "eval", "export", ".",
+    ] {
         assert_eq!(PathResolver.resolve(b), Some(FilterKind::Unix), "{b}");
     }
     assert_eq!(PathResolver.resolve("surely-no-such-builtin"), None);
@@ -595,13 +659,29 @@ fn shell_builtins_resolve_as_unix_commands() {
 #[test]
 fn a_parallel_operator_beside_a_unix_command_is_refused() {
     let r = test_resolver();
-    for (src, at) in [("gen | gzip 1 + 2", 13), ("gen | gzip 3 * 4", 13), ("gzip a & gzip b", 7), ("gen | tcp + gzip", 10)] {
+    for (src, at) in [
+        ("gen | gzip 1 + 2", 13),
+        ("gen | gzip 3 * 4", 13),
+        ("gzip a & gzip b", 7),
+        ("gen | tcp + gzip", 10),
+    ] {
         let d = parse(src, &r).unwrap_err();
-        assert_eq!((d.kind, d.span.start), (DiagKind::ShellSyntax, at), "{src}: {d}");
+        assert_eq!(
+            (d.kind, d.span.start),
+            (DiagKind::ShellSyntax, at),
+            "{src}: {d}"
+        );
         let help = d.help.as_deref().unwrap_or("");
-        assert!(help.contains("bash -c") && help.contains("parentheses"), "{src}: {d}");
+        assert!(
+            help.contains("bash -c") && help.contains("parentheses"),
+            "{src}: {d}"
+        );
     }
-    for src in ["gen | (gzip) + (gzip -9) | count", "gen | gzip '+' 2 | count", "gen | tcp + udp | count"] {
+    for src in [
+        "gen | (gzip) + (gzip -9) | count",
+        "gen | gzip '+' 2 | count",
+        "gen | tcp + udp | count",
+    ] {
         parse(src, &r).unwrap_or_else(|e| panic!("{src}: {e}"));
     }
 }
@@ -617,20 +697,31 @@ fn a_unix_commands_words_are_its_own_and_its_options_follow_at() {
     assert_eq!(
         g.nodes[1].kind,
         NodeKind::Unix {
-            argv: ["sort", "name=S", "space=1", "-r"].map(String::from).to_vec(),
+            argv: ["sort", "name=S", "space=1", "-r"]
+                .map(String::from)
+                .to_vec(),
             place: Default::default()
         }
     );
     assert_eq!(g.nodes[1].name, None);
     let g = p("cat x | sort -r @space=1 @name=S | gzip -c @space=p2");
-    let NodeKind::Unix { argv, place } = &g.nodes[1].kind else { panic!("{g:?}") };
+    let NodeKind::Unix { argv, place } = &g.nodes[1].kind else {
+        panic!("{g:?}")
+    };
     assert_eq!(argv, &["sort", "-r"]);
-    assert_eq!(place.space.as_ref().map(|s| s.to_string()).as_deref(), Some("1"));
+    assert_eq!(
+        place.space.as_ref().map(|s| s.to_string()).as_deref(),
+        Some("1")
+    );
     assert_eq!(g.nodes[1].name.as_deref(), Some("S"));
     // Native filters take them after '@' too; one option, however written.
     let g = p("gen | count @space=1 @name=c | null");
     assert_eq!(g.nodes[1].name.as_deref(), Some("c"));
-    for src in ["gen | count space=1 @space=2", "gen | count name=a @name=b", "gen | gzip @name=a @name=b"] {
+    for src in [
+        "gen | count space=1 @space=2",
+        "gen | count name=a @name=b",
+        "gen | gzip @name=a @name=b",
+    ] {
         assert_eq!(err(src).kind, DiagKind::BadOption, "{src}");
     }
     // The old spelling beside native filters: refused at the word, both spellings given.
@@ -644,23 +735,46 @@ fn a_unix_commands_words_are_its_own_and_its_options_follow_at() {
         assert_eq!(d.kind, DiagKind::BadOption, "{src}: {d}");
         assert_eq!(&src[d.span.start..d.span.end], word, "{src}: {d}");
         let help = d.help.as_deref().unwrap_or("");
-        assert!(help.contains(&format!("@{word}")) && help.contains(&format!("'{word}'")), "{src}: {d}");
+        assert!(
+            help.contains(&format!("@{word}")) && help.contains(&format!("'{word}'")),
+            "{src}: {d}"
+        );
     }
     // Quoted, it is the command's word there too.
     let g = p("gen | gzip -c 'space=1,2' | null");
     assert!(matches!(&g.nodes[1].kind, NodeKind::Unix { argv, .. } if argv[2] == "space=1,2"));
     // On a group, or mixed into a hint list: refused, saying where it goes.
-    assert_eq!(err("gen | (count | null) @space=1").kind, DiagKind::BadOption);
+    assert_eq!(
+        err("gen | (count | null) @space=1").kind,
+        DiagKind::BadOption
+    );
     let d = err("gen | gzip @busy,space=1 | null");
-    assert!(d.help.as_deref().unwrap_or("").contains("@busy @space=1"), "{d}");
+    assert!(
+        d.help.as_deref().unwrap_or("").contains("@busy @space=1"),
+        "{d}"
+    );
     assert_eq!(err("gen | gzip @size=1 | null").kind, DiagKind::UnknownHint);
     // The canonical print and a named command's later occurrence.
     let g = p("gen | (tcp | wc -l @name=w) + (udp | wc @name=w)");
-    let w: Vec<_> = g.nodes.iter().filter(|n| n.name.as_deref() == Some("w")).collect();
+    let w: Vec<_> = g
+        .nodes
+        .iter()
+        .filter(|n| n.name.as_deref() == Some("w"))
+        .collect();
     assert_eq!(w.len(), 1, "{}", g.canonical());
-    assert!(g.canonical().contains("unix(wc -l) @name=w"), "{}", g.canonical());
-    assert_eq!(err("gen | (tcp | wc -l @name=w) + (udp | wc -c @name=w)").kind, DiagKind::NameConflict);
-    assert_eq!(err("gen | (tcp | wc -l @name=w) + (udp | count name=w)").kind, DiagKind::NameConflict);
+    assert!(
+        g.canonical().contains("unix(wc -l) @name=w"),
+        "{}",
+        g.canonical()
+    );
+    assert_eq!(
+        err("gen | (tcp | wc -l @name=w) + (udp | wc -c @name=w)").kind,
+        DiagKind::NameConflict
+    );
+    assert_eq!(
+        err("gen | (tcp | wc -l @name=w) + (udp | count name=w)").kind,
+        DiagKind::NameConflict
+    );
 }
 
 /// A word that is neither a native filter nor a program is a Unix command, as in the
@@ -669,10 +783,20 @@ fn a_unix_commands_words_are_its_own_and_its_options_follow_at() {
 #[test]
 fn an_unknown_word_is_a_command_unless_it_is_a_near_miss_of_a_native_filter() {
     assert_eq!(kinds("nosuchcmd | wc -l"), ["unix:nosuchcmd", "unix:wc -l"]);
-    assert_eq!(kinds("gen | frobnicate x=1 | count"), ["gen", "unix:frobnicate x=1", "count"]);
+    assert_eq!(
+        kinds("gen | frobnicate x=1 | count"),
+        ["gen", "unix:frobnicate x=1", "count"]
+    );
     // Next to it, a native name of a Unix tool is the tool.
-    assert_eq!(kinds("nosuchcmd | grep x"), ["unix:nosuchcmd", "unix:grep x"]);
-    for (src, near) in [("gen | cuont", "count"), ("tcp | ipp | count", "ip"), ("gen | deflte", "deflate")] {
+    assert_eq!(
+        kinds("nosuchcmd | grep x"),
+        ["unix:nosuchcmd", "unix:grep x"]
+    );
+    for (src, near) in [
+        ("gen | cuont", "count"),
+        ("tcp | ipp | count", "ip"),
+        ("gen | deflte", "deflate"),
+    ] {
         let d = err(src);
         assert_eq!(d.kind, DiagKind::UnknownFilter, "{src}");
         assert!(d.help.as_deref().unwrap_or("").contains(near), "{src}: {d}");
@@ -688,8 +812,14 @@ fn an_unknown_word_is_a_command_unless_it_is_a_near_miss_of_a_native_filter() {
 #[test]
 fn a_command_glued_to_the_pipe_after_a_unix_command_is_piped_into() {
     assert_eq!(kinds("cat x|wc -l"), ["unix:cat x", "unix:wc -l"]);
-    assert_eq!(kinds("cat x|sort|head -3"), ["unix:cat x", "unix:sort", "unix:head -3"]);
-    assert_eq!(kinds("cat x|grep y|wc"), ["unix:cat x", "unix:grep y", "unix:wc"]);
+    assert_eq!(
+        kinds("cat x|sort|head -3"),
+        ["unix:cat x", "unix:sort", "unix:head -3"]
+    );
+    assert_eq!(
+        kinds("cat x|grep y|wc"),
+        ["unix:cat x", "unix:grep y", "unix:wc"]
+    );
     let g = p("cat x|wc -l");
     assert_eq!(g.edges[0].sel, Selector::Default);
     // After a native filter, a class name (the test resolver says nothing of gen's).
@@ -706,7 +836,10 @@ fn a_bang_before_a_unix_command_is_refused() {
     for src in ["! cat x", "cat x | ! wc -l", "!gzip"] {
         let d = err(src);
         assert_eq!(d.kind, DiagKind::ShellSyntax, "{src}: {d}");
-        assert!(d.help.as_deref().unwrap_or("").contains("bash -c"), "{src}: {d}");
+        assert!(
+            d.help.as_deref().unwrap_or("").contains("bash -c"),
+            "{src}: {d}"
+        );
     }
     p("gen | !grep x | count");
 }

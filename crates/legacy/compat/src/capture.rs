@@ -348,7 +348,9 @@ impl Capture {
     /// ([`Capture::rearm`]).
     pub fn selectable_fd(&mut self) -> std::io::Result<RawFd> {
         let fd = self.sub.wake.as_ref().map(|w| w.as_raw_fd());
-        let fd = fd.ok_or_else(|| std::io::Error::other("the daemon sent no wake-up descriptor with the capture"))?;
+        let fd = fd.ok_or_else(|| {
+            std::io::Error::other("the daemon sent no wake-up descriptor with the capture")
+        })?;
         self.selectable = true;
         self.rearm();
         Ok(fd)
@@ -466,7 +468,11 @@ impl Capture {
     /// Sleep until the capture wakes us (see the module's notes), the stream ends,
     /// `deadline` passes or `stop_fd` is signalled. `Data`/`Eof` when arming found them;
     /// else `TimedOut` (the caller looks again).
-    fn sleep(&mut self, deadline: Option<Instant>, stop_fd: BorrowedFd<'_>) -> std::io::Result<Ready> {
+    fn sleep(
+        &mut self,
+        deadline: Option<Instant>,
+        stop_fd: BorrowedFd<'_>,
+    ) -> std::io::Result<Ready> {
         let left = |cap: Option<Duration>| {
             let d = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             match (d, cap) {

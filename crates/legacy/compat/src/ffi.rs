@@ -21,10 +21,10 @@
 
 use crate::capture::{self, Capture, Next, OpenError, Params};
 use beltway::sys::EventFd;
-use std::os::fd::AsFd;
 use protocol::proto::BpfInsn;
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_long, c_uint, c_void, CStr, CString};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -328,7 +328,12 @@ pub unsafe extern "C" fn pcap_create(source: *const c_char, errbuf: *mut c_char)
                 Ok(f) => f,
                 Err(e) => {
                     // SAFETY: the caller's error buffer of PCAP_ERRBUF_SIZE bytes.
-                    unsafe { errbuf_set(errbuf, &format!("streamline: an eventfd for pcap_breakloop: {e}")) };
+                    unsafe {
+                        errbuf_set(
+                            errbuf,
+                            &format!("streamline: an eventfd for pcap_breakloop: {e}"),
+                        )
+                    };
                     return std::ptr::null_mut();
                 }
             };
@@ -753,7 +758,11 @@ fn dispatch(
                 break;
             }
             // The first packet may be waited for; the rest are what is there already.
-            let wait = if n > 0 { Some(Duration::ZERO) } else { first_wait(nonblock, immediate, timeout_ms) };
+            let wait = if n > 0 {
+                Some(Duration::ZERO)
+            } else {
+                first_wait(nonblock, immediate, timeout_ms)
+            };
             match c.next(wait, hd.brk_fd.as_fd(), &brk) {
                 Ok(Next::Packet(pkt)) => {
                     let hdr = header(
@@ -1064,7 +1073,13 @@ const FOLLOWS: &str = "1.10";
 
 /// libpcap's `pcap_version` data symbol: the version this library follows.
 #[no_mangle]
-pub static pcap_version: [c_char; 5] = [b'1' as c_char, b'.' as c_char, b'1' as c_char, b'0' as c_char, 0];
+pub static pcap_version: [c_char; 5] = [
+    b'1' as c_char,
+    b'.' as c_char,
+    b'1' as c_char,
+    b'0' as c_char,
+    0,
+];
 const _: () = assert!(FOLLOWS.len() + 1 == 5);
 
 #[no_mangle]

@@ -251,7 +251,7 @@ fn epoll_echo_server_and_an_unlisted_port() {
             }
             let mut buf = [0u8; 64];
             for _ in 0..2 * burst {
-                let (n, from) = cli.recv_from(&mut buf).unwrap_or_else(|e| {
+                let (n, from) = recv_from(&cli, &mut buf).unwrap_or_else(|e| {
                     panic!("{mode}: an echo did not come back ({e}) after {sent} per port")
                 });
                 got.entry(from.port()).or_default().push(buf[..n].to_vec());
@@ -315,8 +315,7 @@ fn threads_sharing_a_socket_in_blocking_receives() {
             }
             for _ in chunk {
                 let t = std::time::Instant::now();
-                let n = cli
-                    .recv(&mut buf)
+                let n = recv(&cli, &mut buf)
                     .unwrap_or_else(|e| panic!("{mode}: an echo did not come back: {e}"));
                 if t.elapsed() > Duration::from_secs(2) {
                     eprintln!("{mode}: an echo took {:?}", t.elapsed());
@@ -391,7 +390,7 @@ sys.stdin.readline()
         let mut got = Vec::new();
         let mut buf = [0u8; 64];
         for _ in 0..K {
-            let n = cli.recv(&mut buf).unwrap_or_else(|e| {
+            let n = recv(&cli, &mut buf).unwrap_or_else(|e| {
                 panic!("{mode}: {} of {K} datagrams arrived after the sender closed its socket ({e}): {got:?}", got.len())
             });
             got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
@@ -494,12 +493,29 @@ fn query(id: u16, name: &str, ty: u16) -> Vec<u8> {
     q
 }
 
+/// `recv_from`, again when a signal or a stop and continue of this process interrupts it:
+/// with a receive timeout set, Linux returns EINTR then even with no handler installed
+/// (signal(7)), which is neither a loss nor a timeout.
+fn recv_from(s: &UdpSocket, b: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
+    loop {
+        match s.recv_from(b) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
+/// [`recv_from`] on a connected socket.
+fn recv(s: &UdpSocket, b: &mut [u8]) -> std::io::Result<usize> {
+    recv_from(s, b).map(|(n, _)| n)
+}
+
 fn ask(to: SocketAddr, q: &[u8], wait: Duration) -> Option<Vec<u8>> {
     let s = UdpSocket::bind(if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
     s.set_read_timeout(Some(wait)).ok()?;
     s.send_to(q, to).ok()?;
     let mut b = [0u8; 1500];
-    let (n, from) = s.recv_from(&mut b).ok()?;
+    let (n, from) = recv_from(&s, &mut b).ok()?;
     assert_eq!(
         from, to,
         "the answer came from another address than the query went to"
@@ -592,7 +608,7 @@ fn burst(at: SocketAddr, total: usize, window: usize, reference: &[Vec<u8>]) {
         send(&mut sent, &mut outstanding);
     }
     while answered < total {
-        let n = s.recv(&mut b).unwrap_or_else(|e| {
+        let n = recv(&s, &mut b).unwrap_or_else(|e| {
             panic!(
                 "{} of {total} answers lost ({e}), {answered} answered",
                 outstanding.len()

@@ -64,7 +64,11 @@ pub(crate) fn choose_placement(
     let mut scaled = 1.0;
     let planned = loop {
         // Below the offered rate the heuristic finds the bracket (see below).
-        let how = if scaled < 1.0 { Method::Heuristic } else { method };
+        let how = if scaled < 1.0 {
+            Method::Heuristic
+        } else {
+            method
+        };
         match planner.plan_graph(g, how) {
             Ok(p) => break p,
             Err(control::error::Error::Plan(control::PlanError::Infeasible(_)))
@@ -175,9 +179,7 @@ pub(crate) fn layout_text(l: &Layout) -> String {
                 filter.clone(),
                 matches!(place.side, Some(lang::Side::Kernel { .. })),
             ),
-            lang::NodeKind::Unix { argv, .. } => {
-                (argv.first().cloned().unwrap_or_default(), false)
-            }
+            lang::NodeKind::Unix { argv, .. } => (argv.first().cloned().unwrap_or_default(), false),
             _ => continue,
         };
         if name.starts_with("__") {
@@ -226,4 +228,3 @@ pub(crate) fn describe(g: &lang::Graph, a: &control::Assignment) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
-

@@ -6,9 +6,9 @@
 //! nodes the daemon checked, hand over, answer in fields). Does not own: checking it
 //! against the policy (the daemon's), applying it to a running space (`dataplane::edit`).
 
-use protocol::proto::{EditApplied, EditOp};
 use dataplane::spaces::{Spaces, SpacesReport};
 use dataplane::{EditHandle, Space};
+use protocol::proto::{EditApplied, EditOp};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -51,8 +51,12 @@ impl Edits {
         let Some(h) = self.handle.get() else {
             return Err((libc::EBUSY, "the run is not running yet".into()));
         };
-        edit.check_made(&crate::resolver())
-            .map_err(|why| (libc::EINVAL, format!("the edit from the daemon is malformed: {why}")))?;
+        edit.check_made(&crate::resolver()).map_err(|why| {
+            (
+                libc::EINVAL,
+                format!("the edit from the daemon is malformed: {why}"),
+            )
+        })?;
         if !expect.is_empty() {
             let graph = h.graph();
             for (label, text) in expect {
@@ -143,7 +147,7 @@ impl Edits {
             wake,
             EDIT_TIMEOUT,
         )
-            .map_err(|e| (errno_of(&e), e.to_string()))
+        .map_err(|e| (errno_of(&e), e.to_string()))
     }
 
     pub fn untap(&self, id: u64) {

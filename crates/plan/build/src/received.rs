@@ -74,7 +74,12 @@ mod tests {
         crate::parse(TEXT).expect("parses")
     }
 
-    fn refused(g: &lang::Graph, text: &str, grants: &[(usize, u32)], lent: &[(usize, &str)]) -> String {
+    fn refused(
+        g: &lang::Graph,
+        text: &str,
+        grants: &[(usize, u32)],
+        lent: &[(usize, &str)],
+    ) -> String {
         match accept(g, text, grants, lent) {
             Ok(()) => panic!("accepted a malformed graph: {g:?}"),
             Err(r) => {
@@ -94,7 +99,10 @@ mod tests {
         let mut g = graph();
         g.edges[0].to = 7;
         let m = refused(&g, TEXT, &[], &[]);
-        assert!(m.contains("malformed") && m.contains("arc 0 goes from node 0 to node 7, of 2 nodes"), "{m}");
+        assert!(
+            m.contains("malformed") && m.contains("arc 0 goes from node 0 to node 7, of 2 nodes"),
+            "{m}"
+        );
 
         let mut g = graph();
         g.nodes[1].id = 0;
@@ -102,18 +110,23 @@ mod tests {
 
         let mut g = graph();
         g.nodes[0].span = lang::Span::new(3, 400);
-        assert!(refused(&g, TEXT, &[], &[]).contains("node 0's span 3..400 is not a range of the 19-byte text"));
+        assert!(refused(&g, TEXT, &[], &[])
+            .contains("node 0's span 3..400 is not a range of the 19-byte text"));
 
         let mut g = graph();
         g.edges.push(g.edges[0].clone());
         assert!(refused(&g, TEXT, &[], &[]).contains("is there twice"));
 
-        let g = lang::Graph { nodes: vec![], edges: vec![] };
+        let g = lang::Graph {
+            nodes: vec![],
+            edges: vec![],
+        };
         assert!(refused(&g, TEXT, &[], &[]).contains("0 nodes and 0 arcs"));
 
         let mut g = graph();
         let n = g.nodes[1].clone();
-        g.nodes.extend((2..=MAX_GRAPH_NODES).map(|id| lang::Node { id, ..n.clone() }));
+        g.nodes
+            .extend((2..=MAX_GRAPH_NODES).map(|id| lang::Node { id, ..n.clone() }));
         assert!(refused(&g, TEXT, &[], &[]).contains(&format!("{} nodes", MAX_GRAPH_NODES + 1)));
 
         let long = "x".repeat(MAX_PIPELINE + 1);
@@ -125,7 +138,10 @@ mod tests {
         let g = graph();
         assert!(refused(&g, TEXT, &[(9, 0o640)], &[]).contains("granted to node 9"));
         let m = refused(&g, TEXT, &[], &[(0, "rx")]);
-        assert!(m.contains("a rx socket is lent for node 0, which is no rx"), "{m}");
+        assert!(
+            m.contains("a rx socket is lent for node 0, which is no rx"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -135,7 +151,10 @@ mod tests {
         let text = "cout | count";
         let g = lang::parse(text, &lang::OrCommand(filters::Natives)).expect("the daemon's parse");
         let m = refused(&g, text, &[], &[]);
-        let standalone = crate::parse(text).err().expect("refused stand-alone").message;
+        let standalone = crate::parse(text)
+            .err()
+            .expect("refused stand-alone")
+            .message;
         assert_eq!(m, standalone);
         // A native filter the daemon took for a command (a daemon of another version).
         let mut g = graph();
@@ -146,7 +165,10 @@ mod tests {
         };
         g.nodes[1].span = span;
         let m = refused(&g, TEXT, &[], &[]);
-        assert!(m.contains("'count' was checked as a Unix command, but here it is a native filter"), "{m}");
+        assert!(
+            m.contains("'count' was checked as a Unix command, but here it is a native filter"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -146,4 +146,3 @@ pub fn signal_name(sig: i32) -> &'static str {
         _ => "signal",
     }
 }
-

@@ -92,7 +92,10 @@ pub fn stream_cost(
     if d == Distance::Network {
         // Across the hosts' link: a ring's costs as between NUMA nodes (`load_cost`
         // adds the link's per-byte cycles), plus its per-block cycles.
-        let l = sys.link.as_ref().expect("a network distance needs the model's link");
+        let l = sys
+            .link
+            .as_ref()
+            .expect("a network distance needs the model's link");
         return (cost + rate * l.per_block, Channel::Network, d);
     }
     (cost, ch, d)
@@ -114,7 +117,9 @@ pub struct Costing {
 impl Costing {
     /// Does the placement fit: no CPU over its budget, the link within its bandwidth?
     pub fn fits(&self, sys: &SystemModel) -> bool {
-        self.cpu_load.iter().all(|&l| l <= sys.cycles_per_sec * (1.0 + 1e-9))
+        self.cpu_load
+            .iter()
+            .all(|&l| l <= sys.cycles_per_sec * (1.0 + 1e-9))
             && sys
                 .link
                 .as_ref()
@@ -297,10 +302,7 @@ impl Plan {
         let n = self.nodes.len();
         // A chain: node k feeds k + 1, nothing else.
         let chain = self.streams.len() + 1 == n
-            && self
-                .streams
-                .iter()
-                .all(|s| s.to == s.from + 1 && s.to < n)
+            && self.streams.iter().all(|s| s.to == s.from + 1 && s.to < n)
             && (1..n).all(|k| self.streams.iter().filter(|s| s.to == k).count() == 1);
         if !chain {
             return None;
@@ -312,7 +314,11 @@ impl Plan {
             let h = host_of(k);
             if k > 0 && host_of(k - 1) != h {
                 let addr = &sys.hosts[h].address;
-                let to = if addr.is_empty() { sys.hosts[h].name.as_str() } else { addr };
+                let to = if addr.is_empty() {
+                    sys.hosts[h].name.as_str()
+                } else {
+                    addr
+                };
                 parts
                     .last_mut()
                     .expect("a part before")
@@ -347,7 +353,9 @@ impl Plan {
                 n.implementation,
                 n.space_kind.name(),
                 n.cpu,
-                self.host(n.cpu).map(|h| format!(" on {h}")).unwrap_or_default()
+                self.host(n.cpu)
+                    .map(|h| format!(" on {h}"))
+                    .unwrap_or_default()
             );
         }
         for st in &self.streams {
@@ -386,7 +394,9 @@ impl Plan {
                 n.label,
                 n.implementation,
                 n.space_kind.name(),
-                self.host(n.cpu).map(|h| format!("{h}:")).unwrap_or_default(),
+                self.host(n.cpu)
+                    .map(|h| format!("{h}:"))
+                    .unwrap_or_default(),
                 n.cpu,
                 human(n.rate_in),
                 human(n.cycles),

@@ -144,7 +144,12 @@ mod tests {
                 "--bounding-set=-all",
             ])
             .arg(&exe)
-            .args(["--exact", "probe::tests::probe_child", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "probe::tests::probe_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(AS_NOBODY, "1")
             .output()
             .expect("running setpriv (util-linux)");

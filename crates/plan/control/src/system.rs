@@ -354,12 +354,17 @@ impl SystemModel {
         for &cpu in &self.cpus {
             let on = self.hosts.iter().filter(|h| h.cpus.contains(&cpu)).count();
             if on != 1 {
-                return bad(format!("cpu {cpu} is on {on} hosts (each CPU is on exactly one)"));
+                return bad(format!(
+                    "cpu {cpu} is on {on} hosts (each CPU is on exactly one)"
+                ));
             }
         }
         for h in &self.hosts {
             if let Some(c) = h.cpus.iter().find(|c| !self.cpus.contains(c)) {
-                return bad(format!("host {} lists cpu {c}, which is not in `cpus`", h.name));
+                return bad(format!(
+                    "host {} lists cpu {c}, which is not in `cpus`",
+                    h.name
+                ));
             }
         }
         if self.hosts[0].name == self.hosts[1].name {
@@ -373,7 +378,9 @@ impl SystemModel {
             ));
         }
         if !(link.bandwidth > 0.0) || link.per_block < 0.0 || link.per_byte < 0.0 {
-            return bad("the link needs a positive bandwidth (bytes/s) and non-negative costs".into());
+            return bad(
+                "the link needs a positive bandwidth (bytes/s) and non-negative costs".into(),
+            );
         }
         Ok(())
     }

@@ -72,15 +72,33 @@ fn workspace_crates() -> Vec<(String, String)> {
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     let out = Command::new(&cargo)
         .args([
-            "tree", "--offline", "--manifest-path", manifest, "--workspace", "-e", "normal",
-            "--depth", "0", "--prefix", "none", "--format", "{p}",
+            "tree",
+            "--offline",
+            "--manifest-path",
+            manifest,
+            "--workspace",
+            "-e",
+            "normal",
+            "--depth",
+            "0",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
         ])
         .output()
         .unwrap_or_else(|e| panic!("running {cargo} tree: {e}"));
-    assert!(out.status.success(), "cargo tree failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo tree failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).expect("cargo tree prints UTF-8");
     let crates: Vec<_> = text.lines().filter_map(local_crate).collect();
-    assert!(crates.len() >= 14, "cargo tree listed fewer workspace crates than exist:\n{text}");
+    assert!(
+        crates.len() >= 14,
+        "cargo tree listed fewer workspace crates than exist:\n{text}"
+    );
     crates
 }
 
@@ -101,21 +119,25 @@ fn layer_of(name: &str, path: &str) -> usize {
         ["crates", layer, _crate] => *layer,
         _ => panic!("crate {name} lives at {path}, not at crates/<layer>/<crate>"),
     };
-    LAYERS
-        .iter()
-        .position(|l| *l == layer)
-        .unwrap_or_else(|| panic!("crate {name} lives in {path}: `{layer}` is none of the layers {LAYERS:?}"))
+    LAYERS.iter().position(|l| *l == layer).unwrap_or_else(|| {
+        panic!("crate {name} lives in {path}: `{layer}` is none of the layers {LAYERS:?}")
+    })
 }
 
 #[test]
 fn every_crate_depends_only_on_its_own_layer_or_those_below() {
     let crates = workspace_crates();
-    let layer: std::collections::BTreeMap<_, _> =
-        crates.iter().map(|(n, p)| (n.clone(), (layer_of(n, p), p.clone()))).collect();
+    let layer: std::collections::BTreeMap<_, _> = crates
+        .iter()
+        .map(|(n, p)| (n.clone(), (layer_of(n, p), p.clone())))
+        .collect();
     let mut climbs = Vec::new();
     for (name, (own, _)) in &layer {
         let (deps, text) = normal_dependencies_direct(name);
-        assert!(deps.contains(name), "cargo tree did not list {name}:\n{text}");
+        assert!(
+            deps.contains(name),
+            "cargo tree did not list {name}:\n{text}"
+        );
         for dep in deps.iter().filter(|d| *d != name) {
             if let Some((theirs, path)) = layer.get(dep) {
                 if theirs > own {
@@ -127,7 +149,11 @@ fn every_crate_depends_only_on_its_own_layer_or_those_below() {
             }
         }
     }
-    assert!(climbs.is_empty(), "dependencies that climb a layer (order {LAYERS:?}):\n{}", climbs.join("\n"));
+    assert!(
+        climbs.is_empty(),
+        "dependencies that climb a layer (order {LAYERS:?}):\n{}",
+        climbs.join("\n")
+    );
 }
 
 /// A crate's direct normal dependencies (itself included).
@@ -136,14 +162,34 @@ fn normal_dependencies_direct(package: &str) -> (BTreeSet<String>, String) {
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     let out = Command::new(&cargo)
         .args([
-            "tree", "--offline", "--manifest-path", manifest, "-p", package, "-e", "normal",
-            "--depth", "1", "--prefix", "none", "--format", "{p}",
+            "tree",
+            "--offline",
+            "--manifest-path",
+            manifest,
+            "-p",
+            package,
+            "-e",
+            "normal",
+            "--depth",
+            "1",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
         ])
         .output()
         .unwrap_or_else(|e| panic!("running {cargo} tree: {e}"));
-    assert!(out.status.success(), "cargo tree -p {package} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).expect("cargo tree prints UTF-8");
-    let crates = text.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect();
+    let crates = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
     (crates, text)
 }
 
@@ -176,7 +222,17 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
 const NEVER: &[(&str, &[&str])] = &[
     ("daemon", &["dataplane", "filters", "runplan", "control"]),
     ("catalog", &["dataplane", "filters", "kernel", "control"]),
-    ("protocol", &["dataplane", "lang", "catalog", "filters", "kernel", "control"]),
+    (
+        "protocol",
+        &[
+            "dataplane",
+            "lang",
+            "catalog",
+            "filters",
+            "kernel",
+            "control",
+        ],
+    ),
     ("control", &["filters", "kernel"]),
     ("capi", &["dataplane", "lang", "catalog", "filters"]),
     ("compat", &["dataplane", "lang", "catalog", "filters"]),
@@ -195,23 +251,36 @@ fn every_crate_depends_only_on_what_its_row_allows() {
     let mut wrong = Vec::new();
     for (name, _, _) in ALLOWED {
         if !names.contains(*name) {
-            wrong.push(format!("the table has a row for {name}, which is no crate of the workspace"));
+            wrong.push(format!(
+                "the table has a row for {name}, which is no crate of the workspace"
+            ));
         }
     }
     for name in &names {
         let Some((_, allowed, why)) = row(name) else {
-            wrong.push(format!("{name} has no row in ALLOWED: say what it may depend on"));
+            wrong.push(format!(
+                "{name} has no row in ALLOWED: say what it may depend on"
+            ));
             continue;
         };
         let (deps, text) = normal_dependencies_direct(name);
-        assert!(deps.contains(name), "cargo tree did not list {name}:\n{text}");
+        assert!(
+            deps.contains(name),
+            "cargo tree did not list {name}:\n{text}"
+        );
         for dep in deps.iter().filter(|d| *d != name && names.contains(*d)) {
             if !allowed.contains(&dep.as_str()) {
-                wrong.push(format!("{name} -> {dep}: not allowed ({name}: {why}; it may depend on {allowed:?})"));
+                wrong.push(format!(
+                    "{name} -> {dep}: not allowed ({name}: {why}; it may depend on {allowed:?})"
+                ));
             }
         }
     }
-    assert!(wrong.is_empty(), "dependencies the layering does not allow:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "dependencies the layering does not allow:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// The table's closure keeps the crates of [`NEVER`] out of reach.
@@ -243,7 +312,11 @@ fn the_table_keeps_each_crate_from_what_it_must_never_reach() {
             wrong.push(format!("{name} reaches {b}: {}", path.join(" -> ")));
         }
     }
-    assert!(wrong.is_empty(), "the table lets crates reach what they must not:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "the table lets crates reach what they must not:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -270,10 +343,17 @@ fn the_protocol_and_the_libraries_in_other_programs_link_neither_dataplane_nor_l
             crates.contains(package) && (package == "protocol" || crates.contains("protocol")),
             "cargo tree did not list {package}'s own dependencies:\n{text}"
         );
-        let banned: Vec<_> = ["dataplane", "lang", "filters", "kernel", "control", "daemon"]
-            .into_iter()
-            .filter(|b| crates.contains(*b))
-            .collect();
+        let banned: Vec<_> = [
+            "dataplane",
+            "lang",
+            "filters",
+            "kernel",
+            "control",
+            "daemon",
+        ]
+        .into_iter()
+        .filter(|b| crates.contains(*b))
+        .collect();
         assert!(
             banned.is_empty(),
             "{package}'s normal dependencies pull in {banned:?} (wire types belong in protocol):\n{text}"

@@ -45,6 +45,6 @@ pub use error::{Error, Result};
 pub use ibuf::{BufTable, DbufView, DoubleRing, IbufReader, IbufWriter, Tag};
 pub use mp::MpWriter;
 pub use ring::{
-    Armed, Layout, Peeked, Reader, Ready, ReleaseCache, RingConfig, RingRef, RingStats, Start, SyncMode,
-    Writer,
+    Armed, Layout, Peeked, Reader, Ready, ReleaseCache, RingConfig, RingRef, RingStats, Start,
+    SyncMode, Writer,
 };

@@ -410,12 +410,22 @@ fn threaded_many_laps_every_reader() {
                     spec.name
                 );
             }
-            assert_eq!(lost == 0, overruns == 0, "{}: lost {lost} bytes in {overruns} overruns", spec.name);
+            assert_eq!(
+                lost == 0,
+                overruns == 0,
+                "{}: lost {lost} bytes in {overruns} overruns",
+                spec.name
+            );
             if is_bytes(spec) {
                 // What was read and what was skipped add up to the stream.
                 assert_eq!(got + lost, stream, "{}: got {got} + lost {lost}", spec.name);
             } else if lossless(spec) {
-                assert_eq!(last, Some(total_units - 1), "{}: the last record", spec.name);
+                assert_eq!(
+                    last,
+                    Some(total_units - 1),
+                    "{}: the last record",
+                    spec.name
+                );
             }
         }
     });

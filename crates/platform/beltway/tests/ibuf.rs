@@ -251,7 +251,11 @@ fn moderation_batches_but_bounds_latency() {
     let (mut last, mut stable) = (None, 0);
     wait_until("the reader's deep sleep", || {
         let now = thread_status("mod-reader");
-        stable = if now.is_some() && now == last { stable + 1 } else { 0 };
+        stable = if now.is_some() && now == last {
+            stable + 1
+        } else {
+            0
+        };
         last = now;
         stable >= 5 && last.as_ref().is_some_and(|(st, _)| st.starts_with('S'))
     });
@@ -279,7 +283,10 @@ fn moderation_batches_but_bounds_latency() {
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let until = std::time::Instant::now() + Duration::from_secs(10);
     while !cond() {
-        assert!(std::time::Instant::now() < until, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -287,17 +294,23 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 /// This process's thread named `name`: its state and its count of voluntary context
 /// switches (/proc/self/task/TID/status).
 fn thread_status(name: &str) -> Option<(String, u64)> {
-    std::fs::read_dir("/proc/self/task").ok()?.flatten().find_map(|t| {
-        let status = std::fs::read_to_string(t.path().join("status")).ok()?;
-        let field = |k: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(k))
-                .map(|v| v.trim().to_string())
-        };
-        (field("Name:")? == name).then_some(())?;
-        Some((field("State:")?, field("voluntary_ctxt_switches:")?.parse().ok()?))
-    })
+    std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .flatten()
+        .find_map(|t| {
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            let field = |k: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .map(|v| v.trim().to_string())
+            };
+            (field("Name:")? == name).then_some(())?;
+            Some((
+                field("State:")?,
+                field("voluntary_ctxt_switches:")?.parse().ok()?,
+            ))
+        })
 }
 
 /// Self-scaling: a calm ring shrinks to its minimum; data stays intact across resizes.

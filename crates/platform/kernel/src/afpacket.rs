@@ -364,9 +364,15 @@ pub fn promisc_membership(fd: &OwnedFd, ifindex: u32, on: bool) -> io::Result<()
         mr_address: [0; 8],
     };
     let (name, what) = if on {
-        (libc::PACKET_ADD_MEMBERSHIP, "PACKET_ADD_MEMBERSHIP (promiscuous)")
+        (
+            libc::PACKET_ADD_MEMBERSHIP,
+            "PACKET_ADD_MEMBERSHIP (promiscuous)",
+        )
     } else {
-        (libc::PACKET_DROP_MEMBERSHIP, "PACKET_DROP_MEMBERSHIP (promiscuous)")
+        (
+            libc::PACKET_DROP_MEMBERSHIP,
+            "PACKET_DROP_MEMBERSHIP (promiscuous)",
+        )
     };
     setsockopt(fd, libc::SOL_PACKET, name, &mreq, what)
 }

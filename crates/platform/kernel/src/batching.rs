@@ -780,12 +780,20 @@ mod tests {
         let mut wakes = 0;
         while t - quiet_from < Duration::from_secs(60) {
             let w = g.wait(t);
-            assert!(w <= bound - retire, "{w:?} after {:?} of quiet", t - quiet_from);
+            assert!(
+                w <= bound - retire,
+                "{w:?} after {:?} of quiet",
+                t - quiet_from
+            );
             t += w + ms(50);
             wakes += 1;
         }
         assert!(wakes > 300, "only {wakes} wake-ups simulated");
-        assert_eq!(g.wait(t), bound - retire, "a quiet ring waits the whole bound");
+        assert_eq!(
+            g.wait(t),
+            bound - retire,
+            "a quiet ring waits the whole bound"
+        );
         // Traffic again: the rate follows it, the wait shortens below the bound.
         for _ in 0..200 {
             g.took(500);

@@ -744,16 +744,55 @@ mod tests {
 
     /// Every valid opcode (the generator also ends programs with a return).
     const VALID: &[u16] = &[
-        LD | W | ABS, LD | H | ABS, LD | B | ABS, LD | W | IND, LD | H | IND, LD | B | IND,
-        LD | IMM, LD | LEN, LD | MEM, LDX | IMM, LDX | LEN, LDX | MEM, LDX | B | MSH,
-        ST, STX,
-        ALU, ALU | 0x10, ALU | 0x20, ALU | 0x30, ALU | 0x40, ALU | 0x50, ALU | 0x60, ALU | 0x70,
-        ALU | 0x80, ALU | 0x90, ALU | 0xa0,
-        ALU | SRC_X, ALU | 0x10 | SRC_X, ALU | 0x20 | SRC_X, ALU | 0x30 | SRC_X, ALU | 0x40 | SRC_X,
-        ALU | 0x50 | SRC_X, ALU | 0x60 | SRC_X, ALU | 0x70 | SRC_X, ALU | 0x90 | SRC_X, ALU | 0xa0 | SRC_X,
-        JMP, JMP | 0x10, JMP | 0x20, JMP | 0x30, JMP | 0x40,
-        JMP | 0x10 | SRC_X, JMP | 0x20 | SRC_X, JMP | 0x30 | SRC_X, JMP | 0x40 | SRC_X,
-        RET, RET | RVAL_A, MISC, MISC | 0x80,
+        LD | W | ABS,
+        LD | H | ABS,
+        LD | B | ABS,
+        LD | W | IND,
+        LD | H | IND,
+        LD | B | IND,
+        LD | IMM,
+        LD | LEN,
+        LD | MEM,
+        LDX | IMM,
+        LDX | LEN,
+        LDX | MEM,
+        LDX | B | MSH,
+        ST,
+        STX,
+        ALU,
+        ALU | 0x10,
+        ALU | 0x20,
+        ALU | 0x30,
+        ALU | 0x40,
+        ALU | 0x50,
+        ALU | 0x60,
+        ALU | 0x70,
+        ALU | 0x80,
+        ALU | 0x90,
+        ALU | 0xa0,
+        ALU | SRC_X,
+        ALU | 0x10 | SRC_X,
+        ALU | 0x20 | SRC_X,
+        ALU | 0x30 | SRC_X,
+        ALU | 0x40 | SRC_X,
+        ALU | 0x50 | SRC_X,
+        ALU | 0x60 | SRC_X,
+        ALU | 0x70 | SRC_X,
+        ALU | 0x90 | SRC_X,
+        ALU | 0xa0 | SRC_X,
+        JMP,
+        JMP | 0x10,
+        JMP | 0x20,
+        JMP | 0x30,
+        JMP | 0x40,
+        JMP | 0x10 | SRC_X,
+        JMP | 0x20 | SRC_X,
+        JMP | 0x30 | SRC_X,
+        JMP | 0x40 | SRC_X,
+        RET,
+        RET | RVAL_A,
+        MISC,
+        MISC | 0x80,
     ];
     // Not `RET | RVAL_X`: the validator refuses it (libpcap's interpreter aborts on it and
     // the kernel's checker refuses it; see bad_expressions_and_programs_are_refused_with_reasons).
@@ -778,7 +817,12 @@ mod tests {
         pub fn verdict(insns: &[super::Insn], pkt: &[u8], wirelen: u32) -> u32 {
             let prog: Vec<BpfInsn> = insns
                 .iter()
-                .map(|i| BpfInsn { code: i.code, jt: i.jt, jf: i.jf, k: i.k })
+                .map(|i| BpfInsn {
+                    code: i.code,
+                    jt: i.jt,
+                    jf: i.jf,
+                    k: i.k,
+                })
                 .collect();
             // SAFETY: `prog` is a program that ends in a return with every jump inside it
             // (validated by the caller), as bpf_filter requires; it reads `buflen` bytes

@@ -149,7 +149,10 @@ fn free_word(prog: &[Insn]) -> Option<u32> {
 fn lay(out: &mut Vec<Insn>, prog: &[Insn], accept: Then, reject: Then) -> Result<(), ()> {
     let s = out.len();
     let free = free_word(prog);
-    let guards: Vec<Vec<Insn>> = prog.iter().map(|i| guard(i, free)).collect::<Result<_, _>>()?;
+    let guards: Vec<Vec<Insn>> = prog
+        .iter()
+        .map(|i| guard(i, free))
+        .collect::<Result<_, _>>()?;
     // Where each instruction's guard begins (jumps to it land there), and the
     // instruction itself, relative to `s`.
     let mut start = Vec::with_capacity(prog.len() + 1);
@@ -160,7 +163,9 @@ fn lay(out: &mut Vec<Insn>, prog: &[Insn], accept: Then, reject: Then) -> Result
     }
     let n = at;
     start.push(n);
-    let ret_a = prog.iter().any(|i| i.code & 0x07 == RET_K && i.code & 0x18 == 0x10);
+    let ret_a = prog
+        .iter()
+        .any(|i| i.code & 0x07 == RET_K && i.code & 0x18 == 0x10);
     let trailer = s + n;
     let end = trailer + if ret_a { 3 } else { 0 };
     let act = |at: usize, then: Then| match then {
@@ -334,7 +339,10 @@ impl Merged {
             stack: Vec::new(),
         };
         // Building recurses once per instruction along a path: long programs run alone.
-        if programs.iter().any(|p| p.ops().len() > Self::MAX_MERGED_LEN) {
+        if programs
+            .iter()
+            .any(|p| p.ops().len() > Self::MAX_MERGED_LEN)
+        {
             return m;
         }
         let mut memo = HashMap::new();
@@ -577,7 +585,12 @@ mod tests {
     fn programs() -> Vec<Vec<Insn>> {
         EXPRS
             .iter()
-            .map(|e| compile(e, 1, 262144).unwrap_or_else(|x| panic!("{x}")).insns().to_vec())
+            .map(|e| {
+                compile(e, 1, 262144)
+                    .unwrap_or_else(|x| panic!("{x}"))
+                    .insns()
+                    .to_vec()
+            })
             .collect()
     }
 
@@ -608,7 +621,10 @@ mod tests {
             f.extend_from_slice(&[64, proto, 0, 0]);
             f.extend_from_slice(&addr(r[6]));
             f.extend_from_slice(&addr(r[7]));
-            f.extend(std::iter::repeat_n(0u8, (ihl as usize).saturating_sub(5) * 4));
+            f.extend(std::iter::repeat_n(
+                0u8,
+                (ihl as usize).saturating_sub(5) * 4,
+            ));
         }
         let port = |x: u32| [7u16, 9, 53, 80, 5500, 1234][x as usize % 6];
         f.extend_from_slice(&port(r[8]).to_be_bytes());
@@ -707,18 +723,26 @@ mod tests {
             insn(0x16, 0, 0, 0),
             insn(RET_K, 0, 0, 0),
         ];
-        let mut progs: Vec<Program> = programs().into_iter().map(|p| Program::new(p).unwrap()).collect();
+        let mut progs: Vec<Program> = programs()
+            .into_iter()
+            .map(|p| Program::new(p).unwrap())
+            .collect();
         progs.push(Program::new(own).unwrap());
         let mut m = Merged::new(&progs);
         assert!(m.merged());
         let mut out = vec![0; progs.len()];
         for (i, b0) in [0u8, 3, 4, 200].into_iter().enumerate() {
             for cut in [1usize, 13, 14, 23, 34, 60, 90] {
-                let r: Vec<u32> = (0..24u32).map(|k| k.wrapping_mul(2_654_435_761) ^ i as u32).collect();
+                let r: Vec<u32> = (0..24u32)
+                    .map(|k| k.wrapping_mul(2_654_435_761) ^ i as u32)
+                    .collect();
                 let mut pkt = frame(&r, cut);
                 pkt[0] = b0;
                 m.run(&pkt, pkt.len() as u32, &mut out);
-                let alone: Vec<u32> = progs.iter().map(|p| p.run(&pkt, pkt.len() as u32)).collect();
+                let alone: Vec<u32> = progs
+                    .iter()
+                    .map(|p| p.run(&pkt, pkt.len() as u32))
+                    .collect();
                 assert_eq!(out, alone, "byte 0 {b0}, cut {cut}");
             }
         }
@@ -728,11 +752,18 @@ mod tests {
     /// operations than they have instructions (their common tests are done once).
     #[test]
     fn the_benchmarks_readers_share_their_tests() {
-        let progs: Vec<Program> = programs()[..10].iter().map(|p| Program::new(p.clone()).unwrap()).collect();
+        let progs: Vec<Program> = programs()[..10]
+            .iter()
+            .map(|p| Program::new(p.clone()).unwrap())
+            .collect();
         let total: usize = progs.iter().map(|p| p.insns().len()).sum();
         let m = Merged::new(&progs);
         assert!(m.merged());
-        assert!(m.nodes() < total, "{} nodes for {total} instructions", m.nodes());
+        assert!(
+            m.nodes() < total,
+            "{} nodes for {total} instructions",
+            m.nodes()
+        );
     }
 
     /// Time per packet of the benchmark's ten programs, merged and one after another, on
@@ -741,7 +772,10 @@ mod tests {
     #[test]
     #[ignore]
     fn merged_against_alone_timing() {
-        let progs: Vec<Program> = programs()[..10].iter().map(|p| Program::new(p.clone()).unwrap()).collect();
+        let progs: Vec<Program> = programs()[..10]
+            .iter()
+            .map(|p| Program::new(p.clone()).unwrap())
+            .collect();
         let mut m = Merged::new(&progs);
         let mut r = vec![0u32; 24];
         (r[0], r[1], r[2], r[3], r[4], r[8], r[9]) = (1, 0, 0, 0, 0, 5, 1);
@@ -777,8 +811,10 @@ mod tests {
         assert_eq!(both[0], inbound.insns()[0], "{both:?}");
         assert!(inbound.insns()[0].k >= SKF_AD_OFF);
         for p in [&u, &both] {
-            let sock: std::os::fd::OwnedFd = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().into();
-            crate::afpacket::attach_classic(&sock, p).unwrap_or_else(|e| panic!("{e}: {} instructions", p.len()));
+            let sock: std::os::fd::OwnedFd =
+                std::net::UdpSocket::bind("127.0.0.1:0").unwrap().into();
+            crate::afpacket::attach_classic(&sock, p)
+                .unwrap_or_else(|e| panic!("{e}: {} instructions", p.len()));
         }
     }
 
@@ -803,9 +839,17 @@ mod tests {
         assert_eq!(run(&u, &[0], 1), 0);
         assert_eq!(run(&u, &[3], 1), ACCEPT);
         let u = union(&[&first, &x]).unwrap();
-        assert_eq!(run(&u, &[0], 1), ACCEPT, "X was not 0 at the second program");
+        assert_eq!(
+            run(&u, &[0], 1),
+            ACCEPT,
+            "X was not 0 at the second program"
+        );
         assert_eq!(union(&[]), Some(vec![insn(RET_K, 0, 0, 0)]));
-        assert_eq!(union(&[&first, &[]]), None, "a reader without a filter takes all");
+        assert_eq!(
+            union(&[&first, &[]]),
+            None,
+            "a reader without a filter takes all"
+        );
     }
 
     /// Past the kernel's 4096 instructions the union takes everything (None); a program

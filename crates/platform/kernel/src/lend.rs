@@ -130,10 +130,7 @@ pub fn install(lent: Vec<(Described, i32)>) -> io::Result<()> {
     }
     let described: Vec<Described> = sockets.iter().map(|(d, _)| d.clone()).collect();
     std::env::set_var(ENV, encode(&described));
-    *REGISTRY.lock().expect("not poisoned") = Some(Registry {
-        described,
-        sockets,
-    });
+    *REGISTRY.lock().expect("not poisoned") = Some(Registry { described, sockets });
     Ok(())
 }
 
@@ -200,8 +197,7 @@ pub fn kernel_filter_allowed(dev: &str, expr: Option<&str>) -> bool {
         return true;
     };
     expr.is_some()
-        && r
-            .described
+        && r.described
             .iter()
             .any(|d| d.kind == Kind::Rx && d.dev == dev && d.filter.as_deref() == expr)
 }

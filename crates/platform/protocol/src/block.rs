@@ -55,15 +55,8 @@ pub const CAPTURE_BIG_ENDIAN: u16 = 128;
 /// Flag, with [`CAPTURE`]: the capture file had nanosecond times.
 pub const CAPTURE_NANOS: u16 = 256;
 /// Every flag a header may carry.
-pub const FLAGS: u16 = RECORD
-    | LINK
-    | METAS
-    | ANNOUNCE
-    | SHARED
-    | MARK
-    | CAPTURE
-    | CAPTURE_BIG_ENDIAN
-    | CAPTURE_NANOS;
+pub const FLAGS: u16 =
+    RECORD | LINK | METAS | ANNOUNCE | SHARED | MARK | CAPTURE | CAPTURE_BIG_ENDIAN | CAPTURE_NANOS;
 /// Frame flag: the last block of the sender's batch.
 pub const LAST: u8 = 1;
 /// `len` of a frame that ends a stream (no block follows).
@@ -352,7 +345,13 @@ mod tests {
         ];
         (
             (any::<u64>(), any::<u32>(), any::<u16>(), flags),
-            (any::<u32>(), any::<u32>(), any::<u32>(), any::<u16>(), 0u8..=LAST),
+            (
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u16>(),
+                0u8..=LAST,
+            ),
         )
             .prop_map(
                 |((ts_ns, orig_len, link, flags), (skip, snaplen, len, class, frame))| Fields {
@@ -408,7 +407,11 @@ mod tests {
         b[15] = 0x80;
         assert!(matches!(
             Header::new_checked(&b[..]),
-            Err(HeaderError::Invalid { field: "flags", offset: 14, .. })
+            Err(HeaderError::Invalid {
+                field: "flags",
+                offset: 14,
+                ..
+            })
         ));
     }
 

@@ -24,7 +24,6 @@ pub struct GraphNode {
     pub space: String,
 }
 
-
 /// How full a channel's rings are, as its producer sees them (the thesis' per-stream
 /// state the page draws on an edge): its tag ring and its data ring, in bytes written and
 /// not yet released by every lossless reader, and their sizes; the readers attached; how
@@ -47,7 +46,13 @@ pub struct RingGauge {
 impl RingGauge {
     /// The fuller of the two rings, 0.0 to 1.0.
     pub fn fill(&self) -> f64 {
-        let f = |used: u64, size: u64| if size == 0 { 0.0 } else { (used as f64 / size as f64).min(1.0) };
+        let f = |used: u64, size: u64| {
+            if size == 0 {
+                0.0
+            } else {
+                (used as f64 / size as f64).min(1.0)
+            }
+        };
         f(self.tags_used, self.tags_size).max(f(self.data_used, self.data_size))
     }
 
@@ -55,8 +60,12 @@ impl RingGauge {
     /// fuller one's fill, every reader, every wait.
     pub fn merge(&mut self, o: &RingGauge) {
         if o.fill() > self.fill() {
-            (self.tags_used, self.tags_size, self.data_used, self.data_size) =
-                (o.tags_used, o.tags_size, o.data_used, o.data_size);
+            (
+                self.tags_used,
+                self.tags_size,
+                self.data_used,
+                self.data_size,
+            ) = (o.tags_used, o.tags_size, o.data_used, o.data_size);
         }
         self.readers = self.readers.max(o.readers);
         self.writer_waits += o.writer_waits;
@@ -122,7 +131,9 @@ pub fn fold_graph(nodes: &[GraphNode]) -> (Vec<GraphNode>, Vec<(String, String)>
         let around = n.label.contains("~split") || n.label.contains("~join");
         let primary = !n.label.contains('~');
         // Arcs among one node's members are neither into nor out of it.
-        let mapped = |v: &[String]| -> Vec<String> { v.iter().map(|l| user(l)).filter(|l| *l != u).collect() };
+        let mapped = |v: &[String]| -> Vec<String> {
+            v.iter().map(|l| user(l)).filter(|l| *l != u).collect()
+        };
         let (inputs, outputs) = (mapped(&n.inputs), mapped(&n.outputs));
         let exit = !outputs.is_empty() || n.outputs.is_empty();
         let i = match out.iter().position(|g| g.label == u) {
@@ -158,7 +169,11 @@ pub fn fold_graph(nodes: &[GraphNode]) -> (Vec<GraphNode>, Vec<(String, String)>
         }
         g.source |= n.source;
         if !around && !g.space.split(',').any(|s| s == n.space) {
-            g.space = if g.space.is_empty() { n.space.clone() } else { format!("{},{}", g.space, n.space) };
+            g.space = if g.space.is_empty() {
+                n.space.clone()
+            } else {
+                format!("{},{}", g.space, n.space)
+            };
         }
         // The tap: the member the user node's blocks leave from, a join before a copy.
         let t = &mut taps[i].1;
@@ -175,27 +190,60 @@ mod tests {
 
     #[test]
     fn a_replicated_node_is_one_node_of_the_folded_graph() {
-        let g = |label: &str, filter: &str, inputs: &[&str], outputs: &[&str], space: &str| GraphNode {
-            label: label.into(),
-            filter: filter.into(),
-            options: vec![],
-            inputs: inputs.iter().map(|x| x.to_string()).collect(),
-            outputs: outputs.iter().map(|x| x.to_string()).collect(),
-            source: inputs.is_empty(),
-            space: space.into(),
-        };
+        let g =
+            |label: &str, filter: &str, inputs: &[&str], outputs: &[&str], space: &str| GraphNode {
+                label: label.into(),
+                filter: filter.into(),
+                options: vec![],
+                inputs: inputs.iter().map(|x| x.to_string()).collect(),
+                outputs: outputs.iter().map(|x| x.to_string()).collect(),
+                source: inputs.is_empty(),
+                space: space.into(),
+            };
         let nodes = [
             g("gen@0", "gen", &[], &["deflate~split@0"], "0"),
-            g("deflate~split@0", "split", &["gen@0"], &["deflate@1", "deflate~2@2"], "0"),
-            g("deflate@1", "deflate", &["deflate~split@0"], &["deflate~join@1"], "1"),
-            g("deflate~2@2", "deflate", &["deflate~split@0"], &["deflate~join@1"], "2"),
-            g("deflate~join@1", "join", &["deflate@1", "deflate~2@2"], &["count@1"], "1"),
+            g(
+                "deflate~split@0",
+                "split",
+                &["gen@0"],
+                &["deflate@1", "deflate~2@2"],
+                "0",
+            ),
+            g(
+                "deflate@1",
+                "deflate",
+                &["deflate~split@0"],
+                &["deflate~join@1"],
+                "1",
+            ),
+            g(
+                "deflate~2@2",
+                "deflate",
+                &["deflate~split@0"],
+                &["deflate~join@1"],
+                "2",
+            ),
+            g(
+                "deflate~join@1",
+                "join",
+                &["deflate@1", "deflate~2@2"],
+                &["count@1"],
+                "1",
+            ),
             g("count@1", "count", &["deflate~join@1"], &[], "1"),
         ];
         let (folded, taps) = fold_graph(&nodes);
         let short: Vec<(&str, &str, Vec<String>, Vec<String>, &str)> = folded
             .iter()
-            .map(|n| (n.label.as_str(), n.filter.as_str(), n.inputs.clone(), n.outputs.clone(), n.space.as_str()))
+            .map(|n| {
+                (
+                    n.label.as_str(),
+                    n.filter.as_str(),
+                    n.inputs.clone(),
+                    n.outputs.clone(),
+                    n.space.as_str(),
+                )
+            })
             .collect();
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert_eq!(
@@ -207,6 +255,13 @@ mod tests {
             ]
         );
         let taps: Vec<(&str, &str)> = taps.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-        assert_eq!(taps, [("gen", "gen@0"), ("deflate", "deflate~join@1"), ("count", "count@1")]);
+        assert_eq!(
+            taps,
+            [
+                ("gen", "gen@0"),
+                ("deflate", "deflate~join@1"),
+                ("count", "count@1")
+            ]
+        );
     }
 }

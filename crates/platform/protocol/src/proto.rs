@@ -640,7 +640,9 @@ pub enum Reply {
     },
     /// The answer to `web`: the URL (with its one-time token) that opens a session of
     /// the asking user in the daemon's web view.
-    Web { url: String },
+    Web {
+        url: String,
+    },
 }
 
 impl Reply {

@@ -193,7 +193,11 @@ impl Segment {
         };
         let shm = Shm::create_memfd("streamline-shape", SIZE).map_err(io)?;
         let file = File::from(shm.fd().try_clone_to_owned().map_err(io)?);
-        let seg = Segment { shm, file, path: None };
+        let seg = Segment {
+            shm,
+            file,
+            path: None,
+        };
         seg.publish(config);
         Ok(seg)
     }
@@ -285,10 +289,14 @@ impl Segment {
         // inherited STREAMLINE_SHAPE_FD, or a live segment's); it is only duplicated here
         // (F_DUPFD_CLOEXEC), the original stays with its owner.
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        let file = File::from(borrowed.try_clone_to_owned().map_err(|e| SegmentError::Io {
-            path: format!("fd {fd}"),
-            source: e,
-        })?);
+        let file = File::from(
+            borrowed
+                .try_clone_to_owned()
+                .map_err(|e| SegmentError::Io {
+                    path: format!("fd {fd}"),
+                    source: e,
+                })?,
+        );
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         if len < SIZE as u64 {
             return Err(SegmentError::NotASegment(fd));

@@ -232,7 +232,13 @@ fn udp_datagrams_are_whole_and_paced() {
         let mut last = 0.0;
         let mut from = None;
         for _ in 0..count {
-            let (k, f) = rx.recv_from(&mut buf).expect("a datagram");
+            // EINTR after a stop and continue is not a loss (signal(7), receive timeouts).
+            let (k, f) = loop {
+                match rx.recv_from(&mut buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    r => break r.expect("a datagram"),
+                }
+            };
             assert_eq!(k, size, "datagram cut");
             let i = u32::from_ne_bytes(buf[..4].try_into().unwrap()) as usize;
             assert!(
@@ -356,7 +362,11 @@ fn a_killed_program_does_not_hang_run_nor_keep_its_socket() {
                     std::fs::read_to_string("/proc/net/tcp")
                         .unwrap_or_default()
                         .lines()
-                        .find(|l| l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(&want)))
+                        .find(|l| {
+                            l.split_whitespace()
+                                .nth(1)
+                                .is_some_and(|a| a.ends_with(&want))
+                        })
                         .and_then(|l| l.split_whitespace().nth(4).map(str::to_string))
                 };
                 let t = Instant::now();
@@ -366,7 +376,10 @@ fn a_killed_program_does_not_hang_run_nor_keep_its_socket() {
                     if q.as_deref().is_some_and(|q| q.ends_with(":00000000")) {
                         break;
                     }
-                    assert!(t.elapsed() < Duration::from_secs(30), "the program never read all it was sent (tx:rx queue {q:?})");
+                    assert!(
+                        t.elapsed() < Duration::from_secs(30),
+                        "the program never read all it was sent (tx:rx queue {q:?})"
+                    );
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 // SAFETY: signalling our own child.
@@ -406,8 +419,14 @@ fn signals_interrupt_or_restart_a_supervised_receive() {
             let (mut c, _) = l.accept().unwrap();
             // The answer comes once the handler has run (it says so on stderr).
             let t0 = Instant::now();
-            while !std::fs::read_to_string(&heard).unwrap_or_default().contains("fired") {
-                assert!(t0.elapsed() < Duration::from_secs(30), "sig_recv's SIGALRM handler did not run within 30 s");
+            while !std::fs::read_to_string(&heard)
+                .unwrap_or_default()
+                .contains("fired")
+            {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "sig_recv's SIGALRM handler did not run within 30 s"
+                );
                 std::thread::sleep(Duration::from_millis(5));
             }
             let _ = c.write_all(b"hello");

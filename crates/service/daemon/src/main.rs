@@ -108,7 +108,10 @@ fn main() -> ExitCode {
     let listener = match std::os::unix::net::UnixListener::bind(&a.socket) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("streamlined: error: cannot listen on {}: {e}", a.socket.display());
+            eprintln!(
+                "streamlined: error: cannot listen on {}: {e}",
+                a.socket.display()
+            );
             return ExitCode::from(1);
         }
     };

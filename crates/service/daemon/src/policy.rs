@@ -74,10 +74,11 @@ frame_timeout_s = 10
 
 /// The example of [`FORMAT`]: everything after its `Example` line.
 pub fn format_example() -> &'static str {
-    let at = FORMAT.find("\n[[grant]]\nusers").expect("FORMAT has an example");
+    let at = FORMAT
+        .find("\n[[grant]]\nusers")
+        .expect("FORMAT has an example");
     &FORMAT[at + 1..]
 }
-
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -605,7 +606,10 @@ impl Policy {
                 why,
             };
             let kind = kernel::lend::Kind::parse(filter).ok_or_else(|| {
-                denied(format!("needs {}; the daemon lends sockets only for rx and tx", privileged(filter).unwrap_or("a privilege")))
+                denied(format!(
+                    "needs {}; the daemon lends sockets only for rx and tx",
+                    privileged(filter).unwrap_or("a privilege")
+                ))
             })?;
             let found = self
                 .grants
@@ -617,11 +621,21 @@ impl Policy {
             let Some((gr, k)) = found else {
                 return Err(denied("no template grants it".into()));
             };
-            let opt = |key: &str| options.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+            let opt = |key: &str| {
+                options
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v.clone())
+            };
             let dev = lang::label::arg(params, options, "dev")
                 .map(str::to_string)
                 .ok_or_else(|| denied("names no device (dev=)".into()))?;
-            let num = |key: &str| opt(key).and_then(|v| v.parse::<usize>().ok()).unwrap_or(1).max(1);
+            let num = |key: &str| {
+                opt(key)
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(1)
+                    .max(1)
+            };
             let count = match kind {
                 kernel::lend::Kind::Rx => num("rings") * num("queues"),
                 kernel::lend::Kind::Tx => num("queues"),
@@ -821,7 +835,11 @@ mode = "0640"
         let p = Policy::parse(ex, "FORMAT", &catalog::Natives).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.grants.len(), 1);
         assert_eq!(p.grants[0].mode, 0o640);
-        assert_eq!(p.limits, Limits::default(), "the example gives the defaults");
+        assert_eq!(
+            p.limits,
+            Limits::default(),
+            "the example gives the defaults"
+        );
         // Every key the parser takes is in the example (the file's structs deny unknown
         // keys, so a misspelt one fails the parse above), and described above it.
         let doc = &FORMAT[..FORMAT.len() - ex.len()];
@@ -836,8 +854,14 @@ mode = "0640"
             "max_ring",
             "frame_timeout_s",
         ] {
-            assert!(ex.contains(&format!("\n{key} = ")), "the example lacks {key}");
-            assert!(doc.contains(&format!("  {key} ")), "the format does not describe {key}");
+            assert!(
+                ex.contains(&format!("\n{key} = ")),
+                "the example lacks {key}"
+            );
+            assert!(
+                doc.contains(&format!("  {key} ")),
+                "the format does not describe {key}"
+            );
         }
         // A key the parser does not take is refused: the example is checked, not skimmed.
         let bad = ex.replace("runs_per_user = 64", "runs_per_usr = 64");

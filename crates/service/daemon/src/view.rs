@@ -20,9 +20,9 @@
 //! in the running space, so a removal inside a template's chain breaks the chain.
 
 use lang::edit::split_space;
-use lang::label::{filter_text, label_of};
-use lang::label::base_name;
 use lang::edit::{Edit, Where};
+use lang::label::base_name;
+use lang::label::{filter_text, label_of};
 use lang::{Edge, Graph, Node, NodeKind, Selector};
 
 /// The filter a removed node becomes in the view (no filter has this name).

@@ -63,7 +63,9 @@ pub fn run(
             .spawn(move || report(&sh, start, ended))
             .expect("start the worker's reporter thread")
     };
-    let rep = sh.edits.run_adapting(spaces, options, &sh.interrupt, |_| {});
+    let rep = sh
+        .edits
+        .run_adapting(spaces, options, &sh.interrupt, |_| {});
     drop(done);
     let _ = reporter.join();
     filters::nicfix::remove_run_pins();
@@ -111,7 +113,12 @@ fn listen(sock: &UnixStream, sh: &Shared, granted: u32) {
                 sh.signal.store(signal, Ordering::SeqCst);
                 sh.interrupt.store(true, Ordering::SeqCst);
             }
-            ToWorker::Edit { edit_id, edit, checked, expect } => {
+            ToWorker::Edit {
+                edit_id,
+                edit,
+                checked,
+                expect,
+            } => {
                 // What the sources the graph does not show narrow the mode to.
                 let hidden = *hidden.get_or_insert_with(|| {
                     let now = sh.mode.load(Ordering::Relaxed);
@@ -133,9 +140,18 @@ fn listen(sock: &UnixStream, sh: &Shared, granted: u32) {
                     Ok(a) => (Some(a), String::new(), 0),
                     Err((errno, text)) => (None, text, errno),
                 };
-                let _ = sh.out.tell(FromWorker::Edited { edit_id, applied, text, errno });
+                let _ = sh.out.tell(FromWorker::Edited {
+                    edit_id,
+                    applied,
+                    text,
+                    errno,
+                });
             }
-            ToWorker::Tap { tap_req, node, filter } => tap(sh, tap_req, &node, filter.as_ref()),
+            ToWorker::Tap {
+                tap_req,
+                node,
+                filter,
+            } => tap(sh, tap_req, &node, filter.as_ref()),
             ToWorker::Untap { tap } => sh.edits.untap(tap),
             _ => {}
         }
@@ -163,12 +179,22 @@ fn tap(sh: &Shared, tap_req: u64, node: &str, filter: Option<&proto::TapFilter>)
             if let (Some(_), Some(ctl), Some(wake)) = (filter, tags.fds().get(1), tags.wake_fd()) {
                 fds.extend([ctl.as_raw_fd(), wake.as_raw_fd()]);
             }
-            let ok = FromWorker::Tapped { tap_req, tap: rings.id, ok: true, text: String::new(), errno: 0 };
+            let ok = FromWorker::Tapped {
+                tap_req,
+                tap: rings.id,
+                ok: true,
+                text: String::new(),
+                errno: 0,
+            };
             sh.out.send(ok, &fds)
         }
-        Err((errno, text)) => {
-            sh.out.tell(FromWorker::Tapped { tap_req, tap: 0, ok: false, text, errno })
-        }
+        Err((errno, text)) => sh.out.tell(FromWorker::Tapped {
+            tap_req,
+            tap: 0,
+            ok: false,
+            text,
+            errno,
+        }),
     };
 }
 
@@ -180,7 +206,10 @@ fn tap(sh: &Shared, tap_req: u64, node: &str, filter: Option<&proto::TapFilter>)
 fn report(sh: &Shared, start: Instant, ended: std::sync::mpsc::Receiver<()>) {
     let mut shown = None;
     let wait = |d: Duration| {
-        !matches!(ended.recv_timeout(d), Err(std::sync::mpsc::RecvTimeoutError::Timeout))
+        !matches!(
+            ended.recv_timeout(d),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        )
     };
     // The first graph: its spaces publish it as their run loops start (within
     // milliseconds); a run with no filter in this process has none.

@@ -83,4 +83,3 @@ pub fn take_lent(uid: u32, lent: Vec<proto::LentSocket>) -> Result<(), String> {
         .collect::<Result<Vec<_>, String>>()?;
     kernel::lend::install(lent).map_err(|e| format!("the lent sockets: {e}"))
 }
-

@@ -57,7 +57,14 @@ impl Out {
 
     pub fn send(&self, m: FromWorker, fds: &[i32]) -> Result<(), proto::ProtoError> {
         let s = self.sock.lock().expect("not poisoned");
-        proto::send(&s, &Msg { id: self.run, body: m }, fds)
+        proto::send(
+            &s,
+            &Msg {
+                id: self.run,
+                body: m,
+            },
+            fds,
+        )
     }
 
     fn failed(&self, message: String, errno: i32) {
@@ -69,7 +76,10 @@ impl Out {
 fn refuse_start(sock: UnixStream, why: String) -> ExitCode {
     let why = runplan::report::error_text(&format!("worker: {why}"));
     eprintln!("{why}");
-    let out = Out { sock: Arc::new(Mutex::new(sock)), run: 0 };
+    let out = Out {
+        sock: Arc::new(Mutex::new(sock)),
+        run: 0,
+    };
     out.failed(why, libc::EPROTO);
     ExitCode::from(2)
 }
@@ -82,29 +92,53 @@ fn worker(fd: i32) -> ExitCode {
     let sock = match beltway::sys::inherited_unix_stream(fd) {
         Ok(s) => s,
         Err(e) => {
-            let why = format!("worker: descriptor {fd}: {e} (this command is started by streamlined)");
+            let why =
+                format!("worker: descriptor {fd}: {e} (this command is started by streamlined)");
             eprintln!("{}", runplan::report::error_text(&why));
             return ExitCode::from(2);
         }
     };
     let (start, mut fds) = match proto::recv::<ToWorker>(&sock) {
-        Ok((Msg { body: start @ ToWorker::Start { .. }, .. }, fds)) => (start, fds),
+        Ok((
+            Msg {
+                body: start @ ToWorker::Start { .. },
+                ..
+            },
+            fds,
+        )) => (start, fds),
         Ok(_) => return refuse_start(sock, "the daemon's first message is not `start`".into()),
         // A value that does not decode (an unknown field, a wrong type, a frame too big):
         // said, not just died of.
         Err(e) => return refuse_start(sock, format!("the daemon's `start` does not decode: {e}")),
     };
-    let ToWorker::Start { run, pipeline, graph, options, uid, gid, groups, modes, lent, context } =
-        start
+    let ToWorker::Start {
+        run,
+        pipeline,
+        graph,
+        options,
+        uid,
+        gid,
+        groups,
+        modes,
+        lent,
+        context,
+    } = start
     else {
         unreachable!("matched above")
     };
     let out = Out {
-        sock: Arc::new(Mutex::new(sock.try_clone().expect("clone the daemon's socket"))),
+        sock: Arc::new(Mutex::new(
+            sock.try_clone().expect("clone the daemon's socket"),
+        )),
         run,
     };
-    if let Err(e) = identity::assume(uid, gid, &groups).and_then(|()| identity::take_lent(uid, lent.clone())) {
-        out.failed(format!("streamline: the worker of uid {uid} refuses to run: {e}"), libc::EPERM);
+    if let Err(e) =
+        identity::assume(uid, gid, &groups).and_then(|()| identity::take_lent(uid, lent.clone()))
+    {
+        out.failed(
+            format!("streamline: the worker of uid {uid} refuses to run: {e}"),
+            libc::EPERM,
+        );
         return ExitCode::from(1);
     }
     if let Err(e) = daemon::context::take(&context, fds.pop(), uid) {
@@ -124,12 +158,27 @@ fn worker(fd: i32) -> ExitCode {
         }
     };
     let (placement, layout) = (plan.placement.clone(), plan.layout_text.clone());
-    if out.tell(FromWorker::Built { placement: placement.clone(), layout }).is_err() {
+    if out
+        .tell(FromWorker::Built {
+            placement: placement.clone(),
+            layout,
+        })
+        .is_err()
+    {
         return ExitCode::from(1);
     }
     // The transaction's end: `go` commits; `stop` (or the daemon going away) rolls the
     // built run back (dropping it undoes every construction step).
-    if !matches!(proto::recv::<ToWorker>(&sock), Ok((Msg { body: ToWorker::Go {}, .. }, _))) {
+    if !matches!(
+        proto::recv::<ToWorker>(&sock),
+        Ok((
+            Msg {
+                body: ToWorker::Go {},
+                ..
+            },
+            _
+        ))
+    ) {
         drop(spaces);
         filters::nicfix::remove_run_pins();
         return ExitCode::SUCCESS;

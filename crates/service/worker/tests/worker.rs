@@ -89,12 +89,28 @@ fn the_worker_builds_the_graph_it_is_given_not_the_text() {
     // The text says 3 blocks; the graph the daemon checked says 7. Same length, so the
     // graph's spans lie in the text (what messages quote).
     let (text, graph) = ("gen count=3 | count", checked("gen count=7 | count"));
-    proto::send(&sock, &Msg { id: 1, body: start::<_, lang::edit::Edit>(text, graph) }, &[]).expect("send start");
+    proto::send(
+        &sock,
+        &Msg {
+            id: 1,
+            body: start::<_, lang::edit::Edit>(text, graph),
+        },
+        &[],
+    )
+    .expect("send start");
     match next(&sock) {
         FromWorker::Built { .. } => {}
         other => panic!("not built: {other:?}"),
     }
-    proto::send(&sock, &Msg { id: 1, body: daemon::ToWorker::Go {} }, &[]).expect("send go");
+    proto::send(
+        &sock,
+        &Msg {
+            id: 1,
+            body: daemon::ToWorker::Go {},
+        },
+        &[],
+    )
+    .expect("send go");
     let mut last = None;
     let code = loop {
         match next(&sock) {
@@ -122,7 +138,15 @@ fn a_graph_with_an_arc_to_no_node_is_refused_saying_so() {
     let text = "gen count=3 | count";
     let mut graph = checked(text);
     graph.edges[0].to = 5;
-    proto::send(&sock, &Msg { id: 1, body: start::<_, lang::edit::Edit>(text, graph) }, &[]).expect("send start");
+    proto::send(
+        &sock,
+        &Msg {
+            id: 1,
+            body: start::<_, lang::edit::Edit>(text, graph),
+        },
+        &[],
+    )
+    .expect("send start");
     let (message, errno, status) = refusal(child, &sock);
     assert!(
         message.contains("the run's graph from the daemon is malformed: arc 0 goes from node 0 to node 5, of 2 nodes"),

@@ -221,7 +221,9 @@ impl Outcome {
     }
     /// Blocks lost, duplicated or out of sequence.
     fn lost(&self) -> u64 {
-        self.sent.abs_diff(self.received).saturating_add(self.wrong())
+        self.sent
+            .abs_diff(self.received)
+            .saturating_add(self.wrong())
     }
 }
 
@@ -394,7 +396,6 @@ fn run_once(
 // filters have names of their own; the plan is then applied, node by node, to the chain
 // the runtime runs (the same nodes in the same order).
 
-
 static PLAN_WORK: [FilterSpec; 4] = [
     FilterSpec::new("worka", Access::Metadata),
     FilterSpec::new("workb", Access::Metadata),
@@ -533,13 +534,7 @@ fn replan(costs: &std::collections::BTreeMap<String, f64>) -> Result<(lang::Grap
         planned = p;
         method = "ILP";
     }
-    let a = control::Assignment::from_plan(
-        &g,
-        &planned.plan,
-        &planner.sys,
-        &lib,
-        planned.template,
-    );
+    let a = control::Assignment::from_plan(&g, &planned.plan, &planner.sys, &lib, planned.template);
     let run = parse(&chain(SHIFTED, None))?;
     let run = a
         .apply(&run)

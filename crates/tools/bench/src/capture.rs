@@ -500,7 +500,10 @@ impl Bench {
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(if quick { 600 } else { 1500 }));
     crate::meter::favour()?;
-    let Setup { bench: b, alone_pps } = setup(a, quick)?;
+    let Setup {
+        bench: b,
+        alone_pps,
+    } = setup(a, quick)?;
     let mut summary = Summary::default();
     summary.add(
         "capture_offered_pps",
@@ -561,7 +564,14 @@ fn setup(a: &Args, quick: bool) -> Result<Setup> {
     println!("{}", m.describe());
     println!("each round: the sender alone, then each configuration followed by the sender alone again (A B1 A B2 ... A); a configuration's extra CPU is its window's minus the sender alone's per packet sent (the two windows around it) times its packets sent, per packet it took");
     Ok(Setup {
-        bench: Bench { v, m, sl, dev, a: load, quick },
+        bench: Bench {
+            v,
+            m,
+            sl,
+            dev,
+            a: load,
+            quick,
+        },
         alone_pps,
     })
 }
@@ -612,7 +622,9 @@ fn bpf_placement(b: &Bench, summary: &mut Summary) -> Result<()> {
     let mut pipelines = Vec::new();
     let mut names = Vec::new();
     for (opt, suffix, _) in &BPF_SETTINGS {
-        pipelines.push(format!("rx dev={dev}{opt} | bpf \"udp dst port 7\" | count"));
+        pipelines.push(format!(
+            "rx dev={dev}{opt} | bpf \"udp dst port 7\" | count"
+        ));
         pipelines.push(format!(
             "rx dev={dev}{opt} | bpf \"udp dst port 7\" placed=user | count"
         ));
@@ -667,7 +679,10 @@ fn bpf_figures(
         };
         let (kernel_ns, user_ns) = (kv.ns, uv.ns);
         let drops = if drops[0] + drops[1] > 0 {
-            format!("; DROPS over all rounds: kernel {}, user {} (figures per packet taken)", drops[0], drops[1])
+            format!(
+                "; DROPS over all rounds: kernel {}, user {} (figures per packet taken)",
+                drops[0], drops[1]
+            )
         } else {
             "; no drops".to_string()
         };
@@ -703,7 +718,11 @@ fn check_ips(kernel: bool, r: &Run) -> Result<u64> {
     let judged = ips_judged(&r.stderr)?;
     let (delivered, dropped) = (delivered_in(&r.stderr).unwrap_or(0), dropped_in(&r.stderr));
     let port7 = r.w.sent.div_ceil(100);
-    let what = if kernel { "ips, header stage in the kernel" } else { "ips placed=user" };
+    let what = if kernel {
+        "ips, header stage in the kernel"
+    } else {
+        "ips placed=user"
+    };
     if kernel {
         if judged + dropped < port7 || judged != delivered {
             return Err(err(format!("{what}: {judged} judged, {delivered} handed to user space, {dropped} dropped, but {port7} packets to port 7 were sent: the counts do not add up")));
@@ -725,14 +744,19 @@ fn check_ips(kernel: bool, r: &Run) -> Result<u64> {
 /// the figure's note; None in a quick run whose figures cannot be told from noise.
 pub(crate) fn ips_pushdown(rules: &std::path::Path, quick: bool) -> Result<Option<(f64, String)>> {
     crate::meter::favour()?;
-    let a = Args { pps: None, secs: 2.0 };
+    let a = Args {
+        pps: None,
+        secs: 2.0,
+    };
     let Setup { bench: b, .. } = setup(&a, quick)?;
     let base = format!("rx dev={} | ips rules={} mode=ids", b.dev, rules.display());
     let pipelines = [base.clone(), format!("{base} placed=user")];
     let names = vec!["kernel".to_string(), "user".to_string()];
-    let all = b.interleave(&names, |k| b.run_sl(pipelines[k].clone()), |k, _, r| {
-        check_ips(k == 0, r)
-    })?;
+    let all = b.interleave(
+        &names,
+        |k| b.run_sl(pipelines[k].clone()),
+        |k, _, r| check_ips(k == 0, r),
+    )?;
     let mut v = Vec::new();
     for (k, s) in all.iter().enumerate() {
         v.push(judge(&format!("`{}`", pipelines[k]), s, b.quick)?);
@@ -740,7 +764,11 @@ pub(crate) fn ips_pushdown(rules: &std::path::Path, quick: bool) -> Result<Optio
     let (Some(kv), Some(uv)) = (v[0], v[1]) else {
         return Ok(None);
     };
-    let drops: u64 = all.iter().flatten().map(|x| dropped_in(&x.data.stderr)).sum();
+    let drops: u64 = all
+        .iter()
+        .flatten()
+        .map(|x| dropped_in(&x.data.stderr))
+        .sum();
     Ok(Some((
         uv.ns / kv.ns,
         format!(
@@ -806,7 +834,9 @@ fn against_tcpdump(b: &Bench, summary: &mut Summary) -> Result<()> {
             tcpdump_run_counts(&r.data, k).map(|(c, d)| (acc.0 + c, acc.1 + d))
         })?;
         let sent: u64 = s.iter().map(|r| r.w.sent).sum();
-        println!("  {label}: {c} of {sent} packets captured over the rounds, {d} dropped by the kernel");
+        println!(
+            "  {label}: {c} of {sent} packets captured over the rounds, {d} dropped by the kernel"
+        );
         per.push((v, d));
     }
     let drops = |i: usize| {
@@ -846,7 +876,12 @@ fn against_tcpdump(b: &Bench, summary: &mut Summary) -> Result<()> {
 /// Multi-queue receive: packets processed by `rx queues=1` and `rx queues=2`.
 fn multiqueue(b: &Bench, summary: &mut Summary) -> Result<()> {
     println!("\n== Multi-queue receive: `rx queues=1` and `rx queues=2` (PACKET_FANOUT hash, one engine per queue), deflate per packet, 16 flows ==");
-    let engines = |q: usize| b.run_sl(format!("rx dev={} queues={q} | deflate level=9 | count", b.dev));
+    let engines = |q: usize| {
+        b.run_sl(format!(
+            "rx dev={} queues={q} | deflate level=9 | count",
+            b.dev
+        ))
+    };
     let r1 = b.measure(engines(1), 16)?;
     let (so, one) = (r1.w.sent, count_in(&r1.stderr));
     let r2 = b.measure(engines(2), 16)?;

@@ -131,11 +131,15 @@ pub fn run(a: &Args) -> Result<()> {
 
 /// Unbuffered handles on fds 0 and 1: one read(2) or write(2) per call.
 fn raw_stdin() -> Result<std::fs::File> {
-    Ok(std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?))
+    Ok(std::fs::File::from(
+        std::io::stdin().as_fd().try_clone_to_owned()?,
+    ))
 }
 
 fn raw_stdout() -> Result<std::fs::File> {
-    Ok(std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?))
+    Ok(std::fs::File::from(
+        std::io::stdout().as_fd().try_clone_to_owned()?,
+    ))
 }
 
 /// Copy until the end of `from`, writing each read as it comes.
@@ -188,7 +192,9 @@ fn relay_threads() -> Result<()> {
             break;
         }
     }
-    writer.join().map_err(|_| err("the relay's writing thread panicked"))?
+    writer
+        .join()
+        .map_err(|_| err("the relay's writing thread panicked"))?
 }
 
 /// Tell the parent we are set up (see [`crate::proc`]).

@@ -424,7 +424,12 @@ impl Setup {
 
     /// Blocks per second of `pipeline(n)` run stand-alone, doubling n from `n0` until a
     /// run's own elapsed time reaches `min_secs`.
-    pub(crate) fn calibrate(&self, pipeline: impl Fn(u64) -> String, n0: u64, min_secs: f64) -> Result<f64> {
+    pub(crate) fn calibrate(
+        &self,
+        pipeline: impl Fn(u64) -> String,
+        n0: u64,
+        min_secs: f64,
+    ) -> Result<f64> {
         let mut n = n0;
         loop {
             let (_, rep) = self.standalone(&pipeline(n))?;
@@ -1002,8 +1007,14 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         // Its target (2%) is finer than one round's noise on a shared machine (rounds vary
         // by up to 20% here): at least 11 paired rounds for the median.
         let web_rounds = if quick { rounds } else { rounds.max(11) };
-        let (web, web_note) =
-            crate::webview::open_vs_closed(&streamlined, &s.streamline, &s.dir, web_rounds, run_secs, quick)?;
+        let (web, web_note) = crate::webview::open_vs_closed(
+            &streamlined,
+            &s.streamline,
+            &s.dir,
+            web_rounds,
+            run_secs,
+            quick,
+        )?;
         let mut summary = Summary::default();
         for (k, (metric, v, note)) in rt.into_iter().enumerate() {
             summary.add(&metric, v, (k == 0).then_some(Target::AtMost(2.0)), note);

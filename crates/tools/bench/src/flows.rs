@@ -83,19 +83,29 @@ fn readdress(frame: &mut [u8], rep: u64) {
 
 /// `sample` repeated, readdressed, until the file holds at least `target` bytes.
 fn build(sample: &Path, path: &Path, target: u64) -> Result<Big> {
-    let f = std::fs::File::open(sample).map_err(|e| err(format!("opening {}: {e}", sample.display())))?;
-    let mut r = PcapReader::new(std::io::BufReader::new(f)).map_err(|e| err(format!("{}: {e}", sample.display())))?;
+    let f = std::fs::File::open(sample)
+        .map_err(|e| err(format!("opening {}: {e}", sample.display())))?;
+    let mut r = PcapReader::new(std::io::BufReader::new(f))
+        .map_err(|e| err(format!("{}: {e}", sample.display())))?;
     let header = r.header();
     let mut pkts: Vec<PcapPacket<'static>> = Vec::new();
     while let Some(p) = r.next_packet() {
-        pkts.push(p.map_err(|e| err(format!("{}: {e}", sample.display())))?.into_owned());
+        pkts.push(
+            p.map_err(|e| err(format!("{}: {e}", sample.display())))?
+                .into_owned(),
+        );
     }
-    let (Some(first), Some(last)) = (pkts.iter().map(|p| p.timestamp).min(), pkts.iter().map(|p| p.timestamp).max()) else {
+    let (Some(first), Some(last)) = (
+        pkts.iter().map(|p| p.timestamp).min(),
+        pkts.iter().map(|p| p.timestamp).max(),
+    ) else {
         return Err(err(format!("{} holds no packets", sample.display())));
     };
     let shift = last - first + Duration::from_secs(1);
-    let out = std::fs::File::create(path).map_err(|e| err(format!("creating {}: {e}", path.display())))?;
-    let mut w = PcapWriter::with_header(std::io::BufWriter::with_capacity(MIB, out), header).map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    let out = std::fs::File::create(path)
+        .map_err(|e| err(format!("creating {}: {e}", path.display())))?;
+    let mut w = PcapWriter::with_header(std::io::BufWriter::with_capacity(MIB, out), header)
+        .map_err(|e| err(format!("writing {}: {e}", path.display())))?;
     let (mut bytes, mut packets, mut repeats) = (24u64, 0u64, 0u64);
     let mut frame = Vec::new();
     while bytes < target {
@@ -104,14 +114,24 @@ fn build(sample: &Path, path: &Path, target: u64) -> Result<Big> {
             frame.extend_from_slice(&p.data);
             readdress(&mut frame, repeats);
             let q = PcapPacket::new(p.timestamp + shift * repeats as u32, p.orig_len, &frame);
-            bytes += w.write_packet(&q).map_err(|e| err(format!("writing {}: {e}", path.display())))? as u64;
+            bytes += w
+                .write_packet(&q)
+                .map_err(|e| err(format!("writing {}: {e}", path.display())))?
+                as u64;
             packets += 1;
         }
         repeats += 1;
     }
     use std::io::Write;
-    w.into_writer().flush().map_err(|e| err(format!("writing {}: {e}", path.display())))?;
-    Ok(Big { path: path.to_path_buf(), bytes, packets, repeats })
+    w.into_writer()
+        .flush()
+        .map_err(|e| err(format!("writing {}: {e}", path.display())))?;
+    Ok(Big {
+        path: path.to_path_buf(),
+        bytes,
+        packets,
+        repeats,
+    })
 }
 
 /// A UDP socket both exporters send to, drained by a thread that counts datagrams.
@@ -162,7 +182,12 @@ struct Counts {
 /// The number before `word` in `line`.
 fn before(line: &str, word: &str) -> Option<u64> {
     let i = line.find(word)?;
-    line[..i].split_whitespace().last()?.trim_start_matches('(').parse().ok()
+    line[..i]
+        .split_whitespace()
+        .last()?
+        .trim_start_matches('(')
+        .parse()
+        .ok()
 }
 
 struct Setup {
@@ -178,13 +203,26 @@ impl Setup {
             self.big.path.display(),
             self.sink.port
         );
-        let (cost, out) = timed(Command::new(&self.streamline).args(["run", "-q", &pipeline]), &format!("streamline run '{pipeline}'"))?;
+        let (cost, out) = timed(
+            Command::new(&self.streamline).args(["run", "-q", &pipeline]),
+            &format!("streamline run '{pipeline}'"),
+        )?;
         let se = String::from_utf8_lossy(&out.stderr);
-        let line = se.lines().find(|l| l.starts_with("ipfix: ")).ok_or_else(|| err(format!("no `ipfix:` line from our run: {se}")))?;
+        let line = se
+            .lines()
+            .find(|l| l.starts_with("ipfix: "))
+            .ok_or_else(|| err(format!("no `ipfix:` line from our run: {se}")))?;
         let n = |w: &str| before(line, w).ok_or_else(|| err(format!("no '{w}' in: {line}")));
-        let c = Counts { packets: n(" packets in")?, flows: n(" flows,")?, records: n(" records in")?, messages: n(" messages")? };
+        let c = Counts {
+            packets: n(" packets in")?,
+            flows: n(" flows,")?,
+            records: n(" records in")?,
+            messages: n(" messages")?,
+        };
         if n(" flows evicted")? != 0 {
-            return Err(err(format!("our table overflowed, the counts would differ: {line}")));
+            return Err(err(format!(
+                "our table overflowed, the counts would differ: {line}"
+            )));
         }
         Ok((cost, c))
     }
@@ -192,7 +230,17 @@ impl Setup {
     fn softflowd(&self) -> Result<(Cost, Counts)> {
         let (cost, out) = timed(
             Command::new("softflowd")
-                .args(["-r", self.big.path.to_str().unwrap(), "-n", &format!("127.0.0.1:{}", self.sink.port), "-v", "10", "-A", "milli", "-d"])
+                .args([
+                    "-r",
+                    self.big.path.to_str().unwrap(),
+                    "-n",
+                    &format!("127.0.0.1:{}", self.sink.port),
+                    "-v",
+                    "10",
+                    "-A",
+                    "milli",
+                    "-d",
+                ])
                 // No `-c`: reading a file it has no control socket, and softflowd 1.1
                 // given `-c` after `-r` may block in accept() (its poll array is never
                 // filled for files).
@@ -200,11 +248,24 @@ impl Setup {
             "softflowd",
         )?;
         let so = String::from_utf8_lossy(&out.stdout);
-        let line = |p: &str| so.lines().find(|l| l.starts_with(p)).map(str::to_string).ok_or_else(|| err(format!("no '{p}' in softflowd's statistics: {so}")));
+        let line = |p: &str| {
+            so.lines()
+                .find(|l| l.starts_with(p))
+                .map(str::to_string)
+                .ok_or_else(|| err(format!("no '{p}' in softflowd's statistics: {so}")))
+        };
         let (pl, fl) = (line("Packets processed:")?, line("Flows exported:")?);
         let c = Counts {
-            packets: pl.split_whitespace().nth(2).and_then(|n| n.parse().ok()).ok_or_else(|| err(pl.clone()))?,
-            flows: fl.split_whitespace().nth(2).and_then(|n| n.parse().ok()).ok_or_else(|| err(fl.clone()))?,
+            packets: pl
+                .split_whitespace()
+                .nth(2)
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| err(pl.clone()))?,
+            flows: fl
+                .split_whitespace()
+                .nth(2)
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| err(fl.clone()))?,
             records: before(&fl, " records)").ok_or_else(|| err(fl.clone()))?,
             messages: before(&fl, " packets").ok_or_else(|| err(fl.clone()))?,
         };
@@ -221,32 +282,56 @@ impl Setup {
         let got_ours = self.sink.take();
         let (_, theirs) = self.softflowd()?;
         let got_theirs = self.sink.take();
-        if ours.packets != theirs.packets || ours.flows != theirs.flows || ours.records != theirs.records {
-            return Err(err(format!("counts differ: ours {ours:?}, softflowd's {theirs:?}")));
+        if ours.packets != theirs.packets
+            || ours.flows != theirs.flows
+            || ours.records != theirs.records
+        {
+            return Err(err(format!(
+                "counts differ: ours {ours:?}, softflowd's {theirs:?}"
+            )));
         }
         if got_ours != ours.messages || got_theirs != theirs.messages {
-            return Err(err(format!("the sink got {got_ours} of our {} messages and {got_theirs} of softflowd's {}", ours.messages, theirs.messages)));
+            return Err(err(format!(
+                "the sink got {got_ours} of our {} messages and {got_theirs} of softflowd's {}",
+                ours.messages, theirs.messages
+            )));
         }
         Ok(ours)
     }
 }
 
 fn best(v: &[Cost]) -> (f64, f64) {
-    (v.iter().map(|c| c.cpu).fold(f64::INFINITY, f64::min), v.iter().map(|c| c.wall).fold(f64::INFINITY, f64::min))
+    (
+        v.iter().map(|c| c.cpu).fold(f64::INFINITY, f64::min),
+        v.iter().map(|c| c.wall).fold(f64::INFINITY, f64::min),
+    )
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
-    watchdog(if quick { Duration::from_secs(180) } else { Duration::from_secs(20 * 60) });
+    watchdog(if quick {
+        Duration::from_secs(180)
+    } else {
+        Duration::from_secs(20 * 60)
+    });
     let reps = if quick { 1 } else { a.reps.max(1) };
     if Command::new("softflowd").arg("-h").output().is_err() {
-        return Err(err("softflowd is not installed (the peer); install it: apt-get install softflowd"));
+        return Err(err(
+            "softflowd is not installed (the peer); install it: apt-get install softflowd",
+        ));
     }
     let streamline = crate::capture::streamline()?;
-    println!("streamline-bench flows ({} mode)", if quick { "quick" } else { "full" });
+    println!(
+        "streamline-bench flows ({} mode)",
+        if quick { "quick" } else { "full" }
+    );
     let dir = TempDir::new("flows")?;
     let big_path = dir.path().join("big.pcap");
     cleanup_on_abnormal_exit(&[&big_path, dir.path()]);
-    let mut s = Setup { streamline, big: build(&a.sample, &big_path, PROBE_BYTES)?, sink: Sink::start()? };
+    let mut s = Setup {
+        streamline,
+        big: build(&a.sample, &big_path, PROBE_BYTES)?,
+        sink: Sink::start()?,
+    };
     if !quick || a.mb.is_some() {
         let target = match a.mb {
             Some(mb) => mb * 1_000_000,
@@ -260,7 +345,13 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         };
         s.big = build(&a.sample, &big_path, target)?;
     }
-    println!("capture: {} x {} readdressed ({} packets, {:.1} MB)", s.big.repeats, a.sample.display(), s.big.packets, s.big.bytes as f64 / 1e6);
+    println!(
+        "capture: {} x {} readdressed ({} packets, {:.1} MB)",
+        s.big.repeats,
+        a.sample.display(),
+        s.big.packets,
+        s.big.bytes as f64 / 1e6
+    );
     println!("ours: streamline run -q 'pcapin file=BIG | ipfix to=SINK idle=3600 active=604800 fin=300 flows={TABLE} | null'");
     println!("peer: softflowd -r BIG -n SINK -v 10 -A milli -d -m {TABLE}");
     let counts = s.check()?;
@@ -274,15 +365,25 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     }
     let ((to, wo), (ts, ws)) = (best(&co), best(&cs));
     let per = |cpu: f64| cpu / counts.packets as f64 * 1e9;
-    println!("\n{:<12} {:>10} {:>10} {:>14}", "run", "CPU s", "wall s", "ns CPU/packet");
+    println!(
+        "\n{:<12} {:>10} {:>10} {:>14}",
+        "run", "CPU s", "wall s", "ns CPU/packet"
+    );
     println!("{:<12} {to:>10.3} {wo:>10.3} {:>14.1}", "ours", per(to));
-    println!("{:<12} {ts:>10.3} {ws:>10.3} {:>14.1}", "softflowd", per(ts));
+    println!(
+        "{:<12} {ts:>10.3} {ws:>10.3} {:>14.1}",
+        "softflowd",
+        per(ts)
+    );
     let mut sum = Summary::default();
     sum.add(
         "ipfix_cpu_per_packet_softflowd_over_ours",
         ts / to,
         Some(Target::AtLeast(3.0)),
-        format!("softflowd's CPU per packet over ours, both reading the same {}-packet file ({} flows)", counts.packets, counts.flows),
+        format!(
+            "softflowd's CPU per packet over ours, both reading the same {}-packet file ({} flows)",
+            counts.packets, counts.flows
+        ),
     );
     // ---- httplog (another helper's): the lead folds
     // `httplog_requests_per_cpu_second_vs_tshark` in here, as one more `sum.add(..)` of
@@ -312,6 +413,12 @@ mod tests {
         assert_eq!(before(l, " packets in"), Some(5245));
         assert_eq!(before(l, " records in"), Some(173));
         assert_eq!(before(l, " flows evicted"), Some(0));
-        assert_eq!(before("Flows exported: 96 (173 records) in 8 packets (0 failures)", " records)"), Some(173));
+        assert_eq!(
+            before(
+                "Flows exported: 96 (173 records) in 8 packets (0 failures)",
+                " records)"
+            ),
+            Some(173)
+        );
     }
 }

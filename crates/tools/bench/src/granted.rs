@@ -35,7 +35,12 @@ fn capturing_worker(daemon_pid: u32, ifindex: u32) -> Result<u32> {
     let t0 = Instant::now();
     loop {
         let out = Command::new("pgrep")
-            .args(["-x", daemon::spawn::worker_comm(), "-P", &daemon_pid.to_string()])
+            .args([
+                "-x",
+                daemon::spawn::worker_comm(),
+                "-P",
+                &daemon_pid.to_string(),
+            ])
             .output()
             .map_err(|e| err(format!("pgrep: {e}")))?;
         for p in String::from_utf8_lossy(&out.stdout).split_whitespace() {
@@ -58,9 +63,13 @@ fn capturing_worker(daemon_pid: u32, ifindex: u32) -> Result<u32> {
 
 /// `count: N blocks` of a run's report.
 fn count_of(log: &str) -> Option<u64> {
-    log.lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("count: ")?.split_whitespace().next()?.parse().ok())
+    log.lines().rev().find_map(|l| {
+        l.strip_prefix("count: ")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
 }
 
 /// One measured capture: its window (started, measured with the daemon's tree charged,
@@ -107,7 +116,15 @@ fn one(
     capturing_worker(daemon_pid, ifindex)?;
     // The daemon's tree: the worker and anything it started.
     let measured = crate::meter::window(
-        m, &v.here_ip, &v.peer_ip, pps, secs, SIZE, 1, &[daemon_pid], DRAIN,
+        m,
+        &v.here_ip,
+        &v.peer_ip,
+        pps,
+        secs,
+        SIZE,
+        1,
+        &[daemon_pid],
+        DRAIN,
     );
     let st = Command::new(streamline)
         .env("STREAMLINE_SOCKET", &daemon.socket)
@@ -119,7 +136,11 @@ fn one(
     }
     let t0 = Instant::now();
     let count = loop {
-        if let Some(c) = std::fs::read_to_string(log).ok().as_deref().and_then(count_of) {
+        if let Some(c) = std::fs::read_to_string(log)
+            .ok()
+            .as_deref()
+            .and_then(count_of)
+        {
             break c;
         }
         if t0.elapsed() > Duration::from_secs(20) {
@@ -172,10 +193,31 @@ pub(crate) fn granted_vs_root(
     let all = interleave(
         &names,
         &budget,
-        || crate::meter::window(&m, &v.here_ip, &v.peer_ip, pps, secs, SIZE, 1, &[daemon_pid], DRAIN),
+        || {
+            crate::meter::window(
+                &m,
+                &v.here_ip,
+                &v.peer_ip,
+                pps,
+                secs,
+                SIZE,
+                1,
+                &[daemon_pid],
+                DRAIN,
+            )
+        },
         |k| {
             one(
-                &m, streamline, &daemon, daemon_pid, k == 1, &pipeline, &v, ifindex, pps, secs,
+                &m,
+                streamline,
+                &daemon,
+                daemon_pid,
+                k == 1,
+                &pipeline,
+                &v,
+                ifindex,
+                pps,
+                secs,
                 &log,
             )
         },

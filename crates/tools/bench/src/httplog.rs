@@ -55,8 +55,20 @@ const MSS: usize = 1448;
 impl Writer {
     /// One TCP segment; `to_server` says its direction.
     #[allow(clippy::too_many_arguments)]
-    fn tcp(&mut self, client: ([u8; 4], u16), to_server: bool, seq: u32, ack: u32, flags: &str, payload: &[u8]) -> Result<()> {
-        let ((src, sp), (dst, dp)) = if to_server { (client, SERVER) } else { (SERVER, client) };
+    fn tcp(
+        &mut self,
+        client: ([u8; 4], u16),
+        to_server: bool,
+        seq: u32,
+        ack: u32,
+        flags: &str,
+        payload: &[u8],
+    ) -> Result<()> {
+        let ((src, sp), (dst, dp)) = if to_server {
+            (client, SERVER)
+        } else {
+            (SERVER, client)
+        };
         let mut b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
             .ipv4(src, dst, 64)
             .tcp(sp, dp, seq, 64240);
@@ -73,7 +85,8 @@ impl Writer {
             b = b.ack(ack);
         }
         let mut frame = Vec::with_capacity(64 + payload.len());
-        b.write(&mut frame, payload).map_err(|e| err(format!("building a frame: {e}")))?;
+        b.write(&mut frame, payload)
+            .map_err(|e| err(format!("building a frame: {e}")))?;
         self.ns += 20_000;
         let ts = Duration::from_nanos(self.ns);
         self.w
@@ -84,7 +97,14 @@ impl Writer {
     }
 
     /// `data` from one side in MSS-sized segments; returns the next sequence number.
-    fn send(&mut self, client: ([u8; 4], u16), to_server: bool, mut seq: u32, ack: u32, data: &[u8]) -> Result<u32> {
+    fn send(
+        &mut self,
+        client: ([u8; 4], u16),
+        to_server: bool,
+        mut seq: u32,
+        ack: u32,
+        data: &[u8],
+    ) -> Result<u32> {
         for chunk in data.chunks(MSS) {
             self.tcp(client, to_server, seq, ack, "PA", chunk)?;
             seq = seq.wrapping_add(chunk.len() as u32);
@@ -104,7 +124,11 @@ const AGENTS: [&str; 4] = [
 /// One request of a connection and the response to it.
 fn exchange(r: &mut Rng, n: u64) -> (Vec<u8>, Vec<u8>) {
     let method = METHODS[r.below(4) as usize];
-    let body = if method == "POST" { format!("field={n}&other=value") } else { String::new() };
+    let body = if method == "POST" {
+        format!("field={n}&other=value")
+    } else {
+        String::new()
+    };
     let mut req = format!(
         "{method} /wiki/Page_{}?oldid={n} HTTP/1.1\r\nHost: {}.wikipedia.example\r\nUser-Agent: {}\r\nAccept: text/html,application/xhtml+xml\r\nAccept-Language: en-US,en;q=0.5\r\nReferer: http://www.example/search?q={}\r\n",
         r.below(100_000),
@@ -118,9 +142,14 @@ fn exchange(r: &mut Rng, n: u64) -> (Vec<u8>, Vec<u8>) {
     req += "\r\n";
     req += &body;
     let size = [0u64, 300, 2000, 6000, 12000][r.below(5) as usize] as usize;
-    let status = if r.below(10) == 0 { "404 Not Found" } else { "200 OK" };
+    let status = if r.below(10) == 0 {
+        "404 Not Found"
+    } else {
+        "200 OK"
+    };
     let page = vec![b'a' + (n % 26) as u8; size];
-    let mut resp = format!("HTTP/1.1 {status}\r\nServer: nginx\r\nContent-Type: text/html\r\n").into_bytes();
+    let mut resp =
+        format!("HTTP/1.1 {status}\r\nServer: nginx\r\nContent-Type: text/html\r\n").into_bytes();
     if r.below(8) == 0 && method != "HEAD" {
         resp.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
         for c in page.chunks(4096) {
@@ -141,14 +170,27 @@ fn exchange(r: &mut Rng, n: u64) -> (Vec<u8>, Vec<u8>) {
 /// The capture: at least `requests` requests. Returns (requests, frames).
 fn write_capture(path: &Path, requests: u64) -> Result<(u64, u64)> {
     let f = std::fs::File::create(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
-    let w = PcapWriter::new(std::io::BufWriter::with_capacity(1 << 20, f)).map_err(|e| err(format!("{}: {e}", path.display())))?;
-    let mut w = Writer { w, ns: 1_700_000_000_000_000_000, frames: 0 };
+    let w = PcapWriter::new(std::io::BufWriter::with_capacity(1 << 20, f))
+        .map_err(|e| err(format!("{}: {e}", path.display())))?;
+    let mut w = Writer {
+        w,
+        ns: 1_700_000_000_000_000_000,
+        frames: 0,
+    };
     let mut r = Rng(0x4854_5450_4c4f_4721);
     let mut n = 0u64;
     let mut conn = 0u64;
     while n < requests {
         conn += 1;
-        let client = ([10, 1 + (conn >> 16) as u8 % 200, (conn >> 8) as u8, conn as u8], 1024 + (conn % 60000) as u16);
+        let client = (
+            [
+                10,
+                1 + (conn >> 16) as u8 % 200,
+                (conn >> 8) as u8,
+                conn as u8,
+            ],
+            1024 + (conn % 60000) as u16,
+        );
         let (mut cs, mut ss) = (r.next() as u32, r.next() as u32);
         w.tcp(client, true, cs, 0, "S", &[])?;
         w.tcp(client, false, ss, cs.wrapping_add(1), "SA", &[])?;
@@ -164,10 +206,19 @@ fn write_capture(path: &Path, requests: u64) -> Result<(u64, u64)> {
         }
         w.tcp(client, true, cs, ss, "FA", &[])?;
         w.tcp(client, false, ss, cs.wrapping_add(1), "FA", &[])?;
-        w.tcp(client, true, cs.wrapping_add(1), ss.wrapping_add(1), "A", &[])?;
+        w.tcp(
+            client,
+            true,
+            cs.wrapping_add(1),
+            ss.wrapping_add(1),
+            "A",
+            &[],
+        )?;
     }
     use std::io::Write;
-    w.w.into_writer().flush().map_err(|e| err(format!("{}: {e}", path.display())))?;
+    w.w.into_writer()
+        .flush()
+        .map_err(|e| err(format!("{}: {e}", path.display())))?;
     Ok((n, w.frames))
 }
 
@@ -182,18 +233,38 @@ struct Setup {
 impl Setup {
     /// Ours: cost, lines written, answered requests (its summary).
     fn ours(&self) -> Result<(Cost, u64, u64)> {
-        let pipeline = format!("pcapin file={} | httplog | outfile file={}", self.big.display(), self.log.display());
-        let (cost, out) = timed(Command::new(&self.streamline).args(["run", "-q", &pipeline]), &format!("streamline run '{pipeline}'"))?;
+        let pipeline = format!(
+            "pcapin file={} | httplog | outfile file={}",
+            self.big.display(),
+            self.log.display()
+        );
+        let (cost, out) = timed(
+            Command::new(&self.streamline).args(["run", "-q", &pipeline]),
+            &format!("streamline run '{pipeline}'"),
+        )?;
         let se = String::from_utf8_lossy(&out.stderr);
-        let line = se.lines().find(|l| l.starts_with("httplog: ")).ok_or_else(|| err(format!("no `httplog:` line from our run: {se}")))?;
+        let line = se
+            .lines()
+            .find(|l| l.starts_with("httplog: "))
+            .ok_or_else(|| err(format!("no `httplog:` line from our run: {se}")))?;
         let num = |after: &str| -> Option<u64> {
             let i = line.find(after)?;
-            line[..i].split_whitespace().last()?.trim_start_matches('(').parse().ok()
+            line[..i]
+                .split_whitespace()
+                .last()?
+                .trim_start_matches('(')
+                .parse()
+                .ok()
         };
         let (requests, answered) = (num(" requests").unwrap_or(0), num(" answered").unwrap_or(0));
-        let lines = std::fs::read(&self.log)?.iter().filter(|&&b| b == b'\n').count() as u64;
+        let lines = std::fs::read(&self.log)?
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count() as u64;
         if lines != requests {
-            return Err(err(format!("ours wrote {lines} lines but counted {requests} requests: {line}")));
+            return Err(err(format!(
+                "ours wrote {lines} lines but counted {requests} requests: {line}"
+            )));
         }
         Ok((cost, lines, answered))
     }
@@ -201,16 +272,35 @@ impl Setup {
     /// tshark: cost, requests, responses.
     fn tshark(&self) -> Result<(Cost, u64, u64)> {
         let mut c = Command::new("tshark");
-        c.arg("-n").arg("-r").arg(&self.big).args(["-Y", "http", "-T", "fields", "-E", "occurrence=a"]);
-        for f in ["http.request.method", "http.host", "http.request.uri", "http.user_agent", "http.response.code"] {
+        c.arg("-n").arg("-r").arg(&self.big).args([
+            "-Y",
+            "http",
+            "-T",
+            "fields",
+            "-E",
+            "occurrence=a",
+        ]);
+        for f in [
+            "http.request.method",
+            "http.host",
+            "http.request.uri",
+            "http.user_agent",
+            "http.response.code",
+        ] {
             c.args(["-e", f]);
         }
         let (cost, out) = timed(&mut c, "tshark")?;
         let (mut req, mut resp) = (0, 0);
         for row in String::from_utf8_lossy(&out.stdout).lines() {
             let f: Vec<&str> = row.split('\t').collect();
-            req += f.first().map_or(0, |m| m.split(',').filter(|s| !s.is_empty()).count()) as u64;
-            resp += f.get(4).map_or(0, |m| m.split(',').filter(|s| !s.is_empty()).count()) as u64;
+            req += f
+                .first()
+                .map_or(0, |m| m.split(',').filter(|s| !s.is_empty()).count())
+                as u64;
+            resp += f
+                .get(4)
+                .map_or(0, |m| m.split(',').filter(|s| !s.is_empty()).count())
+                as u64;
         }
         Ok((cost, req, resp))
     }
@@ -237,16 +327,28 @@ fn best(v: &[Cost]) -> Cost {
 
 /// Measure and add `httplog_requests_per_cpu_second_vs_tshark` to `sum` (what the `flows`
 /// subcommand calls; `requests` None: sized from the machine).
-pub fn add_figures(sum: &mut Summary, quick: bool, reps: usize, requests: Option<u64>) -> Result<()> {
+pub fn add_figures(
+    sum: &mut Summary,
+    quick: bool,
+    reps: usize,
+    requests: Option<u64>,
+) -> Result<()> {
     if Command::new("tshark").arg("-v").output().is_err() {
-        return Err(err("tshark is not installed (the peer); install it: apt-get install tshark"));
+        return Err(err(
+            "tshark is not installed (the peer); install it: apt-get install tshark",
+        ));
     }
     let streamline = crate::capture::streamline()?;
     let dir = TempDir::new("httplog")?;
     let big = dir.path().join("big.pcap");
     cleanup_on_abnormal_exit(&[&big, dir.path()]);
     let (n, frames) = write_capture(&big, requests.unwrap_or(PROBE_REQUESTS))?;
-    let mut s = Setup { streamline, big, log: dir.path().join("access.log"), requests: n };
+    let mut s = Setup {
+        streamline,
+        big,
+        log: dir.path().join("access.log"),
+        requests: n,
+    };
     s.check()?;
     if !quick && requests.is_none() {
         let (c, _, _) = s.tshark()?;
@@ -257,9 +359,21 @@ pub fn add_figures(sum: &mut Summary, quick: bool, reps: usize, requests: Option
     }
     let responses = s.check()?;
     let size = std::fs::metadata(&s.big)?.len();
-    println!("capture: {} requests ({responses} answered) in {:.1} MB{}", s.requests, size as f64 / 1e6, if s.requests == n { format!(", {frames} frames") } else { String::new() });
+    println!(
+        "capture: {} requests ({responses} answered) in {:.1} MB{}",
+        s.requests,
+        size as f64 / 1e6,
+        if s.requests == n {
+            format!(", {frames} frames")
+        } else {
+            String::new()
+        }
+    );
     println!("ours: streamline run -q 'pcapin file=BIG | httplog | outfile file=LOG'; peer: tshark -n -r BIG -Y http -T fields -e http.request.method -e http.host -e http.request.uri -e http.user_agent -e http.response.code");
-    println!("counts: {} requests and {responses} responses, the same from both", s.requests);
+    println!(
+        "counts: {} requests and {responses} responses, the same from both",
+        s.requests
+    );
     let (mut ours, mut peer) = (Vec::new(), Vec::new());
     for _ in 0..reps.max(1) {
         ours.push(s.ours()?.0);
@@ -267,22 +381,40 @@ pub fn add_figures(sum: &mut Summary, quick: bool, reps: usize, requests: Option
     }
     let (o, p) = (best(&ours), best(&peer));
     let r = s.requests as f64;
-    println!("\n{:<10} {:>10} {:>10} {:>16}", "run", "CPU s", "wall s", "requests/CPU s");
+    println!(
+        "\n{:<10} {:>10} {:>10} {:>16}",
+        "run", "CPU s", "wall s", "requests/CPU s"
+    );
     for (what, c) in [("ours", o), ("tshark", p)] {
-        println!("{what:<10} {:>10.3} {:>10.3} {:>16.0}", c.cpu, c.wall, r / c.cpu);
+        println!(
+            "{what:<10} {:>10.3} {:>10.3} {:>16.0}",
+            c.cpu,
+            c.wall,
+            r / c.cpu
+        );
     }
     sum.add(
         "httplog_requests_per_cpu_second_vs_tshark",
         (r / o.cpu) / (r / p.cpu),
         Some(Target::AtLeast(10.0)),
-        format!("requests per CPU second, `pcapin | httplog` over tshark's fields ({} requests)", s.requests),
+        format!(
+            "requests per CPU second, `pcapin | httplog` over tshark's fields ({} requests)",
+            s.requests
+        ),
     );
     Ok(())
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
-    watchdog(if quick { Duration::from_secs(180) } else { Duration::from_secs(20 * 60) });
-    println!("streamline-bench httplog ({} mode)", if quick { "quick" } else { "full" });
+    watchdog(if quick {
+        Duration::from_secs(180)
+    } else {
+        Duration::from_secs(20 * 60)
+    });
+    println!(
+        "streamline-bench httplog ({} mode)",
+        if quick { "quick" } else { "full" }
+    );
     let mut sum = Summary::default();
     add_figures(&mut sum, quick, if quick { 1 } else { a.reps }, a.requests)?;
     sum.print()
@@ -309,7 +441,11 @@ mod tests {
                 Some(etherparse::TransportSlice::Tcp(t)) => t.payload().to_vec(),
                 _ => panic!("not TCP"),
             };
-            requests += METHODS.iter().filter(|m| payload.starts_with(format!("{m} /wiki/").as_bytes())).count().min(1) as u64;
+            requests += METHODS
+                .iter()
+                .filter(|m| payload.starts_with(format!("{m} /wiki/").as_bytes()))
+                .count()
+                .min(1) as u64;
         }
         assert_eq!((seen, requests), (frames, n));
     }

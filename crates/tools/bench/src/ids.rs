@@ -60,8 +60,19 @@ fn service_rules(n: usize) -> String {
     let mut r = Rng(0x1d5);
     (0..n)
         .map(|i| {
-            let (proto, port) = [("udp", 7), ("udp", 53), ("tcp", 21), ("tcp", 25), ("tcp", 80), ("tcp", 8080)][i % 6];
-            format!("alert {proto} any any -> any {port} (msg:\"s{i}\"; content:\"{}\"; sid:{};)\n", r.word(8), 2_000_000 + i)
+            let (proto, port) = [
+                ("udp", 7),
+                ("udp", 53),
+                ("tcp", 21),
+                ("tcp", 25),
+                ("tcp", 80),
+                ("tcp", 8080),
+            ][i % 6];
+            format!(
+                "alert {proto} any any -> any {port} (msg:\"s{i}\"; content:\"{}\"; sid:{};)\n",
+                r.word(8),
+                2_000_000 + i
+            )
         })
         .collect()
 }
@@ -128,7 +139,10 @@ impl Setup {
             rules.display(),
             fast.display()
         );
-        let (cost, _, se) = timed(Command::new(&self.streamline).args(["run", "-q", &pipeline]), &format!("streamline run '{pipeline}'"))?;
+        let (cost, _, se) = timed(
+            Command::new(&self.streamline).args(["run", "-q", &pipeline]),
+            &format!("streamline run '{pipeline}'"),
+        )?;
         let line = se
             .lines()
             .find(|l| l.starts_with("ips: "))
@@ -137,7 +151,8 @@ impl Setup {
             let i = line.find(after)?;
             line[..i].split_whitespace().last()?.parse().ok()
         };
-        let inspected = num(" packets,").ok_or_else(|| err(format!("no packet count in: {line}")))?;
+        let inspected =
+            num(" packets,").ok_or_else(|| err(format!("no packet count in: {line}")))?;
         let not_ip = num(" frames not IP").unwrap_or(0);
         // Frames no rule looks at (the rules' header stage) pass unjudged.
         let unjudged = num(" frames no rule looks at").unwrap_or(0);
@@ -168,7 +183,9 @@ impl Setup {
     fn ngrep(&self) -> Result<(Cost, u64)> {
         let hex: String = ONE_PATTERN.iter().map(|c| format!("{c:02x}")).collect();
         let (cost, so, _) = timed(
-            Command::new("ngrep").args(["-q", "-X", &hex, "-I"]).arg(&self.big.path),
+            Command::new("ngrep")
+                .args(["-q", "-X", &hex, "-I"])
+                .arg(&self.big.path),
             "ngrep",
         )?;
         let n = so
@@ -187,13 +204,22 @@ fn best(v: &[Cost]) -> (f64, f64) {
 }
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
-    watchdog(if quick { Duration::from_secs(180) } else { Duration::from_secs(20 * 60) });
+    watchdog(if quick {
+        Duration::from_secs(180)
+    } else {
+        Duration::from_secs(20 * 60)
+    });
     let reps = if quick { 1 } else { a.reps.max(1) };
     if Command::new("ngrep").arg("-V").output().is_err() {
-        return Err(err("ngrep is not installed (the one-pattern peer); install it: apt-get install ngrep"));
+        return Err(err(
+            "ngrep is not installed (the one-pattern peer); install it: apt-get install ngrep",
+        ));
     }
     let streamline = crate::capture::streamline()?;
-    println!("streamline-bench ids ({} mode)", if quick { "quick" } else { "full" });
+    println!(
+        "streamline-bench ids ({} mode)",
+        if quick { "quick" } else { "full" }
+    );
     let dir = TempDir::new("ids")?;
     let big_path = dir.path().join("big.pcap");
     cleanup_on_abnormal_exit(&[&big_path, dir.path()]);
@@ -241,17 +267,23 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     for (sid, n) in &ten_alerts {
         let m = thousand_alerts.get(sid).copied().unwrap_or(0);
         if m != *n {
-            return Err(err(format!("rule {sid} alerted {n} times with 10 rules but {m} with 1000")));
+            return Err(err(format!(
+                "rule {sid} alerted {n} times with 10 rules but {m} with 1000"
+            )));
         }
     }
     if ten_alerts.values().sum::<u64>() == 0 {
-        return Err(err("the 10 rules found nothing in the capture: nothing is checked"));
+        return Err(err(
+            "the 10 rules found nothing in the capture: nothing is checked",
+        ));
     }
     let (_, ng_n) = s.ngrep()?;
     let (_, _, one_alerts) = s.ours(&files[0].1, "1")?;
     let ours_n = one_alerts.get(&1).copied().unwrap_or(0);
     if ours_n != ng_n || ng_n == 0 {
-        return Err(err(format!("one pattern: ngrep found {ng_n} packets, ours alerted {ours_n}")));
+        return Err(err(format!(
+            "one pattern: ngrep found {ng_n} packets, ours alerted {ours_n}"
+        )));
     }
     println!("counts: every run took all {} frames (IP ones inspected, the rest passed); the 10 shared rules alerted {} times in both rule sets; one pattern: {ng_n} packets (ngrep) = {ours_n} alerts (ours)", s.big.packets, ten_alerts.values().sum::<u64>());
     let (mut c1, mut c10, mut c1000, mut cng) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -261,20 +293,55 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         c1.push(s.ours(&files[0].1, "1")?.0);
         cng.push(s.ngrep()?.0);
     }
-    let ((t10, w10), (t1000, w1000), (t1, w1), (tng, wng)) = (best(&c10), best(&c1000), best(&c1), best(&cng));
-    println!("\n{:<28} {:>10} {:>10} {:>14}", "run", "CPU s", "wall s", "Gbit/s/core");
-    for (what, cpu, wall) in [("ours, 10 rules", t10, w10), ("ours, 1000 rules", t1000, w1000), ("ours, 1 pattern", t1, w1), ("ngrep, 1 pattern", tng, wng)] {
-        println!("{what:<28} {cpu:>10.3} {wall:>10.3} {:>14.3}", bits / cpu / 1e9);
+    let ((t10, w10), (t1000, w1000), (t1, w1), (tng, wng)) =
+        (best(&c10), best(&c1000), best(&c1), best(&cng));
+    println!(
+        "\n{:<28} {:>10} {:>10} {:>14}",
+        "run", "CPU s", "wall s", "Gbit/s/core"
+    );
+    for (what, cpu, wall) in [
+        ("ours, 10 rules", t10, w10),
+        ("ours, 1000 rules", t1000, w1000),
+        ("ours, 1 pattern", t1, w1),
+        ("ngrep, 1 pattern", tng, wng),
+    ] {
+        println!(
+            "{what:<28} {cpu:>10.3} {wall:>10.3} {:>14.3}",
+            bits / cpu / 1e9
+        );
     }
     let mut sum = Summary::default();
-    sum.add("ids_gbps_per_core_1000_rules", bits / t1000 / 1e9, None, format!("capture bytes x 8 over the CPU of `pcapin | ips` with 1000 rules ({} packets)", s.big.packets));
-    sum.add("ids_1000_vs_10_rules_throughput", t10 / t1000, Some(Target::AtLeast(0.5)), "throughput with 1000 rules over with 10 (CPU per capture)".to_string());
-    sum.add("ids_cpu_vs_ngrep_one_pattern", tng / t1, Some(Target::AtLeast(2.0)), format!("ngrep's CPU over ours, one pattern over every packet ({ng_n} matches each)"));
+    sum.add(
+        "ids_gbps_per_core_1000_rules",
+        bits / t1000 / 1e9,
+        None,
+        format!(
+            "capture bytes x 8 over the CPU of `pcapin | ips` with 1000 rules ({} packets)",
+            s.big.packets
+        ),
+    );
+    sum.add(
+        "ids_1000_vs_10_rules_throughput",
+        t10 / t1000,
+        Some(Target::AtLeast(0.5)),
+        "throughput with 1000 rules over with 10 (CPU per capture)".to_string(),
+    );
+    sum.add(
+        "ids_cpu_vs_ngrep_one_pattern",
+        tng / t1,
+        Some(Target::AtLeast(2.0)),
+        format!("ngrep's CPU over ours, one pattern over every packet ({ng_n} matches each)"),
+    );
     let services = dir.path().join("services.rules");
     std::fs::write(&services, service_rules(120))?;
     println!("\n== kernel push-down: rx | ips (120 service rules), header stage on the socket vs placed=user ==");
     if let Some((ratio, note)) = crate::capture::ips_pushdown(&services, quick)? {
-        sum.add("ids_kernel_pushdown_cpu_vs_user_only", ratio, Some(Target::AtLeast(1.5)), format!("placed=user over the header stage on the socket: {note}"));
+        sum.add(
+            "ids_kernel_pushdown_cpu_vs_user_only",
+            ratio,
+            Some(Target::AtLeast(1.5)),
+            format!("placed=user over the header stage on the socket: {note}"),
+        );
     }
     sum.print()
 }
@@ -287,7 +354,13 @@ mod tests {
     fn the_generated_rules_load_and_the_small_set_is_the_large_sets_start() {
         let (ten, thousand) = (rules(10), rules(1000));
         assert!(thousand.starts_with(&ten));
-        let set = filters::ids::rules::parse(&thousand, "bench", &Default::default(), &Default::default()).unwrap();
+        let set = filters::ids::rules::parse(
+            &thousand,
+            "bench",
+            &Default::default(),
+            &Default::default(),
+        )
+        .unwrap();
         assert_eq!(set.rules.len(), 1000);
     }
 }

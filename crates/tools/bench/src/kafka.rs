@@ -107,7 +107,6 @@ impl Drop for Broker {
     }
 }
 
-
 fn need(tool: &str, package: &str) -> Result<()> {
     let ok = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -333,8 +332,7 @@ fn read_back(
         &format!("streamline kafkain (reading topic {topic} back)"),
         0,
     )?;
-    let data =
-        std::fs::read(&path).map_err(|e| err(format!("reading {}: {e}", path.display())))?;
+    let data = std::fs::read(&path).map_err(|e| err(format!("reading {}: {e}", path.display())))?;
     let _ = std::fs::remove_file(&path);
     Ok(tally_records(n, &data, size, seq))
 }
@@ -444,7 +442,15 @@ fn session(quick: bool, messages: Option<u64>, reps: usize) -> Result<Session> {
     let cx = consumer_x();
     println!("  kcat -P gets kafkaout's settings: {}", px.join(" "));
     println!("  kcat -C gets kafkain's settings: {}", cx.join(" "));
-    Ok(Session { sl, b, n, size, file, px, cx })
+    Ok(Session {
+        sl,
+        b,
+        n,
+        size,
+        file,
+        px,
+        cx,
+    })
 }
 
 impl Session {
@@ -647,7 +653,10 @@ mod tests {
 
     #[test]
     fn a_tally_counts_lost_duplicated_and_foreign_messages() {
-        let t = Tally::of(4, [Some(0), Some(1), Some(1), Some(3), None, Some(9)].into_iter());
+        let t = Tally::of(
+            4,
+            [Some(0), Some(1), Some(1), Some(3), None, Some(9)].into_iter(),
+        );
         assert_eq!(
             t,
             Tally {
@@ -672,7 +681,11 @@ mod tests {
         assert_eq!(ours.len(), 100);
         assert_eq!(decimal_seq(ours.as_bytes()), Some(123456));
         assert_eq!(decimal_seq(b"12x4"), None);
-        assert_eq!(decimal_seq(&[b'1'; 100]), None, "beyond u64: not a line number");
+        assert_eq!(
+            decimal_seq(&[b'1'; 100]),
+            None,
+            "beyond u64: not a line number"
+        );
         let data = [line.as_bytes(), ours.as_bytes(), &line.as_bytes()[..50]].concat();
         let t = tally_records(123457, &data, 100, decimal_seq);
         assert_eq!((t.messages, t.duplicates, t.wrong), (3, 1, 1));

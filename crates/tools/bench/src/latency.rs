@@ -47,7 +47,9 @@ fn interrupt(child: Child, what: &str) -> Result<()> {
         .status()
         .map_err(|e| err(format!("kill -INT: {e}")))?;
     if !sent.success() {
-        return Err(err(format!("`{what}` could not be interrupted (kill -INT: {sent})")));
+        return Err(err(format!(
+            "`{what}` could not be interrupted (kill -INT: {sent})"
+        )));
     }
     // An interrupted run ends with 130, as a shell command interrupted by Ctrl-C does.
     finish_with(child.wait_with_output(), what, Some(130))
@@ -217,7 +219,12 @@ pub fn latency(quick: bool, summary: &mut Summary) -> Result<()> {
     println!("\n== One 64-byte block at a time, 200/s, stdin to stdout ({n} blocks each side, interleaved) ==");
     let mut figures = Vec::new();
     for (label, text, threads, peer_label) in [
-        ("one space: stdin | stdout", "stdin | stdout", "1", "peer: one thread, read/write"),
+        (
+            "one space: stdin | stdout",
+            "stdin | stdout",
+            "1",
+            "peer: one thread, read/write",
+        ),
         (
             "a channel: stdin | stdout space=1",
             "stdin | stdout space=1",
@@ -226,7 +233,11 @@ pub fn latency(quick: bool, summary: &mut Summary) -> Result<()> {
         ),
     ] {
         let mut ours = start(text, Stdio::piped(), Stdio::piped())?;
-        let mut theirs = peer(&["relay", "--threads", threads], Stdio::piped(), Stdio::piped())?;
+        let mut theirs = peer(
+            &["relay", "--threads", threads],
+            Stdio::piped(),
+            Stdio::piped(),
+        )?;
         let mut sides = [through(&mut ours, text), through(&mut theirs, peer_label)];
         echo_side_by_side(&mut sides, n)?;
         let [a, b] = sides;
@@ -241,7 +252,11 @@ pub fn latency(quick: bool, summary: &mut Summary) -> Result<()> {
     let mut rx = start(&rx_text, Stdio::null(), Stdio::piped())?;
     let mut tx = start(&tx_text, Stdio::piped(), Stdio::null())?;
     let addr = format!("127.0.0.1:{peer_port}");
-    let mut prx = peer(&["tcp-recv", "--listen", &addr], Stdio::null(), Stdio::piped())?;
+    let mut prx = peer(
+        &["tcp-recv", "--listen", &addr],
+        Stdio::null(),
+        Stdio::piped(),
+    )?;
     let mut ptx = peer(&["tcp-send", "--to", &addr], Stdio::piped(), Stdio::null())?;
     let peer_label = "peer: TCP sender → TCP receiver (NODELAY)";
     let mut sides = [

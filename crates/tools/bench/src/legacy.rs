@@ -161,13 +161,29 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let budget = Budget {
         min_rounds: reps,
         max_rounds: if quick { 1 } else { reps.max(15) },
-        time: Duration::from_secs_f64(if quick { 0.0 } else { configs.len() as f64 * 40.0 }),
+        time: Duration::from_secs_f64(if quick {
+            0.0
+        } else {
+            configs.len() as f64 * 40.0
+        }),
     };
     let r = &rig;
     let all = crate::meter::interleave(
         &names,
         &budget,
-        || crate::meter::window(&r.m, &r.v.here_ip, &r.v.peer_ip, r.pps, r.secs, r.size, 1, &[r.daemon_pid], DRAIN),
+        || {
+            crate::meter::window(
+                &r.m,
+                &r.v.here_ip,
+                &r.v.peer_ip,
+                r.pps,
+                r.secs,
+                r.size,
+                1,
+                &[r.daemon_pid],
+                DRAIN,
+            )
+        },
         |k| readers_window(r, configs[k]),
         |k, w, totals| check_readers(r, configs[k], w, totals),
     )?;
@@ -263,11 +279,7 @@ fn configs(a: &Args, quick: bool) -> Vec<(usize, bool)> {
     counts
         .iter()
         .flat_map(|&n| [(n, false), (n, true)])
-        .filter(|&(_, sl)| {
-            a.only
-                .as_deref()
-                .is_none_or(|o| o == side(sl))
-        })
+        .filter(|&(_, sl)| a.only.as_deref().is_none_or(|o| o == side(sl)))
         .collect()
 }
 
@@ -295,13 +307,26 @@ fn readers_window(r: &Rig, (n, on_streamline): (usize, bool)) -> Result<(Window,
     std::thread::sleep(Duration::from_millis(300));
     let mut roots: Vec<u32> = readers.iter().map(|r| r.child.id()).collect();
     let switches = |roots: &[u32]| {
-        let capture = if on_streamline { crate::meter::tree_switches(&[r.daemon_pid]) } else { 0 };
+        let capture = if on_streamline {
+            crate::meter::tree_switches(&[r.daemon_pid])
+        } else {
+            0
+        };
         (crate::meter::tree_switches(roots), capture)
     };
     let s0 = switches(&roots);
     roots.push(r.daemon_pid);
-    let measured =
-        crate::meter::window(&r.m, &r.v.here_ip, &r.v.peer_ip, r.pps, r.secs, r.size, 1, &roots, DRAIN);
+    let measured = crate::meter::window(
+        &r.m,
+        &r.v.here_ip,
+        &r.v.peer_ip,
+        r.pps,
+        r.secs,
+        r.size,
+        1,
+        &roots,
+        DRAIN,
+    );
     let s1 = switches(&roots[..n]);
     let totals: Vec<(u64, u64)> = readers.into_iter().map(stop_reader).collect();
     // Let a shared capture whose readers all left stop before the next window.
@@ -324,7 +349,12 @@ fn readers_window(r: &Rig, (n, on_streamline): (usize, bool)) -> Result<(Window,
 /// on either libpcap; a reader that missed packets would make its side look cheaper than
 /// it is. Returns the packets the figure is per: those sent, the same traffic for every
 /// configuration.
-fn check_readers(r: &Rig, (n, on_streamline): (usize, bool), w: &Window, seen: &Seen) -> Result<u64> {
+fn check_readers(
+    r: &Rig,
+    (n, on_streamline): (usize, bool),
+    w: &Window,
+    seen: &Seen,
+) -> Result<u64> {
     let totals = &seen.0;
     for (i, (f, t)) in r.filters.iter().cycle().zip(totals).enumerate() {
         let want = matching(f, w.sent, r.size);
@@ -424,7 +454,10 @@ struct Figures {
 /// matches of them), median over the rounds, printed.
 fn switches(configs: &[(usize, bool)], all: &[Vec<Sample<Seen>>]) -> BTreeMap<(usize, bool), f64> {
     println!("\ncontext switches per 1000 packets sent (voluntary and not, every thread of the readers; on ours also the daemon and its workers), median and per round:");
-    println!("{:<7} {:<11} {:>10} {:>10} {:>10}", "readers", "libpcap", "all", "readers", "capture");
+    println!(
+        "{:<7} {:<11} {:>10} {:>10} {:>10}",
+        "readers", "libpcap", "all", "readers", "capture"
+    );
     let mut out = BTreeMap::new();
     for (k, &(n, sl)) in configs.iter().enumerate() {
         let per = |f: &dyn Fn(&Seen) -> u64| {
@@ -440,7 +473,11 @@ fn switches(configs: &[(usize, bool)], all: &[Vec<Sample<Seen>>]) -> BTreeMap<(u
             side(sl),
             per(&|d| d.1).0,
             per(&|d| d.2).0,
-            rounds.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(" ")
+            rounds
+                .iter()
+                .map(|x| format!("{x:.1}"))
+                .collect::<Vec<_>>()
+                .join(" ")
         );
         out.insert((n, sl), m);
     }
@@ -473,7 +510,11 @@ fn figures(r: &Rig, a: &Args, f: &Figures, rounds: usize) -> Result<()> {
         );
     }
     for (&(n, sl), &v) in &f.switches {
-        let readers = if n == 1 { "1_reader".to_string() } else { format!("{n}_readers") };
+        let readers = if n == 1 {
+            "1_reader".to_string()
+        } else {
+            format!("{n}_readers")
+        };
         s.add(
             &format!("tcpdump_{readers}_ctxsw_per_1000_pkts_{}", side(sl)),
             v,

@@ -24,7 +24,7 @@
 
 use crate::capture::cpu_ns;
 use crate::proc::kill_with_us;
-use crate::util::{err, watchdog, Result, Summary, Target, median};
+use crate::util::{err, median, watchdog, Result, Summary, Target};
 use std::collections::HashMap;
 use std::net::UdpSocket;
 use std::path::PathBuf;
@@ -360,7 +360,6 @@ fn load(
         softirq: q1 - q0,
     })
 }
-
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(900));

@@ -16,7 +16,7 @@
 //! Figures are throughput ratios (wall time of the same transfer).
 
 use crate::capture::streamline;
-use crate::util::{err, Result, Summary, Target, TempDir, median};
+use crate::util::{err, median, Result, Summary, Target, TempDir};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -121,7 +121,6 @@ fn timed(script: &str, ours: bool) -> Result<(f64, String)> {
         String::from_utf8_lossy(&out.stdout).trim().to_string(),
     ))
 }
-
 
 /// The Rust API's pipe (a Beltway byte ring, writer and reader threads): seconds to move
 /// `count` blocks of `size` bytes.
@@ -228,8 +227,8 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     // The Rust API at 1 KiB, against the library's 1 KiB figure.
     let (_, _, lib_1k, bytes_1k) = ratios[1];
     let count = bytes_1k / 1024;
-    let nat = median(&
-        (0..reps)
+    let nat = median(
+        &(0..reps)
             .map(|_| native(1024, count))
             .collect::<Result<Vec<f64>>>()?,
     );

@@ -107,7 +107,10 @@ pub(crate) fn tree_switches(roots: &[u32]) -> u64 {
             };
             n += st
                 .lines()
-                .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+                .filter(|l| {
+                    l.starts_with("voluntary_ctxt_switches:")
+                        || l.starts_with("nonvoluntary_ctxt_switches:")
+                })
                 .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
                 .sum::<u64>();
         }
@@ -163,14 +166,20 @@ fn irq_time_accounted() -> Option<bool> {
                 .success()
                 .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
         })?;
-    Some(text.lines().any(|l| l.trim() == "CONFIG_IRQ_TIME_ACCOUNTING=y"))
+    Some(
+        text.lines()
+            .any(|l| l.trim() == "CONFIG_IRQ_TIME_ACCOUNTING=y"),
+    )
 }
 
 /// /proc/stat's first line: (busy seconds without steal, irq + softirq seconds).
 fn proc_stat() -> Result<(f64, f64)> {
     let v = crate::proc::stat_cpu_fields()?;
     // user nice system idle iowait irq softirq steal; USER_HZ is 100.
-    Ok(((v[0] + v[1] + v[2] + v[5] + v[6]) / 100.0, (v[5] + v[6]) / 100.0))
+    Ok((
+        (v[0] + v[1] + v[2] + v[5] + v[6]) / 100.0,
+        (v[5] + v[6]) / 100.0,
+    ))
 }
 
 /// What is charged: the capturing processes' trees, ksoftirqd, and whether /proc/stat's
@@ -268,8 +277,7 @@ pub(crate) fn window(
         .transpose()
         .map_err(|e| err(format!("pinning the sender to CPU 0: {e}")))?;
     let r0 = m.read(roots)?;
-    let (sent, took) =
-        crate::capture::send_paced(here, peer, pps, secs, flows, size, tick(pps))?;
+    let (sent, took) = crate::capture::send_paced(here, peer, pps, secs, flows, size, tick(pps))?;
     std::thread::sleep(drain);
     let r1 = m.read(roots)?;
     let own = delta(&r0.own, &r1.own);
@@ -309,7 +317,9 @@ pub(crate) fn on_capture_cpus(cmd: std::process::Command) -> std::process::Comma
         return cmd;
     };
     let mut c = std::process::Command::new("taskset");
-    c.args(["-c", &list]).arg(cmd.get_program()).args(cmd.get_args());
+    c.args(["-c", &list])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
     for (k, v) in cmd.get_envs() {
         match v {
             Some(v) => c.env(k, v),
@@ -437,7 +447,12 @@ pub(crate) fn interleave<T>(
 ) -> Result<Vec<Vec<Sample<T>>>> {
     let t0 = Instant::now();
     let mut out: Vec<Vec<Sample<T>>> = names.iter().map(|_| Vec::new()).collect();
-    let cost = |w: &Window| (w.charged / w.sent.max(1) as f64, w.busy / w.sent.max(1) as f64);
+    let cost = |w: &Window| {
+        (
+            w.charged / w.sent.max(1) as f64,
+            w.busy / w.sent.max(1) as f64,
+        )
+    };
     for round in 0..budget.max_rounds.max(1) {
         if round >= budget.min_rounds.max(1) {
             let verdicts: Vec<Verdict> = out
@@ -497,7 +512,10 @@ mod tests {
     #[test]
     fn a_median_within_its_noise_is_not_resolved() {
         assert!(Verdict::of(&[100.0, 102.0, 98.0, 101.0]).resolved());
-        assert!(!Verdict::of(&[-50.0, 10.0, 80.0]).resolved(), "spread over zero");
+        assert!(
+            !Verdict::of(&[-50.0, 10.0, 80.0]).resolved(),
+            "spread over zero"
+        );
         assert!(!Verdict::of(&[-5.0, -3.0, -4.0]).resolved(), "below zero");
         assert!(!Verdict::of(&[5.0]).resolved(), "one round tells nothing");
     }
@@ -530,8 +548,15 @@ mod tests {
             .args(["-KILL", "--", &format!("-{pid}")])
             .status();
         let _ = c.wait();
-        assert_eq!(grandchildren.len(), 2, "sh and its child: {grandchildren:?}");
+        assert_eq!(
+            grandchildren.len(),
+            2,
+            "sh and its child: {grandchildren:?}"
+        );
         assert!(r1.sender > r0.sender, "this thread's CPU is read");
-        assert!(delta(&r0.own, &r1.own) > 0.0, "the grandchild's CPU is charged");
+        assert!(
+            delta(&r0.own, &r1.own) > 0.0,
+            "the grandchild's CPU is charged"
+        );
     }
 }

@@ -160,9 +160,24 @@ impl Link<'_> {
 /// iperf3 TCP for `secs` over `link`: the receiver's payload bytes per second, and bytes.
 fn iperf3(link: Link<'_>, port: u16, secs: f64) -> Result<(f64, f64)> {
     let mut srv = link.command(Path::new("iperf3"));
-    srv.args(["-s", "-1", "--forceflush", "-B", &link.peer(), "-p", &port.to_string()]);
-    let mut srv = spawn(srv, "iperf3 -s (is iperf3 installed? scripts/setup installs it)")?;
-    let out = srv.0.as_mut().and_then(|c| c.stdout.take()).ok_or_else(|| err("iperf3 -s: no stdout"))?;
+    srv.args([
+        "-s",
+        "-1",
+        "--forceflush",
+        "-B",
+        &link.peer(),
+        "-p",
+        &port.to_string(),
+    ]);
+    let mut srv = spawn(
+        srv,
+        "iperf3 -s (is iperf3 installed? scripts/setup installs it)",
+    )?;
+    let out = srv
+        .0
+        .as_mut()
+        .and_then(|c| c.stdout.take())
+        .ok_or_else(|| err("iperf3 -s: no stdout"))?;
     let mut r = BufReader::new(out);
     let mut line = String::new();
     loop {
@@ -185,14 +200,22 @@ fn iperf3(link: Link<'_>, port: u16, secs: f64) -> Result<(f64, f64)> {
         &format!("{secs}"),
         "-J",
     ]);
-    let (o, _) = spawn(c, "iperf3 -c")?.wait(Duration::from_secs_f64(secs * 3.0 + 20.0), "iperf3 -c")?;
-    let j: Value = serde_json::from_slice(&o.stdout)
-        .map_err(|e| err(format!("iperf3 -J: {e}: {}", String::from_utf8_lossy(&o.stderr))))?;
+    let (o, _) =
+        spawn(c, "iperf3 -c")?.wait(Duration::from_secs_f64(secs * 3.0 + 20.0), "iperf3 -c")?;
+    let j: Value = serde_json::from_slice(&o.stdout).map_err(|e| {
+        err(format!(
+            "iperf3 -J: {e}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ))
+    })?;
     if let Some(e) = j.get("error") {
         return Err(err(format!("iperf3: {e}")));
     }
     let r = &j["end"]["sum_received"];
-    let (bytes, s) = (r["bytes"].as_f64().unwrap_or(0.0), r["seconds"].as_f64().unwrap_or(0.0));
+    let (bytes, s) = (
+        r["bytes"].as_f64().unwrap_or(0.0),
+        r["seconds"].as_f64().unwrap_or(0.0),
+    );
     if s <= 0.0 {
         return Err(err("iperf3 reported no received bytes"));
     }
@@ -255,7 +278,8 @@ fn number(text: &str, who: &str, word: &str) -> Result<u64> {
 }
 
 fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| err(format!("tcp socket: {e}")))?;
+    let l =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| err(format!("tcp socket: {e}")))?;
     Ok(l.local_addr().map_err(|e| err(e.to_string()))?.port())
 }
 
@@ -304,8 +328,11 @@ const KEY: &str = "5eed002c0a9e55ed5eed002c0a9e55ed5eed002c0a9e55ed5eed002c0a9e5
 
 /// The input of the compress/encrypt application: the sample capture repeated to `bytes`.
 fn workload(dir: &Path, bytes: u64) -> Result<PathBuf> {
-    let sample = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../examples/sample.pcap"))
-        .map_err(|e| err(format!("examples/sample.pcap: {e}")))?;
+    let sample = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../examples/sample.pcap"
+    ))
+    .map_err(|e| err(format!("examples/sample.pcap: {e}")))?;
     let path = dir.join("workload.bin");
     let mut all = Vec::with_capacity(bytes as usize + sample.len());
     while (all.len() as u64) < bytes {
@@ -324,7 +351,9 @@ fn compress_encrypt(
     engines: usize,
 ) -> Result<(f64, u64, u64)> {
     let port = free_port()?;
-    let input_len = std::fs::metadata(input).map_err(|e| err(e.to_string()))?.len();
+    let input_len = std::fs::metadata(input)
+        .map_err(|e| err(e.to_string()))?
+        .len();
     let pipe = |a: usize, b: usize| format!(" space={a},{b}");
     let (tx, rx) = if engines == 1 {
         (
@@ -399,7 +428,11 @@ pub fn run(_a: &Args, quick: bool) -> Result<()> {
         "net_channel_tcp_vs_iperf3_loopback",
         lo_ours / lo_iperf,
         None,
-        format!("loopback: {:.0} vs {:.0} MB/s", lo_ours / 1e6, lo_iperf / 1e6),
+        format!(
+            "loopback: {:.0} vs {:.0} MB/s",
+            lo_ours / 1e6,
+            lo_iperf / 1e6
+        ),
     );
 
     println!("\n== Seed 002: compress + encrypt over UDP, 1 vs 2 engines a side ==");

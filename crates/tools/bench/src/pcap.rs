@@ -301,8 +301,12 @@ fn matches_written(tcpdump: &Path, big: &Path, dir: &Path) -> Result<u64> {
         .arg(&out)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    timed(&mut cmd, "`tcpdump -r BIG EXPR -w MATCHES` (the count to check)")?;
-    let f = std::fs::File::open(&out).map_err(|e| err(format!("opening {}: {e}", out.display())))?;
+    timed(
+        &mut cmd,
+        "`tcpdump -r BIG EXPR -w MATCHES` (the count to check)",
+    )?;
+    let f =
+        std::fs::File::open(&out).map_err(|e| err(format!("opening {}: {e}", out.display())))?;
     let mut r = PcapReader::new(std::io::BufReader::with_capacity(MIB, f))
         .map_err(|e| err(format!("{}: {e}", out.display())))?;
     let mut n = 0u64;
@@ -333,7 +337,11 @@ fn pick_size(tcpdump: &Path, probe: &Big, dir: &Path) -> Result<(u64, String)> {
             .args([FILTER, "-w", "/dev/null"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        cpu = cpu.min(timed(&mut cmd, "`tcpdump -w /dev/null` on the probe capture")?.0.cpu);
+        cpu = cpu.min(
+            timed(&mut cmd, "`tcpdump -w /dev/null` on the probe capture")?
+                .0
+                .cpu,
+        );
     }
     let per_byte = cpu.max(1e-3) / probe.bytes as f64;
     let want = (PEER_CPU_GOAL / per_byte) as u64;
@@ -420,8 +428,8 @@ fn capture(a: &Args, quick: bool, sample: &Path, tcpdump: &Path, dir: &Path) -> 
 /// any sequential reader leaves it (readahead's folios), the same for ours and the peer,
 /// before either runs.
 fn read_once(path: &Path) -> Result<()> {
-    let mut f = std::fs::File::open(path)
-        .map_err(|e| err(format!("opening {}: {e}", path.display())))?;
+    let mut f =
+        std::fs::File::open(path).map_err(|e| err(format!("opening {}: {e}", path.display())))?;
     use std::io::Read;
     let mut buf = vec![0u8; MIB];
     while f
@@ -472,10 +480,30 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         expected,
     };
     for (who, line) in [
-        ("ours (same expression)", format!("{} run -q '{}'", s.streamline.display(), s.pipeline(Ours::Bpf))),
-        ("ours (protocol filters)", format!("{} run -q '{}'", s.streamline.display(), s.pipeline(Ours::Protocol))),
-        ("peer (issue 35)", format!("{} -r BIG '{FILTER}' -w /dev/null", s.tcpdump.display())),
-        ("peer (counting)", format!("{} -r BIG --count '{FILTER}'", s.tcpdump.display())),
+        (
+            "ours (same expression)",
+            format!(
+                "{} run -q '{}'",
+                s.streamline.display(),
+                s.pipeline(Ours::Bpf)
+            ),
+        ),
+        (
+            "ours (protocol filters)",
+            format!(
+                "{} run -q '{}'",
+                s.streamline.display(),
+                s.pipeline(Ours::Protocol)
+            ),
+        ),
+        (
+            "peer (issue 35)",
+            format!("{} -r BIG '{FILTER}' -w /dev/null", s.tcpdump.display()),
+        ),
+        (
+            "peer (counting)",
+            format!("{} -r BIG --count '{FILTER}'", s.tcpdump.display()),
+        ),
     ] {
         println!("{who}: {line}");
     }
@@ -494,8 +522,18 @@ fn report(big: &Big, m: &Measured) -> Result<()> {
     let best = |v: &[Cost], f: fn(&Cost) -> f64| v.iter().map(f).fold(f64::INFINITY, f64::min);
     let wall = |c: &Cost| c.wall;
     let cpu = |c: &Cost| c.cpu;
-    let (b, o, p, n) = (best(&m.bpf, wall), best(&m.proto, wall), best(&m.count, wall), best(&m.null, wall));
-    let (bc, oc, pc, nc) = (best(&m.bpf, cpu), best(&m.proto, cpu), best(&m.count, cpu), best(&m.null, cpu));
+    let (b, o, p, n) = (
+        best(&m.bpf, wall),
+        best(&m.proto, wall),
+        best(&m.count, wall),
+        best(&m.null, wall),
+    );
+    let (bc, oc, pc, nc) = (
+        best(&m.bpf, cpu),
+        best(&m.proto, cpu),
+        best(&m.count, cpu),
+        best(&m.null, cpu),
+    );
     let runs = |v: &[Cost]| {
         v.iter()
             .map(|x| format!("{:.3}/{:.3}", x.cpu, x.wall))
@@ -541,7 +579,9 @@ fn report(big: &Big, m: &Measured) -> Result<()> {
         "pcap_count_vs_tcpdump_wall",
         p / b,
         None,
-        format!("wall clock: tcpdump --count {p:.3} s (1 thread) / ours (bpf) {b:.3} s (2 threads)"),
+        format!(
+            "wall clock: tcpdump --count {p:.3} s (1 thread) / ours (bpf) {b:.3} s (2 threads)"
+        ),
     );
     summary.add(
         "pcap_count_protocol_filters_vs_tcpdump",

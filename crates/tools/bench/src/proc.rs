@@ -435,7 +435,13 @@ pub fn set_rcvbuf(fd: &impl std::os::fd::AsRawFd, bytes: usize) -> std::io::Resu
         // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&v`, which lives for the
         // call; the descriptor is borrowed from an open socket.
         let rc = unsafe {
-            libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t)
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
         };
         if rc == 0 {
             return Ok(());

@@ -496,7 +496,11 @@ fn overhead(c: &Ctx, sum: &mut Summary) -> Result<()> {
     println!("\n== Overhead: dd of a cached file to /dev/null, bare vs `streamline shape` with unreachable budgets ==");
     let wrap_plain = |c: &[String]| plain(c);
     let big = c.dir.path().join("cached");
-    let size = if c.quick { 256usize << 20 } else { 1usize << 30 };
+    let size = if c.quick {
+        256usize << 20
+    } else {
+        1usize << 30
+    };
     write_file(&big, size)?;
     let _ = dd(&wrap_plain, &big, 1 << 20, None)?;
     let never = strings(&["--disk", "1000TB/s", "--net", "1000TB/s"]);

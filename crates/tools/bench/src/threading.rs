@@ -505,7 +505,9 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     for &n in &a.filters {
         rows.push(row(&b, n)?);
     }
-    let Bench { blocks, memfile, .. } = b;
+    let Bench {
+        blocks, memfile, ..
+    } = b;
     drop(blocks);
     drop(memfile);
     figures(&rows, k).print()?;

@@ -316,9 +316,7 @@ fn abnormal_cleanup() {
 /// Wait for `child` to end: its exit status and the CPU time (user + system, ns) it used,
 /// all its threads and the children it waited for (wait4's resource usage). The child is
 /// reaped: do not wait for it again.
-pub fn wait_with_cpu(
-    child: &mut std::process::Child,
-) -> Result<(std::process::ExitStatus, u64)> {
+pub fn wait_with_cpu(child: &mut std::process::Child) -> Result<(std::process::ExitStatus, u64)> {
     use std::os::unix::process::ExitStatusExt;
     let pid = child.id() as libc::pid_t;
     let mut status: libc::c_int = 0;
@@ -489,6 +487,8 @@ impl Rng {
 
     /// `len` lowercase letters.
     pub fn word(&mut self, len: usize) -> String {
-        (0..len).map(|_| (b'a' + self.below(26) as u8) as char).collect()
+        (0..len)
+            .map(|_| (b'a' + self.below(26) as u8) as char)
+            .collect()
     }
 }

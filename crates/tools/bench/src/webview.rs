@@ -50,9 +50,14 @@ impl Pages {
         let mut streams = Vec::new();
         for _ in 0..n {
             let mut c = Command::new("curl");
-            c.args(["-sN", "-H", &format!("Cookie: {cookie}"), &format!("{base}/api/events")])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+            c.args([
+                "-sN",
+                "-H",
+                &format!("Cookie: {cookie}"),
+                &format!("{base}/api/events"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
             kill_with_us(&mut c);
             streams.push(c.spawn().map_err(|e| err(format!("curl: {e}")))?);
         }
@@ -129,7 +134,11 @@ fn daemon_cpu(pid: u32) -> Result<f64> {
     // are fields 16 and 17.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        f.get(i - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // /proc counts in USER_HZ clock ticks, 100 a second on Linux.
     let children = (ticks(16) + ticks(17)) / 100.0;
     Ok(ns as f64 / 1e9 + children)
@@ -147,7 +156,8 @@ pub fn open_vs_closed(
     println!("\n== The same run with the web view open and closed ==");
     let ddir = dir.join("web");
     std::fs::create_dir_all(&ddir).map_err(|e| err(format!("{}: {e}", ddir.display())))?;
-    let daemon = Daemon::start_with_args(streamlined, &ddir, None, None, &["--http", "127.0.0.1:0"])?;
+    let daemon =
+        Daemon::start_with_args(streamlined, &ddir, None, None, &["--http", "127.0.0.1:0"])?;
     let url = match daemon.client()?.call(Request::Web {}) {
         Ok(Reply::Web { url }) => url,
         other => return Err(err(format!("asking for a web token: {other:?}"))),
@@ -170,11 +180,18 @@ pub fn open_vs_closed(
     let p = pipe(n);
     let pages = if quick { 1 } else { 2 };
     println!("web view: {base} ({pages} pages open: event streams by curl, /metrics scraped every second)");
-    println!("run:      STREAMLINE_SOCKET={} {} run '{p}'", s.daemon.socket.display(), s.streamline.display());
+    println!(
+        "run:      STREAMLINE_SOCKET={} {} run '{p}'",
+        s.daemon.socket.display(),
+        s.streamline.display()
+    );
     s.through_daemon(&p)?;
     let check = |rep: &RunReport, how: &str| -> Result<()> {
         if rep.counts.len() != 2 || rep.counts.iter().any(|&c| c != n) {
-            return Err(err(format!("{how}: counts {:?}, expected 2 x {n}", rep.counts)));
+            return Err(err(format!(
+                "{how}: counts {:?}, expected 2 x {n}",
+                rep.counts
+            )));
         }
         Ok(())
     };
@@ -182,7 +199,8 @@ pub fn open_vs_closed(
         "{:<6} {:>12} {:>12} {:>13} {:>13} {:>8}",
         "round", "closed run s", "open run s", "closed CPU s", "open CPU s", "scrapes"
     );
-    let (mut closed, mut open, mut closed_cpu, mut open_cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut closed, mut open, mut closed_cpu, mut open_cpu) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for r in 0..rounds.max(2) {
         // The pages are opened before the CPU is read and closed after: the daemon's
         // serving of them while the run runs is in the open run's CPU.
@@ -194,7 +212,9 @@ pub fn open_vs_closed(
             check(&rep, "with the web view open")?;
             let (scrapes, still) = pg.close();
             if !still {
-                return Err(err("an event stream ended while the run ran (see the daemon's log)"));
+                return Err(err(
+                    "an event stream ended while the run ran (see the daemon's log)",
+                ));
             }
             Ok(((rep.elapsed, cpu), scrapes))
         };
@@ -236,9 +256,20 @@ pub fn open_vs_closed(
     };
     let (wall, wall_rounds) = median_of(&closed, &open);
     let (cpu, cpu_rounds) = median_of(&closed_cpu, &open_cpu);
-    let show = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ");
-    println!("per round, closed over open: run time {} (median {wall:.3})", show(&wall_rounds));
-    println!("per round, closed over open: CPU {} (median {cpu:.3})", show(&cpu_rounds));
+    let show = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.3}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "per round, closed over open: run time {} (median {wall:.3})",
+        show(&wall_rounds)
+    );
+    println!(
+        "per round, closed over open: CPU {} (median {cpu:.3})",
+        show(&cpu_rounds)
+    );
     if !cpu.is_finite() || cpu <= 0.0 {
         return Err(err("no CPU was read for the runs (is /proc mounted?)"));
     }

@@ -12,8 +12,14 @@
 /// The topics, with a line each (`streamline help` lists them after the commands).
 pub const TOPICS: &[(&str, &str)] = &[
     ("pipelines", "the pipeline language, with examples to run"),
-    ("options", "the control options and @hints every filter takes"),
-    ("policy", "the daemon's policy file (streamlined --policy FILE)"),
+    (
+        "options",
+        "the control options and @hints every filter takes",
+    ),
+    (
+        "policy",
+        "the daemon's policy file (streamlined --policy FILE)",
+    ),
 ];
 
 /// The topics as `streamline --help` lists them after the commands.

@@ -318,18 +318,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Help { topic } => help_topic(topic.as_deref()),
-        Cmd::Filters { name: Some(n) } => {
-            match filters::find(&n) {
-                Some(s) => {
-                    print!("{}", s.doc());
-                    ExitCode::SUCCESS
-                }
-                None => {
-                    error!("no native filter named '{n}' (`streamline filters` lists them)");
-                    ExitCode::from(2)
-                }
+        Cmd::Filters { name: Some(n) } => match filters::find(&n) {
+            Some(s) => {
+                print!("{}", s.doc());
+                ExitCode::SUCCESS
             }
-        }
+            None => {
+                error!("no native filter named '{n}' (`streamline filters` lists them)");
+                ExitCode::from(2)
+            }
+        },
         Cmd::Check { pipeline } => match lang::parse(&pipeline, &resolver()) {
             Ok(g) => {
                 print!("{}", g.canonical());
@@ -365,16 +363,22 @@ fn main() -> ExitCode {
                 chaos,
             };
             if stats.is_some() && detach {
-                error!("--stats is written by a run this command waits for; it cannot be --detach'ed");
+                error!(
+                    "--stats is written by a run this command waits for; it cannot be --detach'ed"
+                );
                 return ExitCode::from(2);
             }
             if let Some(file) = &stats {
                 return run(&pipeline, &o, "--stats", Some(file));
             }
             match remote::connect(cli.socket.as_deref()) {
-                Some(Ok(c)) => {
-                    remote::run(c, cli.socket.as_deref(), &pipeline, o, detach.then_some(log))
-                }
+                Some(Ok(c)) => remote::run(
+                    c,
+                    cli.socket.as_deref(),
+                    &pipeline,
+                    o,
+                    detach.then_some(log),
+                ),
                 Some(Err(e)) => {
                     error!("{e} (run stand-alone with --socket none)");
                     ExitCode::from(1)
@@ -557,7 +561,10 @@ fn plan(pipeline: &str, o: PlanOpts) -> Result<(), runplan::Refused> {
         refuse_unplaced: true,
     };
     if o.show_system {
-        println!("{}", runplan::system_model(&planning).map_err(refused)?.to_json());
+        println!(
+            "{}",
+            runplan::system_model(&planning).map_err(refused)?.to_json()
+        );
         return Ok(());
     }
     // What the planner chose for `streamline run --plan how` (which it does not run, so
@@ -728,13 +735,14 @@ fn run(
     why: &str,
     stats: Option<&std::path::Path>,
 ) -> ExitCode {
-    let (spaces, placement) = match runplan::plan(pipeline, o, &[]).and_then(|p| Ok((p.build()?, p.placement))) {
-        Ok(p) => p,
-        Err(e) => {
-            error!("{}", e.message);
-            return ExitCode::from(e.code);
-        }
-    };
+    let (spaces, placement) =
+        match runplan::plan(pipeline, o, &[]).and_then(|p| Ok((p.build()?, p.placement))) {
+            Ok(p) => p,
+            Err(e) => {
+                error!("{}", e.message);
+                return ExitCode::from(e.code);
+            }
+        };
     let quiet = o.quiet;
     if !quiet {
         eprintln!("streamline: running stand-alone ({why})");
@@ -800,5 +808,8 @@ fn run(
         }
     }
     // Pairs with the SeqCst store of the signal number in `watch_stop_signals`.
-    ExitCode::from(runplan::report::exit_status(&rep, signal.load(Ordering::SeqCst)))
+    ExitCode::from(runplan::report::exit_status(
+        &rep,
+        signal.load(Ordering::SeqCst),
+    ))
 }

@@ -283,10 +283,7 @@ pub fn stop(socket: Option<&str>, run: u64) -> ExitCode {
     };
     // What is stopped, as `ps` shows it (the pipeline as it runs now).
     let shown = match c.call(Request::Ps {}) {
-        Ok(Reply::Runs { runs }) => runs
-            .into_iter()
-            .find(|r| r.run == run)
-            .map(|r| r.pipeline),
+        Ok(Reply::Runs { runs }) => runs.into_iter().find(|r| r.run == run).map(|r| r.pipeline),
         _ => None,
     };
     if let Err(e) = c.call(Request::Stop { run, signal: 0 }) {

@@ -110,7 +110,10 @@ fn cut(s: &str, w: usize) -> String {
 /// The runs screen: one line per run, the chosen one marked.
 fn runs_screen(runs: &[RunInfo], rates: &Rates, chosen: usize) -> Vec<String> {
     let mut lines = vec![
-        format!("streamline top: {} runs    (up/down choose, Enter open, q quit)", runs.len()),
+        format!(
+            "streamline top: {} runs    (up/down choose, Enter open, q quit)",
+            runs.len()
+        ),
         format!(
             "  {:<5} {:<10} {:<20} {:>9} {:>10} {:>10} {:>5}  PIPELINE",
             "ID", "USER", "STATE", "UPTIME", "SINKS/S", "BUSIEST/S", "NODES"
@@ -139,9 +142,9 @@ fn runs_screen(runs: &[RunInfo], rates: &Rates, chosen: usize) -> Vec<String> {
 /// A run's screen: its nodes, busiest first.
 fn run_screen(r: Option<&RunInfo>, id: u64, rates: &Rates) -> Vec<String> {
     let Some(r) = r else {
-        return vec![
-            format!("streamline top: run {id} is gone (or not yours)    (b back, q quit)"),
-        ];
+        return vec![format!(
+            "streamline top: run {id} is gone (or not yours)    (b back, q quit)"
+        )];
     };
     let mut lines = vec![
         format!(
@@ -299,7 +302,11 @@ pub fn top(mut c: Client, run: Option<u64>, delay: Duration, iterations: Option<
         order.sort_by_key(|r| r.run);
         chosen = chosen.min(order.len().saturating_sub(1));
         let lines = match screen {
-            Screen::Runs => runs_screen(&order.iter().map(|r| (*r).clone()).collect::<Vec<_>>(), &rates, chosen),
+            Screen::Runs => runs_screen(
+                &order.iter().map(|r| (*r).clone()).collect::<Vec<_>>(),
+                &rates,
+                chosen,
+            ),
             Screen::Run(id) => run_screen(runs.iter().find(|r| r.run == id), id, &rates),
         };
         let mut text = String::new();
@@ -393,7 +400,13 @@ mod tests {
     fn rates_are_measured_between_looks_and_nodes_sorted_by_load() {
         let mut r = Rates::default();
         let t0 = Instant::now();
-        r.look(&[run(1, &[("gen", 0, 100), ("count", 100, 100), ("null", 10, 0)])], t0);
+        r.look(
+            &[run(
+                1,
+                &[("gen", 0, 100), ("count", 100, 100), ("null", 10, 0)],
+            )],
+            t0,
+        );
         let t1 = t0 + Duration::from_secs(2);
         let later = run(1, &[("gen", 0, 500), ("count", 500, 500), ("null", 30, 0)]);
         r.look(std::slice::from_ref(&later), t1);
@@ -404,7 +417,11 @@ mod tests {
             .iter()
             .map(|l| l.split_whitespace().next().unwrap())
             .collect();
-        assert_eq!(order, ["count", "gen", "null"], "busiest first, ties by name");
+        assert_eq!(
+            order,
+            ["count", "gen", "null"],
+            "busiest first, ties by name"
+        );
         assert_eq!(r.run_load(&later), 200.0);
     }
 
@@ -412,7 +429,16 @@ mod tests {
     fn keys_are_read_from_what_the_terminal_sends() {
         assert_eq!(
             keys(b"\x1b[A\x1b[Bjk\rqb\x7f"),
-            [Key::Up, Key::Down, Key::Down, Key::Up, Key::Enter, Key::Quit, Key::Back, Key::Back]
+            [
+                Key::Up,
+                Key::Down,
+                Key::Down,
+                Key::Up,
+                Key::Enter,
+                Key::Quit,
+                Key::Back,
+                Key::Back
+            ]
         );
         assert_eq!(keys(b"\x1b"), [Key::Back]);
     }

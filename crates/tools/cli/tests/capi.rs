@@ -535,7 +535,8 @@ fn the_library_links_only_libc_and_exports_the_slfile_calls() {
     });
     assert_eq!(status, 0, "{err}");
     let header =
-        std::fs::read_to_string(Path::new(ROOT).join("crates/legacy/capi/include/streamline.h")).unwrap();
+        std::fs::read_to_string(Path::new(ROOT).join("crates/legacy/capi/include/streamline.h"))
+            .unwrap();
     let declared: Vec<&str> = header
         .lines()
         .filter(|l| !l.trim_start().starts_with("//") && l.trim_end().ends_with(");"))

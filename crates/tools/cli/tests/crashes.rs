@@ -122,9 +122,8 @@ fn a_run_that_dies_says_so_in_ps_and_in_the_log() {
     });
     kill("-KILL", children(d.pid(), common::worker())[0]);
     common::wait_for("the dead run in ps as failed", LIMIT, || {
-        ps_line(&d, id).is_some_and(|l| {
-            l.contains("failed: its worker was killed by signal 9 (SIGKILL)")
-        })
+        ps_line(&d, id)
+            .is_some_and(|l| l.contains("failed: its worker was killed by signal 9 (SIGKILL)"))
     });
     assert!(
         d.log().lines().any(|l| l.contains("audit: crashed")
@@ -179,7 +178,11 @@ fn one_command_pipelines_end() {
     let cat = format!("cat {}", file.display());
     let d = Daemon::start("crash-onecmd", None);
     for (how, daemon) in [("stand-alone", false), ("through the daemon", true)] {
-        for (pipeline, want) in [("true", ""), ("echo hi", "hi\n"), (cat.as_str(), "one\ntwo\n")] {
+        for (pipeline, want) in [
+            ("true", ""),
+            ("echo hi", "hi\n"),
+            (cat.as_str(), "one\ntwo\n"),
+        ] {
             let mut c = Command::new(BIN);
             if daemon {
                 c.env("STREAMLINE_SOCKET", &d.socket);
@@ -192,7 +195,11 @@ fn one_command_pipelines_end() {
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap();
-            let o = finish(child, LIMIT, &format!("`streamline run '{pipeline}'` {how}"));
+            let o = finish(
+                child,
+                LIMIT,
+                &format!("`streamline run '{pipeline}'` {how}"),
+            );
             assert!(o.status.success(), "{pipeline} {how}: {}", text(&o));
             assert_eq!(
                 String::from_utf8_lossy(&o.stdout),
@@ -246,7 +253,10 @@ fn attach_ends_at_the_first_sigint_and_redraws_in_place_on_a_terminal() {
     let o = finish(attach, Duration::from_secs(10), "attach after one SIGINT");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let piped = first + &rest.join().unwrap();
-    assert!(!piped.contains('\x1b'), "control sequences on a pipe:\n{piped:?}");
+    assert!(
+        !piped.contains('\x1b'),
+        "control sequences on a pipe:\n{piped:?}"
+    );
     assert!(
         ps_line(&d, id).is_some_and(|l| l.contains("running")),
         "the run goes on after attach ends:\n{}",
@@ -255,7 +265,9 @@ fn attach_ends_at_the_first_sigint_and_redraws_in_place_on_a_terminal() {
     // On a terminal (script(1) gives it one), ended by `timeout -s INT` as in the report.
     let script = Command::new("script")
         .args(["-qfec"])
-        .arg(format!("timeout --preserve-status -s INT 2 {BIN} attach {id}"))
+        .arg(format!(
+            "timeout --preserve-status -s INT 2 {BIN} attach {id}"
+        ))
         .arg("/dev/null")
         .env("STREAMLINE_SOCKET", &d.socket)
         .stdin(Stdio::null())
@@ -263,7 +275,11 @@ fn attach_ends_at_the_first_sigint_and_redraws_in_place_on_a_terminal() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("script(1) (util-linux) runs attach on a terminal");
-    let o = finish(script, LIMIT, "`timeout -s INT 2 streamline attach` on a terminal");
+    let o = finish(
+        script,
+        LIMIT,
+        "`timeout -s INT 2 streamline attach` on a terminal",
+    );
     let screen = String::from_utf8_lossy(&o.stdout).into_owned();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     // Cleared once, then every table drawn from the top over the one before.
@@ -287,7 +303,11 @@ fn run_detach_refuses_a_stdin_source() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(err.contains("stdin") && err.contains("--detach"), "{}", text(&o));
+    assert!(
+        err.contains("stdin") && err.contains("--detach"),
+        "{}",
+        text(&o)
+    );
     assert!(o.stdout.is_empty(), "{}", text(&o));
     assert_eq!(d.ps().lines().count(), 1, "nothing started:\n{}", d.ps());
     assert!(!d.log().contains("audit: opened"), "{}", d.log());
@@ -361,7 +381,9 @@ fn process_spaces_counters_reach_ps() {
             Some('G') => (&r[..r.len() - 1], 1e9),
             _ => (r, 1.0),
         };
-        num.parse::<f64>().unwrap_or_else(|_| panic!("rate {r} in {l}")) * mul
+        num.parse::<f64>()
+            .unwrap_or_else(|_| panic!("rate {r} in {l}"))
+            * mul
     };
     let mut seen = String::new();
     common::wait_for("a rate above 0 in ps", LIMIT, || {
@@ -382,7 +404,8 @@ fn process_spaces_counters_reach_ps() {
     let deadline = Instant::now() + LIMIT;
     // Until the count has moved on from the first one seen (attach redraws faster than a
     // process space sends its counters, so two redraws in a row may show the same count).
-    while !(counts.len() >= 2 && counts[counts.len() - 1] > counts[0]) && Instant::now() < deadline {
+    while !(counts.len() >= 2 && counts[counts.len() - 1] > counts[0]) && Instant::now() < deadline
+    {
         let mut l = String::new();
         if out.read_line(&mut l).unwrap() == 0 {
             break;
@@ -412,9 +435,17 @@ fn pipesfs_shows_the_run_when_run_detach_returns() {
     for _ in 0..3 {
         let id = detach(&d, "gen count=100G size=64 | count name=n");
         let run = d.mount().join(id.to_string());
-        assert!(run.is_dir(), "{} missing right after --detach", run.display());
+        assert!(
+            run.is_dir(),
+            "{} missing right after --detach",
+            run.display()
+        );
         let node = run.join("gen").join("count:n");
-        assert!(node.is_dir(), "{} missing right after --detach", node.display());
+        assert!(
+            node.is_dir(),
+            "{} missing right after --detach",
+            node.display()
+        );
         assert!(ps_line(&d, id).is_some(), "{}", d.ps());
         let st = d.cli().args(["stop", &id.to_string()]).output().unwrap();
         assert!(st.status.success(), "{}", text(&st));

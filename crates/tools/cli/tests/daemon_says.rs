@@ -40,7 +40,11 @@ fn detach(d: &Daemon, pipeline: &str) -> u64 {
 #[test]
 fn run_says_whether_it_went_through_the_daemon() {
     let d = Daemon::start("says-run", None);
-    let via = d.cli().args(["run", "gen count=10 | count"]).output().unwrap();
+    let via = d
+        .cli()
+        .args(["run", "gen count=10 | count"])
+        .output()
+        .unwrap();
     let (_, e) = text(&via);
     assert!(via.status.success(), "{e}");
     let line = e
@@ -101,14 +105,18 @@ fn stop_says_what_it_stopped_and_returns_when_the_run_no_longer_runs() {
         "gen count=100G size=1K | dedup space=p1 | sh -c 'cat >/dev/null; sleep 1'",
     ] {
         let id = detach(&d, p);
-        common::wait_for("the run to be running", std::time::Duration::from_secs(20), || {
-            ps_line(&d.ps(), id).is_some_and(|l| l.contains("running"))
-        });
+        common::wait_for(
+            "the run to be running",
+            std::time::Duration::from_secs(20),
+            || ps_line(&d.ps(), id).is_some_and(|l| l.contains("running")),
+        );
         let st = d.cli().args(["stop", &id.to_string()]).output().unwrap();
         let (out, err) = text(&st);
         assert!(st.status.success(), "{out}{err}");
         assert!(
-            err.starts_with(&format!("streamline: stopped run {id} `{p}`: it ended with status ")),
+            err.starts_with(&format!(
+                "streamline: stopped run {id} `{p}`: it ended with status "
+            )),
             "{err}"
         );
         let ps = d.ps();
@@ -119,7 +127,11 @@ fn stop_says_what_it_stopped_and_returns_when_the_run_no_longer_runs() {
     }
     // A run that is not there: said, status 1, nothing printed as stopped.
     let e = d.cli().args(["stop", "999"]).output().unwrap();
-    assert!(!e.status.success() && text(&e).0.is_empty(), "{:?}", text(&e));
+    assert!(
+        !e.status.success() && text(&e).0.is_empty(),
+        "{:?}",
+        text(&e)
+    );
 }
 
 #[test]
@@ -131,9 +143,11 @@ fn ps_shows_placement_and_live_edits() {
     );
     // Running, and the worker's own space has reported its filters too (a run seen 0.1 s
     // after it started showed the other spaces' placement only).
-    common::wait_for("the run to be running", std::time::Duration::from_secs(20), || {
-        ps_line(&d.ps(), id).is_some_and(|l| l.contains("running") && l.contains("local:"))
-    });
+    common::wait_for(
+        "the run to be running",
+        std::time::Duration::from_secs(20),
+        || ps_line(&d.ps(), id).is_some_and(|l| l.contains("running") && l.contains("local:")),
+    );
     let ps = d.ps();
     let header = ps.lines().next().unwrap();
     assert!(
@@ -159,42 +173,57 @@ fn ps_shows_placement_and_live_edits() {
     assert!(e.status.success(), "{:?}", text(&e));
     // The new node's label is the run's second dedup's, as in one space (it was `dedup`
     // in its space, which space 1's dedup has: the table folded the two into one row).
-    assert!(text(&e).0.trim_end().ends_with(": dedup#2@0"), "{:?}", text(&e));
+    assert!(
+        text(&e).0.trim_end().ends_with(": dedup#2@0"),
+        "{:?}",
+        text(&e)
+    );
     let ps = d.ps();
     let line = ps_line(&ps, id).unwrap();
     let cols: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(cols[edits_col], "1", "{ps}");
     assert!(
-        ps.lines().any(|l| l.trim() == "last edit: insert after gen dedup"),
+        ps.lines()
+            .any(|l| l.trim() == "last edit: insert after gen dedup"),
         "{ps}"
     );
     // The pipeline as it runs now: the edit in it, the placements kept.
     assert!(
-        ps.contains("gen count=100G size=64 | dedup | count | dedup space=1 | sample 2 space=p2 | null"),
+        ps.contains(
+            "gen count=100G size=64 | dedup | count | dedup space=1 | sample 2 space=p2 | null"
+        ),
         "{ps}"
     );
     // PLACEMENT as it runs now: the inserted dedup where it runs (with gen, in the
     // worker's thread), in the pipeline's order (it said what the build placed).
     let mut ps = String::new();
-    common::wait_until("ps's PLACEMENT to show the edit", std::time::Duration::from_secs(20), || {
-        ps = d.ps();
-        ps_line(&ps, id)
-            .filter(|l| l.contains("local:gen,dedup,count t1:dedup p2:sample,null"))
-            .map(|_| ())
-            .ok_or(ps.clone())
-    });
+    common::wait_until(
+        "ps's PLACEMENT to show the edit",
+        std::time::Duration::from_secs(20),
+        || {
+            ps = d.ps();
+            ps_line(&ps, id)
+                .filter(|l| l.contains("local:gen,dedup,count t1:dedup p2:sample,null"))
+                .map(|_| ())
+                .ok_or(ps.clone())
+        },
+    );
     let e = d
         .cli()
         .args(["edit", &id.to_string(), "remove dedup#2"])
         .output()
         .unwrap();
     assert!(e.status.success(), "{:?}", text(&e));
-    common::wait_until("ps's PLACEMENT to show the removal", std::time::Duration::from_secs(20), || {
-        ps = d.ps();
-        ps_line(&ps, id)
-            .filter(|l| l.contains("local:gen,count t1:dedup p2:sample,null"))
-            .map(|_| ())
-            .ok_or(ps.clone())
-    });
+    common::wait_until(
+        "ps's PLACEMENT to show the removal",
+        std::time::Duration::from_secs(20),
+        || {
+            ps = d.ps();
+            ps_line(&ps, id)
+                .filter(|l| l.contains("local:gen,count t1:dedup p2:sample,null"))
+                .map(|_| ())
+                .ok_or(ps.clone())
+        },
+    );
     let _ = d.cli().args(["stop", &id.to_string()]).output();
 }

@@ -389,8 +389,16 @@ fn ips_header_stage_on_the_socket_alerts_as_in_user_space_and_hands_over_fewer_f
     std::fs::create_dir_all(&d).unwrap();
     let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../examples/ips.rules");
     let fast = |k: &str| d.join(format!("fast-{k}.log"));
-    let kernel = start(&format!("rx dev={} | ips rules={rules} mode=ids fast={}", v.here, fast("kernel").display()));
-    let user = start(&format!("rx dev={} | ips rules={rules} mode=ids placed=user fast={}", v.here, fast("user").display()));
+    let kernel = start(&format!(
+        "rx dev={} | ips rules={rules} mode=ids fast={}",
+        v.here,
+        fast("kernel").display()
+    ));
+    let user = start(&format!(
+        "rx dev={} | ips rules={rules} mode=ids placed=user fast={}",
+        v.here,
+        fast("user").display()
+    ));
     for c in [&kernel, &user] {
         wait_capturing(c.child.id(), &v.here);
     }
@@ -398,35 +406,77 @@ fn ips_header_stage_on_the_socket_alerts_as_in_user_space_and_hands_over_fewer_f
     // Everything replayed judged: the user run's ips has had every frame, the kernel
     // run's as many as it had a second ago.
     let mut last = None;
-    common::wait_until("both runs' ips to have every frame", Duration::from_secs(60), || {
-        let u = common::stats_counter(&user.stats, "ips", "blocks_in");
-        let k = common::stats_counter(&kernel.stats, "ips", "blocks_in");
-        let settled = u >= Some(FRAMES) && k.is_some() && last == Some(k);
-        last = Some(k);
-        std::thread::sleep(Duration::from_millis(500));
-        if settled { Ok(()) } else { Err(format!("user {u:?}, kernel {k:?}")) }
-    });
+    common::wait_until(
+        "both runs' ips to have every frame",
+        Duration::from_secs(60),
+        || {
+            let u = common::stats_counter(&user.stats, "ips", "blocks_in");
+            let k = common::stats_counter(&kernel.stats, "ips", "blocks_in");
+            let settled = u >= Some(FRAMES) && k.is_some() && last == Some(k);
+            last = Some(k);
+            std::thread::sleep(Duration::from_millis(500));
+            if settled {
+                Ok(())
+            } else {
+                Err(format!("user {u:?}, kernel {k:?}"))
+            }
+        },
+    );
     let (ke, ue) = (stop(kernel), stop(user));
     let file = Command::new(BIN)
-        .args(["run", "-q", &format!("pcapin file={SAMPLE} | ips rules={rules} mode=ids fast={}", fast("file").display())])
+        .args([
+            "run",
+            "-q",
+            &format!(
+                "pcapin file={SAMPLE} | ips rules={rules} mode=ids fast={}",
+                fast("file").display()
+            ),
+        ])
         .output()
         .unwrap();
-    assert!(file.status.success(), "{}", String::from_utf8_lossy(&file.stderr));
-    let (k_sids, u_sids, f_sids) = (sids(&fast("kernel")), sids(&fast("user")), sids(&fast("file")));
+    assert!(
+        file.status.success(),
+        "{}",
+        String::from_utf8_lossy(&file.stderr)
+    );
+    let (k_sids, u_sids, f_sids) = (
+        sids(&fast("kernel")),
+        sids(&fast("user")),
+        sids(&fast("file")),
+    );
     assert!(!f_sids.is_empty(), "the sample gives alerts");
-    assert_eq!(k_sids, u_sids, "kernel vs user placement of the header stage");
+    assert_eq!(
+        k_sids, u_sids,
+        "kernel vs user placement of the header stage"
+    );
     // Live, the replay's pace sets the times thresholds count in: the same rules alert.
     let distinct = |v: &[String]| v.iter().cloned().collect::<std::collections::BTreeSet<_>>();
-    assert_eq!(distinct(&k_sids), distinct(&f_sids), "live vs the capture file");
+    assert_eq!(
+        distinct(&k_sids),
+        distinct(&f_sids),
+        "live vs the capture file"
+    );
     // The same frames judged; the kernel handed over only those.
     let ((kj, ku), (uj, uu)) = (ips_counts(&ke), ips_counts(&ue));
     assert_eq!(ku, 0, "kernel: nothing left for user space to refuse\n{ke}");
     assert_eq!(kj, uj, "judged the same packets:\n{ke}\n{ue}");
     let delivered = |err: &str| -> u64 {
-        rx_line(err).split(": ").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{err}"))
+        rx_line(err)
+            .split(": ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{err}"))
     };
     let (kd, ud) = (delivered(&ke), delivered(&ue));
-    assert!(uu > 0, "the sample has frames no rule of examples/ips.rules looks at (UDP off port 53):\n{ue}");
-    assert_eq!(kd + uu, ud, "the socket kept back exactly what user space refused:\n{ke}\n{ue}");
+    assert!(
+        uu > 0,
+        "the sample has frames no rule of examples/ips.rules looks at (UDP off port 53):\n{ue}"
+    );
+    assert_eq!(
+        kd + uu,
+        ud,
+        "the socket kept back exactly what user space refused:\n{ke}\n{ue}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -33,7 +33,7 @@ fn under_caret(e: &str) -> String {
     let lines: Vec<&str> = e.lines().collect();
     let k = lines
         .iter()
-        .position(|l| l.trim_start().starts_with('^') && l.trim() .chars().all(|c| c == '^'))
+        .position(|l| l.trim_start().starts_with('^') && l.trim().chars().all(|c| c == '^'))
         .unwrap_or_else(|| panic!("no caret line:\n{e}"));
     let at = lines[k].find('^').unwrap();
     let len = lines[k].trim().len();
@@ -54,7 +54,10 @@ fn streamline_errors_have_one_prefix_and_pipeline_errors_a_caret() {
     // name; a word that is no near miss is a command, as in the shell), stand-alone.
     let o = alone(&["run", "gen count=3 | countt"]);
     let e = failure(&o, 2, "unknown filter");
-    assert!(e.starts_with("streamline: error: unknown filter 'countt'"), "{e}");
+    assert!(
+        e.starts_with("streamline: error: unknown filter 'countt'"),
+        "{e}"
+    );
     assert_eq!(under_caret(&e), "countt", "{e}");
     // check says it the same way.
     let o = alone(&["check", "gen count=3 | | count"]);
@@ -75,7 +78,10 @@ fn streamline_errors_have_one_prefix_and_pipeline_errors_a_caret() {
         .output()
         .unwrap();
     let e = failure(&o, 1, "no daemon");
-    assert!(e.contains("no daemon answers on /nonexistent/socket"), "{e}");
+    assert!(
+        e.contains("no daemon answers on /nonexistent/socket"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -38,14 +38,38 @@ const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../examples/sam
 const FMT: &str = "fmt:%ts %te %sa %sp %da %dp %pr %pkt %byt %flg";
 /// Timeouts longer than any capture here, for both exporters.
 const OURS_LONG: &str = "idle=3600 active=604800 fin=300";
-const SOFTFLOWD_LONG: &[&str] = &["-t", "tcp=3600", "-t", "udp=3600", "-t", "icmp=3600", "-t", "general=3600", "-t", "tcp.fin=300", "-t", "tcp.rst=300", "-t", "maxlife=604800"];
+const SOFTFLOWD_LONG: &[&str] = &[
+    "-t",
+    "tcp=3600",
+    "-t",
+    "udp=3600",
+    "-t",
+    "icmp=3600",
+    "-t",
+    "general=3600",
+    "-t",
+    "tcp.fin=300",
+    "-t",
+    "tcp.rst=300",
+    "-t",
+    "maxlife=604800",
+];
 
 fn need(tool: &str, arg: &str) {
-    let ok = Command::new(tool).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
-    assert!(ok, "this test needs {tool} (scripts/setup installs it: apt-get install {})", match tool {
-        "nfcapd" | "nfdump" => "nfdump",
-        t => t,
-    });
+    let ok = Command::new(tool)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    assert!(
+        ok,
+        "this test needs {tool} (scripts/setup installs it: apt-get install {})",
+        match tool {
+            "nfcapd" | "nfdump" => "nfdump",
+            t => t,
+        }
+    );
 }
 
 fn dir(name: &str) -> PathBuf {
@@ -57,9 +81,17 @@ fn dir(name: &str) -> PathBuf {
 
 fn free_port(udp: bool) -> u16 {
     if udp {
-        std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
     } else {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
     }
 }
 
@@ -69,7 +101,10 @@ struct Proc(Option<Child>);
 impl Proc {
     fn stop(&mut self) {
         if let Some(mut c) = self.0.take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let _ = c.wait();
         }
     }
@@ -96,13 +131,24 @@ impl Nfcapd {
         let dir = dir(&format!("nfcapd-{name}"));
         let port = free_port(true);
         let c = Command::new("nfcapd")
-            .args(["-l", dir.to_str().unwrap(), "-p", &port.to_string(), "-b", "127.0.0.1"])
+            .args([
+                "-l",
+                dir.to_str().unwrap(),
+                "-p",
+                &port.to_string(),
+                "-b",
+                "127.0.0.1",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("nfcapd (apt-get install nfdump)");
         let pid = c.id();
-        let n = Nfcapd { proc: Proc(Some(c)), dir, port };
+        let n = Nfcapd {
+            proc: Proc(Some(c)),
+            dir,
+            port,
+        };
         common::wait_listening(pid, port, true);
         n
     }
@@ -117,8 +163,15 @@ impl Nfcapd {
         // Let the last datagrams in before nfcapd closes its file.
         std::thread::sleep(Duration::from_millis(300));
         self.proc.stop();
-        let o = Command::new("nfdump").args(["-R", self.dir.to_str().unwrap(), "-q", "-N", "-o", FMT]).output().unwrap();
-        assert!(o.status.success(), "nfdump: {}", String::from_utf8_lossy(&o.stderr));
+        let o = Command::new("nfdump")
+            .args(["-R", self.dir.to_str().unwrap(), "-q", "-N", "-o", FMT])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "nfdump: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let mut lines: Vec<String> = String::from_utf8_lossy(&o.stdout)
             .lines()
             .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
@@ -139,13 +192,21 @@ fn run(pipeline: &str) -> String {
 }
 
 fn summary<'a>(err: &'a str, filter: &str) -> &'a str {
-    err.lines().find_map(|l| l.find(&format!("{filter}: ")).map(|i| &l[i..])).unwrap_or_else(|| panic!("no {filter} summary:\n{err}"))
+    err.lines()
+        .find_map(|l| l.find(&format!("{filter}: ")).map(|i| &l[i..]))
+        .unwrap_or_else(|| panic!("no {filter} summary:\n{err}"))
 }
 
 /// The number before `word` in a summary line (`4 flows evicted` -> 4 for "flows evicted").
 fn number_before(line: &str, word: &str) -> u64 {
-    let at = line.find(word).unwrap_or_else(|| panic!("no '{word}' in {line}"));
-    line[..at].split_whitespace().last().and_then(|n| n.trim_start_matches('(').parse().ok()).unwrap_or_else(|| panic!("no number before '{word}' in {line}"))
+    let at = line
+        .find(word)
+        .unwrap_or_else(|| panic!("no '{word}' in {line}"));
+    line[..at]
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.trim_start_matches('(').parse().ok())
+        .unwrap_or_else(|| panic!("no number before '{word}' in {line}"))
 }
 
 /// softflowd's flows of `pcap` as nfcapd collects them (IPFIX, absolute milliseconds).
@@ -153,7 +214,17 @@ fn softflowd(pcap: &Path, name: &str, extra: &[&str]) -> Vec<String> {
     need("softflowd", "-h");
     let col = Nfcapd::start(&format!("sfd-{name}"));
     let o = Command::new("softflowd")
-        .args(["-r", pcap.to_str().unwrap(), "-n", &col.to(), "-v", "10", "-A", "milli", "-d"])
+        .args([
+            "-r",
+            pcap.to_str().unwrap(),
+            "-n",
+            &col.to(),
+            "-v",
+            "10",
+            "-A",
+            "milli",
+            "-d",
+        ])
         // No `-c`: softflowd 1.1 reading a file has no control socket (`-r` turns it off), and
         // a `-c` after `-r` turns it back on while the poll array it tests is never filled
         // for files, so it may block in accept() on stack garbage. No `-p`: no pid file
@@ -162,14 +233,22 @@ fn softflowd(pcap: &Path, name: &str, extra: &[&str]) -> Vec<String> {
         .args(extra)
         .output()
         .expect("softflowd (apt-get install softflowd)");
-    assert!(o.status.success(), "softflowd: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "softflowd: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     col.flows()
 }
 
 /// Our flows of `pcap` as nfcapd collects them, and the run's stderr.
 fn ours(pcap: &Path, name: &str, opts: &str) -> (Vec<String>, String) {
     let col = Nfcapd::start(&format!("ours-{name}"));
-    let err = run(&format!("pcapin file={} | ipfix to={} {opts} | null", pcap.display(), col.to()));
+    let err = run(&format!(
+        "pcapin file={} | ipfix to={} {opts} | null",
+        pcap.display(),
+        col.to()
+    ));
     (col.flows(), err)
 }
 
@@ -206,8 +285,16 @@ fn assert_same_flows(name: &str, mut theirs: Vec<String>, ours: Vec<String>) {
             "{name}: {} flows from softflowd, {} from ipfix\nonly softflowd's:\n{}\nonly ours:\n{}",
             theirs.len(),
             ours.len(),
-            only_theirs.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"),
-            only_ours.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+            only_theirs
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            only_ours
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
     assert!(!ours.is_empty(), "{name}: no flows at all");
@@ -227,18 +314,50 @@ enum Ip {
     V6([u8; 16], [u8; 16]),
 }
 
-fn base(ip: Ip, forward: bool, vlan: Option<u16>) -> etherparse::PacketBuilderStep<etherparse::IpHeaders> {
-    let (sm, dm) = if forward { ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]) } else { ([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]) };
+fn base(
+    ip: Ip,
+    forward: bool,
+    vlan: Option<u16>,
+) -> etherparse::PacketBuilderStep<etherparse::IpHeaders> {
+    let (sm, dm) = if forward {
+        ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+    } else {
+        ([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1])
+    };
     let e = PacketBuilder::ethernet2(sm, dm);
     let vl = |e: etherparse::PacketBuilderStep<etherparse::Ethernet2Header>| match vlan {
         Some(v) => Err(e.single_vlan(etherparse::VlanId::try_new(v).unwrap())),
         None => Ok(e),
     };
     match (ip, vl(e)) {
-        (Ip::V4(a, b), Ok(e)) => if forward { e.ipv4(a, b, 64) } else { e.ipv4(b, a, 64) },
-        (Ip::V4(a, b), Err(v)) => if forward { v.ipv4(a, b, 64) } else { v.ipv4(b, a, 64) },
-        (Ip::V6(a, b), Ok(e)) => if forward { e.ipv6(a, b, 64) } else { e.ipv6(b, a, 64) },
-        (Ip::V6(a, b), Err(v)) => if forward { v.ipv6(a, b, 64) } else { v.ipv6(b, a, 64) },
+        (Ip::V4(a, b), Ok(e)) => {
+            if forward {
+                e.ipv4(a, b, 64)
+            } else {
+                e.ipv4(b, a, 64)
+            }
+        }
+        (Ip::V4(a, b), Err(v)) => {
+            if forward {
+                v.ipv4(a, b, 64)
+            } else {
+                v.ipv4(b, a, 64)
+            }
+        }
+        (Ip::V6(a, b), Ok(e)) => {
+            if forward {
+                e.ipv6(a, b, 64)
+            } else {
+                e.ipv6(b, a, 64)
+            }
+        }
+        (Ip::V6(a, b), Err(v)) => {
+            if forward {
+                v.ipv6(a, b, 64)
+            } else {
+                v.ipv6(b, a, 64)
+            }
+        }
     }
 }
 
@@ -250,18 +369,38 @@ fn addr(r: &mut Rng, v6: bool) -> (Ip, bool) {
         b[15] = 100 + r.below(20) as u8;
         (Ip::V6(a, b), true)
     } else {
-        (Ip::V4([10, 7, 0, 1 + r.below(20) as u8], [10, 7, 1, 1 + r.below(20) as u8]), false)
+        (
+            Ip::V4(
+                [10, 7, 0, 1 + r.below(20) as u8],
+                [10, 7, 1, 1 + r.below(20) as u8],
+            ),
+            false,
+        )
     }
 }
 
 /// A TCP connection: handshake, data both ways, then FIN both ways, an RST, or nothing.
 fn tcp_conn(r: &mut Rng, ip: Ip, vlan: Option<u16>) -> Frames {
-    let (cp, sp) = (1024 + r.below(60000) as u16, [80, 443, 22, 8080][r.below(4) as usize]);
+    let (cp, sp) = (
+        1024 + r.below(60000) as u16,
+        [80, 443, 22, 8080][r.below(4) as usize],
+    );
     let mut t = 0;
     let mut out = Frames::new();
     let (mut cs, mut ss) = (r.next() as u32, r.next() as u32);
-    let seg = |r: &mut Rng, fwd: bool, flags: &str, len: usize, cs: &mut u32, ss: &mut u32, out: &mut Frames, t: &mut u64| {
-        let (s, a, from, to) = if fwd { (*cs, *ss, cp, sp) } else { (*ss, *cs, sp, cp) };
+    let seg = |r: &mut Rng,
+               fwd: bool,
+               flags: &str,
+               len: usize,
+               cs: &mut u32,
+               ss: &mut u32,
+               out: &mut Frames,
+               t: &mut u64| {
+        let (s, a, from, to) = if fwd {
+            (*cs, *ss, cp, sp)
+        } else {
+            (*ss, *cs, sp, cp)
+        };
         let mut b = base(ip, fwd, vlan).tcp(from, to, s, 65535);
         for c in flags.chars() {
             b = match c {
@@ -277,7 +416,11 @@ fn tcp_conn(r: &mut Rng, ip: Ip, vlan: Option<u16>) -> Frames {
         let mut v = Vec::new();
         b.write(&mut v, &payload).unwrap();
         let adv = len as u32 + u32::from(flags.contains('S') || flags.contains('F'));
-        if fwd { *cs = cs.wrapping_add(adv) } else { *ss = ss.wrapping_add(adv) }
+        if fwd {
+            *cs = cs.wrapping_add(adv)
+        } else {
+            *ss = ss.wrapping_add(adv)
+        }
         *t += 1 + r.below(40_000);
         out.push((*t, v));
     };
@@ -307,14 +450,20 @@ fn tcp_conn(r: &mut Rng, ip: Ip, vlan: Option<u16>) -> Frames {
 
 /// UDP requests, some answered.
 fn udp_conv(r: &mut Rng, ip: Ip, vlan: Option<u16>) -> Frames {
-    let (cp, sp) = (1024 + r.below(60000) as u16, [53, 123, 5353, 4789][r.below(4) as usize]);
+    let (cp, sp) = (
+        1024 + r.below(60000) as u16,
+        [53, 123, 5353, 4789][r.below(4) as usize],
+    );
     let mut out = Frames::new();
     let mut t = 0;
     for _ in 0..1 + r.below(4) {
         for fwd in [true, r.below(3) != 0] {
             let (a, b) = if fwd { (cp, sp) } else { (sp, cp) };
             let mut v = Vec::new();
-            base(ip, fwd, vlan).udp(a, b).write(&mut v, &vec![7; 10 + r.below(500) as usize]).unwrap();
+            base(ip, fwd, vlan)
+                .udp(a, b)
+                .write(&mut v, &vec![7; 10 + r.below(500) as usize])
+                .unwrap();
             t += 1 + r.below(30_000);
             out.push((t, v));
         }
@@ -370,12 +519,16 @@ fn make_capture(path: &Path, seed: u64, n: usize) {
     for (t, f) in &all {
         let us = epoch + t;
         let ts = Duration::from_micros(us);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f)).unwrap();
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+            .unwrap();
     }
 }
 
 fn seeds() -> Vec<u64> {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
     vec![0x5eed_f10e, now ^ 0x9e37_79b9_7f4a_7c15]
 }
 
@@ -399,7 +552,11 @@ fn our_flows_equal_softflowds_at_a_real_collector_on_generated_captures() {
         make_capture(&pcap, seed, 150);
         let theirs = softflowd(&pcap, &format!("{seed:x}"), &[]);
         let (mine, _) = ours(&pcap, &format!("{seed:x}"), OURS_LONG);
-        assert_same_flows(&format!("seed {seed:#x} ({})", pcap.display()), theirs, mine);
+        assert_same_flows(
+            &format!("seed {seed:#x} ({})", pcap.display()),
+            theirs,
+            mine,
+        );
     }
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -420,18 +577,40 @@ fn wiresharks_ipfix_dissector_finds_nothing_malformed_and_every_record() {
     // 2 MiB at the default 256 KiB, and the run's burst of datagrams overflowed them
     // ("26 packets dropped by kernel"). A snapshot length the messages fit (mtu=600) and a
     // bigger buffer, as a competent user would set them.
-    tcpdump.args(["-i", "lo", "-U", "--immediate-mode", "-s", "2048", "-B", "16384", "-w", cap.to_str().unwrap(), "udp", "port", &col.port.to_string()]);
+    tcpdump.args([
+        "-i",
+        "lo",
+        "-U",
+        "--immediate-mode",
+        "-s",
+        "2048",
+        "-B",
+        "16384",
+        "-w",
+        cap.to_str().unwrap(),
+        "udp",
+        "port",
+        &col.port.to_string(),
+    ]);
     let (td, said) = common::tcpdump_listening(tcpdump);
     let mut td = Proc(Some(td));
     // Templates every second of stream time: several template sets in the export (short
     // timeouts, so flows are exported all through the capture's 20 s, not all at its end).
-    let err = run(&format!("pcapin file={} | ipfix to={} idle=1 active=5 fin=1 refresh=1 mtu=600 | null", pcap.display(), col.to()));
+    let err = run(&format!(
+        "pcapin file={} | ipfix to={} idle=1 active=5 fin=1 refresh=1 mtu=600 | null",
+        pcap.display(),
+        col.to()
+    ));
     // tcpdump writes each datagram as it reads it (-U): stop it once the file holds every
     // message the run sent (a busy machine can keep it behind for a while).
     let sent = number_before(summary(&err, "ipfix"), "messages");
     let in_file = || -> u64 {
-        let Ok(f) = std::fs::File::open(&cap) else { return 0 };
-        let Ok(mut r) = pcap_file::pcap::PcapReader::new(f) else { return 0 };
+        let Ok(f) = std::fs::File::open(&cap) else {
+            return 0;
+        };
+        let Ok(mut r) = pcap_file::pcap::PcapReader::new(f) else {
+            return 0;
+        };
         let mut n = 0;
         while let Some(Ok(_)) = r.next_packet() {
             n += 1;
@@ -444,29 +623,77 @@ fn wiresharks_ipfix_dissector_finds_nothing_malformed_and_every_record() {
     }
     td.stop();
     let said = said.join().unwrap_or_default();
-    assert_eq!(in_file(), sent, "tcpdump captured {} of the {sent} messages sent ({}); tcpdump: {said}", in_file(), summary(&err, "ipfix"));
+    assert_eq!(
+        in_file(),
+        sent,
+        "tcpdump captured {} of the {sent} messages sent ({}); tcpdump: {said}",
+        in_file(),
+        summary(&err, "ipfix")
+    );
     let decode = format!("udp.port=={},cflow", col.port);
     let flows = col.flows();
     let s = summary(&err, "ipfix");
     let records = number_before(s, "records in");
     let templates = number_before(s, "template sets");
-    assert_eq!(flows.len() as u64, records, "nfcapd has {} flows, we sent {records} records", flows.len());
+    assert_eq!(
+        flows.len() as u64,
+        records,
+        "nfcapd has {} flows, we sent {records} records",
+        flows.len()
+    );
     assert!(templates > 1, "one template set only: {s}");
     let tshark = |filter: &str, field: &str| -> Vec<String> {
         let o = Command::new("tshark")
-            .args(["-r", cap.to_str().unwrap(), "-d", &decode, "-Y", filter, "-T", "fields", "-e", field])
+            .args([
+                "-r",
+                cap.to_str().unwrap(),
+                "-d",
+                &decode,
+                "-Y",
+                filter,
+                "-T",
+                "fields",
+                "-e",
+                field,
+            ])
             .output()
             .unwrap();
-        assert!(o.status.success(), "tshark: {}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+        assert!(
+            o.status.success(),
+            "tshark: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
+            .collect()
     };
-    let malformed = tshark("_ws.malformed || _ws.expert.severity >= \"error\"", "frame.number");
-    assert!(malformed.is_empty(), "tshark finds malformed or erroneous frames: {malformed:?}");
+    let malformed = tshark(
+        "_ws.malformed || _ws.expert.severity >= \"error\"",
+        "frame.number",
+    );
+    assert!(
+        malformed.is_empty(),
+        "tshark finds malformed or erroneous frames: {malformed:?}"
+    );
     // Every data record dissected: one protocol value per record.
-    let protos: usize = tshark("cflow", "cflow.protocol").iter().map(|l| l.split(',').count()).sum();
-    assert_eq!(protos as u64, records, "tshark dissects {protos} data records, we sent {records}");
-    let sets: usize = tshark("cflow", "cflow.template_id").iter().map(|l| l.split(',').count()).sum();
-    assert!(sets as u64 >= 2 * templates, "tshark sees {sets} templates for {templates} template sets");
+    let protos: usize = tshark("cflow", "cflow.protocol")
+        .iter()
+        .map(|l| l.split(',').count())
+        .sum();
+    assert_eq!(
+        protos as u64, records,
+        "tshark dissects {protos} data records, we sent {records}"
+    );
+    let sets: usize = tshark("cflow", "cflow.template_id")
+        .iter()
+        .map(|l| l.split(',').count())
+        .sum();
+    assert!(
+        sets as u64 >= 2 * templates,
+        "tshark sees {sets} templates for {templates} template sets"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -478,9 +705,17 @@ fn decode_stream(bytes: &[u8]) -> Vec<filters::flows::collect::FlowRecord> {
     let mut at = 0;
     while at + 4 <= bytes.len() {
         let len = u16::from_be_bytes([bytes[at + 2], bytes[at + 3]]) as usize;
-        assert!(len >= 16 && at + len <= bytes.len(), "a message of {len} bytes at offset {at} of {}", bytes.len());
+        assert!(
+            len >= 16 && at + len <= bytes.len(),
+            "a message of {len} bytes at offset {at} of {}",
+            bytes.len()
+        );
         dec.decode(&bytes[at..at + len], from, &mut out);
-        assert!(dec.error.is_none(), "message at offset {at}: {:?}", dec.error);
+        assert!(
+            dec.error.is_none(),
+            "message at offset {at}: {:?}",
+            dec.error
+        );
         at += len;
     }
     assert_eq!(at, bytes.len(), "bytes after the last whole message");
@@ -506,7 +741,12 @@ fn a_full_table_exports_what_it_evicts_and_counts_it() {
     let p = Path::new(SAMPLE);
     let file = d.join("flows.ipfix");
     let col = Nfcapd::start("full");
-    let err = run(&format!("pcapin file={} | ipfix to={} out={} {OURS_LONG} flows=8 | null", p.display(), col.to(), file.display()));
+    let err = run(&format!(
+        "pcapin file={} | ipfix to={} out={} {OURS_LONG} flows=8 | null",
+        p.display(),
+        col.to(),
+        file.display()
+    ));
     let mine = col.flows();
     let theirs = softflowd(p, "full", &[]);
     // Each conversation's records add up to softflowd's single flow of it (softflowd's
@@ -514,29 +754,49 @@ fn a_full_table_exports_what_it_evicts_and_counts_it() {
     let (ours_c, mut theirs_c) = (per_conversation(&mine), per_conversation(&theirs));
     for (k, v) in theirs_c.clone() {
         let f: Vec<&str> = k.split(' ').collect();
-        if f[0].contains(':') && f[1] == "0" && f[3] == "0" && f[4] == "0" && !ours_c.contains_key(&k) {
-            if let Some((ok, _)) = ours_c.iter().find(|(ok, ov)| **ov == v && ok.starts_with(&f[..4].join(" ")) && !theirs_c.contains_key(*ok)) {
+        if f[0].contains(':')
+            && f[1] == "0"
+            && f[3] == "0"
+            && f[4] == "0"
+            && !ours_c.contains_key(&k)
+        {
+            if let Some((ok, _)) = ours_c.iter().find(|(ok, ov)| {
+                **ov == v && ok.starts_with(&f[..4].join(" ")) && !theirs_c.contains_key(*ok)
+            }) {
                 theirs_c.remove(&k);
                 theirs_c.insert(ok.clone(), v);
             }
         }
     }
-    assert_eq!(ours_c, theirs_c, "packets and bytes per conversation differ");
-    assert!(mine.len() > theirs.len(), "{} records with a full table, {} without: nothing was split", mine.len(), theirs.len());
+    assert_eq!(
+        ours_c, theirs_c,
+        "packets and bytes per conversation differ"
+    );
+    assert!(
+        mine.len() > theirs.len(),
+        "{} records with a full table, {} without: nothing was split",
+        mine.len(),
+        theirs.len()
+    );
     // The summary's count is the number of flows exported as lackOfResources (5): the two
     // directions of one flow are consecutive records, mirrored, with the same times.
     let recs = decode_stream(&std::fs::read(&file).unwrap());
-    assert_eq!(recs.len(), mine.len(), "the file and the collector disagree");
+    assert_eq!(
+        recs.len(),
+        mine.len(),
+        "the file and the collector disagree"
+    );
     let mut evicted = 0;
     for (i, r) in recs.iter().enumerate() {
-        let twin = i > 0 && {
-            let q = &recs[i - 1];
-            (q.src == r.dst && q.dst == r.src && q.start_ms == r.start_ms && q.end_ms == r.end_ms && q.end_reason == r.end_reason && q.proto == r.proto)
+        let twin = i > 0
+            && {
+                let q = &recs[i - 1];
+                (q.src == r.dst && q.dst == r.src && q.start_ms == r.start_ms && q.end_ms == r.end_ms && q.end_reason == r.end_reason && q.proto == r.proto)
                 // ICMP too: a flow's key holds its type and code, so a request and its
                 // reply are two flows, and only a conversation of one type both ways (or
                 // of later fragments, ports 0) has two directions.
                 && q.sport == r.dport && q.dport == r.sport
-        };
+            };
         if r.end_reason == 5 && !twin {
             evicted += 1;
         }
@@ -568,7 +828,10 @@ fn a_tcp_collector_gets_the_bytes_out_writes() {
     let s = summary(&err, "ipfix");
     assert_eq!(recs.len() as u64, number_before(s, "records in"), "{s}");
     // Idle timeouts of 2 s end some flows of the 8-second sample before its end.
-    assert!(recs.iter().any(|r| r.end_reason == 1), "no idle-timeout record");
+    assert!(
+        recs.iter().any(|r| r.end_reason == 1),
+        "no idle-timeout record"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -580,7 +843,13 @@ fn ipfixin_collects_softflowds_export_as_nfdump_reads_it() {
     let port = free_port(true);
     let col = Nfcapd::start("ipfixin");
     let c = Command::new(BIN)
-        .args(["run", &format!("ipfixin port={port} bind=127.0.0.1 idle=2 | outfile {}", json.display())])
+        .args([
+            "run",
+            &format!(
+                "ipfixin port={port} bind=127.0.0.1 idle=2 | outfile {}",
+                json.display()
+            ),
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -595,7 +864,11 @@ fn ipfixin_collects_softflowds_export_as_nfdump_reads_it() {
             .args(["-r", SAMPLE, "-n", &to, "-v", "10", "-A", "milli", "-d"])
             .output()
             .unwrap();
-        assert!(o.status.success(), "softflowd: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "softflowd: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
     let out = run.0.take().unwrap().wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -605,7 +878,12 @@ fn ipfixin_collects_softflowds_export_as_nfdump_reads_it() {
         .iter()
         .map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
-            (format!("{} {} {} {} {}", f[4], f[5], f[6], f[7], f[8]), format!("{} {}", f[0], f[1]), f[9].parse().unwrap(), f[10].parse().unwrap())
+            (
+                format!("{} {} {} {} {}", f[4], f[5], f[6], f[7], f[8]),
+                format!("{} {}", f[0], f[1]),
+                f[9].parse().unwrap(),
+                f[10].parse().unwrap(),
+            )
         })
         .map(|(k, t, p, b)| (k, t, p, b))
         .collect();
@@ -613,18 +891,39 @@ fn ipfixin_collects_softflowds_export_as_nfdump_reads_it() {
         .unwrap()
         .lines()
         .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
             let port = |k: &str| v[k].as_u64().unwrap();
             // nfdump -N prints protocols as numbers.
             let proto = v["proto"].as_u64().unwrap().to_string();
-            let dport = if matches!(proto.as_str(), "1" | "58") { format!("{}.{}", port("dport") >> 8, port("dport") & 255) } else { port("dport").to_string() };
-            (format!("{} {} {} {} {proto}", v["src"].as_str().unwrap(), port("sport"), v["dst"].as_str().unwrap(), dport), v["packets"].as_u64().unwrap(), v["bytes"].as_u64().unwrap())
+            let dport = if matches!(proto.as_str(), "1" | "58") {
+                format!("{}.{}", port("dport") >> 8, port("dport") & 255)
+            } else {
+                port("dport").to_string()
+            };
+            (
+                format!(
+                    "{} {} {} {} {proto}",
+                    v["src"].as_str().unwrap(),
+                    port("sport"),
+                    v["dst"].as_str().unwrap(),
+                    dport
+                ),
+                v["packets"].as_u64().unwrap(),
+                v["bytes"].as_u64().unwrap(),
+            )
         })
         .collect();
     mine.sort();
-    let mut theirs_k: Vec<(String, u64, u64)> = theirs.iter().map(|(k, _, p, b)| (k.clone(), *p, *b)).collect();
+    let mut theirs_k: Vec<(String, u64, u64)> = theirs
+        .iter()
+        .map(|(k, _, p, b)| (k.clone(), *p, *b))
+        .collect();
     theirs_k.sort();
     assert_eq!(mine, theirs_k, "ipfixin's records and nfdump's differ");
-    assert_eq!(number_before(summary(&err, "ipfixin"), "records from"), mine.len() as u64);
+    assert_eq!(
+        number_before(summary(&err, "ipfixin"), "records from"),
+        mine.len() as u64
+    );
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -58,9 +58,28 @@ fn every_example_of_help_pipelines_runs_and_prints_what_it_says() {
     let ex = examples(&text);
     // The topics the help must teach, each shown by an example that runs.
     for needed in [
-        "|53 ", "|!1:1023 ", "|http ", "|dns ", " + ", " ++ ", " +* ", "| !tcp", "@private",
-        "@lockstep", "@latency", "space=1 ", "space=p1", "space=1,2", "for name=L",
-        "name=c", "rate=", "count=20M", "count=2K", "@space=1 ", "echo name=x", "nosuchcmd",
+        "|53 ",
+        "|!1:1023 ",
+        "|http ",
+        "|dns ",
+        " + ",
+        " ++ ",
+        " +* ",
+        "| !tcp",
+        "@private",
+        "@lockstep",
+        "@latency",
+        "space=1 ",
+        "space=p1",
+        "space=1,2",
+        "for name=L",
+        "name=c",
+        "rate=",
+        "count=20M",
+        "count=2K",
+        "@space=1 ",
+        "echo name=x",
+        "nosuchcmd",
     ] {
         assert!(
             ex.iter().any(|(c, _)| c.contains(needed)),
@@ -109,11 +128,15 @@ fn every_example_of_help_pipelines_runs_and_prints_what_it_says() {
 fn the_example_extractor_finds_commands_and_their_lines() {
     // The extractor is what the test above trusts: a help text whose example would fail,
     // or whose shown line is not printed, must be found by it.
-    let ex = examples("x\n  $ streamline a\n    one\n    two\nprose\n    not shown\n  $ streamline b\n");
+    let ex =
+        examples("x\n  $ streamline a\n    one\n    two\nprose\n    not shown\n  $ streamline b\n");
     assert_eq!(
         ex,
         vec![
-            ("streamline a".to_string(), vec!["one".to_string(), "two".to_string()]),
+            (
+                "streamline a".to_string(),
+                vec!["one".to_string(), "two".to_string()]
+            ),
             ("streamline b".to_string(), vec![]),
         ]
     );
@@ -142,15 +165,22 @@ fn filters_gives_one_line_per_filter_from_its_declaration() {
     assert_eq!(lines.len(), filters::REGISTRY.len(), "{list}");
     for (l, spec) in lines.iter().zip(filters::REGISTRY) {
         let summary = spec.summary();
-        assert!(!summary.is_empty() && !summary.contains('\n'), "{}", spec.name);
-        assert_eq!(
-            l.split_whitespace().next(),
-            Some(spec.name),
-            "{list}"
+        assert!(
+            !summary.is_empty() && !summary.contains('\n'),
+            "{}",
+            spec.name
         );
-        assert!(l.trim_end().ends_with(summary.trim_end()), "{l} / {summary}");
+        assert_eq!(l.split_whitespace().next(), Some(spec.name), "{list}");
+        assert!(
+            l.trim_end().ends_with(summary.trim_end()),
+            "{l} / {summary}"
+        );
         // From the declaration's description (its one home), not a table of its own.
-        let desc = spec.description.split_whitespace().collect::<Vec<_>>().join(" ");
+        let desc = spec
+            .description
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         assert!(
             desc.starts_with(summary.trim_end_matches('.')),
             "{}: `{summary}` is not the start of its description",
@@ -162,8 +192,19 @@ fn filters_gives_one_line_per_filter_from_its_declaration() {
 #[test]
 fn filters_name_puts_the_shared_control_options_behind_one_line() {
     let options = stdout_of(&["help", "options"]);
-    for key in ["name=X", "space=S", "export=yes", "size=BYTES", "share=", "@", "lockstep"] {
-        assert!(options.contains(key), "help options lacks {key}:\n{options}");
+    for key in [
+        "name=X",
+        "space=S",
+        "export=yes",
+        "size=BYTES",
+        "share=",
+        "@",
+        "lockstep",
+    ] {
+        assert!(
+            options.contains(key),
+            "help options lacks {key}:\n{options}"
+        );
     }
     for spec in filters::REGISTRY {
         let doc = stdout_of(&["filters", spec.name]);
@@ -178,12 +219,19 @@ fn filters_name_puts_the_shared_control_options_behind_one_line() {
             "its output also goes to a named IBuf",
             "channels into it wake it for large batches",
         ] {
-            assert!(!doc.contains(shared), "{} repeats `{shared}`:\n{doc}", spec.name);
+            assert!(
+                !doc.contains(shared),
+                "{} repeats `{shared}`:\n{doc}",
+                spec.name
+            );
         }
     }
     // What is the filter's own stays: gen's space=A,B refusal, count's summary.
     let gen = stdout_of(&["filters", "gen"]);
-    assert!(gen.contains("space=A,B") && gen.contains("refused"), "{gen}");
+    assert!(
+        gen.contains("space=A,B") && gen.contains("refused"),
+        "{gen}"
+    );
     // gen lists rate= in its synopsis, and where a count is read its suffixes are said.
     assert!(gen.contains("[rate=N]"), "{gen}");
     let count_line = gen

@@ -21,7 +21,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 const PORT: u16 = 8080;
 
 fn need(tool: &str) {
-    let ok = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
     assert!(ok, "{tool} is required (scripts/setup installs it)");
 }
 
@@ -52,44 +55,127 @@ fn record_traffic(d: &Path) -> PathBuf {
     }
     let v = common::quiet_pair("hlog");
     // Frames as on a wire: checksums filled in, no segment larger than the MTU.
-    kernel::netns::run(&["ethtool", "-K", &v.here, "tx", "off", "tso", "off", "gso", "off"]).unwrap();
-    v.exec(&["ethtool", "-K", &v.there, "tx", "off", "tso", "off", "gso", "off"]).unwrap();
-    let mut server = v.command("python3").args([&script("server.py"), &v.peer_ip, &PORT.to_string()]).stdout(Stdio::null()).spawn().unwrap();
+    kernel::netns::run(&[
+        "ethtool", "-K", &v.here, "tx", "off", "tso", "off", "gso", "off",
+    ])
+    .unwrap();
+    v.exec(&[
+        "ethtool", "-K", &v.there, "tx", "off", "tso", "off", "gso", "off",
+    ])
+    .unwrap();
+    let mut server = v
+        .command("python3")
+        .args([&script("server.py"), &v.peer_ip, &PORT.to_string()])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let cap = d.join("web.pcap");
     let mut dump = Command::new("tcpdump");
-    dump.args(["-i", &v.here, "-U", "-n", "-w"]).arg(&cap).arg("tcp");
+    dump.args(["-i", &v.here, "-U", "-n", "-w"])
+        .arg(&cap)
+        .arg("tcp");
     let (mut tcpdump, rest) = common::tcpdump_listening(dump);
     let url = |p: &str| format!("http://{}:{PORT}{p}", v.peer_ip);
-    common::wait_for("the web server to answer", std::time::Duration::from_secs(20), || {
-        Command::new("curl").args(["-s", "-o", "/dev/null", "-m", "2", &url("/warmup")]).status().is_ok_and(|s| s.success())
-    });
+    common::wait_for(
+        "the web server to answer",
+        std::time::Duration::from_secs(20),
+        || {
+            Command::new("curl")
+                .args(["-s", "-o", "/dev/null", "-m", "2", &url("/warmup")])
+                .status()
+                .is_ok_and(|s| s.success())
+        },
+    );
     let curl = |args: &[&str]| {
-        let st = Command::new("curl").args(["-s", "-o", "/dev/null", "-m", "10"]).args(args).status().unwrap();
+        let st = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-m", "10"])
+            .args(args)
+            .status()
+            .unwrap();
         // Every exchange but the dropped one must have happened, or the capture lacks it.
         let dropped = args.iter().any(|a| a.ends_with("/drop"));
         assert!(dropped || st.success(), "curl {args:?}: {st}");
         st.code()
     };
     // Keep-alive: several URLs on one connection, with a host, agent and referer of their own.
-    curl(&["-A", "Mozilla/5.0 (X11; Linux) test/1", "-e", "http://ref.example/page?a=1", "-H", "Host: site-a.example", &url("/len/10"), &url("/chunked/3500"), &url("/len/70000"), &url("/status/404"), &url("/status/204")]);
-    curl(&["-A", "agent with \"quotes\"", "-X", "POST", "--data", "a=1&b=2", "-H", "Host: site-b.example:8080", &url("/form?x=%20y")]);
-    curl(&["-A", "put-client", "-X", "PUT", "--data-binary", "@/etc/hostname", &url("/put/here")]);
+    curl(&[
+        "-A",
+        "Mozilla/5.0 (X11; Linux) test/1",
+        "-e",
+        "http://ref.example/page?a=1",
+        "-H",
+        "Host: site-a.example",
+        &url("/len/10"),
+        &url("/chunked/3500"),
+        &url("/len/70000"),
+        &url("/status/404"),
+        &url("/status/204"),
+    ]);
+    curl(&[
+        "-A",
+        "agent with \"quotes\"",
+        "-X",
+        "POST",
+        "--data",
+        "a=1&b=2",
+        "-H",
+        "Host: site-b.example:8080",
+        &url("/form?x=%20y"),
+    ]);
+    curl(&[
+        "-A",
+        "put-client",
+        "-X",
+        "PUT",
+        "--data-binary",
+        "@/etc/hostname",
+        &url("/put/here"),
+    ]);
     curl(&["-A", "del", "-X", "DELETE", &url("/item/7")]);
     curl(&["-A", "opts", "-X", "OPTIONS", &url("/")]);
-    curl(&["-A", "patcher", "-X", "PATCH", "--data", "p", &url("/status/500")]);
+    curl(&[
+        "-A",
+        "patcher",
+        "-X",
+        "PATCH",
+        "--data",
+        "p",
+        &url("/status/500"),
+    ]);
     curl(&["-A", "header-only", "-I", &url("/len/5000")]);
     curl(&["-0", "-A", "old/1.0", &url("/close/2500")]);
-    curl(&["-A", "big", "-H", "Host: big.example", &url("/status/304"), &url("/chunked/0"), &url("/len/0")]);
+    curl(&[
+        "-A",
+        "big",
+        "-H",
+        "Host: big.example",
+        &url("/status/304"),
+        &url("/chunked/0"),
+        &url("/len/0"),
+    ]);
     // A request never answered: the server closes the connection.
     curl(&["-A", "dropped", &url("/drop")]);
     // Pipelining: five requests in one write on one connection. No HEAD among them:
     // tshark, not knowing a HEAD's answer has no body, takes the next response for its
     // body (HEAD is covered by `curl -I` above, alone on its connection).
-    let reqs = ["GET|/p/1|pipe.example|pipe/1", "GET|/len/100|pipe.example|pipe/2", "POST|/p/3?q=1|other.example|pipe/3", "GET|/chunked/1234|pipe.example|pipe/4", "GET|/len/3|pipe.example|pipe/5"];
-    let st = Command::new("python3").arg(script("pipeline.py")).args([&v.peer_ip, &PORT.to_string()]).args(reqs).status().unwrap();
+    let reqs = [
+        "GET|/p/1|pipe.example|pipe/1",
+        "GET|/len/100|pipe.example|pipe/2",
+        "POST|/p/3?q=1|other.example|pipe/3",
+        "GET|/chunked/1234|pipe.example|pipe/4",
+        "GET|/len/3|pipe.example|pipe/5",
+    ];
+    let st = Command::new("python3")
+        .arg(script("pipeline.py"))
+        .args([&v.peer_ip, &PORT.to_string()])
+        .args(reqs)
+        .status()
+        .unwrap();
     assert!(st.success(), "the pipelining client failed");
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let _ = Command::new("kill").args(["-INT", &tcpdump.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &tcpdump.id().to_string()])
+        .status();
     let _ = tcpdump.wait();
     let _ = rest.join();
     let _ = server.kill();
@@ -108,16 +194,32 @@ fn run(args: &[&str]) -> (String, String) {
 /// Our JSON lines of `cap`, by connection.
 fn ours(cap: &Path, d: &Path) -> (Conns, Vec<serde_json::Value>, String) {
     let out = d.join("ours.json");
-    let (_, err) = run(&["run", &format!("pcapin file={} | httplog format=json | outfile file={}", cap.display(), out.display())]);
+    let (_, err) = run(&[
+        "run",
+        &format!(
+            "pcapin file={} | httplog format=json | outfile file={}",
+            cap.display(),
+            out.display()
+        ),
+    ]);
     let text = std::fs::read_to_string(&out).unwrap();
-    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
     let mut conns = Conns::new();
     for v in &lines {
         let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
-        let e = conns.entry((s("client"), v["client_port"].as_u64().unwrap() as u16)).or_default();
+        let e = conns
+            .entry((s("client"), v["client_port"].as_u64().unwrap() as u16))
+            .or_default();
         e.0.push((s("method"), s("host"), s("uri"), s("user_agent")));
         if let Some(code) = v["status"].as_u64() {
-            assert_eq!(e.1.len() + 1, e.0.len(), "an answered request after an unanswered one: {v}");
+            assert_eq!(
+                e.1.len() + 1,
+                e.0.len(),
+                "an answered request after an unanswered one: {v}"
+            );
             e.1.push(code as u16);
         }
     }
@@ -128,9 +230,33 @@ fn ours(cap: &Path, d: &Path) -> (Conns, Vec<serde_json::Value>, String) {
 /// `-d` rules (HTTP on a port tshark does not know).
 fn tshark(cap: &Path, decode: &[&str]) -> Conns {
     const SEP: &str = "\u{1f}";
-    let fields = ["ip.src", "ipv6.src", "tcp.srcport", "ip.dst", "ipv6.dst", "tcp.dstport", "http.request.method", "http.host", "http.request.uri", "http.user_agent", "http.response.code"];
+    let fields = [
+        "ip.src",
+        "ipv6.src",
+        "tcp.srcport",
+        "ip.dst",
+        "ipv6.dst",
+        "tcp.dstport",
+        "http.request.method",
+        "http.host",
+        "http.request.uri",
+        "http.user_agent",
+        "http.response.code",
+    ];
     let mut c = Command::new("tshark");
-    c.arg("-r").arg(cap).args(["-n", "-Y", "http", "-T", "fields", "-E", "occurrence=a", "-E", &format!("aggregator={SEP}"), "-E", "separator=\t"]);
+    c.arg("-r").arg(cap).args([
+        "-n",
+        "-Y",
+        "http",
+        "-T",
+        "fields",
+        "-E",
+        "occurrence=a",
+        "-E",
+        &format!("aggregator={SEP}"),
+        "-E",
+        "separator=\t",
+    ]);
     for d in decode {
         c.args(["-d", d]);
     }
@@ -138,19 +264,37 @@ fn tshark(cap: &Path, decode: &[&str]) -> Conns {
         c.args(["-e", f]);
     }
     let out = c.output().unwrap();
-    assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut conns = Conns::new();
     for row in String::from_utf8_lossy(&out.stdout).lines() {
         let f: Vec<&str> = row.split('\t').collect();
-        let list = |i: usize| -> Vec<String> { f.get(i).filter(|s| !s.is_empty()).map_or(Vec::new(), |s| s.split(SEP).map(str::to_string).collect()) };
+        let list = |i: usize| -> Vec<String> {
+            f.get(i)
+                .filter(|s| !s.is_empty())
+                .map_or(Vec::new(), |s| s.split(SEP).map(str::to_string).collect())
+        };
         // IPv4 or IPv6: one of the two address columns is empty.
         let (src, dst) = (format!("{}{}", f[0], f[1]), format!("{}{}", f[3], f[4]));
         let (methods, hosts, uris, uas) = (list(6), list(7), list(8), list(9));
         if !methods.is_empty() {
-            assert!(hosts.len() == methods.len() && uris.len() == methods.len() && uas.len() == methods.len(), "every request of the test has a host and an agent: {row}");
+            assert!(
+                hosts.len() == methods.len()
+                    && uris.len() == methods.len()
+                    && uas.len() == methods.len(),
+                "every request of the test has a host and an agent: {row}"
+            );
             let e = conns.entry((src, f[2].parse().unwrap())).or_default();
             for i in 0..methods.len() {
-                e.0.push((methods[i].clone(), hosts[i].clone(), uris[i].clone(), uas[i].clone()));
+                e.0.push((
+                    methods[i].clone(),
+                    hosts[i].clone(),
+                    uris[i].clone(),
+                    uas[i].clone(),
+                ));
             }
         }
         for code in list(10) {
@@ -158,7 +302,11 @@ fn tshark(cap: &Path, decode: &[&str]) -> Conns {
             if (100..200).contains(&code) && code != 101 {
                 continue;
             }
-            conns.entry((dst.clone(), f[5].parse().unwrap())).or_default().1.push(code);
+            conns
+                .entry((dst.clone(), f[5].parse().unwrap()))
+                .or_default()
+                .1
+                .push(code);
         }
     }
     conns
@@ -174,16 +322,40 @@ fn requests_and_responses_equal_tsharks_on_real_traffic() {
     // The traffic had what the test is about.
     let total: usize = mine.values().map(|c| c.0.len()).sum();
     assert!(total >= 20, "{total} requests");
-    assert!(mine.values().any(|c| c.0.len() == 5 && c.0[0].3 == "pipe/1"), "the pipelined connection");
+    assert!(
+        mine.values()
+            .any(|c| c.0.len() == 5 && c.0[0].3 == "pipe/1"),
+        "the pipelined connection"
+    );
     let dropped: Vec<_> = lines.iter().filter(|v| v["uri"] == "/drop").collect();
     assert_eq!(dropped.len(), 1);
-    assert!(dropped[0]["status"].is_null() && dropped[0]["size"].is_null(), "{}", dropped[0]);
-    for (uri, size) in [("/len/70000", 70000), ("/chunked/3500", 3500), ("/close/2500", 2500), ("/chunked/1234", 1234), ("/len/100", 100), ("/len/5000", 0)] {
-        let v = lines.iter().find(|v| v["uri"] == uri).unwrap_or_else(|| panic!("no line for {uri}"));
+    assert!(
+        dropped[0]["status"].is_null() && dropped[0]["size"].is_null(),
+        "{}",
+        dropped[0]
+    );
+    for (uri, size) in [
+        ("/len/70000", 70000),
+        ("/chunked/3500", 3500),
+        ("/close/2500", 2500),
+        ("/chunked/1234", 1234),
+        ("/len/100", 100),
+        ("/len/5000", 0),
+    ] {
+        let v = lines
+            .iter()
+            .find(|v| v["uri"] == uri)
+            .unwrap_or_else(|| panic!("no line for {uri}"));
         assert_eq!(v["size"].as_u64(), Some(size), "{v}");
         assert_eq!(v["complete"], true, "{v}");
     }
-    assert!(err.contains(&format!("httplog: {total} requests ({} answered, 0 cut off, 1 unanswered)", total - 1)), "{err}");
+    assert!(
+        err.contains(&format!(
+            "httplog: {total} requests ({} answered, 0 cut off, 1 unanswered)",
+            total - 1
+        )),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -199,7 +371,11 @@ fn clf_fields(l: &str) -> Vec<String> {
         while b[end] != b'"' {
             end += if b[end] == b'\\' { 2 } else { 1 };
         }
-        out.push(rest[start + 1..end].replace("\\\"", "\"").replace("\\\\", "\\"));
+        out.push(
+            rest[start + 1..end]
+                .replace("\\\"", "\"")
+                .replace("\\\\", "\\"),
+        );
         let after = &rest[end + 1..];
         let next = after.find('"').unwrap_or(after.len());
         out.extend(after[..next].split_whitespace().map(str::to_string));
@@ -214,28 +390,78 @@ fn combined_log_lines_say_what_the_json_lines_say_and_flush_groups_them_by_captu
     let cap = record_traffic(&d);
     let (_, json, _) = ours(&cap, &d);
     let out = d.join("access.log");
-    run(&["run", &format!("pcapin file={} | httplog | outfile file={}", cap.display(), out.display())]);
+    run(&[
+        "run",
+        &format!(
+            "pcapin file={} | httplog | outfile file={}",
+            cap.display(),
+            out.display()
+        ),
+    ]);
     let clf = std::fs::read_to_string(&out).unwrap();
     assert_eq!(clf.lines().count(), json.len());
     for (l, v) in clf.lines().zip(&json) {
         let f = clf_fields(l);
         let opt = |k: &str| v[k].as_str().unwrap_or("-").to_string();
-        let num = |k: &str| v[k].as_u64().filter(|&n| n > 0 || k == "status").map_or("-".to_string(), |n| n.to_string());
+        let num = |k: &str| {
+            v[k].as_u64()
+                .filter(|&n| n > 0 || k == "status")
+                .map_or("-".to_string(), |n| n.to_string())
+        };
         let request = format!("{} {} {}", opt("method"), opt("uri"), opt("version"));
-        assert_eq!(f, vec![opt("client"), request, num("status"), num("size"), opt("referer"), opt("user_agent"), opt("host"), v["duration_us"].as_u64().map_or("-".into(), |n| n.to_string())], "{l}\n{v}");
+        assert_eq!(
+            f,
+            vec![
+                opt("client"),
+                request,
+                num("status"),
+                num("size"),
+                opt("referer"),
+                opt("user_agent"),
+                opt("host"),
+                v["duration_us"]
+                    .as_u64()
+                    .map_or("-".into(), |n| n.to_string())
+            ],
+            "{l}\n{v}"
+        );
     }
     // Stretched so that each connection lies in a 10 s stretch of capture time of its own:
     // flush=10s writes each connection's lines together, one batch each.
     let stretched = d.join("stretched.pcap");
     stretch(&cap, &stretched, 10);
-    let conns: std::collections::BTreeSet<_> = json.iter().map(|v| (v["client"].to_string(), v["client_port"].to_string())).collect();
+    let conns: std::collections::BTreeSet<_> = json
+        .iter()
+        .map(|v| (v["client"].to_string(), v["client_port"].to_string()))
+        .collect();
     let conns = conns.len();
-    let (_, err) = run(&["run", &format!("pcapin file={} | httplog flush=10s | outfile file={}", stretched.display(), d.join("flushed.log").display())]);
-    let (_, err_all) = run(&["run", &format!("pcapin file={} | httplog flush=1h | outfile file={}", stretched.display(), d.join("all.log").display())]);
-    assert!(err.contains(&format!("written in {conns} batches")), "{conns} connections\n{err}");
+    let (_, err) = run(&[
+        "run",
+        &format!(
+            "pcapin file={} | httplog flush=10s | outfile file={}",
+            stretched.display(),
+            d.join("flushed.log").display()
+        ),
+    ]);
+    let (_, err_all) = run(&[
+        "run",
+        &format!(
+            "pcapin file={} | httplog flush=1h | outfile file={}",
+            stretched.display(),
+            d.join("all.log").display()
+        ),
+    ]);
+    assert!(
+        err.contains(&format!("written in {conns} batches")),
+        "{conns} connections\n{err}"
+    );
     assert!(err_all.contains("written in 1 batches"), "{err_all}");
     let a = std::fs::read(d.join("flushed.log")).unwrap();
-    assert_eq!(a, std::fs::read(d.join("all.log")).unwrap(), "the throttle changes when lines leave, not which");
+    assert_eq!(
+        a,
+        std::fs::read(d.join("all.log")).unwrap(),
+        "the throttle changes when lines leave, not which"
+    );
     assert_eq!(String::from_utf8_lossy(&a).lines().count(), json.len());
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -257,7 +483,11 @@ fn stretch(cap: &Path, out: &Path, secs: u64) {
         let hl = ((ip[0] & 15) * 4) as usize;
         let a = [&ip[12..16], &ip[hl..hl + 2]].concat();
         let b = [&ip[16..20], &ip[hl + 2..hl + 4]].concat();
-        if a < b { (a, b) } else { (b, a) }
+        if a < b {
+            (a, b)
+        } else {
+            (b, a)
+        }
     };
     let t0 = packets[0].0;
     let mut moved = Vec::new();
@@ -294,8 +524,19 @@ fn the_sample_capture_equals_tshark() {
 
 #[test]
 fn bad_parameters_are_refused_naming_them() {
-    for (p, key) in [("httplog format=xml", "format"), ("httplog flush=soon", "flush"), ("httplog flush=5y", "flush")] {
-        let out = Command::new(BIN).args(["run", &format!("pcapin file=examples/sample.pcap | {p} | null")]).current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../..")).output().unwrap();
+    for (p, key) in [
+        ("httplog format=xml", "format"),
+        ("httplog flush=soon", "flush"),
+        ("httplog flush=5y", "flush"),
+    ] {
+        let out = Command::new(BIN)
+            .args([
+                "run",
+                &format!("pcapin file=examples/sample.pcap | {p} | null"),
+            ])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.."))
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{p}: {err}");
         assert!(err.contains(key), "{p}: {err}");

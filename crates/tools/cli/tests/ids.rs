@@ -35,7 +35,10 @@ fn need(tool: &str) {
         .arg(if tool == "ngrep" { "-V" } else { "--version" })
         .output()
         .is_ok_and(|o| o.status.success() || !o.stdout.is_empty() || !o.stderr.is_empty());
-    assert!(ok, "this test needs {tool} (scripts/setup installs it: apt-get install {tool})");
+    assert!(
+        ok,
+        "this test needs {tool} (scripts/setup installs it: apt-get install {tool})"
+    );
 }
 
 fn dir(name: &str) -> PathBuf {
@@ -58,8 +61,21 @@ struct Cap {
 impl Cap {
     /// A TCP segment; `ack` is its acknowledgment number (sent with flag `A`).
     #[allow(clippy::too_many_arguments)]
-    fn tcp(&mut self, from_client: bool, c: ([u8; 4], u16), s: ([u8; 4], u16), seq: u32, ack: u32, flags: &str, payload: &[u8]) {
-        let ((src, sp), (dst, dp), (sm, dm)) = if from_client { (c, s, (CLIENT_MAC, SERVER_MAC)) } else { (s, c, (SERVER_MAC, CLIENT_MAC)) };
+    fn tcp(
+        &mut self,
+        from_client: bool,
+        c: ([u8; 4], u16),
+        s: ([u8; 4], u16),
+        seq: u32,
+        ack: u32,
+        flags: &str,
+        payload: &[u8],
+    ) {
+        let ((src, sp), (dst, dp), (sm, dm)) = if from_client {
+            (c, s, (CLIENT_MAC, SERVER_MAC))
+        } else {
+            (s, c, (SERVER_MAC, CLIENT_MAC))
+        };
         let b = PacketBuilder::ethernet2(sm, dm).ipv4(src, dst, 64);
         let mut t = b.tcp(sp, dp, seq, 65535);
         if flags.contains('S') {
@@ -88,7 +104,14 @@ impl Cap {
 
     /// One connection: handshake, then the client's bytes in segments (tiny ones, some
     /// swapped with the next, some sent twice), then the server's, in order.
-    fn connection(&mut self, r: &mut Rng, c: ([u8; 4], u16), client: &[u8], server: &[u8], shuffle: bool) {
+    fn connection(
+        &mut self,
+        r: &mut Rng,
+        c: ([u8; 4], u16),
+        client: &[u8],
+        server: &[u8],
+        shuffle: bool,
+    ) {
         let s = ([10, 2, 0, 1], 80);
         let (ci, si) = (r.next() as u32, r.next() as u32);
         let (ca, sa) = (si.wrapping_add(1), ci.wrapping_add(1));
@@ -119,22 +142,40 @@ impl Cap {
             }
         }
         if !server.is_empty() {
-            self.tcp(false, c, s, ca, sa.wrapping_add(client.len() as u32), "AP", server);
+            self.tcp(
+                false,
+                c,
+                s,
+                ca,
+                sa.wrapping_add(client.len() as u32),
+                "AP",
+                server,
+            );
         }
     }
 
     fn write(&self, path: &Path) {
         let mut w = PcapWriter::new(std::fs::File::create(path).unwrap()).unwrap();
         for (i, f) in self.frames.iter().enumerate() {
-            w.write_packet(&PcapPacket::new(Duration::from_micros(1_000_000 + i as u64 * 10), f.len() as u32, f))
-                .unwrap();
+            w.write_packet(&PcapPacket::new(
+                Duration::from_micros(1_000_000 + i as u64 * 10),
+                f.len() as u32,
+                f,
+            ))
+            .unwrap();
         }
     }
 }
 
 /// Run `ips` (with options `extra`, into `sink`) on `cap` with `rules`; the alerts of eve.json as (sid, src port,
 /// dst port) and the run's stderr.
-fn alerts(d: &Path, cap: &Path, rules: &str, extra: &str, sink: &str) -> (Vec<(u32, u16, u16)>, String) {
+fn alerts(
+    d: &Path,
+    cap: &Path,
+    rules: &str,
+    extra: &str,
+    sink: &str,
+) -> (Vec<(u32, u16, u16)>, String) {
     let rf = d.join("t.rules");
     std::fs::write(&rf, rules).unwrap();
     let eve = d.join("eve.json");
@@ -154,7 +195,8 @@ fn alerts(d: &Path, cap: &Path, rules: &str, extra: &str, sink: &str) -> (Vec<(u
     let got = text
         .lines()
         .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
             assert_eq!(v["event_type"], "alert", "{l}");
             (
                 v["alert"]["signature_id"].as_u64().unwrap() as u32,
@@ -189,7 +231,9 @@ fn ngrep_count(cap: &Path, pat: &[u8], bpf: &str) -> usize {
 
 /// Words the payloads are made of; the patterns are among them.
 fn words(r: &mut Rng, n: usize, patterns: &[Vec<u8>]) -> Vec<u8> {
-    const FILL: [&str; 8] = ["alpha ", "beta ", "gamma ", "delta ", "x=1&", "y=22;", "\r\n", "zz "];
+    const FILL: [&str; 8] = [
+        "alpha ", "beta ", "gamma ", "delta ", "x=1&", "y=22;", "\r\n", "zz ",
+    ];
     let mut v = Vec::new();
     for _ in 0..n {
         if r.below(5) == 0 {
@@ -212,9 +256,16 @@ fn packet_and_stream_rules_alert_where_ngrep_and_tcpflow_find_their_patterns() {
     need("ngrep");
     need("tcpflow");
     let d = dir("oracle");
-    let seed = std::env::var("IDS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
-    });
+    let seed = std::env::var("IDS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
     eprintln!("seed {seed} (IDS_SEED={seed} repeats this run)");
     let mut r = Rng(seed);
     let pats = patterns(&mut r, 6);
@@ -223,7 +274,13 @@ fn packet_and_stream_rules_alert_where_ngrep_and_tcpflow_find_their_patterns() {
         let n = 40 + r.below(60) as usize;
         let client = words(&mut r, n, &pats);
         let server = words(&mut r, 10, &pats);
-        cap.connection(&mut r, ([10, 1, 0, 1 + k as u8], 40_000 + k), &client, &server, true);
+        cap.connection(
+            &mut r,
+            ([10, 1, 0, 1 + k as u8], 40_000 + k),
+            &client,
+            &server,
+            true,
+        );
     }
     for k in 0..40u16 {
         let p = words(&mut r, 12, &pats);
@@ -234,8 +291,14 @@ fn packet_and_stream_rules_alert_where_ngrep_and_tcpflow_find_their_patterns() {
     let mut rules = String::new();
     for (i, p) in pats.iter().enumerate() {
         let p = String::from_utf8_lossy(p);
-        rules += &format!("alert udp any any -> any any (msg:\"u{i}\"; content:\"{p}\"; sid:{};)\n", 100 + i);
-        rules += &format!("alert tcp any any -> any any (msg:\"s{i}\"; content:\"{p}\"; sid:{};)\n", 200 + i);
+        rules += &format!(
+            "alert udp any any -> any any (msg:\"u{i}\"; content:\"{p}\"; sid:{};)\n",
+            100 + i
+        );
+        rules += &format!(
+            "alert tcp any any -> any any (msg:\"s{i}\"; content:\"{p}\"; sid:{};)\n",
+            200 + i
+        );
         rules += &format!("alert tcp any any -> any any (msg:\"p{i}\"; flow:no_stream; content:\"{p}\"; sid:{};)\n", 300 + i);
     }
     let (got, err) = alerts(&d, &pcap, &rules, "mode=ids", "null");
@@ -243,29 +306,76 @@ fn packet_and_stream_rules_alert_where_ngrep_and_tcpflow_find_their_patterns() {
     // tcpflow's reassembled directions.
     let flows = d.join("flows");
     std::fs::create_dir_all(&flows).unwrap();
-    let st = Command::new("tcpflow").arg("-r").arg(&pcap).arg("-o").arg(&flows).output().unwrap();
-    assert!(st.status.success(), "tcpflow: {}", String::from_utf8_lossy(&st.stderr));
+    let st = Command::new("tcpflow")
+        .arg("-r")
+        .arg(&pcap)
+        .arg("-o")
+        .arg(&flows)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "tcpflow: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
     let streams: BTreeMap<String, Vec<u8>> = std::fs::read_dir(&flows)
         .unwrap()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().chars().next().is_some_and(|c| c.is_ascii_digit()))
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_digit())
+        })
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(streams.len(), 48, "tcpflow wrote {} directions: {:?}", streams.len(), streams.keys());
+    assert_eq!(
+        streams.len(),
+        48,
+        "tcpflow wrote {} directions: {:?}",
+        streams.len(),
+        streams.keys()
+    );
     let mut checked = 0;
     for (i, p) in pats.iter().enumerate() {
         let i = i as u32;
         let udp = ngrep_count(&pcap, p, "udp");
         let tcp_packets = ngrep_count(&pcap, p, "tcp");
-        let in_streams = streams.values().filter(|s| s.windows(p.len()).any(|w| w == p.as_slice())).count();
-        assert_eq!(count(100 + i), udp, "udp rule {i} vs ngrep (seed {seed})\n{err}");
-        assert_eq!(count(300 + i), tcp_packets, "no_stream rule {i} vs ngrep (seed {seed})\n{err}");
-        assert_eq!(count(200 + i), in_streams, "stream rule {i} vs tcpflow (seed {seed})\n{err}");
+        let in_streams = streams
+            .values()
+            .filter(|s| s.windows(p.len()).any(|w| w == p.as_slice()))
+            .count();
+        assert_eq!(
+            count(100 + i),
+            udp,
+            "udp rule {i} vs ngrep (seed {seed})\n{err}"
+        );
+        assert_eq!(
+            count(300 + i),
+            tcp_packets,
+            "no_stream rule {i} vs ngrep (seed {seed})\n{err}"
+        );
+        assert_eq!(
+            count(200 + i),
+            in_streams,
+            "stream rule {i} vs tcpflow (seed {seed})\n{err}"
+        );
         checked += udp + in_streams;
     }
-    assert!(checked > 20, "the capture holds patterns to find ({checked})");
+    assert!(
+        checked > 20,
+        "the capture holds patterns to find ({checked})"
+    );
     // Patterns split across segments: found by the stream rules but not by ngrep's packets.
-    let split: usize = (0..pats.len() as u32).map(|i| count(200 + i)).sum::<usize>();
+    let split: usize = (0..pats.len() as u32)
+        .map(|i| count(200 + i))
+        .sum::<usize>();
     assert!(split > 0);
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -275,16 +385,26 @@ fn http_uri_rules_alert_per_request_where_tshark_sees_the_uri() {
     need("tshark");
     let d = dir("http");
     let mut r = Rng(0x5eed_1d5 | std::process::id() as u64);
-    let uris: Vec<String> = (0..4).map(|i| format!("/p{:x}/u{i}", r.below(1 << 16))).collect();
+    let uris: Vec<String> = (0..4)
+        .map(|i| format!("/p{:x}/u{i}", r.below(1 << 16)))
+        .collect();
     let mut cap = Cap { frames: Vec::new() };
     for k in 0..20u16 {
         let mut client = Vec::new();
         for _ in 0..(1 + r.below(3)) {
             let u = &uris[r.below(uris.len() as u64) as usize];
             let tail = if r.below(2) == 0 { "?a=1" } else { "" };
-            client.extend_from_slice(format!("GET {u}{tail} HTTP/1.1\r\nHost: h\r\nUser-Agent: t{k}\r\n\r\n").as_bytes());
+            client.extend_from_slice(
+                format!("GET {u}{tail} HTTP/1.1\r\nHost: h\r\nUser-Agent: t{k}\r\n\r\n").as_bytes(),
+            );
         }
-        cap.connection(&mut r, ([10, 1, 2, 1 + k as u8], 41_000 + k), &client, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false);
+        cap.connection(
+            &mut r,
+            ([10, 1, 2, 1 + k as u8], 41_000 + k),
+            &client,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            false,
+        );
     }
     let pcap = d.join("http.pcap");
     cap.write(&pcap);
@@ -299,10 +419,25 @@ fn http_uri_rules_alert_per_request_where_tshark_sees_the_uri() {
     let out = Command::new("tshark")
         .arg("-r")
         .arg(&pcap)
-        .args(["-Y", "http.request", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,", "-e", "http.request.uri"])
+        .args([
+            "-Y",
+            "http.request",
+            "-T",
+            "fields",
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=,",
+            "-e",
+            "http.request.uri",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let seen: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .flat_map(|l| l.split(',').map(str::to_string).collect::<Vec<_>>())
@@ -348,7 +483,11 @@ fn an_overlap_with_other_bytes_drops_the_connection_inline() {
         "",
         &format!("pcapout file={}", out_pcap.display()),
     );
-    assert_eq!(got, [(3, 42_000, 80)], "the overlap alert (gid 129, sid 3), nothing else\n{err}");
+    assert_eq!(
+        got,
+        [(3, 42_000, 80)],
+        "the overlap alert (gid 129, sid 3), nothing else\n{err}"
+    );
     assert!(err.contains("1 overlaps"), "{err}");
     // Out of the filter: the first connection up to the overlap (4 frames), the clean one (4).
     let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(&out_pcap).unwrap()).unwrap();
@@ -371,8 +510,15 @@ struct Inline {
 
 impl Inline {
     fn sh(args: &[&str]) {
-        let o = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
-        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let o = Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 
     fn ns(&self, side: &str) -> String {
@@ -381,19 +527,40 @@ impl Inline {
 
     fn new() -> Inline {
         let tag = format!("sli{}", std::process::id() % 100_000);
-        let me = Inline { tag, runs: Vec::new() };
+        let me = Inline {
+            tag,
+            runs: Vec::new(),
+        };
         for (side, ip) in [("c", "1"), ("s", "2")] {
             let ns = me.ns(side);
             let (inner, outer) = (format!("{ns}i"), format!("{ns}o"));
             Inline::sh(&["ip", "netns", "add", &ns]);
-            Inline::sh(&["ip", "link", "add", &inner, "type", "veth", "peer", "name", &outer]);
+            Inline::sh(&[
+                "ip", "link", "add", &inner, "type", "veth", "peer", "name", &outer,
+            ]);
             Inline::sh(&["ip", "link", "set", &inner, "netns", &ns]);
-            Inline::sh(&["ip", "netns", "exec", &ns, "ip", "addr", "add", &format!("10.67.1.{ip}/24"), "dev", &inner]);
-            Inline::sh(&["ip", "netns", "exec", &ns, "ip", "link", "set", &inner, "up"]);
+            Inline::sh(&[
+                "ip",
+                "netns",
+                "exec",
+                &ns,
+                "ip",
+                "addr",
+                "add",
+                &format!("10.67.1.{ip}/24"),
+                "dev",
+                &inner,
+            ]);
+            Inline::sh(&[
+                "ip", "netns", "exec", &ns, "ip", "link", "set", &inner, "up",
+            ]);
             Inline::sh(&["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
             // Frames leave with their checksums filled in and no larger than the MTU, as on
             // a wire (veth would otherwise hand over partial checksums and 64 KB segments).
-            Inline::sh(&["ip", "netns", "exec", &ns, "ethtool", "-K", &inner, "tx", "off", "tso", "off", "gso", "off"]);
+            Inline::sh(&[
+                "ip", "netns", "exec", &ns, "ethtool", "-K", &inner, "tx", "off", "tso", "off",
+                "gso", "off",
+            ]);
             Inline::sh(&["ip", "link", "set", &outer, "up"]);
         }
         me
@@ -405,7 +572,16 @@ impl Inline {
 
     fn curl(&self, path: &str, out: &Path) -> bool {
         Command::new("ip")
-            .args(["netns", "exec", &self.ns("c"), "curl", "-s", "-m", "4", "-o"])
+            .args([
+                "netns",
+                "exec",
+                &self.ns("c"),
+                "curl",
+                "-s",
+                "-m",
+                "4",
+                "-o",
+            ])
             .arg(out)
             .arg(format!("http://10.67.1.2:8080{path}"))
             .status()
@@ -416,12 +592,18 @@ impl Inline {
 impl Drop for Inline {
     fn drop(&mut self) {
         for r in &mut self.runs {
-            let _ = Command::new("kill").args(["-INT", &r.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-INT", &r.id().to_string()])
+                .status();
             let _ = r.wait();
         }
         for side in ["c", "s"] {
-            let _ = Command::new("ip").args(["link", "del", &self.outer(side)]).output();
-            let _ = Command::new("ip").args(["netns", "del", &self.ns(side)]).output();
+            let _ = Command::new("ip")
+                .args(["link", "del", &self.outer(side)])
+                .output();
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(side)])
+                .output();
         }
     }
 }
@@ -459,9 +641,24 @@ fn inline_clean_pages_pass_byte_for_byte_and_a_dropped_request_breaks_only_its_c
         eve.display(),
         net.outer("s")
     )));
-    net.runs.push(spawn(format!("rx dev={} impl=xdp | tx dev={}", net.outer("s"), net.outer("c"))));
+    net.runs.push(spawn(format!(
+        "rx dev={} impl=xdp | tx dev={}",
+        net.outer("s"),
+        net.outer("c")
+    )));
     let server = Command::new("ip")
-        .args(["netns", "exec", &net.ns("s"), "python3", "-m", "http.server", "8080", "--bind", "10.67.1.2", "--directory"])
+        .args([
+            "netns",
+            "exec",
+            &net.ns("s"),
+            "python3",
+            "-m",
+            "http.server",
+            "8080",
+            "--bind",
+            "10.67.1.2",
+            "--directory",
+        ])
         .arg(&web)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -472,16 +669,32 @@ fn inline_clean_pages_pass_byte_for_byte_and_a_dropped_request_breaks_only_its_c
     // The path works once both runs capture and the server listens.
     let t0 = std::time::Instant::now();
     while !net.curl("/clean.bin", &got) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no page through the inline path in 30 s");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no page through the inline path in 30 s"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(std::fs::read(&got).unwrap(), page, "a clean page arrives byte for byte");
+    assert_eq!(
+        std::fs::read(&got).unwrap(),
+        page,
+        "a clean page arrives byte for byte"
+    );
     let _ = std::fs::remove_file(&got);
-    assert!(!net.curl("/forbidden.txt", &got), "the request a drop rule matches does not get through");
-    assert!(net.curl("/clean.bin", &got), "another connection of the same client is unaffected");
+    assert!(
+        !net.curl("/forbidden.txt", &got),
+        "the request a drop rule matches does not get through"
+    );
+    assert!(
+        net.curl("/clean.bin", &got),
+        "another connection of the same client is unaffected"
+    );
     assert_eq!(std::fs::read(&got).unwrap(), page);
     let alerts = std::fs::read_to_string(&eve).unwrap();
-    let lines: Vec<serde_json::Value> = alerts.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = alerts
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 1, "{alerts}");
     assert_eq!(lines[0]["alert"]["signature_id"], 9001);
     assert_eq!(lines[0]["alert"]["action"], "blocked");
@@ -510,7 +723,14 @@ fn fragments(payload: &[u8], cuts: &[usize]) -> Vec<(usize, Vec<u8>)> {
 }
 
 fn frame_of_fragment(id: u16, offset: usize, more: bool, data: &[u8]) -> Vec<u8> {
-    let mut h = etherparse::Ipv4Header::new(data.len() as u16, 64, etherparse::IpNumber::UDP, [10, 1, 4, 1], [10, 2, 0, 53]).unwrap();
+    let mut h = etherparse::Ipv4Header::new(
+        data.len() as u16,
+        64,
+        etherparse::IpNumber::UDP,
+        [10, 1, 4, 1],
+        [10, 2, 0, 53],
+    )
+    .unwrap();
     h.identification = id;
     h.more_fragments = more;
     h.fragment_offset = etherparse::IpFragOffset::try_new((offset / 8) as u16).unwrap();
@@ -536,22 +756,36 @@ fn a_pattern_split_across_ip_fragments_is_found_and_differing_overlaps_are_refus
     let payload = b"0123456789abcdeffragmented-attack-in-two-parts--".to_vec();
     let parts = fragments(&payload, &[32]);
     for (i, (off, data)) in parts.iter().enumerate().rev() {
-        cap.frames.push(frame_of_fragment(1, *off, i + 1 < parts.len(), data));
+        cap.frames
+            .push(frame_of_fragment(1, *off, i + 1 < parts.len(), data));
     }
     // Datagram 2: its last fragment sent twice before the first, the copy with other
     // bytes (which copy a receiver keeps differs between systems: the evasion).
     let parts = fragments(b"harmless harmless harmless harmless", &[16]);
-    cap.frames.push(frame_of_fragment(2, parts[1].0, false, &parts[1].1));
+    cap.frames
+        .push(frame_of_fragment(2, parts[1].0, false, &parts[1].1));
     let mut evil = parts[1].1.clone();
     evil[..6].copy_from_slice(b"attack");
-    cap.frames.push(frame_of_fragment(2, parts[1].0, false, &evil));
-    cap.frames.push(frame_of_fragment(2, parts[0].0, true, &parts[0].1));
+    cap.frames
+        .push(frame_of_fragment(2, parts[1].0, false, &evil));
+    cap.frames
+        .push(frame_of_fragment(2, parts[0].0, true, &parts[0].1));
     let pcap = d.join("frag.pcap");
     cap.write(&pcap);
     // ngrep sees no packet with the whole pattern: it is only in the datagram.
     assert_eq!(ngrep_count(&pcap, b"fragmented-attack", "udp or ip"), 0);
-    let (got, err) = alerts(&d, &pcap, "alert udp any any -> any 53 (msg:\"split\"; content:\"fragmented-attack\"; sid:61;)\n", "mode=ids", "null");
-    assert_eq!(got, [(61, 5353, 53), (8, 0, 0)], "the split pattern, then the overlap (gid 123 sid 8)\n{err}");
+    let (got, err) = alerts(
+        &d,
+        &pcap,
+        "alert udp any any -> any 53 (msg:\"split\"; content:\"fragmented-attack\"; sid:61;)\n",
+        "mode=ids",
+        "null",
+    );
+    assert_eq!(
+        got,
+        [(61, 5353, 53), (8, 0, 0)],
+        "the split pattern, then the overlap (gid 123 sid 8)\n{err}"
+    );
     // The datagram whose fragments differed is never made whole.
     assert!(err.contains("5 IPv4 fragments made 1 datagrams"), "{err}");
     let _ = std::fs::remove_dir_all(&d);

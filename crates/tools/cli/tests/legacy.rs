@@ -363,12 +363,22 @@ fn packets_no_reader_wants_stay_in_the_kernel() {
     let readers: Vec<Reader> = filters
         .iter()
         .enumerate()
-        .map(|(k, f)| tcpdump(on_streamline(&d, "tcpdump"), &v.here, f, &dir.join(format!("k{k}.pcap"))))
+        .map(|(k, f)| {
+            tcpdump(
+                on_streamline(&d, "tcpdump"),
+                &v.here,
+                f,
+                &dir.join(format!("k{k}.pcap")),
+            )
+        })
         .collect();
     let owed: Vec<u64> = filters.iter().map(|f| offline_count(f)).collect();
     let wanted = offline_count("(tcp and port 80) or (udp port 53)");
     let all = offline_count("");
-    assert!(wanted > 0 && wanted * 2 < all, "the sample: {wanted} of {all} packets wanted");
+    assert!(
+        wanted > 0 && wanted * 2 < all,
+        "the sample: {wanted} of {all} packets wanted"
+    );
     // The capture run's counters, as `streamline attach` prints them.
     let id = d
         .ps()
@@ -389,7 +399,10 @@ fn packets_no_reader_wants_stay_in_the_kernel() {
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut buf) {
-                shown.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                shown
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         })
     };
@@ -419,15 +432,27 @@ fn packets_no_reader_wants_stay_in_the_kernel() {
         "the capture's rx delivered {got} packets; the readers want {wanted} of the sample's {all}"
     );
     // A reader without a filter: every packet leaves the kernel again.
-    let everything = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("all.pcap"));
+    let everything = tcpdump(
+        on_streamline(&d, "tcpdump"),
+        &v.here,
+        "",
+        &dir.join("all.pcap"),
+    );
     replay(&v, 3000, 1);
     caught_up(&[(dir.join("all.pcap"), all)]);
-    wait_for("rx to deliver the whole sample", Duration::from_secs(20), || {
-        delivered().is_some_and(|n| n >= wanted + all)
-    });
+    wait_for(
+        "rx to deliver the whole sample",
+        Duration::from_secs(20),
+        || delivered().is_some_and(|n| n >= wanted + all),
+    );
     for (k, r) in readers.into_iter().enumerate() {
         let (n, _, drop, err) = stop(r);
-        assert_eq!((n, drop), (2 * owed[k], 0), "filter '{}': {err}", filters[k]);
+        assert_eq!(
+            (n, drop),
+            (2 * owed[k], 0),
+            "filter '{}': {err}",
+            filters[k]
+        );
     }
     let (n, _, _, err) = stop(everything);
     assert_eq!(n, all, "{err}");
@@ -863,7 +888,13 @@ fn bad_devices_filters_daemons_and_readers() {
     // The system's libpcap in immediate mode makes frames of the snap length (256 KiB by
     // default): its default 2 MB ring then holds 8 packets, and a loaded machine drops.
     // A competent user gives it a snap length and a buffer.
-    let fb = tcpdump_with(c, &["-s", "2048", "-B", "16384"], &v.here, "udp", &dir.join("fb.pcap"));
+    let fb = tcpdump_with(
+        c,
+        &["-s", "2048", "-B", "16384"],
+        &v.here,
+        "udp",
+        &dir.join("fb.pcap"),
+    );
     // A reader killed mid-capture: the others and the daemon carry on.
     let victim = tcpdump(
         on_streamline(&d, "tcpdump"),
@@ -1014,16 +1045,41 @@ fn buffer_size_sizes_the_readers_share_and_an_impossible_one_is_refused() {
     let dir = tmpdir("B");
     let small = ["-B", "256"];
     let readers = [
-        tcpdump_with(on_streamline(&d, "tcpdump"), &small, &v.here, "", &dir.join("small.pcap")),
-        tcpdump_with(Command::new("tcpdump"), &small, &v.here, "", &dir.join("plain.pcap")),
-        tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("default.pcap")),
+        tcpdump_with(
+            on_streamline(&d, "tcpdump"),
+            &small,
+            &v.here,
+            "",
+            &dir.join("small.pcap"),
+        ),
+        tcpdump_with(
+            Command::new("tcpdump"),
+            &small,
+            &v.here,
+            "",
+            &dir.join("plain.pcap"),
+        ),
+        tcpdump(
+            on_streamline(&d, "tcpdump"),
+            &v.here,
+            "",
+            &dir.join("default.pcap"),
+        ),
     ];
     for r in &readers {
-        assert!(Command::new("kill").args(["-STOP", &r.id().to_string()]).status().unwrap().success());
+        assert!(Command::new("kill")
+            .args(["-STOP", &r.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
     }
     replay(&v, 8000, 1);
     for r in &readers {
-        assert!(Command::new("kill").args(["-CONT", &r.id().to_string()]).status().unwrap().success());
+        assert!(Command::new("kill")
+            .args(["-CONT", &r.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
     }
     let total = offline_count("");
     caught_up(&[(dir.join("default.pcap"), total)]);
@@ -1049,7 +1105,9 @@ fn buffer_size_sizes_the_readers_share_and_an_impossible_one_is_refused() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        !o.status.success() && err.contains("a buffer of 20480000 bytes") && err.contains("at most"),
+        !o.status.success()
+            && err.contains("a buffer of 20480000 bytes")
+            && err.contains("at most"),
         "tcpdump -B 20000 on streamline: {err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -1063,24 +1121,53 @@ fn promiscuous_mode_is_held_for_its_readers_and_p_leaves_the_interface_alone() {
     let d = Daemon::start("lgP", None);
     let dir = tmpdir("P");
     let base = promiscuity(&v.here);
-    let p = tcpdump_with(on_streamline(&d, "tcpdump"), &["-p"], &v.here, "", &dir.join("p.pcap"));
-    assert_eq!(promiscuity(&v.here), base, "tcpdump -p made the interface promiscuous");
-    let a = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("a.pcap"));
+    let p = tcpdump_with(
+        on_streamline(&d, "tcpdump"),
+        &["-p"],
+        &v.here,
+        "",
+        &dir.join("p.pcap"),
+    );
+    assert_eq!(
+        promiscuity(&v.here),
+        base,
+        "tcpdump -p made the interface promiscuous"
+    );
+    let a = tcpdump(
+        on_streamline(&d, "tcpdump"),
+        &v.here,
+        "",
+        &dir.join("a.pcap"),
+    );
     assert_eq!(promiscuity(&v.here), base + 1, "a promiscuous reader");
-    let b = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "udp", &dir.join("b.pcap"));
+    let b = tcpdump(
+        on_streamline(&d, "tcpdump"),
+        &v.here,
+        "udp",
+        &dir.join("b.pcap"),
+    );
     assert_eq!(promiscuity(&v.here), base + 1, "two promiscuous readers");
     // As the system's libpcap does for its reader.
-    let plain = tcpdump(Command::new("tcpdump"), &v.here, "", &dir.join("plain.pcap"));
+    let plain = tcpdump(
+        Command::new("tcpdump"),
+        &v.here,
+        "",
+        &dir.join("plain.pcap"),
+    );
     assert_eq!(promiscuity(&v.here), base + 2, "and the system's tcpdump");
     stop(plain);
     stop(a);
-    wait_for("the first promiscuous reader's end", Duration::from_secs(10), || {
-        promiscuity(&v.here) == base + 1
-    });
+    wait_for(
+        "the first promiscuous reader's end",
+        Duration::from_secs(10),
+        || promiscuity(&v.here) == base + 1,
+    );
     stop(b);
-    wait_for("the interface out of promiscuous mode with the last reader", Duration::from_secs(10), || {
-        promiscuity(&v.here) == base
-    });
+    wait_for(
+        "the interface out of promiscuous mode with the last reader",
+        Duration::from_secs(10),
+        || promiscuity(&v.here) == base,
+    );
     stop(p);
     assert_eq!(promiscuity(&v.here), base);
     let _ = std::fs::remove_dir_all(&dir);
@@ -1095,15 +1182,23 @@ fn direction_and_timeout_as_libpcap_gives_them() {
     let dir = tmpdir("Q");
     // No --immediate-mode: what libpcap delivers when its timeout ends a block.
     let start = |mut c: Command, q: &str, out: &str| {
-        c.args(["-Z", "root", "-n", "-U", "-B", "16384", "-Q", q, "-i", &v.here, "-w"])
-            .arg(dir.join(out))
-            .stdout(Stdio::null());
+        c.args([
+            "-Z", "root", "-n", "-U", "-B", "16384", "-Q", q, "-i", &v.here, "-w",
+        ])
+        .arg(dir.join(out))
+        .stdout(Stdio::null());
         Reader::listening(tcpdump_listening(c))
     };
     let mut readers = Vec::new();
     for q in ["in", "out", "inout"] {
-        readers.push((q, start(on_streamline(&d, "tcpdump"), q, &format!("ours-{q}.pcap"))));
-        readers.push((q, start(Command::new("tcpdump"), q, &format!("plain-{q}.pcap"))));
+        readers.push((
+            q,
+            start(on_streamline(&d, "tcpdump"), q, &format!("ours-{q}.pcap")),
+        ));
+        readers.push((
+            q,
+            start(Command::new("tcpdump"), q, &format!("plain-{q}.pcap")),
+        ));
     }
     // In from the namespace, then out from here: the same packets both ways.
     replay(&v, 4000, 1);
@@ -1111,7 +1206,11 @@ fn direction_and_timeout_as_libpcap_gives_them() {
         .args(["-q", "-i", &v.here, "--pps", "4000", SAMPLE])
         .output()
         .expect("tcpreplay");
-    assert!(o.status.success(), "tcpreplay: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "tcpreplay: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let total = offline_count("");
     caught_up(
         &[("in", total), ("out", total), ("inout", 2 * total)]
@@ -1134,7 +1233,11 @@ fn direction_and_timeout_as_libpcap_gives_them() {
             packets(&dir.join(format!("plain-{q}.pcap"))),
         );
         let want = if q == "inout" { 2 * total } else { total };
-        assert_eq!((a.len() as u64, b.len() as u64), (want, want), "-Q {q}: (ours, plain)");
+        assert_eq!(
+            (a.len() as u64, b.len() as u64),
+            (want, want),
+            "-Q {q}: (ours, plain)"
+        );
         let same = a.iter().zip(&b).position(|(x, y)| x != y);
         assert_eq!(same, None, "-Q {q}: the first packet that differs");
     }
@@ -1158,7 +1261,11 @@ fn a_c_reader_reads_as_on_the_systems_libpcap() {
         .arg("-lpcap")
         .output()
         .expect("cc (build-essential)");
-    assert!(cc.status.success(), "compiling {src} (needs libpcap-dev): {}", String::from_utf8_lossy(&cc.stderr));
+    assert!(
+        cc.status.success(),
+        "compiling {src} (needs libpcap-dev): {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
     let udp = offline_count("udp");
     let n = [udp / 3, udp / 3, udp - 2 * (udp / 3)].map(|k| k.to_string());
     let start = |mut c: Command| {
@@ -1166,7 +1273,8 @@ fn a_c_reader_reads_as_on_the_systems_libpcap() {
         tcpdump_listening_on(c, "listening")
     };
     let mut ours = Command::new(&exe);
-    ours.env("LD_LIBRARY_PATH", compat_dir()).env("STREAMLINE_SOCKET", &d.socket);
+    ours.env("LD_LIBRARY_PATH", compat_dir())
+        .env("STREAMLINE_SOCKET", &d.socket);
     let (ours, our_err) = start(ours);
     let (theirs, their_err) = start(Command::new(&exe));
     replay(&v, 3000, 1);
@@ -1180,11 +1288,19 @@ fn a_c_reader_reads_as_on_the_systems_libpcap() {
     let (ours, our_lib) = finish(ours, our_err);
     let (theirs, their_lib) = finish(theirs, their_err);
     assert!(
-        our_lib.contains("Streamline") && our_lib.contains("libpcap version 1.10") && !their_lib.contains("Streamline"),
+        our_lib.contains("Streamline")
+            && our_lib.contains("libpcap version 1.10")
+            && !their_lib.contains("Streamline"),
         "ours: {our_lib}\nthe system's: {their_lib}"
     );
-    assert!(our_lib.contains("pcap_version 1.10") && their_lib.contains("pcap_version 1.10"), "ours: {our_lib}\nthe system's: {their_lib}");
-    assert!(theirs.contains(&format!("poll: {} packets", n[2])), "{theirs}");
+    assert!(
+        our_lib.contains("pcap_version 1.10") && their_lib.contains("pcap_version 1.10"),
+        "ours: {our_lib}\nthe system's: {their_lib}"
+    );
+    assert!(
+        theirs.contains(&format!("poll: {} packets", n[2])),
+        "{theirs}"
+    );
     assert_eq!(ours, theirs, "ours:\n{ours}\nthe system's:\n{theirs}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -1197,31 +1313,59 @@ fn dumpcap_writes_what_plain_dumpcap_writes() {
     let d = Daemon::start("lgd", None);
     let dir = tmpdir("d");
     let start = |mut c: Command, out: &str| {
-        c.args(["-q", "-P", "-B", "16", "-i", &v.here, "-f", "udp or arp", "-w"])
-            .arg(dir.join(out))
-            .stdout(Stdio::null());
+        c.args([
+            "-q",
+            "-P",
+            "-B",
+            "16",
+            "-i",
+            &v.here,
+            "-f",
+            "udp or arp",
+            "-w",
+        ])
+        .arg(dir.join(out))
+        .stdout(Stdio::null());
         Reader::listening(common::tcpdump_listening_on(c, "Capturing on"))
     };
     let ours = start(on_streamline(&d, "dumpcap"), "ours.pcap");
     // dumpcap says "Capturing on" before it has opened the device, and the first reader
     // on ours starts the daemon's capture: replay once that captures.
-    wait_for("the daemon's capture worker", Duration::from_secs(30), || {
-        Command::new("pgrep")
-            .args(["-x", common::worker(), "-P", &d.pid().to_string()])
-            .status()
-            .is_ok_and(|s| s.success())
-    });
+    wait_for(
+        "the daemon's capture worker",
+        Duration::from_secs(30),
+        || {
+            Command::new("pgrep")
+                .args(["-x", common::worker(), "-P", &d.pid().to_string()])
+                .status()
+                .is_ok_and(|s| s.success())
+        },
+    );
     d.wait_workers_capturing(&v.here);
     let plain = start(Command::new("dumpcap"), "plain.pcap");
     replay(&v, 3000, 1);
     let want = offline_count("udp or arp");
-    caught_up(&[(dir.join("ours.pcap"), want), (dir.join("plain.pcap"), want)]);
+    caught_up(&[
+        (dir.join("ours.pcap"), want),
+        (dir.join("plain.pcap"), want),
+    ]);
     for r in [ours, plain] {
         let (status, err) = r.interrupt();
         assert!(status.success(), "dumpcap: {err}");
     }
-    let (a, b) = (packets(&dir.join("ours.pcap")), packets(&dir.join("plain.pcap")));
-    assert_eq!((a.len() as u64, b.len() as u64), (want, want), "(ours, plain)");
-    assert_eq!(a.iter().zip(&b).position(|(x, y)| x != y), None, "the first packet that differs");
+    let (a, b) = (
+        packets(&dir.join("ours.pcap")),
+        packets(&dir.join("plain.pcap")),
+    );
+    assert_eq!(
+        (a.len() as u64, b.len() as u64),
+        (want, want),
+        "(ours, plain)"
+    );
+    assert_eq!(
+        a.iter().zip(&b).position(|(x, y)| x != y),
+        None,
+        "the first packet that differs"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

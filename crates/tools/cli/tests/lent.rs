@@ -237,12 +237,17 @@ fn wait_xdp_capturing(pid: u32, dev: &str) {
         &format!("run {pid} to capture on {dev} with AF_XDP"),
         Duration::from_secs(30),
         || {
-            let link = Command::new("ip").args(["-o", "link", "show", "dev", dev]).output().unwrap();
+            let link = Command::new("ip")
+                .args(["-o", "link", "show", "dev", dev])
+                .output()
+                .unwrap();
             let attached = String::from_utf8_lossy(&link.stdout).contains("prog/xdp");
-            let known: String = ["unix", "netlink", "packet", "tcp", "tcp6", "udp", "udp6", "raw", "raw6"]
-                .iter()
-                .map(|t| std::fs::read_to_string(format!("/proc/{pid}/net/{t}")).unwrap_or_default())
-                .collect();
+            let known: String = [
+                "unix", "netlink", "packet", "tcp", "tcp6", "udp", "udp6", "raw", "raw6",
+            ]
+            .iter()
+            .map(|t| std::fs::read_to_string(format!("/proc/{pid}/net/{t}")).unwrap_or_default())
+            .collect();
             let known: std::collections::HashSet<&str> = known.split_whitespace().collect();
             let xsk = std::fs::read_dir(format!("/proc/{pid}/fd"))
                 .map(|d| {

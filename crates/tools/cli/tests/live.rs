@@ -9,8 +9,9 @@ use std::time::Duration;
 use kernel::netns::Veth;
 
 mod common;
-use common::{spawn_run_stats, 
-    count_of, pcap_packets, stats_counter, tcpdump_listening, wait_capturing, wait_for, wait_until,
+use common::{
+    count_of, pcap_packets, spawn_run_stats, stats_counter, tcpdump_listening, wait_capturing,
+    wait_for, wait_until,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
@@ -298,7 +299,8 @@ fn multiqueue_engines_share_the_interface_flow_by_flow() {
         "rx's blocks out are the frames both engines made:\n{err}"
     );
     assert!(
-        !err.lines().any(|l| l.starts_with("rx@") || l.starts_with("bpf@") || l.starts_with("join")),
+        !err.lines()
+            .any(|l| l.starts_with("rx@") || l.starts_with("bpf@") || l.starts_with("join")),
         "no engine's own rows:\n{err}"
     );
     // Each engine's socket still says what it delivered: two `rx IF:` lines.
@@ -440,13 +442,17 @@ fn a_second_run_shares_the_running_capture_prefix() {
     );
     // The subscription's summary is said by the node it stands for, as its row is.
     assert!(
-        err2.lines().any(|l| l.starts_with("bpf: ") && l.contains(" blocks received, lost ")),
+        err2.lines()
+            .any(|l| l.starts_with("bpf: ") && l.contains(" blocks received, lost ")),
         "{err2}"
     );
     assert!(!err2.contains("__subscribe"), "{err2}");
     // In the table the subscription is the shared prefix's last node, bpf (the node the
     // user wrote), not a `__subscribe` row; its row adds up (out = made, what it received).
-    assert!(!err2.lines().any(|l| l.starts_with("__subscribe ")), "{err2}");
+    assert!(
+        !err2.lines().any(|l| l.starts_with("__subscribe ")),
+        "{err2}"
+    );
     let bpf: Vec<&str> = err2
         .lines()
         .find(|l| l.split_whitespace().next() == Some("bpf"))

@@ -31,7 +31,10 @@ fn block_of(maps: &str, pid: u32) -> Option<String> {
 }
 
 fn maps() -> String {
-    let o = Command::new(BIN).args(["maps", "--top", "3"]).output().unwrap();
+    let o = Command::new(BIN)
+        .args(["maps", "--top", "3"])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -67,7 +70,10 @@ fn maps_lists_a_run_started_under_ip_netns_exec() {
         },
     );
     // It really is in another mount namespace, its pins invisible here by path.
-    assert_ne!(std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap(), ours);
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap(),
+        ours
+    );
     assert!(
         !std::path::Path::new(&format!("/sys/fs/bpf/streamline/{pid}")).exists(),
         "the run's pins are in this namespace's bpffs: the test would prove nothing"
@@ -84,7 +90,10 @@ fn maps_lists_a_run_started_under_ip_netns_exec() {
         block_of(&listed, pid).is_some_and(|b| b.contains(&want))
     });
     let b = block_of(&listed, pid).unwrap();
-    assert!(b.contains("flowcount") && b.contains("flows, totals"), "{b}");
+    assert!(
+        b.contains("flowcount") && b.contains("flows, totals"),
+        "{b}"
+    );
     let err = common::interrupt(run);
     assert!(err.contains(&want), "{err}");
 }

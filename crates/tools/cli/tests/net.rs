@@ -13,7 +13,10 @@ mod common;
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 fn sample() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../examples/sample.pcap"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../examples/sample.pcap"
+    ))
 }
 
 fn veth(tag: &str) -> kernel::netns::Veth {
@@ -49,7 +52,10 @@ fn splittable(line: &str) -> Option<(String, String)> {
         return None;
     }
     let sel_end = right.find(char::is_whitespace)?;
-    Some((format!("{left}{}", &right[..sel_end]), right[sel_end..].trim().to_string()))
+    Some((
+        format!("{left}{}", &right[..sel_end]),
+        right[sel_end..].trim().to_string(),
+    ))
 }
 
 #[test]
@@ -83,7 +89,9 @@ fn split_corpus(tag: &str, out_args: &str, in_args: &str, base_port: u16, keep: 
         if line.contains("{text}") || !keep(line) {
             continue;
         }
-        let Some((head, tail)) = splittable(line) else { continue };
+        let Some((head, tail)) = splittable(line) else {
+            continue;
+        };
         let fill = |t: &str, out: &PathBuf| {
             t.replace("{pcap}", pcap.to_str().unwrap())
                 .replace("{out}", out.to_str().unwrap())
@@ -94,7 +102,11 @@ fn split_corpus(tag: &str, out_args: &str, in_args: &str, base_port: u16, keep: 
             .args(["run", "-q", "--plan", "none", &fill(line, &out1)])
             .output()
             .unwrap();
-        assert!(o.status.success(), "{line}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{line}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let mut s1 = lines(&o.stderr);
         s1.sort();
         let one = Outcome {
@@ -117,7 +129,10 @@ fn split_corpus(tag: &str, out_args: &str, in_args: &str, base_port: u16, keep: 
         if in_args.contains("udp") {
             let err = String::from_utf8_lossy(&rx.stderr);
             let netin = err.lines().find(|l| l.starts_with("netin: ")).unwrap_or("");
-            assert!(netin.contains(", 0 of "), "`{line}` over UDP lost datagrams: {err}");
+            assert!(
+                netin.contains(", 0 of "),
+                "`{line}` over UDP lost datagrams: {err}"
+            );
         }
         let mut s2 = lines(&tx.stderr);
         s2.extend(lines(&rx.stderr));
@@ -158,7 +173,10 @@ fn a_refused_connection_is_an_error_naming_the_peer() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("cannot connect to 127.0.0.1:1: connection refused"), "{err}");
+    assert!(
+        err.contains("cannot connect to 127.0.0.1:1: connection refused"),
+        "{err}"
+    );
     assert!(t0.elapsed() < Duration::from_secs(10));
 }
 
@@ -217,7 +235,10 @@ fn a_peer_killed_mid_stream_ends_the_run_naming_it() {
         kill_mid_stream(
             &v,
             &format!("netin port={port} | null"),
-            &format!("gen count=100G size=1K | netout to={}:{port} wait=10", v.peer_ip),
+            &format!(
+                "gen count=100G size=1K | netout to={}:{port} wait=10",
+                v.peer_ip
+            ),
             kill_receiver,
             port,
             // A reset or a close without the stream's end, as the kernel tells it.
@@ -260,9 +281,11 @@ fn kill_mid_stream(
         .unwrap();
     reap.0.extend([rx.id(), tx.id()]);
     // Killed mid-stream: once blocks cross (the receiver's netin has passed some on).
-    common::wait_for("blocks to cross the connection", Duration::from_secs(20), || {
-        common::stats_counter(&rx_stats, "netin", "blocks_out").is_some_and(|n| n > 0)
-    });
+    common::wait_for(
+        "blocks to cross the connection",
+        Duration::from_secs(20),
+        || common::stats_counter(&rx_stats, "netin", "blocks_out").is_some_and(|n| n > 0),
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let (victim, survivor) = if kill_receiver {
         (&mut rx, &mut tx)
@@ -289,7 +312,10 @@ fn kill_mid_stream(
     } else {
         format!("the sender {}:", v.here_ip)
     };
-    assert!(err.contains(&want) && why.iter().any(|w| err.contains(w)), "{err}");
+    assert!(
+        err.contains(&want) && why.iter().any(|w| err.contains(w)),
+        "{err}"
+    );
 }
 
 /// A client that is not a netout, and one that sends a corrupt stream: the run ends with
@@ -303,12 +329,22 @@ fn hostile_senders_get_an_error_naming_them() {
             7796,
             // The greeting, then a frame (a block header) claiming a 4 GiB - 2 block: its
             // `len` at offset 24.
-            [b"SLNET\x00\x02\x00".as_slice(), &[0u8; 24], &[0xfe, 0xff, 0xff, 0xff], &[0u8; 4]].concat(),
+            [
+                b"SLNET\x00\x02\x00".as_slice(),
+                &[0u8; 24],
+                &[0xfe, 0xff, 0xff, 0xff],
+                &[0u8; 4],
+            ]
+            .concat(),
             "more than netin takes",
         ),
     ] {
         let rx = Command::new(BIN)
-            .args(["run", "-q", &format!("netin port={port} bind=127.0.0.1 | null")])
+            .args([
+                "run",
+                "-q",
+                &format!("netin port={port} bind=127.0.0.1 | null"),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -342,7 +378,8 @@ fn count_before(err: &str, who: &str, word: &str) -> u64 {
         .find(&format!(" {word}"))
         .unwrap_or_else(|| panic!("no `{word}` in `{line}`"));
     let num = line[..at].rsplit([' ', ',']).next().unwrap_or("");
-    num.parse().unwrap_or_else(|_| panic!("no number before `{word}` in `{line}`"))
+    num.parse()
+        .unwrap_or_else(|_| panic!("no number before `{word}` in `{line}`"))
 }
 
 /// Over UDP a receiver that cannot keep up loses datagrams, and counts exactly the ones
@@ -368,11 +405,20 @@ fn udp_counts_what_it_loses() {
     );
     let sent = count_before(&terr, "netout: ", "datagrams");
     let sent_blocks = count_before(&terr, "netout: ", "blocks");
-    let (lost, of) = (count_before(&rerr, "netin: ", "of"), count_before(&rerr, "netin: ", "datagrams"));
+    let (lost, of) = (
+        count_before(&rerr, "netin: ", "of"),
+        count_before(&rerr, "netin: ", "datagrams"),
+    );
     let got = count_before(&rerr, "netin: ", "blocks");
     assert_eq!(sent_blocks, 102_400, "{terr}");
-    assert_eq!(of, sent, "the receiver's count of datagrams sent is the sender's: {rerr}");
-    assert!(lost > 0, "nothing lost with a 4K buffer and deflate level=9? {rerr}");
+    assert_eq!(
+        of, sent,
+        "the receiver's count of datagrams sent is the sender's: {rerr}"
+    );
+    assert!(
+        lost > 0,
+        "nothing lost with a 4K buffer and deflate level=9? {rerr}"
+    );
     // 1 KiB blocks: one a datagram (two do not fit 1472 bytes).
     assert_eq!(got + lost, sent, "{terr}\n{rerr}");
     assert!(rerr.contains("were lost"), "{rerr}");
@@ -385,7 +431,10 @@ fn udp_counts_what_it_loses() {
 fn udp_peers_that_are_missing_or_killed_are_named() {
     let t0 = Instant::now();
     let o = Command::new(BIN)
-        .args(["run", "gen count=10 | netout to=127.0.0.1:9 proto=udp wait=0.5"])
+        .args([
+            "run",
+            "gen count=10 | netout to=127.0.0.1:9 proto=udp wait=0.5",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -447,14 +496,18 @@ fn udp_hostile_datagrams_are_counted_not_fatal() {
     s.send_to(&bad, to).unwrap();
     // Both read by netin (its socket's receive queue empty again) before the real sender
     // greets: they come before any greeting, whatever the scheduling.
-    common::wait_until("netin to read the two datagrams", Duration::from_secs(30), || {
-        let socks = common::sockets_on_port(std::process::id(), port, true);
-        // tx_queue:rx_queue, in hex.
-        match socks.first().and_then(|l| l.split_whitespace().nth(4)) {
-            Some(q) if q.ends_with(":00000000") => Ok(()),
-            _ => Err(format!("{socks:?}")),
-        }
-    });
+    common::wait_until(
+        "netin to read the two datagrams",
+        Duration::from_secs(30),
+        || {
+            let socks = common::sockets_on_port(std::process::id(), port, true);
+            // tx_queue:rx_queue, in hex.
+            match socks.first().and_then(|l| l.split_whitespace().nth(4)) {
+                Some(q) if q.ends_with(":00000000") => Ok(()),
+                _ => Err(format!("{socks:?}")),
+            }
+        },
+    );
     let tx = Command::new(BIN)
         .args([
             "run",
@@ -469,17 +522,28 @@ fn udp_hostile_datagrams_are_counted_not_fatal() {
     let rx = rx.join().unwrap();
     reap.0.clear();
     let rerr = String::from_utf8_lossy(&rx.stderr);
-    assert!(tx.status.success() && rx.status.success(), "{}\n{rerr}", String::from_utf8_lossy(&tx.stderr));
+    assert!(
+        tx.status.success() && rx.status.success(),
+        "{}\n{rerr}",
+        String::from_utf8_lossy(&tx.stderr)
+    );
     assert!(rerr.contains("is not a netout's"), "{rerr}");
     assert!(rerr.contains("sent before any sender greeted"), "{rerr}");
     let one = Command::new(BIN)
-        .args(["run", "-q", &format!("pcapin file={} | pcapout file=-", sample().display())])
+        .args([
+            "run",
+            "-q",
+            &format!("pcapin file={} | pcapout file=-", sample().display()),
+        ])
         .output()
         .unwrap();
     assert!(one.status.success());
     // `pcapout -` writes to standard output: the sample's own bytes.
     assert_eq!(one.stdout, std::fs::read(sample()).unwrap());
-    assert_eq!(rx.stdout, one.stdout, "the sample came through changed: {rerr}");
+    assert_eq!(
+        rx.stdout, one.stdout,
+        "the sample came through changed: {rerr}"
+    );
 }
 
 /// The optimizer places a pipeline on two hosts (`streamline plan --system` with a
@@ -510,11 +574,22 @@ fn a_plan_across_two_hosts_runs_split_and_gives_the_one_host_result() {
         )
     };
     let o = Command::new(BIN)
-        .args(["plan", "--rate", "700000", "--system", sys.to_str().unwrap(), &pipe(&out2)])
+        .args([
+            "plan",
+            "--rate",
+            "700000",
+            "--system",
+            sys.to_str().unwrap(),
+            &pipe(&out2),
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "{text}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // Each part on its host, in pipeline order (a part may come back to a host).
     let parts: Vec<(String, String)> = text
         .lines()
@@ -526,19 +601,34 @@ fn a_plan_across_two_hosts_runs_split_and_gives_the_one_host_result() {
     assert!(parts.len() >= 2, "no split in:\n{text}");
     assert!(parts.iter().any(|(h, _)| h == "there"), "{text}");
     assert!(parts[0].1.contains(" netout to="), "{text}");
-    assert!(parts[1..].iter().all(|(_, p)| p.starts_with("netin port=")), "{text}");
+    assert!(
+        parts[1..].iter().all(|(_, p)| p.starts_with("netin port=")),
+        "{text}"
+    );
     // On one host.
     let one = Command::new(BIN)
         .args(["run", "-q", "--plan", "none", &pipe(&out1)])
         .output()
         .unwrap();
-    assert!(one.status.success(), "{}", String::from_utf8_lossy(&one.stderr));
+    assert!(
+        one.status.success(),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
     // Split as planned: the receiving ends first (each netout connects as it starts).
     let mut reap = Reap(Vec::new());
     let mut runs = Vec::new();
     for (host, part) in parts.iter().rev() {
-        let part = if part.contains(" netout to=") { format!("{part} wait=10") } else { part.clone() };
-        let mut c = if host == "there" { v.command(BIN) } else { Command::new(BIN) };
+        let part = if part.contains(" netout to=") {
+            format!("{part} wait=10")
+        } else {
+            part.clone()
+        };
+        let mut c = if host == "there" {
+            v.command(BIN)
+        } else {
+            Command::new(BIN)
+        };
         let child = c
             .args(["run", "-q", "--plan", "none", &part])
             .stdout(Stdio::null())
@@ -551,16 +641,28 @@ fn a_plan_across_two_hosts_runs_split_and_gives_the_one_host_result() {
             let port: u16 = port.split(' ').next().unwrap().parse().unwrap();
             common::wait_listening(child.id(), port, false);
         }
-        runs.push((part, std::thread::spawn(move || child.wait_with_output().unwrap())));
+        runs.push((
+            part,
+            std::thread::spawn(move || child.wait_with_output().unwrap()),
+        ));
     }
     for (part, r) in runs {
         let o = r.join().unwrap();
-        assert!(o.status.success(), "`{part}`: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "`{part}`: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
     reap.0.clear();
     let (a, b) = (std::fs::read(&out1).unwrap(), std::fs::read(&out2).unwrap());
     assert!(a.len() > 24, "the one-host run wrote no packets");
-    assert!(a == b, "split output differs: {} vs {} bytes", a.len(), b.len());
+    assert!(
+        a == b,
+        "split output differs: {} vs {} bytes",
+        a.len(),
+        b.len()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -573,7 +675,10 @@ fn a_slow_receiver_slows_the_sender_within_the_window() {
     let (tx, _) = split_run(
         &v,
         &format!("netin port={port} window=256K | deflate level=9 | null"),
-        &format!("gen count=64K size=1K rewrite=yes | netout to={}:{port} wait=10", v.peer_ip),
+        &format!(
+            "gen count=64K size=1K rewrite=yes | netout to={}:{port} wait=10",
+            v.peer_ip
+        ),
         "slow receiver",
     );
     let terr = String::from_utf8_lossy(&tx.stderr).into_owned();
@@ -606,12 +711,18 @@ fn big_blocks_cross_whole() {
         })
         .collect();
     std::fs::write(&input, &data).unwrap();
-    for (k, (size, window)) in [("300000", "256K"), ("3M", "4M"), ("20000", "64K")].iter().enumerate() {
+    for (k, (size, window)) in [("300000", "256K"), ("3M", "4M"), ("20000", "64K")]
+        .iter()
+        .enumerate()
+    {
         let port = 7760 + k as u16;
         let out = dir.join(format!("out{k}.bin"));
         split_run(
             &v,
-            &format!("netin port={port} window={window} | outfile {}", out.display()),
+            &format!(
+                "netin port={port} window={window} | outfile {}",
+                out.display()
+            ),
             &format!(
                 "file {} split=fixed size={size} | netout to={}:{port} wait=10",
                 input.display(),
@@ -620,7 +731,11 @@ fn big_blocks_cross_whole() {
             &format!("blocks of {size}"),
         );
         let got = std::fs::read(&out).unwrap();
-        assert!(got == data, "blocks of {size}: {} bytes came out, differently", got.len());
+        assert!(
+            got == data,
+            "blocks of {size}: {} bytes came out, differently",
+            got.len()
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

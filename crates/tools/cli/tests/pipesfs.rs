@@ -237,10 +237,14 @@ fn tcpdump_reads_all_pcap_of_a_live_capture_and_counts_what_tcpdump_on_the_inter
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("tcpreplay said: {}", text(&replay)));
     let stats = node.join(".stats");
-    common::wait_for("the run to count and pass on every packet sent", Duration::from_secs(30), || {
-        let seen = stat(&stats, "blocks_in");
-        seen >= sent && stat(&stats, "readers_delivered") + stat(&stats, "readers_lost") >= seen
-    });
+    common::wait_for(
+        "the run to count and pass on every packet sent",
+        Duration::from_secs(30),
+        || {
+            let seen = stat(&stats, "blocks_in");
+            seen >= sent && stat(&stats, "readers_delivered") + stat(&stats, "readers_lost") >= seen
+        },
+    );
     stop(&d, id);
     let r = reader.wait_with_output().unwrap();
     assert!(r.status.success(), "tcpdump -r all.pcap: {}", text(&r));
@@ -550,9 +554,11 @@ fn killed_idle_and_many_readers_finds_and_unmounts_leave_the_daemon_and_the_run_
         stat(&node.join(".stats"), "readers") == 1
     });
     // Until it sleeps in its read (state S), the case tested.
-    common::wait_for("the reader to block in read", Duration::from_secs(20), || {
-        proc_state(blocked.id()) == Some('S')
-    });
+    common::wait_for(
+        "the reader to block in read",
+        Duration::from_secs(20),
+        || proc_state(blocked.id()) == Some('S'),
+    );
     assert!(Command::new("kill")
         .args(["-KILL", &blocked.id().to_string()])
         .status()
@@ -840,10 +846,23 @@ fn paths_readers_looked_up_are_given_back_when_their_run_is_gone() {
             ))
             .output()
             .unwrap();
-        let lines: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
-        assert!(lines > 0, "find read no .stats under {}: {}", dir.display(), text(&out));
+        let lines: u64 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        assert!(
+            lines > 0,
+            "find read no .stats under {}: {}",
+            dir.display(),
+            text(&out)
+        );
         let st = d.cli().args(["stop", &id.to_string()]).output().unwrap();
-        assert!(st.status.success(), "stop {id}: {}\ndaemon's log:\n{}", text(&st), d.log());
+        assert!(
+            st.status.success(),
+            "stop {id}: {}\ndaemon's log:\n{}",
+            text(&st),
+            d.log()
+        );
         stop_seen(d, id);
     };
     // The allocator's own warm-up first.

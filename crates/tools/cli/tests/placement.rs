@@ -51,8 +51,7 @@ struct Outcome {
 
 impl PartialEq for Outcome {
     fn eq(&self, o: &Outcome) -> bool {
-        (self.code, &self.stdout, &self.out, &self.stderr)
-            == (o.code, &o.stdout, &o.out, &o.stderr)
+        (self.code, &self.stdout, &self.out, &self.stderr) == (o.code, &o.stdout, &o.out, &o.stderr)
     }
 }
 impl Eq for Outcome {}
@@ -72,7 +71,9 @@ fn counters_add_up(json: &str) -> Result<(), Vec<String>> {
     for n in &nodes {
         let l = n["label"].as_str().unwrap_or("?");
         if l.starts_with("__") || l.contains('~') || l.contains('@') || l.starts_with("split") {
-            bad.push(format!("node {l}: a run's own node (or a copy, or a space) is listed as the pipeline's"));
+            bad.push(format!(
+                "node {l}: a run's own node (or a copy, or a space) is listed as the pipeline's"
+            ));
         }
         if n["space"].as_str().is_none_or(str::is_empty) {
             bad.push(format!("node {l}: no space"));
@@ -87,13 +88,24 @@ fn counters_add_up(json: &str) -> Result<(), Vec<String>> {
         if o != i - d + m - e {
             bad.push(format!("node {l}: blocks in {i} - drops {d} + made {m} - ended {e} = {}, but blocks out {o}", i - d + m - e));
         }
-        let into: Vec<&serde_json::Value> = arcs.iter().filter(|a| a["to"].as_str() == Some(l)).collect();
-        let (sb, sy): (i128, i128) = into.iter().fold((0, 0), |s, a| (s.0 + num(a, "blocks"), s.1 + num(a, "bytes")));
+        let into: Vec<&serde_json::Value> = arcs
+            .iter()
+            .filter(|a| a["to"].as_str() == Some(l))
+            .collect();
+        let (sb, sy): (i128, i128) = into.iter().fold((0, 0), |s, a| {
+            (s.0 + num(a, "blocks"), s.1 + num(a, "bytes"))
+        });
         if sb != i || sy != num(n, "bytes_in") {
-            let from: Vec<String> = into.iter().map(|a| format!("{} {}", a["from"].as_str().unwrap_or("?"), num(a, "blocks"))).collect();
+            let from: Vec<String> = into
+                .iter()
+                .map(|a| format!("{} {}", a["from"].as_str().unwrap_or("?"), num(a, "blocks")))
+                .collect();
             bad.push(format!("node {l}: blocks in {i} (bytes {}), but its in-arcs carried {sb} (bytes {sy}): {from:?}", num(n, "bytes_in")));
         }
-        let out: Vec<&serde_json::Value> = arcs.iter().filter(|a| a["from"].as_str() == Some(l)).collect();
+        let out: Vec<&serde_json::Value> = arcs
+            .iter()
+            .filter(|a| a["from"].as_str() == Some(l))
+            .collect();
         match out[..] {
             [] if o != 0 => bad.push(format!("node {l}: blocks out {o}, but no arc leaves it")),
             [a] if num(a, "blocks") != o || num(a, "bytes") != num(n, "bytes_out") => bad.push(format!(
@@ -112,7 +124,12 @@ fn counters_add_up(json: &str) -> Result<(), Vec<String>> {
     for a in &arcs {
         let known = |k: &str| a[k].as_str().is_some_and(|x| labels.contains(&x));
         if !known("from") || !known("to") {
-            bad.push(format!("arc {} -> {} ({} blocks) joins no two nodes of the table {labels:?}", a["from"], a["to"], num(a, "blocks")));
+            bad.push(format!(
+                "arc {} -> {} ({} blocks) joins no two nodes of the table {labels:?}",
+                a["from"],
+                a["to"],
+                num(a, "blocks")
+            ));
         }
     }
     if bad.is_empty() {
@@ -264,7 +281,10 @@ fn tally_chaos(line: &str) -> bool {
         .filter_map(|w| w.parse().ok())
         .collect();
     for (k, m) in MOVED.iter().enumerate() {
-        m.fetch_add(n.get(k).copied().unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+        m.fetch_add(
+            n.get(k).copied().unwrap_or(0),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
     true
 }
@@ -739,15 +759,25 @@ fn every_pipeline_gives_the_same_result_through_random_migrations() {
             .collect();
         for (spaces, seed) in [(own, 2 * k + 1), (half, 2 * k + 2)] {
             let seed = seed.to_string();
-            match check(&reference, &text, &spaces, &["--plan", "none", "--chaos", &seed]) {
+            match check(
+                &reference,
+                &text,
+                &spaces,
+                &["--plan", "none", "--chaos", &seed],
+            ) {
                 Ok(true) => ran += 1,
                 Ok(false) => {}
                 Err(e) => failures.push(e),
             }
         }
     }
-    let moved = MOVED.each_ref().map(|m| m.load(std::sync::atomic::Ordering::Relaxed));
-    eprintln!("{ran} runs with random migrations matched their reference; filters moved: {} down, {} up", moved[0], moved[1]);
+    let moved = MOVED
+        .each_ref()
+        .map(|m| m.load(std::sync::atomic::Ordering::Relaxed));
+    eprintln!(
+        "{ran} runs with random migrations matched their reference; filters moved: {} down, {} up",
+        moved[0], moved[1]
+    );
     assert!(
         failures.is_empty(),
         "{} runs with random migrations changed results:\n\n{}",
@@ -891,10 +921,26 @@ fn kernel_placements_add_up_and_count_as_in_user_space() {
         .unwrap_or_else(|e| panic!("kernel placements need a veth pair (root): {e}"));
     let dev = &v.here;
     let cases: [(String, &[&str], Option<u64>); 4] = [
-        (format!("rx dev={dev} | bpf \"udp\" | count"), &["bpf", "count", "rx"], Some(200)),
-        (format!("rx dev={dev} | bpf \"udp\" placed=user | count"), &["bpf", "count", "rx"], Some(200)),
-        (format!("rx dev={dev} queues=2 | bpf \"udp\" | count"), &["bpf", "count", "rx"], Some(200)),
-        (format!("rx dev={dev} | bytecount | count"), &["bytecount", "count", "rx"], None),
+        (
+            format!("rx dev={dev} | bpf \"udp\" | count"),
+            &["bpf", "count", "rx"],
+            Some(200),
+        ),
+        (
+            format!("rx dev={dev} | bpf \"udp\" placed=user | count"),
+            &["bpf", "count", "rx"],
+            Some(200),
+        ),
+        (
+            format!("rx dev={dev} queues=2 | bpf \"udp\" | count"),
+            &["bpf", "count", "rx"],
+            Some(200),
+        ),
+        (
+            format!("rx dev={dev} | bytecount | count"),
+            &["bytecount", "count", "rx"],
+            None,
+        ),
     ];
     let runs: Vec<(String, PathBuf, std::process::Child)> = cases
         .iter()
@@ -914,11 +960,15 @@ fn kernel_placements_add_up_and_count_as_in_user_space() {
         })
         .collect();
     // The peer's address resolved first, so no datagram waits on ARP (or is dropped there).
-    let ping = Command::new("ping").args(["-c", "1", "-W", "5", &v.peer_ip]).output().unwrap();
+    let ping = Command::new("ping")
+        .args(["-c", "1", "-W", "5", &v.peer_ip])
+        .output()
+        .unwrap();
     assert!(ping.status.success(), "ping {}: {:?}", v.peer_ip, ping);
     for _ in 0..200 {
         let s = std::net::UdpSocket::bind(format!("{}:0", v.here_ip)).unwrap();
-        s.send_to(b"streamline", format!("{}:9", v.peer_ip)).unwrap();
+        s.send_to(b"streamline", format!("{}:9", v.peer_ip))
+            .unwrap();
     }
     // Each run stopped once its count has the 200 datagrams.
     for (text, stats, _) in &runs {
@@ -933,14 +983,19 @@ fn kernel_placements_add_up_and_count_as_in_user_space() {
     }
     let mut bad = Vec::new();
     for ((text, stats, c), (_, names, want)) in runs.into_iter().zip(&cases) {
-        let _ = Command::new("kill").args(["-INT", &c.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-INT", &c.id().to_string()])
+            .status();
         let out = c.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         let json = std::fs::read_to_string(&stats)
             .unwrap_or_else(|e| panic!("{text}: no --stats ({e}):\n{err}"));
         let _ = std::fs::remove_file(&stats);
         if let Err(v) = counters_add_up(&json) {
-            bad.push(format!("{text}: the counters do not add up:\n  {}", v.join("\n  ")));
+            bad.push(format!(
+                "{text}: the counters do not add up:\n  {}",
+                v.join("\n  ")
+            ));
         }
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         let mut labels: Vec<&str> = v["nodes"]

@@ -7,8 +7,9 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 
 fn system(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../plan/control/tests/golden/systems/{name}.json"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../../plan/control/tests/golden/systems/{name}.json"
+    ))
 }
 
 fn plan(args: &[&str]) -> (i32, String, String) {

@@ -204,7 +204,11 @@ fn pcap_packets(path: &Path) -> usize {
         .stderr(Stdio::null())
         .output()
         .unwrap();
-    assert!(out.status.success(), "tcpdump cannot read {}", path.display());
+    assert!(
+        out.status.success(),
+        "tcpdump cannot read {}",
+        path.display()
+    );
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
@@ -249,7 +253,9 @@ fn has(s: &str, what: &str) -> Result<(), String> {
 fn checks() -> Vec<(&'static str, Check)> {
     vec![
         ("make-inputs.sh", |_, s, _| {
-            (s.file("big.bin").len() == 8 << 20).then_some(()).ok_or("big.bin is not 8 MiB")?;
+            (s.file("big.bin").len() == 8 << 20)
+                .then_some(())
+                .ok_or("big.bin is not 8 MiB")?;
             let key = s.file("key");
             (key.len() == 64 && key.iter().all(u8::is_ascii_hexdigit))
                 .then_some(())
@@ -264,13 +270,18 @@ fn checks() -> Vec<(&'static str, Check)> {
             has(&o.err, "ips: 4708 packets")?;
             let eve = String::from_utf8_lossy(&s.file("eve.json")).into_owned();
             has(&eve, "\"signature_id\":1000001")?;
-            has(&String::from_utf8_lossy(&s.file("fast.log")), "[1:1000001:1] WEB robots.txt fetched")
+            has(
+                &String::from_utf8_lossy(&s.file("fast.log")),
+                "[1:1000001:1] WEB robots.txt fetched",
+            )
         }),
         ("ipfix out=flows.ipfix", |o, s, _| {
             // 5247 frames, 2 of them ARP.
             has(&o.err, "ipfix: 5245 packets")?;
             let f = s.file("flows.ipfix");
-            (f.starts_with(&[0, 10])).then_some(()).ok_or("flows.ipfix does not start with an IPFIX message header".into())
+            (f.starts_with(&[0, 10]))
+                .then_some(())
+                .ok_or("flows.ipfix does not start with an IPFIX message header".into())
         }),
         ("ipfixin port=4739", |o, s, _| {
             has(&o.err, "ipfixin: ")?;
@@ -288,31 +299,42 @@ fn checks() -> Vec<(&'static str, Check)> {
         ("dport |http count", |o, _, _| count_is(o, 519)),
         ("rx dev=sl-lab0 | pcapout file=x.pcap'", |o, s, _| {
             // SIGTERM from timeout: exit 128+15 and a flushed file libpcap reads.
-            (o.rc == Some(143)).then_some(()).ok_or(format!("exit {:?}, want 143", o.rc))?;
+            (o.rc == Some(143))
+                .then_some(())
+                .ok_or(format!("exit {:?}, want 143", o.rc))?;
             (pcap_packets(&s.dir.join("x.pcap")) > 0)
                 .then_some(())
                 .ok_or("x.pcap has no packets".into())
         }),
         // tcp (4,565) + udp (601) joined again.
-        ("tcp + udp | hist", |o, _, _| has(&o.err, "hist: 5166 blocks")),
+        ("tcp + udp | hist", |o, _, _| {
+            has(&o.err, "hist: 5166 blocks")
+        }),
         ("tcpstream | http | stdout", |o, _, _| {
             has(&o.out, "GET /")?;
             has(&o.out, "POST /")
         }),
         ("cat /etc/services | grep tcp | wc -l", |o, _, r| {
-            (o.out == r.services_tcp)
-                .then_some(())
-                .ok_or(format!("printed {:?}, bash prints {:?}", o.out, r.services_tcp))
+            (o.out == r.services_tcp).then_some(()).ok_or(format!(
+                "printed {:?}, bash prints {:?}",
+                o.out, r.services_tcp
+            ))
         }),
         ("gzip -1 @space=p1", |o, _, _| {
-            (o.out == "100000\n").then_some(()).ok_or(format!("printed {:?}, bash prints 100000", o.out))
+            (o.out == "100000\n")
+                .then_some(())
+                .ok_or(format!("printed {:?}, bash prints 100000", o.out))
         }),
         ("nosuchcmd | wc -l", |o, _, _| {
-            (o.out == "0\n").then_some(()).ok_or(format!("printed {:?}, bash prints 0", o.out))?;
+            (o.out == "0\n")
+                .then_some(())
+                .ok_or(format!("printed {:?}, bash prints 0", o.out))?;
             has(&o.err, "nosuchcmd: command not found")
         }),
         ("http space=p2 | inspect", |o, _, r| {
-            (o.out == r.http).then_some(()).ok_or("output differs from one space's".into())
+            (o.out == r.http)
+                .then_some(())
+                .ok_or("output differs from one space's".into())
         }),
         ("gen count=20M", |o, _, _| count_is(o, 20 * 1024 * 1024)),
         ("@lockstep", |o, _, _| count_positive(o)),
@@ -322,20 +344,28 @@ fn checks() -> Vec<(&'static str, Check)> {
             count_is(o, 50000)
         }),
         ("--chaos 7", |o, _, r| {
-            (o.out == r.ip_http).then_some(()).ok_or("output differs from the run without --chaos".into())
+            (o.out == r.ip_http)
+                .then_some(())
+                .ok_or("output differs from the run without --chaos".into())
         }),
         ("netout to=10.77.0.2:7000", |o, s, r| {
             has(&o.err, "netout: 4565 blocks")?;
             let got = String::from_utf8_lossy(&s.file("requests.txt")).into_owned();
-            (got == r.http).then_some(()).ok_or("host B's requests.txt differs from the local `tcp | http | inspect`".into())
+            (got == r.http)
+                .then_some(())
+                .ok_or("host B's requests.txt differs from the local `tcp | http | inspect`".into())
         }),
-        ("proto=udp queues=2' && wait", |o, _, _| has(&o.err, "in 128 datagrams on 2 queues")),
+        ("proto=udp queues=2' && wait", |o, _, _| {
+            has(&o.err, "in 128 datagrams on 2 queues")
+        }),
         ("decrypt keyfile=key", |o, _, _| {
             // The receiver ran in the background: its stderr is this example's.
             has(&o.err, "datagrams lost")?;
             count_positive(o)
         }),
-        ("plan --system", |o, _, _| has(&o.out, "link between the hosts")),
+        ("plan --system", |o, _, _| {
+            has(&o.out, "link between the hosts")
+        }),
         ("outfile big.z", |_, s, _| {
             let out = Command::new("gzip")
                 .args(["-dc", "big.z"])
@@ -347,18 +377,26 @@ fn checks() -> Vec<(&'static str, Check)> {
                 .ok_or("`gzip -dc big.z` does not give big.bin back".into())
         }),
         ("outfile big.back' && cmp", |_, s, _| {
-            (s.file("big.back") == s.file("big.bin")).then_some(()).ok_or("big.back differs".into())
+            (s.file("big.back") == s.file("big.bin"))
+                .then_some(())
+                .ok_or("big.back differs".into())
         }),
         ("--rate 400000", |o, _, _| count_is(o, 100000)),
-        ("queues=2 | bpf \"udp\" | count", |o, _, _| count_positive(o)),
+        ("queues=2 | bpf \"udp\" | count", |o, _, _| {
+            count_positive(o)
+        }),
         ("batching=fixed | count", |o, _, _| count_positive(o)),
         ("tx dev=sl-lab0", |o, _, _| has(&o.err, "tx")),
         ("flowcount top=20", |o, _, _| has(&o.err, "flowcount")),
         ("maps --watch", |o, _, _| has(&o.out, "flowcount")),
         ("sample 100 | inspect", |o, _, _| {
-            (!o.out.is_empty()).then_some(()).ok_or("inspect printed nothing".into())
+            (!o.out.is_empty())
+                .then_some(())
+                .ok_or("inspect printed nothing".into())
         }),
-        ("bytecount top=4", |o, _, _| has(&format!("{}{}", o.out, o.err), "bytecount")),
+        ("bytecount top=4", |o, _, _| {
+            has(&format!("{}{}", o.out, o.err), "bytecount")
+        }),
         ("streamline check", |o, _, _| {
             has(&o.out, "pcapin")?;
             has(&o.out, "inspect")
@@ -367,33 +405,53 @@ fn checks() -> Vec<(&'static str, Check)> {
             has(&o.out, "pcapin")?;
             has(&o.out, "kafkain")
         }),
-        ("group=ids eof=yes | ip | tcp | count", |o, _, _| count_is(o, 4565)),
+        ("group=ids eof=yes | ip | tcp | count", |o, _, _| {
+            count_is(o, 4565)
+        }),
         ("topic=packets eof=yes | pcapout", |_, s, _| {
             let n = pcap_packets(&s.dir.join("k.pcap"));
-            (n == 5247).then_some(()).ok_or(format!("x.pcap has {n} packets, want 5247"))
+            (n == 5247)
+                .then_some(())
+                .ok_or(format!("x.pcap has {n} packets, want 5247"))
         }),
-        ("gen count=10M | count'  ", |o, _, _| count_is(o, 10 * 1024 * 1024)),
+        ("gen count=10M | count'  ", |o, _, _| {
+            count_is(o, 10 * 1024 * 1024)
+        }),
         ("--detach --log run.log", |o, _, _| {
-            (o.out.trim().is_empty()).then_some(()).ok_or("the id goes to $id".into())
+            (o.out.trim().is_empty())
+                .then_some(())
+                .ok_or("the id goes to $id".into())
         }),
         ("until streamline ps", |_, _, _| Ok(())),
         ("streamline ps ", |o, _, _| has(&o.out, "running")),
         ("streamline attach", |o, _, _| has(&o.out, "count:dns")),
         ("streamline edit", |o, _, _| has(&o.out, "applied")),
-        ("STREAMLINE_SOCKET=none", |o, _, _| count_is(o, 10 * 1024 * 1024)),
-        ("ls -R /run/streamline/pipes", |o, _, _| has(&o.out, "count:a")),
+        ("STREAMLINE_SOCKET=none", |o, _, _| {
+            count_is(o, 10 * 1024 * 1024)
+        }),
+        ("ls -R /run/streamline/pipes", |o, _, _| {
+            has(&o.out, "count:a")
+        }),
         (".stats", |o, _, _| has(&o.out, "blocks_in")),
         ("tcpdump -c 10 -r", |o, _, _| {
             let n = o.out.lines().count();
-            (n == 10).then_some(()).ok_or(format!("tcpdump printed {n} packets, want 10"))
+            (n == 10)
+                .then_some(())
+                .ok_or(format!("tcpdump printed {n} packets, want 10"))
         }),
         ("streamline sh 'tar", |o, _, _| {
-            (o.out.trim().parse::<u64>().is_ok_and(|n| n > 0)).then_some(()).ok_or("wc -c printed no size".into())
+            (o.out.trim().parse::<u64>().is_ok_and(|n| n > 0))
+                .then_some(())
+                .ok_or("wc -c printed no size".into())
         }),
         ("find crates", |o, _, _| {
-            (o.out.trim().parse::<u64>().is_ok_and(|n| n > 10000)).then_some(()).ok_or("wc -l printed no line count".into())
+            (o.out.trim().parse::<u64>().is_ok_and(|n| n > 10000))
+                .then_some(())
+                .ok_or("wc -l printed no line count".into())
         }),
-        ("examples/job.py", |o, _, _| has(&o.out, "4194304 bytes back, identical")),
+        ("examples/job.py", |o, _, _| {
+            has(&o.out, "4194304 bytes back, identical")
+        }),
         ("until dig", |o, _, _| has(&o.out, "10.0.0.7")),
         ("curl", |_, s, _| {
             (s.file("sample.pcap") == std::fs::read(s.dir.join("examples/sample.pcap")).unwrap())
@@ -401,7 +459,9 @@ fn checks() -> Vec<(&'static str, Check)> {
                 .ok_or("the download differs from examples/sample.pcap".into())
         }),
         ("tar cf backup.tar", |_, s, _| {
-            (s.file("backup.tar").len() > 4 << 20).then_some(()).ok_or("backup.tar is short".into())
+            (s.file("backup.tar").len() > 4 << 20)
+                .then_some(())
+                .ok_or("backup.tar is short".into())
         }),
         ("iperf3 -c", |o, _, _| has(&o.out, "receiver")),
         ("./shapeprog", |o, _, _| has(&o.err, "20")),
@@ -412,23 +472,33 @@ fn checks() -> Vec<(&'static str, Check)> {
         }),
         ("tcpdump -i sl-lab0 -c 20", |_, s, _| {
             let n = pcap_packets(&s.dir.join("http.pcap"));
-            (n == 20).then_some(()).ok_or(format!("http.pcap has {n} packets, want 20"))
+            (n == 20)
+                .then_some(())
+                .ok_or(format!("http.pcap has {n} packets, want 20"))
         }),
         ("tshark", |o, _, _| {
             let n = o.out.lines().count();
-            (n == 20).then_some(()).ok_or(format!("tshark printed {n} packets, want 20"))
+            (n == 20)
+                .then_some(())
+                .ok_or(format!("tshark printed {n} packets, want 20"))
         }),
         ("tcpdump -D", |o, _, _| has(&o.out, "streamline:")),
         ("streamline:$id/bpf", |_, s, _| {
             let n = pcap_packets(&s.dir.join("dns.pcap"));
-            (n == 10).then_some(()).ok_or(format!("dns.pcap has {n} packets, want 10"))
+            (n == 10)
+                .then_some(())
+                .ok_or(format!("dns.pcap has {n} packets, want 10"))
         }),
         ("./slcat -v c", |o, _, _| {
             let n = o.out.lines().count();
-            (n == 3).then_some(()).ok_or(format!("slcat | head -3 printed {n} lines"))
+            (n == 3)
+                .then_some(())
+                .ok_or(format!("slcat | head -3 printed {n} lines"))
         }),
         ("./slwrite mine", |o, _, _| {
-            (!o.out.is_empty()).then_some(()).ok_or("slcat read nothing of slwrite's stream".into())
+            (!o.out.is_empty())
+                .then_some(())
+                .ok_or("slcat read nothing of slwrite's stream".into())
         }),
     ]
 }
@@ -482,11 +552,16 @@ fn kill_marked(marker: &str) {
             return;
         }
         for p in &pids {
-            let _ = Command::new("kill").args([sig, &p.to_string()]).stderr(Stdio::null()).status();
+            let _ = Command::new("kill")
+                .args([sig, &p.to_string()])
+                .stderr(Stdio::null())
+                .status();
         }
-        common::wait_for("the session's processes to end", Duration::from_secs(10), || {
-            marked(marker).is_empty() || sig == "-KILL"
-        });
+        common::wait_for(
+            "the session's processes to end",
+            Duration::from_secs(10),
+            || marked(marker).is_empty() || sig == "-KILL",
+        );
     }
 }
 
@@ -503,7 +578,12 @@ fn scratch() -> PathBuf {
             continue;
         }
         if n == "crates" || n == "examples" {
-            let st = Command::new("cp").arg("-a").arg(e.path()).arg(&dir).status().unwrap();
+            let st = Command::new("cp")
+                .arg("-a")
+                .arg(e.path())
+                .arg(&dir)
+                .status()
+                .unwrap();
             assert!(st.success());
         } else {
             std::os::unix::fs::symlink(e.path(), dir.join(&name)).unwrap();
@@ -514,23 +594,49 @@ fn scratch() -> PathBuf {
 
 #[test]
 fn every_readme_example_runs_as_written_and_does_what_it_says() {
-    common::daemon::require_root("the examples capture on a veth pair in a network namespace, load eBPF and mount PipesFS");
+    common::daemon::require_root(
+        "the examples capture on a veth pair in a network namespace, load eBPF and mount PipesFS",
+    );
     assert!(
-        Command::new("tcpreplay").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success()),
+        Command::new("tcpreplay")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()),
         "the README's host B replays the sample with tcpreplay (scripts/setup installs it)"
     );
-    assert!(Path::new("/dev/fuse").exists(), "the README's daemon mounts PipesFS: /dev/fuse (FUSE) is missing");
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "the README's daemon mounts PipesFS: /dev/fuse (FUSE) is missing"
+    );
     let _ = common::daemon::daemon_bin();
 
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let all = examples(&readme);
-    let (skipped, run): (Vec<(usize, &Example)>, Vec<(usize, &Example)>) =
-        all.iter().enumerate().partition(|(_, e)| e.not_run().is_some());
-    eprintln!("README.md: {} examples, {} run, {} not run:", all.len(), run.len(), skipped.len());
+    let (skipped, run): (Vec<(usize, &Example)>, Vec<(usize, &Example)>) = all
+        .iter()
+        .enumerate()
+        .partition(|(_, e)| e.not_run().is_some());
+    eprintln!(
+        "README.md: {} examples, {} run, {} not run:",
+        all.len(),
+        run.len(),
+        skipped.len()
+    );
     for (_, e) in &skipped {
-        eprintln!("  line {}: {} (not run: {})", e.line, e.text.lines().next().unwrap(), e.not_run().unwrap());
+        eprintln!(
+            "  line {}: {} (not run: {})",
+            e.line,
+            e.text.lines().next().unwrap(),
+            e.not_run().unwrap()
+        );
     }
-    assert!(all.len() >= 60, "only {} examples found in README.md: is the parser broken?", all.len());
+    assert!(
+        all.len() >= 60,
+        "only {} examples found in README.md: is the parser broken?",
+        all.len()
+    );
     assert!(
         skipped.len() <= MAX_NOT_RUN,
         "{} README examples are marked `not run:` (at most {MAX_NOT_RUN})",
@@ -566,10 +672,28 @@ fn every_readme_example_runs_as_written_and_does_what_it_says() {
 
     // The references the checks compare with, made before the session changes anything.
     let refs = Refs {
-        http: streamline(&["run", "pcapin file=examples/sample.pcap | tcp | http | inspect"], &dir).0,
-        ip_http: streamline(&["run", "pcapin file=examples/sample.pcap | ip | tcp | http | inspect"], &dir).0,
+        http: streamline(
+            &[
+                "run",
+                "pcapin file=examples/sample.pcap | tcp | http | inspect",
+            ],
+            &dir,
+        )
+        .0,
+        ip_http: streamline(
+            &[
+                "run",
+                "pcapin file=examples/sample.pcap | ip | tcp | http | inspect",
+            ],
+            &dir,
+        )
+        .0,
         services_tcp: String::from_utf8_lossy(
-            &Command::new("bash").args(["-c", "cat /etc/services | grep tcp | wc -l"]).output().unwrap().stdout,
+            &Command::new("bash")
+                .args(["-c", "cat /etc/services | grep tcp | wc -l"])
+                .output()
+                .unwrap()
+                .stdout,
         )
         .into_owned(),
     };
@@ -586,7 +710,11 @@ fn every_readme_example_runs_as_written_and_does_what_it_says() {
         ));
     }
     std::fs::write(state.join("session.sh"), &script).unwrap();
-    let path = format!("{}:{}", bindir.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bindir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let mut child = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "bash"])
         .arg(state.join("session.sh"))
@@ -617,10 +745,19 @@ fn every_readme_example_runs_as_written_and_does_what_it_says() {
     kill_marked(&marker);
     let _ = child.kill();
     let _ = child.wait();
-    let _ = Command::new("ip").args(["netns", "del", "sl-lab"]).stderr(Stdio::null()).status();
-    let _ = Command::new("ip").args(["link", "del", "sl-lab0"]).stderr(Stdio::null()).status();
+    let _ = Command::new("ip")
+        .args(["netns", "del", "sl-lab"])
+        .stderr(Stdio::null())
+        .status();
+    let _ = Command::new("ip")
+        .args(["link", "del", "sl-lab0"])
+        .stderr(Stdio::null())
+        .status();
     if Path::new("/tmp/kafka").exists() && status.is_none() {
-        let _ = Command::new("bash").arg(root().join("scripts/kafka-broker")).args(["stop", "/tmp/kafka"]).status();
+        let _ = Command::new("bash")
+            .arg(root().join("scripts/kafka-broker"))
+            .args(["stop", "/tmp/kafka"])
+            .status();
     }
     let session_err = std::fs::read_to_string(state.join("session.err")).unwrap_or_default();
     let Some(status) = status else {
@@ -640,7 +777,9 @@ fn every_readme_example_runs_as_written_and_does_what_it_says() {
         results: BTreeMap::new(),
     };
     for (i, _) in &run {
-        let read = |ext: &str| std::fs::read_to_string(state.join(format!("{i}.{ext}"))).unwrap_or_default();
+        let read = |ext: &str| {
+            std::fs::read_to_string(state.join(format!("{i}.{ext}"))).unwrap_or_default()
+        };
         session.results.insert(
             *i,
             Outcome {
@@ -668,7 +807,16 @@ fn every_readme_example_runs_as_written_and_does_what_it_says() {
             Ok(())
         };
         if let Err(why) = verdict {
-            let tail = |s: &str| s.lines().rev().take(12).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n    ");
+            let tail = |s: &str| {
+                s.lines()
+                    .rev()
+                    .take(12)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n    ")
+            };
             failures.push(format!(
                 "README.md line {}: {}  ({})\n  {why}\n  stdout:\n    {}\n  stderr:\n    {}",
                 e.line,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use kernel::netns::Veth;
 
 mod common;
-use common::{spawn_run_stats, count_of, tcpdump_listening, wait_for, wait_until};
+use common::{count_of, spawn_run_stats, tcpdump_listening, wait_for, wait_until};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamline");
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../examples/sample.pcap");
@@ -97,7 +97,10 @@ fn wait_bounded(mut c: Child, what: &str, limit: Duration) -> (Option<i32>, Stri
 /// user wrote that the subscription stands for, the shared prefix's last (`bpf: 10 blocks
 /// received, lost 0 ...`), as the table's row is; never by the internal `__subscribe`.
 fn subscription(err: &str) -> (u64, u64) {
-    assert!(!err.contains("__subscribe"), "an internal node's name shown:\n{err}");
+    assert!(
+        !err.contains("__subscribe"),
+        "an internal node's name shown:\n{err}"
+    );
     let line = err
         .lines()
         .find(|l| l.starts_with("bpf: ") && l.contains(" blocks received, lost "))
@@ -179,12 +182,16 @@ fn a_stopped_subscriber_loses_its_own_packets_and_stalls_no_one() {
     );
     signal(&stopped, "-CONT");
     // Until it runs again (it reads the rest as its publisher ends, below).
-    wait_for("the stopped subscriber to resume", Duration::from_secs(10), || {
-        std::fs::read_to_string(format!("/proc/{}/stat", stopped.id()))
-            .ok()
-            .and_then(|s| Some(s.rsplit_once(") ")?.1.chars().next()? != 'T'))
-            .unwrap_or(true)
-    });
+    wait_for(
+        "the stopped subscriber to resume",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(format!("/proc/{}/stat", stopped.id()))
+                .ok()
+                .and_then(|s| Some(s.rsplit_once(") ")?.1.chars().next()? != 'T'))
+                .unwrap_or(true)
+        },
+    );
 
     // The publisher ends; its subscribers read what it published, then end too.
     signal(&publisher, "-INT");

@@ -82,7 +82,8 @@ fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
 
 #[test]
 fn shell_pipelines_give_the_shells_answer_byte_for_byte() {
-    let corpus = std::fs::read_to_string(root().join("crates/tools/cli/tests/shell/corpus.txt")).unwrap();
+    let corpus =
+        std::fs::read_to_string(root().join("crates/tools/cli/tests/shell/corpus.txt")).unwrap();
     let dir = scratch();
     let mut failures = Vec::new();
     let mut compared = 0;
@@ -100,7 +101,10 @@ fn shell_pipelines_give_the_shells_answer_byte_for_byte() {
             let ours_made = made(&dir);
             let err = String::from_utf8_lossy(&ours.stderr);
             refused += 1;
-            let caret = err.lines().any(|l| l.trim() == "^" || (l.trim_start().starts_with('^') && l.trim().chars().all(|c| c == '^')));
+            let caret = err.lines().any(|l| {
+                l.trim() == "^"
+                    || (l.trim_start().starts_with('^') && l.trim().chars().all(|c| c == '^'))
+            });
             if ours.status.code() != Some(2)
                 || !ours.stdout.is_empty()
                 || !ours_made.is_empty()
@@ -160,7 +164,10 @@ fn shell_pipelines_give_the_shells_answer_byte_for_byte() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(compared >= 40, "the corpus has only {compared} pipelines");
     assert!(refused >= 10, "the corpus has only {refused} refusals");
-    assert!(liked >= 10, "the corpus has only {liked} pipelines with native filters");
+    assert!(
+        liked >= 10,
+        "the corpus has only {liked} pipelines with native filters"
+    );
     assert!(
         failures.is_empty(),
         "{} of {compared} shell pipelines differ from bash:\n\n{}",
@@ -191,7 +198,11 @@ fn the_first_command_reads_the_runs_standard_input() {
         });
         let out = child.wait_with_output().unwrap();
         writer.join().unwrap();
-        assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out.stdout
     };
     for pipeline in [
@@ -215,5 +226,9 @@ fn the_first_command_reads_the_runs_standard_input() {
         );
     }
     let ours = feed(BIN, &["run", "-q", "--socket", "none", "stdin | wc -l"]);
-    assert_eq!(String::from_utf8_lossy(&ours).trim(), "2000", "stdin | wc -l");
+    assert_eq!(
+        String::from_utf8_lossy(&ours).trim(),
+        "2000",
+        "stdin | wc -l"
+    );
 }

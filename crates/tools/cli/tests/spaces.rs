@@ -154,14 +154,23 @@ fn counts_agree_across_spaces_and_data_parallel_replicas() {
     // control option of that name): 64 KiB blocks cross into a process space as into a
     // thread space, and count as in one space.
     let big = count("gen count=200 size=64K | count");
-    for p in ["gen count=200 size=64K | count space=1", "gen count=200 size=64K | count space=p1"] {
+    for p in [
+        "gen count=200 size=64K | count space=1",
+        "gen count=200 size=64K | count space=p1",
+    ] {
         assert_eq!(count(p), big, "`{p}`");
     }
     // `placed=kernel` where no capture socket can run the program: it runs here, and keeps
     // what it keeps in user space (it once passed every frame, trusting a socket filter
     // that was not there).
-    let user = count(&format!("pcapin file={} | bpf \"udp\" | count", cap.display()));
-    let kernel = count(&format!("pcapin file={} | bpf \"udp\" placed=kernel | count", cap.display()));
+    let user = count(&format!(
+        "pcapin file={} | bpf \"udp\" | count",
+        cap.display()
+    ));
+    let kernel = count(&format!(
+        "pcapin file={} | bpf \"udp\" placed=kernel | count",
+        cap.display()
+    ));
     assert_eq!(kernel, user);
     // Connection scaling: a hash split on the flow class keeps each flow on one replica.
     let flows = count(&format!("pcapin file={} | tcp | flow | split 2 mode=hash | (tcpstream space=1 + tcpstream space=2) | count", cap.display()));
@@ -459,7 +468,10 @@ fn build_errors_point_at_the_failing_filter_in_every_kind_of_space() {
     ] {
         let (code, _, err) = run(pipeline);
         assert_eq!(code, 2, "{pipeline}: {err}");
-        assert!(err.starts_with("streamline: error: strip: "), "{pipeline}: {err}");
+        assert!(
+            err.starts_with("streamline: error: strip: "),
+            "{pipeline}: {err}"
+        );
         assert_eq!(under_caret(&err, pipeline), node, "{pipeline}: {err}");
     }
     // A placement rule: the caret is under the filter the rule names.
@@ -579,9 +591,14 @@ fn adapt_moves_the_busy_filter_across_the_channel_and_changes_no_result() {
             .arg(p)
             .output()
             .expect("run streamline");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        let (log, rest): (Vec<&str>, Vec<&str>) = err.lines().partition(|l| l.starts_with("adapt:"));
+        let (log, rest): (Vec<&str>, Vec<&str>) =
+            err.lines().partition(|l| l.starts_with("adapt:"));
         let mut rest: Vec<String> = rest.into_iter().map(str::to_string).collect();
         rest.sort();
         (out.stdout, rest, log.join("\n"))

@@ -69,7 +69,10 @@ fn settled_problems(rows: &[Row], labels: &[&str]) -> Vec<String> {
     }
     for w in rows.windows(2) {
         if w[1].counts[0] != w[0].counts[1] {
-            bad.push(format!("{} took {} blocks, {} sent {}", w[1].label, w[1].counts[0], w[0].label, w[0].counts[1]));
+            bad.push(format!(
+                "{} took {} blocks, {} sent {}",
+                w[1].label, w[1].counts[0], w[0].label, w[0].counts[1]
+            ));
         }
     }
     bad
@@ -80,9 +83,21 @@ fn settled_problems(rows: &[Row], labels: &[&str]) -> Vec<String> {
 #[test]
 fn the_final_tables_rows_follow_the_pipeline_in_every_placement() {
     for (p, labels, spaces) in [
-        ("gen count=1000 | count space=2 | null space=1", &["gen", "count", "null"][..], &["0", "2", "1"][..]),
-        ("gen count=1000 | count space=p2 | null space=1", &["gen", "count", "null"], &["0", "p2", "1"]),
-        ("gen count=1000 | count space=2 | dedup space=1 | null", &["gen", "count", "dedup", "null"], &["0", "2", "1", "1"]),
+        (
+            "gen count=1000 | count space=2 | null space=1",
+            &["gen", "count", "null"][..],
+            &["0", "2", "1"][..],
+        ),
+        (
+            "gen count=1000 | count space=p2 | null space=1",
+            &["gen", "count", "null"],
+            &["0", "p2", "1"],
+        ),
+        (
+            "gen count=1000 | count space=2 | dedup space=1 | null",
+            &["gen", "count", "dedup", "null"],
+            &["0", "2", "1", "1"],
+        ),
     ] {
         let o = Command::new(BIN)
             .args(["--socket", "none", "run", "--plan", "none", p])
@@ -113,7 +128,8 @@ fn stats_file_while_running_has_the_final_tables_rows() {
     let mut seen = String::new();
     common::wait_until("a running table with counts in --stats", LIMIT, || {
         seen = std::fs::read_to_string(&stats).unwrap_or_default();
-        let v: serde_json::Value = serde_json::from_str(&seen).map_err(|e| format!("{e}: {seen}"))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&seen).map_err(|e| format!("{e}: {seen}"))?;
         let nodes = v["nodes"].as_array().ok_or(seen.clone())?;
         let rows: Vec<(String, String, u64, u64, u64, u64, u64)> = nodes
             .iter()
@@ -134,7 +150,10 @@ fn stats_file_while_running_has_the_final_tables_rows() {
             return Err(seen.clone());
         }
         for r in &rows {
-            assert!(!r.0.contains(['@', '~']) && !r.0.starts_with("__"), "an internal label: {seen}");
+            assert!(
+                !r.0.contains(['@', '~']) && !r.0.starts_with("__"),
+                "an internal label: {seen}"
+            );
         }
         // The process space's row comes with its first counters (within 200 ms).
         let shape: Vec<(&str, &str)> = rows.iter().map(|r| (r.0.as_str(), r.1.as_str())).collect();
@@ -146,7 +165,9 @@ fn stats_file_while_running_has_the_final_tables_rows() {
         }
         Ok(())
     });
-    let _ = Command::new("kill").args(["-INT", &c.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &c.id().to_string()])
+        .status();
     let _ = c.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -162,7 +183,11 @@ fn live_views_show_the_final_tables_rows() {
         "gen count=2000 size=1K | deflate space=1,2 | count space=p3 | sh -c 'cat >/dev/null; until [ -e {} ]; do sleep 0.1; done'",
         go.display()
     );
-    let o = d.cli().args(["run", "--detach", "--plan", "none", &p]).output().unwrap();
+    let o = d
+        .cli()
+        .args(["run", "--detach", "--plan", "none", &p])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{o:?}");
     let id: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
     // attach: tables until one has settled (count took all 2000 blocks).
@@ -192,16 +217,27 @@ fn live_views_show_the_final_tables_rows() {
     loop {
         let t = rx
             .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
-            .unwrap_or_else(|_| panic!("no settled table from attach within {LIMIT:?}; last:\n{}", last.join("\n")));
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no settled table from attach within {LIMIT:?}; last:\n{}",
+                    last.join("\n")
+                )
+            });
         assert!(t[0].contains("space"), "{t:?}");
         let r = rows(&t);
         for row in &r {
-            assert!(!row.label.contains(['@', '~']) && !row.label.starts_with("__"), "an internal label: {t:?}");
+            assert!(
+                !row.label.contains(['@', '~']) && !row.label.starts_with("__"),
+                "an internal label: {t:?}"
+            );
             assert!(row.adds_up(), "{row:?} does not add up:\n{}", t.join("\n"));
         }
         last = t;
         // Settled up to count (sh, the last command, may still be taking its input).
-        if r.iter().find(|x| x.label == "count").is_some_and(|c| c.counts[1] == 2000) {
+        if r.iter()
+            .find(|x| x.label == "count")
+            .is_some_and(|c| c.counts[1] == 2000)
+        {
             let got: Vec<&str> = r.iter().map(|x| x.label.as_str()).collect();
             assert_eq!(got, labels, "{}", last.join("\n"));
             let bad = settled_problems(&r[..3], &labels[..3]);
@@ -219,12 +255,19 @@ fn live_views_show_the_final_tables_rows() {
         .lines()
         .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
         .unwrap_or_else(|| panic!("run {id} not in ps:\n{ps}"));
-    assert!(line.contains("local:gen t1:deflate t2:deflate p3:count,sh "), "{ps}");
+    assert!(
+        line.contains("local:gen t1:deflate t2:deflate p3:count,sh "),
+        "{ps}"
+    );
     // PipesFS: the replicated filter's directory is `deflate` (under gen), its .stats the
     // folded row; no directory is named for an internal node.
     let run = d.mount().join(id.to_string());
-    let stats = std::fs::read_to_string(run.join("gen/deflate/.stats"))
-        .unwrap_or_else(|e| panic!("gen/deflate/.stats: {e}; the run's directory: {:?}", names(&run)));
+    let stats = std::fs::read_to_string(run.join("gen/deflate/.stats")).unwrap_or_else(|e| {
+        panic!(
+            "gen/deflate/.stats: {e}; the run's directory: {:?}",
+            names(&run)
+        )
+    });
     let field = |k: &str| {
         stats
             .lines()
@@ -237,7 +280,8 @@ fn live_views_show_the_final_tables_rows() {
     assert_eq!(field("blocks_in"), "2000", "{stats}");
     let all = names(&run);
     assert!(
-        all.iter().all(|n| !n.contains(['@', '~']) && !n.starts_with("__")),
+        all.iter()
+            .all(|n| !n.contains(['@', '~']) && !n.starts_with("__")),
         "internal nodes' directories: {all:?}"
     );
     std::fs::write(&go, b"").unwrap();
@@ -250,7 +294,9 @@ fn names(dir: &std::path::Path) -> Vec<String> {
     let mut v = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') || name == "all" || name == "all.pcap" {

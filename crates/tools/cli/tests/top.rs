@@ -84,13 +84,25 @@ fn top_shows_the_runs_then_a_runs_nodes_by_load_updating_in_place() {
         "STREAMLINE_SOCKET={} {BIN} top --delay 1",
         d.socket.display()
     );
-    tmux(&["new-session", "-d", "-s", &s.0, "-x", "160", "-y", "40", &cmd]);
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &s.0,
+        "-x",
+        "160",
+        "-y",
+        "40",
+        &cmd,
+    ]);
     // The runs.
     let text = wait_screen(&s, "both runs", |t| {
         // Each run's line by its ID, with its pipeline (shortened to the column's width).
         let line = |id: u64| {
             t.lines()
-                .find(|l| l.trim_start_matches('>').split_whitespace().next() == Some(&id.to_string()))
+                .find(|l| {
+                    l.trim_start_matches('>').split_whitespace().next() == Some(&id.to_string())
+                })
                 .unwrap_or("")
                 .to_string()
         };
@@ -98,7 +110,10 @@ fn top_shows_the_runs_then_a_runs_nodes_by_load_updating_in_place() {
             && line(quiet).contains("| count name=quiet |")
             && line(busy).contains("rate=400 | sample every=2 |")
     });
-    assert!(text.lines().any(|l| l.starts_with('>')), "a run is chosen:\n{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with('>')),
+        "a run is chosen:\n{text}"
+    );
     // Down to the second run, Enter: its nodes, busiest first.
     tmux(&["send-keys", "-t", &s.0, "Down", "Enter"]);
     let text = wait_screen(&s, "the busy run's nodes with rates", |t| {
@@ -123,17 +138,29 @@ fn top_shows_the_runs_then_a_runs_nodes_by_load_updating_in_place() {
         .args(["edit", &busy.to_string(), "set gen rate=2000"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_screen(&s, "gen's rate rising past 1000/s", |t| {
         node_rate(t, "gen").is_some_and(|r| r > 1000.0)
     });
     // Back to the runs, then q: top ends and the pane's program is gone.
     tmux(&["send-keys", "-t", &s.0, "b"]);
-    wait_screen(&s, "the runs again", |t| t.contains("streamline top: 2 runs"));
+    wait_screen(&s, "the runs again", |t| {
+        t.contains("streamline top: 2 runs")
+    });
     tmux(&["send-keys", "-t", &s.0, "q"]);
     let start = Instant::now();
-    while !tmux(&["list-sessions"]).lines().all(|l| !l.starts_with(&format!("{}:", s.0))) {
-        assert!(start.elapsed() < Duration::from_secs(10), "top did not quit on q");
+    while !tmux(&["list-sessions"])
+        .lines()
+        .all(|l| !l.starts_with(&format!("{}:", s.0)))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "top did not quit on q"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     for id in [quiet, busy] {

@@ -82,11 +82,21 @@ fn run_id(o: &std::process::Output) -> u64 {
 
 /// What a process may do, from its status: uids, gids, capability sets, no_new_privs.
 fn rights(st: &BTreeMap<String, String>) -> String {
-    ["Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs"]
-        .iter()
-        .map(|k| format!("{k}: {}", st.get(*k).map_or("?", String::as_str)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    [
+        "Uid",
+        "Gid",
+        "Groups",
+        "CapInh",
+        "CapPrm",
+        "CapEff",
+        "CapBnd",
+        "CapAmb",
+        "NoNewPrivs",
+    ]
+    .iter()
+    .map(|k| format!("{k}: {}", st.get(*k).map_or("?", String::as_str)))
+    .collect::<Vec<_>>()
+    .join(", ")
 }
 
 #[test]
@@ -146,12 +156,19 @@ fn every_process_of_a_nonroot_run_holds_only_the_clients_rights() {
         .unwrap();
     assert!(st.status.success(), "{:?}", text(&st));
     common::wait_for("the run to end", Duration::from_secs(10), || {
-        !descendants(daemon).iter().any(|p| cmdline(*p).contains("__worker"))
+        !descendants(daemon)
+            .iter()
+            .any(|p| cmdline(*p).contains("__worker"))
     });
     // Root's runs keep root (the shared captures and root's own work need it).
     let out = d
         .cli()
-        .args(["run", "--detach", "-q", "gen count=100G size=64 rate=200 | count"])
+        .args([
+            "run",
+            "--detach",
+            "-q",
+            "gen count=100G size=64 rate=200 | count",
+        ])
         .stderr(Stdio::null())
         .output()
         .unwrap();
@@ -192,7 +209,11 @@ fn the_kernel_refuses_a_nonroot_run_what_its_user_may_not_do() {
         .output()
         .unwrap();
     let (_, err) = text(&o);
-    assert!(!o.status.success(), "uid 65534 bound port 80: {:?}", text(&o));
+    assert!(
+        !o.status.success(),
+        "uid 65534 bound port 80: {:?}",
+        text(&o)
+    );
     assert!(
         err.contains("80") && err.to_lowercase().contains("permission denied"),
         "{err}"
@@ -219,8 +240,7 @@ fn the_kernel_refuses_a_nonroot_run_what_its_user_may_not_do() {
         &secret,
     )
     .unwrap();
-    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let o = d
         .cli_as_nobody()
         .args(["run", &format!("pcapin file={} | count", secret.display())])
@@ -301,7 +321,11 @@ fn a_granted_capture_sees_only_its_grant_whatever_its_worker_does() {
         let s = kernel::afpacket::take_descriptor(worker, *fd)
             .unwrap_or_else(|e| panic!("pidfd_getfd of the worker's socket: {e}"));
         let e = kernel::afpacket::detach_filter(&s).unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "detach: {e}");
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::PermissionDenied,
+            "detach: {e}"
+        );
         let all = [kernel::cbpf::Insn {
             code: 0x06,
             jt: 0,
@@ -309,9 +333,17 @@ fn a_granted_capture_sees_only_its_grant_whatever_its_worker_does() {
             k: u32::MAX,
         }];
         let e = kernel::afpacket::attach_classic(&s, &all).unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "attach: {e}");
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::PermissionDenied,
+            "attach: {e}"
+        );
         let e = kernel::afpacket::unlock_filter(&s).unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "unlock: {e}");
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::PermissionDenied,
+            "unlock: {e}"
+        );
     }
     // Traffic: 20 datagrams to port 53 (granted), 30 to port 80 (not).
     for (port, n) in [("53", 20), ("80", 30)] {
@@ -327,9 +359,11 @@ fn a_granted_capture_sees_only_its_grant_whatever_its_worker_does() {
     }
     // Stop once the granted datagrams have been counted (the counters the worker
     // reports to the daemon).
-    common::wait_for("the 20 granted datagrams counted", Duration::from_secs(10), || {
-        sunk(&d, id) >= 20
-    });
+    common::wait_for(
+        "the 20 granted datagrams counted",
+        Duration::from_secs(10),
+        || sunk(&d, id) >= 20,
+    );
     let st = d
         .cli_as_nobody()
         .args(["stop", &id.to_string()])
@@ -337,7 +371,9 @@ fn a_granted_capture_sees_only_its_grant_whatever_its_worker_does() {
         .unwrap();
     assert!(st.status.success(), "{:?}", text(&st));
     common::wait_for("the run to end", Duration::from_secs(10), || {
-        !descendants(d.pid()).iter().any(|p| cmdline(*p).contains("__worker"))
+        !descendants(d.pid())
+            .iter()
+            .any(|p| cmdline(*p).contains("__worker"))
     });
     let err = std::fs::read_to_string(&log).unwrap();
     assert_eq!(common::count_of(&err), 20, "{err}");

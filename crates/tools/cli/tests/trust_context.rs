@@ -250,7 +250,10 @@ fn a_command_the_daemon_checked_is_resolved_on_the_clients_path() {
     let s = Scratch::new("cmd");
     let p = "cout | count";
     let plain = [("PATH", "/usr/bin:/bin")];
-    let out = nobody_in(&d, &s.0, &plain, &[]).args(["run", "-q", p]).output().unwrap();
+    let out = nobody_in(&d, &s.0, &plain, &[])
+        .args(["run", "-q", p])
+        .output()
+        .unwrap();
     let (_, err) = text(&out);
     let alone = Command::new(BIN)
         .args(["run", "--socket", "none", "-q", p])
@@ -258,12 +261,18 @@ fn a_command_the_daemon_checked_is_resolved_on_the_clients_path() {
         .output()
         .unwrap();
     let (_, alone_err) = text(&alone);
-    assert!(!out.status.success(), "a typo ran through the daemon: {err}");
+    assert!(
+        !out.status.success(),
+        "a typo ran through the daemon: {err}"
+    );
     assert!(
         err.contains("unknown filter 'cout'") && err.contains("count"),
         "through the daemon: {err}\nstand-alone: {alone_err}"
     );
-    assert!(alone_err.contains("unknown filter 'cout'"), "stand-alone: {alone_err}");
+    assert!(
+        alone_err.contains("unknown filter 'cout'"),
+        "stand-alone: {alone_err}"
+    );
     // With a `cout` of the client's own on its PATH, the same text runs it.
     let bin = s.0.join("bin");
     std::fs::create_dir(&bin).unwrap();
@@ -271,8 +280,14 @@ fn a_command_the_daemon_checked_is_resolved_on_the_clients_path() {
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(bin.join("cout"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:/usr/bin:/bin", bin.display());
-    let out = nobody_in(&d, &s.0, &[("PATH", &path)], &[]).args(["run", p]).output().unwrap();
+    let out = nobody_in(&d, &s.0, &[("PATH", &path)], &[])
+        .args(["run", p])
+        .output()
+        .unwrap();
     let (_, err) = text(&out);
     assert!(out.status.success(), "{err}\ndaemon log:\n{}", d.log());
-    assert!(common::count_of(&err) >= 1, "the client's cout wrote nothing: {err}");
+    assert!(
+        common::count_of(&err) >= 1,
+        "the client's cout wrote nothing: {err}"
+    );
 }

@@ -23,7 +23,7 @@ fn text(o: &Output) -> String {
 
 fn sh_as_nobody(cmd: &str) -> Output {
     common::daemon::as_nobody("bash")
-            .args(["-c", cmd])
+        .args(["-c", cmd])
         .output()
         .unwrap()
 }
@@ -53,7 +53,7 @@ fn edit_as_nobody(d: &Daemon, id: u64, e: &str) -> Output {
 fn raw_edit_as_nobody(d: &Daemon, id: u64, edit: &str) -> serde_json::Value {
     let body = format!(r#"{{"id":2,"op":"edit","run":{id},"edit":{edit}}}"#);
     let out = common::daemon::as_nobody(PYTHON)
-            .args([RAW])
+        .args([RAW])
         .arg(&d.socket)
         .args(["hello", &format!("send:{body}")])
         .output()

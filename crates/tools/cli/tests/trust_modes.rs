@@ -22,7 +22,7 @@ fn key(tag: u8) -> String {
 /// Run `steps` of the raw protocol client as uid 65534.
 fn raw_as_nobody(d: &Daemon, steps: &[&str]) -> String {
     let out = common::daemon::as_nobody(PYTHON)
-            .args([RAW])
+        .args([RAW])
         .arg(&d.socket)
         .args(steps)
         .output()
@@ -386,7 +386,7 @@ fn secret_options_are_never_shown() {
         &all,
     );
     let w = common::daemon::as_nobody("sh")
-            .args(["-c"])
+        .args(["-c"])
         .arg(format!(
             "echo key={k4} > '{}'",
             enc.join(".options").display()

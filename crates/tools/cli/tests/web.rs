@@ -29,7 +29,10 @@ fn url(d: &Daemon, nobody: bool) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     let u = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(u.starts_with("http://127.0.0.1:") && u.contains("/?token="), "{u}");
+    assert!(
+        u.starts_with("http://127.0.0.1:") && u.contains("/?token="),
+        "{u}"
+    );
     u
 }
 
@@ -100,7 +103,11 @@ fn stop(d: &Daemon, id: u64) {
 #[test]
 fn the_page_shows_every_filter_a_rising_rate_and_inserts_through_the_daemon() {
     let d = web_daemon("web-page", None);
-    let id = detach(&d, false, "gen count=1G size=64 rate=200 | count name=a | null");
+    let id = detach(
+        &d,
+        false,
+        "gen count=1G size=64 rate=200 | count name=a | null",
+    );
     let u = url(&d, false);
     let mut b = Browser::start();
     b.get(&format!("{u}#run={id}"));
@@ -111,8 +118,10 @@ fn the_page_shows_every_filter_a_rising_rate_and_inserts_through_the_daemon() {
     assert_eq!(nodes, ["count:a", "gen", "null"]);
     assert_eq!(b.texts("text.space-name"), ["space 0 (local)"]);
     // Its rate, from the live counters: about 200 blocks/s at count:a.
-    b.cmd(serde_json::json!({"op": "wait", "css": "g.node[data-node='count:a'] .rate",
-        "attr": "data-rate", "above": 100, "timeout": 15}));
+    b.cmd(
+        serde_json::json!({"op": "wait", "css": "g.node[data-node='count:a'] .rate",
+        "attr": "data-rate", "above": 100, "timeout": 15}),
+    );
     b.shot("web-page-rate-200");
     // More traffic, asked from the page: `set gen rate=2000`, and the rate rises.
     b.click("g.node[data-node='gen']");
@@ -122,13 +131,18 @@ fn the_page_shows_every_filter_a_rising_rate_and_inserts_through_the_daemon() {
     b.click("#edit-apply");
     let applied = b.wait("#edit-result.applied", "applied", 15.0);
     assert!(applied.contains("set gen"), "{applied}");
-    b.cmd(serde_json::json!({"op": "wait", "css": "g.node[data-node='count:a'] .rate",
-        "attr": "data-rate", "above": 1000, "timeout": 15}));
+    b.cmd(
+        serde_json::json!({"op": "wait", "css": "g.node[data-node='count:a'] .rate",
+        "attr": "data-rate", "above": 1000, "timeout": 15}),
+    );
     b.shot("web-page-rate-2000");
     // A node's plots and options.
     b.click("g.node[data-node='gen']");
     let opts = b.texts("#panel-options td");
-    assert!(opts.iter().any(|t| t == "rate") && opts.iter().any(|t| t == "2000"), "{opts:?}");
+    assert!(
+        opts.iter().any(|t| t == "rate") && opts.iter().any(|t| t == "2000"),
+        "{opts:?}"
+    );
     assert_eq!(b.texts("#plots svg.plot polyline").len(), 3);
     // Insert a filter from the page: the daemon's edit, seen in ps and PipesFS.
     b.click("g.node[data-node='count:a']");
@@ -155,7 +169,10 @@ fn the_page_shows_every_filter_a_rising_rate_and_inserts_through_the_daemon() {
 
 /// This host's name, as the page's host box names it.
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string()
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
 }
 
 #[test]
@@ -170,7 +187,11 @@ fn edges_show_their_rates_and_across_spaces_their_rings_fill_and_readers_grouped
     // Every filter, the process space's included, with its arcs (the worker's graph has
     // no process space's nodes; the counted arcs bring them).
     b.wait("g.node[data-node='null']", "null", 15.0);
-    b.wait("path.edge.call[data-from='deflate'][data-to='null']", "", 15.0);
+    b.wait(
+        "path.edge.call[data-from='deflate'][data-to='null']",
+        "",
+        15.0,
+    );
     let mut nodes = b.attrs("g.node", "data-node");
     nodes.sort();
     assert_eq!(nodes, ["deflate", "gen", "null"]);
@@ -182,7 +203,8 @@ fn edges_show_their_rates_and_across_spaces_their_rings_fill_and_readers_grouped
     // band says where it last ran.
     let cpus = b.texts("text.cpu-name");
     assert!(
-        cpus.iter().all(|c| c == "not pinned" || (c.starts_with("cpu ") && c.ends_with(" (pinned)"))),
+        cpus.iter()
+            .all(|c| c == "not pinned" || (c.starts_with("cpu ") && c.ends_with(" (pinned)"))),
         "{cpus:?}"
     );
     assert!(cpus.iter().any(|c| c == "not pinned"), "{cpus:?}");
@@ -191,18 +213,36 @@ fn edges_show_their_rates_and_across_spaces_their_rings_fill_and_readers_grouped
     assert_eq!(b.attrs("path.edge.ring", "data-to"), ["deflate"]);
     b.cmd(serde_json::json!({"op": "wait", "css": "text.edge-ring[data-from='gen'][data-to='deflate']",
         "attr": "data-fill", "above": 0.5, "timeout": 20}));
-    let ring = b.wait("text.edge-ring[data-from='gen'][data-to='deflate']", "reader", 5.0);
-    assert!(ring.starts_with("ring ") && ring.ends_with("% \u{b7} 1 reader"), "{ring}");
-    let rate = b.wait("text.edge-rate[data-from='gen'][data-to='deflate']", "/s", 5.0);
+    let ring = b.wait(
+        "text.edge-ring[data-from='gen'][data-to='deflate']",
+        "reader",
+        5.0,
+    );
+    assert!(
+        ring.starts_with("ring ") && ring.ends_with("% \u{b7} 1 reader"),
+        "{ring}"
+    );
+    let rate = b.wait(
+        "text.edge-rate[data-from='gen'][data-to='deflate']",
+        "/s",
+        5.0,
+    );
     assert!(!rate.contains("call"), "{rate}");
     // The arc within a space is a call, with its rate.
-    let call = b.wait("text.edge-rate[data-from='deflate'][data-to='null']", "call", 5.0);
+    let call = b.wait(
+        "text.edge-rate[data-from='deflate'][data-to='null']",
+        "call",
+        5.0,
+    );
     assert!(call.ends_with("/s \u{b7} call"), "{call}");
     // The producer's panel lists its arc with the ring's waits for room.
     b.click("g.node[data-node='gen']");
     b.wait("#panel-title", "gen", 5.0);
     let rows = b.texts("#panel-counters td");
-    let arc = rows.iter().position(|t| t == "\u{2192} deflate").expect("gen's arc in its panel");
+    let arc = rows
+        .iter()
+        .position(|t| t == "\u{2192} deflate")
+        .expect("gen's arc in its panel");
     assert!(rows[arc + 1].contains("waits for room"), "{rows:?}");
     // And plots how full that ring was over the last minutes.
     b.wait("#plots svg.ring-plot", "ring to deflate, % full", 5.0);
@@ -216,7 +256,11 @@ fn a_run_of_100_filters_is_drawn_whole_and_updates() {
     // gen, 98 counts (half of them in thread space 1), null: 100 nodes, 99 arcs.
     let mut p = String::from("gen count=1G size=64 rate=500");
     for k in 0..98 {
-        p += if k < 49 { " | count" } else { " | count space=1" };
+        p += if k < 49 {
+            " | count"
+        } else {
+            " | count space=1"
+        };
     }
     p += " | null";
     let id = detach(&d, false, &p);
@@ -233,11 +277,17 @@ fn a_run_of_100_filters_is_drawn_whole_and_updates() {
     let pinned = format!("cpu {} (pinned)", 1 % cpus);
     b.wait("text.cpu-name", &pinned, 10.0);
     // The last node's rate, updated from the live counters.
-    b.cmd(serde_json::json!({"op": "wait", "css": "g.node[data-node='null'] .rate",
-        "attr": "data-rate", "above": 200, "timeout": 20}));
+    b.cmd(
+        serde_json::json!({"op": "wait", "css": "g.node[data-node='null'] .rate",
+        "attr": "data-rate", "above": 200, "timeout": 20}),
+    );
     // What an update of the page cost, printed (a figure, not a check: no timing in tests).
-    let ms = b.cmd(serde_json::json!({"op": "js", "script": "return document.body.dataset.drawMs"}));
-    eprintln!("web view: one update of a 100-node run took {} ms in headless chromium", ms["value"]);
+    let ms =
+        b.cmd(serde_json::json!({"op": "js", "script": "return document.body.dataset.drawMs"}));
+    eprintln!(
+        "web view: one update of a 100-node run took {} ms in headless chromium",
+        ms["value"]
+    );
     b.shot("web-100-nodes");
     stop(&d, id);
 }
@@ -248,7 +298,11 @@ const TEMPLATE: &str = r#"rx dev=lo | bpf "udp port 53""#;
 fn as_uid_65534_a_forbidden_edit_is_refused_on_the_page_and_only_its_runs_are_seen() {
     let policy = format!("[[grant]]\nusers = [\"65534\"]\ntemplate = '{TEMPLATE}'\n");
     let d = web_daemon("web-nobody", Some(&policy));
-    let roots = detach(&d, false, "gen count=1G size=64 rate=100 | count name=root_only | null");
+    let roots = detach(
+        &d,
+        false,
+        "gen count=1G size=64 rate=100 | count name=root_only | null",
+    );
     let mine = detach(&d, true, &format!("{TEMPLATE} | count name=mine"));
     let u = url(&d, true);
     let mut b = Browser::start();
@@ -258,20 +312,26 @@ fn as_uid_65534_a_forbidden_edit_is_refused_on_the_page_and_only_its_runs_are_se
     let runs = b.attrs("nav .run", "data-run");
     assert_eq!(runs, [mine.to_string()], "uid 65534 sees runs {runs:?}");
     let body = b.cmd(serde_json::json!({"op": "js", "script": "return document.body.innerText"}));
-    assert!(!body["value"].as_str().unwrap().contains("root_only"), "{body}");
+    assert!(
+        !body["value"].as_str().unwrap().contains("root_only"),
+        "{body}"
+    );
     // Removing the template's bpf is refused, with its reason beside the node.
     b.click("g.node[data-node='bpf']");
     b.wait("#panel-title", "bpf", 5.0);
     b.select("#edit-kind", "remove");
     b.click("#edit-apply");
     let why = b.wait("#edit-result.refused", "EACCES", 15.0);
-    assert!(why.contains("follows none") && why.contains("udp port 53"), "{why}");
+    assert!(
+        why.contains("follows none") && why.contains("udp port 53"),
+        "{why}"
+    );
     let beside = b.wait("g.node.refused[data-node='bpf'] .refusal", "refused", 5.0);
     assert!(beside.contains("EACCES"), "{beside}");
     b.shot("web-nobody-refused");
     // Nothing changed: ps still has the bpf.
-    let ps = String::from_utf8_lossy(&d.cli_as_nobody().arg("ps").output().unwrap().stdout)
-        .into_owned();
+    let ps =
+        String::from_utf8_lossy(&d.cli_as_nobody().arg("ps").output().unwrap().stdout).into_owned();
     assert!(ps.contains("bpf") && !ps.contains("root_only"), "{ps}");
     // Root's run, asked for by number: not shown.
     b.get(&format!("{}/#run={roots}", base(&u)));
@@ -279,15 +339,25 @@ fn as_uid_65534_a_forbidden_edit_is_refused_on_the_page_and_only_its_runs_are_se
     b.shot("web-nobody-not-yours");
     // Its /metrics: its own run's series, none of root's.
     let cookie = session_cookie(&url(&d, true));
-    let (code, m) = curl(&["-H", &format!("Cookie: {cookie}"), &format!("{}/metrics", base(&u))]);
+    let (code, m) = curl(&[
+        "-H",
+        &format!("Cookie: {cookie}"),
+        &format!("{}/metrics", base(&u)),
+    ]);
     assert_eq!(code, 200, "{m}");
-    assert!(m.contains(&format!("run=\"{mine}\"")) && !m.contains(&format!("run=\"{roots}\"")), "{m}");
+    assert!(
+        m.contains(&format!("run=\"{mine}\"")) && !m.contains(&format!("run=\"{roots}\"")),
+        "{m}"
+    );
     stop(&d, roots);
     stop(&d, mine);
 }
 
 /// Datagrams to 127.0.0.1:`port` every 5 ms until dropped.
-struct Traffic(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>);
+struct Traffic(
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    Option<std::thread::JoinHandle<()>>,
+);
 
 impl Traffic {
     fn start(port: u16) -> Traffic {
@@ -317,9 +387,17 @@ impl Drop for Traffic {
 fn a_nodes_sample_shows_what_passes_it_as_lines_and_as_a_pcap_to_its_user_only() {
     let policy = format!("[[grant]]\nusers = [\"65534\"]\ntemplate = '{TEMPLATE}'\n");
     let d = web_daemon("web-sample", Some(&policy));
-    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let _traffic = Traffic::start(port);
-    let id = detach(&d, false, &format!("rx dev=lo | bpf \"udp dst port {port}\" | count name=c | null"));
+    let id = detach(
+        &d,
+        false,
+        &format!("rx dev=lo | bpf \"udp dst port {port}\" | count name=c | null"),
+    );
     // The page: the node's panel, its sample as tcpdump-style lines.
     let u = url(&d, false);
     let mut b = Browser::start();
@@ -329,33 +407,75 @@ fn a_nodes_sample_shows_what_passes_it_as_lines_and_as_a_pcap_to_its_user_only()
     b.wait("#panel-title", "count:c", 5.0);
     b.click("#sample-take");
     let want = "IP 127.0.0.1.";
-    let lines = b.wait("#sample-lines", &format!(" > 127.0.0.1.{port}: UDP, length 12"), 20.0);
+    let lines = b.wait(
+        "#sample-lines",
+        &format!(" > 127.0.0.1.{port}: UDP, length 12"),
+        20.0,
+    );
     let shown: Vec<&str> = lines.lines().collect();
-    assert!(shown.len() >= 2 && shown.iter().all(|l| l.contains(want) && l.ends_with(&format!(".{port}: UDP, length 12"))), "{lines}");
+    assert!(
+        shown.len() >= 2
+            && shown
+                .iter()
+                .all(|l| l.contains(want) && l.ends_with(&format!(".{port}: UDP, length 12"))),
+        "{lines}"
+    );
     b.shot("web-sample-lines");
     // The download: a pcap of the node's next packets that tcpdump reads.
     let cookie = session_cookie(&url(&d, false));
     let dir = std::env::temp_dir().join(format!("sl-web-sample-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("c.pcap");
-    let path = format!("{}/api/runs/{id}/nodes/count%3Ac/sample.pcap?count=5&secs=10", base(&u));
+    let path = format!(
+        "{}/api/runs/{id}/nodes/count%3Ac/sample.pcap?count=5&secs=10",
+        base(&u)
+    );
     let got = Command::new("curl")
-        .args(["-s", "-o", file.to_str().unwrap(), "-w", "%{http_code}", "--max-time", "20"])
+        .args([
+            "-s",
+            "-o",
+            file.to_str().unwrap(),
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "20",
+        ])
         .args(["-H", &format!("Cookie: {cookie}"), &path])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&got.stdout), "200", "{}", std::fs::read_to_string(&file).unwrap_or_default());
-    let out = Command::new("tcpdump").args(["-n", "-r"]).arg(&file).output().expect("tcpdump");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        "200",
+        "{}",
+        std::fs::read_to_string(&file).unwrap_or_default()
+    );
+    let out = Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(&file)
+        .output()
+        .expect("tcpdump");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "tcpdump -r: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tcpdump -r: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(text.lines().count(), 5, "{text}");
-    assert!(text.lines().all(|l| l.contains(&format!("127.0.0.1.{port}: UDP, length 12"))), "{text}");
+    assert!(
+        text.lines()
+            .all(|l| l.contains(&format!("127.0.0.1.{port}: UDP, length 12"))),
+        "{text}"
+    );
     // Another user learns nothing of the run; a bad parameter is named.
     let theirs = session_cookie(&url(&d, true));
     let (code, msg) = curl(&["-H", &format!("Cookie: {theirs}"), &path]);
     assert_eq!(code, 404, "{msg}");
     assert!(msg.contains("not one you can see"), "{msg}");
-    let (code, msg) = curl(&["-H", &format!("Cookie: {cookie}"), &format!("{}/api/runs/{id}/nodes/null/sample?count=0", base(&u))]);
+    let (code, msg) = curl(&[
+        "-H",
+        &format!("Cookie: {cookie}"),
+        &format!("{}/api/runs/{id}/nodes/null/sample?count=0", base(&u)),
+    ]);
     assert_eq!(code, 400, "{msg}");
     assert!(msg.contains("count=0"), "{msg}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -365,7 +485,11 @@ fn a_nodes_sample_shows_what_passes_it_as_lines_and_as_a_pcap_to_its_user_only()
 #[test]
 fn sessions_need_a_token_and_foreign_origins_and_hosts_are_refused() {
     let d = web_daemon("web-guard", None);
-    let id = detach(&d, false, "gen count=1G size=64 rate=100 | count name=a | null");
+    let id = detach(
+        &d,
+        false,
+        "gen count=1G size=64 rate=100 | count name=a | null",
+    );
     let u = url(&d, false);
     let base = base(&u);
     let port = base.rsplit(':').next().unwrap().to_string();
@@ -382,12 +506,28 @@ fn sessions_need_a_token_and_foreign_origins_and_hosts_are_refused() {
     assert_eq!(code, 200);
     assert!(runs.contains(&format!("\"run\":{id}")), "{runs}");
     // A name instead of the address (DNS rebinding), or another origin: refused.
-    let (code, _) = curl(&[&with[0], &with[1], "-H", &format!("Host: evil.example:{port}"), &format!("{base}/api/runs")]);
+    let (code, _) = curl(&[
+        &with[0],
+        &with[1],
+        "-H",
+        &format!("Host: evil.example:{port}"),
+        &format!("{base}/api/runs"),
+    ]);
     assert_eq!(code, 421);
     let edit = format!("{base}/api/runs/{id}/edit");
     let body = r#"{"kind":"insert","at":"after","node":"count:a","filter":"sample every=2"}"#;
     let json = "Content-Type: application/json";
-    let (code, _) = curl(&[&with[0], &with[1], "-H", "Origin: http://evil.example", "-H", json, "--data", body, &edit]);
+    let (code, _) = curl(&[
+        &with[0],
+        &with[1],
+        "-H",
+        "Origin: http://evil.example",
+        "-H",
+        json,
+        "--data",
+        body,
+        &edit,
+    ]);
     assert_eq!(code, 403, "cross-origin");
     let (code, _) = curl(&[&with[0], &with[1], "-H", json, "--data", body, &edit]);
     assert_eq!(code, 403, "no Origin: not the page");
@@ -395,7 +535,9 @@ fn sessions_need_a_token_and_foreign_origins_and_hosts_are_refused() {
     let (code, _) = curl(&[&with[0], &with[1], "-H", &origin, "--data", body, &edit]);
     assert_eq!(code, 415, "a form's body, not JSON");
     // The same edit, same-origin: applied, as the CLI's would be.
-    let (code, answer) = curl(&[&with[0], &with[1], "-H", &origin, "-H", json, "--data", body, &edit]);
+    let (code, answer) = curl(&[
+        &with[0], &with[1], "-H", &origin, "-H", json, "--data", body, &edit,
+    ]);
     assert_eq!(code, 200, "{answer}");
     assert!(answer.contains("\"node\":\"sample\""), "{answer}");
     assert!(d.ps().contains("sample every=2"));
@@ -444,7 +586,11 @@ fn prometheus_scrapes_the_metrics_and_promql_gives_the_runs_rate() {
     }
     let d = web_daemon("web-prom", None);
     // count in a thread space of its own: an arc across spaces, whose channel has series.
-    let id = detach(&d, false, "gen count=1G size=64 rate=500 | count name=c space=1 | null");
+    let id = detach(
+        &d,
+        false,
+        "gen count=1G size=64 rate=500 | count name=c space=1 | null",
+    );
     let u = url(&d, false);
     let base = base(&u);
     let token = d.dir.join("metrics.token");
@@ -472,7 +618,12 @@ fn prometheus_scrapes_the_metrics_and_promql_gives_the_runs_rate() {
         .spawn()
         .unwrap();
     use std::io::Write;
-    check.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = check.wait_with_output().unwrap();
     assert!(
         out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
@@ -495,8 +646,14 @@ fn prometheus_scrapes_the_metrics_and_promql_gives_the_runs_rate() {
     .unwrap();
     let port = free_port();
     let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join("log")).unwrap())

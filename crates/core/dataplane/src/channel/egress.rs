@@ -86,16 +86,19 @@ impl Egress {
                 Ref::Shared(key) => self
                     .w
                     .write_through_parts(&[&a.encode(), &key.to_le_bytes()], 1)?,
-                Ref::File(path) => self.w.write_through_parts(
-                    &[&a.encode(), path.as_os_str().as_encoded_bytes()],
-                    1,
-                )?,
+                Ref::File(path) => self
+                    .w
+                    .write_through_parts(&[&a.encode(), path.as_os_str().as_encoded_bytes()], 1)?,
                 Ref::Copy => unreachable!("blocks that are copied are not sent by reference"),
             };
             self.announced.push(t.buf);
         }
         // A block without record metadata (made by gen, an editor, ...) is its tag alone.
-        let meta = if records { meta_of(cx, t) } else { Fields::default() };
+        let meta = if records {
+            meta_of(cx, t)
+        } else {
+            Fields::default()
+        };
         self.queue(t, meta);
         if matches!(r, Ref::Shared(_)) {
             // The consumer reads this ring in place, and the ring keeps the block until the
@@ -115,7 +118,8 @@ impl Egress {
             // The first block of the run with metadata: the ones before it had none (a
             // run without any carries no METAS block at all).
             self.metas_any = true;
-            self.metas.resize(self.run.len() / Tag::SIZE * HEADER_LEN, 0);
+            self.metas
+                .resize(self.run.len() / Tag::SIZE * HEADER_LEN, 0);
         }
         if self.metas_any {
             self.metas.extend_from_slice(&meta.encode());
@@ -180,8 +184,7 @@ impl Egress {
                 flags: METAS,
                 ..Fields::default()
             };
-            self.w
-                .write_through_parts(&[&h.encode(), &self.metas], 1)?;
+            self.w.write_through_parts(&[&h.encode(), &self.metas], 1)?;
         }
         self.w.write_tag_run(&self.run)?;
         self.run.clear();
@@ -288,20 +291,21 @@ impl ChannelEnd for Egress {
 fn held(r: &RingRef) -> (u64, u64, beltway::RingStats) {
     let s = r.stats();
     let released = r.released();
-    let used = if released == u64::MAX { 0 } else { s.write_pos.saturating_sub(released) };
+    let used = if released == u64::MAX {
+        0
+    } else {
+        s.write_pos.saturating_sub(released)
+    };
     (used.min(s.active_size), s.active_size, s)
 }
 
 impl Filter for Egress {
     fn ring(&self) -> Option<protocol::graph::RingGauge> {
         let (tags_used, tags_size, s) = held(&self.tags);
-        let (data_used, data_size) = self
-            .w
-            .default_ring()
-            .map_or((0, 0), |d| {
-                let (u, z, _) = held(&d);
-                (u, z)
-            });
+        let (data_used, data_size) = self.w.default_ring().map_or((0, 0), |d| {
+            let (u, z, _) = held(&d);
+            (u, z)
+        });
         Some(protocol::graph::RingGauge {
             tags_used,
             tags_size,

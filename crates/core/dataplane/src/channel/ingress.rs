@@ -225,7 +225,8 @@ impl Ingress {
             .store
             .data(&whole)
             .map_err(|e| corrupt(t.pos, e.to_string()))?;
-        let meta = meta_at(data).map_err(|e| corrupt(t.pos, format!("a block without its header: {e}")))?;
+        let meta = meta_at(data)
+            .map_err(|e| corrupt(t.pos, format!("a block without its header: {e}")))?;
         if meta.flags & ANNOUNCE != 0 && meta.flags & SHARED != 0 {
             let key = data
                 .get(HEADER_LEN..HEADER_LEN + 8)
@@ -459,7 +460,13 @@ impl BlockIn for Ingress {
 impl Ingress {
     /// [`Filter::pull`]'s reading: runs of tags until `max` blocks or the byte budget, or
     /// nothing more is committed now; false at the end of the stream.
-    fn pull_runs(&mut self, cx: &mut Ctx<'_>, out: &mut Batch, max: usize, bytes: &mut u64) -> bool {
+    fn pull_runs(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        out: &mut Batch,
+        max: usize,
+        bytes: &mut u64,
+    ) -> bool {
         let name = self.name.clone();
         let fail = |cx: &mut Ctx<'_>, e: beltway::Error| {
             cx.warn(format!("channel {name}: {e}"));
@@ -471,9 +478,11 @@ impl Ingress {
                 Ok(false) if !out.is_empty() => break,
                 // Never waits here: the space sleeps on its readiness handle (`arm`); a
                 // look tells the end of the stream from no data yet.
-                Ok(false) => match self.r.as_mut().map_or(Ok(beltway::Ready::Eof), |r| {
-                    Ok(r.ready_now())
-                }) {
+                Ok(false) => match self
+                    .r
+                    .as_mut()
+                    .map_or(Ok(beltway::Ready::Eof), |r| Ok(r.ready_now()))
+                {
                     Ok(beltway::Ready::Data) => {}
                     Ok(beltway::Ready::TimedOut) => return true,
                     Ok(beltway::Ready::Eof) => {

@@ -28,7 +28,6 @@
 //! `egress` (the producer's end), `ingress` (the consumer's end), `share` (publish and
 //! subscribe across runs), `tests`.
 
-
 use crate::filter::Ctx;
 use crate::transport::{header_of, Fields, Header, HeaderError, RECORD};
 use beltway::{DbufView, IbufWriter, Layout, RingConfig, RingRef, Start, Tag, Writer};
@@ -41,8 +40,8 @@ mod share;
 mod tests;
 
 pub use egress::Egress;
-use ingress::IngressWait;
 pub use ingress::Ingress;
+use ingress::IngressWait;
 pub use share::{publish, published, share_name, share_name_of, subscribe};
 
 /// How a channel batches its wake-ups and how much it buffers.

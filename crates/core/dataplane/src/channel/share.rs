@@ -285,7 +285,8 @@ impl Ingress {
                 sub.lost_bytes += n as u64;
                 continue;
             };
-            let meta = meta_at(&head).map_err(|e| corrupt(t.pos, format!("a block without its header: {e}")))?;
+            let meta = meta_at(&head)
+                .map_err(|e| corrupt(t.pos, format!("a block without its header: {e}")))?;
             if meta.flags & (ANNOUNCE | METAS) != 0 {
                 return Err(corrupt(
                     t.pos,
@@ -303,5 +304,4 @@ impl Ingress {
             return Ok(Some(local));
         }
     }
-
 }

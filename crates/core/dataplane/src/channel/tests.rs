@@ -6,7 +6,6 @@ use crate::filter::{Batch, Filter};
 use crate::store::Store;
 use crate::transport::{cx_run, Fields};
 
-
 /// Block `i` of a test stream: `(i % modulo) + 1` bytes derived from `i`, and its class.
 fn test_block(i: u32, modulo: u32) -> (Vec<u8>, u16) {
     (
@@ -50,7 +49,10 @@ fn drain(rx: &mut Ingress, max: usize, mut check: impl FnMut(&Store, &Tag, u32))
 }
 
 /// An ingress armed on a readiness handle, and the space's decision.
-fn arm_ingress(rx: &mut Ingress, ready: &mut crate::readiness::Readiness) -> (crate::readiness::Decision, Option<Instant>) {
+fn arm_ingress(
+    rx: &mut Ingress,
+    ready: &mut crate::readiness::Readiness,
+) -> (crate::readiness::Decision, Option<Instant>) {
     let mut arm = ready.begin();
     rx.arm(&mut arm, true);
     crate::readiness::Readiness::decide(&arm)
@@ -99,8 +101,14 @@ fn a_shallow_sleeper_is_not_woken_per_block_but_by_its_latency_bound() {
     // One block is below the threshold (32): the producer commits without a wake-up.
     let mut st = Store::new(1 << 16);
     send_one(&mut tx, &mut st);
-    ready.sleep(Some(deadline), Duration::from_secs(60)).unwrap();
-    assert!(ready.fired().is_empty(), "no wake-up for one block: {:?}", ready.fired());
+    ready
+        .sleep(Some(deadline), Duration::from_secs(60))
+        .unwrap();
+    assert!(
+        ready.fired().is_empty(),
+        "no wake-up for one block: {:?}",
+        ready.fired()
+    );
     // The block is there for the pull the deadline brings.
     let mut st2 = Store::new(1 << 16);
     let mut b = Batch::default();

@@ -1,8 +1,6 @@
 //! What an edit answers: applied ([`Applied`]), refused ([`Refusal`]) or failed ([`EditError`]).
 
-use crate::runtime::{
-    BuildError, NodeReport,
-};
+use crate::runtime::{BuildError, NodeReport};
 use lang::Diagnostic;
 use std::time::Duration;
 

@@ -1,14 +1,11 @@
 //! The handle through which other threads edit a running run and read its counters.
 
-use crate::runtime::{
-    NodeReport,
-};
+use super::*;
+use crate::runtime::NodeReport;
+use lang::edit::base_of;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
-use super::*;
-use lang::edit::base_of;
-
 
 /// Edits a running run from another thread, and reads its counters while it runs.
 /// Clone it freely; it is `Send` and `Sync`. Made by [`EditHandle::new`] for one
@@ -141,8 +138,18 @@ impl EditHandle {
             .flat_map(|(_, m)| m.snapshot().into_iter().map(|r| r.label))
             .filter(|l| !endpoint(l))
             .collect();
-        for (_, part) in self.dir.remote_counters.lock().expect("not poisoned").iter() {
-            elsewhere.extend(part.nodes.iter().map(|r| split_space(&r.label).0.to_string()));
+        for (_, part) in self
+            .dir
+            .remote_counters
+            .lock()
+            .expect("not poisoned")
+            .iter()
+        {
+            elsewhere.extend(
+                part.nodes
+                    .iter()
+                    .map(|r| split_space(&r.label).0.to_string()),
+            );
         }
         let mut applied = mailbox.post(edit, elsewhere, timeout)?;
         if self.dir.multi {
@@ -185,12 +192,16 @@ impl EditHandle {
                     .collect(),
             });
         };
-        let has = |snap: &[SnapNode], end: (bool, usize)| snap.iter().any(|n| n.channel == Some(end));
+        let has =
+            |snap: &[SnapNode], end: (bool, usize)| snap.iter().any(|n| n.channel == Some(end));
         // Down: x feeds an egress whose ingress is in `to`.
-        let down = from_snap[x].out.iter().find_map(|&o| match from_snap[o].channel {
-            Some((true, ch)) if has(&to_snap, (false, ch)) => Some(ch),
-            _ => None,
-        });
+        let down = from_snap[x]
+            .out
+            .iter()
+            .find_map(|&o| match from_snap[o].channel {
+                Some((true, ch)) if has(&to_snap, (false, ch)) => Some(ch),
+                _ => None,
+            });
         // Up: an ingress of a channel from `to` feeds x.
         let up = from_snap.iter().find_map(|n| match n.channel {
             Some((false, ch)) if n.out.contains(&x) && has(&to_snap, (true, ch)) => Some(ch),
@@ -218,7 +229,10 @@ impl EditHandle {
         }
         mailbox.ring();
         mailbox.answer(&rx, timeout, |st| {
-            let k = st.moves.iter().position(|m| m.ch == ch && m.label == base)?;
+            let k = st
+                .moves
+                .iter()
+                .position(|m| m.ch == ch && m.label == base)?;
             st.moves.remove(k);
             Some(())
         })
@@ -316,14 +330,13 @@ impl EditHandle {
             Some(t) => (None, t.rings.clone()),
             None => {
                 let tap_id = NEXT.fetch_add(1, Ordering::Relaxed);
-                let (tap, rings) =
-                    crate::tap::Tap::shared(
-                        tap_id,
-                        split_space(label).0,
-                        crate::tap::DATA_BYTES,
-                        classifier,
-                    )
-                    .map_err(tap_err)?;
+                let (tap, rings) = crate::tap::Tap::shared(
+                    tap_id,
+                    split_space(label).0,
+                    crate::tap::DATA_BYTES,
+                    classifier,
+                )
+                .map_err(tap_err)?;
                 (Some(Box::new(tap)), rings)
             }
         };
@@ -445,7 +458,13 @@ impl EditHandle {
                 v.push(r);
             }
         }
-        for (_, part) in self.dir.remote_counters.lock().expect("not poisoned").iter() {
+        for (_, part) in self
+            .dir
+            .remote_counters
+            .lock()
+            .expect("not poisoned")
+            .iter()
+        {
             v.extend(part.nodes.iter().cloned());
         }
         v
@@ -460,18 +479,31 @@ impl EditHandle {
         use crate::spaces::protocol::parse_report;
         let mut rep = crate::spaces::SpacesReport::default();
         for (id, m) in &self.dir.local {
-            let suffix = if self.dir.multi { format!("@{id}") } else { String::new() };
+            let suffix = if self.dir.multi {
+                format!("@{id}")
+            } else {
+                String::new()
+            };
             let from = rep.nodes.len();
             parse_report(&lock(&m.live), &mut rep, &suffix);
             // The classes seen leaving each node (the text does not carry them).
             let snap = m.snapshot();
             for n in &mut rep.nodes[from..] {
-                if let Some(r) = snap.iter().find(|r| format!("{}{suffix}", r.label) == n.label) {
+                if let Some(r) = snap
+                    .iter()
+                    .find(|r| format!("{}{suffix}", r.label) == n.label)
+                {
                     n.classes = r.classes.clone();
                 }
             }
         }
-        for (_, part) in self.dir.remote_counters.lock().expect("not poisoned").iter() {
+        for (_, part) in self
+            .dir
+            .remote_counters
+            .lock()
+            .expect("not poisoned")
+            .iter()
+        {
             rep.nodes.extend(part.nodes.iter().cloned());
             rep.arcs.extend(part.arcs.iter().cloned());
             rep.heads.extend(part.heads.iter().cloned());

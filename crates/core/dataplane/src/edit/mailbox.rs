@@ -1,12 +1,10 @@
 //! A space's mailbox: edits and taps posted by other threads, served at the quiescent point.
 
-use crate::runtime::{
-    Factory, NodeReport, Space,
-};
+use super::*;
+use crate::runtime::{Factory, NodeReport, Space};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use super::*;
 
 /// A space's mailbox: edits posted by other threads, taken by the run loop at its
 /// quiescent point, and the counters it last published.
@@ -247,7 +245,12 @@ impl Mailbox {
     /// Post `edit` and wait for its answer. On timeout an edit the run loop has not taken
     /// yet is withdrawn (nothing changed); one it has taken is waited for, so the caller
     /// never sees a timeout for an edit that applied.
-    pub(super) fn post(&self, edit: Edit, elsewhere: Vec<String>, timeout: Duration) -> Result<Applied, EditError> {
+    pub(super) fn post(
+        &self,
+        edit: Edit,
+        elsewhere: Vec<String>,
+        timeout: Duration,
+    ) -> Result<Applied, EditError> {
         let (tx, rx) = mpsc::channel();
         let id = {
             let mut st = lock(&self.state);

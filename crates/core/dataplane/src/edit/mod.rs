@@ -94,14 +94,13 @@
 //! instead) and an arc that is not there; `move` is refused whole if either half is (its
 //! connect is checked first, so a node's only input may move).
 
-
 pub(crate) mod error;
+mod handle;
+mod mailbox;
+mod quiet;
+mod snapshot;
 mod surgery;
 mod taps;
-mod snapshot;
-mod mailbox;
-mod handle;
-mod quiet;
 #[cfg(test)]
 mod tests;
 
@@ -111,7 +110,7 @@ pub use lang::wire::EditWire;
 pub use error::{Applied, EditError, Refusal};
 pub use handle::EditHandle;
 pub(crate) use mailbox::Mailbox;
-pub use snapshot::{filter_text, fold_graph, GraphNode};
 use mailbox::{lock, MoveJob, SubscribeJob, TapJob};
+pub use snapshot::{filter_text, fold_graph, GraphNode};
 use snapshot::{resolve, SnapNode};
 use surgery::endpoint;

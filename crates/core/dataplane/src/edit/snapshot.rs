@@ -1,10 +1,8 @@
 //! The run's graph as it is now: one space's snapshot, and the spaces' joined.
 
-use crate::runtime::{
-    Space,
-};
-use crate::runtime::EGRESS;
 use super::*;
+use crate::runtime::Space;
+use crate::runtime::EGRESS;
 
 /// One node of a running run's graph (the type is the wire's: `protocol::graph`), as
 /// [`EditHandle::graph`] and [`Space::graph`] give it.
@@ -22,7 +20,6 @@ pub(crate) struct SnapNode {
     pub(super) channel: Option<(bool, usize)>,
     pub(super) out: Vec<usize>,
 }
-
 
 pub use lang::label::filter_text;
 

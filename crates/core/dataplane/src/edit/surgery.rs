@@ -1,12 +1,12 @@
 //! Graph surgery on a built space: applying an [`Edit`] as a transaction.
 
+use super::*;
 use crate::filter::Batch;
 use crate::runtime::{
     base_name, instantiate, label_of, Counters, Factory, Made, NodeReport, Space,
 };
 use crate::runtime::{EGRESS, INGRESS};
 use lang::{Node, NodeKind, Selector, Span};
-use super::*;
 
 pub(super) fn endpoint(label: &str) -> bool {
     label.starts_with(EGRESS) || label.starts_with(INGRESS)
@@ -117,7 +117,9 @@ impl Space {
                 .filter(move |(j, _)| Some(*j) != except)
                 .map(|(_, m)| m)
         };
-        let taken = |l: &str| others().any(|m| !m.removed && m.label == l) || self.elsewhere.iter().any(|e| e == l);
+        let taken = |l: &str| {
+            others().any(|m| !m.removed && m.label == l) || self.elsewhere.iter().any(|e| e == l)
+        };
         let base = base_name(n);
         if let Some(name) = &n.name {
             let l = label_of(&base, Some(name), 0);
@@ -314,7 +316,12 @@ impl Space {
         })
     }
 
-    pub(super) fn branch(&mut self, i: usize, n: &Node, factory: &dyn Factory) -> Result<Applied, EditError> {
+    pub(super) fn branch(
+        &mut self,
+        i: usize,
+        n: &Node,
+        factory: &dyn Factory,
+    ) -> Result<Applied, EditError> {
         let here = self.nodes[i].label.clone();
         let refuse = |why| {
             Err(EditError::Refused {
@@ -521,7 +528,12 @@ impl Space {
     /// `move NODE FROM TO`: connect TO NODE, then disconnect FROM NODE, as one transaction
     /// (so NODE's only input may move). The new arc is a plain `|` (FROM's selector named
     /// FROM's classes) and keeps the old arc's in-arc index.
-    pub(super) fn move_input(&mut self, node: &str, from: &str, to: &str) -> Result<Applied, EditError> {
+    pub(super) fn move_input(
+        &mut self,
+        node: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<Applied, EditError> {
         let (n, f, t) = (self.arc_end(node)?, self.arc_end(from)?, self.arc_end(to)?);
         if let Some(e) = self.cannot_connect(t, n) {
             return Err(e);
@@ -544,7 +556,12 @@ impl Space {
         })
     }
 
-    pub(super) fn replace(&mut self, i: usize, n: &Node, factory: &dyn Factory) -> Result<Applied, EditError> {
+    pub(super) fn replace(
+        &mut self,
+        i: usize,
+        n: &Node,
+        factory: &dyn Factory,
+    ) -> Result<Applied, EditError> {
         let old = self.nodes[i].label.clone();
         let refuse = |why| {
             Err(EditError::Refused {

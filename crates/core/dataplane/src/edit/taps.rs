@@ -1,9 +1,9 @@
 //! Taps and subscriptions put on a running space's nodes.
 
+use super::*;
 use crate::runtime::Space;
 use crate::tap::TAP;
 use lang::Selector;
-use super::*;
 
 impl Space {
     /// Put `tap` on the live node labelled `label` (a batch boundary: the next batch the
@@ -14,12 +14,18 @@ impl Space {
         if endpoint(&self.nodes[i].label) || self.nodes[i].filter.observes() {
             return Err(EditError::Refused {
                 label: label.to_string(),
-                why: if endpoint(&self.nodes[i].label) { Refusal::Endpoint } else { Refusal::Observer },
+                why: if endpoint(&self.nodes[i].label) {
+                    Refusal::Endpoint
+                } else {
+                    Refusal::Observer
+                },
             });
         }
         let node = tap_node(tap);
         let free = (0..self.nodes.len()).find(|&j| {
-            self.nodes[j].removed && self.nodes[j].label.starts_with(TAP) && self.in_arcs(j).is_empty()
+            self.nodes[j].removed
+                && self.nodes[j].label.starts_with(TAP)
+                && self.in_arcs(j).is_empty()
         });
         let t = match free {
             Some(j) => {
@@ -129,6 +135,14 @@ impl Space {
 
 /// A node for `tap` (see [`crate::tap::TapNode`]).
 fn tap_node(tap: crate::tap::Tap) -> crate::runtime::RtNode {
-    let (label, options) = (format!("{TAP}{}", tap.id), vec![("id".into(), tap.id.to_string())]);
-    crate::runtime::RtNode::own(label, "tap", options, Box::new(crate::tap::TapNode::new(tap)))
+    let (label, options) = (
+        format!("{TAP}{}", tap.id),
+        vec![("id".into(), tap.id.to_string())],
+    );
+    crate::runtime::RtNode::own(
+        label,
+        "tap",
+        options,
+        Box::new(crate::tap::TapNode::new(tap)),
+    )
 }

@@ -3,15 +3,15 @@
 //! are made deterministic by `gate`, a source that produces a batch only when the test
 //! says so and acknowledges after the batch's whole walk.
 use super::*;
+use crate::filter::Args;
 use crate::filter::{Batch, Ctx, Filter};
 use crate::runtime::{Factory, NodeReport, Space};
-use std::sync::atomic::AtomicBool;
-use std::sync::{mpsc, Mutex};
-use std::time::Duration;
-use crate::filter::Args;
 use crate::spaces::Spaces;
 use beltway::Tag;
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{mpsc, Mutex};
+use std::time::Duration;
 
 const SIZE: usize = 64;
 
@@ -538,8 +538,7 @@ fn edits_reach_thread_spaces_by_label_and_are_refused_at_channels() {
     let spaces = Spaces::build(&g, &f, 1 << 22, Default::default()).unwrap();
     let h = spaces.edit_handle();
     let h2 = h.clone();
-    let t =
-        std::thread::spawn(move || spaces.run_with(&AtomicBool::new(false), &h2, &f, |_| {}));
+    let t = std::thread::spawn(move || spaces.run_with(&AtomicBool::new(false), &h2, &f, |_| {}));
     batch(&go, &ack, 100);
     // pass receives from the channel out of space 0: refused, saying why.
     match h.apply(parse("remove pass"), WAIT) {

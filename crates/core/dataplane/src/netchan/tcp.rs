@@ -20,13 +20,15 @@
 //! come on top, a fixed amount).
 //!
 use super::{frame_at, HEAD};
-use crate::store::Store;
-use crate::transport::{BlockIn, BlockOut, HeaderError, Inlet, Outgoing, Outlet, END_OF_STREAM, LAST};
-use std::io::IoSlice;
 use crate::filter::{Batch, Ctx, Filter};
-use std::os::fd::AsRawFd;
+use crate::store::Store;
+use crate::transport::{
+    BlockIn, BlockOut, HeaderError, Inlet, Outgoing, Outlet, END_OF_STREAM, LAST,
+};
+use std::io::IoSlice;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// Version 2: frames are block headers (`protocol::block`); version 1 had a header of its own.
@@ -99,7 +101,10 @@ impl NetOut {
         s.read_exact(&mut answer)
             .map_err(|e| format!("{peer} did not answer as a netin does: {e}"))?;
         if answer[..8] != GREETING {
-            return Err(format!("{peer} is not a netin (it answered {:?})", &answer[..8]));
+            return Err(format!(
+                "{peer} is not a netin (it answered {:?})",
+                &answer[..8]
+            ));
         }
         let window = u64::from_le_bytes(answer[8..].try_into().expect("8 bytes")).max(1 << 16);
         s.set_read_timeout(Some(Duration::from_millis(200)))
@@ -379,7 +384,8 @@ impl NetIn {
                     let (t, filled, _) = self.partial.as_mut().expect("checked");
                     let n = avail.min(t.len as usize - *filled);
                     let (dst, _) = cx.store.writable(t, true).map_err(|e| e.to_string())?;
-                    dst[*filled..*filled + n].copy_from_slice(&self.buf[self.start..self.start + n]);
+                    dst[*filled..*filled + n]
+                        .copy_from_slice(&self.buf[self.start..self.start + n]);
                     *filled += n;
                     self.start += n;
                 }
@@ -444,7 +450,6 @@ impl NetIn {
         self.pending.push(t);
         last || self.pending.len() >= max
     }
-
 }
 
 /// Read what the socket holds now, without waiting (the socket itself stays blocking, for
@@ -506,7 +511,10 @@ impl BlockIn for NetIn {
                     // A sender that ended may have closed already: nothing to tell it.
                     if let Err(e) = s.write_all(&back) {
                         if !self.ended {
-                            return Err(format!("on {}: the sender {} went away mid-stream: {e}", self.at, self.peer));
+                            return Err(format!(
+                                "on {}: the sender {} went away mid-stream: {e}",
+                                self.at, self.peer
+                            ));
                         }
                     }
                 }
@@ -551,7 +559,12 @@ impl BlockIn for NetIn {
                     ));
                 }
                 Ok(_) => {}
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) =>
+                {
                     return Ok(true);
                 }
                 Err(e) => {
@@ -573,7 +586,11 @@ impl Filter for NetIn {
             "netin: {} blocks, {} bytes from {}",
             self.inlet.blocks,
             self.inlet.bytes,
-            if self.peer.is_empty() { "no sender" } else { &self.peer }
+            if self.peer.is_empty() {
+                "no sender"
+            } else {
+                &self.peer
+            }
         ))
     }
 }

@@ -37,9 +37,9 @@
 //! (`ECONNREFUSED`) and stops the run, naming the receiver.
 
 use super::{frame_at, HEAD};
+use crate::filter::{Batch, Ctx, Filter};
 use crate::store::Store;
 use crate::transport::{BlockIn, BlockOut, Header, Inlet, Outgoing, Outlet, LAST};
-use crate::filter::{Batch, Ctx, Filter};
 use nix::sys::socket::{self as nsock, sockopt, AddressFamily, SockFlag, SockType};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
@@ -187,8 +187,10 @@ impl UdpOut {
         };
         let mut socks = Vec::with_capacity(queues);
         for _ in 0..queues {
-            let s = UdpSocket::bind(local).map_err(|e| format!("{peer}: cannot open a socket: {e}"))?;
-            s.connect(addr).map_err(|e| format!("cannot reach {peer}: {e}"))?;
+            let s =
+                UdpSocket::bind(local).map_err(|e| format!("{peer}: cannot open a socket: {e}"))?;
+            s.connect(addr)
+                .map_err(|e| format!("cannot reach {peer}: {e}"))?;
             socks.push(s);
         }
         let seed = std::time::SystemTime::now()
@@ -230,7 +232,14 @@ impl UdpOut {
                         refused = true;
                         break;
                     }
-                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => break,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                        ) =>
+                    {
+                        break
+                    }
                     Err(e) => return Err(format!("{peer}: {e}")),
                 }
             }
@@ -413,11 +422,13 @@ impl Filter for UdpOut {
                 if acked[q] {
                     continue;
                 }
-                let _ = self.socks[q].set_read_timeout(Some(Duration::from_millis(20 / n as u64 + 1)));
+                let _ =
+                    self.socks[q].set_read_timeout(Some(Duration::from_millis(20 / n as u64 + 1)));
                 match self.socks[q].recv(&mut answer) {
                     Ok(k) => {
                         if let Some(h) = Head::parse(&answer[..k]) {
-                            if h.kind == END_ACK && h.stream == self.stream && h.queue as usize == q {
+                            if h.kind == END_ACK && h.stream == self.stream && h.queue as usize == q
+                            {
                                 acked[q] = true;
                             }
                         }
@@ -555,7 +566,14 @@ impl UdpIn {
 
     /// Take one datagram from socket `i`.
     /// Returns whether the datagram ended one of the sender's batches.
-    fn handle(&mut self, cx: &mut Ctx<'_>, i: usize, n: usize, src: SocketAddr, out: &mut Batch) -> bool {
+    fn handle(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        i: usize,
+        n: usize,
+        src: SocketAddr,
+        out: &mut Batch,
+    ) -> bool {
         let Some(h) = Head::parse(&self.buf[..n]) else {
             if self.malformed == 0 {
                 cx.warn(format!(
@@ -637,7 +655,9 @@ impl UdpIn {
                         }
                     };
                     let len = f.len as usize;
-                    let t = self.inlet.admit(cx, &f, &self.buf[at + HEAD..at + HEAD + len], f.class);
+                    let t =
+                        self.inlet
+                            .admit(cx, &f, &self.buf[at + HEAD..at + HEAD + len], f.class);
                     out.push(t);
                     at += HEAD + len;
                     batch_end = f.frame & LAST != 0;
@@ -698,7 +718,11 @@ impl BlockIn for UdpIn {
                         empty += 1;
                         self.next_sock = (i + 1) % n;
                     }
-                    Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::ConnectionRefused) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::Interrupted | ErrorKind::ConnectionRefused
+                        ) => {}
                     Err(e) => {
                         let why = format!("on {} (UDP): cannot receive: {e}", self.at);
                         return self.stop(why);
@@ -729,14 +753,18 @@ impl BlockIn for UdpIn {
                 // a batch back to back; the wait is long enough for a loaded machine to
                 // finish it (5 ms was not: a descheduled sender cut batches), and costs
                 // only when the batch's last datagram was lost.
-                if batch_end || out.len() >= max || nix::poll::poll(&mut fds, BATCH_REST_MS).unwrap_or(0) == 0 {
+                if batch_end
+                    || out.len() >= max
+                    || nix::poll::poll(&mut fds, BATCH_REST_MS).unwrap_or(0) == 0
+                {
                     return Ok(true);
                 }
                 continue;
             }
             // Nothing on any socket: the space sleeps on them (`arm`), until the sender's
             // silence limit at the latest.
-            if self.stream.is_some() && !self.queues.is_empty() && self.last.elapsed() >= self.idle {
+            if self.stream.is_some() && !self.queues.is_empty() && self.last.elapsed() >= self.idle
+            {
                 let (lost, sent) = self.loss();
                 let why = format!(
                     "on {} (UDP): the sender {} went silent for {:.1} s without ending its stream (killed, or its host gone?); {lost} of {sent} datagrams lost",

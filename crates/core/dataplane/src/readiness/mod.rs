@@ -201,7 +201,10 @@ impl Readiness {
             TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
         )?;
         let waker = Arc::new(EventFd::new()?);
-        ep.add(waker.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, WAKER))?;
+        ep.add(
+            waker.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, WAKER),
+        )?;
         ep.add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, TIMER))?;
         SPACES
             .lock()
@@ -269,7 +272,8 @@ impl Readiness {
         } else if fine {
             if self.timer_at != Some(at) {
                 let ts = TimeSpec::from_duration(left.max(Duration::from_nanos(1)));
-                self.timer.set(Expiration::OneShot(ts), TimerSetTimeFlags::empty())?;
+                self.timer
+                    .set(Expiration::OneShot(ts), TimerSetTimeFlags::empty())?;
                 self.timer_at = Some(at);
             }
             EpollTimeout::NONE
@@ -316,7 +320,10 @@ impl Readiness {
             self.waker.as_fd(),
             EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, WAKER),
         )?;
-        ep.add(self.timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, TIMER))?;
+        ep.add(
+            self.timer.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, TIMER),
+        )?;
         for &(fd, edge) in &self.wanted {
             let flags = if edge {
                 EpollFlags::EPOLLIN | EpollFlags::EPOLLET

@@ -21,7 +21,13 @@ impl Space {
 
     /// A new arc `from -> to` after `from`'s others, arriving as in-arc `in_index`,
     /// counting afresh; its index among `from`'s out-arcs.
-    pub(crate) fn add_arc(&mut self, from: usize, to: usize, sel: Selector, in_index: usize) -> usize {
+    pub(crate) fn add_arc(
+        &mut self,
+        from: usize,
+        to: usize,
+        sel: Selector,
+        in_index: usize,
+    ) -> usize {
         self.nodes[from].out.push(Arc_ {
             to,
             sel,
@@ -151,11 +157,15 @@ impl Space {
     /// Out-arc `k` of `from` now leads to `to` (as in-arc `in_index`) through one arc per
     /// selector in `sels`, as [`Space::link`] makes them; the arc keeps its place among
     /// `from`'s arcs and its count.
-    pub(crate) fn relink(&mut self, from: usize, k: usize, sels: Vec<Selector>, to: usize, in_index: usize) {
-        let mut sels: Vec<Selector> = sels
-            .into_iter()
-            .filter(|s| *s != Selector::All)
-            .collect();
+    pub(crate) fn relink(
+        &mut self,
+        from: usize,
+        k: usize,
+        sels: Vec<Selector>,
+        to: usize,
+        in_index: usize,
+    ) {
+        let mut sels: Vec<Selector> = sels.into_iter().filter(|s| *s != Selector::All).collect();
         if sels.is_empty() {
             sels.push(Selector::All);
         }
@@ -167,7 +177,10 @@ impl Space {
             } else {
                 let spec = self.nodes[from].spec.clone();
                 let label = format!("{}~{j}", self.nodes[from].label);
-                (self.add_node(RtNode::pass_through(label, spec, Vec::new())), 0)
+                (
+                    self.add_node(RtNode::pass_through(label, spec, Vec::new())),
+                    0,
+                )
             };
             if j == 0 {
                 self.redirect(from, k, next, idx);
@@ -199,5 +212,4 @@ impl Space {
         self.nodes[p].out[k].sel = sel;
         self.nodes[t].out.clear();
     }
-
 }

@@ -1,7 +1,7 @@
 //! Labels of a run's nodes, and the report's rows folded into the nodes the user wrote.
 
-use lang::{Graph, NodeKind};
 use super::*;
+use lang::{Graph, NodeKind};
 
 pub(crate) use lang::label::label_of;
 
@@ -45,7 +45,9 @@ pub fn run_labels(g: &Graph) -> Vec<String> {
                 // A shared prefix's subscription stands for the prefix's last node
                 // (`__subscribe key=K as=tcp`, `control::prefix`).
                 let base = match &n.kind {
-                    NodeKind::Filter { filter, options, .. } if filter == SUBSCRIBE => options
+                    NodeKind::Filter {
+                        filter, options, ..
+                    } if filter == SUBSCRIBE => options
                         .iter()
                         .find(|(k, _)| k == "as")
                         .map_or_else(|| base_name(n), |(_, v)| v.clone()),
@@ -89,7 +91,12 @@ pub fn in_order(rows: Vec<NodeReport>, arcs: &[ArcReport], order: &[String]) -> 
     // key and one more step.
     let mut keys: Vec<Option<Vec<usize>>> = rows
         .iter()
-        .map(|r| order.iter().position(|l| *l == r.label).map(|i| vec![i + 1]))
+        .map(|r| {
+            order
+                .iter()
+                .position(|l| *l == r.label)
+                .map(|i| vec![i + 1])
+        })
         .collect();
     let input = |r: &NodeReport| -> Option<usize> {
         arcs.iter()
@@ -134,7 +141,10 @@ pub use protocol::graph::user_label;
 /// left it, and drops, made, ended the members' sums, so every row still adds up. A
 /// join's made and ended that cancel (blocks it held and then let go) are netted. Arcs
 /// are relabelled and summed per pair of user nodes; arcs among one node's members drop.
-pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeReport>, Vec<ArcReport>) {
+pub fn fold_internal(
+    nodes: &[NodeReport],
+    arcs: &[ArcReport],
+) -> (Vec<NodeReport>, Vec<ArcReport>) {
     let user = |l: &str| user_label(l).0.to_string();
     let mut out: Vec<NodeReport> = Vec::new();
     let mut index = std::collections::HashMap::<String, usize>::new();
@@ -147,7 +157,9 @@ pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeRepor
         let summary = n.summary.as_deref().map(|s| {
             s.lines()
                 .map(|l| match l.split_once(": ") {
-                    Some((head, rest)) if head.starts_with("__") && !head.contains(' ') => format!("{u}: {rest}"),
+                    Some((head, rest)) if head.starts_with("__") && !head.contains(' ') => {
+                        format!("{u}: {rest}")
+                    }
                     _ => l.to_string(),
                 })
                 .collect::<Vec<_>>()
@@ -174,7 +186,11 @@ pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeRepor
                 a.ended += c.ended;
                 a.nanos += c.nanos;
                 if !space.is_empty() && !r.space.split(',').any(|s| s == space) {
-                    r.space = if r.space.is_empty() { space.to_string() } else { format!("{},{space}", r.space) };
+                    r.space = if r.space.is_empty() {
+                        space.to_string()
+                    } else {
+                        format!("{},{space}", r.space)
+                    };
                 }
                 // Each copy's own summary (a capture engine's socket statistics) is kept,
                 // one line each, even when two copies say the same (two engines that got
@@ -198,7 +214,11 @@ pub fn fold_internal(nodes: &[NodeReport], arcs: &[ArcReport]) -> (Vec<NodeRepor
                     counters: c,
                     summary,
                     classes: n.classes.clone(),
-                    space: if space.is_empty() && !around { n.space.clone() } else { space.to_string() },
+                    space: if space.is_empty() && !around {
+                        n.space.clone()
+                    } else {
+                        space.to_string()
+                    },
                 });
             }
         }

@@ -1,10 +1,10 @@
 //! A space's nodes: what one is made of ([`RtNode`], made by [`instantiate`] alone), its
 //! counters and arcs, and what it reports.
 
+use super::*;
 use crate::builtin::{JoinFilter, SplitFilter, UnixProc};
 use crate::filter::{Args, Batch, Ctx, Filter};
 use lang::{Node, NodeKind, Selector};
-use super::*;
 
 /// Per-filter counters. They add up: `blocks_out = blocks_in - drops + made - ended`.
 ///
@@ -107,7 +107,10 @@ impl RtNode {
             routes_by_class,
             export,
         } = made;
-        debug_assert!(export.is_none(), "{label}: its exported stream was not hung");
+        debug_assert!(
+            export.is_none(),
+            "{label}: its exported stream was not hung"
+        );
         let classifier = !source && filter.as_classifier().is_some();
         RtNode {
             label,
@@ -139,7 +142,12 @@ impl RtNode {
 
     /// One of the run's own nodes (a tap, an exported stream), running `filter`: its spec
     /// names the filter `name` with `options` (what the graph shows), and it has no arcs.
-    pub(crate) fn own(label: String, name: &str, options: Vec<(String, String)>, filter: Box<dyn Filter>) -> RtNode {
+    pub(crate) fn own(
+        label: String,
+        name: &str,
+        options: Vec<(String, String)>,
+        filter: Box<dyn Filter>,
+    ) -> RtNode {
         let spec = Node {
             id: 0,
             kind: NodeKind::Filter {
@@ -228,7 +236,6 @@ pub(crate) struct Made {
     pub(crate) routes_by_class: bool,
     pub(crate) export: Option<crate::export::ExportNode>,
 }
-
 
 /// Instantiate node `n` labelled `label`, with `in_degree` arcs into it; `sink`: no arc
 /// leaves it (a Unix sink writes to our standard output). The build and live edits both
@@ -341,7 +348,10 @@ use crate::export::export_stream;
 /// A node's `size=` control option in bytes (K/M/G suffixes), if given and the filter
 /// does not declare a `size` of its own (see [`Factory::declares`]).
 pub fn size_option(n: &Node, factory: &dyn Factory) -> Option<u64> {
-    let NodeKind::Filter { filter, options, .. } = &n.kind else {
+    let NodeKind::Filter {
+        filter, options, ..
+    } = &n.kind
+    else {
         return None;
     };
     if factory.declares(filter, "size") {

@@ -2,9 +2,9 @@
 //! classifier fast path; observers, taps and exported streams, handed the whole output
 //! first), with the counters and clock kept.
 
+use super::*;
 use crate::filter::{Batch, Ctx, Filter};
 use lang::Selector;
-use super::*;
 
 /// An empty vector of slices with `v`'s allocation, for slices of another lifetime (the
 /// classifier path resolves each batch into one without allocating). Collecting a vector's
@@ -26,7 +26,11 @@ pub(super) fn charge_to(clock: &quanta::Clock, last: &mut u64, ticks: &mut u64) 
 
 /// Keep the tags whose class `admits` accepts, with their resolved bytes and `shared`
 /// flags in step; returns the bytes kept.
-pub(super) fn retain_resolved(batch: &mut Batch, data: &mut Vec<&[u8]>, admits: impl Fn(u16) -> bool) -> u64 {
+pub(super) fn retain_resolved(
+    batch: &mut Batch,
+    data: &mut Vec<&[u8]>,
+    admits: impl Fn(u16) -> bool,
+) -> u64 {
     let mut j = 0;
     let mut bytes = 0;
     for i in 0..batch.tags.len() {
@@ -44,7 +48,6 @@ pub(super) fn retain_resolved(batch: &mut Batch, data: &mut Vec<&[u8]>, admits: 
     data.truncate(j);
     bytes
 }
-
 
 impl Space {
     /// Run `f` with node `i`'s filter and a context (disjoint borrows).
@@ -73,7 +76,14 @@ impl Space {
 
     /// Push a batch into node `i` (run its filter, then route).
     /// `bytes` is the batch's byte count, known to the caller from its routing pass.
-    pub(super) fn push(&mut self, i: usize, mut batch: Batch, depth: usize, bytes: u64, from: usize) {
+    pub(super) fn push(
+        &mut self,
+        i: usize,
+        mut batch: Batch,
+        depth: usize,
+        bytes: u64,
+        from: usize,
+    ) {
         batch.from = from;
         if depth > MAX_DEPTH {
             let l = self.nodes[i].label.clone();
@@ -171,12 +181,7 @@ impl Space {
             // The run goes on through this node's only arc into the next classifier.
             let node = &nodes[cur];
             let next = match node.out.as_slice() {
-                [a] if !node.routes_by_class
-                    && nodes[a.to].classifier
-                    && depth < MAX_DEPTH =>
-                {
-                    a
-                }
+                [a] if !node.routes_by_class && nodes[a.to].classifier && depth < MAX_DEPTH => a,
                 _ => break,
             };
             let before = batch.len();
@@ -431,5 +436,4 @@ impl Space {
         c.blocks_out += blocks as u64;
         c.bytes_out += bytes;
     }
-
 }

@@ -1,10 +1,10 @@
 //! The run loop: source batches pulled round by round, the quiet point between them
 //! ([`Quiet`]), sleeping on the readiness handle when nothing came, and the end of a run.
 
+use super::*;
 use crate::filter::Batch;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use super::*;
 
 /// What a space's run loop calls at its quiet point (between source batches: every batch
 /// pulled so far has finished its walk, no block is in flight) and around the run. Whoever
@@ -198,7 +198,8 @@ impl Space {
                 ins[a.to] += 1;
             }
         }
-        let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| ins[i] == 0).collect();
+        let mut ready: std::collections::BTreeSet<usize> =
+            (0..n).filter(|&i| ins[i] == 0).collect();
         let mut order = Vec::with_capacity(n);
         let mut placed = vec![false; n];
         while order.len() < n {
@@ -252,7 +253,13 @@ impl Space {
     /// on its own) what it waits for, and sleep once, on the space's readiness handle,
     /// until one of them is ready, a deadline passes or `limit` (see [`crate::readiness`]).
     /// A source that waits in its own `pull` keeps the space from sleeping here.
-    pub(super) fn sleep_until_ready(&mut self, sources: &[usize], interrupted: bool, draining: bool, limit: Duration) {
+    pub(super) fn sleep_until_ready(
+        &mut self,
+        sources: &[usize],
+        interrupted: bool,
+        draining: bool,
+        limit: Duration,
+    ) {
         let Some(ready) = self.ready.as_mut() else {
             std::thread::sleep(Duration::from_millis(1).min(limit));
             return;
@@ -273,7 +280,8 @@ impl Space {
         drop(arm);
         if decision == crate::readiness::Decision::Sleep {
             if let Err(e) = ready.sleep(deadline, limit) {
-                let why = format!("the space's readiness handle failed ({e}): idle rounds sleep 1 ms");
+                let why =
+                    format!("the space's readiness handle failed ({e}): idle rounds sleep 1 ms");
                 self.ready = None;
                 self.warnings.push(why);
             }
@@ -297,5 +305,4 @@ impl Space {
     pub(crate) fn nanos(&self, ticks: u64) -> u64 {
         self.clock.delta_as_nanos(0, ticks)
     }
-
 }

@@ -1,8 +1,8 @@
 //! A space built from a graph, and what it reports while and after it runs.
 
+use super::*;
 use crate::store::Store;
 use lang::Graph;
-use super::*;
 
 impl Space {
     /// Instantiate every node of `g`. `scratch` sizes the space's default data ring.
@@ -79,7 +79,6 @@ impl Space {
     pub fn store(&mut self) -> &mut Store {
         &mut self.store
     }
-
 }
 
 impl Space {

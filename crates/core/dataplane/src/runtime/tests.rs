@@ -22,10 +22,23 @@ fn rows_follow_the_pipeline_and_an_inserted_node_its_input() {
     };
     // Space 0 (gen, count, an inserted dedup#2 after gen), then space 1 (dedup).
     let rows = vec![row("gen"), row("count"), row("dedup#2"), row("dedup")];
-    let arcs = [arc("gen", "dedup#2"), arc("dedup#2", "count"), arc("count", "dedup")];
-    let order = user_order(&["gen".into(), "count".into(), "dedup".into(), "dedup~2".into(), "__publish".into()]);
+    let arcs = [
+        arc("gen", "dedup#2"),
+        arc("dedup#2", "count"),
+        arc("count", "dedup"),
+    ];
+    let order = user_order(&[
+        "gen".into(),
+        "count".into(),
+        "dedup".into(),
+        "dedup~2".into(),
+        "__publish".into(),
+    ]);
     assert_eq!(order, ["gen", "count", "dedup"]);
-    let got: Vec<String> = in_order(rows, &arcs, &order).into_iter().map(|r| r.label).collect();
+    let got: Vec<String> = in_order(rows, &arcs, &order)
+        .into_iter()
+        .map(|r| r.label)
+        .collect();
     assert_eq!(got, ["gen", "dedup#2", "count", "dedup"]);
 }
 
@@ -59,7 +72,10 @@ fn copies_that_say_the_same_keep_a_line_each() {
     };
     let (rows, _) = fold_internal(&[engine("rx@1"), engine("rx~2@2")], &[]);
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].summary.as_deref().map(|s| s.lines().count()), Some(2));
+    assert_eq!(
+        rows[0].summary.as_deref().map(|s| s.lines().count()),
+        Some(2)
+    );
 }
 
 #[test]
@@ -83,7 +99,10 @@ fn replicas_split_and_join_fold_into_the_users_node() {
     let arc = |from: &str, to: &str, b: u64| ArcReport {
         from: from.into(),
         to: ArcTarget::Node(to.into()),
-        carried: Carried { blocks: b, bytes: b * 10 },
+        carried: Carried {
+            blocks: b,
+            bytes: b * 10,
+        },
         rings: vec![],
     };
     let nodes = [
@@ -103,11 +122,23 @@ fn replicas_split_and_join_fold_into_the_users_node() {
         arc("deflate~join@1", "count@1", 60),
     ];
     let (rows, arcs) = fold_internal(&nodes, &arcs);
-    let labels: Vec<(&str, &str)> = rows.iter().map(|r| (r.label.as_str(), r.space.as_str())).collect();
+    let labels: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.label.as_str(), r.space.as_str()))
+        .collect();
     assert_eq!(labels, [("tcp", "0"), ("deflate", "1,2"), ("count", "1")]);
     let d = rows[1].counters;
     assert_eq!(
-        (d.blocks_in, d.bytes_in, d.blocks_out, d.bytes_out, d.drops, d.made, d.ended, d.nanos),
+        (
+            d.blocks_in,
+            d.bytes_in,
+            d.blocks_out,
+            d.bytes_out,
+            d.drops,
+            d.made,
+            d.ended,
+            d.nanos
+        ),
         (90, 900, 60, 600, 30, 0, 0, 4)
     );
     assert_eq!(d.blocks_out, d.blocks_in - d.drops + d.made - d.ended);
@@ -118,8 +149,16 @@ fn replicas_split_and_join_fold_into_the_users_node() {
     assert_eq!(
         arcs,
         [
-            ("tcp", format!("{:?}", ArcTarget::Node("deflate".into())), 90),
-            ("deflate", format!("{:?}", ArcTarget::Node("count".into())), 60)
+            (
+                "tcp",
+                format!("{:?}", ArcTarget::Node("deflate".into())),
+                90
+            ),
+            (
+                "deflate",
+                format!("{:?}", ArcTarget::Node("count".into())),
+                60
+            )
         ]
     );
 }

@@ -90,19 +90,25 @@ impl<'f> Steps<'f> {
         self.next += 1;
         let inject = self.fail_at == Some(k);
         let act = move |b: &mut Building<'f>| match inject {
-            true => Err(BuildError::new(at.0, at.1, BuildErrorKind::Injected { step: k })),
+            true => Err(BuildError::new(
+                at.0,
+                at.1,
+                BuildErrorKind::Injected { step: k },
+            )),
             false => act(b),
         };
-        self.t.step(name, act, undo).map_err(|f: StepFailed<BuildError>| {
-            let mut e = f.error;
-            if !f.undone.is_empty() {
-                e.rollback = Some(Rollback {
-                    step: f.step,
-                    undone: f.undone,
-                });
-            }
-            e
-        })
+        self.t
+            .step(name, act, undo)
+            .map_err(|f: StepFailed<BuildError>| {
+                let mut e = f.error;
+                if !f.undone.is_empty() {
+                    e.rollback = Some(Rollback {
+                        step: f.step,
+                        undone: f.undone,
+                    });
+                }
+                e
+            })
     }
 }
 
@@ -228,8 +234,16 @@ impl Spaces {
             children: b.children,
             placement: p.clone(),
             channels: layout.channels.len(),
-            labels: g.nodes.iter().map(|n| (p.space[n.id], base_name(n))).collect(),
-            sched: p.spaces().into_iter().map(|s| (s, schedule_of(g, p, s))).collect(),
+            labels: g
+                .nodes
+                .iter()
+                .map(|n| (p.space[n.id], base_name(n)))
+                .collect(),
+            sched: p
+                .spaces()
+                .into_iter()
+                .map(|s| (s, schedule_of(g, p, s)))
+                .collect(),
             order: crate::runtime::user_order(&layout.labels),
         })
     }
@@ -265,7 +279,11 @@ fn create_channel(s: &mut Steps<'_>, k: usize, c: &Channel, same: bool) -> Resul
             Ok(k)
         },
         |b, k| {
-            b.chans.endpoints.lock().expect("not poisoned").remove(&(true, k));
+            b.chans
+                .endpoints
+                .lock()
+                .expect("not poisoned")
+                .remove(&(true, k));
             b.rings.remove(&k);
         },
     )
@@ -283,7 +301,11 @@ fn start_process_space(
 ) -> Result<(), BuildError> {
     let label = layout.parts[&id].names.clone();
     let err = |what: String, source| {
-        BuildError::new(label.clone(), None, BuildErrorKind::Process { what, source })
+        BuildError::new(
+            label.clone(),
+            None,
+            BuildErrorKind::Process { what, source },
+        )
     };
     let share = layout.share(id, scratch).expect("a placed space");
     s.step(
@@ -291,7 +313,11 @@ fn start_process_space(
         (label.clone(), None),
         |b| {
             let Some(l) = launcher else {
-                return Err(BuildError::new(label.clone(), None, BuildErrorKind::NoLauncher(id)));
+                return Err(BuildError::new(
+                    label.clone(),
+                    None,
+                    BuildErrorKind::NoLauncher(id),
+                ));
             };
             let (mine, theirs) = UnixStream::pair().map_err(|x| err("socketpair".into(), x))?;
             beltway::sys::inherit_across_exec(&theirs).map_err(|x| err("fcntl".into(), x))?;
@@ -328,12 +354,21 @@ fn start_process_space(
         // Dropping the child kills and reaps it; its mappings go with it.
         |b, id| b.children.retain(|c| c.id != id),
     )?;
-    for (k, c) in layout.channels.iter().enumerate().filter(|(_, c)| c.from == id) {
+    for (k, c) in layout
+        .channels
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.from == id)
+    {
         s.step(
             format!("receive channel {k} from p{id}"),
             c.consumer.clone(),
             |b| {
-                let child = b.children.iter().find(|c| c.id == id).expect("started above");
+                let child = b
+                    .children
+                    .iter()
+                    .find(|c| c.id == id)
+                    .expect("started above");
                 let what = || format!("channel from process space p{id}");
                 let tr = recv_ring(&child.sock).map_err(|x| handover_err(c, what(), x))?;
                 let d = recv_ring(&child.sock).map_err(|x| handover_err(c, what(), x))?;
@@ -349,7 +384,12 @@ fn start_process_space(
 }
 
 /// Attach channel `k`'s consumer: here, or hand its rings to the process space.
-fn attach_channel(s: &mut Steps<'_>, layout: &Layout, k: usize, c: &Channel) -> Result<(), BuildError> {
+fn attach_channel(
+    s: &mut Steps<'_>,
+    layout: &Layout,
+    k: usize,
+    c: &Channel,
+) -> Result<(), BuildError> {
     let (here, trusted) = (layout.here(c.to), layout.here(c.from));
     s.step(
         format!("attach channel {k}"),
@@ -378,7 +418,11 @@ fn attach_channel(s: &mut Steps<'_>, layout: &Layout, k: usize, c: &Channel) -> 
         // Here: drop the consumer's endpoint. In a process space: the mapping is the
         // child's, undone when the start step's inverse stops it.
         |b, k| {
-            b.chans.endpoints.lock().expect("not poisoned").remove(&(false, k));
+            b.chans
+                .endpoints
+                .lock()
+                .expect("not poisoned")
+                .remove(&(false, k));
         },
     )
     .map(drop)
@@ -390,7 +434,11 @@ fn await_ready(s: &mut Steps<'_>, label: &str, id: SpaceId) -> Result<(), BuildE
         format!("process space p{id} ready"),
         (label.to_string(), None),
         |b| {
-            let c = b.children.iter().find(|c| c.id == id).expect("started above");
+            let c = b
+                .children
+                .iter()
+                .find(|c| c.id == id)
+                .expect("started above");
             match recv_msg(&c.sock) {
                 Ok(m) if m == "ready" => Ok(id),
                 Ok(m) => Err(child_error(m.strip_prefix("error ").unwrap_or(&m), label)),

@@ -6,8 +6,8 @@
 
 use super::place::{schedule_in, SpaceId};
 use super::protocol::{
-    counters_text, error_text, one_line, recv_msg, recv_ring, recv_share, report_text,
-    send_msg, send_ring,
+    counters_text, error_text, one_line, recv_msg, recv_ring, recv_share, report_text, send_msg,
+    send_ring,
 };
 use super::run::apply_schedule;
 use super::split::{Share, WithChannels};
@@ -43,7 +43,9 @@ pub fn run_process_space(factory: &dyn Factory, id: SpaceId, sock: UnixStream) -
         Err(e) => return fail(format!("process space p{id}: its share of the run: {e}")),
     };
     if space != id {
-        return fail(format!("process space p{id} was sent the share of space {space}"));
+        return fail(format!(
+            "process space p{id} was sent the share of space {space}"
+        ));
     }
     let mut endpoints = HashMap::new();
     let mut mine = Vec::new();

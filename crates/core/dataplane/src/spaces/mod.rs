@@ -29,8 +29,8 @@
 mod build;
 mod child;
 mod place;
-mod report;
 pub(crate) mod protocol;
+mod report;
 mod run;
 mod split;
 

@@ -278,7 +278,12 @@ pub fn schedule_of(
     p: &Placement,
     id: SpaceId,
 ) -> Option<(beltway::sys::Policy, &'static str, String)> {
-    schedule_in(&g.nodes.iter().filter(|n| p.space[n.id] == id).collect::<Vec<_>>())
+    schedule_in(
+        &g.nodes
+            .iter()
+            .filter(|n| p.space[n.id] == id)
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// How a space holding `nodes` is scheduled ([`schedule_of`]; a process space asks it of

@@ -5,7 +5,9 @@
 
 use super::report::SpacesReport;
 use super::split::{Share, EGRESS, INGRESS};
-use crate::runtime::{ArcReport, ArcTarget, BuildError, BuildErrorKind, Carried, NodeReport, Space};
+use crate::runtime::{
+    ArcReport, ArcTarget, BuildError, BuildErrorKind, Carried, NodeReport, Space,
+};
 use beltway::RingRef;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -36,14 +38,16 @@ pub(super) fn recv_msg(sock: &UnixStream) -> std::io::Result<String> {
 /// value as JSON, so that it builds what the parent placed, node ids included, without
 /// deriving anything again.
 pub(super) fn send_share(sock: &UnixStream, share: &Share) -> std::io::Result<()> {
-    send_msg(sock, &serde_json::to_string(share).map_err(std::io::Error::other)?)
+    send_msg(
+        sock,
+        &serde_json::to_string(share).map_err(std::io::Error::other)?,
+    )
 }
 
 /// The share a process space's parent sent ([`send_share`]).
 pub(super) fn recv_share(sock: &UnixStream) -> std::io::Result<Share> {
     let text = recv_msg(sock)?;
-    serde_json::from_str(&text)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    serde_json::from_str(&text).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 pub use crate::error::ProtocolError;
@@ -177,7 +181,13 @@ fn sites_text(space: &Space) -> String {
     for (ch, g) in space.channel_rings() {
         t += &format!(
             "ring\t{ch}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
-            g.tags_used, g.tags_size, g.data_used, g.data_size, g.readers, g.writer_waits, g.wakeups
+            g.tags_used,
+            g.tags_size,
+            g.data_used,
+            g.data_size,
+            g.readers,
+            g.writer_waits,
+            g.wakeups
         );
     }
     if let Some((cpu, pinned)) = beltway::sys::current_cpu() {
@@ -353,11 +363,33 @@ mod tests {
         parse_report(text, &mut rep, "@p2");
         assert_eq!(rep.rings.len(), 1);
         let (ch, g) = rep.rings[0];
-        assert_eq!((ch, g.tags_used, g.data_size, g.readers, g.writer_waits, g.wakeups), (3, 16, 16777216, 1, 7, 9));
+        assert_eq!(
+            (
+                ch,
+                g.tags_used,
+                g.data_size,
+                g.readers,
+                g.writer_waits,
+                g.wakeups
+            ),
+            (3, 16, 16777216, 1, 7, 9)
+        );
         assert_eq!(rep.sites.len(), 1);
-        assert_eq!((rep.sites[0].space.as_str(), rep.sites[0].cpu, rep.sites[0].pinned), ("p2", Some(1), true));
+        assert_eq!(
+            (
+                rep.sites[0].space.as_str(),
+                rep.sites[0].cpu,
+                rep.sites[0].pinned
+            ),
+            ("p2", Some(1), true)
+        );
         assert_eq!(rep.warnings.len(), 1, "{:?}", rep.warnings);
-        assert!(rep.warnings[0].contains("unreadable report line") && rep.warnings[0].contains("ring\t4\t16"), "{:?}", rep.warnings);
+        assert!(
+            rep.warnings[0].contains("unreadable report line")
+                && rep.warnings[0].contains("ring\t4\t16"),
+            "{:?}",
+            rep.warnings
+        );
     }
 
     #[test]

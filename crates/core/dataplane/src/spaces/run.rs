@@ -6,8 +6,8 @@
 use super::build::{ChildSpace, Spaces};
 use super::place::{space_name, SpaceId};
 use super::protocol::{parse_report, recv_msg, report_text, send_msg, COUNTERS};
-use super::split::{EGRESS, INGRESS};
 use super::report::SpacesReport;
+use super::split::{EGRESS, INGRESS};
 use crate::edit::EditHandle;
 use crate::runtime::{Factory, Hooks, Quiet, Space};
 use std::os::unix::net::UnixStream;
@@ -297,54 +297,50 @@ fn watch_child(
     child_reports: &Mutex<Vec<(SpaceId, String)>>,
     who: &dyn Fn(SpaceId) -> String,
 ) {
-        let msg = loop {
-            match recv_msg(&c.sock) {
-                Ok(text) if text.starts_with(COUNTERS) => {
-                    if let Some(h) = handle {
-                        let mut part = SpacesReport::default();
-                        parse_report(
-                            &text[COUNTERS.len()..],
-                            &mut part,
-                            &format!("@p{}", c.id),
-                        );
-                        h.publish_remote(c.id, part);
-                    }
-                }
-                other => break other,
-            }
-        };
-        match msg {
-            Ok(text) => {
-                // Its final counters, for the live views until the run ends.
+    let msg = loop {
+        match recv_msg(&c.sock) {
+            Ok(text) if text.starts_with(COUNTERS) => {
                 if let Some(h) = handle {
                     let mut part = SpacesReport::default();
-                    parse_report(&text, &mut part, &format!("@p{}", c.id));
+                    parse_report(&text[COUNTERS.len()..], &mut part, &format!("@p{}", c.id));
                     h.publish_remote(c.id, part);
                 }
-                let _ = c.proc.wait();
-                child_reports
-                    .lock()
-                    .expect("not poisoned")
-                    .push((c.id, text));
             }
-            Err(_) => {
-                let st = c.proc.wait();
-                let why = match st {
-                    Ok(st) => match st.signal() {
-                        Some(sig) => format!(
-                            "killed by signal {sig}{}",
-                            if sig == 9 { " (SIGKILL)" } else { "" }
-                        ),
-                        None => format!("exited with {st} without a report"),
-                    },
-                    Err(e) => format!("lost: {e}"),
-                };
-                died.lock()
-                    .expect("not poisoned")
-                    .push(format!("{} died: {why}", who(c.id)));
-                stop_run(interrupt);
-            }
+            other => break other,
         }
+    };
+    match msg {
+        Ok(text) => {
+            // Its final counters, for the live views until the run ends.
+            if let Some(h) = handle {
+                let mut part = SpacesReport::default();
+                parse_report(&text, &mut part, &format!("@p{}", c.id));
+                h.publish_remote(c.id, part);
+            }
+            let _ = c.proc.wait();
+            child_reports
+                .lock()
+                .expect("not poisoned")
+                .push((c.id, text));
+        }
+        Err(_) => {
+            let st = c.proc.wait();
+            let why = match st {
+                Ok(st) => match st.signal() {
+                    Some(sig) => format!(
+                        "killed by signal {sig}{}",
+                        if sig == 9 { " (SIGKILL)" } else { "" }
+                    ),
+                    None => format!("exited with {st} without a report"),
+                },
+                Err(e) => format!("lost: {e}"),
+            };
+            died.lock()
+                .expect("not poisoned")
+                .push(format!("{} died: {why}", who(c.id)));
+            stop_run(interrupt);
+        }
+    }
 }
 
 /// Space `id`'s report (a thread space of this process, or space 0) into `rep`.

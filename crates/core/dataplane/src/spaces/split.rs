@@ -97,7 +97,11 @@ impl Layout {
     /// Place `g`: replicate its `space=A,B,...` filters, apply the placement rule, refuse
     /// joins whose result would depend on timing, and cut it by space (channel wake-ups
     /// as the consumers' hints say, `cfg` otherwise).
-    pub fn place(g: &Graph, factory: &dyn Factory, cfg: ChannelConfig) -> Result<Layout, BuildError> {
+    pub fn place(
+        g: &Graph,
+        factory: &dyn Factory,
+        cfg: ChannelConfig,
+    ) -> Result<Layout, BuildError> {
         let g = replicate(g, factory)?;
         let placement = place(&g)?;
         check_joins(&g, &placement, factory)?;
@@ -268,7 +272,12 @@ impl Factory for WithChannels<'_> {
 }
 
 /// The channel configuration of arc `e`: set by the consuming node's hints.
-fn channel_config(g: &Graph, e: &Edge, default: ChannelConfig, factory: &dyn Factory) -> ChannelConfig {
+fn channel_config(
+    g: &Graph,
+    e: &Edge,
+    default: ChannelConfig,
+    factory: &dyn Factory,
+) -> ChannelConfig {
     let to = &g.nodes[e.to];
     let mut cfg = if to.hints.contains(&Hint::Lockstep) {
         ChannelConfig::lockstep()

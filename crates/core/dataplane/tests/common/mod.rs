@@ -162,7 +162,10 @@ impl Filter for Tally {
             let d = cx.data(t).expect("resolvable");
             let seq = u32::from_le_bytes(d[..4].try_into().unwrap()) as u64;
             self.0 += 1;
-            self.1 = self.1.wrapping_mul(1_000_003).wrapping_add(seq ^ (t.class as u64) << 40);
+            self.1 = self
+                .1
+                .wrapping_mul(1_000_003)
+                .wrapping_add(seq ^ (t.class as u64) << 40);
         }
     }
     fn summary(&self) -> Option<String> {

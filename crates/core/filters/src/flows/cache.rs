@@ -85,7 +85,8 @@ impl Flow {
     /// TCP's end seen: FIN both ways or an RST.
     fn finished(&self) -> bool {
         self.key.proto == TCP
-            && ((self.flags[0] | self.flags[1]) & RST != 0 || self.flags[0] & self.flags[1] & FIN != 0)
+            && ((self.flags[0] | self.flags[1]) & RST != 0
+                || self.flags[0] & self.flags[1] & FIN != 0)
     }
 }
 
@@ -170,7 +171,10 @@ impl Cache {
             (&mut self.open, self.t.idle, EndReason::Idle),
             (&mut self.closing, self.t.fin, EndReason::EndOfFlow),
         ] {
-            while list.peek_lru().is_some_and(|(_, f)| now > f.last.saturating_add(wait)) {
+            while list
+                .peek_lru()
+                .is_some_and(|(_, f)| now > f.last.saturating_add(wait))
+            {
                 let (_, f) = list.pop_lru().expect("peeked");
                 out.push((f, why));
             }
@@ -209,11 +213,21 @@ mod tests {
     use super::*;
     use crate::flows::observe::UDP;
 
-    const T: Timeouts = Timeouts { idle: 1000, active: 10_000, fin: 100 };
+    const T: Timeouts = Timeouts {
+        idle: 1000,
+        active: 10_000,
+        fin: 100,
+    };
 
     fn obs(port: u16, dir: usize, flags: u16, proto: u8) -> Obs {
         Obs {
-            key: Key { addr: [[1; 16], [2; 16]], port: [port, 80], proto, v6: true, vlan: 0 },
+            key: Key {
+                addr: [[1; 16], [2; 16]],
+                port: [port, 80],
+                proto,
+                v6: true,
+                vlan: 0,
+            },
             dir,
             octets: 100,
             flags,
@@ -233,9 +247,20 @@ mod tests {
     #[test]
     fn both_directions_count_in_one_flow_until_it_idles() {
         let mut c = Cache::new(16, T);
-        let out = run(&mut c, &[(obs(1, 0, 0, UDP), 0), (obs(1, 1, 0, UDP), 500), (obs(1, 0, 0, UDP), 1500), (obs(1, 0, 0, UDP), 2501)]);
+        let out = run(
+            &mut c,
+            &[
+                (obs(1, 0, 0, UDP), 0),
+                (obs(1, 1, 0, UDP), 500),
+                (obs(1, 0, 0, UDP), 1500),
+                (obs(1, 0, 0, UDP), 2501),
+            ],
+        );
         assert_eq!(out.len(), 2);
-        assert_eq!((out[0].0.packets, out[0].0.first, out[0].0.last, out[0].1), ([2, 1], 0, 1500, EndReason::Idle));
+        assert_eq!(
+            (out[0].0.packets, out[0].0.first, out[0].0.last, out[0].1),
+            ([2, 1], 0, 1500, EndReason::Idle)
+        );
         assert_eq!((out[1].0.packets, out[1].1), ([1, 0], EndReason::ForcedEnd));
         assert_eq!(out[0].0.dir_first, [0, 500]);
     }
@@ -246,7 +271,10 @@ mod tests {
         let pkts: Vec<_> = (0..25).map(|i| (obs(1, 0, 0, UDP), i * 500)).collect();
         let out = run(&mut c, &pkts);
         let counts: Vec<_> = out.iter().map(|(f, r)| (f.packets[0], *r)).collect();
-        assert_eq!(counts, vec![(20, EndReason::Active), (5, EndReason::ForcedEnd)]);
+        assert_eq!(
+            counts,
+            vec![(20, EndReason::Active), (5, EndReason::ForcedEnd)]
+        );
         assert_eq!(out[1].0.first, 10_000);
     }
 
@@ -264,16 +292,37 @@ mod tests {
                 (obs(1, 0, 0x02, TCP), 200), // a new connection on the same ports
             ],
         );
-        let got: Vec<_> = out.iter().map(|(f, r)| (f.key.port[0], f.packets, *r)).collect();
-        assert_eq!(got, vec![(1, [3, 1], EndReason::EndOfFlow), (2, [1, 0], EndReason::EndOfFlow), (1, [1, 0], EndReason::ForcedEnd)]);
+        let got: Vec<_> = out
+            .iter()
+            .map(|(f, r)| (f.key.port[0], f.packets, *r))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, [3, 1], EndReason::EndOfFlow),
+                (2, [1, 0], EndReason::EndOfFlow),
+                (1, [1, 0], EndReason::ForcedEnd)
+            ]
+        );
     }
 
     #[test]
     fn a_full_table_evicts_the_least_recently_seen_and_counts_it() {
         let mut c = Cache::new(2, T);
-        let out = run(&mut c, &[(obs(1, 0, 0, UDP), 0), (obs(2, 0, 0, UDP), 1), (obs(1, 0, 0, UDP), 2), (obs(3, 0, 0, UDP), 3)]);
+        let out = run(
+            &mut c,
+            &[
+                (obs(1, 0, 0, UDP), 0),
+                (obs(2, 0, 0, UDP), 1),
+                (obs(1, 0, 0, UDP), 2),
+                (obs(3, 0, 0, UDP), 3),
+            ],
+        );
         assert_eq!(c.evicted, 1);
-        assert_eq!((out[0].0.key.port[0], out[0].1), (2, EndReason::LackOfResources));
+        assert_eq!(
+            (out[0].0.key.port[0], out[0].1),
+            (2, EndReason::LackOfResources)
+        );
         let total: u64 = out.iter().map(|(f, _)| f.packets[0]).sum();
         assert_eq!(total, 4);
     }

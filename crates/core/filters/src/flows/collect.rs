@@ -86,8 +86,15 @@ fn addr(v: &FieldValue) -> Option<IpAddr> {
 
 /// One data record's fields as a [`FlowRecord`].
 fn record(fields: &[(IPFixField, FieldValue)], exporter: SocketAddr, domain: u32) -> FlowRecord {
-    let mut r = FlowRecord { exporter: exporter.to_string(), domain, ..FlowRecord::default() };
-    let (mut src, mut dst) = (IpAddr::V4(Ipv4Addr::UNSPECIFIED), IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let mut r = FlowRecord {
+        exporter: exporter.to_string(),
+        domain,
+        ..FlowRecord::default()
+    };
+    let (mut src, mut dst) = (
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    );
     let mut icmp = None;
     for (k, v) in fields {
         let IPFixField::IANA(k) = k else { continue };
@@ -134,7 +141,9 @@ impl Decoder {
             let domain = m.header.observation_domain_id;
             for set in &m.flowsets {
                 match &set.body {
-                    FlowSetBody::Data(d) => out.extend(d.fields.iter().map(|f| record(f, exporter, domain))),
+                    FlowSetBody::Data(d) => {
+                        out.extend(d.fields.iter().map(|f| record(f, exporter, domain)))
+                    }
                     FlowSetBody::NoTemplate(_) => self.no_template += 1,
                     _ => {}
                 }
@@ -179,7 +188,9 @@ impl Filter for IpfixIn {
             self.receive();
         }
         while out.len() < max {
-            let Some(r) = self.pending.pop_front() else { break };
+            let Some(r) = self.pending.pop_front() else {
+                break;
+            };
             let mut line = serde_json::to_vec(&r).expect("a record serializes");
             line.push(b'\n');
             let mut t = cx.store.push(&line);
@@ -202,8 +213,16 @@ impl Filter for IpfixIn {
             "ipfixin: {} records from {} messages{}{}",
             self.records,
             self.messages,
-            if self.dec.no_template > 0 { format!("; {} data sets before their template", self.dec.no_template) } else { String::new() },
-            if self.dec.not_ipfix > 0 { format!("; {} messages not IPFIX", self.dec.not_ipfix) } else { String::new() },
+            if self.dec.no_template > 0 {
+                format!("; {} data sets before their template", self.dec.no_template)
+            } else {
+                String::new()
+            },
+            if self.dec.not_ipfix > 0 {
+                format!("; {} messages not IPFIX", self.dec.not_ipfix)
+            } else {
+                String::new()
+            },
         ))
     }
 }
@@ -233,12 +252,20 @@ impl IpfixIn {
     pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         let port: u16 = a.parse("port", Some(0), 4739)?;
         let bind = a.get("bind", None).unwrap_or("0.0.0.0");
-        let ip: IpAddr = bind.parse().map_err(|_| FilterError::bad("bind", bind, "an IP address"))?;
-        let sock = UdpSocket::bind((ip, port)).map_err(|e| FilterError::io(format!("cannot listen on udp {bind}:{port}"), e))?;
-        sock.set_nonblocking(true).map_err(|e| FilterError::io("a non-blocking socket", e))?;
+        let ip: IpAddr = bind
+            .parse()
+            .map_err(|_| FilterError::bad("bind", bind, "an IP address"))?;
+        let sock = UdpSocket::bind((ip, port))
+            .map_err(|e| FilterError::io(format!("cannot listen on udp {bind}:{port}"), e))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| FilterError::io("a non-blocking socket", e))?;
         let idle: f64 = a.parse("idle", None, 0.0)?;
         if !(idle.is_finite() && idle >= 0.0) {
-            return Err(FilterError::bad("idle", &idle.to_string(), "seconds, 0 or more"));
+            return Err(FilterError::bad(
+                "idle",
+                &idle.to_string(),
+                "seconds, 0 or more",
+            ));
         }
         Ok(Box::new(IpfixIn {
             sock,
@@ -278,7 +305,15 @@ mod tests {
             dst,
             sport: 1000 + i as u16,
             dport: 80,
-            proto: if i % 5 == 0 { if v6 { 58 } else { 1 } } else { 6 },
+            proto: if i % 5 == 0 {
+                if v6 {
+                    58
+                } else {
+                    1
+                }
+            } else {
+                6
+            },
             tos: 0x10,
             flags: 0x1b,
             packets: i + 1,
@@ -299,7 +334,9 @@ mod tests {
         let mut enc = Encoder::new(7, 300, 600_000);
         let mut msgs = Vec::new();
         for (i, r) in recs.iter().enumerate() {
-            enc.push(r, 1_700_000_000_000 + i as u64 * 10, &mut |m| msgs.push(m.to_vec()));
+            enc.push(r, 1_700_000_000_000 + i as u64 * 10, &mut |m| {
+                msgs.push(m.to_vec())
+            });
         }
         enc.flush(&mut |m| msgs.push(m.to_vec()));
         assert!(msgs.len() > 10 && msgs.iter().all(|m| m.len() <= 300));
@@ -309,7 +346,11 @@ mod tests {
         let mut seq = 0u32;
         for m in &msgs {
             assert_eq!(u16::from_be_bytes([m[2], m[3]]) as usize, m.len());
-            assert_eq!(u32::from_be_bytes([m[8], m[9], m[10], m[11]]), seq, "sequence number: data records before the message");
+            assert_eq!(
+                u32::from_be_bytes([m[8], m[9], m[10], m[11]]),
+                seq,
+                "sequence number: data records before the message"
+            );
             let before = out.len();
             dec.decode(m, from, &mut out);
             seq += (out.len() - before) as u32;
@@ -317,12 +358,38 @@ mod tests {
         assert_eq!(dec.error, None);
         assert_eq!(out.len(), recs.len());
         for (r, o) in recs.iter().zip(&out) {
-            let ip = |a: &[u8; 16]| if r.v6 { std::net::Ipv6Addr::from(*a).to_string() } else { Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string() };
+            let ip = |a: &[u8; 16]| {
+                if r.v6 {
+                    std::net::Ipv6Addr::from(*a).to_string()
+                } else {
+                    Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string()
+                }
+            };
             let icmp = matches!(r.proto, 1 | 58);
             assert_eq!((o.src.clone(), o.dst.clone()), (ip(&r.src), ip(&r.dst)));
-            assert_eq!((o.sport, o.dport), if icmp { (0, r.dport) } else { (r.sport, r.dport) });
-            assert_eq!((o.proto, o.packets, o.bytes, o.start_ms, o.end_ms), (r.proto, r.packets, r.octets, r.start_ms, r.end_ms));
-            assert_eq!((o.tcp_flags, o.tos, o.vlan, o.ingress, o.end_reason, o.domain), (r.flags, r.tos, r.vlan, r.ingress, r.reason, 7));
+            assert_eq!(
+                (o.sport, o.dport),
+                if icmp {
+                    (0, r.dport)
+                } else {
+                    (r.sport, r.dport)
+                }
+            );
+            assert_eq!(
+                (o.proto, o.packets, o.bytes, o.start_ms, o.end_ms),
+                (r.proto, r.packets, r.octets, r.start_ms, r.end_ms)
+            );
+            assert_eq!(
+                (
+                    o.tcp_flags,
+                    o.tos,
+                    o.vlan,
+                    o.ingress,
+                    o.end_reason,
+                    o.domain
+                ),
+                (r.flags, r.tos, r.vlan, r.ingress, r.reason, 7)
+            );
         }
     }
 
@@ -333,7 +400,9 @@ mod tests {
         let mut enc = Encoder::new(0, 1400, 1000);
         let mut msgs = Vec::new();
         for i in 0..30u64 {
-            enc.push(&rec(i, false), 1_700_000_000_000 + i * 100, &mut |m| msgs.push(m.to_vec()));
+            enc.push(&rec(i, false), 1_700_000_000_000 + i * 100, &mut |m| {
+                msgs.push(m.to_vec())
+            });
             if i % 3 == 2 {
                 enc.flush(&mut |m| msgs.push(m.to_vec()));
             }
@@ -344,7 +413,14 @@ mod tests {
         for m in &msgs[1..] {
             dec.decode(m, "127.0.0.1:9".parse().unwrap(), &mut out);
         }
-        assert!(dec.no_template > 0, "the data before the first refresh had no template");
-        assert!(out.len() >= 20, "after the refresh every record decodes: {}", out.len());
+        assert!(
+            dec.no_template > 0,
+            "the data before the first refresh had no template"
+        );
+        assert!(
+            out.len() >= 20,
+            "after the refresh every record decodes: {}",
+            out.len()
+        );
     }
 }

@@ -40,20 +40,35 @@ pub fn collectors(list: &str) -> Result<Vec<SocketAddr>, FilterError> {
     list.split(',')
         .map(|hp| {
             let bad = || FilterError::bad("to", hp, "HOST:PORT[,HOST:PORT...] of IPFIX collectors");
-            hp.to_socket_addrs().map_err(|_| bad())?.next().ok_or_else(bad)
+            hp.to_socket_addrs()
+                .map_err(|_| bad())?
+                .next()
+                .ok_or_else(bad)
         })
         .collect()
 }
 
 impl Exporter {
-    pub fn new(to: &[SocketAddr], transport: Transport, file: Option<&str>) -> Result<Exporter, FilterError> {
+    pub fn new(
+        to: &[SocketAddr],
+        transport: Transport,
+        file: Option<&str>,
+    ) -> Result<Exporter, FilterError> {
         let mut dests = Vec::new();
         for &addr in to {
             dests.push(match transport {
                 Transport::Udp => {
-                    let bind: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().expect("literal");
-                    let s = UdpSocket::bind(bind).map_err(|e| FilterError::io(format!("a UDP socket for {addr}"), e))?;
-                    s.connect(addr).map_err(|e| FilterError::io(format!("collector {addr}"), e))?;
+                    let bind: SocketAddr = if addr.is_ipv4() {
+                        "0.0.0.0:0"
+                    } else {
+                        "[::]:0"
+                    }
+                    .parse()
+                    .expect("literal");
+                    let s = UdpSocket::bind(bind)
+                        .map_err(|e| FilterError::io(format!("a UDP socket for {addr}"), e))?;
+                    s.connect(addr)
+                        .map_err(|e| FilterError::io(format!("collector {addr}"), e))?;
                     Dest::Udp(s)
                 }
                 Transport::Tcp => {
@@ -65,10 +80,15 @@ impl Exporter {
             });
         }
         if let Some(path) = file {
-            let f = File::create(path).map_err(|e| FilterError::io(format!("cannot create {path}"), e))?;
+            let f = File::create(path)
+                .map_err(|e| FilterError::io(format!("cannot create {path}"), e))?;
             dests.push(Dest::File(BufWriter::new(f), path.to_string()));
         }
-        Ok(Exporter { dests, lost: 0, failures: Vec::new() })
+        Ok(Exporter {
+            dests,
+            lost: 0,
+            failures: Vec::new(),
+        })
     }
 
     /// Sends one message everywhere.
@@ -83,7 +103,9 @@ impl Exporter {
                 Dest::Tcp(s, addr) => {
                     if let Some(stream) = s {
                         if let Err(e) = stream.write_all(msg) {
-                            self.failures.push(format!("collector {addr} (tcp) went away: {e}; no more messages go to it"));
+                            self.failures.push(format!(
+                                "collector {addr} (tcp) went away: {e}; no more messages go to it"
+                            ));
                             *s = None;
                         }
                     }

@@ -106,7 +106,10 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     };
     let file = a.get("out", None);
     if to.is_empty() && file.is_none() {
-        return Err(FilterError::Missing { key: "to".into(), expected: "collectors HOST:PORT[,...], or out=FILE, or both".into() });
+        return Err(FilterError::Missing {
+            key: "to".into(),
+            expected: "collectors HOST:PORT[,...], or out=FILE, or both".into(),
+        });
     }
     let transport = match a.get("transport", None).unwrap_or("udp") {
         "udp" => Transport::Udp,
@@ -128,7 +131,11 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     }
     let mtu = a.size("mtu", None, 1400)?;
     if !(256..=65535).contains(&mtu) {
-        return Err(FilterError::bad("mtu", &mtu.to_string(), "bytes of a message, 256 to 65535"));
+        return Err(FilterError::bad(
+            "mtu",
+            &mtu.to_string(),
+            "bytes of a message, 256 to 65535",
+        ));
     }
     let flows = a.size("flows", None, 64 * 1024)?;
     if flows == 0 {
@@ -156,7 +163,13 @@ mod tests {
     use super::*;
 
     fn args(opts: &[(&str, &str)]) -> Args {
-        Args::new("ipfix", vec![], opts.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        Args::new(
+            "ipfix",
+            vec![],
+            opts.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
     }
 
     fn bad_key(e: FilterError) -> (String, String) {
@@ -173,24 +186,44 @@ mod tests {
             (&[], ("to", "")),
             (&[("to", "nowhere")], ("to", "nowhere")),
             (&[("to", "127.0.0.1:4739,127.0.0.1")], ("to", "127.0.0.1")),
-            (&[("to", "127.0.0.1:4739"), ("transport", "sctp")], ("transport", "sctp")),
-            (&[("to", "127.0.0.1:4739"), ("active", "0")], ("active", "0")),
+            (
+                &[("to", "127.0.0.1:4739"), ("transport", "sctp")],
+                ("transport", "sctp"),
+            ),
+            (
+                &[("to", "127.0.0.1:4739"), ("active", "0")],
+                ("active", "0"),
+            ),
             (&[("to", "127.0.0.1:4739"), ("idle", "-1")], ("idle", "-1")),
             (&[("to", "127.0.0.1:4739"), ("mtu", "100")], ("mtu", "100")),
             (&[("to", "127.0.0.1:4739"), ("flows", "0")], ("flows", "0")),
-            (&[("to", "127.0.0.1:4739"), ("times", "both")], ("times", "both")),
+            (
+                &[("to", "127.0.0.1:4739"), ("times", "both")],
+                ("times", "both"),
+            ),
         ];
         for (opts, (k, v)) in cases {
-            let e = make(&args(opts)).err().unwrap_or_else(|| panic!("{opts:?} was accepted"));
+            let e = make(&args(opts))
+                .err()
+                .unwrap_or_else(|| panic!("{opts:?} was accepted"));
             assert_eq!(bad_key(e), (k.to_string(), v.to_string()), "{opts:?}");
         }
     }
 
     #[test]
     fn a_tcp_collector_that_refuses_is_an_error_naming_it() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        match make(&args(&[("to", &format!("127.0.0.1:{port}")), ("transport", "tcp")])) {
-            Err(FilterError::Io { what, .. }) => assert!(what.contains(&format!("127.0.0.1:{port}")), "{what}"),
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        match make(&args(&[
+            ("to", &format!("127.0.0.1:{port}")),
+            ("transport", "tcp"),
+        ])) {
+            Err(FilterError::Io { what, .. }) => {
+                assert!(what.contains(&format!("127.0.0.1:{port}")), "{what}")
+            }
             other => panic!("{:?}", other.err()),
         }
     }

@@ -138,7 +138,12 @@ pub enum Times {
 
 /// The records of a finished flow: one per direction that saw packets, the direction of
 /// the lower address first.
-pub fn records(f: &Flow, why: EndReason, ingress: u32, times: Times) -> impl Iterator<Item = Record> + '_ {
+pub fn records(
+    f: &Flow,
+    why: EndReason,
+    ingress: u32,
+    times: Times,
+) -> impl Iterator<Item = Record> + '_ {
     (0..2).filter(move |&d| f.packets[d] > 0).map(move |d| {
         let k = &f.key;
         let (start_ms, end_ms) = match times {
@@ -207,7 +212,9 @@ impl Encoder {
     pub fn push(&mut self, r: &Record, now_ms: u64, out: &mut impl FnMut(&[u8])) {
         self.now_ms = self.now_ms.max(now_ms);
         let t = if r.v6 { &V6 } else { &V4 };
-        let due = self.templates_sent.is_none_or(|at| self.now_ms.saturating_sub(at) >= self.refresh_ms);
+        let due = self
+            .templates_sent
+            .is_none_or(|at| self.now_ms.saturating_sub(at) >= self.refresh_ms);
         if due && !self.msg.is_empty() {
             self.flush(out);
         }
@@ -289,13 +296,19 @@ fn encode(r: &Record, t: &Template, m: &mut Vec<u8>) {
             DESTINATION_IPV4_ADDRESS => m.extend_from_slice(&r.dst[..4]),
             SOURCE_IPV6_ADDRESS => m.extend_from_slice(&r.src),
             DESTINATION_IPV6_ADDRESS => m.extend_from_slice(&r.dst),
-            SOURCE_TRANSPORT_PORT => m.extend_from_slice(&if icmp { 0 } else { r.sport }.to_be_bytes()),
-            DESTINATION_TRANSPORT_PORT => m.extend_from_slice(&if icmp { 0 } else { r.dport }.to_be_bytes()),
+            SOURCE_TRANSPORT_PORT => {
+                m.extend_from_slice(&if icmp { 0 } else { r.sport }.to_be_bytes())
+            }
+            DESTINATION_TRANSPORT_PORT => {
+                m.extend_from_slice(&if icmp { 0 } else { r.dport }.to_be_bytes())
+            }
             PROTOCOL_IDENTIFIER => m.push(r.proto),
             IP_VERSION => m.push(if r.v6 { 6 } else { 4 }),
             IP_CLASS_OF_SERVICE => m.push(r.tos),
             TCP_CONTROL_BITS => m.extend_from_slice(&r.flags.to_be_bytes()),
-            ICMP_TYPE_CODE_IPV4 | ICMP_TYPE_CODE_IPV6 => m.extend_from_slice(&if icmp { r.dport } else { 0 }.to_be_bytes()),
+            ICMP_TYPE_CODE_IPV4 | ICMP_TYPE_CODE_IPV6 => {
+                m.extend_from_slice(&if icmp { r.dport } else { 0 }.to_be_bytes())
+            }
             PACKET_DELTA_COUNT => m.extend_from_slice(&r.packets.to_be_bytes()),
             OCTET_DELTA_COUNT => m.extend_from_slice(&r.octets.to_be_bytes()),
             FLOW_START_MILLISECONDS => m.extend_from_slice(&r.start_ms.to_be_bytes()),

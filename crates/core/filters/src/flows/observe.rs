@@ -86,7 +86,16 @@ pub fn observe(data: &[u8], link: u32, wire_len: u64) -> Option<Obs> {
     }
     let (ip, _) = LaxIpSlice::from_slice(data.get(at..)?).ok()?;
     let beyond = wire_len.saturating_sub(at as u64);
-    let (src, dst, v6, octets, tos, proto, first, l4): ([u8; 16], [u8; 16], bool, u64, u8, u8, bool, &[u8]) = match &ip {
+    let (src, dst, v6, octets, tos, proto, first, l4): (
+        [u8; 16],
+        [u8; 16],
+        bool,
+        u64,
+        u8,
+        u8,
+        bool,
+        &[u8],
+    ) = match &ip {
         LaxIpSlice::Ipv4(v4) => {
             let h = v4.header();
             let p = v4.payload();
@@ -136,7 +145,13 @@ pub fn observe(data: &[u8], link: u32, wire_len: u64) -> Option<Obs> {
     (addr[dir], addr[dir ^ 1]) = (src, dst);
     (port[dir], port[dir ^ 1]) = (sport, dport);
     Some(Obs {
-        key: Key { addr, port, proto, v6, vlan },
+        key: Key {
+            addr,
+            port,
+            proto,
+            v6,
+            vlan,
+        },
         dir,
         octets,
         flags,
@@ -159,7 +174,11 @@ fn first_fragment(next: u8, exts: &[u8]) -> bool {
         match nh {
             0 | 43 | 60 => at += (h[1] as usize + 1) * 8,
             51 => at += (h[1] as usize + 2) * 4,
-            44 => return h.get(2..4).is_none_or(|b| u16::from_be_bytes([b[0], b[1]]) >> 3 == 0),
+            44 => {
+                return h
+                    .get(2..4)
+                    .is_none_or(|b| u16::from_be_bytes([b[0], b[1]]) >> 3 == 0)
+            }
             _ => break,
         }
         nh = h[0];
@@ -170,7 +189,10 @@ fn first_fragment(next: u8, exts: &[u8]) -> bool {
 /// Source port, destination port and TCP flags of a transport header (ICMP: 0 and
 /// `type * 256 + code`).
 fn transport(proto: u8, h: &[u8]) -> (u16, u16, u16) {
-    let be = |i: usize| h.get(i..i + 2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+    let be = |i: usize| {
+        h.get(i..i + 2)
+            .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+    };
     match proto {
         TCP => {
             let flags = match (h.get(12), h.get(13)) {
@@ -193,14 +215,20 @@ mod tests {
     #[test]
     fn both_directions_of_a_tcp_connection_share_a_key() {
         let mk = |src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16| {
-            let b = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4(src, dst, 64).tcp(sp, dp, 1, 100).syn();
+            let b = PacketBuilder::ethernet2([1; 6], [2; 6])
+                .ipv4(src, dst, 64)
+                .tcp(sp, dp, 1, 100)
+                .syn();
             let mut v = Vec::new();
             b.write(&mut v, b"hi").unwrap();
             v
         };
         let a = mk([10, 0, 0, 2], [10, 0, 0, 1], 40000, 80);
         let b = mk([10, 0, 0, 1], [10, 0, 0, 2], 80, 40000);
-        let (oa, ob) = (observe(&a, 1, a.len() as u64).unwrap(), observe(&b, 1, b.len() as u64).unwrap());
+        let (oa, ob) = (
+            observe(&a, 1, a.len() as u64).unwrap(),
+            observe(&b, 1, b.len() as u64).unwrap(),
+        );
         assert_eq!(oa.key, ob.key);
         assert_eq!((oa.dir, ob.dir), (1, 0));
         assert_eq!(oa.key.port, [80, 40000]);
@@ -224,7 +252,9 @@ mod tests {
 
     #[test]
     fn icmp_reports_type_and_code_as_the_destination_port() {
-        let b = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64).icmpv4_echo_request(7, 1);
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .icmpv4_echo_request(7, 1);
         let mut v = Vec::new();
         b.write(&mut v, &[0; 8]).unwrap();
         let o = observe(&v, 1, v.len() as u64).unwrap();
@@ -244,7 +274,10 @@ mod tests {
         ip.extend_from_slice(&[0x12, 0x34, 0x00, 0x35, 0, 0, 0, 0]);
         v.extend_from_slice(&ip);
         let o = observe(&v, 1, v.len() as u64).unwrap();
-        assert_eq!((o.key.proto, o.key.port, o.octets, o.key.v6), (UDP, [0, 0], 56, true));
+        assert_eq!(
+            (o.key.proto, o.key.port, o.octets, o.key.v6),
+            (UDP, [0, 0], 56, true)
+        );
         // The first fragment (offset 0) has them.
         let at = 14 + 40 + 2;
         v[at..at + 2].copy_from_slice(&[0, 1]);

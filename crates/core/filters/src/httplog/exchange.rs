@@ -115,14 +115,20 @@ fn text(b: &[u8]) -> String {
 }
 
 fn field<'a>(headers: &'a [httparse::Header<'_>], name: &str) -> Option<&'a [u8]> {
-    headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value)
 }
 
 /// The body framing the fields say (chunked wins over a length, RFC 9112 §6.3).
 /// Err: a length that is not a number.
 fn framing(headers: &[httparse::Header<'_>], end_of_head: u64) -> Result<Option<Body>, ()> {
     let chunked = field(headers, "transfer-encoding").is_some_and(|v| {
-        text(v).rsplit(',').next().is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+        text(v)
+            .rsplit(',')
+            .next()
+            .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
     });
     if chunked {
         return Ok(Some(Body::Chunked { trailers: false }));
@@ -130,8 +136,13 @@ fn framing(headers: &[httparse::Header<'_>], end_of_head: u64) -> Result<Option<
     match field(headers, "content-length") {
         None => Ok(None),
         Some(v) => {
-            let n: u64 = std::str::from_utf8(v).ok().and_then(|s| s.trim().parse().ok()).ok_or(())?;
-            Ok((n > 0).then_some(Body::Length { end: end_of_head + n }))
+            let n: u64 = std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .ok_or(())?;
+            Ok((n > 0).then_some(Body::Length {
+                end: end_of_head + n,
+            }))
         }
     }
 }
@@ -150,7 +161,9 @@ impl Side {
     /// Read on in the current body; `size` grows by the chunks' sizes.
     fn skip_body(&mut self, dir: &mut Direction, size: &mut u64) -> Skip {
         loop {
-            let Some(body) = self.body else { return Skip::Done };
+            let Some(body) = self.body else {
+                return Skip::Done;
+            };
             match body {
                 Body::Length { end } => {
                     dir.consume(end);
@@ -166,7 +179,9 @@ impl Side {
                     return Skip::Wait;
                 }
                 Body::Chunked { trailers: false } => {
-                    let Some(b) = at(dir, self.cursor) else { return Skip::Wait };
+                    let Some(b) = at(dir, self.cursor) else {
+                        return Skip::Wait;
+                    };
                     match httparse::parse_chunk_size(b) {
                         Ok(httparse::Status::Complete((n, 0))) => {
                             self.cursor += n as u64;
@@ -183,7 +198,9 @@ impl Side {
                     dir.consume(self.cursor);
                 }
                 Body::Chunked { trailers: true } => {
-                    let Some(b) = at(dir, self.cursor) else { return Skip::Wait };
+                    let Some(b) = at(dir, self.cursor) else {
+                        return Skip::Wait;
+                    };
                     let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
                     match httparse::parse_headers(b, &mut fields) {
                         Ok(httparse::Status::Complete((n, _))) => {
@@ -256,7 +273,13 @@ impl Exchange {
     }
 
     /// New bytes of the server's side, seen at `ts_ns`: finished exchanges go to `out`.
-    pub fn server(&mut self, dir: &mut Direction, ts_ns: u64, stats: &mut Stats, out: &mut Vec<Record>) {
+    pub fn server(
+        &mut self,
+        dir: &mut Direction,
+        ts_ns: u64,
+        stats: &mut Stats,
+        out: &mut Vec<Record>,
+    ) {
         while !self.sides[1].stopped {
             let mut size = self.answering.as_ref().map_or(0, |a| a.1.size);
             let skip = self.sides[1].skip_body(dir, &mut size);
@@ -289,7 +312,14 @@ impl Exchange {
     }
 
     /// A response head with `status` and `body` was read.
-    fn response(&mut self, status: u16, body: Option<Body>, ts_ns: u64, stats: &mut Stats, out: &mut Vec<Record>) {
+    fn response(
+        &mut self,
+        status: u16,
+        body: Option<Body>,
+        ts_ns: u64,
+        stats: &mut Stats,
+        out: &mut Vec<Record>,
+    ) {
         if (100..200).contains(&status) && status != 101 {
             // Interim (100 Continue, 103 Early Hints): the final response follows.
             return;
@@ -308,7 +338,13 @@ impl Exchange {
             Some(Body::Length { end }) => end - s.cursor,
             _ => 0,
         };
-        let resp = Response { status, size, head_ns: ts_ns, end_ns: ts_ns, complete: false };
+        let resp = Response {
+            status,
+            size,
+            head_ns: ts_ns,
+            end_ns: ts_ns,
+            complete: false,
+        };
         self.answering = Some((req, resp));
         if tunnel {
             // What follows is not HTTP: both sides stop reading.
@@ -326,14 +362,23 @@ impl Exchange {
             resp.complete = complete;
             stats.answered += 1;
             stats.cut += u64::from(!complete);
-            out.push(Record { request, response: Some(resp) });
+            out.push(Record {
+                request,
+                response: Some(resp),
+            });
         }
     }
 
     /// The connection ended at `ts_ns` (both FINs, a reset, the end of the stream or
     /// eviction): a response read to the close ends, a response cut off is written with
     /// what arrived, and requests never answered are written without one.
-    pub fn close(&mut self, server: &Direction, ts_ns: u64, stats: &mut Stats, out: &mut Vec<Record>) {
+    pub fn close(
+        &mut self,
+        server: &Direction,
+        ts_ns: u64,
+        stats: &mut Stats,
+        out: &mut Vec<Record>,
+    ) {
         if let Some((_, resp)) = &mut self.answering {
             match self.sides[1].body {
                 Some(Body::UntilClose { from }) => {
@@ -350,7 +395,10 @@ impl Exchange {
         self.answered(ts_ns, complete, stats, out);
         for request in self.pending.drain(..) {
             stats.unanswered += 1;
-            out.push(Record { request, response: None });
+            out.push(Record {
+                request,
+                response: None,
+            });
         }
         self.sides[0].stopped = true;
         self.sides[1].stopped = true;
@@ -359,7 +407,9 @@ impl Exchange {
 
 /// The request head at stream offset `from`, and its body's framing.
 fn read_request(dir: &Direction, from: u64, ts_ns: u64) -> Head<(Request, Option<Body>)> {
-    let Some(b) = at(dir, from).filter(|b| !b.is_empty()) else { return Head::Wait };
+    let Some(b) = at(dir, from).filter(|b| !b.is_empty()) else {
+        return Head::Wait;
+    };
     let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
     let mut req = httparse::Request::new(&mut fields);
     let len = match req.parse(b) {
@@ -368,7 +418,9 @@ fn read_request(dir: &Direction, from: u64, ts_ns: u64) -> Head<(Request, Option
         _ => return Head::Bad,
     };
     let get = |name| field(req.headers, name).map(text);
-    let Ok(body) = framing(req.headers, from + len as u64) else { return Head::Bad };
+    let Ok(body) = framing(req.headers, from + len as u64) else {
+        return Head::Bad;
+    };
     let request = Request {
         ts_ns,
         method: req.method.unwrap_or_default().to_string(),
@@ -384,7 +436,9 @@ fn read_request(dir: &Direction, from: u64, ts_ns: u64) -> Head<(Request, Option
 /// The response head at `from` (answering a request of `method`, when one waits), its
 /// status and body framing.
 fn read_response(dir: &Direction, from: u64, method: Option<&str>) -> Head<(u16, Option<Body>)> {
-    let Some(b) = at(dir, from).filter(|b| !b.is_empty()) else { return Head::Wait };
+    let Some(b) = at(dir, from).filter(|b| !b.is_empty()) else {
+        return Head::Wait;
+    };
     let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
     let mut resp = httparse::Response::new(&mut fields);
     let len = match resp.parse(b) {
@@ -397,9 +451,13 @@ fn read_response(dir: &Direction, from: u64, method: Option<&str>) -> Head<(u16,
     if method == Some("HEAD") || (100..200).contains(&status) || status == 204 || status == 304 {
         return Head::Parsed((status, None), len as u64);
     }
-    let Ok(body) = framing(resp.headers, from + len as u64) else { return Head::Bad };
+    let Ok(body) = framing(resp.headers, from + len as u64) else {
+        return Head::Bad;
+    };
     let body = match body {
-        None if field(resp.headers, "content-length").is_none() => Some(Body::UntilClose { from: 0 }),
+        None if field(resp.headers, "content-length").is_none() => {
+            Some(Body::UntilClose { from: 0 })
+        }
         b => b,
     };
     Head::Parsed((status, body), len as u64)

@@ -24,7 +24,8 @@ pub struct Ends {
 }
 
 fn utc(ts_ns: u64) -> time::OffsetDateTime {
-    time::OffsetDateTime::from_unix_timestamp_nanos(ts_ns as i128).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+    time::OffsetDateTime::from_unix_timestamp_nanos(ts_ns as i128)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
 }
 
 /// Apache's escaping of a request line or header value in a log: `"` and `\` with a
@@ -68,7 +69,11 @@ fn clf(ends: &Ends, r: &Record) -> String {
     let (status, size, dur) = match &r.response {
         Some(p) => (
             p.status.to_string(),
-            if p.size == 0 { "-".to_string() } else { p.size.to_string() },
+            if p.size == 0 {
+                "-".to_string()
+            } else {
+                p.size.to_string()
+            },
             micros(q.ts_ns, p.end_ns).to_string(),
         ),
         None => ("-".into(), "-".into(), "-".into()),
@@ -143,7 +148,10 @@ mod tests {
     }
 
     fn ends() -> Ends {
-        Ends { client: ("10.0.0.1".parse().unwrap(), 40000), server: ("fd00::2".parse().unwrap(), 80) }
+        Ends {
+            client: ("10.0.0.1".parse().unwrap(), 40000),
+            server: ("fd00::2".parse().unwrap(), 80),
+        }
     }
 
     #[test]
@@ -152,18 +160,39 @@ mod tests {
             line(Format::Clf, &ends(), &record(true)),
             "10.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET /a \\\"b\\\"\\\\c\\xc3\\xa9 HTTP/1.1\" 200 1234 \"-\" \"curl/7.88.1\" \"example.org\" 2000\n"
         );
-        assert!(line(Format::Clf, &ends(), &record(false)).ends_with("\" - - \"-\" \"curl/7.88.1\" \"example.org\" -\n"));
+        assert!(line(Format::Clf, &ends(), &record(false))
+            .ends_with("\" - - \"-\" \"curl/7.88.1\" \"example.org\" -\n"));
     }
 
     #[test]
     fn json_lines_carry_every_field_and_null_for_what_was_not_seen() {
-        let v: serde_json::Value = serde_json::from_str(&line(Format::Json, &ends(), &record(true))).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&line(Format::Json, &ends(), &record(true))).unwrap();
         assert_eq!(v["time"], "2023-11-14T22:13:20.123456Z");
-        assert_eq!((v["client"].as_str(), v["server"].as_str(), v["server_port"].as_u64()), (Some("10.0.0.1"), Some("fd00::2"), Some(80)));
-        assert_eq!((v["method"].as_str(), v["uri"].as_str()), (Some("GET"), Some("/a \"b\"\\c\u{e9}")));
-        assert_eq!((v["status"].as_u64(), v["size"].as_u64(), v["wait_us"].as_u64(), v["duration_us"].as_u64()), (Some(200), Some(1234), Some(1000), Some(2000)));
+        assert_eq!(
+            (
+                v["client"].as_str(),
+                v["server"].as_str(),
+                v["server_port"].as_u64()
+            ),
+            (Some("10.0.0.1"), Some("fd00::2"), Some(80))
+        );
+        assert_eq!(
+            (v["method"].as_str(), v["uri"].as_str()),
+            (Some("GET"), Some("/a \"b\"\\c\u{e9}"))
+        );
+        assert_eq!(
+            (
+                v["status"].as_u64(),
+                v["size"].as_u64(),
+                v["wait_us"].as_u64(),
+                v["duration_us"].as_u64()
+            ),
+            (Some(200), Some(1234), Some(1000), Some(2000))
+        );
         assert!(v["referer"].is_null());
-        let v: serde_json::Value = serde_json::from_str(&line(Format::Json, &ends(), &record(false))).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&line(Format::Json, &ends(), &record(false))).unwrap();
         assert!(v["status"].is_null() && v["size"].is_null() && v["duration_us"].is_null());
     }
 }

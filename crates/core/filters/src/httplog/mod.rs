@@ -147,7 +147,19 @@ impl Filter for HttpLog {
 /// The TCP segment in block `t`, if it holds one.
 fn segment_of<'a>(cx: &'a Ctx<'_>, t: &dataplane::Tag, ts_ns: u64) -> Option<Segment<'a>> {
     let p = parse_tag(cx, t)?;
-    let (L4::Tcp { sport, dport, seq, syn, fin, rst, ack }, Some((_, src, dst, _))) = (p.l4, p.ip) else {
+    let (
+        L4::Tcp {
+            sport,
+            dport,
+            seq,
+            syn,
+            fin,
+            rst,
+            ack,
+        },
+        Some((_, src, dst, _)),
+    ) = (p.l4, p.ip)
+    else {
         return None;
     };
     if p.fragmented {
@@ -200,10 +212,19 @@ impl HttpLog {
             let id = self.next_id;
             self.next_id += 1;
             let dirs = [Direction::new(2 * MAX_HEAD), Direction::new(2 * MAX_HEAD)];
-            let c = Conn { id, ends: None, dirs, exchange: Exchange::default(), fins: [false; 2], last_ns: s.ts_ns };
+            let c = Conn {
+                id,
+                ends: None,
+                dirs,
+                exchange: Exchange::default(),
+                fins: [false; 2],
+                last_ns: s.ts_ns,
+            };
             self.conns.insert(k, c);
         }
-        let Some(mut c) = self.conns.remove(&k) else { return };
+        let Some(mut c) = self.conns.remove(&k) else {
+            return;
+        };
         c.last_ns = s.ts_ns;
         if c.ends.is_none() {
             c.ends = client_of(s);
@@ -246,7 +267,8 @@ impl HttpLog {
         if d == 0 {
             c.exchange.client(&mut c.dirs[0], s.ts_ns, &mut self.stats);
         } else {
-            c.exchange.server(&mut c.dirs[1], s.ts_ns, &mut self.stats, &mut self.records);
+            c.exchange
+                .server(&mut c.dirs[1], s.ts_ns, &mut self.stats, &mut self.records);
             self.lines(c.ends);
         }
         for side in 0..2 {
@@ -260,7 +282,8 @@ impl HttpLog {
 
     /// Connection `c` ended at `ts_ns`: its remaining exchanges are written.
     fn close(&mut self, mut c: Conn, ts_ns: u64) {
-        c.exchange.close(&c.dirs[1], ts_ns, &mut self.stats, &mut self.records);
+        c.exchange
+            .close(&c.dirs[1], ts_ns, &mut self.stats, &mut self.records);
         self.lines(c.ends);
     }
 
@@ -271,7 +294,11 @@ impl HttpLog {
             return;
         };
         for r in self.records.drain(..) {
-            let class = if r.response.is_some() { ANSWERED } else { UNANSWERED };
+            let class = if r.response.is_some() {
+                ANSWERED
+            } else {
+                UNANSWERED
+            };
             self.held.push((line::line(self.format, &ends, &r), class));
         }
     }
@@ -282,7 +309,11 @@ impl HttpLog {
         if self.conns.len() < self.max_conns {
             return;
         }
-        let mut ages: Vec<(u64, u64, Key)> = self.conns.iter().map(|(k, c)| (c.last_ns, c.id, *k)).collect();
+        let mut ages: Vec<(u64, u64, Key)> = self
+            .conns
+            .iter()
+            .map(|(k, c)| (c.last_ns, c.id, *k))
+            .collect();
         ages.sort_unstable();
         for (_, _, k) in ages.into_iter().take((self.max_conns / 8).max(1)) {
             if let Some(c) = self.conns.remove(&k) {
@@ -303,12 +334,30 @@ fn client_of(s: &Segment<'_>) -> Option<Ends> {
         _ if s.payload.starts_with(b"HTTP/1.") => false,
         _ => return None,
     };
-    Some(if client_sends { Ends { client: s.from, server: s.to } } else { Ends { client: s.to, server: s.from } })
+    Some(if client_sends {
+        Ends {
+            client: s.from,
+            server: s.to,
+        }
+    } else {
+        Ends {
+            client: s.to,
+            server: s.from,
+        }
+    })
 }
 
 fn parse_flush(a: &Args) -> Result<Option<u64>, FilterError> {
-    let Some(v) = a.get("flush", None) else { return Ok(None) };
-    let bad = || FilterError::bad("flush", v, "a duration of capture time: 10s, 500ms, 1m, or 0 for none");
+    let Some(v) = a.get("flush", None) else {
+        return Ok(None);
+    };
+    let bad = || {
+        FilterError::bad(
+            "flush",
+            v,
+            "a duration of capture time: 10s, 500ms, 1m, or 0 for none",
+        )
+    };
     let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
     let (n, unit) = v.split_at(split);
     let n: u64 = n.parse().map_err(|_| bad())?;
@@ -353,7 +402,11 @@ mod tests {
     use super::*;
 
     fn flush(v: &str) -> Result<Option<u64>, FilterError> {
-        parse_flush(&Args::new("httplog", vec![], vec![("flush".into(), v.into())]))
+        parse_flush(&Args::new(
+            "httplog",
+            vec![],
+            vec![("flush".into(), v.into())],
+        ))
     }
 
     #[test]
@@ -365,7 +418,9 @@ mod tests {
         assert_eq!(flush("0").unwrap(), None);
         for bad in ["", "s", "10x", "-1s", "99999999999999999h"] {
             match flush(bad) {
-                Err(FilterError::BadValue { key, value, .. }) => assert_eq!((key.as_str(), value.as_str()), ("flush", bad)),
+                Err(FilterError::BadValue { key, value, .. }) => {
+                    assert_eq!((key.as_str(), value.as_str()), ("flush", bad))
+                }
                 other => panic!("{bad}: {other:?}"),
             }
         }

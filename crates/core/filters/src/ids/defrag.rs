@@ -55,7 +55,17 @@ impl Defrag {
     /// A fragment of datagram `id` from `src` to `dst` (protocol `proto`): `data` at byte
     /// `offset` of its IP payload, `more` the MF flag.
     #[allow(clippy::too_many_arguments)]
-    pub fn fragment(&mut self, src: Ipv4Addr, dst: Ipv4Addr, proto: u8, id: u16, offset: usize, more: bool, data: &[u8], ts_ns: u64) -> Step {
+    pub fn fragment(
+        &mut self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        proto: u8,
+        id: u16,
+        offset: usize,
+        more: bool,
+        data: &[u8],
+        ts_ns: u64,
+    ) -> Step {
         let end = offset + data.len();
         if end > DATAGRAM_MAX {
             return Step::Bad;
@@ -63,7 +73,12 @@ impl Defrag {
         self.expire(ts_ns);
         let key = (src, dst, proto, id);
         if !self.pending.contains_key(&key) && self.pending.len() >= PENDING_MAX {
-            if let Some(oldest) = self.pending.iter().min_by_key(|(_, p)| p.first_ns).map(|(k, _)| *k) {
+            if let Some(oldest) = self
+                .pending
+                .iter()
+                .min_by_key(|(_, p)| p.first_ns)
+                .map(|(k, _)| *k)
+            {
                 self.pending.remove(&oldest);
                 self.expired += 1;
             }
@@ -118,7 +133,8 @@ impl Defrag {
 
     fn expire(&mut self, now: u64) {
         let before = self.pending.len();
-        self.pending.retain(|_, p| now.saturating_sub(p.first_ns) < TIMEOUT_NS);
+        self.pending
+            .retain(|_, p| now.saturating_sub(p.first_ns) < TIMEOUT_NS);
         self.expired += (before - self.pending.len()) as u64;
     }
 }
@@ -133,24 +149,48 @@ mod tests {
     #[test]
     fn fragments_in_any_order_make_the_datagram() {
         let mut d = Defrag::default();
-        assert_eq!(d.fragment(A, B, 17, 7, 16, false, b"tail", 0), Step::Pending);
-        assert_eq!(d.fragment(A, B, 17, 7, 0, true, b"0123456789abcdef", 1), Step::Whole(b"0123456789abcdeftail".to_vec()));
+        assert_eq!(
+            d.fragment(A, B, 17, 7, 16, false, b"tail", 0),
+            Step::Pending
+        );
+        assert_eq!(
+            d.fragment(A, B, 17, 7, 0, true, b"0123456789abcdef", 1),
+            Step::Whole(b"0123456789abcdeftail".to_vec())
+        );
         // Another datagram with a gap stays pending.
-        assert_eq!(d.fragment(A, B, 17, 8, 0, true, b"01234567", 2), Step::Pending);
+        assert_eq!(
+            d.fragment(A, B, 17, 8, 0, true, b"01234567", 2),
+            Step::Pending
+        );
         assert_eq!(d.fragment(A, B, 17, 8, 16, false, b"x", 3), Step::Pending);
         // The same bytes twice are fine; others over them are not.
-        assert_eq!(d.fragment(A, B, 17, 8, 0, true, b"01234567", 4), Step::Pending);
-        assert_eq!(d.fragment(A, B, 17, 8, 4, true, b"XXXX", 5), Step::Overlap(Overlap));
+        assert_eq!(
+            d.fragment(A, B, 17, 8, 0, true, b"01234567", 4),
+            Step::Pending
+        );
+        assert_eq!(
+            d.fragment(A, B, 17, 8, 4, true, b"XXXX", 5),
+            Step::Overlap(Overlap)
+        );
     }
 
     #[test]
     fn contradictions_and_age_are_refused() {
         let mut d = Defrag::default();
-        assert_eq!(d.fragment(A, B, 6, 1, 8, false, b"12345678", 0), Step::Pending);
+        assert_eq!(
+            d.fragment(A, B, 6, 1, 8, false, b"12345678", 0),
+            Step::Pending
+        );
         assert_eq!(d.fragment(A, B, 6, 1, 16, true, b"beyond", 1), Step::Bad);
-        assert_eq!(d.fragment(A, B, 6, 2, 65_530, false, b"123456", 1), Step::Bad);
+        assert_eq!(
+            d.fragment(A, B, 6, 2, 65_530, false, b"123456", 1),
+            Step::Bad
+        );
         assert_eq!(d.fragment(A, B, 6, 3, 8, false, b"late", 0), Step::Pending);
-        assert_eq!(d.fragment(A, B, 6, 3, 0, true, b"01234567", TIMEOUT_NS + 1), Step::Pending);
+        assert_eq!(
+            d.fragment(A, B, 6, 3, 0, true, b"01234567", TIMEOUT_NS + 1),
+            Step::Pending
+        );
         assert_eq!(d.expired, 1);
     }
 }

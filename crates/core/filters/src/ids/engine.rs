@@ -219,7 +219,9 @@ fn action_rank(a: Action) -> u8 {
 impl Engine {
     pub fn new(rules: Vec<Rule>, settings: Settings) -> Result<Engine, String> {
         let split = |stream: bool| {
-            let idx: Vec<usize> = (0..rules.len()).filter(|&i| is_stream_rule(&rules[i]) == stream).collect();
+            let idx: Vec<usize> = (0..rules.len())
+                .filter(|&i| is_stream_rule(&rules[i]) == stream)
+                .collect();
             let set: Vec<Rule> = idx.iter().map(|&i| rules[i].clone()).collect();
             Prefilter::new(&set).map(|p| (p, idx))
         };
@@ -294,14 +296,21 @@ impl Engine {
             );
         }
         let mut flow = self.flows.remove(&k).expect("inserted above");
-        if flow.syn == [false, false] && p.tcp.is_some_and(|t| t.syn) && !self.admit(p, flow.id, alerts) {
+        if flow.syn == [false, false]
+            && p.tcp.is_some_and(|t| t.syn)
+            && !self.admit(p, flow.id, alerts)
+        {
             // Refused by the limiter: this SYN is dropped and the attempt forgotten (a
             // retry is a new attempt).
             return Verdict::Drop;
         }
         flow.last_ns = p.ts_ns;
         let d = usize::from((p.src, p.sport) != flow.client);
-        let mut verdict = if flow.dropped { Verdict::Drop } else { Verdict::Pass };
+        let mut verdict = if flow.dropped {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        };
         if verdict == Verdict::Pass {
             if let Some(t) = p.tcp {
                 verdict = self.tcp(p, t, d, &mut flow, alerts);
@@ -333,7 +342,14 @@ impl Engine {
     }
 
     /// TCP state, reassembly and the stream rules.
-    fn tcp(&mut self, p: &Packet<'_>, t: Tcp, d: usize, f: &mut Flow, alerts: &mut Vec<Alert>) -> Verdict {
+    fn tcp(
+        &mut self,
+        p: &Packet<'_>,
+        t: Tcp,
+        d: usize,
+        f: &mut Flow,
+        alerts: &mut Vec<Alert>,
+    ) -> Verdict {
         if t.syn {
             f.syn[d] = true;
             f.dirs[d].syn(t.seq);
@@ -384,7 +400,9 @@ impl Engine {
         if verdict == Verdict::Pass {
             cand.clear();
             let bytes = &f.dirs[d].bytes()[from as usize..to.min(kept) as usize];
-            self.stream.0.scan(Buffer::Payload, bytes, &mut f.scans[d], &mut cand);
+            self.stream
+                .0
+                .scan(Buffer::Payload, bytes, &mut f.scans[d], &mut cand);
             verdict = self.stream_candidates(p, d, f, &cand, None, alerts);
         }
         self.cand = cand;
@@ -392,7 +410,13 @@ impl Engine {
     }
 
     /// The client's complete HTTP requests not yet inspected, each with its buffers.
-    fn http_requests(&mut self, p: &Packet<'_>, f: &mut Flow, cand: &mut Candidates, alerts: &mut Vec<Alert>) -> Verdict {
+    fn http_requests(
+        &mut self,
+        p: &Packet<'_>,
+        f: &mut Flow,
+        cand: &mut Candidates,
+        alerts: &mut Vec<Alert>,
+    ) -> Verdict {
         loop {
             let all = f.dirs[0].bytes();
             let Some(rest) = all.get(f.http_at..).filter(|r| !r.is_empty()) else {
@@ -409,13 +433,20 @@ impl Engine {
             let uri = req.path.unwrap_or("").as_bytes().to_vec();
             // The header block: the bytes after the request line, up to the blank line.
             let head = &rest[..len];
-            let line_end = head.windows(2).position(|w| w == b"\r\n").map_or(0, |e| e + 2);
+            let line_end = head
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .map_or(0, |e| e + 2);
             let header = head[line_end..].to_vec();
             let body = content_length(req.headers);
             f.http_n += 1;
             f.http_at += len + body;
             cand.clear();
-            for (b, data) in [(Buffer::HttpUri, &uri), (Buffer::HttpHeader, &header), (Buffer::HttpMethod, &method)] {
+            for (b, data) in [
+                (Buffer::HttpUri, &uri),
+                (Buffer::HttpHeader, &header),
+                (Buffer::HttpMethod, &method),
+            ] {
                 self.stream.0.scan(b, data, &mut Scan::default(), cand);
             }
             let bufs = (uri.as_slice(), header.as_slice(), method.as_slice());
@@ -441,7 +472,11 @@ impl Engine {
         if cand.list.is_empty() {
             return Verdict::Pass;
         }
-        let mut order: Vec<usize> = cand.list.iter().map(|&c| self.stream.1[c as usize]).collect();
+        let mut order: Vec<usize> = cand
+            .list
+            .iter()
+            .map(|&c| self.stream.1[c as usize])
+            .collect();
         order.sort_by_key(|&r| (action_rank(self.rules[r].action), r));
         // The direction is lent out of the connection while its rules are judged (they
         // change the connection's bits and verdict, never its bytes): no copy of the stream.
@@ -475,7 +510,10 @@ impl Engine {
             None => Buffers::payload(payload),
         };
         for &r in order {
-            let reads_http = self.rules[r].checks.iter().any(|c| c.buffer() != Buffer::Payload);
+            let reads_http = self.rules[r]
+                .checks
+                .iter()
+                .any(|c| c.buffer() != Buffer::Payload);
             // Payload-only rules are judged on the stream; HTTP rules per request.
             if reads_http != http.is_some() || f.fired.contains(&(d as u8, r as u32, request)) {
                 continue;
@@ -502,11 +540,22 @@ impl Engine {
     }
 
     /// The packet rules on the packet's payload.
-    fn packet_rules(&mut self, p: &Packet<'_>, mut flow: Option<(usize, &mut Flow)>, alerts: &mut Vec<Alert>) -> Verdict {
+    fn packet_rules(
+        &mut self,
+        p: &Packet<'_>,
+        mut flow: Option<(usize, &mut Flow)>,
+        alerts: &mut Vec<Alert>,
+    ) -> Verdict {
         let mut cand = std::mem::take(&mut self.cand);
         cand.clear();
-        self.packet.0.scan(Buffer::Payload, p.payload, &mut Scan::default(), &mut cand);
-        let mut order: Vec<usize> = cand.list.iter().map(|&c| self.packet.1[c as usize]).collect();
+        self.packet
+            .0
+            .scan(Buffer::Payload, p.payload, &mut Scan::default(), &mut cand);
+        let mut order: Vec<usize> = cand
+            .list
+            .iter()
+            .map(|&c| self.packet.1[c as usize])
+            .collect();
         self.cand = cand;
         order.sort_by_key(|&r| (action_rank(self.rules[r].action), r));
         for r in order {
@@ -547,7 +596,11 @@ impl Engine {
                 if fl.to_server.is_some_and(|ts| ts != (d == 0)) {
                     return false;
                 }
-                if !fl.stateless && fl.established.is_some_and(|e| e != (f.established || p.proto == 17)) {
+                if !fl.stateless
+                    && fl
+                        .established
+                        .is_some_and(|e| e != (f.established || p.proto == 17))
+                {
                     return false;
                 }
                 rule.flowbits.iter().all(|b| match b {
@@ -566,7 +619,13 @@ impl Engine {
 
     /// Rule `r` matched: its flowbits, threshold, alert and action. Some(verdict) when
     /// the packet's inspection ends here (pass, or a drop inline).
-    fn matched(&mut self, r: usize, p: &Packet<'_>, flow: Option<&mut Flow>, alerts: &mut Vec<Alert>) -> Option<Verdict> {
+    fn matched(
+        &mut self,
+        r: usize,
+        p: &Packet<'_>,
+        flow: Option<&mut Flow>,
+        alerts: &mut Vec<Alert>,
+    ) -> Option<Verdict> {
         let rule = &self.rules[r];
         let action = rule.action;
         let blocked = action == Action::Drop && self.settings.mode == Mode::Prevent;
@@ -632,19 +691,40 @@ impl Engine {
         self.stats.limited += 1;
         if self.settings.mode == Mode::Detect {
             if first {
-                self.alert_raw(p, flow_id, (FLOOD_GID, FLOOD_SID, 1), "FLOOD new connections to the service beyond its limit", false, alerts);
+                self.alert_raw(
+                    p,
+                    flow_id,
+                    (FLOOD_GID, FLOOD_SID, 1),
+                    "FLOOD new connections to the service beyond its limit",
+                    false,
+                    alerts,
+                );
             }
             return true;
         }
         if first {
-            self.alert_raw(p, flow_id, (FLOOD_GID, FLOOD_SID, 1), "FLOOD new connections to the service beyond its limit (refused)", true, alerts);
+            self.alert_raw(
+                p,
+                flow_id,
+                (FLOOD_GID, FLOOD_SID, 1),
+                "FLOOD new connections to the service beyond its limit (refused)",
+                true,
+                alerts,
+            );
         }
         false
     }
 
     /// An evasion attempt the engine itself found (overlapping TCP data or IP fragments
     /// that differ): counted, alerted (`gid:sid`), and dropped inline.
-    pub fn evasion(&mut self, p: &Packet<'_>, flow_id: u64, (gid, sid): (u32, u32), msg: &str, alerts: &mut Vec<Alert>) -> Verdict {
+    pub fn evasion(
+        &mut self,
+        p: &Packet<'_>,
+        flow_id: u64,
+        (gid, sid): (u32, u32),
+        msg: &str,
+        alerts: &mut Vec<Alert>,
+    ) -> Verdict {
         self.stats.overlaps += 1;
         let blocked = self.settings.mode == Mode::Prevent;
         self.alert_raw(p, flow_id, (gid, sid, 1), msg, blocked, alerts);
@@ -673,7 +753,15 @@ impl Engine {
         }
     }
 
-    fn alert_raw(&mut self, p: &Packet<'_>, flow_id: u64, (gid, sid, rev): (u32, u32, u32), msg: &str, blocked: bool, alerts: &mut Vec<Alert>) {
+    fn alert_raw(
+        &mut self,
+        p: &Packet<'_>,
+        flow_id: u64,
+        (gid, sid, rev): (u32, u32, u32),
+        msg: &str,
+        blocked: bool,
+        alerts: &mut Vec<Alert>,
+    ) {
         self.stats.alerts += 1;
         alerts.push(Alert {
             ts_ns: p.ts_ns,

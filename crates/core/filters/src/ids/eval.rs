@@ -83,7 +83,13 @@ fn later_relative(checks: &[Check], i: usize, b: Buffer) -> bool {
     })
 }
 
-fn step(checks: &[Check], i: usize, bufs: &Buffers<'_>, cursors: [usize; 4], budget: &mut u32) -> bool {
+fn step(
+    checks: &[Check],
+    i: usize,
+    bufs: &Buffers<'_>,
+    cursors: [usize; 4],
+    budget: &mut u32,
+) -> bool {
     let Some(check) = checks.get(i) else {
         return true;
     };
@@ -133,7 +139,11 @@ fn pcre_step(
     budget: &mut u32,
     next: &mut impl FnMut(usize, &mut u32) -> bool,
 ) -> bool {
-    let start = if p.relative { cursor.min(data.len()) } else { 0 };
+    let start = if p.relative {
+        cursor.min(data.len())
+    } else {
+        0
+    };
     if p.negated {
         return p.regex.find_at(data, start).is_none() && next(cursor, budget);
     }
@@ -163,7 +173,10 @@ fn window(c: &Content, cursor: usize, len: usize) -> (usize, usize) {
         let e = c.depth.map_or(len as i64, |d| s + d as i64);
         (s, e)
     };
-    (start.clamp(0, len as i64) as usize, end.clamp(0, len as i64) as usize)
+    (
+        start.clamp(0, len as i64) as usize,
+        end.clamp(0, len as i64) as usize,
+    )
 }
 
 /// The first position at or after `from` where `c`'s bytes lie wholly before `end`.
@@ -174,7 +187,8 @@ fn find(c: &Content, data: &[u8], from: usize, end: usize) -> Option<usize> {
     }
     let hay = &data[from..end];
     let at = if c.nocase {
-        hay.windows(n).position(|w| w.eq_ignore_ascii_case(&c.bytes))
+        hay.windows(n)
+            .position(|w| w.eq_ignore_ascii_case(&c.bytes))
     } else {
         memchr::memmem::find(hay, &c.bytes)
     };
@@ -188,7 +202,8 @@ mod tests {
 
     fn checks(opts: &str) -> Vec<Check> {
         let text = format!("alert tcp any any -> any any ({opts} sid:1;)");
-        let mut r = parse(&text, "t", &Vars::default(), &Options::default()).unwrap_or_else(|e| panic!("{e}"));
+        let mut r = parse(&text, "t", &Vars::default(), &Options::default())
+            .unwrap_or_else(|e| panic!("{e}"));
         r.rules.remove(0).checks
     }
 
@@ -216,10 +231,19 @@ mod tests {
         assert!(hit(o, b"GET /hello1234world"));
         assert!(!hit(o, b"GET /hello123world"));
         assert!(!hit(o, b"GET /hello12345world"));
-        assert!(hit(r#"content:"foo"; content:"bar"; within:10;"#, b"foo......bar"));
-        assert!(!hit(r#"content:"foo"; content:"bar"; within:10;"#, b"foo........bar"));
+        assert!(hit(
+            r#"content:"foo"; content:"bar"; within:10;"#,
+            b"foo......bar"
+        ));
+        assert!(!hit(
+            r#"content:"foo"; content:"bar"; within:10;"#,
+            b"foo........bar"
+        ));
         // A negative distance looks back over the previous match.
-        assert!(hit(r#"content:"bar"; content:"ob"; distance:-4; within:2;"#, b"foobar"));
+        assert!(hit(
+            r#"content:"bar"; content:"ob"; distance:-4; within:2;"#,
+            b"foobar"
+        ));
     }
 
     #[test]
@@ -231,19 +255,36 @@ mod tests {
 
     #[test]
     fn negation_and_pcre() {
-        assert!(hit(r#"content:"user"; content:!"admin"; distance:0;"#, b"user bob"));
-        assert!(!hit(r#"content:"user"; content:!"admin"; distance:0;"#, b"user admin"));
+        assert!(hit(
+            r#"content:"user"; content:!"admin"; distance:0;"#,
+            b"user bob"
+        ));
+        assert!(!hit(
+            r#"content:"user"; content:!"admin"; distance:0;"#,
+            b"user admin"
+        ));
         // Negation is only within its window: admin before user does not count.
-        assert!(hit(r#"content:"user"; content:!"admin"; distance:0;"#, b"admin user bob"));
-        assert!(hit(r#"content:"id="; pcre:"/[0-9]{4}/R";"#, b"x=12345 id=9876"));
-        assert!(!hit(r#"content:"id="; pcre:"/^[0-9]{4}/R";"#, b"x=12345 id=98"));
+        assert!(hit(
+            r#"content:"user"; content:!"admin"; distance:0;"#,
+            b"admin user bob"
+        ));
+        assert!(hit(
+            r#"content:"id="; pcre:"/[0-9]{4}/R";"#,
+            b"x=12345 id=9876"
+        ));
+        assert!(!hit(
+            r#"content:"id="; pcre:"/^[0-9]{4}/R";"#,
+            b"x=12345 id=98"
+        ));
         assert!(hit(r#"pcre:!"/passw(or)?d/i";"#, b"nothing"));
         assert!(!hit(r#"pcre:!"/passw(or)?d/i";"#, b"PASSWD"));
     }
 
     #[test]
     fn http_buffers_are_their_own_and_absent_ones_never_match() {
-        let c = checks(r#"http.method; content:"GET"; http.uri; content:"/admin"; pkt_data; content:"admin";"#);
+        let c = checks(
+            r#"http.method; content:"GET"; http.uri; content:"/admin"; pkt_data; content:"admin";"#,
+        );
         let bufs = Buffers {
             payload: b"GET /admin HTTP/1.1\r\n\r\n",
             uri: Some(b"/admin"),
@@ -251,7 +292,10 @@ mod tests {
             method: Some(b"GET"),
         };
         assert_eq!(evaluate(&c, &bufs), Outcome::Match);
-        assert_eq!(evaluate(&c, &Buffers::payload(bufs.payload)), Outcome::NoMatch);
+        assert_eq!(
+            evaluate(&c, &Buffers::payload(bufs.payload)),
+            Outcome::NoMatch
+        );
     }
 
     #[test]
@@ -260,7 +304,10 @@ mod tests {
         // budget ends the search with Exhausted, not a silent NoMatch.
         let c = checks(r#"content:"a"; content:"a"; distance:0; content:"b"; within:1;"#);
         let payload = vec![b'a'; 20_000];
-        assert_eq!(evaluate(&c, &Buffers::payload(&payload)), Outcome::Exhausted);
+        assert_eq!(
+            evaluate(&c, &Buffers::payload(&payload)),
+            Outcome::Exhausted
+        );
     }
 }
 

@@ -5,7 +5,9 @@
 //! and the alert formats. The rules, the reassembly and the matching are the engine's.
 
 use super::defrag::{Defrag, Step};
-use super::engine::{Alert, Engine, Mode, Packet, Settings, Tcp, Verdict, FRAG_OVERLAP_GID, FRAG_OVERLAP_SID};
+use super::engine::{
+    Alert, Engine, Mode, Packet, Settings, Tcp, Verdict, FRAG_OVERLAP_GID, FRAG_OVERLAP_SID,
+};
 use super::header;
 use super::rules::{self, Options, Vars};
 use crate::bpf::PerLink;
@@ -62,7 +64,9 @@ impl Filter for Ips {
             };
             let (sport, dport) = pk.ports().unwrap_or((0, 0));
             let tcp = match pk.l4 {
-                L4::Tcp { seq, syn, fin, rst, .. } => Some(Tcp { seq, syn, fin, rst }),
+                L4::Tcp {
+                    seq, syn, fin, rst, ..
+                } => Some(Tcp { seq, syn, fin, rst }),
                 _ => None,
             };
             let ts_ns = cx.store.record_of(t).map_or(0, |r| r.ts_ns);
@@ -156,7 +160,16 @@ impl Ips {
         let body = data.get(start..end).unwrap_or(&[]);
         let (src, dst, proto) = (h.source_addr(), h.destination_addr(), h.protocol().0);
         let offset = h.fragments_offset().value() as usize * 8;
-        let step = self.defrag.fragment(src, dst, proto, h.identification(), offset, h.more_fragments(), body, ts_ns);
+        let step = self.defrag.fragment(
+            src,
+            dst,
+            proto,
+            h.identification(),
+            offset,
+            h.more_fragments(),
+            body,
+            ts_ns,
+        );
         let mut p = Packet {
             ts_ns,
             src: src.into(),
@@ -262,13 +275,20 @@ fn proto_name(p: u8) -> String {
 }
 
 fn utc(ts_ns: u64) -> time::OffsetDateTime {
-    time::OffsetDateTime::from_unix_timestamp_nanos(ts_ns as i128).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+    time::OffsetDateTime::from_unix_timestamp_nanos(ts_ns as i128)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
 }
 
 /// What Suricata prints of a payload: printable ASCII as it is, other bytes as `.`.
 fn printable(b: &[u8]) -> String {
     b.iter()
-        .map(|&c| if (0x20..0x7f).contains(&c) || c == b'\n' || c == b'\r' { c as char } else { '.' })
+        .map(|&c| {
+            if (0x20..0x7f).contains(&c) || c == b'\n' || c == b'\r' {
+                c as char
+            } else {
+                '.'
+            }
+        })
         .collect()
 }
 
@@ -363,7 +383,10 @@ fn load_rules(a: &Args) -> Result<rules::Rules, FilterError> {
 /// The header stage of an `ips` node ([`super::header`]; None: it keeps every frame).
 /// None with the flood limiter, which counts every new connection to a service.
 fn header_of(a: &Args, set: &rules::Rules) -> Option<String> {
-    a.get("flood", None).is_none().then(|| header::expression(&set.rules)).flatten()
+    a.get("flood", None)
+        .is_none()
+        .then(|| header::expression(&set.rules))
+        .flatten()
 }
 
 /// The expression the kernel push-down puts on `rx`'s socket for an `ips` node with
@@ -377,7 +400,10 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let set = load_rules(a)?;
     let in_kernel = a.place.side.as_ref().is_some_and(lang::Side::is_kernel);
     let header = match header_of(a, &set) {
-        Some(x) if !in_kernel => Some(PerLink::superset(&x).map_err(|e| FilterError::invalid("the rules' header stage", e))?),
+        Some(x) if !in_kernel => Some(
+            PerLink::superset(&x)
+                .map_err(|e| FilterError::invalid("the rules' header stage", e))?,
+        ),
         _ => None,
     };
     let mode = match a.get("mode", None).unwrap_or("ips") {
@@ -387,7 +413,9 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let flood = match a.get("flood", None) {
         None => None,
         Some(v) => {
-            let bad = || FilterError::bad("flood", v, "RATE or RATE/BURST: new connections per second per service, whole numbers above 0");
+            let bad = || {
+                FilterError::bad("flood", v, "RATE or RATE/BURST: new connections per second per service, whole numbers above 0")
+            };
             let (r, b) = v.split_once('/').unwrap_or((v, v));
             let (r, b): (u64, u64) = (r.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
             if r == 0 || b == 0 {
@@ -403,7 +431,8 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         max_flows: a.size("flows", None, 1 << 16)?.max(1) as usize,
     };
     let skipped_rules = set.skipped.len();
-    let engine = Engine::new(set.rules, settings).map_err(|e| FilterError::invalid("the rules' automaton", std::io::Error::other(e)))?;
+    let engine = Engine::new(set.rules, settings)
+        .map_err(|e| FilterError::invalid("the rules' automaton", std::io::Error::other(e)))?;
     let (eve, fast) = (create(a, "eve")?, create(a, "fast")?);
     Ok(Box::new(Ips {
         engine,
@@ -459,15 +488,21 @@ mod tests {
             "11/14/23-22:13:20.123456  [**] [1:1000001:2] a \"quoted\" message [**] [Classification: web-application-attack] [Priority: 1] {TCP} 10.0.0.1:40000 -> 10.0.0.2:80"
         );
         assert!(fast_line(&alert("fd99::1", true)).contains("[Drop] [**]"));
-        assert!(fast_line(&alert("fd99::1", true)).ends_with("{TCP} [fd99::1]:40000 -> 10.0.0.2:80"));
+        assert!(
+            fast_line(&alert("fd99::1", true)).ends_with("{TCP} [fd99::1]:40000 -> 10.0.0.2:80")
+        );
     }
 
     #[test]
     fn eve_lines_are_json_objects_with_suricatas_fields() {
-        let v: serde_json::Value = serde_json::from_str(&eve_line(&alert("10.0.0.1", true))).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&eve_line(&alert("10.0.0.1", true))).unwrap();
         assert_eq!(v["timestamp"], "2023-11-14T22:13:20.123456+0000");
         assert_eq!(v["event_type"], "alert");
-        assert_eq!((v["src_ip"].as_str(), v["dest_port"].as_u64()), (Some("10.0.0.1"), Some(80)));
+        assert_eq!(
+            (v["src_ip"].as_str(), v["dest_port"].as_u64()),
+            (Some("10.0.0.1"), Some(80))
+        );
         assert_eq!(v["alert"]["action"], "blocked");
         assert_eq!(v["alert"]["signature"], "a \"quoted\" message");
         assert_eq!(v["payload_printable"], "GET /x\r\n..");

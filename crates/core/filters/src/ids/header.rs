@@ -163,7 +163,10 @@ mod tests {
             .map(|p| format!("alert tcp any any -> any {p} (msg:\"a\"; content:\"a\"; sid:{p};)\n"))
             .collect();
         let e = expr(&many).unwrap();
-        assert!(e.starts_with("tcp or "), "over {MAX_TERMS} ports: the protocol whole: {e}");
+        assert!(
+            e.starts_with("tcp or "),
+            "over {MAX_TERMS} ports: the protocol whole: {e}"
+        );
         crate::bpf::PerLink::new(&e).unwrap();
     }
 
@@ -174,8 +177,10 @@ mod tests {
             Just("any".to_string()),
             (1u16..1200).prop_map(|p| p.to_string()),
             (1u16..1000, 0u16..300).prop_map(|(a, b)| format!("{a}:{}", a + b)),
-            prop::collection::vec(1u16..1200, 1..4)
-                .prop_map(|v| format!("[{}]", v.iter().map(u16::to_string).collect::<Vec<_>>().join(","))),
+            prop::collection::vec(1u16..1200, 1..4).prop_map(|v| format!(
+                "[{}]",
+                v.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+            )),
             (1u16..1200).prop_map(|p| format!("!{p}")),
         ]
     }
@@ -229,4 +234,3 @@ mod tests {
         }
     }
 }
-

@@ -20,7 +20,12 @@ use aho_corasick::dfa::DFA;
 use aho_corasick::{Anchored, MatchKind};
 use std::collections::HashMap;
 
-const BUFFERS: [Buffer; 4] = [Buffer::Payload, Buffer::HttpUri, Buffer::HttpHeader, Buffer::HttpMethod];
+const BUFFERS: [Buffer; 4] = [
+    Buffer::Payload,
+    Buffer::HttpUri,
+    Buffer::HttpHeader,
+    Buffer::HttpMethod,
+];
 
 fn slot(b: Buffer) -> usize {
     BUFFERS.iter().position(|&x| x == b).unwrap_or(0)
@@ -48,7 +53,10 @@ impl std::fmt::Debug for Prefilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Prefilter")
             .field("rules", &self.rules)
-            .field("patterns", &self.parts.iter().map(|p| p.rules.len()).collect::<Vec<_>>())
+            .field(
+                "patterns",
+                &self.parts.iter().map(|p| p.rules.len()).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -125,7 +133,9 @@ impl Prefilter {
                         });
                         by_pattern[k].push(i as u32);
                     }
-                    None if r.checks.iter().any(|c| c.buffer() == b) || (b == Buffer::Payload && r.checks.is_empty()) => {
+                    None if r.checks.iter().any(|c| c.buffer() == b)
+                        || (b == Buffer::Payload && r.checks.is_empty()) =>
+                    {
                         always.push(i as u32)
                     }
                     _ => {}
@@ -139,7 +149,13 @@ impl Prefilter {
                         .match_kind(MatchKind::Standard)
                         .ascii_case_insensitive(true)
                         .build(&patterns)
-                        .map_err(|e| format!("the {} automaton ({} patterns): {e}", b.name(), patterns.len()))?,
+                        .map_err(|e| {
+                            format!(
+                                "the {} automaton ({} patterns): {e}",
+                                b.name(),
+                                patterns.len()
+                            )
+                        })?,
                 )
             };
             parts.push(Part {
@@ -202,7 +218,10 @@ impl Prefilter {
                 // In the start state (no partial match under way): skip to where the
                 // prefilter (memchr and friends) says a pattern may start, or, if none
                 // does, to the tail.
-                match pre.find_in(data, aho_corasick::Span::from(at..data.len())).into_option() {
+                match pre
+                    .find_in(data, aho_corasick::Span::from(at..data.len()))
+                    .into_option()
+                {
                     Some(i) => at = i.max(at),
                     None => at = tail.max(at),
                 }
@@ -218,7 +237,9 @@ mod tests {
     use super::*;
 
     fn rules(text: &str) -> Vec<Rule> {
-        parse(text, "t", &Vars::default(), &Options::default()).unwrap_or_else(|e| panic!("{e}")).rules
+        parse(text, "t", &Vars::default(), &Options::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .rules
     }
 
     fn found(p: &Prefilter, b: Buffer, parts: &[&[u8]]) -> Vec<u32> {
@@ -247,7 +268,10 @@ alert tcp any any -> any any (content:!"absent"; sid:6;)"#,
         assert_eq!(fast_pattern(&r[1]).unwrap().1, b"ab");
         // Rules 4 and 6 (index 3, 5) have no positive content: always candidates.
         assert_eq!(found(&p, Buffer::Payload, &[b"xx ab xx"]), [1, 3, 5]);
-        assert_eq!(found(&p, Buffer::Payload, &[b"a longer evil"]), [0, 2, 3, 5]);
+        assert_eq!(
+            found(&p, Buffer::Payload, &[b"a longer evil"]),
+            [0, 2, 3, 5]
+        );
         assert_eq!(found(&p, Buffer::HttpUri, &[b"/admin/x"]), [4]);
         assert!(p.reads(Buffer::HttpUri) && !p.reads(Buffer::HttpHeader));
     }
@@ -304,7 +328,12 @@ alert tcp any any -> any any (content:!"absent"; sid:6;)"#,
         // Not a timing: the automaton of 1000 rules finds exactly the rules whose
         // patterns occur, as 1000 separate searches would.
         let text: String = (0..1000)
-            .map(|i| format!("alert tcp any any -> any any (content:\"pat{i:04}x\"; sid:{};)\n", i + 1))
+            .map(|i| {
+                format!(
+                    "alert tcp any any -> any any (content:\"pat{i:04}x\"; sid:{};)\n",
+                    i + 1
+                )
+            })
             .collect();
         let r = rules(&text);
         let p = Prefilter::new(&r).unwrap();
@@ -312,7 +341,9 @@ alert tcp any any -> any any (content:!"absent"; sid:6;)"#,
         let want: Vec<u32> = (0..1000u32)
             .filter(|&i| {
                 let pat = format!("pat{i:04}x");
-                data.to_ascii_lowercase().windows(pat.len()).any(|w| w == pat.as_bytes())
+                data.to_ascii_lowercase()
+                    .windows(pat.len())
+                    .any(|w| w == pat.as_bytes())
             })
             .collect();
         assert_eq!(found(&p, Buffer::Payload, &[data]), want);

@@ -195,7 +195,10 @@ impl Direction {
                 self.append(&seg[skip..]);
             }
         }
-        Step::Data { from, to: self.next }
+        Step::Data {
+            from,
+            to: self.next,
+        }
     }
 
     fn append(&mut self, data: &[u8]) {
@@ -215,7 +218,9 @@ impl Direction {
     fn differs(&self, at: u64, data: &[u8]) -> Option<Overlap> {
         for (k, &b) in data.iter().enumerate() {
             let o = at + k as u64;
-            let Some(i) = o.checked_sub(self.base) else { continue };
+            let Some(i) = o.checked_sub(self.base) else {
+                continue;
+            };
             match self.bytes.get(i as usize) {
                 Some(&old) if old != b => return Some(Overlap { at: o }),
                 // Past the depth the bytes are not kept: nothing to compare.

@@ -4,9 +4,9 @@
 //! here and waits in `pull` (`POLL`).
 
 use super::{Feeds, KafkaIn, COMMIT_EVERY};
-use rdkafka::consumer::Consumer;
 use dataplane::readiness::{Arm, Signal};
 use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::Consumer;
 use rdkafka::consumer::DefaultConsumerContext;
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -16,7 +16,10 @@ use std::time::Duration;
 const MAIN_QUEUE_EVERY: Duration = Duration::from_secs(1);
 
 /// Have librdkafka signal `arrived` whenever one of `queues` goes from empty to not empty.
-pub(super) fn signal_arrivals(queues: &mut [PartitionQueue<DefaultConsumerContext>], arrived: &Signal) {
+pub(super) fn signal_arrivals(
+    queues: &mut [PartitionQueue<DefaultConsumerContext>],
+    arrived: &Signal,
+) {
     for q in queues {
         let signal = arrived.clone();
         q.set_nonempty_callback(move || signal.signal());

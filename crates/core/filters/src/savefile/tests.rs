@@ -147,8 +147,7 @@ fn header_errors_name_the_problem() {
     );
     let e = Savefile::open(b"this is not a capture").unwrap_err();
     assert!(
-        e.to_string().contains("not a pcap or pcapng file")
-            && e.to_string().contains("at byte 0"),
+        e.to_string().contains("not a pcap or pcapng file") && e.to_string().contains("at byte 0"),
         "{e}"
     );
     let mut h = pcap_header(TCPDUMP_MAGIC, 0, 1);

@@ -1,9 +1,7 @@
 //! Byte sources: `file` (a file mapped as the DBuf) and `stdin`, cut into blocks by size
 //! or by a delimiter.
 
-use dataplane::{
-    Args, Batch, BufId, Ctx, Filter, FilterError, Tag,
-};
+use dataplane::{Args, Batch, BufId, Ctx, Filter, FilterError, Tag};
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -194,4 +192,3 @@ impl Filter for StdinIn {
         !(self.eof && self.pending.is_empty())
     }
 }
-

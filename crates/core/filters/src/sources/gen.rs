@@ -1,8 +1,6 @@
 //! `gen`: synthetic blocks for benchmarks and tests, in a ring of their own.
 
-use dataplane::{
-    Args, Batch, BufId, Ctx, Filter, FilterError, Tag,
-};
+use dataplane::{Args, Batch, BufId, Ctx, Filter, FilterError, Tag};
 
 pub struct Gen {
     pattern: Vec<u8>,

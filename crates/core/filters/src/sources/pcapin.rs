@@ -4,10 +4,7 @@
 mod lanes;
 
 use crate::savefile::{swap_pseudo_header, Record, Savefile};
-use dataplane::{
-    Args, Batch, BufId, Ctx, Filter, FilterError,
-    RecordMeta, Tag,
-};
+use dataplane::{Args, Batch, BufId, Ctx, Filter, FilterError, RecordMeta, Tag};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -508,7 +508,11 @@ impl Reader {
         }
         if self.ended() {
             // The state bit is set after the final publish: re-check, then EOF.
-            return if self.refresh() > 0 { Ready::Data } else { Ready::Eof };
+            return if self.refresh() > 0 {
+                Ready::Data
+            } else {
+                Ready::Eof
+            };
         }
         Ready::TimedOut
     }
@@ -541,7 +545,11 @@ impl Reader {
         if self.ended() {
             self.disarm();
             // The state bit is set after the final publish: re-check, then EOF.
-            return Ok(if self.refresh() > 0 { Armed::Data } else { Armed::Eof });
+            return Ok(if self.refresh() > 0 {
+                Armed::Data
+            } else {
+                Armed::Eof
+            });
         }
         let sh = self.sh.clone();
         let ctl = sh.ctl().expect("checked by wake_fd");
@@ -551,7 +559,11 @@ impl Reader {
             // does, the fence after we set it has already made the bit visible to every
             // producer that publishes later, so the re-check below needs no new fence.
             if was_deep == deep && r.data_seq.load(Relaxed) == seq {
-                return Ok(if self.refresh() > 0 { Armed::Data } else { Armed::Asleep });
+                return Ok(if self.refresh() > 0 {
+                    Armed::Data
+                } else {
+                    Armed::Asleep
+                });
             }
         }
         let since = self.armed.map_or_else(sys::now_ns, |a| a.2);

@@ -56,11 +56,12 @@ mod tree;
 use crate::policy::Cred;
 use crate::proto::{errno_name, EditApplied, EditOp, GraphNode, Reply};
 use crate::server::{Daemon, Run, State};
-use lang::wire::EditWire;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, OpenFlags, ReplyAttr,
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
 };
+use inodes::{Kept, ROOT_INO};
+use lang::wire::EditWire;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -68,7 +69,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
-use inodes::{Kept, ROOT_INO};
 use stream::{Format, Job, ReaderStats};
 use tree::Tree;
 
@@ -971,7 +971,8 @@ fn forget_gone_runs(d: &Arc<Daemon>, notifier: fuser::Notifier) -> std::io::Resu
         .spawn(move || {
             for id in rx {
                 // ENOENT: the kernel holds no entry for it (never looked up): nothing to drop.
-                let _ = notifier.inval_entry(INodeNo(ROOT_INO), std::ffi::OsStr::new(&id.to_string()));
+                let _ =
+                    notifier.inval_entry(INodeNo(ROOT_INO), std::ffi::OsStr::new(&id.to_string()));
             }
         })?;
     Ok(())
@@ -1066,7 +1067,11 @@ mod tests {
         t.prune(gone);
         assert_eq!(t.path(a), None, "readdir's number of a gone run must go");
         assert!(!t.by_path.contains_key(&all));
-        assert_eq!(t.path(r), Some(&run), "the kernel still holds the run's directory");
+        assert_eq!(
+            t.path(r),
+            Some(&run),
+            "the kernel still holds the run's directory"
+        );
         assert_eq!(t.path(g), Some(&gen));
         // The kernel forgets: at 0 the number goes, not before.
         t.forget(r, 1, gone);
@@ -1104,7 +1109,11 @@ mod tests {
                 .lock()
                 .unwrap()
                 .insert(k.clone(), "gen".into());
-            fs.kept.reader_stats.lock().unwrap().insert(k, Arc::default());
+            fs.kept
+                .reader_stats
+                .lock()
+                .unwrap()
+                .insert(k, Arc::default());
             fs.ino_of(&path(&[&run.to_string(), "gen"]));
         }
         let held = |run: u64| {
@@ -1112,7 +1121,12 @@ mod tests {
             (
                 fs.kept.homes.lock().unwrap().contains_key(&k),
                 fs.kept.reader_stats.lock().unwrap().contains_key(&k),
-                fs.kept.inos.lock().unwrap().by_path.contains_key(&path(&[&run.to_string(), "gen"])),
+                fs.kept
+                    .inos
+                    .lock()
+                    .unwrap()
+                    .by_path
+                    .contains_key(&path(&[&run.to_string(), "gen"])),
             )
         };
         // What one gone run left goes; a live one's stays.

@@ -251,7 +251,7 @@ impl PipesFs {
                             );
                         let rs = self
                             .kept
-                    .reader_stats
+                            .reader_stats
                             .lock()
                             .expect("not poisoned")
                             .get(&key)

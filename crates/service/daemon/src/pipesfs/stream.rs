@@ -8,10 +8,10 @@
 //! and class a file means (`super`).
 
 use beltway::{BufTable, IbufReader, Ready, RingRef, Start};
-use protocol::tap::RecordHeader;
 use fuser::{Errno, PollEvents, PollNotifier, ReplyData, ReplyPoll};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::{DataLink, TsResolution};
+use protocol::tap::RecordHeader;
 use std::cell::RefCell;
 use std::io::Write;
 use std::rc::Rc;

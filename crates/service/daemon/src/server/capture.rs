@@ -30,7 +30,11 @@ pub(super) struct Held {
 /// Ethernet frame (or the snap length, if shorter) and the ring's per-frame header
 /// (tpacket3_hdr and sockaddr_ll), 16-byte aligned.
 fn frame_slot(snaplen: u32) -> u32 {
-    let keep = if snaplen == 0 { 1514 } else { snaplen.min(1514) };
+    let keep = if snaplen == 0 {
+        1514
+    } else {
+        snaplen.min(1514)
+    };
     (keep + 68).div_ceil(16) * 16
 }
 
@@ -75,7 +79,10 @@ impl Daemon {
         if !matches!(o.direction.as_str(), "" | "in" | "out") {
             return Err(refuse(
                 libc::EINVAL,
-                format!("device {device}: direction {:?}: expected in, out or nothing (both)", o.direction),
+                format!(
+                    "device {device}: direction {:?}: expected in, out or nothing (both)",
+                    o.direction
+                ),
             ));
         }
         let filter = TapFilter {

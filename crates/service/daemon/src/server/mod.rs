@@ -16,11 +16,11 @@ mod open;
 use crate::audit;
 use crate::policy::{Cred, Policy};
 use crate::proto::{
-    self, ArcCounters, EditApplied, EditOp, EditRequest, FromWorker, GraphNode, Msg, NodeCounters, SpaceSite,
-    Peer, ProtoError, Reply, Request, RunInfo, RunOptions, TapFilter,
+    self, ArcCounters, EditApplied, EditOp, EditRequest, FromWorker, GraphNode, Msg, NodeCounters,
+    Peer, ProtoError, Reply, Request, RunInfo, RunOptions, SpaceSite, TapFilter,
 };
-use crate::ToWorker;
 use crate::view::View;
+use crate::ToWorker;
 use lang::wire::EditWire;
 use lang::NodeKind;
 use std::collections::{BTreeMap, BTreeSet};
@@ -270,7 +270,9 @@ impl Run {
     /// Wait until the worker has reported on the running run (its graph or counters) or
     /// the run ended, at most `limit`.
     fn wait_reported(&self, limit: Duration) {
-        self.wait_until(Instant::now() + limit, || self.reported.load(Ordering::SeqCst));
+        self.wait_until(Instant::now() + limit, || {
+            self.reported.load(Ordering::SeqCst)
+        });
     }
 
     /// Wait until the run finished or `also` holds (checked under the state's lock, where

@@ -21,7 +21,11 @@ impl Daemon {
         if pipeline.len() > proto::MAX_PIPELINE {
             return Err(refuse(
                 libc::E2BIG,
-                format!("pipeline of {} bytes (at most {})", pipeline.len(), proto::MAX_PIPELINE),
+                format!(
+                    "pipeline of {} bytes (at most {})",
+                    pipeline.len(),
+                    proto::MAX_PIPELINE
+                ),
             ));
         }
         // Whatever is said about the pipeline (answers, `ps`, PipesFS, the log) is said
@@ -174,13 +178,17 @@ impl Daemon {
             why
         };
         let cwd_fd: Vec<_> = cwd.iter().map(|f| f.as_raw_fd()).collect();
-        run.tell_fds(start, &cwd_fd)
-            .map_err(|e| match e {
-                // A graph within the node and arc bounds whose words still make `start`
-                // over a frame: the client's pipeline is too big, not the worker broken.
-                ProtoError::Length(_) => refuse(libc::E2BIG, kill(format!("the pipeline's graph does not fit in one message to the worker: {e}"))),
-                e => refuse(libc::EIO, kill(format!("the worker died at once: {e}"))),
-            })?;
+        run.tell_fds(start, &cwd_fd).map_err(|e| match e {
+            // A graph within the node and arc bounds whose words still make `start`
+            // over a frame: the client's pipeline is too big, not the worker broken.
+            ProtoError::Length(_) => refuse(
+                libc::E2BIG,
+                kill(format!(
+                    "the pipeline's graph does not fit in one message to the worker: {e}"
+                )),
+            ),
+            e => refuse(libc::EIO, kill(format!("the worker died at once: {e}"))),
+        })?;
         drop(cwd);
         match proto::recv::<FromWorker>(&reader) {
             Ok((

@@ -145,7 +145,12 @@ pub fn render(runs: &[RunView]) -> String {
         let id = r.run.to_string();
         let run = [("run", id.as_str()), ("user", r.user.as_str())];
         info.add(
-            &[run[0], run[1], ("state", st), ("pipeline", r.pipeline.as_str())],
+            &[
+                run[0],
+                run[1],
+                ("state", st),
+                ("pipeline", r.pipeline.as_str()),
+            ],
             1,
         );
         uptime.add(&run, format!("{:.3}", r.uptime_s));
@@ -170,7 +175,12 @@ pub fn render(runs: &[RunView]) -> String {
             drops.add(&node, n.drops);
         }
         for e in &r.edges {
-            let arc = [run[0], run[1], ("from", e.from.as_str()), ("to", e.to.as_str())];
+            let arc = [
+                run[0],
+                run[1],
+                ("from", e.from.as_str()),
+                ("to", e.to.as_str()),
+            ];
             arc_blocks.add(&arc, e.blocks);
             arc_bytes.add(&arc, e.bytes);
             if let Some(g) = &e.ring {
@@ -206,8 +216,8 @@ pub fn render(runs: &[RunView]) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::snapshot::{EdgeView, NodeView};
-    use crate::proto::RingGauge;
     use super::*;
+    use crate::proto::RingGauge;
 
     fn run(state: &str) -> RunView {
         RunView {
@@ -256,13 +266,19 @@ mod tests {
         assert!(text.contains(
             "streamline_node_blocks_total{run=\"3\",user=\"root\",node=\"count:a\",filter=\"count\",space=\"0\",direction=\"in\"} 10\n"
         ));
-        assert!(text.contains("pipeline=\"gen | count name=\\\"a b\\\"\""), "{text}");
+        assert!(
+            text.contains("pipeline=\"gen | count name=\\\"a b\\\"\""),
+            "{text}"
+        );
         assert!(text.contains("streamline_runs{state=\"finished\"} 1\n"));
         assert!(text.contains("streamline_runs{state=\"running\"} 1\n"));
         // The finished run has no node series: one sample per direction of the live one.
         assert_eq!(text.matches("streamline_node_blocks_total{").count(), 2);
         // Each family once, its samples right after its TYPE line.
-        assert_eq!(text.matches("# TYPE streamline_node_drops_total").count(), 1);
+        assert_eq!(
+            text.matches("# TYPE streamline_node_drops_total").count(),
+            1
+        );
         // Arcs, and the channel of one between spaces.
         assert!(text.contains(
             "streamline_arc_blocks_total{run=\"3\",user=\"root\",from=\"gen\",to=\"count:a\"} 10\n"

@@ -264,7 +264,10 @@ fn accept(d: Arc<Daemon>, w: Arc<Web>, server: tiny_http::Server) {
         };
         if w.handlers.fetch_add(1, Ordering::SeqCst) >= HANDLERS_MAX {
             w.handlers.fetch_sub(1, Ordering::SeqCst);
-            respond(req, Answer::text(503, "too many requests at once; try again\n"));
+            respond(
+                req,
+                Answer::text(503, "too many requests at once; try again\n"),
+            );
             continue;
         }
         let (d, w, mine) = (d.clone(), w.clone(), w.clone());
@@ -470,7 +473,10 @@ fn edit(d: &Daemon, req: &mut Request, who: &Cred, run: u64) -> Answer {
     let json = header(req, "Content-Type")
         .is_some_and(|c| c.split(';').next() == Some("application/json"));
     if !json {
-        return Answer::text(415, "an edit is a JSON body (Content-Type: application/json)\n");
+        return Answer::text(
+            415,
+            "an edit is a JSON body (Content-Type: application/json)\n",
+        );
     }
     let mut body = Vec::new();
     if req
@@ -521,10 +527,19 @@ fn sample_of(d: &Daemon, w: &Web, who: &Cred, ask: &sample::Ask) -> Answer {
             let name: String = ask
                 .node
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
                 .collect();
             Answer::new(200, "application/vnd.tcpdump.pcap", pcap)
-                .header("Content-Disposition", format!("attachment; filename=\"run{}-{name}.pcap\"", ask.run))
+                .header(
+                    "Content-Disposition",
+                    format!("attachment; filename=\"run{}-{name}.pcap\"", ask.run),
+                )
                 .header("X-Streamline-Packets", n.to_string())
         }
         Ok((pcap, n)) => Answer::json(
@@ -548,7 +563,11 @@ fn events(d: &Daemon, w: &Web, req: Request, who: &Cred) {
     };
     let mut out = req.into_writer();
     let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\nretry: 2000\n\n";
-    if out.write_all(head.as_bytes()).and_then(|_| out.flush()).is_err() {
+    if out
+        .write_all(head.as_bytes())
+        .and_then(|_| out.flush())
+        .is_err()
+    {
         return;
     }
     let mut next = Instant::now();
@@ -558,7 +577,11 @@ fn events(d: &Daemon, w: &Web, req: Request, who: &Cred) {
             break;
         };
         let ev = format!("event: runs\ndata: {json}\n\n");
-        if out.write_all(ev.as_bytes()).and_then(|_| out.flush()).is_err() {
+        if out
+            .write_all(ev.as_bytes())
+            .and_then(|_| out.flush())
+            .is_err()
+        {
             break;
         }
         next += EVENT_PERIOD;
@@ -622,7 +645,10 @@ mod tests {
     #[test]
     fn the_page_is_built_in() {
         assert!(INDEX_HTML.contains("app.js") && INDEX_HTML.contains("app.css"));
-        assert!(!INDEX_HTML.contains("http://") && !INDEX_HTML.contains("https://"), "no CDN");
+        assert!(
+            !INDEX_HTML.contains("http://") && !INDEX_HTML.contains("https://"),
+            "no CDN"
+        );
         assert!(!APP_JS.contains("https://"), "no CDN");
     }
 }

@@ -51,13 +51,25 @@ pub fn parse(path: &str, query: &str) -> Option<Result<Ask, String>> {
         match k {
             "count" => match v.parse::<u64>() {
                 Ok(n) if (1..=COUNT_MAX).contains(&n) => count = n,
-                _ => return Some(Err(format!("count={v}: a number of packets, 1 to {COUNT_MAX}"))),
+                _ => {
+                    return Some(Err(format!(
+                        "count={v}: a number of packets, 1 to {COUNT_MAX}"
+                    )))
+                }
             },
             "secs" => match v.parse::<f64>() {
                 Ok(s) if s > 0.0 && s <= SECS_MAX => secs = s,
-                _ => return Some(Err(format!("secs={v}: seconds, more than 0 and at most {SECS_MAX}"))),
+                _ => {
+                    return Some(Err(format!(
+                        "secs={v}: seconds, more than 0 and at most {SECS_MAX}"
+                    )))
+                }
             },
-            _ => return Some(Err(format!("`{k}` is not a parameter of a sample (count, secs)"))),
+            _ => {
+                return Some(Err(format!(
+                    "`{k}` is not a parameter of a sample (count, secs)"
+                )))
+            }
         }
     }
     Some(Ok(Ask {
@@ -152,7 +164,9 @@ fn line(link: pcap_file::DataLink, ts: Duration, orig_len: u32, data: &[u8]) -> 
                 .link
                 .as_ref()
                 .and_then(|l| match l {
-                    etherparse::LinkSlice::Ethernet2(e) => Some(format!("ethertype 0x{:04x}", e.ether_type().0)),
+                    etherparse::LinkSlice::Ethernet2(e) => {
+                        Some(format!("ethertype 0x{:04x}", e.ether_type().0))
+                    }
                     _ => None,
                 })
                 .unwrap_or_else(|| "not IP".to_string());
@@ -162,7 +176,13 @@ fn line(link: pcap_file::DataLink, ts: Duration, orig_len: u32, data: &[u8]) -> 
     match &p.transport {
         Some(TransportSlice::Tcp(t)) => {
             let mut flags = String::new();
-            for (on, c) in [(t.syn(), 'S'), (t.fin(), 'F'), (t.rst(), 'R'), (t.psh(), 'P'), (t.ack(), '.')] {
+            for (on, c) in [
+                (t.syn(), 'S'),
+                (t.fin(), 'F'),
+                (t.rst(), 'R'),
+                (t.psh(), 'P'),
+                (t.ack(), '.'),
+            ] {
                 if on {
                     flags.push(c);
                 }
@@ -181,8 +201,14 @@ fn line(link: pcap_file::DataLink, ts: Duration, orig_len: u32, data: &[u8]) -> 
             u.destination_port(),
             u.payload().len()
         ),
-        Some(TransportSlice::Icmpv4(i)) => format!("{at} {ip} {src} > {dst}: ICMP type {}, length {orig_len}", i.type_u8()),
-        Some(TransportSlice::Icmpv6(i)) => format!("{at} {ip} {src} > {dst}: ICMP6 type {}, length {orig_len}", i.type_u8()),
+        Some(TransportSlice::Icmpv4(i)) => format!(
+            "{at} {ip} {src} > {dst}: ICMP type {}, length {orig_len}",
+            i.type_u8()
+        ),
+        Some(TransportSlice::Icmpv6(i)) => format!(
+            "{at} {ip} {src} > {dst}: ICMP6 type {}, length {orig_len}",
+            i.type_u8()
+        ),
         _ => format!("{at} {ip} {src} > {dst}: length {orig_len}"),
     }
 }
@@ -193,22 +219,36 @@ mod tests {
 
     #[test]
     fn paths_and_limits_parse_and_bad_ones_say_why() {
-        let a = parse("/api/runs/7/nodes/count%3Abusy/sample.pcap", "count=5&secs=1.5")
-            .unwrap()
-            .unwrap();
-        assert_eq!((a.run, a.node.as_str(), a.pcap, a.count), (7, "count:busy", true, 5));
+        let a = parse(
+            "/api/runs/7/nodes/count%3Abusy/sample.pcap",
+            "count=5&secs=1.5",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (a.run, a.node.as_str(), a.pcap, a.count),
+            (7, "count:busy", true, 5)
+        );
         assert_eq!(a.wait, Duration::from_millis(1500));
         let b = parse("/api/runs/7/nodes/gen/sample", "").unwrap().unwrap();
         assert_eq!((b.pcap, b.count), (false, 20));
         assert!(parse("/api/runs/7/edit", "").is_none());
         assert!(parse("/api/runs/x/nodes/gen/sample", "").is_none());
-        let e = parse("/api/runs/7/nodes/gen/sample", "count=0").unwrap().unwrap_err();
+        let e = parse("/api/runs/7/nodes/gen/sample", "count=0")
+            .unwrap()
+            .unwrap_err();
         assert!(e.contains("count=0"), "{e}");
-        let e = parse("/api/runs/7/nodes/gen/sample", "secs=99").unwrap().unwrap_err();
+        let e = parse("/api/runs/7/nodes/gen/sample", "secs=99")
+            .unwrap()
+            .unwrap_err();
         assert!(e.contains("at most 30"), "{e}");
-        let e = parse("/api/runs/7/nodes/gen/sample", "rate=1").unwrap().unwrap_err();
+        let e = parse("/api/runs/7/nodes/gen/sample", "rate=1")
+            .unwrap()
+            .unwrap_err();
         assert!(e.contains("`rate`"), "{e}");
-        let e = parse("/api/runs/7/nodes/a%2Fb/sample", "").unwrap().unwrap_err();
+        let e = parse("/api/runs/7/nodes/a%2Fb/sample", "")
+            .unwrap()
+            .unwrap_err();
         assert!(e.contains("label"), "{e}");
     }
 
@@ -223,8 +263,12 @@ mod tests {
         let mut pcap = Vec::new();
         let mut w = pcap_file::pcap::PcapWriter::new(&mut pcap).unwrap();
         let ts = Duration::new(3600 * 5 + 61, 250_000_000);
-        w.write_packet(&pcap_file::pcap::PcapPacket::new(ts, frame.len() as u32, &frame))
-            .unwrap();
+        w.write_packet(&pcap_file::pcap::PcapPacket::new(
+            ts,
+            frame.len() as u32,
+            &frame,
+        ))
+        .unwrap();
         drop(w);
         assert_eq!(
             lines(&pcap),

@@ -97,7 +97,8 @@ impl Sessions {
             return None;
         }
         let id = secret().ok()?;
-        t.sessions.retain(|_, (_, used)| used.elapsed() < SESSION_IDLE);
+        t.sessions
+            .retain(|_, (_, used)| used.elapsed() < SESSION_IDLE);
         while t.sessions.len() >= SESSIONS_MAX {
             let oldest = t
                 .sessions

@@ -173,7 +173,13 @@ fn host() -> String {
         .unwrap_or_default()
 }
 
-fn view_of(info: RunInfo, graph: &[GraphNode], arcs: &[ArcCounters], sites: Vec<SpaceSite>, host: &str) -> RunView {
+fn view_of(
+    info: RunInfo,
+    graph: &[GraphNode],
+    arcs: &[ArcCounters],
+    sites: Vec<SpaceSite>,
+    host: &str,
+) -> RunView {
     let mut nodes = join(graph, &info.nodes);
     let edges = edges(&mut nodes, arcs);
     RunView {
@@ -250,7 +256,10 @@ mod tests {
         let v = join(&g, &c);
         assert_eq!(v.len(), 3);
         assert_eq!((v[0].name.as_str(), v[0].blocks_in), ("gen", 0));
-        assert_eq!((v[1].name.as_str(), v[1].blocks_in, v[1].space.as_str()), ("count", 5, "1"));
+        assert_eq!(
+            (v[1].name.as_str(), v[1].blocks_in, v[1].space.as_str()),
+            ("count", 5, "1")
+        );
         assert_eq!((v[2].name.as_str(), v[2].blocks_in), ("sample", 7));
         assert!(v[2].inputs.is_empty());
     }
@@ -265,7 +274,11 @@ mod tests {
         };
         // gen -> sample in this process; sample -> count:b crosses into process space p2,
         // whose graph the worker does not have.
-        let mut nodes = vec![node("gen", &["sample"]), node("sample", &[]), node("count:b", &[])];
+        let mut nodes = vec![
+            node("gen", &["sample"]),
+            node("sample", &[]),
+            node("count:b", &[]),
+        ];
         nodes[1].inputs = vec!["gen".into()];
         let ring = RingGauge {
             tags_used: 1024,
@@ -274,14 +287,35 @@ mod tests {
             ..Default::default()
         };
         let arcs = vec![
-            ArcCounters { from: "gen".into(), to: "sample".into(), blocks: 10, bytes: 100, ring: None },
-            ArcCounters { from: "sample".into(), to: "count:b".into(), blocks: 5, bytes: 50, ring: Some(ring) },
-            ArcCounters { from: "sample".into(), to: "nobody".into(), blocks: 1, bytes: 1, ring: None },
+            ArcCounters {
+                from: "gen".into(),
+                to: "sample".into(),
+                blocks: 10,
+                bytes: 100,
+                ring: None,
+            },
+            ArcCounters {
+                from: "sample".into(),
+                to: "count:b".into(),
+                blocks: 5,
+                bytes: 50,
+                ring: Some(ring),
+            },
+            ArcCounters {
+                from: "sample".into(),
+                to: "nobody".into(),
+                blocks: 1,
+                bytes: 1,
+                ring: None,
+            },
         ];
         let e = edges(&mut nodes, &arcs);
         assert_eq!(e.len(), 2);
         assert_eq!((e[0].blocks, e[0].ring), (10, None));
-        assert_eq!((e[1].from.as_str(), e[1].to.as_str(), e[1].blocks), ("sample", "count:b", 5));
+        assert_eq!(
+            (e[1].from.as_str(), e[1].to.as_str(), e[1].blocks),
+            ("sample", "count:b", 5)
+        );
         assert_eq!(e[1].ring.map(|r| r.fill()), Some(0.25));
         assert_eq!(nodes[1].outputs, ["count:b"]);
         assert_eq!(nodes[2].inputs, ["sample"]);

@@ -98,7 +98,6 @@ pub fn run(plan: &Plan, summary: &mut Summary) -> Result<()> {
     Ok(())
 }
 
-
 /// How the self-scaling ring behaved in its fastest run.
 fn describe_scaling(run: &RingRun, bytes: u64) {
     println!(

@@ -28,7 +28,10 @@ pub(super) fn descendants(root: u32) -> Procs {
             };
             if let Some(st) = stat_of(pid) {
                 if st.state != "Z" && st.state != "X" {
-                    parent.entry(st.ppid).or_default().push((pid, st.start, st.comm));
+                    parent
+                        .entry(st.ppid)
+                        .or_default()
+                        .push((pid, st.start, st.comm));
                 }
             }
         }
@@ -121,7 +124,9 @@ impl Soak {
                 "runs left",
                 format!(
                     "`ps` still lists {:?} 15 s after the soak's last stop",
-                    left.iter().map(|r| (r.id, &r.user, &r.state)).collect::<Vec<_>>()
+                    left.iter()
+                        .map(|r| (r.id, &r.user, &r.state))
+                        .collect::<Vec<_>>()
                 ),
             );
             for r in &left {
@@ -170,7 +175,10 @@ impl<'a> Leaks<'a> {
         if !procs.is_empty() {
             s.fail(
                 "processes leaked",
-                format!("started below the daemon during the soak and still alive: {}", procs.join(", ")),
+                format!(
+                    "started below the daemon during the soak and still alive: {}",
+                    procs.join(", ")
+                ),
             );
         }
         let mut rings = Vec::new();
@@ -198,11 +206,13 @@ impl<'a> Leaks<'a> {
             procs.is_empty()
         });
         if !procs.is_empty() {
-            self.s.fail("processes leaked after the daemon's exit", procs.join(", "));
+            self.s
+                .fail("processes leaked after the daemon's exit", procs.join(", "));
         }
         let rings = self.rings();
         if !rings.is_empty() {
-            self.s.fail("rings left after the daemon's exit", rings.join(", "));
+            self.s
+                .fail("rings left after the daemon's exit", rings.join(", "));
         }
     }
 
@@ -284,13 +294,21 @@ impl Memory {
 /// Descriptors and threads back within their slack of the warm-up's counts, and resident
 /// memory within its bound in the second half (see RSS_LATE_GROWTH_PCT).
 pub(super) fn check_usage(s: &Soak, p: &Phases, quick: bool) -> Memory {
-    let Usage { fds: fd0, rss: rss0, threads: th0 } = p.base;
+    let Usage {
+        fds: fd0,
+        rss: rss0,
+        threads: th0,
+    } = p.base;
     let mut now = Usage::default();
     wait_until(Duration::from_secs(10), || {
         now = s.settle("after the soak");
         now.fds <= fd0 + FD_SLACK && now.threads <= th0 + THREAD_SLACK as u64
     });
-    let Usage { fds: fd1, rss: rss1, threads: th1 } = now;
+    let Usage {
+        fds: fd1,
+        rss: rss1,
+        threads: th1,
+    } = now;
     if fd1 > fd0 + FD_SLACK {
         let list: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", s.daemon_pid))
             .map(|d| {
@@ -302,7 +320,10 @@ pub(super) fn check_usage(s: &Soak, p: &Phases, quick: bool) -> Memory {
             .unwrap_or_default();
         s.fail(
             "daemon descriptors",
-            format!("{fd1} open after the soak, {fd0} after the warm-up (bound +{FD_SLACK}): {}", list.join(", ")),
+            format!(
+                "{fd1} open after the soak, {fd0} after the warm-up (bound +{FD_SLACK}): {}",
+                list.join(", ")
+            ),
         );
     }
     if th1 > th0 + THREAD_SLACK as u64 {
@@ -320,14 +341,29 @@ pub(super) fn check_usage(s: &Soak, p: &Phases, quick: bool) -> Memory {
     let mid = {
         let v = s.rss_samples.lock().expect("not poisoned");
         let half = p.soak.map(|(a, b)| a + (b - a) / 2);
-        half.and_then(|h| v.iter().min_by_key(|(t, _)| if *t > h { *t - h } else { h - *t }).map(|(_, r)| *r))
+        half.and_then(|h| {
+            v.iter()
+                .min_by_key(|(t, _)| if *t > h { *t - h } else { h - *t })
+                .map(|(_, r)| *r)
+        })
     };
     let late = match mid {
         Some(m) if rss0 > 0 => (rss1 as f64 - m as f64) / rss0 as f64 * 100.0,
         _ => f64::NAN,
     };
-    let bound = if quick { RSS_LATE_GROWTH_PCT_QUICK } else { RSS_LATE_GROWTH_PCT };
-    let m = Memory { rss0, mid, rss1, growth, late, bound };
+    let bound = if quick {
+        RSS_LATE_GROWTH_PCT_QUICK
+    } else {
+        RSS_LATE_GROWTH_PCT
+    };
+    let m = Memory {
+        rss0,
+        mid,
+        rss1,
+        growth,
+        late,
+        bound,
+    };
     println!(
         "daemon resident: {rss0} kB after the warm-up, {} kB half-way, {rss1} kB after the soak: {growth:+.1} % in all, {late:+.1} % in the second half",
         m.mid_text()
@@ -367,8 +403,18 @@ pub(super) fn check_books(s: &Soak) {
                 l.started
             ));
         }
-        let ended_unstarted: Vec<u64> = a.ends.keys().filter(|r| !a.started.contains(r)).copied().collect();
-        let unended: Vec<u64> = a.started.iter().filter(|r| !a.ends.contains_key(r)).copied().collect();
+        let ended_unstarted: Vec<u64> = a
+            .ends
+            .keys()
+            .filter(|r| !a.started.contains(r))
+            .copied()
+            .collect();
+        let unended: Vec<u64> = a
+            .started
+            .iter()
+            .filter(|r| !a.ends.contains_key(r))
+            .copied()
+            .collect();
         if !unended.is_empty() || !ended_unstarted.is_empty() || !a.doubled.is_empty() {
             books.push(format!(
                 "the daemon's log: runs started and never ended {unended:?}, ended and never started {ended_unstarted:?}, ended twice {:?}",
@@ -403,16 +449,34 @@ pub(super) fn check_daemon_exit(s: &Soak, daemon: &mut Daemon, mount: &Path) {
         };
         match status {
             Some(st) if st.success() => {}
-            Some(st) => s.fail("the daemon's exit", format!("SIGTERM: it exited {st}; its log ends: {}", tail_of(&s.daemon_log, 5))),
+            Some(st) => s.fail(
+                "the daemon's exit",
+                format!(
+                    "SIGTERM: it exited {st}; its log ends: {}",
+                    tail_of(&s.daemon_log, 5)
+                ),
+            ),
             None => {
                 let _ = child.kill();
                 let _ = child.wait();
-                s.fail("the daemon's exit", "still running 15 s after SIGTERM (killed)");
+                s.fail(
+                    "the daemon's exit",
+                    "still running 15 s after SIGTERM (killed)",
+                );
             }
         }
     }
     if !wait_until(Duration::from_secs(10), || !mounted(mount)) {
-        s.fail("PipesFS mount", format!("{} still mounted 10 s after the daemon's exit", mount.display()));
-        let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(mount).status();
+        s.fail(
+            "PipesFS mount",
+            format!(
+                "{} still mounted 10 s after the daemon's exit",
+                mount.display()
+            ),
+        );
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-z"])
+            .arg(mount)
+            .status();
     }
 }

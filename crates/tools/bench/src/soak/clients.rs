@@ -57,7 +57,6 @@ fn run_within(mut cmd: Command, limit: Duration, what: &str) -> Result<Out> {
     }
 }
 
-
 /// The value of `key` in a PipesFS `.stats` text.
 fn stat_value(stats: &str, key: &str) -> Option<u64> {
     stats.lines().find_map(|l| {
@@ -65,7 +64,6 @@ fn stat_value(stats: &str, key: &str) -> Option<u64> {
         (k == key).then(|| v.trim().parse().ok())?
     })
 }
-
 
 /// One row of `streamline ps`: id, user, state.
 #[derive(Debug, Clone)]
@@ -107,7 +105,10 @@ impl Soak {
     pub(super) fn fail(&self, name: impl Into<String>, cause: impl Into<String>) {
         let (name, cause) = (name.into(), cause.into());
         println!("FAILURE {name}: {cause}");
-        self.failures.lock().expect("not poisoned").push((name, cause));
+        self.failures
+            .lock()
+            .expect("not poisoned")
+            .push((name, cause));
     }
 
     pub(super) fn book(&self, f: impl FnOnce(&mut Ledger)) {
@@ -230,7 +231,13 @@ impl Soak {
                 false
             }
             None => {
-                let end = self.audit.lock().expect("not poisoned").ends.get(&r.id).cloned();
+                let end = self
+                    .audit
+                    .lock()
+                    .expect("not poisoned")
+                    .ends
+                    .get(&r.id)
+                    .cloned();
                 self.fail(
                     format!("{} {when}", r.name()),
                     format!(
@@ -378,7 +385,11 @@ impl Soak {
                     if got + lost != n {
                         return Err(err(format!(
                             "counted {got} of the {n} datagrams sent while it ran{}",
-                            if lost > 0 { format!(" and said it lost {lost}: they do not add up") } else { String::new() }
+                            if lost > 0 {
+                                format!(" and said it lost {lost}: they do not add up")
+                            } else {
+                                String::new()
+                            }
                         )));
                     }
                     self.book(|l| l.capture_lost += lost);
@@ -408,14 +419,23 @@ impl Soak {
         let stats = file.with_file_name(".stats");
         let name = format!("stalled reader of {what} ({})", user.name());
         if !wait_until(Duration::from_secs(10), || file.exists()) {
-            self.fail(name, format!("{} did not appear within 10 s", file.display()));
+            self.fail(
+                name,
+                format!("{} did not appear within 10 s", file.display()),
+            );
             return;
         }
         let mut cmd = match user {
             User::Root => Command::new("cat"),
             User::Nobody => {
                 let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", "cat"]);
+                c.args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "--",
+                    "cat",
+                ]);
                 c
             }
         };
@@ -437,7 +457,9 @@ impl Soak {
                 .ok()
                 .and_then(|s| stat_value(&s, "readers"))
         };
-        if !wait_until(Duration::from_secs(10), || readers().is_some_and(|n| n >= 1)) {
+        if !wait_until(Duration::from_secs(10), || {
+            readers().is_some_and(|n| n >= 1)
+        }) {
             let exited = child.try_wait().ok().flatten();
             let mut e = String::new();
             if exited.is_some() {
@@ -452,7 +474,11 @@ impl Soak {
                     stats.display(),
                     readers(),
                     exited.map_or("still running".to_string(), |s| format!("exited ({s})")),
-                    if e.is_empty() { String::new() } else { format!(": {}", e.trim()) }
+                    if e.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", e.trim())
+                    }
                 ),
             );
         }
@@ -573,7 +599,9 @@ impl Soak {
         let secs = if quick { 1.5 } else { 2.5 };
         let n = (GEN_RATE as f64 * secs) as u64;
         let p = format!("gen count={n} size=64 rate={GEN_RATE} | count name=a | count name=tail");
-        let Some(r) = self.start(user, &p, &[]) else { return };
+        let Some(r) = self.start(user, &p, &[]) else {
+            return;
+        };
         self.check_running(&r, "after start");
         let t0 = Instant::now();
         for (j, e) in GEN_EDITS.iter().enumerate() {
@@ -586,7 +614,12 @@ impl Soak {
                 break;
             }
         }
-        self.finish(&r, false, Duration::from_secs_f64(secs + 30.0), Expect::Finite(n));
+        self.finish(
+            &r,
+            false,
+            Duration::from_secs_f64(secs + 30.0),
+            Expect::Finite(n),
+        );
     }
 
     /// An endless run with an exported node, a stalled PipesFS reader, edits, then stop.
@@ -600,7 +633,9 @@ impl Soak {
         let p = format!(
             "gen count=100G size=256 rate={GEN_RATE} | count name=a | count name={ex} export=yes | count name=tail"
         );
-        let Some(r) = self.start(user, &p, &[]) else { return };
+        let Some(r) = self.start(user, &p, &[]) else {
+            return;
+        };
         self.check_running(&r, "after start");
         if !wait_until(Duration::from_secs(10), || {
             Path::new(&format!("/dev/shm/streamline.{ex}")).exists()
@@ -611,7 +646,12 @@ impl Soak {
             );
         }
         let all = self.mount.join(r.id.to_string()).join("gen/count:a/all");
-        self.stalled_reader(user, &all, Duration::from_millis(1500), &format!("run {} count:a", r.id));
+        self.stalled_reader(
+            user,
+            &all,
+            Duration::from_millis(1500),
+            &format!("run {} count:a", r.id),
+        );
         for e in &GEN_EDITS[..3] {
             self.edit(&r, e, false);
         }
@@ -637,7 +677,9 @@ impl Soak {
         let p = format!(
             "gen count={n} size=64 rate={GEN_RATE} | count name=a space=1 | count name=tail space=p2"
         );
-        let Some(r) = self.start(user, &p, &[]) else { return };
+        let Some(r) = self.start(user, &p, &[]) else {
+            return;
+        };
         self.finish(&r, false, Duration::from_secs(40), Expect::Finite(n));
     }
 
@@ -646,20 +688,29 @@ impl Soak {
     pub(super) fn short_ones(&self, user: User) {
         // Three seconds each, so the stops and the other user's tries find them running.
         let n = 6000;
-        let p = format!("gen count={n} size=64 rate={} | count name=a | count name=tail", n / 3);
+        let p = format!(
+            "gen count={n} size=64 rate={} | count name=a | count name=tail",
+            n / 3
+        );
         let runs: Vec<RunRec> = (0..3).filter_map(|_| self.start(user, &p, &[])).collect();
         // Root may stop and edit anyone's run; uid 65534 may not touch root's.
         if let Some(r) = runs.first().filter(|_| user == User::Root) {
             let id = r.id.to_string();
             let other = user.other();
-            for args in [vec!["stop", id.as_str()], vec!["edit", id.as_str(), "remove count:a"]] {
+            for args in [
+                vec!["stop", id.as_str()],
+                vec!["edit", id.as_str(), "remove count:a"],
+            ] {
                 match self.call(other, &args) {
                     Ok(o) if o.ok => self.fail(
                         format!("{} {} by {}", r.name(), args[0], other.name()),
                         format!("allowed: `{}`", o.stdout.trim()),
                     ),
                     Ok(_) => self.book(|l| l.refusals_checked += 1),
-                    Err(e) => self.fail(format!("{} {} by {}", r.name(), args[0], other.name()), e.to_string()),
+                    Err(e) => self.fail(
+                        format!("{} {} by {}", r.name(), args[0], other.name()),
+                        e.to_string(),
+                    ),
                 }
             }
         }
@@ -710,7 +761,12 @@ pub(super) fn captures(s: &Soak, v: &kernel::netns::Veth, quiet: f64, burst: f64
     caps.extend(start_cap(User::Nobody, &[], None, sent));
     let cycle = burst + quiet + 2.0;
     let mut c = 0usize;
-    while s.deadline().saturating_duration_since(Instant::now()).as_secs_f64() > cycle {
+    while s
+        .deadline()
+        .saturating_duration_since(Instant::now())
+        .as_secs_f64()
+        > cycle
+    {
         // New captures for the next burst and the quiet after it.
         let flags: &[&str] = if c % 2 == 0 { &[] } else { &["--no-share"] };
         caps.extend(start_cap(User::Root, flags, Some(c + 1), sent));
@@ -721,7 +777,10 @@ pub(super) fn captures(s: &Soak, v: &kernel::netns::Veth, quiet: f64, burst: f64
         sent += n;
         let quiet_from = Instant::now();
         let rss = status_field(s.daemon_pid, "VmRSS:").unwrap_or(0);
-        s.rss_samples.lock().expect("not poisoned").push((quiet_from, rss));
+        s.rss_samples
+            .lock()
+            .expect("not poisoned")
+            .push((quiet_from, rss));
         println!(
             "[{:>4.0} s left] burst {c}: {n} datagrams ({sent} in all); {} captures running; daemon {rss} kB resident, {} descriptors; quiet for {quiet} s",
             s.deadline().saturating_duration_since(quiet_from).as_secs_f64(),
@@ -731,7 +790,11 @@ pub(super) fn captures(s: &Soak, v: &kernel::netns::Veth, quiet: f64, burst: f64
         // In the quiet: the long captures edited; a reader blocked in its read, killed.
         std::thread::sleep(Duration::from_secs(1));
         for cap in caps.iter().filter(|c| c.stop_after.is_none()) {
-            s.edit(&cap.run, &format!("insert after bpf count name=e{c}"), false);
+            s.edit(
+                &cap.run,
+                &format!("insert after bpf count name=e{c}"),
+                false,
+            );
         }
         if let Some(cap) = caps.iter().find(|cap| cap.stop_after == Some(c + 1)) {
             // The source's directory: `rx`, or the shared prefix's last node (`bpf`) for a
@@ -740,9 +803,12 @@ pub(super) fn captures(s: &Soak, v: &kernel::netns::Veth, quiet: f64, burst: f64
             let mut src = None;
             wait_until(Duration::from_secs(10), || {
                 src = std::fs::read_dir(&top).ok().and_then(|d| {
-                    d.flatten()
-                        .map(|e| e.path())
-                        .find(|p| p.is_dir() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+                    d.flatten().map(|e| e.path()).find(|p| {
+                        p.is_dir()
+                            && !p
+                                .file_name()
+                                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                    })
                 });
                 src.is_some()
             });

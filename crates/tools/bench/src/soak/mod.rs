@@ -321,7 +321,8 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     crate::capture::ipv6_off(&v)?;
     let policy = crate::daemon::udp_grant_policy(dir.path(), &v.here)?;
     let shm_before = shm_streamline();
-    let mut daemon = Daemon::start_with_policy(&streamlined, dir.path(), Some(&mount), Some(&policy))?;
+    let mut daemon =
+        Daemon::start_with_policy(&streamlined, dir.path(), Some(&mount), Some(&policy))?;
     let daemon_pid = daemon.child.as_ref().map_or(0, |c| c.id());
     println!(
         "our daemon: {} --mount {} --policy {} (pid {daemon_pid})",
@@ -360,7 +361,9 @@ fn preflight() -> Result<()> {
         .status()
         .is_ok_and(|s| s.success())
     {
-        return Err(err("setpriv (util-linux) is missing: the soak runs uid 65534's clients through it"));
+        return Err(err(
+            "setpriv (util-linux) is missing: the soak runs uid 65534's clients through it",
+        ));
     }
     Ok(())
 }
@@ -368,8 +371,11 @@ fn preflight() -> Result<()> {
 /// The scratch directory opened to uid 65534, its `logs` (which every client writes to)
 /// and the mount point; all removed on an abnormal exit. Returns (logs, mount).
 fn scratch(dir: &TempDir) -> Result<(PathBuf, PathBuf)> {
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .map_err(|e| err(format!("{}: {e}", dir.path().display())))?;
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .map_err(|e| err(format!("{}: {e}", dir.path().display())))?;
     let logs = dir.path().join("logs");
     std::fs::create_dir(&logs).map_err(|e| err(format!("{}: {e}", logs.display())))?;
     // Logs are opened by the clients, uid 65534's too.
@@ -387,7 +393,13 @@ fn scratch(dir: &TempDir) -> Result<(PathBuf, PathBuf)> {
 }
 
 impl Soak {
-    fn new(streamline: PathBuf, daemon: &Daemon, daemon_pid: u32, mount: PathBuf, logs: PathBuf) -> Soak {
+    fn new(
+        streamline: PathBuf,
+        daemon: &Daemon,
+        daemon_pid: u32,
+        mount: PathBuf,
+        logs: PathBuf,
+    ) -> Soak {
         Soak {
             streamline,
             socket: daemon.socket.clone(),
@@ -410,12 +422,17 @@ impl Soak {
 
     /// Runs are started until `secs` from now.
     fn set_deadline(&self, secs: f64) {
-        *self.deadline.lock().expect("not poisoned") = Instant::now() + Duration::from_secs_f64(secs);
+        *self.deadline.lock().expect("not poisoned") =
+            Instant::now() + Duration::from_secs_f64(secs);
     }
 }
 
 /// One client thread per root and uid-65534 client, each in its own turn of runs.
-fn spawn_clients<'scope>(scope: &'scope Scope<'scope, '_>, s: &'scope Soak, plan: &Plan) -> Vec<ScopedJoinHandle<'scope, ()>> {
+fn spawn_clients<'scope>(
+    scope: &'scope Scope<'scope, '_>,
+    s: &'scope Soak,
+    plan: &Plan,
+) -> Vec<ScopedJoinHandle<'scope, ()>> {
     let quick = plan.quick;
     let mut users = Vec::new();
     for k in 0..plan.root_threads {
@@ -494,8 +511,18 @@ fn verdict(s: &Soak, plan: &Plan, m: &Memory) -> Result<()> {
     }
     let (rss0, rss1) = (m.rss0, m.rss1);
     let mut summary = Summary::default();
-    summary.add("soak_runs", started as f64, None, format!("runs started by root and uid 65534 in {} s", plan.secs));
-    summary.add("soak_failures", failures.len() as f64, Some(Target::AtMost(0.0)), "listed above");
+    summary.add(
+        "soak_runs",
+        started as f64,
+        None,
+        format!("runs started by root and uid 65534 in {} s", plan.secs),
+    );
+    summary.add(
+        "soak_failures",
+        failures.len() as f64,
+        Some(Target::AtMost(0.0)),
+        "listed above",
+    );
     summary.add(
         "soak_rss_growth_pct",
         m.growth,
@@ -506,21 +533,33 @@ fn verdict(s: &Soak, plan: &Plan, m: &Memory) -> Result<()> {
         "soak_rss_late_growth_pct",
         m.late,
         Some(Target::AtMost(m.bound)),
-        format!("daemon VmRSS {} -> {rss1} kB in the second half, of {rss0} kB", m.mid_text()),
+        format!(
+            "daemon VmRSS {} -> {rss1} kB in the second half, of {rss0} kB",
+            m.mid_text()
+        ),
     );
     // A capture's stated losses are no failure (a loaded machine makes a subscriber fall
     // behind), but on a quiet machine there should be none: a figure with a target, so a
     // regression shows as MISSED (the readiness core's 50 ms subscriber looks lost 3 %).
     summary.add(
         "soak_capture_lost_pct",
-        if checked > 0 { lost as f64 / checked as f64 * 100.0 } else { 0.0 },
+        if checked > 0 {
+            lost as f64 / checked as f64 * 100.0
+        } else {
+            0.0
+        },
         Some(Target::AtMost(0.1)),
-        format!("{lost} of {checked} datagrams said lost to a full ring by captures that fell behind"),
+        format!(
+            "{lost} of {checked} datagrams said lost to a full ring by captures that fell behind"
+        ),
     );
     summary.print()?;
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(err(format!("{} soak failures (listed above)", failures.len())))
+        Err(err(format!(
+            "{} soak failures (listed above)",
+            failures.len()
+        )))
     }
 }

@@ -46,7 +46,10 @@ impl Browser {
         let mut from = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         from.read_line(&mut line).unwrap();
-        assert!(line.contains("ready"), "the browser did not start: {line:?}");
+        assert!(
+            line.contains("ready"),
+            "the browser did not start: {line:?}"
+        );
         Browser { child, to, from }
     }
 

@@ -79,8 +79,12 @@ pub fn quiet_pair(tag: &str) -> kernel::netns::Veth {
         "both ends of the veth pair up, with a qdisc",
         std::time::Duration::from_secs(30),
         || {
-            let here = link(std::process::Command::new("ip").args(["-o", "link", "show", "dev", &v.here]));
-            let there = link(v.command("ip").args(["-o", "link", "show", "dev", &v.there]));
+            let here =
+                link(std::process::Command::new("ip").args(["-o", "link", "show", "dev", &v.here]));
+            let there = link(
+                v.command("ip")
+                    .args(["-o", "link", "show", "dev", &v.there]),
+            );
             let ready = |l: &str| l.contains("state UP") && !l.contains("qdisc noop");
             if ready(&here) && ready(&there) {
                 Ok(())
@@ -191,7 +195,10 @@ pub fn wait_capturing(pid: u32, dev: &str) {
         // A process that ended (or is a zombie) will never capture: say so at once.
         let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next().unwrap_or('?')));
+            .and_then(|s| {
+                s.rsplit_once(") ")
+                    .map(|(_, r)| r.chars().next().unwrap_or('?'))
+            });
         assert!(
             !matches!(state, None | Some('Z') | Some('X')),
             "process {pid} ended before it captured on {dev}"
@@ -314,7 +321,13 @@ pub fn shm_held_by_tree(root: u32) -> std::collections::BTreeSet<String> {
                 .filter_map(|e| {
                     let pid: u32 = e.file_name().to_str()?.parse().ok()?;
                     let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-                    let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+                    let ppid = stat
+                        .rsplit_once(')')?
+                        .1
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse()
+                        .ok()?;
                     Some((pid, ppid))
                 })
                 .collect()
@@ -443,8 +456,13 @@ pub fn wait_listening(pid: u32, port: u16, udp: bool) {
             }
             let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             let state = state.rsplit_once(") ").map_or("gone", |(_, r)| &r[..1]);
-            assert!(!matches!(state, "gone" | "Z" | "X"), "process {pid} ended before it listened on port {port}");
-            Err(format!("process {pid} in state {state}, nothing on port {port}"))
+            assert!(
+                !matches!(state, "gone" | "Z" | "X"),
+                "process {pid} ended before it listened on port {port}"
+            );
+            Err(format!(
+                "process {pid} in state {state}, nothing on port {port}"
+            ))
         },
     );
 }
@@ -474,7 +492,10 @@ pub fn placement_corpus() -> Vec<String> {
 #[allow(dead_code)]
 pub fn built_library(file: &str, krate: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().expect("the test binary lies in <target>/<profile>/deps").to_path_buf();
+    let deps = exe
+        .parent()
+        .expect("the test binary lies in <target>/<profile>/deps")
+        .to_path_buf();
     let profile = deps.parent().expect("<target>/<profile>").to_path_buf();
     [profile.join(file), deps.join(file)]
         .into_iter()

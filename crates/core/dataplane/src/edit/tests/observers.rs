@@ -25,7 +25,11 @@ fn graph_until(h: &EditHandle, what: &str, cond: impl Fn(&[GraphNode]) -> bool) 
         if cond(&g) {
             return g;
         }
-        assert!(std::time::Instant::now() < end, "{what}: the graph stayed {:?}", graph_shape(&g));
+        assert!(
+            std::time::Instant::now() < end,
+            "{what}: the graph stayed {:?}",
+            graph_shape(&g)
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -46,19 +50,25 @@ fn a_tap_is_a_node_the_graph_shows() {
         "{shape:?}"
     );
     assert!(
-        shape.iter().any(|l| l.starts_with("split [split] <- tally -> ") && l.ends_with(&label)),
+        shape
+            .iter()
+            .any(|l| l.starts_with("split [split] <- tally -> ") && l.ends_with(&label)),
         "{shape:?}"
     );
     // Blocks 4..14 leave the split down two branches; the tap reads all ten.
     batch(&go, &ack, 10);
     assert_eq!(tap_seqs(&rings), (4..14).collect::<Vec<u32>>());
     assert!(
-        h.report().iter().all(|n| !n.label.starts_with(crate::tap::TAP)),
+        h.report()
+            .iter()
+            .all(|n| !n.label.starts_with(crate::tap::TAP)),
         "the counters leave taps out"
     );
     h.untap(rings.id);
     batch(&go, &ack, 1);
-    graph_until(&h, "the tap gone", |g| g.iter().all(|n| !n.label.starts_with(crate::tap::TAP)));
+    graph_until(&h, "the tap gone", |g| {
+        g.iter().all(|n| !n.label.starts_with(crate::tap::TAP))
+    });
     // Another tap, on another node; the run's blocks all reach the end.
     let again = h.tap("tally", 1 << 20, WAIT).unwrap();
     batch(&go, &ack, 5);
@@ -68,7 +78,6 @@ fn a_tap_is_a_node_the_graph_shows() {
     assert_eq!(summary(&rep, "tally:tail").0, 20);
     assert!(rep.iter().all(|n| !n.label.starts_with(crate::tap::TAP)));
 }
-
 
 /// An exported stream is a node of the graph (`__export.NAME`, an observer on an out-arc
 /// of the node it exports): the graph shows it while the run runs, the counters leave it
@@ -85,7 +94,9 @@ fn an_export_is_a_node_the_graph_shows_and_its_stream_survives_edits() {
     let (h, go, ack, t) = running(text);
     let ring = crate::runtime::export_name(&name);
     let node = format!("__export.{name}");
-    graph_until(&h, "the export shown", |g| g.iter().any(|n| n.label == node));
+    graph_until(&h, "the export shown", |g| {
+        g.iter().any(|n| n.label == node)
+    });
     // The reader attaches before the first block (the stream is lossless, from its start).
     let (attached, on) = mpsc::channel();
     let reader = std::thread::spawn(move || {
@@ -119,10 +130,13 @@ fn an_export_is_a_node_the_graph_shows_and_its_stream_survives_edits() {
     for (k, e) in edits.iter().enumerate() {
         batch(&go, &ack, 10 + k as u32);
         sent += 10 + k as u32;
-        h.apply(parse(e), WAIT).unwrap_or_else(|x| panic!("{e}: {x}"));
+        h.apply(parse(e), WAIT)
+            .unwrap_or_else(|x| panic!("{e}: {x}"));
     }
     // Still on the exported node after the edits around it.
-    let g = graph_until(&h, "the edits shown", |g| g.iter().all(|n| n.label != "pass"));
+    let g = graph_until(&h, "the edits shown", |g| {
+        g.iter().all(|n| n.label != "pass")
+    });
     let shape = graph_shape(&g);
     assert!(
         shape.contains(&format!("{node} [export name={name}] <- tally:{name} -> ")),
@@ -132,14 +146,27 @@ fn an_export_is_a_node_the_graph_shows_and_its_stream_survives_edits() {
     sent += 20;
     drop(go);
     let rep = t.join().unwrap();
-    assert_eq!(reader.join().unwrap(), (0..sent).collect::<Vec<u32>>(), "every block, in order");
-    let n = rep.iter().find(|n| n.label == format!("tally:{name}")).unwrap();
+    assert_eq!(
+        reader.join().unwrap(),
+        (0..sent).collect::<Vec<u32>>(),
+        "every block, in order"
+    );
+    let n = rep
+        .iter()
+        .find(|n| n.label == format!("tally:{name}"))
+        .unwrap();
     let c = n.counters;
     assert_eq!(
         (c.blocks_in, c.blocks_out, c.drops, c.made, c.ended),
         (sent as u64, sent as u64, 0, 0, 0),
         "the exported node's counts, as without the export"
     );
-    assert!(rep.iter().all(|n| !n.label.starts_with("__")), "the counters leave the export out");
-    assert_eq!(summary(&rep, &format!("tally:{name}")), (sent as u64, sent as u64 * SIZE as u64, 0));
+    assert!(
+        rep.iter().all(|n| !n.label.starts_with("__")),
+        "the counters leave the export out"
+    );
+    assert_eq!(
+        summary(&rep, &format!("tally:{name}")),
+        (sent as u64, sent as u64 * SIZE as u64, 0)
+    );
 }

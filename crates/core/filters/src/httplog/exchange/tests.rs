@@ -16,7 +16,14 @@ impl Conn {
         let mut dirs = [Direction::new(2 * MAX_HEAD), Direction::new(2 * MAX_HEAD)];
         dirs[0].syn(99);
         dirs[1].syn(4999);
-        Conn { dirs, ex: Exchange::default(), stats: Stats::default(), out: Vec::new(), seq: [100, 5000], ts: 0 }
+        Conn {
+            dirs,
+            ex: Exchange::default(),
+            stats: Stats::default(),
+            out: Vec::new(),
+            seq: [100, 5000],
+            ts: 0,
+        }
     }
 
     fn send(&mut self, d: usize, bytes: &[u8]) {
@@ -27,26 +34,40 @@ impl Conn {
         if d == 0 {
             self.ex.client(&mut self.dirs[0], self.ts, &mut self.stats);
         } else {
-            self.ex.server(&mut self.dirs[1], self.ts, &mut self.stats, &mut self.out);
+            self.ex
+                .server(&mut self.dirs[1], self.ts, &mut self.stats, &mut self.out);
         }
     }
 
     fn close(&mut self) {
         self.ts += 1000;
-        self.ex.close(&self.dirs[1], self.ts, &mut self.stats, &mut self.out);
+        self.ex
+            .close(&self.dirs[1], self.ts, &mut self.stats, &mut self.out);
     }
 
     fn seen(&self) -> Vec<(String, String, Option<u16>, Option<u64>)> {
         self.out
             .iter()
-            .map(|r| (r.request.method.clone(), r.request.uri.clone(), r.response.map(|p| p.status), r.response.map(|p| p.size)))
+            .map(|r| {
+                (
+                    r.request.method.clone(),
+                    r.request.uri.clone(),
+                    r.response.map(|p| p.status),
+                    r.response.map(|p| p.size),
+                )
+            })
             .collect()
     }
 }
 
 use crate::ids::stream::Step;
 
-fn rec(m: &str, u: &str, status: Option<u16>, size: Option<u64>) -> (String, String, Option<u16>, Option<u64>) {
+fn rec(
+    m: &str,
+    u: &str,
+    status: Option<u16>,
+    size: Option<u64>,
+) -> (String, String, Option<u16>, Option<u64>) {
     (m.into(), u.into(), status, size)
 }
 
@@ -57,7 +78,14 @@ fn pipelined_requests_pair_with_their_responses_in_order() {
     assert_eq!(c.stats.requests, 3);
     c.send(1, b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcHTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n");
     c.send(1, b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nwxyz\r\n2;ext=1\r\nab\r\n0\r\nX-Trailer: t\r\n\r\n");
-    assert_eq!(c.seen(), vec![rec("GET", "/a", Some(200), Some(3)), rec("HEAD", "/b", Some(200), Some(0)), rec("POST", "/c", Some(404), Some(6))]);
+    assert_eq!(
+        c.seen(),
+        vec![
+            rec("GET", "/a", Some(200), Some(3)),
+            rec("HEAD", "/b", Some(200), Some(0)),
+            rec("POST", "/c", Some(404), Some(6))
+        ]
+    );
     assert_eq!(c.out[0].request.host.as_deref(), Some("h"));
     assert_eq!(c.out[0].request.user_agent.as_deref(), Some("ua"));
     assert!(c.out.iter().all(|r| r.response.unwrap().complete));
@@ -79,8 +107,14 @@ fn a_body_is_skipped_before_it_arrives_and_never_kept() {
 #[test]
 fn interim_responses_are_skipped_and_a_response_to_the_close_ends_with_it() {
     let mut c = Conn::new();
-    c.send(0, b"PUT /u HTTP/1.0\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\nok");
-    c.send(1, b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 201 Created\r\n\r\nsome");
+    c.send(
+        0,
+        b"PUT /u HTTP/1.0\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\nok",
+    );
+    c.send(
+        1,
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 201 Created\r\n\r\nsome",
+    );
     c.send(1, b" body");
     assert!(c.out.is_empty());
     c.close();
@@ -91,12 +125,24 @@ fn interim_responses_are_skipped_and_a_response_to_the_close_ends_with_it() {
 #[test]
 fn unanswered_and_cut_off_requests_are_written_at_the_close() {
     let mut c = Conn::new();
-    c.send(0, b"GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n");
+    c.send(
+        0,
+        b"GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n",
+    );
     c.send(1, b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc");
     c.close();
-    assert_eq!(c.seen(), vec![rec("GET", "/1", Some(200), Some(3)), rec("GET", "/2", None, None)]);
+    assert_eq!(
+        c.seen(),
+        vec![
+            rec("GET", "/1", Some(200), Some(3)),
+            rec("GET", "/2", None, None)
+        ]
+    );
     assert!(!c.out[0].response.unwrap().complete);
-    assert_eq!((c.stats.answered, c.stats.cut, c.stats.unanswered), (1, 1, 1));
+    assert_eq!(
+        (c.stats.answered, c.stats.cut, c.stats.unanswered),
+        (1, 1, 1)
+    );
 }
 
 #[test]
@@ -107,7 +153,11 @@ fn heads_split_anywhere_are_read_when_whole() {
         c.send(0, &req[..cut]);
         c.send(0, &req[cut..]);
         c.send(1, b"HTTP/1.1 204 No Content\r\n\r\n");
-        assert_eq!(c.seen(), vec![rec("GET", "/split", Some(204), Some(0))], "cut at {cut}");
+        assert_eq!(
+            c.seen(),
+            vec![rec("GET", "/split", Some(204), Some(0))],
+            "cut at {cut}"
+        );
         assert_eq!(c.out[0].request.referer.as_deref(), Some("http://r/"));
     }
 }
@@ -115,7 +165,10 @@ fn heads_split_anywhere_are_read_when_whole() {
 #[test]
 fn bytes_that_are_not_http_stop_their_side_counted() {
     let mut c = Conn::new();
-    c.send(0, b"GET /ok HTTP/1.1\r\n\r\n\x16\x03\x01 not http at all\r\n\r\n");
+    c.send(
+        0,
+        b"GET /ok HTTP/1.1\r\n\r\n\x16\x03\x01 not http at all\r\n\r\n",
+    );
     assert_eq!((c.stats.requests, c.stats.bad_requests), (1, 1));
     c.send(1, b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n");
     assert_eq!(c.stats.bad_responses, 1);
@@ -141,8 +194,14 @@ fn a_head_over_the_limit_stops_the_side() {
 #[test]
 fn upgrades_end_the_reading_of_both_sides() {
     let mut c = Conn::new();
-    c.send(0, b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
-    c.send(1, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x05hello");
+    c.send(
+        0,
+        b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    );
+    c.send(
+        1,
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x05hello",
+    );
     c.send(0, b"\x81\x85binary frames");
     assert_eq!(c.seen(), vec![rec("GET", "/ws", Some(101), Some(0))]);
     assert_eq!((c.stats.bad_requests, c.stats.bad_responses), (0, 0));

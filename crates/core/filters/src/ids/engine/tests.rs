@@ -2,7 +2,8 @@ use super::super::rules::{parse, Options, Vars};
 use super::*;
 
 fn engine(text: &str, mode: Mode) -> Engine {
-    let r = parse(text, "t", &Vars::default(), &Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let r =
+        parse(text, "t", &Vars::default(), &Options::default()).unwrap_or_else(|e| panic!("{e}"));
     Engine::new(
         r.rules,
         Settings {
@@ -35,7 +36,11 @@ impl Conn {
     }
     fn pkt<'a>(&mut self, to_server: bool, seq: u32, syn: bool, payload: &'a [u8]) -> Packet<'a> {
         self.ts += 1000;
-        let (src, dst, sport, dport) = if to_server { (C, S, self.cport, 80) } else { (S, C, 80, self.cport) };
+        let (src, dst, sport, dport) = if to_server {
+            (C, S, self.cport, 80)
+        } else {
+            (S, C, 80, self.cport)
+        };
         Packet {
             ts_ns: self.ts,
             src: src.parse().unwrap(),
@@ -55,7 +60,11 @@ impl Conn {
     /// SYN, SYN-ACK, ACK.
     fn open(&mut self, e: &mut Engine, alerts: &mut Vec<Alert>) {
         let (c, s) = (self.cseq, self.sseq);
-        for p in [self.pkt(true, c, true, b""), self.pkt(false, s, true, b""), self.pkt(true, c + 1, false, b"")] {
+        for p in [
+            self.pkt(true, c, true, b""),
+            self.pkt(false, s, true, b""),
+            self.pkt(true, c + 1, false, b""),
+        ] {
             assert_eq!(e.packet(&p, alerts), Verdict::Pass);
         }
     }
@@ -68,7 +77,10 @@ impl Conn {
 
 #[test]
 fn a_pattern_split_over_out_of_order_segments_alerts_once_where_it_completes() {
-    let mut e = engine(r#"alert tcp any any -> any 80 (msg:"attack"; flow:to_server,established; content:"attack"; sid:10;)"#, Mode::Prevent);
+    let mut e = engine(
+        r#"alert tcp any any -> any 80 (msg:"attack"; flow:to_server,established; content:"attack"; sid:10;)"#,
+        Mode::Prevent,
+    );
     let mut a = Vec::new();
     let mut c = Conn::new(40000);
     c.open(&mut e, &mut a);
@@ -89,7 +101,10 @@ fn a_pattern_split_over_out_of_order_segments_alerts_once_where_it_completes() {
 
 #[test]
 fn a_drop_rule_drops_the_connection_and_only_it() {
-    let mut e = engine(r#"drop tcp any any -> any any (msg:"bad"; content:"/etc/passwd"; sid:20;)"#, Mode::Prevent);
+    let mut e = engine(
+        r#"drop tcp any any -> any any (msg:"bad"; content:"/etc/passwd"; sid:20;)"#,
+        Mode::Prevent,
+    );
     let mut a = Vec::new();
     let (mut bad, mut good) = (Conn::new(40001), Conn::new(40002));
     bad.open(&mut e, &mut a);
@@ -98,12 +113,19 @@ fn a_drop_rule_drops_the_connection_and_only_it() {
     assert_eq!(e.packet(&p, &mut a), Verdict::Drop);
     assert!(a[0].blocked);
     let later = bad.data(28, b"anything");
-    assert_eq!(e.packet(&later, &mut a), Verdict::Drop, "the rest of the connection");
+    assert_eq!(
+        e.packet(&later, &mut a),
+        Verdict::Drop,
+        "the rest of the connection"
+    );
     let g = good.data(0, b"GET /index.html HTTP/1.0\r\n\r\n");
     assert_eq!(e.packet(&g, &mut a), Verdict::Pass);
     assert_eq!(a.len(), 1);
     // Detect mode: the same rule alerts and lets it pass.
-    let mut e = engine(r#"drop tcp any any -> any any (msg:"bad"; content:"/etc/passwd"; sid:20;)"#, Mode::Detect);
+    let mut e = engine(
+        r#"drop tcp any any -> any any (msg:"bad"; content:"/etc/passwd"; sid:20;)"#,
+        Mode::Detect,
+    );
     let mut a = Vec::new();
     let mut c = Conn::new(40003);
     c.open(&mut e, &mut a);
@@ -114,7 +136,10 @@ fn a_drop_rule_drops_the_connection_and_only_it() {
 
 #[test]
 fn overlapping_data_that_differs_drops_the_connection_with_an_alert() {
-    let mut e = engine(r#"alert tcp any any -> any any (content:"evil"; sid:30;)"#, Mode::Prevent);
+    let mut e = engine(
+        r#"alert tcp any any -> any any (content:"evil"; sid:30;)"#,
+        Mode::Prevent,
+    );
     let mut a = Vec::new();
     let mut c = Conn::new(40004);
     c.open(&mut e, &mut a);
@@ -201,7 +226,13 @@ alert udp any any -> any 53 (msg:"dns"; content:"evil"; threshold:type limit, tr
 
 #[test]
 fn the_flood_limiter_refuses_a_services_excess_connections_only() {
-    let r = parse("alert tcp any any -> any any (content:\"x\"; sid:1;)", "t", &Vars::default(), &Options::default()).unwrap();
+    let r = parse(
+        "alert tcp any any -> any any (content:\"x\"; sid:1;)",
+        "t",
+        &Vars::default(),
+        &Options::default(),
+    )
+    .unwrap();
     let mut e = Engine::new(
         r.rules,
         Settings {
@@ -227,11 +258,20 @@ fn the_flood_limiter_refuses_a_services_excess_connections_only() {
         payload: b"",
     };
     // Ten connections to :80 within a millisecond: the burst of 3 gets through.
-    let v: Vec<Verdict> = (0..10).map(|i| e.packet(&syn(50_000 + i, 80, 1_000 + i as u64), &mut a)).collect();
+    let v: Vec<Verdict> = (0..10)
+        .map(|i| e.packet(&syn(50_000 + i, 80, 1_000 + i as u64), &mut a))
+        .collect();
     assert_eq!(v.iter().filter(|&&v| v == Verdict::Pass).count(), 3);
     assert_eq!(e.stats.limited, 7);
-    assert_eq!(a.iter().map(|a| (a.gid, a.sid)).collect::<Vec<_>>(), [(FLOOD_GID, FLOOD_SID)], "one alert per spell");
+    assert_eq!(
+        a.iter().map(|a| (a.gid, a.sid)).collect::<Vec<_>>(),
+        [(FLOOD_GID, FLOOD_SID)],
+        "one alert per spell"
+    );
     // Another service is not limited; :80 admits again once its bucket refilled (2/s).
     assert_eq!(e.packet(&syn(51_000, 443, 2_000), &mut a), Verdict::Pass);
-    assert_eq!(e.packet(&syn(51_001, 80, 1_000_000_000), &mut a), Verdict::Pass);
+    assert_eq!(
+        e.packet(&syn(51_001, 80, 1_000_000_000), &mut a),
+        Verdict::Pass
+    );
 }

@@ -69,7 +69,9 @@ impl Addr {
             Addr::Any => true,
             Addr::Net(net, bits) => in_net(ip, *net, *bits),
             Addr::Not(a) => !a.matches(ip),
-            Addr::List(items) => list_matches(items, |a| a.matches(ip), |a| matches!(a, Addr::Not(_))),
+            Addr::List(items) => {
+                list_matches(items, |a| a.matches(ip), |a| matches!(a, Addr::Not(_)))
+            }
         }
     }
 }
@@ -89,7 +91,9 @@ impl Ports {
             Ports::Any => true,
             Ports::Range(lo, hi) => (*lo..=*hi).contains(&port),
             Ports::Not(p) => !p.matches(port),
-            Ports::List(items) => list_matches(items, |p| p.matches(port), |p| matches!(p, Ports::Not(_))),
+            Ports::List(items) => {
+                list_matches(items, |p| p.matches(port), |p| matches!(p, Ports::Not(_)))
+            }
         }
     }
 }
@@ -115,11 +119,19 @@ fn list_matches<T>(items: &[T], m: impl Fn(&T) -> bool, negated: impl Fn(&T) -> 
 fn in_net(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
     match (ip, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits.min(32) as u32) };
+            let mask = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits.min(32) as u32)
+            };
             u32::from(a) & mask == u32::from(n) & mask
         }
         (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits.min(128) as u32) };
+            let mask = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits.min(128) as u32)
+            };
             u128::from(a) & mask == u128::from(n) & mask
         }
         _ => false,
@@ -279,7 +291,10 @@ impl Rule {
     /// Whether the header's addresses and ports take a packet from `src:sport` to
     /// `dst:dport` (either way for `<>`).
     pub fn header_matches(&self, src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> bool {
-        let fwd = self.src.matches(src) && self.sport.matches(sport) && self.dst.matches(dst) && self.dport.matches(dport);
+        let fwd = self.src.matches(src)
+            && self.sport.matches(sport)
+            && self.dst.matches(dst)
+            && self.dport.matches(dport);
         fwd || (self.both_ways
             && self.src.matches(dst)
             && self.sport.matches(dport)
@@ -315,7 +330,16 @@ impl Default for Vars {
             addrs: HashMap::new(),
             ports: HashMap::new(),
         };
-        for k in ["HOME_NET", "EXTERNAL_NET", "HTTP_SERVERS", "SMTP_SERVERS", "SQL_SERVERS", "DNS_SERVERS", "TELNET_SERVERS", "SSH_SERVERS"] {
+        for k in [
+            "HOME_NET",
+            "EXTERNAL_NET",
+            "HTTP_SERVERS",
+            "SMTP_SERVERS",
+            "SQL_SERVERS",
+            "DNS_SERVERS",
+            "TELNET_SERVERS",
+            "SSH_SERVERS",
+        ] {
             v.addrs.insert(k.into(), "any".into());
         }
         for (k, p) in [
@@ -336,12 +360,14 @@ impl Default for Vars {
 impl Vars {
     /// Set an address variable (`HOME_NET`, `10.0.0.0/8`).
     pub fn addr(&mut self, name: &str, value: &str) {
-        self.addrs.insert(name.trim_start_matches('$').to_string(), value.to_string());
+        self.addrs
+            .insert(name.trim_start_matches('$').to_string(), value.to_string());
     }
 
     /// Set a port variable.
     pub fn port(&mut self, name: &str, value: &str) {
-        self.ports.insert(name.trim_start_matches('$').to_string(), value.to_string());
+        self.ports
+            .insert(name.trim_start_matches('$').to_string(), value.to_string());
     }
 }
 
@@ -408,7 +434,10 @@ pub fn parse(text: &str, file: &str, vars: &Vars, opts: &Options) -> Result<Rule
         match rule(&stmt, line, &vars) {
             Ok(r) => {
                 if let Some(prev) = sids.insert((r.gid, r.sid), line) {
-                    return Err(err(bad("sid", format!("sid {} is also the rule's on line {prev}", r.sid))));
+                    return Err(err(bad(
+                        "sid",
+                        format!("sid {} is also the rule's on line {prev}", r.sid),
+                    )));
                 }
                 out.rules.push(r)
             }
@@ -491,10 +520,14 @@ fn rule(stmt: &str, line: usize, vars: &Vars) -> Result<Rule, Bad> {
         "alert" => Action::Alert,
         "drop" => Action::Drop,
         "pass" => Action::Pass,
-        a @ ("reject" | "rejectsrc" | "rejectdst" | "rejectboth" | "sdrop" | "log" | "activate" | "dynamic") => {
-            return Err(unsupported(a, "action not supported (alert, drop, pass)"))
+        a @ ("reject" | "rejectsrc" | "rejectdst" | "rejectboth" | "sdrop" | "log" | "activate"
+        | "dynamic") => return Err(unsupported(a, "action not supported (alert, drop, pass)")),
+        a => {
+            return Err(bad(
+                "action",
+                format!("{a:?} is not an action (alert, drop, pass)"),
+            ))
         }
-        a => return Err(bad("action", format!("{a:?} is not an action (alert, drop, pass)"))),
     };
     let proto = match proto.as_str() {
         "ip" => Proto::Ip,
@@ -502,7 +535,12 @@ fn rule(stmt: &str, line: usize, vars: &Vars) -> Result<Rule, Bad> {
         "udp" => Proto::Udp,
         "icmp" => Proto::Icmp,
         "http" => Proto::Http,
-        p => return Err(unsupported("protocol", format!("{p:?} (ip, tcp, udp, icmp, http)"))),
+        p => {
+            return Err(unsupported(
+                "protocol",
+                format!("{p:?} (ip, tcp, udp, icmp, http)"),
+            ))
+        }
     };
     let both_ways = match dir.as_str() {
         "->" => false,
@@ -541,8 +579,13 @@ fn rule(stmt: &str, line: usize, vars: &Vars) -> Result<Rule, Bad> {
     if !has_sid {
         return Err(bad("sid", "every rule needs a sid"));
     }
-    if r.checks.iter().any(|c| c.buffer() != Buffer::Payload) && !matches!(r.proto, Proto::Tcp | Proto::Http | Proto::Ip) {
-        return Err(bad("http", "HTTP buffers in a rule whose protocol is not tcp or http"));
+    if r.checks.iter().any(|c| c.buffer() != Buffer::Payload)
+        && !matches!(r.proto, Proto::Tcp | Proto::Http | Proto::Ip)
+    {
+        return Err(bad(
+            "http",
+            "HTTP buffers in a rule whose protocol is not tcp or http",
+        ));
     }
     Ok(r)
 }
@@ -572,7 +615,10 @@ fn header_fields(head: &str) -> Result<[String; 7], Bad> {
     fields.try_into().map_err(|f: Vec<String>| {
         bad(
             "header",
-            format!("{} fields; expected 7: action protocol source port direction destination port", f.len()),
+            format!(
+                "{} fields; expected 7: action protocol source port direction destination port",
+                f.len()
+            ),
         )
     })
 }
@@ -582,7 +628,10 @@ const VAR_DEPTH: usize = 16;
 
 fn addr(s: &str, vars: &Vars, depth: usize) -> Result<Addr, Bad> {
     if depth > VAR_DEPTH {
-        return Err(bad("address", format!("variables nest deeper than {VAR_DEPTH} (a loop?)")));
+        return Err(bad(
+            "address",
+            format!("variables nest deeper than {VAR_DEPTH} (a loop?)"),
+        ));
     }
     let s = s.trim();
     if let Some(rest) = s.strip_prefix('!') {
@@ -615,24 +664,31 @@ fn addr(s: &str, vars: &Vars, depth: usize) -> Result<Addr, Bad> {
         Some((ip, bits)) => (ip, Some(bits)),
         None => (s, None),
     };
-    let ip: IpAddr = ip
-        .parse()
-        .map_err(|_| bad("address", format!("{s:?} is not an address, network, list or variable")))?;
+    let ip: IpAddr = ip.parse().map_err(|_| {
+        bad(
+            "address",
+            format!("{s:?} is not an address, network, list or variable"),
+        )
+    })?;
     let max = if ip.is_ipv4() { 32 } else { 128 };
     let bits = match bits {
         None => max,
-        Some(b) => b
-            .parse::<u8>()
-            .ok()
-            .filter(|&b| b <= max)
-            .ok_or_else(|| bad("address", format!("{s:?}: prefix length {b:?} (0 to {max})")))?,
+        Some(b) => b.parse::<u8>().ok().filter(|&b| b <= max).ok_or_else(|| {
+            bad(
+                "address",
+                format!("{s:?}: prefix length {b:?} (0 to {max})"),
+            )
+        })?,
     };
     Ok(Addr::Net(ip, bits))
 }
 
 fn ports(s: &str, vars: &Vars, depth: usize) -> Result<Ports, Bad> {
     if depth > VAR_DEPTH {
-        return Err(bad("port", format!("variables nest deeper than {VAR_DEPTH} (a loop?)")));
+        return Err(bad(
+            "port",
+            format!("variables nest deeper than {VAR_DEPTH} (a loop?)"),
+        ));
     }
     let s = s.trim();
     if let Some(rest) = s.strip_prefix('!') {
@@ -695,7 +751,10 @@ fn split_list(s: &str) -> Vec<String> {
         cur.push(ch);
     }
     out.push(cur);
-    out.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+    out.into_iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// The options of `( ... )`, split at the `;` outside quotes (`\;` and `\"` escaped).
@@ -729,7 +788,10 @@ fn options(body: &str) -> Result<Vec<String>, Bad> {
         return Err(bad("rule", "a quoted value is not closed"));
     }
     if !cur.trim().is_empty() {
-        return Err(bad(cur.trim().split(':').next().unwrap_or("rule").trim(), "the last option has no `;`"));
+        return Err(bad(
+            cur.trim().split(':').next().unwrap_or("rule").trim(),
+            "the last option has no `;`",
+        ));
     }
     Ok(out)
 }
@@ -746,7 +808,12 @@ fn unquote(key: &str, v: &str) -> Result<String, Bad> {
         if ch == '\\' {
             match chars.next() {
                 Some(n @ ('"' | '\\' | ';' | ':')) => out.push(n),
-                Some(n) => return Err(bad(key, format!("`\\{n}`: only \\\" \\\\ \\; \\: are escapes here"))),
+                Some(n) => {
+                    return Err(bad(
+                        key,
+                        format!("`\\{n}`: only \\\" \\\\ \\; \\: are escapes here"),
+                    ))
+                }
                 None => return Err(bad(key, "a value ending in `\\`")),
             }
         } else {
@@ -766,13 +833,18 @@ fn content_bytes(s: &str) -> Result<Vec<u8>, Bad> {
         }
         let hex: String = part.chars().filter(|c| !c.is_whitespace()).collect();
         if hex.len() % 2 != 0 {
-            return Err(bad("content", format!("|{part}|: an odd number of hex digits")));
+            return Err(bad(
+                "content",
+                format!("|{part}|: an odd number of hex digits"),
+            ));
         }
         for k in (0..hex.len()).step_by(2) {
-            out.push(
-                u8::from_str_radix(&hex[k..k + 2], 16)
-                    .map_err(|_| bad("content", format!("|{part}|: {:?} is not a hex byte", &hex[k..k + 2])))?,
-            );
+            out.push(u8::from_str_radix(&hex[k..k + 2], 16).map_err(|_| {
+                bad(
+                    "content",
+                    format!("|{part}|: {:?} is not a hex byte", &hex[k..k + 2]),
+                )
+            })?);
         }
     }
     if s.split('|').count() % 2 == 0 {
@@ -799,7 +871,13 @@ fn last_content<'a>(r: &'a mut Rule, key: &str) -> Result<&'a mut Content, Bad> 
 }
 
 /// One option of a rule.
-fn option(r: &mut Rule, sticky: &mut Buffer, has_sid: &mut bool, key: &str, v: Option<&str>) -> Result<(), Bad> {
+fn option(
+    r: &mut Rule,
+    sticky: &mut Buffer,
+    has_sid: &mut bool,
+    key: &str,
+    v: Option<&str>,
+) -> Result<(), Bad> {
     let flag = |v: Option<&str>| match v {
         None => Ok(()),
         Some(v) => Err(bad(key, format!("takes no value, got {v:?}"))),
@@ -844,7 +922,10 @@ fn option(r: &mut Rule, sticky: &mut Buffer, has_sid: &mut bool, key: &str, v: O
         }
         "fast_pattern" => {
             if v.is_some() {
-                return Err(unsupported(key, "fast_pattern with arguments (only, offset,length): write `fast_pattern;`"));
+                return Err(unsupported(
+                    key,
+                    "fast_pattern with arguments (only, offset,length): write `fast_pattern;`",
+                ));
             }
             last_content(r, key)?.fast_pattern = true;
         }
@@ -883,7 +964,13 @@ fn modifier(r: &mut Rule, key: &str, v: Option<&str>) -> Result<(), Bad> {
         "depth" => {
             let d: u32 = number(key, v)?;
             if (d as usize) < c.bytes.len() {
-                return Err(bad(key, format!("depth {d} is shorter than the pattern ({} bytes)", c.bytes.len())));
+                return Err(bad(
+                    key,
+                    format!(
+                        "depth {d} is shorter than the pattern ({} bytes)",
+                        c.bytes.len()
+                    ),
+                ));
             }
             c.depth = Some(d);
         }
@@ -891,7 +978,13 @@ fn modifier(r: &mut Rule, key: &str, v: Option<&str>) -> Result<(), Bad> {
         _ => {
             let w: u32 = number(key, v)?;
             if (w as usize) < c.bytes.len() {
-                return Err(bad(key, format!("within {w} is shorter than the pattern ({} bytes)", c.bytes.len())));
+                return Err(bad(
+                    key,
+                    format!(
+                        "within {w} is shorter than the pattern ({} bytes)",
+                        c.bytes.len()
+                    ),
+                ));
             }
             c.within = Some(w);
         }
@@ -942,7 +1035,12 @@ fn pcre(r: &mut Rule, sticky: Buffer, v: Option<&str>) -> Result<(), Bad> {
             'U' => buffer = Buffer::HttpUri,
             'H' => buffer = Buffer::HttpHeader,
             'M' => buffer = Buffer::HttpMethod,
-            f => return Err(unsupported(key, format!("flag `{f}` of {text:?} (supported: i s m x R U H M)"))),
+            f => {
+                return Err(unsupported(
+                    key,
+                    format!("flag `{f}` of {text:?} (supported: i s m x R U H M)"),
+                ))
+            }
         }
     }
     let regex = b.build().map_err(|e| {
@@ -989,7 +1087,10 @@ fn flowbits(r: &mut Rule, v: Option<&str>) -> Result<(), Bad> {
     };
     if let Some(n) = name {
         if n.is_empty() || n.contains(['|', '&', ' ']) {
-            return Err(unsupported(key, format!("{n:?}: one bit name per flowbits (no | or & groups)")));
+            return Err(unsupported(
+                key,
+                format!("{n:?}: one bit name per flowbits (no | or & groups)"),
+            ));
         }
     }
     let name = || {
@@ -1003,7 +1104,12 @@ fn flowbits(r: &mut Rule, v: Option<&str>) -> Result<(), Bad> {
         "isset" => Flowbit::IsSet(name()?),
         "isnotset" => Flowbit::IsNotSet(name()?),
         "noalert" => Flowbit::NoAlert,
-        c => return Err(unsupported(key, format!("{c:?} (set, unset, toggle, isset, isnotset, noalert)"))),
+        c => {
+            return Err(unsupported(
+                key,
+                format!("{c:?} (set, unset, toggle, isset, isnotset, noalert)"),
+            ))
+        }
     });
     Ok(())
 }
@@ -1014,7 +1120,10 @@ fn threshold(r: &mut Rule, v: Option<&str>) -> Result<(), Bad> {
     for part in v.ok_or_else(|| bad(key, "needs a value"))?.split(',') {
         let mut it = part.split_whitespace();
         let (Some(k), Some(val), None) = (it.next(), it.next(), it.next()) else {
-            return Err(bad(key, format!("{:?}: expected `NAME VALUE`", part.trim())));
+            return Err(bad(
+                key,
+                format!("{:?}: expected `NAME VALUE`", part.trim()),
+            ));
         };
         match k {
             "type" => {

@@ -1,7 +1,8 @@
 use super::*;
 
 fn one(text: &str) -> Rule {
-    let mut r = parse(text, "t.rules", &Vars::default(), &Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut r = parse(text, "t.rules", &Vars::default(), &Options::default())
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(r.rules.len(), 1);
     r.rules.remove(0)
 }
@@ -12,7 +13,9 @@ fn fails(text: &str) -> RuleError {
 
 #[test]
 fn a_rule_with_contents_and_modifiers() {
-    let r = one(r#"alert tcp $HOME_NET any -> $EXTERNAL_NET $HTTP_PORTS (msg:"evil \"GET\"; here"; flow:to_server,established; http.method; content:"GET"; http.uri; content:"/adm|69 6E|"; nocase; content:"x"; pkt_data; content:!"ok"; distance:2; within:10; sid:1000001; rev:3;)"#);
+    let r = one(
+        r#"alert tcp $HOME_NET any -> $EXTERNAL_NET $HTTP_PORTS (msg:"evil \"GET\"; here"; flow:to_server,established; http.method; content:"GET"; http.uri; content:"/adm|69 6E|"; nocase; content:"x"; pkt_data; content:!"ok"; distance:2; within:10; sid:1000001; rev:3;)"#,
+    );
     assert_eq!(r.action, Action::Alert);
     assert_eq!(r.msg, "evil \"GET\"; here");
     assert_eq!((r.sid, r.rev, r.gid), (1000001, 3, 1));
@@ -41,7 +44,9 @@ fn a_rule_with_contents_and_modifiers() {
 
 #[test]
 fn snort2_modifiers_apply_to_the_content_before() {
-    let r = one(r#"alert tcp any any -> any 80 (content:"/cgi-bin"; http_uri; content:"Mozilla"; http_header; sid:2;)"#);
+    let r = one(
+        r#"alert tcp any any -> any 80 (content:"/cgi-bin"; http_uri; content:"Mozilla"; http_header; sid:2;)"#,
+    );
     assert_eq!(r.checks[0].buffer(), Buffer::HttpUri);
     assert_eq!(r.checks[1].buffer(), Buffer::HttpHeader);
 }
@@ -66,19 +71,32 @@ fn addresses_lists_negation_and_variables() {
     assert!(!a.src.matches(ip("10.2.3.4")));
     assert!(a.header_matches(ip("8.8.8.8"), 5, ip("10.2.0.1"), 2000));
     assert!(!a.header_matches(ip("8.8.8.8"), 5, ip("10.2.0.1"), 80));
-    assert!(a.header_matches(ip("10.2.0.1"), 2000, ip("8.8.8.8"), 5), "<> takes the other way");
+    assert!(
+        a.header_matches(ip("10.2.0.1"), 2000, ip("8.8.8.8"), 5),
+        "<> takes the other way"
+    );
     let b = &r.rules[1];
-    assert!(b.src.matches(ip("2001:db8::1")) && b.src.matches(ip("192.168.1.9")) && !b.src.matches(ip("192.168.2.9")));
+    assert!(
+        b.src.matches(ip("2001:db8::1"))
+            && b.src.matches(ip("192.168.1.9"))
+            && !b.src.matches(ip("192.168.2.9"))
+    );
     assert!(b.sport.matches(54) && !b.sport.matches(53) && !b.sport.matches(123));
     assert!(b.dport.matches(0) && b.dport.matches(1023) && !b.dport.matches(1024));
 }
 
 #[test]
 fn pcre_flags_and_what_a_dfa_cannot_take() {
-    let r = one(r#"alert tcp any any -> any any (content:"a"; pcre:"/b[0-9]+c/Ri"; pcre:!"/^POST/M"; sid:3;)"#);
-    let Check::Pcre(p) = &r.checks[1] else { panic!() };
+    let r = one(
+        r#"alert tcp any any -> any any (content:"a"; pcre:"/b[0-9]+c/Ri"; pcre:!"/^POST/M"; sid:3;)"#,
+    );
+    let Check::Pcre(p) = &r.checks[1] else {
+        panic!()
+    };
     assert!(p.relative && !p.negated && p.regex.is_match(b"B12C"));
-    let Check::Pcre(p) = &r.checks[2] else { panic!() };
+    let Check::Pcre(p) = &r.checks[2] else {
+        panic!()
+    };
     assert!(p.negated && p.buffer == Buffer::HttpMethod);
     let e = fails(r#"alert tcp any any -> any any (pcre:"/(a)\1/"; sid:4;)"#);
     assert_eq!(e.keyword.as_deref(), Some("pcre"));
@@ -91,9 +109,14 @@ fn pcre_flags_and_what_a_dfa_cannot_take() {
 
 #[test]
 fn errors_name_the_line_and_keyword() {
-    let e = fails("# a comment\n\nalert tcp any any -> any any (msg:\"x\"; \\\n  byte_test:4,>,1,0; sid:9;)");
+    let e = fails(
+        "# a comment\n\nalert tcp any any -> any any (msg:\"x\"; \\\n  byte_test:4,>,1,0; sid:9;)",
+    );
     assert_eq!((e.line, e.keyword.as_deref()), (3, Some("byte_test")));
-    assert_eq!(e.to_string(), "t.rules:3: `byte_test`: keyword not supported");
+    assert_eq!(
+        e.to_string(),
+        "t.rules:3: `byte_test`: keyword not supported"
+    );
     let e = fails("alert tcp any any -> any any (content:\"ab\"; depth:1; sid:1;)");
     assert_eq!(e.keyword.as_deref(), Some("depth"));
     let e = fails("alert tcp any any -> any (sid:1;)");
@@ -123,7 +146,13 @@ fn unsupported_rules_are_skipped_and_counted_when_asked() {
     // A malformed rule is still an error: only unknown keywords are skippable.
     let e = parse(text, "t", &Vars::default(), &o).unwrap_err();
     assert_eq!(e.line, 3);
-    let r = parse(&text.lines().take(2).collect::<Vec<_>>().join("\n"), "t", &Vars::default(), &o).unwrap();
+    let r = parse(
+        &text.lines().take(2).collect::<Vec<_>>().join("\n"),
+        "t",
+        &Vars::default(),
+        &o,
+    )
+    .unwrap();
     assert_eq!(r.rules.len(), 1);
     assert_eq!(r.skipped.len(), 1);
     assert!(r.skipped[0].1.contains("byte_jump"), "{:?}", r.skipped);
@@ -132,10 +161,16 @@ fn unsupported_rules_are_skipped_and_counted_when_asked() {
 #[test]
 fn flowbits_and_threshold() {
     let r = one("alert tcp any any -> any any (flowbits:set,login; flowbits:noalert; threshold:type limit, track by_src, count 1, seconds 60; sid:5;)");
-    assert_eq!(r.flowbits, vec![Flowbit::Set("login".into()), Flowbit::NoAlert]);
+    assert_eq!(
+        r.flowbits,
+        vec![Flowbit::Set("login".into()), Flowbit::NoAlert]
+    );
     assert!(!r.alerts());
     let t = r.threshold.unwrap();
-    assert_eq!((t.kind, t.by_src, t.count, t.seconds), (ThresholdKind::Limit, true, 1, 60));
+    assert_eq!(
+        (t.kind, t.by_src, t.count, t.seconds),
+        (ThresholdKind::Limit, true, 1, 60)
+    );
     let e = fails("alert tcp any any -> any any (flowbits:isset,a|b; sid:5;)");
     assert_eq!(e.keyword.as_deref(), Some("flowbits"));
 }

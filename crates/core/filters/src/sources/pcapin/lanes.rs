@@ -67,7 +67,12 @@ fn guess(file: &[u8], sf: &Savefile, from: usize, to: usize) -> Option<usize> {
         let (Some(frac), Some(cap), Some(len)) = (word(x + 4), word(x + 8), word(x + 12)) else {
             return false;
         };
-        cap != 0 && cap <= max && len >= cap && len <= 1 << 24 && frac < 1_000_000_000 && chains(file, sf, x)
+        cap != 0
+            && cap <= max
+            && len >= cap
+            && len <= 1 << 24
+            && frac < 1_000_000_000
+            && chains(file, sf, x)
     })
 }
 
@@ -123,7 +128,14 @@ pub(super) fn index(
             lanes.push(at.map(|at| {
                 let mut s = sf.clone();
                 s.seek(at);
-                Lane { sf: s, start: at, end, recs: fresh(back), failed: false, live: true }
+                Lane {
+                    sf: s,
+                    start: at,
+                    end,
+                    recs: fresh(back),
+                    failed: false,
+                    live: true,
+                }
             }));
         }
         walk(file, map, &mut lanes);
@@ -253,7 +265,12 @@ mod tests {
             x ^= x << 17;
             let cap = [60u32, 66, 590, 1242, 1514, 8000][(x % 6) as usize];
             let orig = cap + (x >> 40) as u32 % 2;
-            for w in [1_700_000_000 + i as u32 / 1000, (i as u32 % 1000) * 1000, cap, orig] {
+            for w in [
+                1_700_000_000 + i as u32 / 1000,
+                (i as u32 % 1000) * 1000,
+                cap,
+                orig,
+            ] {
                 f.extend_from_slice(&w.to_le_bytes());
             }
             if (x >> 30) & 1 == 0 {
@@ -285,7 +302,10 @@ mod tests {
             match msg {
                 Msg::Recs(v) => {
                     assert!(!v.is_empty(), "an empty chunk was sent");
-                    recs.extend(v.iter().map(|r| (r.meta.pos, r.len, r.meta.ts_ns, r.meta.orig_len)));
+                    recs.extend(
+                        v.iter()
+                            .map(|r| (r.meta.pos, r.len, r.meta.ts_ns, r.meta.orig_len)),
+                    );
                 }
                 Msg::Problem(p) => problem = Some(p),
             }
@@ -295,14 +315,22 @@ mod tests {
     }
 
     fn same_as_sequential(bytes: &[u8], name: &str) {
-        let path = std::env::temp_dir().join(format!("pcapin-lanes-{}-{name}.pcap", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("pcapin-lanes-{}-{name}.pcap", std::process::id()));
         std::fs::write(&path, bytes).unwrap();
         let seq = sent(&path, super::super::index);
         let lanes = sent(&path, index);
         std::fs::remove_file(&path).unwrap();
-        assert!(seq.0.len() > 1000, "the capture holds {} records", seq.0.len());
+        assert!(
+            seq.0.len() > 1000,
+            "the capture holds {} records",
+            seq.0.len()
+        );
         assert_eq!(lanes.0.len(), seq.0.len(), "records found");
-        assert!(lanes.0 == seq.0, "the lanes' records differ from the sequential walk's");
+        assert!(
+            lanes.0 == seq.0,
+            "the lanes' records differ from the sequential walk's"
+        );
         assert_eq!(lanes.1, seq.1, "the problem that ended the input");
     }
 
