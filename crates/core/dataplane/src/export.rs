@@ -71,6 +71,11 @@ pub(crate) fn export_stream(
     })
 }
 
+/// Node filter `f` as an exported stream's node, if it is one.
+fn as_export(f: &mut dyn Filter) -> Option<&mut ExportNode> {
+    f.as_own_node()?.downcast_mut::<ExportNode>()
+}
+
 /// An exported stream as a node of the graph: a sink on an out-arc of the node it exports.
 #[derive(Debug)]
 pub struct ExportNode {
@@ -159,7 +164,7 @@ impl Filter for ExportNode {
         true
     }
 
-    fn as_export(&mut self) -> Option<&mut ExportNode> {
+    fn as_own_node(&mut self) -> Option<&mut dyn std::any::Any> {
         Some(self)
     }
 }
@@ -239,7 +244,7 @@ impl Space {
         timeout: std::time::Duration,
     ) -> Result<(), beltway::Error> {
         for node in &mut self.nodes {
-            if let Some(ex) = node.filter.as_export() {
+            if let Some(ex) = as_export(node.filter.as_mut()) {
                 ex.tags().wait_for_readers(n, timeout)?;
             }
         }
@@ -249,7 +254,7 @@ impl Space {
     /// The run ends: every exported stream ends (its readers see the end of it).
     pub(crate) fn close_exports(&mut self) {
         for n in &mut self.nodes {
-            if let Some(ex) = n.filter.as_export() {
+            if let Some(ex) = as_export(n.filter.as_mut()) {
                 ex.close();
             }
         }

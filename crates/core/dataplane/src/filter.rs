@@ -328,11 +328,6 @@ pub trait Filter: Send {
         None
     }
 
-    /// Tap nodes only (`crate::tap::TapNode`): the tap, for its subscriptions.
-    fn as_tap(&mut self) -> Option<&mut crate::tap::Tap> {
-        None
-    }
-
     /// Observers only (a tap, an exported stream): the node reads the whole output of the
     /// node whose out-arc leads to it, handed to it before that output is routed
     /// (`Space::observe`), and counts in nobody's counters: not in that node's (its blocks
@@ -342,8 +337,10 @@ pub trait Filter: Send {
         false
     }
 
-    /// Exported streams' nodes only (`crate::export::ExportNode`).
-    fn as_export(&mut self) -> Option<&mut crate::export::ExportNode> {
+    /// The run's own nodes only (a tap, an exported stream): the node itself, for the
+    /// module that made it to find it again by its type (`downcast_mut`). This trait names
+    /// none of those types, so the modules that build on it stay above it.
+    fn as_own_node(&mut self) -> Option<&mut dyn std::any::Any> {
         None
     }
 

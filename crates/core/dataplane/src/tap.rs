@@ -475,6 +475,13 @@ pub(crate) struct TapNode {
     due: Option<std::time::Instant>,
 }
 
+/// Node filter `f`'s tap, if it is a tap node.
+pub(crate) fn as_tap(f: &mut dyn crate::filter::Filter) -> Option<&mut Tap> {
+    f.as_own_node()?
+        .downcast_mut::<TapNode>()
+        .map(|n| &mut n.tap)
+}
+
 /// The label prefix of tap nodes (the run's own, as channel endpoints are).
 pub(crate) const TAP: &str = "__tap";
 
@@ -528,8 +535,8 @@ impl crate::filter::Filter for TapNode {
         !self.stopped
     }
 
-    fn as_tap(&mut self) -> Option<&mut Tap> {
-        Some(&mut self.tap)
+    fn as_own_node(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
     }
 
     fn observes(&self) -> bool {

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::lexer::is_operator_char;
 use crate::place::Placement;
 use crate::span::Span;
 
@@ -107,7 +108,7 @@ pub struct Edge {
 /// `gzip -c @name=z`): where it runs, and its node name. Every word after the command's
 /// name is its argument, as in the shell (`echo name=x` prints `name=x`). Native filters
 /// take them the same way, besides as their option words (`count space=1`).
-pub const UNIX_CONTROL_OPTIONS: [&str; 2] = [crate::resolve::SPACE, "name"];
+pub const UNIX_CONTROL_OPTIONS: [&str; 2] = [crate::place::SPACE, "name"];
 
 /// Which classes an arc forwards (Table 3.1, "Selector").
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -429,11 +430,6 @@ fn push_place(out: &mut String, place: &Placement) {
     if let Some(side) = &place.side {
         out.push_str(&format!(" placed={side}"));
     }
-}
-
-/// Characters that end a bare word in the language.
-pub(crate) fn is_operator_char(c: char) -> bool {
-    matches!(c, '|' | '+' | '*' | '&' | '!' | '(' | ')' | '@')
 }
 
 /// Quotes a word so that the lexer reads it back as one positional word.

@@ -8,8 +8,12 @@
 //! `a |!80 b` has selector `!80` and `a|b` has selector `b` (and then misses an operand).
 
 use crate::diag::{DiagKind, Diagnostic};
-use crate::graph::is_operator_char;
 use crate::span::Span;
+
+/// Characters that end a bare word in the language.
+pub(crate) fn is_operator_char(c: char) -> bool {
+    matches!(c, '|' | '+' | '*' | '&' | '!' | '(' | ')' | '@')
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ParOp {

@@ -81,10 +81,10 @@ pub mod wire;
 pub use diag::{render, DiagKind, Diagnostic};
 pub use graph::{Edge, Graph, Hint, JoinMode, Node, NodeId, NodeKind, Selector, SplitMode};
 pub use place::{KernelAttach, PinKind, Placement, Side, SpaceName, SpaceSpec};
-pub use redact::{redact, redact_options, Redacted, SecretParam, SECRET};
+pub use redact::{redact, redact_options, Redacted, SECRET};
 pub use resolve::{
-    recheck_commands, FilterKind, OrCommand, PathResolver, Resolver, StaticResolver, WithPath,
-    CONTROL_OPTIONS, SHELL_BUILTINS,
+    recheck_commands, FilterKind, OrCommand, PathResolver, Resolver, SecretParam, StaticResolver,
+    WithPath, CONTROL_OPTIONS, SHELL_BUILTINS,
 };
 pub use span::Span;
 pub use template::parallelize;

@@ -11,6 +11,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
+/// The control option that places a node: parsed into [`Placement::space`].
+pub const SPACE: &str = "space";
+
 /// A filter node's placement decisions. Every field is `None` until the user or a
 /// rewrite pass decides it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -23,14 +23,6 @@ use crate::span::Span;
 /// What a secret value is shown as.
 pub const SECRET: &str = "<secret>";
 
-/// A parameter a filter declares secret: its option key, and the position it also takes
-/// (`xor KEYHEX`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SecretParam {
-    pub key: String,
-    pub position: Option<usize>,
-}
-
 /// Pipeline text with its secrets replaced (see the module documentation).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Redacted {

@@ -7,8 +7,15 @@ use crate::diag::{closest, did_you_mean, DiagKind, Diagnostic};
 use crate::graph::{quote, NodeKind};
 use crate::lexer::Word;
 use crate::place::{Placement, Side, SpaceSpec};
-use crate::redact::SecretParam;
 use crate::span::Span;
+
+/// A parameter a filter declares secret ([`Resolver::secrets`]): its option key, and the
+/// position it also takes (`xor KEYHEX`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretParam {
+    pub key: String,
+    pub position: Option<usize>,
+}
 
 /// Whether a name is a native filter or a Unix command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -940,8 +947,7 @@ fn node_options(
     Ok(())
 }
 
-/// The control option that places a node: parsed into [`crate::Placement::space`].
-pub const SPACE: &str = "space";
+pub use crate::place::SPACE;
 
 /// A `space=` value, typed; a bad one is an error under the whole node, naming it.
 fn space_spec(

@@ -25,8 +25,7 @@ use protocol::proto::{Reply, Request};
 use std::os::unix::fs::OpenOptionsExt;
 
 /// The ring name (under /dev/shm) of stream `name`, as a pipeline's export is named
-/// (`dataplane::runtime::export_name`, which this crate does not link); EINVAL for a name
-/// that cannot be one.
+/// ([`protocol::graph::export_name`]); EINVAL for a name that cannot be one.
 pub fn ring_name(name: &str) -> Result<String> {
     if name.is_empty()
         || name.len() > 180
@@ -35,7 +34,7 @@ pub fn ring_name(name: &str) -> Result<String> {
     {
         return Err(SlError::inval(format!("stream name `{name}`: expected 1-180 characters without '/', spaces or a leading '.' (a path starts with '/')")));
     }
-    Ok(format!("streamline.{name}"))
+    Ok(protocol::graph::export_name(name))
 }
 
 /// Open `name` with open(2)-style `flags` (and `mode` with O_CREAT).
@@ -47,7 +46,7 @@ pub fn open(name: &str, flags: i32, mode: u32) -> Result<Stream> {
     match flags & libc::O_ACCMODE {
         libc::O_RDONLY if flags & libc::O_CREAT == 0 => open_reader(name, nonblock).map(Stream::Reader),
         libc::O_WRONLY | libc::O_RDWR if flags & libc::O_CREAT != 0 => {
-            RingWriter::create(name, mode & 0o7777, flags & libc::O_EXCL != 0, nonblock).map(Stream::Writer)
+            RingWriter::create(name, ring_name(name)?, mode & 0o7777, flags & libc::O_EXCL != 0, nonblock).map(Stream::Writer)
         }
         _ => Err(SlError::inval(format!(
             "open {name} with flags {flags:#o}: a stream is read with O_RDONLY, or created and written with O_WRONLY|O_CREAT (a stream has one writer, its creator)"

@@ -43,12 +43,18 @@ pub struct RingWriter {
 }
 
 impl RingWriter {
-    /// Create the stream's rings with permission bits `mode`. `excl`: fail with EEXIST
+    /// Create the rings of stream `name`, `ring` under /dev/shm (`open::ring_name`), with
+    /// permission bits `mode`. `excl`: fail with EEXIST
     /// when the name exists (else a dead writer's leftovers are replaced, and a live
     /// writer's name is EBUSY). Unless `nonblock`, wait, as a FIFO's open does, until the
     /// first registered reader attached.
-    pub fn create(name: &str, mode: u32, excl: bool, nonblock: bool) -> Result<RingWriter> {
-        let ring = crate::open::ring_name(name)?;
+    pub fn create(
+        name: &str,
+        ring: String,
+        mode: u32,
+        excl: bool,
+        nonblock: bool,
+    ) -> Result<RingWriter> {
         let path = format!("/dev/shm/{ring}");
         if excl && std::path::Path::new(&path).exists() {
             return Err(SlError::new(

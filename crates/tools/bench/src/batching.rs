@@ -17,7 +17,8 @@
 //! keeps is offered (default 5%, a moderate stream as in `legacy`; `--pps` overrides).
 //! Both schemes run in one invocation, alternating round by round; the median round counts.
 
-use crate::capture::{cpu_ns, max_rate, send, streamline};
+use crate::capture::{cpu_ns, streamline};
+use crate::traffic::{max_rate, send};
 use crate::util::{err, watchdog, Result, Summary, Target};
 use kernel::netns::Veth;
 use std::process::{Child, Command, Stdio};

@@ -17,9 +17,10 @@
 //! full run fails when a median cannot be told from its noise. Each run's count must equal
 //! the datagrams sent (nothing dropped, nothing extra) before a figure is printed.
 
-use crate::capture::{max_rate, veth, DRAIN};
-use crate::daemon::Daemon;
+use crate::capture::DRAIN;
 use crate::meter::{interleave, Budget, Meter, Verdict, Window};
+use crate::streamlined::Daemon;
+use crate::traffic::{max_rate, veth};
 use crate::util::{err, Result};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -169,7 +170,7 @@ pub(crate) fn granted_vs_root(
     // Logs are opened by the client (uid 65534 too).
     std::fs::set_permissions(&ddir, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
         .map_err(|e| err(format!("{}: {e}", ddir.display())))?;
-    let policy = crate::daemon::udp_grant_policy(&ddir, &v.here)?;
+    let policy = crate::streamlined::udp_grant_policy(&ddir, &v.here)?;
     let daemon = Daemon::start_with_policy(streamlined, &ddir, None, Some(&policy))?;
     let daemon_pid = daemon.child.as_ref().map_or(0, |c| c.id());
     let secs = if quick { 1.0 } else { 3.0 };

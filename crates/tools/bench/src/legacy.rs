@@ -19,9 +19,9 @@
 //! not, from /proc) of every reader thread, and on ours of the daemon and its workers, over
 //! the window, per 1000 packets sent. Needs root.
 
-use crate::capture::{max_rate, veth};
 use crate::meter::{median, Budget, Meter, Sample, Window};
 use crate::proc::kill_with_us;
+use crate::traffic::{max_rate, veth};
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -115,7 +115,7 @@ fn stop_reader(r: Reader) -> (u64, u64) {
 /// libpcap's directory, our daemon, the meter and the traffic offered.
 struct Rig {
     /// Our daemon (declared first: it goes before the pair).
-    daemon: crate::daemon::Daemon,
+    daemon: crate::streamlined::Daemon,
     /// The pair: `here_ip` our end's address, `peer_ip` the far end's, `here` our device.
     v: kernel::netns::Veth,
     /// The directory of our libpcap (`streamline compat --print-dir`).
@@ -138,7 +138,7 @@ const DRAIN: Duration = Duration::from_millis(1100);
 
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(1500));
-    if crate::daemon::euid()? != 0 {
+    if crate::streamlined::euid()? != 0 {
         return Err(err(
             "this benchmark must run as root: it makes a veth pair and captures on it",
         ));
@@ -194,7 +194,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
 /// Our libpcap's directory, the veth pair, our daemon (its files in `dir`) and the offered
 /// rate, printed.
 fn setup(a: &Args, quick: bool, dir: &TempDir) -> Result<Rig> {
-    let (streamlined, streamline) = crate::daemon::binaries()?;
+    let (streamlined, streamline) = crate::streamlined::binaries()?;
     let out = Command::new(&streamline)
         .args(["compat", "--print-dir"])
         .output()
@@ -214,7 +214,7 @@ fn setup(a: &Args, quick: bool, dir: &TempDir) -> Result<Rig> {
         &dir.path().join("streamlined.log"),
         dir.path(),
     ]);
-    let daemon = crate::daemon::Daemon::start(&streamlined, dir.path(), None)?;
+    let daemon = crate::streamlined::Daemon::start(&streamlined, dir.path(), None)?;
 
     let size = a.size.clamp(18, 1472);
     let max = max_rate(&here, &peer, if quick { 0.5 } else { 1.0 }, size)?;
@@ -540,7 +540,7 @@ fn figures(r: &Rig, a: &Args, f: &Figures, rounds: usize) -> Result<()> {
 }
 
 /// How many of `sent` datagrams (`size` bytes of UDP payload, every 100th to port 7 and the
-/// rest to port 9, as [`crate::capture::send_sized`] sends them) the reader filter `f` matches.
+/// rest to port 9, as [`crate::traffic::send_sized`] sends them) the reader filter `f` matches.
 fn matching(f: &str, sent: u64, size: usize) -> u64 {
     let to_port7 = sent.div_ceil(100);
     match f {

@@ -379,7 +379,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     let reps = if quick { 1 } else { a.reps.max(1) };
     let secs = if quick { 5.0 } else { a.secs };
     // ring needs CAP_NET_RAW; without root only mmsg is measured.
-    let root = crate::daemon::euid()? == 0;
+    let root = crate::streamlined::euid()? == 0;
     if !root {
         return Err(err("this benchmark must run as root: it measures the ring reception too, an AF_PACKET capture (CAP_NET_RAW)"));
     }

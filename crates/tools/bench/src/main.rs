@@ -36,7 +36,9 @@ mod soak;
 mod solver;
 mod spaces;
 mod spsc;
+mod streamlined;
 mod threading;
+mod traffic;
 mod util;
 mod webview;
 

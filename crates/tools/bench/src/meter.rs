@@ -277,7 +277,7 @@ pub(crate) fn window(
         .transpose()
         .map_err(|e| err(format!("pinning the sender to CPU 0: {e}")))?;
     let r0 = m.read(roots)?;
-    let (sent, took) = crate::capture::send_paced(here, peer, pps, secs, flows, size, tick(pps))?;
+    let (sent, took) = crate::traffic::send_paced(here, peer, pps, secs, flows, size, tick(pps))?;
     std::thread::sleep(drain);
     let r1 = m.read(roots)?;
     let own = delta(&r0.own, &r1.own);

@@ -101,7 +101,7 @@ fn spawn(mut c: Command, what: &str) -> Result<Guard> {
 /// The veth pair, quiet: no IPv6 chatter on either end.
 fn veth() -> Result<Veth> {
     let v = Veth::new("bnet").map_err(|e| err(format!("{e} (the net benchmark needs root)")))?;
-    crate::capture::ipv6_off(&v)?;
+    crate::traffic::ipv6_off(&v)?;
     // The far end must really be in the namespace: a route to it through our end.
     let o = Command::new("ip")
         .args(["-o", "link", "show", &v.there])
@@ -410,7 +410,7 @@ fn compress_encrypt(
 
 pub fn run(_a: &Args, quick: bool) -> Result<()> {
     watchdog(Duration::from_secs(if quick { 600 } else { 1500 }));
-    let (_, bin) = crate::daemon::binaries()?;
+    let (_, bin) = crate::streamlined::binaries()?;
     let mut summary = Summary::default();
     let v = veth()?;
     let (secs, reps) = if quick { (1.0, 1) } else { (3.0, 3) };

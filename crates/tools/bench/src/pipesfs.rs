@@ -22,8 +22,9 @@
 //!    from the call to its return (the daemon's edit transaction, applied by the run at a
 //!    batch boundary), then `rmdir`; the median over the rounds.
 
-use crate::daemon::{euid, median, Daemon};
 use crate::proc::kill_with_us;
+use crate::streamlined::{euid, Daemon};
+use crate::util::median;
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
 use beltway::{BufTable, IbufReader, RingRef, Start};
 use daemon::proto::{Reply, Request};
@@ -86,7 +87,7 @@ impl Setup {
     fn stop(&self, run: u64) -> Result<()> {
         let mut c = self.daemon.client()?;
         let _ = c.call(Request::Stop { run, signal: 0 });
-        crate::daemon::wait_end(&mut c, run).map(|_| ())
+        crate::streamlined::wait_end(&mut c, run).map(|_| ())
     }
 
     /// A path of the run's tree, once the daemon shows it.
@@ -279,7 +280,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     if !Path::new("/dev/fuse").exists() {
         return Err(err("/dev/fuse is missing: PipesFS needs FUSE"));
     }
-    let (streamlined, streamline) = crate::daemon::binaries()?;
+    let (streamlined, streamline) = crate::streamlined::binaries()?;
     println!(
         "streamline-bench pipesfs ({} mode)",
         if quick { "quick" } else { "full" }

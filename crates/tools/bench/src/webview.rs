@@ -14,8 +14,8 @@
 //! round to round here, the target is 2%). Counts are checked before it prints. The browser's own drawing is not in it: it runs wherever the
 //! browser does, not in the daemon or the run.
 
-use crate::daemon::{Daemon, RunReport, Setup};
 use crate::proc::kill_with_us;
+use crate::streamlined::{Daemon, RunReport, Setup};
 use crate::util::{err, Result};
 use daemon::proto::{Reply, Request};
 use std::path::Path;

@@ -2,7 +2,6 @@
 //! metadata restored, announcements of files and shared rings mapped, markers held; how it
 //! sleeps on its space's readiness handle.
 
-use super::share::Subscription;
 use super::{meta_at, ChannelEnd, FILE_BIT};
 use crate::filter::{Batch, Ctx, Filter};
 use crate::store::BufId;
@@ -56,6 +55,23 @@ pub(super) struct IngressWait {
 /// How often a subscriber of another run's published stream looks for new tags (it reads
 /// a ring opened by name, whose producer cannot wake it).
 const POLL: Duration = Duration::from_millis(50);
+
+/// A subscriber's side of a published stream: the publisher's data ring (read by copying,
+/// since the publisher may overwrite it at any time), the ring in this space the copies
+/// go to, and what was received and lost.
+pub(super) struct Subscription {
+    pub(super) view: DbufView,
+    /// Bytes of the publisher's data ring, and of the ring the copies go to.
+    pub(super) size: u64,
+    /// The copies' ring in this space's store, made on the first pull.
+    pub(super) ring: Option<BufId>,
+    pub(super) received: u64,
+    /// Blocks lost to overwrite: their tags (the subscriber fell a whole tag ring behind)
+    /// or their data (the data ring lapped first, or while a block was being copied).
+    pub(super) lost: u64,
+    /// Bytes of the lost blocks whose tags were read (the others' lengths are unknown).
+    pub(super) lost_bytes: u64,
+}
 
 impl Ingress {
     /// `@busy` (thesis Table 3.3, an operational hotspot): when the channel is empty, look

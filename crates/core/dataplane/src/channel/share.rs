@@ -2,10 +2,9 @@
 //! key to other runs of the same user, lossy towards its subscribers, who copy each block
 //! out and check it was not overwritten meanwhile.
 
-use super::ingress::IngressWait;
+use super::ingress::{IngressWait, Subscription};
 use super::{meta_at, ChannelConfig, Egress, Ingress, FILE_BIT};
 use crate::filter::Ctx;
-use crate::store::BufId;
 use crate::transport::{ANNOUNCE, HEADER_LEN, METAS, RECORD};
 use beltway::{DbufView, IbufWriter, Layout, RingConfig, RingRef, Start, SyncMode, Tag, Writer};
 use std::time::Instant;
@@ -187,23 +186,6 @@ pub fn subscribe(key: &str) -> beltway::Result<Ingress> {
         marker: None,
         wait: IngressWait::default(),
     })
-}
-
-/// A subscriber's side of a published stream: the publisher's data ring (read by copying,
-/// since the publisher may overwrite it at any time), the ring in this space the copies
-/// go to, and what was received and lost.
-pub(super) struct Subscription {
-    pub(super) view: DbufView,
-    /// Bytes of the publisher's data ring, and of the ring the copies go to.
-    pub(super) size: u64,
-    /// The copies' ring in this space's store, made on the first pull.
-    pub(super) ring: Option<BufId>,
-    pub(super) received: u64,
-    /// Blocks lost to overwrite: their tags (the subscriber fell a whole tag ring behind)
-    /// or their data (the data ring lapped first, or while a block was being copied).
-    pub(super) lost: u64,
-    /// Bytes of the lost blocks whose tags were read (the others' lengths are unknown).
-    pub(super) lost_bytes: u64,
 }
 
 impl Ingress {

@@ -46,7 +46,7 @@ impl Space {
             .iter_mut()
             .enumerate()
             .filter(move |(_, n)| !n.removed && (!working || n.filter.accepts()))
-            .filter_map(|(j, n)| n.filter.as_tap().map(|t| (j, t)))
+            .filter_map(|(j, n)| crate::tap::as_tap(n.filter.as_mut()).map(|t| (j, t)))
     }
 
     /// Add a subscriber to shared tap `tap` (wherever it is); `Err` if the tap is gone.
@@ -100,7 +100,7 @@ impl Space {
             if n.removed || !n.filter.accepts() {
                 continue;
             }
-            if let Some(t) = n.filter.as_tap() {
+            if let Some(t) = crate::tap::as_tap(n.filter.as_mut()) {
                 match (t.wants(), &mut programs) {
                     (Some(w), Some(p)) => p.extend(w.into_iter().map(|x| x.to_vec())),
                     _ => programs = None,

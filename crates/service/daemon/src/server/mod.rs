@@ -343,8 +343,15 @@ pub struct Daemon {
     /// Called with a run's id once it has left the table (ended, or rolled back): what
     /// others keep per run (PipesFS's inodes, homes, reader counters) is given back here.
     run_gone: Mutex<Vec<RunGoneHook>>,
-    /// The web view, when the daemon serves one (`--http`; `crate::web`).
-    web: std::sync::OnceLock<Arc<crate::web::Web>>,
+    /// The web view, when the daemon serves one (`--http`; `crate::web`, which sits above
+    /// this table and reads it).
+    web: std::sync::OnceLock<Arc<dyn WebLogin>>,
+}
+
+/// What the daemon's `web` request asks of the web view it serves (`crate::web::Web`).
+pub(crate) trait WebLogin: Send + Sync {
+    /// A one-time login address for user `who`: the view's URL with a new session token.
+    fn login_url(&self, who: &Cred) -> std::io::Result<String>;
 }
 
 /// How long `ps` lists a run that failed.
@@ -864,11 +871,10 @@ impl Daemon {
                         "this daemon serves no web view (start it with --http 127.0.0.1:PORT)",
                     )
                 })?;
-                let token = w
-                    .sessions
-                    .issue(who)
+                let url = w
+                    .login_url(who)
                     .map_err(|e| refuse(libc::EIO, format!("no random token: {e}")))?;
-                Ok((Reply::Web { url: w.url(&token) }, vec![]))
+                Ok((Reply::Web { url }, vec![]))
             }
             Request::OpenStream { name } => open_stream(&name, who),
             Request::Capture {
@@ -928,12 +934,12 @@ impl Daemon {
     }
 
     /// The web view is served from now on (`web::start`).
-    pub(crate) fn set_web(&self, w: Arc<crate::web::Web>) {
+    pub(crate) fn set_web(&self, w: Arc<dyn WebLogin>) {
         let _ = self.web.set(w);
     }
 
     /// The web view, if the daemon serves one.
-    pub(crate) fn web(&self) -> Option<Arc<crate::web::Web>> {
+    fn web(&self) -> Option<Arc<dyn WebLogin>> {
         self.web.get().cloned()
     }
 

@@ -124,6 +124,12 @@ pub fn status_of(errno: i32) -> u16 {
     }
 }
 
+impl crate::server::WebLogin for Web {
+    fn login_url(&self, who: &Cred) -> std::io::Result<String> {
+        Ok(self.url(&self.sessions.issue(who)?))
+    }
+}
+
 impl Web {
     /// The cookie that carries a session of this server (cookies are not kept apart by
     /// port, so the port names it).

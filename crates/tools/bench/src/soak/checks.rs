@@ -8,8 +8,8 @@ use super::{
     tail_of, wait_until, Phases, Soak, Usage, User, FD_SLACK, RSS_LATE_GROWTH_PCT,
     RSS_LATE_GROWTH_PCT_QUICK, THREAD_SLACK,
 };
-use crate::daemon::Daemon;
 use crate::proc::stat_of;
+use crate::streamlined::Daemon;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::Command;

@@ -4,8 +4,8 @@
 
 use super::checks::{descendants, fd_count, status_field};
 use super::{tail_of, wait_until, End, Expect, Ledger, RunRec, Soak, User, GEN_EDITS, GEN_RATE};
-use crate::daemon::parse_report;
 use crate::proc::kill_with_us;
+use crate::streamlined::parse_report;
 use crate::util::{err, Result};
 use std::io::Read;
 use std::path::Path;
@@ -741,7 +741,7 @@ struct Cap {
 /// The capture conductor: bursts, quiet spells, capture runs started, edited, read and
 /// stopped in the quiet.
 pub(super) fn captures(s: &Soak, v: &kernel::netns::Veth, quiet: f64, burst: f64) -> Result<()> {
-    let max = crate::capture::max_rate(&v.here_ip, &v.peer_ip, 0.5, 64)?;
+    let max = crate::traffic::max_rate(&v.here_ip, &v.peer_ip, 0.5, 64)?;
     let pps = ((max * 0.2) as u64).clamp(1000, 50_000);
     println!(
         "captures on {}: the sender keeps {max:.0} datagrams/s alone; bursts of {burst} s at {pps}/s, quiet spells of {quiet} s",
@@ -773,7 +773,7 @@ pub(super) fn captures(s: &Soak, v: &kernel::netns::Veth, quiet: f64, burst: f64
         caps.extend(start_cap(User::Nobody, &[], Some(c + 1), sent));
         // Still in the quiet: a capture whose `run --detach` returned captures already.
         std::thread::sleep(Duration::from_secs(1));
-        let (n, _) = crate::capture::send_sized(&v.here_ip, &v.peer_ip, pps, burst, 1, 64)?;
+        let (n, _) = crate::traffic::send_sized(&v.here_ip, &v.peer_ip, pps, burst, 1, 64)?;
         sent += n;
         let quiet_from = Instant::now();
         let rss = status_field(s.daemon_pid, "VmRSS:").unwrap_or(0);

@@ -76,7 +76,7 @@
 mod checks;
 mod clients;
 
-use crate::daemon::{binaries, euid, Daemon};
+use crate::streamlined::{binaries, euid, Daemon};
 use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir};
 use checks::{shm_streamline, Memory, Procs};
 use std::collections::{HashMap, HashSet};
@@ -316,10 +316,10 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
     );
     let dir = TempDir::new("soak")?;
     let (logs, mount) = scratch(&dir)?;
-    let v = crate::capture::veth()?;
+    let v = crate::traffic::veth()?;
     // Our ends send nothing of their own: the captured UDP is exactly what we send.
-    crate::capture::ipv6_off(&v)?;
-    let policy = crate::daemon::udp_grant_policy(dir.path(), &v.here)?;
+    crate::traffic::ipv6_off(&v)?;
+    let policy = crate::streamlined::udp_grant_policy(dir.path(), &v.here)?;
     let shm_before = shm_streamline();
     let mut daemon =
         Daemon::start_with_policy(&streamlined, dir.path(), Some(&mount), Some(&policy))?;
