@@ -169,6 +169,46 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         sleeps: 0,
         polls: 0,
     });
+    let (kfilter, kebpf, readers) = socket_programs(a)?;
+    // The interface must exist now (a clear error before the run).
+    kernel::afpacket::ifindex(&dev).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
+    Ok(Box::new(Rx {
+        dev,
+        cfg,
+        kfilter,
+        kebpf,
+        kprog: None,
+        bufs: Vec::new(),
+        fds: Vec::new(),
+        rings,
+        failed: false,
+        held: None,
+        blocks_seen: 0,
+        packets: 0,
+        kernel_seen: 0,
+        kernel_drops: 0,
+        adaptive,
+        polls: 0,
+        readers,
+        unions: 0,
+        union_error: None,
+    }))
+}
+
+/// What `rx` puts on its socket: the program the kernel placement attached for the filter
+/// after it (classic or eBPF), and with `keep=readers` the readers' union to come (until
+/// a reader subscribes, a program that keeps nothing).
+#[allow(clippy::type_complexity)]
+fn socket_programs(
+    a: &Args,
+) -> Result<
+    (
+        Option<String>,
+        Option<(ebpf::Config, Option<PathBuf>)>,
+        Option<Option<Vec<kernel::cbpf::Insn>>>,
+    ),
+    FilterError,
+> {
     // The program the kernel placement attached for the filter after this rx (typed on
     // the node: one program, so classic and eBPF exclude each other by construction).
     let (kfilter, kebpf) = match &a.place.kernel {
@@ -201,29 +241,7 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
             "all when an eBPF program goes onto the socket (one program per socket)",
         ));
     }
-    // The interface must exist now (a clear error before the run).
-    kernel::afpacket::ifindex(&dev).map_err(|e| FilterError::io(format!("dev={dev}"), e))?;
-    Ok(Box::new(Rx {
-        dev,
-        cfg,
-        kfilter,
-        kebpf,
-        kprog: None,
-        bufs: Vec::new(),
-        fds: Vec::new(),
-        rings,
-        failed: false,
-        held: None,
-        blocks_seen: 0,
-        packets: 0,
-        kernel_seen: 0,
-        kernel_drops: 0,
-        adaptive,
-        polls: 0,
-        readers,
-        unions: 0,
-        union_error: None,
-    }))
+    Ok((kfilter, kebpf, readers))
 }
 
 impl Rx {

@@ -362,41 +362,7 @@ fn main() -> ExitCode {
                 adapt,
                 chaos,
             };
-            if stats.is_some() && detach {
-                error!(
-                    "--stats is written by a run this command waits for; it cannot be --detach'ed"
-                );
-                return ExitCode::from(2);
-            }
-            if let Some(file) = &stats {
-                return run(&pipeline, &o, "--stats", Some(file));
-            }
-            match remote::connect(cli.socket.as_deref()) {
-                Some(Ok(c)) => remote::run(
-                    c,
-                    cli.socket.as_deref(),
-                    &pipeline,
-                    o,
-                    detach.then_some(log),
-                ),
-                Some(Err(e)) => {
-                    error!("{e} (run stand-alone with --socket none)");
-                    ExitCode::from(1)
-                }
-                None if detach => {
-                    let p = daemon::client::socket_path(cli.socket.as_deref())
-                        .map_or("none".into(), |p| p.display().to_string());
-                    error!("--detach needs a daemon, and none answers on {p} (start one with `streamlined`)");
-                    ExitCode::from(2)
-                }
-                None => {
-                    let why = match daemon::client::socket_path(cli.socket.as_deref()) {
-                        Some(p) => format!("no daemon answers on {}", p.display()),
-                        None => "--socket none".to_string(),
-                    };
-                    run(&pipeline, &o, &why, None)
-                }
-            }
+            run_command(cli.socket.as_deref(), &pipeline, o, detach, log, stats)
         }
         Cmd::Ps => remote::ps(cli.socket.as_deref()),
         Cmd::Stop { run } => remote::stop(cli.socket.as_deref(), run),
@@ -452,6 +418,47 @@ fn main() -> ExitCode {
                     ExitCode::from(e.code)
                 }
             }
+        }
+    }
+}
+
+/// `streamline run`: through the daemon when one answers (attached, or `--detach`ed
+/// with its log in `log`), else stand-alone; `--stats` runs stand-alone always.
+fn run_command(
+    socket: Option<&str>,
+    pipeline: &str,
+    o: daemon::proto::RunOptions,
+    detach: bool,
+    log: Option<std::path::PathBuf>,
+    stats: Option<std::path::PathBuf>,
+) -> ExitCode {
+    if stats.is_some() && detach {
+        error!("--stats is written by a run this command waits for; it cannot be --detach'ed");
+        return ExitCode::from(2);
+    }
+    if let Some(file) = &stats {
+        return run(pipeline, &o, "--stats", Some(file));
+    }
+    match remote::connect(socket) {
+        Some(Ok(c)) => remote::run(c, socket, pipeline, o, detach.then_some(log)),
+        Some(Err(e)) => {
+            error!("{e} (run stand-alone with --socket none)");
+            ExitCode::from(1)
+        }
+        None if detach => {
+            let p = daemon::client::socket_path(socket)
+                .map_or("none".into(), |p| p.display().to_string());
+            error!(
+                "--detach needs a daemon, and none answers on {p} (start one with `streamlined`)"
+            );
+            ExitCode::from(2)
+        }
+        None => {
+            let why = match daemon::client::socket_path(socket) {
+                Some(p) => format!("no daemon answers on {}", p.display()),
+                None => "--socket none".to_string(),
+            };
+            run(pipeline, &o, &why, None)
         }
     }
 }

@@ -395,6 +395,8 @@ fn hostile_clients_get_an_error_or_a_closed_connection_and_nothing_else_changes(
     let _ = d.cli().args(["stop", &id.to_string()]).output();
 }
 
+// Over 150 lines: one matrix of requests by one unprivileged user against one daemon and
+// policy, each row a refusal or a grant checked in turn.
 #[test]
 fn access_control_matrix_as_uid_65534() {
     let veth = common::quiet_veth("acl", "capturing on a veth pair through the daemon");

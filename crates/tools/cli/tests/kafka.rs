@@ -378,6 +378,8 @@ fn keyed_by_flow_a_flow_stays_in_one_partition_in_its_order() {
     );
 }
 
+// Over 150 lines: one broker, topic and consumer group: a consumer killed while its sink
+// blocks mid-batch, then a second one that must read on from what the first committed.
 #[test]
 fn a_group_commits_only_what_its_sink_had() {
     let b = broker();

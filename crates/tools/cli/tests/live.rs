@@ -348,6 +348,8 @@ fn interrupt(c: Child) -> (Option<i32>, String) {
     )
 }
 
+// Over 150 lines: one scenario whose steps depend on each other (the first run's capture,
+// the second run joining it, the first leaving, the second going on).
 #[test]
 fn a_second_run_shares_the_running_capture_prefix() {
     let v = veth();

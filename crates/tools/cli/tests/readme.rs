@@ -250,6 +250,7 @@ fn has(s: &str, what: &str) -> Result<(), String> {
 /// What each example's README comment says, checked. The first needle found in an
 /// example's text picks its check; every needle must match an example (a check whose
 /// example left the README is stale).
+// Over 150 lines: one table, an entry per README example and what its comment says.
 fn checks() -> Vec<(&'static str, Check)> {
     vec![
         ("make-inputs.sh", |_, s, _| {
@@ -592,6 +593,8 @@ fn scratch() -> PathBuf {
     dir
 }
 
+// Over 150 lines: the README's examples in order in one scratch directory and namespace
+// (later examples read what earlier ones wrote), each checked as it runs.
 #[test]
 fn every_readme_example_runs_as_written_and_does_what_it_says() {
     common::daemon::require_root(

@@ -116,6 +116,8 @@ fn subscription(err: &str) -> (u64, u64) {
     )
 }
 
+// Over 150 lines: one scenario whose steps depend on each other (a publisher, a live and
+// a stopped subscriber, traffic, then each side's counts against tcpdump's).
 #[test]
 fn a_stopped_subscriber_loses_its_own_packets_and_stalls_no_one() {
     let v = quiet_veth();

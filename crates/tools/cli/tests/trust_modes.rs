@@ -271,6 +271,8 @@ fn assert_hidden(what: &str, text: &str, secrets: &[&str]) {
     }
 }
 
+// Over 150 lines: one daemon and its runs with secrets, then every place a run is shown
+// (ps, PipesFS, live edits, command lines, refusals, the log) checked for each secret.
 #[test]
 fn secret_options_are_never_shown() {
     let d = Daemon::start("modes-secret", None);
