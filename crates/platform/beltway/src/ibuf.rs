@@ -222,41 +222,8 @@ impl BufTable {
         // test; `check` after use is what detects overwrite.
         let wpos = h.p.0.write_pos.load(Acquire);
         let tail = h.t.0.tail.load(Acquire);
-        let end = tag.pos.checked_add(tag.len as u64);
-        let name = &e.sh.name;
-        if tag.pos < tail {
-            return Err(Error::Overrun {
-                name: name.clone(),
-                from: tag.pos,
-                to: tail,
-            });
-        }
-        let Some(end) = end.filter(|&end| end <= wpos) else {
-            return Err(Error::Corrupt {
-                name: name.clone(),
-                pos: tag.pos,
-                why: format!(
-                    "tag of {} bytes points past the write position {wpos}",
-                    tag.len
-                ),
-            });
-        };
-        let Some(ep) = pos::epoch_for(e.prev, e.cur, tag.pos) else {
-            return Err(Error::Overrun {
-                name: name.clone(),
-                from: tag.pos,
-                to: tail,
-            });
-        };
-        let off = ep.offset(tag.pos);
-        if off + (end - tag.pos) > ep.size {
-            return Err(Error::Corrupt {
-                name: name.clone(),
-                pos: tag.pos,
-                why: "tag region wraps around the ring end".into(),
-            });
-        }
-        Ok((k, DATA_OFFSET + off as usize))
+        let off = region(&e.sh.name, tag, wpos, tail, e.prev, e.cur)?;
+        Ok((k, off))
     }
 
     /// Whether the region a tag points to is still intact (call after using resolved bytes).
@@ -392,48 +359,53 @@ impl DbufView {
         // (the bytes below it are visible); the tail's Acquire pairs with no Release store.
         let wpos = h.p.0.write_pos.load(Acquire);
         let tail = h.t.0.tail.load(Acquire);
-        let name = &self.sh.name;
-        if tag.pos < tail {
-            return Err(Error::Overrun {
-                name: name.clone(),
-                from: tag.pos,
-                to: tail,
-            });
-        }
-        let Some(end) = tag
-            .pos
-            .checked_add(tag.len as u64)
-            .filter(|&end| end <= wpos)
-        else {
-            return Err(Error::Corrupt {
-                name: name.clone(),
-                pos: tag.pos,
-                why: format!(
-                    "tag of {} bytes points past the write position {wpos}",
-                    tag.len
-                ),
-            });
-        };
-        let Some(ep) = pos::epoch_for(prev, cur, tag.pos) else {
-            return Err(Error::Overrun {
-                name: name.clone(),
-                from: tag.pos,
-                to: tail,
-            });
-        };
-        let off = ep.offset(tag.pos);
-        if off + (end - tag.pos) > ep.size {
-            return Err(Error::Corrupt {
-                name: name.clone(),
-                pos: tag.pos,
-                why: "tag region wraps around the ring end".into(),
-            });
-        }
-        Ok(self
-            .sh
-            .data
-            .bytes(DATA_OFFSET + off as usize, tag.len as usize))
+        let off = region(&self.sh.name, tag, wpos, tail, prev, cur)?;
+        Ok(self.sh.data.bytes(off, tag.len as usize))
     }
+}
+
+/// Where the bytes of `tag` start in its data segment, checked against the data ring's
+/// write position `wpos`, `tail` and epochs as the caller just read them: committed (below
+/// the write position), not yet overwritten (at or past the tail, in an epoch still
+/// mapped), and not wrapping around the ring's end. The one check of a tag against its
+/// ring, for [`BufTable::resolve`] and [`DbufView::resolve`].
+fn region(
+    name: &str,
+    tag: &Tag,
+    wpos: u64,
+    tail: u64,
+    prev: Option<pos::Epoch>,
+    cur: pos::Epoch,
+) -> Result<usize> {
+    let overrun = || Error::Overrun {
+        name: name.to_string(),
+        from: tag.pos,
+        to: tail,
+    };
+    let corrupt = |why: String| Error::Corrupt {
+        name: name.to_string(),
+        pos: tag.pos,
+        why,
+    };
+    if tag.pos < tail {
+        return Err(overrun());
+    }
+    let Some(end) = tag
+        .pos
+        .checked_add(tag.len as u64)
+        .filter(|&end| end <= wpos)
+    else {
+        return Err(corrupt(format!(
+            "tag of {} bytes points past the write position {wpos}",
+            tag.len
+        )));
+    };
+    let ep = pos::epoch_for(prev, cur, tag.pos).ok_or_else(overrun)?;
+    let off = ep.offset(tag.pos);
+    if off + (end - tag.pos) > ep.size {
+        return Err(corrupt("tag region wraps around the ring end".into()));
+    }
+    Ok(DATA_OFFSET + off as usize)
 }
 
 /// Reads an IBuf: tags, or the data they point to (read-through).

@@ -300,13 +300,6 @@ impl Setup {
     }
 }
 
-fn best(v: &[Cost]) -> (f64, f64) {
-    (
-        v.iter().map(|c| c.cpu).fold(f64::INFINITY, f64::min),
-        v.iter().map(|c| c.wall).fold(f64::INFINITY, f64::min),
-    )
-}
-
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(if quick {
         Duration::from_secs(180)
@@ -363,7 +356,7 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         cs.push(s.softflowd()?.0);
         s.sink.take();
     }
-    let ((to, wo), (ts, ws)) = (best(&co), best(&cs));
+    let ((to, wo), (ts, ws)) = (Cost::best(&co).pair(), Cost::best(&cs).pair());
     let per = |cpu: f64| cpu / counts.packets as f64 * 1e9;
     println!(
         "\n{:<12} {:>10} {:>10} {:>14}",

@@ -319,12 +319,6 @@ impl Setup {
     }
 }
 
-fn best(v: &[Cost]) -> Cost {
-    let cpu = v.iter().map(|c| c.cpu).fold(f64::INFINITY, f64::min);
-    let wall = v.iter().map(|c| c.wall).fold(f64::INFINITY, f64::min);
-    Cost { cpu, wall }
-}
-
 /// Measure and add `httplog_requests_per_cpu_second_vs_tshark` to `sum` (what the `flows`
 /// subcommand calls; `requests` None: sized from the machine).
 pub fn add_figures(
@@ -379,7 +373,7 @@ pub fn add_figures(
         ours.push(s.ours()?.0);
         peer.push(s.tshark()?.0);
     }
-    let (o, p) = (best(&ours), best(&peer));
+    let (o, p) = (Cost::best(&ours), Cost::best(&peer));
     let r = s.requests as f64;
     println!(
         "\n{:<10} {:>10} {:>10} {:>16}",

@@ -196,13 +196,6 @@ impl Setup {
     }
 }
 
-fn best(v: &[Cost]) -> (f64, f64) {
-    (
-        v.iter().map(|c| c.cpu).fold(f64::INFINITY, f64::min),
-        v.iter().map(|c| c.wall).fold(f64::INFINITY, f64::min),
-    )
-}
-
 pub fn run(a: &Args, quick: bool) -> Result<()> {
     watchdog(if quick {
         Duration::from_secs(180)
@@ -293,8 +286,12 @@ pub fn run(a: &Args, quick: bool) -> Result<()> {
         c1.push(s.ours(&files[0].1, "1")?.0);
         cng.push(s.ngrep()?.0);
     }
-    let ((t10, w10), (t1000, w1000), (t1, w1), (tng, wng)) =
-        (best(&c10), best(&c1000), best(&c1), best(&cng));
+    let ((t10, w10), (t1000, w1000), (t1, w1), (tng, wng)) = (
+        Cost::best(&c10).pair(),
+        Cost::best(&c1000).pair(),
+        Cost::best(&c1).pair(),
+        Cost::best(&cng).pair(),
+    );
     println!(
         "\n{:<28} {:>10} {:>10} {:>14}",
         "run", "CPU s", "wall s", "Gbit/s/core"

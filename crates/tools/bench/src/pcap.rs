@@ -138,6 +138,21 @@ pub(crate) struct Cost {
     pub(crate) cpu: f64,
 }
 
+impl Cost {
+    /// The least CPU and the least wall-clock time of several runs of one command (each
+    /// taken on its own: the best of each, as the benchmarks report them).
+    pub(crate) fn best(v: &[Cost]) -> Cost {
+        let cpu = v.iter().map(|c| c.cpu).fold(f64::INFINITY, f64::min);
+        let wall = v.iter().map(|c| c.wall).fold(f64::INFINITY, f64::min);
+        Cost { cpu, wall }
+    }
+
+    /// (CPU, wall) seconds.
+    pub(crate) fn pair(self) -> (f64, f64) {
+        (self.cpu, self.wall)
+    }
+}
+
 /// Run `cmd` to completion (killed if we die), timed; fail unless it exits 0. This
 /// process must have no other child that ends meanwhile (the CPU is the growth of
 /// `RUSAGE_CHILDREN` across the wait).
