@@ -71,7 +71,9 @@ fn record_traffic(d: &Path) -> PathBuf {
         .unwrap();
     let cap = d.join("web.pcap");
     let mut dump = Command::new("tcpdump");
-    dump.args(["-i", &v.here, "-U", "-n", "-w"])
+    // Each packet to the file as it comes (-U), read from the kernel as it comes
+    // (--immediate-mode): the wait before the stop below is for what is written.
+    dump.args(["-i", &v.here, "-U", "--immediate-mode", "-n", "-w"])
         .arg(&cap)
         .arg("tcp");
     let (mut tcpdump, rest) = common::tcpdump_listening(dump);
@@ -172,7 +174,20 @@ fn record_traffic(d: &Path) -> PathBuf {
         .status()
         .unwrap();
     assert!(st.success(), "the pipelining client failed");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Until the capture file has not grown for half a second (at most 10 s): a loaded
+    // machine's tcpdump may still be writing the last exchange.
+    let size = || std::fs::metadata(&cap).map_or(0, |m| m.len());
+    let (mut last, mut since) = (size(), std::time::Instant::now());
+    let t0 = std::time::Instant::now();
+    while since.elapsed() < std::time::Duration::from_millis(500)
+        && t0.elapsed() < std::time::Duration::from_secs(10)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let now = size();
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        }
+    }
     let _ = Command::new("kill")
         .args(["-INT", &tcpdump.id().to_string()])
         .status();
