@@ -10,7 +10,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use crate::{pipe, sys};
+use crate::{own, pipe, sys};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -101,7 +101,7 @@ fn search_path(file: &CStr) -> Option<PathBuf> {
 
 /// Before exec or spawn of `path` with `envp`.
 unsafe fn prepare(path: Option<PathBuf>, envp: *const *const c_char) {
-    if pipe::is_internal() {
+    if own::is_internal() {
         return;
     }
     // SAFETY: envp from the caller.

@@ -14,10 +14,12 @@
 //!
 //! Modules: `sys` (raw system calls; the library never calls libc's versions of the calls
 //! it replaces), `vfd` (which fds are ours, and the interface the generic calls use),
-//! `pipe` (ring pipes), `wait` (poll/select/epoll over both kinds of fd), `ffi` (the
-//! interposed calls), `exec` (exec and spawn, execl's family), `stdio` (FILE streams,
-//! dprintf), `signal` (handlers behind a trampoline: SA_RESTART, no handler inside the
-//! library's locks), `udp` (batched UDP sockets), `shape` (shaped network and disk calls).
+//! `own` (the library's own calls and descriptors, which the program's calls step
+//! around), `pipe` (ring pipes), `wait` (poll/select/epoll over both kinds of fd), `ffi`
+//! (the interposed calls; `ffi::stdio`: FILE streams, dprintf), `exec` (exec and spawn,
+//! execl's family), `signal` (handlers behind a trampoline: SA_RESTART, no handler inside
+//! the library's locks), `udp` (batched UDP sockets), `shape` (shaped network and disk
+//! calls).
 //!
 //! Switches: `STREAMLINE_PIPES=off` leaves pipes to the kernel; `STREAMLINE_PIPE_SIZE`
 //! sets the ring size of new pipes (bytes, 4096 to 2^30, default 256 KiB; anything else is
@@ -25,10 +27,10 @@
 
 pub mod exec;
 pub mod ffi;
+pub mod own;
 pub mod pipe;
 pub mod shape;
 pub mod signal;
-pub mod stdio;
 pub mod sys;
 pub mod udp;
 pub mod vfd;
@@ -37,7 +39,7 @@ pub mod wait;
 extern "C" fn init() {
     pipe::discover();
     shape::init();
-    stdio::rebind();
+    ffi::stdio::rebind();
     // SAFETY: registering plain functions with no state.
     unsafe {
         libc::pthread_atfork(None, None, Some(after_fork));

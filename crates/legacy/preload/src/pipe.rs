@@ -37,9 +37,10 @@
 //!   setuid, or without LD_PRELOAD), before an end is sent over a socket, and for calls it
 //!   does not serve on rings (`tee`).
 
+use crate::own::{internal, is_ours, mark_ours};
 use crate::{signal, sys, vfd};
 use beltway::stream::Stream;
-use std::cell::Cell;
+use std::any::Any;
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU8, Ordering};
@@ -61,31 +62,11 @@ const NONBLOCK: u8 = 4;
 
 /// Per fd of this process: the end it is, and the O_NONBLOCK flag as last seen or set.
 static ROLE: [AtomicU8; vfd::MAX_FD] = [const { AtomicU8::new(0) }; vfd::MAX_FD];
-/// Per fd of this process: one of the library's own (a memfd, a doorbell end), which the
-/// program never made and must not close.
-static OURS: [AtomicU8; vfd::MAX_FD] = [const { AtomicU8::new(0) }; vfd::MAX_FD];
 /// The pipes this process holds an end of.
 static PIPES: Mutex<Vec<Arc<Pipe>>> = Mutex::new(Vec::new());
 /// The process the tables above describe (a `vfork` child shares our memory but not our
 /// fds, so it must not change them).
 static OWNER: AtomicI32 = AtomicI32::new(0);
-
-thread_local! {
-    static INTERNAL: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Run `f` as the library (the interposed calls it makes go straight to the kernel).
-pub fn internal<R>(f: impl FnOnce() -> R) -> R {
-    INTERNAL.with(|c| c.set(c.get() + 1));
-    let r = f();
-    INTERNAL.with(|c| c.set(c.get() - 1));
-    r
-}
-
-/// Is the library itself making this call?
-pub fn is_internal() -> bool {
-    INTERNAL.with(|c| c.get() > 0)
-}
 
 /// Note which process owns the tables (at load, and in a forked child).
 pub fn set_owner() {
@@ -104,17 +85,6 @@ fn me() -> u32 {
 /// Are we a `vfork` (or `posix_spawn`) child, sharing the parent's memory?
 pub fn foreign() -> bool {
     sys::getpid() != OWNER.load(Ordering::Relaxed)
-}
-
-/// Is `fd` one of the library's own descriptors (memfd, doorbell)?
-pub fn is_ours(fd: i32) -> bool {
-    (fd as u32 as usize) < vfd::MAX_FD && OURS[fd as usize].load(Ordering::Relaxed) != 0
-}
-
-pub(crate) fn mark_ours(fd: i32, on: bool) {
-    if (fd as u32 as usize) < vfd::MAX_FD {
-        OURS[fd as usize].store(on as u8, Ordering::Relaxed);
-    }
 }
 
 fn enabled() -> bool {
@@ -613,8 +583,8 @@ impl Pipe {
 }
 
 impl vfd::Virtual for Pipe {
-    fn pipe(&self) -> Option<&Pipe> {
-        Some(self)
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 
     fn revents(&self, fd: i32, events: i16) -> i16 {
@@ -951,10 +921,15 @@ pub fn adopt_opened(fd: i32) {
     }
 }
 
+/// The ring pipe `o` is, if it is one.
+pub fn as_pipe(o: &dyn vfd::Virtual) -> Option<&Pipe> {
+    o.as_any().downcast_ref()
+}
+
 /// The ring pipe behind `fd`, if any.
 pub fn get(fd: i32) -> Option<PipeRef> {
     let o = vfd::get(fd)?;
-    o.pipe()?;
+    as_pipe(&*o)?;
     Some(PipeRef(o))
 }
 
@@ -964,7 +939,7 @@ pub struct PipeRef(Arc<dyn vfd::Virtual>);
 impl std::ops::Deref for PipeRef {
     type Target = Pipe;
     fn deref(&self) -> &Pipe {
-        self.0.pipe().expect("PipeRef holds a pipe")
+        as_pipe(&*self.0).expect("PipeRef holds a pipe")
     }
 }
 

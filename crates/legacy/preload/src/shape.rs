@@ -25,7 +25,7 @@
 //! The segment fd is inherited at a high number and protected like the pipes' memfds, so
 //! children, `exec`ed programs and threads share the one budget.
 
-use crate::{pipe, sys, vfd};
+use crate::{own, sys, vfd};
 use shape::config::{effective_priority, PrioPolicy, Resource};
 use shape::shaper::DiskLease;
 use shape::{Segment, Shaper};
@@ -61,7 +61,7 @@ pub fn init() {
     else {
         return;
     };
-    let seg = pipe::internal(|| Segment::from_fd(fd));
+    let seg = own::internal(|| Segment::from_fd(fd));
     match seg {
         Ok(s) => {
             let prio = std::env::var(shape::ENV_PRIO)
@@ -70,7 +70,7 @@ pub fn init() {
                 .unwrap_or(0);
             BASE.store(prio.min(9), Ordering::Relaxed);
             SEG_FD.store(fd, Ordering::Relaxed);
-            pipe::mark_ours(fd, true);
+            own::mark_ours(fd, true);
             let _ = SEG.set(s);
             ACTIVE.store(true, Ordering::Release);
         }
@@ -103,7 +103,7 @@ pub fn own_fd() -> Option<i32> {
 
 #[inline]
 fn shaper() -> Option<Shaper<'static>> {
-    if !ACTIVE.load(Ordering::Acquire) || pipe::is_internal() {
+    if !ACTIVE.load(Ordering::Acquire) || own::is_internal() {
         return None;
     }
     SEG.get().map(|s| Shaper::new(s.shared()))

@@ -19,10 +19,12 @@
 //!   signal had come a moment later. Synchronous faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
 //!   SIGTRAP, SIGSYS) are never deferred.
 //!
-//! Safe: the C side (the trampoline, calling a handler, `sigaction`) is `ffi`'s.
+//! Safe: the C side (the trampoline, calling a handler, `sigaction`) is `ffi::sig`'s,
+//! which registers the runner of deferred signals ([`set_runner`]).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// Signal numbers 1..NSIG.
 pub const NSIG: usize = 65;
@@ -188,6 +190,17 @@ pub fn take_pending() -> Option<(i32, Info)> {
     Some((sig, INFO.with(|i| i[sig as usize].get())))
 }
 
+/// What runs the signals deferred on a thread when its [`crit`] section ends: the C side's
+/// (`ffi::sig`), which says so ([`set_runner`]) before it first installs the trampoline. A
+/// signal is only ever deferred by the trampoline, so the runner is known by then.
+static RUNNER: OnceLock<fn()> = OnceLock::new();
+
+/// `run` runs the deferred signals of the calling thread, each with its saved siginfo
+/// ([`take_pending`]). The first caller's `run` stays.
+pub fn set_runner(run: fn()) {
+    let _ = RUNNER.set(run);
+}
+
 /// A stretch of the library's work during which this thread holds a lock another
 /// library call may take (the fd table, a pipe's list of fds, a ring's lock): the
 /// program's handlers wait for its end.
@@ -207,7 +220,9 @@ impl Drop for Crit {
             v
         });
         if left == 0 && PENDING.with(Cell::get) != 0 {
-            crate::ffi::run_deferred();
+            if let Some(run) = RUNNER.get() {
+                run();
+            }
         }
     }
 }

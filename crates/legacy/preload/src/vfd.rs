@@ -12,8 +12,9 @@
 //! library does not know still see what they expect; the object says which kernel fd and
 //! events to wait on while the thread blocks ([`Virtual::wait_on`]).
 
+use std::any::Any;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 /// Highest fd number (exclusive) this library serves; higher ones stay kernel-only.
 pub const MAX_FD: usize = 65536;
@@ -42,10 +43,9 @@ pub trait Virtual: Send + Sync {
     fn needs_slices(&self, _fd: i32, _events: i16) -> bool {
         false
     }
-    /// The ring pipe this is, if it is one.
-    fn pipe(&self) -> Option<&crate::pipe::Pipe> {
-        None
-    }
+    /// The object itself, for a caller that knows what it may be (`pipe::get`, which
+    /// looks for a ring pipe).
+    fn as_any(&self) -> &dyn Any;
     /// The thread is about to block on `wait_on` (e.g. ask writers to ring a doorbell).
     fn arm(&self, _fd: i32, _events: i16) {}
     /// The thread woke up (undo `arm`, drain doorbells).
@@ -112,8 +112,20 @@ pub fn all() -> Vec<(i32, Arc<dyn Virtual>)> {
         .collect()
 }
 
+/// What [`before_block`] runs, once a module with something to send has said
+/// ([`on_before_block`]).
+static BEFORE_BLOCK: OnceLock<fn()> = OnceLock::new();
+
+/// Have `f` run by every [`before_block`] from now on (`udp`, when it makes its first
+/// batched socket: nothing is batched before that). The first caller's `f` stays.
+pub fn on_before_block(f: fn()) {
+    let _ = BEFORE_BLOCK.set(f);
+}
+
 /// Run before any interposed call blocks the thread in the kernel: what is batched for
 /// later (UDP sends) goes out now, so a peer waiting for it is never held up by our wait.
 pub fn before_block() {
-    crate::udp::before_block();
+    if let Some(f) = BEFORE_BLOCK.get() {
+        f();
+    }
 }

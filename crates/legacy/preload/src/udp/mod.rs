@@ -4,7 +4,8 @@
 //! Owns: which UDP sockets become ours (the policy, decided at `bind`), and the socket
 //! calls on them: `recv`/`recvfrom`/`recvmsg`/`recvmmsg` (and the fortified `__recv_chk`,
 //! `__recvfrom_chk`), `send`/`sendto`/`sendmsg`/`sendmmsg`, `setsockopt` (ring mode's
-//! control messages), and [`before_block`], which sends what is batched. Does not own the
+//! control messages). The sockets themselves, their table by fd and [`before_block`],
+//! which sends what is batched, are [`socket`]'s. Does not own the
 //! waiting (`poll`/`epoll`: the generic wrappers of module `wait`, through [`vfd::Virtual`]).
 //!
 //! Policy: `STREAMLINE_UDP_PORTS=53,5353` (read once). A `bind` of an AF_INET/AF_INET6 UDP
@@ -22,7 +23,7 @@
 //! (BENCHMARKS.md, "Legacy DNS").
 //!
 //! Transmission is batched into `sendmmsg` ([`socket`] says when it leaves and what happens
-//! to errors). `STREAMLINE_UDP_STATS=1` prints the counters ([`Stats`]) on stderr at exit
+//! to errors). `STREAMLINE_UDP_STATS=1` prints the counters ([`socket::Stats`]) on stderr at exit
 //! (`STREAMLINE_UDP_STATS=/path` appends them to that file).
 //! Several threads may use a socket: each socket's receive queue and send batch have a lock.
 //! Limits: `read`/`write` on a virtual UDP socket go to the kernel (a read then skips what is
@@ -34,35 +35,14 @@ pub mod parse;
 pub mod ring;
 pub mod sock;
 pub mod socket;
+pub mod synth;
 
 use crate::sys::{c_ret, set_errno};
 use crate::vfd;
-use socket::{Rx, UdpSock};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Once, OnceLock, RwLock};
-
-/// Counters of the batched sockets of this process.
-#[derive(Default)]
-pub struct Stats {
-    pub rx_datagrams: AtomicU64,
-    pub rx_batches: AtomicU64,
-    pub tx_datagrams: AtomicU64,
-    pub tx_batches: AtomicU64,
-    /// Batched datagrams the kernel refused (dropped; see [`socket`]).
-    pub tx_errors: AtomicU64,
-}
-
-pub static STATS: Stats = Stats {
-    rx_datagrams: AtomicU64::new(0),
-    rx_batches: AtomicU64::new(0),
-    tx_datagrams: AtomicU64::new(0),
-    tx_batches: AtomicU64::new(0),
-    tx_errors: AtomicU64::new(0),
-};
-
-/// Sockets with datagrams waiting to be sent (so [`before_block`] costs one load when none).
-static PENDING: AtomicUsize = AtomicUsize::new(0);
-static SOCKS: RwLock<Vec<Option<Arc<UdpSock>>>> = RwLock::new(Vec::new());
+use socket::{before_block, flush_all, get, put, Rx, UdpSock, STATS};
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Once, OnceLock};
 
 /// How datagrams are received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,39 +135,6 @@ fn policy() -> &'static Policy {
     })
 }
 
-/// Flush batched sends before the thread blocks.
-pub fn before_block() {
-    if PENDING.load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    PENDING.store(0, Ordering::Relaxed);
-    let socks: Vec<Arc<UdpSock>> = SOCKS
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .flatten()
-        .cloned()
-        .collect();
-    for s in socks {
-        if s.queued.load(Ordering::Relaxed) != 0 {
-            s.flush();
-        }
-    }
-}
-
-fn flush_all() {
-    let socks: Vec<Arc<UdpSock>> = SOCKS
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .flatten()
-        .cloned()
-        .collect();
-    for s in socks {
-        s.flush();
-    }
-}
-
 extern "C" fn at_fork_prepare() {
     // What the parent queued leaves now, so the child does not send it again.
     flush_all();
@@ -224,47 +171,6 @@ extern "C" fn at_exit() {
                 let _ = crate::sys::write(2, line.as_bytes());
             }
         }
-    }
-}
-
-/// The batched socket behind `fd`, if any.
-fn get(fd: i32) -> Option<Arc<UdpSock>> {
-    if !vfd::is_virtual(fd) {
-        return None;
-    }
-    SOCKS
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(fd as usize)
-        .and_then(|s| s.clone())
-}
-
-fn put(fd: i32, s: Option<Arc<UdpSock>>) {
-    let mut t = SOCKS.write().unwrap_or_else(|p| p.into_inner());
-    if t.len() <= fd as usize {
-        t.resize(fd as usize + 1, None);
-    }
-    t[fd as usize] = s;
-}
-
-/// `new` is another descriptor of socket `s` (dup).
-fn alias(s: &UdpSock, new: i32) {
-    let found = SOCKS
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .flatten()
-        .find(|x| std::ptr::eq(Arc::as_ptr(x), s))
-        .cloned();
-    if let Some(a) = found {
-        put(new, Some(a));
-    }
-}
-
-/// `fd` was closed.
-fn unalias(fd: i32) {
-    if fd >= 0 && (fd as usize) < vfd::MAX_FD {
-        put(fd, None);
     }
 }
 
@@ -374,6 +280,9 @@ fn install_hooks() {
             libc::atexit(at_exit);
             libc::pthread_atfork(Some(at_fork_prepare), None, None);
         }
+        // Every blocking call of the library sends what is batched first (nothing is
+        // batched before the first socket, made after this).
+        vfd::on_before_block(before_block);
     });
 }
 
@@ -739,16 +648,45 @@ pub unsafe extern "C" fn recvmmsg(
     got as i32
 }
 
+/// Before a message carrying descriptors (SCM_RIGHTS) leaves: a ring pipe end among them
+/// goes back to the kernel, since the receiver may be any program. Used by `sendmsg`.
+///
+/// # Safety
+/// `msg` is null or a valid msghdr.
+unsafe fn demote_passed(msg: *const libc::msghdr) {
+    if msg.is_null() {
+        return;
+    }
+    // SAFETY: a valid msghdr from sendmsg's caller; CMSG_* walk within msg_control.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const c_int;
+                let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<c_int>();
+                for i in 0..n {
+                    let fd = std::ptr::read_unaligned(data.add(i));
+                    if let Some(p) = crate::pipe::get(fd) {
+                        p.demote(fd);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+}
+
 /// sendmsg(2).
 ///
 /// # Safety
 /// As sendmsg(2).
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: i32, msg: *const libc::msghdr, flags: i32) -> isize {
-    if !crate::pipe::is_internal() {
+    if !crate::own::is_internal() {
         // A ring pipe end passed in the message goes back to the kernel first.
         // SAFETY: the caller's msghdr.
-        unsafe { crate::ffi::demote_passed(msg) };
+        unsafe { demote_passed(msg) };
     }
     match get(fd) {
         // SAFETY: the caller's msghdr.

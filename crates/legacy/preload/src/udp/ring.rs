@@ -227,7 +227,7 @@ impl Ring {
     pub fn peek(
         &mut self,
         want_pktinfo: bool,
-        out: &mut super::socket::Synth,
+        out: &mut super::synth::Synth,
     ) -> Option<(*const u8, usize)> {
         loop {
             let st = self.status(self.head);

@@ -2,149 +2,56 @@
 //! its send batch (flushed with `sendmmsg`), and the [`Virtual`] face the generic
 //! `poll`/`epoll`/`close`/`dup` wrappers use.
 //!
-//! Owns: the semantics of `recvmsg`/`sendmsg` on a socket the policy names. FFI: copying to
-//! and from the C caller's `msghdr` happens here (raw pointers the caller vouches for).
+//! Owns: the semantics of `recvmsg`/`sendmsg` on a socket the policy names; the batched
+//! sockets of this process by fd (which `dup` and `close` keep up to date), with
+//! [`before_block`], which sends what they have batched, and their counters ([`Stats`]).
+//! FFI: copying to and from the C caller's `msghdr` happens here (raw pointers the caller
+//! vouches for).
 //!
 //! Send semantics: a datagram queued by `sendto`/`sendmsg` is counted as sent (the call
 //! returns its length). It leaves when the batch is full (32), before the thread blocks
 //! (any interposed wait, a blocking receive), when a receive finds nothing (a program
 //! spinning on non-blocking receives), before `fork`, on `close` and at exit. An error
 //! the kernel gives for a batched datagram cannot reach the call that queued it: the
-//! datagram is dropped and counted ([`super::stats`]), as a datagram lost on the wire
+//! datagram is dropped and counted ([`STATS`]), as a datagram lost on the wire
 //! would be. Calls the batch cannot keep the order or meaning of go straight to the
 //! kernel after the batch is flushed: no destination (connected sends), flags other than
 //! MSG_DONTWAIT/MSG_NOSIGNAL/MSG_CONFIRM, over 64 KiB, or more than 256 bytes of control
 //! data. Receive flags other than MSG_PEEK/MSG_DONTWAIT/MSG_TRUNC/MSG_WAITALL/
 //! MSG_CMSG_CLOEXEC (MSG_ERRQUEUE, MSG_OOB) go to the kernel too.
 
-use super::parse::{Addr, Datagram};
 use super::ring::Ring;
-use super::{sock, STATS};
+use super::sock;
+use super::synth::{cmsg_align, zeroed_ss, Synth, CMSG_HDR, CTRL};
 use crate::sys::{self, Res};
-use crate::vfd::Virtual;
-use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use crate::vfd::{self, Virtual};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 pub const BATCH: usize = 32;
 const SLOT: usize = 65536;
-const CTRL: usize = 256;
+
+/// Counters of the batched sockets of this process.
+#[derive(Default)]
+pub struct Stats {
+    pub rx_datagrams: AtomicU64,
+    pub rx_batches: AtomicU64,
+    pub tx_datagrams: AtomicU64,
+    pub tx_batches: AtomicU64,
+    /// Batched datagrams the kernel refused (dropped; see the module docs).
+    pub tx_errors: AtomicU64,
+}
+
+pub static STATS: Stats = Stats {
+    rx_datagrams: AtomicU64::new(0),
+    rx_batches: AtomicU64::new(0),
+    tx_datagrams: AtomicU64::new(0),
+    tx_batches: AtomicU64::new(0),
+    tx_errors: AtomicU64::new(0),
+};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn zeroed_ss() -> libc::sockaddr_storage {
-    // SAFETY: sockaddr_storage is plain data; all-zero is valid.
-    unsafe { std::mem::zeroed() }
-}
-
-/// Source address and control messages made for a datagram taken from the ring.
-pub struct Synth {
-    pub name: libc::sockaddr_storage,
-    pub namelen: usize,
-    pub ctrl: [u8; CTRL],
-    pub ctrllen: usize,
-}
-
-const CMSG_HDR: usize = std::mem::size_of::<libc::cmsghdr>();
-fn cmsg_align(n: usize) -> usize {
-    (n + 7) & !7
-}
-
-impl Synth {
-    fn new() -> Synth {
-        Synth {
-            name: zeroed_ss(),
-            namelen: 0,
-            ctrl: [0; CTRL],
-            ctrllen: 0,
-        }
-    }
-
-    fn put_cmsg(&mut self, level: i32, ty: i32, data: &[u8]) {
-        let at = self.ctrllen;
-        let len = CMSG_HDR + data.len();
-        let hdr = libc::cmsghdr {
-            cmsg_len: len as _,
-            cmsg_level: level,
-            cmsg_type: ty,
-        };
-        // SAFETY: cmsghdr is plain data of CMSG_HDR bytes.
-        let hb = unsafe { std::slice::from_raw_parts(&hdr as *const _ as *const u8, CMSG_HDR) };
-        self.ctrl[at..at + CMSG_HDR].copy_from_slice(hb);
-        self.ctrl[at + CMSG_HDR..at + len].copy_from_slice(data);
-        self.ctrllen = at + cmsg_align(len);
-    }
-
-    /// Fill in what the kernel would have given a socket of this family for `d`, which
-    /// arrived on interface `ifindex`.
-    pub fn set(&mut self, d: &Datagram, ifindex: i32, ipv6: bool, pktinfo: bool) {
-        self.ctrllen = 0;
-        self.name = zeroed_ss();
-        match (d.src, ipv6) {
-            (Addr::V4(s), false) => {
-                // SAFETY: sockaddr_in fits in sockaddr_storage, which is suitably aligned.
-                let sin = unsafe { &mut *(&mut self.name as *mut _ as *mut libc::sockaddr_in) };
-                sin.sin_family = libc::AF_INET as u16;
-                sin.sin_port = d.sport.to_be();
-                sin.sin_addr.s_addr = u32::from_ne_bytes(s.octets());
-                self.namelen = std::mem::size_of::<libc::sockaddr_in>();
-            }
-            _ => {
-                let s = match d.src {
-                    Addr::V6(a) => a,
-                    Addr::V4(a) => a.to_ipv6_mapped(),
-                };
-                // SAFETY: as above, for sockaddr_in6.
-                let sin6 = unsafe { &mut *(&mut self.name as *mut _ as *mut libc::sockaddr_in6) };
-                sin6.sin6_family = libc::AF_INET6 as u16;
-                sin6.sin6_port = d.sport.to_be();
-                sin6.sin6_addr.s6_addr = s.octets();
-                // Link-local sources carry the arrival interface, as the kernel's do.
-                if s.segments()[0] & 0xffc0 == 0xfe80 {
-                    sin6.sin6_scope_id = ifindex as u32;
-                }
-                self.namelen = std::mem::size_of::<libc::sockaddr_in6>();
-            }
-        }
-        if pktinfo {
-            match d.dst {
-                Addr::V4(dst) if !ipv6 => {
-                    let a = u32::from_ne_bytes(dst.octets());
-                    let pi = libc::in_pktinfo {
-                        ipi_ifindex: ifindex,
-                        ipi_spec_dst: libc::in_addr { s_addr: a },
-                        ipi_addr: libc::in_addr { s_addr: a },
-                    };
-                    // SAFETY: in_pktinfo is plain data.
-                    let b = unsafe {
-                        std::slice::from_raw_parts(
-                            &pi as *const _ as *const u8,
-                            std::mem::size_of::<libc::in_pktinfo>(),
-                        )
-                    };
-                    self.put_cmsg(libc::IPPROTO_IP, libc::IP_PKTINFO, b);
-                }
-                Addr::V6(dst) if ipv6 => {
-                    let pi = libc::in6_pktinfo {
-                        ipi6_addr: libc::in6_addr {
-                            s6_addr: dst.octets(),
-                        },
-                        ipi6_ifindex: ifindex as u32,
-                    };
-                    // SAFETY: in6_pktinfo is plain data.
-                    let b = unsafe {
-                        std::slice::from_raw_parts(
-                            &pi as *const _ as *const u8,
-                            std::mem::size_of::<libc::in6_pktinfo>(),
-                        )
-                    };
-                    self.put_cmsg(libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, b);
-                }
-                _ => {}
-            }
-        }
-    }
 }
 
 /// A datagram ready to hand to the program.
@@ -579,7 +486,7 @@ impl UdpSock {
                 self.waiters.fetch_add(1, Ordering::Relaxed);
             }
             // Nothing here: what we queued to send goes out before the program waits.
-            super::before_block();
+            before_block();
             let r = if flags & libc::MSG_DONTWAIT != 0 || self.nonblocking() {
                 Err(libc::EAGAIN)
             } else {
@@ -687,7 +594,7 @@ impl UdpSock {
                     tx.flush(self.fd);
                     self.queued.store(0, Ordering::Relaxed);
                 } else if self.queued.fetch_add(1, Ordering::Relaxed) == 0 {
-                    super::PENDING.fetch_add(1, Ordering::Relaxed);
+                    PENDING.fetch_add(1, Ordering::Relaxed);
                 }
                 return Ok(total);
             }
@@ -788,6 +695,10 @@ unsafe fn copy_out(d: &Dg, msg: *mut libc::msghdr, flags: i32) -> usize {
 }
 
 impl Virtual for UdpSock {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn revents(&self, _fd: i32, events: i16) -> i16 {
         let ring = {
             let rx = lock(&self.rx);
@@ -881,12 +792,91 @@ impl Virtual for UdpSock {
 
     fn dup(&self, _old: i32, new: i32) {
         self.add_fd(new);
-        super::alias(self, new);
+        alias(self, new);
     }
 
     fn close(&self, fd: i32) {
         self.flush();
-        super::unalias(fd);
+        unalias(fd);
         self.remove_fd(fd);
+    }
+}
+
+/// Sockets with datagrams waiting to be sent (so [`before_block`] costs one load when none).
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+static SOCKS: RwLock<Vec<Option<Arc<UdpSock>>>> = RwLock::new(Vec::new());
+
+/// Flush batched sends before the thread blocks.
+pub fn before_block() {
+    if PENDING.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    PENDING.store(0, Ordering::Relaxed);
+    let socks: Vec<Arc<UdpSock>> = SOCKS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .flatten()
+        .cloned()
+        .collect();
+    for s in socks {
+        if s.queued.load(Ordering::Relaxed) != 0 {
+            s.flush();
+        }
+    }
+}
+
+/// Flush every batched socket (before `fork`, at exit).
+pub fn flush_all() {
+    let socks: Vec<Arc<UdpSock>> = SOCKS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .flatten()
+        .cloned()
+        .collect();
+    for s in socks {
+        s.flush();
+    }
+}
+
+/// The batched socket behind `fd`, if any.
+pub fn get(fd: i32) -> Option<Arc<UdpSock>> {
+    if !vfd::is_virtual(fd) {
+        return None;
+    }
+    SOCKS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(fd as usize)
+        .and_then(|s| s.clone())
+}
+
+pub fn put(fd: i32, s: Option<Arc<UdpSock>>) {
+    let mut t = SOCKS.write().unwrap_or_else(|p| p.into_inner());
+    if t.len() <= fd as usize {
+        t.resize(fd as usize + 1, None);
+    }
+    t[fd as usize] = s;
+}
+
+/// `new` is another descriptor of socket `s` (dup).
+fn alias(s: &UdpSock, new: i32) {
+    let found = SOCKS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .flatten()
+        .find(|x| std::ptr::eq(Arc::as_ptr(x), s))
+        .cloned();
+    if let Some(a) = found {
+        put(new, Some(a));
+    }
+}
+
+/// `fd` was closed.
+fn unalias(fd: i32) {
+    if fd >= 0 && (fd as usize) < vfd::MAX_FD {
+        put(fd, None);
     }
 }

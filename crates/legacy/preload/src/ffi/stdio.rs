@@ -8,7 +8,8 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use crate::{ffi, pipe, sys};
+use super::{fd, io};
+use crate::{own, pipe, sys};
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 #[repr(C)]
@@ -32,7 +33,7 @@ const FILENO_OFFSET: usize = 112;
 
 unsafe extern "C" fn c_read(cookie: *mut c_void, buf: *mut c_char, len: usize) -> isize {
     // SAFETY: glibc hands its buffer of len bytes.
-    unsafe { ffi::read(cookie as usize as c_int, buf.cast(), len) }
+    unsafe { io::read(cookie as usize as c_int, buf.cast(), len) }
 }
 
 unsafe extern "C" fn c_write(cookie: *mut c_void, buf: *const c_char, len: usize) -> isize {
@@ -40,7 +41,7 @@ unsafe extern "C" fn c_write(cookie: *mut c_void, buf: *const c_char, len: usize
     let mut off = 0;
     while off < len {
         // SAFETY: glibc hands its buffer of len bytes.
-        let n = unsafe { ffi::write(fd, buf.add(off).cast(), len - off) };
+        let n = unsafe { io::write(fd, buf.add(off).cast(), len - off) };
         if n < 0 {
             if sys::errno() == libc::EINTR {
                 continue;
@@ -54,7 +55,7 @@ unsafe extern "C" fn c_write(cookie: *mut c_void, buf: *const c_char, len: usize
 
 unsafe extern "C" fn c_close(cookie: *mut c_void) -> c_int {
     // SAFETY: closing the stream's descriptor.
-    unsafe { ffi::close(cookie as usize as c_int) }
+    unsafe { fd::close(cookie as usize as c_int) }
 }
 
 /// A stream over ring pipe end `fd` with C mode string `mode`.
@@ -127,7 +128,7 @@ fn real(name: &CStr) -> usize {
 
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
-    if !pipe::is_internal() && pipe::get(fd).is_some() {
+    if !own::is_internal() && pipe::get(fd).is_some() {
         return unsafe { cookie_stream(fd, mode) };
     }
     static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -145,7 +146,7 @@ unsafe fn fopen_with(
     let p = *cell.get_or_init(|| real(name));
     // SAFETY: libc's fopen.
     let f = unsafe { std::mem::transmute::<usize, FopenFn>(p)(path, mode) };
-    if f.is_null() || pipe::is_internal() || pipe::foreign() {
+    if f.is_null() || own::is_internal() || pipe::foreign() {
         return f;
     }
     // SAFETY: f is a live FILE.
@@ -189,7 +190,7 @@ type VdprintfFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void) -> c_i
 /// vdprintf(3). `ap` is the caller's `va_list` (on x86-64 and aarch64 a pointer to it).
 #[no_mangle]
 pub unsafe extern "C" fn vdprintf(fd: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int {
-    if pipe::is_internal() || pipe::get(fd).is_none() {
+    if own::is_internal() || pipe::get(fd).is_none() {
         static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         let p = *P.get_or_init(|| real(c"vdprintf"));
         // SAFETY: libc's vdprintf with the caller's arguments.
