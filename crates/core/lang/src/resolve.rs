@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::diag::{closest, did_you_mean, DiagKind, Diagnostic};
 use crate::graph::{quote, NodeKind};
 use crate::lexer::Word;
-use crate::place::{Placement, Side, SpaceSpec};
+use crate::place::{Placement, Side, SpaceSpec, SPACE};
 use crate::span::Span;
 
 /// A parameter a filter declares secret ([`Resolver::secrets`]): its option key, and the
@@ -946,8 +946,6 @@ fn node_options(
     }
     Ok(())
 }
-
-pub use crate::place::SPACE;
 
 /// A `space=` value, typed; a bad one is an error under the whole node, naming it.
 fn space_spec(

@@ -245,8 +245,8 @@ impl Assignment {
                     .split_once('=')
                     .ok_or_else(|| format!("'{entry}': '{kv}' is not KEY=VALUE"))?;
                 match k {
-                    lang::resolve::SPACE if v.is_empty() => np.space = Some(SpaceChange::Clear),
-                    lang::resolve::SPACE => {
+                    lang::place::SPACE if v.is_empty() => np.space = Some(SpaceChange::Clear),
+                    lang::place::SPACE => {
                         match SpaceSpec::parse(v).map_err(|e| format!("'{entry}': {e}"))? {
                             SpaceSpec::Runtime(list) => np.space = Some(SpaceChange::Set(list)),
                             p => {

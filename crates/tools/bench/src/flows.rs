@@ -23,7 +23,9 @@
 //! shared live capture).
 
 use crate::pcap::{timed, Cost};
-use crate::util::{cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir, MIB};
+use crate::util::{
+    before, cleanup_on_abnormal_exit, err, watchdog, Result, Summary, Target, TempDir, MIB,
+};
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -177,17 +179,6 @@ struct Counts {
     flows: u64,
     records: u64,
     messages: u64,
-}
-
-/// The number before `word` in `line`.
-fn before(line: &str, word: &str) -> Option<u64> {
-    let i = line.find(word)?;
-    line[..i]
-        .split_whitespace()
-        .last()?
-        .trim_start_matches('(')
-        .parse()
-        .ok()
 }
 
 struct Setup {

@@ -247,15 +247,7 @@ impl Setup {
             .lines()
             .find(|l| l.starts_with("httplog: "))
             .ok_or_else(|| err(format!("no `httplog:` line from our run: {se}")))?;
-        let num = |after: &str| -> Option<u64> {
-            let i = line.find(after)?;
-            line[..i]
-                .split_whitespace()
-                .last()?
-                .trim_start_matches('(')
-                .parse()
-                .ok()
-        };
+        let num = |after: &str| crate::util::before(line, after);
         let (requests, answered) = (num(" requests").unwrap_or(0), num(" answered").unwrap_or(0));
         let lines = std::fs::read(&self.log)?
             .iter()

@@ -201,6 +201,18 @@ fn fmt_value(v: f64) -> String {
     }
 }
 
+/// The number written before `word` in `line` (a summary line's counts: `5245 packets
+/// in`, `(173 records)`).
+pub fn before(line: &str, word: &str) -> Option<u64> {
+    let i = line.find(word)?;
+    line[..i]
+        .split_whitespace()
+        .last()?
+        .trim_start_matches('(')
+        .parse()
+        .ok()
+}
+
 /// `64B`, `1KiB`, `16MiB`.
 pub fn fmt_size(n: u64) -> String {
     let mut s = String::new();

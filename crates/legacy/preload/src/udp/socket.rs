@@ -812,30 +812,28 @@ pub fn before_block() {
         return;
     }
     PENDING.store(0, Ordering::Relaxed);
-    let socks: Vec<Arc<UdpSock>> = SOCKS
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .flatten()
-        .cloned()
-        .collect();
-    for s in socks {
+    for s in all_socks() {
         if s.queued.load(Ordering::Relaxed) != 0 {
             s.flush();
         }
     }
 }
 
-/// Flush every batched socket (before `fork`, at exit).
-pub fn flush_all() {
-    let socks: Vec<Arc<UdpSock>> = SOCKS
+/// Every batched socket of this process, taken out of the table (the flushes run
+/// without its lock).
+fn all_socks() -> Vec<Arc<UdpSock>> {
+    SOCKS
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
         .flatten()
         .cloned()
-        .collect();
-    for s in socks {
+        .collect()
+}
+
+/// Flush every batched socket (before `fork`, at exit).
+pub fn flush_all() {
+    for s in all_socks() {
         s.flush();
     }
 }
