@@ -2,8 +2,9 @@
 //! a run (issue 38). A daemon of its own serves `--http 127.0.0.1:0`; the same run
 //! (`gen count=N size=1K | count | count`, attached, through the daemon) is timed with no
 //! page open and with pages open: each page is what the browser keeps open, an event
-//! stream (`/api/events`, the runs once a second) read by curl with the session's cookie,
-//! and Prometheus's share, `/metrics` scraped every second with the scrape token, alternating
+//! stream (`/api/events`, the runs once a second) read with the session's cookie,
+//! and Prometheus's share, `/metrics` scraped every second with the scrape token (both by
+//! threads of the bench over plain sockets, no process started while a run runs), alternating
 //! rounds. Each round runs a closed and an open run back to back (in alternating order) and
 //! reads the CPU the daemon and everything it started spent on each (its threads' scheduler
 //! time, and the workers it reaped: the run's worker, whose one busy thread makes the run's
@@ -14,12 +15,11 @@
 //! round to round here, the target is 2%). Counts are checked before it prints. The browser's own drawing is not in it: it runs wherever the
 //! browser does, not in the daemon or the run.
 
-use crate::proc::kill_with_us;
 use crate::streamlined::{Daemon, RunReport, Setup};
 use crate::util::{err, Result};
 use daemon::proto::{Reply, Request};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,42 +38,75 @@ fn session_cookie(url: &str) -> Result<String> {
         .ok_or_else(|| err(format!("no session cookie from {url}: {head}")))
 }
 
-/// Pages open on the web view while they live: event streams and a scraper.
+/// Pages open on the web view while they live: event streams and a scraper, each a thread
+/// of this process speaking HTTP over a plain socket (what a browser tab and Prometheus
+/// keep open), so that the open rounds measure what serving them costs the daemon and the
+/// run, not a `curl` started every second on the same two CPUs.
 struct Pages {
-    streams: Vec<Child>,
     stop: Arc<AtomicBool>,
+    streams: Vec<std::thread::JoinHandle<bool>>,
     scraper: Option<std::thread::JoinHandle<u64>>,
+}
+
+/// `host:port` of a base URL `http://host:port`.
+fn authority(base: &str) -> String {
+    base.trim_start_matches("http://").trim_end_matches('/').to_string()
+}
+
+/// One GET on a fresh connection; the stream, the request sent.
+fn get(host: &str, path: &str, header: &str) -> std::io::Result<std::net::TcpStream> {
+    use std::io::Write;
+    let mut c = std::net::TcpStream::connect(host)?;
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\n{header}\r\nConnection: close\r\n\r\n"
+    )?;
+    Ok(c)
 }
 
 impl Pages {
     fn open(base: &str, cookie: &str, token: &str, n: usize) -> Result<Pages> {
+        use std::io::Read;
+        let host = authority(base);
+        let stop = Arc::new(AtomicBool::new(false));
         let mut streams = Vec::new();
         for _ in 0..n {
-            let mut c = Command::new("curl");
-            c.args([
-                "-sN",
-                "-H",
-                &format!("Cookie: {cookie}"),
-                &format!("{base}/api/events"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-            kill_with_us(&mut c);
-            streams.push(c.spawn().map_err(|e| err(format!("curl: {e}")))?);
+            let mut c = get(&host, "/api/events", &format!("Cookie: {cookie}"))
+                .map_err(|e| err(format!("opening {base}/api/events: {e}")))?;
+            // Reads until closed; whether it was still open (not ended by the server)
+            // when told to stop.
+            c.set_read_timeout(Some(Duration::from_millis(200)))
+                .map_err(|e| err(format!("event stream: {e}")))?;
+            let s = stop.clone();
+            streams.push(std::thread::spawn(move || {
+                let mut buf = [0u8; 16 << 10];
+                let mut head = Vec::new();
+                loop {
+                    match c.read(&mut buf) {
+                        Ok(0) => return s.load(Ordering::Relaxed),
+                        Ok(k) if head.len() < 12 => head.extend_from_slice(&buf[..k]),
+                        Ok(_) => {}
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) => {}
+                        Err(_) => return false,
+                    }
+                    if s.load(Ordering::Relaxed) {
+                        return head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200");
+                    }
+                }
+            }));
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, url, auth) = (
-            stop.clone(),
-            format!("{base}/metrics"),
-            format!("Authorization: Bearer {token}"),
-        );
+        let (s, auth) = (stop.clone(), format!("Authorization: Bearer {token}"));
         let scraper = std::thread::spawn(move || {
             let mut scrapes = 0;
             while !s.load(Ordering::Relaxed) {
-                let ok = Command::new("curl")
-                    .args(["-sf", "-o", "/dev/null", "-H", &auth, &url])
-                    .status()
-                    .is_ok_and(|st| st.success());
+                let ok = get(&host, "/metrics", &auth).is_ok_and(|mut c| {
+                    let mut body = Vec::new();
+                    c.read_to_end(&mut body).is_ok() && body.starts_with(b"HTTP/1.1 200")
+                });
                 scrapes += ok as u64;
                 std::thread::sleep(Duration::from_secs(1));
             }
@@ -82,21 +115,19 @@ impl Pages {
         // The streams connect and get their first event.
         std::thread::sleep(Duration::from_millis(300));
         Ok(Pages {
-            streams,
             stop,
+            streams,
             scraper: Some(scraper),
         })
     }
 
     /// Close them: the scrapes that succeeded, and whether every stream was still open.
     fn close(mut self) -> (u64, bool) {
-        let mut open = true;
-        for c in &mut self.streams {
-            open &= matches!(c.try_wait(), Ok(None));
-            let _ = c.kill();
-            let _ = c.wait();
-        }
         self.stop.store(true, Ordering::Relaxed);
+        let open = self
+            .streams
+            .drain(..)
+            .fold(true, |all, h| h.join().unwrap_or(false) && all);
         let scrapes = self.scraper.take().map_or(0, |h| h.join().unwrap_or(0));
         (scrapes, open)
     }
@@ -104,10 +135,6 @@ impl Pages {
 
 impl Drop for Pages {
     fn drop(&mut self) {
-        for c in &mut self.streams {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
         self.stop.store(true, Ordering::Relaxed);
     }
 }
@@ -179,7 +206,7 @@ pub fn open_vs_closed(
     let n = ((rate * secs) as u64).max(1 << 20);
     let p = pipe(n);
     let pages = if quick { 1 } else { 2 };
-    println!("web view: {base} ({pages} pages open: event streams by curl, /metrics scraped every second)");
+    println!("web view: {base} ({pages} pages open: event streams read by threads of this bench, /metrics scraped every second)");
     println!(
         "run:      STREAMLINE_SOCKET={} {} run '{p}'",
         s.daemon.socket.display(),
