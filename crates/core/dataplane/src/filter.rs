@@ -303,6 +303,14 @@ pub trait Filter: Send {
         None
     }
 
+    /// Sources only: blocks lost before the filter could take them, so far: a capture
+    /// socket's ring was full and the kernel dropped what it had no room for. Reported
+    /// with the counters (`Counters::lost`), so that a reader of the stream (a libpcap
+    /// reader's `pcap_stats`) learns of losses it never saw.
+    fn lost(&self) -> u64 {
+        0
+    }
+
     /// Progress of a source as (done, total) bytes, for progress bars.
     fn progress(&self) -> Option<(u64, u64)> {
         None

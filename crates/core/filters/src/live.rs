@@ -59,6 +59,8 @@ pub struct Rx {
     packets: u64,
     kernel_seen: u64,
     kernel_drops: u64,
+    /// When the kernel's counters were last read (`count_kernel`).
+    counted: Instant,
     /// None: the fixed scheme (poll, the kernel's block timeout ends it).
     adaptive: Option<Adaptive>,
     /// Fixed scheme: the polls the ring has made (its wake-ups).
@@ -187,6 +189,7 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         packets: 0,
         kernel_seen: 0,
         kernel_drops: 0,
+        counted: Instant::now(),
         adaptive,
         polls: 0,
         readers,
@@ -365,6 +368,7 @@ impl Rx {
     }
 
     fn count_kernel(&mut self, store: &Store) {
+        self.counted = Instant::now();
         for b in &self.bufs {
             if let Some(Ok((p, d))) = lent::lender::<RxRing>(store, *b).map(RxRing::stats) {
                 self.kernel_seen += p;
@@ -535,8 +539,11 @@ impl Filter for Rx {
                     } else {
                         self.held = Some((i, b, 0));
                     }
-                    // The kernel's counters (a system call): now and then, and at the end.
-                    if self.blocks_seen.is_multiple_of(64) {
+                    // The kernel's counters (a system call): every 64 blocks or 100 ms, and
+                    // at the end, so that drops reach the readers' `pcap_stats` soon.
+                    if self.blocks_seen.is_multiple_of(64)
+                        || self.counted.elapsed() >= Duration::from_millis(100)
+                    {
                         self.count_kernel(cx.store);
                     }
                     if empty {
@@ -621,6 +628,11 @@ impl Filter for Rx {
                 }
             }
         }
+    }
+
+    /// The kernel's ring-full drops on the capture sockets, as last read.
+    fn lost(&self) -> u64 {
+        self.kernel_drops
     }
 
     fn summary(&self) -> Option<String> {

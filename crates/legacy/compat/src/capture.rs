@@ -163,6 +163,14 @@ pub struct Capture {
     /// or while it read them).
     pub delivered: u64,
     pub dropped: u64,
+    /// What earlier subscriptions of this capture (before a filter or direction change,
+    /// or a reconnect) missed because the capture's socket had no room, and what the
+    /// current one had missed when last asked ([`Capture::kernel_lost`]).
+    lost_before: u64,
+    lost_known: u64,
+    /// The interface's own drop counters when the capture began (libpcap's `ps_ifdrop`
+    /// counts from there): None for a `streamline:` device.
+    ifdrops_at_open: Option<u64>,
     /// A packet handed out in place and not yet completed.
     held: bool,
     /// The program has the selectable descriptor: keep it readable while packets wait.
@@ -268,12 +276,15 @@ impl Capture {
     pub fn open(socket: PathBuf, params: Params) -> Result<Capture, OpenError> {
         match subscribe(&socket, &params) {
             Ok((sub, link_type)) => Ok(Capture {
-                params,
                 link_type,
                 socket,
                 sub,
                 delivered: 0,
                 dropped: 0,
+                lost_before: 0,
+                lost_known: 0,
+                ifdrops_at_open: interface_drops(&params.device),
+                params,
                 held: false,
                 selectable: false,
             }),
@@ -330,6 +341,9 @@ impl Capture {
             )
         })?;
         self.complete();
+        // What the old subscription missed stays counted.
+        self.kernel_lost();
+        self.lost_before += std::mem::take(&mut self.lost_known);
         let old = std::mem::replace(&mut self.sub.id, sub);
         self.sub.reader = reader;
         self.sub.lost_seen = 0;
@@ -381,6 +395,29 @@ impl Capture {
         if std::mem::take(&mut self.held) && self.sub.reader.peek_complete().is_err() {
             self.dropped += 1;
             self.delivered = self.delivered.saturating_sub(1);
+        }
+    }
+
+    /// Packets this capture missed because the shared capture's socket had no room for
+    /// them (the kernel's drops; libpcap's `ps_drop` counts its own socket's), since it
+    /// began, as the daemon last heard from the capture (a few hundred ms behind). The
+    /// capture is shared: these are packets some reader wanted, not necessarily this one.
+    /// A daemon that cannot answer leaves the last answer standing.
+    pub fn kernel_lost(&mut self) -> u64 {
+        if let Ok(Reply::CaptureStats { lost }) =
+            self.sub.client.call(Request::CaptureStats { sub: self.sub.id })
+        {
+            self.lost_known = lost;
+        }
+        self.lost_before + self.lost_known
+    }
+
+    /// Drops counted by the interface itself since the capture began, as libpcap counts
+    /// `ps_ifdrop` on Linux (the device's `rx_missed_errors` and `rx_fifo_errors`).
+    pub fn interface_dropped(&self) -> u64 {
+        match (self.ifdrops_at_open, interface_drops(&self.params.device)) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => 0,
         }
     }
 
@@ -539,6 +576,8 @@ impl Capture {
             match subscribe(&self.socket, &self.params) {
                 Ok((sub, _)) => {
                     self.held = false;
+                    // The daemon that went away cannot be asked: what it last said counts.
+                    self.lost_before += std::mem::take(&mut self.lost_known);
                     let mut old = std::mem::replace(&mut self.sub, sub);
                     // The program's selectable descriptor keeps its number.
                     keep_number(&mut old.wake, self.sub.wake.take());
@@ -552,6 +591,24 @@ impl Capture {
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
+    }
+}
+
+/// The interface's own drop counters (sysfs statistics `rx_missed_errors` plus
+/// `rx_fifo_errors`, what libpcap's `ps_ifdrop` counts on Linux); None for a device that
+/// is not an interface.
+fn interface_drops(device: &str) -> Option<u64> {
+    if device.is_empty() || device.contains('/') || device.starts_with('.') || device.contains(':') {
+        return None;
+    }
+    let stat = |name: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{device}/statistics/{name}"))
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    match (stat("rx_missed_errors"), stat("rx_fifo_errors")) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
     }
 }
 

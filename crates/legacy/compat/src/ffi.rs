@@ -888,12 +888,17 @@ on_handle!(pcap_stats(p, ps: *mut pcap_stat) -> c_int, |_, i| {
     let Some(c) = i.live() else {
         return PCAP_ERROR_NOT_ACTIVATED;
     };
-    let (recv, drop) = (c.delivered + c.dropped, c.dropped);
+    // As libpcap on Linux: ps_recv counts what the filter passed, dropped or not; ps_drop
+    // what was lost for want of room (the reader's own share overwritten, and the shared
+    // capture's socket full); ps_ifdrop the interface's own drops.
+    let kernel = c.kernel_lost();
+    let (recv, drop) = (c.delivered + c.dropped + kernel, c.dropped + kernel);
+    let ifdrop = c.interface_dropped();
     // SAFETY: the caller's pcap_stat.
     unsafe {
         (*ps).ps_recv = recv as c_uint;
         (*ps).ps_drop = drop as c_uint;
-        (*ps).ps_ifdrop = 0;
+        (*ps).ps_ifdrop = ifdrop as c_uint;
     }
     0
 });

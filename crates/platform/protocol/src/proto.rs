@@ -110,6 +110,10 @@ pub struct RunOptions {
     pub chaos: Option<u64>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn default_plan() -> String {
     "ilp".into()
 }
@@ -318,6 +322,9 @@ pub enum Request {
     },
     /// End subscription `sub` of this connection (its reader sees the end of its stream).
     Release { sub: u64 },
+    /// What subscription `sub` of this connection missed before its capture could take
+    /// it (libpcap's kernel drops for `pcap_stats`): answered with `capture_stats`.
+    CaptureStats { sub: u64 },
     /// A one-time token for the daemon's web view (`streamlined --http`), bound to the
     /// asking user (the kernel's credentials of this connection): answered with `web`,
     /// the URL that exchanges it for a session (ENOTSUP when the daemon serves no web
@@ -546,6 +553,10 @@ pub struct NodeCounters {
     pub made: u64,
     #[serde(default)]
     pub ended: u64,
+    /// Sources: blocks lost before the node could take them (the kernel's ring-full
+    /// drops; `dataplane::Counters::lost`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lost: u64,
     /// Classes seen leaving the node (sampled).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<u16>,
@@ -623,6 +634,11 @@ pub enum Reply {
         link_type: u32,
         fds: u32,
     },
+    /// The answer to `capture_stats`: packets the capture's sources lost (their socket's
+    /// ring was full: the kernel's drops) since the subscription began, as of the
+    /// worker's last counters (a few hundred ms at most). The capture is shared, so these
+    /// are packets some reader wanted, not necessarily this one.
+    CaptureStats { lost: u64 },
     Counters {
         run: u64,
         elapsed_s: f64,

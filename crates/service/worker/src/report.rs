@@ -15,6 +15,7 @@ pub fn counters(nodes: &[dataplane::runtime::NodeReport]) -> Vec<NodeCounters> {
             blocks_out: r.counters.blocks_out,
             bytes_out: r.counters.bytes_out,
             drops: r.counters.drops,
+            lost: r.counters.lost,
             made: r.counters.made,
             ended: r.counters.ended,
             classes: r.classes.clone(),

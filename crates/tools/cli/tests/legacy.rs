@@ -455,6 +455,58 @@ fn a_stopped_reader_reports_drops_and_the_others_lose_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Packets the shared capture's socket had no room for (its process stopped while the
+/// traffic came) are reported by every reader's `pcap_stats` as dropped, as the system's
+/// libpcap reports its own socket's: captured + dropped = sent on both, where ours used
+/// to report fewer packets and no drops.
+#[test]
+fn the_captures_kernel_drops_reach_its_readers_as_libpcap_reports_them() {
+    let v = quiet_veth("lgq", "veth pairs, namespaces, packet capture");
+    let d = Daemon::start("lgq", None);
+    let dir = tmpdir("q");
+    let ours = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("ours.pcap"));
+    let plain = tcpdump(Command::new("tcpdump"), &v.here, "", &dir.join("plain.pcap"));
+    let worker = String::from_utf8_lossy(
+        &Command::new("pgrep")
+            .args(["-x", common::worker(), "-P", &d.pid().to_string()])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .trim()
+    .to_string();
+    assert!(
+        !worker.is_empty() && !worker.contains('\n'),
+        "expected the daemon to run one worker (the capture's), found {worker:?}"
+    );
+    let signal = |sig: &str, pid: &str| {
+        assert!(Command::new("kill")
+            .args([sig, pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    // The capture's process and the plain reader stopped: neither socket is read while
+    // eight times the sample (about 40 MB, the capture socket's ring is 16 MiB, the plain
+    // reader's 2 MiB) arrives.
+    signal("-STOP", &worker);
+    signal("-STOP", &plain.id().to_string());
+    let loops = 8;
+    replay(&v, 20000, loops);
+    let total = offline_count("") * loops as u64;
+    signal("-CONT", &worker);
+    signal("-CONT", &plain.id().to_string());
+    settle(&[dir.join("ours.pcap"), dir.join("plain.pcap")]);
+    for (who, r) in [("the system's libpcap", plain), ("ours", ours)] {
+        let (got, recv, drop, err) = stop(r);
+        assert!(drop > 0, "{who}: no drops reported though the socket's ring overflowed:\n{err}");
+        assert!(got < total, "{who}: every packet captured ({got}) though the ring overflowed:\n{err}");
+        assert_eq!(got + drop, total, "{who}: captured + dropped is not what was sent:\n{err}");
+        assert_eq!(recv, got + drop, "{who}: received by filter is not captured + dropped:\n{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// tshark (its dumpcap child captures) on our libpcap counts what it counts on the
 /// system's.
 #[test]

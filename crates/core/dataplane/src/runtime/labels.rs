@@ -185,6 +185,7 @@ pub fn fold_internal(
                 a.made += c.made;
                 a.ended += c.ended;
                 a.nanos += c.nanos;
+                a.lost += c.lost;
                 if !space.is_empty() && !r.space.split(',').any(|s| s == space) {
                     r.space = if r.space.is_empty() {
                         space.to_string()

@@ -30,6 +30,10 @@ pub struct Counters {
     pub made: u64,
     pub ended: u64,
     pub nanos: u64,
+    /// Sources only: blocks lost before the node could take them, so far (a capture
+    /// socket's ring was full: the kernel's drops; see `Filter::lost`). Not part of the
+    /// sum above: they never entered.
+    pub lost: u64,
 }
 
 /// Blocks and bytes an arc carried.
@@ -186,7 +190,11 @@ impl RtNode {
     pub(crate) fn report(&self, nanos: u64) -> NodeReport {
         NodeReport {
             label: self.label.clone(),
-            counters: Counters { nanos, ..self.c },
+            counters: Counters {
+                nanos,
+                lost: self.filter.lost(),
+                ..self.c
+            },
             summary: self.filter.summary(),
             classes: self.watch.classes(),
             space: String::new(),

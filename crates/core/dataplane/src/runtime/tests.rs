@@ -91,6 +91,7 @@ fn replicas_split_and_join_fold_into_the_users_node() {
             made: m,
             ended: e,
             nanos: 1,
+            lost: 0,
         },
         summary: None,
         classes: vec![],

@@ -103,7 +103,7 @@ fn unescape(s: &str) -> String {
 fn node_line(n: &NodeReport, summary: &str) -> String {
     let c = n.counters;
     format!(
-        "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{summary}\n",
+        "node\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{summary}\n",
         one_line(&n.label),
         c.blocks_in,
         c.bytes_in,
@@ -113,6 +113,7 @@ fn node_line(n: &NodeReport, summary: &str) -> String {
         c.made,
         c.ended,
         c.nanos,
+        c.lost,
     )
 }
 
@@ -228,7 +229,7 @@ pub(crate) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
     for l in text.lines() {
         let f: Vec<&str> = l.split('\t').collect();
         match f.as_slice() {
-            ["node", label, nums @ .., summary] if nums.len() == 8 => {
+            ["node", label, nums @ .., summary] if nums.len() == 9 => {
                 if label.starts_with(EGRESS) || label.starts_with(INGRESS) {
                     continue;
                 }
@@ -242,6 +243,7 @@ pub(crate) fn parse_report(text: &str, rep: &mut SpacesReport, suffix: &str) {
                     made: v[5],
                     ended: v[6],
                     nanos: v[7],
+                    lost: v[8],
                 };
                 let summary = (*summary != "-").then(|| unescape(summary));
                 rep.nodes.push(NodeReport {
@@ -389,6 +391,36 @@ mod tests {
                 && rep.warnings[0].contains("ring\t4\t16"),
             "{:?}",
             rep.warnings
+        );
+    }
+
+    #[test]
+    fn a_node_record_carries_every_counter_and_what_its_source_lost() {
+        let n = NodeReport {
+            label: "rx\tdev".into(),
+            counters: crate::runtime::Counters {
+                blocks_in: 1,
+                bytes_in: 2,
+                blocks_out: 3,
+                bytes_out: 4,
+                drops: 5,
+                made: 6,
+                ended: 7,
+                nanos: 8,
+                lost: 9,
+            },
+            summary: None,
+            classes: vec![],
+            space: String::new(),
+        };
+        let mut rep = SpacesReport::default();
+        parse_report(&node_line(&n, "-"), &mut rep, "@p1");
+        assert_eq!(rep.nodes.len(), 1, "{:?}", rep.warnings);
+        let c = rep.nodes[0].counters;
+        assert_eq!(rep.nodes[0].label, "rx\tdev@p1");
+        assert_eq!(
+            [c.blocks_in, c.bytes_in, c.blocks_out, c.bytes_out, c.drops, c.made, c.ended, c.nanos, c.lost],
+            [1, 2, 3, 4, 5, 6, 7, 8, 9]
         );
     }
 

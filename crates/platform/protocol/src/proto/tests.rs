@@ -263,6 +263,7 @@ fn every_message_round_trips_through_its_envelope() {
             direction: "in".into(),
         },
         Request::Release { sub: 4 },
+        Request::CaptureStats { sub: 4 },
         Request::Web {},
     ];
     for m in requests {
@@ -314,6 +315,7 @@ fn every_message_round_trips_through_its_envelope() {
             link_type: 1,
             fds: 2,
         },
+        Reply::CaptureStats { lost: 7 },
         Reply::Counters {
             run: 1,
             elapsed_s: 0.5,

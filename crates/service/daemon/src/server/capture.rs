@@ -17,13 +17,16 @@ pub(super) struct Options {
 
 /// What the daemon holds for its readers' options: the socket that holds interfaces in
 /// promiscuous mode (one PACKET_MR_PROMISC membership per promiscuous reader: the kernel
-/// counts them, and the interface leaves promiscuous mode with the last), and which
-/// subscriptions hold one.
+/// counts them, and the interface leaves promiscuous mode with the last), which
+/// subscriptions hold one, and what each subscription's capture had lost when it began.
 #[derive(Default)]
 pub(super) struct Held {
     socket: Option<OwnedFd>,
     /// (run, subscription) -> interface index.
     promisc: BTreeMap<(u64, u64), u32>,
+    /// (run, subscription) -> the run's sources' losses when it subscribed
+    /// ([`Daemon::capture_stats`] counts from there).
+    lost_at_start: BTreeMap<(u64, u64), u64>,
 }
 
 /// Bytes a frame takes in libpcap's capture ring for the reader's share: a full-sized
@@ -165,6 +168,12 @@ impl Daemon {
                 ));
             }
         }
+        let lost = self.lost_by_sources(run);
+        self.capture_opts
+            .lock()
+            .expect("not poisoned")
+            .lost_at_start
+            .insert((run, sub), lost);
         self.subs
             .lock()
             .expect("not poisoned")
@@ -274,7 +283,53 @@ impl Daemon {
         }
     }
 
+    /// What the sources of `run` lost before they could take it (the kernel's ring-full
+    /// drops on its capture sockets), as of the worker's last counters.
+    fn lost_by_sources(&self, run: u64) -> u64 {
+        self.run(run).map_or(0, |r| {
+            r.counters
+                .lock()
+                .expect("not poisoned")
+                .1
+                .iter()
+                .map(|n| n.lost)
+                .sum()
+        })
+    }
+
+    /// `capture_stats`: what subscription `sub` of connection `conn` missed since it began
+    /// because its capture's socket had no room (libpcap's kernel drops).
+    pub(super) fn capture_stats(&self, conn: u64, sub: u64) -> CallResult {
+        let run = self
+            .subs
+            .lock()
+            .expect("not poisoned")
+            .get(&conn)
+            .and_then(|mine| mine.iter().find(|s| s.1 == sub).map(|s| s.0))
+            .ok_or_else(|| {
+                refuse(
+                    libc::ENOENT,
+                    format!("no subscription {sub} on this connection"),
+                )
+            })?;
+        let start = self
+            .capture_opts
+            .lock()
+            .expect("not poisoned")
+            .lost_at_start
+            .get(&(run, sub))
+            .copied()
+            .unwrap_or(0);
+        let lost = self.lost_by_sources(run).saturating_sub(start);
+        Ok((Reply::CaptureStats { lost }, vec![]))
+    }
+
     pub(super) fn end_subscription(&self, run: u64, sub: u64, device: Option<&str>) {
+        self.capture_opts
+            .lock()
+            .expect("not poisoned")
+            .lost_at_start
+            .remove(&(run, sub));
         self.untap(run, sub);
         self.promisc_off(run, sub);
         if let Some(dev) = device {

@@ -636,6 +636,7 @@ impl Daemon {
                     direction,
                 },
             ),
+            Request::CaptureStats { sub } => self.capture_stats(conn, sub),
             Request::Release { sub } => {
                 let mut all = self.subs.lock().expect("not poisoned");
                 let mine = all.entry(conn).or_default();
