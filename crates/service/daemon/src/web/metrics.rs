@@ -110,6 +110,11 @@ pub fn render(runs: &[RunView]) -> String {
         "counter",
         "Blocks a node took and did not pass on (filtered out or lost).",
     );
+    let mut lost = Family::new(
+        "streamline_node_lost_total",
+        "counter",
+        "Packets a source lost before it could take them (its capture socket's ring was full: the kernel's drops).",
+    );
     let mut arc_blocks = Family::new(
         "streamline_arc_blocks_total",
         "counter",
@@ -173,6 +178,9 @@ pub fn render(runs: &[RunView]) -> String {
             bytes.add(&with("in"), n.bytes_in);
             bytes.add(&with("out"), n.bytes_out);
             drops.add(&node, n.drops);
+            if n.source {
+                lost.add(&node, n.lost);
+            }
         }
         for e in &r.edges {
             let arc = [
@@ -202,6 +210,7 @@ pub fn render(runs: &[RunView]) -> String {
         &blocks,
         &bytes,
         &drops,
+        &lost,
         &arc_blocks,
         &arc_bytes,
         &fill,
@@ -287,6 +296,27 @@ mod tests {
             "streamline_channel_fill_ratio{run=\"3\",user=\"root\",from=\"gen\",to=\"count:a\"} 0.2500\n"
         ));
         assert!(text.contains("# TYPE streamline_channel_writer_waits_total counter\n"));
+    }
+
+    #[test]
+    fn a_sources_kernel_drops_are_a_counter_of_their_own() {
+        let mut r = run("running (detached)");
+        r.nodes.push(NodeView {
+            label: "rx".into(),
+            name: "rx".into(),
+            space: "0".into(),
+            source: true,
+            lost: 5,
+            ..Default::default()
+        });
+        let text = render(&[r]);
+        assert!(text.contains("# TYPE streamline_node_lost_total counter\n"), "{text}");
+        assert!(
+            text.contains("streamline_node_lost_total{run=\"3\",user=\"root\",node=\"rx\",filter=\"rx\",space=\"0\"} 5\n"),
+            "{text}"
+        );
+        // Only sources lose before they take: no series for the others.
+        assert_eq!(text.matches("streamline_node_lost_total{").count(), 1, "{text}");
     }
 
     #[test]

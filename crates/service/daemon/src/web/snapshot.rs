@@ -61,6 +61,8 @@ pub struct NodeView {
     pub blocks_out: u64,
     pub bytes_out: u64,
     pub drops: u64,
+    /// A source's losses before it could take them (the kernel's ring-full drops).
+    pub lost: u64,
     pub classes: Vec<u16>,
 }
 
@@ -112,6 +114,7 @@ pub fn join(graph: &[GraphNode], counters: &[NodeCounters]) -> Vec<NodeView> {
         n.blocks_out = c.blocks_out;
         n.bytes_out = c.bytes_out;
         n.drops = c.drops;
+        n.lost = c.lost;
         n.classes = c.classes.clone();
         if !c.space.is_empty() {
             n.space = c.space.clone();
