@@ -160,9 +160,9 @@ pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
     let (et, at) = link_layer(data, link.unwrap_or(LINKTYPE_ETHERNET))?;
     let sp = LaxSlicedPacket::from_ether_type(EtherType(et), data.get(at..)?);
     // The type of what the link layer carries, inside VLAN tags.
-    let ether_type = Some(match &sp.vlan {
+    let ether_type = Some(match sp.vlan() {
         Some(VlanSlice::SingleVlan(v)) => v.ether_type().0,
-        Some(VlanSlice::DoubleVlan(v)) => v.inner().ether_type().0,
+        Some(VlanSlice::DoubleVlan(v)) => v.inner.ether_type().0,
         None => et,
     });
     // Where a TCP or UDP header would start when ports are to be read there: IPv4 not a
@@ -208,7 +208,8 @@ pub fn parse(data: &[u8], link: Option<u32>) -> Option<Pkt> {
                 direct.then_some(p.payload),
             )
         }
-        None => (None, false, None, None, None),
+        // ARP (which etherparse parses as a network layer of its own) is not IP.
+        Some(LaxNetSlice::Arp(_)) | None => (None, false, None, None, None),
     };
     let (l4, payload) = match &sp.transport {
         Some(TransportSlice::Tcp(t)) => (

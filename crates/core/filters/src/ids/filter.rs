@@ -4,7 +4,7 @@
 //! Owns: turning frames into engine packets, the verdict as the block's class (0: dropped),
 //! and the alert formats. The rules, the reassembly and the matching are the engine's.
 
-use super::defrag::{Defrag, Step};
+use super::defrag::{ipv6_fragment, ipv6_upper, Defrag, Step};
 use super::engine::{
     Alert, Engine, Mode, Packet, Settings, Tcp, Verdict, FRAG_OVERLAP_GID, FRAG_OVERLAP_SID,
 };
@@ -29,9 +29,9 @@ pub struct Ips {
     skipped_rules: usize,
     failed: Option<String>,
     defrag: Defrag,
-    /// IPv4 fragments taken, datagrams made whole from them, fragments dropped for
-    /// overlapping (a whole datagram's drop is the engine's), refused as impossible, and
-    /// fragments passed uninspected (IPv6, VLAN-tagged).
+    /// IP fragments taken (IPv4 and IPv6), datagrams made whole from them, fragments
+    /// dropped for overlapping (a whole datagram's drop is the engine's), refused as
+    /// impossible, and fragments passed uninspected (VLAN-tagged, or cut short).
     fragments: u64,
     datagrams: u64,
     frags_dropped: u64,
@@ -129,7 +129,7 @@ impl Filter for Ips {
             },
             if self.fragments + self.frags_uninspected > 0 {
                 format!(
-                    "; {} IPv4 fragments made {} datagrams ({} fragments dropped for overlapping, {} impossible, {} datagrams expired), {} fragments uninspected (IPv6, VLAN)",
+                    "; {} IP fragments made {} datagrams ({} fragments dropped for overlapping, {} impossible, {} datagrams expired), {} fragments uninspected (VLAN, cut short)",
                     self.fragments, self.datagrams, self.frags_dropped, self.frags_bad, self.defrag.expired, self.frags_uninspected
                 )
             } else {
@@ -141,39 +141,57 @@ impl Filter for Ips {
 }
 
 impl Ips {
-    /// An IP fragment: kept until its datagram is whole, which is then inspected as one
-    /// packet (the fragment that completes it gets the verdict: dropping it leaves the
-    /// receiver nothing to reassemble). IPv6 fragments and fragments under VLAN tags pass
-    /// uninspected (counted).
+    /// An IP fragment (IPv4, or IPv6 with a fragment header): kept until its datagram is
+    /// whole, which is then inspected as one packet (the fragment that completes it gets
+    /// the verdict: dropping it leaves the receiver nothing to reassemble). Fragments under
+    /// VLAN tags, and ones cut too short to read, pass uninspected (counted).
     fn fragment(&mut self, data: &[u8], link: u32, ts_ns: u64) -> Verdict {
         use etherparse::{Ipv4HeaderSlice, TcpHeaderSlice, UdpHeaderSlice};
-        let ip = crate::packet::link_layer(data, link)
-            .filter(|&(ethertype, _)| ethertype == 0x0800)
-            .and_then(|(_, off)| Some((off, Ipv4HeaderSlice::from_slice(data.get(off..)?).ok()?)));
-        let Some((off, h)) = ip else {
+        // (source, destination, protocol, key's protocol, id, offset, more, bytes)
+        let frag = match crate::packet::link_layer(data, link) {
+            Some((0x0800, off)) => Ipv4HeaderSlice::from_slice(data.get(off..).unwrap_or(&[]))
+                .ok()
+                .map(|h| {
+                    let start = off + h.slice().len();
+                    let end = (off + h.total_len() as usize).min(data.len());
+                    let proto = h.protocol().0;
+                    (
+                        IpAddr::from(h.source_addr()),
+                        IpAddr::from(h.destination_addr()),
+                        proto,
+                        proto,
+                        h.identification() as u32,
+                        h.fragments_offset().value() as usize * 8,
+                        h.more_fragments(),
+                        data.get(start..end).unwrap_or(&[]),
+                    )
+                }),
+            Some((0x86DD, off)) => ipv6_fragment(data.get(off..).unwrap_or(&[])).map(|f| {
+                (
+                    IpAddr::from(f.src),
+                    IpAddr::from(f.dst),
+                    f.next,
+                    0,
+                    f.id,
+                    f.offset,
+                    f.more,
+                    f.data,
+                )
+            }),
+            _ => None,
+        };
+        let Some((src, dst, proto, key_proto, id, offset, more, body)) = frag else {
             self.frags_uninspected += 1;
             return Verdict::Pass;
         };
         self.fragments += 1;
-        let start = off + h.slice().len();
-        let end = (off + h.total_len() as usize).min(data.len());
-        let body = data.get(start..end).unwrap_or(&[]);
-        let (src, dst, proto) = (h.source_addr(), h.destination_addr(), h.protocol().0);
-        let offset = h.fragments_offset().value() as usize * 8;
-        let step = self.defrag.fragment(
-            src,
-            dst,
-            proto,
-            h.identification(),
-            offset,
-            h.more_fragments(),
-            body,
-            ts_ns,
-        );
+        let step = self
+            .defrag
+            .fragment(src, dst, key_proto, id, offset, more, body, ts_ns);
         let mut p = Packet {
             ts_ns,
-            src: src.into(),
-            dst: dst.into(),
+            src,
+            dst,
             proto,
             sport: 0,
             dport: 0,
@@ -200,7 +218,15 @@ impl Ips {
                 v
             }
             Step::Whole(whole) => {
-                let mut payload: &[u8] = &whole;
+                // IPv6: the fragmentable part may start with extension headers.
+                let (proto, upper) = if src.is_ipv6() {
+                    ipv6_upper(&whole, proto)
+                } else {
+                    (proto, 0)
+                };
+                p.proto = proto;
+                let whole = &whole[upper..];
+                let mut payload: &[u8] = whole;
                 match proto {
                     6 => {
                         if let Ok(t) = TcpHeaderSlice::from_slice(&whole) {
