@@ -229,7 +229,7 @@ impl Ips {
                 let mut payload: &[u8] = whole;
                 match proto {
                     6 => {
-                        if let Ok(t) = TcpHeaderSlice::from_slice(&whole) {
+                        if let Ok(t) = TcpHeaderSlice::from_slice(whole) {
                             (p.sport, p.dport) = (t.source_port(), t.destination_port());
                             p.tcp = Some(Tcp {
                                 seq: t.sequence_number(),
@@ -241,7 +241,7 @@ impl Ips {
                         }
                     }
                     17 => {
-                        if let Ok(u) = UdpHeaderSlice::from_slice(&whole) {
+                        if let Ok(u) = UdpHeaderSlice::from_slice(whole) {
                             (p.sport, p.dport) = (u.source_port(), u.destination_port());
                             payload = &whole[8..];
                         }
