@@ -650,16 +650,10 @@ fn a_daemon_killed_with_sigkill_leaves_nothing_a_restart_does_not_reclaim() {
     });
     // Worst case: the worker and the daemon both die, so no one cleans up (the worker
     // first: alone, it would see the daemon's socket close and stop cleanly).
-    let workers = String::from_utf8_lossy(
-        &Command::new("pgrep")
-            .args(["-x", common::worker(), "-P", &d.pid().to_string()])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned();
-    for w in workers.split_whitespace() {
-        let _ = Command::new("kill").args(["-KILL", w]).status();
+    for w in d.workers() {
+        let _ = Command::new("kill")
+            .args(["-KILL", &w.to_string()])
+            .status();
     }
     assert!(Command::new("kill")
         .args(["-KILL", &d.pid().to_string()])

@@ -748,28 +748,30 @@ fn frame_of_fragment(id: u16, offset: usize, more: bool, data: &[u8]) -> Vec<u8>
     v
 }
 
-#[test]
-fn a_pattern_split_across_ip_fragments_is_found_and_differing_overlaps_are_refused() {
-    let d = dir("frag");
+/// The two fragment evasions, each frame made by `frame(datagram, offset, more, bytes)`:
+/// datagram 1, "....fragmented-attack...." cut inside the pattern, sent last part first;
+/// datagram 2, its last fragment sent twice before the first, the copy with other bytes
+/// (which copy a receiver keeps differs between systems: the evasion).
+fn fragment_evasions(frame: impl Fn(u32, usize, bool, &[u8]) -> Vec<u8>) -> Cap {
     let mut cap = Cap { frames: Vec::new() };
-    // Datagram 1: "....fragmented-attack...." cut inside the pattern, sent last part first.
     let payload = b"0123456789abcdeffragmented-attack-in-two-parts--".to_vec();
     let parts = fragments(&payload, &[32]);
     for (i, (off, data)) in parts.iter().enumerate().rev() {
-        cap.frames
-            .push(frame_of_fragment(1, *off, i + 1 < parts.len(), data));
+        cap.frames.push(frame(1, *off, i + 1 < parts.len(), data));
     }
-    // Datagram 2: its last fragment sent twice before the first, the copy with other
-    // bytes (which copy a receiver keeps differs between systems: the evasion).
     let parts = fragments(b"harmless harmless harmless harmless", &[16]);
-    cap.frames
-        .push(frame_of_fragment(2, parts[1].0, false, &parts[1].1));
+    cap.frames.push(frame(2, parts[1].0, false, &parts[1].1));
     let mut evil = parts[1].1.clone();
     evil[..6].copy_from_slice(b"attack");
-    cap.frames
-        .push(frame_of_fragment(2, parts[1].0, false, &evil));
-    cap.frames
-        .push(frame_of_fragment(2, parts[0].0, true, &parts[0].1));
+    cap.frames.push(frame(2, parts[1].0, false, &evil));
+    cap.frames.push(frame(2, parts[0].0, true, &parts[0].1));
+    cap
+}
+
+#[test]
+fn a_pattern_split_across_ip_fragments_is_found_and_differing_overlaps_are_refused() {
+    let d = dir("frag");
+    let cap = fragment_evasions(|id, off, more, data| frame_of_fragment(id as u16, off, more, data));
     let pcap = d.join("frag.pcap");
     cap.write(&pcap);
     // ngrep sees no packet with the whole pattern: it is only in the datagram.
@@ -830,22 +832,10 @@ fn frame_of_v6_fragment(id: u32, offset: usize, more: bool, data: &[u8]) -> Vec<
 fn ipv6_fragments_are_reassembled_for_inspection_as_tshark_reassembles_them() {
     need("tshark");
     let d = dir("frag6");
-    let mut cap = Cap { frames: Vec::new() };
-    let payload = b"0123456789abcdeffragmented-attack-in-two-parts--".to_vec();
-    let parts = fragments(&payload, &[32]);
-    for (i, (off, data)) in parts.iter().enumerate().rev() {
-        cap.frames
-            .push(frame_of_v6_fragment(0x0001_0001, *off, i + 1 < parts.len(), data));
-    }
-    let parts = fragments(b"harmless harmless harmless harmless", &[16]);
-    cap.frames
-        .push(frame_of_v6_fragment(0x0002_0001, parts[1].0, false, &parts[1].1));
-    let mut evil = parts[1].1.clone();
-    evil[..6].copy_from_slice(b"attack");
-    cap.frames
-        .push(frame_of_v6_fragment(0x0002_0001, parts[1].0, false, &evil));
-    cap.frames
-        .push(frame_of_v6_fragment(0x0002_0001, parts[0].0, true, &parts[0].1));
+    // 32-bit identifications: datagram k is 0x000k_0001.
+    let cap = fragment_evasions(|id, off, more, data| {
+        frame_of_v6_fragment(id << 16 | 1, off, more, data)
+    });
     let pcap = d.join("frag6.pcap");
     cap.write(&pcap);
     assert_eq!(ngrep_count(&pcap, b"fragmented-attack", "ip6"), 0);

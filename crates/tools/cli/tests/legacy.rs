@@ -466,19 +466,13 @@ fn the_captures_kernel_drops_reach_its_readers_as_libpcap_reports_them() {
     let dir = tmpdir("q");
     let ours = tcpdump(on_streamline(&d, "tcpdump"), &v.here, "", &dir.join("ours.pcap"));
     let plain = tcpdump(Command::new("tcpdump"), &v.here, "", &dir.join("plain.pcap"));
-    let worker = String::from_utf8_lossy(
-        &Command::new("pgrep")
-            .args(["-x", common::worker(), "-P", &d.pid().to_string()])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .trim()
-    .to_string();
-    assert!(
-        !worker.is_empty() && !worker.contains('\n'),
-        "expected the daemon to run one worker (the capture's), found {worker:?}"
+    let workers = d.workers();
+    assert_eq!(
+        workers.len(),
+        1,
+        "expected the daemon to run one worker (the capture's), found {workers:?}"
     );
+    let worker = workers[0].to_string();
     let signal = |sig: &str, pid: &str| {
         assert!(Command::new("kill")
             .args([sig, pid])

@@ -153,18 +153,24 @@ impl Daemon {
         std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
     }
 
-    /// Wait until every worker of this daemon captures on `dev` (see `wait_capturing`).
-    pub fn wait_workers_capturing(&self, dev: &str) {
-        let workers = String::from_utf8_lossy(
+    /// The process ids of this daemon's workers now.
+    pub fn workers(&self) -> Vec<u32> {
+        String::from_utf8_lossy(
             &Command::new("pgrep")
                 .args(["-x", super::worker(), "-P", &self.pid().to_string()])
                 .output()
                 .unwrap()
                 .stdout,
         )
-        .into_owned();
-        for w in workers.split_whitespace() {
-            super::wait_capturing(w.parse().unwrap(), dev);
+        .split_whitespace()
+        .map(|w| w.parse().unwrap())
+        .collect()
+    }
+
+    /// Wait until every worker of this daemon captures on `dev` (see `wait_capturing`).
+    pub fn wait_workers_capturing(&self, dev: &str) {
+        for w in self.workers() {
+            super::wait_capturing(w, dev);
         }
     }
 
