@@ -321,46 +321,7 @@ impl IpfixIn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flows::ipfix::{Encoder, Record, Version};
-
-    fn rec(i: u64, v6: bool) -> Record {
-        let mut src = [0u8; 16];
-        let mut dst = [0u8; 16];
-        if v6 {
-            src[0] = 0xfd;
-            dst[0] = 0xfd;
-        } else {
-            src[..4].copy_from_slice(&[10, 0, 0, 1]);
-            dst[..4].copy_from_slice(&[10, 0, 0, 2]);
-        }
-        src[15] = i as u8;
-        dst[3] = i as u8;
-        Record {
-            v6,
-            src,
-            dst,
-            sport: 1000 + i as u16,
-            dport: 80,
-            proto: if i % 5 == 0 {
-                if v6 {
-                    58
-                } else {
-                    1
-                }
-            } else {
-                6
-            },
-            tos: 0x10,
-            flags: 0x1b,
-            packets: i + 1,
-            octets: 1000 * i + 40,
-            start_ms: 1_700_000_000_000 + i,
-            end_ms: 1_700_000_001_000 + i,
-            ingress: 3,
-            vlan: 42,
-            reason: 3,
-        }
-    }
+    use crate::flows::ipfix::{test_record as rec, Encoder, Record, Version};
 
     /// What the encoder sends, decoded by netflow_parser (an independent decoder), is what
     /// went in, in order, whatever mix of templates and however the messages were cut: as

@@ -17,11 +17,12 @@
 //! 4 bytes, and each template field's number and length ([`Version::wire`]). Its times are
 //! milliseconds of sysUptime (FIRST_SWITCHED, LAST_SWITCHED): the exporter "boots" at the
 //! whole second at or before the stream's first packet ([`Encoder::stream_starts`]), stream
-//! time again, so a capture still makes the same bytes wherever it is read; the header's
-//! sysUptime and UNIX seconds are the export time cut to the same whole second, so a
-//! collector's boot time (`unix_secs * 1000 - sysUptime`) is exact and the first and last
-//! seen it computes are the packets' own milliseconds. sysUptime wraps after 2^32 ms (49.7
-//! days of stream), as a router's does.
+//! time again, so a capture still makes the same bytes wherever it is read. The header's
+//! export time is the stream's time when the packet is sent rounded up to a whole second,
+//! so a collector's boot time (`unix_secs * 1000 - sysUptime`) is exact, the first and
+//! last seen it computes are the packets' own milliseconds, and no record ends after the
+//! header's sysUptime. sysUptime wraps after 2^32 ms (49.7 days of stream), as a router's
+//! does.
 
 use super::cache::{EndReason, Flow};
 use super::observe::{ICMP, ICMPV6};
@@ -352,12 +353,24 @@ impl Encoder {
             return;
         }
         self.close_set();
-        // IPFIX: the message's length; v9: its count of records, template and data.
-        let n = match self.version {
-            Version::Ipfix => self.msg.len() as u16,
-            Version::V9 => self.in_msg as u16 + self.templates_in_msg,
-        };
-        self.msg[2..4].copy_from_slice(&n.to_be_bytes());
+        match self.version {
+            Version::Ipfix => {
+                let len = self.msg.len() as u16;
+                self.msg[2..4].copy_from_slice(&len.to_be_bytes());
+            }
+            Version::V9 => {
+                // The count of records, template and data. The export time: the stream's
+                // time now, rounded up to a whole second, so that a collector's boot
+                // (UNIX seconds * 1000 - sysUptime) is the exporter's exactly, and no
+                // record's LAST_SWITCHED is after the header's sysUptime.
+                let count = self.in_msg as u16 + self.templates_in_msg;
+                let secs = self.now_ms.div_ceil(1000);
+                let up = uptime(secs * 1000, self.boot_ms.unwrap_or(0));
+                self.msg[2..4].copy_from_slice(&count.to_be_bytes());
+                self.msg[4..8].copy_from_slice(&up.to_be_bytes());
+                self.msg[8..12].copy_from_slice(&(secs as u32).to_be_bytes());
+            }
+        }
         out(&self.msg);
         self.messages += 1;
         self.seq = self.seq.wrapping_add(match self.version {
@@ -370,15 +383,15 @@ impl Encoder {
     }
 
     fn start(&mut self, templates: bool) {
-        let secs = (self.now_ms / 1000) as u32;
-        let uptime = uptime(self.now_ms / 1000 * 1000, self.boot_ms.unwrap_or(0));
         let m = &mut self.msg;
         m.extend_from_slice(&self.version.number().to_be_bytes());
+        // The rest that depends on what the message holds is written when it is sent:
+        // IPFIX's length; v9's count, sysUptime and UNIX seconds.
         m.extend_from_slice(&[0, 0]);
-        if self.version == Version::V9 {
-            m.extend_from_slice(&uptime.to_be_bytes());
+        match self.version {
+            Version::Ipfix => m.extend_from_slice(&((self.now_ms / 1000) as u32).to_be_bytes()),
+            Version::V9 => m.extend_from_slice(&[0; 8]),
         }
-        m.extend_from_slice(&secs.to_be_bytes());
         m.extend_from_slice(&self.seq.to_be_bytes());
         m.extend_from_slice(&self.domain.to_be_bytes());
         debug_assert_eq!(m.len(), self.version.header_len());
@@ -476,34 +489,51 @@ fn encode(r: &Record, t: &Template, v: Version, boot_ms: u64, m: &mut Vec<u8>) {
     }
 }
 
+/// Record `i` of the tests' flows: IPv4 or IPv6, every fifth ICMP, times from
+/// 1_700_000_000_000 + i.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(i: u64, v6: bool) -> Record {
-        let mut src = [0u8; 16];
-        let mut dst = [0u8; 16];
+pub(crate) fn test_record(i: u64, v6: bool) -> Record {
+    let mut src = [0u8; 16];
+    let mut dst = [0u8; 16];
+    if v6 {
+        src[0] = 0xfd;
+        dst[0] = 0xfd;
+    } else {
         src[..4].copy_from_slice(&[10, 0, 0, 1]);
         dst[..4].copy_from_slice(&[10, 0, 0, 2]);
-        src[15] = i as u8;
-        Record {
-            v6,
-            src,
-            dst,
-            sport: 1000 + i as u16,
-            dport: 80,
-            proto: 6,
-            tos: 0,
-            flags: 0x1b,
-            packets: i + 1,
-            octets: 100 * i + 40,
-            start_ms: 1_700_000_001_234 + i,
-            end_ms: 1_700_000_003_456 + i,
-            ingress: 0,
-            vlan: 0,
-            reason: 1,
-        }
     }
+    src[15] = i as u8;
+    dst[3] = i as u8;
+    Record {
+        v6,
+        src,
+        dst,
+        sport: 1000 + i as u16,
+        dport: 80,
+        proto: if i % 5 == 0 {
+            if v6 {
+                58
+            } else {
+                1
+            }
+        } else {
+            6
+        },
+        tos: 0x10,
+        flags: 0x1b,
+        packets: i + 1,
+        octets: 1000 * i + 40,
+        start_ms: 1_700_000_000_000 + i,
+        end_ms: 1_700_000_001_000 + i,
+        ingress: 3,
+        vlan: 42,
+        reason: 3,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{test_record as rec, *};
 
     fn u16_at(m: &[u8], at: usize) -> u16 {
         u16::from_be_bytes([m[at], m[at + 1]])
@@ -532,10 +562,11 @@ mod tests {
     }
 
     /// Encodes `n` records (every third IPv6) at stream times 10 ms apart from
-    /// 1_700_000_000_250, flushing every `every` records.
+    /// 1_700_000_004_789, flushing every `every` records; the stream's first packet at
+    /// 1_699_999_999_500.
     fn messages(v: Version, n: u64, every: u64, mtu: usize) -> Vec<Vec<u8>> {
         let mut enc = Encoder::new(v, 7, mtu, 600_000);
-        enc.stream_starts(1_700_000_000_250);
+        enc.stream_starts(1_699_999_999_500);
         let mut msgs = Vec::new();
         for i in 0..n {
             enc.push(&rec(i, i % 3 == 0), 1_700_000_004_789 + i * 10, &mut |m| {
@@ -562,15 +593,6 @@ mod tests {
                 "sequence: export packets before this one"
             );
             assert_eq!(u32_at(m, 16), 7, "source ID");
-            // The export time of the first record in the message, cut to its second; the
-            // boot is the whole second before the stream's first packet.
-            let now = 1_700_000_004_789 + records * 10;
-            assert_eq!(u32_at(m, 8) as u64, now / 1000, "UNIX seconds");
-            assert_eq!(
-                u32_at(m, 4) as u64,
-                now / 1000 * 1000 - 1_700_000_000_000,
-                "sysUptime"
-            );
             // Count: every template and data record in the packet.
             let mut count = 0;
             for (id, body) in sets(m, Version::V9) {
@@ -582,7 +604,17 @@ mod tests {
                 };
             }
             assert_eq!(u16_at(m, 2) as usize, count, "count of message {i}");
-            records += (count - if i == 0 { 2 } else { 0 }) as u64;
+            let data = (count - if i == 0 { 2 } else { 0 }) as u64;
+            // The export time: that of the message's last record, rounded up to a whole
+            // second; the boot: the whole second before the stream's first packet.
+            let now = 1_700_000_004_789 + (records + data - 1) * 10;
+            assert_eq!(u32_at(m, 8) as u64, now.div_ceil(1000), "UNIX seconds");
+            assert_eq!(
+                u32_at(m, 4) as u64,
+                now.div_ceil(1000) * 1000 - 1_699_999_999_000,
+                "sysUptime"
+            );
+            records += data;
         }
         assert_eq!(records, 40);
     }
@@ -669,7 +701,19 @@ mod tests {
         let msgs = messages(Version::V9, 2, 1000, 1400);
         let (id, body) = sets(&msgs[0], Version::V9)[2];
         assert_eq!(id, 256, "record 1 is IPv4");
-        let mut at = 0;
+        // Record 1: start 1_700_000_000_001, end 1_700_000_001_001; boot 1_699_999_999_000.
+        assert_eq!(switched(body, 0), (1001, 2001));
+        // A collector's boot (UNIX seconds * 1000 - sysUptime) is the exporter's exactly.
+        let m = &msgs[0];
+        assert_eq!(
+            u32_at(m, 8) as u64 * 1000 - u32_at(m, 4) as u64,
+            1_699_999_999_000
+        );
+    }
+
+    /// FIRST_SWITCHED and LAST_SWITCHED of IPv4 record `k` of a v9 data set.
+    fn switched(body: &[u8], k: usize) -> (u32, u32) {
+        let mut at = k * V4.record_len(Version::V9);
         let (mut first, mut last) = (None, None);
         for f in V4.wire(Version::V9) {
             match f.id {
@@ -679,14 +723,30 @@ mod tests {
             }
             at += f.len as usize;
         }
-        // Record 1: start 1_700_000_001_235, end 1_700_000_003_457; boot 1_700_000_000_000.
-        assert_eq!((first, last), (Some(1235), Some(3457)));
-        // A collector's boot (UNIX seconds * 1000 - sysUptime) is the exporter's exactly.
+        (first.unwrap(), last.unwrap())
+    }
+
+    /// However late in a packet a record comes, it ends no later than the header's
+    /// sysUptime: the header's time is written when the packet is sent.
+    #[test]
+    fn no_v9_record_ends_after_its_packets_uptime() {
+        let mut enc = Encoder::new(Version::V9, 0, 1400, 600_000);
+        let mut msgs = Vec::new();
+        let mut r = rec(1, false);
+        enc.stream_starts(r.start_ms);
+        for k in 0..5 {
+            r.end_ms = r.start_ms + 700 * k;
+            enc.push(&r, r.end_ms, &mut |m| msgs.push(m.to_vec()));
+        }
+        enc.flush(&mut |m| msgs.push(m.to_vec()));
+        assert_eq!(msgs.len(), 1);
         let m = &msgs[0];
-        assert_eq!(
-            u32_at(m, 8) as u64 * 1000 - u32_at(m, 4) as u64,
-            1_700_000_000_000
-        );
+        let (id, body) = sets(m, Version::V9)[1];
+        assert_eq!(id, 256);
+        let ends: Vec<u32> = (0..5).map(|k| switched(body, k).1).collect();
+        // Boot 1_700_000_000_000 (the record starts at 1_700_000_000_001).
+        assert_eq!(ends, [1, 701, 1401, 2101, 2801]);
+        assert_eq!((u32_at(m, 4), u32_at(m, 8)), (3000, 1_700_000_003));
     }
 
     /// Every field v9 sends is one of RFC 3954's field types (below 128).
