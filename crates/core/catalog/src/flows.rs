@@ -4,7 +4,7 @@
 use crate::{Access, FilterSpec, Kind, Param, Replication};
 
 pub static IPFIX: FilterSpec = FilterSpec::new("ipfix", Access::Inspection)
-    .synopsis("ipfix to=HOST:PORT[,HOST:PORT] [out=FILE] [transport=udp|tcp] [idle=S] [active=S] [fin=S] [flows=N] [domain=N] [refresh=S]")
+    .synopsis("ipfix to=HOST:PORT[,HOST:PORT] [out=FILE] [transport=udp|tcp] [version=10|9] [idle=S] [active=S] [fin=S] [flows=N] [domain=N] [refresh=S]")
     .description(
         "Meters the packets of the stream into flows and exports them as IPFIX (RFC 7011/7012)\n\
          to collectors (nfcapd, any IPFIX collector) and/or a file; every block passes on\n\
@@ -17,7 +17,11 @@ pub static IPFIX: FilterSpec = FilterSpec::new("ipfix", Access::Inspection)
          flow ends when idle for `idle`, at its first packet `active` after its start, `fin`\n\
          after TCP FIN both ways or an RST, or at the end of the stream; a full table\n\
          (`flows`) ends the least recently seen flow (counted in the summary). Templates go\n\
-         in the first message and again every `refresh` of stream time.",
+         in the first message and again every `refresh` of stream time. `version=9` exports\n\
+         the same records as NetFlow v9 (RFC 3954) for collectors that want it: first and last\n\
+         packet as milliseconds of sysUptime from the whole second before the stream's first\n\
+         packet, TCP flags in one byte, no end reason; over UDP only (a v9 message has no\n\
+         length to delimit it in a TCP stream or a file).",
     )
     .params(&[
         Param::new("to", "collectors HOST:PORT[,HOST:PORT...], each sent every message (also positional)").at(0),
@@ -25,6 +29,9 @@ pub static IPFIX: FilterSpec = FilterSpec::new("ipfix", Access::Inspection)
         Param::new("transport", "udp (one datagram a message) or tcp (a stream of messages)")
             .kind(Kind::Choice(&["udp", "tcp"]))
             .default("udp"),
+        Param::new("version", "10: IPFIX (RFC 7011); 9: NetFlow v9 (RFC 3954), UDP collectors only")
+            .kind(Kind::Choice(&["10", "9"]))
+            .default("10"),
         Param::new("idle", "seconds without a packet that end a flow").kind(Kind::Number).default("15"),
         Param::new("active", "seconds after which a long flow is reported and started anew").kind(Kind::Number).default("1800"),
         Param::new("fin", "seconds a TCP flow waits for its last packets after FIN both ways or an RST").kind(Kind::Number).default("1"),
@@ -46,11 +53,13 @@ pub static IPFIX: FilterSpec = FilterSpec::new("ipfix", Access::Inspection)
 pub static IPFIXIN: FilterSpec = FilterSpec::new("ipfixin", Access::Source)
     .synopsis("ipfixin [port=N] [bind=ADDR] [count=N] [idle=S]")
     .description(
-        "An IPFIX collector as a source: listens on a UDP port for IPFIX messages (from\n\
-         routers, softflowd, another run's `ipfix`), keeps each exporter's templates and\n\
-         hands on one block per flow record, a JSON object on one line: exporter, domain,\n\
-         src, dst, sport, dport (ICMP: type*256+code), proto, packets, bytes, start_ms,\n\
-         end_ms, tcp_flags, tos, vlan, ingress, end_reason. Runs until stopped, or until\n\
+        "An IPFIX collector as a source: listens on a UDP port for IPFIX messages or NetFlow\n\
+         v9 export packets (from routers, softflowd, another run's `ipfix`), keeps each\n\
+         exporter's templates and hands on one block per flow record, a JSON object on one\n\
+         line: exporter, domain (v9: source ID), src, dst, sport, dport (ICMP:\n\
+         type*256+code), proto, packets, bytes, start_ms, end_ms (v9: made absolute with the\n\
+         header's boot time), tcp_flags, tos, vlan, ingress, end_reason (0: not sent, as in\n\
+         v9). Runs until stopped, or until\n\
          `count` records, or `idle` seconds without a message once one came.",
     )
     .params(&[

@@ -13,7 +13,10 @@
 //!   number of flows exported with the end reason lackOfResources;
 //! - over TCP the collector receives the same bytes as `out=` writes;
 //! - `ipfixin` collects softflowd's export: its records equal nfdump's view of the same
-//!   export.
+//!   export;
+//! - NetFlow v9 (`version=9`): nfdump lists the same flows from our v9 export as from our
+//!   IPFIX export of the same capture, tshark dissects it without a malformed packet, and
+//!   `ipfixin` reads from it the records it reads from the IPFIX export.
 //!
 //! softflowd reading a file never ends a flow by time (its timeouts run on the clock,
 //! and it skips them for files), so the comparisons use timeouts longer than the
@@ -561,14 +564,70 @@ fn our_flows_equal_softflowds_at_a_real_collector_on_generated_captures() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// NetFlow v9 carries the same flows as IPFIX: nfcapd collects both exports of a capture,
+/// and nfdump lists the same flows (5-tuple, packets, bytes, first and last seen to the
+/// millisecond, flags); with long timeouts (everything ends at the end) and short ones
+/// (flows end all through the capture, the messages' header times vary).
+#[test]
+fn netflow_v9_flows_equal_ipfix_flows_at_a_real_collector() {
+    let d = dir("v9");
+    let mut captures = vec![PathBuf::from(SAMPLE)];
+    for seed in seeds() {
+        let pcap = d.join(format!("gen-{seed:x}.pcap"));
+        make_capture(&pcap, seed, 150);
+        captures.push(pcap);
+    }
+    for (i, pcap) in captures.iter().enumerate() {
+        for timeouts in [OURS_LONG, "idle=1 active=5 fin=1 refresh=1"] {
+            let (ipfix, _) = ours(pcap, &format!("ipfix-{i}"), timeouts);
+            let (v9, err) = ours(pcap, &format!("v9-{i}"), &format!("{timeouts} version=9"));
+            assert!(!ipfix.is_empty(), "{}: no flows", pcap.display());
+            if ipfix != v9 {
+                let only = |a: &[String], b: &[String]| -> String {
+                    a.iter()
+                        .filter(|l| !b.contains(l))
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                };
+                panic!(
+                    "{} ({timeouts}): {} flows as IPFIX, {} as v9\nonly IPFIX:\n{}\nonly v9:\n{}\n{}",
+                    pcap.display(),
+                    ipfix.len(),
+                    v9.len(),
+                    only(&ipfix, &v9),
+                    only(&v9, &ipfix),
+                    summary(&err, "ipfix")
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn wiresharks_ipfix_dissector_finds_nothing_malformed_and_every_record() {
+    let versions = dissected_export("tshark", "");
+    assert!(versions.iter().all(|v| v == "10"), "versions {versions:?}");
+}
+
+#[test]
+fn wiresharks_dissector_reads_netflow_v9_as_well() {
+    let versions = dissected_export("tshark-v9", "version=9");
+    assert!(versions.iter().all(|v| v == "9"), "versions {versions:?}");
+}
+
+/// The export (`ipfix` with `extra` parameters) of a generated capture to nfcapd, as
+/// tcpdump captures it on the way: tshark's cflow dissector finds nothing malformed, every
+/// data record and several template sets. Returns the version of each message, as tshark
+/// reads it.
+fn dissected_export(name: &str, extra: &str) -> Vec<String> {
     need("tshark", "--version");
     need("tcpdump", "--version");
-    let d = dir("tshark");
+    let d = dir(name);
     let pcap = d.join("gen.pcap");
     make_capture(&pcap, 0x7357_ab1e, 120);
-    let col = Nfcapd::start("tshark");
+    let col = Nfcapd::start(name);
     let cap = d.join("export.pcap");
     let mut tcpdump = Command::new("tcpdump");
     // --immediate-mode: each datagram handed over at once (TPACKET_V3 otherwise holds a
@@ -597,7 +656,7 @@ fn wiresharks_ipfix_dissector_finds_nothing_malformed_and_every_record() {
     // Templates every second of stream time: several template sets in the export (short
     // timeouts, so flows are exported all through the capture's 20 s, not all at its end).
     let err = run(&format!(
-        "pcapin file={} | ipfix to={} idle=1 active=5 fin=1 refresh=1 mtu=600 | null",
+        "pcapin file={} | ipfix to={} idle=1 active=5 fin=1 refresh=1 mtu=600 {extra} | null",
         pcap.display(),
         col.to()
     ));
@@ -694,7 +753,15 @@ fn wiresharks_ipfix_dissector_finds_nothing_malformed_and_every_record() {
         sets as u64 >= 2 * templates,
         "tshark sees {sets} templates for {templates} template sets"
     );
+    let versions = tshark("cflow", "cflow.version");
+    assert_eq!(
+        versions.len() as u64,
+        sent,
+        "tshark reads {} of {sent} messages",
+        versions.len()
+    );
     let _ = std::fs::remove_dir_all(&d);
+    versions
 }
 
 /// Records of a message stream (a file written with `out=`, or what a TCP collector got).
@@ -835,13 +902,8 @@ fn a_tcp_collector_gets_the_bytes_out_writes() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-#[test]
-fn ipfixin_collects_softflowds_export_as_nfdump_reads_it() {
-    need("softflowd", "-h");
-    let d = dir("ipfixin");
-    let json = d.join("flows.json");
-    let port = free_port(true);
-    let col = Nfcapd::start("ipfixin");
+/// `ipfixin port=PORT idle=2 | outfile JSON`, listening once this returns.
+fn ipfixin(port: u16, json: &Path) -> Proc {
     let c = Command::new(BIN)
         .args([
             "run",
@@ -854,8 +916,68 @@ fn ipfixin_collects_softflowds_export_as_nfdump_reads_it() {
         .spawn()
         .unwrap();
     let pid = c.id();
-    let mut run = Proc(Some(c));
+    let run = Proc(Some(c));
     common::wait_listening(pid, port, true);
+    run
+}
+
+/// `ipfixin` reads our NetFlow v9 export as it reads our IPFIX export of the same capture:
+/// the same records (v9 has no end reason: 0), times made absolute from the v9 header.
+#[test]
+fn ipfixin_reads_our_netflow_v9_as_our_ipfix() {
+    let d = dir("ipfixin-v9");
+    let json = d.join("flows.json");
+    let port = free_port(true);
+    let mut listen = ipfixin(port, &json);
+    // The domain (v9: source ID) tells the two exports apart.
+    let mut sent = 0;
+    for (domain, version) in [(1, 10), (2, 9)] {
+        let err = run(&format!(
+            "pcapin file={SAMPLE} | ipfix to=127.0.0.1:{port} domain={domain} version={version} idle=2 fin=0.5 | null"
+        ));
+        sent += number_before(summary(&err, "ipfix"), "records in");
+    }
+    let out = listen.0.take().unwrap().wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ipfixin: {err}");
+    let mut by_domain: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for l in std::fs::read_to_string(&json).unwrap().lines() {
+        let mut v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        let domain = v["domain"].as_u64().unwrap();
+        // IPFIX carries the end reason, v9 does not.
+        assert_eq!(v["end_reason"] == 0, domain == 2, "{l}");
+        for k in ["exporter", "domain", "end_reason"] {
+            v.as_object_mut().unwrap().remove(k);
+        }
+        by_domain.entry(domain).or_default().push(v.to_string());
+    }
+    assert_eq!(
+        by_domain.values().map(Vec::len).sum::<usize>() as u64,
+        sent,
+        "ipfixin: {}",
+        summary(&err, "ipfixin")
+    );
+    let mut ipfix = by_domain.remove(&1).unwrap_or_default();
+    let mut v9 = by_domain.remove(&2).unwrap_or_default();
+    ipfix.sort();
+    v9.sort();
+    assert!(!ipfix.is_empty());
+    assert_eq!(
+        ipfix, v9,
+        "ipfixin's records of the IPFIX and the v9 export differ"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn ipfixin_collects_softflowds_export_as_nfdump_reads_it() {
+    need("softflowd", "-h");
+    let d = dir("ipfixin");
+    let json = d.join("flows.json");
+    let port = free_port(true);
+    let col = Nfcapd::start("ipfixin");
+    let mut run = ipfixin(port, &json);
     // softflowd exports the same file twice, to our source and to nfcapd (given two `-n`,
     // softflowd 1.1 sends to the last only). Reading a file, its records are the same each
     // time: their times are the packets'. No `-c` (see `softflowd`).

@@ -1,5 +1,5 @@
-//! The collector side: IPFIX messages decoded into flow records, and `ipfixin`, the source
-//! that listens for them.
+//! The collector side: IPFIX messages (and NetFlow v9 export packets) decoded into flow
+//! records, and `ipfixin`, the source that listens for them.
 //!
 //! Decoding is `netflow_parser`'s (templates kept per exporter); this module owns the
 //! record a pipeline sees, [`FlowRecord`], one block each, as a JSON object on one line
@@ -12,13 +12,17 @@
 //! ```
 //!
 //! ICMP flows carry type and code as `dport` (`type * 256 + code`) and `sport` 0, as
-//! nfdump shows them. Fields an exporter did not send are 0 (times: 0 when sent only
-//! relative to the exporter's boot, flowStartSysUpTime).
+//! nfdump shows them. Fields an exporter did not send are 0 (NetFlow v9 has no end reason;
+//! IPFIX times: 0 when sent only relative to the exporter's boot, flowStartSysUpTime). A
+//! NetFlow v9 record is read as an IPFIX one, its field types being the IPFIX elements of
+//! the same number, but for FIRST_SWITCHED and LAST_SWITCHED, which are made absolute with
+//! the packet header's boot time (UNIX seconds * 1000 - sysUptime).
 
 use dataplane::{Args, Batch, Ctx, Filter, FilterError};
 use netflow_parser::variable_versions::field_value::{DataNumber, DurationValue, FieldValue};
 use netflow_parser::variable_versions::ipfix::lookup::{IANAIPFixField as F, IPFixField};
-use netflow_parser::variable_versions::ipfix::FlowSetBody;
+use netflow_parser::variable_versions::ipfix::FlowSetBody as IpfixSet;
+use netflow_parser::variable_versions::v9::FlowSetBody as V9Set;
 use netflow_parser::{NetflowPacket, NetflowParser};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -50,9 +54,9 @@ pub struct FlowRecord {
 #[derive(Default)]
 pub struct Decoder {
     parsers: HashMap<SocketAddr, NetflowParser>,
-    /// Messages that were not IPFIX (NetFlow v5, v9), and data sets whose template was
+    /// Messages neither IPFIX nor NetFlow v9 (v5, v7), and data sets whose template was
     /// never seen.
-    pub not_ipfix: u64,
+    pub other_versions: u64,
     pub no_template: u64,
     /// The first decoding error met, to report.
     pub error: Option<String>,
@@ -84,8 +88,16 @@ fn addr(v: &FieldValue) -> Option<IpAddr> {
     }
 }
 
-/// One data record's fields as a [`FlowRecord`].
-fn record(fields: &[(IPFixField, FieldValue)], exporter: SocketAddr, domain: u32) -> FlowRecord {
+/// One data record's fields, as IPFIX elements, as a [`FlowRecord`]. `boot_ms`: a NetFlow
+/// v9 exporter's boot, to which FIRST_SWITCHED and LAST_SWITCHED (IPFIX's
+/// flowStart/EndSysUpTime, the same numbers) are relative; IPFIX: `None`, and those are not
+/// read.
+fn record<'a>(
+    fields: impl Iterator<Item = (F, &'a FieldValue)>,
+    exporter: SocketAddr,
+    domain: u32,
+    boot_ms: Option<u64>,
+) -> FlowRecord {
     let mut r = FlowRecord {
         exporter: exporter.to_string(),
         domain,
@@ -97,7 +109,6 @@ fn record(fields: &[(IPFixField, FieldValue)], exporter: SocketAddr, domain: u32
     );
     let mut icmp = None;
     for (k, v) in fields {
-        let IPFixField::IANA(k) = k else { continue };
         let n = num(v).unwrap_or(0);
         match k {
             F::SourceIpv4address | F::SourceIpv6address => src = addr(v).unwrap_or(src),
@@ -109,6 +120,8 @@ fn record(fields: &[(IPFixField, FieldValue)], exporter: SocketAddr, domain: u32
             F::OctetDeltaCount => r.bytes = n,
             F::FlowStartMilliseconds | F::FlowStartSeconds => r.start_ms = n,
             F::FlowEndMilliseconds | F::FlowEndSeconds => r.end_ms = n,
+            F::FlowStartSysUpTime => r.start_ms = boot_ms.map_or(r.start_ms, |b| b + n),
+            F::FlowEndSysUpTime => r.end_ms = boot_ms.map_or(r.end_ms, |b| b + n),
             F::TcpControlBits => r.tcp_flags = n as u16,
             F::IpClassOfService => r.tos = n as u8,
             F::VlanId => r.vlan = n as u16,
@@ -134,25 +147,45 @@ impl Decoder {
             self.error = Some(format!("from {exporter}: {e}"));
         }
         for p in &res.packets {
-            let NetflowPacket::IPFix(m) = p else {
-                self.not_ipfix += 1;
-                continue;
-            };
-            let domain = m.header.observation_domain_id;
-            for set in &m.flowsets {
-                match &set.body {
-                    FlowSetBody::Data(d) => {
-                        out.extend(d.fields.iter().map(|f| record(f, exporter, domain)))
+            match p {
+                NetflowPacket::IPFix(m) => {
+                    let domain = m.header.observation_domain_id;
+                    for set in &m.flowsets {
+                        match &set.body {
+                            IpfixSet::Data(d) => out.extend(d.fields.iter().map(|f| {
+                                let iana = f.iter().filter_map(|(k, v)| match k {
+                                    IPFixField::IANA(k) => Some((*k, v)),
+                                    _ => None,
+                                });
+                                record(iana, exporter, domain, None)
+                            })),
+                            IpfixSet::NoTemplate(_) => self.no_template += 1,
+                            _ => {}
+                        }
                     }
-                    FlowSetBody::NoTemplate(_) => self.no_template += 1,
-                    _ => {}
                 }
+                NetflowPacket::V9(m) => {
+                    let h = &m.header;
+                    let boot = (u64::from(h.unix_secs) * 1000).saturating_sub(h.sys_up_time.into());
+                    for set in &m.flowsets {
+                        match &set.body {
+                            V9Set::Data(d) => out.extend(d.fields.iter().map(|f| {
+                                let types = f.iter().map(|(k, v)| (F::from(u16::from(*k)), v));
+                                record(types, exporter, h.source_id, Some(boot))
+                            })),
+                            V9Set::NoTemplate(_) => self.no_template += 1,
+                            _ => {}
+                        }
+                    }
+                }
+                _ => self.other_versions += 1,
             }
         }
     }
 }
 
-/// `ipfixin`: listens for IPFIX over UDP and hands on a block per flow record.
+/// `ipfixin`: listens for IPFIX (or NetFlow v9) over UDP and hands on a block per flow
+/// record.
 pub struct IpfixIn {
     sock: UdpSocket,
     dec: Decoder,
@@ -218,8 +251,11 @@ impl Filter for IpfixIn {
             } else {
                 String::new()
             },
-            if self.dec.not_ipfix > 0 {
-                format!("; {} messages not IPFIX", self.dec.not_ipfix)
+            if self.dec.other_versions > 0 {
+                format!(
+                    "; {} messages neither IPFIX nor NetFlow v9",
+                    self.dec.other_versions
+                )
             } else {
                 String::new()
             },
@@ -285,53 +321,22 @@ impl IpfixIn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flows::ipfix::{Encoder, Record};
+    use crate::flows::ipfix::{test_record as rec, Encoder, Record, Version};
 
-    fn rec(i: u64, v6: bool) -> Record {
-        let mut src = [0u8; 16];
-        let mut dst = [0u8; 16];
-        if v6 {
-            src[0] = 0xfd;
-            dst[0] = 0xfd;
-        } else {
-            src[..4].copy_from_slice(&[10, 0, 0, 1]);
-            dst[..4].copy_from_slice(&[10, 0, 0, 2]);
-        }
-        src[15] = i as u8;
-        dst[3] = i as u8;
-        Record {
-            v6,
-            src,
-            dst,
-            sport: 1000 + i as u16,
-            dport: 80,
-            proto: if i % 5 == 0 {
-                if v6 {
-                    58
-                } else {
-                    1
-                }
-            } else {
-                6
-            },
-            tos: 0x10,
-            flags: 0x1b,
-            packets: i + 1,
-            octets: 1000 * i + 40,
-            start_ms: 1_700_000_000_000 + i,
-            end_ms: 1_700_000_001_000 + i,
-            ingress: 3,
-            vlan: 42,
-            reason: 3,
+    /// What the encoder sends, decoded by netflow_parser (an independent decoder), is what
+    /// went in, in order, whatever mix of templates and however the messages were cut: as
+    /// IPFIX, and as NetFlow v9 but for the end reason, which v9 does not carry.
+    #[test]
+    fn messages_decode_to_the_records_that_went_in() {
+        for v in [Version::Ipfix, Version::V9] {
+            decodes_to_what_went_in(v);
         }
     }
 
-    /// What the encoder sends, decoded by netflow_parser (an independent decoder), is what
-    /// went in, in order, whatever mix of templates and however the messages were cut.
-    #[test]
-    fn messages_decode_to_the_records_that_went_in() {
+    fn decodes_to_what_went_in(v: Version) {
         let recs: Vec<Record> = (0..200).map(|i| rec(i, i % 3 == 0)).collect();
-        let mut enc = Encoder::new(7, 300, 600_000);
+        let mut enc = Encoder::new(v, 7, 300, 600_000);
+        enc.stream_starts(1_699_999_999_999);
         let mut msgs = Vec::new();
         for (i, r) in recs.iter().enumerate() {
             enc.push(r, 1_700_000_000_000 + i as u64 * 10, &mut |m| {
@@ -344,19 +349,31 @@ mod tests {
         let mut out = Vec::new();
         let from: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let mut seq = 0u32;
-        for m in &msgs {
-            assert_eq!(u16::from_be_bytes([m[2], m[3]]) as usize, m.len());
-            assert_eq!(
-                u32::from_be_bytes([m[8], m[9], m[10], m[11]]),
-                seq,
-                "sequence number: data records before the message"
-            );
+        for (i, m) in msgs.iter().enumerate() {
             let before = out.len();
             dec.decode(m, from, &mut out);
+            let n = u16::from_be_bytes([m[2], m[3]]) as usize;
+            let at = |o: usize| u32::from_be_bytes([m[o], m[o + 1], m[o + 2], m[o + 3]]);
+            if v == Version::Ipfix {
+                assert_eq!(n, m.len());
+                assert_eq!(
+                    at(8),
+                    seq,
+                    "sequence number: data records before the message"
+                );
+            } else {
+                let templates = if i == 0 { 2 } else { 0 };
+                assert_eq!(
+                    n,
+                    out.len() - before + templates,
+                    "count: template and data records"
+                );
+                assert_eq!(at(12), i as u32, "sequence number: packets before this one");
+            }
             seq += (out.len() - before) as u32;
         }
-        assert_eq!(dec.error, None);
-        assert_eq!(out.len(), recs.len());
+        assert_eq!(dec.error, None, "{v:?}");
+        assert_eq!(out.len(), recs.len(), "{v:?}");
         for (r, o) in recs.iter().zip(&out) {
             let ip = |a: &[u8; 16]| {
                 if r.v6 {
@@ -388,7 +405,14 @@ mod tests {
                     o.end_reason,
                     o.domain
                 ),
-                (r.flags, r.tos, r.vlan, r.ingress, r.reason, 7)
+                (
+                    r.flags,
+                    r.tos,
+                    r.vlan,
+                    r.ingress,
+                    if v == Version::V9 { 0 } else { r.reason },
+                    7
+                )
             );
         }
     }
@@ -397,7 +421,7 @@ mod tests {
     /// passed; a decoder that missed the first message learns them from the refresh.
     #[test]
     fn templates_are_sent_again_after_the_refresh() {
-        let mut enc = Encoder::new(0, 1400, 1000);
+        let mut enc = Encoder::new(Version::Ipfix, 0, 1400, 1000);
         let mut msgs = Vec::new();
         for i in 0..30u64 {
             enc.push(&rec(i, false), 1_700_000_000_000 + i * 100, &mut |m| {

@@ -1,9 +1,10 @@
 //! The `ipfix` filter: the packets of the stream metered into flows, the flows exported
-//! as IPFIX to collectors and/or a file; every block passes on unchanged.
+//! as IPFIX (or NetFlow v9, `version=9`) to collectors and/or a file; every block passes
+//! on unchanged.
 
 use super::cache::{Cache, EndReason, Flow, Timeouts};
 use super::export::{collectors, Exporter, Transport};
-use super::ipfix::{records, Encoder, Times};
+use super::ipfix::{records, Encoder, Times, Version};
 use super::observe::observe;
 use dataplane::{Args, Batch, Ctx, Filter, FilterError};
 
@@ -31,7 +32,10 @@ impl Filter for Ipfix {
             };
             let link = cx.store.link(t).unwrap_or(crate::packet::LINKTYPE_ETHERNET);
             match observe(data, link, wire) {
-                Some(o) => self.cache.packet(&o, ts_ns / 1_000_000, &mut self.ended),
+                Some(o) => {
+                    self.enc.stream_starts(ts_ns / 1_000_000);
+                    self.cache.packet(&o, ts_ns / 1_000_000, &mut self.ended)
+                }
                 None => self.not_ip += 1,
             }
             // The flows this packet ended go out at its time, not at the batch's end: the
@@ -116,6 +120,35 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
         "tcp" => Transport::Tcp,
         v => return Err(FilterError::bad("transport", v, "udp or tcp")),
     };
+    let version = match a.get("version", None).unwrap_or("10") {
+        "10" => Version::Ipfix,
+        "9" => Version::V9,
+        v => {
+            return Err(FilterError::bad(
+                "version",
+                v,
+                "10 (IPFIX) or 9 (NetFlow v9)",
+            ))
+        }
+    };
+    // A NetFlow v9 header has no length, so nothing marks where one message ends in a
+    // byte stream: v9 goes in datagrams only.
+    if version == Version::V9 {
+        if transport == Transport::Tcp {
+            return Err(FilterError::bad(
+                "transport",
+                "tcp",
+                "udp with version=9 (a NetFlow v9 message has no length to delimit it in a stream)",
+            ));
+        }
+        if let Some(f) = file {
+            return Err(FilterError::bad(
+                "out",
+                f,
+                "no file with version=9 (a NetFlow v9 message has no length to delimit it in a file)",
+            ));
+        }
+    }
     let times = match a.get("times", None).unwrap_or("conversation") {
         "conversation" => Times::Conversation,
         "direction" => Times::Direction,
@@ -146,7 +179,7 @@ pub(crate) fn make(a: &Args) -> Result<Box<dyn Filter>, FilterError> {
     let refresh = millis(a, "refresh", 600.0)?;
     Ok(Box::new(Ipfix {
         cache: Cache::new(flows as usize, t),
-        enc: Encoder::new(domain, mtu as usize, refresh),
+        enc: Encoder::new(version, domain, mtu as usize, refresh),
         out: Exporter::new(&to, transport, file)?,
         ingress,
         times,
@@ -201,6 +234,30 @@ mod tests {
                 &[("to", "127.0.0.1:4739"), ("times", "both")],
                 ("times", "both"),
             ),
+            (
+                &[("to", "127.0.0.1:4739"), ("version", "5")],
+                ("version", "5"),
+            ),
+            (
+                &[("to", "127.0.0.1:4739"), ("version", "ipfix")],
+                ("version", "ipfix"),
+            ),
+            (
+                &[
+                    ("to", "127.0.0.1:4739"),
+                    ("version", "9"),
+                    ("transport", "tcp"),
+                ],
+                ("transport", "tcp"),
+            ),
+            (
+                &[
+                    ("to", "127.0.0.1:4739"),
+                    ("version", "9"),
+                    ("out", "/tmp/f.nf9"),
+                ],
+                ("out", "/tmp/f.nf9"),
+            ),
         ];
         for (opts, (k, v)) in cases {
             let e = make(&args(opts))
@@ -208,6 +265,23 @@ mod tests {
                 .unwrap_or_else(|| panic!("{opts:?} was accepted"));
             assert_eq!(bad_key(e), (k.to_string(), v.to_string()), "{opts:?}");
         }
+    }
+
+    #[test]
+    fn versions_10_and_9_are_accepted() {
+        for v in ["10", "9"] {
+            assert!(
+                make(&args(&[("to", "127.0.0.1:4739"), ("version", v)])).is_ok(),
+                "{v}"
+            );
+        }
+        let e = make(&args(&[("to", "127.0.0.1:4739"), ("version", "5")]))
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("10 (IPFIX) or 9 (NetFlow v9)"),
+            "{e}"
+        );
     }
 
     #[test]
