@@ -752,7 +752,11 @@ fn run(
         };
     let quiet = o.quiet;
     if !quiet {
-        eprintln!("streamline: running stand-alone ({why})");
+        // One write: stderr is unbuffered, and `eprintln!` with arguments writes each piece
+        // on its own, so a command of the pipeline already started (`nosuchcmd`'s "command
+        // not found") could land inside the line.
+        let line = format!("streamline: running stand-alone ({why})\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }
     if !quiet && !placement.is_empty() {
         eprintln!("{placement}");
