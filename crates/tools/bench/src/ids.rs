@@ -156,8 +156,8 @@ impl Setup {
         let not_ip = num(" frames not IP").unwrap_or(0);
         // Frames no rule looks at (the rules' header stage) pass unjudged.
         let unjudged = num(" frames no rule looks at").unwrap_or(0);
-        // IPv4 fragments are inspected as the datagrams they make; others pass uninspected.
-        let fragments = num(" IPv4 fragments made").unwrap_or(0);
+        // IP fragments (IPv4 and IPv6) are inspected as the datagrams they make; others pass uninspected.
+        let fragments = num(" IP fragments made").unwrap_or(0);
         let datagrams = num(" datagrams (").unwrap_or(0);
         let uninspected = num(" fragments uninspected").unwrap_or(0);
         if inspected - datagrams + fragments + uninspected + not_ip + unjudged != self.big.packets {

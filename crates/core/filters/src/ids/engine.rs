@@ -19,7 +19,7 @@
 //!   the connection too, with an alert of its own ([`OVERLAP_SID`]).
 //!
 //! Owns: flow state (direction, establishment, flowbits, dropped), thresholds, the order
-//! of rule evaluation and the alerts' contents. IPv4 fragments are made whole before they
+//! of rule evaluation and the alerts' contents. IP fragments (IPv4 and IPv6) are made whole before they
 //! get here (`ids::defrag`, in the filter). Not yet: UDP/ICMP flow state beyond flowbits.
 
 use super::eval::{evaluate, Buffers, Outcome};
